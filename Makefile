@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# Both create (or reuse) the virtual environment in .venv with pinned versions.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.fedfair-installed
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m fedfair.cli demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	mkdir -p benchmarks/results
+	for script in benchmarks/*.py; do \
+	  name=$$(basename $$script .py); \
+	  $(PY) $$script --json benchmarks/results/$$name.json || exit 1; \
+	done
+
+clean:
+	rm -rf $(VENV) build *.egg-info

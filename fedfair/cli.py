@@ -1,0 +1,42 @@
+"""The `fedfair` command.
+
+Each feature module that offers commands exposes ``register_commands(subparsers)``,
+which adds its sub-commands and sets ``handler(args) -> int`` on them. This file
+only assembles them, so a command lives beside the code it drives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from fedfair.errors import FedfairError
+
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedfair",
+        description="Federated learning that protects every large enough subgroup (RCVaR).",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register_commands(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except FedfairError as error:
+        print(f"fedfair: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
