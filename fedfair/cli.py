@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from fedfair.errors import FedfairError
 
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("fedfair.experiment",)
 
 
 def build_parser() -> argparse.ArgumentParser:

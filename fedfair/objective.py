@@ -51,7 +51,9 @@ class SoftReLU:
     gamma: float = 0.05
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.gamma * F.softplus(x / self.gamma)
+        # torch's softplus turns linear above `threshold`; at 40 the switch is below float64 resolution
+        # (e^-40), so the value and `derivative` agree exactly with autograd.
+        return self.gamma * F.softplus(x / self.gamma, threshold=40.0)
 
     def derivative(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(x / self.gamma)

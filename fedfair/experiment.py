@@ -1,0 +1,411 @@
+"""Experiments from the command line: `fedfair simulate`, `reference`, `sweep`.
+
+Turns flags into a dataset, a partition into collaborators, a method run in
+process, and a fairness report on held-out data. Every method is judged by the
+same report, so FedSRCVaR and the baselines compare like for like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedfair import baselines, metrics
+from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
+from fedfair.errors import ConfigError
+from fedfair.local import LocalConfig
+from fedfair.models import MODEL_NAMES, build_model
+from fedfair.objective import SMOOTH_PLUS_FUNCTIONS, ObjectiveConfig, cvar_threshold
+from fedfair.reference import solve_reference
+from fedfair.server import ServerState
+from fedfair.simulation import (
+    Federation,
+    TrainingConfig,
+    evaluate,
+    federation_from_arrays,
+    run_fedsrcvar,
+    training_objectives,
+)
+
+METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "central-erm", "central-cvar")
+PAPER_EPSILONS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+PAPER_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Everything one simulated experiment needs; `to_dict` is what --json records."""
+
+    dataset: str = "adult"
+    data: str | None = None
+    label: str | None = None
+    split_by: str | None = None
+    partition: str = "race"
+    clients: int = 3
+    alpha: float = 0.5
+    method: str = "fedsrcvar"
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    afl_mixture_lr: float = 0.01
+    qfedavg_q: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"unknown method '{self.method}'; choose one of: {', '.join(METHODS)}")
+        if self.clients < 1:
+            raise ConfigError(f"clients must be at least 1, got {self.clients}; e.g. --clients 3")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags `simulate`, `reference` and `sweep` share, each with a default that just works."""
+    data = parser.add_argument_group("data")
+    data.add_argument("--dataset", default="adult", help=f"one of: {', '.join(DATASETS)} (default adult)")
+    data.add_argument("--data", help="your own CSV or Parquet file instead of --dataset")
+    data.add_argument("--label", help="label column of --data")
+    data.add_argument("--split-by", dest="split_by", help="column of --data that names each row's site or group")
+    data.add_argument(
+        "--partition",
+        default=None,
+        help="how rows go to clients: a column (race, site, ...), class, dirichlet or iid (default: the dataset's own)",
+    )
+    data.add_argument("--clients", type=int, default=3, help="number of collaborators (default 3)")
+    data.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --partition dirichlet")
+    learning = parser.add_argument_group("learning")
+    learning.add_argument("--model", default="logreg", choices=MODEL_NAMES)
+    learning.add_argument("--method", default="fedsrcvar", choices=METHODS)
+    learning.add_argument("--epsilon", type=float, default=0.1, help="trade-off: 1 is ERM, 0 is CVaR (default 0.1)")
+    learning.add_argument("--rho", type=float, default=0.3, help="smallest protected group fraction (default 0.3)")
+    learning.add_argument("--gamma", type=float, default=0.05, help="smoothing of the plus function (default 0.05)")
+    learning.add_argument("--smooth", default="softrelu", choices=sorted(SMOOTH_PLUS_FUNCTIONS))
+    learning.add_argument("--bound", type=float, default=10.0, help="upper bound B of the threshold c (default 10)")
+    learning.add_argument("--local-steps", type=int, default=1, help="tau: local SGD steps per round (default 1)")
+    learning.add_argument(
+        "--batch-size", type=int, default=256, help="total mini-batch per round, split b_k ~ n_k; 0 = full batches"
+    )
+    learning.add_argument("--lr", type=float, default=None, help="step size for theta (default: 0.1 logreg, 0.05 others)")
+    learning.add_argument("--threshold-lr", type=float, default=0.1, help="step size for c (default 0.1)")
+    learning.add_argument("--rounds", type=int, default=1000, help="communication rounds (default 1000)")
+    learning.add_argument("--average-from", type=float, default=0.5, help="fraction of rounds before iterate averaging")
+    learning.add_argument("--reuse-batch", action="store_true", help="one mini-batch per round for all tau steps")
+    learning.add_argument("--seed", type=int, default=0)
+    learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    learning.add_argument("--record-every", type=int, default=0, help="record history every N rounds (default: 20 points)")
+    parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
+
+
+def default_lr(model: str) -> float:
+    return 0.1 if model == "logreg" else 0.05
+
+
+def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
+    """Validate flags into an ExperimentConfig; invalid values raise ConfigError naming the fix."""
+    if args.data is not None and args.label is None:
+        raise ConfigError("--data needs --label naming the label column")
+    partition_scheme = args.partition or (
+        args.split_by if args.data else DATASETS[args.dataset].default_partition if args.dataset in DATASETS else "iid"
+    )
+    if args.data is None and args.dataset not in DATASETS:
+        raise ConfigError(f"unknown dataset '{args.dataset}'; choose one of: {', '.join(DATASETS)} or pass --data FILE")
+    return ExperimentConfig(
+        dataset=args.dataset if args.data is None else Path(args.data).name,
+        data=args.data,
+        label=args.label,
+        split_by=args.split_by,
+        partition=partition_scheme or "iid",
+        clients=args.clients,
+        alpha=args.alpha,
+        method=args.method,
+        objective=ObjectiveConfig(
+            epsilon=args.epsilon, rho=args.rho, gamma=args.gamma, smooth=args.smooth, bound=args.bound
+        ),
+        training=TrainingConfig(
+            model=args.model,
+            rounds=args.rounds,
+            batch_size=args.batch_size,
+            local=LocalConfig(
+                local_steps=args.local_steps,
+                lr=args.lr if args.lr is not None else default_lr(args.model),
+                threshold_lr=args.threshold_lr,
+                reuse_batch=args.reuse_batch,
+            ),
+            seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+            average_from=args.average_from,
+            record_every=args.record_every or max(args.rounds // 20, 1),
+        ),
+    )
+
+
+def load_federation(config: ExperimentConfig) -> Federation:
+    """Load the dataset and split it into collaborators (train and held-out data alike)."""
+    if config.data is not None:
+        dataset = load_csv(Path(config.data), label=config.label or "", split_by=config.split_by, seed=config.training.seed)
+    else:
+        dataset = load_dataset(config.dataset)
+    splits = partition(dataset, config.partition, config.clients, seed=config.training.seed, alpha=config.alpha)
+    return federation_from_arrays(
+        [split.name for split in splits],
+        [(dataset.x_train[split.train_index], dataset.y_train[split.train_index]) for split in splits],
+        [(dataset.x_test[split.test_index], dataset.y_test[split.test_index]) for split in splits],
+        dataset.num_classes,
+        dataset.image_shape,
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A method's final parameters and threshold, with its per-round history."""
+
+    theta: torch.Tensor
+    c: float | None
+    history: list[dict[str, float]]
+
+
+def _from_state(state: ServerState, history: list[dict[str, float]], has_threshold: bool) -> Outcome:
+    return Outcome(state.theta_average, state.c_average if has_threshold else None, history)
+
+
+def run_method(
+    config: ExperimentConfig, federation: Federation, on_round: Callable[[ServerState], None] | None = None
+) -> Outcome:
+    """Train with the configured method; the output is the averaged iterate as in the paper."""
+    training, objective = config.training, config.objective
+    if config.method == "fedsrcvar":
+        result = run_fedsrcvar(federation, objective, training, on_round=on_round)
+        return _from_state(result.state, result.history, True)
+    if config.method == "fedavg":
+        result = baselines.run_fedavg(federation, training)
+    elif config.method == "afl":
+        result = baselines.run_afl(federation, training, mixture_lr=config.afl_mixture_lr)
+    elif config.method == "qfedavg":
+        result = baselines.run_qfedavg(federation, training, q=config.qfedavg_q)
+    elif config.method == "central-erm":
+        result = baselines.run_central_erm(federation, training)
+    else:
+        result = baselines.run_central_cvar(federation, objective, training)
+        return _from_state(result.state, result.history, True)
+    return _from_state(result.state, result.history, False)
+
+
+def final_report(config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None) -> dict[str, Any]:
+    """Training objectives (exact and smoothed) and the held-out fairness report at rho."""
+    model = build_model(
+        config.training.model,
+        federation.num_features,
+        federation.num_classes,
+        image_shape=federation.image_shape,
+        dtype=config.training.torch_dtype,
+    )
+    train = evaluate(model, theta, federation.pooled("train"))
+    threshold = c if c is not None else cvar_threshold(train.losses, config.objective.rho)
+    exact, smooth = training_objectives(train.losses, threshold, config.objective)
+    test = evaluate(model, theta, federation.pooled("test"))
+    report = metrics.group_risk_report(test.losses, test.correct, config.objective.rho)
+    return {
+        "train_objective": exact,
+        "train_objective_smooth": smooth,
+        "c": threshold,
+        "test": report.to_dict(),
+    }
+
+
+class Progress:
+    """A throttled progress line on stderr for long runs."""
+
+    def __init__(self, total: int, label: str, interval_s: float = 2.0) -> None:
+        self.total, self.label, self.interval_s = total, label, interval_s
+        self.started = self.last = time.perf_counter()
+
+    def __call__(self, state: ServerState) -> None:
+        now = time.perf_counter()
+        if now - self.last >= self.interval_s or state.round == self.total:
+            self.last = now
+            rate = state.round / max(now - self.started, 1e-9)
+            print(f"{self.label}: round {state.round}/{self.total}, c={state.c:.4f}, {rate:.0f} rounds/s", file=sys.stderr)
+
+
+def simulate(config: ExperimentConfig, federation: Federation, progress: bool = True) -> dict[str, Any]:
+    """Run one experiment and return the JSON-ready result."""
+    started = time.perf_counter()
+    outcome = run_method(config, federation, Progress(config.training.rounds, config.method) if progress else None)
+    return {
+        "config": config.to_dict(),
+        "final": final_report(config, federation, outcome.theta, outcome.c),
+        "history": outcome.history,
+        "seconds": time.perf_counter() - started,
+        "clients": {client.name: client.size for client in federation.train},
+    }
+
+
+def reference(config: ExperimentConfig, federation: Federation) -> dict[str, Any]:
+    """The centralized optimum of the smoothed objective, in the same JSON shape as `simulate`."""
+    started = time.perf_counter()
+    solution = solve_reference(federation, config.objective, model_name=config.training.model, seed=config.training.seed)
+    final = final_report(replace(config, training=replace(config.training, dtype="float64")), federation, solution.theta, solution.c)
+    final["train_objective_smooth_solver"] = solution.objective_smooth
+    return {
+        "config": config.to_dict(),
+        "final": final,
+        "history": [{"iterations": solution.iterations}],
+        "seconds": time.perf_counter() - started,
+        "clients": {client.name: client.size for client in federation.train},
+    }
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """A readable table of one result."""
+    config, final = result["config"], result["final"]
+    objective = config["objective"]
+    lines = [
+        f"{config['method']} on {config['dataset']} ({', '.join(f'{k}: {v}' for k, v in result['clients'].items())})",
+        f"  epsilon={objective['epsilon']} rho={objective['rho']} model={config['training']['model']} "
+        f"rounds={config['training']['rounds']} ({result['seconds']:.1f} s)",
+        f"  train objective (exact RCVaR)   {final['train_objective']:.5f}",
+        f"  train objective (smoothed)      {final['train_objective_smooth']:.5f}   c = {final['c']:.5f}",
+        f"  test, at rho = {objective['rho']}:",
+    ]
+    test = final["test"]
+    for key in ("mean_risk", "worst_risk", "best_risk", "disparity", "accuracy", "worst_error"):
+        lines.append(f"    {key:<14}{test[key]:.5f}")
+    return "\n".join(lines)
+
+
+def write_json(path: Path | None, payload: dict[str, Any]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2, default=str))
+
+
+def _simulate_command(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    result = simulate(config, load_federation(config))
+    print(format_report(result))
+    write_json(args.json, result)
+    return 0
+
+
+def _reference_command(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    result = reference(config, load_federation(config))
+    print(format_report({**result, "config": {**result["config"], "method": "reference"}}))
+    write_json(args.json, result)
+    return 0
+
+
+def parse_grid(text: str, name: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"--{name} must be comma-separated numbers, got '{text}'") from None
+
+
+def _sweep_point(job: tuple[ExperimentConfig, Federation]) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    config, federation = job
+    result = simulate(config, federation, progress=False)
+    return {
+        "epsilon": config.objective.epsilon,
+        "rho": config.objective.rho,
+        "train_objective": result["final"]["train_objective"],
+        "train_objective_smooth": result["final"]["train_objective_smooth"],
+        "c": result["final"]["c"],
+        **result["final"]["test"],
+        "seconds": result["seconds"],
+    }
+
+
+def sweep(
+    base: ExperimentConfig, federation: Federation, epsilons: Sequence[float], rhos: Sequence[float], jobs: int
+) -> list[dict[str, Any]]:
+    """Run every (epsilon, rho) pair; one process per core, one thread each."""
+    configs = [
+        replace(base, objective=replace(base.objective, epsilon=epsilon, rho=rho), training=replace(base.training, record_every=0))
+        for epsilon in epsilons
+        for rho in rhos
+    ]
+    rows: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for index, row in enumerate(pool.map(_sweep_point, [(config, federation) for config in configs]), start=1):
+            rows.append(row)
+            print(f"sweep: {index}/{len(configs)} done (epsilon={row['epsilon']}, rho={row['rho']})", file=sys.stderr)
+    return rows
+
+
+def _sweep_command(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    rows = sweep(
+        config,
+        load_federation(config),
+        parse_grid(args.epsilons, "epsilons"),
+        parse_grid(args.rhos, "rhos"),
+        args.jobs,
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {len(rows)} rows to {args.out}")
+    return 0
+
+
+def comparison_table(results: Sequence[dict[str, Any]]) -> str:
+    """Held-out fairness of several methods side by side."""
+    keys = ("worst_risk", "mean_risk", "best_risk", "disparity", "accuracy", "worst_error")
+    header = f"{'method':<12}" + "".join(f"{key:>13}" for key in keys)
+    rows = [header, "-" * len(header)]
+    for result in results:
+        test = result["final"]["test"]
+        rows.append(f"{result['config']['method']:<12}" + "".join(f"{test[key]:>13.4f}" for key in keys))
+    return "\n".join(rows)
+
+
+def _demo_command(args: argparse.Namespace) -> int:
+    base = ExperimentConfig(objective=ObjectiveConfig(epsilon=args.epsilon, rho=args.rho))
+    federation = load_federation(base)
+    sizes = ", ".join(f"{client.name} {client.size}" for client in federation.train)
+    print(f"Adult (UCI, bundled), 3 collaborators split by race: {sizes} training rows")
+    print("Running in process (no network); each method trains the same logistic regression.")
+    results = [simulate(replace(base, method=method), federation) for method in ("fedsrcvar", "fedavg")]
+    print(f"\nHeld-out risks (cross-entropy; errors are 0-1) over the worst / best {base.objective.rho:.0%} of people:")
+    print(comparison_table(results))
+    return 0
+
+
+def register_commands(subparsers: argparse._SubParsersAction) -> None:
+    demo_parser = subparsers.add_parser("demo", help="FedSRCVaR next to FedAvg on bundled Adult, split by race")
+    demo_parser.add_argument("--epsilon", type=float, default=0.1)
+    demo_parser.add_argument("--rho", type=float, default=0.3)
+    demo_parser.set_defaults(handler=_demo_command)
+
+    simulate_parser = subparsers.add_parser("simulate", help="run a federation in process and report fairness")
+    add_experiment_arguments(simulate_parser)
+    simulate_parser.set_defaults(handler=_simulate_command)
+
+    reference_parser = subparsers.add_parser("reference", help="the centralized optimum the federation must reach")
+    add_experiment_arguments(reference_parser)
+    reference_parser.set_defaults(handler=_reference_command)
+
+    sweep_parser = subparsers.add_parser("sweep", help="run an epsilon x rho grid to CSV")
+    add_experiment_arguments(sweep_parser)
+    sweep_parser.add_argument("--epsilons", default=",".join(map(str, PAPER_EPSILONS)))
+    sweep_parser.add_argument("--rhos", default=",".join(map(str, PAPER_RHOS)))
+    sweep_parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes")
+    sweep_parser.add_argument("--out", type=Path, default=Path("sweep.csv"))
+    sweep_parser.set_defaults(handler=_sweep_command)
