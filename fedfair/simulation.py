@@ -49,6 +49,8 @@ class Federation:
 
     def pooled(self, split: str = "train") -> ClientData:
         """All collaborators' data in one place: only the centralized yardsticks use this."""
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', got '{split}'")
         parts = self.train if split == "train" else self.test
         return ClientData(
             name="pooled",
