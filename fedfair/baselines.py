@@ -92,7 +92,7 @@ def _run_combined(
     template, learners = simulation.make_learners(federation, training, None)
     counts = list(steps) if steps is not None else [training.local.local_steps] * len(learners)
     state = server.init(flat_parameters(template), bound=0.0)
-    pooled = federation.pooled("train") if training.record_every else None
+    pooled = simulation.history_sample(federation) if training.record_every else None
     history: list[dict[str, float]] = []
     for _ in range(training.rounds):
         losses = _client_losses(learners, federation, state.theta) if needs_losses else np.empty(0)

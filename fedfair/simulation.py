@@ -83,13 +83,16 @@ class TrainingConfig:
 
     `batch_size` is the total mini-batch per round, split across collaborators in
     proportion to their sizes (b_k proportional to n_k, as the paper does); 0 means
-    full local batches (b_k = n_k), i.e. federated gradient descent.
+    full local batches (b_k = n_k), i.e. federated gradient descent. A deployment,
+    where nobody knows the total, sets `batch_fraction` instead: b_k = round(f * n_k)
+    (at least 1), which overrides `batch_size`.
     `average_from` is the fraction of rounds after which iterates enter the average.
     """
 
     model: str = "logreg"
     rounds: int = 1000
     batch_size: int = 256
+    batch_fraction: float | None = None
     local: LocalConfig = field(default_factory=LocalConfig)
     seed: int = 0
     device: str = "cpu"
@@ -102,6 +105,8 @@ class TrainingConfig:
             raise ConfigError(f"rounds must be at least 1, got {self.rounds}; e.g. --rounds 1000")
         if self.batch_size < 0:
             raise ConfigError(f"batch size must be 0 (full batches) or positive, got {self.batch_size}")
+        if self.batch_fraction is not None and not 0.0 < self.batch_fraction <= 1.0:
+            raise ConfigError(f"batch fraction must be in (0, 1], got {self.batch_fraction}; e.g. 0.01")
         if not 0.0 <= self.average_from < 1.0:
             raise ConfigError(f"average_from must be in [0, 1), got {self.average_from}; 0 averages every iterate")
         if self.dtype not in DTYPES:
@@ -133,6 +138,11 @@ def client_batch_sizes(sizes: Sequence[int], total: int) -> list[int]:
     return [int(min(share, size)) for share, size in zip(shares, sizes)]
 
 
+def local_batch_size(num_samples: int, fraction: float) -> int:
+    """b_k = round(fraction * n_k), at least 1: proportional to n_k without knowing the others' sizes."""
+    return min(max(round(fraction * num_samples), 1), num_samples)
+
+
 def device_for(name: str) -> torch.device:
     """'auto' picks CUDA when present; anything else is taken as given."""
     if name == "auto":
@@ -160,7 +170,11 @@ def make_learners(
             dtype=training.torch_dtype,
         ).to(device)
 
-    batch_sizes = client_batch_sizes([client.size for client in federation.train], training.batch_size)
+    sizes = [client.size for client in federation.train]
+    if training.batch_fraction is not None:
+        batch_sizes = [local_batch_size(size, training.batch_fraction) for size in sizes]
+    else:
+        batch_sizes = client_batch_sizes(sizes, training.batch_size)
     learners = []
     for index, (client, batch_size) in enumerate(zip(federation.train, batch_sizes)):
         threshold = None
@@ -222,6 +236,19 @@ class SimulationResult:
 
 RoundCallback = Callable[[server.ServerState], None]
 
+HISTORY_ROWS = 20_000
+
+
+def history_sample(federation: Federation, limit: int = HISTORY_ROWS) -> ClientData:
+    """The pooled training rows the per-round history is measured on: all of them, or an even
+    spread of `limit` rows for large data, so recording does not dominate the run (the final
+    report always uses every row)."""
+    pooled = federation.pooled("train")
+    if pooled.size <= limit:
+        return pooled
+    rows = torch.linspace(0, pooled.size - 1, limit).long()
+    return ClientData(name="pooled-sample", features=pooled.features[rows], labels=pooled.labels[rows])
+
 
 def run_rounds(
     federation: Federation,
@@ -240,7 +267,7 @@ def run_rounds(
     bound = objective.bound if objective is not None else 0.0
     state = server.init(flat_parameters(template), bound=bound)
     history: list[dict[str, float]] = []
-    pooled = federation.pooled("train") if training.record_every else None
+    pooled = history_sample(federation) if training.record_every else None
     for _ in range(training.rounds):
         updates = [learner.train_round(state.theta, state.c) for learner in learners]
         state = server.apply(state, aggregate(updates), bound=bound, average_from=training.average_from_round)

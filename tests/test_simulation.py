@@ -112,3 +112,14 @@ def test_training_config_validation() -> None:
         TrainingConfig(rounds=0)
     with pytest.raises(ConfigError, match="average_from"):
         TrainingConfig(average_from=1.0)
+
+
+def test_batch_fraction_sets_proportional_local_batches(small_adult_federation: Federation) -> None:
+    from fedfair.simulation import local_batch_size, make_learners
+
+    training = TrainingConfig(rounds=1, batch_fraction=0.1)
+    _, learners = make_learners(small_adult_federation, training, ObjectiveConfig())
+    assert [learner.batch_size for learner in learners] == [60, 25, 12]
+    assert local_batch_size(5, 0.01) == 1 and local_batch_size(10, 1.0) == 10
+    with pytest.raises(ConfigError, match="batch fraction"):
+        TrainingConfig(batch_fraction=0.0)
