@@ -14,7 +14,12 @@ from collections.abc import Sequence
 
 from fedfair.errors import FedfairError
 
-COMMAND_MODULES: tuple[str, ...] = ("fedfair.experiment", "fedfair.datasets.commands", "fedfair.pki")
+COMMAND_MODULES: tuple[str, ...] = (
+    "fedfair.experiment",
+    "fedfair.datasets.commands",
+    "fedfair.secagg.demo",
+    "fedfair.pki",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

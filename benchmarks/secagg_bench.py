@@ -1,0 +1,211 @@
+"""Secure-aggregation cost: masking time against the raw keystream, unmasking, expansion.
+
+For every (n parties, d coordinates, dropout fraction) the script runs one full round
+in-process (real state machines, every message serialised), with the dropped parties
+leaving after sharing keys and before masking, the case that makes the server rebuild
+their mask keys and cancel pairwise masks. It checks the decoded sum against the
+plaintext and records:
+
+- client_mask_s: a party's MASK step (opening the shares it received, then adding its
+  self mask and pairwise masks in place), median over the sampled parties. Encoding is
+  reported separately as client_encode_s; X25519 agreement happens in the SHARE step,
+  as soon as the key directory is known.
+- mask_vs_keystream: for each sampled party, its MASK step time divided by the time
+  the same PRG (AES-256-CTR) needs to produce the bytes that party must generate (its
+  self mask and one stream per peer it masks with), timed once immediately before and
+  once immediately after that party's step (their mean); the median of these paired
+  ratios. Bracketing each step with single-shot measurements taken moments apart keeps
+  load from other processes from skewing the ratio. SAMPLES parties are sampled; small
+  federations run the round again until there are enough.
+- server_unmask_s: the server's UNMASK stage (checking responses, rebuilding secrets,
+  removing masks, decoding).
+- expansion_vs_float32: median bytes a party uploads in the whole round divided by
+  4 d (its update sent as float32 in the clear).
+
+``--quick`` runs n in {3, 10} and d in {10^4, 10^6}; the full grid adds n in {50, 100}
+and d = 10^7 where memory allows. Output is JSON on stdout and, with ``--json PATH``, in
+that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedfair.secagg import prg
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
+from fedfair.secagg.messages import MaskedInput, Message, Stage
+from fedfair.secagg.simulate import simulate_round
+
+FULL_PARTIES = (3, 10, 50, 100)
+FULL_DIMENSIONS = (10**4, 10**6, 10**7)
+QUICK_PARTIES = (3, 10)
+QUICK_DIMENSIONS = (10**4, 10**6)
+DROPOUTS = (0.0, 0.1, 0.3)
+CLIP = 1.0
+MAX_WEIGHT = 1000.0
+SAMPLES = 10
+
+
+def keystream_seconds(streams: int, words: int, word_bytes: int, repeats: int) -> float:
+    """Fastest of ``repeats`` times to generate ``streams`` keystreams of ``words`` words with the masking PRG.
+
+    Same cipher, same block size and same reused buffer as ``prg.apply_masks``, minus the
+    additions: the cost floor of masking.
+    """
+    block = bytearray(prg.BLOCK_BYTES)
+    view = memoryview(block)
+    total = words * word_bytes
+    times = []
+    for _ in range(repeats):
+        keys = [os.urandom(prg.KEY_BYTES) for _ in range(streams)]
+        start = time.perf_counter()
+        for key in keys:
+            stream = prg.Keystream(key)
+            for offset in range(0, total, prg.BLOCK_BYTES):
+                stream.read_into(view[: min(prg.BLOCK_BYTES, total - offset)])
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def keystream_gbps(size: int) -> float:
+    """Raw keystream throughput in GB/s (10^9 bytes per second), best of five."""
+    return size / keystream_seconds(1, size // 8, 8, repeats=5) / 1e9
+
+
+def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) -> dict[str, Any]:
+    """One cell of the grid (one round, or more until SAMPLES parties were timed); its JSON record."""
+    fractional_bits = largest_safe_fractional_bits(CLIP, modulus_bits, parties, MAX_WEIGHT)
+    encoding = EncodingConfig(CLIP, MAX_WEIGHT, fractional_bits, modulus_bits)
+    config = SecAggConfig("bench", 0, tuple(f"p{i}" for i in range(parties)), dimension, encoding)
+    # Spread the dropped parties over the id range; never more than the threshold allows.
+    dropped_count = min(round(dropout * parties), parties - config.t)
+    dropped = sorted({1 + (i * parties) // max(dropped_count, 1) for i in range(dropped_count)})
+
+    # Benchmark data only (no key or mask comes from numpy). Party i sends w_i * s_i * base,
+    # so inputs are made on the fly and the plaintext sum is known without storing them.
+    rng = np.random.default_rng(parties * 1_000_003 + dimension)
+    base = rng.uniform(-CLIP, CLIP, size=dimension)
+    scales = rng.uniform(-1.0, 1.0, size=parties)
+    weights = rng.uniform(1.0, MAX_WEIGHT, size=parties)
+    word_bytes = modulus_bits // 8
+    streams = parties  # its self mask plus one per other party that shared keys (all of them here)
+    encode_seconds: list[float] = []
+    keystream_before: list[float] = []
+    keystream_after: list[float] = []
+    mask_samples: list[float] = []
+
+    def encoded_input(party: int) -> np.ndarray:
+        weighted = base * (weights[party - 1] * scales[party - 1])
+        start = time.perf_counter()
+        encoded = config.encoder.encode(weighted, float(weights[party - 1]))
+        encode_seconds.append(time.perf_counter() - start)
+        if len(keystream_before) < SAMPLES:
+            # simulate_round calls this right before the party's MASK step ...
+            keystream_before.append(keystream_seconds(streams, dimension + 1, word_bytes, repeats=1))
+        return encoded
+
+    def observe(message: Message) -> None:
+        # ... and this right after it (once the message is on the wire).
+        if isinstance(message, MaskedInput) and len(keystream_after) < len(keystream_before):
+            keystream_after.append(keystream_seconds(streams, dimension + 1, word_bytes, repeats=1))
+
+    traces = []
+    while len(mask_samples) < SAMPLES:
+        sampled_before = len(keystream_before)
+        trace = simulate_round(config, encoded_input, {Stage.MASK: dropped}, observe)
+        traces.append(trace)
+        # At least t parties mask in every round, so each round adds samples.
+        mask_samples += trace.client_seconds[Stage.MASK][: len(keystream_before) - sampled_before]
+    keystream_samples = [(a + b) / 2 for a, b in zip(keystream_before, keystream_after, strict=True)]
+
+    result = traces[0].result
+    included = np.array(result.contributors) - 1
+    expected = base * float(weights[included] @ scales[included])
+    max_abs_error = float(np.max(np.abs(result.decoded.weighted_sum - expected)))
+    # The plaintext reference has float64 rounding of its own; allow for it.
+    if max_abs_error > result.decoded.error_bound + 1e-12 * float(np.max(np.abs(expected))):
+        raise AssertionError(f"n={parties} d={dimension}: error {max_abs_error} exceeds the bound")
+    upload = statistics.median(traces[0].upload_bytes[p] for p in result.contributors)
+    return {
+        "n": parties,
+        "d": dimension,
+        "dropout": dropout,
+        "dropped": len(dropped),
+        "threshold": config.t,
+        "modulus_bits": modulus_bits,
+        "fractional_bits": fractional_bits,
+        "rounds": len(traces),
+        "client_encode_s": statistics.median(encode_seconds),
+        "client_mask_s": statistics.median(mask_samples),
+        "keystream_s": statistics.median(keystream_samples),
+        "keystream_bytes": streams * (dimension + 1) * word_bytes,
+        "mask_vs_keystream": statistics.median(
+            mask / keystream for mask, keystream in zip(mask_samples, keystream_samples, strict=True)
+        ),
+        "server_unmask_s": statistics.median(trace.server_seconds[Stage.UNMASK] for trace in traces),
+        "expansion_vs_float32": upload / (4 * dimension),
+        "max_abs_error": max_abs_error,
+        "error_bound": result.decoded.error_bound,
+    }
+
+
+def fits_in_memory(dimension: int) -> bool:
+    """Whether a round at ``dimension`` fits comfortably in memory.
+
+    A round holds about a dozen float64 vectors at once (input, encoding temporaries,
+    masked vector, running sum); they must fit in half the physical memory.
+    """
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return 12 * 8 * dimension < physical // 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="n in {3, 10}, d in {10^4, 10^6} (about a minute)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the JSON here")
+    parser.add_argument("--modulus-bits", type=int, default=32, choices=(32, 64), help="word size k (default 32)")
+    args = parser.parse_args(argv)
+
+    parties_grid = QUICK_PARTIES if args.quick else FULL_PARTIES
+    dimension_grid = QUICK_DIMENSIONS if args.quick else FULL_DIMENSIONS
+    report: dict[str, Any] = {
+        "keystream_gbps": keystream_gbps(64 * 2**20 if args.quick else 256 * 2**20),
+        "prg": "AES-256-CTR (cryptography/OpenSSL)",
+        "modulus_bits": args.modulus_bits,
+        "results": [],
+        "skipped": [],
+    }
+    for dimension in dimension_grid:
+        if not fits_in_memory(dimension):
+            report["skipped"].append({"d": dimension, "reason": "not enough memory"})
+            continue
+        for parties in parties_grid:
+            for dropout in DROPOUTS:
+                record = run_cell(parties, dimension, dropout, args.modulus_bits)
+                report["results"].append(record)
+                print(
+                    f"n={parties:<4} d={dimension:<9} dropout={dropout:.0%} mask={record['client_mask_s']:.4f}s "
+                    f"x{record['mask_vs_keystream']:.2f} keystream  unmask={record['server_unmask_s']:.4f}s "
+                    f"expansion={record['expansion_vs_float32']:.3f}",
+                    file=sys.stderr,
+                )
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

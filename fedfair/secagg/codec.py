@@ -1,0 +1,94 @@
+"""A tiny canonical binary encoding for secure-aggregation messages and digests.
+
+Every value has exactly one encoding (fixed-width big-endian integers, length-
+prefixed byte strings, IEEE-754 doubles), so the same bytes serve three purposes:
+carrying messages, signing advertised keys and hashing the session id. Nothing is
+ever unpickled or evaluated; a reader refuses truncated or trailing input.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from fedfair.secagg.errors import ProtocolError
+
+
+class Writer:
+    """Appends canonically encoded fields to a buffer."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def u8(self, value: int) -> Writer:
+        self._parts.append(struct.pack(">B", value))
+        return self
+
+    def u32(self, value: int) -> Writer:
+        self._parts.append(struct.pack(">I", value))
+        return self
+
+    def u64(self, value: int) -> Writer:
+        self._parts.append(struct.pack(">Q", value))
+        return self
+
+    def f64(self, value: float) -> Writer:
+        self._parts.append(struct.pack(">d", value))
+        return self
+
+    def blob(self, value: bytes) -> Writer:
+        """A byte string with a 64-bit length prefix (masked vectors can exceed 4 GiB)."""
+        self.u64(len(value))
+        self._parts.append(bytes(value))
+        return self
+
+    def text(self, value: str) -> Writer:
+        return self.blob(value.encode("utf-8"))
+
+    def getvalue(self) -> bytes:
+        return b"".join(self._parts)
+
+
+class Reader:
+    """Reads fields written by :class:`Writer`; raises :class:`ProtocolError` on malformed input."""
+
+    def __init__(self, data: bytes) -> None:
+        self._view = memoryview(data)
+        self._offset = 0
+
+    def _take(self, size: int) -> memoryview:
+        end = self._offset + size
+        if size < 0 or end > len(self._view):
+            raise ProtocolError("malformed message: truncated")
+        chunk = self._view[self._offset : end]
+        self._offset = end
+        return chunk
+
+    def u8(self) -> int:
+        return int(struct.unpack(">B", self._take(1))[0])
+
+    def u32(self) -> int:
+        return int(struct.unpack(">I", self._take(4))[0])
+
+    def u64(self) -> int:
+        return int(struct.unpack(">Q", self._take(8))[0])
+
+    def f64(self) -> float:
+        return float(struct.unpack(">d", self._take(8))[0])
+
+    def blob(self) -> bytes:
+        return bytes(self._take(self.u64()))
+
+    def blob_view(self) -> memoryview:
+        """Like :meth:`blob` without copying (for large vectors)."""
+        return self._take(self.u64())
+
+    def text(self) -> str:
+        try:
+            return self.blob().decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError("malformed message: text field is not UTF-8") from None
+
+    def finish(self) -> None:
+        """Insist that every byte was consumed."""
+        if self._offset != len(self._view):
+            raise ProtocolError("malformed message: trailing bytes")

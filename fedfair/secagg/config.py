@@ -1,0 +1,150 @@
+"""The public parameters of one secure-aggregation round, shared by every party and the server.
+
+Party ids are positions in the roster plus one (1..n); the id doubles as the
+party's Shamir x coordinate, and the roster maps it to the name its certificate
+carries. The config's digest is signed with every advertisement and hashed into
+the session id, so parties that were shown different parameters (another round,
+threshold, dimension, encoding, ...) cannot end up in the same session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from fedfair.errors import ConfigError
+from fedfair.secagg.codec import Writer
+from fedfair.secagg.encode import Encoder, EncodingConfig
+from fedfair.secagg.errors import PrivacyWarning
+from fedfair.secagg.graph import Graph, complete_graph, regular_graph, round_seed
+
+
+@dataclass(frozen=True)
+class SecAggConfig:
+    """One round's parameters.
+
+    federation_id: the federation's name (from the plan).
+    round: the round number.
+    parties: the roster of party names; party id i + 1 is ``parties[i]``.
+    dimension: d, the length of every party's (weighted) update vector.
+    encoding: how updates are quantised (see :mod:`fedfair.secagg.encode`).
+    threshold: t, how many share holders must survive to unmask; ``None`` for the default
+        floor(m/2) + 1, where m is the number of holders of each secret (n on the complete
+        graph, neighbours + 1 on a SecAgg+ graph).
+    neighbours: k for a k-regular SecAgg+ graph drawn per round; ``None`` (or >= n - 1)
+        for the complete graph.
+    """
+
+    federation_id: str
+    round: int
+    parties: tuple[str, ...]
+    dimension: int
+    encoding: EncodingConfig
+    threshold: int | None = None
+    neighbours: int | None = None
+    _threshold: int = field(init=False, repr=False, compare=False)
+    _graph: Graph = field(init=False, repr=False, compare=False)
+    _encoder: Encoder = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parties", tuple(self.parties))
+        n = len(self.parties)
+        if not self.federation_id:
+            raise ConfigError("federation_id is empty; set the federation name in the plan")
+        if self.round < 0:
+            raise ConfigError(f"round={self.round} is negative; rounds count from 0")
+        if n < 2:
+            raise ConfigError(f"secure aggregation needs at least 2 parties, got {n}; add collaborators to the plan")
+        if len(set(self.parties)) != n or not all(self.parties):
+            raise ConfigError("party names must be unique and non-empty; fix the roster")
+        if self.dimension < 1:
+            raise ConfigError(f"dimension={self.dimension} must be at least 1")
+        if self.neighbours is not None and self.neighbours < 1:
+            raise ConfigError(f"neighbours={self.neighbours} must be at least 1, or None for the complete graph")
+        holders = self.holders_per_secret
+        least = holders // 2 + 1
+        threshold = least if self.threshold is None else self.threshold
+        if not least <= threshold <= holders:
+            raise ConfigError(
+                f"threshold={threshold} must be from {least} to {holders} (more than half of the {holders} holders of "
+                "each secret, so that two disjoint groups of survivors can never both unmask); change threshold"
+            )
+        object.__setattr__(self, "_threshold", threshold)
+        # Both constructors refuse bad settings, so a config that exists is a usable one.
+        object.__setattr__(self, "_encoder", Encoder(self.encoding, n))
+        if self.neighbours is None or self.neighbours >= n - 1:
+            neighbours = complete_graph(n)
+        else:
+            neighbours = regular_graph(n, self.neighbours, round_seed(self.federation_id, self.round))
+        object.__setattr__(self, "_graph", neighbours)
+        if n < 3:
+            warnings.warn(
+                "secure aggregation with 2 parties: each party can infer the other's input from the sum",
+                PrivacyWarning,
+                stacklevel=3,
+            )
+
+    @property
+    def size(self) -> int:
+        """n, the number of parties in the roster."""
+        return len(self.parties)
+
+    @property
+    def t(self) -> int:
+        """The threshold actually in force (the default resolved)."""
+        return self._threshold
+
+    @property
+    def complete(self) -> bool:
+        """Whether every party masks with every other (no SecAgg+ graph)."""
+        return self.holders_per_secret == self.size
+
+    @property
+    def holders_per_secret(self) -> int:
+        """m: how many parties hold a share of each secret (the owner and its neighbours)."""
+        if self.neighbours is None or self.neighbours >= self.size - 1:
+            return self.size
+        return self.neighbours + 1
+
+    @property
+    def graph(self) -> Graph:
+        """Neighbours of every party id for this round."""
+        return self._graph
+
+    @property
+    def encoder(self) -> Encoder:
+        """The encoder for this round (sums of up to n inputs)."""
+        return self._encoder
+
+    def holders_of(self, party: int) -> frozenset[int]:
+        """The parties holding shares of ``party``'s secrets: itself and its neighbours."""
+        return self._graph[party] | {party}
+
+    @cached_property
+    def digest(self) -> bytes:
+        """SHA-256 of the canonical encoding of every parameter."""
+        writer = Writer().text("fedfair/secagg/v1/config").text(self.federation_id).u64(self.round)
+        writer.u32(self.size)
+        for name in self.parties:
+            writer.text(name)
+        writer.u64(self.dimension).u32(self.t).u32(0 if self.complete else self.holders_per_secret - 1)
+        encoding = self.encoding
+        writer.f64(encoding.clip).f64(encoding.max_weight).u32(encoding.fractional_bits).u32(encoding.modulus_bits)
+        return hashlib.sha256(writer.getvalue()).digest()
+
+    def party_id(self, name: str) -> int:
+        """The id of a roster name."""
+        try:
+            return self.parties.index(name) + 1
+        except ValueError:
+            raise ConfigError("this party is not in the round's roster; add it to the plan") from None
+
+    def name_of(self, party: int) -> str:
+        """The roster name of a party id."""
+        return self.parties[party - 1]
+
+    def is_party(self, party: int) -> bool:
+        """Whether ``party`` is a valid id in this round."""
+        return 1 <= party <= self.size

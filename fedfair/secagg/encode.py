@@ -1,0 +1,233 @@
+"""Fixed-point encoding of weighted updates into integers modulo 2^k.
+
+Masking needs a group; fedfair uses the integers modulo 2^k (k = 32 or 64) so that
+numpy's wrapping unsigned arithmetic is the group operation. A party's input is
+its update already multiplied by its weight, ``weight * delta``, plus the weight
+itself as one extra coordinate; the server decodes the sums and divides.
+
+Encoding one party: clip each coordinate of ``delta`` to ``[-clip, clip]`` (that is,
+the weighted coordinate to ``[-clip * weight, clip * weight]``), multiply by 2^f,
+round stochastically to a neighbouring integer with probability proportional to
+the distance (so the rounding is unbiased), and store it in two's complement
+modulo 2^k. Decoding reads the sum as a signed k-bit integer and divides by 2^f.
+
+Exactness: the modular sum equals the integer sum as long as the latter lies in
+[-2^(k-1), 2^(k-1)); :func:`check_no_wraparound` refuses configurations whose
+worst case could leave that range. The only error left is rounding: each party's
+rounding error is below one unit of 2^-f per coordinate, hence the bound
+``n * 2^-f`` on each coordinate of a sum of n inputs (plus float64 rounding of
+a 64-bit sum, which only matters when k = 64).
+
+Stochastic-rounding randomness comes from the AES keystream (a fresh key from the
+OS, or a caller's key for reproducible runs), never from numpy's RNG.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedfair.errors import ConfigError
+from fedfair.secagg import prg
+
+MODULUS_BITS = (32, 64)
+"""Supported word sizes k."""
+
+_FLOAT_EXACT_BITS = 52
+"""A scaled per-party value must stay below 2^52 so float64 holds its integer part and
+at least one fractional bit exactly; beyond that rounding would not be unbiased."""
+
+_MAX_FRACTIONAL_BITS = 128
+"""Keeps 2^f a normal float64 with room to spare; finer steps have no use."""
+
+
+@dataclass(frozen=True)
+class EncodingConfig:
+    """How inputs are quantised.
+
+    clip: largest absolute value of one coordinate of the *unweighted* update delta.
+    max_weight: largest weight a party may send.
+    fractional_bits: f, the number of binary digits kept after the point.
+    modulus_bits: k, the word size of the masked vector (32 or 64).
+    """
+
+    clip: float
+    max_weight: float
+    fractional_bits: int
+    modulus_bits: int = 32
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A decoded secure sum.
+
+    weighted_sum: sum over parties of clip(weight * delta), float64.
+    total_weight: sum of the weights.
+    error_bound: bound on the absolute error of every coordinate of ``weighted_sum``
+        and of ``total_weight``, relative to the exact sums of the clipped inputs.
+    clip: the clip range, which bounds every coordinate of the true weighted mean.
+    """
+
+    weighted_sum: np.ndarray
+    total_weight: float
+    error_bound: float
+    clip: float
+
+    def mean(self) -> np.ndarray:
+        """The weighted mean update ``weighted_sum / total_weight``."""
+        if self.total_weight <= 0:
+            raise ConfigError("the total weight is not positive, so there is no mean; give parties positive weights")
+        return self.weighted_sum / self.total_weight
+
+    def mean_error_bound(self) -> float:
+        """Bound on every coordinate's error in :meth:`mean`.
+
+        With S' = S + e_S and W' = W + e_W (|e_S|, |e_W| <= b):
+        S'/W' - S/W = (e_S - (S/W) e_W) / W', and |S/W| <= clip, so the error is at
+        most b (1 + clip) / W'.
+        """
+        if self.total_weight <= 0:
+            raise ConfigError("the total weight is not positive, so there is no mean; give parties positive weights")
+        return self.error_bound * (1.0 + self.clip) / self.total_weight
+
+
+def largest_safe_fractional_bits(clip: float, modulus_bits: int, parties: int, max_weight: float) -> int:
+    """The largest f that :func:`check_no_wraparound` accepts, or -1 if none does."""
+    _check_knobs(clip, 0, modulus_bits, parties, max_weight)
+    f = min(_MAX_FRACTIONAL_BITS, _FLOAT_EXACT_BITS - math.floor(math.log2(_magnitude(clip, max_weight))))
+    while f >= 0 and not _fits(clip, f, modulus_bits, parties, max_weight):
+        f -= 1
+    return f
+
+
+def check_no_wraparound(clip: float, fractional_bits: int, modulus_bits: int, parties: int, max_weight: float) -> None:
+    """Refuse a configuration whose worst-case sum could wrap around modulo 2^k.
+
+    Each party contributes at most :func:`largest_party_value` in absolute value per
+    coordinate; the sum of ``parties`` of them must stay below 2^(k-1) to be read back
+    as a signed integer. Raises :class:`ConfigError` naming the knob to change.
+    """
+    _check_knobs(clip, fractional_bits, modulus_bits, parties, max_weight)
+    if _fits(clip, fractional_bits, modulus_bits, parties, max_weight):
+        return
+    best = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight)
+    fix = f"lower fractional_bits to at most {best}" if best >= 0 else "lower clip or max_weight"
+    if modulus_bits == 32:
+        fix += " or set modulus_bits=64"
+    raise ConfigError(
+        f"the sum of {parties} inputs with clip={clip:g}, max_weight={max_weight:g}, fractional_bits={fractional_bits} "
+        f"could wrap around modulo 2^{modulus_bits} or exceed float64 precision; {fix}"
+    )
+
+
+def largest_party_value(clip: float, fractional_bits: int, max_weight: float) -> int:
+    """Largest absolute encoded value one party can produce in one coordinate.
+
+    The weighted coordinates are at most ``clip * max_weight`` and the weight coordinate
+    at most ``max_weight``, times 2^f, rounded up; one unit of slack covers float
+    rounding in ``clip * weight``.
+    """
+    return math.ceil(math.ldexp(_magnitude(clip, max_weight), fractional_bits)) + 1
+
+
+def _magnitude(clip: float, max_weight: float) -> float:
+    return max(clip, 1.0) * max_weight
+
+
+def _fits(clip: float, fractional_bits: int, modulus_bits: int, parties: int, max_weight: float) -> bool:
+    if math.ldexp(_magnitude(clip, max_weight), fractional_bits) > 2.0**_FLOAT_EXACT_BITS:
+        return False
+    # Exact integer arithmetic: float rounding must not decide a wraparound check.
+    return parties * largest_party_value(clip, fractional_bits, max_weight) < 1 << (modulus_bits - 1)
+
+
+def _check_knobs(clip: float, fractional_bits: int, modulus_bits: int, parties: int, max_weight: float) -> None:
+    if modulus_bits not in MODULUS_BITS:
+        raise ConfigError(f"modulus_bits={modulus_bits} is not supported; use 32 or 64")
+    if (
+        not isinstance(fractional_bits, int)
+        or isinstance(fractional_bits, bool)
+        or not 0 <= fractional_bits <= _MAX_FRACTIONAL_BITS
+    ):
+        raise ConfigError(f"fractional_bits={fractional_bits!r} must be an integer from 0 to {_MAX_FRACTIONAL_BITS}")
+    if not (math.isfinite(clip) and clip > 0):
+        raise ConfigError(f"clip={clip!r} must be a positive finite number")
+    if not (math.isfinite(max_weight) and max_weight > 0):
+        raise ConfigError(f"max_weight={max_weight!r} must be a positive finite number")
+    if parties < 1:
+        raise ConfigError(f"parties={parties} must be at least 1")
+
+
+class Encoder:
+    """Encodes one party's weighted update and decodes a sum of up to ``parties`` of them."""
+
+    def __init__(self, config: EncodingConfig, parties: int) -> None:
+        check_no_wraparound(config.clip, config.fractional_bits, config.modulus_bits, parties, config.max_weight)
+        self.config = config
+        self.parties = parties
+        self.dtype: type[np.unsignedinteger] = np.uint32 if config.modulus_bits == 32 else np.uint64
+        self._signed: type[np.signedinteger] = np.int32 if config.modulus_bits == 32 else np.int64
+        self._scale = math.ldexp(1.0, config.fractional_bits)
+
+    def encode(self, weighted_vector: np.ndarray, weight: float, randomness_key: bytes | None = None) -> np.ndarray:
+        """Encode ``weighted_vector`` (= weight * delta, float64) and ``weight`` as d + 1 words mod 2^k.
+
+        ``randomness_key`` (32 bytes) fixes the stochastic rounding for reproducible runs;
+        by default a fresh key is drawn from the OS.
+        """
+        vector = np.asarray(weighted_vector, dtype=np.float64)
+        if vector.ndim != 1:
+            raise ConfigError(f"the update must be a 1-D vector, got shape {vector.shape}; flatten it first")
+        if not np.all(np.isfinite(vector)):
+            raise ConfigError("the update has NaN or infinite coordinates; fix the local training step")
+        if not (math.isfinite(weight) and 0 <= weight <= self.config.max_weight):
+            raise ConfigError(
+                f"weight={weight!r} is outside [0, max_weight={self.config.max_weight:g}]; "
+                "raise max_weight in the encoding config"
+            )
+        bound = self.config.clip * weight
+        scaled = np.empty(vector.size + 1, dtype=np.float64)
+        np.clip(vector, -bound, bound, out=scaled[:-1])
+        scaled[-1] = weight
+        scaled *= self._scale
+        floor = np.floor(scaled)
+        fraction = scaled - floor
+        # Round up with probability equal to the fractional part: E[rounded] = scaled.
+        uniforms = _uniform_floats(randomness_key or os.urandom(prg.KEY_BYTES), scaled.size)
+        floor += uniforms < fraction
+        return floor.astype(np.int64).astype(self.dtype)
+
+    def decode(self, encoded_sum: np.ndarray, summands: int) -> Decoded:
+        """Decode a sum of ``summands`` encoded inputs into the weighted sum and total weight."""
+        if not 1 <= summands <= self.parties:
+            raise ConfigError(
+                f"summands={summands} must be between 1 and {self.parties}, the parties the encoding allows"
+            )
+        signed = np.asarray(encoded_sum, dtype=self.dtype).view(self._signed)
+        values = signed.astype(np.float64) / self._scale
+        return Decoded(
+            weighted_sum=values[:-1],
+            total_weight=float(values[-1]),
+            error_bound=self.error_bound(summands),
+            clip=self.config.clip,
+        )
+
+    def error_bound(self, summands: int) -> float:
+        """Bound on the absolute error of each decoded coordinate of a sum of ``summands`` inputs.
+
+        Every input's stochastic rounding moves each coordinate by less than one unit
+        (2^-f). Converting the signed sum to float64 is exact below 2^53; above, which only
+        a 64-bit modulus allows, it adds up to half an ulp of the largest possible sum.
+        """
+        config = self.config
+        largest_sum = summands * largest_party_value(config.clip, config.fractional_bits, config.max_weight)
+        conversion = 0.0 if largest_sum <= 2**53 else 2.0 ** (math.ceil(math.log2(largest_sum)) - 53)
+        return (summands + conversion) / self._scale
+
+
+def _uniform_floats(key: bytes, count: int) -> np.ndarray:
+    """``count`` floats uniform on [0, 1) with 53 random bits each, from the keystream of ``key``."""
+    return (prg.words(key, count, np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
