@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -29,7 +29,13 @@ from fedfair.errors import ConfigError
 from fedfair.local import LocalLearner, Update
 from fedfair.models import flat_parameters
 from fedfair.objective import ObjectiveConfig
-from fedfair.simulation import Federation, RoundCallback, SimulationResult, TrainingConfig
+from fedfair.privacy import PrivacyConfig
+from fedfair.simulation import (
+    Federation,
+    RoundCallback,
+    SimulationResult,
+    TrainingConfig,
+)
 
 # Turns one round's updates and (when the method needs them) the collaborators'
 # mean losses at theta_t into the sums server.apply consumes.
@@ -117,6 +123,7 @@ def run_fedavg(
     *,
     local_epochs: int | None = None,
     on_round: RoundCallback | None = None,
+    privacy: PrivacyConfig | None = None,
 ) -> SimulationResult:
     """FedAvg (McMahan et al. 2017): local SGD on the mean loss, updates averaged with weights b_k.
 
@@ -128,7 +135,9 @@ def run_fedavg(
     the paper's FedAvg setting), so step counts differ between collaborators.
     """
     if local_epochs is None:
-        return simulation.run_rounds(federation, training, None, on_round=on_round)
+        return simulation.run_rounds(federation, training, None, on_round=on_round, privacy=privacy)
+    if privacy is not None and privacy.enabled:
+        raise ConfigError("DP-SGD with local epochs is not supported; use --local-steps with the --dp-* flags")
     if local_epochs < 1:
         raise ConfigError(f"local epochs must be at least 1, got {local_epochs}; e.g. --local-epochs 3")
     if training.local.local_steps != 1 or training.local.reuse_batch:
@@ -145,7 +154,7 @@ def run_fedavg(
 class AFLResult(SimulationResult):
     """A SimulationResult plus AFL's final mixture weights lambda (in `federation.train` order)."""
 
-    mixture: np.ndarray
+    mixture: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def run_afl(

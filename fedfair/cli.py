@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fedfair.experiment",
     "fedfair.datasets.commands",
     "fedfair.secagg.demo",
+    "fedfair.privacy",
     "fedfair.pki",
 )
 

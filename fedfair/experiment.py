@@ -27,10 +27,16 @@ from fedfair.errors import ConfigError
 from fedfair.local import LocalConfig
 from fedfair.models import MODEL_NAMES, build_model
 from fedfair.objective import SMOOTH_PLUS_FUNCTIONS, ObjectiveConfig, cvar_threshold
+from fedfair.privacy import (
+    PrivacyConfig,
+    add_privacy_arguments,
+    privacy_config_from_args,
+)
 from fedfair.reference import solve_reference
 from fedfair.server import ServerState
 from fedfair.simulation import (
     Federation,
+    SimulationResult,
     TrainingConfig,
     evaluate,
     federation_from_arrays,
@@ -57,6 +63,7 @@ class ExperimentConfig:
     method: str = "fedsrcvar"
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     afl_mixture_lr: float = 0.01
     qfedavg_q: float = 1.0
 
@@ -65,6 +72,8 @@ class ExperimentConfig:
             raise ConfigError(f"unknown method '{self.method}'; choose one of: {', '.join(METHODS)}")
         if self.clients < 1:
             raise ConfigError(f"clients must be at least 1, got {self.clients}; e.g. --clients 3")
+        if self.privacy.enabled and self.method not in ("fedsrcvar", "fedavg"):
+            raise ConfigError(f"DP-SGD is available for fedsrcvar and fedavg, not {self.method}; drop the --dp-* flags")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +114,7 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     learning.add_argument("--record-every", type=int, default=0, help="record history every N rounds (default: 20 points)")
+    add_privacy_arguments(parser)
     parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
 
 
@@ -149,6 +159,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
             average_from=args.average_from,
             record_every=args.record_every or max(args.rounds // 20, 1),
         ),
+        privacy=privacy_config_from_args(args),
     )
 
 
@@ -175,10 +186,12 @@ class Outcome:
     theta: torch.Tensor
     c: float | None
     history: list[dict[str, float]]
+    privacy: dict[str, dict[str, Any]]
 
 
-def _from_state(state: ServerState, history: list[dict[str, float]], has_threshold: bool) -> Outcome:
-    return Outcome(state.theta_average, state.c_average if has_threshold else None, history)
+def _from_result(result: SimulationResult, has_threshold: bool) -> Outcome:
+    state = result.state
+    return Outcome(state.theta_average, state.c_average if has_threshold else None, result.history, result.privacy)
 
 
 def run_method(
@@ -187,10 +200,10 @@ def run_method(
     """Train with the configured method; the output is the averaged iterate as in the paper."""
     training, objective = config.training, config.objective
     if config.method == "fedsrcvar":
-        result = run_fedsrcvar(federation, objective, training, on_round=on_round)
-        return _from_state(result.state, result.history, True)
+        result = run_fedsrcvar(federation, objective, training, on_round=on_round, privacy=config.privacy)
+        return _from_result(result, True)
     if config.method == "fedavg":
-        result = baselines.run_fedavg(federation, training)
+        result = baselines.run_fedavg(federation, training, on_round=on_round, privacy=config.privacy)
     elif config.method == "afl":
         result = baselines.run_afl(federation, training, mixture_lr=config.afl_mixture_lr)
     elif config.method == "qfedavg":
@@ -199,8 +212,8 @@ def run_method(
         result = baselines.run_central_erm(federation, training)
     else:
         result = baselines.run_central_cvar(federation, objective, training)
-        return _from_state(result.state, result.history, True)
-    return _from_state(result.state, result.history, False)
+        return _from_result(result, True)
+    return _from_result(result, False)
 
 
 def final_report(config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None) -> dict[str, Any]:
@@ -248,6 +261,7 @@ def simulate(config: ExperimentConfig, federation: Federation, progress: bool = 
         "config": config.to_dict(),
         "final": final_report(config, federation, outcome.theta, outcome.c),
         "history": outcome.history,
+        "privacy": outcome.privacy,
         "seconds": time.perf_counter() - started,
         "clients": {client.name: client.size for client in federation.train},
     }

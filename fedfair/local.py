@@ -147,7 +147,8 @@ class LocalLearner:
         index = self.sampler.next_batch()
         if index is None:
             return self.features, self.labels
-        index = index.to(self.features.device)
+        # Non-blocking: a blocking host-to-device copy would make every step wait for the GPU's queue.
+        index = index.to(self.features.device, non_blocking=True)
         return self.features.index_select(0, index), self.labels.index_select(0, index)
 
     def objective(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

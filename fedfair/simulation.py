@@ -18,8 +18,25 @@ from torch import nn
 from fedfair import server
 from fedfair.errors import ConfigError
 from fedfair.local import LocalConfig, LocalLearner, Update
-from fedfair.models import build_model, flat_parameters, load_flat_parameters, per_sample_loss, predict
-from fedfair.objective import ObjectiveConfig, RCVaRThreshold, rcvar, smoothed_rcvar_per_sample
+from fedfair.models import (
+    build_model,
+    flat_parameters,
+    load_flat_parameters,
+    per_sample_loss,
+    predict,
+)
+from fedfair.objective import (
+    ObjectiveConfig,
+    RCVaRThreshold,
+    rcvar,
+    smoothed_rcvar_per_sample,
+)
+from fedfair.privacy import (
+    PrivacyConfig,
+    PrivateLearner,
+    RoundTrainer,
+    contributing_updates,
+)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -232,6 +249,7 @@ class SimulationResult:
     state: server.ServerState
     model: nn.Module
     history: list[dict[str, float]]
+    privacy: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
 RoundCallback = Callable[[server.ServerState], None]
@@ -257,25 +275,34 @@ def run_rounds(
     *,
     aggregate: Callable[[list[Update]], server.Aggregate] = server.Aggregate.of,
     on_round: RoundCallback | None = None,
+    privacy: PrivacyConfig | None = None,
 ) -> SimulationResult:
     """Algorithm 1 over the federation; objective None runs the same loop on the mean loss (FedAvg).
 
     `aggregate` turns the round's updates into sums; the default adds them in the
-    clear, secure aggregation substitutes its masked sum.
+    clear, secure aggregation substitutes its masked sum. With `privacy` enabled every
+    collaborator trains with DP-SGD and stops contributing once its budget is spent.
     """
     template, learners = make_learners(federation, training, objective)
+    trainers: list[RoundTrainer] = list(learners)
+    if privacy is not None and privacy.enabled:
+        trainers = [
+            PrivateLearner(learner, privacy, planned_rounds=training.rounds, name=client.name)
+            for learner, client in zip(learners, federation.train, strict=True)
+        ]
     bound = objective.bound if objective is not None else 0.0
     state = server.init(flat_parameters(template), bound=bound)
     history: list[dict[str, float]] = []
     pooled = history_sample(federation) if training.record_every else None
     for _ in range(training.rounds):
-        updates = [learner.train_round(state.theta, state.c) for learner in learners]
+        updates, trainers = contributing_updates(trainers, state.theta, state.c)
         state = server.apply(state, aggregate(updates), bound=bound, average_from=training.average_from_round)
         if on_round is not None:
             on_round(state)
         if pooled is not None and (state.round % training.record_every == 0 or state.round == training.rounds):
             history.append(round_record(template, state, pooled, objective))
-    return SimulationResult(state=state, model=template, history=history)
+    reports = {trainer.name: trainer.report().to_dict() for trainer in trainers if isinstance(trainer, PrivateLearner)}
+    return SimulationResult(state=state, model=template, history=history, privacy=reports)
 
 
 def round_record(
@@ -300,7 +327,8 @@ def run_fedsrcvar(
     *,
     aggregate: Callable[[list[Update]], server.Aggregate] = server.Aggregate.of,
     on_round: RoundCallback | None = None,
+    privacy: PrivacyConfig | None = None,
 ) -> SimulationResult:
     """FedSRCVaR (Algorithm 1): local steps on smoothed RCVaR, weighted averaging, c projected."""
-    return run_rounds(federation, training, objective, aggregate=aggregate, on_round=on_round)
+    return run_rounds(federation, training, objective, aggregate=aggregate, on_round=on_round, privacy=privacy)
 

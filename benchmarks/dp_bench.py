@@ -1,0 +1,223 @@
+"""What differential privacy costs: local-training throughput, and utility at a privacy level.
+
+Throughput: samples/s of one collaborator's local steps with and without DP-SGD
+(per-sample gradients, joint clipping of theta and c, noise), on the CPU and, when
+present, on the GPU, for two models:
+  - adult_mlp: the one-hidden-layer MLP (512) on Adult's training features;
+  - mnist_cnn: the small CNN on random 28x28 images (MNIST's shape; throughput only).
+On one CPU thread. Only the step loop is timed (accounting happens once per round, outside it), best
+of three blocks; DP batches are Poisson samples, counted at their expected size.
+
+Utility (unless --no-utility): FedSRCVaR (logistic regression, Adult split by race
+into 3 collaborators, eps = 0.1, rho = 0.3) with every collaborator at DP epsilon
+1, 3, 8 (delta 1e-5, sigma calibrated per collaborator for the planned rounds, RDP
+accountant) at clip bounds 1 and 20, and without DP; held-out worst-group
+(rho = 0.3) and mean risk of the averaged iterate, and its threshold c.
+Why two clip bounds: c's gradient is clipped jointly with theta's, and samples above
+c have large theta gradients, so a small bound shrinks their pull on c more than the
+others' and c settles below the (1 - rho)-quantile: the model drifts toward ERM
+(lower mean risk, higher worst-group risk). A bound above typical gradient norms
+keeps c near its non-private value at the price of more noise.
+
+Prints JSON (and writes it with --json PATH); --quick shortens every part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedfair import server
+from fedfair.datasets import load_dataset
+from fedfair.experiment import ExperimentConfig, final_report, load_federation
+from fedfair.local import LocalConfig, LocalLearner
+from fedfair.models import build_model, flat_parameters
+from fedfair.objective import ObjectiveConfig, RCVaRThreshold
+from fedfair.privacy import PrivacyConfig, PrivateLearner, contributing_updates
+from fedfair.simulation import Federation, TrainingConfig, make_learners
+
+MNIST_SHAPE = (1, 28, 28)
+DP_EPSILONS = (1.0, 3.0, 8.0)
+# Opacus' customary C = 1 and one above most of Adult's per-sample gradient norms: with
+# C = 1 nearly every sample is clipped, which biases the threshold c (see the docstring).
+DP_CLIPS = (1.0, 20.0)
+
+
+def adult_features() -> tuple[torch.Tensor, torch.Tensor, str]:
+    dataset = load_dataset("adult")
+    return torch.from_numpy(dataset.x_train), torch.from_numpy(dataset.y_train), "adult (real)"
+
+
+def mnist_shaped() -> tuple[torch.Tensor, torch.Tensor, str]:
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(8192, math.prod(MNIST_SHAPE), generator=generator)
+    return features, torch.randint(0, 10, (8192,), generator=generator), "random (MNIST's shape; throughput only)"
+
+
+def steps_per_second(
+    model_name: str, features: torch.Tensor, labels: torch.Tensor, num_classes: int, batch_size: int,
+    steps: int, device: torch.device, private: bool, repeats: int = 3,
+) -> float:
+    """Local steps per second of one learner: the best of `repeats` timed blocks after a warm-up.
+
+    The best block, not the mean: on a shared machine the slow blocks measure the neighbours.
+    """
+    warmup = 3
+    model = build_model(
+        model_name, features.shape[1], num_classes, image_shape=MNIST_SHAPE if model_name == "cnn" else None
+    ).to(device)
+    head = RCVaRThreshold(ObjectiveConfig()).to(device)
+    local = LocalConfig(local_steps=warmup + repeats * steps)
+    learner = LocalLearner(model, features, labels, batch_size, local, threshold=head)
+    trainer = (
+        PrivateLearner(learner, PrivacyConfig(enabled=True, noise_multiplier=1.0, accountant="rdp")) if private else learner
+    )
+    trainer.begin(flat_parameters(model), 1.0)
+    for _ in range(warmup):
+        trainer.step()
+    best = math.inf
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(steps):
+            trainer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - started)
+    return steps / best
+
+
+def throughput(device: torch.device, quick: bool) -> dict[str, Any]:
+    cases = {
+        "adult_mlp": ("mlp", adult_features(), 2, 256, 20 if quick else 200),
+        "mnist_cnn": ("cnn", mnist_shaped(), 10, 64, 5 if quick else 50),
+    }
+    if device.type == "cuda":
+        cases = {name: (model, data, classes, batch, steps * 10) for name, (model, data, classes, batch, steps) in cases.items()}
+    results: dict[str, Any] = {}
+    for name, (model_name, (features, labels, source), classes, batch, steps) in cases.items():
+        plain = batch * steps_per_second(model_name, features, labels, classes, batch, steps, device, private=False)
+        private = batch * steps_per_second(model_name, features, labels, classes, batch, steps, device, private=True)
+        results[name] = {
+            "data": source,
+            "batch_size": batch,
+            "steps": steps,
+            "plain_samples_per_s": plain,
+            "dp_samples_per_s": private,
+            "dp_over_plain": private / plain,
+        }
+        print(f"dp_bench: {device.type} {name}: {plain:,.0f} plain, {private:,.0f} DP samples/s", file=sys.stderr)
+    return results
+
+
+def train(
+    federation: Federation, training: TrainingConfig, objective: ObjectiveConfig, privacy: PrivacyConfig | None
+) -> tuple[server.ServerState, dict[str, Any]]:
+    """FedSRCVaR with every collaborator under `privacy` (None: no DP), dropping none (quorum = all)."""
+    template, learners = make_learners(federation, training, objective)
+    names = [client.name for client in federation.train]
+    trainers: list[Any] = list(learners)
+    if privacy is not None:
+        trainers = [
+            PrivateLearner(learner, privacy, planned_rounds=training.rounds, name=name)
+            for learner, name in zip(learners, names, strict=True)
+        ]
+    state = server.init(flat_parameters(template), bound=objective.bound)
+    for _ in range(training.rounds):
+        updates, trainers = contributing_updates(trainers, state.theta, state.c, quorum=len(names))
+        state = server.apply(state, server.Aggregate.of(updates), bound=objective.bound, average_from=training.average_from_round)
+    spent = {
+        trainer.name: {"noise_multiplier": trainer.noise_multiplier, "spent_epsilon": trainer.report().epsilon}
+        for trainer in trainers
+        if isinstance(trainer, PrivateLearner)
+    }
+    return state, spent
+
+
+def utility(quick: bool) -> dict[str, Any]:
+    federation = load_federation(ExperimentConfig(dataset="adult", partition="race", clients=3))
+    objective = ObjectiveConfig(epsilon=0.1, rho=0.3)
+    training = TrainingConfig(model="logreg", rounds=200 if quick else 1000, batch_size=256, local=LocalConfig(lr=0.1))
+    config = ExperimentConfig(objective=objective, training=training)
+    settings: list[tuple[float, float | None]] = [(e, clip) for clip in DP_CLIPS for e in DP_EPSILONS] + [(math.inf, None)]
+    rows = []
+    for dp_epsilon, clip in settings:
+        privacy = (
+            None if clip is None
+            else PrivacyConfig(enabled=True, target_epsilon=dp_epsilon, max_grad_norm=clip, accountant="rdp")
+        )
+        started = time.perf_counter()
+        state, spent = train(federation, training, objective, privacy)
+        test = final_report(config, federation, state.theta_average, state.c_average)["test"]
+        rows.append({
+            "dp_epsilon": dp_epsilon if math.isfinite(dp_epsilon) else "inf",
+            "max_grad_norm": clip,
+            "worst_risk": test["worst_risk"],
+            "mean_risk": test["mean_risk"],
+            "accuracy": test["accuracy"],
+            "c": state.c_average,
+            "collaborators": spent,
+            "seconds": time.perf_counter() - started,
+        })
+        print(
+            f"dp_bench: DP epsilon {dp_epsilon}, clip {clip}: worst {test['worst_risk']:.4f}, mean {test['mean_risk']:.4f}",
+            file=sys.stderr,
+        )
+    header = (
+        "| DP epsilon (delta 1e-5) | clip C | worst-group risk (rho 0.3) | mean risk | accuracy | threshold c |\n"
+        "|---|---|---|---|---|---|\n"
+    )
+    table = header + "".join(
+        f"| {_label(row['dp_epsilon'], 'inf (no DP)')} | {_label(row['max_grad_norm'], '-')} | {row['worst_risk']:.4f} | "
+        f"{row['mean_risk']:.4f} | {row['accuracy']:.4f} | {row['c']:.3f} |\n"
+        for row in rows
+    )
+    return {
+        "setup": {
+            "dataset": "adult", "partition": "race", "clients": len(federation.train), "model": training.model,
+            "objective": {"epsilon": objective.epsilon, "rho": objective.rho}, "rounds": training.rounds,
+            "batch_size": training.batch_size, "local_steps": training.local.local_steps, "lr": training.local.lr,
+            "threshold_lr": training.local.threshold_lr, "delta": 1e-5, "accountant": "rdp", "iterate": "average",
+        },
+        "rows": rows,
+        "table_markdown": table,
+    }
+
+
+def _label(value: float | str | None, special: str) -> str:
+    return special if value in ("inf", None) else f"{value:g}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="also write the JSON here")
+    parser.add_argument("--quick", action="store_true", help="fewer steps and rounds (a smoke run, noisier figures)")
+    parser.add_argument("--no-utility", action="store_true", help="skip the privacy-utility table (it trains 4 federations)")
+    args = parser.parse_args()
+    # One thread, as the other benchmarks: steady figures on a shared machine, per core on a big one.
+    torch.set_num_threads(1)
+
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    results: dict[str, Any] = {
+        "torch_threads": torch.get_num_threads(),
+        "throughput": {device.type: throughput(device, args.quick) for device in devices},
+    }
+    if not args.no_utility:
+        results["utility"] = utility(args.quick)
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
