@@ -11,12 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from fedfair.experiment import ExperimentConfig, load_federation, reference, simulate
+from fedfair.experiment import config_from_flags, load_federation, reference, simulate
 
 GRID_EPSILONS = (0.01, 0.1, 0.5)
 GRID_RHOS = (0.1, 0.3, 0.5)
@@ -27,18 +26,22 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    base = ExperimentConfig()
-    federation = load_federation(base)
+    federation = load_federation(config_from_flags())
     rows = []
     started = time.perf_counter()
     for epsilon in GRID_EPSILONS:
         for rho in GRID_RHOS:
-            config = replace(base, objective=replace(base.objective, epsilon=epsilon, rho=rho))
+            config = config_from_flags(["--epsilon", str(epsilon), "--rho", str(rho)])
             federated = simulate(config, federation, progress=False)["final"]["train_objective_smooth"]
             optimum = reference(config, federation)["final"]["train_objective_smooth"]
             rows.append(
-                {"epsilon": epsilon, "rho": rho, "federated": federated, "reference": optimum,
-                 "relative_gap": (federated - optimum) / optimum}
+                {
+                    "epsilon": epsilon,
+                    "rho": rho,
+                    "federated": federated,
+                    "reference": optimum,
+                    "relative_gap": (federated - optimum) / optimum,
+                }
             )
     result = {
         "max_relative_gap": max(row["relative_gap"] for row in rows),

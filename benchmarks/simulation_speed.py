@@ -14,19 +14,28 @@ import argparse
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from fedfair.experiment import PAPER_EPSILONS, PAPER_RHOS, ExperimentConfig, load_federation, sweep
-from fedfair.local import LocalConfig
+from fedfair.experiment import (
+    PAPER_EPSILONS,
+    PAPER_RHOS,
+    config_from_flags,
+    grid_configs,
+    load_federation,
+    parse_flags,
+    sweep,
+)
 from fedfair.models import build_model, per_sample_loss
 from fedfair.objective import ObjectiveConfig, RCVaRThreshold
-from fedfair.simulation import TrainingConfig, make_learners, run_fedsrcvar
+from fedfair.simulation import make_learners, run_fedsrcvar
 
 
 def rounds_per_second(clients: int, partition: str, rounds: int) -> float:
-    config = ExperimentConfig(partition=partition, clients=clients, training=TrainingConfig(rounds=rounds))
+    config = config_from_flags(["--partition", partition, "--clients", str(clients), "--rounds", str(rounds)])
+    config = replace(config, training=replace(config.training, record_every=0))
     federation = load_federation(config)
     started = time.perf_counter()
     run_fedsrcvar(federation, config.objective, config.training)
@@ -34,7 +43,7 @@ def rounds_per_second(clients: int, partition: str, rounds: int) -> float:
 
 
 def step_overhead_ratio(repeats: int = 2000) -> float:
-    config = ExperimentConfig(training=TrainingConfig(rounds=1))
+    config = config_from_flags(["--rounds", "1"])
     federation = load_federation(config)
     _, learners = make_learners(federation, config.training, config.objective)
     learner = learners[0]
@@ -75,10 +84,10 @@ def main() -> None:
         "step_overhead_ratio": step_overhead_ratio(500 if args.quick else 2000),
     }
     epsilons, rhos = (PAPER_EPSILONS[:3], PAPER_RHOS[:3]) if args.quick else (PAPER_EPSILONS, PAPER_RHOS)
-    base = ExperimentConfig(training=TrainingConfig(rounds=rounds, local=LocalConfig()))
-    federation = load_federation(base)
+    configs = grid_configs(parse_flags(["--rounds", str(rounds)]), epsilons, rhos)
+    federation = load_federation(configs[0])
     started = time.perf_counter()
-    sweep(base, federation, epsilons, rhos, args.jobs)
+    sweep(configs, federation, args.jobs)
     results["sweep"] = {
         "points": len(epsilons) * len(rhos),
         "rounds": rounds,

@@ -103,10 +103,15 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     learning.add_argument("--bound", type=float, default=10.0, help="upper bound B of the threshold c (default 10)")
     learning.add_argument("--local-steps", type=int, default=1, help="tau: local SGD steps per round (default 1)")
     learning.add_argument(
-        "--batch-size", type=int, default=256, help="total mini-batch per round, split b_k ~ n_k; 0 = full batches"
+        "--batch-size",
+        type=int,
+        default=None,
+        help="total mini-batch per round, split b_k ~ n_k; 0 = full batches (default: 1024 logreg, 256 others)",
     )
-    learning.add_argument("--lr", type=float, default=None, help="step size for theta (default: 0.1 logreg, 0.05 others)")
-    learning.add_argument("--threshold-lr", type=float, default=0.1, help="step size for c (default 0.1)")
+    learning.add_argument(
+        "--lr", type=float, default=None, help="step size for theta (default: 0.5 / ((1 - epsilon) / rho + epsilon))"
+    )
+    learning.add_argument("--threshold-lr", type=float, default=None, help="step size for c (default: as --lr)")
     learning.add_argument("--rounds", type=int, default=1000, help="communication rounds (default 1000)")
     learning.add_argument("--average-from", type=float, default=0.5, help="fraction of rounds before iterate averaging")
     learning.add_argument("--reuse-batch", action="store_true", help="one mini-batch per round for all tau steps")
@@ -118,8 +123,16 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
 
 
-def default_lr(model: str) -> float:
-    return 0.1 if model == "logreg" else 0.05
+def default_step_size(epsilon: float, rho: float) -> float:
+    """0.5 / ((1 - eps) / rho + eps): the smoothed objective's curvature grows like (1 - eps) / rho + eps
+    (the paper's smoothness constant), so a step that is safe at rho = 1 is scaled down with it."""
+    return 0.5 / ((1.0 - epsilon) / rho + epsilon)
+
+
+def default_batch_size(model: str) -> int:
+    """Large enough that the c-gradient noise at small rho (it scales as 1/rho) averages out for
+    the convex model; the neural models keep the paper's smaller batches, which their step cost needs."""
+    return 1024 if model == "logreg" else 256
 
 
 def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
@@ -129,6 +142,8 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     partition_scheme = args.partition or (
         args.split_by if args.data else DATASETS[args.dataset].default_partition if args.dataset in DATASETS else "iid"
     )
+    objective = ObjectiveConfig(epsilon=args.epsilon, rho=args.rho, gamma=args.gamma, smooth=args.smooth, bound=args.bound)
+    step = default_step_size(objective.epsilon, objective.rho)
     if args.data is None and args.dataset not in DATASETS:
         raise ConfigError(f"unknown dataset '{args.dataset}'; choose one of: {', '.join(DATASETS)} or pass --data FILE")
     return ExperimentConfig(
@@ -140,17 +155,15 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         clients=args.clients,
         alpha=args.alpha,
         method=args.method,
-        objective=ObjectiveConfig(
-            epsilon=args.epsilon, rho=args.rho, gamma=args.gamma, smooth=args.smooth, bound=args.bound
-        ),
+        objective=objective,
         training=TrainingConfig(
             model=args.model,
             rounds=args.rounds,
-            batch_size=args.batch_size,
+            batch_size=args.batch_size if args.batch_size is not None else default_batch_size(args.model),
             local=LocalConfig(
                 local_steps=args.local_steps,
-                lr=args.lr if args.lr is not None else default_lr(args.model),
-                threshold_lr=args.threshold_lr,
+                lr=args.lr if args.lr is not None else step,
+                threshold_lr=args.threshold_lr if args.threshold_lr is not None else step,
                 reuse_batch=args.reuse_batch,
             ),
             seed=args.seed,
@@ -161,6 +174,18 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         ),
         privacy=privacy_config_from_args(args),
     )
+
+
+def parse_flags(flags: Sequence[str] = ()) -> argparse.Namespace:
+    """The experiment flags parsed as the CLI would, defaults included."""
+    parser = argparse.ArgumentParser()
+    add_experiment_arguments(parser)
+    return parser.parse_args(list(flags))
+
+
+def config_from_flags(flags: Sequence[str] = ()) -> ExperimentConfig:
+    """The ExperimentConfig the CLI would build from these flags."""
+    return config_from_args(parse_flags(flags))
 
 
 def load_federation(config: ExperimentConfig) -> Federation:
@@ -344,15 +369,8 @@ def _sweep_point(job: tuple[ExperimentConfig, Federation]) -> dict[str, Any]:
     }
 
 
-def sweep(
-    base: ExperimentConfig, federation: Federation, epsilons: Sequence[float], rhos: Sequence[float], jobs: int
-) -> list[dict[str, Any]]:
-    """Run every (epsilon, rho) pair; one process per core, one thread each."""
-    configs = [
-        replace(base, objective=replace(base.objective, epsilon=epsilon, rho=rho), training=replace(base.training, record_every=0))
-        for epsilon in epsilons
-        for rho in rhos
-    ]
+def sweep(configs: Sequence[ExperimentConfig], federation: Federation, jobs: int) -> list[dict[str, Any]]:
+    """Run every configuration (one per grid point); one process per core, one thread each."""
     rows: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         for index, row in enumerate(pool.map(_sweep_point, [(config, federation) for config in configs]), start=1):
@@ -361,15 +379,20 @@ def sweep(
     return rows
 
 
+def grid_configs(args: argparse.Namespace, epsilons: Sequence[float], rhos: Sequence[float]) -> list[ExperimentConfig]:
+    """One config per (epsilon, rho), each with the defaults that pair implies (step sizes scale with it)."""
+    configs = [
+        config_from_args(argparse.Namespace(**{**vars(args), "epsilon": epsilon, "rho": rho}))
+        for epsilon in epsilons
+        for rho in rhos
+    ]
+    # A grid reports final values only: per-round history would multiply its cost.
+    return [replace(config, training=replace(config.training, record_every=0)) for config in configs]
+
+
 def _sweep_command(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    rows = sweep(
-        config,
-        load_federation(config),
-        parse_grid(args.epsilons, "epsilons"),
-        parse_grid(args.rhos, "rhos"),
-        args.jobs,
-    )
+    configs = grid_configs(args, parse_grid(args.epsilons, "epsilons"), parse_grid(args.rhos, "rhos"))
+    rows = sweep(configs, load_federation(configs[0]), args.jobs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -391,7 +414,7 @@ def comparison_table(results: Sequence[dict[str, Any]]) -> str:
 
 
 def _demo_command(args: argparse.Namespace) -> int:
-    base = ExperimentConfig(objective=ObjectiveConfig(epsilon=args.epsilon, rho=args.rho))
+    base = config_from_flags(["--epsilon", str(args.epsilon), "--rho", str(args.rho)])
     federation = load_federation(base)
     sizes = ", ".join(f"{client.name} {client.size}" for client in federation.train)
     print(f"Adult (UCI, bundled), 3 collaborators split by race: {sizes} training rows")

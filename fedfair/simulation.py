@@ -108,7 +108,7 @@ class TrainingConfig:
 
     model: str = "logreg"
     rounds: int = 1000
-    batch_size: int = 256
+    batch_size: int = 1024
     batch_fraction: float | None = None
     local: LocalConfig = field(default_factory=LocalConfig)
     seed: int = 0
