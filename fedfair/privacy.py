@@ -145,7 +145,10 @@ class PrivacyConfig:
     enabled: bool = False
     noise_multiplier: float | None = None
     target_epsilon: float | None = None
-    max_grad_norm: float = 1.0
+    # c is clipped together with theta, so a small bound starves c of the pull of the high-loss
+    # samples and drifts training back to ERM (on Adult, C = 1 drops c from 0.59 to 0.09); 20
+    # keeps the threshold honest at a modest noise cost (the README's privacy-utility table).
+    max_grad_norm: float = 20.0
     delta: float = 1e-5
     budget_epsilon: float | None = None
     accountant: str = "prv"
@@ -157,7 +160,7 @@ class PrivacyConfig:
         if not self.max_grad_norm > 0.0 or not math.isfinite(self.max_grad_norm):
             raise ConfigError(
                 f"max_grad_norm must be a positive number, got {self.max_grad_norm}; "
-                "e.g. max_grad_norm = 1.0 (--dp-max-grad-norm)"
+                "e.g. max_grad_norm = 20 (--dp-max-grad-norm)"
             )
         if not 0.0 < self.delta < 1.0:
             raise ConfigError(f"delta must be in (0, 1), got {self.delta}; use well below 1/n, e.g. delta = 1e-5 (--dp-delta)")
