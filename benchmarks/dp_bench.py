@@ -4,7 +4,7 @@ Throughput: samples/s of one collaborator's local steps with and without DP-SGD
 (per-sample gradients, joint clipping of theta and c, noise), on the CPU and, when
 present, on the GPU, for two models:
   - adult_mlp: the one-hidden-layer MLP (512) on Adult's training features;
-  - mnist_cnn: the small CNN on random 28x28 images (MNIST's shape; throughput only).
+  - mnist_cnn: the small CNN on MNIST's training images.
 On one CPU thread. Only the step loop is timed (accounting happens once per round, outside it), best
 of three blocks; DP batches are Poisson samples, counted at their expected size.
 
@@ -34,14 +34,12 @@ from typing import Any
 
 import torch
 
-from fedfair import server
 from fedfair.datasets import load_dataset
-from fedfair.experiment import ExperimentConfig, final_report, load_federation
+from fedfair.experiment import config_from_flags, load_federation, simulate
 from fedfair.local import LocalConfig, LocalLearner
 from fedfair.models import build_model, flat_parameters
 from fedfair.objective import ObjectiveConfig, RCVaRThreshold
-from fedfair.privacy import PrivacyConfig, PrivateLearner, contributing_updates
-from fedfair.simulation import Federation, TrainingConfig, make_learners
+from fedfair.privacy import PrivacyConfig, PrivateLearner
 
 MNIST_SHAPE = (1, 28, 28)
 DP_EPSILONS = (1.0, 3.0, 8.0)
@@ -55,10 +53,9 @@ def adult_features() -> tuple[torch.Tensor, torch.Tensor, str]:
     return torch.from_numpy(dataset.x_train), torch.from_numpy(dataset.y_train), "adult (real)"
 
 
-def mnist_shaped() -> tuple[torch.Tensor, torch.Tensor, str]:
-    generator = torch.Generator().manual_seed(0)
-    features = torch.randn(8192, math.prod(MNIST_SHAPE), generator=generator)
-    return features, torch.randint(0, 10, (8192,), generator=generator), "random (MNIST's shape; throughput only)"
+def mnist_images() -> tuple[torch.Tensor, torch.Tensor, str]:
+    dataset = load_dataset("mnist")
+    return torch.from_numpy(dataset.x_train), torch.from_numpy(dataset.y_train), "mnist (real)"
 
 
 def steps_per_second(
@@ -98,7 +95,7 @@ def steps_per_second(
 def throughput(device: torch.device, quick: bool) -> dict[str, Any]:
     cases = {
         "adult_mlp": ("mlp", adult_features(), 2, 256, 20 if quick else 200),
-        "mnist_cnn": ("cnn", mnist_shaped(), 10, 64, 5 if quick else 50),
+        "mnist_cnn": ("cnn", mnist_images(), 10, 64, 5 if quick else 50),
     }
     if device.type == "cuda":
         cases = {name: (model, data, classes, batch, steps * 10) for name, (model, data, classes, batch, steps) in cases.items()}
@@ -118,54 +115,29 @@ def throughput(device: torch.device, quick: bool) -> dict[str, Any]:
     return results
 
 
-def train(
-    federation: Federation, training: TrainingConfig, objective: ObjectiveConfig, privacy: PrivacyConfig | None
-) -> tuple[server.ServerState, dict[str, Any]]:
-    """FedSRCVaR with every collaborator under `privacy` (None: no DP), dropping none (quorum = all)."""
-    template, learners = make_learners(federation, training, objective)
-    names = [client.name for client in federation.train]
-    trainers: list[Any] = list(learners)
-    if privacy is not None:
-        trainers = [
-            PrivateLearner(learner, privacy, planned_rounds=training.rounds, name=name)
-            for learner, name in zip(learners, names, strict=True)
-        ]
-    state = server.init(flat_parameters(template), bound=objective.bound)
-    for _ in range(training.rounds):
-        updates, trainers = contributing_updates(trainers, state.theta, state.c, quorum=len(names))
-        state = server.apply(state, server.Aggregate.of(updates), bound=objective.bound, average_from=training.average_from_round)
-    spent = {
-        trainer.name: {"noise_multiplier": trainer.noise_multiplier, "spent_epsilon": trainer.report().epsilon}
-        for trainer in trainers
-        if isinstance(trainer, PrivateLearner)
-    }
-    return state, spent
-
-
 def utility(quick: bool) -> dict[str, Any]:
-    federation = load_federation(ExperimentConfig(dataset="adult", partition="race", clients=3))
-    objective = ObjectiveConfig(epsilon=0.1, rho=0.3)
-    training = TrainingConfig(model="logreg", rounds=200 if quick else 1000, batch_size=256, local=LocalConfig(lr=0.1))
-    config = ExperimentConfig(objective=objective, training=training)
+    """FedSRCVaR at each DP level, through `fedfair simulate`'s own flags and defaults."""
+    base = ["--dataset", "adult", "--partition", "race", "--clients", "3", "--model", "logreg"]
+    base += ["--epsilon", "0.1", "--rho", "0.3", "--rounds", "200" if quick else "1000"]
     settings: list[tuple[float, float | None]] = [(e, clip) for clip in DP_CLIPS for e in DP_EPSILONS] + [(math.inf, None)]
+    federation = load_federation(config_from_flags(base))
     rows = []
     for dp_epsilon, clip in settings:
-        privacy = (
-            None if clip is None
-            else PrivacyConfig(enabled=True, target_epsilon=dp_epsilon, max_grad_norm=clip, accountant="rdp")
-        )
-        started = time.perf_counter()
-        state, spent = train(federation, training, objective, privacy)
-        test = final_report(config, federation, state.theta_average, state.c_average)["test"]
+        flags = base if clip is None else [
+            *base, "--dp-target-epsilon", str(dp_epsilon), "--dp-max-grad-norm", str(clip), "--dp-accountant", "rdp"
+        ]
+        config = config_from_flags(flags)
+        result = simulate(config, federation, progress=False)
+        test = result["final"]["test"]
         rows.append({
             "dp_epsilon": dp_epsilon if math.isfinite(dp_epsilon) else "inf",
             "max_grad_norm": clip,
             "worst_risk": test["worst_risk"],
             "mean_risk": test["mean_risk"],
             "accuracy": test["accuracy"],
-            "c": state.c_average,
-            "collaborators": spent,
-            "seconds": time.perf_counter() - started,
+            "c": result["final"]["c"],
+            "collaborators": result["privacy"],
+            "seconds": result["seconds"],
         })
         print(
             f"dp_bench: DP epsilon {dp_epsilon}, clip {clip}: worst {test['worst_risk']:.4f}, mean {test['mean_risk']:.4f}",
@@ -180,16 +152,8 @@ def utility(quick: bool) -> dict[str, Any]:
         f"{row['mean_risk']:.4f} | {row['accuracy']:.4f} | {row['c']:.3f} |\n"
         for row in rows
     )
-    return {
-        "setup": {
-            "dataset": "adult", "partition": "race", "clients": len(federation.train), "model": training.model,
-            "objective": {"epsilon": objective.epsilon, "rho": objective.rho}, "rounds": training.rounds,
-            "batch_size": training.batch_size, "local_steps": training.local.local_steps, "lr": training.local.lr,
-            "threshold_lr": training.local.threshold_lr, "delta": 1e-5, "accountant": "rdp", "iterate": "average",
-        },
-        "rows": rows,
-        "table_markdown": table,
-    }
+    return {"setup": {"flags": base, "accountant": "rdp", "delta": 1e-5, "iterate": "average"}, "rows": rows,
+            "table_markdown": table}
 
 
 def _label(value: float | str | None, special: str) -> str:
