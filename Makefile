@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: setup
-	$(PY) -m fedfair.cli demo
+	$(PY) -m fedfair.cli launch
 
 test: setup
 	$(PY) -m pytest -q

@@ -20,6 +20,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fedfair.secagg.demo",
     "fedfair.privacy",
     "fedfair.pki",
+    "fedfair.aggregator",
+    "fedfair.collaborator",
+    "fedfair.launch",
 )
 
 

@@ -55,36 +55,51 @@ class ObjectiveSettings:
     bound: float = 10.0
 
 
+ADULT_FEATURES = 107
+"""Input features of the bundled Adult data: the default model input size."""
+
+
 @dataclass(frozen=True)
 class ModelSettings:
     """Which model (fedfair.models.build_model) and its input/output sizes."""
 
     name: str = "logreg"
-    features: int = 1
+    features: int = ADULT_FEATURES
     classes: int = 2
     image_shape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
 class TrainingSettings:
+    """Algorithm 1's knobs. Each collaborator's mini-batch is b_k = round(batch_fraction * n_k)
+    (at least 1), so the weights w_k = b_k are proportional to n_k, as the algorithm needs,
+    without any institution revealing n_k. Iterates after round average_from * rounds enter
+    the averaged output, as in the simulation."""
+
     rounds: int = 100
     local_steps: int = 1
-    batch_size: int = 64
+    batch_fraction: float = 0.01
     lr: float = 0.1
     threshold_lr: float = 0.1
     seed: int = 0
+    average_from: float = 0.5
 
 
 @dataclass(frozen=True)
 class SecureAggregationSettings:
-    """Bonawitz et al. double masking; ``neighbours = 0`` means the complete graph."""
+    """Bonawitz et al. double masking; ``neighbours = 0`` means the complete graph.
+
+    ``threshold`` None means floor(p/2) + 1 of each round's p participants. ``max_weight``
+    bounds a collaborator's weight b_k, which the fixed-point encoding must hold.
+    """
 
     enabled: bool = True
-    threshold: int = 2
+    threshold: int | None = None
     modulus_bits: int = 64
     fractional_bits: int = 20
     clip: float = 10.0
     neighbours: int = 0
+    max_weight: float = 1e6
 
 
 @dataclass(frozen=True)
@@ -167,7 +182,7 @@ class DataSettings:
 
 @dataclass(frozen=True)
 class PrivacySettings:
-    """Reserved for the differential-privacy issue: parsed and checked, not yet acted on."""
+    """DP-SGD for this collaborator (fedfair.privacy), its own choice; off by default."""
 
     enabled: bool = False
     noise_multiplier: float = 1.0
@@ -179,6 +194,9 @@ class PrivacySettings:
 
 @dataclass(frozen=True)
 class CollaboratorConfig:
+    """One institution's file. ``federation`` (optional) is the federation id it expects to
+    join: with it set, the collaborator refuses an aggregator that runs another federation."""
+
     name: str
     aggregator: str
     aggregator_name: str | None
@@ -187,6 +205,7 @@ class CollaboratorConfig:
     data: DataSettings
     privacy: PrivacySettings
     source: Path
+    federation: str | None = None
 
 
 # ---------------------------------------------------------------- reading tables
@@ -357,7 +376,7 @@ def _objective(source: str, data: Mapping[str, object]) -> ObjectiveSettings:
 def _model(source: str, data: Mapping[str, object]) -> ModelSettings:
     t = _table(source, data, "model", _field_names(ModelSettings))
     name = t.string("name", "logreg", choices=MODEL_NAMES)
-    features = t.integer("features", low=1)
+    features = t.integer("features", ADULT_FEATURES, low=1)
     classes = t.integer("classes", 2, low=2)
     shape = t._value("image_shape", None, "a list of 3 positive integers")
     if shape is not None:
@@ -384,10 +403,21 @@ def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
     return TrainingSettings(
         rounds=t.integer("rounds", d.rounds, low=1),
         local_steps=t.integer("local_steps", d.local_steps, low=1),
-        batch_size=t.integer("batch_size", d.batch_size, low=1),
+        batch_fraction=t.number(
+            "batch_fraction",
+            d.batch_fraction,
+            check=lambda x: 0 < x <= 1,
+            expected="a number in (0, 1] (each collaborator's batch is round(batch_fraction * n_k))",
+        ),
         lr=t.number("lr", d.lr, **positive),
         threshold_lr=t.number("threshold_lr", d.threshold_lr, **positive),
         seed=t.integer("seed", d.seed, low=0),
+        average_from=t.number(
+            "average_from",
+            d.average_from,
+            check=lambda x: 0 <= x < 1,
+            expected="a number in [0, 1) (the fraction of rounds before iterates enter the average)",
+        ),
     )
 
 
@@ -395,10 +425,16 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
     t = _table(source, data, "secure_aggregation", _field_names(SecureAggregationSettings))
     d = SecureAggregationSettings()
     enabled = t.boolean("enabled", d.enabled)
-    threshold = t.integer("threshold", n // 2 + 1, low=1)
-    if threshold > n:
+    if enabled and n < 2:
         t.fail(
-            f"[secure_aggregation] threshold = {threshold} exceeds the {n} collaborators; lower it (default n//2+1 = {n // 2 + 1})"
+            "[secure_aggregation] needs at least 2 collaborators to hide anyone's update; "
+            "add collaborators or set enabled = false"
+        )
+    threshold = t.integer("threshold", None, low=2)
+    if threshold is not None and threshold > n:
+        t.fail(
+            f"[secure_aggregation] threshold = {threshold} exceeds the {n} collaborators; lower it "
+            f"(or omit it for floor(p/2)+1 of each round's p participants)"
         )
     modulus_bits = t.integer("modulus_bits", d.modulus_bits, low=16, high=64)
     fractional_bits = t.integer("fractional_bits", d.fractional_bits, low=0)
@@ -412,13 +448,22 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
         t.fail(
             f"[secure_aggregation] neighbours = {neighbours} must be 0 (complete graph) or in 2..{n - 1}; fix the value"
         )
-    return SecureAggregationSettings(enabled, threshold, modulus_bits, fractional_bits, clip, neighbours)
+    max_weight = t.number(
+        "max_weight", d.max_weight, check=lambda x: x >= 1, expected="a number >= 1 (the largest batch b_k)"
+    )
+    return SecureAggregationSettings(enabled, threshold, modulus_bits, fractional_bits, clip, neighbours, max_weight)
 
 
 def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggregationSettings) -> QuorumSettings:
     t = _table(source, data, "quorum", _field_names(QuorumSettings))
-    least = secagg.threshold if secagg.enabled else 1
-    minimum = t.integer("min_collaborators", least, low=1)
+    if not secagg.enabled:
+        least = default = 1
+    elif secagg.threshold is not None:
+        least = default = secagg.threshold
+    else:
+        # Secure aggregation needs two parties; by default a majority of the plan takes part.
+        least, default = 2, max(2, n // 2 + 1)
+    minimum = t.integer("min_collaborators", default, low=1)
     if minimum > n:
         t.fail(f"[quorum] min_collaborators = {minimum} exceeds the {n} collaborators; lower it")
     if minimum < least:
@@ -502,9 +547,24 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path) -> AggregatorPl
     )
 
 
-def load_aggregator_plan(path: Path | str) -> AggregatorPlan:
-    """Read and validate ``aggregator/plan.toml``."""
-    source, data = _read_toml(path)
+def load_aggregator_plan(
+    path: Path | str | None, overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> AggregatorPlan:
+    """Read and validate ``aggregator/plan.toml``.
+
+    ``overrides`` maps section -> key -> value and replaces the file's values before
+    validation (command-line flags), so overridden values get the same checks. With
+    ``path`` None the plan is the defaults plus the overrides, and relative paths are
+    relative to the current folder.
+    """
+    if path is None:
+        source, data = Path.cwd() / "(command-line plan)", {}
+    else:
+        source, data = _read_toml(path)
+    for section, values in (overrides or {}).items():
+        table = data.setdefault(section, {})
+        if isinstance(table, dict):
+            table.update(values)
     return parse_aggregator_plan(data, source)
 
 
@@ -513,11 +573,14 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
     where = str(source)
     base = source.parent
     _sections(where, data, ("collaborator", "certificates", "data", "privacy"))
-    me = _table(where, data, "collaborator", ("name", "aggregator", "aggregator_name", "device"))
+    me = _table(where, data, "collaborator", ("name", "aggregator", "aggregator_name", "device", "federation"))
     name = me.name("name")
+    federation = me.string(
+        "federation", None, pattern=_FEDERATION_ID_RE, expected="a federation id (letters, digits, '.', '_' or '-')"
+    )
     aggregator = me.address("aggregator")
     aggregator_name = me.name("aggregator_name", None)
-    device = me.string("device", "cpu", pattern=_DEVICE_RE, expected='"cpu", "cuda", "cuda:N", "mps" or "auto"')
+    device = me.string("device", "auto", pattern=_DEVICE_RE, expected='"cpu", "cuda", "cuda:N", "mps" or "auto"')
 
     tls = _table(where, data, "certificates", ("dir", "ca", "cert", "key"))
     folder = tls.path("dir", base, "certs")
@@ -535,6 +598,7 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
         data=_data(where, data, base),
         privacy=_privacy(where, data),
         source=source,
+        federation=federation,
     )
 
 

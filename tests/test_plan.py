@@ -53,8 +53,11 @@ def test_the_aggregator_template_loads() -> None:
     assert loaded.collaborators == ("hospital-a", "hospital-b", "hospital-c")
     assert loaded.objective == plan.ObjectiveSettings(epsilon=0.1, rho=0.3, gamma=0.05, smooth="softrelu", bound=10.0)
     assert loaded.training.rounds == 50 and loaded.training.local_steps == 5
-    assert loaded.secure_aggregation.enabled and loaded.secure_aggregation.threshold == 2  # floor(3/2) + 1
-    assert loaded.quorum.min_collaborators == 2  # defaults to the threshold
+    assert loaded.training.batch_fraction == 0.01 and loaded.training.average_from == 0.5
+    assert loaded.model.features == 107  # the bundled Adult data
+    # No threshold: floor(p/2) + 1 of each round's p participants; the quorum is a majority of the plan.
+    assert loaded.secure_aggregation.enabled and loaded.secure_aggregation.threshold is None
+    assert loaded.quorum.min_collaborators == 2
     assert loaded.aggregator.certs == REPOSITORY / "certs"  # relative to the plan file
     assert loaded.aggregator.output == REPOSITORY / "aggregator" / "output"
     with pytest.raises(AttributeError):
@@ -73,7 +76,7 @@ def test_the_objective_settings_fit_the_learning_core() -> None:
 def test_the_collaborator_template_loads() -> None:
     loaded = plan.load_collaborator_config(CONFIG_TEMPLATE)
     assert loaded.name == "hospital-a" and loaded.aggregator == "localhost:50051"
-    assert loaded.aggregator_name == "aggregator" and loaded.device == "cpu"
+    assert loaded.aggregator_name == "aggregator" and loaded.device == "auto"
     assert loaded.certificates == plan.CertificateSettings(
         ca=REPOSITORY / "certs" / "ca.crt",
         cert=REPOSITORY / "certs" / "hospital-a.crt",
@@ -123,9 +126,14 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         ({"training": {"rounds": 2.5}}, r"rounds must be an integer"),
         ({"training": {"rounds": True}}, r"rounds must be an integer"),
         ({"training": {"lr": 0}}, r"lr must be a number > 0"),
-        ({"training": {"batch_size": 0}}, r"batch_size must be an integer >= 1"),
+        ({"training": {"batch_fraction": 0}}, r"batch_fraction must be a number in \(0, 1\]"),
+        ({"training": {"batch_fraction": 1.5}}, r"batch_fraction must be a number in \(0, 1\]"),
+        ({"training": {"batch_size": 64}}, r"unknown key 'batch_size' in \[training\]"),
+        ({"training": {"average_from": 1}}, r"average_from must be a number in \[0, 1\)"),
         ({"secure_aggregation": {"threshold": 4}}, r"threshold = 4 exceeds the 3 collaborators"),
-        ({"secure_aggregation": {"threshold": 0}}, r"threshold must be an integer >= 1"),
+        ({"secure_aggregation": {"threshold": 1}}, r"threshold must be an integer >= 2"),
+        ({"secure_aggregation": {"max_weight": 0.5}}, r"max_weight must be a number >= 1"),
+        ({"federation": {"collaborators": ["solo"]}}, r"needs at least 2 collaborators"),
         ({"secure_aggregation": {"enabled": "yes"}}, r"enabled must be true or false"),
         ({"secure_aggregation": {"modulus_bits": 8}}, r"modulus_bits must be an integer >= 16 <= 64"),
         ({"secure_aggregation": {"fractional_bits": 64}}, r"fractional_bits = 64 must be below modulus_bits"),
@@ -133,6 +141,10 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         ({"secure_aggregation": {"neighbours": 5}}, r"neighbours = 5 must be 0 \(complete graph\) or in 2..2"),
         ({"quorum": {"min_collaborators": 4}}, r"min_collaborators = 4 exceeds the 3 collaborators"),
         ({"quorum": {"min_collaborators": 1}}, r"below the secure-aggregation threshold 2; raise it"),
+        (
+            {"secure_aggregation": {"threshold": 3}, "quorum": {"min_collaborators": 2}},
+            r"below the secure-aggregation threshold 3",
+        ),
         ({"quorum": {"round_timeout_seconds": 0}}, r"round_timeout_seconds must be a number of seconds > 0"),
         ({"evaluation": {"every": -1}}, r"every must be an integer >= 0"),
         ({"federation": {"id": ...}}, r"missing key 'id' in \[federation\]"),
@@ -144,7 +156,7 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         ({"aggregator": {"address": "localhost"}}, r"\[aggregator\] address must be host:port"),
         ({"aggregator": {"address": "localhost:70000"}}, r"port in 1..65535"),
         ({"model": {"name": "cnn"}}, r'"cnn" needs image_shape'),
-        ({"model": {"name": "cnn", "image_shape": [1, 28, 28]}}, r"holds 784 values but features = 108"),
+        ({"model": {"name": "cnn", "image_shape": [1, 28, 28]}}, r"holds 784 values but features = 107"),
         ({"model": {"name": "resnet"}}, r'name = "resnet" is not known'),
         ({"model": {"classes": 1}}, r"classes must be an integer >= 2"),
         ({"trainig": {}}, r"unknown section \[trainig\]; did you mean 'training'\?"),
@@ -161,6 +173,16 @@ def test_aggregator_plan_errors(sections: dict[str, Any], message: str) -> None:
             aggregator_plan(**sections)
     text = str(caught.value)
     assert text.startswith(f"{PLAN_TEMPLATE}: ") and "\n" not in text
+
+
+def test_flags_override_the_plan_and_a_plan_can_come_from_flags_alone() -> None:
+    overridden = plan.load_aggregator_plan(PLAN_TEMPLATE, {"training": {"rounds": 7}, "aggregator": {"address": "h:1"}})
+    assert overridden.training.rounds == 7 and overridden.aggregator.address == "h:1"
+    assert overridden.objective == plan.load_aggregator_plan(PLAN_TEMPLATE).objective
+    bare = plan.load_aggregator_plan(None, {"federation": {"id": "f", "collaborators": ["a", "b"]}})
+    assert bare.collaborators == ("a", "b") and bare.model.features == 107 and bare.quorum.min_collaborators == 2
+    with pytest.raises(ConfigError, match=r"rounds must be an integer >= 1"):
+        plan.load_aggregator_plan(PLAN_TEMPLATE, {"training": {"rounds": 0}})
 
 
 def test_secure_aggregation_off_relaxes_the_quorum() -> None:

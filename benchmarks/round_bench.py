@@ -1,0 +1,167 @@
+"""What a round of the runtime costs beyond local training: secure versus plain aggregation.
+
+For d in {10^4, 10^6} model parameters and n in {3, 10} collaborators, the script runs
+a federation through the real runtime (the aggregator's gRPC server and round driver,
+real `Collaborator` objects, gRPC over loopback mutual TLS) and records the wall time
+of each training round as the aggregator logs it: from opening STAGE_TRAIN to the
+decoded sum (download of (theta, c), every stage's uploads and relays, masking,
+unmasking, decoding). Local training is taken out by giving every collaborator a
+precomputed update (`FixedUpdate`), so the time is the runtime's own.
+
+The collaborators run as threads of this one process, not as separate processes
+(and not on separate machines): they share this machine's cores with each other and
+with the aggregator, so each party's masking, which a deployment runs in parallel on
+its own hardware, is serialised here. The secure/plain ratio measured this way is a
+pessimistic one.
+
+Each configuration runs one warm-up round, then `--rounds` measured rounds (2 with
+`--quick`, 5 by default); the median is reported, with `ratio` = secure / plain for
+each (d, n). Output is JSON on stdout and, with `--json PATH`, in that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedfair.aggregator import run_aggregator
+from fedfair.collaborator import Collaborator
+from fedfair.launch import make_workspace, site_names
+from fedfair.local import Update
+from fedfair.plan import load_aggregator_plan, load_collaborator_config
+from fedfair.runtime_checkpoint import read_round_log
+
+DIMENSIONS = (10**4, 10**6)
+PARTIES = (3, 10)
+BATCH = 100.0
+
+
+class FixedUpdate:
+    """A round trainer that returns the same small update at once: no local training."""
+
+    def __init__(self, dimension: int, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.delta = 0.01 * torch.randn(dimension, generator=generator)
+
+    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+        return Update(delta=self.delta, delta_c=-0.01, weight=BATCH)
+
+
+class BenchCollaborator(Collaborator):
+    """A collaborator without data: a fixed update of the plan's size, and trivial evaluation answers."""
+
+    def _prepare(self) -> None:
+        self.parameters = self.shared.model.features + 1  # logistic regression: weights and a bias
+        self.trainer = FixedUpdate(self.parameters, seed=hash(self.config.name) % 2**31)
+
+    def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
+        from fedfair import evaluation
+
+        losses = np.linspace(0.1, 2.0, 100)
+        return evaluation.local_answers(losses, np.zeros(losses.size), evaluation.threshold_grid(c))
+
+
+def run_configuration(dimension: int, parties: int, secure: bool, rounds: int) -> dict[str, Any]:
+    """One federation of `rounds` + 1 rounds; the median of the measured rounds."""
+    with tempfile.TemporaryDirectory(prefix="fedfair-round-bench-") as folder:
+        names = site_names(parties)
+        workspace = make_workspace(
+            Path(folder),
+            names,
+            plan={
+                "model": {"features": dimension - 1},
+                "training": {"rounds": rounds + 1},
+                "secure_aggregation": {"enabled": secure},
+                "quorum": {"min_collaborators": parties, "round_timeout_seconds": 600.0},
+            },
+        )
+        plan = load_aggregator_plan(workspace.plan)
+        collaborators = [BenchCollaborator(load_collaborator_config(workspace.configs[name])) for name in names]
+        threads = [threading.Thread(target=collaborator.run, daemon=True) for collaborator in collaborators]
+        for thread in threads:
+            thread.start()
+        started = time.perf_counter()
+        run_aggregator(plan)
+        total = time.perf_counter() - started
+        for thread in threads:
+            thread.join(60)
+        log = read_round_log(workspace.output)
+    if any(record["status"] != "applied" for record in log):
+        raise RuntimeError(f"a round failed at d={dimension}, n={parties}: {log}")
+    measured = [record["seconds"] for record in log[1:]]
+    stages = {
+        stage: statistics.median(record["stage_seconds"][stage] for record in log[1:])
+        for stage in log[-1]["stage_seconds"]
+    }
+    return {
+        "dimension": dimension,
+        "parties": parties,
+        "secure": secure,
+        "round_seconds": statistics.median(measured),
+        "round_seconds_all": measured,
+        "stage_seconds": stages,
+        "aggregator_received_bytes": log[-1]["received_bytes"],
+        "run_seconds": total,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2 measured rounds per configuration")
+    parser.add_argument("--rounds", type=int, default=None, help="measured rounds per configuration (default 5)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (2 if args.quick else 5)
+    logging.getLogger("fedfair").setLevel(logging.WARNING)
+    results = []
+    for dimension in DIMENSIONS:
+        for parties in PARTIES:
+            pair = {}
+            for secure in (False, True):
+                result = run_configuration(dimension, parties, secure, rounds)
+                pair[secure] = result
+                results.append(result)
+                print(
+                    f"d={dimension:>8} n={parties:>2} {'secure' if secure else 'plain ':6} "
+                    f"{result['round_seconds']:.3f} s/round",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            ratio = pair[True]["round_seconds"] / pair[False]["round_seconds"]
+            pair[True]["ratio_to_plain"] = ratio
+    summary = {
+        "benchmark": "round_bench",
+        "what": "median wall time of a training round excluding local training; collaborators are threads of "
+        "one process with real gRPC over loopback mutual TLS",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor()},
+        "measured_rounds": rounds,
+        "results": results,
+        "ratios": {
+            f"d={result['dimension']},n={result['parties']}": result["ratio_to_plain"]
+            for result in results
+            if result["secure"]
+        },
+    }
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
