@@ -402,34 +402,7 @@ def _sweep_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def comparison_table(results: Sequence[dict[str, Any]]) -> str:
-    """Held-out fairness of several methods side by side."""
-    keys = ("worst_risk", "mean_risk", "best_risk", "disparity", "accuracy", "worst_error")
-    header = f"{'method':<12}" + "".join(f"{key:>13}" for key in keys)
-    rows = [header, "-" * len(header)]
-    for result in results:
-        test = result["final"]["test"]
-        rows.append(f"{result['config']['method']:<12}" + "".join(f"{test[key]:>13.4f}" for key in keys))
-    return "\n".join(rows)
-
-
-def _demo_command(args: argparse.Namespace) -> int:
-    base = config_from_flags(["--epsilon", str(args.epsilon), "--rho", str(args.rho)])
-    federation = load_federation(base)
-    sizes = ", ".join(f"{client.name} {client.size}" for client in federation.train)
-    print(f"Adult (UCI, bundled), 3 collaborators split by race: {sizes} training rows")
-    print("Running in process (no network); each method trains the same logistic regression.")
-    results = [simulate(replace(base, method=method), federation) for method in ("fedsrcvar", "fedavg")]
-    print(f"\nHeld-out risks (cross-entropy; errors are 0-1) over the worst / best {base.objective.rho:.0%} of people:")
-    print(comparison_table(results))
-    return 0
-
-
 def register_commands(subparsers: argparse._SubParsersAction) -> None:
-    demo_parser = subparsers.add_parser("demo", help="FedSRCVaR next to FedAvg on bundled Adult, split by race")
-    demo_parser.add_argument("--epsilon", type=float, default=0.1)
-    demo_parser.add_argument("--rho", type=float, default=0.3)
-    demo_parser.set_defaults(handler=_demo_command)
 
     simulate_parser = subparsers.add_parser("simulate", help="run a federation in process and report fairness")
     add_experiment_arguments(simulate_parser)

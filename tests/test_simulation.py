@@ -36,7 +36,7 @@ def centralized_gradient_descent(
                 parameter -= lr * grad
             head.c -= threshold_lr * grads[-1]
             head.c.clamp_(0.0, objective.bound)
-    return flat_parameters(model), float(head.c)
+    return flat_parameters(model), float(head.c.detach())
 
 
 @pytest.mark.parametrize("model_name", ["logreg", "mlp"])
