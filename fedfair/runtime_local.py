@@ -31,7 +31,7 @@ from fedfair.privacy import (
     PrivateLearner,
     RoundTrainer,
 )
-from fedfair.simulation import ClientData, local_batch_size
+from fedfair.simulation import ClientData, client_seed, local_batch_size
 
 TrainerFactory = Callable[[LocalLearner, CollaboratorConfig, SharedSettings], RoundTrainer]
 """The privacy hook: (learner, this collaborator's config, the plan's settings) -> the round trainer."""
@@ -101,7 +101,7 @@ def build_learner(data: LocalData, shared: SharedSettings, device: torch.device)
     """Client `data.seed_index`'s LocalLearner, built as `simulation.make_learners` builds it.
 
     The model comes from the plan's seed (so theta_0 is the aggregator's), the sampler
-    seed is seed * 1_000_003 + index, and b_k = round(batch_fraction * n_k).
+    seed is `simulation.client_seed(seed, index)`, and b_k = round(batch_fraction * n_k).
     """
     training, model = shared.training, shared.model
 
@@ -118,7 +118,7 @@ def build_learner(data: LocalData, shared: SharedSettings, device: torch.device)
         local_batch_size(data.train.size, training.batch_fraction),
         LocalConfig(local_steps=training.local_steps, lr=training.lr, threshold_lr=training.threshold_lr),
         threshold=RCVaRThreshold(objective).to(device),
-        seed=training.seed * 1_000_003 + data.seed_index,
+        seed=client_seed(training.seed, data.seed_index),
     )
 
 

@@ -169,6 +169,12 @@ def device_for(name: str) -> torch.device:
     return torch.device(name)
 
 
+def client_seed(seed: int, index: int) -> int:
+    """Collaborator `index`'s sampler seed: distinct per client, and the same in the simulation
+    and in the real collaborator process, so both draw the same mini-batches."""
+    return seed * 1_000_003 + index
+
+
 def make_learners(
     federation: Federation,
     training: TrainingConfig,
@@ -205,7 +211,7 @@ def make_learners(
                 batch_size,
                 training.local,
                 threshold=threshold,
-                seed=training.seed * 1_000_003 + index,
+                seed=client_seed(training.seed, index),
             )
         )
     return fresh_model(), learners
