@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
-from collections.abc import Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -424,19 +422,3 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:  # type: 
     start.add_argument("--federation-id", dest="federation_id", help="the federation's id")
     start.add_argument("--name", help="the aggregator's certificate name (default aggregator)")
     start.set_defaults(handler=_start_command)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m fedfair.aggregator start ...`: the same command without the `fedfair` wrapper."""
-    parser = argparse.ArgumentParser(prog="fedfair")
-    register_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["aggregator", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        return int(args.handler(args))
-    except FedfairError as error:
-        print(f"fedfair: error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -32,10 +32,9 @@ from __future__ import annotations
 import argparse
 import logging
 import random
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -518,19 +517,3 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:  # type: 
     start = commands.add_parser("start", help="connect to the aggregator and train on local data")
     start.add_argument("--config", type=Path, required=True, help="this institution's collaborator.toml")
     start.set_defaults(handler=_start_command)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m fedfair.collaborator start --config ...`: the command without the `fedfair` wrapper."""
-    parser = argparse.ArgumentParser(prog="fedfair")
-    register_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["collaborator", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        return int(args.handler(args))
-    except FedfairError as error:
-        print(f"fedfair: error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -136,11 +136,11 @@ def make_workspace(
 
 
 def aggregator_command(workspace: Workspace, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "fedfair.aggregator", "start", "--plan", str(workspace.plan), *extra]
+    return [sys.executable, "-m", "fedfair.cli", "aggregator", "start", "--plan", str(workspace.plan), *extra]
 
 
 def collaborator_command(workspace: Workspace, name: str) -> list[str]:
-    return [sys.executable, "-m", "fedfair.collaborator", "start", "--config", str(workspace.configs[name])]
+    return [sys.executable, "-m", "fedfair.cli", "collaborator", "start", "--config", str(workspace.configs[name])]
 
 
 def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -400,19 +400,3 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:  # type: 
     launch.add_argument("--no-secure-aggregation", action="store_true", help="plain sums (for comparison only)")
     launch.add_argument("--no-fedavg", action="store_true", help="skip the in-process FedAvg comparison")
     launch.set_defaults(handler=_launch_command)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m fedfair.launch ...`: the command without the `fedfair` wrapper."""
-    parser = argparse.ArgumentParser(prog="fedfair")
-    register_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["launch", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        return int(args.handler(args))
-    except FedfairError as error:
-        print(f"fedfair: error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -36,9 +36,7 @@ import argparse
 import json
 import logging
 import math
-import os
 import secrets
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -58,6 +56,7 @@ from opacus.validators import ModuleValidator
 from torch import nn
 
 from fedfair.errors import ConfigError, FedfairError
+from fedfair.files import atomic_write
 from fedfair.local import LocalLearner, Update
 from fedfair.objective import RCVaRThreshold
 
@@ -335,17 +334,7 @@ class PrivacyAccountant:
             "rounds": self.rounds,
             "history": [list(run) for run in self.history],
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(handle, "w") as stream:
-                json.dump(state, stream, indent=1)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda stream: stream.write(json.dumps(state, indent=1).encode()))
 
     def _load(self, path: Path) -> None:
         fix = "restore it from a backup (starting afresh would forget the privacy already spent)"

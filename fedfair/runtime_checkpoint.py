@@ -15,15 +15,15 @@ import hashlib
 import json
 import os
 import pickle
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 
 from fedfair.errors import ConfigError
+from fedfair.files import atomic_write
 from fedfair.server import ServerState
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -52,27 +52,6 @@ def state_digest(state: ServerState) -> str:
         digest.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
     digest.update(json.dumps([state.c, state.c_average, state.averaged_rounds, state.round]).encode())
     return digest.hexdigest()
-
-
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write `path` through `write(handle)` so that readers see the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            write(stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    # The rename itself must reach the disk, or a power cut could bring the old name back.
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
 
 
 def _state_dict(state: ServerState) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from test_runtime_harness import (
 )
 
 from fedfair import metrics
+from fedfair.cli import main as cli_main
 from fedfair.launch import (
     Child,
     Workspace,
@@ -37,7 +38,6 @@ from fedfair.launch import (
     start_aggregator,
     start_collaborator,
 )
-from fedfair.launch import main as launch_main
 from fedfair.models import build_model
 from fedfair.plan import load_aggregator_plan, plan_digest
 from fedfair.runtime_checkpoint import load_checkpoint, read_round_log, state_digest
@@ -207,7 +207,7 @@ def test_a_killed_aggregator_resumes_at_the_next_round_with_identical_state(
 def test_launch_runs_a_local_federation_and_reports_fairness(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert launch_main(["--rounds", "3", "--workdir", str(tmp_path / "run"), "--no-fedavg"]) == 0
+    assert cli_main(["launch", "--rounds", "3", "--workdir", str(tmp_path / "run"), "--no-fedavg"]) == 0
     out = capsys.readouterr().out
     assert "Secure aggregation was ON" in out and "FedSRCVaR (federated, secure sums)" in out
     assert "[site-c]" in out and "[aggregator]" in out
