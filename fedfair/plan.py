@@ -187,7 +187,7 @@ class PrivacySettings:
     enabled: bool = False
     noise_multiplier: float = 1.0
     target_epsilon: float | None = None
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = 20.0
     delta: float = 1e-5
     budget_epsilon: float | None = None
 
