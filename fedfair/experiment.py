@@ -33,9 +33,11 @@ from fedfair.privacy import (
     privacy_config_from_args,
 )
 from fedfair.reference import solve_reference
-from fedfair.server import ServerState
+from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
+from fedfair.server import Aggregate, ServerState
 from fedfair.simulation import (
     Federation,
+    SecureSum,
     SimulationResult,
     TrainingConfig,
     evaluate,
@@ -64,6 +66,7 @@ class ExperimentConfig:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    secure_aggregation: bool = False
     afl_mixture_lr: float = 0.01
     qfedavg_q: float = 1.0
 
@@ -74,6 +77,8 @@ class ExperimentConfig:
             raise ConfigError(f"clients must be at least 1, got {self.clients}; e.g. --clients 3")
         if self.privacy.enabled and self.method not in ("fedsrcvar", "fedavg"):
             raise ConfigError(f"DP-SGD is available for fedsrcvar and fedavg, not {self.method}; drop the --dp-* flags")
+        if self.secure_aggregation and (self.method != "fedsrcvar" or self.clients < 2):
+            raise ConfigError("--secure-aggregation needs --method fedsrcvar and at least 2 clients")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +124,11 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     learning.add_argument("--record-every", type=int, default=0, help="record history every N rounds (default: 20 points)")
+    learning.add_argument(
+        "--secure-aggregation",
+        action="store_true",
+        help="sum every round through the real secure-aggregation protocol, in process (slower)",
+    )
     add_privacy_arguments(parser)
     parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
 
@@ -173,6 +183,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
             record_every=args.record_every or max(args.rounds // 20, 1),
         ),
         privacy=privacy_config_from_args(args),
+        secure_aggregation=args.secure_aggregation,
     )
 
 
@@ -219,13 +230,29 @@ def _from_result(result: SimulationResult, has_threshold: bool) -> Outcome:
     return Outcome(state.theta_average, state.c_average if has_threshold else None, result.history, result.privacy)
 
 
+SECURE_CLIP = 10.0
+SECURE_MODULUS_BITS = 64
+
+
+def secure_sum(config: ExperimentConfig, federation: Federation) -> SecureSum:
+    """Secure aggregation with the runtime's default encoding: deltas clipped to +-10, 64-bit
+    words, as many fractional bits as the largest possible weighted sum leaves room for."""
+    sizes = [client.size for client in federation.train]
+    max_weight = float(max(sizes))
+    bits = largest_safe_fractional_bits(SECURE_CLIP, SECURE_MODULUS_BITS, len(sizes), max_weight)
+    return SecureSum(EncodingConfig(SECURE_CLIP, max_weight, bits, SECURE_MODULUS_BITS))
+
+
 def run_method(
     config: ExperimentConfig, federation: Federation, on_round: Callable[[ServerState], None] | None = None
 ) -> Outcome:
     """Train with the configured method; the output is the averaged iterate as in the paper."""
     training, objective = config.training, config.objective
     if config.method == "fedsrcvar":
-        result = run_fedsrcvar(federation, objective, training, on_round=on_round, privacy=config.privacy)
+        aggregate = secure_sum(config, federation) if config.secure_aggregation else Aggregate.of
+        result = run_fedsrcvar(
+            federation, objective, training, aggregate=aggregate, on_round=on_round, privacy=config.privacy
+        )
         return _from_result(result, True)
     if config.method == "fedavg":
         result = baselines.run_fedavg(federation, training, on_round=on_round, privacy=config.privacy)

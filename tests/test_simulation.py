@@ -123,3 +123,25 @@ def test_batch_fraction_sets_proportional_local_batches(small_adult_federation: 
     assert local_batch_size(5, 0.01) == 1 and local_batch_size(10, 1.0) == 10
     with pytest.raises(ConfigError, match="batch fraction"):
         TrainingConfig(batch_fraction=0.0)
+
+
+def test_secure_aggregation_in_process_matches_the_plain_sum(small_adult_federation: Federation) -> None:
+    """Summing through the real masking protocol moves theta by at most the derived fixed-point error.
+
+    Each round decodes S and W with absolute error e_r per coordinate; |S / W| <= clip, so the
+    mean update errs by at most e_r (1 + clip) / (W - e_r). Over a few rounds the deviation is
+    the sum of those (the gradient's dependence on theta adds only higher-order terms).
+    """
+    from fedfair.secagg import EncodingConfig
+    from fedfair.simulation import SecureSum, run_rounds
+
+    objective = ObjectiveConfig(epsilon=0.1, rho=0.3)
+    training = TrainingConfig(rounds=8, batch_size=64, dtype="float64")
+    secure = SecureSum(EncodingConfig(clip=10.0, max_weight=600.0, fractional_bits=24, modulus_bits=64))
+    masked = run_rounds(small_adult_federation, training, objective, aggregate=secure).state
+    plain = run_rounds(small_adult_federation, training, objective).state
+    weight = 64.0
+    bound = sum(error * (1 + 10.0) / (weight - error) for error in secure.error_bounds)
+    assert len(secure.error_bounds) == 8 and 0 < bound < 1e-4
+    assert float((masked.theta - plain.theta).abs().max()) <= bound
+    assert abs(masked.c - plain.c) <= bound
