@@ -113,7 +113,19 @@ def _load_adult(info: DatasetInfo) -> Dataset:
         )
     train, test = tables
     features = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
-    x_train, x_test, feature_names = encode_features(train[features], test[features], ADULT_CATEGORICAL)
+    return _income_dataset(info, train, test, features, ADULT_CATEGORICAL, ["race", "sex", "native-country"])
+
+
+def _income_dataset(
+    info: DatasetInfo,
+    train: pd.DataFrame,
+    test: pd.DataFrame,
+    features: list[str],
+    categorical: list[str],
+    attributes: list[str],
+) -> Dataset:
+    """A census table with an income column as a binary task: income above 50K (both datasets' label)."""
+    x_train, x_test, feature_names = encode_features(train[features], test[features], categorical)
     return Dataset(
         name=info.name,
         x_train=x_train,
@@ -123,8 +135,8 @@ def _load_adult(info: DatasetInfo) -> Dataset:
         num_classes=2,
         feature_names=feature_names,
         class_names=["<=50K", ">50K"],
-        attributes_train=_attributes(train, ["race", "sex", "native-country"]),
-        attributes_test=_attributes(test, ["race", "sex", "native-country"]),
+        attributes_train=_attributes(train, attributes),
+        attributes_test=_attributes(test, attributes),
     )
 
 
@@ -152,19 +164,7 @@ def _parse_census_income(folder: Path, info: DatasetInfo) -> Dataset:
     )
     features = [name for name in CENSUS_COLUMNS if name not in CENSUS_DROPPED]
     categorical = [name for name in features if name not in CENSUS_NUMERIC]
-    x_train, x_test, feature_names = encode_features(train[features], test[features], categorical)
-    return Dataset(
-        name=info.name,
-        x_train=x_train,
-        y_train=_income_above_50k(train["income"]),
-        x_test=x_test,
-        y_test=_income_above_50k(test["income"]),
-        num_classes=2,
-        feature_names=feature_names,
-        class_names=["<=50K", ">50K"],
-        attributes_train=_attributes(train, ["race", "sex"]),
-        attributes_test=_attributes(test, ["race", "sex"]),
-    )
+    return _income_dataset(info, train, test, features, categorical, ["race", "sex"])
 
 
 def _parse_mnist(folder: Path, info: DatasetInfo) -> Dataset:
