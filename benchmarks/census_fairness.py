@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from fedfair.experiment import config_from_flags, load_federation, simulate
+from fedfair.research.experiment import config_from_flags, load_federation, simulate
 
 FLAGS = ["--dataset", "census-income", "--partition", "race", "--clients", "3", "--model", "mlp"]
 FLAGS += ["--rho", "0.1", "--epsilon", "0.05"]

@@ -34,12 +34,12 @@ from typing import Any
 
 import torch
 
+from fedfair.core.local import LocalConfig, LocalLearner
+from fedfair.core.models import build_model, flat_parameters
+from fedfair.core.objective import ObjectiveConfig, RCVaRThreshold
 from fedfair.datasets import load_dataset
-from fedfair.experiment import config_from_flags, load_federation, simulate
-from fedfair.local import LocalConfig, LocalLearner
-from fedfair.models import build_model, flat_parameters
-from fedfair.objective import ObjectiveConfig, RCVaRThreshold
 from fedfair.privacy import PrivacyConfig, PrivateLearner
+from fedfair.research.experiment import config_from_flags, load_federation, simulate
 
 MNIST_SHAPE = (1, 28, 28)
 DP_EPSILONS = (1.0, 3.0, 8.0)

@@ -15,7 +15,12 @@ from pathlib import Path
 
 import torch
 
-from fedfair.experiment import config_from_flags, load_federation, reference, simulate
+from fedfair.research.experiment import (
+    config_from_flags,
+    load_federation,
+    reference,
+    simulate,
+)
 
 GRID_EPSILONS = (0.01, 0.1, 0.5)
 GRID_RHOS = (0.1, 0.3, 0.5)

@@ -37,12 +37,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedfair.aggregator import run_aggregator
-from fedfair.collaborator import Collaborator
-from fedfair.launch import make_workspace, site_names
-from fedfair.local import Update
-from fedfair.plan import load_aggregator_plan, load_collaborator_config
-from fedfair.runtime_checkpoint import read_round_log
+from fedfair.core.local import Update
+from fedfair.research.launch import make_workspace, site_names
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.aggregator.loop import run_aggregator
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.plan import load_aggregator_plan, load_collaborator_config
 
 DIMENSIONS = (10**4, 10**6)
 PARTIES = (3, 10)
@@ -68,7 +68,7 @@ class BenchCollaborator(Collaborator):
         self.trainer = FixedUpdate(self.parameters, seed=hash(self.config.name) % 2**31)
 
     def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
-        from fedfair import evaluation
+        from fedfair.fairness import sums as evaluation
 
         losses = np.linspace(0.1, 2.0, 100)
         return evaluation.local_answers(losses, np.zeros(losses.size), evaluation.threshold_grid(c))

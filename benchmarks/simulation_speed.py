@@ -19,7 +19,9 @@ from pathlib import Path
 
 import torch
 
-from fedfair.experiment import (
+from fedfair.core.models import build_model, per_sample_loss
+from fedfair.core.objective import ObjectiveConfig, RCVaRThreshold
+from fedfair.research.experiment import (
     PAPER_EPSILONS,
     PAPER_RHOS,
     config_from_flags,
@@ -28,9 +30,7 @@ from fedfair.experiment import (
     parse_flags,
     sweep,
 )
-from fedfair.models import build_model, per_sample_loss
-from fedfair.objective import ObjectiveConfig, RCVaRThreshold
-from fedfair.simulation import make_learners, run_fedsrcvar
+from fedfair.research.simulation import make_learners, run_fedsrcvar
 
 
 def rounds_per_second(clients: int, partition: str, rounds: int) -> float:

@@ -12,17 +12,17 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from fedfair.errors import FedfairError
+from fedfair.core.errors import FedfairError
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "fedfair.experiment",
+    "fedfair.research.experiment",
     "fedfair.datasets.commands",
     "fedfair.secagg.demo",
     "fedfair.privacy",
     "fedfair.pki",
-    "fedfair.aggregator",
-    "fedfair.collaborator",
-    "fedfair.launch",
+    "fedfair.runtime.aggregator.loop",
+    "fedfair.runtime.collaborator.client",
+    "fedfair.research.launch",
 )
 
 

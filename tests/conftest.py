@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
-from fedfair.datasets import load_dataset, partition
-from fedfair.simulation import Federation, federation_from_arrays
-
-
-def adult_by_race(caps: Sequence[int] | None = None) -> Federation:
-    """Adult split into White / Black / Other collaborators, each optionally cut to its first rows."""
-    dataset = load_dataset("adult")
-    splits = partition(dataset, "race", 3, seed=0)
-    limits = list(caps) if caps is not None else [None] * len(splits)
-    train = [(dataset.x_train[s.train_index[:cap]], dataset.y_train[s.train_index[:cap]]) for s, cap in zip(splits, limits)]
-    test = [(dataset.x_test[s.test_index[:cap]], dataset.y_test[s.test_index[:cap]]) for s, cap in zip(splits, limits)]
-    return federation_from_arrays([s.name for s in splits], train, test, dataset.num_classes, dataset.image_shape)
+from fedfair.research.simulation import Federation
+from tests.federations import adult_by_race
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedfair.core.errors import ConfigError
 from fedfair.datasets.dataset import Dataset
-from fedfair.errors import ConfigError
 
 OTHER = "Other"
 SCHEMES = ("iid", "dirichlet", "class")

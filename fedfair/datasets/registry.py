@@ -22,7 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedfair.errors import ConfigError, FedfairError
+from fedfair.core.errors import ConfigError, FedfairError
 
 # The repository's data/ folder: Adult is bundled there (see data/README.md).
 BUNDLED_DATA_DIR = Path(__file__).resolve().parents[2] / "data"

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedfair.core.errors import ConfigError
 from fedfair.datasets.dataset import Dataset
-from fedfair.errors import ConfigError
 
 # More distinct text values than this is an identifier or free text, not a category.
 MAX_CATEGORIES = 100

@@ -18,7 +18,13 @@ SecAgg+ neighbour graph. The modules, bottom up:
 
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.encode import Decoded, Encoder, EncodingConfig, check_no_wraparound, largest_safe_fractional_bits
+from fedfair.secagg.encode import (
+    Decoded,
+    Encoder,
+    EncodingConfig,
+    check_no_wraparound,
+    largest_safe_fractional_bits,
+)
 from fedfair.secagg.errors import (
     AuthenticationError,
     PrivacyWarning,

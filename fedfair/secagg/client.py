@@ -28,12 +28,22 @@ import os
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.errors import ConfigError
-from fedfair.identity import CredentialVerifier, IdentityError, is_valid_signature, sign
+from fedfair.core.errors import ConfigError
+from fedfair.pki.identity import (
+    CredentialVerifier,
+    IdentityError,
+    is_valid_signature,
+    sign,
+)
 from fedfair.secagg import keys, prg, shamir
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.errors import AuthenticationError, ProtocolError, ThresholdError, UnmaskRefusedError
+from fedfair.secagg.errors import (
+    AuthenticationError,
+    ProtocolError,
+    ThresholdError,
+    UnmaskRefusedError,
+)
 from fedfair.secagg.messages import (
     AdvertiseKeys,
     EncryptedShares,

@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from fedfair.errors import ConfigError
+from fedfair.core.errors import ConfigError
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.encode import Encoder, EncodingConfig
 from fedfair.secagg.errors import PrivacyWarning

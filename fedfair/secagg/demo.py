@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from fedfair.errors import ConfigError, FedfairError
+from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.messages import MaskedInput, Message, Stage

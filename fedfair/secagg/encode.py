@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedfair.errors import ConfigError
+from fedfair.core.errors import ConfigError
 from fedfair.secagg import prg
 
 MODULUS_BITS = (32, 64)

@@ -3,12 +3,12 @@
 A :class:`ProtocolError` means a message or request broke the protocol: the
 receiving state machine refused it and its own state did not change. The runtime
 drops the message (and, if it came from a party, treats that party as silent).
-Bad *configuration* is a :class:`fedfair.errors.ConfigError` instead.
+Bad *configuration* is a :class:`fedfair.core.errors.ConfigError` instead.
 """
 
 from __future__ import annotations
 
-from fedfair.errors import FedfairError
+from fedfair.core.errors import FedfairError
 
 
 class ProtocolError(FedfairError):

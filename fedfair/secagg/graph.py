@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import struct
 
-from fedfair.errors import ConfigError
+from fedfair.core.errors import ConfigError
 from fedfair.secagg import prg
 
 Graph = dict[int, frozenset[int]]

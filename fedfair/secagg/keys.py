@@ -9,7 +9,7 @@ party ids (smaller first, so both ends derive the same key). Distinct purposes a
 sessions therefore never share a key, which is what lets the PRG use a fixed
 counter block.
 
-Identity signatures over the advertised keys live in :mod:`fedfair.identity`.
+Identity signatures over the advertised keys live in :mod:`fedfair.pki.identity`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ import struct
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import (
+    X25519PrivateKey,
+    X25519PublicKey,
+)
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedfair.identity import CredentialVerifier
+from fedfair.pki.identity import CredentialVerifier
 from fedfair.secagg import keys, prg, shamir
 from fedfair.secagg.client import SECRET_BYTES, verify_advertisement
 from fedfair.secagg.config import SecAggConfig

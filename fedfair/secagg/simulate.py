@@ -16,7 +16,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from fedfair.identity import generate_identity_key, pinned_verifier, public_key_bytes
+from fedfair.pki.identity import (
+    generate_identity_key,
+    pinned_verifier,
+    public_key_bytes,
+)
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import (

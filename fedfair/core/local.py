@@ -1,0 +1,227 @@
+"""A collaborator's share of one round: tau local SGD steps from the global (theta, c).
+
+This is the client half of Algorithm 1 and the only training code in fedfair: the
+in-process simulation, the real collaborator process, the baselines and the
+private path all call it. It does no I/O. Following FedJAX's client split, a round
+is `begin` (load the global pair), `step` (one mini-batch), `finish` (the update).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.models import flat_parameters, load_flat_parameters, per_sample_loss
+from fedfair.core.objective import RCVaRThreshold
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """How a collaborator trains within a round.
+
+    `lr` is eta (for theta), `threshold_lr` is eta_c (for c). With `reuse_batch`
+    one mini-batch is drawn per round and used for all tau steps, as the
+    algorithm box literally reads; by default every step draws a fresh one.
+    """
+
+    local_steps: int = 1
+    lr: float = 0.1
+    threshold_lr: float = 0.1
+    reuse_batch: bool = False
+
+    def __post_init__(self) -> None:
+        if self.local_steps < 1:
+            raise ConfigError(f"local steps must be at least 1, got {self.local_steps}; pass --local-steps 1")
+        for name, value in (("lr", self.lr), ("threshold_lr", self.threshold_lr)):
+            if not value > 0.0 or not math.isfinite(value):
+                raise ConfigError(f"{name} must be a positive number, got {value}; e.g. --{name.replace('_', '-')} 0.1")
+
+
+@dataclass(frozen=True)
+class Update:
+    """What a collaborator contributes: its change of (theta, c) and its weight w_k = b_k.
+
+    The server needs only w * delta, w * delta_c and w summed over collaborators,
+    which is exactly what secure aggregation reveals.
+    """
+
+    delta: torch.Tensor
+    delta_c: float
+    weight: float
+
+    def weighted_vector(self) -> torch.Tensor:
+        """The vector a collaborator submits: [w * delta, w * delta_c] in float64."""
+        delta_c = torch.tensor([self.delta_c], dtype=torch.float64)
+        return torch.cat([self.delta.detach().to("cpu", torch.float64), delta_c]) * self.weight
+
+
+class BatchSampler:
+    """Fixed-size mini-batches drawn without replacement from shuffled passes over n samples.
+
+    Seeded and device-independent: the same seed gives the same indices on any machine.
+    """
+
+    def __init__(self, num_samples: int, batch_size: int, seed: int) -> None:
+        if num_samples < 1:
+            raise ConfigError("a collaborator has no training samples; check the partition (each client needs data)")
+        if not 1 <= batch_size <= num_samples:
+            raise ConfigError(
+                f"batch size {batch_size} is outside [1, {num_samples}] for a client with {num_samples} samples; "
+                "lower --batch-size or use 0 for full batches"
+            )
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self._generator = torch.Generator().manual_seed(seed)
+        self._order = torch.empty(0, dtype=torch.long)
+        self._cursor = 0
+
+    def next_batch(self) -> torch.Tensor | None:
+        """Indices of the next mini-batch, or None when the batch is the whole local set."""
+        if self.batch_size == self.num_samples:
+            return None
+        if self._cursor + self.batch_size > self._order.numel():
+            rest = self._order[self._cursor :]
+            fresh = torch.randperm(self.num_samples, generator=self._generator)
+            self._order = torch.cat([rest, fresh])
+            self._cursor = 0
+        batch = self._order[self._cursor : self._cursor + self.batch_size]
+        self._cursor += self.batch_size
+        return batch
+
+
+class LocalLearner:
+    """A collaborator's model, objective head and data, ready to run rounds.
+
+    `threshold` is the RCVaR head holding c; without one the objective is the plain
+    mean loss (FedAvg), so the baselines share this code path exactly.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        features: torch.Tensor,
+        labels: torch.Tensor,
+        batch_size: int,
+        config: LocalConfig,
+        *,
+        threshold: RCVaRThreshold | None = None,
+        seed: int = 0,
+    ) -> None:
+        parameter = next(model.parameters())
+        self.model = model
+        self.threshold = threshold
+        self.config = config
+        # Data moves to the model's device and dtype once, not per step.
+        self.features = features.to(parameter.device, parameter.dtype)
+        self.labels = labels.to(parameter.device)
+        self.sampler = BatchSampler(self.features.shape[0], batch_size, seed)
+        self.batch_size = batch_size
+        groups = [{"params": list(model.parameters()), "lr": config.lr}]
+        if threshold is not None:
+            groups.append({"params": [threshold.c], "lr": config.threshold_lr})
+        self.optimizer = torch.optim.SGD(groups, lr=config.lr)
+        self._start_theta: torch.Tensor | None = None
+        self._start_c = 0.0
+        self._batch: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.features.shape[0])
+
+    def begin(self, theta: torch.Tensor, c: float) -> None:
+        """Load the global pair (theta_t, c_t) at the start of a round."""
+        parameter = next(self.model.parameters())
+        self._start_theta = theta.detach().to(parameter.device, parameter.dtype)
+        load_flat_parameters(self.model, self._start_theta)
+        self._start_c = float(c)
+        if self.threshold is not None:
+            with torch.no_grad():
+                self.threshold.c.fill_(self._start_c)
+        self._batch = self._draw_batch() if self.config.reuse_batch else None
+
+    def _draw_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        index = self.sampler.next_batch()
+        if index is None:
+            return self.features, self.labels
+        # Non-blocking: a blocking host-to-device copy would make every step wait for the GPU's queue.
+        index = index.to(self.features.device, non_blocking=True)
+        return self.features.index_select(0, index), self.labels.index_select(0, index)
+
+    def objective(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Per-sample training objective: smoothed RCVaR terms, or plain losses without a threshold."""
+        losses = per_sample_loss(self.model(features), labels)
+        return losses if self.threshold is None else self.threshold(losses)
+
+    def step(self) -> None:
+        """One SGD step on (theta, c) over a mini-batch, then c is projected onto [0, B]."""
+        features, labels = self._batch if self._batch is not None else self._draw_batch()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.objective(features, labels).mean().backward()
+        self.optimizer.step()
+        if self.threshold is not None:
+            self.threshold.project()
+
+    def finish(self) -> Update:
+        """The round's update (theta_k - theta_t, c_k - c_t) with weight b_k."""
+        if self._start_theta is None:
+            raise RuntimeError("finish() called before begin(); a round starts from the global model")
+        with torch.no_grad():
+            delta = flat_parameters(self.model) - self._start_theta
+            delta_c = float(self.threshold.c) - self._start_c if self.threshold is not None else 0.0
+        return Update(delta=delta, delta_c=delta_c, weight=float(self.batch_size))
+
+    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+        """begin, tau steps, finish: a collaborator's whole part of one round."""
+        self.begin(theta, c)
+        for _ in range(self.config.local_steps):
+            self.step()
+        return self.finish()
+
+
+class StopsContributing(FedfairError):
+    """A collaborator leaves the federation for good before a round (e.g. its privacy budget is spent)."""
+
+
+class QuorumLost(FedfairError):
+    """Too few collaborators are still contributing to go on."""
+
+
+class RoundTrainer(Protocol):
+    """What a round needs of a collaborator: a plain LocalLearner or a private one."""
+
+    def train_round(self, theta: torch.Tensor, c: float) -> Update: ...
+
+
+def contributing_updates(
+    learners: Sequence[RoundTrainer], theta: torch.Tensor, c: float, *, quorum: int = 1
+) -> tuple[list[Update], list[RoundTrainer]]:
+    """One round over the collaborators still contributing: (their updates, those that remain).
+
+    A learner that stops contributing (`StopsContributing`, e.g. a spent privacy budget)
+    is left out from this round on, with a warning; if fewer than `quorum` remain,
+    QuorumLost ends the federation.
+    """
+    updates: list[Update] = []
+    remaining: list[RoundTrainer] = []
+    for learner in learners:
+        try:
+            updates.append(learner.train_round(theta, c))
+        except StopsContributing as stopped:
+            logger.warning("%s", stopped)
+            continue
+        remaining.append(learner)
+    if len(updates) < quorum:
+        raise QuorumLost(
+            f"only {len(updates)} of {len(learners)} collaborators are within their privacy budgets, below the quorum "
+            f"of {quorum}; the federation stops here (larger budgets would let it go on)"
+        )
+    return updates, remaining

@@ -1,0 +1,229 @@
+"""The RCVaR objective: smooth plus functions, the per-sample objective, exact CVaR.
+
+RCVaR blends the mean loss with the mean loss of the worst rho-fraction of samples:
+
+    RCVaR = (1 - eps) * CVaR_rho(l) + eps * mean(l),
+    CVaR_rho(l) = min_c  c + mean((l - c)+) / rho.
+
+Because the minimisation over c sits outside a plain average of per-sample terms,
+the whole objective is an average over samples of
+
+    f(theta, c; z) = (1 - eps) * (c + (l - c)+ / rho) + eps * l,
+
+which is what lets a federation minimise it by averaging (theta, c) updates. We
+train the smoothed form, where the plus function is replaced by a convex,
+(2/gamma)-smooth s with 0 <= s(x) - max(x, 0) <= gamma.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from fedfair.core.errors import ConfigError
+
+
+class SmoothPlus(Protocol):
+    """A convex, (2/gamma)-smooth upper approximation of max(x, 0) within gamma."""
+
+    gamma: float
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def derivative(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    @property
+    def max_gap(self) -> float:
+        """The largest value of s(x) - max(x, 0) over all x."""
+        ...
+
+
+@dataclass(frozen=True)
+class SoftReLU:
+    """gamma * softplus(x / gamma): the paper's default; gap at most gamma * ln 2, curvature 1/(4 gamma)."""
+
+    gamma: float = 0.05
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # torch's softplus turns linear above `threshold`; at 40 the switch is below float64 resolution
+        # (e^-40), so the value and `derivative` agree exactly with autograd.
+        return self.gamma * F.softplus(x / self.gamma, threshold=40.0)
+
+    def derivative(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x / self.gamma)
+
+    @property
+    def max_gap(self) -> float:
+        return self.gamma * math.log(2.0)
+
+
+@dataclass(frozen=True)
+class ShiftedQuadratic:
+    """Nesterov's smoothing of max(x, 0) shifted up by gamma/2 so that it lies above it.
+
+    0 for x <= 0, x^2 / (2 gamma) on [0, gamma], x - gamma/2 beyond, plus gamma/2:
+    curvature 1/gamma, gap between 0 (for x >= gamma) and gamma/2 (for x <= 0).
+    """
+
+    gamma: float = 0.05
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # max_{0<=u<=1} (u x - gamma u^2 / 2) is attained at u = clamp(x / gamma, 0, 1).
+        u = self.derivative(x)
+        return u * x - 0.5 * self.gamma * u * u + 0.5 * self.gamma
+
+    def derivative(self, x: torch.Tensor) -> torch.Tensor:
+        return (x / self.gamma).clamp(0.0, 1.0)
+
+    @property
+    def max_gap(self) -> float:
+        return 0.5 * self.gamma
+
+
+@dataclass(frozen=True)
+class Zang:
+    """Zang's (1980) smoothing: 0 below -gamma/2, (x + gamma/2)^2 / (2 gamma) across the kink, x above.
+
+    Curvature 1/gamma; gap largest at x = 0, where it is gamma / 8.
+    """
+
+    gamma: float = 0.05
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        half = 0.5 * self.gamma
+        shifted = (x + half).clamp(0.0, self.gamma)
+        # On the quadratic piece shifted = x + gamma/2; above it the linear piece continues smoothly.
+        return shifted * shifted / (2.0 * self.gamma) + (x - half).clamp(min=0.0)
+
+    def derivative(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x + 0.5 * self.gamma) / self.gamma).clamp(0.0, 1.0)
+
+    @property
+    def max_gap(self) -> float:
+        return self.gamma / 8.0
+
+
+SMOOTH_PLUS_FUNCTIONS: dict[str, type] = {
+    "softrelu": SoftReLU,
+    "quadratic": ShiftedQuadratic,
+    "zang": Zang,
+}
+
+
+def make_smooth_plus(name: str = "softrelu", gamma: float = 0.05) -> SmoothPlus:
+    """Build a smooth plus function by name, refusing unknown names and gamma <= 0."""
+    if not gamma > 0.0 or not math.isfinite(gamma):
+        raise ConfigError(f"gamma must be a positive number, got {gamma}; pass --gamma 0.05 (the paper's value)")
+    try:
+        kind = SMOOTH_PLUS_FUNCTIONS[name]
+    except KeyError:
+        choices = ", ".join(SMOOTH_PLUS_FUNCTIONS)
+        raise ConfigError(f"unknown smooth plus function '{name}'; choose one of: {choices}") from None
+    return kind(gamma=gamma)
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """The knobs of RCVaR: protected group size rho, trade-off epsilon, smoothing, threshold bound B."""
+
+    epsilon: float = 0.1
+    rho: float = 0.3
+    gamma: float = 0.05
+    smooth: str = "softrelu"
+    bound: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.rho <= 1.0:
+            raise ConfigError(f"rho must be in (0, 1], got {self.rho}; it is the smallest group fraction protected, e.g. --rho 0.3")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ConfigError(f"epsilon must be in [0, 1], got {self.epsilon}; 1 is plain ERM, 0 is CVaR, e.g. --epsilon 0.1")
+        if not self.bound > 0.0 or not math.isfinite(self.bound):
+            raise ConfigError(f"bound must be a positive number, got {self.bound}; it caps the threshold c, e.g. --bound 10")
+        make_smooth_plus(self.smooth, self.gamma)
+
+    @property
+    def smooth_plus(self) -> SmoothPlus:
+        return make_smooth_plus(self.smooth, self.gamma)
+
+
+def rcvar_per_sample(losses: torch.Tensor, c: torch.Tensor | float, epsilon: float, rho: float) -> torch.Tensor:
+    """Exact per-sample f(theta, c; z) given the losses l(theta; z)."""
+    return (1.0 - epsilon) * (c + F.relu(losses - c) / rho) + epsilon * losses
+
+
+def smoothed_rcvar_per_sample(
+    losses: torch.Tensor, c: torch.Tensor | float, epsilon: float, rho: float, smooth: SmoothPlus
+) -> torch.Tensor:
+    """Per-sample f_smooth(theta, c; z): what FedSRCVaR trains."""
+    return (1.0 - epsilon) * (c + smooth(losses - c) / rho) + epsilon * losses
+
+
+class RCVaRThreshold(nn.Module):
+    """The threshold c as a module: maps per-sample losses to per-sample smoothed RCVaR.
+
+    Keeping c inside a module (rather than a bare tensor beside the model) gives it
+    a per-sample gradient hook, which DP-SGD needs so that c is clipped and noised
+    together with theta.
+    """
+
+    def __init__(self, config: ObjectiveConfig, c: float | None = None, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.epsilon = config.epsilon
+        self.rho = config.rho
+        self.bound = config.bound
+        self.smooth = config.smooth_plus
+        self.c = nn.Parameter(torch.tensor(config.bound if c is None else c, dtype=dtype))
+
+    def forward(self, losses: torch.Tensor) -> torch.Tensor:
+        return smoothed_rcvar_per_sample(losses, self.c, self.epsilon, self.rho, self.smooth)
+
+    def grad_c_per_sample(self, losses: torch.Tensor) -> torch.Tensor:
+        """d f_smooth / d c for each sample: (1 - eps) * (1 - s'(l - c) / rho)."""
+        return (1.0 - self.epsilon) * (1.0 - self.smooth.derivative(losses - self.c) / self.rho)
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Project c onto [0, B], as Algorithm 1 does after each step."""
+        self.c.clamp_(0.0, self.bound)
+
+
+def _as_sorted_desc(losses: np.ndarray | torch.Tensor) -> np.ndarray:
+    values = np.asarray(losses.detach().cpu() if isinstance(losses, torch.Tensor) else losses, dtype=np.float64).ravel()
+    if values.size == 0:
+        raise ConfigError("CVaR of an empty loss vector is undefined; pass at least one sample")
+    return -np.sort(-values)
+
+
+def cvar(losses: np.ndarray | torch.Tensor, rho: float) -> float:
+    """Mean of the worst rho-fraction of losses, with a fractional weight on the boundary sample.
+
+    Equals min_c c + mean((l - c)+) / rho exactly.
+    """
+    if not 0.0 < rho <= 1.0:
+        raise ConfigError(f"rho must be in (0, 1], got {rho}")
+    ordered = _as_sorted_desc(losses)
+    mass = rho * ordered.size
+    whole = int(math.floor(mass))
+    total = ordered[:whole].sum()
+    if whole < ordered.size:
+        total += (mass - whole) * ordered[whole]
+    return float(total / mass)
+
+
+def cvar_threshold(losses: np.ndarray | torch.Tensor, rho: float) -> float:
+    """A minimiser c of c + mean((l - c)+) / rho: the boundary sample, the (1 - rho)-quantile."""
+    ordered = _as_sorted_desc(losses)
+    boundary = max(int(math.ceil(rho * ordered.size - 1e-12)), 1) - 1
+    return float(ordered[boundary])
+
+
+def rcvar(losses: np.ndarray | torch.Tensor, epsilon: float, rho: float) -> float:
+    """Exact RCVaR of a loss vector: (1 - eps) * CVaR_rho + eps * mean."""
+    mean = float(np.mean(_as_sorted_desc(losses)))
+    return (1.0 - epsilon) * cvar(losses, rho) + epsilon * mean

@@ -1,0 +1,90 @@
+"""The server half of Algorithm 1: an explicit ServerState and a pure `apply`.
+
+The server sees only sums over collaborators (what secure aggregation reveals):
+sum w_k (theta_k - theta_t), sum w_k (c_k - c_t) and sum w_k. It moves to the
+weighted mean, projects c onto [0, B] and keeps the running average of the
+iterates, which is the algorithm's output (the last iterate is kept too).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from fedfair.core.errors import FedfairError
+from fedfair.core.local import Update
+
+
+class AggregateError(FedfairError):
+    """An aggregate the server must not apply (empty, non-finite)."""
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Sums over the collaborators that completed a round."""
+
+    weighted_delta: torch.Tensor
+    weighted_delta_c: float
+    total_weight: float
+
+    @classmethod
+    def of(cls, updates: Iterable[Update]) -> Aggregate:
+        """The plain (unmasked) sum, as the simulation and the insecure mode compute it."""
+        contributions = list(updates)
+        if not contributions:
+            raise AggregateError("no collaborator contributed to this round; nothing to aggregate")
+        total = torch.stack([update.weighted_vector() for update in contributions]).sum(dim=0)
+        return cls.from_vector(total, sum(update.weight for update in contributions))
+
+    @classmethod
+    def from_vector(cls, weighted_sum: torch.Tensor, total_weight: float) -> Aggregate:
+        """Split a summed [w * delta, w * delta_c] vector, as secure aggregation returns it."""
+        return cls(weighted_delta=weighted_sum[:-1], weighted_delta_c=float(weighted_sum[-1]), total_weight=total_weight)
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """Everything the server carries between rounds (and checkpoints)."""
+
+    round: int
+    theta: torch.Tensor
+    c: float
+    theta_average: torch.Tensor
+    c_average: float
+    averaged_rounds: int
+
+
+def init(theta: torch.Tensor, bound: float, c: float | None = None) -> ServerState:
+    """Round 0: the initial model, and c at the upper bound B as the algorithm starts it."""
+    start = theta.detach().to("cpu", torch.float64).clone()
+    c0 = float(bound if c is None else c)
+    return ServerState(round=0, theta=start, c=c0, theta_average=start.clone(), c_average=c0, averaged_rounds=0)
+
+
+def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_from: int = 0) -> ServerState:
+    """One server step: theta += sum(w dtheta)/sum(w); c = proj_[0,B](c + sum(w dc)/sum(w)).
+
+    Iterates from round `average_from` + 1 on enter the running average
+    (suffix averaging; 0 averages every iterate, as in the paper's analysis).
+    """
+    if not aggregate.total_weight > 0.0 or not math.isfinite(aggregate.total_weight):
+        raise AggregateError(f"total weight {aggregate.total_weight} is not a positive number; the round is void")
+    step = aggregate.weighted_delta.to(torch.float64) / aggregate.total_weight
+    step_c = aggregate.weighted_delta_c / aggregate.total_weight
+    if not bool(torch.isfinite(step).all()) or not math.isfinite(step_c):
+        raise AggregateError("the aggregated update contains NaN or Inf; the round is void and the model unchanged")
+    theta = state.theta + step
+    c = min(max(state.c + step_c, 0.0), bound)
+    round_number = state.round + 1
+    if round_number > average_from:
+        count = state.averaged_rounds + 1
+        theta_average = state.theta_average + (theta - state.theta_average) / count if count > 1 else theta.clone()
+        c_average = state.c_average + (c - state.c_average) / count if count > 1 else c
+    else:
+        count, theta_average, c_average = 0, theta.clone(), c
+    return ServerState(
+        round=round_number, theta=theta, c=c, theta_average=theta_average, c_average=c_average, averaged_rounds=count
+    )

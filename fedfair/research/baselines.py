@@ -1,0 +1,270 @@
+"""The methods FedSRCVaR is compared with, built on the same learning core.
+
+Every baseline trains with `local.LocalLearner` on the plain mean loss and moves
+the server with `server.apply`, so differences in results come from the method,
+not from the plumbing. They differ in what the server must learn each round:
+
+- FedAvg: nothing beyond the weighted sum of model updates, like FedSRCVaR, so
+  secure aggregation can hide every collaborator's update.
+- AFL and q-FedAvg: in addition, every collaborator's mean training loss in
+  plaintext, because the server's weights depend on each loss separately.
+- Centralized ERM / CVaR: all the data, pooled. They are yardsticks, not
+  federated methods.
+
+All return `simulation.SimulationResult` (AFL a subclass that adds its mixture
+weights), so callers treat them alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+
+from fedfair.core import server
+from fedfair.core.data import client_batch_sizes
+from fedfair.core.errors import ConfigError
+from fedfair.core.evaluation import evaluate
+from fedfair.core.local import LocalLearner, Update
+from fedfair.core.models import flat_parameters
+from fedfair.core.objective import ObjectiveConfig
+from fedfair.privacy import PrivacyConfig
+from fedfair.research import simulation
+from fedfair.research.simulation import (
+    Federation,
+    RoundCallback,
+    SimulationResult,
+    TrainingConfig,
+)
+
+# Turns one round's updates and (when the method needs them) the collaborators'
+# mean losses at theta_t into the sums server.apply consumes.
+Combine = Callable[[list[Update], np.ndarray], server.Aggregate]
+
+
+def project_onto_simplex(vector: np.ndarray) -> np.ndarray:
+    """Euclidean projection onto {x : x >= 0, sum(x) = 1}.
+
+    The projection is max(v - tau, 0) for the one tau that makes it sum to 1. With
+    v sorted in decreasing order u, the coordinates kept positive are the first r,
+    where r is the largest index with u_r > (sum_{i<=r} u_i - 1) / r.
+    """
+    values = np.asarray(vector, dtype=np.float64)
+    if values.ndim != 1 or values.size == 0 or not np.isfinite(values).all():
+        raise ConfigError(f"can only project a non-empty finite 1-D vector onto the simplex, got shape {values.shape}")
+    ordered = np.sort(values)[::-1]
+    shifted_sums = np.cumsum(ordered) - 1.0
+    ranks = np.arange(1, values.size + 1)
+    kept = int(np.nonzero(ordered - shifted_sums / ranks > 0.0)[0][-1]) + 1
+    tau = shifted_sums[kept - 1] / kept
+    return np.maximum(values - tau, 0.0)
+
+
+def _reweighted(updates: Sequence[Update], weights: Sequence[float]) -> server.Aggregate:
+    """The sums of the updates with the method's weights in place of b_k."""
+    return server.Aggregate.of(
+        replace(update, weight=float(weight)) for update, weight in zip(updates, weights, strict=True)
+    )
+
+
+def _client_losses(learners: Sequence[LocalLearner], federation: Federation, theta: torch.Tensor) -> np.ndarray:
+    """Each collaborator's mean training loss at theta_t, computed on its own data."""
+    losses = np.array(
+        [
+            evaluate(learner.model, theta, client).losses.mean()
+            for learner, client in zip(learners, federation.train, strict=True)
+        ]
+    )
+    if not np.isfinite(losses).all():
+        raise server.AggregateError("a collaborator's mean loss is NaN or Inf; the model diverged, lower --lr")
+    return losses
+
+
+def _run_combined(
+    federation: Federation,
+    training: TrainingConfig,
+    combine: Combine,
+    *,
+    steps: Sequence[int] | None = None,
+    needs_losses: bool = False,
+    describe: Callable[[], dict[str, float]] | None = None,
+    on_round: RoundCallback | None = None,
+) -> SimulationResult:
+    """`simulation.run_rounds` with the method's own server combination and per-client step counts.
+
+    `steps[k]` local steps for collaborator k (default: tau for all); `describe`
+    adds the method's server-side state to each history record.
+    """
+    template, learners = simulation.make_learners(federation, training, None)
+    counts = list(steps) if steps is not None else [training.local.local_steps] * len(learners)
+    state = server.init(flat_parameters(template), bound=0.0)
+    pooled = simulation.history_sample(federation) if training.record_every else None
+    history: list[dict[str, float]] = []
+    for _ in range(training.rounds):
+        losses = _client_losses(learners, federation, state.theta) if needs_losses else np.empty(0)
+        updates = []
+        for learner, count in zip(learners, counts, strict=True):
+            learner.begin(state.theta, 0.0)
+            for _ in range(count):
+                learner.step()
+            updates.append(learner.finish())
+        state = server.apply(state, combine(updates, losses), bound=0.0, average_from=training.average_from_round)
+        if on_round is not None:
+            on_round(state)
+        if pooled is not None and (state.round % training.record_every == 0 or state.round == training.rounds):
+            record = simulation.round_record(template, state, pooled, None)
+            history.append((record | describe()) if describe is not None else record)
+    return SimulationResult(state=state, model=template, history=history)
+
+
+def run_fedavg(
+    federation: Federation,
+    training: TrainingConfig,
+    *,
+    local_epochs: int | None = None,
+    on_round: RoundCallback | None = None,
+    privacy: PrivacyConfig | None = None,
+) -> SimulationResult:
+    """FedAvg (McMahan et al. 2017): local SGD on the mean loss, updates averaged with weights b_k.
+
+    Reveals to the server: nothing beyond the weighted sum of model updates.
+
+    By default every collaborator takes tau = `training.local.local_steps` steps,
+    which is exactly Algorithm 1's loop with epsilon = 1. With `local_epochs` = E,
+    collaborator k takes E * ceil(n_k / b_k) steps instead (E passes over its data,
+    the paper's FedAvg setting), so step counts differ between collaborators.
+    """
+    if local_epochs is None:
+        return simulation.run_rounds(federation, training, None, on_round=on_round, privacy=privacy)
+    if privacy is not None and privacy.enabled:
+        raise ConfigError("DP-SGD with local epochs is not supported; use --local-steps with the --dp-* flags")
+    if local_epochs < 1:
+        raise ConfigError(f"local epochs must be at least 1, got {local_epochs}; e.g. --local-epochs 3")
+    if training.local.local_steps != 1 or training.local.reuse_batch:
+        raise ConfigError("local epochs set the number of local steps; drop --local-steps / --reuse-batch")
+    sizes = [client.size for client in federation.train]
+    batch_sizes = client_batch_sizes(sizes, training.batch_size)
+    steps = [local_epochs * math.ceil(size / batch) for size, batch in zip(sizes, batch_sizes, strict=True)]
+    return _run_combined(
+        federation, training, lambda updates, _: server.Aggregate.of(updates), steps=steps, on_round=on_round
+    )
+
+
+@dataclass
+class AFLResult(SimulationResult):
+    """A SimulationResult plus AFL's final mixture weights lambda (in `federation.train` order)."""
+
+    mixture: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def run_afl(
+    federation: Federation,
+    training: TrainingConfig,
+    *,
+    mixture_lr: float,
+    on_round: RoundCallback | None = None,
+) -> AFLResult:
+    """Agnostic Federated Learning (Mohri et al. 2019): min over theta, max over client mixtures lambda.
+
+    Reveals to the server: every collaborator's mean training loss F_k in
+    plaintext each round (the ascent direction for lambda), besides the updates.
+
+    The objective is sum_k lambda_k F_k(theta) with lambda in the simplex. Each
+    round, from (theta_t, lambda_t): collaborators take tau SGD steps on their mean
+    loss and report F_k(theta_t); the server moves theta by sum_k lambda_k delta_k
+    (a descent step on the lambda-weighted loss) and lambda by projected gradient
+    ascent, lambda <- proj_simplex(lambda + mixture_lr * F). lambda starts uniform;
+    the output is the average iterate, as for the other methods. Computing F_k
+    costs each collaborator one forward pass over its training data per round.
+    History records carry lambda as `lambda_0`, `lambda_1`, ...
+    """
+    if not mixture_lr > 0.0 or not math.isfinite(mixture_lr):
+        raise ConfigError(f"mixture_lr must be a positive number, got {mixture_lr}; e.g. --mixture-lr 0.01")
+    mixture = np.full(len(federation.train), 1.0 / len(federation.train))
+
+    def combine(updates: list[Update], losses: np.ndarray) -> server.Aggregate:
+        nonlocal mixture
+        aggregate = _reweighted(updates, mixture)
+        mixture = project_onto_simplex(mixture + mixture_lr * losses)
+        return aggregate
+
+    def describe() -> dict[str, float]:
+        return {f"lambda_{index}": float(weight) for index, weight in enumerate(mixture)}
+
+    result = _run_combined(federation, training, combine, needs_losses=True, describe=describe, on_round=on_round)
+    return AFLResult(state=result.state, model=result.model, history=result.history, mixture=mixture)
+
+
+def run_qfedavg(
+    federation: Federation,
+    training: TrainingConfig,
+    *,
+    q: float,
+    on_round: RoundCallback | None = None,
+) -> SimulationResult:
+    """q-FedAvg (Li et al. 2020), the solver of q-FFL: min over theta of sum_k F_k^(q+1) / (q+1).
+
+    Reveals to the server: every collaborator's mean training loss F_k in
+    plaintext each round (it sets both the weights and the step size), besides
+    the updates.
+
+    With L = 1 / lr, collaborator k's tau local steps give Delta_k = L (theta_t - theta_k)
+    and h_k = q F_k^(q-1) ||Delta_k||^2 + L F_k^q, with F_k = F_k(theta_t); the server
+    sets theta_{t+1} = theta_t - sum_k F_k^q Delta_k / sum_k h_k. Larger q weighs
+    high-loss collaborators more. q = 0 gives h_k = L, so theta_{t+1} is the
+    unweighted mean of the collaborators' models: FedAvg with equal weights.
+    """
+    if not q >= 0.0 or not math.isfinite(q):
+        raise ConfigError(f"q must be a number >= 0, got {q}; 0 is FedAvg with equal client weights, e.g. --q 1")
+    lipschitz = 1.0 / training.local.lr
+
+    def combine(updates: list[Update], losses: np.ndarray) -> server.Aggregate:
+        powered = losses**q
+        squared_norms = np.array([float(update.delta.double().square().sum()) for update in updates]) * lipschitz**2
+        curvature = np.zeros_like(losses)
+        # A collaborator with zero loss has zero gradient too, and the term
+        # q F^(q-1) ||Delta||^2 tends to 0 with it; evaluated literally it is 0 * inf.
+        positive = losses > 0.0
+        curvature[positive] = q * losses[positive] ** (q - 1.0) * squared_norms[positive]
+        # server.apply adds sum(w * (theta_k - theta_t)) / total_weight, and
+        # -F^q Delta_k = L F^q (theta_k - theta_t): weights L F^q over the total sum(h).
+        aggregate = _reweighted(updates, lipschitz * powered)
+        return replace(aggregate, total_weight=float((curvature + lipschitz * powered).sum()))
+
+    return _run_combined(federation, training, combine, needs_losses=True, on_round=on_round)
+
+
+def _pooled(federation: Federation) -> Federation:
+    """A one-collaborator federation holding all the training data (held-out data unchanged)."""
+    return replace(federation, train=(federation.pooled("train"),))
+
+
+def run_central_erm(
+    federation: Federation, training: TrainingConfig, *, on_round: RoundCallback | None = None
+) -> SimulationResult:
+    """Centralized SGD on the mean loss over the pooled training data (ERM).
+
+    Reveals: all training data to one place; a yardstick for what federation costs.
+    It is FedAvg with a single collaborator, so batches and steps follow `training`.
+    """
+    return simulation.run_rounds(_pooled(federation), training, None, on_round=on_round)
+
+
+def run_central_cvar(
+    federation: Federation,
+    objective: ObjectiveConfig,
+    training: TrainingConfig,
+    *,
+    on_round: RoundCallback | None = None,
+) -> SimulationResult:
+    """Centralized SGD on CVaR_rho (the dual of DRO) over the pooled training data.
+
+    Reveals: all training data to one place; a yardstick. CVaR is RCVaR at
+    epsilon = 0, so `objective.epsilon` is ignored and rho, the smoothing and the
+    bound B are taken from `objective`.
+    """
+    cvar_objective = replace(objective, epsilon=0.0)
+    return simulation.run_rounds(_pooled(federation), training, cvar_objective, on_round=on_round)

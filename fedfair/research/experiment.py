@@ -1,0 +1,453 @@
+"""Experiments from the command line: `fedfair simulate`, `reference`, `sweep`.
+
+Turns flags into a dataset, a partition into collaborators, a method run in
+process, and a fairness report on held-out data. Every method is judged by the
+same report, so FedSRCVaR and the baselines compare like for like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedfair.core.errors import ConfigError
+from fedfair.core.evaluation import evaluate
+from fedfair.core.local import LocalConfig
+from fedfair.core.models import MODEL_NAMES, build_model
+from fedfair.core.objective import (
+    SMOOTH_PLUS_FUNCTIONS,
+    ObjectiveConfig,
+    cvar_threshold,
+)
+from fedfair.core.server import Aggregate, ServerState
+from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
+from fedfair.fairness import pooled as metrics
+from fedfair.privacy import (
+    PrivacyConfig,
+    add_privacy_arguments,
+    privacy_config_from_args,
+)
+from fedfair.research import baselines
+from fedfair.research.reference import solve_reference
+from fedfair.research.simulation import (
+    Federation,
+    SecureSum,
+    SimulationResult,
+    TrainingConfig,
+    federation_from_arrays,
+    run_fedsrcvar,
+    training_objectives,
+)
+from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
+
+METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "central-erm", "central-cvar")
+PAPER_EPSILONS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+PAPER_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Everything one simulated experiment needs; `to_dict` is what --json records."""
+
+    dataset: str = "adult"
+    data: str | None = None
+    label: str | None = None
+    split_by: str | None = None
+    partition: str = "race"
+    clients: int = 3
+    alpha: float = 0.5
+    method: str = "fedsrcvar"
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    secure_aggregation: bool = False
+    afl_mixture_lr: float = 0.01
+    qfedavg_q: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"unknown method '{self.method}'; choose one of: {', '.join(METHODS)}")
+        if self.clients < 1:
+            raise ConfigError(f"clients must be at least 1, got {self.clients}; e.g. --clients 3")
+        if self.privacy.enabled and self.method not in ("fedsrcvar", "fedavg"):
+            raise ConfigError(f"DP-SGD is available for fedsrcvar and fedavg, not {self.method}; drop the --dp-* flags")
+        if self.secure_aggregation and (self.method != "fedsrcvar" or self.clients < 2):
+            raise ConfigError("--secure-aggregation needs --method fedsrcvar and at least 2 clients")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags `simulate`, `reference` and `sweep` share, each with a default that just works."""
+    data = parser.add_argument_group("data")
+    data.add_argument("--dataset", default="adult", help=f"one of: {', '.join(DATASETS)} (default adult)")
+    data.add_argument("--data", help="your own CSV or Parquet file instead of --dataset")
+    data.add_argument("--label", help="label column of --data")
+    data.add_argument("--split-by", dest="split_by", help="column of --data that names each row's site or group")
+    data.add_argument(
+        "--partition",
+        default=None,
+        help="how rows go to clients: a column (race, site, ...), class, dirichlet or iid (default: the dataset's own)",
+    )
+    data.add_argument("--clients", type=int, default=3, help="number of collaborators (default 3)")
+    data.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --partition dirichlet")
+    learning = parser.add_argument_group("learning")
+    learning.add_argument("--model", default="logreg", choices=MODEL_NAMES)
+    learning.add_argument("--method", default="fedsrcvar", choices=METHODS)
+    learning.add_argument("--epsilon", type=float, default=0.1, help="trade-off: 1 is ERM, 0 is CVaR (default 0.1)")
+    learning.add_argument("--rho", type=float, default=0.3, help="smallest protected group fraction (default 0.3)")
+    learning.add_argument("--gamma", type=float, default=0.05, help="smoothing of the plus function (default 0.05)")
+    learning.add_argument("--smooth", default="softrelu", choices=sorted(SMOOTH_PLUS_FUNCTIONS))
+    learning.add_argument("--bound", type=float, default=10.0, help="upper bound B of the threshold c (default 10)")
+    learning.add_argument("--local-steps", type=int, default=1, help="tau: local SGD steps per round (default 1)")
+    learning.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="total mini-batch per round, split b_k ~ n_k; 0 = full batches (default: 1024 logreg, 256 others)",
+    )
+    learning.add_argument(
+        "--lr", type=float, default=None, help="step size for theta (default: 0.5 / ((1 - epsilon) / rho + epsilon))"
+    )
+    learning.add_argument("--threshold-lr", type=float, default=None, help="step size for c (default: as --lr)")
+    learning.add_argument("--rounds", type=int, default=1000, help="communication rounds (default 1000)")
+    learning.add_argument("--average-from", type=float, default=0.5, help="fraction of rounds before iterate averaging")
+    learning.add_argument("--reuse-batch", action="store_true", help="one mini-batch per round for all tau steps")
+    learning.add_argument("--seed", type=int, default=0)
+    learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    learning.add_argument("--record-every", type=int, default=0, help="record history every N rounds (default: 20 points)")
+    learning.add_argument(
+        "--secure-aggregation",
+        action="store_true",
+        help="sum every round through the real secure-aggregation protocol, in process (slower)",
+    )
+    add_privacy_arguments(parser)
+    parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
+
+
+def default_step_size(epsilon: float, rho: float) -> float:
+    """0.5 / ((1 - eps) / rho + eps): the smoothed objective's curvature grows like (1 - eps) / rho + eps
+    (the paper's smoothness constant), so a step that is safe at rho = 1 is scaled down with it."""
+    return 0.5 / ((1.0 - epsilon) / rho + epsilon)
+
+
+def default_batch_size(model: str) -> int:
+    """Large enough that the c-gradient noise at small rho (it scales as 1/rho) averages out for
+    the convex model; the neural models keep the paper's smaller batches, which their step cost needs."""
+    return 1024 if model == "logreg" else 256
+
+
+def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
+    """Validate flags into an ExperimentConfig; invalid values raise ConfigError naming the fix."""
+    if args.data is not None and args.label is None:
+        raise ConfigError("--data needs --label naming the label column")
+    partition_scheme = args.partition or (
+        args.split_by if args.data else DATASETS[args.dataset].default_partition if args.dataset in DATASETS else "iid"
+    )
+    objective = ObjectiveConfig(epsilon=args.epsilon, rho=args.rho, gamma=args.gamma, smooth=args.smooth, bound=args.bound)
+    step = default_step_size(objective.epsilon, objective.rho)
+    if args.data is None and args.dataset not in DATASETS:
+        raise ConfigError(f"unknown dataset '{args.dataset}'; choose one of: {', '.join(DATASETS)} or pass --data FILE")
+    return ExperimentConfig(
+        dataset=args.dataset if args.data is None else Path(args.data).name,
+        data=args.data,
+        label=args.label,
+        split_by=args.split_by,
+        partition=partition_scheme or "iid",
+        clients=args.clients,
+        alpha=args.alpha,
+        method=args.method,
+        objective=objective,
+        training=TrainingConfig(
+            model=args.model,
+            rounds=args.rounds,
+            batch_size=args.batch_size if args.batch_size is not None else default_batch_size(args.model),
+            local=LocalConfig(
+                local_steps=args.local_steps,
+                lr=args.lr if args.lr is not None else step,
+                threshold_lr=args.threshold_lr if args.threshold_lr is not None else step,
+                reuse_batch=args.reuse_batch,
+            ),
+            seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+            average_from=args.average_from,
+            record_every=args.record_every or max(args.rounds // 20, 1),
+        ),
+        privacy=privacy_config_from_args(args),
+        secure_aggregation=args.secure_aggregation,
+    )
+
+
+def parse_flags(flags: Sequence[str] = ()) -> argparse.Namespace:
+    """The experiment flags parsed as the CLI would, defaults included."""
+    parser = argparse.ArgumentParser()
+    add_experiment_arguments(parser)
+    return parser.parse_args(list(flags))
+
+
+def config_from_flags(flags: Sequence[str] = ()) -> ExperimentConfig:
+    """The ExperimentConfig the CLI would build from these flags."""
+    return config_from_args(parse_flags(flags))
+
+
+def load_federation(config: ExperimentConfig) -> Federation:
+    """Load the dataset and split it into collaborators (train and held-out data alike)."""
+    if config.data is not None:
+        dataset = load_csv(Path(config.data), label=config.label or "", split_by=config.split_by, seed=config.training.seed)
+    else:
+        dataset = load_dataset(config.dataset)
+    splits = partition(dataset, config.partition, config.clients, seed=config.training.seed, alpha=config.alpha)
+    return federation_from_arrays(
+        [split.name for split in splits],
+        [(dataset.x_train[split.train_index], dataset.y_train[split.train_index]) for split in splits],
+        [(dataset.x_test[split.test_index], dataset.y_test[split.test_index]) for split in splits],
+        dataset.num_classes,
+        dataset.image_shape,
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A method's final parameters and threshold, with its per-round history."""
+
+    theta: torch.Tensor
+    c: float | None
+    history: list[dict[str, float]]
+    privacy: dict[str, dict[str, Any]]
+
+
+def _from_result(result: SimulationResult, has_threshold: bool) -> Outcome:
+    state = result.state
+    return Outcome(state.theta_average, state.c_average if has_threshold else None, result.history, result.privacy)
+
+
+SECURE_CLIP = 10.0
+SECURE_MODULUS_BITS = 64
+
+
+def secure_sum(config: ExperimentConfig, federation: Federation) -> SecureSum:
+    """Secure aggregation with the runtime's default encoding: deltas clipped to +-10, 64-bit
+    words, as many fractional bits as the largest possible weighted sum leaves room for."""
+    sizes = [client.size for client in federation.train]
+    max_weight = float(max(sizes))
+    bits = largest_safe_fractional_bits(SECURE_CLIP, SECURE_MODULUS_BITS, len(sizes), max_weight)
+    return SecureSum(EncodingConfig(SECURE_CLIP, max_weight, bits, SECURE_MODULUS_BITS))
+
+
+def run_method(
+    config: ExperimentConfig, federation: Federation, on_round: Callable[[ServerState], None] | None = None
+) -> Outcome:
+    """Train with the configured method; the output is the averaged iterate as in the paper."""
+    training, objective = config.training, config.objective
+    if config.method == "fedsrcvar":
+        aggregate = secure_sum(config, federation) if config.secure_aggregation else Aggregate.of
+        result = run_fedsrcvar(
+            federation, objective, training, aggregate=aggregate, on_round=on_round, privacy=config.privacy
+        )
+        return _from_result(result, True)
+    if config.method == "fedavg":
+        result = baselines.run_fedavg(federation, training, on_round=on_round, privacy=config.privacy)
+    elif config.method == "afl":
+        result = baselines.run_afl(federation, training, mixture_lr=config.afl_mixture_lr)
+    elif config.method == "qfedavg":
+        result = baselines.run_qfedavg(federation, training, q=config.qfedavg_q)
+    elif config.method == "central-erm":
+        result = baselines.run_central_erm(federation, training)
+    else:
+        result = baselines.run_central_cvar(federation, objective, training)
+        return _from_result(result, True)
+    return _from_result(result, False)
+
+
+def final_report(config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None) -> dict[str, Any]:
+    """Training objectives (exact and smoothed) and the held-out fairness report at rho."""
+    model = build_model(
+        config.training.model,
+        federation.num_features,
+        federation.num_classes,
+        image_shape=federation.image_shape,
+        dtype=config.training.torch_dtype,
+    )
+    train = evaluate(model, theta, federation.pooled("train"))
+    threshold = c if c is not None else cvar_threshold(train.losses, config.objective.rho)
+    exact, smooth = training_objectives(train.losses, threshold, config.objective)
+    test = evaluate(model, theta, federation.pooled("test"))
+    report = metrics.group_risk_report(test.losses, test.correct, config.objective.rho)
+    return {
+        "train_objective": exact,
+        "train_objective_smooth": smooth,
+        "c": threshold,
+        "test": report.to_dict(),
+    }
+
+
+class Progress:
+    """A throttled progress line on stderr for long runs."""
+
+    def __init__(self, total: int, label: str, interval_s: float = 2.0) -> None:
+        self.total, self.label, self.interval_s = total, label, interval_s
+        self.started = self.last = time.perf_counter()
+
+    def __call__(self, state: ServerState) -> None:
+        now = time.perf_counter()
+        if now - self.last >= self.interval_s or state.round == self.total:
+            self.last = now
+            rate = state.round / max(now - self.started, 1e-9)
+            print(f"{self.label}: round {state.round}/{self.total}, c={state.c:.4f}, {rate:.0f} rounds/s", file=sys.stderr)
+
+
+def simulate(config: ExperimentConfig, federation: Federation, progress: bool = True) -> dict[str, Any]:
+    """Run one experiment and return the JSON-ready result."""
+    started = time.perf_counter()
+    outcome = run_method(config, federation, Progress(config.training.rounds, config.method) if progress else None)
+    return {
+        "config": config.to_dict(),
+        "final": final_report(config, federation, outcome.theta, outcome.c),
+        "history": outcome.history,
+        "privacy": outcome.privacy,
+        "seconds": time.perf_counter() - started,
+        "clients": {client.name: client.size for client in federation.train},
+    }
+
+
+def reference(config: ExperimentConfig, federation: Federation) -> dict[str, Any]:
+    """The centralized optimum of the smoothed objective, in the same JSON shape as `simulate`."""
+    started = time.perf_counter()
+    solution = solve_reference(federation, config.objective, model_name=config.training.model, seed=config.training.seed)
+    final = final_report(replace(config, training=replace(config.training, dtype="float64")), federation, solution.theta, solution.c)
+    final["train_objective_smooth_solver"] = solution.objective_smooth
+    return {
+        "config": config.to_dict(),
+        "final": final,
+        "history": [{"iterations": solution.iterations}],
+        "seconds": time.perf_counter() - started,
+        "clients": {client.name: client.size for client in federation.train},
+    }
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """A readable table of one result."""
+    config, final = result["config"], result["final"]
+    objective = config["objective"]
+    lines = [
+        f"{config['method']} on {config['dataset']} ({', '.join(f'{k}: {v}' for k, v in result['clients'].items())})",
+        f"  epsilon={objective['epsilon']} rho={objective['rho']} model={config['training']['model']} "
+        f"rounds={config['training']['rounds']} ({result['seconds']:.1f} s)",
+        f"  train objective (exact RCVaR)   {final['train_objective']:.5f}",
+        f"  train objective (smoothed)      {final['train_objective_smooth']:.5f}   c = {final['c']:.5f}",
+        f"  test, at rho = {objective['rho']}:",
+    ]
+    test = final["test"]
+    for key in ("mean_risk", "worst_risk", "best_risk", "disparity", "accuracy", "worst_error"):
+        lines.append(f"    {key:<14}{test[key]:.5f}")
+    return "\n".join(lines)
+
+
+def write_json(path: Path | None, payload: dict[str, Any]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2, default=str))
+
+
+def _simulate_command(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    result = simulate(config, load_federation(config))
+    print(format_report(result))
+    write_json(args.json, result)
+    return 0
+
+
+def _reference_command(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    result = reference(config, load_federation(config))
+    print(format_report({**result, "config": {**result["config"], "method": "reference"}}))
+    write_json(args.json, result)
+    return 0
+
+
+def parse_grid(text: str, name: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"--{name} must be comma-separated numbers, got '{text}'") from None
+
+
+def _sweep_point(job: tuple[ExperimentConfig, Federation]) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    config, federation = job
+    result = simulate(config, federation, progress=False)
+    return {
+        "epsilon": config.objective.epsilon,
+        "rho": config.objective.rho,
+        "train_objective": result["final"]["train_objective"],
+        "train_objective_smooth": result["final"]["train_objective_smooth"],
+        "c": result["final"]["c"],
+        **result["final"]["test"],
+        "seconds": result["seconds"],
+    }
+
+
+def sweep(configs: Sequence[ExperimentConfig], federation: Federation, jobs: int) -> list[dict[str, Any]]:
+    """Run every configuration (one per grid point); one process per core, one thread each."""
+    rows: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for index, row in enumerate(pool.map(_sweep_point, [(config, federation) for config in configs]), start=1):
+            rows.append(row)
+            print(f"sweep: {index}/{len(configs)} done (epsilon={row['epsilon']}, rho={row['rho']})", file=sys.stderr)
+    return rows
+
+
+def grid_configs(args: argparse.Namespace, epsilons: Sequence[float], rhos: Sequence[float]) -> list[ExperimentConfig]:
+    """One config per (epsilon, rho), each with the defaults that pair implies (step sizes scale with it)."""
+    configs = [
+        config_from_args(argparse.Namespace(**{**vars(args), "epsilon": epsilon, "rho": rho}))
+        for epsilon in epsilons
+        for rho in rhos
+    ]
+    # A grid reports final values only: per-round history would multiply its cost.
+    return [replace(config, training=replace(config.training, record_every=0)) for config in configs]
+
+
+def _sweep_command(args: argparse.Namespace) -> int:
+    configs = grid_configs(args, parse_grid(args.epsilons, "epsilons"), parse_grid(args.rhos, "rhos"))
+    rows = sweep(configs, load_federation(configs[0]), args.jobs)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {len(rows)} rows to {args.out}")
+    return 0
+
+
+def register_commands(subparsers: argparse._SubParsersAction) -> None:
+
+    simulate_parser = subparsers.add_parser("simulate", help="run a federation in process and report fairness")
+    add_experiment_arguments(simulate_parser)
+    simulate_parser.set_defaults(handler=_simulate_command)
+
+    reference_parser = subparsers.add_parser("reference", help="the centralized optimum the federation must reach")
+    add_experiment_arguments(reference_parser)
+    reference_parser.set_defaults(handler=_reference_command)
+
+    sweep_parser = subparsers.add_parser("sweep", help="run an epsilon x rho grid to CSV")
+    add_experiment_arguments(sweep_parser)
+    sweep_parser.add_argument("--epsilons", default=",".join(map(str, PAPER_EPSILONS)))
+    sweep_parser.add_argument("--rhos", default=",".join(map(str, PAPER_RHOS)))
+    sweep_parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes")
+    sweep_parser.add_argument("--out", type=Path, default=Path("sweep.csv"))
+    sweep_parser.set_defaults(handler=_sweep_command)

@@ -1,0 +1,301 @@
+"""In-process federation: K collaborators' data in one process, no network.
+
+Runs exactly the code the real processes run: `local.LocalLearner` for each
+collaborator and `server.apply` for the aggregator, summing updates in the clear
+(or, when asked by the caller, through secure aggregation). Fast enough for
+research sweeps over (epsilon, rho) grids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedfair.core import server
+from fedfair.core.data import (
+    ClientData,
+    client_batch_sizes,
+    client_seed,
+    local_batch_size,
+)
+from fedfair.core.device import device_for
+from fedfair.core.errors import ConfigError
+from fedfair.core.evaluation import evaluate
+from fedfair.core.local import (
+    LocalConfig,
+    LocalLearner,
+    RoundTrainer,
+    Update,
+    contributing_updates,
+)
+from fedfair.core.models import build_model, flat_parameters
+from fedfair.core.objective import (
+    ObjectiveConfig,
+    RCVaRThreshold,
+    rcvar,
+    smoothed_rcvar_per_sample,
+)
+from fedfair.privacy import PrivacyConfig, PrivateLearner
+from fedfair.secagg import EncodingConfig, SecAggConfig, simulate_round
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Federation:
+    """The collaborators' training data and held-out data, plus the task's shape."""
+
+    train: tuple[ClientData, ...]
+    test: tuple[ClientData, ...]
+    num_features: int
+    num_classes: int
+    image_shape: tuple[int, ...] | None = None
+
+    def pooled(self, split: str = "train") -> ClientData:
+        """All collaborators' data in one place: only the centralized yardsticks use this."""
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', got '{split}'")
+        parts = self.train if split == "train" else self.test
+        return ClientData(
+            name="pooled",
+            features=torch.cat([part.features for part in parts]),
+            labels=torch.cat([part.labels for part in parts]),
+        )
+
+
+def federation_from_arrays(
+    names: Sequence[str],
+    train: Sequence[tuple[np.ndarray, np.ndarray]],
+    test: Sequence[tuple[np.ndarray, np.ndarray]],
+    num_classes: int,
+    image_shape: tuple[int, ...] | None = None,
+) -> Federation:
+    """Wrap per-client numpy arrays (features, labels) as a Federation."""
+
+    def wrap(name: str, arrays: tuple[np.ndarray, np.ndarray]) -> ClientData:
+        features, labels = arrays
+        return ClientData(name, torch.from_numpy(np.ascontiguousarray(features)), torch.from_numpy(labels).long())
+
+    train_parts = tuple(wrap(name, arrays) for name, arrays in zip(names, train, strict=True))
+    test_parts = tuple(wrap(name, arrays) for name, arrays in zip(names, test, strict=True))
+    return Federation(train_parts, test_parts, int(train[0][0].shape[1]), num_classes, image_shape)
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """How the federation trains: model, rounds, batch sizes, step sizes, seed, device.
+
+    `batch_size` is the total mini-batch per round, split across collaborators in
+    proportion to their sizes (b_k proportional to n_k, as the paper does); 0 means
+    full local batches (b_k = n_k), i.e. federated gradient descent. A deployment,
+    where nobody knows the total, sets `batch_fraction` instead: b_k = round(f * n_k)
+    (at least 1), which overrides `batch_size`.
+    `average_from` is the fraction of rounds after which iterates enter the average.
+    """
+
+    model: str = "logreg"
+    rounds: int = 1000
+    batch_size: int = 1024
+    batch_fraction: float | None = None
+    local: LocalConfig = field(default_factory=LocalConfig)
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    average_from: float = 0.5
+    record_every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ConfigError(f"rounds must be at least 1, got {self.rounds}; e.g. --rounds 1000")
+        if self.batch_size < 0:
+            raise ConfigError(f"batch size must be 0 (full batches) or positive, got {self.batch_size}")
+        if self.batch_fraction is not None and not 0.0 < self.batch_fraction <= 1.0:
+            raise ConfigError(f"batch fraction must be in (0, 1], got {self.batch_fraction}; e.g. 0.01")
+        if not 0.0 <= self.average_from < 1.0:
+            raise ConfigError(f"average_from must be in [0, 1), got {self.average_from}; 0 averages every iterate")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"unknown dtype '{self.dtype}'; choose float32 or float64")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def average_from_round(self) -> int:
+        return int(self.average_from * self.rounds)
+
+
+def make_learners(
+    federation: Federation,
+    training: TrainingConfig,
+    objective: ObjectiveConfig | None,
+) -> tuple[nn.Module, list[LocalLearner]]:
+    """A template model and one LocalLearner per collaborator, each with its own seeded sampler."""
+    device = device_for(training.device)
+
+    def fresh_model() -> nn.Module:
+        return build_model(
+            training.model,
+            federation.num_features,
+            federation.num_classes,
+            image_shape=federation.image_shape,
+            seed=training.seed,
+            dtype=training.torch_dtype,
+        ).to(device)
+
+    sizes = [client.size for client in federation.train]
+    if training.batch_fraction is not None:
+        batch_sizes = [local_batch_size(size, training.batch_fraction) for size in sizes]
+    else:
+        batch_sizes = client_batch_sizes(sizes, training.batch_size)
+    learners = []
+    for index, (client, batch_size) in enumerate(zip(federation.train, batch_sizes)):
+        threshold = None
+        if objective is not None:
+            threshold = RCVaRThreshold(objective, dtype=training.torch_dtype).to(device)
+        learners.append(
+            LocalLearner(
+                fresh_model(),
+                client.features,
+                client.labels,
+                batch_size,
+                training.local,
+                threshold=threshold,
+                seed=client_seed(training.seed, index),
+            )
+        )
+    return fresh_model(), learners
+
+
+def training_objectives(losses: np.ndarray, c: float, objective: ObjectiveConfig) -> tuple[float, float]:
+    """(exact RCVaR minimised over c, smoothed objective at the given c) of training losses."""
+    smooth = smoothed_rcvar_per_sample(
+        torch.from_numpy(losses), c, objective.epsilon, objective.rho, objective.smooth_plus
+    ).mean()
+    return rcvar(losses, objective.epsilon, objective.rho), float(smooth)
+
+
+@dataclass
+class SimulationResult:
+    """The final server state, the model to evaluate it with, and recorded history."""
+
+    state: server.ServerState
+    model: nn.Module
+    history: list[dict[str, float]]
+    privacy: dict[str, dict[str, object]] = field(default_factory=dict)
+
+
+RoundCallback = Callable[[server.ServerState], None]
+
+
+class SecureSum:
+    """Sums each round's updates through the real secure-aggregation protocol, in process.
+
+    Every collaborator encodes [w * delta, w * delta_c] and w, masks it, and the server
+    recovers only the sum, exactly as in a deployment but without the network; the
+    decoded sum differs from the plain one by at most `error_bounds[r]` per coordinate.
+    """
+
+    def __init__(self, encoding: EncodingConfig, federation_id: str = "simulation") -> None:
+        self.encoding = encoding
+        self.federation_id = federation_id
+        self.error_bounds: list[float] = []
+
+    def __call__(self, updates: list[Update]) -> server.Aggregate:
+        vectors = [update.weighted_vector().numpy() for update in updates]
+        config = SecAggConfig(
+            federation_id=self.federation_id,
+            round=len(self.error_bounds) + 1,
+            parties=tuple(f"collaborator-{index}" for index in range(len(updates))),
+            dimension=vectors[0].size,
+            encoding=self.encoding,
+        )
+        trace = simulate_round(
+            config, lambda party: config.encoder.encode(vectors[party - 1], updates[party - 1].weight)
+        )
+        decoded = trace.result.decoded
+        self.error_bounds.append(decoded.error_bound)
+        return server.Aggregate.from_vector(torch.from_numpy(decoded.weighted_sum.copy()), decoded.total_weight)
+
+HISTORY_ROWS = 20_000
+
+
+def history_sample(federation: Federation, limit: int = HISTORY_ROWS) -> ClientData:
+    """The pooled training rows the per-round history is measured on: all of them, or an even
+    spread of `limit` rows for large data, so recording does not dominate the run (the final
+    report always uses every row)."""
+    pooled = federation.pooled("train")
+    if pooled.size <= limit:
+        return pooled
+    rows = torch.linspace(0, pooled.size - 1, limit).long()
+    return ClientData(name="pooled-sample", features=pooled.features[rows], labels=pooled.labels[rows])
+
+
+def run_rounds(
+    federation: Federation,
+    training: TrainingConfig,
+    objective: ObjectiveConfig | None,
+    *,
+    aggregate: Callable[[list[Update]], server.Aggregate] = server.Aggregate.of,
+    on_round: RoundCallback | None = None,
+    privacy: PrivacyConfig | None = None,
+) -> SimulationResult:
+    """Algorithm 1 over the federation; objective None runs the same loop on the mean loss (FedAvg).
+
+    `aggregate` turns the round's updates into sums; the default adds them in the
+    clear, secure aggregation substitutes its masked sum. With `privacy` enabled every
+    collaborator trains with DP-SGD and stops contributing once its budget is spent.
+    """
+    template, learners = make_learners(federation, training, objective)
+    trainers: list[RoundTrainer] = list(learners)
+    if privacy is not None and privacy.enabled:
+        trainers = [
+            PrivateLearner(learner, privacy, planned_rounds=training.rounds, name=client.name)
+            for learner, client in zip(learners, federation.train, strict=True)
+        ]
+    bound = objective.bound if objective is not None else 0.0
+    state = server.init(flat_parameters(template), bound=bound)
+    history: list[dict[str, float]] = []
+    pooled = history_sample(federation) if training.record_every else None
+    for _ in range(training.rounds):
+        updates, trainers = contributing_updates(trainers, state.theta, state.c)
+        state = server.apply(state, aggregate(updates), bound=bound, average_from=training.average_from_round)
+        if on_round is not None:
+            on_round(state)
+        if pooled is not None and (state.round % training.record_every == 0 or state.round == training.rounds):
+            history.append(round_record(template, state, pooled, objective))
+    reports = {trainer.name: trainer.report().to_dict() for trainer in trainers if isinstance(trainer, PrivateLearner)}
+    return SimulationResult(state=state, model=template, history=history, privacy=reports)
+
+
+def round_record(
+    model: nn.Module, state: server.ServerState, pooled: ClientData, objective: ObjectiveConfig | None
+) -> dict[str, float]:
+    """Training objective of the last and averaged iterates at this round."""
+    record: dict[str, float] = {"round": state.round, "c": state.c, "c_average": state.c_average}
+    for label, theta, c in (("last", state.theta, state.c), ("average", state.theta_average, state.c_average)):
+        losses = evaluate(model, theta, pooled).losses
+        record[f"mean_loss_{label}"] = float(losses.mean())
+        if objective is not None:
+            exact, smooth = training_objectives(losses, c, objective)
+            record[f"train_objective_{label}"] = exact
+            record[f"train_objective_smooth_{label}"] = smooth
+    return record
+
+
+def run_fedsrcvar(
+    federation: Federation,
+    objective: ObjectiveConfig,
+    training: TrainingConfig,
+    *,
+    aggregate: Callable[[list[Update]], server.Aggregate] = server.Aggregate.of,
+    on_round: RoundCallback | None = None,
+    privacy: PrivacyConfig | None = None,
+) -> SimulationResult:
+    """FedSRCVaR (Algorithm 1): local steps on smoothed RCVaR, weighted averaging, c projected."""
+    return run_rounds(federation, training, objective, aggregate=aggregate, on_round=on_round, privacy=privacy)
+

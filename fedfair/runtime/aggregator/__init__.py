@@ -1,0 +1,1 @@
+"""The aggregator process: round loop, round driver, upload board, gRPC servicer, checkpoints."""

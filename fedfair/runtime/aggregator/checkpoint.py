@@ -1,0 +1,166 @@
+"""The aggregator's files: atomic checkpoints, the JSON-lines round log, the final model.
+
+A checkpoint holds everything the aggregator needs to continue: the server state
+(theta, c and their running averages), the last finished round and the digest of
+the plan it ran under. It is written to a temporary file in the same folder,
+flushed and fsynced, then renamed over the old one (and the folder fsynced), so a
+crash at any moment leaves either the previous checkpoint or the new one, never a
+torn file. Tensors are stored with ``torch.save`` and read with ``weights_only``,
+so loading a checkpoint cannot run code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedfair.core.errors import ConfigError
+from fedfair.core.files import atomic_write
+from fedfair.core.server import ServerState
+
+CHECKPOINT_NAME = "checkpoint.pt"
+ROUND_LOG_NAME = "rounds.jsonl"
+FINAL_MODEL_NAME = "final_model.pt"
+FINAL_SUMMARY_NAME = "final_model.json"
+FORMAT = "fedfair-aggregator-checkpoint"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The aggregator's state after round `round` (the wire round; aborted rounds count)."""
+
+    round: int
+    state: ServerState
+    plan_digest: str
+    evaluation: Mapping[str, Any] | None = None
+
+
+def state_digest(state: ServerState) -> str:
+    """SHA-256 of (theta, c, their averages): what the round log records at each round's start,
+    so anyone can check that a resumed run starts from exactly the checkpointed model."""
+    digest = hashlib.sha256()
+    for tensor in (state.theta, state.theta_average):
+        digest.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
+    digest.update(json.dumps([state.c, state.c_average, state.averaged_rounds, state.round]).encode())
+    return digest.hexdigest()
+
+
+def _state_dict(state: ServerState) -> dict[str, Any]:
+    return {
+        "round": state.round,
+        "theta": state.theta.detach().to("cpu", torch.float64).clone(),
+        "c": float(state.c),
+        "theta_average": state.theta_average.detach().to("cpu", torch.float64).clone(),
+        "c_average": float(state.c_average),
+        "averaged_rounds": state.averaged_rounds,
+    }
+
+
+def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:
+    """Atomically replace `folder`/checkpoint.pt with `checkpoint`."""
+    path = folder / CHECKPOINT_NAME
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "round": checkpoint.round,
+        "plan_digest": checkpoint.plan_digest,
+        "state": _state_dict(checkpoint.state),
+        "evaluation": json.dumps(checkpoint.evaluation) if checkpoint.evaluation is not None else "",
+    }
+    atomic_write(path, lambda stream: torch.save(payload, stream))
+    return path
+
+
+def load_checkpoint(folder: Path, plan_digest: str) -> Checkpoint:
+    """The checkpoint in `folder`, refused unless it was written under the plan with `plan_digest`."""
+    path = folder / CHECKPOINT_NAME
+    if not path.exists():
+        raise ConfigError(f"no checkpoint at {path} to resume from; start without --resume")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        if payload.get("format") != FORMAT or payload.get("version") != VERSION:
+            raise ValueError(f"not a {FORMAT} version {VERSION} file")
+        raw = payload["state"]
+        state = ServerState(
+            round=int(raw["round"]),
+            theta=raw["theta"].to(torch.float64),
+            c=float(raw["c"]),
+            theta_average=raw["theta_average"].to(torch.float64),
+            c_average=float(raw["c_average"]),
+            averaged_rounds=int(raw["averaged_rounds"]),
+        )
+        finished_round, digest = int(payload["round"]), str(payload["plan_digest"])
+        evaluation = json.loads(payload["evaluation"]) if payload["evaluation"] else None
+    except (
+        OSError,
+        EOFError,
+        RuntimeError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        pickle.UnpicklingError,
+    ) as error:
+        raise ConfigError(
+            f"checkpoint {path} is unreadable ({error}); restore it from a backup or start afresh"
+        ) from None
+    if digest != plan_digest:
+        raise ConfigError(
+            f"checkpoint {path} was written under another plan (digest {digest[:12]}..., this plan "
+            f"{plan_digest[:12]}...); resume with the plan it was made with, or use another output folder"
+        )
+    return Checkpoint(round=finished_round, state=state, plan_digest=digest, evaluation=evaluation)
+
+
+def append_round_log(folder: Path, record: Mapping[str, Any]) -> None:
+    """Append one JSON line to `folder`/rounds.jsonl and fsync it (the log survives a crash too)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ROUND_LOG_NAME).open("a", encoding="utf-8") as stream:
+        stream.write(json.dumps(record, sort_keys=True, allow_nan=False) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def read_round_log(folder: Path) -> list[dict[str, Any]]:
+    """Every record of `folder`/rounds.jsonl, oldest first (empty if there is none)."""
+    path = folder / ROUND_LOG_NAME
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def export_final_model(folder: Path, checkpoint: Checkpoint, summary: Mapping[str, Any]) -> Path:
+    """Write the output model: theta-bar and c-bar (the algorithm's output), the last theta and c,
+    the plan digest and the metrics, as final_model.pt (tensors) and final_model.json (the rest)."""
+    state = checkpoint.state
+    tensors = {
+        "theta_average": state.theta_average.detach().to("cpu", torch.float64).clone(),
+        "c_average": float(state.c_average),
+        "theta": state.theta.detach().to("cpu", torch.float64).clone(),
+        "c": float(state.c),
+        "plan_digest": checkpoint.plan_digest,
+        "rounds": checkpoint.round,
+    }
+    atomic_write(folder / FINAL_MODEL_NAME, lambda stream: torch.save(tensors, stream))
+    document = {
+        "plan_digest": checkpoint.plan_digest,
+        "rounds": checkpoint.round,
+        "applied_rounds": state.round,
+        "c_average": state.c_average,
+        "c": state.c,
+        "parameters": int(state.theta.numel()),
+        "model_sha256": state_digest(state),
+        **summary,
+    }
+    text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False).encode()
+    atomic_write(folder / FINAL_SUMMARY_NAME, lambda stream: stream.write(text))
+    return folder / FINAL_MODEL_NAME

@@ -1,0 +1,264 @@
+"""One aggregation over the network: a secure (or plain) sum of the participants' vectors.
+
+The round driver of the aggregator. For a training round it opens STAGE_TRAIN
+(collaborators download (theta_t, c_t) and train; nothing is uploaded), then the
+four secure-aggregation stages, each of which closes as soon as every expected
+collaborator has uploaded, withdrawn or disconnected, or at its deadline:
+
+    ADVERTISE_KEYS  fetch: the round's public parameters   upload: signed public keys
+    SHARE_KEYS      fetch: the key directory               upload: encrypted shares
+    MASKED_INPUT    fetch: the shares addressed to me      upload: the masked vector
+    UNMASK          fetch: who survived, who dropped        upload: unmasking shares
+
+An evaluation runs the same sequence on the EVALUATE / EVAL_* stages. With secure
+aggregation off, only MASKED_INPUT runs and carries the plain float64 vector and
+weight. Every check on an upload (its sender is the certificate's party, its
+stage, session, shape) happens as it arrives, so a bad upload is refused to its
+sender; too few survivors abort the round with :class:`RoundAborted`.
+
+The secure-aggregation library numbers its sessions: a training round r uses
+session round 2 r and its evaluation 2 r + 1, so the two can never be confused.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.pki.identity import CredentialVerifier
+from fedfair.runtime.aggregator.servicer import Board, UploadRefused
+from fedfair.runtime.contract import EVALUATION, RoundParameters, Stages
+from fedfair.runtime.transport import StageGate, make_binding, pb
+from fedfair.secagg import EncodingConfig, Server
+from fedfair.secagg.errors import ProtocolError
+from fedfair.secagg.messages import (
+    AdvertiseKeys,
+    MaskedInput,
+    ShareKeys,
+    UnmaskResponse,
+)
+
+logger = logging.getLogger("fedfair.aggregator")
+
+MESSAGE_OVERHEAD_BYTES = 64 << 10
+"""Room for headers, keys, signatures and certificates around a stage's vector."""
+
+
+class RoundAborted(FedfairError):
+    """The round could not finish (too few survivors, a failed decode check); the model is unchanged."""
+
+
+@dataclass
+class SumOutcome:
+    """The sum the aggregator learns, and what it knows about the round's participants."""
+
+    weighted_sum: np.ndarray
+    total_weight: float
+    error_bound: float
+    contributors: tuple[str, ...]
+    dropped: dict[str, list[str]] = field(default_factory=dict)
+    received_bytes: int = 0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    """What the driver needs of the plan."""
+
+    federation_id: str
+    secure: bool
+    threshold: int | None
+    neighbours: int | None
+    stage_timeout: float
+
+
+class SumDriver:
+    """Runs aggregations over a Board and a StageGate (one at a time, from one thread)."""
+
+    def __init__(self, board: Board, gate: StageGate, settings: DriverSettings, verify: CredentialVerifier) -> None:
+        self.board = board
+        self.gate = gate
+        self.settings = settings
+        self.verify = verify
+
+    def run(
+        self,
+        round_number: int,
+        stages: Stages,
+        participants: frozenset[str],
+        dimension: int,
+        encoding: EncodingConfig,
+        model: tuple[np.ndarray, float],
+    ) -> SumOutcome:
+        """Open the start stage with `model` for download, then aggregate `dimension`-long vectors."""
+        roster = tuple(sorted(participants))
+        parameters = RoundParameters(
+            kind="evaluate" if stages is EVALUATION else "train",
+            round=round_number,
+            secure=self.settings.secure,
+            parties=roster,
+            dimension=dimension,
+            encoding=encoding,
+            threshold=self.settings.threshold,
+            neighbours=self.settings.neighbours,
+        )
+        start = self.gate.open(
+            round_number, stages.start, timeout_seconds=self.settings.stage_timeout, participants=roster
+        )
+        self.board.set_model(start, *model)
+        self.board.publish(roster, start, pb.ACTION_RUN, deadline_seconds=self.settings.stage_timeout)
+        try:
+            if self.settings.secure:
+                return self._secure(round_number, stages, parameters)
+            return self._plain(round_number, stages, parameters)
+        except (RoundAborted, ProtocolError, ConfigError) as error:
+            self.gate.close()
+            self.board.close_stage()
+            # Bound to the round's last stage, so it comes after whatever a collaborator did last.
+            aborted = make_binding(self.settings.federation_id, round_number, stages.unmask)
+            self.board.publish(roster, aborted, pb.ACTION_ABORTED)
+            raise RoundAborted(str(error)) from None
+
+    # ------------------------------------------------------------ one stage
+
+    def _stage(
+        self,
+        round_number: int,
+        stage: int,
+        expected: frozenset[str],
+        inputs: bytes | Mapping[str, bytes],
+        handler: Callable[[str, bytes], None],
+        max_upload_bytes: int,
+        outcome: SumOutcome,
+    ) -> frozenset[str]:
+        """Run one stage; return who uploaded to it."""
+        started = time.perf_counter()
+        timeout = self.settings.stage_timeout
+        binding = self.gate.open(round_number, stage, timeout_seconds=timeout, participants=expected)
+        self.board.open_stage(binding, expected, inputs, handler, max_upload_bytes=max_upload_bytes, timeout=timeout)
+        self.board.wait_stage()
+        self.gate.close()
+        uploaded, received = self.board.close_stage()
+        if self.board.closed:
+            raise RoundAborted("the aggregator is shutting down")
+        name = pb.Stage.Name(stage)
+        outcome.stage_seconds[name] = time.perf_counter() - started
+        outcome.received_bytes += received
+        missing = sorted(expected - uploaded)
+        if missing:
+            outcome.dropped[name] = missing
+            logger.info("round %d %s: %d of %d uploaded", round_number, name, len(uploaded), len(expected))
+        return uploaded
+
+    # ------------------------------------------------------------ secure aggregation
+
+    def _secure(self, round_number: int, stages: Stages, parameters: RoundParameters) -> SumOutcome:
+        try:
+            config = parameters.secagg_config(self.settings.federation_id, stages)
+        except ConfigError as error:
+            raise RoundAborted(f"secure aggregation cannot run with these participants: {error}") from None
+        server = Server(config, self.verify)
+        outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
+        small = MESSAGE_OVERHEAD_BYTES + 1024 * config.size
+
+        def sender_is(peer: str, sender: int) -> None:
+            # Identity is the certificate's: a message naming another party is refused outright.
+            if sender != config.party_id(peer):
+                raise UploadRefused("the message names another party than the certificate")
+
+        def advertise(peer: str, payload: bytes) -> None:
+            message = AdvertiseKeys.from_bytes(payload)
+            sender_is(peer, message.sender)
+            server.receive_advertisement(message)
+
+        def share(peer: str, payload: bytes) -> None:
+            message = ShareKeys.from_bytes(payload)
+            sender_is(peer, message.sender)
+            server.receive_shares(message)
+
+        def masked(peer: str, payload: bytes) -> None:
+            message = MaskedInput.from_bytes(payload)
+            sender_is(peer, message.sender)
+            server.receive_masked_input(message)
+
+        def unmask(peer: str, payload: bytes) -> None:
+            message = UnmaskResponse.from_bytes(payload)
+            sender_is(peer, message.sender)
+            server.receive_unmask_response(message)
+
+        roster = frozenset(config.parties)
+        advertised = self._stage(
+            round_number, stages.advertise, roster, parameters.to_bytes(), advertise, small, outcome
+        )
+        directory = server.key_directory().to_bytes()
+        self._stage(round_number, stages.share, advertised, directory, share, small, outcome)
+        bundles = {config.name_of(party): bundle.to_bytes() for party, bundle in server.share_bundles().items()}
+        vector_bytes = (config.dimension + 1) * np.dtype(config.encoder.dtype).itemsize + MESSAGE_OVERHEAD_BYTES
+        survivors = self._stage(round_number, stages.masked, frozenset(bundles), bundles, masked, vector_bytes, outcome)
+        request = server.unmask_request().to_bytes()
+        self._stage(round_number, stages.unmask, survivors, request, unmask, small, outcome)
+        result = server.finish()
+        outcome.weighted_sum = result.decoded.weighted_sum
+        outcome.total_weight = result.decoded.total_weight
+        outcome.error_bound = result.decoded.error_bound
+        outcome.contributors = tuple(config.name_of(party) for party in result.contributors)
+        return outcome
+
+    # ------------------------------------------------------------ plain sums
+
+    def _plain(self, round_number: int, stages: Stages, parameters: RoundParameters) -> SumOutcome:
+        dimension, encoding = parameters.dimension, parameters.encoding
+        total = np.zeros(dimension + 1, dtype=np.float64)
+        outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
+
+        def absorb(peer: str, payload: bytes) -> None:
+            vector = decode_plain(payload, dimension, encoding.max_weight)
+            np.add(total, vector, out=total)
+
+        roster = frozenset(parameters.parties)
+        contributors = self._stage(
+            round_number, stages.masked, roster, parameters.to_bytes(), absorb, 8 * (dimension + 1), outcome
+        )
+        if not contributors:
+            raise RoundAborted("no collaborator sent its update")
+        outcome.weighted_sum, outcome.total_weight = total[:-1], float(total[-1])
+        outcome.contributors = tuple(sorted(contributors))
+        return outcome
+
+
+def decode_plain(payload: bytes, dimension: int, max_weight: float) -> np.ndarray:
+    """The server's decode check of a plain upload: d + 1 finite float64 values, a weight in (0, max]."""
+    if len(payload) != 8 * (dimension + 1):
+        raise UploadRefused(f"a plain update must hold {dimension + 1} float64 values")
+    vector = np.frombuffer(payload, dtype="<f8").astype(np.float64)
+    if not np.isfinite(vector).all():
+        raise UploadRefused("the update contains NaN or Inf")
+    if not 0.0 < vector[-1] <= max_weight:
+        raise UploadRefused("the update's weight is out of range")
+    return vector
+
+
+def check_decoded_update(outcome: SumOutcome, clip: float | None, count: int) -> None:
+    """The server's decode check of a summed training update.
+
+    Under secure aggregation every contributor clips each coordinate of its update to
+    [-clip, clip], so the weighted mean lies in that box (up to the rounding bound); a
+    sum outside it, a non-finite one, or a total weight that is not positive means a
+    contributor broke the encoding, and the round is void. Plain sums (clip None) are
+    not clipped, so only the other two checks apply.
+    """
+    if not (math.isfinite(outcome.total_weight) and outcome.total_weight > 0.0):
+        raise RoundAborted(f"the decoded total weight {outcome.total_weight} is not positive; the round is void")
+    if not np.isfinite(outcome.weighted_sum).all():
+        raise RoundAborted("the decoded update contains NaN or Inf; the round is void")
+    if clip is None:
+        return
+    limit = clip * outcome.total_weight + outcome.error_bound * (1.0 + clip) * max(count, 1)
+    if np.abs(outcome.weighted_sum).max(initial=0.0) > limit:
+        raise RoundAborted("the decoded update lies outside the clipping range; a contributor broke the encoding")

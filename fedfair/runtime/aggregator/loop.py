@@ -1,0 +1,425 @@
+"""The aggregator process: ``fedfair aggregator start --plan aggregator/plan.toml``.
+
+It serves the Federation gRPC service over mutual TLS (client certificates
+required, names checked against the plan's allow-list) and drives the rounds of
+FedSRCVaR from one thread. The pieces are small and separate:
+
+- :mod:`fedfair.runtime.aggregator.servicer`: the gRPC service and the board it shares with the driver;
+- :mod:`fedfair.runtime.aggregator.driver`: one secure (or plain) sum over the network;
+- :mod:`fedfair.runtime.aggregator.checkpoint`: atomic checkpoints, the round log, the final model;
+- this module: the round loop (quorum, apply, evaluate, checkpoint, log) and the command.
+
+The learning itself is `fedfair.core.server.apply`, unchanged: the aggregator turns the
+decoded sum into a `server.Aggregate` and applies it, exactly as the in-process
+simulation does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import torch
+from cryptography import x509
+
+from fedfair import pki
+from fedfair.core import server
+from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.models import build_model, flat_parameters
+from fedfair.fairness import sums as evaluation
+from fedfair.runtime.aggregator.checkpoint import (
+    Checkpoint,
+    append_round_log,
+    export_final_model,
+    load_checkpoint,
+    save_checkpoint,
+    state_digest,
+)
+from fedfair.runtime.aggregator.driver import (
+    DriverSettings,
+    RoundAborted,
+    SumDriver,
+    check_decoded_update,
+)
+from fedfair.runtime.aggregator.servicer import Board, Servicer
+from fedfair.runtime.contract import EVALUATION, TRAINING
+from fedfair.runtime.faults import maybe_die
+from fedfair.runtime.logs import configure_logging
+from fedfair.runtime.plan import (
+    AggregatorPlan,
+    load_aggregator_plan,
+    plan_digest,
+    shared_settings,
+)
+from fedfair.runtime.transport import (
+    PeerAuthenticator,
+    StageGate,
+    TlsFiles,
+    check_tls_files,
+    make_binding,
+    pb,
+    pb_grpc,
+    server_credentials,
+    server_options,
+)
+from fedfair.secagg import EncodingConfig, check_no_wraparound
+
+logger = logging.getLogger("fedfair.aggregator")
+
+SERVER_KEEPALIVE = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
+"""The aggregator pings quiet connections too, so a peer that vanished without closing
+its connection (a cut cable rather than a killed process) is noticed within seconds."""
+
+GOODBYE_SECONDS = 10.0
+"""How long the aggregator waits for collaborators to read FINISHED before it stops serving."""
+
+
+class QuorumNotReached(FedfairError):
+    """Too few collaborators connected within the round timeout."""
+
+
+def initial_state(plan: AggregatorPlan) -> server.ServerState:
+    """Round 0: the plan's model with its seed's initial weights, c at the bound B (as the simulation)."""
+    model = build_model(
+        plan.model.name,
+        plan.model.features,
+        plan.model.classes,
+        image_shape=plan.model.image_shape,
+        seed=plan.training.seed,
+    )
+    return server.init(flat_parameters(model), bound=plan.objective.bound)
+
+
+def training_encoding(plan: AggregatorPlan) -> EncodingConfig:
+    settings = plan.secure_aggregation
+    return EncodingConfig(
+        clip=settings.clip,
+        max_weight=settings.max_weight,
+        fractional_bits=settings.fractional_bits,
+        modulus_bits=settings.modulus_bits,
+    )
+
+
+@dataclass
+class Network:
+    """The running gRPC server and what its threads share with the round loop."""
+
+    server: grpc.Server
+    port: int
+    board: Board
+    gate: StageGate
+    ca_certificate: x509.Certificate
+
+    def stop(self) -> None:
+        self.board.close()
+        self.server.stop(grace=2.0).wait()
+
+
+def serve(plan: AggregatorPlan, digest: str, address: str | None = None) -> Network:
+    """Start the mTLS gRPC server for `plan` (on `address` if given, else the plan's); return it."""
+    files = TlsFiles.in_folder(plan.aggregator.certs, plan.aggregator.name)
+    certified = check_tls_files(files, "aggregator")
+    if certified != plan.aggregator.name:
+        raise ConfigError(
+            f"{files.cert} certifies '{certified}', not the plan's aggregator name '{plan.aggregator.name}'; "
+            "set [aggregator] name or issue the right certificate"
+        )
+    ca_certificate = pki.load_certificate(files.ca)
+    board = Board(digest)
+    gate = StageGate(plan.federation_id)
+    gate.open(0, pb.STAGE_JOIN)
+    servicer = Servicer(board, gate, PeerAuthenticator(ca_certificate, plan.collaborators), shared_settings(plan))
+    grpc_server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=2 * len(plan.collaborators) + 8, thread_name_prefix="fedfair-rpc"),
+        options=server_options() + SERVER_KEEPALIVE,
+    )
+    pb_grpc.add_FederationServicer_to_server(servicer, grpc_server)
+    target = address or plan.aggregator.address
+    try:
+        port = grpc_server.add_secure_port(target, server_credentials(files))
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise ConfigError(f"cannot listen on {target}; the port is taken or the address is not this machine's")
+    grpc_server.start()
+    return Network(grpc_server, port, board, gate, ca_certificate)
+
+
+class RoundLoop:
+    """The rounds of one federation: quorum, train, apply, evaluate, checkpoint, log."""
+
+    def __init__(self, plan: AggregatorPlan, network: Network, checkpoint: Checkpoint) -> None:
+        self.plan = plan
+        self.network = network
+        self.checkpoint = checkpoint
+        self.output = plan.aggregator.output
+        secure = plan.secure_aggregation
+        self.encoding = training_encoding(plan)
+        self.driver = SumDriver(
+            network.board,
+            network.gate,
+            DriverSettings(
+                federation_id=plan.federation_id,
+                secure=secure.enabled,
+                threshold=secure.threshold,
+                neighbours=secure.neighbours or None,
+                stage_timeout=plan.quorum.round_timeout_seconds,
+            ),
+            pki.credential_verifier(network.ca_certificate, "collaborator"),
+        )
+        self.average_from = int(plan.training.average_from * plan.training.rounds)
+        self.evaluation = checkpoint.evaluation
+
+    def run(self) -> dict[str, Any]:
+        """Run the remaining rounds, export the final model, say FINISHED; return the summary."""
+        rounds = self.plan.training.rounds
+        first = self.checkpoint.round + 1
+        if first > 1:
+            logger.info("resuming at round %d from the checkpoint of round %d", first, self.checkpoint.round)
+        for round_number in range(first, rounds + 1):
+            record = self.train(round_number, wait_for_everyone=round_number == first)
+            if self._evaluation_due(round_number):
+                record["evaluation"] = self.evaluate(round_number)
+            self.checkpoint = Checkpoint(
+                round_number, self.checkpoint.state, self.checkpoint.plan_digest, self.evaluation
+            )
+            save_checkpoint(self.output, self.checkpoint)
+            append_round_log(self.output, record)
+            maybe_die("after-checkpoint", round_number)
+        summary = {
+            "federation_id": self.plan.federation_id,
+            "secure_aggregation": self.plan.secure_aggregation.enabled,
+            "evaluation": self.evaluation,
+        }
+        export_final_model(self.output, self.checkpoint, summary)
+        logger.info("finished %d rounds; final model in %s", rounds, self.output)
+        self.network.board.finish(make_binding(self.plan.federation_id, rounds, pb.STAGE_EVAL_UNMASK))
+        return summary
+
+    def _evaluation_due(self, round_number: int) -> bool:
+        every = self.plan.evaluation.every
+        return round_number == self.plan.training.rounds or (every > 0 and round_number % every == 0)
+
+    def _participants(self, round_number: int, *, wait_for_everyone: bool) -> frozenset[str]:
+        """Who takes part: collaborators with a live task stream, at least the quorum of them.
+
+        The first round of a run waits for every collaborator in the plan (up to the round
+        timeout), so a federation starts whole; later rounds start with whoever is there.
+        """
+        board, quorum = self.network.board, self.plan.quorum
+        wanted = len(self.plan.collaborators) if wait_for_everyone else quorum.min_collaborators
+        connected = board.wait_for_connected(wanted, quorum.round_timeout_seconds)
+        if len(connected) < quorum.min_collaborators:
+            raise QuorumNotReached(
+                f"round {round_number}: only {len(connected)} of the {len(self.plan.collaborators)} collaborators "
+                f"connected within {quorum.round_timeout_seconds:g} s, below the quorum of "
+                f"{quorum.min_collaborators}; start the collaborators, then run again with --resume"
+            )
+        return connected
+
+    def train(self, round_number: int, *, wait_for_everyone: bool = False) -> dict[str, Any]:
+        """One training round; the model changes only if the round completes and passes the checks."""
+        participants = self._participants(round_number, wait_for_everyone=wait_for_everyone)
+        state = self.checkpoint.state
+        started = time.perf_counter()
+        self.network.board.new_round(round_number)
+        record: dict[str, Any] = {
+            "round": round_number,
+            "participants": sorted(participants),
+            "model_sha256": state_digest(state),
+            "secure_aggregation": self.plan.secure_aggregation.enabled,
+        }
+        model = (state.theta.numpy(), state.c)
+        try:
+            outcome = self.driver.run(
+                round_number, TRAINING, participants, state.theta.numel() + 1, self.encoding, model
+            )
+            clip = self.encoding.clip if self.plan.secure_aggregation.enabled else None
+            check_decoded_update(outcome, clip, len(outcome.contributors))
+            aggregate = server.Aggregate.from_vector(torch.from_numpy(outcome.weighted_sum), outcome.total_weight)
+            state = server.apply(state, aggregate, bound=self.plan.objective.bound, average_from=self.average_from)
+        except (RoundAborted, server.AggregateError) as error:
+            record.update(status="aborted", reason=str(error), seconds=time.perf_counter() - started)
+            logger.warning("round %d aborted, model unchanged: %s", round_number, error)
+            return record
+        self.checkpoint = Checkpoint(self.checkpoint.round, state, self.checkpoint.plan_digest, self.evaluation)
+        record.update(
+            status="applied",
+            contributors=list(outcome.contributors),
+            dropped=outcome.dropped,
+            total_weight=outcome.total_weight,
+            mean_update_error_bound=outcome.error_bound * (1.0 + self.encoding.clip) / outcome.total_weight,
+            c=state.c,
+            c_average=state.c_average,
+            received_bytes=outcome.received_bytes,
+            stage_seconds=outcome.stage_seconds,
+            seconds=time.perf_counter() - started,
+        )
+        logger.info(
+            "round %d applied: %d of %d participants contributed, total weight %.6g, c = %.5f (%.2f s)",
+            round_number,
+            len(outcome.contributors),
+            len(participants),
+            outcome.total_weight,
+            state.c,
+            record["seconds"],
+        )
+        return record
+
+    def evaluate(self, round_number: int) -> dict[str, Any]:
+        """Federated worst / best / mean test risk of the output model (theta-bar, c-bar), from secure sums."""
+        board, state = self.network.board, self.checkpoint.state
+        participants = board.connected()
+        needed = max(self.plan.quorum.min_collaborators, 2 if self.plan.secure_aggregation.enabled else 1)
+        if len(participants) < needed:
+            logger.warning(
+                "round %d: evaluation skipped, only %d collaborators connected", round_number, len(participants)
+            )
+            return {"status": "skipped", "reason": "too few collaborators connected"}
+        model = (state.theta_average.numpy(), state.c_average)
+        try:
+            outcome = self.driver.run(
+                round_number, EVALUATION, participants, evaluation.vector_length(), evaluation.ENCODING, model
+            )
+            report = evaluation.report_from_sums(
+                outcome.weighted_sum, state.c_average, self.plan.objective.rho, sum_error=outcome.error_bound
+            )
+        except (RoundAborted, ConfigError) as error:
+            logger.warning("round %d: evaluation aborted: %s", round_number, error)
+            return {"status": "aborted", "reason": str(error)}
+        result = {
+            "status": "done",
+            "round": round_number,
+            "collaborators": len(outcome.contributors),
+            **report.to_dict(),
+        }
+        self.evaluation = result
+        logger.info(
+            "round %d evaluation (held-out, rho = %g): worst %.4f, mean %.4f, best %.4f, accuracy %.4f",
+            round_number,
+            report.rho,
+            report.worst_risk,
+            report.mean_risk,
+            report.best_risk,
+            report.accuracy,
+        )
+        return result
+
+
+def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint:
+    """Check what must hold before serving; return the state to start from."""
+    secure = plan.secure_aggregation
+    if secure.enabled:
+        n = len(plan.collaborators)
+        check_no_wraparound(secure.clip, secure.fractional_bits, secure.modulus_bits, n, secure.max_weight)
+        encoding = evaluation.ENCODING
+        check_no_wraparound(encoding.clip, encoding.fractional_bits, encoding.modulus_bits, n, encoding.max_weight)
+    digest = plan_digest(plan)
+    output = plan.aggregator.output
+    if resume:
+        checkpoint = load_checkpoint(output, digest)
+        if checkpoint.round > plan.training.rounds:
+            raise ConfigError(
+                f"the checkpoint is at round {checkpoint.round}, past the plan's {plan.training.rounds} rounds"
+            )
+        return checkpoint
+    if (output / "checkpoint.pt").exists():
+        raise ConfigError(
+            f"{output} holds a checkpoint from an earlier run; pass --resume to continue it, "
+            "or choose another output folder (--output)"
+        )
+    return Checkpoint(0, initial_state(plan), digest)
+
+
+def run_aggregator(plan: AggregatorPlan, *, resume: bool = False, address: str | None = None) -> dict[str, Any]:
+    """Serve and run a whole federation; return the final summary."""
+    checkpoint = prepare(plan, resume=resume)
+    network = serve(plan, checkpoint.plan_digest, address)
+    logger.info(
+        "aggregator for federation %s listening on port %d (mutual TLS; %d collaborators allowed; secure "
+        "aggregation %s)",
+        plan.federation_id,
+        network.port,
+        len(plan.collaborators),
+        "on" if plan.secure_aggregation.enabled else "OFF",
+    )
+    try:
+        summary = RoundLoop(plan, network, checkpoint).run()
+        # Give collaborators a bounded moment to read FINISHED and hang up.
+        network.board.wait_until_alone(GOODBYE_SECONDS)
+        return summary
+    finally:
+        network.stop()
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    overrides: dict[str, dict[str, Any]] = {}
+
+    def put(section: str, key: str, value: Any) -> None:
+        if value is not None:
+            overrides.setdefault(section, {})[key] = value
+
+    put("federation", "id", args.federation_id)
+    if args.collaborators is not None:
+        put("federation", "collaborators", [name.strip() for name in args.collaborators.split(",") if name.strip()])
+    put("aggregator", "address", args.address)
+    put("aggregator", "certs", str(Path(args.certs).resolve()) if args.certs else None)
+    put("aggregator", "output", str(Path(args.output).resolve()) if args.output else None)
+    put("aggregator", "name", args.name)
+    put("training", "rounds", args.rounds)
+    return overrides
+
+
+def plan_from_args(args: argparse.Namespace) -> AggregatorPlan:
+    """The plan file with the flags applied, or (without --plan) a plan from the flags alone."""
+    overrides = _overrides(args)
+    if args.plan is None:
+        missing = [
+            flag
+            for flag, value in (
+                ("--certs", args.certs),
+                ("--collaborators", args.collaborators),
+                ("--address", args.address),
+            )
+            if value is None
+        ]
+        if missing:
+            raise ConfigError(f"without --plan the aggregator needs {', '.join(missing)}; or pass --plan plan.toml")
+        overrides.setdefault("federation", {}).setdefault("id", "fedfair")
+    return load_aggregator_plan(args.plan, overrides)
+
+
+def _start_command(args: argparse.Namespace) -> int:
+    configure_logging()
+    plan = plan_from_args(args)
+    try:
+        run_aggregator(plan, resume=args.resume)
+    except KeyboardInterrupt:
+        logger.warning("interrupted; the last checkpoint is in %s (continue with --resume)", plan.aggregator.output)
+        return 130
+    return 0
+
+
+def register_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    group = subparsers.add_parser("aggregator", help="run the federation's aggregator")
+    commands = group.add_subparsers(dest="aggregator_command", required=True, metavar="COMMAND")
+    start = commands.add_parser("start", help="serve the plan's rounds over mutual TLS")
+    start.add_argument("--plan", type=Path, help="the federation plan (aggregator/plan.toml)")
+    start.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output folder")
+    start.add_argument("--address", help="host:port to listen on (overrides [aggregator] address)")
+    start.add_argument("--certs", help="folder with ca.crt and the aggregator's certificate and key")
+    start.add_argument("--collaborators", help="comma-separated allowed collaborator names")
+    start.add_argument("--rounds", type=int, help="number of rounds (overrides [training] rounds)")
+    start.add_argument("--output", help="folder for checkpoints, the round log and the final model")
+    start.add_argument("--federation-id", dest="federation_id", help="the federation's id")
+    start.add_argument("--name", help="the aggregator's certificate name (default aggregator)")
+    start.set_defaults(handler=_start_command)

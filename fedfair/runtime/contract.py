@@ -1,0 +1,98 @@
+"""The wire contract: what the aggregator and every collaborator agree on about one aggregation.
+
+The stages of a training round and of an evaluation, the secure-aggregation session
+number each uses, and the public round parameters the aggregator announces and each
+collaborator checks against its own copy of the plan. Both sides import this module;
+neither imports the other's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from fedfair.core.errors import ConfigError
+from fedfair.runtime.transport import pb
+from fedfair.secagg import EncodingConfig, SecAggConfig
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The wire stages of one kind of aggregation."""
+
+    start: int
+    advertise: int
+    share: int
+    masked: int
+    unmask: int
+    session_offset: int
+
+
+TRAINING = Stages(
+    pb.STAGE_TRAIN, pb.STAGE_ADVERTISE_KEYS, pb.STAGE_SHARE_KEYS, pb.STAGE_MASKED_INPUT, pb.STAGE_UNMASK, 0
+)
+EVALUATION = Stages(
+    pb.STAGE_EVALUATE,
+    pb.STAGE_EVAL_ADVERTISE_KEYS,
+    pb.STAGE_EVAL_SHARE_KEYS,
+    pb.STAGE_EVAL_MASKED_INPUT,
+    pb.STAGE_EVAL_UNMASK,
+    1,
+)
+
+
+def session_round(round_number: int, stages: Stages) -> int:
+    return 2 * round_number + stages.session_offset
+
+
+@dataclass(frozen=True)
+class RoundParameters:
+    """The public parameters of one aggregation, sent to every participant before it starts.
+
+    Collaborators compare them with what their own copy of the plan implies and
+    withdraw if they differ, so an aggregator cannot quietly lower the threshold,
+    widen the encoding or change the vector's length.
+    """
+
+    kind: str
+    round: int
+    secure: bool
+    parties: tuple[str, ...]
+    dimension: int
+    encoding: EncodingConfig
+    threshold: int | None
+    neighbours: int | None
+
+    def to_bytes(self) -> bytes:
+        document = asdict(self)
+        return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> RoundParameters:
+        try:
+            document = json.loads(data)
+            return cls(
+                kind=str(document["kind"]),
+                round=int(document["round"]),
+                secure=bool(document["secure"]),
+                parties=tuple(str(name) for name in document["parties"]),
+                dimension=int(document["dimension"]),
+                encoding=EncodingConfig(**document["encoding"]),
+                threshold=None if document["threshold"] is None else int(document["threshold"]),
+                neighbours=None if document["neighbours"] is None else int(document["neighbours"]),
+            )
+        except (ValueError, KeyError, TypeError) as error:
+            raise ConfigError(
+                f"the round's parameters are malformed ({error}); the aggregator may run another version"
+            ) from None
+
+    def secagg_config(self, federation_id: str, stages: Stages) -> SecAggConfig:
+        return SecAggConfig(
+            federation_id=federation_id,
+            round=session_round(self.round, stages),
+            parties=self.parties,
+            dimension=self.dimension,
+            encoding=self.encoding,
+            threshold=self.threshold,
+            neighbours=self.neighbours,
+        )

@@ -1,0 +1,81 @@
+"""The federation's wire: gRPC service over mutual TLS, bounded chunks, bound messages.
+
+- ``fedfair_pb2`` / ``fedfair_pb2_grpc``: generated from ``proto/fedfair.proto`` (do not edit;
+  regenerate with ``python -m fedfair.runtime.transport.codegen``).
+- ``chunks``: payloads and float tensors in bounded chunks with declared total sizes.
+- ``binding``: every message bound to (federation id, round, stage); replays and late
+  messages refused with one generic message.
+- ``security``: credentials from the certs folder, peer identity from the certificate alone.
+"""
+
+from fedfair.runtime.transport import fedfair_pb2 as pb
+from fedfair.runtime.transport import fedfair_pb2_grpc as pb_grpc
+from fedfair.runtime.transport.binding import (
+    NOT_EXPECTED,
+    NOT_PERMITTED,
+    Rejected,
+    StageGate,
+    describe_binding,
+    make_binding,
+    receive_upload,
+)
+from fedfair.runtime.transport.chunks import (
+    DEFAULT_CHUNK_BYTES,
+    MAX_MESSAGE_BYTES,
+    Reassembler,
+    WireError,
+    decode_tensor,
+    digest,
+    encode_tensor,
+    join,
+    model_parts,
+    payload_parts,
+    read_model,
+    read_payload,
+    split,
+)
+from fedfair.runtime.transport.security import (
+    PeerAuthenticator,
+    TlsFiles,
+    channel_credentials,
+    channel_options,
+    check_tls_files,
+    peer_certificate,
+    secure_channel,
+    server_credentials,
+    server_options,
+)
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "NOT_EXPECTED",
+    "NOT_PERMITTED",
+    "PeerAuthenticator",
+    "Reassembler",
+    "Rejected",
+    "StageGate",
+    "TlsFiles",
+    "WireError",
+    "channel_credentials",
+    "channel_options",
+    "check_tls_files",
+    "decode_tensor",
+    "describe_binding",
+    "digest",
+    "encode_tensor",
+    "join",
+    "make_binding",
+    "model_parts",
+    "payload_parts",
+    "pb",
+    "pb_grpc",
+    "peer_certificate",
+    "read_model",
+    "read_payload",
+    "receive_upload",
+    "secure_channel",
+    "server_credentials",
+    "server_options",
+    "split",
+]

@@ -1,0 +1,214 @@
+"""Bounded chunking of byte payloads and float tensors, with declared total sizes.
+
+A payload travels as ``count`` :class:`Chunk` messages in index order, each declaring
+the same ``count`` and ``total_size`` and holding at most ``chunk_bytes`` bytes. The
+receiver fixes its own limits (largest chunk, largest total) and refuses anything
+oversized, out of order or inconsistent before buffering it, with a
+:class:`WireError` that says what was wrong (never who sent it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+
+from fedfair.core.errors import FedfairError
+from fedfair.runtime.transport import fedfair_pb2 as pb
+
+DEFAULT_CHUNK_BYTES = 1 << 20  # payload bytes per message
+# gRPC message limit on both ends: one chunk plus its envelope, with room to spare.
+MAX_MESSAGE_BYTES = DEFAULT_CHUNK_BYTES + (64 << 10)
+
+_DTYPES = {pb.DTYPE_FLOAT32: np.dtype("<f4"), pb.DTYPE_FLOAT64: np.dtype("<f8")}
+
+
+class WireError(FedfairError):
+    """A message on the wire is malformed, oversized or inconsistent with the ones before it."""
+
+
+# ---------------------------------------------------------------- bytes
+
+
+def split(data: bytes, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pb.Chunk]:
+    """Cut ``data`` into chunks of at most ``chunk_bytes`` (one empty chunk for empty data)."""
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+    view = memoryview(data)
+    count = max(1, math.ceil(len(view) / chunk_bytes))
+    for index in range(count):
+        piece = view[index * chunk_bytes : (index + 1) * chunk_bytes]
+        yield pb.Chunk(index=index, count=count, total_size=len(view), data=bytes(piece))
+
+
+class Reassembler:
+    """Collect chunks of one payload under the receiver's limits."""
+
+    def __init__(self, max_total_bytes: int, max_chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self.max_total_bytes = max_total_bytes
+        self.max_chunk_bytes = max_chunk_bytes
+        self._count = 0
+        self._total = 0
+        self._next = 0
+        self._buffer = bytearray()
+
+    @property
+    def done(self) -> bool:
+        return self._next > 0 and self._next == self._count
+
+    def add(self, chunk: pb.Chunk) -> None:
+        """Accept the next chunk or raise WireError."""
+        size = len(chunk.data)
+        if size > self.max_chunk_bytes:
+            raise WireError(f"chunk {chunk.index} holds {size} bytes, over the limit of {self.max_chunk_bytes}")
+        if self._next == 0:
+            self._start(chunk)
+        elif self.done:
+            raise WireError(f"chunk {chunk.index} arrived after the payload's last chunk")
+        elif chunk.count != self._count or chunk.total_size != self._total:
+            raise WireError(
+                f"chunk {chunk.index} declares {chunk.count} chunks / {chunk.total_size} bytes, "
+                f"but the payload declared {self._count} / {self._total}"
+            )
+        if chunk.index != self._next:
+            raise WireError(f"chunk {chunk.index} arrived out of order; expected chunk {self._next}")
+        if size == 0 and self._total > 0:
+            raise WireError(f"chunk {chunk.index} is empty")
+        if len(self._buffer) + size > self._total:
+            raise WireError(f"chunk {chunk.index} overruns the declared total of {self._total} bytes")
+        self._buffer += chunk.data
+        self._next += 1
+        if self.done and len(self._buffer) != self._total:
+            raise WireError(f"the payload ended at {len(self._buffer)} bytes; {self._total} were declared")
+
+    def _start(self, chunk: pb.Chunk) -> None:
+        total, count = chunk.total_size, chunk.count
+        if total > self.max_total_bytes:
+            raise WireError(f"the payload declares {total} bytes, over the limit of {self.max_total_bytes}")
+        fewest = max(1, math.ceil(total / self.max_chunk_bytes))
+        if count < fewest or count > max(1, total):
+            raise WireError(f"the payload declares {count} chunks, impossible for {total} bytes")
+        self._count, self._total = count, total
+
+    def result(self) -> bytes:
+        """The payload, once every declared chunk has arrived."""
+        if not self.done:
+            raise WireError(f"the payload stopped after {self._next} of {self._count or '?'} chunks")
+        return bytes(self._buffer)
+
+
+def join(chunks: Iterable[pb.Chunk], *, max_total_bytes: int, max_chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> bytes:
+    """Reassemble a complete payload from its chunks."""
+    assembler = Reassembler(max_total_bytes, max_chunk_bytes)
+    for chunk in chunks:
+        assembler.add(chunk)
+    return assembler.result()
+
+
+def digest(data: bytes) -> bytes:
+    """SHA-256 of a payload (what a Receipt echoes)."""
+    return hashlib.sha256(data).digest()
+
+
+# ---------------------------------------------------------------- tensors
+
+
+def encode_tensor(values: object) -> tuple[int, bytes]:
+    """A float32/float64 array or tensor, flattened, as (DType, little-endian bytes)."""
+    if hasattr(values, "detach"):  # a torch tensor, without importing torch here
+        values = values.detach().cpu().numpy()  # type: ignore[attr-defined]
+    array = np.asarray(values)
+    for dtype, wire in _DTYPES.items():
+        if array.dtype.kind == "f" and array.dtype.itemsize == wire.itemsize:
+            return dtype, np.ascontiguousarray(array.reshape(-1), dtype=wire).tobytes()
+    raise WireError(f"tensors travel as float32 or float64, got {array.dtype}; convert before sending")
+
+
+def decode_tensor(data: bytes, dtype: int) -> np.ndarray:
+    """The inverse of encode_tensor: a flat, writable native-order array."""
+    wire = _DTYPES.get(dtype)
+    if wire is None:
+        raise WireError(f"unknown tensor dtype {dtype}; expected DTYPE_FLOAT32 or DTYPE_FLOAT64")
+    if len(data) % wire.itemsize:
+        raise WireError(f"{len(data)} bytes is not a whole number of {wire.itemsize}-byte values")
+    return np.frombuffer(data, dtype=wire).astype(wire.newbyteorder("="), copy=True)
+
+
+# ---------------------------------------------------------------- bound parts
+
+
+def model_parts(
+    binding: pb.Binding, theta: object, threshold: float, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Iterator[pb.ModelPart]:
+    """(theta, c) as a stream of ModelPart messages bound to ``binding``."""
+    dtype, data = encode_tensor(theta)
+    for chunk in split(data, chunk_bytes):
+        yield pb.ModelPart(binding=binding, dtype=dtype, threshold=float(threshold), theta=chunk)
+
+
+def read_model(
+    parts: Iterable[pb.ModelPart],
+    binding: pb.Binding,
+    *,
+    max_values: int,
+    max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> tuple[np.ndarray, float]:
+    """Reassemble (theta, c) from ModelPart messages that must all carry ``binding``."""
+    assembler = Reassembler(max_values * 8, max_chunk_bytes)
+    dtype: int | None = None
+    threshold = math.nan
+    for part in parts:
+        if part.binding != binding:
+            raise WireError("a model part is bound to another federation, round or stage")
+        if dtype is None:
+            dtype, threshold = part.dtype, part.threshold
+            if dtype not in _DTYPES:
+                raise WireError(f"unknown tensor dtype {dtype}; expected DTYPE_FLOAT32 or DTYPE_FLOAT64")
+            assembler.max_total_bytes = max_values * _DTYPES[dtype].itemsize
+        elif part.dtype != dtype or part.threshold != threshold:
+            raise WireError("model parts disagree on the dtype or the threshold c")
+        assembler.add(part.theta)
+    theta = decode_tensor(assembler.result(), dtype if dtype is not None else pb.DTYPE_FLOAT32)
+    if not math.isfinite(threshold) or not np.all(np.isfinite(theta)):
+        raise WireError("the model holds a non-finite value")
+    return theta, threshold
+
+
+def payload_parts(binding: pb.Binding, data: bytes, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pb.Part]:
+    """An opaque stage payload as a stream of Part messages bound to ``binding``."""
+    for chunk in split(data, chunk_bytes):
+        yield pb.Part(binding=binding, chunk=chunk)
+
+
+def read_payload(
+    parts: Iterable[pb.Part],
+    *,
+    max_total_bytes: int,
+    max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    binding: pb.Binding | None = None,
+    on_binding: Callable[[pb.Binding], None] | None = None,
+) -> tuple[pb.Binding, bytes]:
+    """Reassemble an opaque payload; every part must carry the same binding.
+
+    ``binding`` (if given) is the one expected; otherwise the first part's binding is
+    adopted. ``on_binding`` sees that binding before any data is buffered, so a
+    server can refuse a late or replayed upload (by raising) without reading it.
+    """
+    assembler = Reassembler(max_total_bytes, max_chunk_bytes)
+    bound = binding
+    first = True
+    for part in parts:
+        if first:
+            first = False
+            if bound is None:
+                bound = part.binding
+            if on_binding is not None:
+                on_binding(bound)
+        if part.binding != bound:
+            raise WireError("a payload part is bound to another federation, round or stage")
+        assembler.add(part.chunk)
+    if bound is None:
+        raise WireError("the payload stream was empty")
+    return bound, assembler.result()

@@ -1,0 +1,153 @@
+"""Mutual TLS for the federation: credentials from the certs folder, identity from certificates.
+
+The aggregator serves only with ``require_client_auth=True`` and the federation's CA
+as the sole root; a collaborator connects only with its own certificate and the same
+CA. There is no insecure mode. A peer's identity is the name in the certificate it
+presented during the handshake (checked again here against the CA and the role),
+never a field of any message, and a name outside the plan's allow-list gets the
+same generic PERMISSION_DENIED as any other refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from fedfair import pki
+from fedfair.core.errors import ConfigError
+from fedfair.runtime.transport.binding import NOT_PERMITTED, Rejected
+from fedfair.runtime.transport.chunks import MAX_MESSAGE_BYTES
+
+KEEPALIVE_MS = 60_000  # the collaborator pings a quiet long-lived task stream this often
+KEEPALIVE_TIMEOUT_MS = 20_000
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The three files a participant needs: the federation's CA, its certificate and key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def in_folder(cls, directory: Path | str, name: str) -> TlsFiles:
+        """ca.crt, NAME.crt and NAME.key in one folder (the layout ``fedfair pki`` writes)."""
+        directory = Path(directory)
+        cert, key, _ = pki.participant_paths(directory, name)
+        return cls(ca=pki.ca_paths(directory)[0], cert=cert, key=key)
+
+
+def _load_own(files: TlsFiles, role: str) -> tuple[bytes, bytes, bytes, str]:
+    """Read and check the files: the certificate is from this CA, for this role, and matches the key."""
+    ca_certificate = pki.load_certificate(files.ca)
+    certificate = pki.load_certificate(files.cert)
+    key = pki.load_private_key(files.key)
+    name = pki.verify_certificate(certificate, ca_certificate, role)
+    if certificate.public_key() != key.public_key():
+        raise ConfigError(
+            f"{files.key} does not belong to {files.cert}; use the key made with that certificate's request"
+        )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    pem = serialization.Encoding.PEM
+    return ca_certificate.public_bytes(pem), certificate.public_bytes(pem), key_pem, name
+
+
+def check_tls_files(files: TlsFiles, role: str) -> str:
+    """Check a participant's own files before serving or dialling; return the certified name.
+
+    The collaborator compares it with its configured name, the aggregator with its plan's.
+    """
+    return _load_own(files, role)[3]
+
+
+def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
+    """The aggregator's credentials: its server certificate, client certificates required."""
+    ca_pem, cert_pem, key_pem, _ = _load_own(files, "aggregator")
+    return grpc.ssl_server_credentials([(key_pem, cert_pem)], root_certificates=ca_pem, require_client_auth=True)
+
+
+def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
+    """A collaborator's credentials: the federation's CA as the only root, its client certificate."""
+    ca_pem, cert_pem, key_pem, _ = _load_own(files, "collaborator")
+    return grpc.ssl_channel_credentials(root_certificates=ca_pem, private_key=key_pem, certificate_chain=cert_pem)
+
+
+def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    """gRPC server options: bounded messages, and tolerance for the collaborators' keepalive pings."""
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
+    ]
+
+
+def channel_options(
+    max_message_bytes: int = MAX_MESSAGE_BYTES, *, aggregator_name: str | None = None
+) -> list[tuple[str, int | str]]:
+    """gRPC channel options: bounded messages, keepalive, and (optionally) the aggregator's
+    certificate name to verify instead of the host in the address (e.g. when dialling an IP)."""
+    options: list[tuple[str, int | str]] = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ]
+    if aggregator_name is not None:
+        options.append(("grpc.ssl_target_name_override", pki.validate_name(aggregator_name)))
+    return options
+
+
+def secure_channel(
+    address: str, files: TlsFiles, *, aggregator_name: str | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES
+) -> grpc.Channel:
+    """A collaborator's mutual-TLS channel to the aggregator."""
+    return grpc.secure_channel(
+        address,
+        channel_credentials(files),
+        options=channel_options(max_message_bytes, aggregator_name=aggregator_name),
+    )
+
+
+def peer_certificate(context: grpc.ServicerContext) -> x509.Certificate | None:
+    """The certificate the caller presented in the TLS handshake, or None."""
+    auth = context.auth_context()
+    if auth.get("transport_security_type") != [b"ssl"]:
+        return None
+    pems = auth.get("x509_pem_cert") or []
+    if len(pems) != 1:
+        return None
+    try:
+        return x509.load_pem_x509_certificate(pems[0])
+    except ValueError:
+        return None
+
+
+class PeerAuthenticator:
+    """Turns a servicer context into a permitted participant name, or a generic refusal."""
+
+    def __init__(self, ca_certificate: x509.Certificate, allowed_names: Iterable[str], role: str = "collaborator"):
+        self.ca_certificate = ca_certificate
+        self.allowed_names = frozenset(allowed_names)
+        self.role = role
+
+    def identify(self, context: grpc.ServicerContext) -> str:
+        """The caller's name from its certificate; raise Rejected(PERMISSION_DENIED) otherwise."""
+        certificate = peer_certificate(context)
+        if certificate is None:
+            raise Rejected(grpc.StatusCode.PERMISSION_DENIED, NOT_PERMITTED)
+        try:
+            name = pki.verify_certificate(certificate, self.ca_certificate, self.role)
+        except ConfigError:
+            raise Rejected(grpc.StatusCode.PERMISSION_DENIED, NOT_PERMITTED) from None
+        if name not in self.allowed_names:
+            raise Rejected(grpc.StatusCode.PERMISSION_DENIED, NOT_PERMITTED)
+        return name

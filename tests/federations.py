@@ -1,0 +1,18 @@
+"""Real federations cut from the bundled Adult data, shared by the fixtures and the runtime tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fedfair.datasets import load_dataset, partition
+from fedfair.research.simulation import Federation, federation_from_arrays
+
+
+def adult_by_race(caps: Sequence[int] | None = None) -> Federation:
+    """Adult split into White / Black / Other collaborators, each optionally cut to its first rows."""
+    dataset = load_dataset("adult")
+    splits = partition(dataset, "race", 3, seed=0)
+    limits = list(caps) if caps is not None else [None] * len(splits)
+    train = [(dataset.x_train[s.train_index[:cap]], dataset.y_train[s.train_index[:cap]]) for s, cap in zip(splits, limits)]
+    test = [(dataset.x_test[s.test_index[:cap]], dataset.y_test[s.test_index[:cap]]) for s, cap in zip(splits, limits)]
+    return federation_from_arrays([s.name for s in splits], train, test, dataset.num_classes, dataset.image_shape)

@@ -1,0 +1,148 @@
+"""The in-process federation runs Algorithm 1 exactly and reaches the centralized optimum."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedfair.core.data import client_batch_sizes
+from fedfair.core.errors import ConfigError
+from fedfair.core.evaluation import evaluate
+from fedfair.core.local import LocalConfig
+from fedfair.core.models import build_model, flat_parameters, per_sample_loss
+from fedfair.core.objective import ObjectiveConfig, RCVaRThreshold
+from fedfair.research.reference import solve_reference
+from fedfair.research.simulation import (
+    Federation,
+    TrainingConfig,
+    run_fedsrcvar,
+    training_objectives,
+)
+
+
+def centralized_gradient_descent(
+    federation: Federation, objective: ObjectiveConfig, model_name: str, steps: int, lr: float, threshold_lr: float
+) -> tuple[torch.Tensor, float]:
+    """Plain GD on the pooled data, written independently of local.py / server.py."""
+    pooled = federation.pooled("train")
+    features = pooled.features.double()
+    model = build_model(model_name, federation.num_features, federation.num_classes, seed=0, dtype=torch.float64)
+    head = RCVaRThreshold(objective, dtype=torch.float64)
+    for _ in range(steps):
+        value = head(per_sample_loss(model(features), pooled.labels)).mean()
+        grads = torch.autograd.grad(value, [*model.parameters(), head.c])
+        with torch.no_grad():
+            for parameter, grad in zip(model.parameters(), grads[:-1]):
+                parameter -= lr * grad
+            head.c -= threshold_lr * grads[-1]
+            head.c.clamp_(0.0, objective.bound)
+    return flat_parameters(model), float(head.c.detach())
+
+
+@pytest.mark.parametrize("model_name", ["logreg", "mlp"])
+def test_federated_gradient_descent_equals_centralized(small_adult_federation: Federation, model_name: str) -> None:
+    """Full batches (b_k = n_k), tau = 1: each round is one centralized GD step, to float64 precision."""
+    sizes = [client.size for client in small_adult_federation.train]
+    assert len(set(sizes)) == len(sizes), "the test needs uneven client sizes"
+    objective = ObjectiveConfig(epsilon=0.2, rho=0.3, bound=2.0)
+    training = TrainingConfig(
+        model=model_name,
+        rounds=50,
+        batch_size=0,
+        local=LocalConfig(local_steps=1, lr=0.3, threshold_lr=0.2),
+        dtype="float64",
+    )
+    federated = run_fedsrcvar(small_adult_federation, objective, training).state
+    theta, c = centralized_gradient_descent(small_adult_federation, objective, model_name, 50, 0.3, 0.2)
+    relative = float((federated.theta - theta).norm() / theta.norm())
+    assert relative <= 1e-10
+    assert federated.c == pytest.approx(c, rel=1e-10)
+    assert c < 2.0, "c must have moved off the bound for the test to exercise it"
+
+
+def test_same_seed_gives_the_same_bits(small_adult_federation: Federation) -> None:
+    training = TrainingConfig(rounds=30, batch_size=64, local=LocalConfig(local_steps=2), seed=7)
+    objective = ObjectiveConfig()
+    first = run_fedsrcvar(small_adult_federation, objective, training).state
+    second = run_fedsrcvar(small_adult_federation, objective, training).state
+    assert torch.equal(first.theta, second.theta) and first.c == second.c
+    other = run_fedsrcvar(small_adult_federation, objective, TrainingConfig(rounds=30, batch_size=64, seed=8)).state
+    assert not torch.equal(first.theta, other.theta)
+
+
+def test_batch_sizes_are_proportional_and_sum_to_total() -> None:
+    sizes = [27_000, 3_000, 1_500]
+    shares = client_batch_sizes(sizes, 256)
+    assert sum(shares) == 256
+    assert all(abs(share - 256 * size / sum(sizes)) < 1 for share, size in zip(shares, sizes))
+    assert client_batch_sizes([5, 3], 0) == [5, 3]
+    assert client_batch_sizes([1000, 2], 3) == [2, 1]
+
+
+@pytest.mark.parametrize(("total", "fragment"), [(2, "smaller than the 3 clients"), (10_000, "exceeds")])
+def test_impossible_batch_sizes_are_refused(total: int, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        client_batch_sizes([100, 50, 20], total)
+
+
+def relative_gap(federation: Federation, objective: ObjectiveConfig, training: TrainingConfig) -> float:
+    state = run_fedsrcvar(federation, objective, training).state
+    model = build_model("logreg", federation.num_features, federation.num_classes)
+    losses = evaluate(model, state.theta_average, federation.pooled("train")).losses
+    _, smooth = training_objectives(losses, state.c_average, objective)
+    optimum = solve_reference(federation, objective).objective_smooth
+    assert smooth >= optimum - 1e-6, "the reference must be a lower bound"
+    return (smooth - optimum) / optimum
+
+
+@pytest.mark.parametrize(("epsilon", "rho"), [(0.1, 0.3), (0.5, 0.1)])
+def test_fedsrcvar_reaches_reference_within_one_percent(adult_federation: Federation, epsilon: float, rho: float) -> None:
+    """Adult, logistic regression, 3 clients by race, tau = 1, default step sizes."""
+    training = TrainingConfig(rounds=600, batch_size=256)
+    assert relative_gap(adult_federation, ObjectiveConfig(epsilon=epsilon, rho=rho), training) <= 0.01
+
+
+def test_epsilon_zero_reaches_centralized_cvar_within_one_percent(adult_federation: Federation) -> None:
+    training = TrainingConfig(rounds=600, batch_size=256)
+    assert relative_gap(adult_federation, ObjectiveConfig(epsilon=0.0, rho=0.3), training) <= 0.01
+
+
+def test_training_config_validation() -> None:
+    with pytest.raises(ConfigError, match="rounds"):
+        TrainingConfig(rounds=0)
+    with pytest.raises(ConfigError, match="average_from"):
+        TrainingConfig(average_from=1.0)
+
+
+def test_batch_fraction_sets_proportional_local_batches(small_adult_federation: Federation) -> None:
+    from fedfair.core.data import local_batch_size
+    from fedfair.research.simulation import make_learners
+
+    training = TrainingConfig(rounds=1, batch_fraction=0.1)
+    _, learners = make_learners(small_adult_federation, training, ObjectiveConfig())
+    assert [learner.batch_size for learner in learners] == [60, 25, 12]
+    assert local_batch_size(5, 0.01) == 1 and local_batch_size(10, 1.0) == 10
+    with pytest.raises(ConfigError, match="batch fraction"):
+        TrainingConfig(batch_fraction=0.0)
+
+
+def test_secure_aggregation_in_process_matches_the_plain_sum(small_adult_federation: Federation) -> None:
+    """Summing through the real masking protocol moves theta by at most the derived fixed-point error.
+
+    Each round decodes S and W with absolute error e_r per coordinate; |S / W| <= clip, so the
+    mean update errs by at most e_r (1 + clip) / (W - e_r). Over a few rounds the deviation is
+    the sum of those (the gradient's dependence on theta adds only higher-order terms).
+    """
+    from fedfair.research.simulation import SecureSum, run_rounds
+    from fedfair.secagg import EncodingConfig
+
+    objective = ObjectiveConfig(epsilon=0.1, rho=0.3)
+    training = TrainingConfig(rounds=8, batch_size=64, dtype="float64")
+    secure = SecureSum(EncodingConfig(clip=10.0, max_weight=600.0, fractional_bits=24, modulus_bits=64))
+    masked = run_rounds(small_adult_federation, training, objective, aggregate=secure).state
+    plain = run_rounds(small_adult_federation, training, objective).state
+    weight = 64.0
+    bound = sum(error * (1 + 10.0) / (weight - error) for error in secure.error_bounds)
+    assert len(secure.error_bounds) == 8 and 0 < bound < 1e-4
+    assert float((masked.theta - plain.theta).abs().max()) <= bound
+    assert abs(masked.c - plain.c) <= bound

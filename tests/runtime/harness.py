@@ -1,0 +1,188 @@
+"""Shared pieces of the runtime tests (no tests here): workspaces, federations, replays.
+
+Two ways to run a federation:
+- as real OS processes (`launch.start_aggregator` / `start_collaborator`), for the
+  end-to-end and fault tests;
+- in threads of the test process, with the real gRPC server over loopback mutual TLS
+  and real `Collaborator` objects, where a test must reach into a collaborator (to
+  pause it, tap its bytes, or break its update) and process start-up would dominate.
+
+`replay` recomputes, with the in-process simulation's code, what a federation should
+have produced given which collaborators contributed to each round (from the round
+log), so a run with dropouts and restarts can still be checked number for number.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedfair.core import server
+from fedfair.core.local import LocalConfig
+from fedfair.core.models import flat_parameters
+from fedfair.core.objective import ObjectiveConfig
+from fedfair.datasets import load_dataset, partition
+from fedfair.research.launch import Workspace, make_workspace
+from fedfair.research.simulation import (
+    Federation,
+    TrainingConfig,
+    federation_from_arrays,
+    make_learners,
+)
+from fedfair.runtime.aggregator.loop import run_aggregator
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.plan import (
+    AggregatorPlan,
+    load_aggregator_plan,
+    load_collaborator_config,
+)
+
+RUNTIME_PLAN: dict[str, dict[str, Any]] = {
+    "objective": {"epsilon": 0.1, "rho": 0.3},
+    "training": {"local_steps": 2, "batch_fraction": 0.01, "lr": 0.1, "threshold_lr": 0.1, "seed": 0},
+    "quorum": {"round_timeout_seconds": 30.0},
+}
+
+
+def plan_sections(**sections: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """RUNTIME_PLAN with some sections' keys replaced or added."""
+    merged = {section: dict(values) for section, values in RUNTIME_PLAN.items()}
+    for section, values in sections.items():
+        merged.setdefault(section, {}).update(values)
+    return merged
+
+
+def new_workspace(root: Path, names: Sequence[str], **sections: Mapping[str, Any]) -> Workspace:
+    return make_workspace(root, names, plan=plan_sections(**sections))
+
+
+# ---------------------------------------------------------------- federations in threads
+
+
+@dataclass
+class ThreadFederation:
+    """An aggregator and collaborators running in threads of this process."""
+
+    plan: AggregatorPlan
+    collaborators: dict[str, Collaborator]
+    summary: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, Exception] = field(default_factory=dict)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def _run(self, label: str, target: Callable[[], Any]) -> None:
+        def body() -> None:
+            try:
+                result = target()
+                if isinstance(result, dict):
+                    self.summary.update(result)
+            except Exception as error:  # noqa: BLE001 -- kept for the test to report, not lost in a thread
+                self.errors[label] = error
+
+        thread = threading.Thread(target=body, name=f"test-{label}", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def join(self, timeout: float = 120.0) -> None:
+        for thread in self.threads:
+            thread.join(timeout)
+        alive = [thread.name for thread in self.threads if thread.is_alive()]
+        assert not alive, f"still running after {timeout} s: {alive}"
+
+
+@contextmanager
+def thread_federation(
+    workspace: Workspace, *, collaborator: Callable[[str, Collaborator], None] | None = None
+) -> Iterator[ThreadFederation]:
+    """Start the aggregator and every collaborator of `workspace` in threads.
+
+    `collaborator(name, instance)` may adjust an instance before it runs. On exit the
+    collaborators are stopped; the test joins first if it wants the run to finish.
+    """
+    plan = load_aggregator_plan(workspace.plan)
+    instances = {name: Collaborator(load_collaborator_config(path)) for name, path in workspace.configs.items()}
+    for name, instance in instances.items():
+        if collaborator is not None:
+            collaborator(name, instance)
+    federation = ThreadFederation(plan, instances)
+    federation._run("aggregator", lambda: run_aggregator(plan))
+    for name, instance in instances.items():
+        federation._run(name, instance.run)
+    try:
+        yield federation
+    finally:
+        for instance in instances.values():
+            instance.stop()
+
+
+# ---------------------------------------------------------------- replaying a run in process
+
+
+def training_config(plan: AggregatorPlan) -> TrainingConfig:
+    training = plan.training
+    return TrainingConfig(
+        model=plan.model.name,
+        rounds=training.rounds,
+        batch_fraction=training.batch_fraction,
+        local=LocalConfig(local_steps=training.local_steps, lr=training.lr, threshold_lr=training.threshold_lr),
+        seed=training.seed,
+        average_from=training.average_from,
+    )
+
+
+def objective_config(plan: AggregatorPlan) -> ObjectiveConfig:
+    return ObjectiveConfig(**vars(plan.objective))
+
+
+def replay(
+    plan: AggregatorPlan,
+    federation: Federation,
+    names: Sequence[str],
+    log: Sequence[Mapping[str, Any]],
+    *,
+    restarted: Mapping[str, int] | None = None,
+) -> server.ServerState:
+    """The server state the simulation's code reaches when, in round r, exactly the collaborators
+    that trained do so (the round's participants in the log) and the log's contributors are summed.
+
+    `restarted[name] = r`: that collaborator's process restarted and rejoined at round r, with a
+    fresh learner (its sampler starts again from its seed).
+    """
+    training, objective = training_config(plan), objective_config(plan)
+    _, learners = make_learners(federation, training, objective)
+    index = {name: position for position, name in enumerate(names)}
+    state = server.init(_initial_theta(plan, federation), bound=objective.bound)
+    average_from = training.average_from_round
+    for record in log:
+        round_number = record["round"]
+        for name, at in (restarted or {}).items():
+            if at == round_number:
+                learners[index[name]] = make_learners(federation, training, objective)[1][index[name]]
+        updates = {name: learners[index[name]].train_round(state.theta, state.c) for name in record["participants"]}
+        if record["status"] != "applied":
+            continue
+        aggregate = server.Aggregate.of([updates[name] for name in record["contributors"]])
+        state = server.apply(state, aggregate, bound=objective.bound, average_from=average_from)
+    return state
+
+
+def adult_split(parts: int) -> Federation:
+    """Adult split by race into `parts` institutions, as the collaborators' default configs split it."""
+    dataset = load_dataset("adult")
+    splits = partition(dataset, "race", parts, seed=0)
+    return federation_from_arrays(
+        [split.name for split in splits],
+        [(dataset.x_train[split.train_index], dataset.y_train[split.train_index]) for split in splits],
+        [(dataset.x_test[split.test_index], dataset.y_test[split.test_index]) for split in splits],
+        dataset.num_classes,
+    )
+
+
+def _initial_theta(plan: AggregatorPlan, federation: Federation) -> torch.Tensor:
+    template, _ = make_learners(federation, training_config(plan), objective_config(plan))
+    return flat_parameters(template)

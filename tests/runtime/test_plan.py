@@ -1,0 +1,272 @@
+"""Plans: the templates load, every check refuses bad input with the file, section and fix."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedfair.core.errors import ConfigError
+from fedfair.runtime import plan
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+PLAN_TEMPLATE = REPOSITORY / "aggregator" / "plan.toml"
+CONFIG_TEMPLATE = REPOSITORY / "collaborator" / "collaborator.toml"
+
+
+def template(path: Path) -> dict[str, Any]:
+    with path.open("rb") as handle:
+        return tomllib.load(handle)
+
+
+def aggregator_plan(**sections: dict[str, Any]) -> plan.AggregatorPlan:
+    """The template with some keys replaced (a value of ... deletes the key)."""
+    data = copy.deepcopy(template(PLAN_TEMPLATE))
+    for section, values in sections.items():
+        table = data.setdefault(section, {})
+        for key, value in values.items():
+            if value is ...:
+                table.pop(key, None)
+            else:
+                table[key] = value
+    return plan.parse_aggregator_plan(data, PLAN_TEMPLATE)
+
+
+def collaborator_config(**sections: dict[str, Any]) -> plan.CollaboratorConfig:
+    data = copy.deepcopy(template(CONFIG_TEMPLATE))
+    for section, values in sections.items():
+        table = data.setdefault(section, {})
+        for key, value in values.items():
+            if value is ...:
+                table.pop(key, None)
+            else:
+                table[key] = value
+    return plan.parse_collaborator_config(data, CONFIG_TEMPLATE)
+
+
+def test_the_aggregator_template_loads() -> None:
+    loaded = plan.load_aggregator_plan(PLAN_TEMPLATE)
+    assert loaded.federation_id == "fedfair-demo"
+    assert loaded.collaborators == ("hospital-a", "hospital-b", "hospital-c")
+    assert loaded.objective == plan.ObjectiveSettings(epsilon=0.1, rho=0.3, gamma=0.05, smooth="softrelu", bound=10.0)
+    assert loaded.training.rounds == 50 and loaded.training.local_steps == 5
+    assert loaded.training.batch_fraction == 0.01 and loaded.training.average_from == 0.5
+    assert loaded.model.features == 107  # the bundled Adult data
+    # No threshold: floor(p/2) + 1 of each round's p participants; the quorum is a majority of the plan.
+    assert loaded.secure_aggregation.enabled and loaded.secure_aggregation.threshold is None
+    assert loaded.quorum.min_collaborators == 2
+    assert loaded.aggregator.certs == REPOSITORY / "certs"  # relative to the plan file
+    assert loaded.aggregator.output == REPOSITORY / "aggregator" / "output"
+    with pytest.raises(AttributeError):
+        loaded.training.rounds = 3  # type: ignore[misc]
+
+
+def test_the_objective_settings_fit_the_learning_core() -> None:
+    import dataclasses
+
+    from fedfair.core.objective import ObjectiveConfig
+
+    loaded = plan.load_aggregator_plan(PLAN_TEMPLATE)
+    assert ObjectiveConfig(**dataclasses.asdict(loaded.objective)).rho == loaded.objective.rho
+
+
+def test_the_collaborator_template_loads() -> None:
+    loaded = plan.load_collaborator_config(CONFIG_TEMPLATE)
+    assert loaded.name == "hospital-a" and loaded.aggregator == "localhost:50051"
+    assert loaded.aggregator_name == "aggregator" and loaded.device == "auto"
+    assert loaded.certificates == plan.CertificateSettings(
+        ca=REPOSITORY / "certs" / "ca.crt",
+        cert=REPOSITORY / "certs" / "hospital-a.crt",
+        key=REPOSITORY / "certs" / "hospital-a.key",
+    )
+    assert loaded.data == plan.DataSettings(dataset="adult", partition="race", index=0)
+    assert loaded.privacy == plan.PrivacySettings()  # reserved section, defaults
+
+
+def test_certificate_paths_default_to_the_name_in_the_folder() -> None:
+    loaded = collaborator_config(certificates={"ca": ..., "cert": ..., "key": ...}, collaborator={"name": "bank-7"})
+    assert loaded.certificates.cert == REPOSITORY / "certs" / "bank-7.crt"
+    assert loaded.certificates.key == REPOSITORY / "certs" / "bank-7.key"
+
+
+def test_a_csv_data_source() -> None:
+    loaded = collaborator_config(
+        data={"dataset": ..., "partition": ..., "index": ..., "csv": "data/x.csv", "label": "y", "features": ["a", "b"]}
+    )
+    assert loaded.data.csv == REPOSITORY / "collaborator" / "data" / "x.csv"
+    assert loaded.data.label == "y" and loaded.data.features == ("a", "b") and loaded.data.dataset is None
+
+
+def test_privacy_keys_are_accepted_and_checked() -> None:
+    loaded = collaborator_config(
+        privacy={"enabled": True, "target_epsilon": 3.0, "budget_epsilon": 8, "noise_multiplier": 0}
+    )
+    assert loaded.privacy.enabled and loaded.privacy.target_epsilon == 3.0 and loaded.privacy.budget_epsilon == 8.0
+    with pytest.raises(ConfigError, match=r"\[privacy\] delta must be a number in \(0, 1\)"):
+        collaborator_config(privacy={"delta": 1.5})
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ({"training": {"roundz": 3}}, r"unknown key 'roundz' in \[training\]; did you mean 'rounds'\?"),
+        ({"objective": {"epsilom": 0.1}}, r"unknown key 'epsilom' in \[objective\]; did you mean 'epsilon'\?"),
+        ({"secure_aggregation": {"treshold": 2}}, r"did you mean 'threshold'\?"),
+        ({"objective": {"rho": 0}}, r"\[objective\] rho must be a number in \(0, 1\]"),
+        ({"objective": {"rho": 1.5}}, r"rho must be a number in \(0, 1\]"),
+        ({"objective": {"epsilon": -0.1}}, r"epsilon must be a number in \[0, 1\]"),
+        ({"objective": {"gamma": 0}}, r"gamma must be a number > 0"),
+        ({"objective": {"bound": -1}}, r"bound must be a number > 0"),
+        ({"objective": {"rho": "0.3"}}, r"rho must be a number"),
+        ({"objective": {"smooth": "softrelo"}}, r'smooth = "softrelo" is not known; did you mean .softrelu.\?'),
+        ({"training": {"rounds": 0}}, r"\[training\] rounds must be an integer >= 1, got 0"),
+        ({"training": {"rounds": 2.5}}, r"rounds must be an integer"),
+        ({"training": {"rounds": True}}, r"rounds must be an integer"),
+        ({"training": {"lr": 0}}, r"lr must be a number > 0"),
+        ({"training": {"batch_fraction": 0}}, r"batch_fraction must be a number in \(0, 1\]"),
+        ({"training": {"batch_fraction": 1.5}}, r"batch_fraction must be a number in \(0, 1\]"),
+        ({"training": {"batch_size": 64}}, r"unknown key 'batch_size' in \[training\]"),
+        ({"training": {"average_from": 1}}, r"average_from must be a number in \[0, 1\)"),
+        ({"secure_aggregation": {"threshold": 4}}, r"threshold = 4 exceeds the 3 collaborators"),
+        ({"secure_aggregation": {"threshold": 1}}, r"threshold must be an integer >= 2"),
+        ({"secure_aggregation": {"max_weight": 0.5}}, r"max_weight must be a number >= 1"),
+        ({"federation": {"collaborators": ["solo"]}}, r"needs at least 2 collaborators"),
+        ({"secure_aggregation": {"enabled": "yes"}}, r"enabled must be true or false"),
+        ({"secure_aggregation": {"modulus_bits": 8}}, r"modulus_bits must be an integer >= 16 <= 64"),
+        ({"secure_aggregation": {"fractional_bits": 64}}, r"fractional_bits = 64 must be below modulus_bits"),
+        ({"secure_aggregation": {"clip": 0}}, r"clip must be a number > 0"),
+        ({"secure_aggregation": {"neighbours": 5}}, r"neighbours = 5 must be 0 \(complete graph\) or in 2..2"),
+        ({"quorum": {"min_collaborators": 4}}, r"min_collaborators = 4 exceeds the 3 collaborators"),
+        ({"quorum": {"min_collaborators": 1}}, r"below the secure-aggregation threshold 2; raise it"),
+        (
+            {"secure_aggregation": {"threshold": 3}, "quorum": {"min_collaborators": 2}},
+            r"below the secure-aggregation threshold 3",
+        ),
+        ({"quorum": {"round_timeout_seconds": 0}}, r"round_timeout_seconds must be a number of seconds > 0"),
+        ({"evaluation": {"every": -1}}, r"every must be an integer >= 0"),
+        ({"federation": {"id": ...}}, r"missing key 'id' in \[federation\]"),
+        ({"federation": {"id": "bad id!"}}, r"\[federation\] id must be letters"),
+        ({"federation": {"collaborators": []}}, r"collaborators must be a non-empty list of strings"),
+        ({"federation": {"collaborators": ["a", "a"]}}, r"lists a name twice"),
+        ({"federation": {"collaborators": ["Hospital A"]}}, r"invalid participant name 'Hospital A'"),
+        ({"aggregator": {"name": "hospital-a"}}, r"is also a collaborator"),
+        ({"aggregator": {"address": "localhost"}}, r"\[aggregator\] address must be host:port"),
+        ({"aggregator": {"address": "localhost:70000"}}, r"port in 1..65535"),
+        ({"model": {"name": "cnn"}}, r'"cnn" needs image_shape'),
+        ({"model": {"name": "cnn", "image_shape": [1, 28, 28]}}, r"holds 784 values but features = 107"),
+        ({"model": {"name": "resnet"}}, r'name = "resnet" is not known'),
+        ({"model": {"classes": 1}}, r"classes must be an integer >= 2"),
+        ({"trainig": {}}, r"unknown section \[trainig\]; did you mean 'training'\?"),
+        ({"objective": 3}, r"\[objective\] must be a table"),
+    ],
+)
+def test_aggregator_plan_errors(sections: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        if "objective" in sections and not isinstance(sections["objective"], dict):
+            data = template(PLAN_TEMPLATE)
+            data["objective"] = sections["objective"]
+            plan.parse_aggregator_plan(data, PLAN_TEMPLATE)
+        else:
+            aggregator_plan(**sections)
+    text = str(caught.value)
+    assert text.startswith(f"{PLAN_TEMPLATE}: ") and "\n" not in text
+
+
+def test_flags_override_the_plan_and_a_plan_can_come_from_flags_alone() -> None:
+    overridden = plan.load_aggregator_plan(PLAN_TEMPLATE, {"training": {"rounds": 7}, "aggregator": {"address": "h:1"}})
+    assert overridden.training.rounds == 7 and overridden.aggregator.address == "h:1"
+    assert overridden.objective == plan.load_aggregator_plan(PLAN_TEMPLATE).objective
+    bare = plan.load_aggregator_plan(None, {"federation": {"id": "f", "collaborators": ["a", "b"]}})
+    assert bare.collaborators == ("a", "b") and bare.model.features == 107 and bare.quorum.min_collaborators == 2
+    with pytest.raises(ConfigError, match=r"rounds must be an integer >= 1"):
+        plan.load_aggregator_plan(PLAN_TEMPLATE, {"training": {"rounds": 0}})
+
+
+def test_secure_aggregation_off_relaxes_the_quorum() -> None:
+    loaded = aggregator_plan(secure_aggregation={"enabled": False}, quorum={"min_collaborators": 1})
+    assert loaded.quorum.min_collaborators == 1
+    assert aggregator_plan(model={"name": "cnn", "features": 784, "image_shape": [1, 28, 28]}).model.image_shape == (
+        1,
+        28,
+        28,
+    )
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ({"collaborator": {"nmae": "x"}}, r"unknown key 'nmae' in \[collaborator\]; did you mean 'name'\?"),
+        ({"collaborator": {"name": ...}}, r"missing key 'name' in \[collaborator\]"),
+        ({"collaborator": {"name": "Hospital A"}}, r"\[collaborator\] name: invalid participant name"),
+        ({"collaborator": {"aggregator": "nohost"}}, r"aggregator must be host:port"),
+        ({"collaborator": {"device": "gpu"}}, r"device must be \"cpu\", \"cuda\""),
+        ({"certificates": {"keyfile": "x"}}, r"unknown key 'keyfile' in \[certificates\]; did you mean 'key'\?"),
+        ({"data": {"dataset": ...}}, r"\[data\] needs exactly one source"),
+        ({"data": {"csv": "x.csv"}}, r"\[data\] needs exactly one source"),
+        ({"data": {"index": -1}}, r"index must be an integer >= 0"),
+        ({"data": {"index": ...}}, r"missing key 'index' in \[data\]"),
+        ({"data": {"parts": 3, "index": 3}}, r"index = 3 must be below parts = 3"),
+        ({"data": {"alpha": 0}}, r"alpha must be a number > 0"),
+        ({"data": {"label": "y"}}, r"label applies to csv files only"),
+        (
+            {"data": {"dataset": ..., "partition": ..., "index": ..., "csv": "x.csv"}},
+            r"missing key 'label' in \[data\]",
+        ),
+        (
+            {"data": {"dataset": ..., "index": ..., "csv": "x.csv", "label": "y"}},
+            r"partition applies to named datasets only",
+        ),
+        ({"privacy": {"enabeld": True}}, r"unknown key 'enabeld' in \[privacy\]; did you mean 'enabled'\?"),
+        ({"privacy": {"max_grad_norm": 0}}, r"max_grad_norm must be a number > 0"),
+        ({"privacy": {"noise_multiplier": -1}}, r"noise_multiplier must be a number >= 0"),
+        ({"privacy": {"target_epsilon": 0}}, r"target_epsilon must be a number > 0"),
+        ({"learning": {}}, r"unknown section \[learning\]"),
+    ],
+)
+def test_collaborator_config_errors(sections: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        collaborator_config(**sections)
+    assert str(caught.value).startswith(f"{CONFIG_TEMPLATE}: ")
+
+
+def test_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found; copy the template"):
+        plan.load_aggregator_plan(tmp_path / "missing.toml")
+    broken = tmp_path / "plan.toml"
+    broken.write_text("[training]\nrounds = \n")
+    with pytest.raises(ConfigError, match=rf"{broken}: not valid TOML .*; fix the syntax"):
+        plan.load_aggregator_plan(broken)
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        plan.load_collaborator_config(broken)
+
+
+def test_plan_digest_is_stable_and_ignores_deployment_details() -> None:
+    base = plan.load_aggregator_plan(PLAN_TEMPLATE)
+    digest = plan.plan_digest(base)
+    assert len(digest) == 64 and digest == plan.plan_digest(aggregator_plan())
+    assert (
+        plan.plan_digest(aggregator_plan(aggregator={"address": "127.0.0.1:6000", "output": "/tmp/elsewhere"}))
+        == digest
+    )
+    assert plan.plan_digest(aggregator_plan(training={"rounds": 51})) != digest
+    assert (
+        plan.plan_digest(aggregator_plan(federation={"collaborators": ["hospital-a", "hospital-b", "bank"]})) != digest
+    )
+
+
+def test_shared_settings_round_trip_without_names_or_paths() -> None:
+    loaded = plan.load_aggregator_plan(PLAN_TEMPLATE)
+    payload = plan.shared_settings(loaded)
+    for secret in ("hospital", "certs", "50051", "output"):
+        assert secret.encode() not in payload
+    shared = plan.load_shared_settings(payload)
+    assert shared.federation_id == loaded.federation_id and shared.collaborator_count == 3
+    for section in ("objective", "model", "training", "secure_aggregation", "quorum", "evaluation"):
+        assert getattr(shared, section) == getattr(loaded, section)
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        plan.load_shared_settings(b"\xff")
+    with pytest.raises(ConfigError, match=r"rho must be a number in \(0, 1\]"):
+        plan.load_shared_settings(payload.replace(b'"rho":0.3', b'"rho":3'))

@@ -1,0 +1,447 @@
+"""What the aggregator refuses, one test each, against a live federation over loopback mTLS.
+
+The aggregator and three collaborators run in threads of this process (real gRPC
+server, real mutual TLS, real `Collaborator` objects). The collaborators are held
+just after the aggregator opens round 2's ADVERTISE_KEYS stage, so every attack
+below meets a stage that is open and waiting; then they are released and the round
+must complete with all three genuine contributions, untouched by the attacks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import torch
+from cryptography.hazmat.primitives import serialization
+
+from fedfair import pki
+from fedfair.core.local import Update
+from fedfair.research.launch import Workspace, make_workspace
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.aggregator.driver import (
+    RoundAborted,
+    SumOutcome,
+    check_decoded_update,
+    decode_plain,
+)
+from fedfair.runtime.aggregator.servicer import INVALID_UPLOAD, UploadRefused
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.trainer import round_trainer
+from fedfair.runtime.contract import TRAINING, RoundParameters
+from fedfair.runtime.transport import (
+    DEFAULT_CHUNK_BYTES,
+    NOT_EXPECTED,
+    NOT_PERMITTED,
+    TlsFiles,
+    channel_options,
+    make_binding,
+    payload_parts,
+    pb,
+    pb_grpc,
+    read_payload,
+    secure_channel,
+)
+from fedfair.secagg import Client
+from tests.runtime.harness import (
+    ThreadFederation,
+    new_workspace,
+    plan_sections,
+    thread_federation,
+)
+
+NAMES = ["site-a", "site-b", "site-c"]
+FEDERATION = "fedfair-launch"
+TIMEOUT = 20
+
+
+class Hold:
+    """Pauses every collaborator when it receives round 2's ADVERTISE_KEYS task, and taps site-a's uploads."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.arrived: dict[str, threading.Event] = {name: threading.Event() for name in NAMES}
+        self.uploads: list[tuple[pb.Binding, bytes]] = []
+
+    def install(self, name: str, collaborator: Collaborator) -> None:
+        step, submit = collaborator._step, collaborator._submit
+
+        def held_step(stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+            if (task.binding.round, task.binding.stage) == (2, pb.STAGE_ADVERTISE_KEYS):
+                self.arrived[name].set()
+                self.release.wait(120)
+            step(stub, task)
+
+        def tapped_submit(stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
+            if name == "site-a":
+                self.uploads.append((binding, payload))
+            submit(stub, binding, payload)
+
+        collaborator._step = held_step  # type: ignore[method-assign]
+        collaborator._submit = tapped_submit  # type: ignore[method-assign]
+
+    def wait_until_held(self) -> None:
+        for event in self.arrived.values():
+            assert event.wait(120), "the federation did not reach round 2"
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, ThreadFederation, Hold]]:
+    root = tmp_path_factory.mktemp("rejections")
+    workspace = new_workspace(root, NAMES, training={"rounds": 3}, quorum={"min_collaborators": 3})
+    _extra_credentials(root, workspace)
+    hold = Hold()
+    with thread_federation(workspace, collaborator=hold.install) as federation:
+        hold.wait_until_held()
+        yield workspace, federation, hold
+        hold.release.set()
+        federation.join()
+
+
+def _extra_credentials(root: Path, workspace: Workspace) -> None:
+    """mallory (valid, not in the plan), a site-a from another CA, and an expired site-a."""
+    pki.issue(workspace.certs, "collaborator", "mallory")
+    other = root / "other-ca"
+    pki.init_ca(other)
+    pki.issue(other, "collaborator", "site-a")
+    expired = root / "expired"
+    expired.mkdir()
+    request = pki.create_request("site-a", pki.load_private_key(workspace.certs / "site-a.key"))
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(days=10)
+    certificate = pki.sign_request(
+        request,
+        pki.load_certificate(workspace.certs / "ca.crt"),
+        pki.load_private_key(workspace.certs / "ca.key"),
+        "collaborator",
+        days=2,
+        not_before=past,
+    )
+    (expired / "site-a.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+
+
+def raw_stub(workspace: Workspace, cert: Path | None = None, key: Path | None = None) -> pb_grpc.FederationStub:
+    """A client built the way an attacker would, with none of our own checks in the way."""
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=(workspace.certs / "ca.crt").read_bytes(),
+        private_key=key.read_bytes() if key else None,
+        certificate_chain=cert.read_bytes() if cert else None,
+    )
+    channel = grpc.secure_channel(workspace.address, credentials, options=channel_options(aggregator_name="aggregator"))
+    return pb_grpc.FederationStub(channel)
+
+
+def as_site_a(workspace: Workspace) -> pb_grpc.FederationStub:
+    files = TlsFiles.in_folder(workspace.certs, "site-a")
+    return pb_grpc.FederationStub(secure_channel(workspace.address, files, aggregator_name="aggregator"))
+
+
+def join_request() -> pb.PlanRequest:
+    return pb.PlanRequest(binding=make_binding(FEDERATION, 0, pb.STAGE_JOIN))
+
+
+def refused(call, code: grpc.StatusCode) -> grpc.RpcError:  # type: ignore[no-untyped-def]
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    assert caught.value.code() == code, caught.value.details()
+    return caught.value
+
+
+ADVERTISE = make_binding(FEDERATION, 2, pb.STAGE_ADVERTISE_KEYS)
+
+
+# ---------------------------------------------------------------- who may talk at all
+
+
+def test_no_client_certificate_fails_the_handshake(held: tuple[Workspace, ThreadFederation, Hold]) -> None:
+    workspace, _, _ = held
+    refused(lambda: raw_stub(workspace).GetPlan(join_request(), timeout=TIMEOUT), grpc.StatusCode.UNAVAILABLE)
+
+
+def test_a_certificate_from_another_ca_fails_the_handshake(held: tuple[Workspace, ThreadFederation, Hold]) -> None:
+    workspace, _, _ = held
+    other = workspace.root / "other-ca"
+    stub = raw_stub(workspace, other / "site-a.crt", other / "site-a.key")
+    refused(lambda: stub.GetPlan(join_request(), timeout=TIMEOUT), grpc.StatusCode.UNAVAILABLE)
+
+
+def test_an_expired_certificate_fails_the_handshake(held: tuple[Workspace, ThreadFederation, Hold]) -> None:
+    workspace, _, _ = held
+    stub = raw_stub(workspace, workspace.root / "expired" / "site-a.crt", workspace.certs / "site-a.key")
+    refused(lambda: stub.GetPlan(join_request(), timeout=TIMEOUT), grpc.StatusCode.UNAVAILABLE)
+
+
+def test_a_valid_certificate_not_in_the_plan_gets_a_generic_refusal(
+    held: tuple[Workspace, ThreadFederation, Hold],
+) -> None:
+    workspace, _, _ = held
+    stub = raw_stub(workspace, workspace.certs / "mallory.crt", workspace.certs / "mallory.key")
+    for call in (
+        lambda: stub.GetPlan(join_request(), timeout=TIMEOUT),
+        lambda: next(stub.WaitForTasks(pb.TaskRequest(after=join_request().binding), timeout=TIMEOUT)),
+        lambda: stub.Submit(payload_parts(ADVERTISE, b"x"), timeout=TIMEOUT),
+        lambda: list(stub.Fetch(pb.FetchRequest(binding=ADVERTISE), timeout=TIMEOUT)),
+    ):
+        error = refused(call, grpc.StatusCode.PERMISSION_DENIED)
+        assert error.details() == NOT_PERMITTED and "mallory" not in error.details()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_openssl_without_a_client_certificate_fails_the_handshake(
+    held: tuple[Workspace, ThreadFederation, Hold],
+) -> None:
+    workspace, _, _ = held
+
+    def handshake(*credentials: str) -> int:
+        # TLS 1.2, where the client certificate is part of the handshake itself (TLS 1.3 refuses it just after).
+        command = ["openssl", "s_client", "-tls1_2", "-alpn", "h2", "-connect", workspace.address,
+                   "-CAfile", str(workspace.certs / "ca.crt"), *credentials]  # fmt: skip
+        result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False)
+        return result.returncode
+
+    assert handshake() != 0
+    assert handshake("-cert", str(workspace.certs / "site-a.crt"), "-key", str(workspace.certs / "site-a.key")) == 0
+
+
+# ---------------------------------------------------------------- what an allowed peer may not do
+
+
+def test_a_peer_cannot_upload_into_another_peers_slot(held: tuple[Workspace, ThreadFederation, Hold]) -> None:
+    """No message has a name field; the party a message names must be the certificate's.
+
+    site-a, holding only its own key and site-b's public certificate, forges site-b's
+    advertisement (site-b's party id and credential) and submits it on its own channel.
+    """
+    workspace, _, _ = held
+    stub = as_site_a(workspace)
+    _, inputs = read_payload(
+        stub.Fetch(pb.FetchRequest(binding=ADVERTISE), timeout=TIMEOUT), max_total_bytes=1 << 20, binding=ADVERTISE
+    )
+    parameters = RoundParameters.from_bytes(inputs)
+    config = parameters.secagg_config(FEDERATION, TRAINING)
+    site_b_certificate = pki.load_certificate(workspace.certs / "site-b.crt").public_bytes(serialization.Encoding.DER)
+    forged = Client(
+        config,
+        "site-b",
+        pki.load_private_key(workspace.certs / "site-a.key"),
+        site_b_certificate,
+        pki.credential_verifier(pki.load_certificate(workspace.certs / "ca.crt")),
+    )
+    error = refused(
+        lambda: stub.Submit(payload_parts(ADVERTISE, forged.advertise().to_bytes()), timeout=TIMEOUT),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert error.details() == INVALID_UPLOAD and "site" not in error.details()
+    # The refusal freed site-a's own slot and took nothing from site-b: both still upload
+    # their genuine keys when released (checked by the last test of this module).
+
+
+def test_a_replayed_submission_is_refused(held: tuple[Workspace, ThreadFederation, Hold]) -> None:
+    workspace, _, hold = held
+    stub = as_site_a(workspace)
+    earlier = [(binding, payload) for binding, payload in hold.uploads if binding.round == 1 and payload]
+    assert {binding.stage for binding, _ in earlier} >= {pb.STAGE_ADVERTISE_KEYS, pb.STAGE_MASKED_INPUT}
+    for binding, payload in earlier:
+        # As it was: bound to round 1, which is over.
+        error = refused(
+            lambda bound=binding, data=payload: stub.Submit(payload_parts(bound, data), timeout=TIMEOUT),
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )
+        assert error.details() == NOT_EXPECTED
+    # Re-bound to the open stage: the transport admits it, the secure-aggregation session refuses it.
+    advertisement = next(payload for binding, payload in earlier if binding.stage == pb.STAGE_ADVERTISE_KEYS)
+    refused(
+        lambda: stub.Submit(payload_parts(ADVERTISE, advertisement), timeout=TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT
+    )
+
+
+def test_malformed_and_oversized_chunks_are_refused(held: tuple[Workspace, ThreadFederation, Hold]) -> None:
+    workspace, _, _ = held
+    stub = as_site_a(workspace)
+
+    def submit(*parts: pb.Part) -> None:
+        stub.Submit(iter(parts), timeout=TIMEOUT)
+
+    def part(index: int, count: int, total: int, size: int) -> pb.Part:
+        return pb.Part(binding=ADVERTISE, chunk=pb.Chunk(index=index, count=count, total_size=total, data=bytes(size)))
+
+    oversized = DEFAULT_CHUNK_BYTES + 100  # over our chunk limit, under gRPC's message limit
+    error = refused(lambda: submit(part(0, 1, oversized, oversized)), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "over the limit" in error.details()
+    refused(lambda: submit(part(0, 1, 4 << 20, 4 << 20)), grpc.StatusCode.RESOURCE_EXHAUSTED)  # over gRPC's limit
+    error = refused(lambda: submit(part(0, 64, 64 << 20, 1024)), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "over the limit" in error.details()  # declared size refused before anything is buffered
+    error = refused(lambda: submit(part(0, 2, 2048, 1024), part(1, 2, 2047, 1024)), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "declares" in error.details()
+    error = refused(lambda: submit(part(1, 2, 2048, 1024)), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "out of order" in error.details()
+    error = refused(
+        lambda: stub.Submit(payload_parts(ADVERTISE, b"\x00garbage" * 50), timeout=TIMEOUT),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert error.details() == INVALID_UPLOAD
+
+
+def test_after_the_attacks_the_round_completes_with_every_genuine_contribution(
+    held: tuple[Workspace, ThreadFederation, Hold],
+) -> None:
+    workspace, federation, hold = held
+    hold.release.set()
+    federation.join()
+    assert not federation.errors, federation.errors
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied"] * 3
+    assert all(record["contributors"] == NAMES for record in log)
+
+
+# ---------------------------------------------------------------- non-finite updates
+
+
+class NaNInRound:
+    """A trainer (plugged in through the collaborator's privacy hook) whose round-2 update is NaN."""
+
+    def __init__(self, trainer, round_number: int) -> None:  # type: ignore[no-untyped-def]
+        self.trainer, self.round_number, self.rounds = trainer, round_number, 0
+
+    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+        self.rounds += 1
+        update = self.trainer.train_round(theta, c)
+        if self.rounds == self.round_number:
+            return Update(delta=update.delta * float("nan"), delta_c=update.delta_c, weight=update.weight)
+        return update
+
+
+def test_a_collaborator_refuses_to_send_a_nan_update(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    workspace = new_workspace(tmp_path, NAMES, training={"rounds": 3}, quorum={"min_collaborators": 2})
+
+    def break_site_c(name: str, collaborator: Collaborator) -> None:
+        if name == "site-c":
+            collaborator.trainer_factory = lambda *args: NaNInRound(round_trainer(*args), 2)
+
+    with caplog.at_level("WARNING"), thread_federation(workspace, collaborator=break_site_c) as federation:
+        federation.join()
+    assert not federation.errors, federation.errors
+    assert "site-c: round 2: the local update has NaN or Inf; refusing to contribute it" in caplog.text
+    log = read_round_log(workspace.output)
+    assert log[1]["status"] == "applied" and log[1]["contributors"] == ["site-a", "site-b"]
+    assert log[1]["dropped"] == {"STAGE_ADVERTISE_KEYS": ["site-c"]}  # it withdrew before masking anything
+    assert log[2]["contributors"] == NAMES
+    assert federation.collaborators["site-c"].contributed_rounds == [1, 3]
+
+
+def test_the_aggregator_refuses_a_non_finite_plain_update(tmp_path: Path) -> None:
+    """With secure aggregation off, the aggregator decodes each upload and refuses NaN or Inf in it."""
+    workspace = new_workspace(
+        tmp_path, NAMES, training={"rounds": 2}, secure_aggregation={"enabled": False}, quorum={"min_collaborators": 3}
+    )
+    masked = make_binding(FEDERATION, 2, pb.STAGE_MASKED_INPUT)
+    release, arrived = threading.Event(), threading.Event()
+
+    def hold_site_a(name: str, collaborator: Collaborator) -> None:
+        step = collaborator._step
+
+        def held_step(stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+            if name == "site-a" and task.binding == masked:
+                arrived.set()
+                release.wait(120)
+            step(stub, task)
+
+        collaborator._step = held_step  # type: ignore[method-assign]
+
+    with thread_federation(workspace, collaborator=hold_site_a) as federation:
+        assert arrived.wait(120)
+        stub = as_site_a(workspace)
+        dimension = RoundParameters.from_bytes(
+            read_payload(
+                stub.Fetch(pb.FetchRequest(binding=masked), timeout=TIMEOUT), max_total_bytes=1 << 20, binding=masked
+            )[1]
+        ).dimension
+        for bad in (np.nan, np.inf):
+            vector = np.zeros(dimension + 1)
+            vector[[3, -1]] = bad, 10.0
+            upload = vector.astype("<f8").tobytes()
+            error = refused(
+                lambda data=upload: stub.Submit(payload_parts(masked, data), timeout=TIMEOUT),
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )
+            assert error.details() == INVALID_UPLOAD
+        release.set()
+        federation.join()
+    assert not federation.errors, federation.errors
+    log = read_round_log(workspace.output)
+    assert not log[1]["secure_aggregation"] and log[1]["contributors"] == NAMES  # site-a's genuine upload went in
+
+
+def test_the_decode_checks() -> None:
+    with pytest.raises(UploadRefused, match="NaN or Inf"):
+        decode_plain(np.array([np.inf, 1.0]).tobytes(), 1, 100.0)
+    with pytest.raises(UploadRefused, match="weight"):
+        decode_plain(np.array([0.5, 0.0]).tobytes(), 1, 100.0)
+    with pytest.raises(UploadRefused, match="2 float64 values"):
+        decode_plain(np.zeros(3).tobytes(), 1, 100.0)
+    assert decode_plain(np.array([0.5, 2.0]).tobytes(), 1, 100.0).tolist() == [0.5, 2.0]
+
+    def outcome(total: np.ndarray, weight: float) -> SumOutcome:
+        return SumOutcome(total, weight, 1e-6, ("a", "b"))
+
+    check_decoded_update(outcome(np.array([19.0, -20.0]), 2.0), clip=10.0, count=2)
+    for bad, message in (
+        (outcome(np.array([1.0, 0.0]), 0.0), "not positive"),
+        (outcome(np.array([np.nan, 0.0]), 2.0), "NaN or Inf"),
+        (outcome(np.array([21.0, 0.0]), 2.0), "outside the clipping range"),
+    ):
+        with pytest.raises(RoundAborted, match=message):
+            check_decoded_update(bad, clip=10.0, count=2)
+
+
+# ---------------------------------------------------------------- the wire
+
+
+def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(tmp_path: Path) -> None:
+    """10x the samples, the same bytes per round (within 1%): only fixed-size secure-aggregation messages leave."""
+    data = {
+        "site-a": {"dataset": "adult", "partition": "iid", "parts": 3, "index": 0},  # ~10,850 rows
+        "site-b": {"dataset": "adult", "partition": "iid", "parts": 30, "index": 1},  # ~1,085 rows
+        "site-c": {"dataset": "adult", "partition": "iid", "parts": 30, "index": 2},
+    }
+    workspace = make_workspace(
+        tmp_path,
+        NAMES,
+        plan=plan_sections(training={"rounds": 3}, evaluation={"every": 1}, quorum={"min_collaborators": 3}),
+        data=data,
+    )
+    with thread_federation(workspace) as federation:
+        federation.join()
+    assert not federation.errors, federation.errors
+    big, small = federation.collaborators["site-a"], federation.collaborators["site-b"]
+    assert big.data.train.size >= 9.9 * small.data.train.size and big.data.test.size >= 9.9 * small.data.test.size
+    for round_number in (1, 2, 3):  # each round: training and an evaluation
+        sent_big, sent_small = big.uploaded_bytes[round_number], small.uploaded_bytes[round_number]
+        assert abs(sent_big - sent_small) <= 0.01 * sent_small, (round_number, sent_big, sent_small)
+
+
+def test_too_few_survivors_abort_the_round_and_leave_the_model_unchanged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two of three collaborators withdraw in round 2: one survivor is below t = 2, so nothing is unmasked."""
+    workspace = new_workspace(tmp_path, NAMES, training={"rounds": 3}, quorum={"min_collaborators": 3})
+
+    def break_two(name: str, collaborator: Collaborator) -> None:
+        if name != "site-a":
+            collaborator.trainer_factory = lambda *args: NaNInRound(round_trainer(*args), 2)
+
+    with caplog.at_level("WARNING"), thread_federation(workspace, collaborator=break_two) as federation:
+        federation.join()
+    assert not federation.errors, federation.errors
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied", "aborted", "applied"]
+    assert "below the threshold 2" in log[1]["reason"]
+    assert "round 2 aborted, model unchanged" in caplog.text
+    assert log[2]["model_sha256"] == log[1]["model_sha256"]  # round 3 starts from round 1's model
+    assert log[2]["contributors"] == NAMES

@@ -1,0 +1,541 @@
+"""Transport: real gRPC over real mutual TLS on 127.0.0.1, certificates from fedfair.pki.
+
+A small test servicer implements the real Federation service with the transport
+helpers (PeerAuthenticator, StageGate, chunking), the way the aggregator will.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from fedfair import pki
+from fedfair.core.errors import ConfigError
+from fedfair.runtime.transport import (
+    NOT_EXPECTED,
+    NOT_PERMITTED,
+    PeerAuthenticator,
+    Reassembler,
+    Rejected,
+    StageGate,
+    TlsFiles,
+    WireError,
+    channel_options,
+    check_tls_files,
+    decode_tensor,
+    describe_binding,
+    encode_tensor,
+    join,
+    make_binding,
+    model_parts,
+    payload_parts,
+    pb,
+    pb_grpc,
+    read_model,
+    read_payload,
+    receive_upload,
+    secure_channel,
+    server_credentials,
+    server_options,
+    split,
+)
+from fedfair.runtime.transport.chunks import digest
+
+FEDERATION = "test-federation"
+CHUNK = 1024  # small, so payloads span many chunks
+RPC_TIMEOUT = 10
+
+
+# ---------------------------------------------------------------- certificates
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One federation (aggregator, alpha, beta, mallory), another CA, and an expired alpha."""
+    root = tmp_path_factory.mktemp("pki")
+    federation = root / "federation"
+    pki.init_ca(federation)
+    pki.issue(federation, "aggregator", "aggregator")
+    for name in ("alpha", "beta", "mallory"):
+        pki.issue(federation, "collaborator", name)
+
+    other = root / "other"
+    pki.init_ca(other)
+    pki.issue(other, "collaborator", "alpha")
+
+    # alpha's certificate from the right CA, but with a validity window in the past.
+    expired = root / "expired"
+    expired.mkdir()
+    ca_certificate = pki.load_certificate(federation / "ca.crt")
+    ca_key = pki.load_private_key(federation / "ca.key")
+    key = pki.load_private_key(federation / "alpha.key")
+    request = pki.create_request("alpha", key)
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(days=10)
+    certificate = pki.sign_request(request, ca_certificate, ca_key, "collaborator", days=2, not_before=past)
+    (expired / "alpha.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return root
+
+
+def raw_credentials(ca: Path, cert: Path | None = None, key: Path | None = None) -> grpc.ChannelCredentials:
+    """Credentials as an attacker would build them: no checks of ours in the way."""
+    return grpc.ssl_channel_credentials(
+        root_certificates=ca.read_bytes(),
+        private_key=key.read_bytes() if key else None,
+        certificate_chain=cert.read_bytes() if cert else None,
+    )
+
+
+# ---------------------------------------------------------------- a test servicer
+
+
+class TestServicer(pb_grpc.FederationServicer):
+    """The real service with test behaviour, built only from the transport helpers."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, certs: Path) -> None:
+        ca_certificate = pki.load_certificate(certs / "federation" / "ca.crt")
+        self.auth = PeerAuthenticator(ca_certificate, ["alpha", "beta"])
+        self.gate = StageGate(FEDERATION)
+        self.gate.open(0, pb.STAGE_JOIN)
+        self.theta = np.random.default_rng(0).standard_normal(3000).astype(np.float32)
+        self.c = 0.75
+        self.relay = bytes(range(256)) * 20
+        self.uploads: dict[tuple[str, int, int], bytes] = {}
+        self.identities: list[str] = []
+        self.tasks: list[pb.Task] = []
+        self.changed = threading.Condition()
+
+    def identify(self, context: grpc.ServicerContext) -> str:
+        try:
+            name = self.auth.identify(context)
+        except Rejected as rejected:
+            rejected.abort(context)
+        self.identities.append(name)
+        return name
+
+    def publish(self, round_number: int, stage: int, action: int = pb.ACTION_RUN) -> pb.Binding:
+        binding = (
+            self.gate.open(round_number, stage)
+            if action == pb.ACTION_RUN
+            else make_binding(FEDERATION, round_number, stage)
+        )
+        with self.changed:
+            self.tasks.append(pb.Task(binding=binding, action=action, deadline_seconds=30.0, plan_digest="d"))
+            self.changed.notify_all()
+        return binding
+
+    def GetPlan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.PlanReply:
+        self.identify(context)
+        try:
+            self.gate.check_federation(request.binding)
+        except Rejected as rejected:
+            rejected.abort(context)
+        return pb.PlanReply(binding=request.binding, settings=b"{}", plan_digest="d")
+
+    def WaitForTasks(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
+        self.identify(context)
+        after = (request.after.round, request.after.stage)
+        sent = 0
+        while context.is_active():
+            with self.changed:
+                self.changed.wait_for(lambda seen=sent: len(self.tasks) > seen, timeout=1.0)
+                pending = self.tasks[sent:]
+            for task in pending:
+                sent += 1
+                if (task.binding.round, task.binding.stage) > after:
+                    yield task
+                if task.action == pb.ACTION_FINISHED:
+                    return
+
+    def DownloadModel(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.ModelPart]:
+        self.identify(context)
+        try:
+            self.gate.check_read(request.binding)
+        except Rejected as rejected:
+            rejected.abort(context)
+        yield from model_parts(request.binding, self.theta, self.c, chunk_bytes=CHUNK)
+
+    def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.Part]:
+        self.identify(context)
+        try:
+            self.gate.check_read(request.binding)
+        except Rejected as rejected:
+            rejected.abort(context)
+        yield from payload_parts(request.binding, self.relay, chunk_bytes=CHUNK)
+
+    def Submit(self, request_iterator: Iterator[pb.Part], context: grpc.ServicerContext) -> pb.Receipt:
+        name = self.identify(context)
+        try:
+            binding, data = receive_upload(
+                request_iterator, self.gate, name, max_total_bytes=64 * CHUNK, max_chunk_bytes=CHUNK
+            )
+        except Rejected as rejected:
+            rejected.abort(context)
+        except WireError as error:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        self.uploads[(name, binding.round, binding.stage)] = data
+        return pb.Receipt(binding=binding, received_size=len(data), sha256=digest(data))
+
+
+@pytest.fixture(scope="module")
+def federation(certs: Path) -> Iterator[tuple[TestServicer, int]]:
+    servicer = TestServicer(certs)
+    # A message limit just above one chunk, so the gRPC limit itself is exercised too.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=server_options(CHUNK + 512))
+    pb_grpc.add_FederationServicer_to_server(servicer, server)
+    port = server.add_secure_port(
+        "127.0.0.1:0", server_credentials(TlsFiles.in_folder(certs / "federation", "aggregator"))
+    )
+    server.start()
+    yield servicer, port
+    server.stop(grace=None)
+
+
+@pytest.fixture()
+def alpha(certs: Path, federation: tuple[TestServicer, int]) -> Iterator[pb_grpc.FederationStub]:
+    _, port = federation
+    channel = secure_channel(f"127.0.0.1:{port}", TlsFiles.in_folder(certs / "federation", "alpha"))
+    yield pb_grpc.FederationStub(channel)
+    channel.close()
+
+
+def stub_with(port: int, credentials: grpc.ChannelCredentials, **options: str) -> pb_grpc.FederationStub:
+    return pb_grpc.FederationStub(
+        grpc.secure_channel(f"127.0.0.1:{port}", credentials, options=channel_options(**options))
+    )
+
+
+def join_request() -> pb.PlanRequest:
+    return pb.PlanRequest(binding=make_binding(FEDERATION, 0, pb.STAGE_JOIN))
+
+
+def refused(call, code: grpc.StatusCode) -> grpc.RpcError:  # type: ignore[no-untyped-def]
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    assert caught.value.code() == code, caught.value.details()
+    return caught.value
+
+
+# ---------------------------------------------------------------- mutual TLS and identity
+
+
+def test_mtls_connects_and_identity_comes_from_the_certificate(
+    certs: Path, federation: tuple[TestServicer, int], alpha: pb_grpc.FederationStub
+) -> None:
+    servicer, _ = federation
+    reply = alpha.GetPlan(join_request(), timeout=RPC_TIMEOUT)
+    assert reply.plan_digest == "d"
+    certificate = pki.load_certificate(certs / "federation" / "alpha.crt")
+    assert servicer.identities[-1] == pki.name_from_certificate(certificate) == "alpha"
+    assert check_tls_files(TlsFiles.in_folder(certs / "federation", "alpha"), "collaborator") == "alpha"
+    with pytest.raises(ConfigError, match="not issued for the aggregator role"):
+        check_tls_files(TlsFiles.in_folder(certs / "federation", "alpha"), "aggregator")
+    assert describe_binding(make_binding(FEDERATION, 3, pb.STAGE_UNMASK)) == "round 3 STAGE_UNMASK"
+
+
+def test_the_aggregator_name_is_checked_by_the_collaborator(certs: Path, federation: tuple[TestServicer, int]) -> None:
+    _, port = federation
+    files = TlsFiles.in_folder(certs / "federation", "beta")
+    with secure_channel(f"localhost:{port}", files, aggregator_name="aggregator") as channel:
+        assert pb_grpc.FederationStub(channel).GetPlan(join_request(), timeout=RPC_TIMEOUT).plan_digest == "d"
+    with secure_channel(f"127.0.0.1:{port}", files, aggregator_name="hospital-z") as channel:
+        refused(
+            lambda: pb_grpc.FederationStub(channel).GetPlan(join_request(), timeout=RPC_TIMEOUT),
+            grpc.StatusCode.UNAVAILABLE,
+        )
+
+
+def test_no_client_certificate_fails_the_handshake(certs: Path, federation: tuple[TestServicer, int]) -> None:
+    _, port = federation
+    stub = stub_with(port, raw_credentials(certs / "federation" / "ca.crt"))
+    refused(lambda: stub.GetPlan(join_request(), timeout=RPC_TIMEOUT), grpc.StatusCode.UNAVAILABLE)
+
+
+def test_a_certificate_from_another_ca_fails_the_handshake(certs: Path, federation: tuple[TestServicer, int]) -> None:
+    _, port = federation
+    other = certs / "other"
+    stub = stub_with(port, raw_credentials(certs / "federation" / "ca.crt", other / "alpha.crt", other / "alpha.key"))
+    refused(lambda: stub.GetPlan(join_request(), timeout=RPC_TIMEOUT), grpc.StatusCode.UNAVAILABLE)
+    with pytest.raises(ConfigError, match="does not verify"):  # and our own helper refuses to use it
+        secure_channel(
+            "127.0.0.1:1", TlsFiles(certs / "federation" / "ca.crt", other / "alpha.crt", other / "alpha.key")
+        )
+
+
+def test_an_expired_certificate_fails_the_handshake(certs: Path, federation: tuple[TestServicer, int]) -> None:
+    _, port = federation
+    ca, expired, key = (
+        certs / "federation" / "ca.crt",
+        certs / "expired" / "alpha.crt",
+        certs / "federation" / "alpha.key",
+    )
+    stub = stub_with(port, raw_credentials(ca, expired, key))
+    refused(lambda: stub.GetPlan(join_request(), timeout=RPC_TIMEOUT), grpc.StatusCode.UNAVAILABLE)
+    with pytest.raises(ConfigError, match="does not verify"):
+        secure_channel("127.0.0.1:1", TlsFiles(ca, expired, key))
+
+
+def test_the_aggregator_certificate_cannot_act_as_a_client(certs: Path, federation: tuple[TestServicer, int]) -> None:
+    _, port = federation
+    folder = certs / "federation"
+    stub = stub_with(port, raw_credentials(folder / "ca.crt", folder / "aggregator.crt", folder / "aggregator.key"))
+    refused(lambda: stub.GetPlan(join_request(), timeout=RPC_TIMEOUT), grpc.StatusCode.UNAVAILABLE)
+
+
+def test_a_valid_certificate_not_on_the_allow_list_gets_a_generic_refusal(
+    certs: Path, federation: tuple[TestServicer, int]
+) -> None:
+    _, port = federation
+    folder = certs / "federation"
+    stub = stub_with(port, raw_credentials(folder / "ca.crt", folder / "mallory.crt", folder / "mallory.key"))
+    error = refused(lambda: stub.GetPlan(join_request(), timeout=RPC_TIMEOUT), grpc.StatusCode.PERMISSION_DENIED)
+    assert error.details() == NOT_PERMITTED
+    assert "mallory" not in error.details()
+    task_error = refused(
+        lambda: next(stub.WaitForTasks(pb.TaskRequest(after=join_request().binding), timeout=RPC_TIMEOUT)),
+        grpc.StatusCode.PERMISSION_DENIED,
+    )
+    assert task_error.details() == NOT_PERMITTED
+
+
+# ---------------------------------------------------------------- a round over the wire
+
+
+def test_a_round_over_the_wire(federation: tuple[TestServicer, int], alpha: pb_grpc.FederationStub) -> None:
+    servicer, _ = federation
+    stream = alpha.WaitForTasks(pb.TaskRequest(after=join_request().binding), timeout=RPC_TIMEOUT)
+    # The task arrives when the aggregator opens the stage: the collaborator waits on the stream.
+    threading.Timer(0.05, servicer.publish, args=(1, pb.STAGE_TRAIN)).start()
+    task = next(stream)
+    assert (task.action, task.binding.round, task.binding.stage) == (pb.ACTION_RUN, 1, pb.STAGE_TRAIN)
+    assert task.binding.federation_id == FEDERATION
+
+    theta, c = read_model(
+        alpha.DownloadModel(pb.FetchRequest(binding=task.binding), timeout=RPC_TIMEOUT),
+        task.binding,
+        max_values=servicer.theta.size,
+        max_chunk_bytes=CHUNK,
+    )
+    assert c == servicer.c and theta.dtype == np.float32 and np.array_equal(theta, servicer.theta)
+
+    share = servicer.publish(1, pb.STAGE_SHARE_KEYS)
+    assert next(stream).binding == share
+    relayed = read_payload(
+        alpha.Fetch(pb.FetchRequest(binding=share), timeout=RPC_TIMEOUT),
+        max_total_bytes=64 * CHUNK,
+        max_chunk_bytes=CHUNK,
+        binding=share,
+    )[1]
+    assert relayed == servicer.relay
+
+    payload = np.random.default_rng(1).bytes(10 * CHUNK + 17)
+    receipt = alpha.Submit(payload_parts(share, payload, CHUNK), timeout=RPC_TIMEOUT)
+    assert receipt.received_size == len(payload) and receipt.sha256 == digest(payload)
+    assert servicer.uploads[("alpha", 1, pb.STAGE_SHARE_KEYS)] == payload
+
+    # The same upload again is a replay; an upload for a closed stage is late.
+    error = refused(
+        lambda: alpha.Submit(payload_parts(share, payload, CHUNK), timeout=RPC_TIMEOUT),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    assert error.details() == NOT_EXPECTED
+    servicer.publish(1, pb.STAGE_MASKED_INPUT)
+    assert next(stream).binding.stage == pb.STAGE_MASKED_INPUT
+    refused(
+        lambda: alpha.Submit(payload_parts(share, b"late", CHUNK), timeout=RPC_TIMEOUT),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    wrong = make_binding("another-federation", 1, pb.STAGE_MASKED_INPUT)
+    refused(
+        lambda: alpha.Submit(payload_parts(wrong, b"x", CHUNK), timeout=RPC_TIMEOUT),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    refused(
+        lambda: list(
+            alpha.DownloadModel(
+                pb.FetchRequest(binding=make_binding(FEDERATION, 2, pb.STAGE_TRAIN)), timeout=RPC_TIMEOUT
+            )
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+
+    # A malformed upload is refused with what was wrong.
+    masked = make_binding(FEDERATION, 1, pb.STAGE_MASKED_INPUT)
+    parts = list(payload_parts(masked, bytes(3 * CHUNK), CHUNK))
+    parts[1].chunk.total_size += 1
+    error = refused(lambda: alpha.Submit(iter(parts), timeout=RPC_TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "declares" in error.details()
+
+    servicer.publish(1, pb.STAGE_MASKED_INPUT + 1, pb.ACTION_FINISHED)
+    assert next(stream).action == pb.ACTION_FINISHED
+    assert list(stream) == []
+
+
+def test_oversized_chunks_are_refused_on_the_wire(
+    federation: tuple[TestServicer, int], alpha: pb_grpc.FederationStub
+) -> None:
+    servicer, _ = federation
+    binding = servicer.publish(5, pb.STAGE_ADVERTISE_KEYS)
+    # Larger than the receiver's chunk limit, but within gRPC's message limit: our check.
+    big = pb.Part(binding=binding, chunk=pb.Chunk(index=0, count=1, total_size=CHUNK + 100, data=bytes(CHUNK + 100)))
+    error = refused(lambda: alpha.Submit(iter([big]), timeout=RPC_TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "over the limit" in error.details()
+    # Larger than the gRPC message limit: refused by gRPC before any servicer code runs.
+    huge = pb.Part(binding=binding, chunk=pb.Chunk(index=0, count=1, total_size=8 * CHUNK, data=bytes(8 * CHUNK)))
+    refused(lambda: alpha.Submit(iter([huge]), timeout=RPC_TIMEOUT), grpc.StatusCode.RESOURCE_EXHAUSTED)
+    # Declaring more than the receiver takes is refused before any data is buffered.
+    declared = pb.Part(binding=binding, chunk=pb.Chunk(index=0, count=1000, total_size=1000 * CHUNK, data=bytes(CHUNK)))
+    refused(lambda: alpha.Submit(iter([declared]), timeout=RPC_TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
+    # A failed upload does not use up the peer's turn: a correct retry is accepted, once.
+    assert alpha.Submit(payload_parts(binding, b"keys", CHUNK), timeout=RPC_TIMEOUT).received_size == 4
+    refused(
+        lambda: alpha.Submit(payload_parts(binding, b"keys", CHUNK), timeout=RPC_TIMEOUT),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+
+
+# ---------------------------------------------------------------- chunking without the network
+
+
+@pytest.mark.parametrize("size", [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 5 * CHUNK])
+def test_chunking_round_trips(size: int) -> None:
+    data = np.random.default_rng(size).bytes(size)
+    chunks = list(split(data, CHUNK))
+    assert len(chunks) == max(1, -(-size // CHUNK))
+    assert all(len(chunk.data) <= CHUNK and chunk.total_size == size for chunk in chunks)
+    assert join(chunks, max_total_bytes=size, max_chunk_bytes=CHUNK) == data
+
+
+def chunk(index: int, count: int, total: int, size: int) -> pb.Chunk:
+    return pb.Chunk(index=index, count=count, total_size=total, data=bytes(size))
+
+
+@pytest.mark.parametrize(
+    ("chunks", "message"),
+    [
+        ([chunk(0, 1, CHUNK + 1, CHUNK + 1)], "over the limit of 1024"),  # oversized chunk
+        ([chunk(0, 100, 100 * CHUNK, CHUNK)], "declares 102400 bytes, over the limit"),  # declared total too big
+        ([chunk(0, 2, 2 * CHUNK, CHUNK), chunk(1, 3, 2 * CHUNK, CHUNK)], "declares 3 chunks"),  # count changes
+        ([chunk(0, 2, 2 * CHUNK, CHUNK), chunk(1, 2, 2 * CHUNK - 1, CHUNK)], "declares 2 chunks / 2047 bytes"),
+        ([chunk(1, 2, 2 * CHUNK, CHUNK)], "out of order"),
+        ([chunk(0, 2, 2 * CHUNK, CHUNK), chunk(0, 2, 2 * CHUNK, CHUNK)], "out of order"),  # duplicate
+        ([chunk(0, 2, 2 * CHUNK, CHUNK)], "stopped after 1 of 2"),  # truncated
+        ([chunk(0, 2, CHUNK + 10, CHUNK), chunk(1, 2, CHUNK + 10, 20)], "overruns"),
+        ([chunk(0, 2, CHUNK + 10, CHUNK), chunk(1, 2, CHUNK + 10, 5)], "ended at 1029 bytes; 1034 were declared"),
+        ([chunk(0, 1, 10, 10), chunk(1, 1, 10, 10)], "after the payload's last chunk"),
+        ([chunk(0, 1, 3 * CHUNK, CHUNK)], "impossible"),  # too few chunks for the size
+        ([chunk(0, 20, 10, 1)], "impossible"),  # more chunks than bytes
+        ([chunk(0, 2, 10, 0)], "is empty"),
+        ([], "stopped after 0"),
+    ],
+)
+def test_malformed_chunk_streams_are_refused(chunks: list[pb.Chunk], message: str) -> None:
+    with pytest.raises(WireError, match=message):
+        join(chunks, max_total_bytes=16 * CHUNK, max_chunk_bytes=CHUNK)
+
+
+def test_reassembler_reports_progress() -> None:
+    assembler = Reassembler(max_total_bytes=3 * CHUNK, max_chunk_bytes=CHUNK)
+    pieces = list(split(bytes(2 * CHUNK + 1), CHUNK))
+    for piece in pieces:
+        assert not assembler.done
+        assembler.add(piece)
+    assert assembler.done and len(assembler.result()) == 2 * CHUNK + 1
+
+
+def test_tensors_encode_exactly() -> None:
+    import torch
+
+    for values in (np.arange(7, dtype=np.float32) / 3, np.arange(7, dtype=np.float64) / 3, torch.arange(5.0) / 7):
+        dtype, data = encode_tensor(values)
+        expected = values.numpy() if isinstance(values, torch.Tensor) else values
+        assert (
+            np.array_equal(decode_tensor(data, dtype), expected) and decode_tensor(data, dtype).dtype == expected.dtype
+        )
+    assert encode_tensor(np.ones((2, 3), dtype=np.float32))[1] == np.ones(6, dtype="<f4").tobytes()
+    with pytest.raises(WireError, match="float32 or float64"):
+        encode_tensor(np.arange(3))
+    with pytest.raises(WireError, match="whole number"):
+        decode_tensor(b"abc", pb.DTYPE_FLOAT32)
+    with pytest.raises(WireError, match="unknown tensor dtype"):
+        decode_tensor(b"", pb.DTYPE_UNSPECIFIED)
+
+
+def test_model_parts_are_checked() -> None:
+    binding = make_binding(FEDERATION, 3, pb.STAGE_TRAIN)
+    theta = np.linspace(-1, 1, 1000, dtype=np.float64)
+    parts = list(model_parts(binding, theta, 2.5, chunk_bytes=CHUNK))
+    assert len(parts) == 8
+    got, c = read_model(parts, binding, max_values=1000, max_chunk_bytes=CHUNK)
+    assert c == 2.5 and np.array_equal(got, theta)
+    with pytest.raises(WireError, match="over the limit"):
+        read_model(parts, binding, max_values=999, max_chunk_bytes=CHUNK)
+    with pytest.raises(WireError, match="another federation, round or stage"):
+        read_model(parts, make_binding(FEDERATION, 4, pb.STAGE_TRAIN), max_values=1000, max_chunk_bytes=CHUNK)
+    mixed = list(model_parts(binding, theta, 2.5, chunk_bytes=CHUNK))
+    mixed[3].threshold = 1.0
+    with pytest.raises(WireError, match="disagree"):
+        read_model(mixed, binding, max_values=1000, max_chunk_bytes=CHUNK)
+    with pytest.raises(WireError, match="non-finite"):
+        read_model(model_parts(binding, np.array([np.nan], dtype=np.float32), 0.0), binding, max_values=1)
+
+
+def test_payload_parts_must_share_one_binding() -> None:
+    first, second = make_binding(FEDERATION, 1, pb.STAGE_UNMASK), make_binding(FEDERATION, 2, pb.STAGE_UNMASK)
+    parts = list(payload_parts(first, bytes(3 * CHUNK), CHUNK))
+    parts[2].binding.CopyFrom(second)
+    with pytest.raises(WireError, match="another federation, round or stage"):
+        read_payload(parts, max_total_bytes=3 * CHUNK, max_chunk_bytes=CHUNK)
+    with pytest.raises(WireError, match="empty"):
+        read_payload([], max_total_bytes=1)
+
+
+# ---------------------------------------------------------------- the stage gate
+
+
+def test_stage_gate_refuses_replays_late_and_foreign_messages() -> None:
+    now = [0.0]
+    gate = StageGate(FEDERATION, clock=lambda: now[0])
+    assert gate.current is None
+    keys = gate.open(1, pb.STAGE_ADVERTISE_KEYS, timeout_seconds=10, participants=["alpha", "beta"])
+    assert gate.current == keys
+    gate.admit(keys, "alpha")
+    assert gate.submitted() == {"alpha"}
+
+    def refused_by_gate(binding: pb.Binding, peer: str) -> None:
+        with pytest.raises(Rejected) as caught:
+            gate.admit(binding, peer)
+        assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert caught.value.details == NOT_EXPECTED and peer not in str(caught.value)
+
+    refused_by_gate(keys, "alpha")  # replay
+    refused_by_gate(keys, "gamma")  # not a participant of this stage
+    refused_by_gate(make_binding("other", 1, pb.STAGE_ADVERTISE_KEYS), "beta")
+    refused_by_gate(make_binding(FEDERATION, 1, pb.STAGE_SHARE_KEYS), "beta")  # early
+    now[0] = 11.0
+    refused_by_gate(keys, "beta")  # past the deadline
+
+    shares = gate.open(1, pb.STAGE_SHARE_KEYS)
+    refused_by_gate(keys, "beta")  # late: that stage has closed
+    gate.admit(shares, "beta")
+    gate.check_read(keys)  # reads of an earlier stage of this round are fine
+    with pytest.raises(Rejected):
+        gate.check_read(make_binding(FEDERATION, 1, pb.STAGE_MASKED_INPUT))
+    with pytest.raises(Rejected):
+        gate.check_read(make_binding(FEDERATION, 0, pb.STAGE_JOIN))
+    with pytest.raises(ValueError, match="only move forward"):
+        gate.open(1, pb.STAGE_ADVERTISE_KEYS)
+    gate.close()
+    refused_by_gate(shares, "alpha")
+    gate.check_federation(shares)
+    with pytest.raises(Rejected):
+        gate.check_federation(make_binding("other", 0, pb.STAGE_JOIN))

@@ -1,0 +1,267 @@
+"""The runtime's pieces without a network: checkpoints, the board, the collaborator's learner and retries."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+from fedfair.core import server
+from fedfair.core.errors import ConfigError
+from fedfair.research.launch import make_workspace, toml_text
+from fedfair.research.simulation import make_learners
+from fedfair.runtime.aggregator.checkpoint import (
+    CHECKPOINT_NAME,
+    Checkpoint,
+    append_round_log,
+    atomic_write,
+    load_checkpoint,
+    read_round_log,
+    save_checkpoint,
+    state_digest,
+)
+from fedfair.runtime.aggregator.loop import initial_state, plan_from_args, prepare
+from fedfair.runtime.aggregator.servicer import Board
+from fedfair.runtime.collaborator.client import (
+    AggregatorUnreachable,
+    Collaborator,
+    RetryPolicy,
+)
+from fedfair.runtime.collaborator.trainer import build_learner, load_local_data
+from fedfair.runtime.plan import (
+    load_aggregator_plan,
+    load_collaborator_config,
+    load_shared_settings,
+    shared_settings,
+)
+from fedfair.runtime.transport import make_binding, pb
+from tests.federations import adult_by_race
+from tests.runtime.harness import new_workspace, objective_config, training_config
+
+NAMES = ["site-a", "site-b", "site-c"]
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def a_state() -> server.ServerState:
+    state = server.init(torch.arange(5, dtype=torch.float64), bound=10.0)
+    aggregate = server.Aggregate(torch.full((5,), 0.25, dtype=torch.float64), -3.0, 2.0)
+    return server.apply(server.apply(state, aggregate, bound=10.0), aggregate, bound=10.0)
+
+
+def test_a_checkpoint_round_trips_exactly(tmp_path: Path) -> None:
+    state = a_state()
+    save_checkpoint(tmp_path, Checkpoint(7, state, "d" * 64, {"worst_risk": 0.5}))
+    loaded = load_checkpoint(tmp_path, "d" * 64)
+    assert loaded.round == 7 and loaded.evaluation == {"worst_risk": 0.5}
+    assert state_digest(loaded.state) == state_digest(state)
+    assert torch.equal(loaded.state.theta, state.theta) and loaded.state.c == state.c
+    assert loaded.state.averaged_rounds == state.averaged_rounds == 2
+    assert [path.name for path in tmp_path.iterdir()] == [CHECKPOINT_NAME]  # no temporary file left behind
+
+
+def test_a_checkpoint_from_another_plan_is_refused(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path, Checkpoint(3, a_state(), "a" * 64))
+    with pytest.raises(ConfigError, match="written under another plan .*resume with the plan it was made with"):
+        load_checkpoint(tmp_path, "b" * 64)
+    with pytest.raises(ConfigError, match="no checkpoint .*start without --resume"):
+        load_checkpoint(tmp_path / "empty", "a" * 64)
+    (tmp_path / CHECKPOINT_NAME).write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="unreadable"):
+        load_checkpoint(tmp_path, "a" * 64)
+
+
+def test_an_interrupted_write_leaves_the_old_checkpoint(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path, Checkpoint(1, a_state(), "a" * 64))
+    before = (tmp_path / CHECKPOINT_NAME).read_bytes()
+
+    def crash(stream) -> None:  # type: ignore[no-untyped-def]
+        stream.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(tmp_path / CHECKPOINT_NAME, crash)
+    assert (tmp_path / CHECKPOINT_NAME).read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == [CHECKPOINT_NAME]
+
+
+def test_the_round_log_appends_json_lines(tmp_path: Path) -> None:
+    append_round_log(tmp_path, {"round": 1, "status": "applied"})
+    append_round_log(tmp_path, {"round": 2, "status": "aborted", "reason": "too few"})
+    assert read_round_log(tmp_path) == [
+        {"round": 1, "status": "applied"},
+        {"round": 2, "status": "aborted", "reason": "too few"},
+    ]
+    with pytest.raises(ValueError):
+        append_round_log(tmp_path, {"round": 3, "c": float("nan")})
+
+
+def test_the_aggregator_refuses_to_overwrite_or_to_resume_the_wrong_run(tmp_path: Path) -> None:
+    workspace = new_workspace(tmp_path, NAMES, training={"rounds": 4})
+    plan = load_aggregator_plan(workspace.plan)
+    start = prepare(plan, resume=False)
+    assert start.round == 0 and torch.equal(start.state.theta, initial_state(plan).theta)
+    save_checkpoint(workspace.output, Checkpoint(2, start.state, start.plan_digest))
+    with pytest.raises(ConfigError, match="pass --resume to continue it"):
+        prepare(plan, resume=False)
+    assert prepare(plan, resume=True).round == 2
+    changed = load_aggregator_plan(workspace.plan, {"objective": {"rho": 0.2}})
+    with pytest.raises(ConfigError, match="another plan"):
+        prepare(changed, resume=True)
+    wraps = load_aggregator_plan(workspace.plan, {"secure_aggregation": {"modulus_bits": 32}})
+    with pytest.raises(ConfigError, match="could wrap around"):
+        prepare(wraps, resume=False)
+
+
+def test_a_plan_from_flags_alone(tmp_path: Path) -> None:
+    import argparse
+
+    args = argparse.Namespace(
+        plan=None,
+        federation_id=None,
+        collaborators="a,b",
+        address="127.0.0.1:5000",
+        certs=str(tmp_path),
+        output=str(tmp_path / "out"),
+        name=None,
+        rounds=9,
+    )
+    plan = plan_from_args(args)
+    assert plan.collaborators == ("a", "b") and plan.training.rounds == 9 and plan.model.features == 107
+    assert plan.aggregator.certs == tmp_path and plan.federation_id == "fedfair"
+    args.certs = None
+    with pytest.raises(ConfigError, match="without --plan the aggregator needs --certs"):
+        plan_from_args(args)
+
+
+# ---------------------------------------------------------------- the board
+
+
+def test_a_stage_waits_on_a_condition_not_a_clock() -> None:
+    board = Board("digest")
+    for name in NAMES:
+        board.connect(name)
+    board.new_round(1)
+    binding = make_binding("f", 1, pb.STAGE_ADVERTISE_KEYS)
+    received: list[str] = []
+    board.open_stage(
+        binding, NAMES, b"in", lambda peer, payload: received.append(peer), max_upload_bytes=10, timeout=60.0
+    )
+    waiter = threading.Thread(target=board.wait_stage)
+    waiter.start()
+    board.deliver("site-a", binding, b"x")
+    board.deliver("site-b", binding, b"")  # withdraws
+    board.disconnect("site-c")  # gone: nobody waits for it
+    waiter.join(5)
+    assert not waiter.is_alive()
+    assert board.close_stage() == (frozenset({"site-a"}), 1) and received == ["site-a"]
+
+
+def test_a_task_stream_of_a_restarted_process_skips_the_round_in_progress() -> None:
+    board = Board("digest")
+    board.new_round(4)
+    board.publish(["site-a"], make_binding("f", 4, pb.STAGE_TRAIN), pb.ACTION_RUN)
+    board.finish(make_binding("f", 4, pb.STAGE_EVAL_UNMASK))
+    fresh = list(board.stream_tasks("site-a", make_binding("f", 0, pb.STAGE_JOIN), lambda: True))
+    assert [task.action for task in fresh] == [pb.ACTION_FINISHED]
+    continuing = list(board.stream_tasks("site-a", make_binding("f", 4, pb.STAGE_JOIN), lambda: True))
+    assert [task.action for task in continuing] == [pb.ACTION_RUN, pb.ACTION_FINISHED]
+
+
+# ---------------------------------------------------------------- the collaborator
+
+
+def test_the_collaborators_learner_is_the_simulations_client(tmp_path: Path) -> None:
+    workspace = new_workspace(tmp_path, NAMES)
+    plan = load_aggregator_plan(workspace.plan)
+    shared = load_shared_settings(shared_settings(plan))
+    _, expected = make_learners(adult_by_race(), training_config(plan), objective_config(plan))
+    for index, name in enumerate(NAMES):
+        data = load_local_data(load_collaborator_config(workspace.configs[name]), shared)
+        learner = build_learner(data, shared, torch.device("cpu"))
+        assert data.seed_index == index and learner.batch_size == expected[index].batch_size
+        assert torch.equal(learner.features, expected[index].features)
+        theta = initial_state(plan).theta
+        for _ in range(3):
+            ours, theirs = learner.train_round(theta, 5.0), expected[index].train_round(theta, 5.0)
+            assert torch.equal(ours.delta, theirs.delta) and ours.delta_c == theirs.delta_c
+
+
+def test_the_configured_name_must_be_the_certificates(tmp_path: Path) -> None:
+    workspace = new_workspace(tmp_path, NAMES)
+    source = workspace.configs["site-a"]
+    source.write_text(
+        source.read_text()
+        .replace("cert = ", "x = ")
+        .replace('name = "site-a"', 'name = "site-b"')
+        .replace(
+            "[certificates]",
+            f'[certificates]\ncert = "{workspace.certs / "site-a.crt"}"\nkey = "{workspace.certs / "site-a.key"}"',
+        )
+    )
+    with pytest.raises(ConfigError, match="name = 'site-b' but .* certifies 'site-a'"):
+        Collaborator(load_collaborator_config(source))
+
+
+def test_an_unreachable_aggregator_is_retried_a_bounded_number_of_times(tmp_path: Path) -> None:
+    workspace = make_workspace(tmp_path, ["site-a", "site-b"])  # nobody serves its address
+    collaborator = Collaborator(
+        load_collaborator_config(workspace.configs["site-a"]),
+        retry=RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05),
+    )
+    waits: list[float] = []
+    original = collaborator._wait
+    collaborator._wait = lambda attempt, why: (waits.append(attempt), original(attempt, why))  # type: ignore[method-assign]
+    with pytest.raises(AggregatorUnreachable, match="unreachable while fetching the plan"):
+        collaborator.run()
+    assert waits == [0, 1, 2]
+
+
+def test_back_off_is_exponential_jittered_and_capped() -> None:
+    import random
+
+    policy, rng = RetryPolicy(attempts=8, base_seconds=0.5, cap_seconds=4.0), random.Random(0)
+    delays = np.array([[policy.delay(attempt, rng) for attempt in range(6)] for _ in range(200)])
+    ceilings = np.minimum(4.0, 0.5 * 2.0 ** np.arange(6))
+    assert np.all(delays <= ceilings) and np.all(delays >= 0.5 * ceilings)
+    assert delays.std(axis=0).min() > 0  # jittered: peers that lost the aggregator together do not retry together
+
+
+def test_privacy_plugs_into_the_collaborators_hook(tmp_path: Path) -> None:
+    from fedfair.privacy import PrivateLearner
+    from fedfair.runtime.collaborator.trainer import round_trainer
+
+    workspace = new_workspace(tmp_path, NAMES)
+    config_path = workspace.configs["site-b"]
+    config_path.write_text(config_path.read_text() + toml_text({"privacy": {"enabled": True, "noise_multiplier": 1.0}}))
+    config = load_collaborator_config(config_path)
+    shared = load_shared_settings(shared_settings(load_aggregator_plan(workspace.plan)))
+    learner = build_learner(load_local_data(config, shared), shared, torch.device("cpu"))
+    trainer = round_trainer(learner, config, shared)
+    assert isinstance(trainer, PrivateLearner)
+    update = trainer.train_round(initial_state(load_aggregator_plan(workspace.plan)).theta, 5.0)
+    assert np.isfinite(update.weighted_vector().numpy()).all()
+    assert (config_path.parent / "site-b.privacy.json").exists()  # the accountant persists beside the config
+
+
+def test_grpc_codes_are_explained(tmp_path: Path) -> None:
+    from fedfair.runtime.collaborator.client import _refusal
+
+    class Error(grpc.RpcError):
+        def __init__(self, code: grpc.StatusCode) -> None:
+            self._code = code
+
+        def code(self) -> grpc.StatusCode:
+            return self._code
+
+        def details(self) -> str:
+            return "details"
+
+    assert "allow-list" in str(_refusal(Error(grpc.StatusCode.PERMISSION_DENIED), "x"))
+    assert "unreachable" in str(_refusal(Error(grpc.StatusCode.UNAVAILABLE), "x"))

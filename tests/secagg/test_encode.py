@@ -1,0 +1,177 @@
+"""Fixed-point encoding: exact modular sums, the derived error bound, the wraparound check."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from fedfair.core.errors import ConfigError
+from fedfair.secagg.encode import (
+    Encoder,
+    EncodingConfig,
+    check_no_wraparound,
+    largest_party_value,
+    largest_safe_fractional_bits,
+)
+
+KEY = bytes(range(32))
+
+
+def encode_sum(encoder: Encoder, inputs: list[tuple[np.ndarray, float]]) -> np.ndarray:
+    total = np.zeros(inputs[0][0].size + 1, dtype=encoder.dtype)
+    for index, (vector, weight) in enumerate(inputs):
+        total += encoder.encode(vector, weight, randomness_key=bytes([index]) * 32)
+    return total
+
+
+@st.composite
+def encoding_cases(draw: st.DrawFn) -> tuple[EncodingConfig, list[tuple[np.ndarray, float]]]:
+    modulus_bits = draw(st.sampled_from([32, 64]))
+    parties = draw(st.integers(1, 10))
+    clip = draw(st.sampled_from([0.01, 0.5, 1.0, 3.0]))
+    max_weight = draw(st.sampled_from([1.0, 7.5, 100.0]))
+    best = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight)
+    fractional_bits = draw(st.integers(max(0, best - 12), best))
+    dimension = draw(st.integers(1, 8))
+    inputs = []
+    for _ in range(parties):
+        weight = draw(st.floats(0.0, max_weight))
+        # Coordinates of delta up to twice the clip range, so clipping is exercised too.
+        delta = draw(arrays(np.float64, dimension, elements=st.floats(-2 * clip, 2 * clip)))
+        inputs.append((weight * delta, weight))
+    return EncodingConfig(clip, max_weight, fractional_bits, modulus_bits), inputs
+
+
+@settings(max_examples=150, deadline=None)
+@given(encoding_cases())
+def test_decoded_sum_stays_within_the_derived_bound(
+    case: tuple[EncodingConfig, list[tuple[np.ndarray, float]]],
+) -> None:
+    config, inputs = case
+    encoder = Encoder(config, len(inputs))
+    decoded = encoder.decode(encode_sum(encoder, inputs), len(inputs))
+    clipped = sum(np.clip(vector, -config.clip * weight, config.clip * weight) for vector, weight in inputs)
+    total_weight = sum(weight for _, weight in inputs)
+    # The reference sums are float64 too; allow their own rounding on top of the bound.
+    slack = 1e-12 * (1 + float(np.max(np.abs(clipped))) + total_weight)
+    assert np.all(np.abs(decoded.weighted_sum - clipped) <= decoded.error_bound + slack)
+    assert abs(decoded.total_weight - total_weight) <= decoded.error_bound + slack
+    # One step per summand; 64-bit sums beyond 2^53 add float64 conversion rounding.
+    step_bound = len(inputs) * 2.0**-config.fractional_bits
+    assert decoded.error_bound == step_bound if config.modulus_bits == 32 else decoded.error_bound >= step_bound
+
+
+def test_bound_is_the_number_of_summands_times_the_step() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 10.0, 16, 32), 7)
+    assert encoder.error_bound(7) == 7 * 2**-16
+    assert encoder.error_bound(3) == 3 * 2**-16
+
+
+def test_grid_values_encode_exactly() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 4.0, 10, 32), 3)
+    vector = np.array([0.5, -0.25, 3 * 2**-10, -1.0])
+    encoded = encoder.encode(vector, 2.0, randomness_key=KEY)
+    assert encoded.view(np.int32).tolist() == [512, -256, 3, -1024, 2048]
+
+
+def test_stochastic_rounding_is_unbiased() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 1.0, 4, 32), 1)
+    value = 0.3 * 2**-4  # 0.3 of one step: rounds up with probability 0.3
+    encoded = encoder.encode(np.full(40_000, value), 1.0, randomness_key=KEY)
+    ups = encoded[:-1].view(np.int32)
+    assert set(np.unique(ups).tolist()) == {0, 1}
+    # Binomial(40000, 0.3): standard deviation 92; allow 5 of them.
+    assert abs(int(ups.sum()) - 12_000) < 5 * 92
+
+
+def test_randomness_key_makes_encoding_reproducible() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 1.0, 8, 64), 2)
+    vector = np.linspace(-0.9, 0.9, 101) * 0.7
+    first = encoder.encode(vector, 0.7, randomness_key=KEY)
+    np.testing.assert_array_equal(first, encoder.encode(vector, 0.7, randomness_key=KEY))
+    assert not np.array_equal(first, encoder.encode(vector, 0.7, randomness_key=bytes(32)))
+    assert first.dtype == np.uint64
+
+
+@pytest.mark.parametrize("modulus_bits", [32, 64])
+def test_worst_case_sums_at_the_largest_safe_setting_do_not_wrap(modulus_bits: int) -> None:
+    parties, clip, max_weight = 9, 2.0, 50.0
+    bits = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight)
+    encoder = Encoder(EncodingConfig(clip, max_weight, bits, modulus_bits), parties)
+    for sign in (1.0, -1.0):
+        inputs = [(np.full(3, sign * 10 * clip * max_weight), max_weight)] * parties
+        decoded = encoder.decode(encode_sum(encoder, inputs), parties)
+        expected = sign * parties * clip * max_weight
+        assert np.all(np.abs(decoded.weighted_sum - expected) <= decoded.error_bound * (1 + 1e-9))
+        assert abs(decoded.total_weight - parties * max_weight) <= decoded.error_bound
+
+
+def test_wraparound_check_is_tight_and_names_the_knob() -> None:
+    parties, clip, max_weight = 10, 1.0, 100.0
+    best = largest_safe_fractional_bits(clip, 32, parties, max_weight)
+    check_no_wraparound(clip, best, 32, parties, max_weight)
+    assert parties * largest_party_value(clip, best, max_weight) < 2**31
+    assert parties * largest_party_value(clip, best + 1, max_weight) >= 2**31
+    with pytest.raises(ConfigError, match=rf"fractional_bits to at most {best} or set modulus_bits=64"):
+        check_no_wraparound(clip, best + 1, 32, parties, max_weight)
+    with pytest.raises(ConfigError, match="modulus_bits") as raised:
+        Encoder(EncodingConfig(clip, max_weight, best + 1, 32), parties)
+    assert "\n" not in str(raised.value)
+    # With 64-bit words the same setting fits; past float64 precision it does not.
+    check_no_wraparound(clip, best + 1, 64, parties, max_weight)
+    with pytest.raises(ConfigError, match="fractional_bits"):
+        check_no_wraparound(clip, 60, 64, parties, max_weight)
+
+
+def test_no_fractional_bits_fit_suggests_shrinking_the_range() -> None:
+    with pytest.raises(ConfigError, match="lower clip or max_weight or set modulus_bits=64"):
+        check_no_wraparound(1.0, 0, 32, 1000, 1e7)
+    assert largest_safe_fractional_bits(1.0, 32, 1000, 1e7) == -1
+
+
+@pytest.mark.parametrize(
+    ("clip", "bits", "modulus", "parties", "weight", "message"),
+    [
+        (1.0, 8, 16, 3, 1.0, "modulus_bits"),
+        (1.0, -1, 32, 3, 1.0, "fractional_bits"),
+        (1.0, 1.5, 32, 3, 1.0, "fractional_bits"),
+        (0.0, 8, 32, 3, 1.0, "clip"),
+        (math.inf, 8, 32, 3, 1.0, "clip"),
+        (1.0, 8, 32, 3, -2.0, "max_weight"),
+        (1.0, 8, 32, 0, 1.0, "parties"),
+    ],
+)
+def test_bad_knobs_are_refused(clip: float, bits: int, modulus: int, parties: int, weight: float, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_no_wraparound(clip, bits, modulus, parties, weight)  # type: ignore[arg-type]
+
+
+def test_bad_inputs_are_refused() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 10.0, 8, 32), 3)
+    with pytest.raises(ConfigError, match="NaN"):
+        encoder.encode(np.array([1.0, np.nan]), 1.0)
+    with pytest.raises(ConfigError, match="max_weight"):
+        encoder.encode(np.zeros(2), 11.0)
+    with pytest.raises(ConfigError, match="max_weight"):
+        encoder.encode(np.zeros(2), -1.0)
+    with pytest.raises(ConfigError, match="1-D"):
+        encoder.encode(np.zeros((2, 2)), 1.0)
+    with pytest.raises(ConfigError, match="summands"):
+        encoder.decode(np.zeros(3, dtype=np.uint32), 4)
+
+
+def test_mean_and_its_bound() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 10.0, 6, 32), 3)
+    deltas = [np.array([0.9, -0.3]), np.array([-0.5, 0.2]), np.array([0.1, 0.7])]
+    weights = [2.0, 5.0, 9.0]
+    decoded = encoder.decode(encode_sum(encoder, [(w * d, w) for d, w in zip(deltas, weights, strict=True)]), 3)
+    exact = sum(w * d for d, w in zip(deltas, weights, strict=True)) / sum(weights)
+    assert np.all(np.abs(decoded.mean() - exact) <= decoded.mean_error_bound())
+    zero = encoder.decode(np.zeros(3, dtype=np.uint32), 1)
+    with pytest.raises(ConfigError, match="total weight"):
+        zero.mean()

@@ -1,0 +1,143 @@
+"""The house rule, checked on the source: core imports only itself, numpy, torch and the standard
+library; the libraries (secagg, privacy, fairness, pki, datasets) never reach the runtime or the
+research harness; the runtime never reaches research; a collaborator never reaches the aggregator.
+
+Imports are read from the syntax tree (including imports inside functions) and followed
+transitively, so a rule cannot be dodged through a module in between.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "fedfair"
+CORE_THIRD_PARTY = frozenset({"numpy", "torch"})
+LIBRARIES = ("fedfair.secagg", "fedfair.privacy", "fedfair.fairness", "fedfair.pki", "fedfair.datasets")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES: dict[str, Path] = {module_name(path): path for path in PACKAGE_ROOT.rglob("*.py")}
+
+
+def imported_names(source: str, module: str, is_package: bool) -> Iterator[str]:
+    """Every module an import statement names, relative imports resolved."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield base
+            # `from fedfair.core import server` imports the module fedfair.core.server.
+            yield from (f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in MODULES)
+
+
+@cache
+def direct_imports(module: str) -> frozenset[str]:
+    path = MODULES[module]
+    return frozenset(imported_names(path.read_text(), module, path.name == "__init__.py"))
+
+
+def internal(name: str) -> str | None:
+    """The fedfair module an import resolves to (the longest known prefix), or None."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in MODULES:
+            return candidate
+    return None
+
+
+@cache
+def reachable(module: str) -> frozenset[str]:
+    """Every fedfair module `module` imports, directly or through others (packages' __init__ included)."""
+    seen: set[str] = set()
+    stack = [module]
+    while stack:
+        current = stack.pop()
+        for name in direct_imports(current):
+            target = internal(name)
+            if target is None:
+                continue
+            parents = [".".join(target.split(".")[:end]) for end in range(2, target.count(".") + 1)]
+            for found in (target, *parents):
+                if found in MODULES and found not in seen:
+                    seen.add(found)
+                    stack.append(found)
+    seen.discard(module)
+    return frozenset(seen)
+
+
+def within(module: str, *packages: str) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
+def modules_in(*packages: str) -> list[str]:
+    return sorted(module for module in MODULES if within(module, *packages))
+
+
+def violations(modules: list[str], forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{module} -> {target}"
+        for module in modules
+        for target in sorted(reachable(module))
+        if within(target, *forbidden)
+    ]
+
+
+def test_the_layers_exist() -> None:
+    for package in ("fedfair.core", "fedfair.runtime", "fedfair.research", *LIBRARIES):
+        assert package in MODULES, f"{package} is missing"
+    assert len(modules_in("fedfair.core")) >= 5
+
+
+@pytest.mark.parametrize("module", modules_in("fedfair.core"))
+def test_core_imports_only_itself_numpy_torch_and_the_standard_library(module: str) -> None:
+    outside = sorted(
+        name
+        for name in direct_imports(module)
+        if not within(name, "fedfair.core")
+        and name.split(".")[0] not in CORE_THIRD_PARTY
+        and name.split(".")[0] not in sys.stdlib_module_names
+        and name != "__future__"
+    )
+    assert not outside, f"{module} imports {outside}; core may import only fedfair.core, numpy, torch and stdlib"
+
+
+def test_libraries_never_reach_the_runtime_or_research() -> None:
+    assert violations(modules_in(*LIBRARIES), ("fedfair.runtime", "fedfair.research", "fedfair.cli")) == []
+
+
+def test_the_runtime_never_reaches_research() -> None:
+    assert violations(modules_in("fedfair.runtime"), ("fedfair.research", "fedfair.cli")) == []
+
+
+def test_a_collaborator_never_reaches_aggregator_modules() -> None:
+    assert violations(modules_in("fedfair.runtime.collaborator"), ("fedfair.runtime.aggregator",)) == []
+
+
+def test_the_aggregator_never_reaches_collaborator_modules() -> None:
+    assert violations(modules_in("fedfair.runtime.aggregator"), ("fedfair.runtime.collaborator",)) == []
+
+
+def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
+    """The walker itself: a forbidden import, even inside a function, is found."""
+    source = "def late():\n    from fedfair.research.simulation import run_rounds\n"
+    names = set(imported_names(source, "fedfair.core.local", is_package=False))
+    assert "fedfair.research.simulation" in names
+    relative = set(imported_names("from ..research import simulation\n", "fedfair.core.local", is_package=False))
+    assert "fedfair.research" in relative and "fedfair.research.simulation" in relative
