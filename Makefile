@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.fedfair-installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo check test bench clean
 
 setup: $(STAMP)
 
@@ -16,7 +16,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: setup
 	$(PY) -m fedfair.cli launch
 
-test: setup
+# Static types first: mypy (strict, configured in pyproject.toml) must find nothing.
+check: setup
+	$(PY) -m mypy
+
+test: check
 	$(PY) -m pytest -q
 
 bench: setup

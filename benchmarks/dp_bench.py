@@ -34,9 +34,10 @@ from typing import Any
 
 import torch
 
-from fedfair.core.local import LocalConfig, LocalLearner
+from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.local import LocalLearner
 from fedfair.core.models import build_model, flat_parameters
-from fedfair.core.objective import ObjectiveConfig, RCVaRThreshold
+from fedfair.core.objective import RCVaRThreshold
 from fedfair.datasets import load_dataset
 from fedfair.privacy import PrivacyConfig, PrivateLearner
 from fedfair.research.experiment import config_from_flags, load_federation, simulate

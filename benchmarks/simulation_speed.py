@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
+from fedfair.core.config import ObjectiveConfig
 from fedfair.core.models import build_model, per_sample_loss
-from fedfair.core.objective import ObjectiveConfig, RCVaRThreshold
+from fedfair.core.objective import RCVaRThreshold
 from fedfair.research.experiment import (
     PAPER_EPSILONS,
     PAPER_RHOS,

@@ -9,7 +9,6 @@ is `begin` (load the global pair), `step` (one mini-batch), `finish` (the update
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,33 +16,12 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from fedfair.core.config import LocalConfig
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.models import flat_parameters, load_flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LocalConfig:
-    """How a collaborator trains within a round.
-
-    `lr` is eta (for theta), `threshold_lr` is eta_c (for c). With `reuse_batch`
-    one mini-batch is drawn per round and used for all tau steps, as the
-    algorithm box literally reads; by default every step draws a fresh one.
-    """
-
-    local_steps: int = 1
-    lr: float = 0.1
-    threshold_lr: float = 0.1
-    reuse_batch: bool = False
-
-    def __post_init__(self) -> None:
-        if self.local_steps < 1:
-            raise ConfigError(f"local steps must be at least 1, got {self.local_steps}; pass --local-steps 1")
-        for name, value in (("lr", self.lr), ("threshold_lr", self.threshold_lr)):
-            if not value > 0.0 or not math.isfinite(value):
-                raise ConfigError(f"{name} must be a positive number, got {value}; e.g. --{name.replace('_', '-')} 0.1")
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fedfair.core.config import MODEL_NAMES
 from fedfair.core.errors import ConfigError
 
-MODEL_NAMES = ("logreg", "mlp", "cnn")
 MLP_HIDDEN_UNITS = 512
 
 

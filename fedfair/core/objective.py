@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fedfair.core.config import SMOOTH_FUNCTIONS, ObjectiveConfig, check_smooth_plus
 from fedfair.core.errors import ConfigError
 
 
@@ -109,47 +110,15 @@ class Zang:
         return self.gamma / 8.0
 
 
-SMOOTH_PLUS_FUNCTIONS: dict[str, type] = {
-    "softrelu": SoftReLU,
-    "quadratic": ShiftedQuadratic,
-    "zang": Zang,
-}
+SMOOTH_PLUS_FUNCTIONS: dict[str, type[SoftReLU] | type[ShiftedQuadratic] | type[Zang]] = dict(
+    zip(SMOOTH_FUNCTIONS, (SoftReLU, ShiftedQuadratic, Zang), strict=True)
+)
 
 
 def make_smooth_plus(name: str = "softrelu", gamma: float = 0.05) -> SmoothPlus:
     """Build a smooth plus function by name, refusing unknown names and gamma <= 0."""
-    if not gamma > 0.0 or not math.isfinite(gamma):
-        raise ConfigError(f"gamma must be a positive number, got {gamma}; pass --gamma 0.05 (the paper's value)")
-    try:
-        kind = SMOOTH_PLUS_FUNCTIONS[name]
-    except KeyError:
-        choices = ", ".join(SMOOTH_PLUS_FUNCTIONS)
-        raise ConfigError(f"unknown smooth plus function '{name}'; choose one of: {choices}") from None
-    return kind(gamma=gamma)
-
-
-@dataclass(frozen=True)
-class ObjectiveConfig:
-    """The knobs of RCVaR: protected group size rho, trade-off epsilon, smoothing, threshold bound B."""
-
-    epsilon: float = 0.1
-    rho: float = 0.3
-    gamma: float = 0.05
-    smooth: str = "softrelu"
-    bound: float = 10.0
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.rho <= 1.0:
-            raise ConfigError(f"rho must be in (0, 1], got {self.rho}; it is the smallest group fraction protected, e.g. --rho 0.3")
-        if not 0.0 <= self.epsilon <= 1.0:
-            raise ConfigError(f"epsilon must be in [0, 1], got {self.epsilon}; 1 is plain ERM, 0 is CVaR, e.g. --epsilon 0.1")
-        if not self.bound > 0.0 or not math.isfinite(self.bound):
-            raise ConfigError(f"bound must be a positive number, got {self.bound}; it caps the threshold c, e.g. --bound 10")
-        make_smooth_plus(self.smooth, self.gamma)
-
-    @property
-    def smooth_plus(self) -> SmoothPlus:
-        return make_smooth_plus(self.smooth, self.gamma)
+    check_smooth_plus(name, gamma)
+    return SMOOTH_PLUS_FUNCTIONS[name](gamma=gamma)
 
 
 def rcvar_per_sample(losses: torch.Tensor, c: torch.Tensor | float, epsilon: float, rho: float) -> torch.Tensor:
@@ -177,7 +146,7 @@ class RCVaRThreshold(nn.Module):
         self.epsilon = config.epsilon
         self.rho = config.rho
         self.bound = config.bound
-        self.smooth = config.smooth_plus
+        self.smooth = make_smooth_plus(config.smooth, config.gamma)
         self.c = nn.Parameter(torch.tensor(config.bound if c is None else c, dtype=dtype))
 
     def forward(self, losses: torch.Tensor) -> torch.Tensor:

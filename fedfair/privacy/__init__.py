@@ -58,10 +58,10 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
 from fedfair.core.local import LocalLearner, StopsContributing, Update
 from fedfair.core.objective import RCVaRThreshold
+from fedfair.privacy.config import ACCOUNTANTS, PrivacyConfig
 
 logger = logging.getLogger(__name__)
 
-ACCOUNTANTS = ("prv", "rdp")
 RDP_ORDERS = tuple(RDPAccountant.DEFAULT_ALPHAS)
 STATE_FORMAT = "fedfair-privacy-accountant"
 STATE_VERSION = 1
@@ -124,84 +124,22 @@ def _unsupported_reason(module: nn.Module) -> str | None:
 # ---------------------------------------------------------------- configuration
 
 
-@dataclass(frozen=True)
-class PrivacyConfig:
-    """One collaborator's DP-SGD settings: the `[privacy]` table and the `--dp-*` flags.
-
-    Give either `noise_multiplier` (sigma, noise std over the clip bound) or
-    `target_epsilon` (sigma is then calibrated so that the planned rounds spend
-    exactly that). `budget_epsilon` is the most this collaborator will ever spend;
-    with a target and no budget the target is the budget. `poisson_sampling` off
-    reuses the plain shuffled mini-batches: only for checking the private path
-    against the plain one, as the accountant's epsilon assumes Poisson sampling.
-    """
-
-    enabled: bool = False
-    noise_multiplier: float | None = None
-    target_epsilon: float | None = None
-    # c is clipped together with theta, so a small bound starves c of the pull of the high-loss
-    # samples and drifts training back to ERM (on Adult, C = 1 drops c from 0.59 to 0.09); 20
-    # keeps the threshold honest at a modest noise cost (the README's privacy-utility table).
-    max_grad_norm: float = 20.0
-    delta: float = 1e-5
-    budget_epsilon: float | None = None
-    accountant: str = "prv"
-    poisson_sampling: bool = True
-
-    def __post_init__(self) -> None:
-        if self.accountant not in ACCOUNTANTS:
-            raise ConfigError(f"unknown privacy accountant '{self.accountant}'; choose prv or rdp (--dp-accountant)")
-        if not self.max_grad_norm > 0.0 or not math.isfinite(self.max_grad_norm):
-            raise ConfigError(
-                f"max_grad_norm must be a positive number, got {self.max_grad_norm}; "
-                "e.g. max_grad_norm = 20 (--dp-max-grad-norm)"
-            )
-        if not 0.0 < self.delta < 1.0:
-            raise ConfigError(f"delta must be in (0, 1), got {self.delta}; use well below 1/n, e.g. delta = 1e-5 (--dp-delta)")
-        noise = self.noise_multiplier
-        if noise is not None and (not noise >= 0.0 or not math.isfinite(noise)):
-            raise ConfigError(
-                f"noise_multiplier must be a number >= 0, got {noise}; e.g. noise_multiplier = 1.0 (--dp-noise-multiplier)"
-            )
-        for key, flag, value in (
-            ("target_epsilon", "--dp-target-epsilon", self.target_epsilon),
-            ("budget_epsilon", "--dp-budget", self.budget_epsilon),
-        ):
-            if value is not None and (not value > 0.0 or not math.isfinite(value)):
-                raise ConfigError(f"{key} must be a positive number, got {value}; e.g. {key} = 3.0 ({flag})")
-        if not self.enabled:
-            return
-        if self.noise_multiplier is not None and self.target_epsilon is not None:
-            raise ConfigError(
-                "privacy takes noise_multiplier or target_epsilon, not both; drop one "
-                "(--dp-noise-multiplier / --dp-target-epsilon)"
-            )
-        if self.noise_multiplier is None and self.target_epsilon is None:
-            raise ConfigError(
-                "privacy is enabled without a noise level; set noise_multiplier = 1.0 or target_epsilon = 3.0 "
-                "in [privacy] (--dp-noise-multiplier / --dp-target-epsilon)"
-            )
-
-    @property
-    def budget(self) -> float | None:
-        """The epsilon this collaborator will not exceed: the budget, else the target, else none."""
-        return self.budget_epsilon if self.budget_epsilon is not None else self.target_epsilon
-
-    def noise_multiplier_for(self, sample_rate: float, planned_steps: int | None) -> float:
-        """sigma: the given one, or the one that spends `target_epsilon` over the planned steps."""
-        if self.noise_multiplier is not None:
-            return self.noise_multiplier
-        if self.target_epsilon is None:
-            raise ConfigError("privacy has no noise level; set noise_multiplier or target_epsilon")
-        if planned_steps is None:
-            raise ConfigError(
-                "target_epsilon needs the number of rounds to spread it over (the plan's rounds); "
-                "pass planned_rounds or give noise_multiplier instead"
-            )
-        return plan_noise_multiplier(self.target_epsilon, self.delta, sample_rate, planned_steps, self.accountant)
-
-
 # ---------------------------------------------------------------- accounting
+
+
+def noise_multiplier_for(privacy: PrivacyConfig, sample_rate: float, planned_steps: int | None) -> float:
+    """sigma: the given one, or the one that spends `target_epsilon` over the planned steps."""
+    if privacy.noise_multiplier is not None:
+        return privacy.noise_multiplier
+    if privacy.target_epsilon is None:
+        raise ConfigError("privacy has no noise level; set noise_multiplier or target_epsilon")
+    if planned_steps is None:
+        raise ConfigError(
+            "target_epsilon needs the number of rounds to spread it over (the plan's rounds); "
+            "pass planned_rounds or give noise_multiplier instead"
+        )
+    return plan_noise_multiplier(privacy.target_epsilon, privacy.delta, sample_rate, planned_steps, privacy.accountant)
+
 
 
 def _validated_run(noise_multiplier: float, sample_rate: float, steps: int) -> tuple[float, float, int]:
@@ -434,7 +372,7 @@ class PrivateLearner:
         self.steps_per_round = learner.config.local_steps
         self.sample_rate = learner.batch_size / learner.num_samples
         planned_steps = planned_rounds * self.steps_per_round if planned_rounds is not None else None
-        self.noise_multiplier = privacy.noise_multiplier_for(self.sample_rate, planned_steps)
+        self.noise_multiplier = noise_multiplier_for(privacy, self.sample_rate, planned_steps)
         if not privacy.poisson_sampling:
             logger.warning("%s: Poisson sampling is off; the epsilon reported assumes it and does not hold here", name)
         if privacy.delta >= 1.0 / learner.num_samples:

@@ -25,12 +25,12 @@ import numpy as np
 import torch
 
 from fedfair.core import server
+from fedfair.core.config import ObjectiveConfig
 from fedfair.core.data import client_batch_sizes
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner, Update
 from fedfair.core.models import flat_parameters
-from fedfair.core.objective import ObjectiveConfig
 from fedfair.privacy import PrivacyConfig
 from fedfair.research import simulation
 from fedfair.research.simulation import (

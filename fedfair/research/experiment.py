@@ -21,15 +21,11 @@ from typing import Any
 
 import torch
 
+from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import LocalConfig
 from fedfair.core.models import MODEL_NAMES, build_model
-from fedfair.core.objective import (
-    SMOOTH_PLUS_FUNCTIONS,
-    ObjectiveConfig,
-    cvar_threshold,
-)
+from fedfair.core.objective import SMOOTH_PLUS_FUNCTIONS, cvar_threshold
 from fedfair.core.server import Aggregate, ServerState
 from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
 from fedfair.fairness import pooled as metrics

@@ -270,8 +270,8 @@ def supervise(aggregator: Child, collaborators: Sequence[Child], ended: threadin
 
 def fedavg_report(names: Sequence[str], training: Mapping[str, Any], rho: float) -> dict[str, float]:
     """FedAvg trained in process on the same partition, rounds and batch fraction, judged the same way."""
+    from fedfair.core.config import LocalConfig
     from fedfair.core.evaluation import evaluate
-    from fedfair.core.local import LocalConfig
     from fedfair.core.models import build_model
     from fedfair.fairness import pooled as metrics
     from fedfair.research import baselines

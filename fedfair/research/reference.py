@@ -20,6 +20,7 @@ import numpy as np
 import scipy.optimize
 import torch
 
+from fedfair.core.config import ObjectiveConfig
 from fedfair.core.data import ClientData
 from fedfair.core.errors import FedfairError
 from fedfair.core.models import (
@@ -28,7 +29,7 @@ from fedfair.core.models import (
     load_flat_parameters,
     per_sample_loss,
 )
-from fedfair.core.objective import ObjectiveConfig, rcvar, smoothed_rcvar_per_sample
+from fedfair.core.objective import make_smooth_plus, rcvar, smoothed_rcvar_per_sample
 from fedfair.research.simulation import Federation
 
 
@@ -69,7 +70,7 @@ def solve_reference(
     )
     features = data.features.to(torch.float64)
     labels = data.labels
-    smooth = objective.smooth_plus
+    smooth = make_smooth_plus(objective.smooth, objective.gamma)
     start = np.concatenate([flat_parameters(model).numpy(), [objective.bound]])
 
     def value_and_gradient(point: np.ndarray) -> tuple[float, np.ndarray]:

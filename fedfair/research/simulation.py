@@ -16,29 +16,14 @@ import torch
 from torch import nn
 
 from fedfair.core import server
-from fedfair.core.data import (
-    ClientData,
-    client_batch_sizes,
-    client_seed,
-    local_batch_size,
-)
+from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.data import ClientData, client_batch_sizes, client_seed, local_batch_size
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import (
-    LocalConfig,
-    LocalLearner,
-    RoundTrainer,
-    Update,
-    contributing_updates,
-)
+from fedfair.core.local import LocalLearner, RoundTrainer, Update, contributing_updates
 from fedfair.core.models import build_model, flat_parameters
-from fedfair.core.objective import (
-    ObjectiveConfig,
-    RCVaRThreshold,
-    rcvar,
-    smoothed_rcvar_per_sample,
-)
+from fedfair.core.objective import RCVaRThreshold, make_smooth_plus, rcvar, smoothed_rcvar_per_sample
 from fedfair.privacy import PrivacyConfig, PrivateLearner
 from fedfair.secagg import EncodingConfig, SecAggConfig, simulate_round
 
@@ -173,9 +158,8 @@ def make_learners(
 
 def training_objectives(losses: np.ndarray, c: float, objective: ObjectiveConfig) -> tuple[float, float]:
     """(exact RCVaR minimised over c, smoothed objective at the given c) of training losses."""
-    smooth = smoothed_rcvar_per_sample(
-        torch.from_numpy(losses), c, objective.epsilon, objective.rho, objective.smooth_plus
-    ).mean()
+    smooth_plus = make_smooth_plus(objective.smooth, objective.gamma)
+    smooth = smoothed_rcvar_per_sample(torch.from_numpy(losses), c, objective.epsilon, objective.rho, smooth_plus).mean()
     return rcvar(losses, objective.epsilon, objective.rho), float(smooth)
 
 

@@ -14,10 +14,11 @@ from opacus.grad_sample import GradSampleHooks
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.device import device_for
-from fedfair.core.local import LocalConfig, LocalLearner
+from fedfair.core.local import LocalLearner
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
-from fedfair.core.objective import ObjectiveConfig, RCVaRThreshold
+from fedfair.core.objective import RCVaRThreshold
 from fedfair.privacy import PrivacyConfig, PrivateLearner
 
 pytestmark = [

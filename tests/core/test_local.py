@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
-from fedfair.core.local import BatchSampler, LocalConfig, LocalLearner
+from fedfair.core.local import BatchSampler, LocalLearner
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
-from fedfair.core.objective import ObjectiveConfig, RCVaRThreshold
+from fedfair.core.objective import RCVaRThreshold
 from fedfair.research.simulation import Federation
 
 

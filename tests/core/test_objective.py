@@ -13,10 +13,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedfair.core.config import ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.objective import (
     SMOOTH_PLUS_FUNCTIONS,
-    ObjectiveConfig,
     RCVaRThreshold,
     cvar,
     cvar_threshold,

@@ -15,15 +15,11 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedfair.core import server
+from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
-from fedfair.core.local import (
-    LocalConfig,
-    LocalLearner,
-    QuorumLost,
-    contributing_updates,
-)
+from fedfair.core.local import LocalLearner, QuorumLost, contributing_updates
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
-from fedfair.core.objective import ObjectiveConfig, RCVaRThreshold
+from fedfair.core.objective import RCVaRThreshold
 from fedfair.privacy import (
     PrivacyAccountant,
     PrivacyBudgetExhausted,

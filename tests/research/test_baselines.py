@@ -16,12 +16,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedfair.core import server
+from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.data import client_batch_sizes
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import LocalConfig, Update
+from fedfair.core.local import Update
 from fedfair.core.models import flat_parameters
-from fedfair.core.objective import ObjectiveConfig
 from fedfair.research import simulation
 from fedfair.research.baselines import (
     AFLResult,

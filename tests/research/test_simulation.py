@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.data import client_batch_sizes
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import LocalConfig
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
-from fedfair.core.objective import ObjectiveConfig, RCVaRThreshold
+from fedfair.core.objective import RCVaRThreshold
 from fedfair.research.reference import solve_reference
 from fedfair.research.simulation import (
     Federation,

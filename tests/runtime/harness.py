@@ -24,9 +24,8 @@ from typing import Any
 import torch
 
 from fedfair.core import server
-from fedfair.core.local import LocalConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.models import flat_parameters
-from fedfair.core.objective import ObjectiveConfig
 from fedfair.datasets import load_dataset, partition
 from fedfair.research.launch import Workspace, make_workspace
 from fedfair.research.simulation import (

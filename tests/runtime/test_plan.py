@@ -67,7 +67,7 @@ def test_the_aggregator_template_loads() -> None:
 def test_the_objective_settings_fit_the_learning_core() -> None:
     import dataclasses
 
-    from fedfair.core.objective import ObjectiveConfig
+    from fedfair.core.config import ObjectiveConfig
 
     loaded = plan.load_aggregator_plan(PLAN_TEMPLATE)
     assert ObjectiveConfig(**dataclasses.asdict(loaded.objective)).rho == loaded.objective.rho

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.data import ClientData, client_seed, local_batch_size
 from fedfair.core.errors import ConfigError
-from fedfair.core.local import LocalConfig, LocalLearner, RoundTrainer
+from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import build_model
-from fedfair.core.objective import ObjectiveConfig, RCVaRThreshold
+from fedfair.core.objective import RCVaRThreshold
 from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
 from fedfair.privacy import PrivacyAccountant, PrivacyConfig, PrivateLearner
 from fedfair.runtime.plan import CollaboratorConfig, SharedSettings

@@ -1,0 +1,70 @@
+"""The learning core's settings, in one place: the objective's knobs and a collaborator's local steps.
+
+Plain frozen dataclasses that check themselves and import no torch, so the plan
+reader, the experiment flags and the simulation all build these very objects
+(one definition of every setting, no copies to keep in step).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fedfair.core.errors import ConfigError
+
+SMOOTH_FUNCTIONS = ("softrelu", "quadratic", "zang")
+"""Names of the smooth plus functions (fedfair.core.objective builds them)."""
+
+MODEL_NAMES = ("logreg", "mlp", "cnn")
+"""Names of the built-in models (fedfair.core.models builds them)."""
+
+
+def check_smooth_plus(name: str, gamma: float) -> None:
+    """Refuse an unknown smooth plus function and a smoothing width gamma that is not positive."""
+    if not gamma > 0.0 or not math.isfinite(gamma):
+        raise ConfigError(f"gamma must be a positive number, got {gamma}; pass --gamma 0.05 (the paper's value)")
+    if name not in SMOOTH_FUNCTIONS:
+        choices = ", ".join(SMOOTH_FUNCTIONS)
+        raise ConfigError(f"unknown smooth plus function '{name}'; choose one of: {choices}")
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """The knobs of RCVaR: protected group size rho, trade-off epsilon, smoothing, threshold bound B."""
+
+    epsilon: float = 0.1
+    rho: float = 0.3
+    gamma: float = 0.05
+    smooth: str = "softrelu"
+    bound: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.rho <= 1.0:
+            raise ConfigError(f"rho must be in (0, 1], got {self.rho}; it is the smallest group fraction protected, e.g. --rho 0.3")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ConfigError(f"epsilon must be in [0, 1], got {self.epsilon}; 1 is plain ERM, 0 is CVaR, e.g. --epsilon 0.1")
+        if not self.bound > 0.0 or not math.isfinite(self.bound):
+            raise ConfigError(f"bound must be a positive number, got {self.bound}; it caps the threshold c, e.g. --bound 10")
+        check_smooth_plus(self.smooth, self.gamma)
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """How a collaborator trains within a round.
+
+    `lr` is eta (for theta), `threshold_lr` is eta_c (for c). With `reuse_batch`
+    one mini-batch is drawn per round and used for all tau steps, as the
+    algorithm box literally reads; by default every step draws a fresh one.
+    """
+
+    local_steps: int = 1
+    lr: float = 0.1
+    threshold_lr: float = 0.1
+    reuse_batch: bool = False
+
+    def __post_init__(self) -> None:
+        if self.local_steps < 1:
+            raise ConfigError(f"local steps must be at least 1, got {self.local_steps}; pass --local-steps 1")
+        for name, value in (("lr", self.lr), ("threshold_lr", self.threshold_lr)):
+            if not value > 0.0 or not math.isfinite(value):
+                raise ConfigError(f"{name} must be a positive number, got {value}; e.g. --{name.replace('_', '-')} 0.1")
