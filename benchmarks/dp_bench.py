@@ -39,7 +39,8 @@ from fedfair.core.local import LocalLearner
 from fedfair.core.models import build_model, flat_parameters
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.datasets import load_dataset
-from fedfair.privacy import PrivacyConfig, PrivateLearner
+from fedfair.privacy.config import PrivacyConfig
+from fedfair.privacy.learner import PrivateLearner
 from fedfair.research.experiment import config_from_flags, load_federation, simulate
 
 MNIST_SHAPE = (1, 28, 28)

@@ -18,7 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fedfair.research.experiment",
     "fedfair.datasets.commands",
     "fedfair.secagg.demo",
-    "fedfair.privacy",
+    "fedfair.privacy.commands",
     "fedfair.pki",
     "fedfair.runtime.aggregator.loop",
     "fedfair.runtime.collaborator.client",

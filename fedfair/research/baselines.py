@@ -31,7 +31,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner, Update
 from fedfair.core.models import flat_parameters
-from fedfair.privacy import PrivacyConfig
+from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import simulation
 from fedfair.research.simulation import (
     Federation,

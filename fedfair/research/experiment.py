@@ -29,11 +29,8 @@ from fedfair.core.objective import SMOOTH_PLUS_FUNCTIONS, cvar_threshold
 from fedfair.core.server import Aggregate, ServerState
 from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
 from fedfair.fairness import pooled as metrics
-from fedfair.privacy import (
-    PrivacyConfig,
-    add_privacy_arguments,
-    privacy_config_from_args,
-)
+from fedfair.privacy.commands import add_privacy_arguments, privacy_config_from_args
+from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import baselines
 from fedfair.research.reference import solve_reference
 from fedfair.research.simulation import (

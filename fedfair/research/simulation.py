@@ -17,14 +17,25 @@ from torch import nn
 
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig
-from fedfair.core.data import ClientData, client_batch_sizes, client_seed, local_batch_size
+from fedfair.core.data import (
+    ClientData,
+    client_batch_sizes,
+    client_seed,
+    local_batch_size,
+)
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner, RoundTrainer, Update, contributing_updates
 from fedfair.core.models import build_model, flat_parameters
-from fedfair.core.objective import RCVaRThreshold, make_smooth_plus, rcvar, smoothed_rcvar_per_sample
-from fedfair.privacy import PrivacyConfig, PrivateLearner
+from fedfair.core.objective import (
+    RCVaRThreshold,
+    make_smooth_plus,
+    rcvar,
+    smoothed_rcvar_per_sample,
+)
+from fedfair.privacy.config import PrivacyConfig
+from fedfair.privacy.learner import PrivateLearner
 from fedfair.secagg import EncodingConfig, SecAggConfig, simulate_round
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}

@@ -19,7 +19,8 @@ from fedfair.core.device import device_for
 from fedfair.core.local import LocalLearner
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
-from fedfair.privacy import PrivacyConfig, PrivateLearner
+from fedfair.privacy.config import PrivacyConfig
+from fedfair.privacy.learner import PrivateLearner
 
 pytestmark = [
     pytest.mark.gpu,

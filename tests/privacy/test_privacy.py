@@ -20,18 +20,19 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, QuorumLost, contributing_updates
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
-from fedfair.privacy import (
+from fedfair.privacy.accounting import (
     PrivacyAccountant,
-    PrivacyBudgetExhausted,
-    PrivacyConfig,
-    PrivateLearner,
-    add_privacy_arguments,
     compute_epsilon,
     plan_noise_multiplier,
-    privacy_config_from_args,
     privacy_state_path,
+)
+from fedfair.privacy.commands import (
+    add_privacy_arguments,
+    privacy_config_from_args,
     register_commands,
 )
+from fedfair.privacy.config import PrivacyConfig
+from fedfair.privacy.learner import PrivacyBudgetExhausted, PrivateLearner
 from fedfair.research.simulation import Federation, TrainingConfig, make_learners
 
 DELTA = 1e-5

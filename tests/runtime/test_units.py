@@ -234,7 +234,7 @@ def test_back_off_is_exponential_jittered_and_capped() -> None:
 
 
 def test_privacy_plugs_into_the_collaborators_hook(tmp_path: Path) -> None:
-    from fedfair.privacy import PrivateLearner
+    from fedfair.privacy.learner import PrivateLearner
     from fedfair.runtime.collaborator.trainer import round_trainer
 
     workspace = new_workspace(tmp_path, NAMES)

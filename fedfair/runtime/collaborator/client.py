@@ -24,7 +24,7 @@ rejoins at the next round.
 
 Privacy hook: the `trainer_factory` argument of :class:`Collaborator` (default
 `fedfair.runtime.collaborator.trainer.round_trainer`) turns the plain `LocalLearner` into what trains each round;
-with `[privacy] enabled = true` it wraps it in `fedfair.privacy.PrivateLearner`.
+with `[privacy] enabled = true` it wraps it in `fedfair.privacy.learner.PrivateLearner`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model, flat_parameters
 from fedfair.fairness import sums as evaluation
-from fedfair.privacy import PrivateLearner
+from fedfair.privacy.learner import PrivateLearner
 from fedfair.runtime.collaborator.trainer import (
     TrainerFactory,
     build_learner,

@@ -7,7 +7,7 @@ the in-process simulation step for step.
 
 The privacy hook lives here too: a `TrainerFactory` turns the plain `LocalLearner`
 into what trains each round; the default, :func:`round_trainer`, wraps it in
-`fedfair.privacy.PrivateLearner` when the institution's `[privacy]` says so.
+`fedfair.privacy.learner.PrivateLearner` when the institution's `[privacy]` says so.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import build_model
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
-from fedfair.privacy import PrivacyAccountant, PrivacyConfig, PrivateLearner
+from fedfair.privacy.accounting import PrivacyAccountant
+from fedfair.privacy.config import PrivacyConfig
+from fedfair.privacy.learner import PrivateLearner
 from fedfair.runtime.plan import CollaboratorConfig, SharedSettings
 
 TrainerFactory = Callable[[LocalLearner, CollaboratorConfig, SharedSettings], RoundTrainer]

@@ -1,0 +1,237 @@
+"""The private learner: DP-SGD on a collaborator's local steps, refusing rounds past its budget.
+
+Every local step is DP-SGD (Abadi et al. 2016) through Opacus: a Poisson sample of
+the local data, one gradient per sample, each clipped to norm C, summed, Gaussian
+noise of standard deviation sigma * C added, divided by the expected batch size b.
+Poisson samples and noise come from OS entropy, never from the plan's seed, which
+the aggregator knows. A round that would push epsilon past the budget is refused
+before it trains (`PrivacyBudgetExhausted`).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import warnings
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from opacus.grad_sample import GradSampleHooks
+from opacus.optimizers import DPOptimizer
+from torch import nn
+
+from fedfair.core.errors import ConfigError
+from fedfair.core.local import LocalLearner, StopsContributing, Update
+from fedfair.privacy.accounting import PrivacyAccountant, noise_multiplier_for
+from fedfair.privacy.config import PrivacyConfig
+from fedfair.privacy.hooks import check_private_model
+
+logger = logging.getLogger(__name__)
+
+class PrivacyBudgetExhausted(StopsContributing):
+    """A collaborator's next round would spend more epsilon than its budget; it stops contributing."""
+
+
+
+@dataclass(frozen=True)
+class PrivacyReport:
+    """A collaborator's cumulative spend after a round, as logged (and sent as a metric)."""
+
+    rounds: int
+    steps: int
+    epsilon: float
+    delta: float
+    accountant: str
+    rdp_epsilon: float | None
+    budget: float | None
+
+    def to_dict(self) -> dict[str, float | int | str | None]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        cross = f" (RDP {self.rdp_epsilon:.3f})" if self.rdp_epsilon is not None else ""
+        budget = f" of budget {self.budget:g}" if self.budget is not None else ""
+        return (
+            f"epsilon {self.epsilon:.3f}{cross}{budget} at delta {self.delta:g} "
+            f"after {self.rounds} private rounds ({self.steps} steps, {self.accountant} accountant)"
+        )
+
+
+# ---------------------------------------------------------------- the private learner
+
+
+def _secret_generator(device: torch.device) -> torch.Generator:
+    """A generator seeded from the OS, never from the run's seed.
+
+    The seed in a federation plan is known to the aggregator; noise (or a sample)
+    drawn from it could be regenerated and subtracted, voiding the guarantee.
+    """
+    return torch.Generator(device=device).manual_seed(secrets.randbits(63))
+
+
+class PrivateLearner:
+    """A `LocalLearner` whose steps are DP-SGD, with its collaborator's accountant and budget.
+
+    Same round interface (`begin` / `step` / `finish` / `train_round`) and the same
+    `Update`, so the simulation and the collaborator process use it in place of
+    the plain learner. `begin` checks the budget and records the round's tau steps
+    in the accountant before any step is taken; it raises `PrivacyBudgetExhausted`
+    instead when the round would exceed the budget.
+
+    The batches of a round are drawn on the host when it begins and moved to the
+    device in one transfer, so the step loop never waits on the device.
+    """
+
+    def __init__(
+        self,
+        learner: LocalLearner,
+        privacy: PrivacyConfig,
+        *,
+        accountant: PrivacyAccountant | None = None,
+        planned_rounds: int | None = None,
+        name: str = "collaborator",
+    ) -> None:
+        if not privacy.enabled:
+            raise ConfigError("privacy is not enabled; set enabled = true in [privacy] (or pass a --dp-* flag)")
+        if learner.config.reuse_batch:
+            raise ConfigError(
+                "DP-SGD draws a fresh Poisson sample every step and its accounting relies on that; drop --reuse-batch"
+            )
+        if planned_rounds is not None and planned_rounds < 1:
+            raise ConfigError(f"planned rounds must be at least 1, got {planned_rounds}; pass the plan's rounds")
+        check_private_model(learner.model)
+        parameters = [*learner.model.parameters()] + ([learner.threshold.c] if learner.threshold is not None else [])
+        if any(hasattr(parameter, "grad_sample") for parameter in parameters):
+            raise ConfigError("this model already has per-sample gradient hooks; make a PrivateLearner once per LocalLearner")
+        self.learner = learner
+        self.privacy = privacy
+        self.name = name
+        self.accountant = accountant if accountant is not None else PrivacyAccountant()
+        self.steps_per_round = learner.config.local_steps
+        self.sample_rate = learner.batch_size / learner.num_samples
+        planned_steps = planned_rounds * self.steps_per_round if planned_rounds is not None else None
+        self.noise_multiplier = noise_multiplier_for(privacy, self.sample_rate, planned_steps)
+        if not privacy.poisson_sampling:
+            logger.warning("%s: Poisson sampling is off; the epsilon reported assumes it and does not hold here", name)
+        if privacy.delta >= 1.0 / learner.num_samples:
+            logger.warning(
+                "%s: delta %g is not below 1/n = %g for its %d samples; a delta that large permits leaking a record",
+                name, privacy.delta, 1.0 / learner.num_samples, learner.num_samples,
+            )
+        heads = [learner.model] + ([learner.threshold] if learner.threshold is not None else [])
+        # Hooks only: the learner keeps calling its own modules, and "sum" makes each
+        # captured gradient exactly one sample's, whatever the Poisson batch size.
+        self._hooks = GradSampleHooks(nn.ModuleList(heads), loss_reduction="sum", strict=True)
+        self.device = parameters[0].device
+        self.optimizer = DPOptimizer(
+            learner.optimizer,
+            noise_multiplier=self.noise_multiplier,
+            max_grad_norm=privacy.max_grad_norm,
+            expected_batch_size=learner.batch_size,
+            loss_reduction="mean",
+            generator=_secret_generator(self.device),
+        )
+        self._sampling = _secret_generator(torch.device("cpu"))
+        self._index = torch.empty(0, dtype=torch.long, device=self.device)
+        self._bounds: list[int] = [0]
+        self._cursor = 0
+        self.last_report: PrivacyReport | None = None
+
+    def report(self) -> PrivacyReport:
+        """The cumulative spend so far (recomputed; `last_report` holds the one logged after begin)."""
+        return self._report(self.accountant.epsilon(self.privacy.delta, self.privacy.accountant))
+
+    def begin(self, theta: torch.Tensor, c: float) -> None:
+        """Check the budget, account for this round's tau steps, load (theta_t, c_t), draw the round's batches."""
+        self._spend_round()
+        self.learner.begin(theta, c)
+        self._draw_round()
+
+    def step(self) -> None:
+        """One DP-SGD step on (theta, c): per-sample gradients, joint clipping, noise, then c projected."""
+        if self._cursor + 1 >= len(self._bounds):
+            raise RuntimeError("a private round takes exactly the tau steps accounted for in begin(); begin the next round")
+        start, stop = self._bounds[self._cursor], self._bounds[self._cursor + 1]
+        self._cursor += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        if stop > start:
+            index = self._index[start:stop]
+            features = self.learner.features.index_select(0, index)
+            labels = self.learner.labels.index_select(0, index)
+            with warnings.catch_warnings():
+                # The first layer's input needs no gradient; Opacus's hook then fires on the output, as intended.
+                warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
+                self.learner.objective(features, labels).sum().backward()
+        else:
+            # An empty Poisson sample still takes its step: the update is pure noise.
+            for parameter in self.optimizer.params:
+                parameter.grad_sample = parameter.new_zeros((0, *parameter.shape))
+        self.optimizer.step()
+        if self.learner.threshold is not None:
+            self.learner.threshold.project()
+
+    def finish(self) -> Update:
+        """The round's update, exactly as the plain learner reports it."""
+        return self.learner.finish()
+
+    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+        """begin, tau private steps, finish; raises PrivacyBudgetExhausted before training when spent."""
+        self.begin(theta, c)
+        for _ in range(self.steps_per_round):
+            self.step()
+        return self.finish()
+
+    def _spend_round(self) -> None:
+        run = (self.noise_multiplier, self.sample_rate, self.steps_per_round)
+        delta, mechanism, budget = self.privacy.delta, self.privacy.accountant, self.privacy.budget
+        epsilon = self.accountant.epsilon(delta, mechanism, then=run)
+        if budget is not None and epsilon > budget:
+            spent = self.accountant.epsilon(delta, mechanism)
+            raise PrivacyBudgetExhausted(
+                f"{self.name} stops contributing: one more round would bring its epsilon to {epsilon:.3f}, above its "
+                f"budget {budget:g} (delta {delta:g}, {mechanism} accountant; {spent:.3f} spent over "
+                f"{self.accountant.rounds} rounds); only a larger budget_epsilon would let it go on"
+            )
+        self.accountant.spend(*run)
+        self.last_report = self._report(epsilon)
+        logger.info("%s: %s", self.name, self.last_report.describe())
+        if self.last_report.rdp_epsilon is not None and epsilon > self.last_report.rdp_epsilon + 0.05:
+            logger.warning(
+                "%s: PRV epsilon %.3f exceeds the RDP bound %.3f; the tighter (RDP) bound also holds",
+                self.name, epsilon, self.last_report.rdp_epsilon,
+            )
+
+    def _report(self, epsilon: float) -> PrivacyReport:
+        # RDP is cheap and independent of PRV's discretisation: a cross-check, not the reported value.
+        cross = self.accountant.epsilon(self.privacy.delta, "rdp") if self.privacy.accountant != "rdp" else None
+        return PrivacyReport(
+            rounds=self.accountant.rounds,
+            steps=self.accountant.steps,
+            epsilon=epsilon,
+            delta=self.privacy.delta,
+            accountant=self.privacy.accountant,
+            rdp_epsilon=cross,
+            budget=self.privacy.budget,
+        )
+
+    def _draw_round(self) -> None:
+        """Draw the tau batches of this round on the host and move their indices once."""
+        tau, n = self.steps_per_round, self.learner.num_samples
+        if self.privacy.poisson_sampling:
+            # float64 so that the inclusion probability is the accounted q, not q rounded to float32.
+            chosen = torch.rand((tau, n), generator=self._sampling, dtype=torch.float64) < self.sample_rate
+            index = chosen.nonzero()[:, 1]
+            sizes = chosen.sum(dim=1).tolist()
+        else:
+            batches = [self.learner.sampler.next_batch() for _ in range(tau)]
+            parts = [torch.arange(n) if batch is None else batch for batch in batches]
+            index = torch.cat(parts)
+            sizes = [part.numel() for part in parts]
+        self._bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+        self._cursor = 0
+        if self.device.type == "cuda":
+            self._index = index.pin_memory().to(self.device, non_blocking=True)
+        else:
+            self._index = index.to(self.device)
+
