@@ -19,7 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fedfair.datasets.commands",
     "fedfair.secagg.demo",
     "fedfair.privacy.commands",
-    "fedfair.pki",
+    "fedfair.pki.commands",
     "fedfair.runtime.aggregator.loop",
     "fedfair.runtime.collaborator.client",
     "fedfair.research.launch",

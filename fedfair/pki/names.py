@@ -1,0 +1,39 @@
+"""Participant names and roles: what a certificate may be issued to, and for what.
+
+A participant name is at once the certificate's common name, a DNS name in its
+subject alternative names and the stem of its files (``NAME.key``, ``NAME.crt``),
+so it must be a valid lower-case DNS name that cannot collide with the CA's own
+files. A role is what the participant does in the federation: one aggregator,
+many collaborators.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fedfair.core.errors import ConfigError
+
+ROLES = ("aggregator", "collaborator")
+# Names double as DNS names (in the SAN) and file names: lower-case DNS labels joined by dots.
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_NAME_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+_RESERVED_NAMES = frozenset({"ca"})
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it is a valid participant name, else raise ConfigError."""
+    if not isinstance(name, str) or len(name) > 253 or not _NAME_RE.fullmatch(name):
+        raise ConfigError(
+            f"invalid participant name {name!r}; use lower-case letters, digits and hyphens"
+            " (dots between labels), e.g. 'hospital-a'"
+        )
+    if name in _RESERVED_NAMES:
+        raise ConfigError(f"the name {name!r} is reserved for the CA's own files; choose another name")
+    return name
+
+
+def check_role(role: str) -> str:
+    """Return ``role`` if it is one of :data:`ROLES`, else raise ConfigError."""
+    if role not in ROLES:
+        raise ConfigError(f"unknown role {role!r}; choose one of: {', '.join(ROLES)}")
+    return role

@@ -1,0 +1,228 @@
+"""The certificates folder on disk: where each file lives, writing it safely, reading it back.
+
+Everything lives in one folder (DESIGN.md section 5)::
+
+    ca.crt  ca.key          the federation's CA (ECDSA P-256, SHA-256)
+    NAME.key                a participant's private key (mode 0600, never leaves its machine)
+    NAME.csr                its signing request (travels to the CA operator)
+    NAME.crt                its certificate (travels back, with ca.crt)
+
+Files are written atomically with an exact mode and never overwritten silently;
+a private key that other users can read is refused, as ssh does.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedfair.core.errors import ConfigError
+from fedfair.pki.certificates import (
+    CA_COMMON_NAME,
+    CA_DAYS,
+    CERT_DAYS,
+    check_p256,
+    create_ca,
+    create_request,
+    generate_private_key,
+    sign_request,
+)
+from fedfair.pki.names import ROLES, check_role, validate_name
+from fedfair.pki.verification import (
+    fingerprint,
+    name_from_certificate,
+    role_of_certificate,
+    verify_certificate,
+)
+
+_Parsed = TypeVar("_Parsed")
+
+
+def ca_paths(directory: Path) -> tuple[Path, Path]:
+    """(ca.crt, ca.key) in ``directory``."""
+    return directory / "ca.crt", directory / "ca.key"
+
+
+def participant_paths(directory: Path, name: str) -> tuple[Path, Path, Path]:
+    """(NAME.crt, NAME.key, NAME.csr) in ``directory``."""
+    validate_name(name)
+    return directory / f"{name}.crt", directory / f"{name}.key", directory / f"{name}.csr"
+
+
+def _write(path: Path, data: bytes, mode: int, *, overwrite: bool = False) -> None:
+    """Write atomically (temp file, fsync, rename) with an exact permission mode."""
+    if path.exists() and not overwrite:
+        raise ConfigError(f"{path} already exists; move it away first (it is never overwritten silently)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(descriptor, mode)  # exact mode, whatever the umask
+        os.write(descriptor, data)
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} not found; check the path (see certs/README.md)") from None
+    except OSError as error:
+        raise ConfigError(f"cannot read {what} {path}: {error.strerror}; check its permissions") from None
+
+
+def _load_pem(path: Path | str, what: str, parse: Callable[[bytes], _Parsed], remedy: str) -> _Parsed:
+    """Read and parse ``path``; when it holds something else, say what it should be and how to make it."""
+    data = _read(Path(path), what)
+    try:
+        return parse(data)
+    except ValueError:
+        raise ConfigError(f"{path} is not a PEM {what}; {remedy}") from None
+
+
+def load_certificate(path: Path | str) -> x509.Certificate:
+    """Read a PEM certificate."""
+    return _load_pem(
+        path, "certificate", x509.load_pem_x509_certificate, "point at a NAME.crt made by `fedfair pki`"
+    )
+
+
+def load_request(path: Path | str) -> x509.CertificateSigningRequest:
+    """Read a PEM signing request."""
+    return _load_pem(path, "signing request", x509.load_pem_x509_csr, "make it with `fedfair pki request`")
+
+
+def load_private_key(path: Path | str) -> ec.EllipticCurvePrivateKey:
+    """Read a PEM private key, refusing one that others can read (like ssh does)."""
+    path = Path(path)
+    data = _read(path, "private key")
+    if os.name == "posix" and stat.S_IMODE(path.stat().st_mode) & 0o077:
+        raise ConfigError(f"private key {path} is readable by other users; run `chmod 600 {path}`")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        raise ConfigError(f"{path} is not an unencrypted PEM private key; make it with `fedfair pki request`") from None
+    check_p256(key.public_key(), f"private key {path}")
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return key
+
+
+def init_ca(directory: Path | str, *, common_name: str = CA_COMMON_NAME, days: int = CA_DAYS) -> Path:
+    """Create ca.crt and ca.key (0600) in ``directory``; refuse to replace an existing CA."""
+    directory = Path(directory)
+    cert_path, key_path = ca_paths(directory)
+    for path in (cert_path, key_path):
+        if path.exists():
+            raise ConfigError(f"{path} already exists; this folder already has a CA (use another --dir)")
+    certificate, key = create_ca(common_name, days=days)
+    _write(key_path, _private_pem(key), 0o600)
+    _write(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
+    return cert_path
+
+
+def request_certificate(directory: Path | str, name: str) -> tuple[Path, Path]:
+    """At an institution: write NAME.key (0600) and NAME.csr; return their paths."""
+    directory = Path(directory)
+    _, key_path, csr_path = participant_paths(directory, name)
+    if key_path.exists():
+        raise ConfigError(f"{key_path} already exists; keep using it or move it away to make a new key")
+    key = generate_private_key()
+    request = create_request(name, key)
+    _write(key_path, _private_pem(key), 0o600)
+    _write(csr_path, request.public_bytes(serialization.Encoding.PEM), 0o644, overwrite=True)
+    return key_path, csr_path
+
+
+def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    cert_path, key_path = ca_paths(directory)
+    if not key_path.exists():
+        raise ConfigError(f"no CA key at {key_path}; run `fedfair pki init --dir {directory}` first (at the CA)")
+    return load_certificate(cert_path), load_private_key(key_path)
+
+
+def sign_certificate(
+    directory: Path | str,
+    request_path: Path | str,
+    role: str,
+    *,
+    days: int = CERT_DAYS,
+    hosts: Sequence[str] = (),
+    overwrite: bool = False,
+) -> Path:
+    """At the CA: check a signing request and write NAME.crt into ``directory``."""
+    directory = Path(directory)
+    check_role(role)
+    ca_certificate, ca_key = _load_ca(directory)
+    certificate = sign_request(load_request(request_path), ca_certificate, ca_key, role, days=days, hosts=hosts)
+    cert_path, _, _ = participant_paths(directory, name_from_certificate(certificate))
+    _write(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644, overwrite=overwrite)
+    return cert_path
+
+
+def issue(directory: Path | str, role: str, name: str, *, days: int = CERT_DAYS, hosts: Sequence[str] = ()) -> Path:
+    """Both steps in one folder (local demos): NAME.key, then NAME.crt signed by the CA there."""
+    directory = Path(directory)
+    check_role(role)
+    _load_ca(directory)  # fail before making a key if there is no CA here
+    _, csr_path = request_certificate(directory, name)
+    try:
+        return sign_certificate(directory, csr_path, role, days=days, hosts=hosts)
+    finally:
+        csr_path.unlink(missing_ok=True)
+
+
+def describe(directory: Path | str, name: str | None = None) -> list[str]:
+    """Human-readable lines about the CA and the certificates in ``directory``."""
+    directory = Path(directory)
+    ca_cert_path, ca_key_path = ca_paths(directory)
+    ca_certificate = load_certificate(ca_cert_path)
+    key_note = "key here" if ca_key_path.exists() else "no key here"
+    lines = [
+        f"CA       {ca_certificate.subject.rfc4514_string()}  "
+        + f"valid until {ca_certificate.not_valid_after_utc:%Y-%m-%d}  {key_note}",
+        f"         sha256 {fingerprint(ca_certificate)}",
+    ]
+    if name is not None:
+        paths = [participant_paths(directory, name)[0]]
+    else:
+        paths = sorted(path for path in directory.glob("*.crt") if path.name != "ca.crt")
+    for path in paths:
+        certificate = load_certificate(path)
+        role = role_of_certificate(certificate) or "unknown-role"
+        try:
+            label = verify_certificate(certificate, ca_certificate, role if role in ROLES else "collaborator")
+            status = "valid"
+        except ConfigError as error:
+            label, status = path.stem, f"INVALID: {error}"
+        key_path = path.with_suffix(".key")
+        key_note = f"key {oct(stat.S_IMODE(key_path.stat().st_mode))}" if key_path.exists() else "no key here"
+        try:
+            sans = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            hosts = ", ".join(str(general.value) for general in sans)
+        except x509.ExtensionNotFound:
+            hosts = "no SAN"
+        lines.append(
+            f"{label:<8} {role:<12} until {certificate.not_valid_after_utc:%Y-%m-%d}  {key_note}  [{hosts}]  {status}"
+        )
+    return lines

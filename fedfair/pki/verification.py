@@ -1,0 +1,118 @@
+"""Checking certificates: who a certificate names, for which role, and whether this CA vouches for it.
+
+The transport takes a peer's identity from its certificate alone, and secure
+aggregation trusts a relayed key only through :func:`credential_verifier`, so
+every acceptance goes through :func:`verify_certificate`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
+
+from fedfair.core.errors import ConfigError
+from fedfair.pki import identity
+from fedfair.pki.certificates import ROLE_USAGE, CertificateError, check_p256
+from fedfair.pki.names import check_role, validate_name
+
+
+def name_from_certificate(certificate: x509.Certificate) -> str:
+    """The participant name a certificate carries: its CN, which must also be a DNS SAN."""
+    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if len(names) != 1:
+        raise CertificateError("the certificate must carry exactly one common name; reissue it with `fedfair pki sign`")
+    name = validate_name(str(names[0].value))
+    try:
+        sans = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        raise CertificateError(
+            "the certificate has no subject alternative name; reissue it with `fedfair pki sign`"
+        ) from None
+    if name not in sans.get_values_for_type(x509.DNSName):
+        raise CertificateError(
+            "the certificate's common name is not among its DNS names; reissue it with `fedfair pki sign`"
+        )
+    return name
+
+
+def role_of_certificate(certificate: x509.Certificate) -> str | None:
+    """'aggregator', 'collaborator', or None when the extended key usage names neither (or both)."""
+    try:
+        usages = set(certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        return None
+    roles = [role for role, usage in ROLE_USAGE.items() if usage in usages]
+    return roles[0] if len(roles) == 1 else None
+
+
+def verify_certificate(
+    certificate: x509.Certificate, ca_certificate: x509.Certificate, role: str, *, now: dt.datetime | None = None
+) -> str:
+    """Verify ``certificate`` was issued by ``ca_certificate`` for ``role`` and is valid now; return its name.
+
+    Checks the chain and validity window (cryptography's RFC 5280 path validation),
+    the P-256 key, the key usage of the role (server auth for the aggregator, client
+    auth for collaborators, never both) and that CN equals a DNS SAN.
+    """
+    check_role(role)
+    name = name_from_certificate(certificate)
+    check_p256(certificate.public_key(), "the certificate")
+    if role_of_certificate(certificate) != role:
+        raise CertificateError(f"the certificate was not issued for the {role} role; reissue it with `--role {role}`")
+    builder = PolicyBuilder().store(Store([ca_certificate])).time(now or dt.datetime.now(dt.UTC)).max_chain_depth(0)
+    try:
+        if role == "aggregator":
+            builder.build_server_verifier(x509.DNSName(name)).verify(certificate, [])
+        else:
+            builder.build_client_verifier().verify(certificate, [])
+    except VerificationError as error:
+        raise CertificateError(
+            f"the certificate does not verify against this federation's CA ({error}); "
+            "check it is unexpired and signed by this ca.crt"
+        ) from None
+    return name
+
+
+def credential_verifier(ca_certificate: x509.Certificate, role: str = "collaborator") -> identity.CredentialVerifier:
+    """A :data:`fedfair.pki.identity.CredentialVerifier` backed by this CA.
+
+    Secure aggregation calls ``verify(name, credential)`` on each certificate the
+    aggregator relays: the credential must be a certificate (PEM or DER) this CA
+    issued for ``role``, valid now, naming ``name``; its public key is returned.
+    Bare public keys are refused: with a PKI, only certificates count.
+    """
+    check_role(role)
+
+    def verify(name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
+        try:
+            if credential.lstrip().startswith(b"-----"):
+                certificate = x509.load_pem_x509_certificate(credential)
+            else:
+                certificate = x509.load_der_x509_certificate(credential)
+        except ValueError:
+            raise identity.IdentityError(
+                "the credential is not an X.509 certificate; relay the party's NAME.crt"
+            ) from None
+        try:
+            certified = verify_certificate(certificate, ca_certificate, role)
+        except ConfigError as error:
+            raise identity.IdentityError(str(error)) from None
+        if certified != name:
+            raise identity.IdentityError(
+                "the certificate was issued to another party; relay the party's own certificate"
+            )
+        public_key = certificate.public_key()
+        assert isinstance(public_key, ec.EllipticCurvePublicKey)
+        return public_key
+
+    return verify
+
+
+def fingerprint(certificate: x509.Certificate) -> str:
+    """SHA-256 fingerprint, colon-separated hex (what operators compare out of band)."""
+    return certificate.fingerprint(hashes.SHA256()).hex(":")
