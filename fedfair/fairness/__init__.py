@@ -1,1 +1,1 @@
-"""Group risk at a protected group size rho: from per-sample values in one place, or from secure sums."""
+"""Group risk at protected group size rho, one report type: from per-sample values in one place or from secure sums."""

@@ -1,7 +1,11 @@
-"""Federated group risk at rho from secure sums alone: the math, without any I/O.
+"""Group risk at rho for a federated test set, from secure sums alone: the math, without any I/O.
 
-Every collaborator holds its own held-out losses. The worst-group risk of the whole
-federation's test set is CVaR_rho of all losses, and
+This is the form the runtime uses: every collaborator holds its own held-out losses
+and none may leave it, so the aggregator sees only the secure sum of fixed-size
+vectors (`local_answers`), from which `report_from_sums` builds the report. Whoever
+holds every loss in one place uses `fedfair.fairness.pooled` instead.
+
+The worst-group risk of the whole federation's test set is CVaR_rho of all losses, and
 
     CVaR_rho = min_c F(c),   F(c) = c + S(c) / (rho n),   S(c) = sum over samples of (l - c)+,
 
@@ -17,26 +21,33 @@ public function of the evaluated model's threshold c (which FedSRCVaR trains to 
 (1 - rho)-quantile of the training losses): dense around it, geometric elsewhere,
 so the aggregator cannot pick them to probe anyone.
 
-From the sums, F is known exactly at every t_j, and its right slopes too. F is
-convex and piecewise linear, so with lo < hi the consecutive thresholds where g
-changes sign (g(lo) < 0 <= g(hi)), a minimiser lies in [lo, hi], F(hi) is an upper
-bound on CVaR_rho, and the two supporting lines F(lo) + g(lo)(c - lo) and
-F(hi) + g(hi)(c - hi) meet at a lower bound. We report F(hi), as
-`metrics.worst_group_risk_from_queries` does, with the certified gap between the
-two: 0 <= F(hi) - CVaR_rho <= gap <= g(hi) (hi - lo), up to float64 rounding of the
-sums (about n * 1e-16 relative). Sums of the fixed-point encoding carry an error of
-at most `sum_error` per coordinate, which adds 2 sum_error / (rho n) to the gap;
-counts are integers and come out exact.
+Why the result is exact up to a certified gap: from the sums, F is known exactly at
+every t_j, and its right slopes too. F is convex and piecewise linear, so with
+lo < hi the consecutive thresholds where g changes sign (g(lo) < 0 <= g(hi)), a
+minimiser c* lies in [lo, hi] and F(hi) >= CVaR_rho. The two supporting lines
+F(lo) + g(lo)(c - lo) and F(hi) + g(hi)(c - hi) lie below F and cross in [lo, hi]
+at a lower bound on CVaR_rho. We report F(hi) with the gap between the two:
+
+    0 <= F(hi) - CVaR_rho <= gap <= g(hi) (hi - lo) <= hi - lo,
+
+up to float64 rounding of the sums (about n * 1e-16 relative): the line through hi
+falls by at most g(hi) (hi - lo) before the crossing, and g(hi) <= 1. When already
+t_0 has at most a rho-fraction of losses above it, t_0 is a minimiser and the gap
+is 0. The grid is dense where the boundary lies, so the gap is small there. Sums of
+the fixed-point encoding carry an error of at most `sum_error` per coordinate, which
+adds 2 sum_error / (rho n) to the gap; counts are integers and come out exact, and
+so do the error-rate groups, which need only the error count.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from fedfair.core.errors import ConfigError
+from fedfair.fairness.report import GroupRiskReport, SecureSumCertificate
 from fedfair.secagg.encode import EncodingConfig
 
 THRESHOLDS = 4096
@@ -174,36 +185,8 @@ def cvar_from_sums(
     return RiskBound(value, max(value - lower, 0.0) + 2 * slack)
 
 
-@dataclass(frozen=True)
-class FederatedRiskReport:
-    """The fields of `metrics.GroupRiskReport`, from secure sums, with certified gaps.
-
-    `worst_risk` is within `worst_risk_gap` above the exact CVaR_rho of all held-out
-    losses; `best_risk` within `best_risk_gap` below the exact best-group risk. The
-    error-based fields and the mean are exact (up to `mean_error_bound` for the mean).
-    """
-
-    rho: float
-    samples: int
-    mean_risk: float
-    worst_risk: float
-    best_risk: float
-    disparity: float
-    accuracy: float
-    mean_error: float
-    worst_error: float
-    best_error: float
-    error_disparity: float
-    worst_risk_gap: float
-    best_risk_gap: float
-    mean_error_bound: float
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
-
-
-def report_from_sums(summed: np.ndarray, center: float, rho: float, *, sum_error: float = 0.0) -> FederatedRiskReport:
-    """The federation's group risks at rho from the secure sum of the collaborators' vectors.
+def report_from_sums(summed: np.ndarray, center: float, rho: float, *, sum_error: float = 0.0) -> GroupRiskReport:
+    """The federation's group risks at rho from the secure sum of the collaborators' vectors, certified.
 
     `center` is the evaluated model's c (it fixes the thresholds); `sum_error` bounds the
     absolute error of every summed coordinate (the encoder's bound; 0 for plain sums).
@@ -225,19 +208,18 @@ def report_from_sums(summed: np.ndarray, center: float, rho: float, *, sum_error
     mean_error = error_count / total
     worst_error = min(error_count, rho * total) / (rho * total)
     best_error = max(error_count - (1.0 - rho) * total, 0.0) / (rho * total)
-    return FederatedRiskReport(
+    return GroupRiskReport.from_risks(
         rho=rho,
-        samples=int(total),
         mean_risk=loss_sum / total,
         worst_risk=worst.value,
         best_risk=best,
-        disparity=worst.value - best,
-        accuracy=1.0 - mean_error,
         mean_error=mean_error,
         worst_error=worst_error,
         best_error=best_error,
-        error_disparity=worst_error - best_error,
-        worst_risk_gap=worst.gap,
-        best_risk_gap=negated_worst.gap,
-        mean_error_bound=sum_error / total,
+        certificate=SecureSumCertificate(
+            samples=int(total),
+            worst_risk_gap=worst.gap,
+            best_risk_gap=negated_worst.gap,
+            mean_error_bound=sum_error / total,
+        ),
     )

@@ -1,52 +1,32 @@
-"""Group risk metrics agree with brute force, and the secure-sum form with the exact one.
+"""Pooled group risk metrics (`fedfair.fairness.pooled`) agree with brute force.
 
-Synthetic loss vectors are used here only to test the math: the metrics are
-functions of per-sample numbers, whatever model produced them.
+The secure-sum form is checked against these in `test_sums.py`.
 """
 
 from __future__ import annotations
 
-import math
+from random import Random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fedfair.core.errors import ConfigError
-from fedfair.core.objective import cvar
-from fedfair.fairness.pooled import (
-    GroupRiskReport,
-    best_group_risk,
-    best_group_risk_from_queries,
-    group_risk_report,
-    local_threshold_query,
-    mean_from_query,
-    summed_query,
-    worst_group_risk,
-    worst_group_risk_from_queries,
-)
-
-# Losses with many ties (a few repeated values) as well as spread-out ones: ties are
-# where the fractional boundary weight and the strict count l > c matter.
-loss_values = st.one_of(st.sampled_from([0.0, 0.5, 1.0, 3.0]), st.floats(0.0, 20.0, allow_nan=False))
-loss_vectors = st.lists(loss_values, min_size=1, max_size=60).map(lambda values: np.array(values, dtype=np.float64))
-rhos = st.one_of(st.sampled_from([1.0, 0.5, 0.1, 0.3]), st.floats(0.01, 1.0))
+from fedfair.fairness.pooled import best_group_risk, group_risk_report, worst_group_risk
+from fedfair.fairness.report import GroupRiskReport
+from tests.fairness.strategies import loss_vectors, rhos, scale
 
 
 def brute_worst(values: np.ndarray, rho: float) -> float:
     """min over c of c + mean((l - c)+) / rho, over the kinks c = l_i where a minimum of this
     convex piecewise-linear function lies: independent of objective.cvar's sorting rule."""
-    return min(c + np.maximum(values - c, 0.0).mean() / rho for c in values)
+    return float(min(c + np.maximum(values - c, 0.0).mean() / rho for c in values))
 
 
 def brute_best(values: np.ndarray, rho: float) -> float:
     """max over c of c - mean((c - l)+) / rho: the mean of the lowest rho-fraction."""
-    return max(c - np.maximum(c - values, 0.0).mean() / rho for c in values)
-
-
-def scale(values: np.ndarray) -> float:
-    return 1.0 + float(np.abs(values).max())
+    return float(max(c - np.maximum(c - values, 0.0).mean() / rho for c in values))
 
 
 @given(loss_vectors, rhos)
@@ -83,7 +63,7 @@ def test_worst_group_of_an_exact_fraction_is_the_top_mean() -> None:
 
 
 @given(st.lists(st.booleans(), min_size=1, max_size=60), rhos, st.randoms(use_true_random=False))
-def test_error_groups_rank_by_their_own_error(hits: list[bool], rho: float, random) -> None:
+def test_error_groups_rank_by_their_own_error(hits: list[bool], rho: float, random: Random) -> None:
     correct = np.array(hits)
     # Losses unrelated to correctness: the error groups must not follow the loss ranking.
     losses = np.array([random.uniform(0.0, 5.0) for _ in hits])
@@ -110,7 +90,7 @@ def test_worst_error_differs_from_error_of_the_worst_loss_group() -> None:
 
 def test_report_fields_and_dict() -> None:
     report = group_risk_report(np.array([1.0, 2.0, 3.0, 6.0]), np.array([1, 1, 0, 0]), 0.25)
-    assert isinstance(report, GroupRiskReport)
+    assert isinstance(report, GroupRiskReport) and report.certificate is None, "exact, so no certificate"
     assert report.to_dict() == {
         "rho": 0.25,
         "mean_risk": 3.0,
@@ -141,72 +121,3 @@ def test_report_fields_and_dict() -> None:
 def test_bad_inputs_are_refused(losses: np.ndarray, correct: np.ndarray, rho: float) -> None:
     with pytest.raises(ConfigError):
         group_risk_report(losses, correct, rho)
-
-
-# The secure-sum form. Institutions are random splits of one loss vector; the
-# federation's query sums their local answers as secure aggregation would.
-
-institutions = st.lists(st.lists(loss_values, min_size=1, max_size=25), min_size=1, max_size=4).map(
-    lambda parts: [np.array(part, dtype=np.float64) for part in parts]
-)
-tolerances = st.sampled_from([1e-3, 1e-6, 1e-9])
-
-
-def rounding(parts: list[np.ndarray]) -> float:
-    """float64 rounding in the summed (l - c)+ and in c: well under 1e-12 of the scale for these sizes."""
-    return 1e-12 * scale(np.concatenate(parts))
-
-
-@given(institutions, rhos, tolerances)
-def test_secure_sum_worst_group_is_exact_cvar_within_tolerance(parts: list[np.ndarray], rho: float, tol: float) -> None:
-    pooled = np.concatenate(parts)
-    exact = cvar(pooled, rho)
-    found = worst_group_risk_from_queries(summed_query(parts), rho, 0.0, float(pooled.max()) + 1.0, tol)
-    # The bisection returns F(hi) >= min F = CVaR, at most tolerance above it.
-    assert -rounding(parts) <= found - exact <= tol + rounding(parts)
-
-
-@given(institutions, rhos, tolerances)
-def test_secure_sum_best_group_within_tolerance(parts: list[np.ndarray], rho: float, tol: float) -> None:
-    pooled = np.concatenate(parts)
-    negated = summed_query([-part for part in parts])
-    found = best_group_risk_from_queries(negated, rho, 0.0, float(pooled.max()) + 1.0, tol)
-    exact = best_group_risk(pooled, rho)
-    assert -tol - rounding(parts) <= found - exact <= rounding(parts)
-
-
-@given(institutions)
-def test_secure_sum_mean_is_one_query(parts: list[np.ndarray]) -> None:
-    pooled = np.concatenate(parts)
-    assert mean_from_query(summed_query(parts), 0.0) == pytest.approx(pooled.mean(), rel=1e-12, abs=1e-12)
-
-
-@settings(max_examples=25)
-@given(st.lists(st.booleans(), min_size=1, max_size=40), rhos)
-def test_secure_sum_on_zero_one_errors(hits: list[bool], rho: float) -> None:
-    # Heavy ties at 0 and 1 and the bracket's lower end on a tie: the contract still holds.
-    errors = 1.0 - np.array(hits, dtype=np.float64)
-    found = worst_group_risk_from_queries(summed_query([errors[::2], errors[1::2]]), rho, 0.0, 1.0, 1e-9)
-    assert found == pytest.approx(cvar(errors, rho), abs=1e-9)
-
-
-def test_query_answers_are_counts_and_excess() -> None:
-    assert local_threshold_query(np.array([0.5, 1.0, 2.0, 4.0]), 1.0) == (2.0, 4.0, 4.0)
-
-
-def test_queries_count_scales_with_tolerance() -> None:
-    # Spread-out distinct losses (no early exit): about log2((upper - lower) / tol) rounds.
-    calls = []
-    inner = summed_query([np.linspace(0.0, 3.0, 101) ** 2])
-
-    def counting(c: float) -> tuple[float, float, float]:
-        calls.append(c)
-        return inner(c)
-
-    worst_group_risk_from_queries(counting, 0.37, 0.0, 10.0, 1e-6)
-    assert len(calls) <= 2 + math.ceil(math.log2(10.0 / 1e-6))
-
-
-def test_upper_below_the_quantile_is_refused() -> None:
-    with pytest.raises(ConfigError, match="raise upper"):
-        worst_group_risk_from_queries(summed_query([np.array([1.0, 5.0, 6.0])]), 0.5, 0.0, 2.0)

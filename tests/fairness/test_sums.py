@@ -1,21 +1,29 @@
-"""Federated group risk from secure sums (`fedfair.fairness.sums`) against the exact report.
+"""Federated group risk from secure sums (`fedfair.fairness.sums`) against the exact pooled report.
 
-The exact numbers come from `metrics.group_risk_report` on the pooled losses; the
-federated ones only from the sum of the institutions' threshold answers. They must
-agree within the certified gap the evaluation reports (plus float64 rounding), and
-that gap must itself respect the worst-case bound g(hi) (hi - lo) <= grid spacing.
+The exact numbers come from `pooled.group_risk_report` on the pooled losses; the
+federated ones only from the sum of the institutions' evaluation vectors, as secure
+aggregation returns it. They must agree within the certified gap the report carries
+(plus float64 rounding, see `rounding`), and that gap must itself respect the
+worst-case bound g(hi) (hi - lo) <= the grid spacing at the group boundary.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fedfair.core.errors import ConfigError
-from fedfair.fairness import pooled as metrics
-from fedfair.fairness import sums as evaluation
+from fedfair.core.objective import cvar
+from fedfair.fairness import pooled, sums
+from fedfair.fairness.report import GroupRiskReport, SecureSumCertificate
+from tests.fairness.strategies import loss_vectors, rhos, scale
 
 ROUNDING = 1e-9
+"""Float64 rounding allowance for the realistic test sets below (16k samples, losses up to ~100)."""
 
 
 def institutions(seed: int, sizes: tuple[int, ...] = (13946, 1561, 774)) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -26,75 +34,219 @@ def institutions(seed: int, sizes: tuple[int, ...] = (13946, 1561, 774)) -> tupl
     return losses, errors
 
 
+def summed_answers(losses: list[np.ndarray], errors: list[np.ndarray], grid: np.ndarray) -> np.ndarray:
+    """What one secure-sum round returns: the institutions' evaluation vectors, added up."""
+    summed: np.ndarray = np.sum([sums.local_answers(loss, error, grid) for loss, error in zip(losses, errors)], axis=0)
+    return summed
+
+
 def federated(
-    losses: list[np.ndarray], errors: list[np.ndarray], center: float, rho: float, sum_error: float = 0.0
-) -> evaluation.FederatedRiskReport:
-    grid = evaluation.threshold_grid(center)
-    summed = np.sum([evaluation.local_answers(loss, error, grid) for loss, error in zip(losses, errors)], axis=0)
-    return evaluation.report_from_sums(summed, center, rho, sum_error=sum_error)
+    losses: list[np.ndarray],
+    errors: list[np.ndarray],
+    center: float,
+    rho: float,
+    sum_error: float = 0.0,
+    thresholds: int = sums.THRESHOLDS,
+) -> GroupRiskReport:
+    summed = summed_answers(losses, errors, sums.threshold_grid(center, thresholds))
+    return sums.report_from_sums(summed, center, rho, sum_error=sum_error)
+
+
+def certificate_of(report: GroupRiskReport) -> SecureSumCertificate:
+    assert report.certificate is not None, "a report from sums is certified"
+    return report.certificate
+
+
+def worst_case_gap(grid: np.ndarray, counts: np.ndarray, total: float, rho: float) -> float:
+    """g(hi) (hi - lo) for the thresholds lo < hi around the group boundary; 0 when hi is the first threshold."""
+    mass = rho * total
+    high = int(np.flatnonzero(counts <= mass)[0])
+    if high == 0:
+        return 0.0
+    return float((1.0 - counts[high] / mass) * (grid[high] - grid[high - 1]))
+
+
+def rounding(values: np.ndarray, rho: float, grid: np.ndarray) -> float:
+    """Float64 rounding of a federated risk, F(t) = t + S(t) / (rho n) at a threshold t of the grid.
+
+    S(t) is a suffix sum of n values of size at most `scale`, less t times a count of
+    at most rho n: off by about n eps (n scale) + eps |t| rho n + eps |S|, with
+    |S| <= rho n (scale + |t|). Divided by rho n that is n eps scale / rho + 2 eps
+    (scale + |t|); the exact CVaR and the gap's supporting lines round the same way.
+    A factor 8 covers the sum over institutions and the few operations after it.
+    """
+    eps = float(np.finfo(np.float64).eps)
+    extent = float(np.abs(grid).max())
+    return 8 * eps * (values.size * scale(values) / rho + scale(values) + extent)
+
+
+@st.composite
+def split_test_sets(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Pooled losses, pooled 0/1 errors, and a random split of the samples into up to 5 institutions.
+
+    An institution may hold no samples at all: it answers zeros.
+    """
+    losses = draw(loss_vectors)
+    errors = np.array(draw(st.lists(st.booleans(), min_size=losses.size, max_size=losses.size)), dtype=np.float64)
+    order = np.array(draw(st.permutations(range(losses.size))), dtype=np.intp)
+    cuts = sorted(draw(st.lists(st.integers(0, losses.size), max_size=4)))
+    return losses, errors, np.split(order, cuts)
+
+
+centers = st.one_of(st.just(0.0), st.floats(0.0, 25.0))
+grid_sizes = st.sampled_from([8, 64, sums.THRESHOLDS])
+
+
+@given(split_test_sets(), rhos, centers, grid_sizes)
+def test_any_split_gives_the_pooled_report_within_the_certified_gap(
+    test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]], rho: float, center: float, thresholds: int
+) -> None:
+    losses, errors, parts = test_set
+    exact = pooled.group_risk_report(losses, 1.0 - errors, rho)
+    report = federated([losses[part] for part in parts], [errors[part] for part in parts], center, rho, 0.0, thresholds)
+    certificate = certificate_of(report)
+    grid = sums.threshold_grid(center, thresholds)
+    tolerance = rounding(losses, rho, grid)
+    assert certificate.samples == losses.size
+    # F(hi) >= CVaR_rho: the worst group is reported from above, the best (worst of -l) from below.
+    assert -tolerance <= report.worst_risk - exact.worst_risk <= certificate.worst_risk_gap + tolerance
+    assert -tolerance <= exact.best_risk - report.best_risk <= certificate.best_risk_gap + tolerance
+    assert abs(report.mean_risk - exact.mean_risk) <= tolerance and certificate.mean_error_bound == 0.0
+    # Error-rate groups need only the error count: exact, whatever the split.
+    for key in ("accuracy", "mean_error", "worst_error", "best_error", "error_disparity"):
+        assert getattr(report, key) == pytest.approx(getattr(exact, key), abs=1e-12)
+    # The certified gap is never wider than the grid allows at the group boundary.
+    k = grid.size
+    summed = summed_answers([losses], [errors], grid)
+    worst_bound = worst_case_gap(grid, np.rint(summed[:k]), losses.size, rho)
+    best_bound = worst_case_gap(-grid[::-1], np.rint(summed[2 * k : 3 * k]), losses.size, rho)
+    assert 0.0 <= certificate.worst_risk_gap <= worst_bound + tolerance
+    assert 0.0 <= certificate.best_risk_gap <= best_bound + tolerance
+
+
+@given(split_test_sets(), rhos, centers)
+def test_zero_one_values_have_their_exact_cvar_within_the_gap(
+    test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]], rho: float, center: float
+) -> None:
+    # Heavy ties at 0 and 1, and the first threshold on a tie: the contract still holds for 0-1 values as losses.
+    _, errors, parts = test_set
+    report = federated([errors[part] for part in parts], [errors[part] for part in parts], center, rho)
+    tolerance = rounding(errors, rho, sums.threshold_grid(center))
+    assert -tolerance <= report.worst_risk - cvar(errors, rho) <= certificate_of(report).worst_risk_gap + tolerance
+    # The closed-form error group from the count is the same number.
+    assert report.worst_error == pytest.approx(cvar(errors, rho), abs=1e-12)
+
+
+@given(split_test_sets(), centers)
+def test_answers_are_counts_and_excess_and_add_up_over_any_split(
+    test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]], center: float
+) -> None:
+    losses, errors, parts = test_set
+    grid = sums.threshold_grid(center, 64)
+    k = grid.size
+    whole = sums.local_answers(losses, errors, grid)
+    # A(t) = #{l > t} and S(t) = sum((l - t)+), then the same for -l at -t in increasing order.
+    negated_grid = -grid[::-1]
+    assert np.array_equal(whole[:k], [np.count_nonzero(losses > t) for t in grid])
+    assert np.allclose(whole[k : 2 * k], [np.maximum(losses - t, 0.0).sum() for t in grid], rtol=1e-12, atol=1e-12)
+    assert np.array_equal(whole[2 * k : 3 * k], [np.count_nonzero(-losses > t) for t in negated_grid])
+    excess = [np.maximum(-losses - t, 0.0).sum() for t in negated_grid]
+    assert np.allclose(whole[3 * k : 4 * k], excess, rtol=1e-12, atol=1e-12)
+    assert whole[-3:].tolist() == [losses.size, pytest.approx(losses.sum()), errors.sum()]
+    split = summed_answers([losses[part] for part in parts], [errors[part] for part in parts], grid)
+    counts = np.r_[0:k, 2 * k : 3 * k, -3, -1]
+    assert np.array_equal(split[counts], whole[counts]), "integer counts add up exactly"
+    assert np.allclose(split, whole, rtol=1e-12, atol=1e-12)
+
+
+def test_an_institution_without_held_out_data_answers_zeros() -> None:
+    answers = sums.local_answers(np.array([]), np.array([]), sums.threshold_grid(1.0))
+    assert answers.shape == (sums.vector_length(),) and not answers.any()
 
 
 @pytest.mark.parametrize("rho", [0.05, 0.1, 0.3, 0.5, 0.9, 1.0])
 @pytest.mark.parametrize("center_shift", [1.0, 0.7, 1.6])
 def test_secure_sums_give_the_exact_group_risks_within_the_certified_gap(rho: float, center_shift: float) -> None:
     losses, errors = institutions(seed=int(rho * 100))
-    pooled, pooled_errors = np.concatenate(losses), np.concatenate(errors)
-    exact = metrics.group_risk_report(pooled, 1.0 - pooled_errors, rho)
+    losses_pooled, errors_pooled = np.concatenate(losses), np.concatenate(errors)
+    exact = pooled.group_risk_report(losses_pooled, 1.0 - errors_pooled, rho)
     # The evaluated model's c approximates the (1 - rho)-quantile; here it is also off by a factor.
-    center = float(np.quantile(pooled, 1.0 - rho)) * center_shift
+    center = float(np.quantile(losses_pooled, 1.0 - rho)) * center_shift
     report = federated(losses, errors, center, rho)
-    assert report.samples == pooled.size
-    assert -ROUNDING <= report.worst_risk - exact.worst_risk <= report.worst_risk_gap + ROUNDING
-    assert -ROUNDING <= exact.best_risk - report.best_risk <= report.best_risk_gap + ROUNDING
+    certificate = certificate_of(report)
+    assert certificate.samples == losses_pooled.size
+    assert -ROUNDING <= report.worst_risk - exact.worst_risk <= certificate.worst_risk_gap + ROUNDING
+    assert -ROUNDING <= exact.best_risk - report.best_risk <= certificate.best_risk_gap + ROUNDING
     assert report.mean_risk == pytest.approx(exact.mean_risk, abs=ROUNDING)
     for key in ("accuracy", "mean_error", "worst_error", "best_error", "error_disparity"):
         assert getattr(report, key) == pytest.approx(getattr(exact, key), abs=1e-12)
     # Dense grid where the worst group's boundary is: the gap is tiny there.
     if center_shift == 1.0:
-        assert report.worst_risk_gap < 1e-5
+        assert certificate.worst_risk_gap < 1e-5
 
 
 def test_the_gap_respects_the_worst_case_bound() -> None:
     losses, errors = institutions(seed=3)
-    pooled = np.concatenate(losses)
+    losses_pooled = np.concatenate(losses)
     rho = 0.3
-    grid = evaluation.threshold_grid(1.0)
-    summed = np.sum([evaluation.local_answers(loss, error, grid) for loss, error in zip(losses, errors)], axis=0)
+    grid = sums.threshold_grid(1.0)
+    summed = summed_answers(losses, errors, grid)
     k = grid.size
     counts, excess = summed[:k], summed[k : 2 * k]
-    bound = evaluation.cvar_from_sums(grid, counts, excess, pooled.size, rho, values_at_least_first=True)
-    high = int(np.flatnonzero(counts <= rho * pooled.size)[0])
-    slope = 1.0 - counts[high] / (rho * pooled.size)
-    assert 0.0 <= bound.gap <= slope * (grid[high] - grid[high - 1]) + ROUNDING
-    assert abs(bound.value - metrics.worst_group_risk(pooled, rho)) <= bound.gap + ROUNDING
+    bound = sums.cvar_from_sums(grid, counts, excess, losses_pooled.size, rho, values_at_least_first=True)
+    assert 0.0 <= bound.gap <= worst_case_gap(grid, counts, losses_pooled.size, rho) + ROUNDING
+    assert abs(bound.value - pooled.worst_group_risk(losses_pooled, rho)) <= bound.gap + ROUNDING
 
 
 def test_the_encoding_error_widens_the_gap_and_counts_stay_exact() -> None:
     losses, errors = institutions(seed=5)
     rho, sum_error = 0.3, 3 * 2.0**-20  # three parties' stochastic rounding, as the secure sum reports it
-    plain = federated(losses, errors, 1.0, rho)
-    rounded = federated(losses, errors, 1.0, rho, sum_error=sum_error)
+    plain = certificate_of(federated(losses, errors, 1.0, rho))
+    rounded = certificate_of(federated(losses, errors, 1.0, rho, sum_error=sum_error))
     total = sum(loss.size for loss in losses)
     assert rounded.worst_risk_gap == pytest.approx(plain.worst_risk_gap + 2 * sum_error / (rho * total))
     assert rounded.mean_error_bound == pytest.approx(sum_error / total)
 
 
 def test_one_institution_answers_only_fixed_size_sums() -> None:
-    grid = evaluation.threshold_grid(0.8)
-    assert grid.size == evaluation.THRESHOLDS and grid[0] == 0.0 and np.all(np.diff(grid) > 0)
-    assert np.array_equal(grid, evaluation.threshold_grid(0.8))  # both sides compute the same thresholds
+    grid = sums.threshold_grid(0.8)
+    assert grid.size == sums.THRESHOLDS and grid[0] == 0.0 and np.all(np.diff(grid) > 0)
+    assert np.array_equal(grid, sums.threshold_grid(0.8))  # both sides compute the same thresholds
     small, large = np.array([0.1, 2.0]), np.random.default_rng(0).exponential(1.0, 50_000)
     for losses in (small, large):
-        answers = evaluation.local_answers(losses, np.zeros(losses.size), grid)
-        assert answers.shape == (evaluation.vector_length(),)
-    answers = evaluation.local_answers(small, np.array([1.0, 0.0]), grid)
+        answers = sums.local_answers(losses, np.zeros(losses.size), grid)
+        assert answers.shape == (sums.vector_length(),)
+    answers = sums.local_answers(small, np.array([1.0, 0.0]), grid)
     k = grid.size
     # At threshold 0 both losses are above it, with excess 2.1; n, the loss sum and the error count at the end.
     assert answers[0] == 2 and answers[k] == pytest.approx(2.1) and answers[-3:].tolist() == [2.0, 2.1, 1.0]
-    # And these match the generic per-institution query in metrics.
-    for j in (0, 1000, 3000):
-        count, excess, total = metrics.local_threshold_query(small, grid[j])
-        assert (answers[j], answers[k + j]) == pytest.approx((count, excess)) and total == 2
+
+
+def test_a_report_from_sums_writes_its_keys_in_the_federated_order() -> None:
+    losses, errors = [np.array([1.0, 2.0]), np.array([3.0, 6.0])], [np.array([0.0, 0.0]), np.array([1.0, 1.0])]
+    report = federated(losses, errors, 2.0, 0.25)
+    assert isinstance(report, GroupRiskReport)
+    assert list(report.to_dict()) == [
+        "rho",
+        "samples",
+        "mean_risk",
+        "worst_risk",
+        "best_risk",
+        "disparity",
+        "accuracy",
+        "mean_error",
+        "worst_error",
+        "best_error",
+        "error_disparity",
+        "worst_risk_gap",
+        "best_risk_gap",
+        "mean_error_bound",
+    ]
+    assert report.to_dict()["samples"] == 4
+    assert report.disparity == report.worst_risk - report.best_risk
+    assert report.error_disparity == report.worst_error - report.best_error
+    with pytest.raises(AttributeError):
+        report.rho = 0.5  # type: ignore[misc]
 
 
 def test_edge_cases() -> None:
@@ -102,13 +254,38 @@ def test_edge_cases() -> None:
     losses = [np.concatenate([np.zeros(90), np.linspace(1, 2, 10)])]
     errors = [np.zeros(100)]
     report = federated(losses, errors, 0.0, 0.3)
-    exact = metrics.group_risk_report(losses[0], np.ones(100), 0.3)
+    exact = pooled.group_risk_report(losses[0], np.ones(100), 0.3)
     assert report.worst_risk == pytest.approx(exact.worst_risk) and report.best_risk == pytest.approx(0.0)
     with pytest.raises(ConfigError, match="diverged"):
-        evaluation.local_answers(np.array([np.nan]), np.zeros(1), evaluation.threshold_grid(1.0))
+        sums.local_answers(np.array([np.nan]), np.zeros(1), sums.threshold_grid(1.0))
     with pytest.raises(ConfigError, match="diverged"):
         federated([np.full(10, 1e6)], [np.zeros(10)], 1.0, 0.3)
     with pytest.raises(ConfigError, match="no held-out samples"):
-        evaluation.report_from_sums(np.zeros(evaluation.vector_length()), 1.0, 0.3)
+        sums.report_from_sums(np.zeros(sums.vector_length()), 1.0, 0.3)
     with pytest.raises(ConfigError, match="expected"):
-        evaluation.report_from_sums(np.zeros(evaluation.vector_length() + 1), 1.0, 0.3)
+        sums.report_from_sums(np.zeros(sums.vector_length() + 1), 1.0, 0.3)
+
+
+GRID = sums.threshold_grid(1.0, 8)
+ONES = np.ones(GRID.size)
+
+
+@pytest.mark.parametrize(
+    ("refused", "message"),
+    [
+        (lambda: federated([np.array([1.0, 2.0])], [np.zeros(2)], 1.0, 0.0), "rho must be in"),
+        (lambda: federated([np.array([1.0, 2.0])], [np.zeros(2)], 1.0, 1.5), "rho must be in"),
+        (lambda: sums.threshold_grid(1.0, 7), "at least 8 thresholds"),
+        (lambda: sums.threshold_grid(-1.0), "finite number >= 0"),
+        (lambda: sums.threshold_grid(float("nan")), "finite number >= 0"),
+        (lambda: sums.local_answers(np.array([-0.5]), np.zeros(1), GRID), "non-negative"),
+        (lambda: sums.local_answers(np.ones(2), np.zeros(3), GRID), "one entry per held-out sample"),
+        (lambda: sums.local_answers(np.full(2, 2.0**30), np.zeros(2), GRID), "exceed"),
+        # Values below the first threshold, which therefore cannot be shown to be a minimiser.
+        (lambda: sums.cvar_from_sums(GRID, ONES, ONES, 2.0, 0.5), "start above the group boundary"),
+        (lambda: sums.cvar_from_sums(GRID, ONES, ONES, 0.0, 0.5), "no held-out samples"),
+    ],
+)
+def test_bad_arguments_are_refused(refused: Callable[[], object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        refused()

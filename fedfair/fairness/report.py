@@ -1,0 +1,89 @@
+"""The group-risk report at rho, one type for both forms: pooled values or secure sums.
+
+A report from secure sums also carries a `SecureSumCertificate`: how many samples
+the sums covered and how far each reported risk may lie from the exact one. A pooled
+report has none, because its numbers are exact. `to_dict` writes the keys each form
+has always written, in the same order, so JSON outputs and logs do not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class SecureSumCertificate:
+    """What the secure sums certify about a federated report.
+
+    `worst_risk` is within `worst_risk_gap` above the exact CVaR_rho of all held-out
+    losses and `best_risk` within `best_risk_gap` below the exact best-group risk;
+    `mean_risk` is within `mean_error_bound` of the exact mean. The error-based
+    fields come from an integer count and are exact.
+    """
+
+    samples: int
+    worst_risk_gap: float
+    best_risk_gap: float
+    mean_error_bound: float
+
+
+@dataclass(frozen=True)
+class GroupRiskReport:
+    """Risk (cross-entropy) and 0-1 error of a model on held-out data, overall and by group at rho.
+
+    Losses and errors each rank the samples by their own value, so the worst group
+    for the error is the rho-fraction of samples with the most errors, which need
+    not be the samples with the highest loss. `certificate` is set exactly when the
+    report comes from secure sums.
+    """
+
+    rho: float
+    mean_risk: float
+    worst_risk: float
+    best_risk: float
+    disparity: float
+    accuracy: float
+    mean_error: float
+    worst_error: float
+    best_error: float
+    error_disparity: float
+    certificate: SecureSumCertificate | None = None
+
+    @classmethod
+    def from_risks(
+        cls,
+        *,
+        rho: float,
+        mean_risk: float,
+        worst_risk: float,
+        best_risk: float,
+        mean_error: float,
+        worst_error: float,
+        best_error: float,
+        certificate: SecureSumCertificate | None = None,
+    ) -> GroupRiskReport:
+        """The report with its derived fields (disparities, accuracy) computed one way for both forms."""
+        return cls(
+            rho=rho,
+            mean_risk=mean_risk,
+            worst_risk=worst_risk,
+            best_risk=best_risk,
+            disparity=worst_risk - best_risk,
+            accuracy=1.0 - mean_error,
+            mean_error=mean_error,
+            worst_error=worst_error,
+            best_error=best_error,
+            error_disparity=worst_error - best_error,
+            certificate=certificate,
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        """The report as flat JSON-ready numbers, with the certificate's fields when there is one."""
+        risks = {field.name: getattr(self, field.name) for field in fields(self) if field.name != "certificate"}
+        if self.certificate is None:
+            return risks
+        rho = risks.pop("rho")
+        extras = asdict(self.certificate)
+        samples = extras.pop("samples")
+        # Reports from sums have always put the sample count right after rho and the bounds last.
+        return {"rho": rho, "samples": samples, **risks, **extras}
