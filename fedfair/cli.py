@@ -20,8 +20,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fedfair.secagg.demo",
     "fedfair.privacy.commands",
     "fedfair.pki.commands",
-    "fedfair.runtime.aggregator.loop",
-    "fedfair.runtime.collaborator.client",
+    "fedfair.runtime.aggregator.commands",
+    "fedfair.runtime.collaborator.commands",
     "fedfair.research.launch",
 )
 

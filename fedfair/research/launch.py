@@ -29,10 +29,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from fedfair import pki
 from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
+
+if TYPE_CHECKING:
+    from fedfair.research.simulation import TrainingConfig
 
 DEFAULT_ROUNDS = 300
 """About 30 s on two slow cores (a round is a few milliseconds of training and some dozen
@@ -268,31 +272,33 @@ def supervise(aggregator: Child, collaborators: Sequence[Child], ended: threadin
 # ---------------------------------------------------------------- the command
 
 
-def fedavg_report(names: Sequence[str], training: Mapping[str, Any], rho: float) -> dict[str, float]:
+def training_config(plan: AggregatorPlan) -> TrainingConfig:
+    """The in-process simulation's training settings for a plan: the same model, rounds, batches and steps."""
+    from fedfair.research.simulation import TrainingConfig
+
+    training = plan.training
+    return TrainingConfig(
+        model=plan.model.name,
+        rounds=training.rounds,
+        batch_fraction=training.batch_fraction,
+        local=training.local_config(),
+        seed=training.seed,
+        average_from=training.average_from,
+    )
+
+
+def fedavg_report(plan: AggregatorPlan) -> dict[str, float]:
     """FedAvg trained in process on the same partition, rounds and batch fraction, judged the same way."""
-    from fedfair.core.config import LocalConfig
     from fedfair.core.evaluation import evaluate
-    from fedfair.core.models import build_model
     from fedfair.fairness import pooled as metrics
     from fedfair.research import baselines
     from fedfair.research.experiment import ExperimentConfig, load_federation
-    from fedfair.research.simulation import TrainingConfig
 
-    config = ExperimentConfig(partition="race", clients=len(names))
+    config = ExperimentConfig(partition="race", clients=len(plan.collaborators))
     federation = load_federation(config)
-    result = baselines.run_fedavg(
-        federation,
-        TrainingConfig(
-            rounds=training["rounds"],
-            batch_fraction=training["batch_fraction"],
-            local=LocalConfig(local_steps=training["local_steps"], lr=training["lr"]),
-            seed=training["seed"],
-            average_from=training["average_from"],
-        ),
-    )
-    model = build_model("logreg", federation.num_features, federation.num_classes)
-    test = evaluate(model, result.state.theta_average, federation.pooled("test"))
-    return metrics.group_risk_report(test.losses, test.correct, rho).to_dict()
+    result = baselines.run_fedavg(federation, training_config(plan))
+    test = evaluate(plan.model.build(), result.state.theta_average, federation.pooled("test"))
+    return metrics.group_risk_report(test.losses, test.correct, plan.objective.rho).to_dict()
 
 
 def format_fairness(fedsrcvar: Mapping[str, Any], fedavg: Mapping[str, Any] | None, rho: float, secure: bool) -> str:
@@ -368,7 +374,7 @@ def run_launch(args: argparse.Namespace) -> int:
     report = summary.get("evaluation") or {}
     if report.get("status") != "done":
         raise FedfairError("the federation finished without a final evaluation; see the aggregator's log")
-    comparison = None if args.no_fedavg else fedavg_report(names, training, args.rho)
+    comparison = None if args.no_fedavg else fedavg_report(load_aggregator_plan(workspace.plan))
     print()
     print(
         f"Federation finished in {time.perf_counter() - started:.0f} s; final model and round log in {workspace.output}"
@@ -385,7 +391,7 @@ def _launch_command(args: argparse.Namespace) -> int:
         return 128 + signal.SIGINT
 
 
-def register_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     launch = subparsers.add_parser(
         "launch", help="run a whole local federation as separate processes over mutual TLS (a deployment rehearsal)"
     )

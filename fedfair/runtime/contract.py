@@ -20,12 +20,17 @@ from fedfair.secagg import EncodingConfig, SecAggConfig
 class Stages:
     """The wire stages of one kind of aggregation."""
 
-    start: int
-    advertise: int
-    share: int
-    masked: int
-    unmask: int
+    start: pb.Stage
+    advertise: pb.Stage
+    share: pb.Stage
+    masked: pb.Stage
+    unmask: pb.Stage
     session_offset: int
+
+    @property
+    def uploads(self) -> tuple[pb.Stage, ...]:
+        """The four secure-aggregation stages, in order: those a collaborator uploads to."""
+        return (self.advertise, self.share, self.masked, self.unmask)
 
 
 TRAINING = Stages(
@@ -42,6 +47,7 @@ EVALUATION = Stages(
 
 
 def session_round(round_number: int, stages: Stages) -> int:
+    """The secure-aggregation session of an aggregation: 2 r for training round r, 2 r + 1 for its evaluation."""
     return 2 * round_number + stages.session_offset
 
 

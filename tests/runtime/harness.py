@@ -21,32 +21,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
+import pytest
 import torch
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
-from fedfair.research.launch import Workspace, make_workspace
+from fedfair.research.launch import Workspace, make_workspace, training_config
 from fedfair.research.simulation import (
     Federation,
-    TrainingConfig,
     federation_from_arrays,
     make_learners,
 )
 from fedfair.runtime.aggregator.loop import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
-from fedfair.runtime.plan import (
-    AggregatorPlan,
-    load_aggregator_plan,
-    load_collaborator_config,
-)
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
 
 RUNTIME_PLAN: dict[str, dict[str, Any]] = {
     "objective": {"epsilon": 0.1, "rho": 0.3},
     "training": {"local_steps": 2, "batch_fraction": 0.01, "lr": 0.1, "threshold_lr": 0.1, "seed": 0},
     "quorum": {"round_timeout_seconds": 30.0},
 }
+
+
+def refused(call: Callable[[], object], code: grpc.StatusCode) -> grpc.RpcError:
+    """The error `call()` raises, which must carry the gRPC status `code`."""
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    assert caught.value.code() == code, caught.value.details()
+    return caught.value
 
 
 def plan_sections(**sections: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -122,22 +127,6 @@ def thread_federation(
 # ---------------------------------------------------------------- replaying a run in process
 
 
-def training_config(plan: AggregatorPlan) -> TrainingConfig:
-    training = plan.training
-    return TrainingConfig(
-        model=plan.model.name,
-        rounds=training.rounds,
-        batch_fraction=training.batch_fraction,
-        local=LocalConfig(local_steps=training.local_steps, lr=training.lr, threshold_lr=training.threshold_lr),
-        seed=training.seed,
-        average_from=training.average_from,
-    )
-
-
-def objective_config(plan: AggregatorPlan) -> ObjectiveConfig:
-    return ObjectiveConfig(**vars(plan.objective))
-
-
 def replay(
     plan: AggregatorPlan,
     federation: Federation,
@@ -152,7 +141,7 @@ def replay(
     `restarted[name] = r`: that collaborator's process restarted and rejoined at round r, with a
     fresh learner (its sampler starts again from its seed).
     """
-    training, objective = training_config(plan), objective_config(plan)
+    training, objective = training_config(plan), plan.objective
     _, learners = make_learners(federation, training, objective)
     index = {name: position for position, name in enumerate(names)}
     state = server.init(_initial_theta(plan, federation), bound=objective.bound)
@@ -183,5 +172,5 @@ def adult_split(parts: int) -> Federation:
 
 
 def _initial_theta(plan: AggregatorPlan, federation: Federation) -> torch.Tensor:
-    template, _ = make_learners(federation, training_config(plan), objective_config(plan))
+    template, _ = make_learners(federation, training_config(plan), plan.objective)
     return flat_parameters(template)

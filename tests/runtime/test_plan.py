@@ -1,4 +1,5 @@
-"""Plans: the templates load, every check refuses bad input with the file, section and fix."""
+"""Plans and collaborator configs: the templates load into the core's configs, every check refuses
+bad input with the file, section and fix, and what the aggregator shares stays byte for byte the same."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ from typing import Any
 
 import pytest
 
+from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
+from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime import plan
+from fedfair.runtime.collaborator import config as collaborator_file
+from fedfair.runtime.transport import TlsFiles
+from fedfair.secagg import EncodingConfig
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 PLAN_TEMPLATE = REPOSITORY / "aggregator" / "plan.toml"
@@ -22,36 +28,32 @@ def template(path: Path) -> dict[str, Any]:
         return tomllib.load(handle)
 
 
+def edited(path: Path, sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The template at `path` with some keys replaced (a value of ... deletes the key)."""
+    data = copy.deepcopy(template(path))
+    for section, values in sections.items():
+        table = data.setdefault(section, {})
+        for key, value in values.items():
+            if value is ...:
+                table.pop(key, None)
+            else:
+                table[key] = value
+    return data
+
+
 def aggregator_plan(**sections: dict[str, Any]) -> plan.AggregatorPlan:
-    """The template with some keys replaced (a value of ... deletes the key)."""
-    data = copy.deepcopy(template(PLAN_TEMPLATE))
-    for section, values in sections.items():
-        table = data.setdefault(section, {})
-        for key, value in values.items():
-            if value is ...:
-                table.pop(key, None)
-            else:
-                table[key] = value
-    return plan.parse_aggregator_plan(data, PLAN_TEMPLATE)
+    return plan.parse_aggregator_plan(edited(PLAN_TEMPLATE, sections), PLAN_TEMPLATE)
 
 
-def collaborator_config(**sections: dict[str, Any]) -> plan.CollaboratorConfig:
-    data = copy.deepcopy(template(CONFIG_TEMPLATE))
-    for section, values in sections.items():
-        table = data.setdefault(section, {})
-        for key, value in values.items():
-            if value is ...:
-                table.pop(key, None)
-            else:
-                table[key] = value
-    return plan.parse_collaborator_config(data, CONFIG_TEMPLATE)
+def collaborator_config(**sections: dict[str, Any]) -> collaborator_file.CollaboratorConfig:
+    return collaborator_file.parse_collaborator_config(edited(CONFIG_TEMPLATE, sections), CONFIG_TEMPLATE)
 
 
 def test_the_aggregator_template_loads() -> None:
     loaded = plan.load_aggregator_plan(PLAN_TEMPLATE)
     assert loaded.federation_id == "fedfair-demo"
     assert loaded.collaborators == ("hospital-a", "hospital-b", "hospital-c")
-    assert loaded.objective == plan.ObjectiveSettings(epsilon=0.1, rho=0.3, gamma=0.05, smooth="softrelu", bound=10.0)
+    assert loaded.objective == ObjectiveConfig(epsilon=0.1, rho=0.3, gamma=0.05, smooth="softrelu", bound=10.0)
     assert loaded.training.rounds == 50 and loaded.training.local_steps == 5
     assert loaded.training.batch_fraction == 0.01 and loaded.training.average_from == 0.5
     assert loaded.model.features == 107  # the bundled Adult data
@@ -64,26 +66,28 @@ def test_the_aggregator_template_loads() -> None:
         loaded.training.rounds = 3  # type: ignore[misc]
 
 
-def test_the_objective_settings_fit_the_learning_core() -> None:
-    import dataclasses
-
-    from fedfair.core.config import ObjectiveConfig
-
-    loaded = plan.load_aggregator_plan(PLAN_TEMPLATE)
-    assert ObjectiveConfig(**dataclasses.asdict(loaded.objective)).rho == loaded.objective.rho
+def test_sections_convert_to_the_core_configs_once() -> None:
+    loaded = aggregator_plan(secure_aggregation={"neighbours": 2})
+    assert loaded.training.local_config() == LocalConfig(local_steps=5, lr=0.1, threshold_lr=0.1)
+    assert loaded.training.average_from_round == 25
+    assert loaded.secure_aggregation.encoding() == EncodingConfig(
+        clip=10.0, max_weight=1e6, fractional_bits=20, modulus_bits=64
+    )
+    assert loaded.secure_aggregation.mask_neighbours == 2
+    assert plan.load_aggregator_plan(PLAN_TEMPLATE).secure_aggregation.mask_neighbours is None  # complete graph
 
 
 def test_the_collaborator_template_loads() -> None:
-    loaded = plan.load_collaborator_config(CONFIG_TEMPLATE)
+    loaded = collaborator_file.load_collaborator_config(CONFIG_TEMPLATE)
     assert loaded.name == "hospital-a" and loaded.aggregator == "localhost:50051"
     assert loaded.aggregator_name == "aggregator" and loaded.device == "auto"
-    assert loaded.certificates == plan.CertificateSettings(
+    assert loaded.certificates == TlsFiles(
         ca=REPOSITORY / "certs" / "ca.crt",
         cert=REPOSITORY / "certs" / "hospital-a.crt",
         key=REPOSITORY / "certs" / "hospital-a.key",
     )
-    assert loaded.data == plan.DataSettings(dataset="adult", partition="race", index=0)
-    assert loaded.privacy == plan.PrivacySettings()  # reserved section, defaults
+    assert loaded.data == collaborator_file.DataSettings(dataset="adult", partition="race", index=0)
+    assert loaded.privacy == PrivacyConfig(noise_multiplier=1.0)  # off, the template's values
 
 
 def test_certificate_paths_default_to_the_name_in_the_folder() -> None:
@@ -105,6 +109,9 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         privacy={"enabled": True, "target_epsilon": 3.0, "budget_epsilon": 8, "noise_multiplier": 0}
     )
     assert loaded.privacy.enabled and loaded.privacy.target_epsilon == 3.0 and loaded.privacy.budget_epsilon == 8.0
+    assert loaded.privacy.noise_multiplier is None  # a target epsilon calibrates the noise
+    assert loaded.privacy.budget == 8.0
+    assert collaborator_config(privacy={"enabled": True, "noise_multiplier": ...}).privacy.noise_multiplier == 1.0
     with pytest.raises(ConfigError, match=r"\[privacy\] delta must be a number in \(0, 1\)"):
         collaborator_config(privacy={"delta": 1.5})
 
@@ -240,7 +247,7 @@ def test_file_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=rf"{broken}: not valid TOML .*; fix the syntax"):
         plan.load_aggregator_plan(broken)
     with pytest.raises(ConfigError, match="not valid TOML"):
-        plan.load_collaborator_config(broken)
+        collaborator_file.load_collaborator_config(broken)
 
 
 def test_plan_digest_is_stable_and_ignores_deployment_details() -> None:
@@ -270,3 +277,23 @@ def test_shared_settings_round_trip_without_names_or_paths() -> None:
         plan.load_shared_settings(b"\xff")
     with pytest.raises(ConfigError, match=r"rho must be a number in \(0, 1\]"):
         plan.load_shared_settings(payload.replace(b'"rho":0.3', b'"rho":3'))
+
+
+TEMPLATE_DIGEST = "d3513aa2e89325782c2b5a513df8fd4082a33211f18cec26e568ad623621342f"
+TEMPLATE_SHARED_SETTINGS = (
+    b'{"evaluation":{"every":5},"federation":{"collaborator_count":3,"id":"fedfair-demo"},'
+    b'"model":{"classes":2,"features":107,"image_shape":null,"name":"logreg"},'
+    b'"objective":{"bound":10.0,"epsilon":0.1,"gamma":0.05,"rho":0.3,"smooth":"softrelu"},'
+    b'"quorum":{"min_collaborators":2,"round_timeout_seconds":300.0},'
+    b'"secure_aggregation":{"clip":10.0,"enabled":true,"fractional_bits":20,"max_weight":1000000.0,'
+    b'"modulus_bits":64,"neighbours":0,"threshold":null},'
+    b'"training":{"average_from":0.5,"batch_fraction":0.01,"local_steps":5,"lr":0.1,"rounds":50,"seed":0,'
+    b'"threshold_lr":0.1}}'
+)
+
+
+def test_the_templates_digest_and_shared_settings_are_pinned() -> None:
+    """Checkpoints carry the digest and collaborators compare it: the same plan must keep both, byte for byte."""
+    loaded = plan.load_aggregator_plan(PLAN_TEMPLATE)
+    assert plan.plan_digest(loaded) == TEMPLATE_DIGEST
+    assert plan.shared_settings(loaded) == TEMPLATE_SHARED_SETTINGS

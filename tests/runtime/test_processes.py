@@ -31,6 +31,7 @@ from fedfair.research.launch import (
     child_environment,
     start_aggregator,
     start_collaborator,
+    training_config,
 )
 from fedfair.research.simulation import run_rounds
 from fedfair.runtime.aggregator.checkpoint import (
@@ -44,9 +45,7 @@ from tests.federations import adult_by_race
 from tests.runtime.harness import (
     adult_split,
     new_workspace,
-    objective_config,
     replay,
-    training_config,
 )
 
 pytestmark = pytest.mark.slow
@@ -111,7 +110,7 @@ def test_a_secure_federation_of_processes_equals_the_simulation(tmp_path: Path, 
     assert all(record["secure_aggregation"] for record in log)
 
     federation = adult_by_race()
-    expected = run_rounds(federation, training_config(plan), objective_config(plan)).state
+    expected = run_rounds(federation, training_config(plan), plan.objective).state
     final = final_model(workspace)
     bound = accumulated_bound(log)
     assert 0 < bound < 1e-4
@@ -203,7 +202,7 @@ def test_a_killed_aggregator_resumes_at_the_next_round_with_identical_state(
     assert [record["round"] for record in log] == [1, 2, 3, 4, 5, 6]
     assert log[3]["model_sha256"] == state_digest(saved.state)  # round 4 started from the checkpoint, exactly
     assert "resuming at round 4 from the checkpoint of round 3" in processes.log.getvalue()
-    expected = run_rounds(adult_by_race(), training_config(plan), objective_config(plan)).state
+    expected = run_rounds(adult_by_race(), training_config(plan), plan.objective).state
     final = final_model(workspace)
     assert final["plan_digest"] == plan_digest(plan)
     assert (final["theta"] - expected.theta).abs().max().item() <= accumulated_bound(log)

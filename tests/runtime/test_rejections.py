@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import serialization
 from fedfair import pki
 from fedfair.core.local import Update
 from fedfair.research.launch import Workspace, make_workspace
+from fedfair.runtime.aggregator.board import UploadRefused
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.driver import (
     RoundAborted,
@@ -32,7 +33,7 @@ from fedfair.runtime.aggregator.driver import (
     check_decoded_update,
     decode_plain,
 )
-from fedfair.runtime.aggregator.servicer import INVALID_UPLOAD, UploadRefused
+from fedfair.runtime.aggregator.servicer import INVALID_UPLOAD
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.trainer import round_trainer
 from fedfair.runtime.contract import TRAINING, RoundParameters
@@ -54,6 +55,7 @@ from tests.runtime.harness import (
     ThreadFederation,
     new_workspace,
     plan_sections,
+    refused,
     thread_federation,
 )
 
@@ -144,13 +146,6 @@ def as_site_a(workspace: Workspace) -> pb_grpc.FederationStub:
 
 def join_request() -> pb.PlanRequest:
     return pb.PlanRequest(binding=make_binding(FEDERATION, 0, pb.STAGE_JOIN))
-
-
-def refused(call, code: grpc.StatusCode) -> grpc.RpcError:  # type: ignore[no-untyped-def]
-    with pytest.raises(grpc.RpcError) as caught:
-        call()
-    assert caught.value.code() == code, caught.value.details()
-    return caught.value
 
 
 ADVERTISE = make_binding(FEDERATION, 2, pb.STAGE_ADVERTISE_KEYS)

@@ -48,6 +48,7 @@ from fedfair.runtime.transport import (
     split,
 )
 from fedfair.runtime.transport.chunks import digest
+from tests.runtime.harness import refused
 
 FEDERATION = "test-federation"
 CHUNK = 1024  # small, so payloads span many chunks
@@ -216,13 +217,6 @@ def stub_with(port: int, credentials: grpc.ChannelCredentials, **options: str) -
 
 def join_request() -> pb.PlanRequest:
     return pb.PlanRequest(binding=make_binding(FEDERATION, 0, pb.STAGE_JOIN))
-
-
-def refused(call, code: grpc.StatusCode) -> grpc.RpcError:  # type: ignore[no-untyped-def]
-    with pytest.raises(grpc.RpcError) as caught:
-        call()
-    assert caught.value.code() == code, caught.value.details()
-    return caught.value
 
 
 # ---------------------------------------------------------------- mutual TLS and identity

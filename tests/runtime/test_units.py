@@ -13,8 +13,9 @@ import torch
 
 from fedfair.core import server
 from fedfair.core.errors import ConfigError
-from fedfair.research.launch import make_workspace, toml_text
+from fedfair.research.launch import make_workspace, toml_text, training_config
 from fedfair.research.simulation import make_learners
+from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,
     Checkpoint,
@@ -25,23 +26,24 @@ from fedfair.runtime.aggregator.checkpoint import (
     save_checkpoint,
     state_digest,
 )
-from fedfair.runtime.aggregator.loop import initial_state, plan_from_args, prepare
-from fedfair.runtime.aggregator.servicer import Board
-from fedfair.runtime.collaborator.client import (
+from fedfair.runtime.aggregator.commands import plan_from_args
+from fedfair.runtime.aggregator.loop import initial_state, prepare
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.collaborator.retries import (
     AggregatorUnreachable,
-    Collaborator,
     RetryPolicy,
+    refusal,
 )
 from fedfair.runtime.collaborator.trainer import build_learner, load_local_data
 from fedfair.runtime.plan import (
     load_aggregator_plan,
-    load_collaborator_config,
     load_shared_settings,
     shared_settings,
 )
 from fedfair.runtime.transport import make_binding, pb
 from tests.federations import adult_by_race
-from tests.runtime.harness import new_workspace, objective_config, training_config
+from tests.runtime.harness import new_workspace
 
 NAMES = ["site-a", "site-b", "site-c"]
 
@@ -181,7 +183,7 @@ def test_the_collaborators_learner_is_the_simulations_client(tmp_path: Path) -> 
     workspace = new_workspace(tmp_path, NAMES)
     plan = load_aggregator_plan(workspace.plan)
     shared = load_shared_settings(shared_settings(plan))
-    _, expected = make_learners(adult_by_race(), training_config(plan), objective_config(plan))
+    _, expected = make_learners(adult_by_race(), training_config(plan), plan.objective)
     for index, name in enumerate(NAMES):
         data = load_local_data(load_collaborator_config(workspace.configs[name]), shared)
         learner = build_learner(data, shared, torch.device("cpu"))
@@ -216,8 +218,8 @@ def test_an_unreachable_aggregator_is_retried_a_bounded_number_of_times(tmp_path
         retry=RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05),
     )
     waits: list[float] = []
-    original = collaborator._wait
-    collaborator._wait = lambda attempt, why: (waits.append(attempt), original(attempt, why))  # type: ignore[method-assign]
+    original = collaborator.backoff.wait
+    collaborator.backoff.wait = lambda attempt, why: (waits.append(attempt), original(attempt, why))  # type: ignore[method-assign]
     with pytest.raises(AggregatorUnreachable, match="unreachable while fetching the plan"):
         collaborator.run()
     assert waits == [0, 1, 2]
@@ -251,8 +253,6 @@ def test_privacy_plugs_into_the_collaborators_hook(tmp_path: Path) -> None:
 
 
 def test_grpc_codes_are_explained(tmp_path: Path) -> None:
-    from fedfair.runtime.collaborator.client import _refusal
-
     class Error(grpc.RpcError):
         def __init__(self, code: grpc.StatusCode) -> None:
             self._code = code
@@ -263,5 +263,5 @@ def test_grpc_codes_are_explained(tmp_path: Path) -> None:
         def details(self) -> str:
             return "details"
 
-    assert "allow-list" in str(_refusal(Error(grpc.StatusCode.PERMISSION_DENIED), "x"))
-    assert "unreachable" in str(_refusal(Error(grpc.StatusCode.UNAVAILABLE), "x"))
+    assert "allow-list" in str(refusal(Error(grpc.StatusCode.PERMISSION_DENIED), "x"))
+    assert "unreachable" in str(refusal(Error(grpc.StatusCode.UNAVAILABLE), "x"))

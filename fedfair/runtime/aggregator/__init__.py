@@ -1,1 +1,1 @@
-"""The aggregator process: round loop, round driver, upload board, gRPC servicer, checkpoints."""
+"""The aggregator process: round loop, round driver, board, gRPC servicer, checkpoints, command."""

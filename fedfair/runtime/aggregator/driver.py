@@ -14,7 +14,9 @@ An evaluation runs the same sequence on the EVALUATE / EVAL_* stages. With secur
 aggregation off, only MASKED_INPUT runs and carries the plain float64 vector and
 weight. Every check on an upload (its sender is the certificate's party, its
 stage, session, shape) happens as it arrives, so a bad upload is refused to its
-sender; too few survivors abort the round with :class:`RoundAborted`.
+sender; too few survivors abort the round with :class:`RoundAborted`. What each
+stage's upload is, and which method of the secure-aggregation server takes it, is
+one table, :data:`SECURE_UPLOADS`.
 
 The secure-aggregation library numbers its sessions: a training round r uses
 session round 2 r and its evaluation 2 r + 1, so the two can never be confused.
@@ -27,15 +29,16 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.runtime.aggregator.servicer import Board, UploadRefused
+from fedfair.runtime.aggregator.board import Board, UploadHandler, UploadRefused
 from fedfair.runtime.contract import EVALUATION, RoundParameters, Stages
 from fedfair.runtime.transport import StageGate, make_binding, pb
-from fedfair.secagg import EncodingConfig, Server
+from fedfair.secagg import EncodingConfig, SecAggConfig, Server
 from fedfair.secagg.errors import ProtocolError
 from fedfair.secagg.messages import (
     AdvertiseKeys,
@@ -43,11 +46,50 @@ from fedfair.secagg.messages import (
     ShareKeys,
     UnmaskResponse,
 )
+from fedfair.secagg.messages import Stage as SecAggStage
 
 logger = logging.getLogger("fedfair.aggregator")
 
 MESSAGE_OVERHEAD_BYTES = 64 << 10
 """Room for headers, keys, signatures and certificates around a stage's vector."""
+
+
+class SignedMessage(Protocol):
+    """A secure-aggregation upload: it names its sender's party id (a claim, checked here)."""
+
+    @property
+    def sender(self) -> int: ...
+
+
+Message = TypeVar("Message", bound=SignedMessage)
+
+
+@dataclass(frozen=True)
+class SecureUpload(Generic[Message]):
+    """How the aggregator takes one secure-aggregation stage's upload: parse it, check its sender
+    against the certificate's party, hand it to the secure-aggregation server."""
+
+    parse: Callable[[bytes], Message]
+    receive: Callable[[Server, Message], None]
+
+    def handler(self, server: Server, config: SecAggConfig) -> UploadHandler:
+        def absorb(peer: str, payload: bytes) -> None:
+            message = self.parse(payload)
+            # Identity is the certificate's: a message naming another party is refused outright.
+            if message.sender != config.party_id(peer):
+                raise UploadRefused("the message names another party than the certificate")
+            self.receive(server, message)
+
+        return absorb
+
+
+SECURE_UPLOADS: dict[SecAggStage, SecureUpload[Any]] = {
+    SecAggStage.ADVERTISE: SecureUpload(AdvertiseKeys.from_bytes, Server.receive_advertisement),
+    SecAggStage.SHARE: SecureUpload(ShareKeys.from_bytes, Server.receive_shares),
+    SecAggStage.MASK: SecureUpload(MaskedInput.from_bytes, Server.receive_masked_input),
+    SecAggStage.UNMASK: SecureUpload(UnmaskResponse.from_bytes, Server.receive_unmask_response),
+}
+"""Each secure-aggregation stage's message class and the server's method that takes it."""
 
 
 class RoundAborted(FedfairError):
@@ -130,10 +172,10 @@ class SumDriver:
     def _stage(
         self,
         round_number: int,
-        stage: int,
+        stage: pb.Stage,
         expected: frozenset[str],
         inputs: bytes | Mapping[str, bytes],
-        handler: Callable[[str, bytes], None],
+        handler: UploadHandler,
         max_upload_bytes: int,
         outcome: SumOutcome,
     ) -> frozenset[str]:
@@ -167,42 +209,22 @@ class SumDriver:
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
         small = MESSAGE_OVERHEAD_BYTES + 1024 * config.size
 
-        def sender_is(peer: str, sender: int) -> None:
-            # Identity is the certificate's: a message naming another party is refused outright.
-            if sender != config.party_id(peer):
-                raise UploadRefused("the message names another party than the certificate")
+        def handler(stage: SecAggStage) -> UploadHandler:
+            return SECURE_UPLOADS[stage].handler(server, config)
 
-        def advertise(peer: str, payload: bytes) -> None:
-            message = AdvertiseKeys.from_bytes(payload)
-            sender_is(peer, message.sender)
-            server.receive_advertisement(message)
-
-        def share(peer: str, payload: bytes) -> None:
-            message = ShareKeys.from_bytes(payload)
-            sender_is(peer, message.sender)
-            server.receive_shares(message)
-
-        def masked(peer: str, payload: bytes) -> None:
-            message = MaskedInput.from_bytes(payload)
-            sender_is(peer, message.sender)
-            server.receive_masked_input(message)
-
-        def unmask(peer: str, payload: bytes) -> None:
-            message = UnmaskResponse.from_bytes(payload)
-            sender_is(peer, message.sender)
-            server.receive_unmask_response(message)
-
-        roster = frozenset(config.parties)
+        roster, announced = frozenset(config.parties), parameters.to_bytes()
         advertised = self._stage(
-            round_number, stages.advertise, roster, parameters.to_bytes(), advertise, small, outcome
+            round_number, stages.advertise, roster, announced, handler(SecAggStage.ADVERTISE), small, outcome
         )
         directory = server.key_directory().to_bytes()
-        self._stage(round_number, stages.share, advertised, directory, share, small, outcome)
+        self._stage(round_number, stages.share, advertised, directory, handler(SecAggStage.SHARE), small, outcome)
         bundles = {config.name_of(party): bundle.to_bytes() for party, bundle in server.share_bundles().items()}
         vector_bytes = (config.dimension + 1) * np.dtype(config.encoder.dtype).itemsize + MESSAGE_OVERHEAD_BYTES
-        survivors = self._stage(round_number, stages.masked, frozenset(bundles), bundles, masked, vector_bytes, outcome)
+        survivors = self._stage(
+            round_number, stages.masked, frozenset(bundles), bundles, handler(SecAggStage.MASK), vector_bytes, outcome
+        )
         request = server.unmask_request().to_bytes()
-        self._stage(round_number, stages.unmask, survivors, request, unmask, small, outcome)
+        self._stage(round_number, stages.unmask, survivors, request, handler(SecAggStage.UNMASK), small, outcome)
         result = server.finish()
         outcome.weighted_sum = result.decoded.weighted_sum
         outcome.total_weight = result.decoded.total_weight

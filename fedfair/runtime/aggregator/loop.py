@@ -1,13 +1,15 @@
-"""The aggregator process: ``fedfair aggregator start --plan aggregator/plan.toml``.
+"""The aggregator process: serve the plan over mutual TLS and run its rounds.
 
 It serves the Federation gRPC service over mutual TLS (client certificates
 required, names checked against the plan's allow-list) and drives the rounds of
 FedSRCVaR from one thread. The pieces are small and separate:
 
-- :mod:`fedfair.runtime.aggregator.servicer`: the gRPC service and the board it shares with the driver;
+- :mod:`fedfair.runtime.aggregator.servicer`: the gRPC service;
+- :mod:`fedfair.runtime.aggregator.board`: the state the service shares with the driver;
 - :mod:`fedfair.runtime.aggregator.driver`: one secure (or plain) sum over the network;
 - :mod:`fedfair.runtime.aggregator.checkpoint`: atomic checkpoints, the round log, the final model;
-- this module: the round loop (quorum, apply, evaluate, checkpoint, log) and the command.
+- :mod:`fedfair.runtime.aggregator.commands`: ``fedfair aggregator start --plan aggregator/plan.toml``;
+- this module: serving, and the round loop (quorum, apply, evaluate, checkpoint, log).
 
 The learning itself is `fedfair.core.server.apply`, unchanged: the aggregator turns the
 decoded sum into a `server.Aggregate` and applies it, exactly as the in-process
@@ -16,12 +18,10 @@ simulation does.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from concurrent import futures
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -31,8 +31,9 @@ from cryptography import x509
 from fedfair import pki
 from fedfair.core import server
 from fedfair.core.errors import ConfigError, FedfairError
-from fedfair.core.models import build_model, flat_parameters
+from fedfair.core.models import flat_parameters
 from fedfair.fairness import sums as evaluation
+from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
     append_round_log,
@@ -47,13 +48,11 @@ from fedfair.runtime.aggregator.driver import (
     SumDriver,
     check_decoded_update,
 )
-from fedfair.runtime.aggregator.servicer import Board, Servicer
+from fedfair.runtime.aggregator.servicer import Servicer
 from fedfair.runtime.contract import EVALUATION, TRAINING
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.logs import configure_logging
 from fedfair.runtime.plan import (
     AggregatorPlan,
-    load_aggregator_plan,
     plan_digest,
     shared_settings,
 )
@@ -68,7 +67,7 @@ from fedfair.runtime.transport import (
     server_credentials,
     server_options,
 )
-from fedfair.secagg import EncodingConfig, check_no_wraparound
+from fedfair.secagg import check_no_wraparound
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -86,24 +85,8 @@ class QuorumNotReached(FedfairError):
 
 def initial_state(plan: AggregatorPlan) -> server.ServerState:
     """Round 0: the plan's model with its seed's initial weights, c at the bound B (as the simulation)."""
-    model = build_model(
-        plan.model.name,
-        plan.model.features,
-        plan.model.classes,
-        image_shape=plan.model.image_shape,
-        seed=plan.training.seed,
-    )
+    model = plan.model.build(seed=plan.training.seed)
     return server.init(flat_parameters(model), bound=plan.objective.bound)
-
-
-def training_encoding(plan: AggregatorPlan) -> EncodingConfig:
-    settings = plan.secure_aggregation
-    return EncodingConfig(
-        clip=settings.clip,
-        max_weight=settings.max_weight,
-        fractional_bits=settings.fractional_bits,
-        modulus_bits=settings.modulus_bits,
-    )
 
 
 @dataclass
@@ -139,7 +122,7 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None) -> Netw
         futures.ThreadPoolExecutor(max_workers=2 * len(plan.collaborators) + 8, thread_name_prefix="fedfair-rpc"),
         options=server_options() + SERVER_KEEPALIVE,
     )
-    pb_grpc.add_FederationServicer_to_server(servicer, grpc_server)
+    pb_grpc.add_FederationServicer_to_server(servicer, grpc_server)  # type: ignore[no-untyped-call]  # protoc's code
     target = address or plan.aggregator.address
     try:
         port = grpc_server.add_secure_port(target, server_credentials(files))
@@ -160,7 +143,7 @@ class RoundLoop:
         self.checkpoint = checkpoint
         self.output = plan.aggregator.output
         secure = plan.secure_aggregation
-        self.encoding = training_encoding(plan)
+        self.encoding = secure.encoding()
         self.driver = SumDriver(
             network.board,
             network.gate,
@@ -168,12 +151,12 @@ class RoundLoop:
                 federation_id=plan.federation_id,
                 secure=secure.enabled,
                 threshold=secure.threshold,
-                neighbours=secure.neighbours or None,
+                neighbours=secure.mask_neighbours,
                 stage_timeout=plan.quorum.round_timeout_seconds,
             ),
             pki.credential_verifier(network.ca_certificate, "collaborator"),
         )
-        self.average_from = int(plan.training.average_from * plan.training.rounds)
+        self.average_from = plan.training.average_from_round
         self.evaluation = checkpoint.evaluation
 
     def run(self) -> dict[str, Any]:
@@ -314,12 +297,11 @@ class RoundLoop:
 
 def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint:
     """Check what must hold before serving; return the state to start from."""
-    secure = plan.secure_aggregation
-    if secure.enabled:
+    if plan.secure_aggregation.enabled:
         n = len(plan.collaborators)
-        check_no_wraparound(secure.clip, secure.fractional_bits, secure.modulus_bits, n, secure.max_weight)
-        encoding = evaluation.ENCODING
-        check_no_wraparound(encoding.clip, encoding.fractional_bits, encoding.modulus_bits, n, encoding.max_weight)
+        # Both kinds of sum run under secure aggregation: the training updates and the evaluation answers.
+        for encoding in (plan.secure_aggregation.encoding(), evaluation.ENCODING):
+            check_no_wraparound(encoding.clip, encoding.fractional_bits, encoding.modulus_bits, n, encoding.max_weight)
     digest = plan_digest(plan)
     output = plan.aggregator.output
     if resume:
@@ -356,70 +338,3 @@ def run_aggregator(plan: AggregatorPlan, *, resume: bool = False, address: str |
         return summary
     finally:
         network.stop()
-
-
-# ---------------------------------------------------------------- command line
-
-
-def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    overrides: dict[str, dict[str, Any]] = {}
-
-    def put(section: str, key: str, value: Any) -> None:
-        if value is not None:
-            overrides.setdefault(section, {})[key] = value
-
-    put("federation", "id", args.federation_id)
-    if args.collaborators is not None:
-        put("federation", "collaborators", [name.strip() for name in args.collaborators.split(",") if name.strip()])
-    put("aggregator", "address", args.address)
-    put("aggregator", "certs", str(Path(args.certs).resolve()) if args.certs else None)
-    put("aggregator", "output", str(Path(args.output).resolve()) if args.output else None)
-    put("aggregator", "name", args.name)
-    put("training", "rounds", args.rounds)
-    return overrides
-
-
-def plan_from_args(args: argparse.Namespace) -> AggregatorPlan:
-    """The plan file with the flags applied, or (without --plan) a plan from the flags alone."""
-    overrides = _overrides(args)
-    if args.plan is None:
-        missing = [
-            flag
-            for flag, value in (
-                ("--certs", args.certs),
-                ("--collaborators", args.collaborators),
-                ("--address", args.address),
-            )
-            if value is None
-        ]
-        if missing:
-            raise ConfigError(f"without --plan the aggregator needs {', '.join(missing)}; or pass --plan plan.toml")
-        overrides.setdefault("federation", {}).setdefault("id", "fedfair")
-    return load_aggregator_plan(args.plan, overrides)
-
-
-def _start_command(args: argparse.Namespace) -> int:
-    configure_logging()
-    plan = plan_from_args(args)
-    try:
-        run_aggregator(plan, resume=args.resume)
-    except KeyboardInterrupt:
-        logger.warning("interrupted; the last checkpoint is in %s (continue with --resume)", plan.aggregator.output)
-        return 130
-    return 0
-
-
-def register_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    group = subparsers.add_parser("aggregator", help="run the federation's aggregator")
-    commands = group.add_subparsers(dest="aggregator_command", required=True, metavar="COMMAND")
-    start = commands.add_parser("start", help="serve the plan's rounds over mutual TLS")
-    start.add_argument("--plan", type=Path, help="the federation plan (aggregator/plan.toml)")
-    start.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output folder")
-    start.add_argument("--address", help="host:port to listen on (overrides [aggregator] address)")
-    start.add_argument("--certs", help="folder with ca.crt and the aggregator's certificate and key")
-    start.add_argument("--collaborators", help="comma-separated allowed collaborator names")
-    start.add_argument("--rounds", type=int, help="number of rounds (overrides [training] rounds)")
-    start.add_argument("--output", help="folder for checkpoints, the round log and the final model")
-    start.add_argument("--federation-id", dest="federation_id", help="the federation's id")
-    start.add_argument("--name", help="the aggregator's certificate name (default aggregator)")
-    start.set_defaults(handler=_start_command)

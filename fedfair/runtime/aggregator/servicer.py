@@ -1,36 +1,20 @@
-"""The aggregator's gRPC service and the board it shares with the round driver.
+"""The aggregator's gRPC service: it only moves bytes between collaborators and the board.
 
-The :class:`Board` is the only state the servicer threads and the driver thread
-share, behind one condition variable: who has a live task stream, each peer's
-tasks for the current round, the models to download, and the one open stage
-(who is expected to upload, what each may fetch, and the handler that checks and
-absorbs an upload). The driver opens a stage and waits on the condition until
-every expected peer has uploaded, withdrawn or disconnected, or the deadline
-passes; servicer threads notify it. Nothing sleeps for a fixed time.
-
-The :class:`Servicer` only moves bytes: it takes the caller's name from its
-certificate (:class:`~fedfair.runtime.transport.PeerAuthenticator`), admits uploads
-through the :class:`~fedfair.runtime.transport.StageGate` (one per peer per stage, only
-the open stage, before its deadline), and refuses everything else with the
-transport's generic messages, never naming anyone.
-
-An upload of zero bytes to the open stage is a withdrawal: the collaborator takes
-no further part in this round (its update was not finite, its privacy budget is
-spent, or the round's parameters were not the plan's), so the stage need not
-wait for it until the deadline.
+The :class:`Servicer` takes the caller's name from its certificate
+(:class:`~fedfair.runtime.transport.PeerAuthenticator`), admits uploads through the
+:class:`~fedfair.runtime.transport.StageGate` (one per peer per stage, only the open
+stage, before its deadline), hands them to the :class:`~fedfair.runtime.aggregator.board.Board`,
+and refuses everything else with the transport's generic messages, never naming anyone.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 
 import grpc
-import numpy as np
 
 from fedfair.core.errors import FedfairError
+from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     NOT_EXPECTED,
@@ -38,7 +22,6 @@ from fedfair.runtime.transport import (
     Rejected,
     StageGate,
     WireError,
-    model_parts,
     payload_parts,
     pb,
     pb_grpc,
@@ -48,256 +31,6 @@ from fedfair.runtime.transport.chunks import digest
 
 INVALID_UPLOAD = "message refused: not a valid message for this stage"
 """What a peer hears when its upload parses badly or breaks the protocol (never why in detail)."""
-
-TASK_WAIT_SECONDS = 30.0
-"""A task stream re-checks that its RPC is alive at least this often; disconnects normally
-wake it at once through the RPC's termination callback."""
-
-
-class UploadRefused(FedfairError):
-    """An upload reached the open stage but its content is invalid (the handler refused it)."""
-
-
-UploadHandler = Callable[[str, bytes], None]
-"""handler(peer, payload): absorb one upload or raise UploadRefused (or a secagg ProtocolError)."""
-
-
-@dataclass
-class _Stage:
-    binding: pb.Binding
-    expected: frozenset[str]
-    inputs: bytes | Mapping[str, bytes]
-    handler: UploadHandler
-    max_upload_bytes: int
-    deadline: float
-    accepted: set[str] = field(default_factory=set)
-    withdrawn: set[str] = field(default_factory=set)
-    received_bytes: int = 0
-
-
-class Board:
-    """Shared state of one aggregator: connections, tasks, models and the open stage."""
-
-    def __init__(self, plan_digest: str, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.plan_digest = plan_digest
-        self._clock = clock
-        self._changed = threading.Condition()
-        self._streams: dict[str, int] = {}
-        self._tasks: dict[str, list[pb.Task]] = {}
-        self._generation = 0
-        self._final: pb.Task | None = None
-        self._closed = False
-        self._models: dict[tuple[int, int], list[pb.ModelPart]] = {}
-        self._stage: _Stage | None = None
-        self._round = 0
-        self._departed: set[str] = set()
-
-    # ------------------------------------------------------------ connections
-
-    def connect(self, peer: str) -> None:
-        with self._changed:
-            self._streams[peer] = self._streams.get(peer, 0) + 1
-            self._changed.notify_all()
-
-    def disconnect(self, peer: str) -> None:
-        with self._changed:
-            left = self._streams.get(peer, 0) - 1
-            if left > 0:
-                self._streams[peer] = left
-            else:
-                self._streams.pop(peer, None)
-                # Gone for the rest of this round, even if it reconnects: a restarted process has
-                # lost its round state, so no stage of this round should wait for it.
-                self._departed.add(peer)
-            self._changed.notify_all()
-
-    def connected(self) -> frozenset[str]:
-        """Peers with at least one live task stream."""
-        with self._changed:
-            return frozenset(self._streams)
-
-    def wait_for_connected(self, count: int, timeout: float) -> frozenset[str]:
-        """Wait until at least `count` peers are connected or `timeout` passes; return who is."""
-        with self._changed:
-            self._changed.wait_for(lambda: self._closed or len(self._streams) >= count, timeout=timeout)
-            return frozenset(self._streams)
-
-    def wait_until_alone(self, timeout: float) -> None:
-        """Wait until no task stream is open (or `timeout` passes)."""
-        with self._changed:
-            self._changed.wait_for(lambda: self._closed or not self._streams, timeout=timeout)
-
-    # ------------------------------------------------------------ tasks
-
-    def new_round(self, round_number: int) -> None:
-        """Forget the previous round's tasks and models: streams send only the current round's."""
-        with self._changed:
-            self._round = round_number
-            self._tasks = {}
-            self._models = {}
-            self._departed = set()
-            self._generation += 1
-            self._changed.notify_all()
-
-    def publish(
-        self,
-        peers: Iterable[str],
-        binding: pb.Binding,
-        action: int,
-        *,
-        deadline_seconds: float = 0.0,
-        input_sizes: Mapping[str, int] | None = None,
-    ) -> None:
-        """Queue one task per peer (each with the size of what it may fetch)."""
-        with self._changed:
-            for peer in peers:
-                size = 0 if input_sizes is None else input_sizes.get(peer, 0)
-                task = pb.Task(
-                    binding=binding,
-                    action=action,
-                    input_size=size,
-                    deadline_seconds=deadline_seconds,
-                    plan_digest=self.plan_digest,
-                )
-                self._tasks.setdefault(peer, []).append(task)
-            self._changed.notify_all()
-
-    def finish(self, binding: pb.Binding) -> None:
-        """Tell every stream, now and later, that the federation is over."""
-        with self._changed:
-            self._final = pb.Task(binding=binding, action=pb.ACTION_FINISHED, plan_digest=self.plan_digest)
-            self._changed.notify_all()
-
-    def close(self) -> None:
-        """The server is stopping: wake every waiter so threads can end."""
-        with self._changed:
-            self._closed = True
-            self._changed.notify_all()
-
-    @property
-    def closed(self) -> bool:
-        with self._changed:
-            return self._closed
-
-    def stream_tasks(self, peer: str, after: pb.Binding, is_active: Callable[[], bool]) -> Iterator[pb.Task]:
-        """The peer's tasks of the current round that come after `after`, as they are published.
-
-        A stream opened with `after` before the round in progress (a process that
-        restarted, or joined late) skips that round and starts with the next one.
-        """
-        last = (after.round, after.stage)
-        with self._changed:
-            stale_round = self._round if after.round < self._round else None
-        generation, sent = -1, 0
-        while is_active():
-            with self._changed:
-                if generation != self._generation:
-                    generation, sent = self._generation, 0
-                self._changed.wait_for(
-                    lambda seen=generation, count=sent: (
-                        self._closed
-                        or self._final is not None
-                        or seen != self._generation
-                        or len(self._tasks.get(peer, ())) > count
-                    ),
-                    timeout=TASK_WAIT_SECONDS,
-                )
-                if self._closed:
-                    return
-                pending = self._tasks.get(peer, [])[sent:] if generation == self._generation else []
-                final = self._final
-            for task in pending:
-                sent += 1
-                if (task.binding.round, task.binding.stage) > last and task.binding.round != stale_round:
-                    yield task
-            if final is not None and not pending:
-                yield final
-                return
-
-    # ------------------------------------------------------------ models and stages
-
-    def set_model(
-        self, binding: pb.Binding, theta: np.ndarray, c: float, chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    ) -> None:
-        """Offer (theta, c) for download under `binding`, cut into its messages once for every peer."""
-        parts = list(model_parts(binding, theta, c, chunk_bytes))
-        with self._changed:
-            self._models[(binding.round, binding.stage)] = parts
-
-    def model(self, binding: pb.Binding) -> list[pb.ModelPart] | None:
-        with self._changed:
-            return self._models.get((binding.round, binding.stage))
-
-    def open_stage(
-        self,
-        binding: pb.Binding,
-        expected: Iterable[str],
-        inputs: bytes | Mapping[str, bytes],
-        handler: UploadHandler,
-        *,
-        max_upload_bytes: int,
-        timeout: float,
-    ) -> None:
-        """Open a stage for `expected` peers and send each its task."""
-        peers = frozenset(expected)
-        with self._changed:
-            self._stage = _Stage(binding, peers, inputs, handler, max_upload_bytes, self._clock() + timeout)
-        sizes = {peer: len(self._input_for(inputs, peer)) for peer in peers}
-        self.publish(sorted(peers), binding, pb.ACTION_RUN, deadline_seconds=timeout, input_sizes=sizes)
-
-    @staticmethod
-    def _input_for(inputs: bytes | Mapping[str, bytes], peer: str) -> bytes:
-        return inputs if isinstance(inputs, bytes) else inputs.get(peer, b"")
-
-    def max_upload_bytes(self) -> int:
-        with self._changed:
-            return self._stage.max_upload_bytes if self._stage is not None else 0
-
-    def fetch(self, peer: str, binding: pb.Binding) -> bytes | None:
-        """What `peer` may fetch for the open stage `binding` (None: nothing for it)."""
-        with self._changed:
-            stage = self._stage
-            if stage is None or stage.binding != binding or peer not in stage.expected:
-                return None
-            return self._input_for(stage.inputs, peer)
-
-    def deliver(self, peer: str, binding: pb.Binding, payload: bytes) -> None:
-        """Hand an admitted upload to the open stage's handler (empty: the peer withdraws)."""
-        with self._changed:
-            stage = self._stage
-            if stage is None or stage.binding != binding or peer not in stage.expected:
-                raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
-            if payload:
-                stage.handler(peer, payload)
-                stage.accepted.add(peer)
-                stage.received_bytes += len(payload)
-            else:
-                stage.withdrawn.add(peer)
-            self._changed.notify_all()
-
-    def wait_stage(self) -> None:
-        """Wait until every expected peer uploaded, withdrew or disconnected, or the deadline passed."""
-        with self._changed:
-            stage = self._stage
-            if stage is None:
-                return
-
-            def settled() -> bool:
-                waiting = stage.expected - stage.accepted - stage.withdrawn - self._departed
-                return self._closed or not any(peer in self._streams for peer in waiting)
-
-            remaining = stage.deadline - self._clock()
-            while not settled() and remaining > 0:
-                self._changed.wait(timeout=remaining)
-                remaining = stage.deadline - self._clock()
-
-    def close_stage(self) -> tuple[frozenset[str], int]:
-        """Close the open stage; return who uploaded to it and how many bytes arrived."""
-        with self._changed:
-            stage, self._stage = self._stage, None
-            if stage is None:
-                return frozenset(), 0
-            return frozenset(stage.accepted), stage.received_bytes
 
 
 class Servicer(pb_grpc.FederationServicer):
@@ -319,8 +52,17 @@ class Servicer(pb_grpc.FederationServicer):
         self.chunk_bytes = chunk_bytes
 
     def _identify(self, context: grpc.ServicerContext) -> str:
+        """The caller's name from its certificate, or the RPC ends with a generic refusal."""
         try:
             return self.authenticator.identify(context)
+        except Rejected as rejected:
+            rejected.abort(context)
+
+    @staticmethod
+    def _check(context: grpc.ServicerContext, check: Callable[[pb.Binding], None], binding: pb.Binding) -> None:
+        """Pass the request through one of the gate's checks, or end the RPC with its generic refusal."""
+        try:
+            check(binding)
         except Rejected as rejected:
             rejected.abort(context)
 
@@ -328,18 +70,12 @@ class Servicer(pb_grpc.FederationServicer):
         self._identify(context)
         # A collaborator may join without knowing the id yet (it learns it here) or name the one it expects.
         if request.binding.federation_id or request.binding.stage != pb.STAGE_JOIN:
-            try:
-                self.gate.check_federation(request.binding)
-            except Rejected as rejected:
-                rejected.abort(context)
+            self._check(context, self.gate.check_federation, request.binding)
         return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.board.plan_digest)
 
     def WaitForTasks(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
         peer = self._identify(context)
-        try:
-            self.gate.check_federation(request.after)
-        except Rejected as rejected:
-            rejected.abort(context)
+        self._check(context, self.gate.check_federation, request.after)
         self.board.connect(peer)
         # Runs when the RPC ends for any reason, a killed peer's closed connection included.
         if not context.add_callback(lambda: self.board.disconnect(peer)):
@@ -349,10 +85,7 @@ class Servicer(pb_grpc.FederationServicer):
 
     def DownloadModel(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.ModelPart]:
         self._identify(context)
-        try:
-            self.gate.check_read(request.binding)
-        except Rejected as rejected:
-            rejected.abort(context)
+        self._check(context, self.gate.check_read, request.binding)
         parts = self.board.model(request.binding)
         if parts is None:
             Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED).abort(context)
@@ -360,10 +93,7 @@ class Servicer(pb_grpc.FederationServicer):
 
     def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.Part]:
         peer = self._identify(context)
-        try:
-            self.gate.check_read(request.binding)
-        except Rejected as rejected:
-            rejected.abort(context)
+        self._check(context, self.gate.check_read, request.binding)
         payload = self.board.fetch(peer, request.binding)
         if payload is None:
             Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED).abort(context)

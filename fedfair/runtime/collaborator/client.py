@@ -1,15 +1,16 @@
-"""The collaborator process: ``fedfair collaborator start --config collaborator/site-a.toml``.
+"""The collaborator process: connect to the aggregator and follow its task stream.
 
-One per institution. It loads its own data, checks its TLS files (and that its
-configured name is the one its certificate carries), dials the aggregator over
-mutual TLS, fetches the plan's shared settings and builds its learner exactly as
-the in-process simulation builds client i (same model seed, same sampler seed), so
-a federation over real processes follows the simulation step for step. Then it
-follows the aggregator's task stream:
+One per institution (started by ``fedfair collaborator start``, see
+:mod:`fedfair.runtime.collaborator.commands`). It loads its own data, checks its TLS
+files (and that its configured name is the one its certificate carries), dials the
+aggregator over mutual TLS, fetches the plan's shared settings and builds its
+learner exactly as the in-process simulation builds client i (same model seed, same
+sampler seed), so a federation over real processes follows the simulation step for
+step. Then it follows the aggregator's task stream:
 
-- TRAIN: download (theta_t, c_t) in bounded chunks and run `local.py`'s tau steps;
-- ADVERTISE / SHARE / MASKED_INPUT / UNMASK: the secure-aggregation client's steps,
-  with its mTLS private key as its identity key (with secure aggregation off, only
+- TRAIN: download (theta_t, c_t) in bounded chunks and run the local learner's tau steps;
+- ADVERTISE / SHARE / MASKED_INPUT / UNMASK: the secure-aggregation steps of
+  :mod:`fedfair.runtime.collaborator.steps` (with secure aggregation off, only
   MASKED_INPUT, carrying the plain float64 vector);
 - EVALUATE and EVAL_*: the same steps over its answers to the evaluation's threshold
   queries on its held-out losses (`fedfair.fairness.sums`);
@@ -19,8 +20,8 @@ It never sends a per-sample value: only secure-aggregation messages whose size i
 fixed by the model (or the evaluation vector) and the number of collaborators. An
 update with NaN or Inf is refused before masking (the collaborator withdraws from
 the round). Lost connections are retried with jittered exponential back-off, a
-bounded number of times; nothing waits on a fixed sleep. A restarted collaborator
-rejoins at the next round.
+bounded number of times (:mod:`fedfair.runtime.collaborator.retries`). A restarted
+collaborator rejoins at the next round.
 
 Privacy hook: the `trainer_factory` argument of :class:`Collaborator` (default
 `fedfair.runtime.collaborator.trainer.round_trainer`) turns the plain `LocalLearner` into what trains each round;
@@ -29,15 +30,11 @@ with `[privacy] enabled = true` it wraps it in `fedfair.privacy.learner.PrivateL
 
 from __future__ import annotations
 
-import argparse
 import logging
-import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import numpy as np
@@ -48,26 +45,30 @@ from fedfair import pki
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.models import build_model, flat_parameters
+from fedfair.core.models import flat_parameters
 from fedfair.fairness import sums as evaluation
 from fedfair.privacy.learner import PrivateLearner
+from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.collaborator.retries import (
+    DEFAULT_RETRY_POLICY,
+    RETRYABLE,
+    AggregatorUnreachable,
+    Backoff,
+    RetryPolicy,
+    refusal,
+)
+from fedfair.runtime.collaborator.steps import STEPS, Participant, RoundRefused, Work
 from fedfair.runtime.collaborator.trainer import (
     TrainerFactory,
     build_learner,
     load_local_data,
     round_trainer,
 )
-from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
+from fedfair.runtime.contract import EVALUATION, TRAINING
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.logs import configure_logging
-from fedfair.runtime.plan import (
-    CollaboratorConfig,
-    load_collaborator_config,
-    load_shared_settings,
-)
+from fedfair.runtime.plan import load_shared_settings
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
-    TlsFiles,
     WireError,
     check_tls_files,
     make_binding,
@@ -78,69 +79,13 @@ from fedfair.runtime.transport import (
     read_payload,
     secure_channel,
 )
-from fedfair.secagg import Client, Encoder, EncodingConfig
+from fedfair.secagg import Encoder
 from fedfair.secagg.errors import ProtocolError
-from fedfair.secagg.messages import KeyDirectory, ShareBundle, UnmaskRequest
 
 logger = logging.getLogger("fedfair.collaborator")
 
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 RPC_SECONDS = 60.0
 """Upper bound on one request besides a stage's own deadline (a stalled peer cannot hang us)."""
-
-_STEPS = {
-    stage: (stages, step)
-    for stages in (TRAINING, EVALUATION)
-    for step, stage in (
-        ("advertise", stages.advertise),
-        ("share", stages.share),
-        ("masked", stages.masked),
-        ("unmask", stages.unmask),
-    )
-}
-
-
-class AggregatorUnreachable(FedfairError):
-    """The aggregator could not be reached within the retry bound."""
-
-
-# ---------------------------------------------------------------- retries
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Jittered exponential back-off: attempt k waits uniform(0.5, 1) * min(cap, base * 2^k)."""
-
-    attempts: int = 8
-    base_seconds: float = 0.5
-    cap_seconds: float = 15.0
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        return rng.uniform(0.5, 1.0) * min(self.cap_seconds, self.base_seconds * 2.0**attempt)
-
-
-_T = TypeVar("_T")
-
-
-# ---------------------------------------------------------------- one round's work
-
-
-@dataclass
-class Work:
-    """What the collaborator contributes to one aggregation, and its secure-aggregation state."""
-
-    round: int
-    stages: Stages
-    vector: np.ndarray | None
-    weight: float
-    client: Client | None = None
-    withdrawn: bool = False
-    encoded: np.ndarray | None = None
-    """The fixed-point encoding of (vector, weight), made while the key stages run."""
-
-
-class RoundRefused(FedfairError):
-    """This collaborator does not take part in the rest of the round (it withdraws)."""
 
 
 class Collaborator:
@@ -151,12 +96,11 @@ class Collaborator:
         config: CollaboratorConfig,
         *,
         trainer_factory: TrainerFactory = round_trainer,
-        retry: RetryPolicy = RetryPolicy(),
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     ) -> None:
         self.config = config
         self.trainer_factory = trainer_factory
-        self.retry = retry
-        self.files = TlsFiles(config.certificates.ca, config.certificates.cert, config.certificates.key)
+        self.files = config.certificates
         certified = check_tls_files(self.files, "collaborator")
         if certified != config.name:
             raise ConfigError(
@@ -168,7 +112,7 @@ class Collaborator:
         self._credential = pki.load_certificate(self.files.cert).public_bytes(serialization.Encoding.DER)
         self._verify = pki.credential_verifier(pki.load_certificate(self.files.ca), "collaborator")
         self._stop = threading.Event()
-        self._random = random.Random()
+        self.backoff = Backoff(retry, config.name, self._stop)
         self._stream: Any = None
         self.uploaded_bytes: dict[int, int] = {}
         """Bytes of every request sent, per round (what leaves the institution)."""
@@ -187,13 +131,13 @@ class Collaborator:
     def run(self) -> int:
         """Connect and follow the task stream until FINISHED; 0 on a finished federation."""
         with secure_channel(self.config.aggregator, self.files, aggregator_name=self.config.aggregator_name) as channel:
-            stub = pb_grpc.FederationStub(channel)
+            stub = pb_grpc.FederationStub(channel)  # type: ignore[no-untyped-call]  # protoc's code is untyped
             self._setup(stub)
             return self._follow(stub)
 
     def _setup(self, stub: pb_grpc.FederationStub) -> None:
         join = make_binding(self.config.federation or "", 0, pb.STAGE_JOIN)
-        reply = self._retrying(
+        reply = self.backoff.call(
             "fetching the plan", lambda: stub.GetPlan(pb.PlanRequest(binding=join), timeout=RPC_SECONDS)
         )
         self.shared = load_shared_settings(reply.settings)
@@ -205,6 +149,9 @@ class Collaborator:
         self.plan_digest = reply.plan_digest
         self.federation_id = self.shared.federation_id
         self._prepare()
+        self.participant = Participant(
+            self.config.name, self.shared, self.parameters, self._identity_key, self._credential, self._verify
+        )
 
     def _prepare(self) -> None:
         """Load this institution's data and build the round trainer and the evaluation model."""
@@ -213,12 +160,7 @@ class Collaborator:
         learner = build_learner(data, self.shared, self.device)
         self.trainer = self.trainer_factory(learner, self.config, self.shared)
         self.parameters = int(flat_parameters(learner.model).numel())
-        self.evaluation_model = build_model(
-            self.shared.model.name,
-            self.shared.model.features,
-            self.shared.model.classes,
-            image_shape=self.shared.model.image_shape,
-        ).to(self.device)
+        self.evaluation_model = self.shared.model.build().to(self.device)
         logger.info(
             "%s: joined federation %s (secure aggregation %s); %d training rows, batch %d, %d held-out rows, device %s",
             self.config.name,
@@ -252,31 +194,16 @@ class Collaborator:
                 if self._stop.is_set():
                     break
                 if error.code() not in RETRYABLE:
-                    raise _refusal(error, "following the task stream") from None
+                    raise refusal(error, "following the task stream") from None
             failures += 1
-            if failures > self.retry.attempts:
+            attempts = self.backoff.policy.attempts
+            if failures > attempts:
                 raise AggregatorUnreachable(
-                    f"lost the aggregator at {self.config.aggregator} and {self.retry.attempts} reconnections "
+                    f"lost the aggregator at {self.config.aggregator} and {attempts} reconnections "
                     "failed; check that it is running, then start this collaborator again"
                 )
-            self._wait(failures - 1, "the task stream ended")
+            self.backoff.wait(failures - 1, "the task stream ended")
         return 0
-
-    def _wait(self, attempt: int, why: str) -> None:
-        delay = self.retry.delay(attempt, self._random)
-        logger.info("%s: %s; retrying in %.1f s", self.config.name, why, delay)
-        self._stop.wait(delay)
-
-    def _retrying(self, what: str, call: Callable[[], _T]) -> _T:
-        """`call()`, retried with back-off while the aggregator is unavailable."""
-        for attempt in range(self.retry.attempts + 1):
-            try:
-                return call()
-            except grpc.RpcError as error:
-                if error.code() not in RETRYABLE or attempt == self.retry.attempts or self._stop.is_set():
-                    raise _refusal(error, what) from None
-                self._wait(attempt, f"the aggregator is unavailable while {what}")
-        raise AssertionError("unreachable: the loop returns or raises")
 
     # ------------------------------------------------------------ tasks
 
@@ -292,7 +219,7 @@ class Collaborator:
                 self._work = self._train(stub, binding)
             elif binding.stage == pb.STAGE_EVALUATE:
                 self._work = self._evaluate(stub, binding)
-            elif binding.stage in _STEPS:
+            elif binding.stage in STEPS:
                 self._step(stub, task)
         except grpc.RpcError as error:
             code = error.code()
@@ -305,7 +232,7 @@ class Collaborator:
             )
             self._work = None
             if code == grpc.StatusCode.PERMISSION_DENIED:
-                raise _refusal(error, "taking part") from None
+                raise refusal(error, "taking part") from None
 
     def _download(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> tuple[torch.Tensor, float]:
         parts = stub.DownloadModel(pb.FetchRequest(binding=binding), timeout=RPC_SECONDS)
@@ -344,7 +271,7 @@ class Collaborator:
         if self.shared.secure_aggregation.enabled:
             # Encoding needs only the update, so it is done now rather than on the MASKED_INPUT
             # stage's critical path; the round's own encoder checks the parameters again then.
-            _, encoding = self._expected(work)
+            encoding = self.shared.secure_aggregation.encoding()
             try:
                 work.encoded = Encoder(encoding, self.shared.collaborator_count).encode(vector, work.weight)
             except ConfigError as error:
@@ -367,10 +294,10 @@ class Collaborator:
         return evaluation.local_answers(result.losses, 1.0 - result.correct, evaluation.threshold_grid(c))
 
     def _step(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+        """One secure-aggregation stage: fetch its input, run this stage's step, upload the result."""
         binding = task.binding
-        stages, step = _STEPS[binding.stage]
         work = self._work
-        if work is None or work.round != binding.round or work.stages is not stages:
+        if work is None or work.round != binding.round or binding.stage not in work.stages.uploads:
             # A task for a round this process did not start (it restarted mid-round): sit it out.
             self._submit(stub, binding, b"")
             return
@@ -380,7 +307,7 @@ class Collaborator:
             if work.vector is None:
                 raise RoundRefused("nothing to contribute this round")
             inputs = self._fetch(stub, binding, task.input_size)
-            payload = getattr(self, f"_{step}")(work, binding, inputs)
+            payload = STEPS[binding.stage](self.participant, work, inputs)
         except (RoundRefused, ProtocolError, ConfigError, WireError) as error:
             logger.warning(
                 "%s: round %d %s: withdrawing from the round: %s",
@@ -394,7 +321,7 @@ class Collaborator:
             return
         maybe_die("before-upload", binding.round, pb.Stage.Name(binding.stage))
         self._submit(stub, binding, payload)
-        if step == "masked" and stages is TRAINING:
+        if binding.stage == TRAINING.masked:
             self.contributed_rounds.append(binding.round)
 
     def _fetch(self, stub: pb_grpc.FederationStub, binding: pb.Binding, size: int) -> bytes:
@@ -414,108 +341,3 @@ class Collaborator:
 
     def _count(self, round_number: int, size: int) -> None:
         self.uploaded_bytes[round_number] = self.uploaded_bytes.get(round_number, 0) + size
-
-    # ------------------------------------------------------------ the four secure-aggregation steps
-
-    def _expected(self, work: Work) -> tuple[int, EncodingConfig]:
-        if work.stages is EVALUATION:
-            return evaluation.vector_length(), evaluation.ENCODING
-        secure = self.shared.secure_aggregation
-        encoding = EncodingConfig(
-            clip=secure.clip,
-            max_weight=secure.max_weight,
-            fractional_bits=secure.fractional_bits,
-            modulus_bits=secure.modulus_bits,
-        )
-        return self.parameters + 1, encoding
-
-    def _check_parameters(self, work: Work, inputs: bytes) -> RoundParameters:
-        """The round's parameters, refused unless they are what this collaborator's plan implies."""
-        parameters = RoundParameters.from_bytes(inputs)
-        dimension, encoding = self._expected(work)
-        secure = self.shared.secure_aggregation
-        problems = [
-            what
-            for what, wrong in (
-                ("kind", parameters.kind != ("evaluate" if work.stages is EVALUATION else "train")),
-                ("round", parameters.round != work.round),
-                ("secure aggregation", parameters.secure != secure.enabled),
-                ("roster", self.config.name not in parameters.parties),
-                ("quorum", len(parameters.parties) < self.shared.quorum.min_collaborators),
-                ("dimension", parameters.dimension != dimension),
-                ("encoding", parameters.encoding != encoding),
-                ("threshold", parameters.threshold != secure.threshold),
-                ("neighbours", parameters.neighbours != (secure.neighbours or None)),
-            )
-            if wrong
-        ]
-        if problems:
-            raise RoundRefused(f"the round's parameters differ from the plan ({', '.join(problems)})")
-        return parameters
-
-    def _advertise(self, work: Work, binding: pb.Binding, inputs: bytes) -> bytes:
-        parameters = self._check_parameters(work, inputs)
-        config = parameters.secagg_config(self.federation_id, work.stages)
-        work.client = Client(config, self.config.name, self._identity_key, self._credential, self._verify)
-        return work.client.advertise().to_bytes()
-
-    def _share(self, work: Work, binding: pb.Binding, inputs: bytes) -> bytes:
-        if work.client is None:
-            raise RoundRefused("no keys were advertised this round")
-        return work.client.share_keys(KeyDirectory.from_bytes(inputs)).to_bytes()
-
-    def _masked(self, work: Work, binding: pb.Binding, inputs: bytes) -> bytes:
-        assert work.vector is not None  # checked by _step
-        if not self.shared.secure_aggregation.enabled:
-            self._check_parameters(work, inputs)
-            return np.append(work.vector, work.weight).astype("<f8").tobytes()
-        if work.client is None:
-            raise RoundRefused("no keys were shared this round")
-        encoded = (
-            work.encoded if work.encoded is not None else work.client.config.encoder.encode(work.vector, work.weight)
-        )
-        work.encoded = None  # masked in place: never reuse it
-        return work.client.masked_input(ShareBundle.from_bytes(inputs), encoded).to_bytes()
-
-    def _unmask(self, work: Work, binding: pb.Binding, inputs: bytes) -> bytes:
-        if work.client is None:
-            raise RoundRefused("no masked input was sent this round")
-        return work.client.unmask(UnmaskRequest.from_bytes(inputs)).to_bytes()
-
-
-def _refusal(error: grpc.RpcError, what: str) -> FedfairError:
-    """A gRPC failure as one actionable line."""
-    code = error.code()
-    if code == grpc.StatusCode.PERMISSION_DENIED:
-        return ConfigError(
-            f"the aggregator refused this collaborator while {what}: its certificate is not on the plan's "
-            "allow-list or not from the federation's CA; ask the operator"
-        )
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return AggregatorUnreachable(
-            f"the aggregator is unreachable while {what} ({error.details()}); check the address, that it "
-            "runs, and that its certificate name matches aggregator_name"
-        )
-    return FedfairError(f"the aggregator answered {code.name} while {what}: {error.details()}")
-
-
-# ---------------------------------------------------------------- command line
-
-
-def _start_command(args: argparse.Namespace) -> int:
-    configure_logging()
-    config = load_collaborator_config(args.config)
-    collaborator = Collaborator(config)
-    try:
-        return collaborator.run()
-    except KeyboardInterrupt:
-        collaborator.stop()
-        return 130
-
-
-def register_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    group = subparsers.add_parser("collaborator", help="take part in a federation as one institution")
-    commands = group.add_subparsers(dest="collaborator_command", required=True, metavar="COMMAND")
-    start = commands.add_parser("start", help="connect to the aggregator and train on local data")
-    start.add_argument("--config", type=Path, required=True, help="this institution's collaborator.toml")
-    start.set_defaults(handler=_start_command)

@@ -19,17 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.data import ClientData, client_seed, local_batch_size
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, RoundTrainer
-from fedfair.core.models import build_model
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
 from fedfair.privacy.accounting import PrivacyAccountant
-from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.runtime.plan import CollaboratorConfig, SharedSettings
+from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.plan import SharedSettings
 
 TrainerFactory = Callable[[LocalLearner, CollaboratorConfig, SharedSettings], RoundTrainer]
 """The privacy hook: (learner, this collaborator's config, the plan's settings) -> the round trainer."""
@@ -101,21 +99,14 @@ def build_learner(data: LocalData, shared: SharedSettings, device: torch.device)
     The model comes from the plan's seed (so theta_0 is the aggregator's), the sampler
     seed is `core.data.client_seed(seed, index)`, and b_k = round(batch_fraction * n_k).
     """
-    training, model = shared.training, shared.model
-
-    def fresh_model() -> torch.nn.Module:
-        return build_model(
-            model.name, model.features, model.classes, image_shape=model.image_shape, seed=training.seed
-        ).to(device)
-
-    objective = ObjectiveConfig(**vars(shared.objective))
+    training = shared.training
     return LocalLearner(
-        fresh_model(),
+        shared.model.build(seed=training.seed).to(device),
         data.train.features,
         data.train.labels,
         local_batch_size(data.train.size, training.batch_fraction),
-        LocalConfig(local_steps=training.local_steps, lr=training.lr, threshold_lr=training.threshold_lr),
-        threshold=RCVaRThreshold(objective).to(device),
+        training.local_config(),
+        threshold=RCVaRThreshold(shared.objective).to(device),
         seed=client_seed(training.seed, data.seed_index),
     )
 
@@ -126,18 +117,9 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
     DP-SGD comes from `fedfair.privacy`; its accountant persists beside this config
     (NAME.privacy.json), so a restarted collaborator remembers what it has spent.
     """
-    settings = config.privacy
-    if not settings.enabled:
+    if not config.privacy.enabled:
         return learner
-    privacy = PrivacyConfig(
-        enabled=True,
-        noise_multiplier=None if settings.target_epsilon is not None else settings.noise_multiplier,
-        target_epsilon=settings.target_epsilon,
-        max_grad_norm=settings.max_grad_norm,
-        delta=settings.delta,
-        budget_epsilon=settings.budget_epsilon,
-    )
     accountant = PrivacyAccountant(config.source.parent / f"{config.name}.privacy.json")
     return PrivateLearner(
-        learner, privacy, accountant=accountant, planned_rounds=shared.training.rounds, name=config.name
+        learner, config.privacy, accountant=accountant, planned_rounds=shared.training.rounds, name=config.name
     )

@@ -38,7 +38,8 @@ class Rejected(FedfairError):
         raise AssertionError("unreachable: context.abort raises")
 
 
-def make_binding(federation_id: str, round_number: int, stage: int) -> pb.Binding:
+def make_binding(federation_id: str, round_number: int, stage: pb.Stage) -> pb.Binding:
+    """The binding of a message to one federation, round and stage."""
     return pb.Binding(federation_id=federation_id, round=round_number, stage=stage)
 
 
@@ -80,7 +81,7 @@ class StageGate:
     def open(
         self,
         round_number: int,
-        stage: int,
+        stage: pb.Stage,
         *,
         timeout_seconds: float | None = None,
         participants: Iterable[str] | None = None,

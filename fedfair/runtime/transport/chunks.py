@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ DEFAULT_CHUNK_BYTES = 1 << 20  # payload bytes per message
 # gRPC message limit on both ends: one chunk plus its envelope, with room to spare.
 MAX_MESSAGE_BYTES = DEFAULT_CHUNK_BYTES + (64 << 10)
 
-_DTYPES = {pb.DTYPE_FLOAT32: np.dtype("<f4"), pb.DTYPE_FLOAT64: np.dtype("<f8")}
+_DTYPES: dict[pb.DType, np.dtype[np.floating[Any]]] = {pb.DTYPE_FLOAT32: np.dtype("<f4"), pb.DTYPE_FLOAT64: np.dtype("<f8")}
 
 
 class WireError(FedfairError):
@@ -115,10 +116,10 @@ def digest(data: bytes) -> bytes:
 # ---------------------------------------------------------------- tensors
 
 
-def encode_tensor(values: object) -> tuple[int, bytes]:
+def encode_tensor(values: object) -> tuple[pb.DType, bytes]:
     """A float32/float64 array or tensor, flattened, as (DType, little-endian bytes)."""
     if hasattr(values, "detach"):  # a torch tensor, without importing torch here
-        values = values.detach().cpu().numpy()  # type: ignore[attr-defined]
+        values = values.detach().cpu().numpy()
     array = np.asarray(values)
     for dtype, wire in _DTYPES.items():
         if array.dtype.kind == "f" and array.dtype.itemsize == wire.itemsize:
@@ -126,7 +127,7 @@ def encode_tensor(values: object) -> tuple[int, bytes]:
     raise WireError(f"tensors travel as float32 or float64, got {array.dtype}; convert before sending")
 
 
-def decode_tensor(data: bytes, dtype: int) -> np.ndarray:
+def decode_tensor(data: bytes, dtype: pb.DType) -> np.ndarray:
     """The inverse of encode_tensor: a flat, writable native-order array."""
     wire = _DTYPES.get(dtype)
     if wire is None:
@@ -157,7 +158,7 @@ def read_model(
 ) -> tuple[np.ndarray, float]:
     """Reassemble (theta, c) from ModelPart messages that must all carry ``binding``."""
     assembler = Reassembler(max_values * 8, max_chunk_bytes)
-    dtype: int | None = None
+    dtype: pb.DType | None = None
     threshold = math.nan
     for part in parts:
         if part.binding != binding:

@@ -10,9 +10,10 @@ same generic PERMISSION_DENIED as any other refusal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import grpc
 from cryptography import x509
@@ -119,7 +120,8 @@ def secure_channel(
 
 def peer_certificate(context: grpc.ServicerContext) -> x509.Certificate | None:
     """The certificate the caller presented in the TLS handshake, or None."""
-    auth = context.auth_context()
+    # The stubs type each value as bytes; gRPC gives a list of them (one per property value).
+    auth = cast(Mapping[str, list[bytes]], context.auth_context())
     if auth.get("transport_security_type") != [b"ssl"]:
         return None
     pems = auth.get("x509_pem_cert") or []

@@ -1,0 +1,30 @@
+"""``fedfair collaborator start --config collaborator/collaborator.toml``: the collaborator's command line."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.logs import configure_logging
+
+
+def _start_command(args: argparse.Namespace) -> int:
+    configure_logging()
+    config = load_collaborator_config(args.config)
+    collaborator = Collaborator(config)
+    try:
+        return collaborator.run()
+    except KeyboardInterrupt:
+        collaborator.stop()
+        return 130
+
+
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`fedfair collaborator start`."""
+    group = subparsers.add_parser("collaborator", help="take part in a federation as one institution")
+    commands = group.add_subparsers(dest="collaborator_command", required=True, metavar="COMMAND")
+    start = commands.add_parser("start", help="connect to the aggregator and train on local data")
+    start.add_argument("--config", type=Path, required=True, help="this institution's collaborator.toml")
+    start.set_defaults(handler=_start_command)

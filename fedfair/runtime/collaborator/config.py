@@ -1,0 +1,172 @@
+"""A collaborator's own file, ``collaborator.toml``: who it is, where the aggregator is, its data.
+
+Read with the same checked tables as the plan (:mod:`fedfair.runtime.toml_tables`):
+every value is checked, an unknown section or key is refused with a suggestion, and
+relative paths are relative to the file's folder. ``[certificates]`` is read straight
+into the transport's :class:`~fedfair.runtime.transport.TlsFiles` and ``[privacy]``
+into :class:`~fedfair.privacy.config.PrivacyConfig`. The training settings are not
+here: they come from the aggregator's plan (:func:`fedfair.runtime.plan.load_shared_settings`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedfair.privacy.config import PrivacyConfig
+from fedfair.runtime.toml_tables import (
+    FEDERATION_ID_RE,
+    Table,
+    check_sections,
+    field_names,
+    read_toml,
+)
+from fedfair.runtime.transport import TlsFiles
+
+_DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps|auto")
+
+PRIVACY_KEYS = ("enabled", "noise_multiplier", "target_epsilon", "max_grad_norm", "delta", "budget_epsilon")
+"""The keys of [privacy]: PrivacyConfig's fields an institution sets (not its test-only ones)."""
+
+DEFAULT_NOISE_MULTIPLIER = 1.0
+"""Sigma when [privacy] names neither noise_multiplier nor target_epsilon."""
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """Either a named dataset with a partition and this institution's index, or a CSV file."""
+
+    dataset: str | None = None
+    partition: str | None = None
+    index: int | None = None
+    parts: int | None = None
+    alpha: float | None = None
+    csv: Path | None = None
+    label: str | None = None
+    features: tuple[str, ...] | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class CollaboratorConfig:
+    """One institution's file. ``federation`` (optional) is the federation id it expects to
+    join: with it set, the collaborator refuses an aggregator that runs another federation."""
+
+    name: str
+    aggregator: str
+    aggregator_name: str | None
+    device: str
+    certificates: TlsFiles
+    data: DataSettings
+    privacy: PrivacyConfig
+    source: Path
+    federation: str | None = None
+
+
+def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> CollaboratorConfig:
+    """Validate a collaborator config already read from TOML."""
+    where = str(source)
+    base = source.parent
+    check_sections(where, data, ("collaborator", "certificates", "data", "privacy"))
+    me = Table.of(where, data, "collaborator", ("name", "aggregator", "aggregator_name", "device", "federation"))
+    name = me.name("name")
+    federation = (
+        me.string(
+            "federation", pattern=FEDERATION_ID_RE, expected="a federation id (letters, digits, '.', '_' or '-')"
+        )
+        if me.given("federation")
+        else None
+    )
+    aggregator = me.address("aggregator")
+    aggregator_name = me.name("aggregator_name") if me.given("aggregator_name") else None
+    device = me.string("device", "auto", pattern=_DEVICE_RE, expected='"cpu", "cuda", "cuda:N", "mps" or "auto"')
+
+    tls = Table.of(where, data, "certificates", ("dir", "ca", "cert", "key"))
+    folder = tls.path("dir", base, "certs")
+    certificates = TlsFiles(
+        ca=tls.path("ca", folder, "ca.crt"),
+        cert=tls.path("cert", folder, f"{name}.crt"),
+        key=tls.path("key", folder, f"{name}.key"),
+    )
+    return CollaboratorConfig(
+        name=name,
+        aggregator=aggregator,
+        aggregator_name=aggregator_name,
+        device=device,
+        certificates=certificates,
+        data=_data(where, data, base),
+        privacy=_privacy(where, data),
+        source=source,
+        federation=federation,
+    )
+
+
+def load_collaborator_config(path: Path | str) -> CollaboratorConfig:
+    """Read and validate ``collaborator/collaborator.toml``."""
+    source, data = read_toml(path)
+    return parse_collaborator_config(data, source)
+
+
+def _data(source: str, data: Mapping[str, object], base: Path) -> DataSettings:
+    t = Table.of(source, data, "data", field_names(DataSettings))
+    dataset = t.string("dataset") if t.given("dataset") else None
+    csv = t.path("csv", base) if t.given("csv") else None
+    if (dataset is None) == (csv is None):
+        t.fail(
+            '[data] needs exactly one source: dataset = "adult" (with partition and index) or csv = "path.csv" (with label)'
+        )
+    if dataset is not None:
+        for key in ("label", "features", "group"):
+            if key in t.data:
+                t.fail(f"[data] {key} applies to csv files only; remove it or use csv = ...")
+        index = t.integer("index", low=0)
+        parts = t.integer("parts", low=1) if t.given("parts") else None
+        if parts is not None and index >= parts:
+            t.fail(f"[data] index = {index} must be below parts = {parts}; indices count from 0")
+        return DataSettings(
+            dataset=dataset,
+            partition=t.string("partition") if t.given("partition") else None,
+            index=index,
+            parts=parts,
+            alpha=(
+                t.number("alpha", check=lambda x: x > 0, expected="a number > 0 (Dirichlet concentration)")
+                if t.given("alpha")
+                else None
+            ),
+        )
+    for key in ("partition", "index", "parts", "alpha"):
+        if key in t.data:
+            t.fail(f"[data] {key} applies to named datasets only; a csv file is this institution's data as a whole")
+    return DataSettings(
+        csv=csv,
+        label=t.string("label"),
+        features=t.strings("features") if t.given("features") else None,
+        group=t.string("group") if t.given("group") else None,
+    )
+
+
+def _privacy(source: str, data: Mapping[str, object]) -> PrivacyConfig:
+    t = Table.of(source, data, "privacy", PRIVACY_KEYS)
+    d = PrivacyConfig()
+
+    def positive(key: str) -> float | None:
+        return t.number(key, check=lambda x: x > 0, expected="a number > 0") if t.given(key) else None
+
+    enabled = t.boolean("enabled", d.enabled)
+    noise_multiplier = t.number(
+        "noise_multiplier", DEFAULT_NOISE_MULTIPLIER, check=lambda x: x >= 0, expected="a number >= 0"
+    )
+    target_epsilon = positive("target_epsilon")
+    return PrivacyConfig(
+        enabled=enabled,
+        # A target epsilon calibrates the noise, so it takes the place of noise_multiplier (even one
+        # written in the file: the template's noise_multiplier = 1.0 stays when target_epsilon is set).
+        noise_multiplier=None if target_epsilon is not None else noise_multiplier,
+        target_epsilon=target_epsilon,
+        max_grad_norm=t.number("max_grad_norm", d.max_grad_norm, check=lambda x: x > 0, expected="a number > 0"),
+        delta=t.number("delta", d.delta, check=lambda x: 0 < x < 1, expected="a number in (0, 1)"),
+        budget_epsilon=positive("budget_epsilon"),
+    )

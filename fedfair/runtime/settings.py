@@ -1,0 +1,287 @@
+"""The plan's learning settings: the sections the aggregator shares with every collaborator.
+
+``[objective]`` is read straight into the learning core's
+:class:`~fedfair.core.config.ObjectiveConfig`. The other sections feed several core
+objects, so each has a frozen dataclass here with exactly one converter per object
+it feeds (:meth:`TrainingSettings.local_config`, :meth:`SecureAggregationSettings.encoding`,
+:meth:`ModelSettings.build`): nowhere else is a setting copied field by field.
+
+The readers check every value (type and range) with :class:`~fedfair.runtime.toml_tables.Table`,
+the same way for the aggregator's TOML plan and for the JSON a collaborator receives.
+Reading settings needs neither torch nor gRPC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fedfair.core.config import (
+    MODEL_NAMES,
+    SMOOTH_FUNCTIONS,
+    LocalConfig,
+    ObjectiveConfig,
+)
+from fedfair.runtime.toml_tables import Table, field_names
+from fedfair.secagg import EncodingConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+ADULT_FEATURES = 107
+"""Input features of the bundled Adult data: the default model input size."""
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Which model (fedfair.core.models.build_model) and its input/output sizes."""
+
+    name: str = "logreg"
+    features: int = ADULT_FEATURES
+    classes: int = 2
+    image_shape: tuple[int, ...] | None = None
+
+    def build(self, seed: int = 0) -> nn.Module:
+        """The model with `seed`'s initial weights (the plan's seed gives every side the same theta_0)."""
+        # Imported here: reading a plan must not need torch, only building its model does.
+        from fedfair.core.models import build_model
+
+        return build_model(self.name, self.features, self.classes, image_shape=self.image_shape, seed=seed)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """Algorithm 1's knobs. Each collaborator's mini-batch is b_k = round(batch_fraction * n_k)
+    (at least 1), so the weights w_k = b_k are proportional to n_k, as the algorithm needs,
+    without any institution revealing n_k. Iterates after round average_from * rounds enter
+    the averaged output, as in the simulation."""
+
+    rounds: int = 100
+    local_steps: int = 1
+    batch_fraction: float = 0.01
+    lr: float = 0.1
+    threshold_lr: float = 0.1
+    seed: int = 0
+    average_from: float = 0.5
+
+    def local_config(self) -> LocalConfig:
+        """How each collaborator trains within a round (the learning core's LocalConfig)."""
+        return LocalConfig(local_steps=self.local_steps, lr=self.lr, threshold_lr=self.threshold_lr)
+
+    @property
+    def average_from_round(self) -> int:
+        """`server.apply`'s average_from: iterates after this round enter the averaged output."""
+        return int(self.average_from * self.rounds)
+
+
+@dataclass(frozen=True)
+class SecureAggregationSettings:
+    """Bonawitz et al. double masking; ``neighbours = 0`` means the complete graph.
+
+    ``threshold`` None means floor(p/2) + 1 of each round's p participants. ``max_weight``
+    bounds a collaborator's weight b_k, which the fixed-point encoding must hold.
+    """
+
+    enabled: bool = True
+    threshold: int | None = None
+    modulus_bits: int = 64
+    fractional_bits: int = 20
+    clip: float = 10.0
+    neighbours: int = 0
+    max_weight: float = 1e6
+
+    def encoding(self) -> EncodingConfig:
+        """The fixed-point encoding of a training update (secagg's EncodingConfig)."""
+        return EncodingConfig(
+            clip=self.clip,
+            max_weight=self.max_weight,
+            fractional_bits=self.fractional_bits,
+            modulus_bits=self.modulus_bits,
+        )
+
+    @property
+    def mask_neighbours(self) -> int | None:
+        """The masking graph's degree as the secure-aggregation library takes it (None: complete)."""
+        return self.neighbours or None
+
+
+@dataclass(frozen=True)
+class QuorumSettings:
+    """How many collaborators a round needs, and how long each stage waits for them."""
+
+    min_collaborators: int = 2
+    round_timeout_seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """Evaluate every N rounds (0: only after the last round)."""
+
+    every: int = 0
+
+
+@dataclass(frozen=True)
+class LearningSettings:
+    """The plan's learning sections: everything collaborators learn of the plan besides its id."""
+
+    objective: ObjectiveConfig
+    model: ModelSettings
+    training: TrainingSettings
+    secure_aggregation: SecureAggregationSettings
+    quorum: QuorumSettings
+    evaluation: EvaluationSettings
+
+    def learning_sections(self) -> dict[str, Any]:
+        """The six sections by name (to build a plan from them, or to share them)."""
+        return {name: getattr(self, name) for name in LEARNING_SECTIONS}
+
+
+LEARNING_SECTIONS = tuple(field.name for field in dataclasses.fields(LearningSettings))
+
+
+# ---------------------------------------------------------------- reading the sections
+
+
+def _objective(source: str, data: Mapping[str, object]) -> ObjectiveConfig:
+    t = Table.of(source, data, "objective", field_names(ObjectiveConfig))
+    d = ObjectiveConfig()
+    return ObjectiveConfig(
+        epsilon=t.number(
+            "epsilon", d.epsilon, check=lambda x: 0 <= x <= 1, expected="a number in [0, 1] (1 = ERM, 0 = CVaR)"
+        ),
+        rho=t.number(
+            "rho", d.rho, check=lambda x: 0 < x <= 1, expected="a number in (0, 1] (the smallest group protected)"
+        ),
+        gamma=t.number("gamma", d.gamma, check=lambda x: x > 0, expected="a number > 0 (the smoothing width)"),
+        smooth=t.string("smooth", d.smooth, choices=SMOOTH_FUNCTIONS),
+        bound=t.number("bound", d.bound, check=lambda x: x > 0, expected="a number > 0 (the cap B on the threshold c)"),
+    )
+
+
+def _model(source: str, data: Mapping[str, object]) -> ModelSettings:
+    t = Table.of(source, data, "model", field_names(ModelSettings))
+    d = ModelSettings()
+    name = t.string("name", d.name, choices=MODEL_NAMES)
+    features = t.integer("features", d.features, low=1)
+    classes = t.integer("classes", d.classes, low=2)
+    shape: tuple[int, ...] | None = None
+    if t.given("image_shape"):
+        value = t.data["image_shape"]
+        if not isinstance(value, list) or len(value) != 3 or not all(_positive_integer(x) for x in value):
+            t.bad("image_shape", value, "a list of 3 positive integers [channels, height, width]")
+        shape = tuple(value)
+        if math.prod(shape) != features:
+            t.fail(
+                f"[model] image_shape = {value} holds {math.prod(shape)} values but features = {features}; make them agree"
+            )
+    if name == "cnn" and shape is None:
+        t.fail('[model] name = "cnn" needs image_shape = [channels, height, width]; add it or use "logreg" / "mlp"')
+    return ModelSettings(name=name, features=features, classes=classes, image_shape=shape)
+
+
+def _positive_integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
+    t = Table.of(source, data, "training", field_names(TrainingSettings))
+    d = TrainingSettings()
+    return TrainingSettings(
+        rounds=t.integer("rounds", d.rounds, low=1),
+        local_steps=t.integer("local_steps", d.local_steps, low=1),
+        batch_fraction=t.number(
+            "batch_fraction",
+            d.batch_fraction,
+            check=lambda x: 0 < x <= 1,
+            expected="a number in (0, 1] (each collaborator's batch is round(batch_fraction * n_k))",
+        ),
+        lr=t.number("lr", d.lr, check=lambda x: x > 0, expected="a number > 0"),
+        threshold_lr=t.number("threshold_lr", d.threshold_lr, check=lambda x: x > 0, expected="a number > 0"),
+        seed=t.integer("seed", d.seed, low=0),
+        average_from=t.number(
+            "average_from",
+            d.average_from,
+            check=lambda x: 0 <= x < 1,
+            expected="a number in [0, 1) (the fraction of rounds before iterates enter the average)",
+        ),
+    )
+
+
+def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> SecureAggregationSettings:
+    t = Table.of(source, data, "secure_aggregation", field_names(SecureAggregationSettings))
+    d = SecureAggregationSettings()
+    enabled = t.boolean("enabled", d.enabled)
+    if enabled and n < 2:
+        t.fail(
+            "[secure_aggregation] needs at least 2 collaborators to hide anyone's update; "
+            "add collaborators or set enabled = false"
+        )
+    threshold = t.integer("threshold", low=2) if t.given("threshold") else None
+    if threshold is not None and threshold > n:
+        t.fail(
+            f"[secure_aggregation] threshold = {threshold} exceeds the {n} collaborators; lower it "
+            f"(or omit it for floor(p/2)+1 of each round's p participants)"
+        )
+    modulus_bits = t.integer("modulus_bits", d.modulus_bits, low=16, high=64)
+    fractional_bits = t.integer("fractional_bits", d.fractional_bits, low=0)
+    if fractional_bits >= modulus_bits:
+        t.fail(
+            f"[secure_aggregation] fractional_bits = {fractional_bits} must be below modulus_bits = {modulus_bits}; lower it"
+        )
+    clip = t.number("clip", d.clip, check=lambda x: x > 0, expected="a number > 0 (the bound on each coordinate)")
+    neighbours = t.integer("neighbours", d.neighbours, low=0)
+    if neighbours and not 2 <= neighbours <= n - 1:
+        t.fail(
+            f"[secure_aggregation] neighbours = {neighbours} must be 0 (complete graph) or in 2..{n - 1}; fix the value"
+        )
+    max_weight = t.number(
+        "max_weight", d.max_weight, check=lambda x: x >= 1, expected="a number >= 1 (the largest batch b_k)"
+    )
+    return SecureAggregationSettings(enabled, threshold, modulus_bits, fractional_bits, clip, neighbours, max_weight)
+
+
+def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggregationSettings) -> QuorumSettings:
+    t = Table.of(source, data, "quorum", field_names(QuorumSettings))
+    if not secagg.enabled:
+        least = default = 1
+    elif secagg.threshold is not None:
+        least = default = secagg.threshold
+    else:
+        # Secure aggregation needs two parties; by default a majority of the plan takes part.
+        least, default = 2, max(2, n // 2 + 1)
+    minimum = t.integer("min_collaborators", default, low=1)
+    if minimum > n:
+        t.fail(f"[quorum] min_collaborators = {minimum} exceeds the {n} collaborators; lower it")
+    if minimum < least:
+        t.fail(
+            f"[quorum] min_collaborators = {minimum} is below the secure-aggregation threshold {least}; "
+            f"raise it to at least {least}"
+        )
+    timeout = t.number(
+        "round_timeout_seconds",
+        QuorumSettings.round_timeout_seconds,
+        check=lambda x: x > 0,
+        expected="a number of seconds > 0",
+    )
+    return QuorumSettings(minimum, timeout)
+
+
+def _evaluation(source: str, data: Mapping[str, object]) -> EvaluationSettings:
+    t = Table.of(source, data, "evaluation", field_names(EvaluationSettings))
+    return EvaluationSettings(every=t.integer("every", EvaluationSettings.every, low=0))
+
+
+def read_learning(source: str, data: Mapping[str, object], collaborators: int) -> LearningSettings:
+    """The learning sections of a plan (or of shared settings) for a federation of `collaborators`."""
+    secagg = _secure_aggregation(source, data, collaborators)
+    return LearningSettings(
+        objective=_objective(source, data),
+        model=_model(source, data),
+        training=_training(source, data),
+        secure_aggregation=secagg,
+        quorum=_quorum(source, data, collaborators, secagg),
+        evaluation=_evaluation(source, data),
+    )

@@ -1,0 +1,202 @@
+"""Checked reading of TOML tables: every value's type and range, every key against the known ones.
+
+The aggregator's plan, a collaborator's config and the settings the aggregator shares
+(JSON, read the same way) go through :class:`Table`. An unknown section or key is
+refused with the closest known name as a suggestion; every error is one
+:class:`~fedfair.core.errors.ConfigError` line naming the file, the section, the
+problem and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import json
+import math
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, Literal, NoReturn
+
+from fedfair.core.errors import ConfigError
+from fedfair.pki import validate_name
+
+ADDRESS_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
+FEDERATION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class _Required(enum.Enum):
+    """The default of a key that must be given (an enum, so that the type checker knows it)."""
+
+    REQUIRED = enum.auto()
+
+
+REQUIRED: Final = _Required.REQUIRED
+Required = Literal[_Required.REQUIRED]
+
+
+def shown(value: object) -> str:
+    """A value as it would be written in TOML (true, "text", [1, 2])."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def suggest(word: str, choices: list[str]) -> str:
+    """'did you mean ...?' for the closest choice, else the list of choices."""
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f"did you mean '{close[0]}'?" if close else f"known: {', '.join(choices)}"
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    """The keys of a section that is read into the dataclass `cls`."""
+    return tuple(field.name for field in dataclasses.fields(cls))
+
+
+def check_sections(source: str, data: Mapping[str, object], known: tuple[str, ...]) -> None:
+    """Refuse a section that is not one of `known`."""
+    for section in data:
+        if section not in known:
+            raise ConfigError(f"{source}: unknown section [{section}]; {suggest(section, list(known))}")
+
+
+def read_toml(path: Path | str) -> tuple[Path, dict[str, Any]]:
+    """The resolved path and the content of a TOML file, or one line saying what to fix."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            return path.resolve(), tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path} not found; copy the template next to it and edit it") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML ({error}); fix the syntax") from None
+
+
+class Table:
+    """One TOML table, read key by key; every error names the file and the section.
+
+    A key with a default may be left out. An optional key without a default is read
+    only when :meth:`given` says it is there, so each reader returns a plain value.
+    """
+
+    def __init__(self, source: str, section: str, data: object, keys: tuple[str, ...]) -> None:
+        self.source, self.section = source, section
+        if not isinstance(data, Mapping):
+            self.fail(f"[{section}] must be a table (a [{section}] header with key = value lines)")
+        self.data: Mapping[str, object] = data
+        for key in data:
+            if key not in keys:
+                self.fail(f"unknown key '{key}' in [{section}]; {suggest(key, list(keys))}")
+
+    @classmethod
+    def of(cls, source: str, data: Mapping[str, object], section: str, keys: tuple[str, ...]) -> Table:
+        """The table `section` of a file's `data` (empty when the file has none)."""
+        return cls(source, section, data.get(section, {}), keys)
+
+    def fail(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.source}: {message}")
+
+    def bad(self, key: str, value: object, expected: str) -> NoReturn:
+        self.fail(f"[{self.section}] {key} must be {expected}, got {shown(value)}; fix the value")
+
+    def given(self, key: str) -> bool:
+        """Whether `key` has a value (shared settings spell an unset optional key as JSON null)."""
+        return self.data.get(key) is not None
+
+    def _value(self, key: str, default: object, expected: str) -> object:
+        if key not in self.data:
+            if default is REQUIRED:
+                self.fail(f"missing key '{key}' in [{self.section}]; add {key} = <{expected}>")
+            return default
+        return self.data[key]
+
+    def integer(
+        self, key: str, default: int | Required = REQUIRED, *, low: int | None = None, high: int | None = None
+    ) -> int:
+        expected = (
+            "an integer" + (f" >= {low}" if low is not None else "") + (f" <= {high}" if high is not None else "")
+        )
+        value = self._value(key, default, expected)
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or (low is not None and value < low)
+            or (high is not None and value > high)
+        ):
+            self.bad(key, value, expected)
+        return value
+
+    def number(
+        self,
+        key: str,
+        default: float | Required = REQUIRED,
+        *,
+        check: Callable[[float], bool] = lambda _: True,
+        expected: str,
+    ) -> float:
+        value = self._value(key, default, expected)
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+            or not check(value)
+        ):
+            self.bad(key, value, expected)
+        return float(value)
+
+    def boolean(self, key: str, default: bool | Required = REQUIRED) -> bool:
+        value = self._value(key, default, "true or false")
+        if not isinstance(value, bool):
+            self.bad(key, value, "true or false")
+        return value
+
+    def string(
+        self,
+        key: str,
+        default: str | Required = REQUIRED,
+        *,
+        choices: tuple[str, ...] = (),
+        pattern: re.Pattern[str] | None = None,
+        expected: str = "a non-empty string",
+    ) -> str:
+        if choices:
+            expected = "one of " + ", ".join(f'"{choice}"' for choice in choices)
+        value = self._value(key, default, expected)
+        if (
+            not isinstance(value, str)
+            or not value
+            or (choices and value not in choices)
+            or (pattern is not None and not pattern.fullmatch(value))
+        ):
+            if isinstance(value, str) and choices:
+                self.fail(f"[{self.section}] {key} = {shown(value)} is not known; {suggest(value, list(choices))}")
+            self.bad(key, value, expected)
+        return value
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        value = self._value(key, REQUIRED, "a list of strings")
+        if not isinstance(value, list) or not value or not all(isinstance(item, str) and item for item in value):
+            self.bad(key, value, "a non-empty list of strings")
+        return tuple(value)
+
+    def name(self, key: str, default: str | Required = REQUIRED) -> str:
+        value = self.string(key, default, expected="a participant name like 'hospital-a'")
+        try:
+            return validate_name(value)
+        except ConfigError as error:
+            self.fail(f"[{self.section}] {key}: {error}")
+
+    def path(self, key: str, base: Path, default: str | Required = REQUIRED) -> Path:
+        """A path; a relative one is taken relative to `base` (the file's folder)."""
+        value = self.string(key, default, expected="a path")
+        return (base / Path(value).expanduser()).resolve()
+
+    def address(self, key: str, default: str | Required = REQUIRED) -> str:
+        value = self.string(key, default, expected='host:port, e.g. "localhost:50051"')
+        match = ADDRESS_RE.fullmatch(value)
+        if match is None or not 1 <= int(match.group(2)) <= 65535:
+            self.bad(key, value, 'host:port with a port in 1..65535, e.g. "localhost:50051"')
+        return value
