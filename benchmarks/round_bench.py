@@ -38,11 +38,12 @@ import numpy as np
 import torch
 
 from fedfair.core.local import Update
-from fedfair.research.launch import make_workspace, site_names
+from fedfair.research.workspace import make_workspace, site_names
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
-from fedfair.runtime.plan import load_aggregator_plan, load_collaborator_config
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.plan import load_aggregator_plan
 
 DIMENSIONS = (10**4, 10**6)
 PARTIES = (3, 10)

@@ -22,16 +22,9 @@ import torch
 from fedfair.core.config import ObjectiveConfig
 from fedfair.core.models import build_model, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
-from fedfair.research.experiment import (
-    PAPER_EPSILONS,
-    PAPER_RHOS,
-    config_from_flags,
-    grid_configs,
-    load_federation,
-    parse_flags,
-    sweep,
-)
+from fedfair.research.experiment import config_from_flags, load_federation, parse_flags
 from fedfair.research.simulation import make_learners, run_fedsrcvar
+from fedfair.research.sweep import PAPER_EPSILONS, PAPER_RHOS, grid_configs, sweep
 
 
 def rounds_per_second(clients: int, partition: str, rounds: int) -> float:
@@ -63,7 +56,7 @@ def step_overhead_ratio(repeats: int = 2000) -> float:
         grads = torch.autograd.grad(head(per_sample_loss(model(features), labels)).mean(), parameters)
         with torch.no_grad():
             for parameter, grad in zip(parameters, grads):
-                parameter -= 0.1 * grad
+                parameter.sub_(0.1 * grad)
     bare = (time.perf_counter() - started) / repeats
     return core / bare
 

@@ -16,6 +16,7 @@ from fedfair.core.errors import FedfairError
 
 COMMAND_MODULES: tuple[str, ...] = (
     "fedfair.research.experiment",
+    "fedfair.research.sweep",
     "fedfair.datasets.commands",
     "fedfair.secagg.demo",
     "fedfair.privacy.commands",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import IO
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
     """Write `path` through `write(handle)`: temporary file, fsync, rename, fsync of the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

@@ -143,7 +143,7 @@ class LocalLearner:
         """One SGD step on (theta, c) over a mini-batch, then c is projected onto [0, B]."""
         features, labels = self._batch if self._batch is not None else self._draw_batch()
         self.optimizer.zero_grad(set_to_none=True)
-        self.objective(features, labels).mean().backward()
+        torch.autograd.backward(self.objective(features, labels).mean())
         self.optimizer.step()
         if self.threshold is not None:
             self.threshold.project()

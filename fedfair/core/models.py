@@ -58,7 +58,8 @@ class SmallCNN(nn.Module):
         x = x.view(x.shape[0], *self.image_shape)
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.out(F.relu(self.hidden(x.flatten(1))))
+        logits: torch.Tensor = self.out(F.relu(self.hidden(x.flatten(1))))
+        return logits
 
 
 def build_model(
@@ -79,10 +80,12 @@ def build_model(
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
+        model: nn.Module
         if name == "logreg":
-            model: nn.Module = nn.Linear(num_features, outputs)
-            nn.init.zeros_(model.weight)
-            nn.init.zeros_(model.bias)
+            linear = nn.Linear(num_features, outputs)
+            nn.init.zeros_(linear.weight)
+            nn.init.zeros_(linear.bias)
+            model = linear
         elif name == "mlp":
             model = nn.Sequential(
                 nn.Linear(num_features, MLP_HIDDEN_UNITS), nn.ReLU(), nn.Linear(MLP_HIDDEN_UNITS, outputs)

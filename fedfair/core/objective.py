@@ -33,7 +33,9 @@ from fedfair.core.errors import ConfigError
 class SmoothPlus(Protocol):
     """A convex, (2/gamma)-smooth upper approximation of max(x, 0) within gamma."""
 
-    gamma: float
+    # Read-only, so that the frozen dataclasses below satisfy the protocol.
+    @property
+    def gamma(self) -> float: ...
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
@@ -110,7 +112,7 @@ class Zang:
         return self.gamma / 8.0
 
 
-SMOOTH_PLUS_FUNCTIONS: dict[str, type[SoftReLU] | type[ShiftedQuadratic] | type[Zang]] = dict(
+SMOOTH_PLUS_FUNCTIONS: dict[str, type[SoftReLU | ShiftedQuadratic | Zang]] = dict(
     zip(SMOOTH_FUNCTIONS, (SoftReLU, ShiftedQuadratic, Zang), strict=True)
 )
 
@@ -178,7 +180,7 @@ def cvar(losses: np.ndarray | torch.Tensor, rho: float) -> float:
         raise ConfigError(f"rho must be in (0, 1], got {rho}")
     ordered = _as_sorted_desc(losses)
     mass = rho * ordered.size
-    whole = int(math.floor(mass))
+    whole = math.floor(mass)
     total = ordered[:whole].sum()
     if whole < ordered.size:
         total += (mass - whole) * ordered[whole]
@@ -188,7 +190,7 @@ def cvar(losses: np.ndarray | torch.Tensor, rho: float) -> float:
 def cvar_threshold(losses: np.ndarray | torch.Tensor, rho: float) -> float:
     """A minimiser c of c + mean((l - c)+) / rho: the boundary sample, the (1 - rho)-quantile."""
     ordered = _as_sorted_desc(losses)
-    boundary = max(int(math.ceil(rho * ordered.size - 1e-12)), 1) - 1
+    boundary = max(math.ceil(rho * ordered.size - 1e-12), 1) - 1
     return float(ordered[boundary])
 
 

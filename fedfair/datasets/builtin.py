@@ -142,7 +142,8 @@ def _income_dataset(
 
 def _income_above_50k(income: pd.Series) -> np.ndarray:
     # adult.test spells the labels ">50K." and "<=50K."; census-income uses "50000+." / "- 50000.".
-    return income.str.rstrip(".").isin([">50K", "50000+"]).to_numpy(dtype=np.int64)
+    above: np.ndarray = income.str.rstrip(".").isin([">50K", "50000+"]).to_numpy(dtype=np.int64)
+    return above
 
 
 def _attributes(table: pd.DataFrame, columns: list[str]) -> dict[str, np.ndarray]:
@@ -256,7 +257,7 @@ def _write_arrays(dataset: Dataset, path: Path) -> None:
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     try:
         with open(partial, "wb") as handle:
-            np.savez(handle, **arrays)
+            np.savez(handle, allow_pickle=False, **arrays)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

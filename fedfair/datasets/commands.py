@@ -8,7 +8,7 @@ from pathlib import Path
 from fedfair.datasets.registry import DATASETS, cache_root, fetch, is_cached
 
 
-def register_commands(subparsers: argparse._SubParsersAction) -> None:
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     data = subparsers.add_parser("data", help="list and fetch the built-in datasets")
     actions = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     cache_help = "cache folder (default: $FEDFAIR_CACHE or ~/.cache/fedfair)"

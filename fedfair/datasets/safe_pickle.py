@@ -19,12 +19,15 @@ import numpy as np
 from numpy._core import multiarray as _multiarray
 from numpy._core import numeric as _numeric
 
+# numpy's private array rebuilder for pickles, which numpy's type stubs leave out.
+_FROMBUFFER: Any = _numeric._frombuffer  # type: ignore[attr-defined]
+
 # What rebuilding an ndarray needs, under its numpy 1.x and 2.x module names.
 _NUMPY_GLOBALS: dict[tuple[str, str], Any] = {
     ("numpy.core.multiarray", "_reconstruct"): _multiarray._reconstruct,
     ("numpy._core.multiarray", "_reconstruct"): _multiarray._reconstruct,
-    ("numpy.core.numeric", "_frombuffer"): _numeric._frombuffer,
-    ("numpy._core.numeric", "_frombuffer"): _numeric._frombuffer,
+    ("numpy.core.numeric", "_frombuffer"): _FROMBUFFER,
+    ("numpy._core.numeric", "_frombuffer"): _FROMBUFFER,
     ("numpy", "ndarray"): np.ndarray,
     ("numpy", "dtype"): np.dtype,
 }

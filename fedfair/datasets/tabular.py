@@ -20,12 +20,13 @@ MISSING = "missing"
 
 
 def is_numeric(column: pd.Series) -> bool:
-    return pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)
+    return bool(pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column))
 
 
 def as_strings(column: pd.Series) -> np.ndarray:
     """A column's values as a numpy str array with missing values spelled ``missing``."""
-    return column.astype(object).where(column.notna(), MISSING).astype(str).to_numpy(dtype=str)
+    strings: np.ndarray = column.astype(object).where(column.notna(), MISSING).astype(str).to_numpy(dtype=str)
+    return strings
 
 
 def encode_features(
@@ -73,15 +74,15 @@ def encode_features(
     return x_train, x_test, feature_names
 
 
-def _levels(column: pd.Series) -> tuple[list, bool]:
+def _levels(column: pd.Series) -> tuple[list[object], bool]:
     """The column's distinct training values in natural order, and whether any are missing."""
     key = None if is_numeric(column) else str
     return sorted(column.dropna().unique(), key=key), bool(column.isna().any())
 
 
-def _codes(column: pd.Series, levels: list, has_missing: bool) -> np.ndarray:
+def _codes(column: pd.Series, levels: list[object], has_missing: bool) -> np.ndarray:
     """Each row's level index; missing values get the extra "missing" level, unseen values -1."""
-    codes = pd.Categorical(column, categories=levels).codes.astype(np.int64)
+    codes: np.ndarray = pd.Categorical(column, categories=levels).codes.astype(np.int64)
     if has_missing:
         codes[column.isna().to_numpy()] = len(levels)
     return codes

@@ -95,7 +95,10 @@ def epsilon_of_history(history: Sequence[tuple[float, float, int]], delta: float
 
 @lru_cache(maxsize=256)
 def _one_step_rdp(noise_multiplier: float, sample_rate: float) -> np.ndarray:
-    return rdp_analysis.compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=RDP_ORDERS)
+    rdp: np.ndarray = rdp_analysis.compute_rdp(
+        q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=RDP_ORDERS
+    )
+    return rdp
 
 
 def compute_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv") -> float:

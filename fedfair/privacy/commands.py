@@ -72,7 +72,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_commands(subparsers: argparse._SubParsersAction) -> None:
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`fedfair privacy epsilon` and `fedfair privacy plan`."""
     privacy = subparsers.add_parser("privacy", help="DP-SGD accounting: epsilon of a run, noise for a target epsilon")
     actions = privacy.add_subparsers(dest="privacy_command", required=True, metavar="ACTION")

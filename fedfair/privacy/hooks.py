@@ -18,7 +18,6 @@ from fedfair.core.objective import RCVaRThreshold
 # ---------------------------------------------------------------- per-sample gradient of c
 
 
-@register_grad_sampler(RCVaRThreshold)
 def _threshold_grad_sample(
     module: RCVaRThreshold, activations: list[torch.Tensor], backprops: torch.Tensor
 ) -> dict[nn.Parameter, torch.Tensor]:
@@ -30,6 +29,10 @@ def _threshold_grad_sample(
     losses = activations[0].to(backprops.dtype)
     with torch.no_grad():
         return {module.c: backprops * module.grad_c_per_sample(losses)}
+
+
+# Registered by a call, not a decorator: Opacus ships no types, so its decorator would erase this signature.
+register_grad_sampler(RCVaRThreshold)(_threshold_grad_sample)
 
 
 def check_private_model(model: nn.Module) -> None:

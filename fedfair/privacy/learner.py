@@ -162,7 +162,7 @@ class PrivateLearner:
             with warnings.catch_warnings():
                 # The first layer's input needs no gradient; Opacus's hook then fires on the output, as intended.
                 warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
-                self.learner.objective(features, labels).sum().backward()
+                torch.autograd.backward(self.learner.objective(features, labels).sum())
         else:
             # An empty Poisson sample still takes its step: the update is pure noise.
             for parameter in self.optimizer.params:

@@ -59,11 +59,11 @@ def project_onto_simplex(vector: np.ndarray) -> np.ndarray:
     shifted_sums = np.cumsum(ordered) - 1.0
     ranks = np.arange(1, values.size + 1)
     kept = int(np.nonzero(ordered - shifted_sums / ranks > 0.0)[0][-1]) + 1
-    tau = shifted_sums[kept - 1] / kept
+    tau = float(shifted_sums[kept - 1]) / kept
     return np.maximum(values - tau, 0.0)
 
 
-def _reweighted(updates: Sequence[Update], weights: Sequence[float]) -> server.Aggregate:
+def _reweighted(updates: Sequence[Update], weights: np.ndarray) -> server.Aggregate:
     """The sums of the updates with the method's weights in place of b_k."""
     return server.Aggregate.of(
         replace(update, weight=float(weight)) for update, weight in zip(updates, weights, strict=True)

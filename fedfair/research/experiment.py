@@ -1,30 +1,28 @@
-"""Experiments from the command line: `fedfair simulate`, `reference`, `sweep`.
+"""Experiments from the command line: `fedfair simulate` and `fedfair reference`.
 
 Turns flags into a dataset, a partition into collaborators, a method run in
 process, and a fairness report on held-out data. Every method is judged by the
-same report, so FedSRCVaR and the baselines compare like for like.
+same report, so FedSRCVaR and the baselines compare like for like. The grid of
+experiments, `fedfair sweep`, builds on these in `fedfair.research.sweep`.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import MODEL_NAMES, LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.models import MODEL_NAMES, build_model
+from fedfair.core.models import build_model
 from fedfair.core.objective import SMOOTH_PLUS_FUNCTIONS, cvar_threshold
 from fedfair.core.server import Aggregate, ServerState
 from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
@@ -45,8 +43,6 @@ from fedfair.research.simulation import (
 from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
 
 METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "central-erm", "central-cvar")
-PAPER_EPSILONS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-PAPER_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 @dataclass(frozen=True)
@@ -338,8 +334,10 @@ def format_report(result: dict[str, Any]) -> str:
     objective = config["objective"]
     lines = [
         f"{config['method']} on {config['dataset']} ({', '.join(f'{k}: {v}' for k, v in result['clients'].items())})",
-        f"  epsilon={objective['epsilon']} rho={objective['rho']} model={config['training']['model']} "
-        f"rounds={config['training']['rounds']} ({result['seconds']:.1f} s)",
+        (
+            f"  epsilon={objective['epsilon']} rho={objective['rho']} model={config['training']['model']} "
+            f"rounds={config['training']['rounds']} ({result['seconds']:.1f} s)"
+        ),
         f"  train objective (exact RCVaR)   {final['train_objective']:.5f}",
         f"  train objective (smoothed)      {final['train_objective_smooth']:.5f}   c = {final['c']:.5f}",
         f"  test, at rho = {objective['rho']}:",
@@ -372,63 +370,8 @@ def _reference_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_grid(text: str, name: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ConfigError(f"--{name} must be comma-separated numbers, got '{text}'") from None
-
-
-def _sweep_point(job: tuple[ExperimentConfig, Federation]) -> dict[str, Any]:
-    torch.set_num_threads(1)
-    config, federation = job
-    result = simulate(config, federation, progress=False)
-    return {
-        "epsilon": config.objective.epsilon,
-        "rho": config.objective.rho,
-        "train_objective": result["final"]["train_objective"],
-        "train_objective_smooth": result["final"]["train_objective_smooth"],
-        "c": result["final"]["c"],
-        **result["final"]["test"],
-        "seconds": result["seconds"],
-    }
-
-
-def sweep(configs: Sequence[ExperimentConfig], federation: Federation, jobs: int) -> list[dict[str, Any]]:
-    """Run every configuration (one per grid point); one process per core, one thread each."""
-    rows: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for index, row in enumerate(pool.map(_sweep_point, [(config, federation) for config in configs]), start=1):
-            rows.append(row)
-            print(f"sweep: {index}/{len(configs)} done (epsilon={row['epsilon']}, rho={row['rho']})", file=sys.stderr)
-    return rows
-
-
-def grid_configs(args: argparse.Namespace, epsilons: Sequence[float], rhos: Sequence[float]) -> list[ExperimentConfig]:
-    """One config per (epsilon, rho), each with the defaults that pair implies (step sizes scale with it)."""
-    configs = [
-        config_from_args(argparse.Namespace(**{**vars(args), "epsilon": epsilon, "rho": rho}))
-        for epsilon in epsilons
-        for rho in rhos
-    ]
-    # A grid reports final values only: per-round history would multiply its cost.
-    return [replace(config, training=replace(config.training, record_every=0)) for config in configs]
-
-
-def _sweep_command(args: argparse.Namespace) -> int:
-    configs = grid_configs(args, parse_grid(args.epsilons, "epsilons"), parse_grid(args.rhos, "rhos"))
-    rows = sweep(configs, load_federation(configs[0]), args.jobs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {len(rows)} rows to {args.out}")
-    return 0
-
-
-def register_commands(subparsers: argparse._SubParsersAction) -> None:
-
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`fedfair simulate` and `fedfair reference`, both taking the experiment flags."""
     simulate_parser = subparsers.add_parser("simulate", help="run a federation in process and report fairness")
     add_experiment_arguments(simulate_parser)
     simulate_parser.set_defaults(handler=_simulate_command)
@@ -436,11 +379,3 @@ def register_commands(subparsers: argparse._SubParsersAction) -> None:
     reference_parser = subparsers.add_parser("reference", help="the centralized optimum the federation must reach")
     add_experiment_arguments(reference_parser)
     reference_parser.set_defaults(handler=_reference_command)
-
-    sweep_parser = subparsers.add_parser("sweep", help="run an epsilon x rho grid to CSV")
-    add_experiment_arguments(sweep_parser)
-    sweep_parser.add_argument("--epsilons", default=",".join(map(str, PAPER_EPSILONS)))
-    sweep_parser.add_argument("--rhos", default=",".join(map(str, PAPER_RHOS)))
-    sweep_parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes")
-    sweep_parser.add_argument("--out", type=Path, default=Path("sweep.csv"))
-    sweep_parser.set_defaults(handler=_sweep_command)

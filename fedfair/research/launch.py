@@ -18,21 +18,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from fedfair import pki
 from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.research.processes import (
+    Child,
+    start_aggregator,
+    start_collaborator,
+    supervise,
+)
+from fedfair.research.workspace import make_workspace, site_names
 from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
 
 if TYPE_CHECKING:
@@ -45,231 +47,6 @@ below FedAvg's on Adult."""
 
 MAX_INSTITUTIONS = 5
 """Adult split by race has at most five institutions (one per race group)."""
-
-STARTUP_SECONDS = 120.0
-"""How long the aggregator may take to start listening (imports included) before launch gives up."""
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (the aggregator binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def toml_text(sections: Mapping[str, Mapping[str, Any]]) -> str:
-    """Tables of strings, numbers, booleans and lists as TOML (JSON spells those the same way)."""
-    lines: list[str] = []
-    for section, values in sections.items():
-        lines.append(f"[{section}]")
-        lines.extend(f"{key} = {json.dumps(value)}" for key, value in values.items() if value is not None)
-        lines.append("")
-    return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class Workspace:
-    """The files of a local federation."""
-
-    root: Path
-    certs: Path
-    plan: Path
-    configs: dict[str, Path]
-    output: Path
-    address: str
-
-
-def site_names(count: int) -> list[str]:
-    return [f"site-{chr(ord('a') + index)}" if count <= 26 else f"site-{index + 1}" for index in range(count)]
-
-
-def make_workspace(
-    root: Path,
-    names: Sequence[str],
-    *,
-    plan: Mapping[str, Mapping[str, Any]] | None = None,
-    data: Mapping[str, Mapping[str, Any]] | None = None,
-    port: int | None = None,
-    device: str = "cpu",
-) -> Workspace:
-    """Certificates, a plan and one config per collaborator under `root`.
-
-    `plan` holds sections to merge into the plan (e.g. {"training": {"rounds": 20}});
-    `data` per collaborator name replaces its [data] section (default: part i of
-    Adult split by race).
-    """
-    root.mkdir(parents=True, exist_ok=True)
-    certs = root / "certs"
-    pki.init_ca(certs)
-    pki.issue(certs, "aggregator", "aggregator", hosts=["localhost", "127.0.0.1"])
-    for name in names:
-        pki.issue(certs, "collaborator", name)
-    address = f"127.0.0.1:{port or free_port()}"
-    output = root / "aggregator" / "output"
-    sections: dict[str, dict[str, Any]] = {
-        "federation": {"id": "fedfair-launch", "collaborators": list(names)},
-        "aggregator": {"address": address, "name": "aggregator", "certs": str(certs), "output": str(output)},
-    }
-    for section, values in (plan or {}).items():
-        sections.setdefault(section, {}).update(values)
-    plan_path = root / "aggregator" / "plan.toml"
-    plan_path.parent.mkdir(parents=True, exist_ok=True)
-    plan_path.write_text(toml_text(sections))
-    configs = {}
-    for index, name in enumerate(names):
-        folder = root / name
-        folder.mkdir(parents=True, exist_ok=True)
-        source = (data or {}).get(name, {"dataset": "adult", "partition": "race", "index": index})
-        config = {
-            "collaborator": {
-                "name": name,
-                "aggregator": address,
-                "aggregator_name": "aggregator",
-                "federation": "fedfair-launch",
-                "device": device,
-            },
-            "certificates": {"dir": str(certs)},
-            "data": dict(source),
-        }
-        configs[name] = folder / "collaborator.toml"
-        configs[name].write_text(toml_text(config))
-    return Workspace(root, certs, plan_path, configs, output, address)
-
-
-# ---------------------------------------------------------------- processes
-
-
-def aggregator_command(workspace: Workspace, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "fedfair.cli", "aggregator", "start", "--plan", str(workspace.plan), *extra]
-
-
-def collaborator_command(workspace: Workspace, name: str) -> list[str]:
-    return [sys.executable, "-m", "fedfair.cli", "collaborator", "start", "--config", str(workspace.configs[name])]
-
-
-def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The children's environment: one compute thread each (they share this machine's cores)."""
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("MKL_NUM_THREADS", "1")
-    env.update(extra or {})
-    return env
-
-
-class Child:
-    """A child process whose output is streamed, line by line, with a prefix."""
-
-    def __init__(
-        self,
-        label: str,
-        command: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        sink: IO[str] | None = None,
-        watch: str | None = None,
-        ended: threading.Event | None = None,
-    ) -> None:
-        self.label = label
-        self.sink = sink if sink is not None else sys.stdout
-        self.lines: list[str] = []
-        self.seen = threading.Event()
-        self._watch = watch
-        self._ended = ended
-        self.process = subprocess.Popen(
-            list(command),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-        )
-        self._reader = threading.Thread(target=self._pump, name=f"log-{label}", daemon=True)
-        self._reader.start()
-
-    def _pump(self) -> None:
-        assert self.process.stdout is not None  # opened as a pipe above
-        for line in self.process.stdout:
-            text = line.rstrip("\n")
-            self.lines.append(text)
-            print(f"[{self.label}] {text}", file=self.sink, flush=True)
-            if self._watch is not None and self._watch in text:
-                self.seen.set()
-        self.seen.set()  # the output closed: nobody should wait for a line any more
-        self.process.wait()  # it is exiting; reap it so that its status is known
-        if self._ended is not None:
-            self._ended.set()
-
-    def wait(self, timeout: float | None = None) -> int:
-        code = self.process.wait(timeout=timeout)
-        self._reader.join(timeout=5)
-        return code
-
-    def kill(self) -> None:
-        """Stop it: SIGTERM, then SIGKILL if it does not go within a few seconds."""
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-def start_aggregator(
-    workspace: Workspace,
-    *extra: str,
-    env: Mapping[str, str] | None = None,
-    sink: IO[str] | None = None,
-    ended: threading.Event | None = None,
-) -> Child:
-    """Start the aggregator and wait until it listens (or has exited)."""
-    child = Child(
-        "aggregator",
-        aggregator_command(workspace, *extra),
-        env=child_environment(env),
-        sink=sink,
-        watch="listening on port",
-        ended=ended,
-    )
-    if not child.seen.wait(STARTUP_SECONDS) or child.process.poll() is not None:
-        child.kill()
-        raise FedfairError("the aggregator did not start; see its log above")
-    return child
-
-
-def start_collaborator(
-    workspace: Workspace,
-    name: str,
-    *,
-    env: Mapping[str, str] | None = None,
-    sink: IO[str] | None = None,
-    ended: threading.Event | None = None,
-) -> Child:
-    return Child(name, collaborator_command(workspace, name), env=child_environment(env), sink=sink, ended=ended)
-
-
-def supervise(aggregator: Child, collaborators: Sequence[Child], ended: threading.Event) -> None:
-    """Wait for the aggregator to finish and the collaborators after it; fail fast if any child fails.
-
-    `ended` is set whenever a child has exited, so this waits on an event, not a clock.
-    """
-    while True:
-        ended.clear()
-        for child in (aggregator, *collaborators):
-            code = child.process.poll()
-            if code not in (None, 0):
-                raise FedfairError(f"{child.label} exited with status {code}; see its log above")
-        if aggregator.process.poll() == 0:
-            for child in collaborators:
-                if child.wait(timeout=60) != 0:
-                    raise FedfairError(f"{child.label} exited with status {child.process.returncode}; see its log")
-            return
-        ended.wait()
-
-
-# ---------------------------------------------------------------- the command
 
 
 def training_config(plan: AggregatorPlan) -> TrainingConfig:

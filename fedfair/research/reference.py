@@ -76,11 +76,10 @@ def solve_reference(
     def value_and_gradient(point: np.ndarray) -> tuple[float, np.ndarray]:
         load_flat_parameters(model, torch.from_numpy(point[:-1]))
         c = torch.tensor(point[-1], dtype=torch.float64, requires_grad=True)
-        model.zero_grad(set_to_none=True)
         losses = per_sample_loss(model(features), labels)
         value = smoothed_rcvar_per_sample(losses, c, objective.epsilon, objective.rho, smooth).mean()
-        value.backward()
-        gradient = torch.cat([p.grad.reshape(-1) for p in model.parameters()] + [c.grad.reshape(1)])
+        gradients = torch.autograd.grad(value, [*model.parameters(), c])
+        gradient = torch.cat([part.reshape(-1) for part in gradients])
         return float(value.detach()), gradient.numpy().copy()
 
     bounds = [(None, None)] * (start.size - 1) + [(0.0, objective.bound)]

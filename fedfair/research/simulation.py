@@ -181,7 +181,7 @@ class SimulationResult:
     state: server.ServerState
     model: nn.Module
     history: list[dict[str, float]]
-    privacy: dict[str, dict[str, object]] = field(default_factory=dict)
+    privacy: dict[str, dict[str, float | int | str | None]] = field(default_factory=dict)
 
 
 RoundCallback = Callable[[server.ServerState], None]

@@ -29,7 +29,7 @@ from fedfair.secagg.simulate import simulate_round
 _PREVIEW_WORDS = 6
 
 
-def register_commands(subparsers: argparse._SubParsersAction) -> None:
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``secagg-demo`` to the ``fedfair`` command."""
     parser = subparsers.add_parser(
         "secagg-demo",

@@ -43,7 +43,7 @@ import enum
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Protocol, Self
 
 import numpy as np
 
@@ -84,8 +84,37 @@ class Header:
             raise ProtocolError(f"malformed message: unknown stage {stage}") from None
 
 
+class _Framed(Protocol):
+    """What framing needs of a message: its type byte, its header, and how it writes its own fields."""
+
+    TYPE: ClassVar[int]
+
+    @property
+    def header(self) -> Header: ...
+
+    def write(self, writer: Writer) -> None: ...
+
+
+class _Wire:
+    """The canonical encoding every message type shares: ``to_bytes()`` and ``Cls.from_bytes(data)``."""
+
+    def to_bytes(self: _Framed) -> bytes:
+        writer = Writer().blob(MAGIC).u8(self.TYPE)
+        self.header.write(writer)
+        self.write(writer)
+        return writer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Self:
+        """Parse ``data`` as this message type; any other type is refused."""
+        message = decode(data)
+        if not isinstance(message, cls):
+            raise ProtocolError(f"malformed message: expected {cls.__name__}, got {type(message).__name__}")
+        return message
+
+
 @dataclass(frozen=True)
-class AdvertiseKeys:
+class AdvertiseKeys(_Wire):
     """A party's two fresh public keys for this round, signed with its identity key.
 
     credential: the party's certificate (DER), or its bare identity public key (DER
@@ -111,16 +140,9 @@ class AdvertiseKeys:
     def read(cls, header: Header, reader: Reader) -> AdvertiseKeys:
         return cls(header, reader.u32(), reader.blob(), reader.blob(), reader.blob(), reader.blob())
 
-    def to_bytes(self) -> bytes:
-        return _encode(self)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> AdvertiseKeys:
-        return _decode_as(cls, data)
-
 
 @dataclass(frozen=True)
-class KeyDirectory:
+class KeyDirectory(_Wire):
     """The server's list of the advertisements it accepted (the surviving set U1)."""
 
     TYPE: ClassVar[int] = 2
@@ -138,13 +160,6 @@ class KeyDirectory:
     @classmethod
     def read(cls, header: Header, reader: Reader) -> KeyDirectory:
         return cls(header, tuple(AdvertiseKeys.read(Header.read(reader), reader) for _ in range(reader.u32())))
-
-    def to_bytes(self) -> bytes:
-        return _encode(self)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> KeyDirectory:
-        return _decode_as(cls, data)
 
 
 @dataclass(frozen=True)
@@ -164,7 +179,7 @@ class EncryptedShares:
 
 
 @dataclass(frozen=True)
-class ShareKeys:
+class ShareKeys(_Wire):
     """A party's encrypted shares, one entry per neighbour that advertised keys."""
 
     TYPE: ClassVar[int] = 3
@@ -181,16 +196,9 @@ class ShareKeys:
     def read(cls, header: Header, reader: Reader) -> ShareKeys:
         return cls(header, reader.u32(), _read_shares(reader))
 
-    def to_bytes(self) -> bytes:
-        return _encode(self)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> ShareKeys:
-        return _decode_as(cls, data)
-
 
 @dataclass(frozen=True)
-class ShareBundle:
+class ShareBundle(_Wire):
     """What the server forwards to one party: the encrypted shares addressed to it.
 
     Its senders are the recipient's neighbours that completed the SHARE stage (U2); the
@@ -211,16 +219,9 @@ class ShareBundle:
     def read(cls, header: Header, reader: Reader) -> ShareBundle:
         return cls(header, reader.u32(), _read_shares(reader))
 
-    def to_bytes(self) -> bytes:
-        return _encode(self)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> ShareBundle:
-        return _decode_as(cls, data)
-
 
 @dataclass(frozen=True, eq=False)
-class MaskedInput:
+class MaskedInput(_Wire):
     """A party's encoded update plus its self mask and pairwise masks, modulo 2^k.
 
     ``vector`` is a 1-D uint32 or uint64 array of length d + 1. (No ``==``: numpy arrays
@@ -249,16 +250,9 @@ class MaskedInput:
         # Zero-copy view of the received bytes; read-only, which is all the server needs.
         return cls(header, sender, np.frombuffer(data, dtype=f"<u{bits // 8}"))
 
-    def to_bytes(self) -> bytes:
-        return _encode(self)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> MaskedInput:
-        return _decode_as(cls, data)
-
 
 @dataclass(frozen=True)
-class UnmaskRequest:
+class UnmaskRequest(_Wire):
     """The server's account of the MASK stage.
 
     survivors: parties whose masked input arrived (U3); their self-mask seeds are needed.
@@ -281,13 +275,6 @@ class UnmaskRequest:
     def read(cls, header: Header, reader: Reader) -> UnmaskRequest:
         return cls(header, _read_ids(reader), _read_ids(reader))
 
-    def to_bytes(self) -> bytes:
-        return _encode(self)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> UnmaskRequest:
-        return _decode_as(cls, data)
-
 
 @dataclass(frozen=True)
 class RevealedShare:
@@ -298,7 +285,7 @@ class RevealedShare:
 
 
 @dataclass(frozen=True)
-class UnmaskResponse:
+class UnmaskResponse(_Wire):
     """A surviving party's shares: of self-mask seeds for survivors, of mask keys for the dropped."""
 
     TYPE: ClassVar[int] = 7
@@ -322,13 +309,6 @@ class UnmaskResponse:
         seed_shares = tuple(RevealedShare(reader.u32(), reader.blob()) for _ in range(reader.u32()))
         key_shares = tuple(RevealedShare(reader.u32(), reader.blob()) for _ in range(reader.u32()))
         return cls(header, sender, seed_shares, key_shares)
-
-    def to_bytes(self) -> bytes:
-        return _encode(self)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> UnmaskResponse:
-        return _decode_as(cls, data)
 
 
 Message = AdvertiseKeys | KeyDirectory | ShareKeys | ShareBundle | MaskedInput | UnmaskRequest | UnmaskResponse
@@ -378,23 +358,6 @@ def session_id(config_digest: bytes, advertisements: tuple[AdvertiseKeys, ...]) 
     for advertisement in sorted(advertisements, key=lambda a: a.sender):
         writer.u32(advertisement.sender).blob(advertisement.cipher_public_key).blob(advertisement.mask_public_key)
     return hashlib.sha256(writer.getvalue()).digest()
-
-
-def _encode(message: Message) -> bytes:
-    writer = Writer().blob(MAGIC).u8(message.TYPE)
-    message.header.write(writer)
-    message.write(writer)
-    return writer.getvalue()
-
-
-_M = TypeVar("_M", AdvertiseKeys, KeyDirectory, ShareKeys, ShareBundle, MaskedInput, UnmaskRequest, UnmaskResponse)
-
-
-def _decode_as(cls: type[_M], data: bytes) -> _M:
-    message = decode(data)
-    if not isinstance(message, cls):
-        raise ProtocolError(f"malformed message: expected {cls.__name__}, got {type(message).__name__}")
-    return message
 
 
 def _write_shares(writer: Writer, shares: tuple[EncryptedShares, ...]) -> None:

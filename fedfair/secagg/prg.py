@@ -94,7 +94,7 @@ def apply_masks(accumulator: np.ndarray, masks: Sequence[Mask]) -> None:
         if sign not in (1, -1):
             raise ValueError("mask sign must be +1 or -1")
     buffer = np.empty(block_words, dtype=word)
-    buffer_bytes = memoryview(buffer).cast("B")
+    buffer_bytes = buffer.data.cast("B")
     for start in range(0, accumulator.size, block_words):
         block = accumulator[start : start + block_words]
         stream_block = buffer[: block.size]

@@ -1,8 +1,7 @@
-"""The `fedfair simulate / reference / sweep` commands: results, JSON shape, and bad input."""
+"""The `fedfair simulate / reference` commands: results, JSON shape, and bad input."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -30,14 +29,6 @@ def test_simulate_and_reference_agree_within_one_percent(tmp_path: Path, capsys:
     assert 0.0 <= gap <= 0.01
     assert len(simulated["history"]) == 20
     assert "worst_risk" in capsys.readouterr().out
-
-
-def test_sweep_writes_one_row_per_grid_point(tmp_path: Path) -> None:
-    out = tmp_path / "grid.csv"
-    code = main(["sweep", *FAST, "--rounds", "20", "--epsilons", "0.1,1", "--rhos", "0.2,0.5", "--jobs", "1", "--out", str(out)])
-    assert code == 0
-    rows = list(csv.DictReader(out.open()))
-    assert {(row["epsilon"], row["rho"]) for row in rows} == {("0.1", "0.2"), ("0.1", "0.5"), ("1.0", "0.2"), ("1.0", "0.5")}
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
-from fedfair.core.data import client_batch_sizes
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
@@ -70,21 +69,6 @@ def test_same_seed_gives_the_same_bits(small_adult_federation: Federation) -> No
     assert not torch.equal(first.theta, other.theta)
 
 
-def test_batch_sizes_are_proportional_and_sum_to_total() -> None:
-    sizes = [27_000, 3_000, 1_500]
-    shares = client_batch_sizes(sizes, 256)
-    assert sum(shares) == 256
-    assert all(abs(share - 256 * size / sum(sizes)) < 1 for share, size in zip(shares, sizes))
-    assert client_batch_sizes([5, 3], 0) == [5, 3]
-    assert client_batch_sizes([1000, 2], 3) == [2, 1]
-
-
-@pytest.mark.parametrize(("total", "fragment"), [(2, "smaller than the 3 clients"), (10_000, "exceeds")])
-def test_impossible_batch_sizes_are_refused(total: int, fragment: str) -> None:
-    with pytest.raises(ConfigError, match=fragment):
-        client_batch_sizes([100, 50, 20], total)
-
-
 def relative_gap(federation: Federation, objective: ObjectiveConfig, training: TrainingConfig) -> float:
     state = run_fedsrcvar(federation, objective, training).state
     model = build_model("logreg", federation.num_features, federation.num_classes)
@@ -115,13 +99,11 @@ def test_training_config_validation() -> None:
 
 
 def test_batch_fraction_sets_proportional_local_batches(small_adult_federation: Federation) -> None:
-    from fedfair.core.data import local_batch_size
     from fedfair.research.simulation import make_learners
 
     training = TrainingConfig(rounds=1, batch_fraction=0.1)
     _, learners = make_learners(small_adult_federation, training, ObjectiveConfig())
     assert [learner.batch_size for learner in learners] == [60, 25, 12]
-    assert local_batch_size(5, 0.01) == 1 and local_batch_size(10, 1.0) == 10
     with pytest.raises(ConfigError, match="batch fraction"):
         TrainingConfig(batch_fraction=0.0)
 

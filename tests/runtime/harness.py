@@ -1,7 +1,7 @@
 """Shared pieces of the runtime tests (no tests here): workspaces, federations, replays.
 
 Two ways to run a federation:
-- as real OS processes (`launch.start_aggregator` / `start_collaborator`), for the
+- as real OS processes (`processes.start_aggregator` / `start_collaborator`), for the
   end-to-end and fault tests;
 - in threads of the test process, with the real gRPC server over loopback mutual TLS
   and real `Collaborator` objects, where a test must reach into a collaborator (to
@@ -28,7 +28,8 @@ import torch
 from fedfair.core import server
 from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
-from fedfair.research.launch import Workspace, make_workspace, training_config
+from fedfair.research.workspace import Workspace, make_workspace
+from fedfair.research.launch import training_config
 from fedfair.research.simulation import (
     Federation,
     federation_from_arrays,

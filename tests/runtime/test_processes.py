@@ -24,15 +24,15 @@ from fedfair.cli import main as cli_main
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model
 from fedfair.fairness import pooled as metrics
-from fedfair.research.launch import (
+from fedfair.research.processes import (
     Child,
-    Workspace,
     aggregator_command,
     child_environment,
     start_aggregator,
     start_collaborator,
-    training_config,
 )
+from fedfair.research.workspace import Workspace
+from fedfair.research.launch import training_config
 from fedfair.research.simulation import run_rounds
 from fedfair.runtime.aggregator.checkpoint import (
     load_checkpoint,

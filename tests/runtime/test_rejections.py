@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
 from fedfair.core.local import Update
-from fedfair.research.launch import Workspace, make_workspace
+from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.board import UploadRefused
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.driver import (

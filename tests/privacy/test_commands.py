@@ -1,0 +1,65 @@
+"""`fedfair privacy epsilon / plan` and the `--dp-*` flags."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from fedfair.core.errors import ConfigError
+from fedfair.privacy.accounting import compute_epsilon, plan_noise_multiplier
+from fedfair.privacy.commands import (
+    add_privacy_arguments,
+    privacy_config_from_args,
+    register_commands,
+)
+from fedfair.privacy.config import PrivacyConfig
+from tests.privacy.helpers import DELTA
+
+
+def _run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """`fedfair ARGV` through the commands this module registers; returns what it printed."""
+    parser = argparse.ArgumentParser(prog="fedfair")
+    register_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    assert args.handler(args) == 0
+    return capsys.readouterr().out
+
+
+def test_epsilon_command_prints_opacus_published_rdp_value(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--noise-multiplier", "1.5", "--sample-rate", "0.04", "--steps", "2250", "--delta", "1e-5"]
+    assert _run_cli(["privacy", "epsilon", *argv, "--accountant", "rdp"], capsys).split()[0] == "7.329"
+    assert compute_epsilon(1.5, 0.04, 2250, DELTA, "prv") == pytest.approx(6.777, abs=0.01)
+
+
+def test_plan_command_finds_noise_that_spends_the_target(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--target-epsilon", "3", "--rounds", "100", "--local-steps", "5", "--batch-size", "64", "--dataset-size", "3200"]
+    noise = float(_run_cli(["privacy", "plan", *argv, "--accountant", "rdp"], capsys).split()[0])
+    exact = plan_noise_multiplier(3.0, DELTA, 0.02, 500, "rdp")
+    assert noise == pytest.approx(exact, abs=1e-4)
+    assert 2.95 <= compute_epsilon(exact, 0.02, 500, DELTA, "rdp") <= 3.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["epsilon", "--noise-multiplier", "1", "--sample-rate", "1.5", "--steps", "10"], "sample rate"),
+        (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "0"], "steps"),
+        (["plan", "--target-epsilon", "3", "--rounds", "10", "--batch-size", "50", "--dataset-size", "20"], "batch-size"),
+    ],
+)
+def test_privacy_commands_refuse_bad_input(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        _run_cli(["privacy", *argv], capsys)
+
+
+def test_flags_map_onto_privacy_config() -> None:
+    parser = argparse.ArgumentParser()
+    add_privacy_arguments(parser)
+    assert privacy_config_from_args(parser.parse_args([])) == PrivacyConfig()
+    flags = ["--dp-noise-multiplier", "1.1", "--dp-budget", "8", "--dp-delta", "1e-6"]
+    config = privacy_config_from_args(parser.parse_args(flags))
+    assert config == PrivacyConfig(enabled=True, noise_multiplier=1.1, budget_epsilon=8.0, delta=1e-6)
+    assert privacy_config_from_args(parser.parse_args(["--dp-target-epsilon", "3"])).budget == 3.0
+    with pytest.raises(ConfigError, match="--dp-budget needs --dp-noise-multiplier"):
+        privacy_config_from_args(parser.parse_args(["--dp-budget", "8"]))

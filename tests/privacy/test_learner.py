@@ -1,0 +1,167 @@
+"""The private learner: DP-SGD steps, joint clipping of theta and c, noise, budgets end to end."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from fedfair.core import server
+from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.errors import ConfigError
+from fedfair.core.local import LocalLearner, QuorumLost, contributing_updates
+from fedfair.core.models import build_model, flat_parameters, per_sample_loss
+from fedfair.core.objective import RCVaRThreshold
+from fedfair.privacy.accounting import PrivacyAccountant, compute_epsilon
+from fedfair.privacy.config import PrivacyConfig
+from fedfair.privacy.learner import PrivacyBudgetExhausted, PrivateLearner
+from fedfair.research.simulation import Federation, TrainingConfig, make_learners
+from tests.privacy.helpers import (
+    DELTA,
+    private_config,
+    random_samples,
+    threshold_learner,
+)
+
+
+def test_private_learner_refuses_what_would_void_the_guarantee() -> None:
+    with pytest.raises(ConfigError, match="not enabled"):
+        PrivateLearner(threshold_learner(), PrivacyConfig())
+    features, labels = random_samples(100, 8)
+    reused = LocalLearner(build_model("logreg", 8, 2), features, labels, 10, LocalConfig(reuse_batch=True))
+    with pytest.raises(ConfigError, match="reuse-batch"):
+        PrivateLearner(reused, private_config(noise_multiplier=1.0))
+    with pytest.raises(ConfigError, match="planned_rounds"):
+        PrivateLearner(threshold_learner(), private_config(target_epsilon=3.0))
+
+
+def test_private_path_without_noise_or_clipping_equals_plain_path() -> None:
+    """Noise 0, a clip bound above every gradient and the plain batches: the same updates, round after round."""
+    plain = threshold_learner()
+    private = PrivateLearner(threshold_learner(), private_config(noise_multiplier=0.0, max_grad_norm=1e6, poisson_sampling=False))
+    theta, c = flat_parameters(plain.model), 1.0
+    for _ in range(3):
+        expected, actual = plain.train_round(theta, c), private.train_round(theta, c)
+        assert float(expected.delta.abs().max()) > 1e-4
+        torch.testing.assert_close(actual.delta, expected.delta, rtol=0, atol=1e-13)
+        assert actual.delta_c == pytest.approx(expected.delta_c, abs=1e-13)
+        assert actual.weight == expected.weight
+        theta, c = theta + expected.delta, c + expected.delta_c
+    assert private.last_report is not None and math.isinf(private.last_report.epsilon)
+
+
+def test_theta_and_c_are_clipped_jointly() -> None:
+    """One step clips each sample's whole gradient (theta and c together) to C before averaging."""
+    objective = ObjectiveConfig(epsilon=0.2, rho=0.3, gamma=0.3, bound=3.0)
+    plain = threshold_learner(batch_size=300, local_steps=1, objective=objective)
+    clip = 0.05
+    model, head = plain.model, plain.threshold
+    assert head is not None
+    theta0, c0 = flat_parameters(model), 0.8
+
+    def one_sample(params: dict, c: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = per_sample_loss(functional_call(model, params, (x.unsqueeze(0),)), y.unsqueeze(0))
+        return functional_call(head, {"c": c}, (loss,)).sum()
+
+    params = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    theta_grads, c_grads = vmap(grad(one_sample, argnums=(0, 1)), in_dims=(None, None, 0, 0))(
+        params, torch.tensor(c0, dtype=torch.float64), plain.features, plain.labels
+    )
+    per_sample = torch.cat([theta_grads[name].flatten(1) for name in params] + [c_grads[:, None]], dim=1)
+    factors = (clip / (per_sample.norm(dim=1) + 1e-6)).clamp(max=1.0)
+    assert float(factors.max()) < 1.0  # every sample is clipped
+    mean = (factors[:, None] * per_sample).sum(0) / 300
+
+    # Opacus' hooks go on after the reference: torch.func swaps in parameters the hooks do not know.
+    private = PrivateLearner(plain, private_config(noise_multiplier=0.0, max_grad_norm=clip, poisson_sampling=False))
+    update = private.train_round(theta0, c0)
+    torch.testing.assert_close(update.delta, -0.2 * mean[:-1], rtol=0, atol=1e-14)
+    assert update.delta_c == pytest.approx(-0.3 * float(mean[-1]), abs=1e-14)
+
+
+def test_noise_on_a_zero_gradient_model_is_sigma_c_over_b() -> None:
+    """Zero features and eps = 1 make every gradient 0: the update is the noise, std sigma * C / B."""
+    dimension, n, batch, sigma, clip = 4000, 64, 32, 2.0, 0.5
+    model = nn.Linear(dimension, 1, bias=False).double()
+    head = RCVaRThreshold(ObjectiveConfig(epsilon=1.0, bound=10.0), dtype=torch.float64)
+    features, labels = torch.zeros(n, dimension, dtype=torch.float64), torch.randint(0, 2, (n,))
+    config = LocalConfig(local_steps=1, lr=1.0, threshold_lr=1.0)
+    learner = LocalLearner(model, features, labels, batch, config, threshold=head)
+    private = PrivateLearner(learner, private_config(noise_multiplier=sigma, max_grad_norm=clip))
+    update = private.train_round(torch.zeros(dimension, dtype=torch.float64), 5.0)
+    expected = sigma * clip / batch
+    assert float(update.delta.std()) == pytest.approx(expected, rel=0.15)
+    assert abs(float(update.delta.mean())) < 5 * expected / math.sqrt(dimension)
+    assert 0.0 < abs(update.delta_c) < 6 * expected  # c is noised too
+
+
+def test_poisson_batches_have_the_expected_size_and_may_be_empty() -> None:
+    features, labels = random_samples(2000, 3)
+    learner = LocalLearner(build_model("logreg", 3, 2, dtype=torch.float64), features, labels, 1, LocalConfig(local_steps=400))
+    private = PrivateLearner(learner, private_config(noise_multiplier=1.0))
+    update = private.train_round(torch.zeros(4, dtype=torch.float64), 0.0)
+    sizes = np.diff(private._bounds)
+    assert sizes.mean() == pytest.approx(1.0, abs=0.25)
+    assert (sizes == 0).any()  # an empty sample still takes a (pure-noise) step
+    assert bool(torch.isfinite(update.delta).all())
+
+
+def test_target_epsilon_is_spent_by_the_planned_rounds_and_then_guarded() -> None:
+    private = PrivateLearner(threshold_learner(local_steps=2), private_config(target_epsilon=4.0), planned_rounds=3)
+    theta = flat_parameters(private.learner.model)
+    for _ in range(3):
+        private.train_round(theta, 1.0)
+    assert private.last_report is not None
+    assert 3.98 <= private.last_report.epsilon <= 4.0
+    with pytest.raises(PrivacyBudgetExhausted, match="above its budget 4"):
+        private.train_round(theta, 1.0)
+    assert private.accountant.rounds == 3
+
+
+def test_spent_budget_stops_one_collaborator_and_the_federation_goes_on(
+    small_adult_federation: Federation, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    objective = ObjectiveConfig(epsilon=0.1, rho=0.3, bound=3.0)
+    training = TrainingConfig(model="logreg", rounds=4, batch_size=97, local=LocalConfig(local_steps=2), dtype="float64")
+    names = [client.name for client in small_adult_federation.train]
+    template, plain = make_learners(small_adult_federation, training, objective)
+    rate = plain[0].batch_size / plain[0].num_samples
+    # Enough for two rounds of the first collaborator, not three.
+    budget = 0.5 * (compute_epsilon(1.0, rate, 4, DELTA, "rdp") + compute_epsilon(1.0, rate, 6, DELTA, "rdp"))
+    configs = [private_config(noise_multiplier=1.0, budget_epsilon=budget)] + [private_config(noise_multiplier=1.0)] * 2
+    paths = [tmp_path / f"{name}.privacy.json" for name in names]
+    learners = [
+        PrivateLearner(learner, config, accountant=PrivacyAccountant(path), name=name)
+        for learner, config, path, name in zip(plain, configs, paths, names, strict=True)
+    ]
+
+    state = server.init(flat_parameters(template), bound=objective.bound)
+    active: list = list(learners)
+    contributors = []
+    with caplog.at_level(logging.INFO, logger="fedfair.privacy"):
+        for _ in range(training.rounds):
+            updates, active = contributing_updates(active, state.theta, state.c, quorum=2)
+            contributors.append(len(updates))
+            state = server.apply(state, server.Aggregate.of(updates), bound=objective.bound)
+    assert contributors == [3, 3, 2, 2] and state.round == 4
+    assert learners[0] not in active
+    assert f"{names[0]} stops contributing" in caplog.text
+    assert caplog.text.count(f"{names[1]}: epsilon") == 4  # the cumulative epsilon, logged every round
+    assert learners[1].last_report is not None and learners[1].last_report.rounds == 4
+    assert (PrivacyAccountant(paths[0]).rounds, PrivacyAccountant(paths[0]).steps) == (2, 4)
+
+    # Restarted from its state file, the spent collaborator refuses before training anything.
+    _, fresh = make_learners(small_adult_federation, training, objective)
+    restarted = PrivateLearner(fresh[0], configs[0], accountant=PrivacyAccountant(paths[0]), name=names[0])
+    before = flat_parameters(fresh[0].model)
+    with pytest.raises(PrivacyBudgetExhausted, match="stops contributing"):
+        restarted.train_round(state.theta, state.c)
+    assert torch.equal(flat_parameters(fresh[0].model), before)
+    with pytest.raises(QuorumLost, match="below the quorum of 3"):
+        contributing_updates([restarted, *active], state.theta, state.c, quorum=3)
