@@ -69,10 +69,10 @@ class BenchCollaborator(Collaborator):
         self.trainer = FixedUpdate(self.parameters, seed=hash(self.config.name) % 2**31)
 
     def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
-        from fedfair.fairness import sums as evaluation
+        from fedfair.fairness import sums
 
         losses = np.linspace(0.1, 2.0, 100)
-        return evaluation.local_answers(losses, np.zeros(losses.size), evaluation.threshold_grid(c))
+        return sums.local_answers(losses, np.zeros(losses.size), sums.threshold_grid(c))
 
 
 def run_configuration(dimension: int, parties: int, secure: bool, rounds: int) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from fedfair.core.models import build_model
 from fedfair.core.objective import SMOOTH_PLUS_FUNCTIONS, cvar_threshold
 from fedfair.core.server import Aggregate, ServerState
 from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
-from fedfair.fairness import pooled as metrics
+from fedfair.fairness import pooled
 from fedfair.privacy.commands import add_privacy_arguments, privacy_config_from_args
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import baselines
@@ -275,7 +275,7 @@ def final_report(config: ExperimentConfig, federation: Federation, theta: torch.
     threshold = c if c is not None else cvar_threshold(train.losses, config.objective.rho)
     exact, smooth = training_objectives(train.losses, threshold, config.objective)
     test = evaluate(model, theta, federation.pooled("test"))
-    report = metrics.group_risk_report(test.losses, test.correct, config.objective.rho)
+    report = pooled.group_risk_report(test.losses, test.correct, config.objective.rho)
     return {
         "train_objective": exact,
         "train_objective_smooth": smooth,

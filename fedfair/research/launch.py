@@ -67,7 +67,7 @@ def training_config(plan: AggregatorPlan) -> TrainingConfig:
 def fedavg_report(plan: AggregatorPlan) -> dict[str, float]:
     """FedAvg trained in process on the same partition, rounds and batch fraction, judged the same way."""
     from fedfair.core.evaluation import evaluate
-    from fedfair.fairness import pooled as metrics
+    from fedfair.fairness import pooled
     from fedfair.research import baselines
     from fedfair.research.experiment import ExperimentConfig, load_federation
 
@@ -75,7 +75,7 @@ def fedavg_report(plan: AggregatorPlan) -> dict[str, float]:
     federation = load_federation(config)
     result = baselines.run_fedavg(federation, training_config(plan))
     test = evaluate(plan.model.build(), result.state.theta_average, federation.pooled("test"))
-    return metrics.group_risk_report(test.losses, test.correct, plan.objective.rho).to_dict()
+    return pooled.group_risk_report(test.losses, test.correct, plan.objective.rho).to_dict()
 
 
 def format_fairness(fedsrcvar: Mapping[str, Any], fedavg: Mapping[str, Any] | None, rho: float, secure: bool) -> str:

@@ -28,13 +28,13 @@ import torch
 from fedfair.core import server
 from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
-from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.research.launch import training_config
 from fedfair.research.simulation import (
     Federation,
     federation_from_arrays,
     make_learners,
 )
+from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.loop import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config

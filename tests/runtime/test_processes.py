@@ -23,7 +23,8 @@ import torch
 from fedfair.cli import main as cli_main
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model
-from fedfair.fairness import pooled as metrics
+from fedfair.fairness import pooled
+from fedfair.research.launch import training_config
 from fedfair.research.processes import (
     Child,
     aggregator_command,
@@ -31,9 +32,8 @@ from fedfair.research.processes import (
     start_aggregator,
     start_collaborator,
 )
-from fedfair.research.workspace import Workspace
-from fedfair.research.launch import training_config
 from fedfair.research.simulation import run_rounds
+from fedfair.research.workspace import Workspace
 from fedfair.runtime.aggregator.checkpoint import (
     load_checkpoint,
     read_round_log,
@@ -124,7 +124,7 @@ def test_a_secure_federation_of_processes_equals_the_simulation(tmp_path: Path, 
     report = log[19]["evaluation"]
     model = build_model("logreg", federation.num_features, federation.num_classes)
     test = evaluate(model, final["theta_average"], federation.pooled("test"))
-    exact = metrics.group_risk_report(test.losses, test.correct, plan.objective.rho)
+    exact = pooled.group_risk_report(test.losses, test.correct, plan.objective.rho)
     rounding = 1e-9
     assert abs(report["worst_risk"] - exact.worst_risk) <= report["worst_risk_gap"] + rounding
     assert abs(report["best_risk"] - exact.best_risk) <= report["best_risk_gap"] + rounding

@@ -32,7 +32,7 @@ from fedfair import pki
 from fedfair.core import server
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.models import flat_parameters
-from fedfair.fairness import sums as evaluation
+from fedfair.fairness import sums
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
@@ -268,9 +268,9 @@ class RoundLoop:
         model = (state.theta_average.numpy(), state.c_average)
         try:
             outcome = self.driver.run(
-                round_number, EVALUATION, participants, evaluation.vector_length(), evaluation.ENCODING, model
+                round_number, EVALUATION, participants, sums.vector_length(), sums.ENCODING, model
             )
-            report = evaluation.report_from_sums(
+            report = sums.report_from_sums(
                 outcome.weighted_sum, state.c_average, self.plan.objective.rho, sum_error=outcome.error_bound
             )
         except (RoundAborted, ConfigError) as error:
@@ -300,7 +300,7 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint:
     if plan.secure_aggregation.enabled:
         n = len(plan.collaborators)
         # Both kinds of sum run under secure aggregation: the training updates and the evaluation answers.
-        for encoding in (plan.secure_aggregation.encoding(), evaluation.ENCODING):
+        for encoding in (plan.secure_aggregation.encoding(), sums.ENCODING):
             check_no_wraparound(encoding.clip, encoding.fractional_bits, encoding.modulus_bits, n, encoding.max_weight)
     digest = plan_digest(plan)
     output = plan.aggregator.output

@@ -46,7 +46,7 @@ from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import flat_parameters
-from fedfair.fairness import sums as evaluation
+from fedfair.fairness import sums
 from fedfair.privacy.learner import PrivateLearner
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import (
@@ -291,7 +291,7 @@ class Collaborator:
     def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
         """This institution's answers to the evaluation's threshold queries on its held-out losses."""
         result = evaluate(self.evaluation_model, theta, self.data.test)
-        return evaluation.local_answers(result.losses, 1.0 - result.correct, evaluation.threshold_grid(c))
+        return sums.local_answers(result.losses, 1.0 - result.correct, sums.threshold_grid(c))
 
     def _step(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         """One secure-aggregation stage: fetch its input, run this stage's step, upload the result."""

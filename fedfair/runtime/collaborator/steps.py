@@ -25,7 +25,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 
 from fedfair.core.errors import FedfairError
-from fedfair.fairness import sums as evaluation
+from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
 from fedfair.runtime.plan import SharedSettings
@@ -67,7 +67,7 @@ class Participant:
     def expected(self, stages: Stages) -> tuple[int, EncodingConfig]:
         """The vector length and encoding an aggregation of this kind must use."""
         if stages is EVALUATION:
-            return evaluation.vector_length(), evaluation.ENCODING
+            return sums.vector_length(), sums.ENCODING
         return self.parameters + 1, self.shared.secure_aggregation.encoding()
 
     def check_parameters(self, work: Work, inputs: bytes) -> RoundParameters:
