@@ -23,17 +23,13 @@ from fedfair.runtime.transport import (
     NOT_EXPECTED,
     NOT_PERMITTED,
     PeerAuthenticator,
-    Reassembler,
     Rejected,
     StageGate,
     TlsFiles,
     WireError,
     channel_options,
     check_tls_files,
-    decode_tensor,
     describe_binding,
-    encode_tensor,
-    join,
     make_binding,
     model_parts,
     payload_parts,
@@ -45,7 +41,6 @@ from fedfair.runtime.transport import (
     secure_channel,
     server_credentials,
     server_options,
-    split,
 )
 from fedfair.runtime.transport.chunks import digest
 from tests.runtime.harness import refused
@@ -395,141 +390,3 @@ def test_oversized_chunks_are_refused_on_the_wire(
         lambda: alpha.Submit(payload_parts(binding, b"keys", CHUNK), timeout=RPC_TIMEOUT),
         grpc.StatusCode.FAILED_PRECONDITION,
     )
-
-
-# ---------------------------------------------------------------- chunking without the network
-
-
-@pytest.mark.parametrize("size", [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 5 * CHUNK])
-def test_chunking_round_trips(size: int) -> None:
-    data = np.random.default_rng(size).bytes(size)
-    chunks = list(split(data, CHUNK))
-    assert len(chunks) == max(1, -(-size // CHUNK))
-    assert all(len(chunk.data) <= CHUNK and chunk.total_size == size for chunk in chunks)
-    assert join(chunks, max_total_bytes=size, max_chunk_bytes=CHUNK) == data
-
-
-def chunk(index: int, count: int, total: int, size: int) -> pb.Chunk:
-    return pb.Chunk(index=index, count=count, total_size=total, data=bytes(size))
-
-
-@pytest.mark.parametrize(
-    ("chunks", "message"),
-    [
-        ([chunk(0, 1, CHUNK + 1, CHUNK + 1)], "over the limit of 1024"),  # oversized chunk
-        ([chunk(0, 100, 100 * CHUNK, CHUNK)], "declares 102400 bytes, over the limit"),  # declared total too big
-        ([chunk(0, 2, 2 * CHUNK, CHUNK), chunk(1, 3, 2 * CHUNK, CHUNK)], "declares 3 chunks"),  # count changes
-        ([chunk(0, 2, 2 * CHUNK, CHUNK), chunk(1, 2, 2 * CHUNK - 1, CHUNK)], "declares 2 chunks / 2047 bytes"),
-        ([chunk(1, 2, 2 * CHUNK, CHUNK)], "out of order"),
-        ([chunk(0, 2, 2 * CHUNK, CHUNK), chunk(0, 2, 2 * CHUNK, CHUNK)], "out of order"),  # duplicate
-        ([chunk(0, 2, 2 * CHUNK, CHUNK)], "stopped after 1 of 2"),  # truncated
-        ([chunk(0, 2, CHUNK + 10, CHUNK), chunk(1, 2, CHUNK + 10, 20)], "overruns"),
-        ([chunk(0, 2, CHUNK + 10, CHUNK), chunk(1, 2, CHUNK + 10, 5)], "ended at 1029 bytes; 1034 were declared"),
-        ([chunk(0, 1, 10, 10), chunk(1, 1, 10, 10)], "after the payload's last chunk"),
-        ([chunk(0, 1, 3 * CHUNK, CHUNK)], "impossible"),  # too few chunks for the size
-        ([chunk(0, 20, 10, 1)], "impossible"),  # more chunks than bytes
-        ([chunk(0, 2, 10, 0)], "is empty"),
-        ([], "stopped after 0"),
-    ],
-)
-def test_malformed_chunk_streams_are_refused(chunks: list[pb.Chunk], message: str) -> None:
-    with pytest.raises(WireError, match=message):
-        join(chunks, max_total_bytes=16 * CHUNK, max_chunk_bytes=CHUNK)
-
-
-def test_reassembler_reports_progress() -> None:
-    assembler = Reassembler(max_total_bytes=3 * CHUNK, max_chunk_bytes=CHUNK)
-    pieces = list(split(bytes(2 * CHUNK + 1), CHUNK))
-    for piece in pieces:
-        assert not assembler.done
-        assembler.add(piece)
-    assert assembler.done and len(assembler.result()) == 2 * CHUNK + 1
-
-
-def test_tensors_encode_exactly() -> None:
-    import torch
-
-    for values in (np.arange(7, dtype=np.float32) / 3, np.arange(7, dtype=np.float64) / 3, torch.arange(5.0) / 7):
-        dtype, data = encode_tensor(values)
-        expected = values.numpy() if isinstance(values, torch.Tensor) else values
-        assert (
-            np.array_equal(decode_tensor(data, dtype), expected) and decode_tensor(data, dtype).dtype == expected.dtype
-        )
-    assert encode_tensor(np.ones((2, 3), dtype=np.float32))[1] == np.ones(6, dtype="<f4").tobytes()
-    with pytest.raises(WireError, match="float32 or float64"):
-        encode_tensor(np.arange(3))
-    with pytest.raises(WireError, match="whole number"):
-        decode_tensor(b"abc", pb.DTYPE_FLOAT32)
-    with pytest.raises(WireError, match="unknown tensor dtype"):
-        decode_tensor(b"", pb.DTYPE_UNSPECIFIED)
-
-
-def test_model_parts_are_checked() -> None:
-    binding = make_binding(FEDERATION, 3, pb.STAGE_TRAIN)
-    theta = np.linspace(-1, 1, 1000, dtype=np.float64)
-    parts = list(model_parts(binding, theta, 2.5, chunk_bytes=CHUNK))
-    assert len(parts) == 8
-    got, c = read_model(parts, binding, max_values=1000, max_chunk_bytes=CHUNK)
-    assert c == 2.5 and np.array_equal(got, theta)
-    with pytest.raises(WireError, match="over the limit"):
-        read_model(parts, binding, max_values=999, max_chunk_bytes=CHUNK)
-    with pytest.raises(WireError, match="another federation, round or stage"):
-        read_model(parts, make_binding(FEDERATION, 4, pb.STAGE_TRAIN), max_values=1000, max_chunk_bytes=CHUNK)
-    mixed = list(model_parts(binding, theta, 2.5, chunk_bytes=CHUNK))
-    mixed[3].threshold = 1.0
-    with pytest.raises(WireError, match="disagree"):
-        read_model(mixed, binding, max_values=1000, max_chunk_bytes=CHUNK)
-    with pytest.raises(WireError, match="non-finite"):
-        read_model(model_parts(binding, np.array([np.nan], dtype=np.float32), 0.0), binding, max_values=1)
-
-
-def test_payload_parts_must_share_one_binding() -> None:
-    first, second = make_binding(FEDERATION, 1, pb.STAGE_UNMASK), make_binding(FEDERATION, 2, pb.STAGE_UNMASK)
-    parts = list(payload_parts(first, bytes(3 * CHUNK), CHUNK))
-    parts[2].binding.CopyFrom(second)
-    with pytest.raises(WireError, match="another federation, round or stage"):
-        read_payload(parts, max_total_bytes=3 * CHUNK, max_chunk_bytes=CHUNK)
-    with pytest.raises(WireError, match="empty"):
-        read_payload([], max_total_bytes=1)
-
-
-# ---------------------------------------------------------------- the stage gate
-
-
-def test_stage_gate_refuses_replays_late_and_foreign_messages() -> None:
-    now = [0.0]
-    gate = StageGate(FEDERATION, clock=lambda: now[0])
-    assert gate.current is None
-    keys = gate.open(1, pb.STAGE_ADVERTISE_KEYS, timeout_seconds=10, participants=["alpha", "beta"])
-    assert gate.current == keys
-    gate.admit(keys, "alpha")
-    assert gate.submitted() == {"alpha"}
-
-    def refused_by_gate(binding: pb.Binding, peer: str) -> None:
-        with pytest.raises(Rejected) as caught:
-            gate.admit(binding, peer)
-        assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
-        assert caught.value.details == NOT_EXPECTED and peer not in str(caught.value)
-
-    refused_by_gate(keys, "alpha")  # replay
-    refused_by_gate(keys, "gamma")  # not a participant of this stage
-    refused_by_gate(make_binding("other", 1, pb.STAGE_ADVERTISE_KEYS), "beta")
-    refused_by_gate(make_binding(FEDERATION, 1, pb.STAGE_SHARE_KEYS), "beta")  # early
-    now[0] = 11.0
-    refused_by_gate(keys, "beta")  # past the deadline
-
-    shares = gate.open(1, pb.STAGE_SHARE_KEYS)
-    refused_by_gate(keys, "beta")  # late: that stage has closed
-    gate.admit(shares, "beta")
-    gate.check_read(keys)  # reads of an earlier stage of this round are fine
-    with pytest.raises(Rejected):
-        gate.check_read(make_binding(FEDERATION, 1, pb.STAGE_MASKED_INPUT))
-    with pytest.raises(Rejected):
-        gate.check_read(make_binding(FEDERATION, 0, pb.STAGE_JOIN))
-    with pytest.raises(ValueError, match="only move forward"):
-        gate.open(1, pb.STAGE_ADVERTISE_KEYS)
-    gate.close()
-    refused_by_gate(shares, "alpha")
-    gate.check_federation(shares)
-    with pytest.raises(Rejected):
-        gate.check_federation(make_binding("other", 0, pb.STAGE_JOIN))

@@ -1,0 +1,55 @@
+"""The stage gate: every message bound to (federation, round, stage); replays, late and foreign messages refused."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from fedfair.runtime.transport import (
+    NOT_EXPECTED,
+    Rejected,
+    StageGate,
+    make_binding,
+    pb,
+)
+
+FEDERATION = "test-federation"
+
+
+def test_stage_gate_refuses_replays_late_and_foreign_messages() -> None:
+    now = [0.0]
+    gate = StageGate(FEDERATION, clock=lambda: now[0])
+    assert gate.current is None
+    keys = gate.open(1, pb.STAGE_ADVERTISE_KEYS, timeout_seconds=10, participants=["alpha", "beta"])
+    assert gate.current == keys
+    gate.admit(keys, "alpha")
+    assert gate.submitted() == {"alpha"}
+
+    def refused_by_gate(binding: pb.Binding, peer: str) -> None:
+        with pytest.raises(Rejected) as caught:
+            gate.admit(binding, peer)
+        assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert caught.value.details == NOT_EXPECTED and peer not in str(caught.value)
+
+    refused_by_gate(keys, "alpha")  # replay
+    refused_by_gate(keys, "gamma")  # not a participant of this stage
+    refused_by_gate(make_binding("other", 1, pb.STAGE_ADVERTISE_KEYS), "beta")
+    refused_by_gate(make_binding(FEDERATION, 1, pb.STAGE_SHARE_KEYS), "beta")  # early
+    now[0] = 11.0
+    refused_by_gate(keys, "beta")  # past the deadline
+
+    shares = gate.open(1, pb.STAGE_SHARE_KEYS)
+    refused_by_gate(keys, "beta")  # late: that stage has closed
+    gate.admit(shares, "beta")
+    gate.check_read(keys)  # reads of an earlier stage of this round are fine
+    with pytest.raises(Rejected):
+        gate.check_read(make_binding(FEDERATION, 1, pb.STAGE_MASKED_INPUT))
+    with pytest.raises(Rejected):
+        gate.check_read(make_binding(FEDERATION, 0, pb.STAGE_JOIN))
+    with pytest.raises(ValueError, match="only move forward"):
+        gate.open(1, pb.STAGE_ADVERTISE_KEYS)
+    gate.close()
+    refused_by_gate(shares, "alpha")
+    gate.check_federation(shares)
+    with pytest.raises(Rejected):
+        gate.check_federation(make_binding("other", 0, pb.STAGE_JOIN))
