@@ -134,7 +134,7 @@ def test_the_aggregator_never_reaches_collaborator_modules() -> None:
     assert violations(modules_in("fedfair.runtime.aggregator"), ("fedfair.runtime.collaborator",)) == []
 
 
-def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
+def test_the_checker_sees_a_violation() -> None:
     """The walker itself: a forbidden import, even inside a function, is found."""
     source = "def late():\n    from fedfair.research.simulation import run_rounds\n"
     names = set(imported_names(source, "fedfair.core.local", is_package=False))

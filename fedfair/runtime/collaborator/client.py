@@ -147,7 +147,6 @@ class Collaborator:
                 f"{self.config.federation!r}; check [collaborator] aggregator and federation"
             )
         self.plan_digest = reply.plan_digest
-        self.federation_id = self.shared.federation_id
         self._prepare()
         self.participant = Participant(
             self.config.name, self.shared, self.parameters, self._identity_key, self._credential, self._verify
@@ -164,7 +163,7 @@ class Collaborator:
         logger.info(
             "%s: joined federation %s (secure aggregation %s); %d training rows, batch %d, %d held-out rows, device %s",
             self.config.name,
-            self.federation_id,
+            self.shared.federation_id,
             "on" if self.shared.secure_aggregation.enabled else "OFF",
             data.train.size,
             learner.batch_size,
@@ -173,7 +172,7 @@ class Collaborator:
         )
 
     def _follow(self, stub: pb_grpc.FederationStub) -> int:
-        after = make_binding(self.federation_id, 0, pb.STAGE_JOIN)
+        after = make_binding(self.shared.federation_id, 0, pb.STAGE_JOIN)
         failures = 0
         while not self._stop.is_set():
             try:
