@@ -23,26 +23,37 @@ class Stages:
     start: pb.Stage
     advertise: pb.Stage
     share: pb.Stage
+    check: pb.Stage
     masked: pb.Stage
+    consistency: pb.Stage
     unmask: pb.Stage
     session_offset: int
 
     @property
     def uploads(self) -> tuple[pb.Stage, ...]:
-        """The four secure-aggregation stages, in order: those a collaborator uploads to."""
-        return (self.advertise, self.share, self.masked, self.unmask)
+        """The six secure-aggregation stages, in order: those a collaborator uploads to."""
+        return (self.advertise, self.share, self.check, self.masked, self.consistency, self.unmask)
 
 
 TRAINING = Stages(
-    pb.STAGE_TRAIN, pb.STAGE_ADVERTISE_KEYS, pb.STAGE_SHARE_KEYS, pb.STAGE_MASKED_INPUT, pb.STAGE_UNMASK, 0
+    start=pb.STAGE_TRAIN,
+    advertise=pb.STAGE_ADVERTISE_KEYS,
+    share=pb.STAGE_SHARE_KEYS,
+    check=pb.STAGE_CHECK_SHARES,
+    masked=pb.STAGE_MASKED_INPUT,
+    consistency=pb.STAGE_CONSISTENCY,
+    unmask=pb.STAGE_UNMASK,
+    session_offset=0,
 )
 EVALUATION = Stages(
-    pb.STAGE_EVALUATE,
-    pb.STAGE_EVAL_ADVERTISE_KEYS,
-    pb.STAGE_EVAL_SHARE_KEYS,
-    pb.STAGE_EVAL_MASKED_INPUT,
-    pb.STAGE_EVAL_UNMASK,
-    1,
+    start=pb.STAGE_EVALUATE,
+    advertise=pb.STAGE_EVAL_ADVERTISE_KEYS,
+    share=pb.STAGE_EVAL_SHARE_KEYS,
+    check=pb.STAGE_EVAL_CHECK_SHARES,
+    masked=pb.STAGE_EVAL_MASKED_INPUT,
+    consistency=pb.STAGE_EVAL_CONSISTENCY,
+    unmask=pb.STAGE_EVAL_UNMASK,
+    session_offset=1,
 )
 
 

@@ -13,12 +13,16 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_TRAIN: _ClassVar[Stage]
     STAGE_ADVERTISE_KEYS: _ClassVar[Stage]
     STAGE_SHARE_KEYS: _ClassVar[Stage]
+    STAGE_CHECK_SHARES: _ClassVar[Stage]
     STAGE_MASKED_INPUT: _ClassVar[Stage]
+    STAGE_CONSISTENCY: _ClassVar[Stage]
     STAGE_UNMASK: _ClassVar[Stage]
     STAGE_EVALUATE: _ClassVar[Stage]
     STAGE_EVAL_ADVERTISE_KEYS: _ClassVar[Stage]
     STAGE_EVAL_SHARE_KEYS: _ClassVar[Stage]
+    STAGE_EVAL_CHECK_SHARES: _ClassVar[Stage]
     STAGE_EVAL_MASKED_INPUT: _ClassVar[Stage]
+    STAGE_EVAL_CONSISTENCY: _ClassVar[Stage]
     STAGE_EVAL_UNMASK: _ClassVar[Stage]
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -38,12 +42,16 @@ STAGE_JOIN: Stage
 STAGE_TRAIN: Stage
 STAGE_ADVERTISE_KEYS: Stage
 STAGE_SHARE_KEYS: Stage
+STAGE_CHECK_SHARES: Stage
 STAGE_MASKED_INPUT: Stage
+STAGE_CONSISTENCY: Stage
 STAGE_UNMASK: Stage
 STAGE_EVALUATE: Stage
 STAGE_EVAL_ADVERTISE_KEYS: Stage
 STAGE_EVAL_SHARE_KEYS: Stage
+STAGE_EVAL_CHECK_SHARES: Stage
 STAGE_EVAL_MASKED_INPUT: Stage
+STAGE_EVAL_CONSISTENCY: Stage
 STAGE_EVAL_UNMASK: Stage
 DTYPE_UNSPECIFIED: DType
 DTYPE_FLOAT32: DType
