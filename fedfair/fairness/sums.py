@@ -17,26 +17,51 @@ One evaluation is one secure-sum round over a fixed vector of queries: for K
 thresholds t_0 = 0 < t_1 < ... < t_{K-1} every collaborator sends A(t_j) and S(t_j)
 for its losses, the same for its negated losses (the best group is the worst group
 of -l), its sample count, its loss sum and its error count. The thresholds are a
-public function of the evaluated model's threshold c (which FedSRCVaR trains to the
-(1 - rho)-quantile of the training losses): dense around it, geometric elsewhere,
-so the aggregator cannot pick them to probe anyone.
+function of the plan alone (`threshold_grid` of `[evaluation] loss_range`): half
+spaced evenly over that range, where the worst group's boundary should lie, half
+geometric from 1e-6 to 1e4. Every evaluation of a federation uses the same grid; each
+collaborator computes it from its own copy of the plan, so no value of the round (in
+particular not the evaluated model's c, which the aggregator chooses) can move it.
 
 Why the result is exact up to a certified gap: from the sums, F is known exactly at
-every t_j, and its right slopes too. F is convex and piecewise linear, so with
-lo < hi the consecutive thresholds where g changes sign (g(lo) < 0 <= g(hi)), a
-minimiser c* lies in [lo, hi] and F(hi) >= CVaR_rho. The two supporting lines
-F(lo) + g(lo)(c - lo) and F(hi) + g(hi)(c - hi) lie below F and cross in [lo, hi]
-at a lower bound on CVaR_rho. We report F(hi) with the gap between the two:
+every t_j, and its right slopes too. F is convex and piecewise linear, so for any
+thresholds lo < hi with g(lo) < 0 <= g(hi), a minimiser c* lies in [lo, hi] and
+F(hi) >= CVaR_rho. The two supporting lines F(lo) + g(lo)(c - lo) and
+F(hi) + g(hi)(c - hi) lie below F and cross in [lo, hi] at a lower bound on CVaR_rho.
+We report F(hi) with the gap between the two:
 
     0 <= F(hi) - CVaR_rho <= gap <= g(hi) (hi - lo) <= hi - lo,
 
 up to float64 rounding of the sums (about n * 1e-16 relative): the line through hi
-falls by at most g(hi) (hi - lo) before the crossing, and g(hi) <= 1. When already
-t_0 has at most a rho-fraction of losses above it, t_0 is a minimiser and the gap
-is 0. The grid is dense where the boundary lies, so the gap is small there. Sums of
-the fixed-point encoding carry an error of at most `sum_error` per coordinate, which
-adds 2 sum_error / (rho n) to the gap; counts are integers and come out exact, and
-so do the error-rate groups, which need only the error count.
+falls by at most g(hi) (hi - lo) before the crossing, and g(hi) <= 1. The pair starts
+as the consecutive thresholds where g changes sign; when fewer than
+`min_bucket_count` samples lie in (lo, hi] (A(lo) - A(hi) of them), it is widened to
+the narrowest pair lo' <= lo, hi' >= hi that holds enough, and the same argument
+holds for it with a wider gap (or, with no such pair, the report is refused). When
+already t_0 has at most a rho-fraction of losses above it, t_0 is a minimiser and
+the gap is 0. The grid is dense over the plan's loss range, so the gap is small when
+the boundary lies inside it, and bounded by the geometric spacing (about 1.1 %
+of the threshold) outside. Sums of the fixed-point encoding carry an error of at
+most `sum_error` per coordinate, which adds 2 sum_error / (rho n) to the gap; counts
+are integers and come out exact, and so do the error-rate groups, which need only
+the error count.
+
+What the sums reveal. The report rests on n, the loss sum, the error count and A
+and S at the two thresholds of each group's pair, which hold at least
+`min_bucket_count` samples between them. The raw sums, which the aggregator
+decodes, reveal more about the pooled held-out set of the evaluation's
+contributors: for every bucket (t_j, t_{j+1}] of the plan's grid, its count
+A(t_j) - A(t_{j+1}) and the sum of its losses,
+S(t_j) - S(t_{j+1}) - (t_{j+1} - t_j) A(t_{j+1}) + t_j (A(t_j) - A(t_{j+1})), that
+is, the histogram of the pooled losses on the grid with each bucket's loss sum; the
+number of losses equal to each t_j (n less those above less those below, which the
+negated direction counts); n, the loss sum and the error count.
+`min_bucket_count` limits none of that: a bucket that holds one sample gives that
+sample's loss exactly (though not whose it is). A fixed grid stops the aggregator
+from placing thresholds where it wants them from one evaluation to the next, nothing
+more. Two evaluations of the same model whose contributors differ by one institution
+(an aborted round leaves the model unchanged, and the aggregator decides who counts
+as dropped) give that institution's own histogram and bucket sums by difference.
 """
 
 from __future__ import annotations
@@ -51,10 +76,16 @@ from fedfair.fairness.report import GroupRiskReport, SecureSumCertificate
 from fedfair.secagg.encode import EncodingConfig
 
 THRESHOLDS = 4096
-"""K, thresholds per direction: half dense around the model's c, half geometric."""
+"""K, thresholds per direction: half spaced evenly over the plan's loss range, half geometric."""
 
 GEOMETRIC_RANGE = (1e-6, 1e4)
 """The geometric half of the grid covers losses from here to there."""
+
+LOSS_RANGE = (0.0, 3.0)
+"""The default dense range: cross-entropy losses around the worst group's boundary (plan: [evaluation] loss_range)."""
+
+MIN_BUCKET_COUNT = 10
+"""The default fewest samples between the two thresholds a reported group risk rests on."""
 
 EXTRA_COORDINATES = 3
 """After the 4 K threshold sums: the sample count, the loss sum and the error count."""
@@ -70,27 +101,40 @@ def vector_length(thresholds: int = THRESHOLDS) -> int:
     return 4 * thresholds + EXTRA_COORDINATES
 
 
-def threshold_grid(center: float, count: int = THRESHOLDS) -> np.ndarray:
-    """The public thresholds of one evaluation: 0, then increasing, `count` in all.
+def check_loss_range(loss_range: tuple[float, float]) -> tuple[float, float]:
+    """Return ``(low, high)`` if 0 <= low < high <= the geometric half's top, else raise ConfigError."""
+    low, high = (float(value) for value in loss_range)
+    if not (math.isfinite(low) and math.isfinite(high) and 0.0 <= low < high <= GEOMETRIC_RANGE[1]):
+        raise ConfigError(
+            f"the evaluation's loss range must be [low, high] with 0 <= low < high <= {GEOMETRIC_RANGE[1]:g}, "
+            f"got {[low, high]}; cover the losses where the worst group's boundary lies, e.g. [0.0, 3.0]"
+        )
+    return low, high
 
-    Half are spaced evenly on [center / 2, 3 center / 2 + 0.05], where the boundary of
-    the worst group lies when the model's c is close to the test quantile; the rest
-    are geometric over GEOMETRIC_RANGE, for the best group and for a c that is off.
-    Both sides compute it from the evaluated model's c, so it travels nowhere.
+
+def threshold_grid(loss_range: tuple[float, float] = LOSS_RANGE, count: int = THRESHOLDS) -> np.ndarray:
+    """The public thresholds of every evaluation of a federation: 0, then increasing, `count` in all.
+
+    Half are spaced evenly over the plan's `loss_range` (where the worst group's
+    boundary should lie), the rest geometric over GEOMETRIC_RANGE (the best group, and
+    a boundary outside the range). The grid depends on the plan alone, never on a
+    value of the round, so the aggregator cannot move thresholds to where it wants
+    counts; each side computes it from its own copy of the plan, and it travels nowhere.
     """
     if count < 8:
         raise ConfigError(f"an evaluation needs at least 8 thresholds, got {count}")
-    if not (math.isfinite(center) and center >= 0.0):
-        raise ConfigError(f"the evaluated threshold c must be a finite number >= 0, got {center}")
-    low, high = GEOMETRIC_RANGE
-    dense = np.linspace(0.5 * center, 1.5 * center + 0.05, count // 2)
-    geometric = np.geomspace(low, high, count - count // 2 - 1)
+    low, high = check_loss_range(loss_range)
+    dense = np.linspace(low, high, count // 2)
+    geometric = np.geomspace(*GEOMETRIC_RANGE, count - count // 2 - 1)
     grid = np.unique(np.concatenate([[0.0], dense, geometric]))
-    # Dense and geometric points can coincide; top up so the vector length stays fixed.
-    extra = count - grid.size
-    if extra > 0:
-        grid = np.unique(np.concatenate([grid, np.geomspace(high, 10 * high, extra + 1)[1:]]))
-    return grid[:count]
+    # Points can coincide (0 itself when the range starts there): top up with geometric midpoints,
+    # smallest first, so the vector length stays fixed without a threshold above the top (whose
+    # negated sums would overflow the encoding sooner).
+    spare = np.setdiff1d(np.sqrt(geometric[:-1] * geometric[1:]), grid)[: count - grid.size]
+    grid = np.union1d(grid, spare)
+    if grid.size != count:
+        raise ConfigError(f"the loss range {[low, high]} is too narrow to hold distinct thresholds; widen it")
+    return grid
 
 
 def _above(sorted_values: np.ndarray, suffix_sums: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -132,10 +176,41 @@ def local_answers(losses: np.ndarray, errors: np.ndarray, thresholds: np.ndarray
 
 @dataclass(frozen=True)
 class RiskBound:
-    """CVaR_rho from threshold sums: the reported value (an upper bound) and a certified gap."""
+    """CVaR_rho from threshold sums: the reported value (an upper bound), a certified gap, and what they rest on.
+
+    `bracket` is the threshold pair (lo, hi) the value and the gap come from (None when the
+    first threshold is a minimiser and the gap is 0), `bucket` how many values lie in (lo, hi].
+    """
 
     value: float
     gap: float
+    bracket: tuple[float, float] | None
+    bucket: int
+
+
+def _widened(thresholds: np.ndarray, counts: np.ndarray, low: int, high: int, least: int) -> tuple[int, int]:
+    """The narrowest threshold pair lo' <= low < high <= hi' with at least `least` values in (t[lo'], t[hi']].
+
+    Counts fall along the grid, so for each lo' the first hi' that holds enough is found
+    by bisection; of those pairs the narrowest wins (the nearest to (low, high) on a tie).
+    """
+    lows = np.arange(low, -1, -1)
+    # First index whose count is at most counts[lo'] - least: bisection on the rising -counts.
+    highs = np.maximum(np.searchsorted(-counts, least - counts[lows], side="left"), high)
+    usable = highs < thresholds.size
+    if not usable.any():
+        raise ConfigError(
+            f"fewer than {least} held-out values lie between any two thresholds around the group boundary, "
+            "so a reported group risk would rest on a handful of samples; evaluate on more data or lower "
+            "[evaluation] min_bucket_count"
+        )
+    lows, highs = lows[usable], highs[usable]
+    best = int(np.argmin(thresholds[highs] - thresholds[lows]))
+    chosen_low, chosen_high = int(lows[best]), int(highs[best])
+    if counts[chosen_low] - counts[chosen_high] < least:
+        # Only sums that are not counts of one set of values (a broken contributor) get here.
+        raise ConfigError("the evaluation's counts do not fall along the thresholds; a contributor sent broken sums")
+    return chosen_low, chosen_high
 
 
 def cvar_from_sums(
@@ -147,16 +222,23 @@ def cvar_from_sums(
     *,
     sum_error: float = 0.0,
     values_at_least_first: bool = False,
+    min_bucket_count: int = 1,
 ) -> RiskBound:
     """CVaR_rho of the summed values from A and S at increasing thresholds (see the module doc).
 
     `values_at_least_first`: no value lies below thresholds[0] (losses >= 0), so a
     first threshold that already has at most a rho-fraction above it is a minimiser.
+    `min_bucket_count`: the bracket (lo, hi] the result rests on must hold at least this
+    many values; a thinner one is widened to the narrowest pair that does (the gap grows
+    with it), and with no such pair the result is refused. 1 never widens: the
+    boundary bucket always holds a value.
     """
     if not 0.0 < rho <= 1.0:
         raise ConfigError(f"rho must be in (0, 1], got {rho}")
     if not total > 0:
         raise ConfigError("the evaluation sums report no held-out samples; every collaborator needs test data")
+    if min_bucket_count < 1:
+        raise ConfigError(f"min_bucket_count must be at least 1, got {min_bucket_count}")
     mass = rho * total
     within = np.flatnonzero(counts <= mass)
     if within.size == 0:
@@ -164,7 +246,6 @@ def cvar_from_sums(
             f"over a {rho:g} fraction of held-out losses exceed {thresholds[-1]:g}; the evaluated model has diverged"
         )
     high = int(within[0])
-    value = float(thresholds[high] + excess[high] / mass)
     slack = sum_error / mass
     if high == 0:
         # F falls to the left of t_0 (slope 1 - 1/rho) while every value lies above t_0 or
@@ -173,8 +254,9 @@ def cvar_from_sums(
             raise ConfigError(
                 "the evaluation thresholds start above the group boundary; the evaluated values are out of range"
             )
-        return RiskBound(value, slack)
-    low = high - 1
+        return RiskBound(float(thresholds[0] + excess[0] / mass), slack, None, 0)
+    low, high = _widened(thresholds, counts, high - 1, high, min_bucket_count)
+    value = float(thresholds[high] + excess[high] / mass)
     slope_low, slope_high = 1.0 - counts[low] / mass, 1.0 - counts[high] / mass
     value_low = float(thresholds[low] + excess[low] / mass)
     # Two supporting lines of the convex F; their crossing lower-bounds its minimum.
@@ -182,27 +264,56 @@ def cvar_from_sums(
         slope_low - slope_high
     )
     lower = value_low + slope_low * (crossing - thresholds[low])
-    return RiskBound(value, max(value - lower, 0.0) + 2 * slack)
+    bracket = (float(thresholds[low]), float(thresholds[high]))
+    return RiskBound(value, max(value - lower, 0.0) + 2 * slack, bracket, int(counts[low] - counts[high]))
 
 
-def report_from_sums(summed: np.ndarray, center: float, rho: float, *, sum_error: float = 0.0) -> GroupRiskReport:
+def report_from_sums(
+    summed: np.ndarray,
+    thresholds: np.ndarray,
+    rho: float,
+    *,
+    min_bucket_count: int = MIN_BUCKET_COUNT,
+    sum_error: float = 0.0,
+) -> GroupRiskReport:
     """The federation's group risks at rho from the secure sum of the collaborators' vectors, certified.
 
-    `center` is the evaluated model's c (it fixes the thresholds); `sum_error` bounds the
-    absolute error of every summed coordinate (the encoder's bound; 0 for plain sums).
+    `thresholds` is the plan's grid (`threshold_grid` of its loss range, the one every
+    collaborator answered); `sum_error` bounds the absolute error of every summed
+    coordinate (the encoder's bound; 0 for plain sums). Each group risk rests on a
+    threshold pair holding at least `min_bucket_count` samples, widened if need be,
+    so the report never turns on a handful of individual losses (see the module doc
+    for what the raw sums themselves reveal).
     """
-    thresholds = threshold_grid(center, (summed.size - EXTRA_COORDINATES) // 4)
     k = thresholds.size
     if summed.size != vector_length(k):
         raise ConfigError(f"an evaluation sum has {summed.size} entries; expected {vector_length(k)}")
     counts, excess, negated_counts, negated_excess = (summed[i * k : (i + 1) * k] for i in range(4))
     # Counts are sums of integers; rounding them removes any encoding error.
     total, loss_sum, error_count = np.rint(summed[-3]), float(summed[-2]), float(np.rint(summed[-1]))
+    if 0 < total < min_bucket_count:
+        raise ConfigError(
+            f"the evaluation covers {int(total)} held-out samples, fewer than min_bucket_count = {min_bucket_count}; "
+            "a report would expose individual losses: evaluate on more data or lower [evaluation] min_bucket_count"
+        )
     worst = cvar_from_sums(
-        thresholds, np.rint(counts), excess, total, rho, sum_error=sum_error, values_at_least_first=True
+        thresholds,
+        np.rint(counts),
+        excess,
+        total,
+        rho,
+        sum_error=sum_error,
+        values_at_least_first=True,
+        min_bucket_count=min_bucket_count,
     )
     negated_worst = cvar_from_sums(
-        -thresholds[::-1], np.rint(negated_counts), negated_excess, total, rho, sum_error=sum_error
+        -thresholds[::-1],
+        np.rint(negated_counts),
+        negated_excess,
+        total,
+        rho,
+        sum_error=sum_error,
+        min_bucket_count=min_bucket_count,
     )
     best = 0.0 - negated_worst.value
     mean_error = error_count / total

@@ -12,9 +12,12 @@ The modules, each with one job:
 - ``names``: valid participant names and the two roles;
 - ``certificates``: making the CA, signing requests and certificates (no files);
 - ``verification``: the name and role a certificate carries, checking it against
-  the CA, the credential verifier secure aggregation uses, fingerprints;
+  the CA, the credential verifiers secure aggregation uses (CA-backed, or also
+  pinned to agreed fingerprints), fingerprints;
 - ``store``: the certificates folder on disk (``ca.crt``, ``NAME.key``, ...);
-- ``commands``: ``fedfair pki init | request | sign | issue | show``.
+- ``roster``: the manifest the institutions agree on (pins, checks, digest, text),
+  which protects the roster against the CA holder itself;
+- ``commands``: ``fedfair pki init | request | sign | issue | show | manifest``.
 
 The names below are re-exported so that callers can write ``from fedfair.pki import X``.
 """
@@ -34,6 +37,7 @@ from fedfair.pki.store import (
 from fedfair.pki.verification import (
     credential_verifier,
     name_from_certificate,
+    pinned_credential_verifier,
     verify_certificate,
 )
 
@@ -48,6 +52,7 @@ __all__ = [
     "load_private_key",
     "name_from_certificate",
     "participant_paths",
+    "pinned_credential_verifier",
     "sign_request",
     "validate_name",
     "verify_certificate",

@@ -101,15 +101,26 @@ def create_ca(
     return certificate, key
 
 
-def create_request(name: str, key: ec.EllipticCurvePrivateKey) -> x509.CertificateSigningRequest:
-    """A signing request for ``name``, signed by the participant's own key."""
+def create_request(
+    name: str, key: ec.EllipticCurvePrivateKey, role: str | None = None
+) -> x509.CertificateSigningRequest:
+    """A signing request for ``name``, signed by the participant's own key.
+
+    ``role`` (optional) is written into the request as the extended key usage the
+    institution asks for, so the CA holder signs for the role the institution meant
+    and a mismatch is caught at signing rather than at the first handshake.
+    """
     validate_name(name)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    return x509.CertificateSigningRequestBuilder().subject_name(subject).sign(key, identity.SIGNATURE_HASH())
+    builder = x509.CertificateSigningRequestBuilder().subject_name(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    )
+    if role is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([ROLE_USAGE[check_role(role)]]), critical=False)
+    return builder.sign(key, identity.SIGNATURE_HASH())
 
 
 def check_request(request: x509.CertificateSigningRequest) -> str:
-    """Check a signing request (signature, P-256 key, one valid name) and return the name."""
+    """Check a signing request (signature, P-256 key, one valid name, a well-formed role) and return the name."""
     if not request.is_signature_valid:
         raise CertificateError("the signing request's signature does not verify; ask for a fresh request")
     check_p256(request.public_key(), "the signing request")
@@ -118,7 +129,44 @@ def check_request(request: x509.CertificateSigningRequest) -> str:
         raise CertificateError(
             "the signing request must name exactly one common name; make it with `fedfair pki request`"
         )
-    return validate_name(str(names[0].value))
+    name = validate_name(str(names[0].value))
+    requested_role(request)
+    return name
+
+
+def requested_role(request: x509.CertificateSigningRequest) -> str | None:
+    """The role a signing request asks for (its extended key usage), or None when it names none.
+
+    A request whose extended key usage names both roles, or none of them, is refused:
+    the CA must never guess which role an institution meant.
+    """
+    try:
+        usages = set(request.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        return None
+    roles = [role for role, usage in ROLE_USAGE.items() if usage in usages]
+    if len(roles) != 1 or len(usages) != 1:
+        raise CertificateError(
+            "the signing request asks for a role other than exactly one of "
+            f"{', '.join(ROLE_USAGE)}; make a fresh one with `fedfair pki request --role ROLE`"
+        )
+    return roles[0]
+
+
+def signing_role(request: x509.CertificateSigningRequest, role: str | None) -> str:
+    """The role to sign ``request`` for: the one it asks for, which ``role`` (the CA's choice), if given, must equal."""
+    asked = requested_role(request)
+    if role is not None:
+        check_role(role)
+        if asked is not None and asked != role:
+            raise CertificateError(
+                f"the signing request asks for the {asked} role, not {role}; sign it with `--role {asked}` "
+                "or ask the institution for a request with the right role"
+            )
+        return role
+    if asked is None:
+        raise CertificateError("the signing request names no role; sign it with `--role aggregator|collaborator`")
+    return asked
 
 
 def _host_name(host: str) -> x509.GeneralName:
@@ -132,7 +180,7 @@ def sign_request(
     request: x509.CertificateSigningRequest,
     ca_certificate: x509.Certificate,
     ca_key: ec.EllipticCurvePrivateKey,
-    role: str,
+    role: str | None = None,
     *,
     days: int = CERT_DAYS,
     not_before: dt.datetime | None = None,
@@ -140,13 +188,14 @@ def sign_request(
 ) -> x509.Certificate:
     """Issue a certificate for a checked request.
 
-    The name goes into CN and a DNS SAN; the aggregator also gets ``localhost`` and
+    ``role`` None signs for the role the request asks for (:func:`signing_role`). The
+    name goes into CN and a DNS SAN; the aggregator also gets ``localhost`` and
     ``127.0.0.1`` (so loopback works) plus any extra ``hosts`` (DNS names or IPs).
     ``not_before`` (default: now, less five minutes of clock skew) exists for tests
     that need a certificate whose window has passed.
     """
-    check_role(role)
     name = check_request(request)
+    role = signing_role(request, role)
     _check_days(days)
     start = not_before or (_now() - _CLOCK_SKEW)
     sans: list[x509.GeneralName] = [x509.DNSName(name)]

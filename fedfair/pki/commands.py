@@ -1,4 +1,11 @@
-"""`fedfair pki init | request | sign | issue | show`: the certificates folder from the shell."""
+"""`fedfair pki init | request | sign | issue | show | manifest`: the certificates folder from the shell.
+
+The flow for a CA held apart from the institutions: each institution runs `request`
+(its key never leaves its folder), the CA holder runs `sign` on the request it
+receives, and once every certificate is issued anyone runs `manifest` on them; the
+institutions compare the printed fingerprints (or the manifest's digest) out of band
+and each keeps a copy of the manifest, which pins the roster against the CA itself.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from pathlib import Path
 
 from fedfair.pki.certificates import CA_COMMON_NAME, CA_DAYS, CERT_DAYS
 from fedfair.pki.names import ROLES
+from fedfair.pki.roster import pins_from_folders, write_manifest
 from fedfair.pki.store import (
     describe,
     init_ca,
@@ -16,7 +24,11 @@ from fedfair.pki.store import (
     request_certificate,
     sign_certificate,
 )
-from fedfair.pki.verification import fingerprint
+from fedfair.pki.verification import (
+    fingerprint,
+    name_from_certificate,
+    role_of_certificate,
+)
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
@@ -26,17 +38,20 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_request(args: argparse.Namespace) -> int:
-    key_path, csr_path = request_certificate(args.dir, args.name)
-    print(f"wrote {key_path} (0600, stays here) and {csr_path}")
-    print(f"next: send {csr_path.name} to the CA operator; put the returned {args.name}.crt and ca.crt in {args.dir}")
+    key_path, csr_path = request_certificate(args.dir, args.name, args.role)
+    print(f"wrote {key_path} (0600, stays here) and {csr_path} (asks for the {args.role} role)")
+    print(f"next: send {csr_path.name} to the CA holder; put the returned {args.name}.crt and ca.crt in {args.dir}")
     return 0
 
 
 def _cmd_sign(args: argparse.Namespace) -> int:
-    path = sign_certificate(args.dir, args.csr, args.role, days=args.days, hosts=args.host, overwrite=args.force)
+    path = sign_certificate(
+        args.dir, args.csr, args.role, days=args.days, hosts=args.host, overwrite=args.force, out=args.out
+    )
     certificate = load_certificate(path)
-    print(f"issued {path} for {path.stem} ({args.role}), sha256 {fingerprint(certificate)}")
-    print(f"next: send {path.name} and ca.crt back to {path.stem}")
+    name = name_from_certificate(certificate)
+    print(f"issued {path} for {name} ({role_of_certificate(certificate)}), sha256 {fingerprint(certificate)}")
+    print(f"next: send {path.name} and ca.crt back to {name}")
     return 0
 
 
@@ -52,9 +67,26 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_certificate_arguments(parser: argparse.ArgumentParser) -> None:
+def _cmd_manifest(args: argparse.Namespace) -> int:
+    ca_certificate = load_certificate(args.ca) if args.ca is not None else None
+    pins = pins_from_folders(args.certs, ca_certificate)
+    digest = write_manifest(args.out, args.federation, pins, args.max_colluding, args.min_round_size)
+    print(f"wrote {args.out} for federation {args.federation}: {len(pins)} participants")
+    for pin in sorted(pins, key=lambda pin: (pin.role != "aggregator", pin.name)):
+        print(f"  {pin.name:<20} {pin.role:<12} sha256 {pin.sha256}")
+    print(f"manifest sha256 {digest}")
+    print("next: every institution compares these fingerprints (or the digest) out of band, then keeps a copy")
+    return 0
+
+
+def _add_certificate_arguments(parser: argparse.ArgumentParser, *, role_required: bool) -> None:
     """What `sign` and `issue` both ask of the certificate they make: role, validity, extra hosts."""
-    parser.add_argument("--role", choices=ROLES, required=True)
+    if role_required:
+        parser.add_argument("--role", choices=ROLES, required=True)
+    else:
+        parser.add_argument(
+            "--role", choices=ROLES, default=None, help="the role to sign for (default: the one the request asks for)"
+        )
     parser.add_argument("--days", type=int, default=CERT_DAYS, help=f"validity (default {CERT_DAYS})")
     parser.add_argument(
         "--host", action="append", default=[], help="extra DNS name or IP in the certificate (repeatable)"
@@ -62,15 +94,20 @@ def _add_certificate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``fedfair pki {init,request,sign,issue,show}``."""
+    """Add ``fedfair pki {init,request,sign,issue,show,manifest}``."""
     pki = subparsers.add_parser("pki", help="certificates: a CA per federation, one certificate per participant")
     commands = pki.add_subparsers(dest="pki_command", required=True, metavar="STEP")
 
     def add(
-        name: str, help_text: str, handler: Callable[[argparse.Namespace], int]
+        name: str,
+        help_text: str,
+        handler: Callable[[argparse.Namespace], int],
+        folder: tuple[str, ...] | None = ("--dir",),
+        folder_help: str = "the certificates folder",
     ) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--dir", type=Path, required=True, help="the certificates folder")
+        if folder is not None:
+            parser.add_argument(*folder, dest="dir", type=Path, required=True, help=folder_help)
         parser.set_defaults(handler=handler)
         return parser
 
@@ -78,17 +115,52 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     init.add_argument("--days", type=int, default=CA_DAYS, help=f"validity (default {CA_DAYS})")
     init.add_argument("--common-name", default=CA_COMMON_NAME, help="the CA's subject name")
 
-    request = add("request", "at an institution: make NAME.key (stays) and NAME.csr (travels)", _cmd_request)
+    request = add(
+        "request",
+        "at an institution: make NAME.key (stays) and NAME.csr (travels to the CA holder)",
+        _cmd_request,
+        ("--out", "--dir"),
+        "the institution's own certificates folder",
+    )
     request.add_argument("--name", required=True, help="the participant name, e.g. hospital-a")
+    request.add_argument(
+        "--role", choices=ROLES, default="collaborator", help="the role asked for (default collaborator)"
+    )
 
-    sign = add("sign", "at the CA: check NAME.csr and issue NAME.crt", _cmd_sign)
+    sign = add(
+        "sign",
+        "at the CA: check NAME.csr and issue NAME.crt",
+        _cmd_sign,
+        ("--ca", "--dir"),
+        "the CA's folder (ca.crt, ca.key)",
+    )
     sign.add_argument("--csr", type=Path, required=True, help="the signing request to check and sign")
-    sign.add_argument("--force", action="store_true", help="replace an existing NAME.crt (renewal)")
-    _add_certificate_arguments(sign)
+    sign.add_argument("--out", type=Path, default=None, help="where to write the certificate (default CA/NAME.crt)")
+    sign.add_argument("--force", action="store_true", help="replace an existing certificate (renewal)")
+    _add_certificate_arguments(sign, role_required=False)
 
     issuing = add("issue", "request and sign in one folder (local demos)", _cmd_issue)
     issuing.add_argument("--name", required=True, help="the participant name, e.g. hospital-a")
-    _add_certificate_arguments(issuing)
+    _add_certificate_arguments(issuing, role_required=True)
 
     show = add("show", "list the CA and certificates with role, expiry and status", _cmd_show)
     show.add_argument("--name", default=None, help="only this participant")
+
+    manifest = add(
+        "manifest",
+        "build the federation's manifest (pinned roster) from the issued certificates",
+        _cmd_manifest,
+        folder=None,
+    )
+    manifest.add_argument("--federation", required=True, help="the federation id, as in the plan")
+    manifest.add_argument(
+        "--certs", type=Path, nargs="+", action="extend", required=True, help="folders holding the NAME.crt files"
+    )
+    manifest.add_argument(
+        "--ca", type=Path, default=None, help="the federation's ca.crt (default: the one the folders hold)"
+    )
+    manifest.add_argument(
+        "--max-colluding", type=int, default=0, help="collaborators that may collude with the aggregator (default 0)"
+    )
+    manifest.add_argument("--min-round-size", type=int, required=True, help="the fewest parties a round may have")
+    manifest.add_argument("--out", type=Path, required=True, help="the manifest to write, e.g. manifest.toml")

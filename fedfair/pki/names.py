@@ -4,7 +4,8 @@ A participant name is at once the certificate's common name, a DNS name in its
 subject alternative names and the stem of its files (``NAME.key``, ``NAME.crt``),
 so it must be a valid lower-case DNS name that cannot collide with the CA's own
 files. A role is what the participant does in the federation: one aggregator,
-many collaborators.
+many collaborators. A federation id names the federation itself in the plan, in
+every message binding and in the manifest the institutions agree on.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ ROLES = ("aggregator", "collaborator")
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _NAME_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 _RESERVED_NAMES = frozenset({"ca"})
+FEDERATION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A federation id: letters, digits, '.', '_' or '-', starting with a letter or digit, at most 128."""
 
 
 def validate_name(name: str) -> str:
@@ -37,3 +40,13 @@ def check_role(role: str) -> str:
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; choose one of: {', '.join(ROLES)}")
     return role
+
+
+def validate_federation_id(federation_id: str) -> str:
+    """Return ``federation_id`` if it matches :data:`FEDERATION_ID_RE`, else raise ConfigError."""
+    if not isinstance(federation_id, str) or not FEDERATION_ID_RE.fullmatch(federation_id):
+        raise ConfigError(
+            f"invalid federation id {federation_id!r}; use letters, digits, '.', '_' or '-' (at most 128),"
+            " e.g. 'fedfair-demo'"
+        )
+    return federation_id

@@ -17,13 +17,14 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import IO, TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError
+from fedfair.core.files import atomic_write
 from fedfair.pki.certificates import (
     CA_COMMON_NAME,
     CA_DAYS,
@@ -56,25 +57,20 @@ def participant_paths(directory: Path, name: str) -> tuple[Path, Path, Path]:
     return directory / f"{name}.crt", directory / f"{name}.key", directory / f"{name}.csr"
 
 
-def _write(path: Path, data: bytes, mode: int, *, overwrite: bool = False) -> None:
-    """Write atomically (temp file, fsync, rename) with an exact permission mode."""
+def write_file(path: Path, data: bytes, mode: int, *, overwrite: bool = False) -> None:
+    """Write atomically (fedfair.core.files.atomic_write: a temporary file in the same folder, fsync,
+    rename, fsync of the folder) with an exact permission mode; refuse to replace a file unless asked."""
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} already exists; move it away first (it is never overwritten silently)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
+
+    def write(stream: IO[bytes]) -> None:
+        # The temporary file starts as 0600, so a key is never readable by others, even briefly;
+        # then the exact mode, whatever the umask.
         if hasattr(os, "fchmod"):
-            os.fchmod(descriptor, mode)  # exact mode, whatever the umask
-        os.write(descriptor, data)
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-    try:
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+            os.fchmod(stream.fileno(), mode)
+        stream.write(data)
+
+    atomic_write(path, write)
 
 
 def _private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -136,21 +132,21 @@ def init_ca(directory: Path | str, *, common_name: str = CA_COMMON_NAME, days: i
         if path.exists():
             raise ConfigError(f"{path} already exists; this folder already has a CA (use another --dir)")
     certificate, key = create_ca(common_name, days=days)
-    _write(key_path, _private_pem(key), 0o600)
-    _write(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_file(key_path, _private_pem(key), 0o600)
+    write_file(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
     return cert_path
 
 
-def request_certificate(directory: Path | str, name: str) -> tuple[Path, Path]:
-    """At an institution: write NAME.key (0600) and NAME.csr; return their paths."""
+def request_certificate(directory: Path | str, name: str, role: str | None = None) -> tuple[Path, Path]:
+    """At an institution: write NAME.key (0600) and NAME.csr (asking for ``role`` if given); return their paths."""
     directory = Path(directory)
     _, key_path, csr_path = participant_paths(directory, name)
     if key_path.exists():
         raise ConfigError(f"{key_path} already exists; keep using it or move it away to make a new key")
     key = generate_private_key()
-    request = create_request(name, key)
-    _write(key_path, _private_pem(key), 0o600)
-    _write(csr_path, request.public_bytes(serialization.Encoding.PEM), 0o644, overwrite=True)
+    request = create_request(name, key, role)
+    write_file(key_path, _private_pem(key), 0o600)
+    write_file(csr_path, request.public_bytes(serialization.Encoding.PEM), 0o644, overwrite=True)
     return key_path, csr_path
 
 
@@ -164,32 +160,50 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivate
 def sign_certificate(
     directory: Path | str,
     request_path: Path | str,
-    role: str,
+    role: str | None = None,
     *,
     days: int = CERT_DAYS,
     hosts: Sequence[str] = (),
     overwrite: bool = False,
+    out: Path | str | None = None,
 ) -> Path:
-    """At the CA: check a signing request and write NAME.crt into ``directory``."""
+    """At the CA held in ``directory``: check a signing request and write the certificate.
+
+    ``role`` None signs for the role the request asks for; the certificate goes to
+    ``out``, by default NAME.crt in ``directory``. Nothing is written unless the
+    request passes every check.
+    """
     directory = Path(directory)
-    check_role(role)
     ca_certificate, ca_key = _load_ca(directory)
     certificate = sign_request(load_request(request_path), ca_certificate, ca_key, role, days=days, hosts=hosts)
-    cert_path, _, _ = participant_paths(directory, name_from_certificate(certificate))
-    _write(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644, overwrite=overwrite)
+    cert_path = Path(out) if out is not None else participant_paths(directory, name_from_certificate(certificate))[0]
+    write_file(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644, overwrite=overwrite)
     return cert_path
 
 
 def issue(directory: Path | str, role: str, name: str, *, days: int = CERT_DAYS, hosts: Sequence[str] = ()) -> Path:
-    """Both steps in one folder (local demos): NAME.key, then NAME.crt signed by the CA there."""
+    """Request and sign in one folder (local demos): NAME.key and NAME.crt, signed by the CA there.
+
+    Everything is made and checked in memory first (the CA, the name, the role, the
+    validity, the hosts), so a refused flag leaves no file behind; then the key and
+    the certificate are written, and a failed certificate write takes the key away again.
+    """
     directory = Path(directory)
     check_role(role)
-    _load_ca(directory)  # fail before making a key if there is no CA here
-    _, csr_path = request_certificate(directory, name)
+    ca_certificate, ca_key = _load_ca(directory)
+    cert_path, key_path, _ = participant_paths(directory, name)
+    for path in (key_path, cert_path):
+        if path.exists():
+            raise ConfigError(f"{path} already exists; move it away first (it is never overwritten silently)")
+    key = generate_private_key()
+    certificate = sign_request(create_request(name, key, role), ca_certificate, ca_key, role, days=days, hosts=hosts)
+    write_file(key_path, _private_pem(key), 0o600)
     try:
-        return sign_certificate(directory, csr_path, role, days=days, hosts=hosts)
-    finally:
-        csr_path.unlink(missing_ok=True)
+        write_file(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
+    except BaseException:
+        key_path.unlink(missing_ok=True)
+        raise
+    return cert_path
 
 
 def describe(directory: Path | str, name: str | None = None) -> list[str]:

@@ -1,13 +1,16 @@
 """Checking certificates: who a certificate names, for which role, and whether this CA vouches for it.
 
 The transport takes a peer's identity from its certificate alone, and secure
-aggregation trusts a relayed key only through :func:`credential_verifier`, so
-every acceptance goes through :func:`verify_certificate`.
+aggregation trusts a relayed key only through :func:`credential_verifier` (or
+:func:`pinned_credential_verifier`, which also pins each name to one certificate
+fingerprint), so every acceptance goes through :func:`verify_certificate`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+from collections.abc import Mapping
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -78,6 +81,31 @@ def verify_certificate(
     return name
 
 
+def _credential_certificate(credential: bytes) -> x509.Certificate:
+    """The certificate a relayed credential holds (PEM or DER)."""
+    try:
+        if credential.lstrip().startswith(b"-----"):
+            return x509.load_pem_x509_certificate(credential)
+        return x509.load_der_x509_certificate(credential)
+    except ValueError:
+        raise identity.IdentityError("the credential is not an X.509 certificate; relay the party's NAME.crt") from None
+
+
+def _certified_key(
+    certificate: x509.Certificate, ca_certificate: x509.Certificate, role: str, name: str
+) -> ec.EllipticCurvePublicKey:
+    """The public key of ``certificate`` if this CA issued it for ``role`` to ``name``, valid now."""
+    try:
+        certified = verify_certificate(certificate, ca_certificate, role)
+    except ConfigError as error:
+        raise identity.IdentityError(str(error)) from None
+    if certified != name:
+        raise identity.IdentityError("the certificate was issued to another party; relay the party's own certificate")
+    public_key = certificate.public_key()
+    assert isinstance(public_key, ec.EllipticCurvePublicKey)
+    return public_key
+
+
 def credential_verifier(ca_certificate: x509.Certificate, role: str = "collaborator") -> identity.CredentialVerifier:
     """A :data:`fedfair.pki.identity.CredentialVerifier` backed by this CA.
 
@@ -89,30 +117,57 @@ def credential_verifier(ca_certificate: x509.Certificate, role: str = "collabora
     check_role(role)
 
     def verify(name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
-        try:
-            if credential.lstrip().startswith(b"-----"):
-                certificate = x509.load_pem_x509_certificate(credential)
-            else:
-                certificate = x509.load_der_x509_certificate(credential)
-        except ValueError:
+        return _certified_key(_credential_certificate(credential), ca_certificate, role, name)
+
+    return verify
+
+
+def pinned_credential_verifier(
+    ca_certificate: x509.Certificate, pins: Mapping[str, str], role: str = "collaborator"
+) -> identity.CredentialVerifier:
+    """A CredentialVerifier that also pins each name to one certificate: ``pins`` maps name -> SHA-256 fingerprint.
+
+    A credential is accepted for ``name`` only if this CA issued it for ``role`` to
+    ``name`` (as :func:`credential_verifier` checks) AND its fingerprint is the one
+    pinned for ``name``. The CA alone can mint a second certificate for any name (a
+    twin with a key of its own) or for names nobody agreed on; a pinned verifier
+    refuses both, so whoever holds the CA cannot fill a round with parties of its own.
+    """
+    check_role(role)
+    pinned = {name: normalise_fingerprint(value) for name, value in pins.items()}
+
+    def verify(name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
+        if name not in pinned:
             raise identity.IdentityError(
-                "the credential is not an X.509 certificate; relay the party's NAME.crt"
-            ) from None
-        try:
-            certified = verify_certificate(certificate, ca_certificate, role)
-        except ConfigError as error:
-            raise identity.IdentityError(str(error)) from None
-        if certified != name:
-            raise identity.IdentityError(
-                "the certificate was issued to another party; relay the party's own certificate"
+                f"{name!r} is not in the federation's manifest; refuse any round that includes it"
             )
-        public_key = certificate.public_key()
-        assert isinstance(public_key, ec.EllipticCurvePublicKey)
+        certificate = _credential_certificate(credential)
+        public_key = _certified_key(certificate, ca_certificate, role, name)
+        if fingerprint(certificate) != pinned[name]:
+            raise identity.IdentityError(
+                f"the certificate relayed for {name!r} (sha256 {fingerprint(certificate)}) is not the one the "
+                "manifest pins for it; the CA has issued another certificate for this name: refuse it"
+            )
         return public_key
 
     return verify
 
 
 def fingerprint(certificate: x509.Certificate) -> str:
-    """SHA-256 fingerprint, colon-separated hex (what operators compare out of band)."""
+    """SHA-256 of the DER certificate, colon-separated lower-case hex (what operators compare out of band)."""
     return certificate.fingerprint(hashes.SHA256()).hex(":")
+
+
+def der_fingerprint(der: bytes) -> str:
+    """:func:`fingerprint` of a DER-encoded certificate, without parsing it (what a TLS peer presents)."""
+    return hashlib.sha256(der).digest().hex(":")
+
+
+def normalise_fingerprint(text: str) -> str:
+    """A SHA-256 fingerprint in the form :func:`fingerprint` writes, from hex with or without colons, any case."""
+    digits = text.strip().lower().replace(":", "") if isinstance(text, str) else ""
+    if len(digits) != 64 or not all(character in "0123456789abcdef" for character in digits):
+        raise ConfigError(
+            f"{text!r} is not a SHA-256 fingerprint; copy the 64 hex digits `fedfair pki show` prints"
+        )
+    return bytes.fromhex(digits).hex(":")

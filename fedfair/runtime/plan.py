@@ -2,9 +2,10 @@
 
 A plan is the federation's id and allow-list of names, the aggregator's own node
 (address and folders, resolved against the plan's folder so a workspace can be
-moved as a whole) and the learning sections of :mod:`fedfair.runtime.settings`.
-Every value is checked; an unknown section or key is refused with the closest
-known name as a suggestion (:mod:`fedfair.runtime.toml_tables`).
+moved as a whole, and optionally the federation manifest, which the plan must then
+agree with: :mod:`fedfair.runtime.manifest`) and the learning sections of
+:mod:`fedfair.runtime.settings`. Every value is checked; an unknown section or key is
+refused with the closest known name as a suggestion (:mod:`fedfair.runtime.toml_tables`).
 
 The aggregator shares the learning sections with collaborators (:func:`shared_settings`,
 read back by :func:`load_shared_settings`), never the allow-list or its own paths;
@@ -24,9 +25,15 @@ from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki import validate_name
+from fedfair.pki.names import FEDERATION_ID_RE
+from fedfair.runtime.manifest import (
+    Manifest,
+    check_plan,
+    load_manifest,
+    manifest_digest,
+)
 from fedfair.runtime.settings import LEARNING_SECTIONS, LearningSettings, read_learning
 from fedfair.runtime.toml_tables import (
-    FEDERATION_ID_RE,
     Table,
     check_sections,
     field_names,
@@ -36,12 +43,14 @@ from fedfair.runtime.toml_tables import (
 
 @dataclass(frozen=True)
 class AggregatorSettings:
-    """Where the aggregator listens and keeps its files (paths resolved against the plan)."""
+    """Where the aggregator listens and keeps its files (paths resolved against the plan), and the
+    federation manifest it checks the plan against, if any (:mod:`fedfair.runtime.manifest`)."""
 
     address: str
     name: str
     certs: Path
     output: Path
+    manifest: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,8 @@ class AggregatorPlan(LearningSettings):
     collaborators: tuple[str, ...]
     aggregator: AggregatorSettings
     source: Path
+    manifest: Manifest | None = None
+    """The manifest ``[aggregator] manifest`` names, already checked against this plan."""
 
 
 @dataclass(frozen=True)
@@ -86,16 +97,27 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path) -> AggregatorPl
         name=node.name("name", "aggregator"),
         certs=node.path("certs", base, "../certs"),
         output=node.path("output", base, "output"),
+        manifest=node.path("manifest", base) if node.given("manifest") else None,
     )
     if aggregator.name in names:
         node.fail(f"[aggregator] name {aggregator.name!r} is also a collaborator; give the aggregator its own name")
-    return AggregatorPlan(
+    manifest: Manifest | None = None
+    if aggregator.manifest is not None:
+        try:
+            manifest = load_manifest(aggregator.manifest)
+        except ConfigError as error:
+            node.fail(f"[aggregator] manifest: {error}")
+    loaded = AggregatorPlan(
         federation_id=federation_id,
         collaborators=names,
         aggregator=aggregator,
         source=source,
+        manifest=manifest,
         **read_learning(where, data, len(names)).learning_sections(),
     )
+    if loaded.manifest is not None:
+        check_plan(loaded.manifest, loaded)
+    return loaded
 
 
 def load_aggregator_plan(
@@ -160,9 +182,12 @@ def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") 
 
 
 def plan_digest(plan: AggregatorPlan) -> str:
-    """sha256 (hex) of the plan's canonical content: federation id, allowed names and the
-    learning sections. Deployment details (address, folders) are left out, so a moved
-    workspace still resumes from its checkpoints."""
+    """sha256 (hex) of the plan's canonical content: federation id, allowed names, the
+    manifest's digest when the plan names one, and the learning sections. Deployment
+    details (address, folders, where the manifest lies) are left out, so a moved
+    workspace still resumes from its checkpoints, but not under another manifest."""
     content = _plain(plan)
     content["federation"] = {"id": plan.federation_id, "collaborators": list(plan.collaborators)}
+    if plan.manifest is not None:
+        content["federation"]["manifest"] = manifest_digest(plan.manifest)
     return hashlib.sha256(_canonical(content)).hexdigest()

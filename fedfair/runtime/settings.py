@@ -4,7 +4,8 @@
 :class:`~fedfair.core.config.ObjectiveConfig`. The other sections feed several core
 objects, so each has a frozen dataclass here with exactly one converter per object
 it feeds (:meth:`TrainingSettings.local_config`, :meth:`SecureAggregationSettings.encoding`,
-:meth:`ModelSettings.build`): nowhere else is a setting copied field by field.
+:meth:`ModelSettings.build`, :meth:`EvaluationSettings.thresholds`): nowhere else is a
+setting copied field by field.
 
 The readers check every value (type and range) with :class:`~fedfair.runtime.toml_tables.Table`,
 the same way for the aggregator's TOML plan and for the JSON a collaborator receives.
@@ -25,10 +26,13 @@ from fedfair.core.config import (
     LocalConfig,
     ObjectiveConfig,
 )
+from fedfair.core.errors import ConfigError
+from fedfair.fairness import sums
 from fedfair.runtime.toml_tables import Table, field_names
-from fedfair.secagg import EncodingConfig
+from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
 
 if TYPE_CHECKING:
+    import numpy as np
     from torch import nn
 
 ADULT_FEATURES = 107
@@ -81,8 +85,13 @@ class TrainingSettings:
 class SecureAggregationSettings:
     """Bonawitz et al. double masking; ``neighbours = 0`` means the complete graph.
 
-    ``threshold`` None means floor(p/2) + 1 of each round's p participants. ``max_weight``
-    bounds a collaborator's weight b_k, which the fixed-point encoding must hold.
+    ``threshold`` None means the smallest t the threshold rule allows for each round's p
+    participants (fedfair.secagg.threshold_for: floor(p/2) + 1 when max_colluding is 0).
+    ``max_weight`` bounds a collaborator's weight b_k, which the fixed-point encoding must
+    hold. ``max_colluding`` is the collusion bound the federation assumes: how many
+    collaborators may pool what they know with the aggregator. The plan is refused unless
+    the threshold satisfies the rule for the full roster (fedfair.secagg.check_threshold)
+    and the quorum keeps at least two honest inputs beside the colluders (max_colluding + 2).
     """
 
     enabled: bool = True
@@ -92,6 +101,7 @@ class SecureAggregationSettings:
     clip: float = 10.0
     neighbours: int = 0
     max_weight: float = 1e6
+    max_colluding: int = 0
 
     def encoding(self) -> EncodingConfig:
         """The fixed-point encoding of a training update (secagg's EncodingConfig)."""
@@ -118,9 +128,21 @@ class QuorumSettings:
 
 @dataclass(frozen=True)
 class EvaluationSettings:
-    """Evaluate every N rounds (0: only after the last round)."""
+    """Evaluate every N rounds (0: only after the last round), on thresholds the plan fixes.
+
+    ``loss_range`` is where half of the evaluation's thresholds lie, evenly spaced
+    (fedfair.fairness.sums): the same grid for every evaluation of the federation,
+    computed by each side from its own copy of the plan. ``min_bucket_count`` is the
+    fewest held-out samples a reported group risk may rest on.
+    """
 
     every: int = 0
+    loss_range: tuple[float, float] = sums.LOSS_RANGE
+    min_bucket_count: int = sums.MIN_BUCKET_COUNT
+
+    def thresholds(self) -> np.ndarray:
+        """The evaluation's thresholds (fedfair.fairness.sums.threshold_grid of the loss range)."""
+        return sums.threshold_grid(self.loss_range)
 
 
 @dataclass(frozen=True)
@@ -240,7 +262,20 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
     max_weight = t.number(
         "max_weight", d.max_weight, check=lambda x: x >= 1, expected="a number >= 1 (the largest batch b_k)"
     )
-    return SecureAggregationSettings(enabled, threshold, modulus_bits, fractional_bits, clip, neighbours, max_weight)
+    max_colluding = t.integer("max_colluding", d.max_colluding, low=0)
+    if enabled:
+        # The threshold rule for the full roster: m holders of each secret, up to c colluders.
+        holders = neighbours + 1 if neighbours else n
+        try:
+            if threshold is None:
+                threshold_for(holders, max_colluding)
+            else:
+                check_threshold(threshold, holders, max_colluding)
+        except ConfigError as error:
+            t.fail(f"[secure_aggregation] with {n} collaborators and max_colluding = {max_colluding}: {error}")
+    return SecureAggregationSettings(
+        enabled, threshold, modulus_bits, fractional_bits, clip, neighbours, max_weight, max_colluding
+    )
 
 
 def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggregationSettings) -> QuorumSettings:
@@ -252,13 +287,20 @@ def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggre
     else:
         # Secure aggregation needs two parties; by default a majority of the plan takes part.
         least, default = 2, max(2, n // 2 + 1)
-    minimum = t.integer("min_collaborators", default, low=1)
+    # Colluders subtract their own inputs from a sum: two honest inputs must remain.
+    isolating = secagg.max_colluding + 2 if secagg.enabled else 1
+    minimum = t.integer("min_collaborators", max(default, isolating), low=1)
     if minimum > n:
         t.fail(f"[quorum] min_collaborators = {minimum} exceeds the {n} collaborators; lower it")
     if minimum < least:
         t.fail(
             f"[quorum] min_collaborators = {minimum} is below the secure-aggregation threshold {least}; "
             f"raise it to at least {least}"
+        )
+    if minimum < isolating:
+        t.fail(
+            f"[quorum] min_collaborators = {minimum} is below max_colluding + 2 = {isolating}: a round that small "
+            "could leave one institution's update alone beside the colluders'; raise it"
         )
     timeout = t.number(
         "round_timeout_seconds",
@@ -271,7 +313,26 @@ def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggre
 
 def _evaluation(source: str, data: Mapping[str, object]) -> EvaluationSettings:
     t = Table.of(source, data, "evaluation", field_names(EvaluationSettings))
-    return EvaluationSettings(every=t.integer("every", EvaluationSettings.every, low=0))
+    d = EvaluationSettings()
+    loss_range = d.loss_range
+    if t.given("loss_range"):
+        value = t.data["loss_range"]
+        expected = "a list of two numbers [low, high], e.g. [0.0, 3.0]"
+        if (
+            not isinstance(value, list)
+            or len(value) != 2
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+        ):
+            t.bad("loss_range", value, expected)
+        try:
+            loss_range = sums.check_loss_range((value[0], value[1]))
+        except ConfigError as error:
+            t.fail(f"[evaluation] loss_range: {error}")
+    return EvaluationSettings(
+        every=t.integer("every", d.every, low=0),
+        loss_range=loss_range,
+        min_bucket_count=t.integer("min_bucket_count", d.min_bucket_count, low=1),
+    )
 
 
 def read_learning(source: str, data: Mapping[str, object], collaborators: int) -> LearningSettings:

@@ -24,7 +24,6 @@ from fedfair.core.errors import ConfigError
 from fedfair.pki import validate_name
 
 ADDRESS_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
-FEDERATION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class _Required(enum.Enum):

@@ -4,11 +4,13 @@ The exact numbers come from `pooled.group_risk_report` on the pooled losses; the
 federated ones only from the sum of the institutions' evaluation vectors, as secure
 aggregation returns it. They must agree within the certified gap the report carries
 (plus float64 rounding, see `rounding`), and that gap must itself respect the
-worst-case bound g(hi) (hi - lo) <= the grid spacing at the group boundary.
+worst-case bound g(hi) (hi - lo) for the threshold pair it rests on: the consecutive
+pair at the group boundary, or the narrowest wider pair holding `min_bucket_count`.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -43,13 +45,16 @@ def summed_answers(losses: list[np.ndarray], errors: list[np.ndarray], grid: np.
 def federated(
     losses: list[np.ndarray],
     errors: list[np.ndarray],
-    center: float,
+    loss_range: tuple[float, float],
     rho: float,
     sum_error: float = 0.0,
     thresholds: int = sums.THRESHOLDS,
+    min_bucket_count: int = 1,
 ) -> GroupRiskReport:
-    summed = summed_answers(losses, errors, sums.threshold_grid(center, thresholds))
-    return sums.report_from_sums(summed, center, rho, sum_error=sum_error)
+    """The report from the summed answers on the grid of `loss_range` (1: never widen, the bare contract)."""
+    grid = sums.threshold_grid(loss_range, thresholds)
+    summed = summed_answers(losses, errors, grid)
+    return sums.report_from_sums(summed, grid, rho, sum_error=sum_error, min_bucket_count=min_bucket_count)
 
 
 def certificate_of(report: GroupRiskReport) -> SecureSumCertificate:
@@ -57,13 +62,17 @@ def certificate_of(report: GroupRiskReport) -> SecureSumCertificate:
     return report.certificate
 
 
+def boundary(counts: np.ndarray, total: float, rho: float) -> int:
+    """The index of the first threshold with at most a rho-fraction of the values above it."""
+    return int(np.flatnonzero(counts <= rho * total)[0])
+
+
 def worst_case_gap(grid: np.ndarray, counts: np.ndarray, total: float, rho: float) -> float:
-    """g(hi) (hi - lo) for the thresholds lo < hi around the group boundary; 0 when hi is the first threshold."""
-    mass = rho * total
-    high = int(np.flatnonzero(counts <= mass)[0])
+    """g(hi) (hi - lo) for the consecutive thresholds lo < hi around the group boundary; 0 when hi is the first."""
+    high = boundary(counts, total, rho)
     if high == 0:
         return 0.0
-    return float((1.0 - counts[high] / mass) * (grid[high] - grid[high - 1]))
+    return float((1.0 - counts[high] / (rho * total)) * (grid[high] - grid[high - 1]))
 
 
 def rounding(values: np.ndarray, rho: float, grid: np.ndarray) -> float:
@@ -93,19 +102,27 @@ def split_test_sets(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, list[np.nd
     return losses, errors, np.split(order, cuts)
 
 
-centers = st.one_of(st.just(0.0), st.floats(0.0, 25.0))
+loss_ranges = st.one_of(
+    st.just(sums.LOSS_RANGE),
+    st.tuples(st.floats(0.0, 10.0), st.floats(0.01, 25.0)).map(lambda pair: (pair[0], pair[0] + pair[1])),
+)
 grid_sizes = st.sampled_from([8, 64, sums.THRESHOLDS])
 
 
-@given(split_test_sets(), rhos, centers, grid_sizes)
+@given(split_test_sets(), rhos, loss_ranges, grid_sizes)
 def test_any_split_gives_the_pooled_report_within_the_certified_gap(
-    test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]], rho: float, center: float, thresholds: int
+    test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]],
+    rho: float,
+    loss_range: tuple[float, float],
+    thresholds: int,
 ) -> None:
     losses, errors, parts = test_set
     exact = pooled.group_risk_report(losses, 1.0 - errors, rho)
-    report = federated([losses[part] for part in parts], [errors[part] for part in parts], center, rho, 0.0, thresholds)
+    report = federated(
+        [losses[part] for part in parts], [errors[part] for part in parts], loss_range, rho, 0.0, thresholds
+    )
     certificate = certificate_of(report)
-    grid = sums.threshold_grid(center, thresholds)
+    grid = sums.threshold_grid(loss_range, thresholds)
     tolerance = rounding(losses, rho, grid)
     assert certificate.samples == losses.size
     # F(hi) >= CVaR_rho: the worst group is reported from above, the best (worst of -l) from below.
@@ -124,25 +141,25 @@ def test_any_split_gives_the_pooled_report_within_the_certified_gap(
     assert 0.0 <= certificate.best_risk_gap <= best_bound + tolerance
 
 
-@given(split_test_sets(), rhos, centers)
+@given(split_test_sets(), rhos, loss_ranges)
 def test_zero_one_values_have_their_exact_cvar_within_the_gap(
-    test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]], rho: float, center: float
+    test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]], rho: float, loss_range: tuple[float, float]
 ) -> None:
     # Heavy ties at 0 and 1, and the first threshold on a tie: the contract still holds for 0-1 values as losses.
     _, errors, parts = test_set
-    report = federated([errors[part] for part in parts], [errors[part] for part in parts], center, rho)
-    tolerance = rounding(errors, rho, sums.threshold_grid(center))
+    report = federated([errors[part] for part in parts], [errors[part] for part in parts], loss_range, rho)
+    tolerance = rounding(errors, rho, sums.threshold_grid(loss_range))
     assert -tolerance <= report.worst_risk - cvar(errors, rho) <= certificate_of(report).worst_risk_gap + tolerance
     # The closed-form error group from the count is the same number.
     assert report.worst_error == pytest.approx(cvar(errors, rho), abs=1e-12)
 
 
-@given(split_test_sets(), centers)
+@given(split_test_sets(), loss_ranges)
 def test_answers_are_counts_and_excess_and_add_up_over_any_split(
-    test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]], center: float
+    test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]], loss_range: tuple[float, float]
 ) -> None:
     losses, errors, parts = test_set
-    grid = sums.threshold_grid(center, 64)
+    grid = sums.threshold_grid(loss_range, 64)
     k = grid.size
     whole = sums.local_answers(losses, errors, grid)
     # A(t) = #{l > t} and S(t) = sum((l - t)+), then the same for -l at -t in increasing order.
@@ -160,19 +177,20 @@ def test_answers_are_counts_and_excess_and_add_up_over_any_split(
 
 
 def test_an_institution_without_held_out_data_answers_zeros() -> None:
-    answers = sums.local_answers(np.array([]), np.array([]), sums.threshold_grid(1.0))
+    answers = sums.local_answers(np.array([]), np.array([]), sums.threshold_grid())
     assert answers.shape == (sums.vector_length(),) and not answers.any()
 
 
 @pytest.mark.parametrize("rho", [0.05, 0.1, 0.3, 0.5, 0.9, 1.0])
-@pytest.mark.parametrize("center_shift", [1.0, 0.7, 1.6])
-def test_secure_sums_give_the_exact_group_risks_within_the_certified_gap(rho: float, center_shift: float) -> None:
+@pytest.mark.parametrize("loss_range", [sums.LOSS_RANGE, (0.0, 1.0), (2.0, 8.0)])
+def test_secure_sums_give_the_exact_group_risks_within_the_certified_gap(
+    rho: float, loss_range: tuple[float, float]
+) -> None:
     losses, errors = institutions(seed=int(rho * 100))
     losses_pooled, errors_pooled = np.concatenate(losses), np.concatenate(errors)
     exact = pooled.group_risk_report(losses_pooled, 1.0 - errors_pooled, rho)
-    # The evaluated model's c approximates the (1 - rho)-quantile; here it is also off by a factor.
-    center = float(np.quantile(losses_pooled, 1.0 - rho)) * center_shift
-    report = federated(losses, errors, center, rho)
+    # The plan's default minimum bucket: the report may widen the boundary pair, never lose the contract.
+    report = federated(losses, errors, loss_range, rho, min_bucket_count=sums.MIN_BUCKET_COUNT)
     certificate = certificate_of(report)
     assert certificate.samples == losses_pooled.size
     assert -ROUNDING <= report.worst_risk - exact.worst_risk <= certificate.worst_risk_gap + ROUNDING
@@ -180,16 +198,17 @@ def test_secure_sums_give_the_exact_group_risks_within_the_certified_gap(rho: fl
     assert report.mean_risk == pytest.approx(exact.mean_risk, abs=ROUNDING)
     for key in ("accuracy", "mean_error", "worst_error", "best_error", "error_disparity"):
         assert getattr(report, key) == pytest.approx(getattr(exact, key), abs=1e-12)
-    # Dense grid where the worst group's boundary is: the gap is tiny there.
-    if center_shift == 1.0:
-        assert certificate.worst_risk_gap < 1e-5
+    # Dense grid where the worst group's boundary is: the gap is tiny there, even with 10 samples per bracket.
+    low, high = loss_range
+    if low < np.quantile(losses_pooled, 1.0 - rho) < high:
+        assert certificate.worst_risk_gap < 1e-4
 
 
 def test_the_gap_respects_the_worst_case_bound() -> None:
     losses, errors = institutions(seed=3)
     losses_pooled = np.concatenate(losses)
     rho = 0.3
-    grid = sums.threshold_grid(1.0)
+    grid = sums.threshold_grid()
     summed = summed_answers(losses, errors, grid)
     k = grid.size
     counts, excess = summed[:k], summed[k : 2 * k]
@@ -198,20 +217,130 @@ def test_the_gap_respects_the_worst_case_bound() -> None:
     assert abs(bound.value - pooled.worst_group_risk(losses_pooled, rho)) <= bound.gap + ROUNDING
 
 
+@given(split_test_sets(), rhos, st.sampled_from([2, 5, 10]))
+def test_a_thin_boundary_bucket_is_widened_to_the_narrowest_pair_that_holds_enough(
+    test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]], rho: float, least: int
+) -> None:
+    losses, errors, parts = test_set
+    grid = sums.threshold_grid(sums.LOSS_RANGE, 64)
+    k = grid.size
+    summed = summed_answers([losses[part] for part in parts], [errors[part] for part in parts], grid)
+    counts, excess, total = np.rint(summed[:k]), summed[k : 2 * k], float(losses.size)
+
+    def bound(minimum: int) -> sums.RiskBound:
+        return sums.cvar_from_sums(
+            grid, counts, excess, total, rho, values_at_least_first=True, min_bucket_count=minimum
+        )
+
+    high = boundary(counts, total, rho)
+    if high == 0:  # t_0 is a minimiser: no bracket, nothing to widen
+        assert bound(least) == bound(1) and bound(least).bracket is None
+        return
+    low = high - 1
+    # Every pair around the consecutive one, by brute force: those holding enough, and the narrowest of them.
+    pairs = [(i, j) for i in range(low + 1) for j in range(high, k) if counts[i] - counts[j] >= least]
+    if not pairs:
+        with pytest.raises(ConfigError, match=f"fewer than {least} held-out values"):
+            bound(least)
+        return
+    widened = bound(least)
+    assert widened.bucket >= least and widened.bracket is not None
+    narrowest = min(grid[j] - grid[i] for i, j in pairs)
+    assert widened.bracket[1] - widened.bracket[0] == narrowest
+    assert widened.bracket[0] <= grid[low] and widened.bracket[1] >= grid[high]
+    if counts[low] - counts[high] >= least:
+        assert widened == bound(1)  # already enough: the consecutive pair itself
+    # The contract holds for the wider pair: exact CVaR within the gap, gap within g(hi') (hi' - lo').
+    tolerance = rounding(losses, rho, grid)
+    assert -tolerance <= widened.value - cvar(losses, rho) <= widened.gap + tolerance
+    lower_index, upper_index = np.searchsorted(grid, widened.bracket)
+    slope = 1.0 - counts[upper_index] / (rho * total)
+    assert 0.0 <= widened.gap <= slope * (grid[upper_index] - grid[lower_index]) + tolerance
+
+
+def test_a_report_never_rests_on_fewer_samples_than_min_bucket_count() -> None:
+    # Spread-out losses where the grid is geometric (about 1.1 % apart): buckets of a few samples each.
+    losses = [np.linspace(100.0, 1000.0, 180), np.linspace(101.0, 999.0, 120)]
+    errors = [np.zeros(180), np.zeros(120)]
+    rho = 0.11  # rho n = 33 falls inside a bucket, not on a threshold: the gap is not 0
+    grid = sums.threshold_grid()
+    summed = summed_answers(losses, errors, grid)
+    k = grid.size
+    thin = sums.cvar_from_sums(grid, np.rint(summed[:k]), summed[k : 2 * k], 300, rho, values_at_least_first=True)
+    assert thin.bucket < sums.MIN_BUCKET_COUNT  # the consecutive pair at the boundary is thin here
+    widened = sums.cvar_from_sums(
+        grid,
+        np.rint(summed[:k]),
+        summed[k : 2 * k],
+        300,
+        rho,
+        values_at_least_first=True,
+        min_bucket_count=sums.MIN_BUCKET_COUNT,
+    )
+    assert widened.bucket >= sums.MIN_BUCKET_COUNT and widened.gap > thin.gap
+    report = sums.report_from_sums(summed, grid, rho)  # the default minimum bucket
+    assert certificate_of(report).worst_risk_gap == widened.gap and report.worst_risk == widened.value
+    exact = cvar(np.concatenate(losses), rho)
+    assert report.worst_risk - certificate_of(report).worst_risk_gap <= exact + ROUNDING
+    assert exact <= report.worst_risk + ROUNDING
+    # Fewer samples in the whole evaluation than the minimum: no report at all.
+    few = summed_answers([np.array([0.5, 1.0, 2.0])], [np.zeros(3)], grid)
+    with pytest.raises(ConfigError, match="3 held-out samples, fewer than min_bucket_count = 10"):
+        sums.report_from_sums(few, grid, 0.5)
+    allowed = sums.report_from_sums(few, grid, 0.5, min_bucket_count=1)
+    exact_few = cvar(np.array([0.5, 1.0, 2.0]), 0.5)
+    assert allowed.worst_risk - certificate_of(allowed).worst_risk_gap <= exact_few + ROUNDING
+    assert exact_few <= allowed.worst_risk + ROUNDING
+    # Enough samples, but fewer than the minimum between any two thresholds around the boundary.
+    mostly_positive = summed_answers([np.r_[np.zeros(5), np.linspace(1.0, 2.0, 15)]], [np.zeros(20)], grid)
+    with pytest.raises(ConfigError, match="fewer than 18 held-out values lie between any two thresholds"):
+        sums.report_from_sums(mostly_positive, grid, 0.5, min_bucket_count=18)
+
+
+@pytest.mark.parametrize("loss_range", [sums.LOSS_RANGE, (0.0, 1e-3), (0.5, 1.5), (9000.0, 1e4), (0.0, 1e4)])
+def test_the_grid_is_a_function_of_the_plans_loss_range_only(loss_range: tuple[float, float]) -> None:
+    grid = sums.threshold_grid(loss_range)
+    # Fixed length whatever the range (points that coincide are topped up below the top), 0 first, increasing.
+    assert grid.size == sums.THRESHOLDS and grid[0] == 0.0 and np.all(np.diff(grid) > 0)
+    assert grid[-1] == sums.GEOMETRIC_RANGE[1]
+    # The dense half: evenly spaced over the range, all of it present.
+    dense = np.linspace(*loss_range, sums.THRESHOLDS // 2)
+    assert np.isin(dense, grid).all()
+    assert np.array_equal(grid, sums.threshold_grid(loss_range))  # both sides compute the same thresholds
+
+
+def test_the_raw_sums_reveal_the_pooled_histogram_and_bucket_sums_on_the_grid() -> None:
+    """What the module doc tells the threat model: the aggregator decodes these, whatever min_bucket_count is."""
+    losses, errors = institutions(seed=7, sizes=(300, 200))
+    pooled_losses = np.concatenate(losses)
+    grid = sums.threshold_grid(sums.LOSS_RANGE, 64)
+    k = grid.size
+    summed = summed_answers(losses, errors, grid)
+    counts, excess = np.rint(summed[:k]), summed[k : 2 * k]
+    width = np.diff(grid)
+    bucket_counts = counts[:-1] - counts[1:]
+    bucket_sums = excess[:-1] - excess[1:] - width * counts[1:] + grid[:-1] * bucket_counts
+    inside = [(pooled_losses > low) & (pooled_losses <= high) for low, high in itertools.pairwise(grid)]
+    assert np.array_equal(bucket_counts, [np.count_nonzero(mask) for mask in inside])
+    assert np.allclose(bucket_sums, [pooled_losses[mask].sum() for mask in inside], rtol=1e-9, atol=1e-9)
+    # A bucket holding one loss gives it exactly: min_bucket_count protects the report, not the sums.
+    single = int(np.flatnonzero(bucket_counts == 1)[0])
+    assert bucket_sums[single] == pytest.approx(pooled_losses[inside[single]][0], abs=1e-9)
+
+
 def test_the_encoding_error_widens_the_gap_and_counts_stay_exact() -> None:
     losses, errors = institutions(seed=5)
     rho, sum_error = 0.3, 3 * 2.0**-20  # three parties' stochastic rounding, as the secure sum reports it
-    plain = certificate_of(federated(losses, errors, 1.0, rho))
-    rounded = certificate_of(federated(losses, errors, 1.0, rho, sum_error=sum_error))
+    plain = certificate_of(federated(losses, errors, sums.LOSS_RANGE, rho))
+    rounded = certificate_of(federated(losses, errors, sums.LOSS_RANGE, rho, sum_error=sum_error))
     total = sum(loss.size for loss in losses)
     assert rounded.worst_risk_gap == pytest.approx(plain.worst_risk_gap + 2 * sum_error / (rho * total))
     assert rounded.mean_error_bound == pytest.approx(sum_error / total)
 
 
 def test_one_institution_answers_only_fixed_size_sums() -> None:
-    grid = sums.threshold_grid(0.8)
+    grid = sums.threshold_grid()
     assert grid.size == sums.THRESHOLDS and grid[0] == 0.0 and np.all(np.diff(grid) > 0)
-    assert np.array_equal(grid, sums.threshold_grid(0.8))  # both sides compute the same thresholds
     small, large = np.array([0.1, 2.0]), np.random.default_rng(0).exponential(1.0, 50_000)
     for losses in (small, large):
         answers = sums.local_answers(losses, np.zeros(losses.size), grid)
@@ -224,7 +353,7 @@ def test_one_institution_answers_only_fixed_size_sums() -> None:
 
 def test_a_report_from_sums_writes_its_keys_in_the_federated_order() -> None:
     losses, errors = [np.array([1.0, 2.0]), np.array([3.0, 6.0])], [np.array([0.0, 0.0]), np.array([1.0, 1.0])]
-    report = federated(losses, errors, 2.0, 0.25)
+    report = federated(losses, errors, sums.LOSS_RANGE, 0.25)
     assert isinstance(report, GroupRiskReport)
     assert list(report.to_dict()) == [
         "rho",
@@ -253,31 +382,34 @@ def test_edge_cases() -> None:
     # More than (1 - rho) of the losses are exactly 0: the worst group holds every positive loss.
     losses = [np.concatenate([np.zeros(90), np.linspace(1, 2, 10)])]
     errors = [np.zeros(100)]
-    report = federated(losses, errors, 0.0, 0.3)
+    report = federated(losses, errors, sums.LOSS_RANGE, 0.3, min_bucket_count=sums.MIN_BUCKET_COUNT)
     exact = pooled.group_risk_report(losses[0], np.ones(100), 0.3)
     assert report.worst_risk == pytest.approx(exact.worst_risk) and report.best_risk == pytest.approx(0.0)
     with pytest.raises(ConfigError, match="diverged"):
-        sums.local_answers(np.array([np.nan]), np.zeros(1), sums.threshold_grid(1.0))
+        sums.local_answers(np.array([np.nan]), np.zeros(1), sums.threshold_grid())
     with pytest.raises(ConfigError, match="diverged"):
-        federated([np.full(10, 1e6)], [np.zeros(10)], 1.0, 0.3)
+        federated([np.full(10, 1e6)], [np.zeros(10)], sums.LOSS_RANGE, 0.3)
     with pytest.raises(ConfigError, match="no held-out samples"):
-        sums.report_from_sums(np.zeros(sums.vector_length()), 1.0, 0.3)
+        sums.report_from_sums(np.zeros(sums.vector_length()), sums.threshold_grid(), 0.3)
     with pytest.raises(ConfigError, match="expected"):
-        sums.report_from_sums(np.zeros(sums.vector_length() + 1), 1.0, 0.3)
+        sums.report_from_sums(np.zeros(sums.vector_length() + 1), sums.threshold_grid(), 0.3)
 
 
-GRID = sums.threshold_grid(1.0, 8)
+GRID = sums.threshold_grid(sums.LOSS_RANGE, 8)
 ONES = np.ones(GRID.size)
 
 
 @pytest.mark.parametrize(
     ("refused", "message"),
     [
-        (lambda: federated([np.array([1.0, 2.0])], [np.zeros(2)], 1.0, 0.0), "rho must be in"),
-        (lambda: federated([np.array([1.0, 2.0])], [np.zeros(2)], 1.0, 1.5), "rho must be in"),
-        (lambda: sums.threshold_grid(1.0, 7), "at least 8 thresholds"),
-        (lambda: sums.threshold_grid(-1.0), "finite number >= 0"),
-        (lambda: sums.threshold_grid(float("nan")), "finite number >= 0"),
+        (lambda: federated([np.array([1.0, 2.0])], [np.zeros(2)], sums.LOSS_RANGE, 0.0), "rho must be in"),
+        (lambda: federated([np.array([1.0, 2.0])], [np.zeros(2)], sums.LOSS_RANGE, 1.5), "rho must be in"),
+        (lambda: sums.threshold_grid(sums.LOSS_RANGE, 7), "at least 8 thresholds"),
+        (lambda: sums.threshold_grid((-1.0, 3.0)), "0 <= low < high"),
+        (lambda: sums.threshold_grid((2.0, 2.0)), "0 <= low < high"),
+        (lambda: sums.threshold_grid((0.0, float("nan"))), "0 <= low < high"),
+        (lambda: sums.threshold_grid((0.0, 1e5)), "0 <= low < high <= 10000"),
+        (lambda: sums.cvar_from_sums(GRID, ONES, ONES, 2.0, 0.5, min_bucket_count=0), "at least 1"),
         (lambda: sums.local_answers(np.array([-0.5]), np.zeros(1), GRID), "non-negative"),
         (lambda: sums.local_answers(np.ones(2), np.zeros(3), GRID), "one entry per held-out sample"),
         (lambda: sums.local_answers(np.full(2, 2.0**30), np.zeros(2), GRID), "exceed"),

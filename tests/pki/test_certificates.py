@@ -12,7 +12,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from fedfair.pki import store
-from fedfair.pki.certificates import CertificateError, sign_request
+from fedfair.pki.certificates import (
+    CertificateError,
+    create_request,
+    generate_private_key,
+    requested_role,
+    sign_request,
+)
 from fedfair.pki.verification import role_of_certificate, verify_certificate
 from tests.pki.helpers import mode, request_with_key
 
@@ -75,3 +81,35 @@ def test_sign_refuses_a_request_with_a_bad_signature(ca_dir: Path, tmp_path: Pat
     with pytest.raises(CertificateError, match="signature does not verify"):
         store.sign_certificate(ca_dir, tampered, "collaborator")
     assert not (ca_dir / "hospital-a.crt").exists()
+
+
+def test_a_request_carries_the_role_the_institution_asks_for(ca_dir: Path) -> None:
+    ca_certificate = store.load_certificate(ca_dir / "ca.crt")
+    ca_key = store.load_private_key(ca_dir / "ca.key")
+    asked = create_request("hospital-a", generate_private_key(), "collaborator")
+    assert requested_role(asked) == "collaborator"
+    assert requested_role(create_request("hospital-a", generate_private_key())) is None
+    # The CA signs for the role asked for; naming the same role is fine, another one is refused.
+    assert role_of_certificate(sign_request(asked, ca_certificate, ca_key)) == "collaborator"
+    assert role_of_certificate(sign_request(asked, ca_certificate, ca_key, "collaborator")) == "collaborator"
+    with pytest.raises(CertificateError, match="asks for the collaborator role, not aggregator"):
+        sign_request(asked, ca_certificate, ca_key, "aggregator")
+    # A request without a role needs the CA to name one.
+    with pytest.raises(CertificateError, match="names no role"):
+        sign_request(create_request("hospital-a", generate_private_key()), ca_certificate, ca_key)
+
+
+@pytest.mark.parametrize(
+    "usages",
+    [
+        (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH),  # both roles
+        (ExtendedKeyUsageOID.CODE_SIGNING,),  # neither
+        (ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.CODE_SIGNING),  # a role and something else
+    ],
+)
+def test_sign_refuses_a_request_with_a_malformed_role(ca_dir: Path, usages: tuple[x509.ObjectIdentifier, ...]) -> None:
+    ca_certificate = store.load_certificate(ca_dir / "ca.crt")
+    ca_key = store.load_private_key(ca_dir / "ca.key")
+    request = request_with_key("hospital-a", generate_private_key(), usages)
+    with pytest.raises(CertificateError, match="asks for a role other than exactly one of aggregator, collaborator"):
+        sign_request(request, ca_certificate, ca_key, "collaborator")

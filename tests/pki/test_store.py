@@ -68,3 +68,38 @@ def test_missing_files_name_the_fix(tmp_path: Path) -> None:
     assert not (tmp_path / "hospital-a.key").exists()  # no stray key without a CA
     with pytest.raises(ConfigError, match="unknown role"):
         store.issue(tmp_path, "admin", "hospital-a")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"days": 0}, "--days must be at least 1"),
+        ({"days": -3}, "--days must be at least 1"),
+        ({"hosts": ["bad host!"]}, "invalid participant name"),
+    ],
+)
+def test_a_refused_issue_leaves_no_file_behind(ca_dir: Path, flags: dict[str, object], message: str) -> None:
+    before = sorted(path.name for path in ca_dir.iterdir())
+    with pytest.raises(ConfigError, match=message):
+        store.issue(ca_dir, "aggregator", "aggregator", **flags)  # type: ignore[arg-type]
+    # No key, no request, no certificate, no temporary file: the folder is as it was.
+    assert sorted(path.name for path in ca_dir.iterdir()) == before
+    # The same name can then be issued at once, with valid flags.
+    assert store.issue(ca_dir, "aggregator", "aggregator").exists()
+    with pytest.raises(ConfigError, match="already exists"):
+        store.issue(ca_dir, "aggregator", "aggregator")
+
+
+def test_writes_are_atomic_with_exact_modes_and_leave_no_temporary_files(ca_dir: Path, tmp_path: Path) -> None:
+    previous = os.umask(0o077)  # a strict umask must not change the modes the store writes
+    try:
+        folder = tmp_path / "site"
+        key_path, csr_path = store.request_certificate(folder, "hospital-a", "collaborator")
+        cert_path = store.sign_certificate(ca_dir, csr_path, out=folder / "hospital-a.crt")
+    finally:
+        os.umask(previous)
+    assert mode(key_path) == 0o600 and mode(csr_path) == 0o644 and mode(cert_path) == 0o644
+    assert sorted(path.name for path in folder.iterdir()) == ["hospital-a.crt", "hospital-a.csr", "hospital-a.key"]
+    assert not (ca_dir / "hospital-a.crt").exists()  # --out put it where the CA holder asked
+    store.write_file(cert_path, cert_path.read_bytes(), 0o644, overwrite=True)
+    assert not [path for path in folder.iterdir() if path.name.startswith(".")]

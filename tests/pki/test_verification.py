@@ -9,6 +9,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from fedfair.core.errors import ConfigError
 from fedfair.pki import identity, store
 from fedfair.pki.certificates import (
     CertificateError,
@@ -16,7 +17,14 @@ from fedfair.pki.certificates import (
     generate_private_key,
     sign_request,
 )
-from fedfair.pki.verification import credential_verifier, verify_certificate
+from fedfair.pki.verification import (
+    credential_verifier,
+    der_fingerprint,
+    fingerprint,
+    normalise_fingerprint,
+    pinned_credential_verifier,
+    verify_certificate,
+)
 
 
 def test_verify_refuses_a_certificate_from_another_ca(ca_dir: Path, tmp_path: Path) -> None:
@@ -62,3 +70,41 @@ def test_credential_verifier_for_secure_aggregation(ca_dir: Path, tmp_path: Path
     store.init_ca(other)
     with pytest.raises(identity.IdentityError, match="does not verify"):
         verify("hospital-a", store.issue(other, "collaborator", "hospital-a").read_bytes())
+
+
+def test_a_pinned_verifier_refuses_a_twin_the_same_ca_minted(ca_dir: Path) -> None:
+    ca_certificate = store.load_certificate(ca_dir / "ca.crt")
+    ca_key = store.load_private_key(ca_dir / "ca.key")
+    genuine = store.load_certificate(store.issue(ca_dir, "collaborator", "hospital-a"))
+    # Whoever holds the CA mints a second certificate for the same name, with a key of its own.
+    twin = sign_request(create_request("hospital-a", generate_private_key()), ca_certificate, ca_key, "collaborator")
+    stranger = store.load_certificate(store.issue(ca_dir, "collaborator", "mallory"))
+    pem, der = serialization.Encoding.PEM, serialization.Encoding.DER
+    # The CA alone vouches for all three.
+    ca_only = credential_verifier(ca_certificate)
+    ca_only("hospital-a", twin.public_bytes(der))
+    ca_only("mallory", stranger.public_bytes(der))
+
+    pinned = pinned_credential_verifier(ca_certificate, {"hospital-a": fingerprint(genuine).upper().replace(":", "")})
+    key = pinned("hospital-a", genuine.public_bytes(der))
+    assert key == genuine.public_key() == pinned("hospital-a", genuine.public_bytes(pem))
+    with pytest.raises(identity.IdentityError, match="not the one the manifest pins for it"):
+        pinned("hospital-a", twin.public_bytes(der))
+    with pytest.raises(identity.IdentityError, match="'mallory' is not in the federation's manifest"):
+        pinned("mallory", stranger.public_bytes(der))
+    # The pin never replaces the CA's checks: the genuine certificate under another name is still refused.
+    with pytest.raises(identity.IdentityError, match="another party"):
+        pinned_credential_verifier(ca_certificate, {"hospital-b": fingerprint(genuine)})(
+            "hospital-b", genuine.public_bytes(der)
+        )
+
+
+def test_fingerprints_are_of_the_der_in_one_written_form(ca_dir: Path) -> None:
+    certificate = store.load_certificate(ca_dir / "ca.crt")
+    written = fingerprint(certificate)
+    assert der_fingerprint(certificate.public_bytes(serialization.Encoding.DER)) == written
+    assert len(written) == 95 and written == written.lower()
+    assert normalise_fingerprint(written.upper()) == normalise_fingerprint(written.replace(":", "")) == written
+    for bad in ("", "ab:cd", written[:-1] + "g", written + ":00"):
+        with pytest.raises(ConfigError, match="is not a SHA-256 fingerprint"):
+            normalise_fingerprint(bad)

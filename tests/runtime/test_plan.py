@@ -8,10 +8,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
+from fedfair.fairness import sums
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime import plan
 from fedfair.runtime.collaborator import config as collaborator_file
@@ -57,7 +59,8 @@ def test_the_aggregator_template_loads() -> None:
     assert loaded.training.rounds == 50 and loaded.training.local_steps == 5
     assert loaded.training.batch_fraction == 0.01 and loaded.training.average_from == 0.5
     assert loaded.model.features == 107  # the bundled Adult data
-    # No threshold: floor(p/2) + 1 of each round's p participants; the quorum is a majority of the plan.
+    # No threshold: the rule's smallest for each round's p participants (floor(p/2) + 1 without colluders);
+    # the quorum is a majority of the plan.
     assert loaded.secure_aggregation.enabled and loaded.secure_aggregation.threshold is None
     assert loaded.quorum.min_collaborators == 2
     assert loaded.aggregator.certs == REPOSITORY / "certs"  # relative to the plan file
@@ -154,6 +157,30 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         ),
         ({"quorum": {"round_timeout_seconds": 0}}, r"round_timeout_seconds must be a number of seconds > 0"),
         ({"evaluation": {"every": -1}}, r"every must be an integer >= 0"),
+        ({"evaluation": {"loss_range": [3.0, 1.0]}}, r"\[evaluation\] loss_range: .*0 <= low < high <= 10000"),
+        ({"evaluation": {"loss_range": [-1, 3]}}, r"\[evaluation\] loss_range: .*0 <= low < high"),
+        ({"evaluation": {"loss_range": [0, 1, 2]}}, r"loss_range must be a list of two numbers \[low, high\]"),
+        ({"evaluation": {"loss_range": ["0", "3"]}}, r"loss_range must be a list of two numbers"),
+        ({"evaluation": {"min_bucket_count": 0}}, r"min_bucket_count must be an integer >= 1"),
+        ({"secure_aggregation": {"max_colluding": -1}}, r"max_colluding must be an integer >= 0"),
+        ({"secure_aggregation": {"max_colluding": 2}}, r"max_colluding = 2: no threshold works for 3 holders"),
+        (
+            {"secure_aggregation": {"max_colluding": 1}, "quorum": {"min_collaborators": 2}},
+            r"min_collaborators = 2 is below max_colluding \+ 2 = 3",
+        ),
+        (
+            {"secure_aggregation": {"max_colluding": 1, "threshold": 2}},
+            r"threshold=2 is below max_colluding \+ 2 = 3",
+        ),
+        (
+            {"secure_aggregation": {"threshold": 2}, "federation": {"collaborators": ["a", "b", "c", "d"]}},
+            r"with 4 collaborators and max_colluding = 0: threshold=2 lets an aggregator",
+        ),
+        (
+            {"secure_aggregation": {"threshold": 2, "neighbours": 3}, "federation": {"collaborators": list("abcdef")}},
+            r"threshold=2 lets an aggregator .* holders \+ max_colluding = 4",
+        ),
+        ({"aggregator": {"manifest": "missing.toml"}}, r"missing.toml not found"),
         ({"federation": {"id": ...}}, r"missing key 'id' in \[federation\]"),
         ({"federation": {"id": "bad id!"}}, r"\[federation\] id must be letters"),
         ({"federation": {"collaborators": []}}, r"collaborators must be a non-empty list of strings"),
@@ -190,6 +217,31 @@ def test_flags_override_the_plan_and_a_plan_can_come_from_flags_alone() -> None:
     assert bare.collaborators == ("a", "b") and bare.model.features == 107 and bare.quorum.min_collaborators == 2
     with pytest.raises(ConfigError, match=r"rounds must be an integer >= 1"):
         plan.load_aggregator_plan(PLAN_TEMPLATE, {"training": {"rounds": 0}})
+
+
+def test_the_collusion_bound_raises_the_default_quorum_and_threshold_rule() -> None:
+    assert aggregator_plan().secure_aggregation.max_colluding == 0
+    colluding = aggregator_plan(secure_aggregation={"max_colluding": 1})
+    assert colluding.secure_aggregation.max_colluding == 1
+    # Two honest inputs beside one colluder: every round needs all three collaborators.
+    assert colluding.quorum.min_collaborators == 3
+    # Without secure aggregation the aggregator sees every update anyway: the bound constrains nothing.
+    plain = aggregator_plan(secure_aggregation={"enabled": False, "max_colluding": 2}, quorum={"min_collaborators": 1})
+    assert plain.secure_aggregation.max_colluding == 2 and plain.quorum.min_collaborators == 1
+
+
+def test_the_evaluation_grid_is_fixed_by_the_plan_on_both_sides() -> None:
+    loaded = aggregator_plan(evaluation={"loss_range": [0.5, 2], "min_bucket_count": 25})
+    assert loaded.evaluation.loss_range == (0.5, 2.0) and loaded.evaluation.min_bucket_count == 25
+    # The collaborator computes the thresholds from its copy of the plan: the very same grid.
+    shared = plan.load_shared_settings(plan.shared_settings(loaded))
+    assert np.array_equal(shared.evaluation.thresholds(), loaded.evaluation.thresholds())
+    default = plan.load_aggregator_plan(PLAN_TEMPLATE).evaluation
+    assert default.loss_range == sums.LOSS_RANGE and default.min_bucket_count == sums.MIN_BUCKET_COUNT
+    assert np.array_equal(default.thresholds(), sums.threshold_grid(sums.LOSS_RANGE))
+    # Another range moves the dense half, never the vector's length.
+    assert not np.array_equal(default.thresholds(), loaded.evaluation.thresholds())
+    assert default.thresholds().size == loaded.evaluation.thresholds().size == sums.THRESHOLDS
 
 
 def test_secure_aggregation_off_relaxes_the_quorum() -> None:
@@ -279,14 +331,15 @@ def test_shared_settings_round_trip_without_names_or_paths() -> None:
         plan.load_shared_settings(payload.replace(b'"rho":0.3', b'"rho":3'))
 
 
-TEMPLATE_DIGEST = "d3513aa2e89325782c2b5a513df8fd4082a33211f18cec26e568ad623621342f"
+TEMPLATE_DIGEST = "bfa1d649d41f854da3575209e55991541a0ca147c8558f71128b12378b54bcb2"
 TEMPLATE_SHARED_SETTINGS = (
-    b'{"evaluation":{"every":5},"federation":{"collaborator_count":3,"id":"fedfair-demo"},'
+    b'{"evaluation":{"every":5,"loss_range":[0.0,3.0],"min_bucket_count":10},'
+    b'"federation":{"collaborator_count":3,"id":"fedfair-demo"},'
     b'"model":{"classes":2,"features":107,"image_shape":null,"name":"logreg"},'
     b'"objective":{"bound":10.0,"epsilon":0.1,"gamma":0.05,"rho":0.3,"smooth":"softrelu"},'
     b'"quorum":{"min_collaborators":2,"round_timeout_seconds":300.0},'
-    b'"secure_aggregation":{"clip":10.0,"enabled":true,"fractional_bits":20,"max_weight":1000000.0,'
-    b'"modulus_bits":64,"neighbours":0,"threshold":null},'
+    b'"secure_aggregation":{"clip":10.0,"enabled":true,"fractional_bits":20,"max_colluding":0,'
+    b'"max_weight":1000000.0,"modulus_bits":64,"neighbours":0,"threshold":null},'
     b'"training":{"average_from":0.5,"batch_fraction":0.01,"local_steps":5,"lr":0.1,"rounds":50,"seed":0,'
     b'"threshold_lr":0.1}}'
 )

@@ -6,25 +6,36 @@ relative paths are relative to the file's folder. ``[certificates]`` is read str
 into the transport's :class:`~fedfair.runtime.transport.TlsFiles` and ``[privacy]``
 into :class:`~fedfair.privacy.config.PrivacyConfig`. The training settings are not
 here: they come from the aggregator's plan (:func:`fedfair.runtime.plan.load_shared_settings`).
+
+``[collaborator] manifest`` (optional) names this institution's copy of the federation
+manifest (:mod:`fedfair.runtime.manifest`), read and checked here: the institution must
+be one of its collaborators, and the federation id and the aggregator's name default
+to the manifest's (or must equal them when given). Without one, loading the file logs
+a one-line warning that the roster is trusted to the CA.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedfair.core.errors import ConfigError
+from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.privacy.config import PrivacyConfig
+from fedfair.runtime.manifest import NO_MANIFEST_WARNING, Manifest, load_manifest
 from fedfair.runtime.toml_tables import (
-    FEDERATION_ID_RE,
     Table,
     check_sections,
     field_names,
     read_toml,
 )
 from fedfair.runtime.transport import TlsFiles
+
+logger = logging.getLogger("fedfair.collaborator")
 
 _DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps|auto")
 
@@ -53,7 +64,8 @@ class DataSettings:
 @dataclass(frozen=True)
 class CollaboratorConfig:
     """One institution's file. ``federation`` (optional) is the federation id it expects to
-    join: with it set, the collaborator refuses an aggregator that runs another federation."""
+    join: with it set, the collaborator refuses an aggregator that runs another federation.
+    ``manifest`` (optional) is the agreed roster every round and certificate is checked against."""
 
     name: str
     aggregator: str
@@ -64,6 +76,7 @@ class CollaboratorConfig:
     privacy: PrivacyConfig
     source: Path
     federation: str | None = None
+    manifest: Manifest | None = None
 
 
 def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> CollaboratorConfig:
@@ -71,7 +84,9 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
     where = str(source)
     base = source.parent
     check_sections(where, data, ("collaborator", "certificates", "data", "privacy"))
-    me = Table.of(where, data, "collaborator", ("name", "aggregator", "aggregator_name", "device", "federation"))
+    me = Table.of(
+        where, data, "collaborator", ("name", "aggregator", "aggregator_name", "device", "federation", "manifest")
+    )
     name = me.name("name")
     federation = (
         me.string(
@@ -82,6 +97,27 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
     )
     aggregator = me.address("aggregator")
     aggregator_name = me.name("aggregator_name") if me.given("aggregator_name") else None
+    manifest: Manifest | None = None
+    if me.given("manifest"):
+        try:
+            manifest = load_manifest(me.path("manifest", base))
+        except ConfigError as error:
+            me.fail(f"[collaborator] manifest: {error}")
+        if name not in manifest.collaborator_names:
+            me.fail(
+                f"[collaborator] name = {name!r} is not a collaborator in the manifest {manifest.source}; "
+                "use this institution's name there, or the manifest of its federation"
+            )
+        for key, mine, agreed in (
+            ("federation", federation, manifest.federation_id),
+            ("aggregator_name", aggregator_name, manifest.aggregator.name),
+        ):
+            if mine is not None and mine != agreed:
+                me.fail(
+                    f"[collaborator] {key} = {mine!r} but the manifest {manifest.source} says {agreed!r}; "
+                    f"remove {key} (the manifest's is used) or make them equal"
+                )
+        federation, aggregator_name = manifest.federation_id, manifest.aggregator.name
     device = me.string("device", "auto", pattern=_DEVICE_RE, expected='"cpu", "cuda", "cuda:N", "mps" or "auto"')
 
     tls = Table.of(where, data, "certificates", ("dir", "ca", "cert", "key"))
@@ -101,13 +137,17 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
         privacy=_privacy(where, data),
         source=source,
         federation=federation,
+        manifest=manifest,
     )
 
 
 def load_collaborator_config(path: Path | str) -> CollaboratorConfig:
-    """Read and validate ``collaborator/collaborator.toml``."""
+    """Read and validate ``collaborator/collaborator.toml``; warn once when it names no manifest."""
     source, data = read_toml(path)
-    return parse_collaborator_config(data, source)
+    config = parse_collaborator_config(data, source)
+    if config.manifest is None:
+        logger.warning("%s: %s", source, NO_MANIFEST_WARNING)
+    return config
 
 
 def _data(source: str, data: Mapping[str, object], base: Path) -> DataSettings:

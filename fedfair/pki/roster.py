@@ -1,0 +1,204 @@
+"""The federation's roster as the institutions pin it: who takes part, with which certificate.
+
+Whoever holds the CA can issue a certificate for any name, so certificates alone
+cannot stop the CA holder (in practice, often the aggregator's operator) from adding
+parties of its own to a round, or a twin of an institution with a key of its own.
+The institutions therefore agree out of band on a *manifest*: the federation id, the
+collusion bound, the fewest parties a round may have, and for every participant its
+name, role and the SHA-256 fingerprint of its certificate. Each institution keeps its
+own copy and refuses any party or certificate that the manifest does not pin.
+
+This module is the PKI's half: pins made from issued certificates, the checks every
+manifest must pass, its canonical digest (what the institutions compare) and its TOML
+text (what `fedfair pki manifest` writes). Reading a manifest file, and checking a
+plan and each round against it, is :mod:`fedfair.runtime.manifest`.
+
+The file::
+
+    [federation]
+    id = "fedfair-demo"
+    max_colluding = 0        # collaborators that may collude with the aggregator
+    min_round_size = 3       # the fewest parties a round may have
+
+    [[participants]]         # once per participant: exactly one aggregator
+    name = "aggregator"
+    role = "aggregator"
+    sha256 = "ab:cd:..."     # SHA-256 of the certificate's DER (`fedfair pki show`)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cryptography import x509
+
+from fedfair.core.errors import ConfigError
+from fedfair.pki.names import check_role, validate_federation_id, validate_name
+from fedfair.pki.store import ca_paths, load_certificate, write_file
+from fedfair.pki.verification import (
+    fingerprint,
+    name_from_certificate,
+    normalise_fingerprint,
+    role_of_certificate,
+    verify_certificate,
+)
+
+PARTICIPANTS = "participants"
+"""The manifest's array of tables, one per participant."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One participant as the manifest pins it: its name, its role and its certificate's fingerprint."""
+
+    name: str
+    role: str
+    sha256: str
+    """SHA-256 of the certificate's DER, colon-separated lower-case hex (as `fedfair pki show` prints it)."""
+
+    def __post_init__(self) -> None:
+        validate_name(self.name)
+        check_role(self.role)
+        if normalise_fingerprint(self.sha256) != self.sha256:
+            raise ConfigError(
+                f"the fingerprint of {self.name!r} must be written as colon-separated lower-case hex; "
+                "use pki.verification.normalise_fingerprint"
+            )
+
+
+def pin_certificate(certificate: x509.Certificate, ca_certificate: x509.Certificate) -> Pin:
+    """The pin of a certificate this CA issued (checked for its own role, valid now)."""
+    role = role_of_certificate(certificate)
+    if role is None:
+        raise ConfigError(
+            f"the certificate of {name_from_certificate(certificate)!r} names no single role; "
+            "reissue it with `fedfair pki sign`"
+        )
+    return Pin(verify_certificate(certificate, ca_certificate, role), role, fingerprint(certificate))
+
+
+def pins_from_folders(folders: Sequence[Path], ca_certificate: x509.Certificate | None = None) -> list[Pin]:
+    """The pins of every NAME.crt in ``folders``, each verified under the federation's CA.
+
+    ``ca_certificate`` None takes the ca.crt the folders hold (they must agree). Two
+    certificates for one name are refused: the manifest must pin exactly one, and the
+    institutions must say which.
+    """
+    if ca_certificate is None:
+        found = {load_certificate(path) for folder in folders if (path := ca_paths(Path(folder))[0]).exists()}
+        if len(found) != 1:
+            problem = "none of the folders holds a ca.crt" if not found else "the folders hold different ca.crt files"
+            raise ConfigError(f"{problem}; give the federation's CA certificate with --ca FILE")
+        (ca_certificate,) = found
+    pins: dict[str, tuple[Pin, Path]] = {}
+    for folder in folders:
+        paths = sorted(path for path in Path(folder).glob("*.crt") if path != ca_paths(Path(folder))[0])
+        for path in paths:
+            try:
+                pin = pin_certificate(load_certificate(path), ca_certificate)
+            except ConfigError as error:
+                raise ConfigError(f"{path}: {error}") from None
+            if pin.name in pins and pins[pin.name][0] != pin:
+                raise ConfigError(
+                    f"{path} and {pins[pin.name][1]} are two certificates for {pin.name!r}; "
+                    "keep only the one the institution holds the key of"
+                )
+            pins[pin.name] = (pin, path)
+    return [pin for pin, _ in pins.values()]
+
+
+def check_pins(pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> tuple[Pin, tuple[Pin, ...]]:
+    """Check a manifest's participants and bounds; return (the aggregator, the collaborators sorted by name).
+
+    Names and fingerprints are unique, there is exactly one aggregator, and the
+    bounds are consistent: a round of p parties, up to ``max_colluding`` of which
+    collude with the aggregator, must keep at least two honest inputs in its sum, or
+    the colluders could subtract theirs and see one institution's input alone; so
+    ``min_round_size >= max_colluding + 2``, and no larger than the collaborators listed.
+    """
+    pins = list(pins)
+    for what, values in (("name", [pin.name for pin in pins]), ("fingerprint", [pin.sha256 for pin in pins])):
+        repeated = sorted({value for value in values if values.count(value) > 1})
+        if repeated:
+            raise ConfigError(f"the manifest lists the {what} {repeated[0]} twice; list each participant once")
+    aggregators = [pin for pin in pins if pin.role == "aggregator"]
+    if len(aggregators) != 1:
+        raise ConfigError(
+            f"the manifest must list exactly one participant with role = \"aggregator\", found {len(aggregators)}"
+        )
+    collaborators = tuple(sorted((pin for pin in pins if pin.role == "collaborator"), key=lambda pin: pin.name))
+    if not isinstance(max_colluding, int) or isinstance(max_colluding, bool) or max_colluding < 0:
+        raise ConfigError(f"max_colluding must be an integer >= 0, got {max_colluding!r}")
+    if not isinstance(min_round_size, int) or isinstance(min_round_size, bool):
+        raise ConfigError(f"min_round_size must be an integer, got {min_round_size!r}")
+    if min_round_size < max_colluding + 2:
+        raise ConfigError(
+            f"min_round_size = {min_round_size} is below max_colluding + 2 = {max_colluding + 2}: a round that small "
+            "could leave one institution's input alone beside the colluders'; raise min_round_size"
+        )
+    if min_round_size > len(collaborators):
+        raise ConfigError(
+            f"min_round_size = {min_round_size} exceeds the {len(collaborators)} collaborators listed; "
+            "lower it or list every collaborator"
+        )
+    return aggregators[0], collaborators
+
+
+def _document(federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> dict[str, object]:
+    """The manifest's content as plain values, participants sorted by name (the order is not content)."""
+    return {
+        "federation": {"id": federation_id, "max_colluding": max_colluding, "min_round_size": min_round_size},
+        PARTICIPANTS: [asdict(pin) for pin in sorted(pins, key=lambda pin: pin.name)],
+    }
+
+
+def roster_digest(federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> str:
+    """SHA-256 (hex) of the manifest's canonical content: equal digests mean the same agreement.
+
+    Comments, layout and the order of participants do not count, so institutions can
+    compare one line over the phone rather than a file.
+    """
+    content = _document(federation_id, pins, max_colluding, min_round_size)
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def manifest_text(federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> str:
+    """The manifest as TOML, after every check :func:`check_pins` makes; the digest is in a comment."""
+    pins = list(pins)
+    validate_federation_id(federation_id)
+    check_pins(pins, max_colluding, min_round_size)
+    digest = roster_digest(federation_id, pins, max_colluding, min_round_size)
+    # Every value is a checked name, role, hex fingerprint or federation id: JSON quoting is TOML quoting.
+    lines = [
+        "# fedfair federation manifest: agreed by every institution out of band, one copy each.",
+        f"# sha256 of its content: {digest}",
+        "# Compare that line, or every fingerprint below, with the other institutions before using it.",
+        "",
+        "[federation]",
+        f"id = {json.dumps(federation_id)}",
+        f"max_colluding = {max_colluding}       # collaborators that may collude with the aggregator",
+        f"min_round_size = {min_round_size}      # the fewest parties a round may have",
+    ]
+    for pin in sorted(pins, key=lambda pin: (pin.role != "aggregator", pin.name)):
+        lines += [
+            "",
+            f"[[{PARTICIPANTS}]]",
+            f"name = {json.dumps(pin.name)}",
+            f"role = {json.dumps(pin.role)}",
+            f"sha256 = {json.dumps(pin.sha256)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_manifest(
+    path: Path, federation_id: str, pins: Sequence[Pin], max_colluding: int, min_round_size: int
+) -> str:
+    """Write the manifest to ``path`` (atomically, never over an existing file); return its digest."""
+    text = manifest_text(federation_id, pins, max_colluding, min_round_size)
+    write_file(path, text.encode(), 0o644)
+    return roster_digest(federation_id, pins, max_colluding, min_round_size)

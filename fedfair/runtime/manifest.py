@@ -1,0 +1,260 @@
+"""The federation manifest: the roster the institutions agreed on, held by each of them.
+
+Whoever holds the federation's CA can issue a certificate for any name, and the
+aggregator's operator often holds it. Certificates and signatures bound to them
+therefore cannot stop that operator from filling a round with parties of its own (a
+Sybil roster, so that one institution's input is alone in the sum beside inputs it
+knows) or from relaying a twin certificate for a real institution. The manifest
+closes that gap: a TOML file the institutions agree on out of band (written by
+`fedfair pki manifest`, format in :mod:`fedfair.pki.roster`) naming the federation,
+the aggregator and every collaborator with the SHA-256 fingerprint of its
+certificate, the collusion bound ``max_colluding`` and ``min_round_size``, the fewest
+parties a round may have. Each institution checks against its own copy:
+
+- the plan the aggregator shares (:func:`check_shared_settings`): same federation,
+  same number of collaborators, same collusion bound, a quorum of at least
+  ``min_round_size``;
+- every round's roster (:meth:`Manifest.check_roster`): only listed names, at least
+  ``min_round_size`` of them;
+- every relayed credential (:func:`pinned_verifier`): issued by the CA *and* the very
+  certificate the manifest pins for that name, so a twin minted by the CA is refused;
+- the aggregator's TLS certificate, and its own (:func:`check_aggregator_certificate`,
+  :func:`check_certificate`).
+
+The aggregator's plan may name the same file (``[aggregator] manifest``); the plan
+must then agree with it (:func:`check_plan`), which catches a misconfigured
+aggregator at start rather than at the first refused round. Without a manifest,
+the roster is trusted to the CA (:data:`NO_MANIFEST_WARNING`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cryptography import x509
+
+from fedfair.core.errors import ConfigError
+from fedfair.pki.identity import CredentialVerifier
+from fedfair.pki.names import FEDERATION_ID_RE, ROLES
+from fedfair.pki.roster import PARTICIPANTS, Pin, check_pins, roster_digest
+from fedfair.pki.verification import (
+    der_fingerprint,
+    normalise_fingerprint,
+    pinned_credential_verifier,
+)
+from fedfair.runtime.settings import LearningSettings
+from fedfair.runtime.toml_tables import Table, check_sections, field_names, read_toml
+
+if TYPE_CHECKING:
+    from fedfair.runtime.plan import AggregatorPlan, SharedSettings
+
+NO_MANIFEST_WARNING = (
+    "no federation manifest: each round's roster is trusted to the federation's CA, whose holder could add "
+    "parties of its own; agree on one with `fedfair pki manifest` and set [collaborator] manifest"
+)
+"""The one line a collaborator logs when it runs without a manifest."""
+
+
+class ManifestError(ConfigError):
+    """A plan, a round's roster or a certificate disagrees with the manifest; the message names what and who."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The agreed roster: the federation, its aggregator and collaborators pinned by fingerprint, and its bounds."""
+
+    federation_id: str
+    aggregator: Pin
+    collaborators: tuple[Pin, ...]
+    """Sorted by name."""
+    max_colluding: int
+    """How many collaborators may collude with the aggregator (the plan's [secure_aggregation] max_colluding)."""
+    min_round_size: int
+    """The fewest parties a round may have (at least max_colluding + 2)."""
+    source: Path
+
+    @property
+    def collaborator_names(self) -> frozenset[str]:
+        return frozenset(pin.name for pin in self.collaborators)
+
+    def pin(self, name: str) -> Pin | None:
+        """The pin of participant ``name`` (aggregator or collaborator), or None if the manifest does not list it."""
+        return next((pin for pin in (self.aggregator, *self.collaborators) if pin.name == name), None)
+
+    def check_roster(self, parties: Sequence[str]) -> None:
+        """Refuse a round's roster naming anyone the manifest does not list, or fewer than min_round_size parties."""
+        strangers = sorted(set(parties) - self.collaborator_names)
+        if strangers:
+            raise ManifestError(
+                f"the round's roster includes {', '.join(repr(name) for name in strangers)}, not a collaborator in "
+                f"the manifest {self.source}; whoever holds the CA may have added parties of its own: refuse the round"
+            )
+        if len(set(parties)) != len(parties):
+            raise ManifestError("the round's roster lists a party twice; refuse the round")
+        if len(parties) < self.min_round_size:
+            raise ManifestError(
+                f"the round has {len(parties)} parties, fewer than min_round_size = {self.min_round_size} in the "
+                f"manifest {self.source}; a round that small could expose one institution's input: refuse it"
+            )
+
+
+# ---------------------------------------------------------------- reading
+
+
+def parse_manifest(data: Mapping[str, Any], source: Path) -> Manifest:
+    """Validate a manifest already read from TOML (``source`` for messages)."""
+    where = str(source)
+    check_sections(where, data, ("federation", PARTICIPANTS))
+    federation = Table.of(where, data, "federation", ("id", "max_colluding", "min_round_size"))
+    federation_id = federation.string("id", pattern=FEDERATION_ID_RE, expected="letters, digits, '.', '_' or '-'")
+    max_colluding = federation.integer("max_colluding", 0, low=0)
+    min_round_size = federation.integer("min_round_size", low=2)
+    entries = data.get(PARTICIPANTS)
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(
+            f"{where}: no [[{PARTICIPANTS}]] tables; add one per participant with name, role and sha256 "
+            "(`fedfair pki manifest` writes them from the certificates)"
+        )
+    pins = [_pin(where, index, entry) for index, entry in enumerate(entries, start=1)]
+    try:
+        aggregator, collaborators = check_pins(pins, max_colluding, min_round_size)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    return Manifest(federation_id, aggregator, collaborators, max_colluding, min_round_size, source)
+
+
+def _pin(where: str, index: int, entry: object) -> Pin:
+    """The participant in the ``index``-th [[participants]] table."""
+    table = Table(where, f"{PARTICIPANTS} #{index}", entry, field_names(Pin))
+    name = table.name("name")
+    role = table.string("role", choices=ROLES)
+    fingerprint = table.string("sha256", expected="a SHA-256 fingerprint (64 hex digits, colons allowed)")
+    try:
+        return Pin(name, role, normalise_fingerprint(fingerprint))
+    except ConfigError as error:
+        table.fail(f"[{table.section}] sha256 of {name!r}: {error}")
+
+
+def load_manifest(path: Path | str) -> Manifest:
+    """Read and validate a manifest file; every error names the file, the field and the fix."""
+    if not Path(path).is_file():
+        raise ConfigError(
+            f"manifest {path} not found; put there the copy the institutions agreed on "
+            "(`fedfair pki manifest` builds one from the issued certificates)"
+        )
+    source, data = read_toml(path)
+    return parse_manifest(data, source)
+
+
+def manifest_digest(manifest: Manifest) -> str:
+    """SHA-256 (hex) of the manifest's content, what the institutions compare (comments and order do not count)."""
+    pins = (manifest.aggregator, *manifest.collaborators)
+    return roster_digest(manifest.federation_id, pins, manifest.max_colluding, manifest.min_round_size)
+
+
+# ---------------------------------------------------------------- certificates
+
+
+def pinned_verifier(manifest: Manifest, ca_certificate: x509.Certificate) -> CredentialVerifier:
+    """The CredentialVerifier for secure aggregation under a manifest.
+
+    A relayed credential is accepted only if the CA issued it as a collaborator
+    certificate to that name, valid now, AND its SHA-256 fingerprint is the one the
+    manifest pins for the name: a second certificate the CA minted for the same name
+    (a twin with another key), or any name the manifest does not list, is refused.
+    """
+    return pinned_credential_verifier(
+        ca_certificate, {pin.name: pin.sha256 for pin in manifest.collaborators}, "collaborator"
+    )
+
+
+def check_certificate(manifest: Manifest, name: str, der: bytes) -> None:
+    """Refuse the certificate ``der`` (DER) for participant ``name`` unless it is the one the manifest pins."""
+    pin = manifest.pin(name)
+    if pin is None:
+        raise ManifestError(f"{name!r} is not a participant in the manifest {manifest.source}; check the name")
+    presented = der_fingerprint(der)
+    if presented != pin.sha256:
+        raise ManifestError(
+            f"the certificate of {name!r} (sha256 {presented}) is not the one the manifest {manifest.source} pins "
+            f"({pin.sha256}); if it was renewed, agree on a new manifest, otherwise the CA has issued another "
+            "certificate for this name: do not use it"
+        )
+
+
+def check_aggregator_certificate(manifest: Manifest, der: bytes) -> None:
+    """Refuse an aggregator whose TLS certificate (DER) is not the one the manifest pins."""
+    check_certificate(manifest, manifest.aggregator.name, der)
+
+
+# ---------------------------------------------------------------- plans
+
+
+def _check_learning(manifest: Manifest, learning: LearningSettings, where: str) -> None:
+    """The plan's collusion bound is the manifest's, and its quorum never starts a round the manifest refuses."""
+    declared = learning.secure_aggregation.max_colluding
+    if declared != manifest.max_colluding:
+        raise ManifestError(
+            f"{where}: [secure_aggregation] max_colluding = {declared} but the manifest {manifest.source} says "
+            f"{manifest.max_colluding}; the plan must use the bound the institutions agreed on"
+        )
+    quorum = learning.quorum.min_collaborators
+    if quorum < manifest.min_round_size:
+        raise ManifestError(
+            f"{where}: [quorum] min_collaborators = {quorum} is below min_round_size = {manifest.min_round_size} "
+            f"in the manifest {manifest.source}; raise it to at least {manifest.min_round_size}"
+        )
+
+
+def _check_federation(manifest: Manifest, federation_id: str, where: str) -> None:
+    if federation_id != manifest.federation_id:
+        raise ManifestError(
+            f"{where}: federation {federation_id!r}, but the manifest {manifest.source} is for "
+            f"{manifest.federation_id!r}; use the manifest of this federation"
+        )
+
+
+def check_shared_settings(manifest: Manifest, shared: SharedSettings) -> None:
+    """At a collaborator: refuse the aggregator's shared settings unless they agree with its own manifest.
+
+    The shared settings carry no names (the aggregator never reveals its allow-list),
+    so the names themselves are checked on every round's roster.
+    """
+    where = "the aggregator's plan"
+    _check_federation(manifest, shared.federation_id, where)
+    if shared.collaborator_count != len(manifest.collaborators):
+        raise ManifestError(
+            f"{where}: {shared.collaborator_count} collaborators, but the manifest {manifest.source} lists "
+            f"{len(manifest.collaborators)}; the aggregator's roster is not the one agreed on"
+        )
+    _check_learning(manifest, shared, where)
+    if not shared.secure_aggregation.enabled:
+        raise ManifestError(
+            f"{where}: secure aggregation is off, so the aggregator would see this institution's update in the "
+            f"clear; the manifest {manifest.source} promises a secured roster: turn [secure_aggregation] enabled "
+            "back on in the plan"
+        )
+
+
+def check_plan(manifest: Manifest, plan: AggregatorPlan) -> None:
+    """At the aggregator: refuse a plan that disagrees with the manifest it names."""
+    where = str(plan.source)
+    _check_federation(manifest, plan.federation_id, where)
+    listed = manifest.collaborator_names
+    planned = frozenset(plan.collaborators)
+    for names, what in ((planned - listed, "lists"), (listed - planned, "leaves out")):
+        if names:
+            raise ManifestError(
+                f"{where}: [federation] collaborators {what} {', '.join(repr(name) for name in sorted(names))} "
+                f"unlike the manifest {manifest.source}; list exactly the manifest's collaborators"
+            )
+    if plan.aggregator.name != manifest.aggregator.name:
+        raise ManifestError(
+            f"{where}: [aggregator] name = {plan.aggregator.name!r} but the manifest {manifest.source} names "
+            f"{manifest.aggregator.name!r}; use the manifest's name"
+        )
+    _check_learning(manifest, plan, where)
+
