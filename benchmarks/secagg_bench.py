@@ -6,10 +6,10 @@ leaving after sharing keys and before masking, the case that makes the server re
 their mask keys and cancel pairwise masks. It checks the decoded sum against the
 plaintext and records:
 
-- client_mask_s: a party's MASK step (opening the shares it received, then adding its
-  self mask and pairwise masks in place), median over the sampled parties. Encoding is
-  reported separately as client_encode_s; X25519 agreement happens in the SHARE step,
-  as soon as the key directory is known.
+- client_mask_s: a party's MASK step (adding its self mask and pairwise masks in place),
+  median over the sampled parties. Encoding is reported separately as client_encode_s;
+  X25519 agreement happens in the SHARE step, as soon as the key directory is known, and
+  the received shares are verified and decrypted in the CHECK step.
 - mask_vs_keystream: for each sampled party, its MASK step time divided by the time
   the same PRG (AES-256-CTR) needs to produce the bytes that party must generate (its
   self mask and one stream per peer it masks with), timed once immediately before and
@@ -17,8 +17,15 @@ plaintext and records:
   ratios. Bracketing each step with single-shot measurements taken moments apart keeps
   load from other processes from skewing the ratio. SAMPLES parties are sampled; small
   federations run the round again until there are enough.
-- server_unmask_s: the server's UNMASK stage (checking responses, rebuilding secrets,
-  removing masks, decoding).
+- server_unmask_s: the server's UNMASK stage (checking responses, rebuilding secrets and
+  verifying them against their commitments, removing masks, decoding, checking the range).
+- stages: for each of the six stages (advertise, share, check, mask, consistency,
+  unmask), clients_median_s (one party's step, median over parties and rounds),
+  clients_total_s (all parties of one round together, median over rounds) and server_s
+  (the server's receiving and closing steps, median over rounds).
+- round_s: the wall time of one whole in-process round, median over the rounds run
+  (every party's work and the server's on one machine, plus serialisation), minus the
+  time spent in this script's callbacks (encoding and the keystream reference timings).
 - expansion_vs_float32: median bytes a party uploads in the whole round divided by
   4 d (its update sent as float32 in the clear).
 
@@ -103,8 +110,10 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
     keystream_before: list[float] = []
     keystream_after: list[float] = []
     mask_samples: list[float] = []
+    callback_seconds: list[float] = []
 
     def encoded_input(party: int) -> np.ndarray:
+        entered = time.perf_counter()
         weighted = base * (weights[party - 1] * scales[party - 1])
         start = time.perf_counter()
         encoded = config.encoder.encode(weighted, float(weights[party - 1]))
@@ -112,17 +121,23 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
         if len(keystream_before) < SAMPLES:
             # simulate_round calls this right before the party's MASK step ...
             keystream_before.append(keystream_seconds(streams, dimension + 1, word_bytes, repeats=1))
+        callback_seconds.append(time.perf_counter() - entered)
         return encoded
 
     def observe(message: Message) -> None:
         # ... and this right after it (once the message is on the wire).
         if isinstance(message, MaskedInput) and len(keystream_after) < len(keystream_before):
+            entered = time.perf_counter()
             keystream_after.append(keystream_seconds(streams, dimension + 1, word_bytes, repeats=1))
+            callback_seconds.append(time.perf_counter() - entered)
 
     traces = []
+    round_seconds: list[float] = []
     while len(mask_samples) < SAMPLES:
         sampled_before = len(keystream_before)
+        start, callbacks_before = time.perf_counter(), sum(callback_seconds)
         trace = simulate_round(config, encoded_input, {Stage.MASK: dropped}, observe)
+        round_seconds.append(time.perf_counter() - start - (sum(callback_seconds) - callbacks_before))
         traces.append(trace)
         # At least t parties mask in every round, so each round adds samples.
         mask_samples += trace.client_seconds[Stage.MASK][: len(keystream_before) - sampled_before]
@@ -153,6 +168,17 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
             mask / keystream for mask, keystream in zip(mask_samples, keystream_samples, strict=True)
         ),
         "server_unmask_s": statistics.median(trace.server_seconds[Stage.UNMASK] for trace in traces),
+        "round_s": statistics.median(round_seconds),
+        "stages": {
+            stage.name.lower(): {
+                "clients_median_s": statistics.median(
+                    seconds for trace in traces for seconds in trace.client_seconds[stage]
+                ),
+                "clients_total_s": statistics.median(sum(trace.client_seconds[stage]) for trace in traces),
+                "server_s": statistics.median(trace.server_seconds[stage] for trace in traces),
+            }
+            for stage in Stage
+        },
         "expansion_vs_float32": upload / (4 * dimension),
         "max_abs_error": max_abs_error,
         "error_bound": result.decoded.error_bound,
@@ -193,10 +219,15 @@ def main(argv: list[str] | None = None) -> int:
             for dropout in DROPOUTS:
                 record = run_cell(parties, dimension, dropout, args.modulus_bits)
                 report["results"].append(record)
+                stages = " ".join(
+                    f"{name}={spent['clients_median_s'] * 1e3:.1f}/{spent['server_s'] * 1e3:.1f}"
+                    for name, spent in record["stages"].items()
+                )
                 print(
                     f"n={parties:<4} d={dimension:<9} dropout={dropout:.0%} mask={record['client_mask_s']:.4f}s "
                     f"x{record['mask_vs_keystream']:.2f} keystream  unmask={record['server_unmask_s']:.4f}s "
-                    f"expansion={record['expansion_vs_float32']:.3f}",
+                    f"expansion={record['expansion_vs_float32']:.3f} round={record['round_s']:.3f}s\n"
+                    f"    per stage, ms (one party / server): {stages}",
                     file=sys.stderr,
                 )
     text = json.dumps(report, indent=2)

@@ -67,8 +67,8 @@ class RoundParameters:
     """The public parameters of one aggregation, sent to every participant before it starts.
 
     Collaborators compare them with what their own copy of the plan implies and
-    withdraw if they differ, so an aggregator cannot quietly lower the threshold,
-    widen the encoding or change the vector's length.
+    withdraw if they differ, so an aggregator cannot quietly lower the threshold or
+    the collusion bound, widen the encoding or change the vector's length.
     """
 
     kind: str
@@ -79,6 +79,7 @@ class RoundParameters:
     encoding: EncodingConfig
     threshold: int | None
     neighbours: int | None
+    max_colluding: int
 
     def to_bytes(self) -> bytes:
         document = asdict(self)
@@ -97,6 +98,7 @@ class RoundParameters:
                 encoding=EncodingConfig(**document["encoding"]),
                 threshold=None if document["threshold"] is None else int(document["threshold"]),
                 neighbours=None if document["neighbours"] is None else int(document["neighbours"]),
+                max_colluding=int(document["max_colluding"]),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ConfigError(
@@ -112,4 +114,5 @@ class RoundParameters:
             encoding=self.encoding,
             threshold=self.threshold,
             neighbours=self.neighbours,
+            max_colluding=self.max_colluding,
         )

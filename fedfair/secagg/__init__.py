@@ -1,15 +1,21 @@
 """Secure aggregation: the server learns the weighted sum of the parties' updates, nothing else.
 
 Bonawitz et al. (2017) double masking with Shamir t-of-n recovery of dropped parties,
-with every round's keys signed by the parties' identity keys, and an optional
-SecAgg+ neighbour graph. The modules, bottom up:
+in its variant against an active aggregator (protocol v2): every round's keys, share
+entries, share checks and consistency views are signed by the parties' identity keys,
+a round runs six stages (ADVERTISE, SHARE, CHECK, MASK, CONSISTENCY, UNMASK), parties
+unmask only a view of the round that t survivors signed, and rebuilt secrets are
+verified against commitments so that bad shares are named rather than trusted. The
+threshold rule (:func:`threshold_for`, :func:`check_threshold`) ties t to the number
+of colluding parties tolerated. An optional SecAgg+ neighbour graph cuts the cost for
+large federations. The modules, bottom up:
 
 - :mod:`~fedfair.secagg.prg`: AES-256-CTR keystream masks.
 - :mod:`~fedfair.secagg.shamir`: secret sharing over GF(2^127 - 1).
 - :mod:`~fedfair.secagg.keys`: X25519, HKDF-SHA256, AES-256-GCM share encryption.
 - :mod:`~fedfair.secagg.encode`: fixed-point encoding modulo 2^k, wraparound check, error bound.
 - :mod:`~fedfair.secagg.graph`: complete or random k-regular neighbour graphs.
-- :mod:`~fedfair.secagg.config`: the round's public parameters.
+- :mod:`~fedfair.secagg.config`: the round's public parameters and the threshold rule.
 - :mod:`~fedfair.secagg.messages`: plain, serialisable messages.
 - :mod:`~fedfair.secagg.client` / :mod:`~fedfair.secagg.server`: the two state machines.
 - :mod:`~fedfair.secagg.simulate`: a whole round in one process.
@@ -17,7 +23,7 @@ SecAgg+ neighbour graph. The modules, bottom up:
 """
 
 from fedfair.secagg.client import Client
-from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.config import SecAggConfig, check_threshold, threshold_for
 from fedfair.secagg.encode import (
     Decoded,
     Encoder,
@@ -30,6 +36,7 @@ from fedfair.secagg.errors import (
     PrivacyWarning,
     ProtocolError,
     StaleMessageError,
+    SumOutOfRangeError,
     ThresholdError,
     UnmaskRefusedError,
 )
@@ -51,9 +58,12 @@ __all__ = [
     "Server",
     "Stage",
     "StaleMessageError",
+    "SumOutOfRangeError",
     "ThresholdError",
     "UnmaskRefusedError",
     "check_no_wraparound",
+    "check_threshold",
     "largest_safe_fractional_bits",
     "simulate_round",
+    "threshold_for",
 ]

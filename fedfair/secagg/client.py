@@ -1,4 +1,4 @@
-"""A party's side of secure aggregation (Bonawitz et al. 2017, signed-key variant).
+"""A party's side of secure aggregation (Bonawitz et al. 2017, active-adversary variant, protocol v2).
 
 :class:`Client` is a state machine over the plain messages of
 :mod:`fedfair.secagg.messages`; it performs no I/O. A runtime calls its steps in
@@ -6,24 +6,40 @@ order, carrying each returned message to the server and each server message back
 
     advertise()                          -> AdvertiseKeys
     share_keys(KeyDirectory)             -> ShareKeys
-    masked_input(ShareBundle, encoded)   -> MaskedInput
-    unmask(UnmaskRequest)                -> UnmaskResponse   (may be repeated)
+    check_shares(ShareBundle)            -> ShareCheck
+    masked_input(MaskingSet, encoded)    -> MaskedInput
+    consistency(SurvivorSet)             -> ConsistencySignature   (may be repeated)
+    unmask(UnmaskRequest)                -> UnmaskResponse         (may be repeated)
 
 A step that receives a bad message raises a :class:`~fedfair.secagg.errors.ProtocolError`
 subclass and leaves the state unchanged, so the runtime may wait for a correct one.
+A peer's misbehaviour in the SHARE stage is not an error: the party *accuses* the peer
+in its share check, and the server leaves the accused out of the masking set.
 
 What the party protects. Its input y = x + PRG(b) + sum_v +-PRG(k_uv) reaches the
-server masked twice. It reveals a share of a peer's self-mask seed b only if the
-server says that peer's masked input arrived, and a share of a peer's mask key only
-if the server says it did not, and it remembers what it revealed: a request that
-would give out the other kind for the same peer is refused, so the server never
-holds both and can never strip both masks from one input.
+server masked twice, and the server must never hold both the seed b and the mask key
+of one party. The party makes sure of it against a server that lies:
+
+- it accepts a peer's keys only under the peer's identity signature (no swapped keys),
+  and signs every share entry it sends and the two shares it deals each holder, so a
+  tampered entry is caught and a share revealed later can be traced to its dealer;
+- it masks only with peers whose shares it checked and holds, only if the masking set
+  leaves it at least t holders, and never with a peer it accused;
+- it signs exactly one view (U2', U3) of who masked and who survived, and remembers it;
+- it reveals shares only for that view and only once at least t distinct survivors
+  (t holders of each owner on a SecAgg+ graph) signed the same view. Honest parties sign
+  one view each, so with 2t > m + c an aggregator and c colluders cannot gather t
+  signatures on two different views: they cannot get a seed share of a party from some
+  parties and its mask-key share from others;
+- it reveals a share of a peer's seed only if that peer survived and of its mask key
+  only if it dropped, and refuses a later request for the other kind.
 """
 
 from __future__ import annotations
 
 import enum
 import os
+from dataclasses import dataclass
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -46,23 +62,37 @@ from fedfair.secagg.errors import (
 )
 from fedfair.secagg.messages import (
     AdvertiseKeys,
+    ConsistencySignature,
     EncryptedShares,
     Header,
     KeyDirectory,
     MaskedInput,
+    MaskingSet,
     RevealedShare,
     ShareBundle,
+    ShareCheck,
     ShareKeys,
     Stage,
+    SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
     advertisement_payload,
     check_header,
+    check_ids,
+    consistency_payload,
+    dealt_shares_payload,
+    seed_commitment,
     session_id,
+    share_check_payload,
+    share_digest,
+    share_entry_payload,
 )
 
 SECRET_BYTES = 32
 """Length of the two shared secrets: the self-mask seed and the raw X25519 mask key."""
+
+SHARE_CHUNKS = -(-SECRET_BYTES // shamir.CHUNK_BYTES)
+"""Field elements per share of a secret."""
 
 
 class _Kind(enum.Enum):
@@ -72,19 +102,36 @@ class _Kind(enum.Enum):
     MASK_KEY = "mask key"
 
 
+@dataclass(frozen=True)
+class _Held:
+    """The two shares a dealer gave this party, as received, with the dealer's signature over their digests."""
+
+    seed: bytes
+    key: bytes
+    dealer_signature: bytes
+
+    def reveal(self, owner: int, kind: _Kind) -> RevealedShare:
+        if kind is _Kind.SEED:
+            return RevealedShare(owner, self.seed, share_digest(self.key), self.dealer_signature)
+        return RevealedShare(owner, self.key, share_digest(self.seed), self.dealer_signature)
+
+
 def verify_advertisement(
     advertisement: AdvertiseKeys, config: SecAggConfig, verify_credential: CredentialVerifier
-) -> None:
+) -> ec.EllipticCurvePublicKey:
     """Check that an advertisement is for this round and signed by the roster party it names.
 
-    Raises :class:`~fedfair.secagg.errors.StaleMessageError` for another round,
-    :class:`ProtocolError` for a party outside the roster, and :class:`AuthenticationError`
-    for an unusable X25519 key or when the credential or the signature does not verify
-    (a forged or swapped key).
+    Returns the party's verified identity public key. Raises
+    :class:`~fedfair.secagg.errors.StaleMessageError` for another round,
+    :class:`ProtocolError` for a party outside the roster or a malformed commitment, and
+    :class:`AuthenticationError` for an unusable X25519 key or when the credential or the
+    signature does not verify (a forged or swapped key).
     """
     check_header(advertisement, config, b"")
     if not config.is_party(advertisement.sender):
         raise ProtocolError(f"advertisement names party {advertisement.sender}, which is not in the roster")
+    if len(advertisement.seed_commitment) != 32:
+        raise ProtocolError(f"party {advertisement.sender}'s seed commitment is not 32 bytes")
     for public in (advertisement.cipher_public_key, advertisement.mask_public_key):
         keys.check_public_key(public)
     try:
@@ -92,12 +139,17 @@ def verify_advertisement(
     except IdentityError as error:
         raise AuthenticationError(f"party {advertisement.sender}'s credential is not trusted: {error}") from None
     payload = advertisement_payload(
-        config.digest, advertisement.sender, advertisement.cipher_public_key, advertisement.mask_public_key
+        config.digest,
+        advertisement.sender,
+        advertisement.cipher_public_key,
+        advertisement.mask_public_key,
+        advertisement.seed_commitment,
     )
     if not is_valid_signature(identity, advertisement.signature, payload):
         raise AuthenticationError(
             f"party {advertisement.sender}'s advertised keys do not match its signature (forged or swapped keys)"
         )
+    return identity
 
 
 class Client:
@@ -131,34 +183,52 @@ class Client:
         self._next = Stage.ADVERTISE
         self._advertisement: AdvertiseKeys | None = None
         self._directory: dict[int, AdvertiseKeys] = {}
+        self._identities: dict[int, ec.EllipticCurvePublicKey] = {}
         self._session = b""
         self._share_keys: dict[int, bytes] = {}
         self._pair_keys: dict[int, bytes] = {}
-        self._held: dict[int, tuple[shamir.Share, shamir.Share]] = {}
+        self._held: dict[int, _Held] = {}
+        self._accused: frozenset[int] = frozenset()
+        self._masking_set: tuple[int, ...] | None = None
+        self._signed: ConsistencySignature | None = None
+        self._view: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        self._answered: tuple[UnmaskRequest, UnmaskResponse] | None = None
         self._revealed: dict[int, _Kind] = {}
         self.excluded: dict[int, str] = {}
         """Peers whose advertisements were refused, with the reason; they take no part."""
+        self.accusations: dict[int, str] = {}
+        """Peers this party accused in its share check, with the reason."""
 
     @property
     def session_id(self) -> bytes:
         """The session id, known once the key directory is accepted (empty before)."""
         return self._session
 
+    @property
+    def signed_view(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """The (U2', U3) view this party signed in the CONSISTENCY stage, or None before."""
+        return self._view
+
     def advertise(self) -> AdvertiseKeys:
-        """Stage ADVERTISE: publish this round's two public keys, signed with the identity key."""
+        """Stage ADVERTISE: publish this round's two public keys and seed commitment, signed."""
         self._expect(Stage.ADVERTISE, "advertise")
         cipher_public, mask_public = keys.public_bytes(self._cipher_key), keys.public_bytes(self._mask_key)
-        signature = sign(
-            self._identity_key, advertisement_payload(self.config.digest, self.party, cipher_public, mask_public)
-        )
+        commitment = seed_commitment(self.config.digest, self.party, self._seed)
+        payload = advertisement_payload(self.config.digest, self.party, cipher_public, mask_public, commitment)
         self._advertisement = AdvertiseKeys(
-            self._header(Stage.ADVERTISE), self.party, cipher_public, mask_public, self._credential, signature
+            self._header(Stage.ADVERTISE),
+            self.party,
+            cipher_public,
+            mask_public,
+            commitment,
+            self._credential,
+            sign(self._identity_key, payload),
         )
         self._next = Stage.SHARE
         return self._advertisement
 
     def share_keys(self, directory: KeyDirectory) -> ShareKeys:
-        """Stage SHARE: check every peer's signed keys, fix the session, send encrypted shares.
+        """Stage SHARE: check every peer's signed keys, fix the session, send signed encrypted shares.
 
         Peers whose advertisement fails verification are excluded (see :attr:`excluded`).
         Raises :class:`AuthenticationError` if the directory carries keys for this party
@@ -173,6 +243,7 @@ class Client:
         if self.party not in senders:
             raise ProtocolError("the key directory leaves this party out")
         accepted: dict[int, AdvertiseKeys] = {}
+        identities: dict[int, ec.EllipticCurvePublicKey] = {self.party: self._identity_key.public_key()}
         excluded: dict[int, str] = {}
         for advertisement in directory.advertisements:
             if advertisement.sender == self.party:
@@ -181,7 +252,9 @@ class Client:
                 accepted[self.party] = advertisement
                 continue
             try:
-                verify_advertisement(advertisement, self.config, self._verify_credential)
+                identities[advertisement.sender] = verify_advertisement(
+                    advertisement, self.config, self._verify_credential
+                )
             except ProtocolError as error:
                 excluded[advertisement.sender] = str(error)
                 continue
@@ -198,42 +271,98 @@ class Client:
         encrypted = []
         share_keys: dict[int, bytes] = {}
         pair_keys: dict[int, bytes] = {}
-        for peer in sorted(holders - {self.party}):
+        held: dict[int, _Held] = {}
+        for holder in sorted(holders):
+            seed_bytes, key_bytes = seed_shares[holder].to_bytes(), key_shares[holder].to_bytes()
+            dealer_signature = sign(
+                self._identity_key,
+                dealt_shares_payload(session, self.party, holder, share_digest(seed_bytes), share_digest(key_bytes)),
+            )
+            if holder == self.party:
+                held[self.party] = _Held(seed_bytes, key_bytes, dealer_signature)
+                continue
             plaintext = (
                 Writer()
                 .u32(self.party)
-                .u32(peer)
-                .blob(seed_shares[peer].to_bytes())
-                .blob(key_shares[peer].to_bytes())
+                .u32(holder)
+                .blob(seed_bytes)
+                .blob(key_bytes)
+                .blob(dealer_signature)
                 .getvalue()
             )
             # Both directions use one key (the associated data tells them apart), so the key
             # that seals these shares also opens the peer's; the pairwise mask key depends only
-            # on the directory too. Deriving both now keeps key agreement out of the MASK step.
-            share_keys[peer] = keys.share_encryption_key(
-                self._cipher_key, accepted[peer].cipher_public_key, session, self.party, peer
+            # on the directory too. Deriving both now keeps key agreement out of later steps.
+            share_keys[holder] = keys.share_encryption_key(
+                self._cipher_key, accepted[holder].cipher_public_key, session, self.party, holder
             )
-            pair_keys[peer] = keys.pair_mask_key(
-                self._mask_key, accepted[peer].mask_public_key, session, self.party, peer
+            pair_keys[holder] = keys.pair_mask_key(
+                self._mask_key, accepted[holder].mask_public_key, session, self.party, holder
             )
-            sealed = keys.seal(share_keys[peer], plaintext, keys.share_associated_data(session, self.party, peer))
-            encrypted.append(EncryptedShares(self.party, peer, sealed))
-        self._directory, self.excluded, self._session = accepted, excluded, session
-        self._share_keys, self._pair_keys = share_keys, pair_keys
-        self._held[self.party] = (seed_shares[self.party], key_shares[self.party])
-        self._next = Stage.MASK
+            sealed = keys.seal(share_keys[holder], plaintext, keys.share_associated_data(session, self.party, holder))
+            signature = sign(self._identity_key, share_entry_payload(session, self.party, holder, sealed))
+            encrypted.append(EncryptedShares(self.party, holder, sealed, signature))
+        self._directory, self._identities, self.excluded, self._session = accepted, identities, excluded, session
+        self._share_keys, self._pair_keys, self._held = share_keys, pair_keys, held
+        self._next = Stage.CHECK
         return ShareKeys(self._header(Stage.SHARE), self.party, tuple(encrypted))
 
-    def masked_input(self, bundle: ShareBundle, encoded: np.ndarray) -> MaskedInput:
-        """Stage MASK: store peers' shares and mask the encoded update.
+    def check_shares(self, bundle: ShareBundle) -> ShareCheck:
+        """Stage CHECK: verify, decrypt and store the shares addressed to this party; accuse bad senders.
+
+        A sender is accused (see :attr:`accusations`) when its entry's signature does not
+        verify (the server altered it, or the sender signed garbage), the ciphertext fails
+        authentication, or the plaintext is malformed, mislabelled or not signed by the
+        sender as its dealer. Raises :class:`ProtocolError` for a bundle that is not this
+        party's or lists an unexpected or repeated sender, and :class:`ThresholdError` if
+        fewer than t holders of this party's secrets remain (itself and its valid senders).
+        """
+        self._expect(Stage.CHECK, "check_shares")
+        check_header(bundle, self.config, self._session)
+        if bundle.recipient != self.party:
+            raise ProtocolError("share bundle is addressed to another party")
+        seen: set[int] = set()
+        for entry in bundle.shares:
+            # _share_keys holds exactly the accepted neighbours.
+            if entry.sender not in self._share_keys or entry.recipient != self.party or entry.sender in seen:
+                raise ProtocolError(f"share bundle has an unexpected or repeated entry from party {entry.sender}")
+            seen.add(entry.sender)
+        valid: dict[int, _Held] = {}
+        accusations: dict[int, str] = {}
+        for entry in bundle.shares:
+            outcome = self._open_entry(entry)
+            if isinstance(outcome, str):
+                accusations[entry.sender] = outcome
+            else:
+                valid[entry.sender] = outcome
+        if len(valid) + 1 < self.config.t:
+            raise ThresholdError(
+                f"only {len(valid) + 1} holders of this party's secrets remain (itself and {len(valid)} peers whose "
+                f"shares check out), below the threshold {self.config.t}; round aborted"
+            )
+        accused = tuple(sorted(accusations))
+        signature = sign(self._identity_key, share_check_payload(self._session, self.party, accused))
+        self._held.update(valid)
+        self._accused = frozenset(accused)
+        self.accusations = accusations
+        self._next = Stage.MASK
+        return ShareCheck(self._header(Stage.CHECK), self.party, accused, signature)
+
+    def masked_input(self, masking_set: MaskingSet, encoded: np.ndarray) -> MaskedInput:
+        """Stage MASK: mask the encoded update against exactly this party's neighbours in U2'.
 
         ``encoded`` comes from ``config.encoder.encode(weight * delta, weight)``. It is masked
         in place and becomes the message's vector, which saves a copy of d words; pass a copy
-        to keep the plain encoding. The party masks against exactly the peers whose shares it
-        received, with its self mask on top. A refused bundle leaves ``encoded`` untouched.
+        to keep the plain encoding. A refused masking set leaves ``encoded`` untouched.
+
+        Refuses (:class:`UnmaskRefusedError`) a masking set that contains a party this party
+        accused or a neighbour whose checked shares it does not hold, raises
+        :class:`ProtocolError` if this party is not in it (it was accused, or its check was
+        lost: it takes no further part) and :class:`ThresholdError` if it leaves fewer than t
+        of this party's holders (itself included).
         """
         self._expect(Stage.MASK, "masked_input")
-        check_header(bundle, self.config, self._session)
+        check_header(masking_set, self.config, self._session)
         encoder = self.config.encoder
         if (
             encoded.dtype != encoder.dtype
@@ -245,50 +374,101 @@ class Client:
                 f"{self.config.dimension + 1}; "
                 "encode it with config.encoder.encode(weighted_vector, weight)"
             )
-        if bundle.recipient != self.party:
-            raise ProtocolError("share bundle is addressed to another party")
-        received = self._open_bundle(bundle)
-        if len(received) + 1 < self.config.t:
+        check_ids(masking_set.parties, "the masking set")
+        members = set(masking_set.parties)
+        unknown = members - self._directory.keys()
+        if unknown:
+            raise ProtocolError(f"the masking set names party {min(unknown)}, which is not in this session")
+        if self.party not in members:
+            raise ProtocolError(
+                "the masking set leaves this party out (it was accused or its share check was lost); "
+                "it takes no further part in this round"
+            )
+        accused = members & self._accused
+        if accused:
+            raise UnmaskRefusedError(
+                f"the masking set includes party {min(accused)}, which this party accused at CHECK; refused"
+            )
+        maskers = members & self.config.graph[self.party]
+        missing = maskers - self._held.keys()
+        if missing:
+            raise UnmaskRefusedError(
+                f"the masking set includes neighbour {min(missing)}, whose checked shares this party does not hold; "
+                "refused"
+            )
+        if len(maskers) + 1 < self.config.t:
             raise ThresholdError(
-                f"only {len(received)} peers shared keys with this party, below the threshold {self.config.t}; "
-                "round aborted"
+                f"the masking set leaves {len(maskers) + 1} holders of this party's secrets, below the threshold "
+                f"{self.config.t}; round aborted"
             )
         masks: list[prg.Mask] = [(keys.self_mask_key(self._seed, self._session, self.party), 1)]
         # The smaller id adds, the larger subtracts: each pair cancels in the sum.
-        masks += [(self._pair_keys[peer], 1 if self.party < peer else -1) for peer in sorted(received)]
+        masks += [(self._pair_keys[peer], 1 if self.party < peer else -1) for peer in sorted(maskers)]
         prg.apply_masks(encoded, masks)
-        self._held.update(received)
-        self._next = Stage.UNMASK
+        self._masking_set = masking_set.parties
+        self._next = Stage.CONSISTENCY
         return MaskedInput(self._header(Stage.MASK), self.party, encoded)
+
+    def consistency(self, survivor_set: SurvivorSet) -> ConsistencySignature:
+        """Stage CONSISTENCY: sign the server's view (U2', U3), once.
+
+        Refuses (:class:`UnmaskRefusedError`) a view whose U2' differs from the masking set
+        this party masked for, whose U3 is not within U2' or leaves this party out, and any
+        view other than the one it already signed (the same view gets the same signature
+        again). Raises :class:`ThresholdError` if U3 has fewer than t parties.
+        """
+        if self._signed is not None:
+            check_header(survivor_set, self.config, self._session)
+            if self._view != (survivor_set.masking_set, survivor_set.survivors):
+                raise UnmaskRefusedError("this party already signed another view of the round; refused")
+            return self._signed
+        self._expect(Stage.CONSISTENCY, "consistency")
+        check_header(survivor_set, self.config, self._session)
+        check_ids(survivor_set.masking_set, "the survivor set's masking set")
+        check_ids(survivor_set.survivors, "the survivor set")
+        if survivor_set.masking_set != self._masking_set:
+            raise UnmaskRefusedError("the survivor set's masking set differs from the one this party masked for")
+        survivors = set(survivor_set.survivors)
+        if not survivors <= set(survivor_set.masking_set):
+            raise UnmaskRefusedError("the survivor set names a party outside the masking set; refused")
+        if self.party not in survivors:
+            raise UnmaskRefusedError(
+                "the survivor set leaves this party out although it sent its masked input; refused"
+            )
+        if len(survivors) < self.config.t:
+            raise ThresholdError(f"only {len(survivors)} survivors, below the threshold {self.config.t}; round aborted")
+        view = (survivor_set.masking_set, survivor_set.survivors)
+        signature = sign(self._identity_key, consistency_payload(self._session, *view))
+        self._view = view
+        self._signed = ConsistencySignature(self._header(Stage.CONSISTENCY), self.party, signature)
+        self._next = Stage.UNMASK
+        return self._signed
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
         """Stage UNMASK: reveal seed shares of survivors and mask-key shares of dropped peers.
 
-        Refuses (:class:`UnmaskRefusedError`) a request that lists a party as both, lists this
-        party as dropped, names parties outside the session, or would reveal the other kind
-        of share for a peer than an earlier request did.
+        Refuses (:class:`UnmaskRefusedError`) a request whose survivors and dropped are not
+        exactly the view this party signed, that carries valid consistency signatures of
+        fewer than t distinct survivors on that view (fewer than t of an owner's holders on a
+        SecAgg+ graph), or that would reveal the other kind of share for a peer than an earlier
+        request did. The same request again gets the same answer.
         """
         self._expect(Stage.UNMASK, "unmask")
         check_header(request, self.config, self._session)
-        survivors, dropped = set(request.survivors), set(request.dropped)
-        if len(survivors) != len(request.survivors) or len(dropped) != len(request.dropped):
-            raise ProtocolError("unmask request lists a party twice")
-        both = survivors & dropped
-        if both:
-            raise UnmaskRefusedError(f"unmask request lists party {min(both)} as both survivor and dropped; refused")
-        if self.party not in survivors:
+        if self._answered is not None and self._answered[0] == request:
+            return self._answered[1]
+        assert self._view is not None  # set when the stage began
+        check_ids(request.survivors, "the unmask request's survivors")
+        check_ids(request.dropped, "the unmask request's dropped parties")
+        masking_set, survivors = self._view
+        if request.survivors != survivors or request.masking_set != masking_set:
             raise UnmaskRefusedError(
-                "unmask request lists this party as dropped although it sent its masked input; refused"
+                "the unmask request's survivors or dropped parties differ from the view this party signed; refused"
             )
-        unknown = (survivors | dropped) - self._directory.keys()
-        if unknown:
-            raise UnmaskRefusedError(
-                f"unmask request names party {min(unknown)}, which is not in this session; refused"
-            )
-        if len(survivors) < self.config.t:
-            raise ThresholdError(f"only {len(survivors)} survivors, below the threshold {self.config.t}; round aborted")
-        wanted = {owner: _Kind.SEED for owner in survivors & self._held.keys()}
+        dropped = set(masking_set) - set(survivors)
+        wanted = {owner: _Kind.SEED for owner in set(survivors) & self._held.keys()}
         wanted.update({owner: _Kind.MASK_KEY for owner in dropped & self._held.keys()})
+        self._check_signatures(request, wanted)
         for owner, kind in wanted.items():
             earlier = self._revealed.get(owner)
             if earlier is not None and earlier is not kind:
@@ -298,42 +478,73 @@ class Client:
                 )
         self._revealed.update(wanted)
         seed_shares = tuple(
-            RevealedShare(owner, self._held[owner][0].to_bytes())
-            for owner in sorted(wanted)
-            if wanted[owner] is _Kind.SEED
+            self._held[owner].reveal(owner, _Kind.SEED) for owner in sorted(wanted) if wanted[owner] is _Kind.SEED
         )
         key_shares = tuple(
-            RevealedShare(owner, self._held[owner][1].to_bytes())
+            self._held[owner].reveal(owner, _Kind.MASK_KEY)
             for owner in sorted(wanted)
             if wanted[owner] is _Kind.MASK_KEY
         )
-        return UnmaskResponse(self._header(Stage.UNMASK), self.party, seed_shares, key_shares)
+        response = UnmaskResponse(self._header(Stage.UNMASK), self.party, seed_shares, key_shares)
+        self._answered = (request, response)
+        return response
 
-    def _open_bundle(self, bundle: ShareBundle) -> dict[int, tuple[shamir.Share, shamir.Share]]:
-        """Decrypt and check every share in ``bundle``; nothing is stored unless all are valid."""
-        received: dict[int, tuple[shamir.Share, shamir.Share]] = {}
-        for entry in bundle.shares:
-            sender = entry.sender
-            # _share_keys holds exactly the accepted neighbours.
-            if sender not in self._share_keys or entry.recipient != self.party or sender in received:
-                raise ProtocolError(f"share bundle has an unexpected or repeated entry from party {sender}")
-            plaintext = keys.open_sealed(
-                self._share_keys[sender],
-                entry.ciphertext,
-                keys.share_associated_data(self._session, sender, self.party),
+    def _check_signatures(self, request: UnmaskRequest, wanted: dict[int, _Kind]) -> None:
+        """Refuse unless t distinct survivors (t holders of every owner in ``wanted``) signed this party's view."""
+        assert self._view is not None
+        payload = consistency_payload(self._session, *self._view)
+        survivors = set(self._view[1])
+        t = self.config.t
+        holders = {owner: self.config.holders_of(owner) for owner in wanted}
+        signers: set[int] = set()
+
+        def enough() -> bool:
+            return len(signers) >= t and all(len(signers & group) >= t for group in holders.values())
+
+        for party, signature in sorted(request.signatures):
+            if enough():
+                break
+            # Signatures of non-survivors, repeats and forgeries do not count.
+            if party in survivors and party not in signers:
+                if is_valid_signature(self._identities[party], signature, payload):
+                    signers.add(party)
+        if not enough():
+            raise UnmaskRefusedError(
+                f"only {len(signers)} distinct survivors signed the view this party signed (t = {t} needed, "
+                "from the holders of every secret asked for); the server may be showing different views, refused"
             )
+
+    def _open_entry(self, entry: EncryptedShares) -> _Held | str:
+        """The checked shares in one bundle entry, or why its sender is accused."""
+        sender = entry.sender
+        entry_payload = share_entry_payload(self._session, sender, self.party, entry.ciphertext)
+        if not is_valid_signature(self._identities[sender], entry.signature, entry_payload):
+            return "its share entry's signature does not verify"
+        associated_data = keys.share_associated_data(self._session, sender, self.party)
+        try:
+            plaintext = keys.open_sealed(self._share_keys[sender], entry.ciphertext, associated_data)
+        except AuthenticationError:
+            return "its encrypted shares fail authentication"
+        try:
             reader = Reader(plaintext)
             claimed_sender, claimed_recipient = reader.u32(), reader.u32()
-            seed_share, key_share = shamir.Share.from_bytes(reader.blob()), shamir.Share.from_bytes(reader.blob())
+            seed_bytes, key_bytes, dealer_signature = reader.blob(), reader.blob(), reader.blob()
             reader.finish()
-            if (
-                (claimed_sender, claimed_recipient) != (sender, self.party)
-                or seed_share.x != self.party
-                or key_share.x != self.party
-            ):
-                raise AuthenticationError(f"shares from party {sender} are labelled for another sender or recipient")
-            received[sender] = (seed_share, key_share)
-        return received
+            seed_share, key_share = shamir.Share.from_bytes(seed_bytes), shamir.Share.from_bytes(key_bytes)
+        except ProtocolError:
+            return "its shares are malformed"
+        if (claimed_sender, claimed_recipient) != (sender, self.party) or seed_share.x != self.party or (
+            key_share.x != self.party
+        ):
+            return "its shares are labelled for another sender or recipient"
+        if len(seed_share.values) != SHARE_CHUNKS or len(key_share.values) != SHARE_CHUNKS:
+            return "its shares have the wrong length"
+        payload = dealt_shares_payload(
+            self._session, sender, self.party, share_digest(seed_bytes), share_digest(key_bytes)
+        )
+        if not is_valid_signature(self._identities[sender], dealer_signature, payload):
+            return "its dealt shares are not signed by it"
+        return _Held(seed_bytes, key_bytes, dealer_signature)
 
     def _expect(self, stage: Stage, step: str) -> None:
         if self._next is not stage:

@@ -5,6 +5,22 @@ party's Shamir x coordinate, and the roster maps it to the name its certificate
 carries. The config's digest is signed with every advertisement and hashed into
 the session id, so parties that were shown different parameters (another round,
 threshold, dimension, encoding, ...) cannot end up in the same session.
+
+The threshold rule. Let m be the number of holders of each secret (n on the complete
+graph, neighbours + 1 on a SecAgg+ graph) and c the number of parties that may collude
+with the aggregator (``max_colluding``). The threshold t must satisfy
+
+- c + 2 <= t: the c colluders hold c shares of every secret, including the kind an
+  honest party never reveals, so t must exceed c; and a party masks only with at least
+  t holders, while the sum has at least t survivors, so at least t - c >= 2 honest
+  inputs are always summed together;
+- 2t > m + c: an aggregator that shows two survivor views must collect t consistency
+  signatures on each; honest parties sign one view only, so that needs 2t - c distinct
+  holders, more than there are;
+- t <= m: someone must be able to unmask.
+
+:func:`threshold_for` gives the smallest such t (for c = 0 that is floor(m/2) + 1) and
+:func:`check_threshold` refuses a threshold that breaks one of the rules.
 """
 
 from __future__ import annotations
@@ -30,11 +46,14 @@ class SecAggConfig:
     parties: the roster of party names; party id i + 1 is ``parties[i]``.
     dimension: d, the length of every party's (weighted) update vector.
     encoding: how updates are quantised (see :mod:`fedfair.secagg.encode`).
-    threshold: t, how many share holders must survive to unmask; ``None`` for the default
-        floor(m/2) + 1, where m is the number of holders of each secret (n on the complete
-        graph, neighbours + 1 on a SecAgg+ graph).
+    threshold: t, how many share holders must survive to unmask; ``None`` for the smallest
+        t the threshold rule allows (:func:`threshold_for`), where m is the number of holders
+        of each secret (n on the complete graph, neighbours + 1 on a SecAgg+ graph):
+        floor(m/2) + 1 when ``max_colluding`` is 0.
     neighbours: k for a k-regular SecAgg+ graph drawn per round; ``None`` (or >= n - 1)
         for the complete graph.
+    max_colluding: c, how many parties may collude with the aggregator (and lie) without
+        breaking privacy; the threshold must satisfy the rule for this c.
     """
 
     federation_id: str
@@ -44,6 +63,7 @@ class SecAggConfig:
     encoding: EncodingConfig
     threshold: int | None = None
     neighbours: int | None = None
+    max_colluding: int = 0
     _threshold: int = field(init=False, repr=False, compare=False)
     _graph: Graph = field(init=False, repr=False, compare=False)
     _encoder: Encoder = field(init=False, repr=False, compare=False)
@@ -63,14 +83,14 @@ class SecAggConfig:
             raise ConfigError(f"dimension={self.dimension} must be at least 1")
         if self.neighbours is not None and self.neighbours < 1:
             raise ConfigError(f"neighbours={self.neighbours} must be at least 1, or None for the complete graph")
+        if self.max_colluding < 0:
+            raise ConfigError(f"max_colluding={self.max_colluding} is negative; use 0 or more")
         holders = self.holders_per_secret
-        least = holders // 2 + 1
-        threshold = least if self.threshold is None else self.threshold
-        if not least <= threshold <= holders:
-            raise ConfigError(
-                f"threshold={threshold} must be from {least} to {holders} (more than half of the {holders} holders of "
-                "each secret, so that two disjoint groups of survivors can never both unmask); change threshold"
-            )
+        if self.threshold is None:
+            threshold = threshold_for(holders, self.max_colluding)
+        else:
+            threshold = self.threshold
+            check_threshold(threshold, holders, self.max_colluding)
         object.__setattr__(self, "_threshold", threshold)
         # Both constructors refuse bad settings, so a config that exists is a usable one.
         object.__setattr__(self, "_encoder", Encoder(self.encoding, n))
@@ -125,11 +145,12 @@ class SecAggConfig:
     @cached_property
     def digest(self) -> bytes:
         """SHA-256 of the canonical encoding of every parameter."""
-        writer = Writer().text("fedfair/secagg/v1/config").text(self.federation_id).u64(self.round)
+        writer = Writer().text("fedfair/secagg/v2/config").text(self.federation_id).u64(self.round)
         writer.u32(self.size)
         for name in self.parties:
             writer.text(name)
         writer.u64(self.dimension).u32(self.t).u32(0 if self.complete else self.holders_per_secret - 1)
+        writer.u32(self.max_colluding)
         encoding = self.encoding
         writer.f64(encoding.clip).f64(encoding.max_weight).u32(encoding.fractional_bits).u32(encoding.modulus_bits)
         return hashlib.sha256(writer.getvalue()).digest()
@@ -148,3 +169,54 @@ class SecAggConfig:
     def is_party(self, party: int) -> bool:
         """Whether ``party`` is a valid id in this round."""
         return 1 <= party <= self.size
+
+
+def threshold_for(holders: int, max_colluding: int) -> int:
+    """The smallest threshold t with 2t > m + c and t >= c + 2, for m ``holders`` of each secret.
+
+    For c = 0 that is floor(m/2) + 1. Raises :class:`ConfigError` when no t <= m satisfies
+    the rule (m < c + 2): fewer colluders or more holders are needed.
+    """
+    if max_colluding < 0:
+        raise ConfigError(f"max_colluding={max_colluding} is negative; use 0 or more")
+    threshold = max((holders + max_colluding) // 2 + 1, max_colluding + 2)
+    if threshold > holders:
+        raise ConfigError(
+            f"no threshold works for {holders} holders of each secret with max_colluding={max_colluding}: "
+            f"t must be at least {threshold} (t >= c + 2 and 2t > m + c) but at most m = {holders}; "
+            f"lower max_colluding to at most {max(holders - 2, 0)} or add parties (or neighbours)"
+        )
+    return threshold
+
+
+def check_threshold(threshold: int, holders: int, max_colluding: int) -> None:
+    """Refuse a threshold t that breaks the rule c + 2 <= t, 2t > m + c, t <= m (m = ``holders``).
+
+    The :class:`ConfigError` says which rule fails, why in one sentence, and the fix.
+    """
+    m, c, t = holders, max_colluding, threshold
+    if c < 0:
+        raise ConfigError(f"max_colluding={c} is negative; use 0 or more")
+    try:
+        smallest = threshold_for(m, c)
+    except ConfigError:
+        smallest = None
+    if smallest is not None:
+        fix = f"use threshold={smallest}"
+    else:
+        fix = f"lower max_colluding to at most {max(m - 2, 0)} or add parties (or neighbours)"
+    if t > m:
+        raise ConfigError(
+            f"threshold={t} exceeds the {m} holders of each secret, so no secret could ever be rebuilt; {fix}"
+        )
+    if t < c + 2:
+        raise ConfigError(
+            f"threshold={t} is below max_colluding + 2 = {c + 2}: the {c} colluders hold {c} shares of the secret "
+            "an honest party never reveals, so t must exceed c, and at least t - c >= 2 honest inputs must be summed "
+            f"together; {fix}"
+        )
+    if 2 * t <= m + c:
+        raise ConfigError(
+            f"threshold={t} lets an aggregator collect t consistency signatures on two survivor views: honest "
+            f"parties sign one view each, so 2t must exceed holders + max_colluding = {m + c}; {fix}"
+        )

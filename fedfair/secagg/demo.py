@@ -1,11 +1,11 @@
 """``fedfair secagg-demo``: watch secure aggregation recover a weighted mean through dropouts.
 
 n parties (default 5) hold random update vectors and weights. They run one full
-round in this process (the real client and server state machines, every message
-serialised): one party drops before masking, one after. The demo prints what the
-server receives from a party (uniform-looking words), the recovered weighted mean
-beside the plaintext one with their largest difference and the derived error
-bound, and the time of each stage; ``--json PATH`` saves the figures.
+round of the six-stage protocol in this process (the real client and server state
+machines, every message serialised): one party drops before masking, one after. The
+demo prints what the server receives from a party (uniform-looking words), the
+recovered weighted mean beside the plaintext one with their largest difference and
+the derived error bound, and the time of each stage; ``--json PATH`` saves the figures.
 """
 
 from __future__ import annotations
@@ -44,8 +44,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's options (shared by the CLI and ``examples/secagg_demo.py``)."""
     parser.add_argument("-n", "--parties", type=int, default=5, help="number of parties (default 5)")
     parser.add_argument("-d", "--dimension", type=int, default=10_000, help="update length (default 10000)")
-    parser.add_argument("--threshold", type=int, default=None, help="Shamir threshold t (default floor(n/2)+1)")
+    parser.add_argument(
+        "--threshold",
+        type=int,
+        default=None,
+        help="Shamir threshold t (default: the smallest the threshold rule allows, floor(n/2)+1 without colluders)",
+    )
     parser.add_argument("--neighbours", type=int, default=None, help="SecAgg+ graph degree (default: complete graph)")
+    parser.add_argument(
+        "--max-colluding", type=int, default=0, help="parties that may collude with the aggregator (default 0)"
+    )
     parser.add_argument("--modulus-bits", type=int, default=32, choices=(32, 64), help="word size k (default 32)")
     parser.add_argument(
         "--fractional-bits", type=int, default=None, help="fixed-point bits f (default: the largest that cannot wrap)"
@@ -63,6 +71,7 @@ def handle(args: argparse.Namespace) -> int:
         dimension=args.dimension,
         threshold=args.threshold,
         neighbours=args.neighbours,
+        max_colluding=args.max_colluding,
         modulus_bits=args.modulus_bits,
         fractional_bits=args.fractional_bits,
         clip=args.clip,
@@ -111,6 +120,7 @@ def run_demo(
     max_weight: float = 100.0,
     seed: int = 0,
     out: TextIO = sys.stdout,
+    max_colluding: int = 0,
 ) -> dict[str, Any]:
     """Run and narrate one round; returns the figures written by ``--json``."""
     # Imported here: the CLI imports this module to list its commands, and scipy.stats
@@ -129,7 +139,7 @@ def run_demo(
             )
     encoding = EncodingConfig(clip, max_weight, fractional_bits, modulus_bits)
     names = tuple(f"party-{i}" for i in range(1, parties + 1))
-    config = SecAggConfig("secagg-demo", 0, names, dimension, encoding, threshold, neighbours)
+    config = SecAggConfig("secagg-demo", 0, names, dimension, encoding, threshold, neighbours, max_colluding)
 
     # Demo data only: numpy's generator is fine here, it never touches a key or a mask.
     rng = np.random.default_rng(seed)
@@ -165,7 +175,8 @@ def run_demo(
     error_bound = result.decoded.mean_error_bound()
 
     print(
-        f"Secure aggregation demo: n={parties} parties, d={dimension}, threshold t={config.t}, "
+        f"Secure aggregation demo: n={parties} parties, d={dimension}, threshold t={config.t} "
+        f"(up to {max_colluding} colluding), "
         f"{'complete graph' if config.complete else f'{neighbours}-regular graph'}, "
         f"words mod 2^{modulus_bits}, f={fractional_bits} fractional bits",
         file=out,
@@ -193,11 +204,12 @@ def run_demo(
         }
     print("Time per stage (all parties together | server):", file=out)
     for name, spent in timings.items():
-        print(f"  {name:<9} {spent['clients_s'] * 1e3:9.1f} ms | {spent['server_s'] * 1e3:8.1f} ms", file=out)
+        print(f"  {name:<11} {spent['clients_s'] * 1e3:9.1f} ms | {spent['server_s'] * 1e3:8.1f} ms", file=out)
     return {
         "n": parties,
         "d": dimension,
         "threshold": config.t,
+        "max_colluding": max_colluding,
         "dropped": before + after,
         "dropped_before_masking": before,
         "dropped_after_masking": after,

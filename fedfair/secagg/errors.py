@@ -28,7 +28,14 @@ class ThresholdError(ProtocolError):
 
 
 class UnmaskRefusedError(ProtocolError):
-    """An unmask request would reveal both kinds of share of one party, or contradicts what this party saw."""
+    """A request would reveal both kinds of share of one party, or contradicts what this party saw or signed."""
+
+
+class SumOutOfRangeError(ProtocolError):
+    """The unmasked sum is impossible for honest inputs (a weight or coordinate beyond the encoding's bounds).
+
+    Some contributor encoded more than the encoding allows; the round is void and nothing may be applied.
+    """
 
 
 class PrivacyWarning(UserWarning):

@@ -25,7 +25,7 @@ Graph = dict[int, frozenset[int]]
 def round_seed(federation_id: str, round_number: int) -> bytes:
     """The public graph seed of one round: anyone can recompute it, nobody chooses it."""
     return hashlib.sha256(
-        b"fedfair/secagg/v1/graph" + federation_id.encode() + struct.pack(">Q", round_number)
+        b"fedfair/secagg/v2/graph" + federation_id.encode() + struct.pack(">Q", round_number)
     ).digest()
 
 

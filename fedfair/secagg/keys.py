@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedfair.secagg.errors import AuthenticationError
 
-DOMAIN = b"fedfair/secagg/v1/"
+DOMAIN = b"fedfair/secagg/v2/"
 """Prefix of every HKDF info and associated-data string: separates fedfair's keys
 from any other protocol that might reuse the same secrets."""
 

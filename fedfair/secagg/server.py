@@ -1,14 +1,19 @@
-"""The aggregator's side of secure aggregation: collect, forward, sum, unmask.
+"""The aggregator's side of secure aggregation (protocol v2): collect, forward, check, sum, unmask.
 
 :class:`Server` is a state machine over plain messages with no I/O. Each stage has
 a ``receive_*`` step, called once per arriving message, and a closing step, called
 when every party answered or the stage's deadline passed; the closing step fixes
 who survived and returns what to send next:
 
-    receive_advertisement(AdvertiseKeys)*   key_directory()   -> KeyDirectory  (to all)
-    receive_shares(ShareKeys)*              share_bundles()   -> {party: ShareBundle}
-    receive_masked_input(MaskedInput)*      unmask_request()  -> UnmaskRequest (to survivors)
-    receive_unmask_response(UnmaskResponse)* finish()         -> AggregateResult
+    receive_advertisement(AdvertiseKeys)*          key_directory()   -> KeyDirectory   (to all)
+    receive_shares(ShareKeys)*                     share_bundles()   -> {party: ShareBundle}
+    receive_share_check(ShareCheck)*               masking_set()     -> MaskingSet     (to U2')
+    receive_masked_input(MaskedInput)*             survivor_set()    -> SurvivorSet    (to U3)
+    receive_consistency(ConsistencySignature)*     unmask_request()  -> UnmaskRequest  (to U3)
+    receive_unmask_response(UnmaskResponse)*       finish()          -> AggregateResult
+
+In the UNMASK stage :meth:`Server.ready` says when every secret can already be rebuilt
+and verified, so a runtime may close the stage before its deadline.
 
 A ``receive_*`` step raises a :class:`~fedfair.secagg.errors.ProtocolError` subclass
 for a message it refuses (the runtime drops it); a closing step raises
@@ -18,38 +23,66 @@ aborts the round: nothing is unmasked and every later call is refused.
 What the server learns: masked inputs arrive and are summed at once (memory O(d)),
 so only the sum is ever unmasked. For a survivor it rebuilds the self-mask seed; for
 a party that dropped before masking it rebuilds the mask key and cancels the pairwise
-masks the survivors added for it. It never asks for both secrets of one party, and
-honest parties would refuse if it did.
+masks the survivors added for it. Honest parties reveal shares only for a view of the
+round that t survivors signed, so even a lying server never obtains both secrets of
+one party (see :mod:`fedfair.secagg.client`).
+
+Identify, don't abort. A party accused at CHECK is left out of the masking set and
+named, with its accusers (the server cannot tell which side lied). Each rebuilt secret
+is checked against its owner's commitment (the seed's hash, the mask key's public
+key), trying other t-subsets of the shares when the first fails; a revealed share that
+its owner never signed as dealt is a provably bad share and its responder is named,
+and signed shares that disagree with each other or with the commitment name their
+owner. A decoded sum outside what honest inputs can produce voids the round
+(:class:`~fedfair.secagg.errors.SumOutOfRangeError`).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.pki.identity import CredentialVerifier
+from fedfair.pki.identity import CredentialVerifier, is_valid_signature
 from fedfair.secagg import keys, prg, shamir
-from fedfair.secagg.client import SECRET_BYTES, verify_advertisement
+from fedfair.secagg.client import SECRET_BYTES, SHARE_CHUNKS, verify_advertisement
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
-from fedfair.secagg.errors import ProtocolError, StaleMessageError, ThresholdError
+from fedfair.secagg.errors import (
+    AuthenticationError,
+    ProtocolError,
+    StaleMessageError,
+    SumOutOfRangeError,
+    ThresholdError,
+)
 from fedfair.secagg.messages import (
     AdvertiseKeys,
+    ConsistencySignature,
     EncryptedShares,
     Header,
     KeyDirectory,
     MaskedInput,
+    MaskingSet,
     RevealedShare,
     ShareBundle,
+    ShareCheck,
     ShareKeys,
     Stage,
+    SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
     check_header,
+    check_ids,
+    consistency_payload,
+    dealt_shares_payload,
+    seed_commitment,
     session_id,
+    share_check_payload,
+    share_digest,
+    share_entry_payload,
 )
 
 
@@ -59,24 +92,43 @@ class AggregateResult:
 
     encoded_sum: the unmasked sum modulo 2^k (d + 1 words, the last one the weight).
     decoded: the float64 weighted sum, total weight and error bound.
-    contributors: the parties whose inputs are in the sum.
+    contributors: the parties whose inputs are in the sum (U3).
     dropped: per stage, the parties that went silent in it (never advertised, never
-        shared, never sent a masked input, never answered the unmask request).
+        shared, never checked their shares, never sent a masked input, never signed the
+        survivor set, never answered the unmask request).
+    culprits: party -> why the server names it: accused at CHECK (with the accusers), a
+        revealed share its owner never dealt, or shares it dealt that do not rebuild its
+        committed secret.
+    accusations: accused party -> the parties that accused it at CHECK.
     """
 
     encoded_sum: np.ndarray
     decoded: Decoded
     contributors: tuple[int, ...]
     dropped: Mapping[Stage, tuple[int, ...]]
+    culprits: Mapping[int, str]
+    accusations: Mapping[int, tuple[int, ...]]
 
 
 class _Phase(enum.Enum):
     COLLECT_KEYS = "ADVERTISE"
     COLLECT_SHARES = "SHARE"
+    COLLECT_CHECKS = "CHECK"
     COLLECT_MASKED = "MASK"
+    COLLECT_CONSISTENCY = "CONSISTENCY"
     COLLECT_UNMASK = "UNMASK"
     DONE = "finished"
     ABORTED = "aborted"
+
+
+class _Secret(enum.Enum):
+    """Which secret of a party the server rebuilds."""
+
+    SEED = "self-mask seed"
+    MASK_KEY = "mask key"
+
+
+_Revealed = tuple[shamir.Share, RevealedShare]
 
 
 class Server:
@@ -92,26 +144,46 @@ class Server:
         self._phase = _Phase.COLLECT_KEYS
         self._session = b""
         self._advertisements: dict[int, AdvertiseKeys] = {}
+        self._identities: dict[int, ec.EllipticCurvePublicKey] = {}
         self._share_messages: dict[int, ShareKeys] = {}
+        self._checks: dict[int, tuple[int, ...]] = {}
+        self._accusations: dict[int, tuple[int, ...]] = {}
+        self._masking: tuple[int, ...] = ()
         self._masked: set[int] = set()
         self._sum = np.zeros(config.dimension + 1, dtype=config.encoder.dtype)
+        self._survivors: tuple[int, ...] = ()
+        self._signatures: dict[int, bytes] = {}
         self._request: UnmaskRequest | None = None
-        self._seed_shares: dict[int, list[shamir.Share]] = {}
-        self._key_shares: dict[int, list[shamir.Share]] = {}
+        self._needed: list[tuple[_Secret, int]] = []
+        self._revealed: dict[tuple[_Secret, int], dict[int, _Revealed]] = {}
         self._responders: set[int] = set()
+        self._rebuilt: dict[tuple[_Secret, int], tuple[bytes, tuple[shamir.Share, ...]]] = {}
+        self._dealt: dict[tuple[_Secret, int, int], bool] = {}
+        self._culprits: dict[int, list[str]] = {}
 
     @property
     def session_id(self) -> bytes:
         """The session id, fixed by :meth:`key_directory` (empty before)."""
         return self._session
 
+    @property
+    def culprits(self) -> dict[int, str]:
+        """Party -> why the server names it so far (also after an abort)."""
+        return {party: "; ".join(reasons) for party, reasons in sorted(self._culprits.items())}
+
+    @property
+    def accusations(self) -> dict[int, tuple[int, ...]]:
+        """Accused party -> its accusers, once the CHECK stage is closed."""
+        return dict(self._accusations)
+
     def receive_advertisement(self, message: AdvertiseKeys) -> None:
         """Accept one party's signed keys; refuses a forged signature, a stranger or a repeat."""
         self._expect(_Phase.COLLECT_KEYS, message)
-        verify_advertisement(message, self.config, self._verify_credential)
+        identity = verify_advertisement(message, self.config, self._verify_credential)
         if message.sender in self._advertisements:
             raise ProtocolError(f"party {message.sender} already advertised keys this round")
         self._advertisements[message.sender] = message
+        self._identities[message.sender] = identity
 
     def key_directory(self) -> KeyDirectory:
         """Close ADVERTISE: fix the session over the accepted keys and list them for everyone."""
@@ -123,7 +195,7 @@ class Server:
         return KeyDirectory(self._header(Stage.ADVERTISE), advertisements)
 
     def receive_shares(self, message: ShareKeys) -> None:
-        """Accept one party's encrypted shares: exactly one for each neighbour that advertised."""
+        """Accept one party's encrypted shares: exactly one signed entry for each neighbour that advertised."""
         self._expect(_Phase.COLLECT_SHARES, message)
         check_header(message, self.config, self._session)
         sender = message.sender
@@ -139,6 +211,12 @@ class Server:
             raise ProtocolError(f"party {sender} must send exactly one share to each of its {len(expected)} neighbours")
         if any(entry.sender != sender for entry in message.shares):
             raise ProtocolError(f"party {sender} sent shares labelled with another sender")
+        for entry in message.shares:
+            payload = share_entry_payload(self._session, sender, entry.recipient, entry.ciphertext)
+            if not is_valid_signature(self._identities[sender], entry.signature, payload):
+                raise AuthenticationError(
+                    f"party {sender}'s share entry for party {entry.recipient} is not signed by it"
+                )
         self._share_messages[sender] = message
 
     def share_bundles(self) -> dict[int, ShareBundle]:
@@ -150,16 +228,49 @@ class Server:
             for entry in self._share_messages[sender].shares:
                 if entry.recipient in bundles:
                     bundles[entry.recipient].append(entry)
-        self._phase = _Phase.COLLECT_MASKED
+        self._phase = _Phase.COLLECT_CHECKS
         header = self._header(Stage.SHARE)
         return {party: ShareBundle(header, party, tuple(entries)) for party, entries in bundles.items()}
+
+    def receive_share_check(self, message: ShareCheck) -> None:
+        """Accept one party's signed share check and record whom it accuses."""
+        self._expect(_Phase.COLLECT_CHECKS, message)
+        check_header(message, self.config, self._session)
+        sender = message.sender
+        if sender not in self._share_messages:
+            raise ProtocolError(f"party {sender} sent a share check without sharing keys in this session")
+        if sender in self._checks:
+            raise ProtocolError(f"party {sender} already sent its share check this round")
+        check_ids(message.accused, f"party {sender}'s share check")
+        strangers = set(message.accused) - (self.config.graph[sender] & self._share_messages.keys())
+        if strangers:
+            raise ProtocolError(f"party {sender} accuses party {min(strangers)}, which sent it no shares")
+        payload = share_check_payload(self._session, sender, message.accused)
+        if not is_valid_signature(self._identities[sender], message.signature, payload):
+            raise AuthenticationError(f"party {sender}'s share check is not signed by it")
+        self._checks[sender] = message.accused
+
+    def masking_set(self) -> MaskingSet:
+        """Close CHECK: U2' is every party that sent a share check, minus every accused party."""
+        self._expect(_Phase.COLLECT_CHECKS)
+        accusers: dict[int, list[int]] = {}
+        for accuser, accused in sorted(self._checks.items()):
+            for party in accused:
+                accusers.setdefault(party, []).append(accuser)
+        self._accusations = {party: tuple(names) for party, names in sorted(accusers.items())}
+        for party, names in self._accusations.items():
+            self._name(party, f"accused by parties {list(names)} at CHECK")
+        self._masking = tuple(sorted(self._checks.keys() - self._accusations.keys()))
+        self._require_quorum(len(self._masking), "checked their shares unaccused")
+        self._phase = _Phase.COLLECT_MASKED
+        return MaskingSet(self._header(Stage.MASK), self._masking)
 
     def receive_masked_input(self, message: MaskedInput) -> None:
         """Add one party's masked input to the running sum (it is never stored on its own)."""
         self._expect(_Phase.COLLECT_MASKED, message)
         check_header(message, self.config, self._session)
-        if message.sender not in self._share_messages:
-            raise ProtocolError(f"party {message.sender} sent a masked input without sharing keys in this session")
+        if message.sender not in self._masking:
+            raise ProtocolError(f"party {message.sender} sent a masked input but is not in the masking set")
         if message.sender in self._masked:
             raise ProtocolError(f"party {message.sender} already sent its masked input this round")
         if message.vector.dtype.itemsize != self._sum.dtype.itemsize or message.vector.shape != self._sum.shape:
@@ -167,12 +278,39 @@ class Server:
         np.add(self._sum, message.vector, out=self._sum)
         self._masked.add(message.sender)
 
-    def unmask_request(self) -> UnmaskRequest:
-        """Close MASK: tell the survivors who is in the sum and who dropped after sharing keys."""
+    def survivor_set(self) -> SurvivorSet:
+        """Close MASK: U3 is every party whose masked input arrived; every survivor is asked to sign (U2', U3)."""
         self._expect(_Phase.COLLECT_MASKED)
         self._require_quorum(len(self._masked), "sent masked inputs")
-        dropped = self._share_messages.keys() - self._masked
-        self._request = UnmaskRequest(self._header(Stage.UNMASK), tuple(sorted(self._masked)), tuple(sorted(dropped)))
+        self._survivors = tuple(sorted(self._masked))
+        self._phase = _Phase.COLLECT_CONSISTENCY
+        return SurvivorSet(self._header(Stage.CONSISTENCY), self._masking, self._survivors)
+
+    def receive_consistency(self, message: ConsistencySignature) -> None:
+        """Accept one survivor's signature over the view (U2', U3) this server sent."""
+        self._expect(_Phase.COLLECT_CONSISTENCY, message)
+        check_header(message, self.config, self._session)
+        sender = message.sender
+        if sender not in self._masked:
+            raise ProtocolError(f"party {sender} is not a survivor and cannot sign the survivor set")
+        if sender in self._signatures:
+            raise ProtocolError(f"party {sender} already signed the survivor set")
+        payload = consistency_payload(self._session, self._masking, self._survivors)
+        if not is_valid_signature(self._identities[sender], message.signature, payload):
+            raise AuthenticationError(f"party {sender}'s consistency signature does not verify over this view")
+        self._signatures[sender] = message.signature
+
+    def unmask_request(self) -> UnmaskRequest:
+        """Close CONSISTENCY: ask the survivors for their shares, with the t or more signatures they need."""
+        self._expect(_Phase.COLLECT_CONSISTENCY)
+        self._require_quorum(len(self._signatures), "signed the survivor set")
+        dropped = tuple(sorted(set(self._masking) - self._masked))
+        self._request = UnmaskRequest(
+            self._header(Stage.UNMASK), self._survivors, dropped, tuple(sorted(self._signatures.items()))
+        )
+        self._needed = [(_Secret.SEED, owner) for owner in self._survivors]
+        # A dropped party's mask key matters only if some survivor masked with it.
+        self._needed += [(_Secret.MASK_KEY, owner) for owner in dropped if self.config.graph[owner] & self._masked]
         self._phase = _Phase.COLLECT_UNMASK
         return self._request
 
@@ -188,57 +326,105 @@ class Server:
             raise ProtocolError(f"party {responder} already answered the unmask request")
         seeds = self._parse_revealed(responder, message.seed_shares, set(self._request.survivors))
         mask_keys = self._parse_revealed(responder, message.key_shares, set(self._request.dropped))
-        for owner, share in seeds.items():
-            self._seed_shares.setdefault(owner, []).append(share)
-        for owner, share in mask_keys.items():
-            self._key_shares.setdefault(owner, []).append(share)
+        for kind, parsed in ((_Secret.SEED, seeds), (_Secret.MASK_KEY, mask_keys)):
+            for owner, revealed in parsed.items():
+                self._revealed.setdefault((kind, owner), {})[responder] = revealed
         self._responders.add(responder)
 
+    def ready(self) -> bool:
+        """Whether every secret the sum needs can already be rebuilt and verified (UNMASK stage only).
+
+        Rebuilt secrets are kept, so calling this after each response costs little; a
+        runtime may close the stage as soon as it says True.
+        """
+        if self._phase is not _Phase.COLLECT_UNMASK:
+            return False
+        return all(self._rebuild(kind, owner) is not None for kind, owner in self._needed)
+
     def finish(self) -> AggregateResult:
-        """Close UNMASK: rebuild the secrets, strip the masks from the sum and decode it."""
+        """Close UNMASK: rebuild and verify the secrets, strip the masks from the sum, decode and check it.
+
+        Raises :class:`ThresholdError` (too few valid shares of a secret) or
+        :class:`ProtocolError` (signed shares that do not rebuild the committed secret), naming
+        the culprits, and :class:`SumOutOfRangeError` when the decoded sum is impossible for
+        honest inputs. Any of them aborts the round: no result exists to apply.
+        """
         self._expect(_Phase.COLLECT_UNMASK)
         assert self._request is not None  # set when the phase began
+        secrets: dict[tuple[_Secret, int], bytes] = {}
+        failed: list[tuple[_Secret, int]] = []
+        for kind, owner in self._needed:
+            rebuilt = self._rebuild(kind, owner)
+            if rebuilt is None:
+                failed.append((kind, owner))
+            else:
+                secrets[kind, owner] = rebuilt[0]
+        for kind, owner in self._needed:
+            for party, reason in self._audit(kind, owner).items():
+                self._name(party, reason)
+        if failed:
+            self._phase = _Phase.ABORTED
+            raise self._unmask_failure(failed)
+        masks = self._unmasking_streams(secrets)
+        prg.apply_masks(self._sum, masks)
+        contributors = self._survivors
+        decoded = self.config.encoder.decode(self._sum, len(contributors))
         try:
-            masks = self._unmasking_streams(self._request)
-        except ProtocolError:
+            self._check_range(decoded, len(contributors))
+        except SumOutOfRangeError:
             self._phase = _Phase.ABORTED
             raise
-        prg.apply_masks(self._sum, masks)
-        contributors = self._request.survivors
         self._phase = _Phase.DONE
         roster = set(range(1, self.config.size + 1))
         dropped = {
             Stage.ADVERTISE: roster - self._advertisements.keys(),
             Stage.SHARE: self._advertisements.keys() - self._share_messages.keys(),
-            Stage.MASK: set(self._request.dropped),
+            Stage.CHECK: self._share_messages.keys() - self._checks.keys(),
+            Stage.MASK: set(self._masking) - self._masked,
+            Stage.CONSISTENCY: self._masked - self._signatures.keys(),
             Stage.UNMASK: self._masked - self._responders,
         }
         return AggregateResult(
             encoded_sum=self._sum,
-            decoded=self.config.encoder.decode(self._sum, len(contributors)),
+            decoded=decoded,
             contributors=contributors,
             dropped={stage: tuple(sorted(parties)) for stage, parties in dropped.items()},
+            culprits=self.culprits,
+            accusations=self.accusations,
         )
 
-    def _unmasking_streams(self, request: UnmaskRequest) -> list[prg.Mask]:
+    def _check_range(self, decoded: Decoded, contributors: int) -> None:
+        """Refuse a decoded sum no honest contributors could produce (a weight or coordinate beyond the encoding)."""
+        encoding = self.config.encoding
+        bound = decoded.error_bound
+        weight = decoded.total_weight
+        most = contributors * encoding.max_weight + bound
+        if not 0 < weight <= most:
+            raise SumOutOfRangeError(
+                f"the decoded total weight {weight:g} is outside (0, {most:g}] for {contributors} contributors with "
+                f"max_weight={encoding.max_weight:g}; a contributor broke the encoding, the round is void"
+            )
+        limit = encoding.clip * weight + bound * (1 + encoding.clip) * contributors
+        largest = float(np.max(np.abs(decoded.weighted_sum))) if decoded.weighted_sum.size else 0.0
+        if largest > limit:
+            raise SumOutOfRangeError(
+                f"a coordinate of the decoded weighted sum is {largest:g}, beyond clip * total weight + error = "
+                f"{limit:g}; a contributor broke the encoding, the round is void"
+            )
+
+    def _unmasking_streams(self, secrets: Mapping[tuple[_Secret, int], bytes]) -> list[prg.Mask]:
         """Every keystream to subtract from the sum.
 
         That is each survivor's self mask, and the pairwise masks survivors added for the
         parties that dropped before masking.
         """
         masks: list[prg.Mask] = []
-        for owner in request.survivors:
-            seed = self._rebuild(self._seed_shares.get(owner, []), owner, "self-mask seed")
-            masks.append((keys.self_mask_key(seed, self._session, owner), -1))
-        for owner in request.dropped:
-            masked_with_owner = sorted(self.config.graph[owner] & self._masked)
-            if not masked_with_owner:
+        for (kind, owner), secret in secrets.items():
+            if kind is _Secret.SEED:
+                masks.append((keys.self_mask_key(secret, self._session, owner), -1))
                 continue
-            raw = self._rebuild(self._key_shares.get(owner, []), owner, "mask key")
-            mask_key = keys.load_private(raw)
-            if keys.public_bytes(mask_key) != self._advertisements[owner].mask_public_key:
-                raise ProtocolError(f"the shares of party {owner}'s mask key rebuild a key it never advertised")
-            for survivor in masked_with_owner:
+            mask_key = keys.load_private(secret)
+            for survivor in sorted(self.config.graph[owner] & self._masked):
                 pair_key = keys.pair_mask_key(
                     mask_key, self._advertisements[survivor].mask_public_key, self._session, owner, survivor
                 )
@@ -246,20 +432,109 @@ class Server:
                 masks.append((pair_key, -1 if survivor < owner else 1))
         return masks
 
-    def _rebuild(self, shares: list[shamir.Share], owner: int, what: str) -> bytes:
-        """Combine ``owner``'s shares of one secret, aborting the round if too few arrived."""
-        if len(shares) < self.config.t:
-            raise ThresholdError(
-                f"only {len(shares)} shares of party {owner}'s {what} arrived, below the threshold {self.config.t}; "
-                "round aborted"
-            )
-        return shamir.combine(shares, self.config.t, SECRET_BYTES)
+    def _commitment_check(self, kind: _Secret, owner: int) -> Callable[[bytes], bool]:
+        """Whether a candidate secret is the one ``owner`` committed to at ADVERTISE."""
+        advertisement = self._advertisements[owner]
+        if kind is _Secret.SEED:
+            committed = advertisement.seed_commitment
+            return lambda seed: seed_commitment(self.config.digest, owner, seed) == committed
+        public = advertisement.mask_public_key
+        return lambda raw: keys.public_bytes(keys.load_private(raw)) == public
+
+    def _rebuild(self, kind: _Secret, owner: int) -> tuple[bytes, tuple[shamir.Share, ...]] | None:
+        """The verified secret and the shares that rebuilt it, from the shares so far; None if not (yet) possible.
+
+        First the t smallest x (the common case: every share is good); failing that, a bounded
+        search over t-subsets of the shares whose owner signature verifies.
+        """
+        cached = self._rebuilt.get((kind, owner))
+        if cached is not None:
+            return cached
+        received = self._revealed.get((kind, owner), {})
+        t = self.config.t
+        if len(received) < t:
+            return None
+        verify = self._commitment_check(kind, owner)
+        found = shamir.find_verified(
+            [share for share, _ in received.values()], t, SECRET_BYTES, verify, max_subsets=1
+        )
+        if found is None:
+            dealt = [share for responder, (share, _) in received.items() if self._was_dealt(kind, owner, responder)]
+            found = shamir.find_verified(dealt, t, SECRET_BYTES, verify)
+        if found is not None:
+            self._rebuilt[kind, owner] = found
+        return found
+
+    def _audit(self, kind: _Secret, owner: int) -> dict[int, str]:
+        """Who provably misbehaved in the shares of one secret: party -> why.
+
+        Nothing to say when every share lies on the polynomial of the verified secret.
+        Otherwise a share whose dealer signature fails was altered by its responder, and
+        signed shares that disagree with each other or with the commitment were dealt wrong.
+        """
+        received = self._revealed.get((kind, owner), {})
+        rebuilt = self._rebuilt.get((kind, owner))
+        shares = [share for share, _ in received.values()]
+        if rebuilt is not None and not shamir.off_polynomial(rebuilt[1], shares):
+            return {}
+        culprits: dict[int, str] = {}
+        dealt: list[shamir.Share] = []
+        for responder, (share, _) in sorted(received.items()):
+            if self._was_dealt(kind, owner, responder):
+                dealt.append(share)
+            else:
+                culprits[responder] = (
+                    f"sent a bad unmask share for party {owner} (a share of its {kind.value} that party {owner} never "
+                    "dealt: the dealer's signature does not verify)"
+                )
+        t = self.config.t
+        if len(dealt) >= t:
+            basis = dealt[:t]
+            secret = shamir.secret_at_zero(basis, SECRET_BYTES)
+            if shamir.off_polynomial(basis, dealt):
+                culprits[owner] = f"dealt signed shares of its {kind.value} that do not lie on one polynomial"
+            elif secret is None or not self._commitment_check(kind, owner)(secret):
+                culprits[owner] = (
+                    f"dealt signed shares of its {kind.value} that rebuild another secret than it committed to"
+                )
+        return culprits
+
+    def _was_dealt(self, kind: _Secret, owner: int, responder: int) -> bool:
+        """Whether ``owner`` signed, as dealer, the share ``responder`` revealed (cached)."""
+        key = (kind, owner, responder)
+        if key not in self._dealt:
+            _, revealed = self._revealed[kind, owner][responder]
+            mine = share_digest(revealed.share)
+            other = revealed.other_digest
+            seed_digest, key_digest = (mine, other) if kind is _Secret.SEED else (other, mine)
+            payload = dealt_shares_payload(self._session, owner, responder, seed_digest, key_digest)
+            self._dealt[key] = is_valid_signature(self._identities[owner], revealed.dealer_signature, payload)
+        return self._dealt[key]
+
+    def _unmask_failure(self, failed: list[tuple[_Secret, int]]) -> ProtocolError:
+        """The error that voids the round when some secrets cannot be rebuilt, naming who is to blame."""
+        t = self.config.t
+        parts = []
+        too_few = True
+        for kind, owner in failed:
+            received = self._revealed.get((kind, owner), {})
+            good = sum(self._was_dealt(kind, owner, responder) for responder in received)
+            parts.append(f"party {owner}'s {kind.value} ({len(received)} shares, {good} signed by it)")
+            too_few = too_few and good < t
+        culprits = self.culprits
+        blamed = "; ".join(f"party {party} {reason}" for party, reason in culprits.items()) or "nobody provably"
+        message = (
+            f"cannot rebuild and verify {', '.join(parts)} with threshold {t}; round aborted. Culprits: {blamed}"
+        )
+        if too_few:
+            return ThresholdError(f"too few valid shares, below the threshold: {message}")
+        return ProtocolError(message)
 
     def _parse_revealed(
         self, responder: int, revealed: tuple[RevealedShare, ...], owners: set[int]
-    ) -> dict[int, shamir.Share]:
+    ) -> dict[int, _Revealed]:
         """Check and parse one kind of revealed share; ``owners`` are the parties the request named."""
-        parsed: dict[int, shamir.Share] = {}
+        parsed: dict[int, _Revealed] = {}
         for entry in revealed:
             if entry.owner not in owners or entry.owner in parsed:
                 raise ProtocolError(
@@ -270,14 +545,25 @@ class Server:
             share = shamir.Share.from_bytes(entry.share)
             if share.x != responder:
                 raise ProtocolError(f"party {responder} revealed a share with another party's x")
-            parsed[entry.owner] = share
+            if len(share.values) != SHARE_CHUNKS or len(entry.other_digest) != 32:
+                raise ProtocolError(f"party {responder} revealed a share of the wrong length")
+            parsed[entry.owner] = (share, entry)
         return parsed
+
+    def _name(self, party: int, reason: str) -> None:
+        reasons = self._culprits.setdefault(party, [])
+        if reason not in reasons:
+            reasons.append(reason)
 
     def _require_quorum(self, count: int, what: str) -> None:
         if count < self.config.t:
             self._phase = _Phase.ABORTED
+            accused = (
+                f" (accused at CHECK: {dict(self._accusations)})" if self._accusations else ""
+            )
             raise ThresholdError(
-                f"only {count} of {self.config.size} parties {what}, below the threshold {self.config.t}; round aborted"
+                f"only {count} of {self.config.size} parties {what}, below the threshold {self.config.t}; "
+                f"round aborted{accused}"
             )
 
     def _expect(self, phase: _Phase, message: object = None) -> None:

@@ -8,13 +8,21 @@ t - 1 shares are consistent with every possible secret, so they reveal nothing.
 
 Holders are identified by their party id, used directly as x (never 0, which
 would hand out the secret itself). Coefficients come from :mod:`secrets`.
+
+Robust reconstruction. Shamir sharing alone does not say which of several shares is
+wrong, but a secret that can be checked (against a hash or a public key) can be: any t
+shares determine a candidate, :func:`find_verified` tries t-subsets in a fixed order
+until a candidate passes the check, and :func:`off_polynomial` then names every other
+share that does not lie on the polynomials through that subset.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import secrets
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from fedfair.secagg.errors import ProtocolError, ThresholdError
@@ -26,6 +34,9 @@ CHUNK_BYTES = 15
 """Secret bytes per field element: 2^120 < PRIME, so every chunk is a field element."""
 
 _VALUE_BYTES = 16
+
+MAX_SUBSETS = 4096
+"""How many t-subsets :func:`find_verified` tries at most before it gives up."""
 
 
 @dataclass(frozen=True)
@@ -83,37 +94,117 @@ def split(secret: bytes, threshold: int, holders: Iterable[int]) -> dict[int, Sh
 def combine(shares: Sequence[Share], threshold: int, secret_length: int) -> bytes:
     """Rebuild a ``secret_length``-byte secret from at least ``threshold`` shares.
 
-    Raises :class:`ThresholdError` with fewer than ``threshold`` distinct holders and
+    Uses the ``threshold`` shares with the smallest x and trusts them; when shares may be
+    wrong and the secret can be checked, use :func:`find_verified` instead. Raises
+    :class:`ThresholdError` with fewer than ``threshold`` distinct holders and
     :class:`ProtocolError` if the shares do not interpolate to a secret of that length
     (a corrupted or mismatched share).
     """
     by_x = {share.x: share for share in shares}
     if len(by_x) < threshold:
         raise ThresholdError(f"{len(by_x)} shares cannot rebuild a secret shared with threshold {threshold}")
-    chunk_count = -(-secret_length // CHUNK_BYTES)
     # Any threshold shares define the polynomial; taking the smallest x's makes the choice deterministic.
     chosen = [by_x[x] for x in sorted(by_x)[:threshold]]
-    if any(len(share.values) != chunk_count for share in chosen):
-        raise ProtocolError("shares do not match the secret length")
-    weights = _lagrange_weights_at_zero([share.x for share in chosen])
+    secret = secret_at_zero(chosen, secret_length)
+    if secret is None:
+        raise ProtocolError("shares are inconsistent: they do not rebuild a valid secret")
+    return secret
+
+
+def secret_at_zero(basis: Sequence[Share], secret_length: int) -> bytes | None:
+    """The ``secret_length``-byte secret the polynomials through ``basis`` hide, or None if they hide none.
+
+    None means a value at 0 does not fit its chunk (impossible for shares of one secret,
+    so some share in ``basis`` is wrong) or the shares have the wrong number of chunks.
+    """
+    chunk_count = -(-secret_length // CHUNK_BYTES)
+    if not basis or any(len(share.values) != chunk_count for share in basis):
+        return None
+    values = evaluate(basis, 0)
     pieces = []
-    for index in range(chunk_count):
+    for index, value in enumerate(values):
         chunk_length = min(CHUNK_BYTES, secret_length - index * CHUNK_BYTES)
-        value = sum(w * share.values[index] for w, share in zip(weights, chosen, strict=True)) % PRIME
         if value >= 1 << (8 * chunk_length):
-            raise ProtocolError("shares are inconsistent: they do not rebuild a valid secret")
+            return None
         pieces.append(value.to_bytes(chunk_length, "big"))
     return b"".join(pieces)
 
 
-def _lagrange_weights_at_zero(xs: Sequence[int]) -> list[int]:
-    """l_j(0) = prod_{m != j} x_m / (x_m - x_j) mod PRIME, so that f(0) = sum_j l_j(0) f(x_j)."""
+def evaluate(basis: Sequence[Share], x: int) -> tuple[int, ...]:
+    """The value at ``x`` of each chunk's polynomial of degree < len(basis) through the ``basis`` shares.
+
+    The basis shares must have distinct x and the same number of chunks (ValueError otherwise).
+    """
+    xs = tuple(share.x for share in basis)
+    if len(set(xs)) != len(xs):
+        raise ValueError("basis shares must have distinct x")
+    chunks = {len(share.values) for share in basis}
+    if len(chunks) != 1:
+        raise ValueError("basis shares must have the same number of chunks")
+    weights = lagrange_weights(xs, x % PRIME)
+    (chunk_count,) = chunks
+    return tuple(
+        sum(w * share.values[index] for w, share in zip(weights, basis, strict=True)) % PRIME
+        for index in range(chunk_count)
+    )
+
+
+def off_polynomial(basis: Sequence[Share], shares: Iterable[Share]) -> list[Share]:
+    """The ``shares`` that do not lie on the polynomials through ``basis`` (in the order given).
+
+    A share with another number of chunks than the basis is off. Basis shares are on.
+    """
+    on_basis = {share.x: share for share in basis}
+    chunk_count = len(basis[0].values) if basis else 0
+    off = []
+    for share in shares:
+        if share.x in on_basis:
+            if share != on_basis[share.x]:
+                off.append(share)
+        elif len(share.values) != chunk_count or evaluate(basis, share.x) != share.values:
+            off.append(share)
+    return off
+
+
+def find_verified(
+    shares: Iterable[Share],
+    threshold: int,
+    secret_length: int,
+    verify: Callable[[bytes], bool],
+    max_subsets: int = MAX_SUBSETS,
+) -> tuple[bytes, tuple[Share, ...]] | None:
+    """The first secret that ``verify`` accepts, interpolated from a ``threshold``-subset of ``shares``.
+
+    Subsets are tried in lexicographic order of x (so the ``threshold`` smallest x first),
+    at most ``max_subsets`` of them. Returns the secret and the subset (the basis of the
+    polynomials that hide it), or None when no tried subset gives a verified secret.
+    A verified secret is the dealt one as long as ``verify`` binds it (a hash or a public
+    key), whatever the other shares say; :func:`off_polynomial` then finds the shares that
+    disagree with that basis.
+    """
+    by_x = {share.x: share for share in shares}
+    ordered = [by_x[x] for x in sorted(by_x)]
+    if threshold < 1 or len(ordered) < threshold:
+        return None
+    for subset in itertools.islice(itertools.combinations(ordered, threshold), max_subsets):
+        secret = secret_at_zero(subset, secret_length)
+        if secret is not None and verify(secret):
+            return secret, subset
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def lagrange_weights(xs: tuple[int, ...], at: int) -> tuple[int, ...]:
+    """l_j(at) = prod_{m != j} (at - x_m) / (x_j - x_m) mod PRIME, so that f(at) = sum_j l_j(at) f(x_j).
+
+    Cached: a round rebuilds many secrets from the same holders, so the same (xs, at) recurs.
+    """
     weights = []
     for j, xj in enumerate(xs):
         numerator, denominator = 1, 1
         for m, xm in enumerate(xs):
             if m != j:
-                numerator = numerator * xm % PRIME
-                denominator = denominator * (xm - xj) % PRIME
+                numerator = numerator * (at - xm) % PRIME
+                denominator = denominator * (xj - xm) % PRIME
         weights.append(numerator * pow(denominator, -1, PRIME) % PRIME)
-    return weights
+    return tuple(weights)

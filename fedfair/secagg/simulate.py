@@ -4,7 +4,7 @@ The parties and the server are the real state machines; every message goes throu
 its wire format (``to_bytes`` then ``from_bytes``) exactly as a transport would carry
 it, so the demo, the benchmark, the tests and the in-process simulation exercise
 the same code paths as a deployment. Identity keys are generated per call and
-pinned (no PKI). Parties can be made to go silent at any stage.
+pinned (no PKI). Parties can be made to go silent at any of the six stages.
 """
 
 from __future__ import annotations
@@ -25,18 +25,35 @@ from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import (
     AdvertiseKeys,
+    ConsistencySignature,
     KeyDirectory,
     MaskedInput,
+    MaskingSet,
     Message,
     ShareBundle,
+    ShareCheck,
     ShareKeys,
     Stage,
+    SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
 )
 from fedfair.secagg.server import AggregateResult, Server
 
-_M = TypeVar("_M", AdvertiseKeys, KeyDirectory, ShareKeys, ShareBundle, MaskedInput, UnmaskRequest, UnmaskResponse)
+_M = TypeVar(
+    "_M",
+    AdvertiseKeys,
+    KeyDirectory,
+    ShareKeys,
+    ShareBundle,
+    ShareCheck,
+    MaskingSet,
+    MaskedInput,
+    SurvivorSet,
+    ConsistencySignature,
+    UnmaskRequest,
+    UnmaskResponse,
+)
 
 
 @dataclass
@@ -67,7 +84,9 @@ def simulate_round(
     called only when that party reaches the MASK stage, so large inputs need not all be
     in memory at once.
     drop[stage]: parties that go silent instead of sending their message of that stage
-        (MASK: dropped before masking; UNMASK: after masking).
+        and stay silent after it (CHECK: after sharing keys, so they are left out of the
+        masking set; MASK: dropped before masking; CONSISTENCY and UNMASK: after masking,
+        so their inputs are still in the sum).
     observe: called with every message as the server receives it (after decoding).
 
     Raises whatever the protocol raises, e.g. ThresholdError when too many parties drop.
@@ -121,17 +140,42 @@ def simulate_round(
     with server_timer(Stage.SHARE):
         bundles = server.share_bundles()
 
+    for party in senders(Stage.CHECK):
+        bundle = _over_wire(bundles[party])
+        with client_timer(Stage.CHECK):
+            check = clients[party].check_shares(bundle)
+        check = upload(party, check)
+        with server_timer(Stage.CHECK):
+            server.receive_share_check(check)
+    with server_timer(Stage.CHECK):
+        masking_set = _over_wire(server.masking_set())
+
     for party in senders(Stage.MASK):
-        bundle, encoded = _over_wire(bundles[party]), encoded_input(party)
+        if party not in masking_set.parties:
+            continue
+        encoded = encoded_input(party)
         with client_timer(Stage.MASK):
-            masked = clients[party].masked_input(bundle, encoded)
+            masked = clients[party].masked_input(masking_set, encoded)
         masked = upload(party, masked)
         with server_timer(Stage.MASK):
             server.receive_masked_input(masked)
     with server_timer(Stage.MASK):
+        survivor_set = _over_wire(server.survivor_set())
+
+    for party in senders(Stage.CONSISTENCY):
+        if party not in survivor_set.survivors:
+            continue
+        with client_timer(Stage.CONSISTENCY):
+            signature = clients[party].consistency(survivor_set)
+        signature = upload(party, signature)
+        with server_timer(Stage.CONSISTENCY):
+            server.receive_consistency(signature)
+    with server_timer(Stage.CONSISTENCY):
         request = _over_wire(server.unmask_request())
 
     for party in senders(Stage.UNMASK):
+        if party not in request.survivors:
+            continue
         with client_timer(Stage.UNMASK):
             response = clients[party].unmask(request)
         response = upload(party, response)

@@ -1,7 +1,9 @@
 """What the secure-aggregation tests share: configurations, seeded inputs and their encodings, the
-check of a round's result, and a harness that drives one round by hand."""
+check of a round's result, and a harness that drives one round by hand, stage by stage."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -16,11 +18,16 @@ from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig
 from fedfair.secagg.messages import (
     AdvertiseKeys,
+    ConsistencySignature,
     KeyDirectory,
     MaskedInput,
+    MaskingSet,
     ShareBundle,
+    ShareCheck,
     ShareKeys,
+    SurvivorSet,
     UnmaskRequest,
+    UnmaskResponse,
 )
 from fedfair.secagg.server import AggregateResult, Server
 
@@ -34,10 +41,21 @@ def make_config(
     neighbours: int | None = None,
     modulus_bits: int = 32,
     dimension: int = DIMENSION,
+    max_colluding: int = 0,
+    threshold: int | None = None,
 ) -> SecAggConfig:
     encoding = EncodingConfig(CLIP, MAX_WEIGHT, fractional_bits=16, modulus_bits=modulus_bits)
     names = tuple(f"site-{i}" for i in range(1, parties + 1))
-    return SecAggConfig("test-federation", round_number, names, dimension, encoding, neighbours=neighbours)
+    return SecAggConfig(
+        "test-federation",
+        round_number,
+        names,
+        dimension,
+        encoding,
+        threshold=threshold,
+        neighbours=neighbours,
+        max_colluding=max_colluding,
+    )
 
 
 def make_inputs(config: SecAggConfig, seed: int = 0) -> dict[int, tuple[np.ndarray, float]]:
@@ -45,8 +63,8 @@ def make_inputs(config: SecAggConfig, seed: int = 0) -> dict[int, tuple[np.ndarr
     rng = np.random.default_rng(seed)
     inputs = {}
     for party in range(1, config.size + 1):
-        weight = float(rng.uniform(0.5, MAX_WEIGHT))
-        inputs[party] = (weight * rng.uniform(-CLIP, CLIP, config.dimension), weight)
+        weight = float(rng.uniform(0.5, config.encoding.max_weight))
+        inputs[party] = (weight * rng.uniform(-config.encoding.clip, config.encoding.clip, config.dimension), weight)
     return inputs
 
 
@@ -79,7 +97,11 @@ def check_result(
 
 
 class Harness:
-    """One round's parties and server, with pinned identity keys, driven stage by stage."""
+    """One round's parties and server, with pinned identity keys, driven stage by stage.
+
+    Each step runs the given parties' client step (all parties by default) and hands every
+    message to the server, returning the messages so tests can tamper with or replay them.
+    """
 
     def __init__(self, config: SecAggConfig, identities: dict[str, ec.EllipticCurvePrivateKey] | None = None) -> None:
         self.config = config
@@ -92,29 +114,71 @@ class Harness:
         self.server = Server(config, self.verify)
         self.inputs = make_inputs(config)
         self.encoded = encode_all(config, self.inputs)
+        self.directory: KeyDirectory | None = None
 
-    def advertise(self) -> dict[int, AdvertiseKeys]:
-        advertisements = {party: client.advertise() for party, client in self.clients.items()}
+    def key(self, party: int) -> ec.EllipticCurvePrivateKey:
+        """A party's identity private key (what a colluding party hands the aggregator)."""
+        return self.identities[self.config.name_of(party)]
+
+    def _parties(self, parties: Iterable[int] | None) -> list[int]:
+        return sorted(self.clients if parties is None else parties)
+
+    def advertise(self, parties: Iterable[int] | None = None) -> dict[int, AdvertiseKeys]:
+        advertisements = {party: self.clients[party].advertise() for party in self._parties(parties)}
         for advertisement in advertisements.values():
             self.server.receive_advertisement(advertisement)
         return advertisements
 
-    def share(self, directory: KeyDirectory) -> dict[int, ShareKeys]:
-        shares = {party: client.share_keys(directory) for party, client in self.clients.items()}
+    def share(self, directory: KeyDirectory, parties: Iterable[int] | None = None) -> dict[int, ShareKeys]:
+        shares = {party: self.clients[party].share_keys(directory) for party in self._parties(parties)}
         for message in shares.values():
             self.server.receive_shares(message)
         return shares
 
-    def mask(self, bundles: dict[int, ShareBundle], parties: list[int]) -> dict[int, MaskedInput]:
+    def check(self, bundles: dict[int, ShareBundle], parties: Iterable[int] | None = None) -> dict[int, ShareCheck]:
+        chosen = self._parties(parties or bundles)
+        checks = {party: self.clients[party].check_shares(bundles[party]) for party in chosen}
+        for message in checks.values():
+            self.server.receive_share_check(message)
+        return checks
+
+    def mask(self, masking_set: MaskingSet, parties: Iterable[int]) -> dict[int, MaskedInput]:
         masked = {
-            party: self.clients[party].masked_input(bundles[party], self.encoded[party].copy()) for party in parties
+            party: self.clients[party].masked_input(masking_set, self.encoded[party].copy())
+            for party in self._parties(parties)
         }
         for message in masked.values():
             self.server.receive_masked_input(message)
         return masked
 
-    def through_masking(self, maskers: list[int]) -> UnmaskRequest:
+    def sign(self, survivor_set: SurvivorSet, parties: Iterable[int] | None = None) -> dict[int, ConsistencySignature]:
+        chosen = survivor_set.survivors if parties is None else parties
+        signatures = {party: self.clients[party].consistency(survivor_set) for party in self._parties(chosen)}
+        for message in signatures.values():
+            self.server.receive_consistency(message)
+        return signatures
+
+    def unmask(self, request: UnmaskRequest, parties: Iterable[int] | None = None) -> dict[int, UnmaskResponse]:
+        chosen = request.survivors if parties is None else parties
+        responses = {party: self.clients[party].unmask(request) for party in self._parties(chosen)}
+        for message in responses.values():
+            self.server.receive_unmask_response(message)
+        return responses
+
+    def through_check(self) -> MaskingSet:
+        """ADVERTISE, SHARE and CHECK by everyone; the masking set (the key directory is kept)."""
         self.advertise()
-        self.share(self.server.key_directory())
-        self.mask(self.server.share_bundles(), maskers)
+        self.directory = self.server.key_directory()
+        self.share(self.directory)
+        self.check(self.server.share_bundles())
+        return self.server.masking_set()
+
+    def through_masking(self, maskers: list[int]) -> SurvivorSet:
+        """Everyone up to CHECK, then ``maskers`` mask; the survivor set."""
+        self.mask(self.through_check(), maskers)
+        return self.server.survivor_set()
+
+    def through_consistency(self, maskers: list[int], signers: list[int] | None = None) -> UnmaskRequest:
+        """Up to MASK, then ``signers`` (default: every survivor) sign; the unmask request."""
+        self.sign(self.through_masking(maskers), signers)
         return self.server.unmask_request()

@@ -32,7 +32,7 @@ def test_demo_recovers_the_weighted_mean_through_two_dropouts() -> None:
     assert report["dropped_after_masking"] == [5]
     assert report["dropped"] == [2, 5]
     assert 0 <= report["max_abs_error"] <= report["error_bound"]
-    assert set(report["timings"]) == {"encode", "advertise", "share", "mask", "unmask"}
+    assert set(report["timings"]) == {"encode", "advertise", "share", "check", "mask", "consistency", "unmask"}
     text = out.getvalue()
     assert "What the server receives" in text
     assert "derived bound" in text
@@ -55,6 +55,15 @@ def test_cli_command_writes_the_json(tmp_path: Path) -> None:
     assert (report["n"], report["d"]) == (4, 100)
 
 
+def test_demo_tolerates_a_colluder_with_the_threshold_the_rule_gives() -> None:
+    out = io.StringIO()
+    report = demo.run_demo(parties=6, dimension=50, max_colluding=1, out=out)
+    assert (report["threshold"], report["max_colluding"]) == (4, 1)
+    assert report["dropped"] == [2, 6]
+    assert report["max_abs_error"] <= report["error_bound"]
+    assert "up to 1 colluding" in out.getvalue()
+
+
 def test_example_script_reports_bad_input_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     script = load_script("examples/secagg_demo.py")
     assert script.main(["-n", "1"]) == 2  # type: ignore[attr-defined]
@@ -69,6 +78,8 @@ def test_benchmark_cell_reports_the_promised_fields() -> None:
     record = bench.run_cell(4, 2000, 0.3, 32)  # type: ignore[attr-defined]
     for field in ("n", "d", "dropout", "client_mask_s", "server_unmask_s", "mask_vs_keystream", "expansion_vs_float32"):
         assert field in record
+    assert set(record["stages"]) == {"advertise", "share", "check", "mask", "consistency", "unmask"}
+    assert all(stage["clients_median_s"] >= 0 and stage["server_s"] >= 0 for stage in record["stages"].values())
     assert record["dropped"] == 1
     assert record["max_abs_error"] <= record["error_bound"]
     assert record["expansion_vs_float32"] > 1.0

@@ -1,4 +1,5 @@
-"""The secure-aggregation protocol end to end: the exact sum, recovered through dropouts."""
+"""The secure-aggregation protocol end to end: the exact sum, recovered through dropouts at each of the six
+stages, on the complete graph and on SecAgg+ graphs."""
 
 from __future__ import annotations
 
@@ -36,13 +37,17 @@ def run(
 
 
 def dropout_cases() -> list[object]:
-    """(n, stage, how many drop) for every stage and every count from 1 to n - t."""
-    return [
-        pytest.param(parties, stage, count, id=f"n{parties}-{stage.name}-{count}")
-        for parties in (3, 5, 10)
-        for stage in Stage
-        for count in range(1, parties - (parties // 2 + 1) + 1)
-    ]
+    """(n, stage, how many drop) for every stage and every count from 1 to n - t (for n = 10: 1 and n - t)."""
+    cases = []
+    for parties in (3, 5, 10):
+        spare = parties - (parties // 2 + 1)
+        counts = range(1, spare + 1) if parties < 10 else (1, spare)
+        cases += [
+            pytest.param(parties, stage, count, id=f"n{parties}-{stage.name}-{count}")
+            for stage in Stage
+            for count in counts
+        ]
+    return cases
 
 
 def test_no_dropout_recovers_the_sum_exactly() -> None:
@@ -51,6 +56,25 @@ def test_no_dropout_recovers_the_sum_exactly() -> None:
         result, inputs, encoded = run(config)
         check_result(result, config, inputs, encoded, set(range(1, parties + 1)))
         assert all(not dropped for dropped in result.dropped.values())
+        assert set(result.dropped) == set(Stage)
+        assert not result.culprits and not result.accusations
+
+
+@pytest.mark.parametrize(("parties", "max_colluding"), [(5, 1), (7, 2), (6, 1)])
+def test_colluder_tolerant_thresholds_recover_the_sum_through_dropouts(parties: int, max_colluding: int) -> None:
+    config = make_config(parties, max_colluding=max_colluding)
+    assert 2 * config.t > parties + max_colluding and config.t >= max_colluding + 2
+    spare = parties - config.t
+    drop = {Stage.MASK: [2]} if spare == 1 else {Stage.MASK: [2], Stage.UNMASK: [parties]}
+    result, inputs, encoded = run(config, drop)
+    check_result(result, config, inputs, encoded, set(range(1, parties + 1)) - {2})
+
+
+def test_seeded_default_threshold_is_unchanged_without_colluders() -> None:
+    # Existing seeded runs depend on t = floor(n/2) + 1 when max_colluding is 0.
+    with pytest.warns(PrivacyWarning):
+        assert make_config(2).t == 2
+    assert [make_config(parties).t for parties in (3, 4, 5, 10, 11)] == [2, 3, 3, 6, 6]
 
 
 @pytest.mark.parametrize(("parties", "stage", "count"), dropout_cases())
@@ -60,7 +84,8 @@ def test_dropouts_at_every_stage_up_to_n_minus_t(parties: int, stage: Stage, cou
     result, inputs, encoded = run(config, {stage: dropped}, seed=parties * 10 + count)
     everyone = set(range(1, parties + 1))
     # Parties that leave after masking are still in the sum; earlier leavers are not.
-    contributors = everyone if stage is Stage.UNMASK else everyone - set(dropped)
+    after_masking = stage in (Stage.CONSISTENCY, Stage.UNMASK)
+    contributors = everyone if after_masking else everyone - set(dropped)
     check_result(result, config, inputs, encoded, contributors)
     assert result.dropped[stage] == tuple(dropped)
 
@@ -74,7 +99,7 @@ def test_dropouts_spread_over_all_stages(parties: int) -> None:
     for party, stage in zip(range(parties, 0, -1), stages, strict=False):
         drop.setdefault(stage, []).append(party)
     result, inputs, encoded = run(config, drop)
-    gone_before_masking = {p for stage, ps in drop.items() if stage is not Stage.UNMASK for p in ps}
+    gone_before_masking = {p for stage, ps in drop.items() if stage < Stage.CONSISTENCY for p in ps}
     check_result(result, config, inputs, encoded, set(range(1, parties + 1)) - gone_before_masking)
 
 
@@ -133,7 +158,8 @@ def test_masked_inputs_look_uniform(modulus_bits: int) -> None:
         if isinstance(message, MaskedInput):
             masked.append(np.array(message.vector))
 
-    zeros = config.encoder.encode(np.zeros(config.dimension), 0.0)
+    # Weight 1 (a total weight of 0 would void the round); every other word is zero.
+    zeros = config.encoder.encode(np.zeros(config.dimension), 1.0)
     simulate_round(config, lambda party: zeros.copy(), observe=observe)
     assert len(masked) == 4
     shift = masked[0].dtype.type(modulus_bits - 8)

@@ -1,11 +1,10 @@
 """Every refusal of the secure-aggregation state machines, driven stage by stage: forged, swapped,
-replayed, late, tampered and misattributed messages."""
+replayed, late, tampered, misattributed and out-of-view messages."""
 
 from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from fedfair.pki.identity import generate_identity_key, public_key_bytes, sign
@@ -17,7 +16,12 @@ from fedfair.secagg.errors import (
     ThresholdError,
     UnmaskRefusedError,
 )
-from fedfair.secagg.messages import UnmaskResponse, advertisement_payload
+from fedfair.secagg.messages import (
+    ShareCheck,
+    UnmaskResponse,
+    advertisement_payload,
+    share_check_payload,
+)
 from tests.secagg.helpers import Harness, check_result, make_config
 
 
@@ -29,29 +33,34 @@ def test_forged_advertisement_is_refused_by_the_server_and_the_party_excluded() 
     genuine = honest[3]
     # Someone swaps in their own mask key for party 3 and signs it with their own identity key.
     mask_key = keys.public_bytes(keys.generate_key_pair())
-    forged_signature = sign(attacker, advertisement_payload(config.digest, 3, genuine.cipher_public_key, mask_key))
+    forged_signature = sign(
+        attacker,
+        advertisement_payload(config.digest, 3, genuine.cipher_public_key, mask_key, genuine.seed_commitment),
+    )
     for credential in (genuine.credential, public_key_bytes(attacker)):
         forged = dataclasses.replace(
             genuine, mask_public_key=mask_key, signature=forged_signature, credential=credential
         )
         with pytest.raises(AuthenticationError):
             harness.server.receive_advertisement(forged)
-    # A key swapped under the genuine signature fails too.
+    # A key or commitment swapped under the genuine signature fails too.
     with pytest.raises(AuthenticationError, match="signature"):
         harness.server.receive_advertisement(dataclasses.replace(genuine, mask_public_key=mask_key))
+    with pytest.raises(AuthenticationError, match="signature"):
+        harness.server.receive_advertisement(dataclasses.replace(genuine, seed_commitment=bytes(32)))
+    with pytest.raises(ProtocolError, match="commitment"):
+        harness.server.receive_advertisement(dataclasses.replace(genuine, seed_commitment=b"short"))
     for party, advertisement in honest.items():
         if party != 3:
             harness.server.receive_advertisement(advertisement)
     directory = harness.server.key_directory()
     assert [a.sender for a in directory.advertisements] == [1, 2, 4, 5]
     survivors = [1, 2, 4, 5]
-    for party in survivors:
-        harness.server.receive_shares(harness.clients[party].share_keys(directory))
-    bundles = harness.server.share_bundles()
-    harness.mask(bundles, survivors)
-    request = harness.server.unmask_request()
-    for party in survivors:
-        harness.server.receive_unmask_response(harness.clients[party].unmask(request))
+    harness.share(directory, survivors)
+    harness.check(harness.server.share_bundles())
+    harness.mask(harness.server.masking_set(), survivors)
+    harness.sign(harness.server.survivor_set())
+    harness.unmask(harness.server.unmask_request())
     check_result(harness.server.finish(), config, harness.inputs, harness.encoded, set(survivors))
 
 
@@ -80,7 +89,7 @@ def test_unusable_advertised_keys_are_refused_even_when_signed() -> None:
     harness = Harness(config)
     genuine = harness.clients[1].advertise()
     low_order = bytes(32)  # the identity point: every agreement with it is all zeros
-    payload = advertisement_payload(config.digest, 1, genuine.cipher_public_key, low_order)
+    payload = advertisement_payload(config.digest, 1, genuine.cipher_public_key, low_order, genuine.seed_commitment)
     signed = dataclasses.replace(
         genuine, mask_public_key=low_order, signature=sign(harness.identities["site-1"], payload)
     )
@@ -105,7 +114,11 @@ def test_replays_from_another_round_or_session_are_refused() -> None:
     old_directory = old.server.key_directory()
     old_shares = old.share(old_directory)
     old_bundles = old.server.share_bundles()
-    old_masked = old.mask(old_bundles, [1, 2, 3])
+    old_checks = old.check(old_bundles)
+    old_masking_set = old.server.masking_set()
+    old_masked = old.mask(old_masking_set, [1, 2, 3])
+    old_survivor_set = old.server.survivor_set()
+    old_signatures = old.sign(old_survivor_set)
     old_request = old.server.unmask_request()
 
     # The next round, same parties and identity keys.
@@ -133,19 +146,35 @@ def test_replays_from_another_round_or_session_are_refused() -> None:
     again.share(directory)
     bundles = again.server.share_bundles()
     with pytest.raises(StaleMessageError, match="another session"):
-        again.clients[1].masked_input(old_bundles[1], again.encoded[1].copy())
-    # Rewriting the session id in the header does not help: the shares' AEAD binds the session.
+        again.clients[1].check_shares(old_bundles[1])
+    # Rewriting the session id in the header does not help: every entry's signature and AEAD bind
+    # the session, so both senders are accused, leaving party 1 too few holders; nothing is stored.
     forged_bundle = dataclasses.replace(old_bundles[1], header=bundles[1].header)
-    with pytest.raises(AuthenticationError):
-        again.clients[1].masked_input(forged_bundle, again.encoded[1].copy())
-    again.mask(bundles, [1, 2, 3])
+    with pytest.raises(ThresholdError, match="holders"):
+        again.clients[1].check_shares(forged_bundle)
+    with pytest.raises(StaleMessageError):
+        again.server.receive_share_check(old_checks[1])
+    again.check(bundles)
+    masking_set = again.server.masking_set()
+    with pytest.raises(StaleMessageError):
+        again.clients[1].masked_input(old_masking_set, again.encoded[1].copy())
+    again.mask(masking_set, [1, 2, 3])
     with pytest.raises(StaleMessageError):
         again.server.receive_masked_input(old_masked[1])
+    survivor_set = again.server.survivor_set()
+    with pytest.raises(StaleMessageError):
+        again.clients[1].consistency(old_survivor_set)
+    with pytest.raises(StaleMessageError):
+        again.server.receive_consistency(old_signatures[1])
+    again.sign(survivor_set)
     request = again.server.unmask_request()
     with pytest.raises(StaleMessageError):
         again.clients[1].unmask(old_request)
-    for party in (1, 2, 3):
-        again.server.receive_unmask_response(again.clients[party].unmask(request))
+    # Old signatures under the new session's header do not count: they sign the old session.
+    relabelled_request = dataclasses.replace(old_request, header=request.header)
+    with pytest.raises(UnmaskRefusedError, match="distinct survivors signed"):
+        again.clients[1].unmask(relabelled_request)
+    again.unmask(request)
     check_result(again.server.finish(), config, again.inputs, again.encoded, {1, 2, 3})
     assert new_directory.header.round == 1
 
@@ -164,9 +193,19 @@ def test_late_and_duplicate_messages_are_refused() -> None:
         harness.server.receive_shares(shares[2])
     with pytest.raises(ProtocolError, match="out of order"):
         harness.clients[1].share_keys(directory)
+    checks = harness.check(harness.server.share_bundles())
+    with pytest.raises(ProtocolError, match="already sent its share check"):
+        harness.server.receive_share_check(checks[1])
+    masking_set = harness.server.masking_set()
+    with pytest.raises(StaleMessageError, match="arrived while"):
+        harness.server.receive_share_check(checks[1])
+    harness.mask(masking_set, [1, 2, 3])
+    signatures = harness.sign(harness.server.survivor_set())
+    with pytest.raises(ProtocolError, match="already signed"):
+        harness.server.receive_consistency(signatures[1])
 
 
-def test_server_refuses_incomplete_shares_and_malformed_masked_inputs() -> None:
+def test_server_refuses_incomplete_or_unsigned_shares_and_malformed_masked_inputs() -> None:
     config = make_config(4)
     harness = Harness(config)
     harness.advertise()
@@ -175,38 +214,108 @@ def test_server_refuses_incomplete_shares_and_malformed_masked_inputs() -> None:
     partial = dataclasses.replace(shares[1], shares=shares[1].shares[:-1])
     with pytest.raises(ProtocolError, match="exactly one share"):
         harness.server.receive_shares(partial)
+    entry = shares[1].shares[0]
+    altered = dataclasses.replace(entry, ciphertext=entry.ciphertext[::-1])
+    with pytest.raises(AuthenticationError, match="not signed"):
+        harness.server.receive_shares(dataclasses.replace(shares[1], shares=(altered, *shares[1].shares[1:])))
     for message in shares.values():
         harness.server.receive_shares(message)
-    bundles = harness.server.share_bundles()
-    masked = harness.clients[1].masked_input(bundles[1], harness.encoded[1].copy())
+    harness.check(harness.server.share_bundles())
+    masked = harness.clients[1].masked_input(harness.server.masking_set(), harness.encoded[1].copy())
     with pytest.raises(ProtocolError, match="wrong word size or length"):
         harness.server.receive_masked_input(dataclasses.replace(masked, vector=masked.vector[:-1]))
 
 
-def test_client_refuses_a_tampered_bundle_and_then_accepts_the_genuine_one() -> None:
+def test_server_refuses_forged_or_impossible_share_checks() -> None:
+    config = make_config(10, neighbours=4)
+    harness = Harness(config)
+    harness.advertise()
+    harness.share(harness.server.key_directory())
+    bundles = harness.server.share_bundles()
+    check = harness.clients[1].check_shares(bundles[1])
+    assert check.accused == ()
+    # The server cannot invent an accusation: the check is signed by its sender.
+    neighbour = min(config.graph[1])
+    with pytest.raises(AuthenticationError, match="not signed"):
+        harness.server.receive_share_check(dataclasses.replace(check, accused=(neighbour,)))
+    # A party can only accuse a neighbour that sent it shares, in order, once.
+    stranger = min(set(range(2, 11)) - config.graph[1])
+    for accused, match in (((stranger,), "sent it no shares"), ((neighbour, neighbour), "twice or out of order")):
+        signature = sign(harness.key(1), share_check_payload(harness.server.session_id, 1, accused))
+        with pytest.raises(ProtocolError, match=match):
+            harness.server.receive_share_check(ShareCheck(check.header, 1, accused, signature))
+    with pytest.raises(ProtocolError, match="without sharing"):
+        harness.server.receive_share_check(dataclasses.replace(check, sender=11))
+    harness.server.receive_share_check(check)
+
+
+def test_client_refuses_a_bundle_that_is_not_its_own() -> None:
     config = make_config(3)
     harness = Harness(config)
     harness.advertise()
     harness.share(harness.server.key_directory())
     bundles = harness.server.share_bundles()
-    entry = bundles[1].shares[0]
-    flipped = dataclasses.replace(entry, ciphertext=entry.ciphertext[:-1] + bytes([entry.ciphertext[-1] ^ 1]))
-    encoded = harness.encoded[1].copy()
-    with pytest.raises(AuthenticationError):
-        harness.clients[1].masked_input(
-            dataclasses.replace(bundles[1], shares=(flipped, *bundles[1].shares[1:])), encoded
-        )
-    np.testing.assert_array_equal(encoded, harness.encoded[1])  # untouched by the refusal
+    client = harness.clients[1]
     with pytest.raises(ProtocolError, match="another party"):
-        harness.clients[1].masked_input(bundles[2], encoded)
-    harness.clients[1].masked_input(bundles[1], encoded)
-    assert not np.array_equal(encoded, harness.encoded[1])  # masked in place
+        client.check_shares(bundles[2])
+    repeated = dataclasses.replace(bundles[1], shares=(bundles[1].shares[0], bundles[1].shares[0]))
+    with pytest.raises(ProtocolError, match="unexpected or repeated"):
+        client.check_shares(repeated)
+    misaddressed = dataclasses.replace(bundles[1], shares=bundles[2].shares)
+    with pytest.raises(ProtocolError, match="unexpected or repeated"):
+        client.check_shares(misaddressed)
+    # Nothing was stored by the refusals: the genuine bundle is accepted, nobody accused.
+    assert client.check_shares(bundles[1]).accused == ()
+
+
+def test_client_masks_only_for_a_masking_set_it_can_stand_behind() -> None:
+    config = make_config(5)
+    harness = Harness(config)
+    masking_set = harness.through_check()
+    assert masking_set.parties == (1, 2, 3, 4, 5)
+    client = harness.clients[1]
+    encoded = harness.encoded[1].copy()
+    cases = [
+        ((2, 3, 4, 5), ProtocolError, "leaves this party out"),
+        ((1, 2, 3, 6), ProtocolError, "not in this session"),
+        ((1, 3, 2), ProtocolError, "twice or out of order"),
+        ((1, 2), ThresholdError, "below the threshold"),
+    ]
+    for parties, error, match in cases:
+        with pytest.raises(error, match=match):
+            client.masked_input(dataclasses.replace(masking_set, parties=parties), encoded)
+    assert (encoded == harness.encoded[1]).all()  # untouched by the refusals
+    client.masked_input(masking_set, encoded)
+    assert not (encoded == harness.encoded[1]).all()  # masked in place
+
+
+def test_client_signs_one_view_only_and_refuses_impossible_views() -> None:
+    config = make_config(5)
+    harness = Harness(config)
+    survivor_set = harness.through_masking([1, 2, 3, 4])
+    assert (survivor_set.masking_set, survivor_set.survivors) == ((1, 2, 3, 4, 5), (1, 2, 3, 4))
+    client = harness.clients[1]
+    cases = [
+        (dict(masking_set=(1, 2, 3, 4)), UnmaskRefusedError, "differs from the one this party masked for"),
+        (dict(survivors=(1, 2, 3, 6)), UnmaskRefusedError, "outside the masking set"),
+        (dict(survivors=(2, 3, 4)), UnmaskRefusedError, "leaves this party out"),
+        (dict(survivors=(1, 2)), ThresholdError, "below the threshold"),
+        (dict(survivors=(1, 1, 2, 3)), ProtocolError, "twice or out of order"),
+    ]
+    for changes, error, match in cases:
+        with pytest.raises(error, match=match):
+            client.consistency(dataclasses.replace(survivor_set, **changes))  # type: ignore[arg-type]
+    signature = client.consistency(survivor_set)
+    assert client.signed_view == (survivor_set.masking_set, survivor_set.survivors)
+    assert client.consistency(survivor_set) == signature  # a retransmission gets the same signature
+    with pytest.raises(UnmaskRefusedError, match="already signed another view"):
+        client.consistency(dataclasses.replace(survivor_set, survivors=(1, 2, 3)))
 
 
 def test_server_never_obtains_both_shares_of_one_party() -> None:
     config = make_config(5)
     harness = Harness(config)
-    request = harness.through_masking([1, 2, 3, 4])  # party 5 dropped before masking
+    request = harness.through_consistency([1, 2, 3, 4])  # party 5 dropped before masking
     assert (request.survivors, request.dropped) == ((1, 2, 3, 4), (5,))
     client = harness.clients[1]
     response = client.unmask(request)
@@ -214,27 +323,22 @@ def test_server_never_obtains_both_shares_of_one_party() -> None:
     assert {r.owner for r in response.key_shares} == {5}
     assert client.unmask(request) == response  # a retransmitted request gets the same answer
 
-    # Now the server claims party 4 dropped too, to get its mask key after its seed.
-    greedy = dataclasses.replace(request, survivors=(1, 2, 3), dropped=(4, 5))
-    with pytest.raises(UnmaskRefusedError, match="party 4's mask key share after its self-mask seed share"):
-        client.unmask(greedy)
-    with pytest.raises(UnmaskRefusedError, match="both survivor and dropped"):
-        client.unmask(dataclasses.replace(request, dropped=(4, 5)))
-    with pytest.raises(UnmaskRefusedError, match="lists this party as dropped"):
-        client.unmask(dataclasses.replace(request, survivors=(2, 3, 4), dropped=(1, 5)))
-    with pytest.raises(ThresholdError):
-        client.unmask(dataclasses.replace(request, survivors=(1, 2), dropped=(5,)))
-    # Another party, asked first for party 4's mask key, then refuses its seed.
-    other = harness.clients[2]
-    other.unmask(dataclasses.replace(request, survivors=(1, 2, 3), dropped=(4, 5)))
-    with pytest.raises(UnmaskRefusedError, match="self-mask seed share after its mask key share"):
-        other.unmask(request)
+    # Any other account of the round than the one the party signed is refused: claiming party 4
+    # dropped too (to get its mask key after its seed), listing a party as both, listing this
+    # party as dropped, or too few survivors.
+    for survivors, dropped in (((1, 2, 3), (4, 5)), ((1, 2, 3, 4), (4, 5)), ((2, 3, 4), (1, 5)), ((1, 2), (5,))):
+        greedy = dataclasses.replace(request, survivors=survivors, dropped=dropped)
+        with pytest.raises((UnmaskRefusedError, ProtocolError), match="differ from the view|twice"):
+            client.unmask(greedy)
+    # Another party, which never signed, reveals nothing.
+    with pytest.raises(ProtocolError, match="out of order"):
+        harness.clients[5].unmask(request)
 
 
 def test_server_refuses_unrequested_or_misattributed_shares() -> None:
     config = make_config(5)
     harness = Harness(config)
-    request = harness.through_masking([1, 2, 3, 4])
+    request = harness.through_consistency([1, 2, 3, 4])
     response = harness.clients[1].unmask(request)
     # Shares of party 5's seed were not asked for (it dropped): refused.
     misfiled = dataclasses.replace(
@@ -244,24 +348,30 @@ def test_server_refuses_unrequested_or_misattributed_shares() -> None:
         harness.server.receive_unmask_response(misfiled)
     with pytest.raises(ProtocolError, match="another party's x"):
         harness.server.receive_unmask_response(dataclasses.replace(response, sender=2))
+    short = dataclasses.replace(response.key_shares[0], other_digest=b"x")
+    with pytest.raises(ProtocolError, match="wrong length"):
+        harness.server.receive_unmask_response(dataclasses.replace(response, key_shares=(short,)))
     harness.server.receive_unmask_response(response)
     with pytest.raises(ProtocolError, match="already answered"):
         harness.server.receive_unmask_response(response)
     with pytest.raises(ProtocolError, match="not a survivor"):
         harness.server.receive_unmask_response(dataclasses.replace(response, sender=5))
-    for party in (2, 3, 4):
-        harness.server.receive_unmask_response(harness.clients[party].unmask(request))
+    harness.unmask(request, [2, 3, 4])
     check_result(harness.server.finish(), config, harness.inputs, harness.encoded, {1, 2, 3, 4})
 
 
 def test_corrupted_key_shares_are_caught_when_rebuilding() -> None:
     config = make_config(3)
     harness = Harness(config)
-    request = harness.through_masking([1, 2])
+    request = harness.through_consistency([1, 2])
     responses: list[UnmaskResponse] = [harness.clients[party].unmask(request) for party in (1, 2)]
     share = responses[0].key_shares[0]
     corrupted = dataclasses.replace(share, share=share.share[:-1] + bytes([share.share[-1] ^ 1]))
     harness.server.receive_unmask_response(dataclasses.replace(responses[0], key_shares=(corrupted,)))
     harness.server.receive_unmask_response(responses[1])
-    with pytest.raises(ProtocolError):
+    assert not harness.server.ready()
+    with pytest.raises(ThresholdError, match="party 1 sent a bad unmask share for party 3"):
+        harness.server.finish()
+    assert set(harness.server.culprits) == {1}
+    with pytest.raises(ProtocolError, match="aborted"):
         harness.server.finish()

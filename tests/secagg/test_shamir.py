@@ -1,11 +1,16 @@
-"""Shamir sharing over GF(2^127 - 1): reconstruction from any t shares, nothing from t - 1."""
+"""Shamir sharing over GF(2^127 - 1): reconstruction from any t shares, nothing from t - 1, and robust
+reconstruction that finds the verified secret and the shares that disagree with it."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
+import secrets
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedfair.secagg import shamir
 from fedfair.secagg.errors import ProtocolError, ThresholdError
@@ -101,3 +106,84 @@ def test_split_refuses_bad_parameters() -> None:
         shamir.split(b"x", 0, [1, 2, 3])
     with pytest.raises(ValueError):
         shamir.split(b"x", 2, [0, 1, 2])
+
+
+def test_evaluate_gives_the_polynomial_anywhere() -> None:
+    # f(x) = 5 + 3x + 2x^2 through x = 1, 3, 4; and the same at every other x, including 0.
+    basis = [shamir.Share(1, (10,)), shamir.Share(3, (32,)), shamir.Share(4, (49,))]
+    for x in (0, 1, 2, 5, 100):
+        assert shamir.evaluate(basis, x) == ((5 + 3 * x + 2 * x * x) % shamir.PRIME,)
+    assert shamir.secret_at_zero(basis, 1) == b"\x05"
+    with pytest.raises(ValueError, match="distinct"):
+        shamir.evaluate([basis[0], basis[0]], 2)
+
+
+def test_off_polynomial_names_exactly_the_shares_that_disagree() -> None:
+    shares = shamir.split(os.urandom(32), 3, range(1, 8))
+    basis = [shares[x] for x in (1, 2, 3)]
+    assert shamir.off_polynomial(basis, shares.values()) == []
+    bent = shamir.Share(5, (shares[5].values[0] ^ 1, *shares[5].values[1:]))
+    short = shamir.Share(6, shares[6].values[:-1])
+    assert shamir.off_polynomial(basis, [*basis, shares[4], bent, short, shares[7]]) == [bent, short]
+
+
+def test_secret_at_zero_refuses_values_that_fit_no_secret() -> None:
+    # A chunk of one byte cannot be 300; a wrong chunk count is no secret either.
+    assert shamir.secret_at_zero([shamir.Share(1, (300,))], 1) is None
+    assert shamir.secret_at_zero([shamir.Share(1, (3, 4))], 1) is None
+    with pytest.raises(ProtocolError, match="inconsistent"):
+        shamir.combine([shamir.Share(1, (300,))], 1, 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    holders=st.integers(3, 8),
+    data=st.data(),
+)
+def test_find_verified_recovers_through_any_corruption_that_leaves_t_good_shares(
+    holders: int, data: st.DataObject
+) -> None:
+    threshold = data.draw(st.integers(1, holders - 1), label="threshold")
+    bad = data.draw(st.sets(st.integers(1, holders), max_size=holders - threshold), label="corrupted holders")
+    secret = data.draw(st.binary(min_size=32, max_size=32), label="secret")
+    shares = shamir.split(secret, threshold, range(1, holders + 1))
+    # Pseudo-random offsets per share and chunk: structured ones (the same offset everywhere, or a low-degree
+    # polynomial in x) are themselves polynomials and can vanish at 0, which verifies a wrong basis.
+    seed = data.draw(st.binary(min_size=8, max_size=8), label="offset seed")
+
+    def offset(x: int, chunk: int) -> int:
+        return 1 + int.from_bytes(hashlib.sha256(seed + bytes([x, chunk])).digest(), "big") % (shamir.PRIME - 1)
+
+    received = [
+        shamir.Share(x, tuple((v + offset(x, i)) % shamir.PRIME for i, v in enumerate(share.values)))
+        if x in bad
+        else share
+        for x, share in shares.items()
+    ]
+    committed = hashlib.sha256(secret).digest()
+    found = shamir.find_verified(received, threshold, 32, lambda s: hashlib.sha256(s).digest() == committed)
+    assert found is not None
+    recovered, basis = found
+    assert recovered == secret
+    assert {share.x for share in shamir.off_polynomial(basis, received)} == bad
+
+
+def test_find_verified_gives_up_without_t_good_shares_or_past_its_budget() -> None:
+    secret = os.urandom(32)
+    shares = shamir.split(secret, 3, range(1, 6))
+    # Random offsets: a constant one would be a polynomial too, and some subsets would still verify.
+    bent = [
+        shamir.Share(x, tuple((v + secrets.randbelow(shamir.PRIME - 1) + 1) % shamir.PRIME for v in s.values))
+        for x, s in shares.items()
+    ]
+
+    def check(candidate: bytes) -> bool:
+        return candidate == secret
+
+    # Three bent shares leave only two good ones: no subset verifies.
+    assert shamir.find_verified([*bent[:3], shares[4], shares[5]], 3, 32, check) is None
+    assert shamir.find_verified([shares[1], shares[2]], 3, 32, check) is None
+    # With share 1 bent, the first subset fails; a budget of one subset stops there.
+    mixed = [bent[0], *[shares[x] for x in (2, 3, 4, 5)]]
+    assert shamir.find_verified(mixed, 3, 32, check, max_subsets=1) is None
+    assert shamir.find_verified(mixed, 3, 32, check) is not None

@@ -4,12 +4,16 @@ Each upload stage has one step function, ``step(participant, work, inputs) -> pa
 picked by the explicit table :data:`STEPS`:
 
 - ADVERTISE: check the round's public parameters against this collaborator's copy of
-  the plan (and withdraw if they differ), then advertise signed keys, with its mTLS
-  private key as its identity key;
-- SHARE: encrypted shares of its keys for the key directory's parties;
-- MASKED_INPUT: the masked fixed-point vector (with secure aggregation off, the plain
-  float64 vector after the same parameter check);
-- UNMASK: the shares that let the aggregator remove the masks of the dropped.
+  the plan and, where it holds one, the federation manifest (and withdraw if they
+  differ), then advertise signed keys, with its mTLS private key as its identity key;
+- SHARE: signed, encrypted shares of its secrets for the key directory's parties;
+- CHECK_SHARES: open the shares addressed to it and name (signed) any sender whose
+  shares fail;
+- MASKED_INPUT: the masked fixed-point vector for the aggregator's masking set (with
+  secure aggregation off, the plain float64 vector after the same parameter check);
+- CONSISTENCY: sign the aggregator's account of who is masked with and who survived;
+- UNMASK: once enough survivors signed that same account, the shares that let the
+  aggregator remove the masks.
 
 A step raises :class:`RoundRefused` (or the protocol's own errors) to withdraw from
 the rest of the round; the process (:mod:`fedfair.runtime.collaborator.client`) then
@@ -28,10 +32,17 @@ from fedfair.core.errors import FedfairError
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
+from fedfair.runtime.manifest import Manifest, ManifestError
 from fedfair.runtime.plan import SharedSettings
 from fedfair.runtime.transport import pb
 from fedfair.secagg import Client, EncodingConfig
-from fedfair.secagg.messages import KeyDirectory, ShareBundle, UnmaskRequest
+from fedfair.secagg.messages import (
+    KeyDirectory,
+    MaskingSet,
+    ShareBundle,
+    SurvivorSet,
+    UnmaskRequest,
+)
 
 
 class RoundRefused(FedfairError):
@@ -63,6 +74,9 @@ class Participant:
     identity_key: EllipticCurvePrivateKey
     credential: bytes
     verify: CredentialVerifier
+    """Checks a peer's relayed certificate: against the CA, and against the manifest's pin when there is one."""
+    manifest: Manifest | None = None
+    """The roster the institutions agreed on out of band; without one the roster is trusted to the CA."""
 
     def expected(self, stages: Stages) -> tuple[int, EncodingConfig]:
         """The vector length and encoding an aggregation of this kind must use."""
@@ -71,7 +85,9 @@ class Participant:
         return self.parameters + 1, self.shared.secure_aggregation.encoding()
 
     def check_parameters(self, work: Work, inputs: bytes) -> RoundParameters:
-        """The round's parameters, refused unless they are what this collaborator's plan implies."""
+        """The round's parameters, refused unless they are what this collaborator's plan implies
+        and, with a manifest, unless every party of the roster is one the manifest lists and
+        the roster is at least its minimum round size (a Sybil roster is refused)."""
         parameters = RoundParameters.from_bytes(inputs)
         dimension, encoding = self.expected(work.stages)
         secure = self.shared.secure_aggregation
@@ -87,11 +103,17 @@ class Participant:
                 ("encoding", parameters.encoding != encoding),
                 ("threshold", parameters.threshold != secure.threshold),
                 ("neighbours", parameters.neighbours != secure.mask_neighbours),
+                ("collusion bound", parameters.max_colluding != secure.max_colluding),
             )
             if wrong
         ]
         if problems:
             raise RoundRefused(f"the round's parameters differ from the plan ({', '.join(problems)})")
+        if self.manifest is not None:
+            try:
+                self.manifest.check_roster(parameters.parties)
+            except ManifestError as error:
+                raise RoundRefused(str(error)) from None
         return parameters
 
 
@@ -108,16 +130,28 @@ def share(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.share_keys(KeyDirectory.from_bytes(inputs)).to_bytes()
 
 
+def check(me: Participant, work: Work, inputs: bytes) -> bytes:
+    if work.client is None:
+        raise RoundRefused("no keys were shared this round")
+    return work.client.check_shares(ShareBundle.from_bytes(inputs)).to_bytes()
+
+
 def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
     assert work.vector is not None  # the process withdraws before any step when it has nothing
     if not me.shared.secure_aggregation.enabled:
         me.check_parameters(work, inputs)
         return np.append(work.vector, work.weight).astype("<f8").tobytes()
     if work.client is None:
-        raise RoundRefused("no keys were shared this round")
+        raise RoundRefused("no shares were checked this round")
     encoded = work.encoded if work.encoded is not None else work.client.config.encoder.encode(work.vector, work.weight)
     work.encoded = None  # masked in place: never reuse it
-    return work.client.masked_input(ShareBundle.from_bytes(inputs), encoded).to_bytes()
+    return work.client.masked_input(MaskingSet.from_bytes(inputs), encoded).to_bytes()
+
+
+def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
+    if work.client is None:
+        raise RoundRefused("no masked input was sent this round")
+    return work.client.consistency(SurvivorSet.from_bytes(inputs)).to_bytes()
 
 
 def unmask(me: Participant, work: Work, inputs: bytes) -> bytes:
@@ -131,11 +165,15 @@ Step = Callable[[Participant, Work, bytes], bytes]
 STEPS: dict[pb.Stage, Step] = {
     TRAINING.advertise: advertise,
     TRAINING.share: share,
+    TRAINING.check: check,
     TRAINING.masked: masked,
+    TRAINING.consistency: consistency,
     TRAINING.unmask: unmask,
     EVALUATION.advertise: advertise,
     EVALUATION.share: share,
+    EVALUATION.check: check,
     EVALUATION.masked: masked,
+    EVALUATION.consistency: consistency,
     EVALUATION.unmask: unmask,
 }
 """The step a collaborator runs at each upload stage of a training round and of an evaluation."""
