@@ -5,6 +5,11 @@ server, real mutual TLS, real `Collaborator` objects). The collaborators are hel
 just after the aggregator opens round 2's ADVERTISE_KEYS stage, so every attack
 below meets a stage that is open and waiting; then they are released and the round
 must complete with all three genuine contributions, untouched by the attacks.
+
+The attacks that get refused use site-a's own certificate, so the aggregator charges
+each refusal to site-a: a refused peer is not waited for unless it is uploading
+again (see `fedfair.runtime.aggregator.board`). site-a is therefore released first,
+and the others once its genuine upload is in.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from fedfair.runtime.collaborator.trainer import round_trainer
 from fedfair.runtime.contract import TRAINING, RoundParameters
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
+    MALFORMED_MESSAGE,
     NOT_EXPECTED,
     NOT_PERMITTED,
     TlsFiles,
@@ -50,7 +56,7 @@ from fedfair.runtime.transport import (
     read_payload,
     secure_channel,
 )
-from fedfair.secagg import Client
+from fedfair.secagg import Client, EncodingConfig
 from tests.runtime.harness import (
     ThreadFederation,
     new_workspace,
@@ -65,26 +71,30 @@ TIMEOUT = 20
 
 
 class Hold:
-    """Pauses every collaborator when it receives round 2's ADVERTISE_KEYS task, and taps site-a's uploads."""
+    """Pauses every collaborator when it receives the task for `stage` of round 2, and taps site-a's uploads."""
 
-    def __init__(self) -> None:
-        self.release = threading.Event()
+    def __init__(self, stage: pb.Stage = pb.STAGE_ADVERTISE_KEYS) -> None:
+        self.stage = stage
+        self.released: dict[str, threading.Event] = {name: threading.Event() for name in NAMES}
         self.arrived: dict[str, threading.Event] = {name: threading.Event() for name in NAMES}
         self.uploads: list[tuple[pb.Binding, bytes]] = []
+        self.site_a_uploaded = threading.Event()
 
     def install(self, name: str, collaborator: Collaborator) -> None:
         step, submit = collaborator._step, collaborator._submit
 
         def held_step(stub: pb_grpc.FederationStub, task: pb.Task) -> None:
-            if (task.binding.round, task.binding.stage) == (2, pb.STAGE_ADVERTISE_KEYS):
+            if (task.binding.round, task.binding.stage) == (2, self.stage):
                 self.arrived[name].set()
-                self.release.wait(120)
+                self.released[name].wait(120)
             step(stub, task)
 
         def tapped_submit(stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
             if name == "site-a":
                 self.uploads.append((binding, payload))
             submit(stub, binding, payload)
+            if name == "site-a" and (binding.round, binding.stage) == (2, self.stage):
+                self.site_a_uploaded.set()
 
         collaborator._step = held_step  # type: ignore[method-assign]
         collaborator._submit = tapped_submit  # type: ignore[method-assign]
@@ -92,6 +102,13 @@ class Hold:
     def wait_until_held(self) -> None:
         for event in self.arrived.values():
             assert event.wait(120), "the federation did not reach round 2"
+
+    def release(self) -> None:
+        """site-a first; the others once its genuine upload is in (it was refused under its name before)."""
+        self.released["site-a"].set()
+        self.site_a_uploaded.wait(30)
+        for event in self.released.values():
+            event.set()
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +120,7 @@ def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, 
     with thread_federation(workspace, collaborator=hold.install) as federation:
         hold.wait_until_held()
         yield workspace, federation, hold
-        hold.release.set()
+        hold.release()
         federation.join()
 
 
@@ -256,7 +273,10 @@ def test_a_replayed_submission_is_refused(held: tuple[Workspace, ThreadFederatio
     )
 
 
-def test_malformed_and_oversized_chunks_are_refused(held: tuple[Workspace, ThreadFederation, Hold]) -> None:
+def test_malformed_and_oversized_chunks_are_refused(
+    held: tuple[Workspace, ThreadFederation, Hold], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Refused before anything is buffered, with one generic message: no limit or size goes back."""
     workspace, _, _ = held
     stub = as_site_a(workspace)
 
@@ -267,15 +287,21 @@ def test_malformed_and_oversized_chunks_are_refused(held: tuple[Workspace, Threa
         return pb.Part(binding=ADVERTISE, chunk=pb.Chunk(index=index, count=count, total_size=total, data=bytes(size)))
 
     oversized = DEFAULT_CHUNK_BYTES + 100  # over our chunk limit, under gRPC's message limit
-    error = refused(lambda: submit(part(0, 1, oversized, oversized)), grpc.StatusCode.INVALID_ARGUMENT)
-    assert "over the limit" in error.details()
+    with caplog.at_level("INFO"):
+        for parts in (
+            [part(0, 1, oversized, oversized)],
+            [part(0, 64, 64 << 20, 1024)],  # the declared size is refused before anything is buffered
+            [part(0, 2, 2048, 1024), part(1, 2, 2047, 1024)],
+            [part(1, 2, 2048, 1024)],
+        ):
+            error = refused(lambda chunks=parts: submit(*chunks), grpc.StatusCode.INVALID_ARGUMENT)
+            assert error.details() == MALFORMED_MESSAGE
+    # What was wrong stays in the aggregator's log, one line per refusal.
+    refusals = [record.getMessage() for record in caplog.records if record.getMessage().startswith("refused Submit")]
+    assert len(refusals) == 4 and all("from 'site-a'" in line and "WireError" in line for line in refusals)
+    assert "over the limit" in refusals[0] and "out of order" in refusals[3]
+    assert not [record for record in caplog.records if record.exc_info]
     refused(lambda: submit(part(0, 1, 4 << 20, 4 << 20)), grpc.StatusCode.RESOURCE_EXHAUSTED)  # over gRPC's limit
-    error = refused(lambda: submit(part(0, 64, 64 << 20, 1024)), grpc.StatusCode.INVALID_ARGUMENT)
-    assert "over the limit" in error.details()  # declared size refused before anything is buffered
-    error = refused(lambda: submit(part(0, 2, 2048, 1024), part(1, 2, 2047, 1024)), grpc.StatusCode.INVALID_ARGUMENT)
-    assert "declares" in error.details()
-    error = refused(lambda: submit(part(1, 2, 2048, 1024)), grpc.StatusCode.INVALID_ARGUMENT)
-    assert "out of order" in error.details()
     error = refused(
         lambda: stub.Submit(payload_parts(ADVERTISE, b"\x00garbage" * 50), timeout=TIMEOUT),
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -287,7 +313,7 @@ def test_after_the_attacks_the_round_completes_with_every_genuine_contribution(
     held: tuple[Workspace, ThreadFederation, Hold],
 ) -> None:
     workspace, federation, hold = held
-    hold.release.set()
+    hold.release()
     federation.join()
     assert not federation.errors, federation.errors
     log = read_round_log(workspace.output)
@@ -336,21 +362,9 @@ def test_the_aggregator_refuses_a_non_finite_plain_update(tmp_path: Path) -> Non
         tmp_path, NAMES, training={"rounds": 2}, secure_aggregation={"enabled": False}, quorum={"min_collaborators": 3}
     )
     masked = make_binding(FEDERATION, 2, pb.STAGE_MASKED_INPUT)
-    release, arrived = threading.Event(), threading.Event()
-
-    def hold_site_a(name: str, collaborator: Collaborator) -> None:
-        step = collaborator._step
-
-        def held_step(stub: pb_grpc.FederationStub, task: pb.Task) -> None:
-            if name == "site-a" and task.binding == masked:
-                arrived.set()
-                release.wait(120)
-            step(stub, task)
-
-        collaborator._step = held_step  # type: ignore[method-assign]
-
-    with thread_federation(workspace, collaborator=hold_site_a) as federation:
-        assert arrived.wait(120)
+    hold = Hold(pb.STAGE_MASKED_INPUT)
+    with thread_federation(workspace, collaborator=hold.install) as federation:
+        hold.wait_until_held()
         stub = as_site_a(workspace)
         dimension = RoundParameters.from_bytes(
             read_payload(
@@ -366,21 +380,60 @@ def test_the_aggregator_refuses_a_non_finite_plain_update(tmp_path: Path) -> Non
                 grpc.StatusCode.INVALID_ARGUMENT,
             )
             assert error.details() == INVALID_UPLOAD
-        release.set()
+        hold.release()
         federation.join()
     assert not federation.errors, federation.errors
     log = read_round_log(workspace.output)
     assert not log[1]["secure_aggregation"] and log[1]["contributors"] == NAMES  # site-a's genuine upload went in
 
 
+def test_a_refused_upload_does_not_hold_the_stage_to_its_deadline(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """site-c's round-2 update is refused (its weight is out of range) and, like any collaborator whose
+    upload is refused, it sits the round out: the stage closes once site-a and site-b have answered,
+    not at its 60 s deadline. The aggregator logs the refusal on one line, without a traceback."""
+    workspace = new_workspace(
+        tmp_path,
+        NAMES,
+        training={"rounds": 3},
+        secure_aggregation={"enabled": False},
+        quorum={"min_collaborators": 3, "round_timeout_seconds": 60.0},
+    )
+
+    def break_site_c(name: str, collaborator: Collaborator) -> None:
+        submit = collaborator._submit
+
+        def negative_weight(stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
+            if name == "site-c" and (binding.round, binding.stage) == (2, pb.STAGE_MASKED_INPUT):
+                payload = payload[:-8] + np.array([-1.0], dtype="<f8").tobytes()
+            submit(stub, binding, payload)
+
+        collaborator._submit = negative_weight  # type: ignore[method-assign]
+
+    with caplog.at_level("INFO"), thread_federation(workspace, collaborator=break_site_c) as federation:
+        federation.join()
+    assert not federation.errors, federation.errors
+    log = read_round_log(workspace.output)
+    assert log[1]["status"] == "applied" and log[1]["contributors"] == ["site-a", "site-b"]
+    assert log[1]["seconds"] < 20.0, log[1]["seconds"]
+    assert log[2]["contributors"] == NAMES
+    [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("refused Submit")]
+    assert line.startswith("refused Submit from 'site-c' (round 2 STAGE_MASKED_INPUT): INVALID_ARGUMENT: UploadRefused")
+    assert not [record for record in caplog.records if record.exc_info]
+
+
 def test_the_decode_checks() -> None:
+    encoding = EncodingConfig(clip=10.0, max_weight=100.0, fractional_bits=16)
     with pytest.raises(UploadRefused, match="NaN or Inf"):
-        decode_plain(np.array([np.inf, 1.0]).tobytes(), 1, 100.0)
+        decode_plain(np.array([np.inf, 1.0]).tobytes(), 1, encoding)
     with pytest.raises(UploadRefused, match="weight"):
-        decode_plain(np.array([0.5, 0.0]).tobytes(), 1, 100.0)
+        decode_plain(np.array([0.5, 0.0]).tobytes(), 1, encoding)
     with pytest.raises(UploadRefused, match="2 float64 values"):
-        decode_plain(np.zeros(3).tobytes(), 1, 100.0)
-    assert decode_plain(np.array([0.5, 2.0]).tobytes(), 1, 100.0).tolist() == [0.5, 2.0]
+        decode_plain(np.zeros(3).tobytes(), 1, encoding)
+    with pytest.raises(UploadRefused, match="clipping range"):
+        decode_plain(np.array([21.0, 2.0]).tobytes(), 1, encoding)  # |w * delta| over clip * w
+    assert decode_plain(np.array([0.5, 2.0]).tobytes(), 1, encoding).tolist() == [0.5, 2.0]
 
     def outcome(total: np.ndarray, weight: float) -> SumOutcome:
         return SumOutcome(total, weight, 1e-6, ("a", "b"))

@@ -3,14 +3,33 @@
 Behind one condition variable it holds who has a live task stream, each peer's tasks
 for the current round, the models to download, and the one open stage (who is
 expected to upload, what each may fetch, and the handler that checks and absorbs an
-upload). The driver opens a stage and waits on the condition until every expected
-peer has uploaded, withdrawn or disconnected, or the deadline passes; servicer
-threads notify it. Nothing sleeps for a fixed time.
+upload). The driver opens a stage and waits on the condition until the stage is
+settled or its deadline passes; servicer threads notify it. Nothing sleeps for a
+fixed time.
 
-An upload of zero bytes to the open stage is a withdrawal: the collaborator takes
-no further part in this round (its update was not finite, its privacy budget is
-spent, or the round's parameters were not the plan's), so the stage need not
-wait for it until the deadline.
+A stage is settled when the protocol says it has what it needs (the optional
+``ready`` predicate of :meth:`Board.open_stage`), or when no expected peer is still
+owed an answer. A peer is owed nothing once it has
+
+- uploaded (the handler absorbed its upload);
+- withdrawn: an upload of zero bytes (its update was not finite, its privacy budget
+  is spent, or the round's parameters were not the plan's);
+- disconnected: no live task stream, or a stream that ended during this round;
+- been refused: the handler raised on its upload, and it has no other upload in
+  progress. An honest collaborator whose upload is refused sits out the rest of the
+  round, so waiting for it would only run the stage to its deadline. A refusal is
+  recorded for the certificate's name that sent the upload, so it settles only the
+  sender's own slot: a peer cannot settle anyone else's by sending bad messages
+  (one that names another party is refused and charged to its sender). A retry
+  that is in progress when the others finish is waited for, and a valid upload
+  after a refusal still counts while the stage is open.
+
+Task streams of a restarted aggregator: a stream skips only tasks that this board
+itself delivered to the peer before. A collaborator that reconnects after the
+aggregator was killed and resumed names, as the last task it saw, a task of the
+dead process; the resumed process re-runs that round from its checkpoint, and the
+re-run's tasks must reach the collaborator even though their (round, stage) are not
+after what it saw.
 """
 
 from __future__ import annotations
@@ -18,6 +37,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -34,8 +54,11 @@ from fedfair.runtime.transport import (
 )
 
 TASK_WAIT_SECONDS = 30.0
-"""A task stream re-checks that its RPC is alive at least this often; disconnects normally
-wake it at once through the RPC's termination callback."""
+"""A task stream re-checks that its RPC is alive at least this often; an ended RPC normally
+wakes it at once through the RPC's termination callback (which notifies the board)."""
+
+SUMMARY_CHARACTERS = 160
+"""How much of an error's text a one-line summary keeps (ASN.1 parse errors run to kilobytes)."""
 
 
 class UploadRefused(FedfairError):
@@ -43,7 +66,22 @@ class UploadRefused(FedfairError):
 
 
 UploadHandler = Callable[[str, bytes], None]
-"""handler(peer, payload): absorb one upload or raise UploadRefused (or a secagg ProtocolError)."""
+"""handler(peer, payload): absorb one upload or raise. Whatever it raises refuses that upload."""
+
+StageReady = Callable[[], bool]
+"""ready(): whether the stage already has what it needs, so it may settle before every peer answered."""
+
+Position = tuple[int, int]
+"""A task's (round, stage): the order in which tasks are published."""
+
+
+def error_summary(error: BaseException) -> str:
+    """'ClassName: first line of the message' cut to a bounded length: for one-line logs."""
+    text = str(error).strip().splitlines()
+    reason = text[0] if text else ""
+    if len(reason) > SUMMARY_CHARACTERS:
+        reason = reason[: SUMMARY_CHARACTERS - 3] + "..."
+    return f"{type(error).__name__}: {reason}" if reason else type(error).__name__
 
 
 @dataclass
@@ -54,8 +92,10 @@ class _Stage:
     handler: UploadHandler
     max_upload_bytes: int
     deadline: float
+    ready: StageReady | None
     accepted: set[str] = field(default_factory=set)
     withdrawn: set[str] = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)
     received_bytes: int = 0
 
 
@@ -75,6 +115,9 @@ class Board:
         self._stage: _Stage | None = None
         self._round = 0
         self._departed: set[str] = set()
+        self._uploading: dict[str, int] = {}
+        # The latest task this board (this process) sent each peer: what a reconnecting stream may skip.
+        self._delivered: dict[str, Position] = {}
 
     # ------------------------------------------------------------ connections
 
@@ -164,39 +207,54 @@ class Board:
             return self._closed
 
     def stream_tasks(self, peer: str, after: pb.Binding, is_active: Callable[[], bool]) -> Iterator[pb.Task]:
-        """The peer's tasks of the current round that come after `after`, as they are published.
+        """The peer's tasks of the current round that it has not seen, as they are published.
 
-        A stream opened with `after` before the round in progress (a process that
-        restarted, or joined late) skips that round and starts with the next one.
+        `after` is the last task the peer handled. Tasks up to it are skipped only if
+        this board delivered them to the peer: an `after` from an earlier aggregator
+        process (killed, then resumed) does not hide the round it re-runs. A stream
+        opened with `after` before the round in progress (a collaborator process that
+        restarted, or joined late) sits that round out and starts with the next one.
+        The stream ends when `is_active()` turns false; the RPC's termination callback
+        notifies the board (e.g. through :meth:`disconnect`) so that happens at once.
         """
-        last = (after.round, after.stage)
         with self._changed:
             stale_round = self._round if after.round < self._round else None
+            delivered = self._delivered.get(peer)
+            seen = None if delivered is None else min((after.round, after.stage), delivered)
         generation, sent = -1, 0
-        while is_active():
+        while True:
             with self._changed:
                 if generation != self._generation:
                     generation, sent = self._generation, 0
-                self._changed.wait_for(partial(self._news_for, peer, generation, sent), timeout=TASK_WAIT_SECONDS)
-                if self._closed:
+                self._changed.wait_for(
+                    partial(self._stream_should_wake, peer, generation, sent, is_active), timeout=TASK_WAIT_SECONDS
+                )
+                if self._closed or not is_active():
                     return
                 pending = self._tasks.get(peer, [])[sent:] if generation == self._generation else []
                 final = self._final
             for task in pending:
                 sent += 1
-                if (task.binding.round, task.binding.stage) > last and task.binding.round != stale_round:
+                position = (task.binding.round, task.binding.stage)
+                if (seen is None or position > seen) and task.binding.round != stale_round:
+                    self._record_delivery(peer, position)
                     yield task
             if final is not None and not pending:
                 yield final
                 return
 
-    def _news_for(self, peer: str, generation: int, sent: int) -> bool:
-        """Whether a stream that has sent `sent` tasks of `generation` has something new (lock held)."""
+    def _record_delivery(self, peer: str, position: Position) -> None:
+        with self._changed:
+            self._delivered[peer] = max(position, self._delivered.get(peer, position))
+
+    def _stream_should_wake(self, peer: str, generation: int, sent: int, is_active: Callable[[], bool]) -> bool:
+        """Whether a stream that has sent `sent` tasks of `generation` has something new or has ended (lock held)."""
         return (
             self._closed
             or self._final is not None
             or generation != self._generation
             or len(self._tasks.get(peer, ())) > sent
+            or not is_active()
         )
 
     # ------------------------------------------------------------ models and stages
@@ -222,11 +280,19 @@ class Board:
         *,
         max_upload_bytes: int,
         timeout: float,
+        ready: StageReady | None = None,
     ) -> None:
-        """Open a stage for `expected` peers and send each its task."""
+        """Open a stage for `expected` peers and send each its task.
+
+        `ready` (if given) lets the stage settle as soon as it returns true, without
+        waiting for the peers that have not answered (e.g. the secure-aggregation
+        server already holds enough unmasking shares). It is called by
+        :meth:`wait_stage`, under the board's lock, whenever the board changes
+        (after each delivery) and when the wait starts; it must not block.
+        """
         peers = frozenset(expected)
         with self._changed:
-            self._stage = _Stage(binding, peers, inputs, handler, max_upload_bytes, self._clock() + timeout)
+            self._stage = _Stage(binding, peers, inputs, handler, max_upload_bytes, self._clock() + timeout, ready)
         sizes = {peer: len(self._input_for(inputs, peer)) for peer in peers}
         self.publish(sorted(peers), binding, pb.ACTION_RUN, deadline_seconds=timeout, input_sizes=sizes)
 
@@ -246,30 +312,66 @@ class Board:
                 return None
             return self._input_for(stage.inputs, peer)
 
+    @contextmanager
+    def uploading(self, peer: str) -> Iterator[None]:
+        """Mark an upload by `peer` as in progress for its duration.
+
+        A peer whose earlier upload was refused is still waited for while it has one in
+        progress: that upload may be its corrected retry.
+        """
+        with self._changed:
+            self._uploading[peer] = self._uploading.get(peer, 0) + 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                left = self._uploading[peer] - 1
+                if left:
+                    self._uploading[peer] = left
+                else:
+                    del self._uploading[peer]
+                self._changed.notify_all()
+
     def deliver(self, peer: str, binding: pb.Binding, payload: bytes) -> None:
-        """Hand an admitted upload to the open stage's handler (empty: the peer withdraws)."""
+        """Hand an admitted upload to the open stage's handler (empty: the peer withdraws).
+
+        Raises Rejected if the stage is not open for `peer`, and UploadRefused (with the
+        handler's error as its cause) if the handler raised anything: the refusal is
+        then `peer`'s answer to the stage unless it tries again (see the module's notes).
+        """
         with self._changed:
             stage = self._stage
             if stage is None or stage.binding != binding or peer not in stage.expected:
                 raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
-            if payload:
-                stage.handler(peer, payload)
-                stage.accepted.add(peer)
-                stage.received_bytes += len(payload)
-            else:
-                stage.withdrawn.add(peer)
-            self._changed.notify_all()
+            try:
+                if payload:
+                    stage.handler(peer, payload)
+                    stage.accepted.add(peer)
+                    stage.received_bytes += len(payload)
+                else:
+                    stage.withdrawn.add(peer)
+            except Exception as error:  # any exception: key and certificate parsers raise ValueError and worse
+                stage.refused.add(peer)
+                if isinstance(error, UploadRefused):
+                    raise
+                raise UploadRefused(error_summary(error)) from error
+            finally:
+                self._changed.notify_all()
 
     def wait_stage(self) -> None:
-        """Wait until every expected peer uploaded, withdrew or disconnected, or the deadline passed."""
+        """Wait until the open stage is settled (see the module's notes) or its deadline passed."""
         with self._changed:
             stage = self._stage
             if stage is None:
                 return
 
             def settled() -> bool:
-                waiting = stage.expected - stage.accepted - stage.withdrawn - self._departed
-                return self._closed or not any(peer in self._streams for peer in waiting)
+                if self._closed or (stage.ready is not None and stage.ready()):
+                    return True
+                owed = stage.expected - stage.accepted - stage.withdrawn - self._departed
+                return not any(
+                    peer in self._streams and (peer not in stage.refused or peer in self._uploading) for peer in owed
+                )
 
             remaining = stage.deadline - self._clock()
             while not settled() and remaining > 0:

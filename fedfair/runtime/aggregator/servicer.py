@@ -5,32 +5,222 @@ The :class:`Servicer` takes the caller's name from its certificate
 :class:`~fedfair.runtime.transport.StageGate` (one per peer per stage, only the open
 stage, before its deadline), hands them to the :class:`~fedfair.runtime.aggregator.board.Board`,
 and refuses everything else with the transport's generic messages, never naming anyone.
+
+Hostile clients must not stall, leak or lose a round, so:
+
+- One refusal path (:meth:`Servicer._refusals`) wraps every RPC: whatever a request
+  raises (a generic refusal, a malformed chunk or protobuf message, a key or
+  certificate that does not parse, a bug) ends the RPC with a generic status that
+  carries no exception text, limit or path, writes one log line (no traceback) naming
+  the certified caller, the RPC and the error's class and short reason, and releases
+  what the request held (its gate slot, upload or stream count). gRPC itself never
+  sees an exception, so it never logs "Exception calling application" with a
+  traceback; :func:`add_to_server` also parses requests without raising, so a
+  malformed protobuf message reaches that path instead of gRPC's own traceback.
+- Requests that can hold a worker thread for long (task streams, uploads, downloads)
+  are limited per certified name (:class:`PeerLimits`); one more is refused at once
+  with RESOURCE_EXHAUSTED. The pool is sized for every listed name at its limits plus
+  headroom (:func:`worker_threads`), so other callers can never starve an honest
+  GetPlan. A cancelled task stream wakes at once (its termination callback notifies
+  the board) and gives its thread back. Callers without a certificate from the
+  federation's CA fail in the TLS handshake and never reach a worker; a certified
+  name outside the plan is refused before anything waits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeVar
 
 import grpc
 
-from fedfair.core.errors import FedfairError
-from fedfair.runtime.aggregator.board import Board
+from fedfair import pki
+from fedfair.runtime.aggregator.board import Board, UploadRefused, error_summary
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
+    MALFORMED_MESSAGE,
     NOT_EXPECTED,
     PeerAuthenticator,
     Rejected,
     StageGate,
     WireError,
+    describe_binding,
     payload_parts,
     pb,
     pb_grpc,
+    peer_certificate,
     receive_upload,
 )
 from fedfair.runtime.transport.chunks import digest
 
+logger = logging.getLogger("fedfair.aggregator")
+
+SERVICE = "fedfair.v1.Federation"
+
 INVALID_UPLOAD = "message refused: not a valid message for this stage"
-"""What a peer hears when its upload parses badly or breaks the protocol (never why in detail)."""
+"""What a peer hears when its upload breaks the protocol (never why in detail)."""
+
+BUSY = "refused: too many concurrent requests of this kind from this caller; retry when one has ended"
+"""What a peer hears when it is at its limit of concurrent streams, uploads or downloads."""
+
+INTERNAL_ERROR = "the aggregator could not handle this request"
+"""What a peer hears when handling its request failed on the aggregator's side (the log says why)."""
+
+HEADROOM_THREADS = 8
+"""Worker threads beyond what every listed collaborator may hold at its limits: for the
+short requests (GetPlan, refusals) that must always find a free thread."""
+
+Request = TypeVar("Request")
+Reply = TypeVar("Reply")
+
+
+class Hold(Enum):
+    """The kinds of request that can hold a worker thread for long, each limited per caller."""
+
+    TASK_STREAM = "task streams"
+    UPLOAD = "uploads"
+    DOWNLOAD = "downloads"
+
+
+@dataclass(frozen=True)
+class PeerLimits:
+    """How many requests of each long-held kind one certified name may have open at once.
+
+    An honest collaborator holds one of each at most, plus one while the aggregator has
+    not yet noticed that a lost connection is gone (a reconnecting task stream, a retried
+    upload or download); two of each leave room for that and nothing more.
+    """
+
+    task_streams: int = 2
+    uploads: int = 2
+    downloads: int = 2
+
+    def limit(self, kind: Hold) -> int:
+        return {Hold.TASK_STREAM: self.task_streams, Hold.UPLOAD: self.uploads, Hold.DOWNLOAD: self.downloads}[kind]
+
+    @property
+    def per_peer(self) -> int:
+        """Worker threads one name can hold at once."""
+        return self.task_streams + self.uploads + self.downloads
+
+
+def worker_threads(collaborators: int, limits: PeerLimits = PeerLimits()) -> int:
+    """The gRPC pool size for a roster of `collaborators` names: all of them at their limits, plus headroom."""
+    return collaborators * limits.per_peer + HEADROOM_THREADS
+
+
+class Quotas:
+    """Counts each caller's open long-held requests and refuses one over its limit (thread-safe)."""
+
+    def __init__(self, limits: PeerLimits) -> None:
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._held: Counter[tuple[str, Hold]] = Counter()
+
+    @contextmanager
+    def hold(self, peer: str, kind: Hold) -> Iterator[None]:
+        """Count one request of `kind` by `peer` while it runs, or raise Rejected(RESOURCE_EXHAUSTED) at once."""
+        key = (peer, kind)
+        with self._lock:
+            if self._held[key] >= self.limits.limit(kind):
+                raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED, BUSY)
+            self._held[key] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held[key] -= 1
+                if not self._held[key]:
+                    del self._held[key]
+
+    def held(self, peer: str, kind: Hold) -> int:
+        """How many requests of `kind` `peer` has open now."""
+        with self._lock:
+            return self._held[(peer, kind)]
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A request that did not parse as its protobuf message, handed to the servicer to refuse.
+
+    gRPC's own handling of a parser that raises is a logged traceback and an INTERNAL
+    status; the parsers :func:`add_to_server` registers return this instead.
+    """
+
+    reason: str
+
+
+def _tolerant(parse: Callable[[bytes], Request]) -> Callable[[bytes], Request | Undecodable]:
+    def deserialize(data: bytes) -> Request | Undecodable:
+        try:
+            return parse(data)
+        except Exception as error:  # noqa: BLE001 -- protobuf's DecodeError, or whatever else a parser raises
+            return Undecodable(error_summary(error))
+
+    return deserialize
+
+
+def _decoded(request: Request | Undecodable) -> Request:
+    if isinstance(request, Undecodable):
+        raise WireError(f"the request is not a valid protobuf message ({request.reason})")
+    return request
+
+
+def _decoded_parts(parts: Iterable[pb.Part | Undecodable]) -> Iterator[pb.Part]:
+    for part in parts:
+        yield _decoded(part)
+
+
+class _Caller:
+    """Who made a request and what it concerned, for the one log line of a refusal."""
+
+    def __init__(self, context: grpc.ServicerContext) -> None:
+        self.context = context
+        self.peer: str | None = None
+        self.binding: pb.Binding | None = None
+
+    def describe(self) -> str:
+        who = repr(self.peer) if self.peer is not None else self._unlisted()
+        return who if self.binding is None else f"{who} ({describe_binding(self.binding)})"
+
+    def _unlisted(self) -> str:
+        """A caller refused before it was identified: the name its certificate claims, or its address."""
+        try:
+            certificate = peer_certificate(self.context)
+            name = None if certificate is None else pki.name_from_certificate(certificate)
+        except Exception:  # noqa: BLE001 -- a certificate too broken to name: fall back to the address
+            name = None
+        return (
+            f"unidentified caller at {self.context.peer()!r}"
+            if name is None
+            else f"certificate {name!r} (not admitted)"
+        )
+
+
+def _status(error: Exception) -> tuple[grpc.StatusCode, str, int]:
+    """The generic status a caller hears for `error`, and the level of its log line."""
+    if isinstance(error, Rejected):
+        return error.code, error.details, logging.WARNING
+    if isinstance(error, WireError):
+        return grpc.StatusCode.INVALID_ARGUMENT, MALFORMED_MESSAGE, logging.WARNING
+    if isinstance(error, UploadRefused):
+        return grpc.StatusCode.INVALID_ARGUMENT, INVALID_UPLOAD, logging.WARNING
+    return grpc.StatusCode.INTERNAL, INTERNAL_ERROR, logging.ERROR
+
+
+def _reason(error: Exception) -> str:
+    """The log's short reason; for a refused upload, the handler's own error."""
+    cause = error.__cause__
+    if isinstance(error, UploadRefused) and cause is not None:
+        return error_summary(cause)
+    return error_summary(error)
 
 
 class Servicer(pb_grpc.FederationServicer):
@@ -44,82 +234,167 @@ class Servicer(pb_grpc.FederationServicer):
         settings: bytes,
         *,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        limits: PeerLimits = PeerLimits(),
     ) -> None:
         self.board = board
         self.gate = gate
         self.authenticator = authenticator
         self.settings = settings
         self.chunk_bytes = chunk_bytes
+        self.quotas = Quotas(limits)
 
-    def _identify(self, context: grpc.ServicerContext) -> str:
-        """The caller's name from its certificate, or the RPC ends with a generic refusal."""
+    # ------------------------------------------------------------ the one refusal path
+
+    @contextmanager
+    def _refusals(self, rpc: str, context: grpc.ServicerContext) -> Iterator[_Caller]:
+        """Run one request; turn anything it raises into a generic status and one log line.
+
+        What the request holds is released by its own context managers and finally
+        clauses before the exception gets here. An RpcError comes from gRPC itself (the
+        caller cancelled, or its deadline passed, while we read its request): there is
+        no one left to answer, and gRPC knows, so it passes through.
+        """
+        caller = _Caller(context)
         try:
-            return self.authenticator.identify(context)
-        except Rejected as rejected:
-            rejected.abort(context)
+            yield caller
+        except grpc.RpcError:
+            logger.debug("%s from %s ended by the caller", rpc, caller.describe())
+            raise
+        except Exception as error:  # noqa: BLE001 -- every other exception: no traceback, no text to the caller
+            code, details, level = _status(error)
+            logger.log(level, "refused %s from %s: %s: %s", rpc, caller.describe(), code.name, _reason(error))
+            context.abort(code, details)
 
-    @staticmethod
-    def _check(context: grpc.ServicerContext, check: Callable[[pb.Binding], None], binding: pb.Binding) -> None:
-        """Pass the request through one of the gate's checks, or end the RPC with its generic refusal."""
-        try:
-            check(binding)
-        except Rejected as rejected:
-            rejected.abort(context)
+    def _unary(
+        self,
+        rpc: str,
+        body: Callable[[str, Request, _Caller], Reply],
+        request: Request | Undecodable,
+        context: grpc.ServicerContext,
+    ) -> Reply:
+        with self._refusals(rpc, context) as caller:
+            caller.peer = self.authenticator.identify(context)
+            return body(caller.peer, _decoded(request), caller)
+        raise AssertionError("unreachable: _refusals aborts the RPC (mypy cannot see that it never swallows)")
 
-    def GetPlan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.PlanReply:
-        self._identify(context)
+    def _streaming(
+        self,
+        rpc: str,
+        body: Callable[[str, Request, _Caller], Iterator[Reply]],
+        request: Request | Undecodable,
+        context: grpc.ServicerContext,
+    ) -> Iterator[Reply]:
+        with self._refusals(rpc, context) as caller:
+            caller.peer = self.authenticator.identify(context)
+            yield from body(caller.peer, _decoded(request), caller)
+
+    # ------------------------------------------------------------ the RPCs
+
+    def GetPlan(self, request: pb.PlanRequest | Undecodable, context: grpc.ServicerContext) -> pb.PlanReply:
+        return self._unary("GetPlan", self._plan, request, context)
+
+    def WaitForTasks(self, request: pb.TaskRequest | Undecodable, context: grpc.ServicerContext) -> Iterator[pb.Task]:
+        return self._streaming("WaitForTasks", self._tasks, request, context)
+
+    def DownloadModel(
+        self, request: pb.FetchRequest | Undecodable, context: grpc.ServicerContext
+    ) -> Iterator[pb.ModelPart]:
+        return self._streaming("DownloadModel", self._model, request, context)
+
+    def Fetch(self, request: pb.FetchRequest | Undecodable, context: grpc.ServicerContext) -> Iterator[pb.Part]:
+        return self._streaming("Fetch", self._fetch, request, context)
+
+    def Submit(self, request_iterator: Iterator[pb.Part | Undecodable], context: grpc.ServicerContext) -> pb.Receipt:
+        return self._unary("Submit", self._submit, request_iterator, context)
+
+    # ------------------------------------------------------------ what each does
+
+    def _plan(self, peer: str, request: pb.PlanRequest, caller: _Caller) -> pb.PlanReply:
         # A collaborator may join without knowing the id yet (it learns it here) or name the one it expects.
         if request.binding.federation_id or request.binding.stage != pb.STAGE_JOIN:
-            self._check(context, self.gate.check_federation, request.binding)
+            self.gate.check_federation(request.binding)
         return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.board.plan_digest)
 
-    def WaitForTasks(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
-        peer = self._identify(context)
-        self._check(context, self.gate.check_federation, request.after)
-        self.board.connect(peer)
-        # Runs when the RPC ends for any reason, a killed peer's closed connection included.
-        if not context.add_callback(lambda: self.board.disconnect(peer)):
-            self.board.disconnect(peer)
-            return
-        yield from self.board.stream_tasks(peer, request.after, context.is_active)
+    def _tasks(self, peer: str, request: pb.TaskRequest, caller: _Caller) -> Iterator[pb.Task]:
+        context = caller.context
+        self.gate.check_federation(request.after)
+        with self.quotas.hold(peer, Hold.TASK_STREAM):
+            self.board.connect(peer)
+            # Runs when the RPC ends for any reason (a cancelled call, a killed peer's closed
+            # connection): the board notices the departure and the waiting stream wakes at once.
+            if not context.add_callback(lambda: self.board.disconnect(peer)):
+                self.board.disconnect(peer)
+                return
+            yield from self.board.stream_tasks(peer, request.after, context.is_active)
 
-    def DownloadModel(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.ModelPart]:
-        self._identify(context)
-        self._check(context, self.gate.check_read, request.binding)
+    def _model(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.ModelPart]:
+        self.gate.check_read(request.binding)
         parts = self.board.model(request.binding)
         if parts is None:
-            Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED).abort(context)
-        yield from parts
+            raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+        with self.quotas.hold(peer, Hold.DOWNLOAD):
+            yield from parts
 
-    def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.Part]:
-        peer = self._identify(context)
-        self._check(context, self.gate.check_read, request.binding)
+    def _fetch(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.Part]:
+        self.gate.check_read(request.binding)
         payload = self.board.fetch(peer, request.binding)
         if payload is None:
-            Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED).abort(context)
-        yield from payload_parts(request.binding, payload, self.chunk_bytes)
+            raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+        with self.quotas.hold(peer, Hold.DOWNLOAD):
+            yield from payload_parts(request.binding, payload, self.chunk_bytes)
 
-    def Submit(self, request_iterator: Iterator[pb.Part], context: grpc.ServicerContext) -> pb.Receipt:
-        peer = self._identify(context)
-        try:
+    def _submit(self, peer: str, parts: Iterator[pb.Part | Undecodable], caller: _Caller) -> pb.Receipt:
+        with self.quotas.hold(peer, Hold.UPLOAD), self.board.uploading(peer):
+            # receive_upload frees the gate slot itself if reading fails.
             binding, payload = receive_upload(
-                request_iterator,
+                _decoded_parts(parts),
                 self.gate,
                 peer,
                 max_total_bytes=self.board.max_upload_bytes(),
                 max_chunk_bytes=self.chunk_bytes,
             )
-        except Rejected as rejected:
-            rejected.abort(context)
-        except WireError as error:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        try:
-            self.board.deliver(peer, binding, payload)
-        except Rejected as rejected:
-            self.gate.release(binding, peer)
-            rejected.abort(context)
-        except FedfairError:
-            # A refused message frees the slot, so the genuine sender (or a fixed retry) still can.
-            self.gate.release(binding, peer)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, INVALID_UPLOAD)
+            caller.binding = binding
+            try:
+                self.board.deliver(peer, binding, payload)
+            except BaseException:
+                # A refused message frees the slot, so a corrected retry still can.
+                self.gate.release(binding, peer)
+                raise
         return pb.Receipt(binding=binding, received_size=len(payload), sha256=digest(payload))
+
+
+def add_to_server(servicer: Servicer, server: grpc.Server) -> None:
+    """Register the Federation service, like protoc's ``add_FederationServicer_to_server``,
+    but with request parsers that never raise (a malformed message reaches the servicer's
+    refusal path as :class:`Undecodable`, not gRPC's traceback)."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "GetPlan": grpc.unary_unary_rpc_method_handler(
+            servicer.GetPlan, _tolerant(pb.PlanRequest.FromString), pb.PlanReply.SerializeToString
+        ),
+        "WaitForTasks": grpc.unary_stream_rpc_method_handler(
+            servicer.WaitForTasks, _tolerant(pb.TaskRequest.FromString), pb.Task.SerializeToString
+        ),
+        "DownloadModel": grpc.unary_stream_rpc_method_handler(
+            servicer.DownloadModel, _tolerant(pb.FetchRequest.FromString), pb.ModelPart.SerializeToString
+        ),
+        "Fetch": grpc.unary_stream_rpc_method_handler(
+            servicer.Fetch, _tolerant(pb.FetchRequest.FromString), pb.Part.SerializeToString
+        ),
+        "Submit": grpc.stream_unary_rpc_method_handler(
+            servicer.Submit, _tolerant(pb.Part.FromString), pb.Receipt.SerializeToString
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
+
+
+def federation_server(
+    servicer: Servicer, collaborators: int, options: list[tuple[str, Any]] | None = None
+) -> grpc.Server:
+    """A gRPC server (not yet bound or started) serving `servicer`, its pool sized by :func:`worker_threads`."""
+    pool = futures.ThreadPoolExecutor(
+        max_workers=worker_threads(collaborators, servicer.quotas.limits), thread_name_prefix="fedfair-rpc"
+    )
+    server = grpc.server(pool, options=options)
+    add_to_server(servicer, server)
+    return server

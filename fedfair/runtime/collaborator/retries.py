@@ -21,7 +21,9 @@ from fedfair.core.errors import ConfigError, FedfairError
 
 logger = logging.getLogger("fedfair.collaborator")
 
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+"""Transient: the aggregator is down, or still holds this collaborator's previous stream (it
+allows two per name) until it notices the old connection is gone."""
 
 _T = TypeVar("_T")
 

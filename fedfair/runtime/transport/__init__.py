@@ -2,7 +2,8 @@
 
 - ``fedfair_pb2`` / ``fedfair_pb2_grpc``: generated from ``proto/fedfair.proto`` (do not edit;
   regenerate with ``python -m fedfair.runtime.transport.codegen``).
-- ``chunks``: payloads and float tensors in bounded chunks with declared total sizes.
+- ``chunks``: payloads and float tensors in bounded chunks with declared total sizes; what
+  was wrong with a refused chunk stays in the receiver's log (senders hear ``MALFORMED_MESSAGE``).
 - ``binding``: every message bound to (federation id, round, stage); replays and late
   messages refused with one generic message.
 - ``security``: credentials from the certs folder, peer identity from the certificate alone.
@@ -21,6 +22,7 @@ from fedfair.runtime.transport.binding import (
 )
 from fedfair.runtime.transport.chunks import (
     DEFAULT_CHUNK_BYTES,
+    MALFORMED_MESSAGE,
     MAX_MESSAGE_BYTES,
     Reassembler,
     WireError,
@@ -48,6 +50,7 @@ from fedfair.runtime.transport.security import (
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
+    "MALFORMED_MESSAGE",
     "MAX_MESSAGE_BYTES",
     "NOT_EXPECTED",
     "NOT_PERMITTED",

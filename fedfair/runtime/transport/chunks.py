@@ -4,7 +4,9 @@ A payload travels as ``count`` :class:`Chunk` messages in index order, each decl
 the same ``count`` and ``total_size`` and holding at most ``chunk_bytes`` bytes. The
 receiver fixes its own limits (largest chunk, largest total) and refuses anything
 oversized, out of order or inconsistent before buffering it, with a
-:class:`WireError` that says what was wrong (never who sent it).
+:class:`WireError` that says what was wrong (never who sent it). That detail, limits
+included, is for the receiver's own log: a server answers every WireError with the
+one generic :data:`MALFORMED_MESSAGE`, so a sender cannot probe its limits.
 """
 
 from __future__ import annotations
@@ -26,8 +28,15 @@ MAX_MESSAGE_BYTES = DEFAULT_CHUNK_BYTES + (64 << 10)
 _DTYPES: dict[pb.DType, np.dtype[np.floating[Any]]] = {pb.DTYPE_FLOAT32: np.dtype("<f4"), pb.DTYPE_FLOAT64: np.dtype("<f8")}
 
 
+MALFORMED_MESSAGE = "message refused: malformed, oversized or incomplete"
+"""What a sender hears about any WireError (the detail stays in the receiver's log)."""
+
+
 class WireError(FedfairError):
-    """A message on the wire is malformed, oversized or inconsistent with the ones before it."""
+    """A message on the wire is malformed, oversized or inconsistent with the ones before it.
+
+    Its text is detailed (sizes, limits) and meant for the local log, never for the sender.
+    """
 
 
 # ---------------------------------------------------------------- bytes

@@ -70,7 +70,11 @@ def check_tls_files(files: TlsFiles, role: str) -> str:
 
 
 def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
-    """The aggregator's credentials: its server certificate, client certificates required."""
+    """The aggregator's credentials: its server certificate, client certificates required.
+
+    A caller without a certificate from the federation's CA fails in the TLS handshake,
+    inside gRPC's core: it never reaches a servicer, so it cannot hold a worker thread.
+    """
     ca_pem, cert_pem, key_pem, _ = _load_own(files, "aggregator")
     return grpc.ssl_server_credentials([(key_pem, cert_pem)], root_certificates=ca_pem, require_client_auth=True)
 

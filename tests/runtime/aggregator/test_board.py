@@ -1,0 +1,224 @@
+"""The board without a network: when a stage settles, and which tasks a (re)connecting stream gets."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from fedfair import pki
+from fedfair.runtime.aggregator.board import Board, UploadRefused, error_summary
+from fedfair.runtime.transport import Rejected, make_binding, pb
+
+NAMES = ("site-a", "site-b", "site-c")
+ADVERTISE = make_binding("f", 1, pb.STAGE_ADVERTISE_KEYS)
+SETTLES_IN = 5.0  # seconds a settled stage may take to notice (it is woken at once; this is only a bound)
+STILL_WAITING = 0.2  # seconds a stage that must not settle is given to (wrongly) do so
+
+
+def certificate_handler(received: list[str]) -> Callable[[str, bytes], None]:
+    """A handler that parses each upload as a DER certificate, as key advertisements carry them."""
+
+    def absorb(peer: str, payload: bytes) -> None:
+        x509.load_der_x509_certificate(payload)
+        received.append(peer)
+
+    return absorb
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A real DER certificate (a fresh CA's), the kind a key advertisement carries."""
+    folder = tmp_path_factory.mktemp("ca")
+    pki.init_ca(folder)
+    return pki.load_certificate(folder / "ca.crt").public_bytes(serialization.Encoding.DER)
+
+
+def board_with_stage(handler: Callable[[str, bytes], None], *, ready: Callable[[], bool] | None = None) -> Board:
+    """Round 1's ADVERTISE_KEYS open for three connected peers, with a deadline far beyond the test."""
+    board = Board("digest")
+    for name in NAMES:
+        board.connect(name)
+    board.new_round(1)
+    board.open_stage(ADVERTISE, NAMES, b"in", handler, max_upload_bytes=1 << 16, timeout=600.0, ready=ready)
+    return board
+
+
+def waiting(board: Board) -> threading.Thread:
+    """The driver's wait for the open stage, in a thread so the test can deliver meanwhile."""
+    waiter = threading.Thread(target=board.wait_stage, daemon=True)
+    waiter.start()
+    return waiter
+
+
+def settles(waiter: threading.Thread) -> bool:
+    waiter.join(SETTLES_IN)
+    return not waiter.is_alive()
+
+
+def still_waits(waiter: threading.Thread) -> bool:
+    waiter.join(STILL_WAITING)
+    return waiter.is_alive()
+
+
+# ---------------------------------------------------------------- ready: stages end as soon as they can
+
+
+def test_a_stage_settles_once_ready_says_so_without_waiting_for_the_rest(certificate: bytes) -> None:
+    received: list[str] = []
+    board = board_with_stage(certificate_handler(received), ready=lambda: len(received) >= 2)
+    waiter = waiting(board)
+    board.deliver("site-a", ADVERTISE, certificate)
+    assert still_waits(waiter)  # one answer is not enough for this stage
+    board.deliver("site-b", ADVERTISE, certificate)
+    assert settles(waiter)  # site-c is connected and silent, yet nobody waits for it
+    assert board.close_stage() == (frozenset({"site-a", "site-b"}), 2 * len(certificate))
+
+
+def test_without_ready_a_stage_waits_for_every_live_peer(certificate: bytes) -> None:
+    board = board_with_stage(certificate_handler([]))
+    waiter = waiting(board)
+    board.deliver("site-a", ADVERTISE, certificate)
+    board.deliver("site-b", ADVERTISE, certificate)
+    assert still_waits(waiter)
+    board.deliver("site-c", ADVERTISE, certificate)
+    assert settles(waiter)
+
+
+# ---------------------------------------------------------------- refused uploads
+
+
+def test_a_refused_upload_settles_only_its_senders_slot(certificate: bytes) -> None:
+    """site-c's upload does not parse and it does not retry: the stage ends when site-a and site-b
+    have answered, not at its deadline; site-c's refusals, however many, never settle anyone else."""
+    received: list[str] = []
+    board = board_with_stage(certificate_handler(received))
+    waiter = waiting(board)
+    mutated = bytearray(certificate)
+    mutated[4] ^= 0xFF  # the tag of the to-be-signed part: an ASN.1 parse error, as in the reported attack
+    for bad in (bytes(mutated), b"\x30\x03abc", certificate[:-1]):
+        with pytest.raises(UploadRefused) as refused:
+            board.deliver("site-c", ADVERTISE, bad)
+        assert isinstance(refused.value.__cause__, ValueError)  # the parser's own error, kept for the log
+    assert still_waits(waiter)  # site-a and site-b are still owed an answer
+    board.deliver("site-a", ADVERTISE, certificate)
+    assert still_waits(waiter)
+    board.deliver("site-b", ADVERTISE, certificate)
+    assert settles(waiter)
+    assert board.close_stage()[0] == {"site-a", "site-b"} and received == ["site-a", "site-b"]
+
+
+def test_a_retry_in_progress_after_a_refusal_is_waited_for_and_counts(certificate: bytes) -> None:
+    board = board_with_stage(certificate_handler([]))
+    waiter = waiting(board)
+    with pytest.raises(UploadRefused):
+        board.deliver("site-c", ADVERTISE, b"not a certificate")
+    with board.uploading("site-c"):  # site-c is sending its corrected upload
+        board.deliver("site-a", ADVERTISE, certificate)
+        board.deliver("site-b", ADVERTISE, certificate)
+        assert still_waits(waiter)
+        board.deliver("site-c", ADVERTISE, certificate)
+    assert settles(waiter)
+    assert board.close_stage()[0] == set(NAMES)
+
+
+def test_an_upload_outside_the_open_stage_is_not_a_refusal(certificate: bytes) -> None:
+    """Only the handler's refusals count as an answer; a misdirected upload says nothing about the stage."""
+    board = board_with_stage(certificate_handler([]))
+    waiter = waiting(board)
+    with pytest.raises(Rejected):
+        board.deliver("site-c", make_binding("f", 1, pb.STAGE_SHARE_KEYS), certificate)
+    board.deliver("site-a", ADVERTISE, certificate)
+    board.deliver("site-b", ADVERTISE, certificate)
+    assert still_waits(waiter)  # site-c still owes its answer
+    board.disconnect("site-c")
+    assert settles(waiter)
+
+
+def test_an_error_summary_is_one_short_line() -> None:
+    with pytest.raises(ValueError) as caught:
+        x509.load_der_x509_certificate(b"\x30\x03abc" * 200)
+    summary = error_summary(caught.value)
+    assert summary.startswith("ValueError: ") and "\n" not in summary and len(summary) < 200
+    assert error_summary(KeyError()) == "KeyError"
+
+
+# ---------------------------------------------------------------- task streams
+
+
+def stream(board: Board, peer: str, after: pb.Binding, active: Callable[[], bool] = lambda: True) -> Iterator[pb.Task]:
+    return board.stream_tasks(peer, after, active)
+
+
+def positions(tasks: Iterable[pb.Task]) -> list[tuple[int, int]]:
+    return [(task.binding.round, task.binding.stage) for task in tasks]
+
+
+def test_a_resumed_aggregator_re_runs_the_round_its_predecessor_died_in() -> None:
+    """A collaborator saw round 3 up to MASKED_INPUT from an aggregator that was then killed; the
+    resumed one re-runs round 3 from its checkpoint, and its tasks reach the collaborator."""
+    board = Board("digest")
+    board.new_round(3)
+    for stage in (pb.STAGE_TRAIN, pb.STAGE_ADVERTISE_KEYS):
+        board.publish(["site-a"], make_binding("f", 3, stage), pb.ACTION_RUN)
+    board.finish(make_binding("f", 3, pb.STAGE_EVAL_UNMASK))
+    seen_by_the_dead_process = make_binding("f", 3, pb.STAGE_MASKED_INPUT)
+    tasks = list(stream(board, "site-a", seen_by_the_dead_process))
+    assert positions(tasks[:-1]) == [(3, pb.STAGE_TRAIN), (3, pb.STAGE_ADVERTISE_KEYS)]
+    assert tasks[-1].action == pb.ACTION_FINISHED
+
+
+def test_a_reconnecting_stream_skips_only_what_this_board_delivered() -> None:
+    board = Board("digest")
+    board.new_round(2)
+    for stage in (pb.STAGE_TRAIN, pb.STAGE_ADVERTISE_KEYS):
+        board.publish(["site-a"], make_binding("f", 2, stage), pb.ACTION_RUN)
+    first = stream(board, "site-a", make_binding("f", 2, pb.STAGE_JOIN))
+    assert positions([next(first), next(first)]) == [(2, pb.STAGE_TRAIN), (2, pb.STAGE_ADVERTISE_KEYS)]
+    first.close()  # the connection drops while site-a works on ADVERTISE_KEYS
+    board.publish(["site-a"], make_binding("f", 2, pb.STAGE_SHARE_KEYS), pb.ACTION_RUN)
+    # It finished TRAIN only: ADVERTISE_KEYS comes again, TRAIN does not.
+    second = stream(board, "site-a", make_binding("f", 2, pb.STAGE_TRAIN))
+    assert positions([next(second), next(second)]) == [(2, pb.STAGE_ADVERTISE_KEYS), (2, pb.STAGE_SHARE_KEYS)]
+    second.close()
+    board.finish(make_binding("f", 2, pb.STAGE_EVAL_UNMASK))
+    third = list(stream(board, "site-a", make_binding("f", 2, pb.STAGE_SHARE_KEYS)))
+    assert [task.action for task in third] == [pb.ACTION_FINISHED]  # nothing it already handled
+
+
+def test_a_restarted_collaborator_process_still_sits_out_the_round_in_progress() -> None:
+    """site-a's process received round 5's TRAIN from this board, died and started again: the new
+    process (after = JOIN of round 0) has no state for round 5 and sits it out, as before."""
+    board = Board("digest")
+    board.new_round(5)
+    board.publish(["site-a"], make_binding("f", 5, pb.STAGE_TRAIN), pb.ACTION_RUN)
+    dead = stream(board, "site-a", make_binding("f", 5, pb.STAGE_JOIN))
+    assert positions([next(dead)]) == [(5, pb.STAGE_TRAIN)]
+    dead.close()
+    board.publish(["site-a"], make_binding("f", 5, pb.STAGE_ADVERTISE_KEYS), pb.ACTION_RUN)
+    board.finish(make_binding("f", 5, pb.STAGE_EVAL_UNMASK))
+    fresh = list(stream(board, "site-a", make_binding("f", 0, pb.STAGE_JOIN)))
+    assert [task.action for task in fresh] == [pb.ACTION_FINISHED]
+
+
+def test_a_waiting_stream_ends_as_soon_as_its_rpc_does() -> None:
+    """No task for it, and its RPC is cancelled: the termination callback (here called by hand, as
+    gRPC calls it) wakes the stream at once instead of after TASK_WAIT_SECONDS."""
+    board = Board("digest")
+    board.new_round(1)
+    active = threading.Event()
+    active.set()
+    board.connect("site-a")
+    received: list[pb.Task] = []
+    worker = threading.Thread(
+        target=lambda: received.extend(stream(board, "site-a", make_binding("f", 1, pb.STAGE_JOIN), active.is_set)),
+        daemon=True,
+    )
+    worker.start()
+    assert still_waits(worker)
+    active.clear()
+    board.disconnect("site-a")
+    assert settles(worker) and received == []

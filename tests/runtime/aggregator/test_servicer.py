@@ -1,0 +1,356 @@
+"""The aggregator's service under hostile clients: real gRPC over real mutual TLS on 127.0.0.1.
+
+The server is the aggregator's own (`Servicer` over a `Board` and a `StageGate`, served by
+`federation_server`); the clients hold certificates from the federation's CA (site-a,
+site-b, site-c on the plan's list, mallory not), or none at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from fedfair import pki
+from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.servicer import (
+    BUSY,
+    INTERNAL_ERROR,
+    INVALID_UPLOAD,
+    Hold,
+    Servicer,
+    federation_server,
+    worker_threads,
+)
+from fedfair.runtime.transport import (
+    MALFORMED_MESSAGE,
+    NOT_PERMITTED,
+    PeerAuthenticator,
+    StageGate,
+    TlsFiles,
+    channel_options,
+    make_binding,
+    payload_parts,
+    pb,
+    pb_grpc,
+    secure_channel,
+    server_credentials,
+    server_options,
+)
+from tests.runtime.harness import refused
+
+NAMES = ("site-a", "site-b", "site-c")
+FEDERATION = "f"
+JOIN = make_binding(FEDERATION, 0, pb.STAGE_JOIN)
+TIMEOUT = 10
+PROMPT = 1.0  # seconds: what "at once" and "an honest GetPlan answers" must stay under
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("certs")
+    pki.init_ca(folder)
+    pki.issue(folder, "aggregator", "aggregator", hosts=["127.0.0.1"])
+    for name in (*NAMES, "mallory"):
+        pki.issue(folder, "collaborator", name)
+    return folder
+
+
+@dataclass
+class Aggregator:
+    """The aggregator's service on a loopback port, and what the tests reach into."""
+
+    servicer: Servicer
+    board: Board
+    gate: StageGate
+    address: str
+    certs: Path
+
+    def stub(self, name: str) -> pb_grpc.FederationStub:
+        files = TlsFiles.in_folder(self.certs, name)
+        return pb_grpc.FederationStub(secure_channel(self.address, files, aggregator_name="aggregator"))
+
+    def channel(self, name: str) -> grpc.Channel:
+        return secure_channel(self.address, TlsFiles.in_folder(self.certs, name), aggregator_name="aggregator")
+
+    def stub_without_certificate(self) -> pb_grpc.FederationStub:
+        credentials = grpc.ssl_channel_credentials(root_certificates=(self.certs / "ca.crt").read_bytes())
+        channel = grpc.secure_channel(self.address, credentials, options=channel_options(aggregator_name="aggregator"))
+        return pb_grpc.FederationStub(channel)
+
+
+@pytest.fixture()
+def aggregator(certs: Path) -> Iterator[Aggregator]:
+    board = Board("digest")
+    gate = StageGate(FEDERATION)
+    gate.open(0, pb.STAGE_JOIN)
+    authenticator = PeerAuthenticator(pki.load_certificate(certs / "ca.crt"), NAMES)
+    servicer = Servicer(board, gate, authenticator, b"{}")
+    server = federation_server(servicer, len(NAMES), server_options())
+    port = server.add_secure_port("127.0.0.1:0", server_credentials(TlsFiles.in_folder(certs, "aggregator")))
+    server.start()
+    yield Aggregator(servicer, board, gate, f"127.0.0.1:{port}", certs)
+    board.close()
+    server.stop(grace=None).wait()
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Whether `condition()` turns true within `timeout` (servers notice a cancellation asynchronously)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def tasks() -> pb.TaskRequest:
+    return pb.TaskRequest(after=JOIN)
+
+
+def no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """No log record carries a traceback, and gRPC never reported an exception of ours."""
+    assert not [record for record in caplog.records if record.exc_info], "a traceback was logged"
+    assert "Traceback" not in caplog.text
+    assert "Exception calling application" not in caplog.text and "Exception deserializing" not in caplog.text
+    assert "Exception iterating responses" not in caplog.text
+
+
+def refusal_lines(caplog: pytest.LogCaptureFixture, rpc: str) -> list[str]:
+    lines = [record.getMessage() for record in caplog.records if record.name == "fedfair.aggregator"]
+    return [line for line in lines if line.startswith(f"refused {rpc} ")]
+
+
+# ---------------------------------------------------------------- streams cannot starve the server
+
+
+def test_streams_opened_and_cancelled_in_a_loop_cannot_starve_an_honest_get_plan(aggregator: Aggregator) -> None:
+    """site-c (on the plan) and mallory (not) each open and cancel 50 task streams in a loop, and 50
+    more at once held for a second (the reported attack); a caller without a certificate tries too.
+    Meanwhile site-a's task stream stays up and every GetPlan of site-a answers in under a second."""
+    assert worker_threads(len(NAMES)) < 100  # the pool is sized for the roster, not for the attackers
+    honest = aggregator.stub("site-a")
+    honest.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)  # the TLS session is up before timing
+    honest_stream = honest.WaitForTasks(tasks())
+    assert eventually(lambda: "site-a" in aggregator.board.connected())
+
+    def churn(stub: pb_grpc.FederationStub) -> None:
+        for _ in range(50):
+            call = stub.WaitForTasks(tasks())
+            time.sleep(0.02)
+            call.cancel()
+
+    def burst(stub: pb_grpc.FederationStub) -> None:
+        calls = [stub.WaitForTasks(tasks()) for _ in range(50)]
+        time.sleep(1.0)
+        for call in calls:
+            call.cancel()
+
+    attackers = [
+        threading.Thread(target=attack, args=(stub,), daemon=True)
+        for attack in (churn, burst)
+        for stub in (aggregator.stub("site-c"), aggregator.stub("mallory"), aggregator.stub_without_certificate())
+    ]
+    for attacker in attackers:
+        attacker.start()
+    latencies: list[float] = []
+    while any(attacker.is_alive() for attacker in attackers):
+        started = time.perf_counter()
+        honest.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)
+        latencies.append(time.perf_counter() - started)
+    assert len(latencies) >= 10 and max(latencies) < PROMPT, (len(latencies), max(latencies))
+
+    # Every cancelled stream gave back its thread and its count; site-a's stream is untouched.
+    assert eventually(lambda: aggregator.servicer.quotas.held("site-c", Hold.TASK_STREAM) == 0)
+    assert eventually(lambda: aggregator.board.connected() == {"site-a"})
+    aggregator.board.new_round(1)
+    aggregator.board.publish(["site-a"], make_binding(FEDERATION, 1, pb.STAGE_TRAIN), pb.ACTION_RUN)
+    assert next(honest_stream).binding.stage == pb.STAGE_TRAIN
+    honest_stream.cancel()
+
+
+def test_a_caller_over_its_limit_is_refused_at_once_and_a_slot_frees_when_a_call_ends(
+    aggregator: Aggregator,
+) -> None:
+    servicer, stub = aggregator.servicer, aggregator.stub("site-b")
+    streams = [stub.WaitForTasks(tasks()) for _ in range(2)]
+    assert eventually(lambda: servicer.quotas.held("site-b", Hold.TASK_STREAM) == 2)
+    started = time.perf_counter()
+    error = refused(lambda: next(stub.WaitForTasks(tasks(), timeout=TIMEOUT)), grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert error.details() == BUSY and time.perf_counter() - started < PROMPT
+    streams[0].cancel()
+    assert eventually(lambda: servicer.quotas.held("site-b", Hold.TASK_STREAM) == 1)
+    streams.append(stub.WaitForTasks(tasks()))
+    assert eventually(lambda: servicer.quotas.held("site-b", Hold.TASK_STREAM) == 2)
+
+    # Uploads: two that have not sent a byte yet hold both of site-b's upload slots.
+    binding = make_binding(FEDERATION, 1, pb.STAGE_ADVERTISE_KEYS)
+    go = threading.Event()
+
+    def stalled() -> Iterator[pb.Part]:
+        go.wait(TIMEOUT)
+        yield from payload_parts(binding, b"keys")
+
+    uploads = [stub.Submit.future(stalled(), timeout=TIMEOUT) for _ in range(2)]
+    assert eventually(lambda: servicer.quotas.held("site-b", Hold.UPLOAD) == 2)
+    started = time.perf_counter()
+    error = refused(
+        lambda: stub.Submit(payload_parts(binding, b"keys"), timeout=TIMEOUT), grpc.StatusCode.RESOURCE_EXHAUSTED
+    )
+    assert error.details() == BUSY and time.perf_counter() - started < PROMPT
+    # Another name has its own slots: site-c is not refused for site-b's uploads (only for the stage).
+    refused(
+        lambda: aggregator.stub("site-c").Submit(payload_parts(binding, b"keys"), timeout=TIMEOUT),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    go.set()
+    for upload in uploads:
+        assert upload.exception() is not None  # no stage is open: refused, and the slot is given back
+    assert eventually(lambda: servicer.quotas.held("site-b", Hold.UPLOAD) == 0)
+    for call in streams:
+        call.cancel()
+    assert eventually(lambda: servicer.quotas.held("site-b", Hold.TASK_STREAM) == 0)
+
+
+def test_callers_without_an_admitted_certificate_never_wait(
+    aggregator: Aggregator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No certificate: the TLS handshake fails and no handler runs (nothing logged). A certificate
+    from the CA whose name is not on the plan: refused before anything waits, with one line."""
+    with caplog.at_level(logging.DEBUG, logger="fedfair.aggregator"):
+        anonymous = aggregator.stub_without_certificate()
+        refused(lambda: anonymous.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT), grpc.StatusCode.UNAVAILABLE)
+        refused(lambda: next(anonymous.WaitForTasks(tasks(), timeout=TIMEOUT)), grpc.StatusCode.UNAVAILABLE)
+        assert not [record for record in caplog.records if record.name == "fedfair.aggregator"]
+        started = time.perf_counter()
+        error = refused(
+            lambda: next(aggregator.stub("mallory").WaitForTasks(tasks(), timeout=TIMEOUT)),
+            grpc.StatusCode.PERMISSION_DENIED,
+        )
+        assert error.details() == NOT_PERMITTED and time.perf_counter() - started < PROMPT
+    assert not aggregator.board.connected()
+    [line] = refusal_lines(caplog, "WaitForTasks")
+    assert "certificate 'mallory' (not admitted)" in line and "PERMISSION_DENIED" in line
+    no_traceback(caplog)
+
+
+# ---------------------------------------------------------------- one refusal path
+
+
+@pytest.fixture(scope="module")
+def certificate(certs: Path) -> bytes:
+    """A real DER certificate, the kind a key advertisement carries."""
+    return pki.load_certificate(certs / "site-a.crt").public_bytes(serialization.Encoding.DER)
+
+
+def test_an_upload_that_breaks_a_parser_is_refused_generically_and_frees_its_slot(
+    aggregator: Aggregator, certificate: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reported attack: a mutated certificate inside an upload made the certificate parser raise;
+    the caller read the parser's text, the slot stayed taken and the stage ran to its deadline.
+
+    Now: a generic INVALID_ARGUMENT, one log line naming site-a, the RPC and the parser's error; the
+    slot is free for site-a's corrected retry; and site-b, refused and silent, does not hold the stage."""
+    board, gate = aggregator.board, aggregator.gate
+    streams = {name: aggregator.stub(name).WaitForTasks(tasks()) for name in ("site-a", "site-b")}
+    assert eventually(lambda: board.connected() == set(streams))
+    board.new_round(1)
+    binding = gate.open(1, pb.STAGE_ADVERTISE_KEYS, timeout_seconds=600.0, participants=streams)
+
+    def absorb(peer: str, payload: bytes) -> None:
+        x509.load_der_x509_certificate(payload)
+
+    board.open_stage(binding, streams, b"", absorb, max_upload_bytes=1 << 16, timeout=600.0)
+    waiter = threading.Thread(target=board.wait_stage, daemon=True)
+    waiter.start()
+    mutated = bytearray(certificate)
+    mutated[4] ^= 0xFF
+    site_a, site_b = aggregator.stub("site-a"), aggregator.stub("site-b")
+    with caplog.at_level(logging.INFO):
+        error = refused(
+            lambda: site_a.Submit(payload_parts(binding, bytes(mutated)), timeout=TIMEOUT),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
+        assert error.details() == INVALID_UPLOAD
+        receipt = site_a.Submit(payload_parts(binding, certificate), timeout=TIMEOUT)
+        assert receipt.received_size == len(certificate)
+        refused(
+            lambda: site_b.Submit(payload_parts(binding, b"\x30\x03abc"), timeout=TIMEOUT),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
+        waiter.join(PROMPT)
+        assert not waiter.is_alive()  # site-b was refused and does not retry: nobody is owed anything
+    assert board.close_stage()[0] == {"site-a"}
+    first, second = refusal_lines(caplog, "Submit")
+    assert first.startswith(
+        "refused Submit from 'site-a' (round 1 STAGE_ADVERTISE_KEYS): INVALID_ARGUMENT: ValueError: "
+    )
+    assert "asn1" in first.lower() and "\n" not in first and len(first) < 300
+    assert second.startswith("refused Submit from 'site-b' ")
+    no_traceback(caplog)
+    for call in streams.values():
+        call.cancel()
+
+
+def test_malformed_messages_get_one_generic_status_and_no_traceback(
+    aggregator: Aggregator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bytes that are no protobuf message, and chunks over the aggregator's limits: the caller hears
+    MALFORMED_MESSAGE (no limit, no parser text); the log keeps the detail on one line."""
+    aggregator.board.new_round(1)
+    binding = aggregator.gate.open(1, pb.STAGE_ADVERTISE_KEYS, timeout_seconds=600.0)
+    aggregator.board.open_stage(
+        binding, ["site-a"], b"", lambda peer, payload: None, max_upload_bytes=1000, timeout=600.0
+    )
+    channel = aggregator.channel("site-a")
+    garbage = b"\xff\xff\xff"
+    with caplog.at_level(logging.INFO):
+        for call in (
+            lambda: channel.unary_unary("/fedfair.v1.Federation/GetPlan")(garbage, timeout=TIMEOUT),
+            lambda: next(channel.unary_stream("/fedfair.v1.Federation/WaitForTasks")(garbage, timeout=TIMEOUT)),
+            lambda: next(channel.unary_stream("/fedfair.v1.Federation/Fetch")(garbage, timeout=TIMEOUT)),
+            lambda: channel.stream_unary("/fedfair.v1.Federation/Submit")(iter([garbage]), timeout=TIMEOUT),
+            # Declares 4096 bytes, over this stage's limit of 1000.
+            lambda: pb_grpc.FederationStub(channel).Submit(
+                iter([pb.Part(binding=binding, chunk=pb.Chunk(index=0, count=1, total_size=4096, data=bytes(4096)))]),
+                timeout=TIMEOUT,
+            ),
+        ):
+            error = refused(call, grpc.StatusCode.INVALID_ARGUMENT)
+            assert error.details() == MALFORMED_MESSAGE
+    lines = [line for rpc in ("GetPlan", "WaitForTasks", "Fetch", "Submit") for line in refusal_lines(caplog, rpc)]
+    assert len(lines) == 5 and all("WireError" in line for line in lines)
+    assert sum("DecodeError" in line for line in lines) == 4
+    assert any("over the limit of 1000" in line for line in lines)  # the detail stays here
+    no_traceback(caplog)
+    # The refused upload gave back site-a's slot: its genuine upload is admitted.
+    assert pb_grpc.FederationStub(channel).Submit(payload_parts(binding, b"keys"), timeout=TIMEOUT).received_size == 4
+
+
+def test_a_failure_of_the_aggregator_itself_tells_the_caller_nothing(
+    aggregator: Aggregator, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    aggregator.gate.open(1, pb.STAGE_TRAIN)
+
+    def broken(binding: pb.Binding) -> list[pb.ModelPart]:
+        raise RuntimeError("/var/lib/fedfair/models: disk unreadable")
+
+    monkeypatch.setattr(aggregator.board, "model", broken)
+    request = pb.FetchRequest(binding=make_binding(FEDERATION, 1, pb.STAGE_TRAIN))
+    with caplog.at_level(logging.INFO):
+        error = refused(
+            lambda: list(aggregator.stub("site-a").DownloadModel(request, timeout=TIMEOUT)), grpc.StatusCode.INTERNAL
+        )
+    assert error.details() == INTERNAL_ERROR
+    [line] = refusal_lines(caplog, "DownloadModel")
+    assert line.endswith("INTERNAL: RuntimeError: /var/lib/fedfair/models: disk unreadable")
+    assert [record.levelno for record in caplog.records if record.name == "fedfair.aggregator"] == [logging.ERROR]
+    no_traceback(caplog)
