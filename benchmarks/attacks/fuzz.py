@@ -1,0 +1,435 @@
+"""Mutated and random messages on every RPC of a live aggregator, from the wire schema alone.
+
+Each message starts from a valid request for the stage open now (built with the
+generated protobuf classes) and is then mutated: bits flipped, cut short, extended,
+fields swapped or set to extreme values, or replaced by random bytes or random
+protobuf wire data; a Submit stream is also re-chunked, reordered, duplicated or
+emptied. Requests go out as raw bytes (:class:`~attacks.hostile_client.RawFederation`),
+so the aggregator parses exactly what was mutated.
+
+What counts (``FuzzStats``):
+
+- a crash: an RPC that ended UNKNOWN or INTERNAL (a handler raised what it did not
+  expect: gRPC's ``Exception calling application`` or the aggregator's own generic
+  internal error), or the aggregator process dying (the caller's ``alive`` check);
+- a hang: an RPC that ran past its deadline, except a task stream that is valid and
+  so stays open by design;
+- every upload the aggregator accepted (a Receipt), with the exact payload it
+  reassembled when the fuzzer can reconstruct it, so the caller can check the round
+  log against what was really accepted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from attacks.hostile_client import RawFederation, bind, join_binding, parts
+from fedfair.runtime.transport import fedfair_pb2 as pb
+
+FUZZ_DEADLINE_SECONDS = 5.0
+"""Longest a fuzzed request may take before it counts as a hang."""
+STREAM_PROBE_SECONDS = 0.2
+"""How long a valid task stream is held before the fuzzer hangs up (it stays open by design)."""
+
+RPC_WEIGHTS = {"Submit": 0.45, "Fetch": 0.15, "DownloadModel": 0.15, "GetPlan": 0.15, "WaitForTasks": 0.10}
+CRASH_CODES = ("UNKNOWN", "INTERNAL")
+LAST_PHASE = 0.1
+"""The last share of each batch, where Submit mutations may start from the valid upload: an accepted one
+uses up the sender's slot for the stage, and every later upload is refused at the door."""
+VALID_SHARE = 0.5
+"""In the last phase, the share of Submit mutations that start from the valid upload."""
+EXTREME_INTEGERS = (0, 1, 2, 255, 2**31 - 1, 2**32 - 1, 2**63 - 1, 2**64 - 1)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The live stage the fuzzer aims at: its binding, the round's TRAIN binding, and two uploads for it.
+
+    ``valid_upload`` is one the aggregator takes; ``refused_upload`` is framed the same but its
+    content must be refused (a plain update with weight 0). Submit mutations start from the
+    refused one, so they reach the aggregator's decoder without using up the sender's one slot
+    per stage, except in the last phase of a batch, where some start from the valid one, so an
+    accepted mutation is possible too (and is then checked against the round log).
+    """
+
+    federation_id: str
+    open_stage: pb.Binding
+    train_stage: pb.Binding
+    valid_upload: bytes
+    refused_upload: bytes
+
+
+@dataclass(frozen=True)
+class AcceptedUpload:
+    """An upload the aggregator took: its binding and the payload (None if it could not be reconstructed)."""
+
+    binding: pb.Binding
+    payload: bytes | None
+    identity: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the aggregator answered one fuzzed request."""
+
+    code: str
+    details: str
+    seconds: float
+    stays_open: bool = False
+    """A valid task stream: it stays open by design, so running into its deadline is no hang."""
+    accepted: AcceptedUpload | None = None
+
+
+@dataclass
+class FuzzStats:
+    """What a fuzz campaign sent and how the aggregator answered."""
+
+    messages: int = 0
+    crashes: int = 0
+    hangs: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    by_rpc: Counter[str] = field(default_factory=Counter)
+    by_rpc_status: Counter[tuple[str, str]] = field(default_factory=Counter)
+    by_mutation: Counter[str] = field(default_factory=Counter)
+    crash_examples: list[str] = field(default_factory=list)
+    hang_examples: list[str] = field(default_factory=list)
+    accepted: list[AcceptedUpload] = field(default_factory=list)
+    streams_held_open: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages,
+            "crashes": self.crashes,
+            "hangs": self.hangs,
+            "statuses": dict(self.statuses.most_common()),
+            "by_rpc": {
+                rpc: {code: n for (name, code), n in self.by_rpc_status.most_common() if name == rpc}
+                for rpc in self.by_rpc
+            },
+            "by_mutation": dict(self.by_mutation),
+            "crash_examples": self.crash_examples[:10],
+            "hang_examples": self.hang_examples[:10],
+            "uploads_accepted": len(self.accepted),
+            "valid_task_streams_held_open": self.streams_held_open,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+# ---------------------------------------------------------------- byte-level mutations
+
+
+def bit_flips(rng: random.Random, data: bytes) -> bytes:
+    if not data:
+        return bytes([rng.randrange(256)])
+    mutated = bytearray(data)
+    for _ in range(rng.randint(1, 8)):
+        position = rng.randrange(len(mutated) * 8)
+        mutated[position // 8] ^= 1 << (position % 8)
+    return bytes(mutated)
+
+
+def truncation(rng: random.Random, data: bytes) -> bytes:
+    return data[: rng.randrange(len(data))] if data else data
+
+
+def extension(rng: random.Random, data: bytes) -> bytes:
+    return data + rng.randbytes(rng.randint(1, 64))
+
+
+def random_bytes(rng: random.Random, data: bytes) -> bytes:
+    return rng.randbytes(rng.choice((0, 1, 7, 64, 512, 4096)))
+
+
+def random_wire(rng: random.Random, data: bytes) -> bytes:
+    """Random protobuf wire data: random field numbers and wire types (a few invalid ones), random values."""
+    out = bytearray()
+    for _ in range(rng.randint(1, 12)):
+        field_number = rng.choice((1, 2, 3, 4, 5, rng.randint(6, 2**29 - 1)))
+        wire_type = rng.choice((0, 0, 1, 2, 2, 5, 3, 4, 6, 7))
+        out += _varint((field_number << 3) | wire_type)
+        if wire_type == 0:
+            out += _varint(rng.choice((*EXTREME_INTEGERS, rng.getrandbits(64))))
+        elif wire_type == 1:
+            out += rng.randbytes(8)
+        elif wire_type == 5:
+            out += rng.randbytes(4)
+        elif wire_type == 2:
+            body = rng.randbytes(rng.randint(0, 40)) if rng.random() < 0.7 else data
+            declared = len(body) if rng.random() < 0.8 else rng.choice((len(body) + 100, 2**31, 2**63))
+            out += _varint(declared) + body
+    return bytes(out)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    value &= (1 << 64) - 1
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+BYTE_MUTATIONS: dict[str, Callable[[random.Random, bytes], bytes]] = {
+    "bit_flip": bit_flips,
+    "truncate": truncation,
+    "extend": extension,
+    "random_bytes": random_bytes,
+    "random_protobuf": random_wire,
+}
+
+
+# ---------------------------------------------------------------- field-level mutations
+
+
+def _scalar_fields(message: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Paths (message, field descriptor) to every scalar field, set or not, nested messages included."""
+    found: list[tuple[Any, ...]] = []
+    for descriptor in message.DESCRIPTOR.fields:
+        if descriptor.message_type is not None:
+            found += _scalar_fields(getattr(message, descriptor.name), (*prefix, descriptor.name))
+        else:
+            found.append((*prefix, descriptor.name, message, descriptor))
+    return found
+
+
+def _extreme(rng: random.Random, descriptor: Any, current: Any) -> Any:
+    kind = descriptor.cpp_type
+    if kind in (descriptor.CPPTYPE_UINT32, descriptor.CPPTYPE_UINT64):
+        limit = 2**32 - 1 if kind == descriptor.CPPTYPE_UINT32 else 2**64 - 1
+        return min(limit, rng.choice((*EXTREME_INTEGERS, int(current) + 1, max(int(current) - 1, 0))))
+    if kind == descriptor.CPPTYPE_ENUM:
+        return rng.choice((0, 1, 2, 7, 8, 15, 16, 99, 2**31 - 1, -1))
+    if kind == descriptor.CPPTYPE_DOUBLE:
+        return rng.choice((float("nan"), float("inf"), -float("inf"), 1e308, -0.0, 5e-324))
+    if kind == descriptor.CPPTYPE_STRING and descriptor.type == descriptor.TYPE_STRING:
+        return rng.choice(("", "x" * 70_000, "fedfair-launch\x00", "../../etc/passwd", "ффф" * 10, "%s%n"))
+    if kind == descriptor.CPPTYPE_STRING:
+        return rng.choice((b"", rng.randbytes(rng.randint(1, 3000)), bytes(2_000_000)))
+    return current
+
+
+def field_mutation(rng: random.Random, message: Any) -> Any:
+    """Swap two scalar fields of compatible kinds, or set one to an extreme value (possibly several times)."""
+    mutated = type(message)()
+    mutated.CopyFrom(message)
+    for _ in range(rng.randint(1, 3)):
+        fields = _scalar_fields(mutated)
+        first = rng.choice(fields)
+        holder, descriptor = first[-2], first[-1]
+        partners = [
+            other for other in fields if other[-1].cpp_type == descriptor.cpp_type and other[-1] is not descriptor
+        ]
+        try:
+            if partners and rng.random() < 0.5:
+                other = rng.choice(partners)
+                a, b = getattr(holder, descriptor.name), getattr(other[-2], other[-1].name)
+                setattr(holder, descriptor.name, b)
+                setattr(other[-2], other[-1].name, a)
+            else:
+                setattr(holder, descriptor.name, _extreme(rng, descriptor, getattr(holder, descriptor.name)))
+        except (ValueError, TypeError):
+            continue  # a value the field cannot hold in this runtime (e.g. -1 for an open enum): skip it
+    return mutated
+
+
+# ---------------------------------------------------------------- the campaign
+
+
+class Campaign:
+    """Sends mutated requests from several identities and threads; accumulates :class:`FuzzStats`."""
+
+    def __init__(
+        self,
+        identities: dict[str, RawFederation],
+        allowed: Iterable[str],
+        *,
+        seed: int,
+        workers: int = 6,
+    ) -> None:
+        self.identities = identities
+        self.allowed = frozenset(allowed)
+        self.seed = seed
+        self.workers = workers
+        self.stats = FuzzStats()
+        self._lock = threading.Lock()
+        self._batches = 0
+
+    def run(self, target: Target, count: int, alive: Callable[[], bool]) -> None:
+        """Send `count` messages at `target` (spread over the worker threads); count a dead server as a crash."""
+        started = time.perf_counter()
+        last = int(count * LAST_PHASE)
+        for phase, (messages, valid_share) in enumerate(((count - last, 0.0), (last, VALID_SHARE))):
+            self._batches += 1
+            shares = [
+                messages // self.workers + (1 if index < messages % self.workers else 0)
+                for index in range(self.workers)
+            ]
+            threads = [
+                threading.Thread(
+                    target=self._worker,
+                    args=(target, share, valid_share, random.Random(self.seed * 1_000 + self._batches * 100 + index)),
+                    name=f"fuzz-{phase}-{index}",
+                    daemon=True,
+                )
+                for index, share in enumerate(shares)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        if not alive():
+            with self._lock:
+                self.stats.crashes += 1
+                self.stats.crash_examples.append("the aggregator process died during the fuzz")
+        self.stats.seconds += time.perf_counter() - started
+
+    def _worker(self, target: Target, count: int, valid_share: float, rng: random.Random) -> None:
+        names = sorted(self.identities)
+        rpcs, weights = zip(*RPC_WEIGHTS.items(), strict=True)
+        for _ in range(count):
+            # Mostly an allowed identity, so mutations reach the handlers rather than the door.
+            identity = rng.choice([name for name in names if name in self.allowed] * 4 + names)
+            rpc = rng.choices(rpcs, weights)[0]
+            if rpc == "Submit":
+                mutation, outcome = self._submit(rng, target, identity, valid_share)
+            else:
+                mutation, outcome = self._request(rng, target, identity, rpc)
+            self._count(rpc, mutation, identity, outcome)
+
+    # ------------------------------------------------------------ one request
+
+    def _request(self, rng: random.Random, target: Target, identity: str, rpc: str) -> tuple[str, Outcome]:
+        """One mutated request message to an RPC that takes one (GetPlan, WaitForTasks, DownloadModel, Fetch)."""
+        base = self._base_request(rng, target, rpc)
+        mutation, data = self._mutate_message(rng, base)
+        raw = self.identities[identity]
+        stream_ok = rpc == "WaitForTasks" and identity in self.allowed and self._valid_stream(target, data)
+        deadline = STREAM_PROBE_SECONDS if stream_ok else FUZZ_DEADLINE_SECONDS
+        calls: dict[str, Callable[..., Any]] = {
+            "GetPlan": raw.get_plan,
+            "WaitForTasks": raw.wait_for_tasks,
+            "DownloadModel": raw.download_model,
+            "Fetch": raw.fetch,
+        }
+        call = calls[rpc]
+        started = time.perf_counter()
+        try:
+            reply = call(data, timeout=deadline)
+            if rpc != "GetPlan":
+                for _ in reply:
+                    pass
+            code, details = "OK", ""
+        except grpc.RpcError as error:
+            status = error.code()
+            code, details = (status.name if status is not None else "UNKNOWN"), error.details() or ""
+        return mutation, Outcome(code, details, time.perf_counter() - started, stays_open=stream_ok)
+
+    def _submit(self, rng: random.Random, target: Target, identity: str, valid_share: float) -> tuple[str, Outcome]:
+        """One Submit stream: a valid upload re-chunked, then one part mutated, or the stream itself."""
+        upload = target.valid_upload if rng.random() < valid_share else target.refused_upload
+        chunk = rng.choice((len(upload) or 1, 1 << 20, max(1, len(upload) // rng.randint(2, 8))))
+        messages = [item.SerializeToString() for item in parts(target.open_stage, upload, chunk)]
+        mutation = rng.choice(("part", "part", "part", "fields", "drop", "duplicate", "reorder", "empty", "append"))
+        if mutation == "part":
+            index = rng.randrange(len(messages))
+            name = rng.choice(sorted(BYTE_MUTATIONS))
+            messages[index] = BYTE_MUTATIONS[name](rng, messages[index])
+            mutation = f"part:{name}"
+        elif mutation == "fields":
+            index = rng.randrange(len(messages))
+            messages[index] = field_mutation(rng, pb.Part.FromString(messages[index])).SerializeToString()
+        elif mutation == "drop" and len(messages) > 1:
+            del messages[rng.randrange(len(messages))]
+        elif mutation == "duplicate":
+            index = rng.randrange(len(messages))
+            messages.insert(index, messages[index])
+        elif mutation == "reorder":
+            rng.shuffle(messages)
+        elif mutation == "empty":
+            messages = []
+        else:
+            messages.append(rng.choice(messages) if rng.random() < 0.5 else random_wire(rng, b""))
+            mutation = "append"
+        started = time.perf_counter()
+        try:
+            reply = self.identities[identity].submit(iter(messages), timeout=FUZZ_DEADLINE_SECONDS)
+            code, details = "OK", ""
+            accepted = self._accepted(messages, reply, identity)
+        except grpc.RpcError as error:
+            status = error.code()
+            code, details = (status.name if status is not None else "UNKNOWN"), error.details() or ""
+            accepted = None
+        return f"submit:{mutation}", Outcome(code, details, time.perf_counter() - started, accepted=accepted)
+
+    @staticmethod
+    def _accepted(messages: list[bytes], reply: bytes, identity: str) -> AcceptedUpload:
+        """The upload a Receipt acknowledges, rebuilt from what was sent and checked against its SHA-256."""
+        receipt = pb.Receipt.FromString(reply)
+        try:
+            sent = [pb.Part.FromString(message) for message in messages]
+        except Exception:  # noqa: BLE001 -- protobuf's DecodeError: the server took something we cannot read
+            return AcceptedUpload(receipt.binding, None, identity)
+        payload = b"".join(item.chunk.data for item in sent)
+        if hashlib.sha256(payload).digest() != receipt.sha256 or len(payload) != receipt.received_size:
+            return AcceptedUpload(receipt.binding, None, identity)
+        return AcceptedUpload(receipt.binding, payload, identity)
+
+    # ------------------------------------------------------------ bases and bookkeeping
+
+    @staticmethod
+    def _base_request(rng: random.Random, target: Target, rpc: str) -> Any:
+        federation = target.federation_id
+        if rpc == "GetPlan":
+            return pb.PlanRequest(binding=rng.choice((join_binding(federation), target.open_stage)))
+        if rpc == "WaitForTasks":
+            return pb.TaskRequest(after=rng.choice((join_binding(federation), target.train_stage)))
+        if rpc == "DownloadModel":
+            return pb.FetchRequest(binding=target.train_stage)
+        return pb.FetchRequest(binding=rng.choice((target.open_stage, bind(federation, target.open_stage.round, 0))))
+
+    @staticmethod
+    def _mutate_message(rng: random.Random, base: Any) -> tuple[str, bytes]:
+        if rng.random() < 0.3:
+            return "fields", field_mutation(rng, base).SerializeToString()
+        name = rng.choice(sorted(BYTE_MUTATIONS))
+        return name, BYTE_MUTATIONS[name](rng, base.SerializeToString())
+
+    @staticmethod
+    def _valid_stream(target: Target, data: bytes) -> bool:
+        """Whether a task-stream request is one the aggregator should accept and keep open."""
+        try:
+            request = pb.TaskRequest.FromString(data)
+        except Exception:  # noqa: BLE001 -- protobuf's DecodeError
+            return False
+        return request.after.federation_id == target.federation_id
+
+    def _count(self, rpc: str, mutation: str, identity: str, outcome: Outcome) -> None:
+        with self._lock:
+            stats = self.stats
+            stats.messages += 1
+            stats.statuses[outcome.code] += 1
+            stats.by_rpc[rpc] += 1
+            stats.by_rpc_status[(rpc, outcome.code)] += 1
+            stats.by_mutation[mutation] += 1
+            if outcome.accepted is not None:
+                stats.accepted.append(outcome.accepted)
+            if outcome.code in CRASH_CODES:
+                stats.crashes += 1
+                stats.crash_examples.append(f"{rpc} {mutation} as {identity}: {outcome.code} {outcome.details[:200]!r}")
+            elif outcome.code == "DEADLINE_EXCEEDED":
+                if outcome.stays_open:
+                    stats.streams_held_open += 1
+                else:
+                    stats.hangs += 1
+                    stats.hang_examples.append(f"{rpc} {mutation} as {identity}: no answer in {outcome.seconds:.1f} s")
