@@ -68,11 +68,11 @@ class BenchCollaborator(Collaborator):
         self.parameters = self.shared.model.features + 1  # logistic regression: weights and a bias
         self.trainer = FixedUpdate(self.parameters, seed=hash(self.config.name) % 2**31)
 
-    def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
+    def _evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
         from fedfair.fairness import sums
 
         losses = np.linspace(0.1, 2.0, 100)
-        return sums.local_answers(losses, np.zeros(losses.size), sums.threshold_grid(c))
+        return sums.local_answers(losses, np.zeros(losses.size), self.shared.evaluation.thresholds())
 
 
 def run_configuration(dimension: int, parties: int, secure: bool, rounds: int) -> dict[str, Any]:

@@ -160,6 +160,7 @@ class Server:
         self._rebuilt: dict[tuple[_Secret, int], tuple[bytes, tuple[shamir.Share, ...]]] = {}
         self._dealt: dict[tuple[_Secret, int, int], bool] = {}
         self._culprits: dict[int, list[str]] = {}
+        self._proven: set[int] = set()
 
     @property
     def session_id(self) -> bytes:
@@ -170,6 +171,12 @@ class Server:
     def culprits(self) -> dict[int, str]:
         """Party -> why the server names it so far (also after an abort)."""
         return {party: "; ".join(reasons) for party, reasons in sorted(self._culprits.items())}
+
+    @property
+    def proven(self) -> frozenset[int]:
+        """Culprits whose fault follows from what the server saw (a share off the verified polynomial, a bad
+        dealing), as opposed to parties only accused by others, whom it cannot tell from a lying accuser."""
+        return frozenset(self._proven)
 
     @property
     def accusations(self) -> dict[int, tuple[int, ...]]:
@@ -362,6 +369,7 @@ class Server:
         for kind, owner in self._needed:
             for party, reason in self._audit(kind, owner).items():
                 self._name(party, reason)
+                self._proven.add(party)
         if failed:
             self._phase = _Phase.ABORTED
             raise self._unmask_failure(failed)

@@ -7,13 +7,25 @@ out or restart), within the error the fixed-point encoding can introduce: every
 round's decoded mean update is off by at most `mean_update_error_bound`
 (the encoder's bound on each summed coordinate, times (1 + clip), over the total
 weight; see `secagg.Decoded.mean_error_bound`), and over R rounds those add up.
+
+Crash consistency: an aggregator killed (SIGKILL, at a `fedfair.runtime.faults`
+point) in the middle of any stage of a round and resumed must end with the model of
+an uninterrupted run: the very same bits with secure aggregation off, within the
+encoding's bound with it on. There the aggregator is the process that dies; the
+collaborators, which must live through its death, run as real `Collaborator`s in
+threads of the test (over the same loopback mTLS) with a quick reconnection policy,
+so that each restart costs an aggregator start-up rather than a back-off built for
+real outages, and so that the test can count how often each one trained.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +34,7 @@ import torch
 
 from fedfair.cli import main as cli_main
 from fedfair.core.evaluation import evaluate
+from fedfair.core.local import Update
 from fedfair.core.models import build_model
 from fedfair.fairness import pooled
 from fedfair.research.launch import training_config
@@ -35,10 +48,15 @@ from fedfair.research.processes import (
 from fedfair.research.simulation import run_rounds
 from fedfair.research.workspace import Workspace
 from fedfair.runtime.aggregator.checkpoint import (
+    FINAL_SUMMARY_NAME,
     load_checkpoint,
     read_round_log,
     state_digest,
 )
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.collaborator.trainer import RoundTrainer, round_trainer
 from fedfair.runtime.faults import VARIABLE as FAULT
 from fedfair.runtime.plan import load_aggregator_plan, plan_digest
 from tests.federations import adult_by_race
@@ -69,12 +87,16 @@ class Processes:
         self.children.append(child)
         return child
 
+    def tail(self) -> str:
+        """The end of every child's log, for a failure message."""
+        return self.log.getvalue()[-4000:]
+
     def finish(self, aggregator: Child, timeout: float = 240.0) -> None:
         """Wait for the aggregator to finish and every collaborator still running to exit cleanly."""
-        assert aggregator.wait(timeout) == 0, self.log.getvalue()[-4000:]
+        assert aggregator.wait(timeout) == 0, self.tail()
         for child in self.children:
             if child is not aggregator and child.process.returncode is None:
-                assert child.wait(60) == 0, self.log.getvalue()[-4000:]
+                assert child.wait(60) == 0, self.tail()
 
 
 @pytest.fixture()
@@ -161,7 +183,7 @@ def test_dropouts_before_and_after_masking_and_a_restart(tmp_path: Path, process
     assert by_round[2]["dropped"] == {"STAGE_MASKED_INPUT": ["site-d"]}
     # Round 4 still includes site-c's input: its self mask was rebuilt from the others' shares.
     assert "site-c" in by_round[4]["contributors"] and by_round[4]["dropped"] == {"STAGE_UNMASK": ["site-c"]}
-    assert all("site-c" not in record["participants"] for record in log[4:])
+    assert all("site-c" not in record["contributors"] for record in log[4:])
     rejoined = min(record["round"] for record in log[2:] if "site-d" in record["participants"])
     assert rejoined == 5 and by_round[5]["contributors"] == ["site-a", "site-b", "site-d"]
 
@@ -206,6 +228,144 @@ def test_a_killed_aggregator_resumes_at_the_next_round_with_identical_state(
     final = final_model(workspace)
     assert final["plan_digest"] == plan_digest(plan)
     assert (final["theta"] - expected.theta).abs().max().item() <= accumulated_bound(log)
+
+
+# ---------------------------------------------------------------- crash consistency
+
+CRASH_PLAN = {"training": {"rounds": 3}, "evaluation": {"every": 2}, "quorum": {"min_collaborators": 3}}
+"""Three short rounds; round 2, the one the aggregator is killed in, also runs an evaluation."""
+
+PLAIN = {"secure_aggregation": {"enabled": False}}
+
+QUICK_RECONNECT = RetryPolicy(attempts=400, base_seconds=0.05, cap_seconds=0.5)
+"""Collaborators that retry at least every half second for at least 90 s: a restart of the aggregator
+costs its start-up, not a back-off built for real outages (the default waits up to 15 s between
+attempts), and a loaded machine has time to restart it (the default gives up after eight attempts)."""
+
+
+class CountingTrainer:
+    """The collaborator's own round trainer, counting how often each round's model was trained on."""
+
+    def __init__(self, trainer: RoundTrainer) -> None:
+        self.trainer = trainer
+        self.calls = 0
+
+    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+        self.calls += 1
+        return self.trainer.train_round(theta, c)
+
+
+@dataclass
+class Outcome:
+    """What a federation left behind: its round log, final model and summary, and its collaborators."""
+
+    log: list[dict]
+    final: dict
+    summary: dict
+    collaborators: dict[str, Collaborator]
+
+
+def run_federation(processes: Processes, workspace: Workspace, kills: tuple[str, ...] = ()) -> Outcome:
+    """Run `workspace`'s federation to its end: the aggregator a process killed (SIGKILL) at each of
+    `kills` in turn and resumed from its checkpoint after each; the collaborators real `Collaborator`s
+    over loopback mTLS in threads of this process, which live through it all and are inspected after."""
+    collaborators = {
+        name: Collaborator(load_collaborator_config(path), retry=QUICK_RECONNECT)
+        for name, path in workspace.configs.items()
+    }
+    for collaborator in collaborators.values():
+        collaborator.trainer_factory = lambda *args: CountingTrainer(round_trainer(*args))
+    pool = ThreadPoolExecutor(max_workers=len(collaborators), thread_name_prefix="test-collaborator")
+    try:
+        finished = {name: pool.submit(collaborator.run) for name, collaborator in collaborators.items()}
+        aggregator = processes.aggregator(workspace, fault=kills[0] if kills else None)
+        for index, kill in enumerate(kills):
+            assert aggregator.wait(120) == -9, f"the aggregator did not die at {kill}\n{processes.tail()}"
+            resumed = kills[index + 1] if index + 1 < len(kills) else None
+            aggregator = processes.aggregator(workspace, "--resume", fault=resumed)
+        assert aggregator.wait(120) == 0, processes.tail()
+        for name, done in finished.items():
+            assert done.result(timeout=60) == 0, name
+    finally:
+        for collaborator in collaborators.values():
+            collaborator.stop()
+        pool.shutdown(wait=True)
+    return Outcome(
+        read_round_log(workspace.output),
+        final_model(workspace),
+        json.loads((workspace.output / FINAL_SUMMARY_NAME).read_text()),
+        collaborators,
+    )
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
+    """The plain crash plan run once without a fault: the bits every crashed run must reproduce."""
+    group = Processes()
+    workspace = new_workspace(tmp_path_factory.mktemp("uninterrupted"), NAMES, **CRASH_PLAN, **PLAIN)
+    try:
+        yield run_federation(group, workspace)
+    finally:
+        for child in group.children:
+            child.kill()
+
+
+PLAIN_ROUND_KILLS = {
+    # Killed after the model went out, before any upload was taken: in training, then in the re-run's evaluation.
+    "TRAIN-then-EVALUATE": ("STAGE_TRAIN", "STAGE_EVALUATE"),
+    # Killed once the first upload was taken, before its sender heard back: in masking, then in the evaluation.
+    "MASKED_INPUT-then-EVAL_MASKED_INPUT": ("STAGE_MASKED_INPUT", "STAGE_EVAL_MASKED_INPUT"),
+}
+"""Every stage of a plain round that runs an evaluation, two per federation: round 2 is killed, and its
+re-run is killed again, so one aggregator start-up serves two stages and re-runs are re-run."""
+
+
+@pytest.mark.parametrize("stages", PLAIN_ROUND_KILLS.values(), ids=PLAIN_ROUND_KILLS.keys())
+def test_a_plain_round_killed_in_any_stage_is_rerun_to_the_same_bits(
+    tmp_path: Path, processes: Processes, uninterrupted: Outcome, stages: tuple[str, str]
+) -> None:
+    """SIGKILL in the middle of a stage of round 2 (see `fedfair.runtime.faults`), --resume, SIGKILL in
+    another stage of its re-run, --resume: round 2 runs again from round 1's checkpoint each time,
+    every collaborator takes part again with the update it trained once, and the model, the
+    evaluation and the round log are those of the uninterrupted run, bit for bit."""
+    workspace = new_workspace(tmp_path, NAMES, **CRASH_PLAN, **PLAIN)
+    crashed = run_federation(processes, workspace, tuple(f"aggregator-stage:2:{stage}" for stage in stages))
+
+    assert [record["round"] for record in crashed.log] == [1, 2, 3]  # round 2 logged once, for its re-run
+    for record, expected in zip(crashed.log, uninterrupted.log, strict=True):
+        assert record["status"] == expected["status"] == "applied"
+        assert record["contributors"] == expected["contributors"] == NAMES
+        assert record["model_sha256"] == expected["model_sha256"], f"round {record['round']} started elsewhere"
+    for key in ("theta", "theta_average"):
+        assert torch.equal(crashed.final[key], uninterrupted.final[key]), key
+    assert (crashed.final["c"], crashed.final["c_average"]) == (
+        uninterrupted.final["c"],
+        uninterrupted.final["c_average"],
+    )
+    assert crashed.summary["evaluation"] == uninterrupted.summary["evaluation"]
+    assert crashed.summary["evaluation"]["status"] == "done"
+    for name, collaborator in crashed.collaborators.items():
+        assert collaborator.trainer.calls == 3, name  # one local training per round: the sampler moved as often
+        assert collaborator.contributed_rounds == [1, 2, 3], name
+
+
+def test_a_secure_round_killed_mid_masking_is_rerun(tmp_path: Path, processes: Processes) -> None:
+    """Secure aggregation on, SIGKILL once round 2's first masked input is in, then --resume: the re-run
+    masks the same updates under fresh keys, so the model matches the simulation within the
+    encoding's bound, as an uninterrupted secure run does, and nobody trains a round twice."""
+    workspace = new_workspace(tmp_path, NAMES, **CRASH_PLAN)
+    plan = load_aggregator_plan(workspace.plan)
+    crashed = run_federation(processes, workspace, ("aggregator-stage:2:STAGE_MASKED_INPUT",))
+
+    assert [record["round"] for record in crashed.log] == [1, 2, 3]
+    assert all(record["status"] == "applied" and record["contributors"] == NAMES for record in crashed.log)
+    expected = run_rounds(adult_by_race(), training_config(plan), plan.objective).state
+    bound = accumulated_bound(crashed.log)
+    assert 0 < bound < 1e-4
+    assert (crashed.final["theta"] - expected.theta).abs().max().item() <= bound
+    assert abs(crashed.final["c"] - expected.c) <= bound
+    for name, collaborator in crashed.collaborators.items():
+        assert collaborator.trainer.calls == 3, name
 
 
 def test_launch_runs_a_local_federation_and_reports_fairness(

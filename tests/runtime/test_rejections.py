@@ -371,7 +371,7 @@ def test_the_aggregator_refuses_a_non_finite_plain_update(tmp_path: Path) -> Non
                 stub.Fetch(pb.FetchRequest(binding=masked), timeout=TIMEOUT), max_total_bytes=1 << 20, binding=masked
             )[1]
         ).dimension
-        for bad in (np.nan, np.inf):
+        for bad in (np.nan, np.inf, 1e100):
             vector = np.zeros(dimension + 1)
             vector[[3, -1]] = bad, 10.0
             upload = vector.astype("<f8").tobytes()

@@ -1,9 +1,11 @@
-"""The runtime's pieces without a network: checkpoints, the board, the collaborator's learner and retries."""
+"""The runtime's pieces without a network: checkpoints, the board, plain sums and their bounds, the
+collaborator's learner and retries."""
 
 from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -16,9 +18,10 @@ from fedfair.core.errors import ConfigError
 from fedfair.research.launch import training_config
 from fedfair.research.simulation import make_learners
 from fedfair.research.workspace import make_workspace, toml_text
-from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.board import Board, UploadRefused
 from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,
+    ROUND_LOG_NAME,
     Checkpoint,
     append_round_log,
     atomic_write,
@@ -26,10 +29,16 @@ from fedfair.runtime.aggregator.checkpoint import (
     read_round_log,
     save_checkpoint,
     state_digest,
+    trim_round_log,
 )
 from fedfair.runtime.aggregator.commands import plan_from_args
+from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver, decode_plain
 from fedfair.runtime.aggregator.loop import initial_state, prepare
-from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.client import (
+    Collaborator,
+    clip_plain_update,
+    model_digest,
+)
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import (
     AggregatorUnreachable,
@@ -37,12 +46,14 @@ from fedfair.runtime.collaborator.retries import (
     refusal,
 )
 from fedfair.runtime.collaborator.trainer import build_learner, load_local_data
+from fedfair.runtime.contract import TRAINING
 from fedfair.runtime.plan import (
     load_aggregator_plan,
     load_shared_settings,
     shared_settings,
 )
-from fedfair.runtime.transport import make_binding, pb
+from fedfair.runtime.transport import StageGate, make_binding, pb
+from fedfair.secagg import Encoder, EncodingConfig
 from tests.federations import adult_by_race
 from tests.runtime.harness import new_workspace
 
@@ -103,6 +114,20 @@ def test_the_round_log_appends_json_lines(tmp_path: Path) -> None:
     ]
     with pytest.raises(ValueError):
         append_round_log(tmp_path, {"round": 3, "c": float("nan")})
+
+
+def test_a_resume_drops_the_log_of_rounds_past_the_checkpoint(tmp_path: Path) -> None:
+    """A round is logged just before its checkpoint: after a crash between the two, the resumed run
+    re-runs that round, so its first record (and any torn line) must go, or the round is logged twice."""
+    for round_number in (1, 2, 3):
+        append_round_log(tmp_path, {"round": round_number, "status": "applied"})
+    with (tmp_path / ROUND_LOG_NAME).open("a", encoding="utf-8") as stream:
+        stream.write('{"round": 4, "sta')  # torn by a power cut in the middle of an append
+    assert trim_round_log(tmp_path, 2) == 2
+    assert read_round_log(tmp_path) == [{"round": 1, "status": "applied"}, {"round": 2, "status": "applied"}]
+    before = (tmp_path / ROUND_LOG_NAME).read_bytes()
+    assert trim_round_log(tmp_path, 2) == 0 and (tmp_path / ROUND_LOG_NAME).read_bytes() == before
+    assert trim_round_log(tmp_path / "none", 5) == 0
 
 
 def test_the_aggregator_refuses_to_overwrite_or_to_resume_the_wrong_run(tmp_path: Path) -> None:
@@ -177,7 +202,92 @@ def test_a_task_stream_of_a_restarted_process_skips_the_round_in_progress() -> N
     assert [task.action for task in continuing] == [pb.ACTION_RUN, pb.ACTION_FINISHED]
 
 
+# ---------------------------------------------------------------- plain sums and their bounds
+
+BOUNDS = EncodingConfig(clip=10.0, max_weight=100.0, fractional_bits=20, modulus_bits=64)
+
+
+def plain(*values: float) -> bytes:
+    return np.array(values, dtype="<f8").tobytes()
+
+
+def test_a_plain_update_outside_the_plans_bounds_is_refused() -> None:
+    """The bounds of the secure encoding hold in plain mode too: weight in (0, max_weight], every
+    weighted coordinate within clip * weight; a finite but huge update cannot become the model."""
+    assert decode_plain(plain(-20.0, 20.0, 2.0), 2, BOUNDS).tolist() == [-20.0, 20.0, 2.0]  # on the bound
+    assert decode_plain(plain(1000.0, 100.0), 1, BOUNDS).tolist() == [1000.0, 100.0]  # the largest weight
+    for payload, reason in (
+        (plain(1e100, 2.0), "clipping range"),
+        (plain(-np.nextafter(20.0, 21.0), 2.0), "clipping range"),
+        (plain(0.5, 0.0), "weight"),
+        (plain(0.5, -1.0), "weight"),
+        (plain(0.5, 101.0), "weight"),
+        (plain(np.inf, 1.0), "NaN or Inf"),
+        (plain(0.5, np.nan), "NaN or Inf"),
+        (plain(0.5, 1.0, 1.0), "2 float64 values"),
+    ):
+        with pytest.raises(UploadRefused, match=reason):
+            decode_plain(payload, 1, BOUNDS)
+
+
+def test_an_honest_plain_update_is_clipped_as_the_encoding_clips_it_and_never_refused() -> None:
+    """A collaborator clips its plain update exactly where the secure encoding would, so the aggregator's
+    plain bounds never refuse an honest update, and plain and secure rounds bound updates alike."""
+    rng = np.random.default_rng(0)
+    weight = 31.0
+    update = rng.normal(scale=400.0, size=1000)  # many weighted coordinates beyond clip * weight = 310
+    clipped = clip_plain_update(update, weight, BOUNDS.clip)
+    assert (np.abs(clipped) == BOUNDS.clip * weight).sum() > 100
+    decode_plain(np.append(clipped, weight).astype("<f8").tobytes(), update.size, BOUNDS)
+    # The secure encoding of the same update decodes to the same clipped values, up to its rounding.
+    encoder = Encoder(BOUNDS, 1)
+    decoded = encoder.decode(encoder.encode(update, weight, randomness_key=bytes(32)), 1)
+    assert np.abs(decoded.weighted_sum - clipped).max() <= encoder.error_bound(1)
+    assert decoded.total_weight == weight
+
+
+def test_a_plain_sum_adds_in_name_order_whatever_order_the_uploads_arrive_in() -> None:
+    """Float addition is not associative: (1e16 - 1e16) + 1 = 1 but (1e16 + 1) - 1e16 = 0. The plain
+    sum must be the same bits however the uploads race, or a re-run round could move the model."""
+    updates = {"site-a": plain(1e16, 1.0), "site-b": plain(1.0, 1.0), "site-c": plain(-1e16, 1.0)}
+    name_order = (1e16 + 1.0) + -1e16
+    wide = EncodingConfig(clip=1e17, max_weight=10.0, fractional_bits=0)
+    for arrival in (NAMES, ["site-a", "site-c", "site-b"]):  # summed as they arrive, the second would give 1
+        board, gate = Board("digest"), StageGate("f")
+        for name in NAMES:
+            board.connect(name)
+        board.new_round(1)
+        driver = SumDriver(
+            board,
+            gate,
+            DriverSettings("f", secure=False, threshold=None, neighbours=None, max_colluding=0, stage_timeout=30.0),
+            verify=lambda name, credential: pytest.fail("a plain sum verifies no credential"),
+        )
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            summing = pool.submit(driver.run, 1, TRAINING, frozenset(NAMES), 1, wide, (np.zeros(1), 5.0))
+            # The stream hands out the MASKED_INPUT task once that stage is open.
+            tasks = board.stream_tasks("site-a", make_binding("f", 1, pb.STAGE_JOIN), lambda: True)
+            masked = next(task.binding for task in tasks if task.binding.stage == TRAINING.masked)
+            for name in arrival:
+                board.deliver(name, masked, updates[name])
+            outcome = summing.result(timeout=10)
+        assert outcome.weighted_sum.tolist() == [name_order] and outcome.total_weight == 3.0, arrival
+        assert outcome.contributors == tuple(NAMES)
+
+
 # ---------------------------------------------------------------- the collaborator
+
+
+def test_a_model_digest_tells_models_apart() -> None:
+    """The key of a collaborator's cached update: a re-run round re-sends it only for the very same model."""
+    theta = np.linspace(-1.0, 1.0, 7)
+    same = model_digest(theta.copy(), 5.0)
+    assert model_digest(theta, 5.0) == same
+    assert model_digest(theta, np.nextafter(5.0, 6.0)) != same
+    assert model_digest(theta.astype(np.float32), 5.0) != same
+    changed = theta.copy()
+    changed[3] = np.nextafter(changed[3], 1.0)
+    assert model_digest(changed, 5.0) != same
 
 
 def test_the_collaborators_learner_is_the_simulations_client(tmp_path: Path) -> None:

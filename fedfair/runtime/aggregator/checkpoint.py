@@ -5,8 +5,10 @@ A checkpoint holds everything the aggregator needs to continue: the server state
 the plan it ran under. It is written to a temporary file in the same folder,
 flushed and fsynced, then renamed over the old one (and the folder fsynced), so a
 crash at any moment leaves either the previous checkpoint or the new one, never a
-torn file. Tensors are stored with ``torch.save`` and read with ``weights_only``,
-so loading a checkpoint cannot run code.
+torn file. A round's log record is appended just before its checkpoint is written,
+and a resumed aggregator drops the records of rounds its checkpoint does not hold
+(:func:`trim_round_log`), since it runs those rounds again. Tensors are stored with
+``torch.save`` and read with ``weights_only``, so loading a checkpoint cannot run code.
 """
 
 from __future__ import annotations
@@ -136,6 +138,39 @@ def read_round_log(folder: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def trim_round_log(folder: Path, last_round: int) -> int:
+    """Drop the records of rounds after `last_round` from `folder`/rounds.jsonl (atomically);
+    return how many were dropped.
+
+    A round's record is appended just before its checkpoint, so an aggregator killed
+    between the two leaves a record of a round that its checkpoint does not hold; the
+    resumed process runs that round again and logs it again. Trimming on resume keeps
+    one record per round, each describing the run the model actually came from. A
+    line that does not parse (an append torn by a power cut) is dropped too.
+    """
+    path = folder / ROUND_LOG_NAME
+    if not path.exists():
+        return 0
+    kept: list[str] = []
+    dropped = 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            round_number = int(json.loads(line)["round"])
+        except (ValueError, KeyError, TypeError):
+            dropped += 1
+            continue
+        if round_number <= last_round:
+            kept.append(line)
+        else:
+            dropped += 1
+    if dropped:
+        text = "".join(line + "\n" for line in kept).encode()
+        atomic_write(path, lambda stream: stream.write(text))
+    return dropped
 
 
 def export_final_model(folder: Path, checkpoint: Checkpoint, summary: Mapping[str, Any]) -> Path:

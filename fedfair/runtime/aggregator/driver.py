@@ -12,11 +12,13 @@ collaborator has uploaded, withdrawn or disconnected, or at its deadline:
 
 An evaluation runs the same sequence on the EVALUATE / EVAL_* stages. With secure
 aggregation off, only MASKED_INPUT runs and carries the plain float64 vector and
-weight. Every check on an upload (its sender is the certificate's party, its
-stage, session, shape) happens as it arrives, so a bad upload is refused to its
-sender; too few survivors abort the round with :class:`RoundAborted`. What each
-stage's upload is, and which method of the secure-aggregation server takes it, is
-one table, :data:`SECURE_UPLOADS`.
+weight, checked against the same bounds the encoding enforces (:func:`decode_plain`)
+and summed in collaborator-name order when the stage closes, so a round re-run
+after a crash adds the same numbers in the same order. Every check on an upload
+(its sender is the certificate's party, its stage, session, shape) happens as it
+arrives, so a bad upload is refused to its sender; too few survivors abort the
+round with :class:`RoundAborted`. What each stage's upload is, and which method of
+the secure-aggregation server takes it, is one table, :data:`SECURE_UPLOADS`.
 
 The secure-aggregation library numbers its sessions: a training round r uses
 session round 2 r and its evaluation 2 r + 1, so the two can never be confused.
@@ -35,14 +37,17 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.runtime.aggregator.board import Board, UploadHandler, UploadRefused
-from fedfair.runtime.contract import EVALUATION, RoundParameters, Stages
+from fedfair.runtime.aggregator.board import Board, StageReady, UploadHandler, UploadRefused
+from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
+from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.secagg import EncodingConfig, SecAggConfig, Server
 from fedfair.secagg.errors import ProtocolError
 from fedfair.secagg.messages import (
     AdvertiseKeys,
+    ConsistencySignature,
     MaskedInput,
+    ShareCheck,
     ShareKeys,
     UnmaskResponse,
 )
@@ -86,14 +91,24 @@ class SecureUpload(Generic[Message]):
 SECURE_UPLOADS: dict[SecAggStage, SecureUpload[Any]] = {
     SecAggStage.ADVERTISE: SecureUpload(AdvertiseKeys.from_bytes, Server.receive_advertisement),
     SecAggStage.SHARE: SecureUpload(ShareKeys.from_bytes, Server.receive_shares),
+    SecAggStage.CHECK: SecureUpload(ShareCheck.from_bytes, Server.receive_share_check),
     SecAggStage.MASK: SecureUpload(MaskedInput.from_bytes, Server.receive_masked_input),
+    SecAggStage.CONSISTENCY: SecureUpload(ConsistencySignature.from_bytes, Server.receive_consistency),
     SecAggStage.UNMASK: SecureUpload(UnmaskResponse.from_bytes, Server.receive_unmask_response),
 }
 """Each secure-aggregation stage's message class and the server's method that takes it."""
 
 
 class RoundAborted(FedfairError):
-    """The round could not finish (too few survivors, a failed decode check); the model is unchanged."""
+    """The round could not finish (too few survivors, a failed decode check); the model is unchanged.
+
+    culprits: collaborators the protocol proved misbehaved in this round, with why (even a
+    void round names who voided it).
+    """
+
+    def __init__(self, message: str, culprits: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.culprits: dict[str, str] = dict(culprits or {})
 
 
 @dataclass
@@ -107,6 +122,8 @@ class SumOutcome:
     dropped: dict[str, list[str]] = field(default_factory=dict)
     received_bytes: int = 0
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    culprits: dict[str, str] = field(default_factory=dict)
+    """Collaborators to exclude from later rounds, with why (see :meth:`SumDriver._named`)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +134,7 @@ class DriverSettings:
     secure: bool
     threshold: int | None
     neighbours: int | None
+    max_colluding: int
     stage_timeout: float
 
 
@@ -149,6 +167,7 @@ class SumDriver:
             encoding=encoding,
             threshold=self.settings.threshold,
             neighbours=self.settings.neighbours,
+            max_colluding=self.settings.max_colluding,
         )
         start = self.gate.open(
             round_number, stages.start, timeout_seconds=self.settings.stage_timeout, participants=roster
@@ -165,7 +184,8 @@ class SumDriver:
             # Bound to the round's last stage, so it comes after whatever a collaborator did last.
             aborted = make_binding(self.settings.federation_id, round_number, stages.unmask)
             self.board.publish(roster, aborted, pb.ACTION_ABORTED)
-            raise RoundAborted(str(error)) from None
+            culprits = error.culprits if isinstance(error, RoundAborted) else {}
+            raise RoundAborted(str(error), culprits) from None
 
     # ------------------------------------------------------------ one stage
 
@@ -178,12 +198,18 @@ class SumDriver:
         handler: UploadHandler,
         max_upload_bytes: int,
         outcome: SumOutcome,
+        *,
+        ready: StageReady | None = None,
     ) -> frozenset[str]:
-        """Run one stage; return who uploaded to it."""
+        """Run one stage (until everyone answered, `ready` says the protocol has enough, or the deadline); return
+        who uploaded to it."""
         started = time.perf_counter()
         timeout = self.settings.stage_timeout
         binding = self.gate.open(round_number, stage, timeout_seconds=timeout, participants=expected)
-        self.board.open_stage(binding, expected, inputs, handler, max_upload_bytes=max_upload_bytes, timeout=timeout)
+        handler = self._with_fault_points(round_number, stage, handler)
+        self.board.open_stage(
+            binding, expected, inputs, handler, max_upload_bytes=max_upload_bytes, timeout=timeout, ready=ready
+        )
         self.board.wait_stage()
         self.gate.close()
         uploaded, received = self.board.close_stage()
@@ -198,6 +224,26 @@ class SumDriver:
             logger.info("round %d %s: %d of %d uploaded", round_number, name, len(uploaded), len(expected))
         return uploaded
 
+    def _with_fault_points(self, round_number: int, stage: pb.Stage, handler: UploadHandler) -> UploadHandler:
+        """`handler`, with the test-only aggregator kill points of `stage` (see :mod:`fedfair.runtime.faults`).
+
+        ``aggregator-stage:R:STAGE`` kills the aggregator mid-stage: as soon as the first
+        upload to STAGE of round R has been absorbed (so the stage holds part of the
+        round and its sender has not yet been answered). The start stages (TRAIN,
+        EVALUATE) take no uploads; theirs fires as the first upload of the following
+        stage arrives, before it is absorbed: every participant has been sent the model,
+        at least one has computed its contribution, and nothing is summed yet.
+        """
+        start = _start_stage_before(stage, self.settings.secure)
+
+        def absorb(peer: str, payload: bytes) -> None:
+            if start is not None:
+                maybe_die("aggregator-stage", round_number, pb.Stage.Name(start))
+            handler(peer, payload)
+            maybe_die("aggregator-stage", round_number, pb.Stage.Name(stage))
+
+        return absorb
+
     # ------------------------------------------------------------ secure aggregation
 
     def _secure(self, round_number: int, stages: Stages, parameters: RoundParameters) -> SumOutcome:
@@ -209,39 +255,73 @@ class SumDriver:
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
         small = MESSAGE_OVERHEAD_BYTES + 1024 * config.size
 
-        def handler(stage: SecAggStage) -> UploadHandler:
-            return SECURE_UPLOADS[stage].handler(server, config)
+        def stage(
+            wire: pb.Stage, kind: SecAggStage, expected: frozenset[str], inputs: bytes | Mapping[str, bytes], size: int
+        ) -> frozenset[str]:
+            handler = SECURE_UPLOADS[kind].handler(server, config)
+            # UNMASK ends as soon as every secret can be rebuilt and checked: a survivor that
+            # withholds its shares costs nothing once enough others answered.
+            ready = server.ready if kind is SecAggStage.UNMASK else None
+            return self._stage(round_number, wire, expected, inputs, handler, size, outcome, ready=ready)
 
-        roster, announced = frozenset(config.parties), parameters.to_bytes()
-        advertised = self._stage(
-            round_number, stages.advertise, roster, announced, handler(SecAggStage.ADVERTISE), small, outcome
-        )
-        directory = server.key_directory().to_bytes()
-        self._stage(round_number, stages.share, advertised, directory, handler(SecAggStage.SHARE), small, outcome)
-        bundles = {config.name_of(party): bundle.to_bytes() for party, bundle in server.share_bundles().items()}
-        vector_bytes = (config.dimension + 1) * np.dtype(config.encoder.dtype).itemsize + MESSAGE_OVERHEAD_BYTES
-        survivors = self._stage(
-            round_number, stages.masked, frozenset(bundles), bundles, handler(SecAggStage.MASK), vector_bytes, outcome
-        )
-        request = server.unmask_request().to_bytes()
-        self._stage(round_number, stages.unmask, survivors, request, handler(SecAggStage.UNMASK), small, outcome)
-        result = server.finish()
+        def names(parties: tuple[int, ...]) -> frozenset[str]:
+            return frozenset(config.name_of(party) for party in parties)
+
+        try:
+            advertised = stage(
+                stages.advertise, SecAggStage.ADVERTISE, frozenset(config.parties), parameters.to_bytes(), small
+            )
+            shared = stage(stages.share, SecAggStage.SHARE, advertised, server.key_directory().to_bytes(), small)
+            bundles = {config.name_of(party): bundle.to_bytes() for party, bundle in server.share_bundles().items()}
+            stage(stages.check, SecAggStage.CHECK, shared & bundles.keys(), bundles, small)
+            masking = server.masking_set()
+            vector_bytes = (config.dimension + 1) * np.dtype(config.encoder.dtype).itemsize + MESSAGE_OVERHEAD_BYTES
+            stage(stages.masked, SecAggStage.MASK, names(masking.parties), masking.to_bytes(), vector_bytes)
+            survivor_set = server.survivor_set()
+            survivors = names(survivor_set.survivors)
+            stage(stages.consistency, SecAggStage.CONSISTENCY, survivors, survivor_set.to_bytes(), small)
+            stage(stages.unmask, SecAggStage.UNMASK, survivors, server.unmask_request().to_bytes(), small)
+            result = server.finish()
+        except ProtocolError as error:
+            # Whoever the protocol could prove misbehaved is named, even when the round is void.
+            raise RoundAborted(str(error), self._named(config, server)) from None
+        outcome.culprits = self._named(config, server)
         outcome.weighted_sum = result.decoded.weighted_sum
         outcome.total_weight = result.decoded.total_weight
         outcome.error_bound = result.decoded.error_bound
         outcome.contributors = tuple(config.name_of(party) for party in result.contributors)
         return outcome
 
+    def _named(self, config: SecAggConfig, server: Server) -> dict[str, str]:
+        """The collaborators to exclude from later rounds, with why: those the protocol proved at fault, and
+        those accused by more than max_colluding distinct collaborators (so at least one accuser is honest).
+
+        Fewer accusers could all be liars, so their target is only logged: it already sat out this round.
+        """
+        excluded: dict[str, str] = {}
+        for party, why in server.culprits.items():
+            accusers = server.accusations.get(party, ())
+            if party in server.proven or len(accusers) > self.settings.max_colluding:
+                excluded[config.name_of(party)] = why
+            else:
+                logger.warning(
+                    "round %d: %s was accused by %s; left out of this round, not excluded (at most %d accusers may lie)",
+                    config.round // 2,
+                    config.name_of(party),
+                    ", ".join(config.name_of(accuser) for accuser in accusers),
+                    self.settings.max_colluding,
+                )
+        return excluded
+
     # ------------------------------------------------------------ plain sums
 
     def _plain(self, round_number: int, stages: Stages, parameters: RoundParameters) -> SumOutcome:
         dimension, encoding = parameters.dimension, parameters.encoding
-        total = np.zeros(dimension + 1, dtype=np.float64)
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
+        uploads: dict[str, np.ndarray] = {}
 
         def absorb(peer: str, payload: bytes) -> None:
-            vector = decode_plain(payload, dimension, encoding.max_weight)
-            np.add(total, vector, out=total)
+            uploads[peer] = decode_plain(payload, dimension, encoding)
 
         roster = frozenset(parameters.parties)
         contributors = self._stage(
@@ -249,20 +329,43 @@ class SumDriver:
         )
         if not contributors:
             raise RoundAborted("no collaborator sent its update")
+        # Float addition is not associative: a fixed order (not arrival order) makes the sum,
+        # and so the model, the same bits however the uploads raced, in a re-run round too.
+        total = np.zeros(dimension + 1, dtype=np.float64)
+        for name in sorted(contributors):
+            np.add(total, uploads[name], out=total)
         outcome.weighted_sum, outcome.total_weight = total[:-1], float(total[-1])
         outcome.contributors = tuple(sorted(contributors))
         return outcome
 
 
-def decode_plain(payload: bytes, dimension: int, max_weight: float) -> np.ndarray:
-    """The server's decode check of a plain upload: d + 1 finite float64 values, a weight in (0, max]."""
+def _start_stage_before(stage: pb.Stage, secure: bool) -> pb.Stage | None:
+    """The start stage (TRAIN or EVALUATE) whose aggregation's first upload stage is `stage`, if it is one."""
+    for stages in (TRAINING, EVALUATION):
+        if stage == (stages.advertise if secure else stages.masked):
+            return stages.start
+    return None
+
+
+def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig) -> np.ndarray:
+    """The server's decode check of a plain upload: d + 1 finite float64 values [w * delta, w], refused
+    unless the weight w is in (0, max_weight] and every weighted coordinate is within clip * w.
+
+    These are the bounds the fixed-point encoding enforces under secure aggregation (it
+    clips each coordinate of the unweighted update to [-clip, clip]); honest collaborators
+    clip their plain updates the same way, so only a broken or hostile one is refused.
+    Without them one finite but huge update (1e100) would become the model.
+    """
     if len(payload) != 8 * (dimension + 1):
         raise UploadRefused(f"a plain update must hold {dimension + 1} float64 values")
     vector = np.frombuffer(payload, dtype="<f8").astype(np.float64)
     if not np.isfinite(vector).all():
         raise UploadRefused("the update contains NaN or Inf")
-    if not 0.0 < vector[-1] <= max_weight:
-        raise UploadRefused("the update's weight is out of range")
+    weight = float(vector[-1])
+    if not 0.0 < weight <= encoding.max_weight:
+        raise UploadRefused(f"the update's weight is outside (0, max_weight = {encoding.max_weight:g}]")
+    if np.abs(vector[:-1]).max(initial=0.0) > encoding.clip * weight:
+        raise UploadRefused(f"the update lies outside the clipping range (clip = {encoding.clip:g} per unit of weight)")
     return vector
 
 
@@ -272,8 +375,10 @@ def check_decoded_update(outcome: SumOutcome, clip: float | None, count: int) ->
     Under secure aggregation every contributor clips each coordinate of its update to
     [-clip, clip], so the weighted mean lies in that box (up to the rounding bound); a
     sum outside it, a non-finite one, or a total weight that is not positive means a
-    contributor broke the encoding, and the round is void. Plain sums (clip None) are
-    not clipped, so only the other two checks apply.
+    contributor broke the encoding, and the round is void. Plain sums (clip None) were
+    checked upload by upload against the same box as they arrived (:func:`decode_plain`),
+    so only the other two checks apply (a box check on the float sum could only trip
+    on the rounding of honest updates that sit exactly on the bound).
     """
     if not (math.isfinite(outcome.total_weight) and outcome.total_weight > 0.0):
         raise RoundAborted(f"the decoded total weight {outcome.total_weight} is not positive; the round is void")

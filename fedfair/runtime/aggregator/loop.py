@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +38,10 @@ from fedfair.runtime.aggregator.checkpoint import (
     append_round_log,
     export_final_model,
     load_checkpoint,
+    read_round_log,
     save_checkpoint,
     state_digest,
+    trim_round_log,
 )
 from fedfair.runtime.aggregator.driver import (
     DriverSettings,
@@ -48,9 +49,10 @@ from fedfair.runtime.aggregator.driver import (
     SumDriver,
     check_decoded_update,
 )
-from fedfair.runtime.aggregator.servicer import Servicer
+from fedfair.runtime.aggregator.servicer import Servicer, federation_server
 from fedfair.runtime.contract import EVALUATION, TRAINING
 from fedfair.runtime.faults import maybe_die
+from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan import (
     AggregatorPlan,
     plan_digest,
@@ -63,7 +65,6 @@ from fedfair.runtime.transport import (
     check_tls_files,
     make_binding,
     pb,
-    pb_grpc,
     server_credentials,
     server_options,
 )
@@ -118,11 +119,7 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None) -> Netw
     gate = StageGate(plan.federation_id)
     gate.open(0, pb.STAGE_JOIN)
     servicer = Servicer(board, gate, PeerAuthenticator(ca_certificate, plan.collaborators), shared_settings(plan))
-    grpc_server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=2 * len(plan.collaborators) + 8, thread_name_prefix="fedfair-rpc"),
-        options=server_options() + SERVER_KEEPALIVE,
-    )
-    pb_grpc.add_FederationServicer_to_server(servicer, grpc_server)  # type: ignore[no-untyped-call]  # protoc's code
+    grpc_server = federation_server(servicer, len(plan.collaborators), server_options() + SERVER_KEEPALIVE)
     target = address or plan.aggregator.address
     try:
         port = grpc_server.add_secure_port(target, server_credentials(files))
@@ -152,15 +149,28 @@ class RoundLoop:
                 secure=secure.enabled,
                 threshold=secure.threshold,
                 neighbours=secure.mask_neighbours,
+                max_colluding=secure.max_colluding,
                 stage_timeout=plan.quorum.round_timeout_seconds,
             ),
-            pki.credential_verifier(network.ca_certificate, "collaborator"),
+            # Under a manifest the aggregator checks relayed certificates against the pins too, so a
+            # twin is refused at the door (the collaborators check again themselves).
+            pki.credential_verifier(network.ca_certificate, "collaborator")
+            if plan.manifest is None
+            else pinned_verifier(plan.manifest, network.ca_certificate),
         )
         self.average_from = plan.training.average_from_round
         self.evaluation = checkpoint.evaluation
+        self.excluded = excluded_in(read_round_log(self.output))
+        """Collaborators left out of every later round, with why (rebuilt from the round log on resume)."""
 
     def run(self) -> dict[str, Any]:
-        """Run the remaining rounds, export the final model, say FINISHED; return the summary."""
+        """Run the remaining rounds, export the final model, say FINISHED; return the summary.
+
+        A run resumed from the checkpoint of round r starts at round r + 1, so a round
+        that was in flight when the aggregator died is run again from the start, with
+        the model it started from; its collaborators take part again (they re-send the
+        update they trained on that model, see `fedfair.runtime.collaborator.client`).
+        """
         rounds = self.plan.training.rounds
         first = self.checkpoint.round + 1
         if first > 1:
@@ -172,8 +182,10 @@ class RoundLoop:
             self.checkpoint = Checkpoint(
                 round_number, self.checkpoint.state, self.checkpoint.plan_digest, self.evaluation
             )
-            save_checkpoint(self.output, self.checkpoint)
+            # The record first: a crash between the two leaves a record that a resume trims, whereas
+            # the other order could leave a checkpointed round that the log never mentions.
             append_round_log(self.output, record)
+            save_checkpoint(self.output, self.checkpoint)
             maybe_die("after-checkpoint", round_number)
         summary = {
             "federation_id": self.plan.federation_id,
@@ -197,7 +209,7 @@ class RoundLoop:
         """
         board, quorum = self.network.board, self.plan.quorum
         wanted = len(self.plan.collaborators) if wait_for_everyone else quorum.min_collaborators
-        connected = board.wait_for_connected(wanted, quorum.round_timeout_seconds)
+        connected = board.wait_for_connected(wanted, quorum.round_timeout_seconds) - self.excluded.keys()
         if len(connected) < quorum.min_collaborators:
             raise QuorumNotReached(
                 f"round {round_number}: only {len(connected)} of the {len(self.plan.collaborators)} collaborators "
@@ -205,6 +217,21 @@ class RoundLoop:
                 f"{quorum.min_collaborators}; start the collaborators, then run again with --resume"
             )
         return connected
+
+    def _exclude(self, round_number: int, culprits: dict[str, str], record: dict[str, Any]) -> None:
+        """Leave the round's culprits out of every later round; say so in the log and in `record`."""
+        new = {name: why for name, why in culprits.items() if name not in self.excluded}
+        for name, why in new.items():
+            logger.error(
+                "round %d: %s misbehaved in secure aggregation (%s); it is excluded from the rest of the "
+                "federation (restart the aggregator with --resume after the institutions have settled it)",
+                round_number,
+                name,
+                why,
+            )
+        if new:
+            self.excluded.update(new)
+            record["excluded"] = new
 
     def train(self, round_number: int, *, wait_for_everyone: bool = False) -> dict[str, Any]:
         """One training round; the model changes only if the round completes and passes the checks."""
@@ -230,7 +257,10 @@ class RoundLoop:
         except (RoundAborted, server.AggregateError) as error:
             record.update(status="aborted", reason=str(error), seconds=time.perf_counter() - started)
             logger.warning("round %d aborted, model unchanged: %s", round_number, error)
+            if isinstance(error, RoundAborted):
+                self._exclude(round_number, error.culprits, record)
             return record
+        self._exclude(round_number, outcome.culprits, record)
         self.checkpoint = Checkpoint(self.checkpoint.round, state, self.checkpoint.plan_digest, self.evaluation)
         record.update(
             status="applied",
@@ -258,7 +288,7 @@ class RoundLoop:
     def evaluate(self, round_number: int) -> dict[str, Any]:
         """Federated worst / best / mean test risk of the output model (theta-bar, c-bar), from secure sums."""
         board, state = self.network.board, self.checkpoint.state
-        participants = board.connected()
+        participants = board.connected() - self.excluded.keys()
         needed = max(self.plan.quorum.min_collaborators, 2 if self.plan.secure_aggregation.enabled else 1)
         if len(participants) < needed:
             logger.warning(
@@ -271,17 +301,25 @@ class RoundLoop:
                 round_number, EVALUATION, participants, sums.vector_length(), sums.ENCODING, model
             )
             report = sums.report_from_sums(
-                outcome.weighted_sum, state.c_average, self.plan.objective.rho, sum_error=outcome.error_bound
+                outcome.weighted_sum,
+                self.plan.evaluation.thresholds(),
+                self.plan.objective.rho,
+                min_bucket_count=self.plan.evaluation.min_bucket_count,
+                sum_error=outcome.error_bound,
             )
         except (RoundAborted, ConfigError) as error:
             logger.warning("round %d: evaluation aborted: %s", round_number, error)
-            return {"status": "aborted", "reason": str(error)}
+            aborted: dict[str, Any] = {"status": "aborted", "reason": str(error)}
+            if isinstance(error, RoundAborted):
+                self._exclude(round_number, error.culprits, aborted)
+            return aborted
         result = {
             "status": "done",
             "round": round_number,
             "collaborators": len(outcome.contributors),
             **report.to_dict(),
         }
+        self._exclude(round_number, outcome.culprits, result)
         self.evaluation = result
         logger.info(
             "round %d evaluation (held-out, rho = %g): worst %.4f, mean %.4f, best %.4f, accuracy %.4f",
@@ -293,6 +331,15 @@ class RoundLoop:
             report.accuracy,
         )
         return result
+
+
+def excluded_in(records: list[dict[str, Any]]) -> dict[str, str]:
+    """The collaborators a run excluded so far, from its round log (training and evaluation records)."""
+    excluded: dict[str, str] = {}
+    for record in records:
+        for source in (record, record.get("evaluation") or {}):
+            excluded.update(source.get("excluded") or {})
+    return excluded
 
 
 def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint:
@@ -310,6 +357,9 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint:
             raise ConfigError(
                 f"the checkpoint is at round {checkpoint.round}, past the plan's {plan.training.rounds} rounds"
             )
+        dropped = trim_round_log(output, checkpoint.round)
+        if dropped:
+            logger.info("dropped %d round-log lines past the checkpoint's round %d", dropped, checkpoint.round)
         return checkpoint
     if (output / "checkpoint.pt").exists():
         raise ConfigError(

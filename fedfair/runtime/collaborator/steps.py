@@ -23,7 +23,7 @@ uploads the empty withdrawal instead.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
@@ -50,6 +50,19 @@ class RoundRefused(FedfairError):
 
 
 @dataclass
+class SignedView:
+    """The survivors (by name) this collaborator signed for one input, whichever session carried it.
+
+    A round the aggregator re-runs (after a crash, or pretending one) carries the same
+    input again; the collaborator then signs only the same survivor set, so no two
+    unmasked sums differ by one party's input. Honest parties sign one view per input,
+    which is what the threshold rule needs across sessions as within one.
+    """
+
+    survivors: frozenset[str] | None = None
+
+
+@dataclass
 class Work:
     """What the collaborator contributes to one aggregation, and its secure-aggregation state."""
 
@@ -61,6 +74,7 @@ class Work:
     withdrawn: bool = False
     encoded: np.ndarray | None = None
     """The fixed-point encoding of (vector, weight), made while the key stages run."""
+    view: SignedView = field(default_factory=SignedView)
 
 
 @dataclass(frozen=True)
@@ -151,7 +165,17 @@ def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
 def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
     if work.client is None:
         raise RoundRefused("no masked input was sent this round")
-    return work.client.consistency(SurvivorSet.from_bytes(inputs)).to_bytes()
+    survivor_set = SurvivorSet.from_bytes(inputs)
+    signature = work.client.consistency(survivor_set)
+    config = work.client.config
+    survivors = frozenset(config.name_of(party) for party in survivor_set.survivors)
+    if work.view.survivors is not None and work.view.survivors != survivors:
+        raise RoundRefused(
+            "this input was already signed for with other survivors in an earlier session of this round; "
+            "two sums over different survivors would let the aggregator subtract one from the other"
+        )
+    work.view.survivors = survivors
+    return signature.to_bytes()
 
 
 def unmask(me: Participant, work: Work, inputs: bytes) -> bytes:
