@@ -73,7 +73,9 @@ from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.secagg import messages
 
 ROUNDS = 6
-FORGERY_ROUND, GARBAGE_ROUND, CORRUPT_ROUND, EMPTY_ROUND, SILENT_ROUND = 1, 2, 3, 4, 5
+# The corrupt share comes last: the aggregator proves it and excludes the patched collaborator
+# from every later round, as it excluded the insider after its garbage shares.
+FORGERY_ROUND, GARBAGE_ROUND, EMPTY_ROUND, SILENT_ROUND, CORRUPT_ROUND = 1, 2, 3, 4, 5
 HELD = HONEST[-1]
 """The honest collaborator whose ADVERTISE upload waits while the insider attacks that stage (so it stays open)."""
 HOLD_SECONDS = 120.0
@@ -108,7 +110,10 @@ class SecureAttacks:
 
     def run(self) -> None:
         names = (*HONEST, PATCHED, INSIDER)
-        sections = plan_sections(secure=True, rounds=ROUNDS, quorum=len(names), timeout=30.0)
+        # The insider's garbage shares get it accused by every honest party, and the patched
+        # collaborator's corrupt share is proved: both are excluded from the later rounds, so the
+        # honest parties alone must still make a quorum.
+        sections = plan_sections(secure=True, rounds=ROUNDS, quorum=len(HONEST), timeout=30.0)
         self.workspace = attack_workspace(self.root, names, sections)
         credentials = attack_credentials(self.workspace)
         assert credentials.insider.cert is not None and credentials.insider.key is not None  # made above
@@ -343,7 +348,8 @@ class SecureAttacks:
             if status == "applied"
             else f" ({record.get('reason', '')[:200]})"
         )
-        return status == "applied" and contributors == EXPECTED_CONTRIBUTORS and exact, text
+        expected = EXPECTED_CONTRIBUTORS if number <= CORRUPT_ROUND else sorted(HONEST)
+        return status == "applied" and contributors == expected and exact, text
 
     def _outcome_rows(self, check: RoundCheck) -> None:
         garbage = self.book.add(
@@ -386,7 +392,7 @@ class SecureAttacks:
         row = self.book.add(
             Row(
                 "after the secure attacks: honest collaborators complete a round with the right sum",
-                f"round {ROUNDS} is applied with the four honest parties and its sum is exact; every applied round "
+                f"round {ROUNDS} is applied with the three honest parties (the insider and the share corrupter excluded) and its sum is exact; every applied round "
                 "of the run is explained by the honest updates",
                 CHECK,
             )

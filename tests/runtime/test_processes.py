@@ -158,7 +158,7 @@ def test_a_secure_federation_of_processes_equals_the_simulation(tmp_path: Path, 
 
 def test_dropouts_before_and_after_masking_and_a_restart(tmp_path: Path, processes: Processes) -> None:
     names = [*NAMES, "site-d"]
-    # A quorum of 3: once site-c is gone too, round 5 waits (on a condition, bounded) for site-d to rejoin.
+    # A quorum of 3: once site-c is gone too, a round waits (on a condition, bounded) for site-d to rejoin.
     workspace = new_workspace(tmp_path, names, training={"rounds": 10}, quorum={"min_collaborators": 3})
     plan = load_aggregator_plan(workspace.plan)
     aggregator = processes.aggregator(workspace)
@@ -185,7 +185,9 @@ def test_dropouts_before_and_after_masking_and_a_restart(tmp_path: Path, process
     assert "site-c" in by_round[4]["contributors"] and by_round[4]["dropped"] == {"STAGE_UNMASK": ["site-c"]}
     assert all("site-c" not in record["contributors"] for record in log[4:])
     rejoined = min(record["round"] for record in log[2:] if "site-d" in record["participants"])
-    assert rejoined == 5 and by_round[5]["contributors"] == ["site-a", "site-b", "site-d"]
+    # Round 4's UNMASK closes as soon as the secrets can be rebuilt, which can be before the aggregator
+    # sees site-c's connection drop; round 5 then starts with site-c still listed and site-d rejoins at 6.
+    assert rejoined in (5, 6) and by_round[rejoined]["contributors"] == ["site-a", "site-b", "site-d"]
 
     # Number for number, what the simulation's code gives for the same contributors each round.
     expected = replay(plan, adult_split(4), names, log, restarted={"site-d": rejoined})

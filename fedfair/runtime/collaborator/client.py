@@ -327,6 +327,15 @@ class Collaborator:
                     stage,
                     code.name,
                 )
+            elif code == grpc.StatusCode.FAILED_PRECONDITION:
+                # Usual, not a failure: the stage closed once the protocol had enough answers.
+                logger.info(
+                    "%s: round %d %s: the stage had already closed; the round goes on without this upload",
+                    self.config.name,
+                    binding.round,
+                    stage,
+                )
+                self._work = None
             else:
                 logger.warning(
                     "%s: round %d %s: the aggregator refused or failed (%s); skipping the rest of the round",
@@ -336,6 +345,17 @@ class Collaborator:
                     code.name,
                 )
                 self._work = None
+            return False
+        except WireError as error:
+            # A malformed model from the aggregator: sit the round out rather than crash.
+            logger.warning(
+                "%s: round %d %s: the aggregator sent a malformed message (%s); skipping the rest of the round",
+                self.config.name,
+                binding.round,
+                pb.Stage.Name(binding.stage),
+                error,
+            )
+            self._work = None
             return False
         return True
 
