@@ -332,6 +332,12 @@ class SecureAttacks:
     def _round(self, number: int) -> dict[str, Any] | None:
         return next((record for record in read_round_log(self.workspace.output) if record["round"] == number), None)
 
+    def _corrupter_excluded(self) -> bool:
+        """Whether the aggregator proved the corrupt share and excluded its sender. It may not: UNMASK
+        closes as soon as the honest shares rebuild every secret, and a later share is never looked at."""
+        record = self._round(CORRUPT_ROUND) or {}
+        return PATCHED in (record.get("excluded") or {})
+
     def _round_seconds(self, number: int) -> float:
         """How long the aggregator took for round `number` (what the attack cost the round)."""
         record = self._round(number)
@@ -348,7 +354,8 @@ class SecureAttacks:
             if status == "applied"
             else f" ({record.get('reason', '')[:200]})"
         )
-        expected = EXPECTED_CONTRIBUTORS if number <= CORRUPT_ROUND else sorted(HONEST)
+        excluded_before = number > CORRUPT_ROUND and self._corrupter_excluded()
+        expected = sorted(HONEST) if excluded_before else EXPECTED_CONTRIBUTORS
         return status == "applied" and contributors == expected and exact, text
 
     def _outcome_rows(self, check: RoundCheck) -> None:
@@ -392,7 +399,8 @@ class SecureAttacks:
         row = self.book.add(
             Row(
                 "after the secure attacks: honest collaborators complete a round with the right sum",
-                f"round {ROUNDS} is applied with the three honest parties (the insider and the share corrupter excluded) and its sum is exact; every applied round "
+                f"round {ROUNDS} is applied with the honest parties (the insider excluded, and the share "
+                "corrupter too if its share was proved bad) and its sum is exact; every applied round "
                 "of the run is explained by the honest updates",
                 CHECK,
             )
