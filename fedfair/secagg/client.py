@@ -32,7 +32,8 @@ of one party. The party makes sure of it against a server that lies:
   signatures on two different views: they cannot get a seed share of a party from some
   parties and its mask-key share from others;
 - it reveals a share of a peer's seed only if that peer survived and of its mask key
-  only if it dropped, and refuses a later request for the other kind.
+  only if it dropped; since every request it answers is that one signed view, it can
+  never be asked for the other kind later.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ SHARE_CHUNKS = -(-SECRET_BYTES // shamir.CHUNK_BYTES)
 
 
 class _Kind(enum.Enum):
-    """Which secret of a peer this party has revealed a share of."""
+    """Which secret of a peer a share is of."""
 
     SEED = "self-mask seed"
     MASK_KEY = "mask key"
@@ -193,7 +194,6 @@ class Client:
         self._signed: ConsistencySignature | None = None
         self._view: tuple[tuple[int, ...], tuple[int, ...]] | None = None
         self._answered: tuple[UnmaskRequest, UnmaskResponse] | None = None
-        self._revealed: dict[int, _Kind] = {}
         self.excluded: dict[int, str] = {}
         """Peers whose advertisements were refused, with the reason; they take no part."""
         self.accusations: dict[int, str] = {}
@@ -448,10 +448,10 @@ class Client:
         """Stage UNMASK: reveal seed shares of survivors and mask-key shares of dropped peers.
 
         Refuses (:class:`UnmaskRefusedError`) a request whose survivors and dropped are not
-        exactly the view this party signed, that carries valid consistency signatures of
+        exactly the view this party signed, or that carries valid consistency signatures of
         fewer than t distinct survivors on that view (fewer than t of an owner's holders on a
-        SecAgg+ graph), or that would reveal the other kind of share for a peer than an earlier
-        request did. The same request again gets the same answer.
+        SecAgg+ graph). Which kind of share each peer gets follows from that one view, so no
+        later request can obtain the other kind. The same request again gets the same answer.
         """
         self._expect(Stage.UNMASK, "unmask")
         check_header(request, self.config, self._session)
@@ -469,14 +469,6 @@ class Client:
         wanted = {owner: _Kind.SEED for owner in set(survivors) & self._held.keys()}
         wanted.update({owner: _Kind.MASK_KEY for owner in dropped & self._held.keys()})
         self._check_signatures(request, wanted)
-        for owner, kind in wanted.items():
-            earlier = self._revealed.get(owner)
-            if earlier is not None and earlier is not kind:
-                raise UnmaskRefusedError(
-                    f"unmask request asks for party {owner}'s {kind.value} share after its {earlier.value} share "
-                    "was revealed; revealing both would unmask its input, refused"
-                )
-        self._revealed.update(wanted)
         seed_shares = tuple(
             self._held[owner].reveal(owner, _Kind.SEED) for owner in sorted(wanted) if wanted[owner] is _Kind.SEED
         )

@@ -284,15 +284,15 @@ class SumDriver:
             result = server.finish()
         except ProtocolError as error:
             # Whoever the protocol could prove misbehaved is named, even when the round is void.
-            raise RoundAborted(str(error), self._named(config, server)) from None
-        outcome.culprits = self._named(config, server)
+            raise RoundAborted(str(error), self._named(round_number, config, server)) from None
+        outcome.culprits = self._named(round_number, config, server)
         outcome.weighted_sum = result.decoded.weighted_sum
         outcome.total_weight = result.decoded.total_weight
         outcome.error_bound = result.decoded.error_bound
         outcome.contributors = tuple(config.name_of(party) for party in result.contributors)
         return outcome
 
-    def _named(self, config: SecAggConfig, server: Server) -> dict[str, str]:
+    def _named(self, round_number: int, config: SecAggConfig, server: Server) -> dict[str, str]:
         """The collaborators to exclude from later rounds, with why: those the protocol proved at fault, and
         those accused by more than max_colluding distinct collaborators (so at least one accuser is honest).
 
@@ -306,7 +306,7 @@ class SumDriver:
             else:
                 logger.warning(
                     "round %d: %s was accused by %s; left out of this round, not excluded (at most %d accusers may lie)",
-                    config.round // 2,
+                    round_number,
                     config.name_of(party),
                     ", ".join(config.name_of(accuser) for accuser in accusers),
                     self.settings.max_colluding,

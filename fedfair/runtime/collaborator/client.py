@@ -327,22 +327,16 @@ class Collaborator:
                     stage,
                     code.name,
                 )
-            elif code == grpc.StatusCode.FAILED_PRECONDITION:
-                # Usual, not a failure: the stage closed once the protocol had enough answers.
-                logger.info(
-                    "%s: round %d %s: the stage had already closed; the round goes on without this upload",
-                    self.config.name,
-                    binding.round,
-                    stage,
-                )
-                self._work = None
             else:
-                logger.warning(
-                    "%s: round %d %s: the aggregator refused or failed (%s); skipping the rest of the round",
+                # A closed stage is usual, not a failure: it ends once the protocol has enough answers.
+                closed = code == grpc.StatusCode.FAILED_PRECONDITION
+                logger.log(
+                    logging.INFO if closed else logging.WARNING,
+                    "%s: round %d %s: %s; skipping the rest of the round",
                     self.config.name,
                     binding.round,
                     stage,
-                    code.name,
+                    "the stage had already closed" if closed else f"the aggregator refused or failed ({code.name})",
                 )
                 self._work = None
             return False

@@ -166,14 +166,15 @@ def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
     if work.client is None:
         raise RoundRefused("no masked input was sent this round")
     survivor_set = SurvivorSet.from_bytes(inputs)
-    signature = work.client.consistency(survivor_set)
     config = work.client.config
-    survivors = frozenset(config.name_of(party) for party in survivor_set.survivors)
+    # Ids outside the roster are the client's to refuse; the binding is checked before anything is signed.
+    survivors = frozenset(config.name_of(party) for party in survivor_set.survivors if config.is_party(party))
     if work.view.survivors is not None and work.view.survivors != survivors:
         raise RoundRefused(
             "this input was already signed for with other survivors in an earlier session of this round; "
             "two sums over different survivors would let the aggregator subtract one from the other"
         )
+    signature = work.client.consistency(survivor_set)
     work.view.survivors = survivors
     return signature.to_bytes()
 

@@ -46,7 +46,7 @@ def test_an_accused_party_is_excluded_only_when_more_than_max_colluding_accuse_i
 ) -> None:
     # With max_colluding = 1 a single accuser may be the liar; two cannot both be.
     harness = accused_by(accusers)
-    named = driver(max_colluding=1)._named(harness.config, harness.server)
+    named = driver(max_colluding=1)._named(2, harness.config, harness.server)
     assert ("site-3" in named) is excluded
 
 

@@ -42,3 +42,4 @@ def test_an_input_already_signed_for_refuses_other_survivors() -> None:
     with pytest.raises(steps.RoundRefused, match="already signed for with other survivors"):
         steps.consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
     assert view.survivors == frozenset({"site-1", "site-2", "site-3", "site-4"})
+    assert work.client is not None and work.client.signed_view is None  # refused before anything was signed
