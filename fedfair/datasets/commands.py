@@ -1,4 +1,4 @@
-"""`fedfair data list` and `fedfair data fetch NAME`."""
+"""`fedfair data list`, `fedfair data fetch NAME` and `fedfair data schema --csv TABLE --label COLUMN`."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import argparse
 from pathlib import Path
 
 from fedfair.datasets.registry import DATASETS, cache_root, fetch, is_cached
+from fedfair.datasets.schema import check_table, draft_schema
+from fedfair.datasets.tabular import read_table
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    data = subparsers.add_parser("data", help="list and fetch the built-in datasets")
+    data = subparsers.add_parser("data", help="list and fetch the built-in datasets; draft a federation schema")
     actions = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     cache_help = "cache folder (default: $FEDFAIR_CACHE or ~/.cache/fedfair)"
 
@@ -21,6 +23,25 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     fetching.add_argument("name", choices=list(DATASETS), help="dataset to fetch")
     fetching.add_argument("--cache-dir", type=Path, default=None, help=cache_help)
     fetching.set_defaults(handler=_fetch)
+
+    schema = actions.add_parser(
+        "schema", help="print a [schema] section describing a table, to check, edit and paste into the plan"
+    )
+    schema.add_argument("--csv", type=Path, required=True, metavar="TABLE", help="a CSV or Parquet table")
+    schema.add_argument("--label", required=True, help="the label column")
+    schema.add_argument(
+        "--features",
+        type=_column_list,
+        default=None,
+        metavar="A,B,...",
+        help="feature columns, comma-separated, in model order (default: every column but the label)",
+    )
+    schema.add_argument(
+        "--learn-categories",
+        action="store_true",
+        help="let the federation learn the categories from hashed counts instead of listing this table's values",
+    )
+    schema.set_defaults(handler=_schema)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -44,4 +65,21 @@ def _list(args: argparse.Namespace) -> int:
 
 def _fetch(args: argparse.Namespace) -> int:
     print(fetch(args.name, args.cache_dir))
+    return 0
+
+
+def _column_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one column name, e.g. --features age,sex")
+    return names
+
+
+def _schema(args: argparse.Namespace) -> int:
+    table = read_table(args.csv)
+    schema = draft_schema(table, args.label, args.features, learn_categories=args.learn_categories)
+    check_table(schema, table, args.csv.name)
+    print(f"# Drafted from {args.csv.name} ({len(table):,} rows). Other sites may hold categories this table")
+    print("# lacks: add them to each list before sharing the plan (or use --learn-categories).")
+    print(schema.to_toml(), end="")
     return 0

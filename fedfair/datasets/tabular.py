@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.dataset import Dataset
+
+logger = logging.getLogger("fedfair.datasets")
 
 # More distinct text values than this is an identifier or free text, not a category.
 MAX_CATEGORIES = 100
@@ -153,7 +156,7 @@ def load_csv(
     column and the fix, for anything it cannot use.
     """
     path = Path(path)
-    table = _read_table(path)
+    table = read_table(path)
     columns = [str(name) for name in table.columns]
     table.columns = columns
     source = path.name
@@ -179,7 +182,21 @@ def load_csv(
         raise ConfigError(f"test fraction must be between 0 and 1 (exclusive), got {test_fraction}")
 
     y, class_names = encode_labels(table[label], label, source)
+    if len(class_names) == 2 and not is_numeric(table[label]):
+        # Sorted order decides which text value is 1; say so, since "no" < "yes" but "died" < "survived" too.
+        logger.warning(
+            "label %r in %s: %r is the positive class (1) and %r the negative class (0), in sorted order",
+            label, source, class_names[1], class_names[0],
+        )  # fmt: skip
     categorical = [name for name in features if not is_numeric(table[name])]
+    for name in features:
+        gaps = int(table[name].isna().sum())
+        if name not in categorical and gaps:
+            logger.warning(
+                "column %r in %s has %s missing values; each is replaced by the training mean "
+                "(fill them in, or leave the column out with --features)",
+                name, source, f"{gaps:,}",
+            )  # fmt: skip
     for name in categorical:
         distinct = table[name].nunique()
         if distinct > MAX_CATEGORIES:
@@ -209,7 +226,19 @@ def load_csv(
     )
 
 
-def _read_table(path: Path) -> pd.DataFrame:
+def read_table(path: Path) -> pd.DataFrame:
+    """A CSV (.csv, .tsv, .csv.gz) or Parquet table with at least one data row, or one line saying what is wrong."""
+    table = _parse_table(path)
+    if len(table) == 0:
+        raise ConfigError(f"{path.name} has no data rows (only a header); add the data rows or check the file")
+    return table
+
+
+# fedfair/bundle/commands.py still imports the private name; it can switch to read_table.
+_read_table = read_table
+
+
+def _parse_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise ConfigError(f"data file {path} not found; check the path (CSV or Parquet)")
     suffixes = [suffix.lower() for suffix in path.suffixes]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -98,3 +99,27 @@ def test_load_csv_explains_a_missing_file_and_a_one_class_label(tmp_path: Path) 
     (tmp_path / "table.xlsx").write_bytes(b"PK")
     with pytest.raises(ConfigError, match=r"table.xlsx is neither CSV .* nor Parquet"):
         load_csv(tmp_path / "table.xlsx", label="y")
+
+
+def test_load_csv_refuses_a_header_only_table(tmp_path: Path) -> None:
+    (tmp_path / "empty.csv").write_text("age,outcome\n")
+    with pytest.raises(ConfigError, match=r"^empty.csv has no data rows \(only a header\); add the data rows"):
+        load_csv(tmp_path / "empty.csv", label="outcome")
+
+
+def test_load_csv_says_what_it_imputes_and_which_label_is_positive(
+    tmp_path: Path, clinic_table: pd.DataFrame, caplog: pytest.LogCaptureFixture
+) -> None:
+    clinic_table.loc[:6, "blood_pressure"] = np.nan
+    clinic_table.to_csv(tmp_path / "clinic.csv", index=False)
+    with caplog.at_level(logging.WARNING, logger="fedfair.datasets"):
+        load_csv(tmp_path / "clinic.csv", label="outcome", features=["age", "smoker", "blood_pressure"])
+    positive = (
+        "label 'outcome' in clinic.csv: 'recovered' is the positive class (1) and 'readmitted' the negative class (0), "
+        "in sorted order"
+    )
+    imputed = (
+        "column 'blood_pressure' in clinic.csv has 7 missing values; each is replaced by the training mean "
+        "(fill them in, or leave the column out with --features)"
+    )
+    assert [record.getMessage() for record in caplog.records] == [positive, imputed]

@@ -1,0 +1,345 @@
+"""The federation schema: tables checked against it, statistics summed exactly, one encoder for every site."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import tomllib
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets import (
+    Dataset,
+    Schema,
+    check_table,
+    draft_schema,
+    encoder_from_statistics,
+    statistics_vector,
+)
+from fedfair.datasets.builtin import ADULT_COLUMNS
+from fedfair.datasets.registry import dataset_info, read_bundled
+from fedfair.datasets.schema import (
+    COORDINATE_BITS,
+    MAX_SITE_ROWS,
+    STATISTICS_CLIP,
+    STATISTICS_FRACTIONAL_BITS,
+    STATISTICS_MAX_SITES,
+    STATISTICS_MAX_WEIGHT,
+    STATISTICS_MODULUS_BITS,
+    Column,
+    Encoder,
+    category_bucket,
+    join_limbs,
+    limb_count,
+    split_limbs,
+    statistics_dimension,
+)
+from fedfair.secagg import EncodingConfig
+from fedfair.secagg.encode import Encoder as SecureSumEncoder
+
+ADULT_FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
+
+
+@pytest.fixture(scope="module")
+def adult_table() -> pd.DataFrame:
+    """adult.data as raw text and numbers, read the way the built-in loader reads it."""
+    info = dataset_info("adult")
+    return pd.read_csv(
+        io.BytesIO(read_bundled(info, info.files[0])),
+        header=None,
+        names=ADULT_COLUMNS,
+        skipinitialspace=True,
+        na_values=["?"],
+        keep_default_na=False,
+    )
+
+
+def adult_sites(table: pd.DataFrame) -> list[pd.DataFrame]:
+    """Three sites by age band; every Amer-Indian-Eskimo person over 47 moves to the youngest site.
+
+    So the sites' age distributions barely overlap, the oldest site has no
+    Amer-Indian-Eskimo row at all, and together they are exactly the whole table.
+    """
+    absent = table["race"] == "Amer-Indian-Eskimo"
+    oldest = table["age"] >= 48
+    young = (table["age"] < 33) | (oldest & absent)
+    middle = (table["age"] >= 33) & ~oldest
+    return [table[young], table[middle], table[oldest & ~absent]]
+
+
+def securely_summed(vectors: list[np.ndarray]) -> np.ndarray:
+    """The sum secure aggregation reveals, through the real fixed-point encoding with the statistics settings."""
+    config = EncodingConfig(STATISTICS_CLIP, STATISTICS_MAX_WEIGHT, STATISTICS_FRACTIONAL_BITS, STATISTICS_MODULUS_BITS)
+    encoder = SecureSumEncoder(config, STATISTICS_MAX_SITES)
+    words = sum(encoder.encode(vector, STATISTICS_MAX_WEIGHT) for vector in vectors)
+    decoded = encoder.decode(np.asarray(words, dtype=np.uint64), len(vectors))
+    assert decoded.total_weight == len(vectors)
+    return decoded.weighted_sum
+
+
+def test_shifted_sites_build_one_encoder_equal_to_pooled_standardisation(
+    adult_table: pd.DataFrame, adult: Dataset
+) -> None:
+    table = adult_table.assign(**{"hours-per-day": adult_table["hours-per-week"] / 7})  # not whole: quantised
+    schema = draft_schema(table, "income", [*ADULT_FEATURES, "hours-per-day"])
+    assert schema.missing == "impute" and schema.classes == ("<=50K", ">50K")
+    sites = adult_sites(table)
+    assert "Amer-Indian-Eskimo" not in set(sites[2]["race"])
+    assert [site["age"].mean().round() for site in sites] == [25, 40, 57]
+    vectors = [statistics_vector(schema, site, f"site {index}") for index, site in enumerate(sites)]
+    assert all(np.abs(vector).max() < 2**COORDINATE_BITS for vector in vectors)
+    summed = securely_summed(vectors)
+    assert np.array_equal(summed, np.sum(vectors, axis=0))
+
+    # Each site builds its encoder from the revealed sum alone: they agree to the bit.
+    encoders = [encoder_from_statistics(schema, summed.copy()) for _ in sites]
+    assert all(encoder == encoders[0] for encoder in encoders)
+    encoder = encoders[0]
+    assert encoder != encoder_from_statistics(schema, vectors[0])  # a site's own statistics would differ
+    # Quantising moves each value, hence the mean and the population std, by at most 2^-(F+1);
+    # float64 rounding of the exact results adds a relative 1e-15 or so.
+    bound = 2.0 ** -(schema.fraction_bits + 1)
+    numeric = {column.name: column for column in encoder.columns if not column.levels}
+    assert set(numeric) == {"age", "education-num", "capital-gain", "capital-loss", "hours-per-week", "hours-per-day"}
+    for name, column in numeric.items():
+        pooled = table[name]
+        assert abs(column.means[0] - pooled.mean()) <= bound + 1e-12 * abs(pooled.mean())
+        assert abs(column.stds[0] - pooled.std(ddof=0)) <= bound + 1e-12 * pooled.std(ddof=0)
+
+    # Encoding each site and putting the rows back in order gives the built-in Adult
+    # training matrix, which encode_features standardised on the pooled table.
+    encoded = [encoder.encode(site, f"site {index}") for index, site in enumerate(sites)]
+    order = np.argsort(np.concatenate([site.index.to_numpy() for site in sites]))
+    x = np.concatenate([features for features, _ in encoded])[order]
+    y = np.concatenate([labels for _, labels in encoded if labels is not None])[order]
+    assert np.array_equal(y, adult.y_train)
+    names = encoder.feature_names
+    builtin = [name.replace("=missing", "=<missing>") for name in adult.feature_names]
+    assert set(builtin) <= set(names)
+    np.testing.assert_allclose(x[:, [names.index(name) for name in builtin]], adult.x_train, rtol=1e-6, atol=1e-6)
+    # The schema's remaining features: <missing> levels of columns without gaps (always 0), and hours-per-day.
+    extra = [name for name in names if name not in builtin]
+    assert all(name.endswith("=<missing>") for name in extra[:-1]) and extra[-1] == "hours-per-day"
+    assert not x[:, [names.index(name) for name in extra[:-1]]].any()
+    pooled = table["hours-per-day"]
+    expected = (pooled - pooled.mean()) / pooled.std(ddof=0)
+    np.testing.assert_allclose(x[:, names.index("hours-per-day")], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_an_encoder_round_trips_through_json(adult_table: pd.DataFrame) -> None:
+    schema = draft_schema(adult_table, "income", ["age", "workclass", "native-country"])
+    learned = Schema(**{**schema.__dict__, "columns": (*schema.columns[:2], Column("native-country", "categorical"))})
+    for each in (schema, learned):
+        encoder = encoder_from_statistics(each, statistics_vector(each, adult_table))
+        again = Encoder.from_mapping(json.loads(json.dumps(encoder.to_mapping())), "bundle.json")
+        assert again == encoder
+    damaged = encoder.to_mapping()
+    damaged["columns"][1]["levels"] = ["Private"]  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"bundle.json: encoder column 'workclass' does not fit its schema column"):
+        Encoder.from_mapping(damaged, "bundle.json")
+
+
+def test_learned_categories_keep_buckets_with_enough_rows_and_never_name_a_value(adult_table: pd.DataFrame) -> None:
+    schema = Schema(
+        label="income",
+        classes=("<=50K", ">50K"),
+        columns=(Column("age", "numeric"), Column("native-country", "categorical")),
+        missing="impute",
+        hash_buckets=64,
+        min_category_count=30,
+    )
+    sites = adult_sites(adult_table)
+    encoder = encoder_from_statistics(schema, np.sum([statistics_vector(schema, site) for site in sites], axis=0))
+    countries = adult_table["native-country"]
+    buckets = countries.dropna().map(lambda value: category_bucket("native-country", value, 64))
+    pooled = buckets.value_counts()
+    column = encoder.columns[1]
+    assert column.buckets == tuple(sorted(pooled[pooled >= 30].index))
+    assert 2 <= len(column.buckets) < pooled.size  # some buckets are kept, the rare ones pooled
+    kept_rows = int(pooled[pooled >= 30].sum())
+    expected = [pooled[b] for b in column.buckets] + [countries.notna().sum() - kept_rows, countries.isna().sum()]
+    np.testing.assert_allclose(column.means, np.array(expected) / len(adult_table), rtol=1e-15)
+    assert not any(value in " ".join(encoder.feature_names) for value in countries.dropna().unique())
+    # A value no site has seen, or one in a rare bucket, is <other>; a gap is <missing>.
+    rare = countries.dropna()[buckets.map(pooled) < 30].iloc[0]
+    rows = pd.DataFrame({"age": [30, 30, 30], "native-country": ["Atlantis", rare, None]})
+    features, labels = encoder.encode(rows, "new.csv")
+    assert labels is None
+    block = features[:, 1:]
+    hot = np.isclose(block, ((1 - np.array(column.means)) / np.array(column.stds)).astype(np.float32))
+    other, missing = column.levels.index("<other>"), column.levels.index("<missing>")
+    assert [np.flatnonzero(row).tolist() for row in hot] == [[other], [other], [missing]]
+
+
+@pytest.fixture
+def small_schema() -> Schema:
+    return Schema(
+        label="y",
+        classes=("no", "yes"),
+        columns=(Column("age", "numeric"), Column("color", "categorical", ("red", "blue"))),
+        missing="refuse",
+        max_abs=1000.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"age": None}, r"t.csv has no column 'age', which the plan's \[schema\] requires; rename that column"),
+        ({"color": ["red", "green"]}, (r"t.csv: column 'color' has values not among its \[schema\] categories: "
+                                       r"'green' \(1 row\); fix those cells, add the values to its categories, or "
+                                       r"set categories = \"learn\"")),
+        ({"age": ["30", "forty"]}, (r"t.csv: column 'age' is numeric in the plan's \[schema\] but holds text: "
+                                    r"'forty' \(1 row\); fix those cells, or declare the column type = \"categorical\"")),
+        ({"y": ["no", "maybe"]}, (r"t.csv: label column 'y' has values not among the \[schema\] classes "
+                                  r"\[\"no\", \"yes\"\]: 'maybe' \(1 row\); fix those cells or add them to classes")),
+        ({"y": ["no", None]}, r"t.csv: label column 'y' has 1 missing values; drop those rows"),
+        ({"color": ["red", None]}, (r"t.csv: column 'color' has 1 missing values and the plan's \[schema\] says "
+                                    r"missing = \"refuse\"; fill or drop those rows, or set missing = \"impute\"")),
+        ({"age": [30, 2000]}, (r"t.csv: column 'age' has a value of absolute size 2000, above the \[schema\] "
+                               r"max_abs = 1000; rescale the column")),
+        ({"y": None}, r"t.csv has no label column 'y', which the plan's \[schema\] requires"),
+    ],
+)  # fmt: skip
+def test_check_table_names_the_column_the_values_and_the_fix(
+    small_schema: Schema, change: dict[str, object], message: str
+) -> None:
+    table = pd.DataFrame({"age": [30, 40], "color": ["red", "blue"], "y": ["no", "yes"], "notes": ["a", "b"]})
+    for name, values in change.items():
+        table = table.drop(columns=name) if values is None else table.assign(**{name: values})
+    with pytest.raises(ConfigError, match=message) as raised:
+        check_table(small_schema, table, "t.csv")
+    assert "\n" not in str(raised.value)
+
+
+def test_check_table_accepts_a_fitting_table_and_prediction_tables_without_labels(small_schema: Schema) -> None:
+    table = pd.DataFrame({"age": [30.5, 40], "color": ["red", "blue"], "y": ["no", "yes"], "extra": [1, 2]})
+    check_table(small_schema, table, "t.csv")
+    check_table(small_schema, table.drop(columns="y"), "t.csv", label_required=False)
+    with pytest.raises(ConfigError, match=r"t.csv has no data rows"):
+        check_table(small_schema, table.iloc[:0], "t.csv")
+    # Codes read as floats because of a gap elsewhere still match the categories "1" and "2".
+    coded = Schema("y", ("0", "1"), (Column("code", "categorical", ("1", "2")),), missing="impute")
+    check_table(coded, pd.DataFrame({"code": [1.0, 2.0, None], "y": [0, 1, 1]}), "t.csv")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"lable": "y"}, r"plan.toml: \[schema\] unknown key 'lable'; did you mean 'label'\?"),
+        ({"missing": "drop"}, r"plan.toml: \[schema\] missing must be one of \"refuse\", \"impute\", got \"drop\""),
+        ({"classes": ["no"]}, r"plan.toml: \[schema\] classes must list at least two distinct label values"),
+        ({"fraction_bits": 40}, r"plan.toml: \[schema\] max_abs = 1e\+09 with fraction_bits = 40 must satisfy"),
+        ({"columns": [{"name": "age", "type": "numeric", "categories": ["1"]}]},
+         r"plan.toml: \[\[schema.columns\]\] #1 numeric column 'age' cannot have categories"),
+        ({"columns": [{"name": "age", "type": "number"}]},
+         r"plan.toml: \[\[schema.columns\]\] #1 type must be one of \"numeric\", \"categorical\", got \"number\""),
+        ({"columns": [{"name": "age", "type": "numeric"}] * 2}, r"plan.toml: \[schema\] column 'age' is listed twice"),
+        ({"columns": [{"name": "y", "type": "numeric"}]}, r"plan.toml: \[schema\] the label 'y' cannot also be a feature"),
+        ({"columns": [{"name": "c", "type": "categorical", "categories": "learnt"}]},
+         r"#1 categories must be a list of strings or \"learn\", got \"learnt\""),
+    ],
+)  # fmt: skip
+def test_schema_from_mapping_refuses_each_mistake_with_the_fix(change: dict[str, object], message: str) -> None:
+    data = {"label": "y", "classes": ["no", "yes"], "columns": [{"name": "age", "type": "numeric"}], **change}
+    data.pop("label") if "lable" in change else None
+    with pytest.raises(ConfigError, match=message):
+        Schema.from_mapping(data, "plan.toml")
+
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=6)
+
+
+@st.composite
+def schemas(draw: st.DrawFn) -> Schema:
+    column_names = draw(st.lists(names, min_size=2, max_size=5, unique=True))
+    label, features = column_names[0], column_names[1:]
+    columns = []
+    for name in features:
+        kind = draw(st.sampled_from(["numeric", "categorical"]))
+        categories = draw(st.none() | st.lists(names, min_size=1, max_size=4, unique=True).map(tuple))
+        columns.append(Column(name, kind, categories if kind == "categorical" else None))
+    fraction_bits = draw(st.integers(0, 30))
+    return Schema(
+        label=label,
+        classes=tuple(draw(st.lists(names, min_size=2, max_size=4, unique=True))),
+        columns=tuple(columns),
+        missing=draw(st.sampled_from(["refuse", "impute"])),
+        max_abs=draw(st.floats(1e-3, 2.0 ** (52 - fraction_bits))),
+        fraction_bits=fraction_bits,
+        hash_buckets=draw(st.integers(2, 4096)),
+        min_category_count=draw(st.integers(1, 100)),
+    )
+
+
+@settings(max_examples=30, deadline=None)
+@given(schemas())
+def test_a_schema_round_trips_through_json_and_toml(schema: Schema) -> None:
+    assert Schema.from_mapping(json.loads(json.dumps(schema.to_mapping())), "plan.json") == schema
+    assert Schema.from_mapping(tomllib.loads(schema.to_toml())["schema"], "plan.toml") == schema
+
+
+# The largest |sum x_q^2| one site may have under the default schema: the limbs must carry it.
+LARGEST_SQUARES = MAX_SITE_ROWS * math.ceil(math.ldexp(1e9, 20)) ** 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-LARGEST_SQUARES, LARGEST_SQUARES) | st.sampled_from([LARGEST_SQUARES, -LARGEST_SQUARES]),
+                min_size=1, max_size=STATISTICS_MAX_SITES))  # fmt: skip
+def test_limbs_stay_below_two_to_the_47_and_their_sums_join_exactly(values: list[int]) -> None:
+    count = limb_count(LARGEST_SQUARES)
+    limbs = [split_limbs(value, count) for value in values]
+    assert all(abs(limb) < 2**COORDINATE_BITS for each in limbs for limb in each)
+    assert all(join_limbs(each) == value for each, value in zip(limbs, values))
+    # Adding up to 64 sites' limbs as float64, as the secure sum does, loses nothing.
+    summed = np.sum(np.array(limbs, dtype=np.float64), axis=0)
+    assert join_limbs([int(limb) for limb in summed]) == sum(values)
+
+
+def test_statistics_at_the_magnitude_bound_are_exact_for_64_sites() -> None:
+    schema = Schema("y", ("0", "1"), (Column("x", "numeric"),), max_abs=1e9, fraction_bits=22)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([[1e9, -1e9, 1e9, 1e9 - 2.0**-22], rng.uniform(-1e9, 1e9, size=200)])
+    table = pd.DataFrame({"x": x})
+    vector = statistics_vector(schema, table)
+    assert vector.shape == (statistics_dimension(schema),)
+    assert np.abs(vector).max() < 2**COORDINATE_BITS
+    encoder = encoder_from_statistics(schema, securely_summed([vector] * STATISTICS_MAX_SITES))
+    assert encoder.rows == 64 * len(x)
+    quantised = [int(value) for value in np.rint(np.ldexp(x, 22))]
+    mean = Fraction(sum(quantised), len(x) * 2**22)
+    variance = Fraction(sum(q * q for q in quantised), len(x) * 2**44) - mean * mean
+    assert encoder.columns[0].means == (float(mean),)
+    assert encoder.columns[0].stds == (math.sqrt(variance),)
+    with pytest.raises(ConfigError, match=r"absolute size 1\.1e\+09, above the \[schema\] max_abs = 1e\+09"):
+        statistics_vector(schema, pd.DataFrame({"x": [1.1e9]}))
+
+
+def test_a_summed_vector_that_is_not_a_sum_of_statistics_is_refused(small_schema: Schema) -> None:
+    with pytest.raises(ConfigError, match=r"shape \(3,\), but this schema's are \(\d+,\); every site must use"):
+        encoder_from_statistics(small_schema, np.zeros(3))
+    fractional = np.full(statistics_dimension(small_schema), 0.5)
+    with pytest.raises(ConfigError, match=r"not integers below 2\^53; sum them with fractional_bits = 0"):
+        encoder_from_statistics(small_schema, fractional)
+
+
+def test_draft_schema_lists_categories_or_learns_them(adult_table: pd.DataFrame) -> None:
+    drafted = draft_schema(adult_table, "income", ["age", "race"])
+    assert drafted.columns == (
+        Column("age", "numeric"),
+        Column("race", "categorical", ("Amer-Indian-Eskimo", "Asian-Pac-Islander", "Black", "Other", "White")),
+    )
+    assert drafted.missing == "refuse"
+    learned = draft_schema(adult_table, "income", ["race", "workclass"], learn_categories=True)
+    assert [column.categories for column in learned.columns] == [None, None] and learned.missing == "impute"
+    wide = draft_schema(pd.DataFrame({"x": [1.0, 3e12], "y": [0, 1]}), "y")
+    assert (wide.max_abs, wide.fraction_bits, wide.classes) == (1e13, 8, ("0", "1"))
+    with pytest.raises(ConfigError, match=r"feature column 'salary' not found; choose --features from: age"):
+        draft_schema(adult_table, "income", ["salary"])
