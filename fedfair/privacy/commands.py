@@ -13,13 +13,23 @@ from fedfair.privacy.config import ACCOUNTANTS, PrivacyConfig
 
 def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
     """The `--dp-*` flags of `fedfair simulate`: DP-SGD on every collaborator, off unless a noise level is given."""
+    # The defaults shown are PrivacyConfig's own, so that the help cannot drift from what runs.
+    defaults = PrivacyConfig()
     group = parser.add_argument_group("differential privacy (DP-SGD on every collaborator; off by default)")
     group.add_argument("--dp-noise-multiplier", type=float, help="noise std over the clip bound (sigma), e.g. 1.0")
     group.add_argument("--dp-target-epsilon", type=float, help="calibrate sigma so the whole run spends this epsilon")
-    group.add_argument("--dp-max-grad-norm", type=float, help="per-sample clip bound C (default 1.0)")
-    group.add_argument("--dp-delta", type=float, help="delta of the (epsilon, delta) guarantee (default 1e-5)")
+    group.add_argument(
+        "--dp-max-grad-norm", type=float, help=f"per-sample clip bound C (default {defaults.max_grad_norm:g})"
+    )
+    group.add_argument(
+        "--dp-delta", type=float, help=f"delta of the (epsilon, delta) guarantee (default {defaults.delta:g})"
+    )
     group.add_argument("--dp-budget", type=float, help="epsilon after which a collaborator stops contributing")
-    group.add_argument("--dp-accountant", choices=ACCOUNTANTS, help="prv (tight, default) or rdp (fast)")
+    group.add_argument(
+        "--dp-accountant",
+        choices=ACCOUNTANTS,
+        help=f"prv (tight) or rdp (fast) (default {defaults.accountant})",
+    )
 
 
 def privacy_config_from_args(args: argparse.Namespace) -> PrivacyConfig:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -29,7 +28,9 @@ from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
 from fedfair.fairness import pooled
 from fedfair.privacy.commands import add_privacy_arguments, privacy_config_from_args
 from fedfair.privacy.config import PrivacyConfig
+from fedfair.privacy.learner import PrivacyReport
 from fedfair.research import baselines
+from fedfair.research.progress import Progress
 from fedfair.research.reference import solve_reference
 from fedfair.research.simulation import (
     Federation,
@@ -53,6 +54,7 @@ class ExperimentConfig:
     data: str | None = None
     label: str | None = None
     split_by: str | None = None
+    features: tuple[str, ...] | None = None
     partition: str = "race"
     clients: int = 3
     alpha: float = 0.5
@@ -67,6 +69,8 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"unknown method '{self.method}'; choose one of: {', '.join(METHODS)}")
+        if self.features is not None and self.data is None:
+            raise ConfigError("--features picks columns of your own table; pass it with --data FILE --label COLUMN")
         if self.clients < 1:
             raise ConfigError(f"clients must be at least 1, got {self.clients}; e.g. --clients 3")
         if self.privacy.enabled and self.method not in ("fedsrcvar", "fedavg"):
@@ -78,13 +82,34 @@ class ExperimentConfig:
         return asdict(self)
 
 
-def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags `simulate`, `reference` and `sweep` share, each with a default that just works."""
+def add_experiment_arguments(parser: argparse.ArgumentParser, *, federated: bool = True) -> None:
+    """The flags `simulate`, `reference` and `sweep` share, each with a default that just works.
+
+    `federated=False` (for `reference`, which solves centrally) leaves out the flags of
+    federated training (rounds, step sizes, secure aggregation, `--dp-*`), so that they
+    cannot be given and silently ignored; their defaults still fill the config.
+    """
+    _add_data_arguments(parser)
+    _add_objective_arguments(parser)
+    if federated:
+        _add_federated_arguments(parser)
+    else:
+        defaults = argparse.ArgumentParser(add_help=False)
+        _add_federated_arguments(defaults)
+        parser.set_defaults(**vars(defaults.parse_args([])))
+    parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", default="adult", help=f"one of: {', '.join(DATASETS)} (default adult)")
     data.add_argument("--data", help="your own CSV or Parquet file instead of --dataset")
     data.add_argument("--label", help="label column of --data")
     data.add_argument("--split-by", dest="split_by", help="column of --data that names each row's site or group")
+    data.add_argument(
+        "--features",
+        help="comma-separated feature columns of --data, e.g. age,hours,sex (default: every column but --label)",
+    )
     data.add_argument(
         "--partition",
         default=None,
@@ -92,14 +117,22 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     )
     data.add_argument("--clients", type=int, default=3, help="number of collaborators (default 3)")
     data.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --partition dirichlet")
-    learning = parser.add_argument_group("learning")
-    learning.add_argument("--model", default="logreg", choices=MODEL_NAMES)
+
+
+def _add_objective_arguments(parser: argparse.ArgumentParser) -> None:
+    objective = parser.add_argument_group("model and objective")
+    objective.add_argument("--model", default="logreg", choices=MODEL_NAMES)
+    objective.add_argument("--epsilon", type=float, default=0.1, help="trade-off: 1 is ERM, 0 is CVaR (default 0.1)")
+    objective.add_argument("--rho", type=float, default=0.3, help="smallest protected group fraction (default 0.3)")
+    objective.add_argument("--gamma", type=float, default=0.05, help="smoothing of the plus function (default 0.05)")
+    objective.add_argument("--smooth", default="softrelu", choices=sorted(SMOOTH_PLUS_FUNCTIONS))
+    objective.add_argument("--bound", type=float, default=10.0, help="upper bound B of the threshold c (default 10)")
+    objective.add_argument("--seed", type=int, default=0, help="seed of the data split and the initial model")
+
+
+def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
+    learning = parser.add_argument_group("federated training")
     learning.add_argument("--method", default="fedsrcvar", choices=METHODS)
-    learning.add_argument("--epsilon", type=float, default=0.1, help="trade-off: 1 is ERM, 0 is CVaR (default 0.1)")
-    learning.add_argument("--rho", type=float, default=0.3, help="smallest protected group fraction (default 0.3)")
-    learning.add_argument("--gamma", type=float, default=0.05, help="smoothing of the plus function (default 0.05)")
-    learning.add_argument("--smooth", default="softrelu", choices=sorted(SMOOTH_PLUS_FUNCTIONS))
-    learning.add_argument("--bound", type=float, default=10.0, help="upper bound B of the threshold c (default 10)")
     learning.add_argument("--local-steps", type=int, default=1, help="tau: local SGD steps per round (default 1)")
     learning.add_argument(
         "--batch-size",
@@ -114,7 +147,6 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     learning.add_argument("--rounds", type=int, default=1000, help="communication rounds (default 1000)")
     learning.add_argument("--average-from", type=float, default=0.5, help="fraction of rounds before iterate averaging")
     learning.add_argument("--reuse-batch", action="store_true", help="one mini-batch per round for all tau steps")
-    learning.add_argument("--seed", type=int, default=0)
     learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     learning.add_argument("--record-every", type=int, default=0, help="record history every N rounds (default: 20 points)")
@@ -124,7 +156,16 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         help="sum every round through the real secure-aggregation protocol, in process (slower)",
     )
     add_privacy_arguments(parser)
-    parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
+
+
+def parse_features(text: str | None) -> tuple[str, ...] | None:
+    """The columns of `--features a,b,c` (None when the flag is not given: every column but the label)."""
+    if text is None:
+        return None
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
+        raise ConfigError(f"--features must name at least one column, e.g. --features age,hours; got '{text}'")
+    return names
 
 
 def default_step_size(epsilon: float, rho: float) -> float:
@@ -155,6 +196,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         data=args.data,
         label=args.label,
         split_by=args.split_by,
+        features=parse_features(args.features),
         partition=partition_scheme or "iid",
         clients=args.clients,
         alpha=args.alpha,
@@ -196,7 +238,13 @@ def config_from_flags(flags: Sequence[str] = ()) -> ExperimentConfig:
 def load_federation(config: ExperimentConfig) -> Federation:
     """Load the dataset and split it into collaborators (train and held-out data alike)."""
     if config.data is not None:
-        dataset = load_csv(Path(config.data), label=config.label or "", split_by=config.split_by, seed=config.training.seed)
+        dataset = load_csv(
+            Path(config.data),
+            label=config.label or "",
+            split_by=config.split_by,
+            features=list(config.features) if config.features is not None else None,
+            seed=config.training.seed,
+        )
     else:
         dataset = load_dataset(config.dataset)
     splits = partition(dataset, config.partition, config.clients, seed=config.training.seed, alpha=config.alpha)
@@ -251,13 +299,13 @@ def run_method(
     if config.method == "fedavg":
         result = baselines.run_fedavg(federation, training, on_round=on_round, privacy=config.privacy)
     elif config.method == "afl":
-        result = baselines.run_afl(federation, training, mixture_lr=config.afl_mixture_lr)
+        result = baselines.run_afl(federation, training, mixture_lr=config.afl_mixture_lr, on_round=on_round)
     elif config.method == "qfedavg":
-        result = baselines.run_qfedavg(federation, training, q=config.qfedavg_q)
+        result = baselines.run_qfedavg(federation, training, q=config.qfedavg_q, on_round=on_round)
     elif config.method == "central-erm":
-        result = baselines.run_central_erm(federation, training)
+        result = baselines.run_central_erm(federation, training, on_round=on_round)
     else:
-        result = baselines.run_central_cvar(federation, objective, training)
+        result = baselines.run_central_cvar(federation, objective, training, on_round=on_round)
         return _from_result(result, True)
     return _from_result(result, False)
 
@@ -284,25 +332,14 @@ def final_report(config: ExperimentConfig, federation: Federation, theta: torch.
     }
 
 
-class Progress:
-    """A throttled progress line on stderr for long runs."""
-
-    def __init__(self, total: int, label: str, interval_s: float = 2.0) -> None:
-        self.total, self.label, self.interval_s = total, label, interval_s
-        self.started = self.last = time.perf_counter()
-
-    def __call__(self, state: ServerState) -> None:
-        now = time.perf_counter()
-        if now - self.last >= self.interval_s or state.round == self.total:
-            self.last = now
-            rate = state.round / max(now - self.started, 1e-9)
-            print(f"{self.label}: round {state.round}/{self.total}, c={state.c:.4f}, {rate:.0f} rounds/s", file=sys.stderr)
-
-
 def simulate(config: ExperimentConfig, federation: Federation, progress: bool = True) -> dict[str, Any]:
-    """Run one experiment and return the JSON-ready result."""
+    """Run one experiment and return the JSON-ready result; `progress` shows the rounds on stderr."""
     started = time.perf_counter()
-    outcome = run_method(config, federation, Progress(config.training.rounds, config.method) if progress else None)
+    if progress:
+        with Progress(config.training.rounds, config.method) as shown:
+            outcome = run_method(config, federation, lambda state: shown.update(state.round, f"c={state.c:.4f}"))
+    else:
+        outcome = run_method(config, federation)
     return {
         "config": config.to_dict(),
         "final": final_report(config, federation, outcome.theta, outcome.c),
@@ -332,11 +369,15 @@ def format_report(result: dict[str, Any]) -> str:
     """A readable table of one result."""
     config, final = result["config"], result["final"]
     objective = config["objective"]
+    if config["method"] == "reference":
+        length = f"L-BFGS-B iterations={result['history'][0]['iterations']}"
+    else:
+        length = f"rounds={config['training']['rounds']}"
     lines = [
         f"{config['method']} on {config['dataset']} ({', '.join(f'{k}: {v}' for k, v in result['clients'].items())})",
         (
             f"  epsilon={objective['epsilon']} rho={objective['rho']} model={config['training']['model']} "
-            f"rounds={config['training']['rounds']} ({result['seconds']:.1f} s)"
+            f"{length} ({result['seconds']:.1f} s)"
         ),
         f"  train objective (exact RCVaR)   {final['train_objective']:.5f}",
         f"  train objective (smoothed)      {final['train_objective_smooth']:.5f}   c = {final['c']:.5f}",
@@ -345,7 +386,17 @@ def format_report(result: dict[str, Any]) -> str:
     test = final["test"]
     for key in ("mean_risk", "worst_risk", "best_risk", "disparity", "accuracy", "worst_error"):
         lines.append(f"    {key:<14}{test[key]:.5f}")
+    lines.extend(privacy_lines(result.get("privacy") or {}))
     return "\n".join(lines)
+
+
+def privacy_lines(reports: dict[str, dict[str, Any]]) -> list[str]:
+    """The epsilon each collaborator spent under DP-SGD (nothing when privacy is off)."""
+    if not reports:
+        return []
+    lines = ["  privacy spent (DP-SGD, per collaborator):"]
+    lines.extend(f"    {name:<14}{PrivacyReport(**report).describe()}" for name, report in reports.items())
+    return lines
 
 
 def write_json(path: Path | None, payload: dict[str, Any]) -> None:
@@ -376,6 +427,11 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     add_experiment_arguments(simulate_parser)
     simulate_parser.set_defaults(handler=_simulate_command)
 
-    reference_parser = subparsers.add_parser("reference", help="the centralized optimum the federation must reach")
-    add_experiment_arguments(reference_parser)
+    reference_parser = subparsers.add_parser(
+        "reference",
+        help="the centralized optimum the federation must reach",
+        description="The centralized optimum the federation must reach: L-BFGS-B on the pooled training data. "
+        "It trains nothing federated, so it takes no rounds, step sizes, --secure-aggregation or --dp-* flags.",
+    )
+    add_experiment_arguments(reference_parser, federated=False)
     reference_parser.set_defaults(handler=_reference_command)

@@ -11,30 +11,40 @@ same data, rounds and batches for comparison.
 The workspace it writes is the same set of files a real deployment has, only
 all in one folder: `certs/` (on a real deployment each institution keeps its own
 key), `aggregator/plan.toml`, `SITE/collaborator.toml`, and the aggregator's
-`output/` (checkpoint, rounds.jsonl, final model).
+`output/` (checkpoint, rounds.jsonl, final model). The CA's private key is deleted
+as soon as the certificates are issued: nothing in a run needs it, and a key that
+signs certificates must not lie about. By default the workspace is a temporary
+folder removed on every way out (success, error, Ctrl-C, SIGTERM); `--keep` keeps
+it, `--workdir DIR` puts it in DIR and keeps it, and either way launch says where.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.pki.store import ca_paths
 from fedfair.research.processes import (
     Child,
     start_aggregator,
     start_collaborator,
     supervise,
 )
-from fedfair.research.workspace import make_workspace, site_names
+from fedfair.research.progress import Progress
+from fedfair.research.workspace import Workspace, make_workspace, site_names
+from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
 
 if TYPE_CHECKING:
@@ -101,15 +111,76 @@ def format_fairness(fedsrcvar: Mapping[str, Any], fedavg: Mapping[str, Any] | No
     return "\n".join(rows)
 
 
+@contextmanager
+def launch_folder(workdir: str | None, keep: bool) -> Iterator[Path]:
+    """The workspace folder: `workdir` (kept), or a new temporary one, removed on leaving unless `keep`.
+
+    Removal is in a `finally`, so errors and Ctrl-C (and SIGTERM, which `stop_on_sigterm`
+    turns into an exception) leave nothing behind.
+    """
+    if workdir is not None:
+        yield Path(workdir)
+        return
+    root = Path(tempfile.mkdtemp(prefix="fedfair-launch-"))
+    try:
+        yield root
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into a KeyboardInterrupt while launch runs, so it stops its children and cleans up
+    as for Ctrl-C instead of dying on the spot (only the main thread can set a handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def remove_ca_key(certs: Path) -> None:
+    """Delete the CA's private key: every certificate of the rehearsal is issued, and nothing in a run signs."""
+    _, key = ca_paths(certs)
+    key.unlink(missing_ok=True)
+
+
+def rounds_done(workspace: Workspace) -> int:
+    """The last round the aggregator has logged (0 before the first), read from its round log."""
+    try:
+        records = read_round_log(workspace.output)
+    except (OSError, ValueError):  # a line being appended right now; the next tick reads it whole
+        return 0
+    return max((int(record.get("round", 0)) for record in records), default=0)
+
+
 def run_launch(args: argparse.Namespace) -> int:
     if not 2 <= args.collaborators <= MAX_INSTITUTIONS:
         raise ConfigError(
             f"--collaborators {args.collaborators}: Adult's race column makes 2 to {MAX_INSTITUTIONS} institutions"
         )
+    if args.workdir is not None and (Path(args.workdir) / "certs" / "ca.crt").exists():
+        raise ConfigError(f"{args.workdir} already holds a launched federation; pass another --workdir")
+    with stop_on_sigterm(), launch_folder(args.workdir, args.keep) as root:
+        kept = args.workdir is not None or args.keep
+        try:
+            return federate(args, root)
+        finally:
+            if kept:
+                print(f"fedfair launch: workspace kept in {root} (the CA key was deleted)", file=sys.stderr)
+
+
+def federate(args: argparse.Namespace, root: Path) -> int:
+    """Write the workspace under `root`, run the federation, print the fairness report."""
     names = site_names(args.collaborators)
-    root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="fedfair-launch-"))
-    if (root / "certs" / "ca.crt").exists():
-        raise ConfigError(f"{root} already holds a launched federation; pass another --workdir")
     training = {
         "rounds": args.rounds,
         "local_steps": args.local_steps,
@@ -128,6 +199,7 @@ def run_launch(args: argparse.Namespace) -> int:
         "evaluation": {"every": args.evaluate_every},
     }
     workspace = make_workspace(root, names, plan=plan)
+    remove_ca_key(workspace.certs)
     print(
         f"fedfair launch: {len(names)} institutions ({', '.join(names)}) on {workspace.address}, "
         f"{args.rounds} rounds, secure aggregation {'OFF' if args.no_secure_aggregation else 'on'}; "
@@ -137,25 +209,25 @@ def run_launch(args: argparse.Namespace) -> int:
     children: list[Child] = []
     started = time.perf_counter()
     ended = threading.Event()
-    try:
-        aggregator = start_aggregator(workspace, ended=ended)
-        children.append(aggregator)
-        children.extend(start_collaborator(workspace, name, ended=ended) for name in names)
-        supervise(aggregator, children[1:], ended)
-    except BaseException:
-        # The children run in their own sessions (a Ctrl-C here does not reach them): stop them all.
-        for child in children:
-            child.kill()
-        raise
+    with Progress(args.rounds, "federation") as shown:
+        try:
+            aggregator = start_aggregator(workspace, sink=shown, ended=ended)
+            children.append(aggregator)
+            children.extend(start_collaborator(workspace, name, sink=shown, ended=ended) for name in names)
+            supervise(aggregator, children[1:], ended, tick=lambda: shown.update(rounds_done(workspace)))
+        except BaseException:
+            # The children run in their own sessions (a Ctrl-C here does not reach them): stop them all.
+            for child in children:
+                child.kill()
+            raise
+        shown.update(rounds_done(workspace))
     summary = json.loads((workspace.output / "final_model.json").read_text())
     report = summary.get("evaluation") or {}
     if report.get("status") != "done":
         raise FedfairError("the federation finished without a final evaluation; see the aggregator's log")
     comparison = None if args.no_fedavg else fedavg_report(load_aggregator_plan(workspace.plan))
     print()
-    print(
-        f"Federation finished in {time.perf_counter() - started:.0f} s; final model and round log in {workspace.output}"
-    )
+    print(f"Federation finished in {time.perf_counter() - started:.0f} s")
     print(format_fairness(report, comparison, args.rho, summary["secure_aggregation"]))
     return 0
 
@@ -174,7 +246,14 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     launch.add_argument("--collaborators", type=int, default=3, help="institutions, Adult split by race (default 3)")
     launch.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"rounds (default {DEFAULT_ROUNDS})")
-    launch.add_argument("--workdir", help="folder for certificates, plan, configs and output (default: a new temp dir)")
+    launch.add_argument(
+        "--workdir",
+        help="folder for certificates, plan, configs and output, kept afterwards (default: a temporary folder, "
+        "removed at the end)",
+    )
+    launch.add_argument(
+        "--keep", action="store_true", help="keep the temporary folder (model, round log, configs) and print where"
+    )
     launch.add_argument("--epsilon", type=float, default=0.1, help="RCVaR trade-off (default 0.1)")
     launch.add_argument("--rho", type=float, default=0.3, help="protected group fraction (default 0.3)")
     launch.add_argument("--batch-fraction", type=float, default=0.01, help="b_k = round(f n_k) (default 0.01)")

@@ -6,14 +6,20 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
-from typing import IO, TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from fedfair.core.errors import FedfairError
 from fedfair.research.workspace import Workspace
 
-if TYPE_CHECKING:
-    pass
+
+class LogSink(Protocol):
+    """Where children's log lines go: a text stream, or a `research.progress.Progress` (which keeps its bar intact)."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
 
 STARTUP_SECONDS = 120.0
 """How long the aggregator may take to start listening (imports included) before launch gives up."""
@@ -45,12 +51,12 @@ class Child:
         command: Sequence[str],
         *,
         env: Mapping[str, str] | None = None,
-        sink: IO[str] | None = None,
+        sink: LogSink | None = None,
         watch: str | None = None,
         ended: threading.Event | None = None,
     ) -> None:
         self.label = label
-        self.sink = sink if sink is not None else sys.stdout
+        self.sink: LogSink = sink if sink is not None else sys.stdout
         self.lines: list[str] = []
         self.seen = threading.Event()
         self._watch = watch
@@ -72,7 +78,9 @@ class Child:
         for line in self.process.stdout:
             text = line.rstrip("\n")
             self.lines.append(text)
-            print(f"[{self.label}] {text}", file=self.sink, flush=True)
+            # One write per line: children log from several threads at once, and a line must stay whole.
+            self.sink.write(f"[{self.label}] {text}\n")
+            self.sink.flush()
             if self._watch is not None and self._watch in text:
                 self.seen.set()
         self.seen.set()  # the output closed: nobody should wait for a line any more
@@ -101,7 +109,7 @@ def start_aggregator(
     workspace: Workspace,
     *extra: str,
     env: Mapping[str, str] | None = None,
-    sink: IO[str] | None = None,
+    sink: LogSink | None = None,
     ended: threading.Event | None = None,
 ) -> Child:
     """Start the aggregator and wait until it listens (or has exited)."""
@@ -124,16 +132,24 @@ def start_collaborator(
     name: str,
     *,
     env: Mapping[str, str] | None = None,
-    sink: IO[str] | None = None,
+    sink: LogSink | None = None,
     ended: threading.Event | None = None,
 ) -> Child:
     return Child(name, collaborator_command(workspace, name), env=child_environment(env), sink=sink, ended=ended)
 
 
-def supervise(aggregator: Child, collaborators: Sequence[Child], ended: threading.Event) -> None:
+def supervise(
+    aggregator: Child,
+    collaborators: Sequence[Child],
+    ended: threading.Event,
+    *,
+    tick: Callable[[], None] | None = None,
+    tick_seconds: float = 1.0,
+) -> None:
     """Wait for the aggregator to finish and the collaborators after it; fail fast if any child fails.
 
-    `ended` is set whenever a child has exited, so this waits on an event, not a clock.
+    `ended` is set whenever a child has exited, so this waits on an event, not a clock;
+    `tick` (e.g. a progress update), when given, also runs every `tick_seconds` meanwhile.
     """
     while True:
         ended.clear()
@@ -146,7 +162,6 @@ def supervise(aggregator: Child, collaborators: Sequence[Child], ended: threadin
                 if child.wait(timeout=60) != 0:
                     raise FedfairError(f"{child.label} exited with status {child.process.returncode}; see its log")
             return
-        ended.wait()
-
-
-# ---------------------------------------------------------------- the command
+        if tick is not None:
+            tick()
+        ended.wait(tick_seconds if tick is not None else None)

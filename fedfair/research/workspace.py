@@ -7,12 +7,10 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fedfair import pki
 
-if TYPE_CHECKING:
-    pass
 
 def free_port() -> int:
     """A port nobody listens on right now (the aggregator binds it a moment later)."""
@@ -98,6 +96,3 @@ def make_workspace(
         configs[name] = folder / "collaborator.toml"
         configs[name].write_text(toml_text(config))
     return Workspace(root, certs, plan_path, configs, output, address)
-
-
-# ---------------------------------------------------------------- processes

@@ -63,3 +63,15 @@ def test_flags_map_onto_privacy_config() -> None:
     assert privacy_config_from_args(parser.parse_args(["--dp-target-epsilon", "3"])).budget == 3.0
     with pytest.raises(ConfigError, match="--dp-budget needs --dp-noise-multiplier"):
         privacy_config_from_args(parser.parse_args(["--dp-budget", "8"]))
+
+
+def test_help_states_the_defaults_privacy_config_runs_with(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    add_privacy_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    defaults = PrivacyConfig()
+    assert f"per-sample clip bound C (default {defaults.max_grad_norm:g})" in text
+    assert "(default 20)" in text  # what the README's privacy table was measured with
+    assert f"(default {defaults.delta:g})" in text and f"(default {defaults.accountant})" in text

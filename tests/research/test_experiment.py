@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from fedfair.cli import main
 
-FAST = ["--rounds", "300", "--dataset", "adult", "--partition", "race", "--clients", "3"]
-
 
 def test_simulate_and_reference_agree_within_one_percent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The issue's acceptance command pair, with fewer rounds to keep the suite fast."""
-    flags = [*FAST, "--model", "logreg", "--epsilon", "0.1", "--rho", "0.3"]
-    assert main(["simulate", *flags, "--json", str(tmp_path / "sim.json")]) == 0
+    flags = ["--dataset", "adult", "--partition", "race", "--clients", "3", "--model", "logreg", "--epsilon", "0.1"]
+    flags += ["--rho", "0.3"]
+    assert main(["simulate", *flags, "--rounds", "300", "--json", str(tmp_path / "sim.json")]) == 0
     assert main(["reference", *flags, "--json", str(tmp_path / "ref.json")]) == 0
     simulated = json.loads((tmp_path / "sim.json").read_text())
     optimum = json.loads((tmp_path / "ref.json").read_text())
@@ -74,3 +74,46 @@ def test_user_csv_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
     flags = ["--data", str(table), "--label", "label", "--split-by", "group", "--clients", "2", "--rounds", "30"]
     assert main(["simulate", *flags, "--batch-size", "32"]) == 0
     assert "white" in capsys.readouterr().out
+
+
+def test_piped_simulate_prints_progress_lines_with_an_eta_and_the_epsilon_spent(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """stderr is not a terminal under capsys: whole lines, no bar; DP on: epsilon once per collaborator."""
+    flags = ["--rounds", "10", "--clients", "2", "--dp-noise-multiplier", "1.0", "--dp-accountant", "rdp"]
+    assert main(["simulate", *flags]) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err
+    progress = [line for line in captured.err.splitlines() if line.startswith("fedsrcvar: ")]
+    assert len(progress) == 10
+    assert "ETA 00:" in progress[0] and "done in" in progress[-1]
+    spent = [line for line in captured.out.splitlines() if "private rounds" in line]
+    assert len(spent) == 2
+    assert all(re.search(r"epsilon \d+\.\d{3} at delta 1e-05 after 10 private rounds", line) for line in spent)
+
+
+def test_reference_does_not_offer_federated_training_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    for flags in (["--rounds", "5"], ["--dp-noise-multiplier", "1"], ["--secure-aggregation"], ["--lr", "0.1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["reference", *flags])
+        assert exit_info.value.code == 2
+        assert f"unrecognized arguments: {' '.join(flags)}" in capsys.readouterr().err
+
+
+def test_features_pick_the_columns_of_a_users_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A record-id column cannot be one-hot encoded; the error suggests --features, which then works."""
+    table = tmp_path / "records.csv"
+    lines = ["record,age,site,outcome"]
+    lines += [f"r{row},{20 + row % 50},{'ab'[row % 2]},{(row // 2) % 2}" for row in range(120)]
+    table.write_text("\n".join(lines) + "\n")
+    flags = ["--rounds", "2", "--data", str(table), "--label", "outcome", "--split-by", "site", "--clients", "2"]
+    flags += ["--batch-size", "16"]
+    assert main(["simulate", *flags]) == 2
+    assert "passing --features without it" in capsys.readouterr().err
+    assert main(["simulate", *flags, "--features", "age,site", "--json", str(tmp_path / "run.json")]) == 0
+    assert json.loads((tmp_path / "run.json").read_text())["config"]["features"] == ["age", "site"]
+
+
+def test_features_need_a_users_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--rounds", "1", "--features", "age"]) == 2
+    assert "--features picks columns of your own table; pass it with --data FILE --label COLUMN" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -71,6 +72,22 @@ def test_example_script_reports_bad_input_in_one_line(capsys: pytest.CaptureFixt
     assert error.startswith("secagg_demo: error:") and "at least 2" in error and "\n" not in error
     assert script.main(["-n", "4", "--fractional-bits", "40"]) == 2  # type: ignore[attr-defined]
     assert "fractional_bits" in capsys.readouterr().err
+
+
+def test_example_script_under_a_python_without_fedfair_says_how_to_run_it() -> None:
+    """-S -I: no site-packages and no PYTHONPATH, as a plain `python3` outside the venv sees it."""
+    result = subprocess.run(
+        [sys.executable, "-S", "-I", str(ROOT / "examples" / "secagg_demo.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("secagg_demo: error: this Python cannot import fedfair")
+    assert "make setup" in line and ".venv/bin/python examples/secagg_demo.py" in line
 
 
 def test_benchmark_cell_reports_the_promised_fields() -> None:

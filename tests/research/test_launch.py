@@ -1,0 +1,84 @@
+"""`fedfair launch`: its workspace (and the CA key in it) never outlives the run unless asked, and it shows progress."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fedfair.research.launch import launch_folder, remove_ca_key
+from fedfair.research.workspace import make_workspace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def temporary_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Temporary folders of this test go under tmp_path, so that what is left behind can be seen."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_the_temporary_workspace_is_removed_when_the_run_fails(temporary_root: Path) -> None:
+    with pytest.raises(KeyboardInterrupt), launch_folder(None, keep=False) as root:
+        (root / "certs").mkdir()
+        (root / "certs" / "ca.key").write_text("secret")
+        raise KeyboardInterrupt
+    assert list(temporary_root.iterdir()) == []
+
+
+def test_keep_and_workdir_leave_the_workspace_where_the_user_asked(temporary_root: Path) -> None:
+    with launch_folder(None, keep=True) as kept:
+        (kept / "output").mkdir()
+    assert (kept / "output").is_dir() and kept.parent == temporary_root
+    chosen = temporary_root / "mine"
+    with launch_folder(str(chosen), keep=False) as root:
+        root.mkdir()
+    assert root == chosen and chosen.is_dir()
+
+
+def test_the_ca_key_is_deleted_once_the_certificates_are_issued(tmp_path: Path) -> None:
+    workspace = make_workspace(tmp_path, ["site-a", "site-b"])
+    remove_ca_key(workspace.certs)
+    assert not (workspace.certs / "ca.key").exists()
+    assert (workspace.certs / "ca.crt").exists() and (workspace.certs / "site-a.key").exists()
+
+
+def _launch(tmp_path: Path, *flags: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "fedfair.cli", "launch", "--collaborators", "2", "--no-fedavg", *flags]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_launch_leaves_no_folder_and_no_ca_key(tmp_path: Path, stop: signal.Signals) -> None:
+    process = _launch(tmp_path, "--rounds", "1000")
+    assert process.stdout is not None
+    first = process.stdout.readline()  # printed once the workspace is written
+    assert "workspace" in first, first
+    process.send_signal(stop)
+    _, errors = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGINT
+    assert "interrupted; stopped every process" in errors
+    assert not list(tmp_path.glob("fedfair-launch-*"))
+
+
+@pytest.mark.slow
+def test_a_piped_launch_shows_round_progress_and_keeps_the_folder_only_when_asked(tmp_path: Path) -> None:
+    process = _launch(tmp_path, "--rounds", "4", "--keep")
+    output, errors = process.communicate(timeout=300)
+    assert process.returncode == 0, errors[-2000:]
+    assert "\r" not in errors
+    assert re.search(r"^federation: 4/4 rounds \(100%\), done in ", errors, re.MULTILINE)
+    (kept,) = tmp_path.glob("fedfair-launch-*")
+    assert f"workspace kept in {kept} (the CA key was deleted)" in errors
+    assert (kept / "aggregator" / "output" / "final_model.json").exists()
+    assert not (kept / "certs" / "ca.key").exists()
+    assert "[aggregator]" in output and "FedSRCVaR (federated, secure sums)" in output

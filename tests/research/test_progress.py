@@ -1,0 +1,66 @@
+"""Progress of long commands: periodic whole lines with an ETA when piped, a bar on a terminal."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from fedfair.research.progress import Progress, format_duration
+
+ETA = re.compile(r"ETA \d\d:\d\d")
+
+
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal, as a console's stderr does."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_piped_progress_prints_a_line_per_tenth_with_an_eta_and_no_carriage_return() -> None:
+    piped = io.StringIO()
+    with Progress(200, "fedsrcvar", stream=piped, interval_s=3600.0) as shown:
+        for done in range(1, 201):
+            shown.update(done, f"c={done / 200:.2f}")
+        shown.update(200)  # the last position again prints nothing new
+    text = piped.getvalue()
+    assert "\r" not in text
+    lines = text.splitlines()
+    assert len(lines) == 10
+    assert lines[0].startswith("fedsrcvar: 20/200 rounds (10%)") and lines[0].endswith("c=0.10")
+    assert all(ETA.search(line) for line in lines[:-1])
+    assert lines[-1].startswith("fedsrcvar: 200/200 rounds (100%), done in ")
+
+
+def test_piped_progress_also_prints_when_a_slow_run_passes_the_interval() -> None:
+    piped = io.StringIO()
+    shown = Progress(1000, "sweep", unit="point", stream=piped, interval_s=0.0)
+    shown.update(1)
+    shown.update(2)
+    assert piped.getvalue().splitlines()[1].startswith("sweep: 2/1000 points (0%)")
+    assert ETA.search(piped.getvalue())
+
+
+def test_a_terminal_gets_a_bar_and_log_lines_above_it() -> None:
+    terminal, log = Terminal(), Terminal()
+    with Progress(50, "fedsrcvar", stream=terminal, log=log) as shown:
+        assert shown.is_bar
+        for done in range(1, 51):
+            shown.update(done, "c=0.5")
+        shown.write("[site-a] a log line\n")
+    assert "\r" in terminal.getvalue() and "50/50" in terminal.getvalue()
+    assert log.getvalue() == "[site-a] a log line\n"
+
+
+def test_piped_log_lines_pass_through_unchanged() -> None:
+    piped, log = io.StringIO(), io.StringIO()
+    shown = Progress(3, "federation", stream=piped, log=log)
+    assert not shown.is_bar
+    shown.write("[aggregator] listening\n")
+    assert log.getvalue() == "[aggregator] listening\n" and piped.getvalue() == ""
+
+
+def test_durations_read_like_the_bar() -> None:
+    assert format_duration(75.3) == "01:15"
+    assert format_duration(4000) == "1:06:40"
+    assert format_duration(-1) == "00:00"
