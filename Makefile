@@ -1,6 +1,9 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
 # Both create (or reuse) the virtual environment in .venv with pinned versions.
 VENV   ?= .venv
+# The interpreter that creates the venv: 3.11 by default (the one CI runs); fedfair also
+# supports 3.12 and 3.13, e.g. `make setup PYTHON=python3.13 VENV=.venv313`.
+PYTHON ?= python3.11
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.fedfair-installed
 
@@ -9,7 +12,7 @@ STAMP  := $(VENV)/.fedfair-installed
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || python3 -m venv $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 

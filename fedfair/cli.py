@@ -11,7 +11,9 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
+import fedfair
 from fedfair.core.errors import FedfairError
 
 COMMAND_MODULES: tuple[str, ...] = (
@@ -24,7 +26,16 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fedfair.runtime.aggregator.commands",
     "fedfair.runtime.collaborator.commands",
     "fedfair.research.launch",
+    "fedfair.bundle.commands",
 )
+
+
+def installed_version() -> str:
+    """The installed distribution's version (what pip installed), or the source's when run uninstalled."""
+    try:
+        return metadata.version("fedfair")
+    except metadata.PackageNotFoundError:
+        return f"{fedfair.__version__} (not installed: run from a source tree)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fedfair",
         description="Federated learning that protects every large enough subgroup (RCVaR).",
     )
+    parser.add_argument("--version", action="version", version=f"fedfair {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register_commands(subparsers)

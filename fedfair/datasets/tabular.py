@@ -234,8 +234,6 @@ def read_table(path: Path) -> pd.DataFrame:
     return table
 
 
-# fedfair/bundle/commands.py still imports the private name; it can switch to read_table.
-_read_table = read_table
 
 
 def _parse_table(path: Path) -> pd.DataFrame:

@@ -1,0 +1,164 @@
+"""`fedfair predict` and `fedfair evaluate`: use a model bundle on an institution's own table.
+
+Both encode the table with the bundle's encoder (the federation's schema and its
+statistics), so a row is turned into features exactly as in training. `evaluate`
+reports the pooled group risks of :mod:`fedfair.fairness.pooled` from the per-sample
+losses of :mod:`fedfair.core.evaluation`: the same numbers the simulation reports.
+The functions behind the commands are the Python API for the same work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from fedfair.bundle.format import Bundle, describe_architecture, load_bundle
+from fedfair.core.data import ClientData
+from fedfair.core.errors import ConfigError
+from fedfair.core.evaluation import evaluate
+from fedfair.core.files import atomic_write
+from fedfair.core.models import flat_parameters, predict
+from fedfair.datasets.schema import Encoder
+
+# The package's one CSV/Parquet reader, so a table reads here exactly as it does for training.
+from fedfair.datasets.tabular import read_table
+from fedfair.fairness.pooled import group_risk_report
+from fedfair.fairness.report import GroupRiskReport
+
+PREDICTION_COLUMN = "prediction"
+PROBABILITY_PREFIX = "probability_"
+
+
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    model_help = "model bundle file written by the aggregator (and sent to every collaborator that finished)"
+    data_help = "CSV or Parquet table with the federation schema's feature columns"
+
+    predicting = subparsers.add_parser("predict", help="predict each row of a table with a model bundle")
+    predicting.add_argument("--model", type=Path, required=True, help=model_help)
+    predicting.add_argument("--data", type=Path, required=True, help=data_help)
+    predicting.add_argument(
+        "--out", type=Path, required=True,
+        help="CSV to write: the predicted class and each class's probability, one line per input row, in order",
+    )  # fmt: skip
+    predicting.set_defaults(handler=_predict)
+
+    evaluating = subparsers.add_parser(
+        "evaluate", help="group risks of a model bundle on a labelled table: worst rho-fraction, mean, disparity"
+    )
+    evaluating.add_argument("--model", type=Path, required=True, help=model_help)
+    evaluating.add_argument("--data", type=Path, required=True, help=data_help + " and the label column")
+    evaluating.add_argument(
+        "--rho", type=float, default=None,
+        help="protected group fraction in (0, 1] (default: the rho of the plan the model was trained with)",
+    )  # fmt: skip
+    evaluating.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    evaluating.set_defaults(handler=_evaluate)
+
+
+def bundle_encoder(bundle: Bundle) -> Encoder:
+    """The federation's encoder saved in the bundle: its schema and the global statistics."""
+    if bundle.encoder is None:
+        raise ConfigError(
+            "the model bundle has no encoder: its model was trained on already-encoded arrays (a built-in "
+            "dataset), so it cannot read a table; use a bundle from a federation whose plan has a [schema]"
+        )
+    return Encoder.from_mapping(bundle.encoder, "the model bundle")
+
+
+def encode_table(bundle: Bundle, table: pd.DataFrame, source: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """The table's features (and labels, None without the label column) as the bundle's encoder makes them."""
+    features, labels = bundle_encoder(bundle).encode(table, source)
+    expected = bundle.architecture.get("features")
+    if expected is not None and features.shape[1] != expected:
+        raise ConfigError(
+            f"{source} encodes to {features.shape[1]} features but the bundle's model "
+            f"{describe_architecture(bundle.architecture)} takes {expected}; the bundle is inconsistent, "
+            "copy it again from the aggregator's output"
+        )
+    return features, labels
+
+
+@torch.no_grad()
+def class_probabilities(model: nn.Module, features: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    """Each row's probability of each class, shape (rows, classes), float64.
+
+    One logit is a binary model (probability of class 1 = sigmoid), several are softmax.
+    """
+    parameter = next(model.parameters())
+    parts = []
+    for start in range(0, len(features), chunk):
+        batch = torch.as_tensor(features[start : start + chunk]).to(parameter.device, parameter.dtype)
+        logits = model(batch)
+        if logits.shape[-1] == 1:
+            positive = torch.sigmoid(logits.squeeze(-1))
+            parts.append(torch.stack([1.0 - positive, positive], dim=-1).double().cpu())
+        else:
+            parts.append(torch.softmax(logits, dim=-1).double().cpu())
+    return torch.cat(parts).numpy()
+
+
+@torch.no_grad()
+def predictions(bundle: Bundle, table: pd.DataFrame, source: str) -> pd.DataFrame:
+    """One row per table row, in order: the predicted class name and ``probability_<class>`` per class."""
+    features, _ = encode_table(bundle, table, source)
+    model = bundle.build_model()
+    names = bundle_encoder(bundle).class_names
+    probabilities = class_probabilities(model, features)
+    if probabilities.shape[1] != len(names):
+        raise ConfigError(
+            f"the bundle's model gives {probabilities.shape[1]} class scores but its encoder names "
+            f"{len(names)} classes ({', '.join(names)}); the bundle is inconsistent, copy it again"
+        )
+    parameter = next(model.parameters())
+    logits = model(torch.as_tensor(features).to(parameter.device, parameter.dtype))
+    chosen = predict(logits).cpu().numpy()
+    frame = pd.DataFrame({PREDICTION_COLUMN: np.asarray(names, dtype=object)[chosen]})
+    for index, name in enumerate(names):
+        frame[PROBABILITY_PREFIX + name] = probabilities[:, index]
+    return frame
+
+
+def evaluate_table(bundle: Bundle, table: pd.DataFrame, source: str, rho: float | None = None) -> GroupRiskReport:
+    """Pooled group risks of the bundle's model on a labelled table, at ``rho`` (default: the plan's)."""
+    rho = bundle.rho if rho is None else rho
+    if rho is None:
+        raise ConfigError("the model bundle's plan names no objective rho; pass --rho, e.g. --rho 0.3")
+    features, labels = encode_table(bundle, table, source)
+    if labels is None:
+        raise ConfigError(
+            f"{source} has no label column, so there is nothing to evaluate against; "
+            "add the label column, or use `fedfair predict` for unlabelled rows"
+        )
+    model = bundle.build_model()
+    data = ClientData(source, torch.as_tensor(features), torch.as_tensor(labels))
+    result = evaluate(model, flat_parameters(model), data)
+    return group_risk_report(result.losses, result.correct, rho)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    bundle = load_bundle(args.model)
+    frame = predictions(bundle, read_table(args.data), str(args.data))
+    atomic_write(args.out, lambda stream: frame.to_csv(stream, index=False))
+    print(f"wrote {len(frame)} predictions to {args.out}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    bundle = load_bundle(args.model)
+    table = read_table(args.data)
+    report = evaluate_table(bundle, table, str(args.data), args.rho)
+    if args.json:
+        print(json.dumps({"rows": len(table), **report.to_dict()}))
+        return 0
+    print(f"{len(table)} rows of {args.data}, rho = {report.rho:g}")
+    print(f"  worst-group risk  {report.worst_risk:.6f}  (mean loss of the worst {report.rho:.0%} of rows)")
+    print(f"  mean risk         {report.mean_risk:.6f}")
+    print(f"  disparity         {report.disparity:.6f}  (worst minus best group risk)")
+    print(f"  accuracy          {report.accuracy:.6f}")
+    return 0
