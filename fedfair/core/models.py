@@ -1,15 +1,22 @@
-"""Models: logistic regression, a one-hidden-layer MLP (512 units), a small CNN.
+"""Models: logistic regression, a one-hidden-layer MLP (512 units), a small CNN, or the user's own.
 
-All are built only from layers DP-SGD can compute per-sample gradients for
+The built-in models use only layers DP-SGD can compute per-sample gradients for
 (Linear, Conv2d, ReLU, pooling), so the same models serve the private path.
 Binary tasks use one logit (true logistic regression, a unique optimum for the
 convex reference solver); multi-class tasks use one logit per class.
+
+An institution's own architecture comes from a factory named "package.module:function"
+(:func:`load_factory`, :func:`build_from_factory`), built under the same seed on every
+party so that all start from the same theta_0.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -19,6 +26,11 @@ from fedfair.core.config import MODEL_NAMES
 from fedfair.core.errors import ConfigError
 
 MLP_HIDDEN_UNITS = 512
+
+FACTORY_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+"""A model factory's path: a module's dotted name, a colon, the function's (possibly dotted) name."""
+
+Built = TypeVar("Built")
 
 
 def output_units(num_classes: int) -> int:
@@ -62,6 +74,20 @@ class SmallCNN(nn.Module):
         return logits
 
 
+def seeded(build: Callable[[], Built], seed: int) -> Built:
+    """Call `build` with torch's generator seeded by `seed`, leaving the caller's generator as it was.
+
+    Every party builds its initial model this way, so all start from the same theta_0
+    without anyone's other random draws shifting.
+    """
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return build()
+    finally:
+        torch.random.set_rng_state(generator_state)
+
+
 def build_model(
     name: str,
     num_features: int,
@@ -77,30 +103,81 @@ def build_model(
     breaking, and a zero start makes runs comparable across methods).
     """
     outputs = output_units(num_classes)
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        model: nn.Module
+
+    def build() -> nn.Module:
         if name == "logreg":
             linear = nn.Linear(num_features, outputs)
             nn.init.zeros_(linear.weight)
             nn.init.zeros_(linear.bias)
-            model = linear
-        elif name == "mlp":
-            model = nn.Sequential(
+            return linear
+        if name == "mlp":
+            return nn.Sequential(
                 nn.Linear(num_features, MLP_HIDDEN_UNITS), nn.ReLU(), nn.Linear(MLP_HIDDEN_UNITS, outputs)
             )
-        elif name == "cnn":
+        if name == "cnn":
             if image_shape is None or len(image_shape) != 3 or math.prod(image_shape) != num_features:
                 raise ConfigError(
                     "the cnn model needs image data (e.g. --dataset mnist); use --model logreg or mlp for tables"
                 )
-            model = SmallCNN(image_shape, outputs)
-        else:
-            raise ConfigError(f"unknown model '{name}'; choose one of: {', '.join(MODEL_NAMES)}")
-    finally:
-        torch.random.set_rng_state(generator_state)
-    return model.to(dtype)
+            return SmallCNN(image_shape, outputs)
+        raise ConfigError(f"unknown model '{name}'; choose one of: {', '.join(MODEL_NAMES)}")
+
+    return seeded(build, seed).to(dtype)
+
+
+def load_factory(path: str) -> Callable[..., nn.Module]:
+    """The model factory named "package.module:function", imported from this Python environment.
+
+    The factory is trusted code: it runs with this process's rights, which is why a plan
+    can only name a function that each party has installed itself, never ship one.
+    """
+    if not FACTORY_PATH.fullmatch(path):
+        raise ConfigError(
+            f"model factory '{path}' is not of the form 'package.module:function'; "
+            "write the module's import name, a colon and the function, e.g. 'mymodels.tabular:build'"
+        )
+    module_name, attribute = path.split(":")
+    try:
+        found: object = importlib.import_module(module_name)
+    except ModuleNotFoundError as missing:
+        needed = missing.name or module_name
+        inside = "" if module_name.startswith(needed) else f" (it imports '{needed}')"
+        raise ConfigError(
+            f"model factory '{path}': module '{needed}' is not installed in this Python environment{inside}; "
+            "every party of the federation (the aggregator and each collaborator) must install the package "
+            "that provides the model, e.g. `pip install <your-model-package>`"
+        ) from None
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise ConfigError(
+                f"model factory '{path}': module '{module_name}' has no '{attribute}'; "
+                "check the function's name, or install the package version that defines it on every party"
+            )
+        found = getattr(found, part)
+    if not callable(found):
+        raise ConfigError(
+            f"model factory '{path}' names an object of type {type(found).__name__}, not a function; name a callable"
+        )
+    factory: Callable[..., nn.Module] = found
+    return factory
+
+
+def build_from_factory(path: str, arguments: Mapping[str, Any], *, seed: int = 0) -> nn.Module:
+    """`path`'s factory called with `arguments` under `seed` (the plan's): the same theta_0 on every party."""
+    factory = load_factory(path)
+    return trainable_module(seeded(lambda: factory(**arguments), seed), f"model factory '{path}'")
+
+
+def trainable_module(model: object, origin: str) -> nn.Module:
+    """`model` itself once it is an nn.Module with parameters; else a ConfigError naming `origin`."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"{origin} returned a {type(model).__name__}, not a torch.nn.Module; "
+            "make it return the model (an nn.Module instance)"
+        )
+    if not any(True for _ in model.parameters()):
+        raise ConfigError(f"{origin} returned a model without parameters; there is nothing to train")
+    return model
 
 
 def flat_parameters(model: nn.Module) -> torch.Tensor:

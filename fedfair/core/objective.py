@@ -198,3 +198,53 @@ def rcvar(losses: np.ndarray | torch.Tensor, epsilon: float, rho: float) -> floa
     """Exact RCVaR of a loss vector: (1 - eps) * CVaR_rho + eps * mean."""
     mean = float(np.mean(_as_sorted_desc(losses)))
     return (1.0 - epsilon) * cvar(losses, rho) + epsilon * mean
+
+
+class RCVaRLoss(nn.Module):
+    """Smoothed RCVaR as a loss for any PyTorch training loop: per-sample losses in, one scalar out.
+
+    The threshold c is this module's parameter (held by an :class:`RCVaRThreshold`, the
+    head FedSRCVaR trains), so an optimizer over ``[*model.parameters(), *loss.parameters()]``
+    minimises the objective jointly in (theta, c), exactly as Algorithm 1 does::
+
+        criterion = RCVaRLoss(rho=0.2, epsilon=0.1)
+        optimizer = torch.optim.SGD([*model.parameters(), *criterion.parameters()], lr=0.1)
+        loss = criterion(F.cross_entropy(model(x), y, reduction="none"))
+        loss.backward(); optimizer.step(); criterion.project()
+
+    The defaults are those of :class:`~fedfair.core.config.ObjectiveConfig`, which checks them.
+    """
+
+    def __init__(
+        self,
+        rho: float = ObjectiveConfig.rho,
+        epsilon: float = ObjectiveConfig.epsilon,
+        *,
+        gamma: float = ObjectiveConfig.gamma,
+        smooth: str = ObjectiveConfig.smooth,
+        bound: float = ObjectiveConfig.bound,
+        c: float | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        self.config = ObjectiveConfig(epsilon=epsilon, rho=rho, gamma=gamma, smooth=smooth, bound=bound)
+        self.head = RCVaRThreshold(self.config, c=c, dtype=dtype)
+
+    @property
+    def threshold(self) -> float:
+        """The current threshold c: at the optimum, the loss level above which the worst rho-fraction lies."""
+        return float(self.head.c.detach())
+
+    def forward(self, losses: torch.Tensor) -> torch.Tensor:
+        """The mean of f_smooth(theta, c; z) over the batch, given each sample's loss l(theta; z)."""
+        if losses.dim() != 1:
+            raise ConfigError(
+                f"RCVaRLoss needs one loss per sample (a 1-D tensor), got shape {tuple(losses.shape)}; "
+                "compute the loss with reduction='none', e.g. F.cross_entropy(logits, labels, reduction='none')"
+            )
+        per_sample: torch.Tensor = self.head(losses)
+        return per_sample.mean()
+
+    def project(self) -> None:
+        """Project c onto [0, B]; call it after each optimizer step, as Algorithm 1 does."""
+        self.head.project()

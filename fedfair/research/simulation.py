@@ -4,11 +4,16 @@ Runs exactly the code the real processes run: `local.LocalLearner` for each
 collaborator and `server.apply` for the aggregator, summing updates in the clear
 (or, when asked by the caller, through secure aggregation). Fast enough for
 research sweeps over (epsilon, rho) grids.
+
+Besides the built-in models, a caller may bring its own: any function returning an
+`nn.Module` (built under the training seed, so every collaborator starts from the
+same theta_0), any per-sample loss, and each collaborator's data as a tensor pair or
+a DataLoader-like iterable of (features, labels) batches (:func:`federation_from_clients`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +32,13 @@ from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner, RoundTrainer, Update, contributing_updates
-from fedfair.core.models import build_model, flat_parameters
+from fedfair.core.models import (
+    build_model,
+    flat_parameters,
+    load_flat_parameters,
+    seeded,
+    trainable_module,
+)
 from fedfair.core.objective import (
     RCVaRThreshold,
     make_smooth_plus,
@@ -39,6 +50,15 @@ from fedfair.privacy.learner import PrivateLearner
 from fedfair.secagg import EncodingConfig, SecAggConfig, simulate_round
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+ModelFactory = Callable[[], nn.Module]
+"""Builds a fresh model; called under the training seed for the template and for each collaborator."""
+
+PerSampleLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(model outputs, labels) -> one loss per sample, e.g. lambda o, y: F.cross_entropy(o, y, reduction="none")."""
+
+Batches = tuple[torch.Tensor, torch.Tensor] | Iterable[Sequence[torch.Tensor]]
+"""One collaborator's data: a (features, labels) pair, or an iterable of such batches (a DataLoader)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +99,57 @@ def federation_from_arrays(
     train_parts = tuple(wrap(name, arrays) for name, arrays in zip(names, train, strict=True))
     test_parts = tuple(wrap(name, arrays) for name, arrays in zip(names, test, strict=True))
     return Federation(train_parts, test_parts, int(train[0][0].shape[1]), num_classes, image_shape)
+
+
+def client_tensors(name: str, data: Batches) -> ClientData:
+    """A collaborator's data as one pair of tensors: a pair as given, or a loader's batches joined.
+
+    The federation draws its own mini-batches (b_k proportional to n_k, seeded per
+    collaborator, as the real process does), so a loader only delivers the rows once.
+    """
+    features: torch.Tensor
+    labels: torch.Tensor
+    if isinstance(data, tuple) and len(data) == 2 and all(isinstance(part, torch.Tensor) for part in data):
+        features, labels = torch.as_tensor(data[0]), torch.as_tensor(data[1])
+    else:
+        feature_parts: list[torch.Tensor] = []
+        label_parts: list[torch.Tensor] = []
+        for batch in data:
+            if len(batch) != 2:
+                raise ConfigError(
+                    f"client '{name}': a data batch has {len(batch)} parts; yield (features, labels) pairs"
+                )
+            feature_parts.append(torch.as_tensor(batch[0]))
+            label_parts.append(torch.as_tensor(batch[1]))
+        if not feature_parts:
+            raise ConfigError(f"client '{name}' has no data; give every client at least one batch")
+        features, labels = torch.cat(feature_parts), torch.cat(label_parts)
+    if features.dim() < 2 or features.shape[0] != labels.shape[0]:
+        raise ConfigError(
+            f"client '{name}': features {tuple(features.shape)} and labels {tuple(labels.shape)} must have one row "
+            "per sample (features [n, ...], labels [n])"
+        )
+    return ClientData(name, features, labels)
+
+
+def federation_from_clients(
+    train: Sequence[Batches], test: Sequence[Batches] = (), names: Sequence[str] | None = None
+) -> Federation:
+    """A Federation of the caller's own tensors or loaders, one entry per collaborator.
+
+    Class labels (integers) give num_classes = largest label + 1, which only the built-in
+    models use; a model factory decides its own outputs.
+    """
+    if not train:
+        raise ConfigError("no clients given; pass one (features, labels) pair or loader per collaborator")
+    names = list(names) if names is not None else [f"client-{index}" for index in range(len(train))]
+    if len(names) != len(train) or (test and len(test) != len(train)):
+        raise ConfigError(f"{len(train)} clients need as many names and held-out sets; got {len(names)} and {len(test)}")
+    train_parts = tuple(client_tensors(name, data) for name, data in zip(names, train))
+    test_parts = tuple(client_tensors(name, data) for name, data in zip(names, test))
+    labels = torch.cat([part.labels for part in train_parts])
+    num_classes = int(labels.max()) + 1 if not labels.is_floating_point() else 1
+    return Federation(train_parts, test_parts, int(train_parts[0].features[0].numel()), num_classes)
 
 
 @dataclass(frozen=True)
@@ -125,15 +196,58 @@ class TrainingConfig:
         return int(self.average_from * self.rounds)
 
 
+class CustomLossLearner(LocalLearner):
+    """A LocalLearner whose per-sample loss is the caller's, not the built-in cross-entropy."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        features: torch.Tensor,
+        labels: torch.Tensor,
+        batch_size: int,
+        config: LocalConfig,
+        *,
+        loss: PerSampleLoss,
+        threshold: RCVaRThreshold | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(model, features, labels, batch_size, config, threshold=threshold, seed=seed)
+        self.loss = loss
+
+    def objective(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        losses = checked_losses(self.loss(self.model(features), labels), features.shape[0])
+        return losses if self.threshold is None else self.threshold(losses)
+
+
+def checked_losses(losses: torch.Tensor, samples: int) -> torch.Tensor:
+    """The loss function's output, once it is one loss per sample (RCVaR needs each sample's loss)."""
+    if losses.shape != (samples,):
+        raise ConfigError(
+            f"the loss returned shape {tuple(losses.shape)} for a batch of {samples}; it must return one loss "
+            "per sample, e.g. F.cross_entropy(outputs, labels, reduction='none')"
+        )
+    return losses
+
+
 def make_learners(
     federation: Federation,
     training: TrainingConfig,
     objective: ObjectiveConfig | None,
+    *,
+    model_factory: ModelFactory | None = None,
+    loss: PerSampleLoss | None = None,
 ) -> tuple[nn.Module, list[LocalLearner]]:
-    """A template model and one LocalLearner per collaborator, each with its own seeded sampler."""
+    """A template model and one LocalLearner per collaborator, each with its own seeded sampler.
+
+    The model is `training.model` (built in) unless `model_factory` is given; the loss is
+    cross-entropy unless `loss` is.
+    """
     device = device_for(training.device)
 
     def fresh_model() -> nn.Module:
+        if model_factory is not None:
+            model = trainable_module(seeded(model_factory, training.seed), "the model factory")
+            return model.to(device, training.torch_dtype)
         return build_model(
             training.model,
             federation.num_features,
@@ -153,17 +267,24 @@ def make_learners(
         threshold = None
         if objective is not None:
             threshold = RCVaRThreshold(objective, dtype=training.torch_dtype).to(device)
-        learners.append(
-            LocalLearner(
-                fresh_model(),
+        seed = client_seed(training.seed, index)
+        model = fresh_model()
+        if loss is None:
+            learner = LocalLearner(
+                model, client.features, client.labels, batch_size, training.local, threshold=threshold, seed=seed
+            )
+        else:
+            learner = CustomLossLearner(
+                model,
                 client.features,
                 client.labels,
                 batch_size,
                 training.local,
+                loss=loss,
                 threshold=threshold,
-                seed=client_seed(training.seed, index),
+                seed=seed,
             )
-        )
+        learners.append(learner)
     return fresh_model(), learners
 
 
@@ -238,14 +359,17 @@ def run_rounds(
     aggregate: Callable[[list[Update]], server.Aggregate] = server.Aggregate.of,
     on_round: RoundCallback | None = None,
     privacy: PrivacyConfig | None = None,
+    model_factory: ModelFactory | None = None,
+    loss: PerSampleLoss | None = None,
 ) -> SimulationResult:
     """Algorithm 1 over the federation; objective None runs the same loop on the mean loss (FedAvg).
 
     `aggregate` turns the round's updates into sums; the default adds them in the
     clear, secure aggregation substitutes its masked sum. With `privacy` enabled every
     collaborator trains with DP-SGD and stops contributing once its budget is spent.
+    `model_factory` and `loss` replace the built-in model and cross-entropy (make_learners).
     """
-    template, learners = make_learners(federation, training, objective)
+    template, learners = make_learners(federation, training, objective, model_factory=model_factory, loss=loss)
     trainers: list[RoundTrainer] = list(learners)
     if privacy is not None and privacy.enabled:
         trainers = [
@@ -262,24 +386,43 @@ def run_rounds(
         if on_round is not None:
             on_round(state)
         if pooled is not None and (state.round % training.record_every == 0 or state.round == training.rounds):
-            history.append(round_record(template, state, pooled, objective))
+            history.append(round_record(template, state, pooled, objective, loss))
     reports = {trainer.name: trainer.report().to_dict() for trainer in trainers if isinstance(trainer, PrivateLearner)}
     return SimulationResult(state=state, model=template, history=history, privacy=reports)
 
 
 def round_record(
-    model: nn.Module, state: server.ServerState, pooled: ClientData, objective: ObjectiveConfig | None
+    model: nn.Module,
+    state: server.ServerState,
+    pooled: ClientData,
+    objective: ObjectiveConfig | None,
+    loss: PerSampleLoss | None = None,
 ) -> dict[str, float]:
-    """Training objective of the last and averaged iterates at this round."""
+    """Training objective of the last and averaged iterates at this round (under `loss` when given)."""
     record: dict[str, float] = {"round": state.round, "c": state.c, "c_average": state.c_average}
     for label, theta, c in (("last", state.theta, state.c), ("average", state.theta_average, state.c_average)):
-        losses = evaluate(model, theta, pooled).losses
+        losses = evaluate(model, theta, pooled).losses if loss is None else sample_losses(model, theta, pooled, loss)
         record[f"mean_loss_{label}"] = float(losses.mean())
         if objective is not None:
             exact, smooth = training_objectives(losses, c, objective)
             record[f"train_objective_{label}"] = exact
             record[f"train_objective_smooth_{label}"] = smooth
     return record
+
+
+@torch.no_grad()
+def sample_losses(
+    model: nn.Module, theta: torch.Tensor, data: ClientData, loss: PerSampleLoss, chunk: int = 65536
+) -> np.ndarray:
+    """Each sample's loss under the caller's loss function at parameters theta (float64)."""
+    parameter = next(model.parameters())
+    load_flat_parameters(model, theta.to(parameter.device, parameter.dtype))
+    parts = []
+    for start in range(0, data.size, chunk):
+        features = data.features[start : start + chunk].to(parameter.device, parameter.dtype)
+        labels = data.labels[start : start + chunk].to(parameter.device)
+        parts.append(checked_losses(loss(model(features), labels), features.shape[0]).double().cpu())
+    return torch.cat(parts).numpy()
 
 
 def run_fedsrcvar(
@@ -290,7 +433,18 @@ def run_fedsrcvar(
     aggregate: Callable[[list[Update]], server.Aggregate] = server.Aggregate.of,
     on_round: RoundCallback | None = None,
     privacy: PrivacyConfig | None = None,
+    model_factory: ModelFactory | None = None,
+    loss: PerSampleLoss | None = None,
 ) -> SimulationResult:
     """FedSRCVaR (Algorithm 1): local steps on smoothed RCVaR, weighted averaging, c projected."""
-    return run_rounds(federation, training, objective, aggregate=aggregate, on_round=on_round, privacy=privacy)
+    return run_rounds(
+        federation,
+        training,
+        objective,
+        aggregate=aggregate,
+        on_round=on_round,
+        privacy=privacy,
+        model_factory=model_factory,
+        loss=loss,
+    )
 

@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 
 from fedfair.core.config import ObjectiveConfig
 from fedfair.core.errors import ConfigError
+from fedfair.core.models import per_sample_loss
 from fedfair.core.objective import (
     SMOOTH_PLUS_FUNCTIONS,
+    RCVaRLoss,
     RCVaRThreshold,
     cvar,
     cvar_threshold,
@@ -166,3 +168,67 @@ def test_invalid_objective_settings_are_refused(kwargs: dict, fragment: str) -> 
 def test_cvar_is_monotone_in_rho(losses: list[float]) -> None:
     values = [cvar(losses, rho) for rho in (0.1, 0.3, 0.6, 1.0)]
     assert all(a >= b - 1e-12 for a, b in itertools.pairwise(values))
+
+
+@pytest.mark.parametrize("name", sorted(SMOOTH_PLUS_FUNCTIONS))
+def test_rcvar_loss_has_the_core_objectives_gradient_in_theta_and_c(name: str) -> None:
+    """The loss module is the per-sample objective FedSRCVaR trains, averaged: same value, same gradient."""
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(64, 5, generator=generator, dtype=torch.float64)
+    labels = torch.randint(0, 3, (64,), generator=generator)
+    model = torch.nn.Linear(5, 3).double()
+    criterion = RCVaRLoss(rho=0.2, epsilon=0.3, gamma=0.1, smooth=name, bound=4.0, c=0.9, dtype=torch.float64)
+    assert [parameter is criterion.head.c for parameter in criterion.parameters()] == [True]
+
+    value = criterion(per_sample_loss(model(features), labels))
+    grads = torch.autograd.grad(value, [*model.parameters(), criterion.head.c])
+
+    c = torch.tensor(0.9, dtype=torch.float64, requires_grad=True)
+    smooth = make_smooth_plus(name, 0.1)
+    expected = smoothed_rcvar_per_sample(per_sample_loss(model(features), labels), c, 0.3, 0.2, smooth).mean()
+    expected_grads = torch.autograd.grad(expected, [*model.parameters(), c])
+
+    assert abs(float(value.detach()) - float(expected.detach())) <= 1e-12
+    for got, want in zip(grads, expected_grads, strict=True):
+        assert torch.allclose(got, want, rtol=0.0, atol=1e-12)
+    assert float(expected_grads[-1]) != 0.0, "the test needs c off its optimum"
+
+
+def test_minimising_the_rcvar_loss_over_c_alone_reaches_the_exact_rcvar_within_the_smoothing_bound() -> None:
+    """With theta fixed, min over c of the smoothed objective lies in [RCVaR, RCVaR + (1 - eps) * gap / rho]."""
+    losses = torch.from_numpy(np.random.default_rng(1).exponential(1.0, size=500))
+    epsilon, rho, gamma = 0.1, 0.2, 0.05
+    criterion = RCVaRLoss(rho=rho, epsilon=epsilon, gamma=gamma, bound=10.0, dtype=torch.float64)
+    assert criterion.threshold == 10.0, "c starts at the bound B"
+    # 1 / L in the c-direction: softrelu's curvature is 1 / (4 gamma), so f is ((1 - eps) / (4 rho gamma))-smooth.
+    optimizer = torch.optim.SGD(criterion.parameters(), lr=4.0 * rho * gamma / (1.0 - epsilon))
+    for _ in range(500):
+        optimizer.zero_grad()
+        criterion(losses).backward()
+        optimizer.step()
+        criterion.project()
+    with torch.no_grad():
+        reached = float(criterion(losses))
+    exact = rcvar(losses, epsilon, rho)
+    smoothing_bound = (1.0 - epsilon) * make_smooth_plus("softrelu", gamma).max_gap / rho
+    assert exact <= reached <= exact + smoothing_bound
+    # It is the minimum, not just within the bound: no better than at the exact problem's minimiser.
+    at_exact_minimiser = RCVaRLoss(
+        rho=rho, epsilon=epsilon, gamma=gamma, c=cvar_threshold(losses, rho), dtype=torch.float64
+    )(losses)
+    assert reached <= float(at_exact_minimiser.detach()) + 1e-9
+    assert 0.0 < criterion.threshold < 10.0
+
+
+def test_rcvar_loss_projects_c_and_refuses_averaged_losses() -> None:
+    criterion = RCVaRLoss(bound=2.0, c=-1.0)
+    criterion.project()
+    assert criterion.threshold == 0.0
+    with torch.no_grad():
+        criterion.head.c.fill_(5.0)
+    criterion.project()
+    assert criterion.threshold == 2.0
+    with pytest.raises(ConfigError, match="reduction='none'"):
+        criterion(torch.tensor(0.5))
+    with pytest.raises(ConfigError, match="rho must be in"):
+        RCVaRLoss(rho=0.0)

@@ -128,3 +128,63 @@ def test_secure_aggregation_in_process_matches_the_plain_sum(small_adult_federat
     assert len(secure.error_bounds) == 8 and 0 < bound < 1e-4
     assert float((masked.theta - plain.theta).abs().max()) <= bound
     assert abs(masked.c - plain.c) <= bound
+
+
+def test_a_model_factory_and_a_loss_function_follow_the_built_in_path_bit_for_bit(
+    small_adult_federation: Federation,
+) -> None:
+    """The built-in MLP, passed as the caller's own factory and loss, trains to the very same bits."""
+    from torch import nn
+
+    from fedfair.core.models import MLP_HIDDEN_UNITS
+    from fedfair.research.simulation import run_rounds
+
+    features = small_adult_federation.num_features
+
+    def own_mlp() -> nn.Module:
+        return nn.Sequential(nn.Linear(features, MLP_HIDDEN_UNITS), nn.ReLU(), nn.Linear(MLP_HIDDEN_UNITS, 1))
+
+    objective = ObjectiveConfig()
+    training = TrainingConfig(model="mlp", rounds=4, batch_size=64, local=LocalConfig(local_steps=2), record_every=2)
+    built_in = run_rounds(small_adult_federation, training, objective)
+    own = run_rounds(small_adult_federation, training, objective, model_factory=own_mlp, loss=per_sample_loss)
+    assert torch.equal(built_in.state.theta, own.state.theta) and built_in.state.c == own.state.c
+    assert built_in.history == own.history and len(own.history) == 2
+
+
+def test_a_loss_that_averages_the_batch_is_refused(small_adult_federation: Federation) -> None:
+    from torch.nn import functional
+
+    from fedfair.research.simulation import run_rounds
+
+    def mean_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return functional.binary_cross_entropy_with_logits(logits.squeeze(-1), labels.to(logits.dtype))
+
+    with pytest.raises(ConfigError, match=r"returned shape \(\) for a batch of \d+; .* reduction='none'"):
+        run_rounds(small_adult_federation, TrainingConfig(rounds=1, batch_size=64), ObjectiveConfig(), loss=mean_loss)
+
+
+def test_clients_given_as_loaders_or_tensor_pairs_make_the_same_federation(small_adult_federation: Federation) -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from fedfair.research.simulation import federation_from_clients
+
+    pairs = [(client.features, client.labels) for client in small_adult_federation.train]
+    loaders = [DataLoader(TensorDataset(*pair), batch_size=100) for pair in pairs]
+    from_pairs = federation_from_clients(pairs)
+    from_loaders = federation_from_clients(loaders, names=["a", "b", "c"])
+    assert [client.name for client in from_loaders.train] == ["a", "b", "c"]
+    assert from_pairs.num_features == small_adult_federation.num_features and from_pairs.num_classes == 2
+    for mine, theirs, original in zip(from_pairs.train, from_loaders.train, small_adult_federation.train, strict=True):
+        assert torch.equal(mine.features, theirs.features) and torch.equal(mine.labels, original.labels)
+    training = TrainingConfig(rounds=5, batch_size=64)
+    assert torch.equal(
+        run_fedsrcvar(from_loaders, ObjectiveConfig(), training).state.theta,
+        run_fedsrcvar(small_adult_federation, ObjectiveConfig(), training).state.theta,
+    )
+    with pytest.raises(ConfigError, match="one row per sample"):
+        federation_from_clients([(pairs[0][0], pairs[0][1][:-1])])
+    with pytest.raises(ConfigError, match="yield \\(features, labels\\) pairs"):
+        federation_from_clients([[(pairs[0][0], pairs[0][1], pairs[0][1])]])
+    with pytest.raises(ConfigError, match="has no data"):
+        federation_from_clients([[]])
