@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
+from fedfair.datasets.schema import Schema
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.runtime.manifest import (
@@ -147,7 +148,11 @@ def load_aggregator_plan(
 
 def _plain(settings: LearningSettings) -> dict[str, Any]:
     """The learning sections as JSON values (tuples as lists)."""
-    sections = {name: dataclasses.asdict(section) for name, section in settings.learning_sections().items()}
+    sections = {
+        name: section.to_mapping() if isinstance(section, Schema) else dataclasses.asdict(section)
+        for name, section in settings.learning_sections().items()
+        if section is not None
+    }
     loaded: dict[str, Any] = json.loads(json.dumps(sections))
     return loaded
 

@@ -27,6 +27,7 @@ from fedfair.core.config import (
     ObjectiveConfig,
 )
 from fedfair.core.errors import ConfigError
+from fedfair.datasets.schema import STATISTICS_MAX_SITES, Schema
 from fedfair.fairness import sums
 from fedfair.runtime.toml_tables import Table, field_names
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
@@ -41,18 +42,30 @@ ADULT_FEATURES = 107
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """Which model (fedfair.core.models.build_model) and its input/output sizes."""
+    """Which model, and the data's input/output sizes every collaborator's table must have.
+
+    A built-in model is `name` (fedfair.core.models.build_model). An institution's own
+    architecture is `factory`, "package.module:function", called with `arguments` (a
+    table of JSON values) under the plan's seed; `name` then repeats the factory's path,
+    so that it always names the architecture. Every party must have that package
+    installed; the aggregator builds the model only to learn its parameter shapes.
+    """
 
     name: str = "logreg"
     features: int = ADULT_FEATURES
     classes: int = 2
     image_shape: tuple[int, ...] | None = None
+    factory: str | None = None
+    # Left out of the hash: a table is not hashable, and equal settings still compare equal.
+    arguments: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def build(self, seed: int = 0) -> nn.Module:
         """The model with `seed`'s initial weights (the plan's seed gives every side the same theta_0)."""
         # Imported here: reading a plan must not need torch, only building its model does.
-        from fedfair.core.models import build_model
+        from fedfair.core.models import build_from_factory, build_model
 
+        if self.factory is not None:
+            return build_from_factory(self.factory, self.arguments, seed=seed)
         return build_model(self.name, self.features, self.classes, image_shape=self.image_shape, seed=seed)
 
 
@@ -155,9 +168,14 @@ class LearningSettings:
     secure_aggregation: SecureAggregationSettings
     quorum: QuorumSettings
     evaluation: EvaluationSettings
+    schema: Schema | None
+    """The federation's table ([schema]): columns, categories, missing values. With one, every
+    collaborator encodes its own table with statistics of all tables together (fedfair.runtime.
+    preprocessing) and the model's input size is the encoder's; without one, collaborators bring
+    data already encoded to the plan's [model] features."""
 
     def learning_sections(self) -> dict[str, Any]:
-        """The six sections by name (to build a plan from them, or to share them)."""
+        """The sections by name (to build a plan from them, or to share them); schema may be None."""
         return {name: getattr(self, name) for name in LEARNING_SECTIONS}
 
 
@@ -186,7 +204,25 @@ def _objective(source: str, data: Mapping[str, object]) -> ObjectiveConfig:
 def _model(source: str, data: Mapping[str, object]) -> ModelSettings:
     t = Table.of(source, data, "model", field_names(ModelSettings))
     d = ModelSettings()
-    name = t.string("name", d.name, choices=MODEL_NAMES)
+    factory: str | None = None
+    arguments: dict[str, Any] = {}
+    if t.given("factory"):
+        # Its form and presence are checked where it is imported (fedfair.core.models.load_factory), which
+        # the aggregator does on start: reading a plan needs no torch and runs no user code.
+        factory = t.string("factory", expected='"package.module:function", e.g. "mymodels:build"')
+        # Shared settings repeat the factory as the name; a plan may leave the name out.
+        name = t.string("name", factory)
+        if name != factory:
+            t.fail(
+                f'[model] names both name = "{name}" and factory = "{factory}"; keep one: '
+                "name for a built-in model, factory for your own"
+            )
+        if t.given("arguments"):
+            arguments = _json_table(t, "arguments")
+    else:
+        name = t.string("name", d.name, choices=MODEL_NAMES)
+        if t.given("arguments") and t.data["arguments"] != {}:
+            t.fail('[model] arguments apply to a model factory only; add factory = "package.module:function" or drop them')
     features = t.integer("features", d.features, low=1)
     classes = t.integer("classes", d.classes, low=2)
     shape: tuple[int, ...] | None = None
@@ -201,11 +237,34 @@ def _model(source: str, data: Mapping[str, object]) -> ModelSettings:
             )
     if name == "cnn" and shape is None:
         t.fail('[model] name = "cnn" needs image_shape = [channels, height, width]; add it or use "logreg" / "mlp"')
-    return ModelSettings(name=name, features=features, classes=classes, image_shape=shape)
+    return ModelSettings(
+        name=name, features=features, classes=classes, image_shape=shape, factory=factory, arguments=arguments
+    )
 
 
 def _positive_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _json_value(value: object) -> bool:
+    """Whether `value` survives the trip to JSON and back unchanged (what every party receives)."""
+    if isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_json_value(item) for item in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(key, str) and _json_value(item) for key, item in value.items())
+    return False
+
+
+def _json_table(t: Table, key: str) -> dict[str, Any]:
+    """A table of JSON values (strings, numbers, booleans, lists, tables): a factory's keyword arguments."""
+    value = t.data[key]
+    if not isinstance(value, Mapping) or not _json_value(value):
+        t.bad(key, value, "a table of strings, finite numbers, booleans, lists and tables, e.g. { hidden = 64 }")
+    return dict(value)
 
 
 def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
@@ -338,6 +397,7 @@ def _evaluation(source: str, data: Mapping[str, object]) -> EvaluationSettings:
 def read_learning(source: str, data: Mapping[str, object], collaborators: int) -> LearningSettings:
     """The learning sections of a plan (or of shared settings) for a federation of `collaborators`."""
     secagg = _secure_aggregation(source, data, collaborators)
+    schema = _schema(source, data, collaborators)
     return LearningSettings(
         objective=_objective(source, data),
         model=_model(source, data),
@@ -345,4 +405,26 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         secure_aggregation=secagg,
         quorum=_quorum(source, data, collaborators, secagg),
         evaluation=_evaluation(source, data),
+        schema=schema,
     )
+
+
+def _schema(source: str, data: Mapping[str, object], collaborators: int) -> Schema | None:
+    """The plan's [schema], or None; with one, [model] features is the encoder's and may not be set."""
+    section = data.get("schema")
+    if section is None:
+        return None
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{source}: [schema] must be a table; see `fedfair data schema --help` to draft one")
+    model = data.get("model")
+    if isinstance(model, Mapping) and "features" in model:
+        raise ConfigError(
+            f"{source}: [model] features is set but the plan has a [schema], which decides the model's input "
+            "size (numbers and one-hot categories); remove features from [model]"
+        )
+    if collaborators > STATISTICS_MAX_SITES:
+        raise ConfigError(
+            f"{source}: a plan with a [schema] allows at most {STATISTICS_MAX_SITES} collaborators (the "
+            f"statistics sum must stay exact), got {collaborators}; remove [schema] and encode the data beforehand"
+        )
+    return Schema.from_mapping(section, source)

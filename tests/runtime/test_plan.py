@@ -10,9 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
+from fedfair.core.models import flat_parameters
 from fedfair.fairness import sums
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime import plan
@@ -23,6 +26,19 @@ from fedfair.secagg import EncodingConfig
 REPOSITORY = Path(__file__).resolve().parents[2]
 PLAN_TEMPLATE = REPOSITORY / "aggregator" / "plan.toml"
 CONFIG_TEMPLATE = REPOSITORY / "collaborator" / "collaborator.toml"
+
+
+FACTORY = "tests.runtime.test_plan:two_layer_network"
+"""A model factory the plans below name: this module's function, importable wherever the tests run."""
+
+
+def two_layer_network(features: int, hidden: int) -> nn.Module:
+    """A user's own architecture, as an institution would ship it in its package."""
+    return nn.Sequential(nn.Linear(features, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+
+def not_a_model() -> str:
+    return "a string, not a model"
 
 
 def template(path: Path) -> dict[str, Any]:
@@ -193,6 +209,13 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         ({"model": {"name": "cnn", "image_shape": [1, 28, 28]}}, r"holds 784 values but features = 107"),
         ({"model": {"name": "resnet"}}, r'name = "resnet" is not known'),
         ({"model": {"classes": 1}}, r"classes must be an integer >= 2"),
+        ({"model": {"factory": FACTORY}}, r'names both name = "logreg" and factory = .*; keep one'),
+        ({"model": {"arguments": {"hidden": 8}}}, r"arguments apply to a model factory only"),
+        ({"model": {"name": ..., "factory": ""}}, r"factory must be \"package.module:function\""),
+        (
+            {"model": {"name": ..., "factory": FACTORY, "arguments": {"hidden": float("nan")}}},
+            r"arguments must be a table of strings, finite numbers",
+        ),
         ({"trainig": {}}, r"unknown section \[trainig\]; did you mean 'training'\?"),
         ({"objective": 3}, r"\[objective\] must be a table"),
     ],
@@ -252,6 +275,41 @@ def test_secure_aggregation_off_relaxes_the_quorum() -> None:
         28,
         28,
     )
+
+
+def test_a_plan_names_its_own_model_factory_and_every_party_builds_the_same_start() -> None:
+    loaded = aggregator_plan(model={"name": ..., "factory": FACTORY, "arguments": {"features": 107, "hidden": 16}})
+    assert loaded.model.factory == FACTORY and loaded.model.name == FACTORY
+    # Collaborators receive the factory and its arguments, never code, and read them back equal.
+    shared = plan.load_shared_settings(plan.shared_settings(loaded))
+    assert shared.model == loaded.model
+    generator = torch.random.get_rng_state()
+    aggregator_side = loaded.model.build(seed=loaded.training.seed)
+    collaborator_side = shared.model.build(seed=loaded.training.seed)
+    assert torch.equal(torch.random.get_rng_state(), generator), "building must not move the caller's generator"
+    assert isinstance(aggregator_side, nn.Sequential) and aggregator_side[0].out_features == 16
+    theta_0 = flat_parameters(aggregator_side)
+    assert theta_0.numel() == 107 * 16 + 16 + 16 + 1
+    assert torch.equal(theta_0, flat_parameters(collaborator_side))
+    assert not torch.equal(theta_0, flat_parameters(loaded.model.build(seed=1)))
+    # A different factory is a different plan: collaborators and checkpoints tell them apart.
+    assert plan.plan_digest(loaded) != plan.plan_digest(aggregator_plan())
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        ("fedfair_no_such_package.models:build", r"module 'fedfair_no_such_package' is not installed .*every party"),
+        ("tests.runtime.test_plan:no_such_function", r"has no 'no_such_function'"),
+        ("tests.runtime.test_plan:not_a_model", r"returned a str, not a torch.nn.Module; make it return the model"),
+        ("tests.runtime.test_plan", r"not of the form 'package.module:function'"),
+    ],
+)
+def test_a_model_factory_that_cannot_build_is_refused_with_the_fix(factory: str, message: str) -> None:
+    loaded = aggregator_plan(model={"name": ..., "factory": factory})
+    with pytest.raises(ConfigError, match=message) as caught:
+        loaded.model.build(seed=0)
+    assert "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -331,11 +389,11 @@ def test_shared_settings_round_trip_without_names_or_paths() -> None:
         plan.load_shared_settings(payload.replace(b'"rho":0.3', b'"rho":3'))
 
 
-TEMPLATE_DIGEST = "bfa1d649d41f854da3575209e55991541a0ca147c8558f71128b12378b54bcb2"
+TEMPLATE_DIGEST = "552a8d3db7a0862b353e9eba4b0a3e6e329a0d1d059dcd3e0de864093f350a4a"
 TEMPLATE_SHARED_SETTINGS = (
     b'{"evaluation":{"every":5,"loss_range":[0.0,3.0],"min_bucket_count":10},'
     b'"federation":{"collaborator_count":3,"id":"fedfair-demo"},'
-    b'"model":{"classes":2,"features":107,"image_shape":null,"name":"logreg"},'
+    b'"model":{"arguments":{},"classes":2,"factory":null,"features":107,"image_shape":null,"name":"logreg"},'
     b'"objective":{"bound":10.0,"epsilon":0.1,"gamma":0.05,"rho":0.3,"smooth":"softrelu"},'
     b'"quorum":{"min_collaborators":2,"round_timeout_seconds":300.0},'
     b'"secure_aggregation":{"clip":10.0,"enabled":true,"fractional_bits":20,"max_colluding":0,'

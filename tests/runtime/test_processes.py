@@ -232,6 +232,43 @@ def test_a_killed_aggregator_resumes_at_the_next_round_with_identical_state(
     assert (final["theta"] - expected.theta).abs().max().item() <= accumulated_bound(log)
 
 
+def test_a_second_aggregator_on_the_same_folder_or_port_fails_at_once_naming_the_first(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """The first waits for its collaborators (no deadline); a second `aggregator start`, fresh or --resume,
+    on its folder is refused by the lock naming its PID; one on its port (another folder) cannot listen.
+
+    Each refusal comes before any serving or writing; what the second process takes is its own
+    start-up (Python and torch imports), which `tests/runtime/aggregator/test_loop.py` leaves out
+    and bounds at 2 s."""
+    workspace = new_workspace(tmp_path, NAMES, training={"rounds": 1})
+    first = processes.aggregator(workspace)
+
+    def second(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            aggregator_command(workspace, *extra),
+            env=child_environment(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    for extra in ((), ("--resume",)):
+        refused = second(*extra)
+        assert refused.returncode == 2, refused.stderr
+        assert (
+            f"fedfair: error: another aggregator (PID {first.process.pid}) is running on {workspace.output} "
+            f"(lock {workspace.output / 'aggregator.lock'}); stop it first, or give this one another output "
+            "folder (--output)"
+        ) in refused.stderr
+    taken = second("--output", str(tmp_path / "elsewhere"))
+    assert taken.returncode == 2 and "cannot listen on 127.0.0.1:" in taken.stderr
+    assert "the port is in use" in taken.stderr
+    assert first.process.poll() is None  # the first never noticed
+    assert not (tmp_path / "elsewhere" / "events.jsonl").exists()
+
+
 # ---------------------------------------------------------------- crash consistency
 
 CRASH_PLAN = {"training": {"rounds": 3}, "evaluation": {"every": 2}, "quorum": {"min_collaborators": 3}}

@@ -57,6 +57,9 @@ TASK_WAIT_SECONDS = 30.0
 """A task stream re-checks that its RPC is alive at least this often; an ended RPC normally
 wakes it at once through the RPC's termination callback (which notifies the board)."""
 
+PROGRESS_SECONDS = 10.0
+"""How often a stage that is still waiting reports its progress to the operator."""
+
 SUMMARY_CHARACTERS = 160
 """How much of an error's text a one-line summary keeps (ASN.1 parse errors run to kilobytes)."""
 
@@ -82,6 +85,17 @@ def error_summary(error: BaseException) -> str:
     if len(reason) > SUMMARY_CHARACTERS:
         reason = reason[: SUMMARY_CHARACTERS - 3] + "..."
     return f"{type(error).__name__}: {reason}" if reason else type(error).__name__
+
+
+@dataclass(frozen=True)
+class StageProgress:
+    """Where an open stage stands: for the operator's periodic progress line."""
+
+    binding: pb.Binding
+    answered: int
+    expected: int
+    waiting_for: tuple[str, ...]
+    seconds_left: float
 
 
 @dataclass
@@ -118,6 +132,7 @@ class Board:
         self._uploading: dict[str, int] = {}
         # The latest task this board (this process) sent each peer: what a reconnecting stream may skip.
         self._delivered: dict[str, Position] = {}
+        self._epsilons: dict[str, float] = {}
 
     # ------------------------------------------------------------ connections
 
@@ -126,7 +141,8 @@ class Board:
             self._streams[peer] = self._streams.get(peer, 0) + 1
             self._changed.notify_all()
 
-    def disconnect(self, peer: str) -> None:
+    def disconnect(self, peer: str) -> bool:
+        """Count a task stream of `peer` as ended; return whether it was the peer's last (it left)."""
         with self._changed:
             left = self._streams.get(peer, 0) - 1
             if left > 0:
@@ -137,17 +153,26 @@ class Board:
                 # lost its round state, so no stage of this round should wait for it.
                 self._departed.add(peer)
             self._changed.notify_all()
+            return left <= 0
 
     def connected(self) -> frozenset[str]:
         """Peers with at least one live task stream."""
         with self._changed:
             return frozenset(self._streams)
 
-    def wait_for_connected(self, count: int, timeout: float) -> frozenset[str]:
-        """Wait until at least `count` peers are connected or `timeout` passes; return who is."""
+    def wait_for_connected(
+        self, count: int, timeout: float, among: Iterable[str] | None = None
+    ) -> frozenset[str]:
+        """Wait until at least `count` peers (of `among`, if given) are connected or `timeout` passes;
+        return who of them is."""
+        eligible = None if among is None else frozenset(among)
+
+        def present() -> frozenset[str]:
+            return frozenset(self._streams) if eligible is None else eligible & self._streams.keys()
+
         with self._changed:
-            self._changed.wait_for(lambda: self._closed or len(self._streams) >= count, timeout=timeout)
-            return frozenset(self._streams)
+            self._changed.wait_for(lambda: self._closed or len(present()) >= count, timeout=timeout)
+            return present()
 
     def wait_until_alone(self, timeout: float) -> None:
         """Wait until no task stream is open (or `timeout` passes)."""
@@ -155,6 +180,22 @@ class Board:
             self._changed.wait_for(lambda: self._closed or not self._streams, timeout=timeout)
 
     # ------------------------------------------------------------ tasks
+
+    @property
+    def round(self) -> int:
+        """The round in progress (0 before the first)."""
+        with self._changed:
+            return self._round
+
+    def record_epsilon(self, peer: str, epsilon: float) -> None:
+        """Keep the epsilon `peer` reported spending (the latest report wins), for the round events."""
+        with self._changed:
+            self._epsilons[peer] = epsilon
+
+    def epsilons(self) -> dict[str, float]:
+        """The epsilon each reporting peer last said it has spent."""
+        with self._changed:
+            return dict(self._epsilons)
 
     def new_round(self, round_number: int) -> None:
         """Forget the previous round's tasks and models: streams send only the current round's."""
@@ -358,25 +399,47 @@ class Board:
             finally:
                 self._changed.notify_all()
 
-    def wait_stage(self) -> None:
-        """Wait until the open stage is settled (see the module's notes) or its deadline passed."""
+    def wait_stage(
+        self, progress: Callable[[StageProgress], None] | None = None, every: float = PROGRESS_SECONDS
+    ) -> None:
+        """Wait until the open stage is settled (see the module's notes) or its deadline passed.
+
+        While it waits, `progress` (if given) is called every `every` seconds, outside the
+        board's lock, with who has answered and who is still awaited.
+        """
         with self._changed:
             stage = self._stage
-            if stage is None:
-                return
+        if stage is None:
+            return
 
-            def settled() -> bool:
-                if self._closed or (stage.ready is not None and stage.ready()):
-                    return True
-                owed = stage.expected - stage.accepted - stage.withdrawn - self._departed
-                return not any(
-                    peer in self._streams and (peer not in stage.refused or peer in self._uploading) for peer in owed
-                )
+        def owed() -> list[str]:
+            # Lock held. The peers still owed an answer that can still give one.
+            pending = stage.expected - stage.accepted - stage.withdrawn - self._departed
+            return sorted(
+                peer
+                for peer in pending
+                if peer in self._streams and (peer not in stage.refused or peer in self._uploading)
+            )
 
-            remaining = stage.deadline - self._clock()
-            while not settled() and remaining > 0:
-                self._changed.wait(timeout=remaining)
+        def settled() -> bool:
+            return self._closed or (stage.ready is not None and stage.ready()) or not owed()
+
+        next_report = self._clock() + every
+        while True:
+            with self._changed:
                 remaining = stage.deadline - self._clock()
+                if settled() or remaining <= 0:
+                    return
+                self._changed.wait(timeout=min(remaining, max(next_report - self._clock(), 0.0)))
+                now = self._clock()
+                if settled() or now >= stage.deadline or now < next_report:
+                    continue
+                snapshot = StageProgress(
+                    stage.binding, len(stage.accepted), len(stage.expected), tuple(owed()), stage.deadline - now
+                )
+            next_report = now + every
+            if progress is not None:
+                progress(snapshot)
 
     def close_stage(self) -> tuple[frozenset[str], int]:
         """Close the open stage; return who uploaded to it and how many bytes arrived."""

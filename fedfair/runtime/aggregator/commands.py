@@ -1,7 +1,8 @@
 """``fedfair aggregator start``: the aggregator's command line.
 
 The flags override the plan's values (``--rounds``, ``--address``, ...) and pass the
-same checks as the file; without ``--plan`` the flags alone make the plan. The
+same checks as the file, but a bad value is blamed on its flag, not on the plan
+file (:func:`check_flags`); without ``--plan`` the flags alone make the plan. The
 process itself is :func:`fedfair.runtime.aggregator.loop.run_aggregator`.
 """
 
@@ -10,12 +11,16 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fedfair.core.errors import ConfigError
+from fedfair.pki import validate_name
+from fedfair.pki.names import FEDERATION_ID_RE
+from fedfair.runtime.aggregator.checkpoint import CHECKPOINT_NAME
 from fedfair.runtime.aggregator.loop import run_aggregator
-from fedfair.runtime.logs import configure_logging
+from fedfair.runtime.logs import LOG_LEVELS, configure_logging
 from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
+from fedfair.runtime.toml_tables import Table, shown
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -39,8 +44,51 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return overrides
 
 
+class _Flag(Table):
+    """The plan's check of one value, with its message blaming the command-line flag."""
+
+    def __init__(self, flag: str, key: str, value: object) -> None:
+        super().__init__("the command line", "", {key: value}, (key,))
+        self.flag = flag
+
+    def bad(self, key: str, value: object, expected: str) -> NoReturn:
+        raise ConfigError(f"{self.flag} must be {expected}, got {shown(value)}; fix the flag")
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Check each plan-overriding flag that was given with the plan's own check for its key, so a
+    bad value is reported against the flag ("--rounds must be an integer >= 1, got -3")."""
+    if args.rounds is not None:
+        _Flag("--rounds", "rounds", args.rounds).integer("rounds", low=1)
+    if args.address is not None:
+        _Flag("--address", "address", args.address).address("address")
+    if args.federation_id is not None:
+        _Flag("--federation-id", "id", args.federation_id).string(
+            "id", pattern=FEDERATION_ID_RE, expected="letters, digits, '.', '_' or '-'"
+        )
+    names = [("--name", args.name)] if args.name is not None else []
+    names += [("--collaborators", name.strip()) for name in (args.collaborators or "").split(",") if name.strip()]
+    for flag, name in names:
+        try:
+            validate_name(name)
+        except ConfigError as error:
+            raise ConfigError(f"{flag}: {error}") from None
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0.0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0 (0: no deadline), got {text!r}")
+    return value
+
+
 def plan_from_args(args: argparse.Namespace) -> AggregatorPlan:
     """The plan file with the flags applied, or (without --plan) a plan from the flags alone."""
+    check_flags(args)
     overrides = _overrides(args)
     if args.plan is None:
         missing = [
@@ -59,12 +107,16 @@ def plan_from_args(args: argparse.Namespace) -> AggregatorPlan:
 
 
 def _start_command(args: argparse.Namespace) -> int:
-    configure_logging()
+    configure_logging(args.log_level, args.log_file)
     plan = plan_from_args(args)
     try:
-        run_aggregator(plan, resume=args.resume)
+        run_aggregator(plan, resume=args.resume, startup_timeout=args.startup_timeout)
     except KeyboardInterrupt:
-        logger.warning("interrupted; the last checkpoint is in %s (continue with --resume)", plan.aggregator.output)
+        output = plan.aggregator.output
+        if (output / CHECKPOINT_NAME).exists():
+            logger.warning("interrupted; the last checkpoint is in %s (continue with --resume)", output)
+        else:
+            logger.warning("interrupted before the first round was checkpointed; start again without --resume")
         return 130
     return 0
 
@@ -83,4 +135,28 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     start.add_argument("--output", help="folder for checkpoints, the round log and the final model")
     start.add_argument("--federation-id", dest="federation_id", help="the federation's id")
     start.add_argument("--name", help="the aggregator's certificate name (default aggregator)")
+    start.add_argument(
+        "--startup-timeout",
+        dest="startup_timeout",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="stop if the quorum of collaborators has not connected this long after start-up "
+        "(default 0: wait for them without a deadline, naming who is missing every 10 s)",
+    )
+    start.add_argument(
+        "--log-level",
+        dest="log_level",
+        choices=LOG_LEVELS,
+        default="INFO",
+        type=str.upper,
+        help="the quietest lines to log (default INFO: connections, refusals, progress, rounds)",
+    )
+    start.add_argument(
+        "--log-file",
+        dest="log_file",
+        type=Path,
+        metavar="PATH",
+        help="also append the log to PATH (events.jsonl in the output folder is the machine-readable stream)",
+    )
     start.set_defaults(handler=_start_command)

@@ -31,13 +31,20 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.runtime.aggregator.board import Board, StageReady, UploadHandler, UploadRefused
+from fedfair.runtime.aggregator.board import (
+    Board,
+    StageProgress,
+    StageReady,
+    UploadHandler,
+    UploadRefused,
+)
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
@@ -57,6 +64,42 @@ logger = logging.getLogger("fedfair.aggregator")
 
 MESSAGE_OVERHEAD_BYTES = 64 << 10
 """Room for headers, keys, signatures and certificates around a stage's vector."""
+
+
+UPLOAD_NOUNS: dict[int, str] = {
+    pb.STAGE_ADVERTISE_KEYS: "key advertisements",
+    pb.STAGE_SHARE_KEYS: "encrypted shares",
+    pb.STAGE_CHECK_SHARES: "share checks",
+    pb.STAGE_MASKED_INPUT: "masked inputs",
+    pb.STAGE_CONSISTENCY: "consistency signatures",
+    pb.STAGE_UNMASK: "unmasking responses",
+    pb.STAGE_EVAL_ADVERTISE_KEYS: "evaluation key advertisements",
+    pb.STAGE_EVAL_SHARE_KEYS: "evaluation encrypted shares",
+    pb.STAGE_EVAL_CHECK_SHARES: "evaluation share checks",
+    pb.STAGE_EVAL_MASKED_INPUT: "masked evaluation sums",
+    pb.STAGE_EVAL_CONSISTENCY: "evaluation consistency signatures",
+    pb.STAGE_EVAL_UNMASK: "evaluation unmasking responses",
+}
+"""What the uploads of each stage are, for the operator's progress line."""
+
+PLAIN_NOUNS: dict[int, str] = {pb.STAGE_MASKED_INPUT: "updates", pb.STAGE_EVAL_MASKED_INPUT: "evaluation sums"}
+"""The same, with secure aggregation off (nothing is masked)."""
+
+
+def log_progress(secure: bool, progress: StageProgress) -> None:
+    """The operator's periodic line for a stage still waiting:
+    'round 4: 2 of 3 masked inputs, waiting for hospital-c, 40 s left'."""
+    stage = progress.binding.stage
+    noun = (None if secure else PLAIN_NOUNS.get(stage)) or UPLOAD_NOUNS.get(stage, pb.Stage.Name(stage))
+    logger.info(
+        "round %d: %d of %d %s, waiting for %s, %.0f s left",
+        progress.binding.round,
+        progress.answered,
+        progress.expected,
+        noun,
+        ", ".join(progress.waiting_for),
+        progress.seconds_left,
+    )
 
 
 class SignedMessage(Protocol):
@@ -210,7 +253,7 @@ class SumDriver:
         self.board.open_stage(
             binding, expected, inputs, handler, max_upload_bytes=max_upload_bytes, timeout=timeout, ready=ready
         )
-        self.board.wait_stage()
+        self.board.wait_stage(partial(log_progress, self.settings.secure))
         self.gate.close()
         uploaded, received = self.board.close_stage()
         if self.board.closed:

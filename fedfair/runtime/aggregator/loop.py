@@ -8,8 +8,21 @@ FedSRCVaR from one thread. The pieces are small and separate:
 - :mod:`fedfair.runtime.aggregator.board`: the state the service shares with the driver;
 - :mod:`fedfair.runtime.aggregator.driver`: one secure (or plain) sum over the network;
 - :mod:`fedfair.runtime.aggregator.checkpoint`: atomic checkpoints, the round log, the final model;
+- :mod:`fedfair.runtime.aggregator.lock`: one aggregator per output folder;
+- :mod:`fedfair.runtime.aggregator.events`: the operator's ``events.jsonl``;
 - :mod:`fedfair.runtime.aggregator.commands`: ``fedfair aggregator start --plan aggregator/plan.toml``;
 - this module: serving, and the round loop (quorum, apply, evaluate, checkpoint, log).
+
+Waiting for collaborators. Before the first round of a process (a fresh start or a
+resume) the aggregator waits for the plan's quorum (``[quorum] min_collaborators``)
+with no deadline, as Flower waits for ``min_available_clients``, naming every
+:data:`WAIT_REPORT_SECONDS` who it still waits for (``--startup-timeout`` bounds this
+wait); once the quorum is there it gives the rest of the plan up to the round timeout
+to join, so a federation starts whole when it can. Each later round waits up to the
+round timeout for the quorum; if it is not there, the process stops with
+:class:`QuorumNotReached`, whose advice depends on whether a checkpoint exists. A
+round that fails once started (a stage timing out, too few survivors) is aborted, the
+model kept, and the next round runs: a timeout never ends the process.
 
 The learning itself is `fedfair.core.server.apply`, unchanged: the aggregator turns the
 decoded sum into a `server.Aggregate` and applies it, exactly as the in-process
@@ -19,6 +32,7 @@ simulation does.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +48,7 @@ from fedfair.core.models import flat_parameters
 from fedfair.fairness import sums
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.checkpoint import (
+    CHECKPOINT_NAME,
     Checkpoint,
     append_round_log,
     export_final_model,
@@ -49,6 +64,8 @@ from fedfair.runtime.aggregator.driver import (
     SumDriver,
     check_decoded_update,
 )
+from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
 from fedfair.runtime.contract import EVALUATION, TRAINING
 from fedfair.runtime.faults import maybe_die
@@ -79,9 +96,15 @@ its connection (a cut cable rather than a killed process) is noticed within seco
 GOODBYE_SECONDS = 10.0
 """How long the aggregator waits for collaborators to read FINISHED before it stops serving."""
 
+WAIT_REPORT_SECONDS = 10.0
+"""How often the aggregator names the collaborators it is waiting for before a round."""
+
+OBJECTIVE_FIGURES = ("worst_risk", "mean_risk", "best_risk", "accuracy")
+"""The federated evaluation's figures a round event carries as its objective estimate."""
+
 
 class QuorumNotReached(FedfairError):
-    """Too few collaborators connected within the round timeout."""
+    """Too few collaborators connected in time (the round timeout, or ``--startup-timeout`` before the first)."""
 
 
 def initial_state(plan: AggregatorPlan) -> server.ServerState:
@@ -105,8 +128,14 @@ class Network:
         self.server.stop(grace=2.0).wait()
 
 
-def serve(plan: AggregatorPlan, digest: str, address: str | None = None) -> Network:
-    """Start the mTLS gRPC server for `plan` (on `address` if given, else the plan's); return it."""
+def serve(
+    plan: AggregatorPlan, digest: str, address: str | None = None, events: EventLog | None = None
+) -> Network:
+    """Start the mTLS gRPC server for `plan` (on `address` if given, else the plan's); return it.
+
+    The port is never shared (no SO_REUSEPORT, see
+    :func:`fedfair.runtime.transport.server_options`): a port already taken fails here, at once.
+    """
     files = TlsFiles.in_folder(plan.aggregator.certs, plan.aggregator.name)
     certified = check_tls_files(files, "aggregator")
     if certified != plan.aggregator.name:
@@ -118,7 +147,9 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None) -> Netw
     board = Board(digest)
     gate = StageGate(plan.federation_id)
     gate.open(0, pb.STAGE_JOIN)
-    servicer = Servicer(board, gate, PeerAuthenticator(ca_certificate, plan.collaborators), shared_settings(plan))
+    servicer = Servicer(
+        board, gate, PeerAuthenticator(ca_certificate, plan.collaborators), shared_settings(plan), events=events
+    )
     grpc_server = federation_server(servicer, len(plan.collaborators), server_options() + SERVER_KEEPALIVE)
     target = address or plan.aggregator.address
     try:
@@ -126,7 +157,11 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None) -> Netw
     except RuntimeError:
         port = 0
     if port == 0:
-        raise ConfigError(f"cannot listen on {target}; the port is taken or the address is not this machine's")
+        raise ConfigError(
+            f"cannot listen on {target}: the port is in use (another aggregator? `ss -ltnp` names the process) "
+            "or the host is not an address of this machine; stop the other process or choose another "
+            "--address"
+        )
     grpc_server.start()
     return Network(grpc_server, port, board, gate, ca_certificate)
 
@@ -134,10 +169,21 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None) -> Netw
 class RoundLoop:
     """The rounds of one federation: quorum, train, apply, evaluate, checkpoint, log."""
 
-    def __init__(self, plan: AggregatorPlan, network: Network, checkpoint: Checkpoint) -> None:
+    def __init__(
+        self,
+        plan: AggregatorPlan,
+        network: Network,
+        checkpoint: Checkpoint,
+        events: EventLog | None = None,
+        *,
+        startup_timeout: float = 0.0,
+    ) -> None:
         self.plan = plan
         self.network = network
         self.checkpoint = checkpoint
+        self.events = events or EventLog(plan.aggregator.output)
+        self.startup_timeout = startup_timeout
+        """Seconds the first round of this process waits for the quorum (0: no deadline)."""
         self.output = plan.aggregator.output
         secure = plan.secure_aggregation
         self.encoding = secure.encoding()
@@ -179,6 +225,7 @@ class RoundLoop:
             record = self.train(round_number, wait_for_everyone=round_number == first)
             if self._evaluation_due(round_number):
                 record["evaluation"] = self.evaluate(round_number)
+            self._round_event(record)
             self.checkpoint = Checkpoint(
                 round_number, self.checkpoint.state, self.checkpoint.plan_digest, self.evaluation
             )
@@ -194,6 +241,7 @@ class RoundLoop:
         }
         export_final_model(self.output, self.checkpoint, summary)
         logger.info("finished %d rounds; final model in %s", rounds, self.output)
+        self.events.emit("finish", rounds=rounds, output=str(self.output))
         self.network.board.finish(make_binding(self.plan.federation_id, rounds, pb.STAGE_EVAL_UNMASK))
         return summary
 
@@ -201,22 +249,117 @@ class RoundLoop:
         every = self.plan.evaluation.every
         return round_number == self.plan.training.rounds or (every > 0 and round_number % every == 0)
 
+    def _round_event(self, record: dict[str, Any]) -> None:
+        """The ``round`` event of a finished (applied or aborted) round: see :mod:`.events`."""
+        evaluation = self.evaluation or {}
+        objective = (
+            {"round": evaluation.get("round"), **{key: evaluation.get(key) for key in OBJECTIVE_FIGURES}}
+            if evaluation.get("status") == "done"
+            else None
+        )
+        self.events.emit(
+            "round",
+            round=record["round"],
+            status=record["status"],
+            participants=record["participants"],
+            contributors=record.get("contributors", []),
+            seconds={**record.get("stage_seconds", {}), "total": record.get("seconds")},
+            bytes=record.get("received_bytes", 0),
+            objective=objective,
+            epsilon=self.network.board.epsilons(),
+        )
+
     def _participants(self, round_number: int, *, wait_for_everyone: bool) -> frozenset[str]:
         """Who takes part: collaborators with a live task stream, at least the quorum of them.
 
-        The first round of a run waits for every collaborator in the plan (up to the round
-        timeout), so a federation starts whole; later rounds start with whoever is there.
+        The first round of a process waits for the quorum under the start-up rules, then for
+        the rest of the plan up to the round timeout (see the module's notes); later rounds
+        wait up to the round timeout for the quorum and start with whoever is there.
         """
-        board, quorum = self.network.board, self.plan.quorum
-        wanted = len(self.plan.collaborators) if wait_for_everyone else quorum.min_collaborators
-        connected = board.wait_for_connected(wanted, quorum.round_timeout_seconds) - self.excluded.keys()
-        if len(connected) < quorum.min_collaborators:
+        quorum = self.plan.quorum
+        eligible = frozenset(self.plan.collaborators) - self.excluded.keys()
+        if len(eligible) < quorum.min_collaborators:
             raise QuorumNotReached(
-                f"round {round_number}: only {len(connected)} of the {len(self.plan.collaborators)} collaborators "
-                f"connected within {quorum.round_timeout_seconds:g} s, below the quorum of "
-                f"{quorum.min_collaborators}; start the collaborators, then run again with --resume"
+                f"round {round_number}: {len(self.excluded)} collaborators are excluded "
+                f"({', '.join(sorted(self.excluded))}), which leaves {len(eligible)}, below the quorum of "
+                f"{quorum.min_collaborators}; the federation cannot go on with this plan (see rounds.jsonl for "
+                "why they were excluded)"
+            )
+        if wait_for_everyone:
+            startup = self.startup_timeout or None
+            self._wait_for(round_number, quorum.min_collaborators, eligible, startup, "the quorum")
+            connected = self._wait_for(
+                round_number, len(eligible), eligible, quorum.round_timeout_seconds, "everyone"
+            )
+        else:
+            connected = self._wait_for(
+                round_number, quorum.min_collaborators, eligible, quorum.round_timeout_seconds, "the quorum"
+            )
+        missing = eligible - connected
+        if missing:
+            logger.info(
+                "round %d starts with %d of %d collaborators; missing %s",
+                round_number,
+                len(connected),
+                len(eligible),
+                ", ".join(sorted(missing)),
             )
         return connected
+
+    def _wait_for(
+        self, round_number: int, count: int, eligible: frozenset[str], timeout: float | None, goal: str
+    ) -> frozenset[str]:
+        """Wait until `count` of `eligible` are connected, naming who is missing every WAIT_REPORT_SECONDS.
+
+        `timeout` None waits without a deadline. Returns who is connected then; raises
+        QuorumNotReached if that is below the quorum when the time is up.
+        """
+        board, quorum = self.network.board, self.plan.quorum
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            step = WAIT_REPORT_SECONDS if left is None else max(min(WAIT_REPORT_SECONDS, left), 0.0)
+            connected = board.wait_for_connected(count, step, among=eligible)
+            if len(connected) >= count or board.closed or (left is not None and left <= step):
+                break
+            logger.info(
+                "round %d: waiting for %s: %d of %d collaborators connected, missing %s; %s",
+                round_number,
+                goal,
+                len(connected),
+                len(eligible),
+                ", ".join(sorted(eligible - connected)),
+                "no deadline"
+                if deadline is None
+                else f"{max(deadline - time.monotonic(), 0.0):.0f} s left",
+            )
+        if len(connected) < quorum.min_collaborators:
+            raise QuorumNotReached(self._quorum_failure(round_number, connected, eligible, timeout))
+        return connected
+
+    def _quorum_failure(
+        self, round_number: int, connected: frozenset[str], eligible: frozenset[str], timeout: float | None
+    ) -> str:
+        """The message of QuorumNotReached, with the advice that works from where the run stands."""
+        quorum = self.plan.quorum
+        missing = ", ".join(sorted(eligible - connected)) or "none"
+        what = (
+            f"round {round_number}: only {len(connected)} of the {len(eligible)} collaborators connected "
+            f"within {timeout or 0:g} s, below the quorum of {quorum.min_collaborators} (missing: {missing})"
+        )
+        if (self.output / CHECKPOINT_NAME).exists():
+            return (
+                f"{what}. The checkpoint of round {self.checkpoint.round} is kept in {self.output}: start the "
+                "missing collaborators (their logs say why they stopped), then restart the aggregator with "
+                "--resume"
+            )
+        return (
+            f"{what}. Nothing was trained yet. Check that the missing collaborators are running, dial this "
+            "aggregator's address, and hold certificates from this federation's CA with the names listed in "
+            "[federation] collaborators (their logs say why they cannot connect); then start the aggregator "
+            "again, without --resume (there is no checkpoint yet), and without --startup-timeout to wait for "
+            "them as long as it takes"
+        )
 
     def _exclude(self, round_number: int, culprits: dict[str, str], record: dict[str, Any]) -> None:
         """Leave the round's culprits out of every later round; say so in the log and in `record`."""
@@ -232,6 +375,8 @@ class RoundLoop:
         if new:
             self.excluded.update(new)
             record["excluded"] = new
+            for name, why in new.items():
+                self.events.emit("exclusion", round=round_number, name=name, reason=why)
 
     def train(self, round_number: int, *, wait_for_everyone: bool = False) -> dict[str, Any]:
         """One training round; the model changes only if the round completes and passes the checks."""
@@ -369,22 +514,41 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint:
     return Checkpoint(0, initial_state(plan), digest)
 
 
-def run_aggregator(plan: AggregatorPlan, *, resume: bool = False, address: str | None = None) -> dict[str, Any]:
-    """Serve and run a whole federation; return the final summary."""
-    checkpoint = prepare(plan, resume=resume)
-    network = serve(plan, checkpoint.plan_digest, address)
-    logger.info(
-        "aggregator for federation %s listening on port %d (mutual TLS; %d collaborators allowed; secure "
-        "aggregation %s)",
-        plan.federation_id,
-        network.port,
-        len(plan.collaborators),
-        "on" if plan.secure_aggregation.enabled else "OFF",
-    )
-    try:
-        summary = RoundLoop(plan, network, checkpoint).run()
-        # Give collaborators a bounded moment to read FINISHED and hang up.
-        network.board.wait_until_alone(GOODBYE_SECONDS)
-        return summary
-    finally:
-        network.stop()
+def run_aggregator(
+    plan: AggregatorPlan, *, resume: bool = False, address: str | None = None, startup_timeout: float = 0.0
+) -> dict[str, Any]:
+    """Serve and run a whole federation; return the final summary.
+
+    The output folder's lock (:func:`~fedfair.runtime.aggregator.lock.output_lock`) is
+    taken before anything is read or written there, and held until the server has stopped.
+    `startup_timeout` bounds the first round's wait for the quorum (0: no deadline).
+    """
+    with output_lock(plan.aggregator.output):
+        checkpoint = prepare(plan, resume=resume)
+        events = EventLog(plan.aggregator.output)
+        network = serve(plan, checkpoint.plan_digest, address, events)
+        logger.info(
+            "aggregator for federation %s listening on port %d (mutual TLS; %d collaborators allowed; secure "
+            "aggregation %s; PID %d)",
+            plan.federation_id,
+            network.port,
+            len(plan.collaborators),
+            "on" if plan.secure_aggregation.enabled else "OFF",
+            os.getpid(),
+        )
+        events.emit(
+            "start",
+            federation_id=plan.federation_id,
+            pid=os.getpid(),
+            resume=resume,
+            first_round=checkpoint.round + 1,
+            rounds=plan.training.rounds,
+            collaborators=list(plan.collaborators),
+        )
+        try:
+            summary = RoundLoop(plan, network, checkpoint, events, startup_timeout=startup_timeout).run()
+            # Give collaborators a bounded moment to read FINISHED and hang up.
+            network.board.wait_until_alone(GOODBYE_SECONDS)
+            return summary
+        finally:
+            network.stop()

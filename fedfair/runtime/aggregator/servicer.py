@@ -25,12 +25,20 @@ Hostile clients must not stall, leak or lose a round, so:
   the board) and gives its thread back. Callers without a certificate from the
   federation's CA fail in the TLS handshake and never reach a worker; a certified
   name outside the plan is refused before anything waits.
+- Status reports (:meth:`Servicer.Report`) are short, but each writes a log line and an
+  event, so they are rate-limited per certified name (:class:`ReportRate`).
+
+The operator sees each collaborator's arrival and departure (one line each, and a
+``connect`` / ``disconnect`` event), each refusal (one line and a ``refusal`` event,
+naming the certified caller, never text the caller chose), and each status report.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
@@ -43,6 +51,7 @@ import grpc
 
 from fedfair import pki
 from fedfair.runtime.aggregator.board import Board, UploadRefused, error_summary
+from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
@@ -72,6 +81,15 @@ BUSY = "refused: too many concurrent requests of this kind from this caller; ret
 
 INTERNAL_ERROR = "the aggregator could not handle this request"
 """What a peer hears when handling its request failed on the aggregator's side (the log says why)."""
+
+TOO_MANY_REPORTS = "refused: too many status reports from this caller; report again later"
+"""What a peer hears when it reports its status faster than :class:`ReportRate` allows."""
+
+STATUS_NAMES: dict[int, str] = {
+    pb.COLLABORATOR_STATUS_BUDGET_SPENT: "budget_spent",
+    pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT: "privacy_spent_report",
+}
+"""The statuses a collaborator may report, as the events stream spells them."""
 
 HEADROOM_THREADS = 8
 """Worker threads beyond what every listed collaborator may hold at its limits: for the
@@ -144,6 +162,34 @@ class Quotas:
         """How many requests of `kind` `peer` has open now."""
         with self._lock:
             return self._held[(peer, kind)]
+
+
+class ReportRate:
+    """A token bucket per certified name: `burst` status reports at once, then `per_second` on average.
+
+    An honest collaborator reports at most once or twice a round; the bucket only stops a
+    certified but misbehaving one from filling the operator's log and events stream.
+    """
+
+    def __init__(
+        self, per_second: float = 1.0, burst: int = 10, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.per_second = per_second
+        self.burst = burst
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, peer: str) -> None:
+        """Spend one of `peer`'s tokens, or raise Rejected(RESOURCE_EXHAUSTED) if it has none."""
+        now = self._clock()
+        with self._lock:
+            tokens, since = self._buckets.get(peer, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - since) * self.per_second)
+            if tokens < 1.0:
+                self._buckets[peer] = (tokens, now)
+                raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_REPORTS)
+            self._buckets[peer] = (tokens - 1.0, now)
 
 
 @dataclass(frozen=True)
@@ -235,6 +281,8 @@ class Servicer(pb_grpc.FederationServicer):
         *,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         limits: PeerLimits = PeerLimits(),
+        events: EventLog | None = None,
+        report_rate: ReportRate | None = None,
     ) -> None:
         self.board = board
         self.gate = gate
@@ -242,6 +290,11 @@ class Servicer(pb_grpc.FederationServicer):
         self.settings = settings
         self.chunk_bytes = chunk_bytes
         self.quotas = Quotas(limits)
+        self.events = events
+        self.report_rate = report_rate or ReportRate()
+        self._seen: set[str] = set()
+        self._gone: set[str] = set()
+        self._seen_lock = threading.Lock()
 
     # ------------------------------------------------------------ the one refusal path
 
@@ -262,7 +315,10 @@ class Servicer(pb_grpc.FederationServicer):
             raise
         except Exception as error:  # noqa: BLE001 -- every other exception: no traceback, no text to the caller
             code, details, level = _status(error)
-            logger.log(level, "refused %s from %s: %s: %s", rpc, caller.describe(), code.name, _reason(error))
+            reason = _reason(error)
+            logger.log(level, "refused %s from %s: %s: %s", rpc, caller.describe(), code.name, reason)
+            if self.events is not None:
+                self.events.emit("refusal", rpc=rpc, name=caller.peer, code=code.name, reason=reason)
             context.abort(code, details)
 
     def _unary(
@@ -307,12 +363,45 @@ class Servicer(pb_grpc.FederationServicer):
     def Submit(self, request_iterator: Iterator[pb.Part | Undecodable], context: grpc.ServicerContext) -> pb.Receipt:
         return self._unary("Submit", self._submit, request_iterator, context)
 
+    def Report(self, request: pb.StatusReport | Undecodable, context: grpc.ServicerContext) -> pb.Receipt:
+        return self._unary("Report", self._report, request, context)
+
+    # ------------------------------------------------------------ what the operator sees
+
+    def _arrived(self, peer: str) -> None:
+        """Log `peer`'s first contact with this process (GetPlan or a task stream), or its return after it left."""
+        with self._seen_lock:
+            first, back = peer not in self._seen, peer in self._gone
+            self._seen.add(peer)
+            self._gone.discard(peer)
+        if not (first or back):
+            return
+        logger.info(
+            "%s %s (%d of %d collaborators have a task stream)",
+            peer,
+            "connected" if first else "reconnected",
+            len(self.board.connected()),
+            len(self.authenticator.allowed_names),
+        )
+        if self.events is not None:
+            self.events.emit("connect", name=peer)
+
+    def _departed(self, peer: str) -> None:
+        """A task stream of `peer` ended (the RPC's termination callback); log it if it was the last."""
+        if self.board.disconnect(peer):
+            with self._seen_lock:
+                self._gone.add(peer)
+            logger.info("%s disconnected", peer)
+            if self.events is not None:
+                self.events.emit("disconnect", name=peer)
+
     # ------------------------------------------------------------ what each does
 
     def _plan(self, peer: str, request: pb.PlanRequest, caller: _Caller) -> pb.PlanReply:
         # A collaborator may join without knowing the id yet (it learns it here) or name the one it expects.
         if request.binding.federation_id or request.binding.stage != pb.STAGE_JOIN:
             self.gate.check_federation(request.binding)
+        self._arrived(peer)
         return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.board.plan_digest)
 
     def _tasks(self, peer: str, request: pb.TaskRequest, caller: _Caller) -> Iterator[pb.Task]:
@@ -320,10 +409,11 @@ class Servicer(pb_grpc.FederationServicer):
         self.gate.check_federation(request.after)
         with self.quotas.hold(peer, Hold.TASK_STREAM):
             self.board.connect(peer)
+            self._arrived(peer)
             # Runs when the RPC ends for any reason (a cancelled call, a killed peer's closed
             # connection): the board notices the departure and the waiting stream wakes at once.
-            if not context.add_callback(lambda: self.board.disconnect(peer)):
-                self.board.disconnect(peer)
+            if not context.add_callback(lambda: self._departed(peer)):
+                self._departed(peer)
                 return
             yield from self.board.stream_tasks(peer, request.after, context.is_active)
 
@@ -363,6 +453,37 @@ class Servicer(pb_grpc.FederationServicer):
         return pb.Receipt(binding=binding, received_size=len(payload), sha256=digest(payload))
 
 
+    def _report(self, peer: str, request: pb.StatusReport, caller: _Caller) -> pb.Receipt:
+        """Log and record a collaborator's status; it never touches a stage, a gate slot or a task.
+
+        The binding must be this federation's and name a round that has started (the round
+        the status is about; 0 before the first); its stage is not looked at.
+        """
+        self.report_rate.take(peer)
+        binding = request.binding
+        self.gate.check_federation(binding)
+        round_number = self.board.round
+        if binding.round > round_number:
+            raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+        caller.binding = binding
+        status = STATUS_NAMES.get(request.status)
+        if status is None:
+            raise WireError(f"status {request.status} is not a known collaborator status")
+        epsilon = request.epsilon if request.HasField("epsilon") else None
+        if epsilon is not None and not (math.isfinite(epsilon) and epsilon >= 0.0):
+            raise WireError(f"a reported epsilon must be a finite number >= 0, got {epsilon!r}")
+        spent = "" if epsilon is None else f" (epsilon spent {epsilon:.4g})"
+        if request.status == pb.COLLABORATOR_STATUS_BUDGET_SPENT:
+            logger.warning("round %d: %s declines to train: its privacy budget is spent%s", binding.round, peer, spent)
+        else:
+            logger.info("round %d: %s reports its privacy spending%s", binding.round, peer, spent or " (no epsilon)")
+        if epsilon is not None:
+            self.board.record_epsilon(peer, epsilon)
+        if self.events is not None:
+            self.events.emit("status", round=binding.round, name=peer, status=status, epsilon=epsilon)
+        return pb.Receipt(binding=binding)
+
+
 def add_to_server(servicer: Servicer, server: grpc.Server) -> None:
     """Register the Federation service, like protoc's ``add_FederationServicer_to_server``,
     but with request parsers that never raise (a malformed message reaches the servicer's
@@ -382,6 +503,9 @@ def add_to_server(servicer: Servicer, server: grpc.Server) -> None:
         ),
         "Submit": grpc.stream_unary_rpc_method_handler(
             servicer.Submit, _tolerant(pb.Part.FromString), pb.Receipt.SerializeToString
+        ),
+        "Report": grpc.unary_unary_rpc_method_handler(
+            servicer.Report, _tolerant(pb.StatusReport.FromString), pb.Receipt.SerializeToString
         ),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

@@ -37,6 +37,12 @@ class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACTION_RUN: _ClassVar[Action]
     ACTION_ABORTED: _ClassVar[Action]
     ACTION_FINISHED: _ClassVar[Action]
+
+class CollaboratorStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COLLABORATOR_STATUS_UNSPECIFIED: _ClassVar[CollaboratorStatus]
+    COLLABORATOR_STATUS_BUDGET_SPENT: _ClassVar[CollaboratorStatus]
+    COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT: _ClassVar[CollaboratorStatus]
 STAGE_UNSPECIFIED: Stage
 STAGE_JOIN: Stage
 STAGE_TRAIN: Stage
@@ -60,6 +66,9 @@ ACTION_UNSPECIFIED: Action
 ACTION_RUN: Action
 ACTION_ABORTED: Action
 ACTION_FINISHED: Action
+COLLABORATOR_STATUS_UNSPECIFIED: CollaboratorStatus
+COLLABORATOR_STATUS_BUDGET_SPENT: CollaboratorStatus
+COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT: CollaboratorStatus
 
 class Binding(_message.Message):
     __slots__ = ("federation_id", "round", "stage")
@@ -154,3 +163,13 @@ class Receipt(_message.Message):
     received_size: int
     sha256: bytes
     def __init__(self, binding: _Optional[_Union[Binding, _Mapping]] = ..., received_size: _Optional[int] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+
+class StatusReport(_message.Message):
+    __slots__ = ("binding", "status", "epsilon")
+    BINDING_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    binding: Binding
+    status: CollaboratorStatus
+    epsilon: float
+    def __init__(self, binding: _Optional[_Union[Binding, _Mapping]] = ..., status: _Optional[_Union[CollaboratorStatus, str]] = ..., epsilon: _Optional[float] = ...) -> None: ...

@@ -72,6 +72,11 @@ class FederationStub:
                 request_serializer=fedfair__pb2.Part.SerializeToString,
                 response_deserializer=fedfair__pb2.Receipt.FromString,
                 _registered_method=True)
+        self.Report = channel.unary_unary(
+                '/fedfair.v1.Federation/Report',
+                request_serializer=fedfair__pb2.StatusReport.SerializeToString,
+                response_deserializer=fedfair__pb2.Receipt.FromString,
+                _registered_method=True)
 
 
 class FederationServicer:
@@ -125,6 +130,14 @@ class FederationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Report(self, request, context):
+        """A status of the caller (its budget is spent, the epsilon it has spent); logged and
+        recorded by the aggregator, never part of a stage.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FederationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -151,6 +164,11 @@ def add_FederationServicer_to_server(servicer, server):
             'Submit': grpc.stream_unary_rpc_method_handler(
                     servicer.Submit,
                     request_deserializer=fedfair__pb2.Part.FromString,
+                    response_serializer=fedfair__pb2.Receipt.SerializeToString,
+            ),
+            'Report': grpc.unary_unary_rpc_method_handler(
+                    servicer.Report,
+                    request_deserializer=fedfair__pb2.StatusReport.FromString,
                     response_serializer=fedfair__pb2.Receipt.SerializeToString,
             ),
     }
@@ -301,6 +319,33 @@ class Federation:
             target,
             '/fedfair.v1.Federation/Submit',
             fedfair__pb2.Part.SerializeToString,
+            fedfair__pb2.Receipt.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Report(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedfair.v1.Federation/Report',
+            fedfair__pb2.StatusReport.SerializeToString,
             fedfair__pb2.Receipt.FromString,
             options,
             channel_credentials,

@@ -86,8 +86,15 @@ def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
 
 
 def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
-    """gRPC server options: bounded messages, and tolerance for the collaborators' keepalive pings."""
+    """gRPC server options: bounded messages, tolerance for the collaborators' keepalive pings, and no
+    port sharing.
+
+    gRPC sets SO_REUSEPORT by default, so a second aggregator on the same port would also
+    listen and the kernel would split the collaborators' connections between the two;
+    without it the second one's bind fails at once.
+    """
     return [
+        ("grpc.so_reuseport", 0),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.keepalive_permit_without_calls", 1),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 
 import pytest
@@ -10,7 +11,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
-from fedfair.runtime.aggregator.board import Board, UploadRefused, error_summary
+from fedfair.runtime.aggregator.board import (
+    Board,
+    StageProgress,
+    UploadRefused,
+    error_summary,
+)
 from fedfair.runtime.transport import Rejected, make_binding, pb
 
 NAMES = ("site-a", "site-b", "site-c")
@@ -222,3 +228,22 @@ def test_a_waiting_stream_ends_as_soon_as_its_rpc_does() -> None:
     active.clear()
     board.disconnect("site-a")
     assert settles(worker) and received == []
+
+
+# ---------------------------------------------------------------- progress for the operator
+
+
+def test_a_waiting_stage_reports_who_answered_and_who_it_waits_for_at_a_steady_cadence() -> None:
+    board = board_with_stage(lambda peer, payload: None)
+    reports: list[StageProgress] = []
+    waiter = threading.Thread(target=board.wait_stage, args=(reports.append, 0.1), daemon=True)
+    waiter.start()
+    board.deliver("site-a", ADVERTISE, b"key")
+    board.deliver("site-b", ADVERTISE, b"")  # withdrawn: answered, not an input
+    time.sleep(0.35)
+    board.deliver("site-c", ADVERTISE, b"key")
+    assert settles(waiter)
+    assert 2 <= len(reports) <= 5
+    last = reports[-1]
+    assert (last.binding, last.answered, last.expected, last.waiting_for) == (ADVERTISE, 1, 3, ("site-c",))
+    assert 590 < last.seconds_left < 600

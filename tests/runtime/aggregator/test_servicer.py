@@ -21,11 +21,14 @@ from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
 from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.events import EventLog, read_events
 from fedfair.runtime.aggregator.servicer import (
     BUSY,
     INTERNAL_ERROR,
     INVALID_UPLOAD,
+    TOO_MANY_REPORTS,
     Hold,
+    ReportRate,
     Servicer,
     federation_server,
     worker_threads,
@@ -73,6 +76,7 @@ class Aggregator:
     gate: StageGate
     address: str
     certs: Path
+    output: Path
 
     def stub(self, name: str) -> pb_grpc.FederationStub:
         files = TlsFiles.in_folder(self.certs, name)
@@ -88,16 +92,16 @@ class Aggregator:
 
 
 @pytest.fixture()
-def aggregator(certs: Path) -> Iterator[Aggregator]:
+def aggregator(certs: Path, tmp_path: Path) -> Iterator[Aggregator]:
     board = Board("digest")
     gate = StageGate(FEDERATION)
     gate.open(0, pb.STAGE_JOIN)
     authenticator = PeerAuthenticator(pki.load_certificate(certs / "ca.crt"), NAMES)
-    servicer = Servicer(board, gate, authenticator, b"{}")
+    servicer = Servicer(board, gate, authenticator, b"{}", events=EventLog(tmp_path))
     server = federation_server(servicer, len(NAMES), server_options())
     port = server.add_secure_port("127.0.0.1:0", server_credentials(TlsFiles.in_folder(certs, "aggregator")))
     server.start()
-    yield Aggregator(servicer, board, gate, f"127.0.0.1:{port}", certs)
+    yield Aggregator(servicer, board, gate, f"127.0.0.1:{port}", certs, tmp_path)
     board.close()
     server.stop(grace=None).wait()
 
@@ -354,3 +358,103 @@ def test_a_failure_of_the_aggregator_itself_tells_the_caller_nothing(
     assert line.endswith("INTERNAL: RuntimeError: /var/lib/fedfair/models: disk unreadable")
     assert [record.levelno for record in caplog.records if record.name == "fedfair.aggregator"] == [logging.ERROR]
     no_traceback(caplog)
+
+
+# ---------------------------------------------------------------- what the operator sees
+
+
+def status(round_number: int, kind: pb.CollaboratorStatus, epsilon: float | None = None) -> pb.StatusReport:
+    report = pb.StatusReport(binding=make_binding(FEDERATION, round_number, pb.STAGE_TRAIN), status=kind)
+    if epsilon is not None:
+        report.epsilon = epsilon
+    return report
+
+
+def aggregator_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == "fedfair.aggregator"]
+
+
+def test_a_status_report_is_logged_with_the_certified_name_and_recorded(
+    aggregator: Aggregator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Report over mTLS: one line naming the certificate's name, a ``status`` event, the epsilon kept for
+    the round events; the open stage is untouched (no gate slot taken, nothing delivered)."""
+    caplog.set_level(logging.INFO, logger="fedfair.aggregator")
+    aggregator.board.new_round(4)
+    aggregator.gate.open(4, pb.STAGE_MASKED_INPUT, participants=NAMES)
+    stub = aggregator.stub("site-a")
+    receipt = stub.Report(status(4, pb.COLLABORATOR_STATUS_BUDGET_SPENT), timeout=TIMEOUT)
+    assert receipt.binding.round == 4
+    stub.Report(status(3, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT, 1.25), timeout=TIMEOUT)
+    assert "round 4: site-a declines to train: its privacy budget is spent" in aggregator_lines(caplog)
+    assert "round 3: site-a reports its privacy spending (epsilon spent 1.25)" in aggregator_lines(caplog)
+    assert aggregator.board.epsilons() == {"site-a": 1.25}
+    assert aggregator.gate.submitted() == frozenset()
+    statuses = [event for event in read_events(aggregator.output) if event["event"] == "status"]
+    assert [(e["round"], e["name"], e["status"], e["epsilon"]) for e in statuses] == [
+        (4, "site-a", "budget_spent", None),
+        (3, "site-a", "privacy_spent_report", 1.25),
+    ]
+
+
+def test_a_status_report_outside_the_federation_or_malformed_is_refused(
+    aggregator: Aggregator, caplog: pytest.LogCaptureFixture
+) -> None:
+    aggregator.board.new_round(2)
+    stub = aggregator.stub("site-b")
+    foreign = status(2, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
+    foreign.binding.federation_id = "other"
+    for report in (foreign, status(3, pb.COLLABORATOR_STATUS_BUDGET_SPENT)):  # another federation, a future round
+        refused(lambda report=report: stub.Report(report, timeout=TIMEOUT), grpc.StatusCode.FAILED_PRECONDITION)
+    for report in (
+        status(2, pb.COLLABORATOR_STATUS_UNSPECIFIED),
+        status(2, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT, float("nan")),
+        status(2, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT, -1.0),
+    ):
+        error = refused(lambda report=report: stub.Report(report, timeout=TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
+        assert error.details() == MALFORMED_MESSAGE
+    refused(
+        lambda: aggregator.stub("mallory").Report(status(2, pb.COLLABORATOR_STATUS_BUDGET_SPENT), timeout=TIMEOUT),
+        grpc.StatusCode.PERMISSION_DENIED,
+    )
+    assert aggregator.board.epsilons() == {}
+    refusals = [event for event in read_events(aggregator.output) if event["event"] == "refusal"]
+    assert [event["name"] for event in refusals] == ["site-b"] * 5 + [None]
+    assert len(refusal_lines(caplog, "Report")) == 6
+    no_traceback(caplog)
+
+
+def test_status_reports_are_rate_limited_per_name(aggregator: Aggregator) -> None:
+    aggregator.servicer.report_rate = ReportRate(per_second=0.001, burst=2)
+    report = status(0, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
+    flooder = aggregator.stub("site-c")
+    flooder.Report(report, timeout=TIMEOUT)
+    flooder.Report(report, timeout=TIMEOUT)
+    error = refused(lambda: flooder.Report(report, timeout=TIMEOUT), grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert error.details() == TOO_MANY_REPORTS
+    aggregator.stub("site-a").Report(report, timeout=TIMEOUT)  # another name has its own allowance
+
+
+def test_connects_and_departures_are_logged_once_with_the_certified_name(
+    aggregator: Aggregator, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="fedfair.aggregator")
+    stub = aggregator.stub("site-a")
+    stub.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)
+    stream = stub.WaitForTasks(tasks(), timeout=TIMEOUT)
+    assert eventually(lambda: aggregator.board.connected() == {"site-a"})
+    stub.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)
+    stream.cancel()
+    assert eventually(lambda: not aggregator.board.connected())
+    assert eventually(lambda: "site-a disconnected" in aggregator_lines(caplog))
+    again = stub.WaitForTasks(tasks(), timeout=TIMEOUT)
+    assert eventually(lambda: any(line.startswith("site-a reconnected") for line in aggregator_lines(caplog)))
+    again.cancel()
+    lines = [line for line in aggregator_lines(caplog) if line.startswith("site-a")]
+    assert lines[:3] == [
+        "site-a connected (0 of 3 collaborators have a task stream)",
+        "site-a disconnected",
+        "site-a reconnected (1 of 3 collaborators have a task stream)",
+    ]
+    kinds = [event["event"] for event in read_events(aggregator.output) if event.get("name") == "site-a"]
+    assert kinds[:3] == ["connect", "disconnect", "connect"]

@@ -1,0 +1,77 @@
+"""Federated preprocessing: the one secure sum before training that gives every site the same encoder.
+
+When the plan has a ``[schema]``, the aggregator runs a *statistics aggregation*
+before round 1: each collaborator checks its table against the schema and sends
+:func:`fedfair.datasets.schema.statistics_vector` (exact integers: counts, limbs of
+sums and sums of squares) through the same six secure-aggregation stages as an
+evaluation, bound to round 0. Only the total is revealed. The aggregator turns it
+into the :class:`~fedfair.datasets.schema.Encoder` and serves the encoder's JSON as
+the input of every TRAIN stage, so a collaborator that joins (or rejoins) later
+encodes with the same statistics; the encoder also goes into the model bundle.
+
+Both sides import this module; it holds what they must agree on: the encoding of
+the statistics vector (weight 1 per site, no fractional bits: every coordinate is an
+integer, so the sum is exact) and the wire form of the encoder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets.schema import (
+    STATISTICS_CLIP,
+    STATISTICS_FRACTIONAL_BITS,
+    STATISTICS_MAX_WEIGHT,
+    STATISTICS_MODULUS_BITS,
+    Encoder,
+    Schema,
+)
+from fedfair.runtime.settings import ModelSettings
+from fedfair.secagg import EncodingConfig
+
+STATISTICS_ROUND = 0
+"""The statistics aggregation is bound to round 0 (training rounds count from 1)."""
+
+STATISTICS_KIND = "statistics"
+"""RoundParameters.kind of the statistics aggregation (training is "train", evaluation "evaluate")."""
+
+STATISTICS_ENCODING = EncodingConfig(
+    clip=STATISTICS_CLIP,
+    max_weight=STATISTICS_MAX_WEIGHT,
+    fractional_bits=STATISTICS_FRACTIONAL_BITS,
+    modulus_bits=STATISTICS_MODULUS_BITS,
+)
+"""How a statistics vector is encoded: integers below 2^47, weight 1, summed exactly modulo 2^64."""
+
+MAX_ENCODER_BYTES = 4 << 20
+"""An encoder's JSON is a few KB per hundred features; anything past this is not one."""
+
+
+def encoder_payload(encoder: Encoder) -> bytes:
+    """The encoder as canonical JSON: the TRAIN stage's input when the plan has a schema."""
+    return json.dumps(encoder.to_mapping(), sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def read_encoder_payload(payload: bytes, schema: Schema, source: str = "the aggregator's encoder") -> Encoder:
+    """Parse an encoder sent by the aggregator, refusing one that is not for this plan's schema."""
+    if len(payload) > MAX_ENCODER_BYTES:
+        raise ConfigError(f"{source}: {len(payload):,} bytes, more than an encoder can be; the aggregator is faulty")
+    try:
+        data = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ConfigError(f"{source}: not valid JSON; the aggregator and collaborator versions may differ") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object; the aggregator and collaborator versions may differ")
+    encoder = Encoder.from_mapping(data, source)
+    if encoder.schema != schema:
+        raise ConfigError(
+            f"{source} is for another schema than the plan's [schema]; the aggregator is faulty or runs another plan"
+        )
+    return encoder
+
+
+def model_for(model: ModelSettings, encoder: Encoder) -> ModelSettings:
+    """The plan's [model] with the input size and classes the schema's encoder gives."""
+    return dataclasses.replace(model, features=encoder.num_features, classes=len(encoder.class_names))
