@@ -165,8 +165,8 @@ def test_dropouts_before_and_after_masking_and_a_restart(tmp_path: Path, process
     children = {
         "site-a": processes.collaborator(workspace, "site-a"),
         "site-b": processes.collaborator(workspace, "site-b"),
-        # Dies (kill -9) after it sent its masked input in round 4, before unmasking; never comes back.
-        "site-c": processes.collaborator(workspace, "site-c", fault="before-upload:4:STAGE_UNMASK"),
+        # Dies (kill -9) right after its consistency signature in round 4, before unmasking; never comes back.
+        "site-c": processes.collaborator(workspace, "site-c", fault="after-upload:4:STAGE_CONSISTENCY"),
         # Dies before it sends its masked input in round 2, then restarts and rejoins.
         "site-d": processes.collaborator(workspace, "site-d", fault="before-upload:2:STAGE_MASKED_INPUT"),
     }

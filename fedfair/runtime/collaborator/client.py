@@ -502,6 +502,7 @@ class Collaborator:
             return
         maybe_die("before-upload", binding.round, pb.Stage.Name(binding.stage))
         self._submit(stub, binding, payload)
+        maybe_die("after-upload", binding.round, pb.Stage.Name(binding.stage))
         # A round re-run after an aggregator crash is sent again, but it is one round contributed to.
         if binding.stage == TRAINING.masked and binding.round not in self.contributed_rounds[-1:]:
             self.contributed_rounds.append(binding.round)
