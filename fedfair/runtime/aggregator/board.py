@@ -88,6 +88,15 @@ def error_summary(error: BaseException) -> str:
 
 
 @dataclass(frozen=True)
+class StreamStart:
+    """Where one task stream begins: the round it sits out (if it joined mid-round) and the
+    latest (round, stage) of this process it may skip (None: it may skip nothing)."""
+
+    stale_round: int | None
+    seen: Position | None
+
+
+@dataclass(frozen=True)
 class StageProgress:
     """Where an open stage stands: for the operator's periodic progress line."""
 
@@ -136,10 +145,22 @@ class Board:
 
     # ------------------------------------------------------------ connections
 
-    def connect(self, peer: str) -> None:
+    def connect(self, peer: str, after: pb.Binding) -> StreamStart:
+        """Count a new task stream of `peer` that last handled `after`; where that stream begins.
+
+        The start is fixed here, under the same lock that makes the peer count as connected:
+        the driver may begin a round the moment it sees the peer (the quorum it waited for),
+        and a stream that judged the round later would sit out a round it is a participant of.
+        """
         with self._changed:
             self._streams[peer] = self._streams.get(peer, 0) + 1
+            # Opened with `after` before the round in progress: a process that restarted or
+            # joined late has none of this round's state, so it starts with the next round.
+            stale_round = self._round if after.round < self._round else None
+            delivered = self._delivered.get(peer)
+            seen = None if delivered is None else min((after.round, after.stage), delivered)
             self._changed.notify_all()
+            return StreamStart(stale_round, seen)
 
     def disconnect(self, peer: str) -> bool:
         """Count a task stream of `peer` as ended; return whether it was the peer's last (it left)."""
@@ -247,21 +268,19 @@ class Board:
         with self._changed:
             return self._closed
 
-    def stream_tasks(self, peer: str, after: pb.Binding, is_active: Callable[[], bool]) -> Iterator[pb.Task]:
+    def stream_tasks(self, peer: str, start: StreamStart, is_active: Callable[[], bool]) -> Iterator[pb.Task]:
         """The peer's tasks of the current round that it has not seen, as they are published.
 
-        `after` is the last task the peer handled. Tasks up to it are skipped only if
-        this board delivered them to the peer: an `after` from an earlier aggregator
-        process (killed, then resumed) does not hide the round it re-runs. A stream
-        opened with `after` before the round in progress (a collaborator process that
-        restarted, or joined late) sits that round out and starts with the next one.
-        The stream ends when `is_active()` turns false; the RPC's termination callback
-        notifies the board (e.g. through :meth:`disconnect`) so that happens at once.
+        `start` is what :meth:`connect` fixed for this stream. Tasks up to the last one the
+        peer handled are skipped only if this board delivered them to the peer: a task
+        seen from an earlier aggregator process (killed, then resumed) does not hide the
+        round it re-runs. A stream opened before the round then in progress (a
+        collaborator process that restarted, or joined late) sits that round out and
+        starts with the next one. The stream ends when `is_active()` turns false; the
+        RPC's termination callback notifies the board (e.g. through :meth:`disconnect`)
+        so that happens at once.
         """
-        with self._changed:
-            stale_round = self._round if after.round < self._round else None
-            delivered = self._delivered.get(peer)
-            seen = None if delivered is None else min((after.round, after.stage), delivered)
+        stale_round, seen = start.stale_round, start.seen
         generation, sent = -1, 0
         while True:
             with self._changed:

@@ -408,14 +408,14 @@ class Servicer(pb_grpc.FederationServicer):
         context = caller.context
         self.gate.check_federation(request.after)
         with self.quotas.hold(peer, Hold.TASK_STREAM):
-            self.board.connect(peer)
+            start = self.board.connect(peer, request.after)
             self._arrived(peer)
             # Runs when the RPC ends for any reason (a cancelled call, a killed peer's closed
             # connection): the board notices the departure and the waiting stream wakes at once.
             if not context.add_callback(lambda: self._departed(peer)):
                 self._departed(peer)
                 return
-            yield from self.board.stream_tasks(peer, request.after, context.is_active)
+            yield from self.board.stream_tasks(peer, start, context.is_active)
 
     def _model(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.ModelPart]:
         self.gate.check_read(request.binding)

@@ -47,7 +47,7 @@ def board_with_stage(handler: Callable[[str, bytes], None], *, ready: Callable[[
     """Round 1's ADVERTISE_KEYS open for three connected peers, with a deadline far beyond the test."""
     board = Board("digest")
     for name in NAMES:
-        board.connect(name)
+        board.connect(name, make_binding("f", 0, pb.STAGE_JOIN))
     board.new_round(1)
     board.open_stage(ADVERTISE, NAMES, b"in", handler, max_upload_bytes=1 << 16, timeout=600.0, ready=ready)
     return board
@@ -156,7 +156,8 @@ def test_an_error_summary_is_one_short_line() -> None:
 
 
 def stream(board: Board, peer: str, after: pb.Binding, active: Callable[[], bool] = lambda: True) -> Iterator[pb.Task]:
-    return board.stream_tasks(peer, after, active)
+    """A task stream of `peer` that connects now, having last handled `after`."""
+    return board.stream_tasks(peer, board.connect(peer, after), active)
 
 
 def positions(tasks: Iterable[pb.Task]) -> list[tuple[int, int]]:
@@ -210,6 +211,20 @@ def test_a_restarted_collaborator_process_still_sits_out_the_round_in_progress()
     assert [task.action for task in fresh] == [pb.ACTION_FINISHED]
 
 
+def test_a_stream_that_connected_before_the_round_began_takes_part_in_it() -> None:
+    """A resumed aggregator waits for its quorum; the last collaborator's stream (it handled round 3
+    of the dead process) makes the quorum, and the driver begins round 4 before the stream's thread
+    runs on. Its start was fixed as it connected, so it gets round 4's tasks: it is a participant,
+    and a stream judging the round only now would leave round 4 waiting for it until the deadline."""
+    board = Board("digest")
+    start = board.connect("site-a", make_binding("f", 3, pb.STAGE_UNMASK))
+    board.new_round(4)  # the driver, woken by the connection
+    board.publish(["site-a"], make_binding("f", 4, pb.STAGE_TRAIN), pb.ACTION_RUN)
+    board.finish(make_binding("f", 4, pb.STAGE_EVAL_UNMASK))
+    tasks = list(board.stream_tasks("site-a", start, lambda: True))
+    assert positions(tasks[:-1]) == [(4, pb.STAGE_TRAIN)] and tasks[-1].action == pb.ACTION_FINISHED
+
+
 def test_a_waiting_stream_ends_as_soon_as_its_rpc_does() -> None:
     """No task for it, and its RPC is cancelled: the termination callback (here called by hand, as
     gRPC calls it) wakes the stream at once instead of after TASK_WAIT_SECONDS."""
@@ -217,7 +232,6 @@ def test_a_waiting_stream_ends_as_soon_as_its_rpc_does() -> None:
     board.new_round(1)
     active = threading.Event()
     active.set()
-    board.connect("site-a")
     received: list[pb.Task] = []
     worker = threading.Thread(
         target=lambda: received.extend(stream(board, "site-a", make_binding("f", 1, pb.STAGE_JOIN), active.is_set)),
