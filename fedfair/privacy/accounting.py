@@ -1,8 +1,14 @@
 """Privacy accounting: epsilon of a history of DP-SGD runs, noise for a target, a persisted accountant.
 
-Every round's steps join one history (noise, sample rate, steps) per collaborator,
-persisted in a JSON state file so that it survives restarts; the cumulative
-(epsilon, delta) comes from a PRV accountant (RDP as a cross-check).
+Every round's steps join one history (noise, sample rate, steps) per collaborator
+and federation, persisted in a JSON state file so that it survives restarts; the
+cumulative (epsilon, delta) comes from a PRV accountant (RDP as a cross-check).
+
+The state file is keyed by the federation id (:func:`privacy_state_path`) and
+records it: a restart within a federation continues its history, and joining
+another federation starts a new one instead of silently carrying a budget spent
+elsewhere. The budget is therefore per federation; an institution that trains on
+the same records in several federations must add their epsilons up itself.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from fedfair.privacy.config import ACCOUNTANTS, PrivacyConfig
 
 RDP_ORDERS = tuple(RDPAccountant.DEFAULT_ALPHAS)
 STATE_FORMAT = "fedfair-privacy-accountant"
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""Version 2 records the federation id; version 1 files (without it) are still read."""
 
 History = list[tuple[float, float, int]]
 """(noise multiplier, sample rate, steps) runs, consecutive equal settings merged."""
@@ -133,9 +140,18 @@ def plan_noise_multiplier(target_epsilon: float, delta: float, sample_rate: floa
         ) from None
 
 
-def privacy_state_path(checkpoint: Path) -> Path:
-    """Where a collaborator keeps its accountant: beside its checkpoint, e.g. `ckpt.pt` -> `ckpt.privacy.json`."""
-    return checkpoint.with_suffix(".privacy.json")
+def privacy_state_path(folder: Path, name: str, federation_id: str) -> Path:
+    """Where collaborator `name` keeps its accountant for one federation: `folder/NAME.FEDERATION.privacy.json`.
+
+    Keyed by the federation so that a collaborator joining another federation starts a new
+    history (its own budget) rather than sitting out every round on a budget spent elsewhere.
+    """
+    return folder / f"{name}.{federation_id}.privacy.json"
+
+
+def legacy_privacy_state_path(folder: Path, name: str) -> Path:
+    """Where collaborators kept their accountant before it was kept per federation (`NAME.privacy.json`)."""
+    return folder / f"{name}.privacy.json"
 
 
 class PrivacyAccountant:
@@ -144,11 +160,13 @@ class PrivacyAccountant:
     The history is mechanism-neutral (noise multiplier, sample rate, steps), so the
     same file can be read with either accountant. With a `path` every `spend` is
     written atomically before it returns, so a crash or restart can only
-    over-count, never forget, what was spent.
+    over-count, never forget, what was spent. The file records `federation`, the
+    federation id the history belongs to; a file of another federation is refused.
     """
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, federation: str | None = None) -> None:
         self.path = path
+        self.federation = federation
         self.history: History = []
         self.rounds = 0
         if path is not None and path.exists():
@@ -174,6 +192,7 @@ class PrivacyAccountant:
         state = {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
+            "federation": self.federation,
             "rounds": self.rounds,
             "history": [list(run) for run in self.history],
         }
@@ -183,14 +202,25 @@ class PrivacyAccountant:
         fix = "restore it from a backup (starting afresh would forget the privacy already spent)"
         try:
             state = json.loads(path.read_text())
-            if state.get("format") != STATE_FORMAT or state.get("version") != STATE_VERSION:
-                raise ValueError(f"not a {STATE_FORMAT} version {STATE_VERSION} file")
+            version = state.get("version")
+            if state.get("format") != STATE_FORMAT or version not in (1, STATE_VERSION):
+                raise ValueError(f"not a {STATE_FORMAT} version 1 or {STATE_VERSION} file")
             history = [_validated_run(float(sigma), float(rate), steps) for sigma, rate, steps in state["history"]]
             rounds = state["rounds"]
             if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
                 raise ValueError(f"rounds must be a count, got {rounds!r}")
+            # Version 1 did not record the federation: one that sits at this federation's path was put
+            # there on purpose (by its operator, renaming it) and is this federation's.
+            federation = state["federation"] if version == STATE_VERSION else self.federation
+            if federation is not None and not isinstance(federation, str):
+                raise ValueError(f"federation must be a federation id, got {federation!r}")
         except (OSError, ValueError, TypeError, KeyError, AttributeError, ConfigError) as error:
             raise ConfigError(f"privacy accountant state {path} is unreadable ({error}); {fix}") from None
+        if federation != self.federation:
+            raise ConfigError(
+                f"privacy accountant state {path} belongs to federation {federation!r}, not {self.federation!r}; "
+                "move it back to where that federation's collaborator keeps it"
+            )
         self.history, self.rounds = history, rounds
 
 

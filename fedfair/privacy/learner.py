@@ -29,9 +29,9 @@ from fedfair.privacy.hooks import check_private_model
 
 logger = logging.getLogger(__name__)
 
+
 class PrivacyBudgetExhausted(StopsContributing):
     """A collaborator's next round would spend more epsilon than its budget; it stops contributing."""
-
 
 
 @dataclass(frozen=True)

@@ -329,10 +329,6 @@ def test_a_model_factory_that_cannot_build_is_refused_with_the_fix(factory: str,
         ({"data": {"alpha": 0}}, r"alpha must be a number > 0"),
         ({"data": {"label": "y"}}, r"label applies to csv files only"),
         (
-            {"data": {"dataset": ..., "partition": ..., "index": ..., "csv": "x.csv"}},
-            r"missing key 'label' in \[data\]",
-        ),
-        (
             {"data": {"dataset": ..., "index": ..., "csv": "x.csv", "label": "y"}},
             r"partition applies to named datasets only",
         ),

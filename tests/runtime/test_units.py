@@ -360,7 +360,8 @@ def test_privacy_plugs_into_the_collaborators_hook(tmp_path: Path) -> None:
     assert isinstance(trainer, PrivateLearner)
     update = trainer.train_round(initial_state(load_aggregator_plan(workspace.plan)).theta, 5.0)
     assert np.isfinite(update.weighted_vector().numpy()).all()
-    assert (config_path.parent / "site-b.privacy.json").exists()  # the accountant persists beside the config
+    # The accountant persists beside the config, one history per federation.
+    assert (config_path.parent / f"site-b.{shared.federation_id}.privacy.json").exists()
 
 
 def test_grpc_codes_are_explained(tmp_path: Path) -> None:

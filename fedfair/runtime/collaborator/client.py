@@ -1,9 +1,10 @@
 """The collaborator process: connect to the aggregator and follow its task stream.
 
 One per institution (started by ``fedfair collaborator start``, see
-:mod:`fedfair.runtime.collaborator.commands`). It loads its own data, checks its TLS
-files (and that its configured name is the one its certificate carries), dials the
-aggregator over mutual TLS, fetches the plan's shared settings and builds its
+:mod:`fedfair.runtime.collaborator.commands`). Before it dials anyone it checks what
+is local: its TLS files (and that its configured name is the one its certificate
+carries), its manifest pin, and its data, so a wrong path fails at once with the
+aggregator up or down. Then it dials the aggregator over mutual TLS, fetches the plan's shared settings and builds its
 learner exactly as the in-process simulation builds client i (same model seed, same
 sampler seed), so a federation over real processes follows the simulation step for
 step. Then it follows the aggregator's task stream:
@@ -21,8 +22,13 @@ fixed by the model (or the evaluation vector) and the number of collaborators. A
 update with NaN or Inf is refused before masking (the collaborator withdraws from
 the round); with secure aggregation off, the plain update is clipped exactly as the
 encoding would clip it (each coordinate of the unweighted update to [-clip, clip]),
-so the aggregator's bounds never refuse an honest one. Lost connections are retried
-with jittered exponential back-off, a bounded number of times
+so the aggregator's bounds never refuse an honest one.
+
+Failures are classified (:mod:`fedfair.runtime.failures`): a transient one (the
+aggregator down, restarting or busy) is retried with jittered back-off for up to
+``[retry] max_wait_seconds`` of outage; a permanent one (a certificate the other side
+cannot trust, a name the plan does not allow, a plan or data that do not fit) stops
+the collaborator at once with the cause and the fix
 (:mod:`fedfair.runtime.collaborator.retries`). A restarted collaborator rejoins at
 the next round.
 
@@ -38,10 +44,14 @@ Evaluation answers are a function of the model alone and are simply recomputed.
 Privacy hook: the `trainer_factory` argument of :class:`Collaborator` (default
 `fedfair.runtime.collaborator.trainer.round_trainer`) turns the plain `LocalLearner` into what trains each round;
 with `[privacy] enabled = true` it wraps it in `fedfair.privacy.learner.PrivateLearner`.
+A collaborator that declines a round because its privacy budget is spent tells the
+aggregator with the Report RPC (status BUDGET_SPENT, never free text); with
+``[privacy] share_epsilon = true`` it also reports its cumulative epsilon each round.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import struct
@@ -60,17 +70,17 @@ from fedfair import pki
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.evaluation import evaluate
+from fedfair.core.local import RoundTrainer
 from fedfair.core.models import flat_parameters
+from fedfair.datasets.schema import statistics_vector
 from fedfair.fairness import sums
-from fedfair.privacy.learner import PrivateLearner
+from fedfair.privacy.learner import PrivacyBudgetExhausted, PrivateLearner
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import (
-    DEFAULT_RETRY_POLICY,
     RETRYABLE,
-    AggregatorUnreachable,
     Backoff,
     RetryPolicy,
-    refusal,
+    Target,
 )
 from fedfair.runtime.collaborator.steps import (
     STEPS,
@@ -80,19 +90,39 @@ from fedfair.runtime.collaborator.steps import (
     Work,
 )
 from fedfair.runtime.collaborator.trainer import (
+    LocalData,
     TrainerFactory,
     build_learner,
+    check_schema_table,
+    encoded_data,
     load_local_data,
+    read_local_data,
     round_trainer,
 )
 from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
+from fedfair.runtime.failures import (
+    CONNECTION_LOST,
+    FEDERATION_MISMATCH,
+    LOCAL_CERTIFICATES,
+    LOCAL_MANIFEST,
+    LOCAL_PRIVACY,
+    PLAN_MISMATCH,
+    Failure,
+    PermanentFailure,
+)
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import (
     check_certificate,
     check_shared_settings,
     pinned_verifier,
 )
-from fedfair.runtime.plan import load_shared_settings
+from fedfair.runtime.plan import SharedSettings, load_shared_settings
+from fedfair.runtime.preprocessing import (
+    STATISTICS_KIND,
+    STATISTICS_ROUND,
+    model_for,
+    read_encoder_payload,
+)
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     WireError,
@@ -159,16 +189,23 @@ class Collaborator:
         config: CollaboratorConfig,
         *,
         trainer_factory: TrainerFactory = round_trainer,
-        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        retry: RetryPolicy | None = None,
     ) -> None:
+        """Check everything local (TLS files, manifest pin, data) before any connection;
+        `retry` defaults to the config's [retry]. Raises PermanentFailure with the fix."""
         self.config = config
         self.trainer_factory = trainer_factory
         self.files = config.certificates
-        certified = check_tls_files(self.files, "collaborator")
+        try:
+            certified = check_tls_files(self.files, "collaborator")
+        except ConfigError as error:
+            raise PermanentFailure(LOCAL_CERTIFICATES, reason=error, config=config.source) from None
         if certified != config.name:
-            raise ConfigError(
-                f"{config.source}: name = {config.name!r} but {self.files.cert} certifies {certified!r}; "
-                "the aggregator knows this institution by its certificate, so make them the same"
+            raise PermanentFailure(
+                LOCAL_CERTIFICATES,
+                reason=f"name = {config.name!r} but {self.files.cert} certifies {certified!r}; the aggregator "
+                "knows this institution by its certificate, so make them the same",
+                config=config.source,
             )
         self.device = device_for(config.device)
         self._identity_key = pki.load_private_key(self.files.key)
@@ -177,12 +214,17 @@ class Collaborator:
         if config.manifest is not None:
             # Peers are checked against the pinned fingerprints, not only the CA: a twin minted
             # by whoever holds the CA key is refused like a stranger.
-            check_certificate(config.manifest, config.name, self._credential)
+            try:
+                check_certificate(config.manifest, config.name, self._credential)
+            except ConfigError as error:
+                raise PermanentFailure(LOCAL_MANIFEST, reason=error) from None
             self._verify = pinned_verifier(config.manifest, ca_certificate)
         else:
             self._verify = pki.credential_verifier(ca_certificate, "collaborator")
+        self._table = read_local_data(config)
         self._stop = threading.Event()
-        self.backoff = Backoff(retry, config.name, self._stop)
+        target = Target(config.aggregator, self.files, config.aggregator_name)
+        self.backoff = Backoff(retry or config.retry, config.name, self._stop, target, certified)
         self._stream: Any = None
         self.uploaded_bytes: dict[int, int] = {}
         """Bytes of every request sent, per round (what leaves the institution)."""
@@ -212,21 +254,47 @@ class Collaborator:
         return secure_channel(self.config.aggregator, self.files, aggregator_name=self.config.aggregator_name)
 
     def _setup(self, stub: pb_grpc.FederationStub) -> None:
-        join = make_binding(self.config.federation or "", 0, pb.STAGE_JOIN)
+        # Joined without naming the federation, so that another federation's aggregator answers with
+        # its id (compared below, named in the message) rather than a generic refusal of the binding.
+        join = make_binding("", 0, pb.STAGE_JOIN)
         reply = self.backoff.call(
             "fetching the plan", lambda: stub.GetPlan(pb.PlanRequest(binding=join), timeout=RPC_SECONDS)
         )
-        self.shared = load_shared_settings(reply.settings)
+        try:
+            self.shared = load_shared_settings(reply.settings)
+        except ConfigError as error:
+            raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
+        ours, theirs = self.config.federation, self.shared.federation_id
+        if ours is not None and theirs != ours:
+            raise PermanentFailure(FEDERATION_MISMATCH, address=self.config.aggregator, theirs=theirs, ours=ours)
         if self.config.manifest is not None:
-            check_shared_settings(self.config.manifest, self.shared)
-        if self.config.federation is not None and self.shared.federation_id != self.config.federation:
-            raise ConfigError(
-                f"{self.config.source}: the aggregator runs federation {self.shared.federation_id!r}, not "
-                f"{self.config.federation!r}; check [collaborator] aggregator and federation"
-            )
+            try:
+                check_shared_settings(self.config.manifest, self.shared)
+            except ConfigError as error:
+                raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
         self.plan_digest = reply.plan_digest
-        self._prepare()
-        self.participant = Participant(
+        self.trainer: RoundTrainer | None = None
+        self.parameters = 0
+        if self.shared.schema is None:
+            self._prepare(load_local_data(self.config, self.shared, self._table), self.shared)
+        else:
+            # The table is checked now, before any round; it is encoded once the statistics of every
+            # site's table arrive with the first TRAIN stage (fedfair.runtime.preprocessing).
+            self.schema_table = check_schema_table(self.config, self.shared, self._table)
+            self.statistics = statistics_vector(self.shared.schema, self.schema_table.train, self.schema_table.source)
+            logger.info(
+                "%s: joined federation %s (secure aggregation %s); %d training and %d held-out rows fit the "
+                "plan's schema; waiting for the federation's statistics",
+                self.config.name,
+                self.shared.federation_id,
+                "on" if self.shared.secure_aggregation.enabled else "OFF",
+                len(self.schema_table.train),
+                len(self.schema_table.test),
+            )
+        self.participant = self._participant()
+
+    def _participant(self) -> Participant:
+        return Participant(
             self.config.name,
             self.shared,
             self.parameters,
@@ -236,14 +304,36 @@ class Collaborator:
             self.config.manifest,
         )
 
-    def _prepare(self) -> None:
-        """Load this institution's data and build the round trainer and the evaluation model."""
-        data = load_local_data(self.config, self.shared)
+    def _encode_with(self, stub: pb_grpc.FederationStub, binding: pb.Binding, size: int) -> None:
+        """Fetch the federation's encoder (the TRAIN stage's input under a [schema]), encode this
+        institution's table with it and build the learner for the model it implies."""
+        schema = self.shared.schema
+        assert schema is not None
+        if size <= 0:
+            raise WireError("the TRAIN stage carries no encoder although the plan has a [schema]")
+        try:
+            encoder = read_encoder_payload(self._fetch(stub, binding, size), schema)
+        except ConfigError as error:
+            raise WireError(str(error)) from None
+        self.encoder = encoder
+        self._prepare(
+            encoded_data(self.config, self.schema_table, encoder),
+            dataclasses.replace(self.shared, model=model_for(self.shared.model, encoder)),
+        )
+        self.participant = self._participant()
+
+    def _prepare(self, data: LocalData, shared: SharedSettings) -> None:
+        """Build the round trainer and the evaluation model for this institution's encoded data."""
         self.data = data
-        learner = build_learner(data, self.shared, self.device)
-        self.trainer = self.trainer_factory(learner, self.config, self.shared)
+        learner = build_learner(data, shared, self.device)
+        try:
+            self.trainer = self.trainer_factory(learner, self.config, shared)
+        except PermanentFailure:
+            raise
+        except ConfigError as error:  # [privacy] settings, or the accountant's state file
+            raise PermanentFailure(LOCAL_PRIVACY, reason=error, config=self.config.source) from None
         self.parameters = int(flat_parameters(learner.model).numel())
-        self.evaluation_model = self.shared.model.build().to(self.device)
+        self.evaluation_model = shared.model.build().to(self.device)
         logger.info(
             "%s: joined federation %s (secure aggregation %s); %d training rows, batch %d, %d held-out rows, device %s",
             self.config.name,
@@ -257,42 +347,40 @@ class Collaborator:
 
     def _follow(self) -> int:
         """Follow the task stream to FINISHED, reconnecting after a lost aggregator on this
-        collaborator's back-off policy, a bounded number of times in a row."""
+        collaborator's back-off policy until an outage outlasts its bound."""
         after = make_binding(self.shared.federation_id, 0, pb.STAGE_JOIN)
-        failures = 0
+        what = "following the task stream"
+        attempt, since = 0, 0.0
         while not self._stop.is_set():
             # A new channel for every connection: a channel whose server went away reconnects on
             # gRPC's own back-off, which grows past a minute, so it, not this policy, would decide
-            # when a restarted aggregator is found, and could outlast the policy's attempts.
+            # when a restarted aggregator is found, and could outlast the policy's bound.
             with self._dial() as channel:
                 stub = _stub(channel)
                 try:
                     self._stream = stub.WaitForTasks(pb.TaskRequest(after=after))
                     for task in self._stream:
-                        failures = 0
+                        attempt = 0
                         if task.plan_digest != self.plan_digest:
-                            raise ConfigError(
-                                "the aggregator's plan changed during the federation; restart this "
-                                "collaborator to fetch the new plan"
+                            raise PermanentFailure(
+                                PLAN_MISMATCH,
+                                reason="it changed during the federation; restart this collaborator to fetch "
+                                "the new plan",
                             )
                         if task.action == pb.ACTION_FINISHED:
                             logger.info("%s: the federation has finished", self.config.name)
                             return 0
                         if self._handle(stub, task):
                             after = task.binding
+                    failure = Failure(CONNECTION_LOST, address=self.config.aggregator, reason="the task stream ended")
                 except grpc.RpcError as error:
                     if self._stop.is_set():
                         break
-                    if error.code() not in RETRYABLE:
-                        raise refusal(error, "following the task stream") from None
-            failures += 1
-            attempts = self.backoff.policy.attempts
-            if failures > attempts:
-                raise AggregatorUnreachable(
-                    f"lost the aggregator at {self.config.aggregator} and {attempts} reconnections "
-                    "failed; check that it is running, then start this collaborator again"
-                )
-            self.backoff.wait(failures - 1, "the task stream ended")
+                    failure = self.backoff.classify(error, what)
+            if attempt == 0:
+                since = time.monotonic()
+            self.backoff.retry(attempt, since, failure, what)
+            attempt += 1
         return 0
 
     # ------------------------------------------------------------ tasks
@@ -307,6 +395,8 @@ class Collaborator:
             return True
         try:
             if binding.stage == pb.STAGE_TRAIN:
+                if self.trainer is None:
+                    self._encode_with(stub, binding, task.input_size)
                 self._work = self._train(stub, binding)
             elif binding.stage == pb.STAGE_EVALUATE:
                 self._work = self._evaluate(stub, binding)
@@ -315,7 +405,7 @@ class Collaborator:
         except grpc.RpcError as error:
             code = error.code()
             if code == grpc.StatusCode.PERMISSION_DENIED:
-                raise refusal(error, "taking part") from None
+                raise self.backoff.classify(error, "taking part") from None
             stage = pb.Stage.Name(binding.stage)
             if code in RETRYABLE:
                 # The aggregator is gone (killed, restarting) or unreachable: its resumed process
@@ -371,7 +461,7 @@ class Collaborator:
                 binding.round,
             )
         else:
-            trained = self._train_on(binding.round, model, torch.from_numpy(theta), c)
+            trained = self._train_on(stub, binding, model, torch.from_numpy(theta), c)
             self._trained = trained
         work = self._contribution(trained)
         work.view = self._view_of(binding.round, TRAINING, model)
@@ -385,18 +475,33 @@ class Collaborator:
         """
         return self._views.setdefault((round_number, stages.session_offset, model), SignedView())
 
-    def _train_on(self, round_number: int, model: str, theta: torch.Tensor, c: float) -> TrainedUpdate:
-        """Run this round's local training on (theta, c): the only place the trainer advances."""
+    def _train_on(
+        self, stub: pb_grpc.FederationStub, binding: pb.Binding, model: str, theta: torch.Tensor, c: float
+    ) -> TrainedUpdate:
+        """Run this round's local training on (theta, c): the only place the trainer advances.
+
+        A spent privacy budget is reported to the aggregator (BUDGET_SPENT); with
+        share_epsilon, so is the cumulative epsilon after each private round. The
+        private learner logs its own privacy line, so none is logged here.
+        """
+        round_number = binding.round
         nothing = TrainedUpdate(round_number, model, None, 0.0)
         started = time.perf_counter()
+        assert self.trainer is not None  # _handle builds it before the first TRAIN
         try:
             update = self.trainer.train_round(theta, c)
-        except FedfairError as error:  # e.g. a spent privacy budget
+        except PrivacyBudgetExhausted as error:
+            logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
+            self._report(stub, binding, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
+            return nothing
+        except FedfairError as error:
             logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
             return nothing
         vector = update.weighted_vector().numpy()
-        if isinstance(self.trainer, PrivateLearner):
-            logger.info("%s: privacy spent so far: %s", self.config.name, self.trainer.report().describe())
+        if self.config.share_epsilon and isinstance(self.trainer, PrivateLearner):
+            spent = self.trainer.last_report
+            if spent is not None:
+                self._report(stub, binding, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT, spent.epsilon)
         if not np.isfinite(vector).all() or not np.isfinite(update.weight):
             logger.error(
                 "%s: round %d: the local update has NaN or Inf; refusing to contribute it (check the "
@@ -457,7 +562,32 @@ class Collaborator:
             )
         return Work(round_number, TRAINING, clipped, weight)
 
+    def _report(
+        self, stub: pb_grpc.FederationStub, binding: pb.Binding, status: pb.CollaboratorStatus, epsilon: float | None = None
+    ) -> None:
+        """Tell the aggregator a status of this collaborator; a report that fails never stops training."""
+        report = pb.StatusReport(binding=binding, status=status, epsilon=epsilon)
+        try:
+            stub.Report(report, timeout=RPC_SECONDS)
+            self._count(binding.round, report.ByteSize())
+        except grpc.RpcError as error:
+            logger.warning(
+                "%s: round %d: could not report %s to the aggregator (%s)",
+                self.config.name,
+                binding.round,
+                pb.CollaboratorStatus.Name(status),
+                error.code().name,
+            )
+
     def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Work:
+        if self.shared.schema is not None and binding.round == STATISTICS_ROUND:
+            # The statistics of this institution's table (counts and sums only), summed with every
+            # other site's before training; no model is involved.
+            work = Work(binding.round, EVALUATION, self.statistics, 1.0)
+            work.view = self._view_of(binding.round, EVALUATION, STATISTICS_KIND)
+            return work
+        if self.trainer is None:
+            raise WireError("an evaluation came before the federation's statistics; the aggregator is faulty")
         theta, c = self._download(stub, binding)  # the evaluation's thresholds depend on the plan, not on c
         try:
             answers = self._evaluation_answers(torch.from_numpy(theta))

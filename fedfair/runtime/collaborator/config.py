@@ -26,6 +26,7 @@ from typing import Any
 from fedfair.core.errors import ConfigError
 from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.privacy.config import PrivacyConfig
+from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from fedfair.runtime.manifest import NO_MANIFEST_WARNING, Manifest, load_manifest
 from fedfair.runtime.toml_tables import (
     Table,
@@ -40,7 +41,14 @@ logger = logging.getLogger("fedfair.collaborator")
 _DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps|auto")
 
 PRIVACY_KEYS = ("enabled", "noise_multiplier", "target_epsilon", "max_grad_norm", "delta", "budget_epsilon")
-"""The keys of [privacy]: PrivacyConfig's fields an institution sets (not its test-only ones)."""
+"""The keys of [privacy] that are PrivacyConfig's fields an institution sets (not its test-only ones)."""
+
+SHARE_EPSILON_KEY = "share_epsilon"
+"""[privacy] share_epsilon: whether this institution reports its cumulative epsilon to the aggregator
+each round. Not a DP-SGD setting, so it lives beside PrivacyConfig, not in it."""
+
+RETRY_KEYS = ("max_wait_seconds", "first_delay_seconds", "max_delay_seconds")
+"""The keys of [retry]: RetryPolicy's bound in time, first delay and largest delay."""
 
 DEFAULT_NOISE_MULTIPLIER = 1.0
 """Sigma when [privacy] names neither noise_multiplier nor target_epsilon."""
@@ -65,7 +73,8 @@ class DataSettings:
 class CollaboratorConfig:
     """One institution's file. ``federation`` (optional) is the federation id it expects to
     join: with it set, the collaborator refuses an aggregator that runs another federation.
-    ``manifest`` (optional) is the agreed roster every round and certificate is checked against."""
+    ``manifest`` (optional) is the agreed roster every round and certificate is checked against.
+    ``retry`` bounds how long a lost aggregator is waited for ([retry])."""
 
     name: str
     aggregator: str
@@ -77,13 +86,16 @@ class CollaboratorConfig:
     source: Path
     federation: str | None = None
     manifest: Manifest | None = None
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY
+    share_epsilon: bool = False
+    """Report the cumulative epsilon to the aggregator each round ([privacy] share_epsilon)."""
 
 
 def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> CollaboratorConfig:
     """Validate a collaborator config already read from TOML."""
     where = str(source)
     base = source.parent
-    check_sections(where, data, ("collaborator", "certificates", "data", "privacy"))
+    check_sections(where, data, ("collaborator", "certificates", "data", "privacy", "retry"))
     me = Table.of(
         where, data, "collaborator", ("name", "aggregator", "aggregator_name", "device", "federation", "manifest")
     )
@@ -138,6 +150,10 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
         source=source,
         federation=federation,
         manifest=manifest,
+        retry=_retry(where, data),
+        share_epsilon=Table.of(where, data, "privacy", (*PRIVACY_KEYS, SHARE_EPSILON_KEY)).boolean(
+            SHARE_EPSILON_KEY, False
+        ),
     )
 
 
@@ -182,14 +198,15 @@ def _data(source: str, data: Mapping[str, object], base: Path) -> DataSettings:
             t.fail(f"[data] {key} applies to named datasets only; a csv file is this institution's data as a whole")
     return DataSettings(
         csv=csv,
-        label=t.string("label"),
+        # Without it the plan's [schema] must name the label.
+        label=t.string("label") if t.given("label") else None,
         features=t.strings("features") if t.given("features") else None,
         group=t.string("group") if t.given("group") else None,
     )
 
 
 def _privacy(source: str, data: Mapping[str, object]) -> PrivacyConfig:
-    t = Table.of(source, data, "privacy", PRIVACY_KEYS)
+    t = Table.of(source, data, "privacy", (*PRIVACY_KEYS, SHARE_EPSILON_KEY))
     d = PrivacyConfig()
 
     def positive(key: str) -> float | None:
@@ -210,3 +227,15 @@ def _privacy(source: str, data: Mapping[str, object]) -> PrivacyConfig:
         delta=t.number("delta", d.delta, check=lambda x: 0 < x < 1, expected="a number in (0, 1)"),
         budget_epsilon=positive("budget_epsilon"),
     )
+
+
+def _retry(source: str, data: Mapping[str, object]) -> RetryPolicy:
+    """[retry]: how long an unreachable aggregator is waited for, and the back-off's first and largest delay."""
+    t = Table.of(source, data, "retry", RETRY_KEYS)
+    d = DEFAULT_RETRY_POLICY
+    max_wait = t.number("max_wait_seconds", d.max_wait_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    first = t.number("first_delay_seconds", d.base_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    largest = t.number("max_delay_seconds", d.cap_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    if largest < first:
+        t.fail(f"[retry] max_delay_seconds = {largest:g} is below first_delay_seconds = {first:g}; raise it")
+    return RetryPolicy(max_wait_seconds=max_wait, base_seconds=first, cap_seconds=largest)

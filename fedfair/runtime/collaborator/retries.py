@@ -1,44 +1,86 @@
-"""How a collaborator survives a lost aggregator: bounded, jittered back-off, and one-line failures.
+"""How a collaborator tells a passing fault from a permanent one, and waits out the passing ones.
 
-An unavailable aggregator is retried with jittered exponential back-off a bounded
-number of times (peers that lost it together do not all come back at once), and the
-wait ends early when the collaborator is asked to stop; nothing waits on a fixed
-sleep. Any other gRPC failure becomes one actionable line (:func:`refusal`).
+A failed RPC is classified into one of :mod:`fedfair.runtime.failures`' classes:
+
+- PERMISSION_DENIED: the aggregator accepted the certificate but not its name
+  (``name-not-allowed``), permanent;
+- UNAVAILABLE: gRPC says only that the connection failed, with the TLS library's text,
+  so :func:`probe` dials the aggregator once more with Python's own TLS and reads
+  the cause from structured errors: connection refused or timed out (transient),
+  the aggregator's certificate from another CA or for another name, this
+  collaborator's certificate refused by the aggregator (permanent);
+- RESOURCE_EXHAUSTED (the aggregator still holds the previous stream), DEADLINE_EXCEEDED:
+  transient; anything else: ``aggregator-error``, permanent.
+
+Transient failures are retried with jittered exponential back-off (peers that lost
+the aggregator together do not all come back at once), one log line per retry,
+until the outage has lasted ``[retry] max_wait_seconds``: a time bound, so a
+collaborator outlives an aggregator restart of several minutes whatever the
+back-off. The wait ends early when the collaborator is asked to stop; nothing waits
+on a fixed sleep. A permanent failure raises :class:`~fedfair.runtime.failures.PermanentFailure`
+at once.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import socket
+import ssl
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
 
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.runtime.failures import (
+    AGGREGATOR_BUSY,
+    AGGREGATOR_ERROR,
+    AGGREGATOR_NAME_MISMATCH,
+    AGGREGATOR_NOT_TRUSTED,
+    AGGREGATOR_UNREACHABLE,
+    CERTIFICATE_REFUSED,
+    CONNECTION_LOST,
+    GAVE_UP,
+    NAME_NOT_ALLOWED,
+    TLS_FAILED,
+    AggregatorUnreachable,
+    Failure,
+    PermanentFailure,
+)
+from fedfair.runtime.transport import TlsFiles
 
 logger = logging.getLogger("fedfair.collaborator")
 
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
-"""Transient: the aggregator is down, or still holds this collaborator's previous stream (it
-allows two per name) until it notices the old connection is gone."""
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED)
+"""Codes that may be transient: the aggregator is down or slow, or still holds this collaborator's
+previous stream (it allows two per name) until it notices the old connection is gone.
+UNAVAILABLE is also what a failed TLS handshake gives: :func:`probe` tells the two apart."""
+
+PROBE_SECONDS = 5.0
+"""How long the diagnostic dial may take: a permanent failure is reported within this."""
+
+CONFIRM_SECONDS = 0.5
+"""Pause before dialling again to confirm that the aggregator closes connections after the handshake."""
+
+_HOSTNAME_MISMATCH_CODES = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + an empty SETTINGS frame
 
 _T = TypeVar("_T")
 
 
-class AggregatorUnreachable(FedfairError):
-    """The aggregator could not be reached within the retry bound."""
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Jittered exponential back-off: attempt k waits uniform(0.5, 1) * min(cap, base * 2^k)."""
+    """Jittered exponential back-off bounded in time: retry k waits uniform(0.5, 1) * min(cap, base * 2^k),
+    and an outage ends the collaborator once it has lasted `max_wait_seconds` (or, when `attempts` is
+    given, after that many retries in a row, whichever comes first)."""
 
-    attempts: int = 8
+    max_wait_seconds: float = 900.0
     base_seconds: float = 0.5
     cap_seconds: float = 15.0
+    attempts: int | None = None
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0.5, 1.0) * min(self.cap_seconds, self.base_seconds * 2.0**attempt)
@@ -47,43 +89,163 @@ class RetryPolicy:
 DEFAULT_RETRY_POLICY = RetryPolicy()
 
 
-class Backoff:
-    """One collaborator's waits between attempts; `stop` (set from another thread) cuts them short."""
+@dataclass(frozen=True)
+class Target:
+    """The aggregator as this collaborator dials it: the address, its own TLS files, the expected name."""
 
-    def __init__(self, policy: RetryPolicy, name: str, stop: threading.Event) -> None:
+    address: str
+    files: TlsFiles
+    aggregator_name: str | None
+
+    def host_and_port(self) -> tuple[str, int]:
+        host, _, port = self.address.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+def probe(target: Target, timeout: float = PROBE_SECONDS) -> Failure | None:
+    """Dial the aggregator once with Python's TLS and say what stops a connection; None if nothing does.
+
+    gRPC reports every failed handshake as UNAVAILABLE with the TLS library's text; this
+    dial reads the cause from structured errors instead: the verification code of the
+    aggregator's certificate, or the alert the aggregator sends after refusing ours.
+    """
+    address = target.address
+    host, port = target.host_and_port()
+    try:
+        connection = socket.create_connection((host, port), timeout=timeout)
+    except OSError as error:
+        return Failure(AGGREGATOR_UNREACHABLE, address=address, reason=_os_reason(error))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(cafile=str(target.files.ca))
+    context.load_cert_chain(str(target.files.cert), str(target.files.key))
+    context.set_alpn_protocols(["h2"])
+    with connection:
+        try:
+            with context.wrap_socket(connection, server_hostname=target.aggregator_name or host) as tls:
+                # TLS 1.3 refuses a client certificate only after the handshake: the aggregator then
+                # closes the connection instead of answering the HTTP/2 preface with its settings.
+                tls.sendall(_HTTP2_PREFACE)
+                if not tls.recv(1):
+                    return PermanentFailure(
+                        CERTIFICATE_REFUSED, address=address, reason="it closed the connection after the handshake"
+                    )
+        except ssl.SSLCertVerificationError as error:
+            if error.verify_code in _HOSTNAME_MISMATCH_CODES:
+                return PermanentFailure(
+                    AGGREGATOR_NAME_MISMATCH, address=address, name=target.aggregator_name or host
+                )
+            return PermanentFailure(
+                AGGREGATOR_NOT_TRUSTED, address=address, ca=target.files.ca, reason=error.verify_message
+            )
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as error:
+            return Failure(CONNECTION_LOST, address=address, reason=f"closed during the TLS handshake: {error}")
+        except ssl.SSLError as error:
+            reason = (error.reason or str(error)).lower().replace("_", " ")
+            if "alert" in reason:
+                return PermanentFailure(CERTIFICATE_REFUSED, address=address, reason=reason)
+            return PermanentFailure(TLS_FAILED, address=address, reason=reason)
+        except OSError as error:  # reset or timed out after the handshake: the aggregator is going away
+            return Failure(CONNECTION_LOST, address=address, reason=_os_reason(error))
+    return None
+
+
+def _os_reason(error: OSError) -> str:
+    if isinstance(error, TimeoutError | socket.timeout):
+        return "no answer in time"
+    return (error.strerror or str(error)).lower()
+
+
+def classify(error: grpc.RpcError, what: str, target: Target, certified_name: str) -> Failure:
+    """The failure class of a failed RPC; permanent ones as :class:`PermanentFailure`.
+
+    An UNAVAILABLE is diagnosed by :func:`probe`: it is a failed handshake as often as a down aggregator.
+    """
+    code = error.code()
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return PermanentFailure(NAME_NOT_ALLOWED, name=certified_name)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        diagnosed = probe(target)
+        if diagnosed is not None and diagnosed.failure is CERTIFICATE_REFUSED:
+            # An aggregator shutting down also closes a fresh connection: only a second refusal is one.
+            time.sleep(CONFIRM_SECONDS)
+            diagnosed = probe(target)
+        if diagnosed is not None:
+            return diagnosed
+        return Failure(CONNECTION_LOST, address=target.address, reason=f"unavailable while {what}")
+    return refusal(error, what, target.address)
+
+
+class Backoff:
+    """One collaborator's retries: classify each failure, stop on a permanent one, wait out the others.
+
+    `stop` (set from another thread) cuts a wait short.
+    """
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        name: str,
+        stop: threading.Event,
+        target: Target,
+        certified_name: str,
+    ) -> None:
         self.policy = policy
         self.name = name
         self.stop = stop
+        self.target = target
+        self.certified_name = certified_name
         self.random = random.Random()
 
+    def classify(self, error: grpc.RpcError, what: str) -> Failure:
+        """`error` as a failure class; raises at once when it is permanent."""
+        failure = classify(error, what, self.target, self.certified_name)
+        if not failure.failure.transient:
+            raise failure
+        return failure
+
+    def retry(self, attempt: int, since: float, failure: Failure, what: str) -> None:
+        """Wait before retry number `attempt` of an outage that began at `since` (time.monotonic()),
+        or raise :class:`AggregatorUnreachable` once the outage has outlasted the policy."""
+        policy = self.policy
+        elapsed = time.monotonic() - since
+        if elapsed >= policy.max_wait_seconds or (policy.attempts is not None and attempt >= policy.attempts):
+            raise AggregatorUnreachable(
+                GAVE_UP,
+                address=self.target.address,
+                what=what,
+                seconds=elapsed,
+                reason=failure.failure.id,
+            )
+        self.wait(attempt, str(failure).split(". Fix: ")[0] if attempt else str(failure))
+
     def wait(self, attempt: int, why: str) -> None:
+        """One log line, then the jittered delay of retry `attempt` (cut short by `stop`)."""
         delay = self.policy.delay(attempt, self.random)
-        logger.info("%s: %s; retrying in %.1f s", self.name, why, delay)
+        logger.warning("%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay)
         self.stop.wait(delay)
 
     def call(self, what: str, call: Callable[[], _T]) -> _T:
-        """`call()`, retried with back-off while the aggregator is unavailable."""
-        for attempt in range(self.policy.attempts + 1):
+        """`call()`, retried with back-off while the failure is transient."""
+        attempt, since = 0, time.monotonic()
+        while True:
             try:
                 return call()
             except grpc.RpcError as error:
-                if error.code() not in RETRYABLE or attempt == self.policy.attempts or self.stop.is_set():
-                    raise refusal(error, what) from None
-                self.wait(attempt, f"the aggregator is unavailable while {what}")
-        raise AssertionError("unreachable: the loop returns or raises")
+                failure = self.classify(error, what)
+                if self.stop.is_set():
+                    raise failure from None
+                self.retry(attempt, since, failure, what)
+                attempt += 1
 
 
-def refusal(error: grpc.RpcError, what: str) -> FedfairError:
-    """A gRPC failure as one actionable line."""
+def refusal(error: grpc.RpcError, what: str, address: str = "its address") -> Failure:
+    """A gRPC failure as its class from its status code alone (no diagnostic dial)."""
     code = error.code()
     if code == grpc.StatusCode.PERMISSION_DENIED:
-        return ConfigError(
-            f"the aggregator refused this collaborator while {what}: its certificate is not on the plan's "
-            "allow-list or not from the federation's CA; ask the operator"
-        )
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return AggregatorUnreachable(
-            f"the aggregator is unreachable while {what} ({error.details()}); check the address, that it "
-            "runs, and that its certificate name matches aggregator_name"
-        )
-    return FedfairError(f"the aggregator answered {code.name} while {what}: {error.details()}")
+        return PermanentFailure(NAME_NOT_ALLOWED, name="this collaborator")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return Failure(AGGREGATOR_BUSY, address=address)
+    if code in RETRYABLE:
+        return Failure(AGGREGATOR_UNREACHABLE, address=address, reason=f"{code.name.lower()} while {what}")
+    return PermanentFailure(AGGREGATOR_ERROR, code=code.name, what=what)
+

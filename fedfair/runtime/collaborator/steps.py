@@ -29,11 +29,17 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 
 from fedfair.core.errors import FedfairError
+from fedfair.datasets.schema import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
 from fedfair.runtime.manifest import Manifest, ManifestError
 from fedfair.runtime.plan import SharedSettings
+from fedfair.runtime.preprocessing import (
+    STATISTICS_ENCODING,
+    STATISTICS_KIND,
+    STATISTICS_ROUND,
+)
 from fedfair.runtime.transport import pb
 from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.messages import (
@@ -92,23 +98,26 @@ class Participant:
     manifest: Manifest | None = None
     """The roster the institutions agreed on out of band; without one the roster is trusted to the CA."""
 
-    def expected(self, stages: Stages) -> tuple[int, EncodingConfig]:
-        """The vector length and encoding an aggregation of this kind must use."""
-        if stages is EVALUATION:
-            return sums.vector_length(), sums.ENCODING
-        return self.parameters + 1, self.shared.secure_aggregation.encoding()
+    def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
+        """The kind, vector length and encoding this aggregation must have: a training update, the
+        evaluation's sums, or (round 0 of a plan with a [schema]) the table statistics."""
+        if work.stages is EVALUATION:
+            if self.shared.schema is not None and work.round == STATISTICS_ROUND:
+                return STATISTICS_KIND, statistics_dimension(self.shared.schema), STATISTICS_ENCODING
+            return "evaluate", sums.vector_length(), sums.ENCODING
+        return "train", self.parameters + 1, self.shared.secure_aggregation.encoding()
 
     def check_parameters(self, work: Work, inputs: bytes) -> RoundParameters:
         """The round's parameters, refused unless they are what this collaborator's plan implies
         and, with a manifest, unless every party of the roster is one the manifest lists and
         the roster is at least its minimum round size (a Sybil roster is refused)."""
         parameters = RoundParameters.from_bytes(inputs)
-        dimension, encoding = self.expected(work.stages)
+        kind, dimension, encoding = self.expected(work)
         secure = self.shared.secure_aggregation
         problems = [
             what
             for what, wrong in (
-                ("kind", parameters.kind != ("evaluate" if work.stages is EVALUATION else "train")),
+                ("kind", parameters.kind != kind),
                 ("round", parameters.round != work.round),
                 ("secure aggregation", parameters.secure != secure.enabled),
                 ("roster", self.name not in parameters.parties),

@@ -5,6 +5,10 @@ builds it (same model seed, same sampler seed seed * 1_000_003 + i, b_k =
 round(batch_fraction * n_k)), which is what makes a federation of processes follow
 the in-process simulation step for step.
 
+Data is read in two steps: :func:`read_local_data` before the collaborator dials the
+aggregator (a wrong path or an unusable file stops it at once, aggregator up or
+not), then :func:`load_local_data` cuts this institution's part once the plan is known.
+
 The privacy hook lives here too: a `TrainerFactory` turns the plain `LocalLearner`
 into what trains each round; the default, :func:`round_trainer`, wraps it in
 `fedfair.privacy.learner.PrivateLearner` when the institution's `[privacy]` says so.
@@ -13,21 +17,35 @@ into what trains each round; the default, :func:`round_trainer`, wraps it in
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 
 from fedfair.core.data import ClientData, client_seed, local_batch_size
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.objective import RCVaRThreshold
-from fedfair.datasets import DATASETS, load_csv, load_dataset, partition
-from fedfair.privacy.accounting import PrivacyAccountant
+from fedfair.datasets import DATASETS, Dataset, load_csv, load_dataset, partition
+from fedfair.datasets.schema import Encoder, check_table
+from fedfair.datasets.tabular import as_strings, read_table, split_rows
+from fedfair.privacy.accounting import (
+    PrivacyAccountant,
+    legacy_privacy_state_path,
+    privacy_state_path,
+)
 from fedfair.privacy.learner import PrivateLearner
 from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.failures import DATA_MISMATCH, LOCAL_DATA, PermanentFailure
 from fedfair.runtime.plan import SharedSettings
+
+logger = logging.getLogger("fedfair.collaborator")
+
+TEST_FRACTION = 0.25
+"""Held-out share of a table checked against a [schema] (as fedfair.datasets.load_csv holds out)."""
 
 TrainerFactory = Callable[[LocalLearner, CollaboratorConfig, SharedSettings], RoundTrainer]
 """The privacy hook: (learner, this collaborator's config, the plan's settings) -> the round trainer."""
@@ -49,46 +67,142 @@ def name_seed_index(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
 
 
-def load_local_data(config: CollaboratorConfig, shared: SharedSettings) -> LocalData:
-    """This institution's data: part `index` of a named dataset's partition, or its own table."""
+@dataclass(frozen=True)
+class LocalTable:
+    """This institution's data as read before connecting: a named dataset whole, or a table as it is."""
+
+    dataset: Dataset | None
+    raw: pd.DataFrame | None
+
+
+def read_local_data(config: CollaboratorConfig) -> LocalTable:
+    """Read this institution's data before connecting; any problem is a permanent `local-data` failure.
+
+    A named dataset is loaded whole (its partition needs the plan); a table is read as it
+    is (a missing file, an unreadable one or one without data rows stops here), and is
+    encoded once the plan says how: by its [schema] or, without one, column by column.
+    """
     source = config.data
+    try:
+        if source.dataset is not None:
+            return LocalTable(load_dataset(source.dataset), None)
+        if source.csv is None:
+            raise ConfigError("[data] needs csv or dataset")
+        return LocalTable(None, read_table(source.csv))
+    except ConfigError as error:
+        raise PermanentFailure(LOCAL_DATA, reason=error, config=config.source) from None
+    except (OSError, IndexError, ValueError) as error:  # an unreadable file, whatever the loader met
+        raise PermanentFailure(LOCAL_DATA, reason=f"{type(error).__name__}: {error}", config=config.source) from None
+
+
+def _read_csv(config: CollaboratorConfig, seed: int) -> Dataset:
+    """A table encoded on its own (plans without a [schema]): load_csv's one-hot and scaling."""
+    source = config.data
+    if source.csv is None or source.label is None:
+        raise PermanentFailure(
+            LOCAL_DATA, reason="[data] label is needed when the plan has no [schema]", config=config.source
+        )
+    try:
+        return load_csv(
+            source.csv,
+            source.label,
+            split_by=source.group,
+            features=list(source.features) if source.features else None,
+            seed=seed,
+        )
+    except ConfigError as error:
+        raise PermanentFailure(LOCAL_DATA, reason=error, config=config.source) from None
+
+
+@dataclass(frozen=True)
+class SchemaTable:
+    """This institution's table checked against the plan's [schema], split into train and held-out rows."""
+
+    train: pd.DataFrame
+    test: pd.DataFrame
+    source: str
+
+
+def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table: LocalTable) -> SchemaTable:
+    """Check the table against the plan's [schema] (a permanent `data-mismatch` naming the column and
+    the fix) and split it, within each group when [data] group is set, with the plan's seed."""
+    schema = shared.schema
+    source = config.data
+    assert schema is not None
+    if table.raw is None or source.csv is None:
+        raise PermanentFailure(
+            DATA_MISMATCH, reason="the plan has a [schema], so [data] must name this institution's csv table"
+        )
+    raw = table.raw
+    raw.columns = [str(name) for name in raw.columns]
+    try:
+        check_table(schema, raw, source.csv.name)
+        if source.group is not None and source.group not in raw.columns:
+            raise ConfigError(f"[data] group column {source.group!r} is not in {source.csv.name}; fix [data] group")
+    except ConfigError as error:
+        raise PermanentFailure(DATA_MISMATCH, reason=error) from None
+    groups = as_strings(raw[source.group]) if source.group is not None else np.zeros(len(raw), dtype=str)
+    train_rows, test_rows = split_rows(groups, TEST_FRACTION, shared.training.seed)
+    if len(train_rows) == 0 or len(test_rows) == 0:
+        raise PermanentFailure(
+            LOCAL_DATA, reason=f"{source.csv.name} has {len(raw)} rows, too few for train and held-out rows",
+            config=config.source,
+        )
+    return SchemaTable(raw.iloc[train_rows], raw.iloc[test_rows], source.csv.name)
+
+
+def encoded_data(config: CollaboratorConfig, table: SchemaTable, encoder: Encoder) -> LocalData:
+    """The checked table encoded with the federation's encoder (the same statistics at every site)."""
+    parts = []
+    for split, rows in (("train", table.train), ("test", table.test)):
+        features, labels = encoder.encode(rows, table.source)
+        assert labels is not None  # check_schema_table required the label column
+        parts.append(ClientData(f"{config.name}-{split}", torch.from_numpy(features), torch.from_numpy(labels).long()))
+    return LocalData(parts[0], parts[1], name_seed_index(config.name), len(encoder.class_names), None)
+
+
+def load_local_data(
+    config: CollaboratorConfig, shared: SharedSettings, table: LocalTable | None = None
+) -> LocalData:
+    """This institution's data without a [schema]: part `index` of a named dataset's partition, or its
+    own table encoded column by column.
+
+    `table` is what :func:`read_local_data` read before connecting (read here when not given).
+    A part that the plan cannot use is a permanent `data-mismatch` failure.
+    """
+    source = config.data
+    table = table if table is not None else read_local_data(config)
 
     def rows(features: np.ndarray, labels: np.ndarray, split: str) -> ClientData:
         return ClientData(
             f"{config.name}-{split}", torch.from_numpy(np.ascontiguousarray(features)), torch.from_numpy(labels).long()
         )
 
-    if source.dataset is not None:
-        dataset = load_dataset(source.dataset)
-        info = DATASETS.get(source.dataset)
+    if table.dataset is not None:
+        dataset = table.dataset
+        info = DATASETS.get(source.dataset or "")
         scheme = source.partition or (info.default_partition if info is not None else "iid")
         parts = source.parts or shared.collaborator_count
         splits = partition(dataset, scheme, parts, seed=shared.training.seed, alpha=source.alpha or 0.5)
         index = source.index if source.index is not None else 0
         if index >= len(splits):
-            raise ConfigError(f"{config.source}: [data] index = {index} but the partition has {len(splits)} parts")
+            raise PermanentFailure(
+                DATA_MISMATCH, reason=f"{config.source}: [data] index = {index} but the partition has {len(splits)} parts"
+            )
         split = splits[index]
         train = rows(dataset.x_train[split.train_index], dataset.y_train[split.train_index], "train")
         test = rows(dataset.x_test[split.test_index], dataset.y_test[split.test_index], "test")
         seed_index = index
     else:
-        if source.csv is None or source.label is None:
-            raise ConfigError(f"{config.source}: [data] needs csv and label")
-        dataset = load_csv(
-            source.csv,
-            source.label,
-            split_by=source.group,
-            features=list(source.features) if source.features else None,
-            seed=shared.training.seed,
-        )
+        dataset = _read_csv(config, shared.training.seed)
         train = rows(dataset.x_train, dataset.y_train, "train")
         test = rows(dataset.x_test, dataset.y_test, "test")
         seed_index = name_seed_index(config.name)
     if dataset.num_features != shared.model.features or dataset.num_classes != shared.model.classes:
-        raise ConfigError(
-            f"{config.source}: this institution's data has {dataset.num_features} features and "
-            f"{dataset.num_classes} classes, but the plan's model takes {shared.model.features} and "
-            f"{shared.model.classes}; align the data's columns with the plan (or the plan's [model])"
+        raise PermanentFailure(
+            DATA_MISMATCH,
+            reason=f"it has {dataset.num_features} features and {dataset.num_classes} classes, but the plan's "
+            f"model takes {shared.model.features} and {shared.model.classes}",
         )
     return LocalData(train, test, seed_index, dataset.num_classes, dataset.image_shape)
 
@@ -114,12 +228,26 @@ def build_learner(data: LocalData, shared: SharedSettings, device: torch.device)
 def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: SharedSettings) -> RoundTrainer:
     """The privacy hook's default: the plain learner, or DP-SGD when `[privacy] enabled = true`.
 
-    DP-SGD comes from `fedfair.privacy`; its accountant persists beside this config
-    (NAME.privacy.json), so a restarted collaborator remembers what it has spent.
+    DP-SGD comes from `fedfair.privacy`; its accountant persists beside this config, one
+    file per federation (NAME.FEDERATION.privacy.json), so a restarted collaborator remembers
+    what it has spent in this federation and one joining another federation starts afresh.
     """
     if not config.privacy.enabled:
         return learner
-    accountant = PrivacyAccountant(config.source.parent / f"{config.name}.privacy.json")
+    folder, federation = config.source.parent, shared.federation_id
+    legacy = legacy_privacy_state_path(folder, config.name)
+    if legacy.exists():
+        # Which federation it belongs to is not recorded: counting it here is what made a site sit
+        # out a new federation on an old budget, and dropping it silently could forget a spend.
+        logger.warning(
+            "%s: %s is from before privacy was accounted per federation and is not counted in %s; if it "
+            "belongs to this federation, rename it to %s",
+            config.name,
+            legacy,
+            federation,
+            privacy_state_path(folder, config.name, federation).name,
+        )
+    accountant = PrivacyAccountant(privacy_state_path(folder, config.name, federation), federation=federation)
     return PrivateLearner(
         learner, config.privacy, accountant=accountant, planned_rounds=shared.training.rounds, name=config.name
     )

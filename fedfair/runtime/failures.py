@@ -1,0 +1,228 @@
+"""The collaborator's failure classes: what can go wrong, whether waiting helps, and the fix.
+
+Every failure a collaborator reports to its operator belongs to one class of
+:data:`FAILURES`. A *transient* class (the aggregator is down, restarting or busy)
+is retried with jittered back-off within the ``[retry]`` bounds of
+``collaborator.toml``, one log line per retry; a *permanent* class (a certificate
+the other side cannot trust, a name the plan does not allow, a plan or data that
+do not fit, a local file that is missing) cannot heal by waiting, so the
+collaborator stops at once with the class's message: what happened and the fix,
+in plain words, never a TLS library's text alone.
+
+The table is the single source of the operator's runbook (``docs/operations.md``
+is generated from :func:`failure_table`), so the messages and the documentation
+cannot drift apart. The class id starts every message, so an operator can look it up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedfair.core.errors import ConfigError, FedfairError
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    """One kind of failure: its id, whether retrying can help, what it means and how to fix it.
+
+    `meaning` and `fix` are templates: the ``{field}`` placeholders are filled with the
+    facts of one occurrence (an address, a name, a path), which the docs show as is.
+    """
+
+    id: str
+    transient: bool
+    meaning: str
+    fix: str
+
+    def message(self, **facts: object) -> str:
+        """The operator's line for one occurrence: ``id: meaning. Fix: fix``."""
+        return f"{self.id}: {self.meaning.format(**facts)}. Fix: {self.fix.format(**facts)}"
+
+
+# ---------------------------------------------------------------- transient: retried within [retry]
+
+AGGREGATOR_UNREACHABLE = FailureClass(
+    "aggregator-unreachable",
+    True,
+    "the aggregator at {address} does not answer ({reason})",
+    "start the aggregator, or correct [collaborator] aggregator; this collaborator keeps retrying "
+    "for up to [retry] max_wait_seconds",
+)
+AGGREGATOR_BUSY = FailureClass(
+    "aggregator-busy",
+    True,
+    "the aggregator at {address} still holds this collaborator's previous connection",
+    "none needed: it lets the old connection go within a minute and this collaborator retries",
+)
+CONNECTION_LOST = FailureClass(
+    "connection-lost",
+    True,
+    "the connection to the aggregator at {address} was lost ({reason})",
+    "none needed if the aggregator is restarting (its resumed run re-runs the round); otherwise "
+    "start it again with --resume",
+)
+
+# ---------------------------------------------------------------- permanent: the collaborator stops
+
+GAVE_UP = FailureClass(
+    "aggregator-unreachable-too-long",
+    False,
+    "the aggregator at {address} stayed unreachable while {what} for {seconds:.0f} s, past the [retry] bound "
+    "(last failure: {reason})",
+    "check that the aggregator runs and that [collaborator] aggregator is its address, then start this "
+    "collaborator again; raise [retry] max_wait_seconds to wait longer",
+)
+AGGREGATOR_NOT_TRUSTED = FailureClass(
+    "aggregator-not-trusted",
+    False,
+    "the aggregator at {address} presented a certificate that this federation's CA ({ca}) did not issue "
+    "or that is no longer valid ({reason})",
+    "check that [collaborator] aggregator is this federation's aggregator and that [certificates] ca is the "
+    "federation's ca.crt (compare `fedfair pki show` fingerprints with the operator's)",
+)
+AGGREGATOR_NAME_MISMATCH = FailureClass(
+    "aggregator-name-mismatch",
+    False,
+    "the aggregator at {address} presented a certificate that is not for the name {name!r}",
+    "set [collaborator] aggregator_name to the name in the aggregator's certificate (its operator sees it "
+    "with `fedfair pki show`), or remove it to check the address's host name",
+)
+CERTIFICATE_REFUSED = FailureClass(
+    "certificate-refused",
+    False,
+    "the aggregator at {address} refused this collaborator's certificate during the TLS handshake "
+    "({reason}): its CA did not issue it, or it expired",
+    "ask the aggregator's operator for a certificate from the federation's CA (`fedfair pki request`, then "
+    "put the signed certificate and their ca.crt into [certificates] dir)",
+)
+NAME_NOT_ALLOWED = FailureClass(
+    "name-not-allowed",
+    False,
+    "the aggregator accepted the certificate of {name!r} but refused it: the name is not on the plan's "
+    "allow-list",
+    "ask the operator to add {name!r} to [federation] collaborators in the plan, or use the certificate "
+    "of an institution the plan lists",
+)
+TLS_FAILED = FailureClass(
+    "tls-failed",
+    False,
+    "no TLS session with {address} ({reason}): it is not a fedfair aggregator",
+    "correct [collaborator] aggregator to the aggregator's host:port",
+)
+FEDERATION_MISMATCH = FailureClass(
+    "federation-mismatch",
+    False,
+    "the aggregator at {address} runs federation {theirs!r}, not {ours!r}",
+    "correct [collaborator] aggregator to the address of federation {ours!r}, or federation to {theirs!r} "
+    "if this institution means to join that one",
+)
+PLAN_MISMATCH = FailureClass(
+    "plan-mismatch",
+    False,
+    "the aggregator's plan does not fit this collaborator: {reason}",
+    "ask the operator which fedfair version and manifest the federation uses, and use the same",
+)
+DATA_MISMATCH = FailureClass(
+    "data-mismatch",
+    False,
+    "this institution's data does not fit the aggregator's plan: {reason}",
+    "align [data] with the plan (the label, the feature columns and their encoding) or ask the operator "
+    "to change the plan's [model]",
+)
+AGGREGATOR_ERROR = FailureClass(
+    "aggregator-error",
+    False,
+    "the aggregator answered {code} while {what}",
+    "tell the aggregator's operator: its log names the cause; a version mismatch is the usual one",
+)
+LOCAL_CERTIFICATES = FailureClass(
+    "local-certificates",
+    False,
+    "this collaborator's own TLS files are unusable: {reason}",
+    "correct [certificates] in {config} (see certs/README.md for obtaining the files)",
+)
+LOCAL_DATA = FailureClass(
+    "local-data",
+    False,
+    "this institution's data cannot be loaded: {reason}",
+    "correct [data] in {config}",
+)
+LOCAL_MANIFEST = FailureClass(
+    "local-manifest",
+    False,
+    "this collaborator does not agree with its federation manifest: {reason}",
+    "use the manifest of the federation this institution joins, and its own certificate",
+)
+LOCAL_PRIVACY = FailureClass(
+    "local-privacy",
+    False,
+    "this collaborator's differential privacy cannot be set up: {reason}",
+    "correct [privacy] in {config}; restore an unreadable state file from a backup (deleting it would "
+    "forget the privacy already spent)",
+)
+
+FAILURES: tuple[FailureClass, ...] = (
+    AGGREGATOR_UNREACHABLE,
+    AGGREGATOR_BUSY,
+    CONNECTION_LOST,
+    GAVE_UP,
+    AGGREGATOR_NOT_TRUSTED,
+    AGGREGATOR_NAME_MISMATCH,
+    CERTIFICATE_REFUSED,
+    NAME_NOT_ALLOWED,
+    TLS_FAILED,
+    FEDERATION_MISMATCH,
+    PLAN_MISMATCH,
+    DATA_MISMATCH,
+    AGGREGATOR_ERROR,
+    LOCAL_CERTIFICATES,
+    LOCAL_DATA,
+    LOCAL_MANIFEST,
+    LOCAL_PRIVACY,
+)
+"""Every class a collaborator can report, in the order the runbook lists them."""
+
+
+class Failure(FedfairError):
+    """A failure of one class; the message is the class's line for this occurrence."""
+
+    def __init__(self, failure: FailureClass, **facts: object) -> None:
+        super().__init__(failure.message(**facts))
+        self.failure = failure
+
+
+class PermanentFailure(Failure, ConfigError):
+    """A failure that waiting cannot heal: the collaborator stops with the cause and the fix."""
+
+
+class AggregatorUnreachable(Failure):
+    """The aggregator stayed unreachable past the retry bound (:data:`GAVE_UP`)."""
+
+
+def failure_table() -> list[dict[str, str]]:
+    """The table of :data:`FAILURES` for the runbook: id, kind, meaning and fix, as templates."""
+    return [
+        {
+            "id": failure.id,
+            "kind": "transient (retried)" if failure.transient else "permanent (stops)",
+            "meaning": failure.meaning,
+            "fix": failure.fix,
+        }
+        for failure in FAILURES
+    ]
+
+
+def runbook_table() -> str:
+    """The failure table as the Markdown that ``docs/operations.md`` carries between its markers.
+
+    ``python -m fedfair.runtime.failures`` prints it; a test fails when the document's copy differs.
+    """
+    rows = ["| id | kind | what happened | fix |", "|---|---|---|---|"]
+    for row in failure_table():
+        cells = (f"`{row['id']}`", row["kind"], row["meaning"], row["fix"])
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(runbook_table(), end="")

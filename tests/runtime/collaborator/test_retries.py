@@ -1,0 +1,177 @@
+"""Each failure class of the collaborator over real mutual TLS on loopback: its exact message, and in time.
+
+The aggregator is the real mTLS gRPC server with the real servicer (`serve`: it answers
+GetPlan, no rounds run). A permanent failure must end the collaborator within 5 s with its
+class's message; a transient one is retried, one line per retry, until the aggregator appears.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedfair import pki
+from fedfair.research.workspace import Workspace, toml_text
+from fedfair.runtime.aggregator.loop import Network, serve
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.collaborator.retries import RetryPolicy, Target, probe
+from fedfair.runtime.failures import (
+    AGGREGATOR_NAME_MISMATCH,
+    AGGREGATOR_NOT_TRUSTED,
+    CERTIFICATE_REFUSED,
+    FEDERATION_MISMATCH,
+    NAME_NOT_ALLOWED,
+    PermanentFailure,
+)
+from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.transport import TlsFiles
+from tests.runtime.harness import new_workspace
+
+NAMES = ["site-a", "site-b"]
+PERMANENT_SECONDS = 5.0
+QUICK = RetryPolicy(max_wait_seconds=60.0, base_seconds=0.05, cap_seconds=0.2)
+
+
+def config_file(workspace: Workspace, name: str, **sections: dict[str, Any]) -> Path:
+    """A collaborator.toml for `name` in its own folder, with sections' keys replaced or added."""
+    content: dict[str, dict[str, Any]] = {
+        "collaborator": {
+            "name": name,
+            "aggregator": workspace.address,
+            "aggregator_name": "aggregator",
+            "federation": "fedfair-launch",
+            "device": "cpu",
+        },
+        "certificates": {"dir": str(workspace.certs)},
+        "data": {"dataset": "adult", "partition": "race", "index": 0},
+    }
+    for section, values in sections.items():
+        content.setdefault(section, {}).update(values)
+    path = workspace.root / f"{name}-{len(list(workspace.root.glob('*.toml')))}.toml"
+    path.write_text(toml_text(content))
+    return path
+
+
+def stopped_within(path: Path, seconds: float = PERMANENT_SECONDS) -> str:
+    """Start a collaborator from `path`; it must stop with a permanent failure within `seconds`."""
+    started = time.monotonic()
+    with pytest.raises(PermanentFailure) as caught:
+        Collaborator(load_collaborator_config(path), retry=QUICK).run()
+    assert time.monotonic() - started < seconds
+    return str(caught.value)
+
+
+@pytest.fixture(scope="module")
+def aggregator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+    root = tmp_path_factory.mktemp("failures")
+    workspace = new_workspace(root, NAMES)
+    pki.issue(workspace.certs, "collaborator", "mallory")
+    other = root / "other-ca"
+    pki.init_ca(other)
+    pki.issue(other, "collaborator", "site-a")
+    plan = load_aggregator_plan(workspace.plan)
+    network: Network = serve(plan, plan_digest(plan))
+    try:
+        yield workspace
+    finally:
+        network.stop()
+
+
+def test_an_aggregator_certificate_from_another_ca(aggregator: Workspace) -> None:
+    other = aggregator.root / "other-ca"
+    message = stopped_within(config_file(aggregator, "site-a", certificates={"dir": str(other)}))
+    assert message == AGGREGATOR_NOT_TRUSTED.message(
+        address=aggregator.address, ca=other / "ca.crt", reason="unable to get local issuer certificate"
+    )
+
+
+def test_an_own_certificate_from_another_ca_stops_before_connecting(aggregator: Workspace) -> None:
+    """Its ca.crt is the federation's, its certificate another CA's: found by the local check."""
+    other = aggregator.root / "other-ca"
+    certificates = {"dir": str(aggregator.certs), "cert": str(other / "site-a.crt"), "key": str(other / "site-a.key")}
+    path = config_file(aggregator, "site-a", certificates=certificates)
+    message = stopped_within(path, PERMANENT_SECONDS)
+    assert message.startswith("local-certificates: this collaborator's own TLS files are unusable: ")
+    assert "does not verify against this federation's CA" in message and "Fix: correct [certificates]" in message
+
+
+def test_a_wrong_aggregator_name(aggregator: Workspace) -> None:
+    message = stopped_within(config_file(aggregator, "site-a", collaborator={"aggregator_name": "aggregator-2"}))
+    assert message == AGGREGATOR_NAME_MISMATCH.message(address=aggregator.address, name="aggregator-2")
+
+
+def test_a_name_not_on_the_allow_list(aggregator: Workspace) -> None:
+    message = stopped_within(config_file(aggregator, "mallory"))
+    assert message == NAME_NOT_ALLOWED.message(name="mallory")
+    assert "ask the operator to add 'mallory' to [federation] collaborators" in message
+
+
+def test_another_federations_aggregator(aggregator: Workspace) -> None:
+    message = stopped_within(config_file(aggregator, "site-a", collaborator={"federation": "another-federation"}))
+    assert message == FEDERATION_MISMATCH.message(
+        address=aggregator.address, theirs="fedfair-launch", ours="another-federation"
+    )
+
+
+def test_the_probe_names_a_refused_collaborator_certificate(aggregator: Workspace) -> None:
+    """What the aggregator does to a certificate from another CA (past the local check), seen by the diagnostic dial."""
+    other = aggregator.root / "other-ca"
+    files = TlsFiles(ca=aggregator.certs / "ca.crt", cert=other / "site-a.crt", key=other / "site-a.key")
+    diagnosed = probe(Target(aggregator.address, files, "aggregator"))
+    assert diagnosed is not None and diagnosed.failure is CERTIFICATE_REFUSED
+    assert probe(Target(aggregator.address, TlsFiles.in_folder(aggregator.certs, "site-a"), "aggregator")) is None
+
+
+def test_local_failures_stop_before_connecting(tmp_path: Path) -> None:
+    """A wrong data path, a header-only CSV, a missing certificate: with nobody serving the address."""
+    workspace = new_workspace(tmp_path, NAMES)
+    header_only = tmp_path / "empty.csv"
+    header_only.write_text("age,bmi,outcome\n")
+    missing = tmp_path / "nowhere.csv"
+    for data, start in (
+        ({"csv": str(missing), "label": "outcome"}, f"local-data: this institution's data cannot be loaded: data file {missing} not found; check the path (CSV or Parquet)"),
+        ({"csv": str(header_only), "label": "outcome"}, "local-data: this institution's data cannot be loaded: "),
+    ):
+        path = config_file(workspace, "site-a", data=data)
+        with_csv = path.read_text().replace('dataset = "adult"\npartition = "race"\nindex = 0\n', "")
+        path.write_text(with_csv)
+        message = stopped_within(path)
+        assert message.startswith(start) and message.endswith(f"Fix: correct [data] in {path}")
+        assert "Traceback" not in message and "IndexError" not in message
+    path = config_file(workspace, "site-a", certificates={"cert": "missing.crt"})
+    message = stopped_within(path)
+    assert message.startswith("local-certificates: ") and "missing.crt" in message
+
+
+def test_a_transient_outage_is_retried_until_the_aggregator_appears(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    workspace = new_workspace(tmp_path, NAMES)
+    collaborator = Collaborator(load_collaborator_config(workspace.configs["site-a"]), retry=QUICK)
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(collaborator.run()), daemon=True)
+    with caplog.at_level(logging.INFO, logger="fedfair.collaborator"):
+        thread.start()
+        time.sleep(1.0)
+        plan = load_aggregator_plan(workspace.plan)
+        network = serve(plan, plan_digest(plan))
+        try:
+            deadline = time.monotonic() + 30
+            while "joined federation fedfair-launch" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            collaborator.stop()
+            network.stop()
+            thread.join(10)
+    retries = [r.getMessage() for r in caplog.records if "aggregator-unreachable" in r.getMessage()]
+    assert len(retries) >= 2 and all("; retry " in line for line in retries)
+    assert "connection refused" in retries[0] and "Fix: start the aggregator" in retries[0]
+    assert "joined federation fedfair-launch" in caplog.text
+    assert not thread.is_alive()

@@ -1,0 +1,153 @@
+"""The collaborator's privacy state per federation, and what it tells the aggregator about its budget.
+
+The aggregator side here is a recording servicer behind the real mTLS server credentials
+on loopback: it serves the plan and keeps every StatusReport, so the test sees exactly
+what a collaborator sends (a status, never a reason string).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+import torch
+
+from fedfair.privacy.learner import PrivateLearner
+from fedfair.research.workspace import Workspace, toml_text
+from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.collaborator.trainer import (
+    build_learner,
+    load_local_data,
+    round_trainer,
+)
+from fedfair.runtime.plan import (
+    load_aggregator_plan,
+    load_shared_settings,
+    plan_digest,
+    shared_settings,
+)
+from fedfair.runtime.transport import (
+    TlsFiles,
+    make_binding,
+    pb,
+    pb_grpc,
+    secure_channel,
+    server_credentials,
+)
+from tests.runtime.harness import new_workspace
+
+NAMES = ["site-a", "site-b"]
+
+
+class Recorder(pb_grpc.FederationServicer):
+    """Serves the plan and records the status reports (nothing else is needed here)."""
+
+    def __init__(self, settings: bytes, digest: str) -> None:
+        self.settings, self.digest = settings, digest
+        self.reports: list[pb.StatusReport] = []
+
+    def GetPlan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.PlanReply:
+        return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.digest)
+
+    def Report(self, request: pb.StatusReport, context: grpc.ServicerContext) -> pb.Receipt:
+        self.reports.append(request)
+        return pb.Receipt(binding=request.binding)
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Iterator[tuple[Workspace, Recorder]]:
+    workspace = new_workspace(tmp_path, NAMES)
+    plan = load_aggregator_plan(workspace.plan)
+    recorder = Recorder(shared_settings(plan), plan_digest(plan))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_FederationServicer_to_server(recorder, server)  # type: ignore[no-untyped-call]
+    server.add_secure_port(workspace.address, server_credentials(TlsFiles.in_folder(workspace.certs, "aggregator")))
+    server.start()
+    try:
+        yield workspace, recorder
+    finally:
+        server.stop(0)
+
+
+def with_privacy(path: Path, **privacy: object) -> Path:
+    path.write_text(path.read_text() + toml_text({"privacy": {"enabled": True, **privacy}}))
+    return path
+
+
+def private_rounds(workspace: Workspace, name: str, rounds: int) -> Collaborator:
+    """A collaborator that fetched the plan and ran `rounds` rounds of training, as a TRAIN task would."""
+    collaborator = Collaborator(load_collaborator_config(workspace.configs[name]))
+    files = TlsFiles.in_folder(workspace.certs, name)
+    with secure_channel(workspace.address, files, aggregator_name="aggregator") as channel:
+        stub = pb_grpc.FederationStub(channel)  # type: ignore[no-untyped-call]
+        collaborator._setup(stub)
+        theta = initial_state(load_aggregator_plan(workspace.plan)).theta
+        for round_number in range(1, rounds + 1):
+            binding = make_binding("fedfair-launch", round_number, pb.STAGE_TRAIN)
+            collaborator._train_on(stub, binding, "model", theta, 5.0)
+    return collaborator
+
+
+@pytest.mark.slow
+def test_a_spent_budget_is_reported_as_a_status(
+    recorded: tuple[Workspace, Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    workspace, recorder = recorded
+    with_privacy(workspace.configs["site-a"], noise_multiplier=1.0, budget_epsilon=1e-3)
+    with caplog.at_level(logging.INFO):
+        private_rounds(workspace, "site-a", 2)
+    assert [(report.status, report.HasField("epsilon")) for report in recorder.reports] == [
+        (pb.COLLABORATOR_STATUS_BUDGET_SPENT, False)
+    ] * 2
+    assert [report.binding.round for report in recorder.reports] == [1, 2]
+    assert caplog.text.count("site-a stops contributing") == 2
+
+
+def test_shared_epsilon_is_reported_each_round_and_logged_once(
+    recorded: tuple[Workspace, Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    workspace, recorder = recorded
+    with_privacy(workspace.configs["site-b"], noise_multiplier=1.0, share_epsilon=True)
+    with caplog.at_level(logging.INFO):
+        collaborator = private_rounds(workspace, "site-b", 2)
+    assert isinstance(collaborator.trainer, PrivateLearner) and collaborator.trainer.last_report is not None
+    statuses = [report.status for report in recorder.reports]
+    assert statuses == [pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT] * 2
+    assert recorder.reports[1].epsilon == collaborator.trainer.last_report.epsilon > recorder.reports[0].epsilon > 0
+    assert caplog.text.count("site-b: epsilon ") == 2  # one privacy line per round
+
+
+@pytest.mark.slow
+def test_the_privacy_state_is_kept_per_federation(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    workspace = new_workspace(tmp_path, NAMES)
+    config = load_collaborator_config(with_privacy(workspace.configs["site-a"], noise_multiplier=1.0))
+    plan = load_aggregator_plan(workspace.plan)
+    shared = load_shared_settings(shared_settings(plan))
+    theta = initial_state(plan).theta
+    folder = config.source.parent
+
+    def train(federation: str) -> PrivateLearner:
+        settings = load_shared_settings(shared_settings(plan).replace(b"fedfair-launch", federation.encode()))
+        trainer = round_trainer(build_learner(load_local_data(config, shared), settings, torch.device("cpu")), config, settings)
+        assert isinstance(trainer, PrivateLearner)
+        trainer.train_round(theta, 5.0)
+        return trainer
+
+    assert train("federation-1").accountant.rounds == 1
+    assert train("federation-1").accountant.rounds == 2  # a restart in the same federation keeps its history
+    assert train("federation-2").accountant.rounds == 1  # another federation starts a new one
+    assert sorted(path.name for path in folder.glob("*.privacy.json")) == [
+        "site-a.federation-1.privacy.json",
+        "site-a.federation-2.privacy.json",
+    ]
+    (folder / "site-a.privacy.json").write_text("{}")
+    with caplog.at_level(logging.WARNING):
+        assert train("federation-2").accountant.rounds == 2
+    assert "site-a.privacy.json is from before privacy was accounted per federation" in caplog.text
+
