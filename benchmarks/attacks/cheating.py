@@ -52,7 +52,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import GOODBYE_SECONDS, Network, RoundLoop, initial_state, prepare, serve
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.manifest import load_manifest
-from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
+from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import TlsFiles
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.secagg import messages
@@ -81,7 +81,7 @@ class PatchedAggregator:
     def _run(self) -> None:
         try:
             checkpoint = prepare(self.plan, resume=False)
-            network = serve(self.plan, checkpoint.plan_digest)
+            network = serve(self.plan, plan_digest(self.plan))
             self.network = network
             self.patch(network)
             self.listening.set()

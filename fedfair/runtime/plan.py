@@ -154,6 +154,9 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
         if section is not None
     }
     loaded: dict[str, Any] = json.loads(json.dumps(sections))
+    if settings.schema is not None:
+        # The encoder decides the input size; a plan with a [schema] may not state one (settings._schema).
+        loaded["model"].pop("features", None)
     return loaded
 
 

@@ -57,6 +57,9 @@ TASK_WAIT_SECONDS = 30.0
 """A task stream re-checks that its RPC is alive at least this often; an ended RPC normally
 wakes it at once through the RPC's termination callback (which notifies the board)."""
 
+FINAL_FETCH_SECONDS = 60.0
+"""How long a stream that delivered FINISHED with a bundle stays open for its peer to fetch it."""
+
 PROGRESS_SECONDS = 10.0
 """How often a stage that is still waiting reports its progress to the operator."""
 
@@ -135,6 +138,10 @@ class Board:
         self._final: pb.Task | None = None
         self._closed = False
         self._models: dict[tuple[int, int], list[pb.ModelPart]] = {}
+        # What the round's start stage offers its participants to fetch (it has no open stage of its own).
+        self._start_inputs: dict[Position, tuple[frozenset[str], bytes]] = {}
+        # What the FINISHED task offers every peer to fetch (the final model bundle).
+        self._final_input = b""
         self._stage: _Stage | None = None
         self._round = 0
         self._departed: set[str] = set()
@@ -224,6 +231,7 @@ class Board:
             self._round = round_number
             self._tasks = {}
             self._models = {}
+            self._start_inputs = {}
             self._departed = set()
             self._generation += 1
             self._changed.notify_all()
@@ -251,10 +259,17 @@ class Board:
                 self._tasks.setdefault(peer, []).append(task)
             self._changed.notify_all()
 
-    def finish(self, binding: pb.Binding) -> None:
-        """Tell every stream, now and later, that the federation is over."""
+    def finish(self, binding: pb.Binding, payload: bytes = b"") -> None:
+        """Tell every stream, now and later, that the federation is over, offering `payload`
+        (the final model bundle) to every peer that reads the FINISHED task."""
         with self._changed:
-            self._final = pb.Task(binding=binding, action=pb.ACTION_FINISHED, plan_digest=self.plan_digest)
+            self._final_input = payload
+            self._final = pb.Task(
+                binding=binding,
+                action=pb.ACTION_FINISHED,
+                plan_digest=self.plan_digest,
+                input_size=len(payload),
+            )
             self._changed.notify_all()
 
     def close(self) -> None:
@@ -301,6 +316,11 @@ class Board:
                     yield task
             if final is not None and not pending:
                 yield final
+                if final.input_size:
+                    # Its peer fetches the final bundle next: the stream stays open until the peer
+                    # hangs up, so an aggregator waiting for its collaborators to leave serves that fetch.
+                    with self._changed:
+                        self._changed.wait_for(lambda: self._closed or not is_active(), timeout=FINAL_FETCH_SECONDS)
                 return
 
     def _record_delivery(self, peer: str, position: Position) -> None:
@@ -326,6 +346,11 @@ class Board:
         parts = list(model_parts(binding, theta, c, chunk_bytes))
         with self._changed:
             self._models[(binding.round, binding.stage)] = parts
+
+    def set_start_input(self, binding: pb.Binding, peers: Iterable[str], payload: bytes) -> None:
+        """Offer `payload` to `peers` for fetching at the start stage `binding` (TRAIN or EVALUATE)."""
+        with self._changed:
+            self._start_inputs[(binding.round, binding.stage)] = (frozenset(peers), payload)
 
     def model(self, binding: pb.Binding) -> list[pb.ModelPart] | None:
         with self._changed:
@@ -368,9 +393,18 @@ class Board:
         """What `peer` may fetch for the open stage `binding` (None: nothing for it)."""
         with self._changed:
             stage = self._stage
-            if stage is None or stage.binding != binding or peer not in stage.expected:
+            if stage is not None and stage.binding == binding and peer in stage.expected:
+                return self._input_for(stage.inputs, peer)
+            peers, payload = self._start_inputs.get((binding.round, binding.stage), (frozenset(), b""))
+            return payload if peer in peers else None
+
+    def final_input(self, binding: pb.Binding) -> bytes | None:
+        """What the FINISHED task `binding` offers for fetching (None: no such task, or nothing offered)."""
+        with self._changed:
+            final = self._final
+            if final is None or final.binding != binding or not self._final_input:
                 return None
-            return self._input_for(stage.inputs, peer)
+            return self._final_input
 
     @contextmanager
     def uploading(self, peer: str) -> Iterator[None]:

@@ -1,8 +1,8 @@
 """The aggregator's files: atomic checkpoints, the JSON-lines round log, the final model.
 
 A checkpoint holds everything the aggregator needs to continue: the server state
-(theta, c and their running averages), the last finished round and the digest of
-the plan it ran under. It is written to a temporary file in the same folder,
+(theta, c and their running averages), the last finished round, the digest of
+the plan it ran under and, under a [schema], the federation's encoder. It is written to a temporary file in the same folder,
 flushed and fsynced, then renamed over the old one (and the folder fsynced), so a
 crash at any moment leaves either the previous checkpoint or the new one, never a
 torn file. A round's log record is appended just before its checkpoint is written,
@@ -44,6 +44,9 @@ class Checkpoint:
     state: ServerState
     plan_digest: str
     evaluation: Mapping[str, Any] | None = None
+    encoder: Mapping[str, Any] | None = None
+    """The federation's encoder (Encoder.to_mapping) under a plan with a [schema]: made once, from the
+    statistics aggregation, and kept so a resumed run serves exactly the same one."""
 
 
 def state_digest(state: ServerState) -> str:
@@ -77,6 +80,7 @@ def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:
         "plan_digest": checkpoint.plan_digest,
         "state": _state_dict(checkpoint.state),
         "evaluation": json.dumps(checkpoint.evaluation) if checkpoint.evaluation is not None else "",
+        "encoder": json.dumps(checkpoint.encoder, sort_keys=True) if checkpoint.encoder is not None else "",
     }
     atomic_write(path, lambda stream: torch.save(payload, stream))
     return path
@@ -102,6 +106,7 @@ def load_checkpoint(folder: Path, plan_digest: str) -> Checkpoint:
         )
         finished_round, digest = int(payload["round"]), str(payload["plan_digest"])
         evaluation = json.loads(payload["evaluation"]) if payload["evaluation"] else None
+        encoder = json.loads(payload["encoder"]) if payload.get("encoder") else None
     except (
         OSError,
         EOFError,
@@ -120,7 +125,7 @@ def load_checkpoint(folder: Path, plan_digest: str) -> Checkpoint:
             f"checkpoint {path} was written under another plan (digest {digest[:12]}..., this plan "
             f"{plan_digest[:12]}...); resume with the plan it was made with, or use another output folder"
         )
-    return Checkpoint(round=finished_round, state=state, plan_digest=digest, evaluation=evaluation)
+    return Checkpoint(round=finished_round, state=state, plan_digest=digest, evaluation=evaluation, encoder=encoder)
 
 
 def append_round_log(folder: Path, record: Mapping[str, Any]) -> None:

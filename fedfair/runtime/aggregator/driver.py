@@ -198,11 +198,20 @@ class SumDriver:
         dimension: int,
         encoding: EncodingConfig,
         model: tuple[np.ndarray, float],
+        *,
+        kind: str | None = None,
+        start_input: bytes = b"",
     ) -> SumOutcome:
-        """Open the start stage with `model` for download, then aggregate `dimension`-long vectors."""
+        """Open the start stage with `model` for download, then aggregate `dimension`-long vectors.
+
+        `kind` names the aggregation in its public parameters (default: "train" or
+        "evaluate" by `stages`; the statistics aggregation passes its own), and
+        `start_input` is what every participant may fetch at the start stage (the
+        federation's encoder under a [schema]).
+        """
         roster = tuple(sorted(participants))
         parameters = RoundParameters(
-            kind="evaluate" if stages is EVALUATION else "train",
+            kind=kind or ("evaluate" if stages is EVALUATION else "train"),
             round=round_number,
             secure=self.settings.secure,
             parties=roster,
@@ -216,7 +225,14 @@ class SumDriver:
             round_number, stages.start, timeout_seconds=self.settings.stage_timeout, participants=roster
         )
         self.board.set_model(start, *model)
-        self.board.publish(roster, start, pb.ACTION_RUN, deadline_seconds=self.settings.stage_timeout)
+        self.board.set_start_input(start, roster, start_input)
+        self.board.publish(
+            roster,
+            start,
+            pb.ACTION_RUN,
+            deadline_seconds=self.settings.stage_timeout,
+            input_sizes=dict.fromkeys(roster, len(start_input)),
+        )
         try:
             if self.settings.secure:
                 return self._secure(round_number, stages, parameters)

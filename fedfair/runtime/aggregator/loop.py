@@ -31,6 +31,7 @@ simulation does.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import numpy as np
 import torch
 from cryptography import x509
 
@@ -45,8 +47,18 @@ from fedfair import pki
 from fedfair.core import server
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.models import flat_parameters
+from fedfair.datasets.schema import (
+    Encoder,
+    encoder_from_statistics,
+    statistics_dimension,
+)
 from fedfair.fairness import sums
 from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.bundles import (
+    checkpoint_encoder,
+    model_settings,
+    save_federation_bundle,
+)
 from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,
     Checkpoint,
@@ -74,6 +86,12 @@ from fedfair.runtime.plan import (
     AggregatorPlan,
     plan_digest,
     shared_settings,
+)
+from fedfair.runtime.preprocessing import (
+    STATISTICS_ENCODING,
+    STATISTICS_KIND,
+    STATISTICS_ROUND,
+    encoder_payload,
 )
 from fedfair.runtime.transport import (
     PeerAuthenticator,
@@ -107,9 +125,14 @@ class QuorumNotReached(FedfairError):
     """Too few collaborators connected in time (the round timeout, or ``--startup-timeout`` before the first)."""
 
 
-def initial_state(plan: AggregatorPlan) -> server.ServerState:
-    """Round 0: the plan's model with its seed's initial weights, c at the bound B (as the simulation)."""
-    model = plan.model.build(seed=plan.training.seed)
+class StatisticsFailed(FedfairError):
+    """The statistics aggregation before round 1 (plans with a [schema]) did not give an encoder."""
+
+
+def initial_state(plan: AggregatorPlan, encoder: Encoder | None = None) -> server.ServerState:
+    """Round 0: the plan's model with its seed's initial weights, c at the bound B (as the simulation);
+    under a [schema], the model's input size and classes are the federation's encoder's."""
+    model = model_settings(plan, encoder).build(seed=plan.training.seed)
     return server.init(flat_parameters(model), bound=plan.objective.bound)
 
 
@@ -173,14 +196,19 @@ class RoundLoop:
         self,
         plan: AggregatorPlan,
         network: Network,
-        checkpoint: Checkpoint,
+        checkpoint: Checkpoint | None,
         events: EventLog | None = None,
         *,
         startup_timeout: float = 0.0,
     ) -> None:
+        """`checkpoint` None: a fresh federation with a [schema], whose statistics aggregation
+        makes the encoder and the initial model when :meth:`run` starts."""
         self.plan = plan
         self.network = network
-        self.checkpoint = checkpoint
+        self._start = checkpoint
+        self.checkpoint: Checkpoint
+        self.start_input = b""
+        """What every start stage offers for fetching: the encoder's JSON under a [schema]."""
         self.events = events or EventLog(plan.aggregator.output)
         self.startup_timeout = startup_timeout
         """Seconds the first round of this process waits for the quorum (0: no deadline)."""
@@ -205,9 +233,12 @@ class RoundLoop:
             else pinned_verifier(plan.manifest, network.ca_certificate),
         )
         self.average_from = plan.training.average_from_round
-        self.evaluation = checkpoint.evaluation
+        self.evaluation = None if checkpoint is None else checkpoint.evaluation
+        self.records = read_round_log(self.output)
+        """Every round's record so far: the model bundle's metrics and provenance."""
         self.excluded = excluded_in(read_round_log(self.output))
-        """Collaborators left out of every later round, with why (rebuilt from the round log on resume)."""
+        """Collaborators left out of every later round, with why (rebuilt from the round log on resume,
+        less those an operator re-admitted with ``--readmit``)."""
 
     def run(self) -> dict[str, Any]:
         """Run the remaining rounds, export the final model, say FINISHED; return the summary.
@@ -218,6 +249,9 @@ class RoundLoop:
         update they trained on that model, see `fedfair.runtime.collaborator.client`).
         """
         rounds = self.plan.training.rounds
+        self.checkpoint = self._start if self._start is not None else self.federate_statistics()
+        encoder = checkpoint_encoder(self.checkpoint)
+        self.start_input = b"" if encoder is None else encoder_payload(encoder)
         first = self.checkpoint.round + 1
         if first > 1:
             logger.info("resuming at round %d from the checkpoint of round %d", first, self.checkpoint.round)
@@ -226,13 +260,13 @@ class RoundLoop:
             if self._evaluation_due(round_number):
                 record["evaluation"] = self.evaluate(round_number)
             self._round_event(record)
-            self.checkpoint = Checkpoint(
-                round_number, self.checkpoint.state, self.checkpoint.plan_digest, self.evaluation
-            )
+            self.checkpoint = dataclasses.replace(self.checkpoint, round=round_number, evaluation=self.evaluation)
             # The record first: a crash between the two leaves a record that a resume trims, whereas
             # the other order could leave a checkpointed round that the log never mentions.
             append_round_log(self.output, record)
+            self.records.append(record)
             save_checkpoint(self.output, self.checkpoint)
+            save_federation_bundle(self.plan, self.checkpoint, self.records)
             maybe_die("after-checkpoint", round_number)
         summary = {
             "federation_id": self.plan.federation_id,
@@ -240,10 +274,69 @@ class RoundLoop:
             "evaluation": self.evaluation,
         }
         export_final_model(self.output, self.checkpoint, summary)
-        logger.info("finished %d rounds; final model in %s", rounds, self.output)
+        bundle = save_federation_bundle(self.plan, self.checkpoint, self.records)
+        logger.info("finished %d rounds; final model in %s (bundle: %s)", rounds, self.output, bundle)
         self.events.emit("finish", rounds=rounds, output=str(self.output))
-        self.network.board.finish(make_binding(self.plan.federation_id, rounds, pb.STAGE_EVAL_UNMASK))
+        # Every collaborator that reads FINISHED may fetch the bundle: the federation's model is theirs too.
+        self.network.board.finish(
+            make_binding(self.plan.federation_id, rounds, pb.STAGE_EVAL_UNMASK), bundle.read_bytes()
+        )
         return summary
+
+    def federate_statistics(self) -> Checkpoint:
+        """The statistics aggregation of a fresh federation with a [schema] (round 0, see
+        :mod:`fedfair.runtime.preprocessing`): one secure sum of every site's counts and
+        sums gives the encoder all sites share and, from it, the initial model.
+
+        Its checkpoint (round 0, with the encoder) is saved at once, so a resumed run serves
+        the same encoder. A failure stops the process before anything is trained.
+        """
+        schema = self.plan.schema
+        assert schema is not None  # prepare() leaves no checkpoint only for plans with a [schema]
+        participants = self._participants(STATISTICS_ROUND, wait_for_everyone=True)
+        self.network.board.new_round(STATISTICS_ROUND)
+        nothing = (np.zeros(0), 0.0)  # no model is involved: the sites send what their tables hold
+        try:
+            outcome = self.driver.run(
+                STATISTICS_ROUND,
+                EVALUATION,
+                participants,
+                statistics_dimension(schema),
+                STATISTICS_ENCODING,
+                nothing,
+                kind=STATISTICS_KIND,
+            )
+            if outcome.culprits:
+                raise RoundAborted("misbehaving collaborators", outcome.culprits)
+            encoder = encoder_from_statistics(schema, outcome.weighted_sum)
+        except (RoundAborted, ConfigError) as error:
+            culprits = error.culprits if isinstance(error, RoundAborted) else {}
+            named = "".join(f"; {name} misbehaved ({why})" for name, why in sorted(culprits.items()))
+            raise StatisticsFailed(
+                f"the statistics aggregation before round 1 failed: {error}{named}. Nothing was trained or "
+                "written; start the aggregator again (without --resume) once every collaborator runs"
+            ) from None
+        logger.info(
+            "statistics aggregation: %d rows from %s give %d features (%d classes); every site encodes with them",
+            encoder.rows,
+            ", ".join(outcome.contributors),
+            encoder.num_features,
+            len(encoder.class_names),
+        )
+        self.events.emit(
+            "statistics",
+            contributors=list(outcome.contributors),
+            rows=encoder.rows,
+            features=encoder.num_features,
+        )
+        checkpoint = Checkpoint(
+            STATISTICS_ROUND,
+            initial_state(self.plan, encoder),
+            plan_digest(self.plan),
+            encoder=encoder.to_mapping(),
+        )
+        save_checkpoint(self.output, checkpoint)
+        return checkpoint
 
     def _evaluation_due(self, round_number: int) -> bool:
         every = self.plan.evaluation.every
@@ -367,10 +460,12 @@ class RoundLoop:
         for name, why in new.items():
             logger.error(
                 "round %d: %s misbehaved in secure aggregation (%s); it is excluded from the rest of the "
-                "federation (restart the aggregator with --resume after the institutions have settled it)",
+                "federation, across restarts too; once the institutions have settled it, restart the "
+                "aggregator with --resume --readmit %s to let it back in",
                 round_number,
                 name,
                 why,
+                name,
             )
         if new:
             self.excluded.update(new)
@@ -393,7 +488,13 @@ class RoundLoop:
         model = (state.theta.numpy(), state.c)
         try:
             outcome = self.driver.run(
-                round_number, TRAINING, participants, state.theta.numel() + 1, self.encoding, model
+                round_number,
+                TRAINING,
+                participants,
+                state.theta.numel() + 1,
+                self.encoding,
+                model,
+                start_input=self.start_input,
             )
             clip = self.encoding.clip if self.plan.secure_aggregation.enabled else None
             check_decoded_update(outcome, clip, len(outcome.contributors))
@@ -406,7 +507,7 @@ class RoundLoop:
                 self._exclude(round_number, error.culprits, record)
             return record
         self._exclude(round_number, outcome.culprits, record)
-        self.checkpoint = Checkpoint(self.checkpoint.round, state, self.checkpoint.plan_digest, self.evaluation)
+        self.checkpoint = dataclasses.replace(self.checkpoint, state=state, evaluation=self.evaluation)
         record.update(
             status="applied",
             contributors=list(outcome.contributors),
@@ -443,7 +544,8 @@ class RoundLoop:
         model = (state.theta_average.numpy(), state.c_average)
         try:
             outcome = self.driver.run(
-                round_number, EVALUATION, participants, sums.vector_length(), sums.ENCODING, model
+                round_number, EVALUATION, participants, sums.vector_length(), sums.ENCODING, model,
+                start_input=self.start_input,
             )
             report = sums.report_from_sums(
                 outcome.weighted_sum,
@@ -479,20 +581,34 @@ class RoundLoop:
 
 
 def excluded_in(records: list[dict[str, Any]]) -> dict[str, str]:
-    """The collaborators a run excluded so far, from its round log (training and evaluation records)."""
+    """The collaborators a run has excluded and not re-admitted, from its round log, in order.
+
+    Each record's exclusions (its training round's, then its evaluation's) apply first, then
+    its ``readmitted`` names: those ``aggregator start --resume --readmit NAME`` let back in
+    after that round (see :func:`fedfair.runtime.aggregator.commands.readmit`). So a later
+    resume keeps a lifted exclusion lifted, and a collaborator excluded again after its
+    re-admission is excluded again.
+    """
     excluded: dict[str, str] = {}
     for record in records:
         for source in (record, record.get("evaluation") or {}):
             excluded.update(source.get("excluded") or {})
+        for name in record.get("readmitted") or ():
+            excluded.pop(name, None)
     return excluded
 
 
-def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint:
-    """Check what must hold before serving; return the state to start from."""
+def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
+    """Check what must hold before serving; return the state to start from (None: a fresh federation
+    with a [schema], whose initial model needs the statistics aggregation first)."""
     if plan.secure_aggregation.enabled:
         n = len(plan.collaborators)
-        # Both kinds of sum run under secure aggregation: the training updates and the evaluation answers.
-        for encoding in (plan.secure_aggregation.encoding(), sums.ENCODING):
+        # Every kind of sum runs under secure aggregation: the training updates, the evaluation
+        # answers and, under a [schema], the table statistics.
+        encodings = [plan.secure_aggregation.encoding(), sums.ENCODING]
+        if plan.schema is not None:
+            encodings.append(STATISTICS_ENCODING)
+        for encoding in encodings:
             check_no_wraparound(encoding.clip, encoding.fractional_bits, encoding.modulus_bits, n, encoding.max_weight)
     digest = plan_digest(plan)
     output = plan.aggregator.output
@@ -511,6 +627,8 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint:
             f"{output} holds a checkpoint from an earlier run; pass --resume to continue it, "
             "or choose another output folder (--output)"
         )
+    if plan.schema is not None:
+        return None  # the model's size comes from the statistics aggregation (RoundLoop.federate_statistics)
     return Checkpoint(0, initial_state(plan), digest)
 
 
@@ -526,7 +644,7 @@ def run_aggregator(
     with output_lock(plan.aggregator.output):
         checkpoint = prepare(plan, resume=resume)
         events = EventLog(plan.aggregator.output)
-        network = serve(plan, checkpoint.plan_digest, address, events)
+        network = serve(plan, plan_digest(plan), address, events)
         logger.info(
             "aggregator for federation %s listening on port %d (mutual TLS; %d collaborators allowed; secure "
             "aggregation %s; PID %d)",
@@ -541,7 +659,7 @@ def run_aggregator(
             federation_id=plan.federation_id,
             pid=os.getpid(),
             resume=resume,
-            first_round=checkpoint.round + 1,
+            first_round=1 if checkpoint is None else checkpoint.round + 1,
             rounds=plan.training.rounds,
             collaborators=list(plan.collaborators),
         )

@@ -59,6 +59,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -67,9 +68,11 @@ import torch
 from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
+from fedfair.bundle import load_bundle
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.evaluation import evaluate
+from fedfair.core.files import atomic_write
 from fedfair.core.local import RoundTrainer
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.schema import statistics_vector
@@ -142,6 +145,9 @@ logger = logging.getLogger("fedfair.collaborator")
 
 RPC_SECONDS = 60.0
 """Upper bound on one request besides a stage's own deadline (a stalled peer cannot hang us)."""
+
+BUNDLE_SUFFIX = "model_bundle.pt"
+"""The federation's final model bundle is kept as NAME.FEDERATION.model_bundle.pt beside the config."""
 
 
 def model_digest(theta: np.ndarray, c: float) -> str:
@@ -369,6 +375,7 @@ class Collaborator:
                             )
                         if task.action == pb.ACTION_FINISHED:
                             logger.info("%s: the federation has finished", self.config.name)
+                            self._receive_bundle(stub, task)
                             return 0
                         if self._handle(stub, task):
                             after = task.binding
@@ -395,10 +402,11 @@ class Collaborator:
             return True
         try:
             if binding.stage == pb.STAGE_TRAIN:
-                if self.trainer is None:
-                    self._encode_with(stub, binding, task.input_size)
+                self._ensure_encoded(stub, task)
                 self._work = self._train(stub, binding)
             elif binding.stage == pb.STAGE_EVALUATE:
+                if not self._statistics_round(binding):
+                    self._ensure_encoded(stub, task)
                 self._work = self._evaluate(stub, binding)
             elif binding.stage in STEPS:
                 self._step(stub, task)
@@ -579,15 +587,23 @@ class Collaborator:
                 error.code().name,
             )
 
+    def _statistics_round(self, binding: pb.Binding) -> bool:
+        """Whether `binding` is the statistics aggregation before round 1 (plans with a [schema])."""
+        return self.shared.schema is not None and binding.round == STATISTICS_ROUND
+
+    def _ensure_encoded(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+        """Under a [schema], encode this institution's table with the federation's encoder, which the
+        first start stage (TRAIN or EVALUATE) this process sees carries; a no-op once encoded."""
+        if self.trainer is None:
+            self._encode_with(stub, task.binding, task.input_size)
+
     def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Work:
-        if self.shared.schema is not None and binding.round == STATISTICS_ROUND:
+        if self._statistics_round(binding):
             # The statistics of this institution's table (counts and sums only), summed with every
             # other site's before training; no model is involved.
             work = Work(binding.round, EVALUATION, self.statistics, 1.0)
             work.view = self._view_of(binding.round, EVALUATION, STATISTICS_KIND)
             return work
-        if self.trainer is None:
-            raise WireError("an evaluation came before the federation's statistics; the aggregator is faulty")
         theta, c = self._download(stub, binding)  # the evaluation's thresholds depend on the plan, not on c
         try:
             answers = self._evaluation_answers(torch.from_numpy(theta))
@@ -636,6 +652,39 @@ class Collaborator:
         # A round re-run after an aggregator crash is sent again, but it is one round contributed to.
         if binding.stage == TRAINING.masked and binding.round not in self.contributed_rounds[-1:]:
             self.contributed_rounds.append(binding.round)
+
+    def bundle_path(self) -> Path:
+        """Where this collaborator keeps the federation's final model bundle: beside its config,
+        one per federation, as it keeps its privacy accountant."""
+        return self.config.source.parent / f"{self.config.name}.{self.shared.federation_id}.{BUNDLE_SUFFIX}"
+
+    def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+        """Fetch the final model bundle the FINISHED task offers and keep it, checked as `fedfair predict`
+        would load it (plain tensors and JSON only); a failure costs the file, never the finished run."""
+        if task.input_size <= 0:
+            return
+        path = self.bundle_path()
+        try:
+            payload = self._fetch(stub, task.binding, task.input_size)
+            atomic_write(path, lambda stream: stream.write(payload))
+            load_bundle(path)
+        except (grpc.RpcError, WireError, ConfigError, OSError) as error:
+            path.unlink(missing_ok=True)
+            reason = error.code().name if isinstance(error, grpc.RpcError) else str(error)
+            logger.warning(
+                "%s: could not keep the federation's model bundle (%s); ask the aggregator's operator for "
+                "model_bundle.pt from its output folder",
+                self.config.name,
+                reason,
+            )
+            return
+        logger.info(
+            "%s: the federation's model bundle is in %s (use it: fedfair predict --model %s --data TABLE "
+            "--out PREDICTIONS.csv)",
+            self.config.name,
+            path,
+            path,
+        )
 
     def _fetch(self, stub: pb_grpc.FederationStub, binding: pb.Binding, size: int) -> bytes:
         request = pb.FetchRequest(binding=binding)

@@ -1,0 +1,194 @@
+"""Institutions' own tables under one [schema], end to end over loopback mutual TLS.
+
+Three sites hold their own CSV files cut from Adult by age band (so their
+distributions barely overlap, and one site has no row of one race). The plan names
+the schema; the aggregator runs the statistics aggregation (one secure sum of counts
+and sums), serves the encoder with every start stage, trains five rounds under
+secure aggregation, writes the model bundle and sends it to every collaborator. A
+fourth institution, which took no part, scores its own table with `fedfair predict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedfair.bundle import load_bundle
+from fedfair.bundle.commands import class_probabilities
+from fedfair.cli import main as cli_main
+from fedfair.core import server
+from fedfair.core.data import ClientData
+from fedfair.core.evaluation import evaluate
+from fedfair.core.models import flat_parameters
+from fedfair.datasets.builtin import ADULT_COLUMNS
+from fedfair.datasets.registry import dataset_info, read_bundled
+from fedfair.datasets.schema import (
+    Column,
+    Encoder,
+    draft_schema,
+    encoder_from_statistics,
+    statistics_vector,
+)
+from fedfair.fairness import pooled
+from fedfair.research.workspace import make_workspace
+from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.collaborator.trainer import (
+    LocalTable,
+    build_learner,
+    check_schema_table,
+    encoded_data,
+)
+from fedfair.runtime.plan import (
+    load_aggregator_plan,
+    load_shared_settings,
+    shared_settings,
+)
+from fedfair.runtime.preprocessing import model_for
+from tests.runtime.harness import plan_sections, thread_federation
+
+NAMES = ["site-a", "site-b", "site-c"]
+FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
+ROUNDS = 5
+
+pytestmark = pytest.mark.slow
+
+
+def adult_table() -> pd.DataFrame:
+    """adult.data as raw text and numbers, as an institution's export of it would read."""
+    info = dataset_info("adult")
+    return pd.read_csv(
+        io.BytesIO(read_bundled(info, info.files[0])),
+        header=None,
+        names=ADULT_COLUMNS,
+        skipinitialspace=True,
+        na_values=["?"],
+        keep_default_na=False,
+    )
+
+
+def institutions(table: pd.DataFrame) -> list[pd.DataFrame]:
+    """Three sites by age band (the oldest has no Amer-Indian-Eskimo row), and a fourth, outside
+    the federation, holding every 10th row of the middle band."""
+    absent = table["race"] == "Amer-Indian-Eskimo"
+    oldest = table["age"] >= 48
+    young = table[(table["age"] < 33) | (oldest & absent)]
+    middle = table[(table["age"] >= 33) & ~oldest]
+    outsider = middle.iloc[::10]
+    return [young, middle.drop(outsider.index), table[oldest & ~absent], outsider]
+
+
+def test_three_institutions_own_tables_train_one_model_that_a_fourth_can_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = adult_table()
+    sites = institutions(table)
+    assert "Amer-Indian-Eskimo" not in set(sites[2]["race"]) and "Amer-Indian-Eskimo" in set(sites[0]["race"])
+    paths = []
+    for name, site in zip([*NAMES, "outsider"], sites, strict=True):
+        path = tmp_path / "tables" / f"{name}.csv"
+        path.parent.mkdir(exist_ok=True)
+        site.to_csv(path, index=False)
+        paths.append(path)
+
+    # The schema the institutions agreed on: categories listed, native-country learnt from the sum.
+    drafted = draft_schema(table, "income", FEATURES)
+    columns = tuple(
+        Column(column.name, column.kind, None) if column.name == "native-country" else column
+        for column in drafted.columns
+    )
+    schema = dataclasses.replace(drafted, columns=columns)
+    workspace = make_workspace(
+        tmp_path / "federation",
+        NAMES,
+        plan=plan_sections(training={"rounds": ROUNDS}, quorum={"min_collaborators": 3}),
+        data={name: {"csv": str(path)} for name, path in zip(NAMES, paths, strict=False)},
+    )
+    workspace.plan.write_text(workspace.plan.read_text() + "\n" + schema.to_toml())
+    plan = load_aggregator_plan(workspace.plan)
+    assert plan.schema == schema
+
+    with thread_federation(workspace) as federation:
+        for name in NAMES:  # a collaborator that stops would leave the aggregator waiting for it
+            thread = next(thread for thread in federation.threads if thread.name == f"test-{name}")
+            thread.join(180)
+            assert not federation.errors, federation.errors
+        federation.join(180)
+    assert not federation.errors, federation.errors
+
+    # The encoder is the one the exact sum of the three sites' training-row statistics gives.
+    shared = load_shared_settings(shared_settings(plan))
+    configs = [load_collaborator_config(workspace.configs[name]) for name in NAMES]
+    checked = [
+        check_schema_table(config, shared, LocalTable(None, pd.read_csv(config.data.csv))) for config in configs
+    ]
+    expected_encoder = encoder_from_statistics(
+        schema, np.sum([statistics_vector(schema, site.train, site.source) for site in checked], axis=0)
+    )
+    bundle_path = workspace.output / BUNDLE_NAME
+    bundle = load_bundle(bundle_path)
+    assert bundle.encoder is not None
+    encoder = Encoder.from_mapping(bundle.encoder, "the bundle")
+    assert encoder == expected_encoder
+    assert bundle.architecture["features"] == encoder.num_features
+    assert bundle.provenance["rounds"] == ROUNDS and bundle.provenance["contributions"] == dict.fromkeys(NAMES, ROUNDS)
+    assert [record["round"] for record in bundle.metrics] == list(range(1, ROUNDS + 1))
+
+    # Every collaborator received the very same bundle.
+    for name in NAMES:
+        received = workspace.configs[name].parent / f"{name}.{plan.federation_id}.model_bundle.pt"
+        assert received.read_bytes() == bundle_path.read_bytes(), name
+
+    # The federation trained what each site's own learner, summed in process, trains on the same encoded rows.
+    log = read_round_log(workspace.output)
+    assert all(record["status"] == "applied" and record["contributors"] == NAMES for record in log)
+    with_model = dataclasses.replace(shared, model=model_for(shared.model, encoder))
+    learners = [
+        build_learner(encoded_data(config, site, encoder), with_model, torch.device("cpu"))
+        for config, site in zip(configs, checked, strict=True)
+    ]
+    expected = server.init(initial_state(plan, encoder).theta, bound=plan.objective.bound)
+    for _ in range(ROUNDS):
+        updates = [learner.train_round(expected.theta, expected.c) for learner in learners]
+        expected = server.apply(
+            expected,
+            server.Aggregate.of(updates),
+            bound=plan.objective.bound,
+            average_from=plan.training.average_from_round,
+        )
+    # Each round's decoded mean update is off by at most its logged bound (fixed-point encoding).
+    bound = sum(record["mean_update_error_bound"] for record in log)
+    model = bundle.build_model()
+    theta = flat_parameters(model).double()
+    float32 = 1e-6  # the bundle's float32 weights
+    assert (theta - expected.theta_average).abs().max().item() <= bound + float32
+    assert bundle.threshold == pytest.approx(expected.c_average, abs=bound + float32)
+
+    # The fourth institution scores its own table with the bundle: what the model gives in process.
+    out = tmp_path / "predictions.csv"
+    assert cli_main(["predict", "--model", str(bundle_path), "--data", str(paths[3]), "--out", str(out)]) == 0
+    predicted = pd.read_csv(out)
+    features, labels = encoder.encode(pd.read_csv(paths[3]), "outsider")
+    in_process = class_probabilities(model, features)
+    assert len(predicted) == len(sites[3])
+    np.testing.assert_allclose(predicted[["probability_<=50K", "probability_>50K"]].to_numpy(), in_process, atol=1e-6)
+    # `fedfair evaluate` reports what the pooled report gives on the same rows.
+    assert labels is not None
+    capsys.readouterr()
+    assert cli_main(["evaluate", "--model", str(bundle_path), "--data", str(paths[3]), "--json"]) == 0
+    reported = json.loads(capsys.readouterr().out)
+    data = ClientData("outsider", torch.as_tensor(features), torch.as_tensor(labels))
+    result = evaluate(model, flat_parameters(model), data)
+    exact = pooled.group_risk_report(result.losses, result.correct, plan.objective.rho)
+    assert reported["rows"] == len(sites[3])
+    for key in ("worst_risk", "mean_risk", "accuracy"):
+        assert reported[key] == pytest.approx(getattr(exact, key), abs=1e-9), key
