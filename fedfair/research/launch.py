@@ -63,6 +63,11 @@ def training_config(plan: AggregatorPlan) -> TrainingConfig:
     """The in-process simulation's training settings for a plan: the same model, rounds, batches and steps."""
     from fedfair.research.simulation import TrainingConfig
 
+    if plan.model.factory is not None:
+        raise ConfigError(
+            f"the in-process simulation of a plan runs the built-in models only, not the factory "
+            f"'{plan.model.factory}'; use fedfair.api.federate to simulate a federation of your own model"
+        )
     training = plan.training
     return TrainingConfig(
         model=plan.model.name,

@@ -17,9 +17,11 @@ integer, so the sum is exact) and the wire form of the encoder.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 
 from fedfair.core.errors import ConfigError
+from fedfair.core.models import load_factory
 from fedfair.datasets.schema import (
     STATISTICS_CLIP,
     STATISTICS_FRACTIONAL_BITS,
@@ -73,5 +75,17 @@ def read_encoder_payload(payload: bytes, schema: Schema, source: str = "the aggr
 
 
 def model_for(model: ModelSettings, encoder: Encoder) -> ModelSettings:
-    """The plan's [model] with the input size and classes the schema's encoder gives."""
-    return dataclasses.replace(model, features=encoder.num_features, classes=len(encoder.class_names))
+    """The plan's [model] with the input size and classes the schema's encoder gives.
+
+    Nobody knows the input size before the statistics aggregation (learnt categories
+    decide it), so a model factory is handed ``features`` and ``classes`` as keyword
+    arguments when its signature takes them (or any keyword), over what [model]
+    arguments say: the encoder is what the model will be fed.
+    """
+    sizes = {"features": encoder.num_features, "classes": len(encoder.class_names)}
+    arguments = model.arguments
+    if model.factory is not None:
+        parameters = inspect.signature(load_factory(model.factory)).parameters
+        takes_any = any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values())
+        arguments = {**arguments, **{key: value for key, value in sizes.items() if takes_any or key in parameters}}
+    return dataclasses.replace(model, features=sizes["features"], classes=sizes["classes"], arguments=arguments)
