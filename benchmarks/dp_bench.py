@@ -1,12 +1,18 @@
 """What differential privacy costs: local-training throughput, and utility at a privacy level.
 
 Throughput: samples/s of one collaborator's local steps with and without DP-SGD
-(per-sample gradients, joint clipping of theta and c, noise), on the CPU and, when
-present, on the GPU, for two models:
+(joint clipping of theta and c, noise), on the CPU and, when present, on the GPU,
+for two models:
   - adult_mlp: the one-hidden-layer MLP (512) on Adult's training features;
   - mnist_cnn: the small CNN on MNIST's training images.
-On one CPU thread. Only the step loop is timed (accounting happens once per round, outside it), best
-of three blocks; DP batches are Poisson samples, counted at their expected size.
+DP-SGD runs in both clipping modes: norm-only ("norm", what "auto" picks for these
+models) and per-sample gradients ("per_sample", the fallback for other layers).
+Per model: `mode` (what "auto" chose), `dp_vs_plain_time` (its DP step time over the
+plain step time at the same batch size) and the same figures per mode under `modes`.
+On one CPU thread. Only the step loop is timed (accounting happens once per round,
+outside it), best of three blocks, the plain and private learners' blocks taken in
+turn so that a slow spell of the machine hits them alike; DP batches are Poisson
+samples, counted at their expected size.
 
 Utility (unless --no-utility): FedSRCVaR (logistic regression, Adult split by race
 into 3 collaborators, eps = 0.1, rho = 0.3) with every collaborator at DP epsilon
@@ -33,12 +39,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.local import LocalLearner
 from fedfair.core.models import build_model, flat_parameters
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.datasets import load_dataset
+from fedfair.privacy.clipping import ClippingMode, choose_clipping
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivateLearner
 from fedfair.research.experiment import config_from_flags, load_federation, simulate
@@ -48,6 +56,8 @@ DP_EPSILONS = (1.0, 3.0, 8.0)
 # Opacus' customary C = 1 and one above most of Adult's per-sample gradient norms: with
 # C = 1 nearly every sample is clipped, which biases the threshold c (see the docstring).
 DP_CLIPS = (1.0, 20.0)
+CLIPPING_MODES: tuple[ClippingMode, ...] = ("norm", "per_sample")
+WARMUP_STEPS = 3
 
 
 def adult_features() -> tuple[torch.Tensor, torch.Tensor, str]:
@@ -60,38 +70,47 @@ def mnist_images() -> tuple[torch.Tensor, torch.Tensor, str]:
     return torch.from_numpy(dataset.x_train), torch.from_numpy(dataset.y_train), "mnist (real)"
 
 
-def steps_per_second(
+def build(model_name: str, num_features: int, num_classes: int) -> nn.Module:
+    return build_model(model_name, num_features, num_classes, image_shape=MNIST_SHAPE if model_name == "cnn" else None)
+
+
+def make_trainer(
     model_name: str, features: torch.Tensor, labels: torch.Tensor, num_classes: int, batch_size: int,
-    steps: int, device: torch.device, private: bool, repeats: int = 3,
-) -> float:
-    """Local steps per second of one learner: the best of `repeats` timed blocks after a warm-up.
+    local_steps: int, device: torch.device, clipping: ClippingMode | None,
+) -> LocalLearner | PrivateLearner:
+    """A learner with the RCVaR head, plain (clipping None) or private in that clipping mode, begun at theta_0."""
+    model = build(model_name, features.shape[1], num_classes).to(device)
+    head = RCVaRThreshold(ObjectiveConfig()).to(device)
+    learner = LocalLearner(model, features, labels, batch_size, LocalConfig(local_steps=local_steps), threshold=head)
+    privacy = PrivacyConfig(enabled=True, noise_multiplier=1.0, accountant="rdp")
+    trainer = learner if clipping is None else PrivateLearner(learner, privacy, clipping=clipping)
+    trainer.begin(flat_parameters(model), 1.0)
+    return trainer
+
+
+def seconds_per_step(
+    trainers: dict[str, LocalLearner | PrivateLearner], steps: int, device: torch.device, repeats: int = 3
+) -> dict[str, float]:
+    """Seconds per local step of each trainer: the best of `repeats` timed blocks after a warm-up.
 
     The best block, not the mean: on a shared machine the slow blocks measure the neighbours.
+    The trainers' blocks alternate, so that the ratios compare like with like.
     """
-    warmup = 3
-    model = build_model(
-        model_name, features.shape[1], num_classes, image_shape=MNIST_SHAPE if model_name == "cnn" else None
-    ).to(device)
-    head = RCVaRThreshold(ObjectiveConfig()).to(device)
-    local = LocalConfig(local_steps=warmup + repeats * steps)
-    learner = LocalLearner(model, features, labels, batch_size, local, threshold=head)
-    trainer = (
-        PrivateLearner(learner, PrivacyConfig(enabled=True, noise_multiplier=1.0, accountant="rdp")) if private else learner
-    )
-    trainer.begin(flat_parameters(model), 1.0)
-    for _ in range(warmup):
-        trainer.step()
-    best = math.inf
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        started = time.perf_counter()
-        for _ in range(steps):
+    for trainer in trainers.values():
+        for _ in range(WARMUP_STEPS):
             trainer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - started)
-    return steps / best
+    best = dict.fromkeys(trainers, math.inf)
+    for _ in range(repeats):
+        for name, trainer in trainers.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            for _ in range(steps):
+                trainer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            best[name] = min(best[name], (time.perf_counter() - started) / steps)
+    return best
 
 
 def throughput(device: torch.device, quick: bool) -> dict[str, Any]:
@@ -101,19 +120,31 @@ def throughput(device: torch.device, quick: bool) -> dict[str, Any]:
     }
     if device.type == "cuda":
         cases = {name: (model, data, classes, batch, steps * 10) for name, (model, data, classes, batch, steps) in cases.items()}
+    repeats = 3
     results: dict[str, Any] = {}
     for name, (model_name, (features, labels, source), classes, batch, steps) in cases.items():
-        plain = batch * steps_per_second(model_name, features, labels, classes, batch, steps, device, private=False)
-        private = batch * steps_per_second(model_name, features, labels, classes, batch, steps, device, private=True)
+        local_steps = WARMUP_STEPS + repeats * steps
+        trainers: dict[str, LocalLearner | PrivateLearner] = {
+            mode or "plain": make_trainer(model_name, features, labels, classes, batch, local_steps, device, mode)
+            for mode in (None, *CLIPPING_MODES)
+        }
+        seconds = seconds_per_step(trainers, steps, device, repeats)
+        chosen = choose_clipping(nn.ModuleList([build(model_name, features.shape[1], classes), RCVaRThreshold(ObjectiveConfig())]))
+        modes = {
+            mode: {"dp_samples_per_s": batch / seconds[mode], "dp_vs_plain_time": seconds[mode] / seconds["plain"]}
+            for mode in CLIPPING_MODES
+        }
         results[name] = {
             "data": source,
             "batch_size": batch,
             "steps": steps,
-            "plain_samples_per_s": plain,
-            "dp_samples_per_s": private,
-            "dp_over_plain": private / plain,
+            "plain_samples_per_s": batch / seconds["plain"],
+            "mode": chosen,
+            **modes[chosen],
+            "modes": modes,
         }
-        print(f"dp_bench: {device.type} {name}: {plain:,.0f} plain, {private:,.0f} DP samples/s", file=sys.stderr)
+        ratios = ", ".join(f"{mode} {figures['dp_vs_plain_time']:.2f}x" for mode, figures in modes.items())
+        print(f"dp_bench: {device.type} {name}: DP step time over plain: {ratios} (auto picks {chosen})", file=sys.stderr)
     return results
 
 

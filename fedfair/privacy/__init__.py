@@ -24,8 +24,10 @@ A bound near the typical norm keeps c where it belongs (benchmarks/dp_bench.py
 shows both on Adult).
 
 The modules: `config` (`PrivacyConfig`, what `[privacy]` and the `--dp-*` flags
-build; free of torch), `hooks` (Opacus: the threshold's per-sample gradient, which
-models qualify), `accounting` (`compute_epsilon`, `plan_noise_multiplier`,
+build; free of torch), `hooks` (Opacus: the threshold's per-sample gradient and
+norm, which models qualify), `clipping` (norm-only clipping, chosen automatically
+when every layer allows it: per-sample norms without per-sample gradients),
+`accounting` (`compute_epsilon`, `plan_noise_multiplier`,
 `PrivacyAccountant`, the persisted history), `learner` (`PrivateLearner`, which wraps
 a core `LocalLearner`) and `commands` (the flags and `fedfair privacy`). This file
 imports none of them, so importing `fedfair.privacy.config` does not load Opacus.

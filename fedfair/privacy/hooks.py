@@ -1,13 +1,25 @@
-"""Opacus hooks: the per-sample gradient of the threshold c, and which models DP-SGD can train.
+"""Opacus hooks: per-sample gradients and gradient norms, and which models DP-SGD can train.
 
-c lives in `RCVaRThreshold`, a module with a registered per-sample gradient, so its
-gradient is clipped together with theta's (one joint norm) and noised alike.
+c lives in `RCVaRThreshold`, a module with a registered per-sample gradient (for the
+per-sample path) and a registered per-sample gradient norm (for norm-only clipping),
+so its gradient is clipped together with theta's (one joint norm) and noised alike.
+Opacus 1.6 ships norm samplers for Linear and Embedding only; Conv and LayerNorm get
+theirs here, which is what lets `fedfair.privacy.clipping` clip those models by norms,
+and Linear a faster one for (batch, features) inputs (registered globally, as Opacus'
+registry is: the same norms for any Opacus user in this process).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
-from opacus.grad_sample import register_grad_sampler
+from opacus.grad_sample import (
+    GradSampleHooks,
+    GradSampleHooksFastGradientClipping,
+    register_grad_sampler,
+    register_norm_sampler,
+)
 from opacus.utils.module_utils import has_trainable_params
 from opacus.validators import ModuleValidator
 from torch import nn
@@ -31,8 +43,70 @@ def _threshold_grad_sample(
         return {module.c: backprops * module.grad_c_per_sample(losses)}
 
 
+def _threshold_norm_sample(
+    module: RCVaRThreshold, activations: list[torch.Tensor], backprops: torch.Tensor
+) -> dict[nn.Parameter, torch.Tensor]:
+    """|d(output_i)/dc|: c is one scalar, so the norm of its per-sample gradient is its absolute value."""
+    return {module.c: _threshold_grad_sample(module, activations, backprops)[module.c].abs()}
+
+
 # Registered by a call, not a decorator: Opacus ships no types, so its decorator would erase this signature.
 register_grad_sampler(RCVaRThreshold)(_threshold_grad_sample)
+register_norm_sampler(RCVaRThreshold)(_threshold_norm_sample)
+
+# ---------------------------------------------------------------- per-sample gradient norms of Linear, Conv, LayerNorm
+
+_OPACUS_LINEAR_NORM_SAMPLE = GradSampleHooksFastGradientClipping.NORM_SAMPLERS[nn.Linear]
+
+
+def _linear_norm_sample(
+    layer: nn.Linear, activations: list[torch.Tensor], backprops: torch.Tensor
+) -> dict[torch.Tensor, torch.Tensor]:
+    """Per-sample gradient norms of a dense layer on (batch, features) inputs: ||g_i a_i^T|| = ||g_i|| ||a_i||.
+
+    Opacus computes the same products with batched einsums, which on the CPU cost
+    more than the rest of the first backward pass; on sequences (3-D inputs) its
+    own Gram-matrix form is used.
+    """
+    if backprops.dim() != 2:
+        norms: dict[torch.Tensor, torch.Tensor] = _OPACUS_LINEAR_NORM_SAMPLE(layer, activations, backprops)
+        return norms
+    backprop_norms = torch.linalg.vector_norm(backprops, dim=1)
+    activation_norms = torch.linalg.vector_norm(activations[0].to(backprops.dtype), dim=1)
+    result = {layer.weight: backprop_norms * activation_norms}
+    if layer.bias is not None:
+        result[layer.bias] = backprop_norms
+    return {parameter: norms for parameter, norms in result.items() if parameter.requires_grad}
+
+
+register_norm_sampler(nn.Linear)(_linear_norm_sample)
+
+NormSampler = Callable[[nn.Module, list[torch.Tensor], torch.Tensor], dict[nn.Parameter, torch.Tensor]]
+
+
+def _norm_of_grad_sample(layer: type[nn.Module]) -> NormSampler:
+    """A norm sampler that takes the layer's per-sample gradient from Opacus and keeps only its norm.
+
+    For convolutions this beats the ghost norm (inner products of the T x T
+    position Gram matrices) whenever T * (k + out) > k * out, which holds for image
+    models (MNIST's conv2: 196 * 432 against 400 * 32). Only one layer's per-sample
+    gradient exists at a time and it is dropped at once: no per-sample clipping
+    pass, and no per-sample gradients of the dense layers, which dominate memory.
+    LayerNorm's per-sample gradients are as small as its parameters.
+    """
+    grad_sampler = GradSampleHooks.GRAD_SAMPLERS[layer]
+
+    def norm_sample(
+        module: nn.Module, activations: list[torch.Tensor], backprops: torch.Tensor
+    ) -> dict[nn.Parameter, torch.Tensor]:
+        samples: dict[nn.Parameter, torch.Tensor] = grad_sampler(module, activations, backprops)
+        return {parameter: sample.flatten(1).norm(2, dim=1) for parameter, sample in samples.items()}
+
+    return norm_sample
+
+
+for _layer in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LayerNorm):
+    register_norm_sampler(_layer)(_norm_of_grad_sample(_layer))
 
 
 def check_private_model(model: nn.Module) -> None:

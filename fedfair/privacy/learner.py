@@ -3,6 +3,10 @@
 Every local step is DP-SGD (Abadi et al. 2016) through Opacus: a Poisson sample of
 the local data, one gradient per sample, each clipped to norm C, summed, Gaussian
 noise of standard deviation sigma * C added, divided by the expected batch size b.
+Where the model allows it the clipping needs only each sample's gradient norm
+(`fedfair.privacy.clipping`, "norm"); otherwise every per-sample gradient is
+materialised ("per_sample"). Both give the same update up to float rounding; the
+mode that runs is `PrivateLearner.clipping` and part of every `PrivacyReport`.
 Poisson samples and noise come from OS entropy, never from the plan's seed, which
 the aggregator knows. A round that would push epsilon past the budget is refused
 before it trains (`PrivacyBudgetExhausted`).
@@ -24,6 +28,12 @@ from torch import nn
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, StopsContributing, Update
 from fedfair.privacy.accounting import PrivacyAccountant, noise_multiplier_for
+from fedfair.privacy.clipping import (
+    ClippingMode,
+    NormClipping,
+    NormClippingOptimizer,
+    choose_clipping,
+)
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.hooks import check_private_model
 
@@ -45,6 +55,8 @@ class PrivacyReport:
     accountant: str
     rdp_epsilon: float | None
     budget: float | None
+    # None in reports written before the clipping mode was recorded.
+    clipping: ClippingMode | None = None
 
     def to_dict(self) -> dict[str, float | int | str | None]:
         return asdict(self)
@@ -52,10 +64,14 @@ class PrivacyReport:
     def describe(self) -> str:
         cross = f" (RDP {self.rdp_epsilon:.3f})" if self.rdp_epsilon is not None else ""
         budget = f" of budget {self.budget:g}" if self.budget is not None else ""
+        clipping = f", {_CLIPPING_NAMES[self.clipping]}" if self.clipping is not None else ""
         return (
             f"epsilon {self.epsilon:.3f}{cross}{budget} at delta {self.delta:g} "
-            f"after {self.rounds} private rounds ({self.steps} steps, {self.accountant} accountant)"
+            f"after {self.rounds} private rounds ({self.steps} steps, {self.accountant} accountant{clipping})"
         )
+
+
+_CLIPPING_NAMES: dict[ClippingMode, str] = {"norm": "norm-only clipping", "per_sample": "per-sample clipping"}
 
 
 # ---------------------------------------------------------------- the private learner
@@ -81,6 +97,10 @@ class PrivateLearner:
 
     The batches of a round are drawn on the host when it begins and moved to the
     device in one transfer, so the step loop never waits on the device.
+
+    `clipping` is "auto" (norm-only clipping where every trainable layer allows it,
+    else per-sample gradients), or "norm" / "per_sample" to insist on one; the mode
+    chosen is `self.clipping`.
     """
 
     def __init__(
@@ -91,6 +111,7 @@ class PrivateLearner:
         accountant: PrivacyAccountant | None = None,
         planned_rounds: int | None = None,
         name: str = "collaborator",
+        clipping: str = "auto",
     ) -> None:
         if not privacy.enabled:
             raise ConfigError("privacy is not enabled; set enabled = true in [privacy] (or pass a --dp-* flag)")
@@ -119,12 +140,18 @@ class PrivateLearner:
                 "%s: delta %g is not below 1/n = %g for its %d samples; a delta that large permits leaking a record",
                 name, privacy.delta, 1.0 / learner.num_samples, learner.num_samples,
             )
-        heads = [learner.model] + ([learner.threshold] if learner.threshold is not None else [])
-        # Hooks only: the learner keeps calling its own modules, and "sum" makes each
-        # captured gradient exactly one sample's, whatever the Poisson batch size.
-        self._hooks = GradSampleHooks(nn.ModuleList(heads), loss_reduction="sum", strict=True)
+        heads = nn.ModuleList([learner.model] + ([learner.threshold] if learner.threshold is not None else []))
+        self.clipping: ClippingMode = choose_clipping(heads, clipping)
+        logger.info("%s: DP-SGD with %s", name, _CLIPPING_NAMES[self.clipping])
+        # Hooks only: the learner keeps calling its own modules. In the per-sample path "sum"
+        # makes each captured gradient exactly one sample's, whatever the Poisson batch size.
+        self._norm_clipping = NormClipping(heads, privacy.max_grad_norm) if self.clipping == "norm" else None
+        if self._norm_clipping is None:
+            GradSampleHooks(heads, loss_reduction="sum", strict=True)
         self.device = parameters[0].device
-        self.optimizer = DPOptimizer(
+        # The fast-clipping optimizer takes the clipped sum from .grad; the other clips grad_sample itself.
+        optimizer_type = NormClippingOptimizer if self._norm_clipping is not None else DPOptimizer
+        self.optimizer = optimizer_type(
             learner.optimizer,
             noise_multiplier=self.noise_multiplier,
             max_grad_norm=privacy.max_grad_norm,
@@ -149,7 +176,7 @@ class PrivateLearner:
         self._draw_round()
 
     def step(self) -> None:
-        """One DP-SGD step on (theta, c): per-sample gradients, joint clipping, noise, then c projected."""
+        """One DP-SGD step on (theta, c): joint clipping of each sample's gradient, noise, then c projected."""
         if self._cursor + 1 >= len(self._bounds):
             raise RuntimeError("a private round takes exactly the tau steps accounted for in begin(); begin the next round")
         start, stop = self._bounds[self._cursor], self._bounds[self._cursor + 1]
@@ -162,14 +189,31 @@ class PrivateLearner:
             with warnings.catch_warnings():
                 # The first layer's input needs no gradient; Opacus's hook then fires on the output, as intended.
                 warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
-                torch.autograd.backward(self.learner.objective(features, labels).sum())
-        else:
+                if self._norm_clipping is None:
+                    torch.autograd.backward(self.learner.objective(features, labels).sum())
+                else:
+                    self._norm_clipping.backward(self._objective_once_per_layer(features, labels))
+        elif self._norm_clipping is None:
             # An empty Poisson sample still takes its step: the update is pure noise.
             for parameter in self.optimizer.params:
                 parameter.grad_sample = parameter.new_zeros((0, *parameter.shape))
+        else:
+            for parameter in self.optimizer.params:
+                parameter.grad = torch.zeros_like(parameter)
         self.optimizer.step()
         if self.learner.threshold is not None:
             self.learner.threshold.project()
+
+    def _objective_once_per_layer(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        try:
+            per_sample: torch.Tensor = self.learner.objective(features, labels)
+        except NotImplementedError as error:
+            # Opacus refuses, mid-forward, a layer called twice: its norm is not the sum of its calls' norms.
+            raise ConfigError(
+                f"{self.name}: norm-only clipping cannot train this model ({error}); "
+                "build its PrivateLearner with clipping='per_sample'"
+            ) from error
+        return per_sample
 
     def finish(self) -> Update:
         """The round's update, exactly as the plain learner reports it."""
@@ -213,6 +257,7 @@ class PrivateLearner:
             accountant=self.privacy.accountant,
             rdp_epsilon=cross,
             budget=self.privacy.budget,
+            clipping=self.clipping,
         )
 
     def _draw_round(self) -> None:

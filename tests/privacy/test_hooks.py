@@ -1,10 +1,10 @@
-"""Opacus hooks: the per-sample gradient of the threshold c, and the models DP-SGD refuses."""
+"""Opacus hooks: per-sample gradients and gradient norms (of c, Conv, LayerNorm, Linear), and the models DP-SGD refuses."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from opacus.grad_sample import GradSampleHooks
+from opacus.grad_sample import GradSampleHooks, GradSampleHooksFastGradientClipping
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
@@ -51,3 +51,44 @@ def test_batchnorm_is_refused_naming_the_layer() -> None:
     learner = LocalLearner(model, features, labels, 10, LocalConfig())
     with pytest.raises(ConfigError, match=r"layer '1' \(BatchNorm1d\).*GroupNorm"):
         PrivateLearner(learner, private_config(noise_multiplier=1.0))
+
+
+class ConvNet(nn.Module):
+    """A convolution, LayerNorm and a dense layer on 1 x 6 x 6 images given as flat rows of 36."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 3, kernel_size=3)
+        self.norm = nn.LayerNorm(48)
+        self.out = nn.Linear(48, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.relu(self.conv(x.view(-1, 1, 6, 6)))
+        logits: torch.Tensor = self.out(self.norm(hidden.flatten(1)))
+        return logits
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
+def test_norm_samplers_equal_the_norms_of_torch_func_per_sample_gradients() -> None:
+    """The registered norms of Conv, LayerNorm, Linear and the threshold c: each layer's ||g_i||."""
+    features, labels = random_samples(30, 36, seed=2)
+    model = ConvNet().double()
+    with torch.no_grad():
+        losses = per_sample_loss(model(features), labels)
+    head = RCVaRThreshold(ObjectiveConfig(epsilon=0.2, rho=0.25, gamma=0.3), c=float(losses.median()), dtype=torch.float64)
+
+    def one_sample(params: dict, c: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = per_sample_loss(functional_call(model, params, (x.unsqueeze(0),)), y.unsqueeze(0))
+        return functional_call(head, {"c": c}, (loss,)).sum()
+
+    params = {name: parameter.detach() for name, parameter in model.named_parameters()}
+    theta_grads, c_grads = vmap(grad(one_sample, argnums=(0, 1)), in_dims=(None, None, 0, 0))(
+        params, head.c.detach(), features, labels
+    )
+
+    GradSampleHooksFastGradientClipping(nn.ModuleList([model, head]), loss_reduction="sum")
+    head(per_sample_loss(model(features), labels)).sum().backward()
+    assert float((head.c._norm_sample - c_grads.abs()).abs().max()) <= 1e-12
+    for name, parameter in model.named_parameters():
+        expected = theta_grads[name].flatten(1).norm(dim=1)
+        assert float((parameter._norm_sample - expected).abs().max()) <= 1e-10 * float(expected.max()), name

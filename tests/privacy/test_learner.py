@@ -1,9 +1,10 @@
-"""The private learner: DP-SGD steps, joint clipping of theta and c, noise, budgets end to end."""
+"""The private learner: DP-SGD steps, joint clipping of theta and c in both clipping modes, noise, budgets end to end."""
 
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +166,98 @@ def test_spent_budget_stops_one_collaborator_and_the_federation_goes_on(
     assert torch.equal(flat_parameters(fresh[0].model), before)
     with pytest.raises(QuorumLost, match="below the quorum of 3"):
         contributing_updates([restarted, *active], state.theta, state.c, quorum=3)
+
+
+def small_learner(model: str, seed: int = 3) -> LocalLearner:
+    """A float64 learner with a threshold head on 1 x 6 x 6 "images" (flat rows of 36), seeded."""
+    features, labels = random_samples(400, 36, seed=seed)
+    if model == "conv":
+        network: nn.Module = nn.Sequential(
+            nn.Unflatten(1, (1, 6, 6)), nn.Conv2d(1, 3, 3), nn.ReLU(), nn.Flatten(), nn.LayerNorm(48), nn.Linear(48, 1)
+        )
+        network = network.double()
+    else:
+        network = build_model(model, 36, 2, dtype=torch.float64)
+    head = RCVaRThreshold(ObjectiveConfig(epsilon=0.2, rho=0.3, bound=3.0), dtype=torch.float64)
+    config = LocalConfig(local_steps=3, lr=0.2, threshold_lr=0.3)
+    return LocalLearner(network, features, labels, 40, config, threshold=head, seed=7)
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
+@pytest.mark.parametrize("model", ["mlp", "logreg", "conv"])
+def test_norm_only_and_per_sample_clipping_run_the_same_private_rounds(model: str) -> None:
+    """Same Poisson batches from the same sampling seed, the same clipped updates (noise 0), the same epsilon."""
+    rounds: dict[str, list[object]] = {}
+    for clipping in ("auto", "per_sample"):
+        torch.manual_seed(0)
+        private = PrivateLearner(small_learner(model), private_config(noise_multiplier=0.0, max_grad_norm=0.5), clipping=clipping)
+        private._sampling.manual_seed(11)  # in place of OS entropy, so that both draw the same samples
+        theta, c, history = flat_parameters(private.learner.model), 1.0, []
+        for _ in range(3):
+            update = private.train_round(theta, c)
+            history.append((private._bounds, private._index.clone(), update))
+            theta, c = theta + update.delta, c + update.delta_c
+        assert private.last_report is not None
+        rounds[private.clipping] = [*history, private.last_report]
+    assert set(rounds) == {"norm", "per_sample"}
+    *norm_rounds, norm_report = rounds["norm"]
+    *sample_rounds, sample_report = rounds["per_sample"]
+    for (bounds, index, norm_update), (same_bounds, same_index, sample_update) in zip(norm_rounds, sample_rounds, strict=True):
+        assert bounds == same_bounds and torch.equal(index, same_index)
+        assert float(sample_update.delta.abs().max()) > 1e-4
+        # float64: the per-step difference is a few ulps of the gradient sums (test_clipping derives it).
+        torch.testing.assert_close(norm_update.delta, sample_update.delta, rtol=0, atol=1e-10)
+        assert norm_update.delta_c == pytest.approx(sample_update.delta_c, abs=1e-10)
+    assert (norm_report.clipping, sample_report.clipping) == ("norm", "per_sample")
+    assert replace(norm_report, clipping=None) == replace(sample_report, clipping=None)
+
+
+def test_both_clipping_modes_spend_the_same_epsilon() -> None:
+    reports = []
+    for clipping in ("norm", "per_sample"):
+        private = PrivateLearner(small_learner("mlp"), private_config(noise_multiplier=1.0), clipping=clipping)
+        private.train_round(flat_parameters(private.learner.model), 1.0)
+        reports.append(private.report())
+    assert math.isfinite(reports[0].epsilon) and replace(reports[0], clipping=None) == replace(reports[1], clipping=None)
+    assert "norm-only clipping" in reports[0].describe() and "per-sample clipping" in reports[1].describe()
+
+
+def test_a_layer_without_a_gradient_norm_falls_back_to_per_sample_gradients() -> None:
+    features, labels = random_samples(200, 8)
+
+    def learner() -> LocalLearner:
+        model = nn.Sequential(nn.Linear(8, 4), nn.GroupNorm(2, 4), nn.ReLU(), nn.Linear(4, 1)).double()
+        return LocalLearner(model, features, labels, 20, LocalConfig(local_steps=2))
+
+    private = PrivateLearner(learner(), private_config(noise_multiplier=1.0))
+    assert private.clipping == "per_sample"
+    update = private.train_round(flat_parameters(private.learner.model), 0.0)
+    assert bool(torch.isfinite(update.delta).all()) and float(update.delta.abs().max()) > 0
+    assert private.last_report is not None and private.last_report.clipping == "per_sample"
+    with pytest.raises(ConfigError, match=r"GroupNorm.*'per_sample'"):
+        PrivateLearner(learner(), private_config(noise_multiplier=1.0), clipping="norm")
+
+
+class Squared(nn.Module):
+    """One dense layer applied twice: tying that only the forward pass reveals."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(self.layer(x))[:, :1]
+
+
+def test_a_layer_called_twice_is_refused_in_norm_only_clipping_naming_the_fix() -> None:
+    features, labels = random_samples(200, 8)
+    learner = LocalLearner(Squared().double(), features, labels, 20, LocalConfig(local_steps=1))
+    private = PrivateLearner(learner, private_config(noise_multiplier=1.0))
+    assert private.clipping == "norm"
+    with pytest.raises(ConfigError, match="clipping='per_sample'"):
+        private.train_round(flat_parameters(learner.model), 0.0)
+    learner = LocalLearner(Squared().double(), features, labels, 20, LocalConfig(local_steps=1))
+    update = PrivateLearner(learner, private_config(noise_multiplier=1.0), clipping="per_sample").train_round(
+        flat_parameters(learner.model), 0.0
+    )
+    assert bool(torch.isfinite(update.delta).all())
