@@ -17,6 +17,15 @@ plaintext and records:
   ratios. Bracketing each step with single-shot measurements taken moments apart keeps
   load from other processes from skewing the ratio. SAMPLES parties are sampled; small
   federations run the round again until there are enough.
+- client_total_vs_keystream: for each sampled party, its encoding plus its MASK step,
+  divided by the time the raw ``cryptography`` AES-256-CTR cipher needs to produce all the
+  keystream bytes that party consumes (its mask streams plus the 8 bytes per coordinate
+  of stochastic-rounding randomness, party_keystream_bytes), bracketed like
+  mask_vs_keystream; the median of these paired ratios. client_total_vs_mask_keystream
+  is the same numerator over the mask streams' bytes alone (the stricter reading).
+- critical_path: one party's own work and traffic: encode_s, mask_s, their sum
+  (encode_plus_mask_s), steps_s (encoding plus the median of every stage's step),
+  upload_bytes (all its messages) and masked_input_bytes (its MASK message).
 - server_unmask_s: the server's UNMASK stage (checking responses, rebuilding secrets and
   verifying them against their commitments, removing masks, decoding, checking the range).
 - stages: for each of the six stages (advertise, share, check, mask, consistency,
@@ -46,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from fedfair.secagg import prg
 from fedfair.secagg.config import SecAggConfig
@@ -84,6 +94,24 @@ def keystream_seconds(streams: int, words: int, word_bytes: int, repeats: int) -
     return min(times)
 
 
+def raw_keystream_seconds(size: int) -> float:
+    """Time for the raw ``cryptography`` AES-256-CTR cipher to produce ``size`` keystream bytes.
+
+    No fedfair code in the loop: the cipher encrypts zeros into one reused buffer of
+    ``prg.BLOCK_BYTES``, the fastest way to draw a keystream through its API.
+    """
+    zeros = bytes(prg.BLOCK_BYTES)
+    buffer = bytearray(prg.BLOCK_BYTES)
+    encryptor = Cipher(algorithms.AES(os.urandom(prg.KEY_BYTES)), modes.CTR(bytes(16))).encryptor()
+    start = time.perf_counter()
+    for _ in range(size // prg.BLOCK_BYTES):
+        encryptor.update_into(zeros, buffer)
+    tail = size % prg.BLOCK_BYTES
+    if tail:
+        encryptor.update_into(zeros[:tail], memoryview(buffer)[:tail])
+    return time.perf_counter() - start
+
+
 def keystream_gbps(size: int) -> float:
     """Raw keystream throughput in GB/s (10^9 bytes per second), best of five."""
     return size / keystream_seconds(1, size // 8, 8, repeats=5) / 1e9
@@ -106,11 +134,18 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
     weights = rng.uniform(1.0, MAX_WEIGHT, size=parties)
     word_bytes = modulus_bits // 8
     streams = parties  # its self mask plus one per other party that shared keys (all of them here)
+    mask_bytes = streams * (dimension + 1) * word_bytes
+    # Every coordinate (and the weight) draws one 64-bit keystream word for its rounding.
+    party_bytes = mask_bytes + (dimension + 1) * 8
     encode_seconds: list[float] = []
+    encode_samples: list[float] = []
     keystream_before: list[float] = []
     keystream_after: list[float] = []
+    party_keystream_before: list[float] = []
+    party_keystream_after: list[float] = []
     mask_samples: list[float] = []
     callback_seconds: list[float] = []
+    masked_input_bytes: list[int] = []
 
     def encoded_input(party: int) -> np.ndarray:
         entered = time.perf_counter()
@@ -120,7 +155,9 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
         encode_seconds.append(time.perf_counter() - start)
         if len(keystream_before) < SAMPLES:
             # simulate_round calls this right before the party's MASK step ...
+            encode_samples.append(encode_seconds[-1])
             keystream_before.append(keystream_seconds(streams, dimension + 1, word_bytes, repeats=1))
+            party_keystream_before.append(raw_keystream_seconds(party_bytes))
         callback_seconds.append(time.perf_counter() - entered)
         return encoded
 
@@ -129,6 +166,9 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
         if isinstance(message, MaskedInput) and len(keystream_after) < len(keystream_before):
             entered = time.perf_counter()
             keystream_after.append(keystream_seconds(streams, dimension + 1, word_bytes, repeats=1))
+            party_keystream_after.append(raw_keystream_seconds(party_bytes))
+            if not masked_input_bytes:
+                masked_input_bytes.append(len(message.to_bytes()))
             callback_seconds.append(time.perf_counter() - entered)
 
     traces = []
@@ -142,6 +182,10 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
         # At least t parties mask in every round, so each round adds samples.
         mask_samples += trace.client_seconds[Stage.MASK][: len(keystream_before) - sampled_before]
     keystream_samples = [(a + b) / 2 for a, b in zip(keystream_before, keystream_after, strict=True)]
+    party_keystream_samples = [
+        (a + b) / 2 for a, b in zip(party_keystream_before, party_keystream_after, strict=True)
+    ]
+    client_totals = [encode + mask for encode, mask in zip(encode_samples, mask_samples, strict=True)]
 
     result = traces[0].result
     included = np.array(result.contributors) - 1
@@ -151,6 +195,15 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
     if max_abs_error > result.decoded.error_bound + 1e-12 * float(np.max(np.abs(expected))):
         raise AssertionError(f"n={parties} d={dimension}: error {max_abs_error} exceeds the bound")
     upload = statistics.median(traces[0].upload_bytes[p] for p in result.contributors)
+    stages = {
+        stage.name.lower(): {
+            "clients_median_s": statistics.median(seconds for trace in traces for seconds in trace.client_seconds[stage]),
+            "clients_total_s": statistics.median(sum(trace.client_seconds[stage]) for trace in traces),
+            "server_s": statistics.median(trace.server_seconds[stage] for trace in traces),
+        }
+        for stage in Stage
+    }
+    encode_s, mask_s = statistics.median(encode_seconds), statistics.median(mask_samples)
     return {
         "n": parties,
         "d": dimension,
@@ -160,25 +213,32 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
         "modulus_bits": modulus_bits,
         "fractional_bits": fractional_bits,
         "rounds": len(traces),
-        "client_encode_s": statistics.median(encode_seconds),
-        "client_mask_s": statistics.median(mask_samples),
+        "client_encode_s": encode_s,
+        "client_mask_s": mask_s,
         "keystream_s": statistics.median(keystream_samples),
-        "keystream_bytes": streams * (dimension + 1) * word_bytes,
+        "keystream_bytes": mask_bytes,
         "mask_vs_keystream": statistics.median(
             mask / keystream for mask, keystream in zip(mask_samples, keystream_samples, strict=True)
         ),
+        "party_keystream_s": statistics.median(party_keystream_samples),
+        "party_keystream_bytes": party_bytes,
+        "client_total_vs_keystream": statistics.median(
+            total / keystream for total, keystream in zip(client_totals, party_keystream_samples, strict=True)
+        ),
+        "client_total_vs_mask_keystream": statistics.median(
+            total / keystream for total, keystream in zip(client_totals, keystream_samples, strict=True)
+        ),
+        "critical_path": {
+            "encode_s": encode_s,
+            "mask_s": mask_s,
+            "encode_plus_mask_s": statistics.median(client_totals),
+            "steps_s": encode_s + sum(spent["clients_median_s"] for spent in stages.values()),
+            "upload_bytes": upload,
+            "masked_input_bytes": masked_input_bytes[0],
+        },
         "server_unmask_s": statistics.median(trace.server_seconds[Stage.UNMASK] for trace in traces),
         "round_s": statistics.median(round_seconds),
-        "stages": {
-            stage.name.lower(): {
-                "clients_median_s": statistics.median(
-                    seconds for trace in traces for seconds in trace.client_seconds[stage]
-                ),
-                "clients_total_s": statistics.median(sum(trace.client_seconds[stage]) for trace in traces),
-                "server_s": statistics.median(trace.server_seconds[stage] for trace in traces),
-            }
-            for stage in Stage
-        },
+        "stages": stages,
         "expansion_vs_float32": upload / (4 * dimension),
         "max_abs_error": max_abs_error,
         "error_bound": result.decoded.error_bound,
@@ -224,8 +284,10 @@ def main(argv: list[str] | None = None) -> int:
                     for name, spent in record["stages"].items()
                 )
                 print(
-                    f"n={parties:<4} d={dimension:<9} dropout={dropout:.0%} mask={record['client_mask_s']:.4f}s "
-                    f"x{record['mask_vs_keystream']:.2f} keystream  unmask={record['server_unmask_s']:.4f}s "
+                    f"n={parties:<4} d={dimension:<9} dropout={dropout:.0%} encode={record['client_encode_s']:.4f}s "
+                    f"mask={record['client_mask_s']:.4f}s x{record['mask_vs_keystream']:.2f} keystream "
+                    f"encode+mask x{record['client_total_vs_keystream']:.2f} party keystream  "
+                    f"unmask={record['server_unmask_s']:.4f}s "
                     f"expansion={record['expansion_vs_float32']:.3f} round={record['round_s']:.3f}s\n"
                     f"    per stage, ms (one party / server): {stages}",
                     file=sys.stderr,

@@ -19,7 +19,13 @@ rounding error is below one unit of 2^-f per coordinate, hence the bound
 a 64-bit sum, which only matters when k = 64).
 
 Stochastic-rounding randomness comes from the AES keystream (a fresh key from the
-OS, or a caller's key for reproducible runs), never from numpy's RNG.
+OS, or a caller's key for reproducible runs), never from numpy's RNG: the i-th
+coordinate uses the i-th 64-bit word of the stream, read as a float on the 2^-53 grid.
+
+Speed: the encoder walks the vector in blocks of 65536 coordinates and clips, scales,
+rounds and packs each block while its buffers are in cache, so encoding costs a handful
+of cache-resident passes plus the keystream it consumes, and no float64 temporary is
+larger than one block.
 """
 
 from __future__ import annotations
@@ -42,6 +48,13 @@ at least one fractional bit exactly; beyond that rounding would not be unbiased.
 
 _MAX_FRACTIONAL_BITS = 128
 """Keeps 2^f a normal float64 with room to spare; finer steps have no use."""
+
+_BLOCK = 1 << 16
+"""Coordinates encoded per step. Each step costs a dozen numpy and cipher calls; at 2^16
+coordinates their fixed cost is amortised while the block's buffers (512 KiB per float64
+buffer) still stay in the last-level cache between the passes over them. On the loaded
+2-core development host, 2^13, 2^14, 2^15 and 2^16 coordinates per step encoded d = 10^6
+in a median 26, 23, 22 and 20 ms."""
 
 
 @dataclass(frozen=True)
@@ -181,24 +194,36 @@ class Encoder:
         vector = np.asarray(weighted_vector, dtype=np.float64)
         if vector.ndim != 1:
             raise ConfigError(f"the update must be a 1-D vector, got shape {vector.shape}; flatten it first")
-        if not np.all(np.isfinite(vector)):
-            raise ConfigError("the update has NaN or infinite coordinates; fix the local training step")
         if not (math.isfinite(weight) and 0 <= weight <= self.config.max_weight):
             raise ConfigError(
                 f"weight={weight!r} is outside [0, max_weight={self.config.max_weight:g}]; "
                 "raise max_weight in the encoding config"
             )
+        encoded = np.empty(vector.size + 1, dtype=self.dtype)
+        # Every encoded value is below 2^(k-1) in magnitude (check_no_wraparound), so the
+        # signed view takes it directly and its bits are the two's complement modulo 2^k.
+        signed = encoded.view(self._signed)
+        rounder = _StochasticRounder(randomness_key or os.urandom(prg.KEY_BYTES), min(encoded.size, _BLOCK))
         bound = self.config.clip * weight
-        scaled = np.empty(vector.size + 1, dtype=np.float64)
-        np.clip(vector, -bound, bound, out=scaled[:-1])
-        scaled[-1] = weight
+        for start in range(0, vector.size, _BLOCK):
+            block = vector[start : start + _BLOCK]
+            smallest, largest = np.minimum.reduce(block), np.maximum.reduce(block)
+            # Both extremes propagate NaN, and an infinite coordinate is one of them.
+            if not (math.isfinite(smallest) and math.isfinite(largest)):
+                raise ConfigError("the update has NaN or infinite coordinates; fix the local training step")
+            scaled = rounder.scaled[: block.size]
+            if -bound <= smallest and largest <= bound:
+                # Nothing to clip (the common case), and scaling by 2^f is exact either way.
+                np.multiply(block, self._scale, out=scaled)
+            else:
+                np.clip(block, -bound, bound, out=scaled)
+                scaled *= self._scale
+            rounder.round_into(scaled, signed[start : start + block.size])
+        scaled = rounder.scaled[:1]
+        scaled[0] = weight
         scaled *= self._scale
-        floor = np.floor(scaled)
-        fraction = scaled - floor
-        # Round up with probability equal to the fractional part: E[rounded] = scaled.
-        uniforms = _uniform_floats(randomness_key or os.urandom(prg.KEY_BYTES), scaled.size)
-        floor += uniforms < fraction
-        return floor.astype(np.int64).astype(self.dtype)
+        rounder.round_into(scaled, signed[-1:])
+        return encoded
 
     def decode(self, encoded_sum: np.ndarray, summands: int) -> Decoded:
         """Decode a sum of ``summands`` encoded inputs into the weighted sum and total weight."""
@@ -228,6 +253,36 @@ class Encoder:
         return (summands + conversion) / self._scale
 
 
-def _uniform_floats(key: bytes, count: int) -> np.ndarray:
-    """``count`` floats uniform on [0, 1) with 53 random bits each, from the keystream of ``key``."""
-    return (prg.words(key, count, np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+class _StochasticRounder:
+    """Stochastic rounding of scaled values, block by block, with randomness from a keystream.
+
+    Value x becomes floor(x) + [u < frac], where frac = x - floor(x) in float64 and u is
+    uniform on the 2^-53 grid (the i-th word of the key's stream for the i-th value rounded),
+    so it rounds up with probability ceil(frac 2^53) / 2^53: the fractional part, to within
+    2^-53 of a step. The block buffers are reused for every block, so no temporary grows
+    with the vector.
+    """
+
+    def __init__(self, key: bytes, block: int) -> None:
+        self._uniforms_stream = prg.UniformStream(key, block)
+        self.scaled = np.empty(block, dtype=np.float64)
+        """Where the caller puts the scaled values of the next block; overwritten by rounding."""
+        self._uniforms = np.empty(block, dtype=np.float64)
+        self._floor = np.empty(block, dtype=np.float64)
+        self._round_up = np.empty(block, dtype=np.bool_)
+
+    def round_into(self, scaled: np.ndarray, out: np.ndarray) -> None:
+        """Round ``scaled`` (a prefix of :attr:`scaled`) into the signed integer array ``out``.
+
+        ``out`` must hold every rounded value; ``scaled`` is overwritten with the fractional parts.
+        """
+        count = scaled.size
+        uniforms, floor, round_up = self._uniforms[:count], self._floor[:count], self._round_up[:count]
+        self._uniforms_stream.fill(uniforms)
+        np.floor(scaled, out=floor)
+        fraction = np.subtract(scaled, floor, out=scaled)
+        np.less(uniforms, fraction, out=round_up)
+        # floor holds integers that fit the signed words, so the cast is exact; adding the
+        # 0/1 round-ups in the integers is cheaper than a masked float add.
+        np.copyto(out, floor, casting="unsafe")
+        np.add(out, round_up, out=out)

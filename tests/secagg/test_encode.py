@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedfair.core.errors import ConfigError
+from fedfair.secagg import prg
 from fedfair.secagg.encode import (
     Encoder,
     EncodingConfig,
@@ -175,3 +177,87 @@ def test_mean_and_its_bound() -> None:
     zero = encoder.decode(np.zeros(3, dtype=np.uint32), 1)
     with pytest.raises(ConfigError, match="total weight"):
         zero.mean()
+
+
+def reference_encoding(encoder: Encoder, vector: np.ndarray, weight: float, key: bytes) -> np.ndarray:
+    """The encoding spelled out over whole vectors: clip, scale, round up when u < frac, wrap."""
+    bound = encoder.config.clip * weight
+    scaled = np.append(np.clip(vector, -bound, bound), weight) * 2.0**encoder.config.fractional_bits
+    floor = np.floor(scaled)
+    uniforms = (prg.words(key, scaled.size, np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    rounded = floor + (uniforms < scaled - floor)
+    return rounded.astype(np.int64).astype(encoder.dtype)
+
+
+@pytest.mark.parametrize("modulus_bits", [32, 64])
+@pytest.mark.parametrize("dimension", [1, 7, (1 << 16) - 1, 1 << 16, (1 << 16) + 1, 150_001])
+def test_blockwise_encoding_equals_the_whole_vector_formula(modulus_bits: int, dimension: int) -> None:
+    # Same draws as the formula: coordinate i rounds with word i of the key's stream, across
+    # block boundaries, with clipping, negative values and the weight coordinate last.
+    rng = np.random.default_rng(dimension + modulus_bits)
+    parties, clip, max_weight = 5, 0.5, 20.0
+    bits = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight)
+    encoder = Encoder(EncodingConfig(clip, max_weight, bits, modulus_bits), parties)
+    weight = 13.37
+    vector = rng.uniform(-2 * clip, 2 * clip, size=dimension) * weight
+    vector[:3] = [-0.0, -2.0**-bits, 1e300][:dimension]  # minus zero, a grid point, a huge clipped value
+    key = bytes([dimension % 251]) * 32
+    np.testing.assert_array_equal(encoder.encode(vector, weight, key), reference_encoding(encoder, vector, weight, key))
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 1 - 2**-20])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_rounding_is_unbiased_at_several_fractions_of_a_step(fraction: float, sign: float) -> None:
+    encoder = Encoder(EncodingConfig(1000.0, 1.0, 8, 32), 1)
+    samples = 100_000
+    value = sign * (37 + fraction)  # in steps of 2^-8
+    encoded = encoder.encode(np.full(samples, value * 2**-8), 1.0, randomness_key=bytes([int(fraction * 100)]) * 32)
+    rounded = encoded[:-1].view(np.int32)
+    assert set(np.unique(rounded).tolist()) <= {math.floor(value), math.floor(value) + 1}
+    # Each coordinate rounds up independently with probability p = frac(value), so the mean
+    # of the rounded values has standard deviation sqrt(p (1 - p) / samples); allow 5.
+    up = value - math.floor(value)
+    assert abs(float(np.mean(rounded)) - value) <= 5 * math.sqrt(up * (1 - up) / samples)
+
+
+@pytest.mark.parametrize("modulus_bits", [32, 64])
+def test_packing_round_trips_negative_values_up_to_the_largest_the_modulus_allows(modulus_bits: int) -> None:
+    clip, max_weight, weight = 1.0, 1.9, 1.875  # the weight is on the grid, so it encodes exactly
+    bits = largest_safe_fractional_bits(clip, modulus_bits, 1, max_weight)
+    encoder = Encoder(EncodingConfig(clip, max_weight, bits, modulus_bits), 1)
+    largest = math.floor(clip * weight * 2**bits)  # the largest grid value the clip allows
+    steps = [largest, -largest, -1, 1, 0, -(largest // 3)]
+    if modulus_bits == 32:
+        assert largest > 2**30  # close to the 2^31 edge of the signed words
+    encoded = encoder.encode(np.array(steps, dtype=np.float64) * 2.0**-bits, weight, randomness_key=KEY)
+    # Two's complement modulo 2^k: -1 is the all-ones word, -largest is 2^k - largest.
+    assert encoded[:-1].tolist() == [step % 2**modulus_bits for step in steps]
+    decoded = encoder.decode(encoded, 1)
+    np.testing.assert_array_equal(decoded.weighted_sum, np.array(steps) * 2.0**-bits)
+    assert decoded.total_weight == weight
+
+
+def test_non_finite_coordinates_in_a_later_block_are_refused_and_huge_finite_ones_clipped() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 10.0, 8, 32), 3)
+    for bad in (np.nan, np.inf, -np.inf):
+        vector = np.zeros(200_000)
+        vector[150_000] = bad
+        with pytest.raises(ConfigError, match="NaN or infinite"):
+            encoder.encode(vector, 1.0)
+    # Their sum overflows, but every coordinate is finite: clipped, not refused.
+    huge = np.full(4, 1.5e308)
+    assert encoder.encode(huge, 2.0, randomness_key=KEY).view(np.int32).tolist() == [512] * 4 + [512]
+
+
+def test_encoding_allocates_little_beyond_its_output() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 10.0, 16, 32), 3)
+    vector = np.random.default_rng(0).uniform(-1, 1, size=1_000_000)
+    tracemalloc.start()
+    try:
+        encoded = encoder.encode(vector, 1.0, randomness_key=KEY)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # The output plus a few block-sized buffers; the whole-vector float64 temporaries of a
+    # naive encoding would need 8 bytes per coordinate each.
+    assert peak < encoded.nbytes + 5 * 8 * (1 << 16)

@@ -79,3 +79,49 @@ def test_pair_keys_agree_at_both_ends_and_are_independent_across_pairs() -> None
         table = np.zeros((16, 16))
         np.add.at(table, (streams[first] >> 28, streams[second] >> 28), 1)
         assert stats.chi2_contingency(table).pvalue > 1e-6
+
+
+def test_words_to_uniforms_keeps_the_top_53_bits_of_each_word_on_the_grid() -> None:
+    edges = np.array([0, (1 << 11) - 1, 1 << 11, 1 << 63, (1 << 64) - 1], dtype=np.uint64)
+    out = np.empty(edges.size)
+    prg.words_to_uniforms(edges.copy(), out)
+    assert out.tolist() == [0.0, 0.0, 2.0**-53, 0.5, 1.0 - 2.0**-53]
+    # Exactly floor(word / 2^11) * 2^-53: each of the 2^53 grid points has 2^11 preimages,
+    # so uniform words give exactly uniform floats on the grid.
+    words = np.random.default_rng(5).integers(0, 2**64, size=10_000, dtype=np.uint64, endpoint=False)
+    out = np.empty(words.size)
+    prg.words_to_uniforms(words.copy(), out)
+    scaled = out * 2.0**53
+    assert np.array_equal(scaled, np.floor(scaled))
+    np.testing.assert_array_equal(scaled.astype(np.uint64), words >> np.uint64(11))
+
+
+@pytest.mark.parametrize(("block", "pieces"), [(1, (3,)), (5, (7, 16, 1)), (prg.BLOCK_BYTES // 8, (20_000, 3))])
+def test_uniform_stream_turns_the_keystream_words_into_uniforms(block: int, pieces: tuple[int, ...]) -> None:
+    key = bytes([3]) * 32
+    stream = prg.UniformStream(key, block)
+    read = []
+    for size in pieces:
+        out = np.empty(size)
+        stream.fill(out)
+        read.append(out)
+    expected = np.empty(sum(pieces))
+    prg.words_to_uniforms(prg.words(key, expected.size, np.uint64), expected)
+    np.testing.assert_array_equal(np.concatenate(read), expected)
+
+
+def test_uniform_stream_looks_uniform() -> None:
+    out = np.empty(1 << 15)
+    prg.UniformStream(bytes([4]) * 32).fill(out)
+    assert stats.kstest(out, "uniform").pvalue > 1e-6
+
+
+def test_uniform_conversion_refuses_unsuitable_buffers() -> None:
+    with pytest.raises(ValueError, match="uint64"):
+        prg.words_to_uniforms(np.zeros(4, dtype=np.uint32), np.empty(4))
+    with pytest.raises(ValueError, match="same shape"):
+        prg.words_to_uniforms(np.zeros(4, dtype=np.uint64), np.empty(3))
+    with pytest.raises(ValueError, match="block"):
+        prg.UniformStream(bytes(32), 0)
+    with pytest.raises(ValueError, match="float64"):
+        prg.UniformStream(bytes(32)).fill(np.empty(4, dtype=np.float32))
