@@ -14,6 +14,7 @@ log), so a run with dropouts and restarts can still be checked number for number
 
 from __future__ import annotations
 
+import io
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from fedfair.core import server
 from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
 from fedfair.research.launch import training_config
+from fedfair.research.processes import Child, start_aggregator, start_collaborator
 from fedfair.research.simulation import (
     Federation,
     federation_from_arrays,
@@ -38,6 +40,7 @@ from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.loop import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.faults import VARIABLE as FAULT
 from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
 
 RUNTIME_PLAN: dict[str, dict[str, Any]] = {
@@ -65,6 +68,38 @@ def plan_sections(**sections: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def new_workspace(root: Path, names: Sequence[str], **sections: Mapping[str, Any]) -> Workspace:
     return make_workspace(root, names, plan=plan_sections(**sections))
+
+
+# ---------------------------------------------------------------- federations of processes
+
+
+class Processes:
+    """Children of one test, all killed at the end; their logs are shown if the test fails."""
+
+    def __init__(self) -> None:
+        self.log = io.StringIO()
+        self.children: list[Child] = []
+
+    def aggregator(self, workspace: Workspace, *extra: str, fault: str | None = None) -> Child:
+        child = start_aggregator(workspace, *extra, env={FAULT: fault} if fault else None, sink=self.log)
+        self.children.append(child)
+        return child
+
+    def collaborator(self, workspace: Workspace, name: str, *, fault: str | None = None) -> Child:
+        child = start_collaborator(workspace, name, env={FAULT: fault} if fault else None, sink=self.log)
+        self.children.append(child)
+        return child
+
+    def tail(self) -> str:
+        """The end of every child's log, for a failure message."""
+        return self.log.getvalue()[-4000:]
+
+    def finish(self, aggregator: Child, timeout: float = 240.0) -> None:
+        """Wait for the aggregator to finish and every collaborator still running to exit cleanly."""
+        assert aggregator.wait(timeout) == 0, self.tail()
+        for child in self.children:
+            if child is not aggregator and child.process.returncode is None:
+                assert child.wait(60) == 0, self.tail()
 
 
 # ---------------------------------------------------------------- federations in threads

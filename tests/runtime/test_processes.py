@@ -20,7 +20,6 @@ real outages, and so that the test can count how often each one trained.
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 from collections.abc import Iterator
@@ -39,11 +38,8 @@ from fedfair.core.models import build_model
 from fedfair.fairness import pooled
 from fedfair.research.launch import training_config
 from fedfair.research.processes import (
-    Child,
     aggregator_command,
     child_environment,
-    start_aggregator,
-    start_collaborator,
 )
 from fedfair.research.simulation import run_rounds
 from fedfair.research.workspace import Workspace
@@ -57,10 +53,10 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.collaborator.trainer import RoundTrainer, round_trainer
-from fedfair.runtime.faults import VARIABLE as FAULT
 from fedfair.runtime.plan import load_aggregator_plan, plan_digest
 from tests.federations import adult_by_race
 from tests.runtime.harness import (
+    Processes,
     adult_split,
     new_workspace,
     replay,
@@ -68,43 +64,6 @@ from tests.runtime.harness import (
 
 pytestmark = pytest.mark.slow
 NAMES = ["site-a", "site-b", "site-c"]
-
-
-class Processes:
-    """Children of one test, all killed at the end; their logs are shown if the test fails."""
-
-    def __init__(self) -> None:
-        self.log = io.StringIO()
-        self.children: list[Child] = []
-
-    def aggregator(self, workspace: Workspace, *extra: str, fault: str | None = None) -> Child:
-        child = start_aggregator(workspace, *extra, env={FAULT: fault} if fault else None, sink=self.log)
-        self.children.append(child)
-        return child
-
-    def collaborator(self, workspace: Workspace, name: str, *, fault: str | None = None) -> Child:
-        child = start_collaborator(workspace, name, env={FAULT: fault} if fault else None, sink=self.log)
-        self.children.append(child)
-        return child
-
-    def tail(self) -> str:
-        """The end of every child's log, for a failure message."""
-        return self.log.getvalue()[-4000:]
-
-    def finish(self, aggregator: Child, timeout: float = 240.0) -> None:
-        """Wait for the aggregator to finish and every collaborator still running to exit cleanly."""
-        assert aggregator.wait(timeout) == 0, self.tail()
-        for child in self.children:
-            if child is not aggregator and child.process.returncode is None:
-                assert child.wait(60) == 0, self.tail()
-
-
-@pytest.fixture()
-def processes(request: pytest.FixtureRequest) -> Iterator[Processes]:
-    group = Processes()
-    yield group
-    for child in group.children:
-        child.kill()
 
 
 def final_model(workspace: Workspace) -> dict:

@@ -4,7 +4,7 @@ Three sites hold their own CSV files cut from Adult by age band (so their
 distributions barely overlap, and one site has no row of one race). The plan names
 the schema; the aggregator runs the statistics aggregation (one secure sum of counts
 and sums), serves the encoder with every start stage, trains five rounds under
-secure aggregation, writes the model bundle and sends it to every collaborator. A
+secure aggregation (each party a separate OS process), writes the model bundle and sends it to every collaborator. A
 fourth institution, which took no part, scores its own table with `fedfair predict`.
 """
 
@@ -54,7 +54,7 @@ from fedfair.runtime.plan import (
     shared_settings,
 )
 from fedfair.runtime.preprocessing import model_for
-from tests.runtime.harness import plan_sections, thread_federation
+from tests.runtime.harness import Processes, plan_sections
 
 NAMES = ["site-a", "site-b", "site-c"]
 FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
@@ -88,7 +88,7 @@ def institutions(table: pd.DataFrame) -> list[pd.DataFrame]:
 
 
 def test_three_institutions_own_tables_train_one_model_that_a_fourth_can_use(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, processes: Processes, capsys: pytest.CaptureFixture[str]
 ) -> None:
     table = adult_table()
     sites = institutions(table)
@@ -117,13 +117,10 @@ def test_three_institutions_own_tables_train_one_model_that_a_fourth_can_use(
     plan = load_aggregator_plan(workspace.plan)
     assert plan.schema == schema
 
-    with thread_federation(workspace) as federation:
-        for name in NAMES:  # a collaborator that stops would leave the aggregator waiting for it
-            thread = next(thread for thread in federation.threads if thread.name == f"test-{name}")
-            thread.join(180)
-            assert not federation.errors, federation.errors
-        federation.join(180)
-    assert not federation.errors, federation.errors
+    aggregator = processes.aggregator(workspace)
+    for name in NAMES:
+        processes.collaborator(workspace, name)
+    processes.finish(aggregator)
 
     # The encoder is the one the exact sum of the three sites' training-row statistics gives.
     shared = load_shared_settings(shared_settings(plan))
