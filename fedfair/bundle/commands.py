@@ -159,6 +159,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     print(f"{len(table)} rows of {args.data}, rho = {report.rho:g}")
     print(f"  worst-group risk  {report.worst_risk:.6f}  (mean loss of the worst {report.rho:.0%} of rows)")
     print(f"  mean risk         {report.mean_risk:.6f}")
-    print(f"  disparity         {report.disparity:.6f}  (worst minus best group risk)")
+    print(f"  disparity         {report.disparity:.6f}  (worst {report.rho:.0%} minus the other rows' risk)")
+    print(f"  worst minus best  {report.worst_minus_best:.6f}  (worst minus best {report.rho:.0%} of rows)")
     print(f"  accuracy          {report.accuracy:.6f}")
     return 0

@@ -2,13 +2,27 @@
 
 A report from secure sums also carries a `SecureSumCertificate`: how many samples
 the sums covered and how far each reported risk may lie from the exact one. A pooled
-report has none, because its numbers are exact. `to_dict` writes the keys each form
-has always written, in the same order, so JSON outputs and logs do not change.
+report has none, because its numbers are exact.
+
+Disparity is the paper's: the worst rho-fraction's risk minus the risk of the
+*remaining* 1 - rho of the samples. The remainder's mean is (mean - rho * worst) /
+(1 - rho), so disparity = (worst - mean) / (1 - rho), computable from the two
+figures both forms report (0 at rho = 1, where nothing remains). The gap between
+the worst and the best rho-fraction is kept under a name that says so,
+`worst_minus_best`; the same two exist for the 0-1 error.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+
+
+def disparity(worst: float, mean: float, rho: float) -> float:
+    """The worst rho-fraction's mean minus the mean of the other 1 - rho (the paper's disparity);
+    0 at rho = 1, where the worst group is everyone."""
+    if rho >= 1.0:
+        return 0.0
+    return (worst - mean) / (1.0 - rho)
 
 
 @dataclass(frozen=True)
@@ -42,11 +56,13 @@ class GroupRiskReport:
     worst_risk: float
     best_risk: float
     disparity: float
+    worst_minus_best: float
     accuracy: float
     mean_error: float
     worst_error: float
     best_error: float
     error_disparity: float
+    error_worst_minus_best: float
     certificate: SecureSumCertificate | None = None
 
     @classmethod
@@ -68,12 +84,14 @@ class GroupRiskReport:
             mean_risk=mean_risk,
             worst_risk=worst_risk,
             best_risk=best_risk,
-            disparity=worst_risk - best_risk,
+            disparity=disparity(worst_risk, mean_risk, rho),
+            worst_minus_best=worst_risk - best_risk,
             accuracy=1.0 - mean_error,
             mean_error=mean_error,
             worst_error=worst_error,
             best_error=best_error,
-            error_disparity=worst_error - best_error,
+            error_disparity=disparity(worst_error, mean_error, rho),
+            error_worst_minus_best=worst_error - best_error,
             certificate=certificate,
         )
 

@@ -49,9 +49,23 @@ def test_rho_one_gives_the_mean_for_all_three(values: np.ndarray) -> None:
     report = group_risk_report(values, correct, 1.0)
     for value in (report.worst_risk, report.best_risk):
         assert value == pytest.approx(report.mean_risk, rel=1e-12, abs=1e-12)
-    assert report.disparity == pytest.approx(0.0, abs=1e-12 * scale(values))
+    assert report.disparity == 0.0 and report.worst_minus_best == pytest.approx(0.0, abs=1e-12 * scale(values))
     for value in (report.worst_error, report.best_error):
         assert value == pytest.approx(report.mean_error, abs=1e-12)
+
+
+@given(loss_vectors, rhos)
+def test_disparity_is_the_worst_group_against_the_rest_of_the_samples(values: np.ndarray, rho: float) -> None:
+    """The paper's disparity, checked where the groups are whole samples: rho n an integer."""
+    count = max(1, int(rho * values.size))
+    if count == values.size:
+        return  # nothing remains outside the worst group
+    exact_rho = count / values.size
+    ranked = np.sort(values)[::-1]
+    report = group_risk_report(values, values < 1.0, exact_rho)
+    expected = ranked[:count].mean() - ranked[count:].mean()
+    assert report.disparity == pytest.approx(expected, rel=1e-9, abs=1e-9 * scale(values))
+    assert report.worst_minus_best == pytest.approx(report.worst_risk - report.best_risk)
 
 
 def test_worst_group_of_an_exact_fraction_is_the_top_mean() -> None:
@@ -73,7 +87,7 @@ def test_error_groups_rank_by_their_own_error(hits: list[bool], rho: float, rand
     # the errors left over once the other (1 - rho) n samples have taken theirs.
     assert report.worst_error == pytest.approx(min(wrong, rho * n) / (rho * n), abs=1e-12)
     assert report.best_error == pytest.approx(max(wrong - (1.0 - rho) * n, 0.0) / (rho * n), abs=1e-12)
-    assert report.error_disparity == pytest.approx(report.worst_error - report.best_error)
+    assert report.error_worst_minus_best == pytest.approx(report.worst_error - report.best_error)
     assert report.accuracy == pytest.approx(1.0 - wrong / n)
     assert report.mean_error == pytest.approx(wrong / n)
 
@@ -96,12 +110,15 @@ def test_report_fields_and_dict() -> None:
         "mean_risk": 3.0,
         "worst_risk": 6.0,
         "best_risk": 1.0,
-        "disparity": 5.0,
+        # The worst quarter (6) against the other three quarters (mean 2): the paper's disparity.
+        "disparity": 4.0,
+        "worst_minus_best": 5.0,
         "accuracy": 0.5,
         "mean_error": 0.5,
         "worst_error": 1.0,
         "best_error": 0.0,
-        "error_disparity": 1.0,
+        "error_disparity": (1.0 - 0.5) / 0.75,  # the all-wrong worst quarter against the rest
+        "error_worst_minus_best": 1.0,
     }
     with pytest.raises(AttributeError):
         report.rho = 0.5  # type: ignore[misc]

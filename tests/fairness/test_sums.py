@@ -362,18 +362,21 @@ def test_a_report_from_sums_writes_its_keys_in_the_federated_order() -> None:
         "worst_risk",
         "best_risk",
         "disparity",
+        "worst_minus_best",
         "accuracy",
         "mean_error",
         "worst_error",
         "best_error",
         "error_disparity",
+        "error_worst_minus_best",
         "worst_risk_gap",
         "best_risk_gap",
         "mean_error_bound",
     ]
     assert report.to_dict()["samples"] == 4
-    assert report.disparity == report.worst_risk - report.best_risk
-    assert report.error_disparity == report.worst_error - report.best_error
+    assert report.disparity == (report.worst_risk - report.mean_risk) / (1 - 0.25)
+    assert report.worst_minus_best == report.worst_risk - report.best_risk
+    assert report.error_worst_minus_best == report.worst_error - report.best_error
     with pytest.raises(AttributeError):
         report.rho = 0.5  # type: ignore[misc]
 
