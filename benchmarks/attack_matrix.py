@@ -13,6 +13,10 @@ code), so what holds, holds against code that is not ours:
   and above max_weight, the wrong length;
 - denial of service: 50 task streams opened and cancelled in a loop, and a flood of TCP
   connections that never handshake, each while an honest GetPlan is timed;
+- status reports (the Report RPC): malformed, cut short and oversized, another federation
+  or a round not yet started, an unknown status, NaN / negative / infinite / huge epsilon,
+  a report carrying another collaborator's name, and a flood past the rate limit; each
+  refused or taken as the certified caller's own, as ``events.jsonl`` shows;
 - secure aggregation (six stages): impersonation, an unsigned advertisement, a mutated
   certificate inside one, replayed keys, garbage share ciphertexts (the hostile client),
   a corrupt unmask share and withheld unmask shares (a patched collaborator);
@@ -20,7 +24,7 @@ code), so what holds, holds against code that is not ours:
   survived, and a Sybil roster; the honest collaborators must refuse;
 - crashes: the aggregator killed with SIGKILL in each stage of a round, then resumed
   with ``--resume``: the final model must be the uninterrupted run's, bit for bit;
-- a fuzz run: mutated messages on every RPC (``--fuzz N``, 10,000 by default).
+- a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
 
 After the attacks the round log is replayed from what each party really sent: every
 applied round must be exactly the honest updates (plus what the aggregator acknowledged

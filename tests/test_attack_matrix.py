@@ -7,7 +7,8 @@
   it, and its session id is the server's. Otherwise a forged message could be refused
   for being stale rather than for being forged, and a row would pass for the wrong reason.
 - The quick run (a real aggregator process, real TLS, honest collaborators, the hostile
-  client, 500 fuzz messages, one crash point): every row handled, the fuzz clean.
+  client, 500 fuzz messages, one crash point): every row handled, the Report RPC's
+  abuse rows among them, the fuzz clean.
 """
 
 from __future__ import annotations
@@ -142,6 +143,9 @@ def test_the_quick_attack_matrix_finds_every_attack_handled(tmp_path: Path) -> N
     assert len(rows) >= 25
     failed = {row["attack"]: row["observed"] for row in rows if not row["handled"]}
     assert not failed, json.dumps(failed, indent=1)
+    # The Report RPC is abused too (malformed, foreign, out of range, flooded), and fuzzed.
+    assert sum(row["attack"].startswith("Report") for row in rows) >= 12
     fuzz = result["fuzz"]
     assert fuzz["messages"] >= 500
+    assert fuzz["by_rpc"].get("Report"), fuzz["by_rpc"]
     assert (fuzz["crashes"], fuzz["hangs"], fuzz["invalid_rounds_applied"]) == (0, 0, 0), fuzz

@@ -40,7 +40,14 @@ FUZZ_DEADLINE_SECONDS = 5.0
 STREAM_PROBE_SECONDS = 0.2
 """How long a valid task stream is held before the fuzzer hangs up (it stays open by design)."""
 
-RPC_WEIGHTS = {"Submit": 0.45, "Fetch": 0.15, "DownloadModel": 0.15, "GetPlan": 0.15, "WaitForTasks": 0.10}
+RPC_WEIGHTS = {
+    "Submit": 0.42,
+    "Fetch": 0.14,
+    "DownloadModel": 0.14,
+    "GetPlan": 0.14,
+    "WaitForTasks": 0.10,
+    "Report": 0.06,
+}
 CRASH_CODES = ("UNKNOWN", "INTERNAL")
 LAST_PHASE = 0.1
 """The last share of each batch, where Submit mutations may start from the valid upload: an accepted one
@@ -310,7 +317,7 @@ class Campaign:
     # ------------------------------------------------------------ one request
 
     def _request(self, rng: random.Random, target: Target, identity: str, rpc: str) -> tuple[str, Outcome]:
-        """One mutated request message to an RPC that takes one (GetPlan, WaitForTasks, DownloadModel, Fetch)."""
+        """One mutated request message to an RPC that takes one (all but Submit)."""
         base = self._base_request(rng, target, rpc)
         mutation, data = self._mutate_message(rng, base)
         raw = self.identities[identity]
@@ -321,12 +328,13 @@ class Campaign:
             "WaitForTasks": raw.wait_for_tasks,
             "DownloadModel": raw.download_model,
             "Fetch": raw.fetch,
+            "Report": raw.report,
         }
         call = calls[rpc]
         started = time.perf_counter()
         try:
             reply = call(data, timeout=deadline)
-            if rpc != "GetPlan":
+            if rpc not in ("GetPlan", "Report"):  # the unary ones; the others stream their reply
                 for _ in reply:
                     pass
             code, details = "OK", ""
@@ -396,6 +404,12 @@ class Campaign:
             return pb.TaskRequest(after=rng.choice((join_binding(federation), target.train_stage)))
         if rpc == "DownloadModel":
             return pb.FetchRequest(binding=target.train_stage)
+        if rpc == "Report":
+            return pb.StatusReport(
+                binding=rng.choice((join_binding(federation), target.open_stage)),
+                status=rng.choice((pb.COLLABORATOR_STATUS_BUDGET_SPENT, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT)),
+                epsilon=rng.choice((None, 1.5)),
+            )
         return pb.FetchRequest(binding=rng.choice((target.open_stage, bind(federation, target.open_stage.round, 0))))
 
     @staticmethod

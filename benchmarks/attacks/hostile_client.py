@@ -8,8 +8,10 @@ aggregator refuses, it refuses to code that is not ours.
 - :class:`Credentials` / :func:`open_channel`: any certificate (or none) against the
   aggregator's TLS port;
 - :func:`bind`, :func:`parts`, :func:`plain_payload`: messages as the schema describes them;
-- :class:`RawFederation`: the five RPCs taking raw bytes, so any byte string can be a request;
+- :class:`RawFederation`: the six RPCs taking raw bytes, so any byte string can be a request;
 - :func:`ask`: one request, its answer or its status, and how long it took;
+- :func:`status_report`, :func:`unknown_field`, :func:`report`: status reports as the schema
+  describes them, with whatever else an attacker appends, sent as raw bytes;
 - :class:`TaskFollower`: a listed collaborator whose process is the attacker's code;
 - :class:`LatencyProbe`, :func:`idle_connections`, :func:`garbage_after_handshake`: the
   denial-of-service measurements.
@@ -165,8 +167,33 @@ def get_plan(channel: grpc.Channel, federation_id: str, *, deadline: float = DEA
     return ask(lambda: federation.GetPlan(pb.PlanRequest(binding=join_binding(federation_id)), timeout=deadline))
 
 
+def status_report(binding: pb.Binding, status: int, epsilon: float | None = None) -> bytes:
+    """A StatusReport's bytes: a status about `binding`'s round, and an epsilon if one is given."""
+    return pb.StatusReport(binding=binding, status=status, epsilon=epsilon).SerializeToString()  # type: ignore[arg-type]
+
+
+def unknown_field(number: int, data: bytes) -> bytes:
+    """A length-delimited field `number` carrying `data`: appended to a message, a field its schema lacks."""
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def report(channel: grpc.Channel, data: bytes, *, deadline: float = DEADLINE_SECONDS) -> Answer:
+    """One Report whose request is exactly `data` (a StatusReport or anything else); the reply is raw bytes."""
+    call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(SERVICE + "Report")
+    return ask(lambda: call(data, timeout=deadline))
+
+
 class RawFederation:
-    """The five RPCs with no serialisers: requests and replies are raw bytes, so anything can be sent."""
+    """The six RPCs with no serialisers: requests and replies are raw bytes, so anything can be sent."""
 
     def __init__(self, channel: grpc.Channel) -> None:
         self.get_plan: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(SERVICE + "GetPlan")
@@ -178,6 +205,7 @@ class RawFederation:
         )
         self.fetch: grpc.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(SERVICE + "Fetch")
         self.submit: grpc.StreamUnaryMultiCallable[bytes, bytes] = channel.stream_unary(SERVICE + "Submit")
+        self.report: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(SERVICE + "Report")
 
 
 # ---------------------------------------------------------------- an insider written by the attacker

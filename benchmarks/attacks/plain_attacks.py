@@ -68,6 +68,7 @@ from attacks.hostile_client import (
     stub,
     submit,
 )
+from attacks.report_attacks import ReportAttacks
 from attacks.rows import CHECK, Row, RowBook
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import initial_state
@@ -283,6 +284,7 @@ class PlainAttacks:
             ("replay", self._replay_rows),
             ("starvation", self._starvation_row),
             ("flood", self._flood_row),
+            ("report", self._report_rows),
         ]
         jobs += [("fuzz", self._fuzz_batch)] * self.sizes.fuzz_rounds
         self._jobs.extend(jobs)
@@ -541,6 +543,15 @@ class PlainAttacks:
                 connections=len(sockets),
                 latency=summaries,
             )
+
+    # ------------------------------------------------------------ status reports
+
+    def _report_rows(self, context: StageContext) -> None:
+        """Abuse of the Report RPC (see :mod:`attacks.report_attacks`); it never uses up the insider's slot."""
+        attacks = ReportAttacks(
+            self.book, self.insider.channel, self.workspace.output, refused, lambda: self.aggregator.alive
+        )
+        attacks.run(context.round)
 
     # ------------------------------------------------------------ the fuzz
 

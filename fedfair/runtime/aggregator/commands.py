@@ -4,22 +4,38 @@ The flags override the plan's values (``--rounds``, ``--address``, ...) and pass
 same checks as the file, but a bad value is blamed on its flag, not on the plan
 file (:func:`check_flags`); without ``--plan`` the flags alone make the plan. The
 process itself is :func:`fedfair.runtime.aggregator.loop.run_aggregator`.
+
+``--resume --readmit NAME`` lets a collaborator that the run excluded (a proven fault
+in secure aggregation) back in: :func:`readmit` records it in the round log before the
+aggregator starts, where every later resume reads it
+(:func:`fedfair.runtime.aggregator.loop.excluded_in`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from fedfair.core.errors import ConfigError
+from fedfair.core.files import atomic_write
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
-from fedfair.runtime.aggregator.checkpoint import CHECKPOINT_NAME
-from fedfair.runtime.aggregator.loop import run_aggregator
+from fedfair.runtime.aggregator.checkpoint import (
+    CHECKPOINT_NAME,
+    ROUND_LOG_NAME,
+    load_checkpoint,
+    read_round_log,
+    trim_round_log,
+)
+from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.aggregator.lock import output_lock
+from fedfair.runtime.aggregator.loop import excluded_in, run_aggregator
 from fedfair.runtime.logs import LOG_LEVELS, configure_logging
-from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
+from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan, plan_digest
 from fedfair.runtime.toml_tables import Table, shown
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -106,9 +122,61 @@ def plan_from_args(args: argparse.Namespace) -> AggregatorPlan:
     return load_aggregator_plan(args.plan, overrides)
 
 
+def readmit(plan: AggregatorPlan, names: Sequence[str]) -> dict[str, str]:
+    """Let the excluded collaborators `names` back into the run in the plan's output folder.
+
+    Under the folder's lock (so never beside a live aggregator), each name must be excluded
+    as of the checkpoint, or nothing is recorded and ConfigError blames ``--readmit``. The
+    names are added to the ``readmitted`` list of the checkpointed round's record in
+    ``rounds.jsonl`` (rewritten atomically), where
+    :func:`~fedfair.runtime.aggregator.loop.excluded_in` lifts their exclusion after that
+    round's own, so every later ``--resume`` keeps them in. Each one is logged and emitted
+    as a ``readmission`` event. Returns name -> the reason it had been excluded for.
+    """
+    output = plan.aggregator.output
+    with output_lock(output):
+        checkpoint = load_checkpoint(output, plan_digest(plan))
+        # As the resume itself will: records past the checkpoint (and a torn last line) belong to a
+        # round the resumed run does again.
+        trim_round_log(output, checkpoint.round)
+        records = read_round_log(output)
+        excluded = excluded_in(records)
+        unknown = sorted(set(names) - excluded.keys())
+        if unknown:
+            now = ", ".join(sorted(excluded)) or "nobody"
+            raise ConfigError(
+                f"--readmit {', '.join(unknown)}: not excluded in the run in {output} as of its checkpoint of "
+                f"round {checkpoint.round} (excluded now: {now}); correct the name or drop --readmit"
+            )
+        last = records[-1]  # exists: someone was excluded, so some round was logged
+        last["readmitted"] = sorted({*(last.get("readmitted") or ()), *names})
+        text = "".join(json.dumps(record, sort_keys=True, allow_nan=False) + "\n" for record in records)
+        atomic_write(output / ROUND_LOG_NAME, lambda stream: stream.write(text.encode()))
+        events = EventLog(output)
+        lifted = {name: excluded[name] for name in sorted(set(names))}
+        for name, why in lifted.items():
+            logger.warning(
+                "%s re-admitted by --readmit after round %d (it had been excluded: %s); it takes part again "
+                "from round %d",
+                name,
+                last["round"],
+                why,
+                last["round"] + 1,
+            )
+            events.emit("readmission", round=last["round"], name=name, reason=why)
+    return lifted
+
+
 def _start_command(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_file)
     plan = plan_from_args(args)
+    if args.readmit:
+        if not args.resume:
+            raise ConfigError(
+                "--readmit lifts an exclusion of the run being resumed and needs --resume; a fresh start "
+                "excludes nobody, so drop --readmit (or add --resume)"
+            )
+        readmit(plan, args.readmit)
     try:
         run_aggregator(plan, resume=args.resume, startup_timeout=args.startup_timeout)
     except KeyboardInterrupt:
@@ -128,6 +196,13 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     start = commands.add_parser("start", help="serve the plan's rounds over mutual TLS")
     start.add_argument("--plan", type=Path, help="the federation plan (aggregator/plan.toml)")
     start.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output folder")
+    start.add_argument(
+        "--readmit",
+        action="append",
+        metavar="NAME",
+        help="with --resume: let NAME, excluded for misbehaving in secure aggregation, take part again "
+        "(repeatable; recorded in rounds.jsonl, so later resumes keep it in)",
+    )
     start.add_argument("--address", help="host:port to listen on (overrides [aggregator] address)")
     start.add_argument("--certs", help="folder with ca.crt and the aggregator's certificate and key")
     start.add_argument("--collaborators", help="comma-separated allowed collaborator names")

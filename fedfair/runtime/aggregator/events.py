@@ -10,6 +10,9 @@ the epoch). The kinds and their fields:
 - ``status``: ``round``, ``name``, ``status`` (``budget_spent`` or ``privacy_spent_report``),
   ``epsilon`` (null when the site did not share it);
 - ``exclusion``: ``round``, ``name``, ``reason``;
+- ``readmission``: ``round``, ``name``, ``reason`` (why it had been excluded), from ``--readmit``;
+- ``statistics``: ``contributors``, ``rows``, ``features`` (the statistics aggregation of a
+  plan with a [schema], before round 1);
 - ``round``: ``round``, ``status`` (``applied`` or ``aborted``), ``participants``,
   ``contributors``, ``seconds`` (per stage, and ``total``), ``bytes`` (received),
   ``objective`` (the latest federated evaluation's worst / mean / best risk and

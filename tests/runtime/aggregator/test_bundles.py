@@ -11,10 +11,19 @@ import torch
 from fedfair.bundle import load_bundle
 from fedfair.core import server
 from fedfair.core.models import flat_parameters
-from fedfair.datasets.schema import Encoder, draft_schema, encoder_from_statistics, statistics_vector
+from fedfair.datasets.schema import (
+    Encoder,
+    draft_schema,
+    encoder_from_statistics,
+    statistics_vector,
+)
 from fedfair.research.workspace import make_workspace
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME, save_federation_bundle
-from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from fedfair.runtime.aggregator.checkpoint import (
+    Checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from fedfair.runtime.aggregator.loop import initial_state
 from fedfair.runtime.plan import load_aggregator_plan, plan_digest
 

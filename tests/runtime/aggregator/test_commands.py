@@ -1,4 +1,5 @@
-"""``fedfair aggregator start``: a bad flag is blamed on the flag, and the log goes where it is told."""
+"""``fedfair aggregator start``: a bad flag is blamed on the flag, the log goes where it is told, and
+``--resume --readmit NAME`` lifts an exclusion durably or is refused naming the flag."""
 
 from __future__ import annotations
 
@@ -9,7 +10,19 @@ from pathlib import Path
 import pytest
 
 from fedfair.cli import main as cli_main
+from fedfair.core.errors import ConfigError
+from fedfair.research.workspace import Workspace
+from fedfair.runtime.aggregator.checkpoint import (
+    Checkpoint,
+    append_round_log,
+    read_round_log,
+    save_checkpoint,
+)
+from fedfair.runtime.aggregator.commands import readmit
+from fedfair.runtime.aggregator.events import read_events
+from fedfair.runtime.aggregator.loop import excluded_in, initial_state
 from fedfair.runtime.logs import configure_logging
+from fedfair.runtime.plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace
 
 
@@ -65,3 +78,67 @@ def test_log_level_and_log_file(tmp_path: Path, root_logger: logging.Logger) -> 
         handler.flush()
     text = log_file.read_text()
     assert "WARNING loud" in text and "quiet" not in text
+
+
+# ---------------------------------------------------------------- --resume --readmit NAME
+
+
+@pytest.fixture()
+def excluded_run(tmp_path: Path) -> Workspace:
+    """A run checkpointed at round 2 that excluded site-c in round 1, and a stray record of round 3."""
+    workspace = new_workspace(tmp_path, ["site-a", "site-b", "site-c"])
+    plan = load_aggregator_plan(workspace.plan)
+    output = plan.aggregator.output
+    append_round_log(output, {"round": 1, "status": "aborted", "excluded": {"site-c": "sent a bad unmask share"}})
+    append_round_log(output, {"round": 2, "status": "applied"})
+    save_checkpoint(output, Checkpoint(2, initial_state(plan), plan_digest(plan)))
+    append_round_log(output, {"round": 3, "status": "applied"})  # killed before its checkpoint
+    return workspace
+
+
+def test_readmit_lifts_an_exclusion_durably_logs_it_and_emits_an_event(
+    excluded_run: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    plan = load_aggregator_plan(excluded_run.plan)
+    output = plan.aggregator.output
+    caplog.set_level(logging.INFO, logger="fedfair.aggregator")
+    assert readmit(plan, ["site-c"]) == {"site-c": "sent a bad unmask share"}
+    log = read_round_log(output)
+    assert [record["round"] for record in log] == [1, 2]  # the round to be re-run is trimmed, as a resume does
+    assert log[-1]["readmitted"] == ["site-c"] and excluded_in(log) == {}
+    assert (
+        "site-c re-admitted by --readmit after round 2 (it had been excluded: sent a bad unmask share); "
+        "it takes part again from round 3"
+    ) in caplog.messages
+    [event] = [event for event in read_events(output) if event["event"] == "readmission"]
+    assert (event["round"], event["name"], event["reason"]) == (2, "site-c", "sent a bad unmask share")
+    # Excluded again later, it stays excluded: the log is applied in order.
+    append_round_log(output, {"round": 3, "status": "aborted", "excluded": {"site-c": "accused"}})
+    assert excluded_in(read_round_log(output)) == {"site-c": "accused"}
+
+
+def test_readmit_of_a_name_that_is_not_excluded_is_blamed_on_the_flag_and_records_nothing(
+    excluded_run: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = load_aggregator_plan(excluded_run.plan)
+    before = read_round_log(plan.aggregator.output)
+    command = ["aggregator", "start", "--plan", str(excluded_run.plan), "--resume"]
+    assert cli_main([*command, "--readmit", "site-c", "--readmit", "site-a"]) == 2
+    assert capsys.readouterr().err == (
+        f"fedfair: error: --readmit site-a: not excluded in the run in {plan.aggregator.output} as of its "
+        "checkpoint of round 2 (excluded now: site-c); correct the name or drop --readmit\n"
+    )
+    assert excluded_in(read_round_log(plan.aggregator.output)) == excluded_in(before) == {
+        "site-c": "sent a bad unmask share"
+    }
+    readmit(plan, ["site-c"])
+    with pytest.raises(ConfigError, match=r"--readmit site-c: not excluded .* \(excluded now: nobody\)"):
+        readmit(plan, ["site-c"])
+
+
+def test_readmit_without_resume_is_refused(excluded_run: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["aggregator", "start", "--plan", str(excluded_run.plan), "--readmit", "site-c"]) == 2
+    assert capsys.readouterr().err == (
+        "fedfair: error: --readmit lifts an exclusion of the run being resumed and needs --resume; a fresh start "
+        "excludes nobody, so drop --readmit (or add --resume)\n"
+    )

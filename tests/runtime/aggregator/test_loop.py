@@ -1,5 +1,6 @@
 """The aggregator process in threads of the test: one owner per folder and port, the start-up wait,
-the operator's log lines and its events stream, over real gRPC and mutual TLS on loopback.
+the operator's log lines and its events stream, exclusions and re-admissions, over real gRPC and
+mutual TLS on loopback.
 
 The start-up test starts the collaborators 3 s after the aggregator; the acceptance's 30 s
 is the same code path (the wait has no deadline), only longer.
@@ -19,9 +20,20 @@ import pytest
 from fedfair.core.errors import ConfigError
 from fedfair.research.workspace import Workspace
 from fedfair.runtime.aggregator import loop
-from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.aggregator.checkpoint import (
+    Checkpoint,
+    append_round_log,
+    read_round_log,
+    save_checkpoint,
+)
+from fedfair.runtime.aggregator.commands import readmit
 from fedfair.runtime.aggregator.events import read_events
-from fedfair.runtime.aggregator.loop import QuorumNotReached, run_aggregator, serve
+from fedfair.runtime.aggregator.loop import (
+    QuorumNotReached,
+    excluded_in,
+    run_aggregator,
+    serve,
+)
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.plan import load_aggregator_plan, plan_digest
@@ -139,3 +151,37 @@ def test_a_startup_deadline_ends_with_advice_that_works_without_a_checkpoint(
     # The lock went with the process's run: the next start may take the folder.
     with pytest.raises(QuorumNotReached):
         run_aggregator(plan, startup_timeout=0.1)
+
+
+def test_exclusions_and_readmissions_apply_in_round_log_order() -> None:
+    records = [
+        {"round": 1, "status": "aborted", "excluded": {"site-c": "sent a bad unmask share"}},
+        {"round": 2, "status": "applied", "readmitted": ["site-c"]},
+        {"round": 3, "status": "applied", "evaluation": {"status": "done", "excluded": {"site-b": "accused"}}},
+        {"round": 4, "status": "aborted", "excluded": {"site-c": "accused"}, "readmitted": ["site-b"]},
+    ]
+    assert excluded_in(records[:1]) == {"site-c": "sent a bad unmask share"}
+    assert excluded_in(records[:2]) == {}
+    assert excluded_in(records[:3]) == {"site-b": "accused"}
+    assert excluded_in(records) == {"site-c": "accused"}
+
+
+@pytest.mark.slow
+def test_a_readmitted_collaborator_takes_part_again_after_resume(tmp_path: Path) -> None:
+    """About 3 s: a run checkpointed at round 1 with site-c excluded, resumed with --readmit site-c."""
+    workspace = new_workspace(tmp_path, NAMES, training={"rounds": 2}, secure_aggregation={"enabled": False})
+    plan = load_aggregator_plan(workspace.plan)
+    output = plan.aggregator.output
+    append_round_log(output, {"round": 1, "status": "aborted", "excluded": {"site-c": "sent a bad unmask share"}})
+    save_checkpoint(output, Checkpoint(1, loop.initial_state(plan), plan_digest(plan)))
+    readmit(plan, ["site-c"])
+    collaborators = [Collaborator(load_collaborator_config(path)) for path in workspace.configs.values()]
+    threads = [threading.Thread(target=c.run, daemon=True) for c in collaborators]
+    for thread in threads:
+        thread.start()
+    run_aggregator(plan, resume=True)
+    for thread in threads:
+        thread.join(30)
+    resumed = read_round_log(output)[-1]
+    assert resumed["round"] == 2 and resumed["participants"] == NAMES and resumed["contributors"] == NAMES
+    assert excluded_in(read_round_log(output)) == {}  # and a later resume keeps it in
