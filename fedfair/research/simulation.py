@@ -5,6 +5,12 @@ collaborator and `server.apply` for the aggregator, summing updates in the clear
 (or, when asked by the caller, through secure aggregation). Fast enough for
 research sweeps over (epsilon, rho) grids.
 
+With a shared model (always the case here) the K collaborators' local steps run as one
+batched computation (:mod:`fedfair.research.vectorised`): the same batches from the same
+seeded samplers, the same updates up to float reduction order. DP-SGD, models with
+buffers or random layers, and anything else vmap cannot batch keep the loop over
+learners; the result says which ran and why.
+
 Besides the built-in models, a caller may bring its own: any function returning an
 `nn.Module` (built under the training seed, so every collaborator starts from the
 same theta_0), any per-sample loss, and each collaborator's data as a tensor pair or
@@ -13,6 +19,7 @@ a DataLoader-like iterable of (features, labels) batches (:func:`federation_from
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +43,7 @@ from fedfair.core.models import (
     build_model,
     flat_parameters,
     load_flat_parameters,
+    per_sample_loss,
     seeded,
     trainable_module,
 )
@@ -47,7 +55,10 @@ from fedfair.core.objective import (
 )
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivateLearner
+from fedfair.research.vectorised import VectorisedClients
 from fedfair.secagg import EncodingConfig, SecAggConfig, simulate_round
+
+logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -219,6 +230,15 @@ class CustomLossLearner(LocalLearner):
         return losses if self.threshold is None else self.threshold(losses)
 
 
+def checked_loss(loss: PerSampleLoss) -> PerSampleLoss:
+    """The caller's loss with CustomLossLearner's shape check, for the vectorised clients."""
+
+    def checked(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return checked_losses(loss(outputs, labels), outputs.shape[0])
+
+    return checked
+
+
 def checked_losses(losses: torch.Tensor, samples: int) -> torch.Tensor:
     """The loss function's output, once it is one loss per sample (RCVaR needs each sample's loss)."""
     if losses.shape != (samples,):
@@ -303,6 +323,10 @@ class SimulationResult:
     model: nn.Module
     history: list[dict[str, float]]
     privacy: dict[str, dict[str, float | int | str | None]] = field(default_factory=dict)
+    vectorised: bool = False
+    """Whether the collaborators' local steps ran as one batched computation."""
+    loop_reason: str = ""
+    """Why they ran as a loop over learners instead ("" when vectorised)."""
 
 
 RoundCallback = Callable[[server.ServerState], None]
@@ -351,44 +375,80 @@ def history_sample(federation: Federation, limit: int = HISTORY_ROWS) -> ClientD
     return ClientData(name="pooled-sample", features=pooled.features[rows], labels=pooled.labels[rows])
 
 
+def batched_clients(
+    learners: Sequence[LocalLearner], loss: PerSampleLoss | None, *, private: bool, vectorise: bool
+) -> tuple[VectorisedClients | None, str]:
+    """The learners as one batched computation, or None and the reason the simulation keeps the loop."""
+    if not vectorise:
+        return None, "the loop was asked for (vectorise=False)"
+    if private:
+        # Each private learner draws its own Poisson batch and clips per sample through Opacus.
+        return None, "DP-SGD trains each collaborator on its own Poisson-sampled batches"
+    clients = VectorisedClients(learners, per_sample_loss if loss is None else checked_loss(loss))
+    reason = clients.blocker()
+    return (None, reason) if reason is not None else (clients, "")
+
+
 def run_rounds(
     federation: Federation,
     training: TrainingConfig,
     objective: ObjectiveConfig | None,
     *,
-    aggregate: Callable[[list[Update]], server.Aggregate] = server.Aggregate.of,
+    aggregate: Callable[[list[Update]], server.Aggregate] | None = None,
     on_round: RoundCallback | None = None,
     privacy: PrivacyConfig | None = None,
     model_factory: ModelFactory | None = None,
     loss: PerSampleLoss | None = None,
+    vectorise: bool = True,
 ) -> SimulationResult:
     """Algorithm 1 over the federation; objective None runs the same loop on the mean loss (FedAvg).
 
-    `aggregate` turns the round's updates into sums; the default adds them in the
-    clear, secure aggregation substitutes its masked sum. With `privacy` enabled every
-    collaborator trains with DP-SGD and stops contributing once its budget is spent.
-    `model_factory` and `loss` replace the built-in model and cross-entropy (make_learners).
+    `aggregate` turns the round's updates into sums; the default (None) adds them in the
+    clear (`server.Aggregate.of`), secure aggregation substitutes its masked sum. With
+    `privacy` enabled every collaborator trains with DP-SGD and stops contributing once
+    its budget is spent. `model_factory` and `loss` replace the built-in model and
+    cross-entropy (make_learners). The local steps are vectorised whenever they can be
+    (`vectorise=False` forces the loop over learners); `SimulationResult.vectorised` and
+    `loop_reason` say which ran.
     """
     template, learners = make_learners(federation, training, objective, model_factory=model_factory, loss=loss)
     trainers: list[RoundTrainer] = list(learners)
+    private = privacy is not None and privacy.enabled
     if privacy is not None and privacy.enabled:
         trainers = [
             PrivateLearner(learner, privacy, planned_rounds=training.rounds, name=client.name)
             for learner, client in zip(learners, federation.train, strict=True)
         ]
+    clients, loop_reason = batched_clients(learners, loss, private=private, vectorise=vectorise)
+    if clients is None:
+        logger.info("local steps: a loop over %d collaborators (%s)", len(learners), loop_reason)
+    else:
+        logger.info("local steps: %d collaborators vectorised into one batched step", len(learners))
     bound = objective.bound if objective is not None else 0.0
     state = server.init(flat_parameters(template), bound=bound)
     history: list[dict[str, float]] = []
     pooled = history_sample(federation) if training.record_every else None
     for _ in range(training.rounds):
-        updates, trainers = contributing_updates(trainers, state.theta, state.c)
-        state = server.apply(state, aggregate(updates), bound=bound, average_from=training.average_from_round)
+        if clients is not None:
+            stacked = clients.train_round(state.theta, state.c)
+            summed = stacked.plain_sum() if aggregate is None else aggregate(stacked.updates())
+        else:
+            updates, trainers = contributing_updates(trainers, state.theta, state.c)
+            summed = (aggregate or server.Aggregate.of)(updates)
+        state = server.apply(state, summed, bound=bound, average_from=training.average_from_round)
         if on_round is not None:
             on_round(state)
         if pooled is not None and (state.round % training.record_every == 0 or state.round == training.rounds):
             history.append(round_record(template, state, pooled, objective, loss))
     reports = {trainer.name: trainer.report().to_dict() for trainer in trainers if isinstance(trainer, PrivateLearner)}
-    return SimulationResult(state=state, model=template, history=history, privacy=reports)
+    return SimulationResult(
+        state=state,
+        model=template,
+        history=history,
+        privacy=reports,
+        vectorised=clients is not None,
+        loop_reason=loop_reason,
+    )
 
 
 def round_record(
@@ -430,11 +490,12 @@ def run_fedsrcvar(
     objective: ObjectiveConfig,
     training: TrainingConfig,
     *,
-    aggregate: Callable[[list[Update]], server.Aggregate] = server.Aggregate.of,
+    aggregate: Callable[[list[Update]], server.Aggregate] | None = None,
     on_round: RoundCallback | None = None,
     privacy: PrivacyConfig | None = None,
     model_factory: ModelFactory | None = None,
     loss: PerSampleLoss | None = None,
+    vectorise: bool = True,
 ) -> SimulationResult:
     """FedSRCVaR (Algorithm 1): local steps on smoothed RCVaR, weighted averaging, c projected."""
     return run_rounds(
@@ -446,5 +507,6 @@ def run_fedsrcvar(
         privacy=privacy,
         model_factory=model_factory,
         loss=loss,
+        vectorise=vectorise,
     )
 
