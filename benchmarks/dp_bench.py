@@ -5,10 +5,12 @@ Throughput: samples/s of one collaborator's local steps with and without DP-SGD
 for two models:
   - adult_mlp: the one-hidden-layer MLP (512) on Adult's training features;
   - mnist_cnn: the small CNN on MNIST's training images.
-DP-SGD runs in both clipping modes: norm-only ("norm", what "auto" picks for these
-models) and per-sample gradients ("per_sample", the fallback for other layers).
+DP-SGD runs in every clipping mode the model allows: one-pass norm-only ("one_pass",
+what "auto" picks for the dense MLP), two-pass norm-only ("norm", what it picks for
+the CNN) and per-sample gradients ("per_sample", the fallback for other layers).
 Per model: `mode` (what "auto" chose), `dp_vs_plain_time` (its DP step time over the
-plain step time at the same batch size) and the same figures per mode under `modes`.
+plain step time at the same batch size) and the same figures under `modes` for each
+mode the model allows.
 On one CPU thread. Only the step loop is timed (accounting happens once per round,
 outside it), best of three blocks, the plain and private learners' blocks taken in
 turn so that a slow spell of the machine hits them alike; DP batches are Poisson
@@ -42,6 +44,7 @@ import torch
 from torch import nn
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
 from fedfair.core.models import build_model, flat_parameters
 from fedfair.core.objective import RCVaRThreshold
@@ -56,7 +59,7 @@ DP_EPSILONS = (1.0, 3.0, 8.0)
 # Opacus' customary C = 1 and one above most of Adult's per-sample gradient norms: with
 # C = 1 nearly every sample is clipped, which biases the threshold c (see the docstring).
 DP_CLIPS = (1.0, 20.0)
-CLIPPING_MODES: tuple[ClippingMode, ...] = ("norm", "per_sample")
+CLIPPING_MODES: tuple[ClippingMode, ...] = ("one_pass", "norm", "per_sample")
 WARMUP_STEPS = 3
 
 
@@ -124,15 +127,17 @@ def throughput(device: torch.device, quick: bool) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, (model_name, (features, labels, source), classes, batch, steps) in cases.items():
         local_steps = WARMUP_STEPS + repeats * steps
+        heads = nn.ModuleList([build(model_name, features.shape[1], classes), RCVaRThreshold(ObjectiveConfig())])
+        chosen = choose_clipping(heads)
+        allowed = [mode for mode in CLIPPING_MODES if _allows(heads, mode)]
         trainers: dict[str, LocalLearner | PrivateLearner] = {
             mode or "plain": make_trainer(model_name, features, labels, classes, batch, local_steps, device, mode)
-            for mode in (None, *CLIPPING_MODES)
+            for mode in (None, *allowed)
         }
         seconds = seconds_per_step(trainers, steps, device, repeats)
-        chosen = choose_clipping(nn.ModuleList([build(model_name, features.shape[1], classes), RCVaRThreshold(ObjectiveConfig())]))
         modes = {
             mode: {"dp_samples_per_s": batch / seconds[mode], "dp_vs_plain_time": seconds[mode] / seconds["plain"]}
-            for mode in CLIPPING_MODES
+            for mode in allowed
         }
         results[name] = {
             "data": source,
@@ -146,6 +151,15 @@ def throughput(device: torch.device, quick: bool) -> dict[str, Any]:
         ratios = ", ".join(f"{mode} {figures['dp_vs_plain_time']:.2f}x" for mode, figures in modes.items())
         print(f"dp_bench: {device.type} {name}: DP step time over plain: {ratios} (auto picks {chosen})", file=sys.stderr)
     return results
+
+
+def _allows(heads: nn.Module, mode: ClippingMode) -> bool:
+    """Whether `mode` can train this model (one-pass takes dense layers only)."""
+    try:
+        choose_clipping(heads, mode)
+    except ConfigError:
+        return False
+    return True
 
 
 def utility(quick: bool) -> dict[str, Any]:

@@ -25,8 +25,10 @@ shows both on Adult).
 
 The modules: `config` (`PrivacyConfig`, what `[privacy]` and the `--dp-*` flags
 build; free of torch), `hooks` (Opacus: the threshold's per-sample gradient and
-norm, which models qualify), `clipping` (norm-only clipping, chosen automatically
-when every layer allows it: per-sample norms without per-sample gradients),
+norm, which models qualify), `clipping` (how each step clips, chosen automatically:
+one pass for models of dense layers, which builds the clipped gradient from each
+layer's inputs and per-sample output gradients; two passes with norm-only hooks for
+Conv, LayerNorm and Embedding; per-sample gradients for any other layer),
 `accounting` (`compute_epsilon`, `plan_noise_multiplier`,
 `PrivacyAccountant`, the persisted history), `learner` (`PrivateLearner`, which wraps
 a core `LocalLearner`) and `commands` (the flags and `fedfair privacy`). This file

@@ -6,7 +6,10 @@ so its gradient is clipped together with theta's (one joint norm) and noised ali
 Opacus 1.6 ships norm samplers for Linear and Embedding only; Conv and LayerNorm get
 theirs here, which is what lets `fedfair.privacy.clipping` clip those models by norms,
 and Linear a faster one for (batch, features) inputs (registered globally, as Opacus'
-registry is: the same norms for any Opacus user in this process).
+registry is: the same norms for any Opacus user in this process). One-pass clipping
+(`fedfair.privacy.clipping.OnePassClipping`) calls the dense layer's and the
+threshold's samplers itself, without Opacus' hooks: `linear_norm_sample`,
+`threshold_grad_sample`.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from fedfair.core.objective import RCVaRThreshold
 # ---------------------------------------------------------------- per-sample gradient of c
 
 
-def _threshold_grad_sample(
+def threshold_grad_sample(
     module: RCVaRThreshold, activations: list[torch.Tensor], backprops: torch.Tensor
 ) -> dict[nn.Parameter, torch.Tensor]:
     """d(output_i)/dc times the backpropagated gradient of each sample: one scalar per sample.
@@ -47,11 +50,11 @@ def _threshold_norm_sample(
     module: RCVaRThreshold, activations: list[torch.Tensor], backprops: torch.Tensor
 ) -> dict[nn.Parameter, torch.Tensor]:
     """|d(output_i)/dc|: c is one scalar, so the norm of its per-sample gradient is its absolute value."""
-    return {module.c: _threshold_grad_sample(module, activations, backprops)[module.c].abs()}
+    return {module.c: threshold_grad_sample(module, activations, backprops)[module.c].abs()}
 
 
 # Registered by a call, not a decorator: Opacus ships no types, so its decorator would erase this signature.
-register_grad_sampler(RCVaRThreshold)(_threshold_grad_sample)
+register_grad_sampler(RCVaRThreshold)(threshold_grad_sample)
 register_norm_sampler(RCVaRThreshold)(_threshold_norm_sample)
 
 # ---------------------------------------------------------------- per-sample gradient norms of Linear, Conv, LayerNorm
@@ -59,7 +62,7 @@ register_norm_sampler(RCVaRThreshold)(_threshold_norm_sample)
 _OPACUS_LINEAR_NORM_SAMPLE = GradSampleHooksFastGradientClipping.NORM_SAMPLERS[nn.Linear]
 
 
-def _linear_norm_sample(
+def linear_norm_sample(
     layer: nn.Linear, activations: list[torch.Tensor], backprops: torch.Tensor
 ) -> dict[torch.Tensor, torch.Tensor]:
     """Per-sample gradient norms of a dense layer on (batch, features) inputs: ||g_i a_i^T|| = ||g_i|| ||a_i||.
@@ -79,7 +82,7 @@ def _linear_norm_sample(
     return {parameter: norms for parameter, norms in result.items() if parameter.requires_grad}
 
 
-register_norm_sampler(nn.Linear)(_linear_norm_sample)
+register_norm_sampler(nn.Linear)(linear_norm_sample)
 
 NormSampler = Callable[[nn.Module, list[torch.Tensor], torch.Tensor], dict[nn.Parameter, torch.Tensor]]
 

@@ -4,9 +4,11 @@ Every local step is DP-SGD (Abadi et al. 2016) through Opacus: a Poisson sample 
 the local data, one gradient per sample, each clipped to norm C, summed, Gaussian
 noise of standard deviation sigma * C added, divided by the expected batch size b.
 Where the model allows it the clipping needs only each sample's gradient norm
-(`fedfair.privacy.clipping`, "norm"); otherwise every per-sample gradient is
-materialised ("per_sample"). Both give the same update up to float rounding; the
-mode that runs is `PrivateLearner.clipping` and part of every `PrivacyReport`.
+(`fedfair.privacy.clipping`): in one backward pass for models of dense layers
+("one_pass"), in two for the other layers with a norm sampler ("norm"); otherwise
+every per-sample gradient is materialised ("per_sample"). All give the same update
+up to float rounding; the mode that runs is `PrivateLearner.clipping` and part of
+every `PrivacyReport`.
 Poisson samples and noise come from OS entropy, never from the plan's seed, which
 the aggregator knows. A round that would push epsilon past the budget is refused
 before it trains (`PrivacyBudgetExhausted`).
@@ -32,7 +34,9 @@ from fedfair.privacy.clipping import (
     ClippingMode,
     NormClipping,
     NormClippingOptimizer,
+    OnePassClipping,
     choose_clipping,
+    has_clipping_hooks,
 )
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.hooks import check_private_model
@@ -71,7 +75,11 @@ class PrivacyReport:
         )
 
 
-_CLIPPING_NAMES: dict[ClippingMode, str] = {"norm": "norm-only clipping", "per_sample": "per-sample clipping"}
+_CLIPPING_NAMES: dict[ClippingMode, str] = {
+    "one_pass": "one-pass norm-only clipping",
+    "norm": "norm-only clipping",
+    "per_sample": "per-sample clipping",
+}
 
 
 # ---------------------------------------------------------------- the private learner
@@ -98,9 +106,10 @@ class PrivateLearner:
     The batches of a round are drawn on the host when it begins and moved to the
     device in one transfer, so the step loop never waits on the device.
 
-    `clipping` is "auto" (norm-only clipping where every trainable layer allows it,
-    else per-sample gradients), or "norm" / "per_sample" to insist on one; the mode
-    chosen is `self.clipping`.
+    `clipping` is "auto" (one-pass norm-only clipping where every trainable layer is
+    dense or the threshold, else norm-only clipping where every layer has a norm
+    sampler, else per-sample gradients), or "one_pass" / "norm" / "per_sample" to
+    insist on one; the mode chosen is `self.clipping`.
     """
 
     def __init__(
@@ -122,9 +131,9 @@ class PrivateLearner:
         if planned_rounds is not None and planned_rounds < 1:
             raise ConfigError(f"planned rounds must be at least 1, got {planned_rounds}; pass the plan's rounds")
         check_private_model(learner.model)
-        parameters = [*learner.model.parameters()] + ([learner.threshold.c] if learner.threshold is not None else [])
-        if any(hasattr(parameter, "grad_sample") for parameter in parameters):
-            raise ConfigError("this model already has per-sample gradient hooks; make a PrivateLearner once per LocalLearner")
+        heads = nn.ModuleList([learner.model] + ([learner.threshold] if learner.threshold is not None else []))
+        if has_clipping_hooks(heads):
+            raise ConfigError("this model already has clipping hooks; make a PrivateLearner once per LocalLearner")
         self.learner = learner
         self.privacy = privacy
         self.name = name
@@ -140,15 +149,18 @@ class PrivateLearner:
                 "%s: delta %g is not below 1/n = %g for its %d samples; a delta that large permits leaking a record",
                 name, privacy.delta, 1.0 / learner.num_samples, learner.num_samples,
             )
-        heads = nn.ModuleList([learner.model] + ([learner.threshold] if learner.threshold is not None else []))
         self.clipping: ClippingMode = choose_clipping(heads, clipping)
         logger.info("%s: DP-SGD with %s", name, _CLIPPING_NAMES[self.clipping])
         # Hooks only: the learner keeps calling its own modules. In the per-sample path "sum"
         # makes each captured gradient exactly one sample's, whatever the Poisson batch size.
-        self._norm_clipping = NormClipping(heads, privacy.max_grad_norm) if self.clipping == "norm" else None
-        if self._norm_clipping is None:
+        self._norm_clipping: OnePassClipping | NormClipping | None = None
+        if self.clipping == "one_pass":
+            self._norm_clipping = OnePassClipping(heads, privacy.max_grad_norm)
+        elif self.clipping == "norm":
+            self._norm_clipping = NormClipping(heads, privacy.max_grad_norm)
+        else:
             GradSampleHooks(heads, loss_reduction="sum", strict=True)
-        self.device = parameters[0].device
+        self.device = next(heads.parameters()).device
         # The fast-clipping optimizer takes the clipped sum from .grad; the other clips grad_sample itself.
         optimizer_type = NormClippingOptimizer if self._norm_clipping is not None else DPOptimizer
         self.optimizer = optimizer_type(
@@ -192,7 +204,9 @@ class PrivateLearner:
                 if self._norm_clipping is None:
                     torch.autograd.backward(self.learner.objective(features, labels).sum())
                 else:
-                    self._norm_clipping.backward(self._objective_once_per_layer(features, labels))
+                    with self._norm_clipping.capturing():
+                        per_sample = self._objective_once_per_layer(features, labels)
+                    self._norm_clipping.backward(per_sample)
         elif self._norm_clipping is None:
             # An empty Poisson sample still takes its step: the update is pure noise.
             for parameter in self.optimizer.params:

@@ -1,4 +1,4 @@
-"""Norm-only clipping: the same clipped sum as per-sample gradients, and which models get it."""
+"""Norm-only clipping (one-pass and two-pass): the same clipped sum as per-sample gradients, and which models get it."""
 
 from __future__ import annotations
 
@@ -7,15 +7,19 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
 from fedfair.core.models import build_model, per_sample_loss
+from fedfair.core.objective import RCVaRThreshold
 from fedfair.privacy.clipping import (
     NormClipping,
+    OnePassClipping,
     choose_clipping,
     norm_clipping_blockers,
+    one_pass_blockers,
 )
-from tests.privacy.helpers import threshold_learner
+from tests.privacy.helpers import random_samples, threshold_learner
 
 FLOAT64_UNIT_ROUNDOFF = torch.finfo(torch.float64).eps / 2
 
@@ -37,12 +41,42 @@ def per_sample_gradients(learner: LocalLearner, features: torch.Tensor, labels: 
     return torch.cat([theta_grads[name].flatten(1) for name in params] + [c_grads[:, None]], dim=1)
 
 
+def clipped_backward(clipping: NormClipping | OnePassClipping, learner: LocalLearner) -> None:
+    """One step's forward and clipping backward pass over the learner's whole data, as PrivateLearner runs them."""
+    with clipping.capturing():
+        per_sample = learner.objective(learner.features, learner.labels)
+    clipping.backward(per_sample)
+
+
 @pytest.mark.filterwarnings("ignore:Full backward hook is firing")
+@pytest.mark.parametrize("clipping_type", [OnePassClipping, NormClipping])
 @pytest.mark.parametrize("model", ["mlp", "logreg"])
 @pytest.mark.parametrize("clipped", [True, False])
-def test_norm_clipping_sums_the_same_clipped_gradients_as_per_sample_gradients(model: str, clipped: bool) -> None:
+def test_norm_clipping_sums_the_same_clipped_gradients_as_per_sample_gradients(
+    clipping_type: type[NormClipping | OnePassClipping], model: str, clipped: bool
+) -> None:
     """(theta, c) jointly: sum_i min(1, C / (||g_i|| + 1e-6)) g_i from norms alone equals it from the g_i."""
-    learner = threshold_learner(n=120, model=model)
+    assert_same_clipped_sum(clipping_type, threshold_learner(n=120, model=model), clipped, width=512 if model == "mlp" else 1)
+
+
+def sequence_learner(positions: tuple[int, ...]) -> LocalLearner:
+    """A float64 learner whose first dense layer sees each sample as positions x 2 features (a 3-D or 4-D input)."""
+    features, labels = random_samples(90, 8, seed=4)
+    network = nn.Sequential(nn.Unflatten(1, (*positions, 2)), nn.Linear(2, 3), nn.Tanh(), nn.Flatten(), nn.Linear(12, 1))
+    head = RCVaRThreshold(ObjectiveConfig(epsilon=0.2, rho=0.3, bound=3.0), dtype=torch.float64)
+    return LocalLearner(network.double(), features, labels, 10, LocalConfig(), threshold=head)
+
+
+@pytest.mark.parametrize("positions", [(4,), (2, 2)])
+def test_one_pass_clipping_of_dense_layers_on_sequences_sums_the_same_clipped_gradients(positions: tuple[int, ...]) -> None:
+    """A dense layer applied at every position: its norm from Gram matrices, its sum over samples and positions."""
+    assert_same_clipped_sum(OnePassClipping, sequence_learner(positions), clipped=True, width=12)
+
+
+def assert_same_clipped_sum(
+    clipping_type: type[NormClipping | OnePassClipping], learner: LocalLearner, clipped: bool, width: int
+) -> None:
+    """The clipped sum of `clipping_type` over the learner's data equals torch.func's to the float64 rounding bound."""
     features, labels = learner.features, learner.labels
     assert learner.threshold is not None
     with torch.no_grad():
@@ -56,14 +90,15 @@ def test_norm_clipping_sums_the_same_clipped_gradients_as_per_sample_gradients(m
     expected = (factors[:, None] * per_sample).sum(0)
 
     heads = nn.ModuleList([learner.model, learner.threshold])
-    NormClipping(heads, clip).backward(learner.objective(features, labels))
+    clipped_backward(clipping_type(heads, clip), learner)
     actual = torch.cat([parameter.grad.flatten() for parameter in heads.parameters() if parameter.grad is not None])
 
     # Both sides are float64 sums of the same terms in another order. Each g_i (dot products of
     # at most K terms), each norm (over the P parameters, which moves the factor by at most
     # P * u relatively) and the sum over the B samples each add at most (count) * u of
     # sum_i f_i |g_ij| to a coordinate: the tolerance is their sum, far below 1e-10.
-    batch, width, size = per_sample.shape[0], max(features.shape[1], 512 if model == "mlp" else 1), per_sample.shape[1]
+    # `width`: the longest dot product inside one g_i (a hidden layer's width, or its positions times outputs).
+    batch, width, size = per_sample.shape[0], max(features.shape[1], width), per_sample.shape[1]
     scale = (factors[:, None] * per_sample.abs()).sum(0).max()
     tolerance = float((batch + width + size) * FLOAT64_UNIT_ROUNDOFF * scale)
     assert tolerance < 1e-10
@@ -71,15 +106,25 @@ def test_norm_clipping_sums_the_same_clipped_gradients_as_per_sample_gradients(m
     assert float((actual - expected).abs().max()) <= tolerance
 
 
-def test_mode_is_norm_only_where_every_layer_allows_it() -> None:
+def test_mode_is_one_pass_for_dense_models_and_norm_only_where_every_layer_allows_it() -> None:
     head = threshold_learner().threshold
     assert head is not None
     for model in ("logreg", "mlp"):
-        assert choose_clipping(nn.ModuleList([build_model(model, 8, 2), head])) == "norm"
+        dense = nn.ModuleList([build_model(model, 8, 2), head])
+        assert choose_clipping(dense) == choose_clipping(dense, "one_pass") == "one_pass"
+        assert choose_clipping(dense, "norm") == "norm"
     convolution = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.LayerNorm(16), nn.Linear(16, 1))
     embedding = nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(8, 1))
     assert choose_clipping(convolution) == choose_clipping(embedding) == "norm"
     assert choose_clipping(convolution, "per_sample") == "per_sample"
+    assert one_pass_blockers(convolution) == [
+        "layer '0' (Conv2d) is neither a dense layer (nn.Linear) nor the threshold",
+        "layer '2' (LayerNorm) is neither a dense layer (nn.Linear) nor the threshold",
+    ]
+    with pytest.raises(ConfigError, match=r"one-pass.*layer '0' \(Embedding\).*'norm'"):
+        choose_clipping(embedding, "one_pass")
+    with pytest.raises(ConfigError, match=r"layer '0' \(Conv2d\)"):
+        OnePassClipping(convolution, 1.0)
 
     group_norm = nn.Sequential(nn.Linear(8, 4), nn.GroupNorm(2, 4), nn.Linear(4, 1))
     assert norm_clipping_blockers(group_norm) == ["layer '1' (GroupNorm) has no per-sample gradient norm"]
@@ -91,5 +136,41 @@ def test_mode_is_norm_only_where_every_layer_allows_it() -> None:
     tied[1].weight = tied[0].weight
     assert choose_clipping(tied) == "per_sample"
     assert "shares a parameter with layer '0'" in norm_clipping_blockers(tied)[0]
+    assert "shares a parameter with layer '0'" in one_pass_blockers(tied)[0]
     with pytest.raises(ConfigError, match="unknown clipping mode 'ghost'"):
         choose_clipping(tied, "ghost")
+
+
+def test_one_pass_clipping_records_only_the_step_forward_and_refuses_what_it_cannot_read() -> None:
+    """Forward passes outside `capturing()` leave nothing behind; a layer run twice, an output changed in place,
+    a layer outside the objective and a second set of hooks are refused, each naming the way out."""
+    learner = threshold_learner(n=40, model="mlp")
+    assert learner.threshold is not None
+    heads = nn.ModuleList([learner.model, learner.threshold])
+    clipping = OnePassClipping(heads, 1.0)
+    learner.objective(learner.features, learner.labels).sum().backward()  # e.g. someone's evaluation with gradients
+    for parameter in heads.parameters():
+        parameter.grad = None
+    clipped_backward(clipping, learner)
+    assert all(parameter.grad is not None for parameter in heads.parameters())
+    with pytest.raises(ConfigError, match="already has clipping hooks"):
+        OnePassClipping(heads, 1.0)
+
+    twice = nn.Linear(8, 8).double()
+    with pytest.raises(NotImplementedError, match=r"layer '' \(Linear\) ran twice"), OnePassClipping(twice, 1.0).capturing():
+        twice(twice(learner.features))
+
+    in_place = nn.Sequential(nn.Linear(8, 4), nn.ReLU(inplace=True), nn.Linear(4, 1)).double()
+    clipping = OnePassClipping(in_place, 1.0)
+    with clipping.capturing():
+        outputs = in_place(learner.features).squeeze(1)
+    with pytest.raises(ConfigError, match=r"layer\(s\) '0' was modified in place.*'norm' or 'per_sample'"):
+        clipping.backward(outputs)
+
+    unused = nn.ModuleList([nn.Linear(8, 1), nn.Linear(8, 1)]).double()
+    clipping = OnePassClipping(unused, 1.0)
+    with clipping.capturing():
+        outputs = unused[0](learner.features).squeeze(1)
+        unused[1](learner.features)
+    with pytest.raises(ConfigError, match=r"layer\(s\) '1' took no part.*requires_grad = False"):
+        clipping.backward(outputs)

@@ -1,4 +1,4 @@
-"""The private learner: DP-SGD steps, joint clipping of theta and c in both clipping modes, noise, budgets end to end."""
+"""The private learner: DP-SGD steps, joint clipping of theta and c in every clipping mode, noise, budgets end to end."""
 
 from __future__ import annotations
 
@@ -184,11 +184,14 @@ def small_learner(model: str, seed: int = 3) -> LocalLearner:
 
 
 @pytest.mark.filterwarnings("ignore:Full backward hook is firing")
-@pytest.mark.parametrize("model", ["mlp", "logreg", "conv"])
-def test_norm_only_and_per_sample_clipping_run_the_same_private_rounds(model: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "auto", "modes"),
+    [("mlp", "one_pass", {"one_pass", "norm"}), ("logreg", "one_pass", {"one_pass", "norm"}), ("conv", "norm", {"norm"})],
+)
+def test_norm_only_and_per_sample_clipping_run_the_same_private_rounds(model: str, auto: str, modes: set[str]) -> None:
     """Same Poisson batches from the same sampling seed, the same clipped updates (noise 0), the same epsilon."""
     rounds: dict[str, list[object]] = {}
-    for clipping in ("auto", "per_sample"):
+    for clipping in (*sorted(modes), "per_sample"):
         torch.manual_seed(0)
         private = PrivateLearner(small_learner(model), private_config(noise_multiplier=0.0, max_grad_norm=0.5), clipping=clipping)
         private._sampling.manual_seed(11)  # in place of OS entropy, so that both draw the same samples
@@ -199,27 +202,37 @@ def test_norm_only_and_per_sample_clipping_run_the_same_private_rounds(model: st
             theta, c = theta + update.delta, c + update.delta_c
         assert private.last_report is not None
         rounds[private.clipping] = [*history, private.last_report]
-    assert set(rounds) == {"norm", "per_sample"}
-    *norm_rounds, norm_report = rounds["norm"]
+    assert set(rounds) == modes | {"per_sample"}
+    assert PrivateLearner(small_learner(model), private_config(noise_multiplier=0.0)).clipping == auto
     *sample_rounds, sample_report = rounds["per_sample"]
-    for (bounds, index, norm_update), (same_bounds, same_index, sample_update) in zip(norm_rounds, sample_rounds, strict=True):
-        assert bounds == same_bounds and torch.equal(index, same_index)
-        assert float(sample_update.delta.abs().max()) > 1e-4
-        # float64: the per-step difference is a few ulps of the gradient sums (test_clipping derives it).
-        torch.testing.assert_close(norm_update.delta, sample_update.delta, rtol=0, atol=1e-10)
-        assert norm_update.delta_c == pytest.approx(sample_update.delta_c, abs=1e-10)
-    assert (norm_report.clipping, sample_report.clipping) == ("norm", "per_sample")
-    assert replace(norm_report, clipping=None) == replace(sample_report, clipping=None)
+    for mode in modes:
+        *norm_rounds, norm_report = rounds[mode]
+        for (bounds, index, norm_update), (same_bounds, same_index, sample_update) in zip(
+            norm_rounds, sample_rounds, strict=True
+        ):
+            assert bounds == same_bounds and torch.equal(index, same_index)
+            assert float(sample_update.delta.abs().max()) > 1e-4
+            # float64: the per-step difference is a few ulps of the gradient sums (test_clipping derives it).
+            torch.testing.assert_close(norm_update.delta, sample_update.delta, rtol=0, atol=1e-10)
+            assert norm_update.delta_c == pytest.approx(sample_update.delta_c, abs=1e-10)
+        assert (norm_report.clipping, sample_report.clipping) == (mode, "per_sample")
+        assert replace(norm_report, clipping=None) == replace(sample_report, clipping=None)
 
 
-def test_both_clipping_modes_spend_the_same_epsilon() -> None:
+def test_every_clipping_mode_spends_the_same_epsilon_and_names_itself() -> None:
     reports = []
-    for clipping in ("norm", "per_sample"):
+    for clipping in ("one_pass", "norm", "per_sample"):
         private = PrivateLearner(small_learner("mlp"), private_config(noise_multiplier=1.0), clipping=clipping)
         private.train_round(flat_parameters(private.learner.model), 1.0)
         reports.append(private.report())
-    assert math.isfinite(reports[0].epsilon) and replace(reports[0], clipping=None) == replace(reports[1], clipping=None)
-    assert "norm-only clipping" in reports[0].describe() and "per-sample clipping" in reports[1].describe()
+        # One set of hooks per model, whichever mode installed them first.
+        with pytest.raises(ConfigError, match="already has clipping hooks"):
+            PrivateLearner(private.learner, private_config(noise_multiplier=1.0), clipping="one_pass")
+    assert math.isfinite(reports[0].epsilon)
+    assert all(replace(report, clipping=None) == replace(reports[0], clipping=None) for report in reports)
+    assert [report.clipping for report in reports] == ["one_pass", "norm", "per_sample"]
+    assert "one-pass norm-only clipping" in reports[0].describe() and "per-sample clipping" in reports[2].describe()
+    assert reports[1].describe().endswith("rdp accountant, norm-only clipping)")
 
 
 def test_a_layer_without_a_gradient_norm_falls_back_to_per_sample_gradients() -> None:
@@ -249,12 +262,13 @@ class Squared(nn.Module):
         return self.layer(self.layer(x))[:, :1]
 
 
-def test_a_layer_called_twice_is_refused_in_norm_only_clipping_naming_the_fix() -> None:
+@pytest.mark.parametrize("clipping", ["auto", "norm"])
+def test_a_layer_called_twice_is_refused_in_norm_only_clipping_naming_the_fix(clipping: str) -> None:
     features, labels = random_samples(200, 8)
     learner = LocalLearner(Squared().double(), features, labels, 20, LocalConfig(local_steps=1))
-    private = PrivateLearner(learner, private_config(noise_multiplier=1.0))
-    assert private.clipping == "norm"
-    with pytest.raises(ConfigError, match="clipping='per_sample'"):
+    private = PrivateLearner(learner, private_config(noise_multiplier=1.0), clipping=clipping)
+    assert private.clipping == ("one_pass" if clipping == "auto" else "norm")
+    with pytest.raises(ConfigError, match="norm-only clipping cannot train this model.*clipping='per_sample'"):
         private.train_round(flat_parameters(learner.model), 0.0)
     learner = LocalLearner(Squared().double(), features, labels, 20, LocalConfig(local_steps=1))
     update = PrivateLearner(learner, private_config(noise_multiplier=1.0), clipping="per_sample").train_round(
