@@ -19,8 +19,9 @@ plaintext and records:
   federations run the round again until there are enough.
 - client_total_vs_keystream: for each sampled party, its encoding plus its MASK step,
   divided by the time the raw ``cryptography`` AES-256-CTR cipher needs to produce all the
-  keystream bytes that party consumes (its mask streams plus the 8 bytes per coordinate
-  of stochastic-rounding randomness, party_keystream_bytes), bracketed like
+  keystream bytes that party consumes (its mask streams plus the
+  ``ROUNDING_BYTES_PER_COORDINATE`` bytes per coordinate of stochastic-rounding
+  randomness, party_keystream_bytes), bracketed like
   mask_vs_keystream; the median of these paired ratios. client_total_vs_mask_keystream
   is the same numerator over the mask streams' bytes alone (the stricter reading).
 - critical_path: one party's own work and traffic: encode_s, mask_s, their sum
@@ -59,7 +60,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from fedfair.secagg import prg
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
+from fedfair.secagg.encode import ROUNDING_BYTES_PER_COORDINATE, EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.messages import MaskedInput, Message, Stage
 from fedfair.secagg.simulate import simulate_round
 
@@ -135,8 +136,8 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
     word_bytes = modulus_bits // 8
     streams = parties  # its self mask plus one per other party that shared keys (all of them here)
     mask_bytes = streams * (dimension + 1) * word_bytes
-    # Every coordinate (and the weight) draws one 64-bit keystream word for its rounding.
-    party_bytes = mask_bytes + (dimension + 1) * 8
+    # Every coordinate (and the weight) draws keystream bytes for its rounding.
+    party_bytes = mask_bytes + (dimension + 1) * ROUNDING_BYTES_PER_COORDINATE
     encode_seconds: list[float] = []
     encode_samples: list[float] = []
     keystream_before: list[float] = []

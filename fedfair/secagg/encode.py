@@ -20,12 +20,17 @@ a 64-bit sum, which only matters when k = 64).
 
 Stochastic-rounding randomness comes from the AES keystream (a fresh key from the
 OS, or a caller's key for reproducible runs), never from numpy's RNG: the i-th
-coordinate uses the i-th 64-bit word of the stream, read as a float on the 2^-53 grid.
+coordinate uses the i-th 32-bit little-endian word of the stream. The rounding is
+done in integers (see :class:`_StochasticRounder`): its bias is below 2^-K of a unit,
+with K = :attr:`Encoder.rounding_bits` (32 for a 32-bit modulus, at least 10 for a 64-bit
+one), and it never moves a value by a whole unit. Only the encoding party ever draws this
+randomness, so how it is drawn is no part of the protocol.
 
-Speed: the encoder walks the vector in blocks of 65536 coordinates and clips, scales,
-rounds and packs each block while its buffers are in cache, so encoding costs a handful
-of cache-resident passes plus the keystream it consumes, and no float64 temporary is
-larger than one block.
+Speed: the encoder walks the vector in blocks of 65536 coordinates and scales, rounds
+and packs each block while its buffers are in cache: two reductions for the NaN and clip
+checks, one multiply that lands in int64, one add of the random words and one shift into
+the output words, plus 4 keystream bytes per coordinate. No float64 temporary is larger
+than one block.
 """
 
 from __future__ import annotations
@@ -44,17 +49,27 @@ MODULUS_BITS = (32, 64)
 
 _FLOAT_EXACT_BITS = 52
 """A scaled per-party value must stay below 2^52 so float64 holds its integer part and
-at least one fractional bit exactly; beyond that rounding would not be unbiased."""
+at least one fractional bit exactly; beyond that rounding would not be unbiased. It also
+leaves at least 10 bits of int64 room below a unit for the integer rounding."""
 
 _MAX_FRACTIONAL_BITS = 128
 """Keeps 2^f a normal float64 with room to spare; finer steps have no use."""
 
+ROUNDING_BYTES_PER_COORDINATE = 4
+"""Keystream bytes the encoder draws per encoded coordinate (the weight coordinate included)."""
+
+_RANDOM_BITS = 8 * ROUNDING_BYTES_PER_COORDINATE
+"""Random bits per coordinate for stochastic rounding, and the most extra bits K kept below a unit."""
+
+_INT64_BITS = 63
+"""Magnitude bits of an int64: a scaled value plus its random offset must stay below 2^63."""
+
 _BLOCK = 1 << 16
-"""Coordinates encoded per step. Each step costs a dozen numpy and cipher calls; at 2^16
-coordinates their fixed cost is amortised while the block's buffers (512 KiB per float64
-buffer) still stay in the last-level cache between the passes over them. On the loaded
-2-core development host, 2^13, 2^14, 2^15 and 2^16 coordinates per step encoded d = 10^6
-in a median 26, 23, 22 and 20 ms."""
+"""Coordinates encoded per step. Each step costs about six numpy and cipher calls; at 2^16
+coordinates their fixed cost is amortised while the block's buffers (512 KiB per int64 or
+float64 buffer) still stay in the last-level cache between the passes over them. With the
+earlier float rounder on the loaded 2-core development host, 2^13, 2^14, 2^15 and 2^16
+coordinates per step encoded d = 10^6 in a median 26, 23, 22 and 20 ms."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +199,13 @@ class Encoder:
         self.dtype: type[np.unsignedinteger] = np.uint32 if config.modulus_bits == 32 else np.uint64
         self._signed: type[np.signedinteger] = np.int32 if config.modulus_bits == 32 else np.int64
         self._scale = math.ldexp(1.0, config.fractional_bits)
+        largest = largest_party_value(config.clip, config.fractional_bits, config.max_weight)
+        # Every scaled value is at most `largest` units, so with (largest + 1) 2^K <= 2^63 the
+        # value times 2^K plus a K-bit random offset fits int64. A 32-bit modulus keeps
+        # largest < 2^31, hence K = 32; a 64-bit one may reach 2^52 + 1 (the float64 limit
+        # check_no_wraparound enforces), which still leaves K >= 10.
+        self.rounding_bits = min(_RANDOM_BITS, _INT64_BITS - largest.bit_length())
+        """K: bits kept below one unit before stochastic rounding; the rounding bias is below 2^-K units."""
 
     def encode(self, weighted_vector: np.ndarray, weight: float, randomness_key: bytes | None = None) -> np.ndarray:
         """Encode ``weighted_vector`` (= weight * delta, float64) and ``weight`` as d + 1 words mod 2^k.
@@ -203,7 +225,12 @@ class Encoder:
         # Every encoded value is below 2^(k-1) in magnitude (check_no_wraparound), so the
         # signed view takes it directly and its bits are the two's complement modulo 2^k.
         signed = encoded.view(self._signed)
-        rounder = _StochasticRounder(randomness_key or os.urandom(prg.KEY_BYTES), min(encoded.size, _BLOCK))
+        rounder = _StochasticRounder(
+            randomness_key or os.urandom(prg.KEY_BYTES),
+            min(encoded.size, _BLOCK),
+            self.config.fractional_bits,
+            self.rounding_bits,
+        )
         bound = self.config.clip * weight
         for start in range(0, vector.size, _BLOCK):
             block = vector[start : start + _BLOCK]
@@ -211,18 +238,11 @@ class Encoder:
             # Both extremes propagate NaN, and an infinite coordinate is one of them.
             if not (math.isfinite(smallest) and math.isfinite(largest)):
                 raise ConfigError("the update has NaN or infinite coordinates; fix the local training step")
-            scaled = rounder.scaled[: block.size]
-            if -bound <= smallest and largest <= bound:
-                # Nothing to clip (the common case), and scaling by 2^f is exact either way.
-                np.multiply(block, self._scale, out=scaled)
-            else:
-                np.clip(block, -bound, bound, out=scaled)
-                scaled *= self._scale
-            rounder.round_into(scaled, signed[start : start + block.size])
-        scaled = rounder.scaled[:1]
-        scaled[0] = weight
-        scaled *= self._scale
-        rounder.round_into(scaled, signed[-1:])
+            if not (-bound <= smallest and largest <= bound):
+                # Clipping is rare, so only then does the block take a pass through a copy.
+                block = np.clip(block, -bound, bound, out=rounder.clipped[: block.size])
+            rounder.round_into(block, signed[start : start + block.size])
+        rounder.round_into(np.array([weight]), signed[-1:])
         return encoded
 
     def decode(self, encoded_sum: np.ndarray, summands: int) -> Decoded:
@@ -254,35 +274,56 @@ class Encoder:
 
 
 class _StochasticRounder:
-    """Stochastic rounding of scaled values, block by block, with randomness from a keystream.
+    """Stochastic rounding of values to multiples of 2^-f, in integers, block by block.
 
-    Value x becomes floor(x) + [u < frac], where frac = x - floor(x) in float64 and u is
-    uniform on the 2^-53 grid (the i-th word of the key's stream for the i-th value rounded),
-    so it rounds up with probability ceil(frac 2^53) / 2^53: the fractional part, to within
-    2^-53 of a step. The block buffers are reused for every block, so no temporary grows
-    with the vector.
+    With y = x 2^f the value in units and K = ``rounding_bits``, the rounder computes
+    m = trunc(y 2^K), an int64, and returns floor((m + r) / 2^K) (an arithmetic shift),
+    where r is uniform on [0, 2^K): the top K bits of the i-th 32-bit word of the key's
+    stream for the i-th value rounded. Both steps are exact: y 2^K is x times a power of
+    two, and the caller guarantees (|y| + 1) 2^K <= 2^63, so m + r fits int64.
+
+    Bias. Write m = q 2^K + s with 0 <= s < 2^K. Then floor((m + r) / 2^K) = q + [r >= 2^K - s],
+    which rounds up with probability s / 2^K, so its expectation is exactly m / 2^K. Truncation
+    moves y 2^K by less than one toward zero, so E[result] - y lies in (-2^-K, 0] for y >= 0
+    and in [0, 2^-K) for y < 0: below 2^-K of a unit, towards zero. It is exactly zero when y
+    has at most K fractional bits, as every float64 with |y| >= 2^(52 - K) has. (Flooring
+    instead of truncating would bound the bias alike, in (-2^-K, 0] for every sign, at the cost
+    of another pass; the float-to-int64 cast truncates for free.)
+
+    Error. If 2^K divides m the result is m / 2^K, within 2^-K of y. Otherwise
+    a 2^K < m < (a + 1) 2^K for a = floor(m / 2^K), and y 2^K, within one of the integer m,
+    lies strictly between those two integers; the result is a or a + 1, both less than one
+    unit from y. So the decoder's bound of one unit per summand holds for every draw, not
+    only on average.
+
+    The block buffers are reused for every block, so no temporary grows with the vector.
     """
 
-    def __init__(self, key: bytes, block: int) -> None:
-        self._uniforms_stream = prg.UniformStream(key, block)
-        self.scaled = np.empty(block, dtype=np.float64)
-        """Where the caller puts the scaled values of the next block; overwritten by rounding."""
-        self._uniforms = np.empty(block, dtype=np.float64)
-        self._floor = np.empty(block, dtype=np.float64)
-        self._round_up = np.empty(block, dtype=np.bool_)
+    def __init__(self, key: bytes, block: int, fractional_bits: int, rounding_bits: int) -> None:
+        self._stream = prg.Keystream(key)
+        self._scale = math.ldexp(1.0, fractional_bits + rounding_bits)
+        self._rounding_bits = np.int64(rounding_bits)
+        # K < 32 keeps the top K bits of each word, so r stays uniform on [0, 2^K).
+        self._random_shift = np.uint32(_RANDOM_BITS - rounding_bits)
+        self._random = np.empty(block, dtype=np.dtype(np.uint32).newbyteorder("<"))
+        self._random_bytes = self._random.data.cast("B")
+        self._fixed = np.empty(block, dtype=np.int64)
+        self.clipped = np.empty(block, dtype=np.float64)
+        """Scratch space where the caller may clip a block before rounding it."""
 
-    def round_into(self, scaled: np.ndarray, out: np.ndarray) -> None:
-        """Round ``scaled`` (a prefix of :attr:`scaled`) into the signed integer array ``out``.
+    def round_into(self, values: np.ndarray, out: np.ndarray) -> None:
+        """Round the float64 ``values`` (at most one block) into the signed integer array ``out``.
 
-        ``out`` must hold every rounded value; ``scaled`` is overwritten with the fractional parts.
+        ``out`` must hold every rounded value.
         """
-        count = scaled.size
-        uniforms, floor, round_up = self._uniforms[:count], self._floor[:count], self._round_up[:count]
-        self._uniforms_stream.fill(uniforms)
-        np.floor(scaled, out=floor)
-        fraction = np.subtract(scaled, floor, out=scaled)
-        np.less(uniforms, fraction, out=round_up)
-        # floor holds integers that fit the signed words, so the cast is exact; adding the
-        # 0/1 round-ups in the integers is cheaper than a masked float add.
-        np.copyto(out, floor, casting="unsafe")
-        np.add(out, round_up, out=out)
+        count = values.size
+        # A 64-bit output is itself the int64 workspace; a 32-bit one takes the narrowed result.
+        fixed = out if out.dtype == np.int64 else self._fixed[:count]
+        # The unsafe cast of the float64 products truncates toward zero, in the same pass.
+        np.multiply(values, self._scale, out=fixed, casting="unsafe")
+        random = self._random[:count]
+        self._stream.read_into(self._random_bytes[: count * ROUNDING_BYTES_PER_COORDINATE])
+        if self._random_shift:
+            np.right_shift(random, self._random_shift, out=random)
+        np.add(fixed, random, out=fixed)
+        np.right_shift(fixed, self._rounding_bits, out=out, casting="unsafe")

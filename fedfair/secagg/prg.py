@@ -35,11 +35,6 @@ enough that the per-call Python overhead is a few percent."""
 _ZERO_COUNTER = bytes(16)
 _ZEROS = memoryview(bytes(BLOCK_BYTES))
 
-UNIFORM_BITS = 53
-"""Random bits per uniform float: a float64 in [0, 1) holds every multiple of 2^-53 exactly."""
-
-_WORD_SHIFT = np.uint64(64 - UNIFORM_BITS)
-
 Mask = tuple[bytes, int]
 """``(key, sign)``: add (sign +1) or subtract (sign -1) the stream of ``key``."""
 
@@ -79,53 +74,6 @@ def words(key: bytes, count: int, dtype: type[np.unsignedinteger]) -> np.ndarray
     """The first ``count`` stream words of ``key`` as little-endian unsigned integers."""
     word = np.dtype(dtype).newbyteorder("<")
     return np.frombuffer(keystream(key, count * word.itemsize), dtype=word).astype(dtype)
-
-
-def words_to_uniforms(words: np.ndarray, out: np.ndarray) -> None:
-    """Write ``k * 2^-53`` into ``out``, where k is the top 53 bits of the matching 64-bit word.
-
-    Every k in [0, 2^53) is the top of exactly 2^11 words, so uniform words give floats
-    exactly uniform on the grid {k 2^-53 : 0 <= k < 2^53}, and P(u < p) = ceil(p 2^53) / 2^53
-    for p in [0, 1]. ``words`` (uint64, same length as ``out``) is shifted in place, which is
-    why the caller hands over a scratch buffer; ``out`` is float64. Both conversions are
-    exact: k < 2^53 is a float64 integer, and scaling by a power of two only moves the exponent.
-    """
-    if words.dtype.kind != "u" or words.dtype.itemsize != 8 or out.dtype != np.float64 or words.shape != out.shape:
-        raise ValueError("words must be uint64 and out float64, of the same shape")
-    _words_to_uniforms(words, out)
-
-
-def _words_to_uniforms(words: np.ndarray, out: np.ndarray) -> None:
-    """:func:`words_to_uniforms` without the argument checks, for the per-block hot path."""
-    np.right_shift(words, _WORD_SHIFT, out=words)
-    np.multiply(words, 2.0**-UNIFORM_BITS, out=out)
-
-
-class UniformStream:
-    """Floats uniform on the 2^-53 grid of [0, 1), one per 64-bit word of the keystream of ``key``.
-
-    Float i is word i of :func:`words` (little-endian) turned into a float by
-    :func:`words_to_uniforms`, so the floats are reproducible from the key. Reading goes
-    through one reused word buffer of ``block`` words, which the cipher writes into directly.
-    """
-
-    def __init__(self, key: bytes, block: int = BLOCK_BYTES // 8) -> None:
-        if block < 1:
-            raise ValueError(f"block must be at least one word, got {block}")
-        self._stream = Keystream(key)
-        self._words = np.empty(block, dtype=np.dtype(np.uint64).newbyteorder("<"))
-        self._bytes = self._words.data.cast("B")
-
-    def fill(self, out: np.ndarray) -> None:
-        """Overwrite the 1-D float64 array ``out`` with the next ``out.size`` uniforms."""
-        if out.ndim != 1 or out.dtype != np.float64:
-            raise ValueError("out must be a 1-D float64 array")
-        block = self._words.size
-        for start in range(0, out.size, block):
-            target = out[start : start + block]
-            words = self._words[: target.size]
-            self._stream.read_into(self._bytes[: target.size * 8])
-            _words_to_uniforms(words, target)
 
 
 def apply_masks(accumulator: np.ndarray, masks: Sequence[Mask]) -> None:

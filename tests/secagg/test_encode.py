@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tracemalloc
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -83,7 +84,7 @@ def test_grid_values_encode_exactly() -> None:
 
 def test_stochastic_rounding_is_unbiased() -> None:
     encoder = Encoder(EncodingConfig(1.0, 1.0, 4, 32), 1)
-    value = 0.3 * 2**-4  # 0.3 of one step: rounds up with probability 0.3
+    value = 0.3 * 2**-4  # 0.3 of one step: rounds up with probability 0.3 (to within 2^-32)
     encoded = encoder.encode(np.full(40_000, value), 1.0, randomness_key=KEY)
     ups = encoded[:-1].view(np.int32)
     assert set(np.unique(ups).tolist()) == {0, 1}
@@ -180,20 +181,34 @@ def test_mean_and_its_bound() -> None:
 
 
 def reference_encoding(encoder: Encoder, vector: np.ndarray, weight: float, key: bytes) -> np.ndarray:
-    """The encoding spelled out over whole vectors: clip, scale, round up when u < frac, wrap."""
+    """The encoding spelled out over whole vectors: clip, scale by 2^(f+K), truncate, add K random bits, shift, wrap."""
+    bits = encoder.rounding_bits
     bound = encoder.config.clip * weight
-    scaled = np.append(np.clip(vector, -bound, bound), weight) * 2.0**encoder.config.fractional_bits
-    floor = np.floor(scaled)
-    uniforms = (prg.words(key, scaled.size, np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-    rounded = floor + (uniforms < scaled - floor)
-    return rounded.astype(np.int64).astype(encoder.dtype)
+    values = np.append(np.clip(vector, -bound, bound), weight)
+    fixed = np.trunc(values * 2.0 ** (encoder.config.fractional_bits + bits)).astype(np.int64)
+    random = prg.words(key, values.size, np.uint32).astype(np.int64) >> (32 - bits)
+    return ((fixed + random) >> bits).astype(encoder.dtype)
+
+
+def exact_encoding(encoder: Encoder, vector: np.ndarray, weight: float, key: bytes) -> list[int]:
+    """The same formula in exact rational and integer arithmetic, one coordinate at a time."""
+    config, bits = encoder.config, encoder.rounding_bits
+    bound = config.clip * weight
+    values = [min(max(value, -bound), bound) for value in vector.tolist()] + [weight]
+    words = prg.words(key, len(values), np.uint32).tolist()
+    encoded = []
+    for value, word in zip(values, words, strict=True):
+        fixed = int(Fraction(value) * 2 ** (config.fractional_bits + bits))  # int() truncates toward zero
+        # Python's >> on negative integers is floor division, like the encoder's arithmetic shift.
+        encoded.append(((fixed + (word >> (32 - bits))) >> bits) % 2**config.modulus_bits)
+    return encoded
 
 
 @pytest.mark.parametrize("modulus_bits", [32, 64])
 @pytest.mark.parametrize("dimension", [1, 7, (1 << 16) - 1, 1 << 16, (1 << 16) + 1, 150_001])
 def test_blockwise_encoding_equals_the_whole_vector_formula(modulus_bits: int, dimension: int) -> None:
-    # Same draws as the formula: coordinate i rounds with word i of the key's stream, across
-    # block boundaries, with clipping, negative values and the weight coordinate last.
+    # Same draws as the formula: coordinate i rounds with 32-bit word i of the key's stream,
+    # across block boundaries, with clipping, negative values and the weight coordinate last.
     rng = np.random.default_rng(dimension + modulus_bits)
     parties, clip, max_weight = 5, 0.5, 20.0
     bits = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight)
@@ -205,19 +220,23 @@ def test_blockwise_encoding_equals_the_whole_vector_formula(modulus_bits: int, d
     np.testing.assert_array_equal(encoder.encode(vector, weight, key), reference_encoding(encoder, vector, weight, key))
 
 
-@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 1 - 2**-20])
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 1 - 2**-20, 2**-40, 1 - 2**-40])
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_rounding_is_unbiased_at_several_fractions_of_a_step(fraction: float, sign: float) -> None:
     encoder = Encoder(EncodingConfig(1000.0, 1.0, 8, 32), 1)
+    assert encoder.rounding_bits == 32
     samples = 100_000
     value = sign * (37 + fraction)  # in steps of 2^-8
     encoded = encoder.encode(np.full(samples, value * 2**-8), 1.0, randomness_key=bytes([int(fraction * 100)]) * 32)
     rounded = encoded[:-1].view(np.int32)
     assert set(np.unique(rounded).tolist()) <= {math.floor(value), math.floor(value) + 1}
-    # Each coordinate rounds up independently with probability p = frac(value), so the mean
-    # of the rounded values has standard deviation sqrt(p (1 - p) / samples); allow 5.
+    # Each coordinate rounds up independently with probability p = frac(value) up to the
+    # truncation bias below 2^-K (K = 32), so the mean of the rounded values lies within
+    # 2^-32 of the value plus sampling noise of standard deviation sqrt(p (1 - p) / samples).
+    # Fractions finer than 2^-32 (2^-40 here) are truncated toward zero: the rounding is then
+    # deterministic and the bias alone, below 2^-32, separates the mean from the value.
     up = value - math.floor(value)
-    assert abs(float(np.mean(rounded)) - value) <= 5 * math.sqrt(up * (1 - up) / samples)
+    assert abs(float(np.mean(rounded)) - value) <= 5 * math.sqrt(up * (1 - up) / samples) + 2.0**-32
 
 
 @pytest.mark.parametrize("modulus_bits", [32, 64])
@@ -261,3 +280,52 @@ def test_encoding_allocates_little_beyond_its_output() -> None:
     # The output plus a few block-sized buffers; the whole-vector float64 temporaries of a
     # naive encoding would need 8 bytes per coordinate each.
     assert peak < encoded.nbytes + 5 * 8 * (1 << 16)
+
+
+@st.composite
+def rounding_cases(draw: st.DrawFn) -> tuple[Encoder, np.ndarray, float, bytes]:
+    modulus_bits = draw(st.sampled_from([32, 64]))
+    parties = draw(st.integers(1, 20))
+    clip = draw(st.sampled_from([2.0**-20, 0.01, 1.0, 3.0, 1e6]))
+    max_weight = draw(st.sampled_from([1.0, 7.5, 1000.0]))
+    best = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight)
+    if best < 0:
+        parties, best = 1, largest_safe_fractional_bits(clip, modulus_bits, 1, max_weight)
+    # Near the largest safe f a 64-bit modulus leaves fewer than 32 rounding bits.
+    fractional_bits = draw(st.integers(max(0, best - 40), best))
+    weight = draw(st.floats(0.0, max_weight))
+    bound = 2 * clip * max(weight, 1.0)
+    vector = draw(arrays(np.float64, draw(st.integers(1, 12)), elements=st.floats(-bound, bound)))
+    key = draw(st.binary(min_size=32, max_size=32))
+    encoder = Encoder(EncodingConfig(clip, max_weight, fractional_bits, modulus_bits), parties)
+    return encoder, vector, weight, key
+
+
+@settings(max_examples=200, deadline=None)
+@given(rounding_cases())
+def test_integer_rounding_equals_the_exact_formula(case: tuple[Encoder, np.ndarray, float, bytes]) -> None:
+    encoder, vector, weight, key = case
+    config, bits = encoder.config, encoder.rounding_bits
+    assert encoder.encode(vector, weight, key).tolist() == exact_encoding(encoder, vector, weight, key)
+    # K leaves room in int64 for every scaled value plus its random offset, and is 32 unless
+    # a 64-bit modulus with values near the float64 limit needs the room.
+    largest = largest_party_value(config.clip, config.fractional_bits, config.max_weight)
+    assert (largest + 1) * 2**bits <= 2**63
+    assert bits == 32 or (config.modulus_bits == 64 and 10 <= bits < 32 and (largest + 1) * 2 ** (bits + 1) > 2**63)
+
+
+@pytest.mark.parametrize("modulus_bits", [32, 64])
+def test_rounding_at_the_int64_edge_stays_exact(modulus_bits: int) -> None:
+    # The largest safe setting puts the clip bound (times 2^K) right below 2^63; every
+    # random offset must still add up without overflow, for either sign.
+    clip, max_weight = 1.0, 1.0
+    bits = largest_safe_fractional_bits(clip, modulus_bits, 1, max_weight)
+    encoder = Encoder(EncodingConfig(clip, max_weight, bits, modulus_bits), 1)
+    largest = largest_party_value(clip, bits, max_weight)
+    assert 2**62 < (largest + 1) * 2**encoder.rounding_bits <= 2**63
+    vector = np.array([1.0, -1.0, 1 - 2.0**-52, -(1 - 2.0**-52), 1e300, -1e300] * 1000)
+    key = bytes([modulus_bits]) * 32
+    encoded = encoder.encode(vector, max_weight, key)
+    assert encoded.tolist() == exact_encoding(encoder, vector, max_weight, key)
+    signed = encoded.view(np.int32 if modulus_bits == 32 else np.int64)
+    assert set(np.abs(signed[:-1]).tolist()) <= {2**bits, 2**bits - 1}
