@@ -55,12 +55,22 @@ class LocalConfig:
     `lr` is eta (for theta), `threshold_lr` is eta_c (for c). With `reuse_batch`
     one mini-batch is drawn per round and used for all tau steps, as the
     algorithm box literally reads; by default every step draws a fresh one.
+
+    Algorithm 1 projects c onto [0, B] only at the server, after averaging; within a
+    round the tau local steps leave c unconstrained. `project_locally` also projects
+    c after every local step (projected local SGD). It changes nothing when tau = 1
+    and no client's step leaves [0, B]; it helps when local steps throw c far outside
+    the box, so that the rest of the round's steps, theta's included, would be taken
+    at an infeasible c: under DP-SGD, where each step adds Gaussian noise to c of
+    standard deviation threshold_lr * sigma * C / b_k, with a large `threshold_lr`,
+    or with many local steps. Projection is post-processing, so it costs no privacy.
     """
 
     local_steps: int = 1
     lr: float = 0.1
     threshold_lr: float = 0.1
     reuse_batch: bool = False
+    project_locally: bool = False
 
     def __post_init__(self) -> None:
         if self.local_steps < 1:

@@ -4,6 +4,8 @@ This is the client half of Algorithm 1 and the only training code in fedfair: th
 in-process simulation, the real collaborator process, the baselines and the
 private path all call it. It does no I/O. Following FedJAX's client split, a round
 is `begin` (load the global pair), `step` (one mini-batch), `finish` (the update).
+As in the paper, c is left unconstrained within a round and the server projects
+the average onto [0, B]; `LocalConfig.project_locally` also projects every step.
 """
 
 from __future__ import annotations
@@ -140,12 +142,22 @@ class LocalLearner:
         return losses if self.threshold is None else self.threshold(losses)
 
     def step(self) -> None:
-        """One SGD step on (theta, c) over a mini-batch, then c is projected onto [0, B]."""
+        """One SGD step on (theta, c) over a mini-batch (c projected only if `project_locally`)."""
         features, labels = self._batch if self._batch is not None else self._draw_batch()
         self.optimizer.zero_grad(set_to_none=True)
         torch.autograd.backward(self.objective(features, labels).mean())
         self.optimizer.step()
-        if self.threshold is not None:
+        self.project_if_local()
+
+    def project_if_local(self) -> None:
+        """After a local step: project c onto [0, B] when `config.project_locally` asks for it.
+
+        Algorithm 1 leaves c unconstrained within a round and projects it at the server
+        (`server.apply`); the per-step projection is the opt-in variant LocalConfig describes.
+        A learner that takes its own steps on this model (the private one) ends each with this call
+        to follow the same rule.
+        """
+        if self.threshold is not None and self.config.project_locally:
             self.threshold.project()
 
     def finish(self) -> Update:

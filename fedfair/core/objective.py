@@ -160,7 +160,8 @@ class RCVaRThreshold(nn.Module):
 
     @torch.no_grad()
     def project(self) -> None:
-        """Project c onto [0, B], as Algorithm 1 does after each step."""
+        """Project c onto [0, B]: Algorithm 1 does it at the server after averaging
+        (`fedfair.core.server.apply`); a local step does it only with LocalConfig.project_locally."""
         self.c.clamp_(0.0, self.bound)
 
 

@@ -2,8 +2,9 @@
 
 The server sees only sums over collaborators (what secure aggregation reveals):
 sum w_k (theta_k - theta_t), sum w_k (c_k - c_t) and sum w_k. It moves to the
-weighted mean, projects c onto [0, B] and keeps the running average of the
-iterates, which is the algorithm's output (the last iterate is kept too).
+weighted mean, projects c onto [0, B] (the only projection Algorithm 1 makes) and
+keeps the running average of the iterates, which is the algorithm's output (the
+last iterate is kept too).
 """
 
 from __future__ import annotations
@@ -47,7 +48,16 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class ServerState:
-    """Everything the server carries between rounds (and checkpoints)."""
+    """Everything the server carries between rounds (and checkpoints).
+
+    In the paper's numbering (Algorithm 1), after `round` = t - 1 server steps `theta`
+    and `c` are (theta^t, c^t), the pair broadcast in round t; theta^1 is the initial
+    model. The paper outputs theta_bar_T = (1/T) sum_{t=1..T} theta^t: the pairs the
+    rounds start from, the first included and the last server step's result left out.
+    `theta_average` and `c_average` are the mean over the suffix t = T0, ..., `round`
+    with T0 = average_from + 1 (see `apply`), `averaged_rounds` pairs in all; until
+    the first pair enters (averaged_rounds = 0) they hold the current pair.
+    """
 
     round: int
     theta: torch.Tensor
@@ -58,17 +68,22 @@ class ServerState:
 
 
 def init(theta: torch.Tensor, bound: float, c: float | None = None) -> ServerState:
-    """Round 0: the initial model, and c at the upper bound B as the algorithm starts it."""
+    """Before round 1: theta^1 = the initial model, and c^1 at the upper bound B as the algorithm starts it."""
     start = theta.detach().to("cpu", torch.float64).clone()
     c0 = float(bound if c is None else c)
     return ServerState(round=0, theta=start, c=c0, theta_average=start.clone(), c_average=c0, averaged_rounds=0)
 
 
 def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_from: int = 0) -> ServerState:
-    """One server step: theta += sum(w dtheta)/sum(w); c = proj_[0,B](c + sum(w dc)/sum(w)).
+    """Round t = state.round + 1's server step: theta^{t+1} = theta^t + sum(w dtheta)/sum(w),
+    c^{t+1} = proj_[0,B](c^t + sum(w dc)/sum(w)).
 
-    Iterates from round `average_from` + 1 on enter the running average
-    (suffix averaging; 0 averages every iterate, as in the paper's analysis).
+    The pair this round started from, (theta^t, c^t), enters the running average when
+    t > `average_from`, so after T rounds the average is the mean of theta^t over
+    t = average_from + 1, ..., T (suffix averaging from T0 = average_from + 1). With
+    average_from = 0 that is exactly the paper's output, (1/T) sum_{t=1..T} theta^t:
+    the initial model in, the final server step's result (the last iterate, kept in
+    `theta`) out.
     """
     if not aggregate.total_weight > 0.0 or not math.isfinite(aggregate.total_weight):
         raise AggregateError(f"total weight {aggregate.total_weight} is not a positive number; the round is void")
@@ -81,8 +96,11 @@ def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_fro
     round_number = state.round + 1
     if round_number > average_from:
         count = state.averaged_rounds + 1
-        theta_average = state.theta_average + (theta - state.theta_average) / count if count > 1 else theta.clone()
-        c_average = state.c_average + (c - state.c_average) / count if count > 1 else c
+        if count > 1:
+            theta_average = state.theta_average + (state.theta - state.theta_average) / count
+            c_average = state.c_average + (state.c - state.c_average) / count
+        else:
+            theta_average, c_average = state.theta.clone(), state.c
     else:
         count, theta_average, c_average = 0, theta.clone(), c
     return ServerState(

@@ -215,8 +215,9 @@ class PrivateLearner:
             for parameter in self.optimizer.params:
                 parameter.grad = torch.zeros_like(parameter)
         self.optimizer.step()
-        if self.learner.threshold is not None:
-            self.learner.threshold.project()
+        # Algorithm 1 projects c at the server; LocalConfig.project_locally (worth it under this
+        # step's noise, which can push c far out of [0, B] within a round) projects here too.
+        self.learner.project_if_local()
 
     def _objective_once_per_layer(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         try:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedfair.core.config import MODEL_NAMES, LocalConfig, ObjectiveConfig
@@ -43,7 +45,13 @@ from fedfair.research.simulation import (
 )
 from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
 
-METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "central-erm", "central-cvar")
+METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "fedminmax", "central-erm", "central-cvar", "bpf", "dro")
+
+RHO_FREE_METHODS = ("fedavg", "afl", "qfedavg", "fedminmax", "central-erm")
+"""Methods whose objective has no rho or epsilon: their step size is --baseline-lr, not one scaled by them."""
+
+DEFAULT_BASELINE_LR = 0.5
+"""The rho-free methods' default step size: `default_step_size` at epsilon = 1 (plain ERM), for any rho."""
 
 
 @dataclass(frozen=True)
@@ -65,10 +73,17 @@ class ExperimentConfig:
     secure_aggregation: bool = False
     afl_mixture_lr: float = 0.01
     qfedavg_q: float = 1.0
+    local_epochs: int | None = None
+    adversary_lr: float = 0.1
+    groups: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"unknown method '{self.method}'; choose one of: {', '.join(METHODS)}")
+        if self.local_epochs is not None and self.method != "fedavg":
+            raise ConfigError(f"--local-epochs sets FedAvg's local passes; drop it for --method {self.method}")
+        if self.groups is not None and self.method != "fedminmax":
+            raise ConfigError(f"--groups names FedMinMax's sensitive column; drop it for --method {self.method}")
         if self.features is not None and self.data is None:
             raise ConfigError("--features picks columns of your own table; pass it with --data FILE --label COLUMN")
         if self.clients < 1:
@@ -141,12 +156,33 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
         help="total mini-batch per round, split b_k ~ n_k; 0 = full batches (default: 1024 logreg, 256 others)",
     )
     learning.add_argument(
-        "--lr", type=float, default=None, help="step size for theta (default: 0.5 / ((1 - epsilon) / rho + epsilon))"
+        "--lr",
+        type=float,
+        default=None,
+        help="step size for theta (default: 0.5 / ((1 - epsilon) / rho + epsilon); dro: 0.5 rho / C with "
+        "C = sqrt(1 + (1 / rho - 1)^2); the methods without rho: --baseline-lr)",
     )
-    learning.add_argument("--threshold-lr", type=float, default=None, help="step size for c (default: as --lr)")
+    learning.add_argument(
+        "--threshold-lr",
+        type=float,
+        default=None,
+        help="step size for the threshold c of fedsrcvar and central-cvar (default: the --lr default)",
+    )
     learning.add_argument("--rounds", type=int, default=1000, help="communication rounds (default 1000)")
-    learning.add_argument("--average-from", type=float, default=0.5, help="fraction of rounds before iterate averaging")
+    learning.add_argument(
+        "--average-from",
+        type=float,
+        default=0.5,
+        help="fraction of rounds left out of the output average (default 0.5); 0 = Algorithm 1's average of "
+        "the pairs every round starts from",
+    )
     learning.add_argument("--reuse-batch", action="store_true", help="one mini-batch per round for all tau steps")
+    learning.add_argument(
+        "--project-locally",
+        action="store_true",
+        help="also project c onto [0, B] after every local step (Algorithm 1 projects at the server only); "
+        "helps when local steps push c far out of range, e.g. under DP noise or with many local steps",
+    )
     learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     learning.add_argument("--record-every", type=int, default=0, help="record history every N rounds (default: 20 points)")
@@ -155,7 +191,46 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="sum every round through the real secure-aggregation protocol, in process (slower)",
     )
+    _add_baseline_arguments(parser)
     add_privacy_arguments(parser)
+
+
+def _add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
+    """The knobs of the methods FedSRCVaR is compared with, the ones the paper tunes."""
+    baseline = parser.add_argument_group("baselines")
+    baseline.add_argument(
+        "--baseline-lr",
+        type=float,
+        default=None,
+        help=f"step size for theta of {', '.join(RHO_FREE_METHODS)}, whose objectives have no epsilon or rho "
+        f"(default {DEFAULT_BASELINE_LR}; --lr, when given, wins)",
+    )
+    baseline.add_argument(
+        "--local-epochs",
+        type=int,
+        default=None,
+        help="fedavg: E passes over each collaborator's data per round instead of --local-steps (paper: 3, 8, 15)",
+    )
+    baseline.add_argument(
+        "--mixture-lr",
+        type=float,
+        default=0.01,
+        help="afl: step size of the ascent on the collaborators' mixture weights (default 0.01)",
+    )
+    baseline.add_argument(
+        "--q", type=float, default=1.0, help="qfedavg: fairness exponent q, 0 is FedAvg with equal weights (default 1)"
+    )
+    baseline.add_argument(
+        "--adversary-lr",
+        type=float,
+        default=0.1,
+        help="bpf and fedminmax: step size of the ascent on the adversary's sample or group weights (default 0.1)",
+    )
+    baseline.add_argument(
+        "--groups",
+        default=None,
+        help="fedminmax: the sensitive column whose groups it protects (default: the --partition column)",
+    )
 
 
 def parse_features(text: str | None) -> tuple[str, ...] | None:
@@ -189,6 +264,18 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     )
     objective = ObjectiveConfig(epsilon=args.epsilon, rho=args.rho, gamma=args.gamma, smooth=args.smooth, bound=args.bound)
     step = default_step_size(objective.epsilon, objective.rho)
+    if args.baseline_lr is not None and args.method not in RHO_FREE_METHODS:
+        raise ConfigError(
+            f"--baseline-lr sets the step size of {', '.join(RHO_FREE_METHODS)}; --method {args.method} scales its "
+            "default with epsilon and rho, so set --lr instead"
+        )
+    if args.method in RHO_FREE_METHODS:
+        step_theta = args.baseline_lr if args.baseline_lr is not None else DEFAULT_BASELINE_LR
+    elif args.method == "dro":
+        # DRO weighs sample i by C (l_i - eta)_+ / s, up to about C times CVaR's 1 / rho: the step shrinks with C.
+        step_theta = default_step_size(0.0, objective.rho) / baselines.chi_square_constant(objective.rho)
+    else:
+        step_theta = step
     if args.data is None and args.dataset not in DATASETS:
         raise ConfigError(f"unknown dataset '{args.dataset}'; choose one of: {', '.join(DATASETS)} or pass --data FILE")
     return ExperimentConfig(
@@ -208,9 +295,10 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
             batch_size=args.batch_size if args.batch_size is not None else default_batch_size(args.model),
             local=LocalConfig(
                 local_steps=args.local_steps,
-                lr=args.lr if args.lr is not None else step,
+                lr=args.lr if args.lr is not None else step_theta,
                 threshold_lr=args.threshold_lr if args.threshold_lr is not None else step,
                 reuse_batch=args.reuse_batch,
+                project_locally=args.project_locally,
             ),
             seed=args.seed,
             device=args.device,
@@ -220,6 +308,11 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         ),
         privacy=privacy_config_from_args(args),
         secure_aggregation=args.secure_aggregation,
+        afl_mixture_lr=args.mixture_lr,
+        qfedavg_q=args.q,
+        local_epochs=args.local_epochs,
+        adversary_lr=args.adversary_lr,
+        groups=args.groups,
     )
 
 
@@ -236,7 +329,12 @@ def config_from_flags(flags: Sequence[str] = ()) -> ExperimentConfig:
 
 
 def load_federation(config: ExperimentConfig) -> Federation:
-    """Load the dataset and split it into collaborators (train and held-out data alike)."""
+    """Load the dataset and split it into collaborators (train and held-out data alike).
+
+    For FedMinMax the result is a `baselines.GroupedFederation`, which also carries
+    every training sample's group in the sensitive column (`config.groups`, else
+    the partition column); no other method is given it.
+    """
     if config.data is not None:
         dataset = load_csv(
             Path(config.data),
@@ -248,13 +346,25 @@ def load_federation(config: ExperimentConfig) -> Federation:
     else:
         dataset = load_dataset(config.dataset)
     splits = partition(dataset, config.partition, config.clients, seed=config.training.seed, alpha=config.alpha)
-    return federation_from_arrays(
+    federation = federation_from_arrays(
         [split.name for split in splits],
         [(dataset.x_train[split.train_index], dataset.y_train[split.train_index]) for split in splits],
         [(dataset.x_test[split.test_index], dataset.y_test[split.test_index]) for split in splits],
         dataset.num_classes,
         dataset.image_shape,
     )
+    if config.method != "fedminmax":
+        return federation
+    column = config.groups or config.partition
+    if column not in dataset.attributes_train:
+        known = ", ".join(dataset.attributes_train) or "none"
+        raise ConfigError(
+            f"FedMinMax needs a sensitive column; '{column}' is not one of {dataset.name}'s (columns: {known}); "
+            "pass --groups COLUMN"
+        )
+    names, group_of_row = np.unique(dataset.attributes_train[column], return_inverse=True)
+    groups = [group_of_row[split.train_index] for split in splits]
+    return baselines.with_groups(federation, groups, [str(name) for name in names])
 
 
 @dataclass(frozen=True)
@@ -297,21 +407,47 @@ def run_method(
         )
         return _from_result(result, True)
     if config.method == "fedavg":
-        result = baselines.run_fedavg(federation, training, on_round=on_round, privacy=config.privacy)
+        result = baselines.run_fedavg(
+            federation, training, local_epochs=config.local_epochs, on_round=on_round, privacy=config.privacy
+        )
     elif config.method == "afl":
         result = baselines.run_afl(federation, training, mixture_lr=config.afl_mixture_lr, on_round=on_round)
     elif config.method == "qfedavg":
         result = baselines.run_qfedavg(federation, training, q=config.qfedavg_q, on_round=on_round)
+    elif config.method == "fedminmax":
+        if not isinstance(federation, baselines.GroupedFederation):
+            raise ConfigError(
+                "FedMinMax needs every training sample's sensitive group: build the federation with "
+                "load_federation(config) for --method fedminmax, or attach them with baselines.with_groups"
+            )
+        result = baselines.run_fedminmax(federation, training, adversary_lr=config.adversary_lr, on_round=on_round)
     elif config.method == "central-erm":
         result = baselines.run_central_erm(federation, training, on_round=on_round)
+    elif config.method == "bpf":
+        result = baselines.run_bpf(federation, objective, training, adversary_lr=config.adversary_lr, on_round=on_round)
+    elif config.method == "dro":
+        result = baselines.run_dro(federation, objective, training, on_round=on_round)
     else:
         result = baselines.run_central_cvar(federation, objective, training, on_round=on_round)
         return _from_result(result, True)
     return _from_result(result, False)
 
 
+def uniform_risk(num_classes: int) -> float:
+    """ln K: the cross-entropy of the uniform classifier on K classes, whatever the data.
+
+    The paper draws it as a reference line: at small rho a minimax-fair model can do
+    no better on its worst group (BPF's critical group size; the paper's Remark on it).
+    A binary model with one logit is uniform at logit 0, with the same ln 2.
+    """
+    if num_classes < 1:
+        raise ConfigError(f"the uniform classifier needs at least one class, got {num_classes}")
+    return math.log(max(num_classes, 2))
+
+
 def final_report(config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None) -> dict[str, Any]:
-    """Training objectives (exact and smoothed) and the held-out fairness report at rho."""
+    """Training objectives (exact and smoothed), the held-out fairness report at rho, and
+    the uniform classifier's risk ln K (`uniform_risk`) to read the risks against."""
     model = build_model(
         config.training.model,
         federation.num_features,
@@ -329,6 +465,7 @@ def final_report(config: ExperimentConfig, federation: Federation, theta: torch.
         "train_objective_smooth": smooth,
         "c": threshold,
         "test": report.to_dict(),
+        "uniform_risk": uniform_risk(federation.num_classes),
     }
 
 
@@ -386,6 +523,7 @@ def format_report(result: dict[str, Any]) -> str:
     test = final["test"]
     for key in ("mean_risk", "worst_risk", "best_risk", "disparity", "accuracy", "worst_error"):
         lines.append(f"    {key:<14}{test[key]:.5f}")
+    lines.append(f"    {'uniform_risk':<14}{final['uniform_risk']:.5f}   (ln K: the uniform classifier's risk)")
     lines.extend(privacy_lines(result.get("privacy") or {}))
     return "\n".join(lines)
 

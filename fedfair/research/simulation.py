@@ -172,7 +172,11 @@ class TrainingConfig:
     full local batches (b_k = n_k), i.e. federated gradient descent. A deployment,
     where nobody knows the total, sets `batch_fraction` instead: b_k = round(f * n_k)
     (at least 1), which overrides `batch_size`.
-    `average_from` is the fraction of rounds after which iterates enter the average.
+    `average_from` is the fraction of rounds skipped before averaging: with
+    a = int(average_from * rounds), the output averages the pairs rounds a + 1, ..., T
+    start from (`server.apply`); 0 is the paper's (1/T) sum_{t=1..T} theta^t.
+    `local.project_locally` also projects c onto [0, B] after every local step
+    (see LocalConfig); by default only the server projects, as the paper does.
     """
 
     model: str = "logreg"
@@ -204,6 +208,7 @@ class TrainingConfig:
 
     @property
     def average_from_round(self) -> int:
+        """`server.apply`'s average_from: the pairs rounds average_from_round + 1, ..., T start from are averaged."""
         return int(self.average_from * self.rounds)
 
 

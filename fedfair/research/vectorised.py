@@ -277,11 +277,13 @@ class VectorisedClients:
             batches = reused if reused is not None else self._batches()
             gradients = torch.autograd.grad(self._total_objective(flat, thresholds, batches), leaves)
             with torch.no_grad():
-                # SGD's own update (param.add_(grad, alpha=-lr)), and c projected onto [0, B] after it.
+                # SGD's own update (param.add_(grad, alpha=-lr)); c projected onto [0, B] after it only
+                # where LocalLearner.project_if_local would (Algorithm 1 projects at the server).
                 flat.add_(gradients[0], alpha=-self.config.lr)
                 if self.threshold is not None:
                     thresholds.add_(gradients[1], alpha=-self.config.threshold_lr)
-                    thresholds.clamp_(0.0, self.threshold.bound)
+                    if self.config.project_locally:
+                        thresholds.clamp_(0.0, self.threshold.bound)
         with torch.no_grad():
             deltas = flat - start_theta
             if self.threshold is None:

@@ -73,8 +73,9 @@ class ModelSettings:
 class TrainingSettings:
     """Algorithm 1's knobs. Each collaborator's mini-batch is b_k = round(batch_fraction * n_k)
     (at least 1), so the weights w_k = b_k are proportional to n_k, as the algorithm needs,
-    without any institution revealing n_k. Iterates after round average_from * rounds enter
-    the averaged output, as in the simulation."""
+    without any institution revealing n_k. The output averages the pairs rounds
+    average_from * rounds + 1 .. rounds start from (average_from = 0: all of them, Algorithm 1's
+    theta-bar), as in the simulation; c is projected at the server only, as Algorithm 1 does."""
 
     rounds: int = 100
     local_steps: int = 1
@@ -90,7 +91,7 @@ class TrainingSettings:
 
     @property
     def average_from_round(self) -> int:
-        """`server.apply`'s average_from: iterates after this round enter the averaged output."""
+        """`server.apply`'s average_from: the pairs later rounds start from enter the averaged output."""
         return int(self.average_from * self.rounds)
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
+from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import BatchSampler, LocalLearner
@@ -77,14 +80,106 @@ def test_reused_batch_equals_manual_steps_on_that_batch(small_adult_federation: 
         with torch.no_grad():
             for parameter, grad in zip(model.parameters(), grads[:-1]):
                 parameter -= 0.5 * grad
-            head.c -= 0.3 * grads[-1]
-            head.c.clamp_(0.0, 2.0)
+            head.c -= 0.3 * grads[-1]  # unprojected within the round, as Algorithm 1 leaves it
     torch.testing.assert_close(update.delta, flat_parameters(model), rtol=1e-12, atol=1e-14)
     assert update.delta_c == pytest.approx(float(head.c.detach()) - 1.0, abs=1e-13)
 
 
-def test_large_threshold_step_is_projected(small_adult_federation: Federation) -> None:
+def test_c_leaves_the_box_within_a_round_unless_projected_locally(small_adult_federation: Federation) -> None:
     objective = ObjectiveConfig(epsilon=0.0, rho=0.1, bound=2.0)
-    learner = _learner(small_adult_federation, LocalConfig(local_steps=5, lr=0.1, threshold_lr=100.0), 16, objective)
-    update = learner.train_round(torch.zeros(small_adult_federation.num_features + 1, dtype=torch.float64), 1.0)
-    assert 0.0 <= 1.0 + update.delta_c <= 2.0
+    theta = torch.zeros(small_adult_federation.num_features + 1, dtype=torch.float64)
+    ends = []
+    for project_locally in (False, True):
+        config = LocalConfig(local_steps=5, lr=0.1, threshold_lr=100.0, project_locally=project_locally)
+        ends.append(1.0 + _learner(small_adult_federation, config, 16, objective).train_round(theta, 1.0).delta_c)
+    assert ends[0] > 2.0, "Algorithm 1 leaves c unconstrained within a round (the server projects)"
+    assert 0.0 <= ends[1] <= 2.0
+
+
+# ------------------------------------------------- Algorithm 1's projection, where it binds
+
+TINY_CLIENTS = (
+    (torch.tensor([[1.0], [2.0], [-1.0]], dtype=torch.float64), torch.tensor([1, 0, 1])),
+    (torch.tensor([[0.5], [-2.0]], dtype=torch.float64), torch.tensor([0, 0])),
+)
+TINY_OBJECTIVE = ObjectiveConfig(epsilon=0.2, rho=0.5, gamma=0.05, bound=0.3)
+TINY_LOCAL = LocalConfig(local_steps=3, lr=0.5, threshold_lr=0.25)
+TINY_ROUNDS = 3
+
+
+def independent_algorithm_1(*, project_locally: bool, project_at_server: bool) -> tuple[list[torch.Tensor], list[float]]:
+    """(theta^1..theta^{T+1}, c^1..c^{T+1}) of full-batch Algorithm 1 on TINY_CLIENTS, from the formulas alone.
+
+    theta = (w, b) of a logistic model, l = log(1 + exp(-(2y - 1)(w x + b))), s(u) = gamma log(1 + e^{u / gamma}),
+    f = (1 - eps)(c + s(l - c) / rho) + eps l; client weights b_k = n_k; c^1 = B.
+    """
+    eps, rho, gamma, bound = TINY_OBJECTIVE.epsilon, TINY_OBJECTIVE.rho, TINY_OBJECTIVE.gamma, TINY_OBJECTIVE.bound
+    lr, threshold_lr = TINY_LOCAL.lr, TINY_LOCAL.threshold_lr
+    thetas, cs = [torch.zeros(2, dtype=torch.float64)], [bound]
+    for _ in range(TINY_ROUNDS):
+        ends = []
+        for features, labels in TINY_CLIENTS:
+            theta, c = thetas[-1].clone(), torch.tensor(cs[-1], dtype=torch.float64)
+            for _ in range(TINY_LOCAL.local_steps):
+                theta.requires_grad_(True)
+                c.requires_grad_(True)
+                margin = (2.0 * labels - 1.0) * (features[:, 0] * theta[0] + theta[1])
+                loss = torch.log1p(torch.exp(-margin))
+                smooth = gamma * torch.log1p(torch.exp((loss - c) / gamma))
+                value = ((1 - eps) * (c + smooth / rho) + eps * loss).mean()
+                grad_theta, grad_c = torch.autograd.grad(value, [theta, c])
+                theta, c = (theta - lr * grad_theta).detach(), (c - threshold_lr * grad_c).detach()
+                if project_locally:
+                    c = c.clamp(0.0, bound)
+            ends.append((theta, float(c), float(len(labels))))
+        total = sum(weight for _, _, weight in ends)
+        thetas.append(torch.stack([weight * end_theta for end_theta, _, weight in ends]).sum(0) / total)
+        mean_c = sum(weight * end_c for _, end_c, weight in ends) / total
+        cs.append(min(max(mean_c, 0.0), bound) if project_at_server else mean_c)
+    return thetas, cs
+
+
+def federated_rounds(config: LocalConfig) -> server.ServerState:
+    learners = [
+        LocalLearner(
+            build_model("logreg", 1, 2, dtype=torch.float64),
+            features,
+            labels,
+            len(labels),
+            config,
+            threshold=RCVaRThreshold(TINY_OBJECTIVE, dtype=torch.float64),
+        )
+        for features, labels in TINY_CLIENTS
+    ]
+    state = server.init(torch.zeros(2, dtype=torch.float64), bound=TINY_OBJECTIVE.bound)
+    for _ in range(TINY_ROUNDS):
+        updates = [learner.train_round(state.theta, state.c) for learner in learners]
+        state = server.apply(state, server.Aggregate.of(updates), bound=TINY_OBJECTIVE.bound, average_from=0)
+    return state
+
+
+@pytest.mark.parametrize("project_locally", [False, True])
+def test_algorithm_1_projects_c_where_it_binds_as_written(project_locally: bool) -> None:
+    """B = 0.3 lies below every loss (ln 2 at theta = 0), so each round's local steps push c above B.
+
+    By default the federation is the paper's Algorithm 1 (only the server projects), with
+    `project_locally` the per-step variant; each equals its independent computation to float64
+    precision, including the output theta_bar = (1/T) sum_{t=1..T} theta^t, and differs from
+    the others (no projection at all, and the other rule) by far more, so dropping or adding
+    either projection fails the test.
+    """
+    state = federated_rounds(dataclasses.replace(TINY_LOCAL, project_locally=project_locally))
+    rules = {
+        "server only": independent_algorithm_1(project_locally=False, project_at_server=True),
+        "local and server": independent_algorithm_1(project_locally=True, project_at_server=True),
+        "none": independent_algorithm_1(project_locally=False, project_at_server=False),
+    }
+    thetas, cs = rules.pop("local and server" if project_locally else "server only")
+    torch.testing.assert_close(state.theta, thetas[-1], rtol=0, atol=1e-12)
+    assert state.c == pytest.approx(cs[-1], abs=1e-12)
+    torch.testing.assert_close(state.theta_average, torch.stack(thetas[:-1]).mean(0), rtol=0, atol=1e-12)
+    assert state.c_average == pytest.approx(sum(cs[:-1]) / TINY_ROUNDS, abs=1e-12)
+    # The projection binds: unprojected, c ends far above B; projected, it sits on B.
+    assert rules["none"][1][-1] > TINY_OBJECTIVE.bound + 0.2 and state.c == TINY_OBJECTIVE.bound
+    for name, (other_thetas, _) in rules.items():
+        assert float((other_thetas[-1] - state.theta).abs().max()) > 0.04, f"indistinguishable from {name}"

@@ -34,18 +34,43 @@ def test_c_starts_at_the_bound() -> None:
     assert server.init(torch.zeros(3), bound=7.5).c == 7.5
 
 
-def test_running_average_equals_mean_of_suffix_iterates() -> None:
+def test_running_average_is_the_mean_of_the_pairs_rounds_start_from_after_average_from() -> None:
+    """average_from = 4 over 12 rounds averages theta^5, ..., theta^12: the pairs rounds 5 to 12 are broadcast."""
     state = server.init(torch.zeros(2, dtype=torch.float64), bound=10.0, c=1.0)
     generator = torch.Generator().manual_seed(0)
     thetas, cs = [], []
     for _ in range(12):
-        vector = torch.randn(3, generator=generator, dtype=torch.float64)
-        state = server.apply(state, server.Aggregate.from_vector(vector, 1.0), bound=10.0, average_from=4)
         thetas.append(state.theta)
         cs.append(state.c)
+        vector = torch.randn(3, generator=generator, dtype=torch.float64)
+        state = server.apply(state, server.Aggregate.from_vector(vector, 1.0), bound=10.0, average_from=4)
     torch.testing.assert_close(state.theta_average, torch.stack(thetas[4:]).mean(0), rtol=0, atol=1e-14)
     assert state.c_average == pytest.approx(sum(cs[4:]) / 8, abs=1e-14)
     assert state.averaged_rounds == 8
+
+
+def test_average_from_zero_is_the_papers_output_initial_model_in_last_iterate_out() -> None:
+    """Algorithm 1 outputs (1/T) sum_{t=1..T} theta^t, theta^1 the initial model, by hand for T = 3.
+
+    Steps of +3, +6, +9 from theta^1 = 0 give theta^2..4 = 3, 9, 18: the average is (0 + 3 + 9) / 3 = 4,
+    not the (3 + 9 + 18) / 3 = 10 of the iterates after each step; c likewise, from c^1 = B = 10.
+    """
+    state = server.init(torch.zeros(1, dtype=torch.float64), bound=10.0)
+    for step, step_c in ((3.0, -1.0), (6.0, -2.0), (9.0, -4.0)):
+        vector = torch.tensor([step, step_c], dtype=torch.float64)
+        state = server.apply(state, server.Aggregate.from_vector(vector, 1.0), bound=10.0, average_from=0)
+    assert state.theta.item() == 18.0 and state.c == 3.0
+    assert state.theta_average.item() == pytest.approx(4.0, abs=1e-15)
+    assert state.c_average == pytest.approx((10.0 + 9.0 + 7.0) / 3, abs=1e-15)
+    assert state.averaged_rounds == 3
+
+
+def test_before_averaging_starts_the_average_is_the_current_pair() -> None:
+    state = server.init(torch.zeros(1, dtype=torch.float64), bound=10.0)
+    aggregate = server.Aggregate.from_vector(torch.tensor([2.0, -1.0], dtype=torch.float64), 1.0)
+    state = server.apply(state, aggregate, bound=10.0, average_from=1)
+    assert state.averaged_rounds == 0
+    assert state.theta_average.item() == state.theta.item() == 2.0 and state.c_average == state.c == 9.0
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])

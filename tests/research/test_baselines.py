@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy.optimize import linprog, minimize
 
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig
@@ -22,15 +23,31 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import Update
 from fedfair.core.models import flat_parameters
+from fedfair.core.objective import cvar
+from fedfair.datasets import load_dataset, partition
 from fedfair.research import simulation
 from fedfair.research.baselines import (
     AFLResult,
+    BPFResult,
+    ChiSquareDROLearner,
+    FedMinMaxResult,
+    GroupedFederation,
+    bpf_adversary_step,
+    bpf_ratio_bounds,
+    chi_square_constant,
+    chi_square_dual,
+    chi_square_eta,
+    project_onto_capped_simplex,
     project_onto_simplex,
     run_afl,
+    run_bpf,
     run_central_cvar,
     run_central_erm,
+    run_dro,
     run_fedavg,
+    run_fedminmax,
     run_qfedavg,
+    with_groups,
 )
 from fedfair.research.simulation import (
     Federation,
@@ -265,5 +282,268 @@ def test_central_cvar_is_rcvar_at_epsilon_zero(small_adult_federation: Federatio
     ],
 )
 def test_bad_arguments_are_refused(call) -> None:
+    with pytest.raises(ConfigError):
+        call(synthetic_federation((10, 10)), training(rounds=1, batch_size=4))
+
+
+# The capped simplex behind BPF's adversary
+
+
+@st.composite
+def capped_problems(draw: st.DrawFn) -> tuple[np.ndarray, float, float, float]:
+    """A vector, a box [lower, upper] and a feasible total in [n * lower, n * upper]."""
+    vector = draw(vectors)
+    lower = draw(st.floats(-1.0, 1.0))
+    upper = lower + draw(st.floats(1e-3, 3.0))
+    share = draw(st.floats(0.0, 1.0))
+    return vector, lower, upper, vector.size * (lower + share * (upper - lower))
+
+
+@given(capped_problems())
+def test_capped_projection_satisfies_kkt(problem: tuple[np.ndarray, float, float, float]) -> None:
+    vector, lower, upper, total = problem
+    point = project_onto_capped_simplex(vector, lower, upper, total)
+    assert (point >= lower).all() and (point <= upper).all()
+    assert point.sum() == pytest.approx(total, abs=1e-9)
+    # min ||x - v||^2 on the set: x = clip(v - tau, lower, upper) for one tau, so v - x is the
+    # same tau on free coordinates, at most tau where x sits at lower and at least tau at upper.
+    shift = vector - point
+    free = (point > lower + 1e-12) & (point < upper - 1e-12)
+    tau = float(np.mean(shift[free])) if free.any() else None
+    if tau is not None:
+        assert np.allclose(shift[free], tau, atol=1e-9)
+        assert (shift[point <= lower + 1e-12] <= tau + 1e-9).all()
+        assert (shift[point >= upper - 1e-12] >= tau - 1e-9).all()
+    else:
+        # No free coordinate: some tau must still separate the lower ones from the upper ones.
+        at_lower, at_upper = shift[point <= lower + 1e-12], shift[point >= upper - 1e-12]
+        if at_lower.size and at_upper.size:
+            assert at_lower.max() <= at_upper.min() + 1e-9
+
+
+@given(vectors)
+def test_capped_projection_with_a_loose_cap_is_the_simplex_projection(vector: np.ndarray) -> None:
+    assert np.allclose(project_onto_capped_simplex(vector, 0.0, 1.0), project_onto_simplex(vector), atol=1e-9)
+
+
+def test_capped_projection_refuses_an_empty_set() -> None:
+    with pytest.raises(ConfigError, match="no 3 values in"):
+        project_onto_capped_simplex(np.zeros(3), 0.0, 0.2, total=1.0)
+
+
+# BPF
+
+
+def losses_vector(seed: int, size: int = 40) -> np.ndarray:
+    """Positive, spread-out losses: a unit-test vector for the adversary's math."""
+    return np.random.default_rng(seed).exponential(size=size)
+
+
+@pytest.mark.parametrize(("rho", "epsilon"), [(0.1, 0.0), (0.3, 0.0), (0.37, 0.0), (0.3, 0.05), (0.5, 0.2)])
+def test_bpf_adversary_optimum_is_cvar(rho: float, epsilon: float) -> None:
+    """At a fixed model the adversary's best weights give CVaR_rho (epsilon = 0); with a floor epsilon,
+    epsilon / rho * mean + (1 - epsilon / rho) * CVaR_rho' with rho' = (rho - epsilon) / (1 - epsilon)."""
+    losses = losses_vector(seed=int(rho * 100 + epsilon * 10))
+    n = losses.size
+    lower, upper = bpf_ratio_bounds(rho, epsilon)
+    solved = linprog(-losses / n, A_eq=np.ones((1, n)) / n, b_eq=[1.0], bounds=[(lower, upper)] * n)
+    rho_prime = (rho - epsilon) / (1.0 - epsilon)
+    closed_form = epsilon / rho * losses.mean() + (1.0 - epsilon / rho) * cvar(losses, rho_prime)
+    assert -solved.fun == pytest.approx(closed_form, rel=1e-9)
+    if epsilon == 0.0:
+        assert -solved.fun == pytest.approx(cvar(losses, rho), rel=1e-12)
+    # The adversary's own projected ascent, from uniform weights, climbs to that optimum.
+    ratios = np.ones(n)
+    for _ in range(1000):
+        ratios = bpf_adversary_step(ratios, losses, 10.0, rho, epsilon)
+        assert ratios.mean() == pytest.approx(1.0, abs=1e-12)
+        assert (ratios >= lower - 1e-12).all() and (ratios <= upper + 1e-12).all()
+    assert float(np.mean(ratios * losses)) == pytest.approx(closed_form, rel=1e-9)
+
+
+def test_bpf_at_rho_one_is_central_erm_exactly() -> None:
+    # rho = 1, epsilon = 0: ratios in [0, 1] with mean 1 are all 1, so every step is ERM's.
+    federation = synthetic_federation((30, 20, 11))
+    config = training(rounds=10)
+    bpf, bpf_state = trajectory(run_bpf, federation, ObjectiveConfig(epsilon=0.0, rho=1.0), config, adversary_lr=1.0)
+    erm, erm_state = trajectory(run_central_erm, federation, config)
+    for ours, theirs in zip(bpf, erm, strict=True):
+        assert float((ours - theirs).abs().max()) <= 1e-12
+    assert float((bpf_state.theta_average - erm_state.theta_average).abs().max()) <= 1e-12
+
+
+def test_bpf_lowers_the_worst_training_group_risk_below_erm(small_adult_federation: Federation) -> None:
+    federation, rho = small_adult_federation, 0.2
+    config = replace(training(rounds=150, batch_size=128), local=LocalConfig(lr=0.3))
+    bpf = run_bpf(federation, ObjectiveConfig(epsilon=0.0, rho=rho), config, adversary_lr=0.5)
+    erm = run_central_erm(federation, config)
+    assert isinstance(bpf, BPFResult)
+    assert bpf.ratios.mean() == pytest.approx(1.0, abs=1e-9)
+    assert bpf.ratios.min() >= 0.0 and bpf.ratios.max() <= 1.0 / rho + 1e-12
+    pooled = federation.pooled("train")
+    worst = [cvar(evaluate(result.model, result.state.theta_average, pooled).losses, rho) for result in (bpf, erm)]
+    assert worst[0] < worst[1] - 0.01
+
+
+# Chi-square DRO
+
+
+def chi_square_robust_risk(losses: np.ndarray, rho: float) -> float:
+    """sup E_Q[l] over Q with (1/2) E_P[(dQ/dP - 1)^2] <= r, r = (1/rho - 1)^2 / 2, solved directly (SLSQP)."""
+    n, radius = losses.size, (1.0 / rho - 1.0) ** 2 / 2.0
+    constraints = [
+        {"type": "eq", "fun": lambda ratios: ratios.mean() - 1.0},
+        {"type": "ineq", "fun": lambda ratios: 2.0 * radius - np.mean((ratios - 1.0) ** 2)},
+    ]
+    solved = minimize(
+        lambda ratios: -np.mean(ratios * losses),
+        np.ones(n),
+        method="SLSQP",
+        bounds=[(0.0, None)] * n,
+        constraints=constraints,
+        options={"ftol": 1e-14, "maxiter": 1000},
+    )
+    assert solved.success
+    return float(-solved.fun)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("rho", [0.1, 0.3, 0.6])
+def test_chi_square_dual_bounds_the_robust_risk_and_its_minimum_equals_it(seed: int, rho: float) -> None:
+    losses = losses_vector(seed, size=9)
+    direct = chi_square_robust_risk(losses, rho)
+    for eta in np.linspace(losses.min() - 3.0, losses.max() + 1.0, 101):
+        assert chi_square_dual(losses, float(eta), rho) >= direct - 1e-7
+    eta_star = chi_square_eta(losses, rho)
+    assert chi_square_dual(losses, eta_star, rho) == pytest.approx(direct, rel=1e-7)
+    assert chi_square_constant(rho) == pytest.approx(np.sqrt(2.0 * (1.0 / rho - 1.0) ** 2 / 2.0 + 1.0))
+
+
+def test_dro_learner_terms_average_to_the_dual_with_its_gradient() -> None:
+    """The per-sample terms the core's step averages have the chi-square dual's value and gradient at eta*."""
+    federation = synthetic_federation((64,))
+    config = training(batch_size=0)
+    _, (plain,) = simulation.make_learners(federation, config, None)
+    learner = ChiSquareDROLearner(
+        plain.model, plain.features, plain.labels, plain.batch_size, plain.config, rho=0.2, seed=0
+    )
+    with torch.no_grad():
+        for parameter in learner.model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)))
+    terms = learner.objective(learner.features, learner.labels).mean()
+    ours = torch.autograd.grad(terms, list(learner.model.parameters()))
+    losses = simulation.per_sample_loss(learner.model(learner.features), learner.labels)
+    eta = learner.last_eta
+    assert eta == chi_square_eta(losses, 0.2)
+    dual = chi_square_constant(0.2) * torch.nn.functional.relu(losses - eta).square().mean().sqrt() + eta
+    expected = torch.autograd.grad(dual, list(learner.model.parameters()))
+    assert float(terms.detach()) == pytest.approx(float(dual.detach()), rel=1e-12)
+    for mine, theirs in zip(ours, expected, strict=True):
+        assert float((mine - theirs).abs().max()) <= 1e-12
+    assert float(dual.detach()) == pytest.approx(chi_square_dual(losses.detach().numpy(), eta, 0.2), rel=1e-12)
+
+
+def test_dro_lowers_the_training_robust_risk_below_erm(small_adult_federation: Federation) -> None:
+    federation, rho = small_adult_federation, 0.2
+    # DRO's weights C (l - eta)_+ / s reach far beyond 1 / rho: it needs a smaller step than ERM.
+    config = replace(training(rounds=150, batch_size=128), local=LocalConfig(lr=0.01))
+    dro = run_dro(federation, ObjectiveConfig(rho=rho), config)
+    erm = run_central_erm(federation, config)
+    pooled = federation.pooled("train")
+    risks = []
+    for result in (dro, erm):
+        losses = evaluate(result.model, result.state.theta_average, pooled).losses
+        risks.append(chi_square_dual(losses, chi_square_eta(losses, rho), rho))
+    assert risks[0] < risks[1] - 0.01
+    assert all(np.isfinite(record["eta"]) for record in dro.history)
+
+
+# FedMinMax
+
+
+def grouped_synthetic(sizes: Sequence[int], groups: int, seed: int = 0) -> GroupedFederation:
+    rng = np.random.default_rng(seed + 1)
+    columns = [rng.integers(0, groups, size=n) for n in sizes]
+    return with_groups(synthetic_federation(sizes, seed=seed), columns, [f"g{a}" for a in range(groups)])
+
+
+def small_adult_by_sex(caps: Sequence[int] = (600, 250, 120)) -> GroupedFederation:
+    """Adult split by race into three collaborators, with sex as the sensitive column (it cuts across them)."""
+    dataset = load_dataset("adult")
+    splits = partition(dataset, "race", 3, seed=0)
+    rows = [split.train_index[:cap] for split, cap in zip(splits, caps, strict=True)]
+    test_rows = [split.test_index[:cap] for split, cap in zip(splits, caps, strict=True)]
+    federation = federation_from_arrays(
+        [split.name for split in splits],
+        [(dataset.x_train[index], dataset.y_train[index]) for index in rows],
+        [(dataset.x_test[index], dataset.y_test[index]) for index in test_rows],
+        dataset.num_classes,
+    )
+    names, codes = np.unique(dataset.attributes_train["sex"], return_inverse=True)
+    return with_groups(federation, [codes[index] for index in rows], [str(name) for name in names])
+
+
+@pytest.mark.parametrize("local_steps", [1, 3])
+def test_fedminmax_with_one_group_is_fedavg_exactly(local_steps: int) -> None:
+    federation = grouped_synthetic((30, 20, 11), groups=1)
+    config = training(rounds=10, local_steps=local_steps)
+    minmax, minmax_state = trajectory(run_fedminmax, federation, config, adversary_lr=0.7)
+    fedavg, fedavg_state = trajectory(run_fedavg, federation, config)
+    for ours, theirs in zip(minmax, fedavg, strict=True):
+        assert float((ours - theirs).abs().max()) <= 1e-12
+    assert float((minmax_state.theta_average - fedavg_state.theta_average).abs().max()) <= 1e-12
+
+
+def test_fedminmax_weights_ascend_on_group_risks_within_the_simplex() -> None:
+    federation = small_adult_by_sex()
+    thetas: list[torch.Tensor] = []
+    result = run_fedminmax(
+        federation,
+        training(rounds=6, batch_size=64, record_every=1),
+        adversary_lr=0.5,
+        on_round=lambda state: thetas.append(state.theta.clone()),
+    )
+    assert isinstance(result, FedMinMaxResult)
+    counts = sum(np.bincount(column, minlength=2) for column in federation.train_groups)
+    shares = counts / counts.sum()
+
+    def group_risks(theta: torch.Tensor) -> np.ndarray:
+        sums = np.zeros(2)
+        for client, column in zip(federation.train, federation.train_groups, strict=True):
+            sums += np.bincount(column, weights=evaluate(result.model, theta, client).losses, minlength=2)
+        return sums / counts
+
+    mixtures = [shares] + [np.array([record["mu_0"], record["mu_1"]]) for record in result.history]
+    starts = [torch.zeros(thetas[0].numel(), dtype=torch.float64)] + thetas[:-1]
+    for t in range(1, len(mixtures)):
+        assert (mixtures[t] >= 0.0).all() and mixtures[t].sum() == pytest.approx(1.0, abs=1e-12)
+        expected = project_onto_simplex(mixtures[t - 1] + 0.5 * group_risks(starts[t - 1]))
+        assert np.allclose(mixtures[t], expected, atol=1e-12)
+    # Round 1 (the zero model has equal risks) keeps mu at the shares; after that mu moves to the worse group.
+    risks = group_risks(thetas[0])
+    assert risks[0] != pytest.approx(risks[1], abs=1e-3)
+    worse = int(np.argmax(risks))
+    assert mixtures[2][worse] > mixtures[1][worse]
+    assert np.allclose(result.group_weights, mixtures[-1])
+
+
+def test_grouped_federation_needs_one_group_per_training_sample() -> None:
+    federation = synthetic_federation((5, 4))
+    with pytest.raises(ConfigError, match="one group index"):
+        with_groups(federation, [np.zeros(5, dtype=np.int64), np.zeros(3, dtype=np.int64)], ["all"])
+    with pytest.raises(ConfigError, match="one group index"):
+        with_groups(federation, [np.zeros(5, dtype=np.int64), np.full(4, 2)], ["a", "b"])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f, t: run_bpf(f, ObjectiveConfig(epsilon=0.4, rho=0.3), t, adversary_lr=0.1),
+        lambda f, t: run_bpf(f, ObjectiveConfig(rho=0.3), t, adversary_lr=0.0),
+        lambda f, t: run_dro(f, ObjectiveConfig(rho=1.0), t),
+        lambda f, t: run_fedminmax(with_groups(f, [np.zeros(10, dtype=np.int64)] * 2, ["all"]), t, adversary_lr=-1.0),
+    ],
+)
+def test_bad_minimax_arguments_are_refused(call) -> None:
     with pytest.raises(ConfigError):
         call(synthetic_federation((10, 10)), training(rounds=1, batch_size=4))

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from fedfair.cli import main
+from fedfair.core.errors import ConfigError
+from fedfair.research import baselines
+from fedfair.research.experiment import (
+    DEFAULT_BASELINE_LR,
+    ExperimentConfig,
+    Outcome,
+    config_from_flags,
+    load_federation,
+    parse_flags,
+    run_method,
+    uniform_risk,
+)
+from fedfair.research.simulation import Federation, SimulationResult, run_fedsrcvar
 
 
 def test_simulate_and_reference_agree_within_one_percent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -28,7 +44,9 @@ def test_simulate_and_reference_agree_within_one_percent(tmp_path: Path, capsys:
     gap = simulated["final"]["train_objective_smooth"] / optimum["final"]["train_objective_smooth"] - 1.0
     assert 0.0 <= gap <= 0.01
     assert len(simulated["history"]) == 20
-    assert "worst_risk" in capsys.readouterr().out
+    assert simulated["final"]["uniform_risk"] == optimum["final"]["uniform_risk"] == pytest.approx(math.log(2.0))
+    out = capsys.readouterr().out
+    assert "worst_risk" in out and "uniform_risk" in out
 
 
 @pytest.mark.parametrize(
@@ -117,3 +135,139 @@ def test_features_pick_the_columns_of_a_users_table(tmp_path: Path, capsys: pyte
 def test_features_need_a_users_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--rounds", "1", "--features", "age"]) == 2
     assert "--features picks columns of your own table; pass it with --data FILE --label COLUMN" in capsys.readouterr().err
+
+
+# The uniform classifier's line and the baselines' flags
+
+
+def test_uniform_risk_is_ln_k() -> None:
+    assert uniform_risk(2) == pytest.approx(math.log(2.0))
+    assert uniform_risk(10) == pytest.approx(math.log(10.0))
+    with pytest.raises(ConfigError):
+        uniform_risk(0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "read", "expected"),
+    [
+        (["--method", "fedavg", "--local-epochs", "8"], lambda config: config.local_epochs, 8),
+        (["--method", "afl", "--mixture-lr", "0.2"], lambda config: config.afl_mixture_lr, 0.2),
+        (["--method", "qfedavg", "--q", "2.5"], lambda config: config.qfedavg_q, 2.5),
+        (["--threshold-lr", "0.02"], lambda config: config.training.local.threshold_lr, 0.02),
+        (["--method", "afl", "--baseline-lr", "0.7"], lambda config: config.training.local.lr, 0.7),
+        (["--method", "afl", "--baseline-lr", "0.7", "--lr", "0.2"], lambda config: config.training.local.lr, 0.2),
+        (["--method", "fedavg", "--rho", "0.1"], lambda config: config.training.local.lr, DEFAULT_BASELINE_LR),
+        (["--method", "bpf", "--adversary-lr", "0.3"], lambda config: config.adversary_lr, 0.3),
+        (["--method", "fedminmax", "--groups", "sex"], lambda config: config.groups, "sex"),
+        (["--method", "dro", "--rho", "0.2"], lambda config: config.training.local.lr, 0.5 * 0.2 / math.sqrt(17.0)),
+    ],
+)
+def test_baseline_flags_reach_the_config(
+    flags: list[str], read: Callable[[ExperimentConfig], object], expected: object
+) -> None:
+    assert read(config_from_flags(flags)) == pytest.approx(expected)
+
+
+def test_baseline_flags_have_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_flags(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for fragment in (
+        "--baseline-lr BASELINE_LR step size for theta of fedavg, afl, qfedavg, fedminmax, central-erm",
+        "--local-epochs LOCAL_EPOCHS fedavg: E passes over each collaborator's data per round",
+        "--mixture-lr MIXTURE_LR afl: step size of the ascent on the collaborators' mixture weights",
+        "--q Q qfedavg: fairness exponent q",
+        "--adversary-lr ADVERSARY_LR bpf and fedminmax: step size of the ascent",
+        "--groups GROUPS fedminmax: the sensitive column",
+        "--threshold-lr THRESHOLD_LR step size for the threshold c",
+        "{fedsrcvar,fedavg,afl,qfedavg,fedminmax,central-erm,central-cvar,bpf,dro}",
+    ):
+        assert fragment in text
+
+
+SMALL = ["--rounds", "5", "--batch-size", "64", "--dtype", "float64", "--average-from", "0"]
+
+Direct = Callable[[Federation, ExperimentConfig], SimulationResult]
+
+
+@pytest.mark.parametrize(
+    ("method", "flag", "value", "direct"),
+    [
+        ("fedavg", "--local-epochs", "2", lambda f, c: baselines.run_fedavg(f, c.training, local_epochs=2)),
+        ("afl", "--mixture-lr", "3", lambda f, c: baselines.run_afl(f, c.training, mixture_lr=3.0)),
+        ("qfedavg", "--q", "3", lambda f, c: baselines.run_qfedavg(f, c.training, q=3.0)),
+        ("fedavg", "--baseline-lr", "0.05", lambda f, c: baselines.run_fedavg(f, c.training)),
+        ("bpf", "--adversary-lr", "5", lambda f, c: baselines.run_bpf(f, c.objective, c.training, adversary_lr=5.0)),
+        ("fedsrcvar", "--threshold-lr", "0.001", lambda f, c: run_fedsrcvar(f, c.objective, c.training)),
+    ],
+)
+def test_baseline_flags_change_the_run(
+    method: str, flag: str, value: str, direct: Direct, small_adult_federation: Federation
+) -> None:
+    """parse -> config -> run: the flag's run is the method called with that value, and not the default run."""
+    federation = small_adult_federation
+    config = config_from_flags(["--method", method, *SMALL, flag, value])
+    ours = run_method(config, federation)
+    expected = direct(federation, config)
+    assert float((ours.theta - expected.state.theta_average).abs().max()) <= 1e-12
+    default = run_method(config_from_flags(["--method", method, *SMALL]), federation)
+    assert _moved_apart(ours, default)
+
+
+def _moved_apart(first: Outcome, second: Outcome) -> bool:
+    """Whether two runs ended at different parameters or thresholds."""
+    thresholds = (first.c or 0.0) - (second.c or 0.0)
+    return float((first.theta - second.theta).abs().max()) > 1e-6 or abs(thresholds) > 1e-6
+
+
+def test_fedminmax_runs_on_the_groups_column_and_its_adversary_lr() -> None:
+    """--groups picks the sensitive column load_federation attaches; --adversary-lr is mu's step."""
+    flags = ["--method", "fedminmax", "--groups", "sex", *SMALL, "--record-every", "1"]
+    config = config_from_flags([*flags, "--adversary-lr", "2"])
+    federation = load_federation(config)
+    assert isinstance(federation, baselines.GroupedFederation)
+    assert federation.group_names == ("Female", "Male")
+    ours = run_method(config, federation)
+    expected = baselines.run_fedminmax(federation, config.training, adversary_lr=2.0)
+    assert torch.equal(ours.theta, expected.state.theta_average)
+    assert ours.history[-1]["mu_0"] == expected.history[-1]["mu_0"]
+    default = run_method(config_from_flags(flags), federation)
+    assert default.history[-1]["mu_0"] != pytest.approx(ours.history[-1]["mu_0"], abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--method", "afl", "--local-epochs", "3"], "--local-epochs sets FedAvg's local passes"),
+        (["--method", "fedavg", "--groups", "sex"], "--groups names FedMinMax's sensitive column"),
+        (["--method", "fedsrcvar", "--baseline-lr", "0.1"], "set --lr instead"),
+        (["--method", "dro", "--rho", "1"], "chi-square DRO needs rho in (0, 1)"),
+        (["--method", "bpf", "--epsilon", "0.5", "--rho", "0.3"], "BPF needs 0 <= epsilon <= rho"),
+        (["--method", "fedminmax", "--groups", "planet"], "pass --groups COLUMN"),
+    ],
+)
+def test_bad_baseline_flags_give_one_line_error_and_exit_2(
+    flags: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--rounds", "1", *flags]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("fedfair: error: ") and fragment in error
+
+
+@pytest.mark.parametrize(("method", "key"), [("bpf", "adversary_max_ratio"), ("dro", "eta"), ("fedminmax", "mu_1")])
+def test_new_methods_run_from_the_command_line(
+    method: str, key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["--method", method, "--rounds", "4", "--rho", "0.2", "--epsilon", "0.01", "--record-every", "2"]
+    assert main(["simulate", *flags, "--json", str(tmp_path / "run.json")]) == 0
+    result = json.loads((tmp_path / "run.json").read_text())
+    assert result["config"]["method"] == method
+    assert all(key in record for record in result["history"])
+    assert result["final"]["uniform_risk"] == pytest.approx(math.log(2.0))
+    assert f"{method} on adult" in capsys.readouterr().out
+
+
+def test_project_locally_reaches_the_learners_config_and_is_off_by_default() -> None:
+    """Algorithm 1 projects c at the server only; --project-locally adds the per-step projection."""
+    assert config_from_flags([]).training.local.project_locally is False
+    assert config_from_flags(["--project-locally"]).training.local.project_locally is True

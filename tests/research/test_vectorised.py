@@ -83,6 +83,26 @@ def test_vectorised_rounds_equal_the_loop_to_float64_precision(
     assert vectorised[-1].c < 2.0, "c must have moved off its bound for the test to exercise it"
 
 
+def test_vectorised_clients_follow_the_loops_projection_rule_where_it_binds() -> None:
+    """B = 0.3 lies below every loss at the start, so local steps push c above B: each rule of
+    projecting c (the server only, Algorithm 1's; or after every local step too) gives the loop's
+    rounds to 1e-12, and the two rules give different models, so the rule is exercised."""
+    federation = adult_split("dirichlet", 51)
+    objective = ObjectiveConfig(epsilon=0.2, rho=0.1, bound=0.3)
+    runs = []
+    for project_locally in (False, True):
+        local = LocalConfig(local_steps=2, lr=0.2, threshold_lr=0.5, project_locally=project_locally)
+        training = TrainingConfig(rounds=2, batch_size=2048, local=local, dtype="float64", seed=3, average_from=0.0)
+        vectorised = states_per_round(federation, training, objective, vectorise=True)
+        looped = states_per_round(federation, training, objective, vectorise=False)
+        for fast, slow in zip(vectorised, looped, strict=True):
+            assert float((fast.theta - slow.theta).abs().max()) <= 1e-12
+            assert abs(fast.c - slow.c) <= 1e-12
+        runs.append(vectorised)
+    assert runs[0][0].c == 0.3, "the server projection must bind for the test to exercise it"
+    assert float((runs[0][-1].theta - runs[1][-1].theta).abs().max()) > 1e-3
+
+
 def test_fedavg_without_a_threshold_vectorises_too() -> None:
     federation = adult_split("dirichlet", 51)
     training = TrainingConfig(rounds=3, batch_size=1024, dtype="float64")

@@ -1,0 +1,93 @@
+"""The reproduction's figures, drawn from its CSV tables (so a figure shows exactly what its table says).
+
+Each function takes the rows of one table as :func:`fedfair.research.reproduce.read_csv`
+returns them and gives a matplotlib Figure (the object-oriented API with the Agg canvas:
+no pyplot state, no display needed). Every plotted series carries a ``gid`` of
+``"metric:label"``, so a test can find it and compare it with the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+PANELS = (("worst_risk", "worst-group risk"), ("mean_risk", "mean risk"), ("disparity", "disparity"))
+"""Figure 2 and 4's panels: the table column and its axis label."""
+
+UNIFORM_LABEL = "uniform classifier (ln K)"
+
+
+def _series(rows: Sequence[Mapping[str, str]], key: str) -> dict[str, list[Mapping[str, str]]]:
+    grouped: dict[str, list[Mapping[str, str]]] = {}
+    for row in rows:
+        grouped.setdefault(row[key], []).append(row)
+    return grouped
+
+
+def risks_versus_rho(rows: Sequence[Mapping[str, str]], uniform: float, title: str) -> Figure:
+    """Worst-group risk, mean risk and disparity versus rho, one line per method, mean +- std over
+    seeds; the uniform classifier's risk as the reference line on the two risk panels."""
+    figure = Figure(figsize=(15, 4.5), layout="constrained")
+    axes = figure.subplots(1, len(PANELS))
+    for axis, (metric, label) in zip(axes, PANELS, strict=True):
+        for method, series in _series(rows, "method").items():
+            ordered = sorted(series, key=lambda row: float(row["rho"]))
+            rhos = [float(row["rho"]) for row in ordered]
+            means = [float(row[f"{metric}_mean"]) for row in ordered]
+            spreads = [float(row[f"{metric}_std"]) for row in ordered]
+            drawn = axis.errorbar(rhos, means, yerr=spreads, marker="o", markersize=3, capsize=2, label=method)
+            drawn.lines[0].set_gid(f"{metric}:{method}")
+        if metric != "disparity":
+            axis.axhline(uniform, color="grey", linestyle="--", linewidth=1, label=UNIFORM_LABEL, gid=f"{metric}:uniform")
+        axis.set_xlabel("rho (protected group fraction)")
+        axis.set_ylabel(f"held-out {label}")
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    figure.suptitle(title)
+    return figure
+
+
+def trade_off(rows: Sequence[Mapping[str, str]], title: str) -> Figure:
+    """FedSRCVaR's worst-group against mean risk over epsilon, one curve per rho (paper Figure 3)."""
+    figure = Figure(figsize=(6.5, 5), layout="constrained")
+    axis = figure.subplots()
+    for rho, series in _series(rows, "rho").items():
+        ordered = sorted(series, key=lambda row: float(row["epsilon"]))
+        means = [float(row["mean_risk_mean"]) for row in ordered]
+        worsts = [float(row["worst_risk_mean"]) for row in ordered]
+        (line,) = axis.plot(means, worsts, marker="o", markersize=3, label=f"rho = {rho}")
+        line.set_gid(f"worst_risk:{rho}")
+        for row, x, y in zip(ordered, means, worsts, strict=True):
+            if row["epsilon"] in ("0.001", "0.1", "1"):
+                axis.annotate(f"eps {row['epsilon']}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    axis.set_xlabel("held-out mean risk")
+    axis.set_ylabel("held-out worst-group risk")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.suptitle(f"epsilon trade-off: {title}", fontsize=9)
+    return figure
+
+
+def table(rows: Sequence[Mapping[str, str]], title: str) -> Figure:
+    """The table at one rho (paper's FedMinMax table): mean +- std of each metric per method."""
+    figure = Figure(figsize=(9, 0.6 + 0.4 * len(rows)), layout="constrained")
+    axis = figure.subplots()
+    axis.axis("off")
+    columns = ("worst_risk", "mean_risk", "disparity", "accuracy")
+    cells = [
+        [row["method"], *(f"{float(row[f'{c}_mean']):.4f} +- {float(row[f'{c}_std']):.4f}" for c in columns)]
+        for row in rows
+    ]
+    axis.table(cellText=cells, colLabels=["method", *columns], loc="center")
+    figure.suptitle(f"rho = {rows[0]['rho']}: {title}", fontsize=9)
+    return figure
+
+
+def save(figure: Figure, path: Path) -> Path:
+    """Write `figure` as a PNG (the Agg canvas: no display, no global pyplot state)."""
+    FigureCanvasAgg(figure)  # attaches itself as the figure's canvas
+    figure.savefig(path, format="png", dpi=110)
+    return path

@@ -1,0 +1,453 @@
+"""`fedfair reproduce`: the paper's study on one dataset, as CSV tables and PNG figures.
+
+The protocol (the paper's appendix, "Experimental Details"):
+
+1. **Selection on validation data.** For every method and rho, each point of the
+   method's grid (step size, and what else the paper tunes: FedSRCVaR's epsilon near
+   0, FedAvg's local steps) trains on 80% of each client's training rows and is judged
+   on the other 20% by the held-out worst-group risk at that rho, the quantity the
+   study compares. The test rows are never looked at while choosing.
+2. **Seeds.** The chosen configuration is trained on the whole training split with
+   several seeds (each seed re-draws the client split, the initial model and the
+   mini-batches) and judged on the test split: mean and standard deviation.
+3. **Figures** (paper Figures 2–4 and its FedMinMax table): (a) worst-group risk,
+   mean risk and disparity versus rho for every method, with the uniform classifier's
+   risk ln K as the reference line; (b) the epsilon trade-off of FedSRCVaR (worst
+   versus mean risk over the paper's 14 epsilons, for several rho); (c) FedSRCVaR with
+   tau in {1, 5, 10} local steps against FedAvg over rho; (d) the table at rho = 0.1
+   with the methods that know the sensitive groups beside those that do not.
+
+Every run is one set of `fedfair simulate` flags and a split; its result is cached
+under ``OUT/cache/`` by the SHA-256 of both, so an interrupted reproduction resumes
+where it stopped and a second call only redraws the figures. Runs go to a process pool
+(``--workers``, every core by default), each process with one compute thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets import DATASETS
+from fedfair.research import baselines
+from fedfair.core.config import ObjectiveConfig
+from fedfair.research.experiment import (
+    METHODS,
+    ExperimentConfig,
+    config_from_flags,
+    final_report,
+    load_federation,
+    run_method,
+)
+from fedfair.research.progress import Progress
+from fedfair.research.simulation import Federation, TrainingConfig, federation_from_arrays
+
+CACHE_VERSION = 1
+"""Part of every cache key: bump it when a run's result would change for the same flags."""
+
+VALIDATION_FRACTION = 0.2
+"""Share of each client's training rows held back to choose hyperparameters."""
+
+PAPER_EPSILONS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+"""The 14 trade-offs of the paper's Figure 3."""
+
+TABLE_RHO = 0.1
+"""The rho of the paper's FedMinMax table."""
+
+METHOD_LABELS = {
+    "fedsrcvar": "FedSRCVaR",
+    "fedavg": "FedAvg",
+    "afl": "AFL",
+    "qfedavg": "q-FedAvg",
+    "bpf": "BPF (central)",
+    "dro": "DRO (central)",
+    "central-cvar": "CVaR-SGD (central)",
+    "central-erm": "ERM (central)",
+    "fedminmax": "FedMinMax (knows the groups)",
+}
+FIGURE_METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "bpf", "dro", "central-cvar", "central-erm")
+"""Figure 2's methods, in its legend's order; those this build lacks are left out and said so."""
+TABLE_METHODS = ("fedminmax", "fedsrcvar", "fedavg")
+RCVAR_METHODS = ("fedsrcvar", "central-cvar")
+"""Methods whose default step follows the objective's curvature (epsilon and rho)."""
+DEFAULT_EPSILON = 0.05
+"""FedSRCVaR's epsilon where a figure does not vary it (the paper's tau figure and table use 0.05)."""
+METRICS = ("worst_risk", "mean_risk", "disparity", "accuracy")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How much of the study to run: the grids, the rhos, the seeds and the rounds."""
+
+    name: str
+    rounds: int
+    seeds: int
+    rhos: tuple[float, ...]
+    trade_off_rhos: tuple[float, ...]
+    epsilons: tuple[float, ...]
+    taus: tuple[int, ...]
+    lr_scales: tuple[float, ...]
+    """Step sizes tried, as multiples of each method's default step (fedfair's default is
+    tuned to the objective's curvature; the paper's absolute grid assumes its own scaling)."""
+    fedsrcvar_epsilons: tuple[float, ...]
+    """FedSRCVaR's epsilon near 0 in Figure 2, chosen on validation as the paper does."""
+    fedavg_local_steps: tuple[int, ...]
+    model: str = "logreg"
+
+
+PROFILES = {
+    "quick": Profile(
+        name="quick",
+        rounds=150,
+        seeds=2,
+        rhos=(0.1, 0.3, 0.5, 0.7),
+        trade_off_rhos=(0.1, 0.5),
+        epsilons=PAPER_EPSILONS,
+        taus=(1, 5, 10),
+        lr_scales=(1.0, 0.25),
+        fedsrcvar_epsilons=(0.01, 0.05),
+        fedavg_local_steps=(1, 3),
+    ),
+    "full": Profile(
+        name="full",
+        rounds=1000,
+        seeds=3,
+        rhos=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+        trade_off_rhos=(0.1, 0.3, 0.5, 0.7),
+        epsilons=PAPER_EPSILONS,
+        taus=(1, 5, 10),
+        lr_scales=(2.0, 1.0, 0.5, 0.1),
+        fedsrcvar_epsilons=(0.001, 0.005, 0.01, 0.05),
+        fedavg_local_steps=(3, 8, 15),
+        model="mlp",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: `fedfair simulate` flags and the split it is judged on ("validation" or "test")."""
+
+    flags: tuple[str, ...]
+    split: str
+
+    @property
+    def key(self) -> str:
+        text = json.dumps({"flags": list(self.flags), "split": self.split, "version": CACHE_VERSION})
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- one run
+
+
+def validation_federation(federation: Federation, seed: int) -> Federation:
+    """Each client's training rows split 80 / 20 into training and validation rows (seeded)."""
+    generator = np.random.default_rng(seed)
+    train, validation, names, kept = [], [], [], []
+    for client in federation.train:
+        order = generator.permutation(client.size)
+        held = max(1, int(round(VALIDATION_FRACTION * client.size)))
+        if held >= client.size:
+            raise ConfigError(f"client {client.name} has {client.size} training rows, too few to hold some back")
+        features, labels = client.features.numpy(), client.labels.numpy()
+        train.append((features[order[held:]], labels[order[held:]]))
+        validation.append((features[order[:held]], labels[order[:held]]))
+        names.append(client.name)
+        kept.append(order[held:])
+    carved = federation_from_arrays(names, train, validation, federation.num_classes, federation.image_shape)
+    if isinstance(federation, baselines.GroupedFederation):  # FedMinMax's groups follow their rows
+        groups = [group[rows] for group, rows in zip(federation.train_groups, kept, strict=True)]
+        return baselines.with_groups(carved, groups, federation.group_names)
+    return carved
+
+
+def _federation(flags: tuple[str, ...], split: str) -> Federation:
+    """The run's federation; a worker builds each (data, split, seed) once, however many runs share it."""
+    config = config_from_flags(flags)
+    data = dataclasses.replace(
+        config,
+        method="fedminmax" if config.method == "fedminmax" else "fedavg",  # only FedMinMax's carries groups
+        objective=ObjectiveConfig(),
+        training=TrainingConfig(seed=config.training.seed),
+    )
+    return _data_federation(data, split)
+
+
+@cache
+def _data_federation(config: ExperimentConfig, split: str) -> Federation:
+    federation = load_federation(config)
+    return validation_federation(federation, config.training.seed) if split == "validation" else federation
+
+
+def execute(run: Run) -> dict[str, Any]:
+    """Train one run and judge it on its split's held-out rows (the report of `fedfair simulate`)."""
+    import torch
+
+    torch.set_num_threads(1)
+    config = config_from_flags(run.flags)
+    federation = _federation(run.flags, run.split)
+    outcome = run_method(config, federation)
+    report = final_report(config, federation, outcome.theta, outcome.c)
+    return {"flags": list(run.flags), "split": run.split, "classes": federation.num_classes, **report["test"]}
+
+
+def run_all(runs: Iterable[Run], cache_folder: Path, workers: int, label: str) -> dict[Run, dict[str, Any]]:
+    """Every run's result, from the cache where it is there, else computed (in a pool) and cached."""
+    cache_folder.mkdir(parents=True, exist_ok=True)
+    unique = list(dict.fromkeys(runs))
+    results: dict[Run, dict[str, Any]] = {}
+    missing = []
+    for run in unique:
+        path = cache_folder / f"{run.key}.json"
+        if path.exists():
+            results[run] = json.loads(path.read_text())
+        else:
+            missing.append(run)
+    with Progress(len(missing), label) as shown:
+        done = 0
+
+        def keep(run: Run, result: dict[str, Any]) -> None:
+            nonlocal done
+            path = cache_folder / f"{run.key}.json"
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(result, sort_keys=True))
+            temporary.replace(path)  # a run is cached whole or not at all
+            results[run] = result
+            done += 1
+            shown.update(done)
+
+        if workers <= 1:
+            for run in missing:
+                keep(run, execute(run))
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                for run, result in zip(missing, pool.map(execute, missing), strict=True):
+                    keep(run, result)
+    return results
+
+
+# ---------------------------------------------------------------- the study
+
+
+@dataclass(frozen=True)
+class Study:
+    """The runs of one dataset and profile, and how to read the figures off their results."""
+
+    dataset: str
+    profile: Profile
+    methods: tuple[str, ...]
+    device: str = "cpu"
+
+    def base(self, method: str, rho: float, seed: int) -> list[str]:
+        p = self.profile
+        flags = ["--dataset", self.dataset, "--model", p.model, "--method", method, "--rho", f"{rho:g}"]
+        # The device is not part of a run's identity unless it is asked for: a CPU cache stays valid.
+        device = [] if self.device == "cpu" else ["--device", self.device]
+        return [*flags, "--rounds", str(p.rounds), "--seed", str(seed), *device]
+
+    def grid(self, method: str, rho: float) -> list[Point]:
+        """The hyperparameter points of `method` at `rho`."""
+        p = self.profile
+        epsilons = p.fedsrcvar_epsilons if method == "fedsrcvar" else (None,)
+        steps = p.fedavg_local_steps if method == "fedavg" else (1,)
+        return [
+            Point(scale, epsilon, local_steps)
+            for epsilon in epsilons
+            for local_steps in steps
+            for scale in p.lr_scales
+        ]
+
+    def selection_runs(self, method: str, rho: float) -> list[Run]:
+        return [Run((*self.base(method, rho, 0), *point.flags(method, rho)), "validation") for point in self.grid(method, rho)]
+
+    def test_runs(self, method: str, rho: float, point: Point) -> list[Run]:
+        flags = point.flags(method, rho)
+        return [Run((*self.base(method, rho, seed), *flags), "test") for seed in range(self.profile.seeds)]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One hyperparameter choice: a multiple of the method's default step, FedSRCVaR's epsilon
+    (None: the method has none, or the figure fixes it) and the local steps per round."""
+
+    scale: float
+    epsilon: float | None = None
+    local_steps: int = 1
+
+    def flags(self, method: str, rho: float) -> tuple[str, ...]:
+        """The `fedfair simulate` flags of this point. The default step of the RCVaR methods is
+        fedfair's 0.5 / ((1 - eps) / rho + eps), scaled; the others' default is 0.5, scaled."""
+        if method in RCVAR_METHODS:
+            eps = DEFAULT_EPSILON if self.epsilon is None else self.epsilon
+            lr = self.scale * 0.5 / ((1.0 - eps) / rho + eps)
+        else:
+            lr = self.scale * 0.5
+        flags = ["--lr", f"{lr:.6g}", "--threshold-lr", f"{lr:.6g}", "--local-steps", str(self.local_steps)]
+        if self.epsilon is not None:
+            flags += ["--epsilon", f"{self.epsilon:g}"]
+        return tuple(flags)
+
+    def describe(self) -> str:
+        parts = [f"step x{self.scale:g}"]
+        if self.epsilon is not None:
+            parts.append(f"epsilon {self.epsilon:g}")
+        if self.local_steps != 1:
+            parts.append(f"{self.local_steps} local steps")
+        return ", ".join(parts)
+
+
+def chosen(study: Study, method: str, rho: float, results: Mapping[Run, dict[str, Any]]) -> Point:
+    """The grid point with the lowest validation worst-group risk (ties: the first)."""
+    runs = study.selection_runs(method, rho)
+    best = min(range(len(runs)), key=lambda index: results[runs[index]]["worst_risk"])
+    return study.grid(method, rho)[best]
+
+
+def summary(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Mean and (population) standard deviation over seeds of each metric."""
+    row: dict[str, float] = {"seeds": float(len(results))}
+    for metric in METRICS:
+        values = np.array([result[metric] for result in results], dtype=np.float64)
+        row[f"{metric}_mean"] = float(values.mean())
+        row[f"{metric}_std"] = float(values.std())
+    return row
+
+
+def reproduce(dataset: str, out: Path, profile: Profile, workers: int, device: str = "cpu") -> dict[str, Path]:
+    """Run the study (cached), write its CSV tables and PNG figures under `out`; return their paths."""
+    available = tuple(method for method in FIGURE_METHODS if method in METHODS)
+    missing = [METHOD_LABELS[method] for method in FIGURE_METHODS if method not in METHODS]
+    if missing:
+        print(f"fedfair reproduce: this build lacks {', '.join(missing)}; the figures leave them out")
+    study = Study(dataset, profile, available, device)
+    cache_folder = out / "cache"
+
+    # 1. Choose every method's hyperparameters on validation rows, for every rho.
+    rhos = sorted(set(profile.rhos) | {TABLE_RHO})
+    table_methods = tuple(method for method in TABLE_METHODS if method in METHODS)
+    selecting = [run for method in available for rho in rhos for run in study.selection_runs(method, rho)]
+    selecting += [run for method in table_methods for run in study.selection_runs(method, TABLE_RHO)]
+    selected = run_all(selecting, cache_folder, workers, "choosing hyperparameters")
+    choice = {
+        (method, rho): chosen(study, method, rho, selected)
+        for method in dict.fromkeys((*available, *table_methods))
+        for rho in (rhos if method in available else (TABLE_RHO,))
+    }
+
+    # 2. The chosen configurations over seeds on the test rows; the epsilon and tau sweeps take
+    # FedSRCVaR's step multiple chosen at the table's rho.
+    testing = [run for (method, rho), point in choice.items() for run in study.test_runs(method, rho, point)]
+    scale = choice[("fedsrcvar", TABLE_RHO)].scale
+    trade_off = {
+        (rho, eps): study.test_runs("fedsrcvar", rho, Point(scale, eps))
+        for rho in profile.trade_off_rhos
+        for eps in profile.epsilons
+    }
+    taus = {
+        (rho, tau): study.test_runs("fedsrcvar", rho, Point(scale, DEFAULT_EPSILON, tau))
+        for rho in profile.rhos
+        for tau in profile.taus
+    }
+    everything = testing + [run for runs in (*trade_off.values(), *taus.values()) for run in runs]
+    results = run_all(everything, cache_folder, workers, "training over seeds")
+
+    classes = next(iter(results.values()))["classes"]
+    uniform = math.log(classes)
+    def chosen_row(method: str, rho: float) -> dict[str, Any]:
+        point = choice[(method, rho)]
+        seeds = [results[run] for run in study.test_runs(method, rho, point)]
+        return {"method": METHOD_LABELS[method], "rho": rho, **summary(seeds), "chosen": point.describe()}
+
+    rho_rows = [chosen_row(method, rho) for method in available for rho in profile.rhos]
+    epsilon_rows = [
+        {"rho": rho, "epsilon": eps, **summary([results[run] for run in runs])} for (rho, eps), runs in trade_off.items()
+    ]
+    tau_rows = [
+        {"method": f"FedSRCVaR tau={tau}", "rho": rho, **summary([results[run] for run in runs]), "chosen": ""}
+        for (rho, tau), runs in taus.items()
+    ] + [row for row in rho_rows if row["method"] == METHOD_LABELS["fedavg"]]
+    table_rows = [chosen_row(method, TABLE_RHO) for method in table_methods]
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = {
+        "rho": write_csv(out / "fig2_rho.csv", rho_rows),
+        "epsilon": write_csv(out / "fig3_epsilon.csv", epsilon_rows),
+        "tau": write_csv(out / "fig4_tau.csv", tau_rows),
+        "table": write_csv(out / f"table_rho{TABLE_RHO:g}.csv", table_rows),
+    }
+    from fedfair.research import figures
+
+    title = f"{dataset}, {profile.name} profile ({profile.model}, {profile.rounds} rounds, {profile.seeds} seeds)"
+    written["rho_png"] = figures.save(figures.risks_versus_rho(read_csv(written["rho"]), uniform, title), out / "fig2_rho.png")
+    written["epsilon_png"] = figures.save(figures.trade_off(read_csv(written["epsilon"]), title), out / "fig3_epsilon.png")
+    written["tau_png"] = figures.save(figures.risks_versus_rho(read_csv(written["tau"]), uniform, title), out / "fig4_tau.png")
+    written["table_png"] = figures.save(figures.table(read_csv(written["table"]), title), out / "table.png")
+    return written
+
+
+# ---------------------------------------------------------------- files
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """`rows` as a CSV table with a header (the first row's keys)."""
+    with path.open("w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """A table written by :func:`write_csv`, as text (the figures plot exactly what the files say)."""
+    with path.open(newline="") as stream:
+        return list(csv.DictReader(stream))
+
+
+# ---------------------------------------------------------------- the command
+
+
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`fedfair reproduce`."""
+    parser = subparsers.add_parser(
+        "reproduce",
+        help="the paper's study on one dataset: CSV tables and PNG figures",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("--dataset", default="adult", help=f"one of: {', '.join(DATASETS)} (default adult)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the tables, figures and the run cache")
+    parser.add_argument("--quick", action="store_true", help="the quick profile (Adult: minutes on 2 cores)")
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="processes to train in (default: every core)"
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where each run trains: cpu, cuda, cuda:N or auto (a GPU when present; then use --workers 1)",
+    )
+    parser.set_defaults(handler=_reproduce_command)
+
+
+def _reproduce_command(args: argparse.Namespace) -> int:
+    if args.dataset not in DATASETS:
+        raise ConfigError(f"unknown dataset '{args.dataset}'; choose one of: {', '.join(DATASETS)}")
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    profile = PROFILES["quick" if args.quick else "full"]
+    written = reproduce(args.dataset, args.out, profile, args.workers, args.device)
+    for name, path in written.items():
+        print(f"{name:>12}  {path}")
+    return 0

@@ -1,0 +1,135 @@
+"""`fedfair reproduce` on a tiny profile: the protocol, the cache, and figures that show what the tables say."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedfair.cli import main as cli_main
+from fedfair.research import figures, reproduce
+from fedfair.research.experiment import METHODS, config_from_flags, load_federation
+from fedfair.research.reproduce import (
+    METHOD_LABELS,
+    TABLE_RHO,
+    Point,
+    Profile,
+    Run,
+    Study,
+    read_csv,
+    validation_federation,
+)
+
+pytestmark = pytest.mark.slow
+
+TINY = Profile(
+    name="tiny",
+    rounds=4,
+    seeds=2,
+    rhos=(0.3,),
+    trade_off_rhos=(0.3,),
+    epsilons=(0.1, 1.0),
+    taus=(1, 2),
+    lr_scales=(1.0, 0.5),
+    fedsrcvar_epsilons=(0.05,),
+    fedavg_local_steps=(1,),
+)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    out = tmp_path_factory.mktemp("reproduce")
+    return out, reproduce.reproduce("adult", out, TINY, workers=1)
+
+
+def test_validation_rows_come_from_training_rows_only() -> None:
+    federation = load_federation(config_from_flags(["--dataset", "adult"]))
+    carved = validation_federation(federation, seed=0)
+    for whole, train, held in zip(federation.train, carved.train, carved.test, strict=True):
+        assert train.size + held.size == whole.size
+        assert held.size == round(0.2 * whole.size)
+        rows = {tuple(row) for row in whole.features.numpy().round(6).tolist()}
+        assert {tuple(row) for row in held.features.numpy().round(6).tolist()} <= rows
+
+
+def test_every_file_is_written_and_every_method_is_in_the_tables(study: tuple[Path, dict[str, Path]]) -> None:
+    out, written = study
+    for name, path in written.items():
+        assert path.exists() and path.stat().st_size > 0, name
+    for name in ("rho_png", "epsilon_png", "tau_png", "table_png"):
+        assert written[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    methods = {row["method"] for row in read_csv(written["rho"])}
+    assert methods == {METHOD_LABELS[method] for method in reproduce.FIGURE_METHODS if method in METHODS}
+    taus = {row["method"] for row in read_csv(written["tau"])}
+    assert taus == {"FedSRCVaR tau=1", "FedSRCVaR tau=2", METHOD_LABELS["fedavg"]}
+    assert {float(row["epsilon"]) for row in read_csv(written["epsilon"])} == set(TINY.epsilons)
+    assert all(float(row["rho"]) == TABLE_RHO for row in read_csv(written["table"]))
+
+
+def test_plotted_values_are_the_tables_values(study: tuple[Path, dict[str, Path]]) -> None:
+    _, written = study
+    rows = read_csv(written["rho"])
+    figure = figures.risks_versus_rho(rows, math.log(2), "test")
+    lines = {line.get_gid(): line for axis in figure.axes for line in axis.get_lines() if line.get_gid()}
+    for row in rows:
+        for metric, _ in figures.PANELS:
+            line = lines[f"{metric}:{row['method']}"]
+            x, y = np.asarray(line.get_xdata()), np.asarray(line.get_ydata())
+            assert y[list(x).index(float(row["rho"]))] == float(row[f"{metric}_mean"])
+    assert list(lines["worst_risk:uniform"].get_ydata()) == [math.log(2)] * 2  # the reference line
+    trade = read_csv(written["epsilon"])
+    figure = figures.trade_off(trade, "test")
+    (line,) = [line for line in figure.axes[0].get_lines() if line.get_gid() == "worst_risk:0.3"]
+    ordered = sorted(trade, key=lambda row: float(row["epsilon"]))
+    assert list(line.get_ydata()) == [float(row["worst_risk_mean"]) for row in ordered]
+    assert list(line.get_xdata()) == [float(row["mean_risk_mean"]) for row in ordered]
+
+
+def test_hyperparameters_are_chosen_on_validation_and_each_seed_differs(study: tuple[Path, dict[str, Path]]) -> None:
+    out, _ = study
+    grid = Study("adult", TINY, ("fedsrcvar",))
+    runs = grid.selection_runs("fedsrcvar", 0.3)
+    assert len(runs) == len(TINY.lr_scales) and all(run.split == "validation" for run in runs)
+    results = reproduce.run_all(runs, out / "cache", workers=1, label="cached")  # all cached: nothing trains
+    best = min(results.values(), key=lambda result: result["worst_risk"])
+    point = reproduce.chosen(grid, "fedsrcvar", 0.3, results)
+    assert results[Run((*grid.base("fedsrcvar", 0.3, 0), *point.flags("fedsrcvar", 0.3)), "validation")] == best
+    seeds = [results_of(out, run) for run in grid.test_runs("fedsrcvar", 0.3, point)]
+    assert seeds[0]["worst_risk"] != seeds[1]["worst_risk"]  # two seeds, two splits and initialisations
+
+
+def results_of(out: Path, run: Run) -> dict[str, float]:
+    import json
+
+    return json.loads((out / "cache" / f"{run.key}.json").read_text())
+
+
+def test_an_interrupted_reproduction_resumes_from_its_cache(
+    study: tuple[Path, dict[str, Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out, written = study
+    before = {name: path.read_bytes() for name, path in written.items() if path.suffix == ".csv"}
+
+    def no_training(run: Run) -> dict[str, float]:
+        raise AssertionError(f"{run} trained again although it is cached")
+
+    monkeypatch.setattr(reproduce, "execute", no_training)
+    again = reproduce.reproduce("adult", out, TINY, workers=1)
+    assert {name: again[name].read_bytes() for name in before} == before
+
+
+def test_a_point_says_what_it_tunes() -> None:
+    point = Point(0.5, 0.05, 3)
+    flags = point.flags("fedsrcvar", 0.1)
+    assert flags[flags.index("--epsilon") + 1] == "0.05" and flags[flags.index("--local-steps") + 1] == "3"
+    assert float(flags[flags.index("--lr") + 1]) == pytest.approx(0.5 * 0.5 / ((1 - 0.05) / 0.1 + 0.05), rel=1e-5)
+    assert point.describe() == "step x0.5, epsilon 0.05, 3 local steps"
+
+
+def test_the_command_refuses_what_it_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["reproduce", "--dataset", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown dataset 'nope'" in capsys.readouterr().err
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--workers", "0"]) == 2
+    assert "--workers must be at least 1" in capsys.readouterr().err
