@@ -14,9 +14,22 @@ with the aggregator, so each party's masking, which a deployment runs in paralle
 its own hardware, is serialised here. The secure/plain ratio measured this way is a
 pessimistic one.
 
+Two costs are reported, each as a median over the measured rounds:
+
+- the whole round (``round_seconds``): the aggregator's wall time for the round, with
+  every party contending for these cores;
+- each party's critical path (``party_seconds``): the wall time a collaborator spends
+  handling the round's tasks itself (downloading the model, encoding, each stage's
+  fetch, key agreement, masking, signing and upload until the aggregator's receipt),
+  measured inside its own thread, so the time it waits for the other parties between
+  stages is not in it (the time its RPCs wait for these two cores, which every party's
+  thread and the aggregator share here, is). ``party_seconds`` is the median over parties of each party's
+  median over rounds; ``party_cpu_seconds`` is the same for the thread's CPU time.
+
 Each configuration runs one warm-up round, then `--rounds` measured rounds (2 with
-`--quick`, 5 by default); the median is reported, with `ratio` = secure / plain for
-each (d, n). Output is JSON on stdout and, with `--json PATH`, in that file.
+`--quick`, 5 by default); `ratio_to_plain` (whole round) and `party_ratio_to_plain`
+(critical path) are secure / plain for each (d, n). `--dimensions` and `--parties`
+pick configurations. Output is JSON on stdout and, with `--json PATH`, in that file.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
@@ -41,9 +55,12 @@ from fedfair.core.local import Update
 from fedfair.research.workspace import make_workspace, site_names
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import run_aggregator
+from fedfair.runtime.collaborator import client as collaborator_client
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.plan import load_aggregator_plan
+from fedfair.runtime.collaborator.trainer import LocalData
+from fedfair.runtime.plan import SharedSettings, load_aggregator_plan
+from fedfair.runtime.transport import pb
 
 DIMENSIONS = (10**4, 10**6)
 PARTIES = (3, 10)
@@ -62,17 +79,47 @@ class FixedUpdate:
 
 
 class BenchCollaborator(Collaborator):
-    """A collaborator without data: a fixed update of the plan's size, and trivial evaluation answers."""
+    """A collaborator without data: a fixed update of the plan's size, and trivial evaluation answers.
 
-    def _prepare(self) -> None:
-        self.parameters = self.shared.model.features + 1  # logistic regression: weights and a bias
+    It also times its own share of each round: the wall and CPU time of its thread inside
+    each task's handler (see the module's notes), summed per round.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.busy_seconds: dict[int, float] = {}
+        self.busy_cpu_seconds: dict[int, float] = {}
+
+    def _prepare(self, data: LocalData | None, shared: SharedSettings) -> None:
+        self.parameters = shared.model.features + 1  # logistic regression: weights and a bias
         self.trainer = FixedUpdate(self.parameters, seed=hash(self.config.name) % 2**31)
+
+    def _handle(self, stub: Any, task: pb.Task) -> bool:
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        try:
+            return super()._handle(stub, task)
+        finally:
+            round_number = task.binding.round
+            self.busy_seconds[round_number] = self.busy_seconds.get(round_number, 0.0) + (
+                time.perf_counter() - started
+            )
+            self.busy_cpu_seconds[round_number] = self.busy_cpu_seconds.get(round_number, 0.0) + (
+                time.thread_time() - started_cpu
+            )
 
     def _evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
         from fedfair.fairness import sums
 
         losses = np.linspace(0.1, 2.0, 100)
         return sums.local_answers(losses, np.zeros(losses.size), self.shared.evaluation.thresholds())
+
+
+def party_medians(collaborators: list[BenchCollaborator], rounds: list[int]) -> tuple[float, float, list[float]]:
+    """The median over parties of each party's median critical path over `rounds` (wall, CPU), and
+    every party's median wall time."""
+    walls = [statistics.median(party.busy_seconds.get(r, 0.0) for r in rounds) for party in collaborators]
+    cpus = [statistics.median(party.busy_cpu_seconds.get(r, 0.0) for r in rounds) for party in collaborators]
+    return statistics.median(walls), statistics.median(cpus), walls
 
 
 def run_configuration(dimension: int, parties: int, secure: bool, rounds: int) -> dict[str, Any]:
@@ -92,17 +139,20 @@ def run_configuration(dimension: int, parties: int, secure: bool, rounds: int) -
         plan = load_aggregator_plan(workspace.plan)
         collaborators = [BenchCollaborator(load_collaborator_config(workspace.configs[name])) for name in names]
         threads = [threading.Thread(target=collaborator.run, daemon=True) for collaborator in collaborators]
-        for thread in threads:
-            thread.start()
-        started = time.perf_counter()
-        run_aggregator(plan)
-        total = time.perf_counter() - started
-        for thread in threads:
-            thread.join(60)
+        # No table has d - 1 features: the collaborators skip loading theirs (BenchCollaborator._prepare).
+        with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
+            for thread in threads:
+                thread.start()
+            started = time.perf_counter()
+            run_aggregator(plan)
+            total = time.perf_counter() - started
+            for thread in threads:
+                thread.join(60)
         log = read_round_log(workspace.output)
     if any(record["status"] != "applied" for record in log):
         raise RuntimeError(f"a round failed at d={dimension}, n={parties}: {log}")
     measured = [record["seconds"] for record in log[1:]]
+    party_seconds, party_cpu_seconds, per_party = party_medians(collaborators, [record["round"] for record in log[1:]])
     stages = {
         stage: statistics.median(record["stage_seconds"][stage] for record in log[1:])
         for stage in log[-1]["stage_seconds"]
@@ -113,6 +163,9 @@ def run_configuration(dimension: int, parties: int, secure: bool, rounds: int) -
         "secure": secure,
         "round_seconds": statistics.median(measured),
         "round_seconds_all": measured,
+        "party_seconds": party_seconds,
+        "party_cpu_seconds": party_cpu_seconds,
+        "party_seconds_each": per_party,
         "stage_seconds": stages,
         "aggregator_received_bytes": log[-1]["received_bytes"],
         "run_seconds": total,
@@ -124,12 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 measured rounds per configuration")
     parser.add_argument("--rounds", type=int, default=None, help="measured rounds per configuration (default 5)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--dimensions", type=int, nargs="+", default=list(DIMENSIONS), help="model sizes d")
+    parser.add_argument("--parties", type=int, nargs="+", default=list(PARTIES), help="collaborator counts n")
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 5)
     logging.getLogger("fedfair").setLevel(logging.WARNING)
     results = []
-    for dimension in DIMENSIONS:
-        for parties in PARTIES:
+    for dimension in args.dimensions:
+        for parties in args.parties:
             pair = {}
             for secure in (False, True):
                 result = run_configuration(dimension, parties, secure, rounds)
@@ -137,21 +192,24 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(result)
                 print(
                     f"d={dimension:>8} n={parties:>2} {'secure' if secure else 'plain ':6} "
-                    f"{result['round_seconds']:.3f} s/round",
+                    f"{result['round_seconds']:.3f} s/round, {result['party_seconds']:.3f} s per party",
                     file=sys.stderr,
                     flush=True,
                 )
-            ratio = pair[True]["round_seconds"] / pair[False]["round_seconds"]
-            pair[True]["ratio_to_plain"] = ratio
+            pair[True]["ratio_to_plain"] = pair[True]["round_seconds"] / pair[False]["round_seconds"]
+            pair[True]["party_ratio_to_plain"] = pair[True]["party_seconds"] / pair[False]["party_seconds"]
     summary = {
         "benchmark": "round_bench",
-        "what": "median wall time of a training round excluding local training; collaborators are threads of "
-        "one process with real gRPC over loopback mutual TLS",
+        "what": "median wall time of a training round excluding local training (whole round, and each party's "
+        "own critical path); collaborators are threads of one process with real gRPC over loopback mutual TLS",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor()},
         "measured_rounds": rounds,
         "results": results,
         "ratios": {
-            f"d={result['dimension']},n={result['parties']}": result["ratio_to_plain"]
+            f"d={result['dimension']},n={result['parties']}": {
+                "whole_round": result["ratio_to_plain"],
+                "per_party": result["party_ratio_to_plain"],
+            }
             for result in results
             if result["secure"]
         },

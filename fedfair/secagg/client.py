@@ -38,11 +38,15 @@ of one party. The party makes sure of it against a server that lies:
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError
@@ -151,6 +155,71 @@ def verify_advertisement(
             f"party {advertisement.sender}'s advertised keys do not match its signature (forged or swapped keys)"
         )
     return identity
+
+
+REMEMBERED_CREDENTIALS = 1024
+"""How many verified (name, credential) pairs a :class:`RememberedVerifier` keeps (oldest forgotten first)."""
+
+
+@dataclass(frozen=True)
+class _Trusted:
+    """A credential that verified for a name: its public key and, for a certificate, its validity window."""
+
+    public_key: ec.EllipticCurvePublicKey
+    window: tuple[dt.datetime, dt.datetime] | None
+
+
+class RememberedVerifier:
+    """A :data:`~fedfair.pki.identity.CredentialVerifier` that checks each (name, credential) in full once.
+
+    Every round each party verifies every peer's relayed certificate, and the aggregator every
+    advertiser's: a full check (the CA's path validation, role, pins) costs over a millisecond
+    each, so n parties pay n^2 of them per round for the same certificates. What the wrapped
+    verifier decides is a function of the name and the credential's bytes, except a
+    certificate's validity window: so a pair that passed is remembered, and a later call
+    re-checks only that window (a certificate outside it goes through the full check again,
+    which refuses it). Anything that failed is never remembered.
+    """
+
+    def __init__(
+        self,
+        verify: CredentialVerifier,
+        *,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self._verify = verify
+        self._clock = clock
+        self._trusted: dict[tuple[str, bytes], _Trusted] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
+        with self._lock:
+            trusted = self._trusted.get((name, credential))
+        if trusted is not None and (trusted.window is None or trusted.window[0] <= self._clock() <= trusted.window[1]):
+            return trusted.public_key
+        public_key = self._verify(name, credential)
+        with self._lock:
+            if (name, credential) not in self._trusted and len(self._trusted) >= REMEMBERED_CREDENTIALS:
+                del self._trusted[next(iter(self._trusted))]
+            self._trusted[name, credential] = _Trusted(public_key, _validity_window(credential))
+        return public_key
+
+
+def remembered(verify: CredentialVerifier) -> RememberedVerifier:
+    """`verify`, remembering what it accepted (itself if it already does)."""
+    return verify if isinstance(verify, RememberedVerifier) else RememberedVerifier(verify)
+
+
+def _validity_window(credential: bytes) -> tuple[dt.datetime, dt.datetime] | None:
+    """A certificate credential's validity window; None for a bare public key, which has none."""
+    try:
+        if credential.lstrip().startswith(b"-----BEGIN CERTIFICATE"):
+            certificate = x509.load_pem_x509_certificate(credential)
+        else:
+            certificate = x509.load_der_x509_certificate(credential)
+    except ValueError:
+        return None
+    return certificate.not_valid_before_utc, certificate.not_valid_after_utc
 
 
 class Client:

@@ -7,6 +7,11 @@ upload). The driver opens a stage and waits on the condition until the stage is
 settled or its deadline passes; servicer threads notify it. Nothing sleeps for a
 fixed time.
 
+Two conditions share the one lock, so each change wakes only the threads it concerns:
+the task streams (one thread per peer) wait on tasks, the driver on connections and
+the open stage. With one condition every upload woke every stream thread of the
+federation, n wake-ups per message, which made a stage's fixed cost grow with n^2.
+
 A stage is settled when the protocol says it has what it needs (the optional
 ``ready`` predicate of :meth:`Board.open_stage`), or when no expected peer is still
 owed an answer. A peer is owed nothing once it has
@@ -131,7 +136,11 @@ class Board:
     def __init__(self, plan_digest: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.plan_digest = plan_digest
         self._clock = clock
-        self._changed = threading.Condition()
+        lock = threading.RLock()
+        # The driver's condition: connections, departures and the open stage's answers.
+        self._changed = threading.Condition(lock)
+        # The task streams' condition: published tasks, a new round, the end, a stream that ended.
+        self._tasks_changed = threading.Condition(lock)
         self._streams: dict[str, int] = {}
         self._tasks: dict[str, list[pb.Task]] = {}
         self._generation = 0
@@ -181,6 +190,7 @@ class Board:
                 # lost its round state, so no stage of this round should wait for it.
                 self._departed.add(peer)
             self._changed.notify_all()
+            self._tasks_changed.notify_all()
             return left <= 0
 
     def connected(self) -> frozenset[str]:
@@ -234,7 +244,7 @@ class Board:
             self._start_inputs = {}
             self._departed = set()
             self._generation += 1
-            self._changed.notify_all()
+            self._tasks_changed.notify_all()
 
     def publish(
         self,
@@ -257,7 +267,7 @@ class Board:
                     plan_digest=self.plan_digest,
                 )
                 self._tasks.setdefault(peer, []).append(task)
-            self._changed.notify_all()
+            self._tasks_changed.notify_all()
 
     def finish(self, binding: pb.Binding, payload: bytes = b"") -> None:
         """Tell every stream, now and later, that the federation is over, offering `payload`
@@ -270,13 +280,14 @@ class Board:
                 plan_digest=self.plan_digest,
                 input_size=len(payload),
             )
-            self._changed.notify_all()
+            self._tasks_changed.notify_all()
 
     def close(self) -> None:
         """The server is stopping: wake every waiter so threads can end."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+            self._tasks_changed.notify_all()
 
     @property
     def closed(self) -> bool:
@@ -301,7 +312,7 @@ class Board:
             with self._changed:
                 if generation != self._generation:
                     generation, sent = self._generation, 0
-                self._changed.wait_for(
+                self._tasks_changed.wait_for(
                     partial(self._stream_should_wake, peer, generation, sent, is_active), timeout=TASK_WAIT_SECONDS
                 )
                 if self._closed or not is_active():
@@ -319,8 +330,10 @@ class Board:
                 if final.input_size:
                     # Its peer fetches the final bundle next: the stream stays open until the peer
                     # hangs up, so an aggregator waiting for its collaborators to leave serves that fetch.
-                    with self._changed:
-                        self._changed.wait_for(lambda: self._closed or not is_active(), timeout=FINAL_FETCH_SECONDS)
+                    with self._tasks_changed:
+                        self._tasks_changed.wait_for(
+                            lambda: self._closed or not is_active(), timeout=FINAL_FETCH_SECONDS
+                        )
                 return
 
     def _record_delivery(self, peer: str, position: Position) -> None:

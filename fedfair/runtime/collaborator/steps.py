@@ -42,6 +42,7 @@ from fedfair.runtime.preprocessing import (
 )
 from fedfair.runtime.transport import pb
 from fedfair.secagg import Client, EncodingConfig
+from fedfair.secagg.client import remembered
 from fedfair.secagg.messages import (
     KeyDirectory,
     MaskingSet,
@@ -97,6 +98,11 @@ class Participant:
     """Checks a peer's relayed certificate: against the CA, and against the manifest's pin when there is one."""
     manifest: Manifest | None = None
     """The roster the institutions agreed on out of band; without one the roster is trusted to the CA."""
+
+    def __post_init__(self) -> None:
+        # The same peers' certificates come back every round: each is checked in full once, then by
+        # its validity window (fedfair.secagg.client.RememberedVerifier).
+        object.__setattr__(self, "verify", remembered(self.verify))
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
         """The kind, vector length and encoding this aggregation must have: a training update, the

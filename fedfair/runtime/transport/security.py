@@ -10,7 +10,9 @@ same generic PERMISSION_DENIED as any other refusal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -129,38 +131,92 @@ def secure_channel(
     )
 
 
-def peer_certificate(context: grpc.ServicerContext) -> x509.Certificate | None:
-    """The certificate the caller presented in the TLS handshake, or None."""
+def _peer_pem(context: grpc.ServicerContext) -> bytes | None:
+    """The PEM of the certificate the caller presented in the TLS handshake, or None."""
     # The stubs type each value as bytes; gRPC gives a list of them (one per property value).
     auth = cast(Mapping[str, list[bytes]], context.auth_context())
     if auth.get("transport_security_type") != [b"ssl"]:
         return None
     pems = auth.get("x509_pem_cert") or []
-    if len(pems) != 1:
+    return pems[0] if len(pems) == 1 else None
+
+
+def peer_certificate(context: grpc.ServicerContext) -> x509.Certificate | None:
+    """The certificate the caller presented in the TLS handshake, or None."""
+    pem = _peer_pem(context)
+    if pem is None:
         return None
     try:
-        return x509.load_pem_x509_certificate(pems[0])
+        return x509.load_pem_x509_certificate(pem)
     except ValueError:
         return None
 
 
-class PeerAuthenticator:
-    """Turns a servicer context into a permitted participant name, or a generic refusal."""
+VERIFIED_CERTIFICATES = 1024
+"""How many verified peer certificates a :class:`PeerAuthenticator` remembers (oldest forgotten first)."""
 
-    def __init__(self, ca_certificate: x509.Certificate, allowed_names: Iterable[str], role: str = "collaborator"):
+
+@dataclass(frozen=True)
+class _Verified:
+    """A peer certificate that passed :func:`fedfair.pki.verify_certificate`: its name and validity window."""
+
+    name: str
+    not_before: dt.datetime
+    not_after: dt.datetime
+
+
+class PeerAuthenticator:
+    """Turns a servicer context into a permitted participant name, or a generic refusal.
+
+    Every RPC is identified, and a full certificate check (RFC 5280 path validation, role,
+    key) costs over a millisecond, several times an RPC's own cost. What it checks is a
+    function of the certificate's bytes and the CA alone, except the validity window; so a
+    certificate that passed is remembered by its exact bytes, and each later call re-checks
+    only its window (an expired one is checked in full again, and refused) and the allow-list.
+    """
+
+    def __init__(
+        self,
+        ca_certificate: x509.Certificate,
+        allowed_names: Iterable[str],
+        role: str = "collaborator",
+        *,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ):
         self.ca_certificate = ca_certificate
         self.allowed_names = frozenset(allowed_names)
         self.role = role
+        self._clock = clock
+        self._verified: dict[bytes, _Verified] = {}
+        self._lock = threading.Lock()
 
     def identify(self, context: grpc.ServicerContext) -> str:
         """The caller's name from its certificate; raise Rejected(PERMISSION_DENIED) otherwise."""
-        certificate = peer_certificate(context)
-        if certificate is None:
+        pem = _peer_pem(context)
+        if pem is None:
             raise Rejected(grpc.StatusCode.PERMISSION_DENIED, NOT_PERMITTED)
-        try:
-            name = pki.verify_certificate(certificate, self.ca_certificate, self.role)
-        except ConfigError:
-            raise Rejected(grpc.StatusCode.PERMISSION_DENIED, NOT_PERMITTED) from None
+        name = self._remembered(pem) or self._verify(pem)
         if name not in self.allowed_names:
             raise Rejected(grpc.StatusCode.PERMISSION_DENIED, NOT_PERMITTED)
+        return name
+
+    def _remembered(self, pem: bytes) -> str | None:
+        """The name of a certificate verified before and still within its validity window, else None."""
+        with self._lock:
+            verified = self._verified.get(pem)
+        if verified is None or not verified.not_before <= self._clock() <= verified.not_after:
+            return None
+        return verified.name
+
+    def _verify(self, pem: bytes) -> str:
+        """The full check of a certificate; remember it if it passes."""
+        try:
+            certificate = x509.load_pem_x509_certificate(pem)
+            name = pki.verify_certificate(certificate, self.ca_certificate, self.role, now=self._clock())
+        except (ValueError, ConfigError):
+            raise Rejected(grpc.StatusCode.PERMISSION_DENIED, NOT_PERMITTED) from None
+        with self._lock:
+            if pem not in self._verified and len(self._verified) >= VERIFIED_CERTIFICATES:
+                del self._verified[next(iter(self._verified))]
+            self._verified[pem] = _Verified(name, certificate.not_valid_before_utc, certificate.not_valid_after_utc)
         return name

@@ -298,6 +298,31 @@ def test_a_valid_certificate_not_on_the_allow_list_gets_a_generic_refusal(
     assert task_error.details() == NOT_PERMITTED
 
 
+def test_a_remembered_certificate_is_refused_once_its_validity_window_has_passed(
+    certs: Path, federation: tuple[TestServicer, int], alpha: pb_grpc.FederationStub
+) -> None:
+    """The authenticator checks a certificate in full once, then only its window and the allow-list."""
+    servicer, _ = federation
+    certificate = pki.load_certificate(certs / "federation" / "alpha.crt")
+    now = [dt.datetime.now(dt.UTC)]
+    ca_certificate = pki.load_certificate(certs / "federation" / "ca.crt")
+    remembering = PeerAuthenticator(ca_certificate, ["alpha", "beta"], clock=lambda: now[0])
+    original, servicer.auth = servicer.auth, remembering
+    try:
+        assert alpha.GetPlan(join_request(), timeout=RPC_TIMEOUT).plan_digest == "d"
+        assert servicer.identities[-1] == "alpha"
+        now[0] = certificate.not_valid_after_utc + dt.timedelta(seconds=1)
+        error = refused(lambda: alpha.GetPlan(join_request(), timeout=RPC_TIMEOUT), grpc.StatusCode.PERMISSION_DENIED)
+        assert error.details() == NOT_PERMITTED
+        # Back inside the window (the full check passes again), and the allow-list still applies.
+        now[0] = dt.datetime.now(dt.UTC)
+        assert alpha.GetPlan(join_request(), timeout=RPC_TIMEOUT).plan_digest == "d"
+        servicer.auth = PeerAuthenticator(ca_certificate, ["beta"], clock=lambda: now[0])
+        refused(lambda: alpha.GetPlan(join_request(), timeout=RPC_TIMEOUT), grpc.StatusCode.PERMISSION_DENIED)
+    finally:
+        servicer.auth = original
+
+
 # ---------------------------------------------------------------- a round over the wire
 
 
