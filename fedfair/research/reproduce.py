@@ -217,7 +217,7 @@ def run_all(runs: Iterable[Run], cache_folder: Path, workers: int, label: str) -
             results[run] = json.loads(path.read_text())
         else:
             missing.append(run)
-    with Progress(len(missing), label) as shown:
+    with Progress(len(missing), label, unit="run") as shown:
         done = 0
 
         def keep(run: Run, result: dict[str, Any]) -> None:
