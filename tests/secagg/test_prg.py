@@ -43,13 +43,50 @@ def test_short_keys_are_refused() -> None:
 @pytest.mark.parametrize("size", [1, 1000, prg.BLOCK_BYTES // 4 + 3, 3 * prg.BLOCK_BYTES // 8 + 1])
 def test_apply_masks_adds_and_subtracts_the_streams_modulo_2k(dtype: type, size: int) -> None:
     key_a, key_b = bytes([7]) * 32, bytes([9]) * 32
-    base = np.arange(size, dtype=dtype)
+    base: np.ndarray = np.arange(size, dtype=dtype)
     accumulator = base.copy()
     prg.apply_masks(accumulator, [(key_a, 1), (key_b, -1)])
     expected = base + prg.words(key_a, size, dtype) - prg.words(key_b, size, dtype)
     np.testing.assert_array_equal(accumulator, expected)
     prg.apply_masks(accumulator, [(key_b, 1), (key_a, -1)])
     np.testing.assert_array_equal(accumulator, base)
+
+
+# Mask sets as a party builds them: its self mask (always added) and one pairwise stream per
+# neighbour, added towards larger ids and subtracted towards smaller ones; the last set masks
+# with one key both ways, which must cancel exactly.
+NEIGHBOUR_SETS = {
+    "no masks": [],
+    "self mask only": [(bytes([1]) * 32, 1)],
+    "one neighbour each way": [(bytes([1]) * 32, 1), (bytes([2]) * 32, 1), (bytes([3]) * 32, -1)],
+    "six neighbours": [(bytes([1]) * 32, 1)] + [(bytes([10 + peer]) * 32, (-1) ** peer) for peer in range(6)],
+    "cancelling pair": [(bytes([4]) * 32, 1), (bytes([4]) * 32, -1), (bytes([5]) * 32, -1)],
+}
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+@pytest.mark.parametrize("blocks", [0, 1, 2])
+@pytest.mark.parametrize("neighbours", sorted(NEIGHBOUR_SETS))
+def test_apply_masks_equals_the_sum_of_the_streams_in_exact_integers(dtype: type, blocks: int, neighbours: str) -> None:
+    """The blocked, in-place masking loop against the definition, in unbounded integers.
+
+    Every party and the server must derive bit-identical masks, so the reference takes
+    nothing from apply_masks' blocking or numpy's wraparound: each stream is read whole and
+    summed as Python integers, reduced modulo 2^bits once at the end. Lengths end one word
+    past whole blocks, so every block boundary and the partial last block are covered.
+    """
+    masks = NEIGHBOUR_SETS[neighbours]
+    word_bytes = np.dtype(dtype).itemsize
+    size = blocks * (prg.BLOCK_BYTES // word_bytes) + 1
+    base = np.random.default_rng(blocks).integers(0, np.iinfo(dtype).max, size=size, dtype=dtype, endpoint=True)
+    expected = base.astype(object)
+    for key, sign in masks:
+        stream = prg.keystream(key, size * word_bytes)
+        words = [int.from_bytes(stream[i : i + word_bytes], "little") for i in range(0, len(stream), word_bytes)]
+        expected = expected + sign * np.array(words, dtype=object)
+    accumulator = base.copy()
+    prg.apply_masks(accumulator, masks)
+    assert accumulator.tolist() == (expected % (1 << (8 * word_bytes))).tolist()
 
 
 def test_apply_masks_refuses_unsuitable_accumulators() -> None:
