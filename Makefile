@@ -13,7 +13,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,ray]'
 	touch $(STAMP)
 
 demo: setup
