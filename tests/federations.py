@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 
+import pandas as pd
+
 from fedfair.datasets import load_dataset, partition
+from fedfair.datasets.builtin import ADULT_COLUMNS
+from fedfair.datasets.registry import dataset_info, read_bundled
 from fedfair.research.simulation import Federation, federation_from_arrays
 
 
@@ -16,3 +21,17 @@ def adult_by_race(caps: Sequence[int] | None = None) -> Federation:
     train = [(dataset.x_train[s.train_index[:cap]], dataset.y_train[s.train_index[:cap]]) for s, cap in zip(splits, limits)]
     test = [(dataset.x_test[s.test_index[:cap]], dataset.y_test[s.test_index[:cap]]) for s, cap in zip(splits, limits)]
     return federation_from_arrays([s.name for s in splits], train, test, dataset.num_classes, dataset.image_shape)
+
+
+def adult_raw_table() -> pd.DataFrame:
+    """adult.data as raw text and numbers, as an institution's export of it would read (and the
+    built-in loader reads it): what the schema and bundle tests give institutions as their tables."""
+    info = dataset_info("adult")
+    return pd.read_csv(
+        io.BytesIO(read_bundled(info, info.files[0])),
+        header=None,
+        names=ADULT_COLUMNS,
+        skipinitialspace=True,
+        na_values=["?"],
+        keep_default_na=False,
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import tomllib
@@ -24,7 +23,6 @@ from fedfair.datasets import (
     statistics_vector,
 )
 from fedfair.datasets.builtin import ADULT_COLUMNS
-from fedfair.datasets.registry import dataset_info, read_bundled
 from fedfair.datasets.schema import (
     COORDINATE_BITS,
     MAX_SITE_ROWS,
@@ -43,22 +41,14 @@ from fedfair.datasets.schema import (
 )
 from fedfair.secagg import EncodingConfig
 from fedfair.secagg.encode import Encoder as SecureSumEncoder
+from tests.federations import adult_raw_table
 
 ADULT_FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
 
 
 @pytest.fixture(scope="module")
 def adult_table() -> pd.DataFrame:
-    """adult.data as raw text and numbers, read the way the built-in loader reads it."""
-    info = dataset_info("adult")
-    return pd.read_csv(
-        io.BytesIO(read_bundled(info, info.files[0])),
-        header=None,
-        names=ADULT_COLUMNS,
-        skipinitialspace=True,
-        na_values=["?"],
-        keep_default_na=False,
-    )
+    return adult_raw_table()
 
 
 def adult_sites(table: pd.DataFrame) -> list[pd.DataFrame]:

@@ -16,21 +16,8 @@ import pytest
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
 from fedfair.research import reproduce
-from fedfair.research.reproduce import Profile, Run, Study
-
-TINY = Profile(
-    name="tiny",
-    rounds=4,
-    seeds=2,
-    rhos=(0.3,),
-    trade_off_rhos=(0.3,),
-    epsilons=(0.1, 1.0),
-    taus=(1, 2),
-    lr_scales=(1.0, 0.5),
-    fedsrcvar_epsilons=(0.05,),
-    fedavg_local_steps=(1,),
-)
-"""The profile of tests/research/test_reproduce.py."""
+from fedfair.research.reproduce import Run, Study
+from tests.research.test_reproduce import TINY
 
 
 @pytest.fixture

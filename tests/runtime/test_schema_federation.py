@@ -11,7 +11,6 @@ fourth institution, which took no part, scores its own table with `fedfair predi
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from fedfair.core.data import ClientData
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.builtin import ADULT_COLUMNS
-from fedfair.datasets.registry import dataset_info, read_bundled
 from fedfair.datasets.schema import (
     Column,
     Encoder,
@@ -54,6 +52,7 @@ from fedfair.runtime.plan import (
     shared_settings,
 )
 from fedfair.runtime.preprocessing import model_for
+from tests.federations import adult_raw_table
 from tests.runtime.harness import Processes, plan_sections
 
 NAMES = ["site-a", "site-b", "site-c"]
@@ -61,19 +60,6 @@ FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
 ROUNDS = 5
 
 pytestmark = pytest.mark.slow
-
-
-def adult_table() -> pd.DataFrame:
-    """adult.data as raw text and numbers, as an institution's export of it would read."""
-    info = dataset_info("adult")
-    return pd.read_csv(
-        io.BytesIO(read_bundled(info, info.files[0])),
-        header=None,
-        names=ADULT_COLUMNS,
-        skipinitialspace=True,
-        na_values=["?"],
-        keep_default_na=False,
-    )
 
 
 def institutions(table: pd.DataFrame) -> list[pd.DataFrame]:
@@ -90,7 +76,7 @@ def institutions(table: pd.DataFrame) -> list[pd.DataFrame]:
 def test_three_institutions_own_tables_train_one_model_that_a_fourth_can_use(
     tmp_path: Path, processes: Processes, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    table = adult_table()
+    table = adult_raw_table()
     sites = institutions(table)
     assert "Amer-Indian-Eskimo" not in set(sites[2]["race"]) and "Amer-Indian-Eskimo" in set(sites[0]["race"])
     paths = []
