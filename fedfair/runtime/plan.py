@@ -171,14 +171,20 @@ def shared_settings(plan: AggregatorPlan) -> bytes:
     return _canonical(content)
 
 
-def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") -> SharedSettings:
-    """Parse and re-validate PlanReply.settings on the collaborator's side."""
+def json_object(payload: bytes, source: str) -> dict[str, Any]:
+    """A JSON object the aggregator sent (its plan, its encoder); a ConfigError naming `source` otherwise."""
     try:
         data = json.loads(payload)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise ConfigError(f"{source}: not valid JSON; the aggregator and collaborator versions may differ") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a JSON object; the aggregator and collaborator versions may differ")
+    return data
+
+
+def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") -> SharedSettings:
+    """Parse and re-validate PlanReply.settings on the collaborator's side."""
+    data = json_object(payload, source)
     check_sections(source, data, ("federation", *LEARNING_SECTIONS))
     federation = Table.of(source, data, "federation", ("id", "collaborator_count"))
     count = federation.integer("collaborator_count", low=1)

@@ -30,6 +30,7 @@ from fedfair.datasets.schema import (
     Encoder,
     Schema,
 )
+from fedfair.runtime.plan import json_object
 from fedfair.runtime.settings import ModelSettings
 from fedfair.secagg import EncodingConfig
 
@@ -60,13 +61,7 @@ def read_encoder_payload(payload: bytes, schema: Schema, source: str = "the aggr
     """Parse an encoder sent by the aggregator, refusing one that is not for this plan's schema."""
     if len(payload) > MAX_ENCODER_BYTES:
         raise ConfigError(f"{source}: {len(payload):,} bytes, more than an encoder can be; the aggregator is faulty")
-    try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ConfigError(f"{source}: not valid JSON; the aggregator and collaborator versions may differ") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a JSON object; the aggregator and collaborator versions may differ")
-    encoder = Encoder.from_mapping(data, source)
+    encoder = Encoder.from_mapping(json_object(payload, source), source)
     if encoder.schema != schema:
         raise ConfigError(
             f"{source} is for another schema than the plan's [schema]; the aggregator is faulty or runs another plan"
