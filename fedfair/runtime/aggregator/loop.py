@@ -236,7 +236,7 @@ class RoundLoop:
         self.evaluation = None if checkpoint is None else checkpoint.evaluation
         self.records = read_round_log(self.output)
         """Every round's record so far: the model bundle's metrics and provenance."""
-        self.excluded = excluded_in(read_round_log(self.output))
+        self.excluded = excluded_in(self.records)
         """Collaborators left out of every later round, with why (rebuilt from the round log on resume,
         less those an operator re-admitted with ``--readmit``)."""
 
