@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig
-from fedfair.core.data import client_batch_sizes, client_seed
+from fedfair.core.data import ClientData, client_batch_sizes, client_seed
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import BatchSampler, LocalLearner, Update
@@ -73,12 +73,47 @@ def _reweighted(updates: Sequence[Update], weights: np.ndarray) -> server.Aggreg
     )
 
 
-def _client_losses(learners: Sequence[LocalLearner], federation: Federation, theta: torch.Tensor) -> np.ndarray:
-    """Each collaborator's mean training loss at theta_t, computed on its own data."""
+class LossRows:
+    """Which of a collaborator's training rows a round's loss evaluation reads.
+
+    AFL, q-FedAvg and FedMinMax need losses at theta_t every round: exactly, one forward
+    pass over all n_k rows (`rows` = 0, as the methods are published), which on a large
+    federation costs more than the training steps themselves. With `rows` = m > 0 each
+    round reads a fresh seeded draw of min(m, n_k) rows without replacement instead: an
+    unbiased estimate of the mean loss (and, reweighted by n_k / m, of loss sums), the
+    stochastic form these methods' analyses allow.
+    """
+
+    def __init__(self, sizes: Sequence[int], rows: int, seed: int) -> None:
+        if rows < 0:
+            raise ConfigError(f"--loss-rows must be 0 (every row) or a positive row count, got {rows}; e.g. --loss-rows 8192")
+        self.sizes = list(sizes)
+        self.rows = rows
+        self._generator = np.random.default_rng([seed, 0x4C4F5353])  # its own stream: batches stay as they were
+
+    def draw(self) -> list[np.ndarray | None]:
+        """This round's row indices per collaborator (None: all its rows)."""
+        return [
+            None if self.rows == 0 or self.rows >= size else np.sort(self._generator.choice(size, self.rows, replace=False))
+            for size in self.sizes
+        ]
+
+
+def _rows_of(client: ClientData, index: np.ndarray | None) -> ClientData:
+    if index is None:
+        return client
+    chosen = torch.from_numpy(index)
+    return ClientData(client.name, client.features[chosen], client.labels[chosen])
+
+
+def _client_losses(
+    learners: Sequence[LocalLearner], federation: Federation, theta: torch.Tensor, rows: Sequence[np.ndarray | None]
+) -> np.ndarray:
+    """Each collaborator's mean training loss at theta_t, computed on its own data (`rows` of it)."""
     losses = np.array(
         [
-            evaluate(learner.model, theta, client).losses.mean()
-            for learner, client in zip(learners, federation.train, strict=True)
+            evaluate(learner.model, theta, _rows_of(client, index)).losses.mean()
+            for learner, client, index in zip(learners, federation.train, rows, strict=True)
         ]
     )
     if not np.isfinite(losses).all():
@@ -93,6 +128,7 @@ def _run_combined(
     *,
     steps: Sequence[int] | None = None,
     needs_losses: bool = False,
+    loss_rows: int = 0,
     describe: Callable[[], dict[str, float]] | None = None,
     on_round: RoundCallback | None = None,
     rebuild: Callable[[list[LocalLearner]], list[LocalLearner]] | None = None,
@@ -105,10 +141,13 @@ def _run_combined(
     the plain learners into the method's own (a different local objective on the
     same data, seeds and batch sizes, so the batches drawn are the plain ones);
     `before_round(theta_t)` runs at the start of every round, before any local step.
+    With `needs_losses`, `combine` gets each collaborator's mean loss at theta_t, read
+    from `loss_rows` rows of it (`LossRows`; 0: all).
     """
     template, learners = simulation.make_learners(federation, training, None)
     if rebuild is not None:
         learners = rebuild(learners)
+    sampled = LossRows([client.size for client in federation.train], loss_rows, training.seed)
     counts = list(steps) if steps is not None else [training.local.local_steps] * len(learners)
     state = server.init(flat_parameters(template), bound=0.0)
     pooled = simulation.history_sample(federation) if training.record_every else None
@@ -116,7 +155,7 @@ def _run_combined(
     for _ in range(training.rounds):
         if before_round is not None:
             before_round(state.theta)
-        losses = _client_losses(learners, federation, state.theta) if needs_losses else np.empty(0)
+        losses = _client_losses(learners, federation, state.theta, sampled.draw()) if needs_losses else np.empty(0)
         updates = []
         for learner, count in zip(learners, counts, strict=True):
             learner.begin(state.theta, 0.0)
@@ -177,6 +216,7 @@ def run_afl(
     training: TrainingConfig,
     *,
     mixture_lr: float,
+    loss_rows: int = 0,
     on_round: RoundCallback | None = None,
 ) -> AFLResult:
     """Agnostic Federated Learning (Mohri et al. 2019): min over theta, max over client mixtures lambda.
@@ -190,7 +230,8 @@ def run_afl(
     (a descent step on the lambda-weighted loss) and lambda by projected gradient
     ascent, lambda <- proj_simplex(lambda + mixture_lr * F). lambda starts uniform;
     the output is the average iterate, as for the other methods. Computing F_k
-    costs each collaborator one forward pass over its training data per round.
+    costs each collaborator one forward pass over its training data per round
+    (over `loss_rows` of them when positive: `LossRows`).
     History records carry lambda as `lambda_0`, `lambda_1`, ...
     """
     if not mixture_lr > 0.0 or not math.isfinite(mixture_lr):
@@ -206,7 +247,9 @@ def run_afl(
     def describe() -> dict[str, float]:
         return {f"lambda_{index}": float(weight) for index, weight in enumerate(mixture)}
 
-    result = _run_combined(federation, training, combine, needs_losses=True, describe=describe, on_round=on_round)
+    result = _run_combined(
+        federation, training, combine, needs_losses=True, loss_rows=loss_rows, describe=describe, on_round=on_round
+    )
     return AFLResult(state=result.state, model=result.model, history=result.history, mixture=mixture)
 
 
@@ -215,6 +258,7 @@ def run_qfedavg(
     training: TrainingConfig,
     *,
     q: float,
+    loss_rows: int = 0,
     on_round: RoundCallback | None = None,
 ) -> SimulationResult:
     """q-FedAvg (Li et al. 2020), the solver of q-FFL: min over theta of sum_k F_k^(q+1) / (q+1).
@@ -228,6 +272,7 @@ def run_qfedavg(
     sets theta_{t+1} = theta_t - sum_k F_k^q Delta_k / sum_k h_k. Larger q weighs
     high-loss collaborators more. q = 0 gives h_k = L, so theta_{t+1} is the
     unweighted mean of the collaborators' models: FedAvg with equal weights.
+    F_k is read from `loss_rows` of k's rows when positive (`LossRows`).
     """
     if not q >= 0.0 or not math.isfinite(q):
         raise ConfigError(f"q must be a number >= 0, got {q}; 0 is FedAvg with equal client weights, e.g. --q 1")
@@ -246,7 +291,7 @@ def run_qfedavg(
         aggregate = _reweighted(updates, lipschitz * powered)
         return replace(aggregate, total_weight=float((curvature + lipschitz * powered).sum()))
 
-    return _run_combined(federation, training, combine, needs_losses=True, on_round=on_round)
+    return _run_combined(federation, training, combine, needs_losses=True, loss_rows=loss_rows, on_round=on_round)
 
 
 def _pooled(federation: Federation) -> Federation:
@@ -579,6 +624,7 @@ def run_fedminmax(
     training: TrainingConfig,
     *,
     adversary_lr: float,
+    loss_rows: int = 0,
     on_round: RoundCallback | None = None,
 ) -> FedMinMaxResult:
     """FedMinMax (Papadaki et al. 2022): min over theta, max over group weights mu of sum_a mu_a R_a(theta).
@@ -596,6 +642,8 @@ def run_fedminmax(
     moves mu by projected ascent, mu <- proj_simplex(mu + adversary_lr * R).
     mu starts at p, where every weight is 1: the first round is FedAvg's, and with
     a single group every round is. History records carry mu as `mu_0`, `mu_1`, ...
+    With `loss_rows` > 0 each collaborator sums losses over a fresh draw of that many
+    rows, scaled by n_k / rows: unbiased estimates of the group loss sums (`LossRows`).
     """
     _check_step(adversary_lr, "--adversary-lr")
     groups = len(federation.group_names)
@@ -606,6 +654,7 @@ def run_fedminmax(
     mixture = shares.copy()
     risks = np.zeros(groups)
     learner_box: list[WeightedLearner] = []
+    sampled = LossRows([client.size for client in federation.train], loss_rows, training.seed)
 
     def rebuild(learners: list[LocalLearner]) -> list[LocalLearner]:
         learner_box.extend(_weighted(learners, training))
@@ -614,8 +663,14 @@ def run_fedminmax(
     def group_risks(theta: torch.Tensor) -> None:
         nonlocal risks
         sums = np.zeros(groups)
-        for learner, client, column in zip(learner_box, federation.train, federation.train_groups, strict=True):
-            sums += np.bincount(column, weights=evaluate(learner.model, theta, client).losses, minlength=groups)
+        for learner, client, column, index in zip(
+            learner_box, federation.train, federation.train_groups, sampled.draw(), strict=True
+        ):
+            losses = evaluate(learner.model, theta, _rows_of(client, index)).losses
+            if index is None:
+                sums += np.bincount(column, weights=losses, minlength=groups)
+            else:
+                sums += np.bincount(column[index], weights=losses, minlength=groups) * (client.size / index.size)
         if not np.isfinite(sums).all():
             raise server.AggregateError("a group's loss is NaN or Inf; the model diverged, lower --lr")
         risks = sums / np.maximum(counts, 1)

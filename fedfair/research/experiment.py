@@ -50,6 +50,9 @@ METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "fedminmax", "central-erm", 
 RHO_FREE_METHODS = ("fedavg", "afl", "qfedavg", "fedminmax", "central-erm")
 """Methods whose objective has no rho or epsilon: their step size is --baseline-lr, not one scaled by them."""
 
+LOSS_METHODS = ("afl", "qfedavg", "fedminmax")
+"""Methods whose server needs losses at theta_t every round (`--loss-rows` bounds what they read)."""
+
 DEFAULT_BASELINE_LR = 0.5
 """The rho-free methods' default step size: `default_step_size` at epsilon = 1 (plain ERM), for any rho."""
 
@@ -76,12 +79,20 @@ class ExperimentConfig:
     local_epochs: int | None = None
     adversary_lr: float = 0.1
     groups: str | None = None
+    loss_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"unknown method '{self.method}'; choose one of: {', '.join(METHODS)}")
         if self.local_epochs is not None and self.method != "fedavg":
             raise ConfigError(f"--local-epochs sets FedAvg's local passes; drop it for --method {self.method}")
+        if self.loss_rows < 0:
+            raise ConfigError(f"--loss-rows must be 0 (every row) or a positive row count, got {self.loss_rows}")
+        if self.loss_rows and self.method not in LOSS_METHODS:
+            raise ConfigError(
+                f"--loss-rows sets how many rows {', '.join(LOSS_METHODS)} read for their per-round losses; "
+                f"drop it for --method {self.method}"
+            )
         if self.groups is not None and self.method != "fedminmax":
             raise ConfigError(f"--groups names FedMinMax's sensitive column; drop it for --method {self.method}")
         if self.features is not None and self.data is None:
@@ -227,6 +238,13 @@ def _add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
         help="bpf and fedminmax: step size of the ascent on the adversary's sample or group weights (default 0.1)",
     )
     baseline.add_argument(
+        "--loss-rows",
+        type=int,
+        default=0,
+        help=f"{', '.join(LOSS_METHODS)}: read each round's losses at theta_t from a fresh draw of this many "
+        "rows per collaborator instead of all of them (default 0: all rows, as published)",
+    )
+    baseline.add_argument(
         "--groups",
         default=None,
         help="fedminmax: the sensitive column whose groups it protects (default: the --partition column)",
@@ -313,6 +331,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         local_epochs=args.local_epochs,
         adversary_lr=args.adversary_lr,
         groups=args.groups,
+        loss_rows=args.loss_rows,
     )
 
 
@@ -411,16 +430,22 @@ def run_method(
             federation, training, local_epochs=config.local_epochs, on_round=on_round, privacy=config.privacy
         )
     elif config.method == "afl":
-        result = baselines.run_afl(federation, training, mixture_lr=config.afl_mixture_lr, on_round=on_round)
+        result = baselines.run_afl(
+            federation, training, mixture_lr=config.afl_mixture_lr, loss_rows=config.loss_rows, on_round=on_round
+        )
     elif config.method == "qfedavg":
-        result = baselines.run_qfedavg(federation, training, q=config.qfedavg_q, on_round=on_round)
+        result = baselines.run_qfedavg(
+            federation, training, q=config.qfedavg_q, loss_rows=config.loss_rows, on_round=on_round
+        )
     elif config.method == "fedminmax":
         if not isinstance(federation, baselines.GroupedFederation):
             raise ConfigError(
                 "FedMinMax needs every training sample's sensitive group: build the federation with "
                 "load_federation(config) for --method fedminmax, or attach them with baselines.with_groups"
             )
-        result = baselines.run_fedminmax(federation, training, adversary_lr=config.adversary_lr, on_round=on_round)
+        result = baselines.run_fedminmax(
+            federation, training, adversary_lr=config.adversary_lr, loss_rows=config.loss_rows, on_round=on_round
+        )
     elif config.method == "central-erm":
         result = baselines.run_central_erm(federation, training, on_round=on_round)
     elif config.method == "bpf":

@@ -47,6 +47,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.datasets import DATASETS
 from fedfair.research import baselines
 from fedfair.research.experiment import (
+    LOSS_METHODS,
     METHODS,
     ExperimentConfig,
     config_from_flags,
@@ -89,6 +90,8 @@ FIGURE_METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "bpf", "dro", "centra
 TABLE_METHODS = ("fedminmax", "fedsrcvar", "fedavg")
 RCVAR_METHODS = ("fedsrcvar", "central-cvar")
 """Methods whose default step follows the objective's curvature (epsilon and rho)."""
+ADVERSARY_METHODS = ("bpf", "fedminmax")
+"""Methods with an adversary whose step (`--adversary-lr`) the protocol chooses too."""
 DEFAULT_EPSILON = 0.05
 """FedSRCVaR's epsilon where a figure does not vary it (the paper's tau figure and table use 0.05)."""
 METRICS = ("worst_risk", "mean_risk", "disparity", "accuracy")
@@ -112,6 +115,14 @@ class Profile:
     """FedSRCVaR's epsilon near 0 in Figure 2, chosen on validation as the paper does."""
     fedavg_local_steps: tuple[int, ...]
     model: str = "logreg"
+    adversary_lrs: tuple[float, ...] = (0.1,)
+    """BPF's and FedMinMax's adversary step sizes (`--adversary-lr`), tried with every step multiple."""
+    method_lr_scales: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    """Step multiples of a method that needs its own (the chi-square DRO's dual gradient grows with
+    the losses, so it wants smaller steps than the others); the rest try `lr_scales`."""
+
+    def scales(self, method: str) -> tuple[float, ...]:
+        return dict(self.method_lr_scales).get(method, self.lr_scales)
 
 
 PROFILES = {
@@ -126,6 +137,8 @@ PROFILES = {
         lr_scales=(1.0, 0.25),
         fedsrcvar_epsilons=(0.01, 0.05),
         fedavg_local_steps=(1, 3),
+        adversary_lrs=(0.1, 1.0, 10.0),
+        method_lr_scales=(("dro", (0.25, 0.05)),),
     ),
     "full": Profile(
         name="full",
@@ -139,6 +152,8 @@ PROFILES = {
         fedsrcvar_epsilons=(0.001, 0.005, 0.01, 0.05),
         fedavg_local_steps=(3, 8, 15),
         model="mlp",
+        adversary_lrs=(0.1, 1.0, 10.0),
+        method_lr_scales=(("dro", (0.5, 0.1, 0.05, 0.01)),),
     ),
     "table": Profile(
         name="table",
@@ -152,6 +167,8 @@ PROFILES = {
         fedsrcvar_epsilons=(DEFAULT_EPSILON,),
         fedavg_local_steps=(1, 3),
         model="mlp",
+        adversary_lrs=(0.1, 1.0, 10.0),
+        method_lr_scales=(("dro", (0.25, 0.05, 0.01)),),
     ),
 }
 """quick: every figure on Adult in minutes; full: the paper's grids; table: only the comparison at
@@ -321,24 +338,30 @@ class Study:
     profile: Profile
     methods: tuple[str, ...]
     device: str = "cpu"
+    loss_rows: int = 0
+    """`--loss-rows` of the methods that read losses every round (0: all rows)."""
 
     def base(self, method: str, rho: float, seed: int) -> list[str]:
         p = self.profile
         flags = ["--dataset", self.dataset, "--model", p.model, "--method", method, "--rho", f"{rho:g}"]
         # The device is not part of a run's identity unless it is asked for: a CPU cache stays valid.
         device = [] if self.device == "cpu" else ["--device", self.device]
-        return [*flags, "--rounds", str(p.rounds), "--seed", str(seed), *device]
+        # Likewise the loss rows: a run that reads every row keeps the key it always had.
+        rows = ["--loss-rows", str(self.loss_rows)] if self.loss_rows and method in LOSS_METHODS else []
+        return [*flags, "--rounds", str(p.rounds), "--seed", str(seed), *device, *rows]
 
     def grid(self, method: str, rho: float) -> list[Point]:
         """The hyperparameter points of `method` at `rho`."""
         p = self.profile
         epsilons = p.fedsrcvar_epsilons if method == "fedsrcvar" else (None,)
         steps = p.fedavg_local_steps if method == "fedavg" else (1,)
+        adversaries = p.adversary_lrs if method in ADVERSARY_METHODS else (None,)
         return [
-            Point(scale, epsilon, local_steps)
+            Point(scale, epsilon, local_steps, adversary)
             for epsilon in epsilons
             for local_steps in steps
-            for scale in p.lr_scales
+            for adversary in adversaries
+            for scale in p.scales(method)
         ]
 
     def selection_runs(self, method: str, rho: float) -> list[Run]:
@@ -357,6 +380,7 @@ class Point:
     scale: float
     epsilon: float | None = None
     local_steps: int = 1
+    adversary_lr: float | None = None
 
     def flags(self, method: str, rho: float) -> tuple[str, ...]:
         """The `fedfair simulate` flags of this point. The default step of the RCVaR methods is
@@ -369,6 +393,8 @@ class Point:
         flags = ["--lr", f"{lr:.6g}", "--threshold-lr", f"{lr:.6g}", "--local-steps", str(self.local_steps)]
         if self.epsilon is not None:
             flags += ["--epsilon", f"{self.epsilon:g}"]
+        if self.adversary_lr is not None:
+            flags += ["--adversary-lr", f"{self.adversary_lr:g}"]
         return tuple(flags)
 
     def describe(self) -> str:
@@ -377,6 +403,8 @@ class Point:
             parts.append(f"epsilon {self.epsilon:g}")
         if self.local_steps != 1:
             parts.append(f"{self.local_steps} local steps")
+        if self.adversary_lr is not None:
+            parts.append(f"adversary step {self.adversary_lr:g}")
         return ", ".join(parts)
 
 
@@ -398,15 +426,22 @@ def summary(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def reproduce(
-    dataset: str, out: Path, profile: Profile, workers: int, device: str = "cpu", on_ray: bool = False
+    dataset: str,
+    out: Path,
+    profile: Profile,
+    workers: int,
+    device: str = "cpu",
+    on_ray: bool = False,
+    loss_rows: int = 0,
 ) -> dict[str, Path]:
     """Run the study (cached), write its CSV tables and PNG figures under `out`; return their paths.
-    With `on_ray` the runs go to the connected Ray cluster (:func:`run_all`)."""
+    With `on_ray` the runs go to the connected Ray cluster (:func:`run_all`); `loss_rows` bounds
+    the rows AFL, q-FedAvg and FedMinMax read for their per-round losses (0: all)."""
     available = tuple(method for method in FIGURE_METHODS if method in METHODS)
     missing = [METHOD_LABELS[method] for method in FIGURE_METHODS if method not in METHODS]
     if missing:
         print(f"fedfair reproduce: this build lacks {', '.join(missing)}; the figures leave them out")
-    study = Study(dataset, profile, available, device)
+    study = Study(dataset, profile, available, device, loss_rows)
     cache_folder = out / "cache"
 
     # 1. Choose every method's hyperparameters on validation rows, for every rho.
@@ -524,6 +559,14 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "joins an existing cluster (every node needs fedfair and the data), 'local' starts a private "
         f"instance on this machine; --workers is then unused. Needs Ray: {RAY_INSTALL_HINT}",
     )
+    parser.add_argument(
+        "--loss-rows",
+        type=int,
+        default=0,
+        help="AFL, q-FedAvg and FedMinMax read each round's losses from this many rows per collaborator "
+        "(default 0: every row, as published; e.g. 8192 on Census-Income, where the exact losses cost more "
+        "than the training)",
+    )
     parser.set_defaults(handler=_reproduce_command)
 
 
@@ -532,12 +575,16 @@ def _reproduce_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown dataset '{args.dataset}'; choose one of: {', '.join(DATASETS)}")
     if args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    if args.loss_rows < 0:
+        raise ConfigError(f"--loss-rows must be 0 (every row) or a positive row count, got {args.loss_rows}")
     profile = PROFILES["quick" if args.quick else args.profile]
     if args.ray is None:
-        written = reproduce(args.dataset, args.out, profile, args.workers, args.device)
+        written = reproduce(args.dataset, args.out, profile, args.workers, args.device, loss_rows=args.loss_rows)
     else:
         with ray_connection(args.ray):
-            written = reproduce(args.dataset, args.out, profile, args.workers, args.device, on_ray=True)
+            written = reproduce(
+                args.dataset, args.out, profile, args.workers, args.device, on_ray=True, loss_rows=args.loss_rows
+            )
     for name, path in written.items():
         print(f"{name:>12}  {path}")
     return 0
