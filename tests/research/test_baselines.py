@@ -32,6 +32,7 @@ from fedfair.research.baselines import (
     ChiSquareDROLearner,
     FedMinMaxResult,
     GroupedFederation,
+    LossRows,
     bpf_adversary_step,
     bpf_ratio_bounds,
     chi_square_constant,
@@ -213,6 +214,46 @@ def test_afl_moves_the_model_by_the_mixture_of_client_updates() -> None:
     expected = sum(update.delta.double() for update in updates) / 3.0
     state = run_afl(federation, config, mixture_lr=1.0).state
     assert float((state.theta - expected).abs().max()) <= 1e-12
+
+
+def test_loss_rows_draw_fresh_seeded_subsets_and_read_small_clients_whole() -> None:
+    assert LossRows([10, 50], 0, seed=1).draw() == [None, None]
+    rows = LossRows([10, 50], 20, seed=1)
+    first, second = rows.draw(), rows.draw()
+    assert first[0] is None and second[0] is None  # 20 rows cover a 10-row client: it reads them all
+    for index in (first[1], second[1]):
+        assert index is not None and index.size == 20 and len(set(index.tolist())) == 20
+        assert index.min() >= 0 and index.max() < 50 and (np.diff(index) > 0).all()
+    assert not np.array_equal(first[1], second[1])  # a fresh draw every round
+    again = LossRows([10, 50], 20, seed=1).draw()
+    assert np.array_equal(again[1], first[1])  # and the same draws for the same seed
+    with pytest.raises(ConfigError, match="--loss-rows"):
+        LossRows([10], -1, seed=0)
+
+
+def test_afl_with_loss_rows_covering_every_client_is_exact_afl() -> None:
+    federation = synthetic_federation((30, 20, 11), num_classes=2)
+    config = training(rounds=5)
+    exact = run_afl(federation, config, mixture_lr=0.5)
+    covered = run_afl(federation, config, mixture_lr=0.5, loss_rows=30)
+    assert torch.equal(exact.state.theta, covered.state.theta) and np.array_equal(exact.mixture, covered.mixture)
+
+
+def test_afl_with_loss_rows_ascends_on_the_sampled_mean_losses() -> None:
+    federation = synthetic_federation((30, 20, 11), num_classes=2)
+    config = training(rounds=2)
+    thetas, _ = trajectory(run_afl, federation, config, mixture_lr=0.5, loss_rows=8)
+    result = run_afl(federation, config, mixture_lr=0.5, loss_rows=8)
+    draws = LossRows([30, 20, 11], 8, seed=config.seed)
+    mixture = np.full(3, 1.0 / 3.0)
+    for theta in (torch.zeros_like(thetas[0]), thetas[0]):  # the pairs rounds 1 and 2 start from
+        losses = [
+            evaluate(result.model, theta, client).losses[index].mean()
+            for client, index in zip(federation.train, draws.draw(), strict=True)
+        ]
+        mixture = project_onto_simplex(mixture + 0.5 * np.array(losses))
+    assert np.allclose(result.mixture, mixture, atol=1e-12)
+    assert not np.allclose(result.mixture, run_afl(federation, config, mixture_lr=0.5).mixture, atol=1e-6)
 
 
 # q-FedAvg
@@ -525,6 +566,25 @@ def test_fedminmax_weights_ascend_on_group_risks_within_the_simplex() -> None:
     worse = int(np.argmax(risks))
     assert mixtures[2][worse] > mixtures[1][worse]
     assert np.allclose(result.group_weights, mixtures[-1])
+
+
+def test_fedminmax_with_loss_rows_ascends_on_reweighted_sampled_group_risks() -> None:
+    federation = small_adult_by_sex()
+    config = training(rounds=2, batch_size=64)
+    thetas, _ = trajectory(run_fedminmax, federation, config, adversary_lr=0.5, loss_rows=100)
+    result = run_fedminmax(federation, config, adversary_lr=0.5, loss_rows=100)
+    counts = sum(np.bincount(column, minlength=2) for column in federation.train_groups)
+    draws = LossRows([client.size for client in federation.train], 100, seed=config.seed)
+    mixture = counts / counts.sum()
+    for theta in (torch.zeros_like(thetas[0]), thetas[0]):
+        sums = np.zeros(2)
+        for client, column, index in zip(federation.train, federation.train_groups, draws.draw(), strict=True):
+            assert index is not None  # every client of this federation has more than 100 rows
+            losses = evaluate(result.model, theta, client).losses[index]
+            # Each sampled row stands for n_k / 100 rows of its client: unbiased estimates of the group sums.
+            sums += np.bincount(column[index], weights=losses, minlength=2) * client.size / 100
+        mixture = project_onto_simplex(mixture + 0.5 * sums / counts)
+    assert np.allclose(result.group_weights, mixture, atol=1e-12)
 
 
 def test_grouped_federation_needs_one_group_per_training_sample() -> None:

@@ -128,8 +128,30 @@ def test_a_point_says_what_it_tunes() -> None:
     assert point.describe() == "step x0.5, epsilon 0.05, 3 local steps"
 
 
+def test_adversaries_and_dro_get_their_own_grids_and_only_loss_methods_get_loss_rows() -> None:
+    profile = Profile(
+        **{**TINY.__dict__, "adversary_lrs": (0.1, 10.0), "method_lr_scales": (("dro", (0.05,)),)}
+    )
+    grid = Study("adult", profile, ("bpf", "dro", "afl", "fedsrcvar"), loss_rows=512)
+    bpf = grid.selection_runs("bpf", 0.3)
+    steps = {run.flags[run.flags.index("--adversary-lr") + 1] for run in bpf}
+    assert len(bpf) == len(TINY.lr_scales) * 2 and steps == {"0.1", "10"}
+    (dro,) = grid.selection_runs("dro", 0.3)
+    assert "--adversary-lr" not in dro.flags and float(dro.flags[dro.flags.index("--lr") + 1]) == 0.05 * 0.5
+    assert all("--adversary-lr" not in run.flags for run in grid.selection_runs("fedsrcvar", 0.3))
+    afl = grid.selection_runs("afl", 0.3)[0].flags
+    assert afl[afl.index("--loss-rows") + 1] == "512"
+    assert "--loss-rows" not in grid.selection_runs("fedsrcvar", 0.3)[0].flags
+    # Every run's flags are ones `fedfair simulate` accepts.
+    for run in (*bpf, dro, *grid.selection_runs("afl", 0.3)):
+        config_from_flags(run.flags)
+    assert Point(1.0, adversary_lr=10.0).describe() == "step x1, adversary step 10"
+
+
 def test_the_command_refuses_what_it_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["reproduce", "--dataset", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown dataset 'nope'" in capsys.readouterr().err
     assert cli_main(["reproduce", "--out", str(tmp_path), "--workers", "0"]) == 2
     assert "--workers must be at least 1" in capsys.readouterr().err
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--loss-rows", "-1"]) == 2
+    assert "--loss-rows must be 0 (every row) or a positive row count" in capsys.readouterr().err
