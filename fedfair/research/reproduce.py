@@ -218,6 +218,7 @@ def _federation(flags: tuple[str, ...], split: str) -> Federation:
     data = dataclasses.replace(
         config,
         method="fedminmax" if config.method == "fedminmax" else "fedavg",  # only FedMinMax's carries groups
+        loss_rows=0,
         objective=ObjectiveConfig(),
         training=TrainingConfig(seed=config.training.seed),
     )

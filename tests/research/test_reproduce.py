@@ -142,9 +142,10 @@ def test_adversaries_and_dro_get_their_own_grids_and_only_loss_methods_get_loss_
     afl = grid.selection_runs("afl", 0.3)[0].flags
     assert afl[afl.index("--loss-rows") + 1] == "512"
     assert "--loss-rows" not in grid.selection_runs("fedsrcvar", 0.3)[0].flags
-    # Every run's flags are ones `fedfair simulate` accepts.
+    # Every run's flags are ones `fedfair simulate` accepts, and each run's data loads.
     for run in (*bpf, dro, *grid.selection_runs("afl", 0.3)):
         config_from_flags(run.flags)
+    assert reproduce._federation(grid.selection_runs("afl", 0.3)[0].flags, "validation").train
     assert Point(1.0, adversary_lr=10.0).describe() == "step x1, adversary step 10"
 
 
