@@ -18,6 +18,9 @@ SMOOTH_FUNCTIONS = ("softrelu", "quadratic", "zang")
 MODEL_NAMES = ("logreg", "mlp", "cnn")
 """Names of the built-in models (fedfair.core.models builds them)."""
 
+DRIFT_CORRECTIONS = ("none", "scaffold")
+"""How local steps are kept from drifting toward each collaborator's own optimum (LocalConfig.drift_correction)."""
+
 
 def check_smooth_plus(name: str, gamma: float) -> None:
     """Refuse an unknown smooth plus function and a smoothing width gamma that is not positive."""
@@ -64,6 +67,14 @@ class LocalConfig:
     at an infeasible c: under DP-SGD, where each step adds Gaussian noise to c of
     standard deviation threshold_lr * sigma * C / b_k, with a large `threshold_lr`,
     or with many local steps. Projection is post-processing, so it costs no privacy.
+
+    `drift_correction` "scaffold" adds SCAFFOLD's control variates (Karimireddy et al.
+    2020, option II) for theta and c alike: each local step is corrected by the
+    difference between the federation's and the collaborator's estimate of the
+    gradient, so tau > 1 local steps no longer pull theta toward the collaborator's
+    own optimum and c toward its own (1 - rho)-quantile. Each collaborator then sends
+    twice as many numbers per round (its control variate's change beside its update),
+    still as one secure sum. "none" is Algorithm 1 as written.
     """
 
     local_steps: int = 1
@@ -71,6 +82,7 @@ class LocalConfig:
     threshold_lr: float = 0.1
     reuse_batch: bool = False
     project_locally: bool = False
+    drift_correction: str = "none"
 
     def __post_init__(self) -> None:
         if self.local_steps < 1:
@@ -78,3 +90,14 @@ class LocalConfig:
         for name, value in (("lr", self.lr), ("threshold_lr", self.threshold_lr)):
             if not value > 0.0 or not math.isfinite(value):
                 raise ConfigError(f"{name} must be a positive number, got {value}; e.g. --{name.replace('_', '-')} 0.1")
+        if self.drift_correction not in DRIFT_CORRECTIONS:
+            choices = ", ".join(DRIFT_CORRECTIONS)
+            raise ConfigError(
+                f"unknown drift correction '{self.drift_correction}'; choose one of: {choices} "
+                "(e.g. --drift-correction scaffold)"
+            )
+
+    @property
+    def corrects_drift(self) -> bool:
+        """Whether local steps carry control variates (any drift correction but "none")."""
+        return self.drift_correction != "none"

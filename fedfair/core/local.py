@@ -6,6 +6,14 @@ private path all call it. It does no I/O. Following FedJAX's client split, a rou
 is `begin` (load the global pair), `step` (one mini-batch), `finish` (the update).
 As in the paper, c is left unconstrained within a round and the server projects
 the average onto [0, B]; `LocalConfig.project_locally` also projects every step.
+
+With `LocalConfig.drift_correction` = "scaffold" the learner keeps SCAFFOLD's control
+variate s_k (Karimireddy et al. 2020, option II) for theta and c, laid out as one
+float64 vector [theta's coordinates, c]: every local step is followed by
+x -= lr * (s - s_k), s the server's control variate sent with (theta_t, c_t), and
+`finish` sets s_k+ = s_k - s + (x_t - x_k) / (tau * lr) (c with threshold_lr) and
+reports s_k+ - s_k beside the update, so the server's s stays the weighted mean of the
+s_k through one more secure sum.
 """
 
 from __future__ import annotations
@@ -31,17 +39,25 @@ class Update:
     """What a collaborator contributes: its change of (theta, c) and its weight w_k = b_k.
 
     The server needs only w * delta, w * delta_c and w summed over collaborators,
-    which is exactly what secure aggregation reveals.
+    which is exactly what secure aggregation reveals. With drift correction,
+    `delta_control` is the change s_k+ - s_k of the collaborator's control variate
+    ([theta's coordinates, c], float64), whose weighted sum is one more secure sum;
+    it is None without.
     """
 
     delta: torch.Tensor
     delta_c: float
     weight: float
+    delta_control: torch.Tensor | None = None
 
     def weighted_vector(self) -> torch.Tensor:
-        """The vector a collaborator submits: [w * delta, w * delta_c] in float64."""
+        """The vector a collaborator submits, in float64: [w * delta, w * delta_c], followed by
+        w * delta_control when drift correction is on (then 2 (d + 1) numbers, still only summed)."""
         delta_c = torch.tensor([self.delta_c], dtype=torch.float64)
-        return torch.cat([self.delta.detach().to("cpu", torch.float64), delta_c]) * self.weight
+        parts = [self.delta.detach().to("cpu", torch.float64), delta_c]
+        if self.delta_control is not None:
+            parts.append(self.delta_control.detach().to("cpu", torch.float64))
+        return torch.cat(parts) * self.weight
 
 
 class BatchSampler:
@@ -112,13 +128,22 @@ class LocalLearner:
         self._start_theta: torch.Tensor | None = None
         self._start_c = 0.0
         self._batch: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._steps_taken = 0
+        # SCAFFOLD's s_k: [theta's coordinates, c] in float64 on the model's device, zero before the first round.
+        self.control: torch.Tensor | None = None
+        if config.corrects_drift:
+            size = sum(part.numel() for part in model.parameters()) + 1
+            self.control = torch.zeros(size, dtype=torch.float64, device=parameter.device)
+        self._server_control: torch.Tensor | None = None
+        self._corrections: list[torch.Tensor] = []
 
     @property
     def num_samples(self) -> int:
         return int(self.features.shape[0])
 
-    def begin(self, theta: torch.Tensor, c: float) -> None:
-        """Load the global pair (theta_t, c_t) at the start of a round."""
+    def begin(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> None:
+        """Load the global pair (theta_t, c_t) at the start of a round, and with drift correction
+        the server's control variate s ([theta's coordinates, c]; None counts as zeros)."""
         parameter = next(self.model.parameters())
         self._start_theta = theta.detach().to(parameter.device, parameter.dtype)
         load_flat_parameters(self.model, self._start_theta)
@@ -126,7 +151,37 @@ class LocalLearner:
         if self.threshold is not None:
             with torch.no_grad():
                 self.threshold.c.fill_(self._start_c)
+        self._steps_taken = 0
+        self._prepare_correction(control)
         self._batch = self._draw_batch() if self.config.reuse_batch else None
+
+    def _prepare_correction(self, control: torch.Tensor | None) -> None:
+        """Precompute this round's per-step corrections lr * (s - s_k), shaped like each parameter."""
+        if self.control is None:
+            if control is not None:
+                raise ConfigError(
+                    "the server sent a control variate but this collaborator does not correct drift; "
+                    "set drift_correction = 'scaffold' in its LocalConfig, as the server's"
+                )
+            return
+        server_control = torch.zeros_like(self.control) if control is None else control.detach()
+        if server_control.shape != self.control.shape:
+            raise ConfigError(
+                f"the server's control variate has {server_control.numel()} entries, this model needs "
+                f"{self.control.numel()} (its parameters and c); both sides must train the same model"
+            )
+        self._server_control = server_control.to(self.control.device, torch.float64)
+        difference = self._server_control - self.control
+        corrections: list[torch.Tensor] = []
+        offset = 0
+        for parameter in self.model.parameters():
+            count = parameter.numel()
+            part = difference[offset : offset + count].view_as(parameter) * self.config.lr
+            corrections.append(part.to(parameter.dtype))
+            offset += count
+        if self.threshold is not None:
+            corrections.append((difference[offset] * self.config.threshold_lr).to(self.threshold.c.dtype))
+        self._corrections = corrections
 
     def _draw_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         index = self.sampler.next_batch()
@@ -147,31 +202,69 @@ class LocalLearner:
         self.optimizer.zero_grad(set_to_none=True)
         torch.autograd.backward(self.objective(features, labels).mean())
         self.optimizer.step()
-        self.project_if_local()
+        self.after_step()
 
-    def project_if_local(self) -> None:
-        """After a local step: project c onto [0, B] when `config.project_locally` asks for it.
+    @torch.no_grad()
+    def after_step(self) -> None:
+        """What follows every optimizer step: the drift correction, the step count, the optional projection.
 
+        With drift correction, x -= lr * (s - s_k) on theta and c (c with threshold_lr),
+        after the optimizer's step, so that it composes with any optimizer taking plain SGD
+        steps on the same parameters. Under DP-SGD this costs no privacy: s_k is a function
+        of this collaborator's earlier private iterates (all of which DP-SGD's accounting
+        already treats as released) and s of the federation's released sums, never of this
+        step's data; and the delta_control `finish` sends is a function of the round's
+        (private) update and s. Both are post-processing.
+
+        Then c is projected onto [0, B] when `config.project_locally` asks for it:
         Algorithm 1 leaves c unconstrained within a round and projects it at the server
         (`server.apply`); the per-step projection is the opt-in variant LocalConfig describes.
-        A learner that takes its own steps on this model (the private one) ends each with this call
-        to follow the same rule.
+
+        A learner that takes its own steps on this model (the private one) ends each with this
+        call, so both follow the same rules and `finish` knows tau.
         """
+        if self._corrections:
+            parameters: list[torch.Tensor] = [*self.model.parameters()]
+            if self.threshold is not None:
+                parameters.append(self.threshold.c)
+            for parameter, correction in zip(parameters, self._corrections, strict=True):
+                parameter.sub_(correction)
+        self._steps_taken += 1
         if self.threshold is not None and self.config.project_locally:
             self.threshold.project()
 
     def finish(self) -> Update:
-        """The round's update (theta_k - theta_t, c_k - c_t) with weight b_k."""
+        """The round's update (theta_k - theta_t, c_k - c_t) with weight b_k.
+
+        With drift correction it also moves s_k to s_k+ = s_k - s + (x_t - x_k) / (tau * lr)
+        (SCAFFOLD's option II: the mean corrected gradient of the round's tau steps, c's
+        coordinate with threshold_lr) and reports delta_control = s_k+ - s_k.
+        """
         if self._start_theta is None:
             raise RuntimeError("finish() called before begin(); a round starts from the global model")
         with torch.no_grad():
             delta = flat_parameters(self.model) - self._start_theta
             delta_c = float(self.threshold.c) - self._start_c if self.threshold is not None else 0.0
-        return Update(delta=delta, delta_c=delta_c, weight=float(self.batch_size))
+            delta_control = self._advance_control(delta, delta_c)
+        return Update(delta=delta, delta_c=delta_c, weight=float(self.batch_size), delta_control=delta_control)
 
-    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+    def _advance_control(self, delta: torch.Tensor, delta_c: float) -> torch.Tensor | None:
+        """s_k+ - s_k = -s + (x_t - x_k) / (tau * lr), and s_k moved to s_k+ (None without drift correction)."""
+        if self.control is None or self._server_control is None:
+            return None
+        if self._steps_taken < 1:
+            raise RuntimeError("finish() after no local step; a drift-corrected round needs at least one step")
+        drift_c = torch.tensor([delta_c / self.config.threshold_lr], dtype=torch.float64, device=self.control.device)
+        drift = torch.cat([delta.to(torch.float64) / self.config.lr, drift_c])
+        delta_control = -drift / self._steps_taken - self._server_control
+        self.control = self.control + delta_control
+        self._server_control = None
+        self._corrections = []
+        return delta_control
+
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
         """begin, tau steps, finish: a collaborator's whole part of one round."""
-        self.begin(theta, c)
+        self.begin(theta, c, control)
         for _ in range(self.config.local_steps):
             self.step()
         return self.finish()
@@ -188,13 +281,20 @@ class QuorumLost(FedfairError):
 class RoundTrainer(Protocol):
     """What a round needs of a collaborator: a plain LocalLearner or a private one."""
 
-    def train_round(self, theta: torch.Tensor, c: float) -> Update: ...
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update: ...
 
 
 def contributing_updates(
-    learners: Sequence[RoundTrainer], theta: torch.Tensor, c: float, *, quorum: int = 1
+    learners: Sequence[RoundTrainer],
+    theta: torch.Tensor,
+    c: float,
+    *,
+    control: torch.Tensor | None = None,
+    quorum: int = 1,
 ) -> tuple[list[Update], list[RoundTrainer]]:
     """One round over the collaborators still contributing: (their updates, those that remain).
+
+    `control` is the server's drift-correction control variate (`ServerState.control`), None without.
 
     A learner that stops contributing (`StopsContributing`, e.g. a spent privacy budget)
     is left out from this round on, with a warning; if fewer than `quorum` remain,
@@ -204,7 +304,7 @@ def contributing_updates(
     remaining: list[RoundTrainer] = []
     for learner in learners:
         try:
-            updates.append(learner.train_round(theta, c))
+            updates.append(learner.train_round(theta, c, control))
         except StopsContributing as stopped:
             logger.warning("%s", stopped)
             continue

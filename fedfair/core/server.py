@@ -4,7 +4,9 @@ The server sees only sums over collaborators (what secure aggregation reveals):
 sum w_k (theta_k - theta_t), sum w_k (c_k - c_t) and sum w_k. It moves to the
 weighted mean, projects c onto [0, B] (the only projection Algorithm 1 makes) and
 keeps the running average of the iterates, which is the algorithm's output (the
-last iterate is kept too).
+last iterate is kept too). With drift correction it also sees sum w_k (s_k+ - s_k)
+and keeps the federation's control variate s, the weighted mean of the collaborators'
+s_k (SCAFFOLD, see `fedfair.core.local`), to send with the next round's pair.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ class AggregateError(FedfairError):
 
 @dataclass(frozen=True)
 class Aggregate:
-    """Sums over the collaborators that completed a round."""
+    """Sums over the collaborators that completed a round (`weighted_delta_control` with drift correction)."""
 
     weighted_delta: torch.Tensor
     weighted_delta_c: float
     total_weight: float
+    weighted_delta_control: torch.Tensor | None = None
 
     @classmethod
     def of(cls, updates: Iterable[Update]) -> Aggregate:
@@ -37,13 +40,38 @@ class Aggregate:
         contributions = list(updates)
         if not contributions:
             raise AggregateError("no collaborator contributed to this round; nothing to aggregate")
+        with_control = {update.delta_control is not None for update in contributions}
+        if len(with_control) > 1:
+            raise AggregateError(
+                "some collaborators sent a control-variate change and some did not; every collaborator of a "
+                "federation must use the same drift_correction"
+            )
         total = torch.stack([update.weighted_vector() for update in contributions]).sum(dim=0)
-        return cls.from_vector(total, sum(update.weight for update in contributions))
+        weight = sum(update.weight for update in contributions)
+        return cls.from_vector(total, weight, with_control=with_control.pop())
 
     @classmethod
-    def from_vector(cls, weighted_sum: torch.Tensor, total_weight: float) -> Aggregate:
-        """Split a summed [w * delta, w * delta_c] vector, as secure aggregation returns it."""
-        return cls(weighted_delta=weighted_sum[:-1], weighted_delta_c=float(weighted_sum[-1]), total_weight=total_weight)
+    def from_vector(cls, weighted_sum: torch.Tensor, total_weight: float, *, with_control: bool = False) -> Aggregate:
+        """Split a summed [w * delta, w * delta_c] vector, as secure aggregation returns it.
+
+        `with_control`: the vector is [w * delta, w * delta_c, w * delta_control], 2 (d + 1) long,
+        as collaborators that correct drift send it (`Update.weighted_vector`).
+        """
+        control: torch.Tensor | None = None
+        if with_control:
+            if weighted_sum.numel() % 2:
+                raise AggregateError(
+                    f"a sum with control variates has 2 (d + 1) entries, got {weighted_sum.numel()}; "
+                    "the collaborators did not send drift-corrected updates"
+                )
+            half = weighted_sum.numel() // 2
+            weighted_sum, control = weighted_sum[:half], weighted_sum[half:]
+        return cls(
+            weighted_delta=weighted_sum[:-1],
+            weighted_delta_c=float(weighted_sum[-1]),
+            total_weight=total_weight,
+            weighted_delta_control=control,
+        )
 
 
 @dataclass(frozen=True)
@@ -57,6 +85,9 @@ class ServerState:
     `theta_average` and `c_average` are the mean over the suffix t = T0, ..., `round`
     with T0 = average_from + 1 (see `apply`), `averaged_rounds` pairs in all; until
     the first pair enters (averaged_rounds = 0) they hold the current pair.
+
+    `control` is the drift correction's server control variate s ([theta's coordinates, c],
+    float64 on the CPU), sent with (theta, c) each round; None when drift is not corrected.
     """
 
     round: int
@@ -65,13 +96,18 @@ class ServerState:
     theta_average: torch.Tensor
     c_average: float
     averaged_rounds: int
+    control: torch.Tensor | None = None
 
 
-def init(theta: torch.Tensor, bound: float, c: float | None = None) -> ServerState:
-    """Before round 1: theta^1 = the initial model, and c^1 at the upper bound B as the algorithm starts it."""
+def init(theta: torch.Tensor, bound: float, c: float | None = None, *, drift_correction: bool = False) -> ServerState:
+    """Before round 1: theta^1 = the initial model, and c^1 at the upper bound B as the algorithm starts it;
+    with `drift_correction` the control variate s starts at zero, as every collaborator's s_k does."""
     start = theta.detach().to("cpu", torch.float64).clone()
     c0 = float(bound if c is None else c)
-    return ServerState(round=0, theta=start, c=c0, theta_average=start.clone(), c_average=c0, averaged_rounds=0)
+    control = torch.zeros(start.numel() + 1, dtype=torch.float64) if drift_correction else None
+    return ServerState(
+        round=0, theta=start, c=c0, theta_average=start.clone(), c_average=c0, averaged_rounds=0, control=control
+    )
 
 
 def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_from: int = 0) -> ServerState:
@@ -84,6 +120,9 @@ def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_fro
     average_from = 0 that is exactly the paper's output, (1/T) sum_{t=1..T} theta^t:
     the initial model in, the final server step's result (the last iterate, kept in
     `theta`) out.
+
+    With drift correction the control variate moves to s + sum(w (s_k+ - s_k)) / sum(w),
+    which keeps it the weighted mean of the collaborators' s_k.
     """
     if not aggregate.total_weight > 0.0 or not math.isfinite(aggregate.total_weight):
         raise AggregateError(f"total weight {aggregate.total_weight} is not a positive number; the round is void")
@@ -91,6 +130,7 @@ def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_fro
     step_c = aggregate.weighted_delta_c / aggregate.total_weight
     if not bool(torch.isfinite(step).all()) or not math.isfinite(step_c):
         raise AggregateError("the aggregated update contains NaN or Inf; the round is void and the model unchanged")
+    control = _next_control(state, aggregate)
     theta = state.theta + step
     c = min(max(state.c + step_c, 0.0), bound)
     round_number = state.round + 1
@@ -104,5 +144,36 @@ def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_fro
     else:
         count, theta_average, c_average = 0, theta.clone(), c
     return ServerState(
-        round=round_number, theta=theta, c=c, theta_average=theta_average, c_average=c_average, averaged_rounds=count
+        round=round_number,
+        theta=theta,
+        c=c,
+        theta_average=theta_average,
+        c_average=c_average,
+        averaged_rounds=count,
+        control=control,
     )
+
+
+def _next_control(state: ServerState, aggregate: Aggregate) -> torch.Tensor | None:
+    """s + sum(w delta_control) / sum(w), refusing an aggregate whose drift correction does not match the state's."""
+    if state.control is None and aggregate.weighted_delta_control is None:
+        return None
+    if state.control is None:
+        raise AggregateError(
+            "the aggregate carries control variates but the server does not correct drift; start the server "
+            "with init(..., drift_correction=True) or turn drift correction off at the collaborators"
+        )
+    if aggregate.weighted_delta_control is None:
+        raise AggregateError(
+            "the server corrects drift but the aggregate carries no control variates; the collaborators must "
+            "use the same drift_correction as the server"
+        )
+    if aggregate.weighted_delta_control.numel() != state.control.numel():
+        raise AggregateError(
+            f"the aggregate's control part has {aggregate.weighted_delta_control.numel()} entries, the server's "
+            f"control variate {state.control.numel()}; both must be the model's parameters and c"
+        )
+    step = aggregate.weighted_delta_control.to("cpu", torch.float64) / aggregate.total_weight
+    if not bool(torch.isfinite(step).all()):
+        raise AggregateError("the aggregated control variate contains NaN or Inf; the round is void and the model unchanged")
+    return state.control + step

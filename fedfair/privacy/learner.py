@@ -106,6 +106,10 @@ class PrivateLearner:
     The batches of a round are drawn on the host when it begins and moved to the
     device in one transfer, so the step loop never waits on the device.
 
+    With `LocalConfig.drift_correction` every private step is followed by the plain
+    learner's correction (`LocalLearner.after_step`), which is post-processing of
+    released values: the accountant charges nothing for it.
+
     `clipping` is "auto" (one-pass norm-only clipping where every trainable layer is
     dense or the threshold, else norm-only clipping where every layer has a norm
     sampler, else per-sample gradients), or "one_pass" / "norm" / "per_sample" to
@@ -181,10 +185,11 @@ class PrivateLearner:
         """The cumulative spend so far (recomputed; `last_report` holds the one logged after begin)."""
         return self._report(self.accountant.epsilon(self.privacy.delta, self.privacy.accountant))
 
-    def begin(self, theta: torch.Tensor, c: float) -> None:
-        """Check the budget, account for this round's tau steps, load (theta_t, c_t), draw the round's batches."""
+    def begin(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> None:
+        """Check the budget, account for this round's tau steps, load (theta_t, c_t) and the server's
+        drift-correction control variate (if any), draw the round's batches."""
         self._spend_round()
-        self.learner.begin(theta, c)
+        self.learner.begin(theta, c, control)
         self._draw_round()
 
     def step(self) -> None:
@@ -215,9 +220,10 @@ class PrivateLearner:
             for parameter in self.optimizer.params:
                 parameter.grad = torch.zeros_like(parameter)
         self.optimizer.step()
-        # Algorithm 1 projects c at the server; LocalConfig.project_locally (worth it under this
-        # step's noise, which can push c far out of [0, B] within a round) projects here too.
-        self.learner.project_if_local()
+        # The plain learner's rules after a step: its drift correction (post-processing of released
+        # values, so free of privacy cost) and, with LocalConfig.project_locally (worth it under this
+        # step's noise, which can push c far out of [0, B] within a round), c's projection.
+        self.learner.after_step()
 
     def _objective_once_per_layer(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         try:
@@ -234,9 +240,9 @@ class PrivateLearner:
         """The round's update, exactly as the plain learner reports it."""
         return self.learner.finish()
 
-    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
         """begin, tau private steps, finish; raises PrivacyBudgetExhausted before training when spent."""
-        self.begin(theta, c)
+        self.begin(theta, c, control)
         for _ in range(self.steps_per_round):
             self.step()
         return self.finish()

@@ -20,7 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedfair.core.config import MODEL_NAMES, LocalConfig, ObjectiveConfig
+from fedfair.core.config import (
+    DRIFT_CORRECTIONS,
+    MODEL_NAMES,
+    LocalConfig,
+    ObjectiveConfig,
+)
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model
@@ -103,6 +108,13 @@ class ExperimentConfig:
             raise ConfigError(f"DP-SGD is available for fedsrcvar and fedavg, not {self.method}; drop the --dp-* flags")
         if self.secure_aggregation and (self.method != "fedsrcvar" or self.clients < 2):
             raise ConfigError("--secure-aggregation needs --method fedsrcvar and at least 2 clients")
+        if self.training.local.corrects_drift and (
+            self.method not in ("fedsrcvar", "fedavg") or self.local_epochs is not None
+        ):
+            raise ConfigError(
+                f"--drift-correction applies to fedsrcvar and fedavg with --local-steps, not --method {self.method}"
+                f"{' with --local-epochs' if self.local_epochs is not None else ''}; drop --drift-correction"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,6 +205,14 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also project c onto [0, B] after every local step (Algorithm 1 projects at the server only); "
         "helps when local steps push c far out of range, e.g. under DP noise or with many local steps",
+    )
+    learning.add_argument(
+        "--drift-correction",
+        default="none",
+        choices=DRIFT_CORRECTIONS,
+        help="scaffold: SCAFFOLD control variates for theta and c, so --local-steps > 1 no longer drift toward "
+        "each collaborator's own optimum and quantile; doubles what each collaborator sends per round "
+        "(still one secure sum). fedsrcvar and fedavg only (default none: Algorithm 1 as written)",
     )
     learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
@@ -317,6 +337,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
                 threshold_lr=args.threshold_lr if args.threshold_lr is not None else step,
                 reuse_batch=args.reuse_batch,
                 project_locally=args.project_locally,
+                drift_correction=args.drift_correction,
             ),
             seed=args.seed,
             device=args.device,

@@ -340,8 +340,8 @@ RoundCallback = Callable[[server.ServerState], None]
 class SecureSum:
     """Sums each round's updates through the real secure-aggregation protocol, in process.
 
-    Every collaborator encodes [w * delta, w * delta_c] and w, masks it, and the server
-    recovers only the sum, exactly as in a deployment but without the network; the
+    Every collaborator encodes [w * delta, w * delta_c] (followed by w * delta_control with
+    drift correction) and w, masks it, and the server recovers only the sum, exactly as in a deployment but without the network; the
     decoded sum differs from the plain one by at most `error_bounds[r]` per coordinate.
     """
 
@@ -364,7 +364,10 @@ class SecureSum:
         )
         decoded = trace.result.decoded
         self.error_bounds.append(decoded.error_bound)
-        return server.Aggregate.from_vector(torch.from_numpy(decoded.weighted_sum.copy()), decoded.total_weight)
+        # Drift-corrected updates carry their control variate's change in the same masked vector.
+        with_control = updates[0].delta_control is not None
+        weighted_sum = torch.from_numpy(decoded.weighted_sum.copy())
+        return server.Aggregate.from_vector(weighted_sum, decoded.total_weight, with_control=with_control)
 
 HISTORY_ROWS = 20_000
 
@@ -389,6 +392,8 @@ def batched_clients(
     if private:
         # Each private learner draws its own Poisson batch and clips per sample through Opacus.
         return None, "DP-SGD trains each collaborator on its own Poisson-sampled batches"
+    if any(learner.config.corrects_drift for learner in learners):
+        return None, "drift correction keeps a control variate per collaborator"
     clients = VectorisedClients(learners, per_sample_loss if loss is None else checked_loss(loss))
     reason = clients.blocker()
     return (None, reason) if reason is not None else (clients, "")
@@ -430,7 +435,7 @@ def run_rounds(
     else:
         logger.info("local steps: %d collaborators vectorised into one batched step", len(learners))
     bound = objective.bound if objective is not None else 0.0
-    state = server.init(flat_parameters(template), bound=bound)
+    state = server.init(flat_parameters(template), bound=bound, drift_correction=training.local.corrects_drift)
     history: list[dict[str, float]] = []
     pooled = history_sample(federation) if training.record_every else None
     for _ in range(training.rounds):
@@ -438,7 +443,7 @@ def run_rounds(
             stacked = clients.train_round(state.theta, state.c)
             summed = stacked.plain_sum() if aggregate is None else aggregate(stacked.updates())
         else:
-            updates, trainers = contributing_updates(trainers, state.theta, state.c)
+            updates, trainers = contributing_updates(trainers, state.theta, state.c, control=state.control)
             summed = (aggregate or server.Aggregate.of)(updates)
         state = server.apply(state, summed, bound=bound, average_from=training.average_from_round)
         if on_round is not None:

@@ -278,7 +278,7 @@ class VectorisedClients:
             gradients = torch.autograd.grad(self._total_objective(flat, thresholds, batches), leaves)
             with torch.no_grad():
                 # SGD's own update (param.add_(grad, alpha=-lr)); c projected onto [0, B] after it only
-                # where LocalLearner.project_if_local would (Algorithm 1 projects at the server).
+                # where LocalLearner.after_step would (Algorithm 1 projects at the server).
                 flat.add_(gradients[0], alpha=-self.config.lr)
                 if self.threshold is not None:
                     thresholds.add_(gradients[1], alpha=-self.config.threshold_lr)

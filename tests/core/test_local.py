@@ -10,7 +10,7 @@ import torch
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
-from fedfair.core.local import BatchSampler, LocalLearner
+from fedfair.core.local import BatchSampler, LocalLearner, Update, contributing_updates
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.research.simulation import Federation
@@ -183,3 +183,127 @@ def test_algorithm_1_projects_c_where_it_binds_as_written(project_locally: bool)
     assert rules["none"][1][-1] > TINY_OBJECTIVE.bound + 0.2 and state.c == TINY_OBJECTIVE.bound
     for name, (other_thetas, _) in rules.items():
         assert float((other_thetas[-1] - state.theta).abs().max()) > 0.04, f"indistinguishable from {name}"
+
+
+# ------------------------------------------------- drift correction: SCAFFOLD's control variates for theta and c
+
+SCAFFOLD_LOCAL = dataclasses.replace(TINY_LOCAL, drift_correction="scaffold")
+
+
+def test_drift_correction_choices_are_checked() -> None:
+    with pytest.raises(ConfigError, match="unknown drift correction 'fedprox'; choose one of: none, scaffold"):
+        LocalConfig(drift_correction="fedprox")
+
+
+def tiny_learners(config: LocalConfig, clients: tuple[tuple[torch.Tensor, torch.Tensor], ...]) -> list[LocalLearner]:
+    return [
+        LocalLearner(
+            build_model("logreg", 1, 2, dtype=torch.float64),
+            features,
+            labels,
+            len(labels),
+            config,
+            threshold=RCVaRThreshold(TINY_OBJECTIVE, dtype=torch.float64),
+        )
+        for features, labels in clients
+    ]
+
+
+def drift_corrected_rounds(
+    config: LocalConfig, clients: tuple[tuple[torch.Tensor, torch.Tensor], ...], rounds: int
+) -> tuple[server.ServerState, list[LocalLearner], list[list[Update]]]:
+    """`rounds` rounds of the core's learners and server on full local batches: (final state, learners, updates)."""
+    learners = tiny_learners(config, clients)
+    state = server.init(
+        torch.zeros(2, dtype=torch.float64), bound=TINY_OBJECTIVE.bound, drift_correction=config.corrects_drift
+    )
+    history = []
+    for _ in range(rounds):
+        updates, _ = contributing_updates(learners, state.theta, state.c, control=state.control)
+        history.append(updates)
+        state = server.apply(state, server.Aggregate.of(updates), bound=TINY_OBJECTIVE.bound, average_from=0)
+    return state, learners, history
+
+
+def independent_scaffold(rounds: int) -> tuple[torch.Tensor, float, torch.Tensor]:
+    """(theta^{T+1}, c^{T+1}, s^{T+1}) of full-batch SCAFFOLD (option II) on TINY_CLIENTS, from the formulas alone.
+
+    Each local step is y <- y - lr_y (g_k(y) - s_k + s) with lr_y = lr for theta and threshold_lr for c;
+    after tau steps s_k <- s_k - s + (x_t - y) / (tau lr_y); the server averages y and s_k with weights n_k
+    and projects c onto [0, B].
+    """
+    eps, rho, gamma, bound = TINY_OBJECTIVE.epsilon, TINY_OBJECTIVE.rho, TINY_OBJECTIVE.gamma, TINY_OBJECTIVE.bound
+    tau = SCAFFOLD_LOCAL.local_steps
+    rates = torch.tensor([SCAFFOLD_LOCAL.lr, SCAFFOLD_LOCAL.lr, SCAFFOLD_LOCAL.threshold_lr], dtype=torch.float64)
+    point = torch.tensor([0.0, 0.0, bound], dtype=torch.float64)  # (w, b, c)
+    own = [torch.zeros(3, dtype=torch.float64) for _ in TINY_CLIENTS]
+    shared = torch.zeros(3, dtype=torch.float64)
+    weights = [float(len(labels)) for _, labels in TINY_CLIENTS]
+    for _ in range(rounds):
+        ends, new_own = [], []
+        for (features, labels), control in zip(TINY_CLIENTS, own, strict=True):
+            local = point.clone()
+            for _ in range(tau):
+                local.requires_grad_(True)
+                margin = (2.0 * labels - 1.0) * (features[:, 0] * local[0] + local[1])
+                loss = torch.log1p(torch.exp(-margin))
+                smooth = gamma * torch.log1p(torch.exp((loss - local[2]) / gamma))
+                value = ((1 - eps) * (local[2] + smooth / rho) + eps * loss).mean()
+                (gradient,) = torch.autograd.grad(value, [local])
+                local = (local - rates * (gradient - control + shared)).detach()
+            ends.append(local)
+            new_own.append(control - shared + (point - local) / (tau * rates))
+        total = sum(weights)
+        mean = sum(weight * end for weight, end in zip(weights, ends, strict=True)) / total
+        shared = shared + sum(w * (n - o) for w, n, o in zip(weights, new_own, own, strict=True)) / total
+        own = new_own
+        point = torch.cat([mean[:2], mean[2:].clamp(0.0, bound)])
+    return point[:2], float(point[2]), shared
+
+
+def test_drift_corrected_rounds_equal_scaffold_written_from_its_formulas() -> None:
+    """theta, c and the server's control variate after 4 rounds of tau = 3 match an independent SCAFFOLD,
+    and differ clearly from the uncorrected rounds, so a correction left out or misplaced fails."""
+    state, _, _ = drift_corrected_rounds(SCAFFOLD_LOCAL, TINY_CLIENTS, 4)
+    theta, c, control = independent_scaffold(4)
+    torch.testing.assert_close(state.theta, theta, rtol=0, atol=1e-12)
+    assert state.c == pytest.approx(c, abs=1e-12)
+    assert state.control is not None
+    torch.testing.assert_close(state.control, control, rtol=0, atol=1e-12)
+    plain, _, _ = drift_corrected_rounds(TINY_LOCAL, TINY_CLIENTS, 4)
+    assert plain.control is None
+    assert float((plain.theta - state.theta).abs().max()) > 1e-3
+
+
+def test_the_servers_control_variate_is_the_weighted_mean_of_the_collaborators() -> None:
+    state, learners, history = drift_corrected_rounds(SCAFFOLD_LOCAL, TINY_CLIENTS, 3)
+    weights = [float(len(labels)) for _, labels in TINY_CLIENTS]
+    controls = [learner.control for learner in learners]
+    assert all(control is not None for control in controls)
+    mean = sum(w * control for w, control in zip(weights, controls, strict=True) if control is not None) / sum(weights)
+    assert state.control is not None
+    torch.testing.assert_close(state.control, mean, rtol=0, atol=1e-12)
+    assert all(update.delta_control is not None and update.delta_control.shape == (3,) for update in history[-1])
+
+
+def test_one_local_step_on_identical_clients_is_left_unchanged_by_the_correction() -> None:
+    """tau = 1 and equal clients: every s_k equals s, so each round is the uncorrected one."""
+    identical = (TINY_CLIENTS[0], TINY_CLIENTS[0])
+    one_step = dataclasses.replace(TINY_LOCAL, local_steps=1)
+    corrected = drift_corrected_rounds(dataclasses.replace(one_step, drift_correction="scaffold"), identical, 4)
+    plain = drift_corrected_rounds(one_step, identical, 4)
+    for with_control, without in zip(corrected[2], plain[2], strict=True):
+        for update, expected in zip(with_control, without, strict=True):
+            torch.testing.assert_close(update.delta, expected.delta, rtol=0, atol=1e-12)
+            assert update.delta_c == pytest.approx(expected.delta_c, abs=1e-12)
+    assert float(plain[0].theta.abs().max()) > 0.1, "the rounds must have moved theta for the test to mean anything"
+
+
+def test_a_control_variate_the_learner_cannot_use_is_refused() -> None:
+    theta = torch.zeros(2, dtype=torch.float64)
+    plain = tiny_learners(TINY_LOCAL, TINY_CLIENTS)[0]
+    with pytest.raises(ConfigError, match="does not correct drift"):
+        plain.begin(theta, 0.2, torch.zeros(3, dtype=torch.float64))
+    corrected = tiny_learners(SCAFFOLD_LOCAL, TINY_CLIENTS)[0]
+    with pytest.raises(ConfigError, match="has 5 entries, this model needs 3"):
+        corrected.begin(theta, 0.2, torch.zeros(5, dtype=torch.float64))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -88,3 +89,76 @@ def test_zero_weight_and_empty_round_are_refused() -> None:
         server.apply(state, server.Aggregate.from_vector(torch.zeros(2, dtype=torch.float64), 0.0), bound=1.0)
     with pytest.raises(server.AggregateError, match="no collaborator"):
         server.Aggregate.of([])
+
+
+# ------------------------------------------------- drift correction: the server's control variate
+
+def corrected_updates() -> list[Update]:
+    return [
+        Update(
+            delta=torch.tensor([1.0, 0.0], dtype=torch.float64),
+            delta_c=0.5,
+            weight=3.0,
+            delta_control=torch.tensor([0.25, -1.0, 2.0], dtype=torch.float64),
+        ),
+        Update(
+            delta=torch.tensor([0.0, 4.0], dtype=torch.float64),
+            delta_c=-1.5,
+            weight=1.0,
+            delta_control=torch.tensor([1.0, 3.0, -2.0], dtype=torch.float64),
+        ),
+    ]
+
+
+def test_drift_correction_starts_the_control_variate_at_zero_beside_theta_and_c() -> None:
+    state = server.init(torch.zeros(4), bound=1.0, drift_correction=True)
+    assert state.control is not None and state.control.dtype == torch.float64
+    assert torch.equal(state.control, torch.zeros(5, dtype=torch.float64))
+    assert server.init(torch.zeros(4), bound=1.0).control is None
+
+
+def test_control_variates_travel_in_the_same_summed_vector_and_split_back() -> None:
+    updates = corrected_updates()
+    vector = updates[0].weighted_vector()
+    assert vector.shape == (6,)
+    split = server.Aggregate.from_vector(vector, 3.0, with_control=True)
+    torch.testing.assert_close(split.weighted_delta, torch.tensor([3.0, 0.0], dtype=torch.float64))
+    assert split.weighted_delta_c == 1.5 and split.weighted_delta_control is not None
+    torch.testing.assert_close(split.weighted_delta_control, torch.tensor([0.75, -3.0, 6.0], dtype=torch.float64))
+    summed = server.Aggregate.of(updates)
+    assert summed.weighted_delta_control is not None
+    torch.testing.assert_close(summed.weighted_delta_control, torch.tensor([1.75, 0.0, 4.0], dtype=torch.float64))
+    with pytest.raises(server.AggregateError, match=r"2 \(d \+ 1\) entries, got 3"):
+        server.Aggregate.from_vector(torch.zeros(3, dtype=torch.float64), 1.0, with_control=True)
+
+
+def test_apply_moves_the_control_variate_by_the_weighted_mean_of_its_changes() -> None:
+    state = server.init(torch.tensor([1.0, -2.0], dtype=torch.float64), bound=5.0, c=2.0, drift_correction=True)
+    new = server.apply(state, server.Aggregate.of(corrected_updates()), bound=5.0)
+    assert new.control is not None
+    torch.testing.assert_close(new.control, torch.tensor([1.75, 0.0, 4.0], dtype=torch.float64) / 4.0, rtol=0, atol=0)
+    torch.testing.assert_close(new.theta, torch.tensor([1.75, -1.0], dtype=torch.float64), rtol=0, atol=1e-15)
+    assert state.control is not None and not state.control.any(), "apply must leave the old state as it was"
+
+
+def test_a_non_finite_control_variate_is_refused() -> None:
+    state = server.init(torch.zeros(2, dtype=torch.float64), bound=1.0, drift_correction=True)
+    vector = torch.tensor([0.1, 0.2, 0.3, 0.0, math.nan, 0.0], dtype=torch.float64)
+    with pytest.raises(server.AggregateError, match="control variate contains NaN or Inf"):
+        server.apply(state, server.Aggregate.from_vector(vector, 1.0, with_control=True), bound=1.0)
+
+
+def test_an_aggregate_whose_drift_correction_does_not_match_the_server_is_refused() -> None:
+    corrected, plain = corrected_updates(), [replace(update, delta_control=None) for update in corrected_updates()]
+    with_control = server.init(torch.zeros(2, dtype=torch.float64), bound=5.0, drift_correction=True)
+    without = server.init(torch.zeros(2, dtype=torch.float64), bound=5.0)
+    with pytest.raises(server.AggregateError, match="the aggregate carries no control variates"):
+        server.apply(with_control, server.Aggregate.of(plain), bound=5.0)
+    with pytest.raises(server.AggregateError, match="the server does not correct drift"):
+        server.apply(without, server.Aggregate.of(corrected), bound=5.0)
+    with pytest.raises(server.AggregateError, match="same drift_correction"):
+        server.Aggregate.of([corrected[0], plain[1]])
+    longer = server.init(torch.zeros(4, dtype=torch.float64), bound=5.0, drift_correction=True)
+    vector = torch.zeros(8, dtype=torch.float64)
+    with pytest.raises(server.AggregateError, match="control part has 4 entries, the server's control variate 5"):
+        server.apply(longer, server.Aggregate.from_vector(vector, 1.0, with_control=True), bound=5.0)
