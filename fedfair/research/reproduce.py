@@ -561,6 +561,17 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         f"instance on this machine; --workers is then unused. Needs Ray: {RAY_INSTALL_HINT}",
     )
     parser.add_argument(
+        "--study",
+        choices=("paper", "drift"),
+        default="paper",
+        help="paper (default): the paper's figures and table; drift: FedSRCVaR with tau local steps with and "
+        "without --drift-correction, at equal rounds and at equal local steps (fig5_drift_*)",
+    )
+    split = parser.add_argument_group("drift study: the client split (default: the dataset's own)")
+    split.add_argument("--partition", help="a column, class, dirichlet or iid (as for `fedfair simulate`)")
+    split.add_argument("--alpha", type=float, help="Dirichlet concentration for --partition dirichlet, e.g. 0.1")
+    split.add_argument("--clients", type=int, help="number of collaborators for --partition dirichlet or iid")
+    parser.add_argument(
         "--loss-rows",
         type=int,
         default=0,
@@ -578,7 +589,19 @@ def _reproduce_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
     if args.loss_rows < 0:
         raise ConfigError(f"--loss-rows must be 0 (every row) or a positive row count, got {args.loss_rows}")
-    profile = PROFILES["quick" if args.quick else args.profile]
+    name = "quick" if args.quick else args.profile
+    split = tuple(
+        text
+        for flag, value in (("--partition", args.partition), ("--alpha", args.alpha), ("--clients", args.clients))
+        if value is not None
+        for text in (flag, f"{value:g}" if isinstance(value, float) else str(value))
+    )
+    if args.study == "drift":
+        return _drift_command(args, name, split)
+    if split:
+        raise ConfigError("--partition, --alpha and --clients set the drift study's split; the paper study uses "
+                          "each dataset's own split (drop them, or add --study drift)")
+    profile = PROFILES[name]
     if args.ray is None:
         written = reproduce(args.dataset, args.out, profile, args.workers, args.device, loss_rows=args.loss_rows)
     else:
@@ -588,4 +611,20 @@ def _reproduce_command(args: argparse.Namespace) -> int:
             )
     for name, path in written.items():
         print(f"{name:>12}  {path}")
+    return 0
+
+
+def _drift_command(args: argparse.Namespace, name: str, split: tuple[str, ...]) -> int:
+    from fedfair.research.drift import DRIFT_PROFILES, drift_study
+
+    if args.loss_rows:
+        raise ConfigError("--loss-rows concerns AFL, q-FedAvg and FedMinMax, which the drift study does not run")
+    profile = DRIFT_PROFILES[name]
+    if args.ray is None:
+        written = drift_study(args.dataset, args.out, profile, args.workers, split, args.device)
+    else:
+        with ray_connection(args.ray):
+            written = drift_study(args.dataset, args.out, profile, args.workers, split, args.device, on_ray=True)
+    for label, path in written.items():
+        print(f"{label:>12}  {path}")
     return 0
