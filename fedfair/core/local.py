@@ -8,12 +8,18 @@ As in the paper, c is left unconstrained within a round and the server projects
 the average onto [0, B]; `LocalConfig.project_locally` also projects every step.
 
 With `LocalConfig.drift_correction` = "scaffold" the learner keeps SCAFFOLD's control
-variate s_k (Karimireddy et al. 2020, option II) for theta and c, laid out as one
-float64 vector [theta's coordinates, c]: every local step is followed by
-x -= lr * (s - s_k), s the server's control variate sent with (theta_t, c_t), and
-`finish` sets s_k+ = s_k - s + (x_t - x_k) / (tau * lr) (c with threshold_lr) and
-reports s_k+ - s_k beside the update, so the server's s stays the weighted mean of the
-s_k through one more secure sum.
+variate (Karimireddy et al. 2020, option II) for theta and c, laid out as one float64
+vector [theta's coordinates, c] and kept in step units: sigma_k = lr * s_k (c's
+coordinate with threshold_lr), s_k the gradient estimate SCAFFOLD writes, so that the
+values that travel are parameter moves, the size the encoding's clip is set for, and the
+server needs no step size. Every local step is followed by x -= sigma - sigma_k, sigma
+the server's control variate sent with (theta_t, c_t); `finish` sets
+sigma_k+ = sigma_k - sigma + (x_t - x_k) / tau (the round's mean corrected step) and
+sends it beside the update. The server's next sigma is the weighted mean of the sigma_k+
+it received: one more secure sum, and nothing accumulated across rounds, so a
+collaborator that drops out, restarts or sits a round out leaves no error behind
+(SCAFFOLD's running update s += mean(s_k+ - s_k) is the same value when everyone
+contributes).
 """
 
 from __future__ import annotations
@@ -40,23 +46,23 @@ class Update:
 
     The server needs only w * delta, w * delta_c and w summed over collaborators,
     which is exactly what secure aggregation reveals. With drift correction,
-    `delta_control` is the change s_k+ - s_k of the collaborator's control variate
-    ([theta's coordinates, c], float64), whose weighted sum is one more secure sum;
-    it is None without.
+    `control` is the collaborator's new control variate sigma_k+ ([theta's coordinates,
+    c] in step units, float64), whose weighted sum is one more secure sum; it is None
+    without.
     """
 
     delta: torch.Tensor
     delta_c: float
     weight: float
-    delta_control: torch.Tensor | None = None
+    control: torch.Tensor | None = None
 
     def weighted_vector(self) -> torch.Tensor:
         """The vector a collaborator submits, in float64: [w * delta, w * delta_c], followed by
-        w * delta_control when drift correction is on (then 2 (d + 1) numbers, still only summed)."""
+        w * control when drift correction is on (then 2 (d + 1) numbers, still only summed)."""
         delta_c = torch.tensor([self.delta_c], dtype=torch.float64)
         parts = [self.delta.detach().to("cpu", torch.float64), delta_c]
-        if self.delta_control is not None:
-            parts.append(self.delta_control.detach().to("cpu", torch.float64))
+        if self.control is not None:
+            parts.append(self.control.detach().to("cpu", torch.float64))
         return torch.cat(parts) * self.weight
 
 
@@ -129,7 +135,7 @@ class LocalLearner:
         self._start_c = 0.0
         self._batch: tuple[torch.Tensor, torch.Tensor] | None = None
         self._steps_taken = 0
-        # SCAFFOLD's s_k: [theta's coordinates, c] in float64 on the model's device, zero before the first round.
+        # sigma_k: [theta's coordinates, c] in step units, float64 on the model's device, zero before the first round.
         self.control: torch.Tensor | None = None
         if config.corrects_drift:
             size = sum(part.numel() for part in model.parameters()) + 1
@@ -143,7 +149,7 @@ class LocalLearner:
 
     def begin(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> None:
         """Load the global pair (theta_t, c_t) at the start of a round, and with drift correction
-        the server's control variate s ([theta's coordinates, c]; None counts as zeros)."""
+        the server's control variate sigma ([theta's coordinates, c] in step units; None counts as zeros)."""
         parameter = next(self.model.parameters())
         self._start_theta = theta.detach().to(parameter.device, parameter.dtype)
         load_flat_parameters(self.model, self._start_theta)
@@ -156,7 +162,7 @@ class LocalLearner:
         self._batch = self._draw_batch() if self.config.reuse_batch else None
 
     def _prepare_correction(self, control: torch.Tensor | None) -> None:
-        """Precompute this round's per-step corrections lr * (s - s_k), shaped like each parameter."""
+        """Precompute this round's per-step correction sigma - sigma_k, shaped like each parameter."""
         if self.control is None:
             if control is not None:
                 raise ConfigError(
@@ -176,11 +182,10 @@ class LocalLearner:
         offset = 0
         for parameter in self.model.parameters():
             count = parameter.numel()
-            part = difference[offset : offset + count].view_as(parameter) * self.config.lr
-            corrections.append(part.to(parameter.dtype))
+            corrections.append(difference[offset : offset + count].view_as(parameter).to(parameter.dtype))
             offset += count
         if self.threshold is not None:
-            corrections.append((difference[offset] * self.config.threshold_lr).to(self.threshold.c.dtype))
+            corrections.append(difference[offset].to(self.threshold.c.dtype))
         self._corrections = corrections
 
     def _draw_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,13 +213,13 @@ class LocalLearner:
     def after_step(self) -> None:
         """What follows every optimizer step: the drift correction, the step count, the optional projection.
 
-        With drift correction, x -= lr * (s - s_k) on theta and c (c with threshold_lr),
-        after the optimizer's step, so that it composes with any optimizer taking plain SGD
-        steps on the same parameters. Under DP-SGD this costs no privacy: s_k is a function
-        of this collaborator's earlier private iterates (all of which DP-SGD's accounting
-        already treats as released) and s of the federation's released sums, never of this
-        step's data; and the delta_control `finish` sends is a function of the round's
-        (private) update and s. Both are post-processing.
+        With drift correction, x -= sigma - sigma_k on theta and c (lr * (s - s_k) in
+        SCAFFOLD's terms), after the optimizer's step, so that it composes with any optimizer taking plain SGD
+        steps on the same parameters. Under DP-SGD this costs no privacy: sigma_k is a
+        function of this collaborator's earlier private iterates (all of which DP-SGD's
+        accounting already treats as released) and sigma of the federation's released sums,
+        never of this step's data; and the sigma_k+ `finish` sends is a function of the
+        round's (private) update, sigma_k and sigma. All are post-processing.
 
         Then c is projected onto [0, B] when `config.project_locally` asks for it:
         Algorithm 1 leaves c unconstrained within a round and projects it at the server
@@ -236,31 +241,29 @@ class LocalLearner:
     def finish(self) -> Update:
         """The round's update (theta_k - theta_t, c_k - c_t) with weight b_k.
 
-        With drift correction it also moves s_k to s_k+ = s_k - s + (x_t - x_k) / (tau * lr)
-        (SCAFFOLD's option II: the mean corrected gradient of the round's tau steps, c's
-        coordinate with threshold_lr) and reports delta_control = s_k+ - s_k.
+        With drift correction it also moves sigma_k to sigma_k+ = sigma_k - sigma + (x_t - x_k) / tau
+        (SCAFFOLD's option II in step units: the round's mean uncorrected step) and sends it.
         """
         if self._start_theta is None:
             raise RuntimeError("finish() called before begin(); a round starts from the global model")
         with torch.no_grad():
             delta = flat_parameters(self.model) - self._start_theta
             delta_c = float(self.threshold.c) - self._start_c if self.threshold is not None else 0.0
-            delta_control = self._advance_control(delta, delta_c)
-        return Update(delta=delta, delta_c=delta_c, weight=float(self.batch_size), delta_control=delta_control)
+            control = self._advance_control(delta, delta_c)
+        return Update(delta=delta, delta_c=delta_c, weight=float(self.batch_size), control=control)
 
     def _advance_control(self, delta: torch.Tensor, delta_c: float) -> torch.Tensor | None:
-        """s_k+ - s_k = -s + (x_t - x_k) / (tau * lr), and s_k moved to s_k+ (None without drift correction)."""
+        """sigma_k+ = sigma_k - sigma + (x_t - x_k) / tau, kept and returned (None without drift correction)."""
         if self.control is None or self._server_control is None:
             return None
         if self._steps_taken < 1:
             raise RuntimeError("finish() after no local step; a drift-corrected round needs at least one step")
-        drift_c = torch.tensor([delta_c / self.config.threshold_lr], dtype=torch.float64, device=self.control.device)
-        drift = torch.cat([delta.to(torch.float64) / self.config.lr, drift_c])
-        delta_control = -drift / self._steps_taken - self._server_control
-        self.control = self.control + delta_control
+        drift_c = torch.tensor([delta_c], dtype=torch.float64, device=self.control.device)
+        drift = torch.cat([delta.to(torch.float64), drift_c])
+        self.control = self.control - self._server_control - drift / self._steps_taken
         self._server_control = None
         self._corrections = []
-        return delta_control
+        return self.control
 
     def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
         """begin, tau steps, finish: a collaborator's whole part of one round."""

@@ -4,9 +4,10 @@ The server sees only sums over collaborators (what secure aggregation reveals):
 sum w_k (theta_k - theta_t), sum w_k (c_k - c_t) and sum w_k. It moves to the
 weighted mean, projects c onto [0, B] (the only projection Algorithm 1 makes) and
 keeps the running average of the iterates, which is the algorithm's output (the
-last iterate is kept too). With drift correction it also sees sum w_k (s_k+ - s_k)
-and keeps the federation's control variate s, the weighted mean of the collaborators'
-s_k (SCAFFOLD, see `fedfair.core.local`), to send with the next round's pair.
+last iterate is kept too). With drift correction it also sees sum w_k sigma_k+ and
+keeps the federation's control variate sigma, the weighted mean of the collaborators'
+new control variates (SCAFFOLD in step units, see `fedfair.core.local`), to send with
+the next round's pair.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ class AggregateError(FedfairError):
 
 @dataclass(frozen=True)
 class Aggregate:
-    """Sums over the collaborators that completed a round (`weighted_delta_control` with drift correction)."""
+    """Sums over the collaborators that completed a round (`weighted_control` with drift correction)."""
 
     weighted_delta: torch.Tensor
     weighted_delta_c: float
     total_weight: float
-    weighted_delta_control: torch.Tensor | None = None
+    weighted_control: torch.Tensor | None = None
 
     @classmethod
     def of(cls, updates: Iterable[Update]) -> Aggregate:
@@ -40,10 +41,10 @@ class Aggregate:
         contributions = list(updates)
         if not contributions:
             raise AggregateError("no collaborator contributed to this round; nothing to aggregate")
-        with_control = {update.delta_control is not None for update in contributions}
+        with_control = {update.control is not None for update in contributions}
         if len(with_control) > 1:
             raise AggregateError(
-                "some collaborators sent a control-variate change and some did not; every collaborator of a "
+                "some collaborators sent a control variate and some did not; every collaborator of a "
                 "federation must use the same drift_correction"
             )
         total = torch.stack([update.weighted_vector() for update in contributions]).sum(dim=0)
@@ -54,7 +55,7 @@ class Aggregate:
     def from_vector(cls, weighted_sum: torch.Tensor, total_weight: float, *, with_control: bool = False) -> Aggregate:
         """Split a summed [w * delta, w * delta_c] vector, as secure aggregation returns it.
 
-        `with_control`: the vector is [w * delta, w * delta_c, w * delta_control], 2 (d + 1) long,
+        `with_control`: the vector is [w * delta, w * delta_c, w * control], 2 (d + 1) long,
         as collaborators that correct drift send it (`Update.weighted_vector`).
         """
         control: torch.Tensor | None = None
@@ -70,7 +71,7 @@ class Aggregate:
             weighted_delta=weighted_sum[:-1],
             weighted_delta_c=float(weighted_sum[-1]),
             total_weight=total_weight,
-            weighted_delta_control=control,
+            weighted_control=control,
         )
 
 
@@ -86,8 +87,9 @@ class ServerState:
     with T0 = average_from + 1 (see `apply`), `averaged_rounds` pairs in all; until
     the first pair enters (averaged_rounds = 0) they hold the current pair.
 
-    `control` is the drift correction's server control variate s ([theta's coordinates, c],
-    float64 on the CPU), sent with (theta, c) each round; None when drift is not corrected.
+    `control` is the drift correction's server control variate sigma ([theta's coordinates, c]
+    in step units, float64 on the CPU), sent with (theta, c) each round; None when drift is
+    not corrected.
     """
 
     round: int
@@ -101,7 +103,7 @@ class ServerState:
 
 def init(theta: torch.Tensor, bound: float, c: float | None = None, *, drift_correction: bool = False) -> ServerState:
     """Before round 1: theta^1 = the initial model, and c^1 at the upper bound B as the algorithm starts it;
-    with `drift_correction` the control variate s starts at zero, as every collaborator's s_k does."""
+    with `drift_correction` the control variate sigma starts at zero, as every collaborator's does."""
     start = theta.detach().to("cpu", torch.float64).clone()
     c0 = float(bound if c is None else c)
     control = torch.zeros(start.numel() + 1, dtype=torch.float64) if drift_correction else None
@@ -121,8 +123,8 @@ def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_fro
     the initial model in, the final server step's result (the last iterate, kept in
     `theta`) out.
 
-    With drift correction the control variate moves to s + sum(w (s_k+ - s_k)) / sum(w),
-    which keeps it the weighted mean of the collaborators' s_k.
+    With drift correction the control variate becomes sum(w sigma_k+) / sum(w), the weighted
+    mean of the control variates this round's collaborators sent.
     """
     if not aggregate.total_weight > 0.0 or not math.isfinite(aggregate.total_weight):
         raise AggregateError(f"total weight {aggregate.total_weight} is not a positive number; the round is void")
@@ -155,25 +157,25 @@ def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_fro
 
 
 def _next_control(state: ServerState, aggregate: Aggregate) -> torch.Tensor | None:
-    """s + sum(w delta_control) / sum(w), refusing an aggregate whose drift correction does not match the state's."""
-    if state.control is None and aggregate.weighted_delta_control is None:
+    """sum(w sigma_k+) / sum(w), refusing an aggregate whose drift correction does not match the state's."""
+    if state.control is None and aggregate.weighted_control is None:
         return None
     if state.control is None:
         raise AggregateError(
             "the aggregate carries control variates but the server does not correct drift; start the server "
             "with init(..., drift_correction=True) or turn drift correction off at the collaborators"
         )
-    if aggregate.weighted_delta_control is None:
+    if aggregate.weighted_control is None:
         raise AggregateError(
             "the server corrects drift but the aggregate carries no control variates; the collaborators must "
             "use the same drift_correction as the server"
         )
-    if aggregate.weighted_delta_control.numel() != state.control.numel():
+    if aggregate.weighted_control.numel() != state.control.numel():
         raise AggregateError(
-            f"the aggregate's control part has {aggregate.weighted_delta_control.numel()} entries, the server's "
+            f"the aggregate's control part has {aggregate.weighted_control.numel()} entries, the server's "
             f"control variate {state.control.numel()}; both must be the model's parameters and c"
         )
-    step = aggregate.weighted_delta_control.to("cpu", torch.float64) / aggregate.total_weight
-    if not bool(torch.isfinite(step).all()):
+    control = aggregate.weighted_control.to("cpu", torch.float64) / aggregate.total_weight
+    if not bool(torch.isfinite(control).all()):
         raise AggregateError("the aggregated control variate contains NaN or Inf; the round is void and the model unchanged")
-    return state.control + step
+    return control

@@ -340,7 +340,7 @@ RoundCallback = Callable[[server.ServerState], None]
 class SecureSum:
     """Sums each round's updates through the real secure-aggregation protocol, in process.
 
-    Every collaborator encodes [w * delta, w * delta_c] (followed by w * delta_control with
+    Every collaborator encodes [w * delta, w * delta_c] (followed by w * control with
     drift correction) and w, masks it, and the server recovers only the sum, exactly as in a deployment but without the network; the
     decoded sum differs from the plain one by at most `error_bounds[r]` per coordinate.
     """
@@ -364,8 +364,8 @@ class SecureSum:
         )
         decoded = trace.result.decoded
         self.error_bounds.append(decoded.error_bound)
-        # Drift-corrected updates carry their control variate's change in the same masked vector.
-        with_control = updates[0].delta_control is not None
+        # Drift-corrected updates carry their control variates in the same masked vector.
+        with_control = updates[0].control is not None
         weighted_sum = torch.from_numpy(decoded.weighted_sum.copy())
         return server.Aggregate.from_vector(weighted_sum, decoded.total_weight, with_control=with_control)
 

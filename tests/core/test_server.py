@@ -99,13 +99,13 @@ def corrected_updates() -> list[Update]:
             delta=torch.tensor([1.0, 0.0], dtype=torch.float64),
             delta_c=0.5,
             weight=3.0,
-            delta_control=torch.tensor([0.25, -1.0, 2.0], dtype=torch.float64),
+            control=torch.tensor([0.25, -1.0, 2.0], dtype=torch.float64),
         ),
         Update(
             delta=torch.tensor([0.0, 4.0], dtype=torch.float64),
             delta_c=-1.5,
             weight=1.0,
-            delta_control=torch.tensor([1.0, 3.0, -2.0], dtype=torch.float64),
+            control=torch.tensor([1.0, 3.0, -2.0], dtype=torch.float64),
         ),
     ]
 
@@ -123,20 +123,25 @@ def test_control_variates_travel_in_the_same_summed_vector_and_split_back() -> N
     assert vector.shape == (6,)
     split = server.Aggregate.from_vector(vector, 3.0, with_control=True)
     torch.testing.assert_close(split.weighted_delta, torch.tensor([3.0, 0.0], dtype=torch.float64))
-    assert split.weighted_delta_c == 1.5 and split.weighted_delta_control is not None
-    torch.testing.assert_close(split.weighted_delta_control, torch.tensor([0.75, -3.0, 6.0], dtype=torch.float64))
+    assert split.weighted_delta_c == 1.5 and split.weighted_control is not None
+    torch.testing.assert_close(split.weighted_control, torch.tensor([0.75, -3.0, 6.0], dtype=torch.float64))
     summed = server.Aggregate.of(updates)
-    assert summed.weighted_delta_control is not None
-    torch.testing.assert_close(summed.weighted_delta_control, torch.tensor([1.75, 0.0, 4.0], dtype=torch.float64))
+    assert summed.weighted_control is not None
+    torch.testing.assert_close(summed.weighted_control, torch.tensor([1.75, 0.0, 4.0], dtype=torch.float64))
     with pytest.raises(server.AggregateError, match=r"2 \(d \+ 1\) entries, got 3"):
         server.Aggregate.from_vector(torch.zeros(3, dtype=torch.float64), 1.0, with_control=True)
 
 
-def test_apply_moves_the_control_variate_by_the_weighted_mean_of_its_changes() -> None:
+def test_apply_sets_the_control_variate_to_the_weighted_mean_of_those_sent() -> None:
     state = server.init(torch.tensor([1.0, -2.0], dtype=torch.float64), bound=5.0, c=2.0, drift_correction=True)
     new = server.apply(state, server.Aggregate.of(corrected_updates()), bound=5.0)
     assert new.control is not None
-    torch.testing.assert_close(new.control, torch.tensor([1.75, 0.0, 4.0], dtype=torch.float64) / 4.0, rtol=0, atol=0)
+    mean = torch.tensor([1.75, 0.0, 4.0], dtype=torch.float64) / 4.0
+    torch.testing.assert_close(new.control, mean, rtol=0, atol=0)
+    # The mean of what was sent, not a running sum: the same round applied again gives the same variate.
+    again = server.apply(new, server.Aggregate.of(corrected_updates()), bound=5.0)
+    assert again.control is not None
+    torch.testing.assert_close(again.control, mean, rtol=0, atol=0)
     torch.testing.assert_close(new.theta, torch.tensor([1.75, -1.0], dtype=torch.float64), rtol=0, atol=1e-15)
     assert state.control is not None and not state.control.any(), "apply must leave the old state as it was"
 
@@ -149,7 +154,7 @@ def test_a_non_finite_control_variate_is_refused() -> None:
 
 
 def test_an_aggregate_whose_drift_correction_does_not_match_the_server_is_refused() -> None:
-    corrected, plain = corrected_updates(), [replace(update, delta_control=None) for update in corrected_updates()]
+    corrected, plain = corrected_updates(), [replace(update, control=None) for update in corrected_updates()]
     with_control = server.init(torch.zeros(2, dtype=torch.float64), bound=5.0, drift_correction=True)
     without = server.init(torch.zeros(2, dtype=torch.float64), bound=5.0)
     with pytest.raises(server.AggregateError, match="the aggregate carries no control variates"):

@@ -276,7 +276,7 @@ def test_drift_correction_keeps_the_loop_and_runs_under_dp_sgd_at_no_privacy_cos
 def test_drift_corrected_updates_are_summed_by_secure_aggregation_as_one_vector(
     small_adult_federation: Federation,
 ) -> None:
-    """Each collaborator masks [w delta, w delta_c, w delta_control] as one vector; the masked sums give
+    """Each collaborator masks [w delta, w delta_c, w control] as one vector; the masked sums give
     the plain run's model and control variate up to the fixed-point encoding's error."""
     from fedfair.research.simulation import SecureSum, run_rounds
     from fedfair.secagg import EncodingConfig
