@@ -2,7 +2,8 @@
 
 The stages of a training round and of an evaluation, the secure-aggregation session
 number each uses, and the public round parameters the aggregator announces and each
-collaborator checks against its own copy of the plan. Both sides import this module;
+collaborator checks against its own copy of the plan, and the layout of a training
+round's download and sum under drift correction. Both sides import this module;
 neither imports the other's.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.transport import pb
@@ -55,6 +58,39 @@ EVALUATION = Stages(
     unmask=pb.STAGE_EVAL_UNMASK,
     session_offset=1,
 )
+
+
+def update_dimension(parameters: int, corrects_drift: bool) -> int:
+    """The length of a training round's summed vector for a model of `parameters` numbers: d + 1
+    ([w * delta, w * delta_c]), or 2 (d + 1) with drift correction, whose control variates
+    w * sigma_k+ ride in the same vector (`fedfair.core.local.Update.weighted_vector`)."""
+    return 2 * (parameters + 1) if corrects_drift else parameters + 1
+
+
+def training_download(theta: np.ndarray, control: np.ndarray | None) -> np.ndarray:
+    """The values a TRAIN stage's model download carries besides c: theta, followed with drift correction
+    by the server's control variate sigma (d + 1 float64 more). Without it, theta alone, so plain
+    FedSRCVaR sends exactly the bytes it always did."""
+    if control is None:
+        return theta
+    return np.concatenate([np.asarray(theta, dtype=np.float64), np.asarray(control, dtype=np.float64)])
+
+
+def split_training_download(
+    values: np.ndarray, parameters: int, corrects_drift: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(theta, sigma) from a TRAIN download (sigma None without drift correction); a ConfigError when its
+    length is not what a model of `parameters` numbers and this drift correction imply."""
+    expected = parameters + (parameters + 1 if corrects_drift else 0)
+    if values.size != expected:
+        raise ConfigError(
+            f"the round's model holds {values.size} values, but the plan's model has {parameters} parameters"
+            + (" and drift correction adds its control variate's d + 1" if corrects_drift else "")
+            + f" ({expected} in all); the aggregator may run another plan or version"
+        )
+    if not corrects_drift:
+        return values, None
+    return values[:parameters], values[parameters:]
 
 
 def session_round(round_number: int, stages: Stages) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fedfair.core.config import (
+    DRIFT_CORRECTIONS,
     MODEL_NAMES,
     SMOOTH_FUNCTIONS,
     LocalConfig,
@@ -75,7 +76,11 @@ class TrainingSettings:
     (at least 1), so the weights w_k = b_k are proportional to n_k, as the algorithm needs,
     without any institution revealing n_k. The output averages the pairs rounds
     average_from * rounds + 1 .. rounds start from (average_from = 0: all of them, Algorithm 1's
-    theta-bar), as in the simulation; c is projected at the server only, as Algorithm 1 does."""
+    theta-bar), as in the simulation; c is projected at the server only, as Algorithm 1 does.
+
+    `drift_correction` "scaffold" adds SCAFFOLD control variates for (theta, c) (fedfair.core.local):
+    the server's sigma travels down with (theta, c) and each collaborator's sigma_k+ up inside the
+    same summed vector, which is then 2 (d + 1) long; "none" is plain FedSRCVaR."""
 
     rounds: int = 100
     local_steps: int = 1
@@ -84,10 +89,21 @@ class TrainingSettings:
     threshold_lr: float = 0.1
     seed: int = 0
     average_from: float = 0.5
+    drift_correction: str = "none"
 
     def local_config(self) -> LocalConfig:
         """How each collaborator trains within a round (the learning core's LocalConfig)."""
-        return LocalConfig(local_steps=self.local_steps, lr=self.lr, threshold_lr=self.threshold_lr)
+        return LocalConfig(
+            local_steps=self.local_steps,
+            lr=self.lr,
+            threshold_lr=self.threshold_lr,
+            drift_correction=self.drift_correction,
+        )
+
+    @property
+    def corrects_drift(self) -> bool:
+        """Whether rounds carry control variates: the server's sigma down, each sigma_k+ up in the sum."""
+        return self.drift_correction != "none"
 
     @property
     def average_from_round(self) -> int:
@@ -289,6 +305,7 @@ def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
             check=lambda x: 0 <= x < 1,
             expected="a number in [0, 1) (the fraction of rounds before iterates enter the average)",
         ),
+        drift_correction=t.string("drift_correction", d.drift_correction, choices=DRIFT_CORRECTIONS),
     )
 
 

@@ -176,18 +176,32 @@ def replay(
 
     `restarted[name] = r`: that collaborator's process restarted and rejoined at round r, with a
     fresh learner (its sampler starts again from its seed).
+
+    With drift correction the server's control variate goes with every round, and a learner's
+    first round (of its process) starts its own control variate from the server's, as the
+    collaborator process does (`fedfair.runtime.collaborator.client`).
     """
     training, objective = training_config(plan), plan.objective
     _, learners = make_learners(federation, training, objective)
     index = {name: position for position, name in enumerate(names)}
-    state = server.init(_initial_theta(plan, federation), bound=objective.bound)
+    state = server.init(
+        _initial_theta(plan, federation), bound=objective.bound, drift_correction=training.local.corrects_drift
+    )
     average_from = training.average_from_round
+    trained: set[str] = set()
     for record in log:
         round_number = record["round"]
         for name, at in (restarted or {}).items():
             if at == round_number:
                 learners[index[name]] = make_learners(federation, training, objective)[1][index[name]]
-        updates = {name: learners[index[name]].train_round(state.theta, state.c) for name in record["participants"]}
+                trained.discard(name)
+        updates = {}
+        for name in record["participants"]:
+            learner = learners[index[name]]
+            if state.control is not None and name not in trained:
+                learner.control = state.control.clone()
+            trained.add(name)
+            updates[name] = learner.train_round(state.theta, state.c, state.control)
         if record["status"] != "applied":
             continue
         aggregate = server.Aggregate.of([updates[name] for name in record["contributors"]])

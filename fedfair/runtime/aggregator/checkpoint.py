@@ -1,7 +1,8 @@
 """The aggregator's files: atomic checkpoints, the JSON-lines round log, the final model.
 
 A checkpoint holds everything the aggregator needs to continue: the server state
-(theta, c and their running averages), the last finished round, the digest of
+(theta, c and their running averages, and with drift correction the control variate
+sigma, so a resumed federation goes on with the same one), the last finished round, the digest of
 the plan it ran under and, under a [schema], the federation's encoder. It is written to a temporary file in the same folder,
 flushed and fsynced, then renamed over the old one (and the folder fsynced), so a
 crash at any moment leaves either the previous checkpoint or the new one, never a
@@ -50,17 +51,21 @@ class Checkpoint:
 
 
 def state_digest(state: ServerState) -> str:
-    """SHA-256 of (theta, c, their averages): what the round log records at each round's start,
-    so anyone can check that a resumed run starts from exactly the checkpointed model."""
+    """SHA-256 of (theta, c, their averages, and sigma with drift correction): what the round log
+    records at each round's start, so anyone can check that a resumed run starts from exactly the
+    checkpointed model."""
     digest = hashlib.sha256()
     for tensor in (state.theta, state.theta_average):
         digest.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
     digest.update(json.dumps([state.c, state.c_average, state.averaged_rounds, state.round]).encode())
+    if state.control is not None:
+        # After the rest, and only when there is one: a plan without drift correction keeps its digests.
+        digest.update(state.control.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
     return digest.hexdigest()
 
 
 def _state_dict(state: ServerState) -> dict[str, Any]:
-    return {
+    saved = {
         "round": state.round,
         "theta": state.theta.detach().to("cpu", torch.float64).clone(),
         "c": float(state.c),
@@ -68,6 +73,9 @@ def _state_dict(state: ServerState) -> dict[str, Any]:
         "c_average": float(state.c_average),
         "averaged_rounds": state.averaged_rounds,
     }
+    if state.control is not None:
+        saved["control"] = state.control.detach().to("cpu", torch.float64).clone()
+    return saved
 
 
 def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:
@@ -103,6 +111,7 @@ def load_checkpoint(folder: Path, plan_digest: str) -> Checkpoint:
             theta_average=raw["theta_average"].to(torch.float64),
             c_average=float(raw["c_average"]),
             averaged_rounds=int(raw["averaged_rounds"]),
+            control=raw["control"].to(torch.float64) if "control" in raw else None,
         )
         finished_round, digest = int(payload["round"]), str(payload["plan_digest"])
         evaluation = json.loads(payload["evaluation"]) if payload["evaluation"] else None

@@ -79,7 +79,12 @@ from fedfair.runtime.aggregator.driver import (
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
-from fedfair.runtime.contract import EVALUATION, TRAINING
+from fedfair.runtime.contract import (
+    EVALUATION,
+    TRAINING,
+    training_download,
+    update_dimension,
+)
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan import (
@@ -130,10 +135,13 @@ class StatisticsFailed(FedfairError):
 
 
 def initial_state(plan: AggregatorPlan, encoder: Encoder | None = None) -> server.ServerState:
-    """Round 0: the plan's model with its seed's initial weights, c at the bound B (as the simulation);
-    under a [schema], the model's input size and classes are the federation's encoder's."""
+    """Round 0: the plan's model with its seed's initial weights, c at the bound B (as the simulation),
+    and with drift correction a zero control variate; under a [schema], the model's input size and
+    classes are the federation's encoder's."""
     model = model_settings(plan, encoder).build(seed=plan.training.seed)
-    return server.init(flat_parameters(model), bound=plan.objective.bound)
+    return server.init(
+        flat_parameters(model), bound=plan.objective.bound, drift_correction=plan.training.corrects_drift
+    )
 
 
 @dataclass
@@ -485,20 +493,26 @@ class RoundLoop:
             "model_sha256": state_digest(state),
             "secure_aggregation": self.plan.secure_aggregation.enabled,
         }
-        model = (state.theta.numpy(), state.c)
+        # With drift correction the server's control variate sigma travels with (theta, c), and every
+        # collaborator's sigma_k+ comes back inside the same summed vector (2 (d + 1) long).
+        corrects_drift = state.control is not None
+        control = None if state.control is None else state.control.numpy()
+        model = (training_download(state.theta.numpy(), control), state.c)
         try:
             outcome = self.driver.run(
                 round_number,
                 TRAINING,
                 participants,
-                state.theta.numel() + 1,
+                update_dimension(state.theta.numel(), corrects_drift),
                 self.encoding,
                 model,
                 start_input=self.start_input,
             )
             clip = self.encoding.clip if self.plan.secure_aggregation.enabled else None
             check_decoded_update(outcome, clip, len(outcome.contributors))
-            aggregate = server.Aggregate.from_vector(torch.from_numpy(outcome.weighted_sum), outcome.total_weight)
+            aggregate = server.Aggregate.from_vector(
+                torch.from_numpy(outcome.weighted_sum), outcome.total_weight, with_control=corrects_drift
+            )
             state = server.apply(state, aggregate, bound=self.plan.objective.bound, average_from=self.average_from)
         except (RoundAborted, server.AggregateError) as error:
             record.update(status="aborted", reason=str(error), seconds=time.perf_counter() - started)

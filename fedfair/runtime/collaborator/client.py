@@ -9,7 +9,8 @@ learner exactly as the in-process simulation builds client i (same model seed, s
 sampler seed), so a federation over real processes follows the simulation step for
 step. Then it follows the aggregator's task stream:
 
-- TRAIN: download (theta_t, c_t) in bounded chunks and run the local learner's tau steps;
+- TRAIN: download (theta_t, c_t) in bounded chunks (with drift correction, the server's control
+  variate sigma follows theta in the same download) and run the local learner's tau steps;
 - ADVERTISE / SHARE / MASKED_INPUT / UNMASK: the secure-aggregation steps of
   :mod:`fedfair.runtime.collaborator.steps` (with secure aggregation off, only
   MASKED_INPUT, carrying the plain float64 vector);
@@ -20,9 +21,11 @@ step. Then it follows the aggregator's task stream:
 It never sends a per-sample value: only secure-aggregation messages whose size is
 fixed by the model (or the evaluation vector) and the number of collaborators. An
 update with NaN or Inf is refused before masking (the collaborator withdraws from
-the round); with secure aggregation off, the plain update is clipped exactly as the
-encoding would clip it (each coordinate of the unweighted update to [-clip, clip]),
-so the aggregator's bounds never refuse an honest one.
+the round), and so is one whose control variate (drift correction) lies beyond the
+plan's clip, which the encoding would otherwise clip silently; with secure aggregation
+off, the plain update is clipped exactly as the encoding would clip it (each coordinate
+of the unweighted update to [-clip, clip]), so the aggregator's bounds never refuse an
+honest one.
 
 Failures are classified (:mod:`fedfair.runtime.failures`): a transient one (the
 aggregator down, restarting or busy) is retried with jittered back-off for up to
@@ -40,6 +43,15 @@ again (the same bits, no second privacy cost, the sampler is not advanced twice)
 and a different model means a fresh round of training. A task whose RPC failed is
 not counted as done, and losing the aggregator does not drop the round's work.
 Evaluation answers are a function of the model alone and are simply recomputed.
+
+Drift correction (``[training] drift_correction = "scaffold"``): the learner, kept for
+the whole process, holds this institution's control variate sigma_k (`LocalLearner.control`)
+across rounds; each round passes it the server's sigma and submits the 2 (d + 1) vector
+[w delta, w delta_c, w sigma_k+]. A process that starts (or restarts) mid-federation has
+no sigma_k of its own: before the first round it trains it takes the server's sigma as
+its sigma_k, so that round's correction term sigma - sigma_k is zero (plain local steps,
+as SCAFFOLD's first round) and its sigma_k+ is a fresh estimate from there on. The server
+keeps no running sum of the sigma_k, so this leaves no error behind (`fedfair.core.server`).
 
 Privacy hook: the `trainer_factory` argument of :class:`Collaborator` (default
 `fedfair.runtime.collaborator.trainer.round_trainer`) turns the plain `LocalLearner` into what trains each round;
@@ -73,7 +85,7 @@ from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.files import atomic_write
-from fedfair.core.local import RoundTrainer
+from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.schema import statistics_vector
 from fedfair.fairness import sums
@@ -102,7 +114,13 @@ from fedfair.runtime.collaborator.trainer import (
     read_local_data,
     round_trainer,
 )
-from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
+from fedfair.runtime.contract import (
+    EVALUATION,
+    TRAINING,
+    Stages,
+    split_training_download,
+    update_dimension,
+)
 from fedfair.runtime.failures import (
     CONNECTION_LOST,
     FEDERATION_MISMATCH,
@@ -164,8 +182,10 @@ class TrainedUpdate:
     """The outcome of training in one round, kept so that a re-run of the round re-sends it.
 
     The key is (round, model): the round and the :func:`model_digest` of the model trained
-    on. `vector` is [w * delta, w * delta_c], read-only (None: nothing to contribute this
-    round, the trainer refused or the update was not finite); `weight` is w.
+    on (with drift correction, of theta and the server's sigma together). `vector` is
+    [w * delta, w * delta_c] (followed by w * sigma_k+ with drift correction), read-only
+    (None: nothing to contribute this round, the trainer refused or the update was not
+    finite); `weight` is w.
     """
 
     round: int
@@ -181,6 +201,27 @@ def clip_plain_update(vector: np.ndarray, weight: float, clip: float) -> np.ndar
     bound = clip * weight
     clipped: np.ndarray = np.clip(vector, -bound, bound)
     return clipped
+
+
+def control_beyond_clip(vector: np.ndarray, weight: float, clip: float) -> str | None:
+    """Why a drift-corrected vector [w delta, w delta_c, w sigma_k+] must not be sent, or None.
+
+    The encoding (and the plain path's clip) bounds every weighted coordinate by clip * w. An
+    update's coordinates are clipped like a gradient, but a clipped control variate would be a
+    wrong one, and the server's sigma, the mean of them, would steer every collaborator's next
+    steps off course, silently: so a control coordinate past the bound is refused instead.
+    """
+    control = vector[vector.size // 2 :]
+    bound = clip * weight
+    beyond = int(np.count_nonzero(np.abs(control) > bound))
+    if not beyond:
+        return None
+    largest = float(np.abs(control).max()) / weight
+    return (
+        f"{beyond} coordinates of the drift correction's control variate exceed the encoding's clip "
+        f"(largest {largest:.4g} per unit of weight, clip {clip:g}), and clipping would corrupt it; raise "
+        "[secure_aggregation] clip in the plan above that (or lower [training] lr / threshold_lr)"
+    )
 
 
 def _stub(channel: grpc.Channel) -> pb_grpc.FederationStub:
@@ -239,6 +280,9 @@ class Collaborator:
         self._trained: TrainedUpdate | None = None
         self._views: dict[tuple[int, int, str], SignedView] = {}
         """Per (round, kind, model): the survivors this collaborator signed for that input, in any session."""
+        self._holds_control = False
+        """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
+        first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -280,6 +324,7 @@ class Collaborator:
                 raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
         self.plan_digest = reply.plan_digest
         self.trainer: RoundTrainer | None = None
+        self.learner: LocalLearner | None = None
         self.parameters = 0
         if self.shared.schema is None:
             self._prepare(load_local_data(self.config, self.shared, self._table), self.shared)
@@ -332,6 +377,8 @@ class Collaborator:
         """Build the round trainer and the evaluation model for this institution's encoded data."""
         self.data = data
         learner = build_learner(data, shared, self.device)
+        # Kept for the whole process: it holds the drift correction's sigma_k across rounds.
+        self.learner = learner
         try:
             self.trainer = self.trainer_factory(learner, self.config, shared)
         except PermanentFailure:
@@ -451,16 +498,24 @@ class Collaborator:
             return False
         return True
 
-    def _download(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> tuple[np.ndarray, float]:
+    def _download(
+        self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """(values, c) of the stage's model; values is theta, at most `max_values` long (default: the model's)."""
         parts = stub.DownloadModel(pb.FetchRequest(binding=binding), timeout=RPC_SECONDS)
         self._count(binding.round, pb.FetchRequest(binding=binding).ByteSize())
-        return read_model(parts, binding, max_values=self.parameters)
+        return read_model(parts, binding, max_values=self.parameters if max_values is None else max_values)
 
     def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Work:
         """This round's contribution: trained on the downloaded model, or re-sent if this round
         already trained on exactly this model (the aggregator crashed and re-runs the round)."""
-        theta, c = self._download(stub, binding)
-        model = model_digest(theta, c)
+        corrects_drift = self.shared.training.corrects_drift
+        values, c = self._download(stub, binding, 2 * self.parameters + 1 if corrects_drift else self.parameters)
+        try:
+            theta, control = split_training_download(values, self.parameters, corrects_drift)
+        except ConfigError as error:
+            raise WireError(str(error)) from None
+        model = model_digest(values, c)
         trained = self._trained
         if trained is not None and (trained.round, trained.model) == (binding.round, model):
             logger.info(
@@ -469,7 +524,8 @@ class Collaborator:
                 binding.round,
             )
         else:
-            trained = self._train_on(stub, binding, model, torch.from_numpy(theta), c)
+            server_control = None if control is None else torch.from_numpy(control)
+            trained = self._train_on(stub, binding, model, torch.from_numpy(theta), c, server_control)
             self._trained = trained
         work = self._contribution(trained)
         work.view = self._view_of(binding.round, TRAINING, model)
@@ -484,9 +540,16 @@ class Collaborator:
         return self._views.setdefault((round_number, stages.session_offset, model), SignedView())
 
     def _train_on(
-        self, stub: pb_grpc.FederationStub, binding: pb.Binding, model: str, theta: torch.Tensor, c: float
+        self,
+        stub: pb_grpc.FederationStub,
+        binding: pb.Binding,
+        model: str,
+        theta: torch.Tensor,
+        c: float,
+        control: torch.Tensor | None = None,
     ) -> TrainedUpdate:
-        """Run this round's local training on (theta, c): the only place the trainer advances.
+        """Run this round's local training on (theta, c) and, with drift correction, the server's
+        control variate sigma: the only place the trainer advances.
 
         A spent privacy budget is reported to the aggregator (BUDGET_SPENT); with
         share_epsilon, so is the cumulative epsilon after each private round. The
@@ -495,9 +558,17 @@ class Collaborator:
         round_number = binding.round
         nothing = TrainedUpdate(round_number, model, None, 0.0)
         started = time.perf_counter()
-        assert self.trainer is not None  # _handle builds it before the first TRAIN
+        assert self.trainer is not None and self.learner is not None  # _handle builds them before the first TRAIN
+        if control is not None and not self._holds_control and self.learner.control is not None:
+            # A fresh process has no sigma_k of its own: it starts from the server's (module notes).
+            self.learner.control = control.to(self.learner.control.device, torch.float64).clone()
+        self._holds_control = True
         try:
-            update = self.trainer.train_round(theta, c)
+            # Without drift correction the call is the two-argument one every RoundTrainer has always taken.
+            if control is None:
+                update = self.trainer.train_round(theta, c)
+            else:
+                update = self.trainer.train_round(theta, c, control)
         except PrivacyBudgetExhausted as error:
             logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
             self._report(stub, binding, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
@@ -518,6 +589,25 @@ class Collaborator:
                 round_number,
             )
             return nothing
+        expected = update_dimension(self.parameters, self.shared.training.corrects_drift)
+        if vector.size != expected:
+            logger.error(
+                "%s: round %d: the trainer's update holds %d values, but the plan's [training] drift_correction = "
+                '"%s" makes a round\'s vector %d long; this collaborator\'s trainer does not follow the plan (a '
+                "custom trainer, or an older fedfair): withdrawing from this round; run a trainer built from the "
+                "plan's settings (fedfair.runtime.collaborator.trainer.build_learner)",
+                self.config.name,
+                round_number,
+                vector.size,
+                self.shared.training.drift_correction,
+                expected,
+            )
+            return nothing
+        if update.control is not None:
+            problem = control_beyond_clip(vector, update.weight, self.shared.secure_aggregation.clip)
+            if problem:
+                logger.error("%s: round %d: %s; withdrawing from this round", self.config.name, round_number, problem)
+                return nothing
         logger.info(
             "%s: round %d: trained %d local steps on batches of %d in %.3f s",
             self.config.name,

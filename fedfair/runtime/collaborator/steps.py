@@ -32,7 +32,13 @@ from fedfair.core.errors import FedfairError
 from fedfair.datasets.schema import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
+from fedfair.runtime.contract import (
+    EVALUATION,
+    TRAINING,
+    RoundParameters,
+    Stages,
+    update_dimension,
+)
 from fedfair.runtime.manifest import Manifest, ManifestError
 from fedfair.runtime.plan import SharedSettings
 from fedfair.runtime.preprocessing import (
@@ -105,13 +111,14 @@ class Participant:
         object.__setattr__(self, "verify", remembered(self.verify))
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
-        """The kind, vector length and encoding this aggregation must have: a training update, the
-        evaluation's sums, or (round 0 of a plan with a [schema]) the table statistics."""
+        """The kind, vector length and encoding this aggregation must have: a training update (2 (d + 1)
+        long with drift correction, its control variates included), the evaluation's sums, or (round 0 of a plan with a [schema]) the table statistics."""
         if work.stages is EVALUATION:
             if self.shared.schema is not None and work.round == STATISTICS_ROUND:
                 return STATISTICS_KIND, statistics_dimension(self.shared.schema), STATISTICS_ENCODING
             return "evaluate", sums.vector_length(), sums.ENCODING
-        return "train", self.parameters + 1, self.shared.secure_aggregation.encoding()
+        dimension = update_dimension(self.parameters, self.shared.training.corrects_drift)
+        return "train", dimension, self.shared.secure_aggregation.encoding()
 
     def check_parameters(self, work: Work, inputs: bytes) -> RoundParameters:
         """The round's parameters, refused unless they are what this collaborator's plan implies
