@@ -34,6 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from fedfair.core.config import DRIFT_CORRECTIONS
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.pki.store import ca_paths
 from fedfair.research.processes import (
@@ -195,6 +196,8 @@ def federate(args: argparse.Namespace, root: Path) -> int:
         "seed": args.seed,
         "average_from": 0.5,
     }
+    if args.drift_correction != "none":  # a plan without the key is today's plan, digest included
+        training["drift_correction"] = args.drift_correction
     plan = {
         "objective": {"epsilon": args.epsilon, "rho": args.rho},
         "training": training,
@@ -264,6 +267,13 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     launch.add_argument("--batch-fraction", type=float, default=0.01, help="b_k = round(f n_k) (default 0.01)")
     launch.add_argument("--local-steps", type=int, default=5, help="tau: local steps per round (default 5)")
     launch.add_argument("--lr", type=float, default=0.1, help="step size for theta and c (default 0.1)")
+    launch.add_argument(
+        "--drift-correction",
+        choices=DRIFT_CORRECTIONS,
+        default="none",
+        help="scaffold: control variates keep tau local steps from drifting toward each site's own optimum "
+        "(the plan's [training] drift_correction; doubles what each site sends)",
+    )
     launch.add_argument("--seed", type=int, default=0)
     launch.add_argument("--evaluate-every", type=int, default=0, help="also evaluate every N rounds (default: last)")
     launch.add_argument("--no-secure-aggregation", action="store_true", help="plain sums (for comparison only)")

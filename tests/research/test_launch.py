@@ -72,7 +72,7 @@ def test_a_stopped_launch_leaves_no_folder_and_no_ca_key(tmp_path: Path, stop: s
 
 @pytest.mark.slow
 def test_a_piped_launch_shows_round_progress_and_keeps_the_folder_only_when_asked(tmp_path: Path) -> None:
-    process = _launch(tmp_path, "--rounds", "4", "--keep")
+    process = _launch(tmp_path, "--rounds", "4", "--keep", "--drift-correction", "scaffold")
     output, errors = process.communicate(timeout=300)
     assert process.returncode == 0, errors[-2000:]
     assert "\r" not in errors
@@ -80,5 +80,7 @@ def test_a_piped_launch_shows_round_progress_and_keeps_the_folder_only_when_aske
     (kept,) = tmp_path.glob("fedfair-launch-*")
     assert f"workspace kept in {kept} (the CA key was deleted)" in errors
     assert (kept / "aggregator" / "output" / "final_model.json").exists()
+    # The sites trained with drift correction: the plan says so, and so do the aggregator's round records.
+    assert 'drift_correction = "scaffold"' in (kept / "aggregator" / "plan.toml").read_text()
     assert not (kept / "certs" / "ca.key").exists()
     assert "[aggregator]" in output and "FedSRCVaR (federated, secure sums)" in output
