@@ -491,6 +491,11 @@ def bpf_ratio_bounds(rho: float, epsilon: float = 0.0) -> tuple[float, float]:
             f"BPF needs 0 <= epsilon <= rho (every sample's weight is at least epsilon / rho of the cap), got "
             f"epsilon {epsilon} and rho {rho}; e.g. --epsilon 0.01"
         )
+    if epsilon == rho < 1.0:
+        raise ConfigError(
+            f"BPF with epsilon = rho = {rho} pins every ratio at 1: that is plain ERM, the adversary cannot move; "
+            "pass --epsilon 0 (the bounded-size adversary) or an epsilon below rho"
+        )
     return epsilon / rho, 1.0 / rho
 
 

@@ -55,6 +55,9 @@ METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "fedminmax", "central-erm", 
 RHO_FREE_METHODS = ("fedavg", "afl", "qfedavg", "fedminmax", "central-erm")
 """Methods whose objective has no rho or epsilon: their step size is --baseline-lr, not one scaled by them."""
 
+DEFAULT_TRADE_OFF = 0.1
+"""RCVaR's trade-off when --epsilon is not given (BPF's default is 0: see `config_from_args`)."""
+
 LOSS_METHODS = ("afl", "qfedavg", "fedminmax")
 """Methods whose server needs losses at theta_t every round (`--loss-rows` bounds what they read)."""
 
@@ -160,7 +163,13 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_objective_arguments(parser: argparse.ArgumentParser) -> None:
     objective = parser.add_argument_group("model and objective")
     objective.add_argument("--model", default="logreg", choices=MODEL_NAMES)
-    objective.add_argument("--epsilon", type=float, default=0.1, help="trade-off: 1 is ERM, 0 is CVaR (default 0.1)")
+    objective.add_argument(
+        "--epsilon",
+        type=float,
+        default=None,
+        help="trade-off: 1 is ERM, 0 is CVaR (default 0.1); bpf: each sample's least weight, ratios in "
+        "[epsilon / rho, 1 / rho] (default 0, the plain bounded-size adversary)",
+    )
     objective.add_argument("--rho", type=float, default=0.3, help="smallest protected group fraction (default 0.3)")
     objective.add_argument("--gamma", type=float, default=0.05, help="smoothing of the plus function (default 0.05)")
     objective.add_argument("--smooth", default="softrelu", choices=sorted(SMOOTH_PLUS_FUNCTIONS))
@@ -300,7 +309,10 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     partition_scheme = args.partition or (
         args.split_by if args.data else DATASETS[args.dataset].default_partition if args.dataset in DATASETS else "iid"
     )
-    objective = ObjectiveConfig(epsilon=args.epsilon, rho=args.rho, gamma=args.gamma, smooth=args.smooth, bound=args.bound)
+    # BPF reads epsilon as its ratios' floor, not as RCVaR's trade-off: FedSRCVaR's default 0.1 would pin
+    # every ratio at 1 when rho = 0.1 (plain ERM), so its default is the unconstrained adversary's 0.
+    epsilon = args.epsilon if args.epsilon is not None else 0.0 if args.method == "bpf" else DEFAULT_TRADE_OFF
+    objective = ObjectiveConfig(epsilon=epsilon, rho=args.rho, gamma=args.gamma, smooth=args.smooth, bound=args.bound)
     step = default_step_size(objective.epsilon, objective.rho)
     if args.baseline_lr is not None and args.method not in RHO_FREE_METHODS:
         raise ConfigError(

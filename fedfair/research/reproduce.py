@@ -394,6 +394,8 @@ class Point:
         flags = ["--lr", f"{lr:.6g}", "--threshold-lr", f"{lr:.6g}", "--local-steps", str(self.local_steps)]
         if self.epsilon is not None:
             flags += ["--epsilon", f"{self.epsilon:g}"]
+        elif method == "bpf":  # said outright: BPF's runs from before its default became 0 ran at 0.1
+            flags += ["--epsilon", "0"]
         if self.adversary_lr is not None:
             flags += ["--adversary-lr", f"{self.adversary_lr:g}"]
         return tuple(flags)

@@ -158,6 +158,10 @@ def test_uniform_risk_is_ln_k() -> None:
         (["--method", "afl", "--baseline-lr", "0.7", "--lr", "0.2"], lambda config: config.training.local.lr, 0.2),
         (["--method", "fedavg", "--rho", "0.1"], lambda config: config.training.local.lr, DEFAULT_BASELINE_LR),
         (["--method", "bpf", "--adversary-lr", "0.3"], lambda config: config.adversary_lr, 0.3),
+        # BPF's epsilon is its ratios' floor: by default 0, whatever RCVaR's default trade-off is.
+        (["--method", "bpf", "--rho", "0.1"], lambda config: config.objective.epsilon, 0.0),
+        (["--method", "fedsrcvar", "--rho", "0.1"], lambda config: config.objective.epsilon, 0.1),
+        (["--method", "afl", "--loss-rows", "64"], lambda config: config.loss_rows, 64),
         (["--method", "fedminmax", "--groups", "sex"], lambda config: config.groups, "sex"),
         (["--method", "dro", "--rho", "0.2"], lambda config: config.training.local.lr, 0.5 * 0.2 / math.sqrt(17.0)),
     ],
@@ -243,6 +247,9 @@ def test_fedminmax_runs_on_the_groups_column_and_its_adversary_lr() -> None:
         (["--method", "fedsrcvar", "--baseline-lr", "0.1"], "set --lr instead"),
         (["--method", "dro", "--rho", "1"], "chi-square DRO needs rho in (0, 1)"),
         (["--method", "bpf", "--epsilon", "0.5", "--rho", "0.3"], "BPF needs 0 <= epsilon <= rho"),
+        (["--method", "bpf", "--epsilon", "0.1", "--rho", "0.1"], "pins every ratio at 1"),
+        (["--method", "fedavg", "--loss-rows", "64"], "drop it for --method fedavg"),
+        (["--method", "afl", "--loss-rows", "-1"], "--loss-rows must be 0"),
         (["--method", "fedminmax", "--groups", "planet"], "pass --groups COLUMN"),
     ],
 )
