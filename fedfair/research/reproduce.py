@@ -385,10 +385,14 @@ class Point:
 
     def flags(self, method: str, rho: float) -> tuple[str, ...]:
         """The `fedfair simulate` flags of this point. The default step of the RCVaR methods is
-        fedfair's 0.5 / ((1 - eps) / rho + eps), scaled; the others' default is 0.5, scaled."""
+        fedfair's 0.5 / ((1 - eps) / rho + eps), scaled; BPF's is that at eps = 0, 0.5 rho (its
+        sample weights reach 1 / rho); the others' default is 0.5, scaled."""
         if method in RCVAR_METHODS:
             eps = DEFAULT_EPSILON if self.epsilon is None else self.epsilon
             lr = self.scale * 0.5 / ((1.0 - eps) / rho + eps)
+        elif method == "bpf":
+            # Its ratios reach 1 / rho, as CVaR's weights do: CVaR's step (epsilon 0), not ERM's.
+            lr = self.scale * 0.5 * rho
         else:
             lr = self.scale * 0.5
         flags = ["--lr", f"{lr:.6g}", "--threshold-lr", f"{lr:.6g}", "--local-steps", str(self.local_steps)]

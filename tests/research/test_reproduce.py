@@ -147,6 +147,8 @@ def test_adversaries_and_dro_get_their_own_grids_and_only_loss_methods_get_loss_
         config_from_flags(run.flags)
     assert reproduce._federation(grid.selection_runs("afl", 0.3)[0].flags, "validation").train
     assert Point(1.0, adversary_lr=10.0).describe() == "step x1, adversary step 10"
+    # BPF's ratios reach 1 / rho: its step is CVaR's (0.5 rho at epsilon 0), not ERM's 0.5.
+    assert float(bpf[0].flags[bpf[0].flags.index("--lr") + 1]) == pytest.approx(TINY.lr_scales[0] * 0.5 * 0.3)
 
 
 def test_the_command_refuses_what_it_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
