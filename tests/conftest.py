@@ -1,11 +1,18 @@
-"""Shared fixtures: real federations cut from the bundled Adult data."""
+"""Shared fixtures: real federations cut from the bundled Adult data; the Hypothesis profile."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 from fedfair.research.simulation import Federation
 from tests.federations import adult_by_race
+
+# Property tests assert properties, not speed: on a shared, loaded machine one example can take
+# longer than Hypothesis' default 200 ms deadline and fail a correct test (it did, at 309 ms).
+# Speed targets live in benchmarks/.
+settings.register_profile("fedfair", deadline=None)
+settings.load_profile("fedfair")
 
 
 @pytest.fixture(scope="session")
