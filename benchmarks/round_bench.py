@@ -74,7 +74,7 @@ class FixedUpdate:
         generator = torch.Generator().manual_seed(seed)
         self.delta = 0.01 * torch.randn(dimension, generator=generator)
 
-    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
         return Update(delta=self.delta, delta_c=-0.01, weight=BATCH)
 
 

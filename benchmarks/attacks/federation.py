@@ -170,7 +170,7 @@ class FixedTrainer:
     def __init__(self, update: Update) -> None:
         self.update = update
 
-    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
         return self.update
 
 
@@ -184,7 +184,7 @@ class DriftTrainer:
     def __init__(self, update: Update) -> None:
         self.base = update
 
-    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
         delta = torch.round((-0.25 * theta.to(torch.float64) + self.base.delta) * 1024.0) / 1024.0
         delta_c = round((-0.25 * c + self.base.delta_c) * 1024.0) / 1024.0
         return Update(delta=delta.clamp(-4.0, 4.0), delta_c=delta_c, weight=self.base.weight)

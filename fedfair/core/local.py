@@ -141,7 +141,8 @@ class LocalLearner:
             size = sum(part.numel() for part in model.parameters()) + 1
             self.control = torch.zeros(size, dtype=torch.float64, device=parameter.device)
         self._server_control: torch.Tensor | None = None
-        self._corrections: list[torch.Tensor] = []
+        self._corrections: list[tuple[torch.Tensor, torch.Tensor]] = []
+        """This round's (tensor, sigma - sigma_k shaped like it) for theta's parameters and c."""
 
     @property
     def num_samples(self) -> int:
@@ -178,14 +179,14 @@ class LocalLearner:
             )
         self._server_control = server_control.to(self.control.device, torch.float64)
         difference = self._server_control - self.control
-        corrections: list[torch.Tensor] = []
+        corrections: list[tuple[torch.Tensor, torch.Tensor]] = []
         offset = 0
         for parameter in self.model.parameters():
             count = parameter.numel()
-            corrections.append(difference[offset : offset + count].view_as(parameter).to(parameter.dtype))
+            corrections.append((parameter, difference[offset : offset + count].view_as(parameter).to(parameter.dtype)))
             offset += count
         if self.threshold is not None:
-            corrections.append(difference[offset].to(self.threshold.c.dtype))
+            corrections.append((self.threshold.c, difference[offset].to(self.threshold.c.dtype)))
         self._corrections = corrections
 
     def _draw_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -228,12 +229,8 @@ class LocalLearner:
         A learner that takes its own steps on this model (the private one) ends each with this
         call, so both follow the same rules and `finish` knows tau.
         """
-        if self._corrections:
-            parameters: list[torch.Tensor] = [*self.model.parameters()]
-            if self.threshold is not None:
-                parameters.append(self.threshold.c)
-            for parameter, correction in zip(parameters, self._corrections, strict=True):
-                parameter.sub_(correction)
+        for tensor, correction in self._corrections:
+            tensor.sub_(correction)
         self._steps_taken += 1
         if self.threshold is not None and self.config.project_locally:
             self.threshold.project()

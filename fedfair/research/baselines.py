@@ -84,9 +84,14 @@ class LossRows:
     stochastic form these methods' analyses allow.
     """
 
-    def __init__(self, sizes: Sequence[int], rows: int, seed: int) -> None:
+    @staticmethod
+    def check(rows: int) -> None:
+        """Refuse a row count that is neither 0 (every row) nor positive."""
         if rows < 0:
             raise ConfigError(f"--loss-rows must be 0 (every row) or a positive row count, got {rows}; e.g. --loss-rows 8192")
+
+    def __init__(self, sizes: Sequence[int], rows: int, seed: int) -> None:
+        self.check(rows)
         self.sizes = list(sizes)
         self.rows = rows
         self._generator = np.random.default_rng([seed, 0x4C4F5353])  # its own stream: batches stay as they were

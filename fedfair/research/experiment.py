@@ -94,8 +94,7 @@ class ExperimentConfig:
             raise ConfigError(f"unknown method '{self.method}'; choose one of: {', '.join(METHODS)}")
         if self.local_epochs is not None and self.method != "fedavg":
             raise ConfigError(f"--local-epochs sets FedAvg's local passes; drop it for --method {self.method}")
-        if self.loss_rows < 0:
-            raise ConfigError(f"--loss-rows must be 0 (every row) or a positive row count, got {self.loss_rows}")
+        baselines.LossRows.check(self.loss_rows)
         if self.loss_rows and self.method not in LOSS_METHODS:
             raise ConfigError(
                 f"--loss-rows sets how many rows {', '.join(LOSS_METHODS)} read for their per-round losses; "

@@ -51,6 +51,7 @@ from fedfair.research.experiment import (
     METHODS,
     ExperimentConfig,
     config_from_flags,
+    default_step_size,
     final_report,
     load_federation,
     run_method,
@@ -388,11 +389,10 @@ class Point:
         fedfair's 0.5 / ((1 - eps) / rho + eps), scaled; BPF's is that at eps = 0, 0.5 rho (its
         sample weights reach 1 / rho); the others' default is 0.5, scaled."""
         if method in RCVAR_METHODS:
-            eps = DEFAULT_EPSILON if self.epsilon is None else self.epsilon
-            lr = self.scale * 0.5 / ((1.0 - eps) / rho + eps)
+            lr = self.scale * default_step_size(DEFAULT_EPSILON if self.epsilon is None else self.epsilon, rho)
         elif method == "bpf":
             # Its ratios reach 1 / rho, as CVaR's weights do: CVaR's step (epsilon 0), not ERM's.
-            lr = self.scale * 0.5 * rho
+            lr = self.scale * default_step_size(0.0, rho)
         else:
             lr = self.scale * 0.5
         flags = ["--lr", f"{lr:.6g}", "--threshold-lr", f"{lr:.6g}", "--local-steps", str(self.local_steps)]
@@ -593,17 +593,17 @@ def _reproduce_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown dataset '{args.dataset}'; choose one of: {', '.join(DATASETS)}")
     if args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
-    if args.loss_rows < 0:
-        raise ConfigError(f"--loss-rows must be 0 (every row) or a positive row count, got {args.loss_rows}")
+    baselines.LossRows.check(args.loss_rows)
     name = "quick" if args.quick else args.profile
-    split = tuple(
-        text
-        for flag, value in (("--partition", args.partition), ("--alpha", args.alpha), ("--clients", args.clients))
-        if value is not None
-        for text in (flag, f"{value:g}" if isinstance(value, float) else str(value))
-    )
+    split: list[str] = []
+    if args.partition is not None:
+        split += ["--partition", args.partition]
+    if args.alpha is not None:
+        split += ["--alpha", f"{args.alpha:g}"]
+    if args.clients is not None:
+        split += ["--clients", str(args.clients)]
     if args.study == "drift":
-        return _drift_command(args, name, split)
+        return _drift_command(args, name, tuple(split))
     if split:
         raise ConfigError("--partition, --alpha and --clients set the drift study's split; the paper study uses "
                           "each dataset's own split (drop them, or add --study drift)")
@@ -615,6 +615,11 @@ def _reproduce_command(args: argparse.Namespace) -> int:
             written = reproduce(
                 args.dataset, args.out, profile, args.workers, args.device, on_ray=True, loss_rows=args.loss_rows
             )
+    return _print_written(written)
+
+
+def _print_written(written: Mapping[str, Path]) -> int:
+    """List the files a study wrote, one per line; the command's exit status."""
     for name, path in written.items():
         print(f"{name:>12}  {path}")
     return 0
@@ -631,6 +636,4 @@ def _drift_command(args: argparse.Namespace, name: str, split: tuple[str, ...]) 
     else:
         with ray_connection(args.ray):
             written = drift_study(args.dataset, args.out, profile, args.workers, split, args.device, on_ray=True)
-    for label, path in written.items():
-        print(f"{label:>12}  {path}")
-    return 0
+    return _print_written(written)

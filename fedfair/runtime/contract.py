@@ -67,6 +67,11 @@ def update_dimension(parameters: int, corrects_drift: bool) -> int:
     return 2 * (parameters + 1) if corrects_drift else parameters + 1
 
 
+def training_download_size(parameters: int, corrects_drift: bool) -> int:
+    """How many values a TRAIN download carries besides c: theta's d, and sigma's d + 1 with drift correction."""
+    return 2 * parameters + 1 if corrects_drift else parameters
+
+
 def training_download(theta: np.ndarray, control: np.ndarray | None) -> np.ndarray:
     """The values a TRAIN stage's model download carries besides c: theta, followed with drift correction
     by the server's control variate sigma (d + 1 float64 more). Without it, theta alone, so plain
@@ -81,7 +86,7 @@ def split_training_download(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(theta, sigma) from a TRAIN download (sigma None without drift correction); a ConfigError when its
     length is not what a model of `parameters` numbers and this drift correction imply."""
-    expected = parameters + (parameters + 1 if corrects_drift else 0)
+    expected = training_download_size(parameters, corrects_drift)
     if values.size != expected:
         raise ConfigError(
             f"the round's model holds {values.size} values, but the plan's model has {parameters} parameters"

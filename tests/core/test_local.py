@@ -139,8 +139,9 @@ def independent_algorithm_1(*, project_locally: bool, project_at_server: bool) -
     return thetas, cs
 
 
-def federated_rounds(config: LocalConfig) -> server.ServerState:
-    learners = [
+def tiny_learners(config: LocalConfig, clients: tuple[tuple[torch.Tensor, torch.Tensor], ...]) -> list[LocalLearner]:
+    """A full-batch float64 logistic-regression learner with an RCVaR head per client."""
+    return [
         LocalLearner(
             build_model("logreg", 1, 2, dtype=torch.float64),
             features,
@@ -149,8 +150,12 @@ def federated_rounds(config: LocalConfig) -> server.ServerState:
             config,
             threshold=RCVaRThreshold(TINY_OBJECTIVE, dtype=torch.float64),
         )
-        for features, labels in TINY_CLIENTS
+        for features, labels in clients
     ]
+
+
+def federated_rounds(config: LocalConfig) -> server.ServerState:
+    learners = tiny_learners(config, TINY_CLIENTS)
     state = server.init(torch.zeros(2, dtype=torch.float64), bound=TINY_OBJECTIVE.bound)
     for _ in range(TINY_ROUNDS):
         updates = [learner.train_round(state.theta, state.c) for learner in learners]
@@ -193,20 +198,6 @@ SCAFFOLD_LOCAL = dataclasses.replace(TINY_LOCAL, drift_correction="scaffold")
 def test_drift_correction_choices_are_checked() -> None:
     with pytest.raises(ConfigError, match="unknown drift correction 'fedprox'; choose one of: none, scaffold"):
         LocalConfig(drift_correction="fedprox")
-
-
-def tiny_learners(config: LocalConfig, clients: tuple[tuple[torch.Tensor, torch.Tensor], ...]) -> list[LocalLearner]:
-    return [
-        LocalLearner(
-            build_model("logreg", 1, 2, dtype=torch.float64),
-            features,
-            labels,
-            len(labels),
-            config,
-            threshold=RCVaRThreshold(TINY_OBJECTIVE, dtype=torch.float64),
-        )
-        for features, labels in clients
-    ]
 
 
 def drift_corrected_rounds(

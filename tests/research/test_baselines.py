@@ -242,8 +242,10 @@ def test_afl_with_loss_rows_covering_every_client_is_exact_afl() -> None:
 def test_afl_with_loss_rows_ascends_on_the_sampled_mean_losses() -> None:
     federation = synthetic_federation((30, 20, 11), num_classes=2)
     config = training(rounds=2)
-    thetas, _ = trajectory(run_afl, federation, config, mixture_lr=0.5, loss_rows=8)
-    result = run_afl(federation, config, mixture_lr=0.5, loss_rows=8)
+    thetas: list[torch.Tensor] = []
+    result = run_afl(
+        federation, config, mixture_lr=0.5, loss_rows=8, on_round=lambda state: thetas.append(state.theta.clone())
+    )
     draws = LossRows([30, 20, 11], 8, seed=config.seed)
     mixture = np.full(3, 1.0 / 3.0)
     for theta in (torch.zeros_like(thetas[0]), thetas[0]):  # the pairs rounds 1 and 2 start from
@@ -571,8 +573,10 @@ def test_fedminmax_weights_ascend_on_group_risks_within_the_simplex() -> None:
 def test_fedminmax_with_loss_rows_ascends_on_reweighted_sampled_group_risks() -> None:
     federation = small_adult_by_sex()
     config = training(rounds=2, batch_size=64)
-    thetas, _ = trajectory(run_fedminmax, federation, config, adversary_lr=0.5, loss_rows=100)
-    result = run_fedminmax(federation, config, adversary_lr=0.5, loss_rows=100)
+    thetas: list[torch.Tensor] = []
+    result = run_fedminmax(
+        federation, config, adversary_lr=0.5, loss_rows=100, on_round=lambda state: thetas.append(state.theta.clone())
+    )
     counts = sum(np.bincount(column, minlength=2) for column in federation.train_groups)
     draws = LossRows([client.size for client in federation.train], 100, seed=config.seed)
     mixture = counts / counts.sum()

@@ -249,7 +249,7 @@ class CountingTrainer:
         self.trainer = trainer
         self.calls = 0
 
-    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
         self.calls += 1
         return self.trainer.train_round(theta, c)
 

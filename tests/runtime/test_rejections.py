@@ -330,7 +330,7 @@ class NaNInRound:
     def __init__(self, trainer, round_number: int) -> None:  # type: ignore[no-untyped-def]
         self.trainer, self.round_number, self.rounds = trainer, round_number, 0
 
-    def train_round(self, theta: torch.Tensor, c: float) -> Update:
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
         self.rounds += 1
         update = self.trainer.train_round(theta, c)
         if self.rounds == self.round_number:

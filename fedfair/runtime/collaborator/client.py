@@ -119,6 +119,7 @@ from fedfair.runtime.contract import (
     TRAINING,
     Stages,
     split_training_download,
+    training_download_size,
     update_dimension,
 )
 from fedfair.runtime.failures import (
@@ -510,7 +511,7 @@ class Collaborator:
         """This round's contribution: trained on the downloaded model, or re-sent if this round
         already trained on exactly this model (the aggregator crashed and re-runs the round)."""
         corrects_drift = self.shared.training.corrects_drift
-        values, c = self._download(stub, binding, 2 * self.parameters + 1 if corrects_drift else self.parameters)
+        values, c = self._download(stub, binding, training_download_size(self.parameters, corrects_drift))
         try:
             theta, control = split_training_download(values, self.parameters, corrects_drift)
         except ConfigError as error:
@@ -564,11 +565,7 @@ class Collaborator:
             self.learner.control = control.to(self.learner.control.device, torch.float64).clone()
         self._holds_control = True
         try:
-            # Without drift correction the call is the two-argument one every RoundTrainer has always taken.
-            if control is None:
-                update = self.trainer.train_round(theta, c)
-            else:
-                update = self.trainer.train_round(theta, c, control)
+            update = self.trainer.train_round(theta, c, control)
         except PrivacyBudgetExhausted as error:
             logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
             self._report(stub, binding, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
