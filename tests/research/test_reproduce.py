@@ -100,6 +100,13 @@ def test_hyperparameters_are_chosen_on_validation_and_each_seed_differs(study: t
     assert seeds[0]["worst_risk"] != seeds[1]["worst_risk"]  # two seeds, two splits and initialisations
 
 
+def test_a_diverged_run_is_never_chosen() -> None:
+    grid = Study("adult", TINY, ("dro",))
+    runs = grid.selection_runs("dro", 0.3)
+    results = {run: {"worst_risk": risk} for run, risk in zip(runs, [math.nan, 0.9], strict=True)}
+    assert reproduce.chosen(grid, "dro", 0.3, results) == grid.grid("dro", 0.3)[1]
+
+
 def results_of(out: Path, run: Run) -> dict[str, float]:
     import json
 
@@ -128,22 +135,24 @@ def test_a_point_says_what_it_tunes() -> None:
     assert point.describe() == "step x0.5, epsilon 0.05, 3 local steps"
 
 
-def test_adversaries_and_dro_get_their_own_grids_and_only_loss_methods_get_loss_rows() -> None:
-    profile = Profile(
-        **{**TINY.__dict__, "adversary_lrs": (0.1, 10.0), "method_lr_scales": (("dro", (0.05,)),)}
-    )
+def test_adversaries_get_their_own_grid_every_method_the_same_steps_and_only_loss_methods_loss_rows() -> None:
+    profile = Profile(**{**TINY.__dict__, "adversary_lrs": (0.1, 10.0)})
     grid = Study("adult", profile, ("bpf", "dro", "afl", "fedsrcvar"), loss_rows=512)
     bpf = grid.selection_runs("bpf", 0.3)
     steps = {run.flags[run.flags.index("--adversary-lr") + 1] for run in bpf}
     assert len(bpf) == len(TINY.lr_scales) * 2 and steps == {"0.1", "10"}
-    (dro,) = grid.selection_runs("dro", 0.3)
-    assert "--adversary-lr" not in dro.flags and float(dro.flags[dro.flags.index("--lr") + 1]) == 0.05 * 0.5
+    dro = grid.selection_runs("dro", 0.3)
+    assert all("--adversary-lr" not in run.flags for run in dro)
+    assert [float(run.flags[run.flags.index("--lr") + 1]) for run in dro] == [scale * 0.5 for scale in TINY.lr_scales]
     assert all("--adversary-lr" not in run.flags for run in grid.selection_runs("fedsrcvar", 0.3))
+    # The RCVaR methods start c at Algorithm 1's B = 1; the others have no threshold.
+    assert all(run.flags[run.flags.index("--bound") + 1] == "1" for run in grid.selection_runs("fedsrcvar", 0.3))
+    assert all("--bound" not in run.flags for run in (*bpf, *dro))
     afl = grid.selection_runs("afl", 0.3)[0].flags
     assert afl[afl.index("--loss-rows") + 1] == "512"
     assert "--loss-rows" not in grid.selection_runs("fedsrcvar", 0.3)[0].flags
     # Every run's flags are ones `fedfair simulate` accepts, and each run's data loads.
-    for run in (*bpf, dro, *grid.selection_runs("afl", 0.3)):
+    for run in (*bpf, *dro, *grid.selection_runs("afl", 0.3), *grid.selection_runs("fedsrcvar", 0.3)):
         config_from_flags(run.flags)
     assert reproduce._federation(grid.selection_runs("afl", 0.3)[0].flags, "validation").train
     assert Point(1.0, adversary_lr=10.0).describe() == "step x1, adversary step 10"
