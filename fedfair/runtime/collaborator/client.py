@@ -559,10 +559,11 @@ class Collaborator:
         round_number = binding.round
         nothing = TrainedUpdate(round_number, model, None, 0.0)
         started = time.perf_counter()
-        assert self.trainer is not None and self.learner is not None  # _handle builds them before the first TRAIN
-        if control is not None and not self._holds_control and self.learner.control is not None:
+        assert self.trainer is not None  # _handle builds it before the first TRAIN
+        learner = self.learner  # None for a trainer that brings no learner of fedfair's (benchmarks/round_bench.py)
+        if control is not None and not self._holds_control and learner is not None and learner.control is not None:
             # A fresh process has no sigma_k of its own: it starts from the server's (module notes).
-            self.learner.control = control.to(self.learner.control.device, torch.float64).clone()
+            learner.control = control.to(learner.control.device, torch.float64).clone()
         self._holds_control = True
         try:
             update = self.trainer.train_round(theta, c, control)
