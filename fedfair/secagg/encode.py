@@ -26,11 +26,9 @@ with K = :attr:`Encoder.rounding_bits` (32 for a 32-bit modulus, at least 10 for
 one), and it never moves a value by a whole unit. Only the encoding party ever draws this
 randomness, so how it is drawn is no part of the protocol.
 
-Speed: the encoder walks the vector in blocks of 65536 coordinates and scales, rounds
-and packs each block while its buffers are in cache: two reductions for the NaN and clip
-checks, one multiply that lands in int64, one add of the random words and one shift into
-the output words, plus 4 keystream bytes per coordinate. No float64 temporary is larger
-than one block.
+Speed: the encoder walks the vector in blocks of 65536 coordinates; for each it draws 4
+keystream bytes per coordinate and one compiled pass (:mod:`fedfair.secagg.kernels`) checks,
+clips, scales, rounds and packs the block. Nothing but the output grows with the vector.
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedfair.core.errors import ConfigError
-from fedfair.secagg import prg
+from fedfair.secagg import kernels, prg
 
 MODULUS_BITS = (32, 64)
 """Supported word sizes k."""
@@ -65,11 +63,9 @@ _INT64_BITS = 63
 """Magnitude bits of an int64: a scaled value plus its random offset must stay below 2^63."""
 
 _BLOCK = 1 << 16
-"""Coordinates encoded per step. Each step costs about six numpy and cipher calls; at 2^16
-coordinates their fixed cost is amortised while the block's buffers (512 KiB per int64 or
-float64 buffer) still stay in the last-level cache between the passes over them. With the
-earlier float rounder on the loaded 2-core development host, 2^13, 2^14, 2^15 and 2^16
-coordinates per step encoded d = 10^6 in a median 26, 23, 22 and 20 ms."""
+"""Coordinates encoded per step: a cipher call and a kernel call, whose fixed cost 2^16
+coordinates amortise, while the block's random words (256 KiB) stay in cache until the
+kernel reads them."""
 
 
 @dataclass(frozen=True)
@@ -234,15 +230,9 @@ class Encoder:
         bound = self.config.clip * weight
         for start in range(0, vector.size, _BLOCK):
             block = vector[start : start + _BLOCK]
-            smallest, largest = np.minimum.reduce(block), np.maximum.reduce(block)
-            # Both extremes propagate NaN, and an infinite coordinate is one of them.
-            if not (math.isfinite(smallest) and math.isfinite(largest)):
+            if not rounder.round_into(block, signed[start : start + block.size], bound):
                 raise ConfigError("the update has NaN or infinite coordinates; fix the local training step")
-            if not (-bound <= smallest and largest <= bound):
-                # Clipping is rare, so only then does the block take a pass through a copy.
-                block = np.clip(block, -bound, bound, out=rounder.clipped[: block.size])
-            rounder.round_into(block, signed[start : start + block.size])
-        rounder.round_into(np.array([weight]), signed[-1:])
+        rounder.round_into(np.array([weight]), signed[-1:], math.inf)
         return encoded
 
     def decode(self, encoded_sum: np.ndarray, summands: int) -> Decoded:
@@ -307,23 +297,14 @@ class _StochasticRounder:
         self._random_shift = np.uint32(_RANDOM_BITS - rounding_bits)
         self._random = np.empty(block, dtype=np.dtype(np.uint32).newbyteorder("<"))
         self._random_bytes = self._random.data.cast("B")
-        self._fixed = np.empty(block, dtype=np.int64)
-        self.clipped = np.empty(block, dtype=np.float64)
-        """Scratch space where the caller may clip a block before rounding it."""
+        self._round_block = kernels.round_block()
 
-    def round_into(self, values: np.ndarray, out: np.ndarray) -> None:
-        """Round the float64 ``values`` (at most one block) into the signed integer array ``out``.
-
-        ``out`` must hold every rounded value.
-        """
+    def round_into(self, values: np.ndarray, out: np.ndarray, bound: float) -> bool:
+        """Clip the float64 ``values`` (at most one block) to [-bound, bound] and round them into
+        the signed integer array ``out``, which must hold every rounded value; False if a value
+        was NaN or infinite (``out`` then holds unspecified words)."""
         count = values.size
-        # A 64-bit output is itself the int64 workspace; a 32-bit one takes the narrowed result.
-        fixed = out if out.dtype == np.int64 else self._fixed[:count]
-        # The unsafe cast of the float64 products truncates toward zero, in the same pass.
-        np.multiply(values, self._scale, out=fixed, casting="unsafe")
-        random = self._random[:count]
         self._stream.read_into(self._random_bytes[: count * ROUNDING_BYTES_PER_COORDINATE])
-        if self._random_shift:
-            np.right_shift(random, self._random_shift, out=random)
-        np.add(fixed, random, out=fixed)
-        np.right_shift(fixed, self._rounding_bits, out=out, casting="unsafe")
+        return self._round_block(
+            values, self._random[:count], self._random_shift, self._scale, bound, self._rounding_bits, out
+        )
