@@ -121,7 +121,7 @@ def format_fairness(fedsrcvar: Mapping[str, Any], fedavg: Mapping[str, Any] | No
 def launch_folder(workdir: str | None, keep: bool) -> Iterator[Path]:
     """The workspace folder: `workdir` (kept), or a new temporary one, removed on leaving unless `keep`.
 
-    Removal is in a `finally`, so errors and Ctrl-C (and SIGTERM, which `stop_on_sigterm`
+    Removal is in a `finally`, so errors and Ctrl-C (and SIGTERM, which `stop_on_signals`
     turns into an exception) leave nothing behind.
     """
     if workdir is not None:
@@ -136,9 +136,11 @@ def launch_folder(workdir: str | None, keep: bool) -> Iterator[Path]:
 
 
 @contextmanager
-def stop_on_sigterm() -> Iterator[None]:
-    """Turn SIGTERM into a KeyboardInterrupt while launch runs, so it stops its children and cleans up
-    as for Ctrl-C instead of dying on the spot (only the main thread can set a handler)."""
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGINT into a KeyboardInterrupt while launch runs, so it stops its children and
+    cleans up instead of dying on the spot or going on. SIGINT is set outright because a process started
+    in the background by a non-interactive shell inherits it ignored, and Python then never raises
+    KeyboardInterrupt (only the main thread can set a handler)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -146,11 +148,12 @@ def stop_on_sigterm() -> Iterator[None]:
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {stop: signal.signal(stop, interrupt) for stop in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
 
 
 def remove_ca_key(certs: Path) -> None:
@@ -175,7 +178,7 @@ def run_launch(args: argparse.Namespace) -> int:
         )
     if args.workdir is not None and (Path(args.workdir) / "certs" / "ca.crt").exists():
         raise ConfigError(f"{args.workdir} already holds a launched federation; pass another --workdir")
-    with stop_on_sigterm(), launch_folder(args.workdir, args.keep) as root:
+    with stop_on_signals(), launch_folder(args.workdir, args.keep) as root:
         kept = args.workdir is not None or args.keep
         try:
             return federate(args, root)
