@@ -1,7 +1,7 @@
-"""The benchmarks that no other test runs still run: each at its smallest size, as a subprocess,
-as `make bench` would run it. Their figures are not asserted (speed lives in the benchmarks'
-JSON), only that they finish and report finite ratios, so a change to the runtime cannot break
-a benchmark silently until the next time someone measures."""
+"""round_bench, which drives the real runtime and which no other test runs, still runs: at its
+smallest size, as a subprocess, as `make bench` would run it. Its figures are not asserted (speed
+lives in the benchmarks' JSON), only that it finishes and reports finite ratios, so a change to
+the runtime cannot break it silently until the next time someone measures."""
 
 from __future__ import annotations
 

@@ -278,7 +278,7 @@ class _StochasticRounder:
     and in [0, 2^-K) for y < 0: below 2^-K of a unit, towards zero. It is exactly zero when y
     has at most K fractional bits, as every float64 with |y| >= 2^(52 - K) has. (Flooring
     instead of truncating would bound the bias alike, in (-2^-K, 0] for every sign, at the cost
-    of another pass; the float-to-int64 cast truncates for free.)
+    of a floor per value; the float-to-int64 conversion truncates for free.)
 
     Error. If 2^K divides m the result is m / 2^K, within 2^-K of y. Otherwise
     a 2^K < m < (a + 1) 2^K for a = floor(m / 2^K), and y 2^K, within one of the integer m,

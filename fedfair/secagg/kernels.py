@@ -35,10 +35,10 @@ def _round_block(
     """Clip each value to [-bound, bound], write floor((trunc(value * scale) + (random >> random_shift))
     / 2^rounding_bits) to ``out`` (int32 or int64), and return whether every value was finite.
 
-    The arithmetic is the stochastic rounder's (see ``encode._StochasticRounder``) step for step:
-    the float-to-int64 conversion truncates toward zero as numpy's unsafe cast does, and the shift
-    of an int64 is arithmetic, so the words are the ones the numpy passes would write. A
-    non-finite value leaves unspecified words behind; the caller refuses the whole vector then.
+    This is the formula ``encode._StochasticRounder`` derives its bias and error bounds for: the
+    float-to-int64 conversion truncates toward zero, and the shift of an int64 is arithmetic (a
+    floor). A non-finite value leaves unspecified words behind; the caller refuses the whole vector
+    then.
     """
     finite = True
     for index in range(values.size):

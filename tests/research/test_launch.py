@@ -50,10 +50,24 @@ def test_the_ca_key_is_deleted_once_the_certificates_are_issued(tmp_path: Path) 
     assert (workspace.certs / "ca.crt").exists() and (workspace.certs / "site-a.key").exists()
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _launch(tmp_path: Path, *flags: str) -> subprocess.Popen[str]:
     env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "fedfair.cli", "launch", "--collaborators", "2", "--no-fedavg", *flags]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Started as a non-interactive shell's background job starts it: with SIGINT ignored, which a
+    # Python process keeps unless it sets its own handler; Ctrl-C (kill -INT) must still stop it.
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ignore_sigint,
+    )
 
 
 @pytest.mark.slow
