@@ -1,8 +1,8 @@
 """How fast the in-process federation runs: rounds/s, per-step overhead, a full paper sweep.
 
 Prints JSON (and writes it with --json PATH):
-  {"rounds_per_s": {"3": x, "51": x, "51-dirichlet": x}, "rounds_per_s_loop": {...}, "vectorised_speedup": {...},
-   "setup_s": {...}, "modes": {...}, "step_overhead_ratio": x, "sweep": {"points", "rounds", "seconds"}}
+  {"device": "cpu", "rounds_per_s": {"3": x, "51": x, "51-dirichlet": x}, "rounds_per_s_loop": {...},
+   "vectorised_speedup": {...}, "setup_s": {...}, "modes": {...}, "step_overhead_ratio": x, "sweep": {"points", "rounds", "seconds"}}
 `rounds_per_s` is the simulation as it runs (clients vectorised where they can be,
 `modes` says which ran) and `rounds_per_s_loop` the loop over learners, both timed
 in this run over the rounds after the first (building the learners, `setup_s`, is
@@ -43,9 +43,12 @@ class Speed:
     mode: str
 
 
-def rounds_per_second(clients: int, partition: str, rounds: int, *, vectorise: bool = True) -> Speed:
+def rounds_per_second(
+    clients: int, partition: str, rounds: int, *, vectorise: bool = True, device: str = "cpu"
+) -> Speed:
     """Time `rounds` rounds; the first round's end splits setup (learners, first step) from the steady pace."""
-    config = config_from_flags(["--partition", partition, "--clients", str(clients), "--rounds", str(rounds)])
+    flags = ["--partition", partition, "--clients", str(clients), "--rounds", str(rounds), "--device", device]
+    config = config_from_flags(flags)
     config = replace(config, training=replace(config.training, record_every=0))
     federation = load_federation(config)
     finished: list[float] = []
@@ -91,18 +94,26 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--quick", action="store_true", help="a 3 x 3 grid of 200 rounds instead of the paper's grid")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--device", default="cpu", help="where the rounds/s simulations train (cpu, cuda); the sweep stays on the CPU"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     rounds = 200 if args.quick else 1000
     # (key, clients, partition): the loop at 51 clients is slow, so it runs a fifth of the rounds.
     settings = [("3", 3, "race"), ("51", 51, "iid"), ("51-dirichlet", 51, "dirichlet")]
-    fast = {key: rounds_per_second(clients, partition, rounds) for key, clients, partition in settings}
+    fast = {
+        key: rounds_per_second(clients, partition, rounds, device=args.device) for key, clients, partition in settings
+    }
     loop = {
-        key: rounds_per_second(clients, partition, rounds if clients < 10 else max(rounds // 5, 50), vectorise=False)
+        key: rounds_per_second(
+            clients, partition, rounds if clients < 10 else max(rounds // 5, 50), vectorise=False, device=args.device
+        )
         for key, clients, partition in settings
     }
     results: dict[str, object] = {
+        "device": args.device,
         "rounds_per_s": {key: speed.rounds_per_s for key, speed in fast.items()},
         "rounds_per_s_loop": {key: speed.rounds_per_s for key, speed in loop.items()},
         "vectorised_speedup": {key: fast[key].rounds_per_s / loop[key].rounds_per_s for key in fast},

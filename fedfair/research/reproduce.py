@@ -33,7 +33,6 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -62,6 +61,7 @@ from fedfair.research.simulation import (
     TrainingConfig,
     federation_from_arrays,
 )
+from fedfair.research.workers import process_pool
 
 CACHE_VERSION = 1
 """Part of every cache key: bump it when a run's result would change for the same flags."""
@@ -280,7 +280,7 @@ def run_all(
             for run in missing:
                 keep(run, execute(run))
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
+            with process_pool(workers) as pool:
                 for run, result in zip(missing, pool.map(execute, missing), strict=True):
                     keep(run, result)
     return results

@@ -12,7 +12,6 @@ import argparse
 import csv
 import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from fedfair.research.experiment import (
 )
 from fedfair.research.progress import Progress
 from fedfair.research.simulation import Federation
+from fedfair.research.workers import process_pool
 
 PAPER_EPSILONS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 PAPER_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -73,7 +73,7 @@ def _sweep_point(job: tuple[ExperimentConfig, Federation]) -> dict[str, Any]:
 def sweep(configs: Sequence[ExperimentConfig], federation: Federation, jobs: int) -> list[dict[str, Any]]:
     """Run every configuration (one per grid point); one process per core, one thread each."""
     rows: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=jobs) as pool, Progress(len(configs), "sweep", unit="point") as shown:
+    with process_pool(jobs) as pool, Progress(len(configs), "sweep", unit="point") as shown:
         for index, row in enumerate(pool.map(_sweep_point, [(config, federation) for config in configs]), start=1):
             rows.append(row)
             shown.update(index, f"epsilon={row['epsilon']:g} rho={row['rho']:g}")
