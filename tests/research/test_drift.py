@@ -20,13 +20,14 @@ def test_equal_steps_give_every_tau_the_same_number_of_local_steps() -> None:
     assert [profile.rounds_for(tau, "rounds") for tau in profile.taus] == [100, 100, 100]
 
 
-def test_runs_are_fedsrcvar_with_the_split_and_the_correction_asked_for() -> None:
+def test_runs_are_fedsrcvar_at_algorithm_1s_bound_with_the_split_and_the_correction_asked_for() -> None:
     study = DriftStudy("adult", TINY, ("--partition", "dirichlet", "--alpha", "0.1", "--clients", "4"))
     corrected = study.runs(0.3, 2, "scaffold", "steps")
     assert [run.flags[-1] for run in corrected] == ["0", "1"]  # one run per seed
     config = config_from_flags(corrected[0].flags)
     assert config.method == "fedsrcvar" and config.partition == "dirichlet" and config.alpha == 0.1
     assert config.clients == 4 and config.training.rounds == 3 and config.training.local.local_steps == 2
+    assert config.objective.bound == 1.0
     assert config.training.local.drift_correction == "scaffold"
     plain = config_from_flags(study.runs(0.3, 2, "none", "steps")[0].flags)
     assert plain.training.local.drift_correction == "none"
