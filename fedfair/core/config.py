@@ -74,7 +74,9 @@ class LocalConfig:
     gradient, so tau > 1 local steps no longer pull theta toward the collaborator's
     own optimum and c toward its own (1 - rho)-quantile. Each collaborator then sends
     twice as many numbers per round (its control variate's change beside its update),
-    still as one secure sum. "none" is Algorithm 1 as written.
+    still as one secure sum. "none" is Algorithm 1 as written. The corrected steps act
+    on a one-round-old estimate, so they are stable only for a step well below what
+    plain local SGD tolerates (README, "drift correction").
     """
 
     local_steps: int = 1

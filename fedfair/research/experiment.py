@@ -220,7 +220,8 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
         choices=DRIFT_CORRECTIONS,
         help="scaffold: SCAFFOLD control variates for theta and c, so --local-steps > 1 no longer drift toward "
         "each collaborator's own optimum and quantile; doubles what each collaborator sends per round "
-        "(still one secure sum). fedsrcvar and fedavg only (default none: Algorithm 1 as written)",
+        "(still one secure sum); needs a step well below plain local SGD's to stay stable. fedsrcvar and "
+        "fedavg only (default none: Algorithm 1 as written)",
     )
     learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
