@@ -1,4 +1,4 @@
-"""Studies on a machine with a GPU: worker processes still train after the caller ran autograd.
+"""Study workers (fedfair.research.workers) on a machine with a GPU: they still train after the caller ran autograd.
 
 Skipped cleanly on machines without CUDA: a CPU build of PyTorch starts no device threads,
 so forking after a backward pass is harmless there and the failure cannot show.
