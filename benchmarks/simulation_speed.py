@@ -2,7 +2,8 @@
 
 Prints JSON (and writes it with --json PATH):
   {"device": "cpu", "rounds_per_s": {"3": x, "51": x, "51-dirichlet": x}, "rounds_per_s_loop": {...},
-   "vectorised_speedup": {...}, "setup_s": {...}, "modes": {...}, "step_overhead_ratio": x, "sweep": {"points", "rounds", "seconds"}}
+   "vectorised_speedup": {...}, "setup_s": {...}, "modes": {...}, "step_overhead_ratio": x,
+   "sweep": {"points", "rounds", "seconds"}}
 `rounds_per_s` is the simulation as it runs (clients vectorised where they can be,
 `modes` says which ran) and `rounds_per_s_loop` the loop over learners, both timed
 in this run over the rounds after the first (building the learners, `setup_s`, is

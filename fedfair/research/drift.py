@@ -93,7 +93,9 @@ class DriftStudy:
             "--rho", f"{rho:g}", "--epsilon", f"{p.epsilon:g}", "--bound", f"{PAPER_BOUND:g}",
             "--local-steps", str(tau), "--rounds", str(p.rounds_for(tau, budget)),
         ]  # fmt: skip
-        if correction != "none":
+        # One local step leaves nothing to correct: the corrections' weighted sum is sigma - sum(w_k sigma_k)
+        # = 0, so the averaged model is the plain one and the tau = 1 rows share the plain runs.
+        if correction != "none" and tau > 1:
             flags += ["--drift-correction", correction]
         if self.device != "cpu":  # as in the paper study: a CPU cache stays valid
             flags += ["--device", self.device]

@@ -31,6 +31,7 @@ def test_runs_are_fedsrcvar_at_algorithm_1s_bound_with_the_split_and_the_correct
     assert config.training.local.drift_correction == "scaffold"
     plain = config_from_flags(study.runs(0.3, 2, "none", "steps")[0].flags)
     assert plain.training.local.drift_correction == "none"
+    assert study.runs(0.3, 1, "scaffold", "steps") == study.runs(0.3, 1, "none", "steps")  # nothing to correct
 
 
 @pytest.mark.slow

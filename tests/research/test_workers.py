@@ -6,6 +6,8 @@ so forking after a backward pass is harmless there and the failure cannot show.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fedfair.research.experiment import load_federation, parse_flags
@@ -23,4 +25,4 @@ def test_sweep_workers_train_after_the_caller_ran_a_backward_pass() -> None:
     configs = grid_configs(parse_flags(["--rounds", "5", "--dataset", "adult", "--device", "cuda"]), [0.1], [0.2, 0.5])
     rows = sweep(configs, load_federation(configs[0]), jobs=2)
     assert [row["rho"] for row in rows] == [0.2, 0.5]
-    assert all(torch.isfinite(torch.tensor(row["worst_risk"])) for row in rows)
+    assert all(math.isfinite(row["worst_risk"]) for row in rows)
