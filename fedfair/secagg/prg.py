@@ -12,9 +12,10 @@ every round's fresh keys.
 
 :func:`apply_masks` is the hot loop of secure aggregation. It walks the vector in
 cache-sized blocks and, for each block, pulls the next block of every stream into
-one reused buffer and adds or subtracts it in place; the accumulator block stays
-in cache across all streams and no full-length keystream is ever materialised, so
-masking costs little more than generating the keystream itself.
+its row of one reused buffer, then one compiled pass adds or subtracts every row
+into the accumulator block, which is read and written once per block however many
+streams there are. No full-length keystream is ever materialised, so masking costs
+little more than generating the keystream itself.
 """
 
 from __future__ import annotations
@@ -24,13 +25,17 @@ from collections.abc import Sequence
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from fedfair.secagg import kernels
+
 KEY_BYTES = 32
 """PRG key length: AES-256."""
 
 BLOCK_BYTES = 1 << 17
-"""Bytes per stream per step of :func:`apply_masks`: the keystream buffer and the
-accumulator block together (256 KiB) stay in a 512 KiB L2 cache, and a block is large
-enough that the per-call Python overhead is a few percent."""
+"""Largest number of bytes :meth:`Keystream.read_into` draws per cipher call, and per stream per
+step of :func:`apply_masks`: large enough that the per-call Python overhead is a few percent."""
+
+_ROWS_BYTES = 3 << 17
+"""What :func:`apply_masks` reads from all its streams per step (at most, unless 16 KiB each exceeds it)."""
 
 _ZERO_COUNTER = bytes(16)
 _ZEROS = memoryview(bytes(BLOCK_BYTES))
@@ -80,28 +85,36 @@ def apply_masks(accumulator: np.ndarray, masks: Sequence[Mask]) -> None:
     """Add or subtract the streams of ``masks`` to ``accumulator`` in place, modulo 2^bits.
 
     ``accumulator`` is a contiguous 1-D uint32 or uint64 array; word ``i`` of every
-    stream goes to coordinate ``i``. Unsigned numpy arithmetic wraps, which is exactly
+    stream goes to coordinate ``i``. Unsigned arithmetic wraps, which is exactly
     arithmetic modulo 2^32 or 2^64.
     """
     if accumulator.ndim != 1 or not accumulator.flags.c_contiguous or accumulator.dtype.kind != "u":
         raise ValueError("accumulator must be a contiguous 1-D unsigned integer array")
     if accumulator.dtype.itemsize not in (4, 8):
         raise ValueError("accumulator words must be 32 or 64 bits")
-    word = accumulator.dtype.newbyteorder("<")
-    block_words = BLOCK_BYTES // word.itemsize
-    streams = [(Keystream(key), sign) for key, sign in masks]
-    for _, sign in streams:
+    for _, sign in masks:
         if sign not in (1, -1):
             raise ValueError("mask sign must be +1 or -1")
-    buffer = np.empty(block_words, dtype=word)
-    buffer_bytes = buffer.data.cast("B")
+    if not masks:
+        return
+    word = accumulator.dtype.newbyteorder("<")
+    block_words = _block_bytes(len(masks)) // word.itemsize
+    streams = [Keystream(key) for key, _ in masks]
+    # All ones negates a word in add_rows: (x ^ ~0) - ~0 = -x modulo 2^bits.
+    negate = np.array([0 if sign > 0 else -1 for _, sign in masks], dtype=np.int64).astype(word)
+    rows = np.empty((len(masks), block_words), dtype=word)
+    row_bytes = [rows[row].data.cast("B") for row in range(len(masks))]
+    add_rows = kernels.add_rows()
     for start in range(0, accumulator.size, block_words):
         block = accumulator[start : start + block_words]
-        stream_block = buffer[: block.size]
-        target = buffer_bytes[: block.size * word.itemsize]
-        for stream, sign in streams:
-            stream.read_into(target)
-            if sign > 0:
-                np.add(block, stream_block, out=block)
-            else:
-                np.subtract(block, stream_block, out=block)
+        size = block.size * word.itemsize
+        for stream, target in zip(streams, row_bytes, strict=True):
+            stream.read_into(target[:size])
+        add_rows(block, rows, negate)
+
+
+def _block_bytes(streams: int) -> int:
+    """Bytes per stream per step of :func:`apply_masks`: every stream's block and the accumulator's stay
+    in a 512 KiB L2 cache together, with blocks no smaller than 16 KiB, below which the per-call cost of
+    the cipher shows."""
+    return max(1 << 14, min(BLOCK_BYTES, _ROWS_BYTES // streams) & ~63)
