@@ -17,7 +17,7 @@ class Writer:
     """Appends canonically encoded fields to a buffer."""
 
     def __init__(self) -> None:
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | memoryview] = []
 
     def u8(self, value: int) -> Writer:
         self._parts.append(struct.pack(">B", value))
@@ -35,10 +35,15 @@ class Writer:
         self._parts.append(struct.pack(">d", value))
         return self
 
-    def blob(self, value: bytes) -> Writer:
-        """A byte string with a 64-bit length prefix (masked vectors can exceed 4 GiB)."""
-        self.u64(len(value))
-        self._parts.append(bytes(value))
+    def blob(self, value: bytes | memoryview) -> Writer:
+        """A byte string with a 64-bit length prefix (masked vectors can exceed 4 GiB).
+
+        A memoryview is not copied here, only by :meth:`getvalue`: a masked vector is written
+        once, not twice. Its buffer must not change before then.
+        """
+        view = memoryview(value).cast("B")
+        self.u64(view.nbytes)
+        self._parts.append(view)
         return self
 
     def text(self, value: str) -> Writer:

@@ -307,7 +307,8 @@ class MaskedInput(_Wire):
 
     def write(self, writer: Writer) -> None:
         bits = self.vector.dtype.itemsize * 8
-        writer.u32(self.sender).u8(bits).blob(self.vector.astype(f"<u{bits // 8}", copy=False).tobytes())
+        words = np.ascontiguousarray(self.vector, dtype=f"<u{bits // 8}")
+        writer.u32(self.sender).u8(bits).blob(words.data)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> MaskedInput:

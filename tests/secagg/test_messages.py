@@ -173,6 +173,11 @@ def test_masked_input_round_trips_without_copying(dtype: type) -> None:
     assert (parsed.header, parsed.sender) == (message.header, 4)
     np.testing.assert_array_equal(parsed.vector, vector)
     assert parsed.vector.dtype.itemsize == np.dtype(dtype).itemsize
+    # The words go out little-endian whatever the array's own byte order (the vector is written
+    # from a view of the array, not a copy, so the conversion is the writer's to make).
+    assert message.to_bytes().endswith(vector.astype(np.dtype(dtype).newbyteorder("<")).tobytes())
+    big_endian = MaskedInput(header(Stage.MASK), 4, vector.astype(np.dtype(dtype).newbyteorder(">")))
+    assert big_endian.to_bytes() == message.to_bytes()
 
 
 def test_malformed_bytes_are_refused() -> None:
