@@ -38,7 +38,7 @@ from fedfair.runtime.aggregator.driver import (
     check_decoded_update,
     decode_plain,
 )
-from fedfair.runtime.aggregator.servicer import INVALID_UPLOAD
+from fedfair.runtime.aggregator.servicer import INVALID_UPLOAD, Servicer
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.trainer import round_trainer
 from fedfair.runtime.contract import TRAINING, RoundParameters
@@ -451,8 +451,22 @@ def test_the_decode_checks() -> None:
 # ---------------------------------------------------------------- the wire
 
 
-def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(tmp_path: Path) -> None:
-    """10x the samples, the same bytes per round (within 1%): only fixed-size secure-aggregation messages leave."""
+def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10x the samples, the same bytes per round (within 1%): only fixed-size secure-aggregation messages leave.
+
+    And no stage input is fetched: each (key directory, share bundle, masking and survivor sets,
+    unmask request, the final bundle of this small model) rides with its task, one round trip less
+    per stage and collaborator."""
+    fetches: list[pb.FetchRequest] = []
+    serve_fetch = Servicer.Fetch
+
+    def counted_fetch(self: Servicer, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.Part]:
+        fetches.append(request)
+        return serve_fetch(self, request, context)
+
+    monkeypatch.setattr(Servicer, "Fetch", counted_fetch)
     data = {
         "site-a": {"dataset": "adult", "partition": "iid", "parts": 3, "index": 0},  # ~10,850 rows
         "site-b": {"dataset": "adult", "partition": "iid", "parts": 30, "index": 1},  # ~1,085 rows
@@ -472,6 +486,7 @@ def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(tmp_path: Path
     for round_number in (1, 2, 3):  # each round: training and an evaluation
         sent_big, sent_small = big.uploaded_bytes[round_number], small.uploaded_bytes[round_number]
         assert abs(sent_big - sent_small) <= 0.01 * sent_small, (round_number, sent_big, sent_small)
+    assert fetches == []
 
 
 def test_too_few_survivors_abort_the_round_and_leave_the_model_unchanged(

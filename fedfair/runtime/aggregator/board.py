@@ -56,6 +56,7 @@ from fedfair.runtime.transport import (
     Rejected,
     model_parts,
     pb,
+    task_with_input,
 )
 
 TASK_WAIT_SECONDS = 30.0
@@ -253,20 +254,15 @@ class Board:
         action: pb.Action,
         *,
         deadline_seconds: float = 0.0,
-        input_sizes: Mapping[str, int] | None = None,
+        inputs: Mapping[str, bytes] | None = None,
     ) -> None:
-        """Queue one task per peer (each with the size of what it may fetch)."""
+        """Queue one task per peer, with its input (see :func:`task_with_input`)."""
         with self._changed:
             for peer in peers:
-                size = 0 if input_sizes is None else input_sizes.get(peer, 0)
                 task = pb.Task(
-                    binding=binding,
-                    action=action,
-                    input_size=size,
-                    deadline_seconds=deadline_seconds,
-                    plan_digest=self.plan_digest,
+                    binding=binding, action=action, deadline_seconds=deadline_seconds, plan_digest=self.plan_digest
                 )
-                self._tasks.setdefault(peer, []).append(task)
+                self._tasks.setdefault(peer, []).append(task_with_input(task, b"" if inputs is None else inputs.get(peer, b"")))
             self._tasks_changed.notify_all()
 
     def finish(self, binding: pb.Binding, payload: bytes = b"") -> None:
@@ -274,11 +270,8 @@ class Board:
         (the final model bundle) to every peer that reads the FINISHED task."""
         with self._changed:
             self._final_input = payload
-            self._final = pb.Task(
-                binding=binding,
-                action=pb.ACTION_FINISHED,
-                plan_digest=self.plan_digest,
-                input_size=len(payload),
+            self._final = task_with_input(
+                pb.Task(binding=binding, action=pb.ACTION_FINISHED, plan_digest=self.plan_digest), payload
             )
             self._tasks_changed.notify_all()
 
@@ -391,8 +384,8 @@ class Board:
         peers = frozenset(expected)
         with self._changed:
             self._stage = _Stage(binding, peers, inputs, handler, max_upload_bytes, self._clock() + timeout, ready)
-        sizes = {peer: len(self._input_for(inputs, peer)) for peer in peers}
-        self.publish(sorted(peers), binding, pb.ACTION_RUN, deadline_seconds=timeout, input_sizes=sizes)
+        per_peer = {peer: self._input_for(inputs, peer) for peer in peers}
+        self.publish(sorted(peers), binding, pb.ACTION_RUN, deadline_seconds=timeout, inputs=per_peer)
 
     @staticmethod
     def _input_for(inputs: bytes | Mapping[str, bytes], peer: str) -> bytes:

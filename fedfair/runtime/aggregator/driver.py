@@ -233,7 +233,7 @@ class SumDriver:
             start,
             pb.ACTION_RUN,
             deadline_seconds=self.settings.stage_timeout,
-            input_sizes=dict.fromkeys(roster, len(start_input)),
+            inputs=dict.fromkeys(roster, start_input),
         )
         try:
             if self.settings.secure:

@@ -149,6 +149,7 @@ from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     WireError,
     check_tls_files,
+    inline_input,
     make_binding,
     payload_parts,
     pb,
@@ -356,15 +357,15 @@ class Collaborator:
             self.config.manifest,
         )
 
-    def _encode_with(self, stub: pb_grpc.FederationStub, binding: pb.Binding, size: int) -> None:
-        """Fetch the federation's encoder (the TRAIN stage's input under a [schema]), encode this
+    def _encode_with(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+        """Take the federation's encoder (the TRAIN stage's input under a [schema]), encode this
         institution's table with it and build the learner for the model it implies."""
         schema = self.shared.schema
         assert schema is not None
-        if size <= 0:
+        if task.input_size <= 0:
             raise WireError("the TRAIN stage carries no encoder although the plan has a [schema]")
         try:
-            encoder = read_encoder_payload(self._fetch(stub, binding, size), schema)
+            encoder = read_encoder_payload(self._input(stub, task), schema)
         except ConfigError as error:
             raise WireError(str(error)) from None
         self.encoder = encoder
@@ -683,7 +684,7 @@ class Collaborator:
         """Under a [schema], encode this institution's table with the federation's encoder, which the
         first start stage (TRAIN or EVALUATE) this process sees carries; a no-op once encoded."""
         if self.trainer is None:
-            self._encode_with(stub, task.binding, task.input_size)
+            self._encode_with(stub, task)
 
     def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Work:
         if self._statistics_round(binding):
@@ -721,7 +722,7 @@ class Collaborator:
         try:
             if work.vector is None:
                 raise RoundRefused("nothing to contribute this round")
-            inputs = self._fetch(stub, binding, task.input_size)
+            inputs = self._input(stub, task)
             payload = STEPS[binding.stage](self.participant, work, inputs)
         except (RoundRefused, ProtocolError, ConfigError, WireError) as error:
             logger.warning(
@@ -753,7 +754,7 @@ class Collaborator:
             return
         path = self.bundle_path()
         try:
-            payload = self._fetch(stub, task.binding, task.input_size)
+            payload = self._input(stub, task)
             atomic_write(path, lambda stream: stream.write(payload))
             load_bundle(path)
         except (grpc.RpcError, WireError, ConfigError, OSError) as error:
@@ -774,11 +775,17 @@ class Collaborator:
             path,
         )
 
-    def _fetch(self, stub: pb_grpc.FederationStub, binding: pb.Binding, size: int) -> bytes:
-        request = pb.FetchRequest(binding=binding)
-        self._count(binding.round, request.ByteSize())
+    def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
+        """The input of `task`'s stage: the one the task carries, or else fetched."""
+        carried = inline_input(task)
+        if carried is not None:
+            return carried
+        request = pb.FetchRequest(binding=task.binding)
+        self._count(task.binding.round, request.ByteSize())
         # The task announced the size; anything longer is refused before it is buffered.
-        _, payload = read_payload(stub.Fetch(request, timeout=RPC_SECONDS), max_total_bytes=size, binding=binding)
+        _, payload = read_payload(
+            stub.Fetch(request, timeout=RPC_SECONDS), max_total_bytes=task.input_size, binding=task.binding
+        )
         return payload
 
     def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:

@@ -22,6 +22,7 @@ from fedfair.runtime.transport.binding import (
 )
 from fedfair.runtime.transport.chunks import (
     DEFAULT_CHUNK_BYTES,
+    INLINE_INPUT_BYTES,
     MALFORMED_MESSAGE,
     MAX_MESSAGE_BYTES,
     Reassembler,
@@ -29,12 +30,14 @@ from fedfair.runtime.transport.chunks import (
     decode_tensor,
     digest,
     encode_tensor,
+    inline_input,
     join,
     model_parts,
     payload_parts,
     read_model,
     read_payload,
     split,
+    task_with_input,
 )
 from fedfair.runtime.transport.security import (
     PeerAuthenticator,
@@ -50,6 +53,7 @@ from fedfair.runtime.transport.security import (
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
+    "INLINE_INPUT_BYTES",
     "MALFORMED_MESSAGE",
     "MAX_MESSAGE_BYTES",
     "NOT_EXPECTED",
@@ -67,6 +71,7 @@ __all__ = [
     "describe_binding",
     "digest",
     "encode_tensor",
+    "inline_input",
     "join",
     "make_binding",
     "model_parts",
@@ -81,4 +86,5 @@ __all__ = [
     "server_credentials",
     "server_options",
     "split",
+    "task_with_input",
 ]

@@ -186,6 +186,38 @@ def read_model(
     return theta, threshold
 
 
+INLINE_INPUT_BYTES = 256 << 10
+"""Largest stage input a Task carries itself (well inside one gRPC message); larger ones are fetched."""
+
+
+def task_with_input(task: pb.Task, payload: bytes) -> pb.Task:
+    """``task`` announcing ``payload`` as its stage's input, which it carries when small.
+
+    Small inputs ride with the task, so a collaborator skips one Fetch round trip per stage:
+    in an in-process federation of 10 parties on two cores each such Fetch waited 28 ms
+    (median) for the aggregator's threads (benchmarks/round_bench.py, d = 10^6).
+    """
+    task.input_size = len(payload)
+    if len(payload) <= INLINE_INPUT_BYTES:
+        task.input = payload
+    return task
+
+
+def inline_input(task: pb.Task) -> bytes | None:
+    """The input ``task`` carries, or None when it must be fetched.
+
+    Raises :class:`WireError` if a carried input contradicts the announced size or the limit.
+    """
+    if not task.HasField("input"):
+        return None
+    if len(task.input) != task.input_size or len(task.input) > INLINE_INPUT_BYTES:
+        raise WireError(
+            f"a task carries {len(task.input)} input bytes but announces {task.input_size} "
+            f"(at most {INLINE_INPUT_BYTES} may ride with a task)"
+        )
+    return task.input
+
+
 def payload_parts(binding: pb.Binding, data: bytes, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pb.Part]:
     """An opaque stage payload as a stream of Part messages bound to ``binding``."""
     for chunk in split(data, chunk_bytes):

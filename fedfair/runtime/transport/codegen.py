@@ -1,7 +1,7 @@
 """Generate fedfair_pb2.py, fedfair_pb2.pyi and fedfair_pb2_grpc.py from proto/fedfair.proto.
 
 Run ``.venv/bin/python -m fedfair.runtime.transport.codegen`` after editing the schema and
-commit the result; tests/test_proto_generated.py regenerates into a temporary folder
+commit the result; tests/runtime/test_proto_generated.py regenerates into a temporary folder
 and fails on any difference. Needs the pinned grpcio-tools (a dev dependency); the
 runtime never imports this module.
 """

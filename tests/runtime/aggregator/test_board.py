@@ -17,7 +17,7 @@ from fedfair.runtime.aggregator.board import (
     UploadRefused,
     error_summary,
 )
-from fedfair.runtime.transport import Rejected, make_binding, pb
+from fedfair.runtime.transport import INLINE_INPUT_BYTES, Rejected, make_binding, pb
 
 NAMES = ("site-a", "site-b", "site-c")
 ADVERTISE = make_binding("f", 1, pb.STAGE_ADVERTISE_KEYS)
@@ -162,6 +162,20 @@ def stream(board: Board, peer: str, after: pb.Binding, active: Callable[[], bool
 
 def positions(tasks: Iterable[pb.Task]) -> list[tuple[int, int]]:
     return [(task.binding.round, task.binding.stage) for task in tasks]
+
+
+def test_each_peer_s_task_carries_its_own_small_input_and_announces_a_large_one() -> None:
+    board = Board("digest")
+    starts = {name: board.connect(name, make_binding("f", 0, pb.STAGE_JOIN)) for name in ("site-a", "site-b")}
+    board.new_round(1)
+    large = bytes(INLINE_INPUT_BYTES + 1)
+    inputs = {"site-a": b"a's shares", "site-b": large}
+    board.open_stage(ADVERTISE, ["site-a", "site-b"], inputs, certificate_handler([]), max_upload_bytes=1, timeout=600.0)
+    task_a = next(board.stream_tasks("site-a", starts["site-a"], lambda: True))
+    task_b = next(board.stream_tasks("site-b", starts["site-b"], lambda: True))
+    assert (task_a.input, task_a.input_size) == (b"a's shares", 10)
+    assert not task_b.HasField("input") and task_b.input_size == len(large)
+    assert board.fetch("site-b", ADVERTISE) == large  # still served to the peer that must fetch it
 
 
 def test_a_resumed_aggregator_re_runs_the_round_its_predecessor_died_in() -> None:

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 
 from fedfair.runtime.transport import (
+    INLINE_INPUT_BYTES,
     Reassembler,
     WireError,
     decode_tensor,
     encode_tensor,
+    inline_input,
     join,
     make_binding,
     model_parts,
@@ -18,6 +20,7 @@ from fedfair.runtime.transport import (
     read_model,
     read_payload,
     split,
+    task_with_input,
 )
 
 FEDERATION = "test-federation"
@@ -115,3 +118,26 @@ def test_payload_parts_must_share_one_binding() -> None:
         read_payload(parts, max_total_bytes=3 * CHUNK, max_chunk_bytes=CHUNK)
     with pytest.raises(WireError, match="empty"):
         read_payload([], max_total_bytes=1)
+
+
+@pytest.mark.parametrize("size", [0, 1, INLINE_INPUT_BYTES])
+def test_a_small_stage_input_rides_with_its_task(size: int) -> None:
+    payload = np.random.default_rng(size).bytes(size)
+    task = task_with_input(pb.Task(binding=make_binding(FEDERATION, 1, pb.STAGE_SHARE_KEYS)), payload)
+    received = pb.Task.FromString(task.SerializeToString())
+    assert received.input_size == size
+    assert inline_input(received) == payload  # the empty input too: nothing to fetch
+
+
+def test_a_large_stage_input_is_announced_for_fetching() -> None:
+    task = task_with_input(pb.Task(), bytes(INLINE_INPUT_BYTES + 1))
+    assert task.input_size == INLINE_INPUT_BYTES + 1
+    assert inline_input(pb.Task.FromString(task.SerializeToString())) is None
+
+
+def test_a_carried_input_that_contradicts_its_task_is_refused() -> None:
+    # An aggregator that announces one size and sends another, or sends more than may ride.
+    for task in (pb.Task(input=b"abc", input_size=2), pb.Task(input=bytes(INLINE_INPUT_BYTES + 1))):
+        task.input_size = task.input_size or len(task.input)
+        with pytest.raises(WireError, match="carries .* input bytes but announces"):
+            inline_input(task)
