@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fedfair.runtime.aggregator import loop
-from fedfair.runtime.aggregator.servicer import ReportRate
+from fedfair.runtime.aggregator.servicer import RateLimit, RefusalLog
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNBOOK = ROOT / "docs" / "operations.md"
@@ -136,9 +136,10 @@ def test_every_line_the_runbook_quotes_is_the_aggregators_own_at_its_level() -> 
 
 def test_the_figures_the_runbook_states_are_the_codes() -> None:
     text = " ".join(section().split())
-    rate = ReportRate()
+    rate, refusals = RateLimit(), RefusalLog().rate
     assert f"repeated every {loop.WAIT_REPORT_SECONDS:g} s while it waits" in text
     assert f"burst of {rate.burst} at once, then {rate.per_second:g} a second, per name" in text
+    assert f"a burst of {refusals.burst} at once, then {refusals.per_second:g} a second, per name" in text
 
 
 def test_the_checker_catches_a_line_the_code_does_not_have() -> None:

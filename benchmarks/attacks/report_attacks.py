@@ -10,7 +10,7 @@ must be exactly what the parties sent.
 
 The reports are the hostile client's (:func:`~attacks.hostile_client.status_report`,
 sent as raw bytes), over the insider's own mutual-TLS channel. The aggregator's rate
-limit (:class:`~fedfair.runtime.aggregator.servicer.ReportRate`, a burst of 10, then 1
+limit (:class:`~fedfair.runtime.aggregator.servicer.RateLimit`, a burst of 10, then 1
 a second) is spent by every parsed report, so the flood runs last and the rows before
 it stay under the burst.
 """
@@ -30,7 +30,7 @@ from attacks.federation import FEDERATION_ID, HONEST, INSIDER
 from attacks.hostile_client import Answer, bind, report, status_report, unknown_field
 from attacks.rows import RowBook
 from fedfair.runtime.aggregator.events import read_events
-from fedfair.runtime.aggregator.servicer import ReportRate
+from fedfair.runtime.aggregator.servicer import RateLimit
 from fedfair.runtime.transport import fedfair_pb2 as pb
 
 SPENT = pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT
@@ -133,7 +133,7 @@ class ReportAttacks:
                 row.record(f"{answer.describe()}; status events added for {named}", good, events=added)
 
     def _flood_row(self, started: pb.Binding) -> None:
-        rate = ReportRate()
+        rate = RateLimit()
         with self.book.row(
             f"Report flood ({FLOOD_REPORTS} reports back to back)",
             f"at most the burst ({rate.burst}) plus {rate.per_second:g} a second taken, the rest RESOURCE_EXHAUSTED "

@@ -26,7 +26,10 @@ Hostile clients must not stall, leak or lose a round, so:
   federation's CA fail in the TLS handshake and never reach a worker; a certified
   name outside the plan is refused before anything waits.
 - Status reports (:meth:`Servicer.Report`) are short, but each writes a log line and an
-  event, so they are rate-limited per certified name (:class:`ReportRate`).
+  event, so they are rate-limited per certified name (:class:`RateLimit`).
+- Refusals are logged a burst per caller and then at a rate (:class:`RefusalLog`): a
+  caller refused in a loop cannot fill the log and the events file; the refusals not
+  logged are counted on its next line.
 
 The operator sees each collaborator's arrival and departure (one line each, and a
 ``connect`` / ``disconnect`` event), each refusal (one line and a ``refusal`` event,
@@ -83,7 +86,7 @@ INTERNAL_ERROR = "the aggregator could not handle this request"
 """What a peer hears when handling its request failed on the aggregator's side (the log says why)."""
 
 TOO_MANY_REPORTS = "refused: too many status reports from this caller; report again later"
-"""What a peer hears when it reports its status faster than :class:`ReportRate` allows."""
+"""What a peer hears when it reports its status faster than its :class:`RateLimit` allows."""
 
 STATUS_NAMES: dict[int, str] = {
     pb.COLLABORATOR_STATUS_BUDGET_SPENT: "budget_spent",
@@ -164,11 +167,11 @@ class Quotas:
             return self._held[(peer, kind)]
 
 
-class ReportRate:
-    """A token bucket per certified name: `burst` status reports at once, then `per_second` on average.
+class RateLimit:
+    """A token bucket per key: `burst` at once, then `per_second` on average.
 
-    An honest collaborator reports at most once or twice a round; the bucket only stops a
-    certified but misbehaving one from filling the operator's log and events stream.
+    The keys are certified names (and one key shared by every caller without a listed name),
+    so the buckets never outnumber the plan's allow-list.
     """
 
     def __init__(
@@ -180,16 +183,43 @@ class ReportRate:
         self._lock = threading.Lock()
         self._buckets: dict[str, tuple[float, float]] = {}
 
-    def take(self, peer: str) -> None:
-        """Spend one of `peer`'s tokens, or raise Rejected(RESOURCE_EXHAUSTED) if it has none."""
+    def allow(self, key: str) -> bool:
+        """Spend one of `key`'s tokens; False if it has none left."""
         now = self._clock()
         with self._lock:
-            tokens, since = self._buckets.get(peer, (float(self.burst), now))
+            tokens, since = self._buckets.get(key, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - since) * self.per_second)
-            if tokens < 1.0:
-                self._buckets[peer] = (tokens, now)
-                raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_REPORTS)
-            self._buckets[peer] = (tokens - 1.0, now)
+            allowed = tokens >= 1.0
+            self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
+            return allowed
+
+
+class RefusalLog:
+    """Which refusals get their own log line and ``refusal`` event: a burst per caller, then a rate.
+
+    Every refusal still refuses; a caller that keeps sending what must be refused (a broken
+    client in a loop, or one flooding on purpose) would otherwise fill the operator's log and
+    events file at the speed of its network. The refusals not logged are counted per caller,
+    and the count rides on that caller's next logged line, so none goes unaccounted for.
+    """
+
+    UNIDENTIFIED = ""
+    """The one key of every caller refused before it was identified (no name from the allow-list)."""
+
+    def __init__(self, rate: RateLimit | None = None) -> None:
+        self.rate = rate or RateLimit(per_second=1.0, burst=20)
+        self._lock = threading.Lock()
+        self._unlogged: Counter[str] = Counter()
+
+    def admit(self, peer: str | None) -> int | None:
+        """None if this refusal of `peer` goes unlogged (it is counted); otherwise how many went
+        unlogged since that caller's last logged refusal."""
+        key = self.UNIDENTIFIED if peer is None else peer
+        with self._lock:
+            if not self.rate.allow(key):
+                self._unlogged[key] += 1
+                return None
+            return self._unlogged.pop(key, 0)
 
 
 @dataclass(frozen=True)
@@ -282,7 +312,8 @@ class Servicer(pb_grpc.FederationServicer):
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         limits: PeerLimits = PeerLimits(),
         events: EventLog | None = None,
-        report_rate: ReportRate | None = None,
+        report_rate: RateLimit | None = None,
+        refusal_log: RefusalLog | None = None,
     ) -> None:
         self.board = board
         self.gate = gate
@@ -291,7 +322,8 @@ class Servicer(pb_grpc.FederationServicer):
         self.chunk_bytes = chunk_bytes
         self.quotas = Quotas(limits)
         self.events = events
-        self.report_rate = report_rate or ReportRate()
+        self.report_rate = report_rate or RateLimit()
+        self.refusal_log = refusal_log or RefusalLog()
         self._seen: set[str] = set()
         self._gone: set[str] = set()
         self._seen_lock = threading.Lock()
@@ -315,10 +347,15 @@ class Servicer(pb_grpc.FederationServicer):
             raise
         except Exception as error:  # noqa: BLE001 -- every other exception: no traceback, no text to the caller
             code, details, level = _status(error)
-            reason = _reason(error)
-            logger.log(level, "refused %s from %s: %s: %s", rpc, caller.describe(), code.name, reason)
-            if self.events is not None:
-                self.events.emit("refusal", rpc=rpc, name=caller.peer, code=code.name, reason=reason)
+            unlogged = self.refusal_log.admit(caller.peer)
+            if unlogged is not None:
+                reason = _reason(error)
+                note = f" ({unlogged} more refusals of this caller since its last line were not logged)" if unlogged else ""
+                logger.log(level, "refused %s from %s: %s: %s%s", rpc, caller.describe(), code.name, reason, note)
+                if self.events is not None:
+                    self.events.emit(
+                        "refusal", rpc=rpc, name=caller.peer, code=code.name, reason=reason, unlogged=unlogged
+                    )
             context.abort(code, details)
 
     def _unary(
@@ -462,7 +499,8 @@ class Servicer(pb_grpc.FederationServicer):
         The binding must be this federation's and name a round that has started (the round
         the status is about; 0 before the first); its stage is not looked at.
         """
-        self.report_rate.take(peer)
+        if not self.report_rate.allow(peer):
+            raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_REPORTS)
         binding = request.binding
         self.gate.check_federation(binding)
         round_number = self.board.round

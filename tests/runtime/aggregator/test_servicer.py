@@ -28,7 +28,8 @@ from fedfair.runtime.aggregator.servicer import (
     INVALID_UPLOAD,
     TOO_MANY_REPORTS,
     Hold,
-    ReportRate,
+    RateLimit,
+    RefusalLog,
     Servicer,
     federation_server,
     worker_threads,
@@ -425,7 +426,7 @@ def test_a_status_report_outside_the_federation_or_malformed_is_refused(
 
 
 def test_status_reports_are_rate_limited_per_name(aggregator: Aggregator) -> None:
-    aggregator.servicer.report_rate = ReportRate(per_second=0.001, burst=2)
+    aggregator.servicer.report_rate = RateLimit(per_second=0.001, burst=2)
     report = status(0, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
     flooder = aggregator.stub("site-c")
     flooder.Report(report, timeout=TIMEOUT)
@@ -433,6 +434,54 @@ def test_status_reports_are_rate_limited_per_name(aggregator: Aggregator) -> Non
     error = refused(lambda: flooder.Report(report, timeout=TIMEOUT), grpc.StatusCode.RESOURCE_EXHAUSTED)
     assert error.details() == TOO_MANY_REPORTS
     aggregator.stub("site-a").Report(report, timeout=TIMEOUT)  # another name has its own allowance
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_refusal_log_admits_a_burst_per_caller_then_counts_what_it_leaves_out() -> None:
+    clock = FakeClock()
+    log = RefusalLog(RateLimit(per_second=1.0, burst=3, clock=clock))
+    assert [log.admit("site-a") for _ in range(5)] == [0, 0, 0, None, None]
+    assert log.admit("site-b") == 0  # its own allowance
+    # Callers without a listed name share one allowance, so new addresses do not buy new lines.
+    assert [log.admit(None) for _ in range(4)] == [0, 0, 0, None]
+    clock.now = 1.0  # one token back
+    assert [log.admit("site-a"), log.admit("site-a")] == [2, None]
+    assert log.admit(None) == 1
+    clock.now = 100.0  # back to the full burst, never more
+    assert [log.admit("site-a") for _ in range(4)] == [1, 0, 0, None]
+
+
+def test_a_caller_refused_in_a_loop_cannot_flood_the_log_and_every_refusal_is_counted(
+    aggregator: Aggregator, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    aggregator.servicer.refusal_log = RefusalLog(RateLimit(per_second=1.0, burst=5, clock=clock))
+    aggregator.servicer.report_rate = RateLimit(burst=100)  # the reports' own limit is another test's
+    flooder = aggregator.stub("site-b")
+    malformed = status(0, pb.COLLABORATOR_STATUS_UNSPECIFIED)
+    for _ in range(50):
+        error = refused(lambda: flooder.Report(malformed, timeout=TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
+        assert error.details() == MALFORMED_MESSAGE  # refusing never depends on logging
+    assert len(refusal_lines(caplog, "Report")) == 5
+    clock.now = 1.0
+    refused(lambda: flooder.Report(malformed, timeout=TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
+    lines = refusal_lines(caplog, "Report")
+    assert len(lines) == 6
+    assert lines[-1].startswith("refused Report from 'site-b'")
+    assert lines[-1].endswith("(45 more refusals of this caller since its last line were not logged)")
+    events = [event for event in read_events(aggregator.output) if event["event"] == "refusal"]
+    assert [event["unlogged"] for event in events] == [0] * 5 + [45]
+    # Another caller is not silenced by the flood.
+    refused(lambda: aggregator.stub("site-a").Report(malformed, timeout=TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
+    assert refusal_lines(caplog, "Report")[-1].startswith("refused Report from 'site-a'")
+    no_traceback(caplog)
 
 
 def test_connects_and_departures_are_logged_once_with_the_certified_name(
