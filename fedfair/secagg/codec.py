@@ -41,9 +41,8 @@ class Writer:
         A memoryview is not copied here, only by :meth:`getvalue`: a masked vector is written
         once, not twice. Its buffer must not change before then.
         """
-        view = memoryview(value).cast("B")
-        self.u64(view.nbytes)
-        self._parts.append(view)
+        self.u64(value.nbytes if isinstance(value, memoryview) else len(value))
+        self._parts.append(value)
         return self
 
     def text(self, value: str) -> Writer:

@@ -32,8 +32,6 @@ RoundBlock = Callable[[np.ndarray, np.ndarray, np.uint32, float, float, np.int64
 AddRows = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 """``add_rows(accumulator, rows, negate)``."""
 
-_LARGEST_FLOAT = 1.7976931348623157e308
-
 
 def _round_block(
     values: np.ndarray,
@@ -66,16 +64,16 @@ def _round_block(
     unit = math.ldexp(1.0, int(rounding_bits))
     per_unit = 1.0 / unit
     random_scale = math.ldexp(1.0, -int(random_shift))
-    nonfinite = False
+    finite = True
     for index in range(values.size):
         value = values[index]
-        nonfinite |= not abs(value) <= _LARGEST_FLOAT
+        finite &= math.isfinite(value)
         fixed = np.trunc(min(max(value, -bound), bound) * scale)
         whole = np.floor(fixed * per_unit)
         below = fixed - whole * unit
         offset = np.floor(np.float64(random[index]) * random_scale)
         out[index] = whole + np.floor((below + offset) * per_unit)
-    return not nonfinite
+    return finite
 
 
 def _add_rows(accumulator: np.ndarray, rows: np.ndarray, negate: np.ndarray) -> None:

@@ -262,7 +262,8 @@ class Board:
                 task = pb.Task(
                     binding=binding, action=action, deadline_seconds=deadline_seconds, plan_digest=self.plan_digest
                 )
-                self._tasks.setdefault(peer, []).append(task_with_input(task, b"" if inputs is None else inputs.get(peer, b"")))
+                payload = b"" if inputs is None else inputs.get(peer, b"")
+                self._tasks.setdefault(peer, []).append(task_with_input(task, payload))
             self._tasks_changed.notify_all()
 
     def finish(self, binding: pb.Binding, payload: bytes = b"") -> None:
@@ -321,8 +322,9 @@ class Board:
             if final is not None and not pending:
                 yield final
                 if final.input_size:
-                    # Its peer fetches the final bundle next: the stream stays open until the peer
-                    # hangs up, so an aggregator waiting for its collaborators to leave serves that fetch.
+                    # Its peer takes the final bundle next (fetching it unless the task carries it): the
+                    # stream stays open until the peer hangs up, so an aggregator waiting for its
+                    # collaborators to leave serves that fetch.
                     with self._tasks_changed:
                         self._tasks_changed.wait_for(
                             lambda: self._closed or not is_active(), timeout=FINAL_FETCH_SECONDS

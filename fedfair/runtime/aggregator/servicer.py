@@ -350,7 +350,9 @@ class Servicer(pb_grpc.FederationServicer):
             unlogged = self.refusal_log.admit(caller.peer)
             if unlogged is not None:
                 reason = _reason(error)
-                note = f" ({unlogged} more refusals of this caller since its last line were not logged)" if unlogged else ""
+                note = ""
+                if unlogged:
+                    note = f" ({unlogged} more refusals of this caller since its last line were not logged)"
                 logger.log(level, "refused %s from %s: %s: %s%s", rpc, caller.describe(), code.name, reason, note)
                 if self.events is not None:
                     self.events.emit(

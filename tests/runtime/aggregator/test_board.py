@@ -170,7 +170,9 @@ def test_each_peer_s_task_carries_its_own_small_input_and_announces_a_large_one(
     board.new_round(1)
     large = bytes(INLINE_INPUT_BYTES + 1)
     inputs = {"site-a": b"a's shares", "site-b": large}
-    board.open_stage(ADVERTISE, ["site-a", "site-b"], inputs, certificate_handler([]), max_upload_bytes=1, timeout=600.0)
+    board.open_stage(
+        ADVERTISE, ["site-a", "site-b"], inputs, certificate_handler([]), max_upload_bytes=1, timeout=600.0
+    )
     task_a = next(board.stream_tasks("site-a", starts["site-a"], lambda: True))
     task_b = next(board.stream_tasks("site-b", starts["site-b"], lambda: True))
     assert (task_a.input, task_a.input_size) == (b"a's shares", 10)

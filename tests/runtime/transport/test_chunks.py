@@ -137,7 +137,7 @@ def test_a_large_stage_input_is_announced_for_fetching() -> None:
 
 def test_a_carried_input_that_contradicts_its_task_is_refused() -> None:
     # An aggregator that announces one size and sends another, or sends more than may ride.
-    for task in (pb.Task(input=b"abc", input_size=2), pb.Task(input=bytes(INLINE_INPUT_BYTES + 1))):
-        task.input_size = task.input_size or len(task.input)
+    oversized = bytes(INLINE_INPUT_BYTES + 1)
+    for task in (pb.Task(input=b"abc", input_size=2), pb.Task(input=oversized, input_size=len(oversized))):
         with pytest.raises(WireError, match="carries .* input bytes but announces"):
             inline_input(task)
