@@ -4,8 +4,9 @@ Each message starts from a valid request for the stage open now (built with the
 generated protobuf classes) and is then mutated: bits flipped, cut short, extended,
 fields swapped or set to extreme values, or replaced by random bytes or random
 protobuf wire data; a Submit stream is also re-chunked, reordered, duplicated or
-emptied. Requests go out as raw bytes (:class:`~attacks.hostile_client.RawFederation`),
-so the aggregator parses exactly what was mutated.
+emptied, and a Send may carry only the first part of a longer upload. Requests go out
+as raw bytes (:class:`~attacks.hostile_client.RawFederation`), so the aggregator parses
+exactly what was mutated.
 
 What counts (``FuzzStats``):
 
@@ -41,7 +42,8 @@ STREAM_PROBE_SECONDS = 0.2
 """How long a valid task stream is held before the fuzzer hangs up (it stays open by design)."""
 
 RPC_WEIGHTS = {
-    "Submit": 0.42,
+    "Submit": 0.30,
+    "Send": 0.12,
     "Fetch": 0.14,
     "DownloadModel": 0.14,
     "GetPlan": 0.14,
@@ -50,10 +52,10 @@ RPC_WEIGHTS = {
 }
 CRASH_CODES = ("UNKNOWN", "INTERNAL")
 LAST_PHASE = 0.1
-"""The last share of each batch, where Submit mutations may start from the valid upload: an accepted one
-uses up the sender's slot for the stage, and every later upload is refused at the door."""
+"""The last share of each batch, where upload mutations (Submit, Send) may start from the valid upload: an
+accepted one uses up the sender's slot for the stage, and every later upload is refused at the door."""
 VALID_SHARE = 0.5
-"""In the last phase, the share of Submit mutations that start from the valid upload."""
+"""In the last phase, the share of upload mutations that start from the valid upload."""
 EXTREME_INTEGERS = (0, 1, 2, 255, 2**31 - 1, 2**32 - 1, 2**63 - 1, 2**64 - 1)
 
 
@@ -62,7 +64,7 @@ class Target:
     """The live stage the fuzzer aims at: its binding, the round's TRAIN binding, and two uploads for it.
 
     ``valid_upload`` is one the aggregator takes; ``refused_upload`` is framed the same but its
-    content must be refused (a plain update with weight 0). Submit mutations start from the
+    content must be refused (a plain update with weight 0). Upload mutations start from the
     refused one, so they reach the aggregator's decoder without using up the sender's one slot
     per stage, except in the last phase of a batch, where some start from the valid one, so an
     accepted mutation is possible too (and is then checked against the round log).
@@ -310,6 +312,8 @@ class Campaign:
             rpc = rng.choices(rpcs, weights)[0]
             if rpc == "Submit":
                 mutation, outcome = self._submit(rng, target, identity, valid_share)
+            elif rpc == "Send":
+                mutation, outcome = self._send(rng, target, identity, valid_share)
             else:
                 mutation, outcome = self._request(rng, target, identity, rpc)
             self._count(rpc, mutation, identity, outcome)
@@ -317,7 +321,7 @@ class Campaign:
     # ------------------------------------------------------------ one request
 
     def _request(self, rng: random.Random, target: Target, identity: str, rpc: str) -> tuple[str, Outcome]:
-        """One mutated request message to an RPC that takes one (all but Submit)."""
+        """One mutated request message to an RPC that takes one and is no upload (not Submit or Send)."""
         base = self._base_request(rng, target, rpc)
         mutation, data = self._mutate_message(rng, base)
         raw = self.identities[identity]
@@ -379,6 +383,29 @@ class Campaign:
             code, details = (status.name if status is not None else "UNKNOWN"), error.details() or ""
             accepted = None
         return f"submit:{mutation}", Outcome(code, details, time.perf_counter() - started, accepted=accepted)
+
+    def _send(self, rng: random.Random, target: Target, identity: str, valid_share: float) -> tuple[str, Outcome]:
+        """One Send: a whole upload as one part, its bytes or fields mutated, or a part of a longer upload."""
+        upload = target.valid_upload if rng.random() < valid_share else target.refused_upload
+        chunk = rng.choice((len(upload) or 1, max(1, len(upload) // rng.randint(2, 8))))
+        message = parts(target.open_stage, upload, chunk)[0].SerializeToString()
+        mutation = rng.choice(("bytes", "bytes", "fields", "first-part"))
+        if mutation == "bytes":
+            name = rng.choice(sorted(BYTE_MUTATIONS))
+            message = BYTE_MUTATIONS[name](rng, message)
+            mutation = f"bytes:{name}"
+        elif mutation == "fields":
+            message = field_mutation(rng, pb.Part.FromString(message)).SerializeToString()
+        started = time.perf_counter()
+        try:
+            reply = self.identities[identity].send(message, timeout=FUZZ_DEADLINE_SECONDS)
+            code, details = "OK", ""
+            accepted = self._accepted([message], reply, identity)
+        except grpc.RpcError as error:
+            status = error.code()
+            code, details = (status.name if status is not None else "UNKNOWN"), error.details() or ""
+            accepted = None
+        return f"send:{mutation}", Outcome(code, details, time.perf_counter() - started, accepted=accepted)
 
     @staticmethod
     def _accepted(messages: list[bytes], reply: bytes, identity: str) -> AcceptedUpload:

@@ -156,6 +156,12 @@ def submit(channel: grpc.Channel, messages: Sequence[pb.Part], *, deadline: floa
     return ask(lambda: federation.Submit(iter(messages), timeout=deadline))
 
 
+def send(channel: grpc.Channel, message: pb.Part, *, deadline: float = DEADLINE_SECONDS) -> Answer:
+    """One Send of this part (a whole upload, if it says it is the only one)."""
+    federation = stub(channel)
+    return ask(lambda: federation.Send(message, timeout=deadline))
+
+
 def fetch(channel: grpc.Channel, binding: pb.Binding, *, deadline: float = DEADLINE_SECONDS) -> Answer:
     """Fetch the open stage's input; the reply is the reassembled bytes."""
     federation = stub(channel)
@@ -193,7 +199,7 @@ def report(channel: grpc.Channel, data: bytes, *, deadline: float = DEADLINE_SEC
 
 
 class RawFederation:
-    """The six RPCs with no serialisers: requests and replies are raw bytes, so anything can be sent."""
+    """The seven RPCs with no serialisers: requests and replies are raw bytes, so anything can be sent."""
 
     def __init__(self, channel: grpc.Channel) -> None:
         self.get_plan: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(SERVICE + "GetPlan")
@@ -205,6 +211,7 @@ class RawFederation:
         )
         self.fetch: grpc.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(SERVICE + "Fetch")
         self.submit: grpc.StreamUnaryMultiCallable[bytes, bytes] = channel.stream_unary(SERVICE + "Submit")
+        self.send: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(SERVICE + "Send")
         self.report: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(SERVICE + "Report")
 
 

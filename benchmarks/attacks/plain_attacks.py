@@ -65,6 +65,7 @@ from attacks.hostile_client import (
     part,
     parts,
     plain_payload,
+    send,
     stub,
     submit,
 )
@@ -346,16 +347,19 @@ class PlainAttacks:
                     lambda: drain(federation.DownloadModel(pb.FetchRequest(binding=train), timeout=5))
                 ),
                 "Fetch": fetch(channel, context.binding),
-                "Submit": self._foreign_upload(channel, context),
+                "Submit": self._foreign_upload(channel, context, "Submit"),
+                "Send": self._foreign_upload(channel, context, "Send"),
             }
         finally:
             channel.close()
 
-    def _foreign_upload(self, channel: Any, context: StageContext) -> Answer:
-        """The genuine payload submitted over another identity's channel; if the aggregator takes it,
-        it took it in the insider's slot (the certificates of these attacks name the insider)."""
+    def _foreign_upload(self, channel: Any, context: StageContext, rpc: str) -> Answer:
+        """The genuine payload uploaded (by ``rpc``: a Submit stream, or a Send of its first part) over
+        another identity's channel; if the aggregator takes it, it took it in the insider's slot (the
+        certificates of these attacks name the insider)."""
         payload = self._genuine_payload(context)
-        answer = submit(channel, parts(context.binding, payload))
+        messages = parts(context.binding, payload)
+        answer = submit(channel, messages) if rpc == "Submit" else send(channel, messages[0])
         if answer.ok:
             context.consumed = True
             self.insider_uploads[context.round] = payload

@@ -18,8 +18,10 @@ import datetime as dt
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -418,8 +420,9 @@ def test_a_refused_upload_does_not_hold_the_stage_to_its_deadline(
     assert log[1]["status"] == "applied" and log[1]["contributors"] == ["site-a", "site-b"]
     assert log[1]["seconds"] < 20.0, log[1]["seconds"]
     assert log[2]["contributors"] == NAMES
-    [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("refused Submit")]
-    assert line.startswith("refused Submit from 'site-c' (round 2 STAGE_MASKED_INPUT): INVALID_ARGUMENT: UploadRefused")
+    # This small model's update fits one part: it went up in a Send.
+    [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("refused Send")]
+    assert line.startswith("refused Send from 'site-c' (round 2 STAGE_MASKED_INPUT): INVALID_ARGUMENT: UploadRefused")
     assert not [record for record in caplog.records if record.exc_info]
 
 
@@ -458,15 +461,21 @@ def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(
 
     And no stage input is fetched: each (key directory, share bundle, masking and survivor sets,
     unmask request, the final bundle of this small model) rides with its task, one round trip less
-    per stage and collaborator."""
-    fetches: list[pb.FetchRequest] = []
-    serve_fetch = Servicer.Fetch
+    per stage and collaborator. Every upload fits one part, so each goes in a unary Send, never in a
+    Submit stream."""
+    calls: Counter[str] = Counter()
 
-    def counted_fetch(self: Servicer, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.Part]:
-        fetches.append(request)
-        return serve_fetch(self, request, context)
+    def counted(rpc: str) -> Callable[..., Any]:
+        serve = getattr(Servicer, rpc)
 
-    monkeypatch.setattr(Servicer, "Fetch", counted_fetch)
+        def call(self: Servicer, request: Any, context: grpc.ServicerContext) -> Any:
+            calls[rpc] += 1
+            return serve(self, request, context)
+
+        return call
+
+    for rpc in ("Fetch", "Send", "Submit"):
+        monkeypatch.setattr(Servicer, rpc, counted(rpc))
     data = {
         "site-a": {"dataset": "adult", "partition": "iid", "parts": 3, "index": 0},  # ~10,850 rows
         "site-b": {"dataset": "adult", "partition": "iid", "parts": 30, "index": 1},  # ~1,085 rows
@@ -486,7 +495,8 @@ def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(
     for round_number in (1, 2, 3):  # each round: training and an evaluation
         sent_big, sent_small = big.uploaded_bytes[round_number], small.uploaded_bytes[round_number]
         assert abs(sent_big - sent_small) <= 0.01 * sent_small, (round_number, sent_big, sent_small)
-    assert fetches == []
+    # Per round and collaborator: six training stages and six evaluation stages upload.
+    assert calls == Counter({"Send": 3 * 3 * 12}), calls
 
 
 def test_too_few_survivors_abort_the_round_and_leave_the_model_unchanged(

@@ -402,6 +402,9 @@ class Servicer(pb_grpc.FederationServicer):
     def Submit(self, request_iterator: Iterator[pb.Part | Undecodable], context: grpc.ServicerContext) -> pb.Receipt:
         return self._unary("Submit", self._submit, request_iterator, context)
 
+    def Send(self, request: pb.Part | Undecodable, context: grpc.ServicerContext) -> pb.Receipt:
+        return self._unary("Send", self._send, request, context)
+
     def Report(self, request: pb.StatusReport | Undecodable, context: grpc.ServicerContext) -> pb.Receipt:
         return self._unary("Report", self._report, request, context)
 
@@ -494,6 +497,9 @@ class Servicer(pb_grpc.FederationServicer):
                 raise
         return pb.Receipt(binding=binding, received_size=len(payload), sha256=digest(payload))
 
+    def _send(self, peer: str, part: pb.Part, caller: _Caller) -> pb.Receipt:
+        # One part is a whole upload: the same gate, limits and delivery as a Submit stream of it.
+        return self._submit(peer, iter([part]), caller)
 
     def _report(self, peer: str, request: pb.StatusReport, caller: _Caller) -> pb.Receipt:
         """Log and record a collaborator's status; it never touches a stage, a gate slot or a task.
@@ -546,6 +552,9 @@ def add_to_server(servicer: Servicer, server: grpc.Server) -> None:
         ),
         "Submit": grpc.stream_unary_rpc_method_handler(
             servicer.Submit, _tolerant(pb.Part.FromString), pb.Receipt.SerializeToString
+        ),
+        "Send": grpc.unary_unary_rpc_method_handler(
+            servicer.Send, _tolerant(pb.Part.FromString), pb.Receipt.SerializeToString
         ),
         "Report": grpc.unary_unary_rpc_method_handler(
             servicer.Report, _tolerant(pb.StatusReport.FromString), pb.Receipt.SerializeToString

@@ -69,7 +69,6 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,17 +145,16 @@ from fedfair.runtime.preprocessing import (
     read_encoder_payload,
 )
 from fedfair.runtime.transport import (
-    DEFAULT_CHUNK_BYTES,
     WireError,
     check_tls_files,
     inline_input,
     make_binding,
-    payload_parts,
     pb,
     pb_grpc,
     read_model,
     read_payload,
     secure_channel,
+    upload,
 )
 from fedfair.secagg import Encoder
 from fedfair.secagg.errors import ProtocolError
@@ -789,12 +787,12 @@ class Collaborator:
         return payload
 
     def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
-        def counted() -> Iterator[pb.Part]:
-            for part in payload_parts(binding, payload, DEFAULT_CHUNK_BYTES):
-                self._count(binding.round, part.ByteSize())
-                yield part
+        """Upload this stage's payload (see :func:`upload`), counting the bytes sent."""
 
-        stub.Submit(counted(), timeout=RPC_SECONDS)
+        def count(part: pb.Part) -> None:
+            self._count(binding.round, part.ByteSize())
+
+        upload(stub, binding, payload, timeout=RPC_SECONDS, on_part=count)
 
     def _count(self, round_number: int, size: int) -> None:
         self.uploaded_bytes[round_number] = self.uploaded_bytes.get(round_number, 0) + size

@@ -38,6 +38,7 @@ from fedfair.runtime.transport.chunks import (
     read_payload,
     split,
     task_with_input,
+    upload,
 )
 from fedfair.runtime.transport.security import (
     PeerAuthenticator,
@@ -87,4 +88,5 @@ __all__ = [
     "server_options",
     "split",
     "task_with_input",
+    "upload",
 ]

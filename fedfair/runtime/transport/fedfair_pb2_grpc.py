@@ -72,6 +72,11 @@ class FederationStub:
                 request_serializer=fedfair__pb2.Part.SerializeToString,
                 response_deserializer=fedfair__pb2.Receipt.FromString,
                 _registered_method=True)
+        self.Send = channel.unary_unary(
+                '/fedfair.v1.Federation/Send',
+                request_serializer=fedfair__pb2.Part.SerializeToString,
+                response_deserializer=fedfair__pb2.Receipt.FromString,
+                _registered_method=True)
         self.Report = channel.unary_unary(
                 '/fedfair.v1.Federation/Report',
                 request_serializer=fedfair__pb2.StatusReport.SerializeToString,
@@ -130,6 +135,14 @@ class FederationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Send(self, request, context):
+        """The same for a payload that fits in one part (the small messages of secure aggregation):
+        a unary call costs half the CPU of a one-part Submit stream on both ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Report(self, request, context):
         """A status of the caller (its budget is spent, the epsilon it has spent); logged and
         recorded by the aggregator, never part of a stage.
@@ -163,6 +176,11 @@ def add_FederationServicer_to_server(servicer, server):
             ),
             'Submit': grpc.stream_unary_rpc_method_handler(
                     servicer.Submit,
+                    request_deserializer=fedfair__pb2.Part.FromString,
+                    response_serializer=fedfair__pb2.Receipt.SerializeToString,
+            ),
+            'Send': grpc.unary_unary_rpc_method_handler(
+                    servicer.Send,
                     request_deserializer=fedfair__pb2.Part.FromString,
                     response_serializer=fedfair__pb2.Receipt.SerializeToString,
             ),
@@ -318,6 +336,33 @@ class Federation:
             request_iterator,
             target,
             '/fedfair.v1.Federation/Submit',
+            fedfair__pb2.Part.SerializeToString,
+            fedfair__pb2.Receipt.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Send(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedfair.v1.Federation/Send',
             fedfair__pb2.Part.SerializeToString,
             fedfair__pb2.Receipt.FromString,
             options,

@@ -7,6 +7,7 @@ site-b, site-c on the plan's list, mallory not), or none at all.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -305,6 +306,48 @@ def test_an_upload_that_breaks_a_parser_is_refused_generically_and_frees_its_slo
         call.cancel()
 
 
+def test_a_one_part_send_is_an_upload_with_the_gate_and_limits_of_a_submit(
+    aggregator: Aggregator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Send carries a whole payload in one part: it is absorbed and receipted like a Submit stream of
+    that part, and refused where that stream would be (a part of a longer payload, a second upload
+    of the stage, a name the stage does not expect, a stage that is not open)."""
+    board, gate = aggregator.board, aggregator.gate
+    board.new_round(1)
+    binding = gate.open(1, pb.STAGE_ADVERTISE_KEYS, timeout_seconds=600.0, participants=["site-a", "site-b"])
+    absorbed: list[tuple[str, bytes]] = []
+    board.open_stage(
+        binding,
+        ["site-a", "site-b"],
+        b"",
+        lambda peer, payload: absorbed.append((peer, payload)),
+        max_upload_bytes=1000,
+        timeout=600.0,
+    )
+    site_a, site_b, site_c = (aggregator.stub(name) for name in ("site-a", "site-b", "site-c"))
+    first_of_four = next(payload_parts(binding, b"keys and more", 4))
+    [part] = payload_parts(binding, b"keys")
+    [later] = payload_parts(make_binding(FEDERATION, 1, pb.STAGE_SHARE_KEYS), b"keys")
+    with caplog.at_level(logging.INFO):
+        error = refused(lambda: site_a.Send(first_of_four, timeout=TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
+        assert error.details() == MALFORMED_MESSAGE
+        receipt = site_a.Send(part, timeout=TIMEOUT)  # the refused part did not use up site-a's turn
+        assert (receipt.binding, receipt.received_size) == (binding, 4)
+        assert receipt.sha256 == hashlib.sha256(b"keys").digest()
+        refused(lambda: site_a.Send(part, timeout=TIMEOUT), grpc.StatusCode.FAILED_PRECONDITION)
+        refused(lambda: site_a.Submit(iter([part]), timeout=TIMEOUT), grpc.StatusCode.FAILED_PRECONDITION)
+        refused(lambda: site_c.Send(part, timeout=TIMEOUT), grpc.StatusCode.FAILED_PRECONDITION)
+        refused(lambda: site_b.Send(later, timeout=TIMEOUT), grpc.StatusCode.FAILED_PRECONDITION)
+    assert absorbed == [("site-a", b"keys")]
+    assert board.close_stage() == ({"site-a"}, 4)
+    lines = refusal_lines(caplog, "Send")
+    assert len(lines) == 4
+    assert lines[0] == (
+        "refused Send from 'site-a': INVALID_ARGUMENT: WireError: the payload stopped after 1 of 4 chunks"
+    )
+    no_traceback(caplog)
+
+
 def test_malformed_messages_get_one_generic_status_and_no_traceback(
     aggregator: Aggregator, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -323,17 +366,23 @@ def test_malformed_messages_get_one_generic_status_and_no_traceback(
             lambda: next(channel.unary_stream("/fedfair.v1.Federation/WaitForTasks")(garbage, timeout=TIMEOUT)),
             lambda: next(channel.unary_stream("/fedfair.v1.Federation/Fetch")(garbage, timeout=TIMEOUT)),
             lambda: channel.stream_unary("/fedfair.v1.Federation/Submit")(iter([garbage]), timeout=TIMEOUT),
+            lambda: channel.unary_unary("/fedfair.v1.Federation/Send")(garbage, timeout=TIMEOUT),
             # Declares 4096 bytes, over this stage's limit of 1000.
             lambda: pb_grpc.FederationStub(channel).Submit(
                 iter([pb.Part(binding=binding, chunk=pb.Chunk(index=0, count=1, total_size=4096, data=bytes(4096)))]),
                 timeout=TIMEOUT,
             ),
+            lambda: pb_grpc.FederationStub(channel).Send(
+                pb.Part(binding=binding, chunk=pb.Chunk(index=0, count=1, total_size=4096, data=bytes(4096))),
+                timeout=TIMEOUT,
+            ),
         ):
             error = refused(call, grpc.StatusCode.INVALID_ARGUMENT)
             assert error.details() == MALFORMED_MESSAGE
-    lines = [line for rpc in ("GetPlan", "WaitForTasks", "Fetch", "Submit") for line in refusal_lines(caplog, rpc)]
-    assert len(lines) == 5 and all("WireError" in line for line in lines)
-    assert sum("DecodeError" in line for line in lines) == 4
+    rpcs = ("GetPlan", "WaitForTasks", "Fetch", "Submit", "Send")
+    lines = [line for rpc in rpcs for line in refusal_lines(caplog, rpc)]
+    assert len(lines) == 7 and all("WireError" in line for line in lines)
+    assert sum("DecodeError" in line for line in lines) == 5
     assert any("over the limit of 1000" in line for line in lines)  # the detail stays here
     no_traceback(caplog)
     # The refused upload gave back site-a's slot: its genuine upload is admitted.

@@ -7,7 +7,9 @@ helpers (PeerAuthenticator, StageGate, chunking), the way the aggregator will.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -42,6 +44,7 @@ from fedfair.runtime.transport import (
     secure_channel,
     server_credentials,
     server_options,
+    upload,
 )
 from fedfair.runtime.transport.chunks import digest
 from tests.runtime.harness import refused
@@ -107,6 +110,7 @@ class TestServicer(pb_grpc.FederationServicer):
         self.c = 0.75
         self.relay = bytes(range(256)) * 20
         self.uploads: dict[tuple[str, int, int], bytes] = {}
+        self.calls: Counter[str] = Counter()
         self.identities: list[str] = []
         self.tasks: list[pb.Task] = []
         self.changed = threading.Condition()
@@ -169,7 +173,15 @@ class TestServicer(pb_grpc.FederationServicer):
             rejected.abort(context)
         yield from payload_parts(request.binding, self.relay, chunk_bytes=CHUNK)
 
+    def Send(self, request: pb.Part, context: grpc.ServicerContext) -> pb.Receipt:
+        self.calls["Send"] += 1
+        return self._receive(iter([request]), context)
+
     def Submit(self, request_iterator: Iterator[pb.Part], context: grpc.ServicerContext) -> pb.Receipt:
+        self.calls["Submit"] += 1
+        return self._receive(request_iterator, context)
+
+    def _receive(self, request_iterator: Iterator[pb.Part], context: grpc.ServicerContext) -> pb.Receipt:
         name = self.identify(context)
         try:
             binding, data = receive_upload(
@@ -417,3 +429,21 @@ def test_oversized_chunks_are_refused_on_the_wire(
         lambda: alpha.Submit(payload_parts(binding, b"keys", CHUNK), timeout=RPC_TIMEOUT),
         grpc.StatusCode.FAILED_PRECONDITION,
     )
+
+
+def test_upload_sends_a_payload_of_one_chunk_unary_and_streams_a_longer_one(
+    federation: tuple[TestServicer, int], alpha: pb_grpc.FederationStub
+) -> None:
+    servicer, _ = federation
+    sizes = {pb.STAGE_ADVERTISE_KEYS: CHUNK, pb.STAGE_SHARE_KEYS: CHUNK + 1, pb.STAGE_CHECK_SHARES: 0}
+    for stage, size in sizes.items():
+        binding = servicer.publish(6, stage)
+        payload = np.random.default_rng(size).bytes(size)
+        before = servicer.calls.copy()
+        seen: list[pb.Part] = []
+        receipt = upload(alpha, binding, payload, timeout=RPC_TIMEOUT, chunk_bytes=CHUNK, on_part=seen.append)
+        assert (receipt.received_size, receipt.sha256) == (size, digest(payload))
+        assert servicer.uploads[("alpha", 6, stage)] == payload
+        assert b"".join(part.chunk.data for part in seen) == payload
+        assert servicer.calls - before == Counter({"Send" if size <= CHUNK else "Submit": 1})
+        assert len(seen) == max(1, math.ceil(size / CHUNK))
