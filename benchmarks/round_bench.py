@@ -8,11 +8,13 @@ decoded sum (download of (theta, c), every stage's uploads and relays, masking,
 unmasking, decoding). Local training is taken out by giving every collaborator a
 precomputed update (`FixedUpdate`), so the time is the runtime's own.
 
-The collaborators run as threads of this one process, not as separate processes
-(and not on separate machines): they share this machine's cores with each other and
-with the aggregator, so each party's masking, which a deployment runs in parallel on
-its own hardware, is serialised here. The secure/plain ratio measured this way is a
-pessimistic one.
+By default the collaborators run as threads of this one process, not as separate
+processes (and not on separate machines): they share this machine's cores with each
+other and with the aggregator, and their Python work is serialised by one interpreter
+lock, so each party's masking, signing and message handling, which a deployment runs in
+parallel on its own hardware, runs one party at a time here. The secure/plain ratio
+measured this way is a pessimistic one. With `--processes` each collaborator is a
+process of its own (still on these cores): what one host running every site would see.
 
 Two costs are reported, each as a median over the measured rounds:
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import platform
 import statistics
@@ -114,15 +117,58 @@ class BenchCollaborator(Collaborator):
         return sums.local_answers(losses, np.zeros(losses.size), self.shared.evaluation.thresholds())
 
 
-def party_medians(collaborators: list[BenchCollaborator], rounds: list[int]) -> tuple[float, float, list[float]]:
+Busy = tuple[dict[int, float], dict[int, float]]
+"""A party's per-round wall and CPU seconds inside its task handlers."""
+
+
+def party_medians(busy: list[Busy], rounds: list[int]) -> tuple[float, float, list[float]]:
     """The median over parties of each party's median critical path over `rounds` (wall, CPU), and
     every party's median wall time."""
-    walls = [statistics.median(party.busy_seconds.get(r, 0.0) for r in rounds) for party in collaborators]
-    cpus = [statistics.median(party.busy_cpu_seconds.get(r, 0.0) for r in rounds) for party in collaborators]
+    walls = [statistics.median(wall.get(r, 0.0) for r in rounds) for wall, _ in busy]
+    cpus = [statistics.median(cpu.get(r, 0.0) for r in rounds) for _, cpu in busy]
     return statistics.median(walls), statistics.median(cpus), walls
 
 
-def run_configuration(dimension: int, parties: int, secure: bool, rounds: int) -> dict[str, Any]:
+def collaborator_process(config: Path, results: Any) -> None:
+    """One party as its own process (``--processes``): take part in the federation, then put its
+    busy times on the `results` queue."""
+    logging.getLogger("fedfair").setLevel(logging.WARNING)
+    collaborator = BenchCollaborator(load_collaborator_config(config))
+    with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
+        collaborator.run()
+    results.put((collaborator.busy_seconds, collaborator.busy_cpu_seconds))
+
+
+def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> list[Busy]:
+    """Run the aggregator here and the collaborators as threads of this process or as processes of their own."""
+    plan = load_aggregator_plan(plan_path)
+    if processes:
+        # spawn, not fork: this process already runs gRPC's threads.
+        context = multiprocessing.get_context("spawn")
+        results = context.Queue()
+        children = [context.Process(target=collaborator_process, args=(config, results)) for config in configs]
+        for child in children:
+            child.start()
+        run_aggregator(plan)
+        busy = [results.get(timeout=120) for _ in children]
+        for child in children:
+            child.join(60)
+        return busy
+    collaborators = [BenchCollaborator(load_collaborator_config(config)) for config in configs]
+    threads = [threading.Thread(target=collaborator.run, daemon=True) for collaborator in collaborators]
+    # No table has d - 1 features: the collaborators skip loading theirs (BenchCollaborator._prepare).
+    with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
+        for thread in threads:
+            thread.start()
+        run_aggregator(plan)
+        for thread in threads:
+            thread.join(60)
+    return [(collaborator.busy_seconds, collaborator.busy_cpu_seconds) for collaborator in collaborators]
+
+
+def run_configuration(
+    dimension: int, parties: int, secure: bool, rounds: int, processes: bool = False
+) -> dict[str, Any]:
     """One federation of `rounds` + 1 rounds; the median of the measured rounds."""
     with tempfile.TemporaryDirectory(prefix="fedfair-round-bench-") as folder:
         names = site_names(parties)
@@ -136,23 +182,14 @@ def run_configuration(dimension: int, parties: int, secure: bool, rounds: int) -
                 "quorum": {"min_collaborators": parties, "round_timeout_seconds": 600.0},
             },
         )
-        plan = load_aggregator_plan(workspace.plan)
-        collaborators = [BenchCollaborator(load_collaborator_config(workspace.configs[name])) for name in names]
-        threads = [threading.Thread(target=collaborator.run, daemon=True) for collaborator in collaborators]
-        # No table has d - 1 features: the collaborators skip loading theirs (BenchCollaborator._prepare).
-        with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
-            for thread in threads:
-                thread.start()
-            started = time.perf_counter()
-            run_aggregator(plan)
-            total = time.perf_counter() - started
-            for thread in threads:
-                thread.join(60)
+        started = time.perf_counter()
+        busy = run_parties(workspace.plan, [workspace.configs[name] for name in names], processes)
+        total = time.perf_counter() - started
         log = read_round_log(workspace.output)
     if any(record["status"] != "applied" for record in log):
         raise RuntimeError(f"a round failed at d={dimension}, n={parties}: {log}")
     measured = [record["seconds"] for record in log[1:]]
-    party_seconds, party_cpu_seconds, per_party = party_medians(collaborators, [record["round"] for record in log[1:]])
+    party_seconds, party_cpu_seconds, per_party = party_medians(busy, [record["round"] for record in log[1:]])
     stages = {
         stage: statistics.median(record["stage_seconds"][stage] for record in log[1:])
         for stage in log[-1]["stage_seconds"]
@@ -161,6 +198,7 @@ def run_configuration(dimension: int, parties: int, secure: bool, rounds: int) -
         "dimension": dimension,
         "parties": parties,
         "secure": secure,
+        "processes": processes,
         "round_seconds": statistics.median(measured),
         "round_seconds_all": measured,
         "party_seconds": party_seconds,
@@ -179,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--dimensions", type=int, nargs="+", default=list(DIMENSIONS), help="model sizes d")
     parser.add_argument("--parties", type=int, nargs="+", default=list(PARTIES), help="collaborator counts n")
+    parser.add_argument(
+        "--processes", action="store_true", help="each collaborator in a process of its own (default: threads)"
+    )
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 5)
     logging.getLogger("fedfair").setLevel(logging.WARNING)
@@ -187,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         for parties in args.parties:
             pair = {}
             for secure in (False, True):
-                result = run_configuration(dimension, parties, secure, rounds)
+                result = run_configuration(dimension, parties, secure, rounds, args.processes)
                 pair[secure] = result
                 results.append(result)
                 print(
@@ -201,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "benchmark": "round_bench",
         "what": "median wall time of a training round excluding local training (whole round, and each party's "
-        "own critical path); collaborators are threads of one process with real gRPC over loopback mutual TLS",
+        f"own critical path); collaborators are {'processes' if args.processes else 'threads of one process'} "
+        "with real gRPC over loopback mutual TLS",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor()},
         "measured_rounds": rounds,
         "results": results,
