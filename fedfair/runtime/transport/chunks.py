@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import grpc
 import numpy as np
 
 from fedfair.core.errors import FedfairError
@@ -200,7 +201,8 @@ def upload(
 
     The receiver treats both alike; Send exists because a unary call costs about half the CPU
     of a one-part stream on both ends (no request-iterator thread), a cost the small
-    secure-aggregation messages pay at every stage of every round.
+    secure-aggregation messages pay at every stage of every round. An aggregator older than
+    Send answers UNIMPLEMENTED without reading the part, and then gets the Submit stream.
     """
 
     def parts() -> Iterator[pb.Part]:
@@ -209,9 +211,16 @@ def upload(
                 on_part(part)
             yield part
 
+    receipt: pb.Receipt
     if len(payload) <= chunk_bytes:
         [part] = parts()
-        receipt: pb.Receipt = stub.Send(part, timeout=timeout)
+        try:
+            receipt = stub.Send(part, timeout=timeout)
+            return receipt
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+        receipt = stub.Submit(iter([part]), timeout=timeout)
     else:
         receipt = stub.Submit(parts(), timeout=timeout)
     return receipt

@@ -111,6 +111,7 @@ class TestServicer(pb_grpc.FederationServicer):
         self.relay = bytes(range(256)) * 20
         self.uploads: dict[tuple[str, int, int], bytes] = {}
         self.calls: Counter[str] = Counter()
+        self.implements_send = True
         self.identities: list[str] = []
         self.tasks: list[pb.Task] = []
         self.changed = threading.Condition()
@@ -175,6 +176,8 @@ class TestServicer(pb_grpc.FederationServicer):
 
     def Send(self, request: pb.Part, context: grpc.ServicerContext) -> pb.Receipt:
         self.calls["Send"] += 1
+        if not self.implements_send:  # as an aggregator older than Send answers
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         return self._receive(iter([request]), context)
 
     def Submit(self, request_iterator: Iterator[pb.Part], context: grpc.ServicerContext) -> pb.Receipt:
@@ -447,3 +450,22 @@ def test_upload_sends_a_payload_of_one_chunk_unary_and_streams_a_longer_one(
         assert b"".join(part.chunk.data for part in seen) == payload
         assert servicer.calls - before == Counter({"Send" if size <= CHUNK else "Submit": 1})
         assert len(seen) == max(1, math.ceil(size / CHUNK))
+
+
+def test_upload_falls_back_to_a_submit_stream_for_an_aggregator_without_send(
+    federation: tuple[TestServicer, int], alpha: pb_grpc.FederationStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    servicer, _ = federation
+    monkeypatch.setattr(servicer, "implements_send", False)
+    binding = servicer.publish(8, pb.STAGE_ADVERTISE_KEYS)
+    before = servicer.calls.copy()
+    receipt = upload(alpha, binding, b"keys", timeout=RPC_TIMEOUT, chunk_bytes=CHUNK)
+    assert (receipt.received_size, servicer.uploads[("alpha", 8, pb.STAGE_ADVERTISE_KEYS)]) == (4, b"keys")
+    assert servicer.calls - before == Counter({"Send": 1, "Submit": 1})
+    # Any other refusal of a Send is the caller's to handle, not a reason to try a Submit.
+    monkeypatch.setattr(servicer, "implements_send", True)
+    before = servicer.calls.copy()
+    with pytest.raises(grpc.RpcError) as refusal:
+        upload(alpha, binding, b"keys", timeout=RPC_TIMEOUT, chunk_bytes=CHUNK)  # alpha already uploaded
+    assert refusal.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert servicer.calls - before == Counter({"Send": 1})
