@@ -42,6 +42,7 @@ import logging
 import multiprocessing
 import os
 import platform
+import queue
 import statistics
 import sys
 import tempfile
@@ -150,7 +151,13 @@ def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> list[B
         for child in children:
             child.start()
         run_aggregator(plan)
-        busy = [results.get(timeout=120) for _ in children]
+        try:
+            busy = [results.get(timeout=120) for _ in children]
+        except queue.Empty:
+            codes = [child.exitcode for child in children]
+            raise RuntimeError(
+                f"a collaborator process sent no timings (exit codes {codes}); see its output above"
+            ) from None
         for child in children:
             child.join(60)
         return busy

@@ -373,39 +373,39 @@ class Campaign:
         else:
             messages.append(rng.choice(messages) if rng.random() < 0.5 else random_wire(rng, b""))
             mutation = "append"
-        started = time.perf_counter()
-        try:
-            reply = self.identities[identity].submit(iter(messages), timeout=FUZZ_DEADLINE_SECONDS)
-            code, details = "OK", ""
-            accepted = self._accepted(messages, reply, identity)
-        except grpc.RpcError as error:
-            status = error.code()
-            code, details = (status.name if status is not None else "UNKNOWN"), error.details() or ""
-            accepted = None
-        return f"submit:{mutation}", Outcome(code, details, time.perf_counter() - started, accepted=accepted)
+        return f"submit:{mutation}", self._upload(identity, messages, stream=True)
 
     def _send(self, rng: random.Random, target: Target, identity: str, valid_share: float) -> tuple[str, Outcome]:
-        """One Send: a whole upload as one part, its bytes or fields mutated, or a part of a longer upload."""
+        """One Send: a whole upload as one part with its bytes or fields mutated, or the first part of
+        the upload cut into several."""
         upload = target.valid_upload if rng.random() < valid_share else target.refused_upload
-        chunk = rng.choice((len(upload) or 1, max(1, len(upload) // rng.randint(2, 8))))
-        message = parts(target.open_stage, upload, chunk)[0].SerializeToString()
         mutation = rng.choice(("bytes", "bytes", "fields", "first-part"))
+        chunk = max(1, len(upload) // rng.randint(2, 8)) if mutation == "first-part" else len(upload) or 1
+        message = parts(target.open_stage, upload, chunk)[0].SerializeToString()
         if mutation == "bytes":
             name = rng.choice(sorted(BYTE_MUTATIONS))
             message = BYTE_MUTATIONS[name](rng, message)
             mutation = f"bytes:{name}"
         elif mutation == "fields":
             message = field_mutation(rng, pb.Part.FromString(message)).SerializeToString()
+        return f"send:{mutation}", self._upload(identity, [message], stream=False)
+
+    def _upload(self, identity: str, messages: list[bytes], *, stream: bool) -> Outcome:
+        """Upload `messages` as `identity`: a Submit stream of them, or (not `stream`) a Send of the one
+        message; what came back, with the upload rebuilt if the aggregator accepted it."""
+        raw = self.identities[identity]
         started = time.perf_counter()
         try:
-            reply = self.identities[identity].send(message, timeout=FUZZ_DEADLINE_SECONDS)
-            code, details = "OK", ""
-            accepted = self._accepted([message], reply, identity)
+            if stream:
+                reply = raw.submit(iter(messages), timeout=FUZZ_DEADLINE_SECONDS)
+            else:
+                [message] = messages
+                reply = raw.send(message, timeout=FUZZ_DEADLINE_SECONDS)
         except grpc.RpcError as error:
             status = error.code()
             code, details = (status.name if status is not None else "UNKNOWN"), error.details() or ""
-            accepted = None
-        return f"send:{mutation}", Outcome(code, details, time.perf_counter() - started, accepted=accepted)
+            return Outcome(code, details, time.perf_counter() - started)
+        return Outcome("OK", "", time.perf_counter() - started, accepted=self._accepted(messages, reply, identity))
 
     @staticmethod
     def _accepted(messages: list[bytes], reply: bytes, identity: str) -> AcceptedUpload:
