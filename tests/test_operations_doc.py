@@ -71,7 +71,7 @@ def strings_under(node: ast.AST) -> Iterator[str]:
 def code_messages() -> list[tuple[frozenset[str], str]]:
     """Every string of the aggregator's modules, with the levels it can appear at.
 
-    A logging call's message has its call's level (``logger.log`` takes WARNING or ERROR
+    A logging call's message has its call's level (``logger.log`` takes INFO, WARNING or ERROR
     from the refusal path); a raised one is fatal; any other string is "text".
     """
     found: list[tuple[frozenset[str], str]] = []
@@ -87,7 +87,7 @@ def code_messages() -> list[tuple[frozenset[str], str]]:
                 and node.func.value.id == "logger"
             ):
                 method = node.func.attr
-                levels = {"WARNING", "ERROR"} if method == "log" else {method.upper()}
+                levels = {"INFO", "WARNING", "ERROR"} if method == "log" else {method.upper()}
                 found += [(frozenset(levels), text) for text in strings_under(node)]
             text = template(node)
             if text is not None:

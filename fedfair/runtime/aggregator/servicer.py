@@ -59,6 +59,7 @@ from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
     NOT_EXPECTED,
+    LateUpload,
     PeerAuthenticator,
     Rejected,
     StageGate,
@@ -282,6 +283,8 @@ class _Caller:
 
 def _status(error: Exception) -> tuple[grpc.StatusCode, str, int]:
     """The generic status a caller hears for `error`, and the level of its log line."""
+    if isinstance(error, LateUpload):
+        return error.code, error.details, logging.INFO
     if isinstance(error, Rejected):
         return error.code, error.details, logging.WARNING
     if isinstance(error, WireError):
@@ -293,6 +296,8 @@ def _status(error: Exception) -> tuple[grpc.StatusCode, str, int]:
 
 def _reason(error: Exception) -> str:
     """The log's short reason; for a refused upload, the handler's own error."""
+    if isinstance(error, LateUpload):
+        return f"late: {error.stage} had already closed (it had enough answers or reached its deadline)"
     cause = error.__cause__
     if isinstance(error, UploadRefused) and cause is not None:
         return error_summary(cause)

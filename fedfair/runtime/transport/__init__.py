@@ -14,6 +14,7 @@ from fedfair.runtime.transport import fedfair_pb2_grpc as pb_grpc
 from fedfair.runtime.transport.binding import (
     NOT_EXPECTED,
     NOT_PERMITTED,
+    LateUpload,
     Rejected,
     StageGate,
     describe_binding,
@@ -55,6 +56,7 @@ from fedfair.runtime.transport.security import (
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "INLINE_INPUT_BYTES",
+    "LateUpload",
     "MALFORMED_MESSAGE",
     "MAX_MESSAGE_BYTES",
     "NOT_EXPECTED",

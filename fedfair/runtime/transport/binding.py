@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import NoReturn
 
 import grpc
@@ -36,6 +37,27 @@ class Rejected(FedfairError):
         """End the RPC with this status (``context.abort`` raises)."""
         context.abort(self.code, self.details)
         raise AssertionError("unreachable: context.abort raises")
+
+
+class LateUpload(Rejected):
+    """An upload for a stage that has closed, from a peer that stage was waiting for: usual, since
+    a stage closes once it has enough answers or at its deadline, so the aggregator logs it
+    quietly. The caller hears the same refusal as for any other message the gate refuses."""
+
+    def __init__(self, binding: pb.Binding) -> None:
+        super().__init__(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+        self.stage = describe_binding(binding)
+
+
+@dataclass(frozen=True)
+class _Expected:
+    """Who a stage admits: its participants (None: anyone) and who has uploaded so far."""
+
+    participants: frozenset[str] | None
+    submitted: set[str]
+
+    def awaits(self, peer: str) -> bool:
+        return (self.participants is None or peer in self.participants) and peer not in self.submitted
 
 
 def make_binding(federation_id: str, round_number: int, stage: pb.Stage) -> pb.Binding:
@@ -69,8 +91,9 @@ class StageGate:
         self._open: pb.Binding | None = None
         self._last: tuple[int, int] = (0, pb.STAGE_UNSPECIFIED)
         self._deadline: float | None = None
-        self._participants: frozenset[str] | None = None
-        self._submitted: set[str] = set()
+        self._expected = _Expected(None, set())
+        self._closed: tuple[tuple[int, int], _Expected] | None = None
+        """The stage closed last and who it still awaited then: their uploads are late, not foreign."""
 
     @property
     def current(self) -> pb.Binding | None:
@@ -98,45 +121,53 @@ class StageGate:
                 raise ValueError(
                     f"stages only move forward: round {round_number} stage {stage} is not after {self._last}"
                 )
+            if self._open is not None:
+                self._closed = (self._last, self._expected)
             self._last = (round_number, stage)
             self._open = make_binding(self.federation_id, round_number, stage)
             self._deadline = None if timeout_seconds is None else self._clock() + timeout_seconds
-            self._participants = None if participants is None else frozenset(participants)
-            self._submitted = set()
+            self._expected = _Expected(None if participants is None else frozenset(participants), set())
             return make_binding(self.federation_id, round_number, stage)
 
     def close(self) -> None:
         """No stage is open: every upload is refused until the next ``open``."""
         with self._lock:
+            if self._open is not None:
+                self._closed = (self._last, self._expected)
             self._open = None
 
     def submitted(self) -> frozenset[str]:
         """The peers admitted to upload to the open stage so far."""
         with self._lock:
-            return frozenset(self._submitted)
+            return frozenset(self._expected.submitted)
 
     def admit(self, binding: pb.Binding, peer: str) -> None:
-        """Admit one upload by ``peer`` (a name from its certificate) or raise Rejected.
+        """Admit one upload by ``peer`` (a name from its certificate) or raise Rejected
+        (:class:`LateUpload` when the stage it names closed while still awaiting ``peer``).
 
         The peer's slot for this stage is taken at once, so a concurrent or later
         duplicate is refused; :meth:`release` gives it back if the upload then fails.
         """
         with self._lock:
-            if (
-                self._open is None
-                or binding != self._open
-                or (self._deadline is not None and self._clock() > self._deadline)
-                or (self._participants is not None and peer not in self._participants)
-                or peer in self._submitted
-            ):
+            expired = self._deadline is not None and self._clock() > self._deadline
+            if self._open is None or binding != self._open or expired or not self._expected.awaits(peer):
+                if binding.federation_id == self.federation_id and (
+                    (binding == self._open and expired and self._expected.awaits(peer))
+                    or (
+                        self._closed is not None
+                        and (binding.round, binding.stage) == self._closed[0]
+                        and self._closed[1].awaits(peer)
+                    )
+                ):
+                    raise LateUpload(binding)
                 _refuse()
-            self._submitted.add(peer)
+            self._expected.submitted.add(peer)
 
     def release(self, binding: pb.Binding, peer: str) -> None:
         """Undo ``admit`` for an upload that failed before it completed (so it may be retried)."""
         with self._lock:
             if self._open is not None and binding == self._open:
-                self._submitted.discard(peer)
+                self._expected.submitted.discard(peer)
 
     def check_federation(self, binding: pb.Binding) -> None:
         """Allow a request that needs only the right federation (GetPlan, WaitForTasks)."""

@@ -37,6 +37,7 @@ from fedfair.runtime.aggregator.servicer import (
 )
 from fedfair.runtime.transport import (
     MALFORMED_MESSAGE,
+    NOT_EXPECTED,
     NOT_PERMITTED,
     PeerAuthenticator,
     StageGate,
@@ -345,6 +346,39 @@ def test_a_one_part_send_is_an_upload_with_the_gate_and_limits_of_a_submit(
     assert lines[0] == (
         "refused Send from 'site-a': INVALID_ARGUMENT: WireError: the payload stopped after 1 of 4 chunks"
     )
+    no_traceback(caplog)
+
+
+def test_an_upload_after_its_stage_closed_is_logged_quietly_only_for_a_peer_it_awaited(
+    aggregator: Aggregator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stage closes once it has enough answers (UNMASK at t of n), so the others' uploads arrive
+    late every round: the aggregator logs those at INFO, not as warnings an operator must read.
+    The caller hears the same refusal either way, and a replay or a name the stage never
+    awaited is still a warning."""
+    board, gate = aggregator.board, aggregator.gate
+    board.new_round(1)
+    binding = gate.open(1, pb.STAGE_UNMASK, timeout_seconds=600.0, participants=["site-a", "site-b"])
+    board.open_stage(
+        binding, ["site-a", "site-b"], b"", lambda peer, payload: None, max_upload_bytes=1000, timeout=600.0
+    )
+    [part] = payload_parts(binding, b"shares")
+    site_a, site_b, site_c = (aggregator.stub(name) for name in ("site-a", "site-b", "site-c"))
+    site_a.Send(part, timeout=TIMEOUT)
+    board.close_stage()
+    gate.close()
+    with caplog.at_level(logging.INFO):
+        late = refused(lambda: site_b.Send(part, timeout=TIMEOUT), grpc.StatusCode.FAILED_PRECONDITION)
+        replay = refused(lambda: site_a.Send(part, timeout=TIMEOUT), grpc.StatusCode.FAILED_PRECONDITION)
+        stranger = refused(lambda: site_c.Send(part, timeout=TIMEOUT), grpc.StatusCode.FAILED_PRECONDITION)
+    assert late.details() == replay.details() == stranger.details() == NOT_EXPECTED
+    records = [record for record in caplog.records if record.getMessage().startswith("refused Send ")]
+    assert [(record.getMessage().split("'")[1], record.levelno) for record in records] == [
+        ("site-b", logging.INFO),
+        ("site-a", logging.WARNING),
+        ("site-c", logging.WARNING),
+    ]
+    assert "late: round 1 STAGE_UNMASK had already closed" in records[0].getMessage()
     no_traceback(caplog)
 
 

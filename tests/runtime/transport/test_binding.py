@@ -7,6 +7,7 @@ import pytest
 
 from fedfair.runtime.transport import (
     NOT_EXPECTED,
+    LateUpload,
     Rejected,
     StageGate,
     make_binding,
@@ -53,3 +54,33 @@ def test_stage_gate_refuses_replays_late_and_foreign_messages() -> None:
     gate.check_federation(shares)
     with pytest.raises(Rejected):
         gate.check_federation(make_binding("other", 0, pb.STAGE_JOIN))
+
+
+def test_an_upload_the_last_stage_still_awaited_is_late_and_anything_else_is_refused_as_before() -> None:
+    """LateUpload (logged quietly) is only for a peer the stage that closed last, or the open stage past
+    its deadline, was still waiting for; every refusal gives the caller the same status."""
+    now = [0.0]
+    gate = StageGate(FEDERATION, clock=lambda: now[0])
+    unmask = gate.open(1, pb.STAGE_UNMASK, timeout_seconds=10, participants=["alpha", "beta", "gamma"])
+    gate.admit(unmask, "alpha")
+
+    def refusal(binding: pb.Binding, peer: str) -> type[Rejected]:
+        with pytest.raises(Rejected) as caught:
+            gate.admit(binding, peer)
+        assert (caught.value.code, caught.value.details) == (grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+        return type(caught.value)
+
+    now[0] = 11.0  # past the deadline, still open
+    assert refusal(unmask, "beta") is LateUpload
+    assert refusal(unmask, "alpha") is Rejected  # a replay is not late
+    gate.close()
+    assert refusal(unmask, "beta") is LateUpload
+    assert refusal(unmask, "delta") is Rejected  # never a participant
+    assert refusal(make_binding("other", 1, pb.STAGE_UNMASK), "beta") is Rejected
+    assert refusal(make_binding(FEDERATION, 1, pb.STAGE_CONSISTENCY), "beta") is Rejected
+    train = gate.open(2, pb.STAGE_TRAIN)
+    assert refusal(unmask, "gamma") is LateUpload  # the stage closed last, though another is open
+    keys = gate.open(2, pb.STAGE_ADVERTISE_KEYS)
+    assert refusal(unmask, "gamma") is Rejected  # two stages back: no longer tracked
+    assert refusal(train, "gamma") is LateUpload  # the train stage awaited anyone
+    gate.admit(keys, "gamma")
