@@ -31,7 +31,11 @@ Two costs are reported, each as a median over the measured rounds:
 Each configuration runs one warm-up round, then `--rounds` measured rounds (2 with
 `--quick`, 5 by default); `ratio_to_plain` (whole round) and `party_ratio_to_plain`
 (critical path) are secure / plain for each (d, n). `--dimensions` and `--parties`
-pick configurations. Output is JSON on stdout and, with `--json PATH`, in that file.
+pick configurations. With `--pairs K` each (d, n) runs K plain-then-secure pairs of
+federations, alternating, so that a machine whose speed drifts during the run (a shared
+one) slows both settings alike: the round times of every pair are pooled before the
+median, the critical path is the median of the runs', and ``pair_ratios`` keeps each
+pair's own ratios. Output is JSON on stdout and, with `--json PATH`, in that file.
 """
 
 from __future__ import annotations
@@ -217,6 +221,22 @@ def run_configuration(
     }
 
 
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's runs (alternated with the other setting's) as one result: every measured
+    round pooled for the whole-round median, the median of the runs' critical paths and stage times."""
+    merged = dict(runs[-1])
+    merged["runs"] = len(runs)
+    merged["round_seconds_all"] = [seconds for run in runs for seconds in run["round_seconds_all"]]
+    merged["round_seconds"] = statistics.median(merged["round_seconds_all"])
+    for key in ("party_seconds", "party_cpu_seconds", "run_seconds"):
+        merged[key] = statistics.median(run[key] for run in runs)
+    merged["party_seconds_each"] = [seconds for run in runs for seconds in run["party_seconds_each"]]
+    merged["stage_seconds"] = {
+        stage: statistics.median(run["stage_seconds"][stage] for run in runs) for stage in runs[0]["stage_seconds"]
+    }
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 measured rounds per configuration")
@@ -227,25 +247,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--processes", action="store_true", help="each collaborator in a process of its own (default: threads)"
     )
+    parser.add_argument(
+        "--pairs", type=int, default=1, help="plain-then-secure federations per configuration, alternating (default 1)"
+    )
     args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
     rounds = args.rounds or (2 if args.quick else 5)
     logging.getLogger("fedfair").setLevel(logging.WARNING)
     results = []
     for dimension in args.dimensions:
         for parties in args.parties:
-            pair = {}
-            for secure in (False, True):
-                result = run_configuration(dimension, parties, secure, rounds, args.processes)
-                pair[secure] = result
-                results.append(result)
-                print(
-                    f"d={dimension:>8} n={parties:>2} {'secure' if secure else 'plain ':6} "
-                    f"{result['round_seconds']:.3f} s/round, {result['party_seconds']:.3f} s per party",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            pair[True]["ratio_to_plain"] = pair[True]["round_seconds"] / pair[False]["round_seconds"]
-            pair[True]["party_ratio_to_plain"] = pair[True]["party_seconds"] / pair[False]["party_seconds"]
+            runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+            for _ in range(args.pairs):
+                for secure in (False, True):
+                    result = run_configuration(dimension, parties, secure, rounds, args.processes)
+                    runs[secure].append(result)
+                    print(
+                        f"d={dimension:>8} n={parties:>2} {'secure' if secure else 'plain ':6} "
+                        f"{result['round_seconds']:.3f} s/round, {result['party_seconds']:.3f} s per party",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            plain, secure_result = pooled(runs[False]), pooled(runs[True])
+            secure_result["ratio_to_plain"] = secure_result["round_seconds"] / plain["round_seconds"]
+            secure_result["party_ratio_to_plain"] = secure_result["party_seconds"] / plain["party_seconds"]
+            secure_result["pair_ratios"] = [
+                {
+                    "whole_round": secure_run["round_seconds"] / plain_run["round_seconds"],
+                    "per_party": secure_run["party_seconds"] / plain_run["party_seconds"],
+                }
+                for plain_run, secure_run in zip(runs[False], runs[True], strict=True)
+            ]
+            results += [plain, secure_result]
     summary = {
         "benchmark": "round_bench",
         "what": "median wall time of a training round excluding local training (whole round, and each party's "
@@ -253,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         "with real gRPC over loopback mutual TLS",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor()},
         "measured_rounds": rounds,
+        "pairs": args.pairs,
         "results": results,
         "ratios": {
             f"d={result['dimension']},n={result['parties']}": {

@@ -17,14 +17,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
-def test_round_bench_runs_a_plain_and_a_secure_round_through_the_runtime(tmp_path: Path, processes: bool) -> None:
+@pytest.mark.parametrize(("processes", "pairs"), [(False, 2), (True, 1)], ids=["threads-2-pairs", "processes"])
+def test_round_bench_runs_a_plain_and_a_secure_round_through_the_runtime(
+    tmp_path: Path, processes: bool, pairs: int
+) -> None:
     out = tmp_path / "round.json"
-    command = [sys.executable, str(ROOT / "benchmarks" / "round_bench.py"), "--rounds", "1"]
+    command = [sys.executable, str(ROOT / "benchmarks" / "round_bench.py"), "--rounds", "1", "--pairs", str(pairs)]
     command += ["--dimensions", "1000", "--parties", "3", "--json", str(out)] + ["--processes"] * processes
     subprocess.run(command, check=True, timeout=300, capture_output=True)
     results = json.loads(out.read_text())["results"]
-    assert [result["processes"] for result in results] == [processes, processes]
-    (secure,) = [result for result in results if "ratio_to_plain" in result]
+    assert [(result["processes"], result["runs"]) for result in results] == [(processes, pairs)] * 2
+    plain, secure = results
+    # Every pair's measured round is pooled: one round per federation here.
+    assert len(plain["round_seconds_all"]) == len(secure["round_seconds_all"]) == pairs
     assert math.isfinite(secure["ratio_to_plain"]) and secure["ratio_to_plain"] > 0
     assert math.isfinite(secure["party_ratio_to_plain"]) and secure["party_ratio_to_plain"] > 0
+    assert len(secure["pair_ratios"]) == pairs
+    assert all(math.isfinite(ratio["whole_round"]) and ratio["whole_round"] > 0 for ratio in secure["pair_ratios"])
