@@ -129,16 +129,15 @@ def verify_advertisement(
     Returns the party's verified identity public key. Raises
     :class:`~fedfair.secagg.errors.StaleMessageError` for another round,
     :class:`ProtocolError` for a party outside the roster or a malformed commitment, and
-    :class:`AuthenticationError` for an unusable X25519 key or when the credential or the
-    signature does not verify (a forged or swapped key).
+    :class:`AuthenticationError` when the credential or the signature does not verify (a
+    forged or swapped key). Whether the X25519 keys are usable is the caller's check: the
+    server probes them (:func:`keys.check_public_key`), a party agrees with them.
     """
     check_header(advertisement, config, b"")
     if not config.is_party(advertisement.sender):
         raise ProtocolError(f"advertisement names party {advertisement.sender}, which is not in the roster")
     if len(advertisement.seed_commitment) != 32:
         raise ProtocolError(f"party {advertisement.sender}'s seed commitment is not 32 bytes")
-    for public in (advertisement.cipher_public_key, advertisement.mask_public_key):
-        keys.check_public_key(public)
     try:
         identity = verify_credential(config.name_of(advertisement.sender), advertisement.credential)
     except IdentityError as error:
@@ -314,21 +313,35 @@ class Client:
         accepted: dict[int, AdvertiseKeys] = {}
         identities: dict[int, ec.EllipticCurvePublicKey] = {self.party: self._identity_key.public_key()}
         excluded: dict[int, str] = {}
+        # X25519 secrets with each neighbour, (cipher, mask); the session id that salts them
+        # is known only once every advertisement is judged.
+        secrets: dict[int, tuple[bytes, bytes]] = {}
+        neighbours = self.config.graph[self.party]
         for advertisement in directory.advertisements:
-            if advertisement.sender == self.party:
+            sender = advertisement.sender
+            if sender == self.party:
                 if advertisement != self._advertisement:
                     raise AuthenticationError("the key directory carries keys for this party that it never advertised")
                 accepted[self.party] = advertisement
                 continue
             try:
-                identities[advertisement.sender] = verify_advertisement(
-                    advertisement, self.config, self._verify_credential
-                )
+                identity = verify_advertisement(advertisement, self.config, self._verify_credential)
+                # An unusable key fails the agreement itself, so a neighbour's keys need no
+                # separate probe; the others' are probed, so every party accepts the same directory.
+                if sender in neighbours:
+                    secrets[sender] = (
+                        keys.agree(self._cipher_key, advertisement.cipher_public_key),
+                        keys.agree(self._mask_key, advertisement.mask_public_key),
+                    )
+                else:
+                    keys.check_public_key(advertisement.cipher_public_key)
+                    keys.check_public_key(advertisement.mask_public_key)
             except ProtocolError as error:
-                excluded[advertisement.sender] = str(error)
+                excluded[sender] = str(error)
                 continue
-            accepted[advertisement.sender] = advertisement
-        holders = (self.config.graph[self.party] & accepted.keys()) | {self.party}
+            identities[sender] = identity
+            accepted[sender] = advertisement
+        holders = (neighbours & accepted.keys()) | {self.party}
         if len(holders) < self.config.t:
             raise ThresholdError(
                 f"only {len(holders)} parties can hold this party's shares, below the threshold "
@@ -362,12 +375,9 @@ class Client:
             # Both directions use one key (the associated data tells them apart), so the key
             # that seals these shares also opens the peer's; the pairwise mask key depends only
             # on the directory too. Deriving both now keeps key agreement out of later steps.
-            share_keys[holder] = keys.share_encryption_key(
-                self._cipher_key, accepted[holder].cipher_public_key, session, self.party, holder
-            )
-            pair_keys[holder] = keys.pair_mask_key(
-                self._mask_key, accepted[holder].mask_public_key, session, self.party, holder
-            )
+            cipher_secret, mask_secret = secrets[holder]
+            share_keys[holder] = keys.share_encryption_key(cipher_secret, session, self.party, holder)
+            pair_keys[holder] = keys.pair_mask_key(mask_secret, session, self.party, holder)
             sealed = keys.seal(share_keys[holder], plaintext, keys.share_associated_data(session, self.party, holder))
             signature = sign(self._identity_key, share_entry_payload(session, self.party, holder, sealed))
             encrypted.append(EncryptedShares(self.party, holder, sealed, signature))

@@ -76,8 +76,9 @@ def check_public_key(public: bytes) -> None:
     """Refuse a raw X25519 public key that no agreement could use (malformed or low order).
 
     A low-order point makes every agreement all-zero whatever the private key, so one
-    agreement with a throwaway key tells; checking at advertisement time lets parties
-    exclude such a peer instead of failing later.
+    agreement with a throwaway key tells. The server checks every advertisement this way, so
+    it can refuse such a key at once; a party checks the keys it agrees with by that agreement
+    itself, and only the others by this probe.
     """
     agree(_PROBE, public)
 
@@ -91,18 +92,16 @@ def _pair(a: int, b: int) -> bytes:
     return struct.pack(">II", min(a, b), max(a, b))
 
 
-def share_encryption_key(
-    cipher_private: X25519PrivateKey, peer_cipher_public: bytes, session_id: bytes, me: int, peer: int
-) -> bytes:
-    """AES-256-GCM key for the shares exchanged between ``me`` and ``peer`` in this session."""
-    return hkdf(agree(cipher_private, peer_cipher_public), session_id, DOMAIN + b"share-encryption" + _pair(me, peer))
+def share_encryption_key(cipher_secret: bytes, session_id: bytes, me: int, peer: int) -> bytes:
+    """AES-256-GCM key for the shares exchanged between ``me`` and ``peer`` in this session, from the
+    :func:`agree` secret of their cipher keys."""
+    return hkdf(cipher_secret, session_id, DOMAIN + b"share-encryption" + _pair(me, peer))
 
 
-def pair_mask_key(
-    mask_private: X25519PrivateKey, peer_mask_public: bytes, session_id: bytes, me: int, peer: int
-) -> bytes:
-    """PRG key of the pairwise mask between ``me`` and ``peer`` (identical at both ends)."""
-    return hkdf(agree(mask_private, peer_mask_public), session_id, DOMAIN + b"pair-mask" + _pair(me, peer))
+def pair_mask_key(mask_secret: bytes, session_id: bytes, me: int, peer: int) -> bytes:
+    """PRG key of the pairwise mask between ``me`` and ``peer`` (identical at both ends), from the
+    :func:`agree` secret of their mask keys."""
+    return hkdf(mask_secret, session_id, DOMAIN + b"pair-mask" + _pair(me, peer))
 
 
 def self_mask_key(seed: bytes, session_id: bytes, owner: int) -> bytes:

@@ -184,9 +184,12 @@ class Server:
         return dict(self._accusations)
 
     def receive_advertisement(self, message: AdvertiseKeys) -> None:
-        """Accept one party's signed keys; refuses a forged signature, a stranger or a repeat."""
+        """Accept one party's signed keys; refuses a forged signature, a stranger, a repeat or a key no
+        agreement could use (malformed or of low order)."""
         self._expect(_Phase.COLLECT_KEYS, message)
         identity = verify_advertisement(message, self.config, self._verify_credential)
+        for public in (message.cipher_public_key, message.mask_public_key):
+            keys.check_public_key(public)
         if message.sender in self._advertisements:
             raise ProtocolError(f"party {message.sender} already advertised keys this round")
         self._advertisements[message.sender] = message
@@ -434,7 +437,7 @@ class Server:
             mask_key = keys.load_private(secret)
             for survivor in sorted(self.config.graph[owner] & self._masked):
                 pair_key = keys.pair_mask_key(
-                    mask_key, self._advertisements[survivor].mask_public_key, self._session, owner, survivor
+                    keys.agree(mask_key, self._advertisements[survivor].mask_public_key), self._session, owner, survivor
                 )
                 # The survivor added the stream if its id is the smaller one; undo whichever it did.
                 masks.append((pair_key, -1 if survivor < owner else 1))

@@ -145,7 +145,7 @@ def test_the_threshold_rule_is_what_stops_a_colluder() -> None:
         # The victim subtracted each pairwise stream (its id is the larger one); add it back.
         assert harness.directory is not None
         peer_public = next(a.mask_public_key for a in harness.directory.advertisements if a.sender == peer)
-        masks.append((keys.pair_mask_key(mask_key, peer_public, session, VICTIM, peer), 1))
+        masks.append((keys.pair_mask_key(keys.agree(mask_key, peer_public), session, VICTIM, peer), 1))
     prg.apply_masks(victim, masks)
     np.testing.assert_array_equal(victim, harness.encoded[VICTIM])  # the victim's input, in the clear
 

@@ -40,11 +40,13 @@ def test_private_key_round_trips_through_raw_bytes() -> None:
 
 def test_derived_keys_separate_purposes_sessions_and_pairs() -> None:
     a, b = keys.generate_key_pair(), keys.generate_key_pair()
-    share_ab = keys.share_encryption_key(a, keys.public_bytes(b), SESSION, 1, 2)
-    assert share_ab == keys.share_encryption_key(b, keys.public_bytes(a), SESSION, 2, 1)
-    assert share_ab != keys.pair_mask_key(a, keys.public_bytes(b), SESSION, 1, 2)
-    assert share_ab != keys.share_encryption_key(a, keys.public_bytes(b), b"t" * 32, 1, 2)
-    assert share_ab != keys.share_encryption_key(a, keys.public_bytes(b), SESSION, 1, 3)
+    secret = keys.agree(a, keys.public_bytes(b))
+    assert secret == keys.agree(b, keys.public_bytes(a))
+    share_ab = keys.share_encryption_key(secret, SESSION, 1, 2)
+    assert share_ab == keys.share_encryption_key(secret, SESSION, 2, 1)
+    assert share_ab != keys.pair_mask_key(secret, SESSION, 1, 2)
+    assert share_ab != keys.share_encryption_key(secret, b"t" * 32, 1, 2)
+    assert share_ab != keys.share_encryption_key(secret, SESSION, 1, 3)
     assert keys.self_mask_key(b"seed" * 8, SESSION, 1) != keys.self_mask_key(b"seed" * 8, SESSION, 2)
 
 

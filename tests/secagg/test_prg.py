@@ -107,12 +107,12 @@ def test_pair_keys_agree_at_both_ends_and_are_independent_across_pairs() -> None
     public = {party: keys.public_bytes(key) for party, key in private.items()}
 
     def pair_key(me: int, peer: int) -> bytes:
-        return keys.pair_mask_key(private[me], public[peer], SESSION, me, peer)
+        return keys.pair_mask_key(keys.agree(private[me], public[peer]), SESSION, me, peer)
 
     assert pair_key(1, 2) == pair_key(2, 1)
     pair_keys = {pair_key(1, 2), pair_key(1, 3), pair_key(2, 3)}
     assert len(pair_keys) == 3
-    assert keys.pair_mask_key(private[1], public[2], bytes(32), 1, 2) != pair_key(1, 2)  # another session
+    assert keys.pair_mask_key(keys.agree(private[1], public[2]), bytes(32), 1, 2) != pair_key(1, 2)  # another session
     streams = [prg.words(key, 1 << 14, np.uint32) for key in sorted(pair_keys)]
     # Joint distribution of the top 4 bits of two streams: independent streams give a
     # contingency table a chi-square test cannot tell from independence.

@@ -97,6 +97,31 @@ def test_unusable_advertised_keys_are_refused_even_when_signed() -> None:
         harness.server.receive_advertisement(signed)
 
 
+@pytest.mark.parametrize("neighbours", [None, 2])
+def test_a_signed_unusable_key_in_the_directory_excludes_its_party_at_every_peer(neighbours: int | None) -> None:
+    # An aggregator colluding with party 1 lists a low-order mask key that party 1 signed. A
+    # neighbour of party 1 finds out by agreeing with the key, any other party by probing it;
+    # either way all of them leave party 1 out and fix the same session.
+    config = make_config(7, neighbours=neighbours)
+    harness = Harness(config)
+    harness.advertise()
+    directory = harness.server.key_directory()
+    genuine = next(a for a in directory.advertisements if a.sender == 1)
+    low_order = bytes(32)
+    payload = advertisement_payload(config.digest, 1, genuine.cipher_public_key, low_order, genuine.seed_commitment)
+    unusable = dataclasses.replace(genuine, mask_public_key=low_order, signature=sign(harness.key(1), payload))
+    tampered = dataclasses.replace(
+        directory, advertisements=tuple(unusable if a.sender == 1 else a for a in directory.advertisements)
+    )
+    honest = range(2, 8)
+    assert {party in config.graph[1] for party in honest} == ({True} if neighbours is None else {True, False})
+    for party in honest:
+        shares = harness.clients[party].share_keys(tampered)
+        assert "low order" in harness.clients[party].excluded[1]
+        assert 1 not in {entry.recipient for entry in shares.shares}
+    assert len({harness.clients[party].session_id for party in honest}) == 1
+
+
 def test_credential_of_another_party_is_excluded() -> None:
     config = make_config(3)
     harness = Harness(config)
