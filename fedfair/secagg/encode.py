@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -206,11 +207,24 @@ class Encoder:
         self.rounding_bits = min(_RANDOM_BITS, _INT64_BITS - largest.bit_length())
         """K: bits kept below one unit before stochastic rounding; the rounding bias is below 2^-K units."""
 
-    def encode(self, weighted_vector: np.ndarray, weight: float, randomness_key: bytes | None = None) -> np.ndarray:
+    def encode(
+        self,
+        weighted_vector: np.ndarray,
+        weight: float,
+        randomness_key: bytes | None = None,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Encode ``weighted_vector`` (= weight * delta, float64) and ``weight`` as d + 1 words mod 2^k.
 
         ``randomness_key`` (32 bytes) fixes the stochastic rounding for reproducible runs;
         by default a fresh key is drawn from the OS.
+
+        ``out`` (d + 1 contiguous, writable words of :attr:`dtype`), when given, receives the
+        encoding and is returned. A party that encodes every round can hand in the same buffer:
+        its words then land in memory the process already holds, whereas a new array can come
+        as fresh pages the kernel must fault in one by one (about 2.4 us a page on the machine
+        the benchmarks ran on: 2-3 ms on top of a 1.8 ms encoding at d = 10^6). If encoding
+        fails (a NaN), ``out`` holds unspecified words.
         """
         vector = np.asarray(weighted_vector, dtype=np.float64)
         if vector.ndim != 1:
@@ -220,7 +234,21 @@ class Encoder:
                 f"weight={weight!r} is outside [0, max_weight={self.config.max_weight:g}]; "
                 "raise max_weight in the encoding config"
             )
-        encoded = np.empty(vector.size + 1, dtype=self.dtype)
+        if out is None:
+            encoded = np.empty(vector.size + 1, dtype=self.dtype)
+        elif (
+            out.dtype != self.dtype
+            or out.shape != (vector.size + 1,)
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            raise ConfigError(
+                f"the output buffer must be {vector.size + 1} contiguous, writable {np.dtype(self.dtype).name} "
+                f"words (the update's length plus one), got {out.size} {out.dtype.name}; allocate it with "
+                "numpy.empty(d + 1, dtype=encoder.dtype)"
+            )
+        else:
+            encoded = out
         # Every encoded value is below 2^(k-1) in magnitude (check_no_wraparound), so the
         # signed view takes it directly and its bits are the two's complement modulo 2^k.
         signed = encoded.view(self._signed)
@@ -266,6 +294,21 @@ class Encoder:
         return (summands + conversion) / self._scale
 
 
+_scratch = threading.local()
+
+
+def _scratch_words(count: int) -> np.ndarray:
+    """``count`` little-endian 32-bit words of this thread's scratch space, kept from one encoding
+    to the next: a block's random words (1 MiB) allocated anew each time come, as often as not, as
+    fresh pages the kernel faults in one by one, which cost a third of an encoding at d = 10^6.
+    Per thread, because parties may encode at once; one encoding at a time per thread is all the
+    encoder does with it."""
+    words: np.ndarray | None = getattr(_scratch, "words", None)
+    if words is None or words.size < count:
+        words = _scratch.words = np.empty(count, dtype=np.dtype(np.uint32).newbyteorder("<"))
+    return words[:count]
+
+
 class _StochasticRounder:
     """Stochastic rounding of values to multiples of 2^-f, in integers, block by block.
 
@@ -289,7 +332,8 @@ class _StochasticRounder:
     unit from y. So the decoder's bound of one unit per summand holds for every draw, not
     only on average.
 
-    The block buffers are reused for every block, so no temporary grows with the vector.
+    The block's random words are reused for every block, and by the thread's next encoding, so
+    no temporary grows with the vector.
     """
 
     def __init__(self, key: bytes, block: int, fractional_bits: int, rounding_bits: int) -> None:
@@ -298,7 +342,7 @@ class _StochasticRounder:
         self._rounding_bits = np.int64(rounding_bits)
         # K < 32 keeps the top K bits of each word, so r stays uniform on [0, 2^K).
         self._random_shift = np.uint32(_RANDOM_BITS - rounding_bits)
-        self._random = np.empty(block, dtype=np.dtype(np.uint32).newbyteorder("<"))
+        self._random = _scratch_words(block)
         self._random_bytes = self._random.data.cast("B")
         self._round_block = kernels.round_block()
 

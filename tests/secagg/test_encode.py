@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
 import numpy as np
@@ -288,6 +289,52 @@ def test_encoding_allocates_little_beyond_its_output() -> None:
     # The output plus one block of random words (1 MiB) and small change; one whole-vector
     # float64 temporary of a naive encoding would need 8 MB.
     assert peak < encoded.nbytes + ROUNDING_BYTES_PER_COORDINATE * encode._BLOCK + (1 << 18)
+
+
+def test_a_second_encoding_into_the_same_buffer_allocates_next_to_nothing() -> None:
+    # What a collaborator does every round: the output buffer and this thread's block of random
+    # words are both reused, so no page of either has to be faulted in again.
+    encoder = Encoder(EncodingConfig(1.0, 10.0, 16, 32), 3)
+    vector = np.random.default_rng(1).uniform(-1, 1, size=1_000_000)
+    buffer = np.empty(vector.size + 1, dtype=encoder.dtype)
+    encoder.encode(-vector, 2.0, randomness_key=bytes(32), out=buffer)  # last round's words, overwritten
+    tracemalloc.start()
+    try:
+        returned = encoder.encode(vector, 1.0, randomness_key=KEY, out=buffer)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert returned is buffer
+    np.testing.assert_array_equal(buffer, encoder.encode(vector, 1.0, randomness_key=KEY))
+    assert peak < 1 << 16
+
+
+def test_threads_encoding_at_once_each_get_their_own_random_words() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 10.0, 16, 32), 3)
+    vectors = [np.random.default_rng(seed).uniform(-1, 1, size=3 * encode._BLOCK + 7) for seed in range(4)]
+    keys = [bytes([seed]) * 32 for seed in range(4)]
+    expected = [encoder.encode(vector, 1.0, randomness_key=key) for vector, key in zip(vectors, keys)]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            got = list(pool.map(lambda i: encoder.encode(vectors[i], 1.0, randomness_key=keys[i]), range(4)))
+            for words, reference in zip(got, expected):
+                np.testing.assert_array_equal(words, reference)
+
+
+def test_an_output_buffer_of_the_wrong_shape_or_type_is_refused() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 10.0, 8, 32), 3)
+    vector = np.zeros(4)
+    read_only = np.empty(5, dtype=np.uint32)
+    read_only.flags.writeable = False
+    for wrong in (
+        np.empty(4, dtype=np.uint32),
+        np.empty(5, dtype=np.uint64),
+        np.empty(10, dtype=np.uint32)[::2],
+        np.empty((5, 1), dtype=np.uint32),
+        read_only,
+    ):
+        with pytest.raises(ConfigError, match="5 contiguous, writable uint32 words"):
+            encoder.encode(vector, 1.0, out=wrong)
 
 
 @st.composite

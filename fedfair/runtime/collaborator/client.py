@@ -283,6 +283,9 @@ class Collaborator:
         self._holds_control = False
         """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
         first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
+        self._encoding_buffer: np.ndarray | None = None
+        """Where each training round's update is encoded (and then masked in place): one buffer for the
+        whole federation, because a fresh array per round can cost more in page faults than the encoding."""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -627,10 +630,14 @@ class Collaborator:
             work = Work(round_number, TRAINING, trained.vector, weight)
             # Encoding needs only the update, so it is done now rather than on the MASKED_INPUT
             # stage's critical path; the round's own encoder checks the parameters again then.
+            encoder = Encoder(settings.encoding(), self.shared.collaborator_count)
+            buffer = self._encoding_buffer
+            if buffer is None or buffer.size != trained.vector.size + 1 or buffer.dtype != encoder.dtype:
+                buffer = self._encoding_buffer = np.empty(trained.vector.size + 1, dtype=encoder.dtype)
+            # Rounds run one after another, so the last round's masked words, already sent or
+            # abandoned with its Work, are free to overwrite.
             try:
-                work.encoded = Encoder(settings.encoding(), self.shared.collaborator_count).encode(
-                    trained.vector, weight
-                )
+                work.encoded = encoder.encode(trained.vector, weight, out=buffer)
             except ConfigError as error:
                 logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
                 return Work(round_number, TRAINING, None, 0.0)
