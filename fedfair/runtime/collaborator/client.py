@@ -145,6 +145,7 @@ from fedfair.runtime.preprocessing import (
     read_encoder_payload,
 )
 from fedfair.runtime.transport import (
+    Uploader,
     WireError,
     check_tls_files,
     inline_input,
@@ -154,7 +155,6 @@ from fedfair.runtime.transport import (
     read_model,
     read_payload,
     secure_channel,
-    upload,
 )
 from fedfair.secagg import Encoder
 from fedfair.secagg.errors import ProtocolError
@@ -283,6 +283,7 @@ class Collaborator:
         self._holds_control = False
         """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
         first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
+        self._uploader: Uploader | None = None
         self._encoding_buffer: np.ndarray | None = None
         """Where each training round's update is encoded (and then masked in place): one buffer for the
         whole federation, because a fresh array per round can cost more in page faults than the encoding."""
@@ -794,12 +795,14 @@ class Collaborator:
         return payload
 
     def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
-        """Upload this stage's payload (see :func:`upload`), counting the bytes sent."""
+        """Upload this stage's payload (see :class:`Uploader`), counting the bytes sent."""
 
         def count(part: pb.Part) -> None:
             self._count(binding.round, part.ByteSize())
 
-        upload(stub, binding, payload, timeout=RPC_SECONDS, on_part=count)
+        if self._uploader is None or self._uploader.stub is not stub:
+            self._uploader = Uploader(stub)  # a new connection: its aggregator may have Send
+        self._uploader.upload(binding, payload, timeout=RPC_SECONDS, on_part=count)
 
     def _count(self, round_number: int, size: int) -> None:
         self.uploaded_bytes[round_number] = self.uploaded_bytes.get(round_number, 0) + size

@@ -27,6 +27,7 @@ from fedfair.runtime.transport.chunks import (
     MALFORMED_MESSAGE,
     MAX_MESSAGE_BYTES,
     Reassembler,
+    Uploader,
     WireError,
     decode_tensor,
     digest,
@@ -39,7 +40,6 @@ from fedfair.runtime.transport.chunks import (
     read_payload,
     split,
     task_with_input,
-    upload,
 )
 from fedfair.runtime.transport.security import (
     PeerAuthenticator,
@@ -66,6 +66,7 @@ __all__ = [
     "Rejected",
     "StageGate",
     "TlsFiles",
+    "Uploader",
     "WireError",
     "channel_credentials",
     "channel_options",
@@ -90,5 +91,4 @@ __all__ = [
     "server_options",
     "split",
     "task_with_input",
-    "upload",
 ]

@@ -187,43 +187,54 @@ def read_model(
     return theta, threshold
 
 
-def upload(
-    stub: Any,
-    binding: pb.Binding,
-    payload: bytes,
-    *,
-    timeout: float,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    on_part: Callable[[pb.Part], None] | None = None,
-) -> pb.Receipt:
-    """Upload ``payload`` for ``binding`` through ``stub`` (a Federation stub): in one unary Send
-    when it fits one chunk, else as a Submit stream of chunks. ``on_part`` sees each part as it goes.
+class Uploader:
+    """Uploads over one connection's Federation stub, remembering whether its aggregator has Send.
 
-    The receiver treats both alike; Send exists because a unary call costs about half the CPU
-    of a one-part stream on both ends (no request-iterator thread), a cost the small
-    secure-aggregation messages pay at every stage of every round. An aggregator older than
-    Send answers UNIMPLEMENTED without reading the part, and then gets the Submit stream.
+    A payload that fits one chunk goes in one unary Send, anything longer as a Submit stream
+    of chunks; the receiver treats both alike. Send exists because a unary call costs about
+    half the CPU of a one-part stream on both ends (no request-iterator thread), a cost the
+    small secure-aggregation messages pay at every stage of every round. An aggregator older
+    than Send answers UNIMPLEMENTED without reading the part: that upload then goes as a
+    Submit stream, and so do the later small ones over this connection, without asking
+    again (a new connection, perhaps to an upgraded aggregator, asks once more).
     """
 
-    def parts() -> Iterator[pb.Part]:
-        for part in payload_parts(binding, payload, chunk_bytes):
-            if on_part is not None:
-                on_part(part)
-            yield part
+    def __init__(self, stub: Any) -> None:
+        self.stub = stub
+        self.sends = True
+        """False once this connection's aggregator answered a Send UNIMPLEMENTED."""
 
-    receipt: pb.Receipt
-    if len(payload) <= chunk_bytes:
-        [part] = parts()
-        try:
-            receipt = stub.Send(part, timeout=timeout)
-            return receipt
-        except grpc.RpcError as error:
-            if error.code() != grpc.StatusCode.UNIMPLEMENTED:
-                raise
-        receipt = stub.Submit(iter([part]), timeout=timeout)
-    else:
-        receipt = stub.Submit(parts(), timeout=timeout)
-    return receipt
+    def upload(
+        self,
+        binding: pb.Binding,
+        payload: bytes,
+        *,
+        timeout: float,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        on_part: Callable[[pb.Part], None] | None = None,
+    ) -> pb.Receipt:
+        """Upload ``payload`` for ``binding``; ``on_part`` sees each part as it goes."""
+
+        def parts() -> Iterator[pb.Part]:
+            for part in payload_parts(binding, payload, chunk_bytes):
+                if on_part is not None:
+                    on_part(part)
+                yield part
+
+        receipt: pb.Receipt
+        if len(payload) <= chunk_bytes and self.sends:
+            [part] = parts()
+            try:
+                receipt = self.stub.Send(part, timeout=timeout)
+                return receipt
+            except grpc.RpcError as error:
+                if error.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+            self.sends = False
+            receipt = self.stub.Submit(iter([part]), timeout=timeout)
+        else:
+            receipt = self.stub.Submit(parts(), timeout=timeout)
+        return receipt
 
 
 INLINE_INPUT_BYTES = 256 << 10

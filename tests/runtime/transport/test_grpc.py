@@ -29,6 +29,7 @@ from fedfair.runtime.transport import (
     Rejected,
     StageGate,
     TlsFiles,
+    Uploader,
     WireError,
     channel_options,
     check_tls_files,
@@ -44,7 +45,6 @@ from fedfair.runtime.transport import (
     secure_channel,
     server_credentials,
     server_options,
-    upload,
 )
 from fedfair.runtime.transport.chunks import digest
 from tests.runtime.harness import refused
@@ -444,7 +444,7 @@ def test_upload_sends_a_payload_of_one_chunk_unary_and_streams_a_longer_one(
         payload = np.random.default_rng(size).bytes(size)
         before = servicer.calls.copy()
         seen: list[pb.Part] = []
-        receipt = upload(alpha, binding, payload, timeout=RPC_TIMEOUT, chunk_bytes=CHUNK, on_part=seen.append)
+        receipt = Uploader(alpha).upload(binding, payload, timeout=RPC_TIMEOUT, chunk_bytes=CHUNK, on_part=seen.append)
         assert (receipt.received_size, receipt.sha256) == (size, digest(payload))
         assert servicer.uploads[("alpha", 6, stage)] == payload
         assert b"".join(part.chunk.data for part in seen) == payload
@@ -457,15 +457,25 @@ def test_upload_falls_back_to_a_submit_stream_for_an_aggregator_without_send(
 ) -> None:
     servicer, _ = federation
     monkeypatch.setattr(servicer, "implements_send", False)
+    uploader = Uploader(alpha)
     binding = servicer.publish(8, pb.STAGE_ADVERTISE_KEYS)
     before = servicer.calls.copy()
-    receipt = upload(alpha, binding, b"keys", timeout=RPC_TIMEOUT, chunk_bytes=CHUNK)
+    receipt = uploader.upload(binding, b"keys", timeout=RPC_TIMEOUT, chunk_bytes=CHUNK)
     assert (receipt.received_size, servicer.uploads[("alpha", 8, pb.STAGE_ADVERTISE_KEYS)]) == (4, b"keys")
     assert servicer.calls - before == Counter({"Send": 1, "Submit": 1})
-    # Any other refusal of a Send is the caller's to handle, not a reason to try a Submit.
+    # The connection's aggregator has no Send: later small uploads over it do not ask again.
+    binding = servicer.publish(8, pb.STAGE_SHARE_KEYS)
+    before = servicer.calls.copy()
+    seen: list[pb.Part] = []
+    uploader.upload(binding, b"shares", timeout=RPC_TIMEOUT, chunk_bytes=CHUNK, on_part=seen.append)
+    assert servicer.uploads[("alpha", 8, pb.STAGE_SHARE_KEYS)] == b"shares"
+    assert servicer.calls - before == Counter({"Submit": 1})
+    assert [part.chunk.data for part in seen] == [b"shares"]
+    # Any other refusal of a Send is the caller's to handle, not a reason to try a Submit; a new
+    # connection (perhaps to an upgraded aggregator) tries Send again.
     monkeypatch.setattr(servicer, "implements_send", True)
     before = servicer.calls.copy()
     with pytest.raises(grpc.RpcError) as refusal:
-        upload(alpha, binding, b"keys", timeout=RPC_TIMEOUT, chunk_bytes=CHUNK)  # alpha already uploaded
+        Uploader(alpha).upload(binding, b"keys", timeout=RPC_TIMEOUT, chunk_bytes=CHUNK)  # alpha already uploaded
     assert refusal.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert servicer.calls - before == Counter({"Send": 1})
