@@ -12,6 +12,9 @@ import grpc
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from fedfair.core import server
 from fedfair.core.errors import ConfigError
@@ -228,6 +231,39 @@ def test_a_plain_update_outside_the_plans_bounds_is_refused() -> None:
     ):
         with pytest.raises(UploadRefused, match=reason):
             decode_plain(payload, 1, BOUNDS)
+
+
+def _reference_refusal(values: np.ndarray) -> str | None:
+    """The plain bounds written out over whole-vector temporaries: the reason decode_plain must give."""
+    if not np.isfinite(values).all():
+        return "NaN or Inf"
+    weight = values[-1]
+    if not 0.0 < weight <= BOUNDS.max_weight:
+        return "weight"
+    if np.abs(values[:-1]).max(initial=0.0) > BOUNDS.clip * weight:
+        return "clipping range"
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    arrays(
+        np.float64,
+        st.integers(1, 40),
+        elements=st.one_of(
+            st.floats(-2000.0, 2000.0), st.sampled_from([np.nan, np.inf, -np.inf, 0.0, 100.0, -20.0, 20.0])
+        ),
+    )
+)
+def test_plain_decode_checks_by_extremes_refuse_exactly_what_the_whole_vector_checks_refuse(values: np.ndarray) -> None:
+    # decode_plain reads the extremes of a zero-copy view; a NaN or Inf anywhere must still be caught.
+    expected = _reference_refusal(values)
+    payload = values.astype("<f8").tobytes()
+    if expected is None:
+        assert decode_plain(payload, values.size - 1, BOUNDS).tolist() == values.tolist()
+    else:
+        with pytest.raises(UploadRefused, match=expected):
+            decode_plain(payload, values.size - 1, BOUNDS)
 
 
 def test_an_honest_plain_update_is_clipped_as_the_encoding_clips_it_and_never_refused() -> None:
