@@ -284,6 +284,7 @@ class Collaborator:
         """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
         first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
         self._uploader: Uploader | None = None
+        """Uploads over the current connection (it remembers whether that aggregator has Send)."""
         self._encoding_buffer: np.ndarray | None = None
         """Where each training round's update is encoded (and then masked in place): one buffer for the
         whole federation, because a fresh array per round can cost more in page faults than the encoding."""

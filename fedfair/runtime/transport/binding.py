@@ -151,17 +151,23 @@ class StageGate:
         with self._lock:
             expired = self._deadline is not None and self._clock() > self._deadline
             if self._open is None or binding != self._open or expired or not self._expected.awaits(peer):
-                if binding.federation_id == self.federation_id and (
-                    (binding == self._open and expired and self._expected.awaits(peer))
-                    or (
-                        self._closed is not None
-                        and (binding.round, binding.stage) == self._closed[0]
-                        and self._closed[1].awaits(peer)
-                    )
-                ):
+                if self._late(binding, peer, expired):
                     raise LateUpload(binding)
                 _refuse()
             self._expected.submitted.add(peer)
+
+    def _late(self, binding: pb.Binding, peer: str, expired: bool) -> bool:
+        """Lock held. Whether a refused upload is one its stage awaited from `peer` but closed (or ran
+        out of time) before it came: for the open stage past its deadline, or the stage closed last."""
+        if binding.federation_id != self.federation_id:
+            return False
+        if binding == self._open:
+            return expired and self._expected.awaits(peer)
+        return (
+            self._closed is not None
+            and (binding.round, binding.stage) == self._closed[0]
+            and self._closed[1].awaits(peer)
+        )
 
     def release(self, binding: pb.Binding, peer: str) -> None:
         """Undo ``admit`` for an upload that failed before it completed (so it may be retried)."""
