@@ -16,17 +16,23 @@ parallel on its own hardware, runs one party at a time here. The secure/plain ra
 measured this way is a pessimistic one. With `--processes` each collaborator is a
 process of its own (still on these cores): what one host running every site would see.
 
+Local training is nothing (the update is ready at once) unless `--train-seconds S` makes
+each round's training a sleep of S seconds, which stands in for training on each
+institution's own hardware: it is where the key stages, which run beside training, show
+what they cost a real round (the secure round minus the plain one, in seconds).
+
 Two costs are reported, each as a median over the measured rounds:
 
 - the whole round (``round_seconds``): the aggregator's wall time for the round, with
   every party contending for these cores;
-- each party's critical path (``party_seconds``): the wall time a collaborator spends
-  handling the round's tasks itself (downloading the model, encoding, each stage's
-  fetch, key agreement, masking, signing and upload until the aggregator's receipt),
-  measured inside its own thread, so the time it waits for the other parties between
-  stages is not in it (the time its RPCs wait for these two cores, which every party's
-  thread and the aggregator share here, is). ``party_seconds`` is the median over parties of each party's
-  median over rounds; ``party_cpu_seconds`` is the same for the thread's CPU time.
+- each party's critical path (``party_seconds``): the wall time a collaborator spends on
+  the round itself (its round job: downloading the model, training, encoding; its task
+  handlers: each stage's key agreement, masking, signing and upload until the
+  aggregator's receipt), measured inside its own threads, the overlap of the job with the
+  key stages counted once, so the time it waits for the other parties between stages is
+  not in it (the time its RPCs wait for these two cores, which every party's threads and
+  the aggregator share here, is). ``party_seconds`` is the median over parties of each
+  party's median over rounds; ``party_cpu_seconds`` is the same for its threads' CPU time.
 
 Each configuration runs one warm-up round, then `--rounds` measured rounds (2 with
 `--quick`, 5 by default); `ratio_to_plain` (whole round) and `party_ratio_to_plain`
@@ -52,8 +58,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from unittest import mock
 
 import numpy as np
@@ -66,7 +73,9 @@ from fedfair.runtime.aggregator.loop import run_aggregator
 from fedfair.runtime.collaborator import client as collaborator_client
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.collaborator.trainer import LocalData
+from fedfair.runtime.contract import Stages
 from fedfair.runtime.plan import SharedSettings, load_aggregator_plan
 from fedfair.runtime.transport import pb
 
@@ -74,46 +83,72 @@ DIMENSIONS = (10**4, 10**6)
 PARTIES = (3, 10)
 BATCH = 100.0
 
+Result = TypeVar("Result")
+
+TRAIN_SECONDS = "FEDFAIR_BENCH_TRAIN_SECONDS"
+"""How the --train-seconds option reaches every collaborator, threads and spawned processes alike."""
+
 
 class FixedUpdate:
-    """A round trainer that returns the same small update at once: no local training."""
+    """A round trainer that returns the same small update after `seconds` of sleep: no local training.
 
-    def __init__(self, dimension: int, seed: int) -> None:
+    The sleep stands in for training on the institution's own hardware (its GPU, its own
+    machine), which takes wall time but none of the cores this benchmark shares.
+    """
+
+    def __init__(self, dimension: int, seed: int, seconds: float = 0.0) -> None:
         generator = torch.Generator().manual_seed(seed)
         self.delta = 0.01 * torch.randn(dimension, generator=generator)
+        self.seconds = seconds
 
     def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
+        if self.seconds > 0:
+            time.sleep(self.seconds)
         return Update(delta=self.delta, delta_c=-0.01, weight=BATCH)
 
 
 class BenchCollaborator(Collaborator):
     """A collaborator without data: a fixed update of the plan's size, and trivial evaluation answers.
 
-    It also times its own share of each round: the wall and CPU time of its thread inside
-    each task's handler (see the module's notes), summed per round.
+    It also times its own share of each round (see the module's notes): the intervals its
+    thread spends in each task's handler and its round job (download and encoding) spends
+    running, which overlap while the key stages run beside the job, merged per round; and
+    the CPU time of both threads in them.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.busy_seconds: dict[int, float] = {}
+        self.busy_intervals: dict[int, list[tuple[float, float]]] = {}
         self.busy_cpu_seconds: dict[int, float] = {}
+        self._timing_lock = threading.Lock()
 
     def _prepare(self, data: LocalData | None, shared: SharedSettings) -> None:
         self.parameters = shared.model.features + 1  # logistic regression: weights and a bias
-        self.trainer = FixedUpdate(self.parameters, seed=hash(self.config.name) % 2**31)
+        self.trainer = FixedUpdate(
+            self.parameters, seed=hash(self.config.name) % 2**31, seconds=float(os.environ.get(TRAIN_SECONDS, "0"))
+        )
 
-    def _handle(self, stub: Any, task: pb.Task) -> bool:
+    def _timed(self, round_number: int, run: Callable[[], Result]) -> Result:
         started, started_cpu = time.perf_counter(), time.thread_time()
         try:
-            return super()._handle(stub, task)
+            return run()
         finally:
-            round_number = task.binding.round
-            self.busy_seconds[round_number] = self.busy_seconds.get(round_number, 0.0) + (
-                time.perf_counter() - started
-            )
-            self.busy_cpu_seconds[round_number] = self.busy_cpu_seconds.get(round_number, 0.0) + (
-                time.thread_time() - started_cpu
-            )
+            ended, cpu = time.perf_counter(), time.thread_time() - started_cpu
+            with self._timing_lock:
+                self.busy_intervals.setdefault(round_number, []).append((started, ended))
+                self.busy_cpu_seconds[round_number] = self.busy_cpu_seconds.get(round_number, 0.0) + cpu
+
+    def _handle(self, stub: Any, task: pb.Task) -> bool:
+        return self._timed(task.binding.round, lambda: super(BenchCollaborator, self)._handle(stub, task))
+
+    def _contribute(self, stub: Any, binding: pb.Binding, stages: Stages) -> Work:
+        return self._timed(binding.round, lambda: super(BenchCollaborator, self)._contribute(stub, binding, stages))
+
+    def busy(self) -> Busy:
+        """Per round, the wall time covered by the recorded intervals, and the CPU time in them."""
+        return {round_number: covered(spans) for round_number, spans in self.busy_intervals.items()}, dict(
+            self.busy_cpu_seconds
+        )
 
     def _evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
         from fedfair.fairness import sums
@@ -123,7 +158,17 @@ class BenchCollaborator(Collaborator):
 
 
 Busy = tuple[dict[int, float], dict[int, float]]
-"""A party's per-round wall and CPU seconds inside its task handlers."""
+"""A party's per-round wall and CPU seconds inside its task handlers and round jobs."""
+
+
+def covered(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of the intervals `spans` (overlapping time counted once)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def party_medians(busy: list[Busy], rounds: list[int]) -> tuple[float, float, list[float]]:
@@ -141,7 +186,7 @@ def collaborator_process(config: Path, results: Any) -> None:
     collaborator = BenchCollaborator(load_collaborator_config(config))
     with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
         collaborator.run()
-    results.put((collaborator.busy_seconds, collaborator.busy_cpu_seconds))
+    results.put(collaborator.busy())
 
 
 def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> list[Busy]:
@@ -174,7 +219,7 @@ def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> list[B
         run_aggregator(plan)
         for thread in threads:
             thread.join(60)
-    return [(collaborator.busy_seconds, collaborator.busy_cpu_seconds) for collaborator in collaborators]
+    return [collaborator.busy() for collaborator in collaborators]
 
 
 def run_configuration(
@@ -250,9 +295,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pairs", type=int, default=1, help="plain-then-secure federations per configuration, alternating (default 1)"
     )
+    parser.add_argument(
+        "--train-seconds",
+        type=float,
+        default=0.0,
+        help="each round's stand-in for local training on the institution's own hardware: a sleep (default 0)",
+    )
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
+    if args.train_seconds < 0:
+        parser.error("--train-seconds must be at least 0")
+    os.environ[TRAIN_SECONDS] = repr(args.train_seconds)
     rounds = args.rounds or (2 if args.quick else 5)
     logging.getLogger("fedfair").setLevel(logging.WARNING)
     results = []
@@ -288,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor()},
         "measured_rounds": rounds,
         "pairs": args.pairs,
+        "train_seconds": args.train_seconds,
         "results": results,
         "ratios": {
             f"d={result['dimension']},n={result['parties']}": {

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,3 +36,21 @@ def test_round_bench_runs_a_plain_and_a_secure_round_through_the_runtime(
     assert math.isfinite(secure["party_ratio_to_plain"]) and secure["party_ratio_to_plain"] > 0
     assert len(secure["pair_ratios"]) == pairs
     assert all(math.isfinite(ratio["whole_round"]) and ratio["whole_round"] > 0 for ratio in secure["pair_ratios"])
+
+
+def test_a_party_critical_path_counts_overlapping_intervals_once() -> None:
+    """round_bench's per-party time is the union of its threads' busy intervals (job and handlers)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from round_bench import covered
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    @given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 20)), max_size=12))
+    def matches_the_covered_cells(spans: list[tuple[int, int]]) -> None:
+        intervals = [(float(start), float(start + length)) for start, length in spans]
+        cells = {cell for start, length in spans for cell in range(start, start + length)}
+        assert covered(intervals) == len(cells)
+
+    matches_the_covered_cells()
+    assert covered([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == 4.0

@@ -327,33 +327,79 @@ def test_after_the_attacks_the_round_completes_with_every_genuine_contribution(
 
 
 class NaNInRound:
-    """A trainer (plugged in through the collaborator's privacy hook) whose round-2 update is NaN."""
+    """A trainer (plugged in through the collaborator's privacy hook) whose round-2 update is NaN.
 
-    def __init__(self, trainer, round_number: int) -> None:  # type: ignore[no-untyped-def]
+    With `release`, that round's training first waits for the event (at most a minute) and
+    records in `released` whether it came.
+    """
+
+    def __init__(self, trainer, round_number: int, release: threading.Event | None = None) -> None:  # type: ignore[no-untyped-def]
         self.trainer, self.round_number, self.rounds = trainer, round_number, 0
+        self.release, self.released = release, False
 
     def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
         self.rounds += 1
         update = self.trainer.train_round(theta, c)
         if self.rounds == self.round_number:
+            if self.release is not None:
+                self.released = self.release.wait(60)
             return Update(delta=update.delta * float("nan"), delta_c=update.delta_c, weight=update.weight)
         return update
 
 
-def test_a_collaborator_refuses_to_send_a_nan_update(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+NAN_KNOWN = {
+    # Training ended before the first key stage: the collaborator withdraws there, as nothing was set up.
+    "before-the-key-stages": "STAGE_ADVERTISE_KEYS",
+    # Still training when the key stages ran (they do not wait for it): it withdraws at masking, a dropout.
+    "after-the-key-stages": "STAGE_MASKED_INPUT",
+}
+
+
+@pytest.mark.parametrize("withdrawn_at", NAN_KNOWN.values(), ids=NAN_KNOWN.keys())
+def test_a_collaborator_refuses_to_send_a_nan_update(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, withdrawn_at: str
+) -> None:
+    """A NaN update is never sent: the collaborator withdraws at the first stage after its training
+    ended, and the round is summed over the others (its mask key rebuilt if it had masked with them)."""
     workspace = new_workspace(tmp_path, NAMES, training={"rounds": 3}, quorum={"min_collaborators": 2})
+    checked = threading.Event()
+    trainers: list[NaNInRound] = []
 
     def break_site_c(name: str, collaborator: Collaborator) -> None:
-        if name == "site-c":
-            collaborator.trainer_factory = lambda *args: NaNInRound(round_trainer(*args), 2)
+        if name != "site-c":
+            return
+        late = withdrawn_at == "STAGE_MASKED_INPUT"
+
+        def factory(*args: Any) -> NaNInRound:
+            trainers.append(NaNInRound(round_trainer(*args), 2, checked if late else None))
+            return trainers[-1]
+
+        collaborator.trainer_factory = factory
+        start, step = collaborator._start, collaborator._step
+
+        def start_and_finish(stub: Any, binding: pb.Binding, stages: Any) -> None:
+            start(stub, binding, stages)
+            if not late:
+                assert collaborator._work is not None and collaborator._work.pending is not None
+                collaborator._work.pending.exception()  # training over before the task stream goes on
+
+        def step_then_release(stub: Any, task: pb.Task) -> None:
+            step(stub, task)
+            if task.binding.stage == pb.STAGE_CHECK_SHARES and task.binding.round == 2:
+                checked.set()
+
+        collaborator._start = start_and_finish  # type: ignore[method-assign]
+        collaborator._step = step_then_release  # type: ignore[method-assign]
 
     with caplog.at_level("WARNING"), thread_federation(workspace, collaborator=break_site_c) as federation:
         federation.join()
     assert not federation.errors, federation.errors
     assert "site-c: round 2: the local update has NaN or Inf; refusing to contribute it" in caplog.text
+    if withdrawn_at == "STAGE_MASKED_INPUT":
+        assert trainers[0].released  # its share check ran while it was still training
     log = read_round_log(workspace.output)
     assert log[1]["status"] == "applied" and log[1]["contributors"] == ["site-a", "site-b"]
-    assert log[1]["dropped"] == {"STAGE_ADVERTISE_KEYS": ["site-c"]}  # it withdrew before masking anything
+    assert log[1]["dropped"] == {withdrawn_at: ["site-c"]}  # it withdrew before masking anything
     assert log[2]["contributors"] == NAMES
     assert federation.collaborators["site-c"].contributed_rounds == [1, 3]
 

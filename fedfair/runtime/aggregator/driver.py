@@ -1,14 +1,18 @@
 """One aggregation over the network: a secure (or plain) sum of the participants' vectors.
 
 The round driver of the aggregator. For a training round it opens STAGE_TRAIN
-(collaborators download (theta_t, c_t) and train; nothing is uploaded), then the
-four secure-aggregation stages, each of which closes as soon as every expected
-collaborator has uploaded, withdrawn or disconnected, or at its deadline:
+(collaborators download (theta_t, c_t) and train; nothing is uploaded), then at once
+the secure-aggregation stages, each of which closes as soon as every expected
+collaborator has uploaded, withdrawn or disconnected, or at its deadline. The key
+stages before MASKED_INPUT run while the collaborators train (they need nothing of
+the update), so with real training their round trips hide behind it:
 
     ADVERTISE_KEYS  fetch: the round's public parameters   upload: signed public keys
     SHARE_KEYS      fetch: the key directory               upload: encrypted shares
-    MASKED_INPUT    fetch: the shares addressed to me      upload: the masked vector
-    UNMASK          fetch: who survived, who dropped        upload: unmasking shares
+    CHECK_SHARES    fetch: the shares addressed to me      upload: signed accusations (usually none)
+    MASKED_INPUT    fetch: the masking set                 upload: the masked vector
+    CONSISTENCY     fetch: who is masked, who survived     upload: a signature over that view
+    UNMASK          fetch: the view and its signatures     upload: unmasking shares
 
 An evaluation runs the same sequence on the EVALUATE / EVAL_* stages. With secure
 aggregation off, only MASKED_INPUT runs and carries the plain float64 vector and
@@ -291,11 +295,12 @@ class SumDriver:
         ``aggregator-stage:R:STAGE`` kills the aggregator mid-stage: as soon as the first
         upload to STAGE of round R has been absorbed (so the stage holds part of the
         round and its sender has not yet been answered). The start stages (TRAIN,
-        EVALUATE) take no uploads; theirs fires as the first upload of the following
-        stage arrives, before it is absorbed: every participant has been sent the model,
-        at least one has computed its contribution, and nothing is summed yet.
+        EVALUATE) take no uploads; theirs fires as the first upload of the masked stage
+        arrives, before it is absorbed (the key stages before it run while collaborators
+        train, so an upload to them says nothing of training): every participant has been
+        sent the model, at least one has computed its contribution, and nothing is summed yet.
         """
-        start = _start_stage_before(stage, self.settings.secure)
+        start = _start_stage_before(stage)
 
         def absorb(peer: str, payload: bytes) -> None:
             if start is not None:
@@ -400,10 +405,10 @@ class SumDriver:
         return outcome
 
 
-def _start_stage_before(stage: pb.Stage, secure: bool) -> pb.Stage | None:
-    """The start stage (TRAIN or EVALUATE) whose aggregation's first upload stage is `stage`, if it is one."""
+def _start_stage_before(stage: pb.Stage) -> pb.Stage | None:
+    """The start stage (TRAIN or EVALUATE) whose aggregation's masked stage is `stage`, if it is one."""
     for stages in (TRAINING, EVALUATION):
-        if stage == (stages.advertise if secure else stages.masked):
+        if stage == stages.masked:
             return stages.start
     return None
 

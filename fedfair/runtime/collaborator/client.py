@@ -10,10 +10,15 @@ sampler seed), so a federation over real processes follows the simulation step f
 step. Then it follows the aggregator's task stream:
 
 - TRAIN: download (theta_t, c_t) in bounded chunks (with drift correction, the server's control
-  variate sigma follows theta in the same download) and run the local learner's tau steps;
-- ADVERTISE / SHARE / MASKED_INPUT / UNMASK: the secure-aggregation steps of
-  :mod:`fedfair.runtime.collaborator.steps` (with secure aggregation off, only
-  MASKED_INPUT, carrying the plain float64 vector);
+  variate sigma follows theta in the same download), run the local learner's tau steps and
+  encode the update, as a job beside the task stream (one at a time, in order);
+- ADVERTISE / SHARE / CHECK_SHARES / MASKED_INPUT / CONSISTENCY / UNMASK: the
+  secure-aggregation steps of :mod:`fedfair.runtime.collaborator.steps` (with secure
+  aggregation off, only MASKED_INPUT, carrying the plain float64 vector). The key stages
+  before MASKED_INPUT need nothing of the update, so they run while the job trains;
+  MASKED_INPUT waits for it. A round whose job ends with nothing to send (a NaN update,
+  a spent privacy budget) is left at the next stage: before any keys when the job ended
+  first, else at masking, where the aggregator treats it as a dropout;
 - EVALUATE and EVAL_*: the same steps over its answers to the evaluation's threshold
   queries on its held-out losses (`fedfair.fairness.sums`);
 - ABORTED: forget the round; FINISHED: exit.
@@ -69,6 +74,7 @@ import logging
 import struct
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -275,6 +281,9 @@ class Collaborator:
         self._stream: Any = None
         self.uploaded_bytes: dict[int, int] = {}
         """Bytes of every request sent, per round (what leaves the institution)."""
+        self._count_lock = threading.Lock()
+        self._jobs: ThreadPoolExecutor | None = None
+        """Runs each round's start-stage job (see :meth:`_start`) beside the current connection's task stream."""
         self.contributed_rounds: list[int] = []
         self._work: Work | None = None
         self._trained: TrainedUpdate | None = None
@@ -413,7 +422,9 @@ class Collaborator:
             # A new channel for every connection: a channel whose server went away reconnects on
             # gRPC's own back-off, which grows past a minute, so it, not this policy, would decide
             # when a restarted aggregator is found, and could outlast the policy's bound.
-            with self._dial() as channel:
+            # The round jobs of a connection use its channel, so they end (a job that lost the aggregator
+            # fails its RPCs, training runs to its end) before the channel closes, and in the order started.
+            with self._dial() as channel, ThreadPoolExecutor(1, f"{self.config.name}-round") as self._jobs:
                 stub = _stub(channel)
                 try:
                     self._stream = stub.WaitForTasks(pb.TaskRequest(after=after))
@@ -455,11 +466,11 @@ class Collaborator:
         try:
             if binding.stage == pb.STAGE_TRAIN:
                 self._ensure_encoded(stub, task)
-                self._work = self._train(stub, binding)
+                self._start(stub, binding, TRAINING)
             elif binding.stage == pb.STAGE_EVALUATE:
                 if not self._statistics_round(binding):
                     self._ensure_encoded(stub, task)
-                self._work = self._evaluate(stub, binding)
+                self._start(stub, binding, EVALUATION)
             elif binding.stage in STEPS:
                 self._step(stub, task)
         except grpc.RpcError as error:
@@ -502,6 +513,24 @@ class Collaborator:
             self._work = None
             return False
         return True
+
+    def _start(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
+        """Start the round's contribution (download, then train or evaluate, then encode) as a job beside
+        the task stream, so that the key stages, which need none of it, run while it does: with real
+        training their round trips, agreements and signatures cost the round nothing.
+
+        Jobs run one at a time, in the order started: a round the aggregator re-runs while this
+        process still trains it waits for that training, and then re-sends its outcome.
+        """
+        assert self._jobs is not None  # _follow handles tasks inside a connection's executor
+        self._work = Work(binding.round, stages, None, 0.0)
+        self._work.pending = self._jobs.submit(self._contribute, stub, binding, stages)
+
+    def _contribute(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> Work:
+        """The start stage's job: this round's training update or evaluation answers."""
+        if stages is TRAINING:
+            return self._train(stub, binding)
+        return self._evaluate(stub, binding)
 
     def _download(
         self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int | None = None
@@ -727,7 +756,10 @@ class Collaborator:
         if work.withdrawn:
             return
         try:
-            if work.vector is None:
+            # Only masking needs the contribution; a job already over is taken at any stage, so a
+            # round with nothing to contribute is left as soon as that is known.
+            work.settle(wait=binding.stage == work.stages.masked)
+            if work.vector is None and work.pending is None:
                 raise RoundRefused("nothing to contribute this round")
             inputs = self._input(stub, task)
             payload = STEPS[binding.stage](self.participant, work, inputs)
@@ -806,4 +838,5 @@ class Collaborator:
         self._uploader.upload(binding, payload, timeout=RPC_SECONDS, on_part=count)
 
     def _count(self, round_number: int, size: int) -> None:
-        self.uploaded_bytes[round_number] = self.uploaded_bytes.get(round_number, 0) + size
+        with self._count_lock:  # the task stream and the start stage's job both send
+            self.uploaded_bytes[round_number] = self.uploaded_bytes.get(round_number, 0) + size

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,7 +79,12 @@ class SignedView:
 
 @dataclass
 class Work:
-    """What the collaborator contributes to one aggregation, and its secure-aggregation state."""
+    """What the collaborator contributes to one aggregation, and its secure-aggregation state.
+
+    The start stage's job (download, train or evaluate, encode) runs beside the key stages,
+    which need none of its outcome: until it ends, ``pending`` holds it and ``vector`` is
+    None; :meth:`take` adopts what it produced.
+    """
 
     round: int
     stages: Stages
@@ -87,8 +93,24 @@ class Work:
     client: Client | None = None
     withdrawn: bool = False
     encoded: np.ndarray | None = None
-    """The fixed-point encoding of (vector, weight), made while the key stages run."""
+    """The fixed-point encoding of (vector, weight), made before the masking stage needs it."""
     view: SignedView = field(default_factory=SignedView)
+    pending: Future[Work] | None = None
+    """The start stage's job while it runs: it returns a Work holding the round's contribution."""
+
+    def settle(self, wait: bool) -> None:
+        """Adopt the start stage's outcome if its job has ended (or, with `wait`, once it ends).
+
+        The job's own failure (a lost download, a malformed model) is raised here, once;
+        the round then has nothing to contribute.
+        """
+        job = self.pending
+        if job is None or not (wait or job.done()):
+            return
+        self.pending = None
+        outcome = job.result()
+        self.vector, self.weight = outcome.vector, outcome.weight
+        self.encoded, self.view = outcome.encoded, outcome.view
 
 
 @dataclass(frozen=True)
