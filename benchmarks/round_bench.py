@@ -26,9 +26,9 @@ Two costs are reported, each as a median over the measured rounds:
 - the whole round (``round_seconds``): the aggregator's wall time for the round, with
   every party contending for these cores;
 - each party's critical path (``party_seconds``): the wall time a collaborator spends on
-  the round itself (its round job: downloading the model, training, encoding; its task
-  handlers: each stage's key agreement, masking, signing and upload until the
-  aggregator's receipt), measured inside its own threads, the overlap of the job with the
+  the round itself (its task handlers: downloading the model, each stage's key
+  agreement, masking, signing and upload until the aggregator's receipt; its round job:
+  training and encoding), measured inside its own threads, the overlap of the job with the
   key stages counted once, so the time it waits for the other parties between stages is
   not in it (the time its RPCs wait for these two cores, which every party's threads and
   the aggregator share here, is). ``party_seconds`` is the median over parties of each
@@ -75,7 +75,6 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.collaborator.trainer import LocalData
-from fedfair.runtime.contract import Stages
 from fedfair.runtime.plan import SharedSettings, load_aggregator_plan
 from fedfair.runtime.transport import pb
 
@@ -111,7 +110,7 @@ class BenchCollaborator(Collaborator):
     """A collaborator without data: a fixed update of the plan's size, and trivial evaluation answers.
 
     It also times its own share of each round (see the module's notes): the intervals its
-    thread spends in each task's handler and its round job (download and encoding) spends
+    thread spends in each task's handler and its round job (training and encoding) spends
     running, which overlap while the key stages run beside the job, merged per round; and
     the CPU time of both threads in them.
     """
@@ -141,8 +140,13 @@ class BenchCollaborator(Collaborator):
     def _handle(self, stub: Any, task: pb.Task) -> bool:
         return self._timed(task.binding.round, lambda: super(BenchCollaborator, self)._handle(stub, task))
 
-    def _contribute(self, stub: Any, binding: pb.Binding, stages: Stages) -> Work:
-        return self._timed(binding.round, lambda: super(BenchCollaborator, self)._contribute(stub, binding, stages))
+    def _train(self, stub: Any, binding: pb.Binding) -> Callable[[], Work]:
+        job = super()._train(stub, binding)  # the download, inside the TRAIN handler's time
+        return lambda: self._timed(binding.round, job)
+
+    def _evaluate(self, stub: Any, binding: pb.Binding) -> Callable[[], Work]:
+        job = super()._evaluate(stub, binding)
+        return lambda: self._timed(binding.round, job)
 
     def busy(self) -> Busy:
         """Per round, the wall time covered by the recorded intervals, and the CPU time in them."""

@@ -10,8 +10,9 @@ sampler seed), so a federation over real processes follows the simulation step f
 step. Then it follows the aggregator's task stream:
 
 - TRAIN: download (theta_t, c_t) in bounded chunks (with drift correction, the server's control
-  variate sigma follows theta in the same download), run the local learner's tau steps and
-  encode the update, as a job beside the task stream (one at a time, in order);
+  variate sigma follows theta in the same download), then run the local learner's tau steps
+  and encode the update as a job beside the task stream (one at a time, in order; without
+  secure aggregation, where no key stages could run beside it, in the task's own handler);
 - ADVERTISE / SHARE / CHECK_SHARES / MASKED_INPUT / CONSISTENCY / UNMASK: the
   secure-aggregation steps of :mod:`fedfair.runtime.collaborator.steps` (with secure
   aggregation off, only MASKED_INPUT, carrying the plain float64 vector). The key stages
@@ -74,6 +75,7 @@ import logging
 import struct
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -515,22 +517,24 @@ class Collaborator:
         return True
 
     def _start(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
-        """Start the round's contribution (download, then train or evaluate, then encode) as a job beside
-        the task stream, so that the key stages, which need none of it, run while it does: with real
-        training their round trips, agreements and signatures cost the round nothing.
+        """Download the round's model now, then compute the contribution (train or evaluate, then
+        encode) as a job beside the task stream, so that the key stages, which need none of it, run
+        while it does: with real training their round trips, agreements and signatures hide behind it.
+        The download stays on the task's own path: a failure there is the task's, and it does not
+        compete with the key stages for the network and the aggregator.
 
         Jobs run one at a time, in the order started: a round the aggregator re-runs while this
-        process still trains it waits for that training, and then re-sends its outcome.
+        process still trains it waits for that training, and then re-sends its outcome. Without
+        secure aggregation there are no key stages to run beside the job, so it runs here: handing
+        it to another thread would only add two waits for the interpreter lock.
         """
         assert self._jobs is not None  # _follow handles tasks inside a connection's executor
+        job = self._train(stub, binding) if stages is TRAINING else self._evaluate(stub, binding)
+        if not self.shared.secure_aggregation.enabled:
+            self._work = job()
+            return
         self._work = Work(binding.round, stages, None, 0.0)
-        self._work.pending = self._jobs.submit(self._contribute, stub, binding, stages)
-
-    def _contribute(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> Work:
-        """The start stage's job: this round's training update or evaluation answers."""
-        if stages is TRAINING:
-            return self._train(stub, binding)
-        return self._evaluate(stub, binding)
+        self._work.pending = self._jobs.submit(job)
 
     def _download(
         self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int | None = None
@@ -540,9 +544,10 @@ class Collaborator:
         self._count(binding.round, pb.FetchRequest(binding=binding).ByteSize())
         return read_model(parts, binding, max_values=self.parameters if max_values is None else max_values)
 
-    def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Work:
-        """This round's contribution: trained on the downloaded model, or re-sent if this round
-        already trained on exactly this model (the aggregator crashed and re-runs the round)."""
+    def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Callable[[], Work]:
+        """Download this round's model; return the job that makes its contribution: trained on that
+        model, or re-sent if this round already trained on exactly this model (the aggregator
+        crashed and re-runs the round)."""
         corrects_drift = self.shared.training.corrects_drift
         values, c = self._download(stub, binding, training_download_size(self.parameters, corrects_drift))
         try:
@@ -550,20 +555,25 @@ class Collaborator:
         except ConfigError as error:
             raise WireError(str(error)) from None
         model = model_digest(values, c)
-        trained = self._trained
-        if trained is not None and (trained.round, trained.model) == (binding.round, model):
-            logger.info(
-                "%s: round %d is run again on the model already trained on; re-sending that update",
-                self.config.name,
-                binding.round,
-            )
-        else:
-            server_control = None if control is None else torch.from_numpy(control)
-            trained = self._train_on(stub, binding, model, torch.from_numpy(theta), c, server_control)
-            self._trained = trained
-        work = self._contribution(trained)
-        work.view = self._view_of(binding.round, TRAINING, model)
-        return work
+        view = self._view_of(binding.round, TRAINING, model)
+
+        def job() -> Work:
+            trained = self._trained
+            if trained is not None and (trained.round, trained.model) == (binding.round, model):
+                logger.info(
+                    "%s: round %d is run again on the model already trained on; re-sending that update",
+                    self.config.name,
+                    binding.round,
+                )
+            else:
+                server_control = None if control is None else torch.from_numpy(control)
+                trained = self._train_on(stub, binding, model, torch.from_numpy(theta), c, server_control)
+                self._trained = trained
+            work = self._contribution(trained)
+            work.view = view
+            return work
+
+        return job
 
     def _view_of(self, round_number: int, stages: Stages, model: str) -> SignedView:
         """The survivor set an input of this round and model is bound to, shared by every session that carries it.
@@ -722,22 +732,29 @@ class Collaborator:
         if self.trainer is None:
             self._encode_with(stub, task)
 
-    def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Work:
+    def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Callable[[], Work]:
+        """Download the model to evaluate (none for the statistics aggregation); return the job that
+        makes this institution's answers."""
         if self._statistics_round(binding):
             # The statistics of this institution's table (counts and sums only), summed with every
             # other site's before training; no model is involved.
-            work = Work(binding.round, EVALUATION, self.statistics, 1.0)
-            work.view = self._view_of(binding.round, EVALUATION, STATISTICS_KIND)
-            return work
+            statistics = Work(binding.round, EVALUATION, self.statistics, 1.0)
+            statistics.view = self._view_of(binding.round, EVALUATION, STATISTICS_KIND)
+            return lambda: statistics
         theta, c = self._download(stub, binding)  # the evaluation's thresholds depend on the plan, not on c
-        try:
-            answers = self._evaluation_answers(torch.from_numpy(theta))
-        except ConfigError as error:
-            logger.warning("%s: round %d evaluation: not contributing: %s", self.config.name, binding.round, error)
-            return Work(binding.round, EVALUATION, None, 0.0)
-        work = Work(binding.round, EVALUATION, answers, 1.0)
-        work.view = self._view_of(binding.round, EVALUATION, model_digest(theta, c))
-        return work
+        view = self._view_of(binding.round, EVALUATION, model_digest(theta, c))
+
+        def job() -> Work:
+            try:
+                answers = self._evaluation_answers(torch.from_numpy(theta))
+            except ConfigError as error:
+                logger.warning("%s: round %d evaluation: not contributing: %s", self.config.name, binding.round, error)
+                return Work(binding.round, EVALUATION, None, 0.0)
+            work = Work(binding.round, EVALUATION, answers, 1.0)
+            work.view = view
+            return work
+
+        return job
 
     def _evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
         """This institution's answers to the evaluation's threshold queries on its held-out losses
