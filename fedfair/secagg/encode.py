@@ -236,18 +236,23 @@ class Encoder:
             )
         if out is None:
             encoded = np.empty(vector.size + 1, dtype=self.dtype)
-        elif (
-            out.dtype != self.dtype
-            or out.shape != (vector.size + 1,)
-            or not out.flags.c_contiguous
-            or not out.flags.writeable
-        ):
-            raise ConfigError(
-                f"the output buffer must be {vector.size + 1} contiguous, writable {np.dtype(self.dtype).name} "
-                f"words (the update's length plus one), got {out.size} {out.dtype.name}; allocate it with "
-                "numpy.empty(d + 1, dtype=encoder.dtype)"
-            )
         else:
+            wrong = [
+                what
+                for what, failed in (
+                    (f"of shape {out.shape}", out.shape != (vector.size + 1,)),
+                    (f"of {out.dtype.name}", out.dtype != self.dtype),
+                    ("not contiguous", not out.flags.c_contiguous),
+                    ("read-only", not out.flags.writeable),
+                )
+                if failed
+            ]
+            if wrong:
+                raise ConfigError(
+                    f"the output buffer must be {vector.size + 1} contiguous, writable {np.dtype(self.dtype).name} "
+                    f"words (the update's length plus one), but it is {', '.join(wrong)}; allocate it with "
+                    "numpy.empty(d + 1, dtype=encoder.dtype)"
+                )
             encoded = out
         # Every encoded value is below 2^(k-1) in magnitude (check_no_wraparound), so the
         # signed view takes it directly and its bits are the two's complement modulo 2^k.

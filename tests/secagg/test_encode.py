@@ -326,15 +326,16 @@ def test_an_output_buffer_of_the_wrong_shape_or_type_is_refused() -> None:
     vector = np.zeros(4)
     read_only = np.empty(5, dtype=np.uint32)
     read_only.flags.writeable = False
-    for wrong in (
-        np.empty(4, dtype=np.uint32),
-        np.empty(5, dtype=np.uint64),
-        np.empty(10, dtype=np.uint32)[::2],
-        np.empty((5, 1), dtype=np.uint32),
-        read_only,
+    for wrong, why in (
+        (np.empty(4, dtype=np.uint32), r"of shape \(4,\)"),
+        (np.empty(5, dtype=np.uint64), "of uint64"),
+        (np.empty(10, dtype=np.uint32)[::2], "not contiguous"),
+        (np.empty((5, 1), dtype=np.uint32), r"of shape \(5, 1\)"),
+        (read_only, "read-only"),
     ):
-        with pytest.raises(ConfigError, match="5 contiguous, writable uint32 words"):
+        with pytest.raises(ConfigError, match="5 contiguous, writable uint32 words") as refusal:
             encoder.encode(vector, 1.0, out=wrong)
+        assert refusal.match(f"but it is {why};")
 
 
 @st.composite

@@ -81,9 +81,9 @@ class SignedView:
 class Work:
     """What the collaborator contributes to one aggregation, and its secure-aggregation state.
 
-    The start stage's job (download, train or evaluate, encode) runs beside the key stages,
-    which need none of its outcome: until it ends, ``pending`` holds it and ``vector`` is
-    None; :meth:`take` adopts what it produced.
+    Under secure aggregation the start stage's job (train or evaluate, then encode) runs
+    beside the key stages, which need none of its outcome: until it ends, ``pending`` holds
+    it and ``vector`` is None; :meth:`settle` adopts what it produced.
     """
 
     round: int
@@ -101,8 +101,8 @@ class Work:
     def settle(self, wait: bool) -> None:
         """Adopt the start stage's outcome if its job has ended (or, with `wait`, once it ends).
 
-        The job's own failure (a lost download, a malformed model) is raised here, once;
-        the round then has nothing to contribute.
+        An exception the job raised is raised here, once, as it would have been had the job
+        run in the task's handler; the round then has nothing to contribute.
         """
         job = self.pending
         if job is None or not (wait or job.done()):
