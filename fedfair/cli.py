@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fedfair.pki.commands",
     "fedfair.runtime.aggregator.commands",
     "fedfair.runtime.collaborator.commands",
+    "fedfair.runtime.plan_commands",
     "fedfair.research.launch",
     "fedfair.bundle.commands",
 )

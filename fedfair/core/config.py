@@ -8,6 +8,7 @@ reader, the experiment flags and the simulation all build these very objects
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from fedfair.core.errors import ConfigError
@@ -17,6 +18,9 @@ SMOOTH_FUNCTIONS = ("softrelu", "quadratic", "zang")
 
 MODEL_NAMES = ("logreg", "mlp", "cnn")
 """Names of the built-in models (fedfair.core.models builds them)."""
+
+FACTORY_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+"""A model factory's path: a module's dotted name, a colon, the function's (possibly dotted) name."""
 
 DRIFT_CORRECTIONS = ("none", "scaffold")
 """How local steps are kept from drifting toward each collaborator's own optimum (LocalConfig.drift_correction)."""

@@ -7,28 +7,28 @@ convex reference solver); multi-class tasks use one logit per class.
 
 An institution's own architecture comes from a factory named "package.module:function"
 (:func:`load_factory`, :func:`build_from_factory`), built under the same seed on every
-party so that all start from the same theta_0.
+party so that all start from the same theta_0. A factory is code, so it is imported only
+when the party's own configuration consents to it: every caller passes the factories
+this party allows (a collaborator's ``[model] factories``, ``--allow-factory`` for a
+bundle, the aggregator's own plan), and a name that arrived over the wire alone is refused.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fedfair.core.config import MODEL_NAMES
+from fedfair.core.config import FACTORY_PATH, MODEL_NAMES
 from fedfair.core.errors import ConfigError
 
 MLP_HIDDEN_UNITS = 512
 
-FACTORY_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-"""A model factory's path: a module's dotted name, a colon, the function's (possibly dotted) name."""
 
 Built = TypeVar("Built")
 
@@ -125,12 +125,29 @@ def build_model(
     return seeded(build, seed).to(dtype)
 
 
-def load_factory(path: str) -> Callable[..., nn.Module]:
-    """The model factory named "package.module:function", imported from this Python environment.
+class FactoryNotAllowed(ConfigError):
+    """A model factory this party's own configuration does not allow: it is never imported."""
 
-    The factory is trusted code: it runs with this process's rights, which is why a plan
-    can only name a function that each party has installed itself, never ship one.
+
+ALLOW_FACTORY_FIX = (
+    "a factory is code that runs with this process's rights, so only this party's own configuration may allow "
+    "it: a collaborator lists it in its config's [model] factories, `fedfair predict` / `evaluate` take "
+    "--allow-factory NAME"
+)
+"""How a party consents to a model factory: the tail of every :class:`FactoryNotAllowed` message."""
+
+
+def load_factory(path: str, allowed: Collection[str]) -> Callable[..., nn.Module]:
+    """The model factory named "package.module:function", imported from this Python environment,
+    provided ``allowed`` (this party's own list, never one that arrived over the wire) names it.
+
+    The factory is trusted code: it runs with this process's rights, which is why a plan or a
+    bundle can only name a function that each party has installed and allowed itself.
     """
+    if path not in allowed:
+        raise FactoryNotAllowed(
+            f"model factory '{path}' is not allowed here; it was not imported. If you trust it, {ALLOW_FACTORY_FIX}"
+        )
     if not FACTORY_PATH.fullmatch(path):
         raise ConfigError(
             f"model factory '{path}' is not of the form 'package.module:function'; "
@@ -162,9 +179,12 @@ def load_factory(path: str) -> Callable[..., nn.Module]:
     return factory
 
 
-def build_from_factory(path: str, arguments: Mapping[str, Any], *, seed: int = 0) -> nn.Module:
-    """`path`'s factory called with `arguments` under `seed` (the plan's): the same theta_0 on every party."""
-    factory = load_factory(path)
+def build_from_factory(
+    path: str, arguments: Mapping[str, Any], *, allowed: Collection[str], seed: int = 0
+) -> nn.Module:
+    """`path`'s factory called with `arguments` under `seed` (the plan's): the same theta_0 on every party.
+    `allowed` is this party's own list of factories (:func:`load_factory`)."""
+    factory = load_factory(path, allowed)
     return trainable_module(seeded(lambda: factory(**arguments), seed), f"model factory '{path}'")
 
 

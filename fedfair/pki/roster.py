@@ -24,15 +24,25 @@ The file::
     name = "aggregator"
     role = "aggregator"
     sha256 = "ab:cd:..."     # SHA-256 of the certificate's DER (`fedfair pki show`)
+
+    [plan]                   # the pinned plan (`fedfair plan pin` writes it)
+    sha256 = "..."           # of the canonical settings below
+    settings = '''
+    { ...the learning settings every collaborator receives, as JSON... }
+    '''
+
+The pinned plan is opaque to the PKI: a JSON object and its canonical digest
+(:class:`PlanPin`); :mod:`fedfair.runtime.manifest` reads it and holds every plan to it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 
@@ -68,6 +78,35 @@ class Pin:
                 f"the fingerprint of {self.name!r} must be written as colon-separated lower-case hex; "
                 "use pki.verification.normalise_fingerprint"
             )
+
+
+@dataclass(frozen=True)
+class PlanPin:
+    """The plan's shared settings as the institutions agreed on them: a JSON object and its digest."""
+
+    settings: Mapping[str, Any]
+    sha256: str = ""
+    """:func:`settings_digest` of ``settings``; computed when left empty, checked when given."""
+
+    def __post_init__(self) -> None:
+        digest = settings_digest(self.settings)
+        if not self.sha256:
+            object.__setattr__(self, "sha256", digest)
+        elif self.sha256 != digest:
+            raise ConfigError(
+                f"[plan] sha256 = {self.sha256} is not the digest of its settings ({digest}): the file was edited "
+                "by hand or damaged; write it again with `fedfair plan pin`"
+            )
+
+
+def canonical_json(value: Any) -> bytes:
+    """The one byte form of a JSON value that digests are taken over: sorted keys, no spaces, ASCII."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+def settings_digest(settings: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of a plan's shared settings in canonical JSON: layout and key order do not count."""
+    return hashlib.sha256(canonical_json(settings)).hexdigest()
 
 
 def pin_certificate(certificate: x509.Certificate, ca_certificate: x509.Certificate) -> Pin:
@@ -148,31 +187,40 @@ def check_pins(pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> 
     return aggregators[0], collaborators
 
 
-def _document(federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> dict[str, object]:
-    """The manifest's content as plain values, participants sorted by name (the order is not content)."""
-    return {
+def _document(
+    federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int, plan: PlanPin | None
+) -> dict[str, object]:
+    """The manifest's content as plain values, participants sorted by name (the order is not content).
+    The plan counts by its digest, which covers its settings."""
+    document: dict[str, object] = {
         "federation": {"id": federation_id, "max_colluding": max_colluding, "min_round_size": min_round_size},
         PARTICIPANTS: [asdict(pin) for pin in sorted(pins, key=lambda pin: pin.name)],
     }
+    if plan is not None:
+        document["plan"] = {"sha256": plan.sha256}
+    return document
 
 
-def roster_digest(federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> str:
+def roster_digest(
+    federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int, plan: PlanPin | None = None
+) -> str:
     """SHA-256 (hex) of the manifest's canonical content: equal digests mean the same agreement.
 
     Comments, layout and the order of participants do not count, so institutions can
     compare one line over the phone rather than a file.
     """
-    content = _document(federation_id, pins, max_colluding, min_round_size)
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-    return hashlib.sha256(canonical).hexdigest()
+    content = _document(federation_id, pins, max_colluding, min_round_size, plan)
+    return hashlib.sha256(canonical_json(content)).hexdigest()
 
 
-def manifest_text(federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> str:
+def manifest_text(
+    federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int, plan: PlanPin | None = None
+) -> str:
     """The manifest as TOML, after every check :func:`check_pins` makes; the digest is in a comment."""
     pins = list(pins)
     validate_federation_id(federation_id)
     check_pins(pins, max_colluding, min_round_size)
-    digest = roster_digest(federation_id, pins, max_colluding, min_round_size)
+    digest = roster_digest(federation_id, pins, max_colluding, min_round_size, plan)
     # Every value is a checked name, role, hex fingerprint or federation id: JSON quoting is TOML quoting.
     lines = [
         "# fedfair federation manifest: agreed by every institution out of band, one copy each.",
@@ -192,13 +240,31 @@ def manifest_text(federation_id: str, pins: Iterable[Pin], max_colluding: int, m
             f"role = {json.dumps(pin.role)}",
             f"sha256 = {json.dumps(pin.sha256)}",
         ]
+    if plan is not None:
+        # ASCII JSON in a literal multi-line string is read back byte for byte, as long as it holds no '''.
+        settings = json.dumps(plan.settings, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False)
+        if "'''" in settings:
+            raise ConfigError("the plan's settings hold three single quotes in a row, which a manifest cannot carry")
+        lines += [
+            "",
+            "[plan]",
+            "# The settings every collaborator receives, pinned: a collaborator refuses any other plan.",
+            "# Changing them takes a new manifest (`fedfair plan pin`); `fedfair plan diff OLD NEW` shows the change.",
+            f"sha256 = {json.dumps(plan.sha256)}",
+            f"settings = '''\n{settings}\n'''",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def write_manifest(
-    path: Path, federation_id: str, pins: Sequence[Pin], max_colluding: int, min_round_size: int
+    path: Path,
+    federation_id: str,
+    pins: Sequence[Pin],
+    max_colluding: int,
+    min_round_size: int,
+    plan: PlanPin | None = None,
 ) -> str:
     """Write the manifest to ``path`` (atomically, never over an existing file); return its digest."""
-    text = manifest_text(federation_id, pins, max_colluding, min_round_size)
+    text = manifest_text(federation_id, pins, max_colluding, min_round_size, plan)
     write_file(path, text.encode(), 0o644)
-    return roster_digest(federation_id, pins, max_colluding, min_round_size)
+    return roster_digest(federation_id, pins, max_colluding, min_round_size, plan)

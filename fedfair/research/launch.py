@@ -209,7 +209,8 @@ def federate(args: argparse.Namespace, root: Path) -> int:
         "quorum": {"min_collaborators": len(names), "round_timeout_seconds": 120.0},
         "evaluation": {"every": args.evaluate_every},
     }
-    workspace = make_workspace(root, names, plan=plan)
+    # Careful institutions pin the roster and the plan; a manifest promises secure aggregation.
+    workspace = make_workspace(root, names, plan=plan, manifest=not args.no_secure_aggregation)
     remove_ca_key(workspace.certs)
     print(
         f"fedfair launch: {len(names)} institutions ({', '.join(names)}) on {workspace.address}, "

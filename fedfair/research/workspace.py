@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from fedfair import pki
+from fedfair.pki.roster import PlanPin, pins_from_folders, write_manifest
+from fedfair.runtime.plan import load_aggregator_plan, shared_content
 
 
 def free_port() -> int:
@@ -53,12 +55,15 @@ def make_workspace(
     data: Mapping[str, Mapping[str, Any]] | None = None,
     port: int | None = None,
     device: str = "cpu",
+    manifest: bool = False,
 ) -> Workspace:
     """Certificates, a plan and one config per collaborator under `root`.
 
     `plan` holds sections to merge into the plan (e.g. {"training": {"rounds": 20}});
     `data` per collaborator name replaces its [data] section (default: part i of
-    Adult split by race).
+    Adult split by race). With `manifest`, a federation manifest (`manifest.toml`) pins
+    every certificate and the plan, as careful institutions run: the plan and every
+    config name it, its min_round_size is the plan's quorum.
     """
     root.mkdir(parents=True, exist_ok=True)
     certs = root / "certs"
@@ -77,6 +82,11 @@ def make_workspace(
     plan_path = root / "aggregator" / "plan.toml"
     plan_path.parent.mkdir(parents=True, exist_ok=True)
     plan_path.write_text(toml_text(sections))
+    manifest_path = root / "manifest.toml"
+    if manifest:
+        write_pinned_manifest(manifest_path, plan_path, certs)
+        sections["aggregator"]["manifest"] = str(manifest_path)
+        plan_path.write_text(toml_text(sections))
     configs = {}
     for index, name in enumerate(names):
         folder = root / name
@@ -93,6 +103,21 @@ def make_workspace(
             "certificates": {"dir": str(certs)},
             "data": dict(source),
         }
+        if manifest:
+            config["collaborator"]["manifest"] = str(manifest_path)
         configs[name] = folder / "collaborator.toml"
         configs[name].write_text(toml_text(config))
     return Workspace(root, certs, plan_path, configs, output, address)
+
+
+def write_pinned_manifest(path: Path, plan_path: Path, certs: Path, max_colluding: int = 0) -> str:
+    """The manifest of the certificates in `certs` with the plan at `plan_path` pinned; its digest."""
+    plan = load_aggregator_plan(plan_path, check_manifest=False)
+    return write_manifest(
+        path,
+        plan.federation_id,
+        pins_from_folders([certs]),
+        max_colluding,
+        plan.quorum.min_collaborators,
+        PlanPin(shared_content(plan)),
+    )

@@ -9,11 +9,16 @@ closes that gap: a TOML file the institutions agree on out of band (written by
 `fedfair pki manifest`, format in :mod:`fedfair.pki.roster`) naming the federation,
 the aggregator and every collaborator with the SHA-256 fingerprint of its
 certificate, the collusion bound ``max_colluding`` and ``min_round_size``, the fewest
-parties a round may have. Each institution checks against its own copy:
+parties a round may have, and the plan itself (``[plan]``: the learning settings every
+collaborator receives, pinned by their digest; :func:`fedfair.runtime.plan.pin_plan`
+writes it). Each institution checks against its own copy:
 
-- the plan the aggregator shares (:func:`check_shared_settings`): same federation,
-  same number of collaborators, same collusion bound, a quorum of at least
-  ``min_round_size``;
+- the plan the aggregator shares (:func:`check_shared_settings`): exactly the pinned
+  settings, down to the last field (:func:`check_pinned_settings` names every field that
+  differs), besides the same federation, number of collaborators and collusion bound and
+  a quorum of at least ``min_round_size``. The plan decides the model's architecture, the
+  evaluation's grid, the schema's columns and the masking graph, so an aggregator free to
+  change it could program what each institution computes;
 - every round's roster (:meth:`Manifest.check_roster`): only listed names, at least
   ``min_round_size`` of them;
 - every relayed credential (:func:`pinned_verifier`): issued by the CA *and* the very
@@ -24,11 +29,14 @@ parties a round may have. Each institution checks against its own copy:
 The aggregator's plan may name the same file (``[aggregator] manifest``); the plan
 must then agree with it (:func:`check_plan`), which catches a misconfigured
 aggregator at start rather than at the first refused round. Without a manifest,
-the roster is trusted to the CA (:data:`NO_MANIFEST_WARNING`).
+the roster is trusted to the CA (:data:`NO_MANIFEST_WARNING`); a manifest without a
+``[plan]`` leaves the plan to the aggregator (:data:`UNPINNED_PLAN_WARNING`).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +47,7 @@ from cryptography import x509
 from fedfair.core.errors import ConfigError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.pki.names import FEDERATION_ID_RE, ROLES
-from fedfair.pki.roster import PARTICIPANTS, Pin, check_pins, roster_digest
+from fedfair.pki.roster import PARTICIPANTS, Pin, PlanPin, check_pins, roster_digest, settings_digest
 from fedfair.pki.verification import (
     der_fingerprint,
     normalise_fingerprint,
@@ -51,11 +59,20 @@ from fedfair.runtime.toml_tables import Table, check_sections, field_names, read
 if TYPE_CHECKING:
     from fedfair.runtime.plan import AggregatorPlan, SharedSettings
 
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
 NO_MANIFEST_WARNING = (
     "no federation manifest: each round's roster is trusted to the federation's CA, whose holder could add "
     "parties of its own; agree on one with `fedfair pki manifest` and set [collaborator] manifest"
 )
 """The one line a collaborator logs when it runs without a manifest."""
+
+
+UNPINNED_PLAN_WARNING = (
+    "the manifest pins no plan: the aggregator may change the model, the evaluation grid, the schema and the "
+    "masking graph at will; pin the agreed plan with `fedfair plan pin` and share the new manifest"
+)
+"""The one line a collaborator logs when its manifest has no [plan]."""
 
 
 class ManifestError(ConfigError):
@@ -75,6 +92,8 @@ class Manifest:
     min_round_size: int
     """The fewest parties a round may have (at least max_colluding + 2)."""
     source: Path
+    plan: PlanPin | None = None
+    """The pinned plan: the shared settings every collaborator must receive, or None (unpinned)."""
 
     @property
     def collaborator_names(self) -> frozenset[str]:
@@ -107,7 +126,7 @@ class Manifest:
 def parse_manifest(data: Mapping[str, Any], source: Path) -> Manifest:
     """Validate a manifest already read from TOML (``source`` for messages)."""
     where = str(source)
-    check_sections(where, data, ("federation", PARTICIPANTS))
+    check_sections(where, data, ("federation", PARTICIPANTS, "plan"))
     federation = Table.of(where, data, "federation", ("id", "max_colluding", "min_round_size"))
     federation_id = federation.string("id", pattern=FEDERATION_ID_RE, expected="letters, digits, '.', '_' or '-'")
     max_colluding = federation.integer("max_colluding", 0, low=0)
@@ -123,7 +142,27 @@ def parse_manifest(data: Mapping[str, Any], source: Path) -> Manifest:
         aggregator, collaborators = check_pins(pins, max_colluding, min_round_size)
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from None
-    return Manifest(federation_id, aggregator, collaborators, max_colluding, min_round_size, source)
+    return Manifest(
+        federation_id, aggregator, collaborators, max_colluding, min_round_size, source, _plan_pin(where, data)
+    )
+
+
+def _plan_pin(where: str, data: Mapping[str, Any]) -> PlanPin | None:
+    """The manifest's [plan]: its settings (a JSON object) and their digest, which must agree."""
+    if "plan" not in data:
+        return None
+    table = Table.of(where, data, "plan", ("sha256", "settings"))
+    digest = table.string("sha256", pattern=SHA256_HEX, expected="64 lower-case hex digits")
+    try:
+        settings = json.loads(table.string("settings", expected="the plan's settings as a JSON object"))
+    except json.JSONDecodeError as error:
+        table.fail(f"[plan] settings is not valid JSON ({error}); write the manifest again with `fedfair plan pin`")
+    if not isinstance(settings, dict):
+        table.fail("[plan] settings must be a JSON object; write the manifest again with `fedfair plan pin`")
+    try:
+        return PlanPin(settings, digest)
+    except ConfigError as error:
+        table.fail(str(error))
 
 
 def _pin(where: str, index: int, entry: object) -> Pin:
@@ -152,7 +191,9 @@ def load_manifest(path: Path | str) -> Manifest:
 def manifest_digest(manifest: Manifest) -> str:
     """SHA-256 (hex) of the manifest's content, what the institutions compare (comments and order do not count)."""
     pins = (manifest.aggregator, *manifest.collaborators)
-    return roster_digest(manifest.federation_id, pins, manifest.max_colluding, manifest.min_round_size)
+    return roster_digest(
+        manifest.federation_id, pins, manifest.max_colluding, manifest.min_round_size, manifest.plan
+    )
 
 
 # ---------------------------------------------------------------- certificates
@@ -217,13 +258,60 @@ def _check_federation(manifest: Manifest, federation_id: str, where: str) -> Non
         )
 
 
-def check_shared_settings(manifest: Manifest, shared: SharedSettings) -> None:
-    """At a collaborator: refuse the aggregator's shared settings unless they agree with its own manifest.
+def setting_differences(pinned: Mapping[str, Any], served: Mapping[str, Any]) -> list[str]:
+    """Every field where two plans' settings differ, as "section.key: pinned -> served" lines, sorted."""
+    flat_pinned, flat_served = _flatten(pinned), _flatten(served)
+    lines = []
+    for field in sorted(flat_pinned.keys() | flat_served.keys()):
+        before, after = flat_pinned.get(field, _ABSENT), flat_served.get(field, _ABSENT)
+        if before != after:
+            lines.append(f"{field}: {_shown(before)} -> {_shown(after)}")
+    return lines
+
+
+_ABSENT = object()
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A JSON object's leaves by dotted path (lists are leaves: a schema's column list is one field)."""
+    if isinstance(value, Mapping) and (value or not prefix):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: value}
+
+
+def _shown(value: Any) -> str:
+    if value is _ABSENT:
+        return "(absent)"
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_pinned_settings(manifest: Manifest, served: Mapping[str, Any], where: str) -> None:
+    """Refuse settings (a plan's shared settings as JSON values) unless they are the manifest's pinned plan;
+    the refusal names every field that differs. A manifest without [plan] pins nothing here."""
+    if manifest.plan is None or settings_digest(served) == manifest.plan.sha256:
+        return
+    differences = setting_differences(manifest.plan.settings, served)
+    shown = "; ".join(differences[:12]) + (f"; and {len(differences) - 12} more" if len(differences) > 12 else "")
+    raise ManifestError(
+        f"{where} is not the plan pinned by the manifest {manifest.source} (pinned -> served: {shown}); a plan "
+        "changes only by a new manifest that every institution accepts (`fedfair plan pin`, then compare with "
+        "`fedfair plan diff OLD NEW`)"
+    )
+
+
+def check_shared_settings(manifest: Manifest, shared: SharedSettings, served: Mapping[str, Any]) -> None:
+    """At a collaborator: refuse the aggregator's shared settings unless they agree with its own manifest:
+    exactly the pinned plan (``served`` is what arrived, as JSON values), and in any case the roster's bounds.
 
     The shared settings carry no names (the aggregator never reveals its allow-list),
     so the names themselves are checked on every round's roster.
     """
     where = "the aggregator's plan"
+    check_pinned_settings(manifest, served, where)
     _check_federation(manifest, shared.federation_id, where)
     if shared.collaborator_count != len(manifest.collaborators):
         raise ManifestError(
@@ -239,10 +327,12 @@ def check_shared_settings(manifest: Manifest, shared: SharedSettings) -> None:
         )
 
 
-def check_plan(manifest: Manifest, plan: AggregatorPlan) -> None:
-    """At the aggregator: refuse a plan that disagrees with the manifest it names."""
+def check_plan(manifest: Manifest, plan: AggregatorPlan, served: Mapping[str, Any]) -> None:
+    """At the aggregator: refuse a plan that disagrees with the manifest it names (``served``: the
+    settings it would share, as JSON values), at start rather than at every collaborator."""
     where = str(plan.source)
     _check_federation(manifest, plan.federation_id, where)
+    check_pinned_settings(manifest, served, where)
     listed = manifest.collaborator_names
     planned = frozenset(plan.collaborators)
     for names, what in ((planned - listed, "lists"), (listed - planned, "leaves out")):

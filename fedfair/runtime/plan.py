@@ -27,6 +27,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import Schema
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
+from fedfair.pki.roster import canonical_json
 from fedfair.runtime.manifest import (
     Manifest,
     check_plan,
@@ -65,6 +66,12 @@ class AggregatorPlan(LearningSettings):
     manifest: Manifest | None = None
     """The manifest ``[aggregator] manifest`` names, already checked against this plan."""
 
+    @property
+    def own_factories(self) -> tuple[str, ...]:
+        """The model factory the operator's own plan names: the aggregator's consent to import it
+        (fedfair.core.models.load_factory); a collaborator's consent is its own config's."""
+        return () if self.model.factory is None else (self.model.factory,)
+
 
 @dataclass(frozen=True)
 class SharedSettings(LearningSettings):
@@ -77,8 +84,9 @@ class SharedSettings(LearningSettings):
 # ---------------------------------------------------------------- the aggregator's file
 
 
-def parse_aggregator_plan(data: Mapping[str, Any], source: Path) -> AggregatorPlan:
-    """Validate an aggregator plan already read from TOML (``source`` for messages and paths)."""
+def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manifest: bool = True) -> AggregatorPlan:
+    """Validate an aggregator plan already read from TOML (``source`` for messages and paths); with
+    ``check_manifest`` False a plan is not held to the manifest it names (to pin an edited plan anew)."""
     where = str(source)
     check_sections(where, data, ("federation", "aggregator", *LEARNING_SECTIONS))
     federation = Table.of(where, data, "federation", ("id", "collaborators"))
@@ -116,13 +124,16 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path) -> AggregatorPl
         manifest=manifest,
         **read_learning(where, data, len(names)).learning_sections(),
     )
-    if loaded.manifest is not None:
-        check_plan(loaded.manifest, loaded)
+    if loaded.manifest is not None and check_manifest:
+        check_plan(loaded.manifest, loaded, shared_content(loaded))
     return loaded
 
 
 def load_aggregator_plan(
-    path: Path | str | None, overrides: Mapping[str, Mapping[str, Any]] | None = None
+    path: Path | str | None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    check_manifest: bool = True,
 ) -> AggregatorPlan:
     """Read and validate ``aggregator/plan.toml``.
 
@@ -140,7 +151,7 @@ def load_aggregator_plan(
         table = data.setdefault(section, {})
         if isinstance(table, dict):
             table.update(values)
-    return parse_aggregator_plan(data, source)
+    return parse_aggregator_plan(data, source, check_manifest=check_manifest)
 
 
 # ---------------------------------------------------------------- sharing and fingerprints
@@ -165,15 +176,16 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
     return loaded
 
 
-def _canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+def shared_content(plan: AggregatorPlan) -> dict[str, Any]:
+    """What collaborators need of the plan as JSON values: no names, no paths. A manifest pins exactly this."""
+    content = _plain(plan)
+    content["federation"] = {"id": plan.federation_id, "collaborator_count": len(plan.collaborators)}
+    return content
 
 
 def shared_settings(plan: AggregatorPlan) -> bytes:
-    """Canonical JSON of what collaborators need (PlanReply.settings): no names, no paths."""
-    content = _plain(plan)
-    content["federation"] = {"id": plan.federation_id, "collaborator_count": len(plan.collaborators)}
-    return _canonical(content)
+    """Canonical JSON of :func:`shared_content` (PlanReply.settings)."""
+    return canonical_json(shared_content(plan))
 
 
 def json_object(payload: bytes, source: str) -> dict[str, Any]:
@@ -209,4 +221,4 @@ def plan_digest(plan: AggregatorPlan) -> str:
     content["federation"] = {"id": plan.federation_id, "collaborators": list(plan.collaborators)}
     if plan.manifest is not None:
         content["federation"]["manifest"] = manifest_digest(plan.manifest)
-    return hashlib.sha256(_canonical(content)).hexdigest()
+    return hashlib.sha256(canonical_json(content)).hexdigest()

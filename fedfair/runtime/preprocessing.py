@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+from collections.abc import Collection
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.models import load_factory
@@ -69,18 +70,19 @@ def read_encoder_payload(payload: bytes, schema: Schema, source: str = "the aggr
     return encoder
 
 
-def model_for(model: ModelSettings, encoder: Encoder) -> ModelSettings:
+def model_for(model: ModelSettings, encoder: Encoder, allowed: Collection[str] = ()) -> ModelSettings:
     """The plan's [model] with the input size and classes the schema's encoder gives.
 
     Nobody knows the input size before the statistics aggregation (learnt categories
     decide it), so a model factory is handed ``features`` and ``classes`` as keyword
     arguments when its signature takes them (or any keyword), over what [model]
-    arguments say: the encoder is what the model will be fed.
+    arguments say: the encoder is what the model will be fed. Reading the factory's signature
+    imports it, so ``allowed`` (this party's own list) must name it.
     """
     sizes = {"features": encoder.num_features, "classes": len(encoder.class_names)}
     arguments = model.arguments
     if model.factory is not None:
-        parameters = inspect.signature(load_factory(model.factory)).parameters
+        parameters = inspect.signature(load_factory(model.factory, allowed)).parameters
         takes_any = any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values())
         arguments = {**arguments, **{key: value for key, value in sizes.items() if takes_any or key in parameters}}
     return dataclasses.replace(model, features=sizes["features"], classes=sizes["classes"], arguments=arguments)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +49,9 @@ class ModelSettings:
     architecture is `factory`, "package.module:function", called with `arguments` (a
     table of JSON values) under the plan's seed; `name` then repeats the factory's path,
     so that it always names the architecture. Every party must have that package
-    installed; the aggregator builds the model only to learn its parameter shapes.
+    installed and allowed in its own configuration (``allowed``: nothing in a plan that
+    arrived over the wire is ever imported); the aggregator builds the model only to learn
+    its parameter shapes.
     """
 
     name: str = "logreg"
@@ -60,13 +62,14 @@ class ModelSettings:
     # Left out of the hash: a table is not hashable, and equal settings still compare equal.
     arguments: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
-    def build(self, seed: int = 0) -> nn.Module:
-        """The model with `seed`'s initial weights (the plan's seed gives every side the same theta_0)."""
+    def build(self, seed: int = 0, *, allowed: Collection[str] = ()) -> nn.Module:
+        """The model with `seed`'s initial weights (the plan's seed gives every side the same theta_0);
+        a factory is built only if `allowed`, this party's own list, names it."""
         # Imported here: reading a plan must not need torch, only building its model does.
         from fedfair.core.models import build_from_factory, build_model
 
         if self.factory is not None:
-            return build_from_factory(self.factory, self.arguments, seed=seed)
+            return build_from_factory(self.factory, self.arguments, allowed=allowed, seed=seed)
         return build_model(self.name, self.features, self.classes, image_shape=self.image_shape, seed=seed)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 from cryptography.hazmat.primitives import serialization
 
 from fedfair.core.errors import ConfigError
@@ -23,6 +24,8 @@ from fedfair.pki.roster import manifest_text, pins_from_folders, write_manifest
 from fedfair.runtime import manifest as manifests
 from fedfair.runtime import plan
 from fedfair.runtime.collaborator import config as collaborator_file
+from fedfair import cli
+from fedfair.runtime.plan_commands import pin_plan
 from tests.runtime.test_plan import CONFIG_TEMPLATE, PLAN_TEMPLATE, edited
 
 COLLABORATORS = ("hospital-a", "hospital-b", "hospital-c")  # the templates' names
@@ -184,10 +187,11 @@ def test_a_rounds_roster_holds_only_agreed_names_and_enough_of_them(federation: 
         agreed.check_roster(("hospital-a", "hospital-a"))
 
 
-def shared_from(**sections: dict[str, Any]) -> plan.SharedSettings:
-    """The settings an aggregator with the template plan (edited) would share."""
+def shared_from(**sections: dict[str, Any]) -> tuple[plan.SharedSettings, dict[str, Any]]:
+    """The settings an aggregator with the template plan (edited) would share: parsed, and as they arrive."""
     aggregator_plan = plan.parse_aggregator_plan(edited(PLAN_TEMPLATE, sections), PLAN_TEMPLATE)
-    return plan.load_shared_settings(plan.shared_settings(aggregator_plan))
+    payload = plan.shared_settings(aggregator_plan)
+    return plan.load_shared_settings(payload), json.loads(payload)
 
 
 @pytest.mark.parametrize(
@@ -213,9 +217,9 @@ def test_a_collaborator_refuses_shared_settings_unlike_its_manifest(
     federation: Path, sections: dict[str, Any], message: str
 ) -> None:
     agreed = manifests.load_manifest(federation / "manifest.toml")
-    manifests.check_shared_settings(agreed, shared_from())
+    manifests.check_shared_settings(agreed, *shared_from())
     with pytest.raises(manifests.ManifestError, match=message):
-        manifests.check_shared_settings(agreed, shared_from(**sections))
+        manifests.check_shared_settings(agreed, *shared_from(**sections))
 
 
 def aggregator_plan_with(folder: Path, /, **sections: dict[str, Any]) -> plan.AggregatorPlan:
@@ -302,4 +306,115 @@ def test_without_a_manifest_the_collaborator_warns_once_that_the_ca_holds_the_ro
     with_manifest.write_text(toml_text(document))
     with caplog.at_level(logging.WARNING, logger="fedfair.collaborator"):
         assert collaborator_file.load_collaborator_config(with_manifest).manifest is not None
+    # A roster without a pinned plan still leaves the plan to the aggregator: one line says so.
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{federation / 'manifest.toml'}: {manifests.UNPINNED_PLAN_WARNING}"
+    ]
+    caplog.clear()
+    pinned = federation / "pinned.toml"
+    pin_plan(PLAN_TEMPLATE, federation / "manifest.toml", pinned)
+    document = edited(CONFIG_TEMPLATE, {"collaborator": {"manifest": str(pinned)}})
+    with_manifest.write_text(toml_text(document))
+    with caplog.at_level(logging.WARNING, logger="fedfair.collaborator"):
+        assert collaborator_file.load_collaborator_config(with_manifest).manifest is not None
     assert not caplog.records
+
+
+# ---------------------------------------------------------------- the pinned plan
+
+
+@pytest.fixture()
+def pinned(federation: Path) -> manifests.Manifest:
+    """The manifest with the template plan pinned (as `fedfair plan pin` writes it)."""
+    pin_plan(PLAN_TEMPLATE, federation / "manifest.toml", federation / "pinned.toml")
+    return manifests.load_manifest(federation / "pinned.toml")
+
+
+@pytest.mark.parametrize(
+    ("sections", "field"),
+    [
+        # What the security review changed through an unpinned plan, and the other knobs the issue names.
+        ({"model": {"name": ..., "factory": "os:system", "arguments": {"command": "touch marker"}}}, "model.factory"),
+        ({"evaluation": {"loss_range": [20.0, 80.0]}}, "evaluation.loss_range"),
+        ({"evaluation": {"every": 1}}, "evaluation.every"),
+        ({"secure_aggregation": {"neighbours": 2}}, "secure_aggregation.neighbours"),
+        ({"secure_aggregation": {"threshold": 2}}, "secure_aggregation.threshold"),
+        ({"secure_aggregation": {"clip": 100.0}}, "secure_aggregation.clip"),
+        ({"secure_aggregation": {"max_weight": 1e9}}, "secure_aggregation.max_weight"),
+        ({"secure_aggregation": {"modulus_bits": 63}}, "secure_aggregation.modulus_bits"),
+        ({"training": {"batch_fraction": 1.0}}, "training.batch_fraction"),
+        ({"training": {"rounds": 7}}, "training.rounds"),
+        ({"training": {"local_steps": 3}}, "training.local_steps"),
+        ({"training": {"lr": 0.5}}, "training.lr"),
+        ({"objective": {"rho": 0.5}}, "objective.rho"),
+        ({"model": {"name": "mlp"}}, "model.name"),
+    ],
+)
+def test_a_collaborator_refuses_any_plan_but_the_pinned_one_and_names_the_field(
+    pinned: manifests.Manifest, sections: dict[str, Any], field: str
+) -> None:
+    manifests.check_shared_settings(pinned, *shared_from())
+    with pytest.raises(manifests.ManifestError, match=r"is not the plan pinned by the manifest") as caught:
+        manifests.check_shared_settings(pinned, *shared_from(**sections))
+    assert f"{field}: " in str(caught.value) and "fedfair plan pin" in str(caught.value)
+
+
+def test_the_pin_covers_the_schema_so_a_numeric_column_cannot_become_categorical(federation: Path) -> None:
+    schema = {
+        "label": "income",
+        "classes": ["<=50K", ">50K"],
+        "columns": [{"name": "age", "type": "numeric"}, {"name": "workclass", "type": "categorical", "categories": "learn"}],
+    }
+    with_schema = {"schema": schema, "model": {"features": ...}}
+    agreed_plan = federation / "schema-plan.toml"
+    document = edited(PLAN_TEMPLATE, with_schema)
+    agreed_plan.write_text(tomli_w.dumps(document))
+    pin_plan(agreed_plan, federation / "manifest.toml", federation / "pinned.toml")
+    pinned = manifests.load_manifest(federation / "pinned.toml")
+    manifests.check_shared_settings(pinned, *shared_from(**with_schema))
+    relabelled = {**schema, "columns": [{"name": "age", "type": "categorical", "categories": "learn"}, schema["columns"][1]]}
+    with pytest.raises(manifests.ManifestError, match=r"schema\.columns: "):
+        manifests.check_shared_settings(pinned, *shared_from(schema=relabelled, model={"features": ...}))
+
+
+def test_a_pin_whose_settings_were_edited_by_hand_is_refused(federation: Path, pinned: manifests.Manifest) -> None:
+    text = (federation / "pinned.toml").read_text()
+    assert '"rounds": 50' in text
+    (federation / "forged.toml").write_text(text.replace('"rounds": 50', '"rounds": 7'))
+    with pytest.raises(ConfigError, match=r"\[plan\] sha256 = .* is not the digest of its settings"):
+        manifests.load_manifest(federation / "forged.toml")
+
+
+def test_the_manifests_digest_covers_the_pinned_plan(federation: Path, pinned: manifests.Manifest) -> None:
+    roster = manifests.load_manifest(federation / "manifest.toml")
+    assert manifests.manifest_digest(pinned) != manifests.manifest_digest(roster)
+    text = (federation / "pinned.toml").read_text()
+    assert f"# sha256 of its content: {manifests.manifest_digest(pinned)}" in text
+
+
+def test_an_aggregator_whose_plan_is_not_the_pinned_one_does_not_start(federation: Path, pinned: manifests.Manifest) -> None:
+    assert aggregator_plan_with(federation, aggregator={"manifest": str(federation / "pinned.toml")})
+    with pytest.raises(ConfigError, match=r"training\.lr: 0\.1 -> 0\.5") as caught:
+        aggregator_plan_with(federation, aggregator={"manifest": str(federation / "pinned.toml")}, training={"lr": 0.5})
+    assert str(caught.value).startswith(f"{PLAN_TEMPLATE}: ") or str(PLAN_TEMPLATE) in str(caught.value)
+
+
+def test_changing_the_plan_is_a_new_pin_and_plan_diff_shows_it(
+    federation: Path, pinned: manifests.Manifest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edited_plan = federation / "plan.toml"
+    edited_plan.write_text(tomli_w.dumps(edited(PLAN_TEMPLATE, {"training": {"rounds": 200}})))
+    assert cli.main(["plan", "pin", "--plan", str(edited_plan), "--manifest", str(federation / "pinned.toml"),
+                     "--out", str(federation / "pinned-2.toml")]) == 0
+    printed = capsys.readouterr().out
+    assert "training.rounds: 50 -> 200" in printed
+    renewed = manifests.load_manifest(federation / "pinned-2.toml")
+    assert f"manifest sha256 {manifests.manifest_digest(renewed)}" in printed
+    assert renewed.plan is not None and renewed.plan.settings["training"]["rounds"] == 200
+    assert cli.main(["plan", "diff", str(federation / "pinned.toml"), str(federation / "pinned-2.toml")]) == 1
+    assert capsys.readouterr().out == "training.rounds: 50 -> 200\n"
+    assert cli.main(["plan", "diff", str(federation / "pinned-2.toml"), str(edited_plan)]) == 0
+    assert capsys.readouterr().out == "the same plan\n"
+    # A manifest in force is never overwritten: the new one is a new file every institution accepts.
+    assert cli.main(["plan", "pin", "--plan", str(edited_plan), "--manifest", str(federation / "pinned.toml"),
+                     "--out", str(federation / "pinned-2.toml")]) == 2

@@ -42,7 +42,7 @@ ROUND_METRICS = ("round", "status", "participants", "contributors", "c", "c_aver
 
 def model_settings(plan: AggregatorPlan, encoder: Encoder | None) -> ModelSettings:
     """The plan's model, with the input size and classes of the federation's encoder under a [schema]."""
-    return plan.model if encoder is None else model_for(plan.model, encoder)
+    return plan.model if encoder is None else model_for(plan.model, encoder, plan.own_factories)
 
 
 def checkpoint_encoder(checkpoint: Checkpoint) -> Encoder | None:
@@ -56,7 +56,7 @@ def federation_bundle(plan: AggregatorPlan, checkpoint: Checkpoint, records: Seq
     """The bundle of `checkpoint`'s output model (theta-bar, c-bar), with the metrics of `records`."""
     encoder = checkpoint_encoder(checkpoint)
     settings = model_settings(plan, encoder)
-    model = settings.build(seed=plan.training.seed)
+    model = settings.build(seed=plan.training.seed, allowed=plan.own_factories)
     load_flat_parameters(model, checkpoint.state.theta_average)
     architecture = (
         factory_architecture(settings.factory, settings.arguments)

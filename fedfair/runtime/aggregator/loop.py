@@ -138,7 +138,7 @@ def initial_state(plan: AggregatorPlan, encoder: Encoder | None = None) -> serve
     """Round 0: the plan's model with its seed's initial weights, c at the bound B (as the simulation),
     and with drift correction a zero control variate; under a [schema], the model's input size and
     classes are the federation's encoder's."""
-    model = model_settings(plan, encoder).build(seed=plan.training.seed)
+    model = model_settings(plan, encoder).build(seed=plan.training.seed, allowed=plan.own_factories)
     return server.init(
         flat_parameters(model), bound=plan.objective.bound, drift_correction=plan.training.corrects_drift
     )

@@ -145,7 +145,7 @@ from fedfair.runtime.manifest import (
     check_shared_settings,
     pinned_verifier,
 )
-from fedfair.runtime.plan import SharedSettings, load_shared_settings
+from fedfair.runtime.plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.preprocessing import (
     STATISTICS_KIND,
     STATISTICS_ROUND,
@@ -327,6 +327,7 @@ class Collaborator:
             "fetching the plan", lambda: stub.GetPlan(pb.PlanRequest(binding=join), timeout=RPC_SECONDS)
         )
         try:
+            served = json_object(reply.settings, "the aggregator's plan")
             self.shared = load_shared_settings(reply.settings)
         except ConfigError as error:
             raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
@@ -335,9 +336,19 @@ class Collaborator:
             raise PermanentFailure(FEDERATION_MISMATCH, address=self.config.aggregator, theirs=theirs, ours=ours)
         if self.config.manifest is not None:
             try:
-                check_shared_settings(self.config.manifest, self.shared)
+                check_shared_settings(self.config.manifest, self.shared, served)
             except ConfigError as error:
                 raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
+        factory = self.shared.model.factory
+        if factory is not None and factory not in self.config.factories:
+            # Checked before anything is built: a plan is data, and only this institution's own config
+            # may let it name code to run here.
+            raise PermanentFailure(
+                PLAN_MISMATCH,
+                reason=f"it names the model factory '{factory}', which this institution does not allow, so it "
+                f"was not imported; if you trust that code, list it in {self.config.source} under [model] "
+                f"factories",
+            )
         self.plan_digest = reply.plan_digest
         self.trainer: RoundTrainer | None = None
         self.learner: LocalLearner | None = None
@@ -385,14 +396,14 @@ class Collaborator:
         self.encoder = encoder
         self._prepare(
             encoded_data(self.config, self.schema_table, encoder),
-            dataclasses.replace(self.shared, model=model_for(self.shared.model, encoder)),
+            dataclasses.replace(self.shared, model=model_for(self.shared.model, encoder, self.config.factories)),
         )
         self.participant = self._participant()
 
     def _prepare(self, data: LocalData, shared: SharedSettings) -> None:
         """Build the round trainer and the evaluation model for this institution's encoded data."""
         self.data = data
-        learner = build_learner(data, shared, self.device)
+        learner = build_learner(data, shared, self.device, self.config.factories)
         # Kept for the whole process: it holds the drift correction's sigma_k across rounds.
         self.learner = learner
         try:
@@ -402,7 +413,7 @@ class Collaborator:
         except ConfigError as error:  # [privacy] settings, or the accountant's state file
             raise PermanentFailure(LOCAL_PRIVACY, reason=error, config=self.config.source) from None
         self.parameters = int(flat_parameters(learner.model).numel())
-        self.evaluation_model = shared.model.build().to(self.device)
+        self.evaluation_model = shared.model.build(allowed=self.config.factories).to(self.device)
         logger.info(
             "%s: joined federation %s (secure aggregation %s); %d training rows, batch %d, %d held-out rows, device %s",
             self.config.name,

@@ -11,7 +11,12 @@ here: they come from the aggregator's plan (:func:`fedfair.runtime.plan.load_sha
 manifest (:mod:`fedfair.runtime.manifest`), read and checked here: the institution must
 be one of its collaborators, and the federation id and the aggregator's name default
 to the manifest's (or must equal them when given). Without one, loading the file logs
-a one-line warning that the roster is trusted to the CA.
+a one-line warning that the roster is trusted to the CA; with one that pins no plan,
+a warning that the plan is the aggregator's to change.
+
+``[model] factories`` lists the model factories ("package.module:function") this
+institution allows: the only way a plan's custom architecture is ever imported here.
+A plan naming any other factory is refused before anything is imported.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
+from fedfair.core.config import FACTORY_PATH
 from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
-from fedfair.runtime.manifest import NO_MANIFEST_WARNING, Manifest, load_manifest
+from fedfair.runtime.manifest import NO_MANIFEST_WARNING, UNPINNED_PLAN_WARNING, Manifest, load_manifest
 from fedfair.runtime.toml_tables import (
     Table,
     check_sections,
@@ -89,13 +95,15 @@ class CollaboratorConfig:
     retry: RetryPolicy = DEFAULT_RETRY_POLICY
     share_epsilon: bool = False
     """Report the cumulative epsilon to the aggregator each round ([privacy] share_epsilon)."""
+    factories: tuple[str, ...] = ()
+    """The model factories this institution allows ([model] factories); no other is ever imported."""
 
 
 def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> CollaboratorConfig:
     """Validate a collaborator config already read from TOML."""
     where = str(source)
     base = source.parent
-    check_sections(where, data, ("collaborator", "certificates", "data", "privacy", "retry"))
+    check_sections(where, data, ("collaborator", "certificates", "data", "privacy", "retry", "model"))
     me = Table.of(
         where, data, "collaborator", ("name", "aggregator", "aggregator_name", "device", "federation", "manifest")
     )
@@ -154,6 +162,7 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
         share_epsilon=Table.of(where, data, "privacy", (*PRIVACY_KEYS, SHARE_EPSILON_KEY)).boolean(
             SHARE_EPSILON_KEY, False
         ),
+        factories=_factories(where, data),
     )
 
 
@@ -163,6 +172,8 @@ def load_collaborator_config(path: Path | str) -> CollaboratorConfig:
     config = parse_collaborator_config(data, source)
     if config.manifest is None:
         logger.warning("%s: %s", source, NO_MANIFEST_WARNING)
+    elif config.manifest.plan is None:
+        logger.warning("%s: %s", config.manifest.source, UNPINNED_PLAN_WARNING)
     return config
 
 
@@ -203,6 +214,19 @@ def _data(source: str, data: Mapping[str, object], base: Path) -> DataSettings:
         features=t.strings("features") if t.given("features") else None,
         group=t.string("group") if t.given("group") else None,
     )
+
+
+def _factories(source: str, data: Mapping[str, object]) -> tuple[str, ...]:
+    """[model] factories: the model factories this institution consents to import, each "package.module:function"."""
+    t = Table.of(source, data, "model", ("factories",))
+    factories = t.strings("factories") if t.given("factories") else ()
+    for factory in factories:
+        if not FACTORY_PATH.fullmatch(factory):
+            t.fail(
+                f"[model] factories: {factory!r} is not of the form 'package.module:function'; "
+                "write the module's import name, a colon and the function, e.g. 'mymodels.tabular:build'"
+            )
+    return factories
 
 
 def _privacy(source: str, data: Mapping[str, object]) -> PrivacyConfig:

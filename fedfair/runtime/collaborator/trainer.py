@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,15 +207,18 @@ def load_local_data(
     return LocalData(train, test, seed_index, dataset.num_classes, dataset.image_shape)
 
 
-def build_learner(data: LocalData, shared: SharedSettings, device: torch.device) -> LocalLearner:
+def build_learner(
+    data: LocalData, shared: SharedSettings, device: torch.device, allowed: Collection[str] = ()
+) -> LocalLearner:
     """Client `data.seed_index`'s LocalLearner, built as `simulation.make_learners` builds it.
 
     The model comes from the plan's seed (so theta_0 is the aggregator's), the sampler
     seed is `core.data.client_seed(seed, index)`, and b_k = round(batch_fraction * n_k).
+    A model factory is built only if `allowed` (the institution's own config) names it.
     """
     training = shared.training
     return LocalLearner(
-        shared.model.build(seed=training.seed).to(device),
+        shared.model.build(seed=training.seed, allowed=allowed).to(device),
         data.train.features,
         data.train.labels,
         local_batch_size(data.train.size, training.batch_fraction),
