@@ -1,8 +1,10 @@
 """Model bundles: a trained model with its architecture, encoder, threshold, plan, metrics and
-provenance in one file that loads without running code, and `fedfair predict` / `evaluate` on it.
+provenance in one file that reads as tensors and JSON only, and `fedfair predict` / `evaluate` on it.
 
 - ``write_bundle(path, bundle)`` / ``load_bundle(path)``: the file (``torch.load(weights_only=True)``).
-- ``Bundle.build_model()``: the trained ``nn.Module``, ready to predict.
+- ``Bundle.build_model(allowed=...)``: the trained ``nn.Module``, ready to predict; a model that a
+  factory builds needs that "package.module:function" in ``allowed`` (``--allow-factory``), since
+  importing it runs code.
 """
 
 from fedfair.bundle.format import (

@@ -5,12 +5,17 @@ statistics), so a row is turned into features exactly as in training. `evaluate`
 reports the pooled group risks of :mod:`fedfair.fairness.pooled` from the per-sample
 losses of :mod:`fedfair.core.evaluation`: the same numbers the simulation reports.
 The functions behind the commands are the Python API for the same work.
+
+A bundle whose model comes from a factory ("package.module:function") is used only when the
+user names that factory with ``--allow-factory`` (``allowed`` in Python): the name comes from
+the bundle's file, and importing it runs code, so the bundle can never consent on its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +28,7 @@ from fedfair.core.data import ClientData
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.files import atomic_write
-from fedfair.core.models import flat_parameters, predict
+from fedfair.core.models import FactoryNotAllowed, flat_parameters, predict
 from fedfair.datasets.schema import Encoder
 
 # The package's one CSV/Parquet reader, so a table reads here exactly as it does for training.
@@ -38,6 +43,10 @@ PROBABILITY_PREFIX = "probability_"
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     model_help = "model bundle file written by the aggregator (and sent to every collaborator that finished)"
     data_help = "CSV or Parquet table with the federation schema's feature columns"
+    allow_help = (
+        "a model factory 'package.module:function' you trust to be imported and called with the bundle's "
+        "arguments; needed for a bundle whose model a factory builds, repeat it for several (default: none)"
+    )
 
     predicting = subparsers.add_parser("predict", help="predict each row of a table with a model bundle")
     predicting.add_argument("--model", type=Path, required=True, help=model_help)
@@ -46,6 +55,7 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--out", type=Path, required=True,
         help="CSV to write: the predicted class and each class's probability, one line per input row, in order",
     )  # fmt: skip
+    predicting.add_argument("--allow-factory", action="append", default=[], metavar="NAME", help=allow_help)
     predicting.set_defaults(handler=_predict)
 
     evaluating = subparsers.add_parser(
@@ -58,6 +68,7 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         help="protected group fraction in (0, 1] (default: the rho of the plan the model was trained with)",
     )  # fmt: skip
     evaluating.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    evaluating.add_argument("--allow-factory", action="append", default=[], metavar="NAME", help=allow_help)
     evaluating.set_defaults(handler=_evaluate)
 
 
@@ -104,10 +115,15 @@ def class_probabilities(model: nn.Module, features: np.ndarray, chunk: int = 655
 
 
 @torch.no_grad()
-def predictions(bundle: Bundle, table: pd.DataFrame, source: str) -> pd.DataFrame:
-    """One row per table row, in order: the predicted class name and ``probability_<class>`` per class."""
+def predictions(
+    bundle: Bundle, table: pd.DataFrame, source: str, *, allowed: Collection[str] = ()
+) -> pd.DataFrame:
+    """One row per table row, in order: the predicted class name and ``probability_<class>`` per class.
+
+    ``allowed``: the model factories the user trusts (:meth:`Bundle.build_model`).
+    """
     features, _ = encode_table(bundle, table, source)
-    model = bundle.build_model()
+    model = bundle.build_model(allowed=allowed)
     names = bundle_encoder(bundle).class_names
     probabilities = class_probabilities(model, features)
     if probabilities.shape[1] != len(names):
@@ -124,8 +140,13 @@ def predictions(bundle: Bundle, table: pd.DataFrame, source: str) -> pd.DataFram
     return frame
 
 
-def evaluate_table(bundle: Bundle, table: pd.DataFrame, source: str, rho: float | None = None) -> GroupRiskReport:
-    """Pooled group risks of the bundle's model on a labelled table, at ``rho`` (default: the plan's)."""
+def evaluate_table(
+    bundle: Bundle, table: pd.DataFrame, source: str, rho: float | None = None, *, allowed: Collection[str] = ()
+) -> GroupRiskReport:
+    """Pooled group risks of the bundle's model on a labelled table, at ``rho`` (default: the plan's).
+
+    ``allowed``: the model factories the user trusts (:meth:`Bundle.build_model`).
+    """
     rho = bundle.rho if rho is None else rho
     if rho is None:
         raise ConfigError("the model bundle's plan names no objective rho; pass --rho, e.g. --rho 0.3")
@@ -135,24 +156,40 @@ def evaluate_table(bundle: Bundle, table: pd.DataFrame, source: str, rho: float 
             f"{source} has no label column, so there is nothing to evaluate against; "
             "add the label column, or use `fedfair predict` for unlabelled rows"
         )
-    model = bundle.build_model()
+    model = bundle.build_model(allowed=allowed)
     data = ClientData(source, torch.as_tensor(features), torch.as_tensor(labels))
     result = evaluate(model, flat_parameters(model), data)
     return group_risk_report(result.losses, result.correct, rho)
 
 
+def _allowed_bundle(path: Path, allowed: Collection[str]) -> Bundle:
+    """The bundle at ``path``, refused up front if its model comes from a factory not in ``allowed``.
+
+    Bundle.build_model enforces the same rule; checking here as well refuses before a possibly
+    large table is read, and the message can name the exact flag to add.
+    """
+    bundle = load_bundle(path)
+    if bundle.factory is not None and bundle.factory not in allowed:
+        raise FactoryNotAllowed(
+            f"model bundle {path} builds its model with factory '{bundle.factory}', which is code, so it was not "
+            "imported: a bundle's file cannot allow a factory, only you can. If you trust that function and its "
+            f"package is installed here, run again with --allow-factory {bundle.factory}"
+        )
+    return bundle
+
+
 def _predict(args: argparse.Namespace) -> int:
-    bundle = load_bundle(args.model)
-    frame = predictions(bundle, read_table(args.data), str(args.data))
+    bundle = _allowed_bundle(args.model, args.allow_factory)
+    frame = predictions(bundle, read_table(args.data), str(args.data), allowed=args.allow_factory)
     atomic_write(args.out, lambda stream: frame.to_csv(stream, index=False))
     print(f"wrote {len(frame)} predictions to {args.out}")
     return 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    bundle = load_bundle(args.model)
+    bundle = _allowed_bundle(args.model, args.allow_factory)
     table = read_table(args.data)
-    report = evaluate_table(bundle, table, str(args.data), args.rho)
+    report = evaluate_table(bundle, table, str(args.data), args.rho, allowed=args.allow_factory)
     if args.json:
         print(json.dumps({"rows": len(table), **report.to_dict()}))
         return 0

@@ -8,8 +8,14 @@ institution contributed, fedfair's version, when it was written; never any data)
 
 On disk it is a ``torch.save`` of a plain dict: a format name, a version, the metadata
 as one JSON string and the tensors in a dict of their own. It is read with
-``torch.load(weights_only=True)`` only, so opening a bundle from another institution can
-never run code: a file that carries any other pickled object is refused.
+``torch.load(weights_only=True)`` only, so reading a bundle unpickles tensors and plain
+values and nothing else: a file that carries any other pickled object is refused.
+
+A factory architecture is only a name and JSON arguments, but building its model imports
+that module and calls that function, which is code running with this process's rights.
+So :meth:`Bundle.build_model` imports nothing the user has not allowed: its ``allowed``
+(``--allow-factory`` on the command line) must name the factory, and a bundle alone can
+never consent for them. A built-in architecture needs no consent.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +33,7 @@ import torch
 from torch import nn
 
 import fedfair
+from fedfair.core.config import FACTORY_PATH
 from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
 from fedfair.core.models import build_from_factory, build_model
@@ -44,7 +51,7 @@ class Bundle:
 
     ``architecture`` is either ``{"name", "features", "classes", "image_shape"}`` (a
     built-in model of :func:`fedfair.core.models.build_model`) or ``{"factory",
-    "arguments"}`` (a "package.module:function" every user must have installed).
+    "arguments"}`` (a "package.module:function" every user must have installed, and allow).
     ``encoder`` is :meth:`fedfair.datasets.schema.Encoder.to_mapping`'s output, or None
     for a model trained on already-encoded arrays. Everything but the tensors is JSON.
     """
@@ -57,13 +64,23 @@ class Bundle:
     metrics: list[dict[str, Any]]
     provenance: dict[str, Any]
 
-    def build_model(self) -> nn.Module:
+    @property
+    def factory(self) -> str | None:
+        """The "package.module:function" that builds the model, or None for a built-in architecture."""
+        factory: str | None = self.architecture.get("factory")
+        return factory
+
+    def build_model(self, *, allowed: Collection[str] = ()) -> nn.Module:
         """The architecture with the bundle's weights loaded strictly, in eval mode, on the CPU.
 
+        ``allowed`` is the user's own list of factories they trust: a factory architecture is
+        imported and called only if it is named there (else
+        :class:`fedfair.core.models.FactoryNotAllowed`, before any import), since the name came
+        from the bundle's file. A built-in architecture needs none.
         The model takes the weights' dtype, so a model trained in float64 predicts in float64.
         """
-        if "factory" in self.architecture:
-            model = build_from_factory(self.architecture["factory"], self.architecture["arguments"])
+        if self.factory is not None:
+            model = build_from_factory(self.factory, self.architecture["arguments"], allowed=allowed)
         else:
             model = build_model(
                 self.architecture["name"],
@@ -222,7 +239,9 @@ def _check_architecture(architecture: object, path: Path) -> None:
     """Refuse an architecture entry of neither form, so a bad bundle fails on writing or opening, not later."""
     if isinstance(architecture, Mapping):
         if set(architecture) == {"factory", "arguments"}:
-            if isinstance(architecture["factory"], str) and isinstance(architecture["arguments"], Mapping):
+            factory, arguments = architecture["factory"], architecture["arguments"]
+            # A well-formed name only: it is shown in messages and pasted into --allow-factory.
+            if isinstance(factory, str) and FACTORY_PATH.fullmatch(factory) and isinstance(arguments, Mapping):
                 return
         elif set(architecture) == {"name", "features", "classes", "image_shape"}:
             sizes = (architecture["features"], architecture["classes"])
@@ -237,7 +256,8 @@ def _check_architecture(architecture: object, path: Path) -> None:
     raise ConfigError(
         f"model bundle {path} has an invalid architecture {architecture!r}; it must be "
         '{"name", "features", "classes", "image_shape"} for a built-in model or {"factory", "arguments"} '
-        "(use builtin_architecture or factory_architecture from fedfair.bundle)"
+        "with a 'package.module:function' factory (use builtin_architecture or factory_architecture from "
+        "fedfair.bundle)"
     )
 
 

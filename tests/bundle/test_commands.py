@@ -1,10 +1,13 @@
 """`fedfair predict` and `fedfair evaluate` on a bundle of a small model trained here, with a real
 schema encoder: predictions equal the in-process model's, row by row, and the evaluation equals
-fedfair.fairness computed directly on the model's per-sample losses."""
+fedfair.fairness computed directly on the model's per-sample losses. A bundle whose model a factory
+builds is used only with --allow-factory naming that factory; without it nothing is imported."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +16,17 @@ import pytest
 import torch
 from torch import nn
 
-from fedfair.bundle import Bundle, builtin_architecture, make_provenance, write_bundle
+from fedfair.bundle import (
+    Bundle,
+    builtin_architecture,
+    factory_architecture,
+    load_bundle,
+    make_provenance,
+    write_bundle,
+)
 from fedfair.bundle.commands import PREDICTION_COLUMN, PROBABILITY_PREFIX
 from fedfair.cli import main
-from fedfair.core.models import build_model, per_sample_loss, predict
+from fedfair.core.models import build_model, output_units, per_sample_loss, predict
 from fedfair.datasets.schema import (
     Encoder,
     draft_schema,
@@ -26,6 +36,17 @@ from fedfair.datasets.schema import (
 from fedfair.fairness.pooled import group_risk_report
 
 CLASSES = {2: ["<=50K", ">50K"], 3: ["high", "low", "mid"]}
+
+
+def linear(features: int, outputs: int) -> nn.Module:
+    """A user's own model factory, "tests.bundle.test_commands:linear": the same layer as logreg."""
+    return nn.Linear(features, outputs)
+
+
+def leave_marker(marker: str) -> nn.Module:
+    """A factory with a side effect: creates ``marker``, so a test sees whether it was ever called."""
+    Path(marker).touch()
+    return nn.Linear(1, 1)
 
 
 def institution_table(rows: int, classes: int, seed: int) -> pd.DataFrame:
@@ -153,3 +174,72 @@ def test_evaluate_without_labels_and_a_bundle_without_encoder_are_refused(
                  "--out", str(tmp_path / "p.csv")]) == 2  # fmt: skip
     assert "has no encoder" in capsys.readouterr().err
     assert not (tmp_path / "p.csv").exists()
+
+
+def with_architecture(path: Path, architecture: dict[str, object], out: Path) -> Path:
+    """A copy of the bundle at ``path`` whose architecture entry is ``architecture``."""
+    bundle = load_bundle(path)
+    write_bundle(out, dataclasses.replace(bundle, architecture=architecture))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("factory", "arguments"),
+    [
+        ("tests.bundle.test_commands:leave_marker", lambda marker: {"marker": str(marker)}),
+        # What a hostile bundle would name: a shell command, run by importing os and calling system.
+        ("os:system", lambda marker: {"command": f"touch '{marker}'"}),
+    ],
+    ids=["test-factory", "os-system"],
+)
+def test_predict_and_evaluate_refuse_a_factory_the_user_did_not_allow(
+    tmp_path: Path,
+    bundle_file: tuple[Path, nn.Module, Encoder, int],
+    capsys: pytest.CaptureFixture[str],
+    factory: str,
+    arguments: Callable[[Path], dict[str, object]],
+) -> None:
+    path, _, _, classes = bundle_file
+    marker = tmp_path / "factory-ran"
+    hostile = with_architecture(path, factory_architecture(factory, arguments(marker)), tmp_path / "hostile.bundle")
+    institution_table(30, classes, seed=5).to_csv(tmp_path / "rows.csv", index=False)
+    data = ["--model", str(hostile), "--data", str(tmp_path / "rows.csv")]
+
+    # Allowing another factory is no consent to this one.
+    for command in (
+        ["predict", *data, "--out", str(tmp_path / "p.csv")],
+        ["evaluate", *data],
+        ["predict", *data, "--out", str(tmp_path / "p.csv"), "--allow-factory", "tests.bundle.test_commands:linear"],
+        ["evaluate", *data, "--allow-factory", "tests.bundle.test_commands:linear"],
+    ):
+        assert main(command) == 2
+        assert not marker.exists(), f"{command} called the bundle's factory"
+        error = capsys.readouterr().err
+        assert f"builds its model with factory '{factory}'" in error and "it was not imported" in error
+        assert f"run again with --allow-factory {factory}" in error
+        assert "Traceback" not in error
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_predict_and_evaluate_build_an_allowed_factory_model(
+    tmp_path: Path, bundle_file: tuple[Path, nn.Module, Encoder, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, model, encoder, classes = bundle_file
+    # logreg is one nn.Linear, so the factory rebuilds the same model from the same weights.
+    architecture = factory_architecture(
+        "tests.bundle.test_commands:linear", {"features": encoder.num_features, "outputs": output_units(classes)}
+    )
+    own = with_architecture(path, architecture, tmp_path / "own.bundle")
+    institution_table(120, classes, seed=9).to_csv(tmp_path / "rows.csv", index=False)
+    data = ["--data", str(tmp_path / "rows.csv")]
+    allow = ["--allow-factory", "torch.nn:Identity", "--allow-factory", "tests.bundle.test_commands:linear"]
+
+    assert main(["predict", "--model", str(own), *data, "--out", str(tmp_path / "own.csv"), *allow]) == 0
+    assert main(["predict", "--model", str(path), *data, "--out", str(tmp_path / "builtin.csv")]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "own.csv"), pd.read_csv(tmp_path / "builtin.csv"))
+    capsys.readouterr()
+
+    assert main(["evaluate", "--model", str(own), *data, "--json", *allow]) == 0
+    from_factory = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", "--model", str(path), *data, "--json"]) == 0
+    assert from_factory == json.loads(capsys.readouterr().out)

@@ -1,9 +1,11 @@
 """The bundle file: a round trip keeps every field and the model's outputs; anything that is not a
 fedfair bundle of this version (pickled objects, a truncated file, another format version) is refused
-with a ConfigError naming the file, and a pickled object's code never runs."""
+with a ConfigError naming the file, and a pickled object's code never runs. A factory the bundle names
+is imported and called only when the caller allows it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from fedfair.bundle import (
 )
 from fedfair.bundle.format import BUNDLE_FORMAT
 from fedfair.core.errors import ConfigError
-from fedfair.core.models import build_model
+from fedfair.core.models import FactoryNotAllowed, build_model
 
 # Set by a pickled object's reduce hook if torch.load ever ran it.
 CODE_RAN: list[str] = []
@@ -31,6 +33,12 @@ CODE_RAN: list[str] = []
 def two_layer(features: int, hidden: int) -> nn.Module:
     """A user's own architecture, named in a bundle as tests.bundle.test_format:two_layer."""
     return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+
+def leave_marker(marker: str) -> nn.Module:
+    """A factory with a side effect: creates ``marker``, so a test sees whether it was ever called."""
+    Path(marker).touch()
+    return nn.Linear(4, 1)
 
 
 def _mark_ran(note: str) -> str:
@@ -101,9 +109,38 @@ def test_a_factory_architecture_is_rebuilt_from_the_installed_function(tmp_path:
     model = randomised(two_layer(4, 3), seed=2)
     architecture = factory_architecture("tests.bundle.test_format:two_layer", {"features": 4, "hidden": 3})
     write_bundle(tmp_path / "own.bundle", trained_bundle(model, architecture))
-    rebuilt = load_bundle(tmp_path / "own.bundle").build_model()
+    rebuilt = load_bundle(tmp_path / "own.bundle").build_model(allowed={"tests.bundle.test_format:two_layer"})
     inputs = torch.randn(7, 4)
     assert torch.equal(rebuilt(inputs), model(inputs))
+
+
+@pytest.mark.parametrize(
+    ("factory", "arguments"),
+    [
+        ("tests.bundle.test_format:leave_marker", lambda marker: {"marker": str(marker)}),
+        # What a hostile bundle would name: a shell command, run by importing os and calling system.
+        ("os:system", lambda marker: {"command": f"touch '{marker}'"}),
+    ],
+    ids=["test-factory", "os-system"],
+)
+def test_a_factory_the_caller_did_not_allow_is_never_called(
+    tmp_path: Path, factory: str, arguments: Callable[[Path], dict[str, object]]
+) -> None:
+    marker = tmp_path / "factory-ran"
+    path = tmp_path / "hostile.bundle"
+    write_bundle(path, trained_bundle(nn.Linear(4, 1), factory_architecture(factory, arguments(marker))))
+    bundle = load_bundle(path)  # reading the file is safe; only building the model would run the factory
+    assert bundle.factory == factory
+    refused = rf"model factory '{factory}' is not allowed here; it was not imported"
+    for allowed in ((), ["tests.bundle.test_format:two_layer"]):
+        with pytest.raises(FactoryNotAllowed, match=refused):
+            bundle.build_model(allowed=allowed)
+    assert not marker.exists()
+
+
+def test_a_built_in_architecture_needs_no_allowed_factory(mlp_bundle: tuple[nn.Module, Bundle]) -> None:
+    assert mlp_bundle[1].factory is None
+    assert isinstance(mlp_bundle[1].build_model(), nn.Sequential)
 
 
 def test_weights_that_do_not_fit_the_architecture_are_refused(tmp_path: Path) -> None:
@@ -162,6 +199,9 @@ def test_metadata_that_is_not_json_or_an_unknown_architecture_is_refused_on_writ
     model = build_model("logreg", 3, 2)
     with pytest.raises(ConfigError, match="invalid architecture"):
         write_bundle(tmp_path / "b", trained_bundle(model, {"name": "logreg"}))
+    # A factory name that is not "package.module:function" (here one that could hide terminal escapes).
+    with pytest.raises(ConfigError, match="invalid architecture .* with a 'package.module:function' factory"):
+        write_bundle(tmp_path / "b", trained_bundle(model, factory_architecture("os:system\x1b[2K", {})))
     bundle = trained_bundle(model, builtin_architecture("logreg", 3, 2))
     not_json = Bundle(**{**bundle.__dict__, "encoder": {"statistics": object()}})
     with pytest.raises(ConfigError, match=r"metadata is not JSON .* the Encoder's to_mapping\(\)"):

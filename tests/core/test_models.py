@@ -1,7 +1,10 @@
-"""Models: the built-ins' seeded start, and a user's own model loaded from "package.module:function"."""
+"""Models: the built-ins' seeded start, and a user's own model loaded from "package.module:function",
+which is imported only when the caller's own list allows it."""
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,8 @@ from torch import nn
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.models import (
+    ALLOW_FACTORY_FIX,
+    FactoryNotAllowed,
     build_from_factory,
     build_model,
     flat_parameters,
@@ -41,16 +46,45 @@ def test_a_seed_fixes_the_start_and_leaves_the_callers_generator_alone() -> None
     assert torch.equal(torch.random.get_rng_state(), before)
     assert torch.equal(first, flat_parameters(build_model("mlp", 5, 3, seed=4)))
     assert not torch.equal(first, flat_parameters(build_model("mlp", 5, 3, seed=5)))
-    custom = build_from_factory("tests.core.test_models:small_network", {"features": 5, "hidden": 7}, seed=4)
+    path = "tests.core.test_models:small_network"
+    custom = build_from_factory(path, {"features": 5, "hidden": 7}, allowed={path}, seed=4)
     assert torch.equal(torch.random.get_rng_state(), before)
     torch.manual_seed(4)
     assert torch.equal(flat_parameters(custom), flat_parameters(small_network(5, 7)))
 
 
 def test_a_factory_is_found_by_module_and_dotted_name() -> None:
-    assert load_factory("tests.core.test_models:small_network") is small_network
-    assert load_factory("tests.core.test_models:Registry.build") is small_network
-    assert isinstance(load_factory("torch.nn:Identity")(), nn.Identity)
+    paths = ["tests.core.test_models:small_network", "tests.core.test_models:Registry.build", "torch.nn:Identity"]
+    assert load_factory("tests.core.test_models:small_network", paths) is small_network
+    assert load_factory("tests.core.test_models:Registry.build", paths) is small_network
+    assert isinstance(load_factory("torch.nn:Identity", paths)(), nn.Identity)
+
+
+def test_a_factory_not_allowed_is_refused_before_its_module_is_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "imported"
+    # Importing this module would leave the marker: the import itself runs code.
+    (tmp_path / "throwaway_site_models.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\ndef build():\n    raise AssertionError('called')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    refused = "'throwaway_site_models:build' is not allowed here; it was not imported. If you trust it, "
+    for allowed in ((), ["throwaway_site_models:other", "tests.core.test_models:small_network"]):
+        with pytest.raises(FactoryNotAllowed, match=re.escape(refused + ALLOW_FACTORY_FIX)):
+            load_factory("throwaway_site_models:build", allowed)
+        with pytest.raises(FactoryNotAllowed):
+            build_from_factory("throwaway_site_models:build", {}, allowed=allowed)
+    assert "throwaway_site_models" not in sys.modules
+    assert not marker.exists()
+    # The marker is live: once allowed, the import does run the module.
+    load_factory("throwaway_site_models:build", {"throwaway_site_models:build"})
+    assert marker.exists()
+    del sys.modules["throwaway_site_models"]
+    # The consent check comes first: a name that would fail to import or to parse is refused the same way.
+    for path in ("no_such_package_here.models:build", "not a factory path"):
+        with pytest.raises(FactoryNotAllowed, match="is not allowed here"):
+            load_factory(path, ())
 
 
 @pytest.mark.parametrize(
@@ -65,7 +99,7 @@ def test_a_factory_is_found_by_module_and_dotted_name() -> None:
 )
 def test_a_factory_that_cannot_be_loaded_names_the_fix(path: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load_factory(path)
+        load_factory(path, allowed={path})
 
 
 @pytest.mark.parametrize(
@@ -77,11 +111,11 @@ def test_a_factory_that_cannot_be_loaded_names_the_fix(path: str, message: str) 
 )
 def test_a_factory_must_return_a_trainable_module(path: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        build_from_factory(path, {})
+        build_from_factory(path, {}, allowed={path})
 
 
 def test_a_dependency_missing_inside_the_factorys_module_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "site_models.py").write_text("import no_such_dependency_here\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match=r"module 'no_such_dependency_here' .* \(it imports 'no_such_dependency_here'\)"):
-        load_factory("site_models:build")
+        load_factory("site_models:build", allowed={"site_models:build"})
