@@ -8,7 +8,9 @@ statistics of all sites together, learnt by one secure-aggregation round:
 1. each site checks its table (:func:`check_table`) and computes
    :func:`statistics_vector`: its row count, per numeric column the count, sum and
    sum of squares of its values, per categorical column the count of each category
-   (or of each hash bucket, for a column whose categories are learnt);
+   (or of each hash bucket, for a column whose categories are learnt) and of missing
+   cells, with every small categorical count withheld (sent as 0) so that no sum of
+   sites' vectors reveals one;
 2. secure aggregation adds the sites' vectors, revealing only the total;
 3. every site (and the aggregator, for the model bundle) turns the total into the
    same :class:`Encoder` with :func:`encoder_from_statistics`.
@@ -98,9 +100,11 @@ class Schema:
     its own ``<missing>`` level. ``max_abs`` bounds every number (larger ones are
     refused, not clipped, so nothing is silently changed) and ``fraction_bits`` is F, the
     binary digits kept after the point (resolution 2^-F). A learnt categorical column is
-    hashed into ``hash_buckets`` buckets; buckets holding fewer than
-    ``min_category_count`` rows over all sites are merged into ``<other>``, so rare
-    values do not become features of their own.
+    hashed into ``hash_buckets`` buckets. ``min_category_count`` is the smallest
+    categorical count a site lets out: each site withholds its smaller counts (see
+    :func:`statistics_vector`), so a learnt column's buckets that no site lets out are
+    merged into ``<other>``, and rare values neither become features of their own nor
+    can be counted by the aggregator.
     """
 
     label: str
@@ -446,6 +450,17 @@ def statistics_dimension(schema: Schema) -> int:
     return 1 + sum(_width(schema, column) for column in schema.columns)
 
 
+def statistics_slices(schema: Schema) -> list[tuple[Column, slice]]:
+    """Where each column's statistics lie in :func:`statistics_vector`, in schema order (the row count is at 0)."""
+    slices: list[tuple[Column, slice]] = []
+    position = 1
+    for column in schema.columns:
+        width = _width(schema, column)
+        slices.append((column, slice(position, position + width)))
+        position += width
+    return slices
+
+
 def _width(schema: Schema, column: Column) -> int:
     if column.kind == "numeric":
         sum_limbs, square_limbs = _limb_counts(schema)
@@ -493,6 +508,21 @@ def statistics_vector(schema: Schema, table: pd.DataFrame, source: str = "the ta
     sum x_q and of sum x_q^2; per categorical column the count of each listed category
     (or hash bucket) and of missing cells. The table is checked first (the label is
     not needed).
+
+    Small cells are suppressed here, before anything leaves the site: every
+    categorical count below ``schema.min_category_count`` is sent as 0, and if the
+    counts so withheld add up to fewer than ``min_category_count`` rows, the smallest
+    count still sent is withheld too (:func:`_suppress_small_cells`). Why at the site:
+    the aggregator may learn a sum over any set of sites, and two sums whose sets differ
+    by one site give that site's vector exactly, so only a vector safe on its own keeps
+    every sum safe. Each count sent is then 0 or at least ``min_category_count``, and so
+    is any sum of them; so is a column's withheld total, which the aggregator can read
+    off as the row count minus the column's counts (a site with fewer rows than that
+    sends no categorical count at all, and its withheld total is its row count). With
+    the public bucket hash and a list of candidate values the aggregator thus learns of
+    a value only that its count is 0 (absent, rare or withheld) or at least
+    ``min_category_count``, never a smaller count. Row counts and numeric statistics
+    are sent as they are (the encoder's means and standard deviations stay exact).
     """
     table = _named(schema, table, source, label_required=False)
     if len(table) > MAX_SITE_ROWS:
@@ -510,8 +540,26 @@ def statistics_vector(schema: Schema, table: pd.DataFrame, source: str = "the ta
         else:
             levels = schema.hash_buckets if column.categories is None else len(column.categories)
             # Missing cells (code -1) land in the last slot.
-            vector += np.bincount(np.where(values < 0, levels, values), minlength=levels + 1).tolist()
+            cells = np.bincount(np.where(values < 0, levels, values), minlength=levels + 1)
+            vector += _suppress_small_cells(cells, schema.min_category_count).tolist()
     return np.array(vector, dtype=np.float64)
+
+
+def _suppress_small_cells(cells: np.ndarray, minimum: int) -> np.ndarray:
+    """A column's cell counts (they add up to the site's rows) with every count below ``minimum`` set to 0.
+
+    The row count is sent too, so the aggregator learns the withheld total (rows minus
+    the counts sent); when only one cell was withheld that total is its count. So while
+    the withheld total is from 1 to ``minimum`` - 1, the smallest count still sent
+    (the first, on a tie) is withheld as well: being at least ``minimum``, one is
+    enough. Only when every cell is withheld can the total stay below ``minimum``, and
+    then it is the site's row count, which is sent anyway.
+    """
+    sent = np.where(cells < minimum, 0, cells)
+    withheld = int(cells.sum() - sent.sum())
+    if 0 < withheld < minimum and sent.any():
+        sent[np.argmin(np.where(sent > 0, sent, np.iinfo(sent.dtype).max))] = 0
+    return sent
 
 
 def encoder_from_statistics(schema: Schema, summed: np.ndarray) -> Encoder:
@@ -519,19 +567,23 @@ def encoder_from_statistics(schema: Schema, summed: np.ndarray) -> Encoder:
 
     Numbers: mean and population standard deviation of the pooled quantised values,
     computed exactly (Fractions) and rounded once to float64; a constant column gets
-    standard deviation 1. Categories: frequency of each level among all rows. A learnt
-    column keeps the buckets with at least ``min_category_count`` rows as levels and
-    pools the rest into ``<other>``.
+    standard deviation 1 (numeric statistics are never suppressed, so this is exact).
+    Categories: each level's frequency is the rows the sum places in it over all rows.
+    Sites withhold small counts (see :func:`statistics_vector`), so the counts may add
+    up to fewer than the rows: a withheld cell counts in no listed level and in no
+    ``<missing>`` level, whose frequencies are thus at most their true ones. A learnt
+    column keeps as levels the buckets with at least ``min_category_count`` rows in the
+    sum (after suppression, every bucket that arrived nonzero) and puts every other
+    row, withheld ones included, into ``<other>``, where a row of a rare value lands.
     """
     counts = _integers(schema, summed)
-    rows, position = counts[0], 1
+    rows = counts[0]
     if rows <= 0:
         raise ConfigError("the summed statistics count no rows; every site's table was empty or the sum is wrong")
     sum_limbs, square_limbs = _limb_counts(schema)
     encodings = []
-    for column in schema.columns:
-        width = _width(schema, column)
-        part, position = counts[position : position + width], position + width
+    for column, where in statistics_slices(schema):
+        part = counts[where]
         if column.kind == "numeric":
             count = part[0]
             if count <= 0:
@@ -547,12 +599,19 @@ def encoder_from_statistics(schema: Schema, summed: np.ndarray) -> Encoder:
             std = math.sqrt(variance) or 1.0
             encodings.append(ColumnEncoding(column.name, (), (float(Fraction(total, count * scale)),), (std,)))
             continue
+        if min(part) < 0 or sum(part) > rows:
+            raise ConfigError(
+                f"the summed statistics are inconsistent (column {column.name!r} counts {sum(part):,} cells, some "
+                f"negative or more than the {rows:,} rows); the sum is corrupt"
+            )
         *level_counts, missing = part
         buckets: tuple[int, ...] = ()
         if column.categories is None:
+            # Suppressed sums hold no bucket from 1 to min_category_count - 1; the test still
+            # keeps a faulty site's unsuppressed small bucket from becoming a level.
             buckets = tuple(b for b, rows_in in enumerate(level_counts) if rows_in >= schema.min_category_count)
             kept = [level_counts[b] for b in buckets]
-            level_counts = kept + [sum(level_counts) - sum(kept)]
+            level_counts = kept + [rows - sum(kept) - missing]
         if schema.missing == "impute":
             level_counts.append(missing)
         levels = _levels(schema, column, buckets)
@@ -595,7 +654,8 @@ def _integers(schema: Schema, summed: np.ndarray) -> list[int]:
 class ColumnEncoding:
     """How one column becomes features: numeric (no levels, one mean and std) or one feature per level.
 
-    For a categorical column, ``means`` are the levels' global frequencies and ``stds``
+    For a categorical column, ``means`` are the levels' frequencies f over all sites, as
+    the suppressed statistics give them (see :func:`encoder_from_statistics`), and ``stds``
     sqrt(f (1 - f)) (1 where that is 0). ``buckets`` are a learnt column's kept hash
     buckets, in level order.
     """
@@ -635,8 +695,8 @@ class Encoder:
         """Float32 features in the schema's order and int64 class indices (None when the label column is absent).
 
         Numbers are standardised with the global mean and std (a missing one, under
-        "impute", becomes 0); categories one-hot, each level standardised with its global
-        frequency, as ``tabular.encode_features`` does for one table.
+        "impute", becomes 0); categories one-hot, each level standardised with its
+        frequency over all sites, as ``tabular.encode_features`` does for one table.
         """
         table = _named(self.schema, table, source, label_required=False)
         labels = _label_codes(self.schema, table[self.schema.label], source) if self.schema.label in table else None
