@@ -160,6 +160,13 @@ LOCAL_PRIVACY = FailureClass(
     "correct [privacy] in {config}; restore an unreadable state file from a backup (deleting it would "
     "forget the privacy already spent)",
 )
+LOCAL_BINDINGS = FailureClass(
+    "local-bindings",
+    False,
+    "this collaborator's record of the inputs it contributed cannot be read: {reason}",
+    "restore NAME.FEDERATION.bindings.json beside {config} from a backup (deleting it would let the aggregator "
+    "sum past inputs with other survivors; only a new federation id starts afresh)",
+)
 
 FAILURES: tuple[FailureClass, ...] = (
     AGGREGATOR_UNREACHABLE,
@@ -179,6 +186,7 @@ FAILURES: tuple[FailureClass, ...] = (
     LOCAL_DATA,
     LOCAL_MANIFEST,
     LOCAL_PRIVACY,
+    LOCAL_BINDINGS,
 )
 """Every class a collaborator can report, in the order the runbook lists them."""
 

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     import numpy as np
     from torch import nn
 
+DROPOUT_POLICIES = ("allowed", "none")
+"""[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
+
 ADULT_FEATURES = 107
 """Input features of the bundled Adult data: the default model input size."""
 
@@ -125,6 +128,15 @@ class SecureAggregationSettings:
     collaborators may pool what they know with the aggregator. The plan is refused unless
     the threshold satisfies the rule for the full roster (fedfair.secagg.check_threshold)
     and the quorum keeps at least two honest inputs beside the colluders (max_colluding + 2).
+
+    ``dropouts`` "allowed" lets a round finish without parties that dropped (down to t
+    survivors, and never below the manifest's min_round_size). Then sums over survivor
+    sets that differ by one site on *consecutive* models leak that site's update
+    approximately (the models differ by one round's step); only DP bounds that. "none"
+    makes every collaborator of the plan a survivor of every round or the round fails
+    (collaborators sign no smaller survivor set; the quorum must be the whole roster):
+    no such pair of sums exists, at the price of a federation that stalls while one
+    institution is down.
     """
 
     enabled: bool = True
@@ -135,6 +147,12 @@ class SecureAggregationSettings:
     neighbours: int = 0
     max_weight: float = 1e6
     max_colluding: int = 0
+    dropouts: str = "allowed"
+
+    @property
+    def tolerates_dropouts(self) -> bool:
+        """Whether a round may finish without some of the plan's collaborators (``dropouts``)."""
+        return self.dropouts != "none"
 
     def encoding(self) -> EncodingConfig:
         """The fixed-point encoding of a training update (secagg's EncodingConfig)."""
@@ -343,6 +361,7 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
         "max_weight", d.max_weight, check=lambda x: x >= 1, expected="a number >= 1 (the largest batch b_k)"
     )
     max_colluding = t.integer("max_colluding", d.max_colluding, low=0)
+    dropouts = t.string("dropouts", d.dropouts, choices=DROPOUT_POLICIES)
     if enabled:
         # The threshold rule for the full roster: m holders of each secret, up to c colluders.
         holders = neighbours + 1 if neighbours else n
@@ -354,7 +373,7 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
         except ConfigError as error:
             t.fail(f"[secure_aggregation] with {n} collaborators and max_colluding = {max_colluding}: {error}")
     return SecureAggregationSettings(
-        enabled, threshold, modulus_bits, fractional_bits, clip, neighbours, max_weight, max_colluding
+        enabled, threshold, modulus_bits, fractional_bits, clip, neighbours, max_weight, max_colluding, dropouts
     )
 
 
@@ -369,9 +388,17 @@ def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggre
         least, default = 2, max(2, n // 2 + 1)
     # Colluders subtract their own inputs from a sum: two honest inputs must remain.
     isolating = secagg.max_colluding + 2 if secagg.enabled else 1
+    if not secagg.tolerates_dropouts:
+        # Every round holds every collaborator, so a round starts only with all of them.
+        least = default = n
     minimum = t.integer("min_collaborators", max(default, isolating), low=1)
     if minimum > n:
         t.fail(f"[quorum] min_collaborators = {minimum} exceeds the {n} collaborators; lower it")
+    if minimum < least and not secagg.tolerates_dropouts:
+        t.fail(
+            f'[quorum] min_collaborators = {minimum} but [secure_aggregation] dropouts = "none" needs every one '
+            f"of the {n} collaborators in every round; set it to {n} or remove it"
+        )
     if minimum < least:
         t.fail(
             f"[quorum] min_collaborators = {minimum} is below the secure-aggregation threshold {least}; "

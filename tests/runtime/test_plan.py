@@ -4,6 +4,7 @@ bad input with the file, section and fix, and what the aggregator shares stays b
 from __future__ import annotations
 
 import copy
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from cryptography.hazmat.primitives.asymmetric import ec
 from torch import nn
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
@@ -20,6 +22,7 @@ from fedfair.fairness import sums
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime import plan
 from fedfair.runtime.collaborator import config as collaborator_file
+from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.transport import TlsFiles
 from fedfair.secagg import EncodingConfig
 
@@ -284,14 +287,18 @@ def test_a_plan_names_its_own_model_factory_and_every_party_builds_the_same_star
     shared = plan.load_shared_settings(plan.shared_settings(loaded))
     assert shared.model == loaded.model
     generator = torch.random.get_rng_state()
-    aggregator_side = loaded.model.build(seed=loaded.training.seed)
-    collaborator_side = shared.model.build(seed=loaded.training.seed)
+    assert loaded.own_factories == (FACTORY,)  # the operator's own plan is the aggregator's consent
+    aggregator_side = loaded.model.build(seed=loaded.training.seed, allowed=loaded.own_factories)
+    # A collaborator builds it only because its own config allows it (never because the plan names it).
+    with pytest.raises(ConfigError, match="not allowed here; it was not imported"):
+        shared.model.build(seed=loaded.training.seed)
+    collaborator_side = shared.model.build(seed=loaded.training.seed, allowed=(FACTORY,))
     assert torch.equal(torch.random.get_rng_state(), generator), "building must not move the caller's generator"
     assert isinstance(aggregator_side, nn.Sequential) and aggregator_side[0].out_features == 16
     theta_0 = flat_parameters(aggregator_side)
     assert theta_0.numel() == 107 * 16 + 16 + 16 + 1
     assert torch.equal(theta_0, flat_parameters(collaborator_side))
-    assert not torch.equal(theta_0, flat_parameters(loaded.model.build(seed=1)))
+    assert not torch.equal(theta_0, flat_parameters(loaded.model.build(seed=1, allowed=(FACTORY,))))
     # A different factory is a different plan: collaborators and checkpoints tell them apart.
     assert plan.plan_digest(loaded) != plan.plan_digest(aggregator_plan())
 
@@ -308,7 +315,7 @@ def test_a_plan_names_its_own_model_factory_and_every_party_builds_the_same_star
 def test_a_model_factory_that_cannot_build_is_refused_with_the_fix(factory: str, message: str) -> None:
     loaded = aggregator_plan(model={"name": ..., "factory": factory})
     with pytest.raises(ConfigError, match=message) as caught:
-        loaded.model.build(seed=0)
+        loaded.model.build(seed=0, allowed=loaded.own_factories)
     assert "\n" not in str(caught.value)
 
 
@@ -404,3 +411,23 @@ def test_the_templates_digest_and_shared_settings_are_pinned() -> None:
     loaded = plan.load_aggregator_plan(PLAN_TEMPLATE)
     assert plan.plan_digest(loaded) == TEMPLATE_DIGEST
     assert plan.shared_settings(loaded) == TEMPLATE_SHARED_SETTINGS
+
+
+def test_dropouts_none_needs_every_collaborator_in_every_round() -> None:
+    strict = aggregator_plan(secure_aggregation={"dropouts": "none"})
+    assert not strict.secure_aggregation.tolerates_dropouts
+    assert strict.quorum.min_collaborators == len(strict.collaborators)  # the default quorum is the roster
+    with pytest.raises(ConfigError, match=r'dropouts = "none" needs every one of the 3 collaborators'):
+        aggregator_plan(secure_aggregation={"dropouts": "none"}, quorum={"min_collaborators": 2})
+    shared = plan.load_shared_settings(plan.shared_settings(strict))
+    assert shared.secure_aggregation.dropouts == "none"
+    # Every collaborator signs only a survivor set of the whole roster; by default, the isolation bound.
+    key = ec.generate_private_key(ec.SECP256R1())
+    strict_party = Participant("hospital-a", shared, 10, key, b"", lambda credential, name: None)
+    assert strict_party.survivor_floor == 3
+    tolerant = plan.load_shared_settings(plan.shared_settings(aggregator_plan()))
+    assert Participant("hospital-a", tolerant, 10, key, b"", lambda credential, name: None).survivor_floor == 2
+    # At its default the setting is left out of what is shared, so existing plans keep their digest.
+    assert "dropouts" not in json.loads(plan.shared_settings(aggregator_plan()))["secure_aggregation"]
+    with pytest.raises(ConfigError, match=r"dropouts"):
+        aggregator_plan(secure_aggregation={"dropouts": "some"})

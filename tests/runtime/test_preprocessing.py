@@ -60,12 +60,13 @@ def test_a_built_in_model_takes_the_encoders_input_size_and_classes(encoder: Enc
 )
 def test_a_factory_is_handed_the_sizes_its_signature_takes(encoder: Encoder, factory: str, passed: set[str]) -> None:
     settings = ModelSettings(name=factory, factory=f"{__name__}:{factory}", arguments={"features": 999, "hidden": 3})
-    model = model_for(settings, encoder)
+    allowed = (f"{__name__}:{factory}",)
+    model = model_for(settings, encoder, allowed)
     expected = {"features": encoder.num_features, "classes": 2}
     assert {key: model.arguments[key] for key in passed} == {key: expected[key] for key in passed}
     assert "classes" in model.arguments or "classes" not in passed
     assert model.arguments.get("hidden", 3) == 3  # the plan's other arguments stay
-    built = model.build(seed=0)
+    built = model.build(seed=0, allowed=allowed)
     first = next(module for module in built.modules() if isinstance(module, nn.Linear))
     assert first.in_features == encoder.num_features
 

@@ -104,11 +104,11 @@ from fedfair.runtime.collaborator.retries import (
     RetryPolicy,
     Target,
 )
+from fedfair.runtime.collaborator.bindings import BindingRefused, Bindings, SignedView
 from fedfair.runtime.collaborator.steps import (
     STEPS,
     Participant,
     RoundRefused,
-    SignedView,
     Work,
 )
 from fedfair.runtime.collaborator.trainer import (
@@ -132,6 +132,7 @@ from fedfair.runtime.contract import (
 from fedfair.runtime.failures import (
     CONNECTION_LOST,
     FEDERATION_MISMATCH,
+    LOCAL_BINDINGS,
     LOCAL_CERTIFICATES,
     LOCAL_MANIFEST,
     LOCAL_PRIVACY,
@@ -289,8 +290,6 @@ class Collaborator:
         self.contributed_rounds: list[int] = []
         self._work: Work | None = None
         self._trained: TrainedUpdate | None = None
-        self._views: dict[tuple[int, int, str], SignedView] = {}
-        """Per (round, kind, model): the survivors this collaborator signed for that input, in any session."""
         self._holds_control = False
         """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
         first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
@@ -350,6 +349,10 @@ class Collaborator:
                 f"factories",
             )
         self.plan_digest = reply.plan_digest
+        try:
+            self._bindings = Bindings(self._kept_path("bindings.json"))
+        except ConfigError as error:
+            raise PermanentFailure(LOCAL_BINDINGS, reason=error, config=self.config.source) from None
         self.trainer: RoundTrainer | None = None
         self.learner: LocalLearner | None = None
         self.parameters = 0
@@ -514,6 +517,12 @@ class Collaborator:
                 )
                 self._work = None
             return False
+        except BindingRefused as error:
+            logger.warning(
+                "%s: round %d %s: not contributing: %s", self.config.name, binding.round, pb.Stage.Name(binding.stage), error
+            )
+            self._work = None
+            return True
         except WireError as error:
             # A malformed model from the aggregator: sit the round out rather than crash.
             logger.warning(
@@ -566,7 +575,7 @@ class Collaborator:
         except ConfigError as error:
             raise WireError(str(error)) from None
         model = model_digest(values, c)
-        view = self._view_of(binding.round, TRAINING, model)
+        view = self._view_of(binding.round, "train", model)
 
         def job() -> Work:
             trained = self._trained
@@ -586,13 +595,11 @@ class Collaborator:
 
         return job
 
-    def _view_of(self, round_number: int, stages: Stages, model: str) -> SignedView:
-        """The survivor set an input of this round and model is bound to, shared by every session that carries it.
-
-        A re-run round re-sends the same input; were it summed with two different sets of
-        survivors, the aggregator could subtract the two sums and isolate whoever differs.
-        """
-        return self._views.setdefault((round_number, stages.session_offset, model), SignedView())
+    def _view_of(self, round_number: int, kind: str, model: str) -> SignedView:
+        """The survivor set an input of this kind and model is bound to, in every session and round, across
+        restarts (:mod:`fedfair.runtime.collaborator.bindings`); BindingRefused for a round older than one
+        this institution already contributed to."""
+        return self._bindings.view(round_number, kind, model)
 
     def _train_on(
         self,
@@ -750,10 +757,10 @@ class Collaborator:
             # The statistics of this institution's table (counts and sums only), summed with every
             # other site's before training; no model is involved.
             statistics = Work(binding.round, EVALUATION, self.statistics, 1.0)
-            statistics.view = self._view_of(binding.round, EVALUATION, STATISTICS_KIND)
+            statistics.view = self._view_of(binding.round, "statistics", STATISTICS_KIND)
             return lambda: statistics
         theta, c = self._download(stub, binding)  # the evaluation's thresholds depend on the plan, not on c
-        view = self._view_of(binding.round, EVALUATION, model_digest(theta, c))
+        view = self._view_of(binding.round, "evaluate", model_digest(theta, c))
 
         def job() -> Work:
             try:
@@ -809,10 +816,14 @@ class Collaborator:
         if binding.stage == TRAINING.masked and binding.round not in self.contributed_rounds[-1:]:
             self.contributed_rounds.append(binding.round)
 
+    def _kept_path(self, suffix: str) -> Path:
+        """A file this collaborator keeps for one federation: beside its config, NAME.FEDERATION.SUFFIX."""
+        return self.config.source.parent / f"{self.config.name}.{self.shared.federation_id}.{suffix}"
+
     def bundle_path(self) -> Path:
         """Where this collaborator keeps the federation's final model bundle: beside its config,
         one per federation, as it keeps its privacy accountant."""
-        return self.config.source.parent / f"{self.config.name}.{self.shared.federation_id}.{BUNDLE_SUFFIX}"
+        return self._kept_path(BUNDLE_SUFFIX)
 
     def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         """Fetch the final model bundle the FINISHED task offers and keep it, checked as `fedfair predict`

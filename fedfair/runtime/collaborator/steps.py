@@ -34,6 +34,7 @@ from fedfair.core.errors import FedfairError
 from fedfair.datasets.schema import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
+from fedfair.runtime.collaborator.bindings import SignedView
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
@@ -62,19 +63,6 @@ from fedfair.secagg.messages import (
 
 class RoundRefused(FedfairError):
     """This collaborator does not take part in the rest of the round (it withdraws)."""
-
-
-@dataclass
-class SignedView:
-    """The survivors (by name) this collaborator signed for one input, whichever session carried it.
-
-    A round the aggregator re-runs (after a crash, or pretending one) carries the same
-    input again; the collaborator then signs only the same survivor set, so no two
-    unmasked sums differ by one party's input. Honest parties sign one view per input,
-    which is what the threshold rule needs across sessions as within one.
-    """
-
-    survivors: frozenset[str] | None = None
 
 
 @dataclass
@@ -127,6 +115,17 @@ class Participant:
     """Checks a peer's relayed certificate: against the CA, and against the manifest's pin when there is one."""
     manifest: Manifest | None = None
     """The roster the institutions agreed on out of band; without one the roster is trusted to the CA."""
+
+    @property
+    def survivor_floor(self) -> int:
+        """The fewest survivors this collaborator signs for: every collaborator of the plan under
+        ``dropouts = "none"``; else the manifest's min_round_size, else the isolation bound
+        max_colluding + 2, whatever the threshold and the masking graph would allow."""
+        secure = self.shared.secure_aggregation
+        if not secure.tolerates_dropouts:
+            return self.shared.collaborator_count
+        isolating = secure.max_colluding + 2
+        return max(isolating, self.manifest.min_round_size) if self.manifest is not None else isolating
 
     def __post_init__(self) -> None:
         # The same peers' certificates come back every round: each is checked in full once, then by
@@ -215,13 +214,19 @@ def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
     config = work.client.config
     # Ids outside the roster are the client's to refuse; the binding is checked before anything is signed.
     survivors = frozenset(config.name_of(party) for party in survivor_set.survivors if config.is_party(party))
+    floor = me.survivor_floor
+    if len(survivors) < floor:
+        raise RoundRefused(
+            f"only {len(survivors)} survivors, fewer than the {floor} a round may have (the manifest's "
+            "min_round_size, else max_colluding + 2): a sum that small could expose one institution's input"
+        )
     if work.view.survivors is not None and work.view.survivors != survivors:
         raise RoundRefused(
-            "this input was already signed for with other survivors in an earlier session of this round; "
-            "two sums over different survivors would let the aggregator subtract one from the other"
+            "this input was already signed for with other survivors (in an earlier session or round, or before "
+            "a restart); two sums over different survivors would let the aggregator subtract one from the other"
         )
     signature = work.client.consistency(survivor_set)
-    work.view.survivors = survivors
+    work.view.bind(survivors)  # kept on disk before the signature leaves
     return signature.to_bytes()
 
 

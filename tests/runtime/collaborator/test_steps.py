@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from fedfair.core.errors import ConfigError
 from fedfair.runtime.collaborator import steps
+from fedfair.runtime.collaborator.bindings import BindingRefused, Bindings
 from fedfair.runtime.contract import TRAINING
 from fedfair.secagg.messages import SurvivorSet
 from tests.secagg.helpers import Harness, make_config
 
-NO_PARTICIPANT: Any = None
-"""The consistency step needs nothing of the participant."""
+NO_PARTICIPANT: Any = SimpleNamespace(survivor_floor=2)
+"""The consistency step needs nothing of the participant but its survivor floor (here the isolation bound)."""
 
 
 def work_at_consistency(view: steps.SignedView) -> tuple[steps.Work, SurvivorSet, Harness]:
@@ -43,3 +48,46 @@ def test_an_input_already_signed_for_refuses_other_survivors() -> None:
         steps.consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
     assert view.survivors == frozenset({"site-1", "site-2", "site-3", "site-4"})
     assert work.client is not None and work.client.signed_view is None  # refused before anything was signed
+
+
+def test_survivors_below_the_manifests_round_size_are_refused_whatever_t_allows() -> None:
+    # Five parties with t = 3 would unmask over three survivors; a manifest with min_round_size = 4 forbids it.
+    harness = Harness(make_config(parties=5))
+    survivor_set = harness.through_masking([1, 2, 3])
+    work = steps.Work(1, TRAINING, None, 1.0, client=harness.clients[1], view=steps.SignedView())
+    with pytest.raises(steps.RoundRefused, match="only 3 survivors, fewer than the 4"):
+        steps.consistency(SimpleNamespace(survivor_floor=4), work, survivor_set.to_bytes())
+    assert work.client is not None and work.client.signed_view is None and work.view.survivors is None
+
+
+def test_a_binding_survives_a_restart_and_refuses_other_survivors_in_a_later_round(tmp_path: Path) -> None:
+    # The differencing attack: round r with everyone, then round r + 1 on the same model without one site,
+    # with the collaborator restarted in between so that nothing in memory remembers round r.
+    path = tmp_path / "site-1.fed.bindings.json"
+    work, survivor_set, harness = work_at_consistency(Bindings(path).view(4, "train", "model-digest"))
+    steps.consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
+    assert json.loads(path.read_text())["inputs"]["train:model-digest"] == sorted(harness.config.parties)
+    restarted = Bindings(path)
+    later = restarted.view(5, "train", "model-digest")
+    assert later.survivors == frozenset(harness.config.parties)
+    fewer = Harness(make_config(parties=5))
+    smaller = fewer.through_masking([1, 2, 3, 4])
+    with pytest.raises(steps.RoundRefused, match="already signed for with other survivors"):
+        steps.consistency(NO_PARTICIPANT, steps.Work(5, TRAINING, None, 1.0, client=fewer.clients[1], view=later),
+                          smaller.to_bytes())
+    # Another model is another input; an older round is refused outright, the same round again is a re-run.
+    assert restarted.view(5, "train", "next-model").survivors is None
+    with pytest.raises(BindingRefused, match="round 3 .* older than round 4"):
+        restarted.view(3, "train", "old-model")
+    assert restarted.view(4, "train", "model-digest").survivors == frozenset(harness.config.parties)
+    # Round 0's statistics are an input like any other.
+    with pytest.raises(BindingRefused, match="round 0"):
+        restarted.view(0, "statistics", "statistics")
+
+
+def test_an_unreadable_bindings_file_is_refused_not_reset(tmp_path: Path) -> None:
+    path = tmp_path / "site-1.fed.bindings.json"
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="unreadable bindings .* restore it from a backup"):
+        Bindings(path)
+    assert path.read_text() == "{not json"
