@@ -22,6 +22,13 @@ code), so what holds, holds against code that is not ours:
   a corrupt unmask share and withheld unmask shares (a patched collaborator);
 - a cheating aggregator (fedfair's own, its relay patched): equivocation about who
   survived, and a Sybil roster; the honest collaborators must refuse;
+- consent and pins (``benchmarks/attacks/consent.py``): a plan naming a model factory
+  (refused before import by a collaborator holding a pinned manifest and by one whose
+  manifest is a roster only), a plan unlike the pinned one (the evaluation grid, the
+  masking graph), a model bundle naming a factory (``fedfair predict`` without
+  ``--allow-factory``), differencing (round r with every site, round r + 1 on the same
+  model without one, the collaborators restarted in between) and a survivor set below
+  the manifest's ``min_round_size``; each beside a control run where the honest path works;
 - crashes: the aggregator killed with SIGKILL in each stage of a round, then resumed
   with ``--resume``: the final model must be the uninterrupted run's, bit for bit;
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
@@ -34,7 +41,7 @@ Output: JSON on stdout and, with ``--json PATH``, in that file:
 ``{"attacks": [{"attack", "expected", "observed", "handled", "seconds", ...}, ...],
 "fuzz": {"messages", "crashes", "hangs", "invalid_rounds_applied", ...}, "failed": [...]}``.
 ``--quick`` runs a shorter version (500 fuzz messages, shorter floods, one crash point, in
-plain mode) for ``make test`` (about 45 s on 2 cores); the full run takes about 3-4 minutes. The exit status is 0 when the run completed, whatever it
+plain mode) for ``make test`` (about 55 s on 2 cores, the consent scenario about 10 s of it); the full run takes about 3-4 minutes. The exit status is 0 when the run completed, whatever it
 found; the rows say what held.
 """
 
@@ -54,12 +61,13 @@ from typing import Any
 
 import torch
 from attacks.cheating import equivocation_row, sybil_rows
+from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
 from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.rows import CHECK, RowBook
 from attacks.secure_attacks import SecureAttacks
 
-SCENARIOS = ("plain", "secure", "cheating", "crashes")
+SCENARIOS = ("plain", "secure", "cheating", "consent", "crashes")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             sybil_rows(where / "sybil", book)
 
         runs["cheating"] = cheating
+        runs["consent"] = lambda where: consent_rows(where, book)
         runs["crashes"] = lambda where: CrashRuns(where, book, quick=args.quick).run()
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)

@@ -8,7 +8,8 @@
   for being stale rather than for being forged, and a row would pass for the wrong reason.
 - The quick run (a real aggregator process, real TLS, honest collaborators, the hostile
   client, 500 fuzz messages, one crash point): every row handled, the Report RPC's
-  abuse rows among them, the fuzz clean.
+  abuse rows among them, the consent scenario's (factory, bundle, differencing,
+  unpinned plan, survivor floor) too, the fuzz clean.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from attacks import secagg_wire
 
 FEDERATION = "attack-test"
 NAMES = ("site-a", "site-b", "site-m")
+CONSENT_CLASSES = {"factory": 2, "bundle": 1, "differencing": 1, "unpinned plan": 1, "survivor floor": 1}
+"""The consent scenario's row classes (each row's attack text starts with its class word) and how many rows each."""
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -145,6 +148,12 @@ def test_the_quick_attack_matrix_finds_every_attack_handled(tmp_path: Path) -> N
     assert not failed, json.dumps(failed, indent=1)
     # The Report RPC is abused too (malformed, foreign, out of range, flooded), and fuzzed.
     assert sum(row["attack"].startswith("Report") for row in rows) >= 12
+    # Consent and pins: a factory in the plan (pinned and roster-only manifests), a factory bundle,
+    # differencing across rounds and restarts, a plan unlike the pin, a survivor set below the floor.
+    for word, least in CONSENT_CLASSES.items():
+        matching = [row for row in rows if row["attack"].startswith(f"{word}:")]
+        assert len(matching) >= least, f"{len(matching)} '{word}' rows, expected at least {least}"
+        assert all(row["handled"] for row in matching), json.dumps(matching, indent=1)
     fuzz = result["fuzz"]
     assert fuzz["messages"] >= 500
     assert fuzz["by_rpc"].get("Report"), fuzz["by_rpc"]

@@ -261,6 +261,11 @@ def _check_federation(manifest: Manifest, federation_id: str, where: str) -> Non
 def setting_differences(pinned: Mapping[str, Any], served: Mapping[str, Any]) -> list[str]:
     """Every field where two plans' settings differ, as "section.key: pinned -> served" lines, sorted."""
     flat_pinned, flat_served = _flatten(pinned), _flatten(served)
+    for flat, other in ((flat_pinned, flat_served), (flat_served, flat_pinned)):
+        # An empty table on one side shows as its entries on the other ({} -> {"a": 1} is "t.a: (absent) -> 1").
+        for path in [path for path, value in flat.items() if value == {}]:
+            if any(key.startswith(f"{path}.") for key in other):
+                del flat[path]
     lines = []
     for field in sorted(flat_pinned.keys() | flat_served.keys()):
         before, after = flat_pinned.get(field, _ABSENT), flat_served.get(field, _ABSENT)

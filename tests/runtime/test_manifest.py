@@ -418,3 +418,13 @@ def test_changing_the_plan_is_a_new_pin_and_plan_diff_shows_it(
     # A manifest in force is never overwritten: the new one is a new file every institution accepts.
     assert cli.main(["plan", "pin", "--plan", str(edited_plan), "--manifest", str(federation / "pinned.toml"),
                      "--out", str(federation / "pinned-2.toml")]) == 2
+
+
+def test_setting_differences_name_leaves_even_under_an_empty_table() -> None:
+    pinned = {"model": {"arguments": {}, "name": "x"}, "training": {"lr": 0.1}}
+    served = {"model": {"arguments": {"hidden": 8}, "name": "x"}, "training": {"lr": 0.1, "rounds": 3}}
+    assert manifests.setting_differences(pinned, served) == [
+        "model.arguments.hidden: (absent) -> 8",
+        "training.rounds: (absent) -> 3",
+    ]
+    assert manifests.setting_differences(served, served) == []
