@@ -11,9 +11,10 @@ atomically before its signature leaves):
 
 - per input kind (``statistics``, ``train``, ``evaluate``) and model digest, the
   survivor set it signed for: it signs no other set for that model, in any round;
-- the latest (round, kind) it signed for: it refuses an older one, so old rounds
-  cannot be replayed against it. The same round again is a re-run after an
-  aggregator crash and is allowed, bound to the same survivors.
+- the latest round it signed for: it refuses an older one, so old rounds cannot be
+  replayed against it. The same round again, of any kind, is allowed: an aggregator
+  killed during a round's evaluation resumes from the checkpoint before that round
+  and re-runs its training, whose input is bound to the same survivors as before.
 
 A file that cannot be read is refused with its path, never silently reset: losing it
 would reopen the attack.
@@ -29,8 +30,8 @@ from pathlib import Path
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.files import atomic_write
 
-KINDS = {"statistics": 0, "train": 0, "evaluate": 1}
-"""Input kinds and their order within a round: a round's evaluation follows its training."""
+KINDS = ("statistics", "train", "evaluate")
+"""The kinds of input: the statistics before round 1 (round 0), a round's training and its evaluation."""
 
 FORMAT = "fedfair-bindings"
 
@@ -65,7 +66,7 @@ class Bindings:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._survivors: dict[str, frozenset[str]] = {}
-        self._latest: tuple[int, int] | None = None
+        self._latest: int | None = None
         self._views: dict[str, SignedView] = {}
         if path.exists():
             self._load()
@@ -80,7 +81,7 @@ class Bindings:
             if data.get("format") != FORMAT:
                 raise ValueError("not a bindings file")
             latest = data["latest"]
-            self._latest = None if latest is None else (int(latest[0]), int(latest[1]))
+            self._latest = None if latest is None else int(latest)
             self._survivors = {
                 str(key): frozenset(str(name) for name in names) for key, names in data["inputs"].items()
             }
@@ -90,15 +91,15 @@ class Bindings:
     def _save(self) -> None:
         document = {
             "format": FORMAT,
-            "latest": None if self._latest is None else list(self._latest),
+            "latest": self._latest,
             "inputs": {key: sorted(names) for key, names in sorted(self._survivors.items())},
         }
         payload = json.dumps(document, indent=1).encode()
         atomic_write(self.path, lambda stream: stream.write(payload))
 
     @property
-    def latest(self) -> tuple[int, int] | None:
-        """The (round, kind order) of the latest input signed for, or None."""
+    def latest(self) -> int | None:
+        """The round of the latest input signed for, or None."""
         return self._latest
 
     def view(self, round_number: int, kind: str, model: str) -> SignedView:
@@ -107,10 +108,11 @@ class Bindings:
         Raises BindingRefused for a round older than the latest one signed for: an
         aggregator replaying it could difference its sum against the one already revealed.
         """
-        position = (round_number, KINDS[kind])
-        if self._latest is not None and position < self._latest:
+        if kind not in KINDS:
+            raise ValueError(f"unknown input kind {kind!r}; one of {', '.join(KINDS)}")
+        if self._latest is not None and round_number < self._latest:
             raise BindingRefused(
-                f"round {round_number} ({kind}) is older than round {self._latest[0]}, which this institution "
+                f"round {round_number} ({kind}) is older than round {self._latest}, which this institution "
                 f"has already contributed to (kept in {self.path}); a replayed round's sum could be subtracted "
                 "from one already revealed"
             )
@@ -120,7 +122,7 @@ class Bindings:
 
             def keep(survivors: frozenset[str]) -> None:
                 self._survivors[key] = survivors
-                self._latest = max(position, self._latest or position)
+                self._latest = max(round_number, self._latest or round_number)
                 self._save()
 
             view = self._views[key] = SignedView(self._survivors.get(key), keep)

@@ -85,6 +85,16 @@ def test_a_binding_survives_a_restart_and_refuses_other_survivors_in_a_later_rou
         restarted.view(0, "statistics", "statistics")
 
 
+def test_a_rounds_training_may_run_again_after_its_evaluation_was_signed(tmp_path: Path) -> None:
+    # An aggregator killed during round 4's evaluation resumes from the checkpoint of round 3 and re-runs
+    # round 4's training on the same model: the same round, bound to the same survivors, not an old round.
+    path = tmp_path / "site-1.fed.bindings.json"
+    work, survivor_set, harness = work_at_consistency(Bindings(path).view(4, "evaluate", "average"))
+    steps.consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
+    assert json.loads(path.read_text())["latest"] == 4
+    assert Bindings(path).view(4, "train", "model-digest").survivors is None
+
+
 def test_an_unreadable_bindings_file_is_refused_not_reset(tmp_path: Path) -> None:
     path = tmp_path / "site-1.fed.bindings.json"
     path.write_text("{not json")
