@@ -27,8 +27,11 @@ code), so what holds, holds against code that is not ours:
   manifest is a roster only), a plan unlike the pinned one (the evaluation grid, the
   masking graph), a model bundle naming a factory (``fedfair predict`` without
   ``--allow-factory``), differencing (round r with every site, round r + 1 on the same
-  model without one, the collaborators restarted in between) and a survivor set below
-  the manifest's ``min_round_size``; each beside a control run where the honest path works;
+  model without one, the collaborators restarted in between), a survivor set below
+  the manifest's ``min_round_size``, the statistics sum read for rare values and re-run
+  without one site, and the review's evaluation queries (a crafted model on a grid of the
+  aggregator's choosing; one model evaluated twice, once without a site); each beside a
+  control run where the honest path works;
 - crashes: the aggregator killed with SIGKILL in each stage of a round, then resumed
   with ``--resume``: the final model must be the uninterrupted run's, bit for bit;
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).

@@ -9,7 +9,7 @@
 - The quick run (a real aggregator process, real TLS, honest collaborators, the hostile
   client, 500 fuzz messages, one crash point): every row handled, the Report RPC's
   abuse rows among them, the consent scenario's (factory, bundle, differencing,
-  unpinned plan, survivor floor) too, the fuzz clean.
+  unpinned plan, survivor floor, statistics, evaluation query) too, the fuzz clean.
 """
 
 from __future__ import annotations
@@ -39,7 +39,15 @@ from attacks import secagg_wire
 
 FEDERATION = "attack-test"
 NAMES = ("site-a", "site-b", "site-m")
-CONSENT_CLASSES = {"factory": 2, "bundle": 1, "differencing": 1, "unpinned plan": 1, "survivor floor": 1}
+CONSENT_CLASSES = {
+    "factory": 2,
+    "bundle": 1,
+    "differencing": 1,
+    "unpinned plan": 1,
+    "survivor floor": 1,
+    "statistics": 1,
+    "evaluation query": 1,
+}
 """The consent scenario's row classes (each row's attack text starts with its class word) and how many rows each."""
 
 
@@ -149,7 +157,9 @@ def test_the_quick_attack_matrix_finds_every_attack_handled(tmp_path: Path) -> N
     # The Report RPC is abused too (malformed, foreign, out of range, flooded), and fuzzed.
     assert sum(row["attack"].startswith("Report") for row in rows) >= 12
     # Consent and pins: a factory in the plan (pinned and roster-only manifests), a factory bundle,
-    # differencing across rounds and restarts, a plan unlike the pin, a survivor set below the floor.
+    # differencing across rounds and restarts, a plan unlike the pin, a survivor set below the floor,
+    # the statistics sum (small cells, round 0 re-run without a site) and the evaluation query (a
+    # served grid, the same crafted model evaluated without a site).
     for word, least in CONSENT_CLASSES.items():
         matching = [row for row in rows if row["attack"].startswith(f"{word}:")]
         assert len(matching) >= least, f"{len(matching)} '{word}' rows, expected at least {least}"
