@@ -24,7 +24,9 @@ contributes).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -64,6 +66,24 @@ class Update:
         if self.control is not None:
             parts.append(self.control.detach().to("cpu", torch.float64))
         return torch.cat(parts) * self.weight
+
+
+def bounded(update: Update, weight: float, norm: float) -> Update:
+    """`update` as a federation with agreed weights submits it: with the agreed `weight` in place of
+    the batch size, and (delta, delta_c) scaled into the L2 ball of radius `norm`, so that this
+    collaborator moves the weighted mean by at most weight * norm / total weight.
+
+    An update already inside the ball is returned with its tensors untouched (bit for bit). The
+    drift-correction control variate is a separate sum, bounded coordinate by coordinate by the
+    encoding's clip, and is left as it is. A non-finite update is returned unscaled: the caller
+    refuses it.
+    """
+    delta = update.delta.detach()
+    length = math.sqrt(float(delta.to(torch.float64).square().sum()) + update.delta_c**2)
+    if not math.isfinite(length) or length <= norm:
+        return dataclasses.replace(update, weight=weight)
+    scale = norm / length
+    return dataclasses.replace(update, delta=delta * scale, delta_c=update.delta_c * scale, weight=weight)
 
 
 class BatchSampler:

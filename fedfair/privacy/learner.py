@@ -61,6 +61,9 @@ class PrivacyReport:
     budget: float | None
     # None in reports written before the clipping mode was recorded.
     clipping: ClippingMode | None = None
+    released: str | None = None
+    """What this collaborator sends outside the noise besides the noised update, and why it is no
+    function of its data (the weight and batch a plan fixes); None where the caller did not say."""
 
     def to_dict(self) -> dict[str, float | int | str | None]:
         return asdict(self)
@@ -69,9 +72,10 @@ class PrivacyReport:
         cross = f" (RDP {self.rdp_epsilon:.3f})" if self.rdp_epsilon is not None else ""
         budget = f" of budget {self.budget:g}" if self.budget is not None else ""
         clipping = f", {_CLIPPING_NAMES[self.clipping]}" if self.clipping is not None else ""
+        released = f"; outside the noise: {self.released}" if self.released is not None else ""
         return (
             f"epsilon {self.epsilon:.3f}{cross}{budget} at delta {self.delta:g} "
-            f"after {self.rounds} private rounds ({self.steps} steps, {self.accountant} accountant{clipping})"
+            f"after {self.rounds} private rounds ({self.steps} steps, {self.accountant} accountant{clipping}){released}"
         )
 
 
@@ -113,7 +117,8 @@ class PrivateLearner:
     `clipping` is "auto" (one-pass norm-only clipping where every trainable layer is
     dense or the threshold, else norm-only clipping where every layer has a norm
     sampler, else per-sample gradients), or "one_pass" / "norm" / "per_sample" to
-    insist on one; the mode chosen is `self.clipping`.
+    insist on one; the mode chosen is `self.clipping`. `released` is what the report says is
+    sent outside the noise (PrivacyReport.released).
     """
 
     def __init__(
@@ -125,6 +130,7 @@ class PrivateLearner:
         planned_rounds: int | None = None,
         name: str = "collaborator",
         clipping: str = "auto",
+        released: str | None = None,
     ) -> None:
         if not privacy.enabled:
             raise ConfigError("privacy is not enabled; set enabled = true in [privacy] (or pass a --dp-* flag)")
@@ -141,6 +147,7 @@ class PrivateLearner:
         self.learner = learner
         self.privacy = privacy
         self.name = name
+        self.released = released
         self.accountant = accountant if accountant is not None else PrivacyAccountant()
         self.steps_per_round = learner.config.local_steps
         self.sample_rate = learner.batch_size / learner.num_samples
@@ -279,6 +286,7 @@ class PrivateLearner:
             rdp_epsilon=cross,
             budget=self.privacy.budget,
             clipping=self.clipping,
+            released=self.released,
         )
 
     def _draw_round(self) -> None:

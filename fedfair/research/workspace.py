@@ -22,13 +22,20 @@ def free_port() -> int:
 
 
 def toml_text(sections: Mapping[str, Mapping[str, Any]]) -> str:
-    """Tables of strings, numbers, booleans and lists as TOML (JSON spells those the same way)."""
+    """Tables of strings, numbers, booleans, lists and inline tables as TOML (JSON spells all but the
+    last the same way)."""
     lines: list[str] = []
     for section, values in sections.items():
         lines.append(f"[{section}]")
-        lines.extend(f"{key} = {json.dumps(value)}" for key, value in values.items() if value is not None)
+        lines.extend(f"{key} = {_toml_value(value)}" for key, value in values.items() if value is not None)
         lines.append("")
     return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{json.dumps(key)} = {_toml_value(item)}" for key, item in value.items()) + " }"
+    return json.dumps(value)
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,15 @@ def make_workspace(
     }
     for section, values in (plan or {}).items():
         sections.setdefault(section, {}).update(values)
+    sources = {
+        name: (data or {}).get(name, {"dataset": "adult", "partition": "race", "index": index})
+        for index, name in enumerate(names)
+    }
+    if "influence" not in sections:
+        seed = int(sections.get("training", {}).get("seed", 0))
+        sizes = declared_sizes(sources, seed)
+        if sizes is not None:
+            sections["influence"] = {"weights": "declared", "sizes": sizes}
     plan_path = root / "aggregator" / "plan.toml"
     plan_path.parent.mkdir(parents=True, exist_ok=True)
     plan_path.write_text(toml_text(sections))
@@ -91,7 +107,7 @@ def make_workspace(
     for index, name in enumerate(names):
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
-        source = (data or {}).get(name, {"dataset": "adult", "partition": "race", "index": index})
+        source = sources[name]
         config = {
             "collaborator": {
                 "name": name,
@@ -108,6 +124,33 @@ def make_workspace(
         configs[name] = folder / "collaborator.toml"
         configs[name].write_text(toml_text(config))
     return Workspace(root, certs, plan_path, configs, output, address)
+
+
+def declared_sizes(sources: Mapping[str, Mapping[str, Any]], seed: int) -> dict[str, int] | None:
+    """Each institution's training rows when every [data] names a partitioned dataset, as the
+    collaborator will split it (its plan's seed and collaborator count); None otherwise.
+
+    They are what the institutions of a workspace declare in [influence] sizes, so the weights
+    are Algorithm 1's b_k and agreed, not claimed.
+    """
+    # Imported here: the datasets are needed only to count rows, not to write a workspace of CSV tables.
+    from fedfair.datasets import DATASETS, Dataset, load_dataset, partition
+
+    if not all("dataset" in source and "csv" not in source for source in sources.values()):
+        return None
+    sizes: dict[str, int] = {}
+    loaded: dict[str, Dataset] = {}
+    for name, source in sources.items():
+        key = str(source["dataset"])
+        if key not in loaded:
+            loaded[key] = load_dataset(key)
+        dataset = loaded[key]
+        info = DATASETS.get(key)
+        scheme = source.get("partition") or (info.default_partition if info is not None else "iid")
+        parts = int(source.get("parts") or len(sources))
+        splits = partition(dataset, scheme, parts, seed=seed, alpha=float(source.get("alpha") or 0.5))
+        sizes[name] = len(splits[int(source.get("index") or 0)].train_index)
+    return sizes
 
 
 def write_pinned_manifest(path: Path, plan_path: Path, certs: Path, max_colluding: int = 0) -> str:

@@ -124,6 +124,13 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
         manifest=manifest,
         **read_learning(where, data, len(names)).learning_sections(),
     )
+    declared = set(loaded.influence.sizes)
+    if declared and declared != set(names):
+        missing, unknown = sorted(set(names) - declared), sorted(declared - set(names))
+        raise ConfigError(
+            f"{where}: [influence] sizes must declare exactly the collaborators; missing {missing or 'none'}, "
+            f"not collaborators {unknown or 'none'}"
+        )
     if loaded.manifest is not None and check_manifest:
         check_plan(loaded.manifest, loaded, shared_content(loaded))
     return loaded

@@ -30,12 +30,16 @@ from fedfair.core.config import (
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import STATISTICS_MAX_SITES, Schema
 from fedfair.fairness import sums
+from fedfair.pki.names import validate_name
 from fedfair.runtime.toml_tables import Table, field_names
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
 
 if TYPE_CHECKING:
     import numpy as np
     from torch import nn
+
+WEIGHTINGS = ("equal", "declared")
+"""[influence] weights: every institution counts the same, or by the size the plan declares for it."""
 
 DROPOUT_POLICIES = ("allowed", "none")
 """[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
@@ -115,6 +119,60 @@ class TrainingSettings:
     def average_from_round(self) -> int:
         """`server.apply`'s average_from: the pairs later rounds start from enter the averaged output."""
         return int(self.average_from * self.rounds)
+
+
+@dataclass(frozen=True)
+class InfluenceSettings:
+    """How far one institution can move the model in a round: a weight agreed in the plan, never
+    claimed, and an L2 bound on its update.
+
+    ``weights`` "equal" gives every institution weight 1: each counts the same, whatever its
+    size. "declared" gives institution k the weight b_k = round(batch_fraction * n_k) of the size
+    n_k that ``sizes`` declares for it, which makes the averaged update Algorithm 1's (the mean
+    over every sample of the federation) when the declared sizes are the true ones. Either way
+    no collaborator reports a weight the server trusts: the server divides a round's sum by the
+    agreed total of the round's contributors and voids a round whose decoded total differs.
+
+    ``sizes`` (name -> rows) also fixes each institution's mini-batch, b_k above, so that under
+    DP the batch and the weight are constants of the plan, not functions of the data; DP-SGD
+    needs them (:meth:`batch_base`). Institution sizes are public facts for hospitals and banks
+    more often than not; a federation that must hide them uses equal weights without DP.
+
+    ``update_norm`` is C, the L2 bound on each institution's round update (delta theta, delta c):
+    an honest collaborator scales a longer update into the ball, the aggregator refuses a plain
+    upload outside it, and a secure round whose mean update is longer than C is void. One site
+    of weight w_k then moves the mean by at most w_k C / W in plain rounds (see docs/design.md
+    for what secure rounds can and cannot check).
+    """
+
+    weights: str = "equal"
+    # Left out of the hash like ModelSettings.arguments: a table is not hashable.
+    sizes: dict[str, int] = dataclasses.field(default_factory=dict, hash=False)
+    update_norm: float = 2.0
+
+    def batch_base(self, name: str, rows: int) -> int:
+        """The n_k an institution's batch fraction applies to: its declared size, else its row count."""
+        return self.sizes.get(name, rows)
+
+    def weight_of(self, name: str, batch_fraction: float) -> float:
+        """Institution `name`'s agreed weight w_k (a ConfigError if the plan declares no size for it)."""
+        if self.weights == "equal":
+            return 1.0
+        if name not in self.sizes:
+            raise ConfigError(
+                f'[influence] weights = "declared" but sizes has no entry for {name!r}; add {name} = ROWS to '
+                "[influence] sizes"
+            )
+        return float(declared_batch(self.sizes[name], batch_fraction))
+
+    def total_weight(self, names: Collection[str], batch_fraction: float) -> float:
+        """The agreed total weight of a round's contributors: what the server divides their sum by."""
+        return math.fsum(self.weight_of(name, batch_fraction) for name in names)
+
+
+def declared_batch(size: int, batch_fraction: float) -> int:
+    """b_k = round(batch_fraction * n_k), at least 1: core.data.local_batch_size of a declared size."""
+    return max(round(batch_fraction * size), 1)
 
 
 @dataclass(frozen=True)
@@ -203,6 +261,7 @@ class LearningSettings:
     objective: ObjectiveConfig
     model: ModelSettings
     training: TrainingSettings
+    influence: InfluenceSettings
     secure_aggregation: SecureAggregationSettings
     quorum: QuorumSettings
     evaluation: EvaluationSettings
@@ -330,6 +389,41 @@ def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
     )
 
 
+def _influence(source: str, data: Mapping[str, object], n: int) -> InfluenceSettings:
+    t = Table.of(source, data, "influence", field_names(InfluenceSettings))
+    d = InfluenceSettings()
+    weights = t.string("weights", d.weights, choices=WEIGHTINGS)
+    sizes: dict[str, int] = {}
+    if t.given("sizes") and t.data["sizes"] != {}:
+        value = t.data["sizes"]
+        expected = "a table of institution = rows, e.g. { hospital-a = 1621, hospital-b = 774 }"
+        if not isinstance(value, Mapping) or not all(_positive_integer(rows) for rows in value.values()):
+            t.bad("sizes", value, expected)
+        for name in value:
+            try:
+                validate_name(name)
+            except ConfigError as error:
+                t.fail(f"[influence] sizes: {error}")
+        if len(value) != n:
+            t.fail(
+                f"[influence] sizes declares {len(value)} institutions but the federation has {n}; declare "
+                "every collaborator's size once"
+            )
+        sizes = dict(value)
+    if weights == "declared" and not sizes:
+        t.fail(
+            '[influence] weights = "declared" needs sizes = { NAME = ROWS, ... } for every collaborator; add '
+            'them, or use weights = "equal"'
+        )
+    update_norm = t.number(
+        "update_norm",
+        d.update_norm,
+        check=lambda x: x > 0,
+        expected="a number > 0 (the L2 bound on each institution's round update)",
+    )
+    return InfluenceSettings(weights=weights, sizes=sizes, update_norm=update_norm)
+
+
 def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> SecureAggregationSettings:
     t = Table.of(source, data, "secure_aggregation", field_names(SecureAggregationSettings))
     d = SecureAggregationSettings()
@@ -446,10 +540,20 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
     """The learning sections of a plan (or of shared settings) for a federation of `collaborators`."""
     secagg = _secure_aggregation(source, data, collaborators)
     schema = _schema(source, data, collaborators)
+    training = _training(source, data)
+    influence = _influence(source, data, collaborators)
+    if influence.weights == "declared":
+        heaviest = max(influence.sizes.values())
+        if declared_batch(heaviest, training.batch_fraction) > secagg.max_weight:
+            raise ConfigError(
+                f"{source}: [influence] sizes give a weight of {declared_batch(heaviest, training.batch_fraction)}, "
+                f"above [secure_aggregation] max_weight = {secagg.max_weight:g}; raise max_weight"
+            )
     return LearningSettings(
         objective=_objective(source, data),
         model=_model(source, data),
-        training=_training(source, data),
+        training=training,
+        influence=influence,
         secure_aggregation=secagg,
         quorum=_quorum(source, data, collaborators, secagg),
         evaluation=_evaluation(source, data),

@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from fedfair.core import server
+from fedfair.core.local import bounded
 from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
 from fedfair.research.launch import training_config
@@ -204,7 +205,13 @@ def replay(
             updates[name] = learner.train_round(state.theta, state.c, state.control)
         if record["status"] != "applied":
             continue
-        aggregate = server.Aggregate.of([updates[name] for name in record["contributors"]])
+        influence, fraction = plan.influence, plan.training.batch_fraction
+        aggregate = server.Aggregate.of(
+            [
+                bounded(updates[name], influence.weight_of(name, fraction), influence.update_norm)
+                for name in record["contributors"]
+            ]
+        )
         state = server.apply(state, aggregate, bound=objective.bound, average_from=average_from)
     return state
 

@@ -219,6 +219,20 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
             {"model": {"name": ..., "factory": FACTORY, "arguments": {"hidden": float("nan")}}},
             r"arguments must be a table of strings, finite numbers",
         ),
+        ({"influence": {"weights": "declared"}}, r'weights = "declared" needs sizes = \{ NAME = ROWS'),
+        ({"influence": {"weights": "by_size"}}, r'weights = "by_size" is not known'),
+        ({"influence": {"sizes": {"hospital-a": 10, "hospital-b": 10}}}, r"declares 2 institutions but the federation has 3"),
+        ({"influence": {"sizes": {"hospital-a": 10, "hospital-b": 10, "hospital-c": 0}}}, r"sizes must be a table of"),
+        ({"influence": {"sizes": {"hospital-a": 10, "hospital-b": 10, "Hospital C": 5}}}, r"invalid participant name"),
+        (
+            {"influence": {"sizes": {"hospital-a": 10, "hospital-b": 10, "hospital-d": 5}}},
+            r"sizes must declare exactly the collaborators; missing \['hospital-c'\], not collaborators \['hospital-d'\]",
+        ),
+        (
+            {"influence": {"weights": "declared", "sizes": {"hospital-a": 10**9, "hospital-b": 1, "hospital-c": 1}}},
+            r"sizes give a weight of 10000000, above \[secure_aggregation\] max_weight = 1e\+06; raise max_weight",
+        ),
+        ({"influence": {"update_norm": 0}}, r"update_norm must be a number > 0"),
         ({"trainig": {}}, r"unknown section \[trainig\]; did you mean 'training'\?"),
         ({"objective": 3}, r"\[objective\] must be a table"),
     ],
@@ -384,7 +398,7 @@ def test_shared_settings_round_trip_without_names_or_paths() -> None:
         assert secret.encode() not in payload
     shared = plan.load_shared_settings(payload)
     assert shared.federation_id == loaded.federation_id and shared.collaborator_count == 3
-    for section in ("objective", "model", "training", "secure_aggregation", "quorum", "evaluation"):
+    for section in ("objective", "model", "training", "influence", "secure_aggregation", "quorum", "evaluation"):
         assert getattr(shared, section) == getattr(loaded, section)
     with pytest.raises(ConfigError, match="not valid JSON"):
         plan.load_shared_settings(b"\xff")
@@ -392,10 +406,11 @@ def test_shared_settings_round_trip_without_names_or_paths() -> None:
         plan.load_shared_settings(payload.replace(b'"rho":0.3', b'"rho":3'))
 
 
-TEMPLATE_DIGEST = "552a8d3db7a0862b353e9eba4b0a3e6e329a0d1d059dcd3e0de864093f350a4a"
+TEMPLATE_DIGEST = "3e4e24573bbd9dff0f1e432dfd844361346d6579e0a51effa14768b335ce8890"
 TEMPLATE_SHARED_SETTINGS = (
     b'{"evaluation":{"every":5,"loss_range":[0.0,3.0],"min_bucket_count":10},'
     b'"federation":{"collaborator_count":3,"id":"fedfair-demo"},'
+    b'"influence":{"sizes":{},"update_norm":2.0,"weights":"equal"},'
     b'"model":{"arguments":{},"classes":2,"factory":null,"features":107,"image_shape":null,"name":"logreg"},'
     b'"objective":{"bound":10.0,"epsilon":0.1,"gamma":0.05,"rho":0.3,"smooth":"softrelu"},'
     b'"quorum":{"min_collaborators":2,"round_timeout_seconds":300.0},'
@@ -431,3 +446,21 @@ def test_dropouts_none_needs_every_collaborator_in_every_round() -> None:
     assert "dropouts" not in json.loads(plan.shared_settings(aggregator_plan()))["secure_aggregation"]
     with pytest.raises(ConfigError, match=r"dropouts"):
         aggregator_plan(secure_aggregation={"dropouts": "some"})
+
+
+def test_agreed_weights_are_shared_and_pinned_with_the_plan() -> None:
+    sizes = {"hospital-a": 27869, "hospital-b": 3124, "hospital-c": 1569}
+    loaded = aggregator_plan(influence={"weights": "declared", "sizes": sizes, "update_norm": 1.5})
+    # b_k = round(batch_fraction * n_k) of the declared n_k: Algorithm 1's weights, agreed instead of claimed.
+    assert [loaded.influence.weight_of(name, 0.01) for name in sizes] == [279.0, 31.0, 16.0]
+    assert loaded.influence.total_weight(["hospital-b", "hospital-c"], 0.01) == 47.0
+    shared = plan.load_shared_settings(plan.shared_settings(loaded))
+    assert shared.influence == loaded.influence and shared.influence.sizes == sizes
+    assert plan.shared_content(loaded)["influence"] == {"weights": "declared", "sizes": sizes, "update_norm": 1.5}
+    # Equal weights need no sizes; sizes without "declared" still fix each batch (what DP needs).
+    equal = aggregator_plan(influence={"sizes": sizes})
+    assert equal.influence.weight_of("hospital-c", 0.01) == 1.0
+    assert equal.influence.batch_base("hospital-c", 99) == 1569
+    assert aggregator_plan().influence.batch_base("hospital-c", 99) == 99
+    with pytest.raises(ConfigError, match="sizes has no entry for 'hospital-z'"):
+        loaded.influence.weight_of("hospital-z", 0.01)

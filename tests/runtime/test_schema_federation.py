@@ -24,6 +24,7 @@ from fedfair.bundle.commands import class_probabilities
 from fedfair.cli import main as cli_main
 from fedfair.core import server
 from fedfair.core.data import ClientData
+from fedfair.core.local import bounded
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.builtin import ADULT_COLUMNS
@@ -136,12 +137,20 @@ def test_three_institutions_own_tables_train_one_model_that_a_fourth_can_use(
     assert all(record["status"] == "applied" and record["contributors"] == NAMES for record in log)
     with_model = dataclasses.replace(shared, model=model_for(shared.model, encoder))
     learners = [
-        build_learner(encoded_data(config, site, encoder), with_model, torch.device("cpu"))
+        build_learner(encoded_data(config, site, encoder), with_model, torch.device("cpu"), name=config.name)
         for config, site in zip(configs, checked, strict=True)
     ]
     expected = server.init(initial_state(plan, encoder).theta, bound=plan.objective.bound)
     for _ in range(ROUNDS):
-        updates = [learner.train_round(expected.theta, expected.c) for learner in learners]
+        # Weighted and bounded as each collaborator's own code does it (the plan's [influence]: equal weights here).
+        updates = [
+            bounded(
+                learner.train_round(expected.theta, expected.c),
+                plan.influence.weight_of(name, plan.training.batch_fraction),
+                plan.influence.update_norm,
+            )
+            for name, learner in zip(NAMES, learners, strict=True)
+        ]
         expected = server.apply(
             expected,
             server.Aggregate.of(updates),

@@ -333,7 +333,7 @@ def test_the_collaborators_learner_is_the_simulations_client(tmp_path: Path) -> 
     _, expected = make_learners(adult_by_race(), training_config(plan), plan.objective)
     for index, name in enumerate(NAMES):
         data = load_local_data(load_collaborator_config(workspace.configs[name]), shared)
-        learner = build_learner(data, shared, torch.device("cpu"))
+        learner = build_learner(data, shared, torch.device("cpu"), name=name)
         assert data.seed_index == index and learner.batch_size == expected[index].batch_size
         assert torch.equal(learner.features, expected[index].features)
         theta = initial_state(plan).theta
@@ -391,7 +391,7 @@ def test_privacy_plugs_into_the_collaborators_hook(tmp_path: Path) -> None:
     config_path.write_text(config_path.read_text() + toml_text({"privacy": {"enabled": True, "noise_multiplier": 1.0}}))
     config = load_collaborator_config(config_path)
     shared = load_shared_settings(shared_settings(load_aggregator_plan(workspace.plan)))
-    learner = build_learner(load_local_data(config, shared), shared, torch.device("cpu"))
+    learner = build_learner(load_local_data(config, shared), shared, torch.device("cpu"), name=config.name)
     trainer = round_trainer(learner, config, shared)
     assert isinstance(trainer, PrivateLearner)
     update = trainer.train_round(initial_state(load_aggregator_plan(workspace.plan)).theta, 5.0)

@@ -51,6 +51,7 @@ from fedfair.runtime.aggregator.board import (
 )
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
 from fedfair.runtime.faults import maybe_die
+from fedfair.runtime.settings import InfluenceSettings
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.secagg import EncodingConfig, SecAggConfig, Server
 from fedfair.secagg.client import remembered
@@ -69,6 +70,13 @@ logger = logging.getLogger("fedfair.aggregator")
 
 MESSAGE_OVERHEAD_BYTES = 64 << 10
 """Room for headers, keys, signatures and certificates around a stage's vector."""
+
+NORM_SLACK = 1e-6
+"""Relative room for float rounding in the influence checks: an honest update scaled onto the
+update_norm ball in float32 may come out a few ulps long."""
+
+UploadScreen = Callable[[str, np.ndarray], None]
+"""A check of one plain upload by its sender (raises UploadRefused)."""
 
 
 UPLOAD_NOUNS: dict[int, str] = {
@@ -207,13 +215,16 @@ class SumDriver:
         *,
         kind: str | None = None,
         start_input: bytes = b"",
+        screen: UploadScreen | None = None,
     ) -> SumOutcome:
         """Open the start stage with `model` for download, then aggregate `dimension`-long vectors.
 
         `kind` names the aggregation in its public parameters (default: "train" or
         "evaluate" by `stages`; the statistics aggregation passes its own), and
         `start_input` is what every participant may fetch at the start stage (the
-        federation's encoder under a [schema]).
+        federation's encoder under a [schema]). `screen(peer, vector)` sees each plain upload
+        (d + 1 values [w * x, w]) once it passed the encoding's bounds and raises UploadRefused to
+        refuse it; secure sums hide the uploads, so it is not called for them.
         """
         roster = tuple(sorted(participants))
         parameters = RoundParameters(
@@ -242,7 +253,7 @@ class SumDriver:
         try:
             if self.settings.secure:
                 return self._secure(round_number, stages, parameters)
-            return self._plain(round_number, stages, parameters)
+            return self._plain(round_number, stages, parameters, screen)
         except (RoundAborted, ProtocolError, ConfigError) as error:
             self.gate.close()
             self.board.close_stage()
@@ -381,13 +392,22 @@ class SumDriver:
 
     # ------------------------------------------------------------ plain sums
 
-    def _plain(self, round_number: int, stages: Stages, parameters: RoundParameters) -> SumOutcome:
+    def _plain(
+        self,
+        round_number: int,
+        stages: Stages,
+        parameters: RoundParameters,
+        screen: UploadScreen | None,
+    ) -> SumOutcome:
         dimension, encoding = parameters.dimension, parameters.encoding
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
         uploads: dict[str, np.ndarray] = {}
 
         def absorb(peer: str, payload: bytes) -> None:
-            uploads[peer] = decode_plain(payload, dimension, encoding)
+            vector = decode_plain(payload, dimension, encoding)
+            if screen is not None:
+                screen(peer, vector)
+            uploads[peer] = vector
 
         roster = frozenset(parameters.parties)
         contributors = self._stage(
@@ -459,3 +479,56 @@ def check_decoded_update(outcome: SumOutcome, clip: float | None, count: int) ->
     limit = clip * outcome.total_weight + outcome.error_bound * (1.0 + clip) * max(count, 1)
     if np.abs(outcome.weighted_sum).max(initial=0.0) > limit:
         raise RoundAborted("the decoded update lies outside the clipping range; a contributor broke the encoding")
+
+
+def screen_plain_update(influence: InfluenceSettings, batch_fraction: float, parameters: int) -> UploadScreen:
+    """The aggregator's check of each plain training upload against the plan's [influence]: the weight
+    must be the one the plan agrees for its sender, and the update (its first d + 1 values over the
+    weight: delta theta and delta c) at most `update_norm` long, so one site moves the mean by at most
+    w_k C / W. Honest collaborators scale their updates into that ball (core.local.bounded)."""
+
+    def screen(peer: str, vector: np.ndarray) -> None:
+        agreed = influence.weight_of(peer, batch_fraction)
+        weight = float(vector[-1])
+        if weight != agreed:
+            raise UploadRefused(
+                f"the update's weight {weight:g} is not the {agreed:g} the plan's [influence] agrees for {peer}"
+            )
+        length = float(np.linalg.norm(vector[: parameters + 1])) / weight
+        if length > influence.update_norm * (1.0 + NORM_SLACK):
+            raise UploadRefused(
+                f"the update's L2 norm {length:.6g} exceeds the plan's [influence] update_norm = "
+                f"{influence.update_norm:g}"
+            )
+
+    return screen
+
+
+def check_agreed_influence(
+    outcome: SumOutcome, influence: InfluenceSettings, batch_fraction: float, parameters: int
+) -> float:
+    """The agreed total weight of the round's contributors, after checking the decoded sum against it.
+
+    The decoded total must be that agreed total (to the encoding's rounding), or someone sent a weight
+    the plan does not give it: the round is void. The mean update (delta theta, delta c) must be at
+    most `update_norm` long (plus rounding), as a mean of updates that are; a longer one is void too.
+    This second check is all a secure sum allows: it bounds each round's step, not one site's share
+    of it (docs/design.md, "Bounded influence").
+    """
+    agreed = influence.total_weight(outcome.contributors, batch_fraction)
+    count = max(len(outcome.contributors), 1)
+    if abs(outcome.total_weight - agreed) > outcome.error_bound * count + NORM_SLACK * agreed:
+        raise RoundAborted(
+            f"the decoded total weight {outcome.total_weight:.9g} is not the {agreed:.9g} the plan's [influence] "
+            f"agrees for the contributors {', '.join(outcome.contributors)}; a contributor sent a weight of its "
+            "own, the round is void"
+        )
+    step = outcome.weighted_sum[: parameters + 1]
+    rounding = outcome.error_bound * count * math.sqrt(step.size)
+    length = float(np.linalg.norm(step))
+    if length > (influence.update_norm * (1.0 + NORM_SLACK)) * agreed + rounding:
+        raise RoundAborted(
+            f"the decoded mean update is {length / agreed:.6g} long, beyond the plan's [influence] update_norm = "
+            f"{influence.update_norm:g}; a contributor did not bound its update, the round is void"
+        )
+    return agreed

@@ -74,7 +74,9 @@ from fedfair.runtime.aggregator.driver import (
     DriverSettings,
     RoundAborted,
     SumDriver,
+    check_agreed_influence,
     check_decoded_update,
+    screen_plain_update,
 )
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
@@ -498,6 +500,7 @@ class RoundLoop:
         corrects_drift = state.control is not None
         control = None if state.control is None else state.control.numpy()
         model = (training_download(state.theta.numpy(), control), state.c)
+        fraction = self.plan.training.batch_fraction
         try:
             outcome = self.driver.run(
                 round_number,
@@ -507,11 +510,14 @@ class RoundLoop:
                 self.encoding,
                 model,
                 start_input=self.start_input,
+                screen=screen_plain_update(self.plan.influence, fraction, state.theta.numel()),
             )
             clip = self.encoding.clip if self.plan.secure_aggregation.enabled else None
             check_decoded_update(outcome, clip, len(outcome.contributors))
+            # The server divides by the weight the plan agrees for the contributors, never by a claimed one.
+            agreed = check_agreed_influence(outcome, self.plan.influence, fraction, state.theta.numel())
             aggregate = server.Aggregate.from_vector(
-                torch.from_numpy(outcome.weighted_sum), outcome.total_weight, with_control=corrects_drift
+                torch.from_numpy(outcome.weighted_sum), agreed, with_control=corrects_drift
             )
             state = server.apply(state, aggregate, bound=self.plan.objective.bound, average_from=self.average_from)
         except (RoundAborted, server.AggregateError) as error:

@@ -92,7 +92,7 @@ from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.files import atomic_write
-from fedfair.core.local import LocalLearner, RoundTrainer
+from fedfair.core.local import LocalLearner, RoundTrainer, bounded
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.schema import statistics_vector
 from fedfair.fairness import sums
@@ -406,7 +406,7 @@ class Collaborator:
     def _prepare(self, data: LocalData, shared: SharedSettings) -> None:
         """Build the round trainer and the evaluation model for this institution's encoded data."""
         self.data = data
-        learner = build_learner(data, shared, self.device, self.config.factories)
+        learner = build_learner(data, shared, self.device, self.config.factories, name=self.config.name)
         # Kept for the whole process: it holds the drift correction's sigma_k across rounds.
         self.learner = learner
         try:
@@ -635,6 +635,11 @@ class Collaborator:
         except FedfairError as error:
             logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
             return nothing
+        influence = self.shared.influence
+        batch = int(update.weight)
+        update = bounded(
+            update, influence.weight_of(self.config.name, self.shared.training.batch_fraction), influence.update_norm
+        )
         vector = update.weighted_vector().numpy()
         if self.config.share_epsilon and isinstance(self.trainer, PrivateLearner):
             spent = self.trainer.last_report
@@ -672,7 +677,7 @@ class Collaborator:
             self.config.name,
             round_number,
             self.shared.training.local_steps,
-            int(update.weight),
+            batch,
             time.perf_counter() - started,
         )
         kept = np.array(vector, dtype=np.float64)

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedfair.core.data import ClientData, client_seed, local_batch_size
+from fedfair.core.data import ClientData, client_seed
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.objective import RCVaRThreshold
@@ -41,6 +41,7 @@ from fedfair.privacy.learner import PrivateLearner
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.failures import DATA_MISMATCH, LOCAL_DATA, PermanentFailure
 from fedfair.runtime.plan import SharedSettings
+from fedfair.runtime.settings import declared_batch
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -208,12 +209,13 @@ def load_local_data(
 
 
 def build_learner(
-    data: LocalData, shared: SharedSettings, device: torch.device, allowed: Collection[str] = ()
+    data: LocalData, shared: SharedSettings, device: torch.device, allowed: Collection[str] = (), *, name: str
 ) -> LocalLearner:
-    """Client `data.seed_index`'s LocalLearner, built as `simulation.make_learners` builds it.
+    """Institution `name`'s LocalLearner (client `data.seed_index`), built as `simulation.make_learners` builds it.
 
     The model comes from the plan's seed (so theta_0 is the aggregator's), the sampler
-    seed is `core.data.client_seed(seed, index)`, and b_k = round(batch_fraction * n_k).
+    seed is `core.data.client_seed(seed, index)`, and b_k = round(batch_fraction * n_k) with
+    n_k the size the plan's [influence] declares for `name`, else the rows it has.
     A model factory is built only if `allowed` (the institution's own config) names it.
     """
     training = shared.training
@@ -221,7 +223,7 @@ def build_learner(
         shared.model.build(seed=training.seed, allowed=allowed).to(device),
         data.train.features,
         data.train.labels,
-        local_batch_size(data.train.size, training.batch_fraction),
+        min(declared_batch(shared.influence.batch_base(name, data.train.size), training.batch_fraction), data.train.size),
         training.local_config(),
         threshold=RCVaRThreshold(shared.objective).to(device),
         seed=client_seed(training.seed, data.seed_index),
@@ -237,6 +239,21 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
     """
     if not config.privacy.enabled:
         return learner
+    if config.name not in shared.influence.sizes:
+        # b_k = batch_fraction * n_k from the rows held would put n_k into the batch and the weight,
+        # outside the noise; declared, both are constants of the plan.
+        raise ConfigError(
+            f"{config.name}: [privacy] is on but the plan declares no size for {config.name}, so the batch and "
+            "weight would reveal its row count outside the DP noise; ask the operator to declare every "
+            "institution's size in the plan's [influence] sizes (and pin it in the manifest)"
+        )
+    batch = declared_batch(shared.influence.sizes[config.name], shared.training.batch_fraction)
+    if batch > learner.num_samples:
+        raise ConfigError(
+            f"{config.name}: the plan's declared size {shared.influence.sizes[config.name]} gives a batch of "
+            f"{batch}, more than the {learner.num_samples} rows held; DP-SGD samples each row with "
+            "probability batch / rows, at most 1: correct [influence] sizes in the plan"
+        )
     folder, federation = config.source.parent, shared.federation_id
     legacy = legacy_privacy_state_path(folder, config.name)
     if legacy.exists():
@@ -251,6 +268,16 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
             privacy_state_path(folder, config.name, federation).name,
         )
     accountant = PrivacyAccountant(privacy_state_path(folder, config.name, federation), federation=federation)
+    weight = shared.influence.weight_of(config.name, shared.training.batch_fraction)
+    released = (
+        f"weight {weight:g} and expected batch {batch}, fixed by the plan ([influence] {shared.influence.weights} "
+        f"weights, declared size {shared.influence.sizes[config.name]}), not by the rows held"
+    )
     return PrivateLearner(
-        learner, config.privacy, accountant=accountant, planned_rounds=shared.training.rounds, name=config.name
+        learner,
+        config.privacy,
+        accountant=accountant,
+        planned_rounds=shared.training.rounds,
+        name=config.name,
+        released=released,
     )

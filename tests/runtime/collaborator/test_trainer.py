@@ -7,21 +7,27 @@ what a collaborator sends (a status, never a reason string).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
 import pytest
 import torch
 
+from fedfair.core.data import ClientData
+from fedfair.core.errors import ConfigError
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.research.workspace import Workspace, toml_text
+from fedfair.research.workspace import Workspace, declared_sizes, toml_text
 from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.collaborator import client as client_module
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import (
+    LocalData,
     build_learner,
     load_local_data,
     round_trainer,
@@ -60,9 +66,9 @@ class Recorder(pb_grpc.FederationServicer):
         return pb.Receipt(binding=request.binding)
 
 
-@pytest.fixture
-def recorded(tmp_path: Path) -> Iterator[tuple[Workspace, Recorder]]:
-    workspace = new_workspace(tmp_path, NAMES)
+@contextmanager
+def serving(workspace: Workspace) -> Iterator[Recorder]:
+    """A Recorder serving the workspace's plan behind the aggregator's mTLS credentials."""
     plan = load_aggregator_plan(workspace.plan)
     recorder = Recorder(shared_settings(plan), plan_digest(plan))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -70,9 +76,16 @@ def recorded(tmp_path: Path) -> Iterator[tuple[Workspace, Recorder]]:
     server.add_secure_port(workspace.address, server_credentials(TlsFiles.in_folder(workspace.certs, "aggregator")))
     server.start()
     try:
-        yield workspace, recorder
+        yield recorder
     finally:
         server.stop(0)
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Iterator[tuple[Workspace, Recorder]]:
+    workspace = new_workspace(tmp_path, NAMES)
+    with serving(workspace) as recorder:
+        yield workspace, recorder
 
 
 def with_privacy(path: Path, **privacy: object) -> Path:
@@ -134,7 +147,8 @@ def test_the_privacy_state_is_kept_per_federation(tmp_path: Path, caplog: pytest
 
     def train(federation: str) -> PrivateLearner:
         settings = load_shared_settings(shared_settings(plan).replace(b"fedfair-launch", federation.encode()))
-        trainer = round_trainer(build_learner(load_local_data(config, shared), settings, torch.device("cpu")), config, settings)
+        learner = build_learner(load_local_data(config, shared), settings, torch.device("cpu"), name=config.name)
+        trainer = round_trainer(learner, config, settings)
         assert isinstance(trainer, PrivateLearner)
         trainer.train_round(theta, 5.0)
         return trainer
@@ -151,3 +165,67 @@ def test_the_privacy_state_is_kept_per_federation(tmp_path: Path, caplog: pytest
         assert train("federation-2").accountant.rounds == 2
     assert "site-a.privacy.json is from before privacy was accounted per federation" in caplog.text
 
+
+
+def one_row_fewer(data: LocalData) -> LocalData:
+    train = data.train
+    return dataclasses.replace(data, train=ClientData(train.name, train.features[1:], train.labels[1:]))
+
+
+@pytest.mark.slow
+def test_under_dp_neighbouring_datasets_send_the_same_weight_and_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Everything a DP collaborator releases outside the noise is a constant of the plan.
+
+    With batch_fraction 1 the batch and weight used to be the row count itself (n and n - 1 for
+    two datasets one row apart), released outside the noise while the accountant counted only
+    the noised sum. Declared in the plan, both are the same for the two neighbours.
+    """
+    sizes = declared_sizes({name: {"dataset": "adult", "partition": "race", "index": i} for i, name in enumerate(NAMES)}, 0)
+    assert sizes is not None
+    declared = {**sizes, "site-a": sizes["site-a"] - 1}  # a neighbour may hold one row fewer than it declares
+    workspace = new_workspace(
+        tmp_path / "plan", NAMES, training={"batch_fraction": 1.0}, influence={"weights": "declared", "sizes": declared}
+    )
+    plan = load_aggregator_plan(workspace.plan)
+    original = client_module.load_local_data
+    sent: dict[str, tuple[float, int, int]] = {}
+    said: dict[str, str | None] = {}
+    with serving(workspace):
+        for neighbour, load in (("D", original), ("D'", lambda *args: one_row_fewer(original(*args)))):
+            folder = tmp_path / neighbour
+            folder.mkdir()
+            config_path = folder / "collaborator.toml"
+            config_path.write_text(workspace.configs["site-a"].read_text())
+            with_privacy(config_path, noise_multiplier=1.0)
+            monkeypatch.setattr(client_module, "load_local_data", load)
+            collaborator = Collaborator(load_collaborator_config(config_path))
+            files = TlsFiles.in_folder(workspace.certs, "site-a")
+            with secure_channel(workspace.address, files, aggregator_name="aggregator") as channel:
+                stub = pb_grpc.FederationStub(channel)  # type: ignore[no-untyped-call]
+                collaborator._setup(stub)
+                binding = make_binding("fedfair-launch", 1, pb.STAGE_TRAIN)
+                trained = collaborator._train_on(stub, binding, "model", initial_state(plan).theta, 5.0)
+            assert isinstance(collaborator.trainer, PrivateLearner) and collaborator.learner is not None
+            assert trained.vector is not None
+            sent[neighbour] = (trained.weight, collaborator.learner.batch_size, collaborator.learner.num_samples)
+            assert collaborator.trainer.last_report is not None
+            said[neighbour] = collaborator.trainer.last_report.released
+    rows = sizes["site-a"]
+    assert sent["D"][2] == rows and sent["D'"][2] == rows - 1  # the neighbours really differ by one row
+    assert sent["D"][:2] == sent["D'"][:2] == (float(rows - 1), rows - 1)
+    # The privacy report says which numbers leave outside the noise, and that the plan fixes them.
+    assert said["D"] == said["D'"] == (
+        f"weight {rows - 1} and expected batch {rows - 1}, fixed by the plan ([influence] declared weights, "
+        f"declared size {rows - 1}), not by the rows held"
+    )
+
+
+def test_dp_refuses_a_plan_that_declares_no_size(tmp_path: Path) -> None:
+    workspace = new_workspace(tmp_path, NAMES, influence={"weights": "equal"})
+    config = load_collaborator_config(with_privacy(workspace.configs["site-a"], noise_multiplier=1.0))
+    shared = load_shared_settings(shared_settings(load_aggregator_plan(workspace.plan)))
+    learner = build_learner(load_local_data(config, shared), shared, torch.device("cpu"), name=config.name)
+    with pytest.raises(ConfigError, match=r"declares no size for site-a, so the batch and weight would reveal its row"):
+        round_trainer(learner, config, shared)
