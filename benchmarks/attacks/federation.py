@@ -52,6 +52,9 @@ from fedfair.runtime.collaborator.trainer import TrainerFactory
 from fedfair.runtime.plan import AggregatorPlan, SharedSettings, load_aggregator_plan
 
 FEDERATION_ID = "fedfair-launch"  # what make_workspace writes
+EXACT_UPDATE_NORM = 1e3
+"""[influence] update_norm of the attack plans: above any exact trainer's update (DriftTrainer's reach 4 per
+coordinate), so no honest collaborator rescales one and every sum stays exact."""
 HONEST = ("site-a", "site-b", "site-c")
 INSIDER = "site-m"
 """A listed collaborator whose process is the hostile client (an institution gone rogue)."""
@@ -94,10 +97,15 @@ def plan_sections(
     evaluation_every: int = 0,
     **extra: Mapping[str, Any],
 ) -> dict[str, dict[str, Any]]:
-    """The plan's learning sections for an attack federation (cheap rounds: logistic regression on Adult)."""
+    """The plan's learning sections for an attack federation (cheap rounds: logistic regression on Adult).
+
+    Weights are equal (each site's agreed weight is 1, :func:`exact_update`'s) and the update bound
+    is far above the exact trainers' updates, so every sum stays exact in binary; the influence
+    rows (:mod:`attacks.influence`) exercise the bound and declared weights themselves."""
     sections: dict[str, dict[str, Any]] = {
         "objective": {"epsilon": 0.1, "rho": 0.3},
         "training": {"rounds": rounds, "local_steps": 2, "batch_fraction": 0.01, "lr": 0.1, "threshold_lr": 0.1},
+        "influence": {"weights": "equal", "update_norm": EXACT_UPDATE_NORM},
         "secure_aggregation": {"enabled": secure},
         "quorum": {"min_collaborators": quorum, "round_timeout_seconds": timeout},
         "evaluation": {"every": evaluation_every},
@@ -151,12 +159,13 @@ def attack_credentials(workspace: Workspace) -> AttackCredentials:
 
 
 def exact_update(name: str, parameters: int) -> Update:
-    """A collaborator's fixed update: small multiples of 2^-8 and an integer weight, so every sum of
-    such updates (weighted, in any order, plain or fixed-point with 20 fractional bits) is exact."""
+    """A collaborator's fixed update: small multiples of 2^-8 and the weight 1 that the attack plans
+    agree for every site, so every sum of such updates (in any order, plain or fixed-point with 20
+    fractional bits) is exact."""
     seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
     rng = np.random.default_rng(seed)
     delta = torch.from_numpy(rng.integers(-32, 33, size=parameters).astype(np.float64) / 256.0)
-    return Update(delta=delta, delta_c=float(rng.integers(-8, 9)) / 256.0, weight=float(5 + seed % 20))
+    return Update(delta=delta, delta_c=float(rng.integers(-8, 9)) / 256.0, weight=1.0)
 
 
 def plain_vector(update: Update) -> np.ndarray:
