@@ -141,14 +141,15 @@ class InfluenceSettings:
     ``update_norm`` is C, the L2 bound on each institution's round update (delta theta, delta c):
     an honest collaborator scales a longer update into the ball, the aggregator refuses a plain
     upload outside it, and a secure round whose mean update is longer than C is void. One site
-    of weight w_k then moves the mean by at most w_k C / W in plain rounds (see docs/design.md
-    for what secure rounds can and cannot check).
+    of weight w_k then moves the mean by at most w_k C / W in a plain round (see docs/design.md
+    for what secure rounds can and cannot check, and for what many rounds add up to). A plan
+    that does not set it gets 2 * lr * local_steps (:func:`default_update_norm`).
     """
 
     weights: str = "equal"
     # Left out of the hash like ModelSettings.arguments: a table is not hashable.
     sizes: dict[str, int] = dataclasses.field(default_factory=dict, hash=False)
-    update_norm: float = 2.0
+    update_norm: float = 2.0 * TrainingSettings.lr * TrainingSettings.local_steps  # default_update_norm's
 
     def batch_base(self, name: str, rows: int) -> int:
         """The n_k an institution's batch fraction applies to: its declared size, else its row count."""
@@ -168,6 +169,14 @@ class InfluenceSettings:
     def total_weight(self, names: Collection[str], batch_fraction: float) -> float:
         """The agreed total weight of a round's contributors: what the server divides their sum by."""
         return math.fsum(self.weight_of(name, batch_fraction) for name in names)
+
+
+def default_update_norm(training: TrainingSettings) -> float:
+    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient
+    norm 1 go. Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps,
+    so this clips almost none of them; a tighter C bounds a liar more and slows honest training
+    (benchmarks/influence_bench.py)."""
+    return 2.0 * training.lr * training.local_steps
 
 
 def declared_batch(size: int, batch_fraction: float) -> int:
@@ -389,7 +398,7 @@ def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
     )
 
 
-def _influence(source: str, data: Mapping[str, object], n: int) -> InfluenceSettings:
+def _influence(source: str, data: Mapping[str, object], n: int, training: TrainingSettings) -> InfluenceSettings:
     t = Table.of(source, data, "influence", field_names(InfluenceSettings))
     d = InfluenceSettings()
     weights = t.string("weights", d.weights, choices=WEIGHTINGS)
@@ -417,7 +426,7 @@ def _influence(source: str, data: Mapping[str, object], n: int) -> InfluenceSett
         )
     update_norm = t.number(
         "update_norm",
-        d.update_norm,
+        default_update_norm(training),
         check=lambda x: x > 0,
         expected="a number > 0 (the L2 bound on each institution's round update)",
     )
@@ -541,7 +550,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
     secagg = _secure_aggregation(source, data, collaborators)
     schema = _schema(source, data, collaborators)
     training = _training(source, data)
-    influence = _influence(source, data, collaborators)
+    influence = _influence(source, data, collaborators, training)
     if influence.weights == "declared":
         heaviest = max(influence.sizes.values())
         if declared_batch(heaviest, training.batch_fraction) > secagg.max_weight:

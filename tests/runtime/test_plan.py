@@ -406,11 +406,11 @@ def test_shared_settings_round_trip_without_names_or_paths() -> None:
         plan.load_shared_settings(payload.replace(b'"rho":0.3', b'"rho":3'))
 
 
-TEMPLATE_DIGEST = "3e4e24573bbd9dff0f1e432dfd844361346d6579e0a51effa14768b335ce8890"
+TEMPLATE_DIGEST = "5e3ed030bcf1f2175b7a6e5a81a58079f6004d3af18693467c99ec73cb14fbdc"
 TEMPLATE_SHARED_SETTINGS = (
     b'{"evaluation":{"every":5,"loss_range":[0.0,3.0],"min_bucket_count":10},'
     b'"federation":{"collaborator_count":3,"id":"fedfair-demo"},'
-    b'"influence":{"sizes":{},"update_norm":2.0,"weights":"equal"},'
+    b'"influence":{"sizes":{},"update_norm":1.0,"weights":"equal"},'
     b'"model":{"arguments":{},"classes":2,"factory":null,"features":107,"image_shape":null,"name":"logreg"},'
     b'"objective":{"bound":10.0,"epsilon":0.1,"gamma":0.05,"rho":0.3,"smooth":"softrelu"},'
     b'"quorum":{"min_collaborators":2,"round_timeout_seconds":300.0},'
@@ -462,5 +462,8 @@ def test_agreed_weights_are_shared_and_pinned_with_the_plan() -> None:
     assert equal.influence.weight_of("hospital-c", 0.01) == 1.0
     assert equal.influence.batch_base("hospital-c", 99) == 1569
     assert aggregator_plan().influence.batch_base("hospital-c", 99) == 99
+    # C defaults to 2 * lr * local_steps: the template's 0.1 and 5 give 1.0, and it follows the plan's steps.
+    assert aggregator_plan().influence.update_norm == 1.0
+    assert aggregator_plan(training={"lr": 0.05, "local_steps": 2}).influence.update_norm == pytest.approx(0.2)
     with pytest.raises(ConfigError, match="sizes has no entry for 'hospital-z'"):
         loaded.influence.weight_of("hospital-z", 0.01)
