@@ -32,6 +32,13 @@ code), so what holds, holds against code that is not ours:
   without one site, and the review's evaluation queries (a crafted model on a grid of the
   aggregator's choosing; one model evaluated twice, once without a site); each beside a
   control run where the honest path works;
+- bounded influence (``benchmarks/attacks/influence.py``): a collaborator claiming weight 1e6
+  (plain: its uploads refused; secure: the round void) and one at the bound (its agreed
+  weight, an update of L2 norm exactly ``update_norm`` toward a model that flips every
+  prediction: accepted, refused at 1.05 times the bound, its damage measured beside an honest
+  run and a site poisoning its own labels); a DP collaborator on neighbouring datasets
+  (300 and 299 rows, 300 declared) whose weight at the aggregator must not differ, and one
+  refusing a plan without ``[influence] sizes``;
 - crashes: the aggregator killed with SIGKILL in each stage of a round, then resumed
   with ``--resume``: the final model must be the uninterrupted run's, bit for bit;
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
@@ -66,11 +73,12 @@ import torch
 from attacks.cheating import equivocation_row, sybil_rows
 from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
+from attacks.influence import influence_rows
 from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.rows import CHECK, RowBook
 from attacks.secure_attacks import SecureAttacks
 
-SCENARIOS = ("plain", "secure", "cheating", "consent", "crashes")
+SCENARIOS = ("plain", "secure", "cheating", "consent", "influence", "crashes")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
         runs["cheating"] = cheating
         runs["consent"] = lambda where: consent_rows(where, book)
+        runs["influence"] = lambda where: influence_rows(where, book, quick=args.quick)
         runs["crashes"] = lambda where: CrashRuns(where, book, quick=args.quick).run()
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)

@@ -9,7 +9,8 @@
 - The quick run (a real aggregator process, real TLS, honest collaborators, the hostile
   client, 500 fuzz messages, one crash point): every row handled, the Report RPC's
   abuse rows among them, the consent scenario's (factory, bundle, differencing,
-  unpinned plan, survivor floor, statistics, evaluation query) too, the fuzz clean.
+  unpinned plan, survivor floor, statistics, evaluation query) and the influence scenario's
+  (liar weight, dp weight) too, the fuzz clean.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ CONSENT_CLASSES = {
     "survivor floor": 1,
     "statistics": 1,
     "evaluation query": 1,
+    "liar weight": 2,
+    "dp weight": 2,
 }
-"""The consent scenario's row classes (each row's attack text starts with its class word) and how many rows each."""
+"""The consent and influence scenarios' row classes (each row's attack text starts with its class word) and how many rows each."""
 
 
 def imported_modules(path: Path) -> set[str]:
