@@ -19,7 +19,7 @@ from fedfair.core.errors import FedfairError
 COMMAND_MODULES: tuple[str, ...] = (
     "fedfair.research.experiment",
     "fedfair.research.sweep",
-    "fedfair.research.reproduce",
+    "fedfair.research.commands",
     "fedfair.datasets.commands",
     "fedfair.secagg.demo",
     "fedfair.privacy.commands",

@@ -143,3 +143,35 @@ def test_the_checker_sees_a_violation() -> None:
     assert "fedfair.research.simulation" in names
     relative = set(imported_names("from ..research import simulation\n", "fedfair.core.local", is_package=False))
     assert "fedfair.research" in relative and "fedfair.research.simulation" in relative
+
+
+def module_edges(module: str) -> frozenset[str]:
+    """The modules (not packages) `module` imports directly, inside functions and TYPE_CHECKING included."""
+    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    targets = (internal(name) for name in direct_imports(module))
+    return frozenset(target for target in targets if target is not None and target not in packages | {module})
+
+
+def circles() -> list[str]:
+    """Each module that reaches itself through the modules it imports, with the way back."""
+    found = []
+    for start in sorted(MODULES):
+        if MODULES[start].name == "__init__.py":
+            continue
+        paths = {target: [start, target] for target in module_edges(start)}
+        frontier = list(paths)
+        while frontier:
+            current = frontier.pop()
+            for target in module_edges(current):
+                if target not in paths:
+                    paths[target] = [*paths[current], target]
+                    frontier.append(target)
+        if start in paths:
+            found.append(" -> ".join(paths[start]))
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import circles, not even through a lazy import or one made for type checking only: a module's
+    dependencies can then be read, tested and moved without it."""
+    assert circles() == []

@@ -27,7 +27,7 @@ writes it). Each institution checks against its own copy:
   :func:`check_certificate`).
 
 The aggregator's plan may name the same file (``[aggregator] manifest``); the plan
-must then agree with it (:func:`check_plan`), which catches a misconfigured
+must then agree with it (:func:`fedfair.runtime.plan.check_plan`), which catches a misconfigured
 aggregator at start rather than at the first refused round. Without a manifest,
 the roster is trusted to the CA (:data:`NO_MANIFEST_WARNING`); a manifest without a
 ``[plan]`` leaves the plan to the aggregator (:data:`UNPINNED_PLAN_WARNING`).
@@ -40,7 +40,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cryptography import x509
 
@@ -53,11 +53,29 @@ from fedfair.pki.verification import (
     normalise_fingerprint,
     pinned_credential_verifier,
 )
-from fedfair.runtime.settings import LearningSettings
+from fedfair.runtime.settings import QuorumSettings, SecureAggregationSettings
 from fedfair.runtime.toml_tables import Table, check_sections, field_names, read_toml
 
-if TYPE_CHECKING:
-    from fedfair.runtime.plan import AggregatorPlan, SharedSettings
+
+
+class Bounded(Protocol):
+    """The settings a manifest bounds (a plan's or the shared settings' learning sections)."""
+
+    @property
+    def secure_aggregation(self) -> SecureAggregationSettings: ...
+
+    @property
+    def quorum(self) -> QuorumSettings: ...
+
+
+class Shared(Bounded, Protocol):
+    """What a collaborator checks of the aggregator's shared settings (fedfair.runtime.plan.SharedSettings)."""
+
+    @property
+    def federation_id(self) -> str: ...
+
+    @property
+    def collaborator_count(self) -> int: ...
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -234,7 +252,7 @@ def check_aggregator_certificate(manifest: Manifest, der: bytes) -> None:
 # ---------------------------------------------------------------- plans
 
 
-def _check_learning(manifest: Manifest, learning: LearningSettings, where: str) -> None:
+def check_bounds(manifest: Manifest, learning: Bounded, where: str) -> None:
     """The plan's collusion bound is the manifest's, and its quorum never starts a round the manifest refuses."""
     declared = learning.secure_aggregation.max_colluding
     if declared != manifest.max_colluding:
@@ -250,7 +268,8 @@ def _check_learning(manifest: Manifest, learning: LearningSettings, where: str) 
         )
 
 
-def _check_federation(manifest: Manifest, federation_id: str, where: str) -> None:
+def check_federation(manifest: Manifest, federation_id: str, where: str) -> None:
+    """The federation id is the manifest's."""
     if federation_id != manifest.federation_id:
         raise ManifestError(
             f"{where}: federation {federation_id!r}, but the manifest {manifest.source} is for "
@@ -308,7 +327,7 @@ def check_pinned_settings(manifest: Manifest, served: Mapping[str, Any], where: 
     )
 
 
-def check_shared_settings(manifest: Manifest, shared: SharedSettings, served: Mapping[str, Any]) -> None:
+def check_shared_settings(manifest: Manifest, shared: Shared, served: Mapping[str, Any]) -> None:
     """At a collaborator: refuse the aggregator's shared settings unless they agree with its own manifest:
     exactly the pinned plan (``served`` is what arrived, as JSON values), and in any case the roster's bounds.
 
@@ -317,39 +336,16 @@ def check_shared_settings(manifest: Manifest, shared: SharedSettings, served: Ma
     """
     where = "the aggregator's plan"
     check_pinned_settings(manifest, served, where)
-    _check_federation(manifest, shared.federation_id, where)
+    check_federation(manifest, shared.federation_id, where)
     if shared.collaborator_count != len(manifest.collaborators):
         raise ManifestError(
             f"{where}: {shared.collaborator_count} collaborators, but the manifest {manifest.source} lists "
             f"{len(manifest.collaborators)}; the aggregator's roster is not the one agreed on"
         )
-    _check_learning(manifest, shared, where)
+    check_bounds(manifest, shared, where)
     if not shared.secure_aggregation.enabled:
         raise ManifestError(
             f"{where}: secure aggregation is off, so the aggregator would see this institution's update in the "
             f"clear; the manifest {manifest.source} promises a secured roster: turn [secure_aggregation] enabled "
             "back on in the plan"
         )
-
-
-def check_plan(manifest: Manifest, plan: AggregatorPlan, served: Mapping[str, Any]) -> None:
-    """At the aggregator: refuse a plan that disagrees with the manifest it names (``served``: the
-    settings it would share, as JSON values), at start rather than at every collaborator."""
-    where = str(plan.source)
-    _check_federation(manifest, plan.federation_id, where)
-    check_pinned_settings(manifest, served, where)
-    listed = manifest.collaborator_names
-    planned = frozenset(plan.collaborators)
-    for names, what in ((planned - listed, "lists"), (listed - planned, "leaves out")):
-        if names:
-            raise ManifestError(
-                f"{where}: [federation] collaborators {what} {', '.join(repr(name) for name in sorted(names))} "
-                f"unlike the manifest {manifest.source}; list exactly the manifest's collaborators"
-            )
-    if plan.aggregator.name != manifest.aggregator.name:
-        raise ManifestError(
-            f"{where}: [aggregator] name = {plan.aggregator.name!r} but the manifest {manifest.source} names "
-            f"{manifest.aggregator.name!r}; use the manifest's name"
-        )
-    _check_learning(manifest, plan, where)
-

@@ -30,7 +30,10 @@ from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.manifest import (
     Manifest,
-    check_plan,
+    ManifestError,
+    check_bounds,
+    check_federation,
+    check_pinned_settings,
     load_manifest,
     manifest_digest,
 )
@@ -134,6 +137,28 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
     if loaded.manifest is not None and check_manifest:
         check_plan(loaded.manifest, loaded, shared_content(loaded))
     return loaded
+
+
+def check_plan(manifest: Manifest, plan: AggregatorPlan, served: Mapping[str, Any]) -> None:
+    """At the aggregator: refuse a plan that disagrees with the manifest it names (``served``: the
+    settings it would share, as JSON values), at start rather than at every collaborator."""
+    where = str(plan.source)
+    check_federation(manifest, plan.federation_id, where)
+    check_pinned_settings(manifest, served, where)
+    listed = manifest.collaborator_names
+    planned = frozenset(plan.collaborators)
+    for names, what in ((planned - listed, "lists"), (listed - planned, "leaves out")):
+        if names:
+            raise ManifestError(
+                f"{where}: [federation] collaborators {what} {', '.join(repr(name) for name in sorted(names))} "
+                f"unlike the manifest {manifest.source}; list exactly the manifest's collaborators"
+            )
+    if plan.aggregator.name != manifest.aggregator.name:
+        raise ManifestError(
+            f"{where}: [aggregator] name = {plan.aggregator.name!r} but the manifest {manifest.source} names "
+            f"{manifest.aggregator.name!r}; use the manifest's name"
+        )
+    check_bounds(manifest, plan, where)
 
 
 def load_aggregator_plan(

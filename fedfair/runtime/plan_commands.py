@@ -20,8 +20,8 @@ from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki.roster import PARTICIPANTS, PlanPin, write_manifest
-from fedfair.runtime.manifest import check_plan, load_manifest, manifest_digest, setting_differences
-from fedfair.runtime.plan import load_aggregator_plan, shared_content
+from fedfair.runtime.manifest import load_manifest, manifest_digest, setting_differences
+from fedfair.runtime.plan import check_plan, load_aggregator_plan, shared_content
 from fedfair.runtime.toml_tables import read_toml
 
 

@@ -1,0 +1,118 @@
+"""`fedfair reproduce`: the paper's study (fedfair.research.reproduce) and the drift study
+(fedfair.research.drift) behind one command, so that neither study module imports the other's CLI."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets import DATASETS
+from fedfair.research import baselines
+from fedfair.research import reproduce as reproduce_module
+from fedfair.research.drift import DRIFT_PROFILES, drift_study
+from fedfair.research.reproduce import PROFILES, RAY_INSTALL_HINT, ray_connection, reproduce
+
+
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`fedfair reproduce`."""
+    parser = subparsers.add_parser(
+        "reproduce",
+        help="the paper's study on one dataset: CSV tables and PNG figures",
+        description=reproduce_module.__doc__.split("\n\n")[0] if reproduce_module.__doc__ else None,
+    )
+    parser.add_argument("--dataset", default="adult", help=f"one of: {', '.join(DATASETS)} (default adult)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the tables, figures and the run cache")
+    parser.add_argument("--quick", action="store_true", help="the quick profile (Adult: minutes on 2 cores)")
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="full",
+        help="full (the paper's grids, default), quick (as --quick) or table (only rho = 0.1, epsilon = 0.05, MLP)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="processes to train in (default: every core)"
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where each run trains: cpu, cuda, cuda:N or auto (a GPU when present; then use --workers 1)",
+    )
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="train the runs as Ray tasks (one CPU each) instead of local processes: 'auto' or HOST:PORT "
+        "joins an existing cluster (every node needs fedfair and the data), 'local' starts a private "
+        f"instance on this machine; --workers is then unused. Needs Ray: {RAY_INSTALL_HINT}",
+    )
+    parser.add_argument(
+        "--study",
+        choices=("paper", "drift"),
+        default="paper",
+        help="paper (default): the paper's figures and table; drift: FedSRCVaR with tau local steps with and "
+        "without --drift-correction, at equal rounds and at equal local steps (fig5_drift_*)",
+    )
+    split = parser.add_argument_group("drift study: the client split (default: the dataset's own)")
+    split.add_argument("--partition", help="a column, class, dirichlet or iid (as for `fedfair simulate`)")
+    split.add_argument("--alpha", type=float, help="Dirichlet concentration for --partition dirichlet, e.g. 0.1")
+    split.add_argument("--clients", type=int, help="number of collaborators for --partition dirichlet or iid")
+    parser.add_argument(
+        "--loss-rows",
+        type=int,
+        default=0,
+        help="AFL, q-FedAvg and FedMinMax read each round's losses from this many rows per collaborator "
+        "(default 0: every row, as published; e.g. 8192 on Census-Income, where the exact losses cost more "
+        "than the training)",
+    )
+    parser.set_defaults(handler=_reproduce_command)
+
+
+def _reproduce_command(args: argparse.Namespace) -> int:
+    if args.dataset not in DATASETS:
+        raise ConfigError(f"unknown dataset '{args.dataset}'; choose one of: {', '.join(DATASETS)}")
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    baselines.LossRows.check(args.loss_rows)
+    name = "quick" if args.quick else args.profile
+    split: list[str] = []
+    if args.partition is not None:
+        split += ["--partition", args.partition]
+    if args.alpha is not None:
+        split += ["--alpha", f"{args.alpha:g}"]
+    if args.clients is not None:
+        split += ["--clients", str(args.clients)]
+    if args.study == "drift":
+        return _drift_command(args, name, tuple(split))
+    if split:
+        raise ConfigError("--partition, --alpha and --clients set the drift study's split; the paper study uses "
+                          "each dataset's own split (drop them, or add --study drift)")
+    profile = PROFILES[name]
+    if args.ray is None:
+        written = reproduce(args.dataset, args.out, profile, args.workers, args.device, loss_rows=args.loss_rows)
+    else:
+        with ray_connection(args.ray):
+            written = reproduce(
+                args.dataset, args.out, profile, args.workers, args.device, on_ray=True, loss_rows=args.loss_rows
+            )
+    return _print_written(written)
+
+
+def _print_written(written: Mapping[str, Path]) -> int:
+    """List the files a study wrote, one per line; the command's exit status."""
+    for name, path in written.items():
+        print(f"{name:>12}  {path}")
+    return 0
+
+
+def _drift_command(args: argparse.Namespace, name: str, split: tuple[str, ...]) -> int:
+    if args.loss_rows:
+        raise ConfigError("--loss-rows concerns AFL, q-FedAvg and FedMinMax, which the drift study does not run")
+    profile = DRIFT_PROFILES[name]
+    if args.ray is None:
+        written = drift_study(args.dataset, args.out, profile, args.workers, split, args.device)
+    else:
+        with ray_connection(args.ray):
+            written = drift_study(args.dataset, args.out, profile, args.workers, split, args.device, on_ray=True)
+    return _print_written(written)
