@@ -176,7 +176,7 @@ def poisoner(name: str) -> Callable[[str, Collaborator], None]:
             poisoned = ClientData(train.name, train.features, 1 - labels)
             prepare(dataclasses.replace(local, train=poisoned), shared)
 
-        collaborator._prepare = flipped  # type: ignore[method-assign]
+        collaborator._prepare = flipped  # type: ignore[method-assign,assignment]
 
     return adjust
 
@@ -335,7 +335,7 @@ def record_raw_norms(collaborator: Collaborator, norms: list[float]) -> None:
 
         trainer.train_round = recording  # type: ignore[method-assign]
 
-    collaborator._prepare = preparing  # type: ignore[method-assign]
+    collaborator._prepare = preparing  # type: ignore[method-assign,assignment]
 
 
 # ---------------------------------------------------------------- the model's quality
@@ -552,7 +552,7 @@ def dp_weight_rows(root: Path, book: RowBook) -> None:
                 cut_train = ClientData(train.name, train.features[:rows], train.labels[:rows])
                 prepare(dataclasses.replace(local, train=cut_train), shared)
 
-            collaborator._prepare = first_rows  # type: ignore[method-assign]
+            collaborator._prepare = first_rows  # type: ignore[method-assign,assignment]
 
         return adjust
 
