@@ -7,7 +7,7 @@ PYTHON ?= python3.11
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.fedfair-installed
 
-.PHONY: setup demo check test bench clean
+.PHONY: setup demo check test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,11 @@ check: setup
 
 test: check
 	$(PY) -m pytest -q
+
+# The edit-test loop: every test but the end-to-end ones marked slow (live federations, processes,
+# many rounds), no mypy; under a minute on 2 cores. `make test` runs them all.
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
 
 bench: setup
 	mkdir -p benchmarks/results

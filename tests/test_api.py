@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import torch
 from torch import nn
 from torch.nn import functional
@@ -12,6 +14,7 @@ from fedfair.core.models import flat_parameters
 from fedfair.research.simulation import Federation, TrainingConfig, run_fedsrcvar
 
 
+@pytest.mark.slow
 def test_federate_returns_the_algorithms_averaged_model_and_threshold(small_adult_federation: Federation) -> None:
     features = small_adult_federation.num_features
 

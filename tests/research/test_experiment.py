@@ -27,6 +27,7 @@ from fedfair.research.experiment import (
 from fedfair.research.simulation import Federation, SimulationResult, run_fedsrcvar
 
 
+@pytest.mark.slow
 def test_simulate_and_reference_agree_within_one_percent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The issue's acceptance command pair, with fewer rounds to keep the suite fast."""
     flags = ["--dataset", "adult", "--partition", "race", "--clients", "3", "--model", "logreg", "--epsilon", "0.1"]

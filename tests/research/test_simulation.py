@@ -41,7 +41,7 @@ def centralized_gradient_descent(
     return flat_parameters(model), float(head.c.detach())
 
 
-@pytest.mark.parametrize("model_name", ["logreg", "mlp"])
+@pytest.mark.parametrize("model_name", ["logreg", pytest.param("mlp", marks=pytest.mark.slow)])
 def test_federated_gradient_descent_equals_centralized(small_adult_federation: Federation, model_name: str) -> None:
     """Full batches (b_k = n_k), tau = 1: each round is one centralized GD step, to float64 precision."""
     sizes = [client.size for client in small_adult_federation.train]
@@ -82,6 +82,7 @@ def relative_gap(federation: Federation, objective: ObjectiveConfig, training: T
     return (smooth - optimum) / optimum
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("epsilon", "rho"), [(0.1, 0.3), (0.5, 0.1)])
 def test_fedsrcvar_reaches_reference_within_one_percent(adult_federation: Federation, epsilon: float, rho: float) -> None:
     """Adult, logistic regression, 3 clients by race, tau = 1, default step sizes."""
@@ -136,6 +137,7 @@ def test_secure_aggregation_in_process_matches_the_plain_sum(small_adult_federat
     assert abs(masked.c - plain.c) <= bound
 
 
+@pytest.mark.slow
 def test_a_model_factory_and_a_loss_function_follow_the_built_in_path_bit_for_bit(
     small_adult_federation: Federation,
 ) -> None:

@@ -24,6 +24,7 @@ def _run_sweep(argv: list[str]) -> int:
     return code
 
 
+@pytest.mark.slow
 def test_sweep_writes_one_row_per_grid_point_as_csv_and_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -66,6 +66,7 @@ from tests.runtime.harness import (
     thread_federation,
 )
 
+pytestmark = pytest.mark.slow  # a live federation in threads, held mid-round
 NAMES = ["site-a", "site-b", "site-c"]
 FEDERATION = "fedfair-launch"
 TIMEOUT = 20

@@ -150,6 +150,7 @@ def test_local_failures_stop_before_connecting(tmp_path: Path) -> None:
     assert message.startswith("local-certificates: ") and "missing.crt" in message
 
 
+@pytest.mark.slow
 def test_a_transient_outage_is_retried_until_the_aggregator_appears(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
