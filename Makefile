@@ -31,12 +31,16 @@ test: check
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
+# Every benchmark writes benchmarks/results/NAME.json; docs/benchmarks.md is generated from them.
+BENCHMARKS := attack_matrix census_fairness dp_bench influence_bench reference_gap round_bench \
+              secagg_bench simulation_speed
+
 bench: setup
 	mkdir -p benchmarks/results
-	for script in benchmarks/*.py; do \
-	  name=$$(basename $$script .py); \
-	  $(PY) $$script --json benchmarks/results/$$name.json || exit 1; \
+	for name in $(BENCHMARKS); do \
+	  $(PY) benchmarks/$$name.py --json benchmarks/results/$$name.json || exit 1; \
 	done
+	$(PY) benchmarks/report.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -58,10 +58,7 @@ found; the rows say what held.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -70,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from published import publish
 from attacks.cheating import equivocation_row, sybil_rows
 from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
@@ -127,18 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "benchmark": "attack_matrix",
         "quick": args.quick,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "seconds": round(time.perf_counter() - started, 1),
         "scenario_seconds": scenario_seconds,
         "attacks": [row.to_json() for row in book.rows],
         "fuzz": fuzz,
         "failed": failed,
     }
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text)
+    publish(summary, args.json, argv)
     print(
         f"attack matrix: {len(book.rows) - len(failed)} of {len(book.rows)} rows handled"
         + (f"; not handled: {failed}" if failed else "")

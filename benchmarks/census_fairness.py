@@ -11,11 +11,11 @@ writes it. Takes a few minutes (the dataset is fetched once and cached).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
 
+from published import publish
 from fedfair.research.experiment import config_from_flags, load_federation, simulate
 
 FLAGS = ["--dataset", "census-income", "--partition", "race", "--clients", "3", "--model", "mlp"]
@@ -35,10 +35,7 @@ def main() -> None:
         run = simulate(config, federation, progress=False)
         results[method] = {**run["final"]["test"], "seconds": run["seconds"]}
     results["worst_risk_ratio"] = results["fedsrcvar"]["worst_risk"] / results["fedavg"]["worst_risk"]
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text)
+    publish(results, args.json)
 
 
 if __name__ == "__main__":

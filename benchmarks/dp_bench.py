@@ -33,7 +33,6 @@ Prints JSON (and writes it with --json PATH); --quick shortens every part.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -43,6 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from published import publish
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
@@ -223,11 +223,7 @@ def main() -> None:
     }
     if not args.no_utility:
         results["utility"] = utility(args.quick)
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text)
+    publish(results, args.json)
 
 
 if __name__ == "__main__":

@@ -43,10 +43,7 @@ Output: JSON on stdout and, with ``--json PATH``, in that file.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -54,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from published import publish
 from attacks.influence import (
     LARGEST,
     SMALLEST,
@@ -204,14 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     document: dict[str, Any] = {
         "benchmark": "influence_bench",
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-        },
         "settings": settings,
     }
     if not args.sweep:
@@ -235,11 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             sweep[name] = item
         document["sweep"] = sweep
     document["seconds"] = round(time.perf_counter() - started, 1)
-    text = json.dumps(document, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text)
+    publish(document, args.json, argv)
     return 0
 
 

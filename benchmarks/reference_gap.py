@@ -9,12 +9,12 @@ optimum. Target: every gap within 1%. Prints JSON; --json PATH writes it.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import torch
 
+from published import publish
 from fedfair.research.experiment import (
     config_from_flags,
     load_federation,
@@ -53,10 +53,7 @@ def main() -> None:
         "seconds": time.perf_counter() - started,
         "grid": rows,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text)
+    publish(result, args.json)
 
 
 if __name__ == "__main__":

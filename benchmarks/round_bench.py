@@ -47,11 +47,9 @@ pair's own ratios. Output is JSON on stdout and, with `--json PATH`, in that fil
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import multiprocessing
 import os
-import platform
 import queue
 import statistics
 import sys
@@ -66,6 +64,7 @@ from unittest import mock
 import numpy as np
 import torch
 
+from published import publish
 from fedfair.core.local import Update
 from fedfair.research.workspace import make_workspace, site_names
 from fedfair.runtime.aggregator.checkpoint import read_round_log
@@ -343,7 +342,6 @@ def main(argv: list[str] | None = None) -> int:
         "what": "median wall time of a training round excluding local training (whole round, and each party's "
         f"own critical path); collaborators are {'processes' if args.processes else 'threads of one process'} "
         "with real gRPC over loopback mutual TLS",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor()},
         "measured_rounds": rounds,
         "pairs": args.pairs,
         "train_seconds": args.train_seconds,
@@ -357,11 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             if result["secure"]
         },
     }
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text)
+    publish(summary, args.json, argv)
     return 0
 
 

@@ -50,7 +50,6 @@ that file.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -61,6 +60,7 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from published import publish
 from fedfair.secagg import prg
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import ROUNDING_BYTES_PER_COORDINATE, EncodingConfig, largest_safe_fractional_bits
@@ -306,11 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"    per stage, ms (one party / server): {stages}",
                     file=sys.stderr,
                 )
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    publish(report, args.json, argv)
     return 0
 
 

@@ -19,7 +19,6 @@ rounds in under 5 minutes on a 2-core machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from dataclasses import dataclass, replace
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from published import publish
 from fedfair.core.config import ObjectiveConfig
 from fedfair.core.models import build_model, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
@@ -133,10 +133,7 @@ def main() -> None:
         "jobs": args.jobs,
         "seconds": time.perf_counter() - started,
     }
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text)
+    publish(results, args.json)
 
 
 if __name__ == "__main__":

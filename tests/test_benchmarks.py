@@ -1,7 +1,9 @@
 """round_bench, which drives the real runtime and which no other test runs, still runs: at its
 smallest size, as a subprocess, as `make bench` would run it. Its figures are not asserted (speed
 lives in the benchmarks' JSON), only that it finishes and reports finite ratios, so a change to
-the runtime cannot break it silently until the next time someone measures."""
+the runtime cannot break it silently until the next time someone measures. And docs/benchmarks.md
+is what benchmarks/report.py renders from the committed results, with each figure's command and
+machine."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -54,3 +57,39 @@ def test_a_party_critical_path_counts_overlapping_intervals_once() -> None:
 
     matches_the_covered_cells()
     assert covered([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == 4.0
+
+
+def report_module() -> Any:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import report
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return report
+
+
+def test_the_report_shows_each_figure_with_the_command_and_machine_that_measured_it(tmp_path: Path) -> None:
+    report = report_module()
+    document = {
+        "benchmark": "toy",
+        "ratio": 1.234567891,
+        "runs": [{"a": 1}, {"a": 2}],
+        "sizes": [3, 10],
+        "nested": {"deep": {"deeper": {"deepest": 1}, "kept": 0.5}},
+        "provenance": {
+            "command": "python benchmarks/toy.py --quick",
+            "date": "2026-11-24",
+            "machine": {"cpus": 2, "processor": "x86_64", "platform": "Linux", "python": "3.11.7", "torch": "2.13.0"},
+        },
+    }
+    (tmp_path / "toy.json").write_text(json.dumps(document))
+    page = report.render(tmp_path)
+    assert "## toy" in page and "`python benchmarks/toy.py --quick` on 2026-11-24: 2 CPUs" in page
+    assert "| ratio | 1.23457 |" in page and "| sizes | 3, 10 |" in page
+    assert "| runs | 2 entries (in the JSON) |" in page and "| nested.deep.kept | 0.5 |" in page
+    assert "deepest" not in page and "provenance" not in page
+
+
+def test_docs_benchmarks_is_what_the_committed_results_give() -> None:
+    """docs/benchmarks.md is generated: regenerate it (python benchmarks/report.py) with the results."""
+    assert report_module().main(["--check"]) == 0
