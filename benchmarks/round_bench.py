@@ -72,6 +72,7 @@ from fedfair.runtime.aggregator.loop import run_aggregator
 from fedfair.runtime.collaborator import client as collaborator_client
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.collaborator.trainer import LocalData
 from fedfair.runtime.plan import SharedSettings, load_aggregator_plan
@@ -121,10 +122,11 @@ class BenchCollaborator(Collaborator):
         self._timing_lock = threading.Lock()
 
     def _prepare(self, data: LocalData | None, shared: SharedSettings) -> None:
-        self.parameters = shared.model.features + 1  # logistic regression: weights and a bias
-        self.trainer = FixedUpdate(
-            self.parameters, seed=hash(self.config.name) % 2**31, seconds=float(os.environ.get(TRAIN_SECONDS, "0"))
+        parameters = shared.model.features + 1  # logistic regression: weights and a bias
+        trainer = FixedUpdate(
+            parameters, seed=hash(self.config.name) % 2**31, seconds=float(os.environ.get(TRAIN_SECONDS, "0"))
         )
+        self._use(Prepared(trainer, None, parameters))
 
     def _timed(self, round_number: int, run: Callable[[], Result]) -> Result:
         started, started_cpu = time.perf_counter(), time.thread_time()

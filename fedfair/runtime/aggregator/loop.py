@@ -256,7 +256,7 @@ class RoundLoop:
         A run resumed from the checkpoint of round r starts at round r + 1, so a round
         that was in flight when the aggregator died is run again from the start, with
         the model it started from; its collaborators take part again (they re-send the
-        update they trained on that model, see `fedfair.runtime.collaborator.client`).
+        update they trained on that model, see `fedfair.runtime.collaborator.rounds`).
         """
         rounds = self.plan.training.rounds
         self.checkpoint = self._start if self._start is not None else self.federate_statistics()

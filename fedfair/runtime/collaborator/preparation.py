@@ -1,0 +1,196 @@
+"""Joining a federation: fetch and check the plan, then prepare this institution's data and learner.
+
+:func:`join` fetches the plan's shared settings and checks them against what this
+institution allows (its federation, its manifest, the model factories it trusts) before
+anything is built. Without a [schema] the data is cut and the learner built at once
+(:func:`prepare`); under a [schema] the table is checked now and encoded once the
+statistics of every site's table arrive with the first start stage (:func:`encode_table`,
+`fedfair.runtime.preprocessing`).
+
+The learner is built exactly as the in-process simulation builds client i (same model
+seed, same sampler seed), and kept for the whole process: it holds the drift
+correction's sigma_k across rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedfair.core.errors import ConfigError
+from fedfair.core.local import LocalLearner, RoundTrainer
+from fedfair.core.models import flat_parameters
+from fedfair.datasets.schema import statistics_vector
+from fedfair.runtime.collaborator.bindings import Bindings
+from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.collaborator.identity import Identity
+from fedfair.runtime.collaborator.receipt import kept_path
+from fedfair.runtime.collaborator.retries import Backoff
+from fedfair.runtime.collaborator.steps import Participant
+from fedfair.runtime.collaborator.trainer import (
+    LocalData,
+    LocalTable,
+    SchemaTable,
+    TrainerFactory,
+    build_learner,
+    check_schema_table,
+    encoded_data,
+)
+from fedfair.runtime.collaborator.uplink import RPC_SECONDS
+from fedfair.runtime.failures import (
+    FEDERATION_MISMATCH,
+    LOCAL_BINDINGS,
+    LOCAL_PRIVACY,
+    PLAN_MISMATCH,
+    PermanentFailure,
+)
+from fedfair.runtime.manifest import check_shared_settings
+from fedfair.runtime.plan import SharedSettings, json_object, load_shared_settings
+from fedfair.runtime.preprocessing import model_for, read_encoder_payload
+from fedfair.runtime.transport import WireError, make_binding, pb, pb_grpc
+
+logger = logging.getLogger("fedfair.collaborator")
+
+
+def as_participant(
+    config: CollaboratorConfig, identity: Identity, shared: SharedSettings, parameters: int
+) -> Participant:
+    """This collaborator as the aggregations know it, for a model of `parameters` parameters."""
+    return Participant(
+        config.name, shared, parameters, identity.key, identity.credential, identity.verify, config.manifest
+    )
+
+
+@dataclass(frozen=True)
+class Joined:
+    """The federation as its fetched plan describes it, checked against this institution's config."""
+
+    shared: SharedSettings
+    plan_digest: str
+    bindings: Bindings
+    """The survivor sets this institution's inputs are bound to (:mod:`fedfair.runtime.collaborator.bindings`)."""
+    participant: Participant
+    """This collaborator before its model is built (no parameters): what the statistics aggregation needs."""
+    schema_table: SchemaTable | None = None
+    """Under a [schema], the checked table, encoded once the federation's encoder arrives."""
+    statistics: np.ndarray | None = None
+    """Under a [schema], the statistics of this institution's table (counts and sums only)."""
+
+
+def join(
+    stub: pb_grpc.FederationStub, config: CollaboratorConfig, backoff: Backoff, identity: Identity, table: LocalTable
+) -> Joined:
+    """Fetch the plan and check it (and, under a [schema], this institution's table against it);
+    raises PermanentFailure with the fix."""
+    # Joined without naming the federation, so that another federation's aggregator answers with
+    # its id (compared below, named in the message) rather than a generic refusal of the binding.
+    binding = make_binding("", 0, pb.STAGE_JOIN)
+    reply = backoff.call(
+        "fetching the plan", lambda: stub.GetPlan(pb.PlanRequest(binding=binding), timeout=RPC_SECONDS)
+    )
+    try:
+        served = json_object(reply.settings, "the aggregator's plan")
+        shared = load_shared_settings(reply.settings)
+    except ConfigError as error:
+        raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
+    ours, theirs = config.federation, shared.federation_id
+    if ours is not None and theirs != ours:
+        raise PermanentFailure(FEDERATION_MISMATCH, address=config.aggregator, theirs=theirs, ours=ours)
+    if config.manifest is not None:
+        try:
+            check_shared_settings(config.manifest, shared, served)
+        except ConfigError as error:
+            raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
+    factory = shared.model.factory
+    if factory is not None and factory not in config.factories:
+        # Checked before anything is built: a plan is data, and only this institution's own config
+        # may let it name code to run here.
+        raise PermanentFailure(
+            PLAN_MISMATCH,
+            reason=f"it names the model factory '{factory}', which this institution does not allow, so it "
+            f"was not imported; if you trust that code, list it in {config.source} under [model] "
+            f"factories",
+        )
+    try:
+        bindings = Bindings(kept_path(config, shared.federation_id, "bindings.json"))
+    except ConfigError as error:
+        raise PermanentFailure(LOCAL_BINDINGS, reason=error, config=config.source) from None
+    joined = Joined(shared, reply.plan_digest, bindings, as_participant(config, identity, shared, 0))
+    if shared.schema is None:
+        return joined
+    # The table is checked now, before any round; it is encoded once the statistics of every
+    # site's table arrive with the first TRAIN stage (fedfair.runtime.preprocessing).
+    schema_table = check_schema_table(config, shared, table)
+    statistics = statistics_vector(shared.schema, schema_table.train, schema_table.source)
+    logger.info(
+        "%s: joined federation %s (secure aggregation %s); %d training and %d held-out rows fit the "
+        "plan's schema; waiting for the federation's statistics",
+        config.name,
+        shared.federation_id,
+        "on" if shared.secure_aggregation.enabled else "OFF",
+        len(schema_table.train),
+        len(schema_table.test),
+    )
+    return dataclasses.replace(joined, schema_table=schema_table, statistics=statistics)
+
+
+def encode_table(config: CollaboratorConfig, joined: Joined, payload: bytes) -> tuple[LocalData, SharedSettings]:
+    """Encode this institution's table with the federation's encoder (`payload`, the first start stage's
+    input under a [schema]): its data and the plan's settings with the model that encoder implies."""
+    schema = joined.shared.schema
+    assert schema is not None and joined.schema_table is not None
+    try:
+        encoder = read_encoder_payload(payload, schema)
+    except ConfigError as error:
+        raise WireError(str(error)) from None
+    return encoded_data(config, joined.schema_table, encoder), dataclasses.replace(
+        joined.shared, model=model_for(joined.shared.model, encoder, config.factories)
+    )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What trains and evaluates here: the round trainer and, for fedfair's own learner, its data."""
+
+    trainer: RoundTrainer
+    learner: LocalLearner | None
+    """The learner the trainer wraps, kept for the whole process; None for a trainer that brings no
+    learner of fedfair's (benchmarks/round_bench.py)."""
+    parameters: int
+    """The model's number of parameters: a training update is this long, plus c."""
+    data: LocalData | None = None
+    evaluation_model: torch.nn.Module | None = None
+
+
+def prepare(
+    config: CollaboratorConfig,
+    data: LocalData,
+    shared: SharedSettings,
+    device: torch.device,
+    trainer_factory: TrainerFactory,
+) -> Prepared:
+    """Build the round trainer and the evaluation model for this institution's encoded data."""
+    learner = build_learner(data, shared, device, config.factories, name=config.name)
+    try:
+        trainer = trainer_factory(learner, config, shared)
+    except PermanentFailure:
+        raise
+    except ConfigError as error:  # [privacy] settings, or the accountant's state file
+        raise PermanentFailure(LOCAL_PRIVACY, reason=error, config=config.source) from None
+    parameters = int(flat_parameters(learner.model).numel())
+    evaluation_model = shared.model.build(allowed=config.factories).to(device)
+    logger.info(
+        "%s: joined federation %s (secure aggregation %s); %d training rows, batch %d, %d held-out rows, device %s",
+        config.name,
+        shared.federation_id,
+        "on" if shared.secure_aggregation.enabled else "OFF",
+        data.train.size,
+        learner.batch_size,
+        data.test.size,
+        device,
+    )
+    return Prepared(trainer, learner, parameters, data, evaluation_model)

@@ -1,0 +1,365 @@
+"""The round job: what one start stage (TRAIN or EVALUATE) computes, beside the task stream.
+
+A :class:`RoundJob` is built once this institution's trainer exists (from the fetched plan,
+:mod:`fedfair.runtime.collaborator.preparation`) and kept for the whole process. For TRAIN
+it downloads (theta_t, c_t) (with drift correction, the server's control variate sigma in
+the same download) and returns the job that trains, bounds and encodes the update; for
+EVALUATE, the job that answers the evaluation's threshold queries on the held-out losses.
+
+An update with NaN or Inf is refused before masking (the collaborator withdraws from the
+round), and so is one whose control variate (drift correction) lies beyond the plan's clip,
+which the encoding would otherwise clip silently; with secure aggregation off, the plain
+update is clipped exactly as the encoding would clip it (each coordinate of the unweighted
+update to [-clip, clip]), so the aggregator's bounds never refuse an honest one.
+
+Crash consistency: an aggregator killed mid-round and resumed re-runs that round from
+its checkpoint, so this process may be sent the same round's TRAIN again. The job keeps
+its last training outcome, keyed by the round and the SHA-256 of the downloaded (theta, c);
+on the same key it re-sends that outcome rather than training again (the same bits, no
+second privacy cost, the sampler is not advanced twice), and a different model means a
+fresh round of training.
+
+Drift correction (``[training] drift_correction = "scaffold"``): the learner, kept for
+the whole process, holds this institution's control variate sigma_k (`LocalLearner.control`)
+across rounds; each round passes it the server's sigma and submits the 2 (d + 1) vector
+[w delta, w delta_c, w sigma_k+]. A process that starts (or restarts) mid-federation has
+no sigma_k of its own: before the first round it trains it takes the server's sigma as
+its sigma_k, so that round's correction term sigma - sigma_k is zero (plain local steps,
+as SCAFFOLD's first round) and its sigma_k+ is a fresh estimate from there on. The server
+keeps no running sum of the sigma_k, so this leaves no error behind (`fedfair.core.server`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.evaluation import evaluate
+from fedfair.core.local import LocalLearner, RoundTrainer, bounded
+from fedfair.fairness import sums
+from fedfair.privacy.learner import PrivacyBudgetExhausted, PrivateLearner
+from fedfair.runtime.collaborator.bindings import Bindings, SignedView
+from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.collaborator.preparation import Prepared
+from fedfair.runtime.collaborator.steps import Participant, Work
+from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
+from fedfair.runtime.contract import (
+    EVALUATION,
+    TRAINING,
+    split_training_download,
+    training_download_size,
+    update_dimension,
+)
+from fedfair.runtime.plan import SharedSettings
+from fedfair.runtime.transport import WireError, pb, pb_grpc
+from fedfair.secagg import Encoder
+
+logger = logging.getLogger("fedfair.collaborator")
+
+
+def model_digest(theta: np.ndarray, c: float) -> str:
+    """SHA-256 of a downloaded model (theta, c), its dtype included: which model a round trained on."""
+    values = np.ascontiguousarray(theta)
+    digest = hashlib.sha256(values.dtype.str.encode())
+    digest.update(values.tobytes())
+    digest.update(struct.pack("<d", c))
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class TrainedUpdate:
+    """The outcome of training in one round, kept so that a re-run of the round re-sends it.
+
+    The key is (round, model): the round and the :func:`model_digest` of the model trained
+    on (with drift correction, of theta and the server's sigma together). `vector` is
+    [w * delta, w * delta_c] (followed by w * sigma_k+ with drift correction), read-only
+    (None: nothing to contribute this round, the trainer refused or the update was not
+    finite); `weight` is w.
+    """
+
+    round: int
+    model: str
+    vector: np.ndarray | None
+    weight: float
+
+
+def clip_plain_update(vector: np.ndarray, weight: float, clip: float) -> np.ndarray:
+    """[w * delta] clipped coordinate-wise to [-clip * w, clip * w]: what the secure encoding does to it
+    (`fedfair.secagg.encode.Encoder.encode`, the same float operations), and what the aggregator's
+    plain decode check (`decode_plain`) accepts."""
+    bound = clip * weight
+    clipped: np.ndarray = np.clip(vector, -bound, bound)
+    return clipped
+
+
+def control_beyond_clip(vector: np.ndarray, weight: float, clip: float) -> str | None:
+    """Why a drift-corrected vector [w delta, w delta_c, w sigma_k+] must not be sent, or None.
+
+    The encoding (and the plain path's clip) bounds every weighted coordinate by clip * w. An
+    update's coordinates are clipped like a gradient, but a clipped control variate would be a
+    wrong one, and the server's sigma, the mean of them, would steer every collaborator's next
+    steps off course, silently: so a control coordinate past the bound is refused instead.
+    """
+    control = vector[vector.size // 2 :]
+    bound = clip * weight
+    beyond = int(np.count_nonzero(np.abs(control) > bound))
+    if not beyond:
+        return None
+    largest = float(np.abs(control).max()) / weight
+    return (
+        f"{beyond} coordinates of the drift correction's control variate exceed the encoding's clip "
+        f"(largest {largest:.4g} per unit of weight, clip {clip:g}), and clipping would corrupt it; raise "
+        "[secure_aggregation] clip in the plan above that (or lower [training] lr / threshold_lr)"
+    )
+
+
+TrainOn = Callable[
+    [pb_grpc.FederationStub, pb.Binding, str, torch.Tensor, float, torch.Tensor | None], TrainedUpdate
+]
+""":meth:`RoundJob.train_on`, or what stands in for it (the seam `Collaborator._train_on`)."""
+
+
+class RoundJob:
+    """Train (or evaluate), bound and encode this institution's contribution to a round."""
+
+    def __init__(
+        self,
+        config: CollaboratorConfig,
+        shared: SharedSettings,
+        prepared: Prepared,
+        participant: Participant,
+        bindings: Bindings,
+        uplink: Uplink,
+        reports: StatusReports,
+    ) -> None:
+        self.config = config
+        self.shared = shared
+        self.prepared = prepared
+        self.participant = participant
+        """This collaborator as the aggregations know it, its model's parameters counted."""
+        self.bindings = bindings
+        self.uplink = uplink
+        self.reports = reports
+        self._trained: TrainedUpdate | None = None
+        self._holds_control = False
+        """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
+        first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
+        self._encoding_buffer: np.ndarray | None = None
+        """Where each training round's update is encoded (and then masked in place): one buffer for the
+        whole federation, because a fresh array per round can cost more in page faults than the encoding."""
+
+    @property
+    def trainer(self) -> RoundTrainer:
+        return self.prepared.trainer
+
+    @property
+    def learner(self) -> LocalLearner | None:
+        return self.prepared.learner
+
+    @property
+    def parameters(self) -> int:
+        return self.prepared.parameters
+
+    def view_of(self, round_number: int, kind: str, model: str) -> SignedView:
+        """The survivor set an input of this kind and model is bound to, in every session and round, across
+        restarts (:mod:`fedfair.runtime.collaborator.bindings`); BindingRefused for a round older than one
+        this institution already contributed to."""
+        return self.bindings.view(round_number, kind, model)
+
+    def download(
+        self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """(values, c) of the stage's model; values is theta, at most `max_values` long (default: the model's)."""
+        return self.uplink.download(stub, binding, self.parameters if max_values is None else max_values)
+
+    def train(self, stub: pb_grpc.FederationStub, binding: pb.Binding, train_on: TrainOn) -> Callable[[], Work]:
+        """Download this round's model; return the job that makes its contribution: trained on that
+        model (by `train_on`), or re-sent if this round already trained on exactly this model (the
+        aggregator crashed and re-runs the round)."""
+        corrects_drift = self.shared.training.corrects_drift
+        values, c = self.download(stub, binding, training_download_size(self.parameters, corrects_drift))
+        try:
+            theta, control = split_training_download(values, self.parameters, corrects_drift)
+        except ConfigError as error:
+            raise WireError(str(error)) from None
+        model = model_digest(values, c)
+        view = self.view_of(binding.round, "train", model)
+
+        def job() -> Work:
+            trained = self._trained
+            if trained is not None and (trained.round, trained.model) == (binding.round, model):
+                logger.info(
+                    "%s: round %d is run again on the model already trained on; re-sending that update",
+                    self.config.name,
+                    binding.round,
+                )
+            else:
+                server_control = None if control is None else torch.from_numpy(control)
+                trained = train_on(stub, binding, model, torch.from_numpy(theta), c, server_control)
+                self._trained = trained
+            work = self.contribution(trained)
+            work.view = view
+            return work
+
+        return job
+
+    def train_on(
+        self,
+        stub: pb_grpc.FederationStub,
+        binding: pb.Binding,
+        model: str,
+        theta: torch.Tensor,
+        c: float,
+        control: torch.Tensor | None = None,
+    ) -> TrainedUpdate:
+        """Run this round's local training on (theta, c) and, with drift correction, the server's
+        control variate sigma: the only place the trainer advances.
+
+        A spent privacy budget is reported to the aggregator (BUDGET_SPENT); with
+        share_epsilon, so is the cumulative epsilon after each private round. The
+        private learner logs its own privacy line, so none is logged here.
+        """
+        round_number = binding.round
+        nothing = TrainedUpdate(round_number, model, None, 0.0)
+        started = time.perf_counter()
+        learner = self.learner  # None for a trainer that brings no learner of fedfair's (benchmarks/round_bench.py)
+        if control is not None and not self._holds_control and learner is not None and learner.control is not None:
+            # A fresh process has no sigma_k of its own: it starts from the server's (module notes).
+            learner.control = control.to(learner.control.device, torch.float64).clone()
+        self._holds_control = True
+        try:
+            update = self.trainer.train_round(theta, c, control)
+        except PrivacyBudgetExhausted as error:
+            logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
+            self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
+            return nothing
+        except FedfairError as error:
+            logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
+            return nothing
+        influence = self.shared.influence
+        batch = int(update.weight)
+        update = bounded(
+            update, influence.weight_of(self.config.name, self.shared.training.batch_fraction), influence.update_norm
+        )
+        vector = update.weighted_vector().numpy()
+        if self.config.share_epsilon and isinstance(self.trainer, PrivateLearner):
+            spent = self.trainer.last_report
+            if spent is not None:
+                self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT, spent.epsilon)
+        if not np.isfinite(vector).all() or not np.isfinite(update.weight):
+            logger.error(
+                "%s: round %d: the local update has NaN or Inf; refusing to contribute it (check the "
+                "learning rate); withdrawing from this round",
+                self.config.name,
+                round_number,
+            )
+            return nothing
+        expected = update_dimension(self.parameters, self.shared.training.corrects_drift)
+        if vector.size != expected:
+            logger.error(
+                "%s: round %d: the trainer's update holds %d values, but the plan's [training] drift_correction = "
+                '"%s" makes a round\'s vector %d long; this collaborator\'s trainer does not follow the plan (a '
+                "custom trainer, or an older fedfair): withdrawing from this round; run a trainer built from the "
+                "plan's settings (fedfair.runtime.collaborator.trainer.build_learner)",
+                self.config.name,
+                round_number,
+                vector.size,
+                self.shared.training.drift_correction,
+                expected,
+            )
+            return nothing
+        if update.control is not None:
+            problem = control_beyond_clip(vector, update.weight, self.shared.secure_aggregation.clip)
+            if problem:
+                logger.error("%s: round %d: %s; withdrawing from this round", self.config.name, round_number, problem)
+                return nothing
+        logger.info(
+            "%s: round %d: trained %d local steps on batches of %d in %.3f s",
+            self.config.name,
+            round_number,
+            self.shared.training.local_steps,
+            batch,
+            time.perf_counter() - started,
+        )
+        kept = np.array(vector, dtype=np.float64)
+        kept.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
+        return TrainedUpdate(round_number, model, kept, float(update.weight))
+
+    def contribution(self, trained: TrainedUpdate) -> Work:
+        """The round's work for a training outcome, bounded as the plan's encoding bounds it."""
+        round_number, weight = trained.round, trained.weight
+        if trained.vector is None:
+            return Work(round_number, TRAINING, None, 0.0)
+        settings = self.shared.secure_aggregation
+        if settings.enabled:
+            work = Work(round_number, TRAINING, trained.vector, weight)
+            # Encoding needs only the update, so it is done now rather than on the MASKED_INPUT
+            # stage's critical path; the round's own encoder checks the parameters again then.
+            encoder = Encoder(settings.encoding(), self.shared.collaborator_count)
+            buffer = self._encoding_buffer
+            if buffer is None or buffer.size != trained.vector.size + 1 or buffer.dtype != encoder.dtype:
+                buffer = self._encoding_buffer = np.empty(trained.vector.size + 1, dtype=encoder.dtype)
+            # Rounds run one after another, so the last round's masked words, already sent or
+            # abandoned with its Work, are free to overwrite.
+            try:
+                work.encoded = encoder.encode(trained.vector, weight, out=buffer)
+            except ConfigError as error:
+                logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
+                return Work(round_number, TRAINING, None, 0.0)
+            return work
+        if not 0.0 < weight <= settings.max_weight:
+            logger.warning(
+                "%s: round %d: not contributing: the weight %g is outside (0, max_weight = %g]; ask the "
+                "operator to raise [secure_aggregation] max_weight in the plan",
+                self.config.name,
+                round_number,
+                weight,
+                settings.max_weight,
+            )
+            return Work(round_number, TRAINING, None, 0.0)
+        clipped = clip_plain_update(trained.vector, weight, settings.clip)
+        changed = int(np.count_nonzero(clipped != trained.vector))
+        if changed:
+            logger.info(
+                "%s: round %d: %d coordinates clipped to +-%g per unit of weight (the plan's clip)",
+                self.config.name,
+                round_number,
+                changed,
+                settings.clip,
+            )
+        return Work(round_number, TRAINING, clipped, weight)
+
+    def evaluate(
+        self, stub: pb_grpc.FederationStub, binding: pb.Binding, answers: Callable[[torch.Tensor], np.ndarray]
+    ) -> Callable[[], Work]:
+        """Download the model to evaluate; return the job that makes this institution's answers (by `answers`)."""
+        theta, c = self.download(stub, binding)  # the evaluation's thresholds depend on the plan, not on c
+        view = self.view_of(binding.round, "evaluate", model_digest(theta, c))
+
+        def job() -> Work:
+            try:
+                answered = answers(torch.from_numpy(theta))
+            except ConfigError as error:
+                logger.warning("%s: round %d evaluation: not contributing: %s", self.config.name, binding.round, error)
+                return Work(binding.round, EVALUATION, None, 0.0)
+            work = Work(binding.round, EVALUATION, answered, 1.0)
+            work.view = view
+            return work
+
+        return job
+
+    def evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
+        """This institution's answers to the evaluation's threshold queries on its held-out losses
+        (the thresholds are its own copy of the plan's, so the aggregator cannot choose them)."""
+        data, model = self.prepared.data, self.prepared.evaluation_model
+        assert data is not None and model is not None  # a Prepared without them evaluates elsewhere
+        result = evaluate(model, theta, data.test)
+        return sums.local_answers(result.losses, 1.0 - result.correct, self.shared.evaluation.thresholds())

@@ -1,0 +1,275 @@
+"""The connection and the task stream: dial the aggregator, follow its tasks, retry after an outage.
+
+:class:`TaskStream` is the part of :class:`~fedfair.runtime.collaborator.client.Collaborator`
+that talks to the aggregator's task stream: a new mutual-TLS channel per connection,
+the back-off of :mod:`fedfair.runtime.collaborator.retries` between connections, each
+task carried out (start stages as a job beside the stream, the secure-aggregation steps
+of :mod:`fedfair.runtime.collaborator.steps` in the stream's own thread), and what a
+failed task costs. What a task computes (the plan, the round job, the bytes sent) is the
+collaborator's, reached through the methods below that it implements.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+from fedfair.core.errors import ConfigError
+from fedfair.runtime.collaborator.bindings import BindingRefused
+from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
+from fedfair.runtime.collaborator.steps import STEPS, Participant, RoundRefused, Work
+from fedfair.runtime.collaborator.uplink import federation_stub
+from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
+from fedfair.runtime.failures import CONNECTION_LOST, PLAN_MISMATCH, Failure, PermanentFailure
+from fedfair.runtime.faults import maybe_die
+from fedfair.runtime.plan import SharedSettings
+from fedfair.runtime.transport import WireError, make_binding, pb, pb_grpc, secure_channel
+from fedfair.secagg.errors import ProtocolError
+
+logger = logging.getLogger("fedfair.collaborator")
+
+
+class TaskStream:
+    """Follow the aggregator's task stream to FINISHED; a subclass supplies what each task computes."""
+
+    def __init__(self, config: CollaboratorConfig, backoff: Backoff, stop: threading.Event) -> None:
+        self.config = config
+        self.files = config.certificates
+        self.backoff = backoff
+        self._stop = stop
+        self._stream: Any = None
+        self._jobs: ThreadPoolExecutor | None = None
+        """Runs each round's start-stage job (see :meth:`_start`) beside the current connection's task stream."""
+        self.contributed_rounds: list[int] = []
+        self._work: Work | None = None
+
+    # ------------------------------------------------------------ what the collaborator supplies
+
+    @property
+    def shared(self) -> SharedSettings:
+        raise NotImplementedError
+
+    @property
+    def plan_digest(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def participant(self) -> Participant:
+        raise NotImplementedError
+
+    def _setup(self, stub: pb_grpc.FederationStub) -> None:
+        raise NotImplementedError
+
+    def _statistics_round(self, binding: pb.Binding) -> bool:
+        raise NotImplementedError
+
+    def _ensure_encoded(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+        raise NotImplementedError
+
+    def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Callable[[], Work]:
+        raise NotImplementedError
+
+    def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Callable[[], Work]:
+        raise NotImplementedError
+
+    def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
+        raise NotImplementedError
+
+    def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
+        raise NotImplementedError
+
+    def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ lifecycle
+
+
+    def stop(self) -> None:
+        """Ask `run` to return (from another thread)."""
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.cancel()
+
+    def run(self) -> int:
+        """Connect and follow the task stream until FINISHED; 0 on a finished federation."""
+        with self._dial() as channel:
+            self._setup(federation_stub(channel))
+        return self._follow()
+
+    def _dial(self) -> grpc.Channel:
+        """A new mutual-TLS channel to the aggregator."""
+        return secure_channel(self.config.aggregator, self.files, aggregator_name=self.config.aggregator_name)
+
+    def _follow(self) -> int:
+        """Follow the task stream to FINISHED, reconnecting after a lost aggregator on this
+        collaborator's back-off policy until an outage outlasts its bound."""
+        after = make_binding(self.shared.federation_id, 0, pb.STAGE_JOIN)
+        what = "following the task stream"
+        attempt, since = 0, 0.0
+        while not self._stop.is_set():
+            # A new channel for every connection: a channel whose server went away reconnects on
+            # gRPC's own back-off, which grows past a minute, so it, not this policy, would decide
+            # when a restarted aggregator is found, and could outlast the policy's bound.
+            # The round jobs of a connection use its channel, so they end (a job that lost the aggregator
+            # fails its RPCs, training runs to its end) before the channel closes, and in the order started.
+            with self._dial() as channel, ThreadPoolExecutor(1, f"{self.config.name}-round") as self._jobs:
+                stub = federation_stub(channel)
+                try:
+                    self._stream = stub.WaitForTasks(pb.TaskRequest(after=after))
+                    for task in self._stream:
+                        attempt = 0
+                        if task.plan_digest != self.plan_digest:
+                            raise PermanentFailure(
+                                PLAN_MISMATCH,
+                                reason="it changed during the federation; restart this collaborator to fetch "
+                                "the new plan",
+                            )
+                        if task.action == pb.ACTION_FINISHED:
+                            logger.info("%s: the federation has finished", self.config.name)
+                            self._receive_bundle(stub, task)
+                            return 0
+                        if self._handle(stub, task):
+                            after = task.binding
+                    failure = Failure(CONNECTION_LOST, address=self.config.aggregator, reason="the task stream ended")
+                except grpc.RpcError as error:
+                    if self._stop.is_set():
+                        break
+                    failure = self.backoff.classify(error, what)
+            if attempt == 0:
+                since = time.monotonic()
+            self.backoff.retry(attempt, since, failure, what)
+            attempt += 1
+        return 0
+
+    # ------------------------------------------------------------ tasks
+
+    def _handle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bool:
+        """Carry out one task; False if an RPC of it failed, so it does not count as done."""
+        binding = task.binding
+        if task.action == pb.ACTION_ABORTED:
+            if self._work is not None and self._work.round == binding.round:
+                logger.info("%s: round %d was aborted by the aggregator", self.config.name, binding.round)
+                self._work = None
+            return True
+        try:
+            if binding.stage == pb.STAGE_TRAIN:
+                self._ensure_encoded(stub, task)
+                self._start(stub, binding, TRAINING)
+            elif binding.stage == pb.STAGE_EVALUATE:
+                if not self._statistics_round(binding):
+                    self._ensure_encoded(stub, task)
+                self._start(stub, binding, EVALUATION)
+            elif binding.stage in STEPS:
+                self._step(stub, task)
+        except grpc.RpcError as error:
+            code = error.code()
+            if code == grpc.StatusCode.PERMISSION_DENIED:
+                raise self.backoff.classify(error, "taking part") from None
+            stage = pb.Stage.Name(binding.stage)
+            if code in RETRYABLE:
+                # The aggregator is gone (killed, restarting) or unreachable: its resumed process
+                # re-runs this round, or this one continues it, so the round's work is kept.
+                logger.warning(
+                    "%s: round %d %s: lost the aggregator (%s); keeping this round's work",
+                    self.config.name,
+                    binding.round,
+                    stage,
+                    code.name,
+                )
+            else:
+                # A closed stage is usual, not a failure: it ends once the protocol has enough answers.
+                closed = code == grpc.StatusCode.FAILED_PRECONDITION
+                logger.log(
+                    logging.INFO if closed else logging.WARNING,
+                    "%s: round %d %s: %s; skipping the rest of the round",
+                    self.config.name,
+                    binding.round,
+                    stage,
+                    "the stage had already closed" if closed else f"the aggregator refused or failed ({code.name})",
+                )
+                self._work = None
+            return False
+        except BindingRefused as error:
+            logger.warning(
+                "%s: round %d %s: not contributing: %s", self.config.name, binding.round, pb.Stage.Name(binding.stage), error
+            )
+            self._work = None
+            return True
+        except WireError as error:
+            # A malformed model from the aggregator: sit the round out rather than crash.
+            logger.warning(
+                "%s: round %d %s: the aggregator sent a malformed message (%s); skipping the rest of the round",
+                self.config.name,
+                binding.round,
+                pb.Stage.Name(binding.stage),
+                error,
+            )
+            self._work = None
+            return False
+        return True
+
+    def _start(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
+        """Download the round's model now, then compute the contribution (train or evaluate, then
+        encode) as a job beside the task stream, so that the key stages, which need none of it, run
+        while it does: with real training their round trips, agreements and signatures hide behind it.
+        The download stays on the task's own path: a failure there is the task's, and it does not
+        compete with the key stages for the network and the aggregator.
+
+        Jobs run one at a time, in the order started: a round the aggregator re-runs while this
+        process still trains it waits for that training, and then re-sends its outcome. Without
+        secure aggregation there are no key stages to run beside the job, so it runs here: handing
+        it to another thread would only add two waits for the interpreter lock.
+        """
+        assert self._jobs is not None  # _follow handles tasks inside a connection's executor
+        job = self._train(stub, binding) if stages is TRAINING else self._evaluate(stub, binding)
+        if not self.shared.secure_aggregation.enabled:
+            self._work = job()
+            return
+        self._work = Work(binding.round, stages, None, 0.0)
+        self._work.pending = self._jobs.submit(job)
+
+    # ------------------------------------------------------------ secure-aggregation stages
+
+    def _step(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+        """One secure-aggregation stage: fetch its input, run this stage's step, upload the result."""
+        binding = task.binding
+        work = self._work
+        if work is None or work.round != binding.round or binding.stage not in work.stages.uploads:
+            # A task for a round this process did not start (it restarted mid-round): sit it out.
+            self._submit(stub, binding, b"")
+            return
+        if work.withdrawn:
+            return
+        try:
+            # Only masking needs the contribution; a job already over is taken at any stage, so a
+            # round with nothing to contribute is left as soon as that is known.
+            work.settle(wait=binding.stage == work.stages.masked)
+            if work.vector is None and work.pending is None:
+                raise RoundRefused("nothing to contribute this round")
+            inputs = self._input(stub, task)
+            payload = STEPS[binding.stage](self.participant, work, inputs)
+        except (RoundRefused, ProtocolError, ConfigError, WireError) as error:
+            logger.warning(
+                "%s: round %d %s: withdrawing from the round: %s",
+                self.config.name,
+                binding.round,
+                pb.Stage.Name(binding.stage),
+                error,
+            )
+            work.withdrawn = True
+            self._submit(stub, binding, b"")
+            return
+        maybe_die("before-upload", binding.round, pb.Stage.Name(binding.stage))
+        self._submit(stub, binding, payload)
+        maybe_die("after-upload", binding.round, pb.Stage.Name(binding.stage))
+        # A round re-run after an aggregator crash is sent again, but it is one round contributed to.
+        if binding.stage == TRAINING.masked and binding.round not in self.contributed_rounds[-1:]:
+            self.contributed_rounds.append(binding.round)

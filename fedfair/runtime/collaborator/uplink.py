@@ -1,0 +1,99 @@
+"""What this collaborator sends and fetches over a connection, and the bytes it sends per round.
+
+Every request that leaves the institution is counted in :attr:`Uplink.uploaded_bytes`, per
+round: the task stream and the start stage's job both send, so the count is locked.
+Status reports (:class:`StatusReports`) go through here too: a report that fails never
+stops training.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+import numpy as np
+
+from fedfair.runtime.transport import Uploader, inline_input, pb, pb_grpc, read_model, read_payload
+
+logger = logging.getLogger("fedfair.collaborator")
+
+RPC_SECONDS = 60.0
+"""Upper bound on one request besides a stage's own deadline (a stalled peer cannot hang us)."""
+
+
+def federation_stub(channel: grpc.Channel) -> pb_grpc.FederationStub:
+    """The Federation service's stub over `channel`."""
+    return pb_grpc.FederationStub(channel)  # type: ignore[no-untyped-call]  # protoc's code is untyped
+
+
+class Uplink:
+    """Fetches, downloads and uploads of one collaborator, each request's bytes counted per round."""
+
+    def __init__(self) -> None:
+        self.uploaded_bytes: dict[int, int] = {}
+        """Bytes of every request sent, per round (what leaves the institution)."""
+        self._count_lock = threading.Lock()
+        self._uploader: Uploader | None = None
+        """Uploads over the current connection (it remembers whether that aggregator has Send)."""
+
+    def count(self, round_number: int, size: int) -> None:
+        """Add `size` bytes sent to `round_number`'s count."""
+        with self._count_lock:  # the task stream and the start stage's job both send
+            self.uploaded_bytes[round_number] = self.uploaded_bytes.get(round_number, 0) + size
+
+    def input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
+        """The input of `task`'s stage: the one the task carries, or else fetched."""
+        carried = inline_input(task)
+        if carried is not None:
+            return carried
+        request = pb.FetchRequest(binding=task.binding)
+        self.count(task.binding.round, request.ByteSize())
+        # The task announced the size; anything longer is refused before it is buffered.
+        _, payload = read_payload(
+            stub.Fetch(request, timeout=RPC_SECONDS), max_total_bytes=task.input_size, binding=task.binding
+        )
+        return payload
+
+    def submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
+        """Upload this stage's payload (see :class:`Uploader`), counting the bytes sent."""
+
+        def count(part: pb.Part) -> None:
+            self.count(binding.round, part.ByteSize())
+
+        if self._uploader is None or self._uploader.stub is not stub:
+            self._uploader = Uploader(stub)  # a new connection: its aggregator may have Send
+        self._uploader.upload(binding, payload, timeout=RPC_SECONDS, on_part=count)
+
+    def download(
+        self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int
+    ) -> tuple[np.ndarray, float]:
+        """(values, c) of the stage's model; values is theta, at most `max_values` long."""
+        parts = stub.DownloadModel(pb.FetchRequest(binding=binding), timeout=RPC_SECONDS)
+        self.count(binding.round, pb.FetchRequest(binding=binding).ByteSize())
+        return read_model(parts, binding, max_values=max_values)
+
+
+class StatusReports:
+    """Reports of this collaborator's status to the aggregator (the Report RPC, never free text)."""
+
+    def __init__(self, name: str, uplink: Uplink) -> None:
+        self.name = name
+        self.uplink = uplink
+
+    def send(
+        self, stub: pb_grpc.FederationStub, binding: pb.Binding, status: pb.CollaboratorStatus, epsilon: float | None = None
+    ) -> None:
+        """Tell the aggregator a status of this collaborator; a report that fails never stops training."""
+        report = pb.StatusReport(binding=binding, status=status, epsilon=epsilon)
+        try:
+            stub.Report(report, timeout=RPC_SECONDS)
+            self.uplink.count(binding.round, report.ByteSize())
+        except grpc.RpcError as error:
+            logger.warning(
+                "%s: round %d: could not report %s to the aggregator (%s)",
+                self.name,
+                binding.round,
+                pb.CollaboratorStatus.Name(status),
+                error.code().name,
+            )
