@@ -239,6 +239,8 @@ def run_configuration(
             plan={
                 "model": {"features": dimension - 1},
                 "training": {"rounds": rounds + 1},
+                # The parties train nothing (BenchCollaborator): no sizes to declare, no update to bound.
+                "influence": {"weights": "equal", "update_norm": 1e6},
                 "secure_aggregation": {"enabled": secure},
                 "quorum": {"min_collaborators": parties, "round_timeout_seconds": 600.0},
             },
