@@ -66,10 +66,9 @@ _INT64_BITS = 63
 _BLOCK = 1 << 18
 """Coordinates encoded per step: a cipher call and a kernel call. The cipher gives the GIL up on
 every call (see ``prg.BLOCK_BYTES``), so few calls keep encoding off the convoy of threads
-waiting to get it back: ten parties as threads encoding d = 10^6 beside two threads running
-Python took 0.21-0.23 s with 2^20-coordinate blocks, 0.23-0.28 s with 2^18 and 0.29-0.38 s
-with 2^16, which encode alone at the same speed (2.7 ms median). 2^18 keeps the block's random
-words (1 MiB) in the last-level cache until the kernel reads them."""
+waiting to get it back (2^16-coordinate blocks were markedly slower among threads, 2^20 no
+faster than 2^18); 2^18 keeps the block's random words (1 MiB) in the last-level cache until the
+kernel reads them."""
 
 
 @dataclass(frozen=True)
@@ -222,9 +221,8 @@ class Encoder:
         ``out`` (d + 1 contiguous, writable words of :attr:`dtype`), when given, receives the
         encoding and is returned. A party that encodes every round can hand in the same buffer:
         its words then land in memory the process already holds, whereas a new array can come
-        as fresh pages the kernel must fault in one by one (about 2.4 us a page on the machine
-        the benchmarks ran on: 2-3 ms on top of a 1.8 ms encoding at d = 10^6). If encoding
-        fails (a NaN), ``out`` holds unspecified words.
+        as fresh pages the kernel must fault in one by one, which on a virtual machine can cost
+        more than the encoding itself. If encoding fails (a NaN), ``out`` holds unspecified words.
         """
         vector = np.asarray(weighted_vector, dtype=np.float64)
         if vector.ndim != 1:

@@ -2,13 +2,12 @@
 
 Written with numpy, encoding takes five passes over each block (two reductions for the NaN and
 clip checks, a multiply into int64, an add of the random words and a shift into the output
-words), each with its own loads and stores: d = 10^6 took 5.7 ms on the 2-core development host
-against 0.7 ms for the 4 MB of keystream it draws. :func:`round_block` reads each value once and
-writes its word once, in SIMD registers (its docstring says how it stays exact without the int64
-vector conversions AVX2 lacks): 1.7-1.9 ms, against 1.9-2.3 ms for the same formula in int64
-one coordinate at a time. Masking with ``np.add(..., out=...)`` reads and writes the accumulator
-block once per stream; :func:`add_rows` adds two streams per pass without a branch on the sign
-(n = 3, d = 10^6: 2.5-2.9 ms against 2.7-2.9 ms; the keystream itself takes 2.0 ms of it).
+words), each with its own loads and stores, several times the cost of drawing the keystream.
+:func:`round_block` reads each value once and writes its word once, in SIMD registers (its
+docstring says how it stays exact without the int64 vector conversions AVX2 lacks). Masking
+with ``np.add(..., out=...)`` reads and writes the accumulator block once per stream;
+:func:`add_rows` adds two streams per pass without a branch on the sign. What each costs is
+measured by ``benchmarks/secagg_bench.py`` (docs/benchmarks.md).
 
 The kernels keep the GIL: each call takes well under a millisecond, while giving the GIL up and
 taking it back can cost a whole switch interval in a process whose other threads run Python.

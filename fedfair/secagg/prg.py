@@ -34,9 +34,8 @@ BLOCK_BYTES = 1 << 21
 step of :func:`apply_masks`. The cipher releases the GIL on every call, and in a process whose
 other threads run Python (the aggregator's handlers, or every party of an in-process
 federation) getting it back can take a whole switch interval (5 ms): few, large calls keep
-masking off that convoy. With ten parties as threads masking d = 10^6 against ten streams each
-beside two threads running Python, 2 MiB calls took 0.67-0.76 s against 1.28-1.32 s for
-512 KiB ones, for the same CPU alone (17-19 ms against 16 ms per party)."""
+masking off that convoy. Ten parties masking as threads beside Python threads ran about twice
+as fast with 2 MiB calls as with 512 KiB ones, for the same CPU alone."""
 
 STREAMS_PER_PASS = 2
 """Streams :func:`apply_masks` adds per pass over an accumulator block (``kernels.add_rows`` takes two

@@ -244,9 +244,8 @@ INLINE_INPUT_BYTES = 256 << 10
 def task_with_input(task: pb.Task, payload: bytes) -> pb.Task:
     """``task`` announcing ``payload`` as its stage's input, which it carries when small.
 
-    Small inputs ride with the task, so a collaborator skips one Fetch round trip per stage:
-    in an in-process federation of 10 parties on two cores each such Fetch waited 28 ms
-    (median) for the aggregator's threads (benchmarks/round_bench.py, d = 10^6).
+    Small inputs ride with the task, so a collaborator skips one Fetch round trip per stage,
+    which in a busy aggregator waits for its threads as long as the stage's own work.
     """
     task.input_size = len(payload)
     if len(payload) <= INLINE_INPUT_BYTES:
