@@ -18,11 +18,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_script(relative: str) -> object:
-    spec = importlib.util.spec_from_file_location(Path(relative).stem, ROOT / relative)
+    """A script as Python runs it: its own folder first on the path (benchmarks import their siblings)."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
     return module
 
 
