@@ -98,7 +98,7 @@ from fedfair.runtime.plan import (
     shared_settings,
 )
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND
-from fedfair.runtime.settings import ADULT_FEATURES
+from fedfair.runtime.model_settings import ADULT_FEATURES
 from fedfair.runtime.transport import StageGate
 from fedfair.runtime.transport import fedfair_pb2 as pb
 

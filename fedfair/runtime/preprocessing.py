@@ -32,7 +32,7 @@ from fedfair.datasets.schema import (
     Schema,
 )
 from fedfair.runtime.plan import json_object
-from fedfair.runtime.settings import ModelSettings
+from fedfair.runtime.model_settings import ModelSettings
 from fedfair.secagg import EncodingConfig
 
 STATISTICS_ROUND = 0

@@ -5,7 +5,8 @@
 objects, so each has a frozen dataclass here with exactly one converter per object
 it feeds (:meth:`TrainingSettings.local_config`, :meth:`SecureAggregationSettings.encoding`,
 :meth:`ModelSettings.build`, :meth:`EvaluationSettings.thresholds`): nowhere else is a
-setting copied field by field.
+setting copied field by field. ``[model]`` and ``[influence]`` have modules of their own
+(:mod:`fedfair.runtime.model_settings`, :mod:`fedfair.runtime.influence`).
 
 The readers check every value (type and range) with :class:`~fedfair.runtime.toml_tables.Table`,
 the same way for the aggregator's TOML plan and for the JSON a collaborator receives.
@@ -15,14 +16,12 @@ Reading settings needs neither torch nor gRPC.
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fedfair.core.config import (
     DRIFT_CORRECTIONS,
-    MODEL_NAMES,
     SMOOTH_FUNCTIONS,
     LocalConfig,
     ObjectiveConfig,
@@ -30,55 +29,16 @@ from fedfair.core.config import (
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import STATISTICS_MAX_SITES, Schema
 from fedfair.fairness import sums
-from fedfair.pki.names import validate_name
+from fedfair.runtime.influence import InfluenceSettings, read_influence
+from fedfair.runtime.model_settings import ModelSettings, read_model
 from fedfair.runtime.toml_tables import Table, field_names
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
 
 if TYPE_CHECKING:
     import numpy as np
-    from torch import nn
-
-WEIGHTINGS = ("equal", "declared")
-"""[influence] weights: every institution counts the same, or by the size the plan declares for it."""
 
 DROPOUT_POLICIES = ("allowed", "none")
 """[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
-
-ADULT_FEATURES = 107
-"""Input features of the bundled Adult data: the default model input size."""
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    """Which model, and the data's input/output sizes every collaborator's table must have.
-
-    A built-in model is `name` (fedfair.core.models.build_model). An institution's own
-    architecture is `factory`, "package.module:function", called with `arguments` (a
-    table of JSON values) under the plan's seed; `name` then repeats the factory's path,
-    so that it always names the architecture. Every party must have that package
-    installed and allowed in its own configuration (``allowed``: nothing in a plan that
-    arrived over the wire is ever imported); the aggregator builds the model only to learn
-    its parameter shapes.
-    """
-
-    name: str = "logreg"
-    features: int = ADULT_FEATURES
-    classes: int = 2
-    image_shape: tuple[int, ...] | None = None
-    factory: str | None = None
-    # Left out of the hash: a table is not hashable, and equal settings still compare equal.
-    arguments: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
-
-    def build(self, seed: int = 0, *, allowed: Collection[str] = ()) -> nn.Module:
-        """The model with `seed`'s initial weights (the plan's seed gives every side the same theta_0);
-        a factory is built only if `allowed`, this party's own list, names it."""
-        # Imported here: reading a plan must not need torch, only building its model does.
-        from fedfair.core.models import build_from_factory, build_model
-
-        if self.factory is not None:
-            return build_from_factory(self.factory, self.arguments, allowed=allowed, seed=seed)
-        return build_model(self.name, self.features, self.classes, image_shape=self.image_shape, seed=seed)
-
 
 @dataclass(frozen=True)
 class TrainingSettings:
@@ -119,69 +79,6 @@ class TrainingSettings:
     def average_from_round(self) -> int:
         """`server.apply`'s average_from: the pairs later rounds start from enter the averaged output."""
         return int(self.average_from * self.rounds)
-
-
-@dataclass(frozen=True)
-class InfluenceSettings:
-    """How far one institution can move the model in a round: a weight agreed in the plan, never
-    claimed, and an L2 bound on its update.
-
-    ``weights`` "equal" gives every institution weight 1: each counts the same, whatever its
-    size. "declared" gives institution k the weight b_k = round(batch_fraction * n_k) of the size
-    n_k that ``sizes`` declares for it, which makes the averaged update Algorithm 1's (the mean
-    over every sample of the federation) when the declared sizes are the true ones. Either way
-    no collaborator reports a weight the server trusts: the server divides a round's sum by the
-    agreed total of the round's contributors and voids a round whose decoded total differs.
-
-    ``sizes`` (name -> rows) also fixes each institution's mini-batch, b_k above, so that under
-    DP the batch and the weight are constants of the plan, not functions of the data; DP-SGD
-    needs them (:meth:`batch_base`). Institution sizes are public facts for hospitals and banks
-    more often than not; a federation that must hide them uses equal weights without DP.
-
-    ``update_norm`` is C, the L2 bound on each institution's round update (delta theta, delta c):
-    an honest collaborator scales a longer update into the ball, the aggregator refuses a plain
-    upload outside it, and a secure round whose mean update is longer than C is void. One site
-    of weight w_k then moves the mean by at most w_k C / W in a plain round (see docs/design.md
-    for what secure rounds can and cannot check, and for what many rounds add up to). A plan
-    that does not set it gets 2 * lr * local_steps (:func:`default_update_norm`).
-    """
-
-    weights: str = "equal"
-    # Left out of the hash like ModelSettings.arguments: a table is not hashable.
-    sizes: dict[str, int] = dataclasses.field(default_factory=dict, hash=False)
-    update_norm: float = 2.0 * TrainingSettings.lr * TrainingSettings.local_steps  # default_update_norm's
-
-    def batch_base(self, name: str, rows: int) -> int:
-        """The n_k an institution's batch fraction applies to: its declared size, else its row count."""
-        return self.sizes.get(name, rows)
-
-    def weight_of(self, name: str, batch_fraction: float) -> float:
-        """Institution `name`'s agreed weight w_k (a ConfigError if the plan declares no size for it)."""
-        if self.weights == "equal":
-            return 1.0
-        if name not in self.sizes:
-            raise ConfigError(
-                f'[influence] weights = "declared" but sizes has no entry for {name!r}; add {name} = ROWS to '
-                "[influence] sizes"
-            )
-        return float(declared_batch(self.sizes[name], batch_fraction))
-
-    def total_weight(self, names: Collection[str], batch_fraction: float) -> float:
-        """The agreed total weight of a round's contributors: what the server divides their sum by."""
-        return math.fsum(self.weight_of(name, batch_fraction) for name in names)
-
-
-def default_update_norm(training: TrainingSettings) -> float:
-    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient
-    norm 1 go. Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps,
-    so this clips almost none of them; a tighter C bounds a liar more and slows honest training
-    (benchmarks/influence_bench.py)."""
-    return 2.0 * training.lr * training.local_steps
-
-
-def declared_batch(size: int, batch_fraction: float) -> int:
-    """b_k = round(batch_fraction * n_k), at least 1: core.data.local_batch_size of a declared size."""
-    return max(round(batch_fraction * size), 1)
 
 
 @dataclass(frozen=True)
@@ -307,72 +204,6 @@ def _objective(source: str, data: Mapping[str, object]) -> ObjectiveConfig:
     )
 
 
-def _model(source: str, data: Mapping[str, object]) -> ModelSettings:
-    t = Table.of(source, data, "model", field_names(ModelSettings))
-    d = ModelSettings()
-    factory: str | None = None
-    arguments: dict[str, Any] = {}
-    if t.given("factory"):
-        # Its form and presence are checked where it is imported (fedfair.core.models.load_factory), which
-        # the aggregator does on start: reading a plan needs no torch and runs no user code.
-        factory = t.string("factory", expected='"package.module:function", e.g. "mymodels:build"')
-        # Shared settings repeat the factory as the name; a plan may leave the name out.
-        name = t.string("name", factory)
-        if name != factory:
-            t.fail(
-                f'[model] names both name = "{name}" and factory = "{factory}"; keep one: '
-                "name for a built-in model, factory for your own"
-            )
-        if t.given("arguments"):
-            arguments = _json_table(t, "arguments")
-    else:
-        name = t.string("name", d.name, choices=MODEL_NAMES)
-        if t.given("arguments") and t.data["arguments"] != {}:
-            t.fail('[model] arguments apply to a model factory only; add factory = "package.module:function" or drop them')
-    features = t.integer("features", d.features, low=1)
-    classes = t.integer("classes", d.classes, low=2)
-    shape: tuple[int, ...] | None = None
-    if t.given("image_shape"):
-        value = t.data["image_shape"]
-        if not isinstance(value, list) or len(value) != 3 or not all(_positive_integer(x) for x in value):
-            t.bad("image_shape", value, "a list of 3 positive integers [channels, height, width]")
-        shape = tuple(value)
-        if math.prod(shape) != features:
-            t.fail(
-                f"[model] image_shape = {value} holds {math.prod(shape)} values but features = {features}; make them agree"
-            )
-    if name == "cnn" and shape is None:
-        t.fail('[model] name = "cnn" needs image_shape = [channels, height, width]; add it or use "logreg" / "mlp"')
-    return ModelSettings(
-        name=name, features=features, classes=classes, image_shape=shape, factory=factory, arguments=arguments
-    )
-
-
-def _positive_integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _json_value(value: object) -> bool:
-    """Whether `value` survives the trip to JSON and back unchanged (what every party receives)."""
-    if isinstance(value, (bool, int, str)):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list):
-        return all(_json_value(item) for item in value)
-    if isinstance(value, Mapping):
-        return all(isinstance(key, str) and _json_value(item) for key, item in value.items())
-    return False
-
-
-def _json_table(t: Table, key: str) -> dict[str, Any]:
-    """A table of JSON values (strings, numbers, booleans, lists, tables): a factory's keyword arguments."""
-    value = t.data[key]
-    if not isinstance(value, Mapping) or not _json_value(value):
-        t.bad(key, value, "a table of strings, finite numbers, booleans, lists and tables, e.g. { hidden = 64 }")
-    return dict(value)
-
-
 def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
     t = Table.of(source, data, "training", field_names(TrainingSettings))
     d = TrainingSettings()
@@ -398,39 +229,12 @@ def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
     )
 
 
-def _influence(source: str, data: Mapping[str, object], n: int, training: TrainingSettings) -> InfluenceSettings:
-    t = Table.of(source, data, "influence", field_names(InfluenceSettings))
-    d = InfluenceSettings()
-    weights = t.string("weights", d.weights, choices=WEIGHTINGS)
-    sizes: dict[str, int] = {}
-    if t.given("sizes") and t.data["sizes"] != {}:
-        value = t.data["sizes"]
-        expected = "a table of institution = rows, e.g. { hospital-a = 1621, hospital-b = 774 }"
-        if not isinstance(value, Mapping) or not all(_positive_integer(rows) for rows in value.values()):
-            t.bad("sizes", value, expected)
-        for name in value:
-            try:
-                validate_name(name)
-            except ConfigError as error:
-                t.fail(f"[influence] sizes: {error}")
-        if len(value) != n:
-            t.fail(
-                f"[influence] sizes declares {len(value)} institutions but the federation has {n}; declare "
-                "every collaborator's size once"
-            )
-        sizes = dict(value)
-    if weights == "declared" and not sizes:
-        t.fail(
-            '[influence] weights = "declared" needs sizes = { NAME = ROWS, ... } for every collaborator; add '
-            'them, or use weights = "equal"'
-        )
-    update_norm = t.number(
-        "update_norm",
-        default_update_norm(training),
-        check=lambda x: x > 0,
-        expected="a number > 0 (the L2 bound on each institution's round update)",
-    )
-    return InfluenceSettings(weights=weights, sizes=sizes, update_norm=update_norm)
+def default_update_norm(training: TrainingSettings) -> float:
+    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient
+    norm 1 go. Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps,
+    so this clips almost none of them; a tighter C bounds a liar more and slows honest training
+    (benchmarks/influence_bench.py)."""
+    return 2.0 * training.lr * training.local_steps
 
 
 def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> SecureAggregationSettings:
@@ -550,17 +354,17 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
     secagg = _secure_aggregation(source, data, collaborators)
     schema = _schema(source, data, collaborators)
     training = _training(source, data)
-    influence = _influence(source, data, collaborators, training)
-    if influence.weights == "declared":
-        heaviest = max(influence.sizes.values())
-        if declared_batch(heaviest, training.batch_fraction) > secagg.max_weight:
-            raise ConfigError(
-                f"{source}: [influence] sizes give a weight of {declared_batch(heaviest, training.batch_fraction)}, "
-                f"above [secure_aggregation] max_weight = {secagg.max_weight:g}; raise max_weight"
-            )
+    influence = read_influence(
+        source,
+        data,
+        collaborators,
+        default_norm=default_update_norm(training),
+        batch_fraction=training.batch_fraction,
+        max_weight=secagg.max_weight,
+    )
     return LearningSettings(
         objective=_objective(source, data),
-        model=_model(source, data),
+        model=read_model(source, data),
         training=training,
         influence=influence,
         secure_aggregation=secagg,

@@ -36,6 +36,24 @@ REQUIRED: Final = _Required.REQUIRED
 Required = Literal[_Required.REQUIRED]
 
 
+def positive_integer(value: object) -> bool:
+    """Whether `value` is an integer above 0 (a TOML or JSON boolean is not an integer here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def json_value(value: object) -> bool:
+    """Whether `value` survives the trip to JSON and back unchanged (what every party receives)."""
+    if isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(json_value(item) for item in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(key, str) and json_value(item) for key, item in value.items())
+    return False
+
+
 def shown(value: object) -> str:
     """A value as it would be written in TOML (true, "text", [1, 2])."""
     try:
@@ -192,6 +210,13 @@ class Table:
         """A path; a relative one is taken relative to `base` (the file's folder)."""
         value = self.string(key, default, expected="a path")
         return (base / Path(value).expanduser()).resolve()
+
+    def json_table(self, key: str) -> dict[str, Any]:
+        """A table of JSON values (strings, numbers, booleans, lists, tables), e.g. a factory's keyword arguments."""
+        value = self.data[key]
+        if not isinstance(value, Mapping) or not json_value(value):
+            self.bad(key, value, "a table of strings, finite numbers, booleans, lists and tables, e.g. { hidden = 64 }")
+        return dict(value)
 
     def address(self, key: str, default: str | Required = REQUIRED) -> str:
         value = self.string(key, default, expected='host:port, e.g. "localhost:50051"')

@@ -24,7 +24,7 @@ from fedfair.runtime.preprocessing import (
     model_for,
     read_encoder_payload,
 )
-from fedfair.runtime.settings import ModelSettings
+from fedfair.runtime.model_settings import ModelSettings
 
 
 def sized(features: int, classes: int, hidden: int = 4) -> nn.Module:

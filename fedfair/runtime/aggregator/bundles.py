@@ -31,7 +31,7 @@ from fedfair.datasets.schema import Encoder
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
 from fedfair.runtime.plan import AggregatorPlan, shared_settings
 from fedfair.runtime.preprocessing import model_for
-from fedfair.runtime.settings import ModelSettings
+from fedfair.runtime.model_settings import ModelSettings
 
 BUNDLE_NAME = "model_bundle.pt"
 """The bundle's file name in the aggregator's output folder."""

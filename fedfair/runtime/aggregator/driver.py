@@ -51,7 +51,7 @@ from fedfair.runtime.aggregator.board import (
 )
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.settings import InfluenceSettings
+from fedfair.runtime.influence import InfluenceSettings
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.secagg import EncodingConfig, SecAggConfig, Server
 from fedfair.secagg.client import remembered

@@ -41,7 +41,7 @@ from fedfair.privacy.learner import PrivateLearner
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.failures import DATA_MISMATCH, LOCAL_DATA, PermanentFailure
 from fedfair.runtime.plan import SharedSettings
-from fedfair.runtime.settings import declared_batch
+from fedfair.runtime.influence import declared_batch
 
 logger = logging.getLogger("fedfair.collaborator")
 

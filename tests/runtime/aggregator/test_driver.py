@@ -16,7 +16,7 @@ from fedfair.runtime.aggregator.driver import (
     check_agreed_influence,
     screen_plain_update,
 )
-from fedfair.runtime.settings import InfluenceSettings
+from fedfair.runtime.influence import InfluenceSettings
 from fedfair.runtime.aggregator.loop import excluded_in
 from tests.secagg.helpers import Harness, make_config
 from tests.secagg.test_active import garbage_shares
@@ -88,7 +88,7 @@ def test_a_plain_upload_must_carry_its_agreed_weight_and_lie_in_the_update_ball(
         screen("site-c", upload(16.0, [1.5, 2.0, 0.0]))
     # The control variates of drift correction follow the d + 1 update values: not part of the bound.
     screen("site-c", np.array([16.0 * 1.2, 16.0 * 1.6, 0.0, 16.0 * 50.0, 16.0 * 50.0, 16.0 * 50.0, 16.0]))
-    screen_equal = screen_plain_update(InfluenceSettings(), 0.1, parameters=2)
+    screen_equal = screen_plain_update(InfluenceSettings(update_norm=0.2), 0.1, parameters=2)
     with pytest.raises(UploadRefused, match="not the 1 "):
         screen_equal("site-a", upload(278.0, [0.1, 0.1, 0.0]))
 
