@@ -84,7 +84,7 @@ from fedfair.pki.roster import pins_from_folders, write_manifest
 from fedfair.research.workspace import Workspace, make_workspace, write_pinned_manifest
 from fedfair.runtime.aggregator.board import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.driver import SumOutcome
+from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import GOODBYE_SECONDS, Network, RoundLoop, StatisticsFailed, prepare, serve
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, TrainerFactory, check_schema_table

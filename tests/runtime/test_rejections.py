@@ -33,7 +33,7 @@ from fedfair.core.local import Update
 from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.board import UploadRefused
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.driver import (
+from fedfair.runtime.aggregator.checks import (
     RoundAborted,
     SumOutcome,
     check_decoded_update,

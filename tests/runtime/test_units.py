@@ -35,7 +35,8 @@ from fedfair.runtime.aggregator.checkpoint import (
     trim_round_log,
 )
 from fedfair.runtime.aggregator.commands import plan_from_args
-from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver, decode_plain
+from fedfair.runtime.aggregator.checks import decode_plain
+from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.loop import initial_state, prepare
 from fedfair.runtime.collaborator.client import (
     Collaborator,

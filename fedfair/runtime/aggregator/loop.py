@@ -70,14 +70,13 @@ from fedfair.runtime.aggregator.checkpoint import (
     state_digest,
     trim_round_log,
 )
-from fedfair.runtime.aggregator.driver import (
-    DriverSettings,
+from fedfair.runtime.aggregator.checks import (
     RoundAborted,
-    SumDriver,
     check_agreed_influence,
     check_decoded_update,
     screen_plain_update,
 )
+from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server

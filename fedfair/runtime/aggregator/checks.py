@@ -1,0 +1,155 @@
+"""What the aggregator checks of a sum before it applies it, and what a sum is.
+
+A plain upload is checked one by one as it arrives (:func:`decode_plain`, and
+:func:`screen_plain_update` against the plan's ``[influence]``); a decoded sum, plain or
+secure, as a whole (:func:`check_decoded_update`, :func:`check_agreed_influence`). A failed
+sum check voids the round (:class:`RoundAborted`); the model is never touched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedfair.core.errors import FedfairError
+from fedfair.runtime.aggregator.board import UploadRefused
+from fedfair.runtime.influence import InfluenceSettings
+from fedfair.secagg import EncodingConfig
+
+NORM_SLACK = 1e-6
+"""Relative room for float rounding in the influence checks: an honest update scaled onto the
+update_norm ball in float32 may come out a few ulps long."""
+
+UploadScreen = Callable[[str, np.ndarray], None]
+"""A check of one plain upload by its sender (raises UploadRefused)."""
+
+
+class RoundAborted(FedfairError):
+    """The round could not finish (too few survivors, a failed decode check); the model is unchanged.
+
+    culprits: collaborators the protocol proved misbehaved in this round, with why (even a
+    void round names who voided it).
+    """
+
+    def __init__(self, message: str, culprits: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.culprits: dict[str, str] = dict(culprits or {})
+
+
+@dataclass
+class SumOutcome:
+    """The sum the aggregator learns, and what it knows about the round's participants."""
+
+    weighted_sum: np.ndarray
+    total_weight: float
+    error_bound: float
+    contributors: tuple[str, ...]
+    dropped: dict[str, list[str]] = field(default_factory=dict)
+    received_bytes: int = 0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    culprits: dict[str, str] = field(default_factory=dict)
+    """Collaborators to exclude from later rounds, with why (see :meth:`SumDriver._named`)."""
+
+
+def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig) -> np.ndarray:
+    """The server's decode check of a plain upload: d + 1 finite float64 values [w * delta, w], refused
+    unless the weight w is in (0, max_weight] and every weighted coordinate is within clip * w.
+
+    These are the bounds the fixed-point encoding enforces under secure aggregation (it
+    clips each coordinate of the unweighted update to [-clip, clip]); honest collaborators
+    clip their plain updates the same way, so only a broken or hostile one is refused.
+    Without them one finite but huge update (1e100) would become the model.
+    """
+    if len(payload) != 8 * (dimension + 1):
+        raise UploadRefused(f"a plain update must hold {dimension + 1} float64 values")
+    # A read-only view of the received bytes, checked by its extremes (NaN propagates through both):
+    # no copy and no temporary of the vector's size, each of which would be fresh pages to fault in.
+    vector = np.frombuffer(payload, dtype="<f8")
+    weight = float(vector[-1])
+    coordinates = vector[:-1]
+    low, high = (float(coordinates.min()), float(coordinates.max())) if coordinates.size else (0.0, 0.0)
+    if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(weight)):
+        raise UploadRefused("the update contains NaN or Inf")
+    if not 0.0 < weight <= encoding.max_weight:
+        raise UploadRefused(f"the update's weight is outside (0, max_weight = {encoding.max_weight:g}]")
+    if max(high, -low) > encoding.clip * weight:
+        raise UploadRefused(f"the update lies outside the clipping range (clip = {encoding.clip:g} per unit of weight)")
+    return vector
+
+
+def check_decoded_update(outcome: SumOutcome, clip: float | None, count: int) -> None:
+    """The server's decode check of a summed training update.
+
+    Under secure aggregation every contributor clips each coordinate of its update to
+    [-clip, clip], so the weighted mean lies in that box (up to the rounding bound); a
+    sum outside it, a non-finite one, or a total weight that is not positive means a
+    contributor broke the encoding, and the round is void. Plain sums (clip None) were
+    checked upload by upload against the same box as they arrived (:func:`decode_plain`),
+    so only the other two checks apply (a box check on the float sum could only trip
+    on the rounding of honest updates that sit exactly on the bound).
+    """
+    if not (math.isfinite(outcome.total_weight) and outcome.total_weight > 0.0):
+        raise RoundAborted(f"the decoded total weight {outcome.total_weight} is not positive; the round is void")
+    if not np.isfinite(outcome.weighted_sum).all():
+        raise RoundAborted("the decoded update contains NaN or Inf; the round is void")
+    if clip is None:
+        return
+    limit = clip * outcome.total_weight + outcome.error_bound * (1.0 + clip) * max(count, 1)
+    if np.abs(outcome.weighted_sum).max(initial=0.0) > limit:
+        raise RoundAborted("the decoded update lies outside the clipping range; a contributor broke the encoding")
+
+
+def screen_plain_update(influence: InfluenceSettings, batch_fraction: float, parameters: int) -> UploadScreen:
+    """The aggregator's check of each plain training upload against the plan's [influence]: the weight
+    must be the one the plan agrees for its sender, and the update (its first d + 1 values over the
+    weight: delta theta and delta c) at most `update_norm` long, so one site moves the mean by at most
+    w_k C / W. Honest collaborators scale their updates into that ball (core.local.bounded)."""
+
+    def screen(peer: str, vector: np.ndarray) -> None:
+        agreed = influence.weight_of(peer, batch_fraction)
+        weight = float(vector[-1])
+        if weight != agreed:
+            raise UploadRefused(
+                f"the update's weight {weight:g} is not the {agreed:g} the plan's [influence] agrees for {peer}"
+            )
+        length = float(np.linalg.norm(vector[: parameters + 1])) / weight
+        if length > influence.update_norm * (1.0 + NORM_SLACK):
+            raise UploadRefused(
+                f"the update's L2 norm {length:.6g} exceeds the plan's [influence] update_norm = "
+                f"{influence.update_norm:g}"
+            )
+
+    return screen
+
+
+def check_agreed_influence(
+    outcome: SumOutcome, influence: InfluenceSettings, batch_fraction: float, parameters: int
+) -> float:
+    """The agreed total weight of the round's contributors, after checking the decoded sum against it.
+
+    The decoded total must be that agreed total (to the encoding's rounding), or someone sent a weight
+    the plan does not give it: the round is void. The mean update (delta theta, delta c) must be at
+    most `update_norm` long (plus rounding), as a mean of updates that are; a longer one is void too.
+    This second check is all a secure sum allows: it bounds each round's step, not one site's share
+    of it (docs/design.md, "Bounded influence").
+    """
+    agreed = influence.total_weight(outcome.contributors, batch_fraction)
+    count = max(len(outcome.contributors), 1)
+    if abs(outcome.total_weight - agreed) > outcome.error_bound * count + NORM_SLACK * agreed:
+        raise RoundAborted(
+            f"the decoded total weight {outcome.total_weight:.9g} is not the {agreed:.9g} the plan's [influence] "
+            f"agrees for the contributors {', '.join(outcome.contributors)}; a contributor sent a weight of its "
+            "own, the round is void"
+        )
+    step = outcome.weighted_sum[: parameters + 1]
+    rounding = outcome.error_bound * count * math.sqrt(step.size)
+    length = float(np.linalg.norm(step))
+    if length > (influence.update_norm * (1.0 + NORM_SLACK)) * agreed + rounding:
+        raise RoundAborted(
+            f"the decoded mean update is {length / agreed:.6g} long, beyond the plan's [influence] update_norm = "
+            f"{influence.update_norm:g}; a contributor did not bound its update, the round is void"
+        )
+    return agreed
