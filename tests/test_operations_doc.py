@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fedfair.runtime.aggregator import loop
-from fedfair.runtime.aggregator.servicer import RateLimit, RefusalLog
+from fedfair.runtime.aggregator.limits import RateLimit, RefusalLog
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNBOOK = ROOT / "docs" / "operations.md"
 SECTION = "## What the aggregator says"
-MODULES = ("loop", "servicer", "board", "driver", "checks", "lock", "commands", "checkpoint")
+MODULES = ("loop", "servicer", "board", "driver", "checks", "limits", "lock", "commands", "checkpoint")
 """Where the aggregator's operator-facing text lives (fedfair/runtime/aggregator/)."""
 
 FIELD = "\x00"

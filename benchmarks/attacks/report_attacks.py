@@ -30,7 +30,7 @@ from attacks.federation import FEDERATION_ID, HONEST, INSIDER
 from attacks.hostile_client import Answer, bind, report, status_report, unknown_field
 from attacks.rows import RowBook
 from fedfair.runtime.aggregator.events import read_events
-from fedfair.runtime.aggregator.servicer import RateLimit
+from fedfair.runtime.aggregator.limits import RateLimit
 from fedfair.runtime.transport import fedfair_pb2 as pb
 
 SPENT = pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT

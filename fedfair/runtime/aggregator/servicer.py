@@ -17,19 +17,14 @@ Hostile clients must not stall, leak or lose a round, so:
   sees an exception, so it never logs "Exception calling application" with a
   traceback; :func:`add_to_server` also parses requests without raising, so a
   malformed protobuf message reaches that path instead of gRPC's own traceback.
-- Requests that can hold a worker thread for long (task streams, uploads, downloads)
-  are limited per certified name (:class:`PeerLimits`); one more is refused at once
-  with RESOURCE_EXHAUSTED. The pool is sized for every listed name at its limits plus
-  headroom (:func:`worker_threads`), so other callers can never starve an honest
-  GetPlan. A cancelled task stream wakes at once (its termination callback notifies
-  the board) and gives its thread back. Callers without a certificate from the
-  federation's CA fail in the TLS handshake and never reach a worker; a certified
+- What one caller may hold is bounded (:mod:`fedfair.runtime.aggregator.limits`): long
+  requests (task streams, uploads, downloads) per certified name, one more refused at once
+  with RESOURCE_EXHAUSTED, in a pool sized so that no caller can starve an honest GetPlan;
+  status reports by a rate per name; refusals logged a burst per caller, then at a rate,
+  the rest counted on its next line. A cancelled task stream wakes at once (its termination
+  callback notifies the board) and gives its thread back. Callers without a certificate
+  from the federation's CA fail in the TLS handshake and never reach a worker; a certified
   name outside the plan is refused before anything waits.
-- Status reports (:meth:`Servicer.Report`) are short, but each writes a log line and an
-  event, so they are rate-limited per certified name (:class:`RateLimit`).
-- Refusals are logged a burst per caller and then at a rate (:class:`RefusalLog`): a
-  caller refused in a loop cannot fill the log and the events file; the refusals not
-  logged are counted on its next line.
 
 The operator sees each collaborator's arrival and departure (one line each, and a
 ``connect`` / ``disconnect`` event), each refusal (one line and a ``refusal`` event,
@@ -41,13 +36,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, TypeVar
 
 import grpc
@@ -55,6 +47,7 @@ import grpc
 from fedfair import pki
 from fedfair.runtime.aggregator.board import Board, UploadRefused, error_summary
 from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Quotas, RateLimit, RefusalLog, worker_threads
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
@@ -80,9 +73,6 @@ SERVICE = "fedfair.v1.Federation"
 INVALID_UPLOAD = "message refused: not a valid message for this stage"
 """What a peer hears when its upload breaks the protocol (never why in detail)."""
 
-BUSY = "refused: too many concurrent requests of this kind from this caller; retry when one has ended"
-"""What a peer hears when it is at its limit of concurrent streams, uploads or downloads."""
-
 INTERNAL_ERROR = "the aggregator could not handle this request"
 """What a peer hears when handling its request failed on the aggregator's side (the log says why)."""
 
@@ -95,132 +85,8 @@ STATUS_NAMES: dict[int, str] = {
 }
 """The statuses a collaborator may report, as the events stream spells them."""
 
-HEADROOM_THREADS = 8
-"""Worker threads beyond what every listed collaborator may hold at its limits: for the
-short requests (GetPlan, refusals) that must always find a free thread."""
-
 Request = TypeVar("Request")
 Reply = TypeVar("Reply")
-
-
-class Hold(Enum):
-    """The kinds of request that can hold a worker thread for long, each limited per caller."""
-
-    TASK_STREAM = "task streams"
-    UPLOAD = "uploads"
-    DOWNLOAD = "downloads"
-
-
-@dataclass(frozen=True)
-class PeerLimits:
-    """How many requests of each long-held kind one certified name may have open at once.
-
-    An honest collaborator holds one of each at most, plus one while the aggregator has
-    not yet noticed that a lost connection is gone (a reconnecting task stream, a retried
-    upload or download); two of each leave room for that and nothing more.
-    """
-
-    task_streams: int = 2
-    uploads: int = 2
-    downloads: int = 2
-
-    def limit(self, kind: Hold) -> int:
-        return {Hold.TASK_STREAM: self.task_streams, Hold.UPLOAD: self.uploads, Hold.DOWNLOAD: self.downloads}[kind]
-
-    @property
-    def per_peer(self) -> int:
-        """Worker threads one name can hold at once."""
-        return self.task_streams + self.uploads + self.downloads
-
-
-def worker_threads(collaborators: int, limits: PeerLimits = PeerLimits()) -> int:
-    """The gRPC pool size for a roster of `collaborators` names: all of them at their limits, plus headroom."""
-    return collaborators * limits.per_peer + HEADROOM_THREADS
-
-
-class Quotas:
-    """Counts each caller's open long-held requests and refuses one over its limit (thread-safe)."""
-
-    def __init__(self, limits: PeerLimits) -> None:
-        self.limits = limits
-        self._lock = threading.Lock()
-        self._held: Counter[tuple[str, Hold]] = Counter()
-
-    @contextmanager
-    def hold(self, peer: str, kind: Hold) -> Iterator[None]:
-        """Count one request of `kind` by `peer` while it runs, or raise Rejected(RESOURCE_EXHAUSTED) at once."""
-        key = (peer, kind)
-        with self._lock:
-            if self._held[key] >= self.limits.limit(kind):
-                raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED, BUSY)
-            self._held[key] += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._held[key] -= 1
-                if not self._held[key]:
-                    del self._held[key]
-
-    def held(self, peer: str, kind: Hold) -> int:
-        """How many requests of `kind` `peer` has open now."""
-        with self._lock:
-            return self._held[(peer, kind)]
-
-
-class RateLimit:
-    """A token bucket per key: `burst` at once, then `per_second` on average.
-
-    The keys are certified names (and one key shared by every caller without a listed name),
-    so the buckets never outnumber the plan's allow-list.
-    """
-
-    def __init__(
-        self, per_second: float = 1.0, burst: int = 10, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.per_second = per_second
-        self.burst = burst
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[float, float]] = {}
-
-    def allow(self, key: str) -> bool:
-        """Spend one of `key`'s tokens; False if it has none left."""
-        now = self._clock()
-        with self._lock:
-            tokens, since = self._buckets.get(key, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - since) * self.per_second)
-            allowed = tokens >= 1.0
-            self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
-            return allowed
-
-
-class RefusalLog:
-    """Which refusals get their own log line and ``refusal`` event: a burst per caller, then a rate.
-
-    Every refusal still refuses; a caller that keeps sending what must be refused (a broken
-    client in a loop, or one flooding on purpose) would otherwise fill the operator's log and
-    events file at the speed of its network. The refusals not logged are counted per caller,
-    and the count rides on that caller's next logged line, so none goes unaccounted for.
-    """
-
-    UNIDENTIFIED = ""
-    """The one key of every caller refused before it was identified (no name from the allow-list)."""
-
-    def __init__(self, rate: RateLimit | None = None) -> None:
-        self.rate = rate or RateLimit(per_second=1.0, burst=20)
-        self._lock = threading.Lock()
-        self._unlogged: Counter[str] = Counter()
-
-    def admit(self, peer: str | None) -> int | None:
-        """None if this refusal of `peer` goes unlogged (it is counted); otherwise how many went
-        unlogged since that caller's last logged refusal."""
-        key = self.UNIDENTIFIED if peer is None else peer
-        with self._lock:
-            if not self.rate.allow(key):
-                self._unlogged[key] += 1
-                return None
-            return self._unlogged.pop(key, 0)
 
 
 @dataclass(frozen=True)

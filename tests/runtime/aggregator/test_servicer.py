@@ -23,17 +23,13 @@ from cryptography.hazmat.primitives import serialization
 from fedfair import pki
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.events import EventLog, read_events
+from fedfair.runtime.aggregator.limits import BUSY, Hold, RateLimit, RefusalLog, worker_threads
 from fedfair.runtime.aggregator.servicer import (
-    BUSY,
     INTERNAL_ERROR,
     INVALID_UPLOAD,
     TOO_MANY_REPORTS,
-    Hold,
-    RateLimit,
-    RefusalLog,
     Servicer,
     federation_server,
-    worker_threads,
 )
 from fedfair.runtime.transport import (
     MALFORMED_MESSAGE,
