@@ -24,7 +24,7 @@ from fedfair.runtime.aggregator.limits import RateLimit, RefusalLog
 ROOT = Path(__file__).resolve().parents[1]
 RUNBOOK = ROOT / "docs" / "operations.md"
 SECTION = "## What the aggregator says"
-MODULES = ("loop", "servicer", "board", "driver", "checks", "limits", "lock", "commands", "checkpoint")
+MODULES = ("loop", "servicer", "board", "driver", "checks", "limits", "stages", "lock", "commands", "checkpoint")
 """Where the aggregator's operator-facing text lives (fedfair/runtime/aggregator/)."""
 
 FIELD = "\x00"

@@ -47,7 +47,7 @@ from fedfair import pki
 from fedfair.pki.roster import pin_certificate, write_manifest
 from fedfair.pki.store import write_file
 from fedfair.research.workspace import Workspace, make_workspace
-from fedfair.runtime.aggregator.board import UploadHandler
+from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import GOODBYE_SECONDS, Network, RoundLoop, initial_state, prepare, serve
 from fedfair.runtime.collaborator.config import load_collaborator_config

@@ -82,7 +82,7 @@ from fedfair.datasets.schema import (
 from fedfair.fairness import sums
 from fedfair.pki.roster import pins_from_folders, write_manifest
 from fedfair.research.workspace import Workspace, make_workspace, write_pinned_manifest
-from fedfair.runtime.aggregator.board import UploadHandler
+from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import GOODBYE_SECONDS, Network, RoundLoop, StatisticsFailed, prepare, serve

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from fedfair import pki
 from fedfair.core.local import Update
 from fedfair.research.workspace import Workspace, make_workspace
-from fedfair.runtime.aggregator.board import UploadRefused
+from fedfair.runtime.aggregator.stages import UploadRefused
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import (
     RoundAborted,

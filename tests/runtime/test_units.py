@@ -21,7 +21,8 @@ from fedfair.core.errors import ConfigError
 from fedfair.research.launch import training_config
 from fedfair.research.simulation import make_learners
 from fedfair.research.workspace import make_workspace, toml_text
-from fedfair.runtime.aggregator.board import Board, UploadRefused
+from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.stages import UploadRefused
 from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,
     ROUND_LOG_NAME,

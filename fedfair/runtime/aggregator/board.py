@@ -4,30 +4,13 @@ Behind one condition variable it holds who has a live task stream, each peer's t
 for the current round, the models to download, and the one open stage (who is
 expected to upload, what each may fetch, and the handler that checks and absorbs an
 upload). The driver opens a stage and waits on the condition until the stage is
-settled or its deadline passes; servicer threads notify it. Nothing sleeps for a
-fixed time.
+settled (:mod:`fedfair.runtime.aggregator.stages` says when) or its deadline passes;
+servicer threads notify it. Nothing sleeps for a fixed time.
 
 Two conditions share the one lock, so each change wakes only the threads it concerns:
 the task streams (one thread per peer) wait on tasks, the driver on connections and
 the open stage. With one condition every upload woke every stream thread of the
 federation, n wake-ups per message, which made a stage's fixed cost grow with n^2.
-
-A stage is settled when the protocol says it has what it needs (the optional
-``ready`` predicate of :meth:`Board.open_stage`), or when no expected peer is still
-owed an answer. A peer is owed nothing once it has
-
-- uploaded (the handler absorbed its upload);
-- withdrawn: an upload of zero bytes (its update was not finite, its privacy budget
-  is spent, or the round's parameters were not the plan's);
-- disconnected: no live task stream, or a stream that ended during this round;
-- been refused: the handler raised on its upload, and it has no other upload in
-  progress. An honest collaborator whose upload is refused sits out the rest of the
-  round, so waiting for it would only run the stage to its deadline. A refusal is
-  recorded for the certificate's name that sent the upload, so it settles only the
-  sender's own slot: a peer cannot settle anyone else's by sending bad messages
-  (one that names another party is refused and charged to its sender). A retry
-  that is in progress when the others finish is waited for, and a valid upload
-  after a refusal still counts while the stage is open.
 
 Task streams of a restarted aggregator: a stream skips only tasks that this board
 itself delivered to the peer before. A collaborator that reconnects after the
@@ -43,13 +26,21 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 import grpc
 import numpy as np
 
-from fedfair.core.errors import FedfairError
+from fedfair.runtime.aggregator.stages import (
+    OpenStage,
+    StageProgress,
+    StageReady,
+    UploadHandler,
+    UploadRefused,
+    error_summary,
+    input_for,
+)
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     NOT_EXPECTED,
@@ -69,31 +60,8 @@ FINAL_FETCH_SECONDS = 60.0
 PROGRESS_SECONDS = 10.0
 """How often a stage that is still waiting reports its progress to the operator."""
 
-SUMMARY_CHARACTERS = 160
-"""How much of an error's text a one-line summary keeps (ASN.1 parse errors run to kilobytes)."""
-
-
-class UploadRefused(FedfairError):
-    """An upload reached the open stage but its content is invalid (the handler refused it)."""
-
-
-UploadHandler = Callable[[str, bytes], None]
-"""handler(peer, payload): absorb one upload or raise. Whatever it raises refuses that upload."""
-
-StageReady = Callable[[], bool]
-"""ready(): whether the stage already has what it needs, so it may settle before every peer answered."""
-
 Position = tuple[int, int]
 """A task's (round, stage): the order in which tasks are published."""
-
-
-def error_summary(error: BaseException) -> str:
-    """'ClassName: first line of the message' cut to a bounded length: for one-line logs."""
-    text = str(error).strip().splitlines()
-    reason = text[0] if text else ""
-    if len(reason) > SUMMARY_CHARACTERS:
-        reason = reason[: SUMMARY_CHARACTERS - 3] + "..."
-    return f"{type(error).__name__}: {reason}" if reason else type(error).__name__
 
 
 @dataclass(frozen=True)
@@ -103,32 +71,6 @@ class StreamStart:
 
     stale_round: int | None
     seen: Position | None
-
-
-@dataclass(frozen=True)
-class StageProgress:
-    """Where an open stage stands: for the operator's periodic progress line."""
-
-    binding: pb.Binding
-    answered: int
-    expected: int
-    waiting_for: tuple[str, ...]
-    seconds_left: float
-
-
-@dataclass
-class _Stage:
-    binding: pb.Binding
-    expected: frozenset[str]
-    inputs: bytes | Mapping[str, bytes]
-    handler: UploadHandler
-    max_upload_bytes: int
-    deadline: float
-    ready: StageReady | None
-    accepted: set[str] = field(default_factory=set)
-    withdrawn: set[str] = field(default_factory=set)
-    refused: set[str] = field(default_factory=set)
-    received_bytes: int = 0
 
 
 class Board:
@@ -152,7 +94,7 @@ class Board:
         self._start_inputs: dict[Position, tuple[frozenset[str], bytes]] = {}
         # What the FINISHED task offers every peer to fetch (the final model bundle).
         self._final_input = b""
-        self._stage: _Stage | None = None
+        self._stage: OpenStage | None = None
         self._round = 0
         self._departed: set[str] = set()
         self._uploading: dict[str, int] = {}
@@ -385,13 +327,9 @@ class Board:
         """
         peers = frozenset(expected)
         with self._changed:
-            self._stage = _Stage(binding, peers, inputs, handler, max_upload_bytes, self._clock() + timeout, ready)
-        per_peer = {peer: self._input_for(inputs, peer) for peer in peers}
+            self._stage = OpenStage(binding, peers, inputs, handler, max_upload_bytes, self._clock() + timeout, ready)
+        per_peer = {peer: input_for(inputs, peer) for peer in peers}
         self.publish(sorted(peers), binding, pb.ACTION_RUN, deadline_seconds=timeout, inputs=per_peer)
-
-    @staticmethod
-    def _input_for(inputs: bytes | Mapping[str, bytes], peer: str) -> bytes:
-        return inputs if isinstance(inputs, bytes) else inputs.get(peer, b"")
 
     def max_upload_bytes(self) -> int:
         with self._changed:
@@ -402,7 +340,7 @@ class Board:
         with self._changed:
             stage = self._stage
             if stage is not None and stage.binding == binding and peer in stage.expected:
-                return self._input_for(stage.inputs, peer)
+                return input_for(stage.inputs, peer)
             peers, payload = self._start_inputs.get((binding.round, binding.stage), (frozenset(), b""))
             return payload if peer in peers else None
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedfair.core.errors import FedfairError
-from fedfair.runtime.aggregator.board import UploadRefused
+from fedfair.runtime.aggregator.stages import UploadRefused
 from fedfair.runtime.influence import InfluenceSettings
 from fedfair.secagg import EncodingConfig
 

@@ -41,13 +41,8 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.runtime.aggregator.board import (
-    Board,
-    StageProgress,
-    StageReady,
-    UploadHandler,
-    UploadRefused,
-)
+from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.stages import StageProgress, StageReady, UploadHandler, UploadRefused
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
 from fedfair.runtime.aggregator.checks import RoundAborted, SumOutcome, UploadScreen, decode_plain
 from fedfair.runtime.faults import maybe_die

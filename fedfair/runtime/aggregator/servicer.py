@@ -45,7 +45,8 @@ from typing import Any, TypeVar
 import grpc
 
 from fedfair import pki
-from fedfair.runtime.aggregator.board import Board, UploadRefused, error_summary
+from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.stages import UploadRefused, error_summary
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Quotas, RateLimit, RefusalLog, worker_threads
 from fedfair.runtime.transport import (

@@ -11,12 +11,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
-from fedfair.runtime.aggregator.board import (
-    Board,
-    StageProgress,
-    UploadRefused,
-    error_summary,
-)
+from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.stages import StageProgress, UploadRefused, error_summary
 from fedfair.runtime.transport import INLINE_INPUT_BYTES, Rejected, make_binding, pb
 
 NAMES = ("site-a", "site-b", "site-c")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedfair.runtime.aggregator.board import UploadRefused
+from fedfair.runtime.aggregator.stages import UploadRefused
 from fedfair.runtime.aggregator.checks import (
     RoundAborted,
     SumOutcome,
