@@ -253,14 +253,14 @@ def _honest_sum(plan: AggregatorPlan, names: tuple[str, ...]) -> Callable[[Mappi
 
 
 @contextmanager
-def collaborator_log(name: str) -> Iterator[list[str]]:
-    """Every warning or error the collaborator `name` logs while the block runs."""
+def collaborator_log(name: str | None = None) -> Iterator[list[str]]:
+    """Every warning or error the collaborator `name` (None: every collaborator) logs while the block runs."""
     lines: list[str] = []
 
     class Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             message = record.getMessage()
-            if message.startswith(f"{name}:"):
+            if name is None or message.startswith(f"{name}:"):
                 lines.append(message)
 
     logger = logging.getLogger("fedfair.collaborator")

@@ -48,12 +48,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +61,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from attacks.cheating import PatchedAggregator
+from attacks.cheating import PatchedAggregator, collaborator_log
 from attacks.federation import FixedTrainer, HonestCollaborators, plan_sections, trainer_factory
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair.bundle import Bundle, builtin_architecture, factory_architecture, make_provenance, write_bundle
@@ -210,26 +208,27 @@ class StageTap:
         return sorted(set(self.uploads.get((round_number, stage), [])))
 
 
-@contextmanager
-def collaborators_said() -> Iterator[list[str]]:
-    """Every warning or error the collaborators log while the block runs ("NAME: ..." lines)."""
-    lines: list[str] = []
+def restart_collaborators(
+    workspace: Workspace, board: Any, groups: list[HonestCollaborators], trainers: Callable[[str], TrainerFactory | None]
+) -> tuple[bool, list[str]]:
+    """Stop the running collaborators (`groups[-1]`), wait until the aggregator sees them gone, start them
+    again with `trainers` (appended to `groups`): whether all four reconnected, and who kept a bindings file."""
+    groups[-1].stop()
+    groups[-1].join(15)
+    kept = sorted(
+        name for name in FOUR if (workspace.configs[name].parent / f"{name}.{FEDERATION_ID}.bindings.json").exists()
+    )
+    wait_until(lambda: not board.connected() & set(FOUR), 15)
+    groups.append(HonestCollaborators.start(workspace, FOUR, trainers))
+    return wait_until(lambda: board.connected() >= set(FOUR), 30), kept
 
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(record.getMessage())
 
-    logger = logging.getLogger("fedfair.collaborator")
-    handler, level, propagate = Collect(logging.WARNING), logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING)
-    logger.propagate = False
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = propagate
+def run_errors(groups: list[HonestCollaborators], aggregator: Any) -> dict[str, str]:
+    """Every collaborator's error, by run, and the aggregator's."""
+    errors = {f"{name} (run {index + 1})": error for index, group in enumerate(groups) for name, error in group.errors.items()}
+    if aggregator.error:
+        errors["aggregator"] = aggregator.error
+    return errors
 
 
 def lines_of(said: list[str], name: str, *words: str) -> list[str]:
@@ -294,7 +293,7 @@ def floor_run(root: Path, discard: frozenset[str]) -> FloorRun:
     plan = load_aggregator_plan(workspace.plan)
     tap = StageTap(discard)
     aggregator = LoopAggregator(plan, tap.install)
-    with collaborators_said() as said:
+    with collaborator_log() as said:
         group = HonestCollaborators.start(workspace, FOUR, fixed)
         try:
             group.join(RUN_SECONDS)
@@ -637,30 +636,19 @@ def differencing_run(root: Path, leave_out: str | None) -> DifferencingRun:
     aggregator = LoopAggregator(plan, tap.install, cheat.adjust)
     board = aggregator.network.board if aggregator.network is not None else None
     real: Callable[[str], TrainerFactory | None] = lambda name: None  # noqa: E731 -- each site's real learner
-    restarted, kept = False, []
-    errors: dict[str, str] = {}
-    with collaborators_said() as said:
+    restarted, kept = False, list[str]()
+    with collaborator_log() as said:
         groups = [HonestCollaborators.start(workspace, FOUR, real)]
         try:
             if board is not None and cheat.first_done.wait(RUN_SECONDS):
-                groups[0].stop()
-                groups[0].join(15)
-                kept = sorted(
-                    name for name in FOUR if (workspace.configs[name].parent / f"{name}.{FEDERATION_ID}.bindings.json").exists()
-                )
-                wait_until(lambda: not board.connected() & set(FOUR), 15)
-                groups.append(HonestCollaborators.start(workspace, FOUR, real))
-                restarted = wait_until(lambda: board.connected() >= set(FOUR), 30)
+                restarted, kept = restart_collaborators(workspace, board, groups, real)
             cheat.proceed.set()
             groups[-1].join(RUN_SECONDS)
         finally:
             for group in groups:
                 group.stop()
             aggregator.stop()
-    for index, group in enumerate(groups):
-        errors.update({f"{name} (run {index + 1})": error for name, error in group.errors.items()})
-    if aggregator.error:
-        errors["aggregator"] = aggregator.error
+    errors = run_errors(groups, aggregator)
     contributed = {name: list(collaborator.contributed_rounds) for name, collaborator in groups[-1].collaborators.items()}
     return DifferencingRun(
         round_log(workspace), cheat, tap, said, restarted and len(groups) == 2, kept, contributed, errors
@@ -925,30 +913,19 @@ def statistics_run(root: Path, leave_out: str) -> StatisticsRun:
     cheat = StatisticsRerun(leave_out, tap)
     aggregator = LoopAggregator(plan, tap.install, cheat.adjust)
     board = aggregator.network.board if aggregator.network is not None else None
-    restarted, kept = False, []
-    errors: dict[str, str] = {}
-    with collaborators_said() as said:
+    restarted, kept = False, list[str]()
+    with collaborator_log() as said:
         groups = [HonestCollaborators.start(workspace, FOUR, fixed)]
         try:
             if board is not None and cheat.first_done.wait(RUN_SECONDS) and "first" in cheat.sums:
-                groups[0].stop()
-                groups[0].join(15)
-                kept = sorted(
-                    name for name in FOUR if (workspace.configs[name].parent / f"{name}.{FEDERATION_ID}.bindings.json").exists()
-                )
-                wait_until(lambda: not board.connected() & set(FOUR), 15)
-                groups.append(HonestCollaborators.start(workspace, FOUR, fixed))
-                restarted = wait_until(lambda: board.connected() >= set(FOUR), 30)
+                restarted, kept = restart_collaborators(workspace, board, groups, fixed)
             cheat.proceed.set()
             cheat.done.wait(RUN_SECONDS)
         finally:
             for group in groups:
                 group.stop()
             aggregator.stop()
-    for index, group in enumerate(groups):
-        errors.update({f"{name} (run {index + 1})": error for name, error in group.errors.items()})
-    if aggregator.error:
-        errors["aggregator"] = aggregator.error
+    errors = run_errors(groups, aggregator)
     return StatisticsRun(plan.schema, trained, cheat, said, restarted and len(groups) == 2, kept, errors)
 
 
@@ -1092,7 +1069,7 @@ def query_run(root: Path, leave_out: str, served: Mapping[str, Mapping[str, Any]
     plan = load_aggregator_plan(workspace.plan, served, check_manifest=served is None)
     cheat, tap = EvaluationQuery(leave_out), StageTap()
     aggregator = LoopAggregator(plan, tap.install, cheat.adjust)
-    with collaborators_said() as said:
+    with collaborator_log() as said:
         group = HonestCollaborators.start(workspace, FOUR, fixed)
         try:
             if served is None:
