@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from fedfair.core.errors import FedfairError
-from fedfair.core.local import Update
+from fedfair.core.update import Update
 
 
 class AggregateError(FedfairError):

@@ -28,7 +28,8 @@ from opacus.optimizers import DPOptimizer
 from torch import nn
 
 from fedfair.core.errors import ConfigError
-from fedfair.core.local import LocalLearner, StopsContributing, Update
+from fedfair.core.local import LocalLearner, StopsContributing
+from fedfair.core.update import Update
 from fedfair.privacy.accounting import PrivacyAccountant, noise_multiplier_for
 from fedfair.privacy.clipping import (
     ClippingMode,
@@ -110,9 +111,9 @@ class PrivateLearner:
     The batches of a round are drawn on the host when it begins and moved to the
     device in one transfer, so the step loop never waits on the device.
 
-    With `LocalConfig.drift_correction` every private step is followed by the plain
-    learner's correction (`LocalLearner.after_step`), which is post-processing of
-    released values: the accountant charges nothing for it.
+    Each private step is the algorithm's step (`LocalLearner.take_step`) from the
+    privatised gradient; its drift correction is post-processing of released values,
+    so the accountant charges nothing for it.
 
     `clipping` is "auto" (one-pass norm-only clipping where every trainable layer is
     dense or the threshold, else norm-only clipping where every layer has a norm
@@ -173,9 +174,11 @@ class PrivateLearner:
             GradSampleHooks(heads, loss_reduction="sum", strict=True)
         self.device = next(heads.parameters()).device
         # The fast-clipping optimizer takes the clipped sum from .grad; the other clips grad_sample itself.
+        # Opacus privatises the gradient in place (clip, sum, noise, scale) in its pre_step; the step
+        # itself is the algorithm's (LocalLearner.take_step), so the SGD it wraps only names the tensors.
         optimizer_type = NormClippingOptimizer if self._norm_clipping is not None else DPOptimizer
         self.optimizer = optimizer_type(
-            learner.optimizer,
+            torch.optim.SGD(learner.state_tensors, lr=learner.config.lr),
             noise_multiplier=self.noise_multiplier,
             max_grad_norm=privacy.max_grad_norm,
             expected_batch_size=learner.batch_size,
@@ -226,11 +229,12 @@ class PrivateLearner:
         else:
             for parameter in self.optimizer.params:
                 parameter.grad = torch.zeros_like(parameter)
-        self.optimizer.step()
-        # The plain learner's rules after a step: its drift correction (post-processing of released
-        # values, so free of privacy cost) and, with LocalConfig.project_locally (worth it under this
-        # step's noise, which can push c far out of [0, B] within a round), c's projection.
-        self.learner.after_step()
+        privatised = self.optimizer.pre_step()
+        # The algorithm's step from the privatised gradient: its drift correction is post-processing of
+        # released values, so free of privacy cost, and with LocalConfig.project_locally (worth it under
+        # this step's noise, which can push c far out of [0, B] within a round) c is projected.
+        gradients = [tensor.grad if privatised else None for tensor in self.learner.state_tensors]
+        self.learner.take_step(gradients)
 
     def _objective_once_per_layer(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         try:

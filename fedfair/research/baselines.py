@@ -32,7 +32,8 @@ from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.data import ClientData, client_batch_sizes, client_seed
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import BatchSampler, LocalLearner, Update
+from fedfair.core.local import BatchSampler, LocalLearner
+from fedfair.core.update import Update
 from fedfair.core.models import flat_parameters
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import simulation

@@ -38,7 +38,8 @@ from fedfair.core.data import (
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import LocalLearner, RoundTrainer, Update, contributing_updates
+from fedfair.core.local import LocalLearner, RoundTrainer, contributing_updates
+from fedfair.core.update import Update
 from fedfair.core.models import (
     build_model,
     flat_parameters,
@@ -392,8 +393,6 @@ def batched_clients(
     if private:
         # Each private learner draws its own Poisson batch and clips per sample through Opacus.
         return None, "DP-SGD trains each collaborator on its own Poisson-sampled batches"
-    if any(learner.config.corrects_drift for learner in learners):
-        return None, "drift correction keeps a control variate per collaborator"
     clients = VectorisedClients(learners, per_sample_loss if loss is None else checked_loss(loss))
     reason = clients.blocker()
     return (None, reason) if reason is not None else (clients, "")
@@ -434,18 +433,18 @@ def run_rounds(
         logger.info("local steps: a loop over %d collaborators (%s)", len(learners), loop_reason)
     else:
         logger.info("local steps: %d collaborators vectorised into one batched step", len(learners))
-    bound = objective.bound if objective is not None else 0.0
-    state = server.init(flat_parameters(template), bound=bound, drift_correction=training.local.corrects_drift)
+    algorithm = learners[0].algorithm
+    state = algorithm.server_init(flat_parameters(template))
     history: list[dict[str, float]] = []
     pooled = history_sample(federation) if training.record_every else None
     for _ in range(training.rounds):
         if clients is not None:
-            stacked = clients.train_round(state.theta, state.c)
+            stacked = clients.train_round(state.theta, state.c, state.control)
             summed = stacked.plain_sum() if aggregate is None else aggregate(stacked.updates())
         else:
             updates, trainers = contributing_updates(trainers, state.theta, state.c, control=state.control)
             summed = (aggregate or server.Aggregate.of)(updates)
-        state = server.apply(state, summed, bound=bound, average_from=training.average_from_round)
+        state = algorithm.server_apply(state, summed, average_from=training.average_from_round)
         if on_round is not None:
             on_round(state)
         if pooled is not None and (state.round % training.record_every == 0 or state.round == training.rounds):

@@ -9,7 +9,9 @@ group when sizes are near-equal, a few when they span orders of magnitude), and 
 `torch.func.vmap` forward per group plus one backward for all gives every client its own
 gradient: client k's part of the summed objective depends only on its own row of the
 stacked parameters, so row k of the gradient of the sum is client k's gradient. Padding
-rows carry weight 0. tau > 1 and reused batches work the same way, row by row.
+rows carry weight 0. tau > 1 and reused batches work the same way, row by row. What a step
+does with the gradients is `fedfair.core.algorithm`'s, applied to all rows at once, so
+the step size, drift correction and projection of c are the loop's by construction.
 
 Nothing about the sampling changes: each collaborator's own `BatchSampler` (same seed,
 same generator) draws its indices in the same order as the loop, so the batches are
@@ -32,7 +34,8 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fedfair.core import server
-from fedfair.core.local import LocalLearner, Update
+from fedfair.core.local import LocalLearner
+from fedfair.core.update import Update
 from fedfair.core.objective import RCVaRThreshold
 
 PerSampleObjectiveLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -55,24 +58,30 @@ class StackedUpdates:
     """[K] c_k - c_t in float64 (zeros without a threshold)."""
     weights: tuple[float, ...]
     """w_k = b_k."""
+    controls: torch.Tensor | None = None
+    """[K, D + 1] each client's new control variate sigma_k+ (float64), with drift correction."""
 
     def updates(self) -> list[Update]:
         """The per-client `Update`s, for an aggregation that needs them one by one (e.g. secure sums)."""
+        controls: list[torch.Tensor | None] = [None] * len(self.weights) if self.controls is None else list(self.controls)
         return [
-            Update(delta=delta, delta_c=float(delta_c), weight=weight)
-            for delta, delta_c, weight in zip(self.deltas, self.delta_c, self.weights, strict=True)
+            Update(delta=delta, delta_c=float(delta_c), weight=weight, control=control)
+            for delta, delta_c, weight, control in zip(self.deltas, self.delta_c, self.weights, controls, strict=True)
         ]
 
     def plain_sum(self) -> server.Aggregate:
         """`server.Aggregate.of(self.updates())` without building K updates: the same float operations.
 
-        Each row is [delta_k in float64, delta_c_k] * w_k, as `Update.weighted_vector` makes it, and
-        the rows are summed over the client axis of one [K, D + 1] tensor, as `Aggregate.of` sums
-        its stack, so the result is bit-for-bit the loop's.
+        Each row is [delta_k in float64, delta_c_k(, sigma_k+)] * w_k, as `Update.weighted_vector` makes
+        it, and the rows are summed over the client axis of one tensor, as `Aggregate.of` sums its
+        stack, so the result is bit-for-bit the loop's.
         """
-        rows = torch.cat([self.deltas.to("cpu", torch.float64), self.delta_c.cpu().unsqueeze(1)], dim=1)
+        parts = [self.deltas.to("cpu", torch.float64), self.delta_c.cpu().unsqueeze(1)]
+        if self.controls is not None:
+            parts.append(self.controls.to("cpu", torch.float64))
         weights = torch.tensor(self.weights, dtype=torch.float64).unsqueeze(1)
-        return server.Aggregate.from_vector((rows * weights).sum(dim=0), sum(self.weights))
+        summed = (torch.cat(parts, dim=1) * weights).sum(dim=0)
+        return server.Aggregate.from_vector(summed, sum(self.weights), with_control=self.controls is not None)
 
 
 CLIENTS_PER_GROUP = 2
@@ -181,6 +190,11 @@ class VectorisedClients:
         self.model: nn.Module = first.model
         self.threshold: RCVaRThreshold | None = first.threshold
         self.config = first.config
+        self.algorithm = first.algorithm
+        self.controls: torch.Tensor | None = None
+        """[K, D + 1] every client's sigma_k (float64), with drift correction; as each learner's `control` starts."""
+        if first.control is not None:
+            self.controls = torch.stack([learner.control for learner in self.learners if learner.control is not None])
         self.loss = loss
         self.names = [name for name, _ in self.model.named_parameters()]
         self.shapes = [parameter.shape for _, parameter in self.model.named_parameters()]
@@ -261,36 +275,32 @@ class VectorisedClients:
             total = total + (self._objective(own_flat, own_thresholds, features, labels) * group.row_weights).sum()
         return total
 
-    def train_round(self, theta: torch.Tensor, c: float) -> StackedUpdates:
-        """Every collaborator's begin, tau steps and finish from the global (theta, c), batched."""
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> StackedUpdates:
+        """Every collaborator's begin, tau steps and finish from the global (theta, c), batched; with
+        drift correction `control` is the server's sigma and each client's sigma_k is row k of `controls`."""
         clients = len(self.learners)
         start_theta = theta.detach().to(self.device, self.dtype)
         # Row k is client k's flat theta (model order, as flat_parameters): one leaf, one update, one delta.
         flat = start_theta.unsqueeze(0).repeat(clients, 1).requires_grad_(True)
         # c lives in the model's dtype, as the loop's threshold holds it.
         thresholds = torch.full((clients,), float(c), dtype=self.dtype, device=self.device)
-        leaves = [flat]
+        tensors = [flat]
         if self.threshold is not None:
-            leaves.append(thresholds.requires_grad_(True))
+            tensors.append(thresholds.requires_grad_(True))
+        round_ = self.algorithm.client_init(
+            start_theta, c, tensors, own_control=self.controls, server_control=control
+        )
         reused = self._batches() if self.config.reuse_batch else None
         for _ in range(self.config.local_steps):
             batches = reused if reused is not None else self._batches()
-            gradients = torch.autograd.grad(self._total_objective(flat, thresholds, batches), leaves)
-            with torch.no_grad():
-                # SGD's own update (param.add_(grad, alpha=-lr)); c projected onto [0, B] after it only
-                # where LocalLearner.after_step would (Algorithm 1 projects at the server).
-                flat.add_(gradients[0], alpha=-self.config.lr)
-                if self.threshold is not None:
-                    thresholds.add_(gradients[1], alpha=-self.config.threshold_lr)
-                    if self.config.project_locally:
-                        thresholds.clamp_(0.0, self.threshold.bound)
-        with torch.no_grad():
-            deltas = flat - start_theta
-            if self.threshold is None:
-                delta_c = torch.zeros(clients, dtype=torch.float64, device=self.device)
-            else:
-                delta_c = thresholds.to(torch.float64) - float(c)
-        return StackedUpdates(deltas=deltas.detach(), delta_c=delta_c.detach(), weights=self.weights)
+            gradients = torch.autograd.grad(self._total_objective(flat, thresholds, batches), tensors)
+            self.algorithm.client_step(round_, tensors, list(gradients))
+        deltas, delta_c, controls = self.algorithm.client_final(
+            round_, flat.detach(), thresholds.detach() if self.threshold is not None else None, self.controls
+        )
+        if controls is not None:
+            self.controls = controls
+        return StackedUpdates(deltas=deltas, delta_c=delta_c, weights=self.weights, controls=controls)
 
     def _batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """One step's batches: every client draws, then each group gathers its members' rows."""

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
-from fedfair.core.local import LocalLearner, Update
+from fedfair.core.local import LocalLearner
+from fedfair.core.update import Update
 from fedfair.core.models import build_model, flat_parameters
 from fedfair.core.objective import RCVaRThreshold
 

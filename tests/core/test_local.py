@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
-from fedfair.core.local import BatchSampler, LocalLearner, Update, bounded, contributing_updates
+from fedfair.core.local import BatchSampler, LocalLearner, contributing_updates
+from fedfair.core.update import Update, bounded
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.research.simulation import Federation

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedfair.core import server
-from fedfair.core.local import Update
+from fedfair.core.update import Update
 
 
 def test_apply_moves_to_the_weighted_mean_of_client_iterates() -> None:

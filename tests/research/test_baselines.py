@@ -21,7 +21,7 @@ from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.data import client_batch_sizes
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import Update
+from fedfair.core.update import Update
 from fedfair.core.models import flat_parameters
 from fedfair.core.objective import cvar
 from fedfair.datasets import load_dataset, partition

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from fedfair.core import server
-from fedfair.core.local import bounded
+from fedfair.core.update import bounded
 from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
 from fedfair.research.launch import training_config

@@ -24,7 +24,8 @@ import torch
 from fedfair.core import server
 from fedfair.core.config import LocalConfig
 from fedfair.core.errors import ConfigError
-from fedfair.core.local import LocalLearner, Update
+from fedfair.core.local import LocalLearner
+from fedfair.core.update import Update
 from fedfair.privacy.learner import PrivateLearner
 from fedfair.research.launch import training_config
 from fedfair.research.simulation import SimulationResult, run_rounds

@@ -33,7 +33,7 @@ import torch
 
 from fedfair.cli import main as cli_main
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import Update
+from fedfair.core.update import Update
 from fedfair.core.models import build_model
 from fedfair.fairness import pooled
 from fedfair.research.launch import training_config

@@ -29,7 +29,7 @@ import torch
 from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
-from fedfair.core.local import Update
+from fedfair.core.update import Update
 from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.stages import UploadRefused
 from fedfair.runtime.aggregator.checkpoint import read_round_log

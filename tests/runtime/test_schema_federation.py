@@ -24,7 +24,7 @@ from fedfair.bundle.commands import class_probabilities
 from fedfair.cli import main as cli_main
 from fedfair.core import server
 from fedfair.core.data import ClientData
-from fedfair.core.local import bounded
+from fedfair.core.update import bounded
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.builtin import ADULT_COLUMNS

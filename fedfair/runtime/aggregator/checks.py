@@ -106,7 +106,7 @@ def screen_plain_update(influence: InfluenceSettings, batch_fraction: float, par
     """The aggregator's check of each plain training upload against the plan's [influence]: the weight
     must be the one the plan agrees for its sender, and the update (its first d + 1 values over the
     weight: delta theta and delta c) at most `update_norm` long, so one site moves the mean by at most
-    w_k C / W. Honest collaborators scale their updates into that ball (core.local.bounded)."""
+    w_k C / W. Honest collaborators scale their updates into that ball (core.update.bounded)."""
 
     def screen(peer: str, vector: np.ndarray) -> None:
         agreed = influence.weight_of(peer, batch_fraction)

@@ -43,7 +43,8 @@ import torch
 
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import LocalLearner, RoundTrainer, bounded
+from fedfair.core.local import LocalLearner, RoundTrainer
+from fedfair.core.update import bounded
 from fedfair.fairness import sums
 from fedfair.privacy.learner import PrivacyBudgetExhausted, PrivateLearner
 from fedfair.runtime.collaborator.bindings import Bindings, SignedView
