@@ -155,7 +155,8 @@ def _run_combined(
         learners = rebuild(learners)
     sampled = LossRows([client.size for client in federation.train], loss_rows, training.seed)
     counts = list(steps) if steps is not None else [training.local.local_steps] * len(learners)
-    state = server.init(flat_parameters(template), bound=0.0)
+    algorithm = learners[0].algorithm
+    state = algorithm.server_init(flat_parameters(template))
     pooled = simulation.history_sample(federation) if training.record_every else None
     history: list[dict[str, float]] = []
     for _ in range(training.rounds):
@@ -168,7 +169,7 @@ def _run_combined(
             for _ in range(count):
                 learner.step()
             updates.append(learner.finish())
-        state = server.apply(state, combine(updates, losses), bound=0.0, average_from=training.average_from_round)
+        state = algorithm.server_apply(state, combine(updates, losses), average_from=training.average_from_round)
         if on_round is not None:
             on_round(state)
         if pooled is not None and (state.round % training.record_every == 0 or state.round == training.rounds):

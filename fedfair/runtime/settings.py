@@ -36,6 +36,7 @@ from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
 
 if TYPE_CHECKING:
     import numpy as np
+    from fedfair.core.algorithm import FedSRCVaR
 
 DROPOUT_POLICIES = ("allowed", "none")
 """[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
@@ -176,6 +177,12 @@ class LearningSettings:
     collaborator encodes its own table with statistics of all tables together (fedfair.runtime.
     preprocessing) and the model's input size is the encoder's; without one, collaborators bring
     data already encoded to the plan's [model] features."""
+
+    def algorithm(self) -> FedSRCVaR:
+        """FedSRCVaR with this plan's local steps and bound: the rules both processes apply."""
+        from fedfair.core.algorithm import FedSRCVaR  # torch is loaded by training, not by reading a plan
+
+        return FedSRCVaR(self.training.local_config(), bound=self.objective.bound)
 
     def learning_sections(self) -> dict[str, Any]:
         """The sections by name (to build a plan from them, or to share them); schema may be None."""

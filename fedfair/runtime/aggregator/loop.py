@@ -24,7 +24,7 @@ round timeout for the quorum; if it is not there, the process stops with
 round that fails once started (a stage timing out, too few survivors) is aborted, the
 model kept, and the next round runs: a timeout never ends the process.
 
-The learning itself is `fedfair.core.server.apply`, unchanged: the aggregator turns the
+The learning itself is the plan's `fedfair.core.algorithm.FedSRCVaR`, unchanged: the aggregator turns the
 decoded sum into a `server.Aggregate` and applies it, exactly as the in-process
 simulation does.
 """
@@ -140,9 +140,7 @@ def initial_state(plan: AggregatorPlan, encoder: Encoder | None = None) -> serve
     and with drift correction a zero control variate; under a [schema], the model's input size and
     classes are the federation's encoder's."""
     model = model_settings(plan, encoder).build(seed=plan.training.seed, allowed=plan.own_factories)
-    return server.init(
-        flat_parameters(model), bound=plan.objective.bound, drift_correction=plan.training.corrects_drift
-    )
+    return plan.algorithm().server_init(flat_parameters(model))
 
 
 @dataclass
@@ -242,6 +240,7 @@ class RoundLoop:
             else pinned_verifier(plan.manifest, network.ca_certificate),
         )
         self.average_from = plan.training.average_from_round
+        self.algorithm = plan.algorithm()
         self.evaluation = None if checkpoint is None else checkpoint.evaluation
         self.records = read_round_log(self.output)
         """Every round's record so far: the model bundle's metrics and provenance."""
@@ -518,7 +517,7 @@ class RoundLoop:
             aggregate = server.Aggregate.from_vector(
                 torch.from_numpy(outcome.weighted_sum), agreed, with_control=corrects_drift
             )
-            state = server.apply(state, aggregate, bound=self.plan.objective.bound, average_from=self.average_from)
+            state = self.algorithm.server_apply(state, aggregate, average_from=self.average_from)
         except (RoundAborted, server.AggregateError) as error:
             record.update(status="aborted", reason=str(error), seconds=time.perf_counter() - started)
             logger.warning("round %d aborted, model unchanged: %s", round_number, error)
