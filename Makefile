@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.fedfair-installed
 # Test workers: the suite's processes and federations are independent, so two workers fill 2 cores.
 WORKERS ?= 2
 # The packages the API reference covers (`make api` writes build/api/index.html).
-API_MODULES := fedfair.api fedfair.core fedfair.secagg fedfair.privacy fedfair.fairness fedfair.pki \
+API_MODULES := fedfair.api fedfair.core fedfair.simulation fedfair.secagg fedfair.privacy fedfair.fairness fedfair.pki \
                fedfair.datasets fedfair.bundle fedfair.runtime fedfair.research
 
 setup: $(STAMP)

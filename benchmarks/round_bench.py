@@ -65,7 +65,7 @@ import numpy as np
 import torch
 
 from published import publish
-from fedfair.core.local import Update
+from fedfair.core.update import Update
 from fedfair.research.workspace import make_workspace, site_names
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import run_aggregator

@@ -31,7 +31,7 @@ from fedfair.core.config import ObjectiveConfig
 from fedfair.core.models import build_model, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.research.experiment import config_from_flags, load_federation, parse_flags
-from fedfair.research.simulation import make_learners, run_fedsrcvar
+from fedfair.simulation.rounds import make_learners, run_fedsrcvar
 from fedfair.research.sweep import PAPER_EPSILONS, PAPER_RHOS, grid_configs, sweep
 
 

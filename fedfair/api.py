@@ -6,7 +6,7 @@
     result.model(x_new)       # the trained model; result.threshold is the final c
 
 It runs FedSRCVaR in process, with the very code a federation of processes runs
-(fedfair.research.simulation), so a model trained here trains the same way across
+(fedfair.simulation.rounds), so a model trained here trains the same way across
 institutions: set the plan's ``[model] factory`` to the same function. For the loss
 alone, in a training loop of your own, use :class:`fedfair.RCVaRLoss`.
 """
@@ -21,14 +21,9 @@ from torch import nn
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.models import load_flat_parameters
 from fedfair.core.server import ServerState
-from fedfair.research.simulation import (
-    Batches,
-    ModelFactory,
-    PerSampleLoss,
-    TrainingConfig,
-    federation_from_clients,
-    run_fedsrcvar,
-)
+from fedfair.core.local import PerSampleLoss
+from fedfair.simulation.federation import Batches, ModelFactory, federation_from_clients
+from fedfair.simulation.rounds import TrainingConfig, run_fedsrcvar
 
 __all__ = ["FederatedResult", "federate"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from fedfair.research.simulation import Federation
+from fedfair.simulation.federation import Federation
 from tests.federations import adult_by_race
 
 # Property tests assert properties, not speed: on a shared, loaded machine one example can take

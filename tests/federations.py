@@ -10,7 +10,7 @@ import pandas as pd
 from fedfair.datasets import load_dataset, partition
 from fedfair.datasets.builtin import ADULT_COLUMNS
 from fedfair.datasets.registry import dataset_info, read_bundled
-from fedfair.research.simulation import Federation, federation_from_arrays
+from fedfair.simulation.federation import Federation, federation_from_arrays
 
 
 def adult_by_race(caps: Sequence[int] | None = None) -> Federation:

@@ -11,7 +11,8 @@ from torch.nn import functional
 from fedfair.api import federate
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.models import flat_parameters
-from fedfair.research.simulation import Federation, TrainingConfig, run_fedsrcvar
+from fedfair.simulation.federation import Federation
+from fedfair.simulation.rounds import TrainingConfig, run_fedsrcvar
 
 
 @pytest.mark.slow

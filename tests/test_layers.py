@@ -1,6 +1,13 @@
-"""The house rule, checked on the source: core imports only itself, numpy, torch and the standard
-library; the libraries (secagg, privacy, fairness, pki, datasets, bundle) never reach the runtime or the
-research harness; the runtime never reaches research; a collaborator never reaches the aggregator.
+"""The house rule, checked on the source. From the bottom up:
+
+1. core imports only itself, numpy, torch and the standard library;
+2. the libraries, in the order of `LIBRARIES`: each may use core and the libraries before it;
+3. the in-process engine (simulation) may use core and the libraries;
+4. the public API (api.py) may use core, the libraries and the simulation;
+5. the runtime may use core and the libraries, never the simulation, the API or research;
+6. research may use everything but the command line.
+
+A collaborator never reaches the aggregator, nor the aggregator a collaborator.
 
 Imports are read from the syntax tree (including imports inside functions) and followed
 transitively, so a rule cannot be dodged through a module in between.
@@ -19,8 +26,10 @@ import pytest
 PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "fedfair"
 CORE_THIRD_PARTY = frozenset({"numpy", "torch"})
 LIBRARIES = (
-    "fedfair.secagg", "fedfair.privacy", "fedfair.fairness", "fedfair.pki", "fedfair.datasets", "fedfair.bundle"
+    "fedfair.pki", "fedfair.privacy", "fedfair.datasets", "fedfair.secagg", "fedfair.fairness", "fedfair.bundle"
 )
+"""The libraries in their order: each may import only core and the libraries before it."""
+ABOVE_LIBRARIES = ("fedfair.simulation", "fedfair.api", "fedfair.runtime", "fedfair.research", "fedfair.cli")
 
 
 def module_name(path: Path) -> str:
@@ -102,7 +111,7 @@ def violations(modules: list[str], forbidden: tuple[str, ...]) -> list[str]:
 
 
 def test_the_layers_exist() -> None:
-    for package in ("fedfair.core", "fedfair.runtime", "fedfair.research", *LIBRARIES):
+    for package in ("fedfair.core", "fedfair.simulation", "fedfair.api", "fedfair.runtime", "fedfair.research", *LIBRARIES):
         assert package in MODULES, f"{package} is missing"
     assert len(modules_in("fedfair.core")) >= 5
 
@@ -120,12 +129,27 @@ def test_core_imports_only_itself_numpy_torch_and_the_standard_library(module: s
     assert not outside, f"{module} imports {outside}; core may import only fedfair.core, numpy, torch and stdlib"
 
 
-def test_libraries_never_reach_the_runtime_or_research() -> None:
-    assert violations(modules_in(*LIBRARIES), ("fedfair.runtime", "fedfair.research", "fedfair.cli")) == []
+@pytest.mark.parametrize("position", range(len(LIBRARIES)), ids=LIBRARIES)
+def test_a_library_reaches_only_core_and_the_libraries_before_it(position: int) -> None:
+    later = LIBRARIES[position + 1 :]
+    assert violations(modules_in(LIBRARIES[position]), (*later, *ABOVE_LIBRARIES)) == []
 
 
-def test_the_runtime_never_reaches_research() -> None:
-    assert violations(modules_in("fedfair.runtime"), ("fedfair.research", "fedfair.cli")) == []
+def test_the_simulation_reaches_only_core_and_the_libraries() -> None:
+    assert violations(modules_in("fedfair.simulation"), ABOVE_LIBRARIES[1:]) == []
+
+
+def test_the_api_reaches_only_core_the_libraries_and_the_simulation() -> None:
+    assert violations(modules_in("fedfair.api"), ABOVE_LIBRARIES[2:]) == []
+
+
+def test_the_runtime_never_reaches_the_simulation_the_api_or_research() -> None:
+    forbidden = ("fedfair.simulation", "fedfair.api", "fedfair.research", "fedfair.cli")
+    assert violations(modules_in("fedfair.runtime"), forbidden) == []
+
+
+def test_research_never_reaches_the_command_line() -> None:
+    assert violations(modules_in("fedfair.research"), ("fedfair.cli",)) == []
 
 
 def test_a_collaborator_never_reaches_aggregator_modules() -> None:
@@ -138,11 +162,11 @@ def test_the_aggregator_never_reaches_collaborator_modules() -> None:
 
 def test_the_checker_sees_a_violation() -> None:
     """The walker itself: a forbidden import, even inside a function, is found."""
-    source = "def late():\n    from fedfair.research.simulation import run_rounds\n"
+    source = "def late():\n    from fedfair.simulation.rounds import run_rounds\n"
     names = set(imported_names(source, "fedfair.core.local", is_package=False))
-    assert "fedfair.research.simulation" in names
-    relative = set(imported_names("from ..research import simulation\n", "fedfair.core.local", is_package=False))
-    assert "fedfair.research" in relative and "fedfair.research.simulation" in relative
+    assert "fedfair.simulation.rounds" in names
+    relative = set(imported_names("from ..simulation import rounds\n", "fedfair.core.local", is_package=False))
+    assert "fedfair.simulation" in relative and "fedfair.simulation.rounds" in relative
 
 
 def module_edges(module: str) -> frozenset[str]:

@@ -980,7 +980,8 @@ def statistics_row(root: Path, book: RowBook) -> None:
             f"cells: {rare_read}; the dictionary read: {read}; control: counted without suppression the same "
             f"tables hold {would_show} (column, cell, count). Collaborators restarted: {attack.restarted} (bindings "
             f"kept by {attack.bindings_kept}); round 0 again with every site: "
-            f"{'decoded, the same sum' if control_ok else 'NOT decoded as before'}; round 0 without {left_out}: "
+            f"{'decoded, the same sum' if control_ok else 'NOT decoded as before: ' + repr(short(cheat.failures.get('again'), 400)) + ', the sites said ' + repr([short(line, 200) for line in attack.said if 'round 0' in line][:6])}; "
+            f"round 0 without {left_out}: "
             f"participants {participants}, consistency signatures {signed or 'none'}, unmasking responses "
             f"{unmasked or 'none'}, refused: {refused}, e.g. {short(said, 300)!r}; sums decoded: {sorted(cheat.sums)}",
             suppressed

@@ -39,7 +39,8 @@ from cryptography.hazmat.primitives import serialization
 from attacks.hostile_client import Credentials
 from fedfair import pki
 from fedfair.core import server
-from fedfair.core.local import LocalLearner, RoundTrainer, Update
+from fedfair.core.local import LocalLearner, RoundTrainer
+from fedfair.core.update import Update
 from fedfair.core.models import flat_parameters
 from fedfair.research.processes import Child, child_environment
 from fedfair.research.workspace import Workspace, make_workspace

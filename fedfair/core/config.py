@@ -80,7 +80,7 @@ class LocalConfig:
     twice as many numbers per round (its control variate's change beside its update),
     still as one secure sum. "none" is Algorithm 1 as written. The corrected steps act
     on a one-round-old estimate, so they are stable only for a step well below what
-    plain local SGD tolerates (README, "drift correction").
+    plain local SGD tolerates (docs/paper.md, the drift study).
     """
 
     local_steps: int = 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -181,6 +181,52 @@ class LocalLearner:
         for _ in range(self.config.local_steps):
             self.step()
         return self.finish()
+
+
+PerSampleLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(model outputs, labels) -> one loss per sample, e.g. lambda o, y: F.cross_entropy(o, y, reduction="none")."""
+
+
+class CustomLossLearner(LocalLearner):
+    """A LocalLearner whose per-sample loss is the caller's, not the built-in cross-entropy."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        features: torch.Tensor,
+        labels: torch.Tensor,
+        batch_size: int,
+        config: LocalConfig,
+        *,
+        loss: PerSampleLoss,
+        threshold: RCVaRThreshold | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(model, features, labels, batch_size, config, threshold=threshold, seed=seed)
+        self.loss = loss
+
+    def objective(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        losses = checked_losses(self.loss(self.model(features), labels), features.shape[0])
+        return losses if self.threshold is None else self.threshold(losses)
+
+
+def checked_loss(loss: PerSampleLoss) -> PerSampleLoss:
+    """The caller's loss with CustomLossLearner's shape check, for the vectorised clients."""
+
+    def checked(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return checked_losses(loss(outputs, labels), outputs.shape[0])
+
+    return checked
+
+
+def checked_losses(losses: torch.Tensor, samples: int) -> torch.Tensor:
+    """The loss function's output, once it is one loss per sample (RCVaR needs each sample's loss)."""
+    if losses.shape != (samples,):
+        raise ConfigError(
+            f"the loss returned shape {tuple(losses.shape)} for a batch of {samples}; it must return one loss "
+            "per sample, e.g. F.cross_entropy(outputs, labels, reduction='none')"
+        )
+    return losses
 
 
 class StopsContributing(FedfairError):

@@ -31,7 +31,7 @@ class PrivacyConfig:
     target_epsilon: float | None = None
     # c is clipped together with theta, so a small bound starves c of the pull of the high-loss
     # samples and drifts training back to ERM (on Adult, C = 1 drops c from 0.59 to 0.09); 20
-    # keeps the threshold honest at a modest noise cost (the README's privacy-utility table).
+    # keeps the threshold honest at a modest noise cost (the privacy-utility table in docs/security.md).
     max_grad_norm: float = 20.0
     delta: float = 1e-5
     budget_epsilon: float | None = None

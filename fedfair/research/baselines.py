@@ -36,13 +36,10 @@ from fedfair.core.local import BatchSampler, LocalLearner
 from fedfair.core.update import Update
 from fedfair.core.models import flat_parameters
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.research import simulation
-from fedfair.research.simulation import (
-    Federation,
-    RoundCallback,
-    SimulationResult,
-    TrainingConfig,
-)
+from fedfair.simulation.federation import history_sample
+from fedfair.simulation.rounds import make_learners, round_record, run_rounds
+from fedfair.simulation.federation import Federation
+from fedfair.simulation.rounds import RoundCallback, SimulationResult, TrainingConfig
 
 # Turns one round's updates and (when the method needs them) the collaborators'
 # mean losses at theta_t into the sums server.apply consumes.
@@ -150,14 +147,14 @@ def _run_combined(
     With `needs_losses`, `combine` gets each collaborator's mean loss at theta_t, read
     from `loss_rows` rows of it (`LossRows`; 0: all).
     """
-    template, learners = simulation.make_learners(federation, training, None)
+    template, learners = make_learners(federation, training, None)
     if rebuild is not None:
         learners = rebuild(learners)
     sampled = LossRows([client.size for client in federation.train], loss_rows, training.seed)
     counts = list(steps) if steps is not None else [training.local.local_steps] * len(learners)
     algorithm = learners[0].algorithm
     state = algorithm.server_init(flat_parameters(template))
-    pooled = simulation.history_sample(federation) if training.record_every else None
+    pooled = history_sample(federation) if training.record_every else None
     history: list[dict[str, float]] = []
     for _ in range(training.rounds):
         if before_round is not None:
@@ -173,7 +170,7 @@ def _run_combined(
         if on_round is not None:
             on_round(state)
         if pooled is not None and (state.round % training.record_every == 0 or state.round == training.rounds):
-            record = simulation.round_record(template, state, pooled, None)
+            record = round_record(template, state, pooled, None)
             history.append((record | describe()) if describe is not None else record)
     return SimulationResult(state=state, model=template, history=history)
 
@@ -196,7 +193,7 @@ def run_fedavg(
     the paper's FedAvg setting), so step counts differ between collaborators.
     """
     if local_epochs is None:
-        return simulation.run_rounds(federation, training, None, on_round=on_round, privacy=privacy)
+        return run_rounds(federation, training, None, on_round=on_round, privacy=privacy)
     if privacy is not None and privacy.enabled:
         raise ConfigError("DP-SGD with local epochs is not supported; use --local-steps with the --dp-* flags")
     if local_epochs < 1:
@@ -324,7 +321,7 @@ def run_central_erm(
     Reveals: all training data to one place; a yardstick for what federation costs.
     It is FedAvg with a single collaborator, so batches and steps follow `training`.
     """
-    return simulation.run_rounds(_pooled(federation), training, None, on_round=on_round)
+    return run_rounds(_pooled(federation), training, None, on_round=on_round)
 
 
 def run_central_cvar(
@@ -341,7 +338,7 @@ def run_central_cvar(
     bound B are taken from `objective`.
     """
     cvar_objective = replace(objective, epsilon=0.0)
-    return simulation.run_rounds(_pooled(federation), training, cvar_objective, on_round=on_round)
+    return run_rounds(_pooled(federation), training, cvar_objective, on_round=on_round)
 
 
 # The learners of the reweighting methods (BPF, FedMinMax) and of chi-square DRO

@@ -39,15 +39,9 @@ from fedfair.privacy.learner import PrivacyReport
 from fedfair.research import baselines
 from fedfair.research.progress import Progress
 from fedfair.research.reference import solve_reference
-from fedfair.research.simulation import (
-    Federation,
-    SecureSum,
-    SimulationResult,
-    TrainingConfig,
-    federation_from_arrays,
-    run_fedsrcvar,
-    training_objectives,
-)
+from fedfair.simulation.federation import Federation, federation_from_arrays
+from fedfair.simulation.rounds import SimulationResult, TrainingConfig, run_fedsrcvar, training_objectives
+from fedfair.simulation.secure import SecureSum
 from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
 
 METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "fedminmax", "central-erm", "central-cvar", "bpf", "dro")

@@ -49,7 +49,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
 
 if TYPE_CHECKING:
-    from fedfair.research.simulation import TrainingConfig
+    from fedfair.simulation.rounds import TrainingConfig
 
 DEFAULT_ROUNDS = 300
 """About 30 s on two slow cores (a round is a few milliseconds of training and some dozen
@@ -62,7 +62,7 @@ MAX_INSTITUTIONS = 5
 
 def training_config(plan: AggregatorPlan) -> TrainingConfig:
     """The in-process simulation's training settings for a plan: the same model, rounds, batches and steps."""
-    from fedfair.research.simulation import TrainingConfig
+    from fedfair.simulation.rounds import TrainingConfig
 
     if plan.model.factory is not None:
         raise ConfigError(

@@ -30,7 +30,7 @@ from fedfair.core.models import (
     per_sample_loss,
 )
 from fedfair.core.objective import make_smooth_plus, rcvar, smoothed_rcvar_per_sample
-from fedfair.research.simulation import Federation
+from fedfair.simulation.federation import Federation
 
 
 class ReferenceSolverError(FedfairError):

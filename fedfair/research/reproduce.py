@@ -53,11 +53,8 @@ from fedfair.research.experiment import (
     run_method,
 )
 from fedfair.research.progress import Progress
-from fedfair.research.simulation import (
-    Federation,
-    TrainingConfig,
-    federation_from_arrays,
-)
+from fedfair.simulation.federation import Federation, federation_from_arrays
+from fedfair.simulation.rounds import TrainingConfig
 from fedfair.research.workers import process_pool
 
 CACHE_VERSION = 1

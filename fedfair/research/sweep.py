@@ -28,7 +28,7 @@ from fedfair.research.experiment import (
     write_json,
 )
 from fedfair.research.progress import Progress
-from fedfair.research.simulation import Federation
+from fedfair.simulation.federation import Federation
 from fedfair.research.workers import process_pool
 
 PAPER_EPSILONS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

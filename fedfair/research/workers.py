@@ -14,7 +14,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
 # What the server imports before it forks workers: everything a run needs, PyTorch included.
-_PRELOADED = ["fedfair.research.simulation"]
+_PRELOADED = ["fedfair.simulation.rounds"]
 
 
 def process_pool(workers: int) -> ProcessPoolExecutor:

@@ -17,7 +17,7 @@ from fedfair.core.local import BatchSampler, LocalLearner, contributing_updates
 from fedfair.core.update import Update, bounded
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
-from fedfair.research.simulation import Federation
+from fedfair.simulation.federation import Federation
 
 
 def test_sampler_visits_every_sample_once_per_pass() -> None:
@@ -303,48 +303,3 @@ def test_a_control_variate_the_learner_cannot_use_is_refused() -> None:
     corrected = tiny_learners(SCAFFOLD_LOCAL, TINY_CLIENTS)[0]
     with pytest.raises(ConfigError, match="has 5 entries, this model needs 3"):
         corrected.begin(theta, 0.2, torch.zeros(5, dtype=torch.float64))
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    values=st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=20),
-    delta_c=st.floats(-1e3, 1e3, allow_nan=False),
-    norm=st.floats(1e-3, 1e3),
-    weight=st.floats(1.0, 1e4),
-)
-def test_a_bounded_update_lies_in_the_ball_points_the_same_way_and_carries_the_agreed_weight(
-    values: list[float], delta_c: float, norm: float, weight: float
-) -> None:
-    update = Update(delta=torch.tensor(values, dtype=torch.float64), delta_c=delta_c, weight=123.0)
-    length = math.sqrt(sum(value * value for value in values) + delta_c * delta_c)
-    result = bounded(update, weight, norm)
-    assert result.weight == weight
-    result_length = math.sqrt(float(result.delta.square().sum()) + result.delta_c**2)
-    assert result_length <= norm * (1 + 1e-12) + 1e-300
-    if length <= norm:
-        # Inside the ball: the very tensors, so federated = centralized stays exact.
-        assert result.delta is update.delta and result.delta_c == update.delta_c
-    else:
-        assert result_length == pytest.approx(norm, rel=1e-12)
-        scale = norm / length
-        assert torch.allclose(result.delta, update.delta * scale, rtol=1e-12, atol=1e-300)
-        assert result.delta_c == pytest.approx(delta_c * scale, rel=1e-12, abs=1e-300)
-
-
-def test_a_bounded_update_moves_a_weighted_mean_by_at_most_its_share_of_the_bound() -> None:
-    """w_k C / W: the most one site can move the mean, whatever it computed."""
-    honest = [Update(delta=torch.full((4,), 0.01, dtype=torch.float64), delta_c=0.0, weight=1.0) for _ in range(3)]
-    liar = Update(delta=torch.full((4,), -1e6, dtype=torch.float64), delta_c=1e6, weight=1e6)
-    weights, norm = [30.0, 30.0, 30.0, 10.0], 2.0
-    updates = [bounded(update, weight, norm) for update, weight in zip([*honest, liar], weights, strict=True)]
-    mean = server.Aggregate.of(updates)
-    without = server.Aggregate.of(updates[:3])
-    moved = mean.weighted_delta / mean.total_weight - without.weighted_delta / mean.total_weight
-    step_c = mean.weighted_delta_c / mean.total_weight - without.weighted_delta_c / mean.total_weight
-    assert math.sqrt(float(moved.square().sum()) + step_c**2) <= 10.0 * norm / 100.0 + 1e-12
-
-
-def test_a_non_finite_update_is_left_for_the_caller_to_refuse() -> None:
-    update = Update(delta=torch.tensor([math.nan, 1.0]), delta_c=0.0, weight=5.0)
-    result = bounded(update, 1.0, 1.0)
-    assert result.weight == 1.0 and bool(torch.isnan(result.delta).any())

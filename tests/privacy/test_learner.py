@@ -22,7 +22,8 @@ from fedfair.core.objective import RCVaRThreshold
 from fedfair.privacy.accounting import PrivacyAccountant, compute_epsilon
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivacyBudgetExhausted, PrivateLearner
-from fedfair.research.simulation import Federation, TrainingConfig, make_learners
+from fedfair.simulation.federation import Federation
+from fedfair.simulation.rounds import TrainingConfig, make_learners
 from tests.privacy.helpers import (
     DELTA,
     private_config,

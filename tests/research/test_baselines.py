@@ -25,7 +25,8 @@ from fedfair.core.update import Update
 from fedfair.core.models import flat_parameters
 from fedfair.core.objective import cvar
 from fedfair.datasets import load_dataset, partition
-from fedfair.research import simulation
+from fedfair.core.models import per_sample_loss
+from fedfair.simulation.rounds import make_learners
 from fedfair.research.baselines import (
     AFLResult,
     BPFResult,
@@ -50,12 +51,8 @@ from fedfair.research.baselines import (
     run_qfedavg,
     with_groups,
 )
-from fedfair.research.simulation import (
-    Federation,
-    TrainingConfig,
-    federation_from_arrays,
-    run_fedsrcvar,
-)
+from fedfair.simulation.federation import Federation, federation_from_arrays
+from fedfair.simulation.rounds import TrainingConfig, run_fedsrcvar
 
 
 def synthetic_federation(sizes: Sequence[int], num_classes: int = 3, seed: int = 0) -> Federation:
@@ -86,7 +83,7 @@ def trajectory(run, *args: object, **kwargs: object) -> tuple[list[torch.Tensor]
 
 def one_round(federation: Federation, config: TrainingConfig, steps: Sequence[int]) -> list[Update]:
     """Each collaborator's first-round update from the initial model, with `steps[k]` local steps."""
-    _, learners = simulation.make_learners(federation, config, None)
+    _, learners = make_learners(federation, config, None)
     theta = flat_parameters(learners[0].model).double()
     updates = []
     for learner, count in zip(learners, steps, strict=True):
@@ -266,7 +263,7 @@ def test_qfedavg_round_follows_the_q_ffl_step(q: float) -> None:
     federation = synthetic_federation((30, 20, 11))
     config = training(rounds=1, local_steps=2)
     updates = one_round(federation, config, [2, 2, 2])
-    template = simulation.make_learners(federation, config, None)[0]
+    template = make_learners(federation, config, None)[0]
     losses = client_losses(template, torch.zeros(15, dtype=torch.float64), federation)
     lipschitz = 1.0 / config.local.lr
     # Li et al.: Delta_k = L (theta_t - theta_k), h_k = q F^(q-1) ||Delta_k||^2 + L F^q,
@@ -466,7 +463,7 @@ def test_dro_learner_terms_average_to_the_dual_with_its_gradient() -> None:
     """The per-sample terms the core's step averages have the chi-square dual's value and gradient at eta*."""
     federation = synthetic_federation((64,))
     config = training(batch_size=0)
-    _, (plain,) = simulation.make_learners(federation, config, None)
+    _, (plain,) = make_learners(federation, config, None)
     learner = ChiSquareDROLearner(
         plain.model, plain.features, plain.labels, plain.batch_size, plain.config, rho=0.2, seed=0
     )
@@ -475,7 +472,7 @@ def test_dro_learner_terms_average_to_the_dual_with_its_gradient() -> None:
             parameter.copy_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)))
     terms = learner.objective(learner.features, learner.labels).mean()
     ours = torch.autograd.grad(terms, list(learner.model.parameters()))
-    losses = simulation.per_sample_loss(learner.model(learner.features), learner.labels)
+    losses = per_sample_loss(learner.model(learner.features), learner.labels)
     eta = learner.last_eta
     assert eta == chi_square_eta(losses, 0.2)
     dual = chi_square_constant(0.2) * torch.nn.functional.relu(losses - eta).square().mean().sqrt() + eta

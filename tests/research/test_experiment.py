@@ -24,7 +24,8 @@ from fedfair.research.experiment import (
     run_method,
     uniform_risk,
 )
-from fedfair.research.simulation import Federation, SimulationResult, run_fedsrcvar
+from fedfair.simulation.federation import Federation
+from fedfair.simulation.rounds import SimulationResult, run_fedsrcvar
 
 
 @pytest.mark.slow

@@ -32,11 +32,8 @@ from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
 from fedfair.research.launch import training_config
 from fedfair.research.processes import Child, start_aggregator, start_collaborator
-from fedfair.research.simulation import (
-    Federation,
-    federation_from_arrays,
-    make_learners,
-)
+from fedfair.simulation.federation import Federation, federation_from_arrays
+from fedfair.simulation.rounds import make_learners
 from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.loop import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator

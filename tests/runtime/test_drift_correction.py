@@ -28,7 +28,7 @@ from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
 from fedfair.privacy.learner import PrivateLearner
 from fedfair.research.launch import training_config
-from fedfair.research.simulation import SimulationResult, run_rounds
+from fedfair.simulation.rounds import SimulationResult, run_rounds
 from fedfair.research.workspace import Workspace, toml_text
 from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,

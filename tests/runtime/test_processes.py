@@ -41,7 +41,7 @@ from fedfair.research.processes import (
     aggregator_command,
     child_environment,
 )
-from fedfair.research.simulation import run_rounds
+from fedfair.simulation.rounds import run_rounds
 from fedfair.research.workspace import Workspace
 from fedfair.runtime.aggregator.checkpoint import (
     FINAL_SUMMARY_NAME,

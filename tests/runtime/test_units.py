@@ -19,7 +19,7 @@ from hypothesis.extra.numpy import arrays
 from fedfair.core import server
 from fedfair.core.errors import ConfigError
 from fedfair.research.launch import training_config
-from fedfair.research.simulation import make_learners
+from fedfair.simulation.rounds import make_learners
 from fedfair.research.workspace import make_workspace, toml_text
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import UploadRefused

@@ -1,26 +1,25 @@
-"""In-process federation: K collaborators' data in one process, no network.
+"""Algorithm 1 over an in-process federation: the executors of `fedfair.core.algorithm`, rounds, history.
 
-Runs exactly the code the real processes run: `local.LocalLearner` for each
-collaborator and `server.apply` for the aggregator, summing updates in the clear
-(or, when asked by the caller, through secure aggregation). Fast enough for
-research sweeps over (epsilon, rho) grids.
+Runs exactly the rules the real processes run (`fedfair.core.algorithm.FedSRCVaR`),
+summing updates in the clear or, when the caller asks, through secure aggregation
+(`fedfair.simulation.secure.SecureSum`). Fast enough for research sweeps over
+(epsilon, rho) grids.
 
 With a shared model (always the case here) the K collaborators' local steps run as one
-batched computation (:mod:`fedfair.research.vectorised`): the same batches from the same
+batched computation (`fedfair.simulation.vectorised`): the same batches from the same
 seeded samplers, the same updates up to float reduction order. DP-SGD, models with
 buffers or random layers, and anything else vmap cannot batch keep the loop over
 learners; the result says which ran and why.
 
 Besides the built-in models, a caller may bring its own: any function returning an
 `nn.Module` (built under the training seed, so every collaborator starts from the
-same theta_0), any per-sample loss, and each collaborator's data as a tensor pair or
-a DataLoader-like iterable of (features, labels) batches (:func:`federation_from_clients`).
+same theta_0) and any per-sample loss.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,17 +28,19 @@ from torch import nn
 
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig
-from fedfair.core.data import (
-    ClientData,
-    client_batch_sizes,
-    client_seed,
-    local_batch_size,
-)
+from fedfair.core.data import ClientData, client_batch_sizes, client_seed, local_batch_size
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import LocalLearner, RoundTrainer, contributing_updates
-from fedfair.core.update import Update
+from fedfair.core.local import (
+    CustomLossLearner,
+    LocalLearner,
+    PerSampleLoss,
+    RoundTrainer,
+    checked_loss,
+    checked_losses,
+    contributing_updates,
+)
 from fedfair.core.models import (
     build_model,
     flat_parameters,
@@ -48,120 +49,16 @@ from fedfair.core.models import (
     seeded,
     trainable_module,
 )
-from fedfair.core.objective import (
-    RCVaRThreshold,
-    make_smooth_plus,
-    rcvar,
-    smoothed_rcvar_per_sample,
-)
+from fedfair.core.objective import RCVaRThreshold, make_smooth_plus, rcvar, smoothed_rcvar_per_sample
+from fedfair.core.update import Update
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.research.vectorised import VectorisedClients
-from fedfair.secagg import EncodingConfig, SecAggConfig, simulate_round
+from fedfair.simulation.federation import Federation, ModelFactory, history_sample
+from fedfair.simulation.vectorised import VectorisedClients
 
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-ModelFactory = Callable[[], nn.Module]
-"""Builds a fresh model; called under the training seed for the template and for each collaborator."""
-
-PerSampleLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""(model outputs, labels) -> one loss per sample, e.g. lambda o, y: F.cross_entropy(o, y, reduction="none")."""
-
-Batches = tuple[torch.Tensor, torch.Tensor] | Iterable[Sequence[torch.Tensor]]
-"""One collaborator's data: a (features, labels) pair, or an iterable of such batches (a DataLoader)."""
-
-
-@dataclass(frozen=True)
-class Federation:
-    """The collaborators' training data and held-out data, plus the task's shape."""
-
-    train: tuple[ClientData, ...]
-    test: tuple[ClientData, ...]
-    num_features: int
-    num_classes: int
-    image_shape: tuple[int, ...] | None = None
-
-    def pooled(self, split: str = "train") -> ClientData:
-        """All collaborators' data in one place: only the centralized yardsticks use this."""
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got '{split}'")
-        parts = self.train if split == "train" else self.test
-        return ClientData(
-            name="pooled",
-            features=torch.cat([part.features for part in parts]),
-            labels=torch.cat([part.labels for part in parts]),
-        )
-
-
-def federation_from_arrays(
-    names: Sequence[str],
-    train: Sequence[tuple[np.ndarray, np.ndarray]],
-    test: Sequence[tuple[np.ndarray, np.ndarray]],
-    num_classes: int,
-    image_shape: tuple[int, ...] | None = None,
-) -> Federation:
-    """Wrap per-client numpy arrays (features, labels) as a Federation."""
-
-    def wrap(name: str, arrays: tuple[np.ndarray, np.ndarray]) -> ClientData:
-        features, labels = arrays
-        return ClientData(name, torch.from_numpy(np.ascontiguousarray(features)), torch.from_numpy(labels).long())
-
-    train_parts = tuple(wrap(name, arrays) for name, arrays in zip(names, train, strict=True))
-    test_parts = tuple(wrap(name, arrays) for name, arrays in zip(names, test, strict=True))
-    return Federation(train_parts, test_parts, int(train[0][0].shape[1]), num_classes, image_shape)
-
-
-def client_tensors(name: str, data: Batches) -> ClientData:
-    """A collaborator's data as one pair of tensors: a pair as given, or a loader's batches joined.
-
-    The federation draws its own mini-batches (b_k proportional to n_k, seeded per
-    collaborator, as the real process does), so a loader only delivers the rows once.
-    """
-    features: torch.Tensor
-    labels: torch.Tensor
-    if isinstance(data, tuple) and len(data) == 2 and all(isinstance(part, torch.Tensor) for part in data):
-        features, labels = torch.as_tensor(data[0]), torch.as_tensor(data[1])
-    else:
-        feature_parts: list[torch.Tensor] = []
-        label_parts: list[torch.Tensor] = []
-        for batch in data:
-            if len(batch) != 2:
-                raise ConfigError(
-                    f"client '{name}': a data batch has {len(batch)} parts; yield (features, labels) pairs"
-                )
-            feature_parts.append(torch.as_tensor(batch[0]))
-            label_parts.append(torch.as_tensor(batch[1]))
-        if not feature_parts:
-            raise ConfigError(f"client '{name}' has no data; give every client at least one batch")
-        features, labels = torch.cat(feature_parts), torch.cat(label_parts)
-    if features.dim() < 2 or features.shape[0] != labels.shape[0]:
-        raise ConfigError(
-            f"client '{name}': features {tuple(features.shape)} and labels {tuple(labels.shape)} must have one row "
-            "per sample (features [n, ...], labels [n])"
-        )
-    return ClientData(name, features, labels)
-
-
-def federation_from_clients(
-    train: Sequence[Batches], test: Sequence[Batches] = (), names: Sequence[str] | None = None
-) -> Federation:
-    """A Federation of the caller's own tensors or loaders, one entry per collaborator.
-
-    Class labels (integers) give num_classes = largest label + 1, which only the built-in
-    models use; a model factory decides its own outputs.
-    """
-    if not train:
-        raise ConfigError("no clients given; pass one (features, labels) pair or loader per collaborator")
-    names = list(names) if names is not None else [f"client-{index}" for index in range(len(train))]
-    if len(names) != len(train) or (test and len(test) != len(train)):
-        raise ConfigError(f"{len(train)} clients need as many names and held-out sets; got {len(names)} and {len(test)}")
-    train_parts = tuple(client_tensors(name, data) for name, data in zip(names, train))
-    test_parts = tuple(client_tensors(name, data) for name, data in zip(names, test))
-    labels = torch.cat([part.labels for part in train_parts])
-    num_classes = int(labels.max()) + 1 if not labels.is_floating_point() else 1
-    return Federation(train_parts, test_parts, int(train_parts[0].features[0].numel()), num_classes)
 
 
 @dataclass(frozen=True)
@@ -211,48 +108,6 @@ class TrainingConfig:
     def average_from_round(self) -> int:
         """`server.apply`'s average_from: the pairs rounds average_from_round + 1, ..., T start from are averaged."""
         return int(self.average_from * self.rounds)
-
-
-class CustomLossLearner(LocalLearner):
-    """A LocalLearner whose per-sample loss is the caller's, not the built-in cross-entropy."""
-
-    def __init__(
-        self,
-        model: nn.Module,
-        features: torch.Tensor,
-        labels: torch.Tensor,
-        batch_size: int,
-        config: LocalConfig,
-        *,
-        loss: PerSampleLoss,
-        threshold: RCVaRThreshold | None = None,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(model, features, labels, batch_size, config, threshold=threshold, seed=seed)
-        self.loss = loss
-
-    def objective(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        losses = checked_losses(self.loss(self.model(features), labels), features.shape[0])
-        return losses if self.threshold is None else self.threshold(losses)
-
-
-def checked_loss(loss: PerSampleLoss) -> PerSampleLoss:
-    """The caller's loss with CustomLossLearner's shape check, for the vectorised clients."""
-
-    def checked(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return checked_losses(loss(outputs, labels), outputs.shape[0])
-
-    return checked
-
-
-def checked_losses(losses: torch.Tensor, samples: int) -> torch.Tensor:
-    """The loss function's output, once it is one loss per sample (RCVaR needs each sample's loss)."""
-    if losses.shape != (samples,):
-        raise ConfigError(
-            f"the loss returned shape {tuple(losses.shape)} for a batch of {samples}; it must return one loss "
-            "per sample, e.g. F.cross_entropy(outputs, labels, reduction='none')"
-        )
-    return losses
 
 
 def make_learners(
@@ -336,52 +191,6 @@ class SimulationResult:
 
 
 RoundCallback = Callable[[server.ServerState], None]
-
-
-class SecureSum:
-    """Sums each round's updates through the real secure-aggregation protocol, in process.
-
-    Every collaborator encodes [w * delta, w * delta_c] (followed by w * control with
-    drift correction) and w, masks it, and the server recovers only the sum, exactly as in a deployment but without the network; the
-    decoded sum differs from the plain one by at most `error_bounds[r]` per coordinate.
-    """
-
-    def __init__(self, encoding: EncodingConfig, federation_id: str = "simulation") -> None:
-        self.encoding = encoding
-        self.federation_id = federation_id
-        self.error_bounds: list[float] = []
-
-    def __call__(self, updates: list[Update]) -> server.Aggregate:
-        vectors = [update.weighted_vector().numpy() for update in updates]
-        config = SecAggConfig(
-            federation_id=self.federation_id,
-            round=len(self.error_bounds) + 1,
-            parties=tuple(f"collaborator-{index}" for index in range(len(updates))),
-            dimension=vectors[0].size,
-            encoding=self.encoding,
-        )
-        trace = simulate_round(
-            config, lambda party: config.encoder.encode(vectors[party - 1], updates[party - 1].weight)
-        )
-        decoded = trace.result.decoded
-        self.error_bounds.append(decoded.error_bound)
-        # Drift-corrected updates carry their control variates in the same masked vector.
-        with_control = updates[0].control is not None
-        weighted_sum = torch.from_numpy(decoded.weighted_sum.copy())
-        return server.Aggregate.from_vector(weighted_sum, decoded.total_weight, with_control=with_control)
-
-HISTORY_ROWS = 20_000
-
-
-def history_sample(federation: Federation, limit: int = HISTORY_ROWS) -> ClientData:
-    """The pooled training rows the per-round history is measured on: all of them, or an even
-    spread of `limit` rows for large data, so recording does not dominate the run (the final
-    report always uses every row)."""
-    pooled = federation.pooled("train")
-    if pooled.size <= limit:
-        return pooled
-    rows = torch.linspace(0, pooled.size - 1, limit).long()
-    return ClientData(name="pooled-sample", features=pooled.features[rows], labels=pooled.labels[rows])
 
 
 def batched_clients(
@@ -518,4 +327,3 @@ def run_fedsrcvar(
         loss=loss,
         vectorise=vectorise,
     )
-

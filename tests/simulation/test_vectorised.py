@@ -21,16 +21,10 @@ from fedfair.core.update import Update
 from fedfair.core.models import flat_parameters, per_sample_loss
 from fedfair.datasets import load_dataset, partition
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.research.simulation import (
-    Federation,
-    SecureSum,
-    TrainingConfig,
-    batched_clients,
-    federation_from_arrays,
-    make_learners,
-    run_rounds,
-)
-from fedfair.research.vectorised import VectorisedClients, size_groups
+from fedfair.simulation.federation import Federation, federation_from_arrays
+from fedfair.simulation.rounds import TrainingConfig, batched_clients, make_learners, run_rounds
+from fedfair.simulation.secure import SecureSum
+from fedfair.simulation.vectorised import VectorisedClients, size_groups
 from fedfair.secagg import EncodingConfig
 
 FLOAT32_UNIT_ROUNDOFF = 2.0**-24
@@ -267,7 +261,7 @@ def test_three_uneven_clients_keep_the_faster_loop(small_adult_federation: Feder
 def test_secure_sums_of_vectorised_updates_match_the_plain_sum() -> None:
     """The masked sum of the vectorised clients' updates moves theta by at most the encoding's error.
 
-    The bound is test_simulation's: each round's decoded sum errs by e_r per coordinate, the
+    The bound is test_rounds': each round's decoded sum errs by e_r per coordinate, the
     mean update by at most e_r (1 + clip) / (W - e_r), summed over the rounds.
     """
     federation = adult_split("iid", 6)

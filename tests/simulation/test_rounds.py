@@ -14,12 +14,8 @@ from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.research.reference import solve_reference
-from fedfair.research.simulation import (
-    Federation,
-    TrainingConfig,
-    run_fedsrcvar,
-    training_objectives,
-)
+from fedfair.simulation.federation import Federation
+from fedfair.simulation.rounds import TrainingConfig, run_fedsrcvar, training_objectives
 
 
 def centralized_gradient_descent(
@@ -103,7 +99,7 @@ def test_training_config_validation() -> None:
 
 
 def test_batch_fraction_sets_proportional_local_batches(small_adult_federation: Federation) -> None:
-    from fedfair.research.simulation import make_learners
+    from fedfair.simulation.rounds import make_learners
 
     training = TrainingConfig(rounds=1, batch_fraction=0.1)
     _, learners = make_learners(small_adult_federation, training, ObjectiveConfig())
@@ -119,7 +115,8 @@ def test_secure_aggregation_in_process_matches_the_plain_sum(small_adult_federat
     mean update errs by at most e_r (1 + clip) / (W - e_r). Over a few rounds the deviation is
     the sum of those (the gradient's dependence on theta adds only higher-order terms).
     """
-    from fedfair.research.simulation import SecureSum, run_rounds
+    from fedfair.simulation.rounds import run_rounds
+    from fedfair.simulation.secure import SecureSum
     from fedfair.secagg import EncodingConfig
 
     objective = ObjectiveConfig(epsilon=0.1, rho=0.3)
@@ -145,7 +142,7 @@ def test_a_model_factory_and_a_loss_function_follow_the_built_in_path_bit_for_bi
     from torch import nn
 
     from fedfair.core.models import MLP_HIDDEN_UNITS
-    from fedfair.research.simulation import run_rounds
+    from fedfair.simulation.rounds import run_rounds
 
     features = small_adult_federation.num_features
 
@@ -163,7 +160,7 @@ def test_a_model_factory_and_a_loss_function_follow_the_built_in_path_bit_for_bi
 def test_a_loss_that_averages_the_batch_is_refused(small_adult_federation: Federation) -> None:
     from torch.nn import functional
 
-    from fedfair.research.simulation import run_rounds
+    from fedfair.simulation.rounds import run_rounds
 
     def mean_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return functional.binary_cross_entropy_with_logits(logits.squeeze(-1), labels.to(logits.dtype))
@@ -175,7 +172,7 @@ def test_a_loss_that_averages_the_batch_is_refused(small_adult_federation: Feder
 def test_clients_given_as_loaders_or_tensor_pairs_make_the_same_federation(small_adult_federation: Federation) -> None:
     from torch.utils.data import DataLoader, TensorDataset
 
-    from fedfair.research.simulation import federation_from_clients
+    from fedfair.simulation.federation import federation_from_clients
 
     pairs = [(client.features, client.labels) for client in small_adult_federation.train]
     loaders = [DataLoader(TensorDataset(*pair), batch_size=100) for pair in pairs]
@@ -281,7 +278,7 @@ def test_drift_correction_runs_under_dp_sgd_at_no_privacy_cost(
     trains the plain path's bits to float64 rounding, control variate included; with noise, the accountant
     reports the same epsilon with and without it (the correction only post-processes released values)."""
     from fedfair.privacy.config import PrivacyConfig
-    from fedfair.research.simulation import run_rounds
+    from fedfair.simulation.rounds import run_rounds
 
     objective = ObjectiveConfig()
     local = LocalConfig(local_steps=3, drift_correction="scaffold")
@@ -310,7 +307,8 @@ def test_drift_corrected_updates_are_summed_by_secure_aggregation_as_one_vector(
 ) -> None:
     """Each collaborator masks [w delta, w delta_c, w control] as one vector; the masked sums give
     the plain run's model and control variate up to the fixed-point encoding's error."""
-    from fedfair.research.simulation import SecureSum, run_rounds
+    from fedfair.simulation.rounds import run_rounds
+    from fedfair.simulation.secure import SecureSum
     from fedfair.secagg import EncodingConfig
 
     objective = ObjectiveConfig()
