@@ -36,7 +36,7 @@ from fedfair.fairness import pooled
 from fedfair.privacy.commands import add_privacy_arguments, privacy_config_from_args
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivacyReport
-from fedfair.research import baselines
+from fedfair.research import baselines, dro, minimax
 from fedfair.research.progress import Progress
 from fedfair.research.reference import solve_reference
 from fedfair.simulation.federation import Federation, federation_from_arrays
@@ -317,7 +317,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         step_theta = args.baseline_lr if args.baseline_lr is not None else DEFAULT_BASELINE_LR
     elif args.method == "dro":
         # DRO weighs sample i by C (l_i - eta)_+ / s, up to about C times CVaR's 1 / rho: the step shrinks with C.
-        step_theta = default_step_size(0.0, objective.rho) / baselines.chi_square_constant(objective.rho)
+        step_theta = default_step_size(0.0, objective.rho) / dro.chi_square_constant(objective.rho)
     else:
         step_theta = step
     if args.data is None and args.dataset not in DATASETS:
@@ -377,7 +377,7 @@ def config_from_flags(flags: Sequence[str] = ()) -> ExperimentConfig:
 def load_federation(config: ExperimentConfig) -> Federation:
     """Load the dataset and split it into collaborators (train and held-out data alike).
 
-    For FedMinMax the result is a `baselines.GroupedFederation`, which also carries
+    For FedMinMax the result is a `minimax.GroupedFederation`, which also carries
     every training sample's group in the sensitive column (`config.groups`, else
     the partition column); no other method is given it.
     """
@@ -410,7 +410,7 @@ def load_federation(config: ExperimentConfig) -> Federation:
         )
     names, group_of_row = np.unique(dataset.attributes_train[column], return_inverse=True)
     groups = [group_of_row[split.train_index] for split in splits]
-    return baselines.with_groups(federation, groups, [str(name) for name in names])
+    return minimax.with_groups(federation, groups, [str(name) for name in names])
 
 
 @dataclass(frozen=True)
@@ -465,20 +465,20 @@ def run_method(
             federation, training, q=config.qfedavg_q, loss_rows=config.loss_rows, on_round=on_round
         )
     elif config.method == "fedminmax":
-        if not isinstance(federation, baselines.GroupedFederation):
+        if not isinstance(federation, minimax.GroupedFederation):
             raise ConfigError(
                 "FedMinMax needs every training sample's sensitive group: build the federation with "
-                "load_federation(config) for --method fedminmax, or attach them with baselines.with_groups"
+                "load_federation(config) for --method fedminmax, or attach them with minimax.with_groups"
             )
-        result = baselines.run_fedminmax(
+        result = minimax.run_fedminmax(
             federation, training, adversary_lr=config.adversary_lr, loss_rows=config.loss_rows, on_round=on_round
         )
     elif config.method == "central-erm":
         result = baselines.run_central_erm(federation, training, on_round=on_round)
     elif config.method == "bpf":
-        result = baselines.run_bpf(federation, objective, training, adversary_lr=config.adversary_lr, on_round=on_round)
+        result = minimax.run_bpf(federation, objective, training, adversary_lr=config.adversary_lr, on_round=on_round)
     elif config.method == "dro":
-        result = baselines.run_dro(federation, objective, training, on_round=on_round)
+        result = dro.run_dro(federation, objective, training, on_round=on_round)
     else:
         result = baselines.run_central_cvar(federation, objective, training, on_round=on_round)
         return _from_result(result, True)

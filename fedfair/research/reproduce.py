@@ -41,7 +41,7 @@ import numpy as np
 
 from fedfair.core.config import ObjectiveConfig
 from fedfair.core.errors import ConfigError
-from fedfair.research import baselines
+from fedfair.research import minimax
 from fedfair.research.experiment import (
     LOSS_METHODS,
     METHODS,
@@ -199,9 +199,9 @@ def validation_federation(federation: Federation, seed: int) -> Federation:
         names.append(client.name)
         kept.append(order[held:])
     carved = federation_from_arrays(names, train, validation, federation.num_classes, federation.image_shape)
-    if isinstance(federation, baselines.GroupedFederation):  # FedMinMax's groups follow their rows
+    if isinstance(federation, minimax.GroupedFederation):  # FedMinMax's groups follow their rows
         groups = [group[rows] for group, rows in zip(federation.train_groups, kept, strict=True)]
-        return baselines.with_groups(carved, groups, federation.group_names)
+        return minimax.with_groups(carved, groups, federation.group_names)
     return carved
 
 

@@ -29,26 +29,30 @@ from fedfair.core.models import per_sample_loss
 from fedfair.simulation.rounds import make_learners
 from fedfair.research.baselines import (
     AFLResult,
-    BPFResult,
-    ChiSquareDROLearner,
-    FedMinMaxResult,
-    GroupedFederation,
     LossRows,
-    bpf_adversary_step,
-    bpf_ratio_bounds,
+    project_onto_simplex,
+    run_afl,
+    run_central_cvar,
+    run_central_erm,
+    run_fedavg,
+    run_qfedavg,
+)
+from fedfair.research.dro import (
+    ChiSquareDROLearner,
     chi_square_constant,
     chi_square_dual,
     chi_square_eta,
-    project_onto_capped_simplex,
-    project_onto_simplex,
-    run_afl,
-    run_bpf,
-    run_central_cvar,
-    run_central_erm,
     run_dro,
-    run_fedavg,
+)
+from fedfair.research.minimax import (
+    BPFResult,
+    FedMinMaxResult,
+    GroupedFederation,
+    bpf_adversary_step,
+    bpf_ratio_bounds,
+    project_onto_capped_simplex,
+    run_bpf,
     run_fedminmax,
-    run_qfedavg,
     with_groups,
 )
 from fedfair.simulation.federation import Federation, federation_from_arrays

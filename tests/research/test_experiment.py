@@ -13,7 +13,7 @@ import torch
 
 from fedfair.cli import main
 from fedfair.core.errors import ConfigError
-from fedfair.research import baselines
+from fedfair.research import baselines, minimax
 from fedfair.research.experiment import (
     DEFAULT_BASELINE_LR,
     ExperimentConfig,
@@ -203,7 +203,7 @@ Direct = Callable[[Federation, ExperimentConfig], SimulationResult]
         ("afl", "--mixture-lr", "3", lambda f, c: baselines.run_afl(f, c.training, mixture_lr=3.0)),
         ("qfedavg", "--q", "3", lambda f, c: baselines.run_qfedavg(f, c.training, q=3.0)),
         ("fedavg", "--baseline-lr", "0.05", lambda f, c: baselines.run_fedavg(f, c.training)),
-        ("bpf", "--adversary-lr", "5", lambda f, c: baselines.run_bpf(f, c.objective, c.training, adversary_lr=5.0)),
+        ("bpf", "--adversary-lr", "5", lambda f, c: minimax.run_bpf(f, c.objective, c.training, adversary_lr=5.0)),
         ("fedsrcvar", "--threshold-lr", "0.001", lambda f, c: run_fedsrcvar(f, c.objective, c.training)),
     ],
 )
@@ -231,10 +231,10 @@ def test_fedminmax_runs_on_the_groups_column_and_its_adversary_lr() -> None:
     flags = ["--method", "fedminmax", "--groups", "sex", *SMALL, "--record-every", "1"]
     config = config_from_flags([*flags, "--adversary-lr", "2"])
     federation = load_federation(config)
-    assert isinstance(federation, baselines.GroupedFederation)
+    assert isinstance(federation, minimax.GroupedFederation)
     assert federation.group_names == ("Female", "Male")
     ours = run_method(config, federation)
-    expected = baselines.run_fedminmax(federation, config.training, adversary_lr=2.0)
+    expected = minimax.run_fedminmax(federation, config.training, adversary_lr=2.0)
     assert torch.equal(ours.theta, expected.state.theta_average)
     assert ours.history[-1]["mu_0"] == expected.history[-1]["mu_0"]
     default = run_method(config_from_flags(flags), federation)
