@@ -68,7 +68,7 @@ from published import publish
 from fedfair.core.update import Update
 from fedfair.research.workspace import make_workspace, site_names
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.loop import run_aggregator
+from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator import client as collaborator_client
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config

@@ -18,13 +18,16 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from fedfair.runtime.aggregator import loop
+from fedfair.runtime.aggregator import quorum
 from fedfair.runtime.aggregator.limits import RateLimit, RefusalLog
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNBOOK = ROOT / "docs" / "operations.md"
 SECTION = "## What the aggregator says"
-MODULES = ("loop", "servicer", "board", "driver", "checks", "limits", "stages", "lock", "commands", "checkpoint")
+MODULES = (
+    "loop", "quorum", "network", "start", "servicer", "board", "driver", "checks", "limits", "stages", "lock",
+    "commands", "checkpoint",
+)
 """Where the aggregator's operator-facing text lives (fedfair/runtime/aggregator/)."""
 
 FIELD = "\x00"
@@ -137,7 +140,7 @@ def test_every_line_the_runbook_quotes_is_the_aggregators_own_at_its_level() -> 
 def test_the_figures_the_runbook_states_are_the_codes() -> None:
     text = " ".join(section().split())
     rate, refusals = RateLimit(), RefusalLog().rate
-    assert f"repeated every {loop.WAIT_REPORT_SECONDS:g} s while it waits" in text
+    assert f"repeated every {quorum.WAIT_REPORT_SECONDS:g} s while it waits" in text
     assert f"burst of {rate.burst} at once, then {rate.per_second:g} a second, per name" in text
     assert f"a burst of {refusals.burst} at once, then {refusals.per_second:g} a second, per name" in text
 

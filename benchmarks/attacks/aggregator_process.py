@@ -1,7 +1,7 @@
 """Run the real aggregator as its own OS process: ``python aggregator_process.py PLAN [--resume]``.
 
 It does exactly what ``fedfair aggregator start --plan PLAN [--resume]`` does (log set-up,
-the plan, :func:`fedfair.runtime.aggregator.loop.run_aggregator`) without importing every
+the plan, :func:`fedfair.runtime.aggregator.start.run_aggregator`) without importing every
 other command of the CLI first (DP-SGD's libraries alone take seconds), because the attack
 matrix starts and kills the aggregator many times. SIGUSR1 writes every thread's stack
 to the log, so a run that does not end can say where it is stuck.
@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from fedfair.runtime.aggregator.loop import run_aggregator
+from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.logs import configure_logging
 from fedfair.runtime.plan import load_aggregator_plan
 

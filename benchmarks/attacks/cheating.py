@@ -49,7 +49,9 @@ from fedfair.pki.store import write_file
 from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.loop import GOODBYE_SECONDS, Network, RoundLoop, initial_state, prepare, serve
+from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
+from fedfair.runtime.aggregator.network import Network, serve
+from fedfair.runtime.aggregator.start import GOODBYE_SECONDS, prepare
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.manifest import load_manifest
 from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan, plan_digest

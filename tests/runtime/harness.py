@@ -35,7 +35,7 @@ from fedfair.research.processes import Child, start_aggregator, start_collaborat
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import make_learners
 from fedfair.research.workspace import Workspace, make_workspace
-from fedfair.runtime.aggregator.loop import run_aggregator
+from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.faults import VARIABLE as FAULT

@@ -38,7 +38,8 @@ from fedfair.runtime.aggregator.checkpoint import (
 from fedfair.runtime.aggregator.commands import plan_from_args
 from fedfair.runtime.aggregator.checks import decode_plain
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
-from fedfair.runtime.aggregator.loop import initial_state, prepare
+from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.aggregator.start import prepare
 from fedfair.runtime.collaborator.client import (
     Collaborator,
     clip_plain_update,

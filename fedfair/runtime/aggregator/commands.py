@@ -3,7 +3,7 @@
 The flags override the plan's values (``--rounds``, ``--address``, ...) and pass the
 same checks as the file, but a bad value is blamed on its flag, not on the plan
 file (:func:`check_flags`); without ``--plan`` the flags alone make the plan. The
-process itself is :func:`fedfair.runtime.aggregator.loop.run_aggregator`.
+process itself is :func:`fedfair.runtime.aggregator.start.run_aggregator`.
 
 ``--resume --readmit NAME`` lets a collaborator that the run excluded (a proven fault
 in secure aggregation) back in: :func:`readmit` records it in the round log before the
@@ -33,7 +33,8 @@ from fedfair.runtime.aggregator.checkpoint import (
 )
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
-from fedfair.runtime.aggregator.loop import excluded_in, run_aggregator
+from fedfair.runtime.aggregator.loop import excluded_in
+from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.logs import LOG_LEVELS, configure_logging
 from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan, plan_digest
 from fedfair.runtime.toml_tables import Table, shown

@@ -1,47 +1,35 @@
-"""The aggregator process: serve the plan over mutual TLS and run its rounds.
+"""The round loop: quorum, train, apply, evaluate, checkpoint, log, from one thread.
 
-It serves the Federation gRPC service over mutual TLS (client certificates
-required, names checked against the plan's allow-list) and drives the rounds of
-FedSRCVaR from one thread. The pieces are small and separate:
+The aggregator package's pieces are small and separate:
 
-- :mod:`fedfair.runtime.aggregator.servicer`: the gRPC service;
-- :mod:`fedfair.runtime.aggregator.board`: the state the service shares with the driver;
-- :mod:`fedfair.runtime.aggregator.driver`: one secure (or plain) sum over the network;
-- :mod:`fedfair.runtime.aggregator.checkpoint`: atomic checkpoints, the round log, the final model;
-- :mod:`fedfair.runtime.aggregator.lock`: one aggregator per output folder;
-- :mod:`fedfair.runtime.aggregator.events`: the operator's ``events.jsonl``;
-- :mod:`fedfair.runtime.aggregator.commands`: ``fedfair aggregator start --plan aggregator/plan.toml``;
-- this module: serving, and the round loop (quorum, apply, evaluate, checkpoint, log).
+- :mod:`~fedfair.runtime.aggregator.start`: what must hold before serving; serve and run;
+- :mod:`~fedfair.runtime.aggregator.network`: the gRPC server over mutual TLS;
+- :mod:`~fedfair.runtime.aggregator.servicer` and :mod:`~fedfair.runtime.aggregator.board`:
+  the gRPC service and the state it shares with the loop;
+- :mod:`~fedfair.runtime.aggregator.quorum`: waiting for collaborators;
+- :mod:`~fedfair.runtime.aggregator.driver`: one secure (or plain) sum over the network;
+- :mod:`~fedfair.runtime.aggregator.checks`: what an upload and a sum must pass;
+- :mod:`~fedfair.runtime.aggregator.checkpoint`: atomic checkpoints, the round log, the final model;
+- this module: the rounds.
 
-Waiting for collaborators. Before the first round of a process (a fresh start or a
-resume) the aggregator waits for the plan's quorum (``[quorum] min_collaborators``)
-with no deadline, as Flower waits for ``min_available_clients``, naming every
-:data:`WAIT_REPORT_SECONDS` who it still waits for (``--startup-timeout`` bounds this
-wait); once the quorum is there it gives the rest of the plan up to the round timeout
-to join, so a federation starts whole when it can. Each later round waits up to the
-round timeout for the quorum; if it is not there, the process stops with
-:class:`QuorumNotReached`, whose advice depends on whether a checkpoint exists. A
-round that fails once started (a stage timing out, too few survivors) is aborted, the
-model kept, and the next round runs: a timeout never ends the process.
+Once the quorum is there the first round of a process gives the rest of the plan up to the
+round timeout to join, so a federation starts whole when it can; later rounds start with
+whoever is there. A round that fails once started (a stage timing out, too few survivors)
+is aborted, the model kept, and the next round runs: a timeout never ends the process.
 
-The learning itself is the plan's `fedfair.core.algorithm.FedSRCVaR`, unchanged: the aggregator turns the
-decoded sum into a `server.Aggregate` and applies it, exactly as the in-process
+The learning itself is the plan's `fedfair.core.algorithm.FedSRCVaR`: the aggregator turns
+the decoded sum into a `server.Aggregate` and applies it, exactly as the in-process
 simulation does.
 """
-
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
-import grpc
 import numpy as np
 import torch
-from cryptography import x509
 
 from fedfair import pki
 from fedfair.core import server
@@ -53,7 +41,6 @@ from fedfair.datasets.schema import (
     statistics_dimension,
 )
 from fedfair.fairness import sums
-from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.bundles import (
     checkpoint_encoder,
     model_settings,
@@ -64,11 +51,9 @@ from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
     append_round_log,
     export_final_model,
-    load_checkpoint,
     read_round_log,
     save_checkpoint,
     state_digest,
-    trim_round_log,
 )
 from fedfair.runtime.aggregator.checks import (
     RoundAborted,
@@ -78,8 +63,8 @@ from fedfair.runtime.aggregator.checks import (
 )
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.events import EventLog
-from fedfair.runtime.aggregator.lock import output_lock
-from fedfair.runtime.aggregator.servicer import Servicer, federation_server
+from fedfair.runtime.aggregator.network import Network
+from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
@@ -88,47 +73,22 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import pinned_verifier
-from fedfair.runtime.plan import (
-    AggregatorPlan,
-    plan_digest,
-    shared_settings,
-)
+from fedfair.runtime.plan import AggregatorPlan, plan_digest
 from fedfair.runtime.preprocessing import (
     STATISTICS_ENCODING,
     STATISTICS_KIND,
     STATISTICS_ROUND,
     encoder_payload,
 )
-from fedfair.runtime.transport import (
-    PeerAuthenticator,
-    StageGate,
-    TlsFiles,
-    check_tls_files,
-    make_binding,
-    pb,
-    server_credentials,
-    server_options,
-)
-from fedfair.secagg import check_no_wraparound
+from fedfair.runtime.transport import StageGate, make_binding, pb
 
 logger = logging.getLogger("fedfair.aggregator")
 
-SERVER_KEEPALIVE = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
 """The aggregator pings quiet connections too, so a peer that vanished without closing
 its connection (a cut cable rather than a killed process) is noticed within seconds."""
 
-GOODBYE_SECONDS = 10.0
-"""How long the aggregator waits for collaborators to read FINISHED before it stops serving."""
-
-WAIT_REPORT_SECONDS = 10.0
-"""How often the aggregator names the collaborators it is waiting for before a round."""
-
 OBJECTIVE_FIGURES = ("worst_risk", "mean_risk", "best_risk", "accuracy")
 """The federated evaluation's figures a round event carries as its objective estimate."""
-
-
-class QuorumNotReached(FedfairError):
-    """Too few collaborators connected in time (the round timeout, or ``--startup-timeout`` before the first)."""
 
 
 class StatisticsFailed(FedfairError):
@@ -141,59 +101,6 @@ def initial_state(plan: AggregatorPlan, encoder: Encoder | None = None) -> serve
     classes are the federation's encoder's."""
     model = model_settings(plan, encoder).build(seed=plan.training.seed, allowed=plan.own_factories)
     return plan.algorithm().server_init(flat_parameters(model))
-
-
-@dataclass
-class Network:
-    """The running gRPC server and what its threads share with the round loop."""
-
-    server: grpc.Server
-    port: int
-    board: Board
-    gate: StageGate
-    ca_certificate: x509.Certificate
-
-    def stop(self) -> None:
-        self.board.close()
-        self.server.stop(grace=2.0).wait()
-
-
-def serve(
-    plan: AggregatorPlan, digest: str, address: str | None = None, events: EventLog | None = None
-) -> Network:
-    """Start the mTLS gRPC server for `plan` (on `address` if given, else the plan's); return it.
-
-    The port is never shared (no SO_REUSEPORT, see
-    :func:`fedfair.runtime.transport.server_options`): a port already taken fails here, at once.
-    """
-    files = TlsFiles.in_folder(plan.aggregator.certs, plan.aggregator.name)
-    certified = check_tls_files(files, "aggregator")
-    if certified != plan.aggregator.name:
-        raise ConfigError(
-            f"{files.cert} certifies '{certified}', not the plan's aggregator name '{plan.aggregator.name}'; "
-            "set [aggregator] name or issue the right certificate"
-        )
-    ca_certificate = pki.load_certificate(files.ca)
-    board = Board(digest)
-    gate = StageGate(plan.federation_id)
-    gate.open(0, pb.STAGE_JOIN)
-    servicer = Servicer(
-        board, gate, PeerAuthenticator(ca_certificate, plan.collaborators), shared_settings(plan), events=events
-    )
-    grpc_server = federation_server(servicer, len(plan.collaborators), server_options() + SERVER_KEEPALIVE)
-    target = address or plan.aggregator.address
-    try:
-        port = grpc_server.add_secure_port(target, server_credentials(files))
-    except RuntimeError:
-        port = 0
-    if port == 0:
-        raise ConfigError(
-            f"cannot listen on {target}: the port is in use (another aggregator? `ss -ltnp` names the process) "
-            "or the host is not an address of this machine; stop the other process or choose another "
-            "--address"
-        )
-    grpc_server.start()
-    return Network(grpc_server, port, board, gate, ca_certificate)
 
 
 class RoundLoop:
@@ -371,95 +278,19 @@ class RoundLoop:
         )
 
     def _participants(self, round_number: int, *, wait_for_everyone: bool) -> frozenset[str]:
-        """Who takes part: collaborators with a live task stream, at least the quorum of them.
-
-        The first round of a process waits for the quorum under the start-up rules, then for
-        the rest of the plan up to the round timeout (see the module's notes); later rounds
-        wait up to the round timeout for the quorum and start with whoever is there.
-        """
-        quorum = self.plan.quorum
-        eligible = frozenset(self.plan.collaborators) - self.excluded.keys()
-        if len(eligible) < quorum.min_collaborators:
-            raise QuorumNotReached(
-                f"round {round_number}: {len(self.excluded)} collaborators are excluded "
-                f"({', '.join(sorted(self.excluded))}), which leaves {len(eligible)}, below the quorum of "
-                f"{quorum.min_collaborators}; the federation cannot go on with this plan (see rounds.jsonl for "
-                "why they were excluded)"
-            )
-        if wait_for_everyone:
-            startup = self.startup_timeout or None
-            self._wait_for(round_number, quorum.min_collaborators, eligible, startup, "the quorum")
-            connected = self._wait_for(
-                round_number, len(eligible), eligible, quorum.round_timeout_seconds, "everyone"
-            )
-        else:
-            connected = self._wait_for(
-                round_number, quorum.min_collaborators, eligible, quorum.round_timeout_seconds, "the quorum"
-            )
-        missing = eligible - connected
-        if missing:
-            logger.info(
-                "round %d starts with %d of %d collaborators; missing %s",
-                round_number,
-                len(connected),
-                len(eligible),
-                ", ".join(sorted(missing)),
-            )
-        return connected
-
-    def _wait_for(
-        self, round_number: int, count: int, eligible: frozenset[str], timeout: float | None, goal: str
-    ) -> frozenset[str]:
-        """Wait until `count` of `eligible` are connected, naming who is missing every WAIT_REPORT_SECONDS.
-
-        `timeout` None waits without a deadline. Returns who is connected then; raises
-        QuorumNotReached if that is below the quorum when the time is up.
-        """
-        board, quorum = self.network.board, self.plan.quorum
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            step = WAIT_REPORT_SECONDS if left is None else max(min(WAIT_REPORT_SECONDS, left), 0.0)
-            connected = board.wait_for_connected(count, step, among=eligible)
-            if len(connected) >= count or board.closed or (left is not None and left <= step):
-                break
-            logger.info(
-                "round %d: waiting for %s: %d of %d collaborators connected, missing %s; %s",
-                round_number,
-                goal,
-                len(connected),
-                len(eligible),
-                ", ".join(sorted(eligible - connected)),
-                "no deadline"
-                if deadline is None
-                else f"{max(deadline - time.monotonic(), 0.0):.0f} s left",
-            )
-        if len(connected) < quorum.min_collaborators:
-            raise QuorumNotReached(self._quorum_failure(round_number, connected, eligible, timeout))
-        return connected
-
-    def _quorum_failure(
-        self, round_number: int, connected: frozenset[str], eligible: frozenset[str], timeout: float | None
-    ) -> str:
-        """The message of QuorumNotReached, with the advice that works from where the run stands."""
-        quorum = self.plan.quorum
-        missing = ", ".join(sorted(eligible - connected)) or "none"
-        what = (
-            f"round {round_number}: only {len(connected)} of the {len(eligible)} collaborators connected "
-            f"within {timeout or 0:g} s, below the quorum of {quorum.min_collaborators} (missing: {missing})"
-        )
-        if (self.output / CHECKPOINT_NAME).exists():
-            return (
-                f"{what}. The checkpoint of round {self.checkpoint.round} is kept in {self.output}: start the "
-                "missing collaborators (their logs say why they stopped), then restart the aggregator with "
-                "--resume"
-            )
-        return (
-            f"{what}. Nothing was trained yet. Check that the missing collaborators are running, dial this "
-            "aggregator's address, and hold certificates from this federation's CA with the names listed in "
-            "[federation] collaborators (their logs say why they cannot connect); then start the aggregator "
-            "again, without --resume (there is no checkpoint yet), and without --startup-timeout to wait for "
-            "them as long as it takes"
+        """Who takes part: collaborators with a live task stream, at least the quorum of them
+        (`quorum.participants`; the first round of a process waits for everyone it can)."""
+        saved = (self.output / CHECKPOINT_NAME).exists()
+        return participants(
+            self.network.board,
+            self.plan.quorum,
+            frozenset(self.plan.collaborators),
+            self.excluded,
+            round_number,
+            wait_for_everyone=wait_for_everyone,
+            startup_timeout=self.startup_timeout,
+            checkpoint_round=self.checkpoint.round if saved else None,
+            output=self.output,
         )
 
     def _exclude(self, round_number: int, culprits: dict[str, str], record: dict[str, Any]) -> None:
@@ -614,77 +445,3 @@ def excluded_in(records: list[dict[str, Any]]) -> dict[str, str]:
         for name in record.get("readmitted") or ():
             excluded.pop(name, None)
     return excluded
-
-
-def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
-    """Check what must hold before serving; return the state to start from (None: a fresh federation
-    with a [schema], whose initial model needs the statistics aggregation first)."""
-    if plan.secure_aggregation.enabled:
-        n = len(plan.collaborators)
-        # Every kind of sum runs under secure aggregation: the training updates, the evaluation
-        # answers and, under a [schema], the table statistics.
-        encodings = [plan.secure_aggregation.encoding(), sums.ENCODING]
-        if plan.schema is not None:
-            encodings.append(STATISTICS_ENCODING)
-        for encoding in encodings:
-            check_no_wraparound(encoding.clip, encoding.fractional_bits, encoding.modulus_bits, n, encoding.max_weight)
-    digest = plan_digest(plan)
-    output = plan.aggregator.output
-    if resume:
-        checkpoint = load_checkpoint(output, digest)
-        if checkpoint.round > plan.training.rounds:
-            raise ConfigError(
-                f"the checkpoint is at round {checkpoint.round}, past the plan's {plan.training.rounds} rounds"
-            )
-        dropped = trim_round_log(output, checkpoint.round)
-        if dropped:
-            logger.info("dropped %d round-log lines past the checkpoint's round %d", dropped, checkpoint.round)
-        return checkpoint
-    if (output / "checkpoint.pt").exists():
-        raise ConfigError(
-            f"{output} holds a checkpoint from an earlier run; pass --resume to continue it, "
-            "or choose another output folder (--output)"
-        )
-    if plan.schema is not None:
-        return None  # the model's size comes from the statistics aggregation (RoundLoop.federate_statistics)
-    return Checkpoint(0, initial_state(plan), digest)
-
-
-def run_aggregator(
-    plan: AggregatorPlan, *, resume: bool = False, address: str | None = None, startup_timeout: float = 0.0
-) -> dict[str, Any]:
-    """Serve and run a whole federation; return the final summary.
-
-    The output folder's lock (:func:`~fedfair.runtime.aggregator.lock.output_lock`) is
-    taken before anything is read or written there, and held until the server has stopped.
-    `startup_timeout` bounds the first round's wait for the quorum (0: no deadline).
-    """
-    with output_lock(plan.aggregator.output):
-        checkpoint = prepare(plan, resume=resume)
-        events = EventLog(plan.aggregator.output)
-        network = serve(plan, plan_digest(plan), address, events)
-        logger.info(
-            "aggregator for federation %s listening on port %d (mutual TLS; %d collaborators allowed; secure "
-            "aggregation %s; PID %d)",
-            plan.federation_id,
-            network.port,
-            len(plan.collaborators),
-            "on" if plan.secure_aggregation.enabled else "OFF",
-            os.getpid(),
-        )
-        events.emit(
-            "start",
-            federation_id=plan.federation_id,
-            pid=os.getpid(),
-            resume=resume,
-            first_round=1 if checkpoint is None else checkpoint.round + 1,
-            rounds=plan.training.rounds,
-            collaborators=list(plan.collaborators),
-        )
-        try:
-            summary = RoundLoop(plan, network, checkpoint, events, startup_timeout=startup_timeout).run()
-            # Give collaborators a bounded moment to read FINISHED and hang up.
-            network.board.wait_until_alone(GOODBYE_SECONDS)
-            return summary
-        finally:
-            network.stop()

@@ -19,7 +19,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.research.workspace import Workspace
-from fedfair.runtime.aggregator import loop
+from fedfair.runtime.aggregator import loop, quorum
 from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
     append_round_log,
@@ -28,12 +28,10 @@ from fedfair.runtime.aggregator.checkpoint import (
 )
 from fedfair.runtime.aggregator.commands import readmit
 from fedfair.runtime.aggregator.events import read_events
-from fedfair.runtime.aggregator.loop import (
-    QuorumNotReached,
-    excluded_in,
-    run_aggregator,
-    serve,
-)
+from fedfair.runtime.aggregator.loop import excluded_in
+from fedfair.runtime.aggregator.network import serve
+from fedfair.runtime.aggregator.quorum import QuorumNotReached
+from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.plan import load_aggregator_plan, plan_digest
@@ -66,7 +64,7 @@ def workspace(tmp_path: Path) -> Workspace:
 
 @pytest.fixture()
 def quick_reports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(loop, "WAIT_REPORT_SECONDS", 0.5)
+    monkeypatch.setattr(quorum, "WAIT_REPORT_SECONDS", 0.5)
     yield
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from fedfair import pki
 from fedfair.research.workspace import Workspace, toml_text
-from fedfair.runtime.aggregator.loop import Network, serve
+from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import RetryPolicy, Target, probe

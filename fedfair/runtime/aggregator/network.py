@@ -1,0 +1,79 @@
+"""The aggregator's gRPC server: the Federation service over mutual TLS, and what its threads share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from cryptography import x509
+
+from fedfair import pki
+from fedfair.core.errors import ConfigError
+from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.aggregator.servicer import Servicer, federation_server
+from fedfair.runtime.plan import AggregatorPlan, shared_settings
+from fedfair.runtime.transport import (
+    PeerAuthenticator,
+    StageGate,
+    TlsFiles,
+    check_tls_files,
+    pb,
+    server_credentials,
+    server_options,
+)
+
+SERVER_KEEPALIVE = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
+
+
+@dataclass
+class Network:
+    """The running gRPC server and what its threads share with the round loop."""
+
+    server: grpc.Server
+    port: int
+    board: Board
+    gate: StageGate
+    ca_certificate: x509.Certificate
+
+    def stop(self) -> None:
+        self.board.close()
+        self.server.stop(grace=2.0).wait()
+
+
+def serve(
+    plan: AggregatorPlan, digest: str, address: str | None = None, events: EventLog | None = None
+) -> Network:
+    """Start the mTLS gRPC server for `plan` (on `address` if given, else the plan's); return it.
+
+    The port is never shared (no SO_REUSEPORT, see
+    :func:`fedfair.runtime.transport.server_options`): a port already taken fails here, at once.
+    """
+    files = TlsFiles.in_folder(plan.aggregator.certs, plan.aggregator.name)
+    certified = check_tls_files(files, "aggregator")
+    if certified != plan.aggregator.name:
+        raise ConfigError(
+            f"{files.cert} certifies '{certified}', not the plan's aggregator name '{plan.aggregator.name}'; "
+            "set [aggregator] name or issue the right certificate"
+        )
+    ca_certificate = pki.load_certificate(files.ca)
+    board = Board(digest)
+    gate = StageGate(plan.federation_id)
+    gate.open(0, pb.STAGE_JOIN)
+    servicer = Servicer(
+        board, gate, PeerAuthenticator(ca_certificate, plan.collaborators), shared_settings(plan), events=events
+    )
+    grpc_server = federation_server(servicer, len(plan.collaborators), server_options() + SERVER_KEEPALIVE)
+    target = address or plan.aggregator.address
+    try:
+        port = grpc_server.add_secure_port(target, server_credentials(files))
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise ConfigError(
+            f"cannot listen on {target}: the port is in use (another aggregator? `ss -ltnp` names the process) "
+            "or the host is not an address of this machine; stop the other process or choose another "
+            "--address"
+        )
+    grpc_server.start()
+    return Network(grpc_server, port, board, gate, ca_certificate)

@@ -1,0 +1,144 @@
+"""Waiting for collaborators: who is connected, the quorum, and what to do when it is not reached.
+
+Before the first round of a process the aggregator waits for the plan's quorum with no
+deadline (as Flower waits for ``min_available_clients``), naming every
+:data:`WAIT_REPORT_SECONDS` who it still waits for; later rounds wait up to the round
+timeout. :class:`QuorumNotReached` carries advice that depends on whether a checkpoint
+exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedfair.core.errors import FedfairError
+from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.settings import QuorumSettings
+
+logger = logging.getLogger("fedfair.aggregator")
+
+WAIT_REPORT_SECONDS = 10.0
+"""How often a waiting aggregator names the collaborators it still waits for."""
+
+
+class QuorumNotReached(FedfairError):
+    """Too few collaborators connected in time (the round timeout, or ``--startup-timeout`` before the first)."""
+
+
+@dataclass(frozen=True)
+class WaitGoal:
+    """What a wait is for: `count` of the `eligible` collaborators connected within `timeout` (None: no
+    deadline), before round `round_number`; `goal` names it in the log ("the quorum", "everyone")."""
+
+    round_number: int
+    count: int
+    eligible: frozenset[str]
+    timeout: float | None
+    goal: str
+
+
+def wait_for(
+    board: Board, wait: WaitGoal, min_collaborators: int, *, checkpoint_round: int | None, output: Path
+) -> frozenset[str]:
+    """Wait until `wait.count` of `wait.eligible` are connected, naming who is missing every
+    WAIT_REPORT_SECONDS; return who is connected then.
+
+    Raises QuorumNotReached if that is below `min_collaborators` when the time is up; its advice
+    names the checkpoint of round `checkpoint_round` in `output` when one is kept (None: none).
+    """
+    deadline = None if wait.timeout is None else time.monotonic() + wait.timeout
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        step = WAIT_REPORT_SECONDS if left is None else max(min(WAIT_REPORT_SECONDS, left), 0.0)
+        connected = board.wait_for_connected(wait.count, step, among=wait.eligible)
+        if len(connected) >= wait.count or board.closed or (left is not None and left <= step):
+            break
+        logger.info(
+            "round %d: waiting for %s: %d of %d collaborators connected, missing %s; %s",
+            wait.round_number,
+            wait.goal,
+            len(connected),
+            len(wait.eligible),
+            ", ".join(sorted(wait.eligible - connected)),
+            "no deadline" if deadline is None else f"{max(deadline - time.monotonic(), 0.0):.0f} s left",
+        )
+    if len(connected) < min_collaborators:
+        raise QuorumNotReached(quorum_failure(wait, connected, min_collaborators, checkpoint_round, output))
+    return connected
+
+
+def quorum_failure(
+    wait: WaitGoal, connected: frozenset[str], min_collaborators: int, checkpoint_round: int | None, output: Path
+) -> str:
+    """The message of QuorumNotReached, with the advice that works from where the run stands."""
+    missing = ", ".join(sorted(wait.eligible - connected)) or "none"
+    what = (
+        f"round {wait.round_number}: only {len(connected)} of the {len(wait.eligible)} collaborators connected "
+        f"within {wait.timeout or 0:g} s, below the quorum of {min_collaborators} (missing: {missing})"
+    )
+    if checkpoint_round is not None:
+        return (
+            f"{what}. The checkpoint of round {checkpoint_round} is kept in {output}: start the "
+            "missing collaborators (their logs say why they stopped), then restart the aggregator with "
+            "--resume"
+        )
+    return (
+        f"{what}. Nothing was trained yet. Check that the missing collaborators are running, dial this "
+        "aggregator's address, and hold certificates from this federation's CA with the names listed in "
+        "[federation] collaborators (their logs say why they cannot connect); then start the aggregator "
+        "again, without --resume (there is no checkpoint yet), and without --startup-timeout to wait for "
+        "them as long as it takes"
+    )
+
+
+def participants(
+    board: Board,
+    quorum: QuorumSettings,
+    collaborators: frozenset[str],
+    excluded: Mapping[str, str],
+    round_number: int,
+    *,
+    wait_for_everyone: bool,
+    startup_timeout: float,
+    checkpoint_round: int | None,
+    output: Path,
+) -> frozenset[str]:
+    """Who takes part in round `round_number`: the plan's `collaborators` but the `excluded`, with a live
+    task stream, at least the quorum of them.
+
+    With `wait_for_everyone` (the first round of a process) it waits for the quorum under the start-up
+    rules (`startup_timeout` seconds, 0: no deadline), then for the rest up to the round timeout; later
+    rounds wait up to the round timeout for the quorum and start with whoever is there.
+    """
+    eligible = collaborators - excluded.keys()
+    if len(eligible) < quorum.min_collaborators:
+        raise QuorumNotReached(
+            f"round {round_number}: {len(excluded)} collaborators are excluded "
+            f"({', '.join(sorted(excluded))}), which leaves {len(eligible)}, below the quorum of "
+            f"{quorum.min_collaborators}; the federation cannot go on with this plan (see rounds.jsonl for "
+            "why they were excluded)"
+        )
+
+    def wait(count: int, timeout: float | None, goal: str) -> frozenset[str]:
+        goal_ = WaitGoal(round_number, count, eligible, timeout, goal)
+        return wait_for(board, goal_, quorum.min_collaborators, checkpoint_round=checkpoint_round, output=output)
+
+    if wait_for_everyone:
+        wait(quorum.min_collaborators, startup_timeout or None, "the quorum")
+        connected = wait(len(eligible), quorum.round_timeout_seconds, "everyone")
+    else:
+        connected = wait(quorum.min_collaborators, quorum.round_timeout_seconds, "the quorum")
+    missing = eligible - connected
+    if missing:
+        logger.info(
+            "round %d starts with %d of %d collaborators; missing %s",
+            round_number,
+            len(connected),
+            len(eligible),
+            ", ".join(sorted(missing)),
+        )
+    return connected

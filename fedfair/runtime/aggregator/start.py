@@ -1,0 +1,97 @@
+"""Starting the aggregator process: what must hold before serving, then serve and run the rounds."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from fedfair.core.errors import ConfigError
+from fedfair.fairness import sums
+from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, trim_round_log
+from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.aggregator.lock import output_lock
+from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
+from fedfair.runtime.aggregator.network import serve
+from fedfair.runtime.plan import AggregatorPlan, plan_digest
+from fedfair.runtime.preprocessing import STATISTICS_ENCODING
+from fedfair.secagg import check_no_wraparound
+
+logger = logging.getLogger("fedfair.aggregator")
+
+GOODBYE_SECONDS = 10.0
+"""How long the aggregator waits for collaborators to read FINISHED before it stops serving."""
+
+
+def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
+    """Check what must hold before serving; return the state to start from (None: a fresh federation
+    with a [schema], whose initial model needs the statistics aggregation first)."""
+    if plan.secure_aggregation.enabled:
+        n = len(plan.collaborators)
+        # Every kind of sum runs under secure aggregation: the training updates, the evaluation
+        # answers and, under a [schema], the table statistics.
+        encodings = [plan.secure_aggregation.encoding(), sums.ENCODING]
+        if plan.schema is not None:
+            encodings.append(STATISTICS_ENCODING)
+        for encoding in encodings:
+            check_no_wraparound(encoding.clip, encoding.fractional_bits, encoding.modulus_bits, n, encoding.max_weight)
+    digest = plan_digest(plan)
+    output = plan.aggregator.output
+    if resume:
+        checkpoint = load_checkpoint(output, digest)
+        if checkpoint.round > plan.training.rounds:
+            raise ConfigError(
+                f"the checkpoint is at round {checkpoint.round}, past the plan's {plan.training.rounds} rounds"
+            )
+        dropped = trim_round_log(output, checkpoint.round)
+        if dropped:
+            logger.info("dropped %d round-log lines past the checkpoint's round %d", dropped, checkpoint.round)
+        return checkpoint
+    if (output / "checkpoint.pt").exists():
+        raise ConfigError(
+            f"{output} holds a checkpoint from an earlier run; pass --resume to continue it, "
+            "or choose another output folder (--output)"
+        )
+    if plan.schema is not None:
+        return None  # the model's size comes from the statistics aggregation (RoundLoop.federate_statistics)
+    return Checkpoint(0, initial_state(plan), digest)
+
+
+def run_aggregator(
+    plan: AggregatorPlan, *, resume: bool = False, address: str | None = None, startup_timeout: float = 0.0
+) -> dict[str, Any]:
+    """Serve and run a whole federation; return the final summary.
+
+    The output folder's lock (:func:`~fedfair.runtime.aggregator.lock.output_lock`) is
+    taken before anything is read or written there, and held until the server has stopped.
+    `startup_timeout` bounds the first round's wait for the quorum (0: no deadline).
+    """
+    with output_lock(plan.aggregator.output):
+        checkpoint = prepare(plan, resume=resume)
+        events = EventLog(plan.aggregator.output)
+        network = serve(plan, plan_digest(plan), address, events)
+        logger.info(
+            "aggregator for federation %s listening on port %d (mutual TLS; %d collaborators allowed; secure "
+            "aggregation %s; PID %d)",
+            plan.federation_id,
+            network.port,
+            len(plan.collaborators),
+            "on" if plan.secure_aggregation.enabled else "OFF",
+            os.getpid(),
+        )
+        events.emit(
+            "start",
+            federation_id=plan.federation_id,
+            pid=os.getpid(),
+            resume=resume,
+            first_round=1 if checkpoint is None else checkpoint.round + 1,
+            rounds=plan.training.rounds,
+            collaborators=list(plan.collaborators),
+        )
+        try:
+            summary = RoundLoop(plan, network, checkpoint, events, startup_timeout=startup_timeout).run()
+            # Give collaborators a bounded moment to read FINISHED and hang up.
+            network.board.wait_until_alone(GOODBYE_SECONDS)
+            return summary
+        finally:
+            network.stop()
