@@ -68,15 +68,9 @@ from fedfair.bundle import Bundle, builtin_architecture, factory_architecture, m
 from fedfair.cli import main as fedfair_main
 from fedfair.core import server
 from fedfair.core.models import build_model
-from fedfair.datasets.schema import (
-    Column,
-    Schema,
-    category_bucket,
-    draft_schema,
-    encoder_from_statistics,
-    statistics_slices,
-    statistics_vector,
-)
+from fedfair.datasets.schema import Column, Schema, draft_schema
+from fedfair.datasets.statistics import encoder_from_statistics, statistics_slices, statistics_vector
+from fedfair.datasets.values import category_bucket
 from fedfair.fairness import sums
 from fedfair.pki.roster import pins_from_folders, write_manifest
 from fedfair.research.workspace import Workspace, make_workspace, write_pinned_manifest

@@ -29,7 +29,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.files import atomic_write
 from fedfair.core.models import FactoryNotAllowed, flat_parameters, predict
-from fedfair.datasets.schema import Encoder
+from fedfair.datasets.encoder import Encoder
 
 # The package's one CSV/Parquet reader, so a table reads here exactly as it does for training.
 from fedfair.datasets.tabular import read_table

@@ -14,16 +14,10 @@ from fedfair.datasets.builtin import load_dataset
 from fedfair.datasets.dataset import Dataset
 from fedfair.datasets.partition import ClientSplit, partition
 from fedfair.datasets.registry import DATASETS, DatasetInfo, FetchError, fetch
-from fedfair.datasets.schema import (
-    Column,
-    Encoder,
-    Schema,
-    check_table,
-    draft_schema,
-    encoder_from_statistics,
-    statistics_dimension,
-    statistics_vector,
-)
+from fedfair.datasets.encoder import Encoder
+from fedfair.datasets.schema import Column, Schema, draft_schema
+from fedfair.datasets.statistics import encoder_from_statistics, statistics_dimension, statistics_vector
+from fedfair.datasets.values import check_table
 from fedfair.datasets.tabular import load_csv, read_table
 
 __all__ = [

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from fedfair.datasets.registry import DATASETS, cache_root, fetch, is_cached
-from fedfair.datasets.schema import check_table, draft_schema
+from fedfair.datasets.schema import draft_schema
+from fedfair.datasets.values import check_table
 from fedfair.datasets.tabular import read_table
 
 

@@ -254,3 +254,18 @@ def _parse_table(path: Path) -> pd.DataFrame:
 def _listing(names: Sequence[str], limit: int = 30) -> str:
     shown = ", ".join(names[:limit])
     return shown if len(names) <= limit else f"{shown}, ... ({len(names)} columns)"
+
+
+def as_text(series: pd.Series) -> np.ndarray:
+    """A column's values as text (object array, None where missing); whole-number floats lose their '.0'.
+
+    A CSV column of codes with a gap reads as floats (1.0, 2.0, NaN); as text they must
+    still match the categories "1" and "2" that a gap-free site's table gives.
+    """
+    present = series.notna().to_numpy()
+    values = series[present]
+    if pd.api.types.is_float_dtype(values) and bool(np.all(np.mod(values, 1) == 0)):
+        values = values.astype(np.int64)
+    text = np.full(len(series), None, dtype=object)
+    text[present] = values.astype(str).to_numpy(dtype=object)
+    return text

@@ -23,13 +23,13 @@ from collections.abc import Collection
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.models import load_factory
-from fedfair.datasets.schema import (
+from fedfair.datasets.encoder import Encoder
+from fedfair.datasets.schema import Schema
+from fedfair.datasets.statistics import (
     STATISTICS_CLIP,
     STATISTICS_FRACTIONAL_BITS,
     STATISTICS_MAX_WEIGHT,
     STATISTICS_MODULUS_BITS,
-    Encoder,
-    Schema,
 )
 from fedfair.runtime.plan import json_object
 from fedfair.runtime.model_settings import ModelSettings

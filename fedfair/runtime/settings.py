@@ -27,7 +27,8 @@ from fedfair.core.config import (
     ObjectiveConfig,
 )
 from fedfair.core.errors import ConfigError
-from fedfair.datasets.schema import STATISTICS_MAX_SITES, Schema
+from fedfair.datasets.schema import Schema
+from fedfair.datasets.statistics import STATISTICS_MAX_SITES
 from fedfair.fairness import sums
 from fedfair.runtime.influence import InfluenceSettings, read_influence
 from fedfair.runtime.model_settings import ModelSettings, read_model

@@ -27,12 +27,9 @@ from fedfair.bundle import (
 from fedfair.bundle.commands import PREDICTION_COLUMN, PROBABILITY_PREFIX
 from fedfair.cli import main
 from fedfair.core.models import build_model, output_units, per_sample_loss, predict
-from fedfair.datasets.schema import (
-    Encoder,
-    draft_schema,
-    encoder_from_statistics,
-    statistics_vector,
-)
+from fedfair.datasets.encoder import Encoder
+from fedfair.datasets.schema import draft_schema
+from fedfair.datasets.statistics import encoder_from_statistics, statistics_vector
 from fedfair.fairness.pooled import group_risk_report
 
 CLASSES = {2: ["<=50K", ">50K"], 3: ["high", "low", "mid"]}

@@ -12,12 +12,9 @@ import torch
 from torch import nn
 
 from fedfair.core.errors import ConfigError
-from fedfair.datasets.schema import (
-    Encoder,
-    draft_schema,
-    encoder_from_statistics,
-    statistics_vector,
-)
+from fedfair.datasets.encoder import Encoder
+from fedfair.datasets.schema import draft_schema
+from fedfair.datasets.statistics import encoder_from_statistics, statistics_vector
 from fedfair.runtime.preprocessing import (
     MAX_ENCODER_BYTES,
     encoder_payload,

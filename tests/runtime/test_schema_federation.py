@@ -28,13 +28,9 @@ from fedfair.core.update import bounded
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.builtin import ADULT_COLUMNS
-from fedfair.datasets.schema import (
-    Column,
-    Encoder,
-    draft_schema,
-    encoder_from_statistics,
-    statistics_vector,
-)
+from fedfair.datasets.encoder import Encoder
+from fedfair.datasets.schema import Column, draft_schema
+from fedfair.datasets.statistics import encoder_from_statistics, statistics_vector
 from fedfair.fairness import pooled
 from fedfair.research.workspace import make_workspace
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME

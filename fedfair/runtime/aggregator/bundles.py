@@ -27,7 +27,7 @@ from fedfair.bundle import (
     write_bundle,
 )
 from fedfair.core.models import load_flat_parameters
-from fedfair.datasets.schema import Encoder
+from fedfair.datasets.encoder import Encoder
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
 from fedfair.runtime.plan import AggregatorPlan, shared_settings
 from fedfair.runtime.preprocessing import model_for

@@ -35,11 +35,8 @@ from fedfair import pki
 from fedfair.core import server
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.models import flat_parameters
-from fedfair.datasets.schema import (
-    Encoder,
-    encoder_from_statistics,
-    statistics_dimension,
-)
+from fedfair.datasets.encoder import Encoder
+from fedfair.datasets.statistics import encoder_from_statistics, statistics_dimension
 from fedfair.fairness import sums
 from fedfair.runtime.aggregator.bundles import (
     checkpoint_encoder,

@@ -24,7 +24,7 @@ import torch
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
-from fedfair.datasets.schema import statistics_vector
+from fedfair.datasets.statistics import statistics_vector
 from fedfair.runtime.collaborator.bindings import Bindings
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import Identity

@@ -31,7 +31,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 
 from fedfair.core.errors import FedfairError
-from fedfair.datasets.schema import statistics_dimension
+from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.bindings import SignedView

@@ -30,7 +30,8 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.datasets import DATASETS, Dataset, load_csv, load_dataset, partition
-from fedfair.datasets.schema import Encoder, check_table
+from fedfair.datasets.encoder import Encoder
+from fedfair.datasets.values import check_table
 from fedfair.datasets.tabular import as_strings, read_table, split_rows
 from fedfair.privacy.accounting import (
     PrivacyAccountant,

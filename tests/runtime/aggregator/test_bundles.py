@@ -11,12 +11,9 @@ import torch
 from fedfair.bundle import load_bundle
 from fedfair.core import server
 from fedfair.core.models import flat_parameters
-from fedfair.datasets.schema import (
-    Encoder,
-    draft_schema,
-    encoder_from_statistics,
-    statistics_vector,
-)
+from fedfair.datasets.encoder import Encoder
+from fedfair.datasets.schema import draft_schema
+from fedfair.datasets.statistics import encoder_from_statistics, statistics_vector
 from fedfair.research.workspace import make_workspace
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME, save_federation_bundle
 from fedfair.runtime.aggregator.checkpoint import (

@@ -1,0 +1,170 @@
+"""The encoder every site builds from the federation's statistics: one-hot levels and global scaling.
+
+An :class:`Encoder` turns a table that fits the schema into the model's feature vector,
+bit-identically at every site; it travels as JSON with every round, so a site that joins
+later encodes alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedfair.datasets.schema import Column, Schema, SchemaSection, categorical_levels, shown
+from fedfair.datasets.values import column_values, label_codes, named_columns
+
+# The shared encoder
+
+
+@dataclass(frozen=True)
+class ColumnEncoding:
+    """How one column becomes features: numeric (no levels, one mean and std) or one feature per level.
+
+    For a categorical column, ``means`` are the levels' frequencies f over all sites, as
+    the suppressed statistics give them (see :func:`encoder_from_statistics`), and ``stds``
+    sqrt(f (1 - f)) (1 where that is 0). ``buckets`` are a learnt column's kept hash
+    buckets, in level order.
+    """
+
+    name: str
+    levels: tuple[str, ...]
+    means: tuple[float, ...]
+    stds: tuple[float, ...]
+    buckets: tuple[int, ...] = ()
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f"{self.name}={level}" for level in self.levels] if self.levels else [self.name]
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """A schema plus global statistics: turns any site's table into the same standardised features."""
+
+    schema: Schema
+    rows: int
+    columns: tuple[ColumnEncoding, ...]
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [name for column in self.columns for name in column.feature_names]
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(self.schema.classes)
+
+    @property
+    def num_features(self) -> int:
+        return sum(len(column.means) for column in self.columns)
+
+    def encode(self, table: pd.DataFrame, source: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """Float32 features in the schema's order and int64 class indices (None when the label column is absent).
+
+        Numbers are standardised with the global mean and std (a missing one, under
+        "impute", becomes 0); categories one-hot, each level standardised with its
+        frequency over all sites, as ``tabular.encode_features`` does for one table.
+        """
+        table = named_columns(self.schema, table, source, label_required=False)
+        labels = label_codes(self.schema, table[self.schema.label], source) if self.schema.label in table else None
+        features = np.empty((len(table), self.num_features), dtype=np.float32)
+        offset = 0
+        for column, encoding in zip(self.schema.columns, self.columns):
+            values = column_values(self.schema, column, table[column.name], source)
+            mean, std = np.array(encoding.means), np.array(encoding.stds)
+            block = features[:, offset : offset + len(mean)]
+            if column.kind == "numeric":
+                block[:, 0] = np.nan_to_num((values - mean[0]) / std[0], nan=0.0)
+            else:
+                levels = self._level_codes(column, encoding, values)
+                block[:] = -mean / std
+                block[np.arange(len(levels)), levels] = ((1.0 - mean) / std)[levels]
+            offset += len(mean)
+        return features, labels
+
+    def _level_codes(self, column: Column, encoding: ColumnEncoding, codes: np.ndarray) -> np.ndarray:
+        """Each row's level index; missing cells (code -1) get the ``<missing>`` level (last)."""
+        if column.categories is None:
+            other = len(encoding.buckets)
+            lookup = np.full(self.schema.hash_buckets, other, dtype=np.int64)
+            lookup[list(encoding.buckets)] = np.arange(other)
+            return np.where(codes < 0, len(encoding.levels) - 1, lookup[np.maximum(codes, 0)])
+        return np.where(codes < 0, len(encoding.levels) - 1, codes)
+
+    def to_mapping(self) -> dict[str, object]:
+        """JSON-safe form for the model bundle; :meth:`from_mapping` restores it exactly."""
+        return {
+            "schema": self.schema.to_mapping(),
+            "rows": self.rows,
+            "columns": [
+                {
+                    "name": column.name,
+                    "levels": list(column.levels),
+                    "means": list(column.means),
+                    "stds": list(column.stds),
+                    "buckets": list(column.buckets),
+                }
+                for column in self.columns
+            ],
+        }
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object], source: str) -> Encoder:
+        """Read an encoder back from :meth:`to_mapping`'s form, checking it fits its schema."""
+        section = SchemaSection(source, "encoder", data, ("schema", "rows", "columns"))
+        schema_data = section.value("schema")
+        if not isinstance(schema_data, Mapping):
+            section.bad("schema", schema_data, "a table")
+        schema = Schema.from_mapping(schema_data, source)
+        rows = section.value("rows")
+        entries = section.value("columns")
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
+            section.bad("rows", rows, "a positive integer")
+        if not isinstance(entries, list) or len(entries) != len(schema.columns):
+            section.bad("columns", entries, f"a list of {len(schema.columns)} column encodings, one per schema column")
+        columns = []
+        for column, entry in zip(schema.columns, entries):
+            table = SchemaSection(source, f"encoder column {column.name!r}", entry, _ENCODING_KEYS)
+            if table.value("name") != column.name:
+                table.bad("name", table.value("name"), f"{column.name!r}, the schema's column at this position")
+            levels = tuple(str(level) for level in _list_of(table, "levels", _is_text, "a list of strings"))
+            means = tuple(float(mean) for mean in _list_of(table, "means", _is_number, "a list of numbers"))
+            stds = tuple(float(std) for std in _list_of(table, "stds", _is_number, "a list of numbers"))
+            buckets = tuple(int(b) for b in _list_of(table, "buckets", _is_bucket(schema), "a list of bucket numbers"))
+            expected = () if column.kind == "numeric" else categorical_levels(schema, column, buckets)
+            width = max(len(expected), 1)
+            if levels != expected or len(means) != width or len(stds) != width or not all(std > 0 for std in stds):
+                table.fail(
+                    f"does not fit its schema column (levels {shown(list(expected))}, {width} means and positive "
+                    "stds); the bundle is damaged, write it again"
+                )
+            columns.append(ColumnEncoding(column.name, levels, means, stds, buckets))
+        return cls(schema, rows, tuple(columns))
+
+
+_ENCODING_KEYS = ("name", "levels", "means", "stds", "buckets")
+
+
+def _list_of(table: SchemaSection, key: str, accept: Callable[[object], bool], expected: str) -> list[Any]:
+    value = table.value(key)
+    if not isinstance(value, list) or not all(accept(item) for item in value):
+        table.bad(key, value, expected)
+    return value
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_bucket(schema: Schema) -> Callable[[object], bool]:
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and 0 <= value < schema.hash_buckets
+
+

@@ -1,0 +1,253 @@
+"""The statistics one site adds to a secure sum, and the encoder every site builds from the total.
+
+Every site must turn its own table into the same feature vector: the same columns in
+the same order, the same one-hot levels (even for a category it never saw), and the
+same scaling. The plan's ``[schema]`` fixes the first two; the scaling comes from
+statistics of all sites together, learnt by one secure-aggregation round:
+
+1. each site checks its table (:func:`fedfair.datasets.values.check_table`) and computes
+   :func:`statistics_vector`: its row count, per numeric column the count, sum and
+   sum of squares of its values, per categorical column the count of each category
+   (or of each hash bucket, for a column whose categories are learnt) and of missing
+   cells, with every small categorical count withheld (sent as 0) so that no sum of
+   sites' vectors reveals one;
+2. secure aggregation adds the sites' vectors, revealing only the total;
+3. every site (and the aggregator, for the model bundle) turns the total into the
+   same :class:`~fedfair.datasets.encoder.Encoder` with :func:`encoder_from_statistics`.
+
+Why exact integers: the secure sum is a sum of integers modulo 2^64. Numbers are
+quantised to x_q = round(x * 2^F) (F = ``fraction_bits``) and every coordinate a site
+sends is an integer of absolute value below 2^47, so up to 64 sites add up below 2^53:
+no wraparound, no float rounding, no clipping (``STATISTICS_CLIP`` and the constants beside it
+are the secure-aggregation settings that guarantee it). Sums that may be larger (sum x_q,
+sum x_q^2) travel as 24-bit limbs and are put back together with Python integers, so
+the pooled mean and standard deviation are those of the quantised values, exactly.
+Each value moves by at most 2^-(F+1) when quantised; the mean moves by at most that
+much, and so does the population standard deviation (centring and the root mean
+square are both 1-Lipschitz in the largest change of one value).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets.encoder import ColumnEncoding, Encoder
+from fedfair.datasets.schema import Column, Schema, categorical_levels
+from fedfair.datasets.values import column_values, named_columns
+
+LIMB_BITS = 24
+COORDINATE_BITS = 47
+"""Every coordinate a site sends has absolute value below 2^47."""
+STATISTICS_MAX_SITES = 64
+"""64 sites of coordinates below 2^47 add up below 2^53: exact in float64, far from 2^63."""
+# Secure-aggregation settings for statistics vectors, each site sending with weight 1:
+# EncodingConfig(STATISTICS_CLIP, STATISTICS_MAX_WEIGHT, STATISTICS_FRACTIONAL_BITS, STATISTICS_MODULUS_BITS)
+# passes check_no_wraparound for up to STATISTICS_MAX_SITES parties and encodes integer
+# coordinates below the clip exactly (no rounding, no clipping), whatever the schema.
+STATISTICS_CLIP = float(2**COORDINATE_BITS)
+STATISTICS_MAX_WEIGHT = 1.0
+STATISTICS_FRACTIONAL_BITS = 0
+STATISTICS_MODULUS_BITS = 64
+MAX_SITE_ROWS = 2**40
+"""Rows one site may contribute; bounds the sums the limbs must carry."""
+
+# One site's statistics and their sum
+
+
+def statistics_dimension(schema: Schema) -> int:
+    """Length of :func:`statistics_vector` for this schema."""
+    return 1 + sum(_width(schema, column) for column in schema.columns)
+
+
+def statistics_slices(schema: Schema) -> list[tuple[Column, slice]]:
+    """Where each column's statistics lie in :func:`statistics_vector`, in schema order (the row count is at 0)."""
+    slices: list[tuple[Column, slice]] = []
+    position = 1
+    for column in schema.columns:
+        width = _width(schema, column)
+        slices.append((column, slice(position, position + width)))
+        position += width
+    return slices
+
+
+def _width(schema: Schema, column: Column) -> int:
+    if column.kind == "numeric":
+        sum_limbs, square_limbs = _limb_counts(schema)
+        return 1 + sum_limbs + square_limbs
+    return (schema.hash_buckets if column.categories is None else len(column.categories)) + 1
+
+
+def _limb_counts(schema: Schema) -> tuple[int, int]:
+    """Limbs of sum x_q and of sum x_q^2 for the largest sums one site may have."""
+    largest = math.ceil(math.ldexp(schema.max_abs, schema.fraction_bits))
+    return limb_count(MAX_SITE_ROWS * largest), limb_count(MAX_SITE_ROWS * largest * largest)
+
+
+def limb_count(bound: int) -> int:
+    """Limbs needed to send any integer of absolute value at most ``bound`` with every limb below 2^47.
+
+    All limbs but the last are the low 24-bit digits (0 <= limb < 2^24); the last holds
+    the rest, with its sign.
+    """
+    count = 1
+    while (bound >> (LIMB_BITS * (count - 1))) + 1 >= 1 << COORDINATE_BITS:
+        count += 1
+    return count
+
+
+def split_limbs(value: int, count: int) -> list[int]:
+    """``value`` as ``count`` limbs: low 24-bit digits, then the signed rest; :func:`join_limbs` inverts it."""
+    limbs = []
+    for _ in range(count - 1):
+        limbs.append(value & ((1 << LIMB_BITS) - 1))
+        value >>= LIMB_BITS
+    limbs.append(value)
+    return limbs
+
+
+def join_limbs(limbs: Sequence[int]) -> int:
+    """The integer that limbs (or a sum of several integers' limbs) stand for."""
+    return sum(limb << (LIMB_BITS * position) for position, limb in enumerate(limbs))
+
+
+def statistics_vector(schema: Schema, table: pd.DataFrame, source: str = "the table") -> np.ndarray:
+    """What this site adds to the federated preprocessing sum: integers below 2^47, as float64.
+
+    Layout: the row count; per numeric column its count of values, the limbs of
+    sum x_q and of sum x_q^2; per categorical column the count of each listed category
+    (or hash bucket) and of missing cells. The table is checked first (the label is
+    not needed).
+
+    Small cells are suppressed here, before anything leaves the site: every
+    categorical count below ``schema.min_category_count`` is sent as 0, and if the
+    counts so withheld add up to fewer than ``min_category_count`` rows, the smallest
+    count still sent is withheld too (:func:`_suppress_small_cells`). Why at the site:
+    the aggregator may learn a sum over any set of sites, and two sums whose sets differ
+    by one site give that site's vector exactly, so only a vector safe on its own keeps
+    every sum safe. Each count sent is then 0 or at least ``min_category_count``, and so
+    is any sum of them; so is a column's withheld total, which the aggregator can read
+    off as the row count minus the column's counts (a site with fewer rows than that
+    sends no categorical count at all, and its withheld total is its row count). With
+    the public bucket hash and a list of candidate values the aggregator thus learns of
+    a value only that its count is 0 (absent, rare or withheld) or at least
+    ``min_category_count``, never a smaller count. Row counts and numeric statistics
+    are sent as they are (the encoder's means and standard deviations stay exact).
+    """
+    table = named_columns(schema, table, source, label_required=False)
+    if len(table) > MAX_SITE_ROWS:
+        raise ConfigError(f"{source} has {len(table):,} rows, more than the {MAX_SITE_ROWS:,} one site may send")
+    sum_limbs, square_limbs = _limb_counts(schema)
+    vector: list[int] = [len(table)]
+    for column in schema.columns:
+        values = column_values(schema, column, table[column.name], source)
+        if column.kind == "numeric":
+            present = values[~np.isnan(values)]
+            quantised = np.rint(np.ldexp(present, schema.fraction_bits)).astype(np.int64).tolist()
+            total = sum(quantised)
+            squares = sum(value * value for value in quantised)  # Python integers: exact at any size.
+            vector += [len(quantised), *split_limbs(total, sum_limbs), *split_limbs(squares, square_limbs)]
+        else:
+            levels = schema.hash_buckets if column.categories is None else len(column.categories)
+            # Missing cells (code -1) land in the last slot.
+            cells = np.bincount(np.where(values < 0, levels, values), minlength=levels + 1)
+            vector += _suppress_small_cells(cells, schema.min_category_count).tolist()
+    return np.array(vector, dtype=np.float64)
+
+
+def _suppress_small_cells(cells: np.ndarray, minimum: int) -> np.ndarray:
+    """A column's cell counts (they add up to the site's rows) with every count below ``minimum`` set to 0.
+
+    The row count is sent too, so the aggregator learns the withheld total (rows minus
+    the counts sent); when only one cell was withheld that total is its count. So while
+    the withheld total is from 1 to ``minimum`` - 1, the smallest count still sent
+    (the first, on a tie) is withheld as well: being at least ``minimum``, one is
+    enough. Only when every cell is withheld can the total stay below ``minimum``, and
+    then it is the site's row count, which is sent anyway.
+    """
+    sent = np.where(cells < minimum, 0, cells)
+    withheld = int(cells.sum() - sent.sum())
+    if 0 < withheld < minimum and sent.any():
+        sent[np.argmin(np.where(sent > 0, sent, np.iinfo(sent.dtype).max))] = 0
+    return sent
+
+
+def encoder_from_statistics(schema: Schema, summed: np.ndarray) -> Encoder:
+    """The encoder every site shares, from the sum of all sites' :func:`statistics_vector`.
+
+    Numbers: mean and population standard deviation of the pooled quantised values,
+    computed exactly (Fractions) and rounded once to float64; a constant column gets
+    standard deviation 1 (numeric statistics are never suppressed, so this is exact).
+    Categories: each level's frequency is the rows the sum places in it over all rows.
+    Sites withhold small counts (see :func:`statistics_vector`), so the counts may add
+    up to fewer than the rows: a withheld cell counts in no listed level and in no
+    ``<missing>`` level, whose frequencies are thus at most their true ones. A learnt
+    column keeps as levels the buckets with at least ``min_category_count`` rows in the
+    sum (after suppression, every bucket that arrived nonzero) and puts every other
+    row, withheld ones included, into ``<other>``, where a row of a rare value lands.
+    """
+    counts = _integers(schema, summed)
+    rows = counts[0]
+    if rows <= 0:
+        raise ConfigError("the summed statistics count no rows; every site's table was empty or the sum is wrong")
+    sum_limbs, square_limbs = _limb_counts(schema)
+    encodings = []
+    for column, where in statistics_slices(schema):
+        part = counts[where]
+        if column.kind == "numeric":
+            count = part[0]
+            if count <= 0:
+                raise ConfigError(
+                    f"column {column.name!r} has no values at any site; fill it in or remove it from the [schema]"
+                )
+            total = join_limbs(part[1 : 1 + sum_limbs])
+            squares = join_limbs(part[1 + sum_limbs : 1 + sum_limbs + square_limbs])
+            scale = 1 << schema.fraction_bits
+            variance = Fraction(count * squares - total * total, count * count * scale * scale)
+            if variance < 0:
+                raise ConfigError("the summed statistics are inconsistent (negative variance); the sum is corrupt")
+            std = math.sqrt(variance) or 1.0
+            encodings.append(ColumnEncoding(column.name, (), (float(Fraction(total, count * scale)),), (std,)))
+            continue
+        if min(part) < 0 or sum(part) > rows:
+            raise ConfigError(
+                f"the summed statistics are inconsistent (column {column.name!r} counts {sum(part):,} cells, some "
+                f"negative or more than the {rows:,} rows); the sum is corrupt"
+            )
+        *level_counts, missing = part
+        buckets: tuple[int, ...] = ()
+        if column.categories is None:
+            # Suppressed sums hold no bucket from 1 to min_category_count - 1; the test still
+            # keeps a faulty site's unsuppressed small bucket from becoming a level.
+            buckets = tuple(b for b, rows_in in enumerate(level_counts) if rows_in >= schema.min_category_count)
+            kept = [level_counts[b] for b in buckets]
+            level_counts = kept + [rows - sum(kept) - missing]
+        if schema.missing == "impute":
+            level_counts.append(missing)
+        levels = categorical_levels(schema, column, buckets)
+        frequencies = tuple(count / rows for count in level_counts)
+        stds = tuple(math.sqrt(f * (1.0 - f)) or 1.0 for f in frequencies)
+        encodings.append(ColumnEncoding(column.name, levels, frequencies, stds, buckets))
+    return Encoder(schema, rows, tuple(encodings))
+
+
+
+def _integers(schema: Schema, summed: np.ndarray) -> list[int]:
+    vector = np.asarray(summed, dtype=np.float64)
+    expected = statistics_dimension(schema)
+    if vector.shape != (expected,):
+        raise ConfigError(
+            f"the summed statistics have shape {vector.shape}, but this schema's are ({expected},); "
+            "every site must use the same [schema]"
+        )
+    limit = STATISTICS_MAX_SITES * 2.0**COORDINATE_BITS
+    if not (np.all(np.isfinite(vector)) and np.all(np.abs(vector) < limit) and np.all(vector == np.rint(vector))):
+        raise ConfigError("the summed statistics are not integers below 2^53; sum them with fractional_bits = 0")
+    return [int(value) for value in vector]
+
+

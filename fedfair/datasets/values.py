@@ -1,0 +1,148 @@
+"""A site's table read under the federation's schema: checked, then each column's values.
+
+:func:`check_table` refuses a table that does not fit the schema, naming the column and
+the fix; the statistics and the encoder read the same values through
+:func:`named_columns`, :func:`column_values` and :func:`label_codes`, so a table that
+passes the check is read the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pandas as pd
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Column, Schema, closest, shown
+from fedfair.datasets.tabular import as_text, is_numeric
+
+# Checking and reading a site's table
+
+
+def check_table(schema: Schema, table: pd.DataFrame, source: str, *, label_required: bool = True) -> None:
+    """Refuse a table that does not fit the schema, naming the column, the offending values and the fix.
+
+    Checks: every schema column (and the label, unless ``label_required`` is False, as
+    for prediction) is present; numeric columns hold numbers within ``max_abs``; listed
+    categorical columns hold only their categories; label values are among the
+    classes; no cell is missing under ``missing = "refuse"``. Extra columns are ignored.
+    """
+    table = named_columns(schema, table, source, label_required)
+    if schema.label in table.columns:
+        label_codes(schema, table[schema.label], source)
+    for column in schema.columns:
+        column_values(schema, column, table[column.name], source)
+
+
+def named_columns(schema: Schema, table: pd.DataFrame, source: str, label_required: bool) -> pd.DataFrame:
+    """The table with text column names, after checking it has rows and every column the schema needs."""
+    if len(table) == 0:
+        raise ConfigError(f"{source} has no data rows; give the table at least one row")
+    table = table.rename(columns=str)
+    present = list(table.columns)
+    needed = ([schema.label] if label_required else []) + [column.name for column in schema.columns]
+    for name in needed:
+        if name not in present:
+            close = closest(name, present)
+            hint = f"did you mean {close!r}? " if close else ""
+            role = "label column" if name == schema.label else "column"
+            raise ConfigError(
+                f"{source} has no {role} {name!r}, which the plan's [schema] requires; {hint}"
+                f"rename that column in the table, or fix the [schema] (table columns: {', '.join(present[:30])})"
+            )
+        if present.count(name) > 1:
+            raise ConfigError(f"{source} has the column {name!r} twice; keep one")
+    return table
+
+
+def column_values(schema: Schema, column: Column, series: pd.Series, source: str) -> np.ndarray:
+    """Numbers (float64, NaN where missing) or category codes (int64: listed index, bucket, -1 where missing)."""
+    if column.kind == "numeric":
+        return _numbers(schema, column.name, series, source)
+    text = as_text(series)
+    missing = pd.isna(text)
+    _check_missing(schema, column.name, missing, source)
+    if column.categories is None:
+        values = pd.unique(text[~missing])
+        # The -1 appended last is what a missing cell's position (-1) picks.
+        buckets = np.array(
+            [category_bucket(column.name, value, schema.hash_buckets) for value in values] + [-1], dtype=np.int64
+        )
+        bucket_codes: np.ndarray = buckets[pd.Index(values).get_indexer(text)]
+        return bucket_codes
+    codes: np.ndarray = pd.Index(column.categories).get_indexer(text)
+    unknown = (codes < 0) & ~missing
+    if unknown.any():
+        raise ConfigError(
+            f"{source}: column {column.name!r} has values not among its [schema] categories: "
+            f"{_offenders(text[unknown])}; fix those cells, add the values to its categories, "
+            f'or set categories = "{LEARN}"'
+        )
+    return codes
+
+
+def _numbers(schema: Schema, name: str, series: pd.Series, source: str) -> np.ndarray:
+    if pd.api.types.is_bool_dtype(series):
+        series = series.astype(np.float64)
+    converted = pd.to_numeric(series, errors="coerce") if not is_numeric(series) else series
+    values: np.ndarray = converted.to_numpy(dtype=np.float64, na_value=np.nan)
+    text = np.isnan(values) & series.notna().to_numpy()
+    if text.any():
+        raise ConfigError(
+            f"{source}: column {name!r} is numeric in the plan's [schema] but holds text: "
+            f"{_offenders(series.to_numpy(dtype=object)[text])}; fix those cells, or declare the column "
+            'type = "categorical"'
+        )
+    _check_missing(schema, name, np.isnan(values), source)
+    finite = values[~np.isnan(values)]
+    if finite.size and not (np.all(np.isfinite(finite)) and np.abs(finite).max() <= schema.max_abs):
+        largest = float(np.abs(finite).max())
+        raise ConfigError(
+            f"{source}: column {name!r} has a value of absolute size {largest:g}, above the [schema] max_abs = "
+            f"{schema.max_abs:g}; rescale the column (e.g. to thousands) or raise max_abs (lowering fraction_bits "
+            f"so that max_abs * 2^fraction_bits <= 2^{FLOAT_EXACT_BITS})"
+        )
+    return values
+
+
+def _check_missing(schema: Schema, name: str, missing: np.ndarray, source: str) -> None:
+    if schema.missing == "refuse" and missing.any():
+        raise ConfigError(
+            f"{source}: column {name!r} has {int(missing.sum()):,} missing values and the plan's [schema] says "
+            'missing = "refuse"; fill or drop those rows, or set missing = "impute"'
+        )
+
+
+def label_codes(schema: Schema, series: pd.Series, source: str) -> np.ndarray:
+    """Class indices (into ``schema.classes``) of a label column; every value must be a listed class."""
+    text = as_text(series)
+    missing = pd.isna(text)
+    if missing.any():
+        raise ConfigError(
+            f"{source}: label column {schema.label!r} has {int(missing.sum()):,} missing values; drop those rows"
+        )
+    codes: np.ndarray = pd.Index(schema.classes).get_indexer(text)
+    if (codes < 0).any():
+        raise ConfigError(
+            f"{source}: label column {schema.label!r} has values not among the [schema] classes "
+            f"{shown(list(schema.classes))}: {_offenders(text[codes < 0])}; fix those cells or add them to classes"
+        )
+    return codes
+
+
+def _offenders(values: np.ndarray, limit: int = 5) -> str:
+    """The most frequent offending values with their row counts, e.g. 'n/a' (12 rows), 'x' (1 row)."""
+    counts = pd.Series(values, dtype=object).value_counts()
+    shown = [f"{value!r} ({count:,} row{'s' if count != 1 else ''})" for value, count in counts.iloc[:limit].items()]
+    more = f" and {len(counts) - limit:,} other values" if len(counts) > limit else ""
+    return ", ".join(shown) + more
+
+
+def category_bucket(column: str, value: str, buckets: int) -> int:
+    """The hash bucket of a learnt column's value: SHA-256 of (column, value), so every site agrees without names."""
+    digest = hashlib.sha256(json.dumps([column, value], ensure_ascii=False).encode()).digest()
+    return int.from_bytes(digest[:8], "big") % buckets
+
+
