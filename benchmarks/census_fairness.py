@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from published import publish
-from fedfair.research.experiment import config_from_flags, load_federation, simulate
+from fedfair.research.experiment import load_federation, simulate
+from fedfair.research.flags import config_from_flags
 
 FLAGS = ["--dataset", "census-income", "--partition", "race", "--clients", "3", "--model", "mlp"]
 FLAGS += ["--rho", "0.1", "--epsilon", "0.05"]

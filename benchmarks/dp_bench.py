@@ -52,7 +52,8 @@ from fedfair.datasets import load_dataset
 from fedfair.privacy.clipping import ClippingMode, choose_clipping
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.research.experiment import config_from_flags, load_federation, simulate
+from fedfair.research.experiment import load_federation, simulate
+from fedfair.research.flags import config_from_flags
 
 MNIST_SHAPE = (1, 28, 28)
 DP_EPSILONS = (1.0, 3.0, 8.0)

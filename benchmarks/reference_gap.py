@@ -15,12 +15,8 @@ from pathlib import Path
 import torch
 
 from published import publish
-from fedfair.research.experiment import (
-    config_from_flags,
-    load_federation,
-    reference,
-    simulate,
-)
+from fedfair.research.experiment import load_federation, reference, simulate
+from fedfair.research.flags import config_from_flags
 
 GRID_EPSILONS = (0.01, 0.1, 0.5)
 GRID_RHOS = (0.1, 0.3, 0.5)

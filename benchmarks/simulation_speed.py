@@ -30,7 +30,8 @@ from published import publish
 from fedfair.core.config import ObjectiveConfig
 from fedfair.core.models import build_model, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
-from fedfair.research.experiment import config_from_flags, load_federation, parse_flags
+from fedfair.research.experiment import load_federation
+from fedfair.research.flags import config_from_flags, parse_flags
 from fedfair.simulation.rounds import make_learners, run_fedsrcvar
 from fedfair.research.sweep import PAPER_EPSILONS, PAPER_RHOS, grid_configs, sweep
 

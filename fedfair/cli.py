@@ -17,7 +17,7 @@ import fedfair
 from fedfair.core.errors import FedfairError
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "fedfair.research.experiment",
+    "fedfair.research.flags",
     "fedfair.research.sweep",
     "fedfair.research.commands",
     "fedfair.datasets.commands",

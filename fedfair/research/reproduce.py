@@ -46,12 +46,11 @@ from fedfair.research.experiment import (
     LOSS_METHODS,
     METHODS,
     ExperimentConfig,
-    config_from_flags,
-    default_step_size,
     final_report,
     load_federation,
     run_method,
 )
+from fedfair.research.flags import config_from_flags, default_step_size
 from fedfair.research.progress import Progress
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import TrainingConfig

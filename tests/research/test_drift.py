@@ -8,7 +8,7 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.research.drift import DriftProfile, DriftStudy, drift_study
-from fedfair.research.experiment import config_from_flags
+from fedfair.research.flags import config_from_flags
 from fedfair.research.reproduce import read_csv
 
 TINY = DriftProfile("tiny", rounds=3, seeds=2, rhos=(0.3,), taus=(1, 2), model="logreg")

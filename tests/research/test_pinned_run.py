@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedfair.research.experiment import config_from_flags, load_federation, simulate
+from fedfair.research.experiment import load_federation, simulate
+from fedfair.research.flags import config_from_flags
 
 FLAGS = ("--dataset", "adult", "--rounds", "30", "--seed", "3", "--epsilon", "0.1", "--rho", "0.3")
 PINNED = {

@@ -10,7 +10,8 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.research import figures, reproduce
-from fedfair.research.experiment import METHODS, config_from_flags, load_federation
+from fedfair.research.experiment import METHODS, load_federation
+from fedfair.research.flags import config_from_flags
 from fedfair.research.reproduce import (
     METHOD_LABELS,
     TABLE_RHO,

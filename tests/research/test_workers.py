@@ -10,7 +10,8 @@ import math
 
 import torch
 
-from fedfair.research.experiment import load_federation, parse_flags
+from fedfair.research.experiment import load_federation
+from fedfair.research.flags import parse_flags
 from fedfair.research.sweep import grid_configs, sweep
 from tests.core.gpu_helpers import GPU_ONLY
 
