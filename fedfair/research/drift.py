@@ -18,7 +18,7 @@ at fedfair's default B = 10, c spends the first hundreds of local steps descendi
 theta drifts toward ERM, which hides what the correction does), with no selection (the
 question is what the correction changes at a fixed step), on the training split with
 several seeds, judged on the test split; runs are cached like the paper study's
-(:func:`fedfair.research.reproduce.run_all`).
+(:func:`fedfair.research.runs.run_all`).
 """
 
 from __future__ import annotations
@@ -29,15 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.research import figures
-from fedfair.research.reproduce import (
-    DEFAULT_EPSILON,
-    PAPER_BOUND,
-    Run,
-    read_csv,
-    run_all,
-    summary,
-    write_csv,
-)
+from fedfair.research.reproduce import DEFAULT_EPSILON, PAPER_BOUND, read_csv, summary, write_csv
+from fedfair.research.runs import Run, run_all
 
 CORRECTIONS = ("none", "scaffold")
 """Plain FedSRCVaR and the drift-corrected one."""

@@ -9,19 +9,11 @@ import numpy as np
 import pytest
 
 from fedfair.cli import main as cli_main
-from fedfair.research import figures, reproduce
+from fedfair.research import figures, reproduce, runs
 from fedfair.research.experiment import METHODS, load_federation
 from fedfair.research.flags import config_from_flags
-from fedfair.research.reproduce import (
-    METHOD_LABELS,
-    TABLE_RHO,
-    Point,
-    Profile,
-    Run,
-    Study,
-    read_csv,
-    validation_federation,
-)
+from fedfair.research.reproduce import METHOD_LABELS, TABLE_RHO, Point, Profile, Study, read_csv
+from fedfair.research.runs import Run, federation_for, run_all, validation_federation
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +85,7 @@ def test_hyperparameters_are_chosen_on_validation_and_each_seed_differs(study: t
     grid = Study("adult", TINY, ("fedsrcvar",))
     runs = grid.selection_runs("fedsrcvar", 0.3)
     assert len(runs) == len(TINY.lr_scales) and all(run.split == "validation" for run in runs)
-    results = reproduce.run_all(runs, out / "cache", workers=1, label="cached")  # all cached: nothing trains
+    results = run_all(runs, out / "cache", workers=1, label="cached")  # all cached: nothing trains
     best = min(results.values(), key=lambda result: result["worst_risk"])
     point = reproduce.chosen(grid, "fedsrcvar", 0.3, results)
     assert results[Run((*grid.base("fedsrcvar", 0.3, 0), *point.flags("fedsrcvar", 0.3)), "validation")] == best
@@ -123,7 +115,7 @@ def test_an_interrupted_reproduction_resumes_from_its_cache(
     def no_training(run: Run) -> dict[str, float]:
         raise AssertionError(f"{run} trained again although it is cached")
 
-    monkeypatch.setattr(reproduce, "execute", no_training)
+    monkeypatch.setattr(runs, "execute", no_training)
     again = reproduce.reproduce("adult", out, TINY, workers=1)
     assert {name: again[name].read_bytes() for name in before} == before
 
@@ -155,7 +147,7 @@ def test_adversaries_get_their_own_grid_every_method_the_same_steps_and_only_los
     # Every run's flags are ones `fedfair simulate` accepts, and each run's data loads.
     for run in (*bpf, *dro, *grid.selection_runs("afl", 0.3), *grid.selection_runs("fedsrcvar", 0.3)):
         config_from_flags(run.flags)
-    assert reproduce._federation(grid.selection_runs("afl", 0.3)[0].flags, "validation").train
+    assert federation_for(grid.selection_runs("afl", 0.3)[0].flags, "validation").train
     assert Point(1.0, adversary_lr=10.0).describe() == "step x1, adversary step 10"
     # BPF's ratios reach 1 / rho: its step is CVaR's (0.5 rho at epsilon 0), not ERM's 0.5.
     assert float(bpf[0].flags[bpf[0].flags.index("--lr") + 1]) == pytest.approx(TINY.lr_scales[0] * 0.5 * 0.3)

@@ -15,8 +15,9 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
-from fedfair.research import reproduce
-from fedfair.research.reproduce import Run, Study
+from fedfair.research import reproduce, runs
+from fedfair.research.reproduce import Study
+from fedfair.research.runs import Run, run_all
 from tests.research.test_reproduce import TINY
 
 
@@ -41,11 +42,11 @@ def tiny_runs() -> list[Run]:
 def test_ray_tasks_give_the_process_pools_results_bit_for_bit_and_cache_them(
     local_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runs = tiny_runs()
-    pooled = reproduce.run_all(runs, tmp_path / "pool", workers=2, label="pool")
-    on_ray = reproduce.run_all(runs, tmp_path / "ray", workers=1, label="ray", on_ray=True)
+    planned = tiny_runs()
+    pooled = run_all(planned, tmp_path / "pool", workers=2, label="pool")
+    on_ray = run_all(planned, tmp_path / "ray", workers=1, label="ray", on_ray=True)
     assert on_ray == pooled  # same flags, same numbers: floats compared exactly
-    for run in runs:
+    for run in planned:
         cached = (tmp_path / "ray" / f"{run.key}.json").read_bytes()
         assert cached == (tmp_path / "pool" / f"{run.key}.json").read_bytes()
         assert json.loads(cached) == on_ray[run]
@@ -53,8 +54,8 @@ def test_ray_tasks_give_the_process_pools_results_bit_for_bit_and_cache_them(
     def no_training(run: Run) -> dict[str, float]:
         raise AssertionError(f"{run} trained again although it is cached")
 
-    monkeypatch.setattr(reproduce, "execute", no_training)
-    assert reproduce.run_all(runs, tmp_path / "ray", workers=1, label="cached", on_ray=True) == on_ray
+    monkeypatch.setattr(runs, "execute", no_training)
+    assert run_all(planned, tmp_path / "ray", workers=1, label="cached", on_ray=True) == on_ray
 
 
 def test_ray_runs_need_a_connection(tmp_path: Path) -> None:
@@ -63,7 +64,7 @@ def test_ray_runs_need_a_connection(tmp_path: Path) -> None:
 
     assert not ray.is_initialized()
     with pytest.raises(ConfigError, match=r"ray_connection\(ADDRESS\)"):
-        reproduce.run_all(tiny_runs()[:1], tmp_path, workers=1, label="ray", on_ray=True)
+        run_all(tiny_runs()[:1], tmp_path, workers=1, label="ray", on_ray=True)
 
 
 def test_without_ray_the_flag_names_the_fix(

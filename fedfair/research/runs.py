@@ -1,0 +1,190 @@
+"""The runs of a study: each one set of `fedfair simulate` flags and a split, trained once and cached.
+
+A run's result is cached under ``OUT/cache/`` by the SHA-256 of its flags and split, so an
+interrupted study resumes where it stopped. Runs go to a process pool (every core by
+default, each process with one compute thread) or to a Ray cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedfair.core.config import ObjectiveConfig
+from fedfair.core.errors import ConfigError
+from fedfair.research import minimax
+from fedfair.research.experiment import ExperimentConfig, final_report, load_federation, run_method
+from fedfair.research.flags import config_from_flags
+from fedfair.research.progress import Progress
+from fedfair.simulation.federation import Federation, federation_from_arrays
+from fedfair.simulation.rounds import TrainingConfig
+from fedfair.research.workers import process_pool
+
+CACHE_VERSION = 1
+"""Part of every cache key: bump it when a run's result would change for the same flags."""
+
+VALIDATION_FRACTION = 0.2
+"""Share of each client's training rows held back to choose hyperparameters."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: `fedfair simulate` flags and the split it is judged on ("validation" or "test")."""
+
+    flags: tuple[str, ...]
+    split: str
+
+    @property
+    def key(self) -> str:
+        text = json.dumps({"flags": list(self.flags), "split": self.split, "version": CACHE_VERSION})
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- one run
+
+
+def validation_federation(federation: Federation, seed: int) -> Federation:
+    """Each client's training rows split 80 / 20 into training and validation rows (seeded)."""
+    generator = np.random.default_rng(seed)
+    train, validation, names, kept = [], [], [], []
+    for client in federation.train:
+        order = generator.permutation(client.size)
+        held = max(1, round(VALIDATION_FRACTION * client.size))
+        if held >= client.size:
+            raise ConfigError(f"client {client.name} has {client.size} training rows, too few to hold some back")
+        features, labels = client.features.numpy(), client.labels.numpy()
+        train.append((features[order[held:]], labels[order[held:]]))
+        validation.append((features[order[:held]], labels[order[:held]]))
+        names.append(client.name)
+        kept.append(order[held:])
+    carved = federation_from_arrays(names, train, validation, federation.num_classes, federation.image_shape)
+    if isinstance(federation, minimax.GroupedFederation):  # FedMinMax's groups follow their rows
+        groups = [group[rows] for group, rows in zip(federation.train_groups, kept, strict=True)]
+        return minimax.with_groups(carved, groups, federation.group_names)
+    return carved
+
+
+def federation_for(flags: tuple[str, ...], split: str) -> Federation:
+    """The run's federation; a worker builds each (data, split, seed) once, however many runs share it."""
+    config = config_from_flags(flags)
+    data = dataclasses.replace(
+        config,
+        method="fedminmax" if config.method == "fedminmax" else "fedavg",  # only FedMinMax's carries groups
+        loss_rows=0,
+        objective=ObjectiveConfig(),
+        training=TrainingConfig(seed=config.training.seed),
+    )
+    return _data_federation(data, split)
+
+
+@cache
+def _data_federation(config: ExperimentConfig, split: str) -> Federation:
+    federation = load_federation(config)
+    return validation_federation(federation, config.training.seed) if split == "validation" else federation
+
+
+def execute(run: Run) -> dict[str, Any]:
+    """Train one run and judge it on its split's held-out rows (the report of `fedfair simulate`)."""
+    import torch
+
+    torch.set_num_threads(1)
+    config = config_from_flags(run.flags)
+    federation = federation_for(run.flags, run.split)
+    outcome = run_method(config, federation)
+    report = final_report(config, federation, outcome.theta, outcome.c)
+    return {"flags": list(run.flags), "split": run.split, "classes": federation.num_classes, **report["test"]}
+
+
+def run_all(
+    runs: Iterable[Run], cache_folder: Path, workers: int, label: str, on_ray: bool = False
+) -> dict[Run, dict[str, Any]]:
+    """Every run's result, from the cache where it is there, else computed and cached as it arrives.
+
+    Runs are computed in `workers` local processes or, with `on_ray`, as Ray tasks of one CPU
+    each on the cluster this process is connected to (see :func:`ray_connection`); `workers`
+    is then unused, the cluster's free CPUs decide how many run at once.
+    """
+    cache_folder.mkdir(parents=True, exist_ok=True)
+    unique = list(dict.fromkeys(runs))
+    results: dict[Run, dict[str, Any]] = {}
+    missing = []
+    for run in unique:
+        path = cache_folder / f"{run.key}.json"
+        if path.exists():
+            results[run] = json.loads(path.read_text())
+        else:
+            missing.append(run)
+    with Progress(len(missing), label, unit="run") as shown:
+        done = 0
+
+        def keep(run: Run, result: dict[str, Any]) -> None:
+            nonlocal done
+            path = cache_folder / f"{run.key}.json"
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(result, sort_keys=True))
+            temporary.replace(path)  # a run is cached whole or not at all
+            results[run] = result
+            done += 1
+            shown.update(done)
+
+        if on_ray:
+            _run_on_ray(missing, keep)
+        elif workers <= 1:
+            for run in missing:
+                keep(run, execute(run))
+        else:
+            with process_pool(workers) as pool:
+                for run, result in zip(missing, pool.map(execute, missing), strict=True):
+                    keep(run, result)
+    return results
+
+
+RAY_INSTALL_HINT = "pip install 'fedfair[ray]' (in a checkout: .venv/bin/pip install -c constraints.txt -e '.[ray]')"
+
+
+def _import_ray() -> Any:
+    """The `ray` module, imported only when asked for: fedfair needs it for nothing else."""
+    try:
+        import ray
+    except ImportError as error:
+        raise ConfigError(f"--ray needs Ray, which is not installed: {RAY_INSTALL_HINT}") from error
+    return ray
+
+
+@contextmanager
+def ray_connection(address: str) -> Iterator[None]:
+    """Connected to a Ray cluster for the duration: "local" starts a private instance on this
+    machine's cores (and stops it after), "auto" or HOST:PORT joins an existing cluster."""
+    ray = _import_ray()
+    if address == "local":
+        ray.init(include_dashboard=False)
+    else:
+        ray.init(address=address)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _run_on_ray(runs: Sequence[Run], keep: Callable[[Run, dict[str, Any]], None]) -> None:
+    """Every run as a one-CPU Ray task, each result kept as soon as it completes (any order)."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        raise ConfigError("run_all(on_ray=True) needs a Ray connection: call it inside ray_connection(ADDRESS)")
+    remote_execute = ray.remote(num_cpus=1)(execute)
+    run_of = {remote_execute.remote(run): run for run in runs}
+    waiting = list(run_of)
+    while waiting:
+        finished, waiting = ray.wait(waiting, num_returns=1)
+        for reference in finished:
+            keep(run_of[reference], ray.get(reference))
+
