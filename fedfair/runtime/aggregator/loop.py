@@ -277,7 +277,6 @@ class RoundLoop:
     def _participants(self, round_number: int, *, wait_for_everyone: bool) -> frozenset[str]:
         """Who takes part: collaborators with a live task stream, at least the quorum of them
         (`quorum.participants`; the first round of a process waits for everyone it can)."""
-        saved = (self.output / CHECKPOINT_NAME).exists()
         return participants(
             self.network.board,
             self.plan.quorum,
@@ -286,9 +285,13 @@ class RoundLoop:
             round_number,
             wait_for_everyone=wait_for_everyone,
             startup_timeout=self.startup_timeout,
-            checkpoint_round=self.checkpoint.round if saved else None,
+            checkpoint_round=self._saved_round,
             output=self.output,
         )
+
+    def _saved_round(self) -> int | None:
+        """The round of the checkpoint kept in the output folder, None when there is none."""
+        return self.checkpoint.round if (self.output / CHECKPOINT_NAME).exists() else None
 
     def _exclude(self, round_number: int, culprits: dict[str, str], record: dict[str, Any]) -> None:
         """Leave the round's culprits out of every later round; say so in the log and in `record`."""

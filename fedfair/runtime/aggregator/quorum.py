@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,13 +42,19 @@ class WaitGoal:
 
 
 def wait_for(
-    board: Board, wait: WaitGoal, min_collaborators: int, *, checkpoint_round: int | None, output: Path
+    board: Board,
+    wait: WaitGoal,
+    min_collaborators: int,
+    *,
+    checkpoint_round: Callable[[], int | None],
+    output: Path,
 ) -> frozenset[str]:
     """Wait until `wait.count` of `wait.eligible` are connected, naming who is missing every
     WAIT_REPORT_SECONDS; return who is connected then.
 
     Raises QuorumNotReached if that is below `min_collaborators` when the time is up; its advice
-    names the checkpoint of round `checkpoint_round` in `output` when one is kept (None: none).
+    names the checkpoint of round `checkpoint_round()` in `output` when one is kept (None: none;
+    asked only then, as a loop has no checkpoint before its statistics aggregation).
     """
     deadline = None if wait.timeout is None else time.monotonic() + wait.timeout
     while True:
@@ -67,7 +73,7 @@ def wait_for(
             "no deadline" if deadline is None else f"{max(deadline - time.monotonic(), 0.0):.0f} s left",
         )
     if len(connected) < min_collaborators:
-        raise QuorumNotReached(quorum_failure(wait, connected, min_collaborators, checkpoint_round, output))
+        raise QuorumNotReached(quorum_failure(wait, connected, min_collaborators, checkpoint_round(), output))
     return connected
 
 
@@ -104,7 +110,7 @@ def participants(
     *,
     wait_for_everyone: bool,
     startup_timeout: float,
-    checkpoint_round: int | None,
+    checkpoint_round: Callable[[], int | None],
     output: Path,
 ) -> frozenset[str]:
     """Who takes part in round `round_number`: the plan's `collaborators` but the `excluded`, with a live
