@@ -26,9 +26,54 @@ DRIFT_CORRECTIONS = ("none", "scaffold")
 """How local steps are kept from drifting toward each collaborator's own optimum (LocalConfig.drift_correction)."""
 
 
+@dataclass(frozen=True)
+class Interval:
+    """Where a setting's value must lie, stated once: the core objects check it, and the plan reader
+    and the command line quote it in their errors (`expected`), so no reader keeps its own copy."""
+
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    meaning: str = ""
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    @property
+    def text(self) -> str:
+        """"(0, 1]", or "> 0" when unbounded above."""
+        if math.isinf(self.high):
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+    @property
+    def expected(self) -> str:
+        """What a reader says a value must be, e.g. "a number in (0, 1] (the smallest group protected)"."""
+        where = self.text if math.isinf(self.high) else f"in {self.text}"
+        return f"a number {where}" + (f" ({self.meaning})" if self.meaning else "")
+
+
+EPSILON = Interval(0.0, 1.0, meaning="1 = ERM, 0 = CVaR")
+RHO = Interval(0.0, 1.0, low_open=True, meaning="the smallest group protected")
+GAMMA = Interval(0.0, low_open=True, meaning="the smoothing width")
+BOUND = Interval(0.0, low_open=True, meaning="the cap B on the threshold c")
+STEP_SIZE = Interval(0.0, low_open=True)
+BATCH_FRACTION = Interval(
+    0.0, 1.0, low_open=True, meaning="each collaborator's batch is round(batch_fraction * n_k)"
+)
+AVERAGE_FROM = Interval(
+    0.0, 1.0, high_open=True, meaning="the fraction of rounds before iterates enter the average"
+)
+
+
 def check_smooth_plus(name: str, gamma: float) -> None:
     """Refuse an unknown smooth plus function and a smoothing width gamma that is not positive."""
-    if not gamma > 0.0 or not math.isfinite(gamma):
+    if gamma not in GAMMA:
         raise ConfigError(f"gamma must be a positive number, got {gamma}; pass --gamma 0.05 (the paper's value)")
     if name not in SMOOTH_FUNCTIONS:
         choices = ", ".join(SMOOTH_FUNCTIONS)
@@ -46,11 +91,11 @@ class ObjectiveConfig:
     bound: float = 10.0
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.rho <= 1.0:
-            raise ConfigError(f"rho must be in (0, 1], got {self.rho}; it is the smallest group fraction protected, e.g. --rho 0.3")
-        if not 0.0 <= self.epsilon <= 1.0:
-            raise ConfigError(f"epsilon must be in [0, 1], got {self.epsilon}; 1 is plain ERM, 0 is CVaR, e.g. --epsilon 0.1")
-        if not self.bound > 0.0 or not math.isfinite(self.bound):
+        if self.rho not in RHO:
+            raise ConfigError(f"rho must be in {RHO.text}, got {self.rho}; it is the smallest group fraction protected, e.g. --rho 0.3")
+        if self.epsilon not in EPSILON:
+            raise ConfigError(f"epsilon must be in {EPSILON.text}, got {self.epsilon}; 1 is plain ERM, 0 is CVaR, e.g. --epsilon 0.1")
+        if self.bound not in BOUND:
             raise ConfigError(f"bound must be a positive number, got {self.bound}; it caps the threshold c, e.g. --bound 10")
         check_smooth_plus(self.smooth, self.gamma)
 
@@ -94,7 +139,7 @@ class LocalConfig:
         if self.local_steps < 1:
             raise ConfigError(f"local steps must be at least 1, got {self.local_steps}; pass --local-steps 1")
         for name, value in (("lr", self.lr), ("threshold_lr", self.threshold_lr)):
-            if not value > 0.0 or not math.isfinite(value):
+            if value not in STEP_SIZE:
                 raise ConfigError(f"{name} must be a positive number, got {value}; e.g. --{name.replace('_', '-')} 0.1")
         if self.drift_correction not in DRIFT_CORRECTIONS:
             choices = ", ".join(DRIFT_CORRECTIONS)

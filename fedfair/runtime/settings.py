@@ -21,6 +21,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fedfair.core.config import (
+    AVERAGE_FROM,
+    BATCH_FRACTION,
+    BOUND,
+    EPSILON,
+    GAMMA,
+    RHO,
+    STEP_SIZE,
     DRIFT_CORRECTIONS,
     SMOOTH_FUNCTIONS,
     LocalConfig,
@@ -200,15 +207,11 @@ def _objective(source: str, data: Mapping[str, object]) -> ObjectiveConfig:
     t = Table.of(source, data, "objective", field_names(ObjectiveConfig))
     d = ObjectiveConfig()
     return ObjectiveConfig(
-        epsilon=t.number(
-            "epsilon", d.epsilon, check=lambda x: 0 <= x <= 1, expected="a number in [0, 1] (1 = ERM, 0 = CVaR)"
-        ),
-        rho=t.number(
-            "rho", d.rho, check=lambda x: 0 < x <= 1, expected="a number in (0, 1] (the smallest group protected)"
-        ),
-        gamma=t.number("gamma", d.gamma, check=lambda x: x > 0, expected="a number > 0 (the smoothing width)"),
+        epsilon=t.number("epsilon", d.epsilon, check=EPSILON.__contains__, expected=EPSILON.expected),
+        rho=t.number("rho", d.rho, check=RHO.__contains__, expected=RHO.expected),
+        gamma=t.number("gamma", d.gamma, check=GAMMA.__contains__, expected=GAMMA.expected),
         smooth=t.string("smooth", d.smooth, choices=SMOOTH_FUNCTIONS),
-        bound=t.number("bound", d.bound, check=lambda x: x > 0, expected="a number > 0 (the cap B on the threshold c)"),
+        bound=t.number("bound", d.bound, check=BOUND.__contains__, expected=BOUND.expected),
     )
 
 
@@ -219,19 +222,13 @@ def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
         rounds=t.integer("rounds", d.rounds, low=1),
         local_steps=t.integer("local_steps", d.local_steps, low=1),
         batch_fraction=t.number(
-            "batch_fraction",
-            d.batch_fraction,
-            check=lambda x: 0 < x <= 1,
-            expected="a number in (0, 1] (each collaborator's batch is round(batch_fraction * n_k))",
+            "batch_fraction", d.batch_fraction, check=BATCH_FRACTION.__contains__, expected=BATCH_FRACTION.expected
         ),
-        lr=t.number("lr", d.lr, check=lambda x: x > 0, expected="a number > 0"),
-        threshold_lr=t.number("threshold_lr", d.threshold_lr, check=lambda x: x > 0, expected="a number > 0"),
+        lr=t.number("lr", d.lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected),
+        threshold_lr=t.number("threshold_lr", d.threshold_lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected),
         seed=t.integer("seed", d.seed, low=0),
         average_from=t.number(
-            "average_from",
-            d.average_from,
-            check=lambda x: 0 <= x < 1,
-            expected="a number in [0, 1) (the fraction of rounds before iterates enter the average)",
+            "average_from", d.average_from, check=AVERAGE_FROM.__contains__, expected=AVERAGE_FROM.expected
         ),
         drift_correction=t.string("drift_correction", d.drift_correction, choices=DRIFT_CORRECTIONS),
     )

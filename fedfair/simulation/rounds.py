@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import AVERAGE_FROM, BATCH_FRACTION, LocalConfig, ObjectiveConfig
 from fedfair.core.data import ClientData, client_batch_sizes, client_seed, local_batch_size
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError
@@ -93,10 +93,12 @@ class TrainingConfig:
             raise ConfigError(f"rounds must be at least 1, got {self.rounds}; e.g. --rounds 1000")
         if self.batch_size < 0:
             raise ConfigError(f"batch size must be 0 (full batches) or positive, got {self.batch_size}")
-        if self.batch_fraction is not None and not 0.0 < self.batch_fraction <= 1.0:
-            raise ConfigError(f"batch fraction must be in (0, 1], got {self.batch_fraction}; e.g. 0.01")
-        if not 0.0 <= self.average_from < 1.0:
-            raise ConfigError(f"average_from must be in [0, 1), got {self.average_from}; 0 averages every iterate")
+        if self.batch_fraction is not None and self.batch_fraction not in BATCH_FRACTION:
+            raise ConfigError(f"batch fraction must be in {BATCH_FRACTION.text}, got {self.batch_fraction}; e.g. 0.01")
+        if self.average_from not in AVERAGE_FROM:
+            raise ConfigError(
+                f"average_from must be in {AVERAGE_FROM.text}, got {self.average_from}; 0 averages every iterate"
+            )
         if self.dtype not in DTYPES:
             raise ConfigError(f"unknown dtype '{self.dtype}'; choose float32 or float64")
 
