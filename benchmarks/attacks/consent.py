@@ -207,14 +207,18 @@ class StageTap:
 def restart_collaborators(
     workspace: Workspace, board: Any, groups: list[HonestCollaborators], trainers: Callable[[str], TrainerFactory | None]
 ) -> tuple[bool, list[str]]:
-    """Stop the running collaborators (`groups[-1]`), wait until the aggregator sees them gone, start them
-    again with `trainers` (appended to `groups`): whether all four reconnected, and who kept a bindings file."""
+    """Stop the running collaborators (`groups[-1]`), wait until they have ended and the aggregator sees
+    them gone, start them again with `trainers` (appended to `groups`): whether all four reconnected (False
+    if an old one never ended), and who kept a bindings file."""
     groups[-1].stop()
-    groups[-1].join(15)
+    # Every old collaborator must be gone before the new ones start: one still running (slow to stop
+    # on a loaded machine) would reconnect under the same name and take part in the new session.
+    if groups[-1].join(RUN_SECONDS):
+        return False, []
     kept = sorted(
         name for name in FOUR if (workspace.configs[name].parent / f"{name}.{FEDERATION_ID}.bindings.json").exists()
     )
-    wait_until(lambda: not board.connected() & set(FOUR), 15)
+    wait_until(lambda: not board.connected() & set(FOUR), RUN_SECONDS)
     groups.append(HonestCollaborators.start(workspace, FOUR, trainers))
     return wait_until(lambda: board.connected() >= set(FOUR), 30), kept
 
