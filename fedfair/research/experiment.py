@@ -23,22 +23,30 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model
 from fedfair.core.objective import cvar_threshold
-from fedfair.core.server import Aggregate, ServerState
+from fedfair.core.server import ServerState
 from fedfair.datasets import load_csv, load_dataset, partition
 from fedfair.fairness import pooled
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.research import baselines, dro, minimax
+from fedfair.research import minimax
+from fedfair.research.methods import (
+    METHODS,
+    FedAvgSettings,
+    FedMinMaxSettings,
+    MethodSettings,
+    NoSettings,
+    Task,
+    method_named,
+    own,
+)
 from fedfair.research.progress import Progress
 from fedfair.research.reference import solve_reference
 from fedfair.simulation.federation import Federation, federation_from_arrays
-from fedfair.simulation.rounds import SimulationResult, TrainingConfig, run_fedsrcvar, training_objectives
-from fedfair.simulation.secure import SecureSum
-from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
+from fedfair.simulation.rounds import SimulationResult, TrainingConfig, training_objectives
 
-METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "fedminmax", "central-erm", "central-cvar", "bpf", "dro")
 
-LOSS_METHODS = ("afl", "qfedavg", "fedminmax")
+LOSS_METHODS = tuple(name for name, method in METHODS.items() if method.reads_losses)
 """Methods whose server needs losses at theta_t every round (`--loss-rows` bounds what they read)."""
+
 
 @dataclass(frozen=True)
 class ExperimentConfig:
@@ -57,40 +65,30 @@ class ExperimentConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     secure_aggregation: bool = False
-    afl_mixture_lr: float = 0.01
-    qfedavg_q: float = 1.0
-    local_epochs: int | None = None
-    adversary_lr: float = 0.1
-    groups: str | None = None
-    loss_rows: int = 0
+    settings: MethodSettings = field(default_factory=NoSettings)
+    """The method's own settings (`fedfair.research.methods`), of the kind its method takes."""
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ConfigError(f"unknown method '{self.method}'; choose one of: {', '.join(METHODS)}")
-        if self.local_epochs is not None and self.method != "fedavg":
-            raise ConfigError(f"--local-epochs sets FedAvg's local passes; drop it for --method {self.method}")
-        baselines.LossRows.check(self.loss_rows)
-        if self.loss_rows and self.method not in LOSS_METHODS:
+        method = method_named(self.method)
+        if not isinstance(self.settings, method.settings):
             raise ConfigError(
-                f"--loss-rows sets how many rows {', '.join(LOSS_METHODS)} read for their per-round losses; "
-                f"drop it for --method {self.method}"
+                f"--method {self.method} takes {method.settings.__name__}, not {type(self.settings).__name__}; "
+                "build the settings with methods.settings_for"
             )
-        if self.groups is not None and self.method != "fedminmax":
-            raise ConfigError(f"--groups names FedMinMax's sensitive column; drop it for --method {self.method}")
         if self.features is not None and self.data is None:
             raise ConfigError("--features picks columns of your own table; pass it with --data FILE --label COLUMN")
         if self.clients < 1:
             raise ConfigError(f"clients must be at least 1, got {self.clients}; e.g. --clients 3")
-        if self.privacy.enabled and self.method not in ("fedsrcvar", "fedavg"):
-            raise ConfigError(f"DP-SGD is available for fedsrcvar and fedavg, not {self.method}; drop the --dp-* flags")
+        if self.privacy.enabled and not method.private:
+            private = ", ".join(name for name, each in METHODS.items() if each.private)
+            raise ConfigError(f"DP-SGD is available for {private}, not {self.method}; drop the --dp-* flags")
         if self.secure_aggregation and (self.method != "fedsrcvar" or self.clients < 2):
             raise ConfigError("--secure-aggregation needs --method fedsrcvar and at least 2 clients")
-        if self.training.local.corrects_drift and (
-            self.method not in ("fedsrcvar", "fedavg") or self.local_epochs is not None
-        ):
+        local_epochs = isinstance(self.settings, FedAvgSettings) and self.settings.local_epochs is not None
+        if self.training.local.corrects_drift and (not method.corrects_drift or local_epochs):
             raise ConfigError(
                 f"--drift-correction applies to fedsrcvar and fedavg with --local-steps, not --method {self.method}"
-                f"{' with --local-epochs' if self.local_epochs is not None else ''}; drop --drift-correction"
+                f"{' with --local-epochs' if local_epochs else ''}; drop --drift-correction"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,7 +99,7 @@ def load_federation(config: ExperimentConfig) -> Federation:
     """Load the dataset and split it into collaborators (train and held-out data alike).
 
     For FedMinMax the result is a `minimax.GroupedFederation`, which also carries
-    every training sample's group in the sensitive column (`config.groups`, else
+    every training sample's group in the sensitive column (its settings' `groups`, else
     the partition column); no other method is given it.
     """
     if config.data is not None:
@@ -124,7 +122,7 @@ def load_federation(config: ExperimentConfig) -> Federation:
     )
     if config.method != "fedminmax":
         return federation
-    column = config.groups or config.partition
+    column = own(config.settings, FedMinMaxSettings).groups or config.partition
     if column not in dataset.attributes_train:
         known = ", ".join(dataset.attributes_train) or "none"
         raise ConfigError(
@@ -151,61 +149,13 @@ def _from_result(result: SimulationResult, has_threshold: bool) -> Outcome:
     return Outcome(state.theta_average, state.c_average if has_threshold else None, result.history, result.privacy)
 
 
-SECURE_CLIP = 10.0
-SECURE_MODULUS_BITS = 64
-
-
-def secure_sum(config: ExperimentConfig, federation: Federation) -> SecureSum:
-    """Secure aggregation with the runtime's default encoding: deltas clipped to +-10, 64-bit
-    words, as many fractional bits as the largest possible weighted sum leaves room for."""
-    sizes = [client.size for client in federation.train]
-    max_weight = float(max(sizes))
-    bits = largest_safe_fractional_bits(SECURE_CLIP, SECURE_MODULUS_BITS, len(sizes), max_weight)
-    return SecureSum(EncodingConfig(SECURE_CLIP, max_weight, bits, SECURE_MODULUS_BITS))
-
-
 def run_method(
     config: ExperimentConfig, federation: Federation, on_round: Callable[[ServerState], None] | None = None
 ) -> Outcome:
     """Train with the configured method; the output is the averaged iterate as in the paper."""
-    training, objective = config.training, config.objective
-    if config.method == "fedsrcvar":
-        aggregate = secure_sum(config, federation) if config.secure_aggregation else Aggregate.of
-        result = run_fedsrcvar(
-            federation, objective, training, aggregate=aggregate, on_round=on_round, privacy=config.privacy
-        )
-        return _from_result(result, True)
-    if config.method == "fedavg":
-        result = baselines.run_fedavg(
-            federation, training, local_epochs=config.local_epochs, on_round=on_round, privacy=config.privacy
-        )
-    elif config.method == "afl":
-        result = baselines.run_afl(
-            federation, training, mixture_lr=config.afl_mixture_lr, loss_rows=config.loss_rows, on_round=on_round
-        )
-    elif config.method == "qfedavg":
-        result = baselines.run_qfedavg(
-            federation, training, q=config.qfedavg_q, loss_rows=config.loss_rows, on_round=on_round
-        )
-    elif config.method == "fedminmax":
-        if not isinstance(federation, minimax.GroupedFederation):
-            raise ConfigError(
-                "FedMinMax needs every training sample's sensitive group: build the federation with "
-                "load_federation(config) for --method fedminmax, or attach them with minimax.with_groups"
-            )
-        result = minimax.run_fedminmax(
-            federation, training, adversary_lr=config.adversary_lr, loss_rows=config.loss_rows, on_round=on_round
-        )
-    elif config.method == "central-erm":
-        result = baselines.run_central_erm(federation, training, on_round=on_round)
-    elif config.method == "bpf":
-        result = minimax.run_bpf(federation, objective, training, adversary_lr=config.adversary_lr, on_round=on_round)
-    elif config.method == "dro":
-        result = dro.run_dro(federation, objective, training, on_round=on_round)
-    else:
-        result = baselines.run_central_cvar(federation, objective, training, on_round=on_round)
-        return _from_result(result, True)
-    return _from_result(result, False)
+    method = method_named(config.method)
+    task = Task(federation, config.objective, config.training, config.privacy, config.secure_aggregation, on_round)
+    return _from_result(method.run(task, config.settings), method.has_threshold)
 
 
 def uniform_risk(num_classes: int) -> float:

@@ -28,15 +28,15 @@ from fedfair.privacy.learner import PrivacyReport
 from fedfair.research import baselines, dro
 from fedfair.research.experiment import (
     LOSS_METHODS,
-    METHODS,
     ExperimentConfig,
     load_federation,
     reference,
     simulate,
 )
+from fedfair.research.methods import METHODS, MethodSettings, settings_for
 from fedfair.simulation.rounds import TrainingConfig
 
-RHO_FREE_METHODS = ("fedavg", "afl", "qfedavg", "fedminmax", "central-erm")
+RHO_FREE_METHODS = tuple(name for name, method in METHODS.items() if method.rho_free)
 """Methods whose objective has no rho or epsilon: their step size is --baseline-lr, not one scaled by them."""
 
 DEFAULT_TRADE_OFF = 0.1
@@ -179,22 +179,22 @@ def _add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
     baseline.add_argument(
         "--mixture-lr",
         type=float,
-        default=0.01,
+        default=None,
         help="afl: step size of the ascent on the collaborators' mixture weights (default 0.01)",
     )
     baseline.add_argument(
-        "--q", type=float, default=1.0, help="qfedavg: fairness exponent q, 0 is FedAvg with equal weights (default 1)"
+        "--q", type=float, default=None, help="qfedavg: fairness exponent q, 0 is FedAvg with equal weights (default 1)"
     )
     baseline.add_argument(
         "--adversary-lr",
         type=float,
-        default=0.1,
+        default=None,
         help="bpf and fedminmax: step size of the ascent on the adversary's sample or group weights (default 0.1)",
     )
     baseline.add_argument(
         "--loss-rows",
         type=int,
-        default=0,
+        default=None,
         help=f"{', '.join(LOSS_METHODS)}: read each round's losses at theta_t from a fresh draw of this many "
         "rows per collaborator instead of all of them (default 0: all rows, as published)",
     )
@@ -225,6 +225,16 @@ def default_batch_size(model: str) -> int:
     """Large enough that the c-gradient noise at small rho (it scales as 1/rho) averages out for
     the convex model; the neural models keep the paper's smaller batches, which their step cost needs."""
     return 1024 if model == "logreg" else 256
+
+
+METHOD_FLAGS = ("local_epochs", "mixture_lr", "q", "adversary_lr", "groups", "loss_rows")
+"""The flags only some methods take (each is a field of those methods' settings); unset, they are None."""
+
+
+def method_settings(args: argparse.Namespace) -> MethodSettings:
+    """The method's own settings from the method-only flags given; another method's flag is refused."""
+    given = {name: getattr(args, name) for name in METHOD_FLAGS if getattr(args, name) is not None}
+    return settings_for(args.method, given)
 
 
 def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
@@ -284,12 +294,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         ),
         privacy=privacy_config_from_args(args),
         secure_aggregation=args.secure_aggregation,
-        afl_mixture_lr=args.mixture_lr,
-        qfedavg_q=args.q,
-        local_epochs=args.local_epochs,
-        adversary_lr=args.adversary_lr,
-        groups=args.groups,
-        loss_rows=args.loss_rows,
+        settings=method_settings(args),
     )
 
 

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from fedfair.research.experiment import LOSS_METHODS, METHODS
+from fedfair.research.experiment import LOSS_METHODS
+from fedfair.research.methods import METHODS
 from fedfair.research.flags import default_step_size
 from fedfair.research.runs import Run, run_all
 

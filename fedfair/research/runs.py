@@ -24,6 +24,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.research import minimax
 from fedfair.research.experiment import ExperimentConfig, final_report, load_federation, run_method
 from fedfair.research.flags import config_from_flags
+from fedfair.research.methods import FedAvgSettings, FedMinMaxSettings, own
 from fedfair.research.progress import Progress
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import TrainingConfig
@@ -76,10 +77,12 @@ def validation_federation(federation: Federation, seed: int) -> Federation:
 def federation_for(flags: tuple[str, ...], split: str) -> Federation:
     """The run's federation; a worker builds each (data, split, seed) once, however many runs share it."""
     config = config_from_flags(flags)
+    grouped = config.method == "fedminmax"
     data = dataclasses.replace(
         config,
-        method="fedminmax" if config.method == "fedminmax" else "fedavg",  # only FedMinMax's carries groups
-        loss_rows=0,
+        # Only FedMinMax's federation carries groups (its settings name the column); any other loads alike.
+        method="fedminmax" if grouped else "fedavg",
+        settings=FedMinMaxSettings(groups=own(config.settings, FedMinMaxSettings).groups) if grouped else FedAvgSettings(),
         objective=ObjectiveConfig(),
         training=TrainingConfig(seed=config.training.seed),
     )

@@ -144,19 +144,19 @@ def test_uniform_risk_is_ln_k() -> None:
 @pytest.mark.parametrize(
     ("flags", "read", "expected"),
     [
-        (["--method", "fedavg", "--local-epochs", "8"], lambda config: config.local_epochs, 8),
-        (["--method", "afl", "--mixture-lr", "0.2"], lambda config: config.afl_mixture_lr, 0.2),
-        (["--method", "qfedavg", "--q", "2.5"], lambda config: config.qfedavg_q, 2.5),
+        (["--method", "fedavg", "--local-epochs", "8"], lambda config: config.settings.local_epochs, 8),
+        (["--method", "afl", "--mixture-lr", "0.2"], lambda config: config.settings.mixture_lr, 0.2),
+        (["--method", "qfedavg", "--q", "2.5"], lambda config: config.settings.q, 2.5),
         (["--threshold-lr", "0.02"], lambda config: config.training.local.threshold_lr, 0.02),
         (["--method", "afl", "--baseline-lr", "0.7"], lambda config: config.training.local.lr, 0.7),
         (["--method", "afl", "--baseline-lr", "0.7", "--lr", "0.2"], lambda config: config.training.local.lr, 0.2),
         (["--method", "fedavg", "--rho", "0.1"], lambda config: config.training.local.lr, DEFAULT_BASELINE_LR),
-        (["--method", "bpf", "--adversary-lr", "0.3"], lambda config: config.adversary_lr, 0.3),
+        (["--method", "bpf", "--adversary-lr", "0.3"], lambda config: config.settings.adversary_lr, 0.3),
         # BPF's epsilon is its ratios' floor: by default 0, whatever RCVaR's default trade-off is.
         (["--method", "bpf", "--rho", "0.1"], lambda config: config.objective.epsilon, 0.0),
         (["--method", "fedsrcvar", "--rho", "0.1"], lambda config: config.objective.epsilon, 0.1),
-        (["--method", "afl", "--loss-rows", "64"], lambda config: config.loss_rows, 64),
-        (["--method", "fedminmax", "--groups", "sex"], lambda config: config.groups, "sex"),
+        (["--method", "afl", "--loss-rows", "64"], lambda config: config.settings.loss_rows, 64),
+        (["--method", "fedminmax", "--groups", "sex"], lambda config: config.settings.groups, "sex"),
         (["--method", "dro", "--rho", "0.2"], lambda config: config.training.local.lr, 0.5 * 0.2 / math.sqrt(17.0)),
     ],
 )

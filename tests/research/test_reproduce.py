@@ -10,7 +10,8 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.research import figures, reproduce, runs
-from fedfair.research.experiment import METHODS, load_federation
+from fedfair.research.experiment import load_federation
+from fedfair.research.methods import METHODS
 from fedfair.research.flags import config_from_flags
 from fedfair.research.reproduce import METHOD_LABELS, TABLE_RHO, Point, Profile, Study, read_csv
 from fedfair.research.runs import Run, federation_for, run_all, validation_federation

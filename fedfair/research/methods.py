@@ -1,0 +1,247 @@
+"""The methods an experiment compares, by name: what each one runs and the settings only it takes.
+
+`METHODS` maps every ``--method`` name to a `Method`: its settings (a frozen dataclass whose
+fields are its own flags, `NoSettings` when it takes none), how it runs on a `Task`, and
+what it supports (DP-SGD, drift correction, secure aggregation). `fedfair simulate`
+dispatches by lookup, and `settings_for` refuses a flag that belongs to another method,
+naming whose it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import TypeVar
+
+from fedfair.core.config import ObjectiveConfig
+from fedfair.core.errors import ConfigError
+from fedfair.core.server import Aggregate
+from fedfair.privacy.config import PrivacyConfig
+from fedfair.research import baselines, dro, minimax
+from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
+from fedfair.simulation.federation import Federation
+from fedfair.simulation.rounds import RoundCallback, SimulationResult, TrainingConfig, run_fedsrcvar
+from fedfair.simulation.secure import SecureSum
+
+# ---------------------------------------------------------------- each method's own settings
+
+
+@dataclass(frozen=True)
+class NoSettings:
+    """A method that takes no settings of its own."""
+
+
+@dataclass(frozen=True)
+class FedAvgSettings:
+    local_epochs: int | None = None
+    """E passes over each collaborator's data per round instead of --local-steps (None: the steps)."""
+
+
+@dataclass(frozen=True)
+class AFLSettings:
+    mixture_lr: float = 0.01
+    """Step size of the ascent on the collaborators' mixture weights."""
+    loss_rows: int = 0
+    """Rows per collaborator each round's losses at theta_t are read from (0: all)."""
+
+    def __post_init__(self) -> None:
+        baselines.LossRows.check(self.loss_rows)
+
+
+@dataclass(frozen=True)
+class QFedAvgSettings:
+    q: float = 1.0
+    """The fairness exponent (0 is FedAvg with equal weights)."""
+    loss_rows: int = 0
+
+    def __post_init__(self) -> None:
+        baselines.LossRows.check(self.loss_rows)
+
+
+@dataclass(frozen=True)
+class FedMinMaxSettings:
+    adversary_lr: float = 0.1
+    """Step size of the ascent on the group weights."""
+    groups: str | None = None
+    """The sensitive column whose groups it protects (None: the partition column)."""
+    loss_rows: int = 0
+
+    def __post_init__(self) -> None:
+        baselines.LossRows.check(self.loss_rows)
+
+
+@dataclass(frozen=True)
+class BPFSettings:
+    adversary_lr: float = 0.1
+    """Step size of the ascent on the sample weights."""
+
+
+MethodSettings = NoSettings | FedAvgSettings | AFLSettings | QFedAvgSettings | FedMinMaxSettings | BPFSettings
+
+WHOSE: dict[str, str] = {
+    "local_epochs": "--local-epochs sets FedAvg's local passes",
+    "mixture_lr": "--mixture-lr sets AFL's mixture step",
+    "q": "--q sets q-FedAvg's fairness exponent",
+    "adversary_lr": "--adversary-lr sets the adversary's step of fedminmax and bpf",
+    "groups": "--groups names FedMinMax's sensitive column",
+    "loss_rows": "--loss-rows sets how many rows afl, qfedavg, fedminmax read for their per-round losses",
+}
+"""What each method-only flag is for, said when it is given to a method that does not take it."""
+
+
+# ---------------------------------------------------------------- running a method
+
+
+@dataclass(frozen=True)
+class Task:
+    """What every method trains on and with: the federation and the settings all methods share."""
+
+    federation: Federation
+    objective: ObjectiveConfig
+    training: TrainingConfig
+    privacy: PrivacyConfig
+    secure_aggregation: bool = False
+    on_round: RoundCallback | None = None
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method: its settings' type, how it runs, and what it supports."""
+
+    name: str
+    settings: type[MethodSettings]
+    run: Callable[[Task, MethodSettings], SimulationResult]
+    has_threshold: bool = False
+    """Whether it trains the RCVaR threshold c (its result reports c)."""
+    rho_free: bool = False
+    """Its objective has no epsilon or rho, so its step size is --baseline-lr, not one scaled by them."""
+    private: bool = False
+    """Whether it can train with DP-SGD."""
+    corrects_drift: bool = False
+    """Whether it can take drift correction with its local steps."""
+
+    @property
+    def reads_losses(self) -> bool:
+        """Whether its server needs losses at theta_t every round (`loss_rows` bounds what it reads)."""
+        return "loss_rows" in {field.name for field in fields(self.settings)}
+
+
+Settings = TypeVar("Settings", bound=MethodSettings)
+
+
+def own(settings: MethodSettings, kind: type[Settings]) -> Settings:
+    """`settings` as the method's own kind (an ExperimentConfig checks this when it is built)."""
+    if not isinstance(settings, kind):
+        raise TypeError(f"expected {kind.__name__}, got {type(settings).__name__}")
+    return settings
+
+
+SECURE_CLIP = 10.0
+SECURE_MODULUS_BITS = 64
+
+
+def secure_sum(federation: Federation) -> SecureSum:
+    """Secure aggregation with the runtime's default encoding: deltas clipped to +-10, 64-bit
+    words, as many fractional bits as the largest possible weighted sum leaves room for."""
+    sizes = [client.size for client in federation.train]
+    max_weight = float(max(sizes))
+    bits = largest_safe_fractional_bits(SECURE_CLIP, SECURE_MODULUS_BITS, len(sizes), max_weight)
+    return SecureSum(EncodingConfig(SECURE_CLIP, max_weight, bits, SECURE_MODULUS_BITS))
+
+
+def _fedsrcvar(task: Task, settings: MethodSettings) -> SimulationResult:
+    aggregate = secure_sum(task.federation) if task.secure_aggregation else Aggregate.of
+    return run_fedsrcvar(
+        task.federation, task.objective, task.training, aggregate=aggregate, on_round=task.on_round, privacy=task.privacy
+    )
+
+
+def _fedavg(task: Task, settings: MethodSettings) -> SimulationResult:
+    local_epochs = own(settings, FedAvgSettings).local_epochs
+    return baselines.run_fedavg(
+        task.federation, task.training, local_epochs=local_epochs, on_round=task.on_round, privacy=task.privacy
+    )
+
+
+def _afl(task: Task, settings: MethodSettings) -> SimulationResult:
+    afl = own(settings, AFLSettings)
+    return baselines.run_afl(
+        task.federation, task.training, mixture_lr=afl.mixture_lr, loss_rows=afl.loss_rows, on_round=task.on_round
+    )
+
+
+def _qfedavg(task: Task, settings: MethodSettings) -> SimulationResult:
+    qfedavg = own(settings, QFedAvgSettings)
+    return baselines.run_qfedavg(
+        task.federation, task.training, q=qfedavg.q, loss_rows=qfedavg.loss_rows, on_round=task.on_round
+    )
+
+
+def _fedminmax(task: Task, settings: MethodSettings) -> SimulationResult:
+    fedminmax = own(settings, FedMinMaxSettings)
+    if not isinstance(task.federation, minimax.GroupedFederation):
+        raise ConfigError(
+            "FedMinMax needs every training sample's sensitive group: build the federation with "
+            "load_federation(config) for --method fedminmax, or attach them with minimax.with_groups"
+        )
+    return minimax.run_fedminmax(
+        task.federation,
+        task.training,
+        adversary_lr=fedminmax.adversary_lr,
+        loss_rows=fedminmax.loss_rows,
+        on_round=task.on_round,
+    )
+
+
+def _bpf(task: Task, settings: MethodSettings) -> SimulationResult:
+    adversary_lr = own(settings, BPFSettings).adversary_lr
+    return minimax.run_bpf(task.federation, task.objective, task.training, adversary_lr=adversary_lr, on_round=task.on_round)
+
+
+def _central_erm(task: Task, settings: MethodSettings) -> SimulationResult:
+    return baselines.run_central_erm(task.federation, task.training, on_round=task.on_round)
+
+
+def _central_cvar(task: Task, settings: MethodSettings) -> SimulationResult:
+    return baselines.run_central_cvar(task.federation, task.objective, task.training, on_round=task.on_round)
+
+
+def _dro(task: Task, settings: MethodSettings) -> SimulationResult:
+    return dro.run_dro(task.federation, task.objective, task.training, on_round=task.on_round)
+
+
+METHODS: dict[str, Method] = {
+    method.name: method
+    for method in (
+        Method("fedsrcvar", NoSettings, _fedsrcvar, has_threshold=True, private=True, corrects_drift=True),
+        Method("fedavg", FedAvgSettings, _fedavg, rho_free=True, private=True, corrects_drift=True),
+        Method("afl", AFLSettings, _afl, rho_free=True),
+        Method("qfedavg", QFedAvgSettings, _qfedavg, rho_free=True),
+        Method("fedminmax", FedMinMaxSettings, _fedminmax, rho_free=True),
+        Method("central-erm", NoSettings, _central_erm, rho_free=True),
+        Method("central-cvar", NoSettings, _central_cvar, has_threshold=True),
+        Method("bpf", BPFSettings, _bpf),
+        Method("dro", NoSettings, _dro),
+    )
+}
+"""Every method by its --method name, in the order the command line lists them."""
+
+
+def method_named(name: str) -> Method:
+    """The method called `name`, or ConfigError listing the choices."""
+    if name not in METHODS:
+        raise ConfigError(f"unknown method '{name}'; choose one of: {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def settings_for(name: str, given: Mapping[str, object]) -> MethodSettings:
+    """Method `name`'s settings from the method-only flags `given` (by field name; absent: the default).
+
+    A flag the method does not take is refused, saying whose it is (`WHOSE`).
+    """
+    method = method_named(name)
+    own_fields = {field.name for field in fields(method.settings)}
+    for key in given:
+        if key not in own_fields:
+            raise ConfigError(f"{WHOSE[key]}; drop it for --method {name}")
+    return method.settings(**given)  # type: ignore[arg-type]  # each key is one of this dataclass's fields
