@@ -38,36 +38,34 @@ class FedAvgSettings:
 
 
 @dataclass(frozen=True)
-class AFLSettings:
+class ReadsLosses:
+    """Settings of a method whose server reads the collaborators' losses at theta_t every round."""
+
+    loss_rows: int = 0
+    """Rows per collaborator each round's losses are read from (0: all)."""
+
+    def __post_init__(self) -> None:
+        baselines.LossRows.check(self.loss_rows)
+
+
+@dataclass(frozen=True)
+class AFLSettings(ReadsLosses):
     mixture_lr: float = 0.01
     """Step size of the ascent on the collaborators' mixture weights."""
-    loss_rows: int = 0
-    """Rows per collaborator each round's losses at theta_t are read from (0: all)."""
-
-    def __post_init__(self) -> None:
-        baselines.LossRows.check(self.loss_rows)
 
 
 @dataclass(frozen=True)
-class QFedAvgSettings:
+class QFedAvgSettings(ReadsLosses):
     q: float = 1.0
     """The fairness exponent (0 is FedAvg with equal weights)."""
-    loss_rows: int = 0
-
-    def __post_init__(self) -> None:
-        baselines.LossRows.check(self.loss_rows)
 
 
 @dataclass(frozen=True)
-class FedMinMaxSettings:
+class FedMinMaxSettings(ReadsLosses):
     adversary_lr: float = 0.1
     """Step size of the ascent on the group weights."""
     groups: str | None = None
     """The sensitive column whose groups it protects (None: the partition column)."""
-    loss_rows: int = 0
-
-    def __post_init__(self) -> None:
-        baselines.LossRows.check(self.loss_rows)
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,7 @@ class Method:
     @property
     def reads_losses(self) -> bool:
         """Whether its server needs losses at theta_t every round (`loss_rows` bounds what it reads)."""
-        return "loss_rows" in {field.name for field in fields(self.settings)}
+        return issubclass(self.settings, ReadsLosses)
 
 
 Settings = TypeVar("Settings", bound=MethodSettings)
