@@ -64,7 +64,8 @@ from published import publish
 from fedfair.secagg import prg
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import ROUNDING_BYTES_PER_COORDINATE, EncodingConfig, largest_safe_fractional_bits
-from fedfair.secagg.messages import MaskedInput, Message, Stage
+from fedfair.secagg.messages import MaskedInput, Message
+from fedfair.secagg.wire import Stage
 from fedfair.secagg.simulate import simulate_round
 
 FULL_PARTIES = (3, 10, 50, 100)

@@ -40,7 +40,7 @@ from fedfair.secagg.errors import (
     ThresholdError,
     UnmaskRefusedError,
 )
-from fedfair.secagg.messages import Stage
+from fedfair.secagg.wire import Stage
 from fedfair.secagg.server import AggregateResult, Server
 from fedfair.secagg.simulate import RoundTrace, simulate_round
 

@@ -69,7 +69,6 @@ from fedfair.secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
     EncryptedShares,
-    Header,
     KeyDirectory,
     MaskedInput,
     MaskingSet,
@@ -77,13 +76,12 @@ from fedfair.secagg.messages import (
     ShareBundle,
     ShareCheck,
     ShareKeys,
-    Stage,
     SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
+)
+from fedfair.secagg.payloads import (
     advertisement_payload,
-    check_header,
-    check_ids,
     consistency_payload,
     dealt_shares_payload,
     seed_commitment,
@@ -92,6 +90,7 @@ from fedfair.secagg.messages import (
     share_digest,
     share_entry_payload,
 )
+from fedfair.secagg.wire import Header, Stage, check_header, check_ids
 
 SECRET_BYTES = 32
 """Length of the two shared secrets: the self-mask seed and the raw X25519 mask key."""

@@ -48,6 +48,13 @@ class Writer:
     def text(self, value: str) -> Writer:
         return self.blob(value.encode("utf-8"))
 
+    def ids(self, ids: tuple[int, ...]) -> Writer:
+        """A list of party ids: its length (u32), then each id (u32)."""
+        self.u32(len(ids))
+        for party in ids:
+            self.u32(party)
+        return self
+
     def getvalue(self) -> bytes:
         return b"".join(self._parts)
 
@@ -91,6 +98,10 @@ class Reader:
             return self.blob().decode("utf-8")
         except UnicodeDecodeError:
             raise ProtocolError("malformed message: text field is not UTF-8") from None
+
+    def ids(self) -> tuple[int, ...]:
+        """A list of party ids written by :meth:`Writer.ids`."""
+        return tuple(self.u32() for _ in range(self.u32()))
 
     def finish(self) -> None:
         """Insist that every byte was consumed."""

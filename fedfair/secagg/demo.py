@@ -23,7 +23,8 @@ import numpy as np
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
-from fedfair.secagg.messages import MaskedInput, Message, Stage
+from fedfair.secagg.messages import MaskedInput, Message
+from fedfair.secagg.wire import Stage
 from fedfair.secagg.simulate import simulate_round
 
 _PREVIEW_WORDS = 6

@@ -28,7 +28,7 @@ UNMASK       UnmaskResponse                                 seed shares of survi
 Every message carries a :class:`Header` binding it to (federation id, round, stage,
 session id); receivers refuse any other binding, so a message replayed from another
 round or session is rejected. The session id is the hash of the round's parameters
-and all accepted advertised keys and commitments (:func:`session_id`), so it does not
+and all accepted advertised keys and commitments (:func:`~fedfair.secagg.payloads.session_id`), so it does not
 exist yet in the ADVERTISE stage: there ``session_id`` is empty and each advertisement
 is bound to the round by its signature over the config digest instead. A server
 message carries the stage it closes (KeyDirectory, ShareBundle) or the stage it opens
@@ -37,110 +37,32 @@ message carries the stage it closes (KeyDirectory, ShareBundle) or the stage it 
 Party ids in messages are *claims*: the runtime must check that ``sender`` is the id
 of the peer its mutual-TLS connection authenticated (and deliver a party only what is
 addressed to it). What must survive an active aggregator is signed with the parties'
-identity keys (ECDSA P-256, :mod:`fedfair.pki.identity`) over a domain-separated
-payload built here: advertisements, each encrypted share entry, each share check, each
-consistency view, and, inside the encryption, each pair of dealt shares (so that a
-share revealed at unmasking can be traced to its dealer).
-
-Wire format. Every field is a str, int, bytes, a tuple of such, or (MaskedInput only)
-a numpy vector, so a gRPC/protobuf schema can carry the fields one to one. For a
-single opaque payload, ``to_bytes()`` gives a canonical encoding (see
-:mod:`fedfair.secagg.codec`): magic ``FSA2`` | message type (u8) | header
-(federation id, round u64, stage u8, session id) | the fields in declaration order,
-integers fixed-width big-endian, byte strings and tuples length-prefixed, the masked
-vector as its modulus bits (u8) and little-endian words. ``Cls.from_bytes(data)``
-parses one type; :func:`decode` dispatches on the type byte. Nothing is pickled.
+identity keys over the payloads of :mod:`fedfair.secagg.payloads`. Every message has the
+canonical encoding of :mod:`fedfair.secagg.wire` (``to_bytes()``, ``Cls.from_bytes``,
+:func:`decode`); nothing is pickled.
 """
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import hmac
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, Self
+from typing import ClassVar
 
 import numpy as np
 
 from fedfair.secagg.codec import Reader, Writer
-from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.errors import ProtocolError, StaleMessageError
-
-MAGIC = b"FSA2"
-
-_DOMAIN = "fedfair/secagg/v2/"
-
-
-class Stage(enum.IntEnum):
-    """The six stages of a round, in order."""
-
-    ADVERTISE = 1
-    SHARE = 2
-    CHECK = 3
-    MASK = 4
-    CONSISTENCY = 5
-    UNMASK = 6
+from fedfair.secagg.errors import ProtocolError
+from fedfair.secagg.wire import Header, Stage, Wire, read_message
 
 
 @dataclass(frozen=True)
-class Header:
-    """What a message is bound to. ``session_id`` is empty in the ADVERTISE stage."""
-
-    federation_id: str
-    round: int
-    stage: Stage
-    session_id: bytes
-
-    def write(self, writer: Writer) -> None:
-        writer.text(self.federation_id).u64(self.round).u8(self.stage).blob(self.session_id)
-
-    @classmethod
-    def read(cls, reader: Reader) -> Header:
-        federation_id, round_number, stage = reader.text(), reader.u64(), reader.u8()
-        try:
-            return cls(federation_id, round_number, Stage(stage), reader.blob())
-        except ValueError:
-            raise ProtocolError(f"malformed message: unknown stage {stage}") from None
-
-
-class _Framed(Protocol):
-    """What framing needs of a message: its type byte, its header, and how it writes its own fields."""
-
-    TYPE: ClassVar[int]
-
-    @property
-    def header(self) -> Header: ...
-
-    def write(self, writer: Writer) -> None: ...
-
-
-class _Wire:
-    """The canonical encoding every message type shares: ``to_bytes()`` and ``Cls.from_bytes(data)``."""
-
-    def to_bytes(self: _Framed) -> bytes:
-        writer = Writer().blob(MAGIC).u8(self.TYPE)
-        self.header.write(writer)
-        self.write(writer)
-        return writer.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Self:
-        """Parse ``data`` as this message type; any other type is refused."""
-        message = decode(data)
-        if not isinstance(message, cls):
-            raise ProtocolError(f"malformed message: expected {cls.__name__}, got {type(message).__name__}")
-        return message
-
-
-@dataclass(frozen=True)
-class AdvertiseKeys(_Wire):
+class AdvertiseKeys(Wire):
     """A party's two fresh public keys and seed commitment for this round, signed with its identity key.
 
-    seed_commitment: :func:`seed_commitment` of its self-mask seed (the mask key's
+    seed_commitment: :func:`~fedfair.secagg.payloads.seed_commitment` of its self-mask seed (the mask key's
     commitment is its public key), so that a rebuilt seed can be checked.
     credential: the party's certificate (DER), or its bare identity public key (DER
     SubjectPublicKeyInfo) where no PKI is used; peers check it belongs to the roster name.
-    signature: ECDSA-SHA256 over :func:`advertisement_payload`.
+    signature: ECDSA-SHA256 over :func:`~fedfair.secagg.payloads.advertisement_payload`.
     """
 
     TYPE: ClassVar[int] = 1
@@ -164,7 +86,7 @@ class AdvertiseKeys(_Wire):
 
 
 @dataclass(frozen=True)
-class KeyDirectory(_Wire):
+class KeyDirectory(Wire):
     """The server's list of the advertisements it accepted (the surviving set U1)."""
 
     TYPE: ClassVar[int] = 2
@@ -188,7 +110,7 @@ class KeyDirectory(_Wire):
 class EncryptedShares:
     """The sender's Shamir shares for one recipient, AES-256-GCM encrypted (nonce | ciphertext | tag).
 
-    signature: the sender's identity signature over :func:`share_entry_payload`, so the
+    signature: the sender's identity signature over :func:`~fedfair.secagg.payloads.share_entry_payload`, so the
     server and the recipient can tell the sender's ciphertext from one the server altered.
     """
 
@@ -206,7 +128,7 @@ class EncryptedShares:
 
 
 @dataclass(frozen=True)
-class ShareKeys(_Wire):
+class ShareKeys(Wire):
     """A party's encrypted shares, one entry per neighbour that advertised keys."""
 
     TYPE: ClassVar[int] = 3
@@ -225,7 +147,7 @@ class ShareKeys(_Wire):
 
 
 @dataclass(frozen=True)
-class ShareBundle(_Wire):
+class ShareBundle(Wire):
     """What the server forwards to one party: the signed, encrypted shares addressed to it.
 
     Its senders are the recipient's neighbours that completed the SHARE stage (U2); the
@@ -248,10 +170,10 @@ class ShareBundle(_Wire):
 
 
 @dataclass(frozen=True)
-class ShareCheck(_Wire):
+class ShareCheck(Wire):
     """A party's verdict on its bundle: the senders whose entry failed (bad signature, decryption or content).
 
-    signature: the party's identity signature over :func:`share_check_payload`, so the
+    signature: the party's identity signature over :func:`~fedfair.secagg.payloads.share_check_payload`, so the
     server cannot invent or drop an accusation.
     """
 
@@ -264,16 +186,16 @@ class ShareCheck(_Wire):
     signature: bytes
 
     def write(self, writer: Writer) -> None:
-        _write_ids(writer.u32(self.sender), self.accused)
+        writer.u32(self.sender).ids(self.accused)
         writer.blob(self.signature)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> ShareCheck:
-        return cls(header, reader.u32(), _read_ids(reader), reader.blob())
+        return cls(header, reader.u32(), reader.ids(), reader.blob())
 
 
 @dataclass(frozen=True)
-class MaskingSet(_Wire):
+class MaskingSet(Wire):
     """U2': the parties that sent a share check and were accused by nobody; they mask with each other."""
 
     TYPE: ClassVar[int] = 9
@@ -283,15 +205,15 @@ class MaskingSet(_Wire):
     parties: tuple[int, ...]
 
     def write(self, writer: Writer) -> None:
-        _write_ids(writer, self.parties)
+        writer.ids(self.parties)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> MaskingSet:
-        return cls(header, _read_ids(reader))
+        return cls(header, reader.ids())
 
 
 @dataclass(frozen=True, eq=False)
-class MaskedInput(_Wire):
+class MaskedInput(Wire):
     """A party's encoded update plus its self mask and pairwise masks, modulo 2^k.
 
     ``vector`` is a 1-D uint32 or uint64 array of length d + 1. (No ``==``: numpy arrays
@@ -323,7 +245,7 @@ class MaskedInput(_Wire):
 
 
 @dataclass(frozen=True)
-class SurvivorSet(_Wire):
+class SurvivorSet(Wire):
     """The server's view of the MASK stage, for every survivor to sign.
 
     masking_set: U2', as sent in the MaskingSet.
@@ -338,17 +260,17 @@ class SurvivorSet(_Wire):
     survivors: tuple[int, ...]
 
     def write(self, writer: Writer) -> None:
-        _write_ids(writer, self.masking_set)
-        _write_ids(writer, self.survivors)
+        writer.ids(self.masking_set)
+        writer.ids(self.survivors)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> SurvivorSet:
-        return cls(header, _read_ids(reader), _read_ids(reader))
+        return cls(header, reader.ids(), reader.ids())
 
 
 @dataclass(frozen=True)
-class ConsistencySignature(_Wire):
-    """A survivor's identity signature over :func:`consistency_payload` of the view (U2', U3) it was shown."""
+class ConsistencySignature(Wire):
+    """A survivor's identity signature over :func:`~fedfair.secagg.payloads.consistency_payload` of the view (U2', U3) it was shown."""
 
     TYPE: ClassVar[int] = 11
     STAGE: ClassVar[Stage] = Stage.CONSISTENCY
@@ -366,7 +288,7 @@ class ConsistencySignature(_Wire):
 
 
 @dataclass(frozen=True)
-class UnmaskRequest(_Wire):
+class UnmaskRequest(Wire):
     """The server's account of the MASK stage, with the survivors' signatures on it.
 
     survivors: U3, parties whose masked input arrived; their self-mask seeds are needed.
@@ -386,15 +308,15 @@ class UnmaskRequest(_Wire):
     signatures: tuple[tuple[int, bytes], ...]
 
     def write(self, writer: Writer) -> None:
-        _write_ids(writer, self.survivors)
-        _write_ids(writer, self.dropped)
+        writer.ids(self.survivors)
+        writer.ids(self.dropped)
         writer.u32(len(self.signatures))
         for party, signature in self.signatures:
             writer.u32(party).blob(signature)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> UnmaskRequest:
-        survivors, dropped = _read_ids(reader), _read_ids(reader)
+        survivors, dropped = reader.ids(), reader.ids()
         signatures = tuple((reader.u32(), reader.blob()) for _ in range(reader.u32()))
         return cls(header, survivors, dropped, signatures)
 
@@ -408,9 +330,9 @@ class UnmaskRequest(_Wire):
 class RevealedShare:
     """The responder's Shamir share (:meth:`fedfair.secagg.shamir.Share.to_bytes`) of ``owner``'s secret.
 
-    other_digest: :func:`share_digest` of the responder's share of ``owner``'s other secret
+    other_digest: :func:`~fedfair.secagg.payloads.share_digest` of the responder's share of ``owner``'s other secret
         (never the share itself).
-    dealer_signature: ``owner``'s signature over :func:`dealt_shares_payload` of both
+    dealer_signature: ``owner``'s signature over :func:`~fedfair.secagg.payloads.dealt_shares_payload` of both
         digests, as the responder received it; it proves what ``owner`` dealt.
     """
 
@@ -421,7 +343,7 @@ class RevealedShare:
 
 
 @dataclass(frozen=True)
-class UnmaskResponse(_Wire):
+class UnmaskResponse(Wire):
     """A surviving party's shares: of self-mask seeds for survivors, of mask keys for the dropped."""
 
     TYPE: ClassVar[int] = 7
@@ -465,114 +387,21 @@ Message = (
     | UnmaskRequest
     | UnmaskResponse
 )
-_TYPES: dict[int, type[Message]] = {
-    cls.TYPE: cls
-    for cls in (
-        AdvertiseKeys,
-        KeyDirectory,
-        ShareKeys,
-        ShareBundle,
-        ShareCheck,
-        MaskingSet,
-        MaskedInput,
-        SurvivorSet,
-        ConsistencySignature,
-        UnmaskRequest,
-        UnmaskResponse,
-    )
-}
 
-
-def decode(data: bytes) -> Message:
-    """Parse any message produced by ``to_bytes()``."""
-    reader = Reader(data)
-    if bytes(reader.blob_view()) != MAGIC:
-        raise ProtocolError("malformed message: not a fedfair secure-aggregation v2 message")
-    kind = reader.u8()
-    if kind not in _TYPES:
-        raise ProtocolError(f"malformed message: unknown message type {kind}")
-    message = _TYPES[kind].read(Header.read(reader), reader)
-    reader.finish()
-    return message
-
-
-def check_header(message: Message, config: SecAggConfig, session: bytes) -> None:
-    """Refuse a message not bound to this federation, round, the message's stage and ``session``."""
-    header = message.header
-    if header.federation_id != config.federation_id or header.round != config.round:
-        raise StaleMessageError(
-            f"{type(message).__name__} is for another federation or round (replayed or late); it was dropped"
-        )
-    if header.stage != message.STAGE:
-        raise StaleMessageError(f"{type(message).__name__} is labelled with stage {header.stage.name}; it was dropped")
-    if not hmac.compare_digest(header.session_id, session):
-        raise StaleMessageError(
-            f"{type(message).__name__} is for another session of this round (replayed or late); it was dropped"
-        )
-
-
-def check_ids(ids: tuple[int, ...], what: str) -> None:
-    """Refuse a list of party ids that is not strictly increasing (unsorted or with a repeat)."""
-    if any(a >= b for a, b in zip(ids, ids[1:], strict=False)):
-        raise ProtocolError(f"{what} lists a party twice or out of order")
-
-
-def seed_commitment(config_digest: bytes, party: int, seed: bytes) -> bytes:
-    """SHA-256 commitment to a party's self-mask seed, bound to the round's parameters and the party."""
-    writer = Writer().text(_DOMAIN + "seed-commitment").blob(config_digest).u32(party).blob(seed)
-    return hashlib.sha256(writer.getvalue()).digest()
-
-
-def advertisement_payload(
-    config_digest: bytes, sender: int, cipher_public_key: bytes, mask_public_key: bytes, seed_commitment: bytes
-) -> bytes:
-    """The bytes a party signs at ADVERTISE: its id, keys and seed commitment, bound to this round's parameters."""
-    writer = Writer().text(_DOMAIN + "advertise").blob(config_digest).u32(sender)
-    return writer.blob(cipher_public_key).blob(mask_public_key).blob(seed_commitment).getvalue()
-
-
-def share_entry_payload(session: bytes, sender: int, recipient: int, ciphertext: bytes) -> bytes:
-    """The bytes a sender signs for one encrypted share entry."""
-    return Writer().text(_DOMAIN + "share-entry").blob(session).u32(sender).u32(recipient).blob(ciphertext).getvalue()
-
-
-def share_digest(share: bytes) -> bytes:
-    """SHA-256 of one serialised Shamir share, as the dealer signs it."""
-    return hashlib.sha256(Writer().text(_DOMAIN + "share-digest").blob(share).getvalue()).digest()
-
-
-def dealt_shares_payload(session: bytes, owner: int, holder: int, seed_digest: bytes, key_digest: bytes) -> bytes:
-    """The bytes a dealer signs for the two shares (seed, mask key) it deals one holder, inside the encryption.
-
-    Signing digests lets the holder later reveal one share and prove it was dealt, without
-    revealing the other.
-    """
-    writer = Writer().text(_DOMAIN + "dealt-shares").blob(session).u32(owner).u32(holder)
-    return writer.blob(seed_digest).blob(key_digest).getvalue()
-
-
-def share_check_payload(session: bytes, sender: int, accused: tuple[int, ...]) -> bytes:
-    """The bytes a party signs with its share check."""
-    writer = Writer().text(_DOMAIN + "share-check").blob(session).u32(sender)
-    _write_ids(writer, accused)
-    return writer.getvalue()
-
-
-def consistency_payload(session: bytes, masking_set: tuple[int, ...], survivors: tuple[int, ...]) -> bytes:
-    """The bytes a survivor signs in the CONSISTENCY stage: the view (U2', U3) it was shown."""
-    writer = Writer().text(_DOMAIN + "consistency").blob(session)
-    _write_ids(writer, masking_set)
-    _write_ids(writer, survivors)
-    return writer.getvalue()
-
-
-def session_id(config_digest: bytes, advertisements: tuple[AdvertiseKeys, ...]) -> bytes:
-    """SHA-256 of the round's parameters (federation id and round included) and every accepted key, by party id."""
-    writer = Writer().text(_DOMAIN + "session").blob(config_digest).u32(len(advertisements))
-    for advertisement in sorted(advertisements, key=lambda a: a.sender):
-        writer.u32(advertisement.sender).blob(advertisement.cipher_public_key).blob(advertisement.mask_public_key)
-        writer.blob(advertisement.seed_commitment)
-    return hashlib.sha256(writer.getvalue()).digest()
+MESSAGE_TYPES = (
+    AdvertiseKeys,
+    KeyDirectory,
+    ShareKeys,
+    ShareBundle,
+    ShareCheck,
+    MaskingSet,
+    MaskedInput,
+    SurvivorSet,
+    ConsistencySignature,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+"""Every message type of a round, for checking what :func:`decode` parsed."""
 
 
 def _write_shares(writer: Writer, shares: tuple[EncryptedShares, ...]) -> None:
@@ -585,11 +414,9 @@ def _read_shares(reader: Reader) -> tuple[EncryptedShares, ...]:
     return tuple(EncryptedShares.read(reader) for _ in range(reader.u32()))
 
 
-def _write_ids(writer: Writer, ids: tuple[int, ...]) -> None:
-    writer.u32(len(ids))
-    for party in ids:
-        writer.u32(party)
-
-
-def _read_ids(reader: Reader) -> tuple[int, ...]:
-    return tuple(reader.u32() for _ in range(reader.u32()))
+def decode(data: bytes) -> Message:
+    """Parse any message produced by ``to_bytes()``."""
+    message = read_message(data)
+    if not isinstance(message, MESSAGE_TYPES):
+        raise ProtocolError(f"malformed message: {type(message).__name__} is not a secure-aggregation message")
+    return message

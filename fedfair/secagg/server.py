@@ -62,7 +62,6 @@ from fedfair.secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
     EncryptedShares,
-    Header,
     KeyDirectory,
     MaskedInput,
     MaskingSet,
@@ -70,12 +69,11 @@ from fedfair.secagg.messages import (
     ShareBundle,
     ShareCheck,
     ShareKeys,
-    Stage,
     SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
-    check_header,
-    check_ids,
+)
+from fedfair.secagg.payloads import (
     consistency_payload,
     dealt_shares_payload,
     seed_commitment,
@@ -84,6 +82,7 @@ from fedfair.secagg.messages import (
     share_digest,
     share_entry_payload,
 )
+from fedfair.secagg.wire import Header, Stage, check_header, check_ids
 
 
 @dataclass(frozen=True, eq=False)

@@ -33,11 +33,11 @@ from fedfair.secagg.messages import (
     ShareBundle,
     ShareCheck,
     ShareKeys,
-    Stage,
     SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
 )
+from fedfair.secagg.wire import Stage
 from fedfair.secagg.server import AggregateResult, Server
 
 _M = TypeVar(

@@ -21,18 +21,16 @@ from fedfair.secagg.errors import (
 )
 from fedfair.secagg.messages import (
     EncryptedShares,
-    Header,
     MaskedInput,
     MaskingSet,
     RevealedShare,
     ShareKeys,
-    Stage,
     SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
-    consistency_payload,
-    share_entry_payload,
 )
+from fedfair.secagg.payloads import consistency_payload, share_entry_payload
+from fedfair.secagg.wire import Header, Stage
 from fedfair.secagg.simulate import simulate_round
 from tests.secagg.helpers import Harness, check_result, make_config
 

@@ -15,11 +15,9 @@ from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig
 from fedfair.secagg.errors import ProtocolError
 from fedfair.secagg.messages import (
-    MAGIC,
     AdvertiseKeys,
     ConsistencySignature,
     EncryptedShares,
-    Header,
     KeyDirectory,
     MaskedInput,
     MaskingSet,
@@ -28,20 +26,12 @@ from fedfair.secagg.messages import (
     ShareBundle,
     ShareCheck,
     ShareKeys,
-    Stage,
     SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
-    advertisement_payload,
-    check_ids,
-    consistency_payload,
-    dealt_shares_payload,
     decode,
-    seed_commitment,
-    session_id,
-    share_check_payload,
-    share_entry_payload,
 )
+from fedfair.secagg.wire import MAGIC, Header, Stage
 
 ENCODING = EncodingConfig(clip=1.0, max_weight=10.0, fractional_bits=16)
 SESSION = bytes(range(32))
@@ -124,47 +114,6 @@ def test_new_messages_round_trip_for_any_fields(
         assert decode(message.to_bytes()) == message
 
 
-def test_v1_messages_are_refused() -> None:
-    data = bytearray(MESSAGES[4].to_bytes())
-    data[8:12] = b"FSA1"
-    with pytest.raises(ProtocolError, match="not a fedfair secure-aggregation v2 message"):
-        decode(bytes(data))
-
-
-def test_signed_payloads_bind_every_field_and_their_purpose() -> None:
-    session = SESSION
-    payloads = [
-        share_entry_payload(session, 1, 2, b"ct"),
-        share_entry_payload(session, 2, 1, b"ct"),
-        share_entry_payload(session, 1, 2, b"cu"),
-        share_entry_payload(b"other" * 6, 1, 2, b"ct"),
-        share_check_payload(session, 1, ()),
-        share_check_payload(session, 1, (2,)),
-        share_check_payload(session, 2, (2,)),
-        consistency_payload(session, (1, 2, 3), (1, 2, 3)),
-        consistency_payload(session, (1, 2, 3), (1, 2)),
-        consistency_payload(session, (1, 2), (1, 2)),
-        dealt_shares_payload(session, 1, 2, b"a" * 32, b"b" * 32),
-        dealt_shares_payload(session, 1, 2, b"b" * 32, b"a" * 32),
-        dealt_shares_payload(session, 2, 1, b"a" * 32, b"b" * 32),
-        advertisement_payload(session, 1, b"c" * 32, b"m" * 32, b"h" * 32),
-        advertisement_payload(session, 1, b"c" * 32, b"m" * 32, b"i" * 32),
-    ]
-    assert len(set(payloads)) == len(payloads)
-    digest = config().digest
-    assert seed_commitment(digest, 1, b"s" * 32) != seed_commitment(digest, 2, b"s" * 32)
-    assert seed_commitment(digest, 1, b"s" * 32) != seed_commitment(config(round=3).digest, 1, b"s" * 32)
-    assert len(seed_commitment(digest, 1, b"s" * 32)) == 32
-
-
-def test_id_lists_must_be_strictly_increasing() -> None:
-    check_ids((), "x")
-    check_ids((1, 5, 9), "x")
-    for bad in ((2, 1), (1, 1), (3, 4, 4)):
-        with pytest.raises(ProtocolError, match="twice or out of order"):
-            check_ids(bad, "the list")
-
-
 @pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
 def test_masked_input_round_trips_without_copying(dtype: type) -> None:
     vector = np.array([0, 1, 2**31 + 5, np.iinfo(dtype).max], dtype=dtype)
@@ -202,19 +151,3 @@ def test_masked_vectors_of_odd_shape_are_refused(bits: int, payload: bytes, mess
     writer.u32(1).u8(bits).blob(payload)
     with pytest.raises(ProtocolError, match=message):
         decode(writer.getvalue())
-
-
-def test_session_id_binds_the_round_and_every_advertised_key() -> None:
-    digest = config().digest
-    others = (dataclasses.replace(ADVERTISEMENT, sender=1, mask_public_key=b"n" * 32),)
-    base = session_id(digest, (ADVERTISEMENT, *others))
-    assert session_id(digest, (*others, ADVERTISEMENT)) == base  # order of arrival does not matter
-    assert session_id(config(round=3).digest, (ADVERTISEMENT, *others)) != base
-    assert session_id(digest, (dataclasses.replace(ADVERTISEMENT, cipher_public_key=b"C" * 32), *others)) != base
-    assert session_id(digest, (dataclasses.replace(ADVERTISEMENT, seed_commitment=b"H" * 32), *others)) != base
-    assert session_id(digest, (ADVERTISEMENT,)) != base
-    assert advertisement_payload(digest, 3, b"c" * 32, b"m" * 32, b"h" * 32) != advertisement_payload(
-        config(round=3).digest, 3, b"c" * 32, b"m" * 32, b"h" * 32
-    )
-
-

@@ -11,7 +11,8 @@ from scipy import stats
 
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.errors import PrivacyWarning, ProtocolError, ThresholdError
-from fedfair.secagg.messages import MaskedInput, Message, ShareKeys, Stage
+from fedfair.secagg.messages import MaskedInput, Message, ShareKeys
+from fedfair.secagg.wire import Stage
 from fedfair.secagg.server import AggregateResult
 from fedfair.secagg.simulate import simulate_round
 from tests.secagg.helpers import (

@@ -16,12 +16,8 @@ from fedfair.secagg.errors import (
     ThresholdError,
     UnmaskRefusedError,
 )
-from fedfair.secagg.messages import (
-    ShareCheck,
-    UnmaskResponse,
-    advertisement_payload,
-    share_check_payload,
-)
+from fedfair.secagg.messages import ShareCheck, UnmaskResponse
+from fedfair.secagg.payloads import advertisement_payload, share_check_payload
 from tests.secagg.helpers import Harness, check_result, make_config
 
 

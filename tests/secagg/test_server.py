@@ -10,7 +10,8 @@ import pytest
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.errors import ProtocolError, StaleMessageError
-from fedfair.secagg.messages import Message, Stage
+from fedfair.secagg.messages import Message
+from fedfair.secagg.wire import Stage
 from fedfair.secagg.server import Server
 from tests.secagg.helpers import CLIP, MAX_WEIGHT, Harness, check_result, make_config
 

@@ -18,9 +18,9 @@ from fedfair.secagg.messages import (
     Message,
     ShareCheck,
     ShareKeys,
-    Stage,
     UnmaskResponse,
 )
+from fedfair.secagg.wire import Stage
 from fedfair.secagg.simulate import simulate_round
 from tests.secagg.helpers import CLIP, MAX_WEIGHT, encode_all, make_config, make_inputs
 

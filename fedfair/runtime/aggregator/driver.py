@@ -58,7 +58,7 @@ from fedfair.secagg.messages import (
     ShareKeys,
     UnmaskResponse,
 )
-from fedfair.secagg.messages import Stage as SecAggStage
+from fedfair.secagg.wire import Stage as SecAggStage
 
 logger = logging.getLogger("fedfair.aggregator")
 

@@ -52,13 +52,7 @@ from fedfair.runtime.preprocessing import (
 from fedfair.runtime.transport import pb
 from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.client import remembered
-from fedfair.secagg.messages import (
-    KeyDirectory,
-    MaskingSet,
-    ShareBundle,
-    SurvivorSet,
-    UnmaskRequest,
-)
+from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, SurvivorSet, UnmaskRequest
 
 
 class RoundRefused(FedfairError):

@@ -1,0 +1,141 @@
+"""The canonical encoding every secure-aggregation message shares, and what binds a message to its round.
+
+Every field is a str, int, bytes, a tuple of such, or (MaskedInput only) a numpy vector,
+so a gRPC/protobuf schema can carry the fields one to one. For a single opaque payload,
+``to_bytes()`` gives a canonical encoding (see :mod:`fedfair.secagg.codec`): magic
+``FSA2`` | message type (u8) | header (federation id, round u64, stage u8, session id) |
+the fields in declaration order, integers fixed-width big-endian, byte strings and tuples
+length-prefixed, the masked vector as its modulus bits (u8) and little-endian words.
+``Cls.from_bytes(data)`` parses one type; :func:`read_message` any registered type.
+Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import enum
+import hmac
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, Self
+
+from fedfair.secagg.codec import Reader, Writer
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.errors import ProtocolError, StaleMessageError
+
+MAGIC = b"FSA2"
+
+
+class Stage(enum.IntEnum):
+    """The six stages of a round, in order."""
+
+    ADVERTISE = 1
+    SHARE = 2
+    CHECK = 3
+    MASK = 4
+    CONSISTENCY = 5
+    UNMASK = 6
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a message is bound to. ``session_id`` is empty in the ADVERTISE stage."""
+
+    federation_id: str
+    round: int
+    stage: Stage
+    session_id: bytes
+
+    def write(self, writer: Writer) -> None:
+        writer.text(self.federation_id).u64(self.round).u8(self.stage).blob(self.session_id)
+
+    @classmethod
+    def read(cls, reader: Reader) -> Header:
+        federation_id, round_number, stage = reader.text(), reader.u64(), reader.u8()
+        try:
+            return cls(federation_id, round_number, Stage(stage), reader.blob())
+        except ValueError:
+            raise ProtocolError(f"malformed message: unknown stage {stage}") from None
+
+
+class Framed(Protocol):
+    """What framing needs of a message: its type byte, its header, and how it writes its own fields."""
+
+    TYPE: ClassVar[int]
+
+    @property
+    def header(self) -> Header: ...
+
+    def write(self, writer: Writer) -> None: ...
+
+
+class Wire:
+    """The canonical encoding every message type shares: ``to_bytes()`` and ``Cls.from_bytes(data)``.
+
+    Each subclass registers its ``TYPE`` byte, so that :func:`read_message` can parse it.
+    """
+
+    def __init_subclass__(cls, **options: Any) -> None:
+        super().__init_subclass__(**options)
+        _TYPES[cls.TYPE] = cls  # type: ignore[attr-defined]  # every message class sets TYPE
+
+    def to_bytes(self: Framed) -> bytes:
+        writer = Writer().blob(MAGIC).u8(self.TYPE)
+        self.header.write(writer)
+        self.write(writer)
+        return writer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Self:
+        """Parse ``data`` as this message type; any other type is refused."""
+        message = read_message(data)
+        if not isinstance(message, cls):
+            raise ProtocolError(f"malformed message: expected {cls.__name__}, got {type(message).__name__}")
+        return message
+
+
+_TYPES: dict[int, type[Wire]] = {}
+"""Every message type by its type byte, as the classes register themselves."""
+
+
+class Bound(Protocol):
+    """What :func:`check_header` needs of a message: its header and the stage its type belongs to."""
+
+    STAGE: ClassVar[Stage]
+
+    @property
+    def header(self) -> Header: ...
+
+
+def read_message(data: bytes) -> Wire:
+    """Parse any registered message produced by ``to_bytes()``."""
+    reader = Reader(data)
+    if bytes(reader.blob_view()) != MAGIC:
+        raise ProtocolError("malformed message: not a fedfair secure-aggregation v2 message")
+    kind = reader.u8()
+    if kind not in _TYPES:
+        raise ProtocolError(f"malformed message: unknown message type {kind}")
+    message = _TYPES[kind].read(Header.read(reader), reader)  # type: ignore[attr-defined]  # each type reads itself
+    reader.finish()
+    return message  # type: ignore[no-any-return]
+
+
+def check_header(message: Bound, config: SecAggConfig, session: bytes) -> None:
+    """Refuse a message not bound to this federation, round, the message's stage and ``session``."""
+    header = message.header
+    if header.federation_id != config.federation_id or header.round != config.round:
+        raise StaleMessageError(
+            f"{type(message).__name__} is for another federation or round (replayed or late); it was dropped"
+        )
+    if header.stage != message.STAGE:
+        raise StaleMessageError(f"{type(message).__name__} is labelled with stage {header.stage.name}; it was dropped")
+    if not hmac.compare_digest(header.session_id, session):
+        raise StaleMessageError(
+            f"{type(message).__name__} is for another session of this round (replayed or late); it was dropped"
+        )
+
+
+def check_ids(ids: tuple[int, ...], what: str) -> None:
+    """Refuse a list of party ids that is not strictly increasing (unsorted or with a repeat)."""
+    if any(a >= b for a, b in zip(ids, ids[1:], strict=False)):
+        raise ProtocolError(f"{what} lists a party twice or out of order")
+
+

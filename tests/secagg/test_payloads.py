@@ -1,0 +1,77 @@
+"""What the parties sign: every field and the purpose of each payload bound, and the session id."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fedfair.secagg.messages import AdvertiseKeys
+from fedfair.secagg.payloads import (
+    advertisement_payload,
+    consistency_payload,
+    dealt_shares_payload,
+    seed_commitment,
+    session_id,
+    share_check_payload,
+    share_entry_payload,
+)
+from fedfair.secagg.wire import Header, Stage
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.encode import EncodingConfig
+
+ENCODING = EncodingConfig(clip=1.0, max_weight=10.0, fractional_bits=16)
+SESSION = bytes(range(32))
+
+
+def config(**changes: object) -> SecAggConfig:
+    fields = {"federation_id": "fed", "round": 2, "parties": ("a", "b", "c", "d"), "dimension": 5, "encoding": ENCODING}
+    fields.update(changes)
+    return SecAggConfig(**fields)  # type: ignore[arg-type]
+
+
+def header(stage: Stage, session: bytes = SESSION) -> Header:
+    return Header("fed", 2, stage, session)
+
+
+ADVERTISEMENT = AdvertiseKeys(
+    header(Stage.ADVERTISE, b""), 3, b"c" * 32, b"m" * 32, b"h" * 32, b"credential", b"signature"
+)
+
+
+def test_signed_payloads_bind_every_field_and_their_purpose() -> None:
+    session = SESSION
+    payloads = [
+        share_entry_payload(session, 1, 2, b"ct"),
+        share_entry_payload(session, 2, 1, b"ct"),
+        share_entry_payload(session, 1, 2, b"cu"),
+        share_entry_payload(b"other" * 6, 1, 2, b"ct"),
+        share_check_payload(session, 1, ()),
+        share_check_payload(session, 1, (2,)),
+        share_check_payload(session, 2, (2,)),
+        consistency_payload(session, (1, 2, 3), (1, 2, 3)),
+        consistency_payload(session, (1, 2, 3), (1, 2)),
+        consistency_payload(session, (1, 2), (1, 2)),
+        dealt_shares_payload(session, 1, 2, b"a" * 32, b"b" * 32),
+        dealt_shares_payload(session, 1, 2, b"b" * 32, b"a" * 32),
+        dealt_shares_payload(session, 2, 1, b"a" * 32, b"b" * 32),
+        advertisement_payload(session, 1, b"c" * 32, b"m" * 32, b"h" * 32),
+        advertisement_payload(session, 1, b"c" * 32, b"m" * 32, b"i" * 32),
+    ]
+    assert len(set(payloads)) == len(payloads)
+    digest = config().digest
+    assert seed_commitment(digest, 1, b"s" * 32) != seed_commitment(digest, 2, b"s" * 32)
+    assert seed_commitment(digest, 1, b"s" * 32) != seed_commitment(config(round=3).digest, 1, b"s" * 32)
+    assert len(seed_commitment(digest, 1, b"s" * 32)) == 32
+
+
+def test_session_id_binds_the_round_and_every_advertised_key() -> None:
+    digest = config().digest
+    others = (dataclasses.replace(ADVERTISEMENT, sender=1, mask_public_key=b"n" * 32),)
+    base = session_id(digest, (ADVERTISEMENT, *others))
+    assert session_id(digest, (*others, ADVERTISEMENT)) == base  # order of arrival does not matter
+    assert session_id(config(round=3).digest, (ADVERTISEMENT, *others)) != base
+    assert session_id(digest, (dataclasses.replace(ADVERTISEMENT, cipher_public_key=b"C" * 32), *others)) != base
+    assert session_id(digest, (dataclasses.replace(ADVERTISEMENT, seed_commitment=b"H" * 32), *others)) != base
+    assert session_id(digest, (ADVERTISEMENT,)) != base
+    assert advertisement_payload(digest, 3, b"c" * 32, b"m" * 32, b"h" * 32) != advertisement_payload(
+        config(round=3).digest, 3, b"c" * 32, b"m" * 32, b"h" * 32
+    )
