@@ -11,11 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedfair.secagg.codec import Writer
-from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.encode import EncodingConfig
 from fedfair.secagg.errors import ProtocolError
 from fedfair.secagg.messages import (
-    AdvertiseKeys,
     ConsistencySignature,
     EncryptedShares,
     KeyDirectory,
@@ -31,25 +28,9 @@ from fedfair.secagg.messages import (
     UnmaskResponse,
     decode,
 )
-from fedfair.secagg.wire import MAGIC, Header, Stage
+from fedfair.secagg.wire import MAGIC, Stage
+from tests.secagg.messages_helpers import ADVERTISEMENT, header
 
-ENCODING = EncodingConfig(clip=1.0, max_weight=10.0, fractional_bits=16)
-SESSION = bytes(range(32))
-
-
-def config(**changes: object) -> SecAggConfig:
-    fields = {"federation_id": "fed", "round": 2, "parties": ("a", "b", "c", "d"), "dimension": 5, "encoding": ENCODING}
-    fields.update(changes)
-    return SecAggConfig(**fields)  # type: ignore[arg-type]
-
-
-def header(stage: Stage, session: bytes = SESSION) -> Header:
-    return Header("fed", 2, stage, session)
-
-
-ADVERTISEMENT = AdvertiseKeys(
-    header(Stage.ADVERTISE, b""), 3, b"c" * 32, b"m" * 32, b"h" * 32, b"credential", b"signature"
-)
 MESSAGES: list[Message] = [
     ADVERTISEMENT,
     KeyDirectory(header(Stage.ADVERTISE, b""), (ADVERTISEMENT, dataclasses.replace(ADVERTISEMENT, sender=1))),

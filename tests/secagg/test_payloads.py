@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import (
     advertisement_payload,
     consistency_payload,
@@ -14,27 +13,7 @@ from fedfair.secagg.payloads import (
     share_check_payload,
     share_entry_payload,
 )
-from fedfair.secagg.wire import Header, Stage
-from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.encode import EncodingConfig
-
-ENCODING = EncodingConfig(clip=1.0, max_weight=10.0, fractional_bits=16)
-SESSION = bytes(range(32))
-
-
-def config(**changes: object) -> SecAggConfig:
-    fields = {"federation_id": "fed", "round": 2, "parties": ("a", "b", "c", "d"), "dimension": 5, "encoding": ENCODING}
-    fields.update(changes)
-    return SecAggConfig(**fields)  # type: ignore[arg-type]
-
-
-def header(stage: Stage, session: bytes = SESSION) -> Header:
-    return Header("fed", 2, stage, session)
-
-
-ADVERTISEMENT = AdvertiseKeys(
-    header(Stage.ADVERTISE, b""), 3, b"c" * 32, b"m" * 32, b"h" * 32, b"credential", b"signature"
-)
+from tests.secagg.messages_helpers import ADVERTISEMENT, SESSION, config
 
 
 def test_signed_payloads_bind_every_field_and_their_purpose() -> None:
