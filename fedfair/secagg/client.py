@@ -38,26 +38,15 @@ of one party. The party makes sure of it against a server that lies:
 
 from __future__ import annotations
 
-import datetime as dt
-import enum
 import os
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
-from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError
-from fedfair.pki.identity import (
-    CredentialVerifier,
-    IdentityError,
-    is_valid_signature,
-    sign,
-)
+from fedfair.pki.identity import CredentialVerifier, sign
 from fedfair.secagg import keys, prg, shamir
-from fedfair.secagg.codec import Reader, Writer
+from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.errors import (
     AuthenticationError,
@@ -72,7 +61,6 @@ from fedfair.secagg.messages import (
     KeyDirectory,
     MaskedInput,
     MaskingSet,
-    RevealedShare,
     ShareBundle,
     ShareCheck,
     ShareKeys,
@@ -90,135 +78,9 @@ from fedfair.secagg.payloads import (
     share_digest,
     share_entry_payload,
 )
+from fedfair.secagg.credentials import verify_advertisement
+from fedfair.secagg.shares import SECRET_BYTES, Held, Kind, check_view_signatures, open_entry
 from fedfair.secagg.wire import Header, Stage, check_header, check_ids
-
-SECRET_BYTES = 32
-"""Length of the two shared secrets: the self-mask seed and the raw X25519 mask key."""
-
-SHARE_CHUNKS = -(-SECRET_BYTES // shamir.CHUNK_BYTES)
-"""Field elements per share of a secret."""
-
-
-class _Kind(enum.Enum):
-    """Which secret of a peer a share is of."""
-
-    SEED = "self-mask seed"
-    MASK_KEY = "mask key"
-
-
-@dataclass(frozen=True)
-class _Held:
-    """The two shares a dealer gave this party, as received, with the dealer's signature over their digests."""
-
-    seed: bytes
-    key: bytes
-    dealer_signature: bytes
-
-    def reveal(self, owner: int, kind: _Kind) -> RevealedShare:
-        if kind is _Kind.SEED:
-            return RevealedShare(owner, self.seed, share_digest(self.key), self.dealer_signature)
-        return RevealedShare(owner, self.key, share_digest(self.seed), self.dealer_signature)
-
-
-def verify_advertisement(
-    advertisement: AdvertiseKeys, config: SecAggConfig, verify_credential: CredentialVerifier
-) -> ec.EllipticCurvePublicKey:
-    """Check that an advertisement is for this round and signed by the roster party it names.
-
-    Returns the party's verified identity public key. Raises
-    :class:`~fedfair.secagg.errors.StaleMessageError` for another round,
-    :class:`ProtocolError` for a party outside the roster or a malformed commitment, and
-    :class:`AuthenticationError` when the credential or the signature does not verify (a
-    forged or swapped key). Whether the X25519 keys are usable is the caller's check: the
-    server probes them (:func:`keys.check_public_key`), a party agrees with them.
-    """
-    check_header(advertisement, config, b"")
-    if not config.is_party(advertisement.sender):
-        raise ProtocolError(f"advertisement names party {advertisement.sender}, which is not in the roster")
-    if len(advertisement.seed_commitment) != 32:
-        raise ProtocolError(f"party {advertisement.sender}'s seed commitment is not 32 bytes")
-    try:
-        identity = verify_credential(config.name_of(advertisement.sender), advertisement.credential)
-    except IdentityError as error:
-        raise AuthenticationError(f"party {advertisement.sender}'s credential is not trusted: {error}") from None
-    payload = advertisement_payload(
-        config.digest,
-        advertisement.sender,
-        advertisement.cipher_public_key,
-        advertisement.mask_public_key,
-        advertisement.seed_commitment,
-    )
-    if not is_valid_signature(identity, advertisement.signature, payload):
-        raise AuthenticationError(
-            f"party {advertisement.sender}'s advertised keys do not match its signature (forged or swapped keys)"
-        )
-    return identity
-
-
-REMEMBERED_CREDENTIALS = 1024
-"""How many verified (name, credential) pairs a :class:`RememberedVerifier` keeps (oldest forgotten first)."""
-
-
-@dataclass(frozen=True)
-class _Trusted:
-    """A credential that verified for a name: its public key and, for a certificate, its validity window."""
-
-    public_key: ec.EllipticCurvePublicKey
-    window: tuple[dt.datetime, dt.datetime] | None
-
-
-class RememberedVerifier:
-    """A :data:`~fedfair.pki.identity.CredentialVerifier` that checks each (name, credential) in full once.
-
-    Every round each party verifies every peer's relayed certificate, and the aggregator every
-    advertiser's: a full check (the CA's path validation, role, pins) costs over a millisecond
-    each, so n parties pay n^2 of them per round for the same certificates. What the wrapped
-    verifier decides is a function of the name and the credential's bytes, except a
-    certificate's validity window: so a pair that passed is remembered, and a later call
-    re-checks only that window (a certificate outside it goes through the full check again,
-    which refuses it). Anything that failed is never remembered.
-    """
-
-    def __init__(
-        self,
-        verify: CredentialVerifier,
-        *,
-        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-    ) -> None:
-        self._verify = verify
-        self._clock = clock
-        self._trusted: dict[tuple[str, bytes], _Trusted] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
-        with self._lock:
-            trusted = self._trusted.get((name, credential))
-        if trusted is not None and (trusted.window is None or trusted.window[0] <= self._clock() <= trusted.window[1]):
-            return trusted.public_key
-        public_key = self._verify(name, credential)
-        with self._lock:
-            if (name, credential) not in self._trusted and len(self._trusted) >= REMEMBERED_CREDENTIALS:
-                del self._trusted[next(iter(self._trusted))]
-            self._trusted[name, credential] = _Trusted(public_key, _validity_window(credential))
-        return public_key
-
-
-def remembered(verify: CredentialVerifier) -> RememberedVerifier:
-    """`verify`, remembering what it accepted (itself if it already does)."""
-    return verify if isinstance(verify, RememberedVerifier) else RememberedVerifier(verify)
-
-
-def _validity_window(credential: bytes) -> tuple[dt.datetime, dt.datetime] | None:
-    """A certificate credential's validity window; None for a bare public key, which has none."""
-    try:
-        if credential.lstrip().startswith(b"-----BEGIN CERTIFICATE"):
-            certificate = x509.load_pem_x509_certificate(credential)
-        else:
-            certificate = x509.load_der_x509_certificate(credential)
-    except ValueError:
-        return None
-    return certificate.not_valid_before_utc, certificate.not_valid_after_utc
-
 
 class Client:
     """One party's state for one round.
@@ -255,7 +117,7 @@ class Client:
         self._session = b""
         self._share_keys: dict[int, bytes] = {}
         self._pair_keys: dict[int, bytes] = {}
-        self._held: dict[int, _Held] = {}
+        self._held: dict[int, Held] = {}
         self._accused: frozenset[int] = frozenset()
         self._masking_set: tuple[int, ...] | None = None
         self._signed: ConsistencySignature | None = None
@@ -352,7 +214,7 @@ class Client:
         encrypted = []
         share_keys: dict[int, bytes] = {}
         pair_keys: dict[int, bytes] = {}
-        held: dict[int, _Held] = {}
+        held: dict[int, Held] = {}
         for holder in sorted(holders):
             seed_bytes, key_bytes = seed_shares[holder].to_bytes(), key_shares[holder].to_bytes()
             dealer_signature = sign(
@@ -360,7 +222,7 @@ class Client:
                 dealt_shares_payload(session, self.party, holder, share_digest(seed_bytes), share_digest(key_bytes)),
             )
             if holder == self.party:
-                held[self.party] = _Held(seed_bytes, key_bytes, dealer_signature)
+                held[self.party] = Held(seed_bytes, key_bytes, dealer_signature)
                 continue
             plaintext = (
                 Writer()
@@ -405,10 +267,16 @@ class Client:
             if entry.sender not in self._share_keys or entry.recipient != self.party or entry.sender in seen:
                 raise ProtocolError(f"share bundle has an unexpected or repeated entry from party {entry.sender}")
             seen.add(entry.sender)
-        valid: dict[int, _Held] = {}
+        valid: dict[int, Held] = {}
         accusations: dict[int, str] = {}
         for entry in bundle.shares:
-            outcome = self._open_entry(entry)
+            outcome = open_entry(
+                entry,
+                session=self._session,
+                party=self.party,
+                identity=self._identities[entry.sender],
+                share_key=self._share_keys[entry.sender],
+            )
             if isinstance(outcome, str):
                 accusations[entry.sender] = outcome
             else:
@@ -544,77 +412,28 @@ class Client:
                 "the unmask request's survivors or dropped parties differ from the view this party signed; refused"
             )
         dropped = set(masking_set) - set(survivors)
-        wanted = {owner: _Kind.SEED for owner in set(survivors) & self._held.keys()}
-        wanted.update({owner: _Kind.MASK_KEY for owner in dropped & self._held.keys()})
-        self._check_signatures(request, wanted)
+        wanted = {owner: Kind.SEED for owner in set(survivors) & self._held.keys()}
+        wanted.update({owner: Kind.MASK_KEY for owner in dropped & self._held.keys()})
+        assert self._view is not None
+        check_view_signatures(
+            request.signatures,
+            self._view,
+            session=self._session,
+            identities=self._identities,
+            config=self.config,
+            wanted=wanted,
+        )
         seed_shares = tuple(
-            self._held[owner].reveal(owner, _Kind.SEED) for owner in sorted(wanted) if wanted[owner] is _Kind.SEED
+            self._held[owner].reveal(owner, Kind.SEED) for owner in sorted(wanted) if wanted[owner] is Kind.SEED
         )
         key_shares = tuple(
-            self._held[owner].reveal(owner, _Kind.MASK_KEY)
+            self._held[owner].reveal(owner, Kind.MASK_KEY)
             for owner in sorted(wanted)
-            if wanted[owner] is _Kind.MASK_KEY
+            if wanted[owner] is Kind.MASK_KEY
         )
         response = UnmaskResponse(self._header(Stage.UNMASK), self.party, seed_shares, key_shares)
         self._answered = (request, response)
         return response
-
-    def _check_signatures(self, request: UnmaskRequest, wanted: dict[int, _Kind]) -> None:
-        """Refuse unless t distinct survivors (t holders of every owner in ``wanted``) signed this party's view."""
-        assert self._view is not None
-        payload = consistency_payload(self._session, *self._view)
-        survivors = set(self._view[1])
-        t = self.config.t
-        holders = {owner: self.config.holders_of(owner) for owner in wanted}
-        signers: set[int] = set()
-
-        def enough() -> bool:
-            return len(signers) >= t and all(len(signers & group) >= t for group in holders.values())
-
-        for party, signature in sorted(request.signatures):
-            if enough():
-                break
-            # Signatures of non-survivors, repeats and forgeries do not count.
-            if party in survivors and party not in signers:
-                if is_valid_signature(self._identities[party], signature, payload):
-                    signers.add(party)
-        if not enough():
-            raise UnmaskRefusedError(
-                f"only {len(signers)} distinct survivors signed the view this party signed (t = {t} needed, "
-                "from the holders of every secret asked for); the server may be showing different views, refused"
-            )
-
-    def _open_entry(self, entry: EncryptedShares) -> _Held | str:
-        """The checked shares in one bundle entry, or why its sender is accused."""
-        sender = entry.sender
-        entry_payload = share_entry_payload(self._session, sender, self.party, entry.ciphertext)
-        if not is_valid_signature(self._identities[sender], entry.signature, entry_payload):
-            return "its share entry's signature does not verify"
-        associated_data = keys.share_associated_data(self._session, sender, self.party)
-        try:
-            plaintext = keys.open_sealed(self._share_keys[sender], entry.ciphertext, associated_data)
-        except AuthenticationError:
-            return "its encrypted shares fail authentication"
-        try:
-            reader = Reader(plaintext)
-            claimed_sender, claimed_recipient = reader.u32(), reader.u32()
-            seed_bytes, key_bytes, dealer_signature = reader.blob(), reader.blob(), reader.blob()
-            reader.finish()
-            seed_share, key_share = shamir.Share.from_bytes(seed_bytes), shamir.Share.from_bytes(key_bytes)
-        except ProtocolError:
-            return "its shares are malformed"
-        if (claimed_sender, claimed_recipient) != (sender, self.party) or seed_share.x != self.party or (
-            key_share.x != self.party
-        ):
-            return "its shares are labelled for another sender or recipient"
-        if len(seed_share.values) != SHARE_CHUNKS or len(key_share.values) != SHARE_CHUNKS:
-            return "its shares have the wrong length"
-        payload = dealt_shares_payload(
-            self._session, sender, self.party, share_digest(seed_bytes), share_digest(key_bytes)
-        )
-        if not is_valid_signature(self._identities[sender], dealer_signature, payload):
-            return "its dealt shares are not signed by it"
-        return _Held(seed_bytes, key_bytes, dealer_signature)
 
     def _expect(self, stage: Stage, step: str) -> None:
         if self._next is not stage:

@@ -48,7 +48,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.pki.identity import CredentialVerifier, is_valid_signature
 from fedfair.secagg import keys, prg, shamir
-from fedfair.secagg.client import SECRET_BYTES, SHARE_CHUNKS, verify_advertisement
+from fedfair.secagg.credentials import verify_advertisement
+from fedfair.secagg.shares import SECRET_BYTES, SHARE_CHUNKS
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
 from fedfair.secagg.errors import (

@@ -1,78 +1,55 @@
-"""The party's side of secure aggregation: what is not covered by the protocol tests.
+"""A party's state machine: its steps only in order, a refused message leaving its state as it was, and
+its input recovered only as part of the sum.
 
-The protocol itself (every stage, every refusal) is tested end to end in
-test_protocol.py, test_refusals.py and test_active.py; here, the verifier that lets a
-party check each peer's certificate in full once per federation rather than once per round.
+Every stage's refusals of a lying server are in test_refusals.py and test_active.py; the round
+end to end in test_protocol.py.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from pathlib import Path
+import dataclasses
 
+import numpy as np
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair import pki
-from fedfair.pki.identity import IdentityError
-from fedfair.secagg.client import RememberedVerifier, remembered
+from fedfair.secagg.errors import ProtocolError, StaleMessageError
+from tests.secagg.helpers import Harness, check_result, make_config
 
 
-@pytest.fixture(scope="module")
-def federation(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("pki")
-    pki.init_ca(folder)
-    for name in ("alpha", "beta"):
-        pki.issue(folder, "collaborator", name)
-    return folder
+def test_each_step_out_of_order_is_refused_naming_the_stage_the_party_waits_for() -> None:
+    harness = Harness(make_config(4))
+    client = harness.clients[1]
+    masking_set = harness.through_check()
+    with pytest.raises(ProtocolError, match=r"share_keys\(\) called out of order: this party is waiting for stage MASK"):
+        client.share_keys(harness.directory)  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match=r"advertise\(\) called out of order"):
+        client.advertise()
+    harness.mask(masking_set, [1, 2, 3, 4])
+    harness.sign(harness.server.survivor_set())
+    harness.unmask(harness.server.unmask_request())
+    check_result(harness.server.finish(), harness.config, harness.inputs, harness.encoded, {1, 2, 3, 4})
 
 
-def credential(folder: Path, name: str) -> bytes:
-    return pki.load_certificate(folder / f"{name}.crt").public_bytes(serialization.Encoding.DER)
+def test_a_refused_message_changes_nothing_and_the_right_one_is_then_taken() -> None:
+    """A masking set from another round is stale; the party then masks for the real one, and the sum holds."""
+    harness = Harness(make_config(4))
+    masking_set = harness.through_check()
+    replayed = dataclasses.replace(masking_set, header=dataclasses.replace(masking_set.header, round=7))
+    with pytest.raises(StaleMessageError):
+        harness.clients[2].masked_input(replayed, harness.encoded[2])
+    harness.mask(masking_set, [1, 2, 3, 4])
+    harness.sign(harness.server.survivor_set())
+    harness.unmask(harness.server.unmask_request())
+    check_result(harness.server.finish(), harness.config, harness.inputs, harness.encoded, {1, 2, 3, 4})
 
 
-class Counting:
-    """The federation's real verifier, counting how often it runs."""
-
-    def __init__(self, folder: Path) -> None:
-        self.verify = pki.credential_verifier(pki.load_certificate(folder / "ca.crt"))
-        self.calls = 0
-
-    def __call__(self, name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
-        self.calls += 1
-        return self.verify(name, credential)
-
-
-def test_a_credential_is_checked_in_full_once_and_again_outside_its_window(federation: Path) -> None:
-    counting = Counting(federation)
-    now = [dt.datetime.now(dt.UTC)]
-    verify = RememberedVerifier(counting, clock=lambda: now[0])
-    alpha = credential(federation, "alpha")
-    first = verify("alpha", alpha)
-    assert verify("alpha", alpha).public_numbers() == first.public_numbers()
-    assert counting.calls == 1
-    # Past the certificate's expiry the remembered answer is not used: the full check runs again.
-    now[0] = pki.load_certificate(federation / "alpha.crt").not_valid_after_utc + dt.timedelta(seconds=1)
-    verify("alpha", alpha)  # the wrapped verifier reads the real clock, so it still passes here
-    assert counting.calls == 2
-
-
-def test_a_refused_credential_is_never_remembered(federation: Path) -> None:
-    counting = Counting(federation)
-    verify = RememberedVerifier(counting)
-    alpha = credential(federation, "alpha")
-    for _ in range(2):
-        # alpha's certificate relayed under beta's name: refused every time, in full.
-        with pytest.raises(IdentityError, match="another party"):
-            verify("beta", alpha)
-    assert counting.calls == 2
-    verify("alpha", alpha)
-    with pytest.raises(IdentityError):
-        verify("beta", alpha)  # remembered for alpha, not for the pair (beta, the same bytes)
-    assert counting.calls == 4
-
-
-def test_remembered_wraps_once(federation: Path) -> None:
-    verify = remembered(Counting(federation))
-    assert remembered(verify) is verify
+def test_a_masked_input_reveals_nothing_of_the_input_by_itself() -> None:
+    """The words a party sends are its encoded input plus keystreams: equal inputs give unequal words,
+    and their difference is not the difference of the inputs."""
+    harness = Harness(make_config(3))
+    masking_set = harness.through_check()
+    masked = harness.mask(masking_set, [1, 2, 3])
+    words = {party: np.asarray(message.vector) for party, message in masked.items()}
+    encoded = harness.encoded
+    assert not np.array_equal(words[1], encoded[1])
+    assert not np.array_equal(words[1] - words[2], encoded[1] - encoded[2])

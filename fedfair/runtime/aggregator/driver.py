@@ -48,7 +48,7 @@ from fedfair.runtime.aggregator.checks import RoundAborted, SumOutcome, UploadSc
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.secagg import EncodingConfig, SecAggConfig, Server
-from fedfair.secagg.client import remembered
+from fedfair.secagg.credentials import remembered
 from fedfair.secagg.errors import ProtocolError
 from fedfair.secagg.messages import (
     AdvertiseKeys,

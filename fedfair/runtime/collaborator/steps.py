@@ -51,7 +51,7 @@ from fedfair.runtime.preprocessing import (
 )
 from fedfair.runtime.transport import pb
 from fedfair.secagg import Client, EncodingConfig
-from fedfair.secagg.client import remembered
+from fedfair.secagg.credentials import remembered
 from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, SurvivorSet, UnmaskRequest
 
 
@@ -123,7 +123,7 @@ class Participant:
 
     def __post_init__(self) -> None:
         # The same peers' certificates come back every round: each is checked in full once, then by
-        # its validity window (fedfair.secagg.client.RememberedVerifier).
+        # its validity window (fedfair.secagg.credentials.RememberedVerifier).
         object.__setattr__(self, "verify", remembered(self.verify))
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
