@@ -40,16 +40,15 @@ owner. A decoded sum outside what honest inputs can produce voids the round
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.pki.identity import CredentialVerifier, is_valid_signature
-from fedfair.secagg import keys, prg, shamir
+from fedfair.secagg import keys, prg
 from fedfair.secagg.credentials import verify_advertisement
-from fedfair.secagg.shares import SECRET_BYTES, SHARE_CHUNKS
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
 from fedfair.secagg.errors import (
@@ -66,7 +65,6 @@ from fedfair.secagg.messages import (
     KeyDirectory,
     MaskedInput,
     MaskingSet,
-    RevealedShare,
     ShareBundle,
     ShareCheck,
     ShareKeys,
@@ -74,15 +72,9 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fedfair.secagg.payloads import (
-    consistency_payload,
-    dealt_shares_payload,
-    seed_commitment,
-    session_id,
-    share_check_payload,
-    share_digest,
-    share_entry_payload,
-)
+from fedfair.secagg.payloads import consistency_payload, session_id, share_check_payload, share_entry_payload
+from fedfair.secagg.recovery import Recovery, check_range, unmasking_streams
+from fedfair.secagg.shares import Kind
 from fedfair.secagg.wire import Header, Stage, check_header, check_ids
 
 
@@ -121,16 +113,6 @@ class _Phase(enum.Enum):
     ABORTED = "aborted"
 
 
-class _Secret(enum.Enum):
-    """Which secret of a party the server rebuilds."""
-
-    SEED = "self-mask seed"
-    MASK_KEY = "mask key"
-
-
-_Revealed = tuple[shamir.Share, RevealedShare]
-
-
 class Server:
     """The aggregator's state for one round.
 
@@ -154,11 +136,10 @@ class Server:
         self._survivors: tuple[int, ...] = ()
         self._signatures: dict[int, bytes] = {}
         self._request: UnmaskRequest | None = None
-        self._needed: list[tuple[_Secret, int]] = []
-        self._revealed: dict[tuple[_Secret, int], dict[int, _Revealed]] = {}
+        self._needed: list[tuple[Kind, int]] = []
+        self._recovery: Recovery | None = None
+        """The shares revealed at UNMASK and what they rebuild (from the unmask request on)."""
         self._responders: set[int] = set()
-        self._rebuilt: dict[tuple[_Secret, int], tuple[bytes, tuple[shamir.Share, ...]]] = {}
-        self._dealt: dict[tuple[_Secret, int, int], bool] = {}
         self._culprits: dict[int, list[str]] = {}
         self._proven: set[int] = set()
 
@@ -318,9 +299,10 @@ class Server:
         self._request = UnmaskRequest(
             self._header(Stage.UNMASK), self._survivors, dropped, tuple(sorted(self._signatures.items()))
         )
-        self._needed = [(_Secret.SEED, owner) for owner in self._survivors]
+        self._needed = [(Kind.SEED, owner) for owner in self._survivors]
         # A dropped party's mask key matters only if some survivor masked with it.
-        self._needed += [(_Secret.MASK_KEY, owner) for owner in dropped if self.config.graph[owner] & self._masked]
+        self._needed += [(Kind.MASK_KEY, owner) for owner in dropped if self.config.graph[owner] & self._masked]
+        self._recovery = Recovery(self.config, self._session, self._identities, self._advertisements)
         self._phase = _Phase.COLLECT_UNMASK
         return self._request
 
@@ -334,11 +316,11 @@ class Server:
             raise ProtocolError(f"party {responder} is not a survivor and cannot answer the unmask request")
         if responder in self._responders:
             raise ProtocolError(f"party {responder} already answered the unmask request")
-        seeds = self._parse_revealed(responder, message.seed_shares, set(self._request.survivors))
-        mask_keys = self._parse_revealed(responder, message.key_shares, set(self._request.dropped))
-        for kind, parsed in ((_Secret.SEED, seeds), (_Secret.MASK_KEY, mask_keys)):
-            for owner, revealed in parsed.items():
-                self._revealed.setdefault((kind, owner), {})[responder] = revealed
+        recovery = self._recovering()
+        seeds = recovery.parse_revealed(responder, message.seed_shares, set(self._request.survivors))
+        mask_keys = recovery.parse_revealed(responder, message.key_shares, set(self._request.dropped))
+        recovery.add(responder, Kind.SEED, seeds)
+        recovery.add(responder, Kind.MASK_KEY, mask_keys)
         self._responders.add(responder)
 
     def ready(self) -> bool:
@@ -349,7 +331,8 @@ class Server:
         """
         if self._phase is not _Phase.COLLECT_UNMASK:
             return False
-        return all(self._rebuild(kind, owner) is not None for kind, owner in self._needed)
+        recovery = self._recovering()
+        return all(recovery.rebuild(kind, owner) is not None for kind, owner in self._needed)
 
     def finish(self) -> AggregateResult:
         """Close UNMASK: rebuild and verify the secrets, strip the masks from the sum, decode and check it.
@@ -360,28 +343,30 @@ class Server:
         honest inputs. Any of them aborts the round: no result exists to apply.
         """
         self._expect(_Phase.COLLECT_UNMASK)
-        assert self._request is not None  # set when the phase began
-        secrets: dict[tuple[_Secret, int], bytes] = {}
-        failed: list[tuple[_Secret, int]] = []
+        recovery = self._recovering()
+        secrets: dict[tuple[Kind, int], bytes] = {}
+        failed: list[tuple[Kind, int]] = []
         for kind, owner in self._needed:
-            rebuilt = self._rebuild(kind, owner)
+            rebuilt = recovery.rebuild(kind, owner)
             if rebuilt is None:
                 failed.append((kind, owner))
             else:
                 secrets[kind, owner] = rebuilt[0]
         for kind, owner in self._needed:
-            for party, reason in self._audit(kind, owner).items():
+            for party, reason in recovery.audit(kind, owner).items():
                 self._name(party, reason)
                 self._proven.add(party)
         if failed:
             self._phase = _Phase.ABORTED
-            raise self._unmask_failure(failed)
-        masks = self._unmasking_streams(secrets)
+            raise recovery.failure(failed, self.culprits)
+        masks = unmasking_streams(
+            secrets, session=self._session, config=self.config, masked=self._masked, advertisements=self._advertisements
+        )
         prg.apply_masks(self._sum, masks)
         contributors = self._survivors
         decoded = self.config.encoder.decode(self._sum, len(contributors))
         try:
-            self._check_range(decoded, len(contributors))
+            check_range(decoded, len(contributors), self.config.encoding)
         except SumOutOfRangeError:
             self._phase = _Phase.ABORTED
             raise
@@ -404,162 +389,11 @@ class Server:
             accusations=self.accusations,
         )
 
-    def _check_range(self, decoded: Decoded, contributors: int) -> None:
-        """Refuse a decoded sum no honest contributors could produce (a weight or coordinate beyond the encoding)."""
-        encoding = self.config.encoding
-        bound = decoded.error_bound
-        weight = decoded.total_weight
-        most = contributors * encoding.max_weight + bound
-        if not 0 < weight <= most:
-            raise SumOutOfRangeError(
-                f"the decoded total weight {weight:g} is outside (0, {most:g}] for {contributors} contributors with "
-                f"max_weight={encoding.max_weight:g}; a contributor broke the encoding, the round is void"
-            )
-        limit = encoding.clip * weight + bound * (1 + encoding.clip) * contributors
-        largest = float(np.max(np.abs(decoded.weighted_sum))) if decoded.weighted_sum.size else 0.0
-        if largest > limit:
-            raise SumOutOfRangeError(
-                f"a coordinate of the decoded weighted sum is {largest:g}, beyond clip * total weight + error = "
-                f"{limit:g}; a contributor broke the encoding, the round is void"
-            )
-
-    def _unmasking_streams(self, secrets: Mapping[tuple[_Secret, int], bytes]) -> list[prg.Mask]:
-        """Every keystream to subtract from the sum.
-
-        That is each survivor's self mask, and the pairwise masks survivors added for the
-        parties that dropped before masking.
-        """
-        masks: list[prg.Mask] = []
-        for (kind, owner), secret in secrets.items():
-            if kind is _Secret.SEED:
-                masks.append((keys.self_mask_key(secret, self._session, owner), -1))
-                continue
-            mask_key = keys.load_private(secret)
-            for survivor in sorted(self.config.graph[owner] & self._masked):
-                pair_key = keys.pair_mask_key(
-                    keys.agree(mask_key, self._advertisements[survivor].mask_public_key), self._session, owner, survivor
-                )
-                # The survivor added the stream if its id is the smaller one; undo whichever it did.
-                masks.append((pair_key, -1 if survivor < owner else 1))
-        return masks
-
-    def _commitment_check(self, kind: _Secret, owner: int) -> Callable[[bytes], bool]:
-        """Whether a candidate secret is the one ``owner`` committed to at ADVERTISE."""
-        advertisement = self._advertisements[owner]
-        if kind is _Secret.SEED:
-            committed = advertisement.seed_commitment
-            return lambda seed: seed_commitment(self.config.digest, owner, seed) == committed
-        public = advertisement.mask_public_key
-        return lambda raw: keys.public_bytes(keys.load_private(raw)) == public
-
-    def _rebuild(self, kind: _Secret, owner: int) -> tuple[bytes, tuple[shamir.Share, ...]] | None:
-        """The verified secret and the shares that rebuilt it, from the shares so far; None if not (yet) possible.
-
-        First the t smallest x (the common case: every share is good); failing that, a bounded
-        search over t-subsets of the shares whose owner signature verifies.
-        """
-        cached = self._rebuilt.get((kind, owner))
-        if cached is not None:
-            return cached
-        received = self._revealed.get((kind, owner), {})
-        t = self.config.t
-        if len(received) < t:
-            return None
-        verify = self._commitment_check(kind, owner)
-        found = shamir.find_verified(
-            [share for share, _ in received.values()], t, SECRET_BYTES, verify, max_subsets=1
-        )
-        if found is None:
-            dealt = [share for responder, (share, _) in received.items() if self._was_dealt(kind, owner, responder)]
-            found = shamir.find_verified(dealt, t, SECRET_BYTES, verify)
-        if found is not None:
-            self._rebuilt[kind, owner] = found
-        return found
-
-    def _audit(self, kind: _Secret, owner: int) -> dict[int, str]:
-        """Who provably misbehaved in the shares of one secret: party -> why.
-
-        Nothing to say when every share lies on the polynomial of the verified secret.
-        Otherwise a share whose dealer signature fails was altered by its responder, and
-        signed shares that disagree with each other or with the commitment were dealt wrong.
-        """
-        received = self._revealed.get((kind, owner), {})
-        rebuilt = self._rebuilt.get((kind, owner))
-        shares = [share for share, _ in received.values()]
-        if rebuilt is not None and not shamir.off_polynomial(rebuilt[1], shares):
-            return {}
-        culprits: dict[int, str] = {}
-        dealt: list[shamir.Share] = []
-        for responder, (share, _) in sorted(received.items()):
-            if self._was_dealt(kind, owner, responder):
-                dealt.append(share)
-            else:
-                culprits[responder] = (
-                    f"sent a bad unmask share for party {owner} (a share of its {kind.value} that party {owner} never "
-                    "dealt: the dealer's signature does not verify)"
-                )
-        t = self.config.t
-        if len(dealt) >= t:
-            basis = dealt[:t]
-            secret = shamir.secret_at_zero(basis, SECRET_BYTES)
-            if shamir.off_polynomial(basis, dealt):
-                culprits[owner] = f"dealt signed shares of its {kind.value} that do not lie on one polynomial"
-            elif secret is None or not self._commitment_check(kind, owner)(secret):
-                culprits[owner] = (
-                    f"dealt signed shares of its {kind.value} that rebuild another secret than it committed to"
-                )
-        return culprits
-
-    def _was_dealt(self, kind: _Secret, owner: int, responder: int) -> bool:
-        """Whether ``owner`` signed, as dealer, the share ``responder`` revealed (cached)."""
-        key = (kind, owner, responder)
-        if key not in self._dealt:
-            _, revealed = self._revealed[kind, owner][responder]
-            mine = share_digest(revealed.share)
-            other = revealed.other_digest
-            seed_digest, key_digest = (mine, other) if kind is _Secret.SEED else (other, mine)
-            payload = dealt_shares_payload(self._session, owner, responder, seed_digest, key_digest)
-            self._dealt[key] = is_valid_signature(self._identities[owner], revealed.dealer_signature, payload)
-        return self._dealt[key]
-
-    def _unmask_failure(self, failed: list[tuple[_Secret, int]]) -> ProtocolError:
-        """The error that voids the round when some secrets cannot be rebuilt, naming who is to blame."""
-        t = self.config.t
-        parts = []
-        too_few = True
-        for kind, owner in failed:
-            received = self._revealed.get((kind, owner), {})
-            good = sum(self._was_dealt(kind, owner, responder) for responder in received)
-            parts.append(f"party {owner}'s {kind.value} ({len(received)} shares, {good} signed by it)")
-            too_few = too_few and good < t
-        culprits = self.culprits
-        blamed = "; ".join(f"party {party} {reason}" for party, reason in culprits.items()) or "nobody provably"
-        message = (
-            f"cannot rebuild and verify {', '.join(parts)} with threshold {t}; round aborted. Culprits: {blamed}"
-        )
-        if too_few:
-            return ThresholdError(f"too few valid shares, below the threshold: {message}")
-        return ProtocolError(message)
-
-    def _parse_revealed(
-        self, responder: int, revealed: tuple[RevealedShare, ...], owners: set[int]
-    ) -> dict[int, _Revealed]:
-        """Check and parse one kind of revealed share; ``owners`` are the parties the request named."""
-        parsed: dict[int, _Revealed] = {}
-        for entry in revealed:
-            if entry.owner not in owners or entry.owner in parsed:
-                raise ProtocolError(
-                    f"party {responder} revealed an unrequested or repeated share of party {entry.owner}"
-                )
-            if responder not in self.config.holders_of(entry.owner):
-                raise ProtocolError(f"party {responder} cannot hold a share of party {entry.owner}")
-            share = shamir.Share.from_bytes(entry.share)
-            if share.x != responder:
-                raise ProtocolError(f"party {responder} revealed a share with another party's x")
-            if len(share.values) != SHARE_CHUNKS or len(entry.other_digest) != 32:
-                raise ProtocolError(f"party {responder} revealed a share of the wrong length")
-            parsed[entry.owner] = (share, entry)
-        return parsed
+    def _recovering(self) -> Recovery:
+        """The UNMASK stage's shares (the stage has begun: the unmask request built them)."""
+        if self._recovery is None:
+            raise ProtocolError("no unmask request was made; the UNMASK stage has not begun")
+        return self._recovery
 
     def _name(self, party: int, reason: str) -> None:
         reasons = self._culprits.setdefault(party, [])

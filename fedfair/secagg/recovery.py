@@ -1,0 +1,220 @@
+"""The server's last stage: the secrets rebuilt from the shares survivors reveal, checked against their
+commitments, the masks stripped from the sum, and the decoded sum checked for what honest inputs allow.
+
+:class:`Recovery` keeps the shares revealed for each secret the sum needs (a survivor's
+self-mask seed, a dropped party's mask key), rebuilds each once t shares agree with the
+owner's commitment, and, when some do not, names who provably lied: a responder whose share
+its owner never dealt (the dealer's signature fails), or an owner whose signed shares do not
+rebuild what it committed to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedfair.pki.identity import is_valid_signature
+from fedfair.secagg import keys, prg, shamir
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.encode import Decoded, EncodingConfig
+from fedfair.secagg.errors import ProtocolError, SumOutOfRangeError, ThresholdError
+from fedfair.secagg.messages import AdvertiseKeys, RevealedShare
+from fedfair.secagg.payloads import dealt_shares_payload, seed_commitment, share_digest
+from fedfair.secagg.shares import SECRET_BYTES, SHARE_CHUNKS, Kind
+
+Revealed = tuple[shamir.Share, RevealedShare]
+"""A revealed share, parsed, with the message entry that carried it (its digests and dealer signature)."""
+
+
+class Recovery:
+    """The shares revealed in one round's UNMASK stage, and what they rebuild.
+
+    Built when the server asks for the shares: the round's session, every party's verified
+    identity key and accepted advertisement are then fixed.
+    """
+
+    def __init__(
+        self,
+        config: SecAggConfig,
+        session: bytes,
+        identities: Mapping[int, ec.EllipticCurvePublicKey],
+        advertisements: Mapping[int, AdvertiseKeys],
+    ) -> None:
+        self.config = config
+        self._session = session
+        self._identities = identities
+        self._advertisements = advertisements
+        self.revealed: dict[tuple[Kind, int], dict[int, Revealed]] = {}
+        self._rebuilt: dict[tuple[Kind, int], tuple[bytes, tuple[shamir.Share, ...]]] = {}
+        self._dealt: dict[tuple[Kind, int, int], bool] = {}
+
+    def add(self, responder: int, kind: Kind, parsed: Mapping[int, Revealed]) -> None:
+        """Keep `responder`'s shares of `kind`, by owner (as :meth:`parse_revealed` checked them)."""
+        for owner, revealed in parsed.items():
+            self.revealed.setdefault((kind, owner), {})[responder] = revealed
+
+    def commitment_check(self, kind: Kind, owner: int) -> Callable[[bytes], bool]:
+        """Whether a candidate secret is the one ``owner`` committed to at ADVERTISE."""
+        advertisement = self._advertisements[owner]
+        if kind is Kind.SEED:
+            committed = advertisement.seed_commitment
+            return lambda seed: seed_commitment(self.config.digest, owner, seed) == committed
+        public = advertisement.mask_public_key
+        return lambda raw: keys.public_bytes(keys.load_private(raw)) == public
+
+    def rebuild(self, kind: Kind, owner: int) -> tuple[bytes, tuple[shamir.Share, ...]] | None:
+        """The verified secret and the shares that rebuilt it, from the shares so far; None if not (yet) possible.
+
+        First the t smallest x (the common case: every share is good); failing that, a bounded
+        search over t-subsets of the shares whose owner signature verifies.
+        """
+        cached = self._rebuilt.get((kind, owner))
+        if cached is not None:
+            return cached
+        received = self.revealed.get((kind, owner), {})
+        t = self.config.t
+        if len(received) < t:
+            return None
+        verify = self.commitment_check(kind, owner)
+        found = shamir.find_verified(
+            [share for share, _ in received.values()], t, SECRET_BYTES, verify, max_subsets=1
+        )
+        if found is None:
+            dealt = [share for responder, (share, _) in received.items() if self.was_dealt(kind, owner, responder)]
+            found = shamir.find_verified(dealt, t, SECRET_BYTES, verify)
+        if found is not None:
+            self._rebuilt[kind, owner] = found
+        return found
+
+    def audit(self, kind: Kind, owner: int) -> dict[int, str]:
+        """Who provably misbehaved in the shares of one secret: party -> why.
+
+        Nothing to say when every share lies on the polynomial of the verified secret.
+        Otherwise a share whose dealer signature fails was altered by its responder, and
+        signed shares that disagree with each other or with the commitment were dealt wrong.
+        """
+        received = self.revealed.get((kind, owner), {})
+        rebuilt = self._rebuilt.get((kind, owner))
+        shares = [share for share, _ in received.values()]
+        if rebuilt is not None and not shamir.off_polynomial(rebuilt[1], shares):
+            return {}
+        culprits: dict[int, str] = {}
+        dealt: list[shamir.Share] = []
+        for responder, (share, _) in sorted(received.items()):
+            if self.was_dealt(kind, owner, responder):
+                dealt.append(share)
+            else:
+                culprits[responder] = (
+                    f"sent a bad unmask share for party {owner} (a share of its {kind.value} that party {owner} never "
+                    "dealt: the dealer's signature does not verify)"
+                )
+        t = self.config.t
+        if len(dealt) >= t:
+            basis = dealt[:t]
+            secret = shamir.secret_at_zero(basis, SECRET_BYTES)
+            if shamir.off_polynomial(basis, dealt):
+                culprits[owner] = f"dealt signed shares of its {kind.value} that do not lie on one polynomial"
+            elif secret is None or not self.commitment_check(kind, owner)(secret):
+                culprits[owner] = (
+                    f"dealt signed shares of its {kind.value} that rebuild another secret than it committed to"
+                )
+        return culprits
+
+    def was_dealt(self, kind: Kind, owner: int, responder: int) -> bool:
+        """Whether ``owner`` signed, as dealer, the share ``responder`` revealed (cached)."""
+        key = (kind, owner, responder)
+        if key not in self._dealt:
+            _, revealed = self.revealed[kind, owner][responder]
+            mine = share_digest(revealed.share)
+            other = revealed.other_digest
+            seed_digest, key_digest = (mine, other) if kind is Kind.SEED else (other, mine)
+            payload = dealt_shares_payload(self._session, owner, responder, seed_digest, key_digest)
+            self._dealt[key] = is_valid_signature(self._identities[owner], revealed.dealer_signature, payload)
+        return self._dealt[key]
+
+    def failure(self, failed: list[tuple[Kind, int]], culprits: Mapping[int, str]) -> ProtocolError:
+        """The error that voids the round when some secrets cannot be rebuilt, naming who is to blame."""
+        t = self.config.t
+        parts = []
+        too_few = True
+        for kind, owner in failed:
+            received = self.revealed.get((kind, owner), {})
+            good = sum(self.was_dealt(kind, owner, responder) for responder in received)
+            parts.append(f"party {owner}'s {kind.value} ({len(received)} shares, {good} signed by it)")
+            too_few = too_few and good < t
+        blamed = "; ".join(f"party {party} {reason}" for party, reason in culprits.items()) or "nobody provably"
+        message = (
+            f"cannot rebuild and verify {', '.join(parts)} with threshold {t}; round aborted. Culprits: {blamed}"
+        )
+        if too_few:
+            return ThresholdError(f"too few valid shares, below the threshold: {message}")
+        return ProtocolError(message)
+
+    def parse_revealed(
+        self, responder: int, revealed: tuple[RevealedShare, ...], owners: set[int]
+    ) -> dict[int, Revealed]:
+        """Check and parse one kind of revealed share; ``owners`` are the parties the request named."""
+        parsed: dict[int, Revealed] = {}
+        for entry in revealed:
+            if entry.owner not in owners or entry.owner in parsed:
+                raise ProtocolError(
+                    f"party {responder} revealed an unrequested or repeated share of party {entry.owner}"
+                )
+            if responder not in self.config.holders_of(entry.owner):
+                raise ProtocolError(f"party {responder} cannot hold a share of party {entry.owner}")
+            share = shamir.Share.from_bytes(entry.share)
+            if share.x != responder:
+                raise ProtocolError(f"party {responder} revealed a share with another party's x")
+            if len(share.values) != SHARE_CHUNKS or len(entry.other_digest) != 32:
+                raise ProtocolError(f"party {responder} revealed a share of the wrong length")
+            parsed[entry.owner] = (share, entry)
+        return parsed
+
+
+def unmasking_streams(
+    secrets: Mapping[tuple[Kind, int], bytes],
+    *,
+    session: bytes,
+    config: SecAggConfig,
+    masked: set[int],
+    advertisements: Mapping[int, AdvertiseKeys],
+) -> list[prg.Mask]:
+    """Every keystream to subtract from the sum.
+
+    That is each survivor's self mask, and the pairwise masks survivors added for the
+    parties that dropped before masking.
+    """
+    masks: list[prg.Mask] = []
+    for (kind, owner), secret in secrets.items():
+        if kind is Kind.SEED:
+            masks.append((keys.self_mask_key(secret, session, owner), -1))
+            continue
+        mask_key = keys.load_private(secret)
+        for survivor in sorted(config.graph[owner] & masked):
+            pair_key = keys.pair_mask_key(
+                keys.agree(mask_key, advertisements[survivor].mask_public_key), session, owner, survivor
+            )
+            # The survivor added the stream if its id is the smaller one; undo whichever it did.
+            masks.append((pair_key, -1 if survivor < owner else 1))
+    return masks
+
+
+def check_range(decoded: Decoded, contributors: int, encoding: EncodingConfig) -> None:
+    """Refuse a decoded sum no honest contributors could produce (a weight or coordinate beyond the encoding)."""
+    bound = decoded.error_bound
+    weight = decoded.total_weight
+    most = contributors * encoding.max_weight + bound
+    if not 0 < weight <= most:
+        raise SumOutOfRangeError(
+            f"the decoded total weight {weight:g} is outside (0, {most:g}] for {contributors} contributors with "
+            f"max_weight={encoding.max_weight:g}; a contributor broke the encoding, the round is void"
+        )
+    limit = encoding.clip * weight + bound * (1 + encoding.clip) * contributors
+    largest = float(np.max(np.abs(decoded.weighted_sum))) if decoded.weighted_sum.size else 0.0
+    if largest > limit:
+        raise SumOutOfRangeError(
+            f"a coordinate of the decoded weighted sum is {largest:g}, beyond clip * total weight + error = "
+            f"{limit:g}; a contributor broke the encoding, the round is void"
+        )
