@@ -32,7 +32,11 @@ Two costs are reported, each as a median over the measured rounds:
   key stages counted once, so the time it waits for the other parties between stages is
   not in it (the time its RPCs wait for these two cores, which every party's threads and
   the aggregator share here, is). ``party_seconds`` is the median over parties of each
-  party's median over rounds; ``party_cpu_seconds`` is the same for its threads' CPU time.
+  party's median over rounds; ``party_cpu_seconds`` is the same for its threads' CPU time;
+- the aggregator's CPU per round (``aggregator_cpu_seconds``, with `--processes` only: with
+  threads the process's CPU, ``process_cpu_seconds``, includes every party's) and the peak
+  resident memory of this process (``peak_rss_mb``) and of the largest party process
+  (``party_peak_rss_mb``, `--processes`).
 
 Each configuration runs one warm-up round, then `--rounds` measured rounds (2 with
 `--quick`, 5 by default); `ratio_to_plain` (whole round) and `party_ratio_to_plain`
@@ -51,6 +55,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import resource
 import statistics
 import sys
 import tempfile
@@ -257,6 +262,9 @@ def run_configuration(
         stage: statistics.median(record["stage_seconds"][stage] for record in log[1:])
         for stage in log[-1]["stage_seconds"]
     }
+    # With the parties as processes of their own, this process is the aggregator: its CPU per round and
+    # its peak memory are the aggregator's; with threads they include every party's.
+    aggregator_cpu = [record["cpu_seconds"] for record in log[1:]]
     return {
         "dimension": dimension,
         "parties": parties,
@@ -269,8 +277,18 @@ def run_configuration(
         "party_seconds_each": per_party,
         "stage_seconds": stages,
         "aggregator_received_bytes": log[-1]["received_bytes"],
+        "aggregator_cpu_seconds": statistics.median(aggregator_cpu) if processes else None,
+        "process_cpu_seconds": statistics.median(aggregator_cpu),
+        "peak_rss_mb": peak_rss_mb(resource.RUSAGE_SELF),
+        "party_peak_rss_mb": peak_rss_mb(resource.RUSAGE_CHILDREN) if processes else None,
         "run_seconds": total,
     }
+
+
+def peak_rss_mb(who: int) -> float:
+    """The peak resident memory so far of this process (RUSAGE_SELF) or of its largest ended child
+    (RUSAGE_CHILDREN), in MiB (Linux reports KiB)."""
+    return resource.getrusage(who).ru_maxrss / 1024.0
 
 
 def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -280,8 +298,11 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     merged["runs"] = len(runs)
     merged["round_seconds_all"] = [seconds for run in runs for seconds in run["round_seconds_all"]]
     merged["round_seconds"] = statistics.median(merged["round_seconds_all"])
-    for key in ("party_seconds", "party_cpu_seconds", "run_seconds"):
+    for key in ("party_seconds", "party_cpu_seconds", "process_cpu_seconds", "run_seconds"):
         merged[key] = statistics.median(run[key] for run in runs)
+    if merged["aggregator_cpu_seconds"] is not None:
+        merged["aggregator_cpu_seconds"] = statistics.median(run["aggregator_cpu_seconds"] for run in runs)
+    merged["peak_rss_mb"] = max(run["peak_rss_mb"] for run in runs)
     merged["party_seconds_each"] = [seconds for run in runs for seconds in run["party_seconds_each"]]
     merged["stage_seconds"] = {
         stage: statistics.median(run["stage_seconds"][stage] for run in runs) for stage in runs[0]["stage_seconds"]
@@ -333,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
             plain, secure_result = pooled(runs[False]), pooled(runs[True])
             secure_result["ratio_to_plain"] = secure_result["round_seconds"] / plain["round_seconds"]
             secure_result["party_ratio_to_plain"] = secure_result["party_seconds"] / plain["party_seconds"]
+            secure_result["party_cpu_ratio_to_plain"] = secure_result["party_cpu_seconds"] / plain["party_cpu_seconds"]
+            if plain["aggregator_cpu_seconds"]:
+                secure_result["aggregator_cpu_ratio_to_plain"] = (
+                    secure_result["aggregator_cpu_seconds"] / plain["aggregator_cpu_seconds"]
+                )
             secure_result["pair_ratios"] = [
                 {
                     "whole_round": secure_run["round_seconds"] / plain_run["round_seconds"],

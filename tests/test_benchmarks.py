@@ -39,6 +39,12 @@ def test_round_bench_runs_a_plain_and_a_secure_round_through_the_runtime(
     assert math.isfinite(secure["party_ratio_to_plain"]) and secure["party_ratio_to_plain"] > 0
     assert len(secure["pair_ratios"]) == pairs
     assert all(math.isfinite(ratio["whole_round"]) and ratio["whole_round"] > 0 for ratio in secure["pair_ratios"])
+    assert math.isfinite(secure["party_cpu_ratio_to_plain"]) and secure["party_cpu_ratio_to_plain"] > 0
+    for result in results:
+        assert result["peak_rss_mb"] > 0 and result["process_cpu_seconds"] > 0
+        # The aggregator's own CPU and a party's memory are measurable only with the parties as processes.
+        assert (result["aggregator_cpu_seconds"] is not None) is processes
+        assert (result["party_peak_rss_mb"] is not None) is processes
 
 
 def test_a_party_critical_path_counts_overlapping_intervals_once() -> None:

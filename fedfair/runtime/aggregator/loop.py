@@ -316,7 +316,7 @@ class RoundLoop:
         """One training round; the model changes only if the round completes and passes the checks."""
         participants = self._participants(round_number, wait_for_everyone=wait_for_everyone)
         state = self.checkpoint.state
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         self.network.board.new_round(round_number)
         record: dict[str, Any] = {
             "round": round_number,
@@ -368,6 +368,8 @@ class RoundLoop:
             received_bytes=outcome.received_bytes,
             stage_seconds=outcome.stage_seconds,
             seconds=time.perf_counter() - started,
+            # The aggregator process's CPU for the round (every thread of it: gRPC's, the driver's).
+            cpu_seconds=time.process_time() - started_cpu,
         )
         logger.info(
             "round %d applied: %d of %d participants contributed, total weight %.6g, c = %.5f (%.2f s)",
