@@ -349,6 +349,11 @@ def test_a_model_factory_that_cannot_build_is_refused_with_the_fix(factory: str,
         ({"data": {"parts": 3, "index": 3}}, r"index = 3 must be below parts = 3"),
         ({"data": {"alpha": 0}}, r"alpha must be a number > 0"),
         ({"data": {"label": "y"}}, r"label applies to csv files only"),
+        ({"data": {"test_fraction": 0.1}}, r"test_fraction applies to csv files only"),
+        (
+            {"data": {"dataset": ..., "partition": ..., "index": ..., "csv": "x.csv", "label": "y", "test_fraction": 1.0}},
+            r"test_fraction must be a number in \(0, 1\) \(the share of rows held out for evaluation\)",
+        ),
         (
             {"data": {"dataset": ..., "index": ..., "csv": "x.csv", "label": "y"}},
             r"partition applies to named datasets only",

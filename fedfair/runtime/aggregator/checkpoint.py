@@ -132,7 +132,9 @@ def load_checkpoint(folder: Path, plan_digest: str) -> Checkpoint:
     if digest != plan_digest:
         raise ConfigError(
             f"checkpoint {path} was written under another plan (digest {digest[:12]}..., this plan "
-            f"{plan_digest[:12]}...); resume with the plan it was made with, or use another output folder"
+            f"{plan_digest[:12]}...); resume with the plan it was made with (command-line overrides such as "
+            "--rounds or --collaborators are part of the plan: give the same ones as at the first start), or use "
+            "another output folder"
         )
     return Checkpoint(round=finished_round, state=state, plan_digest=digest, evaluation=evaluation, encoder=encoder)
 

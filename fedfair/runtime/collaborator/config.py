@@ -60,6 +60,10 @@ DEFAULT_NOISE_MULTIPLIER = 1.0
 """Sigma when [privacy] names neither noise_multiplier nor target_epsilon."""
 
 
+DEFAULT_TEST_FRACTION = 0.25
+"""The share of an institution's table held out for evaluation unless its [data] says otherwise."""
+
+
 @dataclass(frozen=True)
 class DataSettings:
     """Either a named dataset with a partition and this institution's index, or a CSV file."""
@@ -73,6 +77,8 @@ class DataSettings:
     label: str | None = None
     features: tuple[str, ...] | None = None
     group: str | None = None
+    test_fraction: float = DEFAULT_TEST_FRACTION
+    """The share of a csv table's rows held out from training, for the federated evaluation."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +192,7 @@ def _data(source: str, data: Mapping[str, object], base: Path) -> DataSettings:
             '[data] needs exactly one source: dataset = "adult" (with partition and index) or csv = "path.csv" (with label)'
         )
     if dataset is not None:
-        for key in ("label", "features", "group"):
+        for key in ("label", "features", "group", "test_fraction"):
             if key in t.data:
                 t.fail(f"[data] {key} applies to csv files only; remove it or use csv = ...")
         index = t.integer("index", low=0)
@@ -213,6 +219,12 @@ def _data(source: str, data: Mapping[str, object], base: Path) -> DataSettings:
         label=t.string("label") if t.given("label") else None,
         features=t.strings("features") if t.given("features") else None,
         group=t.string("group") if t.given("group") else None,
+        test_fraction=t.number(
+            "test_fraction",
+            DEFAULT_TEST_FRACTION,
+            check=lambda x: 0 < x < 1,
+            expected="a number in (0, 1) (the share of rows held out for evaluation)",
+        ),
     )
 
 

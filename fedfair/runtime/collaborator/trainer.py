@@ -46,9 +46,6 @@ from fedfair.runtime.influence import declared_batch
 
 logger = logging.getLogger("fedfair.collaborator")
 
-TEST_FRACTION = 0.25
-"""Held-out share of a table checked against a [schema] (as fedfair.datasets.load_csv holds out)."""
-
 TrainerFactory = Callable[[LocalLearner, CollaboratorConfig, SharedSettings], RoundTrainer]
 """The privacy hook: (learner, this collaborator's config, the plan's settings) -> the round trainer."""
 
@@ -110,6 +107,7 @@ def _read_csv(config: CollaboratorConfig, seed: int) -> Dataset:
             source.label,
             split_by=source.group,
             features=list(source.features) if source.features else None,
+            test_fraction=source.test_fraction,
             seed=seed,
         )
     except ConfigError as error:
@@ -144,7 +142,7 @@ def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table
     except ConfigError as error:
         raise PermanentFailure(DATA_MISMATCH, reason=error) from None
     groups = as_strings(raw[source.group]) if source.group is not None else np.zeros(len(raw), dtype=str)
-    train_rows, test_rows = split_rows(groups, TEST_FRACTION, shared.training.seed)
+    train_rows, test_rows = split_rows(groups, source.test_fraction, shared.training.seed)
     if len(train_rows) == 0 or len(test_rows) == 0:
         raise PermanentFailure(
             LOCAL_DATA, reason=f"{source.csv.name} has {len(raw)} rows, too few for train and held-out rows",

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -25,9 +27,12 @@ from fedfair.research.workspace import Workspace, declared_sizes, toml_text
 from fedfair.runtime.aggregator.loop import initial_state
 from fedfair.runtime.collaborator import client as client_module
 from fedfair.runtime.collaborator.client import Collaborator
-from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.datasets.schema import Column, Schema
+from fedfair.runtime.collaborator.config import DataSettings, load_collaborator_config
 from fedfair.runtime.collaborator.trainer import (
     LocalData,
+    LocalTable,
+    check_schema_table,
     build_learner,
     load_local_data,
     round_trainer,
@@ -229,3 +234,18 @@ def test_dp_refuses_a_plan_that_declares_no_size(tmp_path: Path) -> None:
     learner = build_learner(load_local_data(config, shared), shared, torch.device("cpu"), name=config.name)
     with pytest.raises(ConfigError, match=r"declares no size for site-a, so the batch and weight would reveal its row"):
         round_trainer(learner, config, shared)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.4])
+def test_a_table_holds_out_the_share_its_data_section_names(tmp_path: Path, fraction: float) -> None:
+    """[data] test_fraction is the share of a csv table's rows held out for the federated evaluation."""
+    workspace = new_workspace(tmp_path, NAMES)
+    config = load_collaborator_config(workspace.configs[NAMES[0]])
+    table = pd.DataFrame({"age": np.arange(200) % 70 + 18.0, "y": np.where(np.arange(200) % 3 == 0, "yes", "no")})
+    path = tmp_path / "table.csv"
+    table.to_csv(path, index=False)
+    config = dataclasses.replace(config, data=DataSettings(csv=path, label="y", test_fraction=fraction))
+    schema = Schema(label="y", classes=("no", "yes"), columns=(Column("age", "numeric"),), missing="refuse")
+    shared = load_shared_settings(shared_settings(load_aggregator_plan(workspace.plan)))
+    split = check_schema_table(config, dataclasses.replace(shared, schema=schema), LocalTable(None, table))
+    assert len(split.test) == round(fraction * 200) and len(split.train) + len(split.test) == 200
