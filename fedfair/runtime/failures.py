@@ -122,6 +122,14 @@ PLAN_MISMATCH = FailureClass(
     "the aggregator's plan does not fit this collaborator: {reason}",
     "ask the operator which fedfair version and manifest the federation uses, and use the same",
 )
+PLAN_CHANGED = FailureClass(
+    "plan-changed",
+    False,
+    "the aggregator now serves another plan than the one this collaborator joined under",
+    "review what changed (fedfair plan diff OLD NEW between the manifests, when the plan is pinned), take the "
+    "new manifest into [collaborator] manifest if this institution agrees, then start this collaborator again "
+    "to join under the new plan",
+)
 DATA_MISMATCH = FailureClass(
     "data-mismatch",
     False,
@@ -180,6 +188,7 @@ FAILURES: tuple[FailureClass, ...] = (
     TLS_FAILED,
     FEDERATION_MISMATCH,
     PLAN_MISMATCH,
+    PLAN_CHANGED,
     DATA_MISMATCH,
     AGGREGATOR_ERROR,
     LOCAL_CERTIFICATES,

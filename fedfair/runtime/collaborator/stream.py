@@ -27,7 +27,7 @@ from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
 from fedfair.runtime.collaborator.steps import STEPS, Participant, RoundRefused, Work
 from fedfair.runtime.collaborator.uplink import federation_stub
 from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
-from fedfair.runtime.failures import CONNECTION_LOST, PLAN_MISMATCH, Failure, PermanentFailure
+from fedfair.runtime.failures import CONNECTION_LOST, PLAN_CHANGED, Failure, PermanentFailure
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan import SharedSettings
 from fedfair.runtime.transport import WireError, make_binding, pb, pb_grpc, secure_channel
@@ -127,11 +127,7 @@ class TaskStream:
                     for task in self._stream:
                         attempt = 0
                         if task.plan_digest != self.plan_digest:
-                            raise PermanentFailure(
-                                PLAN_MISMATCH,
-                                reason="it changed during the federation; restart this collaborator to fetch "
-                                "the new plan",
-                            )
+                            raise PermanentFailure(PLAN_CHANGED)
                         if task.action == pb.ACTION_FINISHED:
                             logger.info("%s: the federation has finished", self.config.name)
                             self._receive_bundle(stub, task)

@@ -37,6 +37,7 @@ from fedfair.runtime.collaborator.trainer import (
     load_local_data,
     round_trainer,
 )
+from fedfair.runtime.failures import PLAN_CHANGED, PermanentFailure
 from fedfair.runtime.plan import (
     load_aggregator_plan,
     load_shared_settings,
@@ -249,3 +250,30 @@ def test_a_table_holds_out_the_share_its_data_section_names(tmp_path: Path, frac
     shared = load_shared_settings(shared_settings(load_aggregator_plan(workspace.plan)))
     split = check_schema_table(config, dataclasses.replace(shared, schema=schema), LocalTable(None, table))
     assert len(split.test) == round(fraction * 200) and len(split.train) + len(split.test) == 200
+
+
+class ChangingPlan(Recorder):
+    """Serves the plan, then streams a task under another plan's digest (the operator edited the plan)."""
+
+    def WaitForTasks(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
+        binding = make_binding(request.after.federation_id, 1, pb.STAGE_TRAIN)
+        yield pb.Task(binding=binding, action=pb.ACTION_RUN, deadline_seconds=30.0, plan_digest="another")
+
+
+def test_a_plan_changed_under_a_waiting_collaborator_stops_it_with_one_consistent_fix(tmp_path: Path) -> None:
+    workspace = new_workspace(tmp_path, NAMES)
+    plan = load_aggregator_plan(workspace.plan)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_FederationServicer_to_server(  # type: ignore[no-untyped-call]
+        ChangingPlan(shared_settings(plan), plan_digest(plan)), server
+    )
+    server.add_secure_port(workspace.address, server_credentials(TlsFiles.in_folder(workspace.certs, "aggregator")))
+    server.start()
+    try:
+        with pytest.raises(PermanentFailure) as stopped:
+            Collaborator(load_collaborator_config(workspace.configs[NAMES[0]])).run()
+    finally:
+        server.stop(0)
+    message = str(stopped.value)
+    assert stopped.value.failure is PLAN_CHANGED and message.startswith("plan-changed: ")
+    assert "fedfair plan diff" in message and "start this collaborator again" in message
