@@ -181,10 +181,18 @@ def run_launch(args: argparse.Namespace) -> int:
     with stop_on_signals(), launch_folder(args.workdir, args.keep) as root:
         kept = args.workdir is not None or args.keep
         try:
-            return federate(args, root)
+            code = federate(args, root)
         finally:
             if kept:
                 print(f"fedfair launch: workspace kept in {root} (the CA key was deleted)", file=sys.stderr)
+        if not kept:
+            # The sites' logs name model bundles inside this folder, which is removed now.
+            print(
+                f"fedfair launch: {root} is removed with its model bundles and logs; run with --keep (or "
+                "--workdir DIR) to keep them for fedfair predict / evaluate",
+                file=sys.stderr,
+            )
+        return code
 
 
 def federate(args: argparse.Namespace, root: Path) -> int:

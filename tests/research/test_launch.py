@@ -98,3 +98,13 @@ def test_a_piped_launch_shows_round_progress_and_keeps_the_folder_only_when_aske
     assert 'drift_correction = "scaffold"' in (kept / "aggregator" / "plan.toml").read_text()
     assert not (kept / "certs" / "ca.key").exists()
     assert "[aggregator]" in output and "FedSRCVaR (federated, secure sums)" in output
+
+
+@pytest.mark.slow
+def test_a_launch_without_keep_says_its_folder_and_bundles_are_removed(tmp_path: Path) -> None:
+    """The sites' logs point at model bundles inside the temporary folder; the last word says it is gone."""
+    process = _launch(tmp_path, "--rounds", "1")
+    _, errors = process.communicate(timeout=300)
+    assert process.returncode == 0, errors[-2000:]
+    assert re.search(r"fedfair launch: \S+ is removed with its model bundles and logs; run with --keep", errors)
+    assert not list(tmp_path.glob("fedfair-launch-*"))
