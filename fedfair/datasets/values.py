@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -22,7 +24,8 @@ from fedfair.datasets.tabular import as_text, is_numeric
 
 
 def check_table(schema: Schema, table: pd.DataFrame, source: str, *, label_required: bool = True) -> None:
-    """Refuse a table that does not fit the schema, naming the column, the offending values and the fix.
+    """Refuse a table that does not fit the schema, naming every problem at once: each column, its offending
+    values with their counts, and the fix, so that one run shows everything to correct.
 
     Checks: every schema column (and the label, unless ``label_required`` is False, as
     for prediction) is present; numeric columns hold numbers within ``max_abs``; listed
@@ -30,30 +33,57 @@ def check_table(schema: Schema, table: pd.DataFrame, source: str, *, label_requi
     classes; no cell is missing under ``missing = "refuse"``. Extra columns are ignored.
     """
     table = named_columns(schema, table, source, label_required)
+    problems: list[str] = []
     if schema.label in table.columns:
-        label_codes(schema, table[schema.label], source)
+        _collect(problems, source, lambda: label_codes(schema, table[schema.label], source))
     for column in schema.columns:
-        column_values(schema, column, table[column.name], source)
+        _collect(problems, source, partial(column_values, schema, column, table[column.name], source))
+    if len(problems) == 1:
+        raise ConfigError(f"{source}: {problems[0]}")
+    if problems:
+        listed = "; ".join(f"({number}) {problem}" for number, problem in enumerate(problems, start=1))
+        raise ConfigError(f"{source} does not fit the plan's [schema] in {len(problems)} ways: {listed}")
+
+
+def _collect(problems: list[str], source: str, check: Callable[[], object]) -> None:
+    """Run one column's check, keeping its refusal (without the table's name) instead of stopping."""
+    try:
+        check()
+    except ConfigError as error:
+        problems.append(str(error).removeprefix(f"{source}: "))
 
 
 def named_columns(schema: Schema, table: pd.DataFrame, source: str, label_required: bool) -> pd.DataFrame:
-    """The table with text column names, after checking it has rows and every column the schema needs."""
+    """The table with text column names, after checking it has rows and every column the schema needs
+    (all missing columns named at once)."""
     if len(table) == 0:
         raise ConfigError(f"{source} has no data rows; give the table at least one row")
     table = table.rename(columns=str)
     present = list(table.columns)
     needed = ([schema.label] if label_required else []) + [column.name for column in schema.columns]
     for name in needed:
-        if name not in present:
-            close = closest(name, present)
-            hint = f"did you mean {close!r}? " if close else ""
-            role = "label column" if name == schema.label else "column"
-            raise ConfigError(
-                f"{source} has no {role} {name!r}, which the plan's [schema] requires; {hint}"
-                f"rename that column in the table, or fix the [schema] (table columns: {', '.join(present[:30])})"
-            )
         if present.count(name) > 1:
             raise ConfigError(f"{source} has the column {name!r} twice; keep one")
+    missing = [name for name in needed if name not in present]
+    if len(missing) == 1:
+        name = missing[0]
+        close = closest(name, present)
+        hint = f"did you mean {close!r}? " if close else ""
+        role = "label column" if name == schema.label else "column"
+        raise ConfigError(
+            f"{source} has no {role} {name!r}, which the plan's [schema] requires; {hint}"
+            f"rename that column in the table, or fix the [schema] (table columns: {', '.join(present[:30])})"
+        )
+    if missing:
+        described = []
+        for name in missing:
+            close = closest(name, present)
+            role = "label column" if name == schema.label else "column"
+            described.append(f"{role} {name!r}" + (f" (did you mean {close!r}?)" if close else ""))
+        raise ConfigError(
+            f"{source} has no {', '.join(described)}, which the plan's [schema] requires; rename those "
+            f"columns in the table, or fix the [schema] (table columns: {', '.join(present[:30])})"
+        )
     return table
 
 

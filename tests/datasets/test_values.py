@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pandas as pd
 import pytest
 
@@ -10,7 +9,6 @@ from fedfair.core.errors import ConfigError
 from fedfair.datasets import Schema, check_table
 from fedfair.datasets.builtin import ADULT_COLUMNS
 from fedfair.datasets.schema import Column
-
 
 ADULT_FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
 
@@ -56,3 +54,21 @@ def test_check_table_accepts_a_fitting_table_and_prediction_tables_without_label
     check_table(coded, pd.DataFrame({"code": [1.0, 2.0, None], "y": [0, 1, 1]}), "t.csv")
 
 
+def test_every_problem_of_a_table_is_named_in_one_refusal(small_schema: Schema) -> None:
+    """One run shows everything to correct: each bad column with its values and counts, and the label."""
+    table = pd.DataFrame(
+        {"age": ["30", "forty", "fifty"], "color": ["red", "green", "green"], "y": ["no", "maybe", "yes"]}
+    )
+    with pytest.raises(ConfigError) as refused:
+        check_table(small_schema, table, "t.csv")
+    message = str(refused.value)
+    assert message.startswith("t.csv does not fit the plan's [schema] in 3 ways: (1) label column 'y'")
+    assert "(2) column 'age' is numeric" in message and "'forty' (1 row), 'fifty' (1 row)" in message
+    assert "(3) column 'color' has values not among its [schema] categories: 'green' (2 rows)" in message
+    assert "\n" not in message
+
+
+def test_every_missing_column_is_named_in_one_refusal(small_schema: Schema) -> None:
+    table = pd.DataFrame({"Age": [30], "y": ["no"]})
+    with pytest.raises(ConfigError, match=r"t.csv has no column 'age' \(did you mean 'Age'\?\), column 'color', "):
+        check_table(small_schema, table, "t.csv")
