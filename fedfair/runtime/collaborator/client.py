@@ -92,6 +92,7 @@ from fedfair.runtime.collaborator.rounds import (
 from fedfair.runtime.collaborator.steps import Participant, Work
 from fedfair.runtime.collaborator.stream import TaskStream
 from fedfair.runtime.collaborator.trainer import (
+    check_pinned_table,
     LocalData,
     TrainerFactory,
     load_local_data,
@@ -140,6 +141,7 @@ class Collaborator(TaskStream):
         self.identity = check_identity(config)
         self.device = device_for(config.device)
         self._table = read_local_data(config)
+        check_pinned_table(config, self._table)
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
         backoff = Backoff(retry or config.retry, config.name, stop, target, self.identity.certified)

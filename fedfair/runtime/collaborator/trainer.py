@@ -33,6 +33,7 @@ from fedfair.datasets import DATASETS, Dataset, load_csv, load_dataset, partitio
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.values import check_table
 from fedfair.datasets.tabular import as_strings, read_table, split_rows
+from fedfair.pki.roster import canonical_json
 from fedfair.privacy.accounting import (
     PrivacyAccountant,
     legacy_privacy_state_path,
@@ -41,7 +42,7 @@ from fedfair.privacy.accounting import (
 from fedfair.privacy.learner import PrivateLearner
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.failures import DATA_MISMATCH, LOCAL_DATA, PermanentFailure
-from fedfair.runtime.plan import SharedSettings
+from fedfair.runtime.plan import SharedSettings, load_shared_settings
 from fedfair.runtime.influence import declared_batch
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -149,6 +150,24 @@ def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table
             config=config.source,
         )
     return SchemaTable(raw.iloc[train_rows], raw.iloc[test_rows], source.csv.name)
+
+
+def check_pinned_table(config: CollaboratorConfig, table: LocalTable) -> None:
+    """Before any connection: this institution's table checked against the [schema] of the plan its
+    manifest pins, every problem named at once (a permanent `data-mismatch`).
+
+    Without a pinned plan, or with one that has no [schema], there is nothing to check yet: the
+    aggregator's plan says how the table is read, and it is checked when that plan arrives.
+    """
+    pin = config.manifest.plan if config.manifest is not None else None
+    if pin is None or table.raw is None:
+        return
+    try:
+        shared = load_shared_settings(canonical_json(pin.settings), source="the manifest's pinned plan")
+    except ConfigError:
+        return  # an unreadable pin is reported when the aggregator's plan is checked against it
+    if shared.schema is not None:
+        check_schema_table(config, shared, table)
 
 
 def encoded_data(config: CollaboratorConfig, table: SchemaTable, encoder: Encoder) -> LocalData:

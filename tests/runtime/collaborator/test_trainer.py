@@ -23,7 +23,7 @@ import torch
 from fedfair.core.data import ClientData
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.research.workspace import Workspace, declared_sizes, toml_text
+from fedfair.research.workspace import Workspace, declared_sizes, toml_text, write_pinned_manifest
 from fedfair.runtime.aggregator.loop import initial_state
 from fedfair.runtime.collaborator import client as client_module
 from fedfair.runtime.collaborator.client import Collaborator
@@ -277,3 +277,33 @@ def test_a_plan_changed_under_a_waiting_collaborator_stops_it_with_one_consisten
     message = str(stopped.value)
     assert stopped.value.failure is PLAN_CHANGED and message.startswith("plan-changed: ")
     assert "fedfair plan diff" in message and "start this collaborator again" in message
+
+
+def test_a_table_that_misfits_the_pinned_schema_stops_the_collaborator_before_it_dials(tmp_path: Path) -> None:
+    """With the plan pinned in its manifest, a collaborator checks its table before any connection (no
+    aggregator runs here)."""
+    table = pd.DataFrame({"age": ["30", "forty"], "colour": ["red", "blue"], "y": ["no", "maybe"]})
+    path = tmp_path / "table.csv"
+    table.to_csv(path, index=False)
+    workspace = new_workspace(tmp_path / "federation", NAMES)
+    schema = Schema(
+        label="y",
+        classes=("no", "yes"),
+        columns=(Column("age", "numeric"), Column("color", "categorical", ("red", "blue"))),
+        missing="refuse",
+    )
+    workspace.plan.write_text(workspace.plan.read_text() + "\n" + schema.to_toml())
+    manifest = tmp_path / "federation" / "manifest.toml"
+    write_pinned_manifest(manifest, workspace.plan, workspace.certs)
+    config_path = workspace.configs[NAMES[0]]
+    text = config_path.read_text().replace("[collaborator]\n", f'[collaborator]\nmanifest = "{manifest}"\n', 1)
+    data_start = text.index("[data]")
+    data_end = text.find("\n[", data_start + 1)
+    config_path.write_text(
+        text[:data_start] + f'[data]\ncsv = "{path}"\n' + (text[data_end + 1 :] if data_end != -1 else "")
+    )
+    with pytest.raises(PermanentFailure) as stopped:
+        Collaborator(load_collaborator_config(config_path))
+    message = str(stopped.value)
+    assert message.startswith("data-mismatch: ")
+    assert "has no column 'color', which the plan's [schema] requires; did you mean 'colour'?" in message
