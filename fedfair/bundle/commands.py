@@ -14,6 +14,7 @@ the bundle's file, and importing it runs code, so the bundle can never consent o
 from __future__ import annotations
 
 import argparse
+import logging
 import json
 from collections.abc import Collection
 from pathlib import Path
@@ -38,6 +39,8 @@ from fedfair.fairness.report import GroupRiskReport
 
 PREDICTION_COLUMN = "prediction"
 PROBABILITY_PREFIX = "probability_"
+
+logger = logging.getLogger("fedfair.bundle")
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -82,9 +85,12 @@ def bundle_encoder(bundle: Bundle) -> Encoder:
     return Encoder.from_mapping(bundle.encoder, "the model bundle")
 
 
-def encode_table(bundle: Bundle, table: pd.DataFrame, source: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """The table's features (and labels, None without the label column) as the bundle's encoder makes them."""
-    features, labels = bundle_encoder(bundle).encode(table, source)
+def encode_table(
+    bundle: Bundle, table: pd.DataFrame, source: str, *, unseen: dict[str, dict[str, int]] | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The table's features (and labels, None without the label column) as the bundle's encoder makes them;
+    with `unseen`, categories the federation never listed are encoded as none of them and recorded there."""
+    features, labels = bundle_encoder(bundle).encode(table, source, unseen=unseen)
     expected = bundle.architecture.get("features")
     if expected is not None and features.shape[1] != expected:
         raise ConfigError(
@@ -122,7 +128,15 @@ def predictions(
 
     ``allowed``: the model factories the user trusts (:meth:`Bundle.build_model`).
     """
-    features, _ = encode_table(bundle, table, source)
+    unseen: dict[str, dict[str, int]] = {}
+    features, _ = encode_table(bundle, table, source, unseen=unseen)
+    for column, values in unseen.items():
+        listed = ", ".join(f"{value!r} ({count:,} row{'s' if count != 1 else ''})" for value, count in values.items())
+        logger.warning(
+            "%s: column %r holds categories the model was not trained on: %s; those cells are encoded as none "
+            "of its categories",
+            source, column, listed,
+        )
     model = bundle.build_model(allowed=allowed)
     names = bundle_encoder(bundle).class_names
     probabilities = class_probabilities(model, features)

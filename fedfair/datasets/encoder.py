@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from fedfair.datasets.schema import Column, Schema, SchemaSection, categorical_levels, shown
+from fedfair.datasets.tabular import as_text
 from fedfair.datasets.values import column_values, label_codes, named_columns
 
 # The shared encoder
@@ -62,19 +63,34 @@ class Encoder:
     def num_features(self) -> int:
         return sum(len(column.means) for column in self.columns)
 
-    def encode(self, table: pd.DataFrame, source: str) -> tuple[np.ndarray, np.ndarray | None]:
+    def encode(
+        self, table: pd.DataFrame, source: str, *, unseen: dict[str, dict[str, int]] | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """Float32 features in the schema's order and int64 class indices (None when the label column is absent).
 
         Numbers are standardised with the global mean and std (a missing one, under
         "impute", becomes 0); categories one-hot, each level standardised with its
         frequency over all sites, as ``tabular.encode_features`` does for one table.
+
+        A value outside a listed column's categories is refused, unless `unseen` is given (for
+        prediction with a trained model): such a cell is then encoded as none of the known
+        categories, and `unseen` records it, column -> value -> rows.
         """
         table = named_columns(self.schema, table, source, label_required=False)
         labels = label_codes(self.schema, table[self.schema.label], source) if self.schema.label in table else None
         features = np.empty((len(table), self.num_features), dtype=np.float32)
         offset = 0
         for column, encoding in zip(self.schema.columns, self.columns):
-            values = column_values(self.schema, column, table[column.name], source)
+            series = table[column.name]
+            known = np.ones(len(table), dtype=bool)
+            if unseen is not None and column.categories is not None:
+                text = as_text(series)
+                known = pd.isna(text) | np.isin(text, np.array(column.categories, dtype=object))
+                if not known.all():
+                    counts = pd.Series(text[~known], dtype=object).value_counts()
+                    unseen[column.name] = {str(value): int(count) for value, count in counts.items()}
+                    series = series.where(known, other=column.categories[0])
+            values = column_values(self.schema, column, series, source)
             mean, std = np.array(encoding.means), np.array(encoding.stds)
             block = features[:, offset : offset + len(mean)]
             if column.kind == "numeric":
@@ -82,7 +98,8 @@ class Encoder:
             else:
                 levels = self._level_codes(column, encoding, values)
                 block[:] = -mean / std
-                block[np.arange(len(levels)), levels] = ((1.0 - mean) / std)[levels]
+                rows = np.flatnonzero(known)
+                block[rows, levels[rows]] = ((1.0 - mean) / std)[levels[rows]]
             offset += len(mean)
         return features, labels
 

@@ -240,3 +240,32 @@ def test_predict_and_evaluate_build_an_allowed_factory_model(
     from_factory = json.loads(capsys.readouterr().out)
     assert main(["evaluate", "--model", str(path), *data, "--json"]) == 0
     assert from_factory == json.loads(capsys.readouterr().out)
+
+
+def test_predict_takes_a_category_the_federation_never_saw_as_none_of_its_categories(
+    tmp_path: Path, bundle_file: tuple[Path, nn.Module, Encoder, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A trained model predicts every row: an unseen category's one-hot block is 'no known level' (each
+    level at its encoding of 0), the other rows are encoded as ever, and the warning names the values."""
+    path, model, encoder, classes = bundle_file
+    rows = institution_table(20, classes, seed=9).drop(columns="income")
+    rows.loc[[3, 7], "sector"] = "military"
+    rows.to_csv(tmp_path / "new.csv", index=False)
+    command = ["predict", "--model", str(path), "--data", str(tmp_path / "new.csv"), "--out", str(tmp_path / "p.csv")]
+    with caplog.at_level("WARNING", logger="fedfair.bundle"):
+        assert main(command) == 0
+    assert "column 'sector' holds categories the model was not trained on: 'military' (2 rows)" in caplog.text
+    unseen: dict[str, dict[str, int]] = {}
+    features, _ = encoder.encode(rows, "new rows", unseen=unseen)
+    assert unseen == {"sector": {"military": 2}}
+    known = rows.drop(index=[3, 7])
+    np.testing.assert_array_equal(np.delete(features, [3, 7], axis=0), encoder.encode(known, "known rows")[0])
+    (sector,) = [position for position, column in enumerate(encoder.schema.columns) if column.name == "sector"]
+    start = sum(len(encoder.columns[position].means) for position in range(sector))
+    encoding = encoder.columns[sector]
+    block = features[3, start : start + len(encoding.means)]
+    none_of_them = -np.array(encoding.means) / np.array(encoding.stds)
+    np.testing.assert_allclose(block, none_of_them.astype(np.float32), rtol=0, atol=0)
+    with pytest.raises(Exception, match="not among its \\[schema\\] categories"):
+        encoder.encode(rows, "new rows")  # without `unseen` (training, evaluation) it is still refused
+    assert len(pd.read_csv(tmp_path / "p.csv")) == 20
