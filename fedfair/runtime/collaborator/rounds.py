@@ -43,10 +43,9 @@ import torch
 
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import LocalLearner, RoundTrainer
+from fedfair.core.local import LocalLearner, RoundTrainer, StopsContributing
 from fedfair.core.update import bounded
 from fedfair.fairness import sums
-from fedfair.privacy.learner import PrivacyBudgetExhausted, PrivateLearner
 from fedfair.runtime.collaborator.bindings import Bindings, SignedView
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.preparation import Prepared
@@ -238,7 +237,9 @@ class RoundJob:
         self._holds_control = True
         try:
             update = self.trainer.train_round(theta, c, control)
-        except PrivacyBudgetExhausted as error:
+        # A collaborator stops contributing for good only when its privacy budget is spent (the private
+        # learner's PrivacyBudgetExhausted); naming the base class keeps Opacus unloaded without [privacy].
+        except StopsContributing as error:
             logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
             self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
             return nothing
@@ -251,8 +252,10 @@ class RoundJob:
             update, influence.weight_of(self.config.name, self.shared.training.batch_fraction), influence.update_norm
         )
         vector = update.weighted_vector().numpy()
-        if self.config.share_epsilon and isinstance(self.trainer, PrivateLearner):
-            spent = self.trainer.last_report
+        if self.config.share_epsilon and self.config.privacy.enabled:
+            from fedfair.privacy.learner import PrivateLearner  # Opacus is loaded only where DP is on
+
+            spent = self.trainer.last_report if isinstance(self.trainer, PrivateLearner) else None
             if spent is not None:
                 self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT, spent.epsilon)
         if not np.isfinite(vector).all() or not np.isfinite(update.weight):

@@ -34,12 +34,6 @@ from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.values import check_table
 from fedfair.datasets.tabular import as_strings, read_table, split_rows
 from fedfair.pki.roster import canonical_json
-from fedfair.privacy.accounting import (
-    PrivacyAccountant,
-    legacy_privacy_state_path,
-    privacy_state_path,
-)
-from fedfair.privacy.learner import PrivateLearner
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.failures import DATA_MISMATCH, LOCAL_DATA, PermanentFailure
 from fedfair.runtime.plan import SharedSettings, load_shared_settings
@@ -272,6 +266,10 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
             f"{batch}, more than the {learner.num_samples} rows held; DP-SGD samples each row with "
             "probability batch / rows, at most 1: correct [influence] sizes in the plan"
         )
+    # Opacus (and the scipy it loads, about 120 MB) comes in only for an institution that uses DP.
+    from fedfair.privacy.accounting import PrivacyAccountant, legacy_privacy_state_path, privacy_state_path
+    from fedfair.privacy.learner import PrivateLearner
+
     folder, federation = config.source.parent, shared.federation_id
     legacy = legacy_privacy_state_path(folder, config.name)
     if legacy.exists():

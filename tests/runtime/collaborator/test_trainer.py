@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
@@ -307,3 +309,14 @@ def test_a_table_that_misfits_the_pinned_schema_stops_the_collaborator_before_it
     message = str(stopped.value)
     assert message.startswith("data-mismatch: ")
     assert "has no column 'color', which the plan's [schema] requires; did you mean 'colour'?" in message
+
+
+def test_a_collaborator_without_privacy_does_not_load_opacus() -> None:
+    """Opacus and the scipy it brings (about 120 MB of a collaborator's memory) load only with [privacy]."""
+    probe = (
+        "import sys\n"
+        "import fedfair.runtime.collaborator.commands\n"
+        "print(sorted(name for name in ('opacus', 'scipy') if name in sys.modules))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    assert completed.stdout.strip().splitlines()[-1] == "[]"
