@@ -10,11 +10,8 @@ mini-batches, and `contributing_updates` runs a round over the collaborators sti
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -64,13 +61,19 @@ class BatchSampler:
         return batch
 
 
+PerSampleLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(model outputs, labels) -> one loss per sample, e.g. lambda o, y: F.cross_entropy(o, y, reduction="none")."""
+
+
 class LocalLearner:
     """The looped executor of `FedSRCVaR`: one collaborator's model, objective head and data.
 
     It computes each step's gradient by autograd on its own model and hands it to the
     algorithm's rules (`fedfair.core.algorithm`), which take the step, correct drift and
     project; `threshold` is the RCVaR head holding c, and without one the objective is the
-    plain mean loss (FedAvg), so the baselines share this code path exactly.
+    plain mean loss (FedAvg), so the baselines share this code path exactly. `loss` is the
+    per-sample loss (cross-entropy unless the caller brings its own, which must give one loss
+    per sample).
     """
 
     def __init__(
@@ -83,9 +86,11 @@ class LocalLearner:
         *,
         threshold: RCVaRThreshold | None = None,
         seed: int = 0,
+        loss: PerSampleLoss | None = None,
     ) -> None:
         parameter = next(model.parameters())
         self.model = model
+        self.loss: PerSampleLoss = per_sample_loss if loss is None else checked_loss(loss)
         self.threshold = threshold
         self.config = config
         self.algorithm = FedSRCVaR(config, bound=None if threshold is None else threshold.bound)
@@ -134,7 +139,7 @@ class LocalLearner:
 
     def objective(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Per-sample training objective: smoothed RCVaR terms, or plain losses without a threshold."""
-        losses = per_sample_loss(self.model(features), labels)
+        losses = self.loss(self.model(features), labels)
         return losses if self.threshold is None else self.threshold(losses)
 
     def zero_grad(self) -> None:
@@ -183,35 +188,8 @@ class LocalLearner:
         return self.finish()
 
 
-PerSampleLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""(model outputs, labels) -> one loss per sample, e.g. lambda o, y: F.cross_entropy(o, y, reduction="none")."""
-
-
-class CustomLossLearner(LocalLearner):
-    """A LocalLearner whose per-sample loss is the caller's, not the built-in cross-entropy."""
-
-    def __init__(
-        self,
-        model: nn.Module,
-        features: torch.Tensor,
-        labels: torch.Tensor,
-        batch_size: int,
-        config: LocalConfig,
-        *,
-        loss: PerSampleLoss,
-        threshold: RCVaRThreshold | None = None,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(model, features, labels, batch_size, config, threshold=threshold, seed=seed)
-        self.loss = loss
-
-    def objective(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        losses = checked_losses(self.loss(self.model(features), labels), features.shape[0])
-        return losses if self.threshold is None else self.threshold(losses)
-
-
 def checked_loss(loss: PerSampleLoss) -> PerSampleLoss:
-    """The caller's loss with CustomLossLearner's shape check, for the vectorised clients."""
+    """The caller's loss, refused (`checked_losses`) unless it gives one loss per sample."""
 
     def checked(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return checked_losses(loss(outputs, labels), outputs.shape[0])

@@ -33,22 +33,13 @@ from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import (
-    CustomLossLearner,
     LocalLearner,
     PerSampleLoss,
     RoundTrainer,
-    checked_loss,
     checked_losses,
     contributing_updates,
 )
-from fedfair.core.models import (
-    build_model,
-    flat_parameters,
-    load_flat_parameters,
-    per_sample_loss,
-    seeded,
-    trainable_module,
-)
+from fedfair.core.models import build_model, flat_parameters, load_flat_parameters, seeded, trainable_module
 from fedfair.core.objective import RCVaRThreshold, make_smooth_plus, rcvar, smoothed_rcvar_per_sample
 from fedfair.core.update import Update
 from fedfair.privacy.config import PrivacyConfig
@@ -152,21 +143,16 @@ def make_learners(
             threshold = RCVaRThreshold(objective, dtype=training.torch_dtype).to(device)
         seed = client_seed(training.seed, index)
         model = fresh_model()
-        if loss is None:
-            learner = LocalLearner(
-                model, client.features, client.labels, batch_size, training.local, threshold=threshold, seed=seed
-            )
-        else:
-            learner = CustomLossLearner(
-                model,
-                client.features,
-                client.labels,
-                batch_size,
-                training.local,
-                loss=loss,
-                threshold=threshold,
-                seed=seed,
-            )
+        learner = LocalLearner(
+            model,
+            client.features,
+            client.labels,
+            batch_size,
+            training.local,
+            threshold=threshold,
+            seed=seed,
+            loss=loss,
+        )
         learners.append(learner)
     return fresh_model(), learners
 
@@ -196,7 +182,7 @@ RoundCallback = Callable[[server.ServerState], None]
 
 
 def batched_clients(
-    learners: Sequence[LocalLearner], loss: PerSampleLoss | None, *, private: bool, vectorise: bool
+    learners: Sequence[LocalLearner], *, private: bool, vectorise: bool
 ) -> tuple[VectorisedClients | None, str]:
     """The learners as one batched computation, or None and the reason the simulation keeps the loop."""
     if not vectorise:
@@ -204,7 +190,7 @@ def batched_clients(
     if private:
         # Each private learner draws its own Poisson batch and clips per sample through Opacus.
         return None, "DP-SGD trains each collaborator on its own Poisson-sampled batches"
-    clients = VectorisedClients(learners, per_sample_loss if loss is None else checked_loss(loss))
+    clients = VectorisedClients(learners)
     reason = clients.blocker()
     return (None, reason) if reason is not None else (clients, "")
 
@@ -239,7 +225,7 @@ def run_rounds(
             PrivateLearner(learner, privacy, planned_rounds=training.rounds, name=client.name)
             for learner, client in zip(learners, federation.train, strict=True)
         ]
-    clients, loop_reason = batched_clients(learners, loss, private=private, vectorise=vectorise)
+    clients, loop_reason = batched_clients(learners, private=private, vectorise=vectorise)
     if clients is None:
         logger.info("local steps: a loop over %d collaborators (%s)", len(learners), loop_reason)
     else:

@@ -26,7 +26,7 @@ operation vmap does not support); the simulation then keeps the loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -37,9 +37,6 @@ from fedfair.core import server
 from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
 from fedfair.core.objective import RCVaRThreshold
-
-PerSampleObjectiveLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""(model outputs, labels) -> one loss per sample: the learners' own loss, as `LocalLearner.objective` applies it."""
 
 COUPLING_TOLERANCE = 1e-4
 """Relative change of a sample's loss, when another sample joins its batch, above which samples interact.
@@ -182,7 +179,7 @@ class VectorisedClients:
     Clients are evaluated in `size_groups`, all groups in one backward pass.
     """
 
-    def __init__(self, learners: Sequence[LocalLearner], loss: PerSampleObjectiveLoss) -> None:
+    def __init__(self, learners: Sequence[LocalLearner]) -> None:
         if not learners:
             raise ValueError("no learners to vectorise; a federation needs at least one collaborator")
         first = learners[0]
@@ -195,7 +192,7 @@ class VectorisedClients:
         """[K, D + 1] every client's sigma_k (float64), with drift correction; as each learner's `control` starts."""
         if first.control is not None:
             self.controls = torch.stack([learner.control for learner in self.learners if learner.control is not None])
-        self.loss = loss
+        self.loss = first.loss
         self.names = [name for name, _ in self.model.named_parameters()]
         self.shapes = [parameter.shape for _, parameter in self.model.named_parameters()]
         counts = [shape.numel() for shape in self.shapes]

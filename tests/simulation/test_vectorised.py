@@ -140,7 +140,7 @@ def test_each_client_draws_the_loops_batches_and_makes_the_loops_update() -> Non
     objective = ObjectiveConfig(epsilon=0.3, rho=0.2)
     template, vectorised_learners = make_learners(federation, training, objective)
     _, loop_learners = make_learners(federation, training, objective)
-    clients, reason = batched_clients(vectorised_learners, None, private=False, vectorise=True)
+    clients, reason = batched_clients(vectorised_learners, private=False, vectorise=True)
     assert clients is not None and reason == ""
     theta = flat_parameters(template).double()
     stacked = clients.train_round(theta, objective.bound)
@@ -202,7 +202,7 @@ def test_the_direct_plain_sum_is_the_loops_aggregate_bit_for_bit() -> None:
     federation = adult_split("dirichlet", 51)
     training = TrainingConfig(rounds=1, batch_size=1024)
     template, learners = make_learners(federation, training, ObjectiveConfig())
-    clients, _ = batched_clients(learners, None, private=False, vectorise=True)
+    clients, _ = batched_clients(learners, private=False, vectorise=True)
     assert clients is not None
     stacked = clients.train_round(flat_parameters(template).double() + 0.01, 1.5)
     direct, of_updates = stacked.plain_sum(), server.Aggregate.of(stacked.updates())
@@ -298,7 +298,7 @@ def test_a_custom_model_and_loss_vectorise_and_match_the_loop() -> None:
 
 def test_an_empty_federation_cannot_be_vectorised() -> None:
     with pytest.raises(ValueError, match="at least one collaborator"):
-        VectorisedClients([], per_sample_loss)
+        VectorisedClients([])
 
 
 def test_size_groups_bound_the_padding() -> None:
