@@ -34,9 +34,9 @@ Two costs are reported, each as a median over the measured rounds:
   the aggregator share here, is). ``party_seconds`` is the median over parties of each
   party's median over rounds; ``party_cpu_seconds`` is the same for its threads' CPU time;
 - the aggregator's CPU per round (``aggregator_cpu_seconds``, with `--processes` only: with
-  threads the process's CPU, ``process_cpu_seconds``, includes every party's) and the peak
-  resident memory of this process (``peak_rss_mb``) and of the largest party process
-  (``party_peak_rss_mb``, `--processes`).
+  threads the process's CPU, ``process_cpu_seconds``, includes every party's) and, per
+  configuration, the peak resident memory of this process (``peak_rss_mb``) and of the
+  largest party process (``party_peak_rss_mb``, `--processes`).
 
 Each configuration runs one warm-up round, then `--rounds` measured rounds (2 with
 `--quick`, 5 by default); `ratio_to_plain` (whole round) and `party_ratio_to_plain`
@@ -191,16 +191,17 @@ def party_medians(busy: list[Busy], rounds: list[int]) -> tuple[float, float, li
 
 def collaborator_process(config: Path, results: Any) -> None:
     """One party as its own process (``--processes``): take part in the federation, then put its
-    busy times on the `results` queue."""
+    busy times and its peak memory on the `results` queue."""
     logging.getLogger("fedfair").setLevel(logging.WARNING)
     collaborator = BenchCollaborator(load_collaborator_config(config))
     with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
         collaborator.run()
-    results.put(collaborator.busy())
+    results.put((collaborator.busy(), peak_rss_mb()))
 
 
-def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> list[Busy]:
-    """Run the aggregator here and the collaborators as threads of this process or as processes of their own."""
+def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> tuple[list[Busy], list[float]]:
+    """Run the aggregator here and the collaborators as threads of this process or as processes of their own;
+    each party's busy times, and with processes each one's peak memory in MiB (none with threads)."""
     plan = load_aggregator_plan(plan_path)
     if processes:
         # spawn, not fork: this process already runs gRPC's threads.
@@ -211,7 +212,7 @@ def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> list[B
             child.start()
         run_aggregator(plan)
         try:
-            busy = [results.get(timeout=120) for _ in children]
+            reported = [results.get(timeout=120) for _ in children]
         except queue.Empty:
             codes = [child.exitcode for child in children]
             raise RuntimeError(
@@ -219,7 +220,7 @@ def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> list[B
             ) from None
         for child in children:
             child.join(60)
-        return busy
+        return [busy for busy, _ in reported], [peak for _, peak in reported]
     collaborators = [BenchCollaborator(load_collaborator_config(config)) for config in configs]
     threads = [threading.Thread(target=collaborator.run, daemon=True) for collaborator in collaborators]
     # No table has d - 1 features: the collaborators skip loading theirs (BenchCollaborator._prepare).
@@ -229,7 +230,7 @@ def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> list[B
         run_aggregator(plan)
         for thread in threads:
             thread.join(60)
-    return [collaborator.busy() for collaborator in collaborators]
+    return [collaborator.busy() for collaborator in collaborators], []
 
 
 def run_configuration(
@@ -250,8 +251,9 @@ def run_configuration(
                 "quorum": {"min_collaborators": parties, "round_timeout_seconds": 600.0},
             },
         )
+        reset_peak_rss()
         started = time.perf_counter()
-        busy = run_parties(workspace.plan, [workspace.configs[name] for name in names], processes)
+        busy, party_peaks = run_parties(workspace.plan, [workspace.configs[name] for name in names], processes)
         total = time.perf_counter() - started
         log = read_round_log(workspace.output)
     if any(record["status"] != "applied" for record in log):
@@ -279,16 +281,31 @@ def run_configuration(
         "aggregator_received_bytes": log[-1]["received_bytes"],
         "aggregator_cpu_seconds": statistics.median(aggregator_cpu) if processes else None,
         "process_cpu_seconds": statistics.median(aggregator_cpu),
-        "peak_rss_mb": peak_rss_mb(resource.RUSAGE_SELF),
-        "party_peak_rss_mb": peak_rss_mb(resource.RUSAGE_CHILDREN) if processes else None,
+        "peak_rss_mb": peak_rss_mb(),
+        "party_peak_rss_mb": max(party_peaks) if party_peaks else None,
         "run_seconds": total,
     }
 
 
-def peak_rss_mb(who: int) -> float:
-    """The peak resident memory so far of this process (RUSAGE_SELF) or of its largest ended child
-    (RUSAGE_CHILDREN), in MiB (Linux reports KiB)."""
-    return resource.getrusage(who).ru_maxrss / 1024.0
+def reset_peak_rss() -> None:
+    """Start this process's peak resident memory afresh (Linux's /proc/self/clear_refs), so that each
+    configuration reports its own peak rather than the largest of the run so far."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass  # elsewhere the peak is the process's lifetime one (peak_rss_mb says so by falling back)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory since :func:`reset_peak_rss`, in MiB (VmHWM; where /proc is
+    missing, the lifetime peak)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
