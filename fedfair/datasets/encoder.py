@@ -89,6 +89,7 @@ class Encoder:
                 if not known.all():
                     counts = pd.Series(text[~known], dtype=object).value_counts()
                     unseen[column.name] = {str(value): int(count) for value, count in counts.items()}
+                    # A listed stand-in lets the shared reader take the column; those rows get no level below.
                     series = series.where(known, other=column.categories[0])
             values = column_values(self.schema, column, series, source)
             mean, std = np.array(encoding.means), np.array(encoding.stds)
