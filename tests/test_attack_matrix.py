@@ -102,6 +102,8 @@ def test_the_hostile_encoding_is_the_protocol(tmp_path: Path) -> None:
         "threshold": None,
         "neighbours": None,
         "max_colluding": 0,
+        "graph_roster": sorted(NAMES),
+        "graph_seed": "",
     }
     for colluding in (1, 0):  # the last one runs the protocol below
         announced["max_colluding"] = colluding

@@ -140,6 +140,8 @@ class RoundInfo:
     threshold: int | None
     neighbours: int | None
     max_colluding: int
+    graph_roster: tuple[str, ...]
+    graph_seed: bytes
 
     @classmethod
     def parse(cls, federation_id: str, payload: bytes) -> RoundInfo:
@@ -154,6 +156,8 @@ class RoundInfo:
             threshold=document.get("threshold"),
             neighbours=document.get("neighbours"),
             max_colluding=int(document.get("max_colluding") or 0),
+            graph_roster=tuple(sorted(document["graph_roster"])),
+            graph_seed=bytes.fromhex(document.get("graph_seed") or ""),
         )
 
     @property
@@ -163,7 +167,7 @@ class RoundInfo:
 
     @property
     def complete(self) -> bool:
-        return self.neighbours is None or self.neighbours >= len(self.parties) - 1
+        return self.neighbours is None or self.neighbours >= len(self.graph_roster) - 1
 
     @property
     def holders(self) -> int:
@@ -186,6 +190,8 @@ class RoundInfo:
             writer.text(name)
         writer.u64(self.dimension).u32(self.t).u32(0 if self.complete else self.holders - 1)
         writer.u32(self.max_colluding)
+        if not self.complete:
+            writer.blob(self.graph_seed)
         encoding = self.encoding
         writer.f64(float(encoding["clip"])).f64(float(encoding["max_weight"]))
         writer.u32(int(encoding["fractional_bits"])).u32(int(encoding["modulus_bits"]))

@@ -121,6 +121,11 @@ class RoundParameters:
     threshold: int | None
     neighbours: int | None
     max_colluding: int
+    graph_roster: tuple[str, ...]
+    """The names the masking graph is drawn over: the plan's whole roster, sorted."""
+    graph_seed: str = ""
+    """The masking graph's public seed (hex) under secure aggregation: a hash of the federation, the
+    graph roster, the degree and the session, which each collaborator recomputes; "" in plain mode."""
 
     def to_bytes(self) -> bytes:
         document = asdict(self)
@@ -140,11 +145,17 @@ class RoundParameters:
                 threshold=None if document["threshold"] is None else int(document["threshold"]),
                 neighbours=None if document["neighbours"] is None else int(document["neighbours"]),
                 max_colluding=int(document["max_colluding"]),
+                graph_roster=tuple(str(name) for name in document["graph_roster"]),
+                graph_seed=str(document["graph_seed"]),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ConfigError(
                 f"the round's parameters are malformed ({error}); the aggregator may run another version"
             ) from None
+
+    def implied_graph_seed(self, federation_id: str, stages: Stages) -> str:
+        """The graph seed these parameters imply (hex): what the aggregator states and each collaborator checks."""
+        return self.secagg_config(federation_id, stages).graph_seed.hex() if self.secure else ""
 
     def secagg_config(self, federation_id: str, stages: Stages) -> SecAggConfig:
         return SecAggConfig(
@@ -156,4 +167,5 @@ class RoundParameters:
             threshold=self.threshold,
             neighbours=self.neighbours,
             max_colluding=self.max_colluding,
+            graph_roster=self.graph_roster,
         )

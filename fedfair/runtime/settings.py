@@ -41,12 +41,15 @@ from fedfair.runtime.influence import InfluenceSettings, read_influence
 from fedfair.runtime.model_settings import ModelSettings, read_model
 from fedfair.runtime.toml_tables import Table, field_names
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
+from fedfair.secagg.graph import default_degree
 
 if TYPE_CHECKING:
     import numpy as np
     from fedfair.core.algorithm import FedSRCVaR
 
 DROPOUT_POLICIES = ("allowed", "none")
+AUTO = "auto"
+"""``[secure_aggregation] neighbours = "auto"``: the masking graph's degree follows the roster's size."""
 """[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
 
 @dataclass(frozen=True)
@@ -92,7 +95,12 @@ class TrainingSettings:
 
 @dataclass(frozen=True)
 class SecureAggregationSettings:
-    """Bonawitz et al. double masking; ``neighbours = 0`` means the complete graph.
+    """Bonawitz et al. double masking, on the complete graph or a SecAgg+ graph.
+
+    ``neighbours``: None ("auto" in a plan) picks the degree from the roster's size
+    (:func:`fedfair.secagg.graph.default_degree`: the complete graph below about 20
+    collaborators, k = 2 ceil(log2 n) + 2 max_colluding above); 0 is the complete graph, k a
+    k-regular graph drawn per round over the plan's whole roster.
 
     ``threshold`` None means the smallest t the threshold rule allows for each round's p
     participants (fedfair.secagg.threshold_for: floor(p/2) + 1 when max_colluding is 0).
@@ -117,7 +125,7 @@ class SecureAggregationSettings:
     modulus_bits: int = 64
     fractional_bits: int = 20
     clip: float = 10.0
-    neighbours: int = 0
+    neighbours: int | None = None
     max_weight: float = 1e6
     max_colluding: int = 0
     dropouts: str = "allowed"
@@ -136,9 +144,11 @@ class SecureAggregationSettings:
             modulus_bits=self.modulus_bits,
         )
 
-    @property
-    def mask_neighbours(self) -> int | None:
-        """The masking graph's degree as the secure-aggregation library takes it (None: complete)."""
+    def mask_neighbours(self, collaborators: int) -> int | None:
+        """The masking graph's degree for a plan of ``collaborators``, as the secure-aggregation
+        library takes it (None: the complete graph)."""
+        if self.neighbours is None:
+            return default_degree(collaborators, self.max_colluding)
         return self.neighbours or None
 
 
@@ -264,10 +274,15 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
             f"[secure_aggregation] fractional_bits = {fractional_bits} must be below modulus_bits = {modulus_bits}; lower it"
         )
     clip = t.number("clip", d.clip, check=lambda x: x > 0, expected="a number > 0 (the bound on each coordinate)")
-    neighbours = t.integer("neighbours", d.neighbours, low=0)
+    # Shared settings travel as JSON, where "auto" is null.
+    raw = t.data.get("neighbours")
+    if raw is not None and raw != AUTO and (not isinstance(raw, int) or isinstance(raw, bool) or raw < 0):
+        t.bad("neighbours", raw, '"auto" or an integer >= 0 (0: the complete graph)')
+    neighbours = None if raw is None or raw == AUTO else int(raw)
     if neighbours and not 2 <= neighbours <= n - 1:
         t.fail(
-            f"[secure_aggregation] neighbours = {neighbours} must be 0 (complete graph) or in 2..{n - 1}; fix the value"
+            f'[secure_aggregation] neighbours = {neighbours} must be "auto", 0 (complete graph) or in 2..{n - 1}; '
+            "fix the value"
         )
     max_weight = t.number(
         "max_weight", d.max_weight, check=lambda x: x >= 1, expected="a number >= 1 (the largest batch b_k)"
@@ -276,7 +291,8 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
     dropouts = t.string("dropouts", d.dropouts, choices=DROPOUT_POLICIES)
     if enabled:
         # The threshold rule for the full roster: m holders of each secret, up to c colluders.
-        holders = neighbours + 1 if neighbours else n
+        degree = default_degree(n, max_colluding) if neighbours is None else neighbours
+        holders = degree + 1 if degree else n
         try:
             if threshold is None:
                 threshold_for(holders, max_colluding)

@@ -54,6 +54,7 @@ from fedfair.secagg.errors import (
     ThresholdError,
     UnmaskRefusedError,
 )
+from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
@@ -361,7 +362,9 @@ class Client:
         Refuses (:class:`UnmaskRefusedError`) a view whose U2' differs from the masking set
         this party masked for, whose U3 is not within U2' or leaves this party out, and any
         view other than the one it already signed (the same view gets the same signature
-        again). Raises :class:`ThresholdError` if U3 has fewer than t parties.
+        again), and, on a SecAgg+ graph, survivors whose subgraph max_colluding of them could
+        cut (the aggregator would unmask the sum of a piece: :func:`~fedfair.secagg.graph.check_survivors`).
+        Raises :class:`ThresholdError` if U3 has fewer than t parties.
         """
         if self._signed is not None:
             check_header(survivor_set, self.config, self._session)
@@ -383,6 +386,7 @@ class Client:
             )
         if len(survivors) < self.config.t:
             raise ThresholdError(f"only {len(survivors)} survivors, below the threshold {self.config.t}; round aborted")
+        check_survivors(self.config.graph, survivors, self.config.max_colluding)
         view = (survivor_set.masking_set, survivor_set.survivors)
         signature = sign(self._identity_key, consistency_payload(self._session, *view))
         self._view = view

@@ -34,7 +34,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.encode import Encoder, EncodingConfig
 from fedfair.secagg.errors import PrivacyWarning
-from fedfair.secagg.graph import Graph, complete_graph, regular_graph, round_seed
+from fedfair.secagg.graph import Graph, canonical_roster, complete_graph, graph_seed, regular_graph
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,9 @@ class SecAggConfig:
         floor(m/2) + 1 when ``max_colluding`` is 0.
     neighbours: k for a k-regular SecAgg+ graph drawn per round; ``None`` (or >= n - 1)
         for the complete graph.
+    graph_roster: the names the graph is drawn over, kept sorted (the plan's whole roster;
+        empty: the round's parties). Parties of it that are not in the round are absent vertices, as if
+        they had dropped before the round began, so who takes part does not redraw the graph.
     max_colluding: c, how many parties may collude with the aggregator (and lie) without
         breaking privacy; the threshold must satisfy the rule for this c.
     """
@@ -64,12 +67,14 @@ class SecAggConfig:
     threshold: int | None = None
     neighbours: int | None = None
     max_colluding: int = 0
+    graph_roster: tuple[str, ...] = ()
     _threshold: int = field(init=False, repr=False, compare=False)
     _graph: Graph = field(init=False, repr=False, compare=False)
     _encoder: Encoder = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "parties", tuple(self.parties))
+        object.__setattr__(self, "graph_roster", canonical_roster(self.graph_roster or self.parties))
         n = len(self.parties)
         if not self.federation_id:
             raise ConfigError("federation_id is empty; set the federation name in the plan")
@@ -83,6 +88,11 @@ class SecAggConfig:
             raise ConfigError(f"dimension={self.dimension} must be at least 1")
         if self.neighbours is not None and self.neighbours < 1:
             raise ConfigError(f"neighbours={self.neighbours} must be at least 1, or None for the complete graph")
+        outside = set(self.parties) - set(self.graph_roster)
+        if outside:
+            raise ConfigError(
+                f"party {min(outside)!r} is not in the roster the masking graph is drawn over; add it to the plan"
+            )
         if self.max_colluding < 0:
             raise ConfigError(f"max_colluding={self.max_colluding} is negative; use 0 or more")
         holders = self.holders_per_secret
@@ -94,11 +104,7 @@ class SecAggConfig:
         object.__setattr__(self, "_threshold", threshold)
         # Both constructors refuse bad settings, so a config that exists is a usable one.
         object.__setattr__(self, "_encoder", Encoder(self.encoding, n))
-        if self.neighbours is None or self.neighbours >= n - 1:
-            neighbours = complete_graph(n)
-        else:
-            neighbours = regular_graph(n, self.neighbours, round_seed(self.federation_id, self.round))
-        object.__setattr__(self, "_graph", neighbours)
+        object.__setattr__(self, "_graph", complete_graph(n) if self.complete else self._round_graph())
         if n < 3:
             warnings.warn(
                 "secure aggregation with 2 parties: each party can infer the other's input from the sum",
@@ -119,14 +125,25 @@ class SecAggConfig:
     @property
     def complete(self) -> bool:
         """Whether every party masks with every other (no SecAgg+ graph)."""
-        return self.holders_per_secret == self.size
+        return self.neighbours is None or self.neighbours >= len(self.graph_roster) - 1
 
     @property
     def holders_per_secret(self) -> int:
-        """m: how many parties hold a share of each secret (the owner and its neighbours)."""
-        if self.neighbours is None or self.neighbours >= self.size - 1:
-            return self.size
-        return self.neighbours + 1
+        """m: how many parties hold a share of each secret (the owner and its neighbours, present or not)."""
+        return self.size if self.complete else self.neighbours + 1  # type: ignore[operator]
+
+    @property
+    def graph_seed(self) -> bytes:
+        """The public seed of this session's SecAgg+ graph (:func:`fedfair.secagg.graph.graph_seed`)."""
+        return graph_seed(self.federation_id, self.graph_roster, self.neighbours or 0, self.round)
+
+    def _round_graph(self) -> Graph:
+        """The plan-wide graph restricted to this round's parties, in round ids."""
+        assert self.neighbours is not None  # a sparse graph has a degree
+        drawn = regular_graph(len(self.graph_roster), self.neighbours, self.graph_seed)
+        vertex = {name: position + 1 for position, name in enumerate(self.graph_roster)}
+        party = {vertex[name]: position + 1 for position, name in enumerate(self.parties)}
+        return {party[v]: frozenset(party[w] for w in drawn[v] if w in party) for v in party}
 
     @property
     def graph(self) -> Graph:
@@ -151,6 +168,8 @@ class SecAggConfig:
             writer.text(name)
         writer.u64(self.dimension).u32(self.t).u32(0 if self.complete else self.holders_per_secret - 1)
         writer.u32(self.max_colluding)
+        if not self.complete:
+            writer.blob(self.graph_seed)
         encoding = self.encoding
         writer.f64(encoding.clip).f64(encoding.max_weight).u32(encoding.fractional_bits).u32(encoding.modulus_bits)
         return hashlib.sha256(writer.getvalue()).digest()

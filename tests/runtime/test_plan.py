@@ -95,8 +95,12 @@ def test_sections_convert_to_the_core_configs_once() -> None:
     assert loaded.secure_aggregation.encoding() == EncodingConfig(
         clip=10.0, max_weight=1e6, fractional_bits=20, modulus_bits=64
     )
-    assert loaded.secure_aggregation.mask_neighbours == 2
-    assert plan.load_aggregator_plan(PLAN_TEMPLATE).secure_aggregation.mask_neighbours is None  # complete graph
+    assert loaded.secure_aggregation.mask_neighbours(51) == 2
+    template = plan.load_aggregator_plan(PLAN_TEMPLATE).secure_aggregation
+    assert template.neighbours is None  # "auto": complete for a few sites, SecAgg+ for many
+    assert template.mask_neighbours(3) is None and template.mask_neighbours(51) == 12
+    assert aggregator_plan(secure_aggregation={"neighbours": 0}).secure_aggregation.mask_neighbours(51) is None
+    assert aggregator_plan(secure_aggregation={"neighbours": "auto"}).secure_aggregation.neighbours is None
 
 
 def test_the_collaborator_template_loads() -> None:
@@ -167,7 +171,7 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         ({"secure_aggregation": {"modulus_bits": 8}}, r"modulus_bits must be an integer >= 16 <= 64"),
         ({"secure_aggregation": {"fractional_bits": 64}}, r"fractional_bits = 64 must be below modulus_bits"),
         ({"secure_aggregation": {"clip": 0}}, r"clip must be a number > 0"),
-        ({"secure_aggregation": {"neighbours": 5}}, r"neighbours = 5 must be 0 \(complete graph\) or in 2..2"),
+        ({"secure_aggregation": {"neighbours": 5}}, r'neighbours = 5 must be "auto", 0 \(complete graph\) or in 2..2'),
         ({"quorum": {"min_collaborators": 4}}, r"min_collaborators = 4 exceeds the 3 collaborators"),
         ({"quorum": {"min_collaborators": 1}}, r"below the secure-aggregation threshold 2; raise it"),
         (
@@ -411,7 +415,7 @@ def test_shared_settings_round_trip_without_names_or_paths() -> None:
         plan.load_shared_settings(payload.replace(b'"rho":0.3', b'"rho":3'))
 
 
-TEMPLATE_DIGEST = "5e3ed030bcf1f2175b7a6e5a81a58079f6004d3af18693467c99ec73cb14fbdc"
+TEMPLATE_DIGEST = "6f00f9bb1eca070060ae00a05b9412b928d11f2b57e5ef181de9b8b9822ab46e"
 TEMPLATE_SHARED_SETTINGS = (
     b'{"evaluation":{"every":5,"loss_range":[0.0,3.0],"min_bucket_count":10},'
     b'"federation":{"collaborator_count":3,"id":"fedfair-demo"},'
@@ -420,7 +424,7 @@ TEMPLATE_SHARED_SETTINGS = (
     b'"objective":{"bound":10.0,"epsilon":0.1,"gamma":0.05,"rho":0.3,"smooth":"softrelu"},'
     b'"quorum":{"min_collaborators":2,"round_timeout_seconds":300.0},'
     b'"secure_aggregation":{"clip":10.0,"enabled":true,"fractional_bits":20,"max_colluding":0,'
-    b'"max_weight":1000000.0,"modulus_bits":64,"neighbours":0,"threshold":null},'
+    b'"max_weight":1000000.0,"modulus_bits":64,"neighbours":null,"threshold":null},'
     b'"training":{"average_from":0.5,"batch_fraction":0.01,"local_steps":5,"lr":0.1,"rounds":50,"seed":0,'
     b'"threshold_lr":0.1}}'
 )

@@ -37,6 +37,8 @@ def test_config_digest_changes_with_every_parameter() -> None:
         config(encoding=dataclasses.replace(ENCODING, fractional_bits=15)),
         config(encoding=dataclasses.replace(ENCODING, modulus_bits=64)),
         config(encoding=dataclasses.replace(ENCODING, clip=2.0)),
+        config(parties=tuple(f"p{i}" for i in range(10)), neighbours=4),
+        config(parties=tuple(f"p{i}" for i in range(10)), neighbours=4, graph_roster=tuple(f"p{i}" for i in range(11))),
     ]
     digests = {variant.digest for variant in variants}
     assert base not in digests
@@ -148,3 +150,17 @@ def test_config_applies_the_rule_for_its_colluders_and_graph() -> None:
     # On a SecAgg+ graph the rule counts the holders of each secret (neighbours + 1), not the roster.
     graph = config(parties=tuple(f"p{i}" for i in range(10)), neighbours=4, max_colluding=1)
     assert (graph.holders_per_secret, graph.t) == (5, 4)
+
+
+def test_the_graph_is_drawn_over_the_plans_roster_so_who_takes_part_does_not_redraw_it() -> None:
+    roster = tuple(f"site-{i:02d}" for i in range(30))
+    everyone = config(parties=roster, neighbours=6, graph_roster=roster)
+    present = tuple(reversed(roster[::2]))  # half the sites, in another order
+    some = config(parties=present, neighbours=6, graph_roster=roster)
+    assert some.graph_seed == everyone.graph_seed
+    for name in present:
+        expected = {everyone.name_of(other) for other in everyone.graph[everyone.party_id(name)]} & set(present)
+        assert {some.name_of(other) for other in some.graph[some.party_id(name)]} == expected
+    assert config(parties=roster, neighbours=6).graph_seed == everyone.graph_seed
+    with pytest.raises(ConfigError, match="not in the roster the masking graph is drawn over"):
+        config(parties=(*present, "stranger"), neighbours=6, graph_roster=roster)

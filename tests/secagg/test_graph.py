@@ -1,14 +1,23 @@
-"""Neighbour graphs: complete by default, random k-regular (SecAgg+) from a public per-round seed."""
+"""Neighbour graphs: complete, or random k-regular (SecAgg+) from a seed the plan pins."""
 
 from __future__ import annotations
 
-import collections
+import itertools
+import random
 
 import pytest
 from scipy import stats
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import graph
+from fedfair.secagg.config import threshold_for
+from fedfair.secagg.errors import UnmaskRefusedError
+
+ROSTER = tuple(f"site-{i:02d}" for i in range(51))
+
+
+def seed(round_number: int = 1, roster: tuple[str, ...] = ROSTER, degree: int = 12, federation: str = "fed") -> bytes:
+    return graph.graph_seed(federation, roster, degree, round_number)
 
 
 def assert_regular(neighbours: graph.Graph, parties: int, degree: int) -> None:
@@ -19,33 +28,57 @@ def assert_regular(neighbours: graph.Graph, parties: int, degree: int) -> None:
         assert all(party in neighbours[other] for other in adjacent)
 
 
-def is_connected(neighbours: graph.Graph) -> bool:
-    seen, frontier = {1}, [1]
+def connected_without(neighbours: graph.Graph, members: set[int], removed: set[int]) -> bool:
+    left = members - removed
+    start = min(left)
+    seen, frontier = {start}, [start]
     while frontier:
-        for other in neighbours[frontier.pop()]:
+        for other in neighbours[frontier.pop()] & left:
             if other not in seen:
                 seen.add(other)
                 frontier.append(other)
-    return len(seen) == len(neighbours)
+    return seen == left
 
 
 def test_complete_graph() -> None:
     assert_regular(graph.complete_graph(6), 6, 5)
 
 
-@pytest.mark.parametrize(("parties", "degree"), [(10, 4), (10, 3), (11, 2), (12, 11), (50, 7), (7, 6)])
-def test_regular_graph_is_k_regular_symmetric_and_connected(parties: int, degree: int) -> None:
-    neighbours = graph.regular_graph(parties, degree, graph.round_seed("fed", 1))
-    assert_regular(neighbours, parties, degree)
-    assert is_connected(neighbours)
+@pytest.mark.parametrize(
+    ("parties", "degree"), [(10, 4), (10, 3), (11, 2), (12, 11), (10, 7), (50, 7), (7, 6), (51, 12), (200, 16)]
+)
+def test_regular_graph_is_k_regular_symmetric_and_simple(parties: int, degree: int) -> None:
+    assert_regular(graph.regular_graph(parties, degree, seed()), parties, degree)
 
 
-def test_graph_is_public_per_round_and_changes_between_rounds() -> None:
-    seed = graph.round_seed("fed", 3)
-    assert seed == graph.round_seed("fed", 3)
-    assert graph.regular_graph(30, 4, seed) == graph.regular_graph(30, 4, seed)
-    assert graph.regular_graph(30, 4, seed) != graph.regular_graph(30, 4, graph.round_seed("fed", 4))
-    assert graph.round_seed("fed", 3) != graph.round_seed("other", 3)
+def test_the_graph_is_a_function_of_what_the_plan_pins_and_the_round() -> None:
+    drawn = graph.regular_graph(51, 12, seed(3))
+    assert drawn == graph.regular_graph(51, 12, seed(3))
+    others = [seed(4), seed(3, ROSTER[:-1] + ("site-99",)), seed(3, degree=14), seed(3, federation="other")]
+    assert len({seed(3), *others}) == 5
+    assert all(graph.regular_graph(51, 12, other) != drawn for other in others)
+    assert graph.canonical_roster(reversed(ROSTER)) == ROSTER
+
+
+def test_every_pair_is_an_edge_equally_often() -> None:
+    """Over many seeds each of the 15 pairs of 6 parties is an edge in 2/5 of 2-regular draws."""
+    counts = dict.fromkeys(itertools.combinations(range(1, 7), 2), 0)
+    for draw in range(600):
+        drawn = graph.regular_graph(6, 2, draw.to_bytes(32, "big"))
+        for a, b in counts:
+            counts[a, b] += b in drawn[a]
+    assert sum(counts.values()) == 600 * 6
+    assert stats.chisquare(list(counts.values())).pvalue > 1e-6
+
+
+def test_a_drawn_graph_is_no_ring_one_arc_cannot_be_cut_off_by_k_drops() -> None:
+    """In a circulant, dropping k consecutive parties isolates an arc; in a random regular graph
+    the survivors stay connected without any k parties of this kind (a min-degree vertex's k
+    neighbours are the only k-cut)."""
+    drawn = graph.regular_graph(51, 12, seed())
+    everyone = set(drawn)
+    for removed in (set(range(1, 13)), set(range(20, 32)), {party for party in everyone if party % 4 == 0}):
+        assert connected_without(drawn, everyone, removed)
 
 
 def test_impossible_graphs_are_refused() -> None:
@@ -57,7 +90,77 @@ def test_impossible_graphs_are_refused() -> None:
         graph.regular_graph(5, 0, bytes(32))
 
 
-def test_permutations_are_uniform() -> None:
-    counts = collections.Counter(tuple(graph.random_permutation(3, i.to_bytes(32, "big"))) for i in range(1200))
-    assert len(counts) == 6
-    assert stats.chisquare(list(counts.values())).pvalue > 1e-6
+@pytest.mark.parametrize(("parties", "colluding", "expected"), [(3, 0, None), (15, 0, None), (20, 0, 10), (30, 0, 10), (51, 0, 12), (100, 0, 14), (200, 0, 16), (51, 2, 16)])
+def test_the_default_degree_is_logarithmic_and_keeps_small_federations_complete(
+    parties: int, colluding: int, expected: int | None
+) -> None:
+    assert graph.default_degree(parties, colluding) == expected
+
+
+@pytest.mark.parametrize(("parties", "colluding"), [(51, 0), (100, 0), (51, 1)])
+def test_the_default_degree_survives_a_tenth_dropping_at_random(parties: int, colluding: int) -> None:
+    """The liveness the rule is chosen for: with 10% of the parties gone at random, every survivor
+    keeps t - 1 surviving neighbours and the survivors' graph passes the colluder check, in at
+    least 98 of 100 rounds."""
+    degree = graph.default_degree(parties, colluding)
+    assert degree is not None
+    t = threshold_for(degree + 1, colluding)
+    pick = random.Random(7)
+    good = 0
+    for round_number in range(100):
+        drawn = graph.regular_graph(parties, degree, seed(round_number, degree=degree))
+        survivors = set(pick.sample(sorted(drawn), parties - parties // 10))
+        try:
+            graph.check_survivors(drawn, survivors, colluding)
+        except UnmaskRefusedError:
+            continue
+        good += all(len(drawn[party] & survivors) >= t - 1 for party in survivors)
+    assert good >= 98
+
+
+def test_check_survivors_refuses_a_cut_of_max_colluding_and_names_it() -> None:
+    ring = {i: frozenset({i % 10 + 1, (i - 2) % 10 + 1}) for i in range(1, 11)}
+    graph.check_survivors(ring, range(1, 11), 0)
+    graph.check_survivors(ring, range(1, 11), 1)
+    with pytest.raises(UnmaskRefusedError, match=r"falls apart without parties \[\d+, \d+\]"):
+        graph.check_survivors(ring, range(1, 11), 2)
+    with pytest.raises(UnmaskRefusedError, match="is not connected"):
+        graph.check_survivors(ring, [1, 2, 3, 5, 6, 7], 0)
+    graph.check_survivors(graph.complete_graph(8), [1, 4, 5], 1)
+
+
+@pytest.mark.parametrize("draw", range(12))
+def test_check_survivors_agrees_with_trying_every_set_of_colluders(draw: int) -> None:
+    pick = random.Random(draw)
+    parties, degree, colluding = 11, 4, pick.choice([0, 1, 2, 3])
+    drawn = graph.regular_graph(parties, degree, draw.to_bytes(32, "big"))
+    survivors = set(pick.sample(range(1, parties + 1), pick.randint(7, parties)))
+    cuttable = any(
+        not connected_without(drawn, survivors, set(removed))
+        for size in range(colluding + 1)
+        for removed in itertools.combinations(sorted(survivors), size)
+        if len(survivors) - size > 0
+    )
+    if cuttable:
+        with pytest.raises(UnmaskRefusedError):
+            graph.check_survivors(drawn, survivors, colluding)
+    else:
+        graph.check_survivors(drawn, survivors, colluding)
+
+
+def test_a_party_signs_no_survivor_set_whose_graph_falls_apart() -> None:
+    """Survivors in two pieces would let the aggregator unmask each piece's sum: the party refuses
+    to sign them, and signs a connected set of the same size."""
+    from tests.secagg.helpers import Harness, make_config
+
+    config = make_config(parties=12, neighbours=4)
+    drawn = config.graph
+    triples = list(itertools.combinations(sorted(drawn), 3))
+    apart = next(s for s in triples if not connected_without(drawn, set(s), set()))
+    together = next(s for s in triples if connected_without(drawn, set(s), set()))
+    refused = Harness(config)
+    survivor_set = refused.through_masking(list(apart))
+    with pytest.raises(UnmaskRefusedError, match="is not connected"):
+        refused.clients[apart[0]].consistency(survivor_set)
+    signed = Harness(config)
+    signed.clients[together[0]].consistency(signed.through_masking(list(together)))

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -152,6 +152,8 @@ class DriverSettings:
     neighbours: int | None
     max_colluding: int
     stage_timeout: float
+    graph_roster: tuple[str, ...] = ()
+    """The plan's whole roster, which the masking graph is drawn over (empty: each round's parties)."""
 
 
 class SumDriver:
@@ -197,7 +199,9 @@ class SumDriver:
             threshold=self.settings.threshold,
             neighbours=self.settings.neighbours,
             max_colluding=self.settings.max_colluding,
+            graph_roster=self.settings.graph_roster or roster,
         )
+        parameters = replace(parameters, graph_seed=parameters.implied_graph_seed(self.settings.federation_id, stages))
         start = self.gate.open(
             round_number, stages.start, timeout_seconds=self.settings.stage_timeout, participants=roster
         )

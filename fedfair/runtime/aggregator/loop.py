@@ -78,6 +78,7 @@ from fedfair.runtime.preprocessing import (
     encoder_payload,
 )
 from fedfair.runtime.transport import StageGate, make_binding, pb
+from fedfair.secagg.graph import canonical_roster
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -133,7 +134,8 @@ class RoundLoop:
                 federation_id=plan.federation_id,
                 secure=secure.enabled,
                 threshold=secure.threshold,
-                neighbours=secure.mask_neighbours,
+                neighbours=secure.mask_neighbours(len(plan.collaborators)),
+                graph_roster=canonical_roster(plan.collaborators),
                 max_colluding=secure.max_colluding,
                 stage_timeout=plan.quorum.round_timeout_seconds,
             ),

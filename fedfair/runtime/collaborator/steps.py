@@ -52,6 +52,7 @@ from fedfair.runtime.preprocessing import (
 from fedfair.runtime.transport import pb
 from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
+from fedfair.secagg.graph import canonical_roster
 from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, SurvivorSet, UnmaskRequest
 
 
@@ -136,6 +137,18 @@ class Participant:
         dimension = update_dimension(self.parameters, self.shared.training.corrects_drift)
         return "train", dimension, self.shared.secure_aggregation.encoding()
 
+    def graph_roster_fits(self, parameters: RoundParameters) -> bool:
+        """Whether the masking graph is drawn over the plan's whole roster: the manifest's names, sorted
+        (without a manifest, as many names as the plan's collaborators, the round's among them)."""
+        roster = parameters.graph_roster
+        if self.manifest is not None:
+            return roster == canonical_roster(self.manifest.collaborator_names)
+        return (
+            roster == canonical_roster(roster)
+            and len(set(roster)) == self.shared.collaborator_count
+            and set(parameters.parties) <= set(roster)
+        )
+
     def check_parameters(self, work: Work, inputs: bytes) -> RoundParameters:
         """The round's parameters, refused unless they are what this collaborator's plan implies
         and, with a manifest, unless every party of the roster is one the manifest lists and
@@ -154,11 +167,14 @@ class Participant:
                 ("dimension", parameters.dimension != dimension),
                 ("encoding", parameters.encoding != encoding),
                 ("threshold", parameters.threshold != secure.threshold),
-                ("neighbours", parameters.neighbours != secure.mask_neighbours),
+                ("neighbours", parameters.neighbours != secure.mask_neighbours(self.shared.collaborator_count)),
                 ("collusion bound", parameters.max_colluding != secure.max_colluding),
+                ("graph roster", not self.graph_roster_fits(parameters)),
             )
             if wrong
         ]
+        if not problems and parameters.graph_seed != parameters.implied_graph_seed(self.shared.federation_id, work.stages):
+            problems.append("graph seed")
         if problems:
             raise RoundRefused(f"the round's parameters differ from the plan ({', '.join(problems)})")
         if self.manifest is not None:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.collaborator import steps
 from fedfair.runtime.collaborator.bindings import BindingRefused, Bindings
-from fedfair.runtime.contract import TRAINING
+from fedfair.runtime import plan
+from fedfair.runtime.contract import TRAINING, RoundParameters
 from fedfair.secagg.messages import SurvivorSet
+from tests.runtime.test_plan import aggregator_plan
 from tests.secagg.helpers import Harness, make_config
 
 NO_PARTICIPANT: Any = SimpleNamespace(survivor_floor=2)
@@ -101,3 +105,32 @@ def test_an_unreadable_bindings_file_is_refused_not_reset(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="unreadable bindings .* restore it from a backup"):
         Bindings(path)
     assert path.read_text() == "{not json"
+
+
+def test_the_aggregator_cannot_choose_the_masking_graph() -> None:
+    """A collaborator draws the graph over the plan's whole roster from a seed it recomputes: a round
+    that states another seed, another roster to draw over or another degree is refused."""
+    roster = [f"site-{i:02d}" for i in range(30)]
+    shared = plan.load_shared_settings(plan.shared_settings(aggregator_plan(federation={"collaborators": roster})))
+    key = ec.generate_private_key(ec.SECP256R1())
+    me = steps.Participant("site-07", shared, 10, key, b"", lambda credential, name: None)
+    work = steps.Work(4, TRAINING, None, 1.0)
+    kind, dimension, encoding = me.expected(work)
+    secure = shared.secure_aggregation
+    honest = RoundParameters(
+        kind, 4, True, tuple(roster[3:]), dimension, encoding, secure.threshold,
+        secure.mask_neighbours(len(roster)), secure.max_colluding, graph_roster=tuple(roster),
+    )  # fmt: skip
+    honest = dataclasses.replace(honest, graph_seed=honest.implied_graph_seed(shared.federation_id, TRAINING))
+    config = me.check_parameters(work, honest.to_bytes()).secagg_config(shared.federation_id, TRAINING)
+    assert not config.complete and config.neighbours == 10  # "auto" for 30 sites
+    steered = [
+        (dataclasses.replace(honest, graph_seed=bytes(32).hex()), "graph seed"),
+        (dataclasses.replace(honest, graph_roster=tuple(roster[:29]) + ("site-99",)), "graph roster"),
+        (dataclasses.replace(honest, graph_roster=tuple(reversed(roster))), "graph roster"),
+        (dataclasses.replace(honest, graph_roster=tuple(roster[3:])), "graph roster"),
+        (dataclasses.replace(honest, neighbours=4), "neighbours"),
+    ]
+    for parameters, field in steered:
+        with pytest.raises(steps.RoundRefused, match=f"differ from the plan \\({field}\\)"):
+            me.check_parameters(work, parameters.to_bytes())
