@@ -1,6 +1,6 @@
 """What a round of the runtime costs beyond local training: secure versus plain aggregation.
 
-For d in {10^4, 10^6} model parameters and n in {3, 10} collaborators, the script runs
+For d in {10^4, 10^6} model parameters and n in {3, 10, 20, 50, 100} collaborators, the script runs
 a federation through the real runtime (the aggregator's gRPC server and round driver,
 real `Collaborator` objects, gRPC over loopback mutual TLS) and records the wall time
 of each training round as the aggregator logs it: from opening STAGE_TRAIN to the
@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import multiprocessing
 import os
 import queue
@@ -84,7 +85,7 @@ from fedfair.runtime.plan import SharedSettings, load_aggregator_plan
 from fedfair.runtime.transport import pb
 
 DIMENSIONS = (10**4, 10**6)
-PARTIES = (3, 10)
+PARTIES = (3, 10, 20, 50, 100)
 BATCH = 100.0
 
 Result = TypeVar("Result")
@@ -265,8 +266,9 @@ def run_configuration(
         for stage in log[-1]["stage_seconds"]
     }
     # With the parties as processes of their own, this process is the aggregator: its CPU per round and
-    # its peak memory are the aggregator's; with threads they include every party's.
-    aggregator_cpu = [record["cpu_seconds"] for record in log[1:]]
+    # its peak memory are the aggregator's; with threads they include every party's (the parties' own
+    # handler CPU cannot be subtracted: gRPC does part of their work on threads they do not time).
+    process_cpu = [record["cpu_seconds"] for record in log[1:]]
     return {
         "dimension": dimension,
         "parties": parties,
@@ -279,8 +281,8 @@ def run_configuration(
         "party_seconds_each": per_party,
         "stage_seconds": stages,
         "aggregator_received_bytes": log[-1]["received_bytes"],
-        "aggregator_cpu_seconds": statistics.median(aggregator_cpu) if processes else None,
-        "process_cpu_seconds": statistics.median(aggregator_cpu),
+        "aggregator_cpu_seconds": statistics.median(process_cpu) if processes else None,
+        "process_cpu_seconds": statistics.median(process_cpu),
         "peak_rss_mb": peak_rss_mb(),
         "party_peak_rss_mb": max(party_peaks) if party_peaks else None,
         "run_seconds": total,
@@ -325,6 +327,22 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
         stage: statistics.median(run["stage_seconds"][stage] for run in runs) for stage in runs[0]["stage_seconds"]
     }
     return merged
+
+
+def extra_slopes(secure_results: list[dict[str, Any]]) -> dict[str, float]:
+    """Per d, how the secure round's extra time grows with n: the slope of log(secure - plain) against
+    log(n), least squares over n >= 10 (work n k with k = 2 ceil(log2 n) has slope about 1.2 over 10..100;
+    the complete graph's n^2 has 2)."""
+    slopes = {}
+    for dimension in sorted({result["dimension"] for result in secure_results}):
+        points = [
+            (math.log(result["parties"]), math.log(result["extra_round_seconds"]))
+            for result in secure_results
+            if result["dimension"] == dimension and result["parties"] >= 10 and result["extra_round_seconds"] > 0
+        ]
+        if len(points) >= 2:
+            slopes[f"d={dimension}"] = statistics.linear_regression(*zip(*points)).slope
+    return slopes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                 secure_result["aggregator_cpu_ratio_to_plain"] = (
                     secure_result["aggregator_cpu_seconds"] / plain["aggregator_cpu_seconds"]
                 )
+            secure_result["extra_round_seconds"] = secure_result["round_seconds"] - plain["round_seconds"]
             secure_result["pair_ratios"] = [
                 {
                     "whole_round": secure_run["round_seconds"] / plain_run["round_seconds"],
@@ -397,10 +416,13 @@ def main(argv: list[str] | None = None) -> int:
             f"d={result['dimension']},n={result['parties']}": {
                 "whole_round": result["ratio_to_plain"],
                 "per_party": result["party_ratio_to_plain"],
+                "party_cpu": result["party_cpu_ratio_to_plain"],
+                "aggregator_cpu": result.get("aggregator_cpu_ratio_to_plain"),
             }
             for result in results
             if result["secure"]
         },
+        "extra_slope": extra_slopes([result for result in results if result["secure"]]),
     }
     publish(summary, args.json, argv)
     return 0

@@ -65,6 +65,22 @@ def test_a_party_critical_path_counts_overlapping_intervals_once() -> None:
     assert covered([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == 4.0
 
 
+def test_the_extra_slope_tells_n_log_n_from_n_squared() -> None:
+    """round_bench's growth figure: the log-log slope of secure minus plain over n >= 10, per d."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from round_bench import extra_slopes
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    sizes = (3, 10, 20, 50, 100)
+    squared = [{"dimension": 1, "parties": n, "extra_round_seconds": 1e-3 * n * n} for n in sizes]
+    linear = [{"dimension": 2, "parties": n, "extra_round_seconds": 5.0 + 0.0 * n} for n in sizes]
+    slopes = extra_slopes(squared + linear)
+    assert slopes["d=1"] == pytest.approx(2.0, abs=1e-9)
+    assert slopes["d=2"] == pytest.approx(0.0, abs=1e-9)
+    assert extra_slopes([{"dimension": 1, "parties": 3, "extra_round_seconds": 1.0}]) == {}
+
+
 def report_module() -> Any:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
