@@ -13,7 +13,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import DATASETS, Dataset, fetch, load_dataset, partition
-from fedfair.datasets.builtin import ADULT_COLUMNS
+from fedfair.datasets.builtin import ADULT_COLUMNS, ENCODING_VERSION
 from fedfair.datasets.registry import read_bundled
 from tests.datasets.helpers import assert_exact_cover
 
@@ -75,19 +75,51 @@ def test_rand_hie_splits_people_within_sites(rand_hie: Dataset) -> None:
         assert 0.2 < len(client.test_index) / (len(client.train_index) + len(client.test_index)) < 0.3
 
 
-def test_parsed_arrays_cache_gives_the_same_dataset(tmp_path: Path, rand_hie: Dataset) -> None:
-    # Copy the verified raw file into an empty cache: the first load parses, the second reads the .npz.
+def rand_hie_cache(tmp_path: Path) -> Path:
+    """An empty cache holding only rand-hie's verified raw file: its first load parses it."""
     raw = fetch("rand-hie") / "RandHIE.pkl.xz"
     (tmp_path / "rand-hie").mkdir()
     (tmp_path / "rand-hie" / raw.name).write_bytes(raw.read_bytes())
-    parsed = load_dataset("rand-hie", cache_dir=tmp_path)
-    assert list((tmp_path / "rand-hie").glob("*.npz"))
-    reloaded = load_dataset("rand-hie", cache_dir=tmp_path)
+    return tmp_path
+
+
+def test_parsed_arrays_cache_gives_the_same_dataset(tmp_path: Path, rand_hie: Dataset) -> None:
+    cache = rand_hie_cache(tmp_path)
+    # A single-file cache of earlier versions is superseded by the folder of arrays, and removed.
+    (cache / "rand-hie" / f"rand-hie-arrays-v{ENCODING_VERSION}.npz").write_bytes(b"old")
+    parsed = load_dataset("rand-hie", cache_dir=cache)
+    names = sorted(path.name for path in (cache / "rand-hie").iterdir())
+    assert names == ["RandHIE.pkl.xz", f"rand-hie-arrays-v{ENCODING_VERSION}"]
+    reloaded = load_dataset("rand-hie", cache_dir=cache)
     for first, second in ((parsed, reloaded), (parsed, rand_hie)):
         assert first.feature_names == second.feature_names and first.class_names == second.class_names
+        assert first.image_shape == second.image_shape
         assert np.array_equal(first.x_train, second.x_train) and np.array_equal(first.y_test, second.y_test)
         for key, values in first.attributes_test.items():
             assert np.array_equal(values, second.attributes_test[key])
+
+
+def test_cached_arrays_are_shared_pages_that_a_process_may_write_privately(tmp_path: Path) -> None:
+    """Read back from the cache, a dataset's arrays are copy-on-write maps of the cached files: many
+    processes share one copy of the pages, and one that writes its arrays changes neither the file nor
+    the others' view."""
+    cache = rand_hie_cache(tmp_path)
+    load_dataset("rand-hie", cache_dir=cache)
+    mapped = load_dataset("rand-hie", cache_dir=cache)
+    for array in (mapped.x_train, mapped.y_train, mapped.x_test, *mapped.attributes_train.values()):
+        assert type(array) is np.ndarray and isinstance(array.base, np.memmap) and array.flags.writeable
+    first = float(mapped.x_train[0, 0])
+    mapped.x_train[0, 0] = first + 1.0
+    assert float(load_dataset("rand-hie", cache_dir=cache).x_train[0, 0]) == first
+
+
+def test_a_damaged_cache_is_rebuilt(tmp_path: Path, rand_hie: Dataset) -> None:
+    cache = rand_hie_cache(tmp_path)
+    load_dataset("rand-hie", cache_dir=cache)
+    (cache / "rand-hie" / f"rand-hie-arrays-v{ENCODING_VERSION}" / "y_test.npy").unlink()
+    rebuilt = load_dataset("rand-hie", cache_dir=cache)
+    assert np.array_equal(rebuilt.y_test, rand_hie.y_test)
+    assert (cache / "rand-hie" / f"rand-hie-arrays-v{ENCODING_VERSION}" / "y_test.npy").is_file()
 
 
 def test_mnist_is_60k_standardised_images() -> None:
