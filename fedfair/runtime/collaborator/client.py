@@ -94,6 +94,7 @@ from fedfair.runtime.collaborator.stream import TaskStream
 from fedfair.runtime.collaborator.trainer import (
     check_pinned_table,
     LocalData,
+    LocalTable,
     TrainerFactory,
     load_local_data,
     read_local_data,
@@ -140,7 +141,9 @@ class Collaborator(TaskStream):
         self.trainer_factory = trainer_factory
         self.identity = check_identity(config)
         self.device = device_for(config.device)
-        self._table = read_local_data(config)
+        self._table: LocalTable | None = read_local_data(config)
+        """The data as read before connecting; :meth:`_setup` lets it go once it has cut this
+        institution's part, so a process keeps only its own rows, not the whole dataset too."""
         check_pinned_table(config, self._table)
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
@@ -202,9 +205,11 @@ class Collaborator(TaskStream):
 
     def _setup(self, stub: pb_grpc.FederationStub) -> None:
         """Fetch and check the plan (:func:`join`); without a [schema], prepare the data and trainer now."""
-        self._joined = join(stub, self.config, self.backoff, self.identity, self._table)
+        table = self._table if self._table is not None else read_local_data(self.config)  # a second run reads again
+        self._table = None
+        self._joined = join(stub, self.config, self.backoff, self.identity, table)
         if self.shared.schema is None:
-            self._prepare(load_local_data(self.config, self.shared, self._table), self.shared)
+            self._prepare(load_local_data(self.config, self.shared, table), self.shared)
 
     def _encode_with(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         """Take the federation's encoder (the TRAIN stage's input under a [schema]), encode this

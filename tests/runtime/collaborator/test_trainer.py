@@ -115,6 +115,22 @@ def private_rounds(workspace: Workspace, name: str, rounds: int) -> Collaborator
     return collaborator
 
 
+def test_once_set_up_a_collaborator_keeps_its_own_rows_not_the_whole_dataset(
+    recorded: tuple[Workspace, Recorder],
+) -> None:
+    """The dataset read before dialing is let go once this institution's part is cut from it: 51 sites
+    on one machine would otherwise each hold the whole table beside their part."""
+    workspace, _ = recorded
+    collaborator = Collaborator(load_collaborator_config(workspace.configs[NAMES[0]]))
+    whole = collaborator._table.dataset if collaborator._table is not None else None
+    assert whole is not None
+    files = TlsFiles.in_folder(workspace.certs, NAMES[0])
+    with secure_channel(workspace.address, files, aggregator_name="aggregator") as channel:
+        collaborator._setup(pb_grpc.FederationStub(channel))  # type: ignore[no-untyped-call]
+    assert collaborator._table is None
+    assert 0 < collaborator.data.train.size < len(whole.y_train)
+
+
 @pytest.mark.slow
 def test_a_spent_budget_is_reported_as_a_status(
     recorded: tuple[Workspace, Recorder], caplog: pytest.LogCaptureFixture
