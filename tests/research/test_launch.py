@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from fedfair.research.launch import launch_folder, remove_ca_key
+from fedfair.core.errors import ConfigError
+from fedfair.datasets import load_dataset, partition
+from fedfair.research.launch import SPLITS, check_sites, launch_folder, remove_ca_key, round_timeout, site_data
 from fedfair.research.workspace import make_workspace
+from tests.datasets.helpers import assert_exact_cover
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,6 +51,36 @@ def test_the_ca_key_is_deleted_once_the_certificates_are_issued(tmp_path: Path) 
     remove_ca_key(workspace.certs)
     assert not (workspace.certs / "ca.key").exists()
     assert (workspace.certs / "ca.crt").exists() and (workspace.certs / "site-a.key").exists()
+
+
+@pytest.mark.parametrize(
+    ("dataset", "sites", "refusal"),
+    [
+        ("adult", 51, "adult runs 2 to 5 institutions .*2 to 5, or --dataset census-income for more"),
+        ("adult", 1, r"adult runs 2 to 5 institutions .*pass --collaborators 2 to 5$"),
+        ("census-income", 81, "census-income runs 2 to 80 institutions .*pass --collaborators 2 to 80$"),
+        ("mnist", 3, "--dataset mnist: launch runs adult or census-income; pick one of them"),
+    ],
+)
+def test_launch_refuses_a_split_it_cannot_make_and_names_the_fix(dataset: str, sites: int, refusal: str) -> None:
+    with pytest.raises(ConfigError, match=refusal):
+        check_sites(dataset, sites)
+
+
+def test_51_sites_of_census_income_are_a_partition_with_every_site_holding_rows() -> None:
+    data = site_data("census-income", 51)
+    assert len(data) == 51 and [entry["index"] for entry in data.values()] == list(range(51))
+    assert {(entry["dataset"], entry["partition"]) for entry in data.values()} == {("census-income", "iid")}
+    census = load_dataset("census-income")
+    sites = partition(census, SPLITS["census-income"].partition, 51)
+    assert_exact_cover(census, sites)
+    sizes = [len(site.train_index) for site in sites]
+    assert min(sizes) >= 3_900 and max(sizes) - min(sizes) <= 1
+    assert min(len(site.test_index) for site in sites) >= 1_950
+
+
+def test_a_large_launch_gives_every_stage_longer() -> None:
+    assert round_timeout(3) == round_timeout(5) == 120.0 and round_timeout(51) == 212.0
 
 
 def _ignore_sigint() -> None:
