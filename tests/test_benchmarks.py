@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,46 @@ def test_the_extra_slope_tells_n_log_n_from_n_squared() -> None:
     assert slopes["d=1"] == pytest.approx(2.0, abs=1e-9)
     assert slopes["d=2"] == pytest.approx(0.0, abs=1e-9)
     assert extra_slopes([{"dimension": 1, "parties": 3, "extra_round_seconds": 1.0}]) == {}
+
+
+def bench_module(name: str) -> Any:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_federation_bench_reads_proc_memory_and_tells_the_parties_apart() -> None:
+    bench = bench_module("federation_bench")
+    rollup = "55d0-7ff [rollup]\nRss:   2048 kB\nPss:     1024 kB\nPrivate_Clean:  0 kB\nPrivate_Dirty: 512 kB\n"
+    assert bench.read_kib(rollup, {"Rss", "Pss", "Private_Dirty"}) == {"Rss": 2048, "Pss": 1024, "Private_Dirty": 512}
+    site = ["python", "-m", "fedfair.cli", "collaborator", "start", "--config", "/w/site-7/collaborator.toml"]
+    assert bench.classify(site) == ("collaborator", "site-7")
+    assert bench.classify(["python", "-m", "fedfair.cli", "aggregator", "start", "--plan", "p"]) == ("aggregator",) * 2
+    assert bench.spread([3.0, 1.0, 2.0]) == {"median": 2.0, "max": 3.0} and bench.spread([]) == {}
+    # The sampler finds this process's children (the launcher starts every party directly).
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in bench.children_of(os.getpid())
+        peaks = bench.ProcessPeaks("collaborator", "site-1")
+        assert peaks.sample(child.pid) > 0 and peaks.rss_mb >= peaks.pss_mb > 0 and peaks.hwm_mb >= peaks.rss_mb
+    finally:
+        child.kill()
+        child.wait()
+    assert bench.ProcessPeaks("collaborator", "gone").sample(child.pid) == 0.0
+
+
+@pytest.mark.slow
+def test_federation_bench_runs_a_small_launched_federation_to_its_end(tmp_path: Path) -> None:
+    out = tmp_path / "federation.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "federation_bench.py"), "--dataset", "adult"]
+    command += ["--collaborators", "2", "--rounds", "2", "--sample-seconds", "0.2", "--json", str(out)]
+    subprocess.run(command, check=True, timeout=300, capture_output=True)
+    result = json.loads(out.read_text())
+    assert result["finished"] and result["rounds_completed"] == 2 and len(result["round_seconds"]) == 2
+    assert result["collaborators_seen"] == 2 and result["collaborator"]["pss"]["max"] > 0
+    assert result["aggregator"]["rss_mb"] > 0 and result["federation_pss_peak_mb"] > 0
 
 
 def report_module() -> Any:
