@@ -1,10 +1,12 @@
-"""`fedfair data list`, `fedfair data fetch NAME` and `fedfair data schema --csv TABLE --label COLUMN`."""
+"""`fedfair data list`, `fedfair data fetch NAME`, `fedfair data schema --csv TABLE --label COLUMN` and
+`fedfair data check --plan PLAN --csv TABLE`."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from fedfair.datasets.check import check_against, schema_from_file
 from fedfair.datasets.registry import DATASETS, cache_root, fetch, is_cached
 from fedfair.datasets.schema import draft_schema
 from fedfair.datasets.values import check_table
@@ -44,6 +46,16 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     schema.set_defaults(handler=_schema)
 
+    check = actions.add_parser(
+        "check",
+        help="check a table against the plan's [schema] before connecting: every problem at once, with the edits",
+    )
+    check.add_argument(
+        "--plan", type=Path, required=True, metavar="PLAN", help="the plan file, or the manifest that pins the plan"
+    )
+    check.add_argument("--csv", type=Path, required=True, metavar="TABLE", help="this institution's CSV or Parquet table")
+    check.set_defaults(handler=_check)
+
 
 def _list(args: argparse.Namespace) -> int:
     rows = [("NAME", "STATUS", "LICENCE", "SIZE")]
@@ -81,6 +93,15 @@ def _schema(args: argparse.Namespace) -> int:
     schema = draft_schema(table, args.label, args.features, learn_categories=args.learn_categories)
     check_table(schema, table, args.csv.name)
     print(f"# Drafted from {args.csv.name} ({len(table):,} rows). Other sites may hold categories this table")
-    print("# lacks: add them to each list before sharing the plan (or use --learn-categories).")
-    print(schema.to_toml(), end="")
+    print("# lacks: add them to each list before sharing the plan (or use --learn-categories); each site")
+    print("# checks its own table with `fedfair data check --plan PLAN --csv TABLE`.")
+    print(schema.to_toml(commented=True), end="")
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """Exit 0 when the table fits, 1 when it does not (the report says how, and how the schema could change)."""
+    schema = schema_from_file(args.plan)
+    report = check_against(schema, read_table(args.csv), args.csv.name)
+    print(report.render())
+    return 1 if report.problems else 0

@@ -176,15 +176,29 @@ class Schema:
             "columns": columns,
         }
 
-    def to_toml(self) -> str:
-        """The ``[schema]`` section to paste into a plan."""
+    def to_toml(self, *, commented: bool = False) -> str:
+        """The ``[schema]`` section to paste into a plan; ``commented`` adds each key's options as comments."""
         mapping = self.to_mapping()
         columns = cast(list[dict[str, object]], mapping.pop("columns"))
-        lines = ["[schema]"] + [f"{key} = {_toml_value(value)}" for key, value in mapping.items()]
+        lines = ["[schema]"]
+        for key, value in mapping.items():
+            line = f"{key} = {_toml_value(value)}"
+            lines += [f"{line}  # {_KEY_NOTES[key]}" if commented and key in _KEY_NOTES else line]
+        if commented:
+            lines.append(f'# each column: type = "numeric" | "categorical"; categories = [...] or "{LEARN}"')
         for column in columns:
             lines += ["", "[[schema.columns]]"] + [f"{key} = {_toml_value(value)}" for key, value in column.items()]
         return "\n".join(lines) + "\n"
 
+
+_KEY_NOTES = {
+    "missing": '"refuse": a site with an empty feature cell stops; "impute": mean for numbers, "<missing>" level',
+    "max_abs": "numbers above this (absolute) are refused, never clipped",
+    "fraction_bits": "binary digits kept after the point; max_abs * 2^fraction_bits <= 2^52",
+    "hash_buckets": f'buckets for a column with categories = "{LEARN}"',
+    "min_category_count": "smaller counts stay at each site (a category rarer everywhere becomes <other>)",
+}
+"""What each [schema] key means, for the drafted schema's comments."""
 
 _SCHEMA_KEYS = (
     "label", "classes", "missing", "max_abs", "fraction_bits", "hash_buckets", "min_category_count", "columns",

@@ -32,17 +32,32 @@ def check_table(schema: Schema, table: pd.DataFrame, source: str, *, label_requi
     categorical columns hold only their categories; label values are among the
     classes; no cell is missing under ``missing = "refuse"``. Extra columns are ignored.
     """
-    table = named_columns(schema, table, source, label_required)
-    problems: list[str] = []
-    if schema.label in table.columns:
-        _collect(problems, source, lambda: label_codes(schema, table[schema.label], source))
-    for column in schema.columns:
-        _collect(problems, source, partial(column_values, schema, column, table[column.name], source))
+    problems = table_problems(schema, table, source, label_required=label_required)
     if len(problems) == 1:
-        raise ConfigError(f"{source}: {problems[0]}")
+        # A missing column reads "TABLE has no column ...", every other problem "TABLE: column ...".
+        raise ConfigError(f"{source} {problems[0]}" if problems[0].startswith("has ") else f"{source}: {problems[0]}")
     if problems:
         listed = "; ".join(f"({number}) {problem}" for number, problem in enumerate(problems, start=1))
         raise ConfigError(f"{source} does not fit the plan's [schema] in {len(problems)} ways: {listed}")
+
+
+def table_problems(schema: Schema, table: pd.DataFrame, source: str, *, label_required: bool = True) -> list[str]:
+    """:func:`check_table`'s problems, each one line without the table's name: missing columns first, then
+    every present column's own (a table without rows, or with a column twice, is one problem)."""
+    problems: list[str] = []
+    try:
+        table = named_columns(schema, table, source, label_required)
+    except ConfigError as error:
+        if len(table) == 0 or "twice" in str(error):
+            return [str(error).removeprefix(f"{source} ")]
+        problems.append(str(error).removeprefix(f"{source} "))
+        table = table.rename(columns=str)
+    if schema.label in table.columns:
+        _collect(problems, source, lambda: label_codes(schema, table[schema.label], source))
+    for column in schema.columns:
+        if column.name in table.columns:
+            _collect(problems, source, partial(column_values, schema, column, table[column.name], source))
+    return problems
 
 
 def _collect(problems: list[str], source: str, check: Callable[[], object]) -> None:

@@ -1,0 +1,126 @@
+"""`fedfair data check`: a table against the plan's [schema], every problem at once, with the schema edits.
+
+An institution runs it before its collaborator ever dials: it reads only the plan file (or
+the manifest that pins it) and the table, so the aggregator need not be up. What it reports
+is what the collaborator would refuse (:func:`fedfair.datasets.values.check_table`'s
+problems), and beside each kind of problem the edit to the [schema] that would accept the
+table, to weigh against fixing the table instead: more categories, ``missing = "impute"``,
+another type, a larger ``max_abs``, more classes. An edited schema changes the plan, which
+every institution must then pin again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, closest
+from fedfair.datasets.tabular import as_text, is_numeric
+from fedfair.datasets.values import table_problems
+
+
+@dataclass(frozen=True)
+class TableCheck:
+    """What ``fedfair data check`` found: the collaborator's refusals and the [schema] edits that avoid them."""
+
+    source: str
+    rows: int
+    problems: tuple[str, ...]
+    edits: tuple[str, ...]
+
+    def render(self) -> str:
+        if not self.problems:
+            return f"{self.source} fits the plan's [schema]: {self.rows:,} rows, every column and value accepted"
+        lines = [f"{self.source} does not fit the plan's [schema] ({len(self.problems)} problems, {self.rows:,} rows):"]
+        lines += [f"  {number}. {problem}" for number, problem in enumerate(self.problems, start=1)]
+        if self.edits:
+            lines.append("Either fix the table, or edit the plan's [schema] (then pin the plan again):")
+            lines += [f"  {edit}" for edit in self.edits]
+        return "\n".join(lines)
+
+
+def schema_from_file(path: Path) -> Schema:
+    """The [schema] of a plan file, or of the plan a manifest pins (its ``[plan] settings``)."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read it as TOML ({error}); give the plan file or the manifest") from None
+    section: Any = document.get("schema")
+    pinned = document.get("plan")
+    if section is None and isinstance(pinned, Mapping) and isinstance(pinned.get("settings"), str):
+        try:
+            section = json.loads(pinned["settings"]).get("schema")
+        except (ValueError, AttributeError):
+            raise ConfigError(f"{path}: its [plan] settings are not a JSON object; pin the plan again") from None
+    if section is None:
+        raise ConfigError(
+            f"{path} has no [schema]: the plan reads the built-in dataset, so there is no table to check; "
+            "draft one with `fedfair data schema --csv TABLE --label COLUMN`"
+        )
+    return Schema.from_mapping(section, str(path))
+
+
+def check_against(schema: Schema, table: pd.DataFrame, source: str) -> TableCheck:
+    """Every problem of ``table`` under ``schema`` and the schema edits that would accept it."""
+    return TableCheck(source, len(table), tuple(table_problems(schema, table, source)), tuple(schema_edits(schema, table)))
+
+
+def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
+    """The [schema] lines that would accept ``table``, one per column that needs one (plus ``missing``)."""
+    table = table.rename(columns=str)
+    present = [str(name) for name in table.columns]
+    edits: list[str] = []
+    gaps: list[str] = []
+    if schema.label in present:
+        labels = as_text(table[schema.label])
+        extra = _unlisted(labels, schema.classes)
+        if extra:
+            edits.append(f"classes = {_toml_list([*schema.classes, *extra])}")
+    for column in schema.columns:
+        where = f'[[schema.columns]] name = "{column.name}":'
+        if column.name not in present:
+            close = closest(column.name, present)
+            edits.append(f'{where} name = "{close}" (the table\'s name)' if close else f"{where} remove the entry")
+            continue
+        series = table[column.name]
+        missing = int(series.isna().sum())
+        if missing:
+            gaps.append(f"{column.name} ({missing:,})")
+        if column.kind == "categorical":
+            extra = _unlisted(as_text(series), column.categories) if column.categories is not None else []
+            if extra:
+                listed = _toml_list([*(column.categories or ()), *extra])
+                edits.append(f'{where} categories = {listed} (or "{LEARN}")')
+            continue
+        numbers = series if is_numeric(series) else pd.to_numeric(series, errors="coerce")
+        if int(numbers.isna().sum()) > missing:
+            edits.append(f'{where} type = "categorical"')
+            continue
+        largest = float(np.nanmax(np.abs(numbers.to_numpy(dtype=np.float64)))) if len(numbers.dropna()) else 0.0
+        if largest > schema.max_abs:
+            bound = 10.0 ** math.ceil(math.log10(largest))
+            bits = min(schema.fraction_bits, FLOAT_EXACT_BITS - math.ceil(math.log2(bound)))
+            edits.append(f"max_abs = {bound:g}" + (f", fraction_bits = {bits}" if bits != schema.fraction_bits else ""))
+    if gaps and schema.missing == "refuse":
+        edits.append(f'missing = "impute" (missing cells: {", ".join(gaps)})')
+    return edits
+
+
+def _unlisted(values: np.ndarray, listed: tuple[str, ...] | None) -> list[str]:
+    """The distinct non-missing values (text, as the checks read them) not in ``listed``, most frequent first."""
+    known = set(listed or ())
+    counts = pd.Series(values, dtype=object).dropna().value_counts()
+    return [str(value) for value in counts.index if str(value) not in known]
+
+
+def _toml_list(values: list[str]) -> str:
+    return json.dumps(values, ensure_ascii=False)
