@@ -2,7 +2,7 @@
 
 The payloads inside Submit/Fetch are opaque bytes to the gRPC schema; their encoding is
 documented in ``fedfair/secagg/messages.py`` and ``fedfair/secagg/codec.py`` (protocol
-v2: magic ``FSA2``, a message type byte, a header (federation id, round, stage,
+v3: magic ``FSA3``, a message type byte, a header (federation id, round, stage,
 session id), then the fields: integers big-endian, byte strings with a u64 length).
 This module re-implements exactly what the attacks need from that description, with
 ``cryptography`` for the keys and signatures; it imports nothing of fedfair.
@@ -28,8 +28,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-MAGIC = b"FSA2"
+MAGIC = b"FSA3"
 DOMAIN = "fedfair/secagg/v2/"
+DEALING_DOMAIN = "fedfair/secagg/v3/"
+"""The labels of the dealing (v3); every other label kept its v2 format and name."""
 
 # Message type bytes and the protocol's own stage numbers (not the gRPC Stage enum).
 ADVERTISE_KEYS, KEY_DIRECTORY, SHARE_KEYS, SHARE_CHECK = 1, 2, 3, 8
@@ -294,16 +296,22 @@ def share_keys(
     signer: ec.EllipticCurvePrivateKey,
     ciphertext_for: Callable[[int], bytes],
 ) -> bytes:
-    """A ShareKeys message whose entries carry ``ciphertext_for(recipient)``, each entry signed by the
-    sender as the protocol requires (so a recipient can prove what it was sent)."""
+    """A ShareKeys message whose entries carry ``ciphertext_for(recipient)`` (and made-up share commitments),
+    all under the sender's one signature over its dealing, as the protocol requires (so a recipient can
+    prove what it was sent)."""
     writer = header(Writer().blob(MAGIC).u8(SHARE_KEYS), info.federation_id, info.session_round, STAGE_SHARE, session)
     writer.u32(sender).u32(len(recipients))
-    for recipient in recipients:
-        ciphertext = ciphertext_for(recipient)
-        signed = (
-            Writer().text(DOMAIN + "share-entry").blob(session).u32(sender).u32(recipient).blob(ciphertext).getvalue()
-        )
-        writer.u32(sender).u32(recipient).blob(ciphertext).blob(sign(signer, signed))
+    digests = []
+    for recipient in sorted(recipients):
+        ciphertext, seed_commitment, key_commitment = ciphertext_for(recipient), os.urandom(32), os.urandom(32)
+        writer.u32(sender).u32(recipient).blob(ciphertext).blob(seed_commitment).blob(key_commitment)
+        line = Writer().text(DEALING_DOMAIN + "dealing-line").blob(session).u32(sender).u32(recipient)
+        line.blob(ciphertext).blob(seed_commitment).blob(key_commitment)
+        digests.append(hashlib.sha256(line.getvalue()).digest())
+    signed = Writer().text(DEALING_DOMAIN + "dealing").blob(session).u32(sender).u32(len(recipients))
+    for recipient in sorted(recipients):
+        signed.u32(recipient)
+    writer.blob(sign(signer, signed.blob(b"".join(digests)).getvalue()))
     return writer.getvalue()
 
 

@@ -1,4 +1,4 @@
-"""A party's side of secure aggregation (Bonawitz et al. 2017, active-adversary variant, protocol v2).
+"""A party's side of secure aggregation (Bonawitz et al. 2017, active-adversary variant, protocol v3).
 
 :class:`Client` is a state machine over the plain messages of
 :mod:`fedfair.secagg.messages`; it performs no I/O. A runtime calls its steps in
@@ -21,8 +21,9 @@ server masked twice, and the server must never hold both the seed b and the mask
 of one party. The party makes sure of it against a server that lies:
 
 - it accepts a peer's keys only under the peer's identity signature (no swapped keys),
-  and signs every share entry it sends and the two shares it deals each holder, so a
-  tampered entry is caught and a share revealed later can be traced to its dealer;
+  and signs once over all the share entries it sends, each with commitments to the two
+  shares inside (its dealing), so a tampered entry is caught and a share revealed later
+  is checked against what its dealer dealt;
 - it masks only with peers whose shares it checked and holds, only if the masking set
   leaves it at least t holders, and never with a peer it accused;
 - it signs exactly one view (U2', U3) of who masked and who survived, and remembers it;
@@ -72,12 +73,11 @@ from fedfair.secagg.messages import (
 from fedfair.secagg.payloads import (
     advertisement_payload,
     consistency_payload,
-    dealt_shares_payload,
+    dealing_lines,
+    dealing_payload,
     seed_commitment,
     session_id,
     share_check_payload,
-    share_digest,
-    share_entry_payload,
 )
 from fedfair.secagg.credentials import verify_advertisement
 from fedfair.secagg.shares import SECRET_BYTES, Held, Kind, check_view_signatures, open_entry
@@ -158,7 +158,7 @@ class Client:
         return self._advertisement
 
     def share_keys(self, directory: KeyDirectory) -> ShareKeys:
-        """Stage SHARE: check every peer's signed keys, fix the session, send signed encrypted shares.
+        """Stage SHARE: check every peer's signed keys, fix the session, send encrypted shares under one signature.
 
         Peers whose advertisement fails verification are excluded (see :attr:`excluded`).
         Raises :class:`AuthenticationError` if the directory carries keys for this party
@@ -218,22 +218,10 @@ class Client:
         held: dict[int, Held] = {}
         for holder in sorted(holders):
             seed_bytes, key_bytes = seed_shares[holder].to_bytes(), key_shares[holder].to_bytes()
-            dealer_signature = sign(
-                self._identity_key,
-                dealt_shares_payload(session, self.party, holder, share_digest(seed_bytes), share_digest(key_bytes)),
-            )
             if holder == self.party:
-                held[self.party] = Held(seed_bytes, key_bytes, dealer_signature)
+                held[self.party] = Held(seed_bytes, key_bytes)
                 continue
-            plaintext = (
-                Writer()
-                .u32(self.party)
-                .u32(holder)
-                .blob(seed_bytes)
-                .blob(key_bytes)
-                .blob(dealer_signature)
-                .getvalue()
-            )
+            plaintext = Writer().u32(self.party).u32(holder).blob(seed_bytes).blob(key_bytes).getvalue()
             # Both directions use one key (the associated data tells them apart), so the key
             # that seals these shares also opens the peer's; the pairwise mask key depends only
             # on the directory too. Deriving both now keeps key agreement out of later steps.
@@ -241,22 +229,30 @@ class Client:
             share_keys[holder] = keys.share_encryption_key(cipher_secret, session, self.party, holder)
             pair_keys[holder] = keys.pair_mask_key(mask_secret, session, self.party, holder)
             sealed = keys.seal(share_keys[holder], plaintext, keys.share_associated_data(session, self.party, holder))
-            signature = sign(self._identity_key, share_entry_payload(session, self.party, holder, sealed))
-            encrypted.append(EncryptedShares(self.party, holder, sealed, signature))
+            commitments = (
+                Kind.SEED.commitment(session, self.party, holder, seed_bytes),
+                Kind.MASK_KEY.commitment(session, self.party, holder, key_bytes),
+            )
+            encrypted.append(EncryptedShares(self.party, holder, sealed, *commitments))
+        # One signature over every entry: a verification per dealer, not per share, for everyone.
+        dealt_to, lines = dealing_lines(session, self.party, encrypted)
+        signature = sign(self._identity_key, dealing_payload(session, self.party, dealt_to, lines))
         self._directory, self._identities, self.excluded, self._session = accepted, identities, excluded, session
         self._share_keys, self._pair_keys, self._held = share_keys, pair_keys, held
         self._next = Stage.CHECK
-        return ShareKeys(self._header(Stage.SHARE), self.party, tuple(encrypted))
+        return ShareKeys(self._header(Stage.SHARE), self.party, tuple(encrypted), signature)
 
     def check_shares(self, bundle: ShareBundle) -> ShareCheck:
         """Stage CHECK: verify, decrypt and store the shares addressed to this party; accuse bad senders.
 
-        A sender is accused (see :attr:`accusations`) when its entry's signature does not
-        verify (the server altered it, or the sender signed garbage), the ciphertext fails
-        authentication, or the plaintext is malformed, mislabelled or not signed by the
-        sender as its dealer. Raises :class:`ProtocolError` for a bundle that is not this
-        party's or lists an unexpected or repeated sender, and :class:`ThresholdError` if
-        fewer than t holders of this party's secrets remain (itself and its valid senders).
+        A sender is accused (see :attr:`accusations`) when its entry is not the line of its
+        dealing for this party or the dealing's signature does not verify (the server altered
+        it, or the sender signed garbage), the ciphertext fails authentication, or the
+        plaintext is malformed, mislabelled or does not match the dealing's commitments.
+        Raises :class:`ProtocolError` for a bundle that is not this party's, lists an
+        unexpected or repeated sender or pairs an entry with another sender's dealing, and
+        :class:`ThresholdError` if fewer than t holders of this party's secrets remain
+        (itself and its valid senders).
         """
         self._expect(Stage.CHECK, "check_shares")
         check_header(bundle, self.config, self._session)
@@ -268,11 +264,14 @@ class Client:
             if entry.sender not in self._share_keys or entry.recipient != self.party or entry.sender in seen:
                 raise ProtocolError(f"share bundle has an unexpected or repeated entry from party {entry.sender}")
             seen.add(entry.sender)
+        if [dealing.dealer for dealing in bundle.dealings] != [entry.sender for entry in bundle.shares]:
+            raise ProtocolError("share bundle does not pair each entry with its sender's dealing")
         valid: dict[int, Held] = {}
         accusations: dict[int, str] = {}
-        for entry in bundle.shares:
+        for entry, dealing in zip(bundle.shares, bundle.dealings, strict=True):
             outcome = open_entry(
                 entry,
+                dealing,
                 session=self._session,
                 party=self.party,
                 identity=self._identities[entry.sender],

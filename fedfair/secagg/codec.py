@@ -86,8 +86,19 @@ class Reader:
     def f64(self) -> float:
         return float(struct.unpack(">d", self._take(8))[0])
 
-    def blob(self) -> bytes:
-        return bytes(self._take(self.u64()))
+    def blob(self, limit: int | None = None) -> bytes:
+        """A length-prefixed byte string; with ``limit``, refused if longer."""
+        size = self.u64()
+        if limit is not None and size > limit:
+            raise ProtocolError(f"malformed message: a field of {size} bytes, more than its {limit}")
+        return bytes(self._take(size))
+
+    def fixed(self, size: int) -> bytes:
+        """A length-prefixed byte string that must be exactly ``size`` bytes long (a digest)."""
+        value = self.blob(size)
+        if len(value) != size:
+            raise ProtocolError(f"malformed message: a field of {len(value)} bytes, not {size}")
+        return value
 
     def blob_view(self) -> memoryview:
         """Like :meth:`blob` without copying (for large vectors)."""

@@ -110,8 +110,11 @@ def self_mask_key(seed: bytes, session_id: bytes, owner: int) -> bytes:
 
 
 def share_associated_data(session_id: bytes, sender: int, recipient: int) -> bytes:
-    """What the share ciphertext is bound to: session, direction and both parties."""
-    return DOMAIN + b"shares" + session_id + struct.pack(">II", sender, recipient)
+    """What the share ciphertext is bound to: session, direction and both parties.
+
+    Labelled v3, the format of the sealed plaintext (v2's carried a dealer signature inside).
+    """
+    return b"fedfair/secagg/v3/shares" + session_id + struct.pack(">II", sender, recipient)
 
 
 def seal(key: bytes, plaintext: bytes, associated_data: bytes) -> bytes:

@@ -1,4 +1,4 @@
-"""The messages of one secure-aggregation round (protocol v2), as plain frozen dataclasses.
+"""The messages of one secure-aggregation round (protocol v3), as plain frozen dataclasses.
 
 Flow (party = collaborator, server = aggregator); U1 advertised, U2 shared, U2' passed
 the share check unaccused, U3 sent a masked input:
@@ -10,8 +10,10 @@ ADVERTISE    AdvertiseKeys                                  two X25519 public ke
                                                             to the self-mask seed, signed
 ADVERTISE                          KeyDirectory (all)       every accepted AdvertiseKeys (U1)
 SHARE        ShareKeys                                      Shamir shares, encrypted per recipient,
-                                                            each entry signed by its sender
-SHARE                              ShareBundle (each)       the signed entries addressed to it (U2)
+                                                            with commitments to each share, all
+                                                            entries under one signature (dealing)
+SHARE                              ShareBundle (each)       the entries addressed to it and each
+                                                            sender's signed dealing (U2)
 CHECK        ShareCheck                                     the senders whose entry failed
                                                             (accused), signed
 CHECK                              MaskingSet (all)         U2': checked parties minus the accused
@@ -21,8 +23,8 @@ CONSISTENCY  ConsistencySignature                           signature over the v
 CONSISTENCY                        UnmaskRequest (all)      U3, U2' - U3, and the survivors'
                                                             consistency signatures
 UNMASK       UnmaskResponse                                 seed shares of survivors, mask-key
-                                                            shares of the dropped, each with its
-                                                            dealer's signature
+                                                            shares of the dropped (checked against
+                                                            their dealer's signed dealing)
 ===========  ====================  =======================  ========================================
 
 Every message carries a :class:`Header` binding it to (federation id, round, stage,
@@ -51,7 +53,11 @@ import numpy as np
 
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.errors import ProtocolError
+from fedfair.secagg.payloads import DIGEST_BYTES
 from fedfair.secagg.wire import Header, Stage, Wire, read_message
+
+SIGNATURE_LIMIT = 72
+"""The longest DER encoding of an ECDSA P-256 signature; a longer signature field is malformed."""
 
 
 @dataclass(frozen=True)
@@ -110,26 +116,35 @@ class KeyDirectory(Wire):
 class EncryptedShares:
     """The sender's Shamir shares for one recipient, AES-256-GCM encrypted (nonce | ciphertext | tag).
 
-    signature: the sender's identity signature over :func:`~fedfair.secagg.payloads.share_entry_payload`, so the
-    server and the recipient can tell the sender's ciphertext from one the server altered.
+    seed_commitment, key_commitment: :func:`~fedfair.secagg.payloads.share_commitment` of the recipient's
+    share of the sender's seed and mask key, so a share the recipient decrypts, or reveals at
+    UNMASK, can be checked against what the sender dealt. The entry is one line of the sender's
+    signed dealing (:class:`ShareKeys`); it carries no signature of its own.
     """
 
     sender: int
     recipient: int
     ciphertext: bytes
-    signature: bytes
+    seed_commitment: bytes
+    key_commitment: bytes
 
     def write(self, writer: Writer) -> None:
-        writer.u32(self.sender).u32(self.recipient).blob(self.ciphertext).blob(self.signature)
+        writer.u32(self.sender).u32(self.recipient).blob(self.ciphertext)
+        writer.blob(self.seed_commitment).blob(self.key_commitment)
 
     @classmethod
     def read(cls, reader: Reader) -> EncryptedShares:
-        return cls(reader.u32(), reader.u32(), reader.blob(), reader.blob())
+        return cls(reader.u32(), reader.u32(), reader.blob(), reader.fixed(DIGEST_BYTES), reader.fixed(DIGEST_BYTES))
 
 
 @dataclass(frozen=True)
 class ShareKeys(Wire):
-    """A party's encrypted shares, one entry per neighbour that advertised keys."""
+    """A party's encrypted shares, one entry per neighbour that advertised keys, in increasing recipient order.
+
+    signature: the sender's one identity signature over all its entries, its *dealing*
+    (:func:`~fedfair.secagg.payloads.dealing_payload` of :func:`~fedfair.secagg.payloads.dealing_lines`),
+    so the server and every recipient can tell the sender's entries from ones the server altered.
+    """
 
     TYPE: ClassVar[int] = 3
     STAGE: ClassVar[Stage] = Stage.SHARE
@@ -137,21 +152,53 @@ class ShareKeys(Wire):
     header: Header
     sender: int
     shares: tuple[EncryptedShares, ...]
+    signature: bytes
 
     def write(self, writer: Writer) -> None:
         _write_shares(writer.u32(self.sender), self.shares)
+        writer.blob(self.signature)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> ShareKeys:
-        return cls(header, reader.u32(), _read_shares(reader))
+        return cls(header, reader.u32(), _read_shares(reader), reader.blob(SIGNATURE_LIMIT))
+
+
+@dataclass(frozen=True)
+class Dealing:
+    """What a recipient needs to check a sender's signature over its entries without seeing the others.
+
+    holders: the recipients of the dealer's entries, in order; lines: their
+    :func:`~fedfair.secagg.payloads.dealing_line` digests, concatenated (32 bytes each);
+    signature: the dealer's, as in its :class:`ShareKeys`.
+    """
+
+    dealer: int
+    holders: tuple[int, ...]
+    lines: bytes
+    signature: bytes
+
+    def write(self, writer: Writer) -> None:
+        writer.u32(self.dealer).ids(self.holders).blob(self.lines).blob(self.signature)
+
+    @classmethod
+    def read(cls, reader: Reader) -> Dealing:
+        dealer, holders = reader.u32(), reader.ids()
+        return cls(dealer, holders, reader.fixed(DIGEST_BYTES * len(holders)), reader.blob(SIGNATURE_LIMIT))
+
+    def line(self, holder: int) -> bytes | None:
+        """The line digest the dealer signed for ``holder``; None if it dealt ``holder`` nothing."""
+        if holder not in self.holders:
+            return None
+        index = self.holders.index(holder)
+        return self.lines[index * DIGEST_BYTES : (index + 1) * DIGEST_BYTES]
 
 
 @dataclass(frozen=True)
 class ShareBundle(Wire):
-    """What the server forwards to one party: the signed, encrypted shares addressed to it.
+    """What the server forwards to one party: the encrypted shares addressed to it, with their senders' dealings.
 
-    Its senders are the recipient's neighbours that completed the SHARE stage (U2); the
-    recipient checks each entry in the CHECK stage.
+    Its senders are the recipient's neighbours that completed the SHARE stage (U2); ``dealings[i]``
+    is the dealing of ``shares[i]``'s sender. The recipient checks each entry in the CHECK stage.
     """
 
     TYPE: ClassVar[int] = 4
@@ -160,13 +207,18 @@ class ShareBundle(Wire):
     header: Header
     recipient: int
     shares: tuple[EncryptedShares, ...]
+    dealings: tuple[Dealing, ...]
 
     def write(self, writer: Writer) -> None:
         _write_shares(writer.u32(self.recipient), self.shares)
+        writer.u32(len(self.dealings))
+        for dealing in self.dealings:
+            dealing.write(writer)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> ShareBundle:
-        return cls(header, reader.u32(), _read_shares(reader))
+        recipient, shares = reader.u32(), _read_shares(reader)
+        return cls(header, recipient, shares, tuple(Dealing.read(reader) for _ in range(reader.u32())))
 
 
 @dataclass(frozen=True)
@@ -330,16 +382,11 @@ class UnmaskRequest(Wire):
 class RevealedShare:
     """The responder's Shamir share (:meth:`fedfair.secagg.shamir.Share.to_bytes`) of ``owner``'s secret.
 
-    other_digest: :func:`~fedfair.secagg.payloads.share_digest` of the responder's share of ``owner``'s other secret
-        (never the share itself).
-    dealer_signature: ``owner``'s signature over :func:`~fedfair.secagg.payloads.dealt_shares_payload` of both
-        digests, as the responder received it; it proves what ``owner`` dealt.
+    The server checks it against the commitment in ``owner``'s dealing, which it verified at SHARE.
     """
 
     owner: int
     share: bytes
-    other_digest: bytes
-    dealer_signature: bytes
 
 
 @dataclass(frozen=True)
@@ -359,16 +406,13 @@ class UnmaskResponse(Wire):
         for group in (self.seed_shares, self.key_shares):
             writer.u32(len(group))
             for revealed in group:
-                writer.u32(revealed.owner).blob(revealed.share).blob(revealed.other_digest)
-                writer.blob(revealed.dealer_signature)
+                writer.u32(revealed.owner).blob(revealed.share)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> UnmaskResponse:
         sender = reader.u32()
         groups = [
-            tuple(
-                RevealedShare(reader.u32(), reader.blob(), reader.blob(), reader.blob()) for _ in range(reader.u32())
-            )
+            tuple(RevealedShare(reader.u32(), reader.blob()) for _ in range(reader.u32()))
             for _ in range(2)
         ]
         return cls(header, sender, groups[0], groups[1])

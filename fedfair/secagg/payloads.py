@@ -2,21 +2,26 @@
 
 What must survive an active aggregator is signed with the parties' identity keys (ECDSA
 P-256, :mod:`fedfair.pki.identity`) over a payload built here: advertisements, each
-encrypted share entry, each share check, each consistency view, and, inside the
-encryption, each pair of dealt shares (so that a share revealed at unmasking can be traced
-to its dealer). Every payload starts with its own domain string, so no signature over one
-kind can be replayed as another.
+party's dealing (one signature over every share entry it sends, see
+:func:`dealing_payload`), each share check and each consistency view. Every payload starts
+with its own domain string, so no signature over one kind can be replayed as another.
+A label carries the protocol version that last changed its format: the dealing and its
+parts are v3 (v2 signed each entry and each pair of dealt shares apart), the rest v2.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from fedfair.secagg.codec import Writer
 
 _DOMAIN = "fedfair/secagg/v2/"
+_DEALING_DOMAIN = "fedfair/secagg/v3/"
+
+DIGEST_BYTES = 32
+"""Length of a SHA-256 digest: a share commitment, one line of a dealing."""
 
 
 class Advertised(Protocol):
@@ -35,6 +40,22 @@ class Advertised(Protocol):
     def seed_commitment(self) -> bytes: ...
 
 
+class DealtLine(Protocol):
+    """What a dealing covers of one share entry (:class:`~fedfair.secagg.messages.EncryptedShares`)."""
+
+    @property
+    def recipient(self) -> int: ...
+
+    @property
+    def ciphertext(self) -> bytes: ...
+
+    @property
+    def seed_commitment(self) -> bytes: ...
+
+    @property
+    def key_commitment(self) -> bytes: ...
+
+
 def seed_commitment(config_digest: bytes, party: int, seed: bytes) -> bytes:
     """SHA-256 commitment to a party's self-mask seed, bound to the round's parameters and the party."""
     writer = Writer().text(_DOMAIN + "seed-commitment").blob(config_digest).u32(party).blob(seed)
@@ -49,24 +70,38 @@ def advertisement_payload(
     return writer.blob(cipher_public_key).blob(mask_public_key).blob(seed_commitment).getvalue()
 
 
-def share_entry_payload(session: bytes, sender: int, recipient: int, ciphertext: bytes) -> bytes:
-    """The bytes a sender signs for one encrypted share entry."""
-    return Writer().text(_DOMAIN + "share-entry").blob(session).u32(sender).u32(recipient).blob(ciphertext).getvalue()
+def share_commitment(session: bytes, owner: int, holder: int, kind: str, share: bytes) -> bytes:
+    """SHA-256 commitment to one serialised Shamir share: ``holder``'s share of ``owner``'s secret ``kind``.
 
-
-def share_digest(share: bytes) -> bytes:
-    """SHA-256 of one serialised Shamir share, as the dealer signs it."""
-    return hashlib.sha256(Writer().text(_DOMAIN + "share-digest").blob(share).getvalue()).digest()
-
-
-def dealt_shares_payload(session: bytes, owner: int, holder: int, seed_digest: bytes, key_digest: bytes) -> bytes:
-    """The bytes a dealer signs for the two shares (seed, mask key) it deals one holder, inside the encryption.
-
-    Signing digests lets the holder later reveal one share and prove it was dealt, without
-    revealing the other.
+    No salt is needed: a share is full-entropy field elements (fewer than t of them say nothing
+    of the secret), so the commitment only lets a share be checked, not guessed. Session,
+    owner, holder and kind are bound so that a commitment fits exactly one share slot.
     """
-    writer = Writer().text(_DOMAIN + "dealt-shares").blob(session).u32(owner).u32(holder)
-    return writer.blob(seed_digest).blob(key_digest).getvalue()
+    writer = Writer().text(_DEALING_DOMAIN + "share-commitment").blob(session).u32(owner).u32(holder).text(kind)
+    return hashlib.sha256(writer.blob(share).getvalue()).digest()
+
+
+def dealing_line(session: bytes, dealer: int, entry: DealtLine) -> bytes:
+    """SHA-256 of one line of ``dealer``'s dealing: the holder, its sealed shares and both share commitments."""
+    writer = Writer().text(_DEALING_DOMAIN + "dealing-line").blob(session).u32(dealer).u32(entry.recipient)
+    writer.blob(entry.ciphertext).blob(entry.seed_commitment).blob(entry.key_commitment)
+    return hashlib.sha256(writer.getvalue()).digest()
+
+
+def dealing_lines(session: bytes, dealer: int, entries: Iterable[DealtLine]) -> tuple[tuple[int, ...], bytes]:
+    """The holders of ``dealer``'s entries, in the entries' order, and their line digests concatenated."""
+    listed = list(entries)
+    return tuple(entry.recipient for entry in listed), b"".join(dealing_line(session, dealer, e) for e in listed)
+
+
+def dealing_payload(session: bytes, dealer: int, holders: tuple[int, ...], lines: bytes) -> bytes:
+    """The bytes a dealer signs, once, for every share entry it sends: each holder with its line digest.
+
+    Signing line digests rather than the lines lets a holder check the signature with its own
+    line in full and only 32 bytes of every other.
+    """
+    writer = Writer().text(_DEALING_DOMAIN + "dealing").blob(session).u32(dealer)
+    return writer.ids(holders).blob(lines).getvalue()
 
 
 def share_check_payload(session: bytes, sender: int, accused: tuple[int, ...]) -> bytes:

@@ -4,51 +4,52 @@ commitments, the masks stripped from the sum, and the decoded sum checked for wh
 :class:`Recovery` keeps the shares revealed for each secret the sum needs (a survivor's
 self-mask seed, a dropped party's mask key), rebuilds each once t shares agree with the
 owner's commitment, and, when some do not, names who provably lied: a responder whose share
-its owner never dealt (the dealer's signature fails), or an owner whose signed shares do not
-rebuild what it committed to.
+does not match the commitment in its owner's signed dealing (which the server verified at SHARE),
+or an owner whose dealt shares do not rebuild what it committed to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
-from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.pki.identity import is_valid_signature
 from fedfair.secagg import keys, prg, shamir
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded, EncodingConfig
 from fedfair.secagg.errors import ProtocolError, SumOutOfRangeError, ThresholdError
-from fedfair.secagg.messages import AdvertiseKeys, RevealedShare
-from fedfair.secagg.payloads import dealt_shares_payload, seed_commitment, share_digest
+from fedfair.secagg.messages import AdvertiseKeys, EncryptedShares, RevealedShare
+from fedfair.secagg.payloads import seed_commitment
 from fedfair.secagg.shares import SECRET_BYTES, SHARE_CHUNKS, Kind
 
 Revealed = tuple[shamir.Share, RevealedShare]
-"""A revealed share, parsed, with the message entry that carried it (its digests and dealer signature)."""
+"""A revealed share, parsed, with the message entry that carried it."""
 
 
 class Recovery:
     """The shares revealed in one round's UNMASK stage, and what they rebuild.
 
-    Built when the server asks for the shares: the round's session, every party's verified
-    identity key and accepted advertisement are then fixed.
+    Built when the server asks for the shares: the round's session, every party's accepted
+    advertisement and its dealing are then fixed. ``dealt`` maps each dealer to the share
+    entries of its dealing, whose signature the server verified at SHARE: their commitments
+    are what a revealed share is checked against.
     """
 
     def __init__(
         self,
         config: SecAggConfig,
         session: bytes,
-        identities: Mapping[int, ec.EllipticCurvePublicKey],
+        dealt: Mapping[int, Iterable[EncryptedShares]],
         advertisements: Mapping[int, AdvertiseKeys],
     ) -> None:
         self.config = config
         self._session = session
-        self._identities = identities
+        self._dealt = dealt
+        self._lines: dict[int, dict[int, EncryptedShares]] = {}
+        """Owner -> holder -> the line of its dealing, indexed on first use (most rounds never need it)."""
         self._advertisements = advertisements
         self.revealed: dict[tuple[Kind, int], dict[int, Revealed]] = {}
         self._rebuilt: dict[tuple[Kind, int], tuple[bytes, tuple[shamir.Share, ...]]] = {}
-        self._dealt: dict[tuple[Kind, int, int], bool] = {}
 
     def add(self, responder: int, kind: Kind, parsed: Mapping[int, Revealed]) -> None:
         """Keep `responder`'s shares of `kind`, by owner (as :meth:`parse_revealed` checked them)."""
@@ -68,7 +69,7 @@ class Recovery:
         """The verified secret and the shares that rebuilt it, from the shares so far; None if not (yet) possible.
 
         First the t smallest x (the common case: every share is good); failing that, a bounded
-        search over t-subsets of the shares whose owner signature verifies.
+        search over t-subsets of the shares that match their owner's dealing.
         """
         cached = self._rebuilt.get((kind, owner))
         if cached is not None:
@@ -92,8 +93,8 @@ class Recovery:
         """Who provably misbehaved in the shares of one secret: party -> why.
 
         Nothing to say when every share lies on the polynomial of the verified secret.
-        Otherwise a share whose dealer signature fails was altered by its responder, and
-        signed shares that disagree with each other or with the commitment were dealt wrong.
+        Otherwise a share that does not match its owner's dealing was altered by its responder,
+        and dealt shares that disagree with each other or with the commitment were dealt wrong.
         """
         received = self.revealed.get((kind, owner), {})
         rebuilt = self._rebuilt.get((kind, owner))
@@ -108,7 +109,7 @@ class Recovery:
             else:
                 culprits[responder] = (
                     f"sent a bad unmask share for party {owner} (a share of its {kind.value} that party {owner} never "
-                    "dealt: the dealer's signature does not verify)"
+                    "dealt: it does not match the dealer's signed dealing)"
                 )
         t = self.config.t
         if len(dealt) >= t:
@@ -123,16 +124,21 @@ class Recovery:
         return culprits
 
     def was_dealt(self, kind: Kind, owner: int, responder: int) -> bool:
-        """Whether ``owner`` signed, as dealer, the share ``responder`` revealed (cached)."""
-        key = (kind, owner, responder)
-        if key not in self._dealt:
-            _, revealed = self.revealed[kind, owner][responder]
-            mine = share_digest(revealed.share)
-            other = revealed.other_digest
-            seed_digest, key_digest = (mine, other) if kind is Kind.SEED else (other, mine)
-            payload = dealt_shares_payload(self._session, owner, responder, seed_digest, key_digest)
-            self._dealt[key] = is_valid_signature(self._identities[owner], revealed.dealer_signature, payload)
-        return self._dealt[key]
+        """Whether the share ``responder`` revealed is the one ``owner``'s signed dealing commits to.
+
+        An owner's own share is its own word: it kept it, so it is dealt by definition, and
+        a bad one is the owner's fault whichever role it lied in.
+        """
+        if responder == owner:
+            return True
+        if owner not in self._lines:
+            self._lines[owner] = {entry.recipient: entry for entry in self._dealt.get(owner, ())}
+        line = self._lines[owner].get(responder)
+        if line is None:
+            return False
+        _, revealed = self.revealed[kind, owner][responder]
+        committed = line.seed_commitment if kind is Kind.SEED else line.key_commitment
+        return committed == kind.commitment(self._session, owner, responder, revealed.share)
 
     def failure(self, failed: list[tuple[Kind, int]], culprits: Mapping[int, str]) -> ProtocolError:
         """The error that voids the round when some secrets cannot be rebuilt, naming who is to blame."""
@@ -142,7 +148,7 @@ class Recovery:
         for kind, owner in failed:
             received = self.revealed.get((kind, owner), {})
             good = sum(self.was_dealt(kind, owner, responder) for responder in received)
-            parts.append(f"party {owner}'s {kind.value} ({len(received)} shares, {good} signed by it)")
+            parts.append(f"party {owner}'s {kind.value} ({len(received)} shares, {good} dealt by it)")
             too_few = too_few and good < t
         blamed = "; ".join(f"party {party} {reason}" for party, reason in culprits.items()) or "nobody provably"
         message = (
@@ -167,7 +173,7 @@ class Recovery:
             share = shamir.Share.from_bytes(entry.share)
             if share.x != responder:
                 raise ProtocolError(f"party {responder} revealed a share with another party's x")
-            if len(share.values) != SHARE_CHUNKS or len(entry.other_digest) != 32:
+            if len(share.values) != SHARE_CHUNKS:
                 raise ProtocolError(f"party {responder} revealed a share of the wrong length")
             parsed[entry.owner] = (share, entry)
         return parsed

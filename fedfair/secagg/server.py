@@ -1,4 +1,4 @@
-"""The aggregator's side of secure aggregation (protocol v2): collect, forward, check, sum, unmask.
+"""The aggregator's side of secure aggregation (protocol v3): collect, forward, check, sum, unmask.
 
 :class:`Server` is a state machine over plain messages with no I/O. Each stage has
 a ``receive_*`` step, called once per arriving message, and a closing step, called
@@ -31,9 +31,9 @@ Identify, don't abort. A party accused at CHECK is left out of the masking set a
 named, with its accusers (the server cannot tell which side lied). Each rebuilt secret
 is checked against its owner's commitment (the seed's hash, the mask key's public
 key), trying other t-subsets of the shares when the first fails; a revealed share that
-its owner never signed as dealt is a provably bad share and its responder is named,
-and signed shares that disagree with each other or with the commitment name their
-owner. A decoded sum outside what honest inputs can produce voids the round
+does not match its owner's signed dealing (verified once per owner at SHARE) is a provably
+bad share and its responder is named, and dealt shares that disagree with each other or
+with the commitment name their owner. A decoded sum outside what honest inputs can produce voids the round
 (:class:`~fedfair.secagg.errors.SumOutOfRangeError`).
 """
 
@@ -61,6 +61,7 @@ from fedfair.secagg.errors import (
 from fedfair.secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
+    Dealing,
     EncryptedShares,
     KeyDirectory,
     MaskedInput,
@@ -72,7 +73,13 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fedfair.secagg.payloads import consistency_payload, session_id, share_check_payload, share_entry_payload
+from fedfair.secagg.payloads import (
+    consistency_payload,
+    dealing_lines,
+    dealing_payload,
+    session_id,
+    share_check_payload,
+)
 from fedfair.secagg.recovery import Recovery, check_range, unmasking_streams
 from fedfair.secagg.shares import Kind
 from fedfair.secagg.wire import Header, Stage, check_header, check_ids
@@ -89,8 +96,8 @@ class AggregateResult:
         shared, never checked their shares, never sent a masked input, never signed the
         survivor set, never answered the unmask request).
     culprits: party -> why the server names it: accused at CHECK (with the accusers), a
-        revealed share its owner never dealt, or shares it dealt that do not rebuild its
-        committed secret.
+        revealed share that does not match its owner's dealing, or shares it dealt that do
+        not rebuild its committed secret.
     accusations: accused party -> the parties that accused it at CHECK.
     """
 
@@ -128,6 +135,7 @@ class Server:
         self._advertisements: dict[int, AdvertiseKeys] = {}
         self._identities: dict[int, ec.EllipticCurvePublicKey] = {}
         self._share_messages: dict[int, ShareKeys] = {}
+        self._dealings: dict[int, Dealing] = {}
         self._checks: dict[int, tuple[int, ...]] = {}
         self._accusations: dict[int, tuple[int, ...]] = {}
         self._masking: tuple[int, ...] = ()
@@ -186,7 +194,8 @@ class Server:
         return KeyDirectory(self._header(Stage.ADVERTISE), advertisements)
 
     def receive_shares(self, message: ShareKeys) -> None:
-        """Accept one party's encrypted shares: exactly one signed entry for each neighbour that advertised."""
+        """Accept one party's encrypted shares: exactly one entry for each neighbour that advertised, in order,
+        under the party's one signature (its dealing, checked here once and relayed to every recipient)."""
         self._expect(_Phase.COLLECT_SHARES, message)
         check_header(message, self.config, self._session)
         sender = message.sender
@@ -198,20 +207,22 @@ class Server:
         recipients = [entry.recipient for entry in message.shares]
         # Pairwise masks only cancel if every pair exchanged shares both ways, so a party
         # that skips a neighbour is refused rather than half-included.
-        if len(set(recipients)) != len(recipients) or set(recipients) != expected:
-            raise ProtocolError(f"party {sender} must send exactly one share to each of its {len(expected)} neighbours")
+        if recipients != sorted(expected):
+            raise ProtocolError(
+                f"party {sender} must send exactly one share to each of its {len(expected)} neighbours, in order"
+            )
         if any(entry.sender != sender for entry in message.shares):
             raise ProtocolError(f"party {sender} sent shares labelled with another sender")
-        for entry in message.shares:
-            payload = share_entry_payload(self._session, sender, entry.recipient, entry.ciphertext)
-            if not is_valid_signature(self._identities[sender], entry.signature, payload):
-                raise AuthenticationError(
-                    f"party {sender}'s share entry for party {entry.recipient} is not signed by it"
-                )
+        holders, lines = dealing_lines(self._session, sender, message.shares)
+        if not is_valid_signature(
+            self._identities[sender], message.signature, dealing_payload(self._session, sender, holders, lines)
+        ):
+            raise AuthenticationError(f"party {sender}'s share entries are not signed by it")
         self._share_messages[sender] = message
+        self._dealings[sender] = Dealing(sender, holders, lines, message.signature)
 
     def share_bundles(self) -> dict[int, ShareBundle]:
-        """Close SHARE: forward to each party the shares addressed to it."""
+        """Close SHARE: forward to each party the shares addressed to it, each with its sender's dealing."""
         self._expect(_Phase.COLLECT_SHARES)
         self._require_quorum(len(self._share_messages), "shared keys")
         bundles: dict[int, list[EncryptedShares]] = {party: [] for party in self._share_messages}
@@ -221,7 +232,10 @@ class Server:
                     bundles[entry.recipient].append(entry)
         self._phase = _Phase.COLLECT_CHECKS
         header = self._header(Stage.SHARE)
-        return {party: ShareBundle(header, party, tuple(entries)) for party, entries in bundles.items()}
+        return {
+            party: ShareBundle(header, party, tuple(entries), tuple(self._dealings[e.sender] for e in entries))
+            for party, entries in bundles.items()
+        }
 
     def receive_share_check(self, message: ShareCheck) -> None:
         """Accept one party's signed share check and record whom it accuses."""
@@ -302,7 +316,8 @@ class Server:
         self._needed = [(Kind.SEED, owner) for owner in self._survivors]
         # A dropped party's mask key matters only if some survivor masked with it.
         self._needed += [(Kind.MASK_KEY, owner) for owner in dropped if self.config.graph[owner] & self._masked]
-        self._recovery = Recovery(self.config, self._session, self._identities, self._advertisements)
+        dealt = {sender: message.shares for sender, message in self._share_messages.items()}
+        self._recovery = Recovery(self.config, self._session, dealt, self._advertisements)
         self._phase = _Phase.COLLECT_UNMASK
         return self._request
 

@@ -1,8 +1,9 @@
 """The shares a party holds of its peers' secrets: opening a dealer's entry, revealing one share, and
 the signatures that must come before any share is revealed.
 
-Each peer deals this party a share of its self-mask seed and of its mask key, sealed for it
-and signed by the dealer (so a share revealed later can be traced to its dealer). A party
+Each peer deals this party a share of its self-mask seed and of its mask key, sealed for it,
+with a commitment to each share in the line of its signed dealing addressed to this party
+(so the server can check a share revealed later against what its dealer dealt). A party
 reveals a share only for the one view it signed, and only once t distinct survivors signed
 that same view (:func:`check_view_signatures`).
 """
@@ -20,8 +21,8 @@ from fedfair.secagg import keys, shamir
 from fedfair.secagg.codec import Reader
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.errors import AuthenticationError, ProtocolError, UnmaskRefusedError
-from fedfair.secagg.messages import EncryptedShares, RevealedShare
-from fedfair.secagg.payloads import consistency_payload, dealt_shares_payload, share_digest, share_entry_payload
+from fedfair.secagg.messages import Dealing, EncryptedShares, RevealedShare
+from fedfair.secagg.payloads import consistency_payload, dealing_line, dealing_payload, share_commitment
 
 SECRET_BYTES = 32
 """Length of the two shared secrets: the self-mask seed and the raw X25519 mask key."""
@@ -36,33 +37,46 @@ class Kind(enum.Enum):
     SEED = "self-mask seed"
     MASK_KEY = "mask key"
 
+    def commitment(self, session: bytes, owner: int, holder: int, share: bytes) -> bytes:
+        """:func:`~fedfair.secagg.payloads.share_commitment` of ``holder``'s share of ``owner``'s secret of
+        this kind."""
+        return share_commitment(session, owner, holder, self.name, share)
+
 
 @dataclass(frozen=True)
 class Held:
-    """The two shares a dealer gave this party, as received, with the dealer's signature over their digests."""
+    """The two shares a dealer gave this party (serialised), as received and checked against its dealing."""
 
     seed: bytes
     key: bytes
-    dealer_signature: bytes
 
     def reveal(self, owner: int, kind: Kind) -> RevealedShare:
-        if kind is Kind.SEED:
-            return RevealedShare(owner, self.seed, share_digest(self.key), self.dealer_signature)
-        return RevealedShare(owner, self.key, share_digest(self.seed), self.dealer_signature)
+        return RevealedShare(owner, self.seed if kind is Kind.SEED else self.key)
 
 
 def open_entry(
-    entry: EncryptedShares, *, session: bytes, party: int, identity: ec.EllipticCurvePublicKey, share_key: bytes
+    entry: EncryptedShares,
+    dealing: Dealing,
+    *,
+    session: bytes,
+    party: int,
+    identity: ec.EllipticCurvePublicKey,
+    share_key: bytes,
 ) -> Held | str:
     """The checked shares in one bundle entry addressed to `party`, or why its sender is accused.
 
-    `identity` is the sender's verified identity key and `share_key` the key this party agreed
-    with the sender for sealing shares.
+    `dealing` is the sender's signed dealing as the server relayed it, `identity` the sender's
+    verified identity key and `share_key` the key this party agreed with the sender for sealing
+    shares. The entry must be the dealing's line for `party` (one signature check per sender),
+    and the shares inside must match the line's commitments, so that the shares this party
+    keeps are the ones the server will check its reveals against.
     """
     sender = entry.sender
-    entry_payload = share_entry_payload(session, sender, party, entry.ciphertext)
-    if not is_valid_signature(identity, entry.signature, entry_payload):
-        return "its share entry's signature does not verify"
+    if dealing.line(party) != dealing_line(session, sender, entry):
+        return "its share entry does not match its signed dealing"
+    signed = dealing_payload(session, sender, dealing.holders, dealing.lines)
+    if not is_valid_signature(identity, dealing.signature, signed):
+        return "its dealing's signature does not verify"
     associated_data = keys.share_associated_data(session, sender, party)
     try:
         plaintext = keys.open_sealed(share_key, entry.ciphertext, associated_data)
@@ -71,7 +85,7 @@ def open_entry(
     try:
         reader = Reader(plaintext)
         claimed_sender, claimed_recipient = reader.u32(), reader.u32()
-        seed_bytes, key_bytes, dealer_signature = reader.blob(), reader.blob(), reader.blob()
+        seed_bytes, key_bytes = reader.blob(), reader.blob()
         reader.finish()
         seed_share, key_share = shamir.Share.from_bytes(seed_bytes), shamir.Share.from_bytes(key_bytes)
     except ProtocolError:
@@ -80,10 +94,12 @@ def open_entry(
         return "its shares are labelled for another sender or recipient"
     if len(seed_share.values) != SHARE_CHUNKS or len(key_share.values) != SHARE_CHUNKS:
         return "its shares have the wrong length"
-    payload = dealt_shares_payload(session, sender, party, share_digest(seed_bytes), share_digest(key_bytes))
-    if not is_valid_signature(identity, dealer_signature, payload):
-        return "its dealt shares are not signed by it"
-    return Held(seed_bytes, key_bytes, dealer_signature)
+    if (
+        Kind.SEED.commitment(session, sender, party, seed_bytes) != entry.seed_commitment
+        or Kind.MASK_KEY.commitment(session, sender, party, key_bytes) != entry.key_commitment
+    ):
+        return "its shares do not match the commitments in its signed dealing"
+    return Held(seed_bytes, key_bytes)
 
 
 def check_view_signatures(

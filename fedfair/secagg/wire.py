@@ -3,7 +3,7 @@
 Every field is a str, int, bytes, a tuple of such, or (MaskedInput only) a numpy vector,
 so a gRPC/protobuf schema can carry the fields one to one. For a single opaque payload,
 ``to_bytes()`` gives a canonical encoding (see :mod:`fedfair.secagg.codec`): magic
-``FSA2`` | message type (u8) | header (federation id, round u64, stage u8, session id) |
+``FSA3`` | message type (u8) | header (federation id, round u64, stage u8, session id) |
 the fields in declaration order, integers fixed-width big-endian, byte strings and tuples
 length-prefixed, the masked vector as its modulus bits (u8) and little-endian words.
 ``Cls.from_bytes(data)`` parses one type; :func:`read_message` any registered type.
@@ -21,7 +21,7 @@ from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.errors import ProtocolError, StaleMessageError
 
-MAGIC = b"FSA2"
+MAGIC = b"FSA3"
 
 
 class Stage(enum.IntEnum):
@@ -109,7 +109,7 @@ def read_message(data: bytes) -> Wire:
     """Parse any registered message produced by ``to_bytes()``."""
     reader = Reader(data)
     if bytes(reader.blob_view()) != MAGIC:
-        raise ProtocolError("malformed message: not a fedfair secure-aggregation v2 message")
+        raise ProtocolError("malformed message: not a fedfair secure-aggregation v3 message")
     kind = reader.u8()
     if kind not in _TYPES:
         raise ProtocolError(f"malformed message: unknown message type {kind}")

@@ -4,6 +4,7 @@ bad shares, forged consistency signatures and impossible sums, with the real pro
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
 import numpy as np
 import pytest
@@ -20,7 +21,6 @@ from fedfair.secagg.errors import (
     UnmaskRefusedError,
 )
 from fedfair.secagg.messages import (
-    EncryptedShares,
     MaskedInput,
     MaskingSet,
     RevealedShare,
@@ -29,7 +29,7 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fedfair.secagg.payloads import consistency_payload, share_entry_payload
+from fedfair.secagg.payloads import consistency_payload, dealing_lines, dealing_payload
 from fedfair.secagg.wire import Header, Stage
 from fedfair.secagg.simulate import simulate_round
 from tests.secagg.helpers import Harness, check_result, make_config
@@ -152,15 +152,25 @@ def owned(shares: tuple[RevealedShare, ...], owner: int) -> shamir.Share:
     return shamir.Share.from_bytes(next(r.share for r in shares if r.owner == owner))
 
 
-def garbage_shares(harness: Harness, liar: int, message: ShareKeys) -> ShareKeys:
-    """The liar's shares replaced by random bytes, each entry signed by the liar itself (so the server accepts)."""
-    session = harness.server.session_id
-    entries = []
-    for entry in message.shares:
-        junk = bytes(len(entry.ciphertext))
-        signature = sign(harness.key(liar), share_entry_payload(session, liar, entry.recipient, junk))
-        entries.append(EncryptedShares(liar, entry.recipient, junk, signature))
-    return dataclasses.replace(message, shares=tuple(entries))
+def signed_dealing(harness: Harness, message: ShareKeys) -> ShareKeys:
+    """``message`` with its sender's signature over its entries as they are now (a sender signing what it sends)."""
+    session, sender = harness.server.session_id, message.sender
+    payload = dealing_payload(session, sender, *dealing_lines(session, sender, message.shares))
+    return dataclasses.replace(message, signature=sign(harness.key(sender), payload))
+
+
+def garbage_shares(
+    harness: Harness, liar: int, message: ShareKeys, recipients: Collection[int] | None = None
+) -> ShareKeys:
+    """The liar's shares for ``recipients`` (default: all) replaced by zero bytes, under a dealing the liar
+    signs itself (so the server accepts it)."""
+    entries = tuple(
+        dataclasses.replace(entry, ciphertext=bytes(len(entry.ciphertext)))
+        if recipients is None or entry.recipient in recipients
+        else entry
+        for entry in message.shares
+    )
+    return signed_dealing(harness, dataclasses.replace(message, shares=entries))
 
 
 def test_garbage_shares_from_one_party_exclude_it_and_name_it() -> None:
@@ -199,13 +209,13 @@ def test_a_tampered_entry_signature_excludes_its_sender(recipients: tuple[int, .
     harness.share(harness.server.key_directory())
     bundles = harness.server.share_bundles()
     for recipient in recipients:
-        entries = tuple(
-            dataclasses.replace(entry, signature=entry.signature[:-1] + bytes([entry.signature[-1] ^ 1]))
-            if entry.sender == 2
-            else entry
-            for entry in bundles[recipient].shares
+        dealings = tuple(
+            dataclasses.replace(dealing, signature=dealing.signature[:-1] + bytes([dealing.signature[-1] ^ 1]))
+            if dealing.dealer == 2
+            else dealing
+            for dealing in bundles[recipient].dealings
         )
-        bundles[recipient] = dataclasses.replace(bundles[recipient], shares=entries)
+        bundles[recipient] = dataclasses.replace(bundles[recipient], dealings=dealings)
     harness.check(bundles)
     assert "signature does not verify" in harness.clients[recipients[0]].accusations[2]
     masking_set = harness.server.masking_set()
@@ -238,15 +248,19 @@ def test_an_honest_party_refuses_a_masking_set_with_a_peer_it_accused_or_cannot_
     other.advertise()
     other.share(other.server.key_directory())
     bundles = other.server.share_bundles()
-    other.clients[1].check_shares(dataclasses.replace(bundles[1], shares=bundles[1].shares[1:]))
+    other.clients[1].check_shares(
+        dataclasses.replace(bundles[1], shares=bundles[1].shares[1:], dealings=bundles[1].dealings[1:])
+    )
     with pytest.raises(UnmaskRefusedError, match="does not hold"):
         other.clients[1].masked_input(masking_set_of(other, (1, 2, 3, 4, 5)), other.encoded[1].copy())
 
 
-def corrupt(response: UnmaskResponse, owner: int) -> UnmaskResponse:
-    """The response with its seed share of ``owner`` altered in one field element."""
+def corrupt(response: UnmaskResponse, owner: int, share: bytes | None = None) -> UnmaskResponse:
+    """The response with its seed share of ``owner`` replaced by ``share`` (default: altered in one field element)."""
     seeds = tuple(
-        dataclasses.replace(r, share=r.share[:-1] + bytes([r.share[-1] ^ 1])) if r.owner == owner else r
+        dataclasses.replace(r, share=r.share[:-1] + bytes([r.share[-1] ^ 1]) if share is None else share)
+        if r.owner == owner
+        else r
         for r in response.seed_shares
     )
     return dataclasses.replace(response, seed_shares=seeds)
@@ -265,7 +279,7 @@ def test_a_corrupted_unmask_share_is_named_and_the_round_completes_from_the_othe
     check_result(result, config, harness.inputs, harness.encoded, {1, 2, 3, 4, 5})
     assert result.culprits == {
         liar: f"sent a bad unmask share for party {owner} (a share of its self-mask seed that party {owner} "
-        "never dealt: the dealer's signature does not verify)"
+        "never dealt: it does not match the dealer's signed dealing)"
     }
 
 

@@ -14,6 +14,7 @@ from fedfair.secagg.codec import Writer
 from fedfair.secagg.errors import ProtocolError
 from fedfair.secagg.messages import (
     ConsistencySignature,
+    Dealing,
     EncryptedShares,
     KeyDirectory,
     MaskedInput,
@@ -31,13 +32,13 @@ from fedfair.secagg.messages import (
 from fedfair.secagg.wire import MAGIC, Stage
 from tests.secagg.messages_helpers import ADVERTISEMENT, header
 
+ENTRY_1 = EncryptedShares(3, 1, b"x" * 60, b"s" * 32, b"k" * 32)
+ENTRY_2 = EncryptedShares(3, 2, b"y" * 60, b"t" * 32, b"l" * 32)
 MESSAGES: list[Message] = [
     ADVERTISEMENT,
     KeyDirectory(header(Stage.ADVERTISE, b""), (ADVERTISEMENT, dataclasses.replace(ADVERTISEMENT, sender=1))),
-    ShareKeys(
-        header(Stage.SHARE), 3, (EncryptedShares(3, 1, b"x" * 60, b"sig1"), EncryptedShares(3, 2, b"y" * 60, b"sig2"))
-    ),
-    ShareBundle(header(Stage.SHARE), 2, (EncryptedShares(3, 2, b"y" * 60, b"sig2"),)),
+    ShareKeys(header(Stage.SHARE), 3, (ENTRY_1, ENTRY_2), b"dealing-signature"),
+    ShareBundle(header(Stage.SHARE), 2, (ENTRY_2,), (Dealing(3, (1, 2), b"l" * 64, b"dealing-signature"),)),
     ShareCheck(header(Stage.CHECK), 2, (1, 4), b"check-signature"),
     ShareCheck(header(Stage.CHECK), 2, (), b"check-signature"),
     MaskingSet(header(Stage.MASK), (1, 2, 3, 4)),
@@ -47,8 +48,8 @@ MESSAGES: list[Message] = [
     UnmaskResponse(
         header(Stage.UNMASK),
         2,
-        (RevealedShare(1, b"s1", b"d" * 32, b"dealer-1"), RevealedShare(4, b"s4", b"e" * 32, b"dealer-4")),
-        (RevealedShare(3, b"k3", b"f" * 32, b"dealer-3"),),
+        (RevealedShare(1, b"s1"), RevealedShare(4, b"s4")),
+        (RevealedShare(3, b"k3"),),
     ),
 ]
 
@@ -56,7 +57,7 @@ MESSAGES: list[Message] = [
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda message: type(message).__name__)
 def test_messages_round_trip(message: object) -> None:
     data = message.to_bytes()  # type: ignore[attr-defined]
-    assert data.startswith(Writer().blob(b"FSA2").getvalue())
+    assert data.startswith(Writer().blob(b"FSA3").getvalue())
     assert decode(data) == message
     assert type(message).from_bytes(data) == message  # type: ignore[attr-defined]
 
@@ -132,3 +133,21 @@ def test_masked_vectors_of_odd_shape_are_refused(bits: int, payload: bytes, mess
     writer.u32(1).u8(bits).blob(payload)
     with pytest.raises(ProtocolError, match=message):
         decode(writer.getvalue())
+
+
+def test_share_messages_refuse_digests_of_the_wrong_length_and_overlong_signatures() -> None:
+    """Commitments and line digests are exactly 32 bytes each and a signature at most 72: anything else is
+    malformed before any check runs."""
+    bundle = MESSAGES[3]
+    assert isinstance(bundle, ShareBundle)
+    bad: list[Message] = [
+        ShareKeys(header(Stage.SHARE), 3, (dataclasses.replace(ENTRY_1, seed_commitment=b"s" * 31),), b"sig"),
+        ShareKeys(header(Stage.SHARE), 3, (dataclasses.replace(ENTRY_1, key_commitment=b"k" * 33),), b"sig"),
+        ShareKeys(header(Stage.SHARE), 3, (ENTRY_1,), b"s" * 73),
+        dataclasses.replace(bundle, dealings=(dataclasses.replace(bundle.dealings[0], lines=b"l" * 63),)),
+        dataclasses.replace(bundle, dealings=(dataclasses.replace(bundle.dealings[0], holders=(1, 2, 4)),)),
+        dataclasses.replace(bundle, dealings=(dataclasses.replace(bundle.dealings[0], signature=b"s" * 73),)),
+    ]
+    for message in bad:
+        with pytest.raises(ProtocolError, match="malformed"):
+            decode(message.to_bytes())

@@ -8,12 +8,11 @@ import os
 import numpy as np
 import pytest
 
-from fedfair.pki.identity import generate_identity_key, sign
 from fedfair.secagg import keys, shamir
 from fedfair.secagg.encode import Decoded, EncodingConfig
 from fedfair.secagg.errors import ProtocolError, SumOutOfRangeError, ThresholdError
-from fedfair.secagg.messages import AdvertiseKeys, RevealedShare
-from fedfair.secagg.payloads import dealt_shares_payload, seed_commitment, share_digest
+from fedfair.secagg.messages import AdvertiseKeys, EncryptedShares, RevealedShare
+from fedfair.secagg.payloads import seed_commitment
 from fedfair.secagg.recovery import Recovery, check_range, unmasking_streams
 from fedfair.secagg.shares import SECRET_BYTES, Kind
 from fedfair.secagg.wire import Header, Stage
@@ -22,7 +21,6 @@ from tests.secagg.helpers import make_config
 CONFIG = make_config(5)  # t = 3 of parties 1..5
 SESSION = bytes(range(32))
 OWNER = 4
-IDENTITIES = {party: generate_identity_key() for party in range(1, 6)}
 SEED = os.urandom(SECRET_BYTES)
 
 
@@ -38,27 +36,35 @@ def advertisement(party: int, seed: bytes = SEED) -> AdvertiseKeys:
     )
 
 
-def recovery() -> Recovery:
-    public = {party: key.public_key() for party, key in IDENTITIES.items()}
-    return Recovery(CONFIG, SESSION, public, {party: advertisement(party) for party in range(1, 6)})
+Revealed = dict[int, tuple[shamir.Share, RevealedShare]]
 
 
-def revealed_seed_shares(seed: bytes = SEED, *, dealer: int = OWNER) -> dict[int, tuple[shamir.Share, RevealedShare]]:
-    """Every holder's share of `seed`, revealed with `dealer`'s signature over the pair it dealt."""
+def recovery(dealing: tuple[EncryptedShares, ...]) -> Recovery:
+    """The UNMASK stage of a round in which the owner dealt ``dealing`` (as the server verified it)."""
+    return Recovery(CONFIG, SESSION, {OWNER: dealing}, {party: advertisement(party) for party in range(1, 6)})
+
+
+def revealed_seed_shares(seed: bytes = SEED) -> tuple[Revealed, tuple[EncryptedShares, ...]]:
+    """Every holder's share of `seed`, as revealed, and the owner's dealing committing to each holder's pair."""
     seed_shares = shamir.split(seed, CONFIG.t, range(1, 6))
     key_shares = shamir.split(os.urandom(SECRET_BYTES), CONFIG.t, range(1, 6))
-    revealed = {}
+    revealed: Revealed = {}
+    dealing = []
     for holder in range(1, 6):
         seed_bytes, key_bytes = seed_shares[holder].to_bytes(), key_shares[holder].to_bytes()
-        payload = dealt_shares_payload(SESSION, OWNER, holder, share_digest(seed_bytes), share_digest(key_bytes))
-        entry = RevealedShare(OWNER, seed_bytes, share_digest(key_bytes), sign(IDENTITIES[dealer], payload))
-        revealed[holder] = (seed_shares[holder], entry)
-    return revealed
+        revealed[holder] = (seed_shares[holder], RevealedShare(OWNER, seed_bytes))
+        if holder != OWNER:  # the owner keeps its own shares: no line of its dealing
+            committed_seed, committed_key = (
+                kind.commitment(SESSION, OWNER, holder, share)
+                for kind, share in ((Kind.SEED, seed_bytes), (Kind.MASK_KEY, key_bytes))
+            )
+            dealing.append(EncryptedShares(OWNER, holder, b"sealed", committed_seed, committed_key))
+    return revealed, tuple(dealing)
 
 
 def test_a_seed_is_rebuilt_from_t_dealt_shares_and_not_from_fewer() -> None:
-    shares = revealed_seed_shares()
-    rebuilding = recovery()
+    shares, dealing = revealed_seed_shares()
+    rebuilding = recovery(dealing)
     for responder in (1, 2):
         rebuilding.add(responder, Kind.SEED, {OWNER: shares[responder]})
     assert rebuilding.rebuild(Kind.SEED, OWNER) is None
@@ -69,24 +75,24 @@ def test_a_seed_is_rebuilt_from_t_dealt_shares_and_not_from_fewer() -> None:
 
 
 def test_a_share_its_owner_never_dealt_is_named_and_left_out() -> None:
-    shares = revealed_seed_shares()
-    share, entry = shares[2]
+    shares, dealing = revealed_seed_shares()
+    share, _ = shares[2]
     forged = shamir.Share(share.x, tuple((value + 1) % shamir.PRIME for value in share.values))
-    rebuilding = recovery()
-    rebuilding.add(2, Kind.SEED, {OWNER: (forged, RevealedShare(OWNER, forged.to_bytes(), entry.other_digest, entry.dealer_signature))})
+    rebuilding = recovery(dealing)
+    rebuilding.add(2, Kind.SEED, {OWNER: (forged, RevealedShare(OWNER, forged.to_bytes()))})
     for responder in (1, 3, 5):
         rebuilding.add(responder, Kind.SEED, {OWNER: shares[responder]})
     rebuilt = rebuilding.rebuild(Kind.SEED, OWNER)
     assert rebuilt is not None and rebuilt[0] == SEED
     assert rebuilding.audit(Kind.SEED, OWNER) == {
         2: f"sent a bad unmask share for party {OWNER} (a share of its self-mask seed that party {OWNER} never "
-        "dealt: the dealer's signature does not verify)"
+        "dealt: it does not match the dealer's signed dealing)"
     }
 
 
 def test_an_owner_whose_signed_shares_rebuild_another_secret_is_named_and_the_round_fails() -> None:
-    shares = revealed_seed_shares(os.urandom(SECRET_BYTES))  # not the committed seed
-    rebuilding = recovery()
+    shares, dealing = revealed_seed_shares(os.urandom(SECRET_BYTES))  # not the committed seed
+    rebuilding = recovery(dealing)
     for responder in (1, 2, 3):
         rebuilding.add(responder, Kind.SEED, {OWNER: shares[responder]})
     assert rebuilding.rebuild(Kind.SEED, OWNER) is None
@@ -97,15 +103,17 @@ def test_an_owner_whose_signed_shares_rebuild_another_secret_is_named_and_the_ro
 
 
 def test_too_few_dealt_shares_fail_as_below_the_threshold() -> None:
-    rebuilding = recovery()
-    rebuilding.add(1, Kind.SEED, {OWNER: revealed_seed_shares()[1]})
+    shares, dealing = revealed_seed_shares()
+    rebuilding = recovery(dealing)
+    rebuilding.add(1, Kind.SEED, {OWNER: shares[1]})
     error = rebuilding.failure([(Kind.SEED, OWNER)], {})
-    assert isinstance(error, ThresholdError) and "1 shares, 1 signed by it" in str(error)
+    assert isinstance(error, ThresholdError) and "1 shares, 1 dealt by it" in str(error)
 
 
 def test_revealed_shares_are_refused_unless_requested_held_and_well_formed() -> None:
-    rebuilding = recovery()
-    _, entry = revealed_seed_shares()[2]
+    shares, dealing = revealed_seed_shares()
+    rebuilding = recovery(dealing)
+    _, entry = shares[2]
     assert set(rebuilding.parse_revealed(2, (entry,), {OWNER})) == {OWNER}
     with pytest.raises(ProtocolError, match="unrequested or repeated share of party 4"):
         rebuilding.parse_revealed(2, (entry,), {1})

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from fedfair.pki.identity import generate_identity_key, public_key_bytes, sign
-from fedfair.secagg import keys
+from fedfair.secagg import keys, shamir
 from fedfair.secagg.errors import (
     AuthenticationError,
     ProtocolError,
@@ -369,7 +369,8 @@ def test_server_refuses_unrequested_or_misattributed_shares() -> None:
         harness.server.receive_unmask_response(misfiled)
     with pytest.raises(ProtocolError, match="another party's x"):
         harness.server.receive_unmask_response(dataclasses.replace(response, sender=2))
-    short = dataclasses.replace(response.key_shares[0], other_digest=b"x")
+    share = shamir.Share.from_bytes(response.key_shares[0].share)
+    short = dataclasses.replace(response.key_shares[0], share=shamir.Share(share.x, share.values[:-1]).to_bytes())
     with pytest.raises(ProtocolError, match="wrong length"):
         harness.server.receive_unmask_response(dataclasses.replace(response, key_shares=(short,)))
     harness.server.receive_unmask_response(response)

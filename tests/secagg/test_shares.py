@@ -3,9 +3,11 @@ and no share revealed before t distinct survivors signed the party's view."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.pki.identity import generate_identity_key, sign
 from fedfair.secagg import keys, shamir
@@ -13,66 +15,103 @@ from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig
 from fedfair.secagg.errors import UnmaskRefusedError
-from fedfair.secagg.messages import EncryptedShares
-from fedfair.secagg.payloads import consistency_payload, dealt_shares_payload, share_digest, share_entry_payload
+from fedfair.secagg.messages import Dealing, EncryptedShares, RevealedShare
+from fedfair.secagg.payloads import consistency_payload, dealing_lines, dealing_payload
 from fedfair.secagg.shares import SECRET_BYTES, Held, Kind, check_view_signatures, open_entry
 
 SESSION = bytes(range(32))
-SENDER, RECIPIENT = 2, 5
+SENDER, RECIPIENT, OTHER = 2, 5, 3
 DEALER = generate_identity_key()
 SHARE_KEY = os.urandom(32)
 
 
-def dealt(
-    *, sender: int = SENDER, recipient: int = RECIPIENT, share_x: int = RECIPIENT, chunks: int | None = None
-) -> tuple[bytes, bytes, bytes]:
-    """A seed share and a mask-key share at x = `share_x`, and the dealer's signature over their digests."""
+def dealt(*, share_x: int = RECIPIENT, chunks: int | None = None) -> tuple[bytes, bytes]:
+    """A seed share and a mask-key share at x = `share_x`."""
     seed = shamir.split(os.urandom(SECRET_BYTES), 2, (share_x, share_x + 10))[share_x]
     key = shamir.split(os.urandom(SECRET_BYTES), 2, (share_x, share_x + 10))[share_x]
     if chunks is not None:
         seed = shamir.Share(seed.x, seed.values[:chunks])
-    seed_bytes, key_bytes = seed.to_bytes(), key.to_bytes()
-    payload = dealt_shares_payload(SESSION, sender, recipient, share_digest(seed_bytes), share_digest(key_bytes))
-    return seed_bytes, key_bytes, sign(DEALER, payload)
+    return seed.to_bytes(), key.to_bytes()
 
 
 def entry(
-    shares: tuple[bytes, bytes, bytes], *, labels: tuple[int, int] = (SENDER, RECIPIENT), key: bytes = SHARE_KEY
+    shares: tuple[bytes, bytes],
+    *,
+    labels: tuple[int, int] = (SENDER, RECIPIENT),
+    key: bytes = SHARE_KEY,
+    committed: tuple[bytes, bytes] | None = None,
 ) -> EncryptedShares:
-    plaintext = Writer().u32(labels[0]).u32(labels[1]).blob(shares[0]).blob(shares[1]).blob(shares[2]).getvalue()
+    """The sender's entry for the recipient, committing to `committed` (default: the shares sealed inside)."""
+    plaintext = Writer().u32(labels[0]).u32(labels[1]).blob(shares[0]).blob(shares[1]).getvalue()
     sealed = keys.seal(key, plaintext, keys.share_associated_data(SESSION, SENDER, RECIPIENT))
-    signature = sign(DEALER, share_entry_payload(SESSION, SENDER, RECIPIENT, sealed))
-    return EncryptedShares(SENDER, RECIPIENT, sealed, signature)
-
-
-def opened(encrypted: EncryptedShares) -> Held | str:
-    return open_entry(
-        encrypted, session=SESSION, party=RECIPIENT, identity=DEALER.public_key(), share_key=SHARE_KEY
+    seed, mask_key = committed or shares
+    return EncryptedShares(
+        SENDER,
+        RECIPIENT,
+        sealed,
+        Kind.SEED.commitment(SESSION, SENDER, RECIPIENT, seed),
+        Kind.MASK_KEY.commitment(SESSION, SENDER, RECIPIENT, mask_key),
     )
 
 
-def test_a_well_formed_entry_opens_to_the_dealt_shares_and_reveals_either_with_the_others_digest() -> None:
+def dealing_of(mine: EncryptedShares, signer: ec.EllipticCurvePrivateKey = DEALER) -> Dealing:
+    """The sender's signed dealing over `mine` and an entry for another holder, as the server relays it."""
+    other = EncryptedShares(SENDER, OTHER, b"sealed for party 3", b"s" * 32, b"k" * 32)
+    holders, lines = dealing_lines(SESSION, SENDER, (other, mine))
+    return Dealing(SENDER, holders, lines, sign(signer, dealing_payload(SESSION, SENDER, holders, lines)))
+
+
+def opened(encrypted: EncryptedShares, dealing: Dealing | None = None) -> Held | str:
+    return open_entry(
+        encrypted,
+        dealing or dealing_of(encrypted),
+        session=SESSION,
+        party=RECIPIENT,
+        identity=DEALER.public_key(),
+        share_key=SHARE_KEY,
+    )
+
+
+def test_a_well_formed_entry_opens_to_the_dealt_shares_and_reveals_either() -> None:
     shares = dealt()
     held = opened(entry(shares))
     assert held == Held(*shares)
     assert isinstance(held, Held)
-    seed = held.reveal(SENDER, Kind.SEED)
-    assert (seed.owner, seed.share, seed.other_digest) == (SENDER, shares[0], share_digest(shares[1]))
-    key = held.reveal(SENDER, Kind.MASK_KEY)
-    assert (key.share, key.other_digest, key.dealer_signature) == (shares[1], share_digest(shares[0]), shares[2])
+    assert held.reveal(SENDER, Kind.SEED) == RevealedShare(SENDER, shares[0])
+    assert held.reveal(SENDER, Kind.MASK_KEY) == RevealedShare(SENDER, shares[1])
 
 
 def test_each_bad_entry_is_opened_to_the_reason_its_sender_is_accused() -> None:
     good = entry(dealt())
-    forged = EncryptedShares(SENDER, RECIPIENT, good.ciphertext, sign(generate_identity_key(), b"other"))
-    assert opened(forged) == "its share entry's signature does not verify"
+    forged = dealing_of(good, generate_identity_key())
+    assert opened(good, forged) == "its dealing's signature does not verify"
+    tampered = dataclasses.replace(good, ciphertext=good.ciphertext[:-1] + bytes([good.ciphertext[-1] ^ 1]))
+    assert opened(tampered, dealing_of(good)) == "its share entry does not match its signed dealing"
+    assert opened(good, dataclasses.replace(dealing_of(good), holders=(OTHER, 6))) == (
+        "its share entry does not match its signed dealing"
+    )
     wrong_key = entry(dealt(), key=os.urandom(32))
     assert opened(wrong_key) == "its encrypted shares fail authentication"
     assert opened(entry(dealt(), labels=(SENDER, 7))) == "its shares are labelled for another sender or recipient"
     assert opened(entry(dealt(share_x=9))) == "its shares are labelled for another sender or recipient"
     assert opened(entry(dealt(chunks=1))) == "its shares have the wrong length"
-    seed, key, _ = dealt()
-    assert opened(entry((seed, key, sign(DEALER, b"not the dealt payload")))) == "its dealt shares are not signed by it"
+    seed, key = dealt()
+    assert opened(entry((seed, key), committed=(key, seed))) == (
+        "its shares do not match the commitments in its signed dealing"
+    )
+
+
+def test_share_commitments_bind_session_owner_holder_and_kind() -> None:
+    share = dealt()[0]
+    commitments = {
+        Kind.SEED.commitment(SESSION, SENDER, RECIPIENT, share),
+        Kind.MASK_KEY.commitment(SESSION, SENDER, RECIPIENT, share),
+        Kind.SEED.commitment(SESSION, RECIPIENT, SENDER, share),
+        Kind.SEED.commitment(SESSION, SENDER, OTHER, share),
+        Kind.SEED.commitment(bytes(32), SENDER, RECIPIENT, share),
+        Kind.SEED.commitment(SESSION, SENDER, RECIPIENT, dealt()[0]),
+    }
+    assert len(commitments) == 6 and all(len(c) == 32 for c in commitments)
 
 
 CONFIG = SecAggConfig(

@@ -54,7 +54,9 @@ def test_id_lists_must_be_strictly_increasing() -> None:
 
 
 def test_v1_messages_are_refused() -> None:
-    data = bytearray(MASKING_SET.to_bytes())
-    data[8:12] = b"FSA1"
-    with pytest.raises(ProtocolError, match="not a fedfair secure-aggregation v2 message"):
-        decode(bytes(data))
+    # And v2's: its share entries and unmask shares carried a signature each, v3 one per dealing.
+    for magic in (b"FSA1", b"FSA2"):
+        data = bytearray(MASKING_SET.to_bytes())
+        data[8:12] = magic
+        with pytest.raises(ProtocolError, match="not a fedfair secure-aggregation v3 message"):
+            decode(bytes(data))

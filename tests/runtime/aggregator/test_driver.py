@@ -28,12 +28,7 @@ def accused_by(accusers: list[int], liar: int = 3) -> Harness:
     for party, client in harness.clients.items():
         message = client.share_keys(directory)
         if party == liar:
-            honest_entries = {entry.recipient: entry for entry in message.shares}
-            garbage = garbage_shares(harness, liar, message)
-            entries = tuple(
-                entry if entry.recipient in accusers else honest_entries[entry.recipient] for entry in garbage.shares
-            )
-            message = type(message)(message.header, message.sender, entries)
+            message = garbage_shares(harness, liar, message, accusers)
         harness.server.receive_shares(message)
     harness.check(harness.server.share_bundles())
     harness.server.masking_set()
