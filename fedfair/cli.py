@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "launch": "fedfair.research.launch",
     "predict": "fedfair.bundle.commands",
     "evaluate": "fedfair.bundle.commands",
+    "report": "fedfair.runtime.report",
 }
 """Each command and the module that registers it. A command line naming one imports only that
 module (PyTorch and Opacus are not loaded for `fedfair pki`, say); `--help` alone imports them all."""

@@ -15,6 +15,7 @@ from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
 from fedfair.runtime.aggregator.network import serve
 from fedfair.runtime.plan import AggregatorPlan, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ENCODING
+from fedfair.runtime.report import refresh_report
 from fedfair.secagg import check_no_wraparound
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -90,6 +91,8 @@ def run_aggregator(
         )
         try:
             summary = RoundLoop(plan, network, checkpoint, events, startup_timeout=startup_timeout).run()
+            # While collaborators fetch the bundle: the operator's page of the run (never fails the run).
+            refresh_report(plan.aggregator.output)
             # Give collaborators a bounded moment to read FINISHED and hang up.
             network.board.wait_until_alone(GOODBYE_SECONDS)
             return summary
