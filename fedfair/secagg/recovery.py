@@ -10,7 +10,8 @@ or an owner whose dealt shares do not rebuild what it committed to.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
 
 import numpy as np
 
@@ -88,6 +89,42 @@ class Recovery:
         if found is not None:
             self._rebuilt[kind, owner] = found
         return found
+
+    def rebuild_all(
+        self, needed: Sequence[tuple[Kind, int]]
+    ) -> tuple[dict[tuple[Kind, int], bytes], set[tuple[Kind, int]]]:
+        """Every ``needed`` secret that can be rebuilt and verified, and the ones whose shares need an audit.
+
+        One batched reconstruction over all of them (:func:`~fedfair.secagg.shamir.rebuild_many`):
+        a secret is taken when its candidate matches its commitment (or :meth:`rebuild` already
+        verified it) and every share lies on its polynomial. Any other secret is suspect: it goes
+        the per-secret way (:meth:`rebuild`'s subset search), and only suspects can need
+        :meth:`audit`, since an audit finds nothing when every share is on the verified polynomial.
+        """
+        t = self.config.t
+        groups = {
+            key: list(map(itemgetter(0), self.revealed[key].values()))
+            for key in needed
+            if len(self.revealed.get(key, ())) >= t
+        }
+        batch = shamir.rebuild_many(groups, t, SECRET_BYTES)
+        secrets: dict[tuple[Kind, int], bytes] = {}
+        suspects: set[tuple[Kind, int]] = set()
+        for key in needed:
+            candidate = batch.get(key)
+            if candidate is not None and candidate.consistent:
+                if key not in self._rebuilt and candidate.secret is not None and self.commitment_check(*key)(
+                    candidate.secret
+                ):
+                    self._rebuilt[key] = (candidate.secret, candidate.basis)
+                if key in self._rebuilt:
+                    secrets[key] = self._rebuilt[key][0]
+                    continue
+            suspects.add(key)
+            rebuilt = self.rebuild(*key)
+            if rebuilt is not None:
+                secrets[key] = rebuilt[0]
+        return secrets, suspects
 
     def audit(self, kind: Kind, owner: int) -> dict[int, str]:
         """Who provably misbehaved in the shares of one secret: party -> why.
@@ -168,7 +205,8 @@ class Recovery:
                 raise ProtocolError(
                     f"party {responder} revealed an unrequested or repeated share of party {entry.owner}"
                 )
-            if responder not in self.config.holders_of(entry.owner):
+            # holders_of builds a set each call: look in the owner's neighbours directly, once per share.
+            if responder != entry.owner and responder not in self.config.graph[entry.owner]:
                 raise ProtocolError(f"party {responder} cannot hold a share of party {entry.owner}")
             share = shamir.Share.from_bytes(entry.share)
             if share.x != responder:

@@ -359,15 +359,9 @@ class Server:
         """
         self._expect(_Phase.COLLECT_UNMASK)
         recovery = self._recovering()
-        secrets: dict[tuple[Kind, int], bytes] = {}
-        failed: list[tuple[Kind, int]] = []
-        for kind, owner in self._needed:
-            rebuilt = recovery.rebuild(kind, owner)
-            if rebuilt is None:
-                failed.append((kind, owner))
-            else:
-                secrets[kind, owner] = rebuilt[0]
-        for kind, owner in self._needed:
+        secrets, suspects = recovery.rebuild_all(self._needed)
+        failed = [key for key in self._needed if key not in secrets]
+        for kind, owner in (key for key in self._needed if key in suspects):
             for party, reason in recovery.audit(kind, owner).items():
                 self._name(party, reason)
                 self._proven.add(party)

@@ -90,6 +90,27 @@ def test_a_share_its_owner_never_dealt_is_named_and_left_out() -> None:
     }
 
 
+@pytest.mark.parametrize("liar", [1, 5])
+def test_one_batched_rebuild_takes_clean_secrets_and_sends_only_a_bad_share_to_the_audit(liar: int) -> None:
+    # Party 1's share is in the basis (the candidate fails its commitment), party 5's is not (the
+    # candidate is right but the shares disagree): either way the secret comes back and the liar is named.
+    shares, dealing = revealed_seed_shares()
+    rebuilding = recovery(dealing)
+    clean = (Kind.SEED, OWNER)
+    for responder in range(1, 6):
+        share, _ = shares[responder]
+        if responder == liar:
+            share = shamir.Share(share.x, ((share.values[0] + 1) % shamir.PRIME, *share.values[1:]))
+        rebuilding.add(responder, Kind.SEED, {OWNER: (share, RevealedShare(OWNER, share.to_bytes()))})
+    secrets, suspects = rebuilding.rebuild_all([clean])
+    assert secrets == {clean: SEED} and suspects == {clean}
+    assert list(rebuilding.audit(*clean)) == [liar]
+    honest = recovery(dealing)
+    for responder in range(1, 6):
+        honest.add(responder, Kind.SEED, {OWNER: shares[responder]})
+    assert honest.rebuild_all([clean]) == ({clean: SEED}, set())
+
+
 def test_an_owner_whose_signed_shares_rebuild_another_secret_is_named_and_the_round_fails() -> None:
     shares, dealing = revealed_seed_shares(os.urandom(SECRET_BYTES))  # not the committed seed
     rebuilding = recovery(dealing)

@@ -187,3 +187,51 @@ def test_find_verified_gives_up_without_t_good_shares_or_past_its_budget() -> No
     mixed = [bent[0], *[shares[x] for x in (2, 3, 4, 5)]]
     assert shamir.find_verified(mixed, 3, 32, check, max_subsets=1) is None
     assert shamir.find_verified(mixed, 3, 32, check) is not None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    threshold=st.integers(1, 6),
+    extra=st.integers(0, 5),
+    owners=st.integers(1, 6),
+    length=st.sampled_from([1, 15, 16, 32]),
+    data=st.data(),
+)
+def test_rebuild_many_equals_combine_per_owner_and_flags_exactly_the_inconsistent_groups(
+    threshold: int, extra: int, owners: int, length: int, data: st.DataObject
+) -> None:
+    # Owners share some sets of holders (the weights are reused) and not others.
+    size = threshold + extra
+    holder_sets = [sorted(data.draw(st.sets(st.integers(1, 40), min_size=size, max_size=size))) for _ in range(2)]
+    groups: dict[int, list[shamir.Share]] = {}
+    for owner in range(owners):
+        holders = holder_sets[owner % 2]
+        groups[owner] = list(shamir.split(secrets.token_bytes(length), threshold, holders).values())
+    bent = data.draw(st.sets(st.sampled_from(range(owners))))
+    for owner in bent:
+        index = data.draw(st.integers(0, len(groups[owner]) - 1))
+        share = groups[owner][index]
+        groups[owner][index] = shamir.Share(share.x, ((share.values[0] + 1) % shamir.PRIME, *share.values[1:]))
+    rebuilt = shamir.rebuild_many(groups, threshold, length)
+    assert rebuilt.keys() == groups.keys()
+    for owner, shares in groups.items():
+        result = rebuilt[owner]
+        basis = sorted(shares, key=lambda share: share.x)[:threshold]
+        assert result.basis == tuple(basis)
+        assert result.secret == shamir.secret_at_zero(basis, length)
+        if result.secret is not None:
+            assert result.secret == shamir.combine(shares, threshold, length)
+        # One bent share is inconsistent with the rest unless the t shares are all there is.
+        assert result.consistent == (not shamir.off_polynomial(basis, shares))
+        assert result.consistent == (owner not in bent or extra == 0)
+
+
+def test_rebuild_many_leaves_out_groups_it_cannot_rebuild() -> None:
+    shares = list(shamir.split(b"s" * 16, 3, range(1, 6)).values())
+    groups = {
+        "ok": shares,
+        "too few": shares[:2],
+        "repeated x": [*shares[:2], shares[1]],
+        "short": [*shares[:2], shamir.Share(3, shares[2].values[:1])],
+    }
+    assert set(shamir.rebuild_many(groups, 3, 16)) == {"ok"}
