@@ -79,7 +79,7 @@ from fedfair.secagg.payloads import (
     session_id,
     share_check_payload,
 )
-from fedfair.secagg.credentials import verify_advertisement
+from fedfair.secagg.credentials import advertised_identity, verify_advertisement
 from fedfair.secagg.shares import SECRET_BYTES, Held, Kind, check_view_signatures, open_entry
 from fedfair.secagg.wire import Header, Stage, check_header, check_ids
 
@@ -187,15 +187,21 @@ class Client:
                 accepted[self.party] = advertisement
                 continue
             try:
-                identity = verify_advertisement(advertisement, self.config, self._verify_credential)
-                # An unusable key fails the agreement itself, so a neighbour's keys need no
-                # separate probe; the others' are probed, so every party accepts the same directory.
+                # A neighbour's keys are checked by using them: its signature, then the agreement,
+                # which an unusable key fails. A non-neighbour's keys are never used here: they are
+                # probed, so that an unusable key signed by a colluder is left out by every party
+                # alike, but their signature is not checked, which would cost every party O(n)
+                # ECDSA checks a round on a SecAgg+ graph. The server checks every signature; one
+                # that relays a forged advertisement gets it refused by the owner's neighbours
+                # only, and the parties' session ids then differ: the round fails, nothing leaks.
                 if sender in neighbours:
+                    identity = verify_advertisement(advertisement, self.config, self._verify_credential)
                     secrets[sender] = (
                         keys.agree(self._cipher_key, advertisement.cipher_public_key),
                         keys.agree(self._mask_key, advertisement.mask_public_key),
                     )
                 else:
+                    identity = advertised_identity(advertisement, self.config, self._verify_credential)
                     keys.check_public_key(advertisement.cipher_public_key)
                     keys.check_public_key(advertisement.mask_public_key)
             except ProtocolError as error:

@@ -34,15 +34,7 @@ def verify_advertisement(
     forged or swapped key). Whether the X25519 keys are usable is the caller's check: the
     server probes them (:func:`keys.check_public_key`), a party agrees with them.
     """
-    check_header(advertisement, config, b"")
-    if not config.is_party(advertisement.sender):
-        raise ProtocolError(f"advertisement names party {advertisement.sender}, which is not in the roster")
-    if len(advertisement.seed_commitment) != 32:
-        raise ProtocolError(f"party {advertisement.sender}'s seed commitment is not 32 bytes")
-    try:
-        identity = verify_credential(config.name_of(advertisement.sender), advertisement.credential)
-    except IdentityError as error:
-        raise AuthenticationError(f"party {advertisement.sender}'s credential is not trusted: {error}") from None
+    identity = advertised_identity(advertisement, config, verify_credential)
     payload = advertisement_payload(
         config.digest,
         advertisement.sender,
@@ -55,6 +47,25 @@ def verify_advertisement(
             f"party {advertisement.sender}'s advertised keys do not match its signature (forged or swapped keys)"
         )
     return identity
+
+
+def advertised_identity(
+    advertisement: AdvertiseKeys, config: SecAggConfig, verify_credential: CredentialVerifier
+) -> ec.EllipticCurvePublicKey:
+    """The identity key of an advertisement's sender, from its credential alone (the keys are not checked).
+
+    Enough for a party that will never use the sender's keys, a non-neighbour on a SecAgg+
+    graph, but whose consistency signature it may count. Raises as :func:`verify_advertisement`.
+    """
+    check_header(advertisement, config, b"")
+    if not config.is_party(advertisement.sender):
+        raise ProtocolError(f"advertisement names party {advertisement.sender}, which is not in the roster")
+    if len(advertisement.seed_commitment) != 32:
+        raise ProtocolError(f"party {advertisement.sender}'s seed commitment is not 32 bytes")
+    try:
+        return verify_credential(config.name_of(advertisement.sender), advertisement.credential)
+    except IdentityError as error:
+        raise AuthenticationError(f"party {advertisement.sender}'s credential is not trusted: {error}") from None
 
 
 REMEMBERED_CREDENTIALS = 1024

@@ -57,7 +57,9 @@ from fedfair.secagg.errors import (
     StaleMessageError,
     SumOutOfRangeError,
     ThresholdError,
+    UnmaskRefusedError,
 )
+from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
@@ -287,6 +289,12 @@ class Server:
         """Close MASK: U3 is every party whose masked input arrived; every survivor is asked to sign (U2', U3)."""
         self._expect(_Phase.COLLECT_MASKED)
         self._require_quorum(len(self._masked), "sent masked inputs")
+        try:
+            # Every survivor refuses to sign a view that colluders could cut; say so once, here.
+            check_survivors(self.config.graph, self._masked, self.config.max_colluding)
+        except UnmaskRefusedError as error:
+            self._phase = _Phase.ABORTED
+            raise ThresholdError(f"{error}; round aborted") from None
         self._survivors = tuple(sorted(self._masked))
         self._phase = _Phase.COLLECT_CONSISTENCY
         return SurvivorSet(self._header(Stage.CONSISTENCY), self._masking, self._survivors)

@@ -120,17 +120,28 @@ def check_view_signatures(
     survivors = set(view[1])
     t = config.t
     holders = {owner: config.holders_of(owner) for owner in wanted}
+    counted = dict.fromkeys(holders, 0)
+    short = set(holders)  # owners with fewer than t of their holders among the signers
     signers: set[int] = set()
 
     def enough() -> bool:
-        return len(signers) >= t and all(len(signers & group) >= t for group in holders.values())
+        return len(signers) >= t and not short
 
     for party, signature in sorted(signatures):
         if enough():
             break
-        if party in survivors and party not in signers:
-            if is_valid_signature(identities[party], signature, payload):
-                signers.add(party)
+        if party not in survivors or party in signers:
+            continue
+        # On a SecAgg+ graph most survivors hold none of the secrets asked for: once t have
+        # signed, a signature counts only for an owner still short, and only that one is checked.
+        helps = [owner for owner in short if party in holders[owner]]
+        if (len(signers) >= t and not helps) or not is_valid_signature(identities[party], signature, payload):
+            continue
+        signers.add(party)
+        for owner in helps:
+            counted[owner] += 1
+            if counted[owner] >= t:
+                short.discard(owner)
     if not enough():
         raise UnmaskRefusedError(
             f"only {len(signers)} distinct survivors signed the view this party signed (t = {t} needed, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -11,7 +12,7 @@ from scipy import stats
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import graph
 from fedfair.secagg.config import threshold_for
-from fedfair.secagg.errors import UnmaskRefusedError
+from fedfair.secagg.errors import ThresholdError, UnmaskRefusedError
 
 ROSTER = tuple(f"site-{i:02d}" for i in range(51))
 
@@ -149,8 +150,9 @@ def test_check_survivors_agrees_with_trying_every_set_of_colluders(draw: int) ->
 
 
 def test_a_party_signs_no_survivor_set_whose_graph_falls_apart() -> None:
-    """Survivors in two pieces would let the aggregator unmask each piece's sum: the party refuses
-    to sign them, and signs a connected set of the same size."""
+    """Survivors in two pieces would let the aggregator unmask each piece's sum: the server aborts
+    such a round, a party refuses to sign it if a lying server shows it anyway, and a connected
+    set of the same size is signed."""
     from tests.secagg.helpers import Harness, make_config
 
     config = make_config(parties=12, neighbours=4)
@@ -158,9 +160,13 @@ def test_a_party_signs_no_survivor_set_whose_graph_falls_apart() -> None:
     triples = list(itertools.combinations(sorted(drawn), 3))
     apart = next(s for s in triples if not connected_without(drawn, set(s), set()))
     together = next(s for s in triples if connected_without(drawn, set(s), set()))
-    refused = Harness(config)
-    survivor_set = refused.through_masking(list(apart))
+    aborted = Harness(config)
+    aborted.mask(aborted.through_check(), list(apart))
+    with pytest.raises(ThresholdError, match="is not connected.*round aborted"):
+        aborted.server.survivor_set()
+    lied_to = Harness(config)
+    genuine = lied_to.through_masking(list(range(1, 13)))
     with pytest.raises(UnmaskRefusedError, match="is not connected"):
-        refused.clients[apart[0]].consistency(survivor_set)
+        lied_to.clients[apart[0]].consistency(dataclasses.replace(genuine, survivors=apart))
     signed = Harness(config)
     signed.clients[together[0]].consistency(signed.through_masking(list(together)))

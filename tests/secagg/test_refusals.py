@@ -118,6 +118,28 @@ def test_a_signed_unusable_key_in_the_directory_excludes_its_party_at_every_peer
     assert len({harness.clients[party].session_id for party in honest}) == 1
 
 
+def test_on_a_secagg_plus_graph_only_neighbours_check_a_signature_and_a_forgery_splits_the_session() -> None:
+    # Checking every advertisement's signature would cost each party O(n) ECDSA checks a round.
+    # A non-neighbour never uses party 1's keys, so a forged advertisement is refused by party
+    # 1's neighbours only; the parties then disagree on the session, and the round cannot finish.
+    config = make_config(9, neighbours=2)
+    harness = Harness(config)
+    harness.advertise()
+    directory = harness.server.key_directory()
+    forged = tuple(
+        dataclasses.replace(a, mask_public_key=keys.public_bytes(keys.generate_key_pair())) if a.sender == 1 else a
+        for a in directory.advertisements
+    )
+    tampered = dataclasses.replace(directory, advertisements=forged)
+    near, far = sorted(config.graph[1]), sorted(set(range(2, 10)) - config.graph[1])
+    for party in near + far:
+        shares = harness.clients[party].share_keys(tampered)
+        assert 1 not in {entry.recipient for entry in shares.shares}
+    assert all("signature" in harness.clients[party].excluded[1] for party in near)
+    assert not any(1 in harness.clients[party].excluded for party in far)
+    assert harness.clients[near[0]].session_id != harness.clients[far[0]].session_id
+
+
 def test_credential_of_another_party_is_excluded() -> None:
     config = make_config(3)
     harness = Harness(config)
