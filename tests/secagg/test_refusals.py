@@ -16,7 +16,7 @@ from fedfair.secagg.errors import (
     ThresholdError,
     UnmaskRefusedError,
 )
-from fedfair.secagg.messages import ShareCheck, UnmaskResponse
+from fedfair.secagg.messages import KeyDirectory, ShareCheck, UnmaskResponse
 from fedfair.secagg.payloads import advertisement_payload, share_check_payload
 from tests.secagg.helpers import Harness, check_result, make_config
 
@@ -60,17 +60,21 @@ def test_forged_advertisement_is_refused_by_the_server_and_the_party_excluded() 
     check_result(harness.server.finish(), config, harness.inputs, harness.encoded, set(survivors))
 
 
-def test_swapped_key_in_the_directory_is_detected_by_every_peer() -> None:
-    config = make_config(5)
-    harness = Harness(config)
+def directory_with_a_swapped_key(harness: Harness, party: int) -> KeyDirectory:
+    """Everyone advertises; the key directory with ``party``'s mask key replaced by one the server holds."""
     harness.advertise()
     directory = harness.server.key_directory()
-    # A key-swapping aggregator replaces party 2's mask key with one it controls.
     swapped = tuple(
-        dataclasses.replace(a, mask_public_key=keys.public_bytes(keys.generate_key_pair())) if a.sender == 2 else a
+        dataclasses.replace(a, mask_public_key=keys.public_bytes(keys.generate_key_pair())) if a.sender == party else a
         for a in directory.advertisements
     )
-    tampered = dataclasses.replace(directory, advertisements=swapped)
+    return dataclasses.replace(directory, advertisements=swapped)
+
+
+def test_swapped_key_in_the_directory_is_detected_by_every_peer() -> None:
+    harness = Harness(make_config(5))
+    # A key-swapping aggregator replaces party 2's mask key with one it controls.
+    tampered = directory_with_a_swapped_key(harness, 2)
     for party in (1, 3, 4, 5):
         shares = harness.clients[party].share_keys(tampered)
         assert 2 in harness.clients[party].excluded
@@ -124,13 +128,7 @@ def test_on_a_secagg_plus_graph_only_neighbours_check_a_signature_and_a_forgery_
     # 1's neighbours only; the parties then disagree on the session, and the round cannot finish.
     config = make_config(9, neighbours=2)
     harness = Harness(config)
-    harness.advertise()
-    directory = harness.server.key_directory()
-    forged = tuple(
-        dataclasses.replace(a, mask_public_key=keys.public_bytes(keys.generate_key_pair())) if a.sender == 1 else a
-        for a in directory.advertisements
-    )
-    tampered = dataclasses.replace(directory, advertisements=forged)
+    tampered = directory_with_a_swapped_key(harness, 1)
     near, far = sorted(config.graph[1]), sorted(set(range(2, 10)) - config.graph[1])
     for party in near + far:
         shares = harness.clients[party].share_keys(tampered)
