@@ -187,13 +187,10 @@ class Client:
                 accepted[self.party] = advertisement
                 continue
             try:
-                # A neighbour's keys are checked by using them: its signature, then the agreement,
-                # which an unusable key fails. A non-neighbour's keys are never used here: they are
-                # probed, so that an unusable key signed by a colluder is left out by every party
-                # alike, but their signature is not checked, which would cost every party O(n)
-                # ECDSA checks a round on a SecAgg+ graph. The server checks every signature; one
-                # that relays a forged advertisement gets it refused by the owner's neighbours
-                # only, and the parties' session ids then differ: the round fails, nothing leaks.
+                # A neighbour's keys are checked by using them (signature, then agreement). A
+                # non-neighbour's are never used: probed, so all parties drop a signed unusable key
+                # alike, but not signature-checked (O(n) ECDSA a round); a forgery the server relays
+                # is refused by the owner's neighbours only, session ids differ, the round fails.
                 if sender in neighbours:
                     identity = verify_advertisement(advertisement, self.config, self._verify_credential)
                     secrets[sender] = (

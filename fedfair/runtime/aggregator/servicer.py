@@ -151,7 +151,8 @@ class _Caller:
 def _status(error: Exception) -> tuple[grpc.StatusCode, str, int]:
     """The generic status a caller hears for `error`, and the level of its log line."""
     if isinstance(error, LateUpload):
-        return error.code, error.details, logging.INFO
+        # Usual at a threshold below the roster: a stage closes once it has enough answers.
+        return error.code, error.details, logging.DEBUG
     if isinstance(error, Rejected):
         return error.code, error.details, logging.WARNING
     if isinstance(error, WireError):

@@ -184,7 +184,7 @@ class TaskStream:
                 # A closed stage is usual, not a failure: it ends once the protocol has enough answers.
                 closed = code == grpc.StatusCode.FAILED_PRECONDITION
                 logger.log(
-                    logging.INFO if closed else logging.WARNING,
+                    logging.DEBUG if closed else logging.WARNING,
                     "%s: round %d %s: %s; skipping the rest of the round",
                     self.config.name,
                     binding.round,
