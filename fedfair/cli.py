@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "predict": "fedfair.bundle.commands",
     "evaluate": "fedfair.bundle.commands",
     "report": "fedfair.runtime.report",
+    "init": "fedfair.runtime.scaffold",
 }
 """Each command and the module that registers it. A command line naming one imports only that
 module (PyTorch and Opacus are not loaded for `fedfair pki`, say); `--help` alone imports them all."""

@@ -4,6 +4,7 @@ line imports only the module of the command it names, so light commands start at
 from __future__ import annotations
 
 import argparse
+import ast
 import subprocess
 import sys
 
@@ -27,16 +28,25 @@ def test_a_command_line_needs_only_its_commands_module_and_help_alone_needs_all(
     assert cli.modules_for(["no-such-command"]) == cli.COMMAND_MODULES
 
 
-def test_pki_and_plan_commands_start_without_loading_pytorch_or_opacus() -> None:
+def loaded_after_help(commands: list[list[str]], modules: tuple[str, ...]) -> list[str]:
+    """Which of `modules` a fresh interpreter has imported once it has printed each command's --help."""
     probe = (
         "import sys\n"
         "from fedfair.cli import main\n"
-        "for command in (['pki', '--help'], ['plan', '--help']):\n"
+        f"for command in {commands!r}:\n"
         "    try:\n"
         "        main(command)\n"
         "    except SystemExit as stop:\n"
         "        assert stop.code == 0, stop.code\n"
-        "print(sorted(name for name in ('torch', 'opacus', 'matplotlib') if name in sys.modules))\n"
+        f"print(sorted(name for name in {modules!r} if name in sys.modules))\n"
     )
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
-    assert completed.stdout.strip().splitlines()[-1] == "[]"
+    return list(ast.literal_eval(completed.stdout.strip().splitlines()[-1]))
+
+
+def test_pki_and_plan_commands_start_without_loading_pytorch_or_opacus() -> None:
+    assert loaded_after_help([["pki", "--help"], ["plan", "--help"]], ("torch", "opacus", "matplotlib")) == []
+
+
+def test_init_starts_without_loading_pytorch_grpc_or_pandas() -> None:
+    assert loaded_after_help([["init", "--help"]], ("torch", "grpc", "pandas", "opacus")) == []

@@ -1,0 +1,300 @@
+"""``fedfair init DIR --sites a,b,c``: a federation folder whose plan, configs and next steps agree.
+
+It writes ``DIR/aggregator/plan.toml``, ``DIR/<site>/collaborator.toml`` for each site (both rendered
+by :mod:`fedfair.runtime.templates`, the source of the committed templates too) and ``DIR/README.md``:
+the commands that follow, in order, with this federation's names, folders and collusion bound. Each
+party keeps its own folder (``ca/``, held offline by the CA holder; ``aggregator/``; one per site,
+each with its own ``certs/``) and the agreed ``manifest.toml`` one level above it.
+
+With ``--csv SAMPLE --label COLUMN`` the plan's ``[schema]`` is drafted from the sample
+(:func:`fedfair.datasets.schema.draft_schema`) and [model] leaves the input size to the encoder the
+statistics round builds from it. Nothing is written until the rendered plan loads
+(:func:`fedfair.runtime.plan.parse_aggregator_plan`): a collusion bound the roster cannot meet is
+refused before any file exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedfair.core.errors import ConfigError
+from fedfair.pki.names import validate_federation_id, validate_name
+from fedfair.runtime.templates import AGGREGATOR_NAME, MANIFEST, Federation, render_collaborator, render_plan
+from fedfair.runtime.toml_tables import ADDRESS_RE
+
+CA_FOLDER = "ca"
+"""The CA holder's folder: ca.key lives there, offline, never in a federation process's certs."""
+ROSTER = "roster.toml"
+"""The manifest before a plan is pinned in it (`fedfair pki manifest`)."""
+README = "README.md"
+CERTS = "certs"
+DATA_FOLDER = "data"
+MIN_SITES = 2
+"""Secure aggregation sums at least two inputs: a federation of one is that one's own model."""
+RESERVED = frozenset({AGGREGATOR_NAME, CA_FOLDER, ROSTER, MANIFEST, README.lower()})
+"""Names a site cannot have: the folder's other entries (a site's folder is its name)."""
+
+
+@dataclass(frozen=True)
+class Scaffold:
+    """What ``fedfair init`` writes: each relative path and its text, and the plan's agreed bounds."""
+
+    federation: Federation
+    files: dict[str, str]
+    min_round_size: int
+
+
+def parse_sites(text: str) -> tuple[str, ...]:
+    """The institutions named by ``--sites`` (comma-separated), each a valid participant name, at least two,
+    none twice, none a name the folder uses; otherwise one line naming the fix."""
+    sites = tuple(site.strip() for site in text.split(",") if site.strip())
+    for site in sites:
+        try:
+            validate_name(site)
+        except ConfigError as error:
+            raise ConfigError(f"--sites: {error}") from None
+        if site in RESERVED:
+            raise ConfigError(f"--sites: {site!r} is taken by the federation folder itself; name the site otherwise")
+        if sites.count(site) > 1:
+            raise ConfigError(f"--sites lists {site!r} twice; name each institution once")
+    if len(sites) < MIN_SITES:
+        raise ConfigError(
+            f"--sites names {len(sites)} institution(s); a federation needs at least {MIN_SITES}, "
+            "e.g. --sites hospital-a,hospital-b"
+        )
+    return sites
+
+
+def default_max_colluding(sites: int) -> int:
+    """One colluder by default, where the roster allows it: a round then needs c + 2 <= sites parties."""
+    return 1 if sites >= 3 else 0
+
+
+def drafted_schema(sample: Path, label: str) -> str:
+    """The ``[schema]`` section drafted from ``sample``, with a note of what to check before pinning it."""
+    # pandas (and the schema module) only when a sample is given: `fedfair init --help` stays light.
+    from fedfair.datasets.schema import draft_schema
+    from fedfair.datasets.tabular import read_table
+
+    table = read_table(sample)
+    schema = draft_schema(table, label)
+    return (
+        f"# Drafted by `fedfair init` from {sample.name} ({len(table):,} rows). Other sites may hold categories\n"
+        '# this table lacks: add them to each list (or write categories = "learn") before pinning the plan.\n'
+        + schema.to_toml(commented=True)
+    )
+
+
+def plan_scaffold(
+    folder: Path,
+    sites: tuple[str, ...],
+    *,
+    federation_id: str,
+    max_colluding: int,
+    aggregator: str,
+    sample: Path | None = None,
+    label: str | None = None,
+) -> Scaffold:
+    """Render every file of the federation folder and check the plan loads; write nothing.
+
+    ``sample`` and ``label`` come together (a drafted [schema]) or not at all.
+    """
+    try:
+        validate_federation_id(federation_id)
+    except ConfigError as error:
+        raise ConfigError(f"--federation: {error}") from None
+    if (sample is None) != (label is None):
+        raise ConfigError("--csv and --label go together: --csv SAMPLE --label COLUMN drafts the plan's [schema]")
+    if max_colluding + 2 > len(sites):
+        raise ConfigError(
+            f"--max-colluding {max_colluding} needs rounds of max_colluding + 2 = {max_colluding + 2} sites but "
+            f"there are {len(sites)}; lower --max-colluding or add sites"
+        )
+    federation = Federation(
+        federation_id=federation_id,
+        sites=sites,
+        aggregator=aggregator,
+        certs=CERTS,
+        max_colluding=max_colluding,
+        schema=None if sample is None or label is None else drafted_schema(sample, label),
+        table=f"{DATA_FOLDER}/{sample.name if sample is not None else 'table.csv'}",
+    )
+    plan_text = render_plan(federation)
+    # The plan module reads schemas (pandas): loaded to run the command, not for its --help.
+    from fedfair.runtime.plan import parse_aggregator_plan
+
+    plan_path = folder / AGGREGATOR_NAME / "plan.toml"
+    plan = parse_aggregator_plan(tomllib.loads(plan_text), plan_path)
+    files = {f"{AGGREGATOR_NAME}/plan.toml": plan_text}
+    files.update({f"{site}/collaborator.toml": render_collaborator(federation, site) for site in sites})
+    scaffold = Scaffold(federation, files, plan.quorum.min_collaborators)
+    files[README] = render_readme(scaffold)
+    return scaffold
+
+
+def check_folder(folder: Path) -> None:
+    """Refuse a ``folder`` that exists and is not an empty folder: init never writes over anything."""
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ConfigError(f"{folder} exists and is not an empty folder; choose a new folder for the federation")
+
+
+def write_scaffold(folder: Path, scaffold: Scaffold) -> None:
+    """Write the scaffold's files under ``folder``, which must be absent or empty (nothing is overwritten)."""
+    check_folder(folder)
+    for relative, text in scaffold.files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+# ---------------------------------------------------------------- the README of next steps
+
+
+def render_readme(scaffold: Scaffold) -> str:
+    """The federation folder's README: who does what, in order, as commands run from the folder."""
+    federation = scaffold.federation
+    sites = federation.sites
+    parties = (AGGREGATOR_NAME, *sites)
+    requests = [f"fedfair pki request --name {AGGREGATOR_NAME} --role aggregator --out {AGGREGATOR_NAME}/{CERTS}"]
+    requests += [f"fedfair pki request --name {site} --role collaborator --out {site}/{CERTS}" for site in sites]
+    signatures = [
+        f"fedfair pki sign --ca {CA_FOLDER} --csr {party}/{CERTS}/{party}.csr --out {party}/{CERTS}/{party}.crt"
+        for party in parties
+    ]
+    copies = [f"cp {CA_FOLDER}/ca.crt {party}/{CERTS}/" for party in parties]
+    folders = " ".join(f"{party}/{CERTS}" for party in parties)
+    manifest = (
+        f"fedfair pki manifest --federation {federation.federation_id} --certs {folders} "
+        f"--max-colluding {federation.max_colluding} --min-round-size {scaffold.min_round_size} --out {ROSTER}",
+        f"fedfair plan pin --plan {AGGREGATOR_NAME}/plan.toml --manifest {ROSTER} --out {MANIFEST}",
+    )
+    starts = [f"fedfair aggregator start --plan {AGGREGATOR_NAME}/plan.toml"]
+    starts += [f"fedfair collaborator start --config {site}/collaborator.toml" for site in sites]
+    sections = [
+        f"""# Federation {federation.federation_id}: what to run next
+
+Written by `fedfair init`. One folder per party: `{CA_FOLDER}/` for the CA holder, `{AGGREGATOR_NAME}/` for the
+aggregator's operator, and {", ".join(f"`{site}/`" for site in sites)} for the institutions; each keeps
+its own folder on its own machine, its keys in its `{CERTS}/`, and the agreed `{MANIFEST}` one level
+above it. The commands below run from this folder, as if every folder sat on one machine (a
+rehearsal); in a deployment each party runs its own lines and only requests, certificates and the
+manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
+""",
+        _step(
+            "1. The CA, held offline",
+            f"The CA holder, best a party other than the aggregator's operator, keeps `{CA_FOLDER}/ca.key` on a "
+            f"machine that runs no federation process, never in `{AGGREGATOR_NAME}/{CERTS}`:",
+            [f"fedfair pki init --dir {CA_FOLDER}"],
+        ),
+        _step(
+            "2. A key and a request at each party",
+            "Each key stays where it is made; each `.csr` travels to the CA holder:",
+            requests,
+        ),
+        _step(
+            "3. The CA holder signs every request",
+            "It checks each request's name and role, signs it, and sends back the certificate with `ca.crt`; "
+            f"every party compares the CA fingerprint (`fedfair pki show --dir {sites[0]}/{CERTS}`) with the "
+            "CA holder's, out of band:",
+            [*signatures, *copies],
+        ),
+        _step(
+            "4. The manifest: roster and plan",
+            f"Review `{AGGREGATOR_NAME}/plan.toml` first (its `max_colluding = {federation.max_colluding}` must be "
+            "the roster's). Every institution reviews the manifest, compares the digest `plan pin` prints out of "
+            f"band and keeps `{MANIFEST}` here. Then uncomment `manifest = \"../{MANIFEST}\"` in "
+            f"`{AGGREGATOR_NAME}/plan.toml` and in every `collaborator.toml`:",
+            list(manifest),
+        ),
+    ]
+    if federation.schema is not None:
+        sections.append(
+            _step(
+                "5. Each institution checks its table",
+                f"Put the table at `SITE/{federation.table}` (its `[data] csv`); the check lists every problem "
+                "and the `[schema]` edit that would accept the table, with nothing running:",
+                [f"fedfair data check --plan {MANIFEST} --csv {site}/{federation.table}" for site in sites],
+            )
+        )
+    sections.append(
+        _step(
+            f"{len(sections)}. Start",  # sections[0] is the introduction, so this is the next step's number
+            "The aggregator waits for its quorum; each institution starts its own collaborator:",
+            starts,
+        )
+    )
+    return "\n".join(sections)
+
+
+def _step(title: str, text: str, commands: list[str]) -> str:
+    """A README section: its text wrapped (never inside a word), then its commands as a code block."""
+    prose = textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False)
+    body = "\n".join(f"    {command}" for command in commands)
+    return f"## {title}\n\n{prose}\n\n{body}\n"
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _init_command(args: argparse.Namespace) -> int:
+    sites = parse_sites(args.sites)
+    folder: Path = args.folder
+    check_folder(folder)  # before drafting a schema from a large sample, not only before writing
+    scaffold = plan_scaffold(
+        folder,
+        sites,
+        federation_id=args.federation or folder.resolve().name,
+        max_colluding=default_max_colluding(len(sites)) if args.max_colluding is None else args.max_colluding,
+        aggregator=args.aggregator,
+        sample=args.csv,
+        label=args.label,
+    )
+    write_scaffold(folder, scaffold)
+    for relative in scaffold.files:
+        print(f"wrote {folder / relative}")
+    print(f"next: {folder / README} lists the commands, in order")
+    return 0
+
+
+def _address(text: str) -> str:
+    match = ADDRESS_RE.fullmatch(text)
+    if match is None or not 1 <= int(match.group(2)) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be host:port with a port in 1..65535, got {text!r}")
+    return text
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`fedfair init DIR --sites a,b,c [--csv SAMPLE --label COLUMN] [--max-colluding C] [--federation ID]`."""
+    init = subparsers.add_parser(
+        "init", help="scaffold a federation folder: the plan, one collaborator config per site, the next commands"
+    )
+    init.add_argument("folder", type=Path, metavar="DIR", help="the federation folder to create (absent or empty)")
+    init.add_argument("--sites", required=True, metavar="A,B,...", help="the institutions' names, comma-separated")
+    init.add_argument("--csv", type=Path, metavar="SAMPLE", help="a sample table to draft the plan's [schema] from")
+    init.add_argument("--label", metavar="COLUMN", help="the sample's label column (with --csv)")
+    init.add_argument(
+        "--max-colluding",
+        type=_non_negative,
+        metavar="C",
+        help="collaborators that may collude with the aggregator (default 1, or 0 for two sites)",
+    )
+    init.add_argument("--federation", metavar="ID", help="the federation id (default: DIR's name)")
+    init.add_argument(
+        "--aggregator",
+        type=_address,
+        default="localhost:50051",
+        metavar="HOST:PORT",
+        help="where the collaborators reach the aggregator (default localhost:50051)",
+    )
+    init.set_defaults(handler=_init_command)
