@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import textwrap
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 from fedfair.core.errors import ConfigError
@@ -37,15 +36,6 @@ MIN_SITES = 2
 """Secure aggregation sums at least two inputs: a federation of one is that one's own model."""
 RESERVED = frozenset({AGGREGATOR_NAME, CA_FOLDER, ROSTER, MANIFEST, README.lower()})
 """Names a site cannot have: the folder's other entries (a site's folder is its name)."""
-
-
-@dataclass(frozen=True)
-class Scaffold:
-    """What ``fedfair init`` writes: each relative path and its text, and the plan's agreed bounds."""
-
-    federation: Federation
-    files: dict[str, str]
-    min_round_size: int
 
 
 def parse_sites(text: str) -> tuple[str, ...]:
@@ -98,8 +88,8 @@ def plan_scaffold(
     aggregator: str,
     sample: Path | None = None,
     label: str | None = None,
-) -> Scaffold:
-    """Render every file of the federation folder and check the plan loads; write nothing.
+) -> dict[str, str]:
+    """Every file of the federation folder (relative path: text), once the plan is known to load; writes nothing.
 
     ``sample`` and ``label`` come together (a drafted [schema]) or not at all.
     """
@@ -129,11 +119,12 @@ def plan_scaffold(
 
     plan_path = folder / AGGREGATOR_NAME / "plan.toml"
     plan = parse_aggregator_plan(tomllib.loads(plan_text), plan_path)
+    # The roster's smallest round is the plan's quorum: the manifest then admits every round the plan starts.
+    min_round_size = plan.quorum.min_collaborators
     files = {f"{AGGREGATOR_NAME}/plan.toml": plan_text}
     files.update({f"{site}/collaborator.toml": render_collaborator(federation, site) for site in sites})
-    scaffold = Scaffold(federation, files, plan.quorum.min_collaborators)
-    files[README] = render_readme(scaffold)
-    return scaffold
+    files[README] = render_readme(federation, min_round_size)
+    return files
 
 
 def check_folder(folder: Path) -> None:
@@ -142,10 +133,10 @@ def check_folder(folder: Path) -> None:
         raise ConfigError(f"{folder} exists and is not an empty folder; choose a new folder for the federation")
 
 
-def write_scaffold(folder: Path, scaffold: Scaffold) -> None:
-    """Write the scaffold's files under ``folder``, which must be absent or empty (nothing is overwritten)."""
+def write_scaffold(folder: Path, files: dict[str, str]) -> None:
+    """Write ``files`` (relative path: text) under ``folder``, which must be absent or empty (nothing is overwritten)."""
     check_folder(folder)
-    for relative, text in scaffold.files.items():
+    for relative, text in files.items():
         path = folder / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -154,9 +145,9 @@ def write_scaffold(folder: Path, scaffold: Scaffold) -> None:
 # ---------------------------------------------------------------- the README of next steps
 
 
-def render_readme(scaffold: Scaffold) -> str:
-    """The federation folder's README: who does what, in order, as commands run from the folder."""
-    federation = scaffold.federation
+def render_readme(federation: Federation, min_round_size: int) -> str:
+    """The federation folder's README: who does what, in order, as commands run from the folder
+    (``min_round_size``: the roster's, at most the plan's quorum)."""
     sites = federation.sites
     parties = (AGGREGATOR_NAME, *sites)
     requests = [f"fedfair pki request --name {AGGREGATOR_NAME} --role aggregator --out {AGGREGATOR_NAME}/{CERTS}"]
@@ -169,7 +160,7 @@ def render_readme(scaffold: Scaffold) -> str:
     folders = " ".join(f"{party}/{CERTS}" for party in parties)
     manifest = (
         f"fedfair pki manifest --federation {federation.federation_id} --certs {folders} "
-        f"--max-colluding {federation.max_colluding} --min-round-size {scaffold.min_round_size} --out {ROSTER}",
+        f"--max-colluding {federation.max_colluding} --min-round-size {min_round_size} --out {ROSTER}",
         f"fedfair plan pin --plan {AGGREGATOR_NAME}/plan.toml --manifest {ROSTER} --out {MANIFEST}",
     )
     starts = [f"fedfair aggregator start --plan {AGGREGATOR_NAME}/plan.toml"]
@@ -244,7 +235,7 @@ def _init_command(args: argparse.Namespace) -> int:
     sites = parse_sites(args.sites)
     folder: Path = args.folder
     check_folder(folder)  # before drafting a schema from a large sample, not only before writing
-    scaffold = plan_scaffold(
+    files = plan_scaffold(
         folder,
         sites,
         federation_id=args.federation or folder.resolve().name,
@@ -253,8 +244,8 @@ def _init_command(args: argparse.Namespace) -> int:
         sample=args.csv,
         label=args.label,
     )
-    write_scaffold(folder, scaffold)
-    for relative in scaffold.files:
+    write_scaffold(folder, files)
+    for relative in files:
         print(f"wrote {folder / relative}")
     print(f"next: {folder / README} lists the commands, in order")
     return 0
