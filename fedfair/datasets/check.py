@@ -36,10 +36,13 @@ class TableCheck:
     rows: int
     problems: tuple[str, ...]
     edits: tuple[str, ...]
+    imputed: tuple[str, ...] = ()
+    """Under ``missing = "impute"``: each column with empty cells and their count, e.g. "hours (179)"."""
 
     def render(self) -> str:
         if not self.problems:
-            return f"{self.source} fits the plan's [schema]: {self.rows:,} rows, every column and value accepted"
+            fits = f"{self.source} fits the plan's [schema]: {self.rows:,} rows, every column and value accepted"
+            return fits + (f"; empty cells to be imputed: {', '.join(self.imputed)}" if self.imputed else "")
         lines = [f"{self.source} does not fit the plan's [schema] ({len(self.problems)} problems, {self.rows:,} rows):"]
         lines += [f"  {number}. {problem}" for number, problem in enumerate(self.problems, start=1)]
         if self.edits:
@@ -71,7 +74,16 @@ def schema_from_file(path: Path) -> Schema:
 
 def check_against(schema: Schema, table: pd.DataFrame, source: str) -> TableCheck:
     """Every problem of ``table`` under ``schema`` and the schema edits that would accept it."""
-    return TableCheck(source, len(table), tuple(table_problems(schema, table, source)), tuple(schema_edits(schema, table)))
+    problems = tuple(table_problems(schema, table, source))
+    return TableCheck(source, len(table), problems, tuple(schema_edits(schema, table)), _imputed(schema, table))
+
+
+def _imputed(schema: Schema, table: pd.DataFrame) -> tuple[str, ...]:
+    if schema.missing != "impute":
+        return ()
+    table = table.rename(columns=str)
+    counts = [(column.name, int(table[column.name].isna().sum())) for column in schema.columns if column.name in table]
+    return tuple(f"{name} ({count:,})" for name, count in counts if count)
 
 
 def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:

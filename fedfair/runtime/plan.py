@@ -89,7 +89,8 @@ class SharedSettings(LearningSettings):
 
 def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manifest: bool = True) -> AggregatorPlan:
     """Validate an aggregator plan already read from TOML (``source`` for messages and paths); with
-    ``check_manifest`` False a plan is not held to the manifest it names (to pin an edited plan anew)."""
+    ``check_manifest`` False a plan is not held to, nor even read with, the manifest it names (to pin an
+    edited plan anew, or for the first time, before that manifest exists)."""
     where = str(source)
     check_sections(where, data, ("federation", "aggregator", *LEARNING_SECTIONS))
     federation = Table.of(where, data, "federation", ("id", "collaborators"))
@@ -114,7 +115,8 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
     if aggregator.name in names:
         node.fail(f"[aggregator] name {aggregator.name!r} is also a collaborator; give the aggregator its own name")
     manifest: Manifest | None = None
-    if aggregator.manifest is not None:
+    # A plan being pinned may name the manifest the pin is about to write: it is not read then.
+    if aggregator.manifest is not None and check_manifest:
         try:
             manifest = load_manifest(aggregator.manifest)
         except ConfigError as error:

@@ -111,7 +111,7 @@ def plan_scaffold(
         certs=CERTS,
         max_colluding=max_colluding,
         schema=None if sample is None or label is None else drafted_schema(sample, label),
-        table=f"{DATA_FOLDER}/{sample.name if sample is not None else 'table.csv'}",
+        table=f"{DATA_FOLDER}/table.csv",  # each site's own table, whatever the sample was called
     )
     plan_text = render_plan(federation)
     # The plan module reads schemas (pandas): loaded to run the command, not for its --help.

@@ -58,7 +58,9 @@ def test_every_problem_is_reported_at_once_with_the_edit_that_accepts_it() -> No
             column = dataclasses.replace(column, categories=(*(column.categories or ()), "Never-worked", "Without-pay"))
         columns.append(column)
     edited = dataclasses.replace(schema, columns=tuple(columns), missing="impute")
-    assert check_against(edited, messy_site(), "site.csv").problems == ()
+    fixed = check_against(edited, messy_site(), "site.csv")
+    assert fixed.problems == () and fixed.imputed == ("hours (3)",)
+    assert fixed.render().endswith("every column and value accepted; empty cells to be imputed: hours (3)")
     assert schema_edits(edited, messy_site()) == []
 
 

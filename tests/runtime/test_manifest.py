@@ -420,6 +420,15 @@ def test_changing_the_plan_is_a_new_pin_and_plan_diff_shows_it(
                      "--out", str(federation / "pinned-2.toml")]) == 2
 
 
+def test_a_plan_naming_the_manifest_its_pin_will_write_can_be_pinned(federation: Path) -> None:
+    # The order a scaffold's README gives: name the manifest in the plan, then pin the plan to it.
+    written = federation / "plan.toml"
+    written.write_text(tomli_w.dumps(edited(PLAN_TEMPLATE, {"aggregator": {"manifest": "pinned.toml"}})))
+    assert not (federation / "pinned.toml").exists()
+    pin_plan(written, federation / "manifest.toml", federation / "pinned.toml")
+    assert plan.load_aggregator_plan(written).manifest == manifests.load_manifest(federation / "pinned.toml")
+
+
 def test_setting_differences_name_leaves_even_under_an_empty_table() -> None:
     pinned = {"model": {"arguments": {}, "name": "x"}, "training": {"lr": 0.1}}
     served = {"model": {"arguments": {"hidden": 8}, "name": "x"}, "training": {"lr": 0.1, "rounds": 3}}

@@ -68,7 +68,7 @@ def test_with_a_sample_the_plans_schema_is_the_draft_and_the_encoder_sizes_the_m
     assert plan.secure_aggregation.max_colluding == 0  # two sites cannot leave two honest inputs beside a colluder
     text = (folder / "aggregator" / "plan.toml").read_text()
     assert "features" not in tomllib.loads(text)["model"] and "features" not in shared_content(plan)["model"]
-    assert load_collaborator_config(folder / "b" / "collaborator.toml").data.csv == folder / "b" / "data" / "sample.csv"
+    assert load_collaborator_config(folder / "b" / "collaborator.toml").data.csv == folder / "b" / "data" / "table.csv"
 
 
 def test_the_readmes_commands_are_verbs_the_cli_has(tmp_path: Path, sample: Path) -> None:
@@ -93,7 +93,7 @@ def test_the_readmes_steps_work_as_written(tmp_path: Path, sample: Path, monkeyp
     monkeypatch.chdir(folder)
     for site in SITES:  # each institution's own table, where its config looks
         (folder / site / "data").mkdir()
-        shutil.copy(sample, folder / site / "data" / "sample.csv")
+        shutil.copy(sample, folder / site / "data" / "table.csv")
     for words in commands(folder / README):
         if words[0] == "cp":
             shutil.copy(words[1], words[2])
