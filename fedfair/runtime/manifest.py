@@ -289,8 +289,34 @@ def setting_differences(pinned: Mapping[str, Any], served: Mapping[str, Any]) ->
     for field in sorted(flat_pinned.keys() | flat_served.keys()):
         before, after = flat_pinned.get(field, _ABSENT), flat_served.get(field, _ABSENT)
         if before != after:
-            lines.append(f"{field}: {_shown(before)} -> {_shown(after)}")
+            lines += _list_differences(field, before, after) or [f"{field}: {_shown(before)} -> {_shown(after)}"]
     return lines
+
+
+def _list_differences(field: str, before: Any, after: Any) -> list[str] | None:
+    """Two lists told apart in full, not as two truncated texts: entries with a "name" (a schema's
+    columns) entry by entry, plain values by what was added and removed; None for anything else."""
+    if not (isinstance(before, list) and isinstance(after, list)):
+        return None
+    if all(isinstance(entry, Mapping) and "name" in entry for entry in before + after):
+        old = {str(entry["name"]): entry for entry in before}
+        new = {str(entry["name"]): entry for entry in after}
+        lines = [f"{field}[{name}]: removed" for name in old.keys() - new.keys()]
+        lines += [f"{field}[{name}]: added {_shown(new[name])}" for name in new.keys() - old.keys()]
+        for name in old.keys() & new.keys():
+            lines += [f"{field}[{name}].{line}" for line in setting_differences(old[name], new[name])]
+        if [name for name in old if name in new] != [name for name in new if name in old]:
+            lines.append(f"{field}: order {_shown(list(old))} -> {_shown(list(new))}")
+        return sorted(lines)
+    if any(isinstance(entry, (Mapping, list)) for entry in before + after):
+        return None
+    added = [entry for entry in after if entry not in before]
+    removed = [entry for entry in before if entry not in after]
+    if not added and not removed:
+        return [f"{field}: the same values, order {_shown(before)} -> {_shown(after)}"]
+    said = [f"added {json.dumps(added, ensure_ascii=False)}"] * bool(added)
+    said += [f"removed {json.dumps(removed, ensure_ascii=False)}"] * bool(removed)
+    return [f"{field}: {', '.join(said)}"]
 
 
 _ABSENT = object()

@@ -373,7 +373,7 @@ def test_the_pin_covers_the_schema_so_a_numeric_column_cannot_become_categorical
     pinned = manifests.load_manifest(federation / "pinned.toml")
     manifests.check_shared_settings(pinned, *shared_from(**with_schema))
     relabelled = {**schema, "columns": [{"name": "age", "type": "categorical", "categories": "learn"}, schema["columns"][1]]}
-    with pytest.raises(manifests.ManifestError, match=r"schema\.columns: "):
+    with pytest.raises(manifests.ManifestError, match=r"schema\.columns\[age\]\.type: \"numeric\" -> \"categorical\""):
         manifests.check_shared_settings(pinned, *shared_from(schema=relabelled, model={"features": ...}))
 
 
@@ -427,6 +427,26 @@ def test_a_plan_naming_the_manifest_its_pin_will_write_can_be_pinned(federation:
     assert not (federation / "pinned.toml").exists()
     pin_plan(written, federation / "manifest.toml", federation / "pinned.toml")
     assert plan.load_aggregator_plan(written).manifest == manifests.load_manifest(federation / "pinned.toml")
+
+
+def test_setting_differences_spell_out_a_schemas_columns() -> None:
+    """Institutions reviewing a re-pin see which categories were added, not two texts cut at 80 characters."""
+    column = {"name": "workclass", "type": "categorical", "categories": ["Private", "State-gov"]}
+    hours = {"name": "hours", "type": "numeric"}
+    pinned = {"schema": {"columns": [column, hours], "missing": "refuse"}}
+    edited = {**column, "categories": ["Private", "State-gov", "Never-worked", "Without-pay"]}
+    served = {"schema": {"columns": [edited, {**hours, "type": "categorical"}, {"name": "age", "type": "numeric"}],
+                         "missing": "impute"}}  # fmt: skip
+    assert manifests.setting_differences(pinned, served) == [
+        'schema.columns[age]: added {"name": "age", "type": "numeric"}',
+        'schema.columns[hours].type: "numeric" -> "categorical"',
+        'schema.columns[workclass].categories: added ["Never-worked", "Without-pay"]',
+        'schema.missing: "refuse" -> "impute"',
+    ]
+    reordered = {"schema": {"columns": [hours, column], "missing": "refuse"}}
+    assert manifests.setting_differences(pinned, reordered) == [
+        'schema.columns: order ["workclass", "hours"] -> ["hours", "workclass"]'
+    ]
 
 
 def test_setting_differences_name_leaves_even_under_an_empty_table() -> None:
