@@ -46,7 +46,10 @@ class TableCheck:
         lines = [f"{self.source} does not fit the plan's [schema] ({len(self.problems)} problems, {self.rows:,} rows):"]
         lines += [f"  {number}. {problem}" for number, problem in enumerate(self.problems, start=1)]
         if self.edits:
-            lines.append("Either fix the table, or edit the plan's [schema] (then pin the plan again):")
+            lines.append(
+                "Either fix the table, or edit the plan's [schema] (then pin the plan again: `fedfair plan pin`, "
+                "and `fedfair plan diff OLD NEW` for every institution to review):"
+            )
             lines += [f"  {edit}" for edit in self.edits]
         return "\n".join(lines)
 

@@ -218,6 +218,18 @@ manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
             starts,
         )
     )
+    sections.append(
+        _step(
+            "Changing the plan later",
+            f"Edit `{AGGREGATOR_NAME}/plan.toml` (e.g. the `[schema]` edits a check suggested), pin it to a new "
+            f"manifest (`plan pin` never overwrites one), let every institution review what changed, then put "
+            f"the new manifest in place of `{MANIFEST}` everywhere and start again:",
+            [
+                f"fedfair plan pin --plan {AGGREGATOR_NAME}/plan.toml --manifest {MANIFEST} --out manifest-2.toml",
+                f"fedfair plan diff {MANIFEST} manifest-2.toml",
+            ],
+        )
+    )
     return "\n".join(sections)
 
 
