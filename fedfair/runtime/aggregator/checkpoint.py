@@ -189,6 +189,24 @@ def trim_round_log(folder: Path, last_round: int) -> int:
     return dropped
 
 
+def excluded_in(records: list[dict[str, Any]]) -> dict[str, str]:
+    """The collaborators a run has excluded and not re-admitted, from its round log, in order.
+
+    Each record's exclusions (its training round's, then its evaluation's) apply first, then
+    its ``readmitted`` names: those ``aggregator start --resume --readmit NAME`` let back in
+    after that round (see :func:`fedfair.runtime.aggregator.commands.readmit`). So a later
+    resume keeps a lifted exclusion lifted, and a collaborator excluded again after its
+    re-admission is excluded again.
+    """
+    excluded: dict[str, str] = {}
+    for record in records:
+        for source in (record, record.get("evaluation") or {}):
+            excluded.update(source.get("excluded") or {})
+        for name in record.get("readmitted") or ():
+            excluded.pop(name, None)
+    return excluded
+
+
 def export_final_model(folder: Path, checkpoint: Checkpoint, summary: Mapping[str, Any]) -> Path:
     """Write the output model: theta-bar and c-bar (the algorithm's output), the last theta and c,
     the plan digest and the metrics, as final_model.pt (tensors) and final_model.json (the rest)."""

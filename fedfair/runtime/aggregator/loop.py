@@ -15,7 +15,9 @@ The aggregator package's pieces are small and separate:
 Once the quorum is there the first round of a process gives the rest of the plan up to the
 round timeout to join, so a federation starts whole when it can; later rounds start with
 whoever is there. A round that fails once started (a stage timing out, too few survivors)
-is aborted, the model kept, and the next round runs: a timeout never ends the process.
+is aborted, the model kept, and the next round runs: a timeout never ends the process. The
+statistics aggregation before round 1 (plans with a [schema]) is retried the same way: aborted, it
+waits for the quorum again and runs anew, so collaborators that left come back to it.
 
 The learning itself is the plan's `fedfair.core.algorithm.FedSRCVaR`: the aggregator turns
 the decoded sum into a `server.Aggregate` and applies it, exactly as the in-process
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -47,6 +50,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,
     Checkpoint,
     append_round_log,
+    excluded_in as excluded_in,  # re-exported: fedfair.runtime.aggregator.commands and tests read it here
     export_final_model,
     read_round_log,
     save_checkpoint,
@@ -89,8 +93,22 @@ OBJECTIVE_FIGURES = ("worst_risk", "mean_risk", "best_risk", "accuracy")
 """The federated evaluation's figures a round event carries as its objective estimate."""
 
 
+STATISTICS_RETRY_SECONDS = 1.0
+"""The pause before the first re-run of an aborted statistics aggregation; it doubles with every
+abort in a row (up to the round timeout), so parties that keep refusing do not make the loop spin."""
+
+
 class StatisticsFailed(FedfairError):
     """The statistics aggregation before round 1 (plans with a [schema]) did not give an encoder."""
+
+
+class StatisticsAborted(StatisticsFailed):
+    """The statistics aggregation aborted (too few parties answered, or some misbehaved): what a later
+    run of it may heal. `culprits` (name -> why) are those the protocol named."""
+
+    def __init__(self, message: str, culprits: Mapping[str, str]) -> None:
+        super().__init__(message)
+        self.culprits = dict(culprits)
 
 
 def initial_state(plan: AggregatorPlan, encoder: Encoder | None = None) -> server.ServerState:
@@ -112,9 +130,11 @@ class RoundLoop:
         events: EventLog | None = None,
         *,
         startup_timeout: float = 0.0,
+        serve_again: Callable[[Network], Network] | None = None,
     ) -> None:
         """`checkpoint` None: a fresh federation with a [schema], whose statistics aggregation
-        makes the encoder and the initial model when :meth:`run` starts."""
+        makes the encoder and the initial model when :meth:`run` starts. `serve_again(network)` stops
+        `network` and serves anew on its port; without it an aborted statistics aggregation ends the run."""
         self.plan = plan
         self.network = network
         self._start = checkpoint
@@ -125,26 +145,9 @@ class RoundLoop:
         self.startup_timeout = startup_timeout
         """Seconds the first round of this process waits for the quorum (0: no deadline)."""
         self.output = plan.aggregator.output
-        secure = plan.secure_aggregation
-        self.encoding = secure.encoding()
-        self.driver = SumDriver(
-            network.board,
-            network.gate,
-            DriverSettings(
-                federation_id=plan.federation_id,
-                secure=secure.enabled,
-                threshold=secure.threshold,
-                neighbours=secure.mask_neighbours(len(plan.collaborators)),
-                graph_roster=canonical_roster(plan.collaborators),
-                max_colluding=secure.max_colluding,
-                stage_timeout=plan.quorum.round_timeout_seconds,
-            ),
-            # Under a manifest the aggregator checks relayed certificates against the pins too, so a
-            # twin is refused at the door (the collaborators check again themselves).
-            pki.credential_verifier(network.ca_certificate, "collaborator")
-            if plan.manifest is None
-            else pinned_verifier(plan.manifest, network.ca_certificate),
-        )
+        self.encoding = plan.secure_aggregation.encoding()
+        self._serve_again = serve_again
+        self.driver = self._driver()
         self.average_from = plan.training.average_from_round
         self.algorithm = plan.algorithm()
         self.evaluation = None if checkpoint is None else checkpoint.evaluation
@@ -153,6 +156,28 @@ class RoundLoop:
         self.excluded = excluded_in(self.records)
         """Collaborators left out of every later round, with why (rebuilt from the round log on resume,
         less those an operator re-admitted with ``--readmit``)."""
+
+    def _driver(self) -> SumDriver:
+        """The sum driver over the current network's board and gate."""
+        secure = self.plan.secure_aggregation
+        return SumDriver(
+            self.network.board,
+            self.network.gate,
+            DriverSettings(
+                federation_id=self.plan.federation_id,
+                secure=secure.enabled,
+                threshold=secure.threshold,
+                neighbours=secure.mask_neighbours(len(self.plan.collaborators)),
+                graph_roster=canonical_roster(self.plan.collaborators),
+                max_colluding=secure.max_colluding,
+                stage_timeout=self.plan.quorum.round_timeout_seconds,
+            ),
+            # Under a manifest the aggregator checks relayed certificates against the pins too, so a
+            # twin is refused at the door (the collaborators check again themselves).
+            pki.credential_verifier(self.network.ca_certificate, "collaborator")
+            if self.plan.manifest is None
+            else pinned_verifier(self.plan.manifest, self.network.ca_certificate),
+        )
 
     def run(self) -> dict[str, Any]:
         """Run the remaining rounds, export the final model, say FINISHED; return the summary.
@@ -163,7 +188,7 @@ class RoundLoop:
         update they trained on that model, see `fedfair.runtime.collaborator.rounds`).
         """
         rounds = self.plan.training.rounds
-        self.checkpoint = self._start if self._start is not None else self.federate_statistics()
+        self.checkpoint = self._start if self._start is not None else self._statistics()
         encoder = checkpoint_encoder(self.checkpoint)
         self.start_input = b"" if encoder is None else encoder_payload(encoder)
         first = self.checkpoint.round + 1
@@ -197,13 +222,45 @@ class RoundLoop:
         )
         return summary
 
+    def _statistics(self) -> Checkpoint:
+        """:meth:`federate_statistics` until it gives the encoder: an aborted run (parties that left,
+        withdrew or misbehaved) waits for the quorum and runs again, as an aborted round is followed by
+        the next, so collaborators that stopped and come back find the aggregator still there.
+
+        Round 0 runs again under a new server (`serve_again`): stages only move forward on a gate, and
+        a fresh board and gate, as a restarted process has, let no upload of the aborted run into the
+        re-run; connected collaborators reconnect on their own. Its culprits sit the re-runs out, in
+        this process only (the round log starts with round 1)."""
+        attempt = 0
+        while True:
+            try:
+                return self.federate_statistics()
+            except StatisticsAborted as error:
+                if self._serve_again is None:
+                    raise
+                for name, why in error.culprits.items():
+                    logger.error("statistics aggregation: %s misbehaved (%s); it sits out this process's rounds", name, why)
+                    self.excluded[name] = why
+                    self.events.emit("exclusion", round=STATISTICS_ROUND, name=name, reason=why)
+                pause = min(STATISTICS_RETRY_SECONDS * 2.0**attempt, self.plan.quorum.round_timeout_seconds)
+                logger.warning(
+                    "%s; serving afresh, it runs again once the quorum is connected (in %.0f s at the earliest)",
+                    error,
+                    pause,
+                )
+                self.network = self._serve_again(self.network)
+                self.driver = self._driver()
+                attempt += 1
+                time.sleep(pause)
+
     def federate_statistics(self) -> Checkpoint:
         """The statistics aggregation of a fresh federation with a [schema] (round 0, see
         :mod:`fedfair.runtime.preprocessing`): one secure sum of every site's counts and
         sums gives the encoder all sites share and, from it, the initial model.
 
         Its checkpoint (round 0, with the encoder) is saved at once, so a resumed run serves
-        the same encoder. A failure stops the process before anything is trained.
+        the same encoder. One attempt: an aborted one raises StatisticsAborted (which
+        :meth:`_statistics` retries), a sum that gives no encoder StatisticsFailed.
         """
         schema = self.plan.schema
         assert schema is not None  # prepare() leaves no checkpoint only for plans with a [schema]
@@ -223,11 +280,14 @@ class RoundLoop:
             if outcome.culprits:
                 raise RoundAborted("misbehaving collaborators", outcome.culprits)
             encoder = encoder_from_statistics(schema, outcome.weighted_sum)
-        except (RoundAborted, ConfigError) as error:
-            culprits = error.culprits if isinstance(error, RoundAborted) else {}
-            named = "".join(f"; {name} misbehaved ({why})" for name, why in sorted(culprits.items()))
+        except RoundAborted as error:
+            named = "".join(f"; {name} misbehaved ({why})" for name, why in sorted(error.culprits.items()))
+            raise StatisticsAborted(
+                f"the statistics aggregation before round 1 aborted: {error}{named}", error.culprits
+            ) from None
+        except ConfigError as error:
             raise StatisticsFailed(
-                f"the statistics aggregation before round 1 failed: {error}{named}. Nothing was trained or "
+                f"the statistics aggregation before round 1 failed: {error}. Nothing was trained or "
                 "written; start the aggregator again (without --resume) once every collaborator runs"
             ) from None
         logger.info(
@@ -432,20 +492,3 @@ class RoundLoop:
         )
         return result
 
-
-def excluded_in(records: list[dict[str, Any]]) -> dict[str, str]:
-    """The collaborators a run has excluded and not re-admitted, from its round log, in order.
-
-    Each record's exclusions (its training round's, then its evaluation's) apply first, then
-    its ``readmitted`` names: those ``aggregator start --resume --readmit NAME`` let back in
-    after that round (see :func:`fedfair.runtime.aggregator.commands.readmit`). So a later
-    resume keeps a lifted exclusion lifted, and a collaborator excluded again after its
-    re-admission is excluded again.
-    """
-    excluded: dict[str, str] = {}
-    for record in records:
-        for source in (record, record.get("evaluation") or {}):
-            excluded.update(source.get("excluded") or {})
-        for name in record.get("readmitted") or ():
-            excluded.pop(name, None)
-    return excluded

@@ -12,7 +12,7 @@ from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, t
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
-from fedfair.runtime.aggregator.network import serve
+from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.plan import AggregatorPlan, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ENCODING
 from fedfair.runtime.report import refresh_report
@@ -58,6 +58,14 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
     return Checkpoint(0, initial_state(plan), digest)
 
 
+def serve_again(plan: AggregatorPlan, old: Network, address: str | None, events: EventLog) -> Network:
+    """Stop `old` and serve `plan` anew on the same port, with a fresh board and gate (as a restarted
+    process would, without leaving the process); collaborators reconnect on their own."""
+    old.stop()
+    host = (address or plan.aggregator.address).rpartition(":")[0]
+    return serve(plan, plan_digest(plan), f"{host}:{old.port}", events)
+
+
 def run_aggregator(
     plan: AggregatorPlan, *, resume: bool = False, address: str | None = None, startup_timeout: float = 0.0
 ) -> dict[str, Any]:
@@ -90,11 +98,23 @@ def run_aggregator(
             collaborators=list(plan.collaborators),
         )
         try:
-            summary = RoundLoop(plan, network, checkpoint, events, startup_timeout=startup_timeout).run()
+            loop = RoundLoop(
+                plan,
+                network,
+                checkpoint,
+                events,
+                startup_timeout=startup_timeout,
+                serve_again=lambda old: serve_again(plan, old, address, events),
+            )
+        except BaseException:
+            network.stop()
+            raise
+        try:
+            summary = loop.run()
             # While collaborators fetch the bundle: the operator's page of the run (never fails the run).
             refresh_report(plan.aggregator.output)
             # Give collaborators a bounded moment to read FINISHED and hang up.
-            network.board.wait_until_alone(GOODBYE_SECONDS)
+            loop.network.board.wait_until_alone(GOODBYE_SECONDS)
             return summary
         finally:
-            network.stop()
+            loop.network.stop()
