@@ -3,7 +3,8 @@
 A checkpoint holds everything the aggregator needs to continue: the server state
 (theta, c and their running averages, and with drift correction the control variate
 sigma, so a resumed federation goes on with the same one), the last finished round, the digest of
-the plan it ran under and, under a [schema], the federation's encoder. It is written to a temporary file in the same folder,
+the plan it ran under (and the plan's content, so a refused ``--resume`` names the settings that
+differ) and, under a [schema], the federation's encoder. It is written to a temporary file in the same folder,
 flushed and fsynced, then renamed over the old one (and the folder fsynced), so a
 crash at any moment leaves either the previous checkpoint or the new one, never a
 torn file. A round's log record is appended just before its checkpoint is written,
@@ -28,6 +29,9 @@ import torch
 from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
 from fedfair.core.server import ServerState
+from fedfair.pki.roster import canonical_json
+from fedfair.runtime.manifest import manifest_digest, setting_differences
+from fedfair.runtime.plan import AggregatorPlan, shared_content
 
 CHECKPOINT_NAME = "checkpoint.pt"
 ROUND_LOG_NAME = "rounds.jsonl"
@@ -48,6 +52,19 @@ class Checkpoint:
     encoder: Mapping[str, Any] | None = None
     """The federation's encoder (Encoder.to_mapping) under a plan with a [schema]: made once, from the
     statistics aggregation, and kept so a resumed run serves exactly the same one."""
+    plan: Mapping[str, Any] | None = None
+    """What `plan_digest` fingerprints (:func:`plan_content`), None in checkpoints from before it was kept."""
+
+
+def plan_content(plan: AggregatorPlan) -> dict[str, Any]:
+    """The plan's canonical content, whose SHA-256 is :func:`fedfair.runtime.plan.plan_digest`: the shared
+    settings (command-line overrides applied), the allowed names and the manifest's digest."""
+    content = shared_content(plan)
+    federation: dict[str, Any] = {"id": plan.federation_id, "collaborators": list(plan.collaborators)}
+    if plan.manifest is not None:
+        federation["manifest"] = manifest_digest(plan.manifest)
+    content["federation"] = federation
+    return content
 
 
 def state_digest(state: ServerState) -> str:
@@ -89,13 +106,15 @@ def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:
         "state": _state_dict(checkpoint.state),
         "evaluation": json.dumps(checkpoint.evaluation) if checkpoint.evaluation is not None else "",
         "encoder": json.dumps(checkpoint.encoder, sort_keys=True) if checkpoint.encoder is not None else "",
+        "plan": canonical_json(checkpoint.plan).decode() if checkpoint.plan is not None else "",
     }
     atomic_write(path, lambda stream: torch.save(payload, stream))
     return path
 
 
-def load_checkpoint(folder: Path, plan_digest: str) -> Checkpoint:
-    """The checkpoint in `folder`, refused unless it was written under the plan with `plan_digest`."""
+def load_checkpoint(folder: Path, plan_digest: str, plan: Mapping[str, Any] | None = None) -> Checkpoint:
+    """The checkpoint in `folder`, refused unless it was written under the plan with `plan_digest`;
+    given the plan's content (:func:`plan_content`), the refusal names every setting that differs."""
     path = folder / CHECKPOINT_NAME
     if not path.exists():
         raise ConfigError(f"no checkpoint at {path} to resume from; start without --resume")
@@ -116,6 +135,7 @@ def load_checkpoint(folder: Path, plan_digest: str) -> Checkpoint:
         finished_round, digest = int(payload["round"]), str(payload["plan_digest"])
         evaluation = json.loads(payload["evaluation"]) if payload["evaluation"] else None
         encoder = json.loads(payload["encoder"]) if payload.get("encoder") else None
+        kept = json.loads(payload["plan"]) if payload.get("plan") else None
     except (
         OSError,
         EOFError,
@@ -132,11 +152,26 @@ def load_checkpoint(folder: Path, plan_digest: str) -> Checkpoint:
     if digest != plan_digest:
         raise ConfigError(
             f"checkpoint {path} was written under another plan (digest {digest[:12]}..., this plan "
-            f"{plan_digest[:12]}...); resume with the plan it was made with (command-line overrides such as "
-            "--rounds or --collaborators are part of the plan: give the same ones as at the first start), or use "
-            "another output folder"
+            f"{plan_digest[:12]}...; {_plan_changes(kept, plan)}); resume with the plan it was made with "
+            "(command-line overrides such as --rounds or --collaborators are part of the plan: give the same "
+            "ones as at the first start), or use another output folder"
         )
-    return Checkpoint(round=finished_round, state=state, plan_digest=digest, evaluation=evaluation, encoder=encoder)
+    return Checkpoint(finished_round, state, digest, evaluation, encoder, kept)
+
+
+def _plan_changes(kept: Mapping[str, Any] | None, plan: Mapping[str, Any] | None) -> str:
+    """What differs between the checkpoint's plan and this start's (plan file and flags), for the refusal."""
+    if kept is None:
+        return (
+            "this checkpoint keeps only the plan's digest, so the settings that differ cannot be named; "
+            "checkpoints written from now on keep the plan itself"
+        )
+    if plan is None:
+        return "the plan's content was not given to compare"
+    differences = setting_differences(kept, plan)
+    shown = "; ".join(differences[:12]) + (f"; and {len(differences) - 12} more" if len(differences) > 12 else "")
+    return f"checkpoint -> now: {shown}"
+
 
 
 def append_round_log(folder: Path, record: Mapping[str, Any]) -> None:

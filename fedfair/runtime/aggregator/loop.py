@@ -52,6 +52,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     append_round_log,
     excluded_in as excluded_in,  # re-exported: fedfair.runtime.aggregator.commands and tests read it here
     export_final_model,
+    plan_content,
     read_round_log,
     save_checkpoint,
     state_digest,
@@ -308,6 +309,7 @@ class RoundLoop:
             initial_state(self.plan, encoder),
             plan_digest(self.plan),
             encoder=encoder.to_mapping(),
+            plan=plan_content(self.plan),
         )
         save_checkpoint(self.output, checkpoint)
         return checkpoint

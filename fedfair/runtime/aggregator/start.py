@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.fairness import sums
-from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, trim_round_log
+from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, plan_content, trim_round_log
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
@@ -36,10 +37,11 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
             encodings.append(STATISTICS_ENCODING)
         for encoding in encodings:
             check_no_wraparound(encoding.clip, encoding.fractional_bits, encoding.modulus_bits, n, encoding.max_weight)
-    digest = plan_digest(plan)
+    digest, content = plan_digest(plan), plan_content(plan)
     output = plan.aggregator.output
     if resume:
-        checkpoint = load_checkpoint(output, digest)
+        # The content goes into every later checkpoint, also of a run begun before it was kept.
+        checkpoint = dataclasses.replace(load_checkpoint(output, digest, content), plan=content)
         if checkpoint.round > plan.training.rounds:
             raise ConfigError(
                 f"the checkpoint is at round {checkpoint.round}, past the plan's {plan.training.rounds} rounds"
@@ -55,7 +57,7 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
         )
     if plan.schema is not None:
         return None  # the model's size comes from the statistics aggregation (RoundLoop.federate_statistics)
-    return Checkpoint(0, initial_state(plan), digest)
+    return Checkpoint(0, initial_state(plan), digest, plan=content)
 
 
 def serve_again(plan: AggregatorPlan, old: Network, address: str | None, events: EventLog) -> Network:

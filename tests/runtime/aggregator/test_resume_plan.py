@@ -1,0 +1,70 @@
+"""A refused ``--resume`` names the settings that differ from the checkpoint's plan, flags included."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from fedfair.core.errors import ConfigError
+from fedfair.pki.roster import canonical_json
+from fedfair.research.workspace import make_workspace
+from fedfair.runtime.aggregator.checkpoint import load_checkpoint, plan_content, save_checkpoint
+from fedfair.runtime.aggregator.start import prepare
+from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan, plan_digest
+from tests.runtime.harness import new_workspace, plan_sections
+
+NAMES = ["site-a", "site-b", "site-c"]
+
+
+@pytest.mark.parametrize("manifest", [False, True])
+def test_the_kept_plan_content_is_what_the_plan_digest_fingerprints(tmp_path: Path, manifest: bool) -> None:
+    """Otherwise a checkpoint could keep one plan and be checked against another."""
+    workspace = make_workspace(tmp_path, NAMES, plan=plan_sections(), manifest=manifest)
+    plan = load_aggregator_plan(workspace.plan)
+    assert (plan.manifest is not None) is manifest
+    assert hashlib.sha256(canonical_json(plan_content(plan))).hexdigest() == plan_digest(plan)
+
+
+def first_start(plan: AggregatorPlan) -> None:
+    """What a fresh start leaves in the output folder: its round-0 checkpoint."""
+    checkpoint = prepare(plan, resume=False)
+    assert checkpoint is not None and checkpoint.plan == plan_content(plan)
+    save_checkpoint(plan.aggregator.output, checkpoint)
+
+
+def test_resume_without_the_first_starts_flag_names_the_overridden_setting(tmp_path: Path) -> None:
+    workspace = new_workspace(tmp_path, NAMES, training={"rounds": 3})
+    first_start(load_aggregator_plan(workspace.plan, {"training": {"rounds": 400}}))  # --rounds 400
+    with pytest.raises(ConfigError) as refused:
+        prepare(load_aggregator_plan(workspace.plan), resume=True)  # --resume without --rounds
+    message = str(refused.value)
+    assert "written under another plan" in message
+    assert "checkpoint -> now: training.rounds: 400 -> 3)" in message
+    assert "command-line overrides such as --rounds or --collaborators are part of the plan" in message
+    # With the same flag it resumes.
+    resumed = prepare(load_aggregator_plan(workspace.plan, {"training": {"rounds": 400}}), resume=True)
+    assert resumed is not None and resumed.round == 0
+
+
+def test_a_checkpoint_that_keeps_only_the_digest_says_so_and_resumes_into_one_that_keeps_the_plan(
+    tmp_path: Path,
+) -> None:
+    workspace = new_workspace(tmp_path, NAMES)
+    plan = load_aggregator_plan(workspace.plan)
+    output = plan.aggregator.output
+    checkpoint = prepare(plan, resume=False)
+    assert checkpoint is not None
+    save_checkpoint(output, dataclasses.replace(checkpoint, plan=None))  # as fedfair wrote them before
+    kept_only_the_digest = (
+        "keeps only the plan's digest, so the settings that differ cannot be named; checkpoints written from now "
+        "on keep the plan itself"
+    )
+    with pytest.raises(ConfigError, match=kept_only_the_digest):
+        prepare(load_aggregator_plan(workspace.plan, {"training": {"rounds": 9}}), resume=True)
+    resumed = prepare(plan, resume=True)
+    assert resumed is not None and resumed.plan == plan_content(plan)
+    save_checkpoint(output, resumed)
+    assert load_checkpoint(output, plan_digest(plan)).plan == plan_content(plan)
