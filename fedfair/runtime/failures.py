@@ -33,6 +33,9 @@ class FailureClass:
     transient: bool
     meaning: str
     fix: str
+    waits: bool = False
+    """A permanent class that the collaborator still waits out within [retry] max_wait_seconds, because
+    the other side may undo it (an aggregator going back to the plan this collaborator holds)."""
 
     def message(self, **facts: object) -> str:
         """The operator's line for one occurrence: ``id: meaning. Fix: fix``."""
@@ -125,10 +128,13 @@ PLAN_MISMATCH = FailureClass(
 PLAN_CHANGED = FailureClass(
     "plan-changed",
     False,
-    "the aggregator now serves another plan than the one this collaborator joined under",
-    "review what changed (fedfair plan diff OLD NEW between the manifests, when the plan is pinned), take the "
-    "new manifest into [collaborator] manifest if this institution agrees, then start this collaborator again "
-    "to join under the new plan",
+    "the plan changed: the aggregator now serves the plan with settings sha256 {served}, not the one this "
+    "collaborator holds ({changes})",
+    "to accept it, the operator pins the new plan (`fedfair plan pin`) and this institution reviews it with "
+    "`fedfair plan diff OLD NEW`, compares the new manifest's digest out of band, points [collaborator] manifest "
+    "at it and starts this collaborator again (without a pinned plan, starting it again is enough); until then "
+    "it waits up to [retry] max_wait_seconds in case the aggregator goes back to its plan",
+    waits=True,
 )
 DATA_MISMATCH = FailureClass(
     "data-mismatch",
@@ -221,7 +227,11 @@ def failure_table() -> list[dict[str, str]]:
     return [
         {
             "id": failure.id,
-            "kind": "transient (retried)" if failure.transient else "permanent (stops)",
+            "kind": "transient (retried)"
+            if failure.transient
+            else "permanent (waits out [retry], then stops)"
+            if failure.waits
+            else "permanent (stops)",
             "meaning": failure.meaning,
             "fix": failure.fix,
         }

@@ -101,8 +101,12 @@ from fedfair.runtime.collaborator.trainer import (
     round_trainer,
 )
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Uplink
+from fedfair.core.errors import ConfigError
+from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION
-from fedfair.runtime.plan import SharedSettings
+from fedfair.runtime.failures import PLAN_CHANGED, PLAN_MISMATCH, Failure, PermanentFailure
+from fedfair.runtime.manifest import setting_differences
+from fedfair.runtime.plan import SharedSettings, json_object
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND
 from fedfair.runtime.transport import WireError, pb, pb_grpc
 
@@ -210,6 +214,29 @@ class Collaborator(TaskStream):
         self._joined = join(stub, self.config, self.backoff, self.identity, table)
         if self.shared.schema is None:
             self._prepare(load_local_data(self.config, self.shared, table), self.shared)
+
+    def _plan_change(self, reply: pb.PlanReply) -> Failure | None:
+        """Why this joined collaborator does not take the plan in `reply` (``plan-changed``: it is not the
+        plan it joined under), or None if it is; the message names the fields unlike the pinned plan."""
+        if reply.plan_digest == self.plan_digest:
+            return None
+        try:
+            served = json_object(reply.settings, "the aggregator's plan")
+        except ConfigError as error:
+            raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
+        manifest = self.config.manifest
+        pin = None if manifest is None else manifest.plan
+        if pin is None:
+            changes = "this collaborator's manifest pins no plan, so the fields that changed are not known here"
+        else:
+            fields = setting_differences(pin.settings, served)
+            more = f"; and {len(fields) - 12} more" if len(fields) > 12 else ""
+            changes = (
+                "pinned -> served: " + "; ".join(fields[:12]) + more
+                if fields
+                else "the same shared settings: the aggregator's roster or manifest changed"
+            )
+        return PermanentFailure(PLAN_CHANGED, served=settings_digest(served), changes=changes)
 
     def _encode_with(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         """Take the federation's encoder (the TRAIN stage's input under a [schema]), encode this

@@ -205,10 +205,13 @@ class Backoff:
 
     def retry(self, attempt: int, since: float, failure: Failure, what: str) -> None:
         """Wait before retry number `attempt` of an outage that began at `since` (time.monotonic()),
-        or raise :class:`AggregatorUnreachable` once the outage has outlasted the policy."""
+        or, once the outage has outlasted the policy, raise: a refusal that waits (a class with
+        ``waits``) as itself, an unreachable aggregator as :class:`AggregatorUnreachable`."""
         policy = self.policy
         elapsed = time.monotonic() - since
         if elapsed >= policy.max_wait_seconds or (policy.attempts is not None and attempt >= policy.attempts):
+            if failure.failure.waits:
+                raise failure
             raise AggregatorUnreachable(
                 GAVE_UP,
                 address=self.target.address,
@@ -224,18 +227,22 @@ class Backoff:
         logger.warning("%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay)
         self.stop.wait(delay)
 
-    def call(self, what: str, call: Callable[[], _T]) -> _T:
-        """`call()`, retried with back-off while the failure is transient."""
+    def call(self, what: str, call: Callable[[], _T], refuse: Callable[[_T], Failure | None] | None = None) -> _T:
+        """`call()`, retried with back-off while the failure is transient, or while `refuse(result)`
+        returns a failure of a class that ``waits`` (raised once the wait outlasts the policy)."""
         attempt, since = 0, time.monotonic()
         while True:
             try:
-                return call()
+                result = call()
+                failure = None if refuse is None else refuse(result)
+                if failure is None:
+                    return result
             except grpc.RpcError as error:
                 failure = self.classify(error, what)
-                if self.stop.is_set():
-                    raise failure from None
-                self.retry(attempt, since, failure, what)
-                attempt += 1
+            if self.stop.is_set():
+                raise failure from None
+            self.retry(attempt, since, failure, what)
+            attempt += 1
 
 
 def refusal(error: grpc.RpcError, what: str, address: str = "its address") -> Failure:

@@ -25,9 +25,9 @@ from fedfair.runtime.collaborator.bindings import BindingRefused
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
 from fedfair.runtime.collaborator.steps import STEPS, Participant, RoundRefused, Work
-from fedfair.runtime.collaborator.uplink import federation_stub
+from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
 from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
-from fedfair.runtime.failures import CONNECTION_LOST, PLAN_CHANGED, Failure, PermanentFailure
+from fedfair.runtime.failures import CONNECTION_LOST, Failure
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan import SharedSettings
 from fedfair.runtime.transport import WireError, make_binding, pb, pb_grpc, secure_channel
@@ -67,6 +67,9 @@ class TaskStream:
     def _setup(self, stub: pb_grpc.FederationStub) -> None:
         raise NotImplementedError
 
+    def _plan_change(self, reply: pb.PlanReply) -> Failure | None:
+        raise NotImplementedError
+
     def _statistics_round(self, binding: pb.Binding) -> bool:
         raise NotImplementedError
 
@@ -104,6 +107,21 @@ class TaskStream:
             self._setup(federation_stub(channel))
         return self._follow()
 
+    def _await_plan(self) -> None:
+        """Once joined, wait until the aggregator serves the plan this collaborator joined under again
+        (:meth:`_plan_change`): one line per attempt, with back-off, for up to [retry] max_wait_seconds
+        (the operator may go back to the old plan), then stop with ``plan-changed``. No task stream is
+        held meanwhile, so the aggregator does not count this collaborator in a round it would refuse.
+        (Before joining, a plan unlike the pinned one is refused at once as ``plan-mismatch``.)"""
+        self.backoff.call("fetching the plan", self._fetch_plan, self._plan_change)
+
+    def _fetch_plan(self) -> pb.PlanReply:
+        """The aggregator's plan, over a new channel (a channel to a restarting aggregator reconnects slowly)."""
+        with self._dial() as channel:
+            binding = make_binding("", 0, pb.STAGE_JOIN)
+            reply: pb.PlanReply = federation_stub(channel).GetPlan(pb.PlanRequest(binding=binding), timeout=RPC_SECONDS)
+            return reply
+
     def _dial(self) -> grpc.Channel:
         """A new mutual-TLS channel to the aggregator."""
         return secure_channel(self.config.aggregator, self.files, aggregator_name=self.config.aggregator_name)
@@ -115,6 +133,7 @@ class TaskStream:
         what = "following the task stream"
         attempt, since = 0, 0.0
         while not self._stop.is_set():
+            changed = False
             # A new channel for every connection: a channel whose server went away reconnects on
             # gRPC's own back-off, which grows past a minute, so it, not this policy, would decide
             # when a restarted aggregator is found, and could outlast the policy's bound.
@@ -127,7 +146,8 @@ class TaskStream:
                     for task in self._stream:
                         attempt = 0
                         if task.plan_digest != self.plan_digest:
-                            raise PermanentFailure(PLAN_CHANGED)
+                            changed = True  # left below, once this connection's round jobs have ended
+                            break
                         if task.action == pb.ACTION_FINISHED:
                             logger.info("%s: the federation has finished", self.config.name)
                             self._receive_bundle(stub, task)
@@ -139,6 +159,12 @@ class TaskStream:
                     if self._stop.is_set():
                         break
                     failure = self.backoff.classify(error, what)
+            if changed:
+                # The operator changed the plan: wait, without a task stream, for it to come back (or stop
+                # with plan-changed), then follow the stream again from where this collaborator was.
+                self._await_plan()
+                attempt = 0
+                continue
             if attempt == 0:
                 since = time.monotonic()
             self.backoff.retry(attempt, since, failure, what)

@@ -8,6 +8,7 @@ what a collaborator sends (a status, never a reason string).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import subprocess
 import sys
@@ -25,12 +26,13 @@ import torch
 from fedfair.core.data import ClientData
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.research.workspace import Workspace, declared_sizes, toml_text, write_pinned_manifest
+from fedfair.research.workspace import Workspace, declared_sizes, make_workspace, toml_text, write_pinned_manifest
 from fedfair.runtime.aggregator.loop import initial_state
 from fedfair.runtime.collaborator import client as client_module
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.datasets.schema import Column, Schema
 from fedfair.runtime.collaborator.config import DataSettings, load_collaborator_config
+from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.collaborator.trainer import (
     LocalData,
     LocalTable,
@@ -54,7 +56,8 @@ from fedfair.runtime.transport import (
     secure_channel,
     server_credentials,
 )
-from tests.runtime.harness import new_workspace
+from fedfair.pki.roster import settings_digest
+from tests.runtime.harness import new_workspace, plan_sections
 
 NAMES = ["site-a", "site-b"]
 
@@ -271,30 +274,89 @@ def test_a_table_holds_out_the_share_its_data_section_names(tmp_path: Path, frac
 
 
 class ChangingPlan(Recorder):
-    """Serves the plan, then streams a task under another plan's digest (the operator edited the plan)."""
+    """Serves the plan; once a task stream opens, the operator has edited the plan: the stream's task and
+    every later GetPlan carry the new digest, until `rollback_after` more fetches (None: never)."""
+
+    def __init__(self, settings: bytes, digest: str, rollback_after: int | None, edited: bytes | None) -> None:
+        super().__init__(settings, digest)
+        self.original, self.rollback_after, self.streams = (settings, digest), rollback_after, 0
+        self.edited = settings if edited is None else edited
+
+    def GetPlan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.PlanReply:
+        if self.streams and self.rollback_after is not None:
+            self.rollback_after -= 1
+            if self.rollback_after < 0:
+                self.settings, self.digest = self.original
+        return super().GetPlan(request, context)
 
     def WaitForTasks(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
-        binding = make_binding(request.after.federation_id, 1, pb.STAGE_TRAIN)
-        yield pb.Task(binding=binding, action=pb.ACTION_RUN, deadline_seconds=30.0, plan_digest="another")
+        self.streams += 1
+        if self.streams == 1:
+            self.settings, self.digest = self.edited, "another"
+            binding = make_binding(request.after.federation_id, 1, pb.STAGE_TRAIN)
+            yield pb.Task(binding=binding, action=pb.ACTION_RUN, deadline_seconds=30.0, plan_digest="another")
+        else:
+            binding = make_binding(request.after.federation_id, 1, pb.STAGE_EVAL_UNMASK)
+            yield pb.Task(binding=binding, action=pb.ACTION_FINISHED, plan_digest=self.digest)
 
 
-def test_a_plan_changed_under_a_waiting_collaborator_stops_it_with_one_consistent_fix(tmp_path: Path) -> None:
-    workspace = new_workspace(tmp_path, NAMES)
+@contextmanager
+def changing_plan(
+    workspace: Workspace, rollback_after: int | None, edited: bytes | None = None
+) -> Iterator[ChangingPlan]:
+    """A ChangingPlan behind the aggregator's mTLS credentials; `edited`: the settings served after the edit."""
     plan = load_aggregator_plan(workspace.plan)
+    servicer = ChangingPlan(shared_settings(plan), plan_digest(plan), rollback_after, edited)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    pb_grpc.add_FederationServicer_to_server(  # type: ignore[no-untyped-call]
-        ChangingPlan(shared_settings(plan), plan_digest(plan)), server
-    )
+    pb_grpc.add_FederationServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     server.add_secure_port(workspace.address, server_credentials(TlsFiles.in_folder(workspace.certs, "aggregator")))
     server.start()
     try:
-        with pytest.raises(PermanentFailure) as stopped:
-            Collaborator(load_collaborator_config(workspace.configs[NAMES[0]])).run()
+        yield servicer
     finally:
         server.stop(0)
+
+
+QUICK = RetryPolicy(max_wait_seconds=1.0, base_seconds=0.05, cap_seconds=0.1)
+
+
+def test_a_plan_changed_under_a_waiting_collaborator_is_waited_out_then_stops_it_with_one_consistent_fix(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It leaves the task stream, logs one line per attempt (no traceback), and stops with plan-changed
+    once [retry] max_wait_seconds has passed; the message's fix agrees with its first sentence."""
+    workspace = new_workspace(tmp_path, NAMES)
+    caplog.set_level(logging.WARNING, "fedfair.collaborator")
+    with changing_plan(workspace, rollback_after=None) as servicer, pytest.raises(PermanentFailure) as stopped:
+        Collaborator(load_collaborator_config(workspace.configs[NAMES[0]]), retry=QUICK).run()
     message = str(stopped.value)
-    assert stopped.value.failure is PLAN_CHANGED and message.startswith("plan-changed: ")
-    assert "fedfair plan diff" in message and "start this collaborator again" in message
+    assert stopped.value.failure is PLAN_CHANGED and message.startswith("plan-changed: the plan changed: ")
+    assert "fedfair plan pin" in message and "fedfair plan diff OLD NEW" in message
+    assert "starts this collaborator again" in message and "ask the operator which fedfair version" not in message
+    waits = [record.getMessage() for record in caplog.records if "plan-changed: " in record.getMessage()]
+    assert len(waits) >= 2 and all("; retry " in line for line in waits)
+    assert all(record.exc_info is None for record in caplog.records)
+    assert servicer.streams == 1  # no task stream while it waits: the aggregator does not count it in
+
+
+def test_a_collaborator_follows_the_stream_again_when_the_plan_is_rolled_back(tmp_path: Path) -> None:
+    workspace = new_workspace(tmp_path, NAMES)
+    with changing_plan(workspace, rollback_after=2) as servicer:
+        assert Collaborator(load_collaborator_config(workspace.configs[NAMES[0]]), retry=QUICK).run() == 0
+    assert servicer.streams == 2
+
+
+def test_a_pinned_collaborator_names_the_served_digest_and_the_fields_that_changed(tmp_path: Path) -> None:
+    """The operator edited the plan (--rounds 5 over the pinned 2) and restarted the aggregator under a
+    joined collaborator: it stops naming the served settings' digest and the field, against its pin."""
+    workspace = make_workspace(tmp_path, NAMES, plan=plan_sections(training={"rounds": 2}), manifest=True)
+    edited = shared_settings(load_aggregator_plan(workspace.plan, {"training": {"rounds": 5}}, check_manifest=False))
+    with changing_plan(workspace, rollback_after=None, edited=edited), pytest.raises(PermanentFailure) as stopped:
+        Collaborator(load_collaborator_config(workspace.configs[NAMES[0]]), retry=QUICK).run()
+    message = str(stopped.value)
+    served = settings_digest(json.loads(edited))
+    assert message.startswith(f"plan-changed: the plan changed: the aggregator now serves the plan with settings sha256 {served}")
+    assert "pinned -> served: training.rounds: 2 -> 5" in message and "fedfair plan pin" in message
 
 
 def test_a_table_that_misfits_the_pinned_schema_stops_the_collaborator_before_it_dials(tmp_path: Path) -> None:
