@@ -261,7 +261,9 @@ class SumDriver:
         missing = sorted(expected - uploaded)
         if missing:
             outcome.dropped[name] = missing
-            logger.info("round %d %s: %d of %d uploaded", round_number, name, len(uploaded), len(expected))
+            # Usual when t is below the roster (a stage closes with enough answers); the round's INFO line and
+            # rounds.jsonl say who contributed.
+            logger.debug("round %d %s: %d of %d uploaded", round_number, name, len(uploaded), len(expected))
         return uploaded
 
     def _with_fault_points(self, round_number: int, stage: pb.Stage, handler: UploadHandler) -> UploadHandler:
