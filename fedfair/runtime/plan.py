@@ -249,13 +249,18 @@ def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") 
     )
 
 
-def plan_digest(plan: AggregatorPlan) -> str:
-    """sha256 (hex) of the plan's canonical content: federation id, allowed names, the
-    manifest's digest when the plan names one, and the learning sections. Deployment
-    details (address, folders, where the manifest lies) are left out, so a moved
-    workspace still resumes from its checkpoints, but not under another manifest."""
+def plan_content(plan: AggregatorPlan) -> dict[str, Any]:
+    """The plan's canonical content: the learning sections (command-line overrides applied), the
+    federation id, the allowed names and the manifest's digest when the plan names one. Deployment
+    details (address, folders, where the manifest lies) are left out, so a moved workspace still
+    resumes from its checkpoints, but not under another manifest."""
     content = _plain(plan)
     content["federation"] = {"id": plan.federation_id, "collaborators": list(plan.collaborators)}
     if plan.manifest is not None:
         content["federation"]["manifest"] = manifest_digest(plan.manifest)
-    return hashlib.sha256(canonical_json(content)).hexdigest()
+    return content
+
+
+def plan_digest(plan: AggregatorPlan) -> str:
+    """sha256 (hex) of :func:`plan_content`: what a checkpoint is written under."""
+    return hashlib.sha256(canonical_json(plan_content(plan))).hexdigest()

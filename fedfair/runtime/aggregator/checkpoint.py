@@ -30,8 +30,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
 from fedfair.core.server import ServerState
 from fedfair.pki.roster import canonical_json
-from fedfair.runtime.manifest import manifest_digest, setting_differences
-from fedfair.runtime.plan import AggregatorPlan, shared_content
+from fedfair.runtime.manifest import setting_differences
 
 CHECKPOINT_NAME = "checkpoint.pt"
 ROUND_LOG_NAME = "rounds.jsonl"
@@ -54,17 +53,6 @@ class Checkpoint:
     statistics aggregation, and kept so a resumed run serves exactly the same one."""
     plan: Mapping[str, Any] | None = None
     """What `plan_digest` fingerprints (:func:`plan_content`), None in checkpoints from before it was kept."""
-
-
-def plan_content(plan: AggregatorPlan) -> dict[str, Any]:
-    """The plan's canonical content, whose SHA-256 is :func:`fedfair.runtime.plan.plan_digest`: the shared
-    settings (command-line overrides applied), the allowed names and the manifest's digest."""
-    content = shared_content(plan)
-    federation: dict[str, Any] = {"id": plan.federation_id, "collaborators": list(plan.collaborators)}
-    if plan.manifest is not None:
-        federation["manifest"] = manifest_digest(plan.manifest)
-    content["federation"] = federation
-    return content
 
 
 def state_digest(state: ServerState) -> str:

@@ -36,7 +36,7 @@ from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.aggregator.loop import excluded_in
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.logs import LOG_LEVELS, configure_logging
-from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan, plan_digest
+from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan, plan_content, plan_digest
 from fedfair.runtime.toml_tables import Table, shown
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -136,7 +136,7 @@ def readmit(plan: AggregatorPlan, names: Sequence[str]) -> dict[str, str]:
     """
     output = plan.aggregator.output
     with output_lock(output):
-        checkpoint = load_checkpoint(output, plan_digest(plan))
+        checkpoint = load_checkpoint(output, plan_digest(plan), plan_content(plan))
         # As the resume itself will: records past the checkpoint (and a torn last line) belong to a
         # round the resumed run does again.
         trim_round_log(output, checkpoint.round)

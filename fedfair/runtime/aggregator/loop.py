@@ -52,7 +52,6 @@ from fedfair.runtime.aggregator.checkpoint import (
     append_round_log,
     excluded_in as excluded_in,  # re-exported: fedfair.runtime.aggregator.commands and tests read it here
     export_final_model,
-    plan_content,
     read_round_log,
     save_checkpoint,
     state_digest,
@@ -75,7 +74,7 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import pinned_verifier
-from fedfair.runtime.plan import AggregatorPlan, plan_digest
+from fedfair.runtime.plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import (
     STATISTICS_ENCODING,
     STATISTICS_KIND,

@@ -9,12 +9,12 @@ from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.fairness import sums
-from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, plan_content, trim_round_log
+from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, trim_round_log
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
 from fedfair.runtime.aggregator.network import Network, serve
-from fedfair.runtime.plan import AggregatorPlan, plan_digest
+from fedfair.runtime.plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ENCODING
 from fedfair.runtime.report import refresh_report
 from fedfair.secagg import check_no_wraparound
