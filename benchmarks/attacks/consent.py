@@ -77,7 +77,8 @@ from fedfair.research.workspace import Workspace, make_workspace, write_pinned_m
 from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
-from fedfair.runtime.aggregator.loop import RoundLoop, StatisticsFailed
+from fedfair.runtime.aggregator.loop import RoundLoop
+from fedfair.runtime.aggregator.statistics import StatisticsFailed
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.aggregator.start import GOODBYE_SECONDS, prepare
 from fedfair.runtime.collaborator.config import load_collaborator_config

@@ -28,18 +28,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from fedfair import pki
 from fedfair.core import server
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import ConfigError
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
-from fedfair.datasets.statistics import encoder_from_statistics, statistics_dimension
 from fedfair.fairness import sums
 from fedfair.runtime.aggregator.bundles import (
     checkpoint_encoder,
@@ -66,6 +64,7 @@ from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.network import Network
 from fedfair.runtime.aggregator.quorum import participants
+from fedfair.runtime.aggregator.statistics import StatisticsAborted, statistics_encoder
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
@@ -75,19 +74,11 @@ from fedfair.runtime.contract import (
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan import AggregatorPlan, plan_content, plan_digest
-from fedfair.runtime.preprocessing import (
-    STATISTICS_ENCODING,
-    STATISTICS_KIND,
-    STATISTICS_ROUND,
-    encoder_payload,
-)
+from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.secagg.graph import canonical_roster
 
 logger = logging.getLogger("fedfair.aggregator")
-
-"""The aggregator pings quiet connections too, so a peer that vanished without closing
-its connection (a cut cable rather than a killed process) is noticed within seconds."""
 
 OBJECTIVE_FIGURES = ("worst_risk", "mean_risk", "best_risk", "accuracy")
 """The federated evaluation's figures a round event carries as its objective estimate."""
@@ -96,19 +87,6 @@ OBJECTIVE_FIGURES = ("worst_risk", "mean_risk", "best_risk", "accuracy")
 STATISTICS_RETRY_SECONDS = 1.0
 """The pause before the first re-run of an aborted statistics aggregation; it doubles with every
 abort in a row (up to the round timeout), so parties that keep refusing do not make the loop spin."""
-
-
-class StatisticsFailed(FedfairError):
-    """The statistics aggregation before round 1 (plans with a [schema]) did not give an encoder."""
-
-
-class StatisticsAborted(StatisticsFailed):
-    """The statistics aggregation aborted (too few parties answered, or some misbehaved): what a later
-    run of it may heal. `culprits` (name -> why) are those the protocol named."""
-
-    def __init__(self, message: str, culprits: Mapping[str, str]) -> None:
-        super().__init__(message)
-        self.culprits = dict(culprits)
 
 
 def initial_state(plan: AggregatorPlan, encoder: Encoder | None = None) -> server.ServerState:
@@ -266,40 +244,17 @@ class RoundLoop:
         assert schema is not None  # prepare() leaves no checkpoint only for plans with a [schema]
         participants = self._participants(STATISTICS_ROUND, wait_for_everyone=True)
         self.network.board.new_round(STATISTICS_ROUND)
-        nothing = (np.zeros(0), 0.0)  # no model is involved: the sites send what their tables hold
-        try:
-            outcome = self.driver.run(
-                STATISTICS_ROUND,
-                EVALUATION,
-                participants,
-                statistics_dimension(schema),
-                STATISTICS_ENCODING,
-                nothing,
-                kind=STATISTICS_KIND,
-            )
-            if outcome.culprits:
-                raise RoundAborted("misbehaving collaborators", outcome.culprits)
-            encoder = encoder_from_statistics(schema, outcome.weighted_sum)
-        except RoundAborted as error:
-            named = "".join(f"; {name} misbehaved ({why})" for name, why in sorted(error.culprits.items()))
-            raise StatisticsAborted(
-                f"the statistics aggregation before round 1 aborted: {error}{named}", error.culprits
-            ) from None
-        except ConfigError as error:
-            raise StatisticsFailed(
-                f"the statistics aggregation before round 1 failed: {error}. Nothing was trained or "
-                "written; start the aggregator again (without --resume) once every collaborator runs"
-            ) from None
+        encoder, contributors = statistics_encoder(schema, self.driver, participants)
         logger.info(
             "statistics aggregation: %d rows from %s give %d features (%d classes); every site encodes with them",
             encoder.rows,
-            ", ".join(outcome.contributors),
+            ", ".join(contributors),
             encoder.num_features,
             len(encoder.class_names),
         )
         self.events.emit(
             "statistics",
-            contributors=list(outcome.contributors),
+            contributors=contributors,
             rows=encoder.rows,
             features=encoder.num_features,
         )

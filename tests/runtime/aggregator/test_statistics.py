@@ -1,0 +1,52 @@
+"""One statistics aggregation: which failures a later attempt may heal, and which it may not.
+
+The attempts over a live federation (collaborators that withdraw, die and come back) are in
+`test_statistics_retry.py`; here each outcome of the sum is mapped to its error on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from fedfair.datasets.schema import Column, Schema
+from fedfair.runtime.aggregator.checks import RoundAborted
+from fedfair.runtime.aggregator.driver import SumDriver
+from fedfair.runtime.aggregator.statistics import StatisticsAborted, StatisticsFailed, statistics_encoder
+
+SCHEMA = Schema("y", ("no", "yes"), (Column("age", "numeric"),))
+
+
+class Outcome:
+    """What SumDriver.run returns, as far as the statistics aggregation reads it."""
+
+    def __init__(self, weighted_sum: np.ndarray, culprits: dict[str, str]) -> None:
+        self.weighted_sum, self.culprits, self.contributors = weighted_sum, culprits, ("a", "b")
+
+
+def driver(result: Any) -> SumDriver:
+    """A driver whose one aggregation gives `result` (an Outcome) or raises it (an exception)."""
+
+    class OneSum:
+        def run(self, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(result, Exception):
+                raise result
+            return result
+
+    return cast(SumDriver, OneSum())
+
+
+def test_an_abort_and_named_culprits_may_heal_a_sum_without_an_encoder_may_not() -> None:
+    with pytest.raises(StatisticsAborted, match="aborted: only 1 of 3 parties advertised keys") as aborted:
+        statistics_encoder(SCHEMA, driver(RoundAborted("only 1 of 3 parties advertised keys")), frozenset("abc"))
+    assert aborted.value.culprits == {}
+    named = Outcome(np.zeros(8), {"c": "a bad share"})
+    with pytest.raises(StatisticsAborted, match=r"c misbehaved \(a bad share\)") as culprits:
+        statistics_encoder(SCHEMA, driver(named), frozenset("abc"))
+    assert culprits.value.culprits == {"c": "a bad share"}
+    empty = Outcome(np.zeros(0), {})  # a sum of the wrong length: no encoder, whoever sends it
+    with pytest.raises(StatisticsFailed, match="failed: .*start the aggregator again") as failed:
+        statistics_encoder(SCHEMA, driver(empty), frozenset("ab"))
+    assert not isinstance(failed.value, StatisticsAborted)
