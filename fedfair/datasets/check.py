@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from fedfair.core.errors import ConfigError
-from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, closest
+from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, closest, toml_value
 from fedfair.datasets.tabular import as_text, is_numeric
 from fedfair.datasets.values import table_problems
 
@@ -99,7 +99,7 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
         labels = as_text(table[schema.label])
         extra = _unlisted(labels, schema.classes)
         if extra:
-            edits.append(f"classes = {_toml_list([*schema.classes, *extra])}")
+            edits.append(f"classes = {toml_value([*schema.classes, *extra])}")
     for column in schema.columns:
         where = f'[[schema.columns]] name = "{column.name}":'
         if column.name not in present:
@@ -113,7 +113,7 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
         if column.kind == "categorical":
             extra = _unlisted(as_text(series), column.categories) if column.categories is not None else []
             if extra:
-                listed = _toml_list([*(column.categories or ()), *extra])
+                listed = toml_value([*(column.categories or ()), *extra])
                 edits.append(f'{where} categories = {listed} (or "{LEARN}")')
             continue
         numbers = series if is_numeric(series) else pd.to_numeric(series, errors="coerce")
@@ -135,7 +135,3 @@ def _unlisted(values: np.ndarray, listed: tuple[str, ...] | None) -> list[str]:
     known = set(listed or ())
     counts = pd.Series(values, dtype=object).dropna().value_counts()
     return [str(value) for value in counts.index if str(value) not in known]
-
-
-def _toml_list(values: list[str]) -> str:
-    return json.dumps(values, ensure_ascii=False)

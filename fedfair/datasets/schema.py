@@ -182,12 +182,12 @@ class Schema:
         columns = cast(list[dict[str, object]], mapping.pop("columns"))
         lines = ["[schema]"]
         for key, value in mapping.items():
-            line = f"{key} = {_toml_value(value)}"
+            line = f"{key} = {toml_value(value)}"
             lines += [f"{line}  # {_KEY_NOTES[key]}" if commented and key in _KEY_NOTES else line]
         if commented:
             lines.append(f'# each column: type = "numeric" | "categorical"; categories = [...] or "{LEARN}"')
         for column in columns:
-            lines += ["", "[[schema.columns]]"] + [f"{key} = {_toml_value(value)}" for key, value in column.items()]
+            lines += ["", "[[schema.columns]]"] + [f"{key} = {toml_value(value)}" for key, value in column.items()]
         return "\n".join(lines) + "\n"
 
 
@@ -205,7 +205,8 @@ _SCHEMA_KEYS = (
 )  # fmt: skip
 
 
-def _toml_value(value: object) -> str:
+def toml_value(value: object) -> str:
+    """A schema value (text, number, list of text) as TOML."""
     # JSON strings, numbers and arrays of strings are valid TOML, except that TOML also wants DEL escaped.
     return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 

@@ -130,7 +130,7 @@ class SecAggConfig:
     @property
     def holders_per_secret(self) -> int:
         """m: how many parties hold a share of each secret (the owner and its neighbours, present or not)."""
-        return self.size if self.complete else self.neighbours + 1  # type: ignore[operator]
+        return self.size if self.neighbours is None or self.complete else self.neighbours + 1
 
     @property
     def graph_seed(self) -> bytes:

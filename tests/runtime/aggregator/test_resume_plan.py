@@ -21,11 +21,16 @@ NAMES = ["site-a", "site-b", "site-c"]
 
 @pytest.mark.parametrize("manifest", [False, True])
 def test_the_kept_plan_content_is_what_the_plan_digest_fingerprints(tmp_path: Path, manifest: bool) -> None:
-    """Otherwise a checkpoint could keep one plan and be checked against another."""
+    """Otherwise a checkpoint could keep one plan and be checked against another. The content holds
+    the allowed names and the manifest's digest, not where things lie: a moved workspace resumes."""
     workspace = make_workspace(tmp_path, NAMES, plan=plan_sections(), manifest=manifest)
     plan = load_aggregator_plan(workspace.plan)
     assert (plan.manifest is not None) is manifest
     assert hashlib.sha256(canonical_json(plan_content(plan))).hexdigest() == plan_digest(plan)
+    federation = plan_content(plan)["federation"]
+    assert federation["collaborators"] == NAMES and ("manifest" in federation) is manifest
+    moved = dataclasses.replace(plan, aggregator=dataclasses.replace(plan.aggregator, output=tmp_path / "moved"))
+    assert plan_content(moved) == plan_content(plan)
 
 
 def first_start(plan: AggregatorPlan) -> None:
