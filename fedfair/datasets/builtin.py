@@ -27,7 +27,7 @@ from fedfair.datasets.tabular import as_strings, encode_features, split_rows
 
 # Part of the parsed-array cache's file name: bump it whenever a loader's output
 # changes, so caches written by older code are not reused.
-ENCODING_VERSION = 1
+ENCODING_VERSION = 2
 # The cache's file name of an attribute column: attributes_SPLIT.COLUMN.npy.
 ATTRIBUTES_PREFIX = "attributes_"
 
@@ -96,6 +96,9 @@ def load_dataset(name: str, *, cache_dir: Path | None = None) -> Dataset:
             # A stale or damaged cache: it is derived data, so remove it and rebuild it below.
             shutil.rmtree(cached, ignore_errors=True)
     dataset = _PARSERS[name](fetch(name, cache_dir), info)
+    for stale in cached.parent.glob(f"{name}-arrays-v*"):
+        if stale != cached:  # arrays an older loader wrote: never read again, so not kept
+            shutil.rmtree(stale, ignore_errors=True)
     try:
         _write_arrays(dataset, cached)
     except OSError as error:
@@ -174,7 +177,9 @@ def _parse_census_income(folder: Path, info: DatasetInfo) -> Dataset:
     )
     features = [name for name in CENSUS_COLUMNS if name not in CENSUS_DROPPED]
     categorical = [name for name in features if name not in CENSUS_NUMERIC]
-    return _income_dataset(info, train, test, features, categorical, ["race", "sex"])
+    # previous_state is the only state-level geography in the extract: the state lived in a year
+    # earlier, "Not in universe" for the 92% who had not moved (data/README.md, the 51-site split).
+    return _income_dataset(info, train, test, features, categorical, ["race", "sex", "previous_state"])
 
 
 def _parse_mnist(folder: Path, info: DatasetInfo) -> Dataset:

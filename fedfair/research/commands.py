@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,7 +14,8 @@ from fedfair.datasets import DATASETS
 from fedfair.research import baselines
 from fedfair.research import reproduce as reproduce_module
 from fedfair.research.drift import DRIFT_PROFILES, drift_study
-from fedfair.research.reproduce import PROFILES, reproduce
+from fedfair.core.config import MODEL_NAMES
+from fedfair.research.reproduce import PAPER_SPLITS, PROFILES, paper_split, reproduce
 from fedfair.research.runs import RAY_INSTALL_HINT, ray_connection
 
 
@@ -31,7 +33,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--profile",
         choices=sorted(PROFILES),
         default="full",
-        help="full (the paper's grids, default), quick (as --quick) or table (only rho = 0.1, epsilon = 0.05, MLP)",
+        help="full (the paper's grids, default), quick (as --quick), table (only rho = 0.1, epsilon = 0.05, MLP) "
+        "or figure1 (every method over rho = 0.1 to 0.7 on a smaller grid)",
     )
     parser.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="processes to train in (default: every core)"
@@ -55,10 +58,19 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         help="paper (default): the paper's figures and table; drift: FedSRCVaR with tau local steps with and "
         "without --drift-correction, at equal rounds and at equal local steps (fig5_drift_*)",
     )
-    split = parser.add_argument_group("drift study: the client split (default: the dataset's own)")
-    split.add_argument("--partition", help="a column, class, dirichlet or iid (as for `fedfair simulate`)")
-    split.add_argument("--alpha", type=float, help="Dirichlet concentration for --partition dirichlet, e.g. 0.1")
-    split.add_argument("--clients", type=int, help="number of collaborators for --partition dirichlet or iid")
+    split = parser.add_argument_group("the client split and model (default: the dataset's split in the paper)")
+    split.add_argument(
+        "--partition",
+        help="a column, class, dirichlet or iid (as for `fedfair simulate`), e.g. previous_state with "
+        "--clients 51 for Census-Income's 51 sites",
+    )
+    split.add_argument("--alpha", type=float, help="drift study: Dirichlet concentration for --partition dirichlet")
+    split.add_argument("--clients", type=int, help="number of collaborators")
+    split.add_argument(
+        "--model",
+        choices=MODEL_NAMES,
+        help="the model every run trains (default: the paper's for the dataset, else the profile's)",
+    )
     parser.add_argument(
         "--loss-rows",
         type=int,
@@ -85,17 +97,24 @@ def _reproduce_command(args: argparse.Namespace) -> int:
     if args.clients is not None:
         split += ["--clients", str(args.clients)]
     if args.study == "drift":
+        if args.model is not None:
+            raise ConfigError("--model sets the paper study's model; the drift study's profile names its own")
         return _drift_command(args, name, tuple(split))
-    if split:
-        raise ConfigError("--partition, --alpha and --clients set the drift study's split; the paper study uses "
-                          "each dataset's own split (drop them, or add --study drift)")
-    profile = PROFILES[name]
+    if args.alpha is not None:
+        raise ConfigError("--alpha sets the drift study's Dirichlet split; the paper study splits by a column or "
+                          "class (drop it, or add --study drift)")
+    paper = PAPER_SPLITS.get(args.dataset)
+    model = args.model or (paper.model if paper is not None else None)
+    profile = PROFILES[name] if model is None else dataclasses.replace(PROFILES[name], model=model)
+    flags = paper_split(args.dataset, args.partition, args.clients)
     if args.ray is None:
-        written = reproduce(args.dataset, args.out, profile, args.workers, args.device, loss_rows=args.loss_rows)
+        written = reproduce(
+            args.dataset, args.out, profile, args.workers, args.device, loss_rows=args.loss_rows, split=flags
+        )
     else:
         with ray_connection(args.ray):
             written = reproduce(
-                args.dataset, args.out, profile, args.workers, args.device, on_ray=True, loss_rows=args.loss_rows
+                args.dataset, args.out, profile, args.workers, args.device, True, args.loss_rows, flags
             )
     return _print_written(written)
 

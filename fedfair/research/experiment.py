@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model
 from fedfair.core.objective import cvar_threshold
 from fedfair.core.server import ServerState
-from fedfair.datasets import load_csv, load_dataset, partition
+from fedfair.datasets import ClientSplit, Dataset, load_csv, load_dataset, partition
 from fedfair.fairness import pooled
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import minimax
@@ -95,13 +95,7 @@ class ExperimentConfig:
         return asdict(self)
 
 
-def load_federation(config: ExperimentConfig) -> Federation:
-    """Load the dataset and split it into collaborators (train and held-out data alike).
-
-    For FedMinMax the result is a `minimax.GroupedFederation`, which also carries
-    every training sample's group in the sensitive column (its settings' `groups`, else
-    the partition column); no other method is given it.
-    """
+def _dataset_and_splits(config: ExperimentConfig) -> tuple[Dataset, list[ClientSplit]]:
     if config.data is not None:
         dataset = load_csv(
             Path(config.data),
@@ -112,7 +106,38 @@ def load_federation(config: ExperimentConfig) -> Federation:
         )
     else:
         dataset = load_dataset(config.dataset)
-    splits = partition(dataset, config.partition, config.clients, seed=config.training.seed, alpha=config.alpha)
+    return dataset, partition(dataset, config.partition, config.clients, seed=config.training.seed, alpha=config.alpha)
+
+
+def held_out_attributes(config: ExperimentConfig, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each named group column's value for every held-out row, in the order of the federation's
+    pooled test rows (client by client), so it lines up with the losses of `held_out_losses`."""
+    dataset, splits = _dataset_and_splits(config)
+    unknown = [column for column in columns if column not in dataset.attributes_test]
+    if unknown:
+        known = ", ".join(dataset.attributes_test) or "none"
+        raise ConfigError(f"{dataset.name} has no group column {unknown[0]!r} (its columns: {known})")
+    return {
+        column: np.concatenate([dataset.attributes_test[column][split.test_index] for split in splits])
+        for column in columns
+    }
+
+
+def held_out_labels(config: ExperimentConfig) -> np.ndarray:
+    """Every held-out row's class name, in the order of `held_out_attributes`."""
+    dataset, splits = _dataset_and_splits(config)
+    names = np.array(dataset.class_names)
+    return np.concatenate([names[dataset.y_test[split.test_index]] for split in splits])
+
+
+def load_federation(config: ExperimentConfig) -> Federation:
+    """Load the dataset and split it into collaborators (train and held-out data alike).
+
+    For FedMinMax the result is a `minimax.GroupedFederation`, which also carries
+    every training sample's group in the sensitive column (its settings' `groups`, else
+    the partition column); no other method is given it.
+    """
+    dataset, splits = _dataset_and_splits(config)
     federation = federation_from_arrays(
         [split.name for split in splits],
         [(dataset.x_train[split.train_index], dataset.y_train[split.train_index]) for split in splits],
@@ -170,21 +195,30 @@ def uniform_risk(num_classes: int) -> float:
     return math.log(max(num_classes, 2))
 
 
-def final_report(config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None) -> dict[str, Any]:
-    """Training objectives (exact and smoothed), the held-out fairness report at rho, and
-    the uniform classifier's risk ln K (`uniform_risk`) to read the risks against."""
-    model = build_model(
+def _model(config: ExperimentConfig, federation: Federation) -> torch.nn.Module:
+    return build_model(
         config.training.model,
         federation.num_features,
         federation.num_classes,
         image_shape=federation.image_shape,
         dtype=config.training.torch_dtype,
     )
+
+
+def held_out_losses(config: ExperimentConfig, federation: Federation, theta: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample held-out losses and correctness of parameters `theta`, over the pooled test rows."""
+    test = evaluate(_model(config, federation), theta, federation.pooled("test"))
+    return np.asarray(test.losses), np.asarray(test.correct)
+
+
+def final_report(config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None) -> dict[str, Any]:
+    """Training objectives (exact and smoothed), the held-out fairness report at rho, and
+    the uniform classifier's risk ln K (`uniform_risk`) to read the risks against."""
+    model = _model(config, federation)
     train = evaluate(model, theta, federation.pooled("train"))
     threshold = c if c is not None else cvar_threshold(train.losses, config.objective.rho)
     exact, smooth = training_objectives(train.losses, threshold, config.objective)
-    test = evaluate(model, theta, federation.pooled("test"))
-    report = pooled.group_risk_report(test.losses, test.correct, config.objective.rho)
+    report = pooled.group_risk_report(*held_out_losses(config, federation, theta), config.objective.rho)
     return {
         "train_objective": exact,
         "train_objective_smooth": smooth,

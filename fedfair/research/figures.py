@@ -86,6 +86,40 @@ def table(rows: Sequence[Mapping[str, str]], title: str) -> Figure:
     return figure
 
 
+def composition(rows: Sequence[Mapping[str, str]], column: str, title: str) -> Figure:
+    """Each (group, label) cell's share of the worst group at each rho beside its share of
+    everyone (the paper's composition table as bars; `rows` from the composition CSV)."""
+    cells = list(dict.fromkeys((row[column], row["label"]) for row in rows))
+    by_rho = _series(rows, "rho")
+    figure = Figure(figsize=(max(6.0, 1.1 * len(cells)), 4.5), layout="constrained")
+    axis = figure.subplots()
+    width = 0.8 / (len(by_rho) + 1)
+    positions = range(len(cells))
+    overall = {(row[column], row["label"]): float(row["overall_share"]) for row in rows}
+    for index, (rho, series) in enumerate(by_rho.items()):
+        share = {(row[column], row["label"]): row for row in series}
+        means = [100 * float(share[cell]["worst_share_mean"]) if cell in share else 0.0 for cell in cells]
+        spreads = [100 * float(share[cell]["worst_share_std"]) if cell in share else 0.0 for cell in cells]
+        bars = axis.bar([p + index * width for p in positions], means, width, yerr=spreads, label=f"worst {float(rho):g}")
+        for bar in bars:
+            bar.set_gid(f"worst_share:{rho}")
+    bars = axis.bar(
+        [p + len(by_rho) * width for p in positions],
+        [100 * overall[cell] for cell in cells],
+        width,
+        color="grey",
+        label="everyone",
+    )
+    for bar in bars:
+        bar.set_gid("overall_share")
+    axis.set_xticks([p + width * len(by_rho) / 2 for p in positions], [f"{g}\n{label}" for g, label in cells], fontsize=7, rotation=30, ha="right")
+    axis.set_ylabel("% of the group")
+    axis.legend(fontsize=8)
+    axis.grid(alpha=0.3, axis="y")
+    figure.suptitle(f"who is in the worst group: {title}", fontsize=9)
+    return figure
+
+
 def save(figure: Figure, path: Path) -> Path:
     """Write `figure` as a PNG (the Agg canvas: no display, no global pyplot state)."""
     FigureCanvasAgg(figure)  # attaches itself as the figure's canvas

@@ -117,6 +117,8 @@ class Method:
     """Whether it can train with DP-SGD."""
     corrects_drift: bool = False
     """Whether it can take drift correction with its local steps."""
+    needs_groups: bool = False
+    """Whether it is told every training sample's sensitive group (a column the data must have)."""
 
     @property
     def reads_losses(self) -> bool:
@@ -215,7 +217,7 @@ METHODS: dict[str, Method] = {
         Method("fedavg", FedAvgSettings, _fedavg, rho_free=True, private=True, corrects_drift=True),
         Method("afl", AFLSettings, _afl, rho_free=True),
         Method("qfedavg", QFedAvgSettings, _qfedavg, rho_free=True),
-        Method("fedminmax", FedMinMaxSettings, _fedminmax, rho_free=True),
+        Method("fedminmax", FedMinMaxSettings, _fedminmax, rho_free=True, needs_groups=True),
         Method("central-erm", NoSettings, _central_erm, rho_free=True),
         Method("central-cvar", NoSettings, _central_cvar, has_threshold=True),
         Method("bpf", BPFSettings, _bpf),

@@ -38,7 +38,9 @@ import numpy as np
 from fedfair.research.experiment import LOSS_METHODS
 from fedfair.research.methods import METHODS
 from fedfair.research.flags import default_step_size
-from fedfair.research.runs import Run, run_all
+from fedfair.datasets import load_dataset
+from fedfair.research.runs import Run, judged_at, run_all
+from fedfair.research.worst_group import COMPOSITION_COLUMN, COMPOSITION_RHOS, composition_rows
 
 PAPER_EPSILONS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 """The 14 trade-offs of the paper's Figure 3."""
@@ -141,8 +143,56 @@ PROFILES = {
         adversary_lrs=(0.1, 1.0, 10.0),
     ),
 }
+PROFILES["figure1"] = Profile(
+    name="figure1",
+    rounds=200,
+    seeds=2,
+    rhos=(0.1, 0.3, 0.5, 0.7),
+    trade_off_rhos=(),
+    epsilons=(),
+    taus=(),
+    lr_scales=(1.0, 0.25, 0.05),
+    fedsrcvar_epsilons=(0.01, 0.05),
+    fedavg_local_steps=(1, 3),
+    model="mlp",
+    adversary_lrs=(0.1, 1.0),
+)
 """quick: every figure on Adult in minutes; full: the paper's grids; table: only the comparison at
-rho = 0.1 and epsilon = 0.05 with the MLP, the setting of the paper's headline claim."""
+rho = 0.1 and epsilon = 0.05 with the MLP, the setting of the paper's headline claim; figure1: the
+paper's Figure 1 panel (every method's worst-group risk, mean risk and disparity over rho) on a
+smaller grid than full, so that every dataset fedfair holds fits on a few cores."""
+
+
+@dataclass(frozen=True)
+class PaperSplit:
+    """How the paper (or its stand-in) splits a dataset into clients, and the model it trains."""
+
+    partition: str
+    clients: int
+    model: str | None = None
+    """The paper's model for this dataset; None: the profile's."""
+
+
+PAPER_SPLITS = {
+    "adult": PaperSplit("race", 3),
+    "census-income": PaperSplit("race", 3),
+    "rand-hie": PaperSplit("site", 6, "logreg"),
+    "mnist": PaperSplit("class", 10, "mlp"),
+}
+"""Each dataset's split in `reproduce`: Adult and Census-Income (the stand-in for ACS Employment)
+by race into White / Black / Other; RAND HIE, the stand-in for eICU's hospitals, by its 6 sites with
+eICU's logistic regression; MNIST one digit per client with the MLP. `--partition previous_state
+--clients 51` gives Census-Income's 51 sites (data/README.md says why that column)."""
+
+
+def paper_split(dataset: str, partition: str | None = None, clients: int | None = None) -> tuple[str, ...]:
+    """The `fedfair simulate` flags of `dataset`'s client split: its paper split unless `partition`
+    or `clients` say otherwise; none where the split is simulate's own default (race, 3 clients),
+    so the runs of Adult and Census-Income keep their cache keys."""
+    default = PAPER_SPLITS.get(dataset, PaperSplit("iid", 3))
+    partition = default.partition if partition is None else partition
+    clients = default.clients if clients is None else clients
+    return () if (partition, clients) == ("race", 3) else ("--partition", partition, "--clients", str(clients))
 
 
 # ---------------------------------------------------------------- the study
@@ -158,10 +208,19 @@ class Study:
     device: str = "cpu"
     loss_rows: int = 0
     """`--loss-rows` of the methods that read losses every round (0: all rows)."""
+    split: tuple[str, ...] = ()
+    """`--partition` and `--clients` flags where the dataset's paper split is not simulate's default."""
+
+    @property
+    def rhos(self) -> tuple[float, ...]:
+        """Every rho the study judges at: the profile's and the table's."""
+        return tuple(sorted(set(self.profile.rhos) | {TABLE_RHO}))
 
     def base(self, method: str, rho: float, seed: int) -> list[str]:
         p = self.profile
-        flags = ["--dataset", self.dataset, "--model", p.model, "--method", method, "--rho", f"{rho:g}"]
+        # A method without rho trains the same model whatever rho is: one run, judged at every rho.
+        trained_at = TABLE_RHO if METHODS[method].rho_free else rho
+        flags = ["--dataset", self.dataset, *self.split, "--model", p.model, "--method", method, "--rho", f"{trained_at:g}"]
         # The device is not part of a run's identity unless it is asked for: a CPU cache stays valid.
         device = [] if self.device == "cpu" else ["--device", self.device]
         # Likewise the loss rows: a run that reads every row keeps the key it always had.
@@ -182,12 +241,22 @@ class Study:
             for scale in p.lr_scales
         ]
 
-    def selection_runs(self, method: str, rho: float) -> list[Run]:
-        return [Run((*self.base(method, rho, 0), *point.flags(method, rho)), "validation") for point in self.grid(method, rho)]
+    def judged_at(self, method: str) -> tuple[float, ...]:
+        """The rhos beyond its own that a run of `method` is judged at (all of them without rho)."""
+        return tuple(rho for rho in self.rhos if rho != TABLE_RHO) if METHODS[method].rho_free else ()
 
-    def test_runs(self, method: str, rho: float, point: Point) -> list[Run]:
-        flags = point.flags(method, rho)
-        return [Run((*self.base(method, rho, seed), *flags), "test") for seed in range(self.profile.seeds)]
+    def selection_runs(self, method: str, rho: float) -> list[Run]:
+        rhos = self.judged_at(method)
+        return [
+            Run((*self.base(method, rho, 0), *point.flags(method, rho)), "validation", rhos)
+            for point in self.grid(method, rho)
+        ]
+
+    def test_runs(self, method: str, rho: float, point: Point, composition: tuple[str, ...] = ()) -> list[Run]:
+        flags, rhos = point.flags(method, rho), self.judged_at(method)
+        return [
+            Run((*self.base(method, rho, seed), *flags), "test", rhos, composition) for seed in range(self.profile.seeds)
+        ]
 
 
 @dataclass(frozen=True)
@@ -237,16 +306,16 @@ def chosen(study: Study, method: str, rho: float, results: Mapping[Run, dict[str
     """The grid point with the lowest validation worst-group risk (ties: the first; a diverged
     run's NaN never wins)."""
     runs = study.selection_runs(method, rho)
-    risks = [results[run]["worst_risk"] for run in runs]
+    risks = [judged_at(results[run], rho)["worst_risk"] for run in runs]
     best = min(range(len(runs)), key=lambda index: risks[index] if math.isfinite(risks[index]) else math.inf)
     return study.grid(method, rho)[best]
 
 
-def summary(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Mean and (population) standard deviation over seeds of each metric."""
+def summary(results: Sequence[Mapping[str, Any]], rho: float | None = None) -> dict[str, float]:
+    """Mean and (population) standard deviation over seeds of each metric at `rho` (None: each run's own)."""
     row: dict[str, float] = {"seeds": float(len(results))}
     for metric in METRICS:
-        values = np.array([result[metric] for result in results], dtype=np.float64)
+        values = np.array([result[metric] if rho is None else judged_at(result, rho)[metric] for result in results])
         row[f"{metric}_mean"] = float(values.mean())
         row[f"{metric}_std"] = float(values.std())
     return row
@@ -260,20 +329,29 @@ def reproduce(
     device: str = "cpu",
     on_ray: bool = False,
     loss_rows: int = 0,
+    split: tuple[str, ...] = (),
 ) -> dict[str, Path]:
     """Run the study (cached), write its CSV tables and PNG figures under `out`; return their paths.
     With `on_ray` the runs go to the connected Ray cluster (:func:`run_all`); `loss_rows` bounds
-    the rows AFL, q-FedAvg and FedMinMax read for their per-round losses (0: all)."""
+    the rows AFL, q-FedAvg and FedMinMax read for their per-round losses (0: all); `split` is the
+    `--partition`/`--clients` flags of the client split (`paper_split`).
+
+    Where the dataset has a race column, it also writes the paper's composition table
+    (`composition_race.csv`): FedSRCVaR's worst group at rho 0.1 and 0.3 by race and label."""
     available = tuple(method for method in FIGURE_METHODS if method in METHODS)
     missing = [METHOD_LABELS[method] for method in FIGURE_METHODS if method not in METHODS]
     if missing:
         print(f"fedfair reproduce: this build lacks {', '.join(missing)}; the figures leave them out")
-    study = Study(dataset, profile, available, device, loss_rows)
+    study = Study(dataset, profile, available, device, loss_rows, split)
     cache_folder = out / "cache"
 
     # 1. Choose every method's hyperparameters on validation rows, for every rho.
-    rhos = sorted(set(profile.rhos) | {TABLE_RHO})
-    table_methods = tuple(method for method in TABLE_METHODS if method in METHODS)
+    rhos = study.rhos
+    # FedMinMax is told the groups of the split's column; a split by class or at random has none.
+    partition = split[1] if split else "race"
+    group_columns = set(load_dataset(dataset).attributes_train)
+    grouped = partition in group_columns
+    table_methods = tuple(m for m in TABLE_METHODS if m in METHODS and (grouped or not METHODS[m].needs_groups))
     selecting = [run for method in available for rho in rhos for run in study.selection_runs(method, rho)]
     selecting += [run for method in table_methods for run in study.selection_runs(method, TABLE_RHO)]
     selected = run_all(selecting, cache_folder, workers, "choosing hyperparameters", on_ray)
@@ -297,7 +375,13 @@ def reproduce(
         for rho in profile.rhos
         for tau in profile.taus
     }
-    everything = testing + [run for runs in (*trade_off.values(), *taus.values()) for run in runs]
+    # The paper's composition table: FedSRCVaR's worst group at each rho, by race and label.
+    described = (COMPOSITION_COLUMN,) if COMPOSITION_COLUMN in group_columns else ()
+    compositions = {
+        rho: study.test_runs("fedsrcvar", rho, Point(scale, DEFAULT_EPSILON), described)
+        for rho in (COMPOSITION_RHOS if described else ())
+    }
+    everything = testing + [run for runs in (*trade_off.values(), *taus.values(), *compositions.values()) for run in runs]
     results = run_all(everything, cache_folder, workers, "training over seeds", on_ray)
 
     classes = next(iter(results.values()))["classes"]
@@ -305,7 +389,7 @@ def reproduce(
     def chosen_row(method: str, rho: float) -> dict[str, Any]:
         point = choice[(method, rho)]
         seeds = [results[run] for run in study.test_runs(method, rho, point)]
-        return {"method": METHOD_LABELS[method], "rho": rho, **summary(seeds), "chosen": point.describe()}
+        return {"method": METHOD_LABELS[method], "rho": rho, **summary(seeds, rho), "chosen": point.describe()}
 
     rho_rows = [chosen_row(method, rho) for method in available for rho in profile.rhos]
     epsilon_rows = [
@@ -320,7 +404,8 @@ def reproduce(
     out.mkdir(parents=True, exist_ok=True)
     from fedfair.research import figures
 
-    title = f"{dataset}, {profile.name} profile ({profile.model}, {profile.rounds} rounds, {profile.seeds} seeds)"
+    where = f"{dataset} by {split[1]} ({split[3]} clients)" if split else dataset
+    title = f"{where}, {profile.name} profile ({profile.model}, {profile.rounds} rounds, {profile.seeds} seeds)"
     written = {"rho": write_csv(out / "fig2_rho.csv", rho_rows)}
     written["rho_png"] = figures.save(figures.risks_versus_rho(read_csv(written["rho"]), uniform, title), out / "fig2_rho.png")
     if epsilon_rows:  # a profile may leave the sweeps out (the "table" profile)
@@ -331,6 +416,12 @@ def reproduce(
         written["tau_png"] = figures.save(figures.risks_versus_rho(read_csv(written["tau"]), uniform, title), out / "fig4_tau.png")
     written["table"] = write_csv(out / f"table_rho{TABLE_RHO:g}.csv", table_rows)
     written["table_png"] = figures.save(figures.table(read_csv(written["table"]), title), out / "table.png")
+    if compositions:
+        by_rho = {rho: [results[run] for run in runs] for rho, runs in compositions.items()}
+        rows = composition_rows(by_rho, COMPOSITION_COLUMN)
+        written["composition"] = write_csv(out / f"composition_{COMPOSITION_COLUMN}.csv", rows)
+        drawn = figures.composition(read_csv(written["composition"]), COMPOSITION_COLUMN, f"FedSRCVaR, {title}")
+        written["composition_png"] = figures.save(drawn, out / f"composition_{COMPOSITION_COLUMN}.png")
     return written
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -22,7 +23,16 @@ import numpy as np
 from fedfair.core.config import ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.research import minimax
-from fedfair.research.experiment import ExperimentConfig, final_report, load_federation, run_method
+from fedfair.fairness import composition, pooled
+from fedfair.research.experiment import (
+    ExperimentConfig,
+    final_report,
+    load_federation,
+    run_method,
+    held_out_attributes,
+    held_out_labels,
+    held_out_losses,
+)
 from fedfair.research.flags import config_from_flags
 from fedfair.research.methods import FedAvgSettings, FedMinMaxSettings, own
 from fedfair.research.progress import Progress
@@ -43,11 +53,32 @@ class Run:
 
     flags: tuple[str, ...]
     split: str
+    rhos: tuple[float, ...] = ()
+    """More rhos to judge the same model at (a method without rho trains once for every rho)."""
+    composition: tuple[str, ...] = ()
+    """Group columns to describe the worst group by, with the label, at every rho judged (test runs)."""
 
     @property
     def key(self) -> str:
-        text = json.dumps({"flags": list(self.flags), "split": self.split, "version": CACHE_VERSION})
+        described: dict[str, Any] = {"flags": list(self.flags), "split": self.split, "version": CACHE_VERSION}
+        # Only what is asked for enters the key, so a run judged at its own rho keeps the key it always had.
+        if self.rhos:
+            described["rhos"] = list(self.rhos)
+        if self.composition:
+            described["composition"] = list(self.composition)
+        text = json.dumps(described)
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def judged_at(result: Mapping[str, Any], rho: float) -> Mapping[str, Any]:
+    """A run's held-out report at `rho`: its own (the run's --rho) or one of its extra rhos."""
+    if math.isclose(float(result["rho"]), rho):
+        return result
+    try:
+        report: Mapping[str, Any] = result["at_rho"][f"{rho:g}"]
+    except KeyError:
+        raise ConfigError(f"the run was judged at rho {result['rho']:g} only, not {rho:g}") from None
+    return report
 
 
 # ---------------------------------------------------------------- one run
@@ -104,7 +135,23 @@ def execute(run: Run) -> dict[str, Any]:
     federation = federation_for(run.flags, run.split)
     outcome = run_method(config, federation)
     report = final_report(config, federation, outcome.theta, outcome.c)
-    return {"flags": list(run.flags), "split": run.split, "classes": federation.num_classes, **report["test"]}
+    result: dict[str, Any] = {"flags": list(run.flags), "split": run.split, "classes": federation.num_classes, **report["test"]}
+    if run.rhos or run.composition:
+        losses, correct = held_out_losses(config, federation, outcome.theta)
+    if run.rhos:
+        result["at_rho"] = {f"{rho:g}": pooled.group_risk_report(losses, correct, rho).to_dict() for rho in run.rhos}
+    if run.composition:
+        if run.split != "test":
+            raise ConfigError("the worst group's composition is described on the test rows; ask it of test runs")
+        columns = {**held_out_attributes(config, run.composition), "label": held_out_labels(config)}
+        result["composition"] = {
+            f"{rho:g}": [
+                share.to_dict(list(columns))
+                for share in composition.composition(composition.worst_fraction_weights(losses, rho), columns)
+            ]
+            for rho in (config.objective.rho, *run.rhos)
+        }
+    return result
 
 
 def run_all(
