@@ -96,9 +96,8 @@ def load_dataset(name: str, *, cache_dir: Path | None = None) -> Dataset:
             # A stale or damaged cache: it is derived data, so remove it and rebuild it below.
             shutil.rmtree(cached, ignore_errors=True)
     dataset = _PARSERS[name](fetch(name, cache_dir), info)
-    for stale in cached.parent.glob(f"{name}-arrays-v*"):
-        if stale != cached:  # arrays an older loader wrote: never read again, so not kept
-            shutil.rmtree(stale, ignore_errors=True)
+    for version in range(1, ENCODING_VERSION):  # arrays older loaders wrote are never read again
+        shutil.rmtree(cached.with_name(f"{name}-arrays-v{version}"), ignore_errors=True)
     try:
         _write_arrays(dataset, cached)
     except OSError as error:

@@ -69,7 +69,10 @@ def test_rand_hie_splits_people_within_sites(rand_hie: Dataset) -> None:
     assert rand_hie.x_train.shape[1] == 17 and rand_hie.class_names == ["no expense", "any expense"]
     assert 0.75 < rand_hie.y_train.mean() < 0.81
     clients = partition(rand_hie, "site", 6)
-    assert sorted(client.name for client in clients) == [f"site {k}" for k in range(1, 7)]
+    # data/README.md's figures: training person-years per site.
+    assert {client.name: len(client.train_index) for client in clients} == {
+        "site 1": 3_350, "site 2": 3_011, "site 3": 1_835, "site 4": 2_318, "site 5": 1_961, "site 6": 2_665,
+    }  # fmt: skip
     assert_exact_cover(rand_hie, clients)
     for client in clients:
         assert 0.2 < len(client.test_index) / (len(client.train_index) + len(client.test_index)) < 0.3
@@ -87,6 +90,8 @@ def test_parsed_arrays_cache_gives_the_same_dataset(tmp_path: Path, rand_hie: Da
     cache = rand_hie_cache(tmp_path)
     # A single-file cache of earlier versions is superseded by the folder of arrays, and removed.
     (cache / "rand-hie" / f"rand-hie-arrays-v{ENCODING_VERSION}.npz").write_bytes(b"old")
+    # So are the folders an older encoding wrote (they would never be read again).
+    (cache / "rand-hie" / f"rand-hie-arrays-v{ENCODING_VERSION - 1}").mkdir()
     parsed = load_dataset("rand-hie", cache_dir=cache)
     names = sorted(path.name for path in (cache / "rand-hie").iterdir())
     assert names == ["RandHIE.pkl.xz", f"rand-hie-arrays-v{ENCODING_VERSION}"]
@@ -129,9 +134,27 @@ def test_mnist_is_60k_standardised_images() -> None:
     assert abs(float(mnist.x_train.mean())) < 1e-3 and abs(float(mnist.x_train.std()) - 1) < 1e-3
     clients = partition(mnist, "class", 10)
     assert [client.name for client in clients] == [f"class {digit}" for digit in range(10)]
+    # data/README.md's figures: training images per digit (5,421 to 6,742), test 892 to 1,135.
+    assert [len(client.train_index) for client in clients] == [
+        5_923, 6_742, 5_958, 6_131, 5_842, 5_421, 5_918, 6_265, 5_851, 5_949,
+    ]  # fmt: skip
+    assert [len(client.test_index) for client in clients] == [980, 1_135, 1_032, 1_010, 982, 892, 958, 1_028, 974, 1_009]
     assert_exact_cover(mnist, clients)
     with pytest.raises(ConfigError, match=r"use one of: iid, dirichlet, class \(it has no group columns\)"):
         partition(mnist, "race", 3)
+
+
+def test_census_income_previous_state_makes_the_51_sites_of_data_readme() -> None:
+    census = load_dataset("census-income")
+    clients = partition(census, "previous_state", 51)
+    sizes = {client.name: (len(client.train_index), len(client.test_index)) for client in clients}
+    assert len(sizes) == 51
+    # The figures data/README.md states: one site of the 92% who did not move, 50 small ones.
+    assert sizes["Not in universe"] == (183_750, 92_068)
+    assert sizes["California"] == (1_714, 884) and sizes["Idaho"] == (31, 14)
+    assert sizes["Abroad"] == (671, 265) and sizes["missing"] == (708, 330)
+    assert sorted(train for train, _ in sizes.values())[:3] == [31, 73, 75]
+    assert_exact_cover(census, clients)
 
 
 def test_census_income_race_partition_sizes() -> None:
