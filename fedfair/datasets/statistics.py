@@ -127,7 +127,7 @@ def statistics_vector(schema: Schema, table: pd.DataFrame, source: str = "the ta
     Small cells are suppressed here, before anything leaves the site: every
     categorical count below ``schema.min_category_count`` is sent as 0, and if the
     counts so withheld add up to fewer than ``min_category_count`` rows, the smallest
-    count still sent is withheld too (:func:`_suppress_small_cells`). Why at the site:
+    count still sent is withheld too (:func:`suppress_small_cells`). Why at the site:
     the aggregator may learn a sum over any set of sites, and two sums whose sets differ
     by one site give that site's vector exactly, so only a vector safe on its own keeps
     every sum safe. Each count sent is then 0 or at least ``min_category_count``, and so
@@ -156,11 +156,11 @@ def statistics_vector(schema: Schema, table: pd.DataFrame, source: str = "the ta
             levels = schema.hash_buckets if column.categories is None else len(column.categories)
             # Missing cells (code -1) land in the last slot.
             cells = np.bincount(np.where(values < 0, levels, values), minlength=levels + 1)
-            vector += _suppress_small_cells(cells, schema.min_category_count).tolist()
+            vector += suppress_small_cells(cells, schema.min_category_count).tolist()
     return np.array(vector, dtype=np.float64)
 
 
-def _suppress_small_cells(cells: np.ndarray, minimum: int) -> np.ndarray:
+def suppress_small_cells(cells: np.ndarray, minimum: int) -> np.ndarray:
     """A column's cell counts (they add up to the site's rows) with every count below ``minimum`` set to 0.
 
     The row count is sent too, so the aggregator learns the withheld total (rows minus
@@ -169,6 +169,11 @@ def _suppress_small_cells(cells: np.ndarray, minimum: int) -> np.ndarray:
     (the first, on a tie) is withheld as well: being at least ``minimum``, one is
     enough. Only when every cell is withheld can the total stay below ``minimum``, and
     then it is the site's row count, which is sent anyway.
+
+    The federation's one small-cell rule: the statistics aggregation applies it here, and
+    every other count a site sends by category goes through it too (the runtime's
+    worst-group composition). `cells` is an integer array of non-negative counts; the
+    result is a new array of the same dtype and shape.
     """
     sent = np.where(cells < minimum, 0, cells)
     withheld = int(cells.sum() - sent.sum())

@@ -30,6 +30,7 @@ from fedfair.datasets.statistics import (
     split_limbs,
     statistics_dimension,
     statistics_slices,
+    suppress_small_cells,
 )
 from fedfair.datasets.values import category_bucket
 from fedfair.secagg import EncodingConfig
@@ -359,3 +360,24 @@ def test_a_summed_vector_that_is_not_a_sum_of_statistics_is_refused(small_schema
         encoder_from_statistics(small_schema, overfull)
 
 
+
+
+@pytest.mark.parametrize(
+    ("cells", "sent"),
+    [
+        ([25, 3, 40, 0], [0, 0, 40, 0]),  # 3 withheld, and the smallest sent count (25) with it
+        ([25, 12, 40], [25, 12, 40]),  # nothing below 10: all sent
+        ([25, 4, 6, 40], [25, 0, 0, 40]),  # 10 withheld together: enough on their own
+        ([3, 2], [0, 0]),  # all withheld: the total is the row count, sent anyway
+        ([12, 12, 5], [0, 12, 0]),  # a tie: the first of the smallest goes
+    ],
+)
+def test_the_small_cell_rule_withholds_small_counts_and_never_leaves_a_small_withheld_total(
+    cells: list[int], sent: list[int]
+) -> None:
+    counts = np.array(cells, dtype=np.int64)
+    result = suppress_small_cells(counts, 10)
+    assert result.tolist() == sent and result.dtype == counts.dtype
+    assert counts.tolist() == cells  # the input is left as it was
+    withheld = counts.sum() - result.sum()
+    assert withheld == 0 or withheld >= 10 or not result.any()
