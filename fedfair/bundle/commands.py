@@ -4,7 +4,10 @@ Both encode the table with the bundle's encoder (the federation's schema and its
 statistics), so a row is turned into features exactly as in training. `evaluate`
 reports the pooled group risks of :mod:`fedfair.fairness.pooled` from the per-sample
 losses of :mod:`fedfair.core.evaluation`: the same numbers the simulation reports.
-The functions behind the commands are the Python API for the same work.
+With ``--composition race,income`` it also says who is in the worst-off group: each cell of the
+named columns, its share of the worst rho-fraction beside its share of the table
+(:mod:`fedfair.bundle.composition`). The functions behind the commands are the Python API for the
+same work.
 
 A bundle whose model comes from a factory ("package.module:function") is used only when the
 user names that factory with ``--allow-factory`` (``allowed`` in Python): the name comes from
@@ -16,7 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +27,16 @@ import pandas as pd
 import torch
 from torch import nn
 
+from fedfair.bundle.composition import (
+    composition_columns,
+    composition_json,
+    composition_text,
+    worst_group_composition,
+)
 from fedfair.bundle.format import Bundle, describe_architecture, load_bundle
 from fedfair.core.data import ClientData
 from fedfair.core.errors import ConfigError
-from fedfair.core.evaluation import evaluate
+from fedfair.core.evaluation import Evaluation, evaluate
 from fedfair.core.files import atomic_write
 from fedfair.core.models import FactoryNotAllowed, flat_parameters, predict
 from fedfair.datasets.encoder import Encoder
@@ -35,6 +44,7 @@ from fedfair.datasets.encoder import Encoder
 # The package's one CSV/Parquet reader, so a table reads here exactly as it does for training.
 from fedfair.datasets.tabular import read_table
 from fedfair.fairness.pooled import group_risk_report
+from fedfair.fairness.composition import CellShare
 from fedfair.fairness.report import GroupRiskReport
 
 PREDICTION_COLUMN = "prediction"
@@ -69,6 +79,11 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     evaluating.add_argument(
         "--rho", type=float, default=None,
         help="protected group fraction in (0, 1] (default: the rho of the plan the model was trained with)",
+    )  # fmt: skip
+    evaluating.add_argument(
+        "--composition", metavar="COLUMN[,COLUMN]", default=None,
+        help="also list who is in the worst rho-fraction of rows: each cell of these table columns (any column, "
+        "the label included) with its share of the worst group beside its share of the table, e.g. race,income",
     )  # fmt: skip
     evaluating.add_argument("--json", action="store_true", help="print the report as one JSON object")
     evaluating.add_argument("--allow-factory", action="append", default=[], metavar="NAME", help=allow_help)
@@ -154,16 +169,20 @@ def predictions(
     return frame
 
 
-def evaluate_table(
-    bundle: Bundle, table: pd.DataFrame, source: str, rho: float | None = None, *, allowed: Collection[str] = ()
-) -> GroupRiskReport:
-    """Pooled group risks of the bundle's model on a labelled table, at ``rho`` (default: the plan's).
-
-    ``allowed``: the model factories the user trusts (:meth:`Bundle.build_model`).
-    """
+def evaluation_rho(bundle: Bundle, rho: float | None) -> float:
+    """``rho`` when given, else the rho of the plan the bundle's model was trained with."""
     rho = bundle.rho if rho is None else rho
     if rho is None:
         raise ConfigError("the model bundle's plan names no objective rho; pass --rho, e.g. --rho 0.3")
+    return rho
+
+
+def table_losses(bundle: Bundle, table: pd.DataFrame, source: str, *, allowed: Collection[str] = ()) -> Evaluation:
+    """Per-sample loss and correctness of the bundle's model on every row of a labelled table, in row order.
+
+    No row is dropped: the encoder refuses a missing label and refuses or imputes a missing
+    feature, so the i-th loss is the i-th row's. ``allowed``: as for :meth:`Bundle.build_model`.
+    """
     features, labels = encode_table(bundle, table, source)
     if labels is None:
         raise ConfigError(
@@ -172,8 +191,37 @@ def evaluate_table(
         )
     model = bundle.build_model(allowed=allowed)
     data = ClientData(source, torch.as_tensor(features), torch.as_tensor(labels))
-    result = evaluate(model, flat_parameters(model), data)
+    return evaluate(model, flat_parameters(model), data)
+
+
+def evaluate_table(
+    bundle: Bundle, table: pd.DataFrame, source: str, rho: float | None = None, *, allowed: Collection[str] = ()
+) -> GroupRiskReport:
+    """Pooled group risks of the bundle's model on a labelled table, at ``rho`` (default: the plan's).
+
+    ``allowed``: the model factories the user trusts (:meth:`Bundle.build_model`).
+    """
+    rho = evaluation_rho(bundle, rho)
+    result = table_losses(bundle, table, source, allowed=allowed)
     return group_risk_report(result.losses, result.correct, rho)
+
+
+def evaluate_composition(
+    bundle: Bundle,
+    table: pd.DataFrame,
+    source: str,
+    columns: Sequence[str],
+    rho: float | None = None,
+    *,
+    allowed: Collection[str] = (),
+) -> tuple[GroupRiskReport, list[CellShare]]:
+    """:func:`evaluate_table`'s report and, from the same losses, the worst rho-fraction's composition
+    by ``columns`` of ``table`` (:func:`fedfair.bundle.composition.worst_group_composition`)."""
+    rho = evaluation_rho(bundle, rho)
+    result = table_losses(bundle, table, source, allowed=allowed)
+    schema = bundle_encoder(bundle).schema
+    shares = worst_group_composition(result.losses, rho, table, columns, schema, source)
+    return group_risk_report(result.losses, result.correct, rho), shares
 
 
 def _allowed_bundle(path: Path, allowed: Collection[str]) -> Bundle:
@@ -201,11 +249,18 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    columns = composition_columns(args.composition) if args.composition is not None else None
     bundle = _allowed_bundle(args.model, args.allow_factory)
     table = read_table(args.data)
-    report = evaluate_table(bundle, table, str(args.data), args.rho, allowed=args.allow_factory)
+    source = str(args.data)
+    shares: list[CellShare] = []
+    if columns is None:
+        report = evaluate_table(bundle, table, source, args.rho, allowed=args.allow_factory)
+    else:
+        report, shares = evaluate_composition(bundle, table, source, columns, args.rho, allowed=args.allow_factory)
     if args.json:
-        print(json.dumps({"rows": len(table), **report.to_dict()}))
+        extra = {} if columns is None else {"composition": composition_json(shares, columns, report.rho, len(table))}
+        print(json.dumps({"rows": len(table), **report.to_dict(), **extra}))
         return 0
     print(f"{len(table)} rows of {args.data}, rho = {report.rho:g}")
     print(f"  worst-group risk  {report.worst_risk:.6f}  (mean loss of the worst {report.rho:.0%} of rows)")
@@ -213,4 +268,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     print(f"  disparity         {report.disparity:.6f}  (worst {report.rho:.0%} minus the other rows' risk)")
     print(f"  worst minus best  {report.worst_minus_best:.6f}  (worst minus best {report.rho:.0%} of rows)")
     print(f"  accuracy          {report.accuracy:.6f}")
+    if columns is not None:
+        print()
+        print(composition_text(shares, columns, report.rho, len(table)))
     return 0
