@@ -93,12 +93,16 @@ def _column(table: pd.DataFrame, name: str, schema: Schema, source: str) -> tupl
     distinct = pd.unique(series.dropna())
     limit = MAX_NUMERIC_VALUES if numeric else MAX_TEXT_VALUES
     if len(distinct) > limit:
-        kind = "numeric" if numeric else "text"
+        fix = (
+            f"it does not bin numbers: the bands are yours to choose; add a column of bands to the table, e.g. "
+            f"{name}_band with values such as '<30', '30-49', '50+'"
+            if numeric
+            else f"add a column to the table that groups its values into fewer, e.g. {name}_group"
+        )
         raise ConfigError(
-            f"{source}: column {name!r} is {kind} with {len(distinct):,} distinct values, more than the {limit} "
-            f"--composition lists as cells (it does not bin numbers: the bands are yours to choose); add a column "
-            f"of bands to the table, e.g. {name}_band with values such as '<30', '30-49', '50+', and name that "
-            "instead (columns the model does not use are ignored by the evaluation)"
+            f"{source}: column {name!r} is {'numeric' if numeric else 'text'} with {len(distinct):,} distinct "
+            f"values, more than the {limit} --composition lists as cells ({fix}), and name that instead "
+            "(columns the model does not use are ignored by the evaluation)"
         )
     text = as_text(series)
     missing = pd.isna(text)

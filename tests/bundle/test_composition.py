@@ -184,6 +184,10 @@ def test_a_numeric_column_with_many_values_is_refused_few_values_are_ordered_as_
     assert f"column 'age' is numeric with {table['age'].nunique()} distinct values" in error
     assert "it does not bin numbers" in error and "add a column of bands to the table, e.g. age_band" in error
 
+    identifiers = table.assign(person=[f"p{row}" for row in range(len(table))])
+    with pytest.raises(ConfigError, match="'person' is text with 3,000 distinct values.*e.g. person_group"):
+        composition_values(identifiers, ["person"], draft_schema(table, "income"), "adult rows")
+
     values, orders = composition_values(table, ["education-num"], draft_schema(table, "income"), "adult rows")
     shown = sorted(table["education-num"].unique())
     assert orders["education-num"] == [str(number) for number in shown]  # 9 before 10, no '.0'
