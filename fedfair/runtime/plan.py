@@ -205,6 +205,9 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
     if settings.secure_aggregation.tolerates_dropouts:
         # Left out at its default, like drift_correction below (digests and resumes unchanged).
         loaded["secure_aggregation"].pop("dropouts")
+    if not settings.evaluation.composition:
+        # Left out when empty (the stage off), like drift_correction below: digests unchanged.
+        loaded["evaluation"].pop("composition")
     if not settings.training.corrects_drift:
         # Left out at its default, so a plan without drift correction keeps the digest (and its checkpoints
         # resume) and the shared bytes it had before the setting existed; a collaborator that does not know

@@ -37,6 +37,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import Schema
 from fedfair.datasets.statistics import STATISTICS_MAX_SITES
 from fedfair.fairness import sums
+from fedfair.runtime.composition import CompositionColumn, composition_columns, composition_length
 from fedfair.runtime.influence import InfluenceSettings, read_influence
 from fedfair.runtime.model_settings import ModelSettings, read_model
 from fedfair.runtime.toml_tables import Table, field_names
@@ -167,12 +168,15 @@ class EvaluationSettings:
     ``loss_range`` is where half of the evaluation's thresholds lie, evenly spaced
     (fedfair.fairness.sums): the same grid for every evaluation of the federation,
     computed by each side from its own copy of the plan. ``min_bucket_count`` is the
-    fewest held-out samples a reported group risk may rest on.
+    fewest held-out samples a reported group risk may rest on. ``composition`` names
+    [schema] columns the final evaluation describes the worst group by (empty: it does
+    not; fedfair.runtime.composition).
     """
 
     every: int = 0
     loss_range: tuple[float, float] = sums.LOSS_RANGE
     min_bucket_count: int = sums.MIN_BUCKET_COUNT
+    composition: tuple[str, ...] = ()
 
     def thresholds(self) -> np.ndarray:
         """The evaluation's thresholds (fedfair.fairness.sums.threshold_grid of the loss range)."""
@@ -201,6 +205,17 @@ class LearningSettings:
         from fedfair.core.algorithm import FedSRCVaR  # torch is loaded by training, not by reading a plan
 
         return FedSRCVaR(self.training.local_config(), bound=self.objective.bound)
+
+    def counted_columns(self, round_number: int) -> tuple[CompositionColumn, ...]:
+        """The columns the evaluation of `round_number` counts the worst group by: the plan's
+        [evaluation] composition at the final round, none before."""
+        if round_number != self.training.rounds:
+            return ()
+        return composition_columns(self.schema, self.evaluation.composition)
+
+    def evaluation_length(self, round_number: int) -> int:
+        """The evaluation vector's length at `round_number`: the threshold sums, then any composition counts."""
+        return sums.vector_length() + composition_length(self.counted_columns(round_number))
 
     def learning_sections(self) -> dict[str, Any]:
         """The sections by name (to build a plan from them, or to share them); schema may be None."""
@@ -367,6 +382,8 @@ def _evaluation(source: str, data: Mapping[str, object]) -> EvaluationSettings:
         every=t.integer("every", d.every, low=0),
         loss_range=loss_range,
         min_bucket_count=t.integer("min_bucket_count", d.min_bucket_count, low=1),
+        # An empty list is the default spelt out: no composition.
+        composition=t.strings("composition") if t.data.get("composition") not in (None, []) else (),
     )
 
 
@@ -383,6 +400,11 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         batch_fraction=training.batch_fraction,
         max_weight=secagg.max_weight,
     )
+    evaluation = _evaluation(source, data)
+    try:
+        composition_columns(schema, evaluation.composition)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
     return LearningSettings(
         objective=_objective(source, data),
         model=read_model(source, data),
@@ -390,7 +412,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         influence=influence,
         secure_aggregation=secagg,
         quorum=_quorum(source, data, collaborators, secagg),
-        evaluation=_evaluation(source, data),
+        evaluation=evaluation,
         schema=schema,
     )
 

@@ -26,7 +26,7 @@ from fedfair.runtime import plan
 from fedfair.runtime.collaborator import config as collaborator_file
 from fedfair import cli
 from fedfair.runtime.plan_commands import pin_plan
-from tests.runtime.test_plan import CONFIG_TEMPLATE, PLAN_TEMPLATE, edited
+from tests.runtime.test_plan import CONFIG_TEMPLATE, PLAN_TEMPLATE, SCHEMA_SECTION, edited
 
 COLLABORATORS = ("hospital-a", "hospital-b", "hospital-c")  # the templates' names
 
@@ -375,6 +375,21 @@ def test_the_pin_covers_the_schema_so_a_numeric_column_cannot_become_categorical
     relabelled = {**schema, "columns": [{"name": "age", "type": "categorical", "categories": "learn"}, schema["columns"][1]]}
     with pytest.raises(manifests.ManifestError, match=r"schema\.columns\[age\]\.type: \"numeric\" -> \"categorical\""):
         manifests.check_shared_settings(pinned, *shared_from(schema=relabelled, model={"features": ...}))
+
+
+def test_the_pin_covers_the_composition_columns_so_no_other_column_can_be_counted(federation: Path) -> None:
+    """A collaborator counts the worst group by the columns of the plan its manifest pins: an aggregator
+    serving the same plan with another column, or with the stage on where the pin has it off, is refused."""
+    with_schema = {"schema": SCHEMA_SECTION, "model": {"features": ...}}
+    agreed_plan = federation / "composition-plan.toml"
+    agreed_plan.write_text(tomli_w.dumps(edited(PLAN_TEMPLATE, {**with_schema, "evaluation": {"composition": ["race"]}})))
+    pin_plan(agreed_plan, federation / "manifest.toml", federation / "pinned.toml")
+    pinned = manifests.load_manifest(federation / "pinned.toml")
+    manifests.check_shared_settings(pinned, *shared_from(**with_schema, evaluation={"composition": ["race"]}))
+    with pytest.raises(manifests.ManifestError, match=r'evaluation\.composition: added \["income"\]'):
+        manifests.check_shared_settings(pinned, *shared_from(**with_schema, evaluation={"composition": ["race", "income"]}))
+    with pytest.raises(manifests.ManifestError, match=r"evaluation\.composition"):
+        manifests.check_shared_settings(pinned, *shared_from(**with_schema))
 
 
 def test_a_pin_whose_settings_were_edited_by_hand_is_refused(federation: Path, pinned: manifests.Manifest) -> None:

@@ -476,3 +476,58 @@ def test_agreed_weights_are_shared_and_pinned_with_the_plan() -> None:
     assert aggregator_plan(training={"lr": 0.05, "local_steps": 2}).influence.update_norm == pytest.approx(0.2)
     with pytest.raises(ConfigError, match="sizes has no entry for 'hospital-z'"):
         loaded.influence.weight_of("hospital-z", 0.01)
+
+
+SCHEMA_SECTION: dict[str, Any] = {
+    "label": "income",
+    "classes": ["<=50K", ">50K"],
+    "columns": [
+        {"name": "age", "type": "numeric"},
+        {"name": "race", "type": "categorical", "categories": ["White", "Black", "Other"]},
+        {"name": "native-country", "type": "categorical", "categories": "learn"},
+    ],
+}
+"""A [schema] with a numeric, a listed and a learnt column (a plan with one states no [model] features)."""
+
+
+def schema_plan(**evaluation: Any) -> plan.AggregatorPlan:
+    return aggregator_plan(schema=SCHEMA_SECTION, model={"features": ...}, evaluation=evaluation)
+
+
+def test_composition_columns_are_shared_and_only_the_final_evaluation_counts_them() -> None:
+    loaded = schema_plan(composition=["race", "income"])
+    assert loaded.evaluation.composition == ("race", "income")
+    shared = plan.load_shared_settings(plan.shared_settings(loaded))
+    assert shared.evaluation == loaded.evaluation
+    assert [column.name for column in shared.counted_columns(50)] == ["race", "income"]
+    # [White, Black, Other] and [<=50K, >50K], above c and in all: 2 totals and 10 counts after the sums.
+    assert shared.evaluation_length(50) == sums.vector_length() + 2 + 2 * (3 + 2)
+    assert shared.counted_columns(49) == () and shared.evaluation_length(49) == sums.vector_length()
+    # Off (left out, or an empty list), it is not shared, so a plan keeps its digest and shared bytes.
+    off = schema_plan()
+    assert plan.plan_digest(schema_plan(composition=[])) == plan.plan_digest(off)
+    assert "composition" not in json.loads(plan.shared_settings(off))["evaluation"]
+    assert off.evaluation_length(50) == sums.vector_length()
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (["rase"], r"names 'rase', which is not a column of the \[schema\] \(did you mean 'race'\?\)"),
+        (["age"], r"names 'age', a numeric column, which has no categories to count"),
+        (["native-country"], r"names 'native-country', whose categories are learnt"),
+        (["race", "race"], r"lists 'race' twice"),
+        ("race", r"composition must be a non-empty list of strings"),
+    ],
+)
+def test_a_plan_naming_a_column_that_cannot_be_counted_is_refused_at_load(names: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        schema_plan(composition=names)
+    assert str(caught.value).startswith(f"{PLAN_TEMPLATE}: ") and "\n" not in str(caught.value)
+    # A collaborator reads the shared settings with the same check: a plan it cannot count is refused there too.
+    served = json.loads(plan.shared_settings(schema_plan()))
+    served["evaluation"]["composition"] = names
+    with pytest.raises(ConfigError, match=message):
+        plan.load_shared_settings(json.dumps(served).encode())
+    with pytest.raises(ConfigError, match=r"composition needs a \[schema\]"):
+        aggregator_plan(evaluation={"composition": ["race"]})

@@ -1,0 +1,220 @@
+"""Who is in the worst-off group, from secure sums: the final evaluation's composition counts.
+
+The plan's ``[evaluation] composition`` names columns of its pinned ``[schema]``: categorical
+columns with listed categories, or the label (whose categories are the schema's classes).
+At the final evaluation each collaborator counts, on its held-out rows and with the
+evaluated model's threshold c (c-bar, the trained VaR), per column and per category
+
+- the rows whose loss is above c (the worst group, as
+  :func:`fedfair.fairness.composition.above_threshold_weights` picks it), and
+- all rows,
+
+and sends them, after the federation's small-cell rule
+(:func:`fedfair.datasets.statistics.suppress_small_cells`), appended to its evaluation
+vector (:func:`local_counts`). The aggregator decodes the sum and reports each category's
+share of the worst group beside its share of everyone (:func:`composition_from_sums`),
+the pooled figures :func:`fedfair.fairness.composition.composition` gives one column at a
+time on every site's held-out rows together, except where a site withheld a count.
+
+Layout, fixed by the plan alone (:func:`composition_length`), so its length says nothing:
+[rows above c, rows], then per column in the plan's order its counts above c and its
+counts of all rows, one per level (the categories, then ``<missing>`` when the schema
+imputes gaps). The columns are the collaborator's own pinned plan's; the round message
+carries only the vector's length, which the collaborator checks against that plan, so an
+aggregator cannot ask for another column.
+
+What the sums reveal: the pooled counts per category above c and overall, where every
+site sent each count as 0 or at least ``min_category_count`` (and a column's withheld
+total likewise, or its whole count), plus the two totals, which the threshold sums
+already give approximately. The aggregator applies the same rule to the decoded counts,
+so a decoded count below ``min_category_count`` (zero included: absent and withheld
+look alike) is reported as suppressed (None), and no set of reported figures gives
+one by subtraction. Not covered: a category's rows at or below c are its all-rows count
+minus its count above c, which may be small; and c is the aggregator's to state, as the
+evaluated model is (docs/design.md, section 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets.schema import Schema, categorical_levels, closest
+from fedfair.datasets.statistics import suppress_small_cells
+from fedfair.datasets.values import column_values, label_codes
+from fedfair.fairness.composition import above_threshold_weights
+
+TOTALS = 2
+"""The counts before the columns': rows above c, then all rows."""
+
+
+@dataclass(frozen=True)
+class CompositionColumn:
+    """A column the worst group is described by: its name, its levels in order, whether it is the label."""
+
+    name: str
+    levels: tuple[str, ...]
+    label: bool = False
+
+
+def composition_columns(schema: Schema | None, names: Sequence[str]) -> tuple[CompositionColumn, ...]:
+    """The plan's composition columns, checked against its [schema]; a ConfigError naming the column and the fix.
+
+    Each name must be the schema's label or one of its categorical columns with listed
+    categories: a numeric column has no categories to count, and a learnt column's are
+    hash buckets nobody can name.
+    """
+    if not names:
+        return ()
+    if schema is None:
+        raise ConfigError(
+            "[evaluation] composition needs a [schema]: the worst group is described by the columns of the "
+            "institutions' own tables; add a [schema] or remove composition"
+        )
+    fix = f"name categorical columns with listed categories or the label {schema.label!r}"
+    columns = {column.name: column for column in schema.columns}
+    chosen: list[CompositionColumn] = []
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"[evaluation] composition lists {name!r} twice; list each column once")
+        if name == schema.label:
+            chosen.append(CompositionColumn(name, schema.classes, label=True))
+            continue
+        column = columns.get(name)
+        if column is None:
+            guess = closest(name, [schema.label, *columns])
+            hint = f" (did you mean {guess!r}?)" if guess else ""
+            raise ConfigError(
+                f"[evaluation] composition names {name!r}, which is not a column of the [schema]{hint}; {fix}"
+            )
+        if column.kind == "numeric":
+            raise ConfigError(
+                f"[evaluation] composition names {name!r}, a numeric column, which has no categories to count; "
+                f"remove it, or bin it into a categorical column with listed categories in the tables and the [schema]"
+            )
+        if column.categories is None:
+            raise ConfigError(
+                f'[evaluation] composition names {name!r}, whose categories are learnt ("learn", hashed buckets '
+                f"nobody can name); list its categories in the [schema] (categories = [...]) or remove it"
+            )
+        chosen.append(CompositionColumn(name, categorical_levels(schema, column, ())))
+    return tuple(chosen)
+
+
+def composition_length(columns: Sequence[CompositionColumn]) -> int:
+    """Length of :func:`local_counts` for these columns (0 for none: no composition counts are sent)."""
+    return TOTALS + 2 * sum(len(column.levels) for column in columns) if columns else 0
+
+
+def held_out_levels(
+    schema: Schema, columns: Sequence[CompositionColumn], table: pd.DataFrame, source: str
+) -> np.ndarray:
+    """Each held-out row's level index in each column (rows x columns, int64): a checked table's codes,
+    a missing cell at the ``<missing>`` level (the last)."""
+    features = {column.name: column for column in schema.columns}
+    levels = np.empty((len(table), len(columns)), dtype=np.int64)
+    for position, column in enumerate(columns):
+        series = table[column.name]
+        if column.label:
+            codes = label_codes(schema, series, source)
+        else:
+            codes = column_values(schema, features[column.name], series, source)
+        # Only an imputed gap has code -1, and then <missing> is the last level.
+        levels[:, position] = np.where(codes < 0, len(column.levels) - 1, codes)
+    return levels
+
+
+def local_counts(
+    columns: Sequence[CompositionColumn], levels: np.ndarray, losses: np.ndarray, threshold: float, minimum: int
+) -> np.ndarray:
+    """One site's composition counts (the layout of the module doc), each column's suppressed by the
+    small-cell rule with ``minimum`` (the schema's ``min_category_count``) before they leave.
+
+    `levels` is :func:`held_out_levels` of the rows `losses` are of, in the same order.
+    """
+    above = above_threshold_weights(losses, threshold).astype(bool)
+    if levels.shape != (above.size, len(columns)):
+        raise ConfigError(
+            f"the held-out levels have shape {levels.shape} for {above.size} losses and {len(columns)} columns; "
+            "give one row of levels per held-out row"
+        )
+    vector = [int(above.sum()), above.size]
+    for position, column in enumerate(columns):
+        width = len(column.levels)
+        for rows in (levels[above, position], levels[:, position]):
+            vector += suppress_small_cells(np.bincount(rows, minlength=width), minimum).tolist()
+    return np.array(vector, dtype=np.float64)
+
+
+def _shown(count: int, minimum: int) -> int | None:
+    """A decoded count as reported: None (suppressed) below ``minimum``."""
+    return count if count >= minimum else None
+
+
+def _share(count: int | None, total: int) -> float | None:
+    return None if count is None else count / total
+
+
+def composition_from_sums(
+    columns: Sequence[CompositionColumn], summed: np.ndarray, threshold: float, minimum: int
+) -> dict[str, Any]:
+    """The federation's worst-group composition from the secure sum of every site's :func:`local_counts`.
+
+    Returns JSON-ready values: ``threshold`` (c), ``min_category_count``, the totals
+    ``worst_rows`` and ``rows``, ``suppressed`` (how many of the cells' counts are None),
+    and ``columns``: per column a list of cells, one per level in the column's order, each
+    with the fields of :class:`fedfair.fairness.composition.CellShare` (``level``,
+    ``worst_share``, ``overall_share``, ``worst_rows``, ``rows``), every count below
+    ``minimum`` and every share resting on one None. A sum that no honest sites' counts add
+    up to (a negative count, a column holding more rows than the total) is refused.
+    """
+    vector = np.asarray(summed, dtype=np.float64)
+    if vector.shape != (composition_length(columns),):
+        raise ConfigError(
+            f"the composition sum has shape {vector.shape}, but the plan's columns make "
+            f"({composition_length(columns)},); every site must use the same plan"
+        )
+    # Counts are sums of integers; rounding removes any encoding error.
+    counts = np.rint(vector).astype(np.int64)
+    worst_total, total = int(counts[0]), int(counts[1])
+    report: dict[str, list[dict[str, object]]] = {}
+    position = TOTALS
+    for column in columns:
+        width = len(column.levels)
+        parts = []
+        for part_total in (worst_total, total):
+            part = counts[position : position + width]
+            position += width
+            if part.min() < 0 or part.sum() > part_total:
+                raise ConfigError(
+                    f"the composition counts of {column.name!r} are inconsistent (negative, or more rows than the "
+                    "total); a contributor sent broken sums"
+                )
+            # The rule again, on the sums: it leaves honest sums as they are and keeps a faulty site's
+            # small count from being read off the reported figures by subtraction.
+            parts.append(suppress_small_cells(part, minimum))
+        worst, everyone = ([_shown(int(count), minimum) for count in part] for part in parts)
+        report[column.name] = [
+            {
+                "level": level,
+                "worst_share": _share(worst[index], worst_total),
+                "overall_share": _share(everyone[index], total),
+                "worst_rows": worst[index],
+                "rows": everyone[index],
+            }
+            for index, level in enumerate(column.levels)
+        ]
+    suppressed = sum(cell[key] is None for cells in report.values() for cell in cells for key in ("worst_rows", "rows"))
+    return {
+        "threshold": float(threshold),
+        "min_category_count": minimum,
+        "worst_rows": _shown(worst_total, minimum),
+        "rows": _shown(total, minimum),
+        "suppressed": suppressed,
+        "columns": report,
+    }

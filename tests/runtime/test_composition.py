@@ -1,0 +1,222 @@
+"""The worst group's composition from per-site counts: the columns a plan may name, each site's counts
+under the small-cell rule, and the decoded sums against the pooled composition of every site's rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets.schema import MISSING_LEVEL, Column, Schema
+from fedfair.datasets.statistics import suppress_small_cells
+from fedfair.fairness.composition import above_threshold_weights, composition
+from fedfair.runtime.composition import (
+    TOTALS,
+    CompositionColumn,
+    composition_columns,
+    composition_from_sums,
+    composition_length,
+    held_out_levels,
+    local_counts,
+)
+
+RACES = ("white", "black", "asian", "other")
+SCHEMA = Schema(
+    "income",
+    ("low", "high"),
+    (
+        Column("age", "numeric"),
+        Column("race", "categorical", RACES),
+        Column("sex", "categorical", ("female", "male")),
+        Column("country", "categorical", None),
+    ),
+    missing="impute",
+    min_category_count=10,
+)
+THRESHOLD = 1.0
+
+
+def site_table(rng: np.random.Generator, rows: int, race_weights: tuple[float, ...]) -> pd.DataFrame:
+    """Held-out rows of one site: a few gaps in sex (the schema imputes them)."""
+    sex = rng.choice(["female", "male"], rows).astype(object)
+    sex[rng.random(rows) < 0.03] = None
+    return pd.DataFrame(
+        {
+            "age": rng.integers(18, 90, rows),
+            "race": rng.choice(RACES, rows, p=race_weights),
+            "sex": sex,
+            "country": rng.choice(["x", "y"], rows),
+            "income": rng.choice(["low", "high"], rows),
+        }
+    )
+
+
+def sites(seed: int = 0) -> list[tuple[pd.DataFrame, np.ndarray]]:
+    """Three sites' held-out tables and losses; the third has few 'other' rows, some of them above c."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for rows, weights in ((900, (0.6, 0.2, 0.1, 0.1)), (500, (0.3, 0.5, 0.1, 0.1)), (300, (0.8, 0.1, 0.09, 0.01))):
+        table = site_table(rng, rows, weights)
+        losses = rng.exponential(0.7, rows) + 0.8 * (table["race"] == "black").to_numpy()
+        found.append((table, losses))
+    return found
+
+
+def summed(columns: tuple[CompositionColumn, ...], data: list[tuple[pd.DataFrame, np.ndarray]], minimum: int) -> np.ndarray:
+    """The secure sum of every site's counts (plain addition: secure aggregation adds the same integers)."""
+    return np.sum(
+        [
+            local_counts(columns, held_out_levels(SCHEMA, columns, table, "site"), losses, THRESHOLD, minimum)
+            for table, losses in data
+        ],
+        axis=0,
+    )
+
+
+def pooled(column: str, data: list[tuple[pd.DataFrame, np.ndarray]]) -> dict[str, object]:
+    """fedfair.fairness.composition on every site's held-out rows together, by level."""
+    losses = np.concatenate([losses for _, losses in data])
+    values = np.concatenate([table[column].fillna(MISSING_LEVEL).to_numpy(dtype=str) for table, _ in data])
+    return {share.cell[0]: share for share in composition(above_threshold_weights(losses, THRESHOLD), {column: values})}
+
+
+# ---------------------------------------------------------------- the columns a plan may name
+
+
+def test_the_label_and_listed_categorical_columns_are_counted_in_the_plans_order() -> None:
+    columns = composition_columns(SCHEMA, ["sex", "income", "race"])
+    assert columns == (
+        CompositionColumn("sex", ("female", "male", MISSING_LEVEL)),  # the schema imputes gaps
+        CompositionColumn("income", ("low", "high"), label=True),
+        CompositionColumn("race", (*RACES, MISSING_LEVEL)),
+    )
+    assert composition_length(columns) == TOTALS + 2 * (3 + 2 + 5)
+    assert composition_columns(SCHEMA, []) == () and composition_length(()) == 0
+    refusing = Schema("income", ("low", "high"), (Column("race", "categorical", RACES),))
+    assert composition_columns(refusing, ["race"])[0].levels == RACES  # no gaps, no <missing> level
+
+
+@pytest.mark.parametrize(
+    ("schema", "names", "message"),
+    [
+        (SCHEMA, ["rase"], r"names 'rase', which is not a column of the \[schema\] \(did you mean 'race'\?\); name "
+         r"categorical columns with listed categories or the label 'income'"),
+        (SCHEMA, ["age"], r"names 'age', a numeric column, which has no categories to count; remove it, or bin it"),
+        (SCHEMA, ["country"], r"names 'country', whose categories are learnt .*; list its categories in the \[schema\]"),
+        (SCHEMA, ["race", "race"], r"lists 'race' twice"),
+        (None, ["race"], r"composition needs a \[schema\].*add a \[schema\] or remove composition"),
+    ],
+)  # fmt: skip
+def test_a_column_that_cannot_be_counted_is_refused_with_the_fix(
+    schema: Schema | None, names: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        composition_columns(schema, names)
+    assert str(caught.value).startswith("[evaluation] composition") and "\n" not in str(caught.value)
+
+
+def test_held_out_levels_are_the_tables_codes_with_gaps_at_missing() -> None:
+    table = pd.DataFrame({"race": ["asian", "white"], "sex": [None, "male"], "income": ["high", "low"]})
+    columns = composition_columns(SCHEMA, ["race", "sex", "income"])
+    assert held_out_levels(SCHEMA, columns, table, "t").tolist() == [[2, 2, 1], [0, 1, 0]]
+    with pytest.raises(ConfigError, match=r"t: column 'race' has values not among its \[schema\] categories"):
+        held_out_levels(SCHEMA, columns, table.assign(race=["asian", "martian"]), "t")
+
+
+# ---------------------------------------------------------------- one site's counts
+
+
+def test_a_sites_counts_are_its_rows_above_c_and_all_its_rows_each_column_suppressed() -> None:
+    columns = composition_columns(SCHEMA, ["race", "income"])
+    levels = np.array([[0, 0]] * 30 + [[1, 1]] * 12 + [[3, 1]] * 4)
+    losses = np.array([2.0] * 20 + [0.5] * 10 + [2.0] * 12 + [2.0, 0.1, 0.1, 0.1])
+    counts = local_counts(columns, levels, losses, THRESHOLD, 10)
+    assert counts[:TOTALS].tolist() == [33, 46]  # rows above c, rows: sent as they are
+    race_worst, race_all, income_worst, income_all = np.split(counts[TOTALS:], np.cumsum([5, 5, 2]))
+    # white 20, black 12, other 1 above c: 'other' is withheld, and with it the smallest sent count.
+    assert race_worst.tolist() == [20, 0, 0, 0, 0]
+    assert race_all.tolist() == [30, 0, 0, 0, 0]
+    assert income_worst.tolist() == [20, 13] and income_all.tolist() == [30, 16]
+    with pytest.raises(ConfigError, match=r"levels have shape \(46, 2\) for 3 losses"):
+        local_counts(columns, levels, losses[:3], THRESHOLD, 10)
+
+
+# ---------------------------------------------------------------- the decoded sum against the pooled rows
+
+
+def test_without_small_counts_the_federated_composition_is_the_pooled_one() -> None:
+    data = sites()
+    columns = composition_columns(SCHEMA, ["race", "sex", "income"])
+    # min_category_count 1 withholds nothing: every present cell comes back exactly, absent ones as None.
+    reported = composition_from_sums(columns, summed(columns, data, 1), THRESHOLD, 1)
+    losses = np.concatenate([losses for _, losses in data])
+    assert reported["worst_rows"] == int((losses > THRESHOLD).sum()) and reported["rows"] == losses.size
+    for column in columns:
+        expected = pooled(column.name, data)
+        for cell in reported["columns"][column.name]:
+            share = expected.get(cell["level"])
+            if share is None or share.worst_rows == 0:
+                assert cell["worst_rows"] is None and cell["worst_share"] is None
+            else:
+                assert (cell["worst_rows"], cell["worst_share"]) == (share.worst_rows, share.worst_share)
+            if share is not None:
+                assert (cell["rows"], cell["overall_share"]) == (share.rows, share.overall_share)
+
+
+def test_small_counts_come_back_suppressed_never_as_a_number() -> None:
+    data = sites()
+    minimum = SCHEMA.min_category_count
+    columns = composition_columns(SCHEMA, ["race", "sex"])
+    reported = composition_from_sums(columns, summed(columns, data, minimum), THRESHOLD, minimum)
+    withheld_somewhere = 0
+    for column in columns:
+        expected = pooled(column.name, data)
+        for index, cell in enumerate(reported["columns"][column.name]):
+            level = cell["level"]
+            for key, share_key, above in (("worst_rows", "worst_share", True), ("rows", "overall_share", False)):
+                # What each site let out of this cell under the rule, and what it truly holds.
+                sent = true = 0
+                for table, losses in data:
+                    levels = held_out_levels(SCHEMA, columns, table, "site")[:, columns.index(column)]
+                    chosen = levels[losses > THRESHOLD] if above else levels
+                    cells = np.bincount(chosen, minlength=len(column.levels))
+                    sent += int(suppress_small_cells(cells, minimum)[index])
+                    true += int(cells[index])
+                if sent < minimum:
+                    assert cell[key] is None and cell[share_key] is None, (level, key)
+                else:
+                    assert cell[key] == sent >= minimum
+                if sent != true:
+                    withheld_somewhere += 1
+                elif cell[key] is not None:
+                    share = expected[level]
+                    assert cell[key] == (share.worst_rows if above else share.rows)
+                    assert cell[share_key] == (share.worst_share if above else share.overall_share)
+    assert withheld_somewhere > 0  # the third site's few 'other' rows, and its gaps in sex
+    assert reported["suppressed"] > 0
+
+
+def test_the_aggregator_applies_the_rule_again_so_a_faulty_sites_small_count_cannot_be_read() -> None:
+    columns = (CompositionColumn("race", RACES),)
+    # Above c: white 40, black 30, asian 3 (a faulty site sent it unsuppressed), other 0; 73 in all.
+    vector = np.array([73, 200, 40, 30, 3, 0, 100, 60, 40, 0], dtype=np.float64)
+    reported = composition_from_sums(columns, vector, THRESHOLD, 10)
+    cells = {cell["level"]: cell for cell in reported["columns"]["race"]}
+    # 3 is withheld, and 30 with it: the reported figures leave 33 rows unattributed, never 3.
+    assert [cells[race]["worst_rows"] for race in RACES] == [40, None, None, None]
+    assert cells["white"]["worst_share"] == 40 / 73 and reported["worst_rows"] == 73
+    assert [cells[race]["rows"] for race in RACES] == [100, 60, 40, None]
+
+
+@pytest.mark.parametrize(
+    ("vector", "message"),
+    [
+        ([10, 20, 11, 0, 20, 0], r"counts of 'sex' are inconsistent \(negative, or more rows than the total\)"),
+        ([10, 20, -1, 0, 20, 0], r"counts of 'sex' are inconsistent"),
+        ([10, 20, 10, 0], r"composition sum has shape \(4,\), but the plan's columns make \(6,\)"),
+    ],
+)
+def test_sums_no_honest_sites_add_up_to_are_refused(vector: list[float], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        composition_from_sums((CompositionColumn("sex", ("female", "male")),), np.array(vector, float), 1.0, 10)
