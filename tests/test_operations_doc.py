@@ -26,7 +26,7 @@ RUNBOOK = ROOT / "docs" / "operations.md"
 SECTION = "## What the aggregator says"
 MODULES = (
     "loop", "quorum", "network", "start", "servicer", "board", "driver", "checks", "limits", "stages", "lock",
-    "commands", "checkpoint", "statistics",
+    "commands", "checkpoint", "statistics", "evaluation",
 )
 """Where the aggregator's operator-facing text lives (fedfair/runtime/aggregator/)."""
 

@@ -10,6 +10,7 @@ The aggregator package's pieces are small and separate:
 - :mod:`~fedfair.runtime.aggregator.driver`: one secure (or plain) sum over the network;
 - :mod:`~fedfair.runtime.aggregator.checks`: what an upload and a sum must pass;
 - :mod:`~fedfair.runtime.aggregator.checkpoint`: atomic checkpoints, the round log, the final model;
+- :mod:`~fedfair.runtime.aggregator.evaluation`: the federated evaluation's sum and its record;
 - this module: the rounds.
 
 Once the quorum is there the first round of a process gives the rest of the plan up to the
@@ -38,7 +39,6 @@ from fedfair.core import server
 from fedfair.core.errors import ConfigError
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
-from fedfair.fairness import sums
 from fedfair.runtime.aggregator.bundles import (
     checkpoint_encoder,
     model_settings,
@@ -61,12 +61,12 @@ from fedfair.runtime.aggregator.checks import (
     screen_plain_update,
 )
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
+from fedfair.runtime.aggregator.evaluation import federated_evaluation
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.network import Network
 from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.aggregator.statistics import StatisticsAborted, statistics_encoder
 from fedfair.runtime.contract import (
-    EVALUATION,
     TRAINING,
     training_download,
     update_dimension,
@@ -401,7 +401,8 @@ class RoundLoop:
         return record
 
     def evaluate(self, round_number: int) -> dict[str, Any]:
-        """Federated worst / best / mean test risk of the output model (theta-bar, c-bar), from secure sums."""
+        """Federated worst / best / mean test risk of the output model (theta-bar, c-bar), from secure sums
+        (and at the final round the worst group's composition, when the plan names columns)."""
         board, state = self.network.board, self.checkpoint.state
         participants = board.connected() - self.excluded.keys()
         needed = max(self.plan.quorum.min_collaborators, 2 if self.plan.secure_aggregation.enabled else 1)
@@ -412,16 +413,8 @@ class RoundLoop:
             return {"status": "skipped", "reason": "too few collaborators connected"}
         model = (state.theta_average.numpy(), state.c_average)
         try:
-            outcome = self.driver.run(
-                round_number, EVALUATION, participants, sums.vector_length(), sums.ENCODING, model,
-                start_input=self.start_input,
-            )
-            report = sums.report_from_sums(
-                outcome.weighted_sum,
-                self.plan.evaluation.thresholds(),
-                self.plan.objective.rho,
-                min_bucket_count=self.plan.evaluation.min_bucket_count,
-                sum_error=outcome.error_bound,
+            outcome, result = federated_evaluation(
+                self.plan, self.driver, round_number, participants, model, self.start_input
             )
         except (RoundAborted, ConfigError) as error:
             logger.warning("round %d: evaluation aborted: %s", round_number, error)
@@ -429,22 +422,6 @@ class RoundLoop:
             if isinstance(error, RoundAborted):
                 self._exclude(round_number, error.culprits, aborted)
             return aborted
-        result = {
-            "status": "done",
-            "round": round_number,
-            "collaborators": len(outcome.contributors),
-            **report.to_dict(),
-        }
         self._exclude(round_number, outcome.culprits, result)
         self.evaluation = result
-        logger.info(
-            "round %d evaluation (held-out, rho = %g): worst %.4f, mean %.4f, best %.4f, accuracy %.4f",
-            round_number,
-            report.rho,
-            report.worst_risk,
-            report.mean_risk,
-            report.best_risk,
-            report.accuracy,
-        )
         return result
-

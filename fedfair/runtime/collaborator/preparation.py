@@ -41,6 +41,7 @@ from fedfair.runtime.collaborator.trainer import (
     encoded_data,
 )
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS
+from fedfair.runtime.composition import composition_columns
 from fedfair.runtime.failures import (
     FEDERATION_MISMATCH,
     LOCAL_BINDINGS,
@@ -140,14 +141,17 @@ def join(
 
 def encode_table(config: CollaboratorConfig, joined: Joined, payload: bytes) -> tuple[LocalData, SharedSettings]:
     """Encode this institution's table with the federation's encoder (`payload`, the first start stage's
-    input under a [schema]): its data and the plan's settings with the model that encoder implies."""
+    input under a [schema]): its data (with its held-out rows' levels in the plan's composition columns)
+    and the plan's settings with the model that encoder implies."""
     schema = joined.shared.schema
     assert schema is not None and joined.schema_table is not None
     try:
         encoder = read_encoder_payload(payload, schema)
     except ConfigError as error:
         raise WireError(str(error)) from None
-    return encoded_data(config, joined.schema_table, encoder), dataclasses.replace(
+    # The held-out rows' levels in the plan's composition columns are kept for the final evaluation.
+    composition = composition_columns(schema, joined.shared.evaluation.composition)
+    return encoded_data(config, joined.schema_table, encoder, composition), dataclasses.replace(
         joined.shared, model=model_for(joined.shared.model, encoder, config.factories)
     )
 

@@ -4,7 +4,9 @@ A :class:`RoundJob` is built once this institution's trainer exists (from the fe
 :mod:`fedfair.runtime.collaborator.preparation`) and kept for the whole process. For TRAIN
 it downloads (theta_t, c_t) (with drift correction, the server's control variate sigma in
 the same download) and returns the job that trains, bounds and encodes the update; for
-EVALUATE, the job that answers the evaluation's threshold queries on the held-out losses.
+EVALUATE, the job that answers the evaluation's threshold queries on the held-out losses and,
+at the final round of a plan with ``[evaluation] composition``, counts who is above the
+evaluated model's c by category (:mod:`fedfair.runtime.composition`).
 
 An update with NaN or Inf is refused before masking (the collaborator withdraws from the
 round), and so is one whose control variate (drift correction) lies beyond the plan's clip,
@@ -35,7 +37,7 @@ import hashlib
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +53,7 @@ from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import Participant, Work
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
+from fedfair.runtime.composition import CompositionColumn, local_counts
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
@@ -344,13 +347,18 @@ class RoundJob:
     def evaluate(
         self, stub: pb_grpc.FederationStub, binding: pb.Binding, answers: Callable[[torch.Tensor], np.ndarray]
     ) -> Callable[[], Work]:
-        """Download the model to evaluate; return the job that makes this institution's answers (by `answers`)."""
-        theta, c = self.download(stub, binding)  # the evaluation's thresholds depend on the plan, not on c
+        """Download the model to evaluate; return the job that makes this institution's answers (by `answers`),
+        followed at the final round, when the plan names composition columns, by its composition counts."""
+        # The threshold sums' grid depends on the plan, not on c; only the composition counts use c.
+        theta, c = self.download(stub, binding)
         view = self.view_of(binding.round, "evaluate", model_digest(theta, c))
+        columns = self.shared.counted_columns(binding.round)
 
         def job() -> Work:
             try:
                 answered = answers(torch.from_numpy(theta))
+                if columns:
+                    answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), c, columns)])
             except ConfigError as error:
                 logger.warning("%s: round %d evaluation: not contributing: %s", self.config.name, binding.round, error)
                 return Work(binding.round, EVALUATION, None, 0.0)
@@ -367,3 +375,17 @@ class RoundJob:
         assert data is not None and model is not None  # a Prepared without them evaluates elsewhere
         result = evaluate(model, theta, data.test)
         return sums.local_answers(result.losses, 1.0 - result.correct, self.shared.evaluation.thresholds())
+
+    def composition_counts(self, theta: torch.Tensor, c: float, columns: Sequence[CompositionColumn]) -> np.ndarray:
+        """This institution's counts, per category of `columns` (its own plan's), of its held-out rows whose
+        loss is above c and of all of them, each column's suppressed by the schema's small-cell rule
+        (:func:`fedfair.runtime.composition.local_counts`).
+
+        The held-out losses are computed again rather than shared with :meth:`evaluation_answers`,
+        whose seam (`Collaborator._evaluation_answers`) takes theta alone: one more pass over the
+        held-out rows, at the final evaluation only."""
+        data, model, schema = self.prepared.data, self.prepared.evaluation_model, self.shared.schema
+        # Composition columns need a [schema] (settings), whose encoding kept the held-out levels.
+        assert data is not None and data.held_out_levels is not None and model is not None and schema is not None
+        losses = evaluate(model, theta, data.test).losses
+        return local_counts(columns, data.held_out_levels, losses, c, schema.min_category_count)

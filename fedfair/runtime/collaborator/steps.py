@@ -129,11 +129,13 @@ class Participant:
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
         """The kind, vector length and encoding this aggregation must have: a training update (2 (d + 1)
-        long with drift correction, its control variates included), the evaluation's sums, or (round 0 of a plan with a [schema]) the table statistics."""
+        long with drift correction, its control variates included), the evaluation's sums (at the final
+        round with the plan's composition counts), or (round 0 of a plan with a [schema]) the table statistics."""
         if work.stages is EVALUATION:
             if self.shared.schema is not None and work.round == STATISTICS_ROUND:
                 return STATISTICS_KIND, statistics_dimension(self.shared.schema), STATISTICS_ENCODING
-            return "evaluate", sums.vector_length(), sums.ENCODING
+            # The length, composition counts included, is this plan's: no column name travels in a round.
+            return "evaluate", self.shared.evaluation_length(work.round), sums.ENCODING
         dimension = update_dimension(self.parameters, self.shared.training.corrects_drift)
         return "train", dimension, self.shared.secure_aggregation.encoding()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +35,7 @@ from fedfair.datasets.values import check_table
 from fedfair.datasets.tabular import as_strings, read_table, split_rows
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.composition import CompositionColumn, held_out_levels
 from fedfair.runtime.failures import DATA_MISMATCH, LOCAL_DATA, PermanentFailure
 from fedfair.runtime.plan import SharedSettings, load_shared_settings
 from fedfair.runtime.influence import declared_batch
@@ -54,6 +55,9 @@ class LocalData:
     seed_index: int
     num_classes: int
     image_shape: tuple[int, ...] | None
+    held_out_levels: np.ndarray | None = None
+    """Under a [schema] with [evaluation] composition: each held-out row's level in each composition
+    column (`fedfair.runtime.composition.held_out_levels`), rows in the order of `test`."""
 
 
 def name_seed_index(name: str) -> int:
@@ -164,14 +168,18 @@ def check_pinned_table(config: CollaboratorConfig, table: LocalTable) -> None:
         check_schema_table(config, shared, table)
 
 
-def encoded_data(config: CollaboratorConfig, table: SchemaTable, encoder: Encoder) -> LocalData:
-    """The checked table encoded with the federation's encoder (the same statistics at every site)."""
+def encoded_data(
+    config: CollaboratorConfig, table: SchemaTable, encoder: Encoder, composition: Sequence[CompositionColumn] = ()
+) -> LocalData:
+    """The checked table encoded with the federation's encoder (the same statistics at every site), with
+    its held-out rows' levels in the plan's `composition` columns when it names any."""
     parts = []
     for split, rows in (("train", table.train), ("test", table.test)):
         features, labels = encoder.encode(rows, table.source)
         assert labels is not None  # check_schema_table required the label column
         parts.append(ClientData(f"{config.name}-{split}", torch.from_numpy(features), torch.from_numpy(labels).long()))
-    return LocalData(parts[0], parts[1], name_seed_index(config.name), len(encoder.class_names), None)
+    levels = held_out_levels(encoder.schema, composition, table.test, table.source) if composition else None
+    return LocalData(parts[0], parts[1], name_seed_index(config.name), len(encoder.class_names), None, levels)
 
 
 def load_local_data(

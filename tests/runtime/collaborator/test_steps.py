@@ -15,9 +15,10 @@ from fedfair.core.errors import ConfigError
 from fedfair.runtime.collaborator import steps
 from fedfair.runtime.collaborator.bindings import BindingRefused, Bindings
 from fedfair.runtime import plan
-from fedfair.runtime.contract import TRAINING, RoundParameters
+from fedfair.fairness import sums
+from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters
 from fedfair.secagg.messages import SurvivorSet
-from tests.runtime.test_plan import aggregator_plan
+from tests.runtime.test_plan import aggregator_plan, schema_plan
 from tests.secagg.helpers import Harness, make_config
 
 NO_PARTICIPANT: Any = SimpleNamespace(survivor_floor=2)
@@ -134,3 +135,39 @@ def test_the_aggregator_cannot_choose_the_masking_graph() -> None:
     for parameters, field in steered:
         with pytest.raises(steps.RoundRefused, match=f"differ from the plan \\({field}\\)"):
             me.check_parameters(work, parameters.to_bytes())
+
+
+def test_a_round_asking_for_composition_counts_the_pinned_plan_does_not_name_is_refused() -> None:
+    """The columns a collaborator counts are its own plan's: a round states only the vector's length, so an
+    aggregator that asks for another column (or for the counts before the final round) asks for another
+    length, and is refused; no field of a round's parameters can name a column."""
+    assert {field.name for field in dataclasses.fields(RoundParameters)} == {
+        "kind", "round", "secure", "parties", "dimension", "encoding", "threshold", "neighbours", "max_colluding",
+        "graph_roster", "graph_seed",
+    }  # fmt: skip
+    shared = plan.load_shared_settings(plan.shared_settings(schema_plan(composition=["race"])))
+    asking_more = plan.load_shared_settings(plan.shared_settings(schema_plan(composition=["race", "income"])))
+    key = ec.generate_private_key(ec.SECP256R1())
+    me = steps.Participant("hospital-a", shared, 10, key, b"", lambda credential, name: None)
+    final = shared.training.rounds
+    for round_number, dimension in (
+        (final, asking_more.evaluation_length(final)),  # a column the pinned plan does not list
+        (final, sums.vector_length()),  # the final evaluation without the plan's counts
+        (final - 1, shared.evaluation_length(final)),  # the counts at an earlier evaluation
+    ):
+        work = steps.Work(round_number, EVALUATION, None, 1.0)
+        kind, expected, encoding = me.expected(work)
+        assert kind == "evaluate" and expected != dimension
+        secure = shared.secure_aggregation
+        parameters = RoundParameters(
+            kind, round_number, True, ("hospital-a", "hospital-b", "hospital-c"), dimension, encoding,
+            secure.threshold, secure.mask_neighbours(3), secure.max_colluding,
+            graph_roster=("hospital-a", "hospital-b", "hospital-c"),
+        )  # fmt: skip
+        parameters = dataclasses.replace(parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, EVALUATION))
+        with pytest.raises(steps.RoundRefused, match=r"differ from the plan \(dimension\)"):
+            me.check_parameters(work, parameters.to_bytes())
+        # The same round with the length the plan implies passes.
+        honest = dataclasses.replace(parameters, dimension=expected)
+        honest = dataclasses.replace(honest, graph_seed=honest.implied_graph_seed(shared.federation_id, EVALUATION))
+        assert me.check_parameters(work, honest.to_bytes()).dimension == expected

@@ -1,0 +1,190 @@
+"""The federated evaluation: one sum of the plan's length, its risks and, at the final round, who is in the
+worst-off group, checked against the pooled composition of every site's held-out rows.
+
+The fast test hands the evaluation a driver that returns a sum the test made; the slow one runs a
+federation of three institutions' own tables under a [schema] with real gRPC over loopback mutual TLS
+(threads of this process), and compares the composition the aggregator reports, from secure sums only,
+with `fedfair.fairness.composition` on every site's held-out rows put together.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedfair.bundle import load_bundle
+from fedfair.core.data import ClientData
+from fedfair.core.evaluation import evaluate
+from fedfair.datasets.encoder import Encoder
+from fedfair.datasets.schema import draft_schema
+from fedfair.datasets.statistics import suppress_small_cells
+from fedfair.fairness import sums
+from fedfair.fairness.composition import above_threshold_weights, composition
+from fedfair.research.workspace import make_workspace
+from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
+from fedfair.runtime.aggregator.checkpoint import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, read_round_log
+from fedfair.runtime.aggregator.checks import SumOutcome
+from fedfair.runtime.aggregator.evaluation import federated_evaluation
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
+from fedfair.runtime.composition import held_out_levels, local_counts
+from fedfair.runtime.contract import EVALUATION
+from fedfair.runtime.plan import load_shared_settings, shared_settings
+from tests.federations import adult_raw_table
+from tests.runtime.harness import plan_sections, thread_federation
+from tests.runtime.test_plan import schema_plan
+
+NAMES = ["site-a", "site-b", "site-c"]
+COLUMNS = ["race", "sex", "income"]
+FEATURES = ["age", "education-num", "hours-per-week", "race", "sex", "marital-status"]
+
+
+class SummingDriver:
+    """Stands in for the sum driver: records what it was asked and returns `summed` as the round's sum."""
+
+    def __init__(self, summed: np.ndarray) -> None:
+        self.summed = summed
+        self.asked: dict[str, Any] = {}
+
+    def run(self, round_number: int, stages: Any, participants: frozenset[str], dimension: int, *args: Any, **kw: Any) -> SumOutcome:
+        self.asked = {"round": round_number, "stages": stages, "dimension": dimension}
+        return SumOutcome(self.summed, 3.0, 0.0, tuple(sorted(participants)))
+
+
+def test_the_final_evaluation_asks_for_the_plans_length_and_reports_the_composition() -> None:
+    plan = schema_plan(composition=["race", "income"])
+    columns = plan.counted_columns(plan.training.rounds)
+    rng = np.random.default_rng(1)
+    races = rng.choice(["White", "Black", "Other"], 300, p=[0.6, 0.38, 0.02])
+    table = pd.DataFrame({"race": races, "income": rng.choice(["<=50K", ">50K"], 300)})
+    losses = rng.exponential(0.7, 300)
+    levels = held_out_levels(plan.schema, columns, table, "site")
+    summed = np.concatenate(
+        [
+            sums.local_answers(losses, np.zeros(300), plan.evaluation.thresholds()),
+            local_counts(columns, levels, losses, 0.9, 10),
+        ]
+    )
+    driver = SummingDriver(summed)
+    participants = frozenset(NAMES)
+    _, result = federated_evaluation(plan, driver, plan.training.rounds, participants, (np.zeros(3), 0.9))
+    assert driver.asked == {"round": 50, "stages": EVALUATION, "dimension": plan.evaluation_length(50)}
+    assert result["status"] == "done" and result["samples"] == 300 and result["collaborators"] == 3
+    reported = result["composition"]
+    assert reported["threshold"] == 0.9 and reported["worst_rows"] == int((losses > 0.9).sum())
+    shares = {cell["level"]: cell for cell in reported["columns"]["race"]}
+    assert shares["Other"]["worst_rows"] is None  # about 6 rows in all: below min_category_count
+    expected = {share.cell[0]: share for share in composition(above_threshold_weights(losses, 0.9), {"race": races})}
+    assert shares["White"]["worst_share"] == expected["White"].worst_share
+    # An earlier evaluation asks for the threshold sums alone and reports no composition.
+    driver = SummingDriver(summed[: sums.vector_length()])
+    _, earlier = federated_evaluation(plan, driver, 10, participants, (np.zeros(3), 0.9))
+    assert driver.asked["dimension"] == sums.vector_length() and "composition" not in earlier
+
+
+def institutions(table: pd.DataFrame) -> list[pd.DataFrame]:
+    """Three sites cut from Adult; only the third holds Amer-Indian-Eskimo rows, 20 of them, of which 5 are
+    held out (the split is drawn within each race): a pooled count below min_category_count."""
+    rare = table["race"] == "Amer-Indian-Eskimo"
+    common = table[~rare & table["race"].isin(["White", "Black", "Asian-Pac-Islander"])]
+    return [common.iloc[:2400], common.iloc[2400:4400], pd.concat([common.iloc[4400:6000], table[rare].iloc[:20]])]
+
+
+@pytest.mark.slow
+def test_the_federated_composition_is_the_pooled_one_but_for_suppressed_cells(tmp_path: Path) -> None:
+    table = adult_raw_table()
+    schema = draft_schema(table, "income", FEATURES)
+    paths = []
+    for name, site in zip(NAMES, institutions(table), strict=True):
+        paths.append(tmp_path / "tables" / f"{name}.csv")
+        paths[-1].parent.mkdir(exist_ok=True)
+        site.to_csv(paths[-1], index=False)
+    workspace = make_workspace(
+        tmp_path / "federation",
+        NAMES,
+        plan=plan_sections(
+            # Steps large enough for c-bar to come down from the bound into the losses within a few rounds.
+            objective={"bound": 3.0},
+            training={"rounds": 8, "local_steps": 5, "lr": 0.5, "threshold_lr": 0.5, "batch_fraction": 0.05},
+            quorum={"min_collaborators": 3},
+            evaluation={"composition": COLUMNS},
+        ),
+        data={name: {"csv": str(path), "group": "race"} for name, path in zip(NAMES, paths, strict=True)},
+    )
+    workspace.plan.write_text(workspace.plan.read_text() + "\n" + schema.to_toml())
+    with thread_federation(workspace) as federation:
+        federation.join(300)
+    assert not federation.errors, federation.errors
+    final = read_round_log(workspace.output)[-1]["evaluation"]
+    assert final["status"] == "done" and final["collaborators"] == 3
+    reported = final["composition"]
+    assert json.loads((workspace.output / FINAL_SUMMARY_NAME).read_text())["evaluation"]["composition"] == reported
+
+    # Each site's held-out rows and losses under the evaluated model (theta-bar, c-bar), as each site has them.
+    output = torch.load(workspace.output / FINAL_MODEL_NAME, weights_only=True)
+    c = output["c_average"]
+    assert reported["threshold"] == c
+    bundle = load_bundle(workspace.output / BUNDLE_NAME)
+    assert bundle.encoder is not None
+    encoder = Encoder.from_mapping(bundle.encoder, "the bundle")
+    model = bundle.build_model()
+    shared = load_shared_settings(shared_settings(federation.plan))
+    held_out = []
+    for name in NAMES:
+        config = load_collaborator_config(workspace.configs[name])
+        rows = check_schema_table(config, shared, LocalTable(None, pd.read_csv(config.data.csv))).test
+        features, labels = encoder.encode(rows, name)
+        assert labels is not None
+        data = ClientData(name, torch.from_numpy(features), torch.from_numpy(labels).long())
+        held_out.append((rows, evaluate(model, output["theta_average"], data).losses))
+    losses = np.concatenate([site_losses for _, site_losses in held_out])
+    above = losses > c
+    assert reported["worst_rows"] == int(above.sum()) and reported["rows"] == losses.size
+
+    minimum = schema.min_category_count
+    suppressed = exact = 0
+    for column in COLUMNS:
+        values = np.concatenate([rows[column].to_numpy(dtype=str) for rows, _ in held_out])
+        pooled = {share.cell[0]: share for share in composition(above_threshold_weights(losses, c), {column: values})}
+        levels = schema.classes if column == schema.label else next(
+            entry.categories for entry in schema.columns if entry.name == column
+        )
+        assert levels is not None
+        for index, cell in enumerate(reported["columns"][column]):
+            level = cell["level"]
+            assert level == levels[index]
+            for key, share_key, worst in (("worst_rows", "worst_share", True), ("rows", "overall_share", False)):
+                site_counts = [
+                    np.bincount(pd.Index(levels).get_indexer(rows[column][site_losses > c] if worst else rows[column]),
+                                minlength=len(levels))
+                    for rows, site_losses in held_out
+                ]  # fmt: skip
+                true = sum(int(counts[index]) for counts in site_counts)
+                sent = sum(int(suppress_small_cells(counts, minimum)[index]) for counts in site_counts)
+                if sent < minimum:
+                    # Below the rule, at a site or in the sum: suppressed, never a number.
+                    assert cell[key] is None and cell[share_key] is None, (column, level, key)
+                    suppressed += 0 < true
+                elif sent == true:
+                    share = pooled[level]
+                    assert cell[key] == (share.worst_rows if worst else share.rows), (column, level, key)
+                    assert cell[share_key] == (share.worst_share if worst else share.overall_share)
+                    exact += 1
+                else:
+                    assert cell[key] == sent  # some site withheld a few rows of this cell: what the others sent
+    # The 5 held-out Amer-Indian-Eskimo rows are present in the pooled rows, and never reported as a number.
+    eskimo = next(cell for cell in reported["columns"]["race"] if cell["level"] == "Amer-Indian-Eskimo")
+    assert eskimo["rows"] is None and eskimo["worst_rows"] is None
+    assert suppressed >= 2 and exact >= 8
+    assert all(
+        cell[key] is None or cell[key] >= minimum
+        for cells in reported["columns"].values()
+        for cell in cells
+        for key in ("worst_rows", "rows")
+    )
