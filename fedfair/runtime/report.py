@@ -4,7 +4,8 @@ The page is drawn from what the aggregator writes into its output folder:
 
 - ``rounds.jsonl`` (one record per round, trimmed on resume, so one per round the model
   went through): who took part, contributed, dropped out or was excluded; c and c-bar;
-  each stage's seconds; the federated evaluation's held-out risks;
+  each stage's seconds; the federated evaluation's held-out risks and, at the final round of a plan
+  with ``[evaluation] composition``, who is in the worst-off group;
 - ``events.jsonl`` (optional): the federation's id and roster (``start``), the epsilon each
   site chose to share (``round``), spent budgets (``status``);
 - ``model_bundle.pt`` (optional, read as data with ``torch.load(weights_only=True)`` by
@@ -59,6 +60,7 @@ def render(run: Run) -> str:
     title = f"fedfair run report: {start.get('federation_id', run.folder.name)}"
     sections = (
         ("risks", "Worst-group and mean risk", _risks_section(run)),
+        ("composition", "Who is in the worst-off group", _composition_section(run)),
         ("threshold", "Threshold c", _threshold_section(run)),
         ("contributions", "Who took part", _contributions_section(run)),
         ("privacy", "Differential privacy", _privacy_section(run)),
@@ -83,6 +85,7 @@ td,th{border:1px solid #ddd;padding:.15em .4em;text-align:center}
 th.name{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
 .matrix{overflow-x:auto}
 .contributed{background:#c8e6c9}.late{background:#e6f4d7}.dropped{background:#ffcdd2;font-weight:bold}
+.composition{display:inline-table;margin:0 1em 1em 0;vertical-align:top}.suppressed{color:#888;font-style:italic}
 .excluded{background:#b71c1c;color:#fff}.aborted{background:#ffe0b2}.out{background:#e0e0e0}.absent{background:#fff}
 svg{max-width:100%;height:auto}
 """
@@ -132,6 +135,48 @@ def _risks_section(run: Run) -> str:
         None if run.classes is None else uniform_risk(run.classes),
     )
     return svg(figure) + note + skipped
+
+
+def _counted(share: float | None, count: int | None) -> str:
+    """A share and its rows as two table cells; a suppressed count (None) is said, never shown."""
+    if count is None or share is None:
+        return '<td class="suppressed">suppressed</td><td class="suppressed"></td>'
+    return f"<td>{100 * share:.1f}%</td><td>{count:,}</td>"
+
+
+def _composition_section(run: Run) -> str:
+    counted = [record["evaluation"] for record in run.rounds if "composition" in (record.get("evaluation") or {})]
+    if not counted:
+        return (
+            "<p>No composition: the plan's [evaluation] composition names no column, or the final evaluation "
+            "has not finished.</p>"
+        )
+    evaluation = counted[-1]
+    composition = evaluation["composition"]
+    minimum = composition["min_category_count"]
+    tables = []
+    for column, cells in composition["columns"].items():
+        rows = "".join(
+            f'<tr><th>{html.escape(str(cell["level"]))}</th>{_counted(cell["worst_share"], cell["worst_rows"])}'
+            f'{_counted(cell["overall_share"], cell["rows"])}</tr>'
+            for cell in cells
+        )
+        tables.append(
+            f'<table class="composition" data-column="{html.escape(column)}"><thead><tr><th>{html.escape(column)}</th>'
+            "<th>worst group</th><th>rows</th><th>everyone</th><th>rows</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+        )
+    worst, everyone = (
+        f"{value:,}" if value is not None else f"fewer than {minimum}"
+        for value in (composition["worst_rows"], composition["rows"])
+    )
+    return "".join(tables) + (
+        f"<p class=note>Round {evaluation['round']}'s evaluation: the held-out rows whose loss is above c-bar = "
+        f"{composition['threshold']:.4f} (the worst group, {worst} of {everyone} rows), by category, beside "
+        f"every held-out row; from secure sums of each site's counts. A count below min_category_count = "
+        f"{minimum} is withheld at each site and in the sum, and shown as suppressed, so a column's shares can "
+        "add up to less than 100%.</p>"
+    )
 
 
 def _applied(run: Run) -> list[dict[str, Any]]:
@@ -259,7 +304,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "report",
         help="draw an aggregator's run as one self-contained HTML page",
         description="Draw the run in an aggregator's output folder (rounds.jsonl, events.jsonl, the model bundle) "
-        "as one HTML page: risks, threshold, who took part, DP epsilon, stage times. No network needed to view it.",
+        "as one HTML page: risks, the worst group's composition, threshold, who took part, DP epsilon, stage "
+        "times. No network needed to view it.",
     )
     parser.add_argument("output_dir", type=Path, metavar="OUTPUT_DIR", help="the aggregator's output folder")
     parser.add_argument("--out", type=Path, help=f"where to write the page (default OUTPUT_DIR/{REPORT_NAME})")

@@ -48,6 +48,23 @@ def evaluation(round_number: int, worst: float, mean: float) -> dict[str, Any]:
     }  # fmt: skip
 
 
+COMPOSITION: dict[str, Any] = {
+    "threshold": 0.5736, "min_category_count": 10, "worst_rows": 561, "rows": 1504, "suppressed": 3,
+    "columns": {
+        "race": [
+            {"level": "Amer-Indian-Eskimo", "worst_share": None, "overall_share": None, "worst_rows": None, "rows": None},
+            {"level": "Black", "worst_share": None, "overall_share": 0.1011, "worst_rows": None, "rows": 152},
+            {"level": "White", "worst_share": 0.6471, "overall_share": 0.8650, "worst_rows": 363, "rows": 1301},
+        ],
+        "sex": [
+            {"level": "Female", "worst_share": 0.1426, "overall_share": 0.3132, "worst_rows": 80, "rows": 471},
+            {"level": "Male", "worst_share": 0.8574, "overall_share": 0.6868, "worst_rows": 481, "rows": 1033},
+        ],
+    },
+}  # fmt: skip
+"""A final evaluation's composition as `composition_from_sums` reports it: suppressed counts are None."""
+
+
 def applied(
     round_number: int, participants: list[str], contributors: list[str], dropped: dict[str, list[str]], c: float
 ) -> dict[str, Any]:
@@ -73,7 +90,7 @@ def write_run(folder: Path) -> list[dict[str, Any]]:
         },
         {**applied(4, ["site-a", "site-c"], ["site-a", "site-c"], {}, 9.6), "evaluation": evaluation(4, 0.70, 0.68),
          "readmitted": ["site-b"]},
-        {**applied(5, NAMES, NAMES, {}, 9.5), "evaluation": evaluation(5, 0.69, 0.66)},
+        {**applied(5, NAMES, NAMES, {}, 9.5), "evaluation": {**evaluation(5, 0.69, 0.66), "composition": COMPOSITION}},
     ]  # fmt: skip
     events = EventLog(folder)
     events.emit("start", federation_id="fed-test", pid=1, resume=False, first_round=1, rounds=5, collaborators=NAMES)
@@ -133,7 +150,7 @@ def test_the_page_is_self_contained_and_has_every_section(folder: Path) -> None:
     assert path == folder / report.REPORT_NAME
     page = path.read_text()
     assert_self_contained(page)
-    for section in ("risks", "threshold", "contributions", "privacy", "stages"):
+    for section in ("risks", "composition", "threshold", "contributions", "privacy", "stages"):
         assert f'<section id="{section}">' in page
     assert page.count("<svg") == 4  # risks, threshold, epsilon, stage times
     assert "fed-test" in page and "5 rounds recorded of 5 planned (4 applied, 1 aborted)" in page
@@ -174,6 +191,22 @@ def test_plotted_values_are_the_logs_values(folder: Path, monkeypatch: pytest.Mo
     bars = {container.get_label(): container for container in stages.axes[0].containers}
     unmask = [record["stage_seconds"]["STAGE_UNMASK"] for record in done]
     assert [patch.get_height() for patch in bars["UNMASK"]] == pytest.approx(unmask, rel=1e-12)  # top - bottom
+
+
+def test_the_worst_groups_composition_is_tabulated_with_suppressed_counts_said_never_shown(folder: Path) -> None:
+    page = report.write_report(folder).read_text()
+    tables = dict(re.findall(r'<table class="composition" data-column="(\w+)">(.*?)</table>', page))
+    assert set(tables) == {"race", "sex"}
+    assert "<tr><th>White</th><td>64.7%</td><td>363</td><td>86.5%</td><td>1,301</td></tr>" in tables["race"]
+    assert (
+        '<tr><th>Black</th><td class="suppressed">suppressed</td><td class="suppressed"></td><td>10.1%</td>'
+        "<td>152</td></tr>"
+    ) in tables["race"]
+    assert tables["race"].count(">suppressed<") == 3 and ">suppressed<" not in tables["sex"]
+    assert "Round 5's evaluation" in page and "c-bar = 0.5736 (the worst group, 561 of 1,504 rows)" in page
+    quiet = folder.parent / "quiet"
+    append_round_log(quiet, {**applied(1, NAMES, NAMES, {}, 9.8), "evaluation": evaluation(1, 0.7, 0.6)})
+    assert "No composition: the plan's [evaluation] composition names no column" in report.write_report(quiet).read_text()
 
 
 def test_privacy_lists_shared_epsilons_and_spent_budgets_or_says_there_is_no_dp(folder: Path) -> None:
