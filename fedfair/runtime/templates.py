@@ -147,6 +147,10 @@ round_timeout_seconds = 300   # each stage waits at most this long for uploads (
 
 [evaluation]
 every = 5           # federated worst-group evaluation every N rounds (0: after the last only)
+# composition = ["race", "sex"]  # with a [schema]: who is in the worst-off group at the final
+                                 # evaluation, by categorical columns with listed categories or
+                                 # the label; each site's counts by category go through the
+                                 # small-cell rule ([schema] min_category_count) into the sum
 """
 
 _SCHEMA_INTRO = """\
