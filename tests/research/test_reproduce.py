@@ -9,11 +9,22 @@ import numpy as np
 import pytest
 
 from fedfair.cli import main as cli_main
+from fedfair.core.errors import ConfigError
+from fedfair.datasets import load_dataset
 from fedfair.research import figures, reproduce, runs
 from fedfair.research.experiment import load_federation
 from fedfair.research.methods import METHODS
 from fedfair.research.flags import config_from_flags
-from fedfair.research.reproduce import METHOD_LABELS, TABLE_RHO, Point, Profile, Study, read_csv
+from fedfair.research.reproduce import (
+    METHOD_LABELS,
+    PAPER_SPLITS,
+    TABLE_RHO,
+    Point,
+    Profile,
+    Study,
+    paper_split,
+    read_csv,
+)
 from fedfair.research.runs import Run, federation_for, run_all, validation_federation
 
 pytestmark = pytest.mark.slow
@@ -97,7 +108,7 @@ def test_hyperparameters_are_chosen_on_validation_and_each_seed_differs(study: t
 def test_a_diverged_run_is_never_chosen() -> None:
     grid = Study("adult", TINY, ("dro",))
     runs = grid.selection_runs("dro", 0.3)
-    results = {run: {"worst_risk": risk} for run, risk in zip(runs, [math.nan, 0.9], strict=True)}
+    results = {run: {"rho": 0.3, "worst_risk": risk} for run, risk in zip(runs, [math.nan, 0.9], strict=True)}
     assert reproduce.chosen(grid, "dro", 0.3, results) == grid.grid("dro", 0.3)[1]
 
 
@@ -161,3 +172,72 @@ def test_the_command_refuses_what_it_cannot_run(tmp_path: Path, capsys: pytest.C
     assert "--workers must be at least 1" in capsys.readouterr().err
     assert cli_main(["reproduce", "--out", str(tmp_path), "--loss-rows", "-1"]) == 2
     assert "--loss-rows must be 0 (every row) or a positive row count" in capsys.readouterr().err
+
+
+def test_the_composition_table_describes_fedsrcvars_worst_group_by_race_and_label(
+    study: tuple[Path, dict[str, Path]],
+) -> None:
+    _, written = study
+    rows = read_csv(written["composition"])
+    assert {float(row["rho"]) for row in rows} == {0.1, 0.3}
+    for rho in ("0.1", "0.3"):
+        at = [row for row in rows if row["rho"] == rho]
+        assert sum(float(row["worst_share_mean"]) for row in at) == pytest.approx(1.0)
+        assert sum(float(row["overall_share"]) for row in at) == pytest.approx(1.0)
+    # Everyone's shares are Adult's test rows counted by hand, race by label.
+    adult = load_dataset("adult")
+    for row in rows:
+        label = adult.class_names.index(row["label"])
+        count = np.sum((adult.attributes_test["race"] == row["race"]) & (adult.y_test == label))
+        assert float(row["overall_share"]) == pytest.approx(count / len(adult.y_test))
+    bars = {patch.get_gid() for patch in figures.composition(rows, "race", "test").axes[0].patches}
+    assert bars == {"worst_share:0.1", "worst_share:0.3", "overall_share"}
+
+
+def test_a_method_without_rho_trains_once_for_every_rho() -> None:
+    profile = Profile(**{**TINY.__dict__, "rhos": (0.3, 0.5)})
+    grid = Study("adult", profile, ("fedavg", "fedsrcvar"))
+    assert grid.rhos == (0.1, 0.3, 0.5)
+    assert grid.selection_runs("fedavg", 0.3) == grid.selection_runs("fedavg", 0.5)
+    assert all(run.rhos == (0.3, 0.5) for run in grid.selection_runs("fedavg", 0.1))
+    assert grid.selection_runs("fedsrcvar", 0.3) != grid.selection_runs("fedsrcvar", 0.5)
+    assert all(run.rhos == () for run in grid.selection_runs("fedsrcvar", 0.3))
+
+
+def test_a_run_judged_at_another_rho_is_the_run_trained_at_it() -> None:
+    """FedAvg's training does not depend on rho, so judging its model at rho 0.3 must give exactly
+    what a run with --rho 0.3 reports; a rho it was not judged at is refused."""
+    flags = ("--dataset", "adult", "--method", "fedavg", "--rounds", "3", "--lr", "0.5")
+    trained_at_01 = runs.execute(Run((*flags, "--rho", "0.1"), "test", (0.3,)))
+    trained_at_03 = runs.execute(Run((*flags, "--rho", "0.3"), "test"))
+    assert runs.judged_at(trained_at_01, 0.3) == {
+        key: trained_at_03[key] for key in runs.judged_at(trained_at_01, 0.3)
+    }
+    assert runs.judged_at(trained_at_01, 0.1)["worst_risk"] > trained_at_03["worst_risk"]
+    with pytest.raises(ConfigError, match="judged at rho 0.3 only, not 0.5"):
+        runs.judged_at(trained_at_03, 0.5)
+    with pytest.raises(ConfigError, match="ask it of test runs"):
+        runs.execute(Run((*flags, "--rho", "0.1"), "validation", (), ("race",)))
+
+
+def test_a_run_key_changes_only_with_what_is_asked() -> None:
+    plain = Run(("--dataset", "adult"), "test")
+    assert plain.key == Run(("--dataset", "adult"), "test", (), ()).key
+    assert len({plain.key, Run(plain.flags, "test", (0.3,)).key, Run(plain.flags, "test", (), ("race",)).key}) == 3
+
+
+def test_each_dataset_has_its_paper_split() -> None:
+    assert paper_split("adult") == () and paper_split("census-income") == ()
+    assert paper_split("rand-hie") == ("--partition", "site", "--clients", "6")
+    assert paper_split("mnist") == ("--partition", "class", "--clients", "10")
+    assert paper_split("census-income", "previous_state", 51) == ("--partition", "previous_state", "--clients", "51")
+    assert PAPER_SPLITS["rand-hie"].model == "logreg" and PAPER_SPLITS["mnist"].model == "mlp"
+    # A split without the groups FedMinMax is told (one digit per client) leaves FedMinMax out.
+    assert not METHODS["fedsrcvar"].needs_groups and METHODS["fedminmax"].needs_groups
+
+
+def test_the_paper_study_refuses_the_drift_studys_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--alpha", "0.1"]) == 2
+    assert "--alpha sets the drift study's Dirichlet split" in capsys.readouterr().err
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--study", "drift", "--model", "mlp"]) == 2
+    assert "--model sets the paper study's model" in capsys.readouterr().err
