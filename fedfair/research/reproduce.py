@@ -348,7 +348,7 @@ def reproduce(
     # 1. Choose every method's hyperparameters on validation rows, for every rho.
     rhos = study.rhos
     # FedMinMax is told the groups of the split's column; a split by class or at random has none.
-    partition = split[1] if split else "race"
+    partition, clients = (split[1], split[3]) if split else ("race", "3")
     group_columns = set(load_dataset(dataset).attributes_train)
     grouped = partition in group_columns
     table_methods = tuple(m for m in TABLE_METHODS if m in METHODS and (grouped or not METHODS[m].needs_groups))
@@ -404,7 +404,7 @@ def reproduce(
     out.mkdir(parents=True, exist_ok=True)
     from fedfair.research import figures
 
-    where = f"{dataset} by {split[1]} ({split[3]} clients)" if split else dataset
+    where = f"{dataset} by {partition} ({clients} clients)"
     title = f"{where}, {profile.name} profile ({profile.model}, {profile.rounds} rounds, {profile.seeds} seeds)"
     written = {"rho": write_csv(out / "fig2_rho.csv", rho_rows)}
     written["rho_png"] = figures.save(figures.risks_versus_rho(read_csv(written["rho"]), uniform, title), out / "fig2_rho.png")
