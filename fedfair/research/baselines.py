@@ -59,6 +59,9 @@ def project_onto_simplex(vector: np.ndarray) -> np.ndarray:
     values = np.asarray(vector, dtype=np.float64)
     if values.ndim != 1 or values.size == 0 or not np.isfinite(values).all():
         raise ConfigError(f"can only project a non-empty finite 1-D vector onto the simplex, got shape {values.shape}")
+    # The projection of v - a is the projection of v; shifting the largest to 0 keeps
+    # u_1 - (u_1 - 1) = 1 > 0 exact, where 1e17 - (1e17 - 1) would round to 0 and keep nothing.
+    values = values - float(values.max())
     ordered = np.sort(values)[::-1]
     shifted_sums = np.cumsum(ordered) - 1.0
     ranks = np.arange(1, values.size + 1)

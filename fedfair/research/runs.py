@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 
 from fedfair.core.config import ObjectiveConfig
+from fedfair.core.server import AggregateError
 from fedfair.core.errors import ConfigError
 from fedfair.research import minimax
 from fedfair.fairness import composition, pooled
+from fedfair.fairness.report import GroupRiskReport
 from fedfair.research.experiment import (
     ExperimentConfig,
     final_report,
@@ -72,7 +74,7 @@ class Run:
 
 def judged_at(result: Mapping[str, Any], rho: float) -> Mapping[str, Any]:
     """A run's held-out report at `rho`: its own (the run's --rho) or one of its extra rhos."""
-    if math.isclose(float(result["rho"]), rho):
+    if math.isclose(float(result["rho"]), rho) or "diverged" in result:  # a diverged run is NaN at every rho
         return result
     try:
         report: Mapping[str, Any] = result["at_rho"][f"{rho:g}"]
@@ -133,7 +135,18 @@ def execute(run: Run) -> dict[str, Any]:
     torch.set_num_threads(1)
     config = config_from_flags(run.flags)
     federation = federation_for(run.flags, run.split)
-    outcome = run_method(config, federation)
+    try:
+        outcome = run_method(config, federation)
+    except AggregateError as error:  # this point of the grid diverged: its NaN risks are never chosen
+        diverged = {field.name: math.nan for field in dataclasses.fields(GroupRiskReport) if field.name != "certificate"}
+        return {
+            "flags": list(run.flags),
+            "split": run.split,
+            "classes": federation.num_classes,
+            **diverged,
+            "rho": config.objective.rho,
+            "diverged": str(error),
+        }
     report = final_report(config, federation, outcome.theta, outcome.c)
     result: dict[str, Any] = {"flags": list(run.flags), "split": run.split, "classes": federation.num_classes, **report["test"]}
     if run.rhos or run.composition:

@@ -174,6 +174,9 @@ def test_projection_examples() -> None:
     assert np.allclose(project_onto_simplex(np.array([0.2, 0.3, 0.5])), [0.2, 0.3, 0.5])
     assert np.allclose(project_onto_simplex(np.array([2.0, 0.0])), [1.0, 0.0])
     assert np.allclose(project_onto_simplex(np.array([1.0, 1.0])), [0.5, 0.5])
+    # A diverging adversary's weights (FedMinMax at 51 groups): 1e17 - (1e17 - 1) rounds to 0,
+    # so an unshifted rule kept no coordinate and failed with an IndexError.
+    assert np.allclose(project_onto_simplex(np.array([1e17, 3.0, 2e16])), [1.0, 0.0, 0.0])
 
 
 # AFL

@@ -241,3 +241,11 @@ def test_the_paper_study_refuses_the_drift_studys_flags(tmp_path: Path, capsys: 
     assert "--alpha sets the drift study's Dirichlet split" in capsys.readouterr().err
     assert cli_main(["reproduce", "--out", str(tmp_path), "--study", "drift", "--model", "mlp"]) == 2
     assert "--model sets the paper study's model" in capsys.readouterr().err
+
+
+def test_a_diverging_run_is_kept_as_nan_and_never_chosen() -> None:
+    """A grid point whose model diverges is a run with NaN risks at every rho, not a failed study."""
+    flags = ("--dataset", "adult", "--method", "afl", "--rounds", "5", "--lr", "1e38", "--rho", "0.1")
+    result = runs.execute(Run(flags, "validation", (0.3,)))
+    assert "diverged" in result and "lower --lr" in result["diverged"]
+    assert math.isnan(runs.judged_at(result, 0.1)["worst_risk"]) and math.isnan(runs.judged_at(result, 0.3)["mean_risk"])
