@@ -9,13 +9,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from fedfair.core.config import MODEL_NAMES
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import DATASETS
 from fedfair.research import baselines
 from fedfair.research import reproduce as reproduce_module
 from fedfair.research.drift import DRIFT_PROFILES, drift_study
-from fedfair.core.config import MODEL_NAMES
-from fedfair.research.reproduce import PAPER_SPLITS, PROFILES, paper_split, reproduce
+from fedfair.research.reproduce import PROFILES, paper_split, reproduce
 from fedfair.research.runs import RAY_INSTALL_HINT, ray_connection
 
 
@@ -103,18 +103,17 @@ def _reproduce_command(args: argparse.Namespace) -> int:
     if args.alpha is not None:
         raise ConfigError("--alpha sets the drift study's Dirichlet split; the paper study splits by a column or "
                           "class (drop it, or add --study drift)")
-    paper = PAPER_SPLITS.get(args.dataset)
-    model = args.model or (paper.model if paper is not None else None)
+    paper = paper_split(args.dataset, args.partition, args.clients)
+    model = args.model or paper.model
     profile = PROFILES[name] if model is None else dataclasses.replace(PROFILES[name], model=model)
-    flags = paper_split(args.dataset, args.partition, args.clients)
     if args.ray is None:
         written = reproduce(
-            args.dataset, args.out, profile, args.workers, args.device, loss_rows=args.loss_rows, split=flags
+            args.dataset, args.out, profile, args.workers, args.device, loss_rows=args.loss_rows, split=paper
         )
     else:
         with ray_connection(args.ray):
             written = reproduce(
-                args.dataset, args.out, profile, args.workers, args.device, True, args.loss_rows, flags
+                args.dataset, args.out, profile, args.workers, args.device, True, args.loss_rows, paper
             )
     return _print_written(written)
 

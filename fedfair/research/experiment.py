@@ -109,25 +109,22 @@ def _dataset_and_splits(config: ExperimentConfig) -> tuple[Dataset, list[ClientS
     return dataset, partition(dataset, config.partition, config.clients, seed=config.training.seed, alpha=config.alpha)
 
 
-def held_out_attributes(config: ExperimentConfig, columns: Sequence[str]) -> dict[str, np.ndarray]:
-    """Each named group column's value for every held-out row, in the order of the federation's
-    pooled test rows (client by client), so it lines up with the losses of `held_out_losses`."""
+def held_out_columns(config: ExperimentConfig, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each named group column's value for every held-out row, then the row's class name under
+    "label", in the order of the federation's pooled test rows (client by client), so they line
+    up with the losses of `held_out_losses`."""
     dataset, splits = _dataset_and_splits(config)
     unknown = [column for column in columns if column not in dataset.attributes_test]
     if unknown:
         known = ", ".join(dataset.attributes_test) or "none"
         raise ConfigError(f"{dataset.name} has no group column {unknown[0]!r} (its columns: {known})")
-    return {
+    names = np.array(dataset.class_names)
+    held: dict[str, np.ndarray] = {
         column: np.concatenate([dataset.attributes_test[column][split.test_index] for split in splits])
         for column in columns
     }
-
-
-def held_out_labels(config: ExperimentConfig) -> np.ndarray:
-    """Every held-out row's class name, in the order of `held_out_attributes`."""
-    dataset, splits = _dataset_and_splits(config)
-    names = np.array(dataset.class_names)
-    return np.concatenate([names[dataset.y_test[split.test_index]] for split in splits])
+    held["label"] = np.concatenate([names[dataset.y_test[split.test_index]] for split in splits])
+    return held
 
 
 def load_federation(config: ExperimentConfig) -> Federation:

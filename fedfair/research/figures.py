@@ -112,7 +112,8 @@ def composition(rows: Sequence[Mapping[str, str]], column: str, title: str) -> F
     )
     for bar in bars:
         bar.set_gid("overall_share")
-    axis.set_xticks([p + width * len(by_rho) / 2 for p in positions], [f"{g}\n{label}" for g, label in cells], fontsize=7, rotation=30, ha="right")
+    ticks = [p + width * len(by_rho) / 2 for p in positions]
+    axis.set_xticks(ticks, [f"{g}\n{label}" for g, label in cells], fontsize=7, rotation=30, ha="right")
     axis.set_ylabel("% of the group")
     axis.legend(fontsize=8)
     axis.grid(alpha=0.3, axis="y")

@@ -28,17 +28,17 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedfair.datasets import load_dataset
 from fedfair.research.experiment import LOSS_METHODS
 from fedfair.research.methods import METHODS
 from fedfair.research.flags import default_step_size
-from fedfair.datasets import load_dataset
 from fedfair.research.runs import Run, judged_at, run_all
 from fedfair.research.worst_group import COMPOSITION_COLUMN, COMPOSITION_RHOS, composition_rows
 
@@ -172,6 +172,17 @@ class PaperSplit:
     model: str | None = None
     """The paper's model for this dataset; None: the profile's."""
 
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The split's `fedfair simulate` flags; none for simulate's own default (race, 3 clients),
+        so the runs of Adult and Census-Income keep their cache keys."""
+        if (self.partition, self.clients) == ("race", 3):
+            return ()
+        return ("--partition", self.partition, "--clients", str(self.clients))
+
+    def describe(self) -> str:
+        return f"by {self.partition} ({self.clients} clients)"
+
 
 PAPER_SPLITS = {
     "adult": PaperSplit("race", 3),
@@ -185,14 +196,14 @@ eICU's logistic regression; MNIST one digit per client with the MLP. `--partitio
 --clients 51` gives Census-Income's 51 sites (data/README.md says why that column)."""
 
 
-def paper_split(dataset: str, partition: str | None = None, clients: int | None = None) -> tuple[str, ...]:
-    """The `fedfair simulate` flags of `dataset`'s client split: its paper split unless `partition`
-    or `clients` say otherwise; none where the split is simulate's own default (race, 3 clients),
-    so the runs of Adult and Census-Income keep their cache keys."""
+def paper_split(dataset: str, partition: str | None = None, clients: int | None = None) -> PaperSplit:
+    """`dataset`'s client split: its paper split unless `partition` or `clients` say otherwise."""
     default = PAPER_SPLITS.get(dataset, PaperSplit("iid", 3))
-    partition = default.partition if partition is None else partition
-    clients = default.clients if clients is None else clients
-    return () if (partition, clients) == ("race", 3) else ("--partition", partition, "--clients", str(clients))
+    return replace(
+        default,
+        partition=default.partition if partition is None else partition,
+        clients=default.clients if clients is None else clients,
+    )
 
 
 # ---------------------------------------------------------------- the study
@@ -208,8 +219,8 @@ class Study:
     device: str = "cpu"
     loss_rows: int = 0
     """`--loss-rows` of the methods that read losses every round (0: all rows)."""
-    split: tuple[str, ...] = ()
-    """`--partition` and `--clients` flags where the dataset's paper split is not simulate's default."""
+    split: PaperSplit = PaperSplit("race", 3)
+    """How the runs split the dataset into clients."""
 
     @property
     def rhos(self) -> tuple[float, ...]:
@@ -220,7 +231,7 @@ class Study:
         p = self.profile
         # A method without rho trains the same model whatever rho is: one run, judged at every rho.
         trained_at = TABLE_RHO if METHODS[method].rho_free else rho
-        flags = ["--dataset", self.dataset, *self.split, "--model", p.model, "--method", method, "--rho", f"{trained_at:g}"]
+        flags = ["--dataset", self.dataset, *self.split.flags, "--model", p.model, "--method", method, "--rho", f"{trained_at:g}"]
         # The device is not part of a run's identity unless it is asked for: a CPU cache stays valid.
         device = [] if self.device == "cpu" else ["--device", self.device]
         # Likewise the loss rows: a run that reads every row keeps the key it always had.
@@ -329,12 +340,12 @@ def reproduce(
     device: str = "cpu",
     on_ray: bool = False,
     loss_rows: int = 0,
-    split: tuple[str, ...] = (),
+    split: PaperSplit | None = None,
 ) -> dict[str, Path]:
     """Run the study (cached), write its CSV tables and PNG figures under `out`; return their paths.
     With `on_ray` the runs go to the connected Ray cluster (:func:`run_all`); `loss_rows` bounds
     the rows AFL, q-FedAvg and FedMinMax read for their per-round losses (0: all); `split` is the
-    `--partition`/`--clients` flags of the client split (`paper_split`).
+    client split (None: the dataset's paper split, `paper_split`).
 
     Where the dataset has a race column, it also writes the paper's composition table
     (`composition_race.csv`): FedSRCVaR's worst group at rho 0.1 and 0.3 by race and label."""
@@ -342,15 +353,15 @@ def reproduce(
     missing = [METHOD_LABELS[method] for method in FIGURE_METHODS if method not in METHODS]
     if missing:
         print(f"fedfair reproduce: this build lacks {', '.join(missing)}; the figures leave them out")
+    split = paper_split(dataset) if split is None else split
     study = Study(dataset, profile, available, device, loss_rows, split)
     cache_folder = out / "cache"
 
     # 1. Choose every method's hyperparameters on validation rows, for every rho.
     rhos = study.rhos
     # FedMinMax is told the groups of the split's column; a split by class or at random has none.
-    partition, clients = (split[1], split[3]) if split else ("race", "3")
     group_columns = set(load_dataset(dataset).attributes_train)
-    grouped = partition in group_columns
+    grouped = split.partition in group_columns
     table_methods = tuple(m for m in TABLE_METHODS if m in METHODS and (grouped or not METHODS[m].needs_groups))
     selecting = [run for method in available for rho in rhos for run in study.selection_runs(method, rho)]
     selecting += [run for method in table_methods for run in study.selection_runs(method, TABLE_RHO)]
@@ -404,8 +415,7 @@ def reproduce(
     out.mkdir(parents=True, exist_ok=True)
     from fedfair.research import figures
 
-    where = f"{dataset} by {partition} ({clients} clients)"
-    title = f"{where}, {profile.name} profile ({profile.model}, {profile.rounds} rounds, {profile.seeds} seeds)"
+    title = f"{dataset} {split.describe()}, {profile.name} profile ({profile.model}, {profile.rounds} rounds, {profile.seeds} seeds)"
     written = {"rho": write_csv(out / "fig2_rho.csv", rho_rows)}
     written["rho_png"] = figures.save(figures.risks_versus_rho(read_csv(written["rho"]), uniform, title), out / "fig2_rho.png")
     if epsilon_rows:  # a profile may leave the sweeps out (the "table" profile)

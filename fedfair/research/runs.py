@@ -21,20 +21,12 @@ from typing import Any
 import numpy as np
 
 from fedfair.core.config import ObjectiveConfig
-from fedfair.core.server import AggregateError
 from fedfair.core.errors import ConfigError
+from fedfair.core.server import AggregateError
 from fedfair.research import minimax
 from fedfair.fairness import composition, pooled
 from fedfair.fairness.report import GroupRiskReport
-from fedfair.research.experiment import (
-    ExperimentConfig,
-    final_report,
-    load_federation,
-    run_method,
-    held_out_attributes,
-    held_out_labels,
-    held_out_losses,
-)
+from fedfair.research.experiment import ExperimentConfig, held_out_columns, held_out_losses, load_federation, run_method
 from fedfair.research.flags import config_from_flags
 from fedfair.research.methods import FedAvgSettings, FedMinMaxSettings, own
 from fedfair.research.progress import Progress
@@ -59,6 +51,10 @@ class Run:
     """More rhos to judge the same model at (a method without rho trains once for every rho)."""
     composition: tuple[str, ...] = ()
     """Group columns to describe the worst group by, with the label, at every rho judged (test runs)."""
+
+    def __post_init__(self) -> None:
+        if self.composition and self.split != "test":
+            raise ConfigError("the worst group's composition is described on the test rows; ask it of test runs")
 
     @property
     def key(self) -> str:
@@ -135,28 +131,19 @@ def execute(run: Run) -> dict[str, Any]:
     torch.set_num_threads(1)
     config = config_from_flags(run.flags)
     federation = federation_for(run.flags, run.split)
+    result: dict[str, Any] = {"flags": list(run.flags), "split": run.split, "classes": federation.num_classes}
     try:
         outcome = run_method(config, federation)
     except AggregateError as error:  # this point of the grid diverged: its NaN risks are never chosen
         diverged = {field.name: math.nan for field in dataclasses.fields(GroupRiskReport) if field.name != "certificate"}
-        return {
-            "flags": list(run.flags),
-            "split": run.split,
-            "classes": federation.num_classes,
-            **diverged,
-            "rho": config.objective.rho,
-            "diverged": str(error),
-        }
-    report = final_report(config, federation, outcome.theta, outcome.c)
-    result: dict[str, Any] = {"flags": list(run.flags), "split": run.split, "classes": federation.num_classes, **report["test"]}
-    if run.rhos or run.composition:
-        losses, correct = held_out_losses(config, federation, outcome.theta)
+        return {**result, **diverged, "rho": config.objective.rho, "diverged": str(error)}
+    # The held-out losses once, for the report of `fedfair simulate` at every rho judged.
+    losses, correct = held_out_losses(config, federation, outcome.theta)
+    result.update(pooled.group_risk_report(losses, correct, config.objective.rho).to_dict())
     if run.rhos:
         result["at_rho"] = {f"{rho:g}": pooled.group_risk_report(losses, correct, rho).to_dict() for rho in run.rhos}
     if run.composition:
-        if run.split != "test":
-            raise ConfigError("the worst group's composition is described on the test rows; ask it of test runs")
-        columns = {**held_out_attributes(config, run.composition), "label": held_out_labels(config)}
+        columns = held_out_columns(config, run.composition)
         result["composition"] = {
             f"{rho:g}": [
                 share.to_dict(list(columns))

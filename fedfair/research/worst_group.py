@@ -23,11 +23,13 @@ def composition_rows(results_by_rho: Mapping[float, Sequence[Mapping[str, Any]]]
     """One row per (rho, cell): the cell's share of the worst group (mean and std over the runs)
     and of all test rows, from runs that described their worst group by `column` and the label.
 
-    A cell absent from a run's test rows (so from its worst group too) counts as a share of 0.
+    A cell absent from a run's test rows (so from its worst group too) counts as a share of 0; a
+    run that diverged has no worst group to describe and is left out.
     """
     rows: list[dict[str, Any]] = []
     for rho, results in sorted(results_by_rho.items()):
-        tables = [{(cell[column], cell["label"]): cell for cell in result["composition"][f"{rho:g}"]} for result in results]
+        described = [result["composition"][f"{rho:g}"] for result in results if "diverged" not in result]
+        tables = [{(cell[column], cell["label"]): cell for cell in cells} for cells in described]
         cells = sorted(set().union(*tables))
         for cell in cells:
             shares = np.array([table[cell]["worst_share"] if cell in table else 0.0 for table in tables])

@@ -20,6 +20,9 @@ def test_rows_average_the_seeds_and_count_a_missing_cell_as_zero() -> None:
     assert by_race["A"]["worst_share_std"] == pytest.approx(0.125)
     assert by_race["B"]["worst_share_mean"] == pytest.approx(0.125)
     assert by_race["B"]["overall_share"] == 0.5
+    # A diverged seed has no worst group: it is left out, not counted as shares of 0.
+    diverged = {"diverged": "the model diverged, lower --lr"}
+    assert composition_rows({0.1: [seed0, seed1, diverged]}, "race") == rows
 
 
 def test_the_markdown_has_a_row_per_rho_and_everyone() -> None:
