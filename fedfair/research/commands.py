@@ -15,7 +15,8 @@ from fedfair.datasets import DATASETS
 from fedfair.research import baselines
 from fedfair.research import reproduce as reproduce_module
 from fedfair.research.drift import DRIFT_PROFILES, drift_study
-from fedfair.research.reproduce import PROFILES, paper_split, reproduce
+from fedfair.research.paper_splits import paper_split
+from fedfair.research.reproduce import PROFILES, reproduce
 from fedfair.research.runs import RAY_INSTALL_HINT, ray_connection
 
 

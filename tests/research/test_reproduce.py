@@ -17,12 +17,10 @@ from fedfair.research.methods import METHODS
 from fedfair.research.flags import config_from_flags
 from fedfair.research.reproduce import (
     METHOD_LABELS,
-    PAPER_SPLITS,
     TABLE_RHO,
     Point,
     Profile,
     Study,
-    paper_split,
     read_csv,
 )
 from fedfair.research.runs import Run, federation_for, run_all, validation_federation
@@ -224,18 +222,6 @@ def test_a_run_key_changes_only_with_what_is_asked() -> None:
     plain = Run(("--dataset", "adult"), "test")
     assert plain.key == Run(("--dataset", "adult"), "test", (), ()).key
     assert len({plain.key, Run(plain.flags, "test", (0.3,)).key, Run(plain.flags, "test", (), ("race",)).key}) == 3
-
-
-def test_each_dataset_has_its_paper_split() -> None:
-    assert paper_split("adult").flags == () and paper_split("census-income").flags == ()
-    assert paper_split("rand-hie").flags == ("--partition", "site", "--clients", "6")
-    assert paper_split("mnist").flags == ("--partition", "class", "--clients", "10")
-    assert paper_split("census-income", "previous_state", 51).flags == (
-        "--partition", "previous_state", "--clients", "51",
-    )  # fmt: skip
-    assert PAPER_SPLITS["rand-hie"].model == "logreg" and PAPER_SPLITS["mnist"].model == "mlp"
-    # A split without the groups FedMinMax is told (one digit per client) leaves FedMinMax out.
-    assert not METHODS["fedsrcvar"].needs_groups and METHODS["fedminmax"].needs_groups
 
 
 def test_the_paper_study_refuses_the_drift_studys_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
