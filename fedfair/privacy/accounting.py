@@ -26,7 +26,7 @@ from opacus.accountants.analysis import rdp as rdp_analysis
 from opacus.accountants.utils import get_noise_multiplier
 
 from fedfair.core.errors import ConfigError
-from fedfair.core.files import atomic_write
+from fedfair.core.files import atomic_write, read_json
 from fedfair.privacy.config import ACCOUNTANTS, PrivacyConfig
 
 RDP_ORDERS = tuple(RDPAccountant.DEFAULT_ALPHAS)
@@ -200,8 +200,8 @@ class PrivacyAccountant:
 
     def _load(self, path: Path) -> None:
         fix = "restore it from a backup (starting afresh would forget the privacy already spent)"
+        state = read_json(path, fix)  # bounded: a 100,000-deep file or 10**30 steps is one named error
         try:
-            state = json.loads(path.read_text())
             version = state.get("version")
             if state.get("format") != STATE_FORMAT or version not in (1, STATE_VERSION):
                 raise ValueError(f"not a {STATE_FORMAT} version 1 or {STATE_VERSION} file")

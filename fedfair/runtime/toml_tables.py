@@ -25,6 +25,9 @@ from fedfair.pki import validate_name
 
 ADDRESS_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
 
+SHOWN_CHARACTERS = 200
+"""How much of a refused value an error shows: enough to recognise it, never a 400-digit line."""
+
 
 class _Required(enum.Enum):
     """The default of a key that must be given (an enum, so that the type checker knows it)."""
@@ -55,11 +58,20 @@ def json_value(value: object) -> bool:
 
 
 def shown(value: object) -> str:
-    """A value as it would be written in TOML (true, "text", [1, 2])."""
+    """A value as it would be written in TOML (true, "text", [1, 2]), cut to SHOWN_CHARACTERS."""
     try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
+        text = json.dumps(value)
+    except (TypeError, ValueError):  # ValueError: an integer past Python's 4,300-digit limit of str()
+        text = repr(value) if not isinstance(value, int) else "an integer of more than 4,300 digits"
+    return text if len(text) <= SHOWN_CHARACTERS else f"{text[: SHOWN_CHARACTERS - 3]}... ({len(text)} characters)"
+
+
+def _as_float(value: int | float) -> float:
+    """`value` as a float; an integer too large for one (a 400-digit plan value) as infinity, not OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def suggest(word: str, choices: list[str]) -> str:
@@ -155,14 +167,12 @@ class Table:
         expected: str,
     ) -> float:
         value = self._value(key, default, expected)
-        if (
-            not isinstance(value, (int, float))
-            or isinstance(value, bool)
-            or not math.isfinite(value)
-            or not check(value)
-        ):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(_as_float(value)):
             self.bad(key, value, expected)
-        return float(value)
+        number = float(value)
+        if not check(number):
+            self.bad(key, value, expected)
+        return number
 
     def boolean(self, key: str, default: bool | Required = REQUIRED) -> bool:
         value = self._value(key, default, "true or false")

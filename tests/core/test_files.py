@@ -1,4 +1,5 @@
-"""Atomic writes: readers see the old file or the whole new one, never half, and a failure leaves no temporary file."""
+"""Atomic writes: readers see the old file or the whole new one, never half, and a failure leaves no temporary file.
+Bounded JSON reads: every odd value is one named error, never a traceback."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedfair.core.files import atomic_write
+import json
+
+from fedfair.core.errors import ConfigError
+from fedfair.core.files import MAX_JSON_DEPTH, MAX_JSON_INTEGER, atomic_write, parse_json, read_json
 
 
 class Interrupted(BaseException):
@@ -91,3 +95,49 @@ def test_a_failed_rename_keeps_the_previous_file_and_removes_the_temporary(
         atomic_write(path, lambda stream: stream.write(b"complete new content"))
     assert path.read_bytes() == b"previous"
     assert os.listdir(tmp_path) == ["state.bin"]
+
+
+FIX = "restore it from a backup"
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (b'{"format": "x", "latest": 1e999}', "field latest = 1e999 is out of range"),
+        (b'{"history": [[1.0, 0.01, 1000000000000000000000000000000]]}', "field history[0][2] = 1000000000000000000000000000000"),
+        (b'{"a": {"b": [NaN]}}', "field a.b[0] = NaN is out of range"),
+        (b'{"a": -Infinity}', "field a = -Infinity"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested 100000 levels deep, above the limit of 32"),
+        (b"1" + b"0" * 400, "field (the whole file) = 10000000000000000000... is out of range"),
+        (b'{"a": 1', "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+    ],
+)
+def test_an_odd_value_in_a_state_file_is_one_named_error(tmp_path: Path, text: bytes, named: str) -> None:
+    path = tmp_path / "state.json"
+    path.write_bytes(text)
+    with pytest.raises(ConfigError) as refused:
+        read_json(path, FIX)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: ") and named in message and message.endswith(FIX)
+    assert len(message) < 400  # one line the operator can read, not the 400 digits back
+
+
+def test_the_bounds_admit_what_fedfair_writes_and_stop_just_past_them() -> None:
+    document = {"latest": 7, "history": [[1.1, 0.01, 2**53]], "names": ["[[[[", "{{"], "x": -2.5e-300}
+    assert parse_json(json.dumps(document).encode(), "s", FIX) == document
+    deep = b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH
+    assert parse_json(deep, "s", FIX) is not None
+    with pytest.raises(ConfigError, match="nested 33 levels"):
+        parse_json(b"[" + deep + b"]", "s", FIX)
+    with pytest.raises(ConfigError, match="out of range"):
+        parse_json(str(-(MAX_JSON_INTEGER + 1)).encode(), "s", FIX)
+
+
+def test_a_state_file_past_the_size_cap_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_bytes(b" " * 2048 + b"{}")
+    with pytest.raises(ConfigError, match="2050 bytes, above the 2048-byte limit"):
+        read_json(path, FIX, max_bytes=2048)
+    with pytest.raises(ConfigError, match="unreadable"):
+        read_json(tmp_path / "missing.json", FIX)

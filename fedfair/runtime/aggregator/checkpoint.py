@@ -7,7 +7,9 @@ the plan it ran under (and the plan's content, so a refused ``--resume`` names t
 differ) and, under a [schema], the federation's encoder. It is written to a temporary file in the same folder,
 flushed and fsynced, then renamed over the old one (and the folder fsynced), so a
 crash at any moment leaves either the previous checkpoint or the new one, never a
-torn file. A round's log record is appended just before its checkpoint is written,
+torn file. Its first line is the SHA-256 digest of the rest, checked on load, so a changed byte
+is refused, never resumed from; its JSON fields are read with
+:func:`fedfair.core.files.parse_json`'s bounds and its counts range-checked. A round's log record is appended just before its checkpoint is written,
 and a resumed aggregator drops the records of rounds its checkpoint does not hold
 (:func:`trim_round_log`), since it runs those rounds again. Tensors are stored with
 ``torch.save`` and read with ``weights_only``, so loading a checkpoint cannot run code.
@@ -16,7 +18,10 @@ and a resumed aggregator drops the records of rounds its checkpoint does not hol
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import logging
+import math
 import os
 import pickle
 from collections.abc import Mapping
@@ -27,10 +32,12 @@ from typing import Any
 import torch
 
 from fedfair.core.errors import ConfigError
-from fedfair.core.files import atomic_write
+from fedfair.core.files import atomic_write, parse_json
 from fedfair.core.server import ServerState
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.manifest import setting_differences
+
+logger = logging.getLogger("fedfair.aggregator")
 
 CHECKPOINT_NAME = "checkpoint.pt"
 ROUND_LOG_NAME = "rounds.jsonl"
@@ -38,6 +45,12 @@ FINAL_MODEL_NAME = "final_model.pt"
 FINAL_SUMMARY_NAME = "final_model.json"
 FORMAT = "fedfair-aggregator-checkpoint"
 VERSION = 1
+DIGEST_PREFIX = b"fedfair-checkpoint sha256:"
+"""The first line of a checkpoint file: this, the SHA-256 (hex) of the rest, a newline."""
+ZIP_MAGIC = b"PK\x03\x04"
+"""How a checkpoint from before digests (the bare torch.save file) begins."""
+
+RESTORE = "restore it from a backup or start afresh"
 
 
 @dataclass(frozen=True)
@@ -96,8 +109,49 @@ def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:
         "encoder": json.dumps(checkpoint.encoder, sort_keys=True) if checkpoint.encoder is not None else "",
         "plan": canonical_json(checkpoint.plan).decode() if checkpoint.plan is not None else "",
     }
-    atomic_write(path, lambda stream: torch.save(payload, stream))
+    blob = io.BytesIO()
+    torch.save(payload, blob)
+    content = blob.getvalue()
+    header = DIGEST_PREFIX + hashlib.sha256(content).hexdigest().encode() + b"\n"
+    atomic_write(path, lambda stream: stream.write(header + content))
     return path
+
+
+def _verified(path: Path) -> Any:
+    """The payload of the checkpoint at `path` once its digest holds (ConfigError otherwise); a checkpoint
+    from before digests (a bare torch file) loads with a warning."""
+    data = path.read_bytes()
+    if data.startswith(ZIP_MAGIC):
+        logger.warning("checkpoint %s predates checkpoint digests: a changed byte in it would go unnoticed", path)
+        content = data
+    else:
+        header, _, content = data.partition(b"\n")
+        if not header.startswith(DIGEST_PREFIX):
+            raise ValueError(f"not a {FORMAT} file (no digest line)")
+        if header[len(DIGEST_PREFIX) :] != hashlib.sha256(content).hexdigest().encode():
+            raise ConfigError(
+                f"checkpoint {path} does not match its own SHA-256 digest: a byte of it changed after it was "
+                f"written (a disk error, or an edit); {RESTORE}"
+            )
+    payload = torch.load(io.BytesIO(content), map_location="cpu", weights_only=True)
+    if not isinstance(payload, Mapping) or payload.get("format") != FORMAT or payload.get("version") != VERSION:
+        raise ValueError(f"not a {FORMAT} version {VERSION} file")
+    return payload
+
+
+def _json_field(payload: Mapping[str, Any], key: str, path: Path) -> Any:
+    """A checkpoint's JSON field (None when empty), within :func:`parse_json`'s bounds."""
+    text = payload.get(key)
+    if not text:
+        return None
+    return parse_json(str(text).encode(), f"checkpoint {path}, field {key}", RESTORE)
+
+
+def _count(value: Any, field: str) -> int:
+    """A round or a count as read from a checkpoint: an integer in [0, 2^31)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        raise ValueError(f"field {field} must be a count in [0, 2^31), got {str(value)[:40]}")
+    return value
 
 
 def load_checkpoint(folder: Path, plan_digest: str, plan: Mapping[str, Any] | None = None) -> Checkpoint:
@@ -107,36 +161,38 @@ def load_checkpoint(folder: Path, plan_digest: str, plan: Mapping[str, Any] | No
     if not path.exists():
         raise ConfigError(f"no checkpoint at {path} to resume from; start without --resume")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-        if payload.get("format") != FORMAT or payload.get("version") != VERSION:
-            raise ValueError(f"not a {FORMAT} version {VERSION} file")
+        payload = _verified(path)
         raw = payload["state"]
         state = ServerState(
-            round=int(raw["round"]),
+            round=_count(raw["round"], "state.round"),
             theta=raw["theta"].to(torch.float64),
             c=float(raw["c"]),
             theta_average=raw["theta_average"].to(torch.float64),
             c_average=float(raw["c_average"]),
-            averaged_rounds=int(raw["averaged_rounds"]),
+            averaged_rounds=_count(raw["averaged_rounds"], "state.averaged_rounds"),
             control=raw["control"].to(torch.float64) if "control" in raw else None,
         )
-        finished_round, digest = int(payload["round"]), str(payload["plan_digest"])
-        evaluation = json.loads(payload["evaluation"]) if payload["evaluation"] else None
-        encoder = json.loads(payload["encoder"]) if payload.get("encoder") else None
-        kept = json.loads(payload["plan"]) if payload.get("plan") else None
+        if not all(map(math.isfinite, (state.c, state.c_average))):
+            raise ValueError(f"fields state.c and state.c_average must be finite, got {state.c}, {state.c_average}")
+        finished_round, digest = _count(payload["round"], "round"), str(payload["plan_digest"])
+        evaluation = _json_field(payload, "evaluation", path)
+        encoder = _json_field(payload, "encoder", path)
+        kept = _json_field(payload, "plan", path)
+    except ConfigError:
+        raise
     except (
         OSError,
         EOFError,
         RuntimeError,
         ValueError,
         KeyError,
+        IndexError,
         TypeError,
         AttributeError,
+        OverflowError,
         pickle.UnpicklingError,
     ) as error:
-        raise ConfigError(
-            f"checkpoint {path} is unreadable ({error}); restore it from a backup or start afresh"
-        ) from None
+        raise ConfigError(f"checkpoint {path} is unreadable ({error}); {RESTORE}") from None
     if digest != plan_digest:
         raise ConfigError(
             f"checkpoint {path} was written under another plan (digest {digest[:12]}..., this plan "
