@@ -1,5 +1,6 @@
 """How much of the aggregator one caller may hold: long requests counted per certified name, and
-refusals logged at a bounded rate, so no caller can starve the others or flood the operator's log.
+refusals, arrivals and departures logged at a bounded rate, so no caller can starve the others or
+flood the operator's log.
 
 The servicer (:mod:`fedfair.runtime.aggregator.servicer`) applies these to every RPC; the gRPC
 pool is sized by :func:`worker_threads` so that every listed collaborator at its limits still
@@ -8,6 +9,7 @@ leaves threads for the short requests.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -18,7 +20,10 @@ from enum import Enum
 
 import grpc
 
+from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.transport import Rejected
+
+logger = logging.getLogger("fedfair.aggregator")
 
 BUSY = "refused: too many concurrent requests of this kind from this caller; retry when one has ended"
 """What a peer hears when it is at its limit of concurrent streams, uploads or downloads."""
@@ -120,29 +125,87 @@ class RateLimit:
             return allowed
 
 
-class RefusalLog:
-    """Which refusals get their own log line and ``refusal`` event: a burst per caller, then a rate.
+class LineBudget:
+    """Which events of a kind get their own log line (and event): a burst per caller, then a rate.
 
-    Every refusal still refuses; a caller that keeps sending what must be refused (a broken
-    client in a loop, or one flooding on purpose) would otherwise fill the operator's log and
-    events file at the speed of its network. The refusals not logged are counted per caller,
-    and the count rides on that caller's next logged line, so none goes unaccounted for.
+    The event itself always happens; only its line is skipped. The events not logged are
+    counted per caller, and the count rides on that caller's next logged line, so none goes
+    unaccounted for. Used for refusals (:class:`RefusalLog`) and for arrivals and departures
+    (:class:`Presence`): a caller in a loop would otherwise fill the operator's log and
+    events file at the speed of its network.
     """
 
     UNIDENTIFIED = ""
-    """The one key of every caller refused before it was identified (no name from the allow-list)."""
+    """The one key of every caller not yet identified (no name from the allow-list)."""
 
-    def __init__(self, rate: RateLimit | None = None) -> None:
-        self.rate = rate or RateLimit(per_second=1.0, burst=20)
+    def __init__(self, rate: RateLimit) -> None:
+        self.rate = rate
         self._lock = threading.Lock()
         self._unlogged: Counter[str] = Counter()
 
     def admit(self, peer: str | None) -> int | None:
-        """None if this refusal of `peer` goes unlogged (it is counted); otherwise how many went
-        unlogged since that caller's last logged refusal."""
+        """None if this event of `peer` goes unlogged (it is counted); otherwise how many went
+        unlogged since that caller's last logged one."""
         key = self.UNIDENTIFIED if peer is None else peer
         with self._lock:
             if not self.rate.allow(key):
                 self._unlogged[key] += 1
                 return None
             return self._unlogged.pop(key, 0)
+
+
+class RefusalLog(LineBudget):
+    """Which refusals get their own line and ``refusal`` event: 20 per caller, then one a second."""
+
+    def __init__(self, rate: RateLimit | None = None) -> None:
+        super().__init__(rate or RateLimit(per_second=1.0, burst=20))
+
+
+PRESENCE_BURST = 4
+"""Connect and disconnect lines a collaborator gets at once: its arrival, and a couple of honest reconnects."""
+
+PRESENCE_SECONDS = 60.0
+"""Then one line per this many seconds per collaborator: 500 reconnects in a minute add a handful of lines."""
+
+
+class Presence:
+    """Each collaborator's arrival and departure as the operator sees them: one line and a ``connect``
+    / ``disconnect`` event each, within a :class:`LineBudget` per collaborator (PRESENCE_BURST at once,
+    then one per PRESENCE_SECONDS), the skipped ones counted on its next line (thread-safe)."""
+
+    def __init__(self, events: EventLog | None, rate: RateLimit | None = None) -> None:
+        self.events = events
+        self.budget = LineBudget(rate or RateLimit(per_second=1.0 / PRESENCE_SECONDS, burst=PRESENCE_BURST))
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+        self._gone: set[str] = set()
+
+    def arrived(self, peer: str, connected: Callable[[], int], allowed: int) -> None:
+        """`peer` made contact (GetPlan or a task stream): a line on its first contact with this process or
+        its return after it left; `connected()` counts the collaborators with a task stream."""
+        with self._lock:
+            first, back = peer not in self._seen, peer in self._gone
+            self._seen.add(peer)
+            self._gone.discard(peer)
+        unlogged = self.budget.admit(peer) if first or back else None
+        if unlogged is None:
+            return
+        how = "connected" if first else "reconnected"
+        logger.info("%s %s (%d of %d collaborators have a task stream)%s", peer, how, connected(), allowed, _note(unlogged))
+        if self.events is not None:
+            self.events.emit("connect", name=peer)
+
+    def departed(self, peer: str) -> None:
+        """The last task stream of `peer` ended."""
+        with self._lock:
+            self._gone.add(peer)
+        unlogged = self.budget.admit(peer)
+        if unlogged is None:
+            return
+        logger.info("%s disconnected%s", peer, _note(unlogged))
+        if self.events is not None:
+            self.events.emit("disconnect", name=peer)
+
+
+def _note(unlogged: int) -> str:
+    return f" ({unlogged} more connects and disconnects of it since its last line were not logged)" if unlogged else ""

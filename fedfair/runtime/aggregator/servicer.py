@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
@@ -48,7 +47,7 @@ from fedfair import pki
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import UploadRefused, error_summary
 from fedfair.runtime.aggregator.events import EventLog
-from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Quotas, RateLimit, RefusalLog, worker_threads
+from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RateLimit, RefusalLog, worker_threads
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
@@ -197,9 +196,7 @@ class Servicer(pb_grpc.FederationServicer):
         self.events = events
         self.report_rate = report_rate or RateLimit()
         self.refusal_log = refusal_log or RefusalLog()
-        self._seen: set[str] = set()
-        self._gone: set[str] = set()
-        self._seen_lock = threading.Lock()
+        self.presence = Presence(events)
 
     # ------------------------------------------------------------ the one refusal path
 
@@ -285,30 +282,12 @@ class Servicer(pb_grpc.FederationServicer):
 
     def _arrived(self, peer: str) -> None:
         """Log `peer`'s first contact with this process (GetPlan or a task stream), or its return after it left."""
-        with self._seen_lock:
-            first, back = peer not in self._seen, peer in self._gone
-            self._seen.add(peer)
-            self._gone.discard(peer)
-        if not (first or back):
-            return
-        logger.info(
-            "%s %s (%d of %d collaborators have a task stream)",
-            peer,
-            "connected" if first else "reconnected",
-            len(self.board.connected()),
-            len(self.authenticator.allowed_names),
-        )
-        if self.events is not None:
-            self.events.emit("connect", name=peer)
+        self.presence.arrived(peer, lambda: len(self.board.connected()), len(self.authenticator.allowed_names))
 
     def _departed(self, peer: str) -> None:
         """A task stream of `peer` ended (the RPC's termination callback); log it if it was the last."""
         if self.board.disconnect(peer):
-            with self._seen_lock:
-                self._gone.add(peer)
-            logger.info("%s disconnected", peer)
-            if self.events is not None:
-                self.events.emit("disconnect", name=peer)
+            self.presence.departed(peer)
 
     # ------------------------------------------------------------ what each does
 
