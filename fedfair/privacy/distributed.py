@@ -1,0 +1,307 @@
+"""Accounting for distributed DP: the Skellam mechanism inside the secure sum, its rounding, its calibration.
+
+Every party adds Skellam noise to its encoded (integer) vector before masking; the aggregator only ever
+decodes the sum, whose noise is Skellam(mu) with mu the sum of the honest parties' shares. One record
+moves that integer sum by a vector of L2 norm at most ``l2`` and L1 norm at most ``l1`` (in encoded
+units, after scaling by 2^f and stochastic rounding). This module turns such releases into (epsilon,
+delta):
+
+- :func:`skellam_rdp`: the closed-form RDP bound of the multidimensional Skellam mechanism (Agarwal,
+  Kairouz and Liu 2021), and :func:`skellam_rdp_exact`, the exact Renyi divergence of a 1-D shift by
+  summing the pmf, against which the bound is tested.
+- :func:`subsampled_rdp`: Poisson-subsampled RDP at integer orders, the general upper bound of Zhu and
+  Wang 2019 (Theorem 6), for training with sampling rate q.
+- :func:`rdp_curve` and :func:`epsilon`: composition over a list of :class:`Release` and the improved
+  RDP-to-(epsilon, delta) conversion (Canonne, Kamath and Steinke 2020; Balle et al. 2020).
+- :func:`calibrate`: the smallest mu of the summed noise that meets a target epsilon (bisection).
+- :func:`rounded_l2`, :func:`rounded_l1`: the sensitivity after stochastic rounding, which holds with
+  probability 1 - beta (Kairouz, Liu and Steinke 2021); :func:`wrap_probability` and
+  :func:`delta_addon`, what rounding and a modular wrap add to delta.
+- :func:`party_mu` and :func:`noise_excess`: calibration to the honest parties of the smallest survivor
+  set the plan allows.
+
+Conventions: Skellam(mu) = Poisson(mu) - Poisson(mu), variance 2 mu per coordinate; every mu, l1 and
+l2 here is in encoded (integer) units. Neighbouring datasets differ by one record (add or remove).
+Free of torch and Opacus (only scipy, lazily, for the exact check), so the encoder can use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedfair.core.errors import ConfigError
+
+ORDERS: tuple[int, ...] = (*range(2, 65), 72, 80, 96, 112, 128, 160, 192, 256)
+"""Integer Renyi orders alpha the accountant evaluates (subsampling's bound needs integers)."""
+
+MECHANISMS = ("skellam",)
+"""Mechanisms a :class:`Release` may name."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """One kind of message a party contributes to, charged to its budget.
+
+    mechanism: "skellam" (noise added inside the secure sum).
+    mu: the Skellam parameter of the noise in the decoded sum per coordinate (variance 2 mu), counting
+        only the honest parties the plan guarantees (:func:`party_mu`); encoded units.
+    l1, l2: how far one record moves the integer sum, in L1 and L2 norm (after rounding:
+        :func:`rounded_l2`, :func:`rounded_l1`); encoded units.
+    sampling_rate: q, the Poisson sampling rate of the records (1 when every record takes part).
+    steps: how many such releases (training steps, evaluation queries).
+    """
+
+    mechanism: str
+    mu: float
+    l1: float
+    l2: float
+    sampling_rate: float = 1.0
+    steps: int = 1
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS:
+            raise ConfigError(f"unknown DP mechanism {self.mechanism!r}; use one of {', '.join(MECHANISMS)}")
+        if not (math.isfinite(self.mu) and self.mu > 0):
+            raise ConfigError(f"mu={self.mu!r} must be positive and finite; calibrate it with calibrate()")
+        for name, value in (("l1", self.l1), ("l2", self.l2)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name}={value!r} must be a finite sensitivity >= 0")
+        if not 0.0 < self.sampling_rate <= 1.0:
+            raise ConfigError(f"sampling_rate={self.sampling_rate!r} must be in (0, 1]")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 0:
+            raise ConfigError(f"steps={self.steps!r} must be a count >= 0")
+
+
+def skellam_rdp(alpha: float, mu: float, l1: float, l2: float) -> float:
+    """RDP of order alpha > 1 of adding Skellam(mu) noise per coordinate to an integer query of L1 and L2
+    sensitivity l1, l2 (Agarwal, Kairouz and Liu 2021, Theorem 3.5 for Sk(mu, mu)):
+
+        alpha l2^2 / (4 mu) + min(((2 alpha - 1) l2^2 + 6 l1) / (16 mu^2), 3 l1 / (4 mu)).
+
+    The first term is the Gaussian's of the same variance 2 mu; the second, the price of integrality,
+    vanishes as mu grows.
+    """
+    if not alpha > 1:
+        raise ConfigError(f"Renyi order alpha={alpha!r} must exceed 1")
+    gaussian = alpha * l2 * l2 / (4.0 * mu)
+    return gaussian + min(((2.0 * alpha - 1.0) * l2 * l2 + 6.0 * l1) / (16.0 * mu * mu), 3.0 * l1 / (4.0 * mu))
+
+
+def skellam_log_pmf(values: np.ndarray, mu: float) -> np.ndarray:
+    """log P[Skellam(mu) = k] for the integers ``values``: log(e^(-2 mu) I_|k|(2 mu)) with the scaled
+    Bessel function (scipy's ``ive``); -inf where that underflows (below about e^-745)."""
+    from scipy import special
+
+    with np.errstate(divide="ignore"):
+        return np.asarray(np.log(special.ive(np.abs(values), 2.0 * mu)), dtype=np.float64)
+
+
+def skellam_rdp_exact(alpha: float, mu: float, shift: int) -> float:
+    """The exact Renyi divergence D_alpha(Sk(mu) + shift || Sk(mu)) of one coordinate, by summing
+    p(k - shift)^alpha p(k)^(1 - alpha) over k in log space.
+
+    The sum runs over every k where both masses are representable; the tilted terms it leaves out lie
+    beyond 35 standard deviations, whose total is below e^-600 relative to the sum for the orders and
+    shifts of the tests (alpha shift^2 / mu well below 100).
+    """
+    if not alpha > 1:
+        raise ConfigError(f"Renyi order alpha={alpha!r} must exceed 1")
+    spread = math.ceil(40.0 * math.sqrt(2.0 * mu) + 40.0)
+    values = np.arange(-spread - abs(shift), spread + abs(shift) + 1)
+    log_p = skellam_log_pmf(values - shift, mu)
+    log_q = skellam_log_pmf(values, mu)
+    usable = np.isfinite(log_p) & np.isfinite(log_q)
+    terms = alpha * log_p[usable] + (1.0 - alpha) * log_q[usable]
+    top = float(terms.max())
+    return (top + math.log(float(np.exp(terms - top).sum()))) / (alpha - 1.0)
+
+
+def subsampled_rdp(rdp: Callable[[int], float], sampling_rate: float, alpha: int) -> float:
+    """RDP of order ``alpha`` (an integer >= 2) of a mechanism with RDP curve ``rdp`` run on a Poisson
+    sample of rate q (Zhu and Wang 2019, Theorem 6, the general upper bound):
+
+        1/(alpha - 1) log[(1 - q)^(alpha - 1) (alpha q - q + 1) + C(alpha, 2) q^2 (1 - q)^(alpha - 2) e^rdp(2)
+                          + 3 sum_{l=3..alpha} C(alpha, l) q^l (1 - q)^(alpha - l) e^((l - 1) rdp(l))],
+
+    never more than the unsampled rdp(alpha); at q = 1 it is rdp(alpha). Computed in log space.
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, int) or alpha < 2:
+        raise ConfigError(f"subsampled RDP needs an integer order >= 2, got {alpha!r}")
+    if not 0.0 < sampling_rate <= 1.0:
+        raise ConfigError(f"sampling rate {sampling_rate!r} must be in (0, 1]")
+    plain = rdp(alpha)
+    if sampling_rate == 1.0:
+        return plain
+    q = sampling_rate
+    log_q, log_rest = math.log(q), math.log1p(-q)
+    logs = [(alpha - 1) * log_rest + math.log1p((alpha - 1) * q)]
+    logs.append(_log_binomial(alpha, 2) + 2 * log_q + (alpha - 2) * log_rest + rdp(2))
+    for order in range(3, alpha + 1):
+        logs.append(
+            math.log(3.0) + _log_binomial(alpha, order) + order * log_q + (alpha - order) * log_rest
+            + (order - 1) * rdp(order)
+        )
+    top = max(logs)
+    bound = (top + math.log(sum(math.exp(value - top) for value in logs))) / (alpha - 1)
+    return min(plain, bound)
+
+
+def _log_binomial(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def release_rdp(release: Release, alpha: int) -> float:
+    """RDP of order ``alpha`` of all of ``release``'s steps: steps times the subsampled Skellam RDP."""
+    if release.steps == 0:
+        return 0.0
+
+    def plain(order: int) -> float:
+        return skellam_rdp(order, release.mu, release.l1, release.l2)
+
+    return release.steps * subsampled_rdp(plain, release.sampling_rate, alpha)
+
+
+def rdp_curve(releases: Sequence[Release], orders: Sequence[int] = ORDERS) -> np.ndarray:
+    """The composed RDP of ``releases`` at each of ``orders``: RDP adds up over releases."""
+    return np.array([sum(release_rdp(release, alpha) for release in releases) for alpha in orders], dtype=np.float64)
+
+
+def epsilon_from_rdp(curve: np.ndarray, delta: float, orders: Sequence[int] = ORDERS) -> float:
+    """The smallest epsilon at ``delta`` the RDP ``curve`` gives, by the improved conversion
+    (Canonne, Kamath and Steinke 2020, Proposition 12; Balle et al. 2020):
+
+        epsilon = min over alpha of rdp(alpha) + log((alpha - 1) / alpha) - (log delta + log alpha) / (alpha - 1),
+
+    floored at 0.
+    """
+    if not 0.0 < delta < 1.0:
+        raise ConfigError(f"delta={delta!r} must be in (0, 1), well below 1/n, e.g. 1e-5")
+    alphas = np.asarray(orders, dtype=np.float64)
+    values = curve + np.log1p(-1.0 / alphas) - (math.log(delta) + np.log(alphas)) / (alphas - 1.0)
+    return max(0.0, float(np.min(values)))
+
+
+def epsilon(releases: Sequence[Release], delta: float) -> float:
+    """The epsilon at ``delta`` of all of ``releases`` composed (0 for none). ``delta`` is what the RDP
+    conversion may use: subtract :func:`delta_addon` from the delta you promise first."""
+    if not releases:
+        return 0.0
+    return epsilon_from_rdp(rdp_curve(releases), delta)
+
+
+def calibrate(target_epsilon: float, delta: float, releases: Sequence[Release], tolerance: float = 1e-3) -> float:
+    """The smallest mu (to a relative ``tolerance``) such that ``releases``, each with its mu replaced by
+    that mu, compose to at most ``target_epsilon`` at ``delta``. The mu the releases carry is ignored;
+    they give the shape (sensitivities, sampling, steps). Bisection on log mu: epsilon falls as mu grows."""
+    if not (math.isfinite(target_epsilon) and target_epsilon > 0):
+        raise ConfigError(f"target epsilon {target_epsilon!r} must be a positive number, e.g. 3")
+    if not releases or all(release.steps == 0 for release in releases):
+        raise ConfigError("nothing to calibrate: give at least one release with steps > 0")
+
+    def spent(mu: float) -> float:
+        return epsilon([dataclasses.replace(release, mu=mu) for release in releases], delta)
+
+    low, high = 1e-6, 1.0
+    while spent(high) > target_epsilon:
+        low, high = high, high * 16.0
+        if high > 2.0**60:
+            raise ConfigError(
+                f"no noise reaches epsilon {target_epsilon:g} at delta {delta:g}; raise the target or lower the steps"
+            )
+    while high / low > 1.0 + tolerance:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if spent(middle) > target_epsilon else (low, middle)
+    return high
+
+
+def rounded_l2(l2: float, dimension: int, beta: float) -> float:
+    """An L2 bound, holding with probability at least 1 - beta, on a stochastic rounding of a vector of
+    L2 norm at most ``l2`` (encoded units) in ``dimension`` coordinates (Kairouz, Liu and Steinke 2021):
+
+        min(l2 + sqrt(d), sqrt(l2^2 + d / 4 + sqrt(2 log(1/beta)) (l2 + sqrt(d) / 2))).
+
+    The first bound always holds (each coordinate moves by less than 1), beta = 0 selects it.
+
+    Why it is the record-level sensitivity of a rounded sum: when one party's sum is x or x + v (v one
+    record's clipped contribution) and both are rounded with the same uniforms, coordinate i of the
+    difference is floor(x_i + v_i + r_i) - floor(x_i + r_i), which is floor(v_i) or floor(v_i) + 1 with
+    mean v_i: an independent stochastic rounding of v. So the bound on rounding v bounds the shift.
+    """
+    if dimension < 1:
+        raise ConfigError(f"dimension={dimension} must be at least 1")
+    if not 0.0 <= beta < 1.0:
+        raise ConfigError(f"beta={beta!r} must be in [0, 1)")
+    root = math.sqrt(dimension)
+    always = l2 + root
+    if beta == 0.0:
+        return always
+    squared = l2 * l2 + dimension / 4.0 + math.sqrt(2.0 * math.log(1.0 / beta)) * (l2 + root / 2.0)
+    return min(always, math.sqrt(squared))
+
+
+def rounded_l1(l2: float, dimension: int) -> float:
+    """An L1 bound on an integer vector of L2 norm at most ``l2`` in ``dimension`` coordinates:
+    min(l2^2, sqrt(d) l2), since |e_i| <= e_i^2 for integers and by Cauchy-Schwarz."""
+    return min(l2 * l2, math.sqrt(dimension) * l2)
+
+
+def skellam_tail(mu: float, threshold: float) -> float:
+    """Chernoff bound on P[Skellam(mu) >= t] for t >= 0: with E e^(s X) = e^(2 mu (cosh s - 1)) and the
+    optimal s = asinh(t / (2 mu)), exp(-(t asinh(t / (2 mu)) - sqrt(4 mu^2 + t^2) + 2 mu))."""
+    if threshold <= 0:
+        return 1.0
+    if mu == 0:
+        return 0.0
+    exponent = threshold * math.asinh(threshold / (2.0 * mu)) - math.hypot(2.0 * mu, threshold) + 2.0 * mu
+    return min(1.0, math.exp(-exponent))
+
+
+def wrap_probability(mu: float, signal: float, modulus_bits: int, dimension: int) -> float:
+    """A bound on the probability that some coordinate of a noised sum wraps around modulo 2^k: the
+    signal is at most ``signal`` in magnitude per coordinate, the noise Skellam(mu) (all parties' mu,
+    honest or not), and a coordinate wraps only if |signal + noise| >= 2^(k-1); union bound over the
+    ``dimension`` coordinates and both signs."""
+    room = 2.0 ** (modulus_bits - 1) - signal
+    return min(1.0, 2.0 * dimension * skellam_tail(mu, room))
+
+
+def delta_addon(*, steps: int, parties: int, beta: float, epsilon: float, wrap: float) -> float:
+    """What rounding and wrapping add to delta over ``steps`` noised sums of ``parties`` parties:
+
+    - steps * beta: the record-level sensitivity after rounding (:func:`rounded_l2`) fails with
+      probability at most beta in the step whose sum holds the record;
+    - parties * steps * beta * (1 + e^epsilon): each party's conditional rounding (redraw while the
+      rounded norm exceeds its bound, probability at most beta) moves its output by at most beta in
+      total variation, and a mechanism within TV b of an (epsilon, delta)-DP one is
+      (epsilon, delta + b (1 + e^epsilon))-DP;
+    - steps * wrap: a sum that wraps decodes wrong; counted, conservatively, as a failure.
+    """
+    if steps < 0 or parties < 1:
+        raise ConfigError(f"steps={steps} and parties={parties} must be >= 0 and >= 1")
+    return steps * beta + parties * steps * beta * (1.0 + math.exp(epsilon)) + steps * wrap
+
+
+def party_mu(total_mu: float, floor: int, colluders: int) -> float:
+    """Each party's share of the noise: ``total_mu / (floor - colluders)``. The colluders know (and can
+    subtract) their own noise, so the honest parties of the smallest survivor set the plan allows (``floor``
+    parties, of which ``colluders`` may collude; floor = n under ``dropouts = "none"``) must carry it all."""
+    honest = floor - colluders
+    if honest < 1:
+        raise ConfigError(
+            f"a survivor floor of {floor} with {colluders} colluders leaves no honest party to carry the noise; "
+            "raise min_round_size or lower max_colluding"
+        )
+    if not (math.isfinite(total_mu) and total_mu > 0):
+        raise ConfigError(f"total_mu={total_mu!r} must be positive and finite")
+    return total_mu / honest
+
+
+def noise_excess(parties: int, floor: int, colluders: int) -> float:
+    """How many times the target noise the decoded sum carries when all ``parties`` survive and none
+    colludes: parties / (floor - colluders) (1 only when floor = parties and colluders = 0)."""
+    return parties * party_mu(1.0, floor, colluders)

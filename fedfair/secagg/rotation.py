@@ -1,0 +1,91 @@
+"""A random rotation every party and the aggregator agree on: the randomised Walsh-Hadamard transform.
+
+Before rounding and noise, distributed DP rotates each party's vector by R = H D / sqrt(m): D a
+diagonal of random signs, H the m x m Walsh-Hadamard matrix (m the dimension padded with zeros to a
+power of two). R is orthogonal, so L2 norms (and the L2 sensitivity) are unchanged, while the energy of
+any fixed vector is spread evenly over the m coordinates: no coordinate is much larger than
+||x|| / sqrt(m) (Hoeffding over the signs), which keeps the rounding inflation and the modular range
+small (Kairouz, Liu and Steinke 2021). The decoder applies R^-1 = D H / sqrt(m) (H is symmetric and
+H H = m I) to the decoded sum, then drops the padding.
+
+The signs are the low bits of an AES-CTR keystream keyed by :func:`rotation_key`, derived from
+public round data: the rotation needs no secrecy (the privacy argument holds for any fixed
+orthogonal R), only agreement, and a key the aggregator could choose per party would not harm it either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from fedfair.core.errors import ConfigError
+from fedfair.secagg import prg
+
+_DOMAIN = b"fedfair rotation v1"
+
+
+def padded_dimension(dimension: int) -> int:
+    """m: the smallest power of two >= ``dimension`` (>= 1), the length of a rotated vector."""
+    if dimension < 1:
+        raise ConfigError(f"a rotated vector needs at least one coordinate, got dimension={dimension}")
+    return 1 << (dimension - 1).bit_length()
+
+
+def rotation_key(federation_id: str, round_number: int, purpose: str) -> bytes:
+    """The 32-byte key of a round's rotation: SHA-256 over a domain tag, the federation, the round and
+    the purpose (e.g. "training", "evaluation"), each length-prefixed so distinct inputs never collide."""
+    digest = hashlib.sha256(_DOMAIN)
+    for part in (federation_id.encode(), str(round_number).encode(), purpose.encode()):
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.digest()
+
+
+def signs(key: bytes, size: int) -> np.ndarray:
+    """The diagonal D: ``size`` float64 values +-1, bit 0 of each byte of the keystream of ``key``."""
+    bits = np.frombuffer(prg.keystream(key, size), dtype=np.uint8) & 1
+    return 1.0 - 2.0 * bits.astype(np.float64)
+
+
+def hadamard(vector: np.ndarray) -> np.ndarray:
+    """The normalised fast Walsh-Hadamard transform H x / sqrt(m) of a float64 vector of power-of-two
+    length m, in m log2(m) additions (a new array; H / sqrt(m) is orthogonal and its own inverse)."""
+    size = vector.size
+    if size < 1 or size & (size - 1):
+        raise ConfigError(f"the Walsh-Hadamard transform needs a power-of-two length, got {size}")
+    out = np.array(vector, dtype=np.float64, copy=True)
+    half = 1
+    while half < size:
+        pairs = out.reshape(-1, 2, half)
+        upper = pairs[:, 0, :].copy()
+        pairs[:, 0, :] += pairs[:, 1, :]
+        np.subtract(upper, pairs[:, 1, :], out=pairs[:, 1, :])
+        half *= 2
+    out *= 1.0 / np.sqrt(size)
+    return out
+
+
+def rotate(vector: np.ndarray, key: bytes) -> np.ndarray:
+    """R x = H D x / sqrt(m) of the float64 ``vector``, zero-padded to m = :func:`padded_dimension`."""
+    vector = np.asarray(vector, dtype=np.float64)
+    if vector.ndim != 1:
+        raise ConfigError(f"only a 1-D vector can be rotated, got shape {vector.shape}; flatten it first")
+    size = padded_dimension(vector.size)
+    padded = np.zeros(size)
+    padded[: vector.size] = vector * signs(key, size)[: vector.size]
+    return hadamard(padded)
+
+
+def unrotate(rotated: np.ndarray, key: bytes, dimension: int) -> np.ndarray:
+    """R^-1 y = D H y / sqrt(m), the first ``dimension`` coordinates: undoes :func:`rotate` (up to
+    float64 rounding, about log2(m) ulps of the norm per coordinate) and, applied to a sum of rotated
+    vectors, gives the sum of the originals."""
+    rotated = np.asarray(rotated, dtype=np.float64)
+    if rotated.ndim != 1 or rotated.size != padded_dimension(dimension):
+        raise ConfigError(
+            f"a rotated vector of dimension {dimension} has {padded_dimension(dimension)} coordinates, "
+            f"got shape {rotated.shape}"
+        )
+    restored: np.ndarray = (hadamard(rotated) * signs(key, rotated.size))[:dimension]
+    return restored

@@ -1,0 +1,130 @@
+"""Distributed-DP accounting: the Skellam bound against the exact divergence, subsampling, conversion."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from opacus.accountants.analysis import rdp as opacus_rdp
+
+from fedfair.core.errors import ConfigError
+from fedfair.privacy import distributed
+from fedfair.privacy.distributed import Release
+
+CASES = [(mu, shift, alpha) for mu in (2.0, 30.0, 400.0, 1e4) for shift in (1, 2, 7) for alpha in (2, 5, 16, 40)]
+
+
+@pytest.mark.parametrize(("mu", "shift", "alpha"), CASES)
+def test_skellam_bound_holds_against_the_exact_divergence(mu: float, shift: int, alpha: int) -> None:
+    exact = distributed.skellam_rdp_exact(alpha, mu, shift)
+    bound = distributed.skellam_rdp(alpha, mu, shift, shift)
+    # The exact sum is accurate to a few ulps of its terms (float64 logs of the Bessel function).
+    assert bound >= exact * (1 - 1e-9)
+    if alpha * shift**2 <= mu / 100:
+        # Near the Gaussian limit (variance 2 mu dwarfs alpha times the shift squared), both are
+        # alpha shift^2 / (4 mu) to first order; the integrality term and the higher cumulants
+        # (every one of Skellam's even cumulants is 2 mu) are relatively O(1 / mu) and O(alpha shift^2 / mu).
+        assert bound - exact <= exact * (2.0 / mu + alpha * shift**2 / mu)
+
+
+def test_exact_divergence_is_the_gaussian_one_in_the_limit() -> None:
+    # Skellam(mu) tends to N(0, 2 mu), whose shift by s has D_alpha = alpha s^2 / (4 mu).
+    mu, shift, alpha = 1e5, 3, 4
+    assert distributed.skellam_rdp_exact(alpha, mu, shift) == pytest.approx(alpha * shift**2 / (4 * mu), rel=1e-4)
+
+
+def gaussian(sigma: float):  # type: ignore[no-untyped-def]
+    return lambda alpha: alpha / (2 * sigma**2)
+
+
+@pytest.mark.parametrize(("sigma", "q"), [(0.8, 0.01), (1.1, 0.05), (4.0, 0.2), (1.0, 1.0)])
+def test_subsampled_bound_is_above_and_near_the_sampled_gaussian(sigma: float, q: float) -> None:
+    # Opacus' RDP of the sampled Gaussian is exact at integer orders (Mironov et al. 2019); Zhu and
+    # Wang's general bound must not be below it, and costs at most log(3) / (alpha - 1) plus the
+    # ratio of its terms, so a factor below 3 at these orders.
+    orders = [2, 3, 5, 8, 16, 32]
+    exact = opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=orders)
+    for alpha, reference in zip(orders, exact, strict=True):
+        bound = distributed.subsampled_rdp(gaussian(sigma), q, alpha)
+        assert bound >= reference * (1 - 1e-9)
+        assert bound <= max(3 * reference, gaussian(sigma)(alpha))
+        assert bound <= gaussian(sigma)(alpha) + 1e-12
+
+
+def test_conversion_matches_opacus_and_composition_adds_up() -> None:
+    sigma, q, steps, delta = 1.1, 0.02, 500, 1e-5
+    orders = distributed.ORDERS
+    curve = steps * opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=orders)
+    expected = opacus_rdp.get_privacy_spent(orders=orders, rdp=curve, delta=delta)[0]
+    assert distributed.epsilon_from_rdp(curve, delta) == pytest.approx(expected, rel=1e-12)
+    release = Release("skellam", mu=200.0, l1=20.0, l2=5.0, sampling_rate=0.01, steps=100)
+    doubled = distributed.rdp_curve([release, release])
+    assert np.allclose(doubled, distributed.rdp_curve([Release("skellam", 200.0, 20.0, 5.0, 0.01, 200)]))
+    assert distributed.epsilon([], 1e-5) == 0.0
+
+
+def test_calibrate_meets_the_target_from_below() -> None:
+    shape = [Release("skellam", mu=1.0, l1=3000.0, l2=1000.0, sampling_rate=0.01, steps=2000)]
+    for target in (1.0, 3.0, 8.0):
+        mu = distributed.calibrate(target, 1e-5, shape)
+        spent = distributed.epsilon([Release("skellam", mu, 3000.0, 1000.0, 0.01, 2000)], 1e-5)
+        slightly_less = distributed.epsilon([Release("skellam", mu / 1.01, 3000.0, 1000.0, 0.01, 2000)], 1e-5)
+        assert spent <= target < slightly_less
+
+
+def test_rounding_inflation_and_l1() -> None:
+    # Deterministic bound with beta = 0; the probabilistic one is below it for large norms.
+    assert distributed.rounded_l2(100.0, 64, 0.0) == 108.0
+    inflated = distributed.rounded_l2(1000.0, 100, 1e-10)
+    assert 1000.0 < inflated < 1010.0
+    assert inflated == pytest.approx(math.sqrt(1000.0**2 + 25 + math.sqrt(2 * math.log(1e10)) * 1005), rel=1e-12)
+    assert distributed.rounded_l1(3.0, 100) == 9.0 and distributed.rounded_l1(30.0, 4) == 60.0
+
+
+def test_rounded_l2_bounds_the_shift_of_a_rounded_sum() -> None:
+    # Two neighbouring sums x and x + v rounded with the same uniforms differ by a stochastic rounding of v.
+    rng = np.random.default_rng(5)
+    dimension, norm, beta = 256, 40.0, 1e-3
+    bound = distributed.rounded_l2(norm, dimension, beta)
+    x = rng.normal(scale=1e3, size=dimension)
+    v = rng.normal(size=dimension)
+    v *= norm / np.linalg.norm(v)
+    failures = 0
+    for _ in range(2000):
+        r = rng.random(dimension)
+        shift = np.floor(x + v + r) - np.floor(x + r)
+        failures += int(np.linalg.norm(shift) > bound)
+    # At most beta of the draws may fail; 2000 beta = 2, so 12 failures would be a 1e-6 event.
+    assert failures <= 12
+
+
+def test_skellam_tail_bounds_the_exact_tail() -> None:
+    from scipy import stats
+
+    for mu, t in ((10.0, 15), (1e4, 400), (1e6, 8000)):
+        assert distributed.skellam_tail(mu, t) >= stats.skellam(mu, mu).sf(t - 1)
+    assert distributed.wrap_probability(1e6, 1e9, 32, 10**6) < 1e-100
+    assert distributed.wrap_probability(1e12, 2.0**31, 32, 10) == 1.0
+
+
+def test_delta_addon_counts_rounding_conditioning_and_wraps() -> None:
+    addon = distributed.delta_addon(steps=100, parties=5, beta=1e-12, epsilon=1.0, wrap=1e-15)
+    assert addon == pytest.approx(100e-12 + 5 * 100 * 1e-12 * (1 + math.e) + 100e-15)
+
+
+def test_party_mu_splits_over_the_honest_survivors() -> None:
+    assert distributed.party_mu(120.0, floor=51, colluders=5) == pytest.approx(120.0 / 46)
+    assert distributed.noise_excess(51, 51, 5) == pytest.approx(51 / 46)
+    assert distributed.noise_excess(3, 3, 0) == 1.0
+    with pytest.raises(ConfigError, match="no honest party"):
+        distributed.party_mu(1.0, floor=3, colluders=3)
+
+
+def test_bad_releases_are_refused() -> None:
+    with pytest.raises(ConfigError, match="mechanism"):
+        Release("gaussian", 1.0, 1.0, 1.0)
+    with pytest.raises(ConfigError, match="mu="):
+        Release("skellam", 0.0, 1.0, 1.0)
+    with pytest.raises(ConfigError, match="sampling_rate"):
+        Release("skellam", 1.0, 1.0, 1.0, sampling_rate=0.0)
