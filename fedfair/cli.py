@@ -16,28 +16,43 @@ from importlib import metadata
 import fedfair
 from fedfair.core.errors import FedfairError
 
-COMMANDS: dict[str, str] = {
-    "simulate": "fedfair.research.flags",
-    "reference": "fedfair.research.flags",
-    "sweep": "fedfair.research.sweep",
-    "reproduce": "fedfair.research.commands",
-    "data": "fedfair.datasets.commands",
-    "secagg-demo": "fedfair.secagg.demo",
-    "privacy": "fedfair.privacy.commands",
-    "pki": "fedfair.pki.commands",
-    "aggregator": "fedfair.runtime.aggregator.commands",
-    "collaborator": "fedfair.runtime.collaborator.commands",
-    "plan": "fedfair.runtime.plan_commands",
-    "launch": "fedfair.research.launch",
-    "predict": "fedfair.bundle.commands",
-    "evaluate": "fedfair.bundle.commands",
-    "report": "fedfair.runtime.report",
-    "init": "fedfair.runtime.scaffold",
+COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("fedfair.research.flags", "run a federation in process and report fairness"),
+    "reference": ("fedfair.research.flags", "the centralized optimum the federation must reach"),
+    "sweep": ("fedfair.research.sweep", "run an epsilon x rho grid to CSV"),
+    "reproduce": ("fedfair.research.commands", "the paper's study on one dataset: CSV tables and PNG figures"),
+    "data": ("fedfair.datasets.commands", "list and fetch the built-in datasets; draft and check a federation schema"),
+    "secagg-demo": (
+        "fedfair.secagg.demo",
+        "run one secure-aggregation round in-process and show what the server sees",
+    ),
+    "privacy": ("fedfair.privacy.commands", "DP-SGD accounting: epsilon of a run, noise for a target epsilon"),
+    "pki": ("fedfair.pki.commands", "certificates: a CA per federation, one certificate per participant"),
+    "aggregator": ("fedfair.runtime.aggregator.commands", "run the federation's aggregator"),
+    "collaborator": ("fedfair.runtime.collaborator.commands", "take part in a federation as one institution"),
+    "plan": ("fedfair.runtime.plan_commands", "pin the agreed plan in the manifest; compare two plans"),
+    "launch": (
+        "fedfair.research.launch",
+        "run a whole local federation as separate processes over mutual TLS (a deployment rehearsal)",
+    ),
+    "predict": ("fedfair.bundle.cli", "predict each row of a table with a model bundle"),
+    "evaluate": (
+        "fedfair.bundle.cli",
+        "group risks of a model bundle on a labelled table: worst rho-fraction, mean, disparity",
+    ),
+    "report": ("fedfair.runtime.report", "draw an aggregator's run as one self-contained HTML page"),
+    "init": (
+        "fedfair.runtime.scaffold",
+        "scaffold a federation folder: the plan, one collaborator config per site, the next commands",
+    ),
 }
-"""Each command and the module that registers it. A command line naming one imports only that
-module (PyTorch and Opacus are not loaded for `fedfair pki`, say); `--help` alone imports them all."""
+"""Each command: the module that registers it, and its one line for ``fedfair --help``. A command
+line naming a command imports only that command's module; ``fedfair --help`` imports none of them
+(each module's own ``help=`` must read the same: tests/test_cli.py compares them). Each command
+module keeps its heavy imports (torch, Opacus, gRPC, pandas) inside its handlers, so a command's
+``--help`` starts at once too."""
 
-COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 
 
 def installed_version() -> str:
@@ -48,8 +63,8 @@ def installed_version() -> str:
         return f"{fedfair.__version__} (not installed: run from a source tree)"
 
 
-def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
-    """The `fedfair` parser with the commands of `modules` (by default every command)."""
+def build_parser(modules: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The `fedfair` parser: the commands of `modules` in full, every other command by its help line only."""
     parser = argparse.ArgumentParser(
         prog="fedfair",
         description="Federated learning that protects every large enough subgroup (RCVaR).",
@@ -58,13 +73,16 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentP
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in modules:
         importlib.import_module(module_name).register_commands(subparsers)
+    for command, (module_name, help_line) in COMMANDS.items():
+        if module_name not in modules:
+            subparsers.add_parser(command, help=help_line)
     return parser
 
 
 def modules_for(argv: Sequence[str]) -> Sequence[str]:
-    """The command modules a command line needs: the one of the command it names, else every one."""
+    """The command module a command line needs: the one of the command it names, else none."""
     command = next((word for word in argv if not word.startswith("-")), None)
-    return (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES
+    return (COMMANDS[command][0],) if command in COMMANDS else ()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

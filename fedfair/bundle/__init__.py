@@ -5,19 +5,23 @@ provenance in one file that reads as tensors and JSON only, and `fedfair predict
 - ``Bundle.build_model(allowed=...)``: the trained ``nn.Module``, ready to predict; a model that a
   factory builds needs that "package.module:function" in ``allowed`` (``--allow-factory``), since
   importing it runs code.
-- ``fedfair.bundle.commands``: the commands' functions; ``evaluate_composition`` also says who is in
-  the worst-off group, cell by cell of the table's columns (``fedfair.bundle.composition``).
+- ``fedfair.bundle.commands``: the commands' functions (``fedfair.bundle.cli``: their command lines);
+  ``evaluate_composition`` also says who is in the worst-off group, cell by cell of the table's
+  columns (``fedfair.bundle.composition``).
 """
 
-from fedfair.bundle.format import (
-    BUNDLE_VERSION,
-    Bundle,
-    builtin_architecture,
-    factory_architecture,
-    load_bundle,
-    make_provenance,
-    write_bundle,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedfair.bundle.format import (
+        BUNDLE_VERSION,
+        Bundle,
+        builtin_architecture,
+        factory_architecture,
+        load_bundle,
+        make_provenance,
+        write_bundle,
+    )
 
 __all__ = [
     "BUNDLE_VERSION",
@@ -28,3 +32,13 @@ __all__ = [
     "make_provenance",
     "write_bundle",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :mod:`fedfair.bundle.format`, imported on first use: it loads PyTorch, which
+    ``fedfair predict --help`` (and anything else that only names this package) should not wait for."""
+    if name in __all__:
+        from fedfair.bundle import format as bundle_format
+
+        return getattr(bundle_format, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""`fedfair predict` and `fedfair evaluate`: use a model bundle on an institution's own table.
+"""What `fedfair predict` and `fedfair evaluate` do: use a model bundle on an institution's own table.
 
 Both encode the table with the bundle's encoder (the federation's schema and its
 statistics), so a row is turned into features exactly as in training. `evaluate`
@@ -9,14 +9,14 @@ named columns, its share of the worst rho-fraction beside its share of the table
 (:mod:`fedfair.bundle.composition`). The functions behind the commands are the Python API for the
 same work.
 
-A bundle whose model comes from a factory ("package.module:function") is used only when the
+The command lines themselves are :mod:`fedfair.bundle.cli` (light, so their ``--help`` does not
+load PyTorch). A bundle whose model comes from a factory ("package.module:function") is used only when the
 user names that factory with ``--allow-factory`` (``allowed`` in Python): the name comes from
 the bundle's file, and importing it runs code, so the bundle can never consent on its own.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import json
 from collections.abc import Collection, Sequence
@@ -27,17 +27,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from fedfair.bundle.composition import (
-    composition_columns,
-    composition_json,
-    composition_text,
-    worst_group_composition,
-)
+from fedfair.bundle.composition import worst_group_composition
 from fedfair.bundle.format import Bundle, describe_architecture, load_bundle
 from fedfair.core.data import ClientData
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import Evaluation, evaluate
-from fedfair.core.files import atomic_write
 from fedfair.core.models import FactoryNotAllowed, flat_parameters, predict
 from fedfair.datasets.encoder import Encoder
 
@@ -51,43 +45,6 @@ PREDICTION_COLUMN = "prediction"
 PROBABILITY_PREFIX = "probability_"
 
 logger = logging.getLogger("fedfair.bundle")
-
-
-def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    model_help = "model bundle file written by the aggregator (and sent to every collaborator that finished)"
-    data_help = "CSV or Parquet table with the federation schema's feature columns"
-    allow_help = (
-        "a model factory 'package.module:function' you trust to be imported and called with the bundle's "
-        "arguments; needed for a bundle whose model a factory builds, repeat it for several (default: none)"
-    )
-
-    predicting = subparsers.add_parser("predict", help="predict each row of a table with a model bundle")
-    predicting.add_argument("--model", type=Path, required=True, help=model_help)
-    predicting.add_argument("--data", type=Path, required=True, help=data_help)
-    predicting.add_argument(
-        "--out", type=Path, required=True,
-        help="CSV to write: the predicted class and each class's probability, one line per input row, in order",
-    )  # fmt: skip
-    predicting.add_argument("--allow-factory", action="append", default=[], metavar="NAME", help=allow_help)
-    predicting.set_defaults(handler=_predict)
-
-    evaluating = subparsers.add_parser(
-        "evaluate", help="group risks of a model bundle on a labelled table: worst rho-fraction, mean, disparity"
-    )
-    evaluating.add_argument("--model", type=Path, required=True, help=model_help)
-    evaluating.add_argument("--data", type=Path, required=True, help=data_help + " and the label column")
-    evaluating.add_argument(
-        "--rho", type=float, default=None,
-        help="protected group fraction in (0, 1] (default: the rho of the plan the model was trained with)",
-    )  # fmt: skip
-    evaluating.add_argument(
-        "--composition", metavar="COLUMN[,COLUMN]", default=None,
-        help="also list who is in the worst rho-fraction of rows: each cell of these table columns (any column, "
-        "the label included) with its share of the worst group beside its share of the table, e.g. race,income",
-    )  # fmt: skip
-    evaluating.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    evaluating.add_argument("--allow-factory", action="append", default=[], metavar="NAME", help=allow_help)
-    evaluating.set_defaults(handler=_evaluate)
 
 
 def bundle_encoder(bundle: Bundle) -> Encoder:
@@ -224,7 +181,7 @@ def evaluate_composition(
     return group_risk_report(result.losses, result.correct, rho), shares
 
 
-def _allowed_bundle(path: Path, allowed: Collection[str]) -> Bundle:
+def allowed_bundle(path: Path, allowed: Collection[str]) -> Bundle:
     """The bundle at ``path``, refused up front if its model comes from a factory not in ``allowed``.
 
     Bundle.build_model enforces the same rule; checking here as well refuses before a possibly
@@ -238,37 +195,3 @@ def _allowed_bundle(path: Path, allowed: Collection[str]) -> Bundle:
             f"package is installed here, run again with --allow-factory {bundle.factory}"
         )
     return bundle
-
-
-def _predict(args: argparse.Namespace) -> int:
-    bundle = _allowed_bundle(args.model, args.allow_factory)
-    frame = predictions(bundle, read_table(args.data), str(args.data), allowed=args.allow_factory)
-    atomic_write(args.out, lambda stream: frame.to_csv(stream, index=False))
-    print(f"wrote {len(frame)} predictions to {args.out}")
-    return 0
-
-
-def _evaluate(args: argparse.Namespace) -> int:
-    columns = composition_columns(args.composition) if args.composition is not None else None
-    bundle = _allowed_bundle(args.model, args.allow_factory)
-    table = read_table(args.data)
-    source = str(args.data)
-    shares: list[CellShare] = []
-    if columns is None:
-        report = evaluate_table(bundle, table, source, args.rho, allowed=args.allow_factory)
-    else:
-        report, shares = evaluate_composition(bundle, table, source, columns, args.rho, allowed=args.allow_factory)
-    if args.json:
-        extra = {} if columns is None else {"composition": composition_json(shares, columns, report.rho, len(table))}
-        print(json.dumps({"rows": len(table), **report.to_dict(), **extra}))
-        return 0
-    print(f"{len(table)} rows of {args.data}, rho = {report.rho:g}")
-    print(f"  worst-group risk  {report.worst_risk:.6f}  (mean loss of the worst {report.rho:.0%} of rows)")
-    print(f"  mean risk         {report.mean_risk:.6f}")
-    print(f"  disparity         {report.disparity:.6f}  (worst {report.rho:.0%} minus the other rows' risk)")
-    print(f"  worst minus best  {report.worst_minus_best:.6f}  (worst minus best {report.rho:.0%} of rows)")
-    print(f"  accuracy          {report.accuracy:.6f}")
-    if columns is not None:
-        print()
-        print(composition_text(shares, columns, report.rho, len(table)))
-    return 0

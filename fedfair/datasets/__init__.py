@@ -10,15 +10,43 @@
 - ``DATASETS`` and ``fetch(name)``: what each built-in dataset is and where it comes from.
 """
 
-from fedfair.datasets.builtin import load_dataset
-from fedfair.datasets.dataset import Dataset
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# Eager (numpy only): the function `partition` must shadow its submodule of the same name, which a
+# lazy import would bind over it.
 from fedfair.datasets.partition import ClientSplit, partition
-from fedfair.datasets.registry import DATASETS, DatasetInfo, FetchError, fetch
-from fedfair.datasets.encoder import Encoder
-from fedfair.datasets.schema import Column, Schema, draft_schema
-from fedfair.datasets.statistics import encoder_from_statistics, statistics_dimension, statistics_vector
-from fedfair.datasets.values import check_table
-from fedfair.datasets.tabular import load_csv, read_table
+
+if TYPE_CHECKING:
+    from fedfair.datasets.builtin import load_dataset
+    from fedfair.datasets.dataset import Dataset
+    from fedfair.datasets.registry import DATASETS, DatasetInfo, FetchError, fetch
+    from fedfair.datasets.encoder import Encoder
+    from fedfair.datasets.schema import Column, Schema, draft_schema
+    from fedfair.datasets.statistics import encoder_from_statistics, statistics_dimension, statistics_vector
+    from fedfair.datasets.values import check_table
+    from fedfair.datasets.tabular import load_csv, read_table
+
+_ORIGIN: dict[str, str] = {
+    "Column": "fedfair.datasets.schema",
+    "DATASETS": "fedfair.datasets.registry",
+    "Dataset": "fedfair.datasets.dataset",
+    "DatasetInfo": "fedfair.datasets.registry",
+    "Encoder": "fedfair.datasets.encoder",
+    "FetchError": "fedfair.datasets.registry",
+    "Schema": "fedfair.datasets.schema",
+    "check_table": "fedfair.datasets.values",
+    "draft_schema": "fedfair.datasets.schema",
+    "encoder_from_statistics": "fedfair.datasets.statistics",
+    "fetch": "fedfair.datasets.registry",
+    "load_csv": "fedfair.datasets.tabular",
+    "load_dataset": "fedfair.datasets.builtin",
+    "read_table": "fedfair.datasets.tabular",
+    "statistics_dimension": "fedfair.datasets.statistics",
+    "statistics_vector": "fedfair.datasets.statistics",
+}
+"""Where each name lives: the modules load numpy and pandas, so a name is imported on first use
+(a command that only needs the dataset registry, or its --help, starts at once)."""
 
 __all__ = [
     "DATASETS",
@@ -40,3 +68,10 @@ __all__ = [
     "statistics_dimension",
     "statistics_vector",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name of the package, imported from its module on first use (see ``_ORIGIN``)."""
+    if name in _ORIGIN:
+        return getattr(import_module(_ORIGIN[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

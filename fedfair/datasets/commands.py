@@ -6,15 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedfair.datasets.check import check_against, schema_from_file
 from fedfair.datasets.registry import DATASETS, cache_root, fetch, is_cached
-from fedfair.datasets.schema import draft_schema
-from fedfair.datasets.values import check_table
-from fedfair.datasets.tabular import read_table
+
+# The table modules load pandas: imported in the handlers that read a table, not for --help.
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    data = subparsers.add_parser("data", help="list and fetch the built-in datasets; draft a federation schema")
+    data = subparsers.add_parser("data", help="list and fetch the built-in datasets; draft and check a federation schema")
     actions = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     cache_help = "cache folder (default: $FEDFAIR_CACHE or ~/.cache/fedfair)"
 
@@ -89,6 +87,10 @@ def _column_list(text: str) -> list[str]:
 
 
 def _schema(args: argparse.Namespace) -> int:
+    from fedfair.datasets.schema import draft_schema
+    from fedfair.datasets.tabular import read_table
+    from fedfair.datasets.values import check_table
+
     table = read_table(args.csv)
     schema = draft_schema(table, args.label, args.features, learn_categories=args.learn_categories)
     check_table(schema, table, args.csv.name)
@@ -101,6 +103,9 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     """Exit 0 when the table fits, 1 when it does not (the report says how, and how the schema could change)."""
+    from fedfair.datasets.check import check_against, schema_from_file
+    from fedfair.datasets.tabular import read_table
+
     schema = schema_from_file(args.plan)
     report = check_against(schema, read_table(args.csv), args.csv.name)
     print(report.render())

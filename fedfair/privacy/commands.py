@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy.accounting import compute_epsilon, plan_noise_multiplier
 from fedfair.privacy.config import ACCOUNTANTS, PrivacyConfig
 
 # ---------------------------------------------------------------- flags and commands
@@ -57,6 +56,9 @@ def privacy_config_from_args(args: argparse.Namespace) -> PrivacyConfig:
 
 
 def _epsilon_command(args: argparse.Namespace) -> int:
+    # Opacus's accountants load PyTorch: imported to run a command, never for its --help.
+    from fedfair.privacy.accounting import compute_epsilon
+
     epsilon = compute_epsilon(args.noise_multiplier, args.sample_rate, args.steps, args.delta, args.accountant)
     print(
         f"{epsilon:.3f}  (epsilon at delta {args.delta:g} after {args.steps} steps, noise multiplier "
@@ -66,6 +68,8 @@ def _epsilon_command(args: argparse.Namespace) -> int:
 
 
 def _plan_command(args: argparse.Namespace) -> int:
+    from fedfair.privacy.accounting import compute_epsilon, plan_noise_multiplier
+
     for flag, value in (("--rounds", args.rounds), ("--local-steps", args.local_steps), ("--dataset-size", args.dataset_size)):
         if value < 1:
             raise ConfigError(f"{flag} must be at least 1, got {value}")

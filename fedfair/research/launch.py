@@ -45,12 +45,11 @@ from fedfair.research.processes import (
     start_collaborator,
     supervise,
 )
-from fedfair.research.progress import Progress
-from fedfair.research.workspace import Workspace, make_workspace, site_names
-from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
+from fedfair.runtime.progress import Progress
 
 if TYPE_CHECKING:
+    from fedfair.research.workspace import Workspace
+    from fedfair.runtime.plan import AggregatorPlan
     from fedfair.simulation.rounds import TrainingConfig
 
 DEFAULT_ROUNDS = 300
@@ -185,6 +184,8 @@ def remove_ca_key(certs: Path) -> None:
 
 def rounds_done(workspace: Workspace) -> int:
     """The last round the aggregator has logged (0 before the first), read from its round log."""
+    from fedfair.runtime.aggregator.checkpoint import read_round_log
+
     try:
         records = read_round_log(workspace.output)
     except (OSError, ValueError):  # a line being appended right now; the next tick reads it whole
@@ -209,6 +210,8 @@ def check_sites(dataset: str, collaborators: int) -> LaunchSplit:
 
 def site_data(dataset: str, collaborators: int) -> dict[str, dict[str, Any]]:
     """Each institution's [data]: part i of `dataset` split as SPLITS says, by site name."""
+    from fedfair.research.workspace import site_names
+
     split = check_sites(dataset, collaborators)
     return {
         name: {"dataset": dataset, "partition": split.partition, "index": index}
@@ -247,6 +250,8 @@ def federate(args: argparse.Namespace, root: Path) -> int:
     """Write the workspace under `root`, run the federation, print the fairness report."""
     # Imported here, as workspace.declared_sizes does: the datasets (and pandas) are needed once a run starts.
     from fedfair.datasets import load_dataset
+    from fedfair.research.workspace import make_workspace, site_names
+    from fedfair.runtime.plan import load_aggregator_plan
 
     names = site_names(args.collaborators)
     training = {

@@ -7,14 +7,16 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from fedfair.core.errors import FedfairError
-from fedfair.research.workspace import Workspace
+
+if TYPE_CHECKING:  # the workspace module reads plans (pandas): `fedfair launch --help` need not
+    from fedfair.research.workspace import Workspace
 
 
 class LogSink(Protocol):
-    """Where children's log lines go: a text stream, or a `research.progress.Progress` (which keeps its bar intact)."""
+    """Where children's log lines go: a text stream, or a `runtime.progress.Progress` (which keeps its bar intact)."""
 
     def write(self, text: str, /) -> int: ...
 

@@ -29,7 +29,7 @@ from fedfair.fairness.report import GroupRiskReport
 from fedfair.research.experiment import ExperimentConfig, held_out_columns, held_out_losses, load_federation, run_method
 from fedfair.research.flags import config_from_flags
 from fedfair.research.methods import FedAvgSettings, FedMinMaxSettings, own
-from fedfair.research.progress import Progress
+from fedfair.runtime.progress import Progress
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import TrainingConfig
 from fedfair.research.workers import process_pool

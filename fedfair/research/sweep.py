@@ -21,7 +21,7 @@ import torch
 from fedfair.core.errors import ConfigError
 from fedfair.research.experiment import ExperimentConfig, load_federation, simulate
 from fedfair.research.flags import add_experiment_arguments, config_from_args, write_json
-from fedfair.research.progress import Progress
+from fedfair.runtime.progress import Progress
 from fedfair.simulation.federation import Federation
 from fedfair.research.workers import process_pool
 

@@ -20,9 +20,10 @@ from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki.roster import PARTICIPANTS, PlanPin, write_manifest
-from fedfair.runtime.manifest import load_manifest, manifest_digest, setting_differences
-from fedfair.runtime.plan import check_plan, load_aggregator_plan, shared_content
 from fedfair.runtime.toml_tables import read_toml
+
+# The plan and manifest modules read schemas (pandas): imported where a command runs, so that
+# `fedfair plan --help` answers at once.
 
 
 def pin_plan(plan_path: Path, manifest_path: Path, out: Path) -> tuple[str, list[str] | None]:
@@ -32,6 +33,9 @@ def pin_plan(plan_path: Path, manifest_path: Path, out: Path) -> tuple[str, list
     pinned) and then checked against the new manifest like any plan. Returns the new
     manifest's digest and the fields that changed since the old pin (None: it pinned none).
     """
+    from fedfair.runtime.manifest import load_manifest, manifest_digest, setting_differences
+    from fedfair.runtime.plan import check_plan, load_aggregator_plan, shared_content
+
     plan = load_aggregator_plan(plan_path, check_manifest=False)
     roster = load_manifest(manifest_path)
     content = shared_content(plan)
@@ -51,6 +55,9 @@ def pin_plan(plan_path: Path, manifest_path: Path, out: Path) -> tuple[str, list
 
 def settings_of(path: Path) -> dict[str, Any]:
     """The shared settings a file stands for: a manifest's pinned plan, or what a plan would share."""
+    from fedfair.runtime.manifest import load_manifest
+    from fedfair.runtime.plan import load_aggregator_plan, shared_content
+
     _, data = read_toml(path)
     if PARTICIPANTS in data:
         manifest = load_manifest(path)
@@ -77,6 +84,8 @@ def _pin_command(args: argparse.Namespace) -> int:
 
 
 def _diff_command(args: argparse.Namespace) -> int:
+    from fedfair.runtime.manifest import setting_differences
+
     changes = setting_differences(settings_of(args.old), settings_of(args.new))
     for line in changes:
         print(line)

@@ -18,26 +18,20 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
-from fedfair.runtime.aggregator.checkpoint import (
-    CHECKPOINT_NAME,
-    ROUND_LOG_NAME,
-    load_checkpoint,
-    read_round_log,
-    trim_round_log,
-)
-from fedfair.runtime.aggregator.events import EventLog
-from fedfair.runtime.aggregator.lock import output_lock
-from fedfair.runtime.aggregator.loop import excluded_in
-from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.logs import LOG_LEVELS, configure_logging
-from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan, plan_content, plan_digest
 from fedfair.runtime.toml_tables import Table, shown
+
+if TYPE_CHECKING:
+    from fedfair.runtime.plan import AggregatorPlan
+
+# The aggregator's own modules (PyTorch, gRPC, pandas) are imported inside the handlers, where they
+# run: `fedfair aggregator start --help` then answers at once.
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -120,6 +114,8 @@ def plan_from_args(args: argparse.Namespace) -> AggregatorPlan:
         if missing:
             raise ConfigError(f"without --plan the aggregator needs {', '.join(missing)}; or pass --plan plan.toml")
         overrides.setdefault("federation", {}).setdefault("id", "fedfair")
+    from fedfair.runtime.plan import load_aggregator_plan
+
     return load_aggregator_plan(args.plan, overrides)
 
 
@@ -134,6 +130,12 @@ def readmit(plan: AggregatorPlan, names: Sequence[str]) -> dict[str, str]:
     round's own, so every later ``--resume`` keeps them in. Each one is logged and emitted
     as a ``readmission`` event. Returns name -> the reason it had been excluded for.
     """
+    from fedfair.runtime.aggregator.checkpoint import ROUND_LOG_NAME, load_checkpoint, read_round_log, trim_round_log
+    from fedfair.runtime.aggregator.events import EventLog
+    from fedfair.runtime.aggregator.lock import output_lock
+    from fedfair.runtime.aggregator.loop import excluded_in
+    from fedfair.runtime.plan import plan_content, plan_digest
+
     output = plan.aggregator.output
     with output_lock(output):
         checkpoint = load_checkpoint(output, plan_digest(plan), plan_content(plan))
@@ -170,6 +172,9 @@ def readmit(plan: AggregatorPlan, names: Sequence[str]) -> dict[str, str]:
 
 def _start_command(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_file)
+    from fedfair.runtime.aggregator.checkpoint import CHECKPOINT_NAME
+    from fedfair.runtime.aggregator.start import run_aggregator
+
     plan = plan_from_args(args)
     if args.readmit:
         if not args.resume:
