@@ -182,6 +182,24 @@ LOCAL_BINDINGS = FailureClass(
     "sum past inputs with other survivors; only a new federation id starts afresh)",
 )
 
+LOCAL_STATE_LOST = FailureClass(
+    "local-state-lost",
+    False,
+    "this collaborator has no record of its inputs ({path}) but {evidence}: the record was deleted or lost, "
+    "so the inputs it sent and the privacy it spent would be forgotten",
+    "restore NAME.FEDERATION.bindings.json, the .kept.npz files and the privacy state beside it from a "
+    "backup; or, if this institution never took part before, or accepts that its record and privacy budget "
+    "start again, run `fedfair collaborator start` with --reset-state",
+)
+FEDERATION_PAST = FailureClass(
+    "federation-past",
+    False,
+    "this institution already contributed to round {latest} of federation {federation} ({path}), and the "
+    "aggregator now serves round {served}: that federation finished, or the aggregator went back",
+    "nothing to do for a finished federation; to train again, start a new federation (a new federation id) "
+    "from the same sites and certificates, as docs/operations.md shows",
+)
+
 FAILURES: tuple[FailureClass, ...] = (
     AGGREGATOR_UNREACHABLE,
     AGGREGATOR_BUSY,
@@ -202,6 +220,8 @@ FAILURES: tuple[FailureClass, ...] = (
     LOCAL_MANIFEST,
     LOCAL_PRIVACY,
     LOCAL_BINDINGS,
+    LOCAL_STATE_LOST,
+    FEDERATION_PAST,
 )
 """Every class a collaborator can report, in the order the runbook lists them."""
 

@@ -84,6 +84,8 @@ from fedfair.runtime.collaborator.receipt import BUNDLE_SUFFIX, kept_path, recei
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import (
     RoundJob,
+    kept,
+    resent,
     TrainedUpdate,
     clip_plain_update,
     control_beyond_clip,
@@ -100,14 +102,15 @@ from fedfair.runtime.collaborator.trainer import (
     read_local_data,
     round_trainer,
 )
-from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Uplink
+from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Uplink, input_limit
 from fedfair.core.errors import ConfigError
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION
-from fedfair.runtime.failures import PLAN_CHANGED, PLAN_MISMATCH, Failure, PermanentFailure
+from fedfair.runtime.failures import LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH, Failure, PermanentFailure
 from fedfair.runtime.manifest import setting_differences
 from fedfair.runtime.plan import SharedSettings, json_object
-from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND
+from fedfair.runtime.preprocessing import STATISTICS_ENCODING, STATISTICS_KIND, STATISTICS_ROUND
+from fedfair.secagg import Encoder
 from fedfair.runtime.transport import WireError, pb, pb_grpc
 
 __all__ = [
@@ -139,10 +142,13 @@ class Collaborator(TaskStream):
         *,
         trainer_factory: TrainerFactory = round_trainer,
         retry: RetryPolicy | None = None,
+        reset_state: bool = False,
     ) -> None:
         """Check everything local (TLS files, manifest pin, data) before any connection;
-        `retry` defaults to the config's [retry]. Raises PermanentFailure with the fix."""
+        `retry` defaults to the config's [retry]; `reset_state` is the operator's word that a lost record
+        of this federation (and its privacy budget) may start again. Raises PermanentFailure with the fix."""
         self.trainer_factory = trainer_factory
+        self.reset_state = reset_state
         self.identity = check_identity(config)
         self.device = device_for(config.device)
         self._table: LocalTable | None = read_local_data(config)
@@ -211,7 +217,7 @@ class Collaborator(TaskStream):
         """Fetch and check the plan (:func:`join`); without a [schema], prepare the data and trainer now."""
         table = self._table if self._table is not None else read_local_data(self.config)  # a second run reads again
         self._table = None
-        self._joined = join(stub, self.config, self.backoff, self.identity, table)
+        self._joined = join(stub, self.config, self.backoff, self.identity, table, self.reset_state)
         if self.shared.schema is None:
             self._prepare(load_local_data(self.config, self.shared, table), self.shared)
 
@@ -250,14 +256,26 @@ class Collaborator(TaskStream):
         self._use(prepare(self.config, data, shared, self.device, self.trainer_factory))
 
     def _use(self, prepared: Prepared) -> None:
-        """Build the round job around a prepared trainer (kept for the whole process)."""
+        """Build the round job around a prepared trainer (kept for the whole process), once its privacy
+        accountant (if any) is known to go with this institution's record."""
         joined = self.joined
+        if self.config.privacy.enabled:
+            from fedfair.privacy.learner import PrivateLearner  # Opacus is loaded only where DP is on
+
+            if isinstance(prepared.trainer, PrivateLearner):
+                accountant = prepared.trainer.accountant
+                try:
+                    joined.record.check_accountant(accountant.rounds, accountant.path)
+                except PermanentFailure:
+                    raise
+                except ConfigError as error:
+                    raise PermanentFailure(LOCAL_PRIVACY, reason=error, config=self.config.source) from None
         self._round = RoundJob(
             self.config,
             joined.shared,
             prepared,
             as_participant(self.config, self.identity, joined.shared, prepared.parameters),
-            joined.bindings,
+            joined.record,
             self._uplink,
             self._reports,
         )
@@ -297,9 +315,15 @@ class Collaborator(TaskStream):
         if self._statistics_round(binding):
             # The statistics of this institution's table (counts and sums only), summed with every
             # other site's before training; no model is involved.
-            statistics = Work(binding.round, EVALUATION, self.joined.statistics, 1.0)
-            statistics.view = self.joined.bindings.view(binding.round, "statistics", STATISTICS_KIND)
-            return lambda: statistics
+            view = self.joined.record.view(binding.round, "statistics", STATISTICS_KIND)
+            if view.kept is not None:
+                return lambda: resent(binding.round, EVALUATION, view)
+            vector = self.joined.statistics
+            statistics = Work(binding.round, EVALUATION, vector, 1.0)
+            if self.shared.secure_aggregation.enabled and vector is not None:
+                encoder = Encoder(STATISTICS_ENCODING, self.shared.collaborator_count)
+                statistics.encoded = encoder.encode(vector, 1.0)
+            return lambda: kept(statistics, view)
         return self._rounds().evaluate(stub, binding, self._evaluation_answers)
 
     def _evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
@@ -321,8 +345,10 @@ class Collaborator(TaskStream):
         receive_bundle(self.config.name, self.bundle_path(), lambda: self._input(stub, task))
 
     def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
-        """The input of `task`'s stage: the one the task carries, or else fetched."""
-        return self._uplink.input(stub, task)
+        """The input of `task`'s stage: the one the task carries, or else fetched, within the pinned
+        plan's bound (:func:`~fedfair.runtime.collaborator.uplink.input_limit`)."""
+        limit = input_limit(task, self.shared.collaborator_count, self.parameters)
+        return self._uplink.input(stub, task, limit)
 
     def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
         """Upload this stage's payload (see :class:`Uploader`), counting the bytes sent."""

@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedfair.runtime.collaborator.client import Collaborator
-from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.logs import configure_logging
 
 
 def _start_command(args: argparse.Namespace) -> int:
+    # PyTorch, gRPC and pandas come with the collaborator's modules: imported to run, not for --help.
+    from fedfair.runtime.collaborator.client import Collaborator
+    from fedfair.runtime.collaborator.config import load_collaborator_config
+
     configure_logging()
     config = load_collaborator_config(args.config)
-    collaborator = Collaborator(config)
+    collaborator = Collaborator(config, reset_state=args.reset_state)
     try:
         return collaborator.run()
     except KeyboardInterrupt:
@@ -27,4 +29,10 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     commands = group.add_subparsers(dest="collaborator_command", required=True, metavar="COMMAND")
     start = commands.add_parser("start", help="connect to the aggregator and train on local data")
     start.add_argument("--config", type=Path, required=True, help="this institution's collaborator.toml")
+    start.add_argument(
+        "--reset-state",
+        action="store_true",
+        help="start this institution's record of the federation (and its privacy budget) again when it was lost; "
+        "without it a collaborator with no record refuses to join a federation past its first round",
+    )
     start.set_defaults(handler=_start_command)

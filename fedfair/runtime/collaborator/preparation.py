@@ -25,7 +25,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.statistics import statistics_vector
-from fedfair.runtime.collaborator.bindings import Bindings
+from fedfair.runtime.collaborator.record import InputRecord
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import Identity
 from fedfair.runtime.collaborator.receipt import kept_path
@@ -72,8 +72,8 @@ class Joined:
 
     shared: SharedSettings
     plan_digest: str
-    bindings: Bindings
-    """The survivor sets this institution's inputs are bound to (:mod:`fedfair.runtime.collaborator.bindings`)."""
+    record: InputRecord
+    """What this institution answered, to whom, and the bits it sent (:mod:`fedfair.runtime.collaborator.record`)."""
     participant: Participant
     """This collaborator before its model is built (no parameters): what the statistics aggregation needs."""
     schema_table: SchemaTable | None = None
@@ -83,10 +83,16 @@ class Joined:
 
 
 def join(
-    stub: pb_grpc.FederationStub, config: CollaboratorConfig, backoff: Backoff, identity: Identity, table: LocalTable
+    stub: pb_grpc.FederationStub,
+    config: CollaboratorConfig,
+    backoff: Backoff,
+    identity: Identity,
+    table: LocalTable,
+    reset_state: bool = False,
 ) -> Joined:
-    """Fetch the plan and check it (and, under a [schema], this institution's table against it);
-    raises PermanentFailure with the fix."""
+    """Fetch the plan and check it (and, under a [schema], this institution's table against it), and load
+    this institution's record of that federation (`reset_state`: the operator accepts that a lost record
+    starts again); raises PermanentFailure with the fix."""
     # Joined without naming the federation, so that another federation's aggregator answers with
     # its id (compared below, named in the message) rather than a generic refusal of the binding.
     binding = make_binding("", 0, pb.STAGE_JOIN)
@@ -117,10 +123,10 @@ def join(
             f"factories",
         )
     try:
-        bindings = Bindings(kept_path(config, shared.federation_id, "bindings.json"))
+        record = InputRecord(kept_path(config, shared.federation_id, "bindings.json"), shared.federation_id, reset=reset_state)
     except ConfigError as error:
         raise PermanentFailure(LOCAL_BINDINGS, reason=error, config=config.source) from None
-    joined = Joined(shared, reply.plan_digest, bindings, as_participant(config, identity, shared, 0))
+    joined = Joined(shared, reply.plan_digest, record, as_participant(config, identity, shared, 0))
     if shared.schema is None:
         return joined
     # The table is checked now, before any round; it is encoded once the statistics of every

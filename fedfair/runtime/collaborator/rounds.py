@@ -14,12 +14,13 @@ which the encoding would otherwise clip silently; with secure aggregation off, t
 update is clipped exactly as the encoding would clip it (each coordinate of the unweighted
 update to [-clip, clip]), so the aggregator's bounds never refuse an honest one.
 
-Crash consistency: an aggregator killed mid-round and resumed re-runs that round from
-its checkpoint, so this process may be sent the same round's TRAIN again. The job keeps
-its last training outcome, keyed by the round and the SHA-256 of the downloaded (theta, c);
-on the same key it re-sends that outcome rather than training again (the same bits, no
-second privacy cost, the sampler is not advanced twice), and a different model means a
-fresh round of training.
+One input per model: before a job's answer leaves, its bits are kept on disk with the
+round and the SHA-256 of the downloaded (theta, c) (:mod:`fedfair.runtime.collaborator.record`).
+An aggregator killed mid-round and resumed re-runs that round, so this process (or its
+restarted successor) may be sent the same round's TRAIN or EVALUATE again: it re-sends the
+kept bits rather than training again (no second privacy cost, the sampler not advanced
+twice). The same model in another round, another model in the same round, or a round past
+the plan's are refused.
 
 Drift correction (``[training] drift_correction = "scaffold"``): the learner, kept for
 the whole process, holds this institution's control variate sigma_k (`LocalLearner.control`)
@@ -48,7 +49,7 @@ from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner, RoundTrainer, StopsContributing
 from fedfair.core.update import bounded
 from fedfair.fairness import sums
-from fedfair.runtime.collaborator.bindings import Bindings, SignedView
+from fedfair.runtime.collaborator.record import BindingRefused, InputRecord, Kept, SignedView
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import Participant, Work
@@ -57,6 +58,7 @@ from fedfair.runtime.composition import CompositionColumn, local_counts
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
+    Stages,
     split_training_download,
     training_download_size,
     update_dimension,
@@ -139,7 +141,7 @@ class RoundJob:
         shared: SharedSettings,
         prepared: Prepared,
         participant: Participant,
-        bindings: Bindings,
+        record: InputRecord,
         uplink: Uplink,
         reports: StatusReports,
     ) -> None:
@@ -148,10 +150,9 @@ class RoundJob:
         self.prepared = prepared
         self.participant = participant
         """This collaborator as the aggregations know it, its model's parameters counted."""
-        self.bindings = bindings
+        self.record = record
         self.uplink = uplink
         self.reports = reports
-        self._trained: TrainedUpdate | None = None
         self._holds_control = False
         """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
         first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
@@ -173,9 +174,14 @@ class RoundJob:
 
     def view_of(self, round_number: int, kind: str, model: str) -> SignedView:
         """The survivor set an input of this kind and model is bound to, in every session and round, across
-        restarts (:mod:`fedfair.runtime.collaborator.bindings`); BindingRefused for a round older than one
-        this institution already contributed to."""
-        return self.bindings.view(round_number, kind, model)
+        restarts (:mod:`fedfair.runtime.collaborator.record`), with its kept bits if it was answered;
+        BindingRefused for an input the record refuses, or a round past the plan's last."""
+        if round_number > self.shared.training.rounds:
+            raise BindingRefused(
+                f"round {round_number} ({kind}) is past the plan's last round, {self.shared.training.rounds}; "
+                "this institution trains and evaluates only the rounds its pinned plan names"
+            )
+        return self.record.view(round_number, kind, model)
 
     def download(
         self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int | None = None
@@ -197,20 +203,17 @@ class RoundJob:
         view = self.view_of(binding.round, "train", model)
 
         def job() -> Work:
-            trained = self._trained
-            if trained is not None and (trained.round, trained.model) == (binding.round, model):
+            if view.kept is not None:
                 logger.info(
-                    "%s: round %d is run again on the model already trained on; re-sending that update",
+                    "%s: round %d is run again on the model already trained on; re-sending the kept update",
                     self.config.name,
                     binding.round,
                 )
-            else:
-                server_control = None if control is None else torch.from_numpy(control)
-                trained = train_on(stub, binding, model, torch.from_numpy(theta), c, server_control)
-                self._trained = trained
-            work = self.contribution(trained)
-            work.view = view
-            return work
+                return resent(binding.round, TRAINING, view)
+            server_control = None if control is None else torch.from_numpy(control)
+            trained = train_on(stub, binding, model, torch.from_numpy(theta), c, server_control)
+            self.record.note_threshold(binding.round, c)
+            return kept(self.contribution(trained), view)
 
         return job
 
@@ -296,9 +299,9 @@ class RoundJob:
             batch,
             time.perf_counter() - started,
         )
-        kept = np.array(vector, dtype=np.float64)
-        kept.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
-        return TrainedUpdate(round_number, model, kept, float(update.weight))
+        frozen = np.array(vector, dtype=np.float64)
+        frozen.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
+        return TrainedUpdate(round_number, model, frozen, float(update.weight))
 
     def contribution(self, trained: TrainedUpdate) -> Work:
         """The round's work for a training outcome, bounded as the plan's encoding bounds it."""
@@ -355,16 +358,19 @@ class RoundJob:
         columns = self.shared.counted_columns(binding.round)
 
         def job() -> Work:
+            if view.kept is not None:
+                return resent(binding.round, EVALUATION, view)
             try:
                 answered = answers(torch.from_numpy(theta))
                 if columns:
-                    answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), c, columns)])
+                    answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), columns)])
             except ConfigError as error:
                 logger.warning("%s: round %d evaluation: not contributing: %s", self.config.name, binding.round, error)
                 return Work(binding.round, EVALUATION, None, 0.0)
             work = Work(binding.round, EVALUATION, answered, 1.0)
-            work.view = view
-            return work
+            if self.shared.secure_aggregation.enabled:
+                work.encoded = Encoder(sums.ENCODING, self.shared.collaborator_count).encode(answered, 1.0)
+            return kept(work, view)
 
         return job
 
@@ -376,10 +382,12 @@ class RoundJob:
         result = evaluate(model, theta, data.test)
         return sums.local_answers(result.losses, 1.0 - result.correct, self.shared.evaluation.thresholds())
 
-    def composition_counts(self, theta: torch.Tensor, c: float, columns: Sequence[CompositionColumn]) -> np.ndarray:
+    def composition_counts(self, theta: torch.Tensor, columns: Sequence[CompositionColumn]) -> np.ndarray:
         """This institution's counts, per category of `columns` (its own plan's), of its held-out rows whose
-        loss is above c and of all of them, each column's suppressed by the schema's small-cell rule
-        (:func:`fedfair.runtime.composition.local_counts`).
+        loss is above c and of all of them, suppressed jointly by the schema's small-cell rule
+        (:func:`fedfair.runtime.composition.local_counts`). c is this institution's own average of the
+        training rounds' thresholds (:meth:`InputRecord.composition_threshold`), never one the aggregator
+        names for the query, so two queries cannot differ by the rows between two thresholds.
 
         The held-out losses are computed again rather than shared with :meth:`evaluation_answers`,
         whose seam (`Collaborator._evaluation_answers`) takes theta alone: one more pass over the
@@ -387,5 +395,26 @@ class RoundJob:
         data, model, schema = self.prepared.data, self.prepared.evaluation_model, self.shared.schema
         # Composition columns need a [schema] (settings), whose encoding kept the held-out levels.
         assert data is not None and data.held_out_levels is not None and model is not None and schema is not None
+        c = self.record.composition_threshold(self.shared.training.average_from_round + 1)
+        if c is None:
+            raise ConfigError("composition counts need the threshold of a training round, and none was trained here")
         losses = evaluate(model, theta, data.test).losses
         return local_counts(columns, data.held_out_levels, losses, c, schema.min_category_count)
+
+
+def kept(work: Work, view: SignedView) -> Work:
+    """`work`, its bits kept on disk (:meth:`SignedView.keep`) before anything of it is sent."""
+    encoded = None if work.encoded is None else work.encoded.copy()  # the encoding is masked in place
+    view.keep(Kept(work.vector, work.weight, encoded))
+    work.view = view
+    return work
+
+
+def resent(round_number: int, stages: Stages, view: SignedView) -> Work:
+    """The work that sends the bits `view` kept again (a copy: masking works in place)."""
+    answer = view.kept
+    assert answer is not None
+    work = Work(round_number, stages, answer.vector, answer.weight if answer.vector is not None else 0.0)
+    work.encoded = None if answer.encoded is None else answer.encoded.copy()
+    work.view = view
+    return work

@@ -34,7 +34,7 @@ from fedfair.core.errors import FedfairError
 from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.runtime.collaborator.bindings import SignedView
+from fedfair.runtime.collaborator.record import SignedView
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,

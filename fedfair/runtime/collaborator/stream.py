@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.collaborator.bindings import BindingRefused
+from fedfair.runtime.collaborator.record import BindingRefused
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
 from fedfair.runtime.collaborator.steps import STEPS, Participant, RoundRefused, Work

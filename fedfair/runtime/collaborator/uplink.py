@@ -2,6 +2,9 @@
 
 Every request that leaves the institution is counted in :attr:`Uplink.uploaded_bytes`, per
 round: the task stream and the start stage's job both send, so the count is locked.
+How much it reads is this institution's to bound, not the aggregator's: each stage's input is
+capped by :func:`input_limit`, from the pinned plan alone, and a larger announcement is refused
+before a byte is buffered (the model download is bounded by the model's size the same way).
 Status reports (:class:`StatusReports`) go through here too: a report that fails never
 stops training.
 """
@@ -14,12 +17,39 @@ import threading
 import grpc
 import numpy as np
 
-from fedfair.runtime.transport import Uploader, inline_input, pb, pb_grpc, read_model, read_payload
+from fedfair.runtime.transport import Uploader, WireError, inline_input, pb, pb_grpc, read_model, read_payload
 
 logger = logging.getLogger("fedfair.collaborator")
 
 RPC_SECONDS = 60.0
 """Upper bound on one request besides a stage's own deadline (a stalled peer cannot hang us)."""
+
+PER_PARTY_STAGE_BYTES = 64 << 10
+"""A secure-aggregation stage's input per party of the roster: a signed advertisement with its
+certificate, or a share, a signature or a name (each under 4 KiB in practice), with room to spare."""
+
+BASE_STAGE_BYTES = 1 << 20
+"""What a stage's input may hold beside its per-party part (the round's public parameters)."""
+
+ENCODER_BYTES = 16 << 20
+"""The federation's encoder that a start stage carries under a [schema] (category lists, statistics)."""
+
+BUNDLE_BYTES = 64 << 20
+"""The final model bundle beside its tensors (schema, encoder, report data)."""
+
+BUNDLE_BYTES_PER_PARAMETER = 32
+"""The bundle's tensors: the averaged and the last model, float64 each, twice over for slack."""
+
+
+def input_limit(task: pb.Task, collaborators: int, parameters: int) -> int:
+    """The most bytes this institution reads for `task`'s input, from its pinned plan: the final bundle
+    (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), or a secure-aggregation
+    stage (a fixed part plus one per party of the plan's roster)."""
+    if task.action == pb.ACTION_FINISHED:
+        return BUNDLE_BYTES + BUNDLE_BYTES_PER_PARAMETER * parameters
+    if task.binding.stage in (pb.STAGE_TRAIN, pb.STAGE_EVALUATE):
+        return ENCODER_BYTES
+    return BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
 
 
 def federation_stub(channel: grpc.Channel) -> pb_grpc.FederationStub:
@@ -42,14 +72,20 @@ class Uplink:
         with self._count_lock:  # the task stream and the start stage's job both send
             self.uploaded_bytes[round_number] = self.uploaded_bytes.get(round_number, 0) + size
 
-    def input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
-        """The input of `task`'s stage: the one the task carries, or else fetched."""
+    def input(self, stub: pb_grpc.FederationStub, task: pb.Task, limit: int) -> bytes:
+        """The input of `task`'s stage: the one the task carries, or else fetched, at most `limit` bytes
+        (:func:`input_limit`); a WireError, before anything is fetched, for an announcement past it."""
         carried = inline_input(task)
         if carried is not None:
             return carried
+        if task.input_size > limit:
+            raise WireError(
+                f"the aggregator announces {task.input_size} bytes for the {pb.Stage.Name(task.binding.stage)} "
+                f"input, above the {limit} this institution's pinned plan allows; nothing of it was read"
+            )
         request = pb.FetchRequest(binding=task.binding)
         self.count(task.binding.round, request.ByteSize())
-        # The task announced the size; anything longer is refused before it is buffered.
+        # Anything longer than announced is refused before it is buffered.
         _, payload = read_payload(
             stub.Fetch(request, timeout=RPC_SECONDS), max_total_bytes=task.input_size, binding=task.binding
         )
