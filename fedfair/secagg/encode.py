@@ -42,6 +42,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import kernels, prg
+from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
 
 MODULUS_BITS = (32, 64)
 """Supported word sizes k."""
@@ -79,12 +80,15 @@ class EncodingConfig:
     max_weight: largest weight a party may send.
     fractional_bits: f, the number of binary digits kept after the point.
     modulus_bits: k, the word size of the masked vector (32 or 64).
+    noise: distributed DP (:class:`fedfair.secagg.noise.NoiseConfig`): each party rotates, rounds and
+        noises its vector, so the decoded sum carries Skellam noise; None (the default) for exact sums.
     """
 
     clip: float
     max_weight: float
     fractional_bits: int
     modulus_bits: int = 32
+    noise: NoiseConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -94,14 +98,17 @@ class Decoded:
     weighted_sum: sum over parties of clip(weight * delta), float64.
     total_weight: sum of the weights.
     error_bound: bound on the absolute error of every coordinate of ``weighted_sum``
-        and of ``total_weight``, relative to the exact sums of the clipped inputs.
+        and of ``total_weight``, relative to the exact sums of the clipped inputs; with noise, a
+        bound that holds except with probability ``NoiseConfig.failure``.
     clip: the clip range, which bounds every coordinate of the true weighted mean.
+    noise_std: the standard deviation of the noise in each coordinate of ``weighted_sum`` (0 without).
     """
 
     weighted_sum: np.ndarray
     total_weight: float
     error_bound: float
     clip: float
+    noise_std: float = 0.0
 
     def mean(self) -> np.ndarray:
         """The weighted mean update ``weighted_sum / total_weight``."""
@@ -192,7 +199,15 @@ class Encoder:
     """Encodes one party's weighted update and decodes a sum of up to ``parties`` of them."""
 
     def __init__(self, config: EncodingConfig, parties: int) -> None:
-        check_no_wraparound(config.clip, config.fractional_bits, config.modulus_bits, parties, config.max_weight)
+        self._noisy: NoisyEncoding | None = None
+        if config.noise is None:
+            check_no_wraparound(config.clip, config.fractional_bits, config.modulus_bits, parties, config.max_weight)
+        else:
+            # The weight coordinate is summed exactly as without noise; the others have their own range check.
+            check_no_wraparound(1.0, config.fractional_bits, config.modulus_bits, parties, config.max_weight)
+            self._noisy = NoisyEncoding(
+                config.noise, config.clip, config.max_weight, config.fractional_bits, config.modulus_bits, parties
+            )
         self.config = config
         self.parties = parties
         self.dtype: type[np.unsignedinteger] = np.uint32 if config.modulus_bits == 32 else np.uint64
@@ -205,6 +220,15 @@ class Encoder:
         # check_no_wraparound enforces), which still leaves K >= 10.
         self.rounding_bits = min(_RANDOM_BITS, _INT64_BITS - largest.bit_length())
         """K: bits kept below one unit before stochastic rounding; the rounding bias is below 2^-K units."""
+
+    def encoded_dimension(self, dimension: int) -> int:
+        """The coordinates an update of ``dimension`` coordinates takes in an encoding (its words less the
+        weight's): d, or with rotation d padded to a power of two. A secure-aggregation round's dimension."""
+        if self._noisy is not None and dimension != self._noisy.noise.dimension:
+            raise ConfigError(
+                f"the noise was configured for updates of {self._noisy.noise.dimension} coordinates, not {dimension}"
+            )
+        return self._noisy.size if self._noisy is not None else dimension
 
     def encode(
         self,
@@ -232,13 +256,14 @@ class Encoder:
                 f"weight={weight!r} is outside [0, max_weight={self.config.max_weight:g}]; "
                 "raise max_weight in the encoding config"
             )
+        words = self.encoded_dimension(vector.size) + 1
         if out is None:
-            encoded = np.empty(vector.size + 1, dtype=self.dtype)
+            encoded = np.empty(words, dtype=self.dtype)
         else:
             wrong = [
                 what
                 for what, failed in (
-                    (f"of shape {out.shape}", out.shape != (vector.size + 1,)),
+                    (f"of shape {out.shape}", out.shape != (words,)),
                     (f"of {out.dtype.name}", out.dtype != self.dtype),
                     ("not contiguous", not out.flags.c_contiguous),
                     ("read-only", not out.flags.writeable),
@@ -247,11 +272,13 @@ class Encoder:
             ]
             if wrong:
                 raise ConfigError(
-                    f"the output buffer must be {vector.size + 1} contiguous, writable {np.dtype(self.dtype).name} "
-                    f"words (the update's length plus one), but it is {', '.join(wrong)}; allocate it with "
-                    "numpy.empty(d + 1, dtype=encoder.dtype)"
+                    f"the output buffer must be {words} contiguous, writable {np.dtype(self.dtype).name} "
+                    f"words (the encoded dimension plus one), but it is {', '.join(wrong)}; allocate it with "
+                    "numpy.empty(encoder.encoded_dimension(d) + 1, dtype=encoder.dtype)"
                 )
             encoded = out
+        if self._noisy is not None:
+            return self._encode_noised(vector, weight, randomness_key or os.urandom(prg.KEY_BYTES), encoded)
         # Every encoded value is below 2^(k-1) in magnitude (check_no_wraparound), so the
         # signed view takes it directly and its bits are the two's complement modulo 2^k.
         signed = encoded.view(self._signed)
@@ -269,6 +296,19 @@ class Encoder:
         rounder.round_into(np.array([weight]), signed[-1:], math.inf)
         return encoded
 
+    def _encode_noised(self, vector: np.ndarray, weight: float, key: bytes, encoded: np.ndarray) -> np.ndarray:
+        """The noise step (:class:`NoisyEncoding`) for the update, then the weight stochastically rounded
+        (unnoised: weights are agreed); the int64 values keep their low k bits (the words modulo 2^k)."""
+        assert self._noisy is not None
+        stream = prg.Keystream(key)
+        values = np.empty(self._noisy.size, dtype=np.int64)
+        self._noisy.encode_into(vector, weight, stream, values)
+        encoded[:-1] = values.view(np.uint64) if self.dtype is np.uint64 else values.astype(self.dtype)
+        # The weight (below 2^52 units, check_no_wraparound) rounds with the next 53 random bits of the stream.
+        uniform = int.from_bytes(stream.read(8), "little") >> 11
+        encoded[-1:].view(self._signed)[0] = math.floor(weight * self._scale + math.ldexp(uniform, -53))
+        return encoded
+
     def decode(self, encoded_sum: np.ndarray, summands: int) -> Decoded:
         """Decode a sum of ``summands`` encoded inputs into the weighted sum and total weight."""
         if not 1 <= summands <= self.parties:
@@ -277,6 +317,21 @@ class Encoder:
             )
         signed = np.asarray(encoded_sum, dtype=self.dtype).view(self._signed)
         values = signed.astype(np.float64) / self._scale
+        if self._noisy is not None:
+            rotated = values[:-1]
+            # Float64 error of the conversion (half an ulp of the largest value) through the inverse
+            # rotation (sqrt(m) of them per coordinate), and of the rotation's own log2(m) stages.
+            largest = float(np.max(np.abs(rotated)))
+            floats = math.sqrt(rotated.size) * largest * 2.0**-53 + 4.0 * (
+                math.log2(rotated.size) + 2.0
+            ) * 2.0**-52 * float(np.linalg.norm(rotated))
+            return Decoded(
+                weighted_sum=self._noisy.decode(rotated),
+                total_weight=float(values[-1]),
+                error_bound=self.error_bound(summands) + floats,
+                clip=self.config.clip,
+                noise_std=self._noisy.noise_std(summands),
+            )
         return Decoded(
             weighted_sum=values[:-1],
             total_weight=float(values[-1]),
@@ -292,6 +347,8 @@ class Encoder:
         a 64-bit modulus allows, it adds up to half an ulp of the largest possible sum.
         """
         config = self.config
+        if self._noisy is not None:
+            return self._noisy.noise_bound(summands)
         largest_sum = summands * largest_party_value(config.clip, config.fractional_bits, config.max_weight)
         conversion = 0.0 if largest_sum <= 2**53 else 2.0 ** (math.ceil(math.log2(largest_sum)) - 53)
         return (summands + conversion) / self._scale

@@ -14,11 +14,13 @@ nobody else can regenerate and subtract its noise. The samplers are compiled
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from fedfair.core.errors import ConfigError
-from fedfair.secagg import kernels, prg
+from fedfair.privacy import distributed
+from fedfair.secagg import kernels, prg, rotation
 
 _WORD = np.dtype(np.uint64).newbyteorder("<")
 
@@ -85,3 +87,154 @@ def poisson(mu: float, count: int, key: bytes) -> np.ndarray:
     out = np.empty(count, dtype=np.int64)
     poisson_into(out, mu, prg.Keystream(key))
     return out
+
+
+@dataclass(frozen=True)
+class NoiseConfig:
+    """Distributed DP inside the secure sum: how a party noises its encoded vector.
+
+    mu: this party's Skellam share per coordinate, in encoded units (2^-f); the decoded sum of the
+        honest survivors carries their total (:func:`fedfair.privacy.distributed.party_mu`).
+    norm_clip: L2 bound of a party's unweighted update; the weighted vector is projected onto the ball
+        of radius ``norm_clip * weight`` (after the per-coordinate clip), which is 1-Lipschitz, so one
+        record's L2 sensitivity is kept, and gives the public norm the conditional rounding and the
+        modular range are checked against.
+    dimension: d, the length of the update (the encoding has m + 1 words, m = d, or the next power of
+        two with rotation).
+    rotation_key: the 32-byte key of the round's rotation (:func:`fedfair.secagg.rotation.rotation_key`),
+        or None for no rotation.
+    beta: the conditional rounding redraws while the rounded norm exceeds
+        :func:`~fedfair.privacy.distributed.rounded_l2` at this beta (so with probability <= beta).
+    failure: the largest probability the encoder accepts that some coordinate of a sum wraps modulo
+        2^k or leaves the range :meth:`NoisyEncoding.error_bound` states.
+    """
+
+    mu: float
+    norm_clip: float
+    dimension: int
+    rotation_key: bytes | None = None
+    beta: float = 1e-18
+    failure: float = 2.0**-40
+
+    def __post_init__(self) -> None:
+        check_mu(self.mu)
+        if not (math.isfinite(self.norm_clip) and self.norm_clip > 0):
+            raise ConfigError(f"norm_clip={self.norm_clip!r} must be a positive finite L2 bound")
+        if self.dimension < 1:
+            raise ConfigError(f"dimension={self.dimension} must be at least 1")
+        if self.rotation_key is not None and len(self.rotation_key) != prg.KEY_BYTES:
+            raise ConfigError(f"the rotation key must be {prg.KEY_BYTES} bytes; derive it with rotation_key()")
+        if not (0.0 < self.beta < 1.0 and 0.0 < self.failure < 1.0):
+            raise ConfigError(f"beta={self.beta!r} and failure={self.failure!r} must be probabilities in (0, 1)")
+
+    @property
+    def encoded_dimension(self) -> int:
+        """m: the coordinates of the noised vector (d, or d padded to a power of two when rotating)."""
+        return rotation.padded_dimension(self.dimension) if self.rotation_key is not None else self.dimension
+
+
+_MAX_REDRAWS = 64
+"""Conditional rounding gives up after this many draws (each fails with probability <= beta)."""
+
+_UNIT = 2.0**-53
+
+
+class NoisyEncoding:
+    """The noise step of :class:`fedfair.secagg.encode.Encoder` for one configuration: clip, project,
+    rotate, scale, round conditionally, add Skellam noise; and the inverse after the sum is decoded.
+
+    Contract: :meth:`encode_into` writes m signed integers (int64) whose low k bits are the party's
+    words; a sum of at most ``parties`` of them wraps modulo 2^k, or has a coordinate beyond
+    :meth:`noise_bound`, with probability at most ``noise.failure`` (checked when built).
+    """
+
+    def __init__(self, noise: NoiseConfig, clip: float, max_weight: float, fractional_bits: int, modulus_bits: int,
+                 parties: int) -> None:
+        self.noise = noise
+        self.clip = clip
+        self.scale = math.ldexp(1.0, fractional_bits)
+        self.size = noise.encoded_dimension
+        # Every coordinate of a rotated (or not) vector is at most its norm; conditional rounding keeps
+        # the rounded norm within this many units.
+        self.party_norm = distributed.rounded_l2(noise.norm_clip * max_weight * self.scale, self.size, noise.beta)
+        room = 2.0 ** (modulus_bits - 1)
+        if self.party_norm >= 2.0**52 or parties * self.party_norm >= room:
+            raise ConfigError(
+                f"{parties} parties' noised vectors of norm up to {self.party_norm:.4g} units could wrap modulo "
+                f"2^{modulus_bits}; lower norm_clip, max_weight or fractional_bits, or use modulus_bits=64"
+            )
+        wrap = distributed.wrap_probability(parties * noise.mu, parties * self.party_norm, modulus_bits, self.size)
+        if wrap > noise.failure:
+            raise ConfigError(
+                f"the noised sum of {parties} parties wraps modulo 2^{modulus_bits} with probability up to "
+                f"{wrap:.3g} > failure={noise.failure:g}; lower mu or fractional_bits, or use modulus_bits=64"
+            )
+        self.parties = parties
+
+    def encode_into(self, vector: np.ndarray, weight: float, stream: prg.Keystream, out: np.ndarray) -> None:
+        """Encode the weighted ``vector`` (d float64) into the int64 ``out`` (m values): clip each
+        coordinate to clip * weight, project onto the L2 ball of radius norm_clip * weight, rotate, scale
+        by 2^f, round stochastically (uniforms from ``stream``) until the rounded norm is within the bound,
+        and add Skellam(mu) noise (also from ``stream``)."""
+        if vector.size != self.noise.dimension:
+            raise ConfigError(
+                f"the update has {vector.size} coordinates but the noise was configured for "
+                f"{self.noise.dimension}; set NoiseConfig.dimension to the update's length"
+            )
+        if not np.isfinite(vector).all():
+            raise ConfigError("the update has NaN or infinite coordinates; fix the local training step")
+        clipped = np.clip(vector, -self.clip * weight, self.clip * weight)
+        radius = self.noise.norm_clip * weight
+        length = float(np.linalg.norm(clipped))
+        if length > radius:
+            clipped *= radius / length
+        key = self.noise.rotation_key
+        rotated = rotation.rotate(clipped, key) if key is not None else clipped
+        scaled = rotated * self.scale
+        bound = distributed.rounded_l2(radius * self.scale, self.size, self.noise.beta)
+        uniforms = np.empty(self.size, dtype=_WORD)
+        for _ in range(_MAX_REDRAWS):
+            stream.read_into(uniforms.data.cast("B"))
+            rounded = np.floor(scaled + (uniforms >> np.uint64(11)).astype(np.float64) * _UNIT)
+            if float(np.linalg.norm(rounded)) <= bound:
+                break
+        else:
+            raise ConfigError(
+                f"conditional rounding failed {_MAX_REDRAWS} times in a row, which happens with probability "
+                f"below beta^{_MAX_REDRAWS}; the norm bound is wrong: report this"
+            )
+        skellam_into(out, self.noise.mu, stream)
+        out += rounded.astype(np.int64)
+
+    def decode(self, values: np.ndarray) -> np.ndarray:
+        """The decoded sum's m real coordinates (signed sum / 2^f) back to the d coordinates of the update."""
+        key = self.noise.rotation_key
+        return rotation.unrotate(values, key, self.noise.dimension) if key is not None else values
+
+    def noise_bound(self, summands: int) -> float:
+        """A bound t (real units) on every decoded coordinate's noise and rounding error: rounding moves
+        each party's coordinate by less than one unit before the inverse rotation (less than sqrt(m)
+        after it, whose rows have m entries of 1/sqrt(m)); the noise, Skellam(summands mu) per rotated
+        coordinate, becomes a combination with coefficients +-1/sqrt(m), whose tail is Skellam's at
+        (summands mu m, t sqrt(m)). t is the least (found by bisection) whose union bound over the d
+        coordinates is at most ``noise.failure``."""
+        spread = math.sqrt(self.size) if self.noise.rotation_key is not None else 1.0
+        rounding = summands * spread
+        mu = summands * self.noise.mu * spread * spread
+
+        def failure(units: float) -> float:
+            return 2.0 * self.noise.dimension * distributed.skellam_tail(mu, units * spread)
+
+        high = 1.0
+        while failure(high) > self.noise.failure:
+            high *= 2.0
+        low = 0.0
+        for _ in range(60):
+            middle = (low + high) / 2.0
+            low, high = (middle, high) if failure(middle) > self.noise.failure else (low, middle)
+        return (rounding + high) / self.scale
+
+    def noise_std(self, summands: int) -> float:
+        """The standard deviation of each decoded coordinate's noise, sqrt(2 summands mu) / 2^f (the
+        inverse rotation is orthogonal, so it keeps each coordinate's variance)."""
+        return math.sqrt(2.0 * summands * self.noise.mu) / self.scale

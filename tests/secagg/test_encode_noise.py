@@ -1,0 +1,107 @@
+"""The encoder's distributed-DP step: rotate, round conditionally, add Skellam noise; decode and unrotate."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedfair.core.errors import ConfigError
+from fedfair.privacy import distributed
+from fedfair.secagg import SecAggConfig, prg, rotation, simulate_round
+from fedfair.secagg.encode import Encoder, EncodingConfig
+from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
+
+FALSE_ALARM = 1e-6
+Z = stats.norm.isf(FALSE_ALARM / 2)
+
+
+def noised_encoder(dimension: int, mu: float, parties: int, *, rotate: bool = True, bits: int = 64,
+                   fractional_bits: int = 16) -> Encoder:
+    key = rotation.rotation_key("federation", 1, "training") if rotate else None
+    noise = NoiseConfig(mu=mu, norm_clip=2.0, dimension=dimension, rotation_key=key)
+    return Encoder(EncodingConfig(1.0, 100.0, fractional_bits, bits, noise=noise), parties)
+
+
+def summed(encoder: Encoder, vectors: list[np.ndarray], weights: list[float]) -> np.ndarray:
+    total = np.zeros(encoder.encoded_dimension(vectors[0].size) + 1, dtype=encoder.dtype)
+    for vector, weight in zip(vectors, weights, strict=True):
+        total += encoder.encode(vector, weight)
+    return total
+
+
+@pytest.mark.parametrize("rotate", [True, False])
+def test_decoded_sum_is_the_true_sum_plus_noise_of_the_calibrated_variance(rotate: bool) -> None:
+    dimension, parties, mu = 3000, 4, 2.0e6
+    encoder = noised_encoder(dimension, mu, parties, rotate=rotate)
+    rng = np.random.default_rng(0)
+    vectors = [rng.normal(scale=0.01, size=dimension) * 30.0 for _ in range(parties)]
+    decoded = encoder.decode(summed(encoder, vectors, [30.0] * parties), parties)
+    assert decoded.total_weight == pytest.approx(120.0, abs=parties * 2.0**-16)
+    error = decoded.weighted_sum - np.sum(vectors, axis=0)
+    assert np.max(np.abs(error)) <= decoded.error_bound
+    # Noise variance 2 parties mu / 4^f per coordinate, plus rounding's (below parties / 4 units^2, with
+    # or without rotation, which keeps the total); the sample variance of d nearly Gaussian values has
+    # relative standard deviation sqrt(2 / d).
+    variance = decoded.noise_std**2
+    assert decoded.noise_std == pytest.approx(math.sqrt(2 * parties * mu) / 2**16)
+    rounding = parties / 4 / 4.0**16
+    assert abs(error.var() - variance) <= Z * math.sqrt(2.0 / dimension) * variance + rounding
+    assert abs(error.mean()) <= Z * math.sqrt((variance + rounding) / dimension)
+
+
+def test_conditional_rounding_keeps_the_rounded_norm_within_its_bound() -> None:
+    dimension, weight = 500, 10.0
+    encoder = noised_encoder(dimension, 0.0 + 1e-300, 2)
+    noisy = NoisyEncoding(NoiseConfig(1e-300, 2.0, dimension, os.urandom(32)), 1.0, 100.0, 16, 64, 2)
+    vector = np.full(dimension, 1.0)  # norm sqrt(500) > 2 * 10: projected onto the ball of radius 20
+    values = np.empty(noisy.size, dtype=np.int64)
+    noisy.encode_into(vector, weight, prg.Keystream(os.urandom(32)), values)
+    bound = distributed.rounded_l2(2.0 * weight * 2**16, noisy.size, noisy.noise.beta)
+    assert np.linalg.norm(values) <= bound
+    assert np.linalg.norm(values) == pytest.approx(20.0 * 2**16, rel=1e-3)
+    assert encoder.encoded_dimension(dimension) == 512
+
+
+def test_a_key_reproduces_the_noised_encoding() -> None:
+    encoder = noised_encoder(100, 1e4, 3)
+    vector, key = np.linspace(-1, 1, 100), os.urandom(32)
+    assert np.array_equal(encoder.encode(vector, 3.0, key), encoder.encode(vector, 3.0, key))
+    assert not np.array_equal(encoder.encode(vector, 3.0, key), encoder.encode(vector, 3.0, os.urandom(32)))
+
+
+def test_a_secure_round_decodes_the_noised_sum() -> None:
+    dimension, parties = 300, 4
+    encoding = noised_encoder(dimension, 1e6, parties).config
+    config = SecAggConfig("federation", 1, tuple(f"p{index}" for index in range(parties)),
+                          dimension=Encoder(encoding, parties).encoded_dimension(dimension), encoding=encoding)
+    rng = np.random.default_rng(1)
+    vectors = [rng.normal(scale=0.1, size=dimension) * 5.0 for _ in range(parties)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = simulate_round(config, lambda party: config.encoder.encode(vectors[party - 1], 5.0))
+    decoded = trace.result.decoded
+    assert np.max(np.abs(decoded.weighted_sum - np.sum(vectors, axis=0))) <= decoded.error_bound
+    assert decoded.total_weight == pytest.approx(20.0, abs=parties * 2.0**-16)
+
+
+def test_a_sum_that_could_wrap_is_refused_with_the_fix() -> None:
+    with pytest.raises(ConfigError, match="modulus_bits=64"):
+        noised_encoder(1000, 1e6, 10, bits=32, fractional_bits=24)
+    with pytest.raises(ConfigError, match="wraps modulo 2\\^32 with probability"):
+        noised_encoder(1000, 2.0**50, 100, bits=32, fractional_bits=8)
+    assert noised_encoder(1000, 1e6, 10, bits=32, fractional_bits=8).dtype is np.uint32
+
+
+def test_updates_of_the_wrong_length_or_not_finite_are_refused() -> None:
+    encoder = noised_encoder(100, 1e4, 3)
+    with pytest.raises(ConfigError, match="configured for updates of 100 coordinates"):
+        encoder.encode(np.zeros(99), 1.0)
+    with pytest.raises(ConfigError, match="NaN"):
+        encoder.encode(np.full(100, np.nan), 1.0)
+    with pytest.raises(ConfigError, match="norm_clip"):
+        NoiseConfig(1.0, 0.0, 10)
