@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("fedfair.aggregator")
 
+EXIT_ABORTED_ROUNDS = 3
+"""The exit status of a run that finished with aborted rounds: its model is from fewer rounds than the plan's,
+so a script must not read it as a plain success (the closing line counts them; rounds.jsonl says why)."""
+
 
 def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The flags that were given, as plan section -> key -> value."""
@@ -184,7 +188,7 @@ def _start_command(args: argparse.Namespace) -> int:
             )
         readmit(plan, args.readmit)
     try:
-        run_aggregator(plan, resume=args.resume, startup_timeout=args.startup_timeout)
+        summary = run_aggregator(plan, resume=args.resume, startup_timeout=args.startup_timeout)
     except KeyboardInterrupt:
         output = plan.aggregator.output
         if (output / CHECKPOINT_NAME).exists():
@@ -192,7 +196,7 @@ def _start_command(args: argparse.Namespace) -> int:
         else:
             logger.warning("interrupted before the first round was checkpointed; start again without --resume")
         return 130
-    return 0
+    return EXIT_ABORTED_ROUNDS if summary.get("aborted_rounds") else 0
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -185,14 +185,25 @@ class RoundLoop:
             save_checkpoint(self.output, self.checkpoint)
             save_federation_bundle(self.plan, self.checkpoint, self.records)
             maybe_die("after-checkpoint", round_number)
+        # The state counts the server steps applied; a round that aborted left the model as it was.
+        aborted = rounds - self.checkpoint.state.round
         summary = {
             "federation_id": self.plan.federation_id,
             "secure_aggregation": self.plan.secure_aggregation.enabled,
             "evaluation": self.evaluation,
+            "aborted_rounds": aborted,
         }
         export_final_model(self.output, self.checkpoint, summary)
         bundle = save_federation_bundle(self.plan, self.checkpoint, self.records)
-        logger.info("finished %d rounds; final model in %s (bundle: %s)", rounds, self.output, bundle)
+        logger.log(
+            logging.WARNING if aborted else logging.INFO,
+            "finished: %d of %d rounds applied, %d aborted; final model in %s (bundle: %s)",
+            rounds - aborted,
+            rounds,
+            aborted,
+            self.output,
+            bundle,
+        )
         self.events.emit("finish", rounds=rounds, output=str(self.output))
         # Every collaborator that reads FINISHED may fetch the bundle: the federation's model is theirs too.
         self.network.board.finish(

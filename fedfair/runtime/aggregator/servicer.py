@@ -26,9 +26,10 @@ Hostile clients must not stall, leak or lose a round, so:
   from the federation's CA fail in the TLS handshake and never reach a worker; a certified
   name outside the plan is refused before anything waits.
 
-The operator sees each collaborator's arrival and departure (one line each, and a
-``connect`` / ``disconnect`` event), each refusal (one line and a ``refusal`` event,
-naming the certified caller, never text the caller chose), and each status report.
+A second process of a connected name gets no task stream (:mod:`.identities`). The operator
+sees each arrival and departure (one line and a ``connect`` / ``disconnect`` event each), each
+refusal (one line and a ``refusal`` event, naming the certified caller, never text the caller
+chose), and each status report.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from fedfair import pki
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import UploadRefused, error_summary
 from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.aggregator.identities import LiveStreams
 from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RateLimit, RefusalLog, worker_threads
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
@@ -197,6 +199,7 @@ class Servicer(pb_grpc.FederationServicer):
         self.report_rate = report_rate or RateLimit()
         self.refusal_log = refusal_log or RefusalLog()
         self.presence = Presence(events)
+        self.streams = LiveStreams()
 
     # ------------------------------------------------------------ the one refusal path
 
@@ -301,7 +304,7 @@ class Servicer(pb_grpc.FederationServicer):
     def _tasks(self, peer: str, request: pb.TaskRequest, caller: _Caller) -> Iterator[pb.Task]:
         context = caller.context
         self.gate.check_federation(request.after)
-        with self.quotas.hold(peer, Hold.TASK_STREAM):
+        with self.quotas.hold(peer, Hold.TASK_STREAM), self.streams.hold(peer, context):
             start = self.board.connect(peer, request.after)
             self._arrived(peer)
             # Runs when the RPC ends for any reason (a cancelled call, a killed peer's closed

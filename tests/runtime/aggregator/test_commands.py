@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +14,13 @@ from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
 from fedfair.research.workspace import Workspace
 from fedfair.runtime.aggregator.checkpoint import (
+    FINAL_SUMMARY_NAME,
     Checkpoint,
     append_round_log,
     read_round_log,
     save_checkpoint,
 )
-from fedfair.runtime.aggregator.commands import readmit
+from fedfair.runtime.aggregator.commands import EXIT_ABORTED_ROUNDS, readmit
 from fedfair.runtime.aggregator.events import read_events
 from fedfair.runtime.aggregator.loop import excluded_in, initial_state
 from fedfair.runtime.logs import configure_logging
@@ -142,3 +144,21 @@ def test_readmit_without_resume_is_refused(excluded_run: Workspace, capsys: pyte
         "fedfair: error: --readmit lifts an exclusion of the run being resumed and needs --resume; a fresh start "
         "excludes nobody, so drop --readmit (or add --resume)\n"
     )
+
+
+def test_a_run_that_finished_with_aborted_rounds_says_so_and_exits_non_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resumed run whose checkpoint is at the last round but whose model took fewer steps (the other
+    rounds aborted) ends with the count in its closing line, the summary and a non-zero status."""
+    workspace = new_workspace(tmp_path, ["site-a", "site-b", "site-c"], training={"rounds": 2})
+    plan = load_aggregator_plan(workspace.plan)
+    output = plan.aggregator.output
+    for round_number in (1, 2):
+        append_round_log(output, {"round": round_number, "status": "aborted", "reason": "too few survivors"})
+    save_checkpoint(output, Checkpoint(2, initial_state(plan), plan_digest(plan)))
+    code = cli_main(["aggregator", "start", "--plan", str(workspace.plan), "--resume"])
+    assert code == EXIT_ABORTED_ROUNDS != 0
+    assert " WARNING finished: 0 of 2 rounds applied, 2 aborted; final model in " in capsys.readouterr().err
+    summary = json.loads((output / FINAL_SUMMARY_NAME).read_text())
+    assert (summary["applied_rounds"], summary["aborted_rounds"]) == (0, 2)

@@ -1,0 +1,69 @@
+"""One live process per identity: a second task stream for a connected name is refused.
+
+Two processes holding one institution's certificate (a collaborator started twice, on one
+machine or two) would both train and both upload: every round would then see two uploads
+per name, refuse one, and void rounds in secure aggregation. The aggregator cannot tell the
+two apart by name (the certificate is the identity), but it can tell their connections
+apart: a process keeps one HTTP/2 connection for all its calls, so a task stream from
+another connection while the first one's stream is still active is another process. It is
+refused with ALREADY_EXISTS, and a message naming the site and the address the running
+process connected from; the collaborator counts that refusal as permanent and exits
+non-zero, while the running process is untouched.
+
+A stream whose connection died without a goodbye stays "active" until gRPC's keepalive
+notices (``network.SERVER_KEEPALIVE``: 30 s at most); a process restarted within that window
+is refused once and started again by its operator.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import grpc
+
+from fedfair.runtime.transport import Rejected
+
+ALREADY_CONNECTED = (
+    "{name!r} is already connected from {running}; this second process (from {second}) is refused: one "
+    "process per institution takes part (stop the other process first to run this one instead)"
+)
+"""What a second process of a connected name hears, and the aggregator logs (the caller's own name
+only: it holds that certificate)."""
+
+
+def host_of(peer: str) -> str:
+    """The address of a gRPC peer string ("ipv4:10.0.0.5:51234" -> "10.0.0.5:51234")."""
+    kind, _, address = peer.partition(":")
+    return address if kind in ("ipv4", "ipv6", "unix") and address else peer
+
+
+class LiveStreams:
+    """The task streams of each certified name, by the connection (gRPC peer) they came on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[str, list[tuple[grpc.ServicerContext, str]]] = {}
+
+    @contextmanager
+    def hold(self, name: str, context: grpc.ServicerContext) -> Iterator[None]:
+        """Count `context` as a live stream of `name` while the block runs, or raise Rejected
+        (ALREADY_EXISTS) at once when another connection holds an active stream of `name`."""
+        peer = context.peer()
+        with self._lock:
+            live = [(other, address) for other, address in self._streams.get(name, []) if other.is_active()]
+            elsewhere = [address for _, address in live if address != peer]
+            if elsewhere:
+                message = ALREADY_CONNECTED.format(name=name, running=host_of(elsewhere[0]), second=host_of(peer))
+                raise Rejected(grpc.StatusCode.ALREADY_EXISTS, message)
+            self._streams[name] = [*live, (context, peer)]
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = [(other, address) for other, address in self._streams.get(name, []) if other is not context]
+                if left:
+                    self._streams[name] = left
+                else:
+                    self._streams.pop(name, None)

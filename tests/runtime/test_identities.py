@@ -1,0 +1,59 @@
+"""One live process per identity, as deployed: real processes over loopback mutual TLS.
+
+A collaborator started twice must not take part twice (both would train and upload, and secure
+aggregation would void the rounds): the aggregator refuses the second task stream, naming the
+site and where it and the running process came from; the refused process exits non-zero at once;
+the running one is untouched, and the federation applies every round.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from fedfair.runtime.aggregator.checkpoint import FINAL_SUMMARY_NAME, read_round_log
+from tests.runtime.harness import Processes, new_workspace
+
+pytestmark = pytest.mark.slow
+NAMES = ["site-a", "site-b", "site-c"]
+
+
+def wait_for(condition: object, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout} s")
+
+
+def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
+    tmp_path: Path, processes: Processes
+) -> None:
+    rounds = 8
+    # A quorum of every site: the rounds wait for site-c, which starts only after the duplicate was refused.
+    workspace = new_workspace(tmp_path, NAMES, training={"rounds": rounds}, quorum={"min_collaborators": 3})
+    aggregator = processes.aggregator(workspace)
+    first = processes.collaborator(workspace, "site-a")
+    processes.collaborator(workspace, "site-b")
+    wait_for(lambda: any("site-a connected" in line for line in aggregator.lines), 120)
+
+    second = processes.collaborator(workspace, "site-a")
+    assert second.wait(120) != 0, processes.tail()
+    said = "\n".join(second.lines)
+    assert "identity-in-use" in said and "'site-a' is already connected from 127.0.0.1:" in said, said
+    refusal = [line for line in aggregator.lines if "refused WaitForTasks from 'site-a'" in line]
+    assert refusal and "ALREADY_EXISTS" in refusal[0] and "second process (from 127.0.0.1:" in refusal[0], refusal
+    assert first.process.poll() is None, "the running process must be untouched"
+
+    processes.collaborator(workspace, "site-c")
+    processes.finish(aggregator)
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied"] * rounds
+    assert all(record["contributors"] == NAMES for record in log)
+    summary = json.loads((workspace.output / FINAL_SUMMARY_NAME).read_text())
+    assert summary["applied_rounds"] == rounds and summary["aborted_rounds"] == 0
+    assert any(f"finished: {rounds} of {rounds} rounds applied, 0 aborted" in line for line in aggregator.lines)
