@@ -75,6 +75,14 @@ GAVE_UP = FailureClass(
     "check that the aggregator runs and that [collaborator] aggregator is its address, then start this "
     "collaborator again; raise [retry] max_wait_seconds to wait longer",
 )
+AGGREGATOR_SILENT = FailureClass(
+    "aggregator-silent",
+    False,
+    "no progress for {seconds:.1f} s: the aggregator at {address} kept this collaborator waiting for {what} "
+    "past [collaborator] idle_timeout_seconds = {limit:g}",
+    "check the aggregator's log (a round stuck, or too few collaborators connected), then start this "
+    "collaborator again; raise [collaborator] idle_timeout_seconds if the federation's rounds are this slow",
+)
 AGGREGATOR_NOT_TRUSTED = FailureClass(
     "aggregator-not-trusted",
     False,
@@ -205,6 +213,7 @@ FAILURES: tuple[FailureClass, ...] = (
     AGGREGATOR_BUSY,
     CONNECTION_LOST,
     GAVE_UP,
+    AGGREGATOR_SILENT,
     AGGREGATOR_NOT_TRUSTED,
     AGGREGATOR_NAME_MISMATCH,
     CERTIFICATE_REFUSED,

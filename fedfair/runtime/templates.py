@@ -333,6 +333,9 @@ federation = {_string(federation.federation_id)}
 # manifest = {_string("../" + MANIFEST)}
 # Where to train: cpu | cuda | cuda:N | mps | auto (auto: CUDA when present, else cpu)
 device = "auto"
+# How long to wait on an aggregator that answers but sends nothing (no task, a stalled download)
+# before giving up with aggregator-silent (exit status 2); a line every minute says it waits.
+idle_timeout_seconds = 3600.0
 
 [certificates]
 # The folder holding the files below (see certs/README.md for how to obtain them).

@@ -56,6 +56,11 @@ each round. Not a DP-SGD setting, so it lives beside PrivacyConfig, not in it.""
 RETRY_KEYS = ("max_wait_seconds", "first_delay_seconds", "max_delay_seconds")
 """The keys of [retry]: RetryPolicy's bound in time, first delay and largest delay."""
 
+DEFAULT_IDLE_TIMEOUT_SECONDS = 3600.0
+"""[collaborator] idle_timeout_seconds: how long a collaborator waits on its aggregator without progress
+(no task carried out, a download stalled) before it exits with aggregator-silent. An hour: well above a
+round of any plan's default timeouts, and above how long a federation usually takes to gather its quorum."""
+
 DEFAULT_NOISE_MULTIPLIER = 1.0
 """Sigma when [privacy] names neither noise_multiplier nor target_epsilon."""
 
@@ -86,7 +91,8 @@ class CollaboratorConfig:
     """One institution's file. ``federation`` (optional) is the federation id it expects to
     join: with it set, the collaborator refuses an aggregator that runs another federation.
     ``manifest`` (optional) is the agreed roster every round and certificate is checked against.
-    ``retry`` bounds how long a lost aggregator is waited for ([retry])."""
+    ``retry`` bounds how long a lost aggregator is waited for ([retry]), ``idle_timeout_seconds`` how
+    long one that answers but sends nothing is ([collaborator])."""
 
     name: str
     aggregator: str
@@ -103,6 +109,8 @@ class CollaboratorConfig:
     """Report the cumulative epsilon to the aggregator each round ([privacy] share_epsilon)."""
     factories: tuple[str, ...] = ()
     """The model factories this institution allows ([model] factories); no other is ever imported."""
+    idle_timeout_seconds: float = DEFAULT_IDLE_TIMEOUT_SECONDS
+    """Seconds without progress before this collaborator gives up on its aggregator ([collaborator])."""
 
 
 def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> CollaboratorConfig:
@@ -111,7 +119,10 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
     base = source.parent
     check_sections(where, data, ("collaborator", "certificates", "data", "privacy", "retry", "model"))
     me = Table.of(
-        where, data, "collaborator", ("name", "aggregator", "aggregator_name", "device", "federation", "manifest")
+        where,
+        data,
+        "collaborator",
+        ("name", "aggregator", "aggregator_name", "device", "federation", "manifest", "idle_timeout_seconds"),
     )
     name = me.name("name")
     federation = (
@@ -169,6 +180,12 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
             SHARE_EPSILON_KEY, False
         ),
         factories=_factories(where, data),
+        idle_timeout_seconds=me.number(
+            "idle_timeout_seconds",
+            DEFAULT_IDLE_TIMEOUT_SECONDS,
+            check=lambda x: x >= 1,
+            expected="seconds >= 1 (how long to wait on a silent aggregator)",
+        ),
     )
 
 

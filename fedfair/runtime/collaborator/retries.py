@@ -37,6 +37,7 @@ import grpc
 
 from fedfair.runtime.failures import (
     AGGREGATOR_BUSY,
+    IDENTITY_IN_USE,
     AGGREGATOR_ERROR,
     AGGREGATOR_NAME_MISMATCH,
     AGGREGATOR_NOT_TRUSTED,
@@ -62,6 +63,10 @@ UNAVAILABLE is also what a failed TLS handshake gives: :func:`probe` tells the t
 PROBE_SECONDS = 5.0
 """How long the diagnostic dial may take: a permanent failure is reported within this."""
 
+STARTING_SECONDS = 60.0
+"""A transient outage younger than this is logged at INFO: collaborators may start before their aggregator,
+and one restarting with --resume is back within it. Past it every retry line is a WARNING."""
+
 CONFIRM_SECONDS = 0.5
 """Pause before dialling again to confirm that the aggregator closes connections after the handshake."""
 
@@ -83,7 +88,11 @@ class RetryPolicy:
     attempts: int | None = None
 
     def delay(self, attempt: int, rng: random.Random) -> float:
-        return rng.uniform(0.5, 1.0) * min(self.cap_seconds, self.base_seconds * 2.0**attempt)
+        return rng.uniform(0.5, 1.0) * self.delay_bound(attempt)
+
+    def delay_bound(self, attempt: int) -> float:
+        """The longest delay before retry `attempt` (the jitter takes it down to half)."""
+        return min(self.cap_seconds, self.base_seconds * 2.0**attempt)
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()
@@ -219,12 +228,15 @@ class Backoff:
                 seconds=elapsed,
                 reason=failure.failure.id,
             )
-        self.wait(attempt, str(failure).split(". Fix: ")[0] if attempt else str(failure))
+        # An aggregator not up yet, or restarting, is usual: a WARNING only once the outage lasts.
+        quiet = failure.failure.transient and elapsed < STARTING_SECONDS
+        self.wait(attempt, str(failure).split(". Fix: ")[0] if attempt else str(failure), quiet=quiet)
 
-    def wait(self, attempt: int, why: str) -> None:
-        """One log line, then the jittered delay of retry `attempt` (cut short by `stop`)."""
+    def wait(self, attempt: int, why: str, *, quiet: bool = False) -> None:
+        """One log line (INFO if `quiet`, else a WARNING), then the jittered delay of retry `attempt` (cut
+        short by `stop`)."""
         delay = self.policy.delay(attempt, self.random)
-        logger.warning("%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay)
+        logger.log(logging.INFO if quiet else logging.WARNING, "%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay)
         self.stop.wait(delay)
 
     def call(self, what: str, call: Callable[[], _T], refuse: Callable[[_T], Failure | None] | None = None) -> _T:
@@ -252,6 +264,8 @@ def refusal(error: grpc.RpcError, what: str, address: str = "its address") -> Fa
         return PermanentFailure(NAME_NOT_ALLOWED, name="this collaborator")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return Failure(AGGREGATOR_BUSY, address=address)
+    if code == grpc.StatusCode.ALREADY_EXISTS:  # another process holds this institution's identity
+        return PermanentFailure(IDENTITY_IN_USE, details=error.details())
     if code in RETRYABLE:
         return Failure(AGGREGATOR_UNREACHABLE, address=address, reason=f"{code.name.lower()} while {what}")
     return PermanentFailure(AGGREGATOR_ERROR, code=code.name, what=what)

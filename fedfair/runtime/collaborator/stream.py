@@ -25,6 +25,7 @@ from fedfair.runtime.collaborator.record import BindingRefused
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
 from fedfair.runtime.collaborator.steps import STEPS, Participant, RoundRefused, Work
+from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
 from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
 from fedfair.runtime.failures import CONNECTION_LOST, Failure
@@ -49,6 +50,8 @@ class TaskStream:
         """Runs each round's start-stage job (see :meth:`_start`) beside the current connection's task stream."""
         self.contributed_rounds: list[int] = []
         self._work: Work | None = None
+        self._channel: grpc.Channel | None = None
+        self._watchdog = Watchdog(config.name, config.aggregator, config.idle_timeout_seconds, self._silenced)
 
     # ------------------------------------------------------------ what the collaborator supplies
 
@@ -126,25 +129,41 @@ class TaskStream:
         """A new mutual-TLS channel to the aggregator."""
         return secure_channel(self.config.aggregator, self.files, aggregator_name=self.config.aggregator_name)
 
+    def _silenced(self) -> None:
+        """The watchdog's expiry: end every RPC of the current connection now (``_follow`` then stops)."""
+        channel = self._channel
+        if channel is not None:
+            channel.close()
+
     def _follow(self) -> int:
-        """Follow the task stream to FINISHED, reconnecting after a lost aggregator on this
-        collaborator's back-off policy until an outage outlasts its bound."""
+        """Follow the task stream to FINISHED under the idle watchdog (:mod:`.watchdog`), reconnecting after
+        a lost aggregator on this collaborator's back-off policy until an outage outlasts its bound."""
+        with self._watchdog.watching():
+            return self._follow_watched()
+
+    def _follow_watched(self) -> int:
+        """:meth:`_follow`'s loop. The back-off starts again from its first delay only after a connection
+        that received a task and held for at least the delay before it: an aggregator that drops every
+        stream at once (or after one task) is dialled ever more slowly, never in a tight loop."""
         after = make_binding(self.shared.federation_id, 0, pb.STAGE_JOIN)
         what = "following the task stream"
-        attempt, since = 0, 0.0
+        attempt, since = 0, time.monotonic()
         while not self._stop.is_set():
-            changed = False
+            changed, progressed, opened = False, False, time.monotonic()
             # A new channel for every connection: a channel whose server went away reconnects on
             # gRPC's own back-off, which grows past a minute, so it, not this policy, would decide
             # when a restarted aggregator is found, and could outlast the policy's bound.
             # The round jobs of a connection use its channel, so they end (a job that lost the aggregator
             # fails its RPCs, training runs to its end) before the channel closes, and in the order started.
             with self._dial() as channel, ThreadPoolExecutor(1, f"{self.config.name}-round") as self._jobs:
+                self._channel = channel
                 stub = federation_stub(channel)
                 try:
                     self._stream = stub.WaitForTasks(pb.TaskRequest(after=after))
                     for task in self._stream:
-                        attempt = 0
+                        progressed = True
+                        stage = pb.Stage.Name(task.binding.stage)
+                        self._watchdog.waiting_for(f"round {task.binding.round} {stage}'s input")
                         if task.plan_digest != self.plan_digest:
                             changed = True  # left below, once this connection's round jobs have ended
                             break
@@ -154,19 +173,29 @@ class TaskStream:
                             return 0
                         if self._handle(stub, task):
                             after = task.binding
+                            self._watchdog.progress()
                     failure = Failure(CONNECTION_LOST, address=self.config.aggregator, reason="the task stream ended")
                 except grpc.RpcError as error:
                     if self._stop.is_set():
                         break
+                    if self._watchdog.expired is not None:
+                        raise self._watchdog.expired from None
                     failure = self.backoff.classify(error, what)
+                finally:
+                    self._channel = None
             if changed:
                 # The operator changed the plan: wait, without a task stream, for it to come back (or stop
                 # with plan-changed), then follow the stream again from where this collaborator was.
                 self._await_plan()
-                attempt = 0
+                attempt, since = 0, time.monotonic()
                 continue
-            if attempt == 0:
-                since = time.monotonic()
+            if self._watchdog.expired is not None:
+                raise self._watchdog.expired
+            held = time.monotonic() - opened >= self.backoff.policy.delay_bound(attempt)
+            if progressed or held:
+                since = time.monotonic()  # a new outage begins now
+            if progressed and held:
+                attempt = 0
             self.backoff.retry(attempt, since, failure, what)
             attempt += 1
         return 0
@@ -251,7 +280,12 @@ class TaskStream:
         it to another thread would only add two waits for the interpreter lock.
         """
         assert self._jobs is not None  # _follow handles tasks inside a connection's executor
-        job = self._train(stub, binding) if stages is TRAINING else self._evaluate(stub, binding)
+        compute = self._train(stub, binding) if stages is TRAINING else self._evaluate(stub, binding)
+
+        def job() -> Work:
+            with self._watchdog.working():  # the aggregator waits for this collaborator meanwhile
+                return compute()
+
         if not self.shared.secure_aggregation.enabled:
             self._work = job()
             return

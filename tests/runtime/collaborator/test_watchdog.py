@@ -1,0 +1,111 @@
+"""Waits with an end: a collaborator says how long it has waited on its aggregator, and gives up.
+
+The silent aggregator is the real mTLS gRPC server with the real servicer (`serve`: it answers
+GetPlan and holds task streams open, but no round ever runs), and in the process test the real
+`fedfair aggregator start` waiting for a quorum that never comes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fedfair.research.processes import start_aggregator, start_collaborator
+from fedfair.runtime.aggregator.network import serve
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.collaborator.retries import STARTING_SECONDS, Backoff, RetryPolicy, Target
+from fedfair.runtime.collaborator.watchdog import Watchdog
+from fedfair.runtime.failures import AGGREGATOR_UNREACHABLE, PLAN_CHANGED, Failure, PermanentFailure
+from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.transport import TlsFiles
+from tests.runtime.harness import new_workspace
+
+NAMES = ["site-a", "site-b", "site-c"]
+LIMIT = 2.0
+QUICK = RetryPolicy(max_wait_seconds=60.0, base_seconds=0.05, cap_seconds=0.2)
+
+
+def with_idle_timeout(path: Path, seconds: float) -> None:
+    path.write_text(path.read_text().replace("[collaborator]\n", f"[collaborator]\nidle_timeout_seconds = {seconds}\n", 1))
+
+
+def test_the_watchdog_reports_a_wait_and_expires_it_but_not_during_own_work(caplog: pytest.LogCaptureFixture) -> None:
+    expired = threading.Event()
+    watchdog = Watchdog("site-a", "127.0.0.1:1", 0.8, expired.set)
+    with caplog.at_level(logging.INFO, logger="fedfair.collaborator"), watchdog.watching():
+        with watchdog.working():  # training for longer than the limit is no wait on the aggregator
+            time.sleep(1.2)
+        assert not expired.is_set()
+        watchdog.waiting_for("round 3 STAGE_TRAIN's input")
+        started = time.monotonic()
+        assert expired.wait(3.0)
+        waited = time.monotonic() - started
+    assert 0.8 <= waited < 0.8 + 0.3  # the limit, plus at most one check interval (limit / 16) and scheduling
+    assert watchdog.expired is not None
+    message = str(watchdog.expired)
+    assert message.startswith("aggregator-silent: no progress for ") and "round 3 STAGE_TRAIN's input" in message
+    assert "idle_timeout_seconds = 0.8" in message
+    # One line every report interval (a quarter of the limit here), each at INFO: 0.2, 0.4, 0.6 s.
+    reports = [r for r in caplog.records if r.getMessage().startswith("site-a: waiting for round 3")]
+    assert 2 <= len(reports) <= 4 and all(r.levelno == logging.INFO for r in reports)
+    assert "for 0.6 s (it gives up after 0.8 s without progress)" in reports[-1].getMessage()
+
+
+def test_a_silent_aggregator_ends_the_collaborator_with_a_clear_message(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    workspace = new_workspace(tmp_path, NAMES)
+    with_idle_timeout(workspace.configs["site-a"], LIMIT)
+    plan = load_aggregator_plan(workspace.plan)
+    network = serve(plan, plan_digest(plan))
+    try:
+        collaborator = Collaborator(load_collaborator_config(workspace.configs["site-a"]), retry=QUICK)
+        with caplog.at_level(logging.INFO, logger="fedfair.collaborator"):
+            with pytest.raises(PermanentFailure) as caught:
+                collaborator.run()
+            ended = time.time()
+    finally:
+        network.stop()
+    # Joining (data, plan) comes before the wait is timed: the bound is on the wait alone.
+    joined = [r.created for r in caplog.records if "joined federation" in r.getMessage()]
+    assert joined, caplog.text
+    assert LIMIT <= ended - joined[-1] < LIMIT + 3.0, ended - joined[-1]
+    assert str(caught.value).startswith("aggregator-silent: ") and "the first task" in str(caught.value)
+    assert "waiting for the first task from the aggregator for" in caplog.text
+
+
+def test_retry_lines_are_info_while_the_aggregator_may_be_starting_then_warnings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = Target("127.0.0.1:1", TlsFiles.in_folder(tmp_path, "site-a"), "aggregator")
+    policy = RetryPolicy(base_seconds=0.001, cap_seconds=0.001)
+    backoff = Backoff(policy, "site-a", threading.Event(), target, "site-a")
+    down = Failure(AGGREGATOR_UNREACHABLE, address=target.address, reason="connection refused")
+    changed = PermanentFailure(PLAN_CHANGED, served="x", changes="y")
+    with caplog.at_level(logging.INFO, logger="fedfair.collaborator"):
+        backoff.retry(0, time.monotonic(), down, "dialling")
+        backoff.retry(1, time.monotonic() - STARTING_SECONDS, down, "dialling")
+        backoff.retry(0, time.monotonic(), changed, "fetching the plan")  # not the aggregator starting: a warning
+    assert [r.levelno for r in caplog.records] == [logging.INFO, logging.WARNING, logging.WARNING]
+    assert caplog.records[0].getMessage().startswith("site-a: aggregator-unreachable: ")
+
+
+@pytest.mark.slow
+def test_a_collaborator_process_exits_non_zero_when_its_aggregator_never_sends_a_task(tmp_path: Path) -> None:
+    """The real CLI: the aggregator waits for a quorum of three, only one collaborator comes."""
+    workspace = new_workspace(tmp_path, NAMES, quorum={"min_collaborators": 3})
+    with_idle_timeout(workspace.configs["site-a"], 3.0)
+    aggregator = start_aggregator(workspace)
+    try:
+        child = start_collaborator(workspace, "site-a")
+        assert child.wait(90) == 2
+    finally:
+        aggregator.kill()
+    lines = "\n".join(child.lines)
+    assert "aggregator-silent: no progress for 3." in lines and "idle_timeout_seconds = 3" in lines
+    assert "Traceback" not in lines
