@@ -369,7 +369,7 @@ def test_an_unreachable_aggregator_is_retried_a_bounded_number_of_times(tmp_path
     )
     waits: list[float] = []
     original = collaborator.backoff.wait
-    collaborator.backoff.wait = lambda attempt, why: (waits.append(attempt), original(attempt, why))  # type: ignore[method-assign]
+    collaborator.backoff.wait = lambda attempt, why, **level: (waits.append(attempt), original(attempt, why, **level))  # type: ignore[method-assign]
     with pytest.raises(AggregatorUnreachable, match="unreachable while fetching the plan"):
         collaborator.run()
     assert waits == [0, 1, 2]
