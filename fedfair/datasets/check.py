@@ -24,6 +24,7 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, closest, toml_value
+from fedfair.datasets.suspects import Dialect, id_like_columns, near_match
 from fedfair.datasets.tabular import as_text, is_numeric
 from fedfair.datasets.values import table_problems
 
@@ -38,14 +39,35 @@ class TableCheck:
     edits: tuple[str, ...]
     imputed: tuple[str, ...] = ()
     """Under ``missing = "impute"``: each column with empty cells and their count, e.g. "hours (179)"."""
+    dialect: str = ""
+    """How the CSV was read when that is not plain comma-separated UTF-8, e.g. "';'-separated, cp1252 text"."""
+    ignored: tuple[str, ...] = ()
+    """Table columns the [schema] does not name (the model never sees them), each with "(ID-like: why)" if so."""
+    identifiers: tuple[str, ...] = ()
+    """[schema] feature columns that look like row identifiers, each with why."""
 
     def render(self) -> str:
+        lines = []
         if not self.problems:
             fits = f"{self.source} fits the plan's [schema]: {self.rows:,} rows, every column and value accepted"
-            return fits + (f"; empty cells to be imputed: {', '.join(self.imputed)}" if self.imputed else "")
-        lines = [f"{self.source} does not fit the plan's [schema] ({len(self.problems)} problems, {self.rows:,} rows):"]
-        lines += [f"  {number}. {problem}" for number, problem in enumerate(self.problems, start=1)]
-        if self.edits:
+            lines.append(fits + (f"; empty cells to be imputed: {', '.join(self.imputed)}" if self.imputed else ""))
+        else:
+            count = len(self.problems)
+            lines.append(f"{self.source} does not fit the plan's [schema] ({count} problems, {self.rows:,} rows):")
+            lines += [f"  {number}. {problem}" for number, problem in enumerate(self.problems, start=1)]
+            if any(" at line" in problem for problem in self.problems):
+                lines.append("  (line numbers are the file's, the header being line 1)")
+        if self.dialect:
+            lines.append(f"Read as {self.dialect} (detected).")
+        if self.identifiers:
+            lines.append(
+                f"ID-like columns the [schema] uses as features: {', '.join(self.identifiers)}. A model learns "
+                "nothing general from an identifier, and it can help re-identify people: remove their "
+                "[[schema.columns]] entries."
+            )
+        if self.ignored:
+            lines.append(f"Not in the [schema], so never used: {', '.join(self.ignored)}.")
+        if self.problems and self.edits:
             lines.append(
                 "Either fix the table, or edit the plan's [schema] (then pin the plan again: `fedfair plan pin`, "
                 "and `fedfair plan diff OLD NEW` for every institution to review):"
@@ -76,9 +98,26 @@ def schema_from_file(path: Path) -> Schema:
 
 
 def check_against(schema: Schema, table: pd.DataFrame, source: str) -> TableCheck:
-    """Every problem of ``table`` under ``schema`` and the schema edits that would accept it."""
+    """Every problem of ``table`` under ``schema``, the schema edits that would accept it, and what the
+    model will not use (columns outside the schema) or should not (ID-like feature columns)."""
+    dialect = table.attrs.get("dialect")
+    read_as = dialect.describe() if isinstance(dialect, Dialect) and dialect != Dialect() else ""
     problems = tuple(table_problems(schema, table, source))
-    return TableCheck(source, len(table), problems, tuple(schema_edits(schema, table)), _imputed(schema, table))
+    named = table.rename(columns=str)
+    used = {schema.label, *(column.name for column in schema.columns)}
+    outside = [str(name) for name in named.columns if str(name) not in used]
+    features = [column.name for column in schema.columns if column.name in named.columns]
+    outside_ids = id_like_columns(named, outside)
+    return TableCheck(
+        source,
+        len(table),
+        problems,
+        tuple(schema_edits(schema, table)),
+        _imputed(schema, table),
+        read_as,
+        tuple(name + (f" (ID-like: {outside_ids[name]})" if name in outside_ids else "") for name in outside),
+        tuple(f"{name} ({why})" for name, why in id_like_columns(named, features).items()),
+    )
 
 
 def _imputed(schema: Schema, table: pd.DataFrame) -> tuple[str, ...]:
@@ -117,8 +156,11 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
                 edits.append(f'{where} categories = {listed} (or "{LEARN}")')
             continue
         numbers = series if is_numeric(series) else pd.to_numeric(series, errors="coerce")
-        if int(numbers.isna().sum()) > missing:
-            edits.append(f'{where} type = "categorical"')
+        text = int(numbers.isna().sum()) - missing
+        if text:
+            # Only when most values are text: a few words among numbers are cells to fix, not a new type.
+            if text > len(series) - missing - text:
+                edits.append(f'{where} type = "categorical"')
             continue
         largest = float(np.nanmax(np.abs(numbers.to_numpy(dtype=np.float64)))) if len(numbers.dropna()) else 0.0
         if largest > schema.max_abs:
@@ -131,7 +173,14 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
 
 
 def _unlisted(values: np.ndarray, listed: tuple[str, ...] | None) -> list[str]:
-    """The distinct non-missing values (text, as the checks read them) not in ``listed``, most frequent first."""
+    """The distinct non-missing values (text, as the checks read them) not in ``listed``, most frequent
+    first, leaving out those that are misspellings of a listed value (:func:`near_match`): their fix is
+    the cell, never a near-duplicate class or category."""
     known = set(listed or ())
     counts = pd.Series(values, dtype=object).dropna().value_counts()
-    return [str(value) for value in counts.index if str(value) not in known]
+    rows = {str(value): int(count) for value, count in counts.items()}
+    return [
+        str(value)
+        for value in counts.index
+        if str(value) not in known and near_match(str(value), tuple(listed or ()), rows) is None
+    ]

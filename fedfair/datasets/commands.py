@@ -30,18 +30,7 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     schema.add_argument("--csv", type=Path, required=True, metavar="TABLE", help="a CSV or Parquet table")
     schema.add_argument("--label", required=True, help="the label column")
-    schema.add_argument(
-        "--features",
-        type=_column_list,
-        default=None,
-        metavar="A,B,...",
-        help="feature columns, comma-separated, in model order (default: every column but the label)",
-    )
-    schema.add_argument(
-        "--learn-categories",
-        action="store_true",
-        help="let the federation learn the categories from hashed counts instead of listing this table's values",
-    )
+    add_drafting_arguments(schema)
     schema.set_defaults(handler=_schema)
 
     check = actions.add_parser(
@@ -53,6 +42,23 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     check.add_argument("--csv", type=Path, required=True, metavar="TABLE", help="this institution's CSV or Parquet table")
     check.set_defaults(handler=_check)
+
+
+def add_drafting_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that shape a drafted [schema] (`data schema`, `init --csv`): --features, --learn-categories."""
+    parser.add_argument(
+        "--features",
+        type=_column_list,
+        default=None,
+        metavar="A,B,...",
+        help="feature columns, comma-separated, in model order (default: every column but the label and the "
+        "ID-like ones)",
+    )
+    parser.add_argument(
+        "--learn-categories",
+        action="store_true",
+        help="let the federation learn the categories from hashed counts instead of listing this table's values",
+    )
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -87,17 +93,18 @@ def _column_list(text: str) -> list[str]:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from fedfair.datasets.schema import draft_schema
+    from fedfair.datasets.schema import draft_schema, drafted_features, left_out_note
     from fedfair.datasets.tabular import read_table
     from fedfair.datasets.values import check_table
 
     table = read_table(args.csv)
-    schema = draft_schema(table, args.label, args.features, learn_categories=args.learn_categories)
+    features, left_out = drafted_features(table, args.label, args.features)
+    schema = draft_schema(table, args.label, features, learn_categories=args.learn_categories)
     check_table(schema, table, args.csv.name)
     print(f"# Drafted from {args.csv.name} ({len(table):,} rows). Other sites may hold categories this table")
     print("# lacks: add them to each list before sharing the plan (or use --learn-categories); each site")
     print("# checks its own table with `fedfair data check --plan PLAN --csv TABLE`.")
-    print(schema.to_toml(commented=True), end="")
+    print(left_out_note(left_out) + schema.to_toml(commented=True), end="")
     return 0
 
 

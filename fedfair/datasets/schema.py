@@ -295,6 +295,32 @@ def categorical_levels(schema: Schema, column: Column, buckets: tuple[int, ...])
 # A first schema from one table
 
 
+def drafted_features(
+    table: pd.DataFrame, label: str, features: Sequence[str] | None
+) -> tuple[list[str] | None, dict[str, str]]:
+    """The features to draft a schema with: `features` as given, or (None) every column but the label
+    and the ID-like ones (:func:`fedfair.datasets.suspects.id_like_columns`); and those left out, with why.
+
+    None stands for "every column but the label" when nothing is left out, so the draft is unchanged.
+    """
+    from fedfair.datasets.suspects import id_like_columns
+
+    if features is not None:
+        return list(features), {}
+    table = table.rename(columns=str)
+    others = [name for name in table.columns if name != label]
+    left_out = id_like_columns(table, others)
+    return ([name for name in others if name not in left_out] if left_out else None), left_out
+
+
+def left_out_note(left_out: Mapping[str, str]) -> str:
+    """The draft's comment naming the ID-like columns it left out ("" when none)."""
+    if not left_out:
+        return ""
+    listed = ", ".join(f"{name} ({why})" for name, why in left_out.items())
+    return f"# Left out as ID-like: {listed}; name the features with --features to keep one.\n"
+
+
 def draft_schema(
     table: pd.DataFrame, label: str, features: Sequence[str] | None = None, *, learn_categories: bool = False
 ) -> Schema:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.dataset import Dataset
+from fedfair.datasets.suspects import ENCODINGS, Dialect, sniff_dialect
 
 logger = logging.getLogger("fedfair.datasets")
 
@@ -227,7 +228,11 @@ def load_csv(
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """A CSV (.csv, .tsv, .csv.gz) or Parquet table with at least one data row, or one line saying what is wrong."""
+    """A CSV (.csv, .tsv, .csv.gz) or Parquet table with at least one data row, or one line saying what is wrong.
+
+    A CSV's delimiter and encoding are sniffed (:func:`fedfair.datasets.suspects.sniff_dialect`);
+    ``table.attrs["dialect"]`` is the :class:`~fedfair.datasets.suspects.Dialect` it was read with.
+    """
     table = _parse_table(path)
     if len(table) == 0:
         raise ConfigError(f"{path.name} has no data rows (only a header); add the data rows or check the file")
@@ -244,11 +249,25 @@ def _parse_table(path: Path) -> pd.DataFrame:
         if ".parquet" in suffixes or ".pq" in suffixes:
             return pd.read_parquet(path)
         if ".csv" in suffixes or ".tsv" in suffixes:
-            return pd.read_csv(path, sep="\t" if ".tsv" in suffixes else ",")
+            return _read_csv(path, sniff_dialect(path, tab_separated=".tsv" in suffixes))
     except (ValueError, OSError, pd.errors.ParserError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"could not read {path.name}: {first_line}; is it a valid CSV or Parquet file?") from None
     raise ConfigError(f"{path.name} is neither CSV (.csv, .tsv, .csv.gz) nor Parquet (.parquet); convert it to one")
+
+
+def _read_csv(path: Path, dialect: Dialect) -> pd.DataFrame:
+    """The CSV in `dialect`; a file whose bytes past the sniffed sample fail its encoding is read in the next one."""
+    known = dialect.encoding in ENCODINGS
+    encodings = list(ENCODINGS[ENCODINGS.index(dialect.encoding) :]) if known else [dialect.encoding]
+    for encoding in encodings:
+        try:
+            table = pd.read_csv(path, sep=dialect.delimiter, encoding=encoding)
+        except UnicodeDecodeError:
+            continue
+        table.attrs["dialect"] = Dialect(dialect.delimiter, encoding)
+        return table
+    raise ValueError(f"its text is not {' or '.join(encodings)}")
 
 
 def _listing(names: Sequence[str], limit: int = 30) -> str:

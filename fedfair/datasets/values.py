@@ -18,6 +18,7 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Column, Schema, closest, shown
+from fedfair.datasets.suspects import at_rows, near_match
 from fedfair.datasets.tabular import as_text, is_numeric
 
 # Checking and reading a site's table
@@ -120,9 +121,12 @@ def column_values(schema: Schema, column: Column, series: pd.Series, source: str
     codes: np.ndarray = pd.Index(column.categories).get_indexer(text)
     unknown = (codes < 0) & ~missing
     if unknown.any():
+        typos = _typos(text, unknown, column.categories)
+        if typos:
+            raise ConfigError(f"{source}: column {column.name!r} has {typos}")
         raise ConfigError(
             f"{source}: column {column.name!r} has values not among its [schema] categories: "
-            f"{_offenders(text[unknown])}; fix those cells, add the values to its categories, "
+            f"{_offenders(text, unknown)}; fix those cells, add the values to its categories, "
             f'or set categories = "{LEARN}"'
         )
     return codes
@@ -135,10 +139,16 @@ def _numbers(schema: Schema, name: str, series: pd.Series, source: str) -> np.nd
     values: np.ndarray = converted.to_numpy(dtype=np.float64, na_value=np.nan)
     text = np.isnan(values) & series.notna().to_numpy()
     if text.any():
+        numbers = int((~np.isnan(values)).sum())
+        # A type change is suggested only where most values fit it: a stray word among numbers is a typo.
+        fix = (
+            f"fix those cells (the other {numbers:,} values are numbers)"
+            if numbers > int(text.sum())
+            else 'fix those cells, or declare the column type = "categorical"'
+        )
         raise ConfigError(
             f"{source}: column {name!r} is numeric in the plan's [schema] but holds text: "
-            f"{_offenders(series.to_numpy(dtype=object)[text])}; fix those cells, or declare the column "
-            'type = "categorical"'
+            f"{_offenders(series.to_numpy(dtype=object), text)}; {fix}"
         )
     _check_missing(schema, name, np.isnan(values), source)
     finite = values[~np.isnan(values)]
@@ -154,9 +164,10 @@ def _numbers(schema: Schema, name: str, series: pd.Series, source: str) -> np.nd
 
 def _check_missing(schema: Schema, name: str, missing: np.ndarray, source: str) -> None:
     if schema.missing == "refuse" and missing.any():
+        where = at_rows(np.flatnonzero(missing))
         raise ConfigError(
-            f"{source}: column {name!r} has {int(missing.sum()):,} missing values and the plan's [schema] says "
-            'missing = "refuse"; fill or drop those rows, or set missing = "impute"'
+            f"{source}: column {name!r} has {int(missing.sum()):,} missing values ({where}) and the plan's "
+            '[schema] says missing = "refuse"; fill or drop those rows, or set missing = "impute"'
         )
 
 
@@ -170,19 +181,44 @@ def label_codes(schema: Schema, series: pd.Series, source: str) -> np.ndarray:
         )
     codes: np.ndarray = pd.Index(schema.classes).get_indexer(text)
     if (codes < 0).any():
+        typos = _typos(text, codes < 0, schema.classes)
+        if typos:
+            raise ConfigError(f"{source}: label column {schema.label!r} has {typos}")
         raise ConfigError(
             f"{source}: label column {schema.label!r} has values not among the [schema] classes "
-            f"{shown(list(schema.classes))}: {_offenders(text[codes < 0])}; fix those cells or add them to classes"
+            f"{shown(list(schema.classes))}: {_offenders(text, codes < 0)}; fix those cells or add them to classes"
         )
     return codes
 
 
-def _offenders(values: np.ndarray, limit: int = 5) -> str:
-    """The most frequent offending values with their row counts, e.g. 'n/a' (12 rows), 'x' (1 row)."""
-    counts = pd.Series(values, dtype=object).value_counts()
-    shown = [f"{value!r} ({count:,} row{'s' if count != 1 else ''})" for value, count in counts.iloc[:limit].items()]
+def _offenders(values: np.ndarray, mask: np.ndarray, limit: int = 5) -> str:
+    """The most frequent offending values (``values[mask]``) with their row counts and first lines,
+    e.g. 'n/a' (12 rows at lines 4, 9, 17, 20, 31 and 7 more), 'x' (1 row at line 8)."""
+    offending = pd.Series(values[mask], index=np.flatnonzero(mask), dtype=object)
+    counts = offending.value_counts()
+    shown = [
+        f"{value!r} ({count:,} row{'s' if count != 1 else ''} {at_rows(offending.index[offending == value])})"
+        for value, count in counts.iloc[:limit].items()
+    ]
     more = f" and {len(counts) - limit:,} other values" if len(counts) > limit else ""
     return ", ".join(shown) + more
+
+
+def _typos(text: np.ndarray, unknown: np.ndarray, listed: tuple[str, ...]) -> str:
+    """When every unlisted value is a near match of a listed one (:func:`near_match`), the problem's
+    text naming each with its match and lines; otherwise "" (the values are new, not misspelt)."""
+    present = pd.Series(text, dtype=object).dropna().value_counts()
+    counts = {str(value): int(count) for value, count in present.items()}
+    offending = pd.Series(text[unknown], index=np.flatnonzero(unknown), dtype=object)
+    matches = {str(value): near_match(str(value), listed, counts) for value in offending.unique()}
+    if not matches or None in matches.values():
+        return ""
+    fixes = [
+        f"{value!r} where {match!r} is meant ({counts[value]:,} row{'s' if counts[value] != 1 else ''} "
+        f"{at_rows(offending.index[offending == value])})"
+        for value, match in matches.items()
+    ]
+    return f"{', '.join(fixes)}: misspellings of listed values; correct those cells in the table"
 
 
 def category_bucket(column: str, value: str, buckets: int) -> int:

@@ -21,6 +21,7 @@ import tomllib
 from pathlib import Path
 
 from fedfair.core.errors import ConfigError
+from fedfair.datasets.commands import add_drafting_arguments
 from fedfair.pki.names import validate_federation_id, validate_name
 from fedfair.runtime.templates import AGGREGATOR_NAME, MANIFEST, Federation, render_collaborator, render_plan
 from fedfair.runtime.toml_tables import ADDRESS_RE
@@ -64,17 +65,22 @@ def default_max_colluding(sites: int) -> int:
     return 1 if sites >= 3 else 0
 
 
-def drafted_schema(sample: Path, label: str) -> str:
-    """The ``[schema]`` section drafted from ``sample``, with a note of what to check before pinning it."""
+def drafted_schema(
+    sample: Path, label: str, features: list[str] | None = None, *, learn_categories: bool = False
+) -> str:
+    """The ``[schema]`` section drafted from ``sample`` (ID-like columns left out unless `features` names
+    them), with a note of what to check before pinning it."""
     # pandas (and the schema module) only when a sample is given: `fedfair init --help` stays light.
-    from fedfair.datasets.schema import draft_schema
+    from fedfair.datasets.schema import draft_schema, drafted_features, left_out_note
     from fedfair.datasets.tabular import read_table
 
     table = read_table(sample)
-    schema = draft_schema(table, label)
+    chosen, left_out = drafted_features(table, label, features)
+    schema = draft_schema(table, label, chosen, learn_categories=learn_categories)
     return (
         f"# Drafted by `fedfair init` from {sample.name} ({len(table):,} rows). Other sites may hold categories\n"
         '# this table lacks: add them to each list (or write categories = "learn") before pinning the plan.\n'
+        + left_out_note(left_out)
         + schema.to_toml(commented=True)
     )
 
@@ -88,10 +94,13 @@ def plan_scaffold(
     aggregator: str,
     sample: Path | None = None,
     label: str | None = None,
+    features: list[str] | None = None,
+    learn_categories: bool = False,
 ) -> dict[str, str]:
     """Every file of the federation folder (relative path: text), once the plan is known to load; writes nothing.
 
-    ``sample`` and ``label`` come together (a drafted [schema]) or not at all.
+    ``sample`` and ``label`` come together (a drafted [schema], shaped by ``features`` and
+    ``learn_categories`` as ``fedfair data schema`` does) or not at all.
     """
     try:
         validate_federation_id(federation_id)
@@ -99,6 +108,10 @@ def plan_scaffold(
         raise ConfigError(f"--federation: {error}") from None
     if (sample is None) != (label is None):
         raise ConfigError("--csv and --label go together: --csv SAMPLE --label COLUMN drafts the plan's [schema]")
+    if sample is None and (features is not None or learn_categories):
+        raise ConfigError(
+            "--features and --learn-categories shape the [schema] drafted from --csv; add --csv and --label"
+        )
     if max_colluding + 2 > len(sites):
         raise ConfigError(
             f"--max-colluding {max_colluding} needs rounds of max_colluding + 2 = {max_colluding + 2} sites but "
@@ -110,7 +123,9 @@ def plan_scaffold(
         aggregator=aggregator,
         certs=CERTS,
         max_colluding=max_colluding,
-        schema=None if sample is None or label is None else drafted_schema(sample, label),
+        schema=None
+        if sample is None or label is None
+        else drafted_schema(sample, label, features, learn_categories=learn_categories),
         table=f"{DATA_FOLDER}/table.csv",  # each site's own table, whatever the sample was called
     )
     plan_text = render_plan(federation)
@@ -165,8 +180,7 @@ def render_readme(federation: Federation, min_round_size: int) -> str:
     )
     starts = [f"fedfair aggregator start --plan {AGGREGATOR_NAME}/plan.toml"]
     starts += [f"fedfair collaborator start --config {site}/collaborator.toml" for site in sites]
-    sections = [
-        f"""# Federation {federation.federation_id}: what to run next
+    intro = f"""# Federation {federation.federation_id}: what to run next
 
 Written by `fedfair init`. One folder per party: `{CA_FOLDER}/` for the CA holder, `{AGGREGATOR_NAME}/` for the
 aggregator's operator, and {", ".join(f"`{site}/`" for site in sites)} for the institutions; each keeps
@@ -174,56 +188,59 @@ its own folder on its own machine, its keys in its `{CERTS}/`, and the agreed `{
 above it. The commands below run from this folder, as if every folder sat on one machine (a
 rehearsal); in a deployment each party runs its own lines and only requests, certificates and the
 manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
-""",
-        _step(
-            "1. The CA, held offline",
+"""
+    steps: list[tuple[str, str, list[str]]] = []
+    if federation.schema is not None:
+        # Before the plan is pinned: a [schema] edit the check suggests then costs no new pin.
+        steps.append(
+            (
+                "Each institution checks its table",
+                f"Put the table at `SITE/{federation.table}` (its `[data] csv`); the check lists every problem "
+                "and the `[schema]` edit that would accept the table, with nothing running. Make the edits in "
+                f"`{AGGREGATOR_NAME}/plan.toml` now, before the plan is pinned:",
+                [
+                    f"fedfair data check --plan {AGGREGATOR_NAME}/plan.toml --csv {site}/{federation.table}"
+                    for site in sites
+                ],
+            )
+        )
+    steps += [
+        (
+            "The CA, held offline",
             f"The CA holder, best a party other than the aggregator's operator, keeps `{CA_FOLDER}/ca.key` on a "
             f"machine that runs no federation process, never in `{AGGREGATOR_NAME}/{CERTS}`:",
             [f"fedfair pki init --dir {CA_FOLDER}"],
         ),
-        _step(
-            "2. A key and a request at each party",
+        (
+            "A key and a request at each party",
             "Each key stays where it is made; each `.csr` travels to the CA holder:",
             requests,
         ),
-        _step(
-            "3. The CA holder signs every request",
+        (
+            "The CA holder signs every request",
             "It checks each request's name and role, signs it, and sends back the certificate with `ca.crt`; "
             f"every party compares the CA fingerprint (`fedfair pki show --dir {sites[0]}/{CERTS}`) with the "
             "CA holder's, out of band:",
             [*signatures, *copies],
         ),
-        _step(
-            "4. The manifest: roster and plan",
+        (
+            "The manifest: roster and plan",
             f"Review `{AGGREGATOR_NAME}/plan.toml` first (its `max_colluding = {federation.max_colluding}` must be "
             "the roster's). Every institution reviews the manifest, compares the digest `plan pin` prints out of "
             f"band and keeps `{MANIFEST}` here. Then uncomment `manifest = \"../{MANIFEST}\"` in "
             f"`{AGGREGATOR_NAME}/plan.toml` and in every `collaborator.toml`:",
             list(manifest),
         ),
+        ("Start", "The aggregator waits for its quorum; each institution starts its own collaborator:", starts),
     ]
-    if federation.schema is not None:
-        sections.append(
-            _step(
-                "5. Each institution checks its table",
-                f"Put the table at `SITE/{federation.table}` (its `[data] csv`); the check lists every problem "
-                "and the `[schema]` edit that would accept the table, with nothing running:",
-                [f"fedfair data check --plan {MANIFEST} --csv {site}/{federation.table}" for site in sites],
-            )
-        )
-    sections.append(
-        _step(
-            f"{len(sections)}. Start",  # sections[0] is the introduction, so this is the next step's number
-            "The aggregator waits for its quorum; each institution starts its own collaborator:",
-            starts,
-        )
-    )
+    sections = [intro]
+    sections += [_step(f"{number}. {title}", text, commands) for number, (title, text, commands) in enumerate(steps, 1)]
     sections.append(
         _step(
             "Changing the plan later",
-            f"Edit `{AGGREGATOR_NAME}/plan.toml` (e.g. the `[schema]` edits a check suggested), pin it to a new "
-            f"manifest (`plan pin` never overwrites one), let every institution review what changed, then put "
-            f"the new manifest in place of `{MANIFEST}` everywhere and start again:",
+            f"Edit `{AGGREGATOR_NAME}/plan.toml`, pin it to a new manifest (`plan pin` never overwrites one), let "
+            f"every institution review what changed, then put the new manifest in place of `{MANIFEST}` everywhere "
+            "and start again:",
             [
                 f"fedfair plan pin --plan {AGGREGATOR_NAME}/plan.toml --manifest {MANIFEST} --out manifest-2.toml",
                 f"fedfair plan diff {MANIFEST} manifest-2.toml",
@@ -255,6 +272,8 @@ def _init_command(args: argparse.Namespace) -> int:
         aggregator=args.aggregator,
         sample=args.csv,
         label=args.label,
+        features=args.features,
+        learn_categories=args.learn_categories,
     )
     write_scaffold(folder, files)
     for relative in files:
@@ -286,6 +305,7 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     init.add_argument("--sites", required=True, metavar="A,B,...", help="the institutions' names, comma-separated")
     init.add_argument("--csv", type=Path, metavar="SAMPLE", help="a sample table to draft the plan's [schema] from")
     init.add_argument("--label", metavar="COLUMN", help="the sample's label column (with --csv)")
+    add_drafting_arguments(init)
     init.add_argument(
         "--max-colluding",
         type=_non_negative,

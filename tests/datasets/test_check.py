@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import commands
 from fedfair.datasets.check import check_against, schema_edits, schema_from_file
@@ -44,7 +45,7 @@ def test_every_problem_is_reported_at_once_with_the_edit_that_accepts_it() -> No
     report = check_against(schema, messy_site(), "site.csv")
     assert len(report.problems) == 3
     text = report.render()
-    for expected in ("no column 'age'", "did you mean 'Age'", "'Never-worked' (2 rows)", "'Without-pay' (1 row)", "3 missing"):
+    for expected in ("no column 'age'", "did you mean 'Age'", "'Never-worked' (2 rows at lines 3, 4)", "'Without-pay' (1 row at line 5)", "3 missing values (at lines 6, 7, 8)"):
         assert expected in text
     assert '[[schema.columns]] name = "age": name = "Age" (the table\'s name)' in report.edits
     assert any('name = "workclass": categories = [' in edit and '"Never-worked", "Without-pay"]' in edit for edit in report.edits)
@@ -73,11 +74,18 @@ def test_text_in_a_numeric_column_large_numbers_and_new_classes_get_their_edits(
     table.loc[2, "income"] = ">50K."
     report = check_against(schema, table, "site.csv")
     assert len(report.problems) == 3
-    assert report.edits == (
-        'classes = ["<=50K", ">50K", ">50K."]',
-        '[[schema.columns]] name = "age": type = "categorical"',
-        "max_abs = 10000",
-    )
+    # 'unknown' among 39 ages is a cell to fix, '>50K.' a misspelt class: neither gets a schema edit.
+    assert report.edits == ("max_abs = 10000",)
+    assert "'unknown' (1 row at line 2); fix those cells (the other 39 values are numbers)" in report.render()
+    assert "'>50K.' where '>50K' is meant (1 row at line 4)" in report.render()
+
+
+def test_a_type_change_is_suggested_only_when_most_values_fit_it() -> None:
+    table = clean_table()
+    schema = Schema("income", ("<=50K", ">50K"), (Column("workclass", "numeric"), Column("age", "numeric")))
+    report = check_against(schema, table, "site.csv")
+    assert report.edits == ('[[schema.columns]] name = "workclass": type = "categorical"',)
+    assert 'or declare the column type = "categorical"' in report.problems[0]
 
 
 def test_a_fitting_table_says_so() -> None:
@@ -126,3 +134,100 @@ def commands_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     commands.register_commands(parser.add_subparsers(dest="command"))
     return parser
+
+
+# ---------------------------------------------------------------- the four hostile files, through the command
+
+
+HOSTILE_PLAN = """[federation]
+id = "clinics"
+
+[schema]
+label = "outcome"
+classes = ["no", "readmit"]
+missing = "refuse"
+
+[[schema.columns]]
+name = "age"
+type = "numeric"
+
+[[schema.columns]]
+name = "ward"
+type = "categorical"
+categories = ["Chirurgie", "Médecine"]
+"""
+
+
+def patients(rows: int = 30) -> pd.DataFrame:
+    generator = np.random.default_rng(1)
+    return pd.DataFrame(
+        {
+            "patient_id": [f"P{index:05d}" for index in range(rows)],
+            "age": generator.integers(20, 90, rows),
+            "ward": generator.choice(["Chirurgie", "Médecine"], rows),
+            "outcome": generator.choice(["no", "readmit"], rows),
+        }
+    )
+
+
+def data_check(tmp_path: Path, table: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(HOSTILE_PLAN, encoding="utf-8")
+    code = cli_main(["data", "check", "--plan", str(plan), "--csv", str(table)])
+    return code, capsys.readouterr().out
+
+
+def test_one_word_among_numbers_is_a_cell_to_fix_at_its_line_not_a_categorical_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = patients()
+    table["age"] = table["age"].astype(object)
+    table.loc[6, "age"] = "forty"
+    table.to_csv(tmp_path / "ages.csv", index=False)
+    code, out = data_check(tmp_path, tmp_path / "ages.csv", capsys)
+    assert code == 1
+    assert "'forty' (1 row at line 8); fix those cells (the other 29 values are numbers)" in out
+    assert "categorical" not in out
+    assert "(line numbers are the file's, the header being line 1)" in out
+    assert (tmp_path / "ages.csv").read_text().splitlines()[7].split(",")[1] == "forty"  # line 8 indeed
+
+
+def test_a_misspelt_label_gets_its_near_match_not_a_new_class(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = patients()
+    table.loc[[3, 17], "outcome"] = "Readmit"
+    table.to_csv(tmp_path / "labels.csv", index=False)
+    code, out = data_check(tmp_path, tmp_path / "labels.csv", capsys)
+    assert code == 1
+    assert "label column 'outcome' has 'Readmit' where 'readmit' is meant (2 rows at lines 5, 19)" in out
+    assert "classes =" not in out
+
+
+def test_a_semicolon_separated_windows_1252_file_is_read_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "export.csv"
+    patients().to_csv(path, index=False, sep=";", encoding="cp1252")
+    code, out = data_check(tmp_path, path, capsys)
+    assert code == 0, out
+    assert out.startswith("export.csv fits the plan's [schema]: 30 rows, every column and value accepted\n")
+    assert "Read as ';'-separated, cp1252 text (detected)." in out
+    assert "remove the entry" not in out
+
+
+def test_id_like_columns_are_listed_beside_and_inside_the_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = patients(60)
+    table.insert(1, "record", np.random.default_rng(2).permutation(np.arange(1000, 1060)))
+    table.insert(2, "income", np.random.default_rng(3).permutation(np.arange(60) * 1000 + 20_000))
+    table.to_csv(tmp_path / "ids.csv", index=False)
+    code, out = data_check(tmp_path, tmp_path / "ids.csv", capsys)
+    assert code == 0
+    # Distinct but spread-out amounts (income) are no identifier.
+    assert "Not in the [schema], so never used: patient_id (ID-like: named like an identifier), record (ID-like: " \
+        "all 60 values distinct), income." in out
+    # A schema that uses an identifier as a feature is told so.
+    plan = tmp_path / "plan.toml"
+    plan.write_text(HOSTILE_PLAN + '\n[[schema.columns]]\nname = "record"\ntype = "numeric"\n', encoding="utf-8")
+    assert cli_main(["data", "check", "--plan", str(plan), "--csv", str(tmp_path / "ids.csv")]) == 0
+    assert "ID-like columns the [schema] uses as features: record (all 60 values distinct)." in capsys.readouterr().out

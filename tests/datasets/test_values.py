@@ -18,15 +18,15 @@ ADULT_FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "inco
     [
         ({"age": None}, r"t.csv has no column 'age', which the plan's \[schema\] requires; rename that column"),
         ({"color": ["red", "green"]}, (r"t.csv: column 'color' has values not among its \[schema\] categories: "
-                                       r"'green' \(1 row\); fix those cells, add the values to its categories, or "
+                                       r"'green' \(1 row at line 3\); fix those cells, add the values to its categories, or "
                                        r"set categories = \"learn\"")),
         ({"age": ["30", "forty"]}, (r"t.csv: column 'age' is numeric in the plan's \[schema\] but holds text: "
-                                    r"'forty' \(1 row\); fix those cells, or declare the column type = \"categorical\"")),
+                                    r"'forty' \(1 row at line 3\); fix those cells, or declare the column type = \"categorical\"")),
         ({"y": ["no", "maybe"]}, (r"t.csv: label column 'y' has values not among the \[schema\] classes "
-                                  r"\[\"no\", \"yes\"\]: 'maybe' \(1 row\); fix those cells or add them to classes")),
+                                  r"\[\"no\", \"yes\"\]: 'maybe' \(1 row at line 3\); fix those cells or add them to classes")),
         ({"y": ["no", None]}, r"t.csv: label column 'y' has 1 missing values; drop those rows"),
-        ({"color": ["red", None]}, (r"t.csv: column 'color' has 1 missing values and the plan's \[schema\] says "
-                                    r"missing = \"refuse\"; fill or drop those rows, or set missing = \"impute\"")),
+        ({"color": ["red", None]}, (r"t.csv: column 'color' has 1 missing values \(at line 3\) and the plan's \[schema\] "
+                                    r"says missing = \"refuse\"; fill or drop those rows, or set missing = \"impute\"")),
         ({"age": [30, 2000]}, (r"t.csv: column 'age' has a value of absolute size 2000, above the \[schema\] "
                                r"max_abs = 1000; rescale the column")),
         ({"y": None}, r"t.csv has no label column 'y', which the plan's \[schema\] requires"),
@@ -63,8 +63,8 @@ def test_every_problem_of_a_table_is_named_in_one_refusal(small_schema: Schema) 
         check_table(small_schema, table, "t.csv")
     message = str(refused.value)
     assert message.startswith("t.csv does not fit the plan's [schema] in 3 ways: (1) label column 'y'")
-    assert "(2) column 'age' is numeric" in message and "'forty' (1 row), 'fifty' (1 row)" in message
-    assert "(3) column 'color' has values not among its [schema] categories: 'green' (2 rows)" in message
+    assert "(2) column 'age' is numeric" in message and "'forty' (1 row at line 3), 'fifty' (1 row at line 4)" in message
+    assert "(3) column 'color' has values not among its [schema] categories: 'green' (2 rows at lines 3, 4)" in message
     assert "\n" not in message
 
 

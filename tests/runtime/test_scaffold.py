@@ -74,7 +74,7 @@ def test_with_a_sample_the_plans_schema_is_the_draft_and_the_encoder_sizes_the_m
 def test_the_readmes_commands_are_verbs_the_cli_has(tmp_path: Path, sample: Path) -> None:
     folder = tmp_path / "fed"
     assert init(str(folder), "--sites", ",".join(SITES), "--csv", str(sample), "--label", "outcome") == 0
-    parser = cli.build_parser()
+    parser = cli.build_parser(cli.COMMAND_MODULES)
     lines = [words for words in commands(folder / README) if words[0] == "fedfair"]
     verbs = {" ".join(words[:3]) for words in lines}
     assert {"fedfair pki init", "fedfair pki request", "fedfair pki sign", "fedfair pki manifest"} <= verbs
@@ -136,3 +136,35 @@ def test_a_folder_with_anything_in_it_is_refused(tmp_path: Path, capsys: pytest.
     assert "exists and is not an empty folder; choose a new folder" in capsys.readouterr().err
     assert [path.name for path in tmp_path.iterdir()] == ["notes.txt"]
 
+
+
+def test_init_offers_the_drafting_flags_it_names_and_leaves_id_columns_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`init --csv` says "pass --learn-categories, or leave it out with --features": both are its flags;
+    an ID-like column is left out of the draft, and the README checks every table before the pin."""
+    path = tmp_path / "wide.csv"
+    rows = 120  # more distinct notes than a category list may have (MAX_CATEGORIES)
+    pd.DataFrame(
+        {
+            "patient_id": [f"P{i:04d}" for i in range(rows)],
+            "age": [20 + i % 40 for i in range(rows)],
+            "note": [f"free text {i}" for i in range(rows)],
+            "outcome": [("no", "yes")[i % 2] for i in range(rows)],
+        }
+    ).to_csv(path, index=False)
+    refused = tmp_path / "refused"
+    assert init(str(refused), "--sites", "a,b", "--csv", str(path), "--label", "outcome", "--features", "age,note") == 2
+    assert "pass --learn-categories, or leave it out with --features" in capsys.readouterr().err
+    folder = tmp_path / "fed"
+    assert init(str(folder), "--sites", "a,b", "--csv", str(path), "--label", "outcome", "--features", "age") == 0
+    chosen = load_aggregator_plan(folder / "aggregator" / "plan.toml").schema
+    assert chosen is not None and [column.name for column in chosen.columns] == ["age"]
+    learnt = tmp_path / "learnt"
+    assert init(str(learnt), "--sites", "a,b", "--csv", str(path), "--label", "outcome", "--learn-categories") == 0
+    plan_text = (learnt / "aggregator" / "plan.toml").read_text()
+    assert "# Left out as ID-like: patient_id (named like an identifier), note (all 120 values distinct)" in plan_text
+    schema = load_aggregator_plan(learnt / "aggregator" / "plan.toml").schema
+    assert schema is not None and [column.name for column in schema.columns] == ["age"]
+    readme = (learnt / README).read_text()
+    assert readme.index("fedfair data check --plan aggregator/plan.toml") < readme.index("fedfair plan pin")
