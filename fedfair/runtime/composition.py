@@ -10,8 +10,8 @@ evaluated model's threshold c (c-bar, the trained VaR), per column and per categ
 - all rows,
 
 and sends them, after the federation's small-cell rule
-(:func:`fedfair.datasets.statistics.suppress_small_cells`), appended to its evaluation
-vector (:func:`local_counts`). The aggregator decodes the sum and reports each category's
+applied to each category's rows above c and at or below c together (:func:`joint_suppression`),
+appended to its evaluation vector (:func:`local_counts`). The aggregator decodes the sum and reports each category's
 share of the worst group beside its share of everyone (:func:`composition_from_sums`),
 the pooled figures :func:`fedfair.fairness.composition.composition` gives one column at a
 time on every site's held-out rows together, except where a site withheld a count.
@@ -24,14 +24,16 @@ carries only the vector's length, which the collaborator checks against that pla
 aggregator cannot ask for another column.
 
 What the sums reveal: the pooled counts per category above c and overall, where every
-site sent each count as 0 or at least ``min_category_count`` (and a column's withheld
-total likewise, or its whole count), plus the two totals, which the threshold sums
-already give approximately. The aggregator applies the same rule to the decoded counts,
+site sent each count, each difference of the two, and each withheld total as 0 or at
+least ``min_category_count``, plus the two totals, which the threshold sums already give
+approximately. The aggregator applies the same rule to the decoded counts,
 so a decoded count below ``min_category_count`` (zero included: absent and withheld
 look alike) is reported as suppressed (None), and no set of reported figures gives
-one by subtraction. Not covered: a category's rows at or below c are its all-rows count
-minus its count above c, which may be small; and c is the aggregator's to state, as the
-evaluated model is (docs/design.md, section 5).
+one by subtraction. c is each collaborator's own: the mean of the thresholds of the
+training rounds it trained (:meth:`fedfair.runtime.collaborator.record.InputRecord.composition_threshold`),
+not a value the aggregator names per query, so two queries at thresholds of its choosing
+cannot isolate the rows between them. The evaluated model is still the aggregator's to
+state (docs/design.md).
 """
 
 from __future__ import annotations
@@ -132,9 +134,8 @@ def held_out_levels(
 def local_counts(
     columns: Sequence[CompositionColumn], levels: np.ndarray, losses: np.ndarray, threshold: float, minimum: int
 ) -> np.ndarray:
-    """One site's composition counts (the layout of the module doc), each column's suppressed by the
-    small-cell rule with ``minimum`` (the schema's ``min_category_count``) before they leave.
-
+    """One site's composition counts (the layout of the module doc), each column's suppressed jointly
+    (:func:`joint_suppression`) with ``minimum`` (the schema's ``min_category_count``) before they leave.
     `levels` is :func:`held_out_levels` of the rows `losses` are of, in the same order.
     """
     above = above_threshold_weights(losses, threshold).astype(bool)
@@ -146,9 +147,34 @@ def local_counts(
     vector = [int(above.sum()), above.size]
     for position, column in enumerate(columns):
         width = len(column.levels)
-        for rows in (levels[above, position], levels[:, position]):
-            vector += suppress_small_cells(np.bincount(rows, minlength=width), minimum).tolist()
+        worst = np.bincount(levels[above, position], minlength=width)
+        everyone = np.bincount(levels[:, position], minlength=width)
+        sent = joint_suppression(worst, everyone, minimum)
+        vector += np.where(sent, worst, 0).tolist() + np.where(sent, everyone, 0).tolist()
     return np.array(vector, dtype=np.float64)
+
+
+def joint_suppression(worst: np.ndarray, everyone: np.ndarray, minimum: int) -> np.ndarray:
+    """Which categories of one column a site may send (True), its counts above c (`worst`) and of all
+    rows (`everyone`) withheld together.
+
+    The site also sends its totals above c and overall, so the aggregator can subtract: a category's
+    rows at or below c are its all-rows count less its count above c, and the withheld categories'
+    rows above c, at or below c, and overall are each a total less what was sent. So a category is
+    sent only when its rows above c and at or below c are each 0 or at least `minimum`, and, while
+    any of the three withheld totals is from 1 to `minimum` - 1, the smallest category still sent is
+    withheld too. Whatever is left, every count the aggregator can form is 0 or at least `minimum`.
+    """
+    below = everyone - worst
+    sent = ~(((worst > 0) & (worst < minimum)) | ((below > 0) & (below < minimum)))
+    while True:
+        withheld = [int(part[~sent].sum()) for part in (worst, below, everyone)]
+        if not any(0 < total < minimum for total in withheld):
+            return sent
+        counted = sent & (everyone > 0)
+        if not counted.any():
+            return sent
+        sent[int(np.argmin(np.where(counted, everyone, np.iinfo(np.int64).max)))] = False
 
 
 def _shown(count: int, minimum: int) -> int | None:

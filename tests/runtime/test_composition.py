@@ -6,12 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import MISSING_LEVEL, Column, Schema
-from fedfair.datasets.statistics import suppress_small_cells
 from fedfair.fairness.composition import above_threshold_weights, composition
 from fedfair.runtime.composition import (
+    joint_suppression,
     TOTALS,
     CompositionColumn,
     composition_columns,
@@ -129,17 +131,43 @@ def test_held_out_levels_are_the_tables_codes_with_gaps_at_missing() -> None:
 
 def test_a_sites_counts_are_its_rows_above_c_and_all_its_rows_each_column_suppressed() -> None:
     columns = composition_columns(SCHEMA, ["race", "income"])
-    levels = np.array([[0, 0]] * 30 + [[1, 1]] * 12 + [[3, 1]] * 4)
-    losses = np.array([2.0] * 20 + [0.5] * 10 + [2.0] * 12 + [2.0, 0.1, 0.1, 0.1])
+    levels = np.array([[0, 0]] * 45 + [[1, 1]] * 20 + [[3, 1]] * 4)
+    losses = np.array([2.0] * 20 + [0.5] * 25 + [2.0] * 12 + [0.5] * 8 + [2.0, 0.1, 0.1, 0.1])
     counts = local_counts(columns, levels, losses, THRESHOLD, 10)
-    assert counts[:TOTALS].tolist() == [33, 46]  # rows above c, rows: sent as they are
+    assert counts[:TOTALS].tolist() == [33, 69]  # rows above c, rows: sent as they are
     race_worst, race_all, income_worst, income_all = np.split(counts[TOTALS:], np.cumsum([5, 5, 2]))
-    # white 20, black 12, other 1 above c: 'other' is withheld, and with it the smallest sent count.
+    # 'other' (1 above c, 3 at or below) is withheld, and with it 'black', the smallest sent, since the
+    # withheld totals (1 above, 3 below, 4 rows) would otherwise give them by subtraction.
     assert race_worst.tolist() == [20, 0, 0, 0, 0]
-    assert race_all.tolist() == [30, 0, 0, 0, 0]
-    assert income_worst.tolist() == [20, 13] and income_all.tolist() == [30, 16]
-    with pytest.raises(ConfigError, match=r"levels have shape \(46, 2\) for 3 losses"):
+    assert race_all.tolist() == [45, 0, 0, 0, 0]
+    assert income_worst.tolist() == [20, 13] and income_all.tolist() == [45, 24]
+    with pytest.raises(ConfigError, match=r"levels have shape \(69, 2\) for 3 losses"):
         local_counts(columns, levels, losses[:3], THRESHOLD, 10)
+
+
+def test_a_category_and_its_complement_are_suppressed_together() -> None:
+    # The review's leak: all rows 12 less above c 11 gave one person; now neither count is sent.
+    sent = joint_suppression(np.array([11, 40, 30]), np.array([12, 55, 41]), 10)
+    assert sent.tolist() == [False, True, False]  # and the smallest other, as the withheld 1 row below c would show
+    assert joint_suppression(np.array([11, 40]), np.array([12, 55]), 10).tolist() == [False, False]
+
+
+@given(
+    worst=st.lists(st.integers(0, 40), min_size=1, max_size=6),
+    extra=st.lists(st.integers(0, 40), min_size=6, max_size=6),
+    minimum=st.integers(1, 12),
+)
+def test_every_count_the_aggregator_can_form_is_zero_or_at_least_the_minimum(
+    worst: list[int], extra: list[int], minimum: int
+) -> None:
+    above = np.array(worst)
+    everyone = above + np.array(extra[: above.size])
+    sent = joint_suppression(above, everyone, minimum)
+    formed = [above[sent], (everyone - above)[sent], everyone[sent]]
+    if sent[everyone > 0].any():  # else the withheld totals are the site's totals, which it sends anyway
+        formed += [np.array([part[~sent].sum()]) for part in (above, everyone - above, everyone)]
+    for counts in formed:
+        assert not ((counts > 0) & (counts < minimum)).any()
 
 
 # ---------------------------------------------------------------- the decoded sum against the pooled rows
@@ -179,9 +207,10 @@ def test_small_counts_come_back_suppressed_never_as_a_number() -> None:
                 sent = true = 0
                 for table, losses in data:
                     levels = held_out_levels(SCHEMA, columns, table, "site")[:, columns.index(column)]
-                    chosen = levels[losses > THRESHOLD] if above else levels
-                    cells = np.bincount(chosen, minlength=len(column.levels))
-                    sent += int(suppress_small_cells(cells, minimum)[index])
+                    worst = np.bincount(levels[losses > THRESHOLD], minlength=len(column.levels))
+                    everyone = np.bincount(levels, minlength=len(column.levels))
+                    cells = worst if above else everyone
+                    sent += int(cells[index]) if joint_suppression(worst, everyone, minimum)[index] else 0
                     true += int(cells[index])
                 if sent < minimum:
                     assert cell[key] is None and cell[share_key] is None, (level, key)

@@ -23,7 +23,6 @@ from fedfair.core.data import ClientData
 from fedfair.core.evaluation import evaluate
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import draft_schema
-from fedfair.datasets.statistics import suppress_small_cells
 from fedfair.fairness import sums
 from fedfair.fairness.composition import above_threshold_weights, composition
 from fedfair.research.workspace import make_workspace
@@ -33,7 +32,7 @@ from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.evaluation import federated_evaluation
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
-from fedfair.runtime.composition import held_out_levels, local_counts
+from fedfair.runtime.composition import held_out_levels, joint_suppression, local_counts
 from fedfair.runtime.contract import EVALUATION
 from fedfair.runtime.plan import load_shared_settings, shared_settings
 from tests.federations import adult_raw_table
@@ -161,12 +160,15 @@ def test_the_federated_composition_is_the_pooled_one_but_for_suppressed_cells(tm
             assert level == levels[index]
             for key, share_key, worst in (("worst_rows", "worst_share", True), ("rows", "overall_share", False)):
                 site_counts = [
-                    np.bincount(pd.Index(levels).get_indexer(rows[column][site_losses > c] if worst else rows[column]),
-                                minlength=len(levels))
+                    (np.bincount(pd.Index(levels).get_indexer(rows[column][site_losses > c]), minlength=len(levels)),
+                     np.bincount(pd.Index(levels).get_indexer(rows[column]), minlength=len(levels)))
                     for rows, site_losses in held_out
                 ]  # fmt: skip
-                true = sum(int(counts[index]) for counts in site_counts)
-                sent = sum(int(suppress_small_cells(counts, minimum)[index]) for counts in site_counts)
+                true = sum(int(counts[0 if worst else 1][index]) for counts in site_counts)
+                sent = sum(
+                    int(counts[0 if worst else 1][index]) if joint_suppression(*counts, minimum)[index] else 0
+                    for counts in site_counts
+                )
                 if sent < minimum:
                     # Below the rule, at a site or in the sum: suppressed, never a number.
                     assert cell[key] is None and cell[share_key] is None, (column, level, key)

@@ -171,3 +171,29 @@ def test_a_round_asking_for_composition_counts_the_pinned_plan_does_not_name_is_
         honest = dataclasses.replace(parameters, dimension=expected)
         honest = dataclasses.replace(honest, graph_seed=honest.implied_graph_seed(shared.federation_id, EVALUATION))
         assert me.check_parameters(work, honest.to_bytes()).dimension == expected
+
+
+@pytest.mark.parametrize("stages", [TRAINING, EVALUATION], ids=["training", "evaluation"])
+def test_without_dropouts_a_round_over_fewer_than_every_party_is_refused(stages: Any) -> None:
+    """An aggregator that leaves one site out of a training round or an evaluation under dropouts = "none"
+    (its own loop would not, a patched one may) is refused by the others at the round's parameters, before
+    any key is sent: that plan's quorum is every collaborator."""
+    roster = ("site-a", "site-b", "site-c", "site-d")
+    for dropouts, refused in (("none", True), ("allowed", False)):
+        settings = aggregator_plan(federation={"collaborators": list(roster)}, secure_aggregation={"dropouts": dropouts})
+        shared = plan.load_shared_settings(plan.shared_settings(settings))
+        me = steps.Participant("site-a", shared, 10, ec.generate_private_key(ec.SECP256R1()), b"", lambda c, n: None)
+        work = steps.Work(2, stages, None, 1.0)
+        kind, dimension, encoding = me.expected(work)
+        secure = shared.secure_aggregation
+        for parties in (roster, roster[:3]):
+            parameters = RoundParameters(
+                kind, 2, True, parties, dimension, encoding, secure.threshold, secure.mask_neighbours(4),
+                secure.max_colluding, graph_roster=roster,
+            )  # fmt: skip
+            parameters = dataclasses.replace(parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, stages))
+            if refused and len(parties) < len(roster):
+                with pytest.raises(steps.RoundRefused, match=r"differ from the plan \(quorum\)"):
+                    me.check_parameters(work, parameters.to_bytes())
+            else:
+                assert me.check_parameters(work, parameters.to_bytes()).parties == parties
