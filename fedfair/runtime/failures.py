@@ -114,6 +114,13 @@ NAME_NOT_ALLOWED = FailureClass(
     "ask the operator to add {name!r} to [federation] collaborators in the plan, or use the certificate "
     "of an institution the plan lists",
 )
+IDENTITY_IN_USE = FailureClass(
+    "identity-in-use",
+    False,
+    "the aggregator refused this process: {details}",
+    "run one collaborator process per institution: stop the other one (its host is named above), or leave "
+    "it running and do not start this one",
+)
 TLS_FAILED = FailureClass(
     "tls-failed",
     False,
@@ -189,7 +196,6 @@ LOCAL_BINDINGS = FailureClass(
     "restore NAME.FEDERATION.bindings.json beside {config} from a backup (deleting it would let the aggregator "
     "sum past inputs with other survivors; only a new federation id starts afresh)",
 )
-
 LOCAL_STATE_LOST = FailureClass(
     "local-state-lost",
     False,
@@ -218,6 +224,7 @@ FAILURES: tuple[FailureClass, ...] = (
     AGGREGATOR_NAME_MISMATCH,
     CERTIFICATE_REFUSED,
     NAME_NOT_ALLOWED,
+    IDENTITY_IN_USE,
     TLS_FAILED,
     FEDERATION_MISMATCH,
     PLAN_MISMATCH,
