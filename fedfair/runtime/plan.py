@@ -205,6 +205,8 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
     if settings.secure_aggregation.tolerates_dropouts:
         # Left out at its default, like drift_correction below (digests and resumes unchanged).
         loaded["secure_aggregation"].pop("dropouts")
+    if settings.quorum.grace_factor is None:
+        loaded["quorum"].pop("grace_factor")  # left out when unset, like dropouts: digests unchanged
     if not settings.evaluation.composition:
         # Left out when empty (the stage off), like drift_correction below: digests unchanged.
         loaded["evaluation"].pop("composition")

@@ -80,6 +80,7 @@ STYLE = """
 body{font-family:sans-serif;margin:1.5em auto;max-width:60em;color:#222}
 h2{border-bottom:1px solid #ccc;margin-top:1.6em}
 .note{color:#555;font-size:.9em}
+.warning{color:#a40000;font-weight:bold}
 table{border-collapse:collapse;font-size:.85em}
 td,th{border:1px solid #ddd;padding:.15em .4em;text-align:center}
 th.name{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
@@ -134,7 +135,23 @@ def _risks_section(run: Run) -> str:
         [item["mean_risk"] for item in done],
         None if run.classes is None else uniform_risk(run.classes),
     )
-    return svg(figure) + note + skipped
+    warning = None if run.classes is None else guessing_warning(done[-1]["worst_risk"], run.classes)
+    warned = "" if warning is None else f'<p class="warning">Warning: {html.escape(warning)}.</p>'
+    return svg(figure) + warned + note + skipped
+
+
+def guessing_warning(worst_risk: float, classes: int) -> str | None:
+    """The warning for a run whose worst-group risk ended above the uniform classifier's ln K (None when
+    it did not): said by the report and by the aggregator's closing line, with the likely causes."""
+    uniform = uniform_risk(classes)
+    if not worst_risk > uniform:
+        return None
+    return (
+        f"the output model's worst-group risk {worst_risk:.4f} is above the uniform classifier's ln K = "
+        f"{uniform:.4f} (K = {classes}): on its worst group it does worse than guessing. Likely causes: too few "
+        "rounds for the step ([training] rounds), a step too small or too large ([training] lr, threshold_lr, "
+        "server_momentum), or a group size rho below what the features can serve ([objective] rho)"
+    )
 
 
 def _counted(share: float | None, count: int | None) -> str:
@@ -254,9 +271,10 @@ def _privacy_section(run: Run) -> str:
 def _stages_section(run: Run) -> str:
     from fedfair.runtime.report_figures import stage_times, svg  # matplotlib: loaded only to draw
 
+    held = _held_up(run)
     timed = [record for record in run.rounds if record.get("stage_seconds")]
     if not timed:
-        return "<p>No round has stage times (only applied rounds record them).</p>"
+        return "<p>No round has stage times (only applied rounds record them).</p>" + held
     stages = list(dict.fromkeys(stage for record in timed for stage in record["stage_seconds"]))
     figure = stage_times(
         [record["round"] for record in timed],
@@ -265,6 +283,22 @@ def _stages_section(run: Run) -> str:
     return svg(figure) + (
         "<p class=note>Seconds the aggregator spent in each stage of a round's training sum, stacked "
         "(the evaluation's stages are not included).</p>"
+    ) + held
+
+
+def _held_up(run: Run) -> str:
+    """The sites that held rounds up (each round record's ``held_up_by``), the longest in all first."""
+    waits: dict[str, list[float]] = {}
+    for record in run.rounds:
+        for name, seconds in (record.get("held_up_by") or {}).items():
+            waits.setdefault(name, []).append(float(seconds))
+    named = sorted(waits.items(), key=lambda item: -sum(item[1]))
+    sites = ", ".join(f"{html.escape(name)} in {len(each)} rounds ({sum(each):.0f} s in all)" for name, each in named)
+    return (
+        f"<p>Sites that held rounds up (each round waited a second or more for them past its stages' median "
+        f"answers; [quorum] grace_factor bounds it): {sites}.</p>"
+        if named
+        else ""
     )
 
 

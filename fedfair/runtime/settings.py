@@ -24,9 +24,11 @@ from fedfair.core.config import (
     AVERAGE_FROM,
     BATCH_FRACTION,
     BOUND,
+    DEFAULT_SERVER_MOMENTUM,
     EPSILON,
     GAMMA,
     RHO,
+    SERVER_MOMENTUM,
     STEP_SIZE,
     DRIFT_CORRECTIONS,
     SMOOTH_FUNCTIONS,
@@ -63,7 +65,10 @@ class TrainingSettings:
 
     `drift_correction` "scaffold" adds SCAFFOLD control variates for (theta, c) (fedfair.core.local):
     the server's sigma travels down with (theta, c) and each collaborator's sigma_k+ up inside the
-    same summed vector, which is then 2 (d + 1) long; "none" is plain FedSRCVaR."""
+    same summed vector, which is then 2 (d + 1) long; "none" is plain FedSRCVaR.
+
+    `server_momentum` is the aggregator's heavy-ball beta on the decoded mean update
+    (fedfair.core.server): a function of the sums alone, so nothing more travels; 0 is Algorithm 1's step."""
 
     rounds: int = 100
     local_steps: int = 1
@@ -73,6 +78,7 @@ class TrainingSettings:
     seed: int = 0
     average_from: float = 0.5
     drift_correction: str = "none"
+    server_momentum: float = DEFAULT_SERVER_MOMENTUM
 
     def local_config(self) -> LocalConfig:
         """How each collaborator trains within a round (the learning core's LocalConfig)."""
@@ -155,10 +161,13 @@ class SecureAggregationSettings:
 
 @dataclass(frozen=True)
 class QuorumSettings:
-    """How many collaborators a round needs, and how long each stage waits for them."""
+    """How many collaborators a round needs, and how long each stage waits for them: at most
+    ``round_timeout_seconds``, and with ``grace_factor`` = k at most k x the stage's median answer time
+    (fedfair.runtime.aggregator.stages.StageTiming), so one slow site cannot hold every round up."""
 
     min_collaborators: int = 2
     round_timeout_seconds: float = 300.0
+    grace_factor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +213,7 @@ class LearningSettings:
         """FedSRCVaR with this plan's local steps and bound: the rules both processes apply."""
         from fedfair.core.algorithm import FedSRCVaR  # torch is loaded by training, not by reading a plan
 
-        return FedSRCVaR(self.training.local_config(), bound=self.objective.bound)
+        return FedSRCVaR(self.training.local_config(), bound=self.objective.bound, momentum=self.training.server_momentum)
 
     def counted_columns(self, round_number: int) -> tuple[CompositionColumn, ...]:
         """The columns the evaluation of `round_number` counts the worst group by: the plan's
@@ -256,6 +265,9 @@ def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
             "average_from", d.average_from, check=AVERAGE_FROM.__contains__, expected=AVERAGE_FROM.expected
         ),
         drift_correction=t.string("drift_correction", d.drift_correction, choices=DRIFT_CORRECTIONS),
+        server_momentum=t.number(
+            "server_momentum", d.server_momentum, check=SERVER_MOMENTUM.__contains__, expected=SERVER_MOMENTUM.expected
+        ),
     )
 
 
@@ -358,7 +370,12 @@ def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggre
         check=lambda x: x > 0,
         expected="a number of seconds > 0",
     )
-    return QuorumSettings(minimum, timeout)
+    grace = (
+        t.number("grace_factor", check=lambda x: x >= 1, expected="a factor >= 1 (k x the median answer time)")
+        if t.given("grace_factor")
+        else None
+    )
+    return QuorumSettings(minimum, timeout, grace)
 
 
 def _evaluation(source: str, data: Mapping[str, object]) -> EvaluationSettings:

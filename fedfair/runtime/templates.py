@@ -127,6 +127,8 @@ batch_fraction = 0.01  # b_k = round(batch_fraction * n_k): each collaborator's 
                        # proportional to its size n_k without anyone revealing n_k
 lr = 0.1            # eta: step size for the model
 threshold_lr = 0.1  # eta_c: step size for the threshold c
+server_momentum = 0.9  # in [0, 1): the aggregator's heavy-ball momentum on the summed update, a
+                       # function of the sums alone (nothing more travels); 0 is Algorithm 1's step
 seed = 0            # initial model and sampling seed
 average_from = 0.5  # iterates after this fraction of the rounds form the averaged output theta-bar
 drift_correction = "none"  # "none" or "scaffold": SCAFFOLD control variates for theta and c keep many
@@ -144,6 +146,9 @@ _QUORUM_AND_EVALUATION = """\
                               # threshold above, or a majority of the collaborators
 round_timeout_seconds = 300   # each stage waits at most this long for uploads (and a round at
                               # most this long for the quorum to connect)
+# grace_factor = 3.0          # a stage waits at most 3 x its median answer time (at least 2 s) for
+                              # a late site: dropped from the round and named (dropouts = "none":
+                              # the round aborts, naming it); default: only the timeout bounds it
 
 [evaluation]
 every = 5           # federated worst-group evaluation every N rounds (0: after the last only)

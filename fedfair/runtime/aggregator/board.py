@@ -32,23 +32,9 @@ from functools import partial
 import grpc
 import numpy as np
 
-from fedfair.runtime.aggregator.stages import (
-    OpenStage,
-    StageProgress,
-    StageReady,
-    UploadHandler,
-    UploadRefused,
-    error_summary,
-    input_for,
-)
-from fedfair.runtime.transport import (
-    DEFAULT_CHUNK_BYTES,
-    NOT_EXPECTED,
-    Rejected,
-    model_parts,
-    pb,
-    task_with_input,
-)
+from fedfair.runtime.aggregator.stages import OpenStage, StageProgress, StageReady, StageTiming, UploadHandler
+from fedfair.runtime.aggregator.stages import UploadRefused, error_summary, input_for
+from fedfair.runtime.transport import DEFAULT_CHUNK_BYTES, NOT_EXPECTED, Rejected, model_parts, pb, task_with_input
 
 TASK_WAIT_SECONDS = 30.0
 """A task stream re-checks that its RPC is alive at least this often; an ended RPC normally
@@ -316,8 +302,10 @@ class Board:
         max_upload_bytes: int,
         timeout: float,
         ready: StageReady | None = None,
+        timing: StageTiming | None = None,
     ) -> None:
-        """Open a stage for `expected` peers and send each its task.
+        """Open a stage for `expected` peers and send each its task; `timing` (given, or made) records when
+        each answers, and its grace may end the stage before `timeout` (:class:`StageTiming`).
 
         `ready` (if given) lets the stage settle as soon as it returns true, without
         waiting for the peers that have not answered (e.g. the secure-aggregation
@@ -326,8 +314,10 @@ class Board:
         (after each delivery) and when the wait starts; it must not block.
         """
         peers = frozenset(expected)
+        timing = timing or StageTiming(len(peers))
         with self._changed:
-            self._stage = OpenStage(binding, peers, inputs, handler, max_upload_bytes, self._clock() + timeout, ready)
+            timing.opened = self._clock()
+            self._stage = OpenStage(binding, peers, inputs, handler, max_upload_bytes, timing.opened + timeout, ready, timing)
         per_peer = {peer: input_for(inputs, peer) for peer in peers}
         self.publish(sorted(peers), binding, pb.ACTION_RUN, deadline_seconds=timeout, inputs=per_peer)
 
@@ -396,6 +386,7 @@ class Board:
                     raise
                 raise UploadRefused(error_summary(error)) from error
             finally:
+                stage.timing.answered(peer, self._clock())
                 self._changed.notify_all()
 
     def wait_stage(
@@ -446,4 +437,5 @@ class Board:
             stage, self._stage = self._stage, None
             if stage is None:
                 return frozenset(), 0
+            stage.timing.closed = self._clock()
             return frozenset(stage.accepted), stage.received_bytes

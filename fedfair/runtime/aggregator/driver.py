@@ -42,8 +42,9 @@ import numpy as np
 from fedfair.core.errors import ConfigError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.aggregator.board import Board
-from fedfair.runtime.aggregator.stages import StageProgress, StageReady, UploadHandler, UploadRefused
-from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages
+from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, StageProgress, StageReady, StageTiming, UploadHandler
+from fedfair.runtime.aggregator.stages import UploadRefused
+from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages, model_digest
 from fedfair.runtime.aggregator.checks import RoundAborted, SumOutcome, UploadScreen, decode_plain
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
@@ -154,6 +155,10 @@ class DriverSettings:
     stage_timeout: float
     graph_roster: tuple[str, ...] = ()
     """The plan's whole roster, which the masking graph is drawn over (empty: each round's parties)."""
+    grace: float | None = None
+    """[quorum] grace_factor: a stage waits at most this times its median answer time (StageTiming)."""
+    tolerates_dropouts: bool = True
+    """[secure_aggregation] dropouts: whether a site past the grace is dropped (True) or aborts the round."""
 
 
 class SumDriver:
@@ -165,6 +170,11 @@ class SumDriver:
         self.settings = settings
         # The same certificates advertise every round: each is checked in full once, then by its window.
         self.verify = remembered(verify)
+        self.answers: dict[str, dict[str, float | None]] = {}
+        """The last aggregation's answer times: stage name -> peer -> seconds after the stage opened (None: no
+        answer). Kept after a RoundAborted too, so an aborted round still names who held it up."""
+        self.held_up: dict[str, float] = {}
+        """The last aggregation's wait for each peer past its stages' median answers (StageTiming.held_up), summed."""
 
     def run(
         self,
@@ -189,6 +199,7 @@ class SumDriver:
         refuse it; secure sums hide the uploads, so it is not called for them.
         """
         roster = tuple(sorted(participants))
+        self.answers, self.held_up = {}, {}
         parameters = RoundParameters(
             kind=kind or ("evaluate" if stages is EVALUATION else "train"),
             round=round_number,
@@ -200,6 +211,8 @@ class SumDriver:
             neighbours=self.settings.neighbours,
             max_colluding=self.settings.max_colluding,
             graph_roster=self.settings.graph_roster or roster,
+            # The statistics aggregation (its own kind) answers no model; every other binds its session to one.
+            model="" if kind is not None else model_digest(*model),
         )
         parameters = replace(parameters, graph_seed=parameters.implied_graph_seed(self.settings.federation_id, stages))
         start = self.gate.open(
@@ -247,8 +260,16 @@ class SumDriver:
         timeout = self.settings.stage_timeout
         binding = self.gate.open(round_number, stage, timeout_seconds=timeout, participants=expected)
         handler = self._with_fault_points(round_number, stage, handler)
+        timing = StageTiming(len(expected), self.settings.grace)
         self.board.open_stage(
-            binding, expected, inputs, handler, max_upload_bytes=max_upload_bytes, timeout=timeout, ready=ready
+            binding,
+            expected,
+            inputs,
+            handler,
+            max_upload_bytes=max_upload_bytes,
+            timeout=timeout,
+            ready=ready,
+            timing=timing,
         )
         self.board.wait_stage(partial(log_progress, self.settings.secure))
         self.gate.close()
@@ -256,6 +277,15 @@ class SumDriver:
         if self.board.closed:
             raise RoundAborted("the aggregator is shutting down")
         name = pb.Stage.Name(stage)
+        # Milliseconds are enough, and keep rounds.jsonl small.
+        self.answers[name] = {peer: _ms(timing.answers.get(peer)) for peer in sorted(expected)}
+        for peer, seconds in timing.held_up(expected).items():
+            self.held_up[peer] = self.held_up.get(peer, 0.0) + seconds
+        why = timing.past_grace(name, expected)
+        if why is not None and not self.settings.tolerates_dropouts:
+            raise RoundAborted(f'{why}; dropouts = "none" lets no round finish without them')
+        if why is not None:
+            logger.warning("round %d: %s; dropped from the round", round_number, why)
         outcome.stage_seconds[name] = time.perf_counter() - started
         outcome.received_bytes += received
         missing = sorted(expected - uploaded)
@@ -265,6 +295,14 @@ class SumDriver:
             # rounds.jsonl say who contributed.
             logger.debug("round %d %s: %d of %d uploaded", round_number, name, len(uploaded), len(expected))
         return uploaded
+
+    def laggards(self, round_number: int) -> dict[str, float]:
+        """The peers the last aggregation waited for HELD_UP_SECONDS or more past its stages' median answers,
+        longest first, with the seconds; each named in one log line."""
+        late = sorted(((s, peer) for peer, s in self.held_up.items() if s >= HELD_UP_SECONDS), reverse=True)
+        for seconds, peer in late:
+            logger.info("round %d waited %.1f s for %s past the median answer of its stages", round_number, seconds, peer)
+        return {peer: round(seconds, 3) for seconds, peer in late}
 
     def _with_fault_points(self, round_number: int, stage: pb.Stage, handler: UploadHandler) -> UploadHandler:
         """`handler`, with the test-only aggregator kill points of `stage` (see :mod:`fedfair.runtime.faults`).
@@ -397,3 +435,7 @@ def _start_stage_before(stage: pb.Stage) -> pb.Stage | None:
         if stage == stages.masked:
             return stages.start
     return None
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)

@@ -17,7 +17,8 @@ the epoch). The kinds and their fields:
   ``contributors``, ``seconds`` (per stage, and ``total``), ``bytes`` (received),
   ``objective`` (the latest federated evaluation's worst / mean / best risk and
   accuracy, null before the first), ``epsilon`` (name -> epsilon, for the sites that
-  reported one);
+  reported one), ``held_up_by`` (name -> seconds the round waited for that site past its
+  stages' median answers, for the sites it waited for a second or more);
 - ``finish``: ``rounds``, ``output``.
 
 The stream only ever grows: a resumed run appends to it (a ``start`` with ``resume``

@@ -149,6 +149,8 @@ class RoundLoop:
                 graph_roster=canonical_roster(self.plan.collaborators),
                 max_colluding=secure.max_colluding,
                 stage_timeout=self.plan.quorum.round_timeout_seconds,
+                grace=self.plan.quorum.grace_factor,
+                tolerates_dropouts=secure.tolerates_dropouts,
             ),
             # Under a manifest the aggregator checks relayed certificates against the pins too, so a
             # twin is refused at the door (the collaborators check again themselves).
@@ -174,6 +176,7 @@ class RoundLoop:
             logger.info("resuming at round %d from the checkpoint of round %d", first, self.checkpoint.round)
         for round_number in range(first, rounds + 1):
             record = self.train(round_number, wait_for_everyone=round_number == first)
+            record.update(answer_seconds=self.driver.answers, held_up_by=self.driver.laggards(round_number))
             if self._evaluation_due(round_number):
                 record["evaluation"] = self.evaluate(round_number)
             self._round_event(record)
@@ -301,6 +304,7 @@ class RoundLoop:
             bytes=record.get("received_bytes", 0),
             objective=objective,
             epsilon=self.network.board.epsilons(),
+            held_up_by=record.get("held_up_by", {}),
         )
 
     def _participants(self, round_number: int, *, wait_for_everyone: bool) -> frozenset[str]:

@@ -1,6 +1,7 @@
 """What a stage of a round is, as the board holds it and its callers see it: the open stage's
-record, the handler that absorbs an upload (whatever it raises refuses that upload), and the
-progress the operator is shown while a stage waits.
+record, the handler that absorbs an upload (whatever it raises refuses that upload), when each
+peer answered and the grace that bounds a laggard (:class:`StageTiming`), and the progress the
+operator is shown while a stage waits.
 
 A stage is settled when the protocol says it has what it needs (the optional
 ``ready`` predicate of :meth:`~fedfair.runtime.aggregator.board.Board.open_stage`), or when
@@ -22,7 +23,8 @@ no expected peer is still owed an answer. A peer is owed nothing once it has
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fedfair.core.errors import FedfairError
@@ -62,21 +64,94 @@ class StageProgress:
     seconds_left: float
 
 
+HELD_UP_SECONDS = 1.0
+"""A round that waited this long or longer for a site past its stages' median answers names it (log, round log,
+report): below it the wait is noise, not a site holding the others up."""
+
+GRACE_FLOOR_SECONDS = 2.0
+"""The shortest wait a grace allows past a stage's opening, whatever k x its median answer time: key stages
+are answered within milliseconds, and a site a scheduler paused for a moment is not a laggard."""
+
+
+@dataclass
+class StageTiming:
+    """When each peer answered one stage (seconds after it opened), and the deadline a grace sets.
+
+    With `grace` = k, once half the `expected` peers have answered the stage waits no longer than
+    max(k x the median answer time, GRACE_FLOOR_SECONDS) after it opened: the median is the answer time of
+    the ceil(n / 2)-th peer, known as soon as it answers, whatever the others do. Without one (None) only
+    the stage's timeout bounds it.
+    """
+
+    expected: int
+    grace: float | None = None
+    opened: float = 0.0
+    closed: float | None = None
+    answers: dict[str, float] = field(default_factory=dict)
+
+    def answered(self, peer: str, now: float) -> None:
+        """`peer` answered (uploaded, withdrew or was refused) at `now`; its first answer counts."""
+        self.answers.setdefault(peer, now - self.opened)
+
+    def median(self) -> float | None:
+        """The answer time of the ceil(n / 2)-th peer, once that many have answered."""
+        half = (self.expected + 1) // 2
+        return sorted(self.answers.values())[half - 1] if half and len(self.answers) >= half else None
+
+    def grace_deadline(self) -> float:
+        """When the grace ends (on the stage's clock); infinite without a grace or before the median is known."""
+        median = self.median()
+        if self.grace is None or median is None:
+            return math.inf
+        return self.opened + max(self.grace * median, GRACE_FLOOR_SECONDS)
+
+    def held_up(self, expected: Iterable[str]) -> dict[str, float]:
+        """How long the stage waited for each of `expected` past its median answer: the seconds between the
+        median and the peer's answer (the stage's close, if it never answered); only peers that came later."""
+        median = self.median()
+        if median is None or self.closed is None:
+            return {}
+        end = self.closed - self.opened
+        waits = {peer: self.answers.get(peer, end) - median for peer in expected}
+        return {peer: wait for peer, wait in waits.items() if wait > 0}
+
+    def past_grace(self, stage: str, expected: Iterable[str]) -> str | None:
+        """Why the closed stage `stage` went on without some of `expected`, if its grace ended it (not its timeout,
+        nor every answer in): the late peers, named; None otherwise."""
+        late = sorted(set(expected) - self.answers.keys())
+        median = self.median()
+        if not late or median is None or self.grace is None or self.closed is None:
+            return None
+        if self.grace_deadline() > self.closed:
+            return None
+        return (
+            f"{', '.join(late)} did not answer {stage} within the grace of {self.grace:g} x the median answer "
+            f"time {median:.2f} s ({self.grace_deadline() - self.opened:.1f} s, [quorum] grace_factor)"
+        )
+
+
 @dataclass
 class OpenStage:
-    """The one stage open for uploads: who is expected, what each may fetch, and who has answered how."""
+    """The one stage open for uploads: who is expected, what each may fetch, and who has answered how, when.
+
+    Its `deadline` is the earlier of its timeout and its timing's grace (:class:`StageTiming`)."""
 
     binding: pb.Binding
     expected: frozenset[str]
     inputs: bytes | Mapping[str, bytes]
     handler: UploadHandler
     max_upload_bytes: int
-    deadline: float
+    timeout_at: float
     ready: StageReady | None
+    timing: StageTiming
     accepted: set[str] = field(default_factory=set)
     withdrawn: set[str] = field(default_factory=set)
     refused: set[str] = field(default_factory=set)
     received_bytes: int = 0
+
+    @property
+    def deadline(self) -> float:
+        return min(self.timeout_at, self.timing.grace_deadline())
 
 
 def input_for(inputs: bytes | Mapping[str, bytes], peer: str) -> bytes:

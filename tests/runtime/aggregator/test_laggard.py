@@ -1,0 +1,100 @@
+"""A laggard is named and bounded, in a live federation (real gRPC over loopback mutual TLS, real
+collaborators in threads): one site answers every stage LATE seconds after its task arrives.
+
+Without a grace each stage waits for it; with [quorum] grace_factor a stage waits at most k x its median
+answer time (at least the floor), then goes on without it under dropouts = "allowed" (the site dropped
+and named), or aborts the round naming it under dropouts = "none". The round log and the events name
+it as the site that held rounds up.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.aggregator.events import read_events
+from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS, HELD_UP_SECONDS
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.report import write_report
+from fedfair.runtime.transport import pb
+from tests.runtime.harness import new_workspace, thread_federation
+
+NAMES = ["site-a", "site-b", "site-c"]
+LATE = 4.0
+GRACE = 2.0
+
+
+def late_site_c(name: str, collaborator: Collaborator) -> None:
+    """site-c sends each upload LATE seconds late (an insider answering just before a deadline)."""
+    if name != "site-c":
+        return
+    submit = collaborator._submit
+
+    def late(stub: object, binding: pb.Binding, payload: bytes) -> None:
+        time.sleep(LATE)
+        submit(stub, binding, payload)  # type: ignore[arg-type]
+
+    collaborator._submit = late  # type: ignore[method-assign]
+
+
+@pytest.mark.slow
+def test_a_late_site_is_dropped_at_the_grace_and_named(tmp_path: Path) -> None:
+    workspace = new_workspace(
+        tmp_path,
+        NAMES,
+        training={"rounds": 2},
+        quorum={"min_collaborators": 2, "round_timeout_seconds": 30.0, "grace_factor": GRACE},
+        evaluation={"every": 0},
+    )
+    with thread_federation(workspace, collaborator=late_site_c) as federation:
+        federation.join(180)
+    assert not federation.errors, federation.errors
+    log = [record for record in read_round_log(workspace.output) if record["round"] >= 1]
+    assert [record["status"] for record in log] == ["applied", "applied"]
+    for record in log:
+        assert record["contributors"] == ["site-a", "site-b"]
+        assert set(record["held_up_by"]) == {"site-c"} and record["held_up_by"]["site-c"] >= HELD_UP_SECONDS
+        # Bounded by the grace: the first stage site-c missed ended at the floor, not LATE (nor the 30 s timeout).
+        advertise = record["answer_seconds"]["STAGE_ADVERTISE_KEYS"]
+        assert advertise["site-c"] is None and advertise["site-a"] is not None
+        assert record["stage_seconds"]["STAGE_ADVERTISE_KEYS"] < GRACE_FLOOR_SECONDS + 1.0
+    rounds = [event for event in read_events(workspace.output) if event["event"] == "round"]
+    assert all(set(event["held_up_by"]) == {"site-c"} for event in rounds)
+    page = write_report(workspace.output).read_text()
+    assert "Sites that held rounds up" in page and "site-c in 2 rounds" in page
+
+
+@pytest.mark.slow
+def test_under_no_dropouts_a_late_site_aborts_the_round_naming_it(tmp_path: Path) -> None:
+    workspace = new_workspace(
+        tmp_path,
+        NAMES,
+        training={"rounds": 1},
+        secure_aggregation={"dropouts": "none"},
+        quorum={"min_collaborators": 3, "round_timeout_seconds": 30.0, "grace_factor": GRACE},
+        evaluation={"every": 0},
+    )
+    with thread_federation(workspace, collaborator=late_site_c) as federation:
+        federation.join(180)
+    assert not federation.errors, federation.errors
+    (record,) = [record for record in read_round_log(workspace.output) if record["round"] == 1]
+    assert record["status"] == "aborted"
+    assert record["reason"].startswith("site-c did not answer STAGE_ADVERTISE_KEYS within the grace of 2 x")
+    assert 'dropouts = "none" lets no round finish without them' in record["reason"]
+    assert record["held_up_by"]["site-c"] >= HELD_UP_SECONDS
+    assert record["seconds"] < GRACE_FLOOR_SECONDS + LATE, record["seconds"]
+
+
+def test_the_grace_is_a_factor_of_one_or_more_and_absent_from_plans_that_do_not_set_it(tmp_path: Path) -> None:
+    from fedfair.core.errors import ConfigError
+    from fedfair.runtime.plan import load_aggregator_plan, plan_content
+
+    plain = load_aggregator_plan(new_workspace(tmp_path / "plain", NAMES).plan)
+    assert plain.quorum.grace_factor is None and "grace_factor" not in plan_content(plain)["quorum"]  # digests kept
+    graced = load_aggregator_plan(new_workspace(tmp_path / "graced", NAMES, quorum={"grace_factor": 3}).plan)
+    assert graced.quorum.grace_factor == 3.0 and plan_content(graced)["quorum"]["grace_factor"] == 3.0
+    with pytest.raises(ConfigError, match=r"\[quorum\] grace_factor must be a factor >= 1"):
+        load_aggregator_plan(new_workspace(tmp_path / "bad", NAMES, quorum={"grace_factor": 0.5}).plan)
