@@ -234,7 +234,7 @@ def json_object(payload: bytes, source: str) -> dict[str, Any]:
     """A JSON object the aggregator sent (its plan, its encoder); a ConfigError naming `source` otherwise."""
     try:
         data = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: a 5,000-digit integer; Recursion: deep
         raise ConfigError(f"{source}: not valid JSON; the aggregator and collaborator versions may differ") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a JSON object; the aggregator and collaborator versions may differ")

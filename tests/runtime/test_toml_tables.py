@@ -28,3 +28,11 @@ def test_a_400_digit_integer_in_a_served_plan_names_the_field(tmp_path: Path) ->
     served["quorum"]["round_timeout_seconds"] = 10**399
     with pytest.raises(ConfigError, match=r"\[quorum\] round_timeout_seconds must be"):
         load_shared_settings(json.dumps(served).encode())
+
+
+@pytest.mark.parametrize(
+    "payload", [b"[" * 100_000 + b"]" * 100_000, b'{"quorum": ' + b"1" * 5000 + b"}"], ids=["100,000 deep", "5,000 digits"]
+)
+def test_a_served_plan_too_deep_or_too_long_a_number_is_a_named_error(payload: bytes) -> None:
+    with pytest.raises(ConfigError, match="the aggregator's plan: not valid JSON"):
+        load_shared_settings(payload)
