@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig
+from fedfair.core.config import SERVER_MOMENTUM, LocalConfig
 from fedfair.core.errors import ConfigError
 
 
@@ -64,10 +64,22 @@ class ClientRound:
 @dataclass(frozen=True)
 class FedSRCVaR:
     """Algorithm 1's rules for local steps `local`; `bound` is B, or None without a threshold
-    (then the objective is the plain mean loss and the rules are FedAvg's, with c absent)."""
+    (then the objective is the plain mean loss and the rules are FedAvg's, with c absent).
+
+    `momentum` is the server's heavy-ball beta on the decoded mean update (`fedfair.core.server`);
+    0 is Algorithm 1's plain averaging step. It changes nothing at the clients.
+    """
 
     local: LocalConfig
     bound: float | None = None
+    momentum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.momentum not in SERVER_MOMENTUM:
+            raise ConfigError(
+                f"server momentum must be in {SERVER_MOMENTUM.text}, got {self.momentum}; "
+                "0 is Algorithm 1's step, 0.9 fedfair's default"
+            )
 
     @property
     def has_threshold(self) -> bool:
@@ -179,7 +191,9 @@ class FedSRCVaR:
         self, state: server.ServerState, aggregate: server.Aggregate, *, average_from: int = 0
     ) -> server.ServerState:
         """A round's server step from the sums secure aggregation reveals (`fedfair.core.server.apply`)."""
-        return server.apply(state, aggregate, bound=self.server_bound, average_from=average_from)
+        return server.apply(
+            state, aggregate, bound=self.server_bound, average_from=average_from, momentum=self.momentum
+        )
 
     @property
     def server_bound(self) -> float:

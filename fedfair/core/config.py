@@ -66,6 +66,11 @@ STEP_SIZE = Interval(0.0, low_open=True)
 BATCH_FRACTION = Interval(
     0.0, 1.0, low_open=True, meaning="each collaborator's batch is round(batch_fraction * n_k)"
 )
+SERVER_MOMENTUM = Interval(
+    0.0, 1.0, high_open=True, meaning="the server's heavy-ball momentum on the mean update; 0 is Algorithm 1's step"
+)
+DEFAULT_SERVER_MOMENTUM = 0.9
+"""FedSRCVaR's server momentum in `fedfair init`'s plan and `fedfair simulate` (docs/paper.md, the optimiser study)."""
 AVERAGE_FROM = Interval(
     0.0, 1.0, high_open=True, meaning="the fraction of rounds before iterates enter the average"
 )

@@ -8,6 +8,14 @@ last iterate is kept too). With drift correction it also sees sum w_k sigma_k+ a
 keeps the federation's control variate sigma, the weighted mean of the collaborators'
 new control variates (SCAFFOLD in step units, see `fedfair.core.local`), to send with
 the next round's pair.
+
+With a server momentum beta > 0 the server takes a heavy-ball step on the decoded mean
+update (FedAvgM; Hsu et al. 2019, Reddi et al. 2021): v_{t+1} = beta v_t + mean update,
+(theta, c) moves by v_{t+1}. v is a function of the decoded sums alone, so the step stays
+post-processing under DP and nothing new travels. Why: RCVaR's curvature is
+(1 - eps) / rho + eps times the loss's, so a stable step is that much smaller than ERM's
+(a tenth at rho = 0.1); momentum lets the directions of low curvature move 1 / (1 - beta)
+times as far per round, without a larger step in the steep ones.
 """
 
 from __future__ import annotations
@@ -90,6 +98,10 @@ class ServerState:
     `control` is the drift correction's server control variate sigma ([theta's coordinates, c]
     in step units, float64 on the CPU), sent with (theta, c) each round; None when drift is
     not corrected.
+
+    `velocity` is the server momentum's v ([theta's coordinates, c], float64 on the CPU): the
+    last server move, c's part as projected; None before the first momentum step or without
+    momentum (then it counts as zeros).
     """
 
     round: int
@@ -99,6 +111,7 @@ class ServerState:
     c_average: float
     averaged_rounds: int
     control: torch.Tensor | None = None
+    velocity: torch.Tensor | None = None
 
 
 def init(theta: torch.Tensor, bound: float, c: float | None = None, *, drift_correction: bool = False) -> ServerState:
@@ -112,9 +125,16 @@ def init(theta: torch.Tensor, bound: float, c: float | None = None, *, drift_cor
     )
 
 
-def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_from: int = 0) -> ServerState:
+def apply(
+    state: ServerState, aggregate: Aggregate, *, bound: float, average_from: int = 0, momentum: float = 0.0
+) -> ServerState:
     """Round t = state.round + 1's server step: theta^{t+1} = theta^t + sum(w dtheta)/sum(w),
     c^{t+1} = proj_[0,B](c^t + sum(w dc)/sum(w)).
+
+    With `momentum` beta > 0 the move is instead v^{t+1} = beta v^t + (sum(w dtheta), sum(w dc))/sum(w)
+    (v^1 = 0), and c's part of v^{t+1} is then set to the move c actually made after projection, so
+    that c held at 0 or B does not build up speed against the box (it would have to unwind it first).
+    beta = 0 is exactly the step above.
 
     The pair this round started from, (theta^t, c^t), enters the running average when
     t > `average_from`, so after T rounds the average is the mean of theta^t over
@@ -133,8 +153,16 @@ def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_fro
     if not bool(torch.isfinite(step).all()) or not math.isfinite(step_c):
         raise AggregateError("the aggregated update contains NaN or Inf; the round is void and the model unchanged")
     control = _next_control(state, aggregate)
+    velocity: torch.Tensor | None = None
+    if momentum > 0.0:
+        velocity = torch.cat([step, torch.tensor([step_c], dtype=torch.float64, device=step.device)])
+        if state.velocity is not None:
+            velocity += momentum * state.velocity
+        step, step_c = velocity[:-1], float(velocity[-1])
     theta = state.theta + step
     c = min(max(state.c + step_c, 0.0), bound)
+    if velocity is not None:
+        velocity[-1] = c - state.c
     round_number = state.round + 1
     if round_number > average_from:
         count = state.averaged_rounds + 1
@@ -153,6 +181,7 @@ def apply(state: ServerState, aggregate: Aggregate, *, bound: float, average_fro
         c_average=c_average,
         averaged_rounds=count,
         control=control,
+        velocity=velocity,
     )
 
 

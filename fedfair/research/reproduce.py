@@ -4,7 +4,7 @@ The protocol (the paper's appendix, "Experimental Details"):
 
 1. **Selection on validation data.** For every method and rho, each point of the
    method's grid (step size, and what else the paper tunes: FedSRCVaR's epsilon near
-   0, FedAvg's local steps) trains on 80% of each client's training rows and is judged
+   0, FedAvg's and FedSRCVaR's local steps) trains on 80% of each client's training rows and is judged
    on the other 20% by the held-out worst-group risk at that rho, the quantity the
    study compares. The test rows are never looked at while choosing.
 2. **Seeds.** The chosen configuration is trained on the whole training split with
@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from fedfair.core.config import DEFAULT_SERVER_MOMENTUM
 from fedfair.datasets import load_dataset
 from fedfair.research.experiment import LOSS_METHODS
 from fedfair.research.methods import METHODS
@@ -200,7 +201,8 @@ class Study:
         """The hyperparameter points of `method` at `rho`."""
         p = self.profile
         epsilons = p.fedsrcvar_epsilons if method == "fedsrcvar" else (None,)
-        steps = p.fedavg_local_steps if method == "fedavg" else (1,)
+        # FedSRCVaR tries FedAvg's local steps too: both send one update per round, whatever tau.
+        steps = p.fedavg_local_steps if method in ("fedavg", "fedsrcvar") else (1,)
         adversaries = p.adversary_lrs if method in ADVERSARY_METHODS else (None,)
         return [
             Point(scale, epsilon, local_steps, adversary)
@@ -252,6 +254,8 @@ class Point:
         flags = ["--lr", f"{lr:.6g}", "--threshold-lr", f"{lr:.6g}", "--local-steps", str(self.local_steps)]
         if method in RCVAR_METHODS:
             flags += ["--bound", f"{PAPER_BOUND:g}"]
+        if method == "fedsrcvar":  # said outright, so a cached run from before the default momentum is not reused
+            flags += ["--server-momentum", f"{DEFAULT_SERVER_MOMENTUM:g}"]
         if self.epsilon is not None:
             flags += ["--epsilon", f"{self.epsilon:g}"]
         elif method == "bpf":  # said outright: BPF's runs from before its default became 0 ran at 0.1

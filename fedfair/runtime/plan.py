@@ -210,6 +210,9 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
     if not settings.evaluation.composition:
         # Left out when empty (the stage off), like drift_correction below: digests unchanged.
         loaded["evaluation"].pop("composition")
+    if settings.training.server_momentum == 0.0:
+        # Algorithm 1's step, as every plan took before the setting existed: its checkpoints still resume.
+        loaded["training"].pop("server_momentum")
     if not settings.training.corrects_drift:
         # Left out at its default, so a plan without drift correction keeps the digest (and its checkpoints
         # resume) and the shared bytes it had before the setting existed; a collaborator that does not know

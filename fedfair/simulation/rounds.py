@@ -18,6 +18,7 @@ same theta_0) and any per-sample loss.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ import torch
 from torch import nn
 
 from fedfair.core import server
-from fedfair.core.config import AVERAGE_FROM, BATCH_FRACTION, LocalConfig, ObjectiveConfig
+from fedfair.core.config import AVERAGE_FROM, BATCH_FRACTION, SERVER_MOMENTUM, LocalConfig, ObjectiveConfig
 from fedfair.core.data import ClientData, client_batch_sizes, client_seed, local_batch_size
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError
@@ -66,6 +67,9 @@ class TrainingConfig:
     start from (`server.apply`); 0 is the paper's (1/T) sum_{t=1..T} theta^t.
     `local.project_locally` also projects c onto [0, B] after every local step
     (see LocalConfig); by default only the server projects, as the paper does.
+    `server_momentum` is the server's heavy-ball beta on the mean update (`fedfair.core.server`;
+    0, the default here, is Algorithm 1's step; `fedfair simulate` and `fedfair init` default to
+    `DEFAULT_SERVER_MOMENTUM` for FedSRCVaR).
     """
 
     model: str = "logreg"
@@ -78,8 +82,13 @@ class TrainingConfig:
     dtype: str = "float32"
     average_from: float = 0.5
     record_every: int = 0
+    server_momentum: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.server_momentum not in SERVER_MOMENTUM:
+            raise ConfigError(
+                f"server momentum must be in {SERVER_MOMENTUM.text}, got {self.server_momentum}; e.g. --server-momentum 0.9"
+            )
         if self.rounds < 1:
             raise ConfigError(f"rounds must be at least 1, got {self.rounds}; e.g. --rounds 1000")
         if self.batch_size < 0:
@@ -230,7 +239,7 @@ def run_rounds(
         logger.info("local steps: a loop over %d collaborators (%s)", len(learners), loop_reason)
     else:
         logger.info("local steps: %d collaborators vectorised into one batched step", len(learners))
-    algorithm = learners[0].algorithm
+    algorithm = dataclasses.replace(learners[0].algorithm, momentum=training.server_momentum)
     state = algorithm.server_init(flat_parameters(template))
     history: list[dict[str, float]] = []
     pooled = history_sample(federation) if training.record_every else None

@@ -3,6 +3,8 @@ the same rules on K stacked clients give each client's own result."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -144,3 +146,9 @@ def test_the_server_rules_start_c_at_the_bound_and_keep_it_at_zero_without_a_thr
     fedavg = FedSRCVaR(LocalConfig(drift_correction="scaffold"))
     started = fedavg.server_init(theta)
     assert started.c == 0.0 and started.control is not None and started.control.numel() == 3
+
+
+@pytest.mark.parametrize("momentum", [-0.1, 1.0, math.nan])
+def test_a_server_momentum_outside_zero_one_is_refused(momentum: float) -> None:
+    with pytest.raises(ConfigError, match="server momentum must be in"):
+        FedSRCVaR(LocalConfig(), bound=1.0, momentum=momentum)

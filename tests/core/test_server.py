@@ -167,3 +167,38 @@ def test_an_aggregate_whose_drift_correction_does_not_match_the_server_is_refuse
     vector = torch.zeros(8, dtype=torch.float64)
     with pytest.raises(server.AggregateError, match="control part has 4 entries, the server's control variate 5"):
         server.apply(longer, server.Aggregate.from_vector(vector, 1.0, with_control=True), bound=5.0)
+
+
+def test_momentum_moves_by_the_geometric_sum_of_past_mean_updates() -> None:
+    """A constant mean update u with beta = 0.5: the moves are u, 1.5 u, 1.75 u (v = beta v + u), c's too
+    while it stays inside [0, B]."""
+    state = server.init(torch.zeros(2, dtype=torch.float64), bound=10.0, c=5.0)
+    aggregate = server.Aggregate.from_vector(torch.tensor([2.0, -4.0, -0.4], dtype=torch.float64), 2.0)
+    moves = []
+    for _ in range(3):
+        new = server.apply(state, aggregate, bound=10.0, momentum=0.5)
+        moves.append((new.theta - state.theta, new.c - state.c))
+        state = new
+    for (move, move_c), factor in zip(moves, (1.0, 1.5, 1.75), strict=True):
+        torch.testing.assert_close(move, factor * torch.tensor([1.0, -2.0], dtype=torch.float64), rtol=0, atol=1e-14)
+        assert move_c == pytest.approx(-0.2 * factor, abs=1e-14)
+
+
+def test_momentum_zero_is_algorithm_ones_step_bit_for_bit() -> None:
+    state = server.init(torch.tensor([0.3, -0.7], dtype=torch.float64), bound=3.0, c=1.0)
+    aggregate = server.Aggregate.from_vector(torch.tensor([0.1, 0.2, -0.3], dtype=torch.float64), 3.0)
+    plain, with_zero = server.apply(state, aggregate, bound=3.0), server.apply(state, aggregate, bound=3.0, momentum=0.0)
+    assert torch.equal(plain.theta, with_zero.theta) and plain.c == with_zero.c
+    assert with_zero.velocity is None
+
+
+def test_momentum_of_c_stops_at_the_box() -> None:
+    """c pushed up against B keeps no speed: the first step down after it is the plain step, not one slowed by
+    the pushes the projection cancelled."""
+    state = server.init(torch.zeros(1, dtype=torch.float64), bound=1.0, c=1.0)
+    up = server.Aggregate.from_vector(torch.tensor([0.0, 0.5], dtype=torch.float64), 1.0)
+    for _ in range(5):
+        state = server.apply(state, up, bound=1.0, momentum=0.9)
+    assert state.c == 1.0 and state.velocity is not None and state.velocity[-1].item() == 0.0
+    down = server.Aggregate.from_vector(torch.tensor([0.0, -0.25], dtype=torch.float64), 1.0)
+    assert server.apply(state, down, bound=1.0, momentum=0.9).c == pytest.approx(0.75, abs=1e-15)

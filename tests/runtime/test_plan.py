@@ -415,7 +415,9 @@ def test_shared_settings_round_trip_without_names_or_paths() -> None:
         plan.load_shared_settings(payload.replace(b'"rho":0.3', b'"rho":3'))
 
 
-TEMPLATE_DIGEST = "6f00f9bb1eca070060ae00a05b9412b928d11f2b57e5ef181de9b8b9822ab46e"
+TEMPLATE_DIGEST = "ba2f4770a4a392e7982728b0f9056a1a45410cd7ae8e327d453743f3643ccd7d"
+ALGORITHM_ONE_DIGEST = "6f00f9bb1eca070060ae00a05b9412b928d11f2b57e5ef181de9b8b9822ab46e"
+"""The template's digest before server momentum existed, which the same plan at server_momentum = 0 keeps."""
 TEMPLATE_SHARED_SETTINGS = (
     b'{"evaluation":{"every":5,"loss_range":[0.0,3.0],"min_bucket_count":10},'
     b'"federation":{"collaborator_count":3,"id":"fedfair-demo"},'
@@ -426,7 +428,7 @@ TEMPLATE_SHARED_SETTINGS = (
     b'"secure_aggregation":{"clip":10.0,"enabled":true,"fractional_bits":20,"max_colluding":0,'
     b'"max_weight":1000000.0,"modulus_bits":64,"neighbours":null,"threshold":null},'
     b'"training":{"average_from":0.5,"batch_fraction":0.01,"local_steps":5,"lr":0.1,"rounds":50,"seed":0,'
-    b'"threshold_lr":0.1}}'
+    b'"server_momentum":0.9,"threshold_lr":0.1}}'
 )
 
 
@@ -435,6 +437,15 @@ def test_the_templates_digest_and_shared_settings_are_pinned() -> None:
     loaded = plan.load_aggregator_plan(PLAN_TEMPLATE)
     assert plan.plan_digest(loaded) == TEMPLATE_DIGEST
     assert plan.shared_settings(loaded) == TEMPLATE_SHARED_SETTINGS
+
+
+def test_a_plan_at_algorithm_ones_server_step_keeps_the_digest_it_had_before_server_momentum(tmp_path: Path) -> None:
+    """Checkpoints written before the setting existed resume under the same plan with server_momentum = 0."""
+    text = PLAN_TEMPLATE.read_text()
+    assert text.count("server_momentum = 0.9") == 1
+    changed = tmp_path / "plan.toml"
+    changed.write_text(text.replace("server_momentum = 0.9", "server_momentum = 0.0"))
+    assert plan.plan_digest(plan.load_aggregator_plan(changed)) == ALGORITHM_ONE_DIGEST
 
 
 def test_dropouts_none_needs_every_collaborator_in_every_round() -> None:
