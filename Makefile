@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,ray]'
 	touch $(STAMP)
 
+# A whole federation on this machine; the workspace (report, logs, model) is kept where it says.
 demo: setup
-	$(PY) -m fedfair.cli launch
+	$(PY) -m fedfair.cli launch --keep
 
 # Static types first: mypy (strict, configured in pyproject.toml) must find nothing; then the API
 # reference must build from the docstrings: pdoc fails on a module it cannot import, and any warning

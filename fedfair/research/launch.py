@@ -5,9 +5,10 @@ institution (bundled Adult split by race across 3 institutions by default; or
 Census-Income split uniformly at random across up to 80, `--dataset census-income`), then
 starts the aggregator and every collaborator as separate OS processes talking
 gRPC over mutual TLS on a free loopback port, with secure aggregation on. Their
-logs stream here with a prefix each. At the end it prints the fairness report the
-aggregator computed from secure sums, next to FedAvg trained in process on the
-same data, rounds and batches for comparison.
+logs go to files in the workspace's `logs/` (a process that fails has its last lines
+printed); the console shows one progress bar. At the end it prints where the report is
+and, last, the fairness table the aggregator computed from secure sums, next to FedAvg
+trained in process on the same data, rounds and batches for comparison.
 
 The workspace it writes is the same set of files a real deployment has, only
 all in one folder: `certs/` (on a real deployment each institution keeps its own
@@ -16,7 +17,8 @@ key), `aggregator/plan.toml`, `SITE/collaborator.toml`, and the aggregator's
 as soon as the certificates are issued: nothing in a run needs it, and a key that
 signs certificates must not lie about. By default the workspace is a temporary
 folder removed on every way out (success, error, Ctrl-C, SIGTERM); `--keep` keeps
-it, `--workdir DIR` puts it in DIR and keeps it, and either way launch says where.
+it (`make demo` passes it), `--workdir DIR` puts it in DIR and keeps it, and either way
+launch says where the report is.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from fedfair.core.config import DRIFT_CORRECTIONS
 from fedfair.core.errors import ConfigError, FedfairError
@@ -182,15 +184,37 @@ def remove_ca_key(certs: Path) -> None:
     key.unlink(missing_ok=True)
 
 
-def rounds_done(workspace: Workspace) -> int:
-    """The last round the aggregator has logged (0 before the first), read from its round log."""
+def rounds_done(workspace: Workspace) -> tuple[int, str]:
+    """The last round the aggregator has logged (0 before the first), read from its round log, and the
+    latest evaluation's worst-group and mean risk as the progress bar's note ("" before the first)."""
     from fedfair.runtime.aggregator.checkpoint import read_round_log
 
     try:
         records = read_round_log(workspace.output)
     except (OSError, ValueError):  # a line being appended right now; the next tick reads it whole
-        return 0
-    return max((int(record.get("round", 0)) for record in records), default=0)
+        return 0, ""
+    done = max((int(record.get("round", 0)) for record in records), default=0)
+    evaluations = [
+        record["evaluation"] for record in records if (record.get("evaluation") or {}).get("status") == "done"
+    ]
+    if not evaluations:
+        return done, ""
+    return done, f"worst {evaluations[-1]['worst_risk']:.4f}, mean {evaluations[-1]['mean_risk']:.4f}"
+
+
+LOG_TAIL_LINES = 15
+"""How many of a failed process's last log lines launch prints."""
+
+
+def print_failures(children: list[Child], logs: Path) -> None:
+    """The end of the log of each process that failed (the logs are files: the console stays quiet)."""
+    for child in children:
+        code = child.process.poll()
+        if code not in (None, 0):
+            print(f"fedfair launch: {child.label} exited with status {code}; its last lines:", file=sys.stderr)
+            for line in child.lines[-LOG_TAIL_LINES:]:
+                print(f"  {line}", file=sys.stderr)
+    print(f"fedfair launch: every process's log is in {logs}", file=sys.stderr)
 
 
 def check_sites(dataset: str, collaborators: int) -> LaunchSplit:
@@ -230,24 +254,16 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.workdir is not None and (Path(args.workdir) / "certs" / "ca.crt").exists():
         raise ConfigError(f"{args.workdir} already holds a launched federation; pass another --workdir")
     with stop_on_signals(), launch_folder(args.workdir, args.keep) as root:
-        kept = args.workdir is not None or args.keep
-        try:
-            code = federate(args, root)
-        finally:
-            if kept:
-                print(f"fedfair launch: workspace kept in {root} (the CA key was deleted)", file=sys.stderr)
-        if not kept:
-            # The sites' logs name model bundles inside this folder, which is removed now.
-            print(
-                f"fedfair launch: {root} is removed with its model bundles and logs; run with --keep (or "
-                "--workdir DIR) to keep them for fedfair predict / evaluate",
-                file=sys.stderr,
-            )
-        return code
+        return federate(args, root, kept=args.workdir is not None or args.keep)
 
 
-def federate(args: argparse.Namespace, root: Path) -> int:
-    """Write the workspace under `root`, run the federation, print the fairness report."""
+def federate(args: argparse.Namespace, root: Path, *, kept: bool = True) -> int:
+    """Write the workspace under `root`, run the federation, print the fairness report last.
+
+    The console stays short: one line about the federation, a progress bar (round, ETA, the latest
+    worst-group and mean risk), then where the report is (when `kept`) and the comparison table.
+    Each process's log goes to a file in ``root/logs``; a process that fails has its last lines printed.
+    """
     # Imported here, as workspace.declared_sizes does: the datasets (and pandas) are needed once a run starts.
     from fedfair.datasets import load_dataset
     from fedfair.research.workspace import make_workspace, site_names
@@ -288,18 +304,25 @@ def federate(args: argparse.Namespace, root: Path) -> int:
     children: list[Child] = []
     started = time.perf_counter()
     ended = threading.Event()
-    with Progress(args.rounds, "federation") as shown:
+    logs = root / "logs"
+    logs.mkdir(exist_ok=True)
+    with Progress(args.rounds, "federation") as shown, ExitStack() as files:
+
+        def log_file(label: str) -> TextIO:
+            return files.enter_context((logs / f"{label}.log").open("w", encoding="utf-8"))
+
         try:
-            aggregator = start_aggregator(workspace, sink=shown, ended=ended)
+            aggregator = start_aggregator(workspace, sink=log_file("aggregator"), ended=ended)
             children.append(aggregator)
-            children.extend(start_collaborator(workspace, name, sink=shown, ended=ended) for name in names)
-            supervise(aggregator, children[1:], ended, tick=lambda: shown.update(rounds_done(workspace)))
+            children.extend(start_collaborator(workspace, name, sink=log_file(name), ended=ended) for name in names)
+            supervise(aggregator, children[1:], ended, tick=lambda: shown.update(*rounds_done(workspace)))
         except BaseException:
             # The children run in their own sessions (a Ctrl-C here does not reach them): stop them all.
             for child in children:
                 child.kill()
+            print_failures(children, logs)
             raise
-        shown.update(rounds_done(workspace))
+        shown.update(*rounds_done(workspace))
     summary = json.loads((workspace.output / "final_model.json").read_text())
     report = summary.get("evaluation") or {}
     if report.get("status") != "done":
@@ -307,6 +330,11 @@ def federate(args: argparse.Namespace, root: Path) -> int:
     comparison = None if args.no_fedavg else fedavg_report(load_aggregator_plan(workspace.plan), args.dataset)
     print()
     print(f"Federation finished in {time.perf_counter() - started:.0f} s")
+    if kept:
+        print(f"Report: {workspace.output / 'report.html'}  (logs: {logs}; the CA key was deleted)")
+    else:
+        print("The workspace, its report and logs are removed now; run with --keep (or --workdir DIR) to keep them.")
+    print()
     print(format_fairness(report, comparison, args.rho, summary["secure_aggregation"]))
     return 0
 

@@ -1,25 +1,114 @@
-"""Log lines of the runtime processes (aggregator, collaborators): one format, on stderr and optionally a file."""
+"""Log lines of the runtime processes (aggregator, collaborators): a quiet console and a full log file.
+
+The console of a process is a tool, not a log: it shows one progress bar (round, ETA, the latest
+worst-group and mean risk) and the lines worth a person's attention (connections, warnings, the
+closing line). Per-round lines (a round applied, a round trained, an evaluation) are marked with
+:func:`per_round`; they go to the log file, and to the console only with ``verbose``. Lines at
+WARNING and above always reach the console. gRPC's own C-core logging (handshake failures, say,
+which the processes report in their own words) is off unless ``GRPC_VERBOSITY`` asks for it.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
+from typing import Any, TextIO
+
+from fedfair.runtime.progress import Progress
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 """The levels ``--log-level`` accepts, quietest last."""
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
+ROUND = "fedfair_round"
+"""The attribute :func:`per_round` sets on a per-round record: (round, rounds)."""
 
-def configure_logging(level: str = "INFO", file: Path | None = None) -> None:
-    """Lines at `level` and above, with a timestamp, on stderr and (if given) appended to `file`.
+RISKS = "fedfair_risks"
+"""The attribute :func:`per_round` sets on a record that carries an evaluation: (worst risk, mean risk)."""
+
+
+def per_round(round_number: int, rounds: int, *, worst: float | None = None, mean: float | None = None) -> dict[str, Any]:
+    """The ``extra`` of a per-round log line: ``logger.info("round %d applied", n, extra=per_round(n, total))``.
+
+    The console moves its bar to `round_number` of `rounds` (and shows `worst` and `mean` beside
+    it) instead of printing the line, unless the process runs with ``verbose``.
+    """
+    extra: dict[str, Any] = {ROUND: (round_number, rounds)}
+    if worst is not None and mean is not None:
+        extra[RISKS] = (worst, mean)
+    return extra
+
+
+class Console(logging.Handler):
+    """The console: per-round records move one progress bar, every other record is a line.
+
+    Lines are written through the bar (:meth:`Progress.write`) so that neither garbles the other;
+    the bar exists from the first per-round record on, sized by the rounds that record names.
+    """
+
+    def __init__(self, label: str, stream: TextIO | None = None, *, verbose: bool = False) -> None:
+        super().__init__()
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.verbose = verbose
+        self.progress: Progress | None = None
+        self.note = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            position = getattr(record, ROUND, None)
+            if position is not None:
+                self._advance(record, *position)
+                if not self.verbose and record.levelno < logging.WARNING:
+                    return
+            text = self.format(record) + "\n"
+            if self.progress is not None:
+                self.progress.write(text)
+            else:
+                self.stream.write(text)
+                self.stream.flush()
+        except Exception:  # noqa: BLE001 -- logging's own contract: a failing handler reports, never raises
+            self.handleError(record)
+
+    def _advance(self, record: logging.LogRecord, round_number: int, rounds: int) -> None:
+        risks = getattr(record, RISKS, None)
+        if risks is not None:
+            self.note = f"worst {risks[0]:.4f}, mean {risks[1]:.4f}"
+        if self.progress is None:
+            self.progress = Progress(rounds, self.label, stream=self.stream, log=self.stream)
+        self.progress.update(round_number, self.note)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+        super().close()
+
+
+def quiet_grpc() -> None:
+    """Turn gRPC's C-core logging off unless GRPC_VERBOSITY already says otherwise; call it before gRPC
+    starts (its core reads the variable when it initialises)."""
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+
+def configure_logging(
+    level: str = "INFO", file: Path | None = None, *, label: str = "rounds", verbose: bool = False
+) -> None:
+    """Lines at `level` and above: on the console (:class:`Console`, per-round lines as a bar unless
+    `verbose`) and, if given, every one of them appended to `file`.
 
     ``force``: a library imported earlier (Opacus does) may already have configured the
     root logger at WARNING, which would silently drop the round-by-round lines.
     """
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    quiet_grpc()
+    formatter = logging.Formatter(LOG_FORMAT)
+    console = Console(label, verbose=verbose)
+    handlers: list[logging.Handler] = [console]
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(file, encoding="utf-8"))
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, handlers=handlers, force=True)
+    for handler in handlers:
+        handler.setFormatter(formatter)
+    logging.basicConfig(level=level.upper(), handlers=handlers, force=True)

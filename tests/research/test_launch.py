@@ -125,19 +125,25 @@ def test_a_piped_launch_shows_round_progress_and_keeps_the_folder_only_when_aske
     assert "\r" not in errors
     assert re.search(r"^federation: 4/4 rounds \(100%\), done in ", errors, re.MULTILINE)
     (kept,) = tmp_path.glob("fedfair-launch-*")
-    assert f"workspace kept in {kept} (the CA key was deleted)" in errors
+    report = kept / "aggregator" / "output" / "report.html"
+    assert f"Report: {report}  (logs: {kept / 'logs'}; the CA key was deleted)" in output and report.exists()
     assert (kept / "aggregator" / "output" / "final_model.json").exists()
     # The sites trained with drift correction: the plan says so, and so do the aggregator's round records.
     assert 'drift_correction = "scaffold"' in (kept / "aggregator" / "plan.toml").read_text()
     assert not (kept / "certs" / "ca.key").exists()
-    assert "[aggregator]" in output and "FedSRCVaR (federated, secure sums)" in output
+    # A quiet console that ends with the comparison: the processes' lines are in their log files.
+    lines = (output + errors).splitlines()
+    assert len(lines) < 60 and not any(line.startswith("[") for line in lines), lines
+    assert output.rstrip().splitlines()[-1].startswith("Secure aggregation was ON")
+    assert "FedSRCVaR (federated, secure sums)" in output
+    assert "[aggregator]" in (kept / "logs" / "aggregator.log").read_text()
 
 
 @pytest.mark.slow
 def test_a_launch_without_keep_says_its_folder_and_bundles_are_removed(tmp_path: Path) -> None:
     """The sites' logs point at model bundles inside the temporary folder; the last word says it is gone."""
     process = _launch(tmp_path, "--rounds", "1")
-    _, errors = process.communicate(timeout=300)
+    output, errors = process.communicate(timeout=300)
     assert process.returncode == 0, errors[-2000:]
-    assert re.search(r"fedfair launch: \S+ is removed with its model bundles and logs; run with --keep", errors)
+    assert "The workspace, its report and logs are removed now; run with --keep (or --workdir DIR)" in output
     assert not list(tmp_path.glob("fedfair-launch-*"))

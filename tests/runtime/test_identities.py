@@ -1,14 +1,17 @@
-"""One live process per identity, as deployed: real processes over loopback mutual TLS.
+"""One live process per identity, and a quiet console, as deployed: real processes over loopback mutual TLS.
 
 A collaborator started twice must not take part twice (both would train and upload, and secure
 aggregation would void the rounds): the aggregator refuses the second task stream, naming the
 site and where it and the running process came from; the refused process exits non-zero at once;
-the running one is untouched, and the federation applies every round.
+the running one is untouched, and the federation applies every round. Meanwhile the aggregator's
+console shows a progress bar instead of per-round lines (those go to its log file), and a caller
+that is no TLS client at all leaves no line of gRPC's own on it.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -49,6 +52,11 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
     assert refusal and "ALREADY_EXISTS" in refusal[0] and "second process (from 127.0.0.1:" in refusal[0], refusal
     assert first.process.poll() is None, "the running process must be untouched"
 
+    host, port = workspace.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as stranger:
+        stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")  # no TLS: the handshake fails in gRPC's core
+        stranger.recv(1024)
+
     processes.collaborator(workspace, "site-c")
     processes.finish(aggregator)
     log = read_round_log(workspace.output)
@@ -57,3 +65,10 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
     summary = json.loads((workspace.output / FINAL_SUMMARY_NAME).read_text())
     assert summary["applied_rounds"] == rounds and summary["aborted_rounds"] == 0
     assert any(f"finished: {rounds} of {rounds} rounds applied, 0 aborted" in line for line in aggregator.lines)
+
+    # The console: connections, the progress and the closing line; per-round lines only in the log file.
+    console = "\n".join(aggregator.lines)
+    assert "round 1 applied" not in console and f"aggregator: {rounds}/{rounds} rounds (100%)" in console
+    assert "Handshake failed" not in console and ".cc:" not in console, console
+    logged = (workspace.output / "aggregator.log").read_text()
+    assert all(f"round {number} applied" in logged for number in range(1, rounds + 1))

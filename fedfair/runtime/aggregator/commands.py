@@ -24,7 +24,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
-from fedfair.runtime.logs import LOG_LEVELS, configure_logging
+from fedfair.runtime.logs import LOG_LEVELS, configure_logging, quiet_grpc
 from fedfair.runtime.toml_tables import Table, shown
 
 if TYPE_CHECKING:
@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 # run: `fedfair aggregator start --help` then answers at once.
 
 logger = logging.getLogger("fedfair.aggregator")
+
+LOG_NAME = "aggregator.log"
+"""The log file in the output folder, where every line goes (the console shows a progress bar instead of
+the per-round lines)."""
 
 EXIT_ABORTED_ROUNDS = 3
 """The exit status of a run that finished with aborted rounds: its model is from fewer rounds than the plan's,
@@ -175,11 +179,13 @@ def readmit(plan: AggregatorPlan, names: Sequence[str]) -> dict[str, str]:
 
 
 def _start_command(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_file)
+    quiet_grpc()
+    plan = plan_from_args(args)
+    log_file = args.log_file if args.log_file is not None else plan.aggregator.output / LOG_NAME
+    configure_logging(args.log_level, log_file, label="aggregator", verbose=args.verbose)
     from fedfair.runtime.aggregator.checkpoint import CHECKPOINT_NAME
     from fedfair.runtime.aggregator.start import run_aggregator
 
-    plan = plan_from_args(args)
     if args.readmit:
         if not args.resume:
             raise ConfigError(
@@ -242,6 +248,13 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         dest="log_file",
         type=Path,
         metavar="PATH",
-        help="also append the log to PATH (events.jsonl in the output folder is the machine-readable stream)",
+        help=f"append the whole log to PATH (default: {LOG_NAME} in the output folder; events.jsonl there is the "
+        "machine-readable stream)",
+    )
+    start.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print every round's lines on the console too (by default they go to the log file and the console "
+        "shows a progress bar)",
     )
     start.set_defaults(handler=_start_command)

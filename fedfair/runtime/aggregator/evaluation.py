@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fedfair.runtime.logs import per_round
 from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.driver import SumDriver
@@ -71,6 +72,7 @@ def federated_evaluation(
         report.mean_risk,
         report.best_risk,
         report.accuracy,
+        extra=per_round(round_number, plan.training.rounds, worst=report.worst_risk, mean=report.mean_risk),
     )
     columns = plan.counted_columns(round_number)
     if columns:

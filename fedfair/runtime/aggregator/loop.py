@@ -63,6 +63,7 @@ from fedfair.runtime.aggregator.checks import (
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.evaluation import federated_evaluation
 from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.logs import per_round
 from fedfair.runtime.aggregator.network import Network
 from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.aggregator.statistics import StatisticsAborted, statistics_encoder
@@ -75,7 +76,6 @@ from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
-from fedfair.runtime.report import guessing_warning
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.secagg.graph import canonical_roster
 
@@ -208,11 +208,6 @@ class RoundLoop:
             self.output,
             bundle,
         )
-        worst = (self.evaluation or {}).get("worst_risk")
-        classes = model_settings(self.plan, checkpoint_encoder(self.checkpoint)).classes
-        warning = None if worst is None else guessing_warning(float(worst), classes)
-        if warning is not None:
-            logger.warning("finished with a warning: %s", warning)
         self.events.emit("finish", rounds=rounds, output=str(self.output))
         # Every collaborator that reads FINISHED may fetch the bundle: the federation's model is theirs too.
         self.network.board.finish(
@@ -390,7 +385,8 @@ class RoundLoop:
             state = self.algorithm.server_apply(state, aggregate, average_from=self.average_from)
         except (RoundAborted, server.AggregateError) as error:
             record.update(status="aborted", reason=str(error), seconds=time.perf_counter() - started)
-            logger.warning("round %d aborted, model unchanged: %s", round_number, error)
+            extra = per_round(round_number, self.plan.training.rounds)
+            logger.warning("round %d aborted, model unchanged: %s", round_number, error, extra=extra)
             if isinstance(error, RoundAborted):
                 self._exclude(round_number, error.culprits, record)
             return record
@@ -418,6 +414,7 @@ class RoundLoop:
             outcome.total_weight,
             state.c,
             record["seconds"],
+            extra=per_round(round_number, self.plan.training.rounds),
         )
         return record
 

@@ -1,0 +1,91 @@
+"""The runtime's console: per-round lines become one progress bar (with the latest risks), every other
+line stays, warnings always show, ``verbose`` prints everything; the log file gets every line."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fedfair.runtime.logs import LOG_FORMAT, Console, configure_logging, per_round, quiet_grpc
+
+
+@pytest.fixture()
+def logger() -> Iterator[logging.Logger]:
+    log = logging.getLogger("fedfair.test-console")
+    log.propagate, log.level = False, logging.DEBUG
+    yield log
+    for handler in list(log.handlers):
+        log.removeHandler(handler)
+        handler.close()
+
+
+def console_of(log: logging.Logger, *, verbose: bool = False) -> io.StringIO:
+    stream = io.StringIO()
+    handler = Console("aggregator", stream, verbose=verbose)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    log.addHandler(handler)
+    return stream
+
+
+def run_rounds(log: logging.Logger, rounds: int = 10) -> None:
+    log.info("site-a connected")
+    for number in range(1, rounds + 1):
+        if number == 4:
+            log.warning("round %d aborted, model unchanged: too few", number, extra=per_round(number, rounds))
+        else:
+            log.info("round %d applied", number, extra=per_round(number, rounds))
+        if number % 5 == 0:
+            log.info("round %d evaluation", number, extra=per_round(number, rounds, worst=0.75, mean=0.5))
+    log.info("finished: 9 of 10 rounds applied, 1 aborted")
+
+
+def test_the_console_shows_progress_warnings_and_other_lines_but_no_per_round_info(logger: logging.Logger) -> None:
+    stream = console_of(logger)
+    run_rounds(logger)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "INFO site-a connected" and lines[-1] == "INFO finished: 9 of 10 rounds applied, 1 aborted"
+    assert not any(line.startswith("INFO round") for line in lines)
+    assert "WARNING round 4 aborted, model unchanged: too few" in lines
+    # A piped console gets a progress line per tenth of the run; after round 5 it carries the risks.
+    progress = [line for line in lines if line.startswith("aggregator: ")]
+    assert len(progress) == 10 and progress[-1].startswith("aggregator: 10/10 rounds (100%), done in ")
+    assert progress[5].endswith("worst 0.7500, mean 0.5000") and "worst" not in progress[3]
+
+
+def test_verbose_prints_every_line(logger: logging.Logger) -> None:
+    stream = console_of(logger, verbose=True)
+    run_rounds(logger)
+    text = stream.getvalue()
+    assert all(f"INFO round {number} applied" in text for number in (1, 2, 3, 5, 10))
+
+
+def test_the_log_file_gets_every_line(tmp_path: Path) -> None:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        configure_logging("INFO", tmp_path / "aggregator.log", label="aggregator")
+        run_rounds(logging.getLogger("fedfair.aggregator"))
+        for handler in root.handlers:
+            handler.flush()
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:], root.level = handlers, level
+    logged = (tmp_path / "aggregator.log").read_text()
+    assert all(f"INFO round {number} applied" in logged for number in (1, 2, 3, 5, 10))
+    assert LOG_FORMAT.startswith("%(asctime)s")
+
+
+def test_grpc_logging_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GRPC_VERBOSITY", raising=False)
+    quiet_grpc()
+    assert os.environ["GRPC_VERBOSITY"] == "NONE"
+    monkeypatch.setenv("GRPC_VERBOSITY", "DEBUG")
+    quiet_grpc()
+    assert os.environ["GRPC_VERBOSITY"] == "DEBUG"
