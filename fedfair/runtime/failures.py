@@ -156,7 +156,7 @@ DATA_MISMATCH = FailureClass(
     False,
     "this institution's data does not fit the aggregator's plan: {reason}",
     "align [data] with the plan (the label, the feature columns and their encoding) or ask the operator "
-    "to change the plan's [model]",
+    "to change the plan's [schema] (`fedfair data check` names the edit; [model] features for a plan without one)",
 )
 AGGREGATOR_ERROR = FailureClass(
     "aggregator-error",
@@ -168,7 +168,8 @@ LOCAL_CERTIFICATES = FailureClass(
     "local-certificates",
     False,
     "this collaborator's own TLS files are unusable: {reason}",
-    "correct [certificates] in {config} (see certs/README.md for obtaining the files)",
+    "correct [certificates] in {config} (steps 2 and 3 of the README.md `fedfair init` wrote say how each "
+    "party obtains its files)",
 )
 LOCAL_DATA = FailureClass(
     "local-data",

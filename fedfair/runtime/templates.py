@@ -343,7 +343,7 @@ device = "auto"
 idle_timeout_seconds = 3600.0
 
 [certificates]
-# The folder holding the files below (see certs/README.md for how to obtain them).
+# The folder holding the files below (the README.md `fedfair init` writes says how to obtain them).
 dir = {_string(federation.certs)}
 {_noted('ca = "ca.crt"', "the federation's CA certificate", CERTIFICATE_COLUMN)}
 {_noted(f"cert = {_string(site + '.crt')}", "this institution's certificate (from the CA operator)", CERTIFICATE_COLUMN)}
