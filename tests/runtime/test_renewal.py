@@ -1,0 +1,69 @@
+"""``fedfair plan renew``: a finished federation runs again as a new federation of the same sites and
+certificates, with nothing deleted by hand (real processes over loopback mutual TLS)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fedfair.cli import main as cli_main
+from fedfair.core.errors import ConfigError
+from fedfair.research.workspace import make_workspace
+from fedfair.runtime.aggregator.checkpoint import FINAL_SUMMARY_NAME, read_round_log
+from fedfair.runtime.plan import load_aggregator_plan
+from fedfair.runtime.plan_commands import set_value
+from tests.runtime.harness import Processes, plan_sections
+
+NAMES = ["site-a", "site-b", "site-c"]
+
+
+def test_set_value_keeps_the_comment_adds_a_missing_key_and_names_a_missing_table(tmp_path: Path) -> None:
+    text = '[federation]\nid = "old"   # ties every message\n\n[aggregator]\nname = "aggregator"\n'
+    renewed = set_value(text, "federation", "id", '"new"', tmp_path / "plan.toml")
+    assert renewed.splitlines()[1] == 'id = "new"   # ties every message'
+    added = set_value(renewed, "aggregator", "output", '"output-new"', tmp_path / "plan.toml")
+    assert added.splitlines()[4:6] == ['output = "output-new"', 'name = "aggregator"']
+    with pytest.raises(ConfigError, match=r"plan.toml has no \[collaborator\] table"):
+        set_value(text, "collaborator", "federation", '"new"', tmp_path / "plan.toml")
+
+
+@pytest.mark.slow
+def test_a_finished_federation_runs_again_as_a_new_one_with_fresh_state(
+    tmp_path: Path, processes: Processes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rounds = 2
+    workspace = make_workspace(
+        tmp_path, NAMES, plan=plan_sections(training={"rounds": rounds}, quorum={"min_collaborators": 3}), manifest=True
+    )
+    first_output = load_aggregator_plan(workspace.plan).aggregator.output
+
+    def run() -> None:
+        aggregator = processes.aggregator(workspace)
+        for name in NAMES:
+            processes.collaborator(workspace, name)
+        processes.finish(aggregator)
+
+    run()
+    first_log = read_round_log(first_output)
+    manifest, renewed = tmp_path / "manifest.toml", tmp_path / "manifest-2.toml"
+    configs = [word for name in NAMES for word in ("--config", str(workspace.configs[name]))]
+    command = ["plan", "renew", "--plan", str(workspace.plan), "--manifest", str(manifest)]
+    assert cli_main([*command, "--federation", "second", "--out", str(renewed), *configs]) == 0
+    said = capsys.readouterr().out
+    assert "federation second:" in said and "manifest sha256 " in said
+    os.replace(renewed, manifest)  # every institution puts the agreed new manifest in place of the old
+
+    run()
+    plan = load_aggregator_plan(workspace.plan)
+    assert plan.federation_id == "second" and plan.aggregator.output == workspace.plan.parent / "output-second"
+    summary = json.loads((plan.aggregator.output / FINAL_SUMMARY_NAME).read_text())
+    assert summary["federation_id"] == "second" and summary["applied_rounds"] == rounds
+    assert [record["status"] for record in read_round_log(plan.aggregator.output)] == ["applied"] * rounds
+    assert read_round_log(first_output) == first_log  # the first federation's record is untouched
+    for name in NAMES:
+        # Each site's record of its inputs is per federation: the new one started afresh beside the old.
+        kept = {path.name for path in workspace.configs[name].parent.glob(f"{name}.*.bindings.json")}
+        assert kept == {f"{name}.fedfair-launch.bindings.json", f"{name}.second.bindings.json"}, kept
