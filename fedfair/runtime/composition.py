@@ -166,7 +166,7 @@ def joint_suppression(worst: np.ndarray, everyone: np.ndarray, minimum: int) -> 
     withheld too. Whatever is left, every count the aggregator can form is 0 or at least `minimum`.
     """
     below = everyone - worst
-    sent = ~(((worst > 0) & (worst < minimum)) | ((below > 0) & (below < minimum)))
+    sent: np.ndarray = ~(((worst > 0) & (worst < minimum)) | ((below > 0) & (below < minimum)))
     while True:
         withheld = [int(part[~sent].sum()) for part in (worst, below, everyone)]
         if not any(0 < total < minimum for total in withheld):

@@ -9,13 +9,15 @@ neither imports the other's.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import struct
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.transport import pb
+from fedfair.runtime.transport import encode_tensor, pb
 from fedfair.secagg import EncodingConfig, SecAggConfig
 
 
@@ -98,6 +100,19 @@ def split_training_download(
     return values[:parameters], values[parameters:]
 
 
+def model_digest(theta: object, c: float) -> str:
+    """SHA-256 (hex) of a model (theta, c) as it travels: its wire dtype, its little-endian bytes and c.
+
+    The aggregator states it in the round's parameters and each collaborator computes it from its
+    download, so both sides agree on it exactly when the same model was sent.
+    """
+    dtype, data = encode_tensor(theta)
+    digest = hashlib.sha256(pb.DType.Name(dtype).encode())
+    digest.update(data)
+    digest.update(struct.pack("<d", c))
+    return digest.hexdigest()
+
+
 def session_round(round_number: int, stages: Stages) -> int:
     """The secure-aggregation session of an aggregation: 2 r for training round r, 2 r + 1 for its evaluation."""
     return 2 * round_number + stages.session_offset
@@ -126,6 +141,10 @@ class RoundParameters:
     graph_seed: str = ""
     """The masking graph's public seed (hex) under secure aggregation: a hash of the federation, the
     graph roster, the degree and the session, which each collaborator recomputes; "" in plain mode."""
+    model: str = ""
+    """:func:`model_digest` of the model every participant was sent ("" for the statistics aggregation).
+    Each collaborator checks it against its own download, and it enters the secure-aggregation session
+    (:attr:`SecAggConfig.context`), so no session completes between parties sent different models."""
 
     def to_bytes(self) -> bytes:
         document = asdict(self)
@@ -147,6 +166,7 @@ class RoundParameters:
                 max_colluding=int(document["max_colluding"]),
                 graph_roster=tuple(str(name) for name in document["graph_roster"]),
                 graph_seed=str(document["graph_seed"]),
+                model=str(document["model"]),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ConfigError(
@@ -168,4 +188,5 @@ class RoundParameters:
             neighbours=self.neighbours,
             max_colluding=self.max_colluding,
             graph_roster=self.graph_roster,
+            context=bytes.fromhex(self.model),
         )

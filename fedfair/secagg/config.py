@@ -68,6 +68,9 @@ class SecAggConfig:
     neighbours: int | None = None
     max_colluding: int = 0
     graph_roster: tuple[str, ...] = ()
+    context: bytes = b""
+    """What the caller binds the session to beside these parameters (the runtime: the digest of the model
+    every party was sent); it enters :attr:`digest`, so parties given different contexts share no session."""
     _threshold: int = field(init=False, repr=False, compare=False)
     _graph: Graph = field(init=False, repr=False, compare=False)
     _encoder: Encoder = field(init=False, repr=False, compare=False)
@@ -172,6 +175,8 @@ class SecAggConfig:
             writer.blob(self.graph_seed)
         encoding = self.encoding
         writer.f64(encoding.clip).f64(encoding.max_weight).u32(encoding.fractional_bits).u32(encoding.modulus_bits)
+        if self.context:  # left out when empty, so a session without one keeps its digest
+            writer.blob(self.context)
         return hashlib.sha256(writer.getvalue()).digest()
 
     def party_id(self, name: str) -> int:

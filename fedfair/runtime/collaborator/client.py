@@ -89,9 +89,8 @@ from fedfair.runtime.collaborator.rounds import (
     TrainedUpdate,
     clip_plain_update,
     control_beyond_clip,
-    model_digest,
 )
-from fedfair.runtime.collaborator.steps import Participant, Work
+from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
 from fedfair.runtime.collaborator.stream import TaskStream
 from fedfair.runtime.collaborator.trainer import (
     check_pinned_table,
@@ -105,7 +104,7 @@ from fedfair.runtime.collaborator.trainer import (
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Uplink, input_limit
 from fedfair.core.errors import ConfigError
 from fedfair.pki.roster import settings_digest
-from fedfair.runtime.contract import EVALUATION
+from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH, Failure, PermanentFailure
 from fedfair.runtime.manifest import setting_differences
 from fedfair.runtime.plan import SharedSettings, json_object
@@ -265,7 +264,7 @@ class Collaborator(TaskStream):
             if isinstance(prepared.trainer, PrivateLearner):
                 accountant = prepared.trainer.accountant
                 try:
-                    joined.record.check_accountant(accountant.rounds, accountant.path)
+                    joined.record.check_accountant(accountant.rounds, getattr(accountant, "path", None))
                 except PermanentFailure:
                     raise
                 except ConfigError as error:
@@ -292,7 +291,7 @@ class Collaborator(TaskStream):
         if self._round is None:
             self._encode_with(stub, task)
 
-    def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Callable[[], Work]:
+    def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
         """Download this round's model; return the job that makes its contribution (:meth:`RoundJob.train`,
         training through :meth:`_train_on`)."""
         return self._rounds().train(stub, binding, self._train_on)
@@ -309,7 +308,7 @@ class Collaborator(TaskStream):
         """This round's local training (:meth:`RoundJob.train_on`): the only place the trainer advances."""
         return self._rounds().train_on(stub, binding, model, theta, c, control)
 
-    def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Callable[[], Work]:
+    def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
         """Download the model to evaluate (none for the statistics aggregation); return the job that
         makes this institution's answers."""
         if self._statistics_round(binding):
@@ -317,13 +316,13 @@ class Collaborator(TaskStream):
             # other site's before training; no model is involved.
             view = self.joined.record.view(binding.round, "statistics", STATISTICS_KIND)
             if view.kept is not None:
-                return lambda: resent(binding.round, EVALUATION, view)
+                return StartJob(lambda: resent(binding.round, EVALUATION, view), "")
             vector = self.joined.statistics
             statistics = Work(binding.round, EVALUATION, vector, 1.0)
             if self.shared.secure_aggregation.enabled and vector is not None:
                 encoder = Encoder(STATISTICS_ENCODING, self.shared.collaborator_count)
                 statistics.encoded = encoder.encode(vector, 1.0)
-            return lambda: kept(statistics, view)
+            return StartJob(lambda: kept(statistics, view), "")
         return self._rounds().evaluate(stub, binding, self._evaluation_answers)
 
     def _evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:

@@ -8,11 +8,14 @@ config, one record per federation (``NAME.FEDERATION.bindings.json``) and the la
 payload of each kind (``NAME.FEDERATION.KIND.kept.npz``), each written atomically *before*
 anything derived from its data leaves:
 
-- per kind (``statistics``, ``train``, ``evaluate``) and model digest: the round it was
-  answered in and the survivor set signed for it. A model is answered in one round only;
-  a round is answered for one model only; a later request for the same (kind, round,
-  model) gets the kept bits again (under fresh masks) and is signed only for the same
-  survivors; anything else on an answered model or round is refused;
+- per kind (``statistics``, ``train``, ``evaluate``) and model digest: the latest round it
+  was answered in and the survivor set signed for it. A round is answered for one model
+  only; a later request for an answered model, in that round or a later one (an aborted
+  round leaves the model unchanged), gets the kept bits again under fresh masks and is
+  signed only for the same survivors; an answered model whose bits are gone is refused.
+  The round's parameters name the model and bind the secure-aggregation session to it
+  (:class:`fedfair.runtime.contract.RoundParameters`), so no sum mixes kept bits of some
+  parties with fresh bits of one sent another model;
 - the latest round answered: an older one is refused (no replays);
 - how many training rounds it trained, which its privacy accountant must have charged
   (:meth:`InputRecord.check_accountant`), and each training round's threshold c, from which
@@ -245,9 +248,11 @@ class InputRecord:
     def view(self, round_number: int, kind: str, model: str) -> SignedView:
         """The binding of the input of `kind` on `model` in round `round_number`.
 
-        Raises BindingRefused for a round older than the latest one answered, for a model answered
-        in another round, for a round answered with another model, and for an answer whose bits
-        are no longer kept (only the latest of each kind is).
+        A model answered before gets the kept bits again, in the same round (an aggregator re-running
+        it) or a later one (a round aborted, the model unchanged). Raises BindingRefused for a round
+        answered with another model (a model pushed one ulp away) and for an answer whose bits are no
+        longer kept (only the latest of each kind is); PermanentFailure for a round older than the
+        latest answered, and for no record past the first round.
         """
         if kind not in KINDS:
             raise ValueError(f"unknown input kind {kind!r}; one of {', '.join(KINDS)}")
@@ -269,17 +274,18 @@ class InputRecord:
                 )
         kept = None
         if entry is not None:
-            if entry.round is not None and entry.round != round_number:
-                raise BindingRefused(
-                    f"this {kind} model was already answered in round {entry.round}, not {round_number}; a model "
-                    "is answered once, or sums over it in two rounds could be subtracted"
-                )
             kept = self._read_kept(kind, key)
             if kept is None and entry.round is not None:
                 raise BindingRefused(
-                    f"round {round_number} ({kind}) was answered before, and its bits are no longer kept (a "
+                    f"this {kind} model was answered in round {entry.round}, and its bits are no longer kept (a "
                     "later answer replaced them, or the file was lost); answering again would send new bits"
                 )
+            if entry.round is not None and round_number > entry.round:
+                # An aborted round leaves the model as it was, so the next round may carry it again: it gets
+                # the same bits, bound to the same survivors (and the session binds every party to this model).
+                entry.round = round_number
+                self._latest = max(round_number, self._latest or round_number)
+                self._save()
         cached = self._views.get(key)
         if cached is not None:
             cached.kept = cached.kept or kept

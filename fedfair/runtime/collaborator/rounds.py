@@ -52,13 +52,14 @@ from fedfair.fairness import sums
 from fedfair.runtime.collaborator.record import BindingRefused, InputRecord, Kept, SignedView
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.preparation import Prepared
-from fedfair.runtime.collaborator.steps import Participant, Work
+from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
 from fedfair.runtime.composition import CompositionColumn, local_counts
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
     Stages,
+    model_digest,
     split_training_download,
     training_download_size,
     update_dimension,
@@ -68,15 +69,6 @@ from fedfair.runtime.transport import WireError, pb, pb_grpc
 from fedfair.secagg import Encoder
 
 logger = logging.getLogger("fedfair.collaborator")
-
-
-def model_digest(theta: np.ndarray, c: float) -> str:
-    """SHA-256 of a downloaded model (theta, c), its dtype included: which model a round trained on."""
-    values = np.ascontiguousarray(theta)
-    digest = hashlib.sha256(values.dtype.str.encode())
-    digest.update(values.tobytes())
-    digest.update(struct.pack("<d", c))
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -189,7 +181,7 @@ class RoundJob:
         """(values, c) of the stage's model; values is theta, at most `max_values` long (default: the model's)."""
         return self.uplink.download(stub, binding, self.parameters if max_values is None else max_values)
 
-    def train(self, stub: pb_grpc.FederationStub, binding: pb.Binding, train_on: TrainOn) -> Callable[[], Work]:
+    def train(self, stub: pb_grpc.FederationStub, binding: pb.Binding, train_on: TrainOn) -> StartJob:
         """Download this round's model; return the job that makes its contribution: trained on that
         model (by `train_on`), or re-sent if this round already trained on exactly this model (the
         aggregator crashed and re-runs the round)."""
@@ -215,7 +207,7 @@ class RoundJob:
             self.record.note_threshold(binding.round, c)
             return kept(self.contribution(trained), view)
 
-        return job
+        return StartJob(job, model)
 
     def train_on(
         self,
@@ -349,12 +341,13 @@ class RoundJob:
 
     def evaluate(
         self, stub: pb_grpc.FederationStub, binding: pb.Binding, answers: Callable[[torch.Tensor], np.ndarray]
-    ) -> Callable[[], Work]:
+    ) -> StartJob:
         """Download the model to evaluate; return the job that makes this institution's answers (by `answers`),
         followed at the final round, when the plan names composition columns, by its composition counts."""
         # The threshold sums' grid depends on the plan, not on c; only the composition counts use c.
         theta, c = self.download(stub, binding)
-        view = self.view_of(binding.round, "evaluate", model_digest(theta, c))
+        model = model_digest(theta, c)
+        view = self.view_of(binding.round, "evaluate", model)
         columns = self.shared.counted_columns(binding.round)
 
         def job() -> Work:
@@ -372,7 +365,7 @@ class RoundJob:
                 work.encoded = Encoder(sums.ENCODING, self.shared.collaborator_count).encode(answered, 1.0)
             return kept(work, view)
 
-        return job
+        return StartJob(job, model)
 
     def evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
         """This institution's answers to the evaluation's threshold queries on its held-out losses

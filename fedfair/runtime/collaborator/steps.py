@@ -60,6 +60,15 @@ class RoundRefused(FedfairError):
     """This collaborator does not take part in the rest of the round (it withdraws)."""
 
 
+@dataclass(frozen=True)
+class StartJob:
+    """A start stage's job (train or evaluate, then encode) and the digest of the model it answers, which
+    is known from the download before the job runs, so the key stages can bind the session to it."""
+
+    run: Callable[[], Work]
+    model: str
+
+
 @dataclass
 class Work:
     """What the collaborator contributes to one aggregation, and its secure-aggregation state.
@@ -80,6 +89,9 @@ class Work:
     view: SignedView = field(default_factory=SignedView)
     pending: Future[Work] | None = None
     """The start stage's job while it runs: it returns a Work holding the round's contribution."""
+    model: str = ""
+    """The digest of the model this aggregation answers (``contract.model_digest``; "" for statistics):
+    the round's parameters must state the same, and it binds the secure-aggregation session."""
 
     def settle(self, wait: bool) -> None:
         """Adopt the start stage's outcome if its job has ended (or, with `wait`, once it ends).
@@ -172,6 +184,7 @@ class Participant:
                 ("neighbours", parameters.neighbours != secure.mask_neighbours(self.shared.collaborator_count)),
                 ("collusion bound", parameters.max_colluding != secure.max_colluding),
                 ("graph roster", not self.graph_roster_fits(parameters)),
+                ("model", parameters.model != work.model),
             )
             if wrong
         ]

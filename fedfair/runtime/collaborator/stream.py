@@ -24,7 +24,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.runtime.collaborator.record import BindingRefused
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
-from fedfair.runtime.collaborator.steps import STEPS, Participant, RoundRefused, Work
+from fedfair.runtime.collaborator.steps import STEPS, Participant, RoundRefused, StartJob, Work
 from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
 from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
@@ -79,10 +79,10 @@ class TaskStream:
     def _ensure_encoded(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         raise NotImplementedError
 
-    def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Callable[[], Work]:
+    def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
         raise NotImplementedError
 
-    def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> Callable[[], Work]:
+    def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
         raise NotImplementedError
 
     def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
@@ -284,12 +284,13 @@ class TaskStream:
 
         def job() -> Work:
             with self._watchdog.working():  # the aggregator waits for this collaborator meanwhile
-                return compute()
+                return compute.run()
 
         if not self.shared.secure_aggregation.enabled:
             self._work = job()
+            self._work.model = compute.model
             return
-        self._work = Work(binding.round, stages, None, 0.0)
+        self._work = Work(binding.round, stages, None, 0.0, model=compute.model)
         self._work.pending = self._jobs.submit(job)
 
     # ------------------------------------------------------------ secure-aggregation stages

@@ -46,11 +46,17 @@ def test_a_round_answered_with_one_model_refuses_another(tmp_path: Path) -> None
     assert InputRecord(path, "fed").view(2, "evaluate", "m-plus-one-ulp").kept is None
 
 
-def test_a_model_is_answered_in_one_round_only(tmp_path: Path) -> None:
+def test_a_model_carried_into_a_later_round_gets_the_same_bits(tmp_path: Path) -> None:
+    # An aborted round leaves the model unchanged: the next round carries it again.
     path = record_path(tmp_path)
-    answered(path, 2, reset=True)
-    with pytest.raises(BindingRefused, match="already answered in round 2, not 3"):
-        InputRecord(path, "fed").view(3, "train", "m")
+    first = answered(path, 2, reset=True)
+    again = InputRecord(path, "fed").view(3, "train", "m").kept
+    assert again is not None and again.encoded is not None and first.encoded is not None
+    assert again.encoded.tobytes() == first.encoded.tobytes()
+    restarted = InputRecord(path, "fed")
+    assert restarted.latest == 3
+    with pytest.raises(BindingRefused, match="round 3 .train. was already answered for another model"):
+        restarted.view(3, "train", "other")
 
 
 def test_only_the_latest_answer_of_a_kind_is_kept_and_older_ones_are_not_answered_again(tmp_path: Path) -> None:
@@ -70,7 +76,7 @@ def test_a_changed_kept_file_is_not_sent_and_the_input_is_refused(tmp_path: Path
     payload = bytearray(kept_file.read_bytes())
     payload[-30] ^= 1
     kept_file.write_bytes(bytes(payload))
-    with pytest.raises(BindingRefused, match="its bits are no longer kept"):
+    with pytest.raises(BindingRefused, match="answered in round 2, and its bits are no longer kept"):
         InputRecord(path, "fed").view(2, "train", "m")
 
 

@@ -17,7 +17,7 @@ from fedfair.runtime.collaborator import steps
 from fedfair.runtime.collaborator.record import BindingRefused, InputRecord, Kept
 from fedfair.runtime import plan
 from fedfair.fairness import sums
-from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters
+from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, model_digest
 from fedfair.secagg.messages import SurvivorSet
 from tests.runtime.test_plan import aggregator_plan, schema_plan
 from tests.secagg.helpers import Harness, make_config
@@ -84,10 +84,10 @@ def test_a_binding_survives_a_restart_and_refuses_other_survivors(tmp_path: Path
     with pytest.raises(steps.RoundRefused, match="already signed for with other survivors"):
         steps.consistency(NO_PARTICIPANT, steps.Work(4, TRAINING, None, 1.0, client=fewer.clients[1], view=again),
                           smaller.to_bytes())
-    # The same model in a later round is refused: a model is answered in one round only.
-    with pytest.raises(BindingRefused, match="already answered in round 4, not 5"):
-        restarted.view(5, "train", "model-digest")
-    assert restarted.view(5, "train", "next-model").survivors is None
+    # The same model in a later round (a round aborted, the model unchanged) is bound to the same survivors.
+    assert restarted.view(5, "train", "model-digest").survivors == frozenset(harness.config.parties)
+    with pytest.raises(BindingRefused, match="round 5 .train. was already answered for another model"):
+        restarted.view(5, "train", "next-model")
 
 
 def test_a_rounds_training_may_run_again_after_its_evaluation_was_signed(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ def test_a_round_asking_for_composition_counts_the_pinned_plan_does_not_name_is_
     length, and is refused; no field of a round's parameters can name a column."""
     assert {field.name for field in dataclasses.fields(RoundParameters)} == {
         "kind", "round", "secure", "parties", "dimension", "encoding", "threshold", "neighbours", "max_colluding",
-        "graph_roster", "graph_seed",
+        "graph_roster", "graph_seed", "model",
     }  # fmt: skip
     shared = plan.load_shared_settings(plan.shared_settings(schema_plan(composition=["race"])))
     asking_more = plan.load_shared_settings(plan.shared_settings(schema_plan(composition=["race", "income"])))
@@ -197,3 +197,30 @@ def test_without_dropouts_a_round_over_fewer_than_every_party_is_refused(stages:
                     me.check_parameters(work, parameters.to_bytes())
             else:
                 assert me.check_parameters(work, parameters.to_bytes()).parties == parties
+
+
+def test_a_round_binds_its_session_to_the_model_each_party_was_sent() -> None:
+    """The 1-ulp push to one site: the aggregator states one model in the round's parameters but sent that
+    site another. The site refuses (its download's digest differs), and parties shown different models in
+    their parameters could share no session, since the model enters the session's digest."""
+    roster = ("site-a", "site-b", "site-c")
+    shared = plan.load_shared_settings(plan.shared_settings(aggregator_plan(federation={"collaborators": list(roster)})))
+    me = steps.Participant("site-a", shared, 10, ec.generate_private_key(ec.SECP256R1()), b"", lambda c, n: None)
+    theta = np.linspace(-1.0, 1.0, 11)
+    sent = model_digest(theta, 0.5)
+    pushed = model_digest(np.nextafter(theta, 2.0), 0.5)
+    work = steps.Work(2, TRAINING, None, 1.0, model=pushed)
+    kind, dimension, encoding = me.expected(work)
+    secure = shared.secure_aggregation
+    parameters = RoundParameters(
+        kind, 2, True, roster, dimension, encoding, secure.threshold, secure.mask_neighbours(3),
+        secure.max_colluding, graph_roster=roster, model=sent,
+    )  # fmt: skip
+    parameters = dataclasses.replace(parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, TRAINING))
+    with pytest.raises(steps.RoundRefused, match=r"differ from the plan \(model\)"):
+        me.check_parameters(work, parameters.to_bytes())
+    honest = me.check_parameters(dataclasses.replace(work, model=sent), parameters.to_bytes())
+    other = dataclasses.replace(parameters, model=pushed)
+    assert honest.secagg_config(shared.federation_id, TRAINING).digest != other.secagg_config(
+        shared.federation_id, TRAINING
+    ).digest
