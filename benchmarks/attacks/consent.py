@@ -1088,7 +1088,9 @@ def pooled_histogram(plan: AggregatorPlan, summed: np.ndarray, low: float, high:
     """What an evaluation sum still tells of losses in [low, high] on the plan's grid: (thresholds there,
     losses between the first and the last of them, buckets holding at least one)."""
     grid = sums.threshold_grid(plan.evaluation.loss_range)
-    above = np.rint(summed[: grid.size])  # A(t_j): the count of losses above each threshold
+    nodes = 2 * grid.size - 1  # the histogram tree's leaves come first, their offset sums after the nodes
+    leaves, offsets = np.rint(summed[: grid.size]), summed[nodes : nodes + grid.size]
+    above = sums.cumulative(leaves, offsets, grid)[0]  # A(t_j): the count of losses above each threshold
     inside = np.flatnonzero((grid >= low) & (grid <= high))
     if inside.size < 2:
         return int(inside.size), 0, 0

@@ -29,16 +29,32 @@ def disparity(worst: float, mean: float, rho: float) -> float:
 class SecureSumCertificate:
     """What the secure sums certify about a federated report.
 
-    `worst_risk` is within `worst_risk_gap` above the exact CVaR_rho of all held-out
-    losses and `best_risk` within `best_risk_gap` below the exact best-group risk;
-    `mean_risk` is within `mean_error_bound` of the exact mean. The error-based
-    fields come from an integer count and are exact.
+    Exact sums (``noise_std`` 0, ``confidence`` 1): `worst_risk` is within `worst_risk_gap`
+    above the exact CVaR_rho of all held-out losses and `best_risk` within `best_risk_gap`
+    below the exact best-group risk; `mean_risk` is within `mean_error_bound` of the exact
+    mean. The error-based fields come from an integer count and are exact
+    (`error_rate_bound` 0). Losses above `loss_cap` (the grid's top) count as the cap.
+
+    Noised sums (``noise_std`` > 0, the standard deviation of the noise on each decoded
+    coordinate): every figure is of the losses clipped at `loss_cap`, and, all at once with
+    probability at least `confidence`, `worst_risk`, `best_risk` and `mean_risk` are within
+    their bound (either side) of the exact figure, the mean 0-1 error within
+    `error_rate_bound` and the worst and best groups' error within `error_rate_bound / rho`;
+    `samples` is the noised count, rounded.
+
+    `disparity_bound` bounds the error of the disparity, (worst_risk_gap + mean_error_bound)
+    / (1 - rho) (0 at rho = 1), on the same event.
     """
 
     samples: int
     worst_risk_gap: float
     best_risk_gap: float
     mean_error_bound: float
+    error_rate_bound: float
+    disparity_bound: float
+    noise_std: float
+    confidence: float
+    loss_cap: float
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,23 @@ so for any threshold c the federation needs only sums over samples: A(c), the co
 of losses above c (the right slope of F is g(c) = 1 - A(c) / (rho n)), S(c) and n.
 Each collaborator computes them on its own losses; secure aggregation adds them up.
 
-One evaluation is one secure-sum round over a fixed vector of queries: for K
-thresholds t_0 = 0 < t_1 < ... < t_{K-1} every collaborator sends A(t_j) and S(t_j)
-for its losses, the same for its negated losses (the best group is the worst group
-of -l), its sample count, its loss sum and its error count. The thresholds are a
-function of the plan alone (`threshold_grid` of `[evaluation] loss_range`): half
-spaced evenly over that range, where the worst group's boundary should lie, half
-geometric from 1e-6 to 1e4. Every evaluation of a federation uses the same grid; each
-collaborator computes it from its own copy of the plan, so no value of the round (in
+One evaluation is one secure-sum round over a fixed-length vector: a histogram of the
+collaborator's held-out losses on the plan's K thresholds t_0 = 0 < t_1 < ... < t_{K-1}
+(`fedfair.fairness.histogram`: per node of a tree over the K leaves (t_{i-1}, t_i] its count
+and the sum of its losses' offsets within it, losses clipped at t_{K-1}), then its error
+count. One record adds to one node per level and to the error count, by at most 1 each:
+`RECORD_L1` and `RECORD_L2` state the vector's sensitivity, which noise added inside the
+secure sum is calibrated to. The aggregator forms every cumulative count and sum after
+decoding: from the leaves, exactly, A(t_j) = #{l > t_j}, S(t_j) and the same for the
+negated losses (the best group is the worst group of -l), n and the loss sum. The
+thresholds are a function of the plan alone (`threshold_grid` of `[evaluation]
+loss_range`): half spaced evenly over that range, where the worst group's boundary should
+lie, half geometric from 1e-6 to 1e4. Every evaluation of a federation uses the same grid;
+each collaborator computes it from its own copy of the plan, so no value of the round (in
 particular not the evaluated model's c, which the aggregator chooses) can move it.
 
-Why the result is exact up to a certified gap: from the sums, F is known exactly at
-every t_j, and its right slopes too. F is convex and piecewise linear, so for any
+Why the result of exact sums is exact up to a certified gap: from the sums, F is known
+exactly at every t_j, and its right slopes too. F is convex and piecewise linear, so for any
 thresholds lo < hi with g(lo) < 0 <= g(hi), a minimiser c* lies in [lo, hi] and
 F(hi) >= CVaR_rho. The two supporting lines F(lo) + g(lo)(c - lo) and
 F(hi) + g(hi)(c - hi) lie below F and cross in [lo, hi] at a lower bound on CVaR_rho.
@@ -41,27 +46,31 @@ holds for it with a wider gap (or, with no such pair, the report is refused). Wh
 already t_0 has at most a rho-fraction of losses above it, t_0 is a minimiser and
 the gap is 0. The grid is dense over the plan's loss range, so the gap is small when
 the boundary lies inside it, and bounded by the geometric spacing (about 1.1 %
-of the threshold) outside. Sums of the fixed-point encoding carry an error of at
-most `sum_error` per coordinate, which adds 2 sum_error / (rho n) to the gap; counts
-are integers and come out exact, and so do the error-rate groups, which need only
-the error count.
+of the threshold) outside. For the negated losses the leaves give #{l <= t_j}, the left
+slope at -t_j, rather than the right one (a loss exactly on a threshold cannot be told
+from one just below it); any subgradient serves both supporting lines, so the same
+argument holds. Counts are integers and come out exact under the fixed-point encoding,
+and so do the error-rate groups, which need only the error count; a leaf's offset sum
+carries an error of at most `sum_error`, and only a leaf holding a loss has a nonzero one,
+so every S is off by at most `sum_error` times W, the total width of the occupied leaves
+(at most the largest loss), which adds 2 sum_error W / (rho n) to the gap. Losses above
+t_{K-1} = 1e4 count as 1e4, and the report is of the losses so clipped (its `loss_cap`).
 
-What the sums reveal. The report rests on n, the loss sum, the error count and A
-and S at the two thresholds of each group's pair, which hold at least
-`min_bucket_count` samples between them. The raw sums, which the aggregator
-decodes, reveal more about the pooled held-out set of the evaluation's
-contributors: for every bucket (t_j, t_{j+1}] of the plan's grid, its count
-A(t_j) - A(t_{j+1}) and the sum of its losses,
-S(t_j) - S(t_{j+1}) - (t_{j+1} - t_j) A(t_{j+1}) + t_j (A(t_j) - A(t_{j+1})), that
-is, the histogram of the pooled losses on the grid with each bucket's loss sum; the
-number of losses equal to each t_j (n less those above less those below, which the
-negated direction counts); n, the loss sum and the error count.
-`min_bucket_count` limits none of that: a bucket that holds one sample gives that
-sample's loss exactly (though not whose it is). A fixed grid stops the aggregator
+Noised sums: `report_from_sums` with `noise_std` > 0 reports the same fields for the
+losses clipped at the plan's loss range top, each with a bound that holds with a stated
+probability (`fedfair.fairness.noisy`), and refuses nothing for being thin.
+
+What exact sums reveal. The report rests on n, the loss sum, the error count and A and S
+at the two thresholds of each group's pair, which hold at least `min_bucket_count`
+samples between them. The raw sums, which the aggregator decodes, are the histogram of
+the pooled held-out losses of the evaluation's contributors on the grid, with each leaf's
+loss sum (its count times its lower end plus its width times its offset sum), and the
+error count. `min_bucket_count` limits none of that: a leaf that holds one sample gives
+that sample's loss exactly (though not whose it is). A fixed grid stops the aggregator
 from placing thresholds where it wants them from one evaluation to the next, nothing
 more. Two evaluations of the same model whose contributors differ by one institution
-(an aborted round leaves the model unchanged, and the aggregator decides who counts
-as dropped) give that institution's own histogram and bucket sums by difference.
+give that institution's own histogram by difference: only noise inside the secure sum
+(`RECORD_L1`, `RECORD_L2`) bounds what they reveal.
 """
 
 from __future__ import annotations
@@ -72,6 +81,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedfair.core.errors import ConfigError
+from fedfair.fairness import histogram, noisy
 from fedfair.fairness.report import GroupRiskReport, SecureSumCertificate
 from fedfair.secagg.encode import EncodingConfig
 
@@ -87,18 +97,22 @@ LOSS_RANGE = (0.0, 3.0)
 MIN_BUCKET_COUNT = 10
 """The default fewest samples between the two thresholds a reported group risk rests on."""
 
-EXTRA_COORDINATES = 3
-"""After the 4 K threshold sums: the sample count, the loss sum and the error count."""
+RECORD_L1, RECORD_L2 = histogram.record_sensitivity(THRESHOLDS)
+"""How far one held-out record (added or removed) moves a collaborator's evaluation vector, in
+L1 and L2 norm, in real units (multiply by 2^f of `ENCODING` for encoded ones): one count and
+one offset in [0, 1] per level of the tree, and the error count. 27 and sqrt(27) for K = 4096."""
 
 
 ENCODING = EncodingConfig(clip=2.0**30, max_weight=1.0, fractional_bits=20, modulus_bits=64)
-"""Fixed-point encoding of evaluation vectors (each sent with weight 1): counts and loss
-sums up to 2^30 per collaborator, 2^-20 resolution, no wraparound for up to 8191 parties."""
+"""Fixed-point encoding of evaluation vectors (each sent with weight 1): counts and offset
+sums up to 2^30 per collaborator, 2^-20 resolution, no wraparound for up to 8191 parties;
+counts, being integers, come out of an exact sum exact."""
 
 
 def vector_length(thresholds: int = THRESHOLDS) -> int:
-    """Length of one collaborator's evaluation vector for K thresholds."""
-    return 4 * thresholds + EXTRA_COORDINATES
+    """Length of one collaborator's evaluation vector for K thresholds (a power of two): the tree's
+    counts, its offset sums, the error count."""
+    return 2 * histogram.node_count(thresholds) + 1
 
 
 def check_loss_range(loss_range: tuple[float, float]) -> tuple[float, float]:
@@ -137,20 +151,12 @@ def threshold_grid(loss_range: tuple[float, float] = LOSS_RANGE, count: int = TH
     return grid
 
 
-def _above(sorted_values: np.ndarray, suffix_sums: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(count of values > t, sum of (value - t)+) for every t, from sorted values and their suffix sums."""
-    first_above = np.searchsorted(sorted_values, thresholds, side="right")
-    counts = sorted_values.size - first_above
-    excess = suffix_sums[first_above] - thresholds * counts
-    # Rounding in the suffix sums must not turn an empty sum negative.
-    return counts.astype(np.float64), np.maximum(excess, 0.0)
-
-
 def local_answers(losses: np.ndarray, errors: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     """One collaborator's evaluation vector: what it adds to the secure sum, and all it reveals.
 
-    [A(t), S(t) for the losses; A(-t'), S(-t') for the negated losses at the negated
-    thresholds taken in increasing order; n; sum of losses; number of errors].
+    [the histogram tree's node counts, its node offset sums (`fedfair.fairness.histogram`,
+    levels 0 to H each), the number of errors]; one record moves it by at most `RECORD_L1`
+    and `RECORD_L2`.
     """
     values = np.asarray(losses, dtype=np.float64).reshape(-1)
     wrong = np.asarray(errors, dtype=np.float64).reshape(-1)
@@ -158,20 +164,33 @@ def local_answers(losses: np.ndarray, errors: np.ndarray, thresholds: np.ndarray
         raise ConfigError("losses and errors need one entry per held-out sample")
     if not np.isfinite(values).all() or (values < 0).any():
         raise ConfigError("held-out losses must be finite and non-negative; the evaluated model has diverged")
-    ordered = np.sort(values)
-    suffix = np.concatenate([np.cumsum(ordered[::-1])[::-1], [0.0]])
-    counts, excess = _above(ordered, suffix, thresholds)
-    negated = -ordered[::-1]
-    negated_suffix = np.concatenate([np.cumsum(negated[::-1])[::-1], [0.0]])
-    negated_counts, negated_excess = _above(negated, negated_suffix, -thresholds[::-1])
-    totals = [float(values.size), float(values.sum()), float(wrong.sum())]
-    answers = np.concatenate([counts, excess, negated_counts, negated_excess, totals])
-    if np.abs(answers).max(initial=0.0) > ENCODING.clip:
+    if not np.isin(wrong, (0.0, 1.0)).all():
+        raise ConfigError("errors must be 0 or 1 per held-out sample")
+    if values.size > ENCODING.clip:
         raise ConfigError(
-            f"the held-out sums exceed {ENCODING.clip:g}, the most the evaluation encoding holds; "
+            f"{values.size} held-out samples exceed {ENCODING.clip:g}, the most the evaluation encoding holds; "
             "evaluate on fewer samples per collaborator"
         )
-    return answers
+    counts, offsets = histogram.local_histogram(histogram.Layout.of(thresholds), values)
+    return np.concatenate([counts, offsets, [float(wrong.sum())]])
+
+
+def cumulative(
+    leaves: np.ndarray, offsets: np.ndarray, thresholds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """From the leaves' counts and offset sums, at every threshold t_j: A(t_j) = #{l > t_j},
+    S(t_j) = sum (l - t_j)+, #{l <= t_j} and sum (t_j - l)+ (of the losses clipped at t_{K-1}).
+
+    Each is a running sum of non-negative terms, so no cancellation: S(t_j) - S(t_{j+1}) =
+    w (offsets_{j+1} + A(t_{j+1})) and the shortfall rises by w (#{l <= t_j} - offsets_j),
+    w = t_{j+1} - t_j or t_j - t_{j-1} the leaf's width.
+    """
+    widths = np.diff(thresholds)
+    above = np.append(np.cumsum(leaves[::-1])[::-1][1:], 0.0)
+    excess = np.append(np.cumsum((widths * (offsets[1:] + above[1:]))[::-1])[::-1], 0.0)
+    at_most = np.cumsum(leaves)
+    shortfall = np.concatenate([[0.0], np.cumsum(widths * (at_most[1:] - offsets[1:]))])
+    return above, excess, at_most, shortfall
 
 
 @dataclass(frozen=True)
@@ -275,62 +294,97 @@ def report_from_sums(
     *,
     min_bucket_count: int = MIN_BUCKET_COUNT,
     sum_error: float = 0.0,
+    noise_std: float = 0.0,
+    loss_cap: float = LOSS_RANGE[1],
+    failure: float = noisy.NOISE_FAILURE,
 ) -> GroupRiskReport:
     """The federation's group risks at rho from the secure sum of the collaborators' vectors, certified.
 
     `thresholds` is the plan's grid (`threshold_grid` of its loss range, the one every
-    collaborator answered); `sum_error` bounds the absolute error of every summed
-    coordinate (the encoder's bound; 0 for plain sums). Each group risk rests on a
-    threshold pair holding at least `min_bucket_count` samples, widened if need be,
-    so the report never turns on a handful of individual losses (see the module doc
-    for what the raw sums themselves reveal).
+    collaborator answered); `sum_error` bounds the absolute deterministic error of every
+    summed coordinate (the encoder's rounding; 0 for plain sums; never the noise).
+
+    `noise_std` 0: exact sums. Each group risk rests on a threshold pair holding at least
+    `min_bucket_count` samples, widened if need be, so the report never turns on a handful
+    of individual losses (see the module doc for what the raw sums themselves reveal).
+
+    `noise_std` > 0: the standard deviation of the noise on each decoded coordinate. The
+    report is of the losses clipped at `loss_cap` (rounded up to the grid; the plan's loss
+    range top), every figure with a bound that holds, all at once, with probability at least
+    1 - `failure` (`fedfair.fairness.noisy`); `min_bucket_count` plays no part, since no
+    decoded count is exact.
     """
     k = thresholds.size
     if summed.size != vector_length(k):
         raise ConfigError(f"an evaluation sum has {summed.size} entries; expected {vector_length(k)}")
-    counts, excess, negated_counts, negated_excess = (summed[i * k : (i + 1) * k] for i in range(4))
+    if not (math.isfinite(noise_std) and noise_std >= 0.0 and math.isfinite(sum_error) and sum_error >= 0.0):
+        raise ConfigError(f"noise_std and sum_error must be finite and non-negative, got {noise_std} and {sum_error}")
+    nodes = histogram.node_count(k)
+    layout = histogram.Layout.of(thresholds)
+    counts, offsets, error_count = summed[:nodes], summed[nodes : 2 * nodes], float(summed[-1])
+    if noise_std > 0.0:
+        return noisy.noisy_report(
+            layout,
+            counts,
+            offsets,
+            error_count,
+            rho,
+            noise_std=noise_std,
+            sum_error=sum_error,
+            loss_cap=loss_cap,
+            failure=failure,
+        )
     # Counts are sums of integers; rounding them removes any encoding error.
-    total, loss_sum, error_count = np.rint(summed[-3]), float(summed[-2]), float(np.rint(summed[-1]))
+    leaves, leaf_offsets = np.rint(counts[:k]), offsets[:k]
+    total, error_count = float(leaves.sum()), float(np.rint(error_count))
     if 0 < total < min_bucket_count:
         raise ConfigError(
             f"the evaluation covers {int(total)} held-out samples, fewer than min_bucket_count = {min_bucket_count}; "
             "a report would expose individual losses: evaluate on more data or lower [evaluation] min_bucket_count"
         )
+    above, excess, at_most, shortfall = cumulative(leaves, leaf_offsets, thresholds)
+    # Only occupied leaves carry an offset error: every S is off by at most sum_error times their width.
+    slack = sum_error * float(np.diff(thresholds)[leaves[1:] > 0].sum())
     worst = cvar_from_sums(
         thresholds,
-        np.rint(counts),
+        above,
         excess,
         total,
         rho,
-        sum_error=sum_error,
+        sum_error=slack,
         values_at_least_first=True,
         min_bucket_count=min_bucket_count,
     )
+    # The negated losses at -t_j in increasing order; none is above -t_0 = 0, since losses are >= 0.
+    negated_counts = at_most[::-1].copy()
+    negated_counts[-1] = 0.0
     negated_worst = cvar_from_sums(
         -thresholds[::-1],
-        np.rint(negated_counts),
-        negated_excess,
+        negated_counts,
+        shortfall[::-1],
         total,
         rho,
-        sum_error=sum_error,
+        sum_error=slack,
         min_bucket_count=min_bucket_count,
     )
-    best = 0.0 - negated_worst.value
-    mean_error = error_count / total
-    worst_error = min(error_count, rho * total) / (rho * total)
-    best_error = max(error_count - (1.0 - rho) * total, 0.0) / (rho * total)
+    mean_bound = slack / total
     return GroupRiskReport.from_risks(
         rho=rho,
-        mean_risk=loss_sum / total,
+        mean_risk=float(excess[0]) / total,
         worst_risk=worst.value,
-        best_risk=best,
-        mean_error=mean_error,
-        worst_error=worst_error,
-        best_error=best_error,
+        best_risk=0.0 - negated_worst.value,
+        mean_error=error_count / total,
+        worst_error=min(error_count, rho * total) / (rho * total),
+        best_error=max(error_count - (1.0 - rho) * total, 0.0) / (rho * total),
         certificate=SecureSumCertificate(
             samples=int(total),
-            worst_risk_gap=worst.gap,
-            best_risk_gap=negated_worst.gap,
-            mean_error_bound=sum_error / total,
+            worst_risk_gap=float(worst.gap),
+            best_risk_gap=float(negated_worst.gap),
+            mean_error_bound=mean_bound,
+            error_rate_bound=0.0,
+            disparity_bound=0.0 if rho >= 1.0 else float(worst.gap + mean_bound) / (1.0 - rho),
+            noise_std=0.0,
+            confidence=1.0,
+            loss_cap=float(thresholds[-1]),
         ),
     )

@@ -59,7 +59,10 @@ def test_at_rho_one_nothing_remains_so_disparity_is_zero_even_for_certified_boun
 
 
 def test_a_certified_report_flattens_its_certificate_into_json_ready_numbers() -> None:
-    certificate = SecureSumCertificate(samples=1234, worst_risk_gap=0.003, best_risk_gap=0.002, mean_error_bound=1e-6)
+    certificate = SecureSumCertificate(
+        samples=1234, worst_risk_gap=0.003, best_risk_gap=0.002, mean_error_bound=1e-6, error_rate_bound=0.01,
+        disparity_bound=0.005, noise_std=2.5, confidence=0.95, loss_cap=3.0,
+    )
     report = GroupRiskReport.from_risks(
         rho=0.2, mean_risk=0.5, worst_risk=1.3, best_risk=0.1, mean_error=0.2, worst_error=0.8, best_error=0.0,
         certificate=certificate,
@@ -70,5 +73,6 @@ def test_a_certified_report_flattens_its_certificate_into_json_ready_numbers() -
     assert (flat["samples"], flat["worst_risk_gap"], flat["best_risk_gap"], flat["mean_error_bound"]) == (
         1234, 0.003, 0.002, 1e-6
     )
+    assert (flat["noise_std"], flat["confidence"], flat["loss_cap"], flat["error_rate_bound"]) == (2.5, 0.95, 3.0, 0.01)
     assert flat["disparity"] == report.disparity and flat["rho"] == 0.2
     assert report.certificate is certificate, "flattening leaves the report as it was"

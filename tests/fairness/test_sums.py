@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.objective import cvar
-from fedfair.fairness import pooled, sums
+from fedfair.fairness import histogram, pooled, sums
 from fedfair.fairness.report import GroupRiskReport, SecureSumCertificate
 from tests.fairness.strategies import loss_vectors, rhos, scale
 
@@ -60,6 +60,21 @@ def federated(
 def certificate_of(report: GroupRiskReport) -> SecureSumCertificate:
     assert report.certificate is not None, "a report from sums is certified"
     return report.certificate
+
+
+def leaves_of(summed: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The leaf counts (rounded: they are integers) and leaf offset sums of a summed evaluation vector."""
+    nodes = 2 * grid.size - 1
+    return np.rint(summed[: grid.size]), summed[nodes : nodes + grid.size]
+
+
+def slope_counts(losses: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """By brute force, the counts the report's slopes use: #{l > t} at each t, and for the negated losses
+    at -t in increasing order #{l <= t} (#{l < 0} = 0 at t_0 = 0); losses clipped at the grid's top."""
+    clipped = np.minimum(losses, grid[-1])
+    negated = np.array([np.count_nonzero(clipped <= t) for t in grid[::-1]], dtype=np.float64)
+    negated[-1] = 0.0
+    return np.array([np.count_nonzero(clipped > t) for t in grid], dtype=np.float64), negated
 
 
 def boundary(counts: np.ndarray, total: float, rho: float) -> int:
@@ -138,10 +153,9 @@ def test_any_split_gives_the_pooled_report_within_the_certified_gap(
     for key in ("accuracy", "mean_error", "worst_error", "best_error", "error_disparity"):
         assert getattr(report, key) == pytest.approx(getattr(exact, key), abs=1e-12)
     # The certified gap is never wider than the grid allows at the group boundary.
-    k = grid.size
-    summed = summed_answers([losses], [errors], grid)
-    worst_bound = worst_case_gap(grid, np.rint(summed[:k]), losses.size, rho)
-    best_bound = worst_case_gap(-grid[::-1], np.rint(summed[2 * k : 3 * k]), losses.size, rho)
+    above, negated = slope_counts(losses, grid)
+    worst_bound = worst_case_gap(grid, above, losses.size, rho)
+    best_bound = worst_case_gap(-grid[::-1], negated, losses.size, rho)
     assert 0.0 <= certificate.worst_risk_gap <= worst_bound + tolerance
     assert 0.0 <= certificate.best_risk_gap <= best_bound + tolerance
 
@@ -160,25 +174,55 @@ def test_zero_one_values_have_their_exact_cvar_within_the_gap(
 
 
 @given(split_test_sets(), loss_ranges)
-def test_answers_are_counts_and_excess_and_add_up_over_any_split(
+def test_answers_are_a_histogram_tree_whose_cumulative_sums_are_the_threshold_sums(
     test_set: tuple[np.ndarray, np.ndarray, list[np.ndarray]], loss_range: tuple[float, float]
 ) -> None:
     losses, errors, parts = test_set
     grid = sums.threshold_grid(loss_range, 64)
-    k = grid.size
+    k, nodes = grid.size, 2 * grid.size - 1
     whole = sums.local_answers(losses, errors, grid)
-    # A(t) = #{l > t} and S(t) = sum((l - t)+), then the same for -l at -t in increasing order.
-    negated_grid = -grid[::-1]
-    assert np.array_equal(whole[:k], [np.count_nonzero(losses > t) for t in grid])
-    assert np.allclose(whole[k : 2 * k], [np.maximum(losses - t, 0.0).sum() for t in grid], rtol=1e-12, atol=1e-12)
-    assert np.array_equal(whole[2 * k : 3 * k], [np.count_nonzero(-losses > t) for t in negated_grid])
-    excess = [np.maximum(-losses - t, 0.0).sum() for t in negated_grid]
-    assert np.allclose(whole[3 * k : 4 * k], excess, rtol=1e-12, atol=1e-12)
-    assert whole[-3:].tolist() == [losses.size, pytest.approx(losses.sum()), errors.sum()]
+    assert whole.size == sums.vector_length(k) == 2 * nodes + 1 and whole[-1] == errors.sum()
+    # Leaf 0 holds the losses equal to t_0 = 0, leaf i those in (t_{i-1}, t_i]; every parent is its two children.
+    edges = [(losses == 0.0)] + [(losses > low) & (losses <= high) for low, high in zip(grid[:-1], grid[1:])]
+    leaves, leaf_offsets = leaves_of(whole, grid)
+    assert np.array_equal(leaves, [np.count_nonzero(mask) for mask in edges])
+    counts, offsets = whole[:nodes], whole[nodes : 2 * nodes]
+    start = 0
+    for size in (k >> level for level in range(k.bit_length())):
+        level_counts, level_offsets = counts[start : start + size], offsets[start : start + size]
+        assert level_counts.sum() == losses.size and np.all((0 <= level_offsets) & (level_offsets <= level_counts))
+        if size > 1:
+            assert np.array_equal(level_counts[::2] + level_counts[1::2], counts[start + size : start + size + size // 2])
+        start += size
+    # Each leaf's loss sum is its lower end times its count plus its width times its offset sum.
+    lows = grid[np.maximum(np.arange(k) - 1, 0)]
+    widths = grid - lows
+    assert np.allclose(lows * leaves + widths * leaf_offsets, [losses[mask].sum() for mask in edges], atol=1e-9)
+    # The cumulative counts and sums the aggregator forms after decoding: A(t), S(t), #{l <= t}, sum (t - l)+.
+    above, excess, at_most, shortfall = sums.cumulative(leaves, leaf_offsets, grid)
+    assert np.array_equal(above, [np.count_nonzero(losses > t) for t in grid])
+    assert np.array_equal(at_most, [np.count_nonzero(losses <= t) for t in grid])
+    assert np.allclose(excess, [np.maximum(losses - t, 0.0).sum() for t in grid], rtol=1e-12, atol=1e-9)
+    assert np.allclose(shortfall, [np.maximum(t - losses, 0.0).sum() for t in grid], rtol=1e-12, atol=1e-9)
     split = summed_answers([losses[part] for part in parts], [errors[part] for part in parts], grid)
-    counts = np.r_[0:k, 2 * k : 3 * k, -3, -1]
-    assert np.array_equal(split[counts], whole[counts]), "integer counts add up exactly"
+    integers = np.r_[0:nodes, -1]
+    assert np.array_equal(split[integers], whole[integers]), "integer counts add up exactly"
     assert np.allclose(split, whole, rtol=1e-12, atol=1e-12)
+
+
+@given(loss_vectors, st.sampled_from([8, 64, sums.THRESHOLDS]))
+def test_one_record_moves_the_vector_by_at_most_the_stated_sensitivity(losses: np.ndarray, thresholds: int) -> None:
+    grid = sums.threshold_grid(sums.LOSS_RANGE, thresholds)
+    errors = np.zeros(losses.size)
+    errors[::2] = 1.0
+    with_all = sums.local_answers(losses, errors, grid)
+    without_first = sums.local_answers(losses[1:], errors[1:], grid)
+    moved = np.abs(with_all - without_first)
+    l1, l2 = histogram.record_sensitivity(thresholds)
+    assert moved.sum() <= l1 + 1e-9 and np.sqrt((moved**2).sum()) <= l2 + 1e-9
+    # Exactly one count per level and the error count: the L1 bound is met by the counts alone but for offsets.
+    assert np.count_nonzero(moved[: 2 * thresholds - 1]) == thresholds.bit_length()
+    assert (sums.RECORD_L1, sums.RECORD_L2) == histogram.record_sensitivity(sums.THRESHOLDS) == (27.0, np.sqrt(27.0))
 
 
 def test_an_institution_without_held_out_data_answers_zeros() -> None:
@@ -215,8 +259,7 @@ def test_the_gap_respects_the_worst_case_bound() -> None:
     rho = 0.3
     grid = sums.threshold_grid()
     summed = summed_answers(losses, errors, grid)
-    k = grid.size
-    counts, excess = summed[:k], summed[k : 2 * k]
+    counts, excess, _, _ = sums.cumulative(*leaves_of(summed, grid), grid)
     bound = sums.cvar_from_sums(grid, counts, excess, losses_pooled.size, rho, values_at_least_first=True)
     assert 0.0 <= bound.gap <= worst_case_gap(grid, counts, losses_pooled.size, rho) + ROUNDING
     assert abs(bound.value - pooled.worst_group_risk(losses_pooled, rho)) <= bound.gap + ROUNDING
@@ -230,7 +273,8 @@ def test_a_thin_boundary_bucket_is_widened_to_the_narrowest_pair_that_holds_enou
     grid = sums.threshold_grid(sums.LOSS_RANGE, 64)
     k = grid.size
     summed = summed_answers([losses[part] for part in parts], [errors[part] for part in parts], grid)
-    counts, excess, total = np.rint(summed[:k]), summed[k : 2 * k], float(losses.size)
+    counts, excess, _, _ = sums.cumulative(*leaves_of(summed, grid), grid)
+    total = float(losses.size)
 
     def bound(minimum: int) -> sums.RiskBound:
         return sums.cvar_from_sums(
@@ -270,13 +314,13 @@ def test_a_report_never_rests_on_fewer_samples_than_min_bucket_count() -> None:
     rho = 0.11  # rho n = 33 falls inside a bucket, not on a threshold: the gap is not 0
     grid = sums.threshold_grid()
     summed = summed_answers(losses, errors, grid)
-    k = grid.size
-    thin = sums.cvar_from_sums(grid, np.rint(summed[:k]), summed[k : 2 * k], 300, rho, values_at_least_first=True)
+    counts, excess, _, _ = sums.cumulative(*leaves_of(summed, grid), grid)
+    thin = sums.cvar_from_sums(grid, counts, excess, 300, rho, values_at_least_first=True)
     assert thin.bucket < sums.MIN_BUCKET_COUNT  # the consecutive pair at the boundary is thin here
     widened = sums.cvar_from_sums(
         grid,
-        np.rint(summed[:k]),
-        summed[k : 2 * k],
+        counts,
+        excess,
         300,
         rho,
         values_at_least_first=True,
@@ -319,28 +363,30 @@ def test_the_raw_sums_reveal_the_pooled_histogram_and_bucket_sums_on_the_grid() 
     losses, errors = institutions(seed=7, sizes=(300, 200))
     pooled_losses = np.concatenate(losses)
     grid = sums.threshold_grid(sums.LOSS_RANGE, 64)
-    k = grid.size
-    summed = summed_answers(losses, errors, grid)
-    counts, excess = np.rint(summed[:k]), summed[k : 2 * k]
-    width = np.diff(grid)
-    bucket_counts = counts[:-1] - counts[1:]
-    bucket_sums = excess[:-1] - excess[1:] - width * counts[1:] + grid[:-1] * bucket_counts
+    leaves, offsets = leaves_of(summed_answers(losses, errors, grid), grid)
+    bucket_sums = grid[:-1] * leaves[1:] + np.diff(grid) * offsets[1:]
     inside = [(pooled_losses > low) & (pooled_losses <= high) for low, high in itertools.pairwise(grid)]
-    assert np.array_equal(bucket_counts, [np.count_nonzero(mask) for mask in inside])
+    assert np.array_equal(leaves[1:], [np.count_nonzero(mask) for mask in inside])
     assert np.allclose(bucket_sums, [pooled_losses[mask].sum() for mask in inside], rtol=1e-9, atol=1e-9)
     # A bucket holding one loss gives it exactly: min_bucket_count protects the report, not the sums.
-    single = int(np.flatnonzero(bucket_counts == 1)[0])
+    single = int(np.flatnonzero(leaves[1:] == 1)[0])
     assert bucket_sums[single] == pytest.approx(pooled_losses[inside[single]][0], abs=1e-9)
 
 
-def test_the_encoding_error_widens_the_gap_and_counts_stay_exact() -> None:
+def test_the_encoding_error_widens_the_gap_by_the_occupied_leaves_width_and_counts_stay_exact() -> None:
     losses, errors = institutions(seed=5)
     rho, sum_error = 0.3, 3 * 2.0**-20  # three parties' stochastic rounding, as the secure sum reports it
     plain = certificate_of(federated(losses, errors, sums.LOSS_RANGE, rho))
     rounded = certificate_of(federated(losses, errors, sums.LOSS_RANGE, rho, sum_error=sum_error))
-    total = sum(loss.size for loss in losses)
-    assert rounded.worst_risk_gap == pytest.approx(plain.worst_risk_gap + 2 * sum_error / (rho * total))
-    assert rounded.mean_error_bound == pytest.approx(sum_error / total)
+    pooled_losses = np.concatenate(losses)
+    total = pooled_losses.size
+    grid = sums.threshold_grid()
+    # Each S sums occupied leaves' offsets times their widths: W, at most the largest loss plus a leaf.
+    occupied = np.unique(np.searchsorted(grid, pooled_losses[pooled_losses > 0], side="left"))
+    width = float((grid[occupied] - grid[occupied - 1]).sum())
+    assert width <= pooled_losses.max()
+    assert rounded.worst_risk_gap == pytest.approx(plain.worst_risk_gap + 2 * sum_error * width / (rho * total))
+    assert rounded.mean_error_bound == pytest.approx(sum_error * width / total)
 
 
 def test_one_institution_answers_only_fixed_size_sums() -> None:
@@ -349,11 +395,12 @@ def test_one_institution_answers_only_fixed_size_sums() -> None:
     small, large = np.array([0.1, 2.0]), np.random.default_rng(0).exponential(1.0, 50_000)
     for losses in (small, large):
         answers = sums.local_answers(losses, np.zeros(losses.size), grid)
-        assert answers.shape == (sums.vector_length(),)
+        assert answers.shape == (sums.vector_length(),) == (4 * sums.THRESHOLDS - 1,)
     answers = sums.local_answers(small, np.array([1.0, 0.0]), grid)
-    k = grid.size
-    # At threshold 0 both losses are above it, with excess 2.1; n, the loss sum and the error count at the end.
-    assert answers[0] == 2 and answers[k] == pytest.approx(2.1) and answers[-3:].tolist() == [2.0, 2.1, 1.0]
+    nodes = 2 * grid.size - 1
+    # The root (last count) holds both; its offsets are the losses over the grid's span; then the error count.
+    assert answers[nodes - 1] == 2 and answers[2 * nodes - 1] == pytest.approx(2.1 / grid[-1])
+    assert answers[-1] == 1.0
 
 
 def test_a_report_from_sums_writes_its_keys_in_the_federated_order() -> None:
@@ -377,6 +424,11 @@ def test_a_report_from_sums_writes_its_keys_in_the_federated_order() -> None:
         "worst_risk_gap",
         "best_risk_gap",
         "mean_error_bound",
+        "error_rate_bound",
+        "disparity_bound",
+        "noise_std",
+        "confidence",
+        "loss_cap",
     ]
     assert report.to_dict()["samples"] == 4
     assert report.disparity == (report.worst_risk - report.mean_risk) / (1 - 0.25)
@@ -395,8 +447,12 @@ def test_edge_cases() -> None:
     assert report.worst_risk == pytest.approx(exact.worst_risk) and report.best_risk == pytest.approx(0.0)
     with pytest.raises(ConfigError, match="diverged"):
         sums.local_answers(np.array([np.nan]), np.zeros(1), sums.threshold_grid())
-    with pytest.raises(ConfigError, match="diverged"):
-        federated([np.full(10, 1e6)], [np.zeros(10)], sums.LOSS_RANGE, 0.3)
+    # Losses above the grid's top count as the top, and the certificate says so.
+    diverged = federated([np.full(10, 1e6)], [np.zeros(10)], sums.LOSS_RANGE, 0.3)
+    top = certificate_of(diverged).loss_cap
+    assert top == sums.GEOMETRIC_RANGE[1] and diverged.worst_risk == top
+    assert diverged.mean_risk == pytest.approx(top, rel=1e-12)
+    assert diverged.best_risk <= top <= diverged.best_risk + certificate_of(diverged).best_risk_gap
     with pytest.raises(ConfigError, match="no held-out samples"):
         sums.report_from_sums(np.zeros(sums.vector_length()), sums.threshold_grid(), 0.3)
     with pytest.raises(ConfigError, match="expected"):
@@ -420,7 +476,11 @@ ONES = np.ones(GRID.size)
         (lambda: sums.cvar_from_sums(GRID, ONES, ONES, 2.0, 0.5, min_bucket_count=0), "at least 1"),
         (lambda: sums.local_answers(np.array([-0.5]), np.zeros(1), GRID), "non-negative"),
         (lambda: sums.local_answers(np.ones(2), np.zeros(3), GRID), "one entry per held-out sample"),
-        (lambda: sums.local_answers(np.full(2, 2.0**30), np.zeros(2), GRID), "exceed"),
+        (lambda: sums.local_answers(np.ones(2), np.array([0.0, 0.5]), GRID), "0 or 1 per held-out sample"),
+        (lambda: sums.vector_length(100), "power of two"),
+        (lambda: sums.report_from_sums(np.zeros(31), GRID, 0.5, noise_std=-1.0), "non-negative"),
+        (lambda: sums.report_from_sums(np.zeros(31), GRID, 0.5, noise_std=1.0, loss_cap=0.0), "loss cap"),
+        (lambda: sums.report_from_sums(np.zeros(31), GRID, 0.5, noise_std=1.0, failure=0.0), "failure"),
         # Values below the first threshold, which therefore cannot be shown to be a minimiser.
         (lambda: sums.cvar_from_sums(GRID, ONES, ONES, 2.0, 0.5), "start above the group boundary"),
         (lambda: sums.cvar_from_sums(GRID, ONES, ONES, 0.0, 0.5), "no held-out samples"),

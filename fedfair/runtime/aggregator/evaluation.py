@@ -1,6 +1,6 @@
 """The federated evaluation of the output model (theta-bar, c-bar): one secure sum, then its report.
 
-Every collaborator answers the plan's fixed threshold queries on its held-out losses
+Every collaborator sends its histogram of held-out losses on the plan's fixed grid
 (:mod:`fedfair.fairness.sums`) and, at the final round of a plan with ``[evaluation]
 composition``, appends its counts of who is above c-bar by category
 (:mod:`fedfair.runtime.composition`). The vector's length is the plan's for that round
@@ -57,6 +57,7 @@ def federated_evaluation(
         plan.objective.rho,
         min_bucket_count=plan.evaluation.min_bucket_count,
         sum_error=outcome.error_bound,
+        loss_cap=plan.evaluation.loss_range[1],
     )
     result: dict[str, Any] = {
         "status": "done",
