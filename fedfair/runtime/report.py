@@ -217,6 +217,10 @@ def _threshold_section(run: Run) -> str:
     )
 
 
+OPEN_ROWS = 30
+"""A per-round table longer than this is collapsed (its legend shown above it)."""
+
+
 def _contributions_section(run: Run) -> str:
     names = roster(run)
     header = "".join(f'<th class="name">{html.escape(name)}</th>' for name in names)
@@ -229,10 +233,14 @@ def _contributions_section(run: Run) -> str:
         )
         rows.append(f'<tr data-round="{record["round"]}"><th>{record["round"]}</th><td>{record["status"]}</td>{marks}</tr>')
     legend = "".join(f'<li><span class="{state}">&nbsp;{mark}&nbsp;</span> {text}</li>' for state, (mark, text) in CELLS.items())
-    return (
+    table = (
         f'<div class="matrix"><table><thead><tr><th>round</th><th>status</th>{header}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table></div><ul class=note>{legend}</ul>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
+    if len(rows) > OPEN_ROWS:
+        # A long run's table is opened on request: the legend and the page's other sections stay in view.
+        table = f"<details><summary>Each of the {len(rows):,} rounds, site by site (open)</summary>{table}</details>"
+    return f"<ul class=note>{legend}</ul>{table}"
 
 
 def _privacy_section(run: Run) -> str:

@@ -205,6 +205,24 @@ def epsilon_series(run: Run) -> dict[str, tuple[list[int], list[float]]]:
     return series
 
 
+STAGE_WORDS: dict[str, str] = {
+    "JOIN": "joining",
+    "TRAIN": "training",
+    "ADVERTISE_KEYS": "key exchange",
+    "SHARE_KEYS": "sharing key parts",
+    "CHECK_SHARES": "checking key parts",
+    "MASKED_INPUT": "upload",
+    "CONSISTENCY": "agreeing who is in",
+    "UNMASK": "unmasking the sum",
+    "EVALUATE": "evaluation",
+}
+"""Each stage of a round in words a reader of the report knows (the protocol's names are in rounds.jsonl)."""
+
+
 def stage_label(stage: str) -> str:
-    """A stage's name as the page shows it: "MASKED_INPUT" for "STAGE_MASKED_INPUT"."""
-    return stage.removeprefix("STAGE_")
+    """A stage's name as the page shows it: "upload" for "STAGE_MASKED_INPUT", "evaluation: upload" for
+    "STAGE_EVAL_MASKED_INPUT"; a stage this table does not know, in lower case."""
+    name = stage.removeprefix("STAGE_")
+    evaluation = name.startswith("EVAL_")
+    words = STAGE_WORDS.get(name.removeprefix("EVAL_"), name.lower().replace("_", " "))
+    return f"evaluation: {words}" if evaluation else words

@@ -169,7 +169,7 @@ def test_the_matrix_lists_every_collaborator_and_marks_dropouts_and_exclusions(f
     assert found[5, "site-b"] == "contributed"  # re-admitted after round 4
     page = (folder / report.REPORT_NAME).read_text()
     assert f'data-name="site-b" title="excluded: {EXCLUSION}"' in page
-    assert 'data-name="site-c" title="missed stages: MASKED_INPUT"' in page
+    assert 'data-name="site-c" title="missed stages: upload"' in page
 
 
 def test_plotted_values_are_the_logs_values(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,7 +190,7 @@ def test_plotted_values_are_the_logs_values(folder: Path, monkeypatch: pytest.Mo
     (stages,) = [figure for figure in figures if figure.axes[0].containers]
     bars = {container.get_label(): container for container in stages.axes[0].containers}
     unmask = [record["stage_seconds"]["STAGE_UNMASK"] for record in done]
-    assert [patch.get_height() for patch in bars["UNMASK"]] == pytest.approx(unmask, rel=1e-12)  # top - bottom
+    assert [patch.get_height() for patch in bars["unmasking the sum"]] == pytest.approx(unmask, rel=1e-12)
 
 
 def test_the_worst_groups_composition_is_tabulated_with_suppressed_counts_said_never_shown(folder: Path) -> None:
@@ -350,3 +350,19 @@ def test_the_aggregator_writes_the_report_at_the_end_of_a_real_run(tmp_path: Pat
     assert set(shared[-1]) == {"site-b"}
     assert f"<tr><td>site-b</td><td>{shared[-1]['site-b']:.4g}</td><td>3</td>" in page
 
+
+
+def test_a_long_runs_table_is_collapsed_below_its_legend(tmp_path: Path) -> None:
+    short = report.write_report(write_folder(tmp_path / "short", 5)).read_text()
+    assert "<details>" not in short.split('id="contributions"')[1].split("</section>")[0]
+    page = report.write_report(write_folder(tmp_path / "long", report.OPEN_ROWS + 10)).read_text()
+    section = page.split('id="contributions"')[1].split("</section>")[0]
+    collapsed = f"<details><summary>Each of the {report.OPEN_ROWS + 10} rounds"
+    assert section.index("<ul class=note>") < section.index(collapsed)
+    assert section.count("<tr data-round=") == report.OPEN_ROWS + 10  # collapsed, not cut
+
+
+def write_folder(output: Path, rounds: int) -> Path:
+    for number in range(1, rounds + 1):
+        append_round_log(output, applied(number, NAMES, NAMES, {}, 9.0))
+    return output

@@ -39,4 +39,6 @@ def test_each_round_marks_who_contributed_dropped_was_excluded_and_stays_out_unt
         {"a": "contributed", "b": "out", "c": "absent"},  # re-admitted by this record: out from the next one on
         {"a": "contributed", "b": "absent", "c": "absent"},
     ]
-    assert stage_label("STAGE_MASKED_INPUT") == "MASKED_INPUT"
+    assert stage_label("STAGE_MASKED_INPUT") == "upload"
+    assert stage_label("STAGE_ADVERTISE_KEYS") == "key exchange"
+    assert stage_label("STAGE_EVAL_UNMASK") == "evaluation: unmasking the sum"
