@@ -38,6 +38,7 @@ state (docs/design.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,7 @@ from fedfair.datasets.schema import Schema, categorical_levels, closest
 from fedfair.datasets.statistics import suppress_small_cells
 from fedfair.datasets.values import column_values, label_codes
 from fedfair.fairness.composition import above_threshold_weights
+from fedfair.fairness.noisy import NOISE_FAILURE
 
 TOTALS = 2
 """The counts before the columns': rows above c, then all rows."""
@@ -177,17 +179,37 @@ def joint_suppression(worst: np.ndarray, everyone: np.ndarray, minimum: int) -> 
         sent[int(np.argmin(np.where(counted, everyone, np.iinfo(np.int64).max)))] = False
 
 
+def composition_sensitivity(columns: Sequence[CompositionColumn]) -> tuple[float, float]:
+    """(L1, L2): how far one held-out record (added or removed) moves the sum of :func:`local_counts`, in
+    counts, when no site suppresses (``minimum`` 1).
+
+    A record is one of all rows and at most one of the rows above c, and in each column in one level's
+    all-rows count and at most one level's count above c: 2 + 2 * columns coordinates move by 1 each.
+    A site's own suppression (:func:`joint_suppression`) voids this bound, since one record can carry a
+    cell across ``minimum`` and the cell withheld with it can be any size; under noise the sites send
+    their counts whole and the suppression happens on the noised sum (:func:`composition_from_sums`),
+    which, being post-processing, costs no privacy.
+    """
+    moved = TOTALS + 2 * len(columns)
+    return float(moved), math.sqrt(moved)
+
+
 def _shown(count: int, minimum: int) -> int | None:
     """A decoded count as reported: None (suppressed) below ``minimum``."""
     return count if count >= minimum else None
 
 
 def _share(count: int | None, total: int) -> float | None:
-    return None if count is None else count / total
+    return None if count is None or total <= 0 else count / total
 
 
 def composition_from_sums(
-    columns: Sequence[CompositionColumn], summed: np.ndarray, threshold: float, minimum: int
+    columns: Sequence[CompositionColumn],
+    summed: np.ndarray,
+    threshold: float,
+    minimum: int,
+    noise_std: float = 0.0,
+    failure: float = NOISE_FAILURE,
 ) -> dict[str, Any]:
     """The federation's worst-group composition from the secure sum of every site's :func:`local_counts`.
 
@@ -196,8 +218,18 @@ def composition_from_sums(
     and ``columns``: per column a list of cells, one per level in the column's order, each
     with the fields of :class:`fedfair.fairness.composition.CellShare` (``level``,
     ``worst_share``, ``overall_share``, ``worst_rows``, ``rows``), every count below
-    ``minimum`` and every share resting on one None. A sum that no honest sites' counts add
-    up to (a negative count, a column holding more rows than the total) is refused.
+    ``minimum`` and every share resting on one None.
+
+    ``noise_std`` 0: exact sums; a sum that no honest sites' counts add up to (a negative count,
+    a column holding more rows than the total) is refused. ``noise_std`` > 0: the standard
+    deviation of the noise on each decoded count. Counts are rounded and clipped at 0, then
+    suppressed below ``minimum`` as exact ones are (a noised count below it is reported as
+    suppressed, whatever the truth); nothing is refused for being inconsistent, and the result
+    says what the noise allows: ``noise_std``, ``confidence`` (1 - ``failure``),
+    ``count_error_bound`` (every reported count within it of the true sum, all at once with that
+    probability: z sigma + 1/2 for the rounding, z from the union bound over the counts) and
+    ``share_error_bound`` (every reported share within it of the share of the true counts, on the
+    same event).
     """
     vector = np.asarray(summed, dtype=np.float64)
     if vector.shape != (composition_length(columns),):
@@ -205,10 +237,16 @@ def composition_from_sums(
             f"the composition sum has shape {vector.shape}, but the plan's columns make "
             f"({composition_length(columns)},); every site must use the same plan"
         )
-    # Counts are sums of integers; rounding removes any encoding error.
+    if not (math.isfinite(noise_std) and noise_std >= 0.0):
+        raise ConfigError(f"noise_std must be finite and non-negative, got {noise_std}")
+    noised = noise_std > 0.0
+    # Counts are sums of integers; rounding removes any encoding error (and, noised, reports whole rows).
     counts = np.rint(vector).astype(np.int64)
+    if noised:
+        counts = np.maximum(counts, 0)
     worst_total, total = int(counts[0]), int(counts[1])
     report: dict[str, list[dict[str, object]]] = {}
+    shares: list[tuple[int, int]] = []
     position = TOTALS
     for column in columns:
         width = len(column.levels)
@@ -216,7 +254,7 @@ def composition_from_sums(
         for part_total in (worst_total, total):
             part = counts[position : position + width]
             position += width
-            if part.min() < 0 or part.sum() > part_total:
+            if not noised and (part.min() < 0 or part.sum() > part_total):
                 raise ConfigError(
                     f"the composition counts of {column.name!r} are inconsistent (negative, or more rows than the "
                     "total); a contributor sent broken sums"
@@ -235,12 +273,39 @@ def composition_from_sums(
             }
             for index, level in enumerate(column.levels)
         ]
+        shares += [(count, worst_total) for count in worst if count is not None]
+        shares += [(count, total) for count in everyone if count is not None]
     suppressed = sum(cell[key] is None for cells in report.values() for cell in cells for key in ("worst_rows", "rows"))
-    return {
+    result: dict[str, Any] = {
         "threshold": float(threshold),
         "min_category_count": minimum,
         "worst_rows": _shown(worst_total, minimum),
         "rows": _shown(total, minimum),
         "suppressed": suppressed,
         "columns": report,
+    }
+    if noised:
+        result.update(_noise_statement(noise_std, failure, vector.size, shares))
+    return result
+
+
+def _noise_statement(noise_std: float, failure: float, counts: int, shares: list[tuple[int, int]]) -> dict[str, float]:
+    """What the noise allows a reader of noised counts to conclude (see :func:`composition_from_sums`).
+
+    On the event that every count is within b of its truth, a share x / T of true counts and the
+    reported x' / T' differ by at most (b + b x' / T') / (T' - b) (for T' > b; else nothing is known).
+    """
+    if not 0.0 < failure < 1.0:
+        raise ConfigError(f"the failure probability of a noised report must be in (0, 1), got {failure}")
+    # Sub-Gaussian tails (Gaussian or Skellam noise) and a union bound over every decoded count.
+    bound = math.sqrt(2.0 * math.log(2.0 * counts / failure)) * noise_std + 0.5
+    share_bound = max(
+        ((bound + bound * count / total) / (total - bound) if total > bound else 1.0 for count, total in shares),
+        default=0.0,
+    )
+    return {
+        "noise_std": noise_std,
+        "confidence": 1.0 - failure,
+        "count_error_bound": bound,
+        "share_error_bound": min(share_bound, 1.0),
     }

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy import stats
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import MISSING_LEVEL, Column, Schema
@@ -18,6 +19,7 @@ from fedfair.runtime.composition import (
     CompositionColumn,
     composition_columns,
     composition_from_sums,
+    composition_sensitivity,
     composition_length,
     held_out_levels,
     local_counts,
@@ -249,3 +251,58 @@ def test_the_aggregator_applies_the_rule_again_so_a_faulty_sites_small_count_can
 def test_sums_no_honest_sites_add_up_to_are_refused(vector: list[float], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         composition_from_sums((CompositionColumn("sex", ("female", "male")),), np.array(vector, float), 1.0, 10)
+
+
+# ---------------------------------------------------------------- under noise
+
+
+def test_one_record_moves_the_unsuppressed_counts_by_at_most_the_stated_sensitivity() -> None:
+    columns = composition_columns(SCHEMA, ["race", "sex", "income"])
+    table, losses = sites()[0]
+    levels = held_out_levels(SCHEMA, columns, table, "site")
+    l1, l2 = composition_sensitivity(columns)
+    assert (l1, l2) == (TOTALS + 2 * len(columns), np.sqrt(TOTALS + 2 * len(columns)))
+    whole = local_counts(columns, levels, losses, THRESHOLD, 1)  # minimum 1: nothing withheld
+    for row in (int(np.argmax(losses > THRESHOLD)), int(np.argmax(losses <= THRESHOLD))):
+        kept = np.arange(losses.size) != row
+        moved = np.abs(whole - local_counts(columns, levels[kept], losses[kept], THRESHOLD, 1))
+        assert moved.sum() <= l1 and np.sqrt((moved**2).sum()) <= l2 and moved.max() == 1
+    # A site's own suppression breaks the bound: one record takes a category of 10 below the minimum, and the
+    # withheld 9 take the category of 50 with them; its sent counts move by 2 (10 + 50), not by at most 2.
+    before = np.array([10, 50])
+    after = np.array([9, 50])
+    sent_before, sent_after = joint_suppression(before, before, 10), joint_suppression(after, after, 10)
+    assert sent_before.all() and not sent_after.any()
+    assert 2 * np.abs(np.where(sent_before, before, 0) - np.where(sent_after, after, 0)).sum() == 120 > l1
+
+
+def test_noised_counts_are_reported_within_their_bound_and_small_ones_suppressed() -> None:
+    data = sites()
+    columns = composition_columns(SCHEMA, ["race", "sex", "income"])
+    exact = composition_from_sums(columns, summed(columns, data, 1), THRESHOLD, 1)
+    clean = summed(columns, data, 1)  # the sites send whole counts; the noise protects them
+    rng = np.random.default_rng(5)
+    std, minimum, trials, failed = 3.0, SCHEMA.min_category_count, 40, 0
+    for _ in range(trials):
+        reported = composition_from_sums(columns, clean + rng.normal(0.0, std, clean.size), THRESHOLD, minimum, std)
+        assert reported["noise_std"] == std and reported["confidence"] == 0.95
+        count_bound, share_bound = reported["count_error_bound"], reported["share_error_bound"]
+        missed = False
+        for column in columns:
+            for cell, truth in zip(reported["columns"][column.name], exact["columns"][column.name]):
+                for key, share in (("worst_rows", "worst_share"), ("rows", "overall_share")):
+                    if cell[key] is None:
+                        continue
+                    assert cell[key] >= minimum  # a noised count below the minimum is suppressed
+                    true_count = truth[key] or 0
+                    true_share = truth[share] or 0.0
+                    missed |= abs(cell[key] - true_count) > count_bound
+                    missed |= abs(cell[share] - true_share) > share_bound + 1e-12
+        failed += missed
+    assert failed <= stats.binom.isf(1e-6, trials, 0.05)
+    # Sums no honest sites could send are refused when exact, reported when noised.
+    broken = np.array([10, 20, -3, 0, 25, 0], dtype=np.float64)
+    sex = (CompositionColumn("sex", ("female", "male")),)
+    with pytest.raises(ConfigError, match="inconsistent"):
+        composition_from_sums(sex, broken, 1.0, 10)
+    assert composition_from_sums(sex, broken, 1.0, 10, 2.0)["columns"]["sex"][0]["worst_rows"] is None
