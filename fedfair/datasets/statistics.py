@@ -160,6 +160,28 @@ def statistics_vector(schema: Schema, table: pd.DataFrame, source: str = "the ta
     return np.array(vector, dtype=np.float64)
 
 
+def statistics_sensitivity(schema: Schema) -> tuple[float, float]:
+    """(L1, L2): how far one record (added or removed) moves the statistics a sum reveals, in real units,
+    when no site suppresses: the row count by 1; per numeric column its count by 1, sum x by at most
+    ``max_abs`` and sum x^2 by at most ``max_abs``^2 (values above ``max_abs`` are refused, so it bounds
+    every value; quantised, by at most 2^-(F+1) more each); per categorical column one cell by 1.
+
+    What this does not give, and why statistics are not noised: (1) sites suppress small cells
+    (:func:`suppress_small_cells`), and one record can carry a cell across the minimum and the smallest
+    sent cell with it, of any size, so the bound holds only for unsuppressed counts; (2) the sums travel
+    as 24-bit limbs whose carries one record can move by up to 2^24 each, so noise would have to go on
+    the joined integers (the lowest limb alone, which join_limbs adds back unchanged), not per
+    coordinate; (3) at the default ``max_abs`` = 1e9 the squares' sensitivity is 1e18, and noise of that
+    size leaves no usable standard deviation unless the [schema] bounds each column tightly.
+    """
+    numeric = sum(column.kind == "numeric" for column in schema.columns)
+    categorical = len(schema.columns) - numeric
+    largest = schema.max_abs + math.ldexp(0.5, -schema.fraction_bits)
+    l1 = 1.0 + numeric * (1.0 + largest + largest**2) + categorical
+    l2 = math.sqrt(1.0 + numeric * (1.0 + largest**2 + largest**4) + categorical)
+    return l1, l2
+
+
 def suppress_small_cells(cells: np.ndarray, minimum: int) -> np.ndarray:
     """A column's cell counts (they add up to the site's rows) with every count below ``minimum`` set to 0.
 
