@@ -247,6 +247,20 @@ manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
             ],
         )
     )
+    renewed = f"{federation.federation_id}-2"
+    sections.append(
+        _step(
+            "Running it again",
+            "A finished federation runs again as a new one, from the same sites and certificates: a new id, "
+            f"a fresh output folder and a new manifest (every institution compares its digest and puts it in place "
+            f"of `{MANIFEST}`); the bindings and privacy ledgers start afresh under the new id:",
+            [
+                f"fedfair plan renew --plan {AGGREGATOR_NAME}/plan.toml --manifest {MANIFEST} --federation {renewed} "
+                f"--out manifest-{renewed}.toml " + " ".join(f"--config {site}/collaborator.toml" for site in sites),
+                f"mv manifest-{renewed}.toml {MANIFEST}",
+            ],
+        )
+    )
     return "\n".join(sections)
 
 

@@ -36,12 +36,12 @@ def init(*words: str) -> int:
 
 
 def commands(readme: Path) -> list[list[str]]:
-    """The README's command lines (those of fedfair and the copies), as words without the program's path."""
+    """The README's command lines (those of fedfair, the copies and the moves), as words without the program's path."""
     found = []
     for line in readme.read_text().splitlines():
         words = shlex.split(line.strip()) if line.startswith("    ") else []
-        if words and words[0] in ("fedfair", ".venv/bin/fedfair", "cp"):
-            found.append(["fedfair", *words[1:]] if words[0] != "cp" else words)
+        if words and words[0] in ("fedfair", ".venv/bin/fedfair", "cp", "mv"):
+            found.append(["fedfair", *words[1:]] if words[0] not in ("cp", "mv") else words)
     return found
 
 
@@ -87,7 +87,8 @@ def test_the_readmes_commands_are_verbs_the_cli_has(tmp_path: Path, sample: Path
 
 
 def test_the_readmes_steps_work_as_written(tmp_path: Path, sample: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run the README's PKI, manifest and check commands in order; the pinned plan and every config then load."""
+    """Run the README's check, PKI, manifest and renewal commands in order; the pinned plan (of the renewed
+    federation, the README's last step) and every config then load."""
     folder = tmp_path / "fed"
     assert init(str(folder), "--sites", ",".join(SITES), "--csv", str(sample), "--label", "outcome") == 0
     monkeypatch.chdir(folder)
@@ -97,12 +98,15 @@ def test_the_readmes_steps_work_as_written(tmp_path: Path, sample: Path, monkeyp
     for words in commands(folder / README):
         if words[0] == "cp":
             shutil.copy(words[1], words[2])
+        elif words[0] == "mv":
+            shutil.move(words[1], words[2])
         elif words[2] != "start":  # the processes themselves are the end-to-end tests' business
             assert cli.main(words[1:]) == 0, shlex.join(words)
     for path in (folder / "aggregator" / "plan.toml", *(folder / site / "collaborator.toml" for site in SITES)):
         path.write_text(path.read_text().replace('# manifest = "../manifest.toml"', 'manifest = "../manifest.toml"'))
     plan = load_aggregator_plan(folder / "aggregator" / "plan.toml")
     assert plan.manifest is not None and plan.manifest.max_colluding == plan.secure_aggregation.max_colluding
+    assert plan.federation_id == plan.manifest.federation_id == "fed-2"
     for site in SITES:
         assert load_collaborator_config(folder / site / "collaborator.toml").manifest == plan.manifest
 
