@@ -221,6 +221,8 @@ class TaskStream:
             elif binding.stage in STEPS:
                 self._step(stub, task)
         except grpc.RpcError as error:
+            if self._watchdog.expired is not None:  # the watchdog closed the channel under this task
+                raise self._watchdog.expired from None
             code = error.code()
             if code == grpc.StatusCode.PERMISSION_DENIED:
                 raise self.backoff.classify(error, "taking part") from None
