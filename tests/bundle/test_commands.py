@@ -127,6 +127,26 @@ def test_predict_writes_the_in_process_models_predictions_in_row_order(
     assert written[PREDICTION_COLUMN].nunique() == classes
 
 
+def test_predict_keeps_the_columns_asked_for_in_front_of_the_predictions(
+    tmp_path: Path, bundle_file: tuple[Path, nn.Module, Encoder, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _, _, classes = bundle_file
+    table = institution_table(40, classes, seed=3).drop(columns="income")
+    table.insert(0, "patient_id", [f"P{index:03d}" for index in range(40)])
+    table.to_csv(tmp_path / "new.csv", index=False)
+    base = ["predict", "--model", str(path), "--data", str(tmp_path / "new.csv")]
+    assert main([*base, "--out", str(tmp_path / "plain.csv")]) == 0
+    assert main([*base, "--out", str(tmp_path / "kept.csv"), "--keep", "patient_id", "--keep", "age,patient_id"]) == 0
+    plain, kept = pd.read_csv(tmp_path / "plain.csv"), pd.read_csv(tmp_path / "kept.csv")
+    assert list(kept.columns) == ["patient_id", "age", *plain.columns]
+    assert kept["patient_id"].tolist() == table["patient_id"].tolist() and kept["age"].tolist() == table["age"].tolist()
+    pd.testing.assert_frame_equal(kept[list(plain.columns)], plain)  # the predictions are the same, in row order
+    capsys.readouterr()
+    assert main([*base, "--out", str(tmp_path / "bad.csv"), "--keep", "patient"]) == 2
+    assert "--keep patient: the table has no such column; did you mean 'patient_id'?" in capsys.readouterr().err
+    assert not (tmp_path / "bad.csv").exists()
+
+
 def test_evaluate_reports_fairness_computed_directly(
     tmp_path: Path, bundle_file: tuple[Path, nn.Module, Encoder, int], capsys: pytest.CaptureFixture[str]
 ) -> None:
