@@ -45,6 +45,8 @@ class TableCheck:
     """Table columns the [schema] does not name (the model never sees them), each with "(ID-like: why)" if so."""
     identifiers: tuple[str, ...] = ()
     """[schema] feature columns that look like row identifiers, each with why."""
+    pinned: bool = True
+    """Whether the schema came from a manifest (an edit then needs a new pin) or from a plan not yet pinned."""
 
     def render(self) -> str:
         lines = []
@@ -68,12 +70,24 @@ class TableCheck:
         if self.ignored:
             lines.append(f"Not in the [schema], so never used: {', '.join(self.ignored)}.")
         if self.problems and self.edits:
-            lines.append(
-                "Either fix the table, or edit the plan's [schema] (then pin the plan again: `fedfair plan pin`, "
-                "and `fedfair plan diff OLD NEW` for every institution to review):"
+            then = (
+                "then pin the plan again: `fedfair plan pin`, and `fedfair plan diff OLD NEW` for every institution "
+                "to review"
+                if self.pinned
+                else "before the plan is pinned, so no new pin is needed"
             )
+            lines.append(f"Either fix the table, or edit the plan's [schema] ({then}):")
             lines += [f"  {edit}" for edit in self.edits]
         return "\n".join(lines)
+
+
+def pins_plan(path: Path) -> bool:
+    """Whether `path` is a manifest pinning a plan (its [schema] is agreed) rather than a plan file."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return "schema" not in document and isinstance(document.get("plan"), Mapping)
 
 
 def schema_from_file(path: Path) -> Schema:
@@ -97,7 +111,7 @@ def schema_from_file(path: Path) -> Schema:
     return Schema.from_mapping(section, str(path))
 
 
-def check_against(schema: Schema, table: pd.DataFrame, source: str) -> TableCheck:
+def check_against(schema: Schema, table: pd.DataFrame, source: str, *, pinned: bool = True) -> TableCheck:
     """Every problem of ``table`` under ``schema``, the schema edits that would accept it, and what the
     model will not use (columns outside the schema) or should not (ID-like feature columns)."""
     dialect = table.attrs.get("dialect")
@@ -117,6 +131,7 @@ def check_against(schema: Schema, table: pd.DataFrame, source: str) -> TableChec
         read_as,
         tuple(name + (f" (ID-like: {outside_ids[name]})" if name in outside_ids else "") for name in outside),
         tuple(f"{name} ({why})" for name, why in id_like_columns(named, features).items()),
+        pinned,
     )
 
 

@@ -110,10 +110,10 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     """Exit 0 when the table fits, 1 when it does not (the report says how, and how the schema could change)."""
-    from fedfair.datasets.check import check_against, schema_from_file
+    from fedfair.datasets.check import check_against, pins_plan, schema_from_file
     from fedfair.datasets.tabular import read_table
 
     schema = schema_from_file(args.plan)
-    report = check_against(schema, read_table(args.csv), args.csv.name)
+    report = check_against(schema, read_table(args.csv), args.csv.name, pinned=pins_plan(args.plan))
     print(report.render())
     return 1 if report.problems else 0

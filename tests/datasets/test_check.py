@@ -111,7 +111,11 @@ def test_the_command_reads_a_plan_or_the_manifest_that_pins_it(tmp_path: Path, c
         assert schema_from_file(source) == schema
         args = parser.parse_args(["data", "check", "--plan", str(source), "--csv", str(site)])
         assert args.handler(args) == 1
-        assert "site.csv does not fit the plan's [schema] (3 problems" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "site.csv does not fit the plan's [schema] (3 problems" in out
+        # Checked against the plan before its pin, an edit needs no new pin; against the manifest it does.
+        assert ("then pin the plan again" in out) == (source == manifest)
+        assert ("before the plan is pinned, so no new pin is needed" in out) == (source == plan)
     args = parser.parse_args(["data", "check", "--plan", str(plan), "--csv", str(good)])
     assert args.handler(args) == 0
     assert "good.csv fits" in capsys.readouterr().out
