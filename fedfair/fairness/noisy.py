@@ -20,8 +20,9 @@ with n^ the root's count. The best group is the same with S^-_B(t) = sum (t - mi
 
 Why the bound holds. Both noises are sub-Gaussian with variance proxy sigma^2 per coordinate
 (exactly so for the Gaussian; a Skellam of variance s^2 on a lattice of step u has log-MGF
-(s/u)^2 (cosh(lambda u) - 1) <= (lambda^2 s^2 / 2) cosh(lambda u), and cosh(z u / s) - 1 is
-below 1e-12 for the encodings' s / u > 10^6), so |S^(t) - S_B(t)| <= z sigma sqrt(V(t)) +
+(s/u)^2 (cosh(lambda u) - 1) <= (lambda^2 s^2 / 2) cosh(lambda u), so at lambda = z / s the
+proxy is inflated by cosh(z u / s), under 1 + 1e-6 for the evaluation encoding's u = 2^-20 and
+any s >= 0.01; the same holds for the rotated noise, a combination of such terms), so |S^(t) - S_B(t)| <= z sigma sqrt(V(t)) +
 sum_error D(t) (D: the sum of the absolute coefficients) for every candidate t of both
 directions, and |n^ - n|, |e^ - e| <= z sigma + sum_error, all at once except with probability
 `failure`, by the union bound with z = sqrt(2 ln(2 m / failure)) over the m events. On that
