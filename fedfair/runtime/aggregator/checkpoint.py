@@ -1,8 +1,9 @@
 """The aggregator's files: atomic checkpoints, the JSON-lines round log, the final model.
 
 A checkpoint holds everything the aggregator needs to continue: the server state
-(theta, c and their running averages, and with drift correction the control variate
-sigma, so a resumed federation goes on with the same one), the last finished round, the digest of
+(theta, c and their running averages, with drift correction the control variate sigma and
+with server momentum its velocity, so a resumed federation goes on with the same ones), the
+last finished round, the digest of
 the plan it ran under (and the plan's content, so a refused ``--resume`` names the settings that
 differ) and, under a [schema], the federation's encoder. It is written to a temporary file in the same folder,
 flushed and fsynced, then renamed over the old one (and the folder fsynced), so a
@@ -69,16 +70,17 @@ class Checkpoint:
 
 
 def state_digest(state: ServerState) -> str:
-    """SHA-256 of (theta, c, their averages, and sigma with drift correction): what the round log
+    """SHA-256 of (theta, c, their averages, sigma with drift correction, the velocity with momentum): what the round log
     records at each round's start, so anyone can check that a resumed run starts from exactly the
     checkpointed model."""
     digest = hashlib.sha256()
     for tensor in (state.theta, state.theta_average):
         digest.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
     digest.update(json.dumps([state.c, state.c_average, state.averaged_rounds, state.round]).encode())
-    if state.control is not None:
-        # After the rest, and only when there is one: a plan without drift correction keeps its digests.
-        digest.update(state.control.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
+    for extra in (state.control, state.velocity):
+        # After the rest, and only when there is one: a plan without drift correction or momentum keeps its digests.
+        if extra is not None:
+            digest.update(extra.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -91,8 +93,9 @@ def _state_dict(state: ServerState) -> dict[str, Any]:
         "c_average": float(state.c_average),
         "averaged_rounds": state.averaged_rounds,
     }
-    if state.control is not None:
-        saved["control"] = state.control.detach().to("cpu", torch.float64).clone()
+    for key, extra in (("control", state.control), ("velocity", state.velocity)):
+        if extra is not None:
+            saved[key] = extra.detach().to("cpu", torch.float64).clone()
     return saved
 
 
@@ -171,6 +174,7 @@ def load_checkpoint(folder: Path, plan_digest: str, plan: Mapping[str, Any] | No
             c_average=float(raw["c_average"]),
             averaged_rounds=_count(raw["averaged_rounds"], "state.averaged_rounds"),
             control=raw["control"].to(torch.float64) if "control" in raw else None,
+            velocity=raw["velocity"].to(torch.float64) if "velocity" in raw else None,
         )
         if not all(map(math.isfinite, (state.c, state.c_average))):
             raise ValueError(f"fields state.c and state.c_average must be finite, got {state.c}, {state.c_average}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 from pathlib import Path
@@ -17,6 +18,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
     load_checkpoint,
     save_checkpoint,
+    state_digest,
 )
 
 PLAN = "d" * 64
@@ -73,3 +75,12 @@ def test_an_odd_value_in_a_checkpoint_is_a_named_error(tmp_path: Path, field: st
     with pytest.raises(ConfigError, match=f"checkpoint {tmp_path / CHECKPOINT_NAME}.*{named[:30]}") as refused:
         load_checkpoint(tmp_path, PLAN)
     assert named in str(refused.value) and len(str(refused.value)) < 600
+
+
+def test_the_server_momentums_velocity_is_kept_so_a_resume_goes_on_with_it(tmp_path: Path) -> None:
+    state = server.init(torch.linspace(-1.0, 1.0, 7, dtype=torch.float64), bound=10.0)
+    moving = dataclasses.replace(state, velocity=torch.linspace(0.5, -0.5, 8, dtype=torch.float64))
+    save_checkpoint(tmp_path, Checkpoint(2, moving, PLAN))
+    loaded = load_checkpoint(tmp_path, PLAN).state
+    assert loaded.velocity is not None and torch.equal(loaded.velocity, moving.velocity)
+    assert state_digest(loaded) == state_digest(moving) != state_digest(state)
