@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 import pytest
 
 from fedfair.research.processes import start_aggregator, start_collaborator
@@ -21,8 +24,8 @@ from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import STARTING_SECONDS, Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.failures import AGGREGATOR_UNREACHABLE, PLAN_CHANGED, Failure, PermanentFailure
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
-from fedfair.runtime.transport import TlsFiles
+from fedfair.runtime.plan import load_aggregator_plan, plan_digest, shared_settings
+from fedfair.runtime.transport import TlsFiles, make_binding, pb, pb_grpc, server_credentials
 from tests.runtime.harness import new_workspace
 
 NAMES = ["site-a", "site-b", "site-c"]
@@ -77,6 +80,57 @@ def test_a_silent_aggregator_ends_the_collaborator_with_a_clear_message(
     assert LIMIT <= ended - joined[-1] < LIMIT + 3.0, ended - joined[-1]
     assert str(caught.value).startswith("aggregator-silent: ") and "the first task" in str(caught.value)
     assert "waiting for the first task from the aggregator for" in caplog.text
+
+
+class StallingAggregator(pb_grpc.FederationServicer):
+    """Serves the plan and one TRAIN task, then stalls the model's download (it never sends a part)."""
+
+    def __init__(self, settings: bytes, digest: str) -> None:
+        self.settings, self.digest = settings, digest
+        self.stalled = threading.Event()
+
+    def GetPlan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.PlanReply:
+        return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.digest)
+
+    def WaitForTasks(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
+        binding = make_binding(request.after.federation_id, 1, pb.STAGE_TRAIN)
+        yield pb.Task(binding=binding, action=pb.ACTION_RUN, deadline_seconds=30.0, plan_digest=self.digest)
+        while context.is_active():
+            time.sleep(0.05)
+
+    def DownloadModel(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.ModelPart]:
+        self.stalled.set()
+        while context.is_active():
+            time.sleep(0.05)
+        yield from ()
+
+
+def test_a_stalled_download_ends_the_collaborator_at_its_idle_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, a stalled download ended at its 60 s deadline and fell back into the same silent wait."""
+    workspace = new_workspace(tmp_path, NAMES, secure_aggregation={"enabled": False}, quorum={"min_collaborators": 1})
+    with_idle_timeout(workspace.configs["site-a"], LIMIT)
+    plan = load_aggregator_plan(workspace.plan)
+    stalling = StallingAggregator(shared_settings(plan), plan_digest(plan))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_FederationServicer_to_server(stalling, server)  # type: ignore[no-untyped-call]
+    server.add_secure_port(workspace.address, server_credentials(TlsFiles.in_folder(workspace.certs, "aggregator")))
+    server.start()
+    try:
+        collaborator = Collaborator(load_collaborator_config(workspace.configs["site-a"]), retry=QUICK)
+        with caplog.at_level(logging.INFO, logger="fedfair.collaborator"), pytest.raises(PermanentFailure) as caught:
+            collaborator.run()
+        ended = time.time()
+    finally:
+        server.stop(0)
+    assert stalling.stalled.is_set()
+    message = str(caught.value)
+    assert message.startswith("aggregator-silent: ") and "round 1 STAGE_TRAIN's input" in message
+    stalled_at = [r.created for r in caplog.records if "waiting for round 1 STAGE_TRAIN's input" in r.getMessage()]
+    assert stalled_at, caplog.text  # it said what it waited for while it waited
+    assert ended - stalled_at[0] < LIMIT + 1.0
+    assert "CANCELLED" not in caplog.text  # the cut RPC is not reported as the aggregator's refusal
 
 
 def test_retry_lines_are_info_while_the_aggregator_may_be_starting_then_warnings(
