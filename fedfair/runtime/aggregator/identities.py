@@ -11,13 +11,15 @@ process connected from; the collaborator counts that refusal as permanent and ex
 non-zero, while the running process is untouched.
 
 A stream whose connection died without a goodbye stays "active" until gRPC's keepalive
-notices (``network.SERVER_KEEPALIVE``: 30 s at most); a process restarted within that window
-is refused once and started again by its operator.
+notices (``network.SERVER_KEEPALIVE``: 30 s at most); a process restarted within that window,
+past the :data:`GRACE_SECONDS` a new stream waits for the old one to end, is refused once and
+started again by its operator.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -31,6 +33,14 @@ ALREADY_CONNECTED = (
 )
 """What a second process of a connected name hears, and the aggregator logs (the caller's own name
 only: it holds that certificate)."""
+
+
+GRACE_SECONDS = 2.0
+"""How long a new stream waits for the other connection's stream to end before it is refused: a process
+restarted at once (or a stream its own process just cancelled) is not taken for a second process while
+gRPC is still closing the old one."""
+
+POLL_SECONDS = 0.05
 
 
 def host_of(peer: str) -> str:
@@ -51,13 +61,18 @@ class LiveStreams:
         """Count `context` as a live stream of `name` while the block runs, or raise Rejected
         (ALREADY_EXISTS) at once when another connection holds an active stream of `name`."""
         peer = context.peer()
-        with self._lock:
-            live = [(other, address) for other, address in self._streams.get(name, []) if other.is_active()]
-            elsewhere = [address for _, address in live if address != peer]
-            if elsewhere:
+        deadline = time.monotonic() + GRACE_SECONDS
+        while True:
+            with self._lock:
+                live = [(other, address) for other, address in self._streams.get(name, []) if other.is_active()]
+                elsewhere = [address for _, address in live if address != peer]
+                if not elsewhere:
+                    self._streams[name] = [*live, (context, peer)]
+                    break
+            if time.monotonic() >= deadline:
                 message = ALREADY_CONNECTED.format(name=name, running=host_of(elsewhere[0]), second=host_of(peer))
                 raise Rejected(grpc.StatusCode.ALREADY_EXISTS, message)
-            self._streams[name] = [*live, (context, peer)]
+            time.sleep(POLL_SECONDS)
         try:
             yield
         finally:
