@@ -47,7 +47,7 @@ test-fast: setup
 	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow"
 
 # Every benchmark writes benchmarks/results/NAME.json; docs/benchmarks.md is generated from them.
-BENCHMARKS := attack_matrix census_fairness dp_bench federation_bench influence_bench reference_gap round_bench \
+BENCHMARKS := attack_matrix census_fairness dp_bench dp_utility federation_bench influence_bench reference_gap round_bench \
               secagg_bench simulation_speed
 
 bench: setup

@@ -204,13 +204,18 @@ class OnePassClipping:
     (factor * G)^T A for a weight, factor^T G for a bias, sum_i factor_i d f_i / d c for c.
     The result, left in `.grad`, is the one `NormClipping` and the per-sample path give,
     up to float rounding; `NormClippingOptimizer` then noises it alike.
+
+    With `threshold_norm`, theta and c are clipped separately: theta's per-sample gradient (every
+    layer but the threshold) to norm `max_grad_norm`, c's to `threshold_norm`; one sample then moves
+    the clipped sum by at most sqrt(max_grad_norm^2 + threshold_norm^2) in L2, as in distributed DP.
     """
 
-    def __init__(self, module: nn.Module, max_grad_norm: float) -> None:
+    def __init__(self, module: nn.Module, max_grad_norm: float, threshold_norm: float | None = None) -> None:
         blockers = one_pass_blockers(module)
         if blockers:
             raise ConfigError(f"one-pass clipping cannot train this model: {'; '.join(blockers)}")
         self.max_grad_norm = max_grad_norm
+        self.threshold_norm = threshold_norm
         self._layers = dict(trainable_modules(module))
         if has_clipping_hooks(module):
             raise ConfigError("this model already has clipping hooks; make a PrivateLearner once per LocalLearner")
@@ -269,11 +274,22 @@ class OnePassClipping:
             _per_sample_terms(layer, record.activation, backprop)
             for layer, record, backprop in zip(layers, records, backprops, strict=True)
         ]
-        # The norm as Opacus' get_norm_sample takes it: over the per-parameter norms of every layer.
-        norms = torch.stack([norm for _, layer_norms in samples for norm in layer_norms]).norm(2, dim=0)
+        # The norm as Opacus' get_norm_sample takes it: over the per-parameter norms of every layer
+        # (of every layer but the threshold, when c is clipped on its own).
+        separate = self.threshold_norm is not None
+        joint = [
+            norm
+            for layer, (_, layer_norms) in zip(layers, samples, strict=True)
+            if not (separate and isinstance(layer, RCVaRThreshold))
+            for norm in layer_norms
+        ]
+        norms = torch.stack(joint).norm(2, dim=0)
         factors = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
-        for layer, (terms, _) in zip(layers, samples, strict=True):
-            for parameter, gradient in _clipped_sums(layer, terms, factors):
+        for layer, (terms, layer_norms) in zip(layers, samples, strict=True):
+            layer_factors = factors
+            if self.threshold_norm is not None and isinstance(layer, RCVaRThreshold):
+                layer_factors = (self.threshold_norm / (layer_norms[0] + 1e-6)).clamp(max=1.0)
+            for parameter, gradient in _clipped_sums(layer, terms, layer_factors):
                 parameter.grad = gradient if parameter.grad is None else parameter.grad + gradient
 
 

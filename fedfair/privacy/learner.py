@@ -31,6 +31,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, StopsContributing
 from fedfair.core.update import Update
 from fedfair.privacy.accounting import PrivacyAccountant, noise_multiplier_for
+from fedfair.privacy.distributed import DistributedAccountant, TrainingNoise, padded_dimension, training_noise
 from fedfair.privacy.clipping import (
     ClippingMode,
     NormClipping,
@@ -120,6 +121,11 @@ class PrivateLearner:
     sampler, else per-sample gradients), or "one_pass" / "norm" / "per_sample" to
     insist on one; the mode chosen is `self.clipping`. `released` is what the report says is
     sent outside the noise (PrivacyReport.released).
+
+    With `privacy.mode` "distributed" the steps add no noise: theta's and c's per-record gradients are
+    clipped separately (one-pass clipping, so a model of dense layers), one local step per round, and
+    the accountant charges the Skellam noise the secure sum adds (`distributed_noise`, which the secure
+    sum derives alike from the same public values) for this collaborator's sampling rate.
     """
 
     def __init__(
@@ -149,11 +155,20 @@ class PrivateLearner:
         self.privacy = privacy
         self.name = name
         self.released = released
-        self.accountant = accountant if accountant is not None else PrivacyAccountant()
         self.steps_per_round = learner.config.local_steps
-        self.sample_rate = learner.batch_size / learner.num_samples
+        # Under distributed DP every site samples at the plan's rate, while its update is still divided
+        # by its weight b_k: the weighted vector is then -lr times the clipped sum whatever b_k is.
+        self.sample_rate = privacy.sample_rate or learner.batch_size / learner.num_samples
         planned_steps = planned_rounds * self.steps_per_round if planned_rounds is not None else None
-        self.noise_multiplier = noise_multiplier_for(privacy, self.sample_rate, planned_steps)
+        self.distributed_noise: TrainingNoise | None = None
+        self.accountant: PrivacyAccountant | DistributedAccountant
+        if privacy.mode == "distributed":
+            self.noise_multiplier = 0.0
+            self.distributed_noise = self._distributed_noise(planned_steps)
+            self.accountant = DistributedAccountant(self.distributed_noise)
+        else:
+            self.noise_multiplier = noise_multiplier_for(privacy, self.sample_rate, planned_steps)
+            self.accountant = accountant if accountant is not None else PrivacyAccountant()
         if not privacy.poisson_sampling:
             logger.warning("%s: Poisson sampling is off; the epsilon reported assumes it and does not hold here", name)
         if privacy.delta >= 1.0 / learner.num_samples:
@@ -161,13 +176,13 @@ class PrivateLearner:
                 "%s: delta %g is not below 1/n = %g for its %d samples; a delta that large permits leaking a record",
                 name, privacy.delta, 1.0 / learner.num_samples, learner.num_samples,
             )
-        self.clipping: ClippingMode = choose_clipping(heads, clipping)
+        self.clipping: ClippingMode = choose_clipping(heads, "one_pass" if privacy.mode == "distributed" else clipping)
         logger.info("%s: DP-SGD with %s", name, _CLIPPING_NAMES[self.clipping])
         # Hooks only: the learner keeps calling its own modules. In the per-sample path "sum"
         # makes each captured gradient exactly one sample's, whatever the Poisson batch size.
         self._norm_clipping: OnePassClipping | NormClipping | None = None
         if self.clipping == "one_pass":
-            self._norm_clipping = OnePassClipping(heads, privacy.max_grad_norm)
+            self._norm_clipping = OnePassClipping(heads, privacy.max_grad_norm, self.threshold_max_grad_norm)
         elif self.clipping == "norm":
             self._norm_clipping = NormClipping(heads, privacy.max_grad_norm)
         else:
@@ -190,6 +205,29 @@ class PrivateLearner:
         self._bounds: list[int] = [0]
         self._cursor = 0
         self.last_report: PrivacyReport | None = None
+
+    @property
+    def threshold_max_grad_norm(self) -> float | None:
+        """c's own clip bound under distributed DP (the configured one, else c's gradient bound
+        (1 - eps) max(1, 1/rho - 1), where clipping changes nothing); None when clipped with theta."""
+        threshold = self.learner.threshold
+        if self.privacy.mode != "distributed" or threshold is None:
+            return None
+        return threshold_clip(self.privacy, threshold.epsilon, threshold.rho)
+
+    def _distributed_noise(self, planned_steps: int | None) -> TrainingNoise:
+        config = self.learner.config
+        if planned_steps is None or self.privacy.target_epsilon is None:
+            raise ConfigError("distributed privacy needs the plan's rounds and a target_epsilon to calibrate the noise")
+        if config.local_steps != 1 or config.drift_correction != "none":
+            raise ConfigError(
+                "distributed privacy sums one clipped step per round inside the secure sum; set local_steps = 1 "
+                "and drift_correction = none"
+            )
+        return distributed_training_noise(
+            self.privacy, config.lr, config.threshold_lr, self.threshold_max_grad_norm, self.sample_rate,
+            planned_steps, sum(tensor.numel() for tensor in self.learner.state_tensors),
+        )
 
     def report(self) -> PrivacyReport:
         """The cumulative spend so far (recomputed; `last_report` holds the one logged after begin)."""
@@ -280,7 +318,8 @@ class PrivateLearner:
 
     def _report(self, epsilon: float) -> PrivacyReport:
         # RDP is cheap and independent of PRV's discretisation: a cross-check, not the reported value.
-        cross = self.accountant.epsilon(self.privacy.delta, "rdp") if self.privacy.accountant != "rdp" else None
+        local_prv = self.privacy.accountant != "rdp" and self.privacy.mode == "local"
+        cross = self.accountant.epsilon(self.privacy.delta, "rdp") if local_prv else None
         return PrivacyReport(
             rounds=self.accountant.rounds,
             steps=self.accountant.steps,
@@ -313,3 +352,35 @@ class PrivateLearner:
         else:
             self._index = index.to(self.device)
 
+
+
+def threshold_clip(privacy: PrivacyConfig, epsilon: float, rho: float) -> float:
+    """c's clip bound under distributed DP: ``privacy.threshold_max_grad_norm``, else the bound of c's
+    per-record gradient (1 - eps)(1 - s'(l - c) / rho) with s' in [0, 1], (1 - eps) max(1, 1/rho - 1)."""
+    if privacy.threshold_max_grad_norm is not None:
+        return privacy.threshold_max_grad_norm
+    return (1.0 - epsilon) * max(1.0, 1.0 / rho - 1.0)
+
+
+def record_sensitivity(lr: float, threshold_lr: float, max_grad_norm: float, threshold_norm: float | None) -> float:
+    """How far one record moves a collaborator's weighted vector [w delta, w delta_c] in L2 under
+    distributed DP: one step with clipped, un-noised gradients divided by the expected batch b and
+    weight w = b is -lr times the clipped sum for theta (-threshold_lr for c), so
+    sqrt((lr C)^2 + (threshold_lr C_c)^2), whatever the batch."""
+    threshold = 0.0 if threshold_norm is None else threshold_lr * threshold_norm
+    return float(np.hypot(lr * max_grad_norm, threshold))
+
+
+def distributed_training_noise(
+    privacy: PrivacyConfig, lr: float, threshold_lr: float, threshold_norm: float | None, sample_rate: float,
+    planned_steps: int, dimension: int,
+) -> TrainingNoise:
+    """The secure sum's noise for DP-SGD rounds under ``privacy`` (mode "distributed"), from public values
+    only: the step sizes and clip bounds (:func:`record_sensitivity`), the Poisson rate, the planned steps
+    and the update's ``dimension`` (rotated, so padded to a power of two)."""
+    if privacy.target_epsilon is None:
+        raise ConfigError("distributed privacy needs target_epsilon to calibrate the noise")
+    sensitivity = record_sensitivity(lr, threshold_lr, privacy.max_grad_norm, threshold_norm)
+    return training_noise(
+        privacy.target_epsilon, privacy.delta, sensitivity, sample_rate, planned_steps, padded_dimension(dimension)
+    )

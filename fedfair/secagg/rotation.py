@@ -20,16 +20,12 @@ import hashlib
 import numpy as np
 
 from fedfair.core.errors import ConfigError
+from fedfair.privacy.distributed import padded_dimension
 from fedfair.secagg import prg
 
+__all__ = ["hadamard", "padded_dimension", "rotate", "rotation_key", "signs", "unrotate"]
+
 _DOMAIN = b"fedfair rotation v1"
-
-
-def padded_dimension(dimension: int) -> int:
-    """m: the smallest power of two >= ``dimension`` (>= 1), the length of a rotated vector."""
-    if dimension < 1:
-        raise ConfigError(f"a rotated vector needs at least one coordinate, got dimension={dimension}")
-    return 1 << (dimension - 1).bit_length()
 
 
 def rotation_key(federation_id: str, round_number: int, purpose: str) -> bytes:

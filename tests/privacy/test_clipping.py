@@ -174,3 +174,23 @@ def test_one_pass_clipping_records_only_the_step_forward_and_refuses_what_it_can
         unused[1](learner.features)
     with pytest.raises(ConfigError, match=r"layer\(s\) '1' took no part.*requires_grad = False"):
         clipping.backward(outputs)
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
+@pytest.mark.parametrize("model", ["mlp", "logreg"])
+def test_one_pass_clipping_clips_theta_and_c_separately_when_asked(model: str) -> None:
+    """With a threshold bound, theta's per-sample gradient is clipped to C on its own norm and c's to C_c:
+    sum_i min(1, C / (||g_i,theta|| + 1e-6)) g_i,theta and sum_i min(1, C_c / (|g_i,c| + 1e-6)) g_i,c."""
+    learner = threshold_learner(n=120, model=model)
+    gradients = per_sample_gradients(learner, learner.features, learner.labels)
+    theta, c = gradients[:, :-1], gradients[:, -1]
+    norm, threshold_norm = float(theta.norm(dim=1).median()), float(c.abs().median())
+    expected_theta = ((norm / (theta.norm(dim=1) + 1e-6)).clamp(max=1.0)[:, None] * theta).sum(dim=0)
+    expected_c = ((threshold_norm / (c.abs() + 1e-6)).clamp(max=1.0) * c).sum()
+    heads = nn.ModuleList([learner.model, learner.threshold])
+    clipped_backward(OnePassClipping(heads, norm, threshold_norm=threshold_norm), learner)
+    assert learner.threshold is not None and learner.threshold.c.grad is not None
+    summed = torch.cat([parameter.grad.flatten() for parameter in learner.model.parameters() if parameter.grad is not None])
+    scale = float(gradients.abs().sum())
+    assert torch.allclose(summed, expected_theta, rtol=0, atol=64 * FLOAT64_UNIT_ROUNDOFF * scale)
+    assert abs(float(learner.threshold.c.grad) - float(expected_c)) <= 64 * FLOAT64_UNIT_ROUNDOFF * scale

@@ -39,17 +39,20 @@ def gaussian(sigma: float):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(("sigma", "q"), [(0.8, 0.01), (1.1, 0.05), (4.0, 0.2), (1.0, 1.0)])
-def test_subsampled_bound_is_above_and_near_the_sampled_gaussian(sigma: float, q: float) -> None:
-    # Opacus' RDP of the sampled Gaussian is exact at integer orders (Mironov et al. 2019); Zhu and
-    # Wang's general bound must not be below it, and costs at most log(3) / (alpha - 1) plus the
-    # ratio of its terms, so a factor below 3 at these orders.
-    orders = [2, 3, 5, 8, 16, 32]
+def test_subsampled_bounds_against_the_exact_sampled_gaussian(sigma: float, q: float) -> None:
+    # Opacus' RDP of the sampled Gaussian is exact at integer orders (Mironov, Talwar and Zhang 2019):
+    # sum_k C(alpha, k) q^k (1 - q)^(alpha - k) e^((k^2 - k) / (2 sigma^2)), which is Steinke's bound
+    # with the Gaussian's curve k / (2 sigma^2) term by term, so the two must agree to rounding. Zhu and
+    # Wang's bound must not be below it, and exceeds it by at most log(3) / (alpha - 1).
+    orders = [2, 3, 5, 8, 16, 32, 64]
     exact = opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=orders)
     for alpha, reference in zip(orders, exact, strict=True):
-        bound = distributed.subsampled_rdp(gaussian(sigma), q, alpha)
-        assert bound >= reference * (1 - 1e-9)
-        assert bound <= max(3 * reference, gaussian(sigma)(alpha))
-        assert bound <= gaussian(sigma)(alpha) + 1e-12
+        assert distributed.subsampled_rdp(gaussian(sigma), q, alpha) == pytest.approx(
+            min(reference, gaussian(sigma)(alpha)), rel=1e-9
+        )
+        conservative = distributed.subsampled_rdp(gaussian(sigma), q, alpha, "zhu_wang")
+        assert reference * (1 - 1e-9) <= conservative <= reference + math.log(3) / (alpha - 1) + 1e-12
+        assert conservative <= gaussian(sigma)(alpha) + 1e-12
 
 
 def test_conversion_matches_opacus_and_composition_adds_up() -> None:
@@ -62,6 +65,9 @@ def test_conversion_matches_opacus_and_composition_adds_up() -> None:
     doubled = distributed.rdp_curve([release, release])
     assert np.allclose(doubled, distributed.rdp_curve([Release("skellam", 200.0, 20.0, 5.0, 0.01, 200)]))
     assert distributed.epsilon([], 1e-5) == 0.0
+    # The cached, vectorised curve is the scalar definition at every order.
+    scalar = [distributed.release_rdp(release, alpha) for alpha in distributed.ORDERS]
+    assert np.allclose(distributed.rdp_curve([release]), scalar, rtol=1e-12, atol=0)
 
 
 def test_calibrate_meets_the_target_from_below() -> None:

@@ -276,3 +276,52 @@ def test_a_layer_called_twice_is_refused_in_norm_only_clipping_naming_the_fix(cl
         flat_parameters(learner.model), 0.0
     )
     assert bool(torch.isfinite(update.delta).all())
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
+def test_distributed_mode_sends_the_clipped_sum_without_noise_and_charges_the_secure_sums_noise() -> None:
+    """Under distributed DP a round is one step whose weighted update is -lr times the clipped sum (c's with
+    its own step and bound): no local noise, so with every record sampled (rate 1) it is exact."""
+    from fedfair.privacy.distributed import padded_dimension, training_noise
+    from fedfair.privacy.learner import record_sensitivity
+    from tests.privacy.test_clipping import per_sample_gradients
+
+    learner = threshold_learner(n=60, batch_size=20, local_steps=1, model="logreg")
+    theta_0 = flat_parameters(learner.model).clone()
+    gradients = per_sample_gradients(learner, learner.features, learner.labels)
+    norm, threshold_norm = float(gradients[:, :-1].norm(dim=1).median()), 0.05
+    privacy = private_config(target_epsilon=2.0, mode="distributed", sample_rate=1.0, max_grad_norm=norm,
+                             threshold_max_grad_norm=threshold_norm)
+    private = PrivateLearner(learner, privacy, planned_rounds=4)
+    assert private.noise_multiplier == 0.0 and private.clipping == "one_pass"
+    assert learner.threshold is not None
+    c_0 = float(learner.threshold.c.detach())  # the gradients above were taken at (theta_0, c_0)
+    update = private.train_round(theta_0, c_0)
+    theta, c = gradients[:, :-1], gradients[:, -1]
+    clipped_theta = ((norm / (theta.norm(dim=1) + 1e-6)).clamp(max=1.0)[:, None] * theta).sum(dim=0)
+    clipped_c = ((threshold_norm / (c.abs() + 1e-6)).clamp(max=1.0) * c).sum()
+    expected = torch.cat([-0.2 * clipped_theta, -0.3 * clipped_c.reshape(1)])
+    assert update.weight == 20.0
+    assert torch.allclose(update.weighted_vector(), expected, rtol=0, atol=1e-12 * float(gradients.abs().sum()))
+    # One round of four charged; the plan's noise makes four rounds spend exactly the target.
+    noise = training_noise(2.0, DELTA, record_sensitivity(0.2, 0.3, norm, threshold_norm), 1.0, 4, padded_dimension(theta.shape[1] + 1))
+    assert private.distributed_noise == noise
+    assert private.report().epsilon == pytest.approx(noise.epsilon(1, DELTA))
+    for _ in range(3):
+        private.train_round(theta_0, c_0)
+    assert 1.99 <= private.report().epsilon <= 2.0
+
+
+def test_distributed_mode_refuses_what_its_accounting_cannot_cover() -> None:
+    privacy = private_config(target_epsilon=2.0, mode="distributed")
+    with pytest.raises(ConfigError, match="local_steps = 1"):
+        PrivateLearner(threshold_learner(local_steps=3, model="logreg"), privacy, planned_rounds=4)
+    dense = threshold_learner(local_steps=1, model="logreg")
+    normalised = nn.Sequential(nn.Linear(8, 4), nn.LayerNorm(4), nn.Linear(4, 1)).double()
+    not_dense = LocalLearner(normalised, dense.features, dense.labels, 30, dense.config, threshold=dense.threshold)
+    with pytest.raises(ConfigError, match="one-pass clipping cannot train this model"):
+        PrivateLearner(not_dense, privacy, planned_rounds=4)
+    with pytest.raises(ConfigError, match="target_epsilon"):
+        private_config(noise_multiplier=1.0, mode="distributed")
+    with pytest.raises(ConfigError, match="distributed privacy only"):
+        private_config(target_epsilon=1.0, sample_rate=0.1)
