@@ -194,3 +194,32 @@ def poisson_fill() -> PoissonFill:
 
     compiled: PoissonFill = numba.njit(cache=True, boundscheck=False)(_poisson_fill)
     return compiled
+
+
+Hadamard = Callable[[np.ndarray], None]
+"""``hadamard(values)``: the unnormalised Walsh-Hadamard transform in place."""
+
+
+def _hadamard(values: np.ndarray) -> None:
+    """Overwrite the float64 ``values`` (a power-of-two length m) with H values, H the m x m Walsh-Hadamard
+    matrix in Sylvester's order, by log2(m) butterfly passes (a + b, a - b) in place: no temporary, and
+    each pass streams the array once (numpy's reshaped form takes a copy and three passes per stage)."""
+    size = values.size
+    half = 1
+    while half < size:
+        for start in range(0, size, 2 * half):
+            for index in range(start, start + half):
+                upper = values[index]
+                lower = values[index + half]
+                values[index] = upper + lower
+                values[index + half] = upper - lower
+        half *= 2
+
+
+@functools.cache
+def hadamard() -> Hadamard:
+    """The compiled :func:`_hadamard` (compiled, or loaded from the cache, on first call)."""
+    import numba
+
+    compiled: Hadamard = numba.njit(cache=True, boundscheck=False)(_hadamard)
+    return compiled

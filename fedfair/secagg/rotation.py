@@ -21,7 +21,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.distributed import padded_dimension
-from fedfair.secagg import prg
+from fedfair.secagg import kernels, prg
 
 __all__ = ["hadamard", "padded_dimension", "rotate", "rotation_key", "signs", "unrotate"]
 
@@ -46,18 +46,13 @@ def signs(key: bytes, size: int) -> np.ndarray:
 
 def hadamard(vector: np.ndarray) -> np.ndarray:
     """The normalised fast Walsh-Hadamard transform H x / sqrt(m) of a float64 vector of power-of-two
-    length m, in m log2(m) additions (a new array; H / sqrt(m) is orthogonal and its own inverse)."""
+    length m, in m log2(m) additions (compiled, :func:`fedfair.secagg.kernels.hadamard`; a new array;
+    H / sqrt(m) is orthogonal and its own inverse)."""
     size = vector.size
     if size < 1 or size & (size - 1):
         raise ConfigError(f"the Walsh-Hadamard transform needs a power-of-two length, got {size}")
     out = np.array(vector, dtype=np.float64, copy=True)
-    half = 1
-    while half < size:
-        pairs = out.reshape(-1, 2, half)
-        upper = pairs[:, 0, :].copy()
-        pairs[:, 0, :] += pairs[:, 1, :]
-        np.subtract(upper, pairs[:, 1, :], out=pairs[:, 1, :])
-        half *= 2
+    kernels.hadamard()(out)
     out *= 1.0 / np.sqrt(size)
     return out
 
