@@ -40,7 +40,7 @@ from fedfair.datasets import load_dataset
 from fedfair.research.experiment import LOSS_METHODS
 from fedfair.research.methods import METHODS
 from fedfair.research.paper_splits import PaperSplit, paper_split
-from fedfair.research.flags import default_step_size
+from fedfair.research.flags import default_step_size, momentum_step_scale
 from fedfair.research.runs import Run, judged_at, run_all
 from fedfair.research.worst_group import COMPOSITION_COLUMN, COMPOSITION_RHOS, composition_rows
 
@@ -100,6 +100,10 @@ class Profile:
     model: str = "logreg"
     adversary_lrs: tuple[float, ...] = (0.1,)
     """BPF's and FedMinMax's adversary step sizes (`--adversary-lr`), tried with every step multiple."""
+    fedsrcvar_momenta: tuple[float, ...] = (DEFAULT_SERVER_MOMENTUM, 0.0)
+    """FedSRCVaR's server momenta, each with its own default step (`momentum_step_scale`): where the best
+    held-out worst group is a model barely moved from its start (RAND HIE at rho = 0.1), Algorithm 1's
+    plain step at the smallest multiple wins; where it must be fitted (MNIST), momentum does."""
 
 
 PROFILES = {
@@ -204,8 +208,10 @@ class Study:
         # FedSRCVaR tries FedAvg's local steps too: both send one update per round, whatever tau.
         steps = p.fedavg_local_steps if method in ("fedavg", "fedsrcvar") else (1,)
         adversaries = p.adversary_lrs if method in ADVERSARY_METHODS else (None,)
+        momenta = p.fedsrcvar_momenta if method == "fedsrcvar" else (None,)
         return [
-            Point(scale, epsilon, local_steps, adversary)
+            Point(scale, epsilon, local_steps, adversary, momentum)
+            for momentum in momenta
             for epsilon in epsilons
             for local_steps in steps
             for adversary in adversaries
@@ -233,19 +239,24 @@ class Study:
 @dataclass(frozen=True)
 class Point:
     """One hyperparameter choice: a multiple of the method's default step, FedSRCVaR's epsilon
-    (None: the method has none, or the figure fixes it) and the local steps per round."""
+    (None: the method has none, or the figure fixes it), the local steps per round, the adversary's
+    step and FedSRCVaR's server momentum (None: fedfair's default)."""
 
     scale: float
     epsilon: float | None = None
     local_steps: int = 1
     adversary_lr: float | None = None
+    momentum: float | None = None
 
     def flags(self, method: str, rho: float) -> tuple[str, ...]:
         """The `fedfair simulate` flags of this point. The default step of the RCVaR methods is
         fedfair's 0.5 / ((1 - eps) / rho + eps), scaled; BPF's is that at eps = 0, 0.5 rho (its
-        sample weights reach 1 / rho); the others' default is 0.5, scaled."""
+        sample weights reach 1 / rho); the others' default is 0.5, scaled. FedSRCVaR's default is that
+        times `momentum_step_scale` under its server momentum, as `fedfair simulate` takes it."""
         if method in RCVAR_METHODS:
             lr = self.scale * default_step_size(DEFAULT_EPSILON if self.epsilon is None else self.epsilon, rho)
+            if method == "fedsrcvar":
+                lr *= momentum_step_scale(self.server_momentum)
         elif method == "bpf":
             # Its ratios reach 1 / rho, as CVaR's weights do: CVaR's step (epsilon 0), not ERM's.
             lr = self.scale * default_step_size(0.0, rho)
@@ -255,7 +266,7 @@ class Point:
         if method in RCVAR_METHODS:
             flags += ["--bound", f"{PAPER_BOUND:g}"]
         if method == "fedsrcvar":  # said outright, so a cached run from before the default momentum is not reused
-            flags += ["--server-momentum", f"{DEFAULT_SERVER_MOMENTUM:g}"]
+            flags += ["--server-momentum", f"{self.server_momentum:g}"]
         if self.epsilon is not None:
             flags += ["--epsilon", f"{self.epsilon:g}"]
         elif method == "bpf":  # said outright: BPF's runs from before its default became 0 ran at 0.1
@@ -263,6 +274,10 @@ class Point:
         if self.adversary_lr is not None:
             flags += ["--adversary-lr", f"{self.adversary_lr:g}"]
         return tuple(flags)
+
+    @property
+    def server_momentum(self) -> float:
+        return DEFAULT_SERVER_MOMENTUM if self.momentum is None else self.momentum
 
     def describe(self) -> str:
         parts = [f"step x{self.scale:g}"]
@@ -272,6 +287,8 @@ class Point:
             parts.append(f"{self.local_steps} local steps")
         if self.adversary_lr is not None:
             parts.append(f"adversary step {self.adversary_lr:g}")
+        if self.momentum is not None:
+            parts.append(f"server momentum {self.momentum:g}" if self.momentum else "Algorithm 1's server step")
         return ", ".join(parts)
 
 
@@ -337,21 +354,21 @@ def reproduce(
     # 2. The chosen configurations over seeds on the test rows; the epsilon and tau sweeps take
     # FedSRCVaR's step multiple chosen at the table's rho.
     testing = [run for (method, rho), point in choice.items() for run in study.test_runs(method, rho, point)]
-    scale = choice[("fedsrcvar", TABLE_RHO)].scale
+    scale, momentum = choice[("fedsrcvar", TABLE_RHO)].scale, choice[("fedsrcvar", TABLE_RHO)].momentum
     trade_off = {
-        (rho, eps): study.test_runs("fedsrcvar", rho, Point(scale, eps))
+        (rho, eps): study.test_runs("fedsrcvar", rho, Point(scale, eps, momentum=momentum))
         for rho in profile.trade_off_rhos
         for eps in profile.epsilons
     }
     taus = {
-        (rho, tau): study.test_runs("fedsrcvar", rho, Point(scale, DEFAULT_EPSILON, tau))
+        (rho, tau): study.test_runs("fedsrcvar", rho, Point(scale, DEFAULT_EPSILON, tau, momentum=momentum))
         for rho in profile.rhos
         for tau in profile.taus
     }
     # The paper's composition table: FedSRCVaR's worst group at each rho, by race and label.
     described = (COMPOSITION_COLUMN,) if COMPOSITION_COLUMN in group_columns else ()
     compositions = {
-        rho: study.test_runs("fedsrcvar", rho, Point(scale, DEFAULT_EPSILON), described)
+        rho: study.test_runs("fedsrcvar", rho, Point(scale, DEFAULT_EPSILON, momentum=momentum), described)
         for rho in (COMPOSITION_RHOS if described else ())
     }
     everything = testing + [run for runs in (*trade_off.values(), *taus.values(), *compositions.values()) for run in runs]

@@ -134,8 +134,27 @@ def test_a_point_says_what_it_tunes() -> None:
     point = Point(0.5, 0.05, 3)
     flags = point.flags("fedsrcvar", 0.1)
     assert flags[flags.index("--epsilon") + 1] == "0.05" and flags[flags.index("--local-steps") + 1] == "3"
-    assert float(flags[flags.index("--lr") + 1]) == pytest.approx(0.5 * 0.5 / ((1 - 0.05) / 0.1 + 0.05), rel=1e-5)
+    # FedSRCVaR's default step under its default momentum 0.9 is a quarter of the curvature step.
+    curvature = 0.5 / ((1 - 0.05) / 0.1 + 0.05)
+    assert float(flags[flags.index("--lr") + 1]) == pytest.approx(0.5 * 0.25 * curvature, rel=1e-5)
+    assert flags[flags.index("--server-momentum") + 1] == "0.9"
     assert point.describe() == "step x0.5, epsilon 0.05, 3 local steps"
+    plain = Point(0.5, 0.05, 3, momentum=0.0)
+    flags = plain.flags("fedsrcvar", 0.1)
+    assert float(flags[flags.index("--lr") + 1]) == pytest.approx(0.5 * curvature, rel=1e-5)
+    assert flags[flags.index("--server-momentum") + 1] == "0"
+    assert plain.describe() == "step x0.5, epsilon 0.05, 3 local steps, Algorithm 1's server step"
+
+
+def test_fedsrcvar_tries_each_server_momentum_and_fedavgs_local_steps_others_keep_their_grid() -> None:
+    study = Study("adult", TINY, ("fedsrcvar", "fedavg", "central-cvar"))
+    fedsrcvar = study.grid("fedsrcvar", 0.1)
+    expected = len(TINY.fedsrcvar_momenta) * len(TINY.fedsrcvar_epsilons) * len(TINY.fedavg_local_steps)
+    assert len(fedsrcvar) == expected * len(TINY.lr_scales)
+    assert {point.momentum for point in fedsrcvar} == set(TINY.fedsrcvar_momenta)
+    assert {point.local_steps for point in fedsrcvar} == set(TINY.fedavg_local_steps)
+    assert all(point.momentum is None for point in study.grid("fedavg", 0.1) + study.grid("central-cvar", 0.1))
+    assert all("--server-momentum" not in run.flags for run in study.selection_runs("central-cvar", 0.1))
 
 
 def test_adversaries_get_their_own_grid_every_method_the_same_steps_and_only_loss_methods_loss_rows() -> None:
