@@ -73,11 +73,12 @@ from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
 from attacks.plain_attacks import PlainAttacks, Sizes
+from attacks.record import record_rows
 from attacks.rows import CHECK, RowBook
 from attacks.secure_attacks import SecureAttacks
 from attacks.waits import waits_rows
 
-SCENARIOS = ("plain", "secure", "cheating", "consent", "influence", "crashes", "waits")
+SCENARIOS = ("plain", "secure", "cheating", "consent", "influence", "crashes", "waits", "record")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["influence"] = lambda where: influence_rows(where, book, quick=args.quick)
         runs["crashes"] = lambda where: CrashRuns(where, book, quick=args.quick).run()
         runs["waits"] = lambda where: waits_rows(where, book, quick=args.quick)  # issue 46, items 5-7
+        runs["record"] = lambda where: record_rows(where, book, quick=args.quick)  # issue 46, items 1-4
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:

@@ -10,7 +10,8 @@
   client, 500 fuzz messages, one crash point): every row handled, the Report RPC's
   abuse rows among them, the consent scenario's (factory, bundle, differencing,
   unpinned plan, survivor floor, statistics, evaluation query) and the influence scenario's
-  (liar weight, dp weight) too, the fuzz clean.
+  (liar weight, dp weight) and the record scenario's (re-run, 1-ulp push, lost record, 2 GiB announced,
+  TRAIN flood) too, the fuzz clean.
 """
 
 from __future__ import annotations
@@ -50,8 +51,14 @@ CONSENT_CLASSES = {
     "evaluation query": 1,
     "liar weight": 2,
     "dp weight": 2,
+    "re-run": 1,
+    "1-ulp push": 1,
+    "lost record": 1,
+    "2 GiB announced": 1,
+    "TRAIN flood": 1,
 }
-"""The consent and influence scenarios' row classes (each row's attack text starts with its class word) and how many rows each."""
+"""The consent, influence and record scenarios' row classes (each row's attack text starts with its class word)
+and how many rows each."""
 
 
 def imported_modules(path: Path) -> set[str]:
