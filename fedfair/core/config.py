@@ -70,7 +70,8 @@ SERVER_MOMENTUM = Interval(
     0.0, 1.0, high_open=True, meaning="the server's heavy-ball momentum on the mean update; 0 is Algorithm 1's step"
 )
 DEFAULT_SERVER_MOMENTUM = 0.9
-"""FedSRCVaR's server momentum in `fedfair init`'s plan and `fedfair simulate` (docs/paper.md, the optimiser study)."""
+"""FedSRCVaR's server momentum in `fedfair init`'s plan and `fedfair simulate` (docs/paper.md,
+"Fitting as fast as FedAvg")."""
 AVERAGE_FROM = Interval(
     0.0, 1.0, high_open=True, meaning="the fraction of rounds before iterates enter the average"
 )

@@ -94,7 +94,8 @@ def test_hyperparameters_are_chosen_on_validation_and_each_seed_differs(study: t
     out, _ = study
     grid = Study("adult", TINY, ("fedsrcvar",))
     runs = grid.selection_runs("fedsrcvar", 0.3)
-    assert len(runs) == len(TINY.lr_scales) and all(run.split == "validation" for run in runs)
+    assert len(runs) == len(TINY.lr_scales) * len(TINY.fedsrcvar_momenta)
+    assert all(run.split == "validation" for run in runs)
     results = run_all(runs, out / "cache", workers=1, label="cached")  # all cached: nothing trains
     best = min(results.values(), key=lambda result: result["worst_risk"])
     point = reproduce.chosen(grid, "fedsrcvar", 0.3, results)
