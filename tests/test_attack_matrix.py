@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import subprocess
@@ -111,6 +112,7 @@ def test_the_hostile_encoding_is_the_protocol(tmp_path: Path) -> None:
         "max_colluding": 0,
         "graph_roster": sorted(NAMES),
         "graph_seed": "",
+        "model": hashlib.sha256(b"the round's model").hexdigest(),  # binds the session to the model sent
     }
     for colluding in (1, 0):  # the last one runs the protocol below
         announced["max_colluding"] = colluding

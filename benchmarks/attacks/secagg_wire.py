@@ -144,6 +144,8 @@ class RoundInfo:
     max_colluding: int
     graph_roster: tuple[str, ...]
     graph_seed: bytes
+    context: bytes = b""
+    """The digest of the model every party was sent (the parameters' "model", hex), bound into the session."""
 
     @classmethod
     def parse(cls, federation_id: str, payload: bytes) -> RoundInfo:
@@ -160,6 +162,7 @@ class RoundInfo:
             max_colluding=int(document.get("max_colluding") or 0),
             graph_roster=tuple(sorted(document["graph_roster"])),
             graph_seed=bytes.fromhex(document.get("graph_seed") or ""),
+            context=bytes.fromhex(document.get("model") or ""),
         )
 
     @property
@@ -197,6 +200,8 @@ class RoundInfo:
         encoding = self.encoding
         writer.f64(float(encoding["clip"])).f64(float(encoding["max_weight"]))
         writer.u32(int(encoding["fractional_bits"])).u32(int(encoding["modulus_bits"]))
+        if self.context:  # left out when empty (the statistics aggregation), as the protocol does
+            writer.blob(self.context)
         return hashlib.sha256(writer.getvalue()).digest()
 
 
