@@ -41,6 +41,9 @@ code), so what holds, holds against code that is not ours:
   refusing a plan without ``[influence] sizes``;
 - crashes: the aggregator killed with SIGKILL in each stage of a round, then resumed
   with ``--resume``: the final model must be the uninterrupted run's, bit for bit;
+- one input per model and limits from the pinned plan (``benchmarks/attacks/record.py``): round 2 re-run
+  on the same model across restarts, a 1-ulp model pushed to one site, a deleted record and a deleted
+  privacy ledger, a 2 GiB input announced, 20,000 TRAIN tasks against a 3-round plan;
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
 
 After the attacks the round log is replayed from what each party really sent: every
