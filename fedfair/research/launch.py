@@ -98,6 +98,7 @@ def training_config(plan: AggregatorPlan) -> TrainingConfig:
         local=training.local_config(),
         seed=training.seed,
         average_from=training.average_from,
+        server_momentum=training.server_momentum,
     )
 
 

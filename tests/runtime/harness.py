@@ -209,7 +209,8 @@ def replay(
                 for name in record["contributors"]
             ]
         )
-        state = server.apply(state, aggregate, bound=objective.bound, average_from=average_from)
+        # The plan's own server step (its server momentum included), as the aggregator applies it.
+        state = plan.algorithm().server_apply(state, aggregate, average_from=average_from)
     return state
 
 

@@ -147,11 +147,8 @@ def test_three_institutions_own_tables_train_one_model_that_a_fourth_can_use(
             )
             for name, learner in zip(NAMES, learners, strict=True)
         ]
-        expected = server.apply(
-            expected,
-            server.Aggregate.of(updates),
-            bound=plan.objective.bound,
-            average_from=plan.training.average_from_round,
+        expected = plan.algorithm().server_apply(  # the plan's server step, its momentum included
+            expected, server.Aggregate.of(updates), average_from=plan.training.average_from_round
         )
     # Each round's decoded mean update is off by at most its logged bound (fixed-point encoding).
     bound = sum(record["mean_update_error_bound"] for record in log)
