@@ -76,6 +76,7 @@ from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
+from fedfair.runtime.report import guessing_warning
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.secagg.graph import canonical_roster
 
@@ -208,6 +209,11 @@ class RoundLoop:
             self.output,
             bundle,
         )
+        worst = (self.evaluation or {}).get("worst_risk")
+        classes = model_settings(self.plan, checkpoint_encoder(self.checkpoint)).classes
+        warning = None if worst is None else guessing_warning(float(worst), classes)
+        if warning is not None:
+            logger.warning("finished with a warning: %s", warning)
         self.events.emit("finish", rounds=rounds, output=str(self.output))
         # Every collaborator that reads FINISHED may fetch the bundle: the federation's model is theirs too.
         self.network.board.finish(
