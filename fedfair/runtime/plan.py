@@ -207,6 +207,8 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
         loaded["secure_aggregation"].pop("dropouts")
     if settings.quorum.grace_factor is None:
         loaded["quorum"].pop("grace_factor")  # left out when unset, like dropouts: digests unchanged
+    if not settings.privacy.noised:
+        loaded.pop("privacy")  # left out when exact, like composition below: digests unchanged
     if not settings.evaluation.composition:
         # Left out when empty (the stage off), like drift_correction below: digests unchanged.
         loaded["evaluation"].pop("composition")

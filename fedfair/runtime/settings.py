@@ -40,14 +40,15 @@ from fedfair.datasets.schema import Schema
 from fedfair.datasets.statistics import STATISTICS_MAX_SITES
 from fedfair.fairness import sums
 from fedfair.runtime.composition import CompositionColumn, composition_columns, composition_length
+from fedfair.runtime.evaluation_settings import EvaluationSettings, read_evaluation
 from fedfair.runtime.influence import InfluenceSettings, read_influence
 from fedfair.runtime.model_settings import ModelSettings, read_model
+from fedfair.runtime.report_privacy import ReportPrivacy, read_report_privacy
 from fedfair.runtime.toml_tables import Table, field_names
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
 from fedfair.secagg.graph import default_degree
 
 if TYPE_CHECKING:
-    import numpy as np
     from fedfair.core.algorithm import FedSRCVaR
 
 DROPOUT_POLICIES = ("allowed", "none")
@@ -171,28 +172,6 @@ class QuorumSettings:
 
 
 @dataclass(frozen=True)
-class EvaluationSettings:
-    """Evaluate every N rounds (0: only after the last round), on thresholds the plan fixes.
-
-    ``loss_range`` is where half of the evaluation's thresholds lie, evenly spaced
-    (fedfair.fairness.sums): the same grid for every evaluation of the federation,
-    computed by each side from its own copy of the plan. ``min_bucket_count`` is the
-    fewest held-out samples a reported group risk may rest on. ``composition`` names
-    [schema] columns the final evaluation describes the worst group by (empty: it does
-    not; fedfair.runtime.composition).
-    """
-
-    every: int = 0
-    loss_range: tuple[float, float] = sums.LOSS_RANGE
-    min_bucket_count: int = sums.MIN_BUCKET_COUNT
-    composition: tuple[str, ...] = ()
-
-    def thresholds(self) -> np.ndarray:
-        """The evaluation's thresholds (fedfair.fairness.sums.threshold_grid of the loss range)."""
-        return sums.threshold_grid(self.loss_range)
-
-
-@dataclass(frozen=True)
 class LearningSettings:
     """The plan's learning sections: everything collaborators learn of the plan besides its id."""
 
@@ -208,6 +187,9 @@ class LearningSettings:
     collaborator encodes its own table with statistics of all tables together (fedfair.runtime.
     preprocessing) and the model's input size is the encoder's; without one, collaborators bring
     data already encoded to the plan's [model] features."""
+    privacy: ReportPrivacy
+    """The plan's [privacy]: noise inside the secure sum of every evaluation answer (fedfair.runtime.
+    report_privacy); exact sums without it."""
 
     def algorithm(self) -> FedSRCVaR:
         """FedSRCVaR with this plan's local steps and bound: the rules both processes apply."""
@@ -378,32 +360,6 @@ def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggre
     return QuorumSettings(minimum, timeout, grace)
 
 
-def _evaluation(source: str, data: Mapping[str, object]) -> EvaluationSettings:
-    t = Table.of(source, data, "evaluation", field_names(EvaluationSettings))
-    d = EvaluationSettings()
-    loss_range = d.loss_range
-    if t.given("loss_range"):
-        value = t.data["loss_range"]
-        expected = "a list of two numbers [low, high], e.g. [0.0, 3.0]"
-        if (
-            not isinstance(value, list)
-            or len(value) != 2
-            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
-        ):
-            t.bad("loss_range", value, expected)
-        try:
-            loss_range = sums.check_loss_range((value[0], value[1]))
-        except ConfigError as error:
-            t.fail(f"[evaluation] loss_range: {error}")
-    return EvaluationSettings(
-        every=t.integer("every", d.every, low=0),
-        loss_range=loss_range,
-        min_bucket_count=t.integer("min_bucket_count", d.min_bucket_count, low=1),
-        # An empty list is the default spelt out: no composition.
-        composition=t.strings("composition") if t.data.get("composition") not in (None, []) else (),
-    )
-
-
 def read_learning(source: str, data: Mapping[str, object], collaborators: int) -> LearningSettings:
     """The learning sections of a plan (or of shared settings) for a federation of `collaborators`."""
     secagg = _secure_aggregation(source, data, collaborators)
@@ -417,7 +373,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         batch_fraction=training.batch_fraction,
         max_weight=secagg.max_weight,
     )
-    evaluation = _evaluation(source, data)
+    evaluation = read_evaluation(source, data)
     try:
         composition_columns(schema, evaluation.composition)
     except ConfigError as error:
@@ -431,6 +387,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         quorum=_quorum(source, data, collaborators, secagg),
         evaluation=evaluation,
         schema=schema,
+        privacy=read_report_privacy(source, data, secagg.enabled),
     )
 
 

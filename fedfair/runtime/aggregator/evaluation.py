@@ -23,7 +23,8 @@ from fedfair.runtime.logs import per_round
 from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.driver import SumDriver
-from fedfair.runtime.composition import composition_from_sums
+from fedfair.runtime.composition import CompositionColumn, composition_from_sums
+from fedfair.runtime.report_privacy import answer_release, decoded_noise_std, plan_floor
 from fedfair.runtime.contract import EVALUATION
 from fedfair.runtime.plan import AggregatorPlan
 
@@ -51,12 +52,15 @@ def federated_evaluation(
         start_input=start_input,
     )
     risks = sums.vector_length()
+    columns = plan.counted_columns(round_number)
+    noise_std = report_noise_std(plan, columns, len(outcome.contributors))
     report = sums.report_from_sums(
         outcome.weighted_sum[:risks],
         plan.evaluation.thresholds(),
         plan.objective.rho,
         min_bucket_count=plan.evaluation.min_bucket_count,
         sum_error=outcome.error_bound,
+        noise_std=noise_std,
         loss_cap=plan.evaluation.loss_range[1],
     )
     result: dict[str, Any] = {
@@ -75,11 +79,10 @@ def federated_evaluation(
         report.accuracy,
         extra=per_round(round_number, plan.training.rounds, worst=report.worst_risk, mean=report.mean_risk),
     )
-    columns = plan.counted_columns(round_number)
     if columns:
         assert plan.schema is not None  # composition columns are refused without a [schema]
         composition = composition_from_sums(
-            columns, outcome.weighted_sum[risks:], model[1], plan.schema.min_category_count
+            columns, outcome.weighted_sum[risks:], model[1], plan.schema.min_category_count, noise_std=noise_std
         )
         result["composition"] = composition
         logger.info(
@@ -92,3 +95,13 @@ def federated_evaluation(
             plan.schema.min_category_count,
         )
     return outcome, result
+
+
+def report_noise_std(plan: AggregatorPlan, columns: tuple[CompositionColumn, ...], summands: int) -> float:
+    """The noise on each decoded coordinate of an evaluation summed over `summands` answers under the plan's
+    [privacy] (:mod:`fedfair.runtime.report_privacy`); 0 for exact reports."""
+    if not plan.privacy.noised or summands < 1:
+        return 0.0
+    secure = plan.secure_aggregation
+    floor = plan_floor(len(plan.collaborators), secure.max_colluding, secure.tolerates_dropouts)
+    return decoded_noise_std(answer_release(plan.privacy, columns), floor, secure.max_colluding, summands)

@@ -17,6 +17,9 @@ anything derived from its data leaves:
   (:class:`fedfair.runtime.contract.RoundParameters`), so no sum mixes kept bits of some
   parties with fresh bits of one sent another model;
 - the latest round answered: an older one is refused (no replays);
+- the privacy ledger: every fresh noised evaluation answer, with its mechanism, noise and
+  sensitivity, charged before the answer is kept (:meth:`InputRecord.charge`; a re-sent
+  answer is the same bits and costs nothing more), composed by RDP;
 - how many training rounds it trained, which its privacy accountant must have charged
   (:meth:`InputRecord.check_accountant`), and each training round's threshold c, from which
   composition counts take theirs (:meth:`InputRecord.composition_threshold`).
@@ -39,6 +42,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.files import atomic_write, read_json
+from fedfair.privacy import distributed
 from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST, PermanentFailure
 
 KINDS = ("statistics", "train", "evaluate")
@@ -54,6 +58,10 @@ _FIX = (
     "this institution's past inputs with new ones, so start afresh only for a new federation id, or pass "
     "--reset-state if you accept that"
 )
+
+
+class BudgetSpent(ConfigError):
+    """A noised answer would spend more privacy than the institution's budget allows."""
 
 
 class BindingRefused(FedfairError):
@@ -115,6 +123,8 @@ class InputRecord:
         self._kept: dict[str, dict[str, object]] = {}
         self._trainings = 0
         self._thresholds: dict[int, float] = {}
+        self._releases: list[dict[str, object]] = []
+        """The privacy ledger: every fresh noised answer, charged before it was kept (and so before it left)."""
         self._views: dict[str, SignedView] = {}
         self.found = path.exists()
         """Whether a record was on disk when this process started (else it starts one)."""
@@ -146,6 +156,9 @@ class InputRecord:
             self._thresholds = {
                 _count(int(round_number), "thresholds"): float(c) for round_number, c in data["thresholds"].items()
             }
+            self._releases = [dict(entry) for entry in data.get("releases", [])]
+            for entry in self._releases:
+                _release(entry)  # each entry must still read as a release
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ConfigError(f"{self.path}: unreadable bindings ({error}); {_FIX}") from None
 
@@ -164,6 +177,7 @@ class InputRecord:
             "kept": self._kept,
             "trainings": self._trainings,
             "thresholds": {str(round_number): c for round_number, c in sorted(self._thresholds.items())},
+            "releases": self._releases,
         }
         payload = json.dumps(document, indent=1).encode()
         atomic_write(self.path, lambda stream: stream.write(payload))
@@ -234,6 +248,47 @@ class InputRecord:
                 f"records {self._trainings} trained: the accountant's state was lost or rolled back, so its "
                 "epsilon would understate what was spent; restore it from the backup taken with the bindings"
             )
+
+    def spent(self, delta: float) -> float:
+        """The epsilon (at `delta`) of every release in the ledger, composed (RDP); 0 without any."""
+        if not self._releases:
+            return 0.0
+        return distributed.epsilon([_release(entry) for entry in self._releases], delta)
+
+    def ledger(self) -> list[dict[str, object]]:
+        """The ledger's entries: kind, round, model, mechanism, mu, l1, l2 (encoded units)."""
+        return [dict(entry) for entry in self._releases]
+
+    def charge(
+        self, kind: str, round_number: int, model: str, release: distributed.Release, delta: float, budget: float
+    ) -> float:
+        """Charge one fresh answer's `release` to the ledger and persist it, before the answer is kept and
+        sent; returns the epsilon spent with it. Raises BudgetSpent, charging nothing, if the composed epsilon
+        would pass `budget`, naming what was spent on what."""
+        entry: dict[str, object] = {
+            "kind": kind,
+            "round": round_number,
+            "model": model,
+            "mechanism": release.mechanism,
+            "mu": release.mu,
+            "l1": release.l1,
+            "l2": release.l2,
+        }
+        total = distributed.epsilon([_release(item) for item in (*self._releases, entry)], delta)
+        if total > budget:
+            kinds = sorted({str(item["kind"]) for item in self._releases})
+            spent_on = ", ".join(
+                f"{sum(item['kind'] == name for item in self._releases)} {name} answers" for name in kinds
+            )
+            raise BudgetSpent(
+                f"answering round {round_number} ({kind}) would spend epsilon {total:.3g} at delta {delta:g}, past "
+                f"this institution's budget of {budget:g}; spent so far: epsilon {self.spent(delta):.3g} on "
+                f"{spent_on or 'nothing'} (kept in {self.path}); raise [privacy] report_budget in a new plan to "
+                "answer more"
+            )
+        self._releases.append(entry)
+        self._save()
+        return total
 
     def composition_threshold(self, average_from: int) -> float | None:
         """The threshold c composition counts use: the mean of the c of the training rounds from
@@ -312,6 +367,13 @@ class InputRecord:
     def note_threshold(self, round_number: int, c: float) -> None:
         """Remember the threshold c of a training round's model (kept with the next save)."""
         self._thresholds[round_number] = float(c)
+
+
+def _release(entry: dict[str, object]) -> distributed.Release:
+    """A ledger entry as the release it charged."""
+    return distributed.Release(
+        str(entry["mechanism"]), float(entry["mu"]), float(entry["l1"]), float(entry["l2"])  # type: ignore[arg-type]
+    )
 
 
 def _count(value: object, where: str) -> int:

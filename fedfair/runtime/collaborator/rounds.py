@@ -34,9 +34,8 @@ keeps no running sum of the sigma_k, so this leaves no error behind (`fedfair.co
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import struct
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -66,7 +65,9 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.plan import SharedSettings
 from fedfair.runtime.transport import WireError, pb, pb_grpc
-from fedfair.secagg import Encoder
+from fedfair.runtime.report_privacy import answer_release, party_mu, plan_floor
+from fedfair.secagg import Encoder, prg
+from fedfair.secagg.noise import skellam
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -167,13 +168,16 @@ class RoundJob:
     def view_of(self, round_number: int, kind: str, model: str) -> SignedView:
         """The survivor set an input of this kind and model is bound to, in every session and round, across
         restarts (:mod:`fedfair.runtime.collaborator.record`), with its kept bits if it was answered;
-        BindingRefused for an input the record refuses, or a round past the plan's last."""
+        BindingRefused for an input the record refuses."""
+        return self.record.view(round_number, kind, model)
+
+    def check_round(self, round_number: int, kind: str) -> None:
+        """BindingRefused for a round past the pinned plan's last, before anything of it is downloaded."""
         if round_number > self.shared.training.rounds:
             raise BindingRefused(
                 f"round {round_number} ({kind}) is past the plan's last round, {self.shared.training.rounds}; "
                 "this institution trains and evaluates only the rounds its pinned plan names"
             )
-        return self.record.view(round_number, kind, model)
 
     def download(
         self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int | None = None
@@ -185,6 +189,7 @@ class RoundJob:
         """Download this round's model; return the job that makes its contribution: trained on that
         model (by `train_on`), or re-sent if this round already trained on exactly this model (the
         aggregator crashed and re-runs the round)."""
+        self.check_round(binding.round, "train")
         corrects_drift = self.shared.training.corrects_drift
         values, c = self.download(stub, binding, training_download_size(self.parameters, corrects_drift))
         try:
@@ -345,6 +350,7 @@ class RoundJob:
         """Download the model to evaluate; return the job that makes this institution's answers (by `answers`),
         followed at the final round, when the plan names composition columns, by its composition counts."""
         # The threshold sums' grid depends on the plan, not on c; only the composition counts use c.
+        self.check_round(binding.round, "evaluate")
         theta, c = self.download(stub, binding)
         model = model_digest(theta, c)
         view = self.view_of(binding.round, "evaluate", model)
@@ -357,15 +363,42 @@ class RoundJob:
                 answered = answers(torch.from_numpy(theta))
                 if columns:
                     answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), columns)])
+                work = Work(binding.round, EVALUATION, answered, 1.0)
+                if self.shared.secure_aggregation.enabled:
+                    work.encoded = Encoder(sums.ENCODING, self.shared.collaborator_count).encode(answered, 1.0)
+                    self.add_report_noise(work.encoded, binding.round, model, columns)
             except ConfigError as error:
                 logger.warning("%s: round %d evaluation: not contributing: %s", self.config.name, binding.round, error)
                 return Work(binding.round, EVALUATION, None, 0.0)
-            work = Work(binding.round, EVALUATION, answered, 1.0)
-            if self.shared.secure_aggregation.enabled:
-                work.encoded = Encoder(sums.ENCODING, self.shared.collaborator_count).encode(answered, 1.0)
             return kept(work, view)
 
         return StartJob(job, model)
+
+    def add_report_noise(
+        self, encoded: np.ndarray, round_number: int, model: str, columns: tuple[CompositionColumn, ...]
+    ) -> None:
+        """Under the plan's [privacy] report_epsilon: charge this fresh answer to the ledger (BudgetSpent past
+        the budget), then add this party's share of the Skellam noise to its encoded words, from the OS's
+        CSPRNG, before masking (:mod:`fedfair.runtime.report_privacy`). A no-op for exact reports."""
+        privacy = self.shared.privacy
+        if not privacy.noised:
+            return
+        release = answer_release(privacy, columns)
+        spent = self.record.charge("evaluate", round_number, model, release, privacy.delta, privacy.report_budget)
+        secure = self.shared.secure_aggregation
+        floor = plan_floor(self.shared.collaborator_count, secure.max_colluding, secure.tolerates_dropouts)
+        mu = party_mu(release, floor, secure.max_colluding)
+        # Every coordinate but the last, the weight (1 per answer: the count of answers, public anyway).
+        noise = skellam(mu, encoded.size - 1, os.urandom(prg.KEY_BYTES))
+        encoded[:-1] += noise.view(encoded.dtype)  # wraps modulo 2^k, as the masks do
+        logger.info(
+            "%s: round %d evaluation: Skellam noise (mu %.4g per coordinate) added; epsilon %.3g of budget %g spent",
+            self.config.name,
+            round_number,
+            mu,
+            spent,
+            privacy.report_budget,
+        )
 
     def evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
         """This institution's answers to the evaluation's threshold queries on its held-out losses
@@ -392,7 +425,10 @@ class RoundJob:
         if c is None:
             raise ConfigError("composition counts need the threshold of a training round, and none was trained here")
         losses = evaluate(model, theta, data.test).losses
-        return local_counts(columns, data.held_out_levels, losses, c, schema.min_category_count)
+        # Under noise the counts go whole (a site's suppression would void their sensitivity); the small-cell
+        # rule is applied to the noised sum instead, which costs no privacy.
+        minimum = 1 if self.shared.privacy.noised else schema.min_category_count
+        return local_counts(columns, data.held_out_levels, losses, c, minimum)
 
 
 def kept(work: Work, view: SignedView) -> Work:
