@@ -419,9 +419,8 @@ def _apply_matching(
             np.add(total, vectors[name], out=total)
         aggregate = server.Aggregate.from_vector(torch.from_numpy(total[:-1].copy()), float(total[-1]))
         try:
-            moved = server.apply(
-                state, aggregate, bound=plan.objective.bound, average_from=plan.training.average_from_round
-            )
+            # The plan's own server step, as the aggregator applies it (server momentum included).
+            moved = plan.algorithm().server_apply(state, aggregate, average_from=plan.training.average_from_round)
         except server.AggregateError:
             return None
         if state_digest(moved) == wanted:
