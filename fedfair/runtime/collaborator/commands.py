@@ -13,8 +13,9 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.collaborator.client import Collaborator
     from fedfair.runtime.collaborator.config import load_collaborator_config
 
-    configure_logging()
     config = load_collaborator_config(args.config)
+    # The console shows a progress bar and what needs a person; every line goes to NAME.log beside the config.
+    configure_logging(file=config.source.parent / f"{config.name}.log", label=config.name, verbose=args.verbose)
     collaborator = Collaborator(config, reset_state=args.reset_state)
     try:
         return collaborator.run()
@@ -34,5 +35,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         action="store_true",
         help="start this institution's record of the federation (and its privacy budget) again when it was lost; "
         "without it a collaborator with no record refuses to join a federation past its first round",
+    )
+    start.add_argument(
+        "--verbose", action="store_true", help="print every per-round line on the console too, not only in the log file"
     )
     start.set_defaults(handler=_start_command)

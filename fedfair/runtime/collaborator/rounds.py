@@ -65,6 +65,7 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.plan import SharedSettings
 from fedfair.runtime.transport import WireError, pb, pb_grpc
+from fedfair.runtime.logs import per_round
 from fedfair.runtime.report_privacy import answer_release, party_mu, plan_floor
 from fedfair.secagg import Encoder, prg
 from fedfair.secagg.noise import skellam
@@ -74,14 +75,9 @@ logger = logging.getLogger("fedfair.collaborator")
 
 @dataclass(frozen=True)
 class TrainedUpdate:
-    """The outcome of training in one round, kept so that a re-run of the round re-sends it.
-
-    The key is (round, model): the round and the :func:`model_digest` of the model trained
-    on (with drift correction, of theta and the server's sigma together). `vector` is
-    [w * delta, w * delta_c] (followed by w * sigma_k+ with drift correction), read-only
-    (None: nothing to contribute this round, the trainer refused or the update was not
-    finite); `weight` is w.
-    """
+    """The outcome of training on one round's model (digest `model`): `vector` is [w * delta, w * delta_c]
+    (then w * sigma_k+ with drift correction), read-only, or None when there is nothing to contribute
+    (the trainer refused, or the update was not finite); `weight` is w."""
 
     round: int
     model: str
@@ -295,6 +291,7 @@ class RoundJob:
             self.shared.training.local_steps,
             batch,
             time.perf_counter() - started,
+            extra=per_round(round_number, self.shared.training.rounds),
         )
         frozen = np.array(vector, dtype=np.float64)
         frozen.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
@@ -398,6 +395,7 @@ class RoundJob:
             mu,
             spent,
             privacy.report_budget,
+            extra=per_round(round_number, self.shared.training.rounds),
         )
 
     def evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
