@@ -55,7 +55,7 @@ test-fast: setup
 
 # Every benchmark writes benchmarks/results/NAME.json; docs/benchmarks.md is generated from them.
 BENCHMARKS := attack_matrix census_fairness convergence_bench dp_bench dp_utility federation_bench influence_bench reference_gap \
-              round_bench secagg_bench simulation_speed
+              round_bench secagg_bench simulation_speed startup_bench
 
 bench: setup
 	mkdir -p benchmarks/results
