@@ -84,7 +84,7 @@ from fedfair.runtime.collaborator import client as collaborator_client
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.preparation import Prepared
-from fedfair.runtime.collaborator.steps import Work
+from fedfair.runtime.collaborator.steps import StartJob
 from fedfair.runtime.collaborator.trainer import LocalData
 from fedfair.runtime.plan import SharedSettings, load_aggregator_plan
 from fedfair.runtime.transport import pb
@@ -154,13 +154,13 @@ class BenchCollaborator(Collaborator):
     def _handle(self, stub: Any, task: pb.Task) -> bool:
         return self._timed(task.binding.round, lambda: super(BenchCollaborator, self)._handle(stub, task))
 
-    def _train(self, stub: Any, binding: pb.Binding) -> Callable[[], Work]:
+    def _train(self, stub: Any, binding: pb.Binding) -> StartJob:
         job = super()._train(stub, binding)  # the download, inside the TRAIN handler's time
-        return lambda: self._timed(binding.round, job)
+        return StartJob(lambda: self._timed(binding.round, job.run), job.model)
 
-    def _evaluate(self, stub: Any, binding: pb.Binding) -> Callable[[], Work]:
+    def _evaluate(self, stub: Any, binding: pb.Binding) -> StartJob:
         job = super()._evaluate(stub, binding)
-        return lambda: self._timed(binding.round, job)
+        return StartJob(lambda: self._timed(binding.round, job.run), job.model)
 
     def busy(self) -> Busy:
         """Per round, the wall time covered by the recorded intervals, and the CPU time in them."""
