@@ -8,7 +8,7 @@ relative on this project's CI machine (an Intel Xeon, where the pinned values we
 tolerance, 1e-6 relative, admits that and stays far below any change of behaviour: a 1% change
 in rho moves the final objective by 6e-4 relative, one round fewer by 2e-3. The run takes
 Algorithm 1's server step (`--server-momentum 0`), as every run did when the values were made, so
-they also hold that the momentum's zero is the old step, bit for bit.
+they also hold that the momentum's zero is the old step.
 """
 
 from __future__ import annotations

@@ -380,5 +380,9 @@ def test_launch_runs_a_local_federation_and_reports_fairness(
     assert cli_main(["launch", "--rounds", "3", "--workdir", str(tmp_path / "run"), "--no-fedavg"]) == 0
     out = capsys.readouterr().out
     assert "Secure aggregation was ON" in out and "FedSRCVaR (federated, secure sums)" in out
-    assert "[site-c]" in out and "[aggregator]" in out
+    # The console is one progress bar; each process's lines are in its log, where the console says.
+    logs = tmp_path / "run" / "logs"
+    assert f"(logs: {logs}" in out
+    assert "joined federation" in (logs / "site-c.log").read_text()
+    assert "finished: 3 of 3 rounds applied, 0 aborted" in (logs / "aggregator.log").read_text()
     assert np.isfinite(float(out.split("FedSRCVaR (federated, secure sums)")[1].split()[0]))

@@ -430,10 +430,16 @@ class RoundJob:
 
 
 def kept(work: Work, view: SignedView) -> Work:
-    """`work`, its bits kept on disk (:meth:`SignedView.keep`) before anything of it is sent."""
+    """`work`, its bits kept on disk (:meth:`SignedView.keep`) before anything of it is sent.
+
+    Withdrawing (no vector) is not kept: no sum holds this institution's input then, so a later
+    round on the same model (the aborted round's, unchanged) may answer afresh without any two
+    sums differing by it; kept, one failed training would bar the federation from that model."""
+    work.view = view
+    if work.vector is None:
+        return work
     encoded = None if work.encoded is None else work.encoded.copy()  # the encoding is masked in place
     view.keep(Kept(work.vector, work.weight, encoded))
-    work.view = view
     return work
 
 

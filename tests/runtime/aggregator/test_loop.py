@@ -173,7 +173,10 @@ def test_a_readmitted_collaborator_takes_part_again_after_resume(tmp_path: Path)
     append_round_log(output, {"round": 1, "status": "aborted", "excluded": {"site-c": "sent a bad unmask share"}})
     save_checkpoint(output, Checkpoint(1, loop.initial_state(plan), plan_digest(plan)))
     readmit(plan, ["site-c"])
-    collaborators = [Collaborator(load_collaborator_config(path)) for path in workspace.configs.values()]
+    # The checkpoint is made here, so the collaborators hold no record of round 1: their operators accept that.
+    collaborators = [
+        Collaborator(load_collaborator_config(path), reset_state=True) for path in workspace.configs.values()
+    ]
     threads = [threading.Thread(target=c.run, daemon=True) for c in collaborators]
     for thread in threads:
         thread.start()
