@@ -13,12 +13,14 @@ import hashlib
 import json
 import struct
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.transport import encode_tensor, pb
 from fedfair.secagg import EncodingConfig, SecAggConfig
+from fedfair.secagg.noise import NoiseConfig
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,9 @@ class RoundParameters:
 
     def to_bytes(self) -> bytes:
         document = asdict(self)
+        noise = document["encoding"]["noise"]
+        if noise is not None and noise["rotation_key"] is not None:
+            noise["rotation_key"] = noise["rotation_key"].hex()
         return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -160,7 +165,7 @@ class RoundParameters:
                 secure=bool(document["secure"]),
                 parties=tuple(str(name) for name in document["parties"]),
                 dimension=int(document["dimension"]),
-                encoding=EncodingConfig(**document["encoding"]),
+                encoding=_encoding(document["encoding"]),
                 threshold=None if document["threshold"] is None else int(document["threshold"]),
                 neighbours=None if document["neighbours"] is None else int(document["neighbours"]),
                 max_colluding=int(document["max_colluding"]),
@@ -168,7 +173,7 @@ class RoundParameters:
                 graph_seed=str(document["graph_seed"]),
                 model=str(document["model"]),
             )
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ConfigError(
                 f"the round's parameters are malformed ({error}); the aggregator may run another version"
             ) from None
@@ -190,3 +195,12 @@ class RoundParameters:
             graph_roster=self.graph_roster,
             context=bytes.fromhex(self.model),
         )
+
+
+def _encoding(document: dict[str, Any]) -> EncodingConfig:
+    """An EncodingConfig as :meth:`RoundParameters.to_bytes` wrote it (the noise's rotation key in hex)."""
+    noise = document.pop("noise", None)
+    if noise is not None:
+        key = noise.pop("rotation_key", None)
+        noise = NoiseConfig(**noise, rotation_key=None if key is None else bytes.fromhex(str(key)))
+    return EncodingConfig(**document, noise=noise)

@@ -37,6 +37,7 @@ from fedfair.runtime.manifest import (
     load_manifest,
     manifest_digest,
 )
+from fedfair.runtime.privacy_plan import PlanPrivacy
 from fedfair.runtime.settings import LEARNING_SECTIONS, LearningSettings, read_learning
 from fedfair.runtime.toml_tables import (
     Table,
@@ -207,8 +208,8 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
         loaded["secure_aggregation"].pop("dropouts")
     if settings.quorum.grace_factor is None:
         loaded["quorum"].pop("grace_factor")  # left out when unset, like dropouts: digests unchanged
-    if not settings.privacy.noised:
-        loaded.pop("privacy")  # left out when exact, like composition below: digests unchanged
+    if settings.privacy == PlanPrivacy():
+        loaded.pop("privacy")  # left out when nothing is noised, like composition below: digests unchanged
     if not settings.evaluation.composition:
         # Left out when empty (the stage off), like drift_correction below: digests unchanged.
         loaded["evaluation"].pop("composition")

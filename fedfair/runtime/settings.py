@@ -43,9 +43,11 @@ from fedfair.runtime.composition import CompositionColumn, composition_columns, 
 from fedfair.runtime.evaluation_settings import EvaluationSettings, read_evaluation
 from fedfair.runtime.influence import InfluenceSettings, read_influence
 from fedfair.runtime.model_settings import ModelSettings, read_model
-from fedfair.runtime.report_privacy import ReportPrivacy, read_report_privacy
+from fedfair.runtime.privacy_plan import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
 from fedfair.runtime.toml_tables import Table, field_names
+from fedfair.privacy.distributed import TrainingNoise
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
+from fedfair.secagg.encode import noised_encoding
 from fedfair.secagg.graph import default_degree
 
 if TYPE_CHECKING:
@@ -187,15 +189,36 @@ class LearningSettings:
     collaborator encodes its own table with statistics of all tables together (fedfair.runtime.
     preprocessing) and the model's input size is the encoder's; without one, collaborators bring
     data already encoded to the plan's [model] features."""
-    privacy: ReportPrivacy
-    """The plan's [privacy]: noise inside the secure sum of every evaluation answer (fedfair.runtime.
-    report_privacy); exact sums without it."""
+    privacy: PlanPrivacy
+    """The plan's [privacy]: noise inside the secure sum of training updates and evaluation answers
+    (fedfair.runtime.privacy_plan); exact sums without it."""
 
     def algorithm(self) -> FedSRCVaR:
         """FedSRCVaR with this plan's local steps and bound: the rules both processes apply."""
         from fedfair.core.algorithm import FedSRCVaR  # torch is loaded by training, not by reading a plan
 
         return FedSRCVaR(self.training.local_config(), bound=self.objective.bound, momentum=self.training.server_momentum)
+
+    def training_noise(self, collaborators: int, dimension: int) -> tuple[TrainingNoise, float]:
+        """Under [privacy] mode = "distributed": the calibrated noise of training updates of `dimension` values
+        and each party's share of it, carried by the honest parties of the smallest survivor set the plan
+        allows (fedfair.runtime.privacy_plan.training_noise)."""
+        secure, training = self.secure_aggregation, self.training
+        floor = plan_floor(collaborators, secure.max_colluding, secure.tolerates_dropouts)
+        return training_noise(
+            self.privacy, training.local_config(), self.objective, training.rounds, training.batch_fraction,
+            dimension, floor, secure.max_colluding,
+        )
+
+    def training_encoding(self, federation_id: str, collaborators: int, round_number: int, dimension: int) -> EncodingConfig:
+        """The encoding of round `round_number`'s training updates of `dimension` values: the plain one, or under
+        [privacy] mode = "distributed" with the round's noise step; the aggregator and every collaborator
+        derive the same one."""
+        encoding = self.secure_aggregation.encoding()
+        if not self.privacy.distributed:
+            return encoding
+        noise, share = self.training_noise(collaborators, dimension)
+        return noised_encoding(encoding, noise, share, federation_id, round_number, dimension)
 
     def counted_columns(self, round_number: int) -> tuple[CompositionColumn, ...]:
         """The columns the evaluation of `round_number` counts the worst group by: the plan's
@@ -387,7 +410,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         quorum=_quorum(source, data, collaborators, secagg),
         evaluation=evaluation,
         schema=schema,
-        privacy=read_report_privacy(source, data, secagg.enabled),
+        privacy=read_plan_privacy(source, data, secagg.enabled, training.local_config(), secagg.modulus_bits),
     )
 
 

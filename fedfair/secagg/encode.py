@@ -36,13 +36,15 @@ from __future__ import annotations
 import math
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import kernels, prg
-from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
+from fedfair.privacy.distributed import TrainingNoise
+from fedfair.secagg.noise import NORM_SLACK, NoiseConfig, NoisyEncoding
+from fedfair.secagg.rotation import rotation_key
 
 MODULUS_BITS = (32, 64)
 """Supported word sizes k."""
@@ -415,3 +417,19 @@ class _StochasticRounder:
         return self._round_block(
             values, self._random[:count], self._random_shift, self._scale, bound, self._rounding_bits, out
         )
+
+
+def noised_encoding(
+    encoding: EncodingConfig, noise: TrainingNoise, share: float, federation_id: str, round_number: int, dimension: int
+) -> EncodingConfig:
+    """`encoding` with the noise step of a distributed DP-SGD round: `noise`'s fractional bits, this party's
+    Skellam `share` mu, the norm bound NORM_SLACK times one record's sensitivity, and a rotation keyed by the
+    federation and the round; what every party and the server of one round derive alike."""
+    sensitivity = math.ldexp(1.0, -noise.fractional_bits) * noise.release.l2
+    step = NoiseConfig(
+        mu=share,
+        norm_clip=NORM_SLACK * sensitivity,
+        dimension=dimension,
+        rotation_key=rotation_key(federation_id, round_number, "training"),
+    )
+    return replace(encoding, fractional_bits=noise.fractional_bits, noise=step)

@@ -27,6 +27,12 @@ _WORD = np.dtype(np.uint64).newbyteorder("<")
 _BLOCK_WORDS = 1 << 17
 """64-bit words drawn per cipher call (1 MiB, the encoder's block of random bytes)."""
 
+NORM_SLACK = 8.0
+"""A collaborator's unweighted update under distributed DP is lr times its clipped sum over its
+expected batch b, of norm at most sensitivity |S| / b for a Poisson sample S; the encoder projects it
+onto the ball of NORM_SLACK times the sensitivity, which binds only when |S| > 8 b (probability
+1e-5 at b = 1, and vanishing for larger b). Projection is 1-Lipschitz, so it costs no privacy."""
+
 _MAX_MU = 2.0**50
 """Largest mu a single draw takes: PTRS computes mu + (a few sqrt(mu)) in float64, which stays exact
 in integers up to 2^53; larger noise is far beyond any use (a 64-bit word holds 2^63)."""

@@ -16,17 +16,11 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.update import Update
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.distributed import TrainingNoise, party_mu
-from fedfair.privacy.learner import distributed_training_noise, threshold_clip
+from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.secagg import Decoded, EncodingConfig, SecAggConfig, simulate_round
-from fedfair.secagg.noise import NoiseConfig
+from fedfair.secagg.encode import noised_encoding
 from fedfair.secagg.recovery import check_range
-from fedfair.secagg.rotation import rotation_key
 
-NORM_SLACK = 8.0
-"""A collaborator's unweighted update under distributed DP is lr times its clipped sum over its
-expected batch b, of norm at most sensitivity |S| / b for a Poisson sample S; the encoder projects it
-onto the ball of NORM_SLACK times the sensitivity, which binds only when |S| > 8 b (probability
-1e-5 at b = 1, and vanishing for larger b). Projection is 1-Lipschitz, so it costs no privacy."""
 
 
 @dataclass(frozen=True)
@@ -142,12 +136,5 @@ class SecureSum:
             return self.encoding
         if self.training_noise is None:
             self.training_noise = self.distributed.noise(dimension)
-        noise = self.training_noise
-        sensitivity = math.ldexp(1.0, -noise.fractional_bits) * noise.release.l2
-        share = NoiseConfig(
-            mu=party_mu(noise.release.mu, parties, self.distributed.colluders),
-            norm_clip=NORM_SLACK * sensitivity,
-            dimension=dimension,
-            rotation_key=rotation_key(self.federation_id, round_number, "training"),
-        )
-        return dataclasses.replace(self.encoding, fractional_bits=noise.fractional_bits, noise=share)
+        share = party_mu(self.training_noise.release.mu, parties, self.distributed.colluders)
+        return noised_encoding(self.encoding, self.training_noise, share, self.federation_id, round_number, dimension)

@@ -283,7 +283,7 @@ def test_distributed_mode_sends_the_clipped_sum_without_noise_and_charges_the_se
     """Under distributed DP a round is one step whose weighted update is -lr times the clipped sum (c's with
     its own step and bound): no local noise, so with every record sampled (rate 1) it is exact."""
     from fedfair.privacy.distributed import padded_dimension, training_noise
-    from fedfair.privacy.learner import record_sensitivity
+    from fedfair.privacy.calibration import record_sensitivity
     from tests.privacy.test_clipping import per_sample_gradients
 
     learner = threshold_learner(n=60, batch_size=20, local_steps=1, model="logreg")

@@ -52,6 +52,8 @@ class SumOutcome:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     culprits: dict[str, str] = field(default_factory=dict)
     """Collaborators to exclude from later rounds, with why (see :meth:`SumDriver._named`)."""
+    noise_std: float = 0.0
+    """The standard deviation of each coordinate's distributed DP noise in `weighted_sum` (0: exact)."""
 
 
 def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig) -> np.ndarray:

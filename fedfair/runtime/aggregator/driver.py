@@ -370,6 +370,7 @@ class SumDriver:
         outcome.weighted_sum = result.decoded.weighted_sum
         outcome.total_weight = result.decoded.total_weight
         outcome.error_bound = result.decoded.error_bound
+        outcome.noise_std = result.decoded.noise_std
         outcome.contributors = tuple(config.name_of(party) for party in result.contributors)
         return outcome
 

@@ -24,7 +24,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.driver import SumDriver
 from fedfair.runtime.composition import CompositionColumn, composition_from_sums
-from fedfair.runtime.report_privacy import answer_release, decoded_noise_std, plan_floor
+from fedfair.runtime.privacy_plan import answer_release, decoded_noise_std, plan_floor
 from fedfair.runtime.contract import EVALUATION
 from fedfair.runtime.plan import AggregatorPlan
 
@@ -99,7 +99,7 @@ def federated_evaluation(
 
 def report_noise_std(plan: AggregatorPlan, columns: tuple[CompositionColumn, ...], summands: int) -> float:
     """The noise on each decoded coordinate of an evaluation summed over `summands` answers under the plan's
-    [privacy] (:mod:`fedfair.runtime.report_privacy`); 0 for exact reports."""
+    [privacy] (:mod:`fedfair.runtime.privacy_plan`); 0 for exact reports."""
     if not plan.privacy.noised or summands < 1:
         return 0.0
     secure = plan.secure_aggregation

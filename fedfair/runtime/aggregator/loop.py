@@ -1,17 +1,6 @@
 """The round loop: quorum, train, apply, evaluate, checkpoint, log, from one thread.
 
-The aggregator package's pieces are small and separate:
-
-- :mod:`~fedfair.runtime.aggregator.start`: what must hold before serving; serve and run;
-- :mod:`~fedfair.runtime.aggregator.network`: the gRPC server over mutual TLS;
-- :mod:`~fedfair.runtime.aggregator.servicer` and :mod:`~fedfair.runtime.aggregator.board`:
-  the gRPC service and the state it shares with the loop;
-- :mod:`~fedfair.runtime.aggregator.quorum`: waiting for collaborators;
-- :mod:`~fedfair.runtime.aggregator.driver`: one secure (or plain) sum over the network;
-- :mod:`~fedfair.runtime.aggregator.checks`: what an upload and a sum must pass;
-- :mod:`~fedfair.runtime.aggregator.checkpoint`: atomic checkpoints, the round log, the final model;
-- :mod:`~fedfair.runtime.aggregator.evaluation`: the federated evaluation's sum and its record;
-- this module: the rounds.
+The aggregator package's other modules each do one job (docs/layout.md maps them); this one runs the rounds.
 
 Once the quorum is there the first round of a process gives the rest of the plan up to the
 round timeout to join, so a federation starts whole when it can; later rounds start with
@@ -370,13 +359,15 @@ class RoundLoop:
         control = None if state.control is None else state.control.numpy()
         model = (training_download(state.theta.numpy(), control), state.c)
         fraction = self.plan.training.batch_fraction
+        dimension, plan = update_dimension(state.theta.numel(), corrects_drift), self.plan
+        encoding = plan.training_encoding(plan.federation_id, len(plan.collaborators), round_number, dimension)
         try:
             outcome = self.driver.run(
                 round_number,
                 TRAINING,
                 participants,
-                update_dimension(state.theta.numel(), corrects_drift),
-                self.encoding,
+                encoding.noise.encoded_dimension if encoding.noise is not None else dimension,  # rotated: padded
+                encoding,
                 model,
                 start_input=self.start_input,
                 screen=screen_plain_update(self.plan.influence, fraction, state.theta.numel()),
@@ -404,6 +395,7 @@ class RoundLoop:
             dropped=outcome.dropped,
             total_weight=outcome.total_weight,
             mean_update_error_bound=outcome.error_bound * (1.0 + self.encoding.clip) / outcome.total_weight,
+            mean_update_noise_std=outcome.noise_std / outcome.total_weight,
             c=state.c,
             c_average=state.c_average,
             received_bytes=outcome.received_bytes,

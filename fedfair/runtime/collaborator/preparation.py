@@ -52,6 +52,7 @@ from fedfair.runtime.failures import (
 from fedfair.runtime.manifest import check_shared_settings
 from fedfair.runtime.plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.preprocessing import model_for, read_encoder_payload
+from fedfair.runtime.privacy_plan import privacy_shortfall
 from fedfair.runtime.transport import WireError, make_binding, pb, pb_grpc
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -122,6 +123,9 @@ def join(
             f"was not imported; if you trust that code, list it in {config.source} under [model] "
             f"factories",
         )
+    shortfall = privacy_shortfall(config.privacy, shared.privacy)
+    if shortfall is not None:
+        raise PermanentFailure(PLAN_MISMATCH, reason=shortfall)
     try:
         record = InputRecord(kept_path(config, shared.federation_id, "bindings.json"), shared.federation_id, reset=reset_state)
     except ConfigError as error:

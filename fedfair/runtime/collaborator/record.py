@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +127,8 @@ class InputRecord:
         self._releases: list[dict[str, object]] = []
         """The privacy ledger: every fresh noised answer, charged before it was kept (and so before it left)."""
         self._views: dict[str, SignedView] = {}
+        self._first_asked: int | None = None
+        """The first round this process was asked to answer."""
         self.found = path.exists()
         """Whether a record was on disk when this process started (else it starts one)."""
         if self.found:
@@ -251,20 +254,27 @@ class InputRecord:
 
     def spent(self, delta: float) -> float:
         """The epsilon (at `delta`) of every release in the ledger, composed (RDP); 0 without any."""
-        if not self._releases:
-            return 0.0
-        return distributed.epsilon([_release(entry) for entry in self._releases], delta)
+        return _composed(self._releases, delta)
 
     def ledger(self) -> list[dict[str, object]]:
-        """The ledger's entries: kind, round, model, mechanism, mu, l1, l2 (encoded units)."""
+        """The ledger's entries: kind, round, model, mechanism, mu, l1, l2 (encoded units), sampling rate and
+        the delta add-on of rounding and wraps."""
         return [dict(entry) for entry in self._releases]
 
     def charge(
-        self, kind: str, round_number: int, model: str, release: distributed.Release, delta: float, budget: float
+        self,
+        kind: str,
+        round_number: int,
+        model: str,
+        release: distributed.Release,
+        delta: float,
+        budget: float,
+        addon: float = 0.0,
     ) -> float:
-        """Charge one fresh answer's `release` to the ledger and persist it, before the answer is kept and
-        sent; returns the epsilon spent with it. Raises BudgetSpent, charging nothing, if the composed epsilon
-        would pass `budget`, naming what was spent on what."""
+        """Charge one fresh input's `release` (one step) to the ledger and persist it, before the input is kept
+        and sent; returns the epsilon spent with it (at `delta`, less every entry's `addon` for rounding and
+        wraps). Raises BudgetSpent, charging nothing, if the composed epsilon would pass `budget`, naming what
+        was spent on what."""
         entry: dict[str, object] = {
             "kind": kind,
             "round": round_number,
@@ -273,8 +283,11 @@ class InputRecord:
             "mu": release.mu,
             "l1": release.l1,
             "l2": release.l2,
+            "sampling_rate": release.sampling_rate,
+            "addon": addon,
+            "delta": delta,
         }
-        total = distributed.epsilon([_release(item) for item in (*self._releases, entry)], delta)
+        total = _composed([*self._releases, entry], delta)
         if total > budget:
             kinds = sorted({str(item["kind"]) for item in self._releases})
             spent_on = ", ".join(
@@ -283,8 +296,8 @@ class InputRecord:
             raise BudgetSpent(
                 f"answering round {round_number} ({kind}) would spend epsilon {total:.3g} at delta {delta:g}, past "
                 f"this institution's budget of {budget:g}; spent so far: epsilon {self.spent(delta):.3g} on "
-                f"{spent_on or 'nothing'} (kept in {self.path}); raise [privacy] report_budget in a new plan to "
-                "answer more"
+                f"{spent_on or 'nothing'} (kept in {self.path}); only a larger [privacy] budget in a new plan "
+                "(and in this institution's own [privacy] budget_epsilon, where set) lets it answer more"
             )
         self._releases.append(entry)
         self._save()
@@ -317,7 +330,11 @@ class InputRecord:
             raise PermanentFailure(
                 FEDERATION_PAST, latest=self._latest, federation=self.federation, path=self.path, served=round_number
             )
-        if self._latest is None and not self.found and not self.reset and round_number > 1:
+        if self._first_asked is None:
+            self._first_asked = round_number
+        # A process that began with no record may go on past round 1 only if it was there from the start
+        # (it may have withdrawn from every round so far, which keeps nothing).
+        if self._latest is None and not self.found and not self.reset and self._first_asked > 1:
             raise PermanentFailure(LOCAL_STATE_LOST, path=self.path, evidence=f"the aggregator is at round {round_number}")
         key = f"{kind}:{model}"
         entry = self._inputs.get(key)
@@ -369,11 +386,31 @@ class InputRecord:
         self._thresholds[round_number] = float(c)
 
 
-def _release(entry: dict[str, object]) -> distributed.Release:
-    """A ledger entry as the release it charged."""
+def _release(entry: dict[str, object], steps: int = 1) -> distributed.Release:
+    """A ledger entry as the release it charged (`steps` times)."""
     return distributed.Release(
-        str(entry["mechanism"]), float(entry["mu"]), float(entry["l1"]), float(entry["l2"])  # type: ignore[arg-type]
+        str(entry["mechanism"]),
+        float(entry["mu"]),  # type: ignore[arg-type]
+        float(entry["l1"]),  # type: ignore[arg-type]
+        float(entry["l2"]),  # type: ignore[arg-type]
+        float(entry.get("sampling_rate", 1.0)),  # type: ignore[arg-type]
+        steps,
     )
+
+
+def _composed(entries: list[dict[str, object]], delta: float) -> float:
+    """The epsilon at `delta` of `entries` composed by RDP; identical releases (every training round of a run)
+    are one release of as many steps, so a long ledger composes in one pass per kind."""
+    if not entries:
+        return 0.0
+    groups: dict[tuple[object, ...], tuple[dict[str, object], int]] = {}
+    for entry in entries:
+        key = (entry["mechanism"], entry["mu"], entry["l1"], entry["l2"], entry.get("sampling_rate", 1.0))
+        first, steps = groups.get(key, (entry, 0))
+        groups[key] = (first, steps + 1)
+    releases = [_release(first, steps) for first, steps in groups.values()]
+    addon = math.fsum(float(entry.get("addon", 0.0)) for entry in entries)  # type: ignore[arg-type]
+    return distributed.epsilon(releases, delta - addon)
 
 
 def _count(value: object, where: str) -> int:

@@ -35,7 +35,6 @@ keeps no running sum of the sigma_k, so this leaves no error behind (`fedfair.co
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner, RoundTrainer, StopsContributing
 from fedfair.core.update import bounded
 from fedfair.fairness import sums
+from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.record import BindingRefused, InputRecord, Kept, SignedView
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.preparation import Prepared
@@ -66,9 +66,7 @@ from fedfair.runtime.contract import (
 from fedfair.runtime.plan import SharedSettings
 from fedfair.runtime.transport import WireError, pb, pb_grpc
 from fedfair.runtime.logs import per_round
-from fedfair.runtime.report_privacy import answer_release, party_mu, plan_floor
-from fedfair.secagg import Encoder, prg
-from fedfair.secagg.noise import skellam
+from fedfair.secagg import Encoder
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -140,6 +138,7 @@ class RoundJob:
         self.participant = participant
         """This collaborator as the aggregations know it, its model's parameters counted."""
         self.record = record
+        self.charges = Charges(config, shared, record)
         self.uplink = uplink
         self.reports = reports
         self._holds_control = False
@@ -307,14 +306,21 @@ class RoundJob:
             work = Work(round_number, TRAINING, trained.vector, weight)
             # Encoding needs only the update, so it is done now rather than on the MASKED_INPUT
             # stage's critical path; the round's own encoder checks the parameters again then.
-            encoder = Encoder(settings.encoding(), self.shared.collaborator_count)
-            buffer = self._encoding_buffer
-            if buffer is None or buffer.size != trained.vector.size + 1 or buffer.dtype != encoder.dtype:
-                buffer = self._encoding_buffer = np.empty(trained.vector.size + 1, dtype=encoder.dtype)
-            # Rounds run one after another, so the last round's masked words, already sent or
-            # abandoned with its Work, are free to overwrite.
+            shared = self.shared
             try:
+                encoding = shared.training_encoding(
+                    shared.federation_id, shared.collaborator_count, round_number, trained.vector.size
+                )
+                encoder = Encoder(encoding, shared.collaborator_count)
+                words = encoder.encoded_dimension(trained.vector.size) + 1
+                buffer = self._encoding_buffer
+                if buffer is None or buffer.size != words or buffer.dtype != encoder.dtype:
+                    buffer = self._encoding_buffer = np.empty(words, dtype=encoder.dtype)
+                # Rounds run one after another, so the last round's masked words, already sent or
+                # abandoned with its Work, are free to overwrite.
                 work.encoded = encoder.encode(trained.vector, weight, out=buffer)
+                if encoding.noise is not None:
+                    self.charges.training(round_number, trained.model, trained.vector.size)
             except ConfigError as error:
                 logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
                 return Work(round_number, TRAINING, None, 0.0)
@@ -363,40 +369,13 @@ class RoundJob:
                 work = Work(binding.round, EVALUATION, answered, 1.0)
                 if self.shared.secure_aggregation.enabled:
                     work.encoded = Encoder(sums.ENCODING, self.shared.collaborator_count).encode(answered, 1.0)
-                    self.add_report_noise(work.encoded, binding.round, model, columns)
+                    self.charges.evaluation(work.encoded, binding.round, model, columns)
             except ConfigError as error:
                 logger.warning("%s: round %d evaluation: not contributing: %s", self.config.name, binding.round, error)
                 return Work(binding.round, EVALUATION, None, 0.0)
             return kept(work, view)
 
         return StartJob(job, model)
-
-    def add_report_noise(
-        self, encoded: np.ndarray, round_number: int, model: str, columns: tuple[CompositionColumn, ...]
-    ) -> None:
-        """Under the plan's [privacy] report_epsilon: charge this fresh answer to the ledger (BudgetSpent past
-        the budget), then add this party's share of the Skellam noise to its encoded words, from the OS's
-        CSPRNG, before masking (:mod:`fedfair.runtime.report_privacy`). A no-op for exact reports."""
-        privacy = self.shared.privacy
-        if not privacy.noised:
-            return
-        release = answer_release(privacy, columns)
-        spent = self.record.charge("evaluate", round_number, model, release, privacy.delta, privacy.report_budget)
-        secure = self.shared.secure_aggregation
-        floor = plan_floor(self.shared.collaborator_count, secure.max_colluding, secure.tolerates_dropouts)
-        mu = party_mu(release, floor, secure.max_colluding)
-        # Every coordinate but the last, the weight (1 per answer: the count of answers, public anyway).
-        noise = skellam(mu, encoded.size - 1, os.urandom(prg.KEY_BYTES))
-        encoded[:-1] += noise.view(encoded.dtype)  # wraps modulo 2^k, as the masks do
-        logger.info(
-            "%s: round %d evaluation: Skellam noise (mu %.4g per coordinate) added; epsilon %.3g of budget %g spent",
-            self.config.name,
-            round_number,
-            mu,
-            spent,
-            privacy.report_budget,
-            extra=per_round(round_number, self.shared.training.rounds),
-        )
 
     def evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
         """This institution's answers to the evaluation's threshold queries on its held-out losses

@@ -149,7 +149,11 @@ class Participant:
             # The length, composition counts included, is this plan's: no column name travels in a round.
             return "evaluate", self.shared.evaluation_length(work.round), sums.ENCODING
         dimension = update_dimension(self.parameters, self.shared.training.corrects_drift)
-        return "train", dimension, self.shared.secure_aggregation.encoding()
+        encoding = self.shared.training_encoding(
+            self.shared.federation_id, self.shared.collaborator_count, work.round, dimension
+        )
+        # A noised update is rotated, so its vector is padded to a power of two.
+        return "train", encoding.noise.encoded_dimension if encoding.noise else dimension, encoding
 
     def graph_roster_fits(self, parameters: RoundParameters) -> bool:
         """Whether the masking graph is drawn over the plan's whole roster: the manifest's names, sorted

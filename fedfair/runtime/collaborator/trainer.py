@@ -39,6 +39,7 @@ from fedfair.runtime.composition import CompositionColumn, held_out_levels
 from fedfair.runtime.failures import DATA_MISMATCH, LOCAL_DATA, PermanentFailure
 from fedfair.runtime.plan import SharedSettings, load_shared_settings
 from fedfair.runtime.influence import declared_batch
+from fedfair.runtime.privacy_plan import training_privacy
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -251,13 +252,17 @@ def build_learner(
 
 
 def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: SharedSettings) -> RoundTrainer:
-    """The privacy hook's default: the plain learner, or DP-SGD when `[privacy] enabled = true`.
+    """The privacy hook's default: the plain learner, or DP-SGD when the plan's [privacy] mode is
+    "distributed" or this institution's own `[privacy] enabled = true`.
 
-    DP-SGD comes from `fedfair.privacy`; its accountant persists beside this config, one
-    file per federation (NAME.FEDERATION.privacy.json), so a restarted collaborator remembers
-    what it has spent in this federation and one joining another federation starts afresh.
+    DP-SGD comes from `fedfair.privacy`. Under the plan's distributed mode it adds no noise of its own
+    (the secure sum does) and its spend is the one-input record's ledger
+    (:class:`~fedfair.runtime.collaborator.charges.Charges`); under local DP its accountant persists
+    beside this config, one file per federation (NAME.FEDERATION.privacy.json), so a restarted
+    collaborator remembers what it has spent in this federation and one joining another starts afresh.
     """
-    if not config.privacy.enabled:
+    distributed = shared.privacy.distributed
+    if not (distributed or config.privacy.enabled):
         return learner
     if config.name not in shared.influence.sizes:
         # b_k = batch_fraction * n_k from the rows held would put n_k into the batch and the weight,
@@ -278,6 +283,19 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
     from fedfair.privacy.accounting import PrivacyAccountant, legacy_privacy_state_path, privacy_state_path
     from fedfair.privacy.learner import PrivateLearner
 
+    weight = shared.influence.weight_of(config.name, shared.training.batch_fraction)
+    released = (
+        f"weight {weight:g} and expected batch {batch}, fixed by the plan ([influence] {shared.influence.weights} "
+        f"weights, declared size {shared.influence.sizes[config.name]}), not by the rows held"
+    )
+    if distributed:
+        return PrivateLearner(
+            learner,
+            training_privacy(shared.privacy, shared.training.batch_fraction),
+            planned_rounds=shared.training.rounds,
+            name=config.name,
+            released=released,
+        )
     folder, federation = config.source.parent, shared.federation_id
     legacy = legacy_privacy_state_path(folder, config.name)
     if legacy.exists():
@@ -292,11 +310,6 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
             privacy_state_path(folder, config.name, federation).name,
         )
     accountant = PrivacyAccountant(privacy_state_path(folder, config.name, federation), federation=federation)
-    weight = shared.influence.weight_of(config.name, shared.training.batch_fraction)
-    released = (
-        f"weight {weight:g} and expected batch {batch}, fixed by the plan ([influence] {shared.influence.weights} "
-        f"weights, declared size {shared.influence.sizes[config.name]}), not by the rows held"
-    )
     return PrivateLearner(
         learner,
         config.privacy,
