@@ -260,6 +260,21 @@ max_weight = 1e6    # largest agreed weight (bounds the fixed-point range)
 # dropouts = "none" # every collaborator in every round, else the round fails: no two sums over
                     # survivor sets that differ by one site (default "allowed": see docs/design.md)
 
+[privacy]
+# Distributed differential privacy: the collaborators add noise inside the secure sum, so the aggregator
+# decodes only noised totals (docs/security.md). Each institution charges every noised input to its own
+# ledger before sending it (`fedfair collaborator ledger`) and refuses one past `budget`.
+report_epsilon = 1.0  # epsilon of one evaluation answer: with exact answers, two evaluations over survivor
+                      # sets one site apart would difference to its held-out histogram. It costs precision:
+                      # noise of about 25 rows per bucket (the report states each figure's bound)
+budget = 10.0         # the most epsilon one institution spends here, training and answers together
+                      # (the 10 evaluations of 50 rounds at every = 5 spend 3.6)
+delta = 1e-5
+mode = "off"          # training DP: "distributed" is DP-SGD inside the secure sum (needs epsilon below,
+                      # local_steps = 1, declared sizes); "local" leaves it to each institution's config
+# epsilon = 3.0       # what all the training rounds spend under mode = "distributed"
+# max_grad_norm = 20.0  # theta's per-record clip bound under mode = "distributed"
+
 """,
             _QUORUM_AND_EVALUATION,
             "\n",

@@ -231,3 +231,15 @@ def test_a_training_only_privacy_section_is_shared_and_pinned(tmp_path: Path) ->
     plan = load_aggregator_plan(workspace.plan)
     assert shared_content(plan)["privacy"]["mode"] == "distributed"
     assert shared_content(plan)["privacy"]["epsilon"] == 2.0
+
+
+def test_the_templates_default_noises_every_evaluation_within_its_stated_budget() -> None:
+    """The plan `fedfair init` writes noises evaluations by default, and its 10 evaluations (50 rounds, every 5)
+    spend about 3.6 of the budget of 10, as its comment says."""
+    plan = load_aggregator_plan(Path(__file__).parents[2] / "aggregator" / "plan.toml", check_manifest=False)
+    privacy = plan.privacy
+    assert privacy.noised and not privacy.distributed and privacy.budget == 10.0
+    answers = plan.training.rounds // plan.evaluation.every
+    assert answers == 10
+    spent = distributed.epsilon([answer_release(privacy, ())] * answers, privacy.delta - answers * ROUNDING_BETA)
+    assert spent == pytest.approx(3.6, abs=0.05) and spent < privacy.budget
