@@ -243,6 +243,30 @@ def _contributions_section(run: Run) -> str:
     return f"<ul class=note>{legend}</ul>{table}"
 
 
+def _noise_paragraph(run: Run) -> str:
+    """What the plan's distributed noise put into the sums the aggregator decoded, or "" without any."""
+    training = [r["mean_update_noise_std"] for r in run.rounds if r.get("mean_update_noise_std")]
+    evaluations = [r["evaluation"]["noise_std"] for r in run.rounds if (r.get("evaluation") or {}).get("noise_std")]
+    if not training and not evaluations:
+        return ""
+    parts = []
+    if training:
+        parts.append(
+            f"{len(training)} training rounds decoded with Skellam noise inside the secure sum (the mean update's "
+            f"noise, standard deviation {max(training):.3g} per coordinate)"
+        )
+    if evaluations:
+        parts.append(
+            f"{len(evaluations)} evaluations decoded with noise of standard deviation {max(evaluations):.3g} rows per "
+            "bucket (each risk above is shown with its bound)"
+        )
+    return (
+        f"<p>Distributed DP: {'; '.join(parts)}. Each site charged every noised input it sent to its own ledger, "
+        "which the aggregator never sees: <code>fedfair collaborator ledger --config collaborator.toml</code> "
+        "shows it at the site.</p>"
+    )
+
+
 def _privacy_section(run: Run) -> str:
     from fedfair.runtime.report_figures import epsilons, svg  # matplotlib: loaded only to draw
 
@@ -252,11 +276,11 @@ def _privacy_section(run: Run) -> str:
         for event in run.events
         if event.get("event") == "status" and event.get("status") == "budget_spent"
     }
+    noise = _noise_paragraph(run)
     if not series and not spent:
-        return (
-            "<p>No DP in this run: no site reported an epsilon. Either no site trains with differential "
-            "privacy, or those that do keep their epsilon to themselves ([privacy] share_epsilon = false, "
-            "the default).</p>"
+        return noise or (
+            "<p>No DP in this run: no noise inside the secure sums, and no site reported a local epsilon "
+            "(sites that train with their own DP-SGD keep it to themselves unless [privacy] share_epsilon).</p>"
         )
     rows = "".join(
         f"<tr><td>{html.escape(name)}</td><td>{values[-1]:.4g}</td><td>{rounds[-1]}</td>"
@@ -269,7 +293,7 @@ def _privacy_section(run: Run) -> str:
         if name not in series
     )
     drawn = svg(epsilons(series)) if series else ""
-    return (
+    return noise + (
         f"{drawn}<table><thead><tr><th>site</th><th>epsilon spent</th><th>as of round</th><th>budget spent</th></tr>"
         f"</thead><tbody>{rows}</tbody></table><p class=note>The cumulative epsilon each site chose to share "
         "([privacy] share_epsilon); sites that keep theirs private are not listed.</p>"

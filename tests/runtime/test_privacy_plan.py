@@ -20,6 +20,7 @@ from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.record import BudgetSpent, InputRecord
 from fedfair.runtime.plan import load_aggregator_plan, shared_content
+from fedfair.runtime.report import write_report
 from fedfair.runtime.privacy_plan import (
     ROUNDING_BETA,
     PlanPrivacy,
@@ -210,6 +211,9 @@ def test_a_distributed_dp_federation_trains_inside_the_noised_secure_sum(
         # Every round is one step of the run the noise was calibrated for: all three spend 3/rounds of it.
         spent = InputRecord(path, plan.federation_id).spent(plan.privacy.delta)
         assert 0 < spent < plan.privacy.epsilon
+    page = write_report(workspace.output).read_text()
+    assert f"{rounds} training rounds decoded with Skellam noise inside the secure sum" in page
+    assert f"standard deviation {stds[0]:.3g} per coordinate" in page and "fedfair collaborator ledger" in page
     assert cli_main(["collaborator", "ledger", "--config", str(workspace.configs["site-a"])]) == 0
     printed = capsys.readouterr().out
     assert f"epsilon {spent:.4g} spent at delta 1e-05" in printed
