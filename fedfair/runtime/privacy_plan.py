@@ -153,11 +153,12 @@ def answer_release(settings: PlanPrivacy, columns: tuple[CompositionColumn, ...]
     return distributed.Release("skellam", mu, shape.l1, shape.l2)
 
 
-def plan_floor(collaborators: int, max_colluding: int, tolerates_dropouts: bool) -> int:
+def plan_floor(collaborators: int, max_colluding: int, tolerates_dropouts: bool, threshold: int = 0) -> int:
     """The fewest survivors the plan itself allows in a sum: every collaborator under ``dropouts = "none"``,
-    else the isolation bound max_colluding + 2 (a manifest's min_round_size may only raise it, which a
-    collaborator enforces, so noise calibrated to this floor is never too little)."""
-    return collaborators if not tolerates_dropouts else min(collaborators, max_colluding + 2)
+    else the larger of the isolation bound max_colluding + 2 and the least secure-aggregation `threshold`
+    t of any round (no sum is unmasked below t survivors). A manifest's min_round_size may only raise it,
+    which a collaborator enforces, so noise calibrated to this floor is never too little."""
+    return collaborators if not tolerates_dropouts else min(collaborators, max(max_colluding + 2, threshold))
 
 
 def party_mu(release: distributed.Release, floor: int, colluders: int) -> float:

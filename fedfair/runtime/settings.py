@@ -199,12 +199,22 @@ class LearningSettings:
 
         return FedSRCVaR(self.training.local_config(), bound=self.objective.bound, momentum=self.training.server_momentum)
 
+    def survivor_floor(self, collaborators: int) -> int:
+        """The fewest survivors any secure sum of a plan for `collaborators` can have (privacy_plan.plan_floor):
+        under dropouts the least threshold of a round, from the threshold rule over the holders of each secret
+        (the plan's neighbours + 1 on a SecAgg+ graph, else at least [quorum] min_collaborators)."""
+        secure = self.secure_aggregation
+        degree = secure.mask_neighbours(collaborators)
+        holders = degree + 1 if degree else self.quorum.min_collaborators
+        least = secure.threshold if secure.threshold is not None else threshold_for(holders, secure.max_colluding)
+        return plan_floor(collaborators, secure.max_colluding, secure.tolerates_dropouts, least)
+
     def training_noise(self, collaborators: int, dimension: int) -> tuple[TrainingNoise, float]:
         """Under [privacy] mode = "distributed": the calibrated noise of training updates of `dimension` values
         and each party's share of it, carried by the honest parties of the smallest survivor set the plan
         allows (fedfair.runtime.privacy_plan.training_noise)."""
         secure, training = self.secure_aggregation, self.training
-        floor = plan_floor(collaborators, secure.max_colluding, secure.tolerates_dropouts)
+        floor = self.survivor_floor(collaborators)
         return training_noise(
             self.privacy, training.local_config(), self.objective, training.rounds, training.batch_fraction,
             dimension, floor, secure.max_colluding,

@@ -21,6 +21,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.record import BudgetSpent, InputRecord
 from fedfair.runtime.plan import load_aggregator_plan, shared_content
 from fedfair.runtime.report import write_report
+from fedfair.runtime.settings import read_learning
 from fedfair.runtime.privacy_plan import (
     ROUNDING_BETA,
     PlanPrivacy,
@@ -247,3 +248,26 @@ def test_the_templates_default_noises_every_evaluation_within_its_stated_budget(
     assert answers == 10
     spent = distributed.epsilon([answer_release(privacy, ())] * answers, privacy.delta - answers * ROUNDING_BETA)
     assert spent == pytest.approx(3.6, abs=0.05) and spent < privacy.budget
+
+
+@pytest.mark.parametrize(
+    ("collaborators", "sections", "floor"),
+    [
+        # Dropouts allowed: no sum is unmasked below the least threshold of any round.
+        (51, {"secure_aggregation": {"max_colluding": 5}}, 15),  # SecAgg+ k = 22: t = (23 + 5) // 2 + 1
+        (10, {"secure_aggregation": {"max_colluding": 1}, "quorum": {"min_collaborators": 10}}, 6),
+        (10, {"secure_aggregation": {"max_colluding": 1, "threshold": 8}, "quorum": {"min_collaborators": 10}}, 8),
+        (3, {"secure_aggregation": {"max_colluding": 0}, "quorum": {"min_collaborators": 2}}, 2),
+        # Dropouts none: every collaborator is in every sum.
+        (4, {"secure_aggregation": {"dropouts": "none"}, "quorum": {"min_collaborators": 4}}, 4),
+    ],
+)
+def test_the_noise_is_carried_by_the_fewest_survivors_a_round_can_unmask(
+    collaborators: int, sections: dict[str, dict[str, object]], floor: int
+) -> None:
+    learning = read_learning("plan.toml", sections, collaborators)
+    assert learning.survivor_floor(collaborators) == floor
+    # Calibrated to that floor, the honest survivors of the smallest sum carry the whole noise.
+    release = answer_release(PlanPrivacy(report_epsilon=1.0), ())
+    colluders = learning.secure_aggregation.max_colluding
+    assert (floor - colluders) * party_mu(release, floor, colluders) == pytest.approx(release.mu, rel=1e-12)

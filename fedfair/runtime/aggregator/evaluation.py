@@ -24,7 +24,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.driver import SumDriver
 from fedfair.runtime.composition import CompositionColumn, composition_from_sums
-from fedfair.runtime.privacy_plan import answer_release, decoded_noise_std, plan_floor
+from fedfair.runtime.privacy_plan import answer_release, decoded_noise_std
 from fedfair.runtime.contract import EVALUATION
 from fedfair.runtime.plan import AggregatorPlan
 
@@ -102,6 +102,5 @@ def report_noise_std(plan: AggregatorPlan, columns: tuple[CompositionColumn, ...
     [privacy] (:mod:`fedfair.runtime.privacy_plan`); 0 for exact reports."""
     if not plan.privacy.noised or summands < 1:
         return 0.0
-    secure = plan.secure_aggregation
-    floor = plan_floor(len(plan.collaborators), secure.max_colluding, secure.tolerates_dropouts)
-    return decoded_noise_std(answer_release(plan.privacy, columns), floor, secure.max_colluding, summands)
+    floor = plan.survivor_floor(len(plan.collaborators))
+    return decoded_noise_std(answer_release(plan.privacy, columns), floor, plan.secure_aggregation.max_colluding, summands)

@@ -20,7 +20,7 @@ from fedfair.runtime.collaborator.record import InputRecord
 from fedfair.runtime.composition import CompositionColumn
 from fedfair.runtime.logs import per_round
 from fedfair.runtime.plan import SharedSettings
-from fedfair.runtime.privacy_plan import ROUNDING_BETA, answer_release, party_mu, plan_floor
+from fedfair.runtime.privacy_plan import ROUNDING_BETA, answer_release, party_mu
 from fedfair.secagg import prg
 from fedfair.secagg.noise import skellam
 
@@ -76,9 +76,8 @@ class Charges:
         spent = self.record.charge(
             "evaluate", round_number, model, release, privacy.delta, self.budget, addon=ROUNDING_BETA
         )
-        secure = self.shared.secure_aggregation
-        floor = plan_floor(self.shared.collaborator_count, secure.max_colluding, secure.tolerates_dropouts)
-        mu = party_mu(release, floor, secure.max_colluding)
+        floor = self.shared.survivor_floor(self.shared.collaborator_count)
+        mu = party_mu(release, floor, self.shared.secure_aggregation.max_colluding)
         # Every coordinate but the last, the weight (1 per answer: the count of answers, public anyway).
         noise = skellam(mu, encoded.size - 1, os.urandom(prg.KEY_BYTES))
         encoded[:-1] += noise.view(encoded.dtype)  # wraps modulo 2^k, as the masks do
