@@ -26,7 +26,7 @@ from fedfair.runtime import plan
 from fedfair.runtime.collaborator import config as collaborator_file
 from fedfair import cli
 from fedfair.runtime.plan_commands import pin_plan
-from tests.runtime.test_plan import CONFIG_TEMPLATE, PLAN_TEMPLATE, SCHEMA_SECTION, edited
+from tests.runtime.test_plan import CONFIG_TEMPLATE, NO_NOISE, PLAN_TEMPLATE, SCHEMA_SECTION, edited
 
 COLLABORATORS = ("hospital-a", "hospital-b", "hospital-c")  # the templates' names
 
@@ -204,11 +204,11 @@ def shared_from(**sections: dict[str, Any]) -> tuple[plan.SharedSettings, dict[s
         ),
         ({"secure_aggregation": {"max_colluding": 1}}, r"max_colluding = 1 but the manifest .* says 0"),
         (
-            {"secure_aggregation": {"enabled": False}, "quorum": {"min_collaborators": 1}},
+            {"secure_aggregation": {"enabled": False}, "quorum": {"min_collaborators": 1}, "privacy": NO_NOISE},
             r"min_collaborators = 1 is below min_round_size = 2",
         ),
         (
-            {"secure_aggregation": {"enabled": False}, "quorum": {"min_collaborators": 2}},
+            {"secure_aggregation": {"enabled": False}, "quorum": {"min_collaborators": 2}, "privacy": NO_NOISE},
             r"secure aggregation is off, so the aggregator would see",
         ),
     ],

@@ -62,6 +62,10 @@ def edited(path: Path, sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return data
 
 
+NO_NOISE = {"report_epsilon": ...}
+"""Takes the template's evaluation noise out: noise goes inside the secure sum, so a plan without one has none."""
+
+
 def aggregator_plan(**sections: dict[str, Any]) -> plan.AggregatorPlan:
     return plan.parse_aggregator_plan(edited(PLAN_TEMPLATE, sections), PLAN_TEMPLATE)
 
@@ -270,7 +274,9 @@ def test_the_collusion_bound_raises_the_default_quorum_and_threshold_rule() -> N
     # Two honest inputs beside one colluder: every round needs all three collaborators.
     assert colluding.quorum.min_collaborators == 3
     # Without secure aggregation the aggregator sees every update anyway: the bound constrains nothing.
-    plain = aggregator_plan(secure_aggregation={"enabled": False, "max_colluding": 2}, quorum={"min_collaborators": 1})
+    plain = aggregator_plan(
+        secure_aggregation={"enabled": False, "max_colluding": 2}, quorum={"min_collaborators": 1}, privacy=NO_NOISE
+    )
     assert plain.secure_aggregation.max_colluding == 2 and plain.quorum.min_collaborators == 1
 
 
@@ -289,7 +295,7 @@ def test_the_evaluation_grid_is_fixed_by_the_plan_on_both_sides() -> None:
 
 
 def test_secure_aggregation_off_relaxes_the_quorum() -> None:
-    loaded = aggregator_plan(secure_aggregation={"enabled": False}, quorum={"min_collaborators": 1})
+    loaded = aggregator_plan(secure_aggregation={"enabled": False}, quorum={"min_collaborators": 1}, privacy=NO_NOISE)
     assert loaded.quorum.min_collaborators == 1
     assert aggregator_plan(model={"name": "cnn", "features": 784, "image_shape": [1, 28, 28]}).model.image_shape == (
         1,
@@ -415,7 +421,7 @@ def test_shared_settings_round_trip_without_names_or_paths() -> None:
         plan.load_shared_settings(payload.replace(b'"rho":0.3', b'"rho":3'))
 
 
-TEMPLATE_DIGEST = "ba2f4770a4a392e7982728b0f9056a1a45410cd7ae8e327d453743f3643ccd7d"
+TEMPLATE_DIGEST = "c2bcf7aafbf34fa3f9ffed34fa6782f7076b4ebdf590f9fb3ae91fe8379badc4"
 ALGORITHM_ONE_DIGEST = "6f00f9bb1eca070060ae00a05b9412b928d11f2b57e5ef181de9b8b9822ab46e"
 """The template's digest before server momentum existed, which the same plan at server_momentum = 0 keeps."""
 TEMPLATE_SHARED_SETTINGS = (
@@ -424,6 +430,7 @@ TEMPLATE_SHARED_SETTINGS = (
     b'"influence":{"sizes":{},"update_norm":1.0,"weights":"equal"},'
     b'"model":{"arguments":{},"classes":2,"factory":null,"features":107,"image_shape":null,"name":"logreg"},'
     b'"objective":{"bound":10.0,"epsilon":0.1,"gamma":0.05,"rho":0.3,"smooth":"softrelu"},'
+    b'"privacy":{"budget":10.0,"delta":1e-05,"epsilon":null,"max_grad_norm":20.0,"mode":"off","report_epsilon":1.0},'
     b'"quorum":{"min_collaborators":2,"round_timeout_seconds":300.0},'
     b'"secure_aggregation":{"clip":10.0,"enabled":true,"fractional_bits":20,"max_colluding":0,'
     b'"max_weight":1000000.0,"modulus_bits":64,"neighbours":null,"threshold":null},'
@@ -443,6 +450,9 @@ def test_a_plan_at_algorithm_ones_server_step_keeps_the_digest_it_had_before_ser
     """Checkpoints written before the setting existed resume under the same plan with server_momentum = 0."""
     text = PLAN_TEMPLATE.read_text()
     assert text.count("server_momentum = 0.9") == 1
+    # The template gained [privacy] (evaluation noise) later; without it, it is the plan as it was then.
+    start = text.index("\n[privacy]\n")
+    text = text[:start] + text[text.index("\n[", start + 1) :]
     changed = tmp_path / "plan.toml"
     changed.write_text(text.replace("server_momentum = 0.9", "server_momentum = 0.0"))
     assert plan.plan_digest(plan.load_aggregator_plan(changed)) == ALGORITHM_ONE_DIGEST
