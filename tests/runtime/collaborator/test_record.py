@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.collaborator.record import BindingRefused, InputRecord, Kept
+from fedfair.privacy import distributed
+from fedfair.runtime.collaborator.record import BindingRefused, BudgetSpent, InputRecord, Kept
 from fedfair.runtime.failures import PermanentFailure
 
 
@@ -136,3 +142,39 @@ def test_a_version_1_record_is_still_read(tmp_path: Path) -> None:
     record = InputRecord(path, "fed")
     assert record.latest == 4
     assert record.view(4, "train", "m").survivors == frozenset({"a", "b"})
+
+
+_CHARGING = """
+import sys
+from pathlib import Path
+from fedfair.privacy import distributed
+from fedfair.runtime.collaborator.record import InputRecord
+
+record = InputRecord(Path(sys.argv[1]), "fed")
+release = distributed.Release("skellam", 1e6, 40.0, 10.0, 0.01)
+for round_number in range(1, 100_000):
+    record.charge("train", round_number, f"m{round_number}", release, 1e-5, 1e9)
+    if round_number == 5:
+        print("charging", flush=True)
+"""
+
+
+def test_the_ledger_survives_kill_9_mid_write_and_still_refuses_past_its_budget(tmp_path: Path) -> None:
+    """A process charging the ledger as fast as it can is killed with SIGKILL: the file it leaves reads, holds
+    every release charged up to some round and nothing else, and the next charge composes on top of it (and
+    is refused past the budget, charging nothing)."""
+    path = record_path(tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", _CHARGING, str(path)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "charging"
+    time.sleep(0.3)
+    child.send_signal(signal.SIGKILL)
+    child.wait(30)
+    record = InputRecord(path, "fed")
+    rounds = [entry["round"] for entry in record.ledger()]
+    assert rounds == list(range(1, len(rounds) + 1)) and len(rounds) >= 5
+    release = distributed.Release("skellam", 1e6, 40.0, 10.0, 0.01)
+    spent = record.spent(1e-5)
+    assert spent == pytest.approx(distributed.epsilon([dataclasses.replace(release, steps=len(rounds))], 1e-5))
+    with pytest.raises(BudgetSpent, match=f"on {len(rounds)} train answers"):
+        record.charge("train", len(rounds) + 1, "next", release, 1e-5, spent)
+    assert len(InputRecord(path, "fed").ledger()) == len(rounds)
