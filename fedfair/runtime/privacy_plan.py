@@ -10,7 +10,7 @@ honest parties of the smallest survivor set the plan allows carry the noise in f
   clipped (theta's to ``max_grad_norm``, c's separately to its own bound), every site samples its
   records at the plan's ``batch_fraction``, one local step a round, and the noise is calibrated
   (RDP, Poisson subsampling) so that the plan's rounds spend ``epsilon`` at ``delta``
-  (:func:`training_encoding`). ``mode = "local"`` leaves training DP to each institution's own
+  (:func:`training_noise`, which ``LearningSettings.training_encoding`` turns into each round's encoding). ``mode = "local"`` leaves training DP to each institution's own
   config (DP-SGD with its own noise); ``"off"`` adds none;
 - evaluation answers (``report_epsilon``): each site's histogram of held-out losses, and at the
   final round its composition counts, noised so that one answer spends ``report_epsilon``
@@ -197,10 +197,9 @@ def training_noise(
     """The calibrated noise of the plan's distributed DP-SGD rounds for updates of `dimension` values, and each
     party's Skellam share of it: the honest parties of a `floor`-party survivor set (`colluders` of them may
     collude) carry it all. Cached: the calibration bisects over RDP curves, and every round asks the same."""
-    sensitivity_clip = threshold_clip(training_privacy(settings, rate), objective.epsilon, objective.rho)
-    noise = distributed_training_noise(
-        training_privacy(settings, rate), local.lr, local.threshold_lr, sensitivity_clip, rate, rounds, dimension
-    )
+    privacy = training_privacy(settings, rate)
+    threshold_norm = threshold_clip(privacy, objective.epsilon, objective.rho)
+    noise = distributed_training_noise(privacy, local.lr, local.threshold_lr, threshold_norm, rate, rounds, dimension)
     return noise, check_mu(distributed.party_mu(noise.release.mu, floor, colluders))
 
 
