@@ -12,7 +12,8 @@ Modes, at DP epsilon 1, 3 and 8 (delta 1e-5, the plan's rounds):
     Poisson-samples at q = 1024 / N, and the sites add Skellam noise inside the secure sum, calibrated so
     that the honest sites of the round (n - colluders) carry the whole noise (`fedfair.privacy.distributed`).
 Rows {dataset, sites, colluders, mode, epsilon, delta, worst_group_risk, mean_risk, accuracy} (held-out,
-averaged iterate), plus the epsilon the sites' accountants report, the threshold c, the noise standard
+averaged iterate; each noised row the mean of `--repeats` runs with fresh noise, beside the standard
+deviation of the worst-group risk over them), plus the epsilon the sites' accountants report, the threshold c, the noise standard
 deviation of the decoded weighted sum and the seconds. `targets` compares distributed at epsilon 1 with
 no DP. Adult's secure sums run the masking protocol; Census-Income's 51 parties add their encodings
 directly (`SecureSum(masked=False)`: the masks cancel exactly, so the decoded sums are the same, and the
@@ -185,10 +186,23 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def repeated(dataset: str, mode: str, epsilon: float, rounds: int, repeats: int) -> dict[str, Any]:
+    """`run` `repeats` times: the noise comes from fresh OS entropy every run, so one run's risk is one draw;
+    the row reports the mean of each risk and the standard deviation of the worst-group risk."""
+    runs = [run(dataset, mode, epsilon, rounds) for _ in range(repeats)]
+    row = dict(runs[0])
+    for key in ("worst_group_risk", "mean_risk", "accuracy", "c", "epsilon_spent", "cpu_seconds"):
+        row[key] = float(np.mean([item[key] for item in runs]))
+    row["worst_group_risk_sd"] = float(np.std([item["worst_group_risk"] for item in runs], ddof=1)) if repeats > 1 else 0.0
+    row["repeats"] = repeats
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--quick", action="store_true", help="200 rounds instead of 1000")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each noised row, averaged (default 3)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rounds = 200 if args.quick else 1000
@@ -202,7 +216,7 @@ def main() -> None:
     for dataset in CASES:
         rows.append(run(dataset, "none", math.inf, rounds))
         for mode in ("local", "distributed"):
-            rows.extend(run(dataset, mode, epsilon, rounds) for epsilon in EPSILONS)
+            rows.extend(repeated(dataset, mode, epsilon, rounds, args.repeats) for epsilon in EPSILONS)
     publish({"rows": rows, "targets": targets(rows), "encoding": encoding}, args.json)
 
 
