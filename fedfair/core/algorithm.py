@@ -67,12 +67,14 @@ class FedSRCVaR:
     (then the objective is the plain mean loss and the rules are FedAvg's, with c absent).
 
     `momentum` is the server's heavy-ball beta on the decoded mean update (`fedfair.core.server`);
-    0 is Algorithm 1's plain averaging step. It changes nothing at the clients.
+    0 is Algorithm 1's plain averaging step. `adam`, instead, is FedAdam's server step on theta
+    (`fedfair.core.server.Adam`; momentum must then be 0). Neither changes anything at the clients.
     """
 
     local: LocalConfig
     bound: float | None = None
     momentum: float = 0.0
+    adam: server.Adam | None = None
 
     def __post_init__(self) -> None:
         if self.momentum not in SERVER_MOMENTUM:
@@ -80,6 +82,8 @@ class FedSRCVaR:
                 f"server momentum must be in {SERVER_MOMENTUM.text}, got {self.momentum}; "
                 "0 is Algorithm 1's step, 0.9 fedfair's default"
             )
+        if self.adam is not None and self.momentum > 0.0:
+            raise ConfigError("the server takes FedAdam's step or heavy-ball momentum, not both; set momentum to 0")
 
     @property
     def has_threshold(self) -> bool:
@@ -192,7 +196,7 @@ class FedSRCVaR:
     ) -> server.ServerState:
         """A round's server step from the sums secure aggregation reveals (`fedfair.core.server.apply`)."""
         return server.apply(
-            state, aggregate, bound=self.server_bound, average_from=average_from, momentum=self.momentum
+            state, aggregate, bound=self.server_bound, average_from=average_from, momentum=self.momentum, adam=self.adam
         )
 
     @property

@@ -16,6 +16,13 @@ post-processing under DP and nothing new travels. Why: RCVaR's curvature is
 (1 - eps) / rho + eps times the loss's, so a stable step is that much smaller than ERM's
 (a tenth at rho = 0.1); momentum lets the directions of low curvature move 1 / (1 - beta)
 times as far per round, without a larger step in the steep ones.
+
+With `Adam` settings the server takes FedAdam's step instead (Reddi et al. 2021, Algorithm 2,
+without bias correction, as published) on theta: m = beta1 m + (1 - beta1) Delta, v = beta2 v +
+(1 - beta2) Delta^2 (Delta the decoded mean update of theta), theta moves by lr m / (sqrt(v) + tau).
+c keeps Algorithm 1's plain step on its mean update: its one coordinate would otherwise move by
+about lr per round whatever its gradient, far too slowly from c^1 = B to the quantile. Like the
+momentum it is a function of the decoded sums alone.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedfair.core.errors import FedfairError
+from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.core.update import Update
 
 
@@ -84,6 +91,25 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
+class Adam:
+    """FedAdam's server step on theta (Reddi et al. 2021): step `lr`, moment decays `beta1`, `beta2`,
+    adaptivity `tau` (their defaults 0.9, 0.99 and 1e-3)."""
+
+    lr: float
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if not (self.lr > 0.0 and math.isfinite(self.lr)):
+            raise ConfigError(f"FedAdam's server step must be a positive number, got {self.lr}; e.g. 0.003")
+        if not (0.0 <= self.beta1 < 1.0 and 0.0 <= self.beta2 < 1.0):
+            raise ConfigError(f"FedAdam's decays must be in [0, 1), got {self.beta1} and {self.beta2}")
+        if not self.tau > 0.0:
+            raise ConfigError(f"FedAdam's adaptivity tau must be positive, got {self.tau}; e.g. 1e-3")
+
+
+@dataclass(frozen=True)
 class ServerState:
     """Everything the server carries between rounds (and checkpoints).
 
@@ -112,6 +138,7 @@ class ServerState:
     averaged_rounds: int
     control: torch.Tensor | None = None
     velocity: torch.Tensor | None = None
+    second_moment: torch.Tensor | None = None
 
 
 def init(theta: torch.Tensor, bound: float, c: float | None = None, *, drift_correction: bool = False) -> ServerState:
@@ -126,7 +153,13 @@ def init(theta: torch.Tensor, bound: float, c: float | None = None, *, drift_cor
 
 
 def apply(
-    state: ServerState, aggregate: Aggregate, *, bound: float, average_from: int = 0, momentum: float = 0.0
+    state: ServerState,
+    aggregate: Aggregate,
+    *,
+    bound: float,
+    average_from: int = 0,
+    momentum: float = 0.0,
+    adam: Adam | None = None,
 ) -> ServerState:
     """Round t = state.round + 1's server step: theta^{t+1} = theta^t + sum(w dtheta)/sum(w),
     c^{t+1} = proj_[0,B](c^t + sum(w dc)/sum(w)).
@@ -134,7 +167,8 @@ def apply(
     With `momentum` beta > 0 the move is instead v^{t+1} = beta v^t + (sum(w dtheta), sum(w dc))/sum(w)
     (v^1 = 0), and c's part of v^{t+1} is then set to the move c actually made after projection, so
     that c held at 0 or B does not build up speed against the box (it would have to unwind it first).
-    beta = 0 is exactly the step above.
+    beta = 0 is exactly the step above. With `adam` theta takes FedAdam's step (module docstring) and c
+    the plain one; `momentum` must then be 0.
 
     The pair this round started from, (theta^t, c^t), enters the running average when
     t > `average_from`, so after T rounds the average is the mean of theta^t over
@@ -154,7 +188,18 @@ def apply(
         raise AggregateError("the aggregated update contains NaN or Inf; the round is void and the model unchanged")
     control = _next_control(state, aggregate)
     velocity: torch.Tensor | None = None
-    if momentum > 0.0:
+    second: torch.Tensor | None = None
+    if adam is not None:
+        if momentum > 0.0:
+            raise ConfigError("the server takes FedAdam's step or a heavy-ball one, not both; set momentum to 0")
+        first = (1.0 - adam.beta1) * step
+        second = (1.0 - adam.beta2) * step.square()
+        if state.velocity is not None and state.second_moment is not None:
+            first += adam.beta1 * state.velocity[:-1]
+            second += adam.beta2 * state.second_moment
+        velocity = torch.cat([first, torch.tensor([step_c], dtype=torch.float64, device=step.device)])
+        step = adam.lr * first / (second.sqrt() + adam.tau)
+    elif momentum > 0.0:
         velocity = torch.cat([step, torch.tensor([step_c], dtype=torch.float64, device=step.device)])
         if state.velocity is not None:
             velocity += momentum * state.velocity
@@ -182,6 +227,7 @@ def apply(
         averaged_rounds=count,
         control=control,
         velocity=velocity,
+        second_moment=second,
     )
 
 

@@ -20,6 +20,7 @@ from fedfair.core.config import (
     LocalConfig,
     ObjectiveConfig,
 )
+from fedfair.core import server
 from fedfair.core.errors import ConfigError
 from fedfair.core.objective import SMOOTH_PLUS_FUNCTIONS
 from fedfair.datasets import DATASETS
@@ -157,6 +158,13 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"fedsrcvar: the server's heavy-ball momentum on the mean update (default {DEFAULT_SERVER_MOMENTUM}; "
         "0 is Algorithm 1's plain averaging step); what travels is unchanged",
     )
+    learning.add_argument(
+        "--server-adam-lr",
+        type=float,
+        default=None,
+        help="fedsrcvar: FedAdam's server step on theta instead of momentum (Reddi et al. 2021; default off; "
+        "then the momentum and the --lr default are Algorithm 1's)",
+    )
     learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     learning.add_argument("--record-every", type=int, default=0, help="record history every N rounds (default: 20 points)")
@@ -274,10 +282,13 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
             f"--server-momentum sets FedSRCVaR's server step; --method {args.method} takes the plain averaging "
             "step its publication describes, so drop the flag"
         )
+    if args.server_adam_lr is not None and args.method != "fedsrcvar":
+        raise ConfigError(f"--server-adam-lr sets FedSRCVaR's server step; --method {args.method} takes none")
     momentum = 0.0
     step = default_step_size(objective.epsilon, objective.rho)
     if args.method == "fedsrcvar":
-        momentum = DEFAULT_SERVER_MOMENTUM if args.server_momentum is None else args.server_momentum
+        default_momentum = DEFAULT_SERVER_MOMENTUM if args.server_adam_lr is None else 0.0
+        momentum = default_momentum if args.server_momentum is None else args.server_momentum
         step *= momentum_step_scale(momentum)
     if args.baseline_lr is not None and args.method not in RHO_FREE_METHODS:
         raise ConfigError(
@@ -322,6 +333,7 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
             average_from=args.average_from,
             record_every=args.record_every or max(args.rounds // 20, 1),
             server_momentum=momentum,
+            server_adam=None if args.server_adam_lr is None else server.Adam(args.server_adam_lr),
         ),
         privacy=privacy_config_from_args(args),
         secure_aggregation=args.secure_aggregation,

@@ -69,7 +69,8 @@ class TrainingConfig:
     (see LocalConfig); by default only the server projects, as the paper does.
     `server_momentum` is the server's heavy-ball beta on the mean update (`fedfair.core.server`;
     0, the default here, is Algorithm 1's step; `fedfair simulate` and `fedfair init` default to
-    `DEFAULT_SERVER_MOMENTUM` for FedSRCVaR).
+    `DEFAULT_SERVER_MOMENTUM` for FedSRCVaR). `server_adam` is FedAdam's server step instead
+    (`fedfair.core.server.Adam`, with `server_momentum` 0; docs/paper.md measures it).
     """
 
     model: str = "logreg"
@@ -83,12 +84,15 @@ class TrainingConfig:
     average_from: float = 0.5
     record_every: int = 0
     server_momentum: float = 0.0
+    server_adam: server.Adam | None = None
 
     def __post_init__(self) -> None:
         if self.server_momentum not in SERVER_MOMENTUM:
             raise ConfigError(
                 f"server momentum must be in {SERVER_MOMENTUM.text}, got {self.server_momentum}; e.g. --server-momentum 0.9"
             )
+        if self.server_adam is not None and self.server_momentum > 0.0:
+            raise ConfigError("the server takes FedAdam's step or heavy-ball momentum, not both; set --server-momentum 0")
         if self.rounds < 1:
             raise ConfigError(f"rounds must be at least 1, got {self.rounds}; e.g. --rounds 1000")
         if self.batch_size < 0:
@@ -239,7 +243,7 @@ def run_rounds(
         logger.info("local steps: a loop over %d collaborators (%s)", len(learners), loop_reason)
     else:
         logger.info("local steps: %d collaborators vectorised into one batched step", len(learners))
-    algorithm = dataclasses.replace(learners[0].algorithm, momentum=training.server_momentum)
+    algorithm = dataclasses.replace(learners[0].algorithm, momentum=training.server_momentum, adam=training.server_adam)
     state = algorithm.server_init(flat_parameters(template))
     history: list[dict[str, float]] = []
     pooled = history_sample(federation) if training.record_every else None

@@ -152,3 +152,16 @@ def test_the_server_rules_start_c_at_the_bound_and_keep_it_at_zero_without_a_thr
 def test_a_server_momentum_outside_zero_one_is_refused(momentum: float) -> None:
     with pytest.raises(ConfigError, match="server momentum must be in"):
         FedSRCVaR(LocalConfig(), bound=1.0, momentum=momentum)
+
+
+def test_the_algorithms_server_step_is_fedadam_when_asked() -> None:
+    """FedSRCVaR's server_apply hands its Adam settings to the one server step; with momentum too it is refused."""
+    adam = server.Adam(lr=0.01)
+    algorithm = FedSRCVaR(LocalConfig(), bound=1.0, adam=adam)
+    state = algorithm.server_init(torch.zeros(3, dtype=torch.float64))
+    aggregate = server.Aggregate.from_vector(torch.tensor([0.3, -0.2, 0.1, -0.5], dtype=torch.float64), 2.0)
+    expected = server.apply(state, aggregate, bound=1.0, adam=adam)
+    got = algorithm.server_apply(state, aggregate)
+    assert torch.equal(got.theta, expected.theta) and got.c == expected.c == 0.75
+    with pytest.raises(ConfigError, match="not both"):
+        FedSRCVaR(LocalConfig(), bound=1.0, momentum=0.9, adam=adam)

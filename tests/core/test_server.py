@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fedfair.core import server
+from fedfair.core.errors import ConfigError
 from fedfair.core.update import Update
 
 
@@ -202,3 +203,42 @@ def test_momentum_of_c_stops_at_the_box() -> None:
     assert state.c == 1.0 and state.velocity is not None and state.velocity[-1].item() == 0.0
     down = server.Aggregate.from_vector(torch.tensor([0.0, -0.25], dtype=torch.float64), 1.0)
     assert server.apply(state, down, bound=1.0, momentum=0.9).c == pytest.approx(0.75, abs=1e-15)
+
+
+def test_adam_moves_theta_by_its_closed_form_and_c_by_the_plain_step() -> None:
+    """A constant mean update u: after t rounds m = (1 - b1^t) u and v = (1 - b2^t) u^2 (no bias correction,
+    as Reddi et al. publish it), so theta moves by lr (1 - b1^t) u / (sqrt(1 - b2^t) |u| + tau) per
+    coordinate, whatever u's scale up to tau; c moves by its plain mean update."""
+    adam = server.Adam(lr=0.01, beta1=0.9, beta2=0.99, tau=1e-3)
+    state = server.init(torch.zeros(2, dtype=torch.float64), bound=10.0, c=5.0)
+    u = torch.tensor([2.0, -0.004], dtype=torch.float64)
+    aggregate = server.Aggregate.from_vector(torch.cat([2.0 * u, torch.tensor([-0.6], dtype=torch.float64)]), 2.0)
+    for t in (1, 2, 3):
+        new = server.apply(state, aggregate, bound=10.0, adam=adam)
+        first, second = (1 - 0.9**t) * u, (1 - 0.99**t) * u.square()
+        torch.testing.assert_close(new.theta - state.theta, 0.01 * first / (second.sqrt() + 1e-3), rtol=1e-12, atol=0)
+        assert new.c - state.c == pytest.approx(-0.3, abs=1e-14)
+        state = new
+    # The large coordinate's move barely depends on its size: it is below lr (1 - b1^t) / sqrt(1 - b2^t) by a
+    # relative tau / (sqrt(1 - b2^t) |u|), at most tau / (sqrt(1 - b2) |u|) = 0.005.
+    sign_step = sum(0.01 * (1 - 0.9**t) / math.sqrt(1 - 0.99**t) for t in (1, 2, 3))
+    assert sign_step * (1 - 0.005) < state.theta[0].item() < sign_step
+
+
+def test_adam_projects_c_and_keeps_its_moments_in_the_state() -> None:
+    adam = server.Adam(lr=0.1)
+    state = server.init(torch.zeros(1, dtype=torch.float64), bound=1.0, c=0.9)
+    new = server.apply(state, server.Aggregate.from_vector(torch.tensor([1.0, 0.5], dtype=torch.float64), 1.0), bound=1.0, adam=adam)
+    assert new.c == 1.0 and new.velocity is not None and new.second_moment is not None
+    assert new.velocity[-1].item() == pytest.approx(0.1, abs=1e-15)  # c's entry: the move it made after projection
+    torch.testing.assert_close(new.second_moment, torch.tensor([0.01], dtype=torch.float64), rtol=0, atol=1e-15)
+
+
+def test_adam_and_momentum_together_or_a_bad_adam_are_refused() -> None:
+    state = server.init(torch.zeros(1, dtype=torch.float64), bound=1.0)
+    aggregate = server.Aggregate.from_vector(torch.tensor([1.0, 0.0], dtype=torch.float64), 1.0)
+    with pytest.raises(ConfigError, match="not both"):
+        server.apply(state, aggregate, bound=1.0, momentum=0.9, adam=server.Adam(lr=0.01))
+    for bad in ({"lr": 0.0}, {"lr": 0.01, "beta2": 1.0}, {"lr": 0.01, "tau": 0.0}):
+        with pytest.raises(ConfigError):
+            server.Adam(**bad)

@@ -272,3 +272,35 @@ def test_project_locally_reaches_the_learners_config_and_is_off_by_default() -> 
     """Algorithm 1 projects c at the server only; --project-locally adds the per-step projection."""
     assert config_from_flags([]).training.local.project_locally is False
     assert config_from_flags(["--project-locally"]).training.local.project_locally is True
+
+
+def test_server_adam_lr_replaces_the_momentum_and_its_step_scale() -> None:
+    """--server-adam-lr: FedAdam's server step, Algorithm 1's momentum (0) and its plain curvature step by
+    default; refused beside a momentum, or for a method without FedSRCVaR's server step."""
+    from fedfair.core import server
+    from fedfair.research.flags import default_step_size
+
+    config = config_from_flags(["--rho", "0.1", "--epsilon", "0.05", "--server-adam-lr", "0.003"])
+    assert config.training.server_adam == server.Adam(lr=0.003)
+    assert config.training.server_momentum == 0.0
+    assert config.training.local.lr == pytest.approx(default_step_size(0.05, 0.1), rel=1e-15)
+    with pytest.raises(ConfigError, match="not both"):
+        config_from_flags(["--server-adam-lr", "0.003", "--server-momentum", "0.9"])
+    with pytest.raises(ConfigError, match="server-adam-lr"):
+        config_from_flags(["--method", "fedavg", "--server-adam-lr", "0.003"])
+
+
+def test_a_simulation_with_server_adam_takes_fedadams_first_step(small_adult_federation: Federation) -> None:
+    """Round 1 from the same start and the same mini-batches: Algorithm 1 moves theta by the mean update
+    Delta, FedAdam by lr (1 - b1) Delta / (sqrt(1 - b2) |Delta| + tau), and c by the same plain step."""
+    from fedfair.core.server import ServerState
+
+    moves: dict[str, ServerState] = {}
+    for name, extra in (("plain", ["--server-momentum", "0"]), ("adam", ["--server-adam-lr", "0.003"])):
+        config = config_from_flags(["--method", "fedsrcvar", *SMALL, "--rounds", "2", *extra])
+        run_method(config, small_adult_federation, lambda state, name=name: moves.setdefault(name, state))
+    plain, adam = moves["plain"], moves["adam"]
+    delta = plain.theta - plain.theta_average  # after round 1 the average holds theta^1
+    expected = 0.003 * 0.1 * delta / (0.1 * delta.abs() + 1e-3)
+    torch.testing.assert_close(adam.theta - adam.theta_average, expected, rtol=1e-9, atol=1e-15)
+    assert adam.c == pytest.approx(plain.c, abs=1e-12)
