@@ -80,6 +80,15 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "(default 0: every row, as published; e.g. 8192 on Census-Income, where the exact losses cost more "
         "than the training)",
     )
+    narrow = parser.add_argument_group("a part of the study (the same runs, cached alike)")
+    narrow.add_argument(
+        "--methods",
+        help="comma-separated methods to run, FedSRCVaR among them, e.g. fedsrcvar,fedavg,central-erm "
+        f"(default: all of {', '.join(reproduce_module.METHOD_LABELS)})",
+    )
+    narrow.add_argument(
+        "--rhos", help="comma-separated rhos to choose and judge at, e.g. 0.3 (default: the profile's; 0.1 is always in)"
+    )
     parser.set_defaults(handler=_reproduce_command)
 
 
@@ -107,16 +116,46 @@ def _reproduce_command(args: argparse.Namespace) -> int:
     paper = paper_split(args.dataset, args.partition, args.clients)
     model = args.model or paper.model
     profile = PROFILES[name] if model is None else dataclasses.replace(PROFILES[name], model=model)
+    methods = _methods(args.methods)
+    if args.rhos is not None:
+        profile = dataclasses.replace(profile, rhos=_rhos(args.rhos))
     if args.ray is None:
         written = reproduce(
-            args.dataset, args.out, profile, args.workers, args.device, loss_rows=args.loss_rows, split=paper
+            args.dataset, args.out, profile, args.workers, args.device, loss_rows=args.loss_rows, split=paper,
+            methods=methods,
         )
     else:
         with ray_connection(args.ray):
             written = reproduce(
-                args.dataset, args.out, profile, args.workers, args.device, True, args.loss_rows, paper
+                args.dataset, args.out, profile, args.workers, args.device, True, args.loss_rows, paper, methods
             )
     return _print_written(written)
+
+
+def _methods(text: str | None) -> tuple[str, ...] | None:
+    """--methods as a tuple of known method names with FedSRCVaR among them (None: every method)."""
+    if text is None:
+        return None
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in reproduce_module.METHOD_LABELS]
+    if unknown:
+        raise ConfigError(
+            f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(reproduce_module.METHOD_LABELS)}"
+        )
+    if "fedsrcvar" not in names:
+        raise ConfigError("--methods must include fedsrcvar: the study's other figures are drawn at its choice")
+    return names
+
+
+def _rhos(text: str) -> tuple[float, ...]:
+    """--rhos as a sorted tuple of numbers in (0, 1]."""
+    try:
+        rhos = tuple(sorted({float(value) for value in text.split(",") if value.strip()}))
+    except ValueError:
+        raise ConfigError(f"--rhos takes comma-separated numbers, e.g. 0.1,0.3; got '{text}'") from None
+    if not rhos or not all(0.0 < rho <= 1.0 for rho in rhos):
+        raise ConfigError(f"--rhos must be numbers in (0, 1], e.g. 0.1,0.3; got '{text}'")
+    return rhos
 
 
 def _print_written(written: Mapping[str, Path]) -> int:

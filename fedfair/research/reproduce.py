@@ -320,15 +320,18 @@ def reproduce(
     on_ray: bool = False,
     loss_rows: int = 0,
     split: PaperSplit | None = None,
+    methods: Sequence[str] | None = None,
 ) -> dict[str, Path]:
     """Run the study (cached), write its CSV tables and PNG figures under `out`; return their paths.
     With `on_ray` the runs go to the connected Ray cluster (:func:`run_all`); `loss_rows` bounds
     the rows AFL, q-FedAvg and FedMinMax read for their per-round losses (0: all); `split` is the
-    client split (None: the dataset's paper split, `paper_split`).
+    client split (None: the dataset's paper split, `paper_split`); `methods` narrows the figures'
+    and the table's methods (None: all of them).
 
     Where the dataset has a race column, it also writes the paper's composition table
     (`composition_race.csv`): FedSRCVaR's worst group at rho 0.1 and 0.3 by race and label."""
-    available = tuple(method for method in FIGURE_METHODS if method in METHODS)
+    wanted = set(FIGURE_METHODS + TABLE_METHODS if methods is None else methods)
+    available = tuple(method for method in FIGURE_METHODS if method in METHODS and method in wanted)
     missing = [METHOD_LABELS[method] for method in FIGURE_METHODS if method not in METHODS]
     if missing:
         print(f"fedfair reproduce: this build lacks {', '.join(missing)}; the figures leave them out")
@@ -341,7 +344,9 @@ def reproduce(
     # FedMinMax is told the groups of the split's column; a split by class or at random has none.
     group_columns = set(load_dataset(dataset).attributes_train)
     grouped = split.partition in group_columns
-    table_methods = tuple(m for m in TABLE_METHODS if m in METHODS and (grouped or not METHODS[m].needs_groups))
+    table_methods = tuple(
+        m for m in TABLE_METHODS if m in METHODS and m in wanted and (grouped or not METHODS[m].needs_groups)
+    )
     selecting = [run for method in available for rho in rhos for run in study.selection_runs(method, rho)]
     selecting += [run for method in table_methods for run in study.selection_runs(method, TABLE_RHO)]
     selected = run_all(selecting, cache_folder, workers, "choosing hyperparameters", on_ray)

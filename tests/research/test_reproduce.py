@@ -257,3 +257,35 @@ def test_a_diverging_run_is_kept_as_nan_and_never_chosen() -> None:
     result = runs.execute(Run(flags, "validation", (0.3,)))
     assert "diverged" in result and "lower --lr" in result["diverged"]
     assert math.isnan(runs.judged_at(result, 0.1)["worst_risk"]) and math.isnan(runs.judged_at(result, 0.3)["mean_risk"])
+
+
+def test_a_narrowed_study_is_the_same_runs_and_rows_for_the_methods_asked(
+    study: tuple[Path, dict[str, Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--methods keeps the other methods out of the tables and trains nothing the full study has cached."""
+    out, written = study
+
+    def no_training(run: Run) -> dict[str, float]:
+        raise AssertionError(f"{run} trained again although the full study cached it")
+
+    import shutil
+
+    shutil.copytree(out / "cache", out / "narrowed" / "cache")
+    monkeypatch.setattr(runs, "execute", no_training)
+    narrowed = reproduce.reproduce("adult", out / "narrowed", TINY, workers=1, methods=("fedsrcvar", "fedavg"))
+    full_rows = read_csv(written["rho"])
+    rows = read_csv(narrowed["rho"])
+    wanted = {METHOD_LABELS["fedsrcvar"], METHOD_LABELS["fedavg"]}
+    assert {row["method"] for row in rows} == wanted
+    assert rows == [row for row in full_rows if row["method"] in wanted]
+    assert {row["method"] for row in read_csv(narrowed["table"])} == wanted
+
+
+def test_the_command_refuses_methods_and_rhos_it_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--methods", "fedavg,nope"]) == 2
+    assert "unknown nope" in capsys.readouterr().err
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--methods", "fedavg"]) == 2
+    assert "must include fedsrcvar" in capsys.readouterr().err
+    for bad in ("0", "0.1,x", "1.5"):
+        assert cli_main(["reproduce", "--out", str(tmp_path), "--rhos", bad]) == 2
+        assert "--rhos" in capsys.readouterr().err
