@@ -44,6 +44,10 @@ code), so what holds, holds against code that is not ours:
 - one input per model and limits from the pinned plan (``benchmarks/attacks/record.py``): round 2 re-run
   on the same model across restarts, a 1-ulp model pushed to one site, a deleted record and a deleted
   privacy ledger, a 2 GiB input announced, 20,000 TRAIN tasks against a 3-round plan;
+- noise (``benchmarks/attacks/noise.py``, issue 41): under ``[privacy]`` the decoded evaluation of a crafted
+  model, its 1-ulp per-site difference, composition counts (a cell and its complement, two thresholds) and
+  training differencing under dropouts, each measured against the exact answer in units of the noise the
+  aggregator states, with the epsilon each site's ledger charged;
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
 
 After the attacks the round log is replayed from what each party really sent: every
@@ -75,13 +79,14 @@ from attacks.cheating import equivocation_row, sybil_rows
 from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
+from attacks.noise import noise_rows
 from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.record import record_rows
 from attacks.rows import CHECK, RowBook
 from attacks.secure_attacks import SecureAttacks
 from attacks.waits import waits_rows
 
-SCENARIOS = ("plain", "secure", "cheating", "consent", "influence", "crashes", "waits", "record")
+SCENARIOS = ("plain", "secure", "cheating", "consent", "influence", "crashes", "waits", "record", "noise")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["crashes"] = lambda where: CrashRuns(where, book, quick=args.quick).run()
         runs["waits"] = lambda where: waits_rows(where, book, quick=args.quick)  # issue 46, items 5-7
         runs["record"] = lambda where: record_rows(where, book, quick=args.quick)  # issue 46, items 1-4
+        runs["noise"] = lambda where: noise_rows(where, book, quick=args.quick)  # issue 41's acceptance rows
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:
