@@ -1,10 +1,16 @@
-"""``fedfair plan renew``: a finished federation runs again as a new federation of the same sites and
-certificates, with nothing deleted by hand (real processes over loopback mutual TLS)."""
+"""A finished federation stops, and ``fedfair plan renew`` runs it again as a new federation of the same
+sites and certificates, with nothing deleted by hand (real processes over loopback mutual TLS).
+
+The first-day story (issue 43): the aggregator started again on a finished federation's id (a new
+output folder, nothing else changed) met collaborators whose records are past its rounds, and both
+sides looped for ever. Now each collaborator stops at once with the permanent ``federation-past``
+message, exit status non-zero, its record untouched; ``plan renew`` is the way on."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -30,8 +36,13 @@ def test_set_value_keeps_the_comment_adds_a_missing_key_and_names_a_missing_tabl
         set_value(text, "collaborator", "federation", '"new"', tmp_path / "plan.toml")
 
 
+def record_bytes(config: Path, name: str) -> bytes:
+    """A collaborator's record of the inputs it signed for, in the first federation."""
+    return (config.parent / f"{name}.fedfair-launch.bindings.json").read_bytes()
+
+
 @pytest.mark.slow
-def test_a_finished_federation_runs_again_as_a_new_one_with_fresh_state(
+def test_a_finished_federation_stops_and_runs_again_as_a_new_one_with_fresh_state(
     tmp_path: Path, processes: Processes, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rounds = 2
@@ -48,6 +59,25 @@ def test_a_finished_federation_runs_again_as_a_new_one_with_fresh_state(
 
     run()
     first_log = read_round_log(first_output)
+    kept_records = {name: record_bytes(workspace.configs[name], name) for name in NAMES}
+
+    # The same federation served again from scratch: every collaborator says it is over and stops.
+    again = processes.aggregator(workspace, "--output", str(tmp_path / "output-again"))
+    stopped = {name: processes.collaborator(workspace, name) for name in NAMES}
+    for name, child in stopped.items():
+        assert child.wait(120) != 0, processes.tail()
+        said = "\n".join(child.lines)
+        served = re.search(
+            rf"federation-past: this institution already contributed to round {rounds} of federation fedfair-launch "
+            r"\(.*\), and the aggregator now serves round (\d+)",
+            said,
+        )
+        assert served is not None and int(served.group(1)) < rounds, said
+        assert "that federation finished" in said and "start a new federation (a new federation id)" in said, said
+        assert record_bytes(workspace.configs[name], name) == kept_records[name]  # nothing re-signed
+    # No round was applied with a finished federation's sites: what began was aborted.
+    assert {record["status"] for record in read_round_log(tmp_path / "output-again")} <= {"aborted"}
+    again.kill()
     manifest, renewed = tmp_path / "manifest.toml", tmp_path / "manifest-2.toml"
     configs = [word for name in NAMES for word in ("--config", str(workspace.configs[name]))]
     command = ["plan", "renew", "--plan", str(workspace.plan), "--manifest", str(manifest)]
