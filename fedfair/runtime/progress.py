@@ -62,6 +62,7 @@ class Progress:
         self._first: tuple[float, int] | None = None
         self._next_step = 1
         self._printed = 0
+        self._printed_note = ""
         self._closed = False
         self._bar: tqdm[Never] | None = None
         if _is_terminal(self.stream):
@@ -89,10 +90,12 @@ class Progress:
         self.done = done
         step_reached = self.total > 0 and done * PLAIN_STEPS >= self._next_step * self.total
         finished = done == self.total and self._printed < done
-        if step_reached or finished or now - self.last_line >= self.interval_s:
+        # A note that comes after the last line (the final round's evaluation) is the result: shown once more.
+        result = done == self.total == self._printed and note != "" and note != self._printed_note
+        if step_reached or finished or result or now - self.last_line >= self.interval_s:
             self._next_step = done * PLAIN_STEPS // self.total + 1 if self.total else 1
             self.last_line = now
-            self._printed = done
+            self._printed, self._printed_note = done, note
             self.stream.write(self.line(now, note) + "\n")
             self.stream.flush()
 

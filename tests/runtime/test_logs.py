@@ -40,7 +40,8 @@ def run_rounds(log: logging.Logger, rounds: int = 10) -> None:
         else:
             log.info("round %d applied", number, extra=per_round(number, rounds))
         if number % 5 == 0:
-            log.info("round %d evaluation", number, extra=per_round(number, rounds, worst=0.75, mean=0.5))
+            worst, mean = (0.75, 0.5) if number < rounds else (0.25, 0.125)
+            log.info("round %d evaluation", number, extra=per_round(number, rounds, worst=worst, mean=mean))
     log.info("finished: 9 of 10 rounds applied, 1 aborted")
 
 
@@ -51,10 +52,13 @@ def test_the_console_shows_progress_warnings_and_other_lines_but_no_per_round_in
     assert lines[0] == "INFO site-a connected" and lines[-1] == "INFO finished: 9 of 10 rounds applied, 1 aborted"
     assert not any(line.startswith("INFO round") for line in lines)
     assert "WARNING round 4 aborted, model unchanged: too few" in lines
-    # A piped console gets a progress line per tenth of the run; after round 5 it carries the risks.
+    # A piped console gets a progress line per tenth of the run; after round 5 it carries the risks, and
+    # the last round's evaluation (logged after its line) is shown once more with the final count.
     progress = [line for line in lines if line.startswith("aggregator: ")]
-    assert len(progress) == 10 and progress[-1].startswith("aggregator: 10/10 rounds (100%), done in ")
+    assert len(progress) == 11 and progress[-2].startswith("aggregator: 10/10 rounds (100%), done in ")
     assert progress[5].endswith("worst 0.7500, mean 0.5000") and "worst" not in progress[3]
+    assert progress[-1].startswith("aggregator: 10/10 rounds (100%), done in ")
+    assert progress[-1].endswith("worst 0.2500, mean 0.1250")
 
 
 def test_verbose_prints_every_line(logger: logging.Logger) -> None:
