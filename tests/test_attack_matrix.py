@@ -12,6 +12,9 @@
   unpinned plan, survivor floor, statistics, evaluation query) and the influence scenario's
   (liar weight, dp weight) and the record scenario's (re-run, 1-ulp push, lost record, 2 GiB announced,
   TRAIN flood) too, the fuzz clean.
+- The noise scenario alone (``--only noise``, issue 41, about 10 s): every row handled, each stating the
+  noise scale the aggregator faces and the epsilon each site's ledger charged, and each measured error
+  of that noise's order (nothing exact), its control without [privacy] exact.
 """
 
 from __future__ import annotations
@@ -182,3 +185,37 @@ def test_the_quick_attack_matrix_finds_every_attack_handled(tmp_path: Path) -> N
     assert fuzz["messages"] >= 500
     assert fuzz["by_rpc"].get("Report"), fuzz["by_rpc"]
     assert (fuzz["crashes"], fuzz["hangs"], fuzz["invalid_rounds_applied"]) == (0, 0, 0), fuzz
+
+
+NOISE_ROWS = ("evaluation", "1-ulp difference", "composition", "training differencing")
+"""The noise scenario's rows, by the words after "noise, " in their attack text."""
+
+
+@pytest.mark.slow
+def test_under_privacy_every_query_the_aggregator_decodes_is_noised(tmp_path: Path) -> None:
+    """About 10 s: the noise scenario alone (four real federations and their controls on loopback)."""
+    out = tmp_path / "noise.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "attack_matrix.py"), "--only", "noise", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = {row["attack"].split(":")[0]: row for row in json.loads(out.read_text())["attacks"]}
+    assert sorted(rows) == sorted(f"noise, {name}" for name in NOISE_ROWS), json.dumps(rows, indent=1)[:3000]
+    failed = {name: row["observed"] for name, row in rows.items() if not row["handled"]}
+    assert not failed, json.dumps(failed, indent=1)
+    details = {name.removeprefix("noise, "): row["details"] for name, row in rows.items()}
+    # Each row states the noise it measured against, and the errors are of its order, not exact.
+    assert details["evaluation"]["noise_std"] > 1.0 and 0.5 < details["evaluation"]["pooled"]["all"]["rms_in_std"] < 2
+    assert 0.5 < details["1-ulp difference"]["difference"]["against_victim"]["rms_in_std"] < 2
+    assert details["1-ulp difference"]["control_largest_error"] < 1e-3  # without [privacy]: the exact histogram
+    assert details["composition"]["composition"]["noise_std"] > 1.0
+    training = details["training differencing"]
+    assert training["attack"]["std"] > 0 and training["full_batches"]["relative_error_raw"] < 1e-6
+    # Every site's ledger charged what it answered: two evaluations cost more than one, and nothing is free.
+    spent = details["1-ulp difference"]["epsilon"]
+    assert spent["site-a"] > spent["site-d"] > 0
+    assert all(entry["epsilon"] > 0 for entry in training["ledger"].values())
