@@ -57,6 +57,44 @@ def shown(value: Any) -> str:
     return str(value).replace("|", "\\|")
 
 
+HELP_TARGET_SECONDS = 0.5
+"""What a `--help` may take (issue 43); the start-up table says which commands meet it."""
+
+DEMO_TARGET_LINES = 60
+"""What `make demo` may print (issue 43): fewer lines than this."""
+
+
+def startup_summary(document: Mapping[str, Any]) -> list[str]:
+    """startup_bench as a person reads it: one row per `--help` and a sentence on `make demo`."""
+    repeats = document.get("repeats")
+    lines = [
+        f"`fedfair ... --help` in a fresh interpreter, the median of {repeats or 'several'} interleaved runs "
+        f"(target: {HELP_TARGET_SECONDS:g} s each, importing none of torch, opacus, grpc, pandas). Wall time is "
+        "what a person waits on this shared machine; CPU time is what the command itself costs.",
+        "",
+        "| command | wall (s) | CPU (s) | within target | heavy modules imported |",
+        "|---|---|---|---|---|",
+    ]
+    heavy = document.get("heavy_modules", {})
+    for command, seconds in document.get("help_seconds", {}).items():
+        words = "fedfair --help" if command == "fedfair" else f"fedfair {command} --help"
+        met = "yes" if seconds["wall"] <= HELP_TARGET_SECONDS else f"no (CPU {seconds['cpu']:.2f} s)"
+        imported = ", ".join(heavy.get(command, [])) or "none"
+        lines.append(f"| `{words}` | {seconds['wall']:.2f} | {seconds['cpu']:.2f} | {met} | {imported} |")
+    demo = document.get("demo")
+    if isinstance(demo, Mapping):
+        lines += [
+            "",
+            f"`make demo` (`fedfair launch --keep`) printed **{demo['lines']} lines** in {demo['seconds']:g} s "
+            f"(target: under {DEMO_TARGET_LINES} lines), exit status {demo['exit_status']}.",
+        ]
+    return lines
+
+
+SUMMARIES = {"startup_bench": startup_summary}
+"""Benchmarks shown as a table of their own instead of one row per figure."""
+
+
 def section(name: str, document: Mapping[str, Any]) -> str:
     lines = [f"## {name}", ""]
     stamp = document.get("provenance")
@@ -70,6 +108,8 @@ def section(name: str, document: Mapping[str, Any]) -> str:
         ]
     else:
         lines += ["(written before benchmarks recorded their command and machine)", ""]
+    if name in SUMMARIES:
+        return "\n".join(lines + SUMMARIES[name](document)) + "\n"
     lines += ["| figure | value |", "|---|---|"]
     lines += [f"| {key} | {value} |" for key, value in figures(document)]
     return "\n".join(lines) + "\n"

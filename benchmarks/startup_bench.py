@@ -1,7 +1,7 @@
 """How fast the commands start, and how much a first federation prints.
 
 Prints JSON (and writes it with --json PATH):
-  {"help_seconds": {COMMAND: {"wall": x, "cpu": x}}, "heavy_modules": {COMMAND: [...]},
+  {"repeats": n, "help_seconds": {COMMAND: {"wall": x, "cpu": x}}, "heavy_modules": {COMMAND: [...]},
    "demo": {"lines": n, "seconds": x}}
 `help_seconds` is the median over `--repeats` runs of `fedfair ... --help` in a fresh interpreter,
 the commands interleaved so that a busy machine slows all alike; "cpu" is the child's user + system
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     seconds, heavy = help_times(args.repeats)
-    document: dict[str, object] = {"help_seconds": seconds, "heavy_modules": heavy}
+    document: dict[str, object] = {"repeats": args.repeats, "help_seconds": seconds, "heavy_modules": heavy}
     if not args.quick:
         document["demo"] = demo_lines()
     publish(document, args.json, argv)
