@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
+import re
+import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +100,40 @@ def test_the_research_commands_still_parse_their_help(command: str) -> None:
     with pytest.raises(SystemExit) as stop:
         cli.main([command, "--help"])
     assert stop.value.code == 0
+
+
+WALK = Path(__file__).resolve().parents[1] / "docs" / "first-federation.md"
+LOOP = re.compile(r"for (\w+) in ([^;]+); do (.+?);? done")
+
+
+def walk_commands() -> list[list[str]]:
+    """The `fedfair` command lines of docs/first-federation.md's `$` lines, as words after `fedfair`: a loop's
+    body once per value, redirections and `&` left out."""
+    found = []
+    for line in WALK.read_text().splitlines():
+        if not line.startswith("    $ "):
+            continue
+        text = line[len("    $ ") :]
+        loop = LOOP.fullmatch(text)
+        bodies = [loop.group(3).replace(f"${loop.group(1)}", value) for value in loop.group(2).split()] if loop else [text]
+        for body in bodies:
+            for part in body.split(";"):
+                words = shlex.split(part, comments=True)
+                if words and words[0] == "fedfair":
+                    found.append(list(itertools.takewhile(lambda word: word not in (">", "&", "2>&1"), words[1:])))
+    return found
+
+
+def test_every_fedfair_line_of_the_first_federation_walk_is_one_the_cli_accepts() -> None:
+    """The walk runs as written (it was re-walked from a fresh clone); this keeps its command lines from
+    drifting away from the CLI between walks: every one must parse, and every step of a federation is there."""
+    lines = walk_commands()
+    steps = {" ".join(words[:2]) for words in lines}
+    assert {"init fed", "data check", "pki init", "pki request", "pki sign", "pki manifest", "plan pin"} <= steps
+    assert {"aggregator start", "collaborator start", "plan renew"} <= steps
+    parser = cli.build_parser(cli.COMMAND_MODULES)
+    for words in lines:
+        try:
+            parser.parse_args(words)
+        except SystemExit:
+            pytest.fail(f"docs/first-federation.md runs `fedfair {shlex.join(words)}`, which the CLI refuses")
