@@ -83,7 +83,7 @@ def _read(path: Path, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{what} {path} not found; check the path (see certs/README.md)") from None
+        raise ConfigError(f"{what} {path} not found; check the path (`fedfair pki request` and `pki sign` make them; your federation's README.md says where)") from None
     except OSError as error:
         raise ConfigError(f"cannot read {what} {path}: {error.strerror}; check its permissions") from None
 

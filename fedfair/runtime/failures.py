@@ -211,8 +211,9 @@ FEDERATION_PAST = FailureClass(
     False,
     "this institution already contributed to round {latest} of federation {federation} ({path}), and the "
     "aggregator now serves round {served}: that federation finished, or the aggregator went back",
-    "nothing to do for a finished federation; to train again, start a new federation (a new federation id) "
-    "from the same sites and certificates, as docs/operations.md shows",
+    "nothing to do for a finished federation; to train again, the operator runs `fedfair plan renew` for a new "
+    "federation id from the same sites and certificates (docs/operations.md, \"Running a finished federation "
+    "again\")",
 )
 
 FAILURES: tuple[FailureClass, ...] = (

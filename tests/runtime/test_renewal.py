@@ -73,7 +73,7 @@ def test_a_finished_federation_stops_and_runs_again_as_a_new_one_with_fresh_stat
             said,
         )
         assert served is not None and int(served.group(1)) < rounds, said
-        assert "that federation finished" in said and "start a new federation (a new federation id)" in said, said
+        assert "that federation finished" in said and "fedfair plan renew" in said, said
         assert record_bytes(workspace.configs[name], name) == kept_records[name]  # nothing re-signed
     # No round was applied with a finished federation's sites: what began was aborted.
     assert {record["status"] for record in read_round_log(tmp_path / "output-again")} <= {"aborted"}

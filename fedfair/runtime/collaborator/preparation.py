@@ -198,8 +198,9 @@ def prepare(
     parameters = int(flat_parameters(learner.model).numel())
     evaluation_model = shared.model.build(allowed=config.factories).to(device)
     logger.info(
-        "%s: joined federation %s (secure aggregation %s); %d training rows, batch %d, %d held-out rows, device %s",
+        "%s: %s federation %s (secure aggregation %s); %d training rows, batch %d, %d held-out rows, device %s",
         config.name,
+        "joined" if shared.schema is None else "ready to train in",  # with a [schema], joining said so already
         shared.federation_id,
         "on" if shared.secure_aggregation.enabled else "OFF",
         data.train.size,

@@ -168,7 +168,12 @@ class TaskStream:
                             changed = True  # left below, once this connection's round jobs have ended
                             break
                         if task.action == pb.ACTION_FINISHED:
-                            logger.info("%s: the federation has finished", self.config.name)
+                            logger.info(
+                                "%s: the federation has finished; this institution contributed to %d of its %d rounds",
+                                self.config.name,
+                                len(self.contributed_rounds),
+                                self.shared.training.rounds,
+                            )
                             self._receive_bundle(stub, task)
                             return 0
                         if self._handle(stub, task):
