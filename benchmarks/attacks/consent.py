@@ -1021,12 +1021,16 @@ def crafted_state(state: server.ServerState) -> server.ServerState:
 class EvaluationQuery:
     """The round loop replaced by two evaluations of the crafted model: in round 1 with every connected
     site, in round 2 (a round whose training "failed", leaving the model as it was) without `leave_out`.
-    Every evaluation sum the aggregator decodes is kept, with its contributors."""
+    `second` makes round 2's model from round 1's (by default the same; the noise scenario moves it one
+    ulp). Every evaluation sum the aggregator decodes is kept, with its contributors, and each round's
+    weight on age."""
 
     leave_out: str
+    second: Callable[[server.ServerState], server.ServerState] = lambda state: state
     done: threading.Event = field(default_factory=threading.Event)
     sums: dict[int, tuple[np.ndarray, tuple[str, ...]]] = field(default_factory=dict)
     results: dict[int, dict[str, Any]] = field(default_factory=dict)
+    models: dict[int, float] = field(default_factory=dict)
 
     def adjust(self, loop: RoundLoop) -> None:
         run = loop.driver.run
@@ -1040,8 +1044,10 @@ class EvaluationQuery:
         def cheat() -> dict[str, Any]:
             try:
                 assert loop._start is not None  # no [schema]: prepare() gives round 0's checkpoint
-                loop.checkpoint = dataclasses.replace(loop._start, state=crafted_state(loop._start.state))
-                for round_number, left in ((1, None), (2, self.leave_out)):
+                crafted = crafted_state(loop._start.state)
+                for round_number, left, state in ((1, None, crafted), (2, self.leave_out, self.second(crafted))):
+                    loop.checkpoint = dataclasses.replace(loop._start, state=state)
+                    self.models[round_number] = float(state.theta_average[AGE_FEATURE])
                     loop._participants(round_number, wait_for_everyone=True)
                     loop.network.board.new_round(round_number)
                     if left is not None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import threading
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,6 +50,7 @@ from attacks.consent import (
     RARE_SECTOR,
     RUN_SECONDS,
     TIMEOUT,
+    EvaluationQuery,
     LoopAggregator,
     StageTap,
     census_schema,
@@ -152,46 +152,6 @@ def one_ulp(state: Any) -> Any:
 
 
 @dataclass
-class UlpQuery:
-    """The round loop replaced by two evaluations: the crafted model M in round 1 with every connected site,
-    M + 1 ulp in round 2 without `leave_out` (consent.py's EvaluationQuery with its second model moved)."""
-
-    leave_out: str
-    done: threading.Event = field(default_factory=threading.Event)
-    sums: dict[int, tuple[np.ndarray, tuple[str, ...]]] = field(default_factory=dict)
-    results: dict[int, dict[str, Any]] = field(default_factory=dict)
-    models: dict[int, float] = field(default_factory=dict)
-
-    def adjust(self, loop: RoundLoop) -> None:
-        run = loop.driver.run
-
-        def recording(round_number: int, stages: Any, *args: Any, **options: Any) -> SumOutcome:
-            outcome = run(round_number, stages, *args, **options)
-            if stages is EVALUATION:
-                self.sums[round_number] = (outcome.weighted_sum.copy(), outcome.contributors)
-            return outcome
-
-        def cheat() -> dict[str, Any]:
-            try:
-                assert loop._start is not None  # no [schema]: prepare() gives round 0's checkpoint
-                crafted = crafted_state(loop._start.state)
-                for round_number, left, state in ((1, None, crafted), (2, self.leave_out, one_ulp(crafted))):
-                    loop.checkpoint = dataclasses.replace(loop._start, state=state)
-                    self.models[round_number] = float(state.theta_average[AGE_FEATURE])
-                    loop._participants(round_number, wait_for_everyone=True)
-                    loop.network.board.new_round(round_number)
-                    if left is not None:
-                        loop.excluded[left] = "left out by the aggregator"
-                    self.results[round_number] = loop.evaluate(round_number)
-                return {}
-            finally:
-                self.done.set()
-
-        loop.driver.run = recording  # type: ignore[method-assign]
-        loop.run = cheat  # type: ignore[method-assign]
-
-
-@dataclass
 class Answers:
     """Each site's evaluation answers as it computed them, before encoding, noise and masking, in order."""
 
@@ -211,19 +171,19 @@ class Answers:
 @dataclass
 class EvaluationRun:
     workspace: Workspace
-    query: UlpQuery
+    query: EvaluationQuery
     answers: Answers
     said: list[str]
     errors: dict[str, str]
 
 
 def evaluation_run(root: Path, *, noised: bool) -> EvaluationRun:
-    """The pinned four-site federation (min_round_size 3, dropouts allowed) against :class:`UlpQuery`, under
-    REPORT_PRIVACY when `noised`, else with exact evaluation sums (the control)."""
+    """The pinned four-site federation (min_round_size 3, dropouts allowed) against consent's EvaluationQuery
+    with round 2 on M + 1 ulp, under REPORT_PRIVACY when `noised`, else with exact evaluation sums (the control)."""
     extra = {"privacy": REPORT_PRIVACY} if noised else {}
     workspace = pinned_workspace(root, quorum=3, rounds=2, **extra)
     plan = load_aggregator_plan(workspace.plan)
-    query, answers = UlpQuery(VICTIM), Answers()
+    query, answers = EvaluationQuery(VICTIM, one_ulp), Answers()
     aggregator = LoopAggregator(plan, StageTap().install, query.adjust)
     with collaborator_log() as said:
         group = HonestCollaborators.start(workspace, FOUR, fixed, adjust=answers.adjust)
