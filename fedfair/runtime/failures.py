@@ -20,6 +20,11 @@ from dataclasses import dataclass
 
 from fedfair.core.errors import ConfigError, FedfairError
 
+EXIT_INCOMPLETE = 3
+"""The exit status of a process whose federation finished with a model from fewer rounds than planned:
+the aggregator's when rounds aborted, a collaborator's when rounds applied without its update. A script
+must not read it as a plain success; the closing line counts the rounds, the log says why."""
+
 
 @dataclass(frozen=True)
 class FailureClass:
@@ -61,8 +66,8 @@ CONNECTION_LOST = FailureClass(
     "connection-lost",
     True,
     "the connection to the aggregator at {address} was lost ({reason})",
-    "none needed if the aggregator is restarting (its resumed run re-runs the round); otherwise "
-    "start it again with --resume",
+    "none needed: this collaborator waits for the aggregator, and a resumed aggregator re-runs the round; "
+    "if it stays away, its operator restarts it with `fedfair aggregator start --resume`",
 )
 
 # ---------------------------------------------------------------- permanent: the collaborator stops

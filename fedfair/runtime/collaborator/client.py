@@ -69,8 +69,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -337,11 +338,11 @@ class Collaborator(TaskStream):
         one per federation, as it keeps its privacy accountant."""
         return kept_path(self.config, self.shared.federation_id, BUNDLE_SUFFIX)
 
-    def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
-        """Fetch the final model bundle the FINISHED task offers and keep it (:func:`receive_bundle`)."""
+    def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> Mapping[str, Any] | None:
+        """Fetch the final model bundle the FINISHED task offers and keep it; its provenance (:func:`receive_bundle`)."""
         if task.input_size <= 0:
-            return
-        receive_bundle(self.config.name, self.bundle_path(), lambda: self._input(stub, task))
+            return None
+        return receive_bundle(self.config.name, self.bundle_path(), lambda: self._input(stub, task))
 
     def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
         """The input of `task`'s stage: the one the task carries, or else fetched, within the pinned
