@@ -14,7 +14,8 @@ A failed RPC is classified into one of :mod:`fedfair.runtime.failures`' classes:
 
 Transient failures are retried with jittered exponential back-off (peers that lost
 the aggregator together do not all come back at once), one log line per retry,
-until the outage has lasted ``[retry] max_wait_seconds``: a time bound, so a
+until the outage has lasted ``[retry] max_wait_seconds`` (while the aggregator is merely starting,
+the console shows the first line only): a time bound, so a
 collaborator outlives an aggregator restart of several minutes whatever the
 back-off. The wait ends early when the collaborator is asked to stop; nothing waits
 on a fixed sleep. A permanent failure raises :class:`~fedfair.runtime.failures.PermanentFailure`
@@ -51,6 +52,7 @@ from fedfair.runtime.failures import (
     Failure,
     PermanentFailure,
 )
+from fedfair.runtime.logs import LOG_FILE_ONLY
 from fedfair.runtime.transport import TlsFiles
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -233,10 +235,15 @@ class Backoff:
         self.wait(attempt, str(failure).split(". Fix: ")[0] if attempt else str(failure), quiet=quiet)
 
     def wait(self, attempt: int, why: str, *, quiet: bool = False) -> None:
-        """One log line (INFO if `quiet`, else a WARNING), then the jittered delay of retry `attempt` (cut
-        short by `stop`)."""
+        """One log line, then the jittered delay of retry `attempt` (cut short by `stop`).
+
+        The line is a WARNING unless `quiet`; a quiet line is INFO, and after the first retry it goes to
+        the log file only (:data:`~fedfair.runtime.logs.LOG_FILE_ONLY`): the console says once that it
+        waits, not every few seconds while an aggregator starts.
+        """
         delay = self.policy.delay(attempt, self.random)
-        logger.log(logging.INFO if quiet else logging.WARNING, "%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay)
+        level, extra = (logging.INFO, LOG_FILE_ONLY if attempt else None) if quiet else (logging.WARNING, None)
+        logger.log(level, "%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay, extra=extra)
         self.stop.wait(delay)
 
     def call(self, what: str, call: Callable[[], _T], refuse: Callable[[_T], Failure | None] | None = None) -> _T:
