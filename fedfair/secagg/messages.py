@@ -1,47 +1,10 @@
 """The messages of one secure-aggregation round (protocol v3), as plain frozen dataclasses.
 
-Flow (party = collaborator, server = aggregator); U1 advertised, U2 shared, U2' passed
-the share check unaccused, U3 sent a masked input:
-
-===========  ====================  =======================  ========================================
-stage        party -> server       server -> party          content
-===========  ====================  =======================  ========================================
-ADVERTISE    AdvertiseKeys                                  two X25519 public keys and a commitment
-                                                            to the self-mask seed, signed
-ADVERTISE                          KeyDirectory (all)       every accepted AdvertiseKeys (U1)
-SHARE        ShareKeys                                      Shamir shares, encrypted per recipient,
-                                                            with commitments to each share, all
-                                                            entries under one signature (dealing)
-SHARE                              ShareBundle (each)       the entries addressed to it and each
-                                                            sender's signed dealing (U2)
-CHECK        ShareCheck                                     the senders whose entry failed
-                                                            (accused), signed
-CHECK                              MaskingSet (all)         U2': checked parties minus the accused
-MASK         MaskedInput                                    the masked, encoded update
-MASK                               SurvivorSet (all)        U2' and U3 (whose masked input arrived)
-CONSISTENCY  ConsistencySignature                           signature over the view (U2', U3)
-CONSISTENCY                        UnmaskRequest (all)      U3, U2' - U3, and the survivors'
-                                                            consistency signatures
-UNMASK       UnmaskResponse                                 seed shares of survivors, mask-key
-                                                            shares of the dropped (checked against
-                                                            their dealer's signed dealing)
-===========  ====================  =======================  ========================================
-
-Every message carries a :class:`Header` binding it to (federation id, round, stage,
-session id); receivers refuse any other binding, so a message replayed from another
-round or session is rejected. The session id is the hash of the round's parameters
-and all accepted advertised keys and commitments (:func:`~fedfair.secagg.payloads.session_id`), so it does not
-exist yet in the ADVERTISE stage: there ``session_id`` is empty and each advertisement
-is bound to the round by its signature over the config digest instead. A server
-message carries the stage it closes (KeyDirectory, ShareBundle) or the stage it opens
-(MaskingSet, SurvivorSet, UnmaskRequest), as its ``STAGE`` says.
-
-Party ids in messages are *claims*: the runtime must check that ``sender`` is the id
-of the peer its mutual-TLS connection authenticated (and deliver a party only what is
-addressed to it). What must survive an active aggregator is signed with the parties'
-identity keys over the payloads of :mod:`fedfair.secagg.payloads`. Every message has the
-canonical encoding of :mod:`fedfair.secagg.wire` (``to_bytes()``, ``Cls.from_bytes``,
-:func:`decode`); nothing is pickled.
+Every message carries a :class:`Header` binding it to (federation id, round, stage, session id),
+and receivers refuse any other binding. Party ids in messages are claims: the runtime checks
+``sender`` against the peer its mutual-TLS connection authenticated. Every message has the
+canonical encoding of :mod:`fedfair.secagg.wire`; nothing is pickled. The stage-by-stage flow is
+in docs/design.md ("Inside secure aggregation").
 """
 
 from __future__ import annotations
