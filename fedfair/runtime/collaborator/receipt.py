@@ -33,7 +33,8 @@ def kept_path(config: CollaboratorConfig, federation_id: str, suffix: str) -> Pa
 def receive_bundle(name: str, path: Path, fetch: Callable[[], bytes]) -> None:
     """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path`, checked as
     `fedfair predict` would load it (plain tensors and JSON only); a failure costs the file, never the
-    finished run."""
+    finished run.
+    """
     try:
         payload = fetch()
         atomic_write(path, lambda stream: stream.write(payload))
