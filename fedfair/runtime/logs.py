@@ -99,16 +99,20 @@ class Console(logging.Handler):
 
 
 def quiet_grpc() -> None:
-    """Turn gRPC's C-core logging off unless GRPC_VERBOSITY already says otherwise; call it before gRPC
-    starts (its core reads the variable when it initialises)."""
+    """Turn gRPC's C-core logging off unless GRPC_VERBOSITY already says otherwise.
+
+    Call it before gRPC starts (its core reads the variable when it initialises).
+    """
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 def configure_logging(
     level: str = "INFO", file: Path | None = None, *, label: str = "rounds", verbose: bool = False
 ) -> None:
-    """Lines at `level` and above: on the console (:class:`Console`, per-round lines as a bar unless
-    `verbose`) and, if given, every one of them appended to `file`.
+    """Lines at `level` and above.
+
+    On the console (:class:`Console`, per-round lines as a bar unless `verbose`) and, if given, every one of
+    them appended to `file`.
 
     ``force``: a library imported earlier (Opacus does) may already have configured the
     root logger at WARNING, which would silently drop the round-by-round lines.

@@ -1,17 +1,5 @@
 """How a collaborator tells a passing fault from a permanent one, and waits out the passing ones.
 
-A failed RPC is classified into one of :mod:`fedfair.runtime.failures`' classes:
-
-- PERMISSION_DENIED: the aggregator accepted the certificate but not its name
-  (``name-not-allowed``), permanent;
-- UNAVAILABLE: gRPC says only that the connection failed, with the TLS library's text,
-  so :func:`probe` dials the aggregator once more with Python's own TLS and reads
-  the cause from structured errors: connection refused or timed out (transient),
-  the aggregator's certificate from another CA or for another name, this
-  collaborator's certificate refused by the aggregator (permanent);
-- RESOURCE_EXHAUSTED (the aggregator still holds the previous stream), DEADLINE_EXCEEDED:
-  transient; anything else: ``aggregator-error``, permanent.
-
 Transient failures are retried with jittered exponential back-off (peers that lost
 the aggregator together do not all come back at once), one log line per retry,
 until the outage has lasted ``[retry] max_wait_seconds`` (while the aggregator is merely starting,
@@ -20,6 +8,8 @@ collaborator outlives an aggregator restart of several minutes whatever the
 back-off. The wait ends early when the collaborator is asked to stop; nothing waits
 on a fixed sleep. A permanent failure raises :class:`~fedfair.runtime.failures.PermanentFailure`
 at once.
+
+Why: docs/design.md, "Inside the collaborator".
 """
 
 from __future__ import annotations
@@ -80,9 +70,11 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Jittered exponential back-off bounded in time: retry k waits uniform(0.5, 1) * min(cap, base * 2^k),
-    and an outage ends the collaborator once it has lasted `max_wait_seconds` (or, when `attempts` is
-    given, after that many retries in a row, whichever comes first)."""
+    """Jittered exponential back-off bounded in time.
+
+    Retry k waits uniform(0.5, 1) * min(cap, base * 2^k), and an outage ends the collaborator once it has lasted
+    `max_wait_seconds` (or, when `attempts` is given, after that many retries in a row, whichever comes first).
+    """
 
     max_wait_seconds: float = 900.0
     base_seconds: float = 0.5
@@ -217,7 +209,8 @@ class Backoff:
     def retry(self, attempt: int, since: float, failure: Failure, what: str) -> None:
         """Wait before retry number `attempt` of an outage that began at `since` (time.monotonic()),
         or, once the outage has outlasted the policy, raise: a refusal that waits (a class with
-        ``waits``) as itself, an unreachable aggregator as :class:`AggregatorUnreachable`."""
+        ``waits``) as itself, an unreachable aggregator as :class:`AggregatorUnreachable`.
+        """
         policy = self.policy
         elapsed = time.monotonic() - since
         if elapsed >= policy.max_wait_seconds or (policy.attempts is not None and attempt >= policy.attempts):
@@ -248,7 +241,8 @@ class Backoff:
 
     def call(self, what: str, call: Callable[[], _T], refuse: Callable[[_T], Failure | None] | None = None) -> _T:
         """`call()`, retried with back-off while the failure is transient, or while `refuse(result)`
-        returns a failure of a class that ``waits`` (raised once the wait outlasts the policy)."""
+        returns a failure of a class that ``waits`` (raised once the wait outlasts the policy).
+        """
         attempt, since = 0, time.monotonic()
         while True:
             try:

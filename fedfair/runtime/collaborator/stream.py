@@ -106,8 +106,11 @@ class TaskStream:
             stream.cancel()
 
     def run(self) -> int:
-        """Connect and follow the task stream until FINISHED: 0 when the final model holds this site's
-        update in every planned round, :data:`~fedfair.runtime.failures.EXIT_INCOMPLETE` otherwise."""
+        """Connect and follow the task stream until FINISHED; the process's exit status.
+
+        0 when the final model holds this site's update in every planned round,
+        :data:`~fedfair.runtime.failures.EXIT_INCOMPLETE` otherwise.
+        """
         with self._dial() as channel:
             self._setup(federation_stub(channel))
         return self._follow()
@@ -117,7 +120,8 @@ class TaskStream:
         (:meth:`_plan_change`): one line per attempt, with back-off, for up to [retry] max_wait_seconds
         (the operator may go back to the old plan), then stop with ``plan-changed``. No task stream is
         held meanwhile, so the aggregator does not count this collaborator in a round it would refuse.
-        (Before joining, a plan unlike the pinned one is refused at once as ``plan-mismatch``.)"""
+        (Before joining, a plan unlike the pinned one is refused at once as ``plan-mismatch``.)
+        """
         self.backoff.call("fetching the plan", self._fetch_plan, self._plan_change)
 
     def _fetch_plan(self) -> pb.PlanReply:
@@ -139,14 +143,18 @@ class TaskStream:
 
     def _follow(self) -> int:
         """Follow the task stream to FINISHED under the idle watchdog (:mod:`.watchdog`), reconnecting after
-        a lost aggregator on this collaborator's back-off policy until an outage outlasts its bound."""
+        a lost aggregator on this collaborator's back-off policy until an outage outlasts its bound.
+        """
         with self._watchdog.watching():
             return self._follow_watched()
 
     def _follow_watched(self) -> int:
-        """:meth:`_follow`'s loop. The back-off starts again from its first delay only after a connection
-        that received a task and held for at least the delay before it: an aggregator that drops every
-        stream at once (or after one task) is dialled ever more slowly, never in a tight loop."""
+        """:meth:`_follow`'s loop.
+
+        The back-off starts again from its first delay only after a connection that received a task and held for
+        at least the delay before it: an aggregator that drops every stream at once (or after one task) is
+        dialled ever more slowly, never in a tight loop.
+        """
         after = make_binding(self.shared.federation_id, 0, pb.STAGE_JOIN)
         what = "following the task stream"
         attempt, since = 0, time.monotonic()
