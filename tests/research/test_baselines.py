@@ -101,6 +101,7 @@ def one_round(federation: Federation, config: TrainingConfig, steps: Sequence[in
 # FedAvg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("local_steps", [1, 3])
 def test_fedavg_follows_fedsrcvar_with_epsilon_one_exactly(local_steps: int) -> None:
     # epsilon = 1 zeroes the CVaR term's gradient (0 * x + 1 * l), so theta sees the same
@@ -130,6 +131,7 @@ def test_fedavg_epochs_take_ceil_n_over_b_steps_per_client() -> None:
     assert float((state.theta - expected.theta).abs().max()) <= 1e-12
 
 
+@pytest.mark.slow
 def test_fedavg_epochs_with_full_batches_equal_tau_local_steps() -> None:
     # With b_k = n_k one epoch is one step, so E epochs must reproduce run_rounds with tau = E.
     federation = synthetic_federation((30, 20, 11))
@@ -282,6 +284,7 @@ def test_qfedavg_round_follows_the_q_ffl_step(q: float) -> None:
     assert float((state.theta - expected).abs().max()) <= 1e-12
 
 
+@pytest.mark.slow
 def test_qfedavg_with_q_zero_is_fedavg_for_equal_clients() -> None:
     # q = 0: h_k = L, so theta_{t+1} = theta_t + mean_k (theta_k - theta_t), FedAvg with equal
     # weights, which is the core's b_k-weighted FedAvg when every b_k is the same.
@@ -304,6 +307,7 @@ def test_central_erm_equals_federated_gradient_descent(small_adult_federation: F
     assert float(central.theta.norm()) > 1e-2, "the model must move for the test to mean anything"
 
 
+@pytest.mark.slow
 def test_central_cvar_is_rcvar_at_epsilon_zero(small_adult_federation: Federation) -> None:
     config = replace(training(rounds=30, batch_size=0), local=LocalConfig(lr=0.3, threshold_lr=0.2))
     objective = ObjectiveConfig(epsilon=0.4, rho=0.3, bound=2.0)
@@ -490,6 +494,7 @@ def test_dro_learner_terms_average_to_the_dual_with_its_gradient() -> None:
     assert float(dual.detach()) == pytest.approx(chi_square_dual(losses.detach().numpy(), eta, 0.2), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_dro_lowers_the_training_robust_risk_below_erm(small_adult_federation: Federation) -> None:
     federation, rho = small_adult_federation, 0.2
     # DRO's weights C (l - eta)_+ / s reach far beyond 1 / rho: it needs a smaller step than ERM.
@@ -530,6 +535,7 @@ def small_adult_by_sex(caps: Sequence[int] = (600, 250, 120)) -> GroupedFederati
     return with_groups(federation, [codes[index] for index in rows], [str(name) for name in names])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("local_steps", [1, 3])
 def test_fedminmax_with_one_group_is_fedavg_exactly(local_steps: int) -> None:
     federation = grouped_synthetic((30, 20, 11), groups=1)

@@ -85,6 +85,7 @@ def _init_plan(server_momentum: float | None = None) -> tuple[ObjectiveConfig, T
     return settings.objective, training
 
 
+@pytest.mark.slow
 def test_init_defaults_leave_the_worst_off_better_served_than_guessing() -> None:
     objective, plan = _init_plan()
     federation = patient_tables(seed=0)
@@ -108,6 +109,7 @@ FITTED = 0.02
 defaults end 0.55%, 1.1% and 0.71% above it on the three draws, Algorithm 1's step 3.9%, 2.7% and 2.9%."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_init_defaults_fit_the_objective_in_50_rounds_where_algorithm_ones_step_does_not(seed: int) -> None:
     """Logistic regression makes the smoothed RCVaR convex, so L-BFGS-B on the pooled rows gives its optimum

@@ -86,6 +86,7 @@ def test_fedsrcvar_reaches_reference_within_one_percent(adult_federation: Federa
     assert relative_gap(adult_federation, ObjectiveConfig(epsilon=epsilon, rho=rho), training) <= 0.01
 
 
+@pytest.mark.slow
 def test_epsilon_zero_reaches_centralized_cvar_within_one_percent(adult_federation: Federation) -> None:
     training = TrainingConfig(rounds=600, batch_size=256)
     assert relative_gap(adult_federation, ObjectiveConfig(epsilon=0.0, rho=0.3), training) <= 0.01
@@ -207,6 +208,7 @@ def first_columns(federation: Federation, count: int) -> Federation:
     return Federation(cut(federation.train), cut(federation.test), count, federation.num_classes)
 
 
+@pytest.mark.slow
 def test_drift_corrected_ten_local_steps_reach_the_centralized_optimum_where_uncorrected_ones_stall(
     small_adult_federation: Federation,
 ) -> None:

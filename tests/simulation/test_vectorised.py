@@ -78,6 +78,7 @@ def test_vectorised_rounds_equal_the_loop_to_float64_precision(
     assert vectorised[-1].c < 2.0, "c must have moved off its bound for the test to exercise it"
 
 
+@pytest.mark.slow
 def test_vectorised_clients_follow_the_loops_projection_rule_where_it_binds() -> None:
     """B = 0.3 lies below every loss at the start, so local steps push c above B: each rule of
     projecting c (the server only, Algorithm 1's; or after every local step too) gives the loop's
@@ -98,6 +99,7 @@ def test_vectorised_clients_follow_the_loops_projection_rule_where_it_binds() ->
     assert float((runs[0][-1].theta - runs[1][-1].theta).abs().max()) > 1e-3
 
 
+@pytest.mark.slow
 def test_drift_corrected_vectorised_rounds_equal_the_loop_control_variates_included() -> None:
     """SCAFFOLD's correction is the algorithm's, so the batched clients gain it: every round's (theta, c)
     and the server's control variate sigma agree with the loop's to 1e-12 (float64; only the order of
