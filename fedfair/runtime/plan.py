@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedfair.core.config import TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import Schema
 from fedfair.pki import validate_name
@@ -38,7 +39,7 @@ from fedfair.runtime.manifest import (
     manifest_digest,
 )
 from fedfair.runtime.privacy_plan import PlanPrivacy
-from fedfair.runtime.settings import LEARNING_SECTIONS, LearningSettings, read_learning
+from fedfair.runtime.settings import LEARNING_SECTIONS, LearningSettings, read_learning, training_table
 from fedfair.runtime.toml_tables import (
     Table,
     check_sections,
@@ -195,7 +196,11 @@ def load_aggregator_plan(
 def _plain(settings: LearningSettings) -> dict[str, Any]:
     """The learning sections as JSON values (tuples as lists)."""
     sections = {
-        name: section.to_mapping() if isinstance(section, Schema) else dataclasses.asdict(section)
+        name: section.to_mapping()
+        if isinstance(section, Schema)
+        else training_table(section)
+        if isinstance(section, TrainingConfig)
+        else dataclasses.asdict(section)
         for name, section in settings.learning_sections().items()
         if section is not None
     }
@@ -216,7 +221,7 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
     if settings.training.server_momentum == 0.0:
         # Algorithm 1's step, as every plan took before the setting existed: its checkpoints still resume.
         loaded["training"].pop("server_momentum")
-    if not settings.training.corrects_drift:
+    if not settings.training.local.corrects_drift:
         # Left out at its default, so a plan without drift correction keeps the digest (and its checkpoints
         # resume) and the shared bytes it had before the setting existed; a collaborator that does not know
         # the setting is refused only by a plan that turns it on (an unknown [training] key).
