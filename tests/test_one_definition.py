@@ -62,3 +62,36 @@ def test_the_schedule_rule_catches_the_two_schedules_it_replaced() -> None:
         ("flat.py", "TrainingSettings"),
         ("nested.py", "TrainingConfig"),
     ]
+
+
+READER = "fedfair/core/tables.py"
+"""The one TOML reader: files and tables, unknown keys refused with a suggestion."""
+
+
+def toml_importers(sources: list[tuple[str, ast.Module]]) -> list[str]:
+    """The modules that import tomllib (at the top, inside a function, or under TYPE_CHECKING)."""
+    found = []
+    for path, tree in sources:
+        for node in ast.walk(tree):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(name == "tomllib" or name.startswith("tomllib.") for name in names):
+                found.append(path)
+                break
+    return found
+
+
+def test_only_the_reader_imports_tomllib() -> None:
+    assert toml_importers(_sources()) == [READER], (
+        "read TOML with fedfair.core.tables (read_toml, parse_toml, Table), not tomllib"
+    )
+
+
+def test_the_reader_rule_sees_every_form_of_import() -> None:
+    forms = ("import tomllib", "from tomllib import loads", "def f():\n    import tomllib as t")
+    assert toml_importers([(f"{n}.py", ast.parse(form)) for n, form in enumerate(forms)]) == ["0.py", "1.py", "2.py"]

@@ -5,7 +5,7 @@ A plan is the federation's id and allow-list of names, the aggregator's own node
 moved as a whole, and optionally the federation manifest, which the plan must then
 agree with: :mod:`fedfair.runtime.manifest`) and the learning sections of
 :mod:`fedfair.runtime.settings`. Every value is checked; an unknown section or key is
-refused with the closest known name as a suggestion (:mod:`fedfair.runtime.toml_tables`).
+refused with the closest known name as a suggestion (:mod:`fedfair.core.tables`).
 
 The aggregator shares the learning sections with collaborators (:func:`shared_settings`,
 read back by :func:`load_shared_settings`), never the allow-list or its own paths;
@@ -40,10 +40,11 @@ from fedfair.runtime.manifest import (
 )
 from fedfair.runtime.privacy_plan import PlanPrivacy
 from fedfair.runtime.settings import LEARNING_SECTIONS, LearningSettings, read_learning, training_table
-from fedfair.runtime.toml_tables import (
+from fedfair.core.tables import (
     Table,
     check_sections,
     field_names,
+    parse_json_object,
     read_toml,
 )
 
@@ -109,7 +110,7 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
     base = source.parent
     aggregator = AggregatorSettings(
         address=node.address("address", "0.0.0.0:50051"),
-        name=node.name("name", "aggregator"),
+        name=node.name("name", validate_name, "aggregator"),
         certs=node.path("certs", base, "../certs"),
         output=node.path("output", base, "output"),
         manifest=node.path("manifest", base) if node.given("manifest") else None,
@@ -243,13 +244,7 @@ def shared_settings(plan: AggregatorPlan) -> bytes:
 
 def json_object(payload: bytes, source: str) -> dict[str, Any]:
     """A JSON object the aggregator sent (its plan, its encoder); a ConfigError naming `source` otherwise."""
-    try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: a 5,000-digit integer; Recursion: deep
-        raise ConfigError(f"{source}: not valid JSON; the aggregator and collaborator versions may differ") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a JSON object; the aggregator and collaborator versions may differ")
-    return data
+    return parse_json_object(payload, source, "the aggregator and collaborator versions may differ")
 
 
 def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") -> SharedSettings:

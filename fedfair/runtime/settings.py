@@ -8,7 +8,7 @@ it feeds (:meth:`SecureAggregationSettings.encoding`, :meth:`ModelSettings.build
 setting copied field by field. ``[model]`` and ``[influence]`` have modules of their own
 (:mod:`fedfair.runtime.model_settings`, :mod:`fedfair.runtime.influence`).
 
-The readers check every value (type and range) with :class:`~fedfair.runtime.toml_tables.Table`,
+The readers check every value (type and range) with :class:`~fedfair.core.tables.Table`,
 the same way for the aggregator's TOML plan and for the JSON a collaborator receives.
 Reading settings needs neither torch nor gRPC.
 """
@@ -45,7 +45,7 @@ from fedfair.runtime.evaluation_settings import EvaluationSettings, read_evaluat
 from fedfair.runtime.influence import InfluenceSettings, read_influence
 from fedfair.runtime.model_settings import ModelSettings, read_model
 from fedfair.runtime.privacy_plan import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
-from fedfair.runtime.toml_tables import Table, field_names
+from fedfair.core.tables import Table, field_names
 from fedfair.privacy.distributed import TrainingNoise
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
 from fedfair.secagg.encode import noised_encoding
