@@ -34,7 +34,7 @@ from fedfair.runtime.progress import Progress
 if TYPE_CHECKING:
     from fedfair.research.workspace import Workspace
     from fedfair.runtime.plan import AggregatorPlan
-    from fedfair.simulation.rounds import TrainingConfig
+    from fedfair.simulation.rounds import SimulationOptions
 
 DEFAULT_ROUNDS = 300
 """About 30 s on two slow cores (a round is a few milliseconds of training and some dozen
@@ -63,25 +63,16 @@ SPLITS: dict[str, LaunchSplit] = {
 """The datasets `fedfair launch` runs, and how each is split into institutions."""
 
 
-def training_config(plan: AggregatorPlan) -> TrainingConfig:
-    """The in-process simulation's training settings for a plan: the same model, rounds, batches and steps."""
-    from fedfair.simulation.rounds import TrainingConfig
+def simulation_options(plan: AggregatorPlan) -> SimulationOptions:
+    """The in-process simulation's options for a plan: its built-in model (the schedule is `plan.training` itself)."""
+    from fedfair.simulation.rounds import SimulationOptions
 
     if plan.model.factory is not None:
         raise ConfigError(
             f"the in-process simulation of a plan runs the built-in models only, not the factory "
             f"'{plan.model.factory}'; use fedfair.api.federate to simulate a federation of your own model"
         )
-    training = plan.training
-    return TrainingConfig(
-        model=plan.model.name,
-        rounds=training.rounds,
-        batch_fraction=training.batch_fraction,
-        local=training.local_config(),
-        seed=training.seed,
-        average_from=training.average_from,
-        server_momentum=training.server_momentum,
-    )
+    return SimulationOptions(model=plan.model.name)
 
 
 def fedavg_report(plan: AggregatorPlan, dataset: str = "adult") -> dict[str, float]:
@@ -95,7 +86,7 @@ def fedavg_report(plan: AggregatorPlan, dataset: str = "adult") -> dict[str, flo
 
     config = ExperimentConfig(dataset=dataset, partition=SPLITS[dataset].partition, clients=len(plan.collaborators))
     federation = load_federation(config)
-    result = baselines.run_fedavg(federation, training_config(plan))
+    result = baselines.run_fedavg(federation, plan.training, options=simulation_options(plan))
     test = evaluate(plan.model.build(), result.state.theta_average, federation.pooled("test"))
     return pooled.group_risk_report(test.losses, test.correct, plan.objective.rho).to_dict()
 

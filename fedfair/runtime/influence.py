@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki.names import validate_name
-from fedfair.runtime.toml_tables import Table, field_names, positive_integer
+from fedfair.core.tables import Table, field_names, positive_integer
 
 WEIGHTINGS = ("equal", "declared")
 """[influence] weights: every institution counts the same, or by the size the plan declares for it."""

@@ -16,7 +16,7 @@ from cryptography import x509
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.pki.names import FEDERATION_ID_RE, ROLES
+from fedfair.pki.names import FEDERATION_ID_RE, ROLES, validate_name
 from fedfair.pki.roster import PARTICIPANTS, Pin, PlanPin, check_pins, roster_digest, settings_digest
 from fedfair.pki.verification import (
     der_fingerprint,
@@ -24,7 +24,7 @@ from fedfair.pki.verification import (
     pinned_credential_verifier,
 )
 from fedfair.runtime.settings import QuorumSettings, SecureAggregationSettings
-from fedfair.runtime.toml_tables import Table, check_sections, field_names, read_toml
+from fedfair.core.tables import Table, check_sections, field_names, read_toml
 
 
 
@@ -156,7 +156,7 @@ def _plan_pin(where: str, data: Mapping[str, Any]) -> PlanPin | None:
 def _pin(where: str, index: int, entry: object) -> Pin:
     """The participant in the ``index``-th [[participants]] table."""
     table = Table(where, f"{PARTICIPANTS} #{index}", entry, field_names(Pin))
-    name = table.name("name")
+    name = table.name("name", validate_name)
     role = table.string("role", choices=ROLES)
     fingerprint = table.string("sha256", expected="a SHA-256 fingerprint (64 hex digits, colons allowed)")
     try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fedfair.core.config import MODEL_NAMES
-from fedfair.runtime.toml_tables import Table, field_names, positive_integer
+from fedfair.core.tables import Table, field_names, positive_integer
 
 if TYPE_CHECKING:
     from torch import nn

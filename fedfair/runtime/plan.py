@@ -5,7 +5,7 @@ A plan is the federation's id and allow-list of names, the aggregator's own node
 moved as a whole, and optionally the federation manifest, which the plan must then
 agree with: :mod:`fedfair.runtime.manifest`) and the learning sections of
 :mod:`fedfair.runtime.settings`. Every value is checked; an unknown section or key is
-refused with the closest known name as a suggestion (:mod:`fedfair.runtime.toml_tables`).
+refused with the closest known name as a suggestion (:mod:`fedfair.core.tables`).
 
 Why: docs/design.md, "Inside the runtime's shared modules".
 """
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedfair.core.config import TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import Schema
 from fedfair.pki import validate_name
@@ -35,11 +36,12 @@ from fedfair.runtime.manifest import (
     manifest_digest,
 )
 from fedfair.runtime.privacy_plan import PlanPrivacy
-from fedfair.runtime.settings import LEARNING_SECTIONS, LearningSettings, read_learning
-from fedfair.runtime.toml_tables import (
+from fedfair.runtime.settings import LEARNING_SECTIONS, LearningSettings, read_learning, training_table
+from fedfair.core.tables import (
     Table,
     check_sections,
     field_names,
+    parse_json_object,
     read_toml,
 )
 
@@ -111,7 +113,7 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
     base = source.parent
     aggregator = AggregatorSettings(
         address=node.address("address", "0.0.0.0:50051"),
-        name=node.name("name", "aggregator"),
+        name=node.name("name", validate_name, "aggregator"),
         certs=node.path("certs", base, "../certs"),
         output=node.path("output", base, "output"),
         manifest=node.path("manifest", base) if node.given("manifest") else None,
@@ -201,7 +203,11 @@ def load_aggregator_plan(
 def _plain(settings: LearningSettings) -> dict[str, Any]:
     """The learning sections as JSON values (tuples as lists)."""
     sections = {
-        name: section.to_mapping() if isinstance(section, Schema) else dataclasses.asdict(section)
+        name: section.to_mapping()
+        if isinstance(section, Schema)
+        else training_table(section)
+        if isinstance(section, TrainingConfig)
+        else dataclasses.asdict(section)
         for name, section in settings.learning_sections().items()
         if section is not None
     }
@@ -222,7 +228,7 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
     if settings.training.server_momentum == 0.0:
         # Algorithm 1's step, as every plan took before the setting existed: its checkpoints still resume.
         loaded["training"].pop("server_momentum")
-    if not settings.training.corrects_drift:
+    if not settings.training.local.corrects_drift:
         # Left out at its default, so a plan without drift correction keeps the digest (and its checkpoints
         # resume) and the shared bytes it had before the setting existed; a collaborator that does not know
         # the setting is refused only by a plan that turns it on (an unknown [training] key).
@@ -244,13 +250,7 @@ def shared_settings(plan: AggregatorPlan) -> bytes:
 
 def json_object(payload: bytes, source: str) -> dict[str, Any]:
     """A JSON object the aggregator sent (its plan, its encoder); a ConfigError naming `source` otherwise."""
-    try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: a 5,000-digit integer; Recursion: deep
-        raise ConfigError(f"{source}: not valid JSON; the aggregator and collaborator versions may differ") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a JSON object; the aggregator and collaborator versions may differ")
-    return data
+    return parse_json_object(payload, source, "the aggregator and collaborator versions may differ")
 
 
 def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") -> SharedSettings:

@@ -23,7 +23,7 @@ from typing import Any
 from fedfair.core.errors import ConfigError
 from fedfair.pki.names import validate_federation_id
 from fedfair.pki.roster import PARTICIPANTS, PlanPin, write_manifest
-from fedfair.runtime.toml_tables import read_toml
+from fedfair.core.tables import read_toml
 
 # The plan and manifest modules read schemas (pandas): imported where a command runs, so that
 # `fedfair plan --help` answers at once.

@@ -23,7 +23,7 @@ from fedfair.privacy import distributed
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.composition import CompositionColumn, composition_length, composition_sensitivity
-from fedfair.runtime.toml_tables import Table, field_names
+from fedfair.core.tables import Table, field_names
 from fedfair.secagg.noise import check_mu
 
 ROUNDING_BETA = 1e-12

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-import tomllib
 from pathlib import Path
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.commands import add_drafting_arguments
 from fedfair.pki.names import validate_federation_id, validate_name
 from fedfair.runtime.templates import AGGREGATOR_NAME, MANIFEST, Federation, render_collaborator, render_plan
-from fedfair.runtime.toml_tables import ADDRESS_RE
+from fedfair.core.tables import ADDRESS_RE, parse_toml
 
 CA_FOLDER = "ca"
 """The CA holder's folder: ca.key lives there, offline, never in a federation process's certs."""
@@ -131,7 +130,7 @@ def plan_scaffold(
     from fedfair.runtime.plan import parse_aggregator_plan
 
     plan_path = folder / AGGREGATOR_NAME / "plan.toml"
-    plan = parse_aggregator_plan(tomllib.loads(plan_text), plan_path)
+    plan = parse_aggregator_plan(parse_toml(plan_text, plan_path), plan_path)
     # The roster's smallest round is the plan's quorum: the manifest then admits every round the plan starts.
     min_round_size = plan.quorum.min_collaborators
     files = {f"{AGGREGATOR_NAME}/plan.toml": plan_text}

@@ -26,7 +26,7 @@ from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.logs import LOG_LEVELS, configure_logging, quiet_grpc
-from fedfair.runtime.toml_tables import Table, shown
+from fedfair.core.tables import Table, shown
 
 if TYPE_CHECKING:
     from fedfair.runtime.plan import AggregatorPlan

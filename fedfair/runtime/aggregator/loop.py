@@ -365,7 +365,7 @@ class RoundLoop:
         corrects_drift = state.control is not None
         control = None if state.control is None else state.control.numpy()
         model = (training_download(state.theta.numpy(), control), state.c)
-        fraction = self.plan.training.batch_fraction
+        fraction = self.plan.batch_fraction
         dimension, plan = update_dimension(state.theta.numel(), corrects_drift), self.plan
         encoding = plan.training_encoding(plan.federation_id, len(plan.collaborators), round_number, dimension)
         try:

@@ -171,7 +171,7 @@ class RoundJob:
         round already trained on exactly this model (the aggregator crashed and re-runs the round).
         """
         self.check_round(binding.round, "train")
-        corrects_drift = self.shared.training.corrects_drift
+        corrects_drift = self.shared.training.local.corrects_drift
         values, c = self.download(stub, binding, training_download_size(self.parameters, corrects_drift))
         try:
             theta, control = split_training_download(values, self.parameters, corrects_drift)
@@ -234,7 +234,7 @@ class RoundJob:
         influence = self.shared.influence
         batch = int(update.weight)
         update = bounded(
-            update, influence.weight_of(self.config.name, self.shared.training.batch_fraction), influence.update_norm
+            update, influence.weight_of(self.config.name, self.shared.batch_fraction), influence.update_norm
         )
         vector = update.weighted_vector().numpy()
         if self.config.share_epsilon and self.config.privacy.enabled:
@@ -251,7 +251,7 @@ class RoundJob:
                 round_number,
             )
             return nothing
-        expected = update_dimension(self.parameters, self.shared.training.corrects_drift)
+        expected = update_dimension(self.parameters, self.shared.training.local.corrects_drift)
         if vector.size != expected:
             logger.error(
                 "%s: round %d: the trainer's update holds %d values, but the plan's [training] drift_correction = "
@@ -261,7 +261,7 @@ class RoundJob:
                 self.config.name,
                 round_number,
                 vector.size,
-                self.shared.training.drift_correction,
+                self.shared.training.local.drift_correction,
                 expected,
             )
             return nothing
@@ -274,7 +274,7 @@ class RoundJob:
             "%s: round %d: trained %d local steps on batches of %d in %.3f s",
             self.config.name,
             round_number,
-            self.shared.training.local_steps,
+            self.shared.training.local.local_steps,
             batch,
             time.perf_counter() - started,
             extra=per_round(round_number, self.shared.training.rounds),

@@ -144,7 +144,7 @@ class Participant:
                 return STATISTICS_KIND, statistics_dimension(self.shared.schema), STATISTICS_ENCODING
             # The length, composition counts included, is this plan's: no column name travels in a round.
             return "evaluate", self.shared.evaluation_length(work.round), sums.ENCODING
-        dimension = update_dimension(self.parameters, self.shared.training.corrects_drift)
+        dimension = update_dimension(self.parameters, self.shared.training.local.corrects_drift)
         encoding = self.shared.training_encoding(
             self.shared.federation_id, self.shared.collaborator_count, work.round, dimension
         )

@@ -247,8 +247,8 @@ def build_learner(
         shared.model.build(seed=training.seed, allowed=allowed).to(device),
         data.train.features,
         data.train.labels,
-        min(declared_batch(shared.influence.batch_base(name, data.train.size), training.batch_fraction), data.train.size),
-        training.local_config(),
+        min(declared_batch(shared.influence.batch_base(name, data.train.size), shared.batch_fraction), data.train.size),
+        training.local,
         threshold=RCVaRThreshold(shared.objective).to(device),
         seed=client_seed(training.seed, data.seed_index),
     )
@@ -277,7 +277,7 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
             "weight would reveal its row count outside the DP noise; ask the operator to declare every "
             "institution's size in the plan's [influence] sizes (and pin it in the manifest)"
         )
-    batch = declared_batch(shared.influence.sizes[config.name], shared.training.batch_fraction)
+    batch = declared_batch(shared.influence.sizes[config.name], shared.batch_fraction)
     if batch > learner.num_samples:
         raise ConfigError(
             f"{config.name}: the plan's declared size {shared.influence.sizes[config.name]} gives a batch of "
@@ -288,7 +288,7 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
     from fedfair.privacy.accounting import PrivacyAccountant, legacy_privacy_state_path, privacy_state_path
     from fedfair.privacy.learner import PrivateLearner
 
-    weight = shared.influence.weight_of(config.name, shared.training.batch_fraction)
+    weight = shared.influence.weight_of(config.name, shared.batch_fraction)
     released = (
         f"weight {weight:g} and expected batch {batch}, fixed by the plan ([influence] {shared.influence.weights} "
         f"weights, declared size {shared.influence.sizes[config.name]}), not by the rows held"
@@ -296,7 +296,7 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
     if distributed:
         return PrivateLearner(
             learner,
-            training_privacy(shared.privacy, shared.training.batch_fraction),
+            training_privacy(shared.privacy, shared.batch_fraction),
             planned_rounds=shared.training.rounds,
             name=config.name,
             released=released,

@@ -1,7 +1,9 @@
-"""Checked reading of TOML tables: every value's type and range, every key against the known ones.
+"""The one reader of TOML files and tables: every value's type and range, every key against the known ones.
 
-The aggregator's plan, a collaborator's config and the settings the aggregator shares
-(JSON, read the same way) go through :class:`Table`. An unknown section or key is
+The aggregator's plan, a collaborator's config, the manifest, the scaffold and the data
+check read TOML here (:func:`read_toml`, :func:`parse_toml`; nothing else in fedfair
+imports tomllib), and the plan's sections and the settings the aggregator shares (JSON,
+read the same way) go through :class:`Table`. Standard library only. An unknown section or key is
 refused with the closest known name as a suggestion; every error is one
 :class:`~fedfair.core.errors.ConfigError` line naming the file, the section, the
 problem and the fix.
@@ -21,7 +23,6 @@ from pathlib import Path
 from typing import Any, Final, Literal, NoReturn
 
 from fedfair.core.errors import ConfigError
-from fedfair.pki import validate_name
 
 ADDRESS_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
 
@@ -92,6 +93,14 @@ def check_sections(source: str, data: Mapping[str, object], known: tuple[str, ..
             raise ConfigError(f"{source}: unknown section [{section}]; {suggest(section, list(known))}")
 
 
+def parse_toml(text: str, source: Path | str) -> dict[str, Any]:
+    """The content of TOML `text` read from `source`, or one line saying what to fix."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: not valid TOML ({error}); fix the syntax") from None
+
+
 def read_toml(path: Path | str) -> tuple[Path, dict[str, Any]]:
     """The resolved path and the content of a TOML file, or one line saying what to fix."""
     path = Path(path)
@@ -100,8 +109,22 @@ def read_toml(path: Path | str) -> tuple[Path, dict[str, Any]]:
             return path.resolve(), tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"{path} not found; copy the template next to it and edit it") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read it as TOML ({error}); give a TOML file") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML ({error}); fix the syntax") from None
+
+
+def parse_json_object(text: str | bytes, source: object, fix: str) -> dict[str, Any]:
+    """The JSON object in `text` (a manifest's pinned settings, the aggregator's plan), or a ConfigError naming
+    `source` and `fix`."""
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: a 5,000-digit integer; Recursion: deep
+        raise ConfigError(f"{source}: not valid JSON; {fix}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object; {fix}")
+    return data
 
 
 class Table:
@@ -209,10 +232,11 @@ class Table:
             self.bad(key, value, "a non-empty list of strings")
         return tuple(value)
 
-    def name(self, key: str, default: str | Required = REQUIRED) -> str:
+    def name(self, key: str, validate: Callable[[str], str], default: str | Required = REQUIRED) -> str:
+        """A participant name, checked by `validate` (fedfair.pki.validate_name) and refused naming this key."""
         value = self.string(key, default, expected="a participant name like 'hospital-a'")
         try:
-            return validate_name(value)
+            return validate(value)
         except ConfigError as error:
             self.fail(f"[{self.section}] {key}: {error}")
 
