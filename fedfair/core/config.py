@@ -1,5 +1,4 @@
-"""The learning core's settings, in one place: the objective's knobs, a collaborator's local steps and
-the training schedule.
+"""The learning core's settings: the objective's knobs, a collaborator's local steps, the schedule.
 
 Plain frozen dataclasses that check themselves and import no torch, so the plan
 reader, the experiment flags, the Python API and the simulation all build these very
@@ -170,9 +169,10 @@ class LocalConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """Algorithm 1's schedule: rounds, each round's batches and local steps, the seed, the averaged output
-    and the server's step. The plan's ``[training]``, the experiment flags, the Python API and the
-    simulation all read into this one class; the defaults are Algorithm 1 as the paper runs it.
+    """Algorithm 1's schedule: rounds, batches, local steps, seed, averaged output, server step.
+
+    The plan's ``[training]``, the experiment flags, the Python API and the simulation all read
+    into this one class; the defaults are Algorithm 1 as the paper runs it.
 
     `batch_size` is the total mini-batch per round, split across collaborators in proportion to
     their sizes (b_k proportional to n_k, as the paper does); 0 means full local batches (b_k = n_k),

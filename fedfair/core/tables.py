@@ -116,8 +116,11 @@ def read_toml(path: Path | str) -> tuple[Path, dict[str, Any]]:
 
 
 def parse_json_object(text: str | bytes, source: object, fix: str) -> dict[str, Any]:
-    """The JSON object in `text` (a manifest's pinned settings, the aggregator's plan), or a ConfigError naming
-    `source` and `fix`."""
+    """The JSON object in `text` (a manifest's pinned settings, the aggregator's plan).
+
+    Raises:
+        ConfigError: naming `source` and `fix`, when `text` is not JSON or not an object.
+    """
     try:
         data = json.loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: a 5,000-digit integer; Recursion: deep
@@ -149,9 +152,11 @@ class Table:
         return cls(source, section, data.get(section, {}), keys)
 
     def fail(self, message: str) -> NoReturn:
+        """Raise a ConfigError: `message`, prefixed with the file it is about."""
         raise ConfigError(f"{self.source}: {message}")
 
     def bad(self, key: str, value: object, expected: str) -> NoReturn:
+        """Refuse `key`'s `value`: what was expected, what was given, and that the value is the fix."""
         self.fail(f"[{self.section}] {key} must be {expected}, got {shown(value)}; fix the value")
 
     def given(self, key: str) -> bool:
@@ -168,6 +173,11 @@ class Table:
     def integer(
         self, key: str, default: int | Required = REQUIRED, *, low: int | None = None, high: int | None = None
     ) -> int:
+        """An integer (never a boolean) within [`low`, `high`] where given; `default` if the key is absent.
+
+        Raises:
+            ConfigError: the key is required and absent, or its value is not such an integer.
+        """
         expected = (
             "an integer" + (f" >= {low}" if low is not None else "") + (f" <= {high}" if high is not None else "")
         )
@@ -189,6 +199,11 @@ class Table:
         check: Callable[[float], bool] = lambda _: True,
         expected: str,
     ) -> float:
+        """A finite number (an integer is taken as a float) for which `check` holds; `expected` says which.
+
+        Raises:
+            ConfigError: the key is required and absent, or its value is not such a number.
+        """
         value = self._value(key, default, expected)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(_as_float(value)):
             self.bad(key, value, expected)
@@ -198,6 +213,7 @@ class Table:
         return number
 
     def boolean(self, key: str, default: bool | Required = REQUIRED) -> bool:
+        """A TOML boolean (never a number or a string); `default` if the key is absent."""
         value = self._value(key, default, "true or false")
         if not isinstance(value, bool):
             self.bad(key, value, "true or false")
@@ -212,6 +228,12 @@ class Table:
         pattern: re.Pattern[str] | None = None,
         expected: str = "a non-empty string",
     ) -> str:
+        """A non-empty string, one of `choices` or matching `pattern` where given.
+
+        Raises:
+            ConfigError: the key is required and absent, or its value does not fit; an unknown choice
+                is answered with the nearest known one.
+        """
         if choices:
             expected = "one of " + ", ".join(f'"{choice}"' for choice in choices)
         value = self._value(key, default, expected)
@@ -227,6 +249,7 @@ class Table:
         return value
 
     def strings(self, key: str) -> tuple[str, ...]:
+        """A required, non-empty list of non-empty strings."""
         value = self._value(key, REQUIRED, "a list of strings")
         if not isinstance(value, list) or not value or not all(isinstance(item, str) and item for item in value):
             self.bad(key, value, "a non-empty list of strings")
@@ -253,6 +276,7 @@ class Table:
         return dict(value)
 
     def address(self, key: str, default: str | Required = REQUIRED) -> str:
+        """A ``host:port`` address with a port in 1..65535."""
         value = self.string(key, default, expected='host:port, e.g. "localhost:50051"')
         match = ADDRESS_RE.fullmatch(value)
         if match is None or not 1 <= int(match.group(2)) <= 65535:

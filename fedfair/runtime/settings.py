@@ -53,25 +53,21 @@ if TYPE_CHECKING:
     from fedfair.core.algorithm import FedSRCVaR
 
 DROPOUT_POLICIES = ("allowed", "none")
+"""[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
 AUTO = "auto"
 """``[secure_aggregation] neighbours = "auto"``: the masking graph's degree follows the roster's size."""
-"""[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
 
 PLAN_TRAINING = TrainingConfig(rounds=100, batch_fraction=0.01, server_momentum=DEFAULT_SERVER_MOMENTUM)
-"""What a plan's [training] takes for a key it leaves out. The core defaults hold but for three: nobody in
-a deployment knows the total batch, so each collaborator's is a fraction of its own rows (b_k =
-round(batch_fraction * n_k), at least 1, so the weights w_k = b_k are proportional to n_k without any
-institution revealing n_k); a round costs network round trips, so a plan runs 100 rounds, not the
-paper's 1000; and FedSRCVaR takes its server momentum, as `fedfair init` writes it. These values are
-pinned by every manifest of a plan that leaves them out, so they stay."""
+"""What a plan's [training] takes for a key it leaves out: the core defaults but for three. A batch is a
+fraction of a site's own rows (nobody knows the total; w_k = b_k stays proportional to n_k unrevealed),
+100 rounds (each costs round trips), and FedSRCVaR's server momentum. Manifests pin them: they stay."""
 
 PLAN_TRAINING_KEYS = (
     "rounds", "local_steps", "batch_fraction", "lr", "threshold_lr", "seed", "average_from", "drift_correction",
     "server_momentum",
 )
-"""The keys of a plan's [training]: fields of TrainingConfig and, in the same flat table, of its LocalConfig.
-The simulation's total `batch_size` and FedAdam are not a plan's; each collaborator draws a fresh batch for
-every local step and c is projected at the server only, as Algorithm 1 does."""
+"""The keys of a plan's [training]: fields of TrainingConfig and, in the same flat table, of its LocalConfig
+(the simulation's total `batch_size` and FedAdam are not a plan's)."""
 
 _LOCAL_KEYS = frozenset(field_names(LocalConfig))
 
@@ -295,10 +291,12 @@ def _training(source: str, data: Mapping[str, object]) -> TrainingConfig:
 
 
 def default_update_norm(training: TrainingConfig) -> float:
-    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient
-    norm 1 go. Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps,
+    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient norm 1 go.
+
+    Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps,
     so this clips almost none of them; a tighter C bounds a liar more and slows honest training
-    (benchmarks/influence_bench.py)."""
+    (benchmarks/influence_bench.py).
+    """
     return 2.0 * training.local.lr * training.local.local_steps
 
 
@@ -407,12 +405,8 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
     schema = _schema(source, data, collaborators)
     training = _training(source, data)
     influence = read_influence(
-        source,
-        data,
-        collaborators,
-        default_norm=default_update_norm(training),
-        batch_fraction=batch_fraction(training),
-        max_weight=secagg.max_weight,
+        source, data, collaborators,
+        default_norm=default_update_norm(training), batch_fraction=batch_fraction(training), max_weight=secagg.max_weight,
     )
     evaluation = read_evaluation(source, data)
     try:

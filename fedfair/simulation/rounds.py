@@ -51,9 +51,11 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 @dataclass(frozen=True)
 class SimulationOptions:
-    """What only an in-process simulation chooses beside the training schedule (`TrainingConfig`):
-    the built-in model, where and in which precision it trains, and how often the history records
-    the training objective (every `record_every` rounds; 0: never)."""
+    """What only an in-process simulation chooses beside the training schedule (`TrainingConfig`).
+
+    The built-in model, where and in which precision it trains, and how often the history records
+    the training objective (every `record_every` rounds; 0: never).
+    """
 
     model: str = "logreg"
     device: str = "cpu"
