@@ -40,9 +40,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fedfair.bundle.cli",
         "group risks of a model bundle on a labelled table: worst rho-fraction, mean, disparity",
     ),
-    "report": ("fedfair.runtime.report", "draw an aggregator's run as one self-contained HTML page"),
+    "report": ("fedfair.runtime.report.page", "draw an aggregator's run as one self-contained HTML page"),
     "init": (
-        "fedfair.runtime.scaffold",
+        "fedfair.runtime.new_federation",
         "scaffold a federation folder: the plan, one collaborator config per site, the next commands",
     ),
 }

@@ -51,7 +51,7 @@ from fedfair.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from fedfair.research.workspace import Workspace
-    from fedfair.runtime.plan import AggregatorPlan
+    from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
     from fedfair.simulation.rounds import TrainingConfig
 
 DEFAULT_ROUNDS = 300
@@ -268,7 +268,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True) -> int:
     # Imported here, as workspace.declared_sizes does: the datasets (and pandas) are needed once a run starts.
     from fedfair.datasets import load_dataset
     from fedfair.research.workspace import make_workspace, site_names
-    from fedfair.runtime.plan import load_aggregator_plan
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
     names = site_names(args.collaborators)
     training = {

@@ -10,7 +10,7 @@ closes that gap: a TOML file the institutions agree on out of band (written by
 the aggregator and every collaborator with the SHA-256 fingerprint of its
 certificate, the collusion bound ``max_colluding`` and ``min_round_size``, the fewest
 parties a round may have, and the plan itself (``[plan]``: the learning settings every
-collaborator receives, pinned by their digest; :func:`fedfair.runtime.plan.pin_plan`
+collaborator receives, pinned by their digest; :func:`fedfair.runtime.plan.aggregator_plan.pin_plan`
 writes it). Each institution checks against its own copy:
 
 - the plan the aggregator shares (:func:`check_shared_settings`): exactly the pinned
@@ -27,7 +27,7 @@ writes it). Each institution checks against its own copy:
   :func:`check_certificate`).
 
 The aggregator's plan may name the same file (``[aggregator] manifest``); the plan
-must then agree with it (:func:`fedfair.runtime.plan.check_plan`), which catches a misconfigured
+must then agree with it (:func:`fedfair.runtime.plan.aggregator_plan.check_plan`), which catches a misconfigured
 aggregator at start rather than at the first refused round. Without a manifest,
 the roster is trusted to the CA (:data:`NO_MANIFEST_WARNING`); a manifest without a
 ``[plan]`` leaves the plan to the aggregator (:data:`UNPINNED_PLAN_WARNING`).
@@ -53,7 +53,7 @@ from fedfair.pki.verification import (
     normalise_fingerprint,
     pinned_credential_verifier,
 )
-from fedfair.runtime.settings import QuorumSettings, SecureAggregationSettings
+from fedfair.runtime.plan.learning_settings import QuorumSettings, SecureAggregationSettings
 from fedfair.runtime.toml_tables import Table, check_sections, field_names, read_toml
 
 
@@ -69,7 +69,7 @@ class Bounded(Protocol):
 
 
 class Shared(Bounded, Protocol):
-    """What a collaborator checks of the aggregator's shared settings (fedfair.runtime.plan.SharedSettings)."""
+    """What a collaborator checks of the aggregator's shared settings (fedfair.runtime.plan.aggregator_plan.SharedSettings)."""
 
     @property
     def federation_id(self) -> str: ...

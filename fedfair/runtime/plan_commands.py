@@ -46,7 +46,7 @@ def pin_plan(
     manifest's digest and the fields that changed since the old pin (None: it pinned none).
     """
     from fedfair.runtime.manifest import load_manifest, manifest_digest, setting_differences
-    from fedfair.runtime.plan import check_plan, load_aggregator_plan, shared_content
+    from fedfair.runtime.plan.aggregator_plan import check_plan, load_aggregator_plan, shared_content
 
     plan = load_aggregator_plan(plan_path, check_manifest=False)
     roster = load_manifest(manifest_path)
@@ -70,7 +70,7 @@ def pin_plan(
 def settings_of(path: Path) -> dict[str, Any]:
     """The shared settings a file stands for: a manifest's pinned plan, or what a plan would share."""
     from fedfair.runtime.manifest import load_manifest
-    from fedfair.runtime.plan import load_aggregator_plan, shared_content
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
 
     _, data = read_toml(path)
     if PARTICIPANTS in data:

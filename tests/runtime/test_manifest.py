@@ -22,7 +22,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.pki import credential_verifier, identity, store
 from fedfair.pki.roster import manifest_text, pins_from_folders, write_manifest
 from fedfair.runtime import manifest as manifests
-from fedfair.runtime import plan
+from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.collaborator import config as collaborator_file
 from fedfair import cli
 from fedfair.runtime.plan_commands import pin_plan

@@ -20,7 +20,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.models import flat_parameters
 from fedfair.fairness import sums
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.runtime import plan
+from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.collaborator import config as collaborator_file
 from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.transport import TlsFiles

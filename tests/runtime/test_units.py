@@ -53,7 +53,7 @@ from fedfair.runtime.collaborator.retries import (
 )
 from fedfair.runtime.collaborator.trainer import build_learner, load_local_data
 from fedfair.runtime.contract import TRAINING
-from fedfair.runtime.plan import (
+from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,
     shared_settings,

@@ -63,9 +63,9 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import pinned_verifier
-from fedfair.runtime.plan import AggregatorPlan, plan_content, plan_digest
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
-from fedfair.runtime.report import guessing_warning
+from fedfair.runtime.report.page import guessing_warning
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.secagg.graph import canonical_roster
 

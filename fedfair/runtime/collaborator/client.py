@@ -107,7 +107,7 @@ from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH, Failure, PermanentFailure
 from fedfair.runtime.manifest import setting_differences
-from fedfair.runtime.plan import SharedSettings, json_object
+from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.preprocessing import STATISTICS_ENCODING, STATISTICS_KIND, STATISTICS_ROUND
 from fedfair.secagg import Encoder
 from fedfair.runtime.transport import WireError, pb, pb_grpc

@@ -24,7 +24,7 @@ from fedfair.runtime.aggregator.commands import EXIT_ABORTED_ROUNDS, readmit
 from fedfair.runtime.aggregator.events import read_events
 from fedfair.runtime.aggregator.loop import excluded_in, initial_state
 from fedfair.runtime.logs import configure_logging
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace
 
 

@@ -34,7 +34,7 @@ from fedfair.runtime.aggregator.quorum import QuorumNotReached
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace
 
 NAMES = ["site-a", "site-b", "site-c"]

@@ -42,7 +42,7 @@ from fedfair.runtime.collaborator.trainer import (
     round_trainer,
 )
 from fedfair.runtime.failures import PLAN_CHANGED, PermanentFailure
-from fedfair.runtime.plan import (
+from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,
     plan_digest,

@@ -13,8 +13,8 @@ The page is drawn from what the aggregator writes into its output folder:
   the research figures draw too, the uniform classifier's risk ln K. The round records carry
   no baseline of their own; without a readable bundle the page says so and draws none.
 
-What the page reads is gathered by :mod:`fedfair.runtime.report_data`. The figures are inline
-SVG (:mod:`fedfair.runtime.report_figures`) and the style sheet is in
+What the page reads is gathered by :mod:`fedfair.runtime.report.data`. The figures are inline
+SVG (:mod:`fedfair.runtime.report.figures`) and the style sheet is in
 the page, so it opens from a file, offline, anywhere. The page is written to a temporary
 file and renamed (:func:`fedfair.core.files.atomic_write`): a failure leaves the previous
 report or none, never half of one. The aggregator refreshes it at the end of a run
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.files import atomic_write
-from fedfair.runtime.report_data import (
+from fedfair.runtime.report.data import (
     CELLS,
     Run,
     contribution_matrix,
@@ -106,7 +106,7 @@ def _summary(run: Run, start: Mapping[str, Any]) -> str:
 
 
 def _risks_section(run: Run) -> str:
-    from fedfair.runtime.report_figures import risks, svg  # matplotlib: loaded only to draw
+    from fedfair.runtime.report.figures import risks, svg  # matplotlib: loaded only to draw
 
     done = [record["evaluation"] for record in run.rounds if (record.get("evaluation") or {}).get("status") == "done"]
     others = [
@@ -201,7 +201,7 @@ def _applied(run: Run) -> list[dict[str, Any]]:
 
 
 def _threshold_section(run: Run) -> str:
-    from fedfair.runtime.report_figures import svg, thresholds  # matplotlib: loaded only to draw
+    from fedfair.runtime.report.figures import svg, thresholds  # matplotlib: loaded only to draw
 
     applied = [record for record in _applied(run) if "c" in record]
     if not applied:
@@ -268,7 +268,7 @@ def _noise_paragraph(run: Run) -> str:
 
 
 def _privacy_section(run: Run) -> str:
-    from fedfair.runtime.report_figures import epsilons, svg  # matplotlib: loaded only to draw
+    from fedfair.runtime.report.figures import epsilons, svg  # matplotlib: loaded only to draw
 
     series = epsilon_series(run)
     spent = {
@@ -301,7 +301,7 @@ def _privacy_section(run: Run) -> str:
 
 
 def _stages_section(run: Run) -> str:
-    from fedfair.runtime.report_figures import stage_times, svg  # matplotlib: loaded only to draw
+    from fedfair.runtime.report.figures import stage_times, svg  # matplotlib: loaded only to draw
 
     held = _held_up(run)
     timed = [record for record in run.rounds if record.get("stage_seconds")]

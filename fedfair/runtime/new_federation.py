@@ -1,7 +1,7 @@
 """``fedfair init DIR --sites a,b,c``: a federation folder whose plan, configs and next steps agree.
 
 It writes ``DIR/aggregator/plan.toml``, ``DIR/<site>/collaborator.toml`` for each site (both rendered
-by :mod:`fedfair.runtime.templates`, the source of the committed templates too) and ``DIR/README.md``:
+by :mod:`fedfair.runtime.plan.templates`, the source of the committed templates too) and ``DIR/README.md``:
 the commands that follow, in order, with this federation's names, folders and collusion bound. Each
 party keeps its own folder (``ca/``, held offline by the CA holder; ``aggregator/``; one per site,
 each with its own ``certs/``) and the agreed ``manifest.toml`` one level above it.
@@ -9,7 +9,7 @@ each with its own ``certs/``) and the agreed ``manifest.toml`` one level above i
 With ``--csv SAMPLE --label COLUMN`` the plan's ``[schema]`` is drafted from the sample
 (:func:`fedfair.datasets.schema.draft_schema`) and [model] leaves the input size to the encoder the
 statistics round builds from it. Nothing is written until the rendered plan loads
-(:func:`fedfair.runtime.plan.parse_aggregator_plan`): a collusion bound the roster cannot meet is
+(:func:`fedfair.runtime.plan.aggregator_plan.parse_aggregator_plan`): a collusion bound the roster cannot meet is
 refused before any file exists.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.commands import add_drafting_arguments
 from fedfair.pki.names import validate_federation_id, validate_name
-from fedfair.runtime.templates import AGGREGATOR_NAME, MANIFEST, Federation, render_collaborator, render_plan
+from fedfair.runtime.plan.templates import AGGREGATOR_NAME, MANIFEST, Federation, render_collaborator, render_plan
 from fedfair.runtime.toml_tables import ADDRESS_RE
 
 CA_FOLDER = "ca"
@@ -130,7 +130,7 @@ def plan_scaffold(
     )
     plan_text = render_plan(federation)
     # The plan module reads schemas (pandas): loaded to run the command, not for its --help.
-    from fedfair.runtime.plan import parse_aggregator_plan
+    from fedfair.runtime.plan.aggregator_plan import parse_aggregator_plan
 
     plan_path = folder / AGGREGATOR_NAME / "plan.toml"
     plan = parse_aggregator_plan(tomllib.loads(plan_text), plan_path)

@@ -30,7 +30,7 @@ approximately. The aggregator applies the same rule to the decoded counts,
 so a decoded count below ``min_category_count`` (zero included: absent and withheld
 look alike) is reported as suppressed (None), and no set of reported figures gives
 one by subtraction. c is each collaborator's own: the mean of the thresholds of the
-training rounds it trained (:meth:`fedfair.runtime.collaborator.record.InputRecord.composition_threshold`),
+training rounds it trained (:meth:`fedfair.runtime.collaborator.input_record.InputRecord.composition_threshold`),
 not a value the aggregator names per query, so two queries at thresholds of its choosing
 cannot isolate the rows between them. The evaluated model is still the aggregator's to
 state (docs/design.md).

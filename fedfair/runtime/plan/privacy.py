@@ -19,7 +19,7 @@ honest parties of the smallest survivor set the plan allows carry the noise in f
   scaled by the encoding's 2^f and inflated for stochastic rounding.
 
 Every fresh release is charged, before it is kept and sent, to the institution's ledger
-(:meth:`fedfair.runtime.collaborator.record.InputRecord.charge`), which refuses one past
+(:meth:`fedfair.runtime.collaborator.input_record.InputRecord.charge`), which refuses one past
 ``budget`` (and past the institution's own ``budget_epsilon``). A re-sent answer is the same
 bits, so it costs nothing more. Statistics (round 0) are not noised: see
 ``datasets.statistics.statistics_sensitivity``.
@@ -38,7 +38,7 @@ from fedfair.fairness import sums
 from fedfair.privacy import distributed
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.runtime.composition import CompositionColumn, composition_length, composition_sensitivity
+from fedfair.runtime.composition_counts import CompositionColumn, composition_length, composition_sensitivity
 from fedfair.runtime.toml_tables import Table, field_names
 from fedfair.secagg.noise import check_mu
 
