@@ -35,7 +35,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     state_digest,
     trim_round_log,
 )
-from fedfair.runtime.aggregator.commands import plan_from_args
+from fedfair.cli.aggregator import plan_from_args
 from fedfair.runtime.aggregator.checks import decode_plain
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.loop import initial_state

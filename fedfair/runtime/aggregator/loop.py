@@ -37,7 +37,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,
     Checkpoint,
     append_round_log,
-    excluded_in as excluded_in,  # re-exported: fedfair.runtime.aggregator.commands and tests read it here
+    excluded_in as excluded_in,  # re-exported: fedfair.cli.aggregator and tests read it here
     export_final_model,
     read_round_log,
     save_checkpoint,

@@ -1,7 +1,7 @@
 """The collaborator process: connect to the aggregator and follow its task stream.
 
 One per institution (started by ``fedfair collaborator start``, see
-:mod:`fedfair.runtime.collaborator.commands`). Before it dials anyone it checks what
+:mod:`fedfair.cli.collaborator`). Before it dials anyone it checks what
 is local: its TLS files (and that its configured name is the one its certificate
 carries), its manifest pin, and its data, so a wrong path fails at once with the
 aggregator up or down. Then it dials the aggregator over mutual TLS, fetches the plan's shared settings and builds its

@@ -27,7 +27,6 @@ report is drawn.
 
 from __future__ import annotations
 
-import argparse
 import html
 import logging
 from collections.abc import Mapping
@@ -356,23 +355,3 @@ def refresh_report(folder: Path) -> Path | None:
         return None
     logger.info("run report: %s", path)
     return path
-
-
-def _report_command(args: argparse.Namespace) -> int:
-    path = write_report(args.output_dir, args.out)
-    print(f"wrote {path}")
-    return 0
-
-
-def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`fedfair report OUTPUT_DIR`."""
-    parser = subparsers.add_parser(
-        "report",
-        help="draw an aggregator's run as one self-contained HTML page",
-        description="Draw the run in an aggregator's output folder (rounds.jsonl, events.jsonl, the model bundle) "
-        "as one HTML page: risks, the worst group's composition, threshold, who took part, DP epsilon, stage "
-        "times. No network needed to view it.",
-    )
-    parser.add_argument("output_dir", type=Path, metavar="OUTPUT_DIR", help="the aggregator's output folder")
-    parser.add_argument("--out", type=Path, help=f"where to write the page (default OUTPUT_DIR/{REPORT_NAME})")
-    parser.set_defaults(handler=_report_command)

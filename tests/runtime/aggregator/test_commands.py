@@ -20,7 +20,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     read_round_log,
     save_checkpoint,
 )
-from fedfair.runtime.aggregator.commands import EXIT_ABORTED_ROUNDS, readmit
+from fedfair.cli.aggregator import EXIT_ABORTED_ROUNDS, readmit
 from fedfair.runtime.aggregator.events import read_events
 from fedfair.runtime.aggregator.loop import excluded_in, initial_state
 from fedfair.runtime.logs import configure_logging

@@ -26,7 +26,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     read_round_log,
     save_checkpoint,
 )
-from fedfair.runtime.aggregator.commands import readmit
+from fedfair.cli.aggregator import readmit
 from fedfair.runtime.aggregator.events import read_events
 from fedfair.runtime.aggregator.loop import excluded_in
 from fedfair.runtime.aggregator.network import serve

@@ -393,7 +393,7 @@ def test_a_collaborator_without_privacy_does_not_load_opacus() -> None:
     """Opacus and the scipy it brings (about 120 MB of a collaborator's memory) load only with [privacy]."""
     probe = (
         "import sys\n"
-        "import fedfair.runtime.collaborator.commands\n"
+        "import fedfair.cli.collaborator\n"
         "print(sorted(name for name in ('opacus', 'scipy') if name in sys.modules))\n"
     )
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
