@@ -20,6 +20,7 @@ def _launch_command(args: argparse.Namespace) -> int:
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`fedfair launch`: the federation's size, schedule and objective, each with a default that runs."""
     launch = subparsers.add_parser(
         "launch", help="run a whole local federation as separate processes over mutual TLS (a deployment rehearsal)"
     )
