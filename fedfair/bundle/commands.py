@@ -1,6 +1,6 @@
 """What `fedfair predict` and `fedfair evaluate` do: use a model bundle on an institution's own table.
 
-The command lines themselves are :mod:`fedfair.bundle.cli` (light, so their ``--help`` does not
+The command lines themselves are :mod:`fedfair.cli.predict` (light, so their ``--help`` does not
 load PyTorch). A bundle whose model comes from a factory ("package.module:function") is used only when the
 user names that factory with ``--allow-factory`` (``allowed`` in Python): the name comes from
 the bundle's file, and importing it runs code, so the bundle can never consent on its own.

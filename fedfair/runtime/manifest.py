@@ -23,7 +23,7 @@ from fedfair.pki.verification import (
     normalise_fingerprint,
     pinned_credential_verifier,
 )
-from fedfair.runtime.settings import QuorumSettings, SecureAggregationSettings
+from fedfair.runtime.plan.learning_settings import QuorumSettings, SecureAggregationSettings
 from fedfair.core.tables import Table, check_sections, field_names, read_toml
 
 
@@ -39,7 +39,7 @@ class Bounded(Protocol):
 
 
 class Shared(Bounded, Protocol):
-    """What a collaborator checks of the aggregator's shared settings (fedfair.runtime.plan.SharedSettings)."""
+    """What a collaborator checks of the aggregator's shared settings (fedfair.runtime.plan.aggregator_plan.SharedSettings)."""
 
     @property
     def federation_id(self) -> str: ...

@@ -22,10 +22,10 @@ from fedfair.core.errors import ConfigError
 from fedfair.pki import credential_verifier, identity, store
 from fedfair.pki.roster import manifest_text, pins_from_folders, write_manifest
 from fedfair.runtime import manifest as manifests
-from fedfair.runtime import plan
+from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.collaborator import config as collaborator_file
 from fedfair import cli
-from fedfair.runtime.plan_commands import pin_plan
+from fedfair.runtime.plan.pinning import pin_plan
 from tests.runtime.test_plan import CONFIG_TEMPLATE, NO_NOISE, PLAN_TEMPLATE, SCHEMA_SECTION, edited
 
 COLLABORATORS = ("hospital-a", "hospital-b", "hospital-c")  # the templates' names

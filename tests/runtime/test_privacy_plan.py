@@ -18,11 +18,11 @@ from fedfair.fairness import sums
 from fedfair.privacy import distributed
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.collaborator.record import BudgetSpent, InputRecord
-from fedfair.runtime.plan import load_aggregator_plan, shared_content
-from fedfair.runtime.report import write_report
-from fedfair.runtime.settings import read_learning
-from fedfair.runtime.privacy_plan import (
+from fedfair.runtime.collaborator.input_record import BudgetSpent, InputRecord
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
+from fedfair.runtime.report.page import write_report
+from fedfair.runtime.plan.learning_settings import read_learning
+from fedfair.runtime.plan.privacy import (
     ROUNDING_BETA,
     PlanPrivacy,
     answer_release,

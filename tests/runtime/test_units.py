@@ -35,7 +35,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     state_digest,
     trim_round_log,
 )
-from fedfair.runtime.aggregator.commands import plan_from_args
+from fedfair.cli.aggregator import plan_from_args
 from fedfair.runtime.aggregator.checks import decode_plain
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.loop import initial_state
@@ -53,7 +53,7 @@ from fedfair.runtime.collaborator.retries import (
 )
 from fedfair.runtime.collaborator.trainer import build_learner, load_local_data
 from fedfair.runtime.contract import TRAINING
-from fedfair.runtime.plan import (
+from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,
     shared_settings,

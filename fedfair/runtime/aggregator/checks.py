@@ -16,7 +16,7 @@ import numpy as np
 
 from fedfair.core.errors import FedfairError
 from fedfair.runtime.aggregator.stages import UploadRefused
-from fedfair.runtime.influence import InfluenceSettings
+from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.secagg import EncodingConfig
 
 NORM_SLACK = 1e-6

@@ -32,7 +32,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,
     Checkpoint,
     append_round_log,
-    excluded_in as excluded_in,  # re-exported: fedfair.runtime.aggregator.commands and tests read it here
+    excluded_in as excluded_in,  # re-exported: fedfair.cli.aggregator and tests read it here
     export_final_model,
     read_round_log,
     save_checkpoint,
@@ -58,9 +58,9 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import pinned_verifier
-from fedfair.runtime.plan import AggregatorPlan, plan_content, plan_digest
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
-from fedfair.runtime.report import guessing_warning
+from fedfair.runtime.report.page import guessing_warning
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.secagg.graph import canonical_roster
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fedfair.core.errors import FedfairError
 from fedfair.runtime.aggregator.board import Board
-from fedfair.runtime.settings import QuorumSettings
+from fedfair.runtime.plan.learning_settings import QuorumSettings
 
 logger = logging.getLogger("fedfair.aggregator")
 

@@ -1,9 +1,9 @@
 """What each noised input costs this institution: charged to its ledger before the input leaves.
 
-The ledger is the privacy part of the one-input record (:class:`~fedfair.runtime.collaborator.record.
+The ledger is the privacy part of the one-input record (:class:`~fedfair.runtime.collaborator.input_record.
 InputRecord`): one file with the survivor bindings and the kept bits, so a budget cannot restart
 while the record of what was answered survives, nor the other way round. The plan's ``[privacy]``
-(:mod:`fedfair.runtime.privacy_plan`) says what is noised; the budget is the plan's, or this
+(:mod:`fedfair.runtime.plan.privacy`) says what is noised; the budget is the plan's, or this
 institution's own ``budget_epsilon`` where that is lower.
 """
 
@@ -16,11 +16,11 @@ import os
 import numpy as np
 
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.collaborator.record import InputRecord
-from fedfair.runtime.composition import CompositionColumn
+from fedfair.runtime.collaborator.input_record import InputRecord
+from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.logs import per_round
-from fedfair.runtime.plan import SharedSettings
-from fedfair.runtime.privacy_plan import ROUNDING_BETA, answer_release, party_mu
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.plan.privacy import ROUNDING_BETA, answer_release, party_mu
 from fedfair.secagg import prg
 from fedfair.secagg.noise import skellam
 

@@ -1,7 +1,7 @@
 """The collaborator process: connect to the aggregator and follow its task stream.
 
 One per institution (started by ``fedfair collaborator start``, see
-:mod:`fedfair.runtime.collaborator.commands`). Before it dials anyone it checks what
+:mod:`fedfair.cli.collaborator`). Before it dials anyone it checks what
 is local: its TLS files (and that its configured name is the one its certificate
 carries), its manifest pin, and its data, so a wrong path fails at once with the
 aggregator up or down. Then it dials the aggregator over mutual TLS, fetches the plan's shared settings and builds its
@@ -55,7 +55,7 @@ from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH, Failure, PermanentFailure
 from fedfair.runtime.manifest import setting_differences
-from fedfair.runtime.plan import SharedSettings, json_object
+from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.preprocessing import STATISTICS_ENCODING, STATISTICS_KIND, STATISTICS_ROUND
 from fedfair.secagg import Encoder
 from fedfair.runtime.transport import WireError, pb, pb_grpc

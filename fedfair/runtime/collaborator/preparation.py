@@ -25,7 +25,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.statistics import statistics_vector
-from fedfair.runtime.collaborator.record import InputRecord
+from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import Identity
 from fedfair.runtime.collaborator.receipt import kept_path
@@ -41,7 +41,7 @@ from fedfair.runtime.collaborator.trainer import (
     encoded_data,
 )
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS
-from fedfair.runtime.composition import composition_columns
+from fedfair.runtime.composition_counts import composition_columns
 from fedfair.runtime.failures import (
     FEDERATION_MISMATCH,
     LOCAL_BINDINGS,
@@ -50,9 +50,9 @@ from fedfair.runtime.failures import (
     PermanentFailure,
 )
 from fedfair.runtime.manifest import check_shared_settings
-from fedfair.runtime.plan import SharedSettings, json_object, load_shared_settings
+from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.preprocessing import model_for, read_encoder_payload
-from fedfair.runtime.privacy_plan import privacy_shortfall
+from fedfair.runtime.plan.privacy import privacy_shortfall
 from fedfair.runtime.transport import WireError, make_binding, pb, pb_grpc
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -74,7 +74,7 @@ class Joined:
     shared: SharedSettings
     plan_digest: str
     record: InputRecord
-    """What this institution answered, to whom, and the bits it sent (:mod:`fedfair.runtime.collaborator.record`)."""
+    """What this institution answered, to whom, and the bits it sent (:mod:`fedfair.runtime.collaborator.input_record`)."""
     participant: Participant
     """This collaborator before its model is built (no parameters): what the statistics aggregation needs."""
     schema_table: SchemaTable | None = None

@@ -6,7 +6,7 @@ it downloads (theta_t, c_t) (with drift correction, the server's control variate
 the same download) and returns the job that trains, bounds and encodes the update; for
 EVALUATE, the job that answers the evaluation's threshold queries on the held-out losses and,
 at the final round of a plan with ``[evaluation] composition``, counts who is above the
-evaluated model's c by category (:mod:`fedfair.runtime.composition`).
+evaluated model's c by category (:mod:`fedfair.runtime.composition_counts`).
 
 Why: docs/design.md, "Inside the collaborator".
 """
@@ -27,12 +27,12 @@ from fedfair.core.local import LocalLearner, RoundTrainer, StopsContributing
 from fedfair.core.update import bounded
 from fedfair.fairness import sums
 from fedfair.runtime.collaborator.charges import Charges
-from fedfair.runtime.collaborator.record import BindingRefused, InputRecord, Kept, SignedView
+from fedfair.runtime.collaborator.input_record import BindingRefused, InputRecord, Kept, SignedView
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
-from fedfair.runtime.composition import CompositionColumn, local_counts
+from fedfair.runtime.composition_counts import CompositionColumn, local_counts
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
@@ -42,7 +42,7 @@ from fedfair.runtime.contract import (
     training_download_size,
     update_dimension,
 )
-from fedfair.runtime.plan import SharedSettings
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.transport import WireError, pb, pb_grpc
 from fedfair.runtime.logs import per_round
 from fedfair.secagg import Encoder
@@ -145,7 +145,7 @@ class RoundJob:
 
     def view_of(self, round_number: int, kind: str, model: str) -> SignedView:
         """The survivor set an input of this kind and model is bound to, in every session and round, across
-        restarts (:mod:`fedfair.runtime.collaborator.record`), with its kept bits if it was answered;
+        restarts (:mod:`fedfair.runtime.collaborator.input_record`), with its kept bits if it was answered;
         BindingRefused for an input the record refuses.
         """
         return self.record.view(round_number, kind, model)
@@ -379,7 +379,7 @@ class RoundJob:
     def composition_counts(self, theta: torch.Tensor, columns: Sequence[CompositionColumn]) -> np.ndarray:
         """This institution's counts, per category of `columns` (its own plan's), of its held-out rows whose
         loss is above c and of all of them, suppressed jointly by the schema's small-cell rule
-        (:func:`fedfair.runtime.composition.local_counts`). c is this institution's own average of the
+        (:func:`fedfair.runtime.composition_counts.local_counts`). c is this institution's own average of the
         training rounds' thresholds (:meth:`InputRecord.composition_threshold`), never one the aggregator
         names for the query, so two queries cannot differ by the rows between two thresholds.
 

@@ -24,7 +24,7 @@ from fedfair.core.errors import FedfairError
 from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.runtime.collaborator.record import SignedView
+from fedfair.runtime.collaborator.input_record import SignedView
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
@@ -33,7 +33,7 @@ from fedfair.runtime.contract import (
     update_dimension,
 )
 from fedfair.runtime.manifest import Manifest, ManifestError
-from fedfair.runtime.plan import SharedSettings
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import (
     STATISTICS_ENCODING,
     STATISTICS_KIND,

@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.collaborator.record import BindingRefused
+from fedfair.runtime.collaborator.input_record import BindingRefused
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
 from fedfair.runtime.collaborator.receipt import finished_status
@@ -31,7 +31,7 @@ from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
 from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
 from fedfair.runtime.failures import CONNECTION_LOST, Failure
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.plan import SharedSettings
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.transport import WireError, make_binding, pb, pb_grpc, secure_channel
 from fedfair.secagg.errors import ProtocolError
 

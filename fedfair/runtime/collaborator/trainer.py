@@ -33,11 +33,11 @@ from fedfair.datasets.values import check_table
 from fedfair.datasets.tabular import as_strings, read_table, split_rows
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.composition import CompositionColumn, held_out_levels
+from fedfair.runtime.composition_counts import CompositionColumn, held_out_levels
 from fedfair.runtime.failures import DATA_MISMATCH, LOCAL_DATA, PermanentFailure
-from fedfair.runtime.plan import SharedSettings, load_shared_settings
-from fedfair.runtime.influence import declared_batch
-from fedfair.runtime.privacy_plan import training_privacy
+from fedfair.runtime.plan.aggregator_plan import SharedSettings, load_shared_settings
+from fedfair.runtime.plan.influence import declared_batch
+from fedfair.runtime.plan.privacy import training_privacy
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -56,7 +56,7 @@ class LocalData:
     image_shape: tuple[int, ...] | None
     held_out_levels: np.ndarray | None = None
     """Under a [schema] with [evaluation] composition: each held-out row's level in each composition
-    column (`fedfair.runtime.composition.held_out_levels`), rows in the order of `test`."""
+    column (`fedfair.runtime.composition_counts.held_out_levels`), rows in the order of `test`."""
 
 
 def name_seed_index(name: str) -> int:

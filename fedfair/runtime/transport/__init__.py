@@ -11,7 +11,7 @@
 
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.runtime.transport import fedfair_pb2_grpc as pb_grpc
-from fedfair.runtime.transport.binding import (
+from fedfair.runtime.transport.stage_gate import (
     NOT_EXPECTED,
     NOT_PERMITTED,
     LateUpload,

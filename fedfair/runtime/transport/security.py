@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.transport.binding import NOT_PERMITTED, Rejected
+from fedfair.runtime.transport.stage_gate import NOT_PERMITTED, Rejected
 from fedfair.runtime.transport.chunks import MAX_MESSAGE_BYTES
 
 KEEPALIVE_MS = 60_000  # the collaborator pings a quiet long-lived task stream this often

@@ -13,7 +13,7 @@ from fedfair.runtime.aggregator.checks import (
     check_agreed_influence,
     screen_plain_update,
 )
-from fedfair.runtime.influence import InfluenceSettings
+from fedfair.runtime.plan.influence import InfluenceSettings
 
 
 DECLARED = InfluenceSettings(weights="declared", sizes={"site-a": 2780, "site-b": 310, "site-c": 160}, update_norm=2.0)

@@ -26,7 +26,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     read_round_log,
     save_checkpoint,
 )
-from fedfair.runtime.aggregator.commands import readmit
+from fedfair.cli.aggregator import readmit
 from fedfair.runtime.aggregator.events import read_events
 from fedfair.runtime.aggregator.loop import excluded_in
 from fedfair.runtime.aggregator.network import serve
@@ -34,7 +34,7 @@ from fedfair.runtime.aggregator.quorum import QuorumNotReached
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace
 
 NAMES = ["site-a", "site-b", "site-c"]

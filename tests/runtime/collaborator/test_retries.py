@@ -32,7 +32,7 @@ from fedfair.runtime.failures import (
     PermanentFailure,
 )
 from fedfair.runtime.logs import Console
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import TlsFiles
 from tests.runtime.harness import new_workspace
 

@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.collaborator import steps
-from fedfair.runtime.collaborator.record import BindingRefused, InputRecord, Kept
-from fedfair.runtime import plan
+from fedfair.runtime.collaborator.input_record import BindingRefused, InputRecord, Kept
+from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.fairness import sums
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, model_digest
 from fedfair.secagg.messages import SurvivorSet

@@ -42,7 +42,7 @@ from fedfair.runtime.collaborator.trainer import (
     round_trainer,
 )
 from fedfair.runtime.failures import EXIT_INCOMPLETE, PLAN_CHANGED, PermanentFailure
-from fedfair.runtime.plan import (
+from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,
     plan_digest,
@@ -394,7 +394,7 @@ def test_a_collaborator_without_privacy_does_not_load_opacus() -> None:
     """Opacus and the scipy it brings (about 120 MB of a collaborator's memory) load only with [privacy]."""
     probe = (
         "import sys\n"
-        "import fedfair.runtime.collaborator.commands\n"
+        "import fedfair.cli.collaborator\n"
         "print(sorted(name for name in ('opacus', 'scipy') if name in sys.modules))\n"
     )
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)

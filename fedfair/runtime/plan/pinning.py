@@ -1,4 +1,4 @@
-"""``fedfair plan pin | diff``: pin the agreed plan in the federation manifest, and see what a new one changes.
+"""Pinning the agreed plan in the federation manifest, seeing what a new one changes, renewing a federation.
 
 Every collaborator refuses a plan other than the one its manifest pins
 (:func:`fedfair.runtime.manifest.check_shared_settings`), so changing the plan is a new
@@ -40,7 +40,7 @@ def pin_plan(
     manifest's digest and the fields that changed since the old pin (None: it pinned none).
     """
     from fedfair.runtime.manifest import load_manifest, manifest_digest, setting_differences
-    from fedfair.runtime.plan import check_plan, load_aggregator_plan, shared_content
+    from fedfair.runtime.plan.aggregator_plan import check_plan, load_aggregator_plan, shared_content
 
     plan = load_aggregator_plan(plan_path, check_manifest=False)
     roster = load_manifest(manifest_path)
@@ -64,7 +64,7 @@ def pin_plan(
 def settings_of(path: Path) -> dict[str, Any]:
     """The shared settings a file stands for: a manifest's pinned plan, or what a plan would share."""
     from fedfair.runtime.manifest import load_manifest
-    from fedfair.runtime.plan import load_aggregator_plan, shared_content
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
 
     _, data = read_toml(path)
     if PARTICIPANTS in data:
@@ -73,22 +73,6 @@ def settings_of(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path} pins no plan; pin one with `fedfair plan pin`")
         return dict(manifest.plan.settings)
     return shared_content(load_aggregator_plan(path, check_manifest=False))
-
-
-def _pin_command(args: argparse.Namespace) -> int:
-    digest, changes = pin_plan(args.plan, args.manifest, args.out)
-    print(f"wrote {args.out}: {args.manifest} with the plan {args.plan} pinned")
-    if changes is None:
-        print("the plan is pinned for the first time")
-    elif not changes:
-        print("the plan is the one already pinned: nothing changed")
-    else:
-        print("changed since the old pin (old -> new):")
-        for line in changes:
-            print(f"  {line}")
-    print(f"manifest sha256 {digest}")
-    print("next: every institution reviews `fedfair plan diff OLD NEW`, compares the digest out of band and keeps a copy")
-    return 0
 
 
 def set_value(text: str, table: str, key: str, literal: str, source: Path) -> str:
@@ -146,66 +130,3 @@ def renew_federation(
             path.write_text(text, encoding="utf-8")
         raise
     return digest, plan_path.parent / output
-
-
-def _renew_command(args: argparse.Namespace) -> int:
-    configs = list(args.config or [])
-    digest, output = renew_federation(args.plan, args.manifest, args.federation, args.out, configs)
-    print(f"federation {args.federation}: {args.plan} now names it, with the output folder {output}")
-    for config in configs:
-        print(f"  {config}: [collaborator] federation = {args.federation!r}")
-    print(f"wrote {args.out}: the same roster, the plan pinned under the new id")
-    print(f"manifest sha256 {digest}")
-    print(
-        f"next: every institution compares the digest out of band, puts {args.out} in place of {args.manifest} and "
-        f"sets [collaborator] federation = {args.federation!r} in its collaborator.toml (done above for the "
-        "configs given with --config); then start the aggregator and the collaborators as before: their bindings "
-        "and privacy ledgers start afresh under the new id"
-    )
-    return 0
-
-
-def _diff_command(args: argparse.Namespace) -> int:
-    from fedfair.runtime.manifest import setting_differences
-
-    changes = setting_differences(settings_of(args.old), settings_of(args.new))
-    for line in changes:
-        print(line)
-    if not changes:
-        print("the same plan")
-    return 1 if changes else 0
-
-
-def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`fedfair plan pin`, `fedfair plan renew` and `fedfair plan diff`."""
-    group = subparsers.add_parser("plan", help="pin the agreed plan in the manifest; compare two plans")
-    commands = group.add_subparsers(dest="plan_command", required=True, metavar="COMMAND")
-    pin = commands.add_parser("pin", help="write a new manifest that pins a plan (the operator's edit of a plan)")
-    pin.add_argument("--plan", type=Path, required=True, help="the aggregator's plan.toml to pin")
-    pin.add_argument("--manifest", type=Path, required=True, help="the manifest in force (or the fresh roster)")
-    pin.add_argument("--out", type=Path, required=True, help="the new manifest to write (never over a file)")
-    pin.set_defaults(handler=_pin_command)
-    renew = commands.add_parser(
-        "renew",
-        help="start a new federation from the same sites and certificates: a new id, a fresh output folder "
-        "and a new manifest (to run a finished federation again)",
-    )
-    renew.add_argument("--plan", type=Path, required=True, help="the aggregator's plan.toml (rewritten in place)")
-    renew.add_argument("--manifest", type=Path, required=True, help="the manifest in force")
-    renew.add_argument("--federation", required=True, metavar="ID", help="the new federation's id")
-    renew.add_argument("--out", type=Path, required=True, help="the new manifest to write (never over a file)")
-    renew.add_argument(
-        "--config",
-        type=Path,
-        action="append",
-        metavar="COLLABORATOR_TOML",
-        help="a collaborator.toml on this machine to give the new id too (repeatable; each institution "
-        "otherwise sets it in its own)",
-    )
-    renew.set_defaults(handler=_renew_command)
-    diff = commands.add_parser(
-        "diff", help="the fields two plans differ in (each a manifest's pinned plan or a plan.toml); exit 1 if any"
-    )
-    diff.add_argument("old", type=Path)
-    diff.add_argument("new", type=Path)
-    diff.set_defaults(handler=_diff_command)

@@ -4,7 +4,7 @@ A plan is the federation's id and allow-list of names, the aggregator's own node
 (address and folders, resolved against the plan's folder so a workspace can be
 moved as a whole, and optionally the federation manifest, which the plan must then
 agree with: :mod:`fedfair.runtime.manifest`) and the learning sections of
-:mod:`fedfair.runtime.settings`. Every value is checked; an unknown section or key is
+:mod:`fedfair.runtime.plan.learning_settings`. Every value is checked; an unknown section or key is
 refused with the closest known name as a suggestion (:mod:`fedfair.core.tables`).
 
 Why: docs/design.md, "Inside the runtime's shared modules".
@@ -35,8 +35,8 @@ from fedfair.runtime.manifest import (
     load_manifest,
     manifest_digest,
 )
-from fedfair.runtime.privacy_plan import PlanPrivacy
-from fedfair.runtime.settings import LEARNING_SECTIONS, LearningSettings, read_learning, training_table
+from fedfair.runtime.plan.privacy import PlanPrivacy
+from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning, training_table
 from fedfair.core.tables import (
     Table,
     check_sections,

@@ -6,7 +6,7 @@ objects, so each has a frozen dataclass here with exactly one converter per obje
 it feeds (:meth:`SecureAggregationSettings.encoding`, :meth:`ModelSettings.build`,
 :meth:`EvaluationSettings.thresholds`): nowhere else is a
 setting copied field by field. ``[model]`` and ``[influence]`` have modules of their own
-(:mod:`fedfair.runtime.model_settings`, :mod:`fedfair.runtime.influence`).
+(:mod:`fedfair.runtime.plan.model`, :mod:`fedfair.runtime.plan.influence`).
 
 Why: docs/design.md, "Inside the runtime's shared modules".
 """
@@ -38,11 +38,11 @@ from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import Schema
 from fedfair.datasets.statistics import STATISTICS_MAX_SITES
 from fedfair.fairness import sums
-from fedfair.runtime.composition import CompositionColumn, composition_columns, composition_length
-from fedfair.runtime.evaluation_settings import EvaluationSettings, read_evaluation
-from fedfair.runtime.influence import InfluenceSettings, read_influence
-from fedfair.runtime.model_settings import ModelSettings, read_model
-from fedfair.runtime.privacy_plan import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
+from fedfair.runtime.composition_counts import CompositionColumn, composition_columns, composition_length
+from fedfair.runtime.plan.evaluation import EvaluationSettings, read_evaluation
+from fedfair.runtime.plan.influence import InfluenceSettings, read_influence
+from fedfair.runtime.plan.model import ModelSettings, read_model
+from fedfair.runtime.plan.privacy import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
 from fedfair.core.tables import Table, field_names
 from fedfair.privacy.distributed import TrainingNoise
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
@@ -175,7 +175,7 @@ class LearningSettings:
     data already encoded to the plan's [model] features."""
     privacy: PlanPrivacy
     """The plan's [privacy]: noise inside the secure sum of training updates and evaluation answers
-    (fedfair.runtime.privacy_plan); exact sums without it."""
+    (fedfair.runtime.plan.privacy); exact sums without it."""
 
     @property
     def batch_fraction(self) -> float:
@@ -189,7 +189,7 @@ class LearningSettings:
         return FedSRCVaR(self.training.local, bound=self.objective.bound, momentum=self.training.server_momentum)
 
     def survivor_floor(self, collaborators: int) -> int:
-        """The fewest survivors any secure sum of a plan for `collaborators` can have (privacy_plan.plan_floor).
+        """The fewest survivors any secure sum of a plan for `collaborators` can have (plan.privacy.plan_floor).
 
         Under dropouts the least threshold of a round, from the threshold rule over the holders of each secret
         (the plan's neighbours + 1 on a SecAgg+ graph, else at least [quorum] min_collaborators).
@@ -205,7 +205,7 @@ class LearningSettings:
 
         The calibrated noise of training updates of `dimension` values and each party's share of it, carried by
         the honest parties of the smallest survivor set the plan allows
-        (fedfair.runtime.privacy_plan.training_noise).
+        (fedfair.runtime.plan.privacy.training_noise).
         """
         secure, training = self.secure_aggregation, self.training
         floor = self.survivor_floor(collaborators)

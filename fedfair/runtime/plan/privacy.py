@@ -22,7 +22,7 @@ from fedfair.fairness import sums
 from fedfair.privacy import distributed
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.runtime.composition import CompositionColumn, composition_length, composition_sensitivity
+from fedfair.runtime.composition_counts import CompositionColumn, composition_length, composition_sensitivity
 from fedfair.core.tables import Table, field_names
 from fedfair.secagg.noise import check_mu
 

@@ -16,8 +16,8 @@ from fedfair import cli
 from fedfair.datasets.schema import draft_schema
 from fedfair.datasets.tabular import read_table
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.plan import load_aggregator_plan, shared_content
-from fedfair.runtime.scaffold import README
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
+from fedfair.runtime.new_federation import README
 
 SITES = ("hospital-a", "hospital-b", "hospital-c")
 

@@ -9,7 +9,6 @@ Why: docs/design.md, "Inside the runtime's shared modules".
 
 from __future__ import annotations
 
-import argparse
 import html
 import logging
 from collections.abc import Mapping
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.files import atomic_write
-from fedfair.runtime.report_data import (
+from fedfair.runtime.report.data import (
     CELLS,
     Run,
     contribution_matrix,
@@ -88,7 +87,7 @@ def _summary(run: Run, start: Mapping[str, Any]) -> str:
 
 
 def _risks_section(run: Run) -> str:
-    from fedfair.runtime.report_figures import risks, svg  # matplotlib: loaded only to draw
+    from fedfair.runtime.report.figures import risks, svg  # matplotlib: loaded only to draw
 
     done = [record["evaluation"] for record in run.rounds if (record.get("evaluation") or {}).get("status") == "done"]
     others = [
@@ -185,7 +184,7 @@ def _applied(run: Run) -> list[dict[str, Any]]:
 
 
 def _threshold_section(run: Run) -> str:
-    from fedfair.runtime.report_figures import svg, thresholds  # matplotlib: loaded only to draw
+    from fedfair.runtime.report.figures import svg, thresholds  # matplotlib: loaded only to draw
 
     applied = [record for record in _applied(run) if "c" in record]
     if not applied:
@@ -252,7 +251,7 @@ def _noise_paragraph(run: Run) -> str:
 
 
 def _privacy_section(run: Run) -> str:
-    from fedfair.runtime.report_figures import epsilons, svg  # matplotlib: loaded only to draw
+    from fedfair.runtime.report.figures import epsilons, svg  # matplotlib: loaded only to draw
 
     series = epsilon_series(run)
     spent = {
@@ -285,7 +284,7 @@ def _privacy_section(run: Run) -> str:
 
 
 def _stages_section(run: Run) -> str:
-    from fedfair.runtime.report_figures import stage_times, svg  # matplotlib: loaded only to draw
+    from fedfair.runtime.report.figures import stage_times, svg  # matplotlib: loaded only to draw
 
     held = _held_up(run)
     timed = [record for record in run.rounds if record.get("stage_seconds")]
@@ -345,23 +344,3 @@ def refresh_report(folder: Path) -> Path | None:
         return None
     logger.info("run report: %s", path)
     return path
-
-
-def _report_command(args: argparse.Namespace) -> int:
-    path = write_report(args.output_dir, args.out)
-    print(f"wrote {path}")
-    return 0
-
-
-def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`fedfair report OUTPUT_DIR`."""
-    parser = subparsers.add_parser(
-        "report",
-        help="draw an aggregator's run as one self-contained HTML page",
-        description="Draw the run in an aggregator's output folder (rounds.jsonl, events.jsonl, the model bundle) "
-        "as one HTML page: risks, the worst group's composition, threshold, who took part, DP epsilon, stage "
-        "times. No network needed to view it.",
-    )
-    parser.add_argument("output_dir", type=Path, metavar="OUTPUT_DIR", help="the aggregator's output folder")
-    parser.add_argument("--out", type=Path, help=f"where to write the page (default OUTPUT_DIR/{REPORT_NAME})")
-    parser.set_defaults(handler=_report_command)

@@ -21,7 +21,7 @@ class EvaluationSettings:
     computed by each side from its own copy of the plan. ``min_bucket_count`` is the
     fewest held-out samples a reported group risk may rest on. ``composition`` names
     [schema] columns the final evaluation describes the worst group by (empty: it does
-    not; fedfair.runtime.composition).
+    not; fedfair.runtime.composition_counts).
     """
 
     every: int = 0

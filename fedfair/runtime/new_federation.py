@@ -1,7 +1,7 @@
-"""``fedfair init DIR --sites a,b,c``: a federation folder whose plan, configs and next steps agree.
+"""A new federation folder (`fedfair init`): the plan, one config per site and next steps that agree.
 
 It writes ``DIR/aggregator/plan.toml``, ``DIR/<site>/collaborator.toml`` for each site (both rendered
-by :mod:`fedfair.runtime.templates`, the source of the committed templates too) and ``DIR/README.md``:
+by :mod:`fedfair.runtime.plan.templates`, the source of the committed templates too) and ``DIR/README.md``:
 the commands that follow, in order, with this federation's names, folders and collusion bound. Each
 party keeps its own folder (``ca/``, held offline by the CA holder; ``aggregator/``; one per site,
 each with its own ``certs/``) and the agreed ``manifest.toml`` one level above it.
@@ -11,14 +11,12 @@ Why: docs/design.md, "Inside the runtime's shared modules".
 
 from __future__ import annotations
 
-import argparse
 import textwrap
 from pathlib import Path
 
 from fedfair.core.errors import ConfigError
-from fedfair.datasets.commands import add_drafting_arguments
 from fedfair.pki.names import validate_federation_id, validate_name
-from fedfair.runtime.templates import AGGREGATOR_NAME, MANIFEST, Federation, render_collaborator, render_plan
+from fedfair.runtime.plan.templates import AGGREGATOR_NAME, MANIFEST, Federation, render_collaborator, render_plan
 from fedfair.core.tables import ADDRESS_RE, parse_toml
 
 CA_FOLDER = "ca"
@@ -127,7 +125,7 @@ def plan_scaffold(
     )
     plan_text = render_plan(federation)
     # The plan module reads schemas (pandas): loaded to run the command, not for its --help.
-    from fedfair.runtime.plan import parse_aggregator_plan
+    from fedfair.runtime.plan.aggregator_plan import parse_aggregator_plan
 
     plan_path = folder / AGGREGATOR_NAME / "plan.toml"
     plan = parse_aggregator_plan(parse_toml(plan_text, plan_path), plan_path)
@@ -269,69 +267,3 @@ def _step(title: str, text: str, commands: list[str]) -> str:
     prose = textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False)
     body = "\n".join(f"    {command}" for command in commands)
     return f"## {title}\n\n{prose}\n\n{body}\n"
-
-
-# ---------------------------------------------------------------- the command
-
-
-def _init_command(args: argparse.Namespace) -> int:
-    sites = parse_sites(args.sites)
-    folder: Path = args.folder
-    check_folder(folder)  # before drafting a schema from a large sample, not only before writing
-    files = plan_scaffold(
-        folder,
-        sites,
-        federation_id=args.federation or folder.resolve().name,
-        max_colluding=default_max_colluding(len(sites)) if args.max_colluding is None else args.max_colluding,
-        aggregator=args.aggregator,
-        sample=args.csv,
-        label=args.label,
-        features=args.features,
-        learn_categories=args.learn_categories,
-    )
-    write_scaffold(folder, files)
-    for relative in files:
-        print(f"wrote {folder / relative}")
-    print(f"next: {folder / README} lists the commands, in order")
-    return 0
-
-
-def _address(text: str) -> str:
-    match = ADDRESS_RE.fullmatch(text)
-    if match is None or not 1 <= int(match.group(2)) <= 65535:
-        raise argparse.ArgumentTypeError(f"must be host:port with a port in 1..65535, got {text!r}")
-    return text
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`fedfair init DIR --sites a,b,c [--csv SAMPLE --label COLUMN] [--max-colluding C] [--federation ID]`."""
-    init = subparsers.add_parser(
-        "init", help="scaffold a federation folder: the plan, one collaborator config per site, the next commands"
-    )
-    init.add_argument("folder", type=Path, metavar="DIR", help="the federation folder to create (absent or empty)")
-    init.add_argument("--sites", required=True, metavar="A,B,...", help="the institutions' names, comma-separated")
-    init.add_argument("--csv", type=Path, metavar="SAMPLE", help="a sample table to draft the plan's [schema] from")
-    init.add_argument("--label", metavar="COLUMN", help="the sample's label column (with --csv)")
-    add_drafting_arguments(init)
-    init.add_argument(
-        "--max-colluding",
-        type=_non_negative,
-        metavar="C",
-        help="collaborators that may collude with the aggregator (default 1, or 0 for two sites)",
-    )
-    init.add_argument("--federation", metavar="ID", help="the federation id (default: DIR's name)")
-    init.add_argument(
-        "--aggregator",
-        type=_address,
-        default="localhost:50051",
-        metavar="HOST:PORT",
-        help="where the collaborators reach the aggregator (default localhost:50051)",
-    )
-    init.set_defaults(handler=_init_command)

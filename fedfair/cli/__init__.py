@@ -1,8 +1,8 @@
-"""The `fedfair` command.
+"""The `fedfair` command: one module per command in this package, assembled here.
 
-Each feature module that offers commands exposes ``register_commands(subparsers)``,
-which adds its sub-commands and sets ``handler(args) -> int`` on them. This file
-only assembles them, so a command lives beside the code it drives.
+Each command module exposes ``register_commands(subparsers)``, which adds its command and sets
+``handler(args) -> int`` on it; the handler is a thin wrapper over the library function that does
+the work, imported when the command runs.
 """
 
 from __future__ import annotations
@@ -17,33 +17,33 @@ import fedfair
 from fedfair.core.errors import FedfairError
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "simulate": ("fedfair.research.flags", "run a federation in process and report fairness"),
-    "reference": ("fedfair.research.flags", "the centralized optimum the federation must reach"),
-    "sweep": ("fedfair.research.sweep", "run an epsilon x rho grid to CSV"),
-    "reproduce": ("fedfair.research.commands", "the paper's study on one dataset: CSV tables and PNG figures"),
-    "data": ("fedfair.datasets.commands", "list and fetch the built-in datasets; draft and check a federation schema"),
+    "simulate": ("fedfair.cli.simulate", "run a federation in process and report fairness"),
+    "reference": ("fedfair.cli.reference", "the centralized optimum the federation must reach"),
+    "sweep": ("fedfair.cli.sweep", "run an epsilon x rho grid to CSV"),
+    "reproduce": ("fedfair.cli.reproduce", "the paper's study on one dataset: CSV tables and PNG figures"),
+    "data": ("fedfair.cli.data", "list and fetch the built-in datasets; draft and check a federation schema"),
     "secagg-demo": (
-        "fedfair.secagg.demo",
+        "fedfair.cli.secagg_demo",
         "run one secure-aggregation round in-process and show what the server sees",
     ),
-    "privacy": ("fedfair.privacy.commands", "DP-SGD accounting: epsilon of a run, noise for a target epsilon"),
-    "pki": ("fedfair.pki.commands", "certificates: a CA per federation, one certificate per participant"),
-    "aggregator": ("fedfair.runtime.aggregator.commands", "run the federation's aggregator"),
-    "collaborator": ("fedfair.runtime.collaborator.commands", "take part in a federation as one institution"),
-    "plan": ("fedfair.runtime.plan_commands", "pin the agreed plan in the manifest; compare two plans"),
+    "privacy": ("fedfair.cli.privacy", "DP-SGD accounting: epsilon of a run, noise for a target epsilon"),
+    "pki": ("fedfair.cli.pki", "certificates: a CA per federation, one certificate per participant"),
+    "aggregator": ("fedfair.cli.aggregator", "run the federation's aggregator"),
+    "collaborator": ("fedfair.cli.collaborator", "take part in a federation as one institution"),
+    "plan": ("fedfair.cli.plan", "pin the agreed plan in the manifest; compare two plans"),
     "launch": (
-        "fedfair.research.launch",
+        "fedfair.cli.launch",
         "run a whole local federation as separate processes over mutual TLS (a deployment rehearsal)",
     ),
-    "predict": ("fedfair.bundle.cli", "predict each row of a table with a model bundle"),
+    "predict": ("fedfair.cli.predict", "predict each row of a table with a model bundle"),
     "evaluate": (
-        "fedfair.bundle.cli",
+        "fedfair.cli.evaluate",
         "group risks of a model bundle on a labelled table: worst rho-fraction, mean, disparity",
     ),
-    "report": ("fedfair.runtime.report", "draw an aggregator's run as one self-contained HTML page"),
+    "report": ("fedfair.cli.report", "draw an aggregator's run as one self-contained HTML page"),
     "init": (
-        "fedfair.runtime.scaffold",
-        "scaffold a federation folder: the plan, one collaborator config per site, the next commands",
+        "fedfair.cli.init",
+        "write a federation folder: the plan, one collaborator config per site, the next commands",
     ),
 }
 """Each command: the module that registers it, and its one line for ``fedfair --help``. A command
@@ -94,7 +94,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FedfairError as error:
         print(f"fedfair: error: {error}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy import distributed
-from fedfair.runtime.collaborator.record import BindingRefused, BudgetSpent, InputRecord, Kept
+from fedfair.runtime.collaborator.input_record import BindingRefused, BudgetSpent, InputRecord, Kept
 from fedfair.runtime.failures import PermanentFailure
 
 
@@ -148,7 +148,7 @@ _CHARGING = """
 import sys
 from pathlib import Path
 from fedfair.privacy import distributed
-from fedfair.runtime.collaborator.record import InputRecord
+from fedfair.runtime.collaborator.input_record import InputRecord
 
 record = InputRecord(Path(sys.argv[1]), "fed")
 release = distributed.Release("skellam", 1e6, 40.0, 10.0, 0.01)

@@ -28,7 +28,7 @@ def _ledger_command(args: argparse.Namespace) -> int:
     from fedfair.core.errors import ConfigError
     from fedfair.runtime.collaborator.charges import describe_ledger
     from fedfair.runtime.collaborator.config import load_collaborator_config
-    from fedfair.runtime.collaborator.record import InputRecord
+    from fedfair.runtime.collaborator.input_record import InputRecord
 
     config = load_collaborator_config(args.config)
     pattern = f"{config.name}.{args.federation or '*'}.bindings.json"

@@ -1,7 +1,7 @@
 """What ``fedfair report`` reads of an aggregator's output folder, as data.
 
 The round records, the events, the model's number of classes, and what the page tabulates from them (who took
-part in each round, the epsilon each site shared). :mod:`fedfair.runtime.report` draws it.
+part in each round, the epsilon each site shared). :mod:`fedfair.runtime.report.page` draws it.
 
 Nothing here imports torch at load time: the bundle's module is imported when a bundle is read.
 """

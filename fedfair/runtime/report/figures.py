@@ -1,4 +1,4 @@
-"""The figures of the run report (:mod:`fedfair.runtime.report`), drawn with matplotlib as inline SVG.
+"""The figures of the run report (:mod:`fedfair.runtime.report.page`), drawn with matplotlib as inline SVG.
 
 Each function takes plain numbers (the report has read them from the output folder) and
 gives a matplotlib Figure through the object-oriented API and no pyplot state, so no display

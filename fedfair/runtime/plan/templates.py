@@ -2,8 +2,8 @@
 
 ``aggregator/plan.toml`` and ``collaborator/collaborator.toml`` are :func:`render_plan` and
 :func:`render_collaborator` of :data:`DEMO` (a test holds them byte for byte; regenerate with
-``python -m fedfair.runtime.templates --write`` from the repository's root), and ``fedfair init``
-renders the same text for its own federation (:mod:`fedfair.runtime.scaffold`), so the templates
+``python -m fedfair.runtime.plan.templates --write`` from the repository's root), and ``fedfair init``
+renders the same text for its own federation (:mod:`fedfair.runtime.new_federation`), so the templates
 and a scaffolded federation cannot disagree. The comments are the plan's documentation: every key,
 its range and its default.
 
@@ -400,11 +400,11 @@ def committed_templates(root: Path) -> dict[Path, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m fedfair.runtime.templates [--write] [--root DIR]``.
+    """``python -m fedfair.runtime.plan.templates [--write] [--root DIR]``.
 
     List the templates that differ from their rendering (exit 1 if any), or with --write rewrite them.
     """
-    parser = argparse.ArgumentParser(prog="python -m fedfair.runtime.templates", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m fedfair.runtime.plan.templates", description=main.__doc__)
     parser.add_argument("--write", action="store_true", help="rewrite the templates from this module")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository's root (default: here)")
     args = parser.parse_args(argv)

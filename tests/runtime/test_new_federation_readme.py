@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from fedfair import cli
-from fedfair.runtime.scaffold import README
+from fedfair.runtime.new_federation import README
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = (

@@ -29,7 +29,7 @@ from fedfair.runtime.logs import LOG_LEVELS, configure_logging, quiet_grpc
 from fedfair.core.tables import Table, shown
 
 if TYPE_CHECKING:
-    from fedfair.runtime.plan import AggregatorPlan
+    from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 
 # The aggregator's own modules (PyTorch, gRPC, pandas) are imported inside the handlers, where they
 # run: `fedfair aggregator start --help` then answers at once.
@@ -119,7 +119,7 @@ def plan_from_args(args: argparse.Namespace) -> AggregatorPlan:
         if missing:
             raise ConfigError(f"without --plan the aggregator needs {', '.join(missing)}; or pass --plan plan.toml")
         overrides.setdefault("federation", {}).setdefault("id", "fedfair")
-    from fedfair.runtime.plan import load_aggregator_plan
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
     return load_aggregator_plan(args.plan, overrides)
 
@@ -139,7 +139,7 @@ def readmit(plan: AggregatorPlan, names: Sequence[str]) -> dict[str, str]:
     from fedfair.runtime.aggregator.events import EventLog
     from fedfair.runtime.aggregator.lock import output_lock
     from fedfair.runtime.aggregator.loop import excluded_in
-    from fedfair.runtime.plan import plan_content, plan_digest
+    from fedfair.runtime.plan.aggregator_plan import plan_content, plan_digest
 
     output = plan.aggregator.output
     with output_lock(output):

@@ -13,7 +13,7 @@ from scipy import stats
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import MISSING_LEVEL, Column, Schema
 from fedfair.fairness.composition import above_threshold_weights, composition
-from fedfair.runtime.composition import (
+from fedfair.runtime.composition_counts import (
     joint_suppression,
     TOTALS,
     CompositionColumn,
