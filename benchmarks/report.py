@@ -27,7 +27,7 @@ from report_learning import census_fairness, convergence_bench, dp_bench, dp_uti
 from report_learning import reference_gap, simulation_speed
 from report_plots import save
 from report_runtime import attack_matrix, federation_bench, round_bench, secagg_bench, startup_bench
-from report_tables import Section, table
+from report_tables import Plot, Section, table
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -105,13 +105,13 @@ def anchor(title: str) -> str:
 
 
 def provenance(document: Mapping[str, Any]) -> str:
-    """The sentence naming the command, date and machine of a result file."""
+    """The sentence naming the command, date and machine that measured a result file."""
     stamp = document.get("provenance")
     if not isinstance(stamp, Mapping):
         return "(written before benchmarks recorded their command and machine)"
     machine = stamp.get("machine", {})
     return (
-        f"`{stamp.get('command')}` on {stamp.get('date')}: {machine.get('cpus')} CPUs "
+        f"Measured by `{stamp.get('command')}` on {stamp.get('date')}: {machine.get('cpus')} CPUs "
         f"({machine.get('processor')}, {machine.get('platform')}), Python {machine.get('python')}, "
         f"torch {machine.get('torch')}."
     )
@@ -123,8 +123,12 @@ def ordered(results: Path) -> list[Path]:
     return sorted(results.glob("*.json"), key=lambda path: (rank.get(path.stem, len(rank)), path.stem))
 
 
-def sections(results: Path) -> list[tuple[str, Section, str]]:
-    """(result file name, its section, its provenance sentence) for every `*.json` in `results`."""
+Shown = tuple[str, Section, str]
+"""One result file on the page: its name, its section, its provenance sentence."""
+
+
+def sections(results: Path) -> list[Shown]:
+    """Every `*.json` in `results` as the page shows it, in the page's order."""
     shown = []
     for path in ordered(results):
         document = json.loads(path.read_text())
@@ -132,16 +136,15 @@ def sections(results: Path) -> list[tuple[str, Section, str]]:
     return shown
 
 
-def render(results: Path, page: Path = PAGE) -> str:
-    """The page for every `*.json` in `results`, its links relative to where `page` is written."""
-    parts = sections(results)
+def compose(parts: list[Shown], results: Path, page: Path) -> str:
+    """The page's markdown: contents, then each part's section; links relative to `page`."""
     contents = [f"- [{section.title}](#{anchor(section.title)})" for _, section, _ in parts]
     lines = [HEADER, "## Contents", "", *contents, ""]
     for name, section, stamp in parts:
         lines += [f"## {section.title}", ""]
         if section.measures:
             lines += [section.measures, ""]
-        lines += [f"Measured by {stamp}" if stamp.startswith("`") else stamp, "", *section.body, ""]
+        lines += [stamp, "", *section.body, ""]
         for plot in section.plots:
             lines += [f"![{plot.caption}]({(FIGURES / plot.file).as_posix()})", ""]
         raw = Path(os.path.relpath(results / f"{name}.json", page.parent)).as_posix()
@@ -149,41 +152,38 @@ def render(results: Path, page: Path = PAGE) -> str:
     return "\n".join(lines)
 
 
-def draw(results: Path, page: Path) -> list[Path]:
-    """Write every section's figures under figures/benchmarks/ beside `page`; the paths written."""
-    written = []
-    for _, section, _ in sections(results):
-        for plot in section.plots:
-            path = page.parent / FIGURES / plot.file
-            save(plot.draw(), path)
-            written.append(path)
-    return written
+def render(results: Path, page: Path = PAGE) -> str:
+    """The page for every `*.json` in `results`, its links relative to where `page` is written."""
+    return compose(sections(results), results, page)
 
 
-def missing_figures(results: Path, page: Path) -> list[Path]:
-    """The figures the page shows that are not on disk beside it."""
-    wanted = [page.parent / FIGURES / plot.file for _, section, _ in sections(results) for plot in section.plots]
-    return [path for path in wanted if not path.is_file()]
+def plots(parts: list[Shown], page: Path) -> list[tuple[Plot, Path]]:
+    """Every figure the page shows, with its path under figures/benchmarks/ beside `page`."""
+    return [(plot, page.parent / FIGURES / plot.file) for _, section, _ in parts for plot in section.plots]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Write (or with --check, verify) the page and its figures; 0 when done or up to date, 1 otherwise."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", type=Path, default=RESULTS, help="the benchmarks' JSON (default benchmarks/results)")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="the benchmarks' JSON (default benchmarks/results)"
+    )
     parser.add_argument("--out", type=Path, default=PAGE, help="the page to write (default docs/benchmarks.md)")
     parser.add_argument("--check", action="store_true", help="only check that the page and its figures are up to date")
     args = parser.parse_args(argv)
-    page = render(args.results, args.out)
+    parts = sections(args.results)
+    page = compose(parts, args.results, args.out)
+    figures_shown = plots(parts, args.out)
     if args.check:
         current = args.out.read_text() if args.out.exists() else ""
-        missing = missing_figures(args.results, args.out)
-        if current != page or missing:
+        if current != page or not all(path.is_file() for _, path in figures_shown):
             print(f"{args.out} is not what {args.results} gives; run python benchmarks/report.py", file=sys.stderr)
             return 1
         return 0
     args.out.write_text(page)
-    drawn = draw(args.results, args.out)
-    print(f"wrote {args.out} and {len(drawn)} figures from {len(ordered(args.results))} result files")
+    for plot, path in figures_shown:
+        save(plot.draw(), path)
+    print(f"wrote {args.out} and {len(figures_shown)} figures from {len(parts)} result files")
     return 0
 
 

@@ -107,7 +107,8 @@ def dp_utility(name: str, document: Mapping[str, Any]) -> Section:
         for value in sorted({key[2] for key in by_key if key[0] == dataset and key[1] != "none"}):
             rows.append(
                 [f"{dataset} ({reference['sites']} sites, {reference['colluders']} colluding)", f"{value:g}"]
-                + [fixed(reference["worst_group_risk"]), cell(dataset, "local", value), cell(dataset, "distributed", value)]
+                + [fixed(reference["worst_group_risk"]), cell(dataset, "local", value)]
+                + [cell(dataset, "distributed", value)]
             )
     lines = table(["federation", "DP epsilon", NO_DP, "local DP", "distributed DP"], rows)
     lines += ["", "Held-out worst-group risk (± the standard deviation over the repeats with fresh noise)."]
@@ -117,7 +118,10 @@ def dp_utility(name: str, document: Mapping[str, Any]) -> Section:
         lines += ["", "At DP epsilon 1 the worst-group risk exceeds the run without DP by:", ""]
         lines += table(
             ["federation and mode", "worst-group risk above no DP", "the benchmark's target"],
-            ([key.removesuffix("_eps1_over_none").replace("_", ", "), percent(value), target(targets, key)] for key, value in excess),
+            (
+                [key.removesuffix("_eps1_over_none").replace("_", ", "), percent(value), target(targets, key)]
+                for key, value in excess
+            ),
         )
     lines += encoding(document.get("encoding"))
     panels: dict[str, dict[str, list[Point]]] = {}
@@ -271,7 +275,8 @@ def influence_bench(name: str, document: Mapping[str, Any]) -> Section:
     header = ["run", "aggregation", "rounds applied / aborted", "worst-group loss", "÷ honest"]
     header += ["pooled rho-worst risk", "÷ honest", "accuracy"]
     rows = [
-        [f"`{run}`", "secure" if figures["secure"] else "plain", f"{figures['rounds_applied']} / {figures['rounds_aborted']}"]
+        [f"`{run}`", "secure" if figures["secure"] else "plain"]
+        + [f"{figures['rounds_applied']} / {figures['rounds_aborted']}"]
         + [fixed(figures["worst_group_loss"]), ratio(figures.get("worst_loss_ratio"))]
         + [fixed(figures["worst_rho_risk"]), ratio(figures.get("worst_rho_risk_ratio")), fixed(figures["accuracy"])]
         for run, figures in document["runs"].items()
@@ -281,8 +286,9 @@ def influence_bench(name: str, document: Mapping[str, Any]) -> Section:
         "",
         "Runs: `honest` has no liar; `claim-1e6` claims weight 10^6; `bound` sends an update of norm exactly the "
         "bound toward the target every round; `mean-bound-F` (secure only) sends a weighted vector of norm F "
-        "times the agreed total weight times the bound; `poison` is an honest participant training on flipped labels, the yardstick no protocol can "
-        "detect. Ratios are to the honest run with the same aggregation; n/a for the honest runs.",
+        "times the agreed total weight times the bound; `poison` is an honest participant training on flipped "
+        "labels, the yardstick no protocol can detect. Ratios are to the honest run with the same aggregation; "
+        "n/a for the honest runs.",
         "",
         f"Setting: {settings['data']}, {settings['objective']}, {settings['rounds']} rounds; target: "
         f"{settings['target']}.",

@@ -69,7 +69,8 @@ def round_bench(name: str, document: Mapping[str, Any]) -> Section:
             + [ratio(masked["party_ratio_to_plain"])]
         )
     slopes = ", ".join(
-        f"{fixed(slope, 2)} at d = {count(int(key.removeprefix('d=')))}" for key, slope in document.get("extra_slope", {}).items()
+        f"{fixed(slope, 2)} at d = {count(int(key.removeprefix('d=')))}"
+        for key, slope in document.get("extra_slope", {}).items()
     )
     notes = [
         "",
@@ -140,10 +141,10 @@ def federation_bench(name: str, document: Mapping[str, Any]) -> Section:
         f"`{document['launched']}`: {document['collaborators_seen']} collaborators seen, "
         f"{document['rounds_completed']} of {document['rounds_planned']} rounds in {document['wall_seconds']:g} s "
         f"(round times {rounds} s; median {document['round_seconds_median']:g} s), exit status "
-        f"{document['launch_exit_status']}. Together the processes peaked at {count(document['federation_pss_peak_mb'])} "
-        f"MB PSS; the machine's available memory fell by at most {count(document['machine']['used_peak_mb'])} MB "
-        f"of {count(document['machine']['total_mb'])} MB. Final model: worst-group risk "
-        f"{fixed(document['worst_risk'])}, accuracy {fixed(document['accuracy'])}.",
+        f"{document['launch_exit_status']}. Together the processes peaked at "
+        f"{count(document['federation_pss_peak_mb'])} MB PSS; the machine's available memory fell by at most "
+        f"{count(document['machine']['used_peak_mb'])} MB of {count(document['machine']['total_mb'])} MB. "
+        f"Final model: worst-group risk {fixed(document['worst_risk'])}, accuracy {fixed(document['accuracy'])}.",
         "",
         "The JSON measures fedfair alone: it holds no run of another framework to compare with.",
     ]
@@ -175,7 +176,8 @@ def attack_matrix(name: str, document: Mapping[str, Any]) -> Section:
         f"{fuzz['hangs']} hangs, {fuzz['invalid_rounds_applied']} invalid rounds applied, "
         f"{fuzz['uploads_accepted']} uploads accepted. The server's answers: {statuses}.",
         "",
-        f"Seconds per scenario: {scenarios} ({document['seconds']:g} s in all{', quick run' if document['quick'] else ''}).",
+        f"Seconds per scenario: {scenarios} ({document['seconds']:g} s in all"
+        + (", a quick run)." if document["quick"] else ")."),
     ]
     if document["failed"]:
         lines += ["", "Not handled:", ""] + [f"- {attack}" for attack in document["failed"]]
