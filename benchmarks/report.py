@@ -147,6 +147,8 @@ def compose(parts: list[Shown], results: Path, page: Path) -> str:
         lines += [stamp, "", *section.body, ""]
         for plot in section.plots:
             lines += [f"![{plot.caption}]({(FIGURES / plot.file).as_posix()})", ""]
+        if section.tail:
+            lines += [*section.tail, ""]
         raw = Path(os.path.relpath(results / f"{name}.json", page.parent)).as_posix()
         lines += [f"Every figure of this run: [`{name}.json`]({raw}).", ""]
     return "\n".join(lines)

@@ -123,7 +123,6 @@ def dp_utility(name: str, document: Mapping[str, Any]) -> Section:
                 for key, value in excess
             ),
         )
-    lines += encoding(document.get("encoding"))
     panels: dict[str, dict[str, list[Point]]] = {}
     for (dataset, mode, value), row in by_key.items():
         if mode != "none":
@@ -144,6 +143,7 @@ def dp_utility(name: str, document: Mapping[str, Any]) -> Section:
         "whole noise; then the secure-aggregation encoder with noise against the raw keystream.",
         lines,
         (plot,),
+        tuple(encoding(document.get("encoding"))),
     )
 
 
@@ -174,7 +174,6 @@ def encoding(figures: Mapping[str, Any] | None) -> list[str]:
     }
     rows = [[labels.get(key, key), milliseconds(value), ratio(value / keystream, 1)] for key, value in seconds.items()]
     return [
-        "",
         f"Encoding at d = {count(figures['dimension'])} ({count(figures['encoded_words'])} words), CPU time, best of "
         "five, interleaved:",
         "",

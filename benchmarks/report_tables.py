@@ -36,13 +36,15 @@ class Section:
         title: the heading, naming what is compared.
         measures: what the benchmark measures and against what (one paragraph).
         body: markdown lines: the headline table first, then notes.
-        plots: the figures drawn where the JSON holds a trend.
+        plots: the figures drawn where the JSON holds a trend, shown after the body.
+        tail: markdown lines after the plots, on what they do not show.
     """
 
     title: str
     measures: str
     body: list[str]
     plots: tuple[Plot, ...] = ()
+    tail: tuple[str, ...] = ()
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
