@@ -51,7 +51,7 @@ def rounds_per_second(
     """Time `rounds` rounds; the first round's end splits setup (learners, first step) from the steady pace."""
     flags = ["--partition", partition, "--clients", str(clients), "--rounds", str(rounds), "--device", device]
     config = config_from_flags(flags)
-    config = replace(config, training=replace(config.training, record_every=0))
+    config = replace(config, simulation=replace(config.simulation, record_every=0))
     federation = load_federation(config)
     finished: list[float] = []
     started = time.perf_counter()

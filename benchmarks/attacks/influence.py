@@ -429,11 +429,11 @@ def summary(
 
 
 def agreed(plan: AggregatorPlan, name: str) -> float:
-    return float(plan.influence.weight_of(name, plan.training.batch_fraction))
+    return float(plan.influence.weight_of(name, plan.batch_fraction))
 
 
 def agreed_total(plan: AggregatorPlan) -> float:
-    return float(plan.influence.total_weight(plan.collaborators, plan.training.batch_fraction))
+    return float(plan.influence.total_weight(plan.collaborators, plan.batch_fraction))
 
 
 # ---------------------------------------------------------------- the rows

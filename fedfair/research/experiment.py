@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedfair.core.config import ObjectiveConfig
+from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model
@@ -41,7 +41,7 @@ from fedfair.research.methods import (
 from fedfair.runtime.progress import Progress
 from fedfair.research.reference import solve_reference
 from fedfair.simulation.federation import Federation, federation_from_arrays
-from fedfair.simulation.rounds import SimulationResult, TrainingConfig, training_objectives
+from fedfair.simulation.rounds import SimulationOptions, SimulationResult, training_objectives
 
 
 LOSS_METHODS = tuple(name for name, method in METHODS.items() if method.reads_losses)
@@ -63,6 +63,7 @@ class ExperimentConfig:
     method: str = "fedsrcvar"
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    simulation: SimulationOptions = field(default_factory=SimulationOptions)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     secure_aggregation: bool = False
     settings: MethodSettings = field(default_factory=NoSettings)
@@ -112,7 +113,8 @@ def _dataset_and_splits(config: ExperimentConfig) -> tuple[Dataset, list[ClientS
 def held_out_columns(config: ExperimentConfig, columns: Sequence[str]) -> dict[str, np.ndarray]:
     """Each named group column's value for every held-out row, then the row's class name under
     "label", in the order of the federation's pooled test rows (client by client), so they line
-    up with the losses of `held_out_losses`."""
+    up with the losses of `held_out_losses`.
+    """
     dataset, splits = _dataset_and_splits(config)
     unknown = [column for column in columns if column not in dataset.attributes_test]
     if unknown:
@@ -176,12 +178,20 @@ def run_method(
 ) -> Outcome:
     """Train with the configured method; the output is the averaged iterate as in the paper."""
     method = method_named(config.method)
-    task = Task(federation, config.objective, config.training, config.privacy, config.secure_aggregation, on_round)
+    task = Task(
+        federation,
+        config.objective,
+        config.training,
+        config.privacy,
+        options=config.simulation,
+        secure_aggregation=config.secure_aggregation,
+        on_round=on_round,
+    )
     return _from_result(method.run(task, config.settings), method.has_threshold)
 
 
 def uniform_risk(num_classes: int) -> float:
-    """ln K: the cross-entropy of the uniform classifier on K classes, whatever the data.
+    """Ln K: the cross-entropy of the uniform classifier on K classes, whatever the data.
 
     The paper draws it as a reference line: at small rho a minimax-fair model can do
     no better on its worst group (BPF's critical group size; the paper's Remark on it).
@@ -194,11 +204,11 @@ def uniform_risk(num_classes: int) -> float:
 
 def _model(config: ExperimentConfig, federation: Federation) -> torch.nn.Module:
     return build_model(
-        config.training.model,
+        config.simulation.model,
         federation.num_features,
         federation.num_classes,
         image_shape=federation.image_shape,
-        dtype=config.training.torch_dtype,
+        dtype=config.simulation.torch_dtype,
     )
 
 
@@ -210,7 +220,8 @@ def held_out_losses(config: ExperimentConfig, federation: Federation, theta: tor
 
 def final_report(config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None) -> dict[str, Any]:
     """Training objectives (exact and smoothed), the held-out fairness report at rho, and
-    the uniform classifier's risk ln K (`uniform_risk`) to read the risks against."""
+    the uniform classifier's risk ln K (`uniform_risk`) to read the risks against.
+    """
     model = _model(config, federation)
     train = evaluate(model, theta, federation.pooled("train"))
     threshold = c if c is not None else cvar_threshold(train.losses, config.objective.rho)
@@ -246,8 +257,10 @@ def simulate(config: ExperimentConfig, federation: Federation, progress: bool = 
 def reference(config: ExperimentConfig, federation: Federation) -> dict[str, Any]:
     """The centralized optimum of the smoothed objective, in the same JSON shape as `simulate`."""
     started = time.perf_counter()
-    solution = solve_reference(federation, config.objective, model_name=config.training.model, seed=config.training.seed)
-    final = final_report(replace(config, training=replace(config.training, dtype="float64")), federation, solution.theta, solution.c)
+    solution = solve_reference(federation, config.objective, model_name=config.simulation.model, seed=config.training.seed)
+    final = final_report(
+        replace(config, simulation=replace(config.simulation, dtype="float64")), federation, solution.theta, solution.c
+    )
     final["train_objective_smooth_solver"] = solution.objective_smooth
     return {
         "config": config.to_dict(),

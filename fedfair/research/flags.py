@@ -19,6 +19,7 @@ from fedfair.core.config import (
     MODEL_NAMES,
     LocalConfig,
     ObjectiveConfig,
+    TrainingConfig,
 )
 from fedfair.core import server
 from fedfair.core.errors import ConfigError
@@ -36,7 +37,7 @@ from fedfair.research.experiment import (
     simulate,
 )
 from fedfair.research.methods import METHODS, MethodSettings, settings_for
-from fedfair.simulation.rounds import TrainingConfig
+from fedfair.simulation.rounds import DTYPES, SimulationOptions
 
 RHO_FREE_METHODS = tuple(name for name, method in METHODS.items() if method.rho_free)
 """Methods whose objective has no rho or epsilon: their step size is --baseline-lr, not one scaled by them."""
@@ -100,13 +101,20 @@ def _add_objective_arguments(parser: argparse.ArgumentParser) -> None:
     objective.add_argument("--gamma", type=float, default=0.05, help="smoothing of the plus function (default 0.05)")
     objective.add_argument("--smooth", default="softrelu", choices=sorted(SMOOTH_PLUS_FUNCTIONS))
     objective.add_argument("--bound", type=float, default=10.0, help="upper bound B of the threshold c (default 10)")
-    objective.add_argument("--seed", type=int, default=0, help="seed of the data split and the initial model")
+    objective.add_argument(
+        "--seed", type=int, default=TrainingConfig.seed, help="seed of the data split and the initial model"
+    )
 
 
 def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
     learning = parser.add_argument_group("federated training")
     learning.add_argument("--method", default="fedsrcvar", choices=METHODS)
-    learning.add_argument("--local-steps", type=int, default=1, help="tau: local SGD steps per round (default 1)")
+    learning.add_argument(
+        "--local-steps",
+        type=int,
+        default=LocalConfig.local_steps,
+        help=f"tau: local SGD steps per round (default {LocalConfig.local_steps})",
+    )
     learning.add_argument(
         "--batch-size",
         type=int,
@@ -127,12 +135,15 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="step size for the threshold c of fedsrcvar and central-cvar (default: the --lr default)",
     )
-    learning.add_argument("--rounds", type=int, default=1000, help="communication rounds (default 1000)")
+    learning.add_argument(
+        "--rounds", type=int, default=TrainingConfig.rounds, help=f"communication rounds (default {TrainingConfig.rounds})"
+    )
     learning.add_argument(
         "--average-from",
         type=float,
-        default=0.5,
-        help="fraction of rounds left out of the output average (default 0.5); 0 = Algorithm 1's average of "
+        default=TrainingConfig.average_from,
+        help=f"fraction of rounds left out of the output average (default {TrainingConfig.average_from}); 0 = "
+        "Algorithm 1's average of "
         "the pairs every round starts from",
     )
     learning.add_argument("--reuse-batch", action="store_true", help="one mini-batch per round for all tau steps")
@@ -144,7 +155,7 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
     )
     learning.add_argument(
         "--drift-correction",
-        default="none",
+        default=LocalConfig.drift_correction,
         choices=DRIFT_CORRECTIONS,
         help="scaffold: SCAFFOLD control variates for theta and c, so --local-steps > 1 no longer drift toward "
         "each collaborator's own optimum and quantile; doubles what each collaborator sends per round "
@@ -165,8 +176,10 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
         help="fedsrcvar: FedAdam's server step on theta instead of momentum (Reddi et al. 2021; default off; "
         "then the momentum and the --lr default are Algorithm 1's)",
     )
-    learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
-    learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    learning.add_argument(
+        "--device", default=SimulationOptions.device, help=f"cpu, cuda, cuda:N or auto (default {SimulationOptions.device})"
+    )
+    learning.add_argument("--dtype", default=SimulationOptions.dtype, choices=tuple(DTYPES))
     learning.add_argument("--record-every", type=int, default=0, help="record history every N rounds (default: 20 points)")
     learning.add_argument(
         "--secure-aggregation",
@@ -233,8 +246,11 @@ def parse_features(text: str | None) -> tuple[str, ...] | None:
 
 
 def default_step_size(epsilon: float, rho: float) -> float:
-    """0.5 / ((1 - eps) / rho + eps): the smoothed objective's curvature grows like (1 - eps) / rho + eps
-    (the paper's smoothness constant), so a step that is safe at rho = 1 is scaled down with it."""
+    """0.5 / ((1 - eps) / rho + eps).
+
+    The smoothed objective's curvature grows like (1 - eps) / rho + eps (the paper's smoothness constant), so a
+    step that is safe at rho = 1 is scaled down with it.
+    """
     return 0.5 / ((1.0 - epsilon) / rho + epsilon)
 
 
@@ -245,14 +261,19 @@ plain step of 2.5 diverged; heavy-ball momentum is what makes the larger effecti
 
 
 def momentum_step_scale(momentum: float) -> float:
-    """The multiple of `default_step_size` FedSRCVaR steps by under server momentum beta: the effective step
-    lr / (1 - beta) at MOMENTUM_EFFECTIVE_STEP times it, never a plain step above it (1 at beta = 0)."""
+    """The multiple of `default_step_size` FedSRCVaR steps by under server momentum beta.
+
+    The effective step lr / (1 - beta) at MOMENTUM_EFFECTIVE_STEP times it, never a plain step above it (1 at
+    beta = 0).
+    """
     return min(1.0, MOMENTUM_EFFECTIVE_STEP * (1.0 - momentum))
 
 
 def default_batch_size(model: str) -> int:
-    """Large enough that the c-gradient noise at small rho (it scales as 1/rho) averages out for
-    the convex model; the neural models keep the paper's smaller batches, which their step cost needs."""
+    """Large enough that the c-gradient noise at small rho (it scales as 1/rho) averages out for the convex model.
+
+    The neural models keep the paper's smaller batches, which their step cost needs.
+    """
     return 1024 if model == "logreg" else 256
 
 
@@ -316,7 +337,6 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         method=args.method,
         objective=objective,
         training=TrainingConfig(
-            model=args.model,
             rounds=args.rounds,
             batch_size=args.batch_size if args.batch_size is not None else default_batch_size(args.model),
             local=LocalConfig(
@@ -328,12 +348,15 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
                 drift_correction=args.drift_correction,
             ),
             seed=args.seed,
-            device=args.device,
-            dtype=args.dtype,
             average_from=args.average_from,
-            record_every=args.record_every or max(args.rounds // 20, 1),
             server_momentum=momentum,
             server_adam=None if args.server_adam_lr is None else server.Adam(args.server_adam_lr),
+        ),
+        simulation=SimulationOptions(
+            model=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            record_every=args.record_every or max(args.rounds // 20, 1),
         ),
         privacy=privacy_config_from_args(args),
         secure_aggregation=args.secure_aggregation,
@@ -364,7 +387,7 @@ def format_report(result: dict[str, Any]) -> str:
     lines = [
         f"{config['method']} on {config['dataset']} ({', '.join(f'{k}: {v}' for k, v in result['clients'].items())})",
         (
-            f"  epsilon={objective['epsilon']} rho={objective['rho']} model={config['training']['model']} "
+            f"  epsilon={objective['epsilon']} rho={objective['rho']} model={config['simulation']['model']} "
             f"{length} ({result['seconds']:.1f} s)"
         ),
         f"  train objective (exact RCVaR)   {final['train_objective']:.5f}",

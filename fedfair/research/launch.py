@@ -1,24 +1,6 @@
 """``fedfair launch``: a whole federation on this machine, as a rehearsal of a real deployment.
 
-It makes a fresh CA and certificates, writes an aggregator plan and one config per
-institution (bundled Adult split by race across 3 institutions by default; or
-Census-Income split uniformly at random across up to 80, `--dataset census-income`), then
-starts the aggregator and every collaborator as separate OS processes talking
-gRPC over mutual TLS on a free loopback port, with secure aggregation on. Their
-logs go to files in the workspace's `logs/` (a process that fails has its last lines
-printed); the console shows one progress bar. At the end it prints where the report is
-and, last, the fairness table the aggregator computed from secure sums, next to FedAvg
-trained in process on the same data, rounds and batches for comparison.
-
-The workspace it writes is the same set of files a real deployment has, only
-all in one folder: `certs/` (on a real deployment each institution keeps its own
-key), `aggregator/plan.toml`, `SITE/collaborator.toml`, and the aggregator's
-`output/` (checkpoint, rounds.jsonl, final model). The CA's private key is deleted
-as soon as the certificates are issued: nothing in a run needs it, and a key that
-signs certificates must not lie about. By default the workspace is a temporary
-folder removed on every way out (success, error, Ctrl-C, SIGTERM); `--keep` keeps
-it (`make demo` passes it), `--workdir DIR` puts it in DIR and keeps it, and either way
-launch says where the report is.
+Why: docs/design.md, "Inside the research harness".
 """
 
 from __future__ import annotations
@@ -52,7 +34,7 @@ from fedfair.runtime.progress import Progress
 if TYPE_CHECKING:
     from fedfair.research.workspace import Workspace
     from fedfair.runtime.plan import AggregatorPlan
-    from fedfair.simulation.rounds import TrainingConfig
+    from fedfair.simulation.rounds import SimulationOptions
 
 DEFAULT_ROUNDS = 300
 """About 30 s on two slow cores (a round is a few milliseconds of training and some dozen
@@ -81,30 +63,22 @@ SPLITS: dict[str, LaunchSplit] = {
 """The datasets `fedfair launch` runs, and how each is split into institutions."""
 
 
-def training_config(plan: AggregatorPlan) -> TrainingConfig:
-    """The in-process simulation's training settings for a plan: the same model, rounds, batches and steps."""
-    from fedfair.simulation.rounds import TrainingConfig
+def simulation_options(plan: AggregatorPlan) -> SimulationOptions:
+    """The in-process simulation's options for a plan: its built-in model (the schedule is `plan.training` itself)."""
+    from fedfair.simulation.rounds import SimulationOptions
 
     if plan.model.factory is not None:
         raise ConfigError(
             f"the in-process simulation of a plan runs the built-in models only, not the factory "
             f"'{plan.model.factory}'; use fedfair.api.federate to simulate a federation of your own model"
         )
-    training = plan.training
-    return TrainingConfig(
-        model=plan.model.name,
-        rounds=training.rounds,
-        batch_fraction=training.batch_fraction,
-        local=training.local_config(),
-        seed=training.seed,
-        average_from=training.average_from,
-        server_momentum=training.server_momentum,
-    )
+    return SimulationOptions(model=plan.model.name)
 
 
 def fedavg_report(plan: AggregatorPlan, dataset: str = "adult") -> dict[str, float]:
     """FedAvg trained in process on `dataset` split as launch splits it (SPLITS) among the plan's
-    collaborators, with the plan's rounds and batch fraction, judged the same way."""
+    collaborators, with the plan's rounds and batch fraction, judged the same way.
+    """
     from fedfair.core.evaluation import evaluate
     from fedfair.fairness import pooled
     from fedfair.research import baselines
@@ -112,7 +86,7 @@ def fedavg_report(plan: AggregatorPlan, dataset: str = "adult") -> dict[str, flo
 
     config = ExperimentConfig(dataset=dataset, partition=SPLITS[dataset].partition, clients=len(plan.collaborators))
     federation = load_federation(config)
-    result = baselines.run_fedavg(federation, training_config(plan))
+    result = baselines.run_fedavg(federation, plan.training, options=simulation_options(plan))
     test = evaluate(plan.model.build(), result.state.theta_average, federation.pooled("test"))
     return pooled.group_risk_report(test.losses, test.correct, plan.objective.rho).to_dict()
 
@@ -163,7 +137,8 @@ def stop_on_signals() -> Iterator[None]:
     """Turn SIGTERM and SIGINT into a KeyboardInterrupt while launch runs, so it stops its children and
     cleans up instead of dying on the spot or going on. SIGINT is set outright because a process started
     in the background by a non-interactive shell inherits it ignored, and Python then never raises
-    KeyboardInterrupt (only the main thread can set a handler)."""
+    KeyboardInterrupt (only the main thread can set a handler).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -187,7 +162,8 @@ def remove_ca_key(certs: Path) -> None:
 
 def rounds_done(workspace: Workspace) -> tuple[int, str]:
     """The last round the aggregator has logged (0 before the first), read from its round log, and the
-    latest evaluation's worst-group and mean risk as the progress bar's note ("" before the first)."""
+    latest evaluation's worst-group and mean risk as the progress bar's note ("" before the first).
+    """
     from fedfair.runtime.aggregator.checkpoint import read_round_log
 
     try:
@@ -245,8 +221,11 @@ def site_data(dataset: str, collaborators: int) -> dict[str, dict[str, Any]]:
 
 
 def round_timeout(collaborators: int) -> float:
-    """How long a stage waits for every institution: 2 minutes, plus 2 s per site past 5, since on a
-    two-core machine every stage's work (training, masking, key agreement) queues behind every site's."""
+    """How long a stage waits for every institution.
+
+    2 minutes, plus 2 s per site past 5, since on a two-core machine every stage's work (training, masking, key
+    agreement) queues behind every site's.
+    """
     return 120.0 + 2.0 * max(collaborators - 5, 0)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fedfair.core.config import ObjectiveConfig
+from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.server import AggregateError
 from fedfair.research import minimax
@@ -31,7 +31,7 @@ from fedfair.research.flags import config_from_flags
 from fedfair.research.methods import FedAvgSettings, FedMinMaxSettings, own
 from fedfair.runtime.progress import Progress
 from fedfair.simulation.federation import Federation, federation_from_arrays
-from fedfair.simulation.rounds import TrainingConfig
+from fedfair.simulation.rounds import SimulationOptions
 from fedfair.research.workers import process_pool
 
 CACHE_VERSION = 1
@@ -114,6 +114,7 @@ def federation_for(flags: tuple[str, ...], split: str) -> Federation:
         settings=FedMinMaxSettings(groups=own(config.settings, FedMinMaxSettings).groups) if grouped else FedAvgSettings(),
         objective=ObjectiveConfig(),
         training=TrainingConfig(seed=config.training.seed),
+        simulation=SimulationOptions(),
     )
     return _data_federation(data, split)
 
@@ -212,8 +213,11 @@ def _import_ray() -> Any:
 
 @contextmanager
 def ray_connection(address: str) -> Iterator[None]:
-    """Connected to a Ray cluster for the duration: "local" starts a private instance on this
-    machine's cores (and stops it after), "auto" or HOST:PORT joins an existing cluster."""
+    """Connected to a Ray cluster for the duration.
+
+    "local" starts a private instance on this machine's cores (and stops it after), "auto" or HOST:PORT joins an
+    existing cluster.
+    """
     ray = _import_ray()
     if address == "local":
         ray.init(include_dashboard=False)

@@ -45,7 +45,7 @@ def grid_configs(args: argparse.Namespace, epsilons: Sequence[float], rhos: Sequ
         for rho in rhos
     ]
     # A grid reports final values only: per-round history would multiply its cost.
-    return [replace(config, training=replace(config.training, record_every=0)) for config in configs]
+    return [replace(config, simulation=replace(config.simulation, record_every=0)) for config in configs]
 
 
 def _sweep_point(job: tuple[ExperimentConfig, Federation]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.fairness import sums
-from fedfair.runtime.toml_tables import Table, field_names
+from fedfair.core.tables import Table, field_names
 
 
 @dataclass(frozen=True)

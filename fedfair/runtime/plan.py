@@ -5,12 +5,9 @@ A plan is the federation's id and allow-list of names, the aggregator's own node
 moved as a whole, and optionally the federation manifest, which the plan must then
 agree with: :mod:`fedfair.runtime.manifest`) and the learning sections of
 :mod:`fedfair.runtime.settings`. Every value is checked; an unknown section or key is
-refused with the closest known name as a suggestion (:mod:`fedfair.runtime.toml_tables`).
+refused with the closest known name as a suggestion (:mod:`fedfair.core.tables`).
 
-The aggregator shares the learning sections with collaborators (:func:`shared_settings`,
-read back by :func:`load_shared_settings`), never the allow-list or its own paths;
-:func:`plan_digest` fingerprints the plan for checkpoints and for collaborators to
-notice a changed plan. Both sides import this module; it imports neither side.
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedfair.core.config import TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import Schema
 from fedfair.pki import validate_name
@@ -38,11 +36,12 @@ from fedfair.runtime.manifest import (
     manifest_digest,
 )
 from fedfair.runtime.privacy_plan import PlanPrivacy
-from fedfair.runtime.settings import LEARNING_SECTIONS, LearningSettings, read_learning
-from fedfair.runtime.toml_tables import (
+from fedfair.runtime.settings import LEARNING_SECTIONS, LearningSettings, read_learning, training_table
+from fedfair.core.tables import (
     Table,
     check_sections,
     field_names,
+    parse_json_object,
     read_toml,
 )
 
@@ -50,7 +49,8 @@ from fedfair.runtime.toml_tables import (
 @dataclass(frozen=True)
 class AggregatorSettings:
     """Where the aggregator listens and keeps its files (paths resolved against the plan), and the
-    federation manifest it checks the plan against, if any (:mod:`fedfair.runtime.manifest`)."""
+    federation manifest it checks the plan against, if any (:mod:`fedfair.runtime.manifest`).
+    """
 
     address: str
     name: str
@@ -72,8 +72,11 @@ class AggregatorPlan(LearningSettings):
 
     @property
     def own_factories(self) -> tuple[str, ...]:
-        """The model factory the operator's own plan names: the aggregator's consent to import it
-        (fedfair.core.models.load_factory); a collaborator's consent is its own config's."""
+        """The model factory the operator's own plan names.
+
+        The aggregator's consent to import it (fedfair.core.models.load_factory); a collaborator's consent is
+        its own config's.
+        """
         return () if self.model.factory is None else (self.model.factory,)
 
 
@@ -89,9 +92,11 @@ class SharedSettings(LearningSettings):
 
 
 def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manifest: bool = True) -> AggregatorPlan:
-    """Validate an aggregator plan already read from TOML (``source`` for messages and paths); with
-    ``check_manifest`` False a plan is not held to, nor even read with, the manifest it names (to pin an
-    edited plan anew, or for the first time, before that manifest exists)."""
+    """Validate an aggregator plan already read from TOML (``source`` for messages and paths).
+
+    With ``check_manifest`` False a plan is not held to, nor even read with, the manifest it names (to pin an
+    edited plan anew, or for the first time, before that manifest exists).
+    """
     where = str(source)
     check_sections(where, data, ("federation", "aggregator", *LEARNING_SECTIONS))
     federation = Table.of(where, data, "federation", ("id", "collaborators"))
@@ -108,7 +113,7 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
     base = source.parent
     aggregator = AggregatorSettings(
         address=node.address("address", "0.0.0.0:50051"),
-        name=node.name("name", "aggregator"),
+        name=node.name("name", validate_name, "aggregator"),
         certs=node.path("certs", base, "../certs"),
         output=node.path("output", base, "output"),
         manifest=node.path("manifest", base) if node.given("manifest") else None,
@@ -143,8 +148,11 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
 
 
 def check_plan(manifest: Manifest, plan: AggregatorPlan, served: Mapping[str, Any]) -> None:
-    """At the aggregator: refuse a plan that disagrees with the manifest it names (``served``: the
-    settings it would share, as JSON values), at start rather than at every collaborator."""
+    """At the aggregator.
+
+    Refuse a plan that disagrees with the manifest it names (``served``: the settings it would share, as JSON
+    values), at start rather than at every collaborator.
+    """
     where = str(plan.source)
     check_federation(manifest, plan.federation_id, where)
     check_pinned_settings(manifest, served, where)
@@ -195,7 +203,11 @@ def load_aggregator_plan(
 def _plain(settings: LearningSettings) -> dict[str, Any]:
     """The learning sections as JSON values (tuples as lists)."""
     sections = {
-        name: section.to_mapping() if isinstance(section, Schema) else dataclasses.asdict(section)
+        name: section.to_mapping()
+        if isinstance(section, Schema)
+        else training_table(section)
+        if isinstance(section, TrainingConfig)
+        else dataclasses.asdict(section)
         for name, section in settings.learning_sections().items()
         if section is not None
     }
@@ -216,7 +228,7 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
     if settings.training.server_momentum == 0.0:
         # Algorithm 1's step, as every plan took before the setting existed: its checkpoints still resume.
         loaded["training"].pop("server_momentum")
-    if not settings.training.corrects_drift:
+    if not settings.training.local.corrects_drift:
         # Left out at its default, so a plan without drift correction keeps the digest (and its checkpoints
         # resume) and the shared bytes it had before the setting existed; a collaborator that does not know
         # the setting is refused only by a plan that turns it on (an unknown [training] key).
@@ -238,13 +250,7 @@ def shared_settings(plan: AggregatorPlan) -> bytes:
 
 def json_object(payload: bytes, source: str) -> dict[str, Any]:
     """A JSON object the aggregator sent (its plan, its encoder); a ConfigError naming `source` otherwise."""
-    try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: a 5,000-digit integer; Recursion: deep
-        raise ConfigError(f"{source}: not valid JSON; the aggregator and collaborator versions may differ") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a JSON object; the aggregator and collaborator versions may differ")
-    return data
+    return parse_json_object(payload, source, "the aggregator and collaborator versions may differ")
 
 
 def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") -> SharedSettings:
@@ -261,10 +267,12 @@ def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") 
 
 
 def plan_content(plan: AggregatorPlan) -> dict[str, Any]:
-    """The plan's canonical content: the learning sections (command-line overrides applied), the
-    federation id, the allowed names and the manifest's digest when the plan names one. Deployment
-    details (address, folders, where the manifest lies) are left out, so a moved workspace still
-    resumes from its checkpoints, but not under another manifest."""
+    """The plan's canonical content.
+
+    The learning sections (command-line overrides applied), the federation id, the allowed names and the
+    manifest's digest when the plan names one. Deployment details (address, folders, where the manifest lies)
+    are left out, so a moved workspace still resumes from its checkpoints, but not under another manifest.
+    """
     content = _plain(plan)
     content["federation"] = {"id": plan.federation_id, "collaborators": list(plan.collaborators)}
     if plan.manifest is not None:

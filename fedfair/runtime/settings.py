@@ -1,16 +1,14 @@
 """The plan's learning settings: the sections the aggregator shares with every collaborator.
 
-``[objective]`` is read straight into the learning core's
-:class:`~fedfair.core.config.ObjectiveConfig`. The other sections feed several core
+``[objective]`` and ``[training]`` are read straight into the learning core's
+:class:`~fedfair.core.config.ObjectiveConfig` and :class:`~fedfair.core.config.TrainingConfig`. The other sections feed several core
 objects, so each has a frozen dataclass here with exactly one converter per object
-it feeds (:meth:`TrainingSettings.local_config`, :meth:`SecureAggregationSettings.encoding`,
-:meth:`ModelSettings.build`, :meth:`EvaluationSettings.thresholds`): nowhere else is a
+it feeds (:meth:`SecureAggregationSettings.encoding`, :meth:`ModelSettings.build`,
+:meth:`EvaluationSettings.thresholds`): nowhere else is a
 setting copied field by field. ``[model]`` and ``[influence]`` have modules of their own
 (:mod:`fedfair.runtime.model_settings`, :mod:`fedfair.runtime.influence`).
 
-The readers check every value (type and range) with :class:`~fedfair.runtime.toml_tables.Table`,
-the same way for the aggregator's TOML plan and for the JSON a collaborator receives.
-Reading settings needs neither torch nor gRPC.
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ from fedfair.core.config import (
     SMOOTH_FUNCTIONS,
     LocalConfig,
     ObjectiveConfig,
+    TrainingConfig,
 )
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import Schema
@@ -44,7 +43,7 @@ from fedfair.runtime.evaluation_settings import EvaluationSettings, read_evaluat
 from fedfair.runtime.influence import InfluenceSettings, read_influence
 from fedfair.runtime.model_settings import ModelSettings, read_model
 from fedfair.runtime.privacy_plan import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
-from fedfair.runtime.toml_tables import Table, field_names
+from fedfair.core.tables import Table, field_names
 from fedfair.privacy.distributed import TrainingNoise
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
 from fedfair.secagg.encode import noised_encoding
@@ -54,53 +53,35 @@ if TYPE_CHECKING:
     from fedfair.core.algorithm import FedSRCVaR
 
 DROPOUT_POLICIES = ("allowed", "none")
+"""[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
 AUTO = "auto"
 """``[secure_aggregation] neighbours = "auto"``: the masking graph's degree follows the roster's size."""
-"""[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
 
-@dataclass(frozen=True)
-class TrainingSettings:
-    """Algorithm 1's knobs. Each collaborator's mini-batch is b_k = round(batch_fraction * n_k)
-    (at least 1), so the weights w_k = b_k are proportional to n_k, as the algorithm needs,
-    without any institution revealing n_k. The output averages the pairs rounds
-    average_from * rounds + 1 .. rounds start from (average_from = 0: all of them, Algorithm 1's
-    theta-bar), as in the simulation; c is projected at the server only, as Algorithm 1 does.
+PLAN_TRAINING = TrainingConfig(rounds=100, batch_fraction=0.01, server_momentum=DEFAULT_SERVER_MOMENTUM)
+"""What a plan's [training] takes for a key it leaves out: the core defaults but for three. A batch is a
+fraction of a site's own rows (nobody knows the total; w_k = b_k stays proportional to n_k unrevealed),
+100 rounds (each costs round trips), and FedSRCVaR's server momentum. Manifests pin them: they stay."""
 
-    `drift_correction` "scaffold" adds SCAFFOLD control variates for (theta, c) (fedfair.core.local):
-    the server's sigma travels down with (theta, c) and each collaborator's sigma_k+ up inside the
-    same summed vector, which is then 2 (d + 1) long; "none" is plain FedSRCVaR.
+PLAN_TRAINING_KEYS = (
+    "rounds", "local_steps", "batch_fraction", "lr", "threshold_lr", "seed", "average_from", "drift_correction",
+    "server_momentum",
+)
+"""The keys of a plan's [training]: fields of TrainingConfig and, in the same flat table, of its LocalConfig
+(the simulation's total `batch_size` and FedAdam are not a plan's)."""
 
-    `server_momentum` is the aggregator's heavy-ball beta on the decoded mean update
-    (fedfair.core.server): a function of the sums alone, so nothing more travels; 0 is Algorithm 1's step."""
+_LOCAL_KEYS = frozenset(field_names(LocalConfig))
 
-    rounds: int = 100
-    local_steps: int = 1
-    batch_fraction: float = 0.01
-    lr: float = 0.1
-    threshold_lr: float = 0.1
-    seed: int = 0
-    average_from: float = 0.5
-    drift_correction: str = "none"
-    server_momentum: float = DEFAULT_SERVER_MOMENTUM
 
-    def local_config(self) -> LocalConfig:
-        """How each collaborator trains within a round (the learning core's LocalConfig)."""
-        return LocalConfig(
-            local_steps=self.local_steps,
-            lr=self.lr,
-            threshold_lr=self.threshold_lr,
-            drift_correction=self.drift_correction,
-        )
+def batch_fraction(training: TrainingConfig) -> float:
+    """A plan's batch_fraction: each collaborator's batch is round(batch_fraction * n_k), at least 1."""
+    if training.batch_fraction is None:
+        raise ConfigError("a plan's [training] needs a batch_fraction: nobody in a federation knows the total batch")
+    return training.batch_fraction
 
-    @property
-    def corrects_drift(self) -> bool:
-        """Whether rounds carry control variates: the server's sigma down, each sigma_k+ up in the sum."""
-        return self.drift_correction != "none"
 
-    @property
-    def average_from_round(self) -> int:
-        """`server.apply`'s average_from: the pairs later rounds start from enter the averaged output."""
-        return int(self.average_from * self.rounds)
+def training_table(training: TrainingConfig) -> dict[str, object]:
+    """A plan's [training] table of `training`: the flat keys a plan and the shared settings carry."""
+    return {key: getattr(training.local if key in _LOCAL_KEYS else training, key) for key in PLAN_TRAINING_KEYS}
 
 
 @dataclass(frozen=True)
@@ -156,7 +137,8 @@ class SecureAggregationSettings:
 
     def mask_neighbours(self, collaborators: int) -> int | None:
         """The masking graph's degree for a plan of ``collaborators``, as the secure-aggregation
-        library takes it (None: the complete graph)."""
+        library takes it (None: the complete graph).
+        """
         if self.neighbours is None:
             return default_degree(collaborators, self.max_colluding)
         return self.neighbours or None
@@ -164,9 +146,11 @@ class SecureAggregationSettings:
 
 @dataclass(frozen=True)
 class QuorumSettings:
-    """How many collaborators a round needs, and how long each stage waits for them: at most
-    ``round_timeout_seconds``, and with ``grace_factor`` = k at most k x the stage's median answer time
-    (fedfair.runtime.aggregator.stages.StageTiming), so one slow site cannot hold every round up."""
+    """How many collaborators a round needs, and how long each stage waits for them.
+
+    At most ``round_timeout_seconds``, and with ``grace_factor`` = k at most k x the stage's median answer time
+    (fedfair.runtime.aggregator.stages.StageTiming), so one slow site cannot hold every round up.
+    """
 
     min_collaborators: int = 2
     round_timeout_seconds: float = 300.0
@@ -179,7 +163,7 @@ class LearningSettings:
 
     objective: ObjectiveConfig
     model: ModelSettings
-    training: TrainingSettings
+    training: TrainingConfig
     influence: InfluenceSettings
     secure_aggregation: SecureAggregationSettings
     quorum: QuorumSettings
@@ -193,16 +177,23 @@ class LearningSettings:
     """The plan's [privacy]: noise inside the secure sum of training updates and evaluation answers
     (fedfair.runtime.privacy_plan); exact sums without it."""
 
+    @property
+    def batch_fraction(self) -> float:
+        """[training] batch_fraction, which every plan has (`PLAN_TRAINING`)."""
+        return batch_fraction(self.training)
+
     def algorithm(self) -> FedSRCVaR:
         """FedSRCVaR with this plan's local steps and bound: the rules both processes apply."""
         from fedfair.core.algorithm import FedSRCVaR  # torch is loaded by training, not by reading a plan
 
-        return FedSRCVaR(self.training.local_config(), bound=self.objective.bound, momentum=self.training.server_momentum)
+        return FedSRCVaR(self.training.local, bound=self.objective.bound, momentum=self.training.server_momentum)
 
     def survivor_floor(self, collaborators: int) -> int:
-        """The fewest survivors any secure sum of a plan for `collaborators` can have (privacy_plan.plan_floor):
-        under dropouts the least threshold of a round, from the threshold rule over the holders of each secret
-        (the plan's neighbours + 1 on a SecAgg+ graph, else at least [quorum] min_collaborators)."""
+        """The fewest survivors any secure sum of a plan for `collaborators` can have (privacy_plan.plan_floor).
+
+        Under dropouts the least threshold of a round, from the threshold rule over the holders of each secret
+        (the plan's neighbours + 1 on a SecAgg+ graph, else at least [quorum] min_collaborators).
+        """
         secure = self.secure_aggregation
         degree = secure.mask_neighbours(collaborators)
         holders = degree + 1 if degree else self.quorum.min_collaborators
@@ -210,20 +201,25 @@ class LearningSettings:
         return plan_floor(collaborators, secure.max_colluding, secure.tolerates_dropouts, least)
 
     def training_noise(self, collaborators: int, dimension: int) -> tuple[TrainingNoise, float]:
-        """Under [privacy] mode = "distributed": the calibrated noise of training updates of `dimension` values
-        and each party's share of it, carried by the honest parties of the smallest survivor set the plan
-        allows (fedfair.runtime.privacy_plan.training_noise)."""
+        """Under [privacy] mode = "distributed".
+
+        The calibrated noise of training updates of `dimension` values and each party's share of it, carried by
+        the honest parties of the smallest survivor set the plan allows
+        (fedfair.runtime.privacy_plan.training_noise).
+        """
         secure, training = self.secure_aggregation, self.training
         floor = self.survivor_floor(collaborators)
         return training_noise(
-            self.privacy, training.local_config(), self.objective, training.rounds, training.batch_fraction,
+            self.privacy, training.local, self.objective, training.rounds, self.batch_fraction,
             dimension, floor, secure.max_colluding,
         )
 
     def training_encoding(self, federation_id: str, collaborators: int, round_number: int, dimension: int) -> EncodingConfig:
-        """The encoding of round `round_number`'s training updates of `dimension` values: the plain one, or under
-        [privacy] mode = "distributed" with the round's noise step; the aggregator and every collaborator
-        derive the same one."""
+        """The encoding of round `round_number`'s training updates of `dimension` values.
+
+        The plain one, or under [privacy] mode = "distributed" with the round's noise step; the aggregator and
+        every collaborator derive the same one.
+        """
         encoding = self.secure_aggregation.encoding()
         if not self.privacy.distributed:
             return encoding
@@ -231,8 +227,10 @@ class LearningSettings:
         return noised_encoding(encoding, noise, share, federation_id, round_number, dimension)
 
     def counted_columns(self, round_number: int) -> tuple[CompositionColumn, ...]:
-        """The columns the evaluation of `round_number` counts the worst group by: the plan's
-        [evaluation] composition at the final round, none before."""
+        """The columns the evaluation of `round_number` counts the worst group by.
+
+        The plan's [evaluation] composition at the final round, none before.
+        """
         if round_number != self.training.rounds:
             return ()
         return composition_columns(self.schema, self.evaluation.composition)
@@ -264,34 +262,42 @@ def _objective(source: str, data: Mapping[str, object]) -> ObjectiveConfig:
     )
 
 
-def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
-    t = Table.of(source, data, "training", field_names(TrainingSettings))
-    d = TrainingSettings()
-    return TrainingSettings(
-        rounds=t.integer("rounds", d.rounds, low=1),
-        local_steps=t.integer("local_steps", d.local_steps, low=1),
-        batch_fraction=t.number(
-            "batch_fraction", d.batch_fraction, check=BATCH_FRACTION.__contains__, expected=BATCH_FRACTION.expected
+def _training(source: str, data: Mapping[str, object]) -> TrainingConfig:
+    t = Table.of(source, data, "training", PLAN_TRAINING_KEYS)
+    d = PLAN_TRAINING
+    fraction = t.number(
+        "batch_fraction", batch_fraction(d), check=BATCH_FRACTION.__contains__, expected=BATCH_FRACTION.expected
+    )
+    local = LocalConfig(
+        local_steps=t.integer("local_steps", d.local.local_steps, low=1),
+        lr=t.number("lr", d.local.lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected),
+        threshold_lr=t.number(
+            "threshold_lr", d.local.threshold_lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected
         ),
-        lr=t.number("lr", d.lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected),
-        threshold_lr=t.number("threshold_lr", d.threshold_lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected),
+        drift_correction=t.string("drift_correction", d.local.drift_correction, choices=DRIFT_CORRECTIONS),
+    )
+    return TrainingConfig(
+        rounds=t.integer("rounds", d.rounds, low=1),
+        local=local,
+        batch_fraction=fraction,
         seed=t.integer("seed", d.seed, low=0),
         average_from=t.number(
             "average_from", d.average_from, check=AVERAGE_FROM.__contains__, expected=AVERAGE_FROM.expected
         ),
-        drift_correction=t.string("drift_correction", d.drift_correction, choices=DRIFT_CORRECTIONS),
         server_momentum=t.number(
             "server_momentum", d.server_momentum, check=SERVER_MOMENTUM.__contains__, expected=SERVER_MOMENTUM.expected
         ),
     )
 
 
-def default_update_norm(training: TrainingSettings) -> float:
-    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient
-    norm 1 go. Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps,
+def default_update_norm(training: TrainingConfig) -> float:
+    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient norm 1 go.
+
+    Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps,
     so this clips almost none of them; a tighter C bounds a liar more and slows honest training
-    (benchmarks/influence_bench.py)."""
-    return 2.0 * training.lr * training.local_steps
+    (benchmarks/influence_bench.py).
+    """
+    return 2.0 * training.local.lr * training.local.local_steps
 
 
 def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> SecureAggregationSettings:
@@ -399,12 +405,8 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
     schema = _schema(source, data, collaborators)
     training = _training(source, data)
     influence = read_influence(
-        source,
-        data,
-        collaborators,
-        default_norm=default_update_norm(training),
-        batch_fraction=training.batch_fraction,
-        max_weight=secagg.max_weight,
+        source, data, collaborators,
+        default_norm=default_update_norm(training), batch_fraction=batch_fraction(training), max_weight=secagg.max_weight,
     )
     evaluation = read_evaluation(source, data)
     try:
@@ -420,7 +422,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         quorum=_quorum(source, data, collaborators, secagg),
         evaluation=evaluation,
         schema=schema,
-        privacy=read_plan_privacy(source, data, secagg.enabled, training.local_config(), secagg.modulus_bits),
+        privacy=read_plan_privacy(source, data, secagg.enabled, training.local, secagg.modulus_bits),
     )
 
 

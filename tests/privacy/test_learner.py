@@ -14,7 +14,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, QuorumLost, contributing_updates
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
@@ -23,7 +23,7 @@ from fedfair.privacy.accounting import PrivacyAccountant, compute_epsilon
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivacyBudgetExhausted, PrivateLearner
 from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import TrainingConfig, make_learners
+from fedfair.simulation.rounds import SimulationOptions, make_learners
 from tests.privacy.helpers import (
     DELTA,
     private_config,
@@ -130,9 +130,11 @@ def test_spent_budget_stops_one_collaborator_and_the_federation_goes_on(
     small_adult_federation: Federation, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     objective = ObjectiveConfig(epsilon=0.1, rho=0.3, bound=3.0)
-    training = TrainingConfig(model="logreg", rounds=4, batch_size=97, local=LocalConfig(local_steps=2), dtype="float64")
+    training = TrainingConfig(rounds=4, batch_size=97, local=LocalConfig(local_steps=2))
     names = [client.name for client in small_adult_federation.train]
-    template, plain = make_learners(small_adult_federation, training, objective)
+    template, plain = make_learners(
+        small_adult_federation, training, objective, options=SimulationOptions(model="logreg", dtype="float64")
+    )
     rate = plain[0].batch_size / plain[0].num_samples
     # Enough for two rounds of the first collaborator, not three.
     budget = 0.5 * (compute_epsilon(1.0, rate, 4, DELTA, "rdp") + compute_epsilon(1.0, rate, 6, DELTA, "rdp"))

@@ -30,7 +30,7 @@ from fedfair.core import server
 from fedfair.core.update import bounded
 from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
-from fedfair.research.launch import training_config
+from fedfair.research.launch import simulation_options
 from fedfair.research.processes import Child, start_aggregator, start_collaborator
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import make_learners
@@ -111,6 +111,8 @@ class ThreadFederation:
     collaborators: dict[str, Collaborator]
     summary: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, Exception] = field(default_factory=dict)
+    exits: dict[str, int] = field(default_factory=dict)
+    """Each collaborator's exit status (what its ``run`` returned)."""
     threads: list[threading.Thread] = field(default_factory=list)
 
     def _run(self, label: str, target: Callable[[], Any]) -> None:
@@ -119,6 +121,8 @@ class ThreadFederation:
                 result = target()
                 if isinstance(result, dict):
                     self.summary.update(result)
+                elif isinstance(result, int):
+                    self.exits[label] = result
             except Exception as error:  # noqa: BLE001 -- kept for the test to report, not lost in a thread
                 self.errors[label] = error
 
@@ -179,8 +183,8 @@ def replay(
     first round (of its process) starts its own control variate from the server's, as the
     collaborator process does (`fedfair.runtime.collaborator.client`).
     """
-    training, objective = training_config(plan), plan.objective
-    _, learners = make_learners(federation, training, objective)
+    training, objective, options = plan.training, plan.objective, simulation_options(plan)
+    _, learners = make_learners(federation, training, objective, options=options)
     index = {name: position for position, name in enumerate(names)}
     state = server.init(
         _initial_theta(plan, federation), bound=objective.bound, drift_correction=training.local.corrects_drift
@@ -191,7 +195,7 @@ def replay(
         round_number = record["round"]
         for name, at in (restarted or {}).items():
             if at == round_number:
-                learners[index[name]] = make_learners(federation, training, objective)[1][index[name]]
+                learners[index[name]] = make_learners(federation, training, objective, options=options)[1][index[name]]
                 trained.discard(name)
         updates = {}
         for name in record["participants"]:
@@ -202,7 +206,7 @@ def replay(
             updates[name] = learner.train_round(state.theta, state.c, state.control)
         if record["status"] != "applied":
             continue
-        influence, fraction = plan.influence, plan.training.batch_fraction
+        influence, fraction = plan.influence, plan.batch_fraction
         aggregate = server.Aggregate.of(
             [
                 bounded(updates[name], influence.weight_of(name, fraction), influence.update_norm)
@@ -227,5 +231,5 @@ def adult_split(parts: int) -> Federation:
 
 
 def _initial_theta(plan: AggregatorPlan, federation: Federation) -> torch.Tensor:
-    template, _ = make_learners(federation, training_config(plan), plan.objective)
+    template, _ = make_learners(federation, plan.training, plan.objective, options=simulation_options(plan))
     return flat_parameters(template)

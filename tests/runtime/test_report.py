@@ -295,6 +295,7 @@ def vertices(dom: str, gid: str) -> np.ndarray:
     return np.asarray(numbers).reshape(-1, 2)
 
 
+@pytest.mark.slow
 def test_the_page_renders_in_chromium_with_the_logs_values(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,7 +18,7 @@ from hypothesis.extra.numpy import arrays
 
 from fedfair.core import server
 from fedfair.core.errors import ConfigError
-from fedfair.research.launch import training_config
+from fedfair.research.launch import simulation_options
 from fedfair.simulation.rounds import make_learners
 from fedfair.research.workspace import make_workspace, toml_text
 from fedfair.runtime.aggregator.board import Board
@@ -333,7 +333,7 @@ def test_the_collaborators_learner_is_the_simulations_client(tmp_path: Path) -> 
     workspace = new_workspace(tmp_path, NAMES)
     plan = load_aggregator_plan(workspace.plan)
     shared = load_shared_settings(shared_settings(plan))
-    _, expected = make_learners(adult_by_race(), training_config(plan), plan.objective)
+    _, expected = make_learners(adult_by_race(), plan.training, plan.objective, options=simulation_options(plan))
     for index, name in enumerate(NAMES):
         data = load_local_data(load_collaborator_config(workspace.configs[name]), shared)
         learner = build_learner(data, shared, torch.device("cpu"), name=name)

@@ -26,8 +26,10 @@ class StatisticsFailed(FedfairError):
 
 
 class StatisticsAborted(StatisticsFailed):
-    """The statistics aggregation aborted (too few parties answered, or some misbehaved): what a later
-    run of it may heal. `culprits` (name -> why) are those the protocol named."""
+    """The statistics aggregation aborted (too few parties answered, or some misbehaved).
+
+    What a later run of it may heal. `culprits` (name -> why) are those the protocol named.
+    """
 
     def __init__(self, message: str, culprits: Mapping[str, str]) -> None:
         super().__init__(message)

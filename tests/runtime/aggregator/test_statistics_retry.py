@@ -131,6 +131,7 @@ def assert_all_finished(collaborators: list[Background]) -> None:
         assert collaborator.error is None and collaborator.result == 0, collaborator.error
 
 
+@pytest.mark.slow
 def test_collaborators_that_withdraw_from_the_statistics_round_finish_it_on_the_rerun(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

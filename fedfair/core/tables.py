@@ -1,7 +1,9 @@
-"""Checked reading of TOML tables: every value's type and range, every key against the known ones.
+"""The one reader of TOML files and tables: every value's type and range, every key against the known ones.
 
-The aggregator's plan, a collaborator's config and the settings the aggregator shares
-(JSON, read the same way) go through :class:`Table`. An unknown section or key is
+The aggregator's plan, a collaborator's config, the manifest, the scaffold and the data
+check read TOML here (:func:`read_toml`, :func:`parse_toml`; nothing else in fedfair
+imports tomllib), and the plan's sections and the settings the aggregator shares (JSON,
+read the same way) go through :class:`Table`. Standard library only. An unknown section or key is
 refused with the closest known name as a suggestion; every error is one
 :class:`~fedfair.core.errors.ConfigError` line naming the file, the section, the
 problem and the fix.
@@ -21,7 +23,6 @@ from pathlib import Path
 from typing import Any, Final, Literal, NoReturn
 
 from fedfair.core.errors import ConfigError
-from fedfair.pki import validate_name
 
 ADDRESS_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
 
@@ -92,6 +93,14 @@ def check_sections(source: str, data: Mapping[str, object], known: tuple[str, ..
             raise ConfigError(f"{source}: unknown section [{section}]; {suggest(section, list(known))}")
 
 
+def parse_toml(text: str, source: Path | str) -> dict[str, Any]:
+    """The content of TOML `text` read from `source`, or one line saying what to fix."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: not valid TOML ({error}); fix the syntax") from None
+
+
 def read_toml(path: Path | str) -> tuple[Path, dict[str, Any]]:
     """The resolved path and the content of a TOML file, or one line saying what to fix."""
     path = Path(path)
@@ -100,8 +109,25 @@ def read_toml(path: Path | str) -> tuple[Path, dict[str, Any]]:
             return path.resolve(), tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"{path} not found; copy the template next to it and edit it") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read it as TOML ({error}); give a TOML file") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML ({error}); fix the syntax") from None
+
+
+def parse_json_object(text: str | bytes, source: object, fix: str) -> dict[str, Any]:
+    """The JSON object in `text` (a manifest's pinned settings, the aggregator's plan).
+
+    Raises:
+        ConfigError: naming `source` and `fix`, when `text` is not JSON or not an object.
+    """
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: a 5,000-digit integer; Recursion: deep
+        raise ConfigError(f"{source}: not valid JSON; {fix}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object; {fix}")
+    return data
 
 
 class Table:
@@ -126,9 +152,11 @@ class Table:
         return cls(source, section, data.get(section, {}), keys)
 
     def fail(self, message: str) -> NoReturn:
+        """Raise a ConfigError: `message`, prefixed with the file it is about."""
         raise ConfigError(f"{self.source}: {message}")
 
     def bad(self, key: str, value: object, expected: str) -> NoReturn:
+        """Refuse `key`'s `value`: what was expected, what was given, and that the value is the fix."""
         self.fail(f"[{self.section}] {key} must be {expected}, got {shown(value)}; fix the value")
 
     def given(self, key: str) -> bool:
@@ -145,6 +173,11 @@ class Table:
     def integer(
         self, key: str, default: int | Required = REQUIRED, *, low: int | None = None, high: int | None = None
     ) -> int:
+        """An integer (never a boolean) within [`low`, `high`] where given; `default` if the key is absent.
+
+        Raises:
+            ConfigError: the key is required and absent, or its value is not such an integer.
+        """
         expected = (
             "an integer" + (f" >= {low}" if low is not None else "") + (f" <= {high}" if high is not None else "")
         )
@@ -166,6 +199,11 @@ class Table:
         check: Callable[[float], bool] = lambda _: True,
         expected: str,
     ) -> float:
+        """A finite number (an integer is taken as a float) for which `check` holds; `expected` says which.
+
+        Raises:
+            ConfigError: the key is required and absent, or its value is not such a number.
+        """
         value = self._value(key, default, expected)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(_as_float(value)):
             self.bad(key, value, expected)
@@ -175,6 +213,7 @@ class Table:
         return number
 
     def boolean(self, key: str, default: bool | Required = REQUIRED) -> bool:
+        """A TOML boolean (never a number or a string); `default` if the key is absent."""
         value = self._value(key, default, "true or false")
         if not isinstance(value, bool):
             self.bad(key, value, "true or false")
@@ -189,6 +228,12 @@ class Table:
         pattern: re.Pattern[str] | None = None,
         expected: str = "a non-empty string",
     ) -> str:
+        """A non-empty string, one of `choices` or matching `pattern` where given.
+
+        Raises:
+            ConfigError: the key is required and absent, or its value does not fit; an unknown choice
+                is answered with the nearest known one.
+        """
         if choices:
             expected = "one of " + ", ".join(f'"{choice}"' for choice in choices)
         value = self._value(key, default, expected)
@@ -204,15 +249,17 @@ class Table:
         return value
 
     def strings(self, key: str) -> tuple[str, ...]:
+        """A required, non-empty list of non-empty strings."""
         value = self._value(key, REQUIRED, "a list of strings")
         if not isinstance(value, list) or not value or not all(isinstance(item, str) and item for item in value):
             self.bad(key, value, "a non-empty list of strings")
         return tuple(value)
 
-    def name(self, key: str, default: str | Required = REQUIRED) -> str:
+    def name(self, key: str, validate: Callable[[str], str], default: str | Required = REQUIRED) -> str:
+        """A participant name, checked by `validate` (fedfair.pki.validate_name) and refused naming this key."""
         value = self.string(key, default, expected="a participant name like 'hospital-a'")
         try:
-            return validate_name(value)
+            return validate(value)
         except ConfigError as error:
             self.fail(f"[{self.section}] {key}: {error}")
 
@@ -229,6 +276,7 @@ class Table:
         return dict(value)
 
     def address(self, key: str, default: str | Required = REQUIRED) -> str:
+        """A ``host:port`` address with a port in 1..65535."""
         value = self.string(key, default, expected='host:port, e.g. "localhost:50051"')
         match = ADDRESS_RE.fullmatch(value)
         if match is None or not 1 <= int(match.group(2)) <= 65535:

@@ -9,7 +9,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.plan import load_aggregator_plan, load_shared_settings, shared_settings
-from fedfair.runtime.toml_tables import SHOWN_CHARACTERS, Table
+from fedfair.core.tables import SHOWN_CHARACTERS, Table
 from tests.runtime.harness import new_workspace
 
 
