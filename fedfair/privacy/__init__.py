@@ -13,7 +13,7 @@ one round: every round's steps join one history (noise, sample rate, steps) per
 collaborator, persisted in a JSON state file so that it survives restarts, and
 the cumulative (epsilon, delta) comes from a PRV accountant (RDP as a cross-check).
 A round that would push epsilon past the collaborator's budget is refused before
-it trains (`PrivacyBudgetExhausted`); the federation goes on without it while
+it trains (`PrivacyBudgetError`); the federation goes on without it while
 its quorum holds. Poisson samples and noise come from OS entropy, never from the
 plan's seed, which the aggregator knows.
 

@@ -22,6 +22,15 @@ large federations. The modules, bottom up:
 - :mod:`~fedfair.secagg.demo`: the ``fedfair secagg-demo`` command.
 """
 
+from fedfair.core.errors import (
+    AuthenticationError,
+    PrivacyWarning,
+    ProtocolError,
+    StaleMessageError,
+    SumOutOfRangeError,
+    ThresholdError,
+    UnmaskRefusedError,
+)
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig, check_threshold, threshold_for
 from fedfair.secagg.encode import (
@@ -30,15 +39,6 @@ from fedfair.secagg.encode import (
     EncodingConfig,
     check_no_wraparound,
     largest_safe_fractional_bits,
-)
-from fedfair.secagg.errors import (
-    AuthenticationError,
-    PrivacyWarning,
-    ProtocolError,
-    StaleMessageError,
-    SumOutOfRangeError,
-    ThresholdError,
-    UnmaskRefusedError,
 )
 from fedfair.secagg.wire import Stage
 from fedfair.secagg.server import AggregateResult, Server

@@ -11,7 +11,7 @@ order, carrying each returned message to the server and each server message back
     consistency(SurvivorSet)             -> ConsistencySignature   (may be repeated)
     unmask(UnmaskRequest)                -> UnmaskResponse         (may be repeated)
 
-A step that receives a bad message raises a :class:`~fedfair.secagg.errors.ProtocolError`
+A step that receives a bad message raises a :class:`~fedfair.core.errors.ProtocolError`
 subclass and leaves the state unchanged, so the runtime may wait for a correct one.
 A peer's misbehaviour in the SHARE stage is not an error: the party *accuses* the peer
 in its share check, and the server leaves the accused out of the masking set.
@@ -44,17 +44,11 @@ import os
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError, ThresholdError, UnmaskRefusedError
 from fedfair.pki.identity import CredentialVerifier, sign
 from fedfair.secagg import keys, prg, shamir
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.errors import (
-    AuthenticationError,
-    ProtocolError,
-    ThresholdError,
-    UnmaskRefusedError,
-)
 from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
     AdvertiseKeys,

@@ -15,9 +15,9 @@ who survived and returns what to send next:
 In the UNMASK stage :meth:`Server.ready` says when every secret can already be rebuilt
 and verified, so a runtime may close the stage before its deadline.
 
-A ``receive_*`` step raises a :class:`~fedfair.secagg.errors.ProtocolError` subclass
+A ``receive_*`` step raises a :class:`~fedfair.core.errors.ProtocolError` subclass
 for a message it refuses (the runtime drops it); a closing step raises
-:class:`~fedfair.secagg.errors.ThresholdError` when fewer than t parties remain, which
+:class:`~fedfair.core.errors.ThresholdError` when fewer than t parties remain, which
 aborts the round: nothing is unmasked and every later call is refused.
 
 What the server learns: masked inputs arrive and are summed at once (memory O(d)),
@@ -34,7 +34,7 @@ key), trying other t-subsets of the shares when the first fails; a revealed shar
 does not match its owner's signed dealing (verified once per owner at SHARE) is a provably
 bad share and its responder is named, and dealt shares that disagree with each other or
 with the commitment name their owner. A decoded sum outside what honest inputs can produce voids the round
-(:class:`~fedfair.secagg.errors.SumOutOfRangeError`).
+(:class:`~fedfair.core.errors.SumOutOfRangeError`).
 """
 
 from __future__ import annotations
@@ -46,12 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.pki.identity import CredentialVerifier, is_valid_signature
-from fedfair.secagg import keys, prg
-from fedfair.secagg.credentials import verify_advertisement
-from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.encode import Decoded
-from fedfair.secagg.errors import (
+from fedfair.core.errors import (
     AuthenticationError,
     ProtocolError,
     StaleMessageError,
@@ -59,6 +54,11 @@ from fedfair.secagg.errors import (
     ThresholdError,
     UnmaskRefusedError,
 )
+from fedfair.pki.identity import CredentialVerifier, is_valid_signature
+from fedfair.secagg import keys, prg
+from fedfair.secagg.credentials import verify_advertisement
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.encode import Decoded
 from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
     AdvertiseKeys,

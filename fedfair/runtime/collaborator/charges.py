@@ -44,7 +44,7 @@ class Charges:
 
     def training(self, round_number: int, model: str, dimension: int) -> None:
         """Charge one distributed DP-SGD round on `model` (its update `dimension` values long) to the ledger,
-        before its noised words are kept and sent; BudgetSpent, charging nothing, past the budget."""
+        before its noised words are kept and sent; PrivacyBudgetError, charging nothing, past the budget."""
         privacy = self.shared.privacy
         noise, _ = self.shared.training_noise(self.shared.collaborator_count, dimension)
         # The add-on of rounding and wraps was counted for the plan's steps; each round carries its part.
@@ -66,7 +66,7 @@ class Charges:
     def evaluation(
         self, encoded: np.ndarray, round_number: int, model: str, columns: tuple[CompositionColumn, ...]
     ) -> None:
-        """Under the plan's [privacy] report_epsilon: charge this fresh answer to the ledger (BudgetSpent past
+        """Under the plan's [privacy] report_epsilon: charge this fresh answer to the ledger (PrivacyBudgetError past
         the budget), then add this party's share of the Skellam noise to its encoded words, from the OS's
         CSPRNG, before masking. A no-op for exact reports."""
         privacy = self.shared.privacy
