@@ -15,7 +15,7 @@ from torch.func import functional_call, grad, vmap
 
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig
-from fedfair.core.errors import ConfigError, PrivacyBudgetError, QuorumError
+from fedfair.core.errors import BudgetReason, ConfigError, PrivacyBudgetError, QuorumError, QuorumReason
 from fedfair.core.local import LocalLearner, contributing_updates
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
@@ -162,11 +162,13 @@ def test_spent_budget_stops_one_collaborator_and_the_federation_goes_on(
     _, fresh = make_learners(small_adult_federation, training, objective)
     restarted = PrivateLearner(fresh[0], configs[0], accountant=PrivacyAccountant(paths[0]), name=names[0])
     before = flat_parameters(fresh[0].model)
-    with pytest.raises(PrivacyBudgetError, match="stops contributing"):
+    with pytest.raises(PrivacyBudgetError, match="stops contributing") as spent:
         restarted.train_round(state.theta, state.c)
+    assert spent.value.reason is BudgetReason.LEARNER_SPENT
     assert torch.equal(flat_parameters(fresh[0].model), before)
-    with pytest.raises(QuorumError, match="below the quorum of 3"):
+    with pytest.raises(QuorumError, match="below the quorum of 3") as lost:
         contributing_updates([restarted, *active], state.theta, state.c, quorum=3)
+    assert lost.value.reason is QuorumReason.LOST
 
 
 def small_learner(model: str, seed: int = 3) -> LocalLearner:

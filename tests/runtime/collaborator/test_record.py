@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedfair.core.errors import ConfigError, PermanentFailureError, PrivacyBudgetError, RefusedError
+from fedfair.core.errors import BudgetReason, ConfigError, PermanentFailureError, PrivacyBudgetError, RefusedError
 from fedfair.privacy import distributed
 from fedfair.runtime.collaborator.record import InputRecord, Kept
 
@@ -174,6 +174,7 @@ def test_the_ledger_survives_kill_9_mid_write_and_still_refuses_past_its_budget(
     release = distributed.Release("skellam", 1e6, 40.0, 10.0, 0.01)
     spent = record.spent(1e-5)
     assert spent == pytest.approx(distributed.epsilon([dataclasses.replace(release, steps=len(rounds))], 1e-5))
-    with pytest.raises(PrivacyBudgetError, match=f"on {len(rounds)} train answers"):
+    with pytest.raises(PrivacyBudgetError, match=f"on {len(rounds)} train answers") as refused:
         record.charge("train", len(rounds) + 1, "next", release, 1e-5, spent)
+    assert refused.value.reason is BudgetReason.ANSWER_REFUSED
     assert len(InputRecord(path, "fed").ledger()) == len(rounds)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import ConfigError, RefusedError
+from fedfair.core.errors import ConfigError, Refusal, RefusedError
 from fedfair.runtime.collaborator import steps
 from fedfair.runtime.collaborator.record import InputRecord, Kept
 from fedfair.runtime import plan
@@ -86,8 +86,9 @@ def test_a_binding_survives_a_restart_and_refuses_other_survivors(tmp_path: Path
                           smaller.to_bytes())
     # The same model in a later round (a round aborted, the model unchanged) is bound to the same survivors.
     assert restarted.view(5, "train", "model-digest").survivors == frozenset(harness.config.parties)
-    with pytest.raises(RefusedError, match="round 5 .train. was already answered for another model"):
+    with pytest.raises(RefusedError, match="round 5 .train. was already answered for another model") as bound:
         restarted.view(5, "train", "next-model")
+    assert bound.value.reason is Refusal.INPUT_BOUND
 
 
 def test_a_rounds_training_may_run_again_after_its_evaluation_was_signed(tmp_path: Path) -> None:
