@@ -26,11 +26,13 @@ $(STAMP): pyproject.toml constraints.txt
 demo: setup
 	$(PY) -m fedfair.cli launch --keep
 
-# Static types first: mypy (strict, configured in pyproject.toml) must find nothing; then the API
-# reference must build from the docstrings: pdoc fails on a module it cannot import, and any warning
-# but an annotation it cannot evaluate (names imported only for type checking) fails the check.
+# Static types first: mypy (strict, configured in pyproject.toml) must find nothing; then ruff's
+# docstring rules (pydocstyle, Google convention: every public name documented, a one-line summary);
+# then the API reference must build from the docstrings: pdoc fails on a module it cannot import, and
+# any warning but an annotation it cannot evaluate (names imported only for type checking) fails the check.
 check: setup
 	$(PY) -m mypy
+	$(PY) -m ruff check fedfair
 	$(MAKE) --no-print-directory api
 
 # fedfair.bundle and fedfair.datasets import their names on first use (so `--help` loads no PyTorch);

@@ -30,8 +30,11 @@ __all__ = ["FederatedResult", "federate"]
 
 @dataclass(frozen=True)
 class FederatedResult:
-    """What a federation trained: the model (the algorithm's averaged output, in eval mode), its
-    threshold c, one record per recorded round, and the server's final state (the last iterate too)."""
+    """What a federation trained.
+
+    The model (the algorithm's averaged output, in eval mode), its threshold c, one record per recorded round,
+    and the server's final state (the last iterate too).
+    """
 
     model: nn.Module
     threshold: float

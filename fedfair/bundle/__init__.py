@@ -1,5 +1,7 @@
-"""Model bundles: a trained model with its architecture, encoder, threshold, plan, metrics and
-provenance in one file that reads as tensors and JSON only, and `fedfair predict` / `evaluate` on it.
+"""Model bundles.
+
+A trained model with its architecture, encoder, threshold, plan, metrics and provenance in one file that reads
+as tensors and JSON only, and `fedfair predict` / `evaluate` on it.
 
 - ``write_bundle(path, bundle)`` / ``load_bundle(path)``: the file (``torch.load(weights_only=True)``).
 - ``Bundle.build_model(allowed=...)``: the trained ``nn.Module``, ready to predict; a model that a
@@ -35,8 +37,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The names of :mod:`fedfair.bundle.format`, imported on first use: it loads PyTorch, which
-    ``fedfair predict --help`` (and anything else that only names this package) should not wait for."""
+    """The names of :mod:`fedfair.bundle.format`, imported on first use.
+
+    It loads PyTorch, which ``fedfair predict --help`` (and anything else that only names this package) should
+    not wait for.
+    """
     if name in __all__:
         from fedfair.bundle import format as bundle_format
 

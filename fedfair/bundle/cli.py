@@ -58,8 +58,10 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 
 
 def kept_columns(flags: list[str], present: list[str]) -> list[str]:
-    """The columns ``--keep`` names (repeated or comma-separated), each once, in order; ConfigError naming
-    the closest column for one the table lacks."""
+    """The columns ``--keep`` names (repeated or comma-separated), each once, in order.
+
+    ConfigError naming the closest column for one the table lacks.
+    """
     import difflib
 
     names = list(dict.fromkeys(name.strip() for flag in flags for name in flag.split(",") if name.strip()))

@@ -1,18 +1,11 @@
 """What `fedfair predict` and `fedfair evaluate` do: use a model bundle on an institution's own table.
 
-Both encode the table with the bundle's encoder (the federation's schema and its
-statistics), so a row is turned into features exactly as in training. `evaluate`
-reports the pooled group risks of :mod:`fedfair.fairness.pooled` from the per-sample
-losses of :mod:`fedfair.core.evaluation`: the same numbers the simulation reports.
-With ``--composition race,income`` it also says who is in the worst-off group: each cell of the
-named columns, its share of the worst rho-fraction beside its share of the table
-(:mod:`fedfair.bundle.composition`). The functions behind the commands are the Python API for the
-same work.
-
 The command lines themselves are :mod:`fedfair.bundle.cli` (light, so their ``--help`` does not
 load PyTorch). A bundle whose model comes from a factory ("package.module:function") is used only when the
 user names that factory with ``--allow-factory`` (``allowed`` in Python): the name comes from
 the bundle's file, and importing it runs code, so the bundle can never consent on its own.
+
+Why: docs/design.md, "Inside the model bundle".
 """
 
 from __future__ import annotations
@@ -60,8 +53,10 @@ def bundle_encoder(bundle: Bundle) -> Encoder:
 def encode_table(
     bundle: Bundle, table: pd.DataFrame, source: str, *, unseen: dict[str, dict[str, int]] | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """The table's features (and labels, None without the label column) as the bundle's encoder makes them;
-    with `unseen`, categories the federation never listed are encoded as none of them and recorded there."""
+    """The table's features (and labels, None without the label column) as the bundle's encoder makes them.
+
+    With `unseen`, categories the federation never listed are encoded as none of them and recorded there.
+    """
     features, labels = bundle_encoder(bundle).encode(table, source, unseen=unseen)
     expected = bundle.architecture.get("features")
     if expected is not None and features.shape[1] != expected:
@@ -173,7 +168,8 @@ def evaluate_composition(
     allowed: Collection[str] = (),
 ) -> tuple[GroupRiskReport, list[CellShare]]:
     """:func:`evaluate_table`'s report and, from the same losses, the worst rho-fraction's composition
-    by ``columns`` of ``table`` (:func:`fedfair.bundle.composition.worst_group_composition`)."""
+    by ``columns`` of ``table`` (:func:`fedfair.bundle.composition.worst_group_composition`).
+    """
     rho = evaluation_rho(bundle, rho)
     result = table_losses(bundle, table, source, allowed=allowed)
     schema = bundle_encoder(bundle).schema

@@ -1,21 +1,9 @@
 """`fedfair evaluate --composition COLUMN[,COLUMN]`: who is in a bundle's worst-off group on a table.
 
-The evaluation scores every row of the table (the encoder drops none: a missing label is
-refused, a missing feature is refused or imputed by the schema's policy), so the per-sample
-losses and the table's rows line up by position. This module reads the named columns from the
-*raw* table, the same rows in the same order, and hands them with the losses to
-:mod:`fedfair.fairness.composition`, which does the counting:
-
-- any column of the table may be named, also one the model does not use (race, say, when the
-  federation left it out of the features): the encoder ignores extra columns;
-- the label column is shown by its class names (the schema's classes), in class order;
-- a missing cell is its own value, ``<missing>`` (shown last), as the imputing encoder treats it;
-- a numeric column with more than :data:`MAX_NUMERIC_VALUES` distinct values, or a text column
-  with more than :data:`MAX_TEXT_VALUES`, is **refused** rather than binned: bands are the
-  user's choice (an age band is not a quantile), so the message says how to add a banded column.
-
 Cells are listed in each column's own order: numbers by value, the label by class, text
 alphabetically, ``<missing>`` last.
+
+Why: docs/design.md, "Inside the model bundle".
 """
 
 from __future__ import annotations
@@ -151,8 +139,11 @@ def composition_text(shares: Sequence[CellShare], columns: Sequence[str], rho: f
 
 
 def composition_json(shares: Sequence[CellShare], columns: Sequence[str], rho: float, rows: int) -> dict[str, object]:
-    """The ``composition`` entry of ``fedfair evaluate --json``: the columns, the worst group's
-    size in rows (rho x rows, fractional at the boundary) and one object per cell."""
+    """The ``composition`` entry of ``fedfair evaluate --json``.
+
+    The columns, the worst group's size in rows (rho x rows, fractional at the boundary) and one object per
+    cell.
+    """
     return {
         "columns": list(columns),
         "rho": rho,

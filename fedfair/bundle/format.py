@@ -6,16 +6,7 @@ schema encoder's statistics (so a new table is encoded exactly as in training), 
 threshold c, the plan, the metrics history and provenance (rounds, how many rounds each
 institution contributed, fedfair's version, when it was written; never any data).
 
-On disk it is a ``torch.save`` of a plain dict: a format name, a version, the metadata
-as one JSON string and the tensors in a dict of their own. It is read with
-``torch.load(weights_only=True)`` only, so reading a bundle unpickles tensors and plain
-values and nothing else: a file that carries any other pickled object is refused.
-
-A factory architecture is only a name and JSON arguments, but building its model imports
-that module and calls that function, which is code running with this process's rights.
-So :meth:`Bundle.build_model` imports nothing the user has not allowed: its ``allowed``
-(``--allow-factory`` on the command line) must name the factory, and a bundle alone can
-never consent for them. A built-in architecture needs no consent.
+Why: docs/design.md, "Inside the model bundle".
 """
 
 from __future__ import annotations
@@ -75,7 +66,7 @@ class Bundle:
 
         ``allowed`` is the user's own list of factories they trust: a factory architecture is
         imported and called only if it is named there (else
-        :class:`fedfair.core.models.FactoryNotAllowed`, before any import), since the name came
+        :class:`fedfair.core.errors.FactoryNotAllowedError`, before any import), since the name came
         from the bundle's file. A built-in architecture needs none.
         The model takes the weights' dtype, so a model trained in float64 predicts in float64.
         """

@@ -7,31 +7,7 @@
   new control variate);
 - server: `server_init` and `server_apply` (`fedfair.core.server`'s pure step).
 
-The executors only compute gradients, each its own way, and hand them to these rules:
-`fedfair.core.local.LocalLearner` (one collaborator's model, autograd), the vectorised
-clients of the in-process simulation (every collaborator's parameters stacked along a
-leading client axis, one vmap), `fedfair.privacy.learner.PrivateLearner` (clipped and
-noised DP-SGD gradients) and the gRPC collaborator, which drives a LocalLearner or a
-PrivateLearner. So a step's size, the drift correction and the projection of c are the same
-whichever executor runs them, and a new executor cannot forget one.
-
-The rules act on a client's state tensors: theta's tensors, then c when there is a
-threshold. A tensor may carry a leading client axis ([K, ...]); the rules then act on
-every client at once (row k is client k), which is how the vectorised clients use them.
-
-With `LocalConfig.drift_correction` = "scaffold" a client keeps SCAFFOLD's control
-variate (Karimireddy et al. 2020, option II) for theta and c, laid out as one float64
-vector [theta's coordinates, c] and kept in step units: sigma_k = lr * s_k (c's
-coordinate with threshold_lr), s_k the gradient estimate SCAFFOLD writes, so that the
-values that travel are parameter moves, the size the encoding's clip is set for, and the
-server needs no step size. Every local step is followed by x -= sigma - sigma_k, sigma
-the server's control variate sent with (theta_t, c_t); `client_final` sets
-sigma_k+ = sigma_k - sigma + (x_t - x_k) / tau (the round's mean corrected step) and
-sends it beside the update. The server's next sigma is the weighted mean of the sigma_k+
-it received: one more secure sum, and nothing accumulated across rounds, so a
-collaborator that drops out, restarts or sits a round out leaves no error behind
-(SCAFFOLD's running update s += mean(s_k+ - s_k) is the same value when everyone
-contributes).
+Why: docs/design.md, "Inside the learning core".
 """
 
 from __future__ import annotations
@@ -63,8 +39,10 @@ class ClientRound:
 
 @dataclass(frozen=True)
 class FedSRCVaR:
-    """Algorithm 1's rules for local steps `local`; `bound` is B, or None without a threshold
-    (then the objective is the plain mean loss and the rules are FedAvg's, with c absent).
+    """Algorithm 1's rules for local steps `local`.
+
+    `bound` is B, or None without a threshold (then the objective is the plain mean loss and the rules are
+    FedAvg's, with c absent).
 
     `momentum` is the server's heavy-ball beta on the decoded mean update (`fedfair.core.server`);
     0 is Algorithm 1's plain averaging step. `adam`, instead, is FedAdam's server step on theta

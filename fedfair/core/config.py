@@ -28,8 +28,11 @@ DRIFT_CORRECTIONS = ("none", "scaffold")
 
 @dataclass(frozen=True)
 class Interval:
-    """Where a setting's value must lie, stated once: the core objects check it, and the plan reader
-    and the command line quote it in their errors (`expected`), so no reader keeps its own copy."""
+    """Where a setting's value must lie, stated once.
+
+    The core objects check it, and the plan reader and the command line quote it in their errors (`expected`),
+    so no reader keeps its own copy.
+    """
 
     low: float
     high: float = math.inf

@@ -52,6 +52,9 @@ def local_batch_size(num_samples: int, fraction: float) -> int:
 
 
 def client_seed(seed: int, index: int) -> int:
-    """Collaborator `index`'s sampler seed: distinct per client, and the same in the simulation
-    and in the real collaborator process, so both draw the same mini-batches."""
+    """Collaborator `index`'s sampler seed.
+
+    Distinct per client, and the same in the simulation and in the real collaborator process, so both draw the
+    same mini-batches.
+    """
     return seed * 1_000_003 + index

@@ -189,9 +189,12 @@ class PermanentFailureError(FailureError, ConfigError):
 
 
 class ProtocolError(FedfairError):
-    """A secure-aggregation message or request broke the protocol: the receiving state machine
-    refused it and its own state did not change. The runtime drops the message (and, if it came
-    from a party, treats that party as silent). Bad configuration is a ConfigError instead."""
+    """A secure-aggregation message is malformed, out of order, duplicated or inconsistent with the round.
+
+    The receiving state machine refused it and its own state did not change; the runtime drops the
+    message (and, if it came from a party, treats that party as silent). Bad configuration is a
+    ConfigError instead.
+    """
 
 
 class AuthenticationError(ProtocolError):

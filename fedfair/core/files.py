@@ -1,5 +1,7 @@
-"""Writing files so that a crash leaves the old version or the whole new one, never half; reading
-JSON state back within bounds, so a damaged or hostile file is one clear error, never a traceback."""
+"""Writing files so that a crash leaves the old version or the whole new one, never half.
+
+Reading JSON state back within bounds, so a damaged or hostile file is one clear error, never a traceback.
+"""
 
 from __future__ import annotations
 
@@ -53,8 +55,10 @@ _BRACKET = re.compile(rb"[\[\]{}]")
 
 
 class _OutOfRange:
-    """A number that parsed but may not be kept (not finite, or an integer too large): the walk
-    after parsing names the field that holds it."""
+    """A number that parsed but may not be kept (not finite, or an integer too large).
+
+    The walk after parsing names the field that holds it.
+    """
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -76,8 +80,10 @@ def _constant(text: str) -> _OutOfRange:
 def parse_json(
     payload: bytes, source: str, fix: str, *, max_bytes: int = MAX_STATE_BYTES, max_depth: int = MAX_JSON_DEPTH
 ) -> Any:
-    """`payload` as JSON, bounded: at most `max_bytes` long and `max_depth` deep, every number finite
-    and every integer within +-MAX_JSON_INTEGER.
+    """`payload` as JSON, bounded.
+
+    At most `max_bytes` long and `max_depth` deep, every number finite and every integer within
+    +-MAX_JSON_INTEGER.
 
     Anything else is one ConfigError naming `source`, the field (``history[0][2]``) where one can be
     named, the problem and `fix`; never a RecursionError, an OverflowError or a traceback.
@@ -119,8 +125,10 @@ def _check_numbers(value: Any, where: str, source: str, fix: str) -> None:
 
 
 def read_json(path: Path, fix: str, *, max_bytes: int = MAX_STATE_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """The JSON state file at `path`, read with :func:`parse_json`'s bounds (the size checked before a byte is
-    read); a file that cannot be read is a ConfigError naming it and `fix` too."""
+    """The JSON state file at `path`, read with :func:`parse_json`'s bounds (the size checked before a byte is read).
+
+    A file that cannot be read is a ConfigError naming it and `fix` too.
+    """
     try:
         size = path.stat().st_size
         if size > max_bytes:

@@ -117,7 +117,8 @@ class LocalLearner:
 
     def begin(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> None:
         """Load the global pair (theta_t, c_t) at the start of a round, and with drift correction
-        the server's control variate sigma ([theta's coordinates, c] in step units; None counts as zeros)."""
+        the server's control variate sigma ([theta's coordinates, c] in step units; None counts as zeros).
+        """
         parameter = next(self.model.parameters())
         start_theta = theta.detach().to(parameter.device, parameter.dtype)
         load_flat_parameters(self.model, start_theta)
@@ -167,8 +168,10 @@ class LocalLearner:
         return self._round
 
     def finish(self) -> Update:
-        """The round's update (theta_k - theta_t, c_k - c_t) with weight b_k; with drift correction it
-        also moves sigma_k to sigma_k+ (the algorithm's `client_final`) and sends it."""
+        """The round's update (theta_k - theta_t, c_k - c_t) with weight b_k.
+
+        With drift correction it also moves sigma_k to sigma_k+ (the algorithm's `client_final`) and sends it.
+        """
         round_ = self._current_round()
         with torch.no_grad():
             c = self.threshold.c.detach() if self.threshold is not None else None

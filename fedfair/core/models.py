@@ -5,12 +5,7 @@ The built-in models use only layers DP-SGD can compute per-sample gradients for
 Binary tasks use one logit (true logistic regression, a unique optimum for the
 convex reference solver); multi-class tasks use one logit per class.
 
-An institution's own architecture comes from a factory named "package.module:function"
-(:func:`load_factory`, :func:`build_from_factory`), built under the same seed on every
-party so that all start from the same theta_0. A factory is code, so it is imported only
-when the party's own configuration consents to it: every caller passes the factories
-this party allows (a collaborator's ``[model] factories``, ``--allow-factory`` for a
-bundle, the aggregator's own plan), and a name that arrived over the wire alone is refused.
+Why: docs/design.md, "Inside the learning core".
 """
 
 from __future__ import annotations
@@ -179,7 +174,9 @@ def build_from_factory(
     path: str, arguments: Mapping[str, Any], *, allowed: Collection[str], seed: int = 0
 ) -> nn.Module:
     """`path`'s factory called with `arguments` under `seed` (the plan's): the same theta_0 on every party.
-    `allowed` is this party's own list of factories (:func:`load_factory`)."""
+
+    `allowed` is this party's own list of factories (:func:`load_factory`).
+    """
     factory = load_factory(path, allowed)
     return trainable_module(seeded(lambda: factory(**arguments), seed), f"model factory '{path}'")
 

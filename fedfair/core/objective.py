@@ -5,14 +5,10 @@ RCVaR blends the mean loss with the mean loss of the worst rho-fraction of sampl
     RCVaR = (1 - eps) * CVaR_rho(l) + eps * mean(l),
     CVaR_rho(l) = min_c  c + mean((l - c)+) / rho.
 
-Because the minimisation over c sits outside a plain average of per-sample terms,
-the whole objective is an average over samples of
-
-    f(theta, c; z) = (1 - eps) * (c + (l - c)+ / rho) + eps * l,
-
-which is what lets a federation minimise it by averaging (theta, c) updates. We
-train the smoothed form, where the plus function is replaced by a convex,
-(2/gamma)-smooth s with 0 <= s(x) - max(x, 0) <= gamma.
+With c a parameter it is an average of per-sample terms (docs/design.md section 1), which
+is what lets a federation minimise it by averaging (theta, c) updates. We train the smoothed
+form, where the plus function is replaced by a convex, (2/gamma)-smooth s with
+0 <= s(x) - max(x, 0) <= gamma.
 """
 
 from __future__ import annotations
@@ -155,13 +151,16 @@ class RCVaRThreshold(nn.Module):
         return smoothed_rcvar_per_sample(losses, self.c, self.epsilon, self.rho, self.smooth)
 
     def grad_c_per_sample(self, losses: torch.Tensor) -> torch.Tensor:
-        """d f_smooth / d c for each sample: (1 - eps) * (1 - s'(l - c) / rho)."""
+        """D f_smooth / d c for each sample: (1 - eps) * (1 - s'(l - c) / rho)."""
         return (1.0 - self.epsilon) * (1.0 - self.smooth.derivative(losses - self.c) / self.rho)
 
     @torch.no_grad()
     def project(self) -> None:
-        """Project c onto [0, B]: Algorithm 1 does it at the server after averaging
-        (`fedfair.core.server.apply`); a local step does it only with LocalConfig.project_locally."""
+        """Project c onto [0, B].
+
+        Algorithm 1 does it at the server after averaging (`fedfair.core.server.apply`); a local step does it
+        only with LocalConfig.project_locally.
+        """
         self.c.clamp_(0.0, self.bound)
 
 

@@ -9,20 +9,7 @@ keeps the federation's control variate sigma, the weighted mean of the collabora
 new control variates (SCAFFOLD in step units, see `fedfair.core.local`), to send with
 the next round's pair.
 
-With a server momentum beta > 0 the server takes a heavy-ball step on the decoded mean
-update (FedAvgM; Hsu et al. 2019, Reddi et al. 2021): v_{t+1} = beta v_t + mean update,
-(theta, c) moves by v_{t+1}. v is a function of the decoded sums alone, so the step stays
-post-processing under DP and nothing new travels. Why: RCVaR's curvature is
-(1 - eps) / rho + eps times the loss's, so a stable step is that much smaller than ERM's
-(a tenth at rho = 0.1); momentum lets the directions of low curvature move 1 / (1 - beta)
-times as far per round, without a larger step in the steep ones.
-
-With `Adam` settings the server takes FedAdam's step instead (Reddi et al. 2021, Algorithm 2,
-without bias correction, as published) on theta: m = beta1 m + (1 - beta1) Delta, v = beta2 v +
-(1 - beta2) Delta^2 (Delta the decoded mean update of theta), theta moves by lr m / (sqrt(v) + tau).
-c keeps Algorithm 1's plain step on its mean update: its one coordinate would otherwise move by
-about lr per round whatever its gradient, far too slowly from c^1 = B to the quantile. Like the
-momentum it is a function of the decoded sums alone.
+Why: docs/design.md, "Inside the learning core".
 """
 
 from __future__ import annotations
@@ -88,8 +75,10 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class Adam:
-    """FedAdam's server step on theta (Reddi et al. 2021): step `lr`, moment decays `beta1`, `beta2`,
-    adaptivity `tau` (their defaults 0.9, 0.99 and 1e-3)."""
+    """FedAdam's server step on theta (Reddi et al. 2021).
+
+    Step `lr`, moment decays `beta1`, `beta2`, adaptivity `tau` (their defaults 0.9, 0.99 and 1e-3).
+    """
 
     lr: float
     beta1: float = 0.9
@@ -138,8 +127,11 @@ class ServerState:
 
 
 def init(theta: torch.Tensor, bound: float, c: float | None = None, *, drift_correction: bool = False) -> ServerState:
-    """Before round 1: theta^1 = the initial model, and c^1 at the upper bound B as the algorithm starts it;
-    with `drift_correction` the control variate sigma starts at zero, as every collaborator's does."""
+    """Before round 1.
+
+    Theta^1 = the initial model, and c^1 at the upper bound B as the algorithm starts it; with
+    `drift_correction` the control variate sigma starts at zero, as every collaborator's does.
+    """
     start = theta.detach().to("cpu", torch.float64).clone()
     c0 = float(bound if c is None else c)
     control = torch.zeros(start.numel() + 1, dtype=torch.float64) if drift_correction else None
@@ -157,8 +149,9 @@ def apply(
     momentum: float = 0.0,
     adam: Adam | None = None,
 ) -> ServerState:
-    """Round t = state.round + 1's server step: theta^{t+1} = theta^t + sum(w dtheta)/sum(w),
-    c^{t+1} = proj_[0,B](c^t + sum(w dc)/sum(w)).
+    """Round t = state.round + 1's server step.
+
+    Theta^{t+1} = theta^t + sum(w dtheta)/sum(w), c^{t+1} = proj_[0,B](c^t + sum(w dc)/sum(w)).
 
     With `momentum` beta > 0 the move is instead v^{t+1} = beta v^t + (sum(w dtheta), sum(w dc))/sum(w)
     (v^1 = 0), and c's part of v^{t+1} is then set to the move c actually made after projection, so

@@ -31,8 +31,11 @@ class Update:
     control: torch.Tensor | None = None
 
     def weighted_vector(self) -> torch.Tensor:
-        """The vector a collaborator submits, in float64: [w * delta, w * delta_c], followed by
-        w * control when drift correction is on (then 2 (d + 1) numbers, still only summed)."""
+        """The vector a collaborator submits, in float64.
+
+        [w * delta, w * delta_c], followed by w * control when drift correction is on (then 2 (d + 1) numbers,
+        still only summed).
+        """
         delta_c = torch.tensor([self.delta_c], dtype=torch.float64)
         parts = [self.delta.detach().to("cpu", torch.float64), delta_c]
         if self.control is not None:
@@ -41,9 +44,10 @@ class Update:
 
 
 def bounded(update: Update, weight: float, norm: float) -> Update:
-    """`update` as a federation with agreed weights submits it: with the agreed `weight` in place of
-    the batch size, and (delta, delta_c) scaled into the L2 ball of radius `norm`, so that this
-    collaborator moves the weighted mean by at most weight * norm / total weight.
+    """`update` as a federation with agreed weights submits it.
+
+    With the agreed `weight` in place of the batch size, and (delta, delta_c) scaled into the L2 ball of radius
+    `norm`, so that this collaborator moves the weighted mean by at most weight * norm / total weight.
 
     An update already inside the ball is returned with its tensors untouched (bit for bit). The
     drift-correction control variate is a separate sum, bounded coordinate by coordinate by the

@@ -254,8 +254,10 @@ _PARSERS: dict[str, Callable[[Path, DatasetInfo], Dataset]] = {
 
 
 def _write_arrays(dataset: Dataset, folder: Path) -> None:
-    """Save a Dataset as a folder of .npy files (plain arrays, no pickles), atomically: the folder
-    appears under its name only when whole, and a concurrent writer that got there first wins."""
+    """Save a Dataset as a folder of .npy files (plain arrays, no pickles), atomically.
+
+    The folder appears under its name only when whole, and a concurrent writer that got there first wins.
+    """
     arrays = {
         "x_train": dataset.x_train,
         "y_train": dataset.y_train,

@@ -113,7 +113,8 @@ def schema_from_file(path: Path) -> Schema:
 
 def check_against(schema: Schema, table: pd.DataFrame, source: str, *, pinned: bool = True) -> TableCheck:
     """Every problem of ``table`` under ``schema``, the schema edits that would accept it, and what the
-    model will not use (columns outside the schema) or should not (ID-like feature columns)."""
+    model will not use (columns outside the schema) or should not (ID-like feature columns).
+    """
     dialect = table.attrs.get("dialect")
     read_as = dialect.describe() if isinstance(dialect, Dialect) and dialect != Dialect() else ""
     problems = tuple(table_problems(schema, table, source))
@@ -190,7 +191,8 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
 def _unlisted(values: np.ndarray, listed: tuple[str, ...] | None) -> list[str]:
     """The distinct non-missing values (text, as the checks read them) not in ``listed``, most frequent
     first, leaving out those that are misspellings of a listed value (:func:`near_match`): their fix is
-    the cell, never a near-duplicate class or category."""
+    the cell, never a near-duplicate class or category.
+    """
     known = set(listed or ())
     counts = pd.Series(values, dtype=object).dropna().value_counts()
     rows = {str(value): int(count) for value, count in counts.items()}

@@ -1,5 +1,6 @@
 """`fedfair data list`, `fedfair data fetch NAME`, `fedfair data schema --csv TABLE --label COLUMN` and
-`fedfair data check --plan PLAN --csv TABLE`."""
+`fedfair data check --plan PLAN --csv TABLE`.
+"""
 
 from __future__ import annotations
 

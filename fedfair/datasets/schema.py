@@ -298,8 +298,10 @@ def categorical_levels(schema: Schema, column: Column, buckets: tuple[int, ...])
 def drafted_features(
     table: pd.DataFrame, label: str, features: Sequence[str] | None
 ) -> tuple[list[str] | None, dict[str, str]]:
-    """The features to draft a schema with: `features` as given, or (None) every column but the label
-    and the ID-like ones (:func:`fedfair.datasets.suspects.id_like_columns`); and those left out, with why.
+    """The features to draft a schema with.
+
+    `features` as given, or (None) every column but the label and the ID-like ones
+    (:func:`fedfair.datasets.suspects.id_like_columns`); and those left out, with why.
 
     None stands for "every column but the label" when nothing is left out, so the draft is unchanged.
     """

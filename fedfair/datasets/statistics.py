@@ -5,26 +5,7 @@ the same order, the same one-hot levels (even for a category it never saw), and 
 same scaling. The plan's ``[schema]`` fixes the first two; the scaling comes from
 statistics of all sites together, learnt by one secure-aggregation round:
 
-1. each site checks its table (:func:`fedfair.datasets.values.check_table`) and computes
-   :func:`statistics_vector`: its row count, per numeric column the count, sum and
-   sum of squares of its values, per categorical column the count of each category
-   (or of each hash bucket, for a column whose categories are learnt) and of missing
-   cells, with every small categorical count withheld (sent as 0) so that no sum of
-   sites' vectors reveals one;
-2. secure aggregation adds the sites' vectors, revealing only the total;
-3. every site (and the aggregator, for the model bundle) turns the total into the
-   same :class:`~fedfair.datasets.encoder.Encoder` with :func:`encoder_from_statistics`.
-
-Why exact integers: the secure sum is a sum of integers modulo 2^64. Numbers are
-quantised to x_q = round(x * 2^F) (F = ``fraction_bits``) and every coordinate a site
-sends is an integer of absolute value below 2^47, so up to 64 sites add up below 2^53:
-no wraparound, no float rounding, no clipping (``STATISTICS_CLIP`` and the constants beside it
-are the secure-aggregation settings that guarantee it). Sums that may be larger (sum x_q,
-sum x_q^2) travel as 24-bit limbs and are put back together with Python integers, so
-the pooled mean and standard deviation are those of the quantised values, exactly.
-Each value moves by at most 2^-(F+1) when quantised; the mean moves by at most that
-much, and so does the population standard deviation (centring and the root mean
-square are both 1-Lipschitz in the largest change of one value).
+Why: docs/design.md, "Inside the datasets library".
 """
 
 from __future__ import annotations
@@ -161,10 +142,12 @@ def statistics_vector(schema: Schema, table: pd.DataFrame, source: str = "the ta
 
 
 def statistics_sensitivity(schema: Schema) -> tuple[float, float]:
-    """(L1, L2): how far one record (added or removed) moves the statistics a sum reveals, in real units,
-    when no site suppresses: the row count by 1; per numeric column its count by 1, sum x by at most
-    ``max_abs`` and sum x^2 by at most ``max_abs``^2 (values above ``max_abs`` are refused, so it bounds
-    every value; quantised, by at most 2^-(F+1) more each); per categorical column one cell by 1.
+    """(L1, L2).
+
+    How far one record (added or removed) moves the statistics a sum reveals, in real units, when no site
+    suppresses: the row count by 1; per numeric column its count by 1, sum x by at most ``max_abs`` and sum x^2
+    by at most ``max_abs``^2 (values above ``max_abs`` are refused, so it bounds every value; quantised, by at
+    most 2^-(F+1) more each); per categorical column one cell by 1.
 
     What this does not give, and why statistics are not noised: (1) sites suppress small cells
     (:func:`suppress_small_cells`), and one record can carry a cell across the minimum and the smallest

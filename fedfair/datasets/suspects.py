@@ -155,8 +155,10 @@ def _fold(text: str) -> str:
 
 
 def at_rows(rows: np.ndarray, limit: int = 5) -> str:
-    """The table rows (0-based positions) as CSV line numbers, the header being line 1: "at line 4",
-    "at lines 4, 9, 17, 20, 31 and 12 more"."""
+    """The table rows (0-based positions) as CSV line numbers, the header being line 1.
+
+    "at line 4", "at lines 4, 9, 17, 20, 31 and 12 more".
+    """
     lines = [int(row) + 2 for row in rows[:limit]]
     if not lines:
         return ""

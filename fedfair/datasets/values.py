@@ -25,8 +25,10 @@ from fedfair.datasets.tabular import as_text, is_numeric
 
 
 def check_table(schema: Schema, table: pd.DataFrame, source: str, *, label_required: bool = True) -> None:
-    """Refuse a table that does not fit the schema, naming every problem at once: each column, its offending
-    values with their counts, and the fix, so that one run shows everything to correct.
+    """Refuse a table that does not fit the schema, naming every problem at once.
+
+    Each column, its offending values with their counts, and the fix, so that one run shows everything to
+    correct.
 
     Checks: every schema column (and the label, unless ``label_required`` is False, as
     for prediction) is present; numeric columns hold numbers within ``max_abs``; listed
@@ -43,8 +45,11 @@ def check_table(schema: Schema, table: pd.DataFrame, source: str, *, label_requi
 
 
 def table_problems(schema: Schema, table: pd.DataFrame, source: str, *, label_required: bool = True) -> list[str]:
-    """:func:`check_table`'s problems, each one line without the table's name: missing columns first, then
-    every present column's own (a table without rows, or with a column twice, is one problem)."""
+    """:func:`check_table`'s problems, each one line without the table's name.
+
+    Missing columns first, then every present column's own (a table without rows, or with a column twice, is one
+    problem).
+    """
     problems: list[str] = []
     try:
         table = named_columns(schema, table, source, label_required)
@@ -71,7 +76,8 @@ def _collect(problems: list[str], source: str, check: Callable[[], object]) -> N
 
 def named_columns(schema: Schema, table: pd.DataFrame, source: str, label_required: bool) -> pd.DataFrame:
     """The table with text column names, after checking it has rows and every column the schema needs
-    (all missing columns named at once)."""
+    (all missing columns named at once).
+    """
     if len(table) == 0:
         raise ConfigError(f"{source} has no data rows; give the table at least one row")
     table = table.rename(columns=str)
@@ -193,7 +199,8 @@ def label_codes(schema: Schema, series: pd.Series, source: str) -> np.ndarray:
 
 def _offenders(values: np.ndarray, mask: np.ndarray, limit: int = 5) -> str:
     """The most frequent offending values (``values[mask]``) with their row counts and first lines,
-    e.g. 'n/a' (12 rows at lines 4, 9, 17, 20, 31 and 7 more), 'x' (1 row at line 8)."""
+    e.g. 'n/a' (12 rows at lines 4, 9, 17, 20, 31 and 7 more), 'x' (1 row at line 8).
+    """
     offending = pd.Series(values[mask], index=np.flatnonzero(mask), dtype=object)
     counts = offending.value_counts()
     shown = [
@@ -206,7 +213,8 @@ def _offenders(values: np.ndarray, mask: np.ndarray, limit: int = 5) -> str:
 
 def _typos(text: np.ndarray, unknown: np.ndarray, listed: tuple[str, ...]) -> str:
     """When every unlisted value is a near match of a listed one (:func:`near_match`), the problem's
-    text naming each with its match and lines; otherwise "" (the values are new, not misspelt)."""
+    text naming each with its match and lines; otherwise "" (the values are new, not misspelt).
+    """
     present = pd.Series(text, dtype=object).dropna().value_counts()
     counts = {str(value): int(count) for value, count in present.items()}
     offending = pd.Series(text[unknown], index=np.flatnonzero(unknown), dtype=object)

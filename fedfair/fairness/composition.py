@@ -7,16 +7,7 @@ or more columns (race, sex, the label...), every cell of those columns' cross pr
 - ``worst_share``: the fraction of the worst group that falls in the cell, and
 - ``overall_share``: the fraction of all rows in the cell,
 
-so a cell whose worst share is far above its overall share is over-represented among the
-worst-off (the paper's worst-group composition table). Each column of shares sums to 1.
-
-Two ways to pick the worst group, one per place the losses are:
-
-- :func:`worst_fraction_weights`: the rho-fraction with the highest losses, the boundary
-  sample weighted fractionally exactly as :func:`fedfair.core.objective.cvar` weighs it, for
-  whoever holds every loss (a bundle evaluated on one table, the simulation);
-- :func:`above_threshold_weights`: every row whose loss is above a threshold c, the form a
-  federation can compute from per-site counts (c is the trained VaR, so about a rho-fraction).
+Why: docs/design.md, "Inside the fairness library".
 """
 
 from __future__ import annotations
@@ -64,8 +55,10 @@ def _losses(losses: np.ndarray) -> np.ndarray:
 
 
 def worst_fraction_weights(losses: np.ndarray, rho: float) -> np.ndarray:
-    """Each sample's membership of the worst rho-fraction: 1 for the floor(rho n) highest losses,
-    rho n - floor(rho n) for the next one, 0 for the rest; the weights sum to rho n.
+    """Each sample's membership of the worst rho-fraction.
+
+    1 for the floor(rho n) highest losses, rho n - floor(rho n) for the next one, 0 for the rest; the weights
+    sum to rho n.
 
     Equal losses are ranked by position, so the result is the same for the same input.
     """

@@ -4,19 +4,7 @@ Leaves. The plan's K thresholds t_0 = 0 < t_1 < ... < t_{K-1} (K a power of two)
 losses, clipped to [t_0, t_{K-1}], into K leaves: leaf 0 holds the losses equal to t_0, leaf
 i >= 1 those in (t_{i-1}, t_i]. Every loss lies in exactly one leaf.
 
-Tree. Level h (0 = the leaves, H = log2 K = the root) has K / 2^h nodes; node (h, i) is the
-union of leaves [i 2^h, (i + 1) 2^h), which covers the losses in [lo, hi] with
-lo = t_{max(i 2^h - 1, 0)} and hi = t_{(i + 1) 2^h - 1}. For every node a collaborator sends
-its count and the sum of its losses' offsets (l - lo) / (hi - lo), each in [0, 1] (0 in leaf 0,
-whose width is 0), so a node's loss sum is lo * count + (hi - lo) * offsets, exactly.
-
-One held-out record therefore adds 1 to H + 1 counts (one node per level), at most 1 to H + 1
-offset sums, and at most 1 to the error count: per-record L1 sensitivity 2 (H + 1) + 1 and L2
-sensitivity sqrt(2 (H + 1) + 1) (27 and sqrt(27) for K = 4096), in real units, whatever the
-losses. Any range of leaves is the union of at most 2 per level of the tree's nodes
-(:func:`range_nodes`), so a cumulative count or sum over a noised tree carries the noise of a
-few dozen coordinates, where a flat histogram would carry that of every leaf in the range.
-The leaf level alone gives the exact report; the upper levels are there for the noise.
+Why: docs/design.md, "Inside the fairness library".
 """
 
 from __future__ import annotations

@@ -6,36 +6,7 @@ sum), plus a deterministic rounding error of at most `sum_error`. Nothing in it 
 exact count, so this report never refuses for thin buckets; it states how far each figure may
 be from the truth instead.
 
-What is estimated. A loss of any size moves a sum of losses by as much, so no noise can hide
-one record's part in an unbounded sum: the noised report is of the losses clipped at a public
-cap B (the plan's loss range top, rounded up to a threshold of the grid): CVaR_rho(min(l, B)),
-the best group and the mean of the same, which lie in [0, B] and are at most the unclipped ones.
-
-How. For a threshold t <= B, S_B(t) = sum (min(l, B) - t)+ is a sum over the tree's canonical
-nodes of the leaves above t and at most B, (lo - t) count + (hi - lo) offsets each, plus
-(B - t) times the count of the nodes above B; at most about 2 log2 K nodes in all. Its noise is
-then Gaussian (or a sum of Skellams) with variance sigma^2 times the sum of the squared
-coefficients, V(t), and F(t) = t + S_B(t) / (rho n) is estimated by F^(t) = t + S^(t) / (rho n^),
-with n^ the root's count. The best group is the same with S^-_B(t) = sum (t - min(l, B))+.
-
-Why the bound holds. Both noises are sub-Gaussian with variance proxy sigma^2 per coordinate
-(exactly so for the Gaussian; a Skellam of variance s^2 on a lattice of step u has log-MGF
-(s/u)^2 (cosh(lambda u) - 1) <= (lambda^2 s^2 / 2) cosh(lambda u), so at lambda = z / s the
-proxy is inflated by cosh(z u / s), under 1 + 1e-6 for the evaluation encoding's u = 2^-20 and
-any s >= 0.01; the same holds for the rotated noise, a combination of such terms), so |S^(t) - S_B(t)| <= z sigma sqrt(V(t)) +
-sum_error D(t) (D: the sum of the absolute coefficients) for every candidate t of both
-directions, and |n^ - n|, |e^ - e| <= z sigma + sum_error, all at once except with probability
-`failure`, by the union bound with z = sqrt(2 ln(2 m / failure)) over the m events. On that
-event, for any subset C of candidates holding 0 and B: each F^(t) is within b(t) of F(t) (the
-n^ term: S / (rho n) |n - n^| / n^), min over C of F^ is within max_C b of min over C of F, and
-that lies within the widest gap between neighbours of C above CVaR (F's slope right of its
-minimiser is in [0, 1]). Monotone repair keeps every error within the largest: S_B is
-non-increasing in t and the average of the running minimum from the left and the running
-maximum from the right is a non-increasing sequence no farther from it than the data. The
-subset is chosen among the tree's levels (candidates at multiples of 2^k leaves, fewer nodes
-each, wider gaps) to make the bound smallest; the event covers every candidate, so choosing
-after looking is allowed. Finally the interval is intersected with [0, B], which holds the
-truth, and reported as its midpoint and half-width.
+Why: docs/design.md, "Inside the fairness library".
 """
 
 from __future__ import annotations

@@ -18,8 +18,10 @@ from dataclasses import asdict, dataclass, fields
 
 
 def disparity(worst: float, mean: float, rho: float) -> float:
-    """The worst rho-fraction's mean minus the mean of the other 1 - rho (the paper's disparity);
-    0 at rho = 1, where the worst group is everyone."""
+    """The worst rho-fraction's mean minus the mean of the other 1 - rho (the paper's disparity).
+
+    0 at rho = 1, where the worst group is everyone.
+    """
     if rho >= 1.0:
         return 0.0
     return (worst - mean) / (1.0 - rho)

@@ -5,72 +5,7 @@ and none may leave it, so the aggregator sees only the secure sum of fixed-size
 vectors (`local_answers`), from which `report_from_sums` builds the report. Whoever
 holds every loss in one place uses `fedfair.fairness.pooled` instead.
 
-The worst-group risk of the whole federation's test set is CVaR_rho of all losses, and
-
-    CVaR_rho = min_c F(c),   F(c) = c + S(c) / (rho n),   S(c) = sum over samples of (l - c)+,
-
-so for any threshold c the federation needs only sums over samples: A(c), the count
-of losses above c (the right slope of F is g(c) = 1 - A(c) / (rho n)), S(c) and n.
-Each collaborator computes them on its own losses; secure aggregation adds them up.
-
-One evaluation is one secure-sum round over a fixed-length vector: a histogram of the
-collaborator's held-out losses on the plan's K thresholds t_0 = 0 < t_1 < ... < t_{K-1}
-(`fedfair.fairness.histogram`: per node of a tree over the K leaves (t_{i-1}, t_i] its count
-and the sum of its losses' offsets within it, losses clipped at t_{K-1}), then its error
-count. One record adds to one node per level and to the error count, by at most 1 each:
-`RECORD_L1` and `RECORD_L2` state the vector's sensitivity, which noise added inside the
-secure sum is calibrated to. The aggregator forms every cumulative count and sum after
-decoding: from the leaves, exactly, A(t_j) = #{l > t_j}, S(t_j) and the same for the
-negated losses (the best group is the worst group of -l), n and the loss sum. The
-thresholds are a function of the plan alone (`threshold_grid` of `[evaluation]
-loss_range`): half spaced evenly over that range, where the worst group's boundary should
-lie, half geometric from 1e-6 to 1e4. Every evaluation of a federation uses the same grid;
-each collaborator computes it from its own copy of the plan, so no value of the round (in
-particular not the evaluated model's c, which the aggregator chooses) can move it.
-
-Why the result of exact sums is exact up to a certified gap: from the sums, F is known
-exactly at every t_j, and its right slopes too. F is convex and piecewise linear, so for any
-thresholds lo < hi with g(lo) < 0 <= g(hi), a minimiser c* lies in [lo, hi] and
-F(hi) >= CVaR_rho. The two supporting lines F(lo) + g(lo)(c - lo) and
-F(hi) + g(hi)(c - hi) lie below F and cross in [lo, hi] at a lower bound on CVaR_rho.
-We report F(hi) with the gap between the two:
-
-    0 <= F(hi) - CVaR_rho <= gap <= g(hi) (hi - lo) <= hi - lo,
-
-up to float64 rounding of the sums (about n * 1e-16 relative): the line through hi
-falls by at most g(hi) (hi - lo) before the crossing, and g(hi) <= 1. The pair starts
-as the consecutive thresholds where g changes sign; when fewer than
-`min_bucket_count` samples lie in (lo, hi] (A(lo) - A(hi) of them), it is widened to
-the narrowest pair lo' <= lo, hi' >= hi that holds enough, and the same argument
-holds for it with a wider gap (or, with no such pair, the report is refused). When
-already t_0 has at most a rho-fraction of losses above it, t_0 is a minimiser and
-the gap is 0. The grid is dense over the plan's loss range, so the gap is small when
-the boundary lies inside it, and bounded by the geometric spacing (about 1.1 %
-of the threshold) outside. For the negated losses the leaves give #{l <= t_j}, the left
-slope at -t_j, rather than the right one (a loss exactly on a threshold cannot be told
-from one just below it); any subgradient serves both supporting lines, so the same
-argument holds. Counts are integers and come out exact under the fixed-point encoding,
-and so do the error-rate groups, which need only the error count; a leaf's offset sum
-carries an error of at most `sum_error`, and only a leaf holding a loss has a nonzero one,
-so every S is off by at most `sum_error` times W, the total width of the occupied leaves
-(at most the largest loss), which adds 2 sum_error W / (rho n) to the gap. Losses above
-t_{K-1} = 1e4 count as 1e4, and the report is of the losses so clipped (its `loss_cap`).
-
-Noised sums: `report_from_sums` with `noise_std` > 0 reports the same fields for the
-losses clipped at the plan's loss range top, each with a bound that holds with a stated
-probability (`fedfair.fairness.noisy`), and refuses nothing for being thin.
-
-What exact sums reveal. The report rests on n, the loss sum, the error count and A and S
-at the two thresholds of each group's pair, which hold at least `min_bucket_count`
-samples between them. The raw sums, which the aggregator decodes, are the histogram of
-the pooled held-out losses of the evaluation's contributors on the grid, with each leaf's
-loss sum (its count times its lower end plus its width times its offset sum), and the
-error count. `min_bucket_count` limits none of that: a leaf that holds one sample gives
-that sample's loss exactly (though not whose it is). A fixed grid stops the aggregator
-from placing thresholds where it wants them from one evaluation to the next, nothing
-more. Two evaluations of the same model whose contributors differ by one institution
-give that institution's own histogram by difference: only noise inside the secure sum
-(`RECORD_L1`, `RECORD_L2`) bounds what they reveal.
+Why: docs/design.md, "Inside the fairness library".
 """
 
 from __future__ import annotations
@@ -110,8 +45,10 @@ counts, being integers, come out of an exact sum exact."""
 
 
 def vector_length(thresholds: int = THRESHOLDS) -> int:
-    """Length of one collaborator's evaluation vector for K thresholds (a power of two): the tree's
-    counts, its offset sums, the error count."""
+    """Length of one collaborator's evaluation vector for K thresholds (a power of two).
+
+    The tree's counts, its offset sums, the error count.
+    """
     return 2 * histogram.node_count(thresholds) + 1
 
 
@@ -178,8 +115,10 @@ def local_answers(losses: np.ndarray, errors: np.ndarray, thresholds: np.ndarray
 def cumulative(
     leaves: np.ndarray, offsets: np.ndarray, thresholds: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """From the leaves' counts and offset sums, at every threshold t_j: A(t_j) = #{l > t_j},
-    S(t_j) = sum (l - t_j)+, #{l <= t_j} and sum (t_j - l)+ (of the losses clipped at t_{K-1}).
+    """From the leaves' counts and offset sums, at every threshold t_j.
+
+    A(t_j) = #{l > t_j}, S(t_j) = sum (l - t_j)+, #{l <= t_j} and sum (t_j - l)+ (of the losses clipped at
+    t_{K-1}).
 
     Each is a running sum of non-negative terms, so no cancellation: S(t_j) - S(t_{j+1}) =
     w (offsets_{j+1} + A(t_{j+1})) and the shortfall rises by w (#{l <= t_j} - offsets_j),

@@ -6,19 +6,6 @@ authentication for the aggregator, client authentication for collaborators. The
 transport takes a peer's identity from this certificate alone, and secure
 aggregation trusts a peer's signed keys through the same certificates.
 
-The modules, each with one job:
-
-- ``identity``: identity keys and signatures (ECDSA P-256, SHA-256), pinned verifiers;
-- ``names``: valid participant names and the two roles;
-- ``certificates``: making the CA, signing requests and certificates (no files);
-- ``verification``: the name and role a certificate carries, checking it against
-  the CA, the credential verifiers secure aggregation uses (CA-backed, or also
-  pinned to agreed fingerprints), fingerprints;
-- ``store``: the certificates folder on disk (``ca.crt``, ``NAME.key``, ...);
-- ``roster``: the manifest the institutions agree on (pins, checks, digest, text),
-  which protects the roster against the CA holder itself;
-- ``commands``: ``fedfair pki init | request | sign | issue | show | manifest``.
-
 The names below are re-exported so that callers can write ``from fedfair.pki import X``.
 """
 

@@ -7,10 +7,7 @@ keys with it, so an aggregator cannot substitute its own keys for a peer's; the
 PKI module reuses the same choice for certificates. Keeping the choice here means
 changing the curve or hash is a one-file change.
 
-A *credential* is what the aggregator relays so that peers can check a signature:
-the party's certificate (DER or PEM), or, before a PKI exists, its bare public key
-(DER SubjectPublicKeyInfo). A :data:`CredentialVerifier` turns a party name and a
-credential into a trusted public key, or raises :class:`IdentityError`.
+Why: docs/design.md, "Inside the PKI".
 """
 
 from __future__ import annotations

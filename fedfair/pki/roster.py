@@ -8,31 +8,7 @@ collusion bound, the fewest parties a round may have, and for every participant 
 name, role and the SHA-256 fingerprint of its certificate. Each institution keeps its
 own copy and refuses any party or certificate that the manifest does not pin.
 
-This module is the PKI's half: pins made from issued certificates, the checks every
-manifest must pass, its canonical digest (what the institutions compare) and its TOML
-text (what `fedfair pki manifest` writes). Reading a manifest file, and checking a
-plan and each round against it, is :mod:`fedfair.runtime.manifest`.
-
-The file::
-
-    [federation]
-    id = "fedfair-demo"
-    max_colluding = 0        # collaborators that may collude with the aggregator
-    min_round_size = 3       # the fewest parties a round may have
-
-    [[participants]]         # once per participant: exactly one aggregator
-    name = "aggregator"
-    role = "aggregator"
-    sha256 = "ab:cd:..."     # SHA-256 of the certificate's DER (`fedfair pki show`)
-
-    [plan]                   # the pinned plan (`fedfair plan pin` writes it)
-    sha256 = "..."           # of the canonical settings below
-    settings = '''
-    { ...the learning settings every collaborator receives, as JSON... }
-    '''
-
-The pinned plan is opaque to the PKI: a JSON object and its canonical digest
-(:class:`PlanPin`); :mod:`fedfair.runtime.manifest` reads it and holds every plan to it.
+Why: docs/design.md, "Inside the PKI".
 """
 
 from __future__ import annotations
@@ -191,7 +167,9 @@ def _document(
     federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int, plan: PlanPin | None
 ) -> dict[str, object]:
     """The manifest's content as plain values, participants sorted by name (the order is not content).
-    The plan counts by its digest, which covers its settings."""
+
+    The plan counts by its digest, which covers its settings.
+    """
     document: dict[str, object] = {
         "federation": {"id": federation_id, "max_colluding": max_colluding, "min_round_size": min_round_size},
         PARTICIPANTS: [asdict(pin) for pin in sorted(pins, key=lambda pin: pin.name)],

@@ -59,7 +59,8 @@ def participant_paths(directory: Path, name: str) -> tuple[Path, Path, Path]:
 
 def write_file(path: Path, data: bytes, mode: int, *, overwrite: bool = False) -> None:
     """Write atomically (fedfair.core.files.atomic_write: a temporary file in the same folder, fsync,
-    rename, fsync of the folder) with an exact permission mode; refuse to replace a file unless asked."""
+    rename, fsync of the folder) with an exact permission mode; refuse to replace a file unless asked.
+    """
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} already exists; move it away first (it is never overwritten silently)")
 

@@ -15,18 +15,22 @@ from fedfair.privacy.distributed import TrainingNoise, padded_dimension, trainin
 
 
 def threshold_clip(privacy: PrivacyConfig, epsilon: float, rho: float) -> float:
-    """c's clip bound under distributed DP: ``privacy.threshold_max_grad_norm``, else the bound of c's
-    per-record gradient (1 - eps)(1 - s'(l - c) / rho) with s' in [0, 1], (1 - eps) max(1, 1/rho - 1)."""
+    """C's clip bound under distributed DP.
+
+    ``privacy.threshold_max_grad_norm``, else the bound of c's per-record gradient (1 - eps)(1 - s'(l - c) /
+    rho) with s' in [0, 1], (1 - eps) max(1, 1/rho - 1).
+    """
     if privacy.threshold_max_grad_norm is not None:
         return privacy.threshold_max_grad_norm
     return (1.0 - epsilon) * max(1.0, 1.0 / rho - 1.0)
 
 
 def record_sensitivity(lr: float, threshold_lr: float, max_grad_norm: float, threshold_norm: float | None) -> float:
-    """How far one record moves a collaborator's weighted vector [w delta, w delta_c] in L2 under
-    distributed DP: one step with clipped, un-noised gradients divided by the expected batch b and
-    weight w = b is -lr times the clipped sum for theta (-threshold_lr for c), so
-    sqrt((lr C)^2 + (threshold_lr C_c)^2), whatever the batch."""
+    """How far one record moves a collaborator's weighted vector [w delta, w delta_c] in L2 under distributed DP.
+
+    One step with clipped, un-noised gradients divided by the expected batch b and weight w = b is -lr times the
+    clipped sum for theta (-threshold_lr for c), so sqrt((lr C)^2 + (threshold_lr C_c)^2), whatever the batch.
+    """
     threshold = 0.0 if threshold_norm is None else threshold_lr * threshold_norm
     return float(np.hypot(lr * max_grad_norm, threshold))
 
@@ -35,9 +39,11 @@ def distributed_training_noise(
     privacy: PrivacyConfig, lr: float, threshold_lr: float, threshold_norm: float | None, sample_rate: float,
     planned_steps: int, dimension: int,
 ) -> TrainingNoise:
-    """The secure sum's noise for DP-SGD rounds under ``privacy`` (mode "distributed"), from public values
-    only: the step sizes and clip bounds (:func:`record_sensitivity`), the Poisson rate, the planned steps
-    and the update's ``dimension`` (rotated, so padded to a power of two)."""
+    """The secure sum's noise for DP-SGD rounds under ``privacy`` (mode "distributed"), from public values only.
+
+    The step sizes and clip bounds (:func:`record_sensitivity`), the Poisson rate, the planned steps and the
+    update's ``dimension`` (rotated, so padded to a power of two).
+    """
     if privacy.target_epsilon is None:
         raise ConfigError("distributed privacy needs target_epsilon to calibrate the noise")
     sensitivity = record_sensitivity(lr, threshold_lr, privacy.max_grad_norm, threshold_norm)

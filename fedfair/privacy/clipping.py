@@ -8,23 +8,7 @@ gets the norms from what the backward pass already holds: for a dense layer
 ||g_i||^2 = ||backprop_i||^2 * ||activation_i||^2, for c it is |d f_i / d c|. The
 clipped sum is then one more backward pass, of sum_i factor_i * f_i.
 
-Same semantics as the per-sample path: the same joint norm over every parameter of
-the model and of the threshold, the same clip factor (Opacus' formula, 1e-6
-included), the same noise and the same accountant, which sees only the noise, the
-sample rate and the steps. The two differ by float rounding only.
-
-For models made only of dense layers (and the threshold) even that second pass
-goes ("one_pass", `OnePassClipping`): a dense layer's clipped weight gradient is
-sum_i factor_i * g_i a_i^T = (factor * G)^T A, one matmul on the backprops G and
-activations A the norms were computed from, as the plain backward pass does; its
-bias gradient is factor^T G and c's is sum_i factor_i * d f_i / d c. One backward
-pass, to the layers' outputs only, serves both.
-
-The mode is chosen per model (`choose_clipping`): one-pass where every trainable
-layer is dense (`nn.Linear`) or the threshold; else norm-only when every trainable
-layer has a registered norm sampler (Linear, Conv, Embedding, LayerNorm and the
-threshold, see `fedfair.privacy.hooks`); either needs that no parameter is shared
-between layers; otherwise the per-sample path, which handles any layer Opacus does.
+Why: docs/design.md, "Inside the privacy library".
 """
 
 from __future__ import annotations

@@ -6,28 +6,7 @@ moves that integer sum by a vector of L2 norm at most ``l2`` and L1 norm at most
 units, after scaling by 2^f and stochastic rounding). This module turns such releases into (epsilon,
 delta):
 
-- :func:`skellam_rdp`: the closed-form RDP bound of the multidimensional Skellam mechanism (Agarwal,
-  Kairouz and Liu 2021), and :func:`skellam_rdp_exact`, the exact Renyi divergence of a 1-D shift by
-  summing the pmf, against which the bound is tested.
-- :func:`subsampled_rdp`: Poisson-subsampled RDP at integer orders for training with sampling rate q:
-  by default the bound sum_k C(alpha, k) q^k (1 - q)^(alpha - k) e^((k - 1) rdp(k)) (Steinke 2022,
-  "Composition of DP & privacy amplification by subsampling", Poisson subsampling at integer orders),
-  which for the Gaussian is exactly the sampled Gaussian's RDP (Mironov, Talwar and Zhang 2019) and is
-  tested equal to Opacus' there; or ``"zhu_wang"``, the general upper bound of Zhu and Wang 2019
-  (Theorem 6), whose factor 3 on the terms k >= 3 puts a floor of about C(alpha, 3) q^3 / alpha under
-  every step's RDP, however much noise: at q = 0.03 and a thousand steps it cannot reach epsilon = 1.
-- :func:`rdp_curve` and :func:`epsilon`: composition over a list of :class:`Release` and the improved
-  RDP-to-(epsilon, delta) conversion (Canonne, Kamath and Steinke 2020; Balle et al. 2020).
-- :func:`calibrate`: the smallest mu of the summed noise that meets a target epsilon (bisection).
-- :func:`rounded_l2`, :func:`rounded_l1`: the sensitivity after stochastic rounding, which holds with
-  probability 1 - beta (Kairouz, Liu and Steinke 2021); :func:`wrap_probability` and
-  :func:`delta_addon`, what rounding and a modular wrap add to delta.
-- :func:`party_mu` and :func:`noise_excess`: calibration to the honest parties of the smallest survivor
-  set the plan allows.
-
-Conventions: Skellam(mu) = Poisson(mu) - Poisson(mu), variance 2 mu per coordinate; every mu, l1 and
-l2 here is in encoded (integer) units. Neighbouring datasets differ by one record (add or remove).
-Free of torch and Opacus (only scipy, lazily, for the exact check), so the encoder can use it.
+Why: docs/design.md, "Inside the privacy library".
 """
 
 from __future__ import annotations
@@ -122,8 +101,11 @@ def skellam_rdp(alpha: float, mu: float, l1: float, l2: float) -> float:
 
 
 def skellam_log_pmf(values: np.ndarray, mu: float) -> np.ndarray:
-    """log P[Skellam(mu) = k] for the integers ``values``: log(e^(-2 mu) I_|k|(2 mu)) with the scaled
-    Bessel function (scipy's ``ive``); -inf where that underflows (below about e^-745)."""
+    """Log P[Skellam(mu) = k] for the integers ``values``.
+
+    Log(e^(-2 mu) I_|k|(2 mu)) with the scaled Bessel function (scipy's ``ive``); -inf where that underflows
+    (below about e^-745).
+    """
     from scipy import special
 
     with np.errstate(divide="ignore"):
@@ -153,8 +135,7 @@ def skellam_rdp_exact(alpha: float, mu: float, shift: int) -> float:
 def subsampled_rdp(
     rdp: Callable[[int], float], sampling_rate: float, alpha: int, amplification: str = "steinke"
 ) -> float:
-    """RDP of order ``alpha`` (an integer >= 2) of a mechanism with RDP curve ``rdp`` run on a Poisson
-    sample of rate q:
+    """RDP of order ``alpha`` (an integer >= 2) of a mechanism with RDP curve ``rdp`` run on a Poisson sample of rate q:
 
         1/(alpha - 1) log[(1 - q)^(alpha - 1) (alpha q - q + 1) + C(alpha, 2) q^2 (1 - q)^(alpha - 2) e^rdp(2)
                           + w sum_{l=3..alpha} C(alpha, l) q^l (1 - q)^(alpha - l) e^((l - 1) rdp(l))],
@@ -197,7 +178,8 @@ def _subsampled(curve: np.ndarray, sampling_rate: float, alpha: int, amplificati
 @functools.lru_cache(maxsize=4096)
 def _step_curve(mu: float, l1: float, l2: float, sampling_rate: float, amplification: str) -> np.ndarray:
     """One step's subsampled Skellam RDP at every order of :data:`ORDERS` (cached: a calibration or a
-    ledger asks for the same shapes again and again)."""
+    ledger asks for the same shapes again and again).
+    """
     orders = np.arange(2, ORDERS[-1] + 1, dtype=np.float64)
     gaussian = orders * l2 * l2 / (4.0 * mu)
     integrality = np.minimum(((2.0 * orders - 1.0) * l2 * l2 + 6.0 * l1) / (16.0 * mu * mu), 3.0 * l1 / (4.0 * mu))
@@ -244,8 +226,10 @@ def epsilon_from_rdp(curve: np.ndarray, delta: float, orders: Sequence[int] = OR
 
 
 def epsilon(releases: Sequence[Release], delta: float) -> float:
-    """The epsilon at ``delta`` of all of ``releases`` composed (0 for none). ``delta`` is what the RDP
-    conversion may use: subtract :func:`delta_addon` from the delta you promise first."""
+    """The epsilon at ``delta`` of all of ``releases`` composed (0 for none).
+
+    ``delta`` is what the RDP conversion may use: subtract :func:`delta_addon` from the delta you promise first.
+    """
     if not releases:
         return 0.0
     return epsilon_from_rdp(rdp_curve(releases), delta)
@@ -254,7 +238,8 @@ def epsilon(releases: Sequence[Release], delta: float) -> float:
 def calibrate(target_epsilon: float, delta: float, releases: Sequence[Release], tolerance: float = 1e-3) -> float:
     """The smallest mu (to a relative ``tolerance``) such that ``releases``, each with its mu replaced by
     that mu, compose to at most ``target_epsilon`` at ``delta``. The mu the releases carry is ignored;
-    they give the shape (sensitivities, sampling, steps). Bisection on log mu: epsilon falls as mu grows."""
+    they give the shape (sensitivities, sampling, steps). Bisection on log mu: epsilon falls as mu grows.
+    """
     if not (math.isfinite(target_epsilon) and target_epsilon > 0):
         raise ConfigError(f"target epsilon {target_epsilon!r} must be a positive number, e.g. 3")
     if not releases or all(release.steps == 0 for release in releases):
@@ -302,14 +287,19 @@ def rounded_l2(l2: float, dimension: int, beta: float) -> float:
 
 
 def rounded_l1(l2: float, dimension: int) -> float:
-    """An L1 bound on an integer vector of L2 norm at most ``l2`` in ``dimension`` coordinates:
-    min(l2^2, sqrt(d) l2), since |e_i| <= e_i^2 for integers and by Cauchy-Schwarz."""
+    """An L1 bound on an integer vector of L2 norm at most ``l2`` in ``dimension`` coordinates.
+
+    Min(l2^2, sqrt(d) l2), since |e_i| <= e_i^2 for integers and by Cauchy-Schwarz.
+    """
     return min(l2 * l2, math.sqrt(dimension) * l2)
 
 
 def skellam_tail(mu: float, threshold: float) -> float:
-    """Chernoff bound on P[Skellam(mu) >= t] for t >= 0: with E e^(s X) = e^(2 mu (cosh s - 1)) and the
-    optimal s = asinh(t / (2 mu)), exp(-(t asinh(t / (2 mu)) - sqrt(4 mu^2 + t^2) + 2 mu))."""
+    """Chernoff bound on P[Skellam(mu) >= t] for t >= 0.
+
+    With E e^(s X) = e^(2 mu (cosh s - 1)) and the optimal s = asinh(t / (2 mu)), exp(-(t asinh(t / (2 mu)) -
+    sqrt(4 mu^2 + t^2) + 2 mu)).
+    """
     if threshold <= 0:
         return 1.0
     if mu == 0:
@@ -319,10 +309,12 @@ def skellam_tail(mu: float, threshold: float) -> float:
 
 
 def wrap_probability(mu: float, signal: float, modulus_bits: int, dimension: int) -> float:
-    """A bound on the probability that some coordinate of a noised sum wraps around modulo 2^k: the
-    signal is at most ``signal`` in magnitude per coordinate, the noise Skellam(mu) (all parties' mu,
-    honest or not), and a coordinate wraps only if |signal + noise| >= 2^(k-1); union bound over the
-    ``dimension`` coordinates and both signs."""
+    """A bound on the probability that some coordinate of a noised sum wraps around modulo 2^k.
+
+    The signal is at most ``signal`` in magnitude per coordinate, the noise Skellam(mu) (all parties' mu, honest
+    or not), and a coordinate wraps only if |signal + noise| >= 2^(k-1); union bound over the ``dimension``
+    coordinates and both signs.
+    """
     room = 2.0 ** (modulus_bits - 1) - signal
     return min(1.0, 2.0 * dimension * skellam_tail(mu, room))
 
@@ -344,9 +336,12 @@ def delta_addon(*, steps: int, parties: int, beta: float, epsilon: float, wrap: 
 
 
 def party_mu(total_mu: float, floor: int, colluders: int) -> float:
-    """Each party's share of the noise: ``total_mu / (floor - colluders)``. The colluders know (and can
-    subtract) their own noise, so the honest parties of the smallest survivor set the plan allows (``floor``
-    parties, of which ``colluders`` may collude; floor = n under ``dropouts = "none"``) must carry it all."""
+    """Each party's share of the noise: ``total_mu / (floor - colluders)``.
+
+    The colluders know (and can subtract) their own noise, so the honest parties of the smallest survivor set
+    the plan allows (``floor`` parties, of which ``colluders`` may collude; floor = n under ``dropouts =
+    "none"``) must carry it all.
+    """
     honest = floor - colluders
     if honest < 1:
         raise ConfigError(
@@ -359,14 +354,19 @@ def party_mu(total_mu: float, floor: int, colluders: int) -> float:
 
 
 def noise_excess(parties: int, floor: int, colluders: int) -> float:
-    """How many times the target noise the decoded sum carries when all ``parties`` survive and none
-    colludes: parties / (floor - colluders) (1 only when floor = parties and colluders = 0)."""
+    """How many times the target noise the decoded sum carries when all ``parties`` survive and none colludes.
+
+    Parties / (floor - colluders) (1 only when floor = parties and colluders = 0).
+    """
     return parties * party_mu(1.0, floor, colluders)
 
 
 def padded_dimension(dimension: int) -> int:
-    """m: the smallest power of two >= ``dimension`` (>= 1), the length of a vector after the secure sum's
-    random rotation (`fedfair.secagg.rotation`), and so the dimension the rounding inflation counts."""
+    """M.
+
+    The smallest power of two >= ``dimension`` (>= 1), the length of a vector after the secure sum's random
+    rotation (`fedfair.secagg.rotation`), and so the dimension the rounding inflation counts.
+    """
     if dimension < 1:
         raise ConfigError(f"a rotated vector needs at least one coordinate, got dimension={dimension}")
     return 1 << (dimension - 1).bit_length()
@@ -398,7 +398,8 @@ def training_noise(
     """The noise that makes ``steps`` DP-SGD steps (Poisson rate q, one record moving the weighted sum by
     at most ``sensitivity`` in L2, real units) spend ``target_epsilon`` at ``delta`` in a secure sum of
     ``dimension`` encoded coordinates: f with 2^11 <= sensitivity 2^f <= 2^12 (or f = 0), the rounded
-    sensitivities, the delta add-on, and the calibrated mu."""
+    sensitivities, the delta add-on, and the calibrated mu.
+    """
     if not (math.isfinite(sensitivity) and sensitivity > 0):
         raise ConfigError(f"the per-record sensitivity {sensitivity!r} must be positive; check the clip bounds and step sizes")
     if not 0.0 < delta < 1.0:

@@ -1,17 +1,13 @@
 """The private learner: DP-SGD on a collaborator's local steps, refusing rounds past its budget.
 
-Every local step is DP-SGD (Abadi et al. 2016) through Opacus: a Poisson sample of
-the local data, one gradient per sample, each clipped to norm C, summed, Gaussian
-noise of standard deviation sigma * C added, divided by the expected batch size b.
-Where the model allows it the clipping needs only each sample's gradient norm
-(`fedfair.privacy.clipping`): in one backward pass for models of dense layers
-("one_pass"), in two for the other layers with a norm sampler ("norm"); otherwise
-every per-sample gradient is materialised ("per_sample"). All give the same update
-up to float rounding; the mode that runs is `PrivateLearner.clipping` and part of
-every `PrivacyReport`.
-Poisson samples and noise come from OS entropy, never from the plan's seed, which
-the aggregator knows. A round that would push epsilon past the budget is refused
-before it trains (`PrivacyBudgetError`, LEARNER_SPENT).
+Every local step is DP-SGD through Opacus (the recipe is in docs/design.md, "Inside the privacy
+library"). The clipping needs only each sample's gradient norm where the model allows it
+(:mod:`fedfair.privacy.clipping`): one backward pass for dense layers ("one_pass"), two for the
+other layers with a norm sampler ("norm"), else every per-sample gradient ("per_sample"); all give
+the same update up to float rounding, and the mode that runs is ``PrivateLearner.clipping``, part
+of every ``PrivacyReport``. Poisson samples and noise come from OS entropy, never from the plan's
+seed, which the aggregator knows. A round that would push epsilon past the budget is refused
+before it trains (``PrivacyBudgetError``, LEARNER_SPENT).
 """
 
 from __future__ import annotations
@@ -205,8 +201,9 @@ class PrivateLearner:
 
     @property
     def threshold_max_grad_norm(self) -> float | None:
-        """c's own clip bound under distributed DP (the configured one, else c's gradient bound
-        (1 - eps) max(1, 1/rho - 1), where clipping changes nothing); None when clipped with theta."""
+        """C's own clip bound under distributed DP (the configured one, else c's gradient bound
+        (1 - eps) max(1, 1/rho - 1), where clipping changes nothing); None when clipped with theta.
+        """
         threshold = self.learner.threshold
         if self.privacy.mode != "distributed" or threshold is None:
             return None
@@ -232,7 +229,8 @@ class PrivateLearner:
 
     def begin(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> None:
         """Check the budget, account for this round's tau steps, load (theta_t, c_t) and the server's
-        drift-correction control variate (if any), draw the round's batches."""
+        drift-correction control variate (if any), draw the round's batches.
+        """
         self._spend_round()
         self.learner.begin(theta, c, control)
         self._draw_round()

@@ -4,20 +4,7 @@ Every baseline trains with `LocalLearner` on the plain mean loss and moves the s
 with `FedSRCVaR.server_apply` (no threshold), so differences in results come from the method,
 not from the plumbing. They differ in what the server must learn each round:
 
-- FedAvg: nothing beyond the weighted sum of model updates, like FedSRCVaR, so
-  secure aggregation can hide every collaborator's update.
-- AFL and q-FedAvg: in addition, every collaborator's mean training loss in
-  plaintext, because the server's weights depend on each loss separately.
-- FedMinMax: in addition, per-group loss sums, and it needs every sample's
-  sensitive group (a column FedSRCVaR never sees); it is the known-groups yardstick.
-- Centralized ERM / CVaR / BPF / chi-square DRO: all the data, pooled. They are
-  yardsticks, not federated methods.
-
-All return `SimulationResult` (AFL, FedMinMax and BPF subclasses that add their
-adversary's final weights), so callers treat them alike. This module holds FedAvg, AFL,
-q-FedAvg, the centralized ERM and CVaR and the machinery every baseline shares
-(`run_combined`); BPF and FedMinMax are in `fedfair.research.minimax`, chi-square DRO in
-`fedfair.research.dro`.
+Why: docs/design.md, "Inside the research harness".
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""`fedfair reproduce`: the paper's study (fedfair.research.reproduce) and the drift study
-(fedfair.research.drift) behind one command, so that neither study module imports the other's CLI."""
+"""`fedfair reproduce`.
+
+The paper's study (fedfair.research.reproduce) and the drift study (fedfair.research.drift) behind one command,
+so that neither study module imports the other's CLI.
+"""
 
 from __future__ import annotations
 

@@ -5,20 +5,7 @@ heterogeneous clients: each collaborator's (theta, c) drifts toward its local op
 local quantile within a round. This study measures how much of that the drift correction
 (`--drift-correction scaffold`) wins back, under two budgets:
 
-- **equal rounds**: every tau gets the same R rounds, so tau = 10 takes 10 times the steps;
-  the question an institution asks when a round (a secure-aggregation exchange over a WAN)
-  is what costs.
-- **equal local steps**: tau gets R * max(tau) / tau rounds, so every run takes the same
-  number of local steps; tau = 1 with 10 R rounds is the yardstick a corrected tau = 10
-  with R rounds should match.
-
-Every run trains FedSRCVaR at fedfair's default step, the study's epsilon and Algorithm 1's
-bound B = 1 (as the paper study does, see :data:`fedfair.research.reproduce.PAPER_BOUND`:
-at fedfair's default B = 10, c spends the first hundreds of local steps descending while
-theta drifts toward ERM, which hides what the correction does), with no selection (the
-question is what the correction changes at a fixed step), on the training split with
-several seeds, judged on the test split; runs are cached like the paper study's
-(:func:`fedfair.research.runs.run_all`).
+Why: docs/design.md, "Inside the research harness".
 """
 
 from __future__ import annotations

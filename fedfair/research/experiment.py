@@ -112,7 +112,8 @@ def _dataset_and_splits(config: ExperimentConfig) -> tuple[Dataset, list[ClientS
 def held_out_columns(config: ExperimentConfig, columns: Sequence[str]) -> dict[str, np.ndarray]:
     """Each named group column's value for every held-out row, then the row's class name under
     "label", in the order of the federation's pooled test rows (client by client), so they line
-    up with the losses of `held_out_losses`."""
+    up with the losses of `held_out_losses`.
+    """
     dataset, splits = _dataset_and_splits(config)
     unknown = [column for column in columns if column not in dataset.attributes_test]
     if unknown:
@@ -181,7 +182,7 @@ def run_method(
 
 
 def uniform_risk(num_classes: int) -> float:
-    """ln K: the cross-entropy of the uniform classifier on K classes, whatever the data.
+    """Ln K: the cross-entropy of the uniform classifier on K classes, whatever the data.
 
     The paper draws it as a reference line: at small rho a minimax-fair model can do
     no better on its worst group (BPF's critical group size; the paper's Remark on it).
@@ -210,7 +211,8 @@ def held_out_losses(config: ExperimentConfig, federation: Federation, theta: tor
 
 def final_report(config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None) -> dict[str, Any]:
     """Training objectives (exact and smoothed), the held-out fairness report at rho, and
-    the uniform classifier's risk ln K (`uniform_risk`) to read the risks against."""
+    the uniform classifier's risk ln K (`uniform_risk`) to read the risks against.
+    """
     model = _model(config, federation)
     train = evaluate(model, theta, federation.pooled("train"))
     threshold = c if c is not None else cvar_threshold(train.losses, config.objective.rho)

@@ -28,8 +28,10 @@ def _series(rows: Sequence[Mapping[str, str]], key: str) -> dict[str, list[Mappi
 
 
 def risks_versus_rho(rows: Sequence[Mapping[str, str]], uniform: float, title: str) -> Figure:
-    """Worst-group risk, mean risk and disparity versus rho, one line per method, mean +- std over
-    seeds; the uniform classifier's risk as the reference line on the two risk panels."""
+    """Worst-group risk, mean risk and disparity versus rho, one line per method, mean +- std over seeds.
+
+    The uniform classifier's risk as the reference line on the two risk panels.
+    """
     figure = Figure(figsize=(15, 4.5), layout="constrained")
     axes = figure.subplots(1, len(PANELS))
     for axis, (metric, label) in zip(axes, PANELS, strict=True):
@@ -88,7 +90,8 @@ def table(rows: Sequence[Mapping[str, str]], title: str) -> Figure:
 
 def composition(rows: Sequence[Mapping[str, str]], column: str, title: str) -> Figure:
     """Each (group, label) cell's share of the worst group at each rho beside its share of
-    everyone (the paper's composition table as bars; `rows` from the composition CSV)."""
+    everyone (the paper's composition table as bars; `rows` from the composition CSV).
+    """
     cells = list(dict.fromkeys((row[column], row["label"]) for row in rows))
     by_rho = _series(rows, "rho")
     figure = Figure(figsize=(max(6.0, 1.1 * len(cells)), 4.5), layout="constrained")

@@ -233,8 +233,11 @@ def parse_features(text: str | None) -> tuple[str, ...] | None:
 
 
 def default_step_size(epsilon: float, rho: float) -> float:
-    """0.5 / ((1 - eps) / rho + eps): the smoothed objective's curvature grows like (1 - eps) / rho + eps
-    (the paper's smoothness constant), so a step that is safe at rho = 1 is scaled down with it."""
+    """0.5 / ((1 - eps) / rho + eps).
+
+    The smoothed objective's curvature grows like (1 - eps) / rho + eps (the paper's smoothness constant), so a
+    step that is safe at rho = 1 is scaled down with it.
+    """
     return 0.5 / ((1.0 - epsilon) / rho + epsilon)
 
 
@@ -245,14 +248,19 @@ plain step of 2.5 diverged; heavy-ball momentum is what makes the larger effecti
 
 
 def momentum_step_scale(momentum: float) -> float:
-    """The multiple of `default_step_size` FedSRCVaR steps by under server momentum beta: the effective step
-    lr / (1 - beta) at MOMENTUM_EFFECTIVE_STEP times it, never a plain step above it (1 at beta = 0)."""
+    """The multiple of `default_step_size` FedSRCVaR steps by under server momentum beta.
+
+    The effective step lr / (1 - beta) at MOMENTUM_EFFECTIVE_STEP times it, never a plain step above it (1 at
+    beta = 0).
+    """
     return min(1.0, MOMENTUM_EFFECTIVE_STEP * (1.0 - momentum))
 
 
 def default_batch_size(model: str) -> int:
-    """Large enough that the c-gradient noise at small rho (it scales as 1/rho) averages out for
-    the convex model; the neural models keep the paper's smaller batches, which their step cost needs."""
+    """Large enough that the c-gradient noise at small rho (it scales as 1/rho) averages out for the convex model.
+
+    The neural models keep the paper's smaller batches, which their step cost needs.
+    """
     return 1024 if model == "logreg" else 256
 
 

@@ -1,24 +1,6 @@
 """``fedfair launch``: a whole federation on this machine, as a rehearsal of a real deployment.
 
-It makes a fresh CA and certificates, writes an aggregator plan and one config per
-institution (bundled Adult split by race across 3 institutions by default; or
-Census-Income split uniformly at random across up to 80, `--dataset census-income`), then
-starts the aggregator and every collaborator as separate OS processes talking
-gRPC over mutual TLS on a free loopback port, with secure aggregation on. Their
-logs go to files in the workspace's `logs/` (a process that fails has its last lines
-printed); the console shows one progress bar. At the end it prints where the report is
-and, last, the fairness table the aggregator computed from secure sums, next to FedAvg
-trained in process on the same data, rounds and batches for comparison.
-
-The workspace it writes is the same set of files a real deployment has, only
-all in one folder: `certs/` (on a real deployment each institution keeps its own
-key), `aggregator/plan.toml`, `SITE/collaborator.toml`, and the aggregator's
-`output/` (checkpoint, rounds.jsonl, final model). The CA's private key is deleted
-as soon as the certificates are issued: nothing in a run needs it, and a key that
-signs certificates must not lie about. By default the workspace is a temporary
-folder removed on every way out (success, error, Ctrl-C, SIGTERM); `--keep` keeps
-it (`make demo` passes it), `--workdir DIR` puts it in DIR and keeps it, and either way
-launch says where the report is.
+Why: docs/design.md, "Inside the research harness".
 """
 
 from __future__ import annotations
@@ -104,7 +86,8 @@ def training_config(plan: AggregatorPlan) -> TrainingConfig:
 
 def fedavg_report(plan: AggregatorPlan, dataset: str = "adult") -> dict[str, float]:
     """FedAvg trained in process on `dataset` split as launch splits it (SPLITS) among the plan's
-    collaborators, with the plan's rounds and batch fraction, judged the same way."""
+    collaborators, with the plan's rounds and batch fraction, judged the same way.
+    """
     from fedfair.core.evaluation import evaluate
     from fedfair.fairness import pooled
     from fedfair.research import baselines
@@ -163,7 +146,8 @@ def stop_on_signals() -> Iterator[None]:
     """Turn SIGTERM and SIGINT into a KeyboardInterrupt while launch runs, so it stops its children and
     cleans up instead of dying on the spot or going on. SIGINT is set outright because a process started
     in the background by a non-interactive shell inherits it ignored, and Python then never raises
-    KeyboardInterrupt (only the main thread can set a handler)."""
+    KeyboardInterrupt (only the main thread can set a handler).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -187,7 +171,8 @@ def remove_ca_key(certs: Path) -> None:
 
 def rounds_done(workspace: Workspace) -> tuple[int, str]:
     """The last round the aggregator has logged (0 before the first), read from its round log, and the
-    latest evaluation's worst-group and mean risk as the progress bar's note ("" before the first)."""
+    latest evaluation's worst-group and mean risk as the progress bar's note ("" before the first).
+    """
     from fedfair.runtime.aggregator.checkpoint import read_round_log
 
     try:
@@ -245,8 +230,11 @@ def site_data(dataset: str, collaborators: int) -> dict[str, dict[str, Any]]:
 
 
 def round_timeout(collaborators: int) -> float:
-    """How long a stage waits for every institution: 2 minutes, plus 2 s per site past 5, since on a
-    two-core machine every stage's work (training, masking, key agreement) queues behind every site's."""
+    """How long a stage waits for every institution.
+
+    2 minutes, plus 2 s per site past 5, since on a two-core machine every stage's work (training, masking, key
+    agreement) queues behind every site's.
+    """
     return 120.0 + 2.0 * max(collaborators - 5, 0)
 
 

@@ -141,8 +141,11 @@ SECURE_MODULUS_BITS = 64
 
 
 def secure_sum(federation: Federation) -> SecureSum:
-    """Secure aggregation with the runtime's default encoding: deltas clipped to +-10, 64-bit
-    words, as many fractional bits as the largest possible weighted sum leaves room for."""
+    """Secure aggregation with the runtime's default encoding.
+
+    Deltas clipped to +-10, 64-bit words, as many fractional bits as the largest possible weighted sum leaves
+    room for.
+    """
     sizes = [client.size for client in federation.train]
     max_weight = float(max(sizes))
     bits = largest_safe_fractional_bits(SECURE_CLIP, SECURE_MODULUS_BITS, len(sizes), max_weight)

@@ -16,8 +16,11 @@ class PaperSplit:
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """The split's `fedfair simulate` flags; none for simulate's own default (race, 3 clients),
-        so the runs of Adult and Census-Income keep their cache keys."""
+        """The split's `fedfair simulate` flags.
+
+        None for simulate's own default (race, 3 clients), so the runs of Adult and Census-Income keep their
+        cache keys.
+        """
         if (self.partition, self.clients) == ("race", 3):
             return ()
         return ("--partition", self.partition, "--clients", str(self.clients))

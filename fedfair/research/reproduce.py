@@ -1,26 +1,11 @@
 """`fedfair reproduce`: the paper's study on one dataset, as CSV tables and PNG figures.
 
-The protocol (the paper's appendix, "Experimental Details"):
-
-1. **Selection on validation data.** For every method and rho, each point of the
-   method's grid (step size, and what else the paper tunes: FedSRCVaR's epsilon near
-   0, FedAvg's and FedSRCVaR's local steps) trains on 80% of each client's training rows and is judged
-   on the other 20% by the held-out worst-group risk at that rho, the quantity the
-   study compares. The test rows are never looked at while choosing.
-2. **Seeds.** The chosen configuration is trained on the whole training split with
-   several seeds (each seed re-draws the client split, the initial model and the
-   mini-batches) and judged on the test split: mean and standard deviation.
-3. **Figures** (paper Figures 2–4 and its FedMinMax table): (a) worst-group risk,
-   mean risk and disparity versus rho for every method, with the uniform classifier's
-   risk ln K as the reference line; (b) the epsilon trade-off of FedSRCVaR (worst
-   versus mean risk over the paper's 14 epsilons, for several rho); (c) FedSRCVaR with
-   tau in {1, 5, 10} local steps against FedAvg over rho; (d) the table at rho = 0.1
-   with the methods that know the sensitive groups beside those that do not.
-
 Every run is one set of `fedfair simulate` flags and a split; its result is cached
 under ``OUT/cache/`` by the SHA-256 of both, so an interrupted reproduction resumes
 where it stopped and a second call only redraws the figures. Runs go to a process pool
 (``--workers``, every core by default), each process with one compute thread.
+
+Why: docs/design.md, "Inside the research harness".
 """
 
 from __future__ import annotations
@@ -238,9 +223,12 @@ class Study:
 
 @dataclass(frozen=True)
 class Point:
-    """One hyperparameter choice: a multiple of the method's default step, FedSRCVaR's epsilon
-    (None: the method has none, or the figure fixes it), the local steps per round, the adversary's
-    step and FedSRCVaR's server momentum (None: fedfair's default)."""
+    """One hyperparameter choice.
+
+    A multiple of the method's default step, FedSRCVaR's epsilon (None: the method has none, or the figure fixes
+    it), the local steps per round, the adversary's step and FedSRCVaR's server momentum (None: fedfair's
+    default).
+    """
 
     scale: float
     epsilon: float | None = None
@@ -249,10 +237,12 @@ class Point:
     momentum: float | None = None
 
     def flags(self, method: str, rho: float) -> tuple[str, ...]:
-        """The `fedfair simulate` flags of this point. The default step of the RCVaR methods is
-        fedfair's 0.5 / ((1 - eps) / rho + eps), scaled; BPF's is that at eps = 0, 0.5 rho (its
-        sample weights reach 1 / rho); the others' default is 0.5, scaled. FedSRCVaR's default is that
-        times `momentum_step_scale` under its server momentum, as `fedfair simulate` takes it."""
+        """The `fedfair simulate` flags of this point.
+
+        The default step of the RCVaR methods is fedfair's 0.5 / ((1 - eps) / rho + eps), scaled; BPF's is that
+        at eps = 0, 0.5 rho (its sample weights reach 1 / rho); the others' default is 0.5, scaled. FedSRCVaR's
+        default is that times `momentum_step_scale` under its server momentum, as `fedfair simulate` takes it.
+        """
         if method in RCVAR_METHODS:
             lr = self.scale * default_step_size(DEFAULT_EPSILON if self.epsilon is None else self.epsilon, rho)
             if method == "fedsrcvar":
@@ -293,8 +283,7 @@ class Point:
 
 
 def chosen(study: Study, method: str, rho: float, results: Mapping[Run, dict[str, Any]]) -> Point:
-    """The grid point with the lowest validation worst-group risk (ties: the first; a diverged
-    run's NaN never wins)."""
+    """The grid point with the lowest validation worst-group risk (ties: the first; a diverged run's NaN never wins)."""
     runs = study.selection_runs(method, rho)
     risks = [judged_at(results[run], rho)["worst_risk"] for run in runs]
     best = min(range(len(runs)), key=lambda index: risks[index] if math.isfinite(risks[index]) else math.inf)
@@ -323,13 +312,15 @@ def reproduce(
     methods: Sequence[str] | None = None,
 ) -> dict[str, Path]:
     """Run the study (cached), write its CSV tables and PNG figures under `out`; return their paths.
-    With `on_ray` the runs go to the connected Ray cluster (:func:`run_all`); `loss_rows` bounds
-    the rows AFL, q-FedAvg and FedMinMax read for their per-round losses (0: all); `split` is the
-    client split (None: the dataset's paper split, `paper_split`); `methods` narrows the figures'
-    and the table's methods (None: all of them).
+
+    With `on_ray` the runs go to the connected Ray cluster (:func:`run_all`); `loss_rows` bounds the rows AFL,
+    q-FedAvg and FedMinMax read for their per-round losses (0: all); `split` is the client split (None: the
+    dataset's paper split, `paper_split`); `methods` narrows the figures' and the table's methods (None: all of
+    them).
 
     Where the dataset has a race column, it also writes the paper's composition table
-    (`composition_race.csv`): FedSRCVaR's worst group at rho 0.1 and 0.3 by race and label."""
+    (`composition_race.csv`): FedSRCVaR's worst group at rho 0.1 and 0.3 by race and label.
+    """
     wanted = set(FIGURE_METHODS + TABLE_METHODS if methods is None else methods)
     available = tuple(method for method in FIGURE_METHODS if method in METHODS and method in wanted)
     missing = [METHOD_LABELS[method] for method in FIGURE_METHODS if method not in METHODS]

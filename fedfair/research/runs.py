@@ -211,8 +211,11 @@ def _import_ray() -> Any:
 
 @contextmanager
 def ray_connection(address: str) -> Iterator[None]:
-    """Connected to a Ray cluster for the duration: "local" starts a private instance on this
-    machine's cores (and stops it after), "auto" or HOST:PORT joins an existing cluster."""
+    """Connected to a Ray cluster for the duration.
+
+    "local" starts a private instance on this machine's cores (and stops it after), "auto" or HOST:PORT joins an
+    existing cluster.
+    """
     ray = _import_ray()
     if address == "local":
         ray.init(include_dashboard=False)

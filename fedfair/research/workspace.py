@@ -23,7 +23,8 @@ def free_port() -> int:
 
 def toml_text(sections: Mapping[str, Mapping[str, Any]]) -> str:
     """Tables of strings, numbers, booleans, lists and inline tables as TOML (JSON spells all but the
-    last the same way)."""
+    last the same way).
+    """
     lines: list[str] = []
     for section, values in sections.items():
         lines.append(f"[{section}]")

@@ -20,8 +20,10 @@ COMPOSITION_COLUMN = "race"
 
 
 def composition_rows(results_by_rho: Mapping[float, Sequence[Mapping[str, Any]]], column: str) -> list[dict[str, Any]]:
-    """One row per (rho, cell): the cell's share of the worst group (mean and std over the runs)
-    and of all test rows, from runs that described their worst group by `column` and the label.
+    """One row per (rho, cell).
+
+    The cell's share of the worst group (mean and std over the runs) and of all test rows, from runs that
+    described their worst group by `column` and the label.
 
     A cell absent from a run's test rows (so from its worst group too) counts as a share of 0; a
     run that diverged has no worst group to describe and is left out.
@@ -48,8 +50,11 @@ def composition_rows(results_by_rho: Mapping[float, Sequence[Mapping[str, Any]]]
 
 
 def composition_markdown(rows: Sequence[Mapping[str, str]], column: str) -> str:
-    """The table as the paper lays it out, in Markdown: a row per rho and one for everyone, a
-    column per (group, label) cell, shares in percent (`rows` as read back from the CSV)."""
+    """The table as the paper lays it out, in Markdown.
+
+    A row per rho and one for everyone, a column per (group, label) cell, shares in percent (`rows` as read back
+    from the CSV).
+    """
     cells = list(dict.fromkeys((row[column], row["label"]) for row in rows))
     rhos = list(dict.fromkeys(row["rho"] for row in rows))
     share = {(row["rho"], row[column], row["label"]): row for row in rows}

@@ -1,10 +1,7 @@
 """The real processes: an aggregator and one collaborator per institution, over gRPC and mutual TLS.
 
-Shared by both sides: ``contract`` (stages, round parameters), ``plan`` (the aggregator's
-plan, what it shares, its digest), ``settings`` (the plan's learning sections and their
-conversions to the core's configs), ``toml_tables`` (checked reading of TOML tables),
-``transport/``, ``logs`` and ``faults``. Then ``aggregator/`` and ``collaborator/``.
-
 Runtime imports core, secagg, privacy, fairness, pki and datasets, never the research
 harness; a collaborator never imports the aggregator's modules (tests/test_layers.py).
+docs/layout.md lists the modules: what both sides share at this level, then ``transport/``,
+``aggregator/`` and ``collaborator/``.
 """

@@ -1,39 +1,6 @@
 """Who is in the worst-off group, from secure sums: the final evaluation's composition counts.
 
-The plan's ``[evaluation] composition`` names columns of its pinned ``[schema]``: categorical
-columns with listed categories, or the label (whose categories are the schema's classes).
-At the final evaluation each collaborator counts, on its held-out rows and with the
-evaluated model's threshold c (c-bar, the trained VaR), per column and per category
-
-- the rows whose loss is above c (the worst group, as
-  :func:`fedfair.fairness.composition.above_threshold_weights` picks it), and
-- all rows,
-
-and sends them, after the federation's small-cell rule
-applied to each category's rows above c and at or below c together (:func:`joint_suppression`),
-appended to its evaluation vector (:func:`local_counts`). The aggregator decodes the sum and reports each category's
-share of the worst group beside its share of everyone (:func:`composition_from_sums`),
-the pooled figures :func:`fedfair.fairness.composition.composition` gives one column at a
-time on every site's held-out rows together, except where a site withheld a count.
-
-Layout, fixed by the plan alone (:func:`composition_length`), so its length says nothing:
-[rows above c, rows], then per column in the plan's order its counts above c and its
-counts of all rows, one per level (the categories, then ``<missing>`` when the schema
-imputes gaps). The columns are the collaborator's own pinned plan's; the round message
-carries only the vector's length, which the collaborator checks against that plan, so an
-aggregator cannot ask for another column.
-
-What the sums reveal: the pooled counts per category above c and overall, where every
-site sent each count, each difference of the two, and each withheld total as 0 or at
-least ``min_category_count``, plus the two totals, which the threshold sums already give
-approximately. The aggregator applies the same rule to the decoded counts,
-so a decoded count below ``min_category_count`` (zero included: absent and withheld
-look alike) is reported as suppressed (None), and no set of reported figures gives
-one by subtraction. c is each collaborator's own: the mean of the thresholds of the
-training rounds it trained (:meth:`fedfair.runtime.collaborator.record.InputRecord.composition_threshold`),
-not a value the aggregator names per query, so two queries at thresholds of its choosing
-cannot isolate the rows between them. The evaluated model is still the aggregator's to
-state (docs/design.md).
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
@@ -118,8 +85,10 @@ def composition_length(columns: Sequence[CompositionColumn]) -> int:
 def held_out_levels(
     schema: Schema, columns: Sequence[CompositionColumn], table: pd.DataFrame, source: str
 ) -> np.ndarray:
-    """Each held-out row's level index in each column (rows x columns, int64): a checked table's codes,
-    a missing cell at the ``<missing>`` level (the last)."""
+    """Each held-out row's level index in each column (rows x columns, int64).
+
+    A checked table's codes, a missing cell at the ``<missing>`` level (the last).
+    """
     features = {column.name: column for column in schema.columns}
     levels = np.empty((len(table), len(columns)), dtype=np.int64)
     for position, column in enumerate(columns):
@@ -180,8 +149,10 @@ def joint_suppression(worst: np.ndarray, everyone: np.ndarray, minimum: int) -> 
 
 
 def composition_sensitivity(columns: Sequence[CompositionColumn]) -> tuple[float, float]:
-    """(L1, L2): how far one held-out record (added or removed) moves the sum of :func:`local_counts`, in
-    counts, when no site suppresses (``minimum`` 1).
+    """(L1, L2).
+
+    How far one held-out record (added or removed) moves the sum of :func:`local_counts`, in counts, when no
+    site suppresses (``minimum`` 1).
 
     A record is one of all rows and at most one of the rows above c, and in each column in one level's
     all-rows count and at most one level's count above c: 2 + 2 * columns coordinates move by 1 each.

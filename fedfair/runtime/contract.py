@@ -65,9 +65,11 @@ EVALUATION = Stages(
 
 
 def update_dimension(parameters: int, corrects_drift: bool) -> int:
-    """The length of a training round's summed vector for a model of `parameters` numbers: d + 1
-    ([w * delta, w * delta_c]), or 2 (d + 1) with drift correction, whose control variates
-    w * sigma_k+ ride in the same vector (`fedfair.core.local.Update.weighted_vector`)."""
+    """The length of a training round's summed vector for a model of `parameters` numbers.
+
+    D + 1 ([w * delta, w * delta_c]), or 2 (d + 1) with drift correction, whose control variates w * sigma_k+
+    ride in the same vector (`fedfair.core.local.Update.weighted_vector`).
+    """
     return 2 * (parameters + 1) if corrects_drift else parameters + 1
 
 
@@ -77,9 +79,11 @@ def training_download_size(parameters: int, corrects_drift: bool) -> int:
 
 
 def training_download(theta: np.ndarray, control: np.ndarray | None) -> np.ndarray:
-    """The values a TRAIN stage's model download carries besides c: theta, followed with drift correction
-    by the server's control variate sigma (d + 1 float64 more). Without it, theta alone, so plain
-    FedSRCVaR sends exactly the bytes it always did."""
+    """The values a TRAIN stage's model download carries besides c.
+
+    Theta, followed with drift correction by the server's control variate sigma (d + 1 float64 more). Without
+    it, theta alone, so plain FedSRCVaR sends exactly the bytes it always did.
+    """
     if control is None:
         return theta
     return np.concatenate([np.asarray(theta, dtype=np.float64), np.asarray(control, dtype=np.float64)])
@@ -88,8 +92,10 @@ def training_download(theta: np.ndarray, control: np.ndarray | None) -> np.ndarr
 def split_training_download(
     values: np.ndarray, parameters: int, corrects_drift: bool
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(theta, sigma) from a TRAIN download (sigma None without drift correction); a ConfigError when its
-    length is not what a model of `parameters` numbers and this drift correction imply."""
+    """(theta, sigma) from a TRAIN download (sigma None without drift correction).
+
+    A ConfigError when its length is not what a model of `parameters` numbers and this drift correction imply.
+    """
     expected = training_download_size(parameters, corrects_drift)
     if values.size != expected:
         raise ConfigError(

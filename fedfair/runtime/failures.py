@@ -1,22 +1,21 @@
 """The collaborator's failure classes: what can go wrong, whether waiting helps, and the fix.
 
-Every failure a collaborator reports to its operator belongs to one class of
-:data:`FAILURES`. A *transient* class (the aggregator is down, restarting or busy)
-is retried with jittered back-off within the ``[retry]`` bounds of
-``collaborator.toml``, one log line per retry; a *permanent* class (a certificate
-the other side cannot trust, a name the plan does not allow, a plan or data that
-do not fit, a local file that is missing) cannot heal by waiting, so the
-collaborator stops at once with the class's message: what happened and the fix,
-in plain words, never a TLS library's text alone.
-
 The table is the single source of the operator's runbook (``docs/operations.md``
 is generated from :func:`failure_table`), so the messages and the documentation
 cannot drift apart. The class id starts every message, so an operator can look it up.
+
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
 
 from fedfair.core.errors import FailureClass
+
+EXIT_INCOMPLETE = 3
+"""The exit status of a process whose federation finished with a model from fewer rounds than planned:
+the aggregator's when rounds aborted, a collaborator's when rounds applied without its update. A script
+must not read it as a plain success; the closing line counts the rounds, the log says why."""
+
 
 # ---------------------------------------------------------------- transient: retried within [retry]
 
@@ -37,8 +36,8 @@ CONNECTION_LOST = FailureClass(
     "connection-lost",
     True,
     "the connection to the aggregator at {address} was lost ({reason})",
-    "none needed if the aggregator is restarting (its resumed run re-runs the round); otherwise "
-    "start it again with --resume",
+    "none needed: this collaborator waits for the aggregator, and a resumed aggregator re-runs the round; "
+    "if it stays away, its operator restarts it with `fedfair aggregator start --resume`",
 )
 
 # ---------------------------------------------------------------- permanent: the collaborator stops

@@ -24,8 +24,9 @@ WEIGHTINGS = ("equal", "declared")
 
 @dataclass(frozen=True)
 class InfluenceSettings:
-    """How far one institution can move the model in a round: a weight agreed in the plan, never
-    claimed, and an L2 bound on its update.
+    """How far one institution can move the model in a round.
+
+    A weight agreed in the plan, never claimed, and an L2 bound on its update.
 
     ``weights`` "equal" gives every institution weight 1: each counts the same, whatever its
     size. "declared" gives institution k the weight b_k = round(batch_fraction * n_k) of the size
@@ -81,8 +82,11 @@ def declared_batch(size: int, batch_fraction: float) -> int:
 def read_influence(
     source: str, data: Mapping[str, object], n: int, *, default_norm: float, batch_fraction: float, max_weight: float
 ) -> InfluenceSettings:
-    """[influence] for a federation of `n`; `default_norm` is C when the plan sets none, and no agreed weight
-    (at `batch_fraction`) may exceed the encoding's `max_weight`."""
+    """[influence] for a federation of `n`.
+
+    `default_norm` is C when the plan sets none, and no agreed weight (at `batch_fraction`) may exceed the
+    encoding's `max_weight`.
+    """
     t = Table.of(source, data, "influence", field_names(InfluenceSettings))
     d = InfluenceSettings(update_norm=default_norm)
     weights = t.string("weights", d.weights, choices=WEIGHTINGS)

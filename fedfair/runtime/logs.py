@@ -3,7 +3,8 @@
 The console of a process is a tool, not a log: it shows one progress bar (round, ETA, the latest
 worst-group and mean risk) and the lines worth a person's attention (connections, warnings, the
 closing line). Per-round lines (a round applied, a round trained, an evaluation) are marked with
-:func:`per_round`; they go to the log file, and to the console only with ``verbose``. Lines at
+:func:`per_round`, and routine repeats (a retry while the aggregator starts) with :data:`LOG_FILE_ONLY`;
+they go to the log file, and to the console only with ``verbose``. Lines at
 WARNING and above always reach the console. gRPC's own C-core logging (handshake failures, say,
 which the processes report in their own words) is off unless ``GRPC_VERBOSITY`` asks for it.
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TextIO
 
 from fedfair.runtime.progress import Progress
@@ -28,6 +31,13 @@ ROUND = "fedfair_round"
 
 RISKS = "fedfair_risks"
 """The attribute :func:`per_round` sets on a record that carries an evaluation: (worst risk, mean risk)."""
+
+ROUTINE = "fedfair_routine"
+"""The attribute :data:`LOG_FILE_ONLY` sets on a record."""
+
+LOG_FILE_ONLY: Mapping[str, object] = MappingProxyType({ROUTINE: True})
+"""The ``extra`` of a line below WARNING that the console shows only with ``verbose``: a routine repeat
+whose first occurrence the console already showed."""
 
 
 def per_round(round_number: int, rounds: int, *, worst: float | None = None, mean: float | None = None) -> dict[str, Any]:
@@ -62,8 +72,9 @@ class Console(logging.Handler):
             position = getattr(record, ROUND, None)
             if position is not None:
                 self._advance(record, *position)
-                if not self.verbose and record.levelno < logging.WARNING:
-                    return
+            routine = position is not None or getattr(record, ROUTINE, False)
+            if routine and not self.verbose and record.levelno < logging.WARNING:
+                return
             text = self.format(record) + "\n"
             if self.progress is not None:
                 self.progress.write(text)
@@ -88,16 +99,20 @@ class Console(logging.Handler):
 
 
 def quiet_grpc() -> None:
-    """Turn gRPC's C-core logging off unless GRPC_VERBOSITY already says otherwise; call it before gRPC
-    starts (its core reads the variable when it initialises)."""
+    """Turn gRPC's C-core logging off unless GRPC_VERBOSITY already says otherwise.
+
+    Call it before gRPC starts (its core reads the variable when it initialises).
+    """
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 def configure_logging(
     level: str = "INFO", file: Path | None = None, *, label: str = "rounds", verbose: bool = False
 ) -> None:
-    """Lines at `level` and above: on the console (:class:`Console`, per-round lines as a bar unless
-    `verbose`) and, if given, every one of them appended to `file`.
+    """Lines at `level` and above.
+
+    On the console (:class:`Console`, per-round lines as a bar unless `verbose`) and, if given, every one of
+    them appended to `file`.
 
     ``force``: a library imported earlier (Opacus does) may already have configured the
     root logger at WARNING, which would silently drop the round-by-round lines.

@@ -1,36 +1,6 @@
 """The federation manifest: the roster the institutions agreed on, held by each of them.
 
-Whoever holds the federation's CA can issue a certificate for any name, and the
-aggregator's operator often holds it. Certificates and signatures bound to them
-therefore cannot stop that operator from filling a round with parties of its own (a
-Sybil roster, so that one institution's input is alone in the sum beside inputs it
-knows) or from relaying a twin certificate for a real institution. The manifest
-closes that gap: a TOML file the institutions agree on out of band (written by
-`fedfair pki manifest`, format in :mod:`fedfair.pki.roster`) naming the federation,
-the aggregator and every collaborator with the SHA-256 fingerprint of its
-certificate, the collusion bound ``max_colluding`` and ``min_round_size``, the fewest
-parties a round may have, and the plan itself (``[plan]``: the learning settings every
-collaborator receives, pinned by their digest; :func:`fedfair.runtime.plan.pin_plan`
-writes it). Each institution checks against its own copy:
-
-- the plan the aggregator shares (:func:`check_shared_settings`): exactly the pinned
-  settings, down to the last field (:func:`check_pinned_settings` names every field that
-  differs), besides the same federation, number of collaborators and collusion bound and
-  a quorum of at least ``min_round_size``. The plan decides the model's architecture, the
-  evaluation's grid, the schema's columns and the masking graph, so an aggregator free to
-  change it could program what each institution computes;
-- every round's roster (:meth:`Manifest.check_roster`): only listed names, at least
-  ``min_round_size`` of them;
-- every relayed credential (:func:`pinned_verifier`): issued by the CA *and* the very
-  certificate the manifest pins for that name, so a twin minted by the CA is refused;
-- the aggregator's TLS certificate, and its own (:func:`check_aggregator_certificate`,
-  :func:`check_certificate`).
-
-The aggregator's plan may name the same file (``[aggregator] manifest``); the plan
-must then agree with it (:func:`fedfair.runtime.plan.check_plan`), which catches a misconfigured
-aggregator at start rather than at the first refused round. Without a manifest,
-the roster is trusted to the CA (:data:`NO_MANIFEST_WARNING`); a manifest without a
-``[plan]`` leaves the plan to the aggregator (:data:`UNPINNED_PLAN_WARNING`).
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
@@ -290,8 +260,11 @@ def setting_differences(pinned: Mapping[str, Any], served: Mapping[str, Any]) ->
 
 
 def _list_differences(field: str, before: Any, after: Any) -> list[str] | None:
-    """Two lists told apart in full, not as two truncated texts: entries with a "name" (a schema's
-    columns) entry by entry, plain values by what was added and removed; None for anything else."""
+    """Two lists told apart in full, not as two truncated texts.
+
+    Entries with a "name" (a schema's columns) entry by entry, plain values by what was added and removed; None
+    for anything else.
+    """
     if not (isinstance(before, list) and isinstance(after, list)):
         return None
     if all(isinstance(entry, Mapping) and "name" in entry for entry in before + after):
@@ -336,8 +309,10 @@ def _shown(value: Any) -> str:
 
 
 def check_pinned_settings(manifest: Manifest, served: Mapping[str, Any], where: str) -> None:
-    """Refuse settings (a plan's shared settings as JSON values) unless they are the manifest's pinned plan;
-    the refusal names every field that differs. A manifest without [plan] pins nothing here."""
+    """Refuse settings (a plan's shared settings as JSON values) unless they are the manifest's pinned plan.
+
+    The refusal names every field that differs. A manifest without [plan] pins nothing here.
+    """
     if manifest.plan is None or settings_digest(served) == manifest.plan.sha256:
         return
     differences = setting_differences(manifest.plan.settings, served)
@@ -350,8 +325,10 @@ def check_pinned_settings(manifest: Manifest, served: Mapping[str, Any], where: 
 
 
 def check_shared_settings(manifest: Manifest, shared: Shared, served: Mapping[str, Any]) -> None:
-    """At a collaborator: refuse the aggregator's shared settings unless they agree with its own manifest:
-    exactly the pinned plan (``served`` is what arrived, as JSON values), and in any case the roster's bounds.
+    """At a collaborator.
+
+    Refuse the aggregator's shared settings unless they agree with its own manifest: exactly the pinned plan
+    (``served`` is what arrived, as JSON values), and in any case the roster's bounds.
 
     The shared settings carry no names (the aggregator never reveals its allow-list),
     so the names themselves are checked on every round's roster.

@@ -45,8 +45,10 @@ class ModelSettings:
     arguments: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def build(self, seed: int = 0, *, allowed: Collection[str] = ()) -> nn.Module:
-        """The model with `seed`'s initial weights (the plan's seed gives every side the same theta_0);
-        a factory is built only if `allowed`, this party's own list, names it."""
+        """The model with `seed`'s initial weights (the plan's seed gives every side the same theta_0).
+
+        A factory is built only if `allowed`, this party's own list, names it.
+        """
         # Imported here: reading a plan must not need torch, only building its model does.
         from fedfair.core.models import build_from_factory, build_model
 

@@ -7,10 +7,7 @@ agree with: :mod:`fedfair.runtime.manifest`) and the learning sections of
 :mod:`fedfair.runtime.settings`. Every value is checked; an unknown section or key is
 refused with the closest known name as a suggestion (:mod:`fedfair.runtime.toml_tables`).
 
-The aggregator shares the learning sections with collaborators (:func:`shared_settings`,
-read back by :func:`load_shared_settings`), never the allow-list or its own paths;
-:func:`plan_digest` fingerprints the plan for checkpoints and for collaborators to
-notice a changed plan. Both sides import this module; it imports neither side.
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
@@ -49,7 +46,8 @@ from fedfair.runtime.toml_tables import (
 @dataclass(frozen=True)
 class AggregatorSettings:
     """Where the aggregator listens and keeps its files (paths resolved against the plan), and the
-    federation manifest it checks the plan against, if any (:mod:`fedfair.runtime.manifest`)."""
+    federation manifest it checks the plan against, if any (:mod:`fedfair.runtime.manifest`).
+    """
 
     address: str
     name: str
@@ -71,8 +69,11 @@ class AggregatorPlan(LearningSettings):
 
     @property
     def own_factories(self) -> tuple[str, ...]:
-        """The model factory the operator's own plan names: the aggregator's consent to import it
-        (fedfair.core.models.load_factory); a collaborator's consent is its own config's."""
+        """The model factory the operator's own plan names.
+
+        The aggregator's consent to import it (fedfair.core.models.load_factory); a collaborator's consent is
+        its own config's.
+        """
         return () if self.model.factory is None else (self.model.factory,)
 
 
@@ -88,9 +89,11 @@ class SharedSettings(LearningSettings):
 
 
 def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manifest: bool = True) -> AggregatorPlan:
-    """Validate an aggregator plan already read from TOML (``source`` for messages and paths); with
-    ``check_manifest`` False a plan is not held to, nor even read with, the manifest it names (to pin an
-    edited plan anew, or for the first time, before that manifest exists)."""
+    """Validate an aggregator plan already read from TOML (``source`` for messages and paths).
+
+    With ``check_manifest`` False a plan is not held to, nor even read with, the manifest it names (to pin an
+    edited plan anew, or for the first time, before that manifest exists).
+    """
     where = str(source)
     check_sections(where, data, ("federation", "aggregator", *LEARNING_SECTIONS))
     federation = Table.of(where, data, "federation", ("id", "collaborators"))
@@ -142,8 +145,11 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
 
 
 def check_plan(manifest: Manifest, plan: AggregatorPlan, served: Mapping[str, Any]) -> None:
-    """At the aggregator: refuse a plan that disagrees with the manifest it names (``served``: the
-    settings it would share, as JSON values), at start rather than at every collaborator."""
+    """At the aggregator.
+
+    Refuse a plan that disagrees with the manifest it names (``served``: the settings it would share, as JSON
+    values), at start rather than at every collaborator.
+    """
     where = str(plan.source)
     check_federation(manifest, plan.federation_id, where)
     check_pinned_settings(manifest, served, where)
@@ -260,10 +266,12 @@ def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") 
 
 
 def plan_content(plan: AggregatorPlan) -> dict[str, Any]:
-    """The plan's canonical content: the learning sections (command-line overrides applied), the
-    federation id, the allowed names and the manifest's digest when the plan names one. Deployment
-    details (address, folders, where the manifest lies) are left out, so a moved workspace still
-    resumes from its checkpoints, but not under another manifest."""
+    """The plan's canonical content.
+
+    The learning sections (command-line overrides applied), the federation id, the allowed names and the
+    manifest's digest when the plan names one. Deployment details (address, folders, where the manifest lies)
+    are left out, so a moved workspace still resumes from its checkpoints, but not under another manifest.
+    """
     content = _plain(plan)
     content["federation"] = {"id": plan.federation_id, "collaborators": list(plan.collaborators)}
     if plan.manifest is not None:

@@ -4,12 +4,6 @@ Every collaborator refuses a plan other than the one its manifest pins
 (:func:`fedfair.runtime.manifest.check_shared_settings`), so changing the plan is a new
 manifest that every institution accepts. The operator's everyday edit is therefore:
 
-1. edit ``aggregator/plan.toml``;
-2. ``fedfair plan pin --plan aggregator/plan.toml --manifest manifest.toml --out manifest-2.toml``
-   (prints the fields that changed and the new manifest's digest);
-3. every institution reviews ``fedfair plan diff manifest.toml manifest-2.toml``, compares the
-   digest out of band and replaces its copy; the aggregator's plan names the new file.
-
 ``fedfair plan renew`` starts a *new federation* from the same sites and certificates: a new
 federation id in the plan (and in the collaborator configs it is given), a fresh output folder,
 and a new manifest pinning the plan under the new id. Everything a federation id keys starts
@@ -98,8 +92,10 @@ def _pin_command(args: argparse.Namespace) -> int:
 
 
 def set_value(text: str, table: str, key: str, literal: str, source: Path) -> str:
-    """`text` (a TOML file's) with ``key`` of ``[table]`` set to `literal`, its comment kept; the key is
-    added under the table's header when absent. ConfigError when the table is not there."""
+    """`text` (a TOML file's) with ``key`` of ``[table]`` set to `literal`, its comment kept.
+
+    The key is added under the table's header when absent. ConfigError when the table is not there.
+    """
     lines = text.splitlines(keepends=True)
     header = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
     assignment = re.compile(rf"^(\s*{re.escape(key)}\s*=\s*)(\"[^\"]*\"|'[^']*')(.*)$", re.DOTALL)
@@ -123,9 +119,12 @@ def set_value(text: str, table: str, key: str, literal: str, source: Path) -> st
 def renew_federation(
     plan_path: Path, manifest_path: Path, federation_id: str, out: Path, configs: list[Path]
 ) -> tuple[str, Path]:
-    """A new federation of the same roster: the plan (and `configs`) under `federation_id`, with the output
-    folder ``output-<id>``; the manifest at `out` pins it. Nothing is changed unless all of it succeeds.
-    Returns the new manifest's digest and the output folder."""
+    """A new federation of the same roster.
+
+    The plan (and `configs`) under `federation_id`, with the output folder ``output-<id>``; the manifest at
+    `out` pins it. Nothing is changed unless all of it succeeds. Returns the new manifest's digest and the
+    output folder.
+    """
     validate_federation_id(federation_id)
     if out.exists():
         raise ConfigError(f"{out} exists; choose a new file for the new federation's manifest (--out)")

@@ -9,9 +9,7 @@ into the :class:`~fedfair.datasets.schema.Encoder` and serves the encoder's JSON
 the input of every TRAIN stage, so a collaborator that joins (or rejoins) later
 encodes with the same statistics; the encoder also goes into the model bundle.
 
-Both sides import this module; it holds what they must agree on: the encoding of
-the statistics vector (weight 1 per site, no fractional bits: every coordinate is an
-integer, so the sum is exact) and the wire form of the encoder.
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations

@@ -6,23 +6,7 @@ section each collaborator adds Skellam noise to its encoded input before masking
 honest parties of the smallest survivor set the plan allows carry the noise in full
 (:func:`fedfair.privacy.distributed.party_mu`). Two kinds of release:
 
-- training (``mode = "distributed"``): DP-SGD inside the secure sum. Each record's gradient is
-  clipped (theta's to ``max_grad_norm``, c's separately to its own bound), every site samples its
-  records at the plan's ``batch_fraction``, one local step a round, and the noise is calibrated
-  (RDP, Poisson subsampling) so that the plan's rounds spend ``epsilon`` at ``delta``
-  (:func:`training_noise`, which ``LearningSettings.training_encoding`` turns into each round's encoding). ``mode = "local"`` leaves training DP to each institution's own
-  config (DP-SGD with its own noise); ``"off"`` adds none;
-- evaluation answers (``report_epsilon``): each site's histogram of held-out losses, and at the
-  final round its composition counts, noised so that one answer spends ``report_epsilon``
-  (:func:`answer_release`); the sensitivity is one held-out record's
-  (``fairness.sums.RECORD_L1`` / ``RECORD_L2``, ``runtime.composition.composition_sensitivity``),
-  scaled by the encoding's 2^f and inflated for stochastic rounding.
-
-Every fresh release is charged, before it is kept and sent, to the institution's ledger
-(:meth:`fedfair.runtime.collaborator.record.InputRecord.charge`), which refuses one past
-``budget`` (and past the institution's own ``budget_epsilon``). A re-sent answer is the same
-bits, so it costs nothing more. Statistics (round 0) are not noised: see
-``datasets.statistics.statistics_sensitivity``.
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
@@ -80,8 +64,10 @@ class PlanPrivacy:
 def read_plan_privacy(
     source: str, data: Mapping[str, object], secure: bool, local: LocalConfig, modulus_bits: int
 ) -> PlanPrivacy:
-    """The plan's [privacy] (defaults when absent); a ConfigError naming the key and the fix. `secure`,
-    `local` and `modulus_bits` are the plan's secure aggregation, local steps and word size."""
+    """The plan's [privacy] (defaults when absent); a ConfigError naming the key and the fix.
+
+    `secure`, `local` and `modulus_bits` are the plan's secure aggregation, local steps and word size.
+    """
     t = Table.of(source, data, "privacy", field_names(PlanPrivacy))
     d = PlanPrivacy()
     positive = "a positive number"
@@ -136,8 +122,11 @@ def read_plan_privacy(
 
 
 def answer_release(settings: PlanPrivacy, columns: tuple[CompositionColumn, ...]) -> distributed.Release:
-    """The Skellam release of one evaluation answer (with composition counts for `columns`): mu is the total
-    the decoded sum carries from the honest parties, sensitivities in encoded units after rounding."""
+    """The Skellam release of one evaluation answer (with composition counts for `columns`).
+
+    Mu is the total the decoded sum carries from the honest parties, sensitivities in encoded units after
+    rounding.
+    """
     if settings.report_epsilon is None:
         raise ConfigError("the plan's evaluation answers are not noised ([privacy] report_epsilon unset)")
     l1, l2 = sums.RECORD_L1, sums.RECORD_L2
@@ -154,16 +143,22 @@ def answer_release(settings: PlanPrivacy, columns: tuple[CompositionColumn, ...]
 
 
 def plan_floor(collaborators: int, max_colluding: int, tolerates_dropouts: bool, threshold: int = 0) -> int:
-    """The fewest survivors the plan itself allows in a sum: every collaborator under ``dropouts = "none"``,
-    else the larger of the isolation bound max_colluding + 2 and the least secure-aggregation `threshold`
-    t of any round (no sum is unmasked below t survivors). A manifest's min_round_size may only raise it,
-    which a collaborator enforces, so noise calibrated to this floor is never too little."""
+    """The fewest survivors the plan itself allows in a sum.
+
+    Every collaborator under ``dropouts = "none"``, else the larger of the isolation bound max_colluding + 2 and
+    the least secure-aggregation `threshold` t of any round (no sum is unmasked below t survivors). A manifest's
+    min_round_size may only raise it, which a collaborator enforces, so noise calibrated to this floor is never
+    too little.
+    """
     return collaborators if not tolerates_dropouts else min(collaborators, max(max_colluding + 2, threshold))
 
 
 def party_mu(release: distributed.Release, floor: int, colluders: int) -> float:
-    """This party's share of the release's noise: the honest parties of a `floor`-party survivor set carry
-    it all (:func:`fedfair.privacy.distributed.party_mu`)."""
+    """This party's share of the release's noise.
+
+    The honest parties of a `floor`-party survivor set carry it all
+    (:func:`fedfair.privacy.distributed.party_mu`).
+    """
     return check_mu(distributed.party_mu(release.mu, floor, colluders))
 
 
@@ -175,9 +170,11 @@ def decoded_noise_std(release: distributed.Release, floor: int, colluders: int, 
 
 
 def training_privacy(settings: PlanPrivacy, batch_fraction: float) -> PrivacyConfig:
-    """The DP-SGD settings every collaborator trains with under mode "distributed": no local noise, each
-    record's gradient clipped, Poisson sampling at the plan's batch fraction (the same everywhere, so one
-    record's chance of taking part is the plan's), calibrated to the plan's epsilon."""
+    """The DP-SGD settings every collaborator trains with under mode "distributed".
+
+    No local noise, each record's gradient clipped, Poisson sampling at the plan's batch fraction (the same
+    everywhere, so one record's chance of taking part is the plan's), calibrated to the plan's epsilon.
+    """
     return PrivacyConfig(
         enabled=True,
         mode="distributed",
@@ -196,7 +193,8 @@ def training_noise(
 ) -> tuple[distributed.TrainingNoise, float]:
     """The calibrated noise of the plan's distributed DP-SGD rounds for updates of `dimension` values, and each
     party's Skellam share of it: the honest parties of a `floor`-party survivor set (`colluders` of them may
-    collude) carry it all. Cached: the calibration bisects over RDP curves, and every round asks the same."""
+    collude) carry it all. Cached: the calibration bisects over RDP curves, and every round asks the same.
+    """
     privacy = training_privacy(settings, rate)
     threshold_norm = threshold_clip(privacy, objective.epsilon, objective.rho)
     noise = distributed_training_noise(privacy, local.lr, local.threshold_lr, threshold_norm, rate, rounds, dimension)
@@ -204,10 +202,12 @@ def training_noise(
 
 
 def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy) -> str | None:
-    """Why this institution may not train under the plan's [privacy], or None: a plan whose training noise
-    is below what the institution's own [privacy] asks (a larger epsilon or delta, or no distributed noise
-    where it asks for it), or local DP-SGD on top of the plan's distributed noise (its own noise would be
-    counted nowhere in the sum's calibration). Each reason names the fix."""
+    """Why this institution may not train under the plan's [privacy], or None.
+
+    A plan whose training noise is below what the institution's own [privacy] asks (a larger epsilon or delta,
+    or no distributed noise where it asks for it), or local DP-SGD on top of the plan's distributed noise (its
+    own noise would be counted nowhere in the sum's calibration). Each reason names the fix.
+    """
     if not own.enabled:
         return None
     if own.mode == "local":

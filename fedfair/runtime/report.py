@@ -1,28 +1,10 @@
 """``fedfair report OUTPUT_DIR``: one self-contained HTML page of an aggregator's run.
 
-The page is drawn from what the aggregator writes into its output folder:
-
-- ``rounds.jsonl`` (one record per round, trimmed on resume, so one per round the model
-  went through): who took part, contributed, dropped out or was excluded; c and c-bar;
-  each stage's seconds; the federated evaluation's held-out risks and, at the final round of a plan
-  with ``[evaluation] composition``, who is in the worst-off group;
-- ``events.jsonl`` (optional): the federation's id and roster (``start``), the epsilon each
-  site chose to share (``round``), spent budgets (``status``);
-- ``model_bundle.pt`` (optional, read as data with ``torch.load(weights_only=True)`` by
-  :func:`fedfair.bundle.load_bundle`): only its number of classes K, for the reference line
-  the research figures draw too, the uniform classifier's risk ln K. The round records carry
-  no baseline of their own; without a readable bundle the page says so and draws none.
-
-What the page reads is gathered by :mod:`fedfair.runtime.report_data`. The figures are inline
-SVG (:mod:`fedfair.runtime.report_figures`) and the style sheet is in
-the page, so it opens from a file, offline, anywhere. The page is written to a temporary
-file and renamed (:func:`fedfair.core.files.atomic_write`): a failure leaves the previous
-report or none, never half of one. The aggregator refreshes it at the end of a run
-(:func:`refresh_report`), where a failure to draw is a warning, never the run's failure.
-
 This module imports neither torch nor matplotlib at load time, so ``fedfair report --help``
 starts at once: the figures, the round log's and the bundle's modules are imported when a
 report is drawn.
+
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
@@ -141,8 +123,10 @@ def _risks_section(run: Run) -> str:
 
 
 def guessing_warning(worst_risk: float, classes: int) -> str | None:
-    """The warning for a run whose worst-group risk ended above the uniform classifier's ln K (None when
-    it did not): said by the report and by the aggregator's closing line, with the likely causes."""
+    """The warning for a run whose worst-group risk ended above the uniform classifier's ln K (None when it did not).
+
+    Said by the report and by the aggregator's closing line, with the likely causes.
+    """
     uniform = uniform_risk(classes)
     if not worst_risk > uniform:
         return None
@@ -338,8 +322,10 @@ def _held_up(run: Run) -> str:
 
 
 def write_report(folder: Path, out: Path | None = None) -> Path:
-    """Draw the report of the output folder `folder` and write it to `out` (default
-    `folder`/report.html) atomically; return its path. A ConfigError names a missing or bad input."""
+    """Draw the report of the output folder `folder` and write it to `out` (default `folder`/report.html) atomically.
+
+    Return its path. A ConfigError names a missing or bad input.
+    """
     path = out if out is not None else folder / REPORT_NAME
     page = render(read_run(folder)).encode()
     atomic_write(path, lambda stream: stream.write(page))
@@ -347,8 +333,11 @@ def write_report(folder: Path, out: Path | None = None) -> Path:
 
 
 def refresh_report(folder: Path) -> Path | None:
-    """:func:`write_report` for the aggregator's end of run: any failure is logged as a warning and
-    None returned, since a report that cannot be drawn must never fail a finished federation."""
+    """:func:`write_report` for the aggregator's end of run.
+
+    Any failure is logged as a warning and None returned, since a report that cannot be drawn must never fail a
+    finished federation.
+    """
     try:
         path = write_report(folder)
     except Exception as error:  # noqa: BLE001 -- drawing is best effort; the model and logs are written

@@ -1,6 +1,7 @@
-"""What ``fedfair report`` reads of an aggregator's output folder, as data: the round records, the
-events, the model's number of classes, and what the page tabulates from them (who took part in
-each round, the epsilon each site shared). :mod:`fedfair.runtime.report` draws it.
+"""What ``fedfair report`` reads of an aggregator's output folder, as data.
+
+The round records, the events, the model's number of classes, and what the page tabulates from them (who took
+part in each round, the epsilon each site shared). :mod:`fedfair.runtime.report` draws it.
 
 Nothing here imports torch at load time: the bundle's module is imported when a bundle is read.
 """
@@ -54,8 +55,11 @@ class Cell:
 
 
 def read_json_lines(path: Path, what: str, fix: str) -> list[dict[str, Any]]:
-    """Every object of the JSON-lines file `path`; a ConfigError naming the file, the line and `fix`
-    for a line that is not a JSON object (`what` names what a line should be)."""
+    """Every object of the JSON-lines file `path`.
+
+    A ConfigError naming the file, the line and `fix` for a line that is not a JSON object (`what` names what a
+    line should be).
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -130,13 +134,16 @@ def read_run(folder: Path) -> Run:
 
 
 def uniform_risk(classes: int) -> float:
-    """ln K, the cross-entropy of the uniform classifier on K classes (a one-logit binary model: ln 2)."""
+    """Ln K, the cross-entropy of the uniform classifier on K classes (a one-logit binary model: ln 2)."""
     return math.log(max(classes, 2))
 
 
 def roster(run: Run) -> list[str]:
-    """The collaborators: each ``start`` event's roster in order (a resume may run a longer one), then
-    any other name the round records mention (a log without events has only those)."""
+    """The collaborators.
+
+    Each ``start`` event's roster in order (a resume may run a longer one), then any other name the round
+    records mention (a log without events has only those).
+    """
     names = [name for event in run.events if event.get("event") == "start" for name in event.get("collaborators", ())]
     for record in run.rounds:
         names.extend(record.get("participants", ()))
@@ -190,7 +197,8 @@ def contribution_matrix(run: Run, names: Sequence[str]) -> list[tuple[Mapping[st
 
 def epsilon_series(run: Run) -> dict[str, tuple[list[int], list[float]]]:
     """Each site's cumulative epsilon by round, from the ``round`` events (a site that never shared
-    its epsilon has none); a round re-run after a restart keeps its later event."""
+    its epsilon has none); a round re-run after a restart keeps its later event.
+    """
     by_round: dict[int, Mapping[str, Any]] = {}
     for event in run.events:
         if event.get("event") == "round" and isinstance(event.get("round"), int):
@@ -220,8 +228,11 @@ STAGE_WORDS: dict[str, str] = {
 
 
 def stage_label(stage: str) -> str:
-    """A stage's name as the page shows it: "upload" for "STAGE_MASKED_INPUT", "evaluation: upload" for
-    "STAGE_EVAL_MASKED_INPUT"; a stage this table does not know, in lower case."""
+    """A stage's name as the page shows it.
+
+    "upload" for "STAGE_MASKED_INPUT", "evaluation: upload" for "STAGE_EVAL_MASKED_INPUT"; a stage this table
+    does not know, in lower case.
+    """
     name = stage.removeprefix("STAGE_")
     evaluation = name.startswith("EVAL_")
     words = STAGE_WORDS.get(name.removeprefix("EVAL_"), name.lower().replace("_", " "))

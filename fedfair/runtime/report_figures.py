@@ -30,7 +30,8 @@ def risks(
     rounds: Sequence[int], worst: Sequence[float], mean: Sequence[float], uniform: float | None
 ) -> Figure:
     """Held-out worst-group and mean risk at each evaluated round, with the uniform classifier's
-    risk ln K as the reference line when it is known (`uniform` None: no line)."""
+    risk ln K as the reference line when it is known (`uniform` None: no line).
+    """
     figure = Figure(figsize=(WIDTH, 3.4), layout="constrained")
     axis = figure.subplots()
     axis.plot(rounds, worst, marker="o", markersize=4, color="tab:red", label="worst-group risk", gid="risk:worst")
@@ -89,8 +90,11 @@ def _finish(axis: Axes) -> None:
 
 
 def svg(figure: Figure) -> str:
-    """`figure` as an ``<svg>`` element to put inline in HTML: text kept as text (the page's fonts,
-    searchable), no XML prolog, no DOCTYPE and no metadata (the latter name matplotlib's web site)."""
+    """`figure` as an ``<svg>`` element to put inline in HTML.
+
+    Text kept as text (the page's fonts, searchable), no XML prolog, no DOCTYPE and no metadata (the latter name
+    matplotlib's web site).
+    """
     with matplotlib.rc_context({"svg.fonttype": "none"}):
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})

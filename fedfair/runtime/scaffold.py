@@ -6,11 +6,7 @@ the commands that follow, in order, with this federation's names, folders and co
 party keeps its own folder (``ca/``, held offline by the CA holder; ``aggregator/``; one per site,
 each with its own ``certs/``) and the agreed ``manifest.toml`` one level above it.
 
-With ``--csv SAMPLE --label COLUMN`` the plan's ``[schema]`` is drafted from the sample
-(:func:`fedfair.datasets.schema.draft_schema`) and [model] leaves the input size to the encoder the
-statistics round builds from it. Nothing is written until the rendered plan loads
-(:func:`fedfair.runtime.plan.parse_aggregator_plan`): a collusion bound the roster cannot meet is
-refused before any file exists.
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
@@ -41,7 +37,8 @@ RESERVED = frozenset({AGGREGATOR_NAME, CA_FOLDER, ROSTER, MANIFEST, README.lower
 
 def parse_sites(text: str) -> tuple[str, ...]:
     """The institutions named by ``--sites`` (comma-separated), each a valid participant name, at least two,
-    none twice, none a name the folder uses; otherwise one line naming the fix."""
+    none twice, none a name the folder uses; otherwise one line naming the fix.
+    """
     sites = tuple(site.strip() for site in text.split(",") if site.strip())
     for site in sites:
         try:
@@ -69,7 +66,8 @@ def drafted_schema(
     sample: Path, label: str, features: list[str] | None = None, *, learn_categories: bool = False
 ) -> str:
     """The ``[schema]`` section drafted from ``sample`` (ID-like columns left out unless `features` names
-    them), with a note of what to check before pinning it."""
+    them), with a note of what to check before pinning it.
+    """
     # pandas (and the schema module) only when a sample is given: `fedfair init --help` stays light.
     from fedfair.datasets.schema import draft_schema, drafted_features, left_out_note
     from fedfair.datasets.tabular import read_table
@@ -161,8 +159,11 @@ def write_scaffold(folder: Path, files: dict[str, str]) -> None:
 
 
 def render_readme(federation: Federation, min_round_size: int) -> str:
-    """The federation folder's README: who does what, in order, as commands run from the folder
-    (``min_round_size``: the roster's, at most the plan's quorum)."""
+    """The federation folder's README.
+
+    Who does what, in order, as commands run from the folder (``min_round_size``: the roster's, at most the
+    plan's quorum).
+    """
     sites = federation.sites
     parties = (AGGREGATOR_NAME, *sites)
     requests = [f"fedfair pki request --name {AGGREGATOR_NAME} --role aggregator --out {AGGREGATOR_NAME}/{CERTS}"]

@@ -8,9 +8,7 @@ it feeds (:meth:`TrainingSettings.local_config`, :meth:`SecureAggregationSetting
 setting copied field by field. ``[model]`` and ``[influence]`` have modules of their own
 (:mod:`fedfair.runtime.model_settings`, :mod:`fedfair.runtime.influence`).
 
-The readers check every value (type and range) with :class:`~fedfair.runtime.toml_tables.Table`,
-the same way for the aggregator's TOML plan and for the JSON a collaborator receives.
-Reading settings needs neither torch nor gRPC.
+Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
@@ -60,18 +58,20 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """Algorithm 1's knobs. Each collaborator's mini-batch is b_k = round(batch_fraction * n_k)
-    (at least 1), so the weights w_k = b_k are proportional to n_k, as the algorithm needs,
-    without any institution revealing n_k. The output averages the pairs rounds
-    average_from * rounds + 1 .. rounds start from (average_from = 0: all of them, Algorithm 1's
-    theta-bar), as in the simulation; c is projected at the server only, as Algorithm 1 does.
+    """Algorithm 1's knobs.
+
+    Each collaborator's mini-batch is b_k = round(batch_fraction * n_k) (at least 1), so the weights w_k = b_k
+    are proportional to n_k, as the algorithm needs, without any institution revealing n_k. The output averages
+    the pairs rounds average_from * rounds + 1 .. rounds start from (average_from = 0: all of them, Algorithm
+    1's theta-bar), as in the simulation; c is projected at the server only, as Algorithm 1 does.
 
     `drift_correction` "scaffold" adds SCAFFOLD control variates for (theta, c) (fedfair.core.local):
     the server's sigma travels down with (theta, c) and each collaborator's sigma_k+ up inside the
     same summed vector, which is then 2 (d + 1) long; "none" is plain FedSRCVaR.
 
     `server_momentum` is the aggregator's heavy-ball beta on the decoded mean update
-    (fedfair.core.server): a function of the sums alone, so nothing more travels; 0 is Algorithm 1's step."""
+    (fedfair.core.server): a function of the sums alone, so nothing more travels; 0 is Algorithm 1's step.
+    """
 
     rounds: int = 100
     local_steps: int = 1
@@ -156,7 +156,8 @@ class SecureAggregationSettings:
 
     def mask_neighbours(self, collaborators: int) -> int | None:
         """The masking graph's degree for a plan of ``collaborators``, as the secure-aggregation
-        library takes it (None: the complete graph)."""
+        library takes it (None: the complete graph).
+        """
         if self.neighbours is None:
             return default_degree(collaborators, self.max_colluding)
         return self.neighbours or None
@@ -164,9 +165,11 @@ class SecureAggregationSettings:
 
 @dataclass(frozen=True)
 class QuorumSettings:
-    """How many collaborators a round needs, and how long each stage waits for them: at most
-    ``round_timeout_seconds``, and with ``grace_factor`` = k at most k x the stage's median answer time
-    (fedfair.runtime.aggregator.stages.StageTiming), so one slow site cannot hold every round up."""
+    """How many collaborators a round needs, and how long each stage waits for them.
+
+    At most ``round_timeout_seconds``, and with ``grace_factor`` = k at most k x the stage's median answer time
+    (fedfair.runtime.aggregator.stages.StageTiming), so one slow site cannot hold every round up.
+    """
 
     min_collaborators: int = 2
     round_timeout_seconds: float = 300.0
@@ -200,9 +203,11 @@ class LearningSettings:
         return FedSRCVaR(self.training.local_config(), bound=self.objective.bound, momentum=self.training.server_momentum)
 
     def survivor_floor(self, collaborators: int) -> int:
-        """The fewest survivors any secure sum of a plan for `collaborators` can have (privacy_plan.plan_floor):
-        under dropouts the least threshold of a round, from the threshold rule over the holders of each secret
-        (the plan's neighbours + 1 on a SecAgg+ graph, else at least [quorum] min_collaborators)."""
+        """The fewest survivors any secure sum of a plan for `collaborators` can have (privacy_plan.plan_floor).
+
+        Under dropouts the least threshold of a round, from the threshold rule over the holders of each secret
+        (the plan's neighbours + 1 on a SecAgg+ graph, else at least [quorum] min_collaborators).
+        """
         secure = self.secure_aggregation
         degree = secure.mask_neighbours(collaborators)
         holders = degree + 1 if degree else self.quorum.min_collaborators
@@ -210,9 +215,12 @@ class LearningSettings:
         return plan_floor(collaborators, secure.max_colluding, secure.tolerates_dropouts, least)
 
     def training_noise(self, collaborators: int, dimension: int) -> tuple[TrainingNoise, float]:
-        """Under [privacy] mode = "distributed": the calibrated noise of training updates of `dimension` values
-        and each party's share of it, carried by the honest parties of the smallest survivor set the plan
-        allows (fedfair.runtime.privacy_plan.training_noise)."""
+        """Under [privacy] mode = "distributed".
+
+        The calibrated noise of training updates of `dimension` values and each party's share of it, carried by
+        the honest parties of the smallest survivor set the plan allows
+        (fedfair.runtime.privacy_plan.training_noise).
+        """
         secure, training = self.secure_aggregation, self.training
         floor = self.survivor_floor(collaborators)
         return training_noise(
@@ -221,9 +229,11 @@ class LearningSettings:
         )
 
     def training_encoding(self, federation_id: str, collaborators: int, round_number: int, dimension: int) -> EncodingConfig:
-        """The encoding of round `round_number`'s training updates of `dimension` values: the plain one, or under
-        [privacy] mode = "distributed" with the round's noise step; the aggregator and every collaborator
-        derive the same one."""
+        """The encoding of round `round_number`'s training updates of `dimension` values.
+
+        The plain one, or under [privacy] mode = "distributed" with the round's noise step; the aggregator and
+        every collaborator derive the same one.
+        """
         encoding = self.secure_aggregation.encoding()
         if not self.privacy.distributed:
             return encoding
@@ -231,8 +241,10 @@ class LearningSettings:
         return noised_encoding(encoding, noise, share, federation_id, round_number, dimension)
 
     def counted_columns(self, round_number: int) -> tuple[CompositionColumn, ...]:
-        """The columns the evaluation of `round_number` counts the worst group by: the plan's
-        [evaluation] composition at the final round, none before."""
+        """The columns the evaluation of `round_number` counts the worst group by.
+
+        The plan's [evaluation] composition at the final round, none before.
+        """
         if round_number != self.training.rounds:
             return ()
         return composition_columns(self.schema, self.evaluation.composition)
@@ -287,10 +299,11 @@ def _training(source: str, data: Mapping[str, object]) -> TrainingSettings:
 
 
 def default_update_norm(training: TrainingSettings) -> float:
-    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient
-    norm 1 go. Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps,
-    so this clips almost none of them; a tighter C bounds a liar more and slows honest training
-    (benchmarks/influence_bench.py)."""
+    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient norm 1 go.
+
+    Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps, so this clips almost
+    none of them; a tighter C bounds a liar more and slows honest training (benchmarks/influence_bench.py).
+    """
     return 2.0 * training.lr * training.local_steps
 
 

@@ -328,8 +328,11 @@ max_delay_seconds = 15.0    # the largest delay between two retries
 
 
 def render_collaborator(federation: Federation, site: str) -> str:
-    """The ``collaborator.toml`` of ``site`` (one of ``federation.sites``); ``collaborator/collaborator.toml``
-    is DEMO's first site's. Without a schema its data is its part of the bundled Adult data."""
+    """The ``collaborator.toml`` of ``site`` (one of ``federation.sites``).
+
+    ``collaborator/collaborator.toml`` is DEMO's first site's. Without a schema its data is its part of the
+    bundled Adult data.
+    """
     named = federation.schema is None
     index = federation.sites.index(site)
     return "".join(
@@ -397,8 +400,10 @@ def committed_templates(root: Path) -> dict[Path, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m fedfair.runtime.templates [--write] [--root DIR]``: list the templates that differ
-    from their rendering (exit 1 if any), or with --write rewrite them."""
+    """``python -m fedfair.runtime.templates [--write] [--root DIR]``.
+
+    List the templates that differ from their rendering (exit 1 if any), or with --write rewrite them.
+    """
     parser = argparse.ArgumentParser(prog="python -m fedfair.runtime.templates", description=main.__doc__)
     parser.add_argument("--write", action="store_true", help="rewrite the templates from this module")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository's root (default: here)")

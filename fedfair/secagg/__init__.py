@@ -1,25 +1,12 @@
 """Secure aggregation: the server learns the weighted sum of the parties' updates, nothing else.
 
-Bonawitz et al. (2017) double masking with Shamir t-of-n recovery of dropped parties,
-in its variant against an active aggregator (protocol v2): every round's keys, share
-entries, share checks and consistency views are signed by the parties' identity keys,
-a round runs six stages (ADVERTISE, SHARE, CHECK, MASK, CONSISTENCY, UNMASK), parties
-unmask only a view of the round that t survivors signed, and rebuilt secrets are
-verified against commitments so that bad shares are named rather than trusted. The
-threshold rule (:func:`threshold_for`, :func:`check_threshold`) ties t to the number
-of colluding parties tolerated. An optional SecAgg+ neighbour graph cuts the cost for
-large federations. The modules, bottom up:
-
-- :mod:`~fedfair.secagg.prg`: AES-256-CTR keystream masks.
-- :mod:`~fedfair.secagg.shamir`: secret sharing over GF(2^127 - 1).
-- :mod:`~fedfair.secagg.keys`: X25519, HKDF-SHA256, AES-256-GCM share encryption.
-- :mod:`~fedfair.secagg.encode`: fixed-point encoding modulo 2^k, wraparound check, error bound.
-- :mod:`~fedfair.secagg.graph`: complete or random k-regular neighbour graphs.
-- :mod:`~fedfair.secagg.config`: the round's public parameters and the threshold rule.
-- :mod:`~fedfair.secagg.messages`: plain, serialisable messages.
-- :mod:`~fedfair.secagg.client` / :mod:`~fedfair.secagg.server`: the two state machines.
-- :mod:`~fedfair.secagg.simulate`: a whole round in one process.
-- :mod:`~fedfair.secagg.demo`: the ``fedfair secagg-demo`` command.
+Bonawitz et al. (2017) double masking with Shamir t-of-n recovery of dropped parties, against an
+active aggregator: keys, share entries, share checks and consistency views are signed by the
+parties' identity keys, parties unmask only a view of the round that t survivors signed, and
+rebuilt secrets are verified against commitments so that bad shares are named rather than
+trusted. The threshold rule (:func:`threshold_for`, :func:`check_threshold`) ties t to the
+number of colluding parties tolerated; an optional SecAgg+ neighbour graph cuts the cost for
+large federations. docs/layout.md lists the modules, docs/design.md section 5 the argument.
 """
 
 from fedfair.core.errors import (

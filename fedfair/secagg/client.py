@@ -1,40 +1,11 @@
 """A party's side of secure aggregation (Bonawitz et al. 2017, active-adversary variant, protocol v3).
 
-:class:`Client` is a state machine over the plain messages of
-:mod:`fedfair.secagg.messages`; it performs no I/O. A runtime calls its steps in
-order, carrying each returned message to the server and each server message back:
-
-    advertise()                          -> AdvertiseKeys
-    share_keys(KeyDirectory)             -> ShareKeys
-    check_shares(ShareBundle)            -> ShareCheck
-    masked_input(MaskingSet, encoded)    -> MaskedInput
-    consistency(SurvivorSet)             -> ConsistencySignature   (may be repeated)
-    unmask(UnmaskRequest)                -> UnmaskResponse         (may be repeated)
-
-A step that receives a bad message raises a :class:`~fedfair.core.errors.ProtocolError`
-subclass and leaves the state unchanged, so the runtime may wait for a correct one.
-A peer's misbehaviour in the SHARE stage is not an error: the party *accuses* the peer
-in its share check, and the server leaves the accused out of the masking set.
-
-What the party protects. Its input y = x + PRG(b) + sum_v +-PRG(k_uv) reaches the
-server masked twice, and the server must never hold both the seed b and the mask key
-of one party. The party makes sure of it against a server that lies:
-
-- it accepts a peer's keys only under the peer's identity signature (no swapped keys),
-  and signs once over all the share entries it sends, each with commitments to the two
-  shares inside (its dealing), so a tampered entry is caught and a share revealed later
-  is checked against what its dealer dealt;
-- it masks only with peers whose shares it checked and holds, only if the masking set
-  leaves it at least t holders, and never with a peer it accused;
-- it signs exactly one view (U2', U3) of who masked and who survived, and remembers it;
-- it reveals shares only for that view and only once at least t distinct survivors
-  (t holders of each owner on a SecAgg+ graph) signed the same view. Honest parties sign
-  one view each, so with 2t > m + c an aggregator and c colluders cannot gather t
-  signatures on two different views: they cannot get a seed share of a party from some
-  parties and its mask-key share from others;
-- it reveals a share of a peer's seed only if that peer survived and of its mask key
-  only if it dropped; since every request it answers is that one signed view, it can
-  never be asked for the other kind later.
+:class:`Client` is a state machine over the messages of :mod:`fedfair.secagg.messages`, with no
+I/O: ``advertise``, ``share_keys``, ``check_shares``, ``masked_input``, ``consistency`` and
+``unmask``, in that order (the last two may be repeated). A step that receives a bad message
+raises a :class:`~fedfair.core.errors.ProtocolError` subclass and leaves the state unchanged; a
+peer's bad shares are accused, not raised. The checks by which a party keeps a lying server from
+both secrets of one party are listed in docs/design.md ("Inside secure aggregation").
 """
 
 from __future__ import annotations

@@ -20,18 +20,22 @@ class Writer:
         self._parts: list[bytes | memoryview] = []
 
     def u8(self, value: int) -> Writer:
+        """Append one unsigned byte."""
         self._parts.append(struct.pack(">B", value))
         return self
 
     def u32(self, value: int) -> Writer:
+        """Append a big-endian unsigned 32-bit integer."""
         self._parts.append(struct.pack(">I", value))
         return self
 
     def u64(self, value: int) -> Writer:
+        """Append a big-endian unsigned 64-bit integer."""
         self._parts.append(struct.pack(">Q", value))
         return self
 
     def f64(self, value: float) -> Writer:
+        """Append a big-endian IEEE 754 double."""
         self._parts.append(struct.pack(">d", value))
         return self
 
@@ -46,6 +50,7 @@ class Writer:
         return self
 
     def text(self, value: str) -> Writer:
+        """Append a UTF-8 string as a blob."""
         return self.blob(value.encode("utf-8"))
 
     def ids(self, ids: tuple[int, ...]) -> Writer:
@@ -56,6 +61,7 @@ class Writer:
         return self
 
     def getvalue(self) -> bytes:
+        """Every field appended so far, as one byte string."""
         return b"".join(self._parts)
 
 
@@ -75,15 +81,19 @@ class Reader:
         return chunk
 
     def u8(self) -> int:
+        """The next unsigned byte; ProtocolError if the message ends first."""
         return int(struct.unpack(">B", self._take(1))[0])
 
     def u32(self) -> int:
+        """The next big-endian unsigned 32-bit integer; ProtocolError if the message ends first."""
         return int(struct.unpack(">I", self._take(4))[0])
 
     def u64(self) -> int:
+        """The next big-endian unsigned 64-bit integer; ProtocolError if the message ends first."""
         return int(struct.unpack(">Q", self._take(8))[0])
 
     def f64(self) -> float:
+        """The next big-endian IEEE 754 double; ProtocolError if the message ends first."""
         return float(struct.unpack(">d", self._take(8))[0])
 
     def blob(self, limit: int | None = None) -> bytes:
@@ -105,6 +115,7 @@ class Reader:
         return self._take(self.u64())
 
     def text(self) -> str:
+        """The next blob decoded as UTF-8; ProtocolError if it is not UTF-8."""
         try:
             return self.blob().decode("utf-8")
         except UnicodeDecodeError:

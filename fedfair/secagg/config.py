@@ -1,26 +1,11 @@
 """The public parameters of one secure-aggregation round, shared by every party and the server.
 
-Party ids are positions in the roster plus one (1..n); the id doubles as the
-party's Shamir x coordinate, and the roster maps it to the name its certificate
-carries. The config's digest is signed with every advertisement and hashed into
-the session id, so parties that were shown different parameters (another round,
-threshold, dimension, encoding, ...) cannot end up in the same session.
-
-The threshold rule. Let m be the number of holders of each secret (n on the complete
-graph, neighbours + 1 on a SecAgg+ graph) and c the number of parties that may collude
-with the aggregator (``max_colluding``). The threshold t must satisfy
-
-- c + 2 <= t: the c colluders hold c shares of every secret, including the kind an
-  honest party never reveals, so t must exceed c; and a party masks only with at least
-  t holders, while the sum has at least t survivors, so at least t - c >= 2 honest
-  inputs are always summed together;
-- 2t > m + c: an aggregator that shows two survivor views must collect t consistency
-  signatures on each; honest parties sign one view only, so that needs 2t - c distinct
-  holders, more than there are;
-- t <= m: someone must be able to unmask.
-
-:func:`threshold_for` gives the smallest such t (for c = 0 that is floor(m/2) + 1) and
-:func:`check_threshold` refuses a threshold that breaks one of the rules.
+Party ids are positions in the roster plus one (1..n); the id doubles as the party's Shamir x
+coordinate, and the roster maps it to the name its certificate carries. The config's digest is
+signed with every advertisement and hashed into the session id, so parties shown different
+parameters cannot end up in the same session. :func:`threshold_for` gives the smallest threshold
+the rule of docs/design.md section 5 allows (floor(m/2) + 1 for c = 0), and
+:func:`check_threshold` refuses one that breaks it.
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
 """Fixed-point encoding of weighted updates into integers modulo 2^k.
 
-Masking needs a group; fedfair uses the integers modulo 2^k (k = 32 or 64) so that
-numpy's wrapping unsigned arithmetic is the group operation. A party's input is
-its update already multiplied by its weight, ``weight * delta``, plus the weight
-itself as one extra coordinate; the server decodes the sums and divides.
-
-Encoding one party: clip each coordinate of ``delta`` to ``[-clip, clip]`` (that is,
-the weighted coordinate to ``[-clip * weight, clip * weight]``), multiply by 2^f,
-round stochastically to a neighbouring integer with probability proportional to
-the distance (so the rounding is unbiased), and store it in two's complement
-modulo 2^k. Decoding reads the sum as a signed k-bit integer and divides by 2^f.
-
-Exactness: the modular sum equals the integer sum as long as the latter lies in
-[-2^(k-1), 2^(k-1)); :func:`check_no_wraparound` refuses configurations whose
-worst case could leave that range. The only error left is rounding: each party's
-rounding error is below one unit of 2^-f per coordinate, hence the bound
-``n * 2^-f`` on each coordinate of a sum of n inputs (plus float64 rounding of
-a 64-bit sum, which only matters when k = 64).
-
-Stochastic-rounding randomness comes from the AES keystream (a fresh key from the
-OS, or a caller's key for reproducible runs), never from numpy's RNG: the i-th
-coordinate uses the i-th 32-bit little-endian word of the stream. The rounding is
-done in integers (see :class:`_StochasticRounder`): its bias is below 2^-K of a unit,
-with K = :attr:`Encoder.rounding_bits` (32 for a 32-bit modulus, at least 10 for a 64-bit
-one), and it never moves a value by a whole unit. Only the encoding party ever draws this
-randomness, so how it is drawn is no part of the protocol.
-
-Speed: the encoder walks the vector in blocks of 262144 coordinates; for each it draws 4
-keystream bytes per coordinate and one compiled pass (:mod:`fedfair.secagg.kernels`) checks,
-clips, scales, rounds and packs the block. Nothing but the output grows with the vector.
+A party's input is ``weight * delta`` (each coordinate of ``delta`` clipped to ``[-clip, clip]``)
+plus the weight as one extra coordinate, times 2^f, stochastically rounded and stored in two's
+complement modulo 2^k; the server decodes the sums and divides. :func:`check_no_wraparound`
+refuses configurations whose worst case could wrap, so the only error left is rounding: below
+``n * 2^-f`` per coordinate of a sum of n inputs. Why the rounding draws AES keystream words, and
+how the encoder walks the vector, is in docs/design.md ("Inside secure aggregation").
 """
 
 from __future__ import annotations
@@ -224,8 +201,10 @@ class Encoder:
         """K: bits kept below one unit before stochastic rounding; the rounding bias is below 2^-K units."""
 
     def encoded_dimension(self, dimension: int) -> int:
-        """The coordinates an update of ``dimension`` coordinates takes in an encoding (its words less the
-        weight's): d, or with rotation d padded to a power of two. A secure-aggregation round's dimension."""
+        """The coordinates an update of ``dimension`` coordinates takes in an encoding (its words less the weight's).
+
+        D, or with rotation d padded to a power of two. A secure-aggregation round's dimension.
+        """
         if self._noisy is not None and dimension != self._noisy.noise.dimension:
             raise ConfigError(
                 f"the noise was configured for updates of {self._noisy.noise.dimension} coordinates, not {dimension}"
@@ -300,7 +279,8 @@ class Encoder:
 
     def _encode_noised(self, vector: np.ndarray, weight: float, key: bytes, encoded: np.ndarray) -> np.ndarray:
         """The noise step (:class:`NoisyEncoding`) for the update, then the weight stochastically rounded
-        (unnoised: weights are agreed); the int64 values keep their low k bits (the words modulo 2^k)."""
+        (unnoised: weights are agreed); the int64 values keep their low k bits (the words modulo 2^k).
+        """
         assert self._noisy is not None
         stream = prg.Keystream(key)
         values = np.empty(self._noisy.size, dtype=np.int64)
@@ -360,11 +340,12 @@ _scratch = threading.local()
 
 
 def _scratch_words(count: int) -> np.ndarray:
-    """``count`` little-endian 32-bit words of this thread's scratch space, kept from one encoding
-    to the next: a block's random words (1 MiB) allocated anew each time come, as often as not, as
-    fresh pages the kernel faults in one by one, which cost a third of an encoding at d = 10^6.
-    Per thread, because parties may encode at once; one encoding at a time per thread is all the
-    encoder does with it."""
+    """``count`` little-endian 32-bit words of this thread's scratch space, kept from one encoding to the next.
+
+    A block's random words (1 MiB) allocated anew each time come, as often as not, as fresh pages the kernel
+    faults in one by one, which cost a third of an encoding at d = 10^6. Per thread, because parties may encode
+    at once; one encoding at a time per thread is all the encoder does with it.
+    """
     words: np.ndarray | None = getattr(_scratch, "words", None)
     if words is None or words.size < count:
         words = _scratch.words = np.empty(count, dtype=np.dtype(np.uint32).newbyteorder("<"))
@@ -411,7 +392,8 @@ class _StochasticRounder:
     def round_into(self, values: np.ndarray, out: np.ndarray, bound: float) -> bool:
         """Clip the float64 ``values`` (at most one block) to [-bound, bound] and round them into
         the signed integer array ``out``, which must hold every rounded value; False if a value
-        was NaN or infinite (``out`` then holds unspecified words)."""
+        was NaN or infinite (``out`` then holds unspecified words).
+        """
         count = values.size
         self._stream.read_into(self._random_bytes[: count * ROUNDING_BYTES_PER_COORDINATE])
         return self._round_block(
@@ -422,9 +404,12 @@ class _StochasticRounder:
 def noised_encoding(
     encoding: EncodingConfig, noise: TrainingNoise, share: float, federation_id: str, round_number: int, dimension: int
 ) -> EncodingConfig:
-    """`encoding` with the noise step of a distributed DP-SGD round: `noise`'s fractional bits, this party's
-    Skellam `share` mu, the norm bound NORM_SLACK times one record's sensitivity, and a rotation keyed by the
-    federation and the round; what every party and the server of one round derive alike."""
+    """`encoding` with the noise step of a distributed DP-SGD round.
+
+    `noise`'s fractional bits, this party's Skellam `share` mu, the norm bound NORM_SLACK times one record's
+    sensitivity, and a rotation keyed by the federation and the round; what every party and the server of one
+    round derive alike.
+    """
     sensitivity = math.ldexp(1.0, -noise.fractional_bits) * noise.release.l2
     step = NoiseConfig(
         mu=share,

@@ -1,23 +1,11 @@
-"""Who masks with whom: the complete graph, or a random k-regular graph (SecAgg+).
+"""Who masks with whom: the complete graph, or a random k-regular graph (SecAgg+, Bell et al. 2020).
 
-With n parties the complete graph costs every party n - 1 pairwise masks, n Shamir
-shares per secret and a signature check per peer. SecAgg+ (Bell et al. 2020) masks
-only along the edges of a sparse graph: each party shares its secrets with, and masks
-against, its k neighbours only, k = O(log n) (:func:`default_degree`).
-
-The graph is a uniformly drawn random k-regular graph, a good expander, not a circulant:
-in a ring-like graph the aggregator could cut an arc of parties off from the rest by
-dropping k of them. It is drawn over the plan's whole roster (:func:`graph_seed`), so which
-parties turn up in a round does not redraw it, from a seed that is a hash of what the plan
-pins (federation, roster, degree) and the round: every party and the server compute the
-same graph without talking, nobody chooses it, and it changes every round.
-
-Privacy does not rest on the graph being random. The aggregator learns the sum over each
-connected piece of the survivors once the colluders' vertices are taken out, so a party
-signs a survivor set only if the survivors' subgraph stays connected after any
-``max_colluding`` of them are removed (:func:`check_survivors`): then every decoded sum is
-the sum over all honest survivors, as on the complete graph. A random graph only makes
-that check pass for rounds whose dropouts were not chosen to cut it.
+On the complete graph every party masks against, and shares its secrets with, all n - 1 others;
+on a SecAgg+ graph only its k = O(log n) neighbours (:func:`default_degree`). The graph is a
+uniformly drawn random k-regular graph over the plan's whole roster, from a seed nobody chooses
+(:func:`graph_seed`), and a party signs a survivor set only if its subgraph survives the removal
+of any ``max_colluding`` members (:func:`check_survivors`). docs/design.md section 5 ("The masking
+graph") says why privacy rests on that check, not on the graph's randomness.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The secure-aggregation inner loops, compiled: the encoder's rounding pass and the masks' additions.
 
-Written with numpy, encoding takes five passes over each block (two reductions for the NaN and
-clip checks, a multiply into int64, an add of the random words and a shift into the output
-words), each with its own loads and stores, several times the cost of drawing the keystream.
-:func:`round_block` reads each value once and writes its word once, in SIMD registers (its
-docstring says how it stays exact without the int64 vector conversions AVX2 lacks). Masking
-with ``np.add(..., out=...)`` reads and writes the accumulator block once per stream;
-:func:`add_rows` adds two streams per pass without a branch on the sign. What each costs is
-measured by ``benchmarks/secagg_bench.py`` (docs/benchmarks.md).
-
-The kernels keep the GIL: each call takes well under a millisecond, while giving the GIL up and
-taking it back can cost a whole switch interval in a process whose other threads run Python.
-
-numba is imported on first use, not with fedfair: it takes most of a second to import, and only
-a party that encodes or masks needs it. The compiled code is cached beside this file
-(``cache=True``), so later processes load it instead of compiling it again.
+:func:`round_block` checks, clips, scales, rounds and packs a block in one pass; :func:`add_rows`
+adds two keystreams to the accumulator per pass. The kernels keep the GIL; numba is imported on
+first use and the compiled code is cached beside this file (``cache=True``). Why each choice, and
+what it saves, is in docs/design.md ("Inside secure aggregation"); ``benchmarks/secagg_bench.py``
+measures it.
 """
 
 from __future__ import annotations
@@ -203,7 +193,8 @@ Hadamard = Callable[[np.ndarray], None]
 def _hadamard(values: np.ndarray) -> None:
     """Overwrite the float64 ``values`` (a power-of-two length m) with H values, H the m x m Walsh-Hadamard
     matrix in Sylvester's order, by log2(m) butterfly passes (a + b, a - b) in place: no temporary, and
-    each pass streams the array once (numpy's reshaped form takes a copy and three passes per stage)."""
+    each pass streams the array once (numpy's reshaped form takes a copy and three passes per stage).
+    """
     size = values.size
     half = 1
     while half < size:

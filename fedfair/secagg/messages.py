@@ -1,47 +1,10 @@
 """The messages of one secure-aggregation round (protocol v3), as plain frozen dataclasses.
 
-Flow (party = collaborator, server = aggregator); U1 advertised, U2 shared, U2' passed
-the share check unaccused, U3 sent a masked input:
-
-===========  ====================  =======================  ========================================
-stage        party -> server       server -> party          content
-===========  ====================  =======================  ========================================
-ADVERTISE    AdvertiseKeys                                  two X25519 public keys and a commitment
-                                                            to the self-mask seed, signed
-ADVERTISE                          KeyDirectory (all)       every accepted AdvertiseKeys (U1)
-SHARE        ShareKeys                                      Shamir shares, encrypted per recipient,
-                                                            with commitments to each share, all
-                                                            entries under one signature (dealing)
-SHARE                              ShareBundle (each)       the entries addressed to it and each
-                                                            sender's signed dealing (U2)
-CHECK        ShareCheck                                     the senders whose entry failed
-                                                            (accused), signed
-CHECK                              MaskingSet (all)         U2': checked parties minus the accused
-MASK         MaskedInput                                    the masked, encoded update
-MASK                               SurvivorSet (all)        U2' and U3 (whose masked input arrived)
-CONSISTENCY  ConsistencySignature                           signature over the view (U2', U3)
-CONSISTENCY                        UnmaskRequest (all)      U3, U2' - U3, and the survivors'
-                                                            consistency signatures
-UNMASK       UnmaskResponse                                 seed shares of survivors, mask-key
-                                                            shares of the dropped (checked against
-                                                            their dealer's signed dealing)
-===========  ====================  =======================  ========================================
-
-Every message carries a :class:`Header` binding it to (federation id, round, stage,
-session id); receivers refuse any other binding, so a message replayed from another
-round or session is rejected. The session id is the hash of the round's parameters
-and all accepted advertised keys and commitments (:func:`~fedfair.secagg.payloads.session_id`), so it does not
-exist yet in the ADVERTISE stage: there ``session_id`` is empty and each advertisement
-is bound to the round by its signature over the config digest instead. A server
-message carries the stage it closes (KeyDirectory, ShareBundle) or the stage it opens
-(MaskingSet, SurvivorSet, UnmaskRequest), as its ``STAGE`` says.
-
-Party ids in messages are *claims*: the runtime must check that ``sender`` is the id
-of the peer its mutual-TLS connection authenticated (and deliver a party only what is
-addressed to it). What must survive an active aggregator is signed with the parties'
-identity keys over the payloads of :mod:`fedfair.secagg.payloads`. Every message has the
-canonical encoding of :mod:`fedfair.secagg.wire` (``to_bytes()``, ``Cls.from_bytes``,
-:func:`decode`); nothing is pickled.
+Every message carries a :class:`Header` binding it to (federation id, round, stage, session id),
+and receivers refuse any other binding. Party ids in messages are claims: the runtime checks
+``sender`` against the peer its mutual-TLS connection authenticated. Every message has the
+canonical encoding of :mod:`fedfair.secagg.wire`; nothing is pickled. The stage-by-stage flow is
+in docs/design.md ("Inside secure aggregation").
 """
 
 from __future__ import annotations
@@ -83,11 +46,13 @@ class AdvertiseKeys(Wire):
     signature: bytes
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.u32(self.sender).blob(self.cipher_public_key).blob(self.mask_public_key).blob(self.seed_commitment)
         writer.blob(self.credential).blob(self.signature)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> AdvertiseKeys:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         return cls(header, reader.u32(), reader.blob(), reader.blob(), reader.blob(), reader.blob(), reader.blob())
 
 
@@ -102,6 +67,7 @@ class KeyDirectory(Wire):
     advertisements: tuple[AdvertiseKeys, ...]
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.u32(len(self.advertisements))
         for advertisement in self.advertisements:
             advertisement.header.write(writer)
@@ -109,6 +75,7 @@ class KeyDirectory(Wire):
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> KeyDirectory:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         return cls(header, tuple(AdvertiseKeys.read(Header.read(reader), reader) for _ in range(reader.u32())))
 
 
@@ -129,11 +96,13 @@ class EncryptedShares:
     key_commitment: bytes
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.u32(self.sender).u32(self.recipient).blob(self.ciphertext)
         writer.blob(self.seed_commitment).blob(self.key_commitment)
 
     @classmethod
     def read(cls, reader: Reader) -> EncryptedShares:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         return cls(reader.u32(), reader.u32(), reader.blob(), reader.fixed(DIGEST_BYTES), reader.fixed(DIGEST_BYTES))
 
 
@@ -155,11 +124,13 @@ class ShareKeys(Wire):
     signature: bytes
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         _write_shares(writer.u32(self.sender), self.shares)
         writer.blob(self.signature)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> ShareKeys:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         return cls(header, reader.u32(), _read_shares(reader), reader.blob(SIGNATURE_LIMIT))
 
 
@@ -178,10 +149,12 @@ class Dealing:
     signature: bytes
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.u32(self.dealer).ids(self.holders).blob(self.lines).blob(self.signature)
 
     @classmethod
     def read(cls, reader: Reader) -> Dealing:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         dealer, holders = reader.u32(), reader.ids()
         return cls(dealer, holders, reader.fixed(DIGEST_BYTES * len(holders)), reader.blob(SIGNATURE_LIMIT))
 
@@ -210,6 +183,7 @@ class ShareBundle(Wire):
     dealings: tuple[Dealing, ...]
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         _write_shares(writer.u32(self.recipient), self.shares)
         writer.u32(len(self.dealings))
         for dealing in self.dealings:
@@ -217,6 +191,7 @@ class ShareBundle(Wire):
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> ShareBundle:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         recipient, shares = reader.u32(), _read_shares(reader)
         return cls(header, recipient, shares, tuple(Dealing.read(reader) for _ in range(reader.u32())))
 
@@ -238,11 +213,13 @@ class ShareCheck(Wire):
     signature: bytes
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.u32(self.sender).ids(self.accused)
         writer.blob(self.signature)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> ShareCheck:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         return cls(header, reader.u32(), reader.ids(), reader.blob())
 
 
@@ -257,10 +234,12 @@ class MaskingSet(Wire):
     parties: tuple[int, ...]
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.ids(self.parties)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> MaskingSet:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         return cls(header, reader.ids())
 
 
@@ -280,12 +259,14 @@ class MaskedInput(Wire):
     vector: np.ndarray
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         bits = self.vector.dtype.itemsize * 8
         words = np.ascontiguousarray(self.vector, dtype=f"<u{bits // 8}")
         writer.u32(self.sender).u8(bits).blob(words.data)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> MaskedInput:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         sender, bits = reader.u32(), reader.u8()
         if bits not in (32, 64):
             raise ProtocolError(f"malformed message: {bits}-bit words")
@@ -312,11 +293,13 @@ class SurvivorSet(Wire):
     survivors: tuple[int, ...]
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.ids(self.masking_set)
         writer.ids(self.survivors)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> SurvivorSet:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         return cls(header, reader.ids(), reader.ids())
 
 
@@ -332,10 +315,12 @@ class ConsistencySignature(Wire):
     signature: bytes
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.u32(self.sender).blob(self.signature)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> ConsistencySignature:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         return cls(header, reader.u32(), reader.blob())
 
 
@@ -360,6 +345,7 @@ class UnmaskRequest(Wire):
     signatures: tuple[tuple[int, bytes], ...]
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.ids(self.survivors)
         writer.ids(self.dropped)
         writer.u32(len(self.signatures))
@@ -368,6 +354,7 @@ class UnmaskRequest(Wire):
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> UnmaskRequest:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         survivors, dropped = reader.ids(), reader.ids()
         signatures = tuple((reader.u32(), reader.blob()) for _ in range(reader.u32()))
         return cls(header, survivors, dropped, signatures)
@@ -402,6 +389,7 @@ class UnmaskResponse(Wire):
     key_shares: tuple[RevealedShare, ...]
 
     def write(self, writer: Writer) -> None:
+        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.u32(self.sender)
         for group in (self.seed_shares, self.key_shares):
             writer.u32(len(group))
@@ -410,6 +398,7 @@ class UnmaskResponse(Wire):
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> UnmaskResponse:
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         sender = reader.u32()
         groups = [
             tuple(RevealedShare(reader.u32(), reader.blob()) for _ in range(reader.u32()))

@@ -40,7 +40,8 @@ in integers up to 2^53; larger noise is far beyond any use (a 64-bit word holds 
 
 def check_mu(mu: float) -> float:
     """Return ``mu`` as a float if it is a usable Poisson/Skellam parameter (finite, 0 <= mu <= 2^50),
-    else raise :class:`ConfigError` naming the fix."""
+    else raise :class:`ConfigError` naming the fix.
+    """
     if not (isinstance(mu, (int, float)) and math.isfinite(mu) and 0.0 <= mu <= _MAX_MU):
         raise ConfigError(
             f"the noise parameter mu={mu!r} must be a finite number from 0 to 2^50; "
@@ -74,7 +75,8 @@ def poisson_into(out: np.ndarray, mu: float, stream: prg.Keystream) -> None:
 
 def skellam_into(out: np.ndarray, mu: float, stream: prg.Keystream) -> None:
     """Overwrite the int64 array ``out`` with independent Skellam(mu) = Poisson(mu) - Poisson(mu)
-    samples drawn from ``stream`` (mean 0, variance 2 mu)."""
+    samples drawn from ``stream`` (mean 0, variance 2 mu).
+    """
     poisson_into(out, mu, stream)
     other = np.empty_like(out)
     poisson_into(other, mu, stream)
@@ -146,8 +148,10 @@ _UNIT = 2.0**-53
 
 
 class NoisyEncoding:
-    """The noise step of :class:`fedfair.secagg.encode.Encoder` for one configuration: clip, project,
-    rotate, scale, round conditionally, add Skellam noise; and the inverse after the sum is decoded.
+    """The noise step of :class:`fedfair.secagg.encode.Encoder` for one configuration.
+
+    Clip, project, rotate, scale, round conditionally, add Skellam noise; and the inverse after the sum is
+    decoded.
 
     Contract: :meth:`encode_into` writes m signed integers (int64) whose low k bits are the party's
     words; a sum of at most ``parties`` of them wraps modulo 2^k, or has a coordinate beyond
@@ -178,10 +182,12 @@ class NoisyEncoding:
         self.parties = parties
 
     def encode_into(self, vector: np.ndarray, weight: float, stream: prg.Keystream, out: np.ndarray) -> None:
-        """Encode the weighted ``vector`` (d float64) into the int64 ``out`` (m values): clip each
-        coordinate to clip * weight, project onto the L2 ball of radius norm_clip * weight, rotate, scale
-        by 2^f, round stochastically (uniforms from ``stream``) until the rounded norm is within the bound,
-        and add Skellam(mu) noise (also from ``stream``)."""
+        """Encode the weighted ``vector`` (d float64) into the int64 ``out`` (m values).
+
+        Clip each coordinate to clip * weight, project onto the L2 ball of radius norm_clip * weight, rotate,
+        scale by 2^f, round stochastically (uniforms from ``stream``) until the rounded norm is within the
+        bound, and add Skellam(mu) noise (also from ``stream``).
+        """
         if vector.size != self.noise.dimension:
             raise ConfigError(
                 f"the update has {vector.size} coordinates but the noise was configured for "
@@ -218,12 +224,14 @@ class NoisyEncoding:
         return rotation.unrotate(values, key, self.noise.dimension) if key is not None else values
 
     def noise_bound(self, summands: int) -> float:
-        """A bound t (real units) on every decoded coordinate's noise and rounding error: rounding moves
-        each party's coordinate by less than one unit before the inverse rotation (less than sqrt(m)
-        after it, whose rows have m entries of 1/sqrt(m)); the noise, Skellam(summands mu) per rotated
-        coordinate, becomes a combination with coefficients +-1/sqrt(m), whose tail is Skellam's at
-        (summands mu m, t sqrt(m)). t is the least (found by bisection) whose union bound over the d
-        coordinates is at most ``noise.failure``."""
+        """A bound t (real units) on every decoded coordinate's noise and rounding error.
+
+        Rounding moves each party's coordinate by less than one unit before the inverse rotation (less than
+        sqrt(m) after it, whose rows have m entries of 1/sqrt(m)); the noise, Skellam(summands mu) per rotated
+        coordinate, becomes a combination with coefficients +-1/sqrt(m), whose tail is Skellam's at (summands mu
+        m, t sqrt(m)). t is the least (found by bisection) whose union bound over the d coordinates is at most
+        ``noise.failure``.
+        """
         spread = math.sqrt(self.size) if self.noise.rotation_key is not None else 1.0
         rounding = summands * spread
         mu = summands * self.noise.mu * spread * spread
@@ -242,5 +250,6 @@ class NoisyEncoding:
 
     def noise_std(self, summands: int) -> float:
         """The standard deviation of each decoded coordinate's noise, sqrt(2 summands mu) / 2^f (the
-        inverse rotation is orthogonal, so it keeps each coordinate's variance)."""
+        inverse rotation is orthogonal, so it keeps each coordinate's variance).
+        """
         return math.sqrt(2.0 * summands * self.noise.mu) / self.scale

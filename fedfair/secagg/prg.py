@@ -1,20 +1,10 @@
 """The masking PRG: an AES-256-CTR keystream read as little-endian unsigned integers.
 
-Why AES-256-CTR: it is a standard PRF-based stream from ``cryptography`` (OpenSSL),
-runs at several GB/s with AES-NI/VAES, and is keyed by the *full* 256-bit key the
-protocol derives with HKDF, so nothing is folded or truncated into a small seed
-(the weakness of masks drawn from a Mersenne Twister seeded with 32 bits).
-
-The initial counter block is all zeros. That is safe because every key in fedfair
-is used for exactly one stream: mask keys come from HKDF with the session id as
-salt and the purpose and party ids in the info, and the session id changes with
-every round's fresh keys.
-
-:func:`apply_masks` is the hot loop of secure aggregation. It walks the vector in
-blocks of 2 MiB and, for each block, pulls the next block of two streams at a time into
-one reused two-row buffer, then one compiled pass adds or subtracts both rows into the
-accumulator block, which stays in cache across its passes. No full-length keystream is
-ever materialised, so masking costs little more than generating the keystream itself.
+Each key is used for exactly one stream (HKDF with the session id as salt and the purpose and
+party ids in the info), so the initial counter block is all zeros. :func:`apply_masks`, the hot
+loop of secure aggregation, adds or subtracts the keystreams block by block without ever
+materialising a full-length stream. Why AES-256-CTR, and the block sizes, are in docs/design.md
+("Inside secure aggregation").
 """
 
 from __future__ import annotations

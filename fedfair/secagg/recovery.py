@@ -1,5 +1,7 @@
-"""The server's last stage: the secrets rebuilt from the shares survivors reveal, checked against their
-commitments, the masks stripped from the sum, and the decoded sum checked for what honest inputs allow.
+"""The server's last stage.
+
+The secrets rebuilt from the shares survivors reveal, checked against their commitments, the masks stripped from
+the sum, and the decoded sum checked for what honest inputs allow.
 
 :class:`Recovery` keeps the shares revealed for each secret the sum needs (a survivor's
 self-mask seed, a dropped party's mask key), rebuilds each once t shares agree with the

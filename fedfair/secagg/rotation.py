@@ -1,16 +1,12 @@
 """A random rotation every party and the aggregator agree on: the randomised Walsh-Hadamard transform.
 
 Before rounding and noise, distributed DP rotates each party's vector by R = H D / sqrt(m): D a
-diagonal of random signs, H the m x m Walsh-Hadamard matrix (m the dimension padded with zeros to a
-power of two). R is orthogonal, so L2 norms (and the L2 sensitivity) are unchanged, while the energy of
-any fixed vector is spread evenly over the m coordinates: no coordinate is much larger than
-||x|| / sqrt(m) (Hoeffding over the signs), which keeps the rounding inflation and the modular range
-small (Kairouz, Liu and Steinke 2021). The decoder applies R^-1 = D H / sqrt(m) (H is symmetric and
-H H = m I) to the decoded sum, then drops the padding.
-
-The signs are the low bits of an AES-CTR keystream keyed by :func:`rotation_key`, derived from
-public round data: the rotation needs no secrecy (the privacy argument holds for any fixed
-orthogonal R), only agreement, and a key the aggregator could choose per party would not harm it either.
+diagonal of random signs, H the m x m Walsh-Hadamard matrix (m the dimension padded to a power of
+two). R is orthogonal, so L2 norms are unchanged, while any fixed vector's energy is spread evenly
+over the coordinates, which keeps the rounding inflation and the modular range small (Kairouz, Liu
+and Steinke 2021). The decoder applies R^-1 = D H / sqrt(m), then drops the padding. The signs come
+from an AES-CTR keystream keyed by :func:`rotation_key` from public round data: the rotation needs
+agreement, not secrecy.
 """
 
 from __future__ import annotations
@@ -29,8 +25,11 @@ _DOMAIN = b"fedfair rotation v1"
 
 
 def rotation_key(federation_id: str, round_number: int, purpose: str) -> bytes:
-    """The 32-byte key of a round's rotation: SHA-256 over a domain tag, the federation, the round and
-    the purpose (e.g. "training", "evaluation"), each length-prefixed so distinct inputs never collide."""
+    """The 32-byte key of a round's rotation.
+
+    SHA-256 over a domain tag, the federation, the round and the purpose (e.g. "training", "evaluation"), each
+    length-prefixed so distinct inputs never collide.
+    """
     digest = hashlib.sha256(_DOMAIN)
     for part in (federation_id.encode(), str(round_number).encode(), purpose.encode()):
         digest.update(len(part).to_bytes(8, "little"))
@@ -47,7 +46,8 @@ def signs(key: bytes, size: int) -> np.ndarray:
 def hadamard(vector: np.ndarray) -> np.ndarray:
     """The normalised fast Walsh-Hadamard transform H x / sqrt(m) of a float64 vector of power-of-two
     length m, in m log2(m) additions (compiled, :func:`fedfair.secagg.kernels.hadamard`; a new array;
-    H / sqrt(m) is orthogonal and its own inverse)."""
+    H / sqrt(m) is orthogonal and its own inverse).
+    """
     size = vector.size
     if size < 1 or size & (size - 1):
         raise ConfigError(f"the Walsh-Hadamard transform needs a power-of-two length, got {size}")
@@ -69,9 +69,11 @@ def rotate(vector: np.ndarray, key: bytes) -> np.ndarray:
 
 
 def unrotate(rotated: np.ndarray, key: bytes, dimension: int) -> np.ndarray:
-    """R^-1 y = D H y / sqrt(m), the first ``dimension`` coordinates: undoes :func:`rotate` (up to
-    float64 rounding, about log2(m) ulps of the norm per coordinate) and, applied to a sum of rotated
-    vectors, gives the sum of the originals."""
+    """R^-1 y = D H y / sqrt(m), the first ``dimension`` coordinates.
+
+    Undoes :func:`rotate` (up to float64 rounding, about log2(m) ulps of the norm per coordinate) and, applied
+    to a sum of rotated vectors, gives the sum of the originals.
+    """
     rotated = np.asarray(rotated, dtype=np.float64)
     if rotated.ndim != 1 or rotated.size != padded_dimension(dimension):
         raise ConfigError(

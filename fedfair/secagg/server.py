@@ -1,40 +1,13 @@
 """The aggregator's side of secure aggregation (protocol v3): collect, forward, check, sum, unmask.
 
-:class:`Server` is a state machine over plain messages with no I/O. Each stage has
-a ``receive_*`` step, called once per arriving message, and a closing step, called
-when every party answered or the stage's deadline passed; the closing step fixes
-who survived and returns what to send next:
-
-    receive_advertisement(AdvertiseKeys)*          key_directory()   -> KeyDirectory   (to all)
-    receive_shares(ShareKeys)*                     share_bundles()   -> {party: ShareBundle}
-    receive_share_check(ShareCheck)*               masking_set()     -> MaskingSet     (to U2')
-    receive_masked_input(MaskedInput)*             survivor_set()    -> SurvivorSet    (to U3)
-    receive_consistency(ConsistencySignature)*     unmask_request()  -> UnmaskRequest  (to U3)
-    receive_unmask_response(UnmaskResponse)*       finish()          -> AggregateResult
-
-In the UNMASK stage :meth:`Server.ready` says when every secret can already be rebuilt
-and verified, so a runtime may close the stage before its deadline.
-
-A ``receive_*`` step raises a :class:`~fedfair.core.errors.ProtocolError` subclass
-for a message it refuses (the runtime drops it); a closing step raises
-:class:`~fedfair.core.errors.ThresholdError` when fewer than t parties remain, which
-aborts the round: nothing is unmasked and every later call is refused.
-
-What the server learns: masked inputs arrive and are summed at once (memory O(d)),
-so only the sum is ever unmasked. For a survivor it rebuilds the self-mask seed; for
-a party that dropped before masking it rebuilds the mask key and cancels the pairwise
-masks the survivors added for it. Honest parties reveal shares only for a view of the
-round that t survivors signed, so even a lying server never obtains both secrets of
-one party (see :mod:`fedfair.secagg.client`).
-
-Identify, don't abort. A party accused at CHECK is left out of the masking set and
-named, with its accusers (the server cannot tell which side lied). Each rebuilt secret
-is checked against its owner's commitment (the seed's hash, the mask key's public
-key), trying other t-subsets of the shares when the first fails; a revealed share that
-does not match its owner's signed dealing (verified once per owner at SHARE) is a provably
-bad share and its responder is named, and dealt shares that disagree with each other or
-with the commitment name their owner. A decoded sum outside what honest inputs can produce voids the round
-(:class:`~fedfair.core.errors.SumOutOfRangeError`).
+:class:`Server` is a state machine over plain messages with no I/O. Each stage has a ``receive_*``
+step per arriving message, which raises a :class:`~fedfair.core.errors.ProtocolError` subclass
+for a message it refuses, and a closing step (``key_directory``, ``share_bundles``,
+``masking_set``, ``survivor_set``, ``unmask_request``, ``finish``) that fixes who survived and
+raises :class:`~fedfair.core.errors.ThresholdError` when fewer than t parties remain.
+:meth:`Server.ready` says when UNMASK may close early. Masked inputs are summed as they arrive,
+so only the sum is ever unmasked; how culprits are named is in docs/design.md ("Inside secure
+aggregation").
 """
 
 from __future__ import annotations
@@ -166,7 +139,8 @@ class Server:
     @property
     def proven(self) -> frozenset[int]:
         """Culprits whose fault follows from what the server saw (a share off the verified polynomial, a bad
-        dealing), as opposed to parties only accused by others, whom it cannot tell from a lying accuser."""
+        dealing), as opposed to parties only accused by others, whom it cannot tell from a lying accuser.
+        """
         return frozenset(self._proven)
 
     @property
@@ -175,8 +149,11 @@ class Server:
         return dict(self._accusations)
 
     def receive_advertisement(self, message: AdvertiseKeys) -> None:
-        """Accept one party's signed keys; refuses a forged signature, a stranger, a repeat or a key no
-        agreement could use (malformed or of low order)."""
+        """Accept one party's signed keys.
+
+        Refuses a forged signature, a stranger, a repeat or a key no agreement could use (malformed or of low
+        order).
+        """
         self._expect(_Phase.COLLECT_KEYS, message)
         identity = verify_advertisement(message, self.config, self._verify_credential)
         for public in (message.cipher_public_key, message.mask_public_key):
@@ -196,8 +173,11 @@ class Server:
         return KeyDirectory(self._header(Stage.ADVERTISE), advertisements)
 
     def receive_shares(self, message: ShareKeys) -> None:
-        """Accept one party's encrypted shares: exactly one entry for each neighbour that advertised, in order,
-        under the party's one signature (its dealing, checked here once and relayed to every recipient)."""
+        """Accept one party's encrypted shares.
+
+        Exactly one entry for each neighbour that advertised, in order, under the party's one signature (its
+        dealing, checked here once and relayed to every recipient).
+        """
         self._expect(_Phase.COLLECT_SHARES, message)
         check_header(message, self.config, self._session)
         sender = message.sender

@@ -1,25 +1,11 @@
 """Shamir t-of-n secret sharing over the prime field GF(2^127 - 1).
 
-A secret byte string is cut into 15-byte chunks (120 bits, always below the
-prime), and each chunk is the constant term of its own random polynomial of
-degree t - 1; a share is the evaluation of every chunk polynomial at the holder's
-x. Any t shares determine the polynomials (Lagrange interpolation at 0); any
-t - 1 shares are consistent with every possible secret, so they reveal nothing.
-
-Holders are identified by their party id, used directly as x (never 0, which
-would hand out the secret itself). Coefficients come from :mod:`secrets`.
-
-Robust reconstruction. Shamir sharing alone does not say which of several shares is
-wrong, but a secret that can be checked (against a hash or a public key) can be: any t
-shares determine a candidate, :func:`find_verified` tries t-subsets in a fixed order
-until a candidate passes the check, and :func:`off_polynomial` then names every other
-share that does not lie on the polynomials through that subset.
-
-Many secrets at once. The server rebuilds one secret per party from shares held by mostly
-the same parties, so :func:`rebuild_many` computes the Lagrange weights once per distinct set
-of x and checks that every share lies on one polynomial with one dot product per secret
-(a random vector of the Reed-Solomon dual code); only a secret that fails goes the per-secret
-way above.
+A secret byte string is cut into 15-byte chunks, each the constant term of its own random
+polynomial of degree t - 1 (coefficients from :mod:`secrets`); a share is every polynomial's value
+at the holder's party id (never 0). Any t shares determine the secret, any t - 1 reveal nothing.
+:func:`find_verified` and :func:`off_polynomial` rebuild a checkable secret despite wrong shares
+and name them; :func:`rebuild_many` does it for many secrets at once (docs/design.md, "Inside
+secure aggregation").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The shares a party holds of its peers' secrets: opening a dealer's entry, revealing one share, and
-the signatures that must come before any share is revealed.
+"""The shares a party holds of its peers' secrets.
+
+Opening a dealer's entry, revealing one share, and the signatures that must come before any share is revealed.
 
 Each peer deals this party a share of its self-mask seed and of its mask key, sealed for it,
 with a commitment to each share in the line of its signed dealing addressed to this party
@@ -39,7 +40,8 @@ class Kind(enum.Enum):
 
     def commitment(self, session: bytes, owner: int, holder: int, share: bytes) -> bytes:
         """:func:`~fedfair.secagg.payloads.share_commitment` of ``holder``'s share of ``owner``'s secret of
-        this kind."""
+        this kind.
+        """
         return share_commitment(session, owner, holder, self.name, share)
 
 

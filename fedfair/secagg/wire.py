@@ -45,10 +45,12 @@ class Header:
     session_id: bytes
 
     def write(self, writer: Writer) -> None:
+        """Append these fields, in the order :meth:`read` expects."""
         writer.text(self.federation_id).u64(self.round).u8(self.stage).blob(self.session_id)
 
     @classmethod
     def read(cls, reader: Reader) -> Header:
+        """The header at ``reader``'s position; ProtocolError on malformed bytes or an unknown stage."""
         federation_id, round_number, stage = reader.text(), reader.u64(), reader.u8()
         try:
             return cls(federation_id, round_number, Stage(stage), reader.blob())

@@ -120,9 +120,11 @@ HISTORY_ROWS = 20_000
 
 
 def history_sample(federation: Federation, limit: int = HISTORY_ROWS) -> ClientData:
-    """The pooled training rows the per-round history is measured on: all of them, or an even
-    spread of `limit` rows for large data, so recording does not dominate the run (the final
-    report always uses every row)."""
+    """The pooled training rows the per-round history is measured on.
+
+    All of them, or an even spread of `limit` rows for large data, so recording does not dominate the run (the
+    final report always uses every row).
+    """
     pooled = federation.pooled("train")
     if pooled.size <= limit:
         return pooled

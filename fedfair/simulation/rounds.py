@@ -5,15 +5,11 @@ summing updates in the clear or, when the caller asks, through secure aggregatio
 (`fedfair.simulation.secure.SecureSum`). Fast enough for research sweeps over
 (epsilon, rho) grids.
 
-With a shared model (always the case here) the K collaborators' local steps run as one
-batched computation (`fedfair.simulation.vectorised`): the same batches from the same
-seeded samplers, the same updates up to float reduction order. DP-SGD, models with
-buffers or random layers, and anything else vmap cannot batch keep the loop over
-learners; the result says which ran and why.
-
 Besides the built-in models, a caller may bring its own: any function returning an
 `nn.Module` (built under the training seed, so every collaborator starts from the
 same theta_0) and any per-sample loss.
+
+Why: docs/design.md, "Inside the simulation".
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""Secure aggregation in process: each round's updates summed through the real masking protocol,
-optionally with distributed DP noise added inside the sum."""
+"""Secure aggregation in process.
+
+Each round's updates summed through the real masking protocol, optionally with distributed DP noise added inside
+the sum.
+"""
 
 from __future__ import annotations
 
@@ -130,8 +133,11 @@ class SecureSum:
         return decoded
 
     def _round_encoding(self, round_number: int, dimension: int, parties: int) -> EncodingConfig:
-        """This round's encoding: the plain one, or with distributed DP the noise step (the noise calibrated
-        once, its fractional bits, each party's share, a rotation keyed by the round)."""
+        """This round's encoding.
+
+        The plain one, or with distributed DP the noise step (the noise calibrated once, its fractional bits,
+        each party's share, a rotation keyed by the round).
+        """
         if self.distributed is None:
             return self.encoding
         if self.training_noise is None:

@@ -1,27 +1,10 @@
 """All K collaborators' local steps as one batched computation, for the in-process federation.
 
-The loop in `core.local.contributing_updates` runs K small forward/backward passes per
-round; on a small model the time goes to Python and dispatch, not arithmetic (51
-clients: ~16 rounds/s against ~360 with 3). Here every collaborator's parameters are
-stacked along a leading client axis (one [K, D] leaf), the mini-batches of clients of
-similar b_k are padded to the group's largest and laid side by side (`size_groups`: one
-group when sizes are near-equal, a few when they span orders of magnitude), and one
-`torch.func.vmap` forward per group plus one backward for all gives every client its own
-gradient: client k's part of the summed objective depends only on its own row of the
-stacked parameters, so row k of the gradient of the sum is client k's gradient. Padding
-rows carry weight 0. tau > 1 and reused batches work the same way, row by row. What a step
-does with the gradients is `fedfair.core.algorithm`'s, applied to all rows at once, so
-the step size, drift correction and projection of c are the loop's by construction.
-
-Nothing about the sampling changes: each collaborator's own `BatchSampler` (same seed,
-same generator) draws its indices in the same order as the loop, so the batches are
-the loop's batches. What differs is only the order in which float operations are
-summed (a batched matrix product instead of K small ones), so each client's update
-equals the loop's to a few units in the last place per summed term.
-
 `VectorisedClients.blocker` says why a federation cannot be vectorised (buffers such as
 BatchNorm's running statistics, random layers, samples that interact within a batch, an
 operation vmap does not support); the simulation then keeps the loop.
+
+Why: docs/design.md, "Inside the simulation".
 """
 
 from __future__ import annotations
@@ -273,8 +256,10 @@ class VectorisedClients:
         return total
 
     def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> StackedUpdates:
-        """Every collaborator's begin, tau steps and finish from the global (theta, c), batched; with
-        drift correction `control` is the server's sigma and each client's sigma_k is row k of `controls`."""
+        """Every collaborator's begin, tau steps and finish from the global (theta, c), batched.
+
+        With drift correction `control` is the server's sigma and each client's sigma_k is row k of `controls`.
+        """
         clients = len(self.learners)
         start_theta = theta.detach().to(self.device, self.dtype)
         # Row k is client k's flat theta (model order, as flat_parameters): one leaf, one update, one delta.

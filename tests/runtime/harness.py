@@ -111,6 +111,8 @@ class ThreadFederation:
     collaborators: dict[str, Collaborator]
     summary: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, Exception] = field(default_factory=dict)
+    exits: dict[str, int] = field(default_factory=dict)
+    """Each collaborator's exit status (what its ``run`` returned)."""
     threads: list[threading.Thread] = field(default_factory=list)
 
     def _run(self, label: str, target: Callable[[], Any]) -> None:
@@ -119,6 +121,8 @@ class ThreadFederation:
                 result = target()
                 if isinstance(result, dict):
                     self.summary.update(result)
+                elif isinstance(result, int):
+                    self.exits[label] = result
             except Exception as error:  # noqa: BLE001 -- kept for the test to report, not lost in a thread
                 self.errors[label] = error
 

@@ -38,6 +38,7 @@ from fedfair.runtime.aggregator.servicer import INVALID_UPLOAD, Servicer
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.trainer import round_trainer
 from fedfair.runtime.contract import TRAINING, RoundParameters
+from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
@@ -498,6 +499,7 @@ def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(
     with thread_federation(workspace) as federation:
         federation.join()
     assert not federation.errors, federation.errors
+    assert federation.exits == dict.fromkeys(NAMES, 0), federation.exits  # every round holds every site
     big, small = federation.collaborators["site-a"], federation.collaborators["site-b"]
     assert big.data.train.size >= 9.9 * small.data.train.size and big.data.test.size >= 9.9 * small.data.test.size
     for round_number in (1, 2, 3):  # each round: training and an evaluation
@@ -526,3 +528,6 @@ def test_too_few_survivors_abort_the_round_and_leave_the_model_unchanged(
     assert "round 2 aborted, model unchanged" in caplog.text
     assert log[2]["model_sha256"] == log[1]["model_sha256"]  # round 3 starts from round 1's model
     assert log[2]["contributors"] == NAMES
+    # Each site's update is in 2 of the 3 planned rounds: no collaborator ends as a plain success.
+    assert federation.exits == dict.fromkeys(NAMES, EXIT_INCOMPLETE), federation.exits
+    assert "its model holds this institution's update in 2 of 3 rounds" in caplog.text

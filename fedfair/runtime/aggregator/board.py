@@ -7,17 +7,7 @@ upload). The driver opens a stage and waits on the condition until the stage is
 settled (:mod:`fedfair.runtime.aggregator.stages` says when) or its deadline passes;
 servicer threads notify it. Nothing sleeps for a fixed time.
 
-Two conditions share the one lock, so each change wakes only the threads it concerns:
-the task streams (one thread per peer) wait on tasks, the driver on connections and
-the open stage. With one condition every upload woke every stream thread of the
-federation, n wake-ups per message, which made a stage's fixed cost grow with n^2.
-
-Task streams of a restarted aggregator: a stream skips only tasks that this board
-itself delivered to the peer before. A collaborator that reconnects after the
-aggregator was killed and resumed names, as the last task it saw, a task of the
-dead process; the resumed process re-runs that round from its checkpoint, and the
-re-run's tasks must reach the collaborator even though their (round, stage) are not
-after what it saw.
+Why: docs/design.md, "Inside the aggregator".
 """
 
 from __future__ import annotations
@@ -52,8 +42,11 @@ Position = tuple[int, int]
 
 @dataclass(frozen=True)
 class StreamStart:
-    """Where one task stream begins: the round it sits out (if it joined mid-round) and the
-    latest (round, stage) of this process it may skip (None: it may skip nothing)."""
+    """Where one task stream begins.
+
+    The round it sits out (if it joined mid-round) and the latest (round, stage) of this process it may skip
+    (None: it may skip nothing).
+    """
 
     stale_round: int | None
     seen: Position | None
@@ -130,8 +123,10 @@ class Board:
     def wait_for_connected(
         self, count: int, timeout: float, among: Iterable[str] | None = None
     ) -> frozenset[str]:
-        """Wait until at least `count` peers (of `among`, if given) are connected or `timeout` passes;
-        return who of them is."""
+        """Wait until at least `count` peers (of `among`, if given) are connected or `timeout` passes.
+
+        Return who of them is.
+        """
         eligible = None if among is None else frozenset(among)
 
         def present() -> frozenset[str]:
@@ -196,7 +191,8 @@ class Board:
 
     def finish(self, binding: pb.Binding, payload: bytes = b"") -> None:
         """Tell every stream, now and later, that the federation is over, offering `payload`
-        (the final model bundle) to every peer that reads the FINISHED task."""
+        (the final model bundle) to every peer that reads the FINISHED task.
+        """
         with self._changed:
             self._final_input = payload
             self._final = task_with_input(
@@ -304,8 +300,10 @@ class Board:
         ready: StageReady | None = None,
         timing: StageTiming | None = None,
     ) -> None:
-        """Open a stage for `expected` peers and send each its task; `timing` (given, or made) records when
-        each answers, and its grace may end the stage before `timeout` (:class:`StageTiming`).
+        """Open a stage for `expected` peers and send each its task.
+
+        `timing` (given, or made) records when each answers, and its grace may end the stage before `timeout`
+        (:class:`StageTiming`).
 
         `ready` (if given) lets the stage settle as soon as it returns true, without
         waiting for the peers that have not answered (e.g. the secure-aggregation

@@ -1,19 +1,6 @@
 """The aggregator's files: atomic checkpoints, the JSON-lines round log, the final model.
 
-A checkpoint holds everything the aggregator needs to continue: the server state
-(theta, c and their running averages, with drift correction the control variate sigma and
-with server momentum its velocity, so a resumed federation goes on with the same ones), the
-last finished round, the digest of
-the plan it ran under (and the plan's content, so a refused ``--resume`` names the settings that
-differ) and, under a [schema], the federation's encoder. It is written to a temporary file in the same folder,
-flushed and fsynced, then renamed over the old one (and the folder fsynced), so a
-crash at any moment leaves either the previous checkpoint or the new one, never a
-torn file. Its first line is the SHA-256 digest of the rest, checked on load, so a changed byte
-is refused, never resumed from; its JSON fields are read with
-:func:`fedfair.core.files.parse_json`'s bounds and its counts range-checked. A round's log record is appended just before its checkpoint is written,
-and a resumed aggregator drops the records of rounds its checkpoint does not hold
-(:func:`trim_round_log`), since it runs those rounds again. Tensors are stored with
-``torch.save`` and read with ``weights_only``, so loading a checkpoint cannot run code.
+Why: docs/design.md, "Inside the aggregator".
 """
 
 from __future__ import annotations
@@ -70,9 +57,11 @@ class Checkpoint:
 
 
 def state_digest(state: ServerState) -> str:
-    """SHA-256 of (theta, c, their averages, sigma with drift correction, the velocity with momentum): what the round log
-    records at each round's start, so anyone can check that a resumed run starts from exactly the
-    checkpointed model."""
+    """SHA-256 of (theta, c, their averages, sigma with drift correction, the velocity with momentum).
+
+    What the round log records at each round's start, so anyone can check that a resumed run starts from exactly
+    the checkpointed model.
+    """
     digest = hashlib.sha256()
     for tensor in (state.theta, state.theta_average):
         digest.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
@@ -121,8 +110,10 @@ def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:
 
 
 def _verified(path: Path) -> Any:
-    """The payload of the checkpoint at `path` once its digest holds (ConfigError otherwise); a checkpoint
-    from before digests (a bare torch file) loads with a warning."""
+    """The payload of the checkpoint at `path` once its digest holds (ConfigError otherwise).
+
+    A checkpoint from before digests (a bare torch file) loads with a warning.
+    """
     data = path.read_bytes()
     if data.startswith(ZIP_MAGIC):
         logger.warning("checkpoint %s predates checkpoint digests: a changed byte in it would go unnoticed", path)
@@ -158,8 +149,10 @@ def _count(value: Any, field: str) -> int:
 
 
 def load_checkpoint(folder: Path, plan_digest: str, plan: Mapping[str, Any] | None = None) -> Checkpoint:
-    """The checkpoint in `folder`, refused unless it was written under the plan with `plan_digest`;
-    given the plan's content (:func:`plan_content`), the refusal names every setting that differs."""
+    """The checkpoint in `folder`, refused unless it was written under the plan with `plan_digest`.
+
+    Given the plan's content (:func:`plan_content`), the refusal names every setting that differs.
+    """
     path = folder / CHECKPOINT_NAME
     if not path.exists():
         raise ConfigError(f"no checkpoint at {path} to resume from; start without --resume")
@@ -240,8 +233,9 @@ def read_round_log(folder: Path) -> list[dict[str, Any]]:
 
 
 def trim_round_log(folder: Path, last_round: int) -> int:
-    """Drop the records of rounds after `last_round` from `folder`/rounds.jsonl (atomically);
-    return how many were dropped.
+    """Drop the records of rounds after `last_round` from `folder`/rounds.jsonl (atomically).
+
+    Return how many were dropped.
 
     A round's record is appended just before its checkpoint, so an aggregator killed
     between the two leaves a record of a round that its checkpoint does not hold; the
@@ -291,8 +285,11 @@ def excluded_in(records: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def export_final_model(folder: Path, checkpoint: Checkpoint, summary: Mapping[str, Any]) -> Path:
-    """Write the output model: theta-bar and c-bar (the algorithm's output), the last theta and c,
-    the plan digest and the metrics, as final_model.pt (tensors) and final_model.json (the rest)."""
+    """Write the output model.
+
+    Theta-bar and c-bar (the algorithm's output), the last theta and c, the plan digest and the metrics, as
+    final_model.pt (tensors) and final_model.json (the rest).
+    """
     state = checkpoint.state
     tensors = {
         "theta_average": state.theta_average.detach().to("cpu", torch.float64).clone(),

@@ -44,8 +44,10 @@ class SumOutcome:
 
 
 def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig) -> np.ndarray:
-    """The server's decode check of a plain upload: d + 1 finite float64 values [w * delta, w], refused
-    unless the weight w is in (0, max_weight] and every weighted coordinate is within clip * w.
+    """The server's decode check of a plain upload.
+
+    D + 1 finite float64 values [w * delta, w], refused unless the weight w is in (0, max_weight] and every
+    weighted coordinate is within clip * w.
 
     These are the bounds the fixed-point encoding enforces under secure aggregation (it
     clips each coordinate of the unweighted update to [-clip, clip]); honest collaborators
@@ -92,10 +94,12 @@ def check_decoded_update(outcome: SumOutcome, clip: float | None, count: int) ->
 
 
 def screen_plain_update(influence: InfluenceSettings, batch_fraction: float, parameters: int) -> UploadScreen:
-    """The aggregator's check of each plain training upload against the plan's [influence]: the weight
-    must be the one the plan agrees for its sender, and the update (its first d + 1 values over the
-    weight: delta theta and delta c) at most `update_norm` long, so one site moves the mean by at most
-    w_k C / W. Honest collaborators scale their updates into that ball (core.update.bounded)."""
+    """The aggregator's check of each plain training upload against the plan's [influence].
+
+    The weight must be the one the plan agrees for its sender, and the update (its first d + 1 values over the
+    weight: delta theta and delta c) at most `update_norm` long, so one site moves the mean by at most w_k C /
+    W. Honest collaborators scale their updates into that ball (core.update.bounded).
+    """
 
     def screen(peer: str, vector: np.ndarray) -> None:
         agreed = influence.weight_of(peer, batch_fraction)

@@ -24,6 +24,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
+from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.logs import LOG_LEVELS, configure_logging, quiet_grpc
 from fedfair.runtime.toml_tables import Table, shown
 
@@ -38,11 +39,6 @@ logger = logging.getLogger("fedfair.aggregator")
 LOG_NAME = "aggregator.log"
 """The log file in the output folder, where every line goes (the console shows a progress bar instead of
 the per-round lines)."""
-
-EXIT_ABORTED_ROUNDS = 3
-"""The exit status of a run that finished with aborted rounds: its model is from fewer rounds than the plan's,
-so a script must not read it as a plain success (the closing line counts them; rounds.jsonl says why)."""
-
 
 def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The flags that were given, as plan section -> key -> value."""
@@ -76,7 +72,8 @@ class _Flag(Table):
 
 def check_flags(args: argparse.Namespace) -> None:
     """Check each plan-overriding flag that was given with the plan's own check for its key, so a
-    bad value is reported against the flag ("--rounds must be an integer >= 1, got -3")."""
+    bad value is reported against the flag ("--rounds must be an integer >= 1, got -3").
+    """
     if args.rounds is not None:
         _Flag("--rounds", "rounds", args.rounds).integer("rounds", low=1)
     if args.address is not None:
@@ -202,7 +199,7 @@ def _start_command(args: argparse.Namespace) -> int:
         else:
             logger.warning("interrupted before the first round was checkpointed; start again without --resume")
         return 130
-    return EXIT_ABORTED_ROUNDS if summary.get("aborted_rounds") else 0
+    return EXIT_INCOMPLETE if summary.get("aborted_rounds") else 0
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

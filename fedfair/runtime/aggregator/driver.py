@@ -7,25 +7,7 @@ collaborator has uploaded, withdrawn or disconnected, or at its deadline. The ke
 stages before MASKED_INPUT run while the collaborators train (they need nothing of
 the update), so with real training their round trips hide behind it:
 
-    ADVERTISE_KEYS  fetch: the round's public parameters   upload: signed public keys
-    SHARE_KEYS      fetch: the key directory               upload: encrypted shares
-    CHECK_SHARES    fetch: the shares addressed to me      upload: signed accusations (usually none)
-    MASKED_INPUT    fetch: the masking set                 upload: the masked vector
-    CONSISTENCY     fetch: who is masked, who survived     upload: a signature over that view
-    UNMASK          fetch: the view and its signatures     upload: unmasking shares
-
-An evaluation runs the same sequence on the EVALUATE / EVAL_* stages. With secure
-aggregation off, only MASKED_INPUT runs and carries the plain float64 vector and
-weight, checked against the same bounds the encoding enforces (:func:`decode_plain`)
-and summed in collaborator-name order when the stage closes, so a round re-run
-after a crash adds the same numbers in the same order. Every check on an upload
-(its sender is the certificate's party, its stage, session, shape) happens as it
-arrives, so a bad upload is refused to its sender; too few survivors abort the
-round with :class:`RoundAbortedError`. What each stage's upload is, and which method of
-the secure-aggregation server takes it, is one table, :data:`SECURE_UPLOADS`.
-
-The secure-aggregation library numbers its sessions: a training round r uses
-session round 2 r and its evaluation 2 r + 1, so the two can never be confused.
+Why: docs/design.md, "Inside the aggregator".
 """
 
 from __future__ import annotations
@@ -86,8 +68,10 @@ PLAIN_NOUNS: dict[int, str] = {pb.STAGE_MASKED_INPUT: "updates", pb.STAGE_EVAL_M
 
 
 def log_progress(secure: bool, progress: StageProgress) -> None:
-    """The operator's periodic line for a stage still waiting:
-    'round 4: 2 of 3 masked inputs, waiting for hospital-c, 40 s left'."""
+    """The operator's periodic line for a stage still waiting.
+
+    'round 4: 2 of 3 masked inputs, waiting for hospital-c, 40 s left'.
+    """
     stage = progress.binding.stage
     noun = (None if secure else PLAIN_NOUNS.get(stage)) or UPLOAD_NOUNS.get(stage, pb.Stage.Name(stage))
     logger.info(
@@ -113,8 +97,10 @@ Message = TypeVar("Message", bound=SignedMessage)
 
 @dataclass(frozen=True)
 class SecureUpload(Generic[Message]):
-    """How the aggregator takes one secure-aggregation stage's upload: parse it, check its sender
-    against the certificate's party, hand it to the secure-aggregation server."""
+    """How the aggregator takes one secure-aggregation stage's upload.
+
+    Parse it, check its sender against the certificate's party, hand it to the secure-aggregation server.
+    """
 
     parse: Callable[[bytes], Message]
     receive: Callable[[Server, Message], None]
@@ -252,8 +238,10 @@ class SumDriver:
         *,
         ready: StageReady | None = None,
     ) -> frozenset[str]:
-        """Run one stage (until everyone answered, `ready` says the protocol has enough, or the deadline); return
-        who uploaded to it."""
+        """Run one stage (until everyone answered, `ready` says the protocol has enough, or the deadline).
+
+        Return who uploaded to it.
+        """
         started = time.perf_counter()
         timeout = self.settings.stage_timeout
         binding = self.gate.open(round_number, stage, timeout_seconds=timeout, participants=expected)
@@ -296,7 +284,8 @@ class SumDriver:
 
     def laggards(self, round_number: int) -> dict[str, float]:
         """The peers the last aggregation waited for HELD_UP_SECONDS or more past its stages' median answers,
-        longest first, with the seconds; each named in one log line."""
+        longest first, with the seconds; each named in one log line.
+        """
         late = sorted(((s, peer) for peer, s in self.held_up.items() if s >= HELD_UP_SECONDS), reverse=True)
         for seconds, peer in late:
             logger.info("round %d waited %.1f s for %s past the median answer of its stages", round_number, seconds, peer)
@@ -373,8 +362,10 @@ class SumDriver:
         return outcome
 
     def _named(self, round_number: int, config: SecAggConfig, server: Server) -> dict[str, str]:
-        """The collaborators to exclude from later rounds, with why: those the protocol proved at fault, and
-        those accused by more than max_colluding distinct collaborators (so at least one accuser is honest).
+        """The collaborators to exclude from later rounds, with why.
+
+        Those the protocol proved at fault, and those accused by more than max_colluding distinct collaborators
+        (so at least one accuser is honest).
 
         Fewer accusers could all be liars, so their target is only logged: it already sat out this round.
         """

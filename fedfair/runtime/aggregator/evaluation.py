@@ -8,7 +8,7 @@ composition``, appends its counts of who is above c-bar by category
 collaborator checks against its own plan. This module runs the sum and turns it into the
 evaluation's record: the held-out risks, certified, and the composition when counted.
 A sum that gives no report (too few samples, broken sums) raises ConfigError, and an
-aggregation that fails raises RoundAborted; the round loop records either as an aborted
+aggregation that fails raises RoundAbortedError; the round loop records either as an aborted
 evaluation.
 """
 
@@ -39,9 +39,11 @@ def federated_evaluation(
     model: tuple[np.ndarray, float],
     start_input: bytes = b"",
 ) -> tuple[SumOutcome, dict[str, Any]]:
-    """Evaluate `model` (theta-bar, c-bar) over `participants`' held-out data by one secure sum; return the
-    sum's outcome (its contributors and culprits) and the evaluation's record ("status": "done", the
-    round, the number of contributors, the report's fields and, when counted, "composition")."""
+    """Evaluate `model` (theta-bar, c-bar) over `participants`' held-out data by one secure sum.
+
+    Return the sum's outcome (its contributors and culprits) and the evaluation's record ("status": "done", the
+    round, the number of contributors, the report's fields and, when counted, "composition").
+    """
     outcome = driver.run(
         round_number,
         EVALUATION,
@@ -99,7 +101,8 @@ def federated_evaluation(
 
 def report_noise_std(plan: AggregatorPlan, columns: tuple[CompositionColumn, ...], summands: int) -> float:
     """The noise on each decoded coordinate of an evaluation summed over `summands` answers under the plan's
-    [privacy] (:mod:`fedfair.runtime.privacy_plan`); 0 for exact reports."""
+    [privacy] (:mod:`fedfair.runtime.privacy_plan`); 0 for exact reports.
+    """
     if not plan.privacy.noised or summands < 1:
         return 0.0
     floor = plan.survivor_floor(len(plan.collaborators))

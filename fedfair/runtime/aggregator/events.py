@@ -3,29 +3,13 @@
 One JSON object per line, each with ``event`` (its kind) and ``time`` (seconds since
 the epoch). The kinds and their fields:
 
-- ``start``: ``federation_id``, ``pid``, ``resume``, ``first_round``, ``rounds``, ``collaborators``;
-- ``connect`` / ``disconnect``: ``name`` (from the certificate);
-- ``refusal``: ``rpc``, ``name`` (the certified name, or null before one is known),
-  ``code`` (the gRPC status), ``reason`` (the aggregator's own short reason);
-- ``status``: ``round``, ``name``, ``status`` (``budget_spent`` or ``privacy_spent_report``),
-  ``epsilon`` (null when the site did not share it);
-- ``exclusion``: ``round``, ``name``, ``reason``;
-- ``readmission``: ``round``, ``name``, ``reason`` (why it had been excluded), from ``--readmit``;
-- ``statistics``: ``contributors``, ``rows``, ``features`` (the statistics aggregation of a
-  plan with a [schema], before round 1);
-- ``round``: ``round``, ``status`` (``applied`` or ``aborted``), ``participants``,
-  ``contributors``, ``seconds`` (per stage, and ``total``), ``bytes`` (received),
-  ``objective`` (the latest federated evaluation's worst / mean / best risk and
-  accuracy, null before the first), ``epsilon`` (name -> epsilon, for the sites that
-  reported one), ``held_up_by`` (name -> seconds the round waited for that site past its
-  stages' median answers, for the sites it waited for a second or more);
-- ``finish``: ``rounds``, ``output``.
-
 The stream only ever grows: a resumed run appends to it (a ``start`` with ``resume``
 true), so a round re-run after a crash appears twice and the later line describes
 the model the checkpoints hold. Lines are flushed as written, so ``tail -f`` works.
 Nothing in it is more than the aggregator already knows: names, timings, sizes and
 aggregate figures, never a site's update.
+
+Why: docs/design.md, "Inside the aggregator".
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """One live process per identity: a second task stream for a connected name is refused.
 
-Two processes holding one institution's certificate (a collaborator started twice, on one
-machine or two) would both train and both upload: every round would then see two uploads
-per name, refuse one, and void rounds in secure aggregation. The aggregator cannot tell the
-two apart by name (the certificate is the identity), but it can tell their connections
-apart: a process keeps one HTTP/2 connection for all its calls, so a task stream from
-another connection while the first one's stream is still active is another process. It is
-refused with ALREADY_EXISTS, and a message naming the site and the address the running
-process connected from; the collaborator counts that refusal as permanent and exits
-non-zero, while the running process is untouched.
-
 A stream whose connection died without a goodbye stays "active" until gRPC's keepalive
 notices (``network.SERVER_KEEPALIVE``: 30 s at most); a process restarted within that window,
 past the :data:`GRACE_SECONDS` a new stream waits for the old one to end, is refused once and
 started again by its operator.
+
+Why: docs/design.md, "Inside the aggregator".
 """
 
 from __future__ import annotations
@@ -59,7 +51,8 @@ class LiveStreams:
     @contextmanager
     def hold(self, name: str, context: grpc.ServicerContext) -> Iterator[None]:
         """Count `context` as a live stream of `name` while the block runs, or raise RefusedError
-        (ALREADY_EXISTS) at once when another connection holds an active stream of `name`."""
+        (ALREADY_EXISTS) at once when another connection holds an active stream of `name`.
+        """
         peer = context.peer()
         deadline = time.monotonic() + GRACE_SECONDS
         while True:

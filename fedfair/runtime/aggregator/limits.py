@@ -1,6 +1,7 @@
-"""How much of the aggregator one caller may hold: long requests counted per certified name, and
-refusals, arrivals and departures logged at a bounded rate, so no caller can starve the others or
-flood the operator's log.
+"""How much of the aggregator one caller may hold.
+
+Long requests counted per certified name, and refusals, arrivals and departures logged at a bounded rate, so no
+caller can starve the others or flood the operator's log.
 
 The servicer (:mod:`fedfair.runtime.aggregator.servicer`) applies these to every RPC; the gRPC
 pool is sized by :func:`worker_threads` so that every listed collaborator at its limits still
@@ -143,8 +144,10 @@ class LineBudget:
         self._unlogged: Counter[str] = Counter()
 
     def admit(self, peer: str | None) -> int | None:
-        """None if this event of `peer` goes unlogged (it is counted); otherwise how many went
-        unlogged since that caller's last logged one."""
+        """None if this event of `peer` goes unlogged (it is counted).
+
+        Otherwise how many went unlogged since that caller's last logged one.
+        """
         key = self.UNIDENTIFIED if peer is None else peer
         with self._lock:
             if not self.rate.allow(key):
@@ -168,9 +171,12 @@ PRESENCE_SECONDS = 60.0
 
 
 class Presence:
-    """Each collaborator's arrival and departure as the operator sees them: one line and a ``connect``
-    / ``disconnect`` event each, within a :class:`LineBudget` per collaborator (PRESENCE_BURST at once,
-    then one per PRESENCE_SECONDS), the skipped ones counted on its next line (thread-safe)."""
+    """Each collaborator's arrival and departure as the operator sees them.
+
+    One line and a ``connect`` / ``disconnect`` event each, within a :class:`LineBudget` per collaborator
+    (PRESENCE_BURST at once, then one per PRESENCE_SECONDS), the skipped ones counted on its next line
+    (thread-safe).
+    """
 
     def __init__(self, events: EventLog | None, rate: RateLimit | None = None) -> None:
         self.events = events
@@ -180,8 +186,11 @@ class Presence:
         self._gone: set[str] = set()
 
     def arrived(self, peer: str, connected: Callable[[], int], allowed: int) -> None:
-        """`peer` made contact (GetPlan or a task stream): a line on its first contact with this process or
-        its return after it left; `connected()` counts the collaborators with a task stream."""
+        """`peer` made contact (GetPlan or a task stream).
+
+        A line on its first contact with this process or its return after it left; `connected()` counts the
+        collaborators with a task stream.
+        """
         with self._lock:
             first, back = peer not in self._seen, peer in self._gone
             self._seen.add(peer)

@@ -2,16 +2,11 @@
 
 The aggregator package's other modules each do one job (docs/layout.md maps them); this one runs the rounds.
 
-Once the quorum is there the first round of a process gives the rest of the plan up to the
-round timeout to join, so a federation starts whole when it can; later rounds start with
-whoever is there. A round that fails once started (a stage timing out, too few survivors)
-is aborted, the model kept, and the next round runs: a timeout never ends the process. The
-statistics aggregation before round 1 (plans with a [schema]) is retried the same way: aborted, it
-waits for the quorum again and runs anew, so collaborators that left come back to it.
-
 The learning itself is the plan's `fedfair.core.algorithm.FedSRCVaR`: the aggregator turns
 the decoded sum into a `server.Aggregate` and applies it, exactly as the in-process
 simulation does.
+
+Why: docs/design.md, "Inside the aggregator".
 """
 from __future__ import annotations
 
@@ -76,9 +71,12 @@ abort in a row (up to the round timeout), so parties that keep refusing do not m
 
 
 def initial_state(plan: AggregatorPlan, encoder: Encoder | None = None) -> server.ServerState:
-    """Round 0: the plan's model with its seed's initial weights, c at the bound B (as the simulation),
-    and with drift correction a zero control variate; under a [schema], the model's input size and
-    classes are the federation's encoder's."""
+    """Round 0.
+
+    The plan's model with its seed's initial weights, c at the bound B (as the simulation), and with drift
+    correction a zero control variate; under a [schema], the model's input size and classes are the federation's
+    encoder's.
+    """
     model = model_settings(plan, encoder).build(seed=plan.training.seed, allowed=plan.own_factories)
     return plan.algorithm().server_init(flat_parameters(model))
 
@@ -96,9 +94,12 @@ class RoundLoop:
         startup_timeout: float = 0.0,
         serve_again: Callable[[Network], Network] | None = None,
     ) -> None:
-        """`checkpoint` None: a fresh federation with a [schema], whose statistics aggregation
-        makes the encoder and the initial model when :meth:`run` starts. `serve_again(network)` stops
-        `network` and serves anew on its port; without it an aborted statistics aggregation ends the run."""
+        """`checkpoint` None.
+
+        A fresh federation with a [schema], whose statistics aggregation makes the encoder and the initial model
+        when :meth:`run` starts. `serve_again(network)` stops `network` and serves anew on its port; without it
+        an aborted statistics aggregation ends the run.
+        """
         self.plan = plan
         self.network = network
         self._start = checkpoint
@@ -206,14 +207,17 @@ class RoundLoop:
         return summary
 
     def _statistics(self) -> Checkpoint:
-        """:meth:`federate_statistics` until it gives the encoder: an aborted run (parties that left,
-        withdrew or misbehaved) waits for the quorum and runs again, as an aborted round is followed by
-        the next, so collaborators that stopped and come back find the aggregator still there.
+        """:meth:`federate_statistics` until it gives the encoder.
+
+        An aborted run (parties that left, withdrew or misbehaved) waits for the quorum and runs again, as an
+        aborted round is followed by the next, so collaborators that stopped and come back find the aggregator
+        still there.
 
         Round 0 runs again under a new server (`serve_again`): stages only move forward on a gate, and
         a fresh board and gate, as a restarted process has, let no upload of the aborted run into the
         re-run; connected collaborators reconnect on their own. Its culprits sit the re-runs out, in
-        this process only (the round log starts with round 1)."""
+        this process only (the round log starts with round 1).
+        """
         attempt = 0
         while True:
             try:
@@ -299,8 +303,11 @@ class RoundLoop:
         )
 
     def _participants(self, round_number: int, *, wait_for_everyone: bool) -> frozenset[str]:
-        """Who takes part: collaborators with a live task stream, at least the quorum of them
-        (`quorum.participants`; the first round of a process waits for everyone it can)."""
+        """Who takes part.
+
+        Collaborators with a live task stream, at least the quorum of them (`quorum.participants`; the first
+        round of a process waits for everyone it can).
+        """
         return participants(
             self.network.board,
             self.plan.quorum,
@@ -413,7 +420,8 @@ class RoundLoop:
 
     def evaluate(self, round_number: int) -> dict[str, Any]:
         """Federated worst / best / mean test risk of the output model (theta-bar, c-bar), from secure sums
-        (and at the final round the worst group's composition, when the plan names columns)."""
+        (and at the final round the worst group's composition, when the plan names columns).
+        """
         board, state = self.network.board, self.checkpoint.state
         participants = board.connected() - self.excluded.keys()
         needed = max(self.plan.quorum.min_collaborators, 2 if self.plan.secure_aggregation.enabled else 1)

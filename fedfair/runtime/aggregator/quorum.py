@@ -27,8 +27,11 @@ WAIT_REPORT_SECONDS = 10.0
 
 @dataclass(frozen=True)
 class WaitGoal:
-    """What a wait is for: `count` of the `eligible` collaborators connected within `timeout` (None: no
-    deadline), before round `round_number`; `goal` names it in the log ("the quorum", "everyone")."""
+    """What a wait is for.
+
+    `count` of the `eligible` collaborators connected within `timeout` (None: no deadline), before round
+    `round_number`; `goal` names it in the log ("the quorum", "everyone").
+    """
 
     round_number: int
     count: int
@@ -45,8 +48,9 @@ def wait_for(
     checkpoint_round: Callable[[], int | None],
     output: Path,
 ) -> frozenset[str]:
-    """Wait until `wait.count` of `wait.eligible` are connected, naming who is missing every
-    WAIT_REPORT_SECONDS; return who is connected then.
+    """Wait until `wait.count` of `wait.eligible` are connected, naming who is missing every WAIT_REPORT_SECONDS.
+
+    Return who is connected then.
 
     Raises QuorumError (NOT_REACHED) if that is below `min_collaborators` when the time is up; its advice
     names the checkpoint of round `checkpoint_round()` in `output` when one is kept (None: none;
@@ -111,8 +115,9 @@ def participants(
     checkpoint_round: Callable[[], int | None],
     output: Path,
 ) -> frozenset[str]:
-    """Who takes part in round `round_number`: the plan's `collaborators` but the `excluded`, with a live
-    task stream, at least the quorum of them.
+    """Who takes part in round `round_number`.
+
+    The plan's `collaborators` but the `excluded`, with a live task stream, at least the quorum of them.
 
     With `wait_for_everyone` (the first round of a process) it waits for the quorum under the start-up
     rules (`startup_timeout` seconds, 0: no deadline), then for the rest up to the round timeout; later

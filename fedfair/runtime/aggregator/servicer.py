@@ -6,30 +6,7 @@ The :class:`Servicer` takes the caller's name from its certificate
 stage, before its deadline), hands them to the :class:`~fedfair.runtime.aggregator.board.Board`,
 and refuses everything else with the transport's generic messages, never naming anyone.
 
-Hostile clients must not stall, leak or lose a round, so:
-
-- One refusal path (:meth:`Servicer._refusals`) wraps every RPC: whatever a request
-  raises (a generic refusal, a malformed chunk or protobuf message, a key or
-  certificate that does not parse, a bug) ends the RPC with a generic status that
-  carries no exception text, limit or path, writes one log line (no traceback) naming
-  the certified caller, the RPC and the error's class and short reason, and releases
-  what the request held (its gate slot, upload or stream count). gRPC itself never
-  sees an exception, so it never logs "Exception calling application" with a
-  traceback; :func:`add_to_server` also parses requests without raising, so a
-  malformed protobuf message reaches that path instead of gRPC's own traceback.
-- What one caller may hold is bounded (:mod:`fedfair.runtime.aggregator.limits`): long
-  requests (task streams, uploads, downloads) per certified name, one more refused at once
-  with RESOURCE_EXHAUSTED, in a pool sized so that no caller can starve an honest GetPlan;
-  status reports by a rate per name; refusals logged a burst per caller, then at a rate,
-  the rest counted on its next line. A cancelled task stream wakes at once (its termination
-  callback notifies the board) and gives its thread back. Callers without a certificate
-  from the federation's CA fail in the TLS handshake and never reach a worker; a certified
-  name outside the plan is refused before anything waits.
-
-A second process of a connected name gets no task stream (:mod:`.identities`). The operator
-sees each arrival and departure (one line and a ``connect`` / ``disconnect`` event each), each
-refusal (one line and a ``refusal`` event, naming the certified caller, never text the caller
-chose), and each status report.
+Why: docs/design.md, "Inside the aggregator".
 """
 
 from __future__ import annotations
@@ -390,7 +367,8 @@ class Servicer(pb_grpc.FederationServicer):
 def add_to_server(servicer: Servicer, server: grpc.Server) -> None:
     """Register the Federation service, like protoc's ``add_FederationServicer_to_server``,
     but with request parsers that never raise (a malformed message reaches the servicer's
-    refusal path as :class:`Undecodable`, not gRPC's traceback)."""
+    refusal path as :class:`Undecodable`, not gRPC's traceback).
+    """
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         "GetPlan": grpc.unary_unary_rpc_method_handler(
             servicer.GetPlan, _tolerant(pb.PlanRequest.FromString), pb.PlanReply.SerializeToString

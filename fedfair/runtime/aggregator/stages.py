@@ -1,24 +1,14 @@
-"""What a stage of a round is, as the board holds it and its callers see it: the open stage's
-record, the handler that absorbs an upload (whatever it raises refuses that upload), when each
-peer answered and the grace that bounds a laggard (:class:`StageTiming`), and the progress the
-operator is shown while a stage waits.
+"""What a stage of a round is, as the board holds it and its callers see it.
+
+The open stage's record, the handler that absorbs an upload (whatever it raises refuses that upload), when each
+peer answered and the grace that bounds a laggard (:class:`StageTiming`), and the progress the operator is shown
+while a stage waits.
 
 A stage is settled when the protocol says it has what it needs (the optional
 ``ready`` predicate of :meth:`~fedfair.runtime.aggregator.board.Board.open_stage`), or when
 no expected peer is still owed an answer. A peer is owed nothing once it has
 
-- uploaded (the handler absorbed its upload);
-- withdrawn: an upload of zero bytes (its update was not finite, its privacy budget
-  is spent, or the round's parameters were not the plan's);
-- disconnected: no live task stream, or a stream that ended during this round;
-- been refused: the handler raised on its upload, and it has no other upload in
-  progress. An honest collaborator whose upload is refused sits out the rest of the
-  round, so waiting for it would only run the stage to its deadline. A refusal is
-  recorded for the certificate's name that sent the upload, so it settles only the
-  sender's own slot: a peer cannot settle anyone else's by sending bad messages
-  (one that names another party is refused and charged to its sender). A retry
-  that is in progress when the others finish is waited for, and a valid upload
-  after a refusal still counts while the stage is open.
+Why: docs/design.md, "Inside the aggregator".
 """
 
 from __future__ import annotations
@@ -101,8 +91,11 @@ class StageTiming:
         return self.opened + max(self.grace * median, GRACE_FLOOR_SECONDS)
 
     def held_up(self, expected: Iterable[str]) -> dict[str, float]:
-        """How long the stage waited for each of `expected` past its median answer: the seconds between the
-        median and the peer's answer (the stage's close, if it never answered); only peers that came later."""
+        """How long the stage waited for each of `expected` past its median answer.
+
+        The seconds between the median and the peer's answer (the stage's close, if it never answered); only
+        peers that came later.
+        """
         median = self.median()
         if median is None or self.closed is None:
             return {}
@@ -112,7 +105,8 @@ class StageTiming:
 
     def past_grace(self, stage: str, expected: Iterable[str]) -> str | None:
         """Why the closed stage `stage` went on without some of `expected`, if its grace ended it (not its timeout,
-        nor every answer in): the late peers, named; None otherwise."""
+        nor every answer in): the late peers, named; None otherwise.
+        """
         late = sorted(set(expected) - self.answers.keys())
         median = self.median()
         if not late or median is None or self.grace is None or self.closed is None:
@@ -129,7 +123,8 @@ class StageTiming:
 class OpenStage:
     """The one stage open for uploads: who is expected, what each may fetch, and who has answered how, when.
 
-    Its `deadline` is the earlier of its timeout and its timing's grace (:class:`StageTiming`)."""
+    Its `deadline` is the earlier of its timeout and its timing's grace (:class:`StageTiming`).
+    """
 
     binding: pb.Binding
     expected: frozenset[str]

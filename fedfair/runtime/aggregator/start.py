@@ -26,8 +26,11 @@ GOODBYE_SECONDS = 10.0
 
 
 def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
-    """Check what must hold before serving; return the state to start from (None: a fresh federation
-    with a [schema], whose initial model needs the statistics aggregation first)."""
+    """Check what must hold before serving.
+
+    Return the state to start from (None: a fresh federation with a [schema], whose initial model needs the
+    statistics aggregation first).
+    """
     if plan.secure_aggregation.enabled:
         n = len(plan.collaborators)
         # Every kind of sum runs under secure aggregation: the training updates, the evaluation
@@ -62,7 +65,8 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
 
 def serve_again(plan: AggregatorPlan, old: Network, address: str | None, events: EventLog) -> Network:
     """Stop `old` and serve `plan` anew on the same port, with a fresh board and gate (as a restarted
-    process would, without leaving the process); collaborators reconnect on their own."""
+    process would, without leaving the process); collaborators reconnect on their own.
+    """
     old.stop()
     host = (address or plan.aggregator.address).rpartition(":")[0]
     return serve(plan, plan_digest(plan), f"{host}:{old.port}", events)

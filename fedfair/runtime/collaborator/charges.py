@@ -37,14 +37,17 @@ class Charges:
 
     @property
     def budget(self) -> float:
-        """The most epsilon this institution's releases may spend in all: the plan's [privacy] budget, or its
-        own [privacy] budget_epsilon where that is lower."""
+        """The most epsilon this institution's releases may spend in all.
+
+        The plan's [privacy] budget, or its own [privacy] budget_epsilon where that is lower.
+        """
         own = self.config.privacy.budget_epsilon
         return self.shared.privacy.budget if own is None else min(self.shared.privacy.budget, own)
 
     def training(self, round_number: int, model: str, dimension: int) -> None:
         """Charge one distributed DP-SGD round on `model` (its update `dimension` values long) to the ledger,
-        before its noised words are kept and sent; PrivacyBudgetError, charging nothing, past the budget."""
+        before its noised words are kept and sent; PrivacyBudgetError, charging nothing, past the budget.
+        """
         privacy = self.shared.privacy
         noise, _ = self.shared.training_noise(self.shared.collaborator_count, dimension)
         # The add-on of rounding and wraps was counted for the plan's steps; each round carries its part.
@@ -66,9 +69,11 @@ class Charges:
     def evaluation(
         self, encoded: np.ndarray, round_number: int, model: str, columns: tuple[CompositionColumn, ...]
     ) -> None:
-        """Under the plan's [privacy] report_epsilon: charge this fresh answer to the ledger (PrivacyBudgetError past
-        the budget), then add this party's share of the Skellam noise to its encoded words, from the OS's
-        CSPRNG, before masking. A no-op for exact reports."""
+        """Under the plan's [privacy] report_epsilon.
+
+        Charge this fresh answer to the ledger (PrivacyBudgetError past the budget), then add this party's share of the
+        Skellam noise to its encoded words, from the OS's CSPRNG, before masking. A no-op for exact reports.
+        """
         privacy = self.shared.privacy
         if not privacy.noised:
             return
@@ -93,8 +98,11 @@ class Charges:
 
 
 def describe_ledger(record: InputRecord, delta: float | None = None) -> str:
-    """The ledger of `record` for a person: what each kind of release cost, and the total epsilon at `delta`
-    (by default the delta its releases were charged at)."""
+    """The ledger of `record` for a person.
+
+    What each kind of release cost, and the total epsilon at `delta` (by default the delta its releases were
+    charged at).
+    """
     entries = record.ledger()
     if not entries:
         return f"{record.path}: no noised input charged yet (epsilon 0)"

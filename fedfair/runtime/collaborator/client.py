@@ -9,68 +9,16 @@ learner exactly as the in-process simulation builds client i (same model seed, s
 sampler seed), so a federation over real processes follows the simulation step for
 step. Then it follows the aggregator's task stream:
 
-- TRAIN: download (theta_t, c_t) in bounded chunks (with drift correction, the server's control
-  variate sigma follows theta in the same download), then run the local learner's tau steps
-  and encode the update as a job beside the task stream (one at a time, in order; without
-  secure aggregation, where no key stages could run beside it, in the task's own handler);
-- ADVERTISE / SHARE / CHECK_SHARES / MASKED_INPUT / CONSISTENCY / UNMASK: the
-  secure-aggregation steps of :mod:`fedfair.runtime.collaborator.steps` (with secure
-  aggregation off, only MASKED_INPUT, carrying the plain float64 vector). The key stages
-  before MASKED_INPUT need nothing of the update, so they run while the job trains;
-  MASKED_INPUT waits for it. A round whose job ends with nothing to send (a NaN update,
-  a spent privacy budget) is left at the next stage: before any keys when the job ended
-  first, else at masking, where the aggregator treats it as a dropout;
-- EVALUATE and EVAL_*: the same steps over its answers to the evaluation's threshold
-  queries on its held-out losses (`fedfair.fairness.sums`);
-- ABORTED: forget the round; FINISHED: exit.
-
-It never sends a per-sample value: only secure-aggregation messages whose size is
-fixed by the model (or the evaluation vector) and the number of collaborators. An
-update with NaN or Inf, or a control variate beyond the plan's clip, is refused before
-masking; a plain update is clipped as the encoding would clip it
-(:mod:`fedfair.runtime.collaborator.rounds`).
-
-Failures are classified (:mod:`fedfair.runtime.failures`): a transient one (the
-aggregator down, restarting or busy) is retried with jittered back-off for up to
-``[retry] max_wait_seconds`` of outage; a permanent one (a certificate the other side
-cannot trust, a name the plan does not allow, a plan or data that do not fit) stops
-the collaborator at once with the cause and the fix
-(:mod:`fedfair.runtime.collaborator.retries`). A restarted collaborator rejoins at
-the next round.
-
-Crash consistency: an aggregator killed mid-round and resumed re-runs that round
-from its checkpoint, so this process may be sent the same round's TRAIN again; the
-round job re-sends the outcome it kept for that round and model (:mod:`~fedfair.runtime.collaborator.rounds`).
-A task whose RPC failed is not counted as done, and losing the aggregator does not drop
-the round's work. Evaluation answers are a function of the model alone and are simply recomputed.
-
-Drift correction (``[training] drift_correction = "scaffold"``): the learner, kept for
-the whole process, holds this institution's control variate sigma_k across rounds; a
-process that starts mid-federation adopts the server's sigma first
-(:mod:`~fedfair.runtime.collaborator.rounds`).
-
-Privacy hook: the `trainer_factory` argument of :class:`Collaborator` (default
-`fedfair.runtime.collaborator.trainer.round_trainer`) turns the plain `LocalLearner` into what trains each round;
-with `[privacy] enabled = true` it wraps it in `fedfair.privacy.learner.PrivateLearner`.
-A collaborator that declines a round because its privacy budget is spent tells the
-aggregator with the Report RPC (status BUDGET_SPENT, never free text); with
-``[privacy] share_epsilon = true`` it also reports its cumulative epsilon each round.
-
-The parts, one job each: :mod:`~fedfair.runtime.collaborator.identity` checks the TLS files and
-the manifest pin; :mod:`~fedfair.runtime.collaborator.preparation` fetches and checks the plan
-and prepares the data, the learner and the trainer; :mod:`~fedfair.runtime.collaborator.rounds`
-is the round job (train, bound, encode; evaluate); :mod:`~fedfair.runtime.collaborator.uplink`
-fetches, uploads, counts the bytes sent and sends status reports;
-:mod:`~fedfair.runtime.collaborator.receipt` keeps the final model bundle. This module dials the
-aggregator, retries, and follows the task stream.
+Why: docs/design.md, "Inside the collaborator".
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -143,9 +91,11 @@ class Collaborator(TaskStream):
         retry: RetryPolicy | None = None,
         reset_state: bool = False,
     ) -> None:
-        """Check everything local (TLS files, manifest pin, data) before any connection;
-        `retry` defaults to the config's [retry]; `reset_state` is the operator's word that a lost record
-        of this federation (and its privacy budget) may start again. Raises PermanentFailureError with the fix."""
+        """Check everything local (TLS files, manifest pin, data) before any connection.
+
+        `retry` defaults to the config's [retry]; `reset_state` is the operator's word that a lost record of
+        this federation (and its privacy budget) may start again. Raises PermanentFailureError with the fix.
+        """
         self.trainer_factory = trainer_factory
         self.reset_state = reset_state
         self.identity = check_identity(config)
@@ -222,7 +172,8 @@ class Collaborator(TaskStream):
 
     def _plan_change(self, reply: pb.PlanReply) -> FailureError | None:
         """Why this joined collaborator does not take the plan in `reply` (``plan-changed``: it is not the
-        plan it joined under), or None if it is; the message names the fields unlike the pinned plan."""
+        plan it joined under), or None if it is; the message names the fields unlike the pinned plan.
+        """
         if reply.plan_digest == self.plan_digest:
             return None
         try:
@@ -245,7 +196,8 @@ class Collaborator(TaskStream):
 
     def _encode_with(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         """Take the federation's encoder (the TRAIN stage's input under a [schema]), encode this
-        institution's table with it and build the learner for the model it implies."""
+        institution's table with it and build the learner for the model it implies.
+        """
         if task.input_size <= 0:
             raise WireError("the TRAIN stage carries no encoder although the plan has a [schema]")
         self._prepare(*encode_table(self.config, self.joined, self._input(stub, task)))
@@ -256,7 +208,8 @@ class Collaborator(TaskStream):
 
     def _use(self, prepared: Prepared) -> None:
         """Build the round job around a prepared trainer (kept for the whole process), once its privacy
-        accountant (if any) is known to go with this institution's record."""
+        accountant (if any) is known to go with this institution's record.
+        """
         joined = self.joined
         if self.config.privacy.enabled:
             from fedfair.privacy.learner import PrivateLearner  # Opacus is loaded only where DP is on
@@ -287,13 +240,16 @@ class Collaborator(TaskStream):
 
     def _ensure_encoded(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         """Under a [schema], encode this institution's table with the federation's encoder, which the
-        first start stage (TRAIN or EVALUATE) this process sees carries; a no-op once encoded."""
+        first start stage (TRAIN or EVALUATE) this process sees carries; a no-op once encoded.
+        """
         if self._round is None:
             self._encode_with(stub, task)
 
     def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
-        """Download this round's model; return the job that makes its contribution (:meth:`RoundJob.train`,
-        training through :meth:`_train_on`)."""
+        """Download this round's model.
+
+        Return the job that makes its contribution (:meth:`RoundJob.train`, training through :meth:`_train_on`).
+        """
         return self._rounds().train(stub, binding, self._train_on)
 
     def _train_on(
@@ -309,8 +265,10 @@ class Collaborator(TaskStream):
         return self._rounds().train_on(stub, binding, model, theta, c, control)
 
     def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
-        """Download the model to evaluate (none for the statistics aggregation); return the job that
-        makes this institution's answers."""
+        """Download the model to evaluate (none for the statistics aggregation).
+
+        Return the job that makes this institution's answers.
+        """
         if self._statistics_round(binding):
             # The statistics of this institution's table (counts and sums only), summed with every
             # other site's before training; no model is involved.
@@ -326,26 +284,30 @@ class Collaborator(TaskStream):
         return self._rounds().evaluate(stub, binding, self._evaluation_answers)
 
     def _evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
-        """This institution's answers to the evaluation's threshold queries
-        (:meth:`RoundJob.evaluation_answers`)."""
+        """This institution's answers to the evaluation's threshold queries (:meth:`RoundJob.evaluation_answers`)."""
         return self._rounds().evaluation_answers(theta)
 
     # ------------------------------------------------------------ what it fetches and sends
 
     def bundle_path(self) -> Path:
-        """Where this collaborator keeps the federation's final model bundle: beside its config,
-        one per federation, as it keeps its privacy accountant."""
+        """Where this collaborator keeps the federation's final model bundle.
+
+        Beside its config, one per federation, as it keeps its privacy accountant.
+        """
         return kept_path(self.config, self.shared.federation_id, BUNDLE_SUFFIX)
 
-    def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
-        """Fetch the final model bundle the FINISHED task offers and keep it (:func:`receive_bundle`)."""
+    def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> Mapping[str, Any] | None:
+        """Fetch the final model bundle the FINISHED task offers and keep it; its provenance (:func:`receive_bundle`)."""
         if task.input_size <= 0:
-            return
-        receive_bundle(self.config.name, self.bundle_path(), lambda: self._input(stub, task))
+            return None
+        return receive_bundle(self.config.name, self.bundle_path(), lambda: self._input(stub, task))
 
     def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
-        """The input of `task`'s stage: the one the task carries, or else fetched, within the pinned
-        plan's bound (:func:`~fedfair.runtime.collaborator.uplink.input_limit`)."""
+        """The input of `task`'s stage.
+
+        The one the task carries, or else fetched, within the pinned plan's bound
+        (:func:`~fedfair.runtime.collaborator.uplink.input_limit`).
+        """
         limit = input_limit(task, self.shared.collaborator_count, self.parameters)
         return self._uplink.input(stub, task, limit)
 

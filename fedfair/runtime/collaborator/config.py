@@ -7,16 +7,7 @@ into the transport's :class:`~fedfair.runtime.transport.TlsFiles` and ``[privacy
 into :class:`~fedfair.privacy.config.PrivacyConfig`. The training settings are not
 here: they come from the aggregator's plan (:func:`fedfair.runtime.plan.load_shared_settings`).
 
-``[collaborator] manifest`` (optional) names this institution's copy of the federation
-manifest (:mod:`fedfair.runtime.manifest`), read and checked here: the institution must
-be one of its collaborators, and the federation id and the aggregator's name default
-to the manifest's (or must equal them when given). Without one, loading the file logs
-a one-line warning that the roster is trusted to the CA; with one that pins no plan,
-a warning that the plan is the aggregator's to change.
-
-``[model] factories`` lists the model factories ("package.module:function") this
-institution allows: the only way a plan's custom architecture is ever imported here.
-A plan naming any other factory is refused before anything is imported.
+Why: docs/design.md, "Inside the collaborator".
 """
 
 from __future__ import annotations
@@ -88,11 +79,13 @@ class DataSettings:
 
 @dataclass(frozen=True)
 class CollaboratorConfig:
-    """One institution's file. ``federation`` (optional) is the federation id it expects to
-    join: with it set, the collaborator refuses an aggregator that runs another federation.
-    ``manifest`` (optional) is the agreed roster every round and certificate is checked against.
-    ``retry`` bounds how long a lost aggregator is waited for ([retry]), ``idle_timeout_seconds`` how
-    long one that answers but sends nothing is ([collaborator])."""
+    """One institution's file.
+
+    ``federation`` (optional) is the federation id it expects to join: with it set, the collaborator refuses an
+    aggregator that runs another federation. ``manifest`` (optional) is the agreed roster every round and
+    certificate is checked against. ``retry`` bounds how long a lost aggregator is waited for ([retry]),
+    ``idle_timeout_seconds`` how long one that answers but sends nothing is ([collaborator]).
+    """
 
     name: str
     aggregator: str

@@ -23,8 +23,10 @@ from fedfair.runtime.transport import check_tls_files
 
 @dataclass(frozen=True)
 class Identity:
-    """This institution's checked credentials: the name its certificate carries, its key and certificate
-    (DER), and how it checks a peer's certificate."""
+    """This institution's checked credentials.
+
+    The name its certificate carries, its key and certificate (DER), and how it checks a peer's certificate.
+    """
 
     certified: str
     key: EllipticCurvePrivateKey

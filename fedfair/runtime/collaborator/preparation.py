@@ -87,7 +87,8 @@ def join(
 ) -> Joined:
     """Fetch the plan and check it (and, under a [schema], this institution's table against it), and load
     this institution's record of that federation (`reset_state`: the operator accepts that a lost record
-    starts again); raises PermanentFailureError with the fix."""
+    starts again); raises PermanentFailureError with the fix.
+    """
     # Joined without naming the federation, so that another federation's aggregator answers with
     # its id (compared below, named in the message) rather than a generic refusal of the binding.
     binding = make_binding("", 0, pb.STAGE_JOIN)
@@ -146,7 +147,8 @@ def join(
 def encode_table(config: CollaboratorConfig, joined: Joined, payload: bytes) -> tuple[LocalData, SharedSettings]:
     """Encode this institution's table with the federation's encoder (`payload`, the first start stage's
     input under a [schema]): its data (with its held-out rows' levels in the plan's composition columns)
-    and the plan's settings with the model that encoder implies."""
+    and the plan's settings with the model that encoder implies.
+    """
     schema = joined.shared.schema
     assert schema is not None and joined.schema_table is not None
     try:

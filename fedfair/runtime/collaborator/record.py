@@ -8,25 +8,7 @@ config, one record per federation (``NAME.FEDERATION.bindings.json``) and the la
 payload of each kind (``NAME.FEDERATION.KIND.kept.npz``), each written atomically *before*
 anything derived from its data leaves:
 
-- per kind (``statistics``, ``train``, ``evaluate``) and model digest: the latest round it
-  was answered in and the survivor set signed for it. A round is answered for one model
-  only; a later request for an answered model, in that round or a later one (an aborted
-  round leaves the model unchanged), gets the kept bits again under fresh masks and is
-  signed only for the same survivors; an answered model whose bits are gone is refused.
-  The round's parameters name the model and bind the secure-aggregation session to it
-  (:class:`fedfair.runtime.contract.RoundParameters`), so no sum mixes kept bits of some
-  parties with fresh bits of one sent another model;
-- the latest round answered: an older one is refused (no replays);
-- the privacy ledger: every fresh noised evaluation answer, with its mechanism, noise and
-  sensitivity, charged before the answer is kept (:meth:`InputRecord.charge`; a re-sent
-  answer is the same bits and costs nothing more), composed by RDP;
-- how many training rounds it trained, which its privacy accountant must have charged
-  (:meth:`InputRecord.check_accountant`), and each training round's threshold c, from which
-  composition counts take theirs (:meth:`InputRecord.composition_threshold`).
-
-A record that cannot be read is refused with its path, never silently reset, and a
-collaborator that has none while the aggregator is past its first round refuses to start
-unless its operator says the record and budget start again (``--reset-state``).
+Why: docs/design.md, "Inside the collaborator".
 """
 
 from __future__ import annotations
@@ -113,8 +95,11 @@ class InputRecord:
     """The record of one collaborator in one federation, loaded from and kept in ``path``."""
 
     def __init__(self, path: Path, federation: str = "", *, reset: bool = False) -> None:
-        """Load the record at `path` (of federation `federation`) or start one; `reset` is the operator's
-        word (``--reset-state``) that a lost record may start again past the first round."""
+        """Load the record at `path` (of federation `federation`) or start one.
+
+        `reset` is the operator's word (``--reset-state``) that a lost record may start again past the first
+        round.
+        """
         self.path = path
         self.federation = federation
         self.reset = reset
@@ -256,8 +241,11 @@ class InputRecord:
         return _composed(self._releases, delta)
 
     def ledger(self) -> list[dict[str, object]]:
-        """The ledger's entries: kind, round, model, mechanism, mu, l1, l2 (encoded units), sampling rate and
-        the delta add-on of rounding and wraps."""
+        """The ledger's entries.
+
+        Kind, round, model, mechanism, mu, l1, l2 (encoded units), sampling rate and the delta add-on of
+        rounding and wraps.
+        """
         return [dict(entry) for entry in self._releases]
 
     def charge(
@@ -273,7 +261,8 @@ class InputRecord:
         """Charge one fresh input's `release` (one step) to the ledger and persist it, before the input is kept
         and sent; returns the epsilon spent with it (at `delta`, less every entry's `addon` for rounding and
         wraps). Raises PrivacyBudgetError (ANSWER_REFUSED), charging nothing, if the composed epsilon would pass `budget`, naming what
-        was spent on what."""
+        was spent on what.
+        """
         entry: dict[str, object] = {
             "kind": kind,
             "round": round_number,
@@ -304,9 +293,11 @@ class InputRecord:
         return total
 
     def composition_threshold(self, average_from: int) -> float | None:
-        """The threshold c composition counts use: the mean of the c of the training rounds from
-        `average_from` on that this institution trained on (else of all it trained on), never a c the
-        aggregator names for the query; None before any training."""
+        """The threshold c composition counts use.
+
+        The mean of the c of the training rounds from `average_from` on that this institution trained on (else
+        of all it trained on), never a c the aggregator names for the query; None before any training.
+        """
         chosen = [c for round_number, c in self._thresholds.items() if round_number >= average_from]
         chosen = chosen or list(self._thresholds.values())
         return float(np.mean(chosen)) if chosen else None
@@ -401,8 +392,11 @@ def _release(entry: dict[str, object], steps: int = 1) -> distributed.Release:
 
 
 def _composed(entries: list[dict[str, object]], delta: float) -> float:
-    """The epsilon at `delta` of `entries` composed by RDP; identical releases (every training round of a run)
-    are one release of as many steps, so a long ledger composes in one pass per kind."""
+    """The epsilon at `delta` of `entries` composed by RDP.
+
+    Identical releases (every training round of a run) are one release of as many steps, so a long ledger
+    composes in one pass per kind.
+    """
     if not entries:
         return 0.0
     groups: dict[tuple[object, ...], tuple[dict[str, object], int]] = {}

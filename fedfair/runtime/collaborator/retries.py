@@ -1,24 +1,15 @@
 """How a collaborator tells a passing fault from a permanent one, and waits out the passing ones.
 
-A failed RPC is classified into one of :mod:`fedfair.runtime.failures`' classes:
-
-- PERMISSION_DENIED: the aggregator accepted the certificate but not its name
-  (``name-not-allowed``), permanent;
-- UNAVAILABLE: gRPC says only that the connection failed, with the TLS library's text,
-  so :func:`probe` dials the aggregator once more with Python's own TLS and reads
-  the cause from structured errors: connection refused or timed out (transient),
-  the aggregator's certificate from another CA or for another name, this
-  collaborator's certificate refused by the aggregator (permanent);
-- RESOURCE_EXHAUSTED (the aggregator still holds the previous stream), DEADLINE_EXCEEDED:
-  transient; anything else: ``aggregator-error``, permanent.
-
 Transient failures are retried with jittered exponential back-off (peers that lost
 the aggregator together do not all come back at once), one log line per retry,
-until the outage has lasted ``[retry] max_wait_seconds``: a time bound, so a
+until the outage has lasted ``[retry] max_wait_seconds`` (while the aggregator is merely starting,
+the console shows the first line only): a time bound, so a
 collaborator outlives an aggregator restart of several minutes whatever the
 back-off. The wait ends early when the collaborator is asked to stop; nothing waits
 on a fixed sleep. A permanent failure raises :class:`~fedfair.core.errors.PermanentFailureError`
 at once.
+
+Why: docs/design.md, "Inside the collaborator".
 """
 
 from __future__ import annotations
@@ -49,6 +40,7 @@ from fedfair.runtime.failures import (
     NAME_NOT_ALLOWED,
     TLS_FAILED,
 )
+from fedfair.runtime.logs import LOG_FILE_ONLY
 from fedfair.runtime.transport import TlsFiles
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -76,9 +68,11 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Jittered exponential back-off bounded in time: retry k waits uniform(0.5, 1) * min(cap, base * 2^k),
-    and an outage ends the collaborator once it has lasted `max_wait_seconds` (or, when `attempts` is
-    given, after that many retries in a row, whichever comes first)."""
+    """Jittered exponential back-off bounded in time.
+
+    Retry k waits uniform(0.5, 1) * min(cap, base * 2^k), and an outage ends the collaborator once it has lasted
+    `max_wait_seconds` (or, when `attempts` is given, after that many retries in a row, whichever comes first).
+    """
 
     max_wait_seconds: float = 900.0
     base_seconds: float = 0.5
@@ -213,7 +207,8 @@ class Backoff:
     def retry(self, attempt: int, since: float, failure: FailureError, what: str) -> None:
         """Wait before retry number `attempt` of an outage that began at `since` (time.monotonic()),
         or, once the outage has outlasted the policy, raise: a refusal that waits (a class with
-        ``waits``) as itself, an unreachable aggregator as a FailureError of :data:`GAVE_UP`."""
+        ``waits``) as itself, an unreachable aggregator as a FailureError of :data:`GAVE_UP`.
+        """
         policy = self.policy
         elapsed = time.monotonic() - since
         if elapsed >= policy.max_wait_seconds or (policy.attempts is not None and attempt >= policy.attempts):
@@ -231,15 +226,21 @@ class Backoff:
         self.wait(attempt, str(failure).split(". Fix: ")[0] if attempt else str(failure), quiet=quiet)
 
     def wait(self, attempt: int, why: str, *, quiet: bool = False) -> None:
-        """One log line (INFO if `quiet`, else a WARNING), then the jittered delay of retry `attempt` (cut
-        short by `stop`)."""
+        """One log line, then the jittered delay of retry `attempt` (cut short by `stop`).
+
+        The line is a WARNING unless `quiet`; a quiet line is INFO, and after the first retry it goes to
+        the log file only (:data:`~fedfair.runtime.logs.LOG_FILE_ONLY`): the console says once that it
+        waits, not every few seconds while an aggregator starts.
+        """
         delay = self.policy.delay(attempt, self.random)
-        logger.log(logging.INFO if quiet else logging.WARNING, "%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay)
+        level, extra = (logging.INFO, LOG_FILE_ONLY if attempt else None) if quiet else (logging.WARNING, None)
+        logger.log(level, "%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay, extra=extra)
         self.stop.wait(delay)
 
     def call(self, what: str, call: Callable[[], _T], refuse: Callable[[_T], FailureError | None] | None = None) -> _T:
         """`call()`, retried with back-off while the failure is transient, or while `refuse(result)`
-        returns a failure of a class that ``waits`` (raised once the wait outlasts the policy)."""
+        returns a failure of a class that ``waits`` (raised once the wait outlasts the policy).
+        """
         attempt, since = 0, time.monotonic()
         while True:
             try:

@@ -8,28 +8,7 @@ EVALUATE, the job that answers the evaluation's threshold queries on the held-ou
 at the final round of a plan with ``[evaluation] composition``, counts who is above the
 evaluated model's c by category (:mod:`fedfair.runtime.composition`).
 
-An update with NaN or Inf is refused before masking (the collaborator withdraws from the
-round), and so is one whose control variate (drift correction) lies beyond the plan's clip,
-which the encoding would otherwise clip silently; with secure aggregation off, the plain
-update is clipped exactly as the encoding would clip it (each coordinate of the unweighted
-update to [-clip, clip]), so the aggregator's bounds never refuse an honest one.
-
-One input per model: before a job's answer leaves, its bits are kept on disk with the
-round and the SHA-256 of the downloaded (theta, c) (:mod:`fedfair.runtime.collaborator.record`).
-An aggregator killed mid-round and resumed re-runs that round, so this process (or its
-restarted successor) may be sent the same round's TRAIN or EVALUATE again: it re-sends the
-kept bits rather than training again (no second privacy cost, the sampler not advanced
-twice). The same model in another round, another model in the same round, or a round past
-the plan's are refused.
-
-Drift correction (``[training] drift_correction = "scaffold"``): the learner, kept for
-the whole process, holds this institution's control variate sigma_k (`LocalLearner.control`)
-across rounds; each round passes it the server's sigma and submits the 2 (d + 1) vector
-[w delta, w delta_c, w sigma_k+]. A process that starts (or restarts) mid-federation has
-no sigma_k of its own: before the first round it trains it takes the server's sigma as
-its sigma_k, so that round's correction term sigma - sigma_k is zero (plain local steps,
-as SCAFFOLD's first round) and its sigma_k+ is a fresh estimate from there on. The server
-keeps no running sum of the sigma_k, so this leaves no error behind (`fedfair.core.server`).
+Why: docs/design.md, "Inside the collaborator".
 """
 
 from __future__ import annotations
@@ -81,9 +60,11 @@ logger = logging.getLogger("fedfair.collaborator")
 
 @dataclass(frozen=True)
 class TrainedUpdate:
-    """The outcome of training on one round's model (digest `model`): `vector` is [w * delta, w * delta_c]
-    (then w * sigma_k+ with drift correction), read-only, or None when there is nothing to contribute
-    (the trainer refused, or the update was not finite); `weight` is w."""
+    """The outcome of training on one round's model (digest `model`).
+
+    `vector` is [w * delta, w * delta_c] (then w * sigma_k+ with drift correction), read-only, or None when
+    there is nothing to contribute (the trainer refused, or the update was not finite); `weight` is w.
+    """
 
     round: int
     model: str
@@ -92,9 +73,11 @@ class TrainedUpdate:
 
 
 def clip_plain_update(vector: np.ndarray, weight: float, clip: float) -> np.ndarray:
-    """[w * delta] clipped coordinate-wise to [-clip * w, clip * w]: what the secure encoding does to it
-    (`fedfair.secagg.encode.Encoder.encode`, the same float operations), and what the aggregator's
-    plain decode check (`decode_plain`) accepts."""
+    """[w * delta] clipped coordinate-wise to [-clip * w, clip * w].
+
+    What the secure encoding does to it (`fedfair.secagg.encode.Encoder.encode`, the same float operations), and
+    what the aggregator's plain decode check (`decode_plain`) accepts.
+    """
     bound = clip * weight
     clipped: np.ndarray = np.clip(vector, -bound, bound)
     return clipped
@@ -171,7 +154,8 @@ class RoundJob:
     def view_of(self, round_number: int, kind: str, model: str) -> SignedView:
         """The survivor set an input of this kind and model is bound to, in every session and round, across
         restarts (:mod:`fedfair.runtime.collaborator.record`), with its kept bits if it was answered;
-        RefusedError for an input the record refuses."""
+        RefusedError (INPUT_BOUND) for an input the record refuses.
+        """
         return self.record.view(round_number, kind, model)
 
     def check_round(self, round_number: int, kind: str) -> None:
@@ -190,9 +174,11 @@ class RoundJob:
         return self.uplink.download(stub, binding, self.parameters if max_values is None else max_values)
 
     def train(self, stub: pb_grpc.FederationStub, binding: pb.Binding, train_on: TrainOn) -> StartJob:
-        """Download this round's model; return the job that makes its contribution: trained on that
-        model (by `train_on`), or re-sent if this round already trained on exactly this model (the
-        aggregator crashed and re-runs the round)."""
+        """Download this round's model.
+
+        Return the job that makes its contribution: trained on that model (by `train_on`), or re-sent if this
+        round already trained on exactly this model (the aggregator crashed and re-runs the round).
+        """
         self.check_round(binding.round, "train")
         corrects_drift = self.shared.training.corrects_drift
         values, c = self.download(stub, binding, training_download_size(self.parameters, corrects_drift))
@@ -227,8 +213,9 @@ class RoundJob:
         c: float,
         control: torch.Tensor | None = None,
     ) -> TrainedUpdate:
-        """Run this round's local training on (theta, c) and, with drift correction, the server's
-        control variate sigma: the only place the trainer advances.
+        """Run this round's local training on (theta, c) and, with drift correction, the server's control variate sigma.
+
+        The only place the trainer advances.
 
         A spent privacy budget is reported to the aggregator (BUDGET_SPENT); with
         share_epsilon, so is the cumulative epsilon after each private round. The
@@ -356,8 +343,11 @@ class RoundJob:
     def evaluate(
         self, stub: pb_grpc.FederationStub, binding: pb.Binding, answers: Callable[[torch.Tensor], np.ndarray]
     ) -> StartJob:
-        """Download the model to evaluate; return the job that makes this institution's answers (by `answers`),
-        followed at the final round, when the plan names composition columns, by its composition counts."""
+        """Download the model to evaluate.
+
+        Return the job that makes this institution's answers (by `answers`), followed at the final round, when
+        the plan names composition columns, by its composition counts.
+        """
         # The threshold sums' grid depends on the plan, not on c; only the composition counts use c.
         self.check_round(binding.round, "evaluate")
         theta, c = self.download(stub, binding)
@@ -385,7 +375,8 @@ class RoundJob:
 
     def evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
         """This institution's answers to the evaluation's threshold queries on its held-out losses
-        (the thresholds are its own copy of the plan's, so the aggregator cannot choose them)."""
+        (the thresholds are its own copy of the plan's, so the aggregator cannot choose them).
+        """
         data, model = self.prepared.data, self.prepared.evaluation_model
         assert data is not None and model is not None  # a Prepared without them evaluates elsewhere
         result = evaluate(model, theta, data.test)
@@ -400,7 +391,8 @@ class RoundJob:
 
         The held-out losses are computed again rather than shared with :meth:`evaluation_answers`,
         whose seam (`Collaborator._evaluation_answers`) takes theta alone: one more pass over the
-        held-out rows, at the final evaluation only."""
+        held-out rows, at the final evaluation only.
+        """
         data, model, schema = self.prepared.data, self.prepared.evaluation_model, self.shared.schema
         # Composition columns need a [schema] (settings), whose encoding kept the held-out levels.
         assert data is not None and data.held_out_levels is not None and model is not None and schema is not None
@@ -419,7 +411,8 @@ def kept(work: Work, view: SignedView) -> Work:
 
     Withdrawing (no vector) is not kept: no sum holds this institution's input then, so a later
     round on the same model (the aborted round's, unchanged) may answer afresh without any two
-    sums differing by it; kept, one failed training would bar the federation from that model."""
+    sums differing by it; kept, one failed training would bar the federation from that model.
+    """
     work.view = view
     if work.vector is None:
         return work

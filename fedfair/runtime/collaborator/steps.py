@@ -3,21 +3,11 @@
 Each upload stage has one step function, ``step(participant, work, inputs) -> payload``,
 picked by the explicit table :data:`STEPS`:
 
-- ADVERTISE: check the round's public parameters against this collaborator's copy of
-  the plan and, where it holds one, the federation manifest (and withdraw if they
-  differ), then advertise signed keys, with its mTLS private key as its identity key;
-- SHARE: signed, encrypted shares of its secrets for the key directory's parties;
-- CHECK_SHARES: open the shares addressed to it and name (signed) any sender whose
-  shares fail;
-- MASKED_INPUT: the masked fixed-point vector for the aggregator's masking set (with
-  secure aggregation off, the plain float64 vector after the same parameter check);
-- CONSISTENCY: sign the aggregator's account of who is masked with and who survived;
-- UNMASK: once enough survivors signed that same account, the shares that let the
-  aggregator remove the masks.
-
 A step raises a WITHDRAWN :class:`~fedfair.core.errors.RefusedError` (or the protocol's own
 errors) to withdraw from the rest of the round; the process (:mod:`fedfair.runtime.collaborator.client`) then
 uploads the empty withdrawal instead.
+
+Why: docs/design.md, "Inside the collaborator".
 """
 
 from __future__ import annotations
@@ -59,7 +49,8 @@ from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, Survi
 @dataclass(frozen=True)
 class StartJob:
     """A start stage's job (train or evaluate, then encode) and the digest of the model it answers, which
-    is known from the download before the job runs, so the key stages can bind the session to it."""
+    is known from the download before the job runs, so the key stages can bind the session to it.
+    """
 
     run: Callable[[], Work]
     model: str
@@ -121,9 +112,11 @@ class Participant:
 
     @property
     def survivor_floor(self) -> int:
-        """The fewest survivors this collaborator signs for: every collaborator of the plan under
-        ``dropouts = "none"``; else the manifest's min_round_size, else the isolation bound
-        max_colluding + 2, whatever the threshold and the masking graph would allow."""
+        """The fewest survivors this collaborator signs for.
+
+        Every collaborator of the plan under ``dropouts = "none"``; else the manifest's min_round_size, else the
+        isolation bound max_colluding + 2, whatever the threshold and the masking graph would allow.
+        """
         secure = self.shared.secure_aggregation
         if not secure.tolerates_dropouts:
             return self.shared.collaborator_count
@@ -136,9 +129,12 @@ class Participant:
         object.__setattr__(self, "verify", remembered(self.verify))
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
-        """The kind, vector length and encoding this aggregation must have: a training update (2 (d + 1)
-        long with drift correction, its control variates included), the evaluation's sums (at the final
-        round with the plan's composition counts), or (round 0 of a plan with a [schema]) the table statistics."""
+        """The kind, vector length and encoding this aggregation must have.
+
+        A training update (2 (d + 1) long with drift correction, its control variates included), the
+        evaluation's sums (at the final round with the plan's composition counts), or (round 0 of a plan with a
+        [schema]) the table statistics.
+        """
         if work.stages is EVALUATION:
             if self.shared.schema is not None and work.round == STATISTICS_ROUND:
                 return STATISTICS_KIND, statistics_dimension(self.shared.schema), STATISTICS_ENCODING
@@ -152,8 +148,11 @@ class Participant:
         return "train", encoding.noise.encoded_dimension if encoding.noise else dimension, encoding
 
     def graph_roster_fits(self, parameters: RoundParameters) -> bool:
-        """Whether the masking graph is drawn over the plan's whole roster: the manifest's names, sorted
-        (without a manifest, as many names as the plan's collaborators, the round's among them)."""
+        """Whether the masking graph is drawn over the plan's whole roster.
+
+        The manifest's names, sorted (without a manifest, as many names as the plan's collaborators, the round's
+        among them).
+        """
         roster = parameters.graph_roster
         if self.manifest is not None:
             return roster == canonical_roster(self.manifest.collaborator_names)
@@ -166,7 +165,8 @@ class Participant:
     def check_parameters(self, work: Work, inputs: bytes) -> RoundParameters:
         """The round's parameters, refused unless they are what this collaborator's plan implies
         and, with a manifest, unless every party of the roster is one the manifest lists and
-        the roster is at least its minimum round size (a Sybil roster is refused)."""
+        the roster is at least its minimum round size (a Sybil roster is refused).
+        """
         parameters = RoundParameters.from_bytes(inputs)
         kind, dimension, encoding = self.expected(work)
         secure = self.shared.secure_aggregation

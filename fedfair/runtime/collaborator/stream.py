@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,6 +23,7 @@ import grpc
 from fedfair.core.errors import ConfigError, FailureError, ProtocolError, Refusal, RefusedError, WireError
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
+from fedfair.runtime.collaborator.receipt import finished_status
 from fedfair.runtime.collaborator.steps import STEPS, Participant, StartJob, Work
 from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
@@ -89,7 +90,7 @@ class TaskStream:
     def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
         raise NotImplementedError
 
-    def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+    def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> Mapping[str, Any] | None:
         raise NotImplementedError
 
     # ------------------------------------------------------------ lifecycle
@@ -103,7 +104,11 @@ class TaskStream:
             stream.cancel()
 
     def run(self) -> int:
-        """Connect and follow the task stream until FINISHED; 0 on a finished federation."""
+        """Connect and follow the task stream until FINISHED; the process's exit status.
+
+        0 when the final model holds this site's update in every planned round,
+        :data:`~fedfair.runtime.failures.EXIT_INCOMPLETE` otherwise.
+        """
         with self._dial() as channel:
             self._setup(federation_stub(channel))
         return self._follow()
@@ -113,7 +118,8 @@ class TaskStream:
         (:meth:`_plan_change`): one line per attempt, with back-off, for up to [retry] max_wait_seconds
         (the operator may go back to the old plan), then stop with ``plan-changed``. No task stream is
         held meanwhile, so the aggregator does not count this collaborator in a round it would refuse.
-        (Before joining, a plan unlike the pinned one is refused at once as ``plan-mismatch``.)"""
+        (Before joining, a plan unlike the pinned one is refused at once as ``plan-mismatch``.)
+        """
         self.backoff.call("fetching the plan", self._fetch_plan, self._plan_change)
 
     def _fetch_plan(self) -> pb.PlanReply:
@@ -135,14 +141,18 @@ class TaskStream:
 
     def _follow(self) -> int:
         """Follow the task stream to FINISHED under the idle watchdog (:mod:`.watchdog`), reconnecting after
-        a lost aggregator on this collaborator's back-off policy until an outage outlasts its bound."""
+        a lost aggregator on this collaborator's back-off policy until an outage outlasts its bound.
+        """
         with self._watchdog.watching():
             return self._follow_watched()
 
     def _follow_watched(self) -> int:
-        """:meth:`_follow`'s loop. The back-off starts again from its first delay only after a connection
-        that received a task and held for at least the delay before it: an aggregator that drops every
-        stream at once (or after one task) is dialled ever more slowly, never in a tight loop."""
+        """:meth:`_follow`'s loop.
+
+        The back-off starts again from its first delay only after a connection that received a task and held for
+        at least the delay before it: an aggregator that drops every stream at once (or after one task) is
+        dialled ever more slowly, never in a tight loop.
+        """
         after = make_binding(self.shared.federation_id, 0, pb.STAGE_JOIN)
         what = "following the task stream"
         attempt, since = 0, time.monotonic()
@@ -166,14 +176,10 @@ class TaskStream:
                             changed = True  # left below, once this connection's round jobs have ended
                             break
                         if task.action == pb.ACTION_FINISHED:
-                            logger.info(
-                                "%s: the federation has finished; this institution contributed to %d of its %d rounds",
-                                self.config.name,
-                                len(self.contributed_rounds),
-                                self.shared.training.rounds,
+                            provenance = self._receive_bundle(stub, task)
+                            return finished_status(
+                                self.config.name, self.shared.training.rounds, provenance, len(self.contributed_rounds)
                             )
-                            self._receive_bundle(stub, task)
-                            return 0
                         if self._handle(stub, task):
                             after = task.binding
                             self._watchdog.progress()

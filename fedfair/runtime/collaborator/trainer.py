@@ -9,9 +9,7 @@ Data is read in two steps: :func:`read_local_data` before the collaborator dials
 aggregator (a wrong path or an unusable file stops it at once, aggregator up or
 not), then :func:`load_local_data` cuts this institution's part once the plan is known.
 
-The privacy hook lives here too: a `TrainerFactory` turns the plain `LocalLearner`
-into what trains each round; the default, :func:`round_trainer`, wraps it in
-`fedfair.privacy.learner.PrivateLearner` when the institution's `[privacy]` says so.
+Why: docs/design.md, "Inside the collaborator".
 """
 
 from __future__ import annotations
@@ -125,7 +123,8 @@ class SchemaTable:
 
 def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table: LocalTable) -> SchemaTable:
     """Check the table against the plan's [schema] (a permanent `data-mismatch` naming the column and
-    the fix) and split it, within each group when [data] group is set, with the plan's seed."""
+    the fix) and split it, within each group when [data] group is set, with the plan's seed.
+    """
     schema = shared.schema
     source = config.data
     assert schema is not None
@@ -152,8 +151,10 @@ def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table
 
 
 def check_pinned_table(config: CollaboratorConfig, table: LocalTable) -> None:
-    """Before any connection: this institution's table checked against the [schema] of the plan its
-    manifest pins, every problem named at once (a permanent `data-mismatch`).
+    """Before any connection.
+
+    This institution's table checked against the [schema] of the plan its manifest pins, every problem named at
+    once (a permanent `data-mismatch`).
 
     Without a pinned plan, or with one that has no [schema], there is nothing to check yet: the
     aggregator's plan says how the table is read, and it is checked when that plan arrives.
@@ -173,7 +174,8 @@ def encoded_data(
     config: CollaboratorConfig, table: SchemaTable, encoder: Encoder, composition: Sequence[CompositionColumn] = ()
 ) -> LocalData:
     """The checked table encoded with the federation's encoder (the same statistics at every site), with
-    its held-out rows' levels in the plan's `composition` columns when it names any."""
+    its held-out rows' levels in the plan's `composition` columns when it names any.
+    """
     parts = []
     for split, rows in (("train", table.train), ("test", table.test)):
         features, labels = encoder.encode(rows, table.source)
@@ -186,8 +188,9 @@ def encoded_data(
 def load_local_data(
     config: CollaboratorConfig, shared: SharedSettings, table: LocalTable | None = None
 ) -> LocalData:
-    """This institution's data without a [schema]: part `index` of a named dataset's partition, or its
-    own table encoded column by column.
+    """This institution's data without a [schema].
+
+    Part `index` of a named dataset's partition, or its own table encoded column by column.
 
     `table` is what :func:`read_local_data` read before connecting (read here when not given).
     A part that the plan cannot use is a permanent `data-mismatch` failure.
@@ -252,8 +255,10 @@ def build_learner(
 
 
 def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: SharedSettings) -> RoundTrainer:
-    """The privacy hook's default: the plain learner, or DP-SGD when the plan's [privacy] mode is
-    "distributed" or this institution's own `[privacy] enabled = true`.
+    """The privacy hook's default.
+
+    The plain learner, or DP-SGD when the plan's [privacy] mode is "distributed" or this institution's own
+    `[privacy] enabled = true`.
 
     DP-SGD comes from `fedfair.privacy`. Under the plan's distributed mode it adds no noise of its own
     (the secure sum does) and its spend is the one-input record's ledger

@@ -43,9 +43,11 @@ BUNDLE_BYTES_PER_PARAMETER = 32
 
 
 def input_limit(task: pb.Task, collaborators: int, parameters: int) -> int:
-    """The most bytes this institution reads for `task`'s input, from its pinned plan: the final bundle
-    (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), or a secure-aggregation
-    stage (a fixed part plus one per party of the plan's roster)."""
+    """The most bytes this institution reads for `task`'s input, from its pinned plan.
+
+    The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), or a
+    secure-aggregation stage (a fixed part plus one per party of the plan's roster).
+    """
     if task.action == pb.ACTION_FINISHED:
         return BUNDLE_BYTES + BUNDLE_BYTES_PER_PARAMETER * parameters
     if task.binding.stage in (pb.STAGE_TRAIN, pb.STAGE_EVALUATE):
@@ -74,8 +76,11 @@ class Uplink:
             self.uploaded_bytes[round_number] = self.uploaded_bytes.get(round_number, 0) + size
 
     def input(self, stub: pb_grpc.FederationStub, task: pb.Task, limit: int) -> bytes:
-        """The input of `task`'s stage: the one the task carries, or else fetched, at most `limit` bytes
-        (:func:`input_limit`); a WireError, before anything is fetched, for an announcement past it."""
+        """The input of `task`'s stage.
+
+        The one the task carries, or else fetched, at most `limit` bytes (:func:`input_limit`); a WireError,
+        before anything is fetched, for an announcement past it.
+        """
         carried = inline_input(task)
         if carried is not None:
             return carried

@@ -150,8 +150,11 @@ class StageGate:
             self._expected.submitted.add(peer)
 
     def _late(self, binding: pb.Binding, peer: str, expired: bool) -> bool:
-        """Lock held. Whether a refused upload is one its stage awaited from `peer` but closed (or ran
-        out of time) before it came: for the open stage past its deadline, or the stage closed last."""
+        """Lock held.
+
+        Whether a refused upload is one its stage awaited from `peer` but closed (or ran out of time) before it
+        came: for the open stage past its deadline, or the stage closed last.
+        """
         if binding.federation_id != self.federation_id:
             return False
         if binding == self._open:
@@ -193,9 +196,11 @@ def receive_upload(
     max_total_bytes: int,
     max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> tuple[pb.Binding, bytes]:
-    """A Submit stream from ``peer``: admitted by ``gate`` on its first part, before any
-    data is buffered, then reassembled under the limits. Raises RefusedError (replay, late,
-    foreign) or WireError (malformed); a failed upload frees the peer's slot."""
+    """A Submit stream from ``peer``.
+
+    Admitted by ``gate`` on its first part, before any data is buffered, then reassembled under the limits.
+    Raises RefusedError (replay, late, foreign) or WireError (malformed); a failed upload frees the peer's slot.
+    """
     admitted: list[pb.Binding] = []
 
     def admit(binding: pb.Binding) -> None:

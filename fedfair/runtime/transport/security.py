@@ -88,8 +88,7 @@ def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
 
 
 def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
-    """gRPC server options: bounded messages, tolerance for the collaborators' keepalive pings, and no
-    port sharing.
+    """GRPC server options: bounded messages, tolerance for the collaborators' keepalive pings, and no port sharing.
 
     gRPC sets SO_REUSEPORT by default, so a second aggregator on the same port would also
     listen and the kernel would split the collaborators' connections between the two;
@@ -107,8 +106,11 @@ def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str
 def channel_options(
     max_message_bytes: int = MAX_MESSAGE_BYTES, *, aggregator_name: str | None = None
 ) -> list[tuple[str, int | str]]:
-    """gRPC channel options: bounded messages, keepalive, and (optionally) the aggregator's
-    certificate name to verify instead of the host in the address (e.g. when dialling an IP)."""
+    """GRPC channel options.
+
+    Bounded messages, keepalive, and (optionally) the aggregator's certificate name to verify instead of the
+    host in the address (e.g. when dialling an IP).
+    """
     options: list[tuple[str, int | str]] = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),

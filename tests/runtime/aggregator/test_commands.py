@@ -20,7 +20,8 @@ from fedfair.runtime.aggregator.checkpoint import (
     read_round_log,
     save_checkpoint,
 )
-from fedfair.runtime.aggregator.commands import EXIT_ABORTED_ROUNDS, readmit
+from fedfair.runtime.aggregator.commands import readmit
+from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.aggregator.events import read_events
 from fedfair.runtime.aggregator.loop import excluded_in, initial_state
 from fedfair.runtime.logs import configure_logging
@@ -158,7 +159,7 @@ def test_a_run_that_finished_with_aborted_rounds_says_so_and_exits_non_zero(
         append_round_log(output, {"round": round_number, "status": "aborted", "reason": "too few survivors"})
     save_checkpoint(output, Checkpoint(2, initial_state(plan), plan_digest(plan)))
     code = cli_main(["aggregator", "start", "--plan", str(workspace.plan), "--resume"])
-    assert code == EXIT_ABORTED_ROUNDS != 0
+    assert code == EXIT_INCOMPLETE != 0
     assert " WARNING finished: 0 of 2 rounds applied, 2 aborted; final model in " in capsys.readouterr().err
     summary = json.loads((output / FINAL_SUMMARY_NAME).read_text())
     assert (summary["applied_rounds"], summary["aborted_rounds"]) == (0, 2)

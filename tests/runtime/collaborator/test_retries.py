@@ -7,6 +7,7 @@ class's message; a transient one is retried, one line per retry, until the aggre
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 import time
@@ -22,7 +23,7 @@ from fedfair.research.workspace import Workspace, toml_text
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.retries import RetryPolicy, Target, probe
+from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target, probe
 from fedfair.runtime.failures import (
     AGGREGATOR_NAME_MISMATCH,
     AGGREGATOR_NOT_TRUSTED,
@@ -30,6 +31,7 @@ from fedfair.runtime.failures import (
     FEDERATION_MISMATCH,
     NAME_NOT_ALLOWED,
 )
+from fedfair.runtime.logs import Console
 from fedfair.runtime.plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import TlsFiles
 from tests.runtime.harness import new_workspace
@@ -176,3 +178,32 @@ def test_a_transient_outage_is_retried_until_the_aggregator_appears(
     assert "connection refused" in retries[0] and "Fix: start the aggregator" in retries[0]
     assert "joined federation fedfair-launch" in caplog.text
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_an_aggregator_that_is_starting_costs_the_console_one_line(tmp_path: Path, verbose: bool) -> None:
+    """Quiet retries (a transient outage younger than STARTING_SECONDS): the console shows the first and
+    leaves the rest to the log file unless verbose; a WARNING (an outage that lasts) always shows."""
+    log = logging.getLogger("fedfair.collaborator")
+    stream = io.StringIO()
+    console = Console("site-a", stream, verbose=verbose)
+    console.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    log.addHandler(console)
+    level, log.level = log.level, logging.INFO
+    stop = threading.Event()
+    stop.set()  # no delay is waited out
+    target = Target("127.0.0.1:1", TlsFiles(tmp_path / "ca", tmp_path / "crt", tmp_path / "key"), None)
+    backoff = Backoff(QUICK, "site-a", stop, target, "site-a")
+    try:
+        for attempt in range(4):
+            backoff.wait(attempt, "aggregator-unreachable: not up yet", quiet=True)
+        backoff.wait(4, "aggregator-unreachable: still not up", quiet=False)
+    finally:
+        log.removeHandler(console)
+        log.level = level
+    lines = stream.getvalue().splitlines()
+    quiet = [line for line in lines if line.startswith("INFO ")]
+    assert len(quiet) == (4 if verbose else 1) and "retry 1 in" in quiet[0]
+    assert [line for line in lines if line.startswith("WARNING ")] == [
+        line for line in lines if "still not up; retry 5 in" in line
+    ] != []
