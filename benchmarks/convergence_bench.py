@@ -109,12 +109,12 @@ def measure(dataset: str, method: str, rounds: int, every: int) -> dict[str, Any
 def seeded_model(config: ExperimentConfig, federation: Federation) -> torch.nn.Module:
     """The run's initial model (the same seed and dtype as the simulation's template)."""
     return build_model(
-        config.training.model,
+        config.simulation.model,
         federation.num_features,
         federation.num_classes,
         image_shape=federation.image_shape,
         seed=config.training.seed,
-        dtype=config.training.torch_dtype,
+        dtype=config.simulation.torch_dtype,
     )
 
 

@@ -193,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         "data": "Adult split by race into 3 sites (make_workspace's default)",
         "objective": "FedSRCVaR epsilon 0.1, rho 0.3",
         "rounds": rounds,
-        "local_steps": plan.training.local_steps,
-        "batch_fraction": plan.training.batch_fraction,
-        "lr": plan.training.lr,
+        "local_steps": plan.training.local.local_steps,
+        "batch_fraction": plan.batch_fraction,
+        "lr": plan.training.local.lr,
         "target": "the negation of the honest plain run's final theta (of the same C)",
         "poisoner": f"{SMALLEST} runs the honest collaborator (bounded(), agreed weight) on training labels flipped "
         "y -> 1 - y; its held-out rows keep their true labels",

@@ -33,7 +33,8 @@ from fedfair.core.objective import RCVaRThreshold
 from fedfair.research.experiment import load_federation
 from fedfair.research.flags import config_from_flags, parse_flags
 from fedfair.simulation.rounds import make_learners, run_fedsrcvar
-from fedfair.research.sweep import PAPER_EPSILONS, PAPER_RHOS, grid_configs, sweep
+from fedfair.research.arguments import PAPER_EPSILONS, PAPER_RHOS
+from fedfair.research.sweep import grid_configs, sweep
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def rounds_per_second(
     """Time `rounds` rounds; the first round's end splits setup (learners, first step) from the steady pace."""
     flags = ["--partition", partition, "--clients", str(clients), "--rounds", str(rounds), "--device", device]
     config = config_from_flags(flags)
-    config = replace(config, training=replace(config.training, record_every=0))
+    config = replace(config, simulation=replace(config.simulation, record_every=0))
     federation = load_federation(config)
     finished: list[float] = []
     started = time.perf_counter()

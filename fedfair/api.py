@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.models import load_flat_parameters
 from fedfair.core.server import ServerState
 from fedfair.core.local import PerSampleLoss
 from fedfair.simulation.federation import Batches, ModelFactory, federation_from_clients
-from fedfair.simulation.rounds import TrainingConfig, run_fedsrcvar
+from fedfair.simulation.rounds import SimulationOptions, run_fedsrcvar
 
 __all__ = ["FederatedResult", "federate"]
 
@@ -58,8 +58,8 @@ def federate(
     smooth: str = ObjectiveConfig.smooth,
     bound: float = ObjectiveConfig.bound,
     seed: int = TrainingConfig.seed,
-    device: str = TrainingConfig.device,
-    dtype: str = TrainingConfig.dtype,
+    device: str = SimulationOptions.device,
+    dtype: str = SimulationOptions.dtype,
     average_from: float = TrainingConfig.average_from,
     record_every: int = 1,
 ) -> FederatedResult:
@@ -85,13 +85,11 @@ def federate(
         batch_size=batch_size,
         local=LocalConfig(local_steps=local_steps, lr=lr, threshold_lr=threshold_lr),
         seed=seed,
-        device=device,
-        dtype=dtype,
         average_from=average_from,
-        record_every=record_every,
     )
+    options = SimulationOptions(device=device, dtype=dtype, record_every=record_every)
     federation = federation_from_clients(clients)
-    result = run_fedsrcvar(federation, objective, training, model_factory=model_factory, loss=loss)
+    result = run_fedsrcvar(federation, objective, training, options=options, model_factory=model_factory, loss=loss)
     model = result.model
     parameter = next(model.parameters())
     load_flat_parameters(model, result.state.theta_average.to(parameter.device, parameter.dtype))

@@ -9,10 +9,10 @@ from torch import nn
 from torch.nn import functional
 
 from fedfair.api import federate
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.models import flat_parameters
 from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import TrainingConfig, run_fedsrcvar
+from fedfair.simulation.rounds import run_fedsrcvar
 
 
 @pytest.mark.slow

@@ -55,7 +55,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.collaborator.client import Collaborator, TrainedUpdate
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan
 
 NAMES = ("site-a", "site-b", "site-c")
 """Adult by race: site-a White (the largest), site-b Black, site-c Other (the smallest)."""
@@ -429,11 +429,11 @@ def summary(
 
 
 def agreed(plan: AggregatorPlan, name: str) -> float:
-    return float(plan.influence.weight_of(name, plan.training.batch_fraction))
+    return float(plan.influence.weight_of(name, plan.batch_fraction))
 
 
 def agreed_total(plan: AggregatorPlan) -> float:
-    return float(plan.influence.total_weight(plan.collaborators, plan.training.batch_fraction))
+    return float(plan.influence.total_weight(plan.collaborators, plan.batch_fraction))
 
 
 # ---------------------------------------------------------------- the rows

@@ -44,9 +44,9 @@ from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS
 from fedfair.runtime.aggregator.start import prepare
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.record import FORMAT as RECORD_FORMAT
+from fedfair.runtime.collaborator.input_record import FORMAT as RECORD_FORMAT
 from fedfair.runtime.collaborator.retries import RetryPolicy
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import pb
 
 NAMES = ["site-a", "site-b", "site-c"]
@@ -67,7 +67,7 @@ def waits_rows(where: Path, book: RowBook, *, quick: bool) -> None:
     """Every row of this module (see its notes). `quick` (the test suite's run) keeps the silent aggregator
     and the reconnects, about 35 s on 2 cores; the late site (about 2.5 min with its run without a grace) and
     the odd values (about 1.5 min of process starts) run in the full matrix, and each has its tests in
-    tests/runtime (test_laggard.py, test_toml_tables.py, test_checkpoint.py, tests/core/test_files.py)."""
+    tests/runtime (test_laggard.py, test_checkpoint.py), tests/core (test_tables.py, test_files.py)."""
     workspace = make_workspace(where / "waiting", NAMES, plan={"quorum": {"min_collaborators": 3}})
     log = io.StringIO()
     # One aggregator waiting for a quorum of three that never comes: silent to the collaborator, then

@@ -1,17 +1,21 @@
-"""The learning core's settings, in one place: the objective's knobs and a collaborator's local steps.
+"""The learning core's settings: the objective's knobs, a collaborator's local steps, the schedule.
 
 Plain frozen dataclasses that check themselves and import no torch, so the plan
-reader, the experiment flags and the simulation all build these very objects
-(one definition of every setting, no copies to keep in step).
+reader, the experiment flags, the Python API and the simulation all build these very
+objects (one definition of every setting, no copies to keep in step).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fedfair.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedfair.core.server import Adam
 
 SMOOTH_FUNCTIONS = ("softrelu", "quadratic", "zang")
 """Names of the smooth plus functions (fedfair.core.objective builds them)."""
@@ -161,3 +165,57 @@ class LocalConfig:
     def corrects_drift(self) -> bool:
         """Whether local steps carry control variates (any drift correction but "none")."""
         return self.drift_correction != "none"
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Algorithm 1's schedule: rounds, batches, local steps, seed, averaged output, server step.
+
+    The plan's ``[training]``, the experiment flags, the Python API and the simulation all read
+    into this one class; the defaults are Algorithm 1 as the paper runs it.
+
+    `batch_size` is the total mini-batch per round, split across collaborators in proportion to
+    their sizes (b_k proportional to n_k, as the paper does); 0 means full local batches (b_k = n_k),
+    i.e. federated gradient descent. A deployment, where nobody knows the total, sets
+    `batch_fraction` instead: b_k = round(f * n_k) (at least 1), which overrides `batch_size`; the
+    weights w_k = b_k stay proportional to n_k without any institution revealing n_k.
+    `average_from` is the fraction of rounds skipped before averaging: the output averages the pairs
+    rounds `average_from_round` + 1, ..., T start from (`server.apply`); 0 is the paper's
+    (1/T) sum_{t=1..T} theta^t. c is projected at the server only unless `local.project_locally`.
+    `server_momentum` is the server's heavy-ball beta on the mean update (`fedfair.core.server`), a
+    function of the sums alone, so nothing more travels; 0 is Algorithm 1's step (`fedfair simulate`
+    and `fedfair init` use `DEFAULT_SERVER_MOMENTUM` for FedSRCVaR). `server_adam` is FedAdam's server
+    step instead (`fedfair.core.server.Adam`, with `server_momentum` 0; docs/paper.md measures it).
+    """
+
+    rounds: int = 1000
+    local: LocalConfig = field(default_factory=LocalConfig)
+    batch_size: int = 1024
+    batch_fraction: float | None = None
+    seed: int = 0
+    average_from: float = 0.5
+    server_momentum: float = 0.0
+    server_adam: Adam | None = None
+
+    def __post_init__(self) -> None:
+        if self.server_momentum not in SERVER_MOMENTUM:
+            raise ConfigError(
+                f"server momentum must be in {SERVER_MOMENTUM.text}, got {self.server_momentum}; e.g. --server-momentum 0.9"
+            )
+        if self.server_adam is not None and self.server_momentum > 0.0:
+            raise ConfigError("the server takes FedAdam's step or heavy-ball momentum, not both; set --server-momentum 0")
+        if self.rounds < 1:
+            raise ConfigError(f"rounds must be at least 1, got {self.rounds}; e.g. --rounds 1000")
+        if self.batch_size < 0:
+            raise ConfigError(f"batch size must be 0 (full batches) or positive, got {self.batch_size}")
+        if self.batch_fraction is not None and self.batch_fraction not in BATCH_FRACTION:
+            raise ConfigError(f"batch fraction must be in {BATCH_FRACTION.text}, got {self.batch_fraction}; e.g. 0.01")
+        if self.average_from not in AVERAGE_FROM:
+            raise ConfigError(
+                f"average_from must be in {AVERAGE_FROM.text}, got {self.average_from}; 0 averages every iterate"
+            )
+
+    @property
+    def average_from_round(self) -> int:
+        """`server.apply`'s average_from: the pairs rounds average_from_round + 1, ..., T start from are averaged."""
+        return int(self.average_from * self.rounds)

@@ -11,9 +11,7 @@ every institution must then pin again.
 
 from __future__ import annotations
 
-import json
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from fedfair.core.errors import ConfigError
+from fedfair.core.tables import parse_json_object, read_toml
 from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, closest, toml_value
 from fedfair.datasets.suspects import Dialect, id_like_columns, near_match
 from fedfair.datasets.tabular import as_text, is_numeric
@@ -84,25 +83,19 @@ class TableCheck:
 def pins_plan(path: Path) -> bool:
     """Whether `path` is a manifest pinning a plan (its [schema] is agreed) rather than a plan file."""
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        _, document = read_toml(path)
+    except ConfigError:
         return False
     return "schema" not in document and isinstance(document.get("plan"), Mapping)
 
 
 def schema_from_file(path: Path) -> Schema:
     """The [schema] of a plan file, or of the plan a manifest pins (its ``[plan] settings``)."""
-    try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read it as TOML ({error}); give the plan file or the manifest") from None
+    _, document = read_toml(path)
     section: Any = document.get("schema")
     pinned = document.get("plan")
     if section is None and isinstance(pinned, Mapping) and isinstance(pinned.get("settings"), str):
-        try:
-            section = json.loads(pinned["settings"]).get("schema")
-        except (ValueError, AttributeError):
-            raise ConfigError(f"{path}: its [plan] settings are not a JSON object; pin the plan again") from None
+        section = parse_json_object(pinned["settings"], f"{path} [plan] settings", "pin the plan again").get("schema")
     if section is None:
         raise ConfigError(
             f"{path} has no [schema]: the plan reads the built-in dataset, so there is no table to check; "

@@ -18,9 +18,9 @@ import torch
 from torch.nn import functional as F
 
 from fedfair.core import server
-from fedfair.core.config import ObjectiveConfig
+from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.data import ClientData, client_batch_sizes
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
@@ -29,7 +29,7 @@ from fedfair.privacy.config import PrivacyConfig
 from fedfair.simulation.federation import history_sample
 from fedfair.simulation.rounds import make_learners, round_record, run_rounds
 from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import RoundCallback, SimulationResult, TrainingConfig
+from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult
 
 # Turns one round's updates and (when the method needs them) the collaborators'
 # mean losses at theta_t into the sums server.apply consumes.
@@ -113,7 +113,7 @@ def client_losses(
         ]
     )
     if not np.isfinite(losses).all():
-        raise server.AggregateError("a collaborator's mean loss is NaN or Inf; the model diverged, lower --lr")
+        raise AggregateError("a collaborator's mean loss is NaN or Inf; the model diverged, lower --lr")
     return losses
 
 
@@ -122,6 +122,7 @@ def run_combined(
     training: TrainingConfig,
     combine: Combine,
     *,
+    options: SimulationOptions = SimulationOptions(),
     steps: Sequence[int] | None = None,
     needs_losses: bool = False,
     loss_rows: int = 0,
@@ -140,14 +141,14 @@ def run_combined(
     With `needs_losses`, `combine` gets each collaborator's mean loss at theta_t, read
     from `loss_rows` rows of it (`LossRows`; 0: all).
     """
-    template, learners = make_learners(federation, training, None)
+    template, learners = make_learners(federation, training, None, options=options)
     if rebuild is not None:
         learners = rebuild(learners)
     sampled = LossRows([client.size for client in federation.train], loss_rows, training.seed)
     counts = list(steps) if steps is not None else [training.local.local_steps] * len(learners)
     algorithm = learners[0].algorithm
     state = algorithm.server_init(flat_parameters(template))
-    pooled = history_sample(federation) if training.record_every else None
+    pooled = history_sample(federation) if options.record_every else None
     history: list[dict[str, float]] = []
     for _ in range(training.rounds):
         if before_round is not None:
@@ -162,7 +163,7 @@ def run_combined(
         state = algorithm.server_apply(state, combine(updates, losses), average_from=training.average_from_round)
         if on_round is not None:
             on_round(state)
-        if pooled is not None and (state.round % training.record_every == 0 or state.round == training.rounds):
+        if pooled is not None and (state.round % options.record_every == 0 or state.round == training.rounds):
             record = round_record(template, state, pooled, None)
             history.append((record | describe()) if describe is not None else record)
     return SimulationResult(state=state, model=template, history=history)
@@ -172,6 +173,7 @@ def run_fedavg(
     federation: Federation,
     training: TrainingConfig,
     *,
+    options: SimulationOptions = SimulationOptions(),
     local_epochs: int | None = None,
     on_round: RoundCallback | None = None,
     privacy: PrivacyConfig | None = None,
@@ -186,7 +188,7 @@ def run_fedavg(
     the paper's FedAvg setting), so step counts differ between collaborators.
     """
     if local_epochs is None:
-        return run_rounds(federation, training, None, on_round=on_round, privacy=privacy)
+        return run_rounds(federation, training, None, options=options, on_round=on_round, privacy=privacy)
     if privacy is not None and privacy.enabled:
         raise ConfigError("DP-SGD with local epochs is not supported; use --local-steps with the --dp-* flags")
     if local_epochs < 1:
@@ -197,7 +199,7 @@ def run_fedavg(
     batch_sizes = client_batch_sizes(sizes, training.batch_size)
     steps = [local_epochs * math.ceil(size / batch) for size, batch in zip(sizes, batch_sizes, strict=True)]
     return run_combined(
-        federation, training, lambda updates, _: server.Aggregate.of(updates), steps=steps, on_round=on_round
+        federation, training, lambda updates, _: server.Aggregate.of(updates), options=options, steps=steps, on_round=on_round
     )
 
 
@@ -212,6 +214,7 @@ def run_afl(
     federation: Federation,
     training: TrainingConfig,
     *,
+    options: SimulationOptions = SimulationOptions(),
     mixture_lr: float,
     loss_rows: int = 0,
     on_round: RoundCallback | None = None,
@@ -245,7 +248,8 @@ def run_afl(
         return {f"lambda_{index}": float(weight) for index, weight in enumerate(mixture)}
 
     result = run_combined(
-        federation, training, combine, needs_losses=True, loss_rows=loss_rows, describe=describe, on_round=on_round
+        federation, training, combine, options=options, needs_losses=True, loss_rows=loss_rows, describe=describe,
+        on_round=on_round,
     )
     return AFLResult(state=result.state, model=result.model, history=result.history, mixture=mixture)
 
@@ -254,6 +258,7 @@ def run_qfedavg(
     federation: Federation,
     training: TrainingConfig,
     *,
+    options: SimulationOptions = SimulationOptions(),
     q: float,
     loss_rows: int = 0,
     on_round: RoundCallback | None = None,
@@ -288,7 +293,9 @@ def run_qfedavg(
         aggregate = _reweighted(updates, lipschitz * powered)
         return replace(aggregate, total_weight=float((curvature + lipschitz * powered).sum()))
 
-    return run_combined(federation, training, combine, needs_losses=True, loss_rows=loss_rows, on_round=on_round)
+    return run_combined(
+        federation, training, combine, options=options, needs_losses=True, loss_rows=loss_rows, on_round=on_round
+    )
 
 
 def pooled_federation(federation: Federation) -> Federation:
@@ -307,14 +314,18 @@ def pooled_federation(federation: Federation) -> Federation:
 
 
 def run_central_erm(
-    federation: Federation, training: TrainingConfig, *, on_round: RoundCallback | None = None
+    federation: Federation,
+    training: TrainingConfig,
+    *,
+    options: SimulationOptions = SimulationOptions(),
+    on_round: RoundCallback | None = None,
 ) -> SimulationResult:
     """Centralized SGD on the mean loss over the pooled training data (ERM).
 
     Reveals: all training data to one place; a yardstick for what federation costs.
     It is FedAvg with a single collaborator, so batches and steps follow `training`.
     """
-    return run_rounds(pooled_federation(federation), training, None, on_round=on_round)
+    return run_rounds(pooled_federation(federation), training, None, options=options, on_round=on_round)
 
 
 def run_central_cvar(
@@ -322,6 +333,7 @@ def run_central_cvar(
     objective: ObjectiveConfig,
     training: TrainingConfig,
     *,
+    options: SimulationOptions = SimulationOptions(),
     on_round: RoundCallback | None = None,
 ) -> SimulationResult:
     """Centralized SGD on CVaR_rho (the dual of DRO) over the pooled training data.
@@ -331,7 +343,7 @@ def run_central_cvar(
     bound B are taken from `objective`.
     """
     cvar_objective = replace(objective, epsilon=0.0)
-    return run_rounds(pooled_federation(federation), training, cvar_objective, on_round=on_round)
+    return run_rounds(pooled_federation(federation), training, cvar_objective, options=options, on_round=on_round)
 
 
 # The learners of the reweighting methods (BPF, FedMinMax) and of chi-square DRO

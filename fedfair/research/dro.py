@@ -14,7 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.data import client_seed
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
@@ -27,7 +27,7 @@ from fedfair.research.baselines import (
     run_combined,
 )
 from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import RoundCallback, SimulationResult, TrainingConfig
+from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult
 
 def chi_square_constant(rho: float) -> float:
     """C = sqrt(2 r + 1) for the chi-square radius r = (1 / rho - 1)^2 / 2 that protects every group of mass >= rho.
@@ -127,6 +127,7 @@ def run_dro(
     objective: ObjectiveConfig,
     training: TrainingConfig,
     *,
+    options: SimulationOptions = SimulationOptions(),
     on_round: RoundCallback | None = None,
 ) -> SimulationResult:
     """Chi-square DRO (Hashimoto et al. 2018), centralized, as the paper runs it: eta found by search.
@@ -163,6 +164,7 @@ def run_dro(
         pooled_federation(federation),
         training,
         lambda updates, _: server.Aggregate.of(updates),
+        options=options,
         rebuild=rebuild,
         describe=describe,
         on_round=on_round,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedfair.core.config import ObjectiveConfig
+from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model
@@ -41,11 +41,7 @@ from fedfair.research.methods import (
 from fedfair.runtime.progress import Progress
 from fedfair.research.reference import solve_reference
 from fedfair.simulation.federation import Federation, federation_from_arrays
-from fedfair.simulation.rounds import SimulationResult, TrainingConfig, training_objectives
-
-
-LOSS_METHODS = tuple(name for name, method in METHODS.items() if method.reads_losses)
-"""Methods whose server needs losses at theta_t every round (`--loss-rows` bounds what they read)."""
+from fedfair.simulation.rounds import SimulationOptions, SimulationResult, training_objectives
 
 
 @dataclass(frozen=True)
@@ -63,6 +59,7 @@ class ExperimentConfig:
     method: str = "fedsrcvar"
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    simulation: SimulationOptions = field(default_factory=SimulationOptions)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     secure_aggregation: bool = False
     settings: MethodSettings = field(default_factory=NoSettings)
@@ -177,7 +174,15 @@ def run_method(
 ) -> Outcome:
     """Train with the configured method; the output is the averaged iterate as in the paper."""
     method = method_named(config.method)
-    task = Task(federation, config.objective, config.training, config.privacy, config.secure_aggregation, on_round)
+    task = Task(
+        federation,
+        config.objective,
+        config.training,
+        config.privacy,
+        options=config.simulation,
+        secure_aggregation=config.secure_aggregation,
+        on_round=on_round,
+    )
     return _from_result(method.run(task, config.settings), method.has_threshold)
 
 
@@ -195,11 +200,11 @@ def uniform_risk(num_classes: int) -> float:
 
 def _model(config: ExperimentConfig, federation: Federation) -> torch.nn.Module:
     return build_model(
-        config.training.model,
+        config.simulation.model,
         federation.num_features,
         federation.num_classes,
         image_shape=federation.image_shape,
-        dtype=config.training.torch_dtype,
+        dtype=config.simulation.torch_dtype,
     )
 
 
@@ -248,8 +253,10 @@ def simulate(config: ExperimentConfig, federation: Federation, progress: bool = 
 def reference(config: ExperimentConfig, federation: Federation) -> dict[str, Any]:
     """The centralized optimum of the smoothed objective, in the same JSON shape as `simulate`."""
     started = time.perf_counter()
-    solution = solve_reference(federation, config.objective, model_name=config.training.model, seed=config.training.seed)
-    final = final_report(replace(config, training=replace(config.training, dtype="float64")), federation, solution.theta, solution.c)
+    solution = solve_reference(federation, config.objective, model_name=config.simulation.model, seed=config.training.seed)
+    final = final_report(
+        replace(config, simulation=replace(config.simulation, dtype="float64")), federation, solution.theta, solution.c
+    )
     final["train_objective_smooth_solver"] = solution.objective_smooth
     return {
         "config": config.to_dict(),

@@ -13,14 +13,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TypeVar
 
-from fedfair.core.config import ObjectiveConfig
+from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.server import Aggregate
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import baselines, dro, minimax
 from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
 from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import RoundCallback, SimulationResult, TrainingConfig, run_fedsrcvar
+from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult, run_fedsrcvar
 from fedfair.simulation.secure import SecureSum
 
 # ---------------------------------------------------------------- each method's own settings
@@ -98,6 +98,7 @@ class Task:
     objective: ObjectiveConfig
     training: TrainingConfig
     privacy: PrivacyConfig
+    options: SimulationOptions = SimulationOptions()
     secure_aggregation: bool = False
     on_round: RoundCallback | None = None
 
@@ -155,28 +156,32 @@ def secure_sum(federation: Federation) -> SecureSum:
 def _fedsrcvar(task: Task, settings: MethodSettings) -> SimulationResult:
     aggregate = secure_sum(task.federation) if task.secure_aggregation else Aggregate.of
     return run_fedsrcvar(
-        task.federation, task.objective, task.training, aggregate=aggregate, on_round=task.on_round, privacy=task.privacy
+        task.federation, task.objective, task.training, options=task.options, aggregate=aggregate,
+        on_round=task.on_round, privacy=task.privacy,
     )
 
 
 def _fedavg(task: Task, settings: MethodSettings) -> SimulationResult:
     local_epochs = own(settings, FedAvgSettings).local_epochs
     return baselines.run_fedavg(
-        task.federation, task.training, local_epochs=local_epochs, on_round=task.on_round, privacy=task.privacy
+        task.federation, task.training, options=task.options, local_epochs=local_epochs, on_round=task.on_round,
+        privacy=task.privacy,
     )
 
 
 def _afl(task: Task, settings: MethodSettings) -> SimulationResult:
     afl = own(settings, AFLSettings)
     return baselines.run_afl(
-        task.federation, task.training, mixture_lr=afl.mixture_lr, loss_rows=afl.loss_rows, on_round=task.on_round
+        task.federation, task.training, options=task.options, mixture_lr=afl.mixture_lr, loss_rows=afl.loss_rows,
+        on_round=task.on_round,
     )
 
 
 def _qfedavg(task: Task, settings: MethodSettings) -> SimulationResult:
     qfedavg = own(settings, QFedAvgSettings)
     return baselines.run_qfedavg(
-        task.federation, task.training, q=qfedavg.q, loss_rows=qfedavg.loss_rows, on_round=task.on_round
+        task.federation, task.training, options=task.options, q=qfedavg.q, loss_rows=qfedavg.loss_rows,
+        on_round=task.on_round,
     )
 
 
@@ -190,6 +195,7 @@ def _fedminmax(task: Task, settings: MethodSettings) -> SimulationResult:
     return minimax.run_fedminmax(
         task.federation,
         task.training,
+        options=task.options,
         adversary_lr=fedminmax.adversary_lr,
         loss_rows=fedminmax.loss_rows,
         on_round=task.on_round,
@@ -198,19 +204,23 @@ def _fedminmax(task: Task, settings: MethodSettings) -> SimulationResult:
 
 def _bpf(task: Task, settings: MethodSettings) -> SimulationResult:
     adversary_lr = own(settings, BPFSettings).adversary_lr
-    return minimax.run_bpf(task.federation, task.objective, task.training, adversary_lr=adversary_lr, on_round=task.on_round)
+    return minimax.run_bpf(
+        task.federation, task.objective, task.training, adversary_lr=adversary_lr, options=task.options, on_round=task.on_round
+    )
 
 
 def _central_erm(task: Task, settings: MethodSettings) -> SimulationResult:
-    return baselines.run_central_erm(task.federation, task.training, on_round=task.on_round)
+    return baselines.run_central_erm(task.federation, task.training, options=task.options, on_round=task.on_round)
 
 
 def _central_cvar(task: Task, settings: MethodSettings) -> SimulationResult:
-    return baselines.run_central_cvar(task.federation, task.objective, task.training, on_round=task.on_round)
+    return baselines.run_central_cvar(
+        task.federation, task.objective, task.training, options=task.options, on_round=task.on_round
+    )
 
 
 def _dro(task: Task, settings: MethodSettings) -> SimulationResult:
-    return dro.run_dro(task.federation, task.objective, task.training, on_round=task.on_round)
+    return dro.run_dro(task.federation, task.objective, task.training, options=task.options, on_round=task.on_round)
 
 
 METHODS: dict[str, Method] = {

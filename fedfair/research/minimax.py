@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.data import client_seed
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import BatchSampler, LocalLearner
 from fedfair.core.models import flat_parameters
@@ -32,7 +32,7 @@ from fedfair.research.baselines import (
     run_combined,
 )
 from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import RoundCallback, SimulationResult, TrainingConfig
+from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult
 
 class _RecordingSampler(BatchSampler):
     """A BatchSampler that remembers its last batch's indices (None: the whole local set).
@@ -211,6 +211,7 @@ def run_bpf(
     training: TrainingConfig,
     *,
     adversary_lr: float,
+    options: SimulationOptions = SimulationOptions(),
     on_round: RoundCallback | None = None,
 ) -> BPFResult:
     """Blind Pareto Fairness (Martinez et al. 2021), centralized: min over theta, max over sample weights.
@@ -255,7 +256,9 @@ def run_bpf(
         memory = learner.recent_losses.cpu().numpy()
         return {"adversary_max_ratio": float(ratios.max()), "adversary_weighted_loss": float(np.mean(ratios * memory))}
 
-    result = run_combined(pooled, training, combine, rebuild=rebuild, describe=describe, on_round=on_round)
+    result = run_combined(
+        pooled, training, combine, options=options, rebuild=rebuild, describe=describe, on_round=on_round
+    )
     return BPFResult(state=result.state, model=result.model, history=result.history, ratios=ratios)
 
 
@@ -315,6 +318,7 @@ def run_fedminmax(
     *,
     adversary_lr: float,
     loss_rows: int = 0,
+    options: SimulationOptions = SimulationOptions(),
     on_round: RoundCallback | None = None,
 ) -> FedMinMaxResult:
     """FedMinMax (Papadaki et al. 2022): min over theta, max over group weights mu of sum_a mu_a R_a(theta).
@@ -362,7 +366,7 @@ def run_fedminmax(
             else:
                 sums += np.bincount(column[index], weights=losses, minlength=groups) * (client.size / index.size)
         if not np.isfinite(sums).all():
-            raise server.AggregateError("a group's loss is NaN or Inf; the model diverged, lower --lr")
+            raise AggregateError("a group's loss is NaN or Inf; the model diverged, lower --lr")
         risks = sums / np.maximum(counts, 1)
 
     def combine(updates: list[Update], _: np.ndarray) -> server.Aggregate:
@@ -376,7 +380,14 @@ def run_fedminmax(
         return {f"mu_{index}": float(weight) for index, weight in enumerate(mixture)}
 
     result = run_combined(
-        federation, training, combine, rebuild=rebuild, before_round=group_risks, describe=describe, on_round=on_round
+        federation,
+        training,
+        combine,
+        options=options,
+        rebuild=rebuild,
+        before_round=group_risks,
+        describe=describe,
+        on_round=on_round,
     )
     return FedMinMaxResult(state=result.state, model=result.model, history=result.history, group_weights=mixture)
 

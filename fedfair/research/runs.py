@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from fedfair.core.config import ObjectiveConfig
-from fedfair.core.errors import ConfigError
-from fedfair.core.server import AggregateError
+from fedfair.core.config import ObjectiveConfig, TrainingConfig
+from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.research import minimax
 from fedfair.fairness import composition, pooled
 from fedfair.fairness.report import GroupRiskReport
@@ -31,7 +30,7 @@ from fedfair.research.flags import config_from_flags
 from fedfair.research.methods import FedAvgSettings, FedMinMaxSettings, own
 from fedfair.runtime.progress import Progress
 from fedfair.simulation.federation import Federation, federation_from_arrays
-from fedfair.simulation.rounds import TrainingConfig
+from fedfair.simulation.rounds import SimulationOptions
 from fedfair.research.workers import process_pool
 
 CACHE_VERSION = 1
@@ -114,6 +113,7 @@ def federation_for(flags: tuple[str, ...], split: str) -> Federation:
         settings=FedMinMaxSettings(groups=own(config.settings, FedMinMaxSettings).groups) if grouped else FedAvgSettings(),
         objective=ObjectiveConfig(),
         training=TrainingConfig(seed=config.training.seed),
+        simulation=SimulationOptions(),
     )
     return _data_federation(data, split)
 

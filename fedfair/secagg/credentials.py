@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.pki.identity import CredentialVerifier, IdentityError, is_valid_signature
+from fedfair.core.errors import AuthenticationError, IdentityError, ProtocolError
+from fedfair.pki.identity import CredentialVerifier, is_valid_signature
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.errors import AuthenticationError, ProtocolError
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import advertisement_payload
 from fedfair.secagg.wire import check_header

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from fedfair.core import server
-from fedfair.core.config import AVERAGE_FROM, BATCH_FRACTION, SERVER_MOMENTUM, LocalConfig, ObjectiveConfig
+from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.data import ClientData, client_batch_sizes, client_seed, local_batch_size
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError
@@ -50,66 +50,26 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 @dataclass(frozen=True)
-class TrainingConfig:
-    """How the federation trains: model, rounds, batch sizes, step sizes, seed, device.
+class SimulationOptions:
+    """What only an in-process simulation chooses beside the training schedule (`TrainingConfig`).
 
-    `batch_size` is the total mini-batch per round, split across collaborators in
-    proportion to their sizes (b_k proportional to n_k, as the paper does); 0 means
-    full local batches (b_k = n_k), i.e. federated gradient descent. A deployment,
-    where nobody knows the total, sets `batch_fraction` instead: b_k = round(f * n_k)
-    (at least 1), which overrides `batch_size`.
-    `average_from` is the fraction of rounds skipped before averaging: with
-    a = int(average_from * rounds), the output averages the pairs rounds a + 1, ..., T
-    start from (`server.apply`); 0 is the paper's (1/T) sum_{t=1..T} theta^t.
-    `local.project_locally` also projects c onto [0, B] after every local step
-    (see LocalConfig); by default only the server projects, as the paper does.
-    `server_momentum` is the server's heavy-ball beta on the mean update (`fedfair.core.server`;
-    0, the default here, is Algorithm 1's step; `fedfair simulate` and `fedfair init` default to
-    `DEFAULT_SERVER_MOMENTUM` for FedSRCVaR). `server_adam` is FedAdam's server step instead
-    (`fedfair.core.server.Adam`, with `server_momentum` 0; docs/paper.md measures it).
+    The built-in model, where and in which precision it trains, and how often the history records
+    the training objective (every `record_every` rounds; 0: never).
     """
 
     model: str = "logreg"
-    rounds: int = 1000
-    batch_size: int = 1024
-    batch_fraction: float | None = None
-    local: LocalConfig = field(default_factory=LocalConfig)
-    seed: int = 0
     device: str = "cpu"
     dtype: str = "float32"
-    average_from: float = 0.5
     record_every: int = 0
-    server_momentum: float = 0.0
-    server_adam: server.Adam | None = None
 
     def __post_init__(self) -> None:
-        if self.server_momentum not in SERVER_MOMENTUM:
-            raise ConfigError(
-                f"server momentum must be in {SERVER_MOMENTUM.text}, got {self.server_momentum}; e.g. --server-momentum 0.9"
-            )
-        if self.server_adam is not None and self.server_momentum > 0.0:
-            raise ConfigError("the server takes FedAdam's step or heavy-ball momentum, not both; set --server-momentum 0")
-        if self.rounds < 1:
-            raise ConfigError(f"rounds must be at least 1, got {self.rounds}; e.g. --rounds 1000")
-        if self.batch_size < 0:
-            raise ConfigError(f"batch size must be 0 (full batches) or positive, got {self.batch_size}")
-        if self.batch_fraction is not None and self.batch_fraction not in BATCH_FRACTION:
-            raise ConfigError(f"batch fraction must be in {BATCH_FRACTION.text}, got {self.batch_fraction}; e.g. 0.01")
-        if self.average_from not in AVERAGE_FROM:
-            raise ConfigError(
-                f"average_from must be in {AVERAGE_FROM.text}, got {self.average_from}; 0 averages every iterate"
-            )
         if self.dtype not in DTYPES:
             raise ConfigError(f"unknown dtype '{self.dtype}'; choose float32 or float64")
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        """The torch dtype the model and data take."""
         return DTYPES[self.dtype]
-
-    @property
-    def average_from_round(self) -> int:
-        """`server.apply`'s average_from: the pairs rounds average_from_round + 1, ..., T start from are averaged."""
-        return int(self.average_from * self.rounds)
 
 
 def make_learners(
@@ -117,27 +77,28 @@ def make_learners(
     training: TrainingConfig,
     objective: ObjectiveConfig | None,
     *,
+    options: SimulationOptions = SimulationOptions(),
     model_factory: ModelFactory | None = None,
     loss: PerSampleLoss | None = None,
 ) -> tuple[nn.Module, list[LocalLearner]]:
     """A template model and one LocalLearner per collaborator, each with its own seeded sampler.
 
-    The model is `training.model` (built in) unless `model_factory` is given; the loss is
+    The model is `options.model` (built in) unless `model_factory` is given; the loss is
     cross-entropy unless `loss` is.
     """
-    device = device_for(training.device)
+    device = device_for(options.device)
 
     def fresh_model() -> nn.Module:
         if model_factory is not None:
             model = trainable_module(seeded(model_factory, training.seed), "the model factory")
-            return model.to(device, training.torch_dtype)
+            return model.to(device, options.torch_dtype)
         return build_model(
-            training.model,
+            options.model,
             federation.num_features,
             federation.num_classes,
             image_shape=federation.image_shape,
             seed=training.seed,
-            dtype=training.torch_dtype,
+            dtype=options.torch_dtype,
         ).to(device)
 
     sizes = [client.size for client in federation.train]
@@ -149,7 +110,7 @@ def make_learners(
     for index, (client, batch_size) in enumerate(zip(federation.train, batch_sizes)):
         threshold = None
         if objective is not None:
-            threshold = RCVaRThreshold(objective, dtype=training.torch_dtype).to(device)
+            threshold = RCVaRThreshold(objective, dtype=options.torch_dtype).to(device)
         seed = client_seed(training.seed, index)
         model = fresh_model()
         learner = LocalLearner(
@@ -209,6 +170,7 @@ def run_rounds(
     training: TrainingConfig,
     objective: ObjectiveConfig | None,
     *,
+    options: SimulationOptions = SimulationOptions(),
     aggregate: Callable[[list[Update]], server.Aggregate] | None = None,
     on_round: RoundCallback | None = None,
     privacy: PrivacyConfig | None = None,
@@ -221,12 +183,15 @@ def run_rounds(
     `aggregate` turns the round's updates into sums; the default (None) adds them in the
     clear (`server.Aggregate.of`), secure aggregation substitutes its masked sum. With
     `privacy` enabled every collaborator trains with DP-SGD and stops contributing once
-    its budget is spent. `model_factory` and `loss` replace the built-in model and
+    its budget is spent. `options` picks the built-in model, device, dtype and how often
+    the history records; `model_factory` and `loss` replace the built-in model and
     cross-entropy (make_learners). The local steps are vectorised whenever they can be
     (`vectorise=False` forces the loop over learners); `SimulationResult.vectorised` and
     `loop_reason` say which ran.
     """
-    template, learners = make_learners(federation, training, objective, model_factory=model_factory, loss=loss)
+    template, learners = make_learners(
+        federation, training, objective, options=options, model_factory=model_factory, loss=loss
+    )
     trainers: list[RoundTrainer] = list(learners)
     private = privacy is not None and privacy.enabled
     if privacy is not None and privacy.enabled:
@@ -242,7 +207,7 @@ def run_rounds(
     algorithm = dataclasses.replace(learners[0].algorithm, momentum=training.server_momentum, adam=training.server_adam)
     state = algorithm.server_init(flat_parameters(template))
     history: list[dict[str, float]] = []
-    pooled = history_sample(federation) if training.record_every else None
+    pooled = history_sample(federation) if options.record_every else None
     for _ in range(training.rounds):
         if clients is not None:
             stacked = clients.train_round(state.theta, state.c, state.control)
@@ -253,7 +218,7 @@ def run_rounds(
         state = algorithm.server_apply(state, summed, average_from=training.average_from_round)
         if on_round is not None:
             on_round(state)
-        if pooled is not None and (state.round % training.record_every == 0 or state.round == training.rounds):
+        if pooled is not None and (state.round % options.record_every == 0 or state.round == training.rounds):
             history.append(round_record(template, state, pooled, objective, loss))
     reports = {trainer.name: trainer.report().to_dict() for trainer in trainers if isinstance(trainer, PrivateLearner)}
     return SimulationResult(
@@ -305,6 +270,7 @@ def run_fedsrcvar(
     objective: ObjectiveConfig,
     training: TrainingConfig,
     *,
+    options: SimulationOptions = SimulationOptions(),
     aggregate: Callable[[list[Update]], server.Aggregate] | None = None,
     on_round: RoundCallback | None = None,
     privacy: PrivacyConfig | None = None,
@@ -317,6 +283,7 @@ def run_fedsrcvar(
         federation,
         training,
         objective,
+        options=options,
         aggregate=aggregate,
         on_round=on_round,
         privacy=privacy,

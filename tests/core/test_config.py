@@ -21,11 +21,13 @@ from fedfair.core.config import (
     FACTORY_PATH,
     GAMMA,
     RHO,
+    SERVER_MOMENTUM,
     SMOOTH_FUNCTIONS,
     STEP_SIZE,
     Interval,
     LocalConfig,
     ObjectiveConfig,
+    TrainingConfig,
     check_smooth_plus,
 )
 from fedfair.core.errors import ConfigError
@@ -83,6 +85,9 @@ def test_the_settings_accept_exactly_the_values_their_stated_interval_holds(valu
         (BOUND, lambda: ObjectiveConfig(bound=value)),
         (STEP_SIZE, lambda: LocalConfig(lr=value)),
         (STEP_SIZE, lambda: LocalConfig(threshold_lr=value)),
+        (BATCH_FRACTION, lambda: TrainingConfig(batch_fraction=value)),
+        (AVERAGE_FROM, lambda: TrainingConfig(average_from=value)),
+        (SERVER_MOMENTUM, lambda: TrainingConfig(server_momentum=value)),
     ):
         try:
             build()

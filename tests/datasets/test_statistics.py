@@ -241,6 +241,7 @@ def federations(draw: st.DrawFn) -> tuple[Schema, list[pd.DataFrame]]:
     return schema, sites
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(federations())
 def test_every_sum_of_sites_holds_no_categorical_count_below_min_category_count(

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog, minimize
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.data import client_batch_sizes
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
@@ -56,7 +56,7 @@ from fedfair.research.minimax import (
     with_groups,
 )
 from fedfair.simulation.federation import Federation, federation_from_arrays
-from fedfair.simulation.rounds import TrainingConfig, run_fedsrcvar
+from fedfair.simulation.rounds import SimulationOptions, run_fedsrcvar
 
 
 def synthetic_federation(sizes: Sequence[int], num_classes: int = 3, seed: int = 0) -> Federation:
@@ -66,13 +66,15 @@ def synthetic_federation(sizes: Sequence[int], num_classes: int = 3, seed: int =
     return federation_from_arrays([f"client{k}" for k in range(len(sizes))], parts, parts, num_classes)
 
 
+F64 = SimulationOptions(model="logreg", dtype="float64")
+"""Every run here: logistic regression in float64, so two computations agree to rounding."""
+
+
 def training(rounds: int = 20, batch_size: int = 12, local_steps: int = 1, **changes: object) -> TrainingConfig:
     return TrainingConfig(
-        model="logreg",
         rounds=rounds,
         batch_size=batch_size,
         local=LocalConfig(local_steps=local_steps, lr=0.3),
-        dtype="float64",
         average_from=0.0,
         **changes,
     )
@@ -81,13 +83,13 @@ def training(rounds: int = 20, batch_size: int = 12, local_steps: int = 1, **cha
 def trajectory(run, *args: object, **kwargs: object) -> tuple[list[torch.Tensor], server.ServerState]:
     """Every round's theta (via on_round) and the final state of a run."""
     thetas: list[torch.Tensor] = []
-    result = run(*args, on_round=lambda state: thetas.append(state.theta.clone()), **kwargs)
+    result = run(*args, on_round=lambda state: thetas.append(state.theta.clone()), options=F64, **kwargs)
     return thetas, result.state
 
 
 def one_round(federation: Federation, config: TrainingConfig, steps: Sequence[int]) -> list[Update]:
     """Each collaborator's first-round update from the initial model, with `steps[k]` local steps."""
-    _, learners = make_learners(federation, config, None)
+    _, learners = make_learners(federation, config, None, options=F64)
     theta = flat_parameters(learners[0].model).double()
     updates = []
     for learner, count in zip(learners, steps, strict=True):
@@ -101,6 +103,7 @@ def one_round(federation: Federation, config: TrainingConfig, steps: Sequence[in
 # FedAvg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("local_steps", [1, 3])
 def test_fedavg_follows_fedsrcvar_with_epsilon_one_exactly(local_steps: int) -> None:
     # epsilon = 1 zeroes the CVaR term's gradient (0 * x + 1 * l), so theta sees the same
@@ -126,10 +129,11 @@ def test_fedavg_epochs_take_ceil_n_over_b_steps_per_client() -> None:
         server.Aggregate.of(one_round(federation, config, [10, 10, 12])),
         bound=0.0,
     )
-    state = run_fedavg(federation, config, local_epochs=2).state
+    state = run_fedavg(federation, config, local_epochs=2, options=F64).state
     assert float((state.theta - expected.theta).abs().max()) <= 1e-12
 
 
+@pytest.mark.slow
 def test_fedavg_epochs_with_full_batches_equal_tau_local_steps() -> None:
     # With b_k = n_k one epoch is one step, so E epochs must reproduce run_rounds with tau = E.
     federation = synthetic_federation((30, 20, 11))
@@ -191,9 +195,10 @@ def test_afl_mixture_ascends_on_client_losses_within_the_simplex(small_adult_fed
     thetas: list[torch.Tensor] = []
     result = run_afl(
         federation,
-        training(rounds=8, batch_size=64, record_every=1),
+        training(rounds=8, batch_size=64),
         mixture_lr=0.5,
         on_round=lambda state: thetas.append(state.theta.clone()),
+        options=replace(F64, record_every=1),
     )
     assert isinstance(result, AFLResult)
     mixtures = [np.array([record[f"lambda_{k}"] for k in range(3)]) for record in result.history]
@@ -216,7 +221,7 @@ def test_afl_moves_the_model_by_the_mixture_of_client_updates() -> None:
     # Round 1 starts from uniform lambda whatever the losses.
     updates = one_round(federation, config, [1, 1, 1])
     expected = sum(update.delta.double() for update in updates) / 3.0
-    state = run_afl(federation, config, mixture_lr=1.0).state
+    state = run_afl(federation, config, mixture_lr=1.0, options=F64).state
     assert float((state.theta - expected).abs().max()) <= 1e-12
 
 
@@ -238,8 +243,8 @@ def test_loss_rows_draw_fresh_seeded_subsets_and_read_small_clients_whole() -> N
 def test_afl_with_loss_rows_covering_every_client_is_exact_afl() -> None:
     federation = synthetic_federation((30, 20, 11), num_classes=2)
     config = training(rounds=5)
-    exact = run_afl(federation, config, mixture_lr=0.5)
-    covered = run_afl(federation, config, mixture_lr=0.5, loss_rows=30)
+    exact = run_afl(federation, config, mixture_lr=0.5, options=F64)
+    covered = run_afl(federation, config, mixture_lr=0.5, loss_rows=30, options=F64)
     assert torch.equal(exact.state.theta, covered.state.theta) and np.array_equal(exact.mixture, covered.mixture)
 
 
@@ -248,7 +253,7 @@ def test_afl_with_loss_rows_ascends_on_the_sampled_mean_losses() -> None:
     config = training(rounds=2)
     thetas: list[torch.Tensor] = []
     result = run_afl(
-        federation, config, mixture_lr=0.5, loss_rows=8, on_round=lambda state: thetas.append(state.theta.clone())
+        federation, config, mixture_lr=0.5, loss_rows=8, options=F64, on_round=lambda state: thetas.append(state.theta.clone())
     )
     draws = LossRows([30, 20, 11], 8, seed=config.seed)
     mixture = np.full(3, 1.0 / 3.0)
@@ -259,7 +264,7 @@ def test_afl_with_loss_rows_ascends_on_the_sampled_mean_losses() -> None:
         ]
         mixture = project_onto_simplex(mixture + 0.5 * np.array(losses))
     assert np.allclose(result.mixture, mixture, atol=1e-12)
-    assert not np.allclose(result.mixture, run_afl(federation, config, mixture_lr=0.5).mixture, atol=1e-6)
+    assert not np.allclose(result.mixture, run_afl(federation, config, mixture_lr=0.5, options=F64).mixture, atol=1e-6)
 
 
 # q-FedAvg
@@ -270,7 +275,7 @@ def test_qfedavg_round_follows_the_q_ffl_step(q: float) -> None:
     federation = synthetic_federation((30, 20, 11))
     config = training(rounds=1, local_steps=2)
     updates = one_round(federation, config, [2, 2, 2])
-    template = make_learners(federation, config, None)[0]
+    template = make_learners(federation, config, None, options=F64)[0]
     losses = client_losses(template, torch.zeros(15, dtype=torch.float64), federation)
     lipschitz = 1.0 / config.local.lr
     # Li et al.: Delta_k = L (theta_t - theta_k), h_k = q F^(q-1) ||Delta_k||^2 + L F^q,
@@ -278,10 +283,11 @@ def test_qfedavg_round_follows_the_q_ffl_step(q: float) -> None:
     deltas = [-lipschitz * update.delta.double() for update in updates]
     h = [q * f ** (q - 1) * float(d.square().sum()) + lipschitz * f**q for f, d in zip(losses, deltas, strict=True)]
     expected = -sum(f**q * d for f, d in zip(losses, deltas, strict=True)) / sum(h)
-    state = run_qfedavg(federation, config, q=q).state
+    state = run_qfedavg(federation, config, q=q, options=F64).state
     assert float((state.theta - expected).abs().max()) <= 1e-12
 
 
+@pytest.mark.slow
 def test_qfedavg_with_q_zero_is_fedavg_for_equal_clients() -> None:
     # q = 0: h_k = L, so theta_{t+1} = theta_t + mean_k (theta_k - theta_t), FedAvg with equal
     # weights, which is the core's b_k-weighted FedAvg when every b_k is the same.
@@ -298,17 +304,18 @@ def test_qfedavg_with_q_zero_is_fedavg_for_equal_clients() -> None:
 
 def test_central_erm_equals_federated_gradient_descent(small_adult_federation: Federation) -> None:
     config = training(rounds=30, batch_size=0)
-    central = run_central_erm(small_adult_federation, config).state
-    federated = run_fedavg(small_adult_federation, config).state
+    central = run_central_erm(small_adult_federation, config, options=F64).state
+    federated = run_fedavg(small_adult_federation, config, options=F64).state
     assert float((central.theta - federated.theta).norm() / central.theta.norm()) <= 1e-10
     assert float(central.theta.norm()) > 1e-2, "the model must move for the test to mean anything"
 
 
+@pytest.mark.slow
 def test_central_cvar_is_rcvar_at_epsilon_zero(small_adult_federation: Federation) -> None:
     config = replace(training(rounds=30, batch_size=0), local=LocalConfig(lr=0.3, threshold_lr=0.2))
     objective = ObjectiveConfig(epsilon=0.4, rho=0.3, bound=2.0)
-    central = run_central_cvar(small_adult_federation, objective, config).state
-    federated = run_fedsrcvar(small_adult_federation, replace(objective, epsilon=0.0), config).state
+    central = run_central_cvar(small_adult_federation, objective, config, options=F64).state
+    federated = run_fedsrcvar(small_adult_federation, replace(objective, epsilon=0.0), config, options=F64).state
     assert float((central.theta - federated.theta).norm() / central.theta.norm()) <= 1e-10
     assert central.c == pytest.approx(federated.c, rel=1e-10)
     assert 0.0 <= central.c < 2.0, "c must have moved off the bound"
@@ -320,12 +327,12 @@ def test_central_cvar_is_rcvar_at_epsilon_zero(small_adult_federation: Federatio
 @pytest.mark.parametrize(
     "call",
     [
-        lambda f, t: run_fedavg(f, t, local_epochs=0),
-        lambda f, t: run_fedavg(f, replace(t, local=LocalConfig(local_steps=2)), local_epochs=1),
-        lambda f, t: run_afl(f, t, mixture_lr=0.0),
-        lambda f, t: run_afl(f, t, mixture_lr=float("inf")),
-        lambda f, t: run_qfedavg(f, t, q=-1.0),
-        lambda f, t: run_qfedavg(f, t, q=float("nan")),
+        lambda f, t: run_fedavg(f, t, local_epochs=0, options=F64),
+        lambda f, t: run_fedavg(f, replace(t, local=LocalConfig(local_steps=2)), local_epochs=1, options=F64),
+        lambda f, t: run_afl(f, t, mixture_lr=0.0, options=F64),
+        lambda f, t: run_afl(f, t, mixture_lr=float("inf"), options=F64),
+        lambda f, t: run_qfedavg(f, t, q=-1.0, options=F64),
+        lambda f, t: run_qfedavg(f, t, q=float("nan"), options=F64),
     ],
 )
 def test_bad_arguments_are_refused(call) -> None:
@@ -422,8 +429,8 @@ def test_bpf_at_rho_one_is_central_erm_exactly() -> None:
 def test_bpf_lowers_the_worst_training_group_risk_below_erm(small_adult_federation: Federation) -> None:
     federation, rho = small_adult_federation, 0.2
     config = replace(training(rounds=150, batch_size=128), local=LocalConfig(lr=0.3))
-    bpf = run_bpf(federation, ObjectiveConfig(epsilon=0.0, rho=rho), config, adversary_lr=0.5)
-    erm = run_central_erm(federation, config)
+    bpf = run_bpf(federation, ObjectiveConfig(epsilon=0.0, rho=rho), config, adversary_lr=0.5, options=F64)
+    erm = run_central_erm(federation, config, options=F64)
     assert isinstance(bpf, BPFResult)
     assert bpf.ratios.mean() == pytest.approx(1.0, abs=1e-9)
     assert bpf.ratios.min() >= 0.0 and bpf.ratios.max() <= 1.0 / rho + 1e-12
@@ -470,7 +477,7 @@ def test_dro_learner_terms_average_to_the_dual_with_its_gradient() -> None:
     """The per-sample terms the core's step averages have the chi-square dual's value and gradient at eta*."""
     federation = synthetic_federation((64,))
     config = training(batch_size=0)
-    _, (plain,) = make_learners(federation, config, None)
+    _, (plain,) = make_learners(federation, config, None, options=F64)
     learner = ChiSquareDROLearner(
         plain.model, plain.features, plain.labels, plain.batch_size, plain.config, rho=0.2, seed=0
     )
@@ -490,12 +497,13 @@ def test_dro_learner_terms_average_to_the_dual_with_its_gradient() -> None:
     assert float(dual.detach()) == pytest.approx(chi_square_dual(losses.detach().numpy(), eta, 0.2), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_dro_lowers_the_training_robust_risk_below_erm(small_adult_federation: Federation) -> None:
     federation, rho = small_adult_federation, 0.2
     # DRO's weights C (l - eta)_+ / s reach far beyond 1 / rho: it needs a smaller step than ERM.
     config = replace(training(rounds=150, batch_size=128), local=LocalConfig(lr=0.01))
-    dro = run_dro(federation, ObjectiveConfig(rho=rho), config)
-    erm = run_central_erm(federation, config)
+    dro = run_dro(federation, ObjectiveConfig(rho=rho), config, options=F64)
+    erm = run_central_erm(federation, config, options=F64)
     pooled = federation.pooled("train")
     risks = []
     for result in (dro, erm):
@@ -530,6 +538,7 @@ def small_adult_by_sex(caps: Sequence[int] = (600, 250, 120)) -> GroupedFederati
     return with_groups(federation, [codes[index] for index in rows], [str(name) for name in names])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("local_steps", [1, 3])
 def test_fedminmax_with_one_group_is_fedavg_exactly(local_steps: int) -> None:
     federation = grouped_synthetic((30, 20, 11), groups=1)
@@ -546,9 +555,10 @@ def test_fedminmax_weights_ascend_on_group_risks_within_the_simplex() -> None:
     thetas: list[torch.Tensor] = []
     result = run_fedminmax(
         federation,
-        training(rounds=6, batch_size=64, record_every=1),
+        training(rounds=6, batch_size=64),
         adversary_lr=0.5,
         on_round=lambda state: thetas.append(state.theta.clone()),
+        options=replace(F64, record_every=1),
     )
     assert isinstance(result, FedMinMaxResult)
     counts = sum(np.bincount(column, minlength=2) for column in federation.train_groups)
@@ -579,7 +589,12 @@ def test_fedminmax_with_loss_rows_ascends_on_reweighted_sampled_group_risks() ->
     config = training(rounds=2, batch_size=64)
     thetas: list[torch.Tensor] = []
     result = run_fedminmax(
-        federation, config, adversary_lr=0.5, loss_rows=100, on_round=lambda state: thetas.append(state.theta.clone())
+        federation,
+        config,
+        adversary_lr=0.5,
+        loss_rows=100,
+        options=F64,
+        on_round=lambda state: thetas.append(state.theta.clone()),
     )
     counts = sum(np.bincount(column, minlength=2) for column in federation.train_groups)
     draws = LossRows([client.size for client in federation.train], 100, seed=config.seed)
@@ -606,10 +621,10 @@ def test_grouped_federation_needs_one_group_per_training_sample() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda f, t: run_bpf(f, ObjectiveConfig(epsilon=0.4, rho=0.3), t, adversary_lr=0.1),
-        lambda f, t: run_bpf(f, ObjectiveConfig(rho=0.3), t, adversary_lr=0.0),
-        lambda f, t: run_dro(f, ObjectiveConfig(rho=1.0), t),
-        lambda f, t: run_fedminmax(with_groups(f, [np.zeros(10, dtype=np.int64)] * 2, ["all"]), t, adversary_lr=-1.0),
+        lambda f, t: run_bpf(f, ObjectiveConfig(epsilon=0.4, rho=0.3), t, adversary_lr=0.1, options=F64),
+        lambda f, t: run_bpf(f, ObjectiveConfig(rho=0.3), t, adversary_lr=0.0, options=F64),
+        lambda f, t: run_dro(f, ObjectiveConfig(rho=1.0), t, options=F64),
+        lambda f, t: run_fedminmax(with_groups(f, [np.zeros(10, dtype=np.int64)] * 2, ["all"]), t, adversary_lr=-1.0, options=F64),
     ],
 )
 def test_bad_minimax_arguments_are_refused(call) -> None:

@@ -15,7 +15,8 @@ from fedfair.cli import main
 from fedfair.core.errors import ConfigError
 from fedfair.research import baselines, minimax
 from fedfair.research.experiment import ExperimentConfig, Outcome, load_federation, run_method, uniform_risk
-from fedfair.research.flags import DEFAULT_BASELINE_LR, config_from_flags, parse_flags
+from fedfair.research.arguments import DEFAULT_BASELINE_LR
+from fedfair.research.flags import config_from_flags, parse_flags
 from fedfair.simulation.federation import Federation
 from fedfair.simulation.rounds import SimulationResult, run_fedsrcvar
 
@@ -191,12 +192,12 @@ Direct = Callable[[Federation, ExperimentConfig], SimulationResult]
 @pytest.mark.parametrize(
     ("method", "flag", "value", "direct"),
     [
-        ("fedavg", "--local-epochs", "2", lambda f, c: baselines.run_fedavg(f, c.training, local_epochs=2)),
-        ("afl", "--mixture-lr", "3", lambda f, c: baselines.run_afl(f, c.training, mixture_lr=3.0)),
-        ("qfedavg", "--q", "3", lambda f, c: baselines.run_qfedavg(f, c.training, q=3.0)),
-        ("fedavg", "--baseline-lr", "0.05", lambda f, c: baselines.run_fedavg(f, c.training)),
-        ("bpf", "--adversary-lr", "5", lambda f, c: minimax.run_bpf(f, c.objective, c.training, adversary_lr=5.0)),
-        ("fedsrcvar", "--threshold-lr", "0.001", lambda f, c: run_fedsrcvar(f, c.objective, c.training)),
+        ("fedavg", "--local-epochs", "2", lambda f, c: baselines.run_fedavg(f, c.training, options=c.simulation, local_epochs=2)),
+        ("afl", "--mixture-lr", "3", lambda f, c: baselines.run_afl(f, c.training, options=c.simulation, mixture_lr=3.0)),
+        ("qfedavg", "--q", "3", lambda f, c: baselines.run_qfedavg(f, c.training, options=c.simulation, q=3.0)),
+        ("fedavg", "--baseline-lr", "0.05", lambda f, c: baselines.run_fedavg(f, c.training, options=c.simulation)),
+        ("bpf", "--adversary-lr", "5", lambda f, c: minimax.run_bpf(f, c.objective, c.training, options=c.simulation, adversary_lr=5.0)),
+        ("fedsrcvar", "--threshold-lr", "0.001", lambda f, c: run_fedsrcvar(f, c.objective, c.training, options=c.simulation)),
     ],
 )
 def test_baseline_flags_change_the_run(
@@ -226,7 +227,7 @@ def test_fedminmax_runs_on_the_groups_column_and_its_adversary_lr() -> None:
     assert isinstance(federation, minimax.GroupedFederation)
     assert federation.group_names == ("Female", "Male")
     ours = run_method(config, federation)
-    expected = minimax.run_fedminmax(federation, config.training, adversary_lr=2.0)
+    expected = minimax.run_fedminmax(federation, config.training, options=config.simulation, adversary_lr=2.0)
     assert torch.equal(ours.theta, expected.state.theta_average)
     assert ours.history[-1]["mu_0"] == expected.history[-1]["mu_0"]
     default = run_method(config_from_flags(flags), federation)

@@ -30,7 +30,7 @@ from fedfair.core import server
 from fedfair.core.update import bounded
 from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
-from fedfair.research.launch import training_config
+from fedfair.research.launch import simulation_options
 from fedfair.research.processes import Child, start_aggregator, start_collaborator
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import make_learners
@@ -39,7 +39,7 @@ from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.faults import VARIABLE as FAULT
-from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan
 
 RUNTIME_PLAN: dict[str, dict[str, Any]] = {
     "objective": {"epsilon": 0.1, "rho": 0.3},
@@ -183,8 +183,8 @@ def replay(
     first round (of its process) starts its own control variate from the server's, as the
     collaborator process does (`fedfair.runtime.collaborator.client`).
     """
-    training, objective = training_config(plan), plan.objective
-    _, learners = make_learners(federation, training, objective)
+    training, objective, options = plan.training, plan.objective, simulation_options(plan)
+    _, learners = make_learners(federation, training, objective, options=options)
     index = {name: position for position, name in enumerate(names)}
     state = server.init(
         _initial_theta(plan, federation), bound=objective.bound, drift_correction=training.local.corrects_drift
@@ -195,7 +195,7 @@ def replay(
         round_number = record["round"]
         for name, at in (restarted or {}).items():
             if at == round_number:
-                learners[index[name]] = make_learners(federation, training, objective)[1][index[name]]
+                learners[index[name]] = make_learners(federation, training, objective, options=options)[1][index[name]]
                 trained.discard(name)
         updates = {}
         for name in record["participants"]:
@@ -206,7 +206,7 @@ def replay(
             updates[name] = learner.train_round(state.theta, state.c, state.control)
         if record["status"] != "applied":
             continue
-        influence, fraction = plan.influence, plan.training.batch_fraction
+        influence, fraction = plan.influence, plan.batch_fraction
         aggregate = server.Aggregate.of(
             [
                 bounded(updates[name], influence.weight_of(name, fraction), influence.update_norm)
@@ -231,5 +231,5 @@ def adult_split(parts: int) -> Federation:
 
 
 def _initial_theta(plan: AggregatorPlan, federation: Federation) -> torch.Tensor:
-    template, _ = make_learners(federation, training_config(plan), plan.objective)
+    template, _ = make_learners(federation, plan.training, plan.objective, options=simulation_options(plan))
     return flat_parameters(template)

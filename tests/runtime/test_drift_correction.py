@@ -27,7 +27,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.research.launch import training_config
+from fedfair.research.launch import simulation_options
 from fedfair.simulation.rounds import SimulationResult, run_rounds
 from fedfair.research.workspace import Workspace, toml_text
 from fedfair.runtime.aggregator.checkpoint import (
@@ -49,7 +49,7 @@ from fedfair.runtime.contract import (
     training_download,
     update_dimension,
 )
-from fedfair.runtime.plan import (
+from fedfair.runtime.plan.aggregator_plan import (
     SharedSettings,
     load_aggregator_plan,
     load_shared_settings,
@@ -74,7 +74,7 @@ def accumulated_bound(log: list[dict[str, Any]]) -> float:
 
 def simulated(workspace: Workspace) -> SimulationResult:
     plan = load_aggregator_plan(workspace.plan)
-    return run_rounds(adult_by_race(), training_config(plan), plan.objective)
+    return run_rounds(adult_by_race(), plan.training, plan.objective, options=simulation_options(plan))
 
 
 def assert_state_matches(state: server.ServerState, expected: server.ServerState, bound: float) -> None:
@@ -92,10 +92,10 @@ def assert_state_matches(state: server.ServerState, expected: server.ServerState
 def test_the_plan_reads_shares_and_digests_drift_correction(tmp_path: Path) -> None:
     corrected = load_aggregator_plan(new_workspace(tmp_path / "on", NAMES, **DRIFT_PLAN).plan)
     plain = load_aggregator_plan(new_workspace(tmp_path / "off", NAMES, training={"rounds": 4}).plan)
-    assert corrected.training.local_config().drift_correction == "scaffold"
-    assert plain.training.local_config() == LocalConfig(local_steps=2, lr=0.1, threshold_lr=0.1)
+    assert corrected.training.local.drift_correction == "scaffold"
+    assert plain.training.local == LocalConfig(local_steps=2, lr=0.1, threshold_lr=0.1)
     # Collaborators receive the setting with the plan and build their LocalConfig from it.
-    assert load_shared_settings(shared_settings(corrected)).training.corrects_drift
+    assert load_shared_settings(shared_settings(corrected)).training.local.corrects_drift
     # Plans without it share and digest what they did before the setting existed.
     assert b"drift_correction" not in shared_settings(plain)
     uncorrected = new_workspace(tmp_path / "tau3", NAMES, training={"rounds": 4, "local_steps": 3})
@@ -197,7 +197,7 @@ class IgnoresDriftCorrection:
     """A trainer built without the plan's drift correction (a custom trainer, or an older fedfair's)."""
 
     def __init__(self, learner: LocalLearner, config: CollaboratorConfig, shared: SharedSettings) -> None:
-        plain = LocalConfig(local_steps=shared.training.local_steps, lr=shared.training.lr)
+        plain = LocalConfig(local_steps=shared.training.local.local_steps, lr=shared.training.local.lr)
         self.learner = LocalLearner(
             learner.model, learner.features, learner.labels, learner.batch_size, plain, threshold=learner.threshold
         )

@@ -15,13 +15,14 @@ import torch
 from cryptography.hazmat.primitives.asymmetric import ec
 from torch import nn
 
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import DEFAULT_SERVER_MOMENTUM, LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.models import flat_parameters
 from fedfair.fairness import sums
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.runtime import plan
+from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.collaborator import config as collaborator_file
+from fedfair.runtime.plan.learning_settings import PLAN_TRAINING, read_learning, training_table
 from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.transport import TlsFiles
 from fedfair.secagg import EncodingConfig
@@ -79,7 +80,7 @@ def test_the_aggregator_template_loads() -> None:
     assert loaded.federation_id == "fedfair-demo"
     assert loaded.collaborators == ("hospital-a", "hospital-b", "hospital-c")
     assert loaded.objective == ObjectiveConfig(epsilon=0.1, rho=0.3, gamma=0.05, smooth="softrelu", bound=10.0)
-    assert loaded.training.rounds == 50 and loaded.training.local_steps == 5
+    assert loaded.training.rounds == 50 and loaded.training.local.local_steps == 5
     assert loaded.training.batch_fraction == 0.01 and loaded.training.average_from == 0.5
     assert loaded.model.features == 107  # the bundled Adult data
     # No threshold: the rule's smallest for each round's p participants (floor(p/2) + 1 without colluders);
@@ -94,7 +95,7 @@ def test_the_aggregator_template_loads() -> None:
 
 def test_sections_convert_to_the_core_configs_once() -> None:
     loaded = aggregator_plan(secure_aggregation={"neighbours": 2})
-    assert loaded.training.local_config() == LocalConfig(local_steps=5, lr=0.1, threshold_lr=0.1)
+    assert loaded.training.local == LocalConfig(local_steps=5, lr=0.1, threshold_lr=0.1)
     assert loaded.training.average_from_round == 25
     assert loaded.secure_aggregation.encoding() == EncodingConfig(
         clip=10.0, max_weight=1e6, fractional_bits=20, modulus_bits=64
@@ -105,6 +106,18 @@ def test_sections_convert_to_the_core_configs_once() -> None:
     assert template.mask_neighbours(3) is None and template.mask_neighbours(51) == 12
     assert aggregator_plan(secure_aggregation={"neighbours": 0}).secure_aggregation.mask_neighbours(51) is None
     assert aggregator_plan(secure_aggregation={"neighbours": "auto"}).secure_aggregation.neighbours is None
+
+
+def test_a_plan_without_training_keys_takes_the_plan_defaults_and_writes_them_back_flat() -> None:
+    """[training] reads into the core's TrainingConfig: what it leaves out is PLAN_TRAINING's, and the
+    shared table is the flat one plans have always had (the pinned digests stay)."""
+    read = read_learning("plan.toml", {"training": {}}, 3).training
+    assert read == PLAN_TRAINING and isinstance(read, TrainingConfig)
+    assert training_table(read) == {
+        "rounds": 100, "local_steps": 1, "batch_fraction": 0.01, "lr": 0.1, "threshold_lr": 0.1, "seed": 0,
+        "average_from": 0.5, "drift_correction": "none", "server_momentum": DEFAULT_SERVER_MOMENTUM,
+    }
+    assert read_learning("plan.toml", {"training": training_table(read)}, 3).training == read
 
 
 def test_the_collaborator_template_loads() -> None:

@@ -36,7 +36,7 @@ from fedfair.core.evaluation import evaluate
 from fedfair.core.update import Update
 from fedfair.core.models import build_model
 from fedfair.fairness import pooled
-from fedfair.research.launch import training_config
+from fedfair.research.launch import simulation_options
 from fedfair.research.processes import (
     aggregator_command,
     child_environment,
@@ -53,7 +53,7 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.collaborator.trainer import RoundTrainer, round_trainer
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.federations import adult_by_race
 from tests.runtime.harness import (
     Processes,
@@ -98,7 +98,7 @@ def test_a_secure_federation_of_processes_equals_the_simulation(tmp_path: Path, 
     assert all(record["secure_aggregation"] for record in log)
 
     federation = adult_by_race()
-    expected = run_rounds(federation, training_config(plan), plan.objective).state
+    expected = run_rounds(federation, plan.training, plan.objective, options=simulation_options(plan)).state
     final = final_model(workspace)
     bound = accumulated_bound(log)
     assert 0 < bound < 1e-4
@@ -193,7 +193,7 @@ def test_a_killed_aggregator_resumes_at_the_next_round_with_identical_state(
     assert all(record["contributors"] == NAMES for record in log)  # the last to reconnect is not left out
     assert log[3]["model_sha256"] == state_digest(saved.state)  # round 4 started from the checkpoint, exactly
     assert "resuming at round 4 from the checkpoint of round 3" in processes.log.getvalue()
-    expected = run_rounds(adult_by_race(), training_config(plan), plan.objective).state
+    expected = run_rounds(adult_by_race(), plan.training, plan.objective, options=simulation_options(plan)).state
     final = final_model(workspace)
     assert final["plan_digest"] == plan_digest(plan)
     assert (final["theta"] - expected.theta).abs().max().item() <= accumulated_bound(log)
@@ -365,7 +365,7 @@ def test_a_secure_round_killed_mid_masking_is_rerun(tmp_path: Path, processes: P
 
     assert [record["round"] for record in crashed.log] == [1, 2, 3]
     assert all(record["status"] == "applied" and record["contributors"] == NAMES for record in crashed.log)
-    expected = run_rounds(adult_by_race(), training_config(plan), plan.objective).state
+    expected = run_rounds(adult_by_race(), plan.training, plan.objective, options=simulation_options(plan)).state
     bound = accumulated_bound(crashed.log)
     assert 0 < bound < 1e-4
     assert (crashed.final["theta"] - expected.theta).abs().max().item() <= bound

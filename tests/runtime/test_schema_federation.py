@@ -43,7 +43,7 @@ from fedfair.runtime.collaborator.trainer import (
     check_schema_table,
     encoded_data,
 )
-from fedfair.runtime.plan import (
+from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,
     shared_settings,
@@ -142,7 +142,7 @@ def test_three_institutions_own_tables_train_one_model_that_a_fourth_can_use(
         updates = [
             bounded(
                 learner.train_round(expected.theta, expected.c),
-                plan.influence.weight_of(name, plan.training.batch_fraction),
+                plan.influence.weight_of(name, plan.batch_fraction),
                 plan.influence.update_norm,
             )
             for name, learner in zip(NAMES, learners, strict=True)

@@ -9,10 +9,9 @@ import random
 import pytest
 from scipy import stats
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ThresholdError, UnmaskRefusedError
 from fedfair.secagg import graph
 from fedfair.secagg.config import threshold_for
-from fedfair.secagg.errors import ThresholdError, UnmaskRefusedError
 
 ROSTER = tuple(f"site-{i:02d}" for i in range(51))
 
@@ -98,6 +97,7 @@ def test_the_default_degree_is_logarithmic_and_keeps_small_federations_complete(
     assert graph.default_degree(parties, colluding) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("parties", "colluding"), [(51, 0), (100, 0), (51, 1)])
 def test_the_default_degree_survives_a_tenth_dropping_at_random(parties: int, colluding: int) -> None:
     """The liveness the rule is chosen for: with 10% of the parties gone at random, every survivor

@@ -15,6 +15,7 @@ centralised optimum on three draws, where Algorithm 1's step is 2.7% to 3.9% abo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
 
@@ -22,17 +23,17 @@ import numpy as np
 import pytest
 import torch
 
-from fedfair.core.config import ObjectiveConfig
+from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model
 from fedfair.core.objective import rcvar
 from fedfair.core.server import ServerState
 from fedfair.fairness import pooled
 from fedfair.research.reference import solve_reference
-from fedfair.runtime.settings import read_learning
-from fedfair.runtime.templates import DEMO, render_plan
+from fedfair.runtime.plan.learning_settings import read_learning
+from fedfair.runtime.plan.templates import DEMO, render_plan
 from fedfair.simulation.federation import Federation, federation_from_arrays
-from fedfair.simulation.rounds import TrainingConfig, run_fedsrcvar
+from fedfair.simulation.rounds import run_fedsrcvar
 
 SITES = ((30_000, 0.0), (3_000, 8.0), (1_600, -8.0))
 """Rows and age shift of each site: one large hospital and two small ones (the template's size example)."""
@@ -73,18 +74,10 @@ def _init_plan(server_momentum: float | None = None) -> tuple[ObjectiveConfig, T
     plan = settings.training
     assert plan.rounds == 50, "the acceptance is stated for the template's 50 rounds"
     momentum = plan.server_momentum if server_momentum is None else server_momentum
-    training = TrainingConfig(
-        model="logreg",
-        rounds=plan.rounds,
-        batch_fraction=plan.batch_fraction,
-        local=plan.local_config(),
-        seed=plan.seed,
-        average_from=plan.average_from,
-        server_momentum=momentum,
-    )
-    return settings.objective, training
+    return settings.objective, dataclasses.replace(plan, server_momentum=momentum)
 
 
+@pytest.mark.slow
 def test_init_defaults_leave_the_worst_off_better_served_than_guessing() -> None:
     objective, plan = _init_plan()
     federation = patient_tables(seed=0)
@@ -108,6 +101,7 @@ FITTED = 0.02
 defaults end 0.55%, 1.1% and 0.71% above it on the three draws, Algorithm 1's step 3.9%, 2.7% and 2.9%."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_init_defaults_fit_the_objective_in_50_rounds_where_algorithm_ones_step_does_not(seed: int) -> None:
     """Logistic regression makes the smoothed RCVaR convex, so L-BFGS-B on the pooled rows gives its optimum

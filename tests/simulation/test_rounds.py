@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.data import ClientData
 from fedfair.core.errors import ConfigError
 from fedfair.core.evaluation import evaluate
@@ -15,7 +15,9 @@ from fedfair.core.models import build_model, flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.research.reference import solve_reference
 from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import TrainingConfig, run_fedsrcvar, training_objectives
+from fedfair.simulation.rounds import SimulationOptions, run_fedsrcvar, training_objectives
+
+F64 = SimulationOptions(dtype="float64")
 
 
 def centralized_gradient_descent(
@@ -43,14 +45,9 @@ def test_federated_gradient_descent_equals_centralized(small_adult_federation: F
     sizes = [client.size for client in small_adult_federation.train]
     assert len(set(sizes)) == len(sizes), "the test needs uneven client sizes"
     objective = ObjectiveConfig(epsilon=0.2, rho=0.3, bound=2.0)
-    training = TrainingConfig(
-        model=model_name,
-        rounds=50,
-        batch_size=0,
-        local=LocalConfig(local_steps=1, lr=0.3, threshold_lr=0.2),
-        dtype="float64",
-    )
-    federated = run_fedsrcvar(small_adult_federation, objective, training).state
+    training = TrainingConfig(rounds=50, batch_size=0, local=LocalConfig(local_steps=1, lr=0.3, threshold_lr=0.2))
+    options = SimulationOptions(model=model_name, dtype="float64")
+    federated = run_fedsrcvar(small_adult_federation, objective, training, options=options).state
     theta, c = centralized_gradient_descent(small_adult_federation, objective, model_name, 50, 0.3, 0.2)
     relative = float((federated.theta - theta).norm() / theta.norm())
     assert relative <= 1e-10
@@ -86,6 +83,7 @@ def test_fedsrcvar_reaches_reference_within_one_percent(adult_federation: Federa
     assert relative_gap(adult_federation, ObjectiveConfig(epsilon=epsilon, rho=rho), training) <= 0.01
 
 
+@pytest.mark.slow
 def test_epsilon_zero_reaches_centralized_cvar_within_one_percent(adult_federation: Federation) -> None:
     training = TrainingConfig(rounds=600, batch_size=256)
     assert relative_gap(adult_federation, ObjectiveConfig(epsilon=0.0, rho=0.3), training) <= 0.01
@@ -120,10 +118,10 @@ def test_secure_aggregation_in_process_matches_the_plain_sum(small_adult_federat
     from fedfair.secagg import EncodingConfig
 
     objective = ObjectiveConfig(epsilon=0.1, rho=0.3)
-    training = TrainingConfig(rounds=8, batch_size=64, dtype="float64")
+    training = TrainingConfig(rounds=8, batch_size=64)
     secure = SecureSum(EncodingConfig(clip=10.0, max_weight=600.0, fractional_bits=24, modulus_bits=64))
-    masked_run = run_rounds(small_adult_federation, training, objective, aggregate=secure)
-    plain_run = run_rounds(small_adult_federation, training, objective)
+    masked_run = run_rounds(small_adult_federation, training, objective, aggregate=secure, options=F64)
+    plain_run = run_rounds(small_adult_federation, training, objective, options=F64)
     # Three clients of uneven sizes run faster in the loop (vectorised secure sums: test_vectorised.py).
     assert not masked_run.vectorised and "too few" in masked_run.loop_reason
     masked, plain = masked_run.state, plain_run.state
@@ -150,9 +148,12 @@ def test_a_model_factory_and_a_loss_function_follow_the_built_in_path_bit_for_bi
         return nn.Sequential(nn.Linear(features, MLP_HIDDEN_UNITS), nn.ReLU(), nn.Linear(MLP_HIDDEN_UNITS, 1))
 
     objective = ObjectiveConfig()
-    training = TrainingConfig(model="mlp", rounds=4, batch_size=64, local=LocalConfig(local_steps=2), record_every=2)
-    built_in = run_rounds(small_adult_federation, training, objective)
-    own = run_rounds(small_adult_federation, training, objective, model_factory=own_mlp, loss=per_sample_loss)
+    training = TrainingConfig(rounds=4, batch_size=64, local=LocalConfig(local_steps=2))
+    options = SimulationOptions(model="mlp", record_every=2)
+    built_in = run_rounds(small_adult_federation, training, objective, options=options)
+    own = run_rounds(
+        small_adult_federation, training, objective, options=options, model_factory=own_mlp, loss=per_sample_loss
+    )
     assert torch.equal(built_in.state.theta, own.state.theta) and built_in.state.c == own.state.c
     assert built_in.history == own.history and len(own.history) == 2
 
@@ -207,6 +208,7 @@ def first_columns(federation: Federation, count: int) -> Federation:
     return Federation(cut(federation.train), cut(federation.test), count, federation.num_classes)
 
 
+@pytest.mark.slow
 def test_drift_corrected_ten_local_steps_reach_the_centralized_optimum_where_uncorrected_ones_stall(
     small_adult_federation: Federation,
 ) -> None:
@@ -228,8 +230,8 @@ def test_drift_corrected_ten_local_steps_reach_the_centralized_optimum_where_unc
 
     def gap(local_steps: int, rounds: int, drift_correction: str) -> float:
         local = LocalConfig(local_steps=local_steps, lr=0.1, threshold_lr=0.1, drift_correction=drift_correction)
-        training = TrainingConfig(rounds=rounds, batch_size=0, dtype="float64", local=local)
-        state = run_fedsrcvar(federation, objective, training).state
+        training = TrainingConfig(rounds=rounds, batch_size=0, local=local)
+        state = run_fedsrcvar(federation, objective, training, options=F64).state
         _, smooth = training_objectives(evaluate(model, state.theta, pooled).losses, state.c, objective)
         assert smooth >= optimum * (1 - 1e-8), "the reference must be the optimum"
         return (smooth - optimum) / optimum
@@ -260,8 +262,8 @@ def test_on_every_column_drift_correction_needs_a_smaller_step_and_then_matches_
 
     def gap(local_steps: int, rounds: int, drift_correction: str, lr: float) -> float:
         local = LocalConfig(local_steps=local_steps, lr=lr, threshold_lr=lr, drift_correction=drift_correction)
-        training = TrainingConfig(rounds=rounds, batch_size=0, dtype="float64", local=local)
-        state = run_fedsrcvar(small_adult_federation, objective, training).state
+        training = TrainingConfig(rounds=rounds, batch_size=0, local=local)
+        state = run_fedsrcvar(small_adult_federation, objective, training, options=F64).state
         _, smooth = training_objectives(evaluate(model, state.theta, pooled).losses, state.c, objective)
         return (smooth - optimum) / optimum
 
@@ -282,10 +284,10 @@ def test_drift_correction_runs_under_dp_sgd_at_no_privacy_cost(
 
     objective = ObjectiveConfig()
     local = LocalConfig(local_steps=3, drift_correction="scaffold")
-    training = TrainingConfig(rounds=5, batch_size=64, dtype="float64", local=local)
-    plain = run_rounds(small_adult_federation, training, objective, vectorise=False)
+    training = TrainingConfig(rounds=5, batch_size=64, local=local)
+    plain = run_rounds(small_adult_federation, training, objective, vectorise=False, options=F64)
     exact = PrivacyConfig(enabled=True, noise_multiplier=0.0, max_grad_norm=1e6, poisson_sampling=False)
-    private = run_rounds(small_adult_federation, training, objective, privacy=exact)
+    private = run_rounds(small_adult_federation, training, objective, privacy=exact, options=F64)
     assert plain.state.control is not None and private.state.control is not None
     assert float(plain.state.control.abs().max()) > 1e-3
     torch.testing.assert_close(private.state.theta, plain.state.theta, rtol=0, atol=1e-12)
@@ -293,9 +295,9 @@ def test_drift_correction_runs_under_dp_sgd_at_no_privacy_cost(
     assert private.state.c == pytest.approx(plain.state.c, abs=1e-12)
 
     noisy = PrivacyConfig(enabled=True, noise_multiplier=1.0, accountant="rdp")
-    uncorrected = TrainingConfig(rounds=3, batch_size=64, dtype="float64", local=LocalConfig(local_steps=3))
+    uncorrected = TrainingConfig(rounds=3, batch_size=64, local=LocalConfig(local_steps=3))
     spent = [
-        run_rounds(small_adult_federation, config, objective, privacy=noisy).privacy
+        run_rounds(small_adult_federation, config, objective, privacy=noisy, options=F64).privacy
         for config in (dataclasses.replace(uncorrected, local=local), uncorrected)
     ]
     assert spent[0].keys() == spent[1].keys() and len(spent[0]) == 3
@@ -313,11 +315,11 @@ def test_drift_corrected_updates_are_summed_by_secure_aggregation_as_one_vector(
 
     objective = ObjectiveConfig()
     training = TrainingConfig(
-        rounds=4, batch_size=64, dtype="float64", local=LocalConfig(local_steps=3, drift_correction="scaffold")
+        rounds=4, batch_size=64, local=LocalConfig(local_steps=3, drift_correction="scaffold")
     )
     secure = SecureSum(EncodingConfig(clip=10.0, max_weight=600.0, fractional_bits=24, modulus_bits=64))
-    masked = run_rounds(small_adult_federation, training, objective, aggregate=secure).state
-    plain = run_rounds(small_adult_federation, training, objective).state
+    masked = run_rounds(small_adult_federation, training, objective, aggregate=secure, options=F64).state
+    plain = run_rounds(small_adult_federation, training, objective, options=F64).state
     assert len(secure.error_bounds) == 4 and max(secure.error_bounds) < 1e-5
     assert masked.control is not None and plain.control is not None
     assert float((masked.theta - plain.theta).abs().max()) <= 1e-5

@@ -15,17 +15,19 @@ import torch
 from torch import nn
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
 from fedfair.core.models import flat_parameters, per_sample_loss
 from fedfair.datasets import load_dataset, partition
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.simulation.federation import Federation, federation_from_arrays
-from fedfair.simulation.rounds import TrainingConfig, batched_clients, make_learners, run_rounds
+from fedfair.simulation.rounds import SimulationOptions, batched_clients, make_learners, run_rounds
 from fedfair.simulation.secure import SecureSum
 from fedfair.simulation.vectorised import VectorisedClients, size_groups
 from fedfair.secagg import EncodingConfig
+
+F64 = SimulationOptions(dtype="float64")
 
 FLOAT32_UNIT_ROUNDOFF = 2.0**-24
 
@@ -44,7 +46,7 @@ def states_per_round(
     federation: Federation, training: TrainingConfig, objective: ObjectiveConfig | None, *, vectorise: bool
 ) -> list[server.ServerState]:
     states: list[server.ServerState] = []
-    result = run_rounds(federation, training, objective, on_round=states.append, vectorise=vectorise)
+    result = run_rounds(federation, training, objective, options=F64, on_round=states.append, vectorise=vectorise)
     assert result.vectorised is vectorise
     return states
 
@@ -67,7 +69,7 @@ def test_vectorised_rounds_equal_the_loop_to_float64_precision(
     convex, contracting iteration does not amplify it over a few rounds.
     """
     federation = adult_split(scheme, clients)
-    training = TrainingConfig(rounds=4, batch_size=2048, local=local, dtype="float64", seed=3, average_from=0.0)
+    training = TrainingConfig(rounds=4, batch_size=2048, local=local, seed=3, average_from=0.0)
     objective = ObjectiveConfig(epsilon=0.2, rho=0.1, bound=2.0)
     vectorised = states_per_round(federation, training, objective, vectorise=True)
     looped = states_per_round(federation, training, objective, vectorise=False)
@@ -78,6 +80,7 @@ def test_vectorised_rounds_equal_the_loop_to_float64_precision(
     assert vectorised[-1].c < 2.0, "c must have moved off its bound for the test to exercise it"
 
 
+@pytest.mark.slow
 def test_vectorised_clients_follow_the_loops_projection_rule_where_it_binds() -> None:
     """B = 0.3 lies below every loss at the start, so local steps push c above B: each rule of
     projecting c (the server only, Algorithm 1's; or after every local step too) gives the loop's
@@ -87,7 +90,7 @@ def test_vectorised_clients_follow_the_loops_projection_rule_where_it_binds() ->
     runs = []
     for project_locally in (False, True):
         local = LocalConfig(local_steps=2, lr=0.2, threshold_lr=0.5, project_locally=project_locally)
-        training = TrainingConfig(rounds=2, batch_size=2048, local=local, dtype="float64", seed=3, average_from=0.0)
+        training = TrainingConfig(rounds=2, batch_size=2048, local=local, seed=3, average_from=0.0)
         vectorised = states_per_round(federation, training, objective, vectorise=True)
         looped = states_per_round(federation, training, objective, vectorise=False)
         for fast, slow in zip(vectorised, looped, strict=True):
@@ -98,13 +101,14 @@ def test_vectorised_clients_follow_the_loops_projection_rule_where_it_binds() ->
     assert float((runs[0][-1].theta - runs[1][-1].theta).abs().max()) > 1e-3
 
 
+@pytest.mark.slow
 def test_drift_corrected_vectorised_rounds_equal_the_loop_control_variates_included() -> None:
     """SCAFFOLD's correction is the algorithm's, so the batched clients gain it: every round's (theta, c)
     and the server's control variate sigma agree with the loop's to 1e-12 (float64; only the order of
     summation differs, as above), and sigma is far from zero, so the correction is exercised."""
     federation = adult_split("dirichlet", 51)
     local = LocalConfig(local_steps=3, lr=0.05, threshold_lr=0.05, drift_correction="scaffold")
-    training = TrainingConfig(rounds=4, batch_size=2048, local=local, dtype="float64", seed=3, average_from=0.0)
+    training = TrainingConfig(rounds=4, batch_size=2048, local=local, seed=3, average_from=0.0)
     objective = ObjectiveConfig(epsilon=0.2, rho=0.1, bound=2.0)
     vectorised = states_per_round(federation, training, objective, vectorise=True)
     looped = states_per_round(federation, training, objective, vectorise=False)
@@ -118,7 +122,7 @@ def test_drift_corrected_vectorised_rounds_equal_the_loop_control_variates_inclu
 
 def test_fedavg_without_a_threshold_vectorises_too() -> None:
     federation = adult_split("dirichlet", 51)
-    training = TrainingConfig(rounds=3, batch_size=1024, dtype="float64")
+    training = TrainingConfig(rounds=3, batch_size=1024)
     vectorised = states_per_round(federation, training, None, vectorise=True)[-1]
     looped = states_per_round(federation, training, None, vectorise=False)[-1]
     assert float((vectorised.theta - looped.theta).abs().max()) <= 1e-12
@@ -266,10 +270,10 @@ def test_secure_sums_of_vectorised_updates_match_the_plain_sum() -> None:
     """
     federation = adult_split("iid", 6)
     objective = ObjectiveConfig(epsilon=0.1, rho=0.3)
-    training = TrainingConfig(rounds=4, batch_size=240, dtype="float64")
+    training = TrainingConfig(rounds=4, batch_size=240)
     secure = SecureSum(EncodingConfig(clip=10.0, max_weight=600.0, fractional_bits=24, modulus_bits=64))
-    masked = run_rounds(federation, training, objective, aggregate=secure)
-    plain = run_rounds(federation, training, objective)
+    masked = run_rounds(federation, training, objective, options=F64, aggregate=secure)
+    plain = run_rounds(federation, training, objective, options=F64)
     assert masked.vectorised and plain.vectorised
     bound = sum(error * (1 + 10.0) / (240.0 - error) for error in secure.error_bounds)
     assert len(secure.error_bounds) == 4 and 0 < bound < 1e-4
@@ -287,9 +291,11 @@ def test_a_custom_model_and_loss_vectorise_and_match_the_loop() -> None:
     def loss(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return nn.functional.cross_entropy(outputs, labels, reduction="none")
 
-    training = TrainingConfig(rounds=2, batch_size=512, dtype="float64")
+    training = TrainingConfig(rounds=2, batch_size=512)
     runs = [
-        run_rounds(federation, training, ObjectiveConfig(), model_factory=network, loss=loss, vectorise=vectorise)
+        run_rounds(
+            federation, training, ObjectiveConfig(), options=F64, model_factory=network, loss=loss, vectorise=vectorise
+        )
         for vectorise in (True, False)
     ]
     assert runs[0].vectorised and not runs[1].vectorised

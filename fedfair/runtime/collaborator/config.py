@@ -1,11 +1,11 @@
 """A collaborator's own file, ``collaborator.toml``: who it is, where the aggregator is, its data.
 
-Read with the same checked tables as the plan (:mod:`fedfair.runtime.toml_tables`):
+Read with the same checked tables as the plan (:mod:`fedfair.core.tables`):
 every value is checked, an unknown section or key is refused with a suggestion, and
 relative paths are relative to the file's folder. ``[certificates]`` is read straight
 into the transport's :class:`~fedfair.runtime.transport.TlsFiles` and ``[privacy]``
 into :class:`~fedfair.privacy.config.PrivacyConfig`. The training settings are not
-here: they come from the aggregator's plan (:func:`fedfair.runtime.plan.load_shared_settings`).
+here: they come from the aggregator's plan (:func:`fedfair.runtime.plan.aggregator_plan.load_shared_settings`).
 
 Why: docs/design.md, "Inside the collaborator".
 """
@@ -21,11 +21,11 @@ from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.config import FACTORY_PATH
-from fedfair.pki.names import FEDERATION_ID_RE
+from fedfair.pki.names import FEDERATION_ID_RE, validate_name
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from fedfair.runtime.manifest import NO_MANIFEST_WARNING, UNPINNED_PLAN_WARNING, Manifest, load_manifest
-from fedfair.runtime.toml_tables import (
+from fedfair.core.tables import (
     Table,
     check_sections,
     field_names,
@@ -117,7 +117,7 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
         "collaborator",
         ("name", "aggregator", "aggregator_name", "device", "federation", "manifest", "idle_timeout_seconds"),
     )
-    name = me.name("name")
+    name = me.name("name", validate_name)
     federation = (
         me.string(
             "federation", pattern=FEDERATION_ID_RE, expected="a federation id (letters, digits, '.', '_' or '-')"
@@ -126,7 +126,7 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
         else None
     )
     aggregator = me.address("aggregator")
-    aggregator_name = me.name("aggregator_name") if me.given("aggregator_name") else None
+    aggregator_name = me.name("aggregator_name", validate_name) if me.given("aggregator_name") else None
     manifest: Manifest | None = None
     if me.given("manifest"):
         try:

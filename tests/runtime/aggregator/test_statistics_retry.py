@@ -26,7 +26,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.plan import load_aggregator_plan
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.runtime.preprocessing import STATISTICS_ROUND
 from fedfair.runtime.transport import pb, pb_grpc
 from tests.runtime.aggregator.test_loop import Background, aggregator_lines, wait_for_line
@@ -131,6 +131,7 @@ def assert_all_finished(collaborators: list[Background]) -> None:
         assert collaborator.error is None and collaborator.result == 0, collaborator.error
 
 
+@pytest.mark.slow
 def test_collaborators_that_withdraw_from_the_statistics_round_finish_it_on_the_rerun(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1,0 +1,284 @@
+"""The one reader of TOML files and tables: every value's type and range, every key against the known ones.
+
+The aggregator's plan, a collaborator's config, the manifest, the scaffold and the data
+check read TOML here (:func:`read_toml`, :func:`parse_toml`; nothing else in fedfair
+imports tomllib), and the plan's sections and the settings the aggregator shares (JSON,
+read the same way) go through :class:`Table`. Standard library only. An unknown section or key is
+refused with the closest known name as a suggestion; every error is one
+:class:`~fedfair.core.errors.ConfigError` line naming the file, the section, the
+problem and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import json
+import math
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, Literal, NoReturn
+
+from fedfair.core.errors import ConfigError
+
+ADDRESS_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
+
+SHOWN_CHARACTERS = 200
+"""How much of a refused value an error shows: enough to recognise it, never a 400-digit line."""
+
+
+class _Required(enum.Enum):
+    """The default of a key that must be given (an enum, so that the type checker knows it)."""
+
+    REQUIRED = enum.auto()
+
+
+REQUIRED: Final = _Required.REQUIRED
+Required = Literal[_Required.REQUIRED]
+
+
+def positive_integer(value: object) -> bool:
+    """Whether `value` is an integer above 0 (a TOML or JSON boolean is not an integer here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def json_value(value: object) -> bool:
+    """Whether `value` survives the trip to JSON and back unchanged (what every party receives)."""
+    if isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(json_value(item) for item in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(key, str) and json_value(item) for key, item in value.items())
+    return False
+
+
+def shown(value: object) -> str:
+    """A value as it would be written in TOML (true, "text", [1, 2]), cut to SHOWN_CHARACTERS."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):  # ValueError: an integer past Python's 4,300-digit limit of str()
+        text = repr(value) if not isinstance(value, int) else "an integer of more than 4,300 digits"
+    return text if len(text) <= SHOWN_CHARACTERS else f"{text[: SHOWN_CHARACTERS - 3]}... ({len(text)} characters)"
+
+
+def _as_float(value: int | float) -> float:
+    """`value` as a float; an integer too large for one (a 400-digit plan value) as infinity, not OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def suggest(word: str, choices: list[str]) -> str:
+    """'did you mean ...?' for the closest choice, else the list of choices."""
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f"did you mean '{close[0]}'?" if close else f"known: {', '.join(choices)}"
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    """The keys of a section that is read into the dataclass `cls`."""
+    return tuple(field.name for field in dataclasses.fields(cls))
+
+
+def check_sections(source: str, data: Mapping[str, object], known: tuple[str, ...]) -> None:
+    """Refuse a section that is not one of `known`."""
+    for section in data:
+        if section not in known:
+            raise ConfigError(f"{source}: unknown section [{section}]; {suggest(section, list(known))}")
+
+
+def parse_toml(text: str, source: Path | str) -> dict[str, Any]:
+    """The content of TOML `text` read from `source`, or one line saying what to fix."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: not valid TOML ({error}); fix the syntax") from None
+
+
+def read_toml(path: Path | str) -> tuple[Path, dict[str, Any]]:
+    """The resolved path and the content of a TOML file, or one line saying what to fix."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            return path.resolve(), tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path} not found; copy the template next to it and edit it") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read it as TOML ({error}); give a TOML file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML ({error}); fix the syntax") from None
+
+
+def parse_json_object(text: str | bytes, source: object, fix: str) -> dict[str, Any]:
+    """The JSON object in `text` (a manifest's pinned settings, the aggregator's plan).
+
+    Raises:
+        ConfigError: naming `source` and `fix`, when `text` is not JSON or not an object.
+    """
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: a 5,000-digit integer; Recursion: deep
+        raise ConfigError(f"{source}: not valid JSON; {fix}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object; {fix}")
+    return data
+
+
+class Table:
+    """One TOML table, read key by key; every error names the file and the section.
+
+    A key with a default may be left out. An optional key without a default is read
+    only when :meth:`given` says it is there, so each reader returns a plain value.
+    """
+
+    def __init__(self, source: str, section: str, data: object, keys: tuple[str, ...]) -> None:
+        self.source, self.section = source, section
+        if not isinstance(data, Mapping):
+            self.fail(f"[{section}] must be a table (a [{section}] header with key = value lines)")
+        self.data: Mapping[str, object] = data
+        for key in data:
+            if key not in keys:
+                self.fail(f"unknown key '{key}' in [{section}]; {suggest(key, list(keys))}")
+
+    @classmethod
+    def of(cls, source: str, data: Mapping[str, object], section: str, keys: tuple[str, ...]) -> Table:
+        """The table `section` of a file's `data` (empty when the file has none)."""
+        return cls(source, section, data.get(section, {}), keys)
+
+    def fail(self, message: str) -> NoReturn:
+        """Raise a ConfigError: `message`, prefixed with the file it is about."""
+        raise ConfigError(f"{self.source}: {message}")
+
+    def bad(self, key: str, value: object, expected: str) -> NoReturn:
+        """Refuse `key`'s `value`: what was expected, what was given, and that the value is the fix."""
+        self.fail(f"[{self.section}] {key} must be {expected}, got {shown(value)}; fix the value")
+
+    def given(self, key: str) -> bool:
+        """Whether `key` has a value (shared settings spell an unset optional key as JSON null)."""
+        return self.data.get(key) is not None
+
+    def _value(self, key: str, default: object, expected: str) -> object:
+        if key not in self.data:
+            if default is REQUIRED:
+                self.fail(f"missing key '{key}' in [{self.section}]; add {key} = <{expected}>")
+            return default
+        return self.data[key]
+
+    def integer(
+        self, key: str, default: int | Required = REQUIRED, *, low: int | None = None, high: int | None = None
+    ) -> int:
+        """An integer (never a boolean) within [`low`, `high`] where given; `default` if the key is absent.
+
+        Raises:
+            ConfigError: the key is required and absent, or its value is not such an integer.
+        """
+        expected = (
+            "an integer" + (f" >= {low}" if low is not None else "") + (f" <= {high}" if high is not None else "")
+        )
+        value = self._value(key, default, expected)
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or (low is not None and value < low)
+            or (high is not None and value > high)
+        ):
+            self.bad(key, value, expected)
+        return value
+
+    def number(
+        self,
+        key: str,
+        default: float | Required = REQUIRED,
+        *,
+        check: Callable[[float], bool] = lambda _: True,
+        expected: str,
+    ) -> float:
+        """A finite number (an integer is taken as a float) for which `check` holds; `expected` says which.
+
+        Raises:
+            ConfigError: the key is required and absent, or its value is not such a number.
+        """
+        value = self._value(key, default, expected)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(_as_float(value)):
+            self.bad(key, value, expected)
+        number = float(value)
+        if not check(number):
+            self.bad(key, value, expected)
+        return number
+
+    def boolean(self, key: str, default: bool | Required = REQUIRED) -> bool:
+        """A TOML boolean (never a number or a string); `default` if the key is absent."""
+        value = self._value(key, default, "true or false")
+        if not isinstance(value, bool):
+            self.bad(key, value, "true or false")
+        return value
+
+    def string(
+        self,
+        key: str,
+        default: str | Required = REQUIRED,
+        *,
+        choices: tuple[str, ...] = (),
+        pattern: re.Pattern[str] | None = None,
+        expected: str = "a non-empty string",
+    ) -> str:
+        """A non-empty string, one of `choices` or matching `pattern` where given.
+
+        Raises:
+            ConfigError: the key is required and absent, or its value does not fit; an unknown choice
+                is answered with the nearest known one.
+        """
+        if choices:
+            expected = "one of " + ", ".join(f'"{choice}"' for choice in choices)
+        value = self._value(key, default, expected)
+        if (
+            not isinstance(value, str)
+            or not value
+            or (choices and value not in choices)
+            or (pattern is not None and not pattern.fullmatch(value))
+        ):
+            if isinstance(value, str) and choices:
+                self.fail(f"[{self.section}] {key} = {shown(value)} is not known; {suggest(value, list(choices))}")
+            self.bad(key, value, expected)
+        return value
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        """A required, non-empty list of non-empty strings."""
+        value = self._value(key, REQUIRED, "a list of strings")
+        if not isinstance(value, list) or not value or not all(isinstance(item, str) and item for item in value):
+            self.bad(key, value, "a non-empty list of strings")
+        return tuple(value)
+
+    def name(self, key: str, validate: Callable[[str], str], default: str | Required = REQUIRED) -> str:
+        """A participant name, checked by `validate` (fedfair.pki.validate_name) and refused naming this key."""
+        value = self.string(key, default, expected="a participant name like 'hospital-a'")
+        try:
+            return validate(value)
+        except ConfigError as error:
+            self.fail(f"[{self.section}] {key}: {error}")
+
+    def path(self, key: str, base: Path, default: str | Required = REQUIRED) -> Path:
+        """A path; a relative one is taken relative to `base` (the file's folder)."""
+        value = self.string(key, default, expected="a path")
+        return (base / Path(value).expanduser()).resolve()
+
+    def json_table(self, key: str) -> dict[str, Any]:
+        """A table of JSON values (strings, numbers, booleans, lists, tables), e.g. a factory's keyword arguments."""
+        value = self.data[key]
+        if not isinstance(value, Mapping) or not json_value(value):
+            self.bad(key, value, "a table of strings, finite numbers, booleans, lists and tables, e.g. { hidden = 64 }")
+        return dict(value)
+
+    def address(self, key: str, default: str | Required = REQUIRED) -> str:
+        """A ``host:port`` address with a port in 1..65535."""
+        value = self.string(key, default, expected='host:port, e.g. "localhost:50051"')
+        match = ADDRESS_RE.fullmatch(value)
+        if match is None or not 1 <= int(match.group(2)) <= 65535:
+            self.bad(key, value, 'host:port with a port in 1..65535, e.g. "localhost:50051"')
+        return value

@@ -1,0 +1,38 @@
+"""Checked tables: a number too large for a float is the same named error as any other bad value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedfair.core.errors import ConfigError
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings, shared_settings
+from fedfair.core.tables import SHOWN_CHARACTERS, Table
+from tests.runtime.harness import new_workspace
+
+
+@pytest.mark.parametrize("value", [10**399, -(10**399), 10**5000], ids=["400 digits", "-400 digits", "5001 digits"])
+def test_an_integer_past_a_float_is_refused_by_name_not_by_overflow(value: int) -> None:
+    table = Table("plan.toml", "quorum", {"round_timeout_seconds": value}, ("round_timeout_seconds",))
+    with pytest.raises(ConfigError, match=r"plan.toml: \[quorum\] round_timeout_seconds must be a number of seconds") as refused:
+        table.number("round_timeout_seconds", check=lambda x: x > 0, expected="a number of seconds > 0")
+    assert len(str(refused.value)) < SHOWN_CHARACTERS + 150
+
+
+def test_a_400_digit_integer_in_a_served_plan_names_the_field(tmp_path: Path) -> None:
+    """What the collaborator reads as the aggregator's plan: a ConfigError, which it reports as plan-mismatch."""
+    plan = load_aggregator_plan(new_workspace(tmp_path, ["site-a", "site-b", "site-c"]).plan)
+    served = json.loads(shared_settings(plan))
+    served["quorum"]["round_timeout_seconds"] = 10**399
+    with pytest.raises(ConfigError, match=r"\[quorum\] round_timeout_seconds must be"):
+        load_shared_settings(json.dumps(served).encode())
+
+
+@pytest.mark.parametrize(
+    "payload", [b"[" * 100_000 + b"]" * 100_000, b'{"quorum": ' + b"1" * 5000 + b"}"], ids=["100,000 deep", "5,000 digits"]
+)
+def test_a_served_plan_too_deep_or_too_long_a_number_is_a_named_error(payload: bytes) -> None:
+    with pytest.raises(ConfigError, match="the aggregator's plan: not valid JSON"):
+        load_shared_settings(payload)
