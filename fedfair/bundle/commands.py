@@ -11,7 +11,6 @@ Why: docs/design.md, "Inside the model bundle".
 from __future__ import annotations
 
 import logging
-import json
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
@@ -29,7 +28,6 @@ from fedfair.core.models import flat_parameters, predict
 from fedfair.datasets.encoder import Encoder
 
 # The package's one CSV/Parquet reader, so a table reads here exactly as it does for training.
-from fedfair.datasets.tabular import read_table
 from fedfair.fairness.pooled import group_risk_report
 from fedfair.fairness.composition import CellShare
 from fedfair.fairness.report import GroupRiskReport

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from fedfair.core import server
 from fedfair.core.config import ObjectiveConfig, TrainingConfig

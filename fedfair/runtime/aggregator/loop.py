@@ -56,7 +56,7 @@ from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
 from fedfair.runtime.report.page import guessing_warning
-from fedfair.runtime.transport import StageGate, make_binding, pb
+from fedfair.runtime.transport import make_binding, pb
 from fedfair.secagg.graph import canonical_roster
 
 logger = logging.getLogger("fedfair.aggregator")
