@@ -78,7 +78,7 @@ from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import RoundLoop
-from fedfair.runtime.aggregator.statistics import StatisticsFailed
+from fedfair.core.errors import StatisticsError
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.aggregator.start import GOODBYE_SECONDS, prepare
 from fedfair.runtime.collaborator.config import load_collaborator_config
@@ -873,7 +873,7 @@ class StatisticsRerun:
             self.tap.uploads, self.tap.expected = {}, {}
             try:
                 loop.federate_statistics()
-            except StatisticsFailed as error:
+            except StatisticsError as error:
                 self.failures[label] = str(error)
             finally:
                 self.uploads[label], self.expected[label] = self.tap.uploads, self.tap.expected
