@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from fedfair import pki
-from fedfair.research.workspace import Workspace, toml_text
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
@@ -31,6 +30,7 @@ from fedfair.runtime.failures import (
     NAME_NOT_ALLOWED,
     PermanentFailure,
 )
+from fedfair.runtime.local.workspace import Workspace, toml_text
 from fedfair.runtime.logs import Console
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import TlsFiles
