@@ -54,7 +54,6 @@ from attacks.consent import (
     LoopAggregator,
     StageTap,
     census_schema,
-    crafted_state,
     fixed,
     institution_table,
     lines_of,

@@ -19,7 +19,7 @@ from torch import nn
 
 from fedfair.core.algorithm import ClientRound, FedSRCVaR
 from fedfair.core.config import LocalConfig
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import BudgetReason, ConfigError, PrivacyBudgetError, QuorumError, QuorumReason
 from fedfair.core.models import flat_parameters, load_flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.core.update import Update
@@ -113,11 +113,17 @@ class LocalLearner:
 
     @property
     def num_samples(self) -> int:
+        """n_k, the collaborator's local training samples."""
         return int(self.features.shape[0])
 
     def begin(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> None:
-        """Load the global pair (theta_t, c_t) at the start of a round, and with drift correction
-        the server's control variate sigma ([theta's coordinates, c] in step units; None counts as zeros).
+        """Start a round from the global pair (theta_t, c_t).
+
+        Args:
+            theta: the global model's flat parameters, moved to the model's device and dtype here.
+            c: the global threshold; ignored without an RCVaR head.
+            control: with drift correction, the server's control variate sigma ([theta's coordinates, c]
+                in step units); None counts as zeros.
         """
         parameter = next(self.model.parameters())
         start_theta = theta.detach().to(parameter.device, parameter.dtype)
@@ -144,6 +150,7 @@ class LocalLearner:
         return losses if self.threshold is None else self.threshold(losses)
 
     def zero_grad(self) -> None:
+        """Clear the gradients of every state tensor (theta's tensors and c), so a backward pass starts afresh."""
         for tensor in self.state_tensors:
             tensor.grad = None
 
@@ -210,18 +217,16 @@ def checked_losses(losses: torch.Tensor, samples: int) -> torch.Tensor:
     return losses
 
 
-class StopsContributing(FedfairError):
-    """A collaborator leaves the federation for good before a round (e.g. its privacy budget is spent)."""
-
-
-class QuorumLost(FedfairError):
-    """Too few collaborators are still contributing to go on."""
-
-
 class RoundTrainer(Protocol):
     """What a round needs of a collaborator: a plain LocalLearner or a private one."""
 
-    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update: ...
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
+        """The collaborator's update for one round from the global (theta, c) and the server's control variate.
+
+        Raises:
+            PrivacyBudgetError: with reason LEARNER_SPENT, the collaborator leaves for good before this round.
+        """
+        ...
 
 
 def contributing_updates(
@@ -236,21 +241,24 @@ def contributing_updates(
 
     `control` is the server's drift-correction control variate (`ServerState.control`), None without.
 
-    A learner that stops contributing (`StopsContributing`, e.g. a spent privacy budget)
+    A learner that stops contributing (a `PrivacyBudgetError`: its budget is spent)
     is left out from this round on, with a warning; if fewer than `quorum` remain,
-    QuorumLost ends the federation.
+    a QuorumError (LOST) ends the federation.
     """
     updates: list[Update] = []
     remaining: list[RoundTrainer] = []
     for learner in learners:
         try:
             updates.append(learner.train_round(theta, c, control))
-        except StopsContributing as stopped:
+        except PrivacyBudgetError as stopped:
+            if stopped.reason is not BudgetReason.LEARNER_SPENT:
+                raise
             logger.warning("%s", stopped)
             continue
         remaining.append(learner)
     if len(updates) < quorum:
-        raise QuorumLost(
+        raise QuorumError(
+            QuorumReason.LOST,
             f"only {len(updates)} of {len(learners)} collaborators are within their privacy budgets, below the quorum "
             f"of {quorum}; the federation stops here (larger budgets would let it go on)"
         )

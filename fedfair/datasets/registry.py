@@ -22,7 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import ConfigError, FetchError
 
 # Package data beside this module, so an installed wheel reads it from site-packages, not a
 # source checkout (sources and licence: data/README.md in the repository).
@@ -30,10 +30,6 @@ BUNDLED_DATA_DIR = Path(__file__).resolve().parent / "data"
 CACHE_ENV_VAR = "FEDFAIR_CACHE"
 # pip prints progress for minutes on a slow link; past this the download is treated as failed.
 DOWNLOAD_TIMEOUT_S = 900
-
-
-class FetchError(FedfairError):
-    """A dataset file could not be obtained, or does not match its pinned SHA-256."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +64,7 @@ class DatasetInfo:
 
     @property
     def bundled(self) -> bool:
+        """True when the files ship with fedfair (no archive to download and verify)."""
         return self.requirement is None
 
 
@@ -165,7 +162,11 @@ DATASETS: dict[str, DatasetInfo] = {
 
 
 def dataset_info(name: str) -> DatasetInfo:
-    """The registry entry for ``name``; a ConfigError naming the valid names otherwise."""
+    """The registry entry for ``name``.
+
+    Raises:
+        ConfigError: ``name`` is not registered; the message names the valid names.
+    """
     try:
         return DATASETS[name]
     except KeyError:
@@ -232,8 +233,12 @@ def read_bundled(info: DatasetInfo, data_file: DataFile) -> bytes:
 def fetch(name: str, cache_dir: Path | None = None) -> Path:
     """Make sure the dataset's files are in the cache and match their pins; return their folder.
 
-    Downloads only what is missing. A cached file whose SHA-256 differs from the pin is
-    refused rather than silently replaced, so tampering or disk corruption is noticed.
+    Downloads only what is missing.
+
+    Raises:
+        ConfigError: ``name`` is not registered.
+        FetchError: a file's SHA-256 differs from its pin (a cached file is refused rather than
+            silently replaced, so tampering or disk corruption is noticed), or the download fails.
     """
     info = dataset_info(name)
     if info.bundled:

@@ -7,7 +7,7 @@ other layers with a norm sampler ("norm"), else every per-sample gradient ("per_
 the same update up to float rounding, and the mode that runs is ``PrivateLearner.clipping``, part
 of every ``PrivacyReport``. Poisson samples and noise come from OS entropy, never from the plan's
 seed, which the aggregator knows. A round that would push epsilon past the budget is refused
-before it trains (``PrivacyBudgetExhausted``).
+before it trains (``PrivacyBudgetError``, LEARNER_SPENT).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from opacus.grad_sample import GradSampleHooks
 from opacus.optimizers import DPOptimizer
 from torch import nn
 
-from fedfair.core.errors import ConfigError
-from fedfair.core.local import LocalLearner, StopsContributing
+from fedfair.core.errors import BudgetReason, ConfigError, PrivacyBudgetError
+from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
 from fedfair.privacy.accounting import PrivacyAccountant, noise_multiplier_for
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
@@ -41,10 +41,6 @@ from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.hooks import check_private_model
 
 logger = logging.getLogger(__name__)
-
-
-class PrivacyBudgetExhausted(StopsContributing):
-    """A collaborator's next round would spend more epsilon than its budget; it stops contributing."""
 
 
 @dataclass(frozen=True)
@@ -65,9 +61,11 @@ class PrivacyReport:
     function of its data (the weight and batch a plan fixes); None where the caller did not say."""
 
     def to_dict(self) -> dict[str, float | int | str | None]:
+        """Every field by name, as JSON can hold it (the metric a collaborator sends)."""
         return asdict(self)
 
     def describe(self) -> str:
+        """One line for the log: epsilon (and the RDP cross-check), budget, delta, rounds, steps, accountant."""
         cross = f" (RDP {self.rdp_epsilon:.3f})" if self.rdp_epsilon is not None else ""
         budget = f" of budget {self.budget:g}" if self.budget is not None else ""
         clipping = f", {_CLIPPING_NAMES[self.clipping]}" if self.clipping is not None else ""
@@ -103,7 +101,7 @@ class PrivateLearner:
     Same round interface (`begin` / `step` / `finish` / `train_round`) and the same
     `Update`, so the simulation and the collaborator process use it in place of
     the plain learner. `begin` checks the budget and records the round's tau steps
-    in the accountant before any step is taken; it raises `PrivacyBudgetExhausted`
+    in the accountant before any step is taken; it raises `PrivacyBudgetError` (LEARNER_SPENT)
     instead when the round would exceed the budget.
 
     The batches of a round are drawn on the host when it begins and moved to the
@@ -205,8 +203,10 @@ class PrivateLearner:
 
     @property
     def threshold_max_grad_norm(self) -> float | None:
-        """C's own clip bound under distributed DP (the configured one, else c's gradient bound
-        (1 - eps) max(1, 1/rho - 1), where clipping changes nothing); None when clipped with theta.
+        """C's own clip bound under distributed DP; None when c is clipped jointly with theta.
+
+        The configured bound, else c's gradient bound (1 - eps) max(1, 1/rho - 1), where clipping
+        changes nothing.
         """
         threshold = self.learner.threshold
         if self.privacy.mode != "distributed" or threshold is None:
@@ -232,8 +232,14 @@ class PrivateLearner:
         return self._report(self.accountant.epsilon(self.privacy.delta, self.privacy.accountant))
 
     def begin(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> None:
-        """Check the budget, account for this round's tau steps, load (theta_t, c_t) and the server's
-        drift-correction control variate (if any), draw the round's batches.
+        """Start a private round: check the budget, account for its tau steps, load the global state.
+
+        Loads (theta_t, c_t) and the server's drift-correction control variate (if any), then draws
+        the round's batches. The steps are recorded (and persisted) before any is taken.
+
+        Raises:
+            PrivacyBudgetError: with reason LEARNER_SPENT, one more round would take epsilon above the budget;
+                nothing is spent.
         """
         self._spend_round()
         self.learner.begin(theta, c, control)
@@ -289,7 +295,7 @@ class PrivateLearner:
         return self.learner.finish()
 
     def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
-        """begin, tau private steps, finish; raises PrivacyBudgetExhausted before training when spent."""
+        """begin, tau private steps, finish; raises PrivacyBudgetError before training when spent."""
         self.begin(theta, c, control)
         for _ in range(self.steps_per_round):
             self.step()
@@ -301,7 +307,8 @@ class PrivateLearner:
         epsilon = self.accountant.epsilon(delta, mechanism, then=run)
         if budget is not None and epsilon > budget:
             spent = self.accountant.epsilon(delta, mechanism)
-            raise PrivacyBudgetExhausted(
+            raise PrivacyBudgetError(
+                BudgetReason.LEARNER_SPENT,
                 f"{self.name} stops contributing: one more round would bring its epsilon to {epsilon:.3f}, above its "
                 f"budget {budget:g} (delta {delta:g}, {mechanism} accountant; {spent:.3f} spent over "
                 f"{self.accountant.rounds} rounds); only a larger budget_epsilon would let it go on"

@@ -17,10 +17,9 @@ from fedfair.core.config import DEFAULT_SERVER_MOMENTUM, LocalConfig, ObjectiveC
 from fedfair.core import server
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import DATASETS
-from fedfair.fairness import pooled
 from fedfair.privacy.flags import privacy_config_from_args
 from fedfair.privacy.learner import PrivacyReport
-from fedfair.research import baselines, dro
+from fedfair.research import dro
 from fedfair.research.arguments import DEFAULT_BASELINE_LR, add_experiment_arguments
 from fedfair.research.experiment import ExperimentConfig
 from fedfair.research.method_names import RHO_FREE_METHODS

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from cryptography import x509
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.pki.names import FEDERATION_ID_RE, ROLES, validate_name
 from fedfair.pki.roster import PARTICIPANTS, Pin, PlanPin, check_pins, roster_digest, settings_digest
@@ -61,10 +61,6 @@ UNPINNED_PLAN_WARNING = (
     "masking graph at will; pin the agreed plan with `fedfair plan pin` and share the new manifest"
 )
 """The one line a collaborator logs when its manifest has no [plan]."""
-
-
-class ManifestError(ConfigError):
-    """A plan, a round's roster or a certificate disagrees with the manifest; the message names what and who."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from fedfair.core.errors import ConfigError
 from fedfair.pki.names import validate_federation_id, validate_name
 from fedfair.runtime.plan.templates import AGGREGATOR_NAME, MANIFEST, Federation, render_collaborator, render_plan
-from fedfair.core.tables import ADDRESS_RE, parse_toml
+from fedfair.core.tables import parse_toml
 
 CA_FOLDER = "ca"
 """The CA holder's folder: ca.key lives there, offline, never in a federation process's certs."""

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from fedfair.core.errors import AuthenticationError, ProtocolError, UnmaskRefusedError
 from fedfair.pki.identity import is_valid_signature
 from fedfair.secagg import keys, shamir
 from fedfair.secagg.codec import Reader
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.errors import AuthenticationError, ProtocolError, UnmaskRefusedError
 from fedfair.secagg.messages import Dealing, EncryptedShares, RevealedShare
 from fedfair.secagg.payloads import consistency_payload, dealing_line, dealing_payload, share_commitment
 
@@ -39,8 +39,9 @@ class Kind(enum.Enum):
     MASK_KEY = "mask key"
 
     def commitment(self, session: bytes, owner: int, holder: int, share: bytes) -> bytes:
-        """:func:`~fedfair.secagg.payloads.share_commitment` of ``holder``'s share of ``owner``'s secret of
-        this kind.
+        """The 32-byte commitment to ``holder``'s share of ``owner``'s secret of this kind.
+
+        It is :func:`~fedfair.secagg.payloads.share_commitment`, with this kind's name bound in.
         """
         return share_commitment(session, owner, holder, self.name, share)
 
@@ -53,6 +54,7 @@ class Held:
     key: bytes
 
     def reveal(self, owner: int, kind: Kind) -> RevealedShare:
+        """The UNMASK answer revealing this party's share of ``owner``'s secret ``kind``."""
         return RevealedShare(owner, self.seed if kind is Kind.SEED else self.key)
 
 

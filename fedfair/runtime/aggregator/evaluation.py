@@ -8,7 +8,7 @@ composition``, appends its counts of who is above c-bar by category
 collaborator checks against its own plan. This module runs the sum and turns it into the
 evaluation's record: the held-out risks, certified, and the composition when counted.
 A sum that gives no report (too few samples, broken sums) raises ConfigError, and an
-aggregation that fails raises RoundAborted; the round loop records either as an aborted
+aggregation that fails raises RoundAbortedError; the round loop records either as an aborted
 evaluation.
 """
 

@@ -46,7 +46,7 @@ class Charges:
 
     def training(self, round_number: int, model: str, dimension: int) -> None:
         """Charge one distributed DP-SGD round on `model` (its update `dimension` values long) to the ledger,
-        before its noised words are kept and sent; BudgetSpent, charging nothing, past the budget.
+        before its noised words are kept and sent; PrivacyBudgetError, charging nothing, past the budget.
         """
         privacy = self.shared.privacy
         noise, _ = self.shared.training_noise(self.shared.collaborator_count, dimension)
@@ -71,7 +71,7 @@ class Charges:
     ) -> None:
         """Under the plan's [privacy] report_epsilon.
 
-        Charge this fresh answer to the ledger (BudgetSpent past the budget), then add this party's share of the
+        Charge this fresh answer to the ledger (PrivacyBudgetError past the budget), then add this party's share of the
         Skellam noise to its encoded words, from the OS's CSPRNG, before masking. A no-op for exact reports.
         """
         privacy = self.shared.privacy

@@ -23,10 +23,17 @@ from pathlib import Path
 
 import numpy as np
 
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import (
+    BudgetReason,
+    ConfigError,
+    PermanentFailureError,
+    PrivacyBudgetError,
+    Refusal,
+    RefusedError,
+)
 from fedfair.core.files import atomic_write, read_json
 from fedfair.privacy import distributed
-from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST, PermanentFailure
+from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST
 
 KINDS = ("statistics", "train", "evaluate")
 """The kinds of input: the statistics before round 1 (round 0), a round's training and its evaluation."""
@@ -41,14 +48,6 @@ _FIX = (
     "this institution's past inputs with new ones, so start afresh only for a new federation id, or pass "
     "--reset-state if you accept that"
 )
-
-
-class BudgetSpent(ConfigError):
-    """A noised answer would spend more privacy than the institution's budget allows."""
-
-
-class BindingRefused(FedfairError):
-    """This input may not be contributed: an older round, or a model or round already answered otherwise."""
 
 
 @dataclass(frozen=True)
@@ -225,11 +224,11 @@ class InputRecord:
         The accountant charges a round before its steps run and the record counts it after, so an
         honest pair always has ``rounds >= trainings``; fewer means the accountant's file was lost or
         rolled back, and going on would spend the budget again from a false start. An accountant that
-        charged rounds beside no record at all means the record was lost (PermanentFailure, unless
+        charged rounds beside no record at all means the record was lost (PermanentFailureError, unless
         ``reset``).
         """
         if rounds > 0 and not self.found and not self.reset:
-            raise PermanentFailure(LOCAL_STATE_LOST, path=self.path, evidence=f"its privacy accountant charged {rounds} rounds")
+            raise PermanentFailureError(LOCAL_STATE_LOST, path=self.path, evidence=f"its privacy accountant charged {rounds} rounds")
         if rounds < self._trainings:
             raise ConfigError(
                 f"the privacy accountant ({where or 'in memory'}) has charged {rounds} rounds, but {self.path} "
@@ -261,7 +260,7 @@ class InputRecord:
     ) -> float:
         """Charge one fresh input's `release` (one step) to the ledger and persist it, before the input is kept
         and sent; returns the epsilon spent with it (at `delta`, less every entry's `addon` for rounding and
-        wraps). Raises BudgetSpent, charging nothing, if the composed epsilon would pass `budget`, naming what
+        wraps). Raises PrivacyBudgetError (ANSWER_REFUSED), charging nothing, if the composed epsilon would pass `budget`, naming what
         was spent on what.
         """
         entry: dict[str, object] = {
@@ -282,7 +281,8 @@ class InputRecord:
             spent_on = ", ".join(
                 f"{sum(item['kind'] == name for item in self._releases)} {name} answers" for name in kinds
             )
-            raise BudgetSpent(
+            raise PrivacyBudgetError(
+                BudgetReason.ANSWER_REFUSED,
                 f"answering round {round_number} ({kind}) would spend epsilon {total:.3g} at delta {delta:g}, past "
                 f"this institution's budget of {budget:g}; spent so far: epsilon {self.spent(delta):.3g} on "
                 f"{spent_on or 'nothing'} (kept in {self.path}); only a larger [privacy] budget in a new plan "
@@ -308,9 +308,9 @@ class InputRecord:
         """The binding of the input of `kind` on `model` in round `round_number`.
 
         A model answered before gets the kept bits again, in the same round (an aggregator re-running
-        it) or a later one (a round aborted, the model unchanged). Raises BindingRefused for a round
+        it) or a later one (a round aborted, the model unchanged). Raises RefusedError (INPUT_BOUND) for a round
         answered with another model (a model pushed one ulp away) and for an answer whose bits are no
-        longer kept (only the latest of each kind is); PermanentFailure for a round older than the
+        longer kept (only the latest of each kind is); PermanentFailureError for a round older than the
         latest answered, and for no record past the first round.
         """
         if kind not in KINDS:
@@ -318,7 +318,7 @@ class InputRecord:
         if self._latest is not None and round_number < self._latest:
             # A replayed round's sum could be subtracted from one already revealed; an aggregator serving
             # it has finished this federation or gone back, and waiting will not change that.
-            raise PermanentFailure(
+            raise PermanentFailureError(
                 FEDERATION_PAST, latest=self._latest, federation=self.federation, path=self.path, served=round_number
             )
         if self._first_asked is None:
@@ -326,12 +326,13 @@ class InputRecord:
         # A process that began with no record may go on past round 1 only if it was there from the start
         # (it may have withdrawn from every round so far, which keeps nothing).
         if self._latest is None and not self.found and not self.reset and self._first_asked > 1:
-            raise PermanentFailure(LOCAL_STATE_LOST, path=self.path, evidence=f"the aggregator is at round {round_number}")
+            raise PermanentFailureError(LOCAL_STATE_LOST, path=self.path, evidence=f"the aggregator is at round {round_number}")
         key = f"{kind}:{model}"
         entry = self._inputs.get(key)
         for other, answered in self._inputs.items():
             if other != key and other.startswith(f"{kind}:") and answered.round == round_number:
-                raise BindingRefused(
+                raise RefusedError(
+                    Refusal.INPUT_BOUND,
                     f"round {round_number} ({kind}) was already answered for another model (kept in "
                     f"{self.path}); a second answer for the same round could be subtracted from the first"
                 )
@@ -339,7 +340,8 @@ class InputRecord:
         if entry is not None:
             kept = self._read_kept(kind, key)
             if kept is None and entry.round is not None:
-                raise BindingRefused(
+                raise RefusedError(
+                    Refusal.INPUT_BOUND,
                     f"this {kind} model was answered in round {entry.round}, and its bits are no longer kept (a "
                     "later answer replaced them, or the file was lost); answering again would send new bits"
                 )

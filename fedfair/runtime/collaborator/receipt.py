@@ -15,11 +15,10 @@ from typing import Any
 import grpc
 
 from fedfair.bundle import load_bundle
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, WireError
 from fedfair.core.files import atomic_write
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.failures import EXIT_INCOMPLETE
-from fedfair.runtime.transport import WireError
 
 logger = logging.getLogger("fedfair.collaborator")
 

@@ -21,13 +21,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import (
+    BudgetReason,
+    ConfigError,
+    FedfairError,
+    PrivacyBudgetError,
+    Refusal,
+    RefusedError,
+    WireError,
+)
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import LocalLearner, RoundTrainer, StopsContributing
+from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.update import bounded
 from fedfair.fairness import sums
 from fedfair.runtime.collaborator.charges import Charges
-from fedfair.runtime.collaborator.input_record import BindingRefused, InputRecord, Kept, SignedView
+from fedfair.runtime.collaborator.input_record import InputRecord, Kept, SignedView
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
@@ -43,7 +51,7 @@ from fedfair.runtime.contract import (
     update_dimension,
 )
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
-from fedfair.runtime.transport import WireError, pb, pb_grpc
+from fedfair.runtime.transport import pb, pb_grpc
 from fedfair.runtime.logs import per_round
 from fedfair.secagg import Encoder
 
@@ -146,14 +154,15 @@ class RoundJob:
     def view_of(self, round_number: int, kind: str, model: str) -> SignedView:
         """The survivor set an input of this kind and model is bound to, in every session and round, across
         restarts (:mod:`fedfair.runtime.collaborator.input_record`), with its kept bits if it was answered;
-        BindingRefused for an input the record refuses.
+        RefusedError (INPUT_BOUND) for an input the record refuses.
         """
         return self.record.view(round_number, kind, model)
 
     def check_round(self, round_number: int, kind: str) -> None:
-        """BindingRefused for a round past the pinned plan's last, before anything of it is downloaded."""
+        """RefusedError (INPUT_BOUND) for a round past the pinned plan's last, before anything of it is downloaded."""
         if round_number > self.shared.training.rounds:
-            raise BindingRefused(
+            raise RefusedError(
+                Refusal.INPUT_BOUND,
                 f"round {round_number} ({kind}) is past the plan's last round, {self.shared.training.rounds}; "
                 "this institution trains and evaluates only the rounds its pinned plan names"
             )
@@ -222,14 +231,11 @@ class RoundJob:
         self._holds_control = True
         try:
             update = self.trainer.train_round(theta, c, control)
-        # A collaborator stops contributing for good only when its privacy budget is spent (the private
-        # learner's PrivacyBudgetExhausted); naming the base class keeps Opacus unloaded without [privacy].
-        except StopsContributing as error:
-            logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
-            self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
-            return nothing
         except FedfairError as error:
             logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
+            # A collaborator stops contributing for good only when its private learner's budget is spent.
+            if isinstance(error, PrivacyBudgetError) and error.reason is BudgetReason.LEARNER_SPENT:
+                self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
             return nothing
         influence = self.shared.influence
         batch = int(update.weight)

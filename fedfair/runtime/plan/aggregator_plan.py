@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.config import TrainingConfig
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.datasets.schema import Schema
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.manifest import (
     Manifest,
-    ManifestError,
     check_bounds,
     check_federation,
     check_pinned_settings,

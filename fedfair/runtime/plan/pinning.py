@@ -13,7 +13,6 @@ aggregator's checkpoint and round log. It is the way to run a finished federatio
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re

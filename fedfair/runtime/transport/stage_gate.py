@@ -3,7 +3,7 @@
 The aggregator opens stages one after another with a :class:`StageGate`. An upload
 is admitted once per peer, only for the stage open now and before its deadline; a
 read (Fetch, DownloadModel) only for the current round and a stage already opened.
-Refusals are :class:`Rejected` errors with one generic message, so a caller learns
+Refusals are :class:`~fedfair.core.errors.RefusedError` errors with one generic message, so a caller learns
 neither who else takes part nor which check failed.
 """
 
@@ -17,7 +17,7 @@ from typing import NoReturn
 
 import grpc
 
-from fedfair.core.errors import FedfairError
+from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.runtime.transport.chunks import DEFAULT_CHUNK_BYTES, read_payload
 
@@ -25,30 +25,21 @@ NOT_PERMITTED = "not permitted"
 NOT_EXPECTED = "message refused: not expected for this federation, round and stage"
 
 
-class Rejected(FedfairError):
-    """A generic refusal to send back as a gRPC status; it never names a participant."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
-
-    def abort(self, context: grpc.ServicerContext) -> NoReturn:
-        """End the RPC with this status (``context.abort`` raises)."""
-        context.abort(self.code, self.details)
-        raise AssertionError("unreachable: context.abort raises")
+STATUS_CODES: dict[Refusal, grpc.StatusCode] = {
+    Refusal.NOT_EXPECTED: grpc.StatusCode.FAILED_PRECONDITION,
+    Refusal.LATE: grpc.StatusCode.FAILED_PRECONDITION,
+    Refusal.NOT_PERMITTED: grpc.StatusCode.PERMISSION_DENIED,
+    Refusal.OVER_LIMIT: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Refusal.ALREADY_CONNECTED: grpc.StatusCode.ALREADY_EXISTS,
+    Refusal.INVALID_UPLOAD: grpc.StatusCode.INVALID_ARGUMENT,
+}
+"""The gRPC status a caller hears for each refusal of the aggregator's (the others are a collaborator's own)."""
 
 
-class LateUpload(Rejected):
-    """An upload for a stage that has closed, from a peer that stage was waiting for.
-
-    Usual, since a stage closes once it has enough answers or at its deadline, so the aggregator logs it
-    quietly. The caller hears the same refusal as for any other message the gate refuses.
-    """
-
-    def __init__(self, binding: pb.Binding) -> None:
-        super().__init__(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
-        self.stage = describe_binding(binding)
+def abort(refused: RefusedError, context: grpc.ServicerContext) -> NoReturn:
+    """End the RPC with the refusal's status and its generic message (``context.abort`` raises)."""
+    context.abort(STATUS_CODES[refused.reason], str(refused))
+    raise AssertionError("unreachable: context.abort raises")
 
 
 @dataclass(frozen=True)
@@ -77,7 +68,7 @@ def describe_binding(binding: pb.Binding) -> str:
 
 
 def _refuse() -> NoReturn:
-    raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+    raise RefusedError(Refusal.NOT_EXPECTED, NOT_EXPECTED)
 
 
 class StageGate:
@@ -144,8 +135,8 @@ class StageGate:
             return frozenset(self._expected.submitted)
 
     def admit(self, binding: pb.Binding, peer: str) -> None:
-        """Admit one upload by ``peer`` (a name from its certificate) or raise Rejected
-        (:class:`LateUpload` when the stage it names closed while still awaiting ``peer``).
+        """Admit one upload by ``peer`` (a name from its certificate) or raise RefusedError
+        (LATE when the stage it names closed while still awaiting ``peer``, else NOT_EXPECTED).
 
         The peer's slot for this stage is taken at once, so a concurrent or later
         duplicate is refused; :meth:`release` gives it back if the upload then fails.
@@ -154,7 +145,7 @@ class StageGate:
             expired = self._deadline is not None and self._clock() > self._deadline
             if self._open is None or binding != self._open or expired or not self._expected.awaits(peer):
                 if self._late(binding, peer, expired):
-                    raise LateUpload(binding)
+                    raise RefusedError(Refusal.LATE, NOT_EXPECTED, stage=describe_binding(binding))
                 _refuse()
             self._expected.submitted.add(peer)
 
@@ -186,7 +177,7 @@ class StageGate:
             _refuse()
 
     def check_read(self, binding: pb.Binding) -> None:
-        """Allow a read for the current round at a stage already opened, or raise Rejected."""
+        """Allow a read for the current round at a stage already opened, or raise RefusedError."""
         with self._lock:
             if (
                 binding.federation_id != self.federation_id
@@ -208,7 +199,7 @@ def receive_upload(
     """A Submit stream from ``peer``.
 
     Admitted by ``gate`` on its first part, before any data is buffered, then reassembled under the limits.
-    Raises Rejected (replay, late, foreign) or WireError (malformed); a failed upload frees the peer's slot.
+    Raises RefusedError (replay, late, foreign) or WireError (malformed); a failed upload frees the peer's slot.
     """
     admitted: list[pb.Binding] = []
 

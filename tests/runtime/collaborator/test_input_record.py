@@ -13,10 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import BudgetReason, ConfigError, PermanentFailureError, PrivacyBudgetError, RefusedError
 from fedfair.privacy import distributed
-from fedfair.runtime.collaborator.input_record import BindingRefused, BudgetSpent, InputRecord, Kept
-from fedfair.runtime.failures import PermanentFailure
+from fedfair.runtime.collaborator.input_record import InputRecord, Kept
 
 
 def record_path(tmp_path: Path) -> Path:
@@ -46,7 +45,7 @@ def test_a_round_answered_with_one_model_refuses_another(tmp_path: Path) -> None
     # The 1-ulp push: the same round on a model one ulp away would replace the kept update.
     path = record_path(tmp_path)
     answered(path, 2, model="m", reset=True)
-    with pytest.raises(BindingRefused, match="round 2 .train. was already answered for another model"):
+    with pytest.raises(RefusedError, match="round 2 .train. was already answered for another model"):
         InputRecord(path, "fed").view(2, "train", "m-plus-one-ulp")
     # Another kind of the same round is another input.
     assert InputRecord(path, "fed").view(2, "evaluate", "m-plus-one-ulp").kept is None
@@ -61,7 +60,7 @@ def test_a_model_carried_into_a_later_round_gets_the_same_bits(tmp_path: Path) -
     assert again.encoded.tobytes() == first.encoded.tobytes()
     restarted = InputRecord(path, "fed")
     assert restarted.latest == 3
-    with pytest.raises(BindingRefused, match="round 3 .train. was already answered for another model"):
+    with pytest.raises(RefusedError, match="round 3 .train. was already answered for another model"):
         restarted.view(3, "train", "other")
 
 
@@ -71,7 +70,7 @@ def test_only_the_latest_answer_of_a_kind_is_kept_and_older_ones_are_not_answere
     answered(path, 3, model="b")
     record = InputRecord(path, "fed")
     assert record.view(3, "train", "b").kept is not None
-    with pytest.raises(PermanentFailure, match="federation-past: .* round 3 of federation fed .* now serves round 2"):
+    with pytest.raises(PermanentFailureError, match="federation-past: .* round 3 of federation fed .* now serves round 2"):
         record.view(2, "train", "a")
 
 
@@ -82,13 +81,13 @@ def test_a_changed_kept_file_is_not_sent_and_the_input_is_refused(tmp_path: Path
     payload = bytearray(kept_file.read_bytes())
     payload[-30] ^= 1
     kept_file.write_bytes(bytes(payload))
-    with pytest.raises(BindingRefused, match="answered in round 2, and its bits are no longer kept"):
+    with pytest.raises(RefusedError, match="answered in round 2, and its bits are no longer kept"):
         InputRecord(path, "fed").view(2, "train", "m")
 
 
 def test_a_lost_record_is_refused_past_the_first_round_unless_reset(tmp_path: Path) -> None:
     path = record_path(tmp_path)
-    with pytest.raises(PermanentFailure, match=r"local-state-lost: .* the aggregator is at round 5.*--reset-state"):
+    with pytest.raises(PermanentFailureError, match=r"local-state-lost: .* the aggregator is at round 5.*--reset-state"):
         InputRecord(path, "fed").view(5, "train", "m")
     assert InputRecord(path, "fed").view(1, "train", "m").kept is None  # a federation's first round
     assert InputRecord(path, "fed", reset=True).view(5, "train", "m").kept is None
@@ -104,7 +103,7 @@ def test_the_accountant_must_go_with_the_record(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="has charged 1 rounds, but .* records 2 trained: .* lost or rolled back"):
         record.check_accountant(1, tmp_path / "privacy.json")
     # An accountant that charged rounds beside no record at all: the record was lost.
-    with pytest.raises(PermanentFailure, match="local-state-lost: .* its privacy accountant charged 3 rounds"):
+    with pytest.raises(PermanentFailureError, match="local-state-lost: .* its privacy accountant charged 3 rounds"):
         InputRecord(tmp_path / "other.fed.bindings.json", "fed").check_accountant(3, None)
 
 
@@ -175,6 +174,7 @@ def test_the_ledger_survives_kill_9_mid_write_and_still_refuses_past_its_budget(
     release = distributed.Release("skellam", 1e6, 40.0, 10.0, 0.01)
     spent = record.spent(1e-5)
     assert spent == pytest.approx(distributed.epsilon([dataclasses.replace(release, steps=len(rounds))], 1e-5))
-    with pytest.raises(BudgetSpent, match=f"on {len(rounds)} train answers"):
+    with pytest.raises(PrivacyBudgetError, match=f"on {len(rounds)} train answers") as refused:
         record.charge("train", len(rounds) + 1, "next", release, 1e-5, spent)
+    assert refused.value.reason is BudgetReason.ANSWER_REFUSED
     assert len(InputRecord(path, "fed").ledger()) == len(rounds)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.transport import (
     NOT_EXPECTED,
-    LateUpload,
-    Rejected,
     StageGate,
     make_binding,
     pb,
 )
+from fedfair.runtime.transport.stage_gate import STATUS_CODES
 
 FEDERATION = "test-federation"
 
@@ -27,10 +27,10 @@ def test_stage_gate_refuses_replays_late_and_foreign_messages() -> None:
     assert gate.submitted() == {"alpha"}
 
     def refused_by_gate(binding: pb.Binding, peer: str) -> None:
-        with pytest.raises(Rejected) as caught:
+        with pytest.raises(RefusedError) as caught:
             gate.admit(binding, peer)
-        assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
-        assert caught.value.details == NOT_EXPECTED and peer not in str(caught.value)
+        assert STATUS_CODES[caught.value.reason] == grpc.StatusCode.FAILED_PRECONDITION
+        assert str(caught.value) == NOT_EXPECTED and peer not in str(caught.value)
 
     refused_by_gate(keys, "alpha")  # replay
     refused_by_gate(keys, "gamma")  # not a participant of this stage
@@ -43,44 +43,44 @@ def test_stage_gate_refuses_replays_late_and_foreign_messages() -> None:
     refused_by_gate(keys, "beta")  # late: that stage has closed
     gate.admit(shares, "beta")
     gate.check_read(keys)  # reads of an earlier stage of this round are fine
-    with pytest.raises(Rejected):
+    with pytest.raises(RefusedError):
         gate.check_read(make_binding(FEDERATION, 1, pb.STAGE_MASKED_INPUT))
-    with pytest.raises(Rejected):
+    with pytest.raises(RefusedError):
         gate.check_read(make_binding(FEDERATION, 0, pb.STAGE_JOIN))
     with pytest.raises(ValueError, match="only move forward"):
         gate.open(1, pb.STAGE_ADVERTISE_KEYS)
     gate.close()
     refused_by_gate(shares, "alpha")
     gate.check_federation(shares)
-    with pytest.raises(Rejected):
+    with pytest.raises(RefusedError):
         gate.check_federation(make_binding("other", 0, pb.STAGE_JOIN))
 
 
 def test_an_upload_the_last_stage_still_awaited_is_late_and_anything_else_is_refused_as_before() -> None:
-    """LateUpload (logged quietly) is only for a peer the stage that closed last, or the open stage past
+    """A LATE refusal (logged quietly) is only for a peer the stage that closed last, or the open stage past
     its deadline, was still waiting for; every refusal gives the caller the same status."""
     now = [0.0]
     gate = StageGate(FEDERATION, clock=lambda: now[0])
     unmask = gate.open(1, pb.STAGE_UNMASK, timeout_seconds=10, participants=["alpha", "beta", "gamma"])
     gate.admit(unmask, "alpha")
 
-    def refusal(binding: pb.Binding, peer: str) -> type[Rejected]:
-        with pytest.raises(Rejected) as caught:
+    def refusal(binding: pb.Binding, peer: str) -> Refusal:
+        with pytest.raises(RefusedError) as caught:
             gate.admit(binding, peer)
-        assert (caught.value.code, caught.value.details) == (grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
-        return type(caught.value)
+        assert (STATUS_CODES[caught.value.reason], str(caught.value)) == (grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+        return caught.value.reason
 
     now[0] = 11.0  # past the deadline, still open
-    assert refusal(unmask, "beta") is LateUpload
-    assert refusal(unmask, "alpha") is Rejected  # a replay is not late
+    assert refusal(unmask, "beta") is Refusal.LATE
+    assert refusal(unmask, "alpha") is Refusal.NOT_EXPECTED  # a replay is not late
     gate.close()
-    assert refusal(unmask, "beta") is LateUpload
-    assert refusal(unmask, "delta") is Rejected  # never a participant
-    assert refusal(make_binding("other", 1, pb.STAGE_UNMASK), "beta") is Rejected
-    assert refusal(make_binding(FEDERATION, 1, pb.STAGE_CONSISTENCY), "beta") is Rejected
+    assert refusal(unmask, "beta") is Refusal.LATE
+    assert refusal(unmask, "delta") is Refusal.NOT_EXPECTED  # never a participant
+    assert refusal(make_binding("other", 1, pb.STAGE_UNMASK), "beta") is Refusal.NOT_EXPECTED
+    assert refusal(make_binding(FEDERATION, 1, pb.STAGE_CONSISTENCY), "beta") is Refusal.NOT_EXPECTED
     train = gate.open(2, pb.STAGE_TRAIN)
-    assert refusal(unmask, "gamma") is LateUpload  # the stage closed last, though another is open
+    assert refusal(unmask, "gamma") is Refusal.LATE  # the stage closed last, though another is open
     keys = gate.open(2, pb.STAGE_ADVERTISE_KEYS)
-    assert refusal(unmask, "gamma") is Rejected  # two stages back: no longer tracked
-    assert refusal(train, "gamma") is LateUpload  # the train stage awaited anyone
+    assert refusal(unmask, "gamma") is Refusal.NOT_EXPECTED  # two stages back: no longer tracked
+    assert refusal(train, "gamma") is Refusal.LATE  # the train stage awaited anyone
     gate.admit(keys, "gamma")
