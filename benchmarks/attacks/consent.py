@@ -73,7 +73,6 @@ from fedfair.datasets.statistics import encoder_from_statistics, statistics_slic
 from fedfair.datasets.values import category_bucket
 from fedfair.fairness import sums
 from fedfair.pki.roster import pins_from_folders, write_manifest
-from fedfair.research.workspace import Workspace, make_workspace, write_pinned_manifest
 from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
@@ -84,6 +83,7 @@ from fedfair.runtime.aggregator.start import GOODBYE_SECONDS, prepare
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, TrainerFactory, check_schema_table
 from fedfair.runtime.contract import EVALUATION, TRAINING
+from fedfair.runtime.local.workspace import Workspace, make_workspace, write_pinned_manifest
 from fedfair.runtime.manifest import load_manifest
 from fedfair.runtime.plan.aggregator_plan import (
     AggregatorPlan,
