@@ -111,14 +111,14 @@ def change(document: dict[str, Any], edit: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        ("no min_round_size", r"missing key 'min_round_size' in \[federation\]; add min_round_size ="),
-        ("unknown key", r"unknown key 'max_coluding' in \[federation\]; did you mean 'max_colluding'\?"),
+        ("no min_round_size", r"\[federation\] missing key 'min_round_size'; add min_round_size ="),
+        ("unknown key", r"\[federation\] unknown key 'max_coluding'; did you mean 'max_colluding'\?"),
         ("unknown section", r"unknown section \[roster\]"),
         ("no participants", r"no \[\[participants\]\] tables; add one per participant with name, role and sha256"),
         ("bad fingerprint", r"\[participants #2\] sha256 of '.*': 'ab:cd' is not a SHA-256 fingerprint"),
         ("bad role", r'\[participants #2\] role = "observer" is not known'),
         ("bad name", r"\[participants #2\] name: invalid participant name 'Hospital B'"),
-        ("missing sha256", r"missing key 'sha256' in \[participants #2\]"),
+        ("missing sha256", r"\[participants #2\] missing key 'sha256'"),
         ("name twice", r"lists the name .* twice; list each participant once"),
         ("no aggregator", r'exactly one participant with role = "aggregator", found 0'),
         ("round too small", r"min_round_size = 2 is below max_colluding \+ 2 = 3"),
