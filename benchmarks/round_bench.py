@@ -86,7 +86,7 @@ from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import StartJob
 from fedfair.runtime.collaborator.trainer import LocalData
-from fedfair.runtime.plan import SharedSettings, load_aggregator_plan
+from fedfair.runtime.plan.aggregator_plan import SharedSettings, load_aggregator_plan
 from fedfair.runtime.transport import pb
 from fedfair.secagg.graph import default_degree
 from fedfair.secagg.prg import Keystream

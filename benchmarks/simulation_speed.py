@@ -33,7 +33,8 @@ from fedfair.core.objective import RCVaRThreshold
 from fedfair.research.experiment import load_federation
 from fedfair.research.flags import config_from_flags, parse_flags
 from fedfair.simulation.rounds import make_learners, run_fedsrcvar
-from fedfair.research.sweep import PAPER_EPSILONS, PAPER_RHOS, grid_configs, sweep
+from fedfair.research.arguments import PAPER_EPSILONS, PAPER_RHOS
+from fedfair.research.sweep import grid_configs, sweep
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
-"""benchmarks/report.py's start-up section: every `--help` as a row a person reads, against the 0.5 s
-target, and `make demo`'s line count in a sentence (issue 43's acceptance figures)."""
+"""benchmarks/report.py: docs/benchmarks.md as a reader uses it. Each benchmark's section puts fedfair
+beside its comparison (every `--help` against the 0.5 s target, secure beside plain rounds per n), the
+page shows its trends as PNGs on disk, links every result file, and says which comparison a result lacks."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,3 +54,83 @@ def test_the_committed_startup_figures_meet_their_targets() -> None:
     assert all(imported == [] for imported in document["heavy_modules"].values()), document["heavy_modules"]
     assert all(seconds["cpu"] <= 0.5 for seconds in document["help_seconds"].values()), document["help_seconds"]
     assert document["demo"]["exit_status"] == 0 and document["demo"]["lines"] < 60
+
+
+PAGE = ROOT / "docs" / "benchmarks.md"
+RESULTS = ROOT / "benchmarks" / "results"
+STAMP = {
+    "command": "python benchmarks/round_bench.py --quick",
+    "date": "2026-11-25",
+    "machine": {"cpus": 2, "processor": "x86_64", "platform": "Linux", "python": "3.11.7", "torch": "2.13.0"},
+}
+
+
+def round_row(parties: int, secure: bool, seconds: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"dimension": 10000, "parties": parties, "secure": secure, "processes": False}
+    row |= {"round_seconds": seconds, "party_seconds": seconds / 2}
+    if secure:
+        row |= {"ratio_to_plain": 1.5, "party_ratio_to_plain": 1.25}
+    return row
+
+
+def test_the_round_section_puts_secure_beside_plain_per_n_and_plots_the_cost_against_n(tmp_path: Path) -> None:
+    document = {
+        "what": "median wall time of a round",
+        "measured_rounds": 2,
+        "pairs": 1,
+        "results": [round_row(3, False, 0.2), round_row(3, True, 0.3)]
+        + [round_row(10, False, 0.4), round_row(10, True, 0.6)],
+        "extra_slope": {"d=10000": 1.25},
+        "provenance": STAMP,
+    }
+    (tmp_path / "round_bench.json").write_text(json.dumps(document))
+    page = report_module().render(tmp_path, tmp_path / "docs" / "benchmarks.md")
+    assert "## Round cost against the number of parties (collaborators as threads)" in page
+    assert "| 10,000 | 3 | 0.200 | 0.300 | 1.50× | 0.100 | 0.150 | 1.25× |" in page
+    assert "grows as n to the power 1.25 at d = 10,000" in page
+    assert "![Round wall time against the number of parties" in page
+    assert "(figures/benchmarks/round_bench_round_cost.png)" in page
+    assert "[`round_bench.json`](../round_bench.json)" in page
+
+
+def test_main_writes_the_figures_beside_the_page_and_check_wants_them(tmp_path: Path) -> None:
+    report = report_module()
+    results = tmp_path / "results"
+    results.mkdir()
+    for name in ("round_bench", "dp_utility"):
+        (results / f"{name}.json").write_text((RESULTS / f"{name}.json").read_text())
+    out = tmp_path / "docs" / "benchmarks.md"
+    out.parent.mkdir()
+    assert report.main(["--results", str(results), "--out", str(out)]) == 0
+    figures = sorted(path.name for path in (out.parent / "figures" / "benchmarks").iterdir())
+    assert figures == ["dp_utility_worst_risk_vs_epsilon.png", "round_bench_round_cost.png"]
+    assert report.main(["--results", str(results), "--out", str(out), "--check"]) == 0
+    (out.parent / "figures" / "benchmarks" / "round_bench_round_cost.png").unlink()
+    assert report.main(["--results", str(results), "--out", str(out), "--check"]) == 1
+
+
+def test_the_committed_page_gives_every_result_a_section_a_link_and_its_figures() -> None:
+    """Every result file is linked; every figure shown is a PNG on disk; the trends the page must plot
+    (round cost against n, worst-group risk against epsilon) are there; no JSON key is shown dotted."""
+    page = PAGE.read_text()
+    for path in RESULTS.glob("*.json"):
+        assert f"[`{path.name}`](../benchmarks/results/{path.name})" in page, path.name
+    shown = re.findall(r"!\[[^\]]+\]\(([^)]+\.png)\)", page)
+    assert "figures/benchmarks/round_bench_round_cost.png" in shown
+    assert "figures/benchmarks/dp_utility_worst_risk_vs_epsilon.png" in shown
+    for figure in shown:
+        assert (PAGE.parent / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", figure
+    assert "fuzz.by_mutation" not in page and "| figure | value |" not in page
+    assert "no Opacus run" in page  # the comparison the JSON lacks is said, not invented
+
+
+def test_every_link_into_the_benchmarks_page_names_a_heading_it_has() -> None:
+    page = PAGE.read_text()
+    anchors = {report_module().anchor(title) for title in re.findall(r"^## (.+)$", page, flags=re.MULTILINE)}
+    linking = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for document in linking:
+        for target in re.findall(r"benchmarks\.md#([\w-]+)", document.read_text()):
+            assert target in anchors, (document.name, target)
+        if document == PAGE:
+            for target in re.findall(r"\]\(#([\w-]+)\)", page):
+                assert target in anchors, target

@@ -24,11 +24,14 @@ from fedfair.runtime.aggregator.limits import RateLimit, RefusalLog
 ROOT = Path(__file__).resolve().parents[1]
 RUNBOOK = ROOT / "docs" / "operations.md"
 SECTION = "## What the aggregator says"
-MODULES = (
-    "loop", "quorum", "network", "start", "servicer", "board", "driver", "checks", "limits", "stages", "lock",
-    "commands", "checkpoint", "statistics", "evaluation",
-)
-"""Where the aggregator's operator-facing text lives (fedfair/runtime/aggregator/)."""
+MODULES = tuple(
+    f"runtime/aggregator/{name}.py"
+    for name in (
+        "loop", "quorum", "network", "start", "servicer", "board", "driver", "checks", "limits", "stages", "lock",
+        "checkpoint", "statistics", "evaluation",
+    )
+) + ("cli/aggregator.py",)
+"""Where the aggregator's operator-facing text lives (under fedfair/: its runtime package and its command)."""
 
 FIELD = "\x00"
 """A formatted field of a message in the code (a placeholder of the runbook matches it)."""
@@ -79,7 +82,7 @@ def code_messages() -> list[tuple[frozenset[str], str]]:
     """
     found: list[tuple[frozenset[str], str]] = []
     for module in MODULES:
-        tree = ast.parse((ROOT / "fedfair" / "runtime" / "aggregator" / f"{module}.py").read_text(encoding="utf-8"))
+        tree = ast.parse((ROOT / "fedfair" / module).read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Raise) and node.exc is not None:
                 found += [(frozenset({"fatal"}), text) for text in strings_under(node.exc)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.logs import configure_logging
-from fedfair.runtime.plan import load_aggregator_plan
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,7 +54,7 @@ from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.aggregator.start import GOODBYE_SECONDS, prepare
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.manifest import load_manifest
-from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import TlsFiles
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.secagg import messages

@@ -85,7 +85,7 @@ from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, TrainerFactory, check_schema_table
 from fedfair.runtime.contract import EVALUATION, TRAINING
 from fedfair.runtime.manifest import load_manifest
-from fedfair.runtime.plan import (
+from fedfair.runtime.plan.aggregator_plan import (
     AggregatorPlan,
     load_aggregator_plan,
     load_shared_settings,
@@ -93,7 +93,7 @@ from fedfair.runtime.plan import (
     shared_settings,
 )
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND
-from fedfair.runtime.model_settings import ADULT_FEATURES
+from fedfair.runtime.plan.model import ADULT_FEATURES
 from fedfair.runtime.transport import StageGate
 from fedfair.runtime.transport import fedfair_pb2 as pb
 

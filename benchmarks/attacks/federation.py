@@ -50,7 +50,7 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import CollaboratorConfig, load_collaborator_config
 from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.collaborator.trainer import TrainerFactory
-from fedfair.runtime.plan import AggregatorPlan, SharedSettings, load_aggregator_plan
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, SharedSettings, load_aggregator_plan
 
 FEDERATION_ID = "fedfair-launch"  # what make_workspace writes
 EXACT_UPDATE_NORM = 1e3

@@ -55,7 +55,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.collaborator.client import Collaborator, TrainedUpdate
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan
 
 NAMES = ("site-a", "site-b", "site-c")
 """Adult by race: site-a White (the largest), site-b Black, site-c Other (the smallest)."""

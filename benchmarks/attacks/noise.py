@@ -54,7 +54,6 @@ from attacks.consent import (
     LoopAggregator,
     StageTap,
     census_schema,
-    crafted_state,
     fixed,
     institution_table,
     lines_of,
@@ -72,10 +71,10 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.rounds import RoundJob
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
-from fedfair.runtime.composition import local_counts
-from fedfair.runtime.collaborator.record import InputRecord
+from fedfair.runtime.composition_counts import local_counts
+from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.contract import EVALUATION, TRAINING
-from fedfair.runtime.plan import load_aggregator_plan, load_shared_settings, shared_settings
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings, shared_settings
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.research.workspace import Workspace, declared_sizes, make_workspace, write_pinned_manifest
 

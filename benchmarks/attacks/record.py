@@ -16,7 +16,7 @@ Each row runs against real collaborators over loopback mTLS, with a control wher
   its ``NAME.FED.bindings.json`` deleted and it is started again: exit status 2 with
   ``local-state-lost``; with ``--reset-state`` it joins and trains (the control);
 - lost ledger: the same with ``[privacy]`` on, the privacy accountant deleted and the record kept: exit
-  status 2 naming the accountant (:meth:`~fedfair.runtime.collaborator.record.InputRecord.check_accountant`);
+  status 2 naming the accountant (:meth:`~fedfair.runtime.collaborator.input_record.InputRecord.check_accountant`);
   with the accountant restored from its backup it trains again (the control);
 - 2 GiB announced: the target a real process beside two sites in threads; round 1 runs honestly (the
   control), then round 2's ADVERTISE_KEYS tasks and the FINISHED task announce a 2 GiB input that Fetch
@@ -59,7 +59,7 @@ from fedfair.runtime.aggregator.start import prepare
 from fedfair.runtime.collaborator.trainer import TrainerFactory
 from fedfair.runtime.collaborator.uplink import input_limit
 from fedfair.runtime.contract import TRAINING
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import make_binding, model_parts, pb, read_model
 
 FEDERATION_ID = "fedfair-launch"  # what make_workspace writes

@@ -44,9 +44,9 @@ from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS
 from fedfair.runtime.aggregator.start import prepare
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.record import FORMAT as RECORD_FORMAT
+from fedfair.runtime.collaborator.input_record import FORMAT as RECORD_FORMAT
 from fedfair.runtime.collaborator.retries import RetryPolicy
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import pb
 
 NAMES = ["site-a", "site-b", "site-c"]

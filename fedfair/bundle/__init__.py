@@ -7,7 +7,7 @@ as tensors and JSON only, and `fedfair predict` / `evaluate` on it.
 - ``Bundle.build_model(allowed=...)``: the trained ``nn.Module``, ready to predict; a model that a
   factory builds needs that "package.module:function" in ``allowed`` (``--allow-factory``), since
   importing it runs code.
-- ``fedfair.bundle.commands``: the commands' functions (``fedfair.bundle.cli``: their command lines);
+- ``fedfair.bundle.commands``: the commands' functions (``fedfair.cli.predict``: their command lines);
   ``evaluate_composition`` also says who is in the worst-off group, cell by cell of the table's
   columns (``fedfair.bundle.composition``).
 """

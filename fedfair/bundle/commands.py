@@ -1,6 +1,6 @@
 """What `fedfair predict` and `fedfair evaluate` do: use a model bundle on an institution's own table.
 
-The command lines themselves are :mod:`fedfair.bundle.cli` (light, so their ``--help`` does not
+The command lines themselves are :mod:`fedfair.cli.predict` (light, so their ``--help`` does not
 load PyTorch). A bundle whose model comes from a factory ("package.module:function") is used only when the
 user names that factory with ``--allow-factory`` (``allowed`` in Python): the name comes from
 the bundle's file, and importing it runs code, so the bundle can never consent on its own.
@@ -11,7 +11,6 @@ Why: docs/design.md, "Inside the model bundle".
 from __future__ import annotations
 
 import logging
-import json
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
@@ -23,13 +22,12 @@ from torch import nn
 from fedfair.bundle.composition import worst_group_composition
 from fedfair.bundle.format import Bundle, describe_architecture, load_bundle
 from fedfair.core.data import ClientData
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, FactoryNotAllowedError
 from fedfair.core.evaluation import Evaluation, evaluate
-from fedfair.core.models import FactoryNotAllowed, flat_parameters, predict
+from fedfair.core.models import flat_parameters, predict
 from fedfair.datasets.encoder import Encoder
 
 # The package's one CSV/Parquet reader, so a table reads here exactly as it does for training.
-from fedfair.datasets.tabular import read_table
 from fedfair.fairness.pooled import group_risk_report
 from fedfair.fairness.composition import CellShare
 from fedfair.fairness.report import GroupRiskReport
@@ -185,7 +183,7 @@ def allowed_bundle(path: Path, allowed: Collection[str]) -> Bundle:
     """
     bundle = load_bundle(path)
     if bundle.factory is not None and bundle.factory not in allowed:
-        raise FactoryNotAllowed(
+        raise FactoryNotAllowedError(
             f"model bundle {path} builds its model with factory '{bundle.factory}', which is code, so it was not "
             "imported: a bundle's file cannot allow a factory, only you can. If you trust that function and its "
             f"package is installed here, run again with --allow-factory {bundle.factory}"

@@ -66,7 +66,7 @@ class Bundle:
 
         ``allowed`` is the user's own list of factories they trust: a factory architecture is
         imported and called only if it is named there (else
-        :class:`fedfair.core.models.FactoryNotAllowed`, before any import), since the name came
+        :class:`fedfair.core.errors.FactoryNotAllowedError`, before any import), since the name came
         from the bundle's file. A built-in architecture needs none.
         The model takes the weights' dtype, so a model trained in float64 predicts in float64.
         """

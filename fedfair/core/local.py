@@ -19,7 +19,7 @@ from torch import nn
 
 from fedfair.core.algorithm import ClientRound, FedSRCVaR
 from fedfair.core.config import LocalConfig
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import BudgetReason, ConfigError, PrivacyBudgetError, QuorumError, QuorumReason
 from fedfair.core.models import flat_parameters, load_flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.core.update import Update
@@ -210,14 +210,6 @@ def checked_losses(losses: torch.Tensor, samples: int) -> torch.Tensor:
     return losses
 
 
-class StopsContributing(FedfairError):
-    """A collaborator leaves the federation for good before a round (e.g. its privacy budget is spent)."""
-
-
-class QuorumLost(FedfairError):
-    """Too few collaborators are still contributing to go on."""
-
-
 class RoundTrainer(Protocol):
     """What a round needs of a collaborator: a plain LocalLearner or a private one."""
 
@@ -236,21 +228,24 @@ def contributing_updates(
 
     `control` is the server's drift-correction control variate (`ServerState.control`), None without.
 
-    A learner that stops contributing (`StopsContributing`, e.g. a spent privacy budget)
+    A learner that stops contributing (a `PrivacyBudgetError`: its budget is spent)
     is left out from this round on, with a warning; if fewer than `quorum` remain,
-    QuorumLost ends the federation.
+    a QuorumError (LOST) ends the federation.
     """
     updates: list[Update] = []
     remaining: list[RoundTrainer] = []
     for learner in learners:
         try:
             updates.append(learner.train_round(theta, c, control))
-        except StopsContributing as stopped:
+        except PrivacyBudgetError as stopped:
+            if stopped.reason is not BudgetReason.LEARNER_SPENT:
+                raise
             logger.warning("%s", stopped)
             continue
         remaining.append(learner)
     if len(updates) < quorum:
-        raise QuorumLost(
+        raise QuorumError(
+            QuorumReason.LOST,
             f"only {len(updates)} of {len(learners)} collaborators are within their privacy budgets, below the quorum "
             f"of {quorum}; the federation stops here (larger budgets would let it go on)"
         )

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from fedfair.core.config import FACTORY_PATH, MODEL_NAMES
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, FactoryNotAllowedError
 
 MLP_HIDDEN_UNITS = 512
 
@@ -120,16 +120,12 @@ def build_model(
     return seeded(build, seed).to(dtype)
 
 
-class FactoryNotAllowed(ConfigError):
-    """A model factory this party's own configuration does not allow: it is never imported."""
-
-
 ALLOW_FACTORY_FIX = (
     "a factory is code that runs with this process's rights, so only this party's own configuration may allow "
     "it: a collaborator lists it in its config's [model] factories, `fedfair predict` / `evaluate` take "
     "--allow-factory NAME"
 )
-"""How a party consents to a model factory: the tail of every :class:`FactoryNotAllowed` message."""
+"""How a party consents to a model factory: the tail of every :class:`~fedfair.core.errors.FactoryNotAllowedError` message."""
 
 
 def load_factory(path: str, allowed: Collection[str]) -> Callable[..., nn.Module]:
@@ -140,7 +136,7 @@ def load_factory(path: str, allowed: Collection[str]) -> Callable[..., nn.Module
     bundle can only name a function that each party has installed and allowed itself.
     """
     if path not in allowed:
-        raise FactoryNotAllowed(
+        raise FactoryNotAllowedError(
             f"model factory '{path}' is not allowed here; it was not imported. If you trust it, {ALLOW_FACTORY_FIX}"
         )
     if not FACTORY_PATH.fullmatch(path):

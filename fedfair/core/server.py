@@ -20,12 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.update import Update
-
-
-class AggregateError(FedfairError):
-    """An aggregate the server must not apply (empty, non-finite)."""
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 from fedfair.datasets.partition import ClientSplit, partition
 
 if TYPE_CHECKING:
+    from fedfair.core.errors import FetchError
     from fedfair.datasets.builtin import load_dataset
     from fedfair.datasets.dataset import Dataset
-    from fedfair.datasets.registry import DATASETS, DatasetInfo, FetchError, fetch
+    from fedfair.datasets.registry import DATASETS, DatasetInfo, fetch
     from fedfair.datasets.encoder import Encoder
     from fedfair.datasets.schema import Column, Schema, draft_schema
     from fedfair.datasets.statistics import encoder_from_statistics, statistics_dimension, statistics_vector
@@ -33,7 +34,7 @@ _ORIGIN: dict[str, str] = {
     "Dataset": "fedfair.datasets.dataset",
     "DatasetInfo": "fedfair.datasets.registry",
     "Encoder": "fedfair.datasets.encoder",
-    "FetchError": "fedfair.datasets.registry",
+    "FetchError": "fedfair.core.errors",
     "Schema": "fedfair.datasets.schema",
     "check_table": "fedfair.datasets.values",
     "draft_schema": "fedfair.datasets.schema",

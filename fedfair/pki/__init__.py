@@ -11,7 +11,8 @@ The names below are re-exported so that callers can write ``from fedfair.pki imp
 
 from __future__ import annotations
 
-from fedfair.pki.certificates import CertificateError, create_request, sign_request
+from fedfair.core.errors import CertificateError
+from fedfair.pki.certificates import create_request, sign_request
 from fedfair.pki.names import validate_name
 from fedfair.pki.store import (
     ca_paths,

@@ -18,7 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import CertificateError, ConfigError
 from fedfair.pki import identity
 from fedfair.pki.names import check_role, validate_name
 
@@ -34,10 +34,6 @@ _LOOPBACK_SANS: tuple[x509.GeneralName, ...] = (
     x509.DNSName("localhost"),
     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
 )
-
-
-class CertificateError(ConfigError):
-    """A certificate or signing request fails a check (wrong CA, expired, wrong role, bad key)."""
 
 
 def generate_private_key() -> ec.EllipticCurvePrivateKey:

@@ -19,7 +19,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import FedfairError
+from fedfair.core.errors import IdentityError
 
 CURVE = ec.SECP256R1
 """The identity key curve (NIST P-256)."""
@@ -30,10 +30,6 @@ SIGNATURE_HASH = hashes.SHA256
 CredentialVerifier = Callable[[str, bytes], ec.EllipticCurvePublicKey]
 """``verify(name, credential) -> public key``; raises :class:`IdentityError` when the
 credential does not belong to ``name`` or is not trusted."""
-
-
-class IdentityError(FedfairError):
-    """A credential, public key or signature does not check out."""
 
 
 def generate_identity_key() -> ec.EllipticCurvePrivateKey:

@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import CertificateError, ConfigError, IdentityError
 from fedfair.pki import identity
-from fedfair.pki.certificates import ROLE_USAGE, CertificateError, check_p256
+from fedfair.pki.certificates import ROLE_USAGE, check_p256
 from fedfair.pki.names import check_role, validate_name
 
 
@@ -88,7 +88,7 @@ def _credential_certificate(credential: bytes) -> x509.Certificate:
             return x509.load_pem_x509_certificate(credential)
         return x509.load_der_x509_certificate(credential)
     except ValueError:
-        raise identity.IdentityError("the credential is not an X.509 certificate; relay the party's NAME.crt") from None
+        raise IdentityError("the credential is not an X.509 certificate; relay the party's NAME.crt") from None
 
 
 def _certified_key(
@@ -98,9 +98,9 @@ def _certified_key(
     try:
         certified = verify_certificate(certificate, ca_certificate, role)
     except ConfigError as error:
-        raise identity.IdentityError(str(error)) from None
+        raise IdentityError(str(error)) from None
     if certified != name:
-        raise identity.IdentityError("the certificate was issued to another party; relay the party's own certificate")
+        raise IdentityError("the certificate was issued to another party; relay the party's own certificate")
     public_key = certificate.public_key()
     assert isinstance(public_key, ec.EllipticCurvePublicKey)
     return public_key
@@ -138,13 +138,13 @@ def pinned_credential_verifier(
 
     def verify(name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
         if name not in pinned:
-            raise identity.IdentityError(
+            raise IdentityError(
                 f"{name!r} is not in the federation's manifest; refuse any round that includes it"
             )
         certificate = _credential_certificate(credential)
         public_key = _certified_key(certificate, ca_certificate, role, name)
         if fingerprint(certificate) != pinned[name]:
-            raise identity.IdentityError(
+            raise IdentityError(
                 f"the certificate relayed for {name!r} (sha256 {fingerprint(certificate)}) is not the one the "
                 "manifest pins for it; the CA has issued another certificate for this name: refuse it"
             )

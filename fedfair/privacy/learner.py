@@ -7,7 +7,7 @@ other layers with a norm sampler ("norm"), else every per-sample gradient ("per_
 the same update up to float rounding, and the mode that runs is ``PrivateLearner.clipping``, part
 of every ``PrivacyReport``. Poisson samples and noise come from OS entropy, never from the plan's
 seed, which the aggregator knows. A round that would push epsilon past the budget is refused
-before it trains (``PrivacyBudgetExhausted``).
+before it trains (``PrivacyBudgetError``, LEARNER_SPENT).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from opacus.grad_sample import GradSampleHooks
 from opacus.optimizers import DPOptimizer
 from torch import nn
 
-from fedfair.core.errors import ConfigError
-from fedfair.core.local import LocalLearner, StopsContributing
+from fedfair.core.errors import BudgetReason, ConfigError, PrivacyBudgetError
+from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
 from fedfair.privacy.accounting import PrivacyAccountant, noise_multiplier_for
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
@@ -41,10 +41,6 @@ from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.hooks import check_private_model
 
 logger = logging.getLogger(__name__)
-
-
-class PrivacyBudgetExhausted(StopsContributing):
-    """A collaborator's next round would spend more epsilon than its budget; it stops contributing."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +99,7 @@ class PrivateLearner:
     Same round interface (`begin` / `step` / `finish` / `train_round`) and the same
     `Update`, so the simulation and the collaborator process use it in place of
     the plain learner. `begin` checks the budget and records the round's tau steps
-    in the accountant before any step is taken; it raises `PrivacyBudgetExhausted`
+    in the accountant before any step is taken; it raises `PrivacyBudgetError` (LEARNER_SPENT)
     instead when the round would exceed the budget.
 
     The batches of a round are drawn on the host when it begins and moved to the
@@ -289,7 +285,7 @@ class PrivateLearner:
         return self.learner.finish()
 
     def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
-        """begin, tau private steps, finish; raises PrivacyBudgetExhausted before training when spent."""
+        """begin, tau private steps, finish; raises PrivacyBudgetError before training when spent."""
         self.begin(theta, c, control)
         for _ in range(self.steps_per_round):
             self.step()
@@ -301,7 +297,8 @@ class PrivateLearner:
         epsilon = self.accountant.epsilon(delta, mechanism, then=run)
         if budget is not None and epsilon > budget:
             spent = self.accountant.epsilon(delta, mechanism)
-            raise PrivacyBudgetExhausted(
+            raise PrivacyBudgetError(
+                BudgetReason.LEARNER_SPENT,
                 f"{self.name} stops contributing: one more round would bring its epsilon to {epsilon:.3f}, above its "
                 f"budget {budget:g} (delta {delta:g}, {mechanism} accountant; {spent:.3f} spent over "
                 f"{self.accountant.rounds} rounds); only a larger budget_epsilon would let it go on"

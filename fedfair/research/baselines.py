@@ -15,12 +15,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from fedfair.core import server
 from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.data import ClientData, client_batch_sizes
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
@@ -113,7 +112,7 @@ def client_losses(
         ]
     )
     if not np.isfinite(losses).all():
-        raise server.AggregateError("a collaborator's mean loss is NaN or Inf; the model diverged, lower --lr")
+        raise AggregateError("a collaborator's mean loss is NaN or Inf; the model diverged, lower --lr")
     return losses
 
 

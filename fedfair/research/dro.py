@@ -19,11 +19,7 @@ from fedfair.core.data import client_seed
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
 from fedfair.research.baselines import (
-    LossRows,
-    check_step,
     pooled_federation,
-    project_onto_simplex,
-    rows_of,
     run_combined,
 )
 from fedfair.simulation.federation import Federation

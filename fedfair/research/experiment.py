@@ -44,10 +44,6 @@ from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import SimulationOptions, SimulationResult, training_objectives
 
 
-LOSS_METHODS = tuple(name for name, method in METHODS.items() if method.reads_losses)
-"""Methods whose server needs losses at theta_t every round (`--loss-rows` bounds what they read)."""
-
-
 @dataclass(frozen=True)
 class ExperimentConfig:
     """Everything one simulated experiment needs; `to_dict` is what --json records."""

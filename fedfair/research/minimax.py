@@ -18,7 +18,7 @@ import torch
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.data import client_seed
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import BatchSampler, LocalLearner
 from fedfair.core.models import flat_parameters
@@ -366,7 +366,7 @@ def run_fedminmax(
             else:
                 sums += np.bincount(column[index], weights=losses, minlength=groups) * (client.size / index.size)
         if not np.isfinite(sums).all():
-            raise server.AggregateError("a group's loss is NaN or Inf; the model diverged, lower --lr")
+            raise AggregateError("a group's loss is NaN or Inf; the model diverged, lower --lr")
         risks = sums / np.maximum(counts, 1)
 
     def combine(updates: list[Update], _: np.ndarray) -> server.Aggregate:

@@ -22,7 +22,7 @@ import torch
 
 from fedfair.core.config import ObjectiveConfig
 from fedfair.core.data import ClientData
-from fedfair.core.errors import FedfairError
+from fedfair.core.errors import ReferenceSolverError
 from fedfair.core.models import (
     build_model,
     flat_parameters,
@@ -31,10 +31,6 @@ from fedfair.core.models import (
 )
 from fedfair.core.objective import make_smooth_plus, rcvar, smoothed_rcvar_per_sample
 from fedfair.simulation.federation import Federation
-
-
-class ReferenceSolverError(FedfairError):
-    """The centralized solver did not converge."""
 
 
 @dataclass(frozen=True)

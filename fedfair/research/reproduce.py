@@ -14,7 +14,6 @@ import csv
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import numpy as np
 
 from fedfair.core.config import DEFAULT_SERVER_MOMENTUM
 from fedfair.datasets import load_dataset
-from fedfair.research.experiment import LOSS_METHODS
+from fedfair.research.method_names import LOSS_METHODS
 from fedfair.research.methods import METHODS
 from fedfair.research.paper_splits import PaperSplit, paper_split
 from fedfair.research.flags import default_step_size, momentum_step_scale

@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 
 from fedfair.core.config import ObjectiveConfig, TrainingConfig
-from fedfair.core.errors import ConfigError
-from fedfair.core.server import AggregateError
+from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.research import minimax
 from fedfair.fairness import composition, pooled
 from fedfair.fairness.report import GroupRiskReport

@@ -1,4 +1,4 @@
-"""The epsilon x rho grid from the command line: `fedfair sweep`.
+"""The epsilon x rho grid of `fedfair sweep`: one simulated experiment per point, in parallel.
 
 Runs one simulated experiment per grid point, in parallel processes, and writes the
 final objectives and the held-out fairness report of each point as one CSV row
@@ -9,24 +9,18 @@ JSON. The default grid is the paper's.
 from __future__ import annotations
 
 import argparse
-import csv
-import os
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from fedfair.core.errors import ConfigError
-from fedfair.research.experiment import ExperimentConfig, load_federation, simulate
-from fedfair.research.flags import add_experiment_arguments, config_from_args, write_json
+from fedfair.research.experiment import ExperimentConfig, simulate
+from fedfair.research.flags import config_from_args
 from fedfair.runtime.progress import Progress
 from fedfair.simulation.federation import Federation
 from fedfair.research.workers import process_pool
-
-PAPER_EPSILONS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-PAPER_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def parse_grid(text: str, name: str) -> tuple[float, ...]:
@@ -74,23 +68,6 @@ def sweep(configs: Sequence[ExperimentConfig], federation: Federation, jobs: int
     return rows
 
 
-def _sweep_command(args: argparse.Namespace) -> int:
-    configs = grid_configs(args, parse_grid(args.epsilons, "epsilons"), parse_grid(args.rhos, "rhos"))
-    if not configs:
-        raise ConfigError("the grid is empty; give --epsilons and --rhos at least one value each, e.g. --rhos 0.3")
-    rows = sweep(configs, load_federation(configs[0]), args.jobs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {len(rows)} rows to {args.out}")
-    if args.json is not None:
-        write_json(args.json, sweep_json(configs, rows))
-        print(f"wrote the grid as JSON to {args.json}")
-    return 0
-
-
 def sweep_json(configs: Sequence[ExperimentConfig], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What `--json` writes: the grid, and per point its CSV row with the full configuration it ran."""
     return {
@@ -98,26 +75,3 @@ def sweep_json(configs: Sequence[ExperimentConfig], rows: Sequence[dict[str, Any
         "rhos": sorted({config.objective.rho for config in configs}),
         "points": [{**row, "config": config.to_dict()} for config, row in zip(configs, rows, strict=True)],
     }
-
-
-def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`fedfair sweep`: the experiment flags plus the grid, the parallelism and the CSV path."""
-    sweep_parser = subparsers.add_parser("sweep", help="run an epsilon x rho grid to CSV")
-    add_experiment_arguments(sweep_parser)
-    sweep_parser.add_argument(
-        "--epsilons",
-        default=",".join(map(str, PAPER_EPSILONS)),
-        help="comma-separated trade-offs epsilon to run, e.g. 0.1,0.5,1 (default: the paper's 14 values)",
-    )
-    sweep_parser.add_argument(
-        "--rhos",
-        default=",".join(map(str, PAPER_RHOS)),
-        help="comma-separated protected group fractions rho to run, e.g. 0.2,0.3 (default: 0.1 to 0.9)",
-    )
-    sweep_parser.add_argument(
-        "--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: one per core)"
-    )
-    sweep_parser.add_argument(
-        "--out", type=Path, default=Path("sweep.csv"), help="CSV file, one row per grid point (default sweep.csv)"
-    )
-    sweep_parser.set_defaults(handler=_sweep_command)

@@ -11,7 +11,7 @@ from typing import Any
 
 from fedfair import pki
 from fedfair.pki.roster import PlanPin, pins_from_folders, write_manifest
-from fedfair.runtime.plan import load_aggregator_plan, shared_content
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
 
 
 def free_port() -> int:

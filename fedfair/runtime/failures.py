@@ -9,35 +9,12 @@ Why: docs/design.md, "Inside the runtime's shared modules".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import FailureClass
 
 EXIT_INCOMPLETE = 3
 """The exit status of a process whose federation finished with a model from fewer rounds than planned:
 the aggregator's when rounds aborted, a collaborator's when rounds applied without its update. A script
 must not read it as a plain success; the closing line counts the rounds, the log says why."""
-
-
-@dataclass(frozen=True)
-class FailureClass:
-    """One kind of failure: its id, whether retrying can help, what it means and how to fix it.
-
-    `meaning` and `fix` are templates: the ``{field}`` placeholders are filled with the
-    facts of one occurrence (an address, a name, a path), which the docs show as is.
-    """
-
-    id: str
-    transient: bool
-    meaning: str
-    fix: str
-    waits: bool = False
-    """A permanent class that the collaborator still waits out within [retry] max_wait_seconds, because
-    the other side may undo it (an aggregator going back to the plan this collaborator holds)."""
-
-    def message(self, **facts: object) -> str:
-        """The operator's line for one occurrence: ``id: meaning. Fix: fix``."""
-        return f"{self.id}: {self.meaning.format(**facts)}. Fix: {self.fix.format(**facts)}"
 
 
 # ---------------------------------------------------------------- transient: retried within [retry]
@@ -240,22 +217,6 @@ FAILURES: tuple[FailureClass, ...] = (
     FEDERATION_PAST,
 )
 """Every class a collaborator can report, in the order the runbook lists them."""
-
-
-class Failure(FedfairError):
-    """A failure of one class; the message is the class's line for this occurrence."""
-
-    def __init__(self, failure: FailureClass, **facts: object) -> None:
-        super().__init__(failure.message(**facts))
-        self.failure = failure
-
-
-class PermanentFailure(Failure, ConfigError):
-    """A failure that waiting cannot heal: the collaborator stops with the cause and the fix."""
-
-
-class AggregatorUnreachable(Failure):
-    """The aggregator stayed unreachable past the retry bound (:data:`GAVE_UP`)."""
 
 
 def failure_table() -> list[dict[str, str]]:

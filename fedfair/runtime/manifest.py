@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from cryptography import x509
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.pki.names import FEDERATION_ID_RE, ROLES, validate_name
 from fedfair.pki.roster import PARTICIPANTS, Pin, PlanPin, check_pins, roster_digest, settings_digest
@@ -23,7 +23,7 @@ from fedfair.pki.verification import (
     normalise_fingerprint,
     pinned_credential_verifier,
 )
-from fedfair.runtime.settings import QuorumSettings, SecureAggregationSettings
+from fedfair.runtime.plan.learning_settings import QuorumSettings, SecureAggregationSettings
 from fedfair.core.tables import Table, check_sections, field_names, read_toml
 
 
@@ -39,7 +39,7 @@ class Bounded(Protocol):
 
 
 class Shared(Bounded, Protocol):
-    """What a collaborator checks of the aggregator's shared settings (fedfair.runtime.plan.SharedSettings)."""
+    """What a collaborator checks of the aggregator's shared settings (fedfair.runtime.plan.aggregator_plan.SharedSettings)."""
 
     @property
     def federation_id(self) -> str: ...
@@ -61,10 +61,6 @@ UNPINNED_PLAN_WARNING = (
     "masking graph at will; pin the agreed plan with `fedfair plan pin` and share the new manifest"
 )
 """The one line a collaborator logs when its manifest has no [plan]."""
-
-
-class ManifestError(ConfigError):
-    """A plan, a round's roster or a certificate disagrees with the manifest; the message names what and who."""
 
 
 @dataclass(frozen=True)

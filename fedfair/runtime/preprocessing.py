@@ -29,8 +29,8 @@ from fedfair.datasets.statistics import (
     STATISTICS_MAX_WEIGHT,
     STATISTICS_MODULUS_BITS,
 )
-from fedfair.runtime.plan import json_object
-from fedfair.runtime.model_settings import ModelSettings
+from fedfair.runtime.plan.aggregator_plan import json_object
+from fedfair.runtime.plan.model import ModelSettings
 from fedfair.secagg import EncodingConfig
 
 STATISTICS_ROUND = 0

@@ -9,6 +9,15 @@ number of colluding parties tolerated; an optional SecAgg+ neighbour graph cuts 
 large federations. docs/layout.md lists the modules, docs/design.md section 5 the argument.
 """
 
+from fedfair.core.errors import (
+    AuthenticationError,
+    PrivacyWarning,
+    ProtocolError,
+    StaleMessageError,
+    SumOutOfRangeError,
+    ThresholdError,
+    UnmaskRefusedError,
+)
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig, check_threshold, threshold_for
 from fedfair.secagg.encode import (
@@ -17,15 +26,6 @@ from fedfair.secagg.encode import (
     EncodingConfig,
     check_no_wraparound,
     largest_safe_fractional_bits,
-)
-from fedfair.secagg.errors import (
-    AuthenticationError,
-    PrivacyWarning,
-    ProtocolError,
-    StaleMessageError,
-    SumOutOfRangeError,
-    ThresholdError,
-    UnmaskRefusedError,
 )
 from fedfair.secagg.wire import Stage
 from fedfair.secagg.server import AggregateResult, Server

@@ -3,7 +3,7 @@
 :class:`Client` is a state machine over the messages of :mod:`fedfair.secagg.messages`, with no
 I/O: ``advertise``, ``share_keys``, ``check_shares``, ``masked_input``, ``consistency`` and
 ``unmask``, in that order (the last two may be repeated). A step that receives a bad message
-raises a :class:`~fedfair.secagg.errors.ProtocolError` subclass and leaves the state unchanged; a
+raises a :class:`~fedfair.core.errors.ProtocolError` subclass and leaves the state unchanged; a
 peer's bad shares are accused, not raised. The checks by which a party keeps a lying server from
 both secrets of one party are listed in docs/design.md ("Inside secure aggregation").
 """
@@ -15,17 +15,11 @@ import os
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError, ThresholdError, UnmaskRefusedError
 from fedfair.pki.identity import CredentialVerifier, sign
 from fedfair.secagg import keys, prg, shamir
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.errors import (
-    AuthenticationError,
-    ProtocolError,
-    ThresholdError,
-    UnmaskRefusedError,
-)
 from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
     AdvertiseKeys,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from fedfair.secagg.errors import ProtocolError
+from fedfair.core.errors import ProtocolError
 
 
 class Writer:

@@ -15,10 +15,9 @@ import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, PrivacyWarning
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.encode import Encoder, EncodingConfig
-from fedfair.secagg.errors import PrivacyWarning
 from fedfair.secagg.graph import Graph, canonical_roster, complete_graph, graph_seed, regular_graph
 
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.pki.identity import CredentialVerifier, IdentityError, is_valid_signature
+from fedfair.core.errors import AuthenticationError, IdentityError, ProtocolError
+from fedfair.pki.identity import CredentialVerifier, is_valid_signature
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.errors import AuthenticationError, ProtocolError
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import advertisement_payload
 from fedfair.secagg.wire import check_header
@@ -28,7 +28,7 @@ def verify_advertisement(
     """Check that an advertisement is for this round and signed by the roster party it names.
 
     Returns the party's verified identity public key. Raises
-    :class:`~fedfair.secagg.errors.StaleMessageError` for another round,
+    :class:`~fedfair.core.errors.StaleMessageError` for another round,
     :class:`ProtocolError` for a party outside the roster or a malformed commitment, and
     :class:`AuthenticationError` when the credential or the signature does not verify (a
     forged or swapped key). Whether the X25519 keys are usable is the caller's check: the

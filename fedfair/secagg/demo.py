@@ -30,17 +30,6 @@ from fedfair.secagg.simulate import simulate_round
 _PREVIEW_WORDS = 6
 
 
-def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``secagg-demo`` to the ``fedfair`` command."""
-    parser = subparsers.add_parser(
-        "secagg-demo",
-        help="run one secure-aggregation round in-process and show what the server sees",
-        description="Run one secure-aggregation round in this process, with dropouts, and show what the server sees.",
-    )
-    add_arguments(parser)
-    parser.set_defaults(handler=handle)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's options (shared by the CLI and ``examples/secagg_demo.py``)."""
     parser.add_argument("-n", "--parties", type=int, default=5, help="number of parties (default 5)")

@@ -17,10 +17,9 @@ from collections.abc import Collection, Sequence
 from functools import lru_cache
 from typing import Any
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, UnmaskRefusedError
 from fedfair.secagg import prg
 from fedfair.secagg.codec import Writer
-from fedfair.secagg.errors import UnmaskRefusedError
 
 Graph = dict[int, frozenset[int]]
 """Party id (1..n) -> the ids of its neighbours (never itself)."""

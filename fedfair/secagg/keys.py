@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import (
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from fedfair.secagg.errors import AuthenticationError
+from fedfair.core.errors import AuthenticationError
 
 DOMAIN = b"fedfair/secagg/v2/"
 """Prefix of every HKDF info and associated-data string: separates fedfair's keys

@@ -14,8 +14,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from fedfair.core.errors import ProtocolError
 from fedfair.secagg.codec import Reader, Writer
-from fedfair.secagg.errors import ProtocolError
 from fedfair.secagg.payloads import DIGEST_BYTES
 from fedfair.secagg.wire import Header, Stage, Wire, read_message
 

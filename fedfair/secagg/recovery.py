@@ -17,10 +17,10 @@ from operator import itemgetter
 
 import numpy as np
 
+from fedfair.core.errors import ProtocolError, SumOutOfRangeError, ThresholdError
 from fedfair.secagg import keys, prg, shamir
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded, EncodingConfig
-from fedfair.secagg.errors import ProtocolError, SumOutOfRangeError, ThresholdError
 from fedfair.secagg.messages import AdvertiseKeys, EncryptedShares, RevealedShare
 from fedfair.secagg.payloads import seed_commitment
 from fedfair.secagg.shares import SECRET_BYTES, SHARE_CHUNKS, Kind

@@ -1,10 +1,10 @@
 """The aggregator's side of secure aggregation (protocol v3): collect, forward, check, sum, unmask.
 
 :class:`Server` is a state machine over plain messages with no I/O. Each stage has a ``receive_*``
-step per arriving message, which raises a :class:`~fedfair.secagg.errors.ProtocolError` subclass
+step per arriving message, which raises a :class:`~fedfair.core.errors.ProtocolError` subclass
 for a message it refuses, and a closing step (``key_directory``, ``share_bundles``,
 ``masking_set``, ``survivor_set``, ``unmask_request``, ``finish``) that fixes who survived and
-raises :class:`~fedfair.secagg.errors.ThresholdError` when fewer than t parties remain.
+raises :class:`~fedfair.core.errors.ThresholdError` when fewer than t parties remain.
 :meth:`Server.ready` says when UNMASK may close early. Masked inputs are summed as they arrive,
 so only the sum is ever unmasked; how culprits are named is in docs/design.md ("Inside secure
 aggregation").
@@ -19,12 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.pki.identity import CredentialVerifier, is_valid_signature
-from fedfair.secagg import keys, prg
-from fedfair.secagg.credentials import verify_advertisement
-from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.encode import Decoded
-from fedfair.secagg.errors import (
+from fedfair.core.errors import (
     AuthenticationError,
     ProtocolError,
     StaleMessageError,
@@ -32,6 +27,11 @@ from fedfair.secagg.errors import (
     ThresholdError,
     UnmaskRefusedError,
 )
+from fedfair.pki.identity import CredentialVerifier, is_valid_signature
+from fedfair.secagg import keys, prg
+from fedfair.secagg.credentials import verify_advertisement
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.encode import Decoded
 from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
     AdvertiseKeys,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from operator import attrgetter, mul
 from typing import TypeVar
 
-from fedfair.secagg.errors import ProtocolError, ThresholdError
+from fedfair.core.errors import ProtocolError, ThresholdError
 
 PRIME = (1 << 127) - 1
 """The field modulus, the Mersenne prime 2^127 - 1."""

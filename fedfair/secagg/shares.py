@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from fedfair.core.errors import AuthenticationError, ProtocolError, UnmaskRefusedError
 from fedfair.pki.identity import is_valid_signature
 from fedfair.secagg import keys, shamir
 from fedfair.secagg.codec import Reader
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.errors import AuthenticationError, ProtocolError, UnmaskRefusedError
 from fedfair.secagg.messages import Dealing, EncryptedShares, RevealedShare
 from fedfair.secagg.payloads import consistency_payload, dealing_line, dealing_payload, share_commitment
 

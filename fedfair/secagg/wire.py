@@ -17,9 +17,9 @@ import hmac
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, Self
 
+from fedfair.core.errors import ProtocolError, StaleMessageError
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.errors import ProtocolError, StaleMessageError
 
 MAGIC = b"FSA3"
 

@@ -23,8 +23,8 @@ from fedfair.bundle import (
     write_bundle,
 )
 from fedfair.bundle.format import BUNDLE_FORMAT
-from fedfair.core.errors import ConfigError
-from fedfair.core.models import FactoryNotAllowed, build_model
+from fedfair.core.errors import ConfigError, FactoryNotAllowedError
+from fedfair.core.models import build_model
 
 # Set by a pickled object's reduce hook if torch.load ever ran it.
 CODE_RAN: list[str] = []
@@ -133,7 +133,7 @@ def test_a_factory_the_caller_did_not_allow_is_never_called(
     assert bundle.factory == factory
     refused = rf"model factory '{factory}' is not allowed here; it was not imported"
     for allowed in ((), ["tests.bundle.test_format:two_layer"]):
-        with pytest.raises(FactoryNotAllowed, match=refused):
+        with pytest.raises(FactoryNotAllowedError, match=refused):
             bundle.build_model(allowed=allowed)
     assert not marker.exists()
 

@@ -1,4 +1,4 @@
-"""The error hierarchy: every fedfair error is a FedfairError (what the CLI catches), a bad setting a ValueError too."""
+"""The error hierarchy, all in fedfair.core.errors: every error is a FedfairError, a bad setting a ValueError too."""
 
 from __future__ import annotations
 
@@ -77,3 +77,23 @@ def test_every_error_class_fedfair_defines_is_a_fedfair_error() -> None:
 
     strays = sorted(name for name in exceptions if name != "FedfairError" and "FedfairError" not in ancestors(name))
     assert strays == [], f"derive these from FedfairError (fedfair.core.errors): {strays}"
+
+
+ERRORS_MODULE = PACKAGE_ROOT / "core" / "errors.py"
+
+
+def test_every_exception_class_is_defined_in_the_errors_module_and_named_error() -> None:
+    """One module holds what users catch, so no two classes can name one concept unseen; warnings
+    (`PrivacyWarning`) are filtered, not caught, and keep their `Warning` suffix."""
+    exceptions = defined_exception_classes()
+    assert {"ConfigError", "RefusedError", "QuorumError"} <= exceptions.keys(), "the scan must find the errors"
+    elsewhere = sorted(
+        f"{path.relative_to(PACKAGE_ROOT.parent)}:{node.name}"
+        for path in PACKAGE_ROOT.rglob("*.py")
+        if path != ERRORS_MODULE
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name in exceptions
+    )
+    assert elsewhere == [], f"define these in fedfair/core/errors.py (one class, a reason for each cause): {elsewhere}"
+    misnamed = sorted(name for name in exceptions if not name.endswith("Error"))
+    assert misnamed == [], f"end these exception names in Error: {misnamed}"

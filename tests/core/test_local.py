@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import BatchSampler, LocalLearner, contributing_updates
-from fedfair.core.update import Update, bounded
+from fedfair.core.update import Update
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.simulation.federation import Federation

@@ -11,15 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedfair.core.errors import ConfigError
-from fedfair.core.models import (
-    ALLOW_FACTORY_FIX,
-    FactoryNotAllowed,
-    build_from_factory,
-    build_model,
-    flat_parameters,
-    load_factory,
-)
+from fedfair.core.errors import ConfigError, FactoryNotAllowedError
+from fedfair.core.models import ALLOW_FACTORY_FIX, build_from_factory, build_model, flat_parameters, load_factory
 
 
 def small_network(features: int = 4, hidden: int = 3) -> nn.Module:
@@ -71,9 +64,9 @@ def test_a_factory_not_allowed_is_refused_before_its_module_is_imported(
     monkeypatch.syspath_prepend(str(tmp_path))
     refused = "'throwaway_site_models:build' is not allowed here; it was not imported. If you trust it, "
     for allowed in ((), ["throwaway_site_models:other", "tests.core.test_models:small_network"]):
-        with pytest.raises(FactoryNotAllowed, match=re.escape(refused + ALLOW_FACTORY_FIX)):
+        with pytest.raises(FactoryNotAllowedError, match=re.escape(refused + ALLOW_FACTORY_FIX)):
             load_factory("throwaway_site_models:build", allowed)
-        with pytest.raises(FactoryNotAllowed):
+        with pytest.raises(FactoryNotAllowedError):
             build_from_factory("throwaway_site_models:build", {}, allowed=allowed)
     assert "throwaway_site_models" not in sys.modules
     assert not marker.exists()
@@ -83,7 +76,7 @@ def test_a_factory_not_allowed_is_refused_before_its_module_is_imported(
     del sys.modules["throwaway_site_models"]
     # The consent check comes first: a name that would fail to import or to parse is refused the same way.
     for path in ("no_such_package_here.models:build", "not a factory path"):
-        with pytest.raises(FactoryNotAllowed, match="is not allowed here"):
+        with pytest.raises(FactoryNotAllowedError, match="is not allowed here"):
             load_factory(path, ())
 
 

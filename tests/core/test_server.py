@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedfair.core import server
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.update import Update
 
 
@@ -79,16 +79,16 @@ def test_before_averaging_starts_the_average_is_the_current_pair() -> None:
 def test_non_finite_aggregate_is_refused_and_state_kept(bad: float) -> None:
     state = server.init(torch.zeros(2, dtype=torch.float64), bound=1.0)
     aggregate = server.Aggregate.from_vector(torch.tensor([bad, 0.0, 0.0], dtype=torch.float64), 1.0)
-    with pytest.raises(server.AggregateError, match="NaN or Inf"):
+    with pytest.raises(AggregateError, match="NaN or Inf"):
         server.apply(state, aggregate, bound=1.0)
     assert state.round == 0 and bool((state.theta == 0).all())
 
 
 def test_zero_weight_and_empty_round_are_refused() -> None:
     state = server.init(torch.zeros(1, dtype=torch.float64), bound=1.0)
-    with pytest.raises(server.AggregateError, match="total weight"):
+    with pytest.raises(AggregateError, match="total weight"):
         server.apply(state, server.Aggregate.from_vector(torch.zeros(2, dtype=torch.float64), 0.0), bound=1.0)
-    with pytest.raises(server.AggregateError, match="no collaborator"):
+    with pytest.raises(AggregateError, match="no collaborator"):
         server.Aggregate.of([])
 
 
@@ -129,7 +129,7 @@ def test_control_variates_travel_in_the_same_summed_vector_and_split_back() -> N
     summed = server.Aggregate.of(updates)
     assert summed.weighted_control is not None
     torch.testing.assert_close(summed.weighted_control, torch.tensor([1.75, 0.0, 4.0], dtype=torch.float64))
-    with pytest.raises(server.AggregateError, match=r"2 \(d \+ 1\) entries, got 3"):
+    with pytest.raises(AggregateError, match=r"2 \(d \+ 1\) entries, got 3"):
         server.Aggregate.from_vector(torch.zeros(3, dtype=torch.float64), 1.0, with_control=True)
 
 
@@ -150,7 +150,7 @@ def test_apply_sets_the_control_variate_to_the_weighted_mean_of_those_sent() -> 
 def test_a_non_finite_control_variate_is_refused() -> None:
     state = server.init(torch.zeros(2, dtype=torch.float64), bound=1.0, drift_correction=True)
     vector = torch.tensor([0.1, 0.2, 0.3, 0.0, math.nan, 0.0], dtype=torch.float64)
-    with pytest.raises(server.AggregateError, match="control variate contains NaN or Inf"):
+    with pytest.raises(AggregateError, match="control variate contains NaN or Inf"):
         server.apply(state, server.Aggregate.from_vector(vector, 1.0, with_control=True), bound=1.0)
 
 
@@ -158,15 +158,15 @@ def test_an_aggregate_whose_drift_correction_does_not_match_the_server_is_refuse
     corrected, plain = corrected_updates(), [replace(update, control=None) for update in corrected_updates()]
     with_control = server.init(torch.zeros(2, dtype=torch.float64), bound=5.0, drift_correction=True)
     without = server.init(torch.zeros(2, dtype=torch.float64), bound=5.0)
-    with pytest.raises(server.AggregateError, match="the aggregate carries no control variates"):
+    with pytest.raises(AggregateError, match="the aggregate carries no control variates"):
         server.apply(with_control, server.Aggregate.of(plain), bound=5.0)
-    with pytest.raises(server.AggregateError, match="the server does not correct drift"):
+    with pytest.raises(AggregateError, match="the server does not correct drift"):
         server.apply(without, server.Aggregate.of(corrected), bound=5.0)
-    with pytest.raises(server.AggregateError, match="same drift_correction"):
+    with pytest.raises(AggregateError, match="same drift_correction"):
         server.Aggregate.of([corrected[0], plain[1]])
     longer = server.init(torch.zeros(4, dtype=torch.float64), bound=5.0, drift_correction=True)
     vector = torch.zeros(8, dtype=torch.float64)
-    with pytest.raises(server.AggregateError, match="control part has 4 entries, the server's control variate 5"):
+    with pytest.raises(AggregateError, match="control part has 4 entries, the server's control variate 5"):
         server.apply(longer, server.Aggregate.from_vector(vector, 1.0, with_control=True), bound=5.0)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.plan import load_aggregator_plan, load_shared_settings, shared_settings
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings, shared_settings
 from fedfair.core.tables import SHOWN_CHARACTERS, Table, shown
 from tests.runtime.harness import new_workspace
 

@@ -14,7 +14,7 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
-from fedfair.datasets import commands
+from fedfair.cli import data as commands
 from fedfair.datasets.check import check_against, schema_edits, schema_from_file
 from fedfair.datasets.schema import Column, Schema, draft_schema
 

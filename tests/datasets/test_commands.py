@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from fedfair.datasets import DATASETS, Column, Schema, draft_schema
-from fedfair.datasets.commands import register_commands
+from fedfair.cli.data import register_commands
 
 
 def test_data_commands_list_and_fetch(capsys: pytest.CaptureFixture[str]) -> None:

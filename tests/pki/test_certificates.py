@@ -11,14 +11,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from fedfair.core.errors import CertificateError
 from fedfair.pki import store
-from fedfair.pki.certificates import (
-    CertificateError,
-    create_request,
-    generate_private_key,
-    requested_role,
-    sign_request,
-)
+from fedfair.pki.certificates import create_request, generate_private_key, requested_role, sign_request
 from fedfair.pki.verification import role_of_certificate, verify_certificate
 from tests.pki.helpers import mode, request_with_key
 

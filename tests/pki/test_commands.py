@@ -10,7 +10,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki import store
-from fedfair.pki.commands import register_commands
+from fedfair.cli.pki import register_commands
 from fedfair.pki.verification import (
     fingerprint,
     role_of_certificate,

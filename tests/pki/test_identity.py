@@ -10,9 +10,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from fedfair.core.errors import FedfairError
+from fedfair.core.errors import FedfairError, IdentityError
 from fedfair.pki.identity import (
-    IdentityError,
     generate_identity_key,
     is_valid_signature,
     load_public_key,

@@ -9,14 +9,9 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import CertificateError, ConfigError, IdentityError
 from fedfair.pki import identity, store
-from fedfair.pki.certificates import (
-    CertificateError,
-    create_request,
-    generate_private_key,
-    sign_request,
-)
+from fedfair.pki.certificates import create_request, generate_private_key, sign_request
 from fedfair.pki.verification import (
     credential_verifier,
     der_fingerprint,
@@ -62,13 +57,13 @@ def test_credential_verifier_for_secure_aggregation(ca_dir: Path, tmp_path: Path
     assert identity.is_valid_signature(public, identity.sign(key, b"keys"), b"keys")
     der = x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER)
     assert verify("hospital-a", der) == public
-    with pytest.raises(identity.IdentityError, match="another party"):
+    with pytest.raises(IdentityError, match="another party"):
         verify("hospital-b", pem)
-    with pytest.raises(identity.IdentityError):
+    with pytest.raises(IdentityError):
         verify("hospital-a", identity.public_key_bytes(key))  # a bare key is not a certificate
     other = tmp_path / "other"
     store.init_ca(other)
-    with pytest.raises(identity.IdentityError, match="does not verify"):
+    with pytest.raises(IdentityError, match="does not verify"):
         verify("hospital-a", store.issue(other, "collaborator", "hospital-a").read_bytes())
 
 
@@ -88,12 +83,12 @@ def test_a_pinned_verifier_refuses_a_twin_the_same_ca_minted(ca_dir: Path) -> No
     pinned = pinned_credential_verifier(ca_certificate, {"hospital-a": fingerprint(genuine).upper().replace(":", "")})
     key = pinned("hospital-a", genuine.public_bytes(der))
     assert key == genuine.public_key() == pinned("hospital-a", genuine.public_bytes(pem))
-    with pytest.raises(identity.IdentityError, match="not the one the manifest pins for it"):
+    with pytest.raises(IdentityError, match="not the one the manifest pins for it"):
         pinned("hospital-a", twin.public_bytes(der))
-    with pytest.raises(identity.IdentityError, match="'mallory' is not in the federation's manifest"):
+    with pytest.raises(IdentityError, match="'mallory' is not in the federation's manifest"):
         pinned("mallory", stranger.public_bytes(der))
     # The pin never replaces the CA's checks: the genuine certificate under another name is still refused.
-    with pytest.raises(identity.IdentityError, match="another party"):
+    with pytest.raises(IdentityError, match="another party"):
         pinned_credential_verifier(ca_certificate, {"hospital-b": fingerprint(genuine)})(
             "hospital-b", genuine.public_bytes(der)
         )

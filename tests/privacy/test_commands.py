@@ -8,11 +8,8 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.accounting import compute_epsilon, plan_noise_multiplier
-from fedfair.privacy.commands import (
-    add_privacy_arguments,
-    privacy_config_from_args,
-    register_commands,
-)
+from fedfair.cli.privacy import register_commands
+from fedfair.privacy.flags import add_privacy_arguments, privacy_config_from_args
 from fedfair.privacy.config import PrivacyConfig
 from tests.privacy.helpers import DELTA
 

@@ -15,13 +15,13 @@ from torch.func import functional_call, grad, vmap
 
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
-from fedfair.core.errors import ConfigError
-from fedfair.core.local import LocalLearner, QuorumLost, contributing_updates
+from fedfair.core.errors import BudgetReason, ConfigError, PrivacyBudgetError, QuorumError, QuorumReason
+from fedfair.core.local import LocalLearner, contributing_updates
 from fedfair.core.models import build_model, flat_parameters, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.privacy.accounting import PrivacyAccountant, compute_epsilon
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.learner import PrivacyBudgetExhausted, PrivateLearner
+from fedfair.privacy.learner import PrivateLearner
 from fedfair.simulation.federation import Federation
 from fedfair.simulation.rounds import SimulationOptions, make_learners
 from tests.privacy.helpers import (
@@ -121,7 +121,7 @@ def test_target_epsilon_is_spent_by_the_planned_rounds_and_then_guarded() -> Non
         private.train_round(theta, 1.0)
     assert private.last_report is not None
     assert 3.98 <= private.last_report.epsilon <= 4.0
-    with pytest.raises(PrivacyBudgetExhausted, match="above its budget 4"):
+    with pytest.raises(PrivacyBudgetError, match="above its budget 4"):
         private.train_round(theta, 1.0)
     assert private.accountant.rounds == 3
 
@@ -164,11 +164,13 @@ def test_spent_budget_stops_one_collaborator_and_the_federation_goes_on(
     _, fresh = make_learners(small_adult_federation, training, objective)
     restarted = PrivateLearner(fresh[0], configs[0], accountant=PrivacyAccountant(paths[0]), name=names[0])
     before = flat_parameters(fresh[0].model)
-    with pytest.raises(PrivacyBudgetExhausted, match="stops contributing"):
+    with pytest.raises(PrivacyBudgetError, match="stops contributing") as spent:
         restarted.train_round(state.theta, state.c)
+    assert spent.value.reason is BudgetReason.LEARNER_SPENT
     assert torch.equal(flat_parameters(fresh[0].model), before)
-    with pytest.raises(QuorumLost, match="below the quorum of 3"):
+    with pytest.raises(QuorumError, match="below the quorum of 3") as lost:
         contributing_updates([restarted, *active], state.theta, state.c, quorum=3)
+    assert lost.value.reason is QuorumReason.LOST
 
 
 def small_learner(model: str, seed: int = 3) -> LocalLearner:

@@ -15,7 +15,8 @@ from fedfair.cli import main
 from fedfair.core.errors import ConfigError
 from fedfair.research import baselines, minimax
 from fedfair.research.experiment import ExperimentConfig, Outcome, load_federation, run_method, uniform_risk
-from fedfair.research.flags import DEFAULT_BASELINE_LR, config_from_flags, parse_flags
+from fedfair.research.arguments import DEFAULT_BASELINE_LR
+from fedfair.research.flags import config_from_flags, parse_flags
 from fedfair.simulation.federation import Federation
 from fedfair.simulation.rounds import SimulationResult, run_fedsrcvar
 

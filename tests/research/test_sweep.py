@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from fedfair.core.errors import ConfigError
-from fedfair.research.sweep import parse_grid, register_commands
+from fedfair.cli.sweep import register_commands
+from fedfair.research.sweep import parse_grid
 
 FAST = ["--rounds", "20", "--dataset", "adult", "--partition", "race", "--clients", "3"]
 

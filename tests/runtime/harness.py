@@ -39,7 +39,7 @@ from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.faults import VARIABLE as FAULT
-from fedfair.runtime.plan import AggregatorPlan, load_aggregator_plan
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan
 
 RUNTIME_PLAN: dict[str, dict[str, Any]] = {
     "objective": {"epsilon": 0.1, "rho": 0.3},

@@ -49,7 +49,7 @@ from fedfair.runtime.contract import (
     training_download,
     update_dimension,
 )
-from fedfair.runtime.plan import (
+from fedfair.runtime.plan.aggregator_plan import (
     SharedSettings,
     load_aggregator_plan,
     load_shared_settings,

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fedfair.runtime.failures import FAILURES, FailureClass, runbook_table
+from fedfair.core.errors import FailureClass
+from fedfair.runtime.failures import FAILURES, runbook_table
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 

@@ -1,5 +1,5 @@
 """The warning for a model that serves its worst group worse than the uniform classifier: said once, in
-`fedfair.runtime.report.guessing_warning`, by the report page and by the aggregator's closing line."""
+`fedfair.runtime.report.page.guessing_warning`, by the report page and by the aggregator's closing line."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fedfair.runtime import report
-from fedfair.runtime.report_data import read_run
+from fedfair.runtime.report import page as report
+from fedfair.runtime.report.data import read_run
 from tests.runtime.test_report import write_run
 
 

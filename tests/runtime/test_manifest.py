@@ -18,14 +18,14 @@ import pytest
 import tomli_w
 from cryptography.hazmat.primitives import serialization
 
-from fedfair.core.errors import ConfigError
-from fedfair.pki import credential_verifier, identity, store
+from fedfair.core.errors import ConfigError, IdentityError
+from fedfair.pki import credential_verifier, store
 from fedfair.pki.roster import manifest_text, pins_from_folders, write_manifest
 from fedfair.runtime import manifest as manifests
-from fedfair.runtime import plan
+from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.collaborator import config as collaborator_file
 from fedfair import cli
-from fedfair.runtime.plan_commands import pin_plan
+from fedfair.runtime.plan.pinning import pin_plan
 from tests.runtime.test_plan import CONFIG_TEMPLATE, NO_NOISE, PLAN_TEMPLATE, SCHEMA_SECTION, edited
 
 COLLABORATORS = ("hospital-a", "hospital-b", "hospital-c")  # the templates' names
@@ -152,12 +152,12 @@ def test_the_pinned_verifier_refuses_a_twin_and_a_stranger_the_same_ca_minted(fe
     # The CA vouches for both: a verifier that trusts the CA alone takes them.
     credential_verifier(ca_certificate)("hospital-a", twin)
     credential_verifier(ca_certificate)("mallory", stranger)
-    with pytest.raises(identity.IdentityError, match="not the one the manifest pins for it"):
+    with pytest.raises(IdentityError, match="not the one the manifest pins for it"):
         verify("hospital-a", twin)
-    with pytest.raises(identity.IdentityError, match="'mallory' is not in the federation's manifest"):
+    with pytest.raises(IdentityError, match="'mallory' is not in the federation's manifest"):
         verify("mallory", stranger)
     # The aggregator's certificate is pinned, but never as a collaborator's credential.
-    with pytest.raises(identity.IdentityError, match="not in the federation's manifest"):
+    with pytest.raises(IdentityError, match="not in the federation's manifest"):
         verify("aggregator", der(federation / "ca" / "aggregator.crt"))
 
 

@@ -20,9 +20,9 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.models import flat_parameters
 from fedfair.fairness import sums
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.runtime import plan
+from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.collaborator import config as collaborator_file
-from fedfair.runtime.settings import PLAN_TRAINING, read_learning, training_table
+from fedfair.runtime.plan.learning_settings import PLAN_TRAINING, read_learning, training_table
 from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.transport import TlsFiles
 from fedfair.secagg import EncodingConfig

@@ -21,7 +21,7 @@ from fedfair.runtime.preprocessing import (
     model_for,
     read_encoder_payload,
 )
-from fedfair.runtime.model_settings import ModelSettings
+from fedfair.runtime.plan.model import ModelSettings
 
 
 def sized(features: int, classes: int, hidden: int = 4) -> nn.Module:

@@ -13,16 +13,16 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.core.config import LocalConfig
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, PrivacyBudgetError
 from fedfair.fairness import sums
 from fedfair.privacy import distributed
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.collaborator.record import BudgetSpent, InputRecord
-from fedfair.runtime.plan import load_aggregator_plan, shared_content
-from fedfair.runtime.report import write_report
-from fedfair.runtime.settings import read_learning
-from fedfair.runtime.privacy_plan import (
+from fedfair.runtime.collaborator.input_record import InputRecord
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
+from fedfair.runtime.report.page import write_report
+from fedfair.runtime.plan.learning_settings import read_learning
+from fedfair.runtime.plan.privacy import (
     ROUNDING_BETA,
     PlanPrivacy,
     answer_release,
@@ -105,7 +105,7 @@ def test_the_ledger_refuses_an_answer_past_the_budget_and_survives_a_restart(tmp
     restarted = InputRecord(path, "fed")
     assert restarted.spent(1e-5) == pytest.approx(second, rel=1e-12)
     assert [entry["round"] for entry in restarted.ledger()] == [1, 2]
-    with pytest.raises(BudgetSpent, match=r"round 3 \(evaluate\) would spend epsilon .* past .* budget of 1.6; "
+    with pytest.raises(PrivacyBudgetError, match=r"round 3 \(evaluate\) would spend epsilon .* past .* budget of 1.6; "
                        r"spent so far: epsilon .* on 2 evaluate answers"):
         restarted.charge("evaluate", 3, "m3", release, 1e-5, 1.6)
     assert len(InputRecord(path, "fed").ledger()) == 2  # a refused answer charges nothing

@@ -53,7 +53,7 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.collaborator.trainer import RoundTrainer, round_trainer
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.federations import adult_by_race
 from tests.runtime.harness import (
     Processes,

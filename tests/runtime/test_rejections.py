@@ -29,16 +29,11 @@ import torch
 from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
+from fedfair.core.errors import RefusedError, RoundAbortedError
 from fedfair.core.update import Update
 from fedfair.research.workspace import Workspace, make_workspace
-from fedfair.runtime.aggregator.stages import UploadRefused
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.checks import (
-    RoundAborted,
-    SumOutcome,
-    check_decoded_update,
-    decode_plain,
-)
+from fedfair.runtime.aggregator.checks import SumOutcome, check_decoded_update, decode_plain
 from fedfair.runtime.aggregator.servicer import INVALID_UPLOAD, Servicer
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.trainer import round_trainer
@@ -436,19 +431,19 @@ def test_a_refused_upload_does_not_hold_the_stage_to_its_deadline(
     assert log[2]["contributors"] == NAMES
     # This small model's update fits one part: it went up in a Send.
     [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("refused Send")]
-    assert line.startswith("refused Send from 'site-c' (round 2 STAGE_MASKED_INPUT): INVALID_ARGUMENT: UploadRefused")
+    assert line.startswith("refused Send from 'site-c' (round 2 STAGE_MASKED_INPUT): INVALID_ARGUMENT: RefusedError")
     assert not [record for record in caplog.records if record.exc_info]
 
 
 def test_the_decode_checks() -> None:
     encoding = EncodingConfig(clip=10.0, max_weight=100.0, fractional_bits=16)
-    with pytest.raises(UploadRefused, match="NaN or Inf"):
+    with pytest.raises(RefusedError, match="NaN or Inf"):
         decode_plain(np.array([np.inf, 1.0]).tobytes(), 1, encoding)
-    with pytest.raises(UploadRefused, match="weight"):
+    with pytest.raises(RefusedError, match="weight"):
         decode_plain(np.array([0.5, 0.0]).tobytes(), 1, encoding)
-    with pytest.raises(UploadRefused, match="2 float64 values"):
+    with pytest.raises(RefusedError, match="2 float64 values"):
         decode_plain(np.zeros(3).tobytes(), 1, encoding)
-    with pytest.raises(UploadRefused, match="clipping range"):
+    with pytest.raises(RefusedError, match="clipping range"):
         decode_plain(np.array([21.0, 2.0]).tobytes(), 1, encoding)  # |w * delta| over clip * w
     assert decode_plain(np.array([0.5, 2.0]).tobytes(), 1, encoding).tolist() == [0.5, 2.0]
 
@@ -461,7 +456,7 @@ def test_the_decode_checks() -> None:
         (outcome(np.array([np.nan, 0.0]), 2.0), "NaN or Inf"),
         (outcome(np.array([21.0, 0.0]), 2.0), "outside the clipping range"),
     ):
-        with pytest.raises(RoundAborted, match=message):
+        with pytest.raises(RoundAbortedError, match=message):
             check_decoded_update(bad, clip=10.0, count=2)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.report_data import Run, contribution_matrix, read_json_lines, roster, stage_label
+from fedfair.runtime.report.data import Run, contribution_matrix, read_json_lines, roster, stage_label
 
 
 def test_a_line_that_is_no_json_object_is_named_with_its_file_line_and_fix(tmp_path: Path) -> None:

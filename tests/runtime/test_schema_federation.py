@@ -43,7 +43,7 @@ from fedfair.runtime.collaborator.trainer import (
     check_schema_table,
     encoded_data,
 )
-from fedfair.runtime.plan import (
+from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,
     shared_settings,

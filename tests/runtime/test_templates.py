@@ -1,4 +1,4 @@
-"""The committed templates are the rendering of fedfair.runtime.templates, and every rendering loads."""
+"""The committed templates are the rendering of fedfair.runtime.plan.templates, and every rendering loads."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ import shutil
 import tomllib
 from pathlib import Path
 
-from fedfair.runtime import templates
+from fedfair.runtime.plan import templates
 from fedfair.runtime.collaborator.config import parse_collaborator_config
-from fedfair.runtime.plan import parse_aggregator_plan
+from fedfair.runtime.plan.aggregator_plan import parse_aggregator_plan
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-REGENERATE = "regenerate them with `python -m fedfair.runtime.templates --write` from the repository's root"
+REGENERATE = "regenerate them with `python -m fedfair.runtime.plan.templates --write` from the repository's root"
 
 
 def test_the_committed_templates_are_the_rendering_of_the_demo() -> None:
     for path, text in templates.committed_templates(REPOSITORY).items():
-        assert path.read_text() == text, f"{path} differs from fedfair.runtime.templates; {REGENERATE}"
+        assert path.read_text() == text, f"{path} differs from fedfair.runtime.plan.templates; {REGENERATE}"
 
 
 def test_the_module_lists_stale_templates_and_rewrites_them(tmp_path: Path) -> None:

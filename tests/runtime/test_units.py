@@ -17,12 +17,11 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedfair.core import server
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, FailureError, RefusedError
 from fedfair.research.launch import simulation_options
 from fedfair.simulation.rounds import make_learners
 from fedfair.research.workspace import make_workspace, toml_text
 from fedfair.runtime.aggregator.board import Board
-from fedfair.runtime.aggregator.stages import UploadRefused
 from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,
     ROUND_LOG_NAME,
@@ -35,7 +34,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     state_digest,
     trim_round_log,
 )
-from fedfair.runtime.aggregator.commands import plan_from_args
+from fedfair.cli.aggregator import plan_from_args
 from fedfair.runtime.aggregator.checks import decode_plain
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.loop import initial_state
@@ -47,13 +46,13 @@ from fedfair.runtime.collaborator.client import (
 )
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import (
-    AggregatorUnreachable,
     RetryPolicy,
     refusal,
 )
 from fedfair.runtime.collaborator.trainer import build_learner, load_local_data
 from fedfair.runtime.contract import TRAINING
-from fedfair.runtime.plan import (
+from fedfair.runtime.failures import GAVE_UP
+from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,
     shared_settings,
@@ -232,7 +231,7 @@ def test_a_plain_update_outside_the_plans_bounds_is_refused() -> None:
         (plain(0.5, np.nan), "NaN or Inf"),
         (plain(0.5, 1.0, 1.0), "2 float64 values"),
     ):
-        with pytest.raises(UploadRefused, match=reason):
+        with pytest.raises(RefusedError, match=reason):
             decode_plain(payload, 1, BOUNDS)
 
 
@@ -265,7 +264,7 @@ def test_plain_decode_checks_by_extremes_refuse_exactly_what_the_whole_vector_ch
     if expected is None:
         assert decode_plain(payload, values.size - 1, BOUNDS).tolist() == values.tolist()
     else:
-        with pytest.raises(UploadRefused, match=expected):
+        with pytest.raises(RefusedError, match=expected):
             decode_plain(payload, values.size - 1, BOUNDS)
 
 
@@ -370,8 +369,9 @@ def test_an_unreachable_aggregator_is_retried_a_bounded_number_of_times(tmp_path
     waits: list[float] = []
     original = collaborator.backoff.wait
     collaborator.backoff.wait = lambda attempt, why, **level: (waits.append(attempt), original(attempt, why, **level))  # type: ignore[method-assign]
-    with pytest.raises(AggregatorUnreachable, match="unreachable while fetching the plan"):
+    with pytest.raises(FailureError, match="unreachable while fetching the plan") as failed:
         collaborator.run()
+    assert failed.value.failure is GAVE_UP
     assert waits == [0, 1, 2]
 
 

@@ -9,17 +9,11 @@ from collections.abc import Collection
 import numpy as np
 import pytest
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ProtocolError, SumOutOfRangeError, ThresholdError, UnmaskRefusedError
 from fedfair.pki.identity import sign
 from fedfair.secagg import keys, prg, shamir
 from fedfair.secagg.config import SecAggConfig, check_threshold
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
-from fedfair.secagg.errors import (
-    ProtocolError,
-    SumOutOfRangeError,
-    ThresholdError,
-    UnmaskRefusedError,
-)
 from fedfair.secagg.messages import (
     MaskedInput,
     MaskingSet,

@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fedfair.secagg.errors import ProtocolError, StaleMessageError
+from fedfair.core.errors import ProtocolError, StaleMessageError
 from tests.secagg.helpers import Harness, check_result, make_config
 
 

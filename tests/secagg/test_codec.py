@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedfair.core.errors import ProtocolError
 from fedfair.secagg.codec import Reader, Writer
-from fedfair.secagg.errors import ProtocolError
 
 Field = tuple[str, object]
 """(kind, value): one field as a Writer method name and its value."""

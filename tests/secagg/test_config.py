@@ -10,10 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, PrivacyWarning
 from fedfair.secagg.config import SecAggConfig, check_threshold, threshold_for
 from fedfair.secagg.encode import EncodingConfig
-from fedfair.secagg.errors import PrivacyWarning
 
 ENCODING = EncodingConfig(clip=1.0, max_weight=10.0, fractional_bits=16)
 

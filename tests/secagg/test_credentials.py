@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair import pki
-from fedfair.pki.identity import IdentityError
+from fedfair.core.errors import IdentityError
 from fedfair.secagg.credentials import RememberedVerifier, remembered
 
 

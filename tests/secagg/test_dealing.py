@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.pki import identity
 from fedfair.secagg import shamir
-from fedfair.secagg.errors import AuthenticationError, ProtocolError
 from fedfair.secagg.messages import ShareBundle
 from fedfair.secagg.shares import Kind
 from tests.secagg.helpers import Harness, check_result, make_config

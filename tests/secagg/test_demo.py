@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fedfair.cli import secagg_demo
 from fedfair.secagg import demo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def test_small_federations_drop_only_what_the_threshold_allows() -> None:
 
 def test_cli_command_writes_the_json(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser(prog="fedfair")
-    demo.register_commands(parser.add_subparsers(dest="command", required=True))
+    secagg_demo.register_commands(parser.add_subparsers(dest="command", required=True))
     target = tmp_path / "out" / "demo.json"
     args = parser.parse_args(["secagg-demo", "-n", "4", "-d", "100", "--neighbours", "2", "--json", str(target)])
     assert args.handler(args) == 0

@@ -7,9 +7,9 @@ import warnings
 
 import pytest
 
-import fedfair.secagg
 from fedfair.core.errors import ConfigError, FedfairError
-from fedfair.secagg import errors
+import fedfair.secagg
+from fedfair.core import errors
 from fedfair.secagg.codec import Reader
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig

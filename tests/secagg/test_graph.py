@@ -9,10 +9,9 @@ import random
 import pytest
 from scipy import stats
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ThresholdError, UnmaskRefusedError
 from fedfair.secagg import graph
 from fedfair.secagg.config import threshold_for
-from fedfair.secagg.errors import ThresholdError, UnmaskRefusedError
 
 ROSTER = tuple(f"site-{i:02d}" for i in range(51))
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fedfair.core.errors import AuthenticationError
 from fedfair.secagg import keys
-from fedfair.secagg.errors import AuthenticationError
 
 SESSION = b"s" * 32
 

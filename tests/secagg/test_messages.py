@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedfair.core.errors import ProtocolError
 from fedfair.secagg.codec import Writer
-from fedfair.secagg.errors import ProtocolError
 from fedfair.secagg.messages import (
     ConsistencySignature,
     Dealing,

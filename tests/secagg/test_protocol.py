@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from fedfair.core.errors import PrivacyWarning, ProtocolError, ThresholdError
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.errors import PrivacyWarning, ProtocolError, ThresholdError
 from fedfair.secagg.messages import MaskedInput, Message, ShareKeys
 from fedfair.secagg.wire import Stage
 from fedfair.secagg.server import AggregateResult

@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
+from fedfair.core.errors import ProtocolError, SumOutOfRangeError, ThresholdError
 from fedfair.secagg import keys, shamir
 from fedfair.secagg.encode import Decoded, EncodingConfig
-from fedfair.secagg.errors import ProtocolError, SumOutOfRangeError, ThresholdError
 from fedfair.secagg.messages import AdvertiseKeys, EncryptedShares, RevealedShare
 from fedfair.secagg.payloads import seed_commitment
 from fedfair.secagg.recovery import Recovery, check_range, unmasking_streams

@@ -7,15 +7,15 @@ import dataclasses
 
 import pytest
 
-from fedfair.pki.identity import generate_identity_key, public_key_bytes, sign
-from fedfair.secagg import keys, shamir
-from fedfair.secagg.errors import (
+from fedfair.core.errors import (
     AuthenticationError,
     ProtocolError,
     StaleMessageError,
     ThresholdError,
     UnmaskRefusedError,
 )
+from fedfair.pki.identity import generate_identity_key, public_key_bytes, sign
+from fedfair.secagg import keys, shamir
 from fedfair.secagg.messages import KeyDirectory, ShareCheck, UnmaskResponse
 from fedfair.secagg.payloads import advertisement_payload, share_check_payload
 from tests.secagg.helpers import Harness, check_result, make_config

@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from fedfair.core.errors import ProtocolError, StaleMessageError
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
-from fedfair.secagg.errors import ProtocolError, StaleMessageError
 from fedfair.secagg.messages import Message
 from fedfair.secagg.wire import Stage
 from fedfair.secagg.server import Server

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedfair.core.errors import ProtocolError, ThresholdError
 from fedfair.secagg import shamir
-from fedfair.secagg.errors import ProtocolError, ThresholdError
 
 
 def test_field_is_at_least_127_bits_and_chunks_fit() -> None:

@@ -9,12 +9,12 @@ import os
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from fedfair.core.errors import UnmaskRefusedError
 from fedfair.pki.identity import generate_identity_key, sign
 from fedfair.secagg import keys, shamir
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig
-from fedfair.secagg.errors import UnmaskRefusedError
 from fedfair.secagg.messages import Dealing, EncryptedShares, RevealedShare
 from fedfair.secagg.payloads import consistency_payload, dealing_lines, dealing_payload
 from fedfair.secagg.shares import SECRET_BYTES, Held, Kind, check_view_signatures, open_entry

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from fedfair.secagg.errors import ProtocolError, StaleMessageError
+from fedfair.core.errors import ProtocolError, StaleMessageError
 from fedfair.secagg.messages import AdvertiseKeys, MaskingSet, decode
 from fedfair.secagg.wire import Stage, check_header, check_ids
 from tests.secagg.messages_helpers import SESSION, config, header

@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
-import grpc
 import numpy as np
 
+from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.stages import OpenStage, StageProgress, StageReady, StageTiming, UploadHandler
-from fedfair.runtime.aggregator.stages import UploadRefused, error_summary, input_for
-from fedfair.runtime.transport import DEFAULT_CHUNK_BYTES, NOT_EXPECTED, Rejected, model_parts, pb, task_with_input
+from fedfair.runtime.aggregator.stages import error_summary, input_for
+from fedfair.runtime.transport import DEFAULT_CHUNK_BYTES, NOT_EXPECTED, model_parts, pb, task_with_input
 
 TASK_WAIT_SECONDS = 30.0
 """A task stream re-checks that its RPC is alive at least this often; an ended RPC normally
@@ -363,14 +363,14 @@ class Board:
     def deliver(self, peer: str, binding: pb.Binding, payload: bytes) -> None:
         """Hand an admitted upload to the open stage's handler (empty: the peer withdraws).
 
-        Raises Rejected if the stage is not open for `peer`, and UploadRefused (with the
-        handler's error as its cause) if the handler raised anything: the refusal is
+        Raises RefusedError: NOT_EXPECTED if the stage is not open for `peer`, INVALID_UPLOAD (with
+        the handler's error as its cause) if the handler raised anything: the refusal is
         then `peer`'s answer to the stage unless it tries again (see the module's notes).
         """
         with self._changed:
             stage = self._stage
             if stage is None or stage.binding != binding or peer not in stage.expected:
-                raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+                raise RefusedError(Refusal.NOT_EXPECTED, NOT_EXPECTED)
             try:
                 if payload:
                     stage.handler(peer, payload)
@@ -380,9 +380,9 @@ class Board:
                     stage.withdrawn.add(peer)
             except Exception as error:  # any exception: key and certificate parsers raise ValueError and worse
                 stage.refused.add(peer)
-                if isinstance(error, UploadRefused):
+                if isinstance(error, RefusedError) and error.reason is Refusal.INVALID_UPLOAD:
                     raise
-                raise UploadRefused(error_summary(error)) from error
+                raise RefusedError(Refusal.INVALID_UPLOAD, error_summary(error)) from error
             finally:
                 stage.timing.answered(peer, self._clock())
                 self._changed.notify_all()

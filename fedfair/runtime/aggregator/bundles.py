@@ -29,9 +29,9 @@ from fedfair.bundle import (
 from fedfair.core.models import load_flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
-from fedfair.runtime.plan import AggregatorPlan, shared_settings
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, shared_settings
 from fedfair.runtime.preprocessing import model_for
-from fedfair.runtime.model_settings import ModelSettings
+from fedfair.runtime.plan.model import ModelSettings
 
 BUNDLE_NAME = "model_bundle.pt"
 """The bundle's file name in the aggregator's output folder."""

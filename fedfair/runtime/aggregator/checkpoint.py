@@ -271,7 +271,7 @@ def excluded_in(records: list[dict[str, Any]]) -> dict[str, str]:
 
     Each record's exclusions (its training round's, then its evaluation's) apply first, then
     its ``readmitted`` names: those ``aggregator start --resume --readmit NAME`` let back in
-    after that round (see :func:`fedfair.runtime.aggregator.commands.readmit`). So a later
+    after that round (see :func:`fedfair.cli.aggregator.readmit`). So a later
     resume keeps a lifted exclusion lifted, and a collaborator excluded again after its
     re-admission is excluded again.
     """

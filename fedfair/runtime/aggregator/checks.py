@@ -3,20 +3,19 @@
 A plain upload is checked one by one as it arrives (:func:`decode_plain`, and
 :func:`screen_plain_update` against the plan's ``[influence]``); a decoded sum, plain or
 secure, as a whole (:func:`check_decoded_update`, :func:`check_agreed_influence`). A failed
-sum check voids the round (:class:`RoundAborted`); the model is never touched.
+sum check voids the round (:class:`RoundAbortedError`); the model is never touched.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedfair.core.errors import FedfairError
-from fedfair.runtime.aggregator.stages import UploadRefused
-from fedfair.runtime.influence import InfluenceSettings
+from fedfair.core.errors import Refusal, RefusedError, RoundAbortedError
+from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.secagg import EncodingConfig
 
 NORM_SLACK = 1e-6
@@ -24,19 +23,7 @@ NORM_SLACK = 1e-6
 update_norm ball in float32 may come out a few ulps long."""
 
 UploadScreen = Callable[[str, np.ndarray], None]
-"""A check of one plain upload by its sender (raises UploadRefused)."""
-
-
-class RoundAborted(FedfairError):
-    """The round could not finish (too few survivors, a failed decode check); the model is unchanged.
-
-    culprits: collaborators the protocol proved misbehaved in this round, with why (even a
-    void round names who voided it).
-    """
-
-    def __init__(self, message: str, culprits: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.culprits: dict[str, str] = dict(culprits or {})
+"""A check of one plain upload by its sender (raises RefusedError)."""
 
 
 @dataclass
@@ -68,7 +55,7 @@ def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig) -> np
     Without them one finite but huge update (1e100) would become the model.
     """
     if len(payload) != 8 * (dimension + 1):
-        raise UploadRefused(f"a plain update must hold {dimension + 1} float64 values")
+        raise RefusedError(Refusal.INVALID_UPLOAD, f"a plain update must hold {dimension + 1} float64 values")
     # A read-only view of the received bytes, checked by its extremes (NaN propagates through both):
     # no copy and no temporary of the vector's size, each of which would be fresh pages to fault in.
     vector = np.frombuffer(payload, dtype="<f8")
@@ -76,11 +63,11 @@ def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig) -> np
     coordinates = vector[:-1]
     low, high = (float(coordinates.min()), float(coordinates.max())) if coordinates.size else (0.0, 0.0)
     if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(weight)):
-        raise UploadRefused("the update contains NaN or Inf")
+        raise RefusedError(Refusal.INVALID_UPLOAD, "the update contains NaN or Inf")
     if not 0.0 < weight <= encoding.max_weight:
-        raise UploadRefused(f"the update's weight is outside (0, max_weight = {encoding.max_weight:g}]")
+        raise RefusedError(Refusal.INVALID_UPLOAD, f"the update's weight is outside (0, max_weight = {encoding.max_weight:g}]")
     if max(high, -low) > encoding.clip * weight:
-        raise UploadRefused(f"the update lies outside the clipping range (clip = {encoding.clip:g} per unit of weight)")
+        raise RefusedError(Refusal.INVALID_UPLOAD, f"the update lies outside the clipping range (clip = {encoding.clip:g} per unit of weight)")
     return vector
 
 
@@ -96,14 +83,14 @@ def check_decoded_update(outcome: SumOutcome, clip: float | None, count: int) ->
     on the rounding of honest updates that sit exactly on the bound).
     """
     if not (math.isfinite(outcome.total_weight) and outcome.total_weight > 0.0):
-        raise RoundAborted(f"the decoded total weight {outcome.total_weight} is not positive; the round is void")
+        raise RoundAbortedError(f"the decoded total weight {outcome.total_weight} is not positive; the round is void")
     if not np.isfinite(outcome.weighted_sum).all():
-        raise RoundAborted("the decoded update contains NaN or Inf; the round is void")
+        raise RoundAbortedError("the decoded update contains NaN or Inf; the round is void")
     if clip is None:
         return
     limit = clip * outcome.total_weight + outcome.error_bound * (1.0 + clip) * max(count, 1)
     if np.abs(outcome.weighted_sum).max(initial=0.0) > limit:
-        raise RoundAborted("the decoded update lies outside the clipping range; a contributor broke the encoding")
+        raise RoundAbortedError("the decoded update lies outside the clipping range; a contributor broke the encoding")
 
 
 def screen_plain_update(influence: InfluenceSettings, batch_fraction: float, parameters: int) -> UploadScreen:
@@ -118,12 +105,14 @@ def screen_plain_update(influence: InfluenceSettings, batch_fraction: float, par
         agreed = influence.weight_of(peer, batch_fraction)
         weight = float(vector[-1])
         if weight != agreed:
-            raise UploadRefused(
+            raise RefusedError(
+                Refusal.INVALID_UPLOAD,
                 f"the update's weight {weight:g} is not the {agreed:g} the plan's [influence] agrees for {peer}"
             )
         length = float(np.linalg.norm(vector[: parameters + 1])) / weight
         if length > influence.update_norm * (1.0 + NORM_SLACK):
-            raise UploadRefused(
+            raise RefusedError(
+                Refusal.INVALID_UPLOAD,
                 f"the update's L2 norm {length:.6g} exceeds the plan's [influence] update_norm = "
                 f"{influence.update_norm:g}"
             )
@@ -145,7 +134,7 @@ def check_agreed_influence(
     agreed = influence.total_weight(outcome.contributors, batch_fraction)
     count = max(len(outcome.contributors), 1)
     if abs(outcome.total_weight - agreed) > outcome.error_bound * count + NORM_SLACK * agreed:
-        raise RoundAborted(
+        raise RoundAbortedError(
             f"the decoded total weight {outcome.total_weight:.9g} is not the {agreed:.9g} the plan's [influence] "
             f"agrees for the contributors {', '.join(outcome.contributors)}; a contributor sent a weight of its "
             "own, the round is void"
@@ -154,7 +143,7 @@ def check_agreed_influence(
     rounding = outcome.error_bound * count * math.sqrt(step.size)
     length = float(np.linalg.norm(step))
     if length > (influence.update_norm * (1.0 + NORM_SLACK)) * agreed + rounding:
-        raise RoundAborted(
+        raise RoundAbortedError(
             f"the decoded mean update is {length / agreed:.6g} long, beyond the plan's [influence] update_norm = "
             f"{influence.update_norm:g}; a contributor did not bound its update, the round is void"
         )

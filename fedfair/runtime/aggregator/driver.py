@@ -21,18 +21,16 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ProtocolError, Refusal, RefusedError, RoundAbortedError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, StageProgress, StageReady, StageTiming, UploadHandler
-from fedfair.runtime.aggregator.stages import UploadRefused
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages, model_digest
-from fedfair.runtime.aggregator.checks import RoundAborted, SumOutcome, UploadScreen, decode_plain
+from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_plain
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.secagg import EncodingConfig, SecAggConfig, Server
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.errors import ProtocolError
 from fedfair.secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
@@ -112,7 +110,7 @@ class SecureUpload(Generic[Message]):
             message = self.parse(payload)
             # Identity is the certificate's: a message naming another party is refused outright.
             if message.sender != config.party_id(peer):
-                raise UploadRefused("the message names another party than the certificate")
+                raise RefusedError(Refusal.INVALID_UPLOAD, "the message names another party than the certificate")
             self.receive(server, message)
 
         return absorb
@@ -158,7 +156,7 @@ class SumDriver:
         self.verify = remembered(verify)
         self.answers: dict[str, dict[str, float | None]] = {}
         """The last aggregation's answer times: stage name -> peer -> seconds after the stage opened (None: no
-        answer). Kept after a RoundAborted too, so an aborted round still names who held it up."""
+        answer). Kept after a RoundAbortedError too, so an aborted round still names who held it up."""
         self.held_up: dict[str, float] = {}
         """The last aggregation's wait for each peer past its stages' median answers (StageTiming.held_up), summed."""
 
@@ -181,7 +179,7 @@ class SumDriver:
         "evaluate" by `stages`; the statistics aggregation passes its own), and
         `start_input` is what every participant may fetch at the start stage (the
         federation's encoder under a [schema]). `screen(peer, vector)` sees each plain upload
-        (d + 1 values [w * x, w]) once it passed the encoding's bounds and raises UploadRefused to
+        (d + 1 values [w * x, w]) once it passed the encoding's bounds and raises RefusedError to
         refuse it; secure sums hide the uploads, so it is not called for them.
         """
         roster = tuple(sorted(participants))
@@ -217,14 +215,14 @@ class SumDriver:
             if self.settings.secure:
                 return self._secure(round_number, stages, parameters)
             return self._plain(round_number, stages, parameters, screen)
-        except (RoundAborted, ProtocolError, ConfigError) as error:
+        except (RoundAbortedError, ProtocolError, ConfigError) as error:
             self.gate.close()
             self.board.close_stage()
             # Bound to the round's last stage, so it comes after whatever a collaborator did last.
             aborted = make_binding(self.settings.federation_id, round_number, stages.unmask)
             self.board.publish(roster, aborted, pb.ACTION_ABORTED)
-            culprits = error.culprits if isinstance(error, RoundAborted) else {}
-            raise RoundAborted(str(error), culprits) from None
+            culprits = error.culprits if isinstance(error, RoundAbortedError) else {}
+            raise RoundAbortedError(str(error), culprits) from None
 
     # ------------------------------------------------------------ one stage
 
@@ -263,7 +261,7 @@ class SumDriver:
         self.gate.close()
         uploaded, received = self.board.close_stage()
         if self.board.closed:
-            raise RoundAborted("the aggregator is shutting down")
+            raise RoundAbortedError("the aggregator is shutting down")
         name = pb.Stage.Name(stage)
         # Milliseconds are enough, and keep rounds.jsonl small.
         self.answers[name] = {peer: _ms(timing.answers.get(peer)) for peer in sorted(expected)}
@@ -271,7 +269,7 @@ class SumDriver:
             self.held_up[peer] = self.held_up.get(peer, 0.0) + seconds
         why = timing.past_grace(name, expected)
         if why is not None and not self.settings.tolerates_dropouts:
-            raise RoundAborted(f'{why}; dropouts = "none" lets no round finish without them')
+            raise RoundAbortedError(f'{why}; dropouts = "none" lets no round finish without them')
         if why is not None:
             logger.warning("round %d: %s; dropped from the round", round_number, why)
         outcome.stage_seconds[name] = time.perf_counter() - started
@@ -320,7 +318,7 @@ class SumDriver:
         try:
             config = parameters.secagg_config(self.settings.federation_id, stages)
         except ConfigError as error:
-            raise RoundAborted(f"secure aggregation cannot run with these participants: {error}") from None
+            raise RoundAbortedError(f"secure aggregation cannot run with these participants: {error}") from None
         server = Server(config, self.verify)
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
         small = MESSAGE_OVERHEAD_BYTES + 1024 * config.size
@@ -354,7 +352,7 @@ class SumDriver:
             result = server.finish()
         except ProtocolError as error:
             # Whoever the protocol could prove misbehaved is named, even when the round is void.
-            raise RoundAborted(str(error), self._named(round_number, config, server)) from None
+            raise RoundAbortedError(str(error), self._named(round_number, config, server)) from None
         outcome.culprits = self._named(round_number, config, server)
         outcome.weighted_sum = result.decoded.weighted_sum
         outcome.total_weight = result.decoded.total_weight
@@ -410,7 +408,7 @@ class SumDriver:
             round_number, stages.masked, roster, parameters.to_bytes(), absorb, 8 * (dimension + 1), outcome
         )
         if not contributors:
-            raise RoundAborted("no collaborator sent its update")
+            raise RoundAbortedError("no collaborator sent its update")
         # Float addition is not associative: a fixed order (not arrival order) makes the sum,
         # and so the model, the same bits however the uploads raced, in a re-run round too.
         total = np.zeros(dimension + 1, dtype=np.float64)

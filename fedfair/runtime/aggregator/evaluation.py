@@ -3,12 +3,12 @@
 Every collaborator sends its histogram of held-out losses on the plan's fixed grid
 (:mod:`fedfair.fairness.sums`) and, at the final round of a plan with ``[evaluation]
 composition``, appends its counts of who is above c-bar by category
-(:mod:`fedfair.runtime.composition`). The vector's length is the plan's for that round
-(:meth:`~fedfair.runtime.settings.LearningSettings.evaluation_length`), which every
+(:mod:`fedfair.runtime.composition_counts`). The vector's length is the plan's for that round
+(:meth:`~fedfair.runtime.plan.learning_settings.LearningSettings.evaluation_length`), which every
 collaborator checks against its own plan. This module runs the sum and turns it into the
 evaluation's record: the held-out risks, certified, and the composition when counted.
 A sum that gives no report (too few samples, broken sums) raises ConfigError, and an
-aggregation that fails raises RoundAborted; the round loop records either as an aborted
+aggregation that fails raises RoundAbortedError; the round loop records either as an aborted
 evaluation.
 """
 
@@ -23,10 +23,10 @@ from fedfair.runtime.logs import per_round
 from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.driver import SumDriver
-from fedfair.runtime.composition import CompositionColumn, composition_from_sums
-from fedfair.runtime.privacy_plan import answer_release, decoded_noise_std
+from fedfair.runtime.composition_counts import CompositionColumn, composition_from_sums
+from fedfair.runtime.plan.privacy import answer_release, decoded_noise_std
 from fedfair.runtime.contract import EVALUATION
-from fedfair.runtime.plan import AggregatorPlan
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -101,7 +101,7 @@ def federated_evaluation(
 
 def report_noise_std(plan: AggregatorPlan, columns: tuple[CompositionColumn, ...], summands: int) -> float:
     """The noise on each decoded coordinate of an evaluation summed over `summands` answers under the plan's
-    [privacy] (:mod:`fedfair.runtime.privacy_plan`); 0 for exact reports.
+    [privacy] (:mod:`fedfair.runtime.plan.privacy`); 0 for exact reports.
     """
     if not plan.privacy.noised or summands < 1:
         return 0.0

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import grpc
 
-from fedfair.runtime.transport import Rejected
+from fedfair.core.errors import Refusal, RefusedError
 
 ALREADY_CONNECTED = (
     "{name!r} is already connected from {running}; this second process (from {second}) is refused: one "
@@ -50,7 +50,7 @@ class LiveStreams:
 
     @contextmanager
     def hold(self, name: str, context: grpc.ServicerContext) -> Iterator[None]:
-        """Count `context` as a live stream of `name` while the block runs, or raise Rejected
+        """Count `context` as a live stream of `name` while the block runs, or raise RefusedError
         (ALREADY_EXISTS) at once when another connection holds an active stream of `name`.
         """
         peer = context.peer()
@@ -64,7 +64,7 @@ class LiveStreams:
                     break
             if time.monotonic() >= deadline:
                 message = ALREADY_CONNECTED.format(name=name, running=host_of(elsewhere[0]), second=host_of(peer))
-                raise Rejected(grpc.StatusCode.ALREADY_EXISTS, message)
+                raise RefusedError(Refusal.ALREADY_CONNECTED, message)
             time.sleep(POLL_SECONDS)
         try:
             yield

@@ -19,10 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 
-import grpc
 
+from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.events import EventLog
-from fedfair.runtime.transport import Rejected
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -79,11 +78,11 @@ class Quotas:
 
     @contextmanager
     def hold(self, peer: str, kind: Hold) -> Iterator[None]:
-        """Count one request of `kind` by `peer` while it runs, or raise Rejected(RESOURCE_EXHAUSTED) at once."""
+        """Count one request of `kind` by `peer` while it runs, or raise RefusedError (OVER_LIMIT) at once."""
         key = (peer, kind)
         with self._lock:
             if self._held[key] >= self.limits.limit(kind):
-                raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED, BUSY)
+                raise RefusedError(Refusal.OVER_LIMIT, BUSY)
             self._held[key] += 1
         try:
             yield

@@ -20,7 +20,7 @@ import torch
 
 from fedfair import pki
 from fedfair.core import server
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import AggregateError, ConfigError, RoundAbortedError, StatisticsError, StatisticsReason
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.runtime.aggregator.bundles import (
@@ -32,25 +32,20 @@ from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,
     Checkpoint,
     append_round_log,
-    excluded_in as excluded_in,  # re-exported: fedfair.runtime.aggregator.commands and tests read it here
+    excluded_in as excluded_in,  # re-exported: fedfair.cli.aggregator and tests read it here
     export_final_model,
     read_round_log,
     save_checkpoint,
     state_digest,
 )
-from fedfair.runtime.aggregator.checks import (
-    RoundAborted,
-    check_agreed_influence,
-    check_decoded_update,
-    screen_plain_update,
-)
+from fedfair.runtime.aggregator.checks import check_agreed_influence, check_decoded_update, screen_plain_update
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.evaluation import federated_evaluation
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.logs import per_round
 from fedfair.runtime.aggregator.network import Network
 from fedfair.runtime.aggregator.quorum import participants
-from fedfair.runtime.aggregator.statistics import StatisticsAborted, statistics_encoder
+from fedfair.runtime.aggregator.statistics import statistics_encoder
 from fedfair.runtime.contract import (
     TRAINING,
     training_download,
@@ -58,10 +53,10 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import pinned_verifier
-from fedfair.runtime.plan import AggregatorPlan, plan_content, plan_digest
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
-from fedfair.runtime.report import guessing_warning
-from fedfair.runtime.transport import StageGate, make_binding, pb
+from fedfair.runtime.report.page import guessing_warning
+from fedfair.runtime.transport import make_binding, pb
 from fedfair.secagg.graph import canonical_roster
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -227,8 +222,8 @@ class RoundLoop:
         while True:
             try:
                 return self.federate_statistics()
-            except StatisticsAborted as error:
-                if self._serve_again is None:
+            except StatisticsError as error:
+                if error.reason is not StatisticsReason.ABORTED or self._serve_again is None:
                     raise
                 for name, why in error.culprits.items():
                     logger.error("statistics aggregation: %s misbehaved (%s); it sits out this process's rounds", name, why)
@@ -251,8 +246,8 @@ class RoundLoop:
         sums gives the encoder all sites share and, from it, the initial model.
 
         Its checkpoint (round 0, with the encoder) is saved at once, so a resumed run serves
-        the same encoder. One attempt: an aborted one raises StatisticsAborted (which
-        :meth:`_statistics` retries), a sum that gives no encoder StatisticsFailed.
+        the same encoder. One attempt: it raises StatisticsError, ABORTED (which
+        :meth:`_statistics` retries) or NO_ENCODER (a sum that gives no encoder).
         """
         schema = self.plan.schema
         assert schema is not None  # prepare() leaves no checkpoint only for plans with a [schema]
@@ -387,11 +382,11 @@ class RoundLoop:
                 torch.from_numpy(outcome.weighted_sum), agreed, with_control=corrects_drift
             )
             state = self.algorithm.server_apply(state, aggregate, average_from=self.average_from)
-        except (RoundAborted, server.AggregateError) as error:
+        except (RoundAbortedError, AggregateError) as error:
             record.update(status="aborted", reason=str(error), seconds=time.perf_counter() - started)
             extra = per_round(round_number, self.plan.training.rounds)
             logger.warning("round %d aborted, model unchanged: %s", round_number, error, extra=extra)
-            if isinstance(error, RoundAborted):
+            if isinstance(error, RoundAbortedError):
                 self._exclude(round_number, error.culprits, record)
             return record
         self._exclude(round_number, outcome.culprits, record)
@@ -440,10 +435,10 @@ class RoundLoop:
             outcome, result = federated_evaluation(
                 self.plan, self.driver, round_number, participants, model, self.start_input
             )
-        except (RoundAborted, ConfigError) as error:
+        except (RoundAbortedError, ConfigError) as error:
             logger.warning("round %d: evaluation aborted: %s", round_number, error)
             aborted: dict[str, Any] = {"status": "aborted", "reason": str(error)}
-            if isinstance(error, RoundAborted):
+            if isinstance(error, RoundAbortedError):
                 self._exclude(round_number, error.culprits, aborted)
             return aborted
         self._exclude(round_number, outcome.culprits, result)

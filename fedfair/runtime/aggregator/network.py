@@ -12,7 +12,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
-from fedfair.runtime.plan import AggregatorPlan, shared_settings
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, shared_settings
 from fedfair.runtime.transport import (
     PeerAuthenticator,
     StageGate,

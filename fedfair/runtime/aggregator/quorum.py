@@ -3,7 +3,7 @@
 Before the first round of a process the aggregator waits for the plan's quorum with no
 deadline (as Flower waits for ``min_available_clients``), naming every
 :data:`WAIT_REPORT_SECONDS` who it still waits for; later rounds wait up to the round
-timeout. :class:`QuorumNotReached` carries advice that depends on whether a checkpoint
+timeout. :class:`~fedfair.core.errors.QuorumError` carries advice that depends on whether a checkpoint
 exists.
 """
 
@@ -15,18 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedfair.core.errors import FedfairError
+from fedfair.core.errors import QuorumError, QuorumReason
 from fedfair.runtime.aggregator.board import Board
-from fedfair.runtime.settings import QuorumSettings
+from fedfair.runtime.plan.learning_settings import QuorumSettings
 
 logger = logging.getLogger("fedfair.aggregator")
 
 WAIT_REPORT_SECONDS = 10.0
 """How often a waiting aggregator names the collaborators it still waits for."""
-
-
-class QuorumNotReached(FedfairError):
-    """Too few collaborators connected in time (the round timeout, or ``--startup-timeout`` before the first)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +52,7 @@ def wait_for(
 
     Return who is connected then.
 
-    Raises QuorumNotReached if that is below `min_collaborators` when the time is up; its advice
+    Raises QuorumError (NOT_REACHED) if that is below `min_collaborators` when the time is up; its advice
     names the checkpoint of round `checkpoint_round()` in `output` when one is kept (None: none;
     asked only then, as a loop has no checkpoint before its statistics aggregation).
     """
@@ -77,14 +73,16 @@ def wait_for(
             "no deadline" if deadline is None else f"{max(deadline - time.monotonic(), 0.0):.0f} s left",
         )
     if len(connected) < min_collaborators:
-        raise QuorumNotReached(quorum_failure(wait, connected, min_collaborators, checkpoint_round(), output))
+        raise QuorumError(
+            QuorumReason.NOT_REACHED, quorum_failure(wait, connected, min_collaborators, checkpoint_round(), output)
+        )
     return connected
 
 
 def quorum_failure(
     wait: WaitGoal, connected: frozenset[str], min_collaborators: int, checkpoint_round: int | None, output: Path
 ) -> str:
-    """The message of QuorumNotReached, with the advice that works from where the run stands."""
+    """The message of a QuorumError (NOT_REACHED), with the advice that works from where the run stands."""
     missing = ", ".join(sorted(wait.eligible - connected)) or "none"
     what = (
         f"round {wait.round_number}: only {len(connected)} of the {len(wait.eligible)} collaborators connected "
@@ -127,7 +125,8 @@ def participants(
     """
     eligible = collaborators - excluded.keys()
     if len(eligible) < quorum.min_collaborators:
-        raise QuorumNotReached(
+        raise QuorumError(
+            QuorumReason.LOST,
             f"round {round_number}: {len(excluded)} collaborators are excluded "
             f"({', '.join(sorted(excluded))}), which leaves {len(eligible)}, below the quorum of "
             f"{quorum.min_collaborators}; the federation cannot go on with this plan (see rounds.jsonl for "

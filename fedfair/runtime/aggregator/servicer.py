@@ -22,8 +22,9 @@ from typing import Any, TypeVar
 import grpc
 
 from fedfair import pki
+from fedfair.core.errors import Refusal, RefusedError, WireError
 from fedfair.runtime.aggregator.board import Board
-from fedfair.runtime.aggregator.stages import UploadRefused, error_summary
+from fedfair.runtime.aggregator.stages import error_summary
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.identities import LiveStreams
 from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RateLimit, RefusalLog, worker_threads
@@ -31,11 +32,8 @@ from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
     NOT_EXPECTED,
-    LateUpload,
     PeerAuthenticator,
-    Rejected,
     StageGate,
-    WireError,
     describe_binding,
     payload_parts,
     pb,
@@ -43,6 +41,7 @@ from fedfair.runtime.transport import (
     peer_certificate,
     receive_upload,
 )
+from fedfair.runtime.transport.stage_gate import STATUS_CODES
 from fedfair.runtime.transport.chunks import digest
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -128,24 +127,24 @@ class _Caller:
 
 def _status(error: Exception) -> tuple[grpc.StatusCode, str, int]:
     """The generic status a caller hears for `error`, and the level of its log line."""
-    if isinstance(error, LateUpload):
+    if isinstance(error, RefusedError) and error.reason is Refusal.LATE:
         # Usual at a threshold below the roster: a stage closes once it has enough answers.
-        return error.code, error.details, logging.DEBUG
-    if isinstance(error, Rejected):
-        return error.code, error.details, logging.WARNING
+        return STATUS_CODES[error.reason], str(error), logging.DEBUG
+    if isinstance(error, RefusedError) and error.reason is Refusal.INVALID_UPLOAD:
+        return STATUS_CODES[error.reason], INVALID_UPLOAD, logging.WARNING
+    if isinstance(error, RefusedError):
+        return STATUS_CODES[error.reason], str(error), logging.WARNING
     if isinstance(error, WireError):
         return grpc.StatusCode.INVALID_ARGUMENT, MALFORMED_MESSAGE, logging.WARNING
-    if isinstance(error, UploadRefused):
-        return grpc.StatusCode.INVALID_ARGUMENT, INVALID_UPLOAD, logging.WARNING
     return grpc.StatusCode.INTERNAL, INTERNAL_ERROR, logging.ERROR
 
 
 def _reason(error: Exception) -> str:
     """The log's short reason; for a refused upload, the handler's own error."""
-    if isinstance(error, LateUpload):
+    if isinstance(error, RefusedError) and error.reason is Refusal.LATE:
         return f"late: {error.stage} had already closed (it had enough answers or reached its deadline)"
     cause = error.__cause__
-    if isinstance(error, UploadRefused) and cause is not None:
+    if isinstance(error, RefusedError) and error.reason is Refusal.INVALID_UPLOAD and cause is not None:
         return error_summary(cause)
     return error_summary(error)
 
@@ -295,7 +294,7 @@ class Servicer(pb_grpc.FederationServicer):
         self.gate.check_read(request.binding)
         parts = self.board.model(request.binding)
         if parts is None:
-            raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+            raise RefusedError(Refusal.NOT_EXPECTED, NOT_EXPECTED)
         with self.quotas.hold(peer, Hold.DOWNLOAD):
             yield from parts
 
@@ -306,7 +305,7 @@ class Servicer(pb_grpc.FederationServicer):
             self.gate.check_read(request.binding)
             payload = self.board.fetch(peer, request.binding)
         if payload is None:
-            raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+            raise RefusedError(Refusal.NOT_EXPECTED, NOT_EXPECTED)
         with self.quotas.hold(peer, Hold.DOWNLOAD):
             yield from payload_parts(request.binding, payload, self.chunk_bytes)
 
@@ -340,12 +339,12 @@ class Servicer(pb_grpc.FederationServicer):
         the status is about; 0 before the first); its stage is not looked at.
         """
         if not self.report_rate.allow(peer):
-            raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_REPORTS)
+            raise RefusedError(Refusal.OVER_LIMIT, TOO_MANY_REPORTS)
         binding = request.binding
         self.gate.check_federation(binding)
         round_number = self.board.round
         if binding.round > round_number:
-            raise Rejected(grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+            raise RefusedError(Refusal.NOT_EXPECTED, NOT_EXPECTED)
         caller.binding = binding
         status = STATUS_NAMES.get(request.status)
         if status is None:

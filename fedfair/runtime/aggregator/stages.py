@@ -17,15 +17,10 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fedfair.core.errors import FedfairError
 from fedfair.runtime.transport import pb
 
 SUMMARY_CHARACTERS = 160
 """How much of an error's text a one-line summary keeps (ASN.1 parse errors run to kilobytes)."""
-
-
-class UploadRefused(FedfairError):
-    """An upload reached the open stage but its content is invalid (the handler refused it)."""
 
 
 UploadHandler = Callable[[str, bytes], None]

@@ -14,9 +14,9 @@ from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
 from fedfair.runtime.aggregator.network import Network, serve
-from fedfair.runtime.plan import AggregatorPlan, plan_content, plan_digest
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ENCODING
-from fedfair.runtime.report import refresh_report
+from fedfair.runtime.report.page import refresh_report
 from fedfair.secagg import check_no_wraparound
 
 logger = logging.getLogger("fedfair.aggregator")

@@ -7,41 +7,22 @@ until one gives the encoder, saves it with the initial model, and tells the oper
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import ConfigError, RoundAbortedError, StatisticsError, StatisticsReason
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import Schema
 from fedfair.datasets.statistics import encoder_from_statistics, statistics_dimension
-from fedfair.runtime.aggregator.checks import RoundAborted
 from fedfair.runtime.aggregator.driver import SumDriver
 from fedfair.runtime.contract import EVALUATION
 from fedfair.runtime.preprocessing import STATISTICS_ENCODING, STATISTICS_KIND, STATISTICS_ROUND
 
 
-class StatisticsFailed(FedfairError):
-    """The statistics aggregation before round 1 (plans with a [schema]) did not give an encoder."""
-
-
-class StatisticsAborted(StatisticsFailed):
-    """The statistics aggregation aborted (too few parties answered, or some misbehaved).
-
-    What a later run of it may heal. `culprits` (name -> why) are those the protocol named.
-    """
-
-    def __init__(self, message: str, culprits: Mapping[str, str]) -> None:
-        super().__init__(message)
-        self.culprits = dict(culprits)
-
-
 def statistics_encoder(schema: Schema, driver: SumDriver, participants: frozenset[str]) -> tuple[Encoder, list[str]]:
     """One attempt: the federation's encoder and who contributed to its sum.
 
-    Raises StatisticsAborted when the aggregation aborted or named culprits (a later attempt may
-    do better) and StatisticsFailed when its sum gives no encoder (the same sites would give the
-    same sum).
+    Raises StatisticsError: ABORTED when the aggregation aborted or named culprits (a later attempt
+    may do better), NO_ENCODER when its sum gives no encoder (the same sites would give the same sum).
     """
     nothing = (np.zeros(0), 0.0)  # no model is involved: the sites send what their tables hold
     try:
@@ -55,15 +36,18 @@ def statistics_encoder(schema: Schema, driver: SumDriver, participants: frozense
             kind=STATISTICS_KIND,
         )
         if outcome.culprits:
-            raise RoundAborted("misbehaving collaborators", outcome.culprits)
+            raise RoundAbortedError("misbehaving collaborators", outcome.culprits)
         encoder = encoder_from_statistics(schema, outcome.weighted_sum)
-    except RoundAborted as error:
+    except RoundAbortedError as error:
         named = "".join(f"; {name} misbehaved ({why})" for name, why in sorted(error.culprits.items()))
-        raise StatisticsAborted(
-            f"the statistics aggregation before round 1 aborted: {error}{named}", error.culprits
+        raise StatisticsError(
+            StatisticsReason.ABORTED,
+            f"the statistics aggregation before round 1 aborted: {error}{named}",
+            error.culprits,
         ) from None
     except ConfigError as error:
-        raise StatisticsFailed(
+        raise StatisticsError(
+            StatisticsReason.NO_ENCODER,
             f"the statistics aggregation before round 1 failed: {error}. Nothing was trained or "
             "written; start the aggregator again (without --resume) once every collaborator runs"
         ) from None

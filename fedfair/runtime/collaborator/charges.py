@@ -1,9 +1,9 @@
 """What each noised input costs this institution: charged to its ledger before the input leaves.
 
-The ledger is the privacy part of the one-input record (:class:`~fedfair.runtime.collaborator.record.
+The ledger is the privacy part of the one-input record (:class:`~fedfair.runtime.collaborator.input_record.
 InputRecord`): one file with the survivor bindings and the kept bits, so a budget cannot restart
 while the record of what was answered survives, nor the other way round. The plan's ``[privacy]``
-(:mod:`fedfair.runtime.privacy_plan`) says what is noised; the budget is the plan's, or this
+(:mod:`fedfair.runtime.plan.privacy`) says what is noised; the budget is the plan's, or this
 institution's own ``budget_epsilon`` where that is lower.
 """
 
@@ -16,11 +16,11 @@ import os
 import numpy as np
 
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.collaborator.record import InputRecord
-from fedfair.runtime.composition import CompositionColumn
+from fedfair.runtime.collaborator.input_record import InputRecord
+from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.logs import per_round
-from fedfair.runtime.plan import SharedSettings
-from fedfair.runtime.privacy_plan import ROUNDING_BETA, answer_release, party_mu
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.plan.privacy import ROUNDING_BETA, answer_release, party_mu
 from fedfair.secagg import prg
 from fedfair.secagg.noise import skellam
 
@@ -46,7 +46,7 @@ class Charges:
 
     def training(self, round_number: int, model: str, dimension: int) -> None:
         """Charge one distributed DP-SGD round on `model` (its update `dimension` values long) to the ledger,
-        before its noised words are kept and sent; BudgetSpent, charging nothing, past the budget.
+        before its noised words are kept and sent; PrivacyBudgetError, charging nothing, past the budget.
         """
         privacy = self.shared.privacy
         noise, _ = self.shared.training_noise(self.shared.collaborator_count, dimension)
@@ -71,7 +71,7 @@ class Charges:
     ) -> None:
         """Under the plan's [privacy] report_epsilon.
 
-        Charge this fresh answer to the ledger (BudgetSpent past the budget), then add this party's share of the
+        Charge this fresh answer to the ledger (PrivacyBudgetError past the budget), then add this party's share of the
         Skellam noise to its encoded words, from the OS's CSPRNG, before masking. A no-op for exact reports.
         """
         privacy = self.shared.privacy

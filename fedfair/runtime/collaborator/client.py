@@ -1,7 +1,7 @@
 """The collaborator process: connect to the aggregator and follow its task stream.
 
 One per institution (started by ``fedfair collaborator start``, see
-:mod:`fedfair.runtime.collaborator.commands`). Before it dials anyone it checks what
+:mod:`fedfair.cli.collaborator`). Before it dials anyone it checks what
 is local: its TLS files (and that its configured name is the one its certificate
 carries), its manifest pin, and its data, so a wrong path fails at once with the
 aggregator up or down. Then it dials the aggregator over mutual TLS, fetches the plan's shared settings and builds its
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from fedfair.core.device import device_for
+from fedfair.core.errors import ConfigError, FailureError, PermanentFailureError, WireError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import check_identity
@@ -50,15 +51,14 @@ from fedfair.runtime.collaborator.trainer import (
     round_trainer,
 )
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Uplink, input_limit
-from fedfair.core.errors import ConfigError
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION, model_digest
-from fedfair.runtime.failures import LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH, Failure, PermanentFailure
+from fedfair.runtime.failures import LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
 from fedfair.runtime.manifest import setting_differences
-from fedfair.runtime.plan import SharedSettings, json_object
+from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.preprocessing import STATISTICS_ENCODING, STATISTICS_KIND, STATISTICS_ROUND
 from fedfair.secagg import Encoder
-from fedfair.runtime.transport import WireError, pb, pb_grpc
+from fedfair.runtime.transport import pb, pb_grpc
 
 __all__ = [
     "BUNDLE_SUFFIX",
@@ -94,7 +94,7 @@ class Collaborator(TaskStream):
         """Check everything local (TLS files, manifest pin, data) before any connection.
 
         `retry` defaults to the config's [retry]; `reset_state` is the operator's word that a lost record of
-        this federation (and its privacy budget) may start again. Raises PermanentFailure with the fix.
+        this federation (and its privacy budget) may start again. Raises PermanentFailureError with the fix.
         """
         self.trainer_factory = trainer_factory
         self.reset_state = reset_state
@@ -170,7 +170,7 @@ class Collaborator(TaskStream):
         if self.shared.schema is None:
             self._prepare(load_local_data(self.config, self.shared, table), self.shared)
 
-    def _plan_change(self, reply: pb.PlanReply) -> Failure | None:
+    def _plan_change(self, reply: pb.PlanReply) -> FailureError | None:
         """Why this joined collaborator does not take the plan in `reply` (``plan-changed``: it is not the
         plan it joined under), or None if it is; the message names the fields unlike the pinned plan.
         """
@@ -179,7 +179,7 @@ class Collaborator(TaskStream):
         try:
             served = json_object(reply.settings, "the aggregator's plan")
         except ConfigError as error:
-            raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
+            raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
         manifest = self.config.manifest
         pin = None if manifest is None else manifest.plan
         if pin is None:
@@ -192,7 +192,7 @@ class Collaborator(TaskStream):
                 if fields
                 else "the same shared settings: the aggregator's roster or manifest changed"
             )
-        return PermanentFailure(PLAN_CHANGED, served=settings_digest(served), changes=changes)
+        return PermanentFailureError(PLAN_CHANGED, served=settings_digest(served), changes=changes)
 
     def _encode_with(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         """Take the federation's encoder (the TRAIN stage's input under a [schema]), encode this
@@ -218,10 +218,10 @@ class Collaborator(TaskStream):
                 accountant = prepared.trainer.accountant
                 try:
                     joined.record.check_accountant(accountant.rounds, getattr(accountant, "path", None))
-                except PermanentFailure:
+                except PermanentFailureError:
                     raise
                 except ConfigError as error:
-                    raise PermanentFailure(LOCAL_PRIVACY, reason=error, config=self.config.source) from None
+                    raise PermanentFailureError(LOCAL_PRIVACY, reason=error, config=self.config.source) from None
         self._round = RoundJob(
             self.config,
             joined.shared,

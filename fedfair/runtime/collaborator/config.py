@@ -5,7 +5,7 @@ every value is checked, an unknown section or key is refused with a suggestion, 
 relative paths are relative to the file's folder. ``[certificates]`` is read straight
 into the transport's :class:`~fedfair.runtime.transport.TlsFiles` and ``[privacy]``
 into :class:`~fedfair.privacy.config.PrivacyConfig`. The training settings are not
-here: they come from the aggregator's plan (:func:`fedfair.runtime.plan.load_shared_settings`).
+here: they come from the aggregator's plan (:func:`fedfair.runtime.plan.aggregator_plan.load_shared_settings`).
 
 Why: docs/design.md, "Inside the collaborator".
 """

@@ -13,10 +13,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 
 from fedfair import pki
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.failures import LOCAL_CERTIFICATES, LOCAL_MANIFEST, PermanentFailure
+from fedfair.runtime.failures import LOCAL_CERTIFICATES, LOCAL_MANIFEST
 from fedfair.runtime.manifest import check_certificate, pinned_verifier
 from fedfair.runtime.transport import check_tls_files
 
@@ -35,14 +35,14 @@ class Identity:
 
 
 def check_identity(config: CollaboratorConfig) -> Identity:
-    """Check the TLS files and the manifest pin of `config`; raises PermanentFailure with the fix."""
+    """Check the TLS files and the manifest pin of `config`; raises PermanentFailureError with the fix."""
     files = config.certificates
     try:
         certified = check_tls_files(files, "collaborator")
     except ConfigError as error:
-        raise PermanentFailure(LOCAL_CERTIFICATES, reason=error, config=config.source) from None
+        raise PermanentFailureError(LOCAL_CERTIFICATES, reason=error, config=config.source) from None
     if certified != config.name:
-        raise PermanentFailure(
+        raise PermanentFailureError(
             LOCAL_CERTIFICATES,
             reason=f"name = {config.name!r} but {files.cert} certifies {certified!r}; the aggregator "
             "knows this institution by its certificate, so make them the same",
@@ -58,7 +58,7 @@ def check_identity(config: CollaboratorConfig) -> Identity:
         try:
             check_certificate(config.manifest, config.name, credential)
         except ConfigError as error:
-            raise PermanentFailure(LOCAL_MANIFEST, reason=error) from None
+            raise PermanentFailureError(LOCAL_MANIFEST, reason=error) from None
         verify = pinned_verifier(config.manifest, ca_certificate)
     else:
         verify = pki.credential_verifier(ca_certificate, "collaborator")

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, PermanentFailureError, WireError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.statistics import statistics_vector
-from fedfair.runtime.collaborator.record import InputRecord
+from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import Identity
 from fedfair.runtime.collaborator.receipt import kept_path
@@ -41,19 +41,13 @@ from fedfair.runtime.collaborator.trainer import (
     encoded_data,
 )
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS
-from fedfair.runtime.composition import composition_columns
-from fedfair.runtime.failures import (
-    FEDERATION_MISMATCH,
-    LOCAL_BINDINGS,
-    LOCAL_PRIVACY,
-    PLAN_MISMATCH,
-    PermanentFailure,
-)
+from fedfair.runtime.composition_counts import composition_columns
+from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, PLAN_MISMATCH
 from fedfair.runtime.manifest import check_shared_settings
-from fedfair.runtime.plan import SharedSettings, json_object, load_shared_settings
+from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.preprocessing import model_for, read_encoder_payload
-from fedfair.runtime.privacy_plan import privacy_shortfall
-from fedfair.runtime.transport import WireError, make_binding, pb, pb_grpc
+from fedfair.runtime.plan.privacy import privacy_shortfall
+from fedfair.runtime.transport import make_binding, pb, pb_grpc
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -74,7 +68,7 @@ class Joined:
     shared: SharedSettings
     plan_digest: str
     record: InputRecord
-    """What this institution answered, to whom, and the bits it sent (:mod:`fedfair.runtime.collaborator.record`)."""
+    """What this institution answered, to whom, and the bits it sent (:mod:`fedfair.runtime.collaborator.input_record`)."""
     participant: Participant
     """This collaborator before its model is built (no parameters): what the statistics aggregation needs."""
     schema_table: SchemaTable | None = None
@@ -93,7 +87,7 @@ def join(
 ) -> Joined:
     """Fetch the plan and check it (and, under a [schema], this institution's table against it), and load
     this institution's record of that federation (`reset_state`: the operator accepts that a lost record
-    starts again); raises PermanentFailure with the fix.
+    starts again); raises PermanentFailureError with the fix.
     """
     # Joined without naming the federation, so that another federation's aggregator answers with
     # its id (compared below, named in the message) rather than a generic refusal of the binding.
@@ -105,20 +99,20 @@ def join(
         served = json_object(reply.settings, "the aggregator's plan")
         shared = load_shared_settings(reply.settings)
     except ConfigError as error:
-        raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
+        raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
     ours, theirs = config.federation, shared.federation_id
     if ours is not None and theirs != ours:
-        raise PermanentFailure(FEDERATION_MISMATCH, address=config.aggregator, theirs=theirs, ours=ours)
+        raise PermanentFailureError(FEDERATION_MISMATCH, address=config.aggregator, theirs=theirs, ours=ours)
     if config.manifest is not None:
         try:
             check_shared_settings(config.manifest, shared, served)
         except ConfigError as error:
-            raise PermanentFailure(PLAN_MISMATCH, reason=error) from None
+            raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
     factory = shared.model.factory
     if factory is not None and factory not in config.factories:
         # Checked before anything is built: a plan is data, and only this institution's own config
         # may let it name code to run here.
-        raise PermanentFailure(
+        raise PermanentFailureError(
             PLAN_MISMATCH,
             reason=f"it names the model factory '{factory}', which this institution does not allow, so it "
             f"was not imported; if you trust that code, list it in {config.source} under [model] "
@@ -126,11 +120,11 @@ def join(
         )
     shortfall = privacy_shortfall(config.privacy, shared.privacy)
     if shortfall is not None:
-        raise PermanentFailure(PLAN_MISMATCH, reason=shortfall)
+        raise PermanentFailureError(PLAN_MISMATCH, reason=shortfall)
     try:
         record = InputRecord(kept_path(config, shared.federation_id, "bindings.json"), shared.federation_id, reset=reset_state)
     except ConfigError as error:
-        raise PermanentFailure(LOCAL_BINDINGS, reason=error, config=config.source) from None
+        raise PermanentFailureError(LOCAL_BINDINGS, reason=error, config=config.source) from None
     joined = Joined(shared, reply.plan_digest, record, as_participant(config, identity, shared, 0))
     if shared.schema is None:
         return joined
@@ -193,10 +187,10 @@ def prepare(
     learner = build_learner(data, shared, device, config.factories, name=config.name)
     try:
         trainer = trainer_factory(learner, config, shared)
-    except PermanentFailure:
+    except PermanentFailureError:
         raise
     except ConfigError as error:  # [privacy] settings, or the accountant's state file
-        raise PermanentFailure(LOCAL_PRIVACY, reason=error, config=config.source) from None
+        raise PermanentFailureError(LOCAL_PRIVACY, reason=error, config=config.source) from None
     parameters = int(flat_parameters(learner.model).numel())
     evaluation_model = shared.model.build(allowed=config.factories).to(device)
     logger.info(

@@ -1,7 +1,7 @@
 """The files a collaborator keeps per federation, and the final model bundle it receives at FINISHED.
 
 Each is kept beside the collaborator's config as NAME.FEDERATION.SUFFIX (the bindings of
-:mod:`fedfair.runtime.collaborator.record`, the model bundle). The bundle is checked as
+:mod:`fedfair.runtime.collaborator.input_record`, the model bundle). The bundle is checked as
 `fedfair predict` would load it; a failure to keep it costs the file, never the finished run.
 """
 
@@ -15,11 +15,10 @@ from typing import Any
 import grpc
 
 from fedfair.bundle import load_bundle
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, WireError
 from fedfair.core.files import atomic_write
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.failures import EXIT_INCOMPLETE
-from fedfair.runtime.transport import WireError
 
 logger = logging.getLogger("fedfair.collaborator")
 

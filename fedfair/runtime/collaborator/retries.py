@@ -6,7 +6,7 @@ until the outage has lasted ``[retry] max_wait_seconds`` (while the aggregator i
 the console shows the first line only): a time bound, so a
 collaborator outlives an aggregator restart of several minutes whatever the
 back-off. The wait ends early when the collaborator is asked to stop; nothing waits
-on a fixed sleep. A permanent failure raises :class:`~fedfair.runtime.failures.PermanentFailure`
+on a fixed sleep. A permanent failure raises :class:`~fedfair.core.errors.PermanentFailureError`
 at once.
 
 Why: docs/design.md, "Inside the collaborator".
@@ -26,6 +26,7 @@ from typing import TypeVar
 
 import grpc
 
+from fedfair.core.errors import FailureError, PermanentFailureError
 from fedfair.runtime.failures import (
     AGGREGATOR_BUSY,
     IDENTITY_IN_USE,
@@ -38,9 +39,6 @@ from fedfair.runtime.failures import (
     GAVE_UP,
     NAME_NOT_ALLOWED,
     TLS_FAILED,
-    AggregatorUnreachable,
-    Failure,
-    PermanentFailure,
 )
 from fedfair.runtime.logs import LOG_FILE_ONLY
 from fedfair.runtime.transport import TlsFiles
@@ -105,7 +103,7 @@ class Target:
         return host.strip("[]"), int(port)
 
 
-def probe(target: Target, timeout: float = PROBE_SECONDS) -> Failure | None:
+def probe(target: Target, timeout: float = PROBE_SECONDS) -> FailureError | None:
     """Dial the aggregator once with Python's TLS and say what stops a connection; None if nothing does.
 
     gRPC reports every failed handshake as UNAVAILABLE with the TLS library's text; this
@@ -117,7 +115,7 @@ def probe(target: Target, timeout: float = PROBE_SECONDS) -> Failure | None:
     try:
         connection = socket.create_connection((host, port), timeout=timeout)
     except OSError as error:
-        return Failure(AGGREGATOR_UNREACHABLE, address=address, reason=_os_reason(error))
+        return FailureError(AGGREGATOR_UNREACHABLE, address=address, reason=_os_reason(error))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.load_verify_locations(cafile=str(target.files.ca))
     context.load_cert_chain(str(target.files.cert), str(target.files.key))
@@ -129,26 +127,26 @@ def probe(target: Target, timeout: float = PROBE_SECONDS) -> Failure | None:
                 # closes the connection instead of answering the HTTP/2 preface with its settings.
                 tls.sendall(_HTTP2_PREFACE)
                 if not tls.recv(1):
-                    return PermanentFailure(
+                    return PermanentFailureError(
                         CERTIFICATE_REFUSED, address=address, reason="it closed the connection after the handshake"
                     )
         except ssl.SSLCertVerificationError as error:
             if error.verify_code in _HOSTNAME_MISMATCH_CODES:
-                return PermanentFailure(
+                return PermanentFailureError(
                     AGGREGATOR_NAME_MISMATCH, address=address, name=target.aggregator_name or host
                 )
-            return PermanentFailure(
+            return PermanentFailureError(
                 AGGREGATOR_NOT_TRUSTED, address=address, ca=target.files.ca, reason=error.verify_message
             )
         except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as error:
-            return Failure(CONNECTION_LOST, address=address, reason=f"closed during the TLS handshake: {error}")
+            return FailureError(CONNECTION_LOST, address=address, reason=f"closed during the TLS handshake: {error}")
         except ssl.SSLError as error:
             reason = (error.reason or str(error)).lower().replace("_", " ")
             if "alert" in reason:
-                return PermanentFailure(CERTIFICATE_REFUSED, address=address, reason=reason)
-            return PermanentFailure(TLS_FAILED, address=address, reason=reason)
+                return PermanentFailureError(CERTIFICATE_REFUSED, address=address, reason=reason)
+            return PermanentFailureError(TLS_FAILED, address=address, reason=reason)
         except OSError as error:  # reset or timed out after the handshake: the aggregator is going away
-            return Failure(CONNECTION_LOST, address=address, reason=_os_reason(error))
+            return FailureError(CONNECTION_LOST, address=address, reason=_os_reason(error))
     return None
 
 
@@ -158,14 +156,14 @@ def _os_reason(error: OSError) -> str:
     return (error.strerror or str(error)).lower()
 
 
-def classify(error: grpc.RpcError, what: str, target: Target, certified_name: str) -> Failure:
-    """The failure class of a failed RPC; permanent ones as :class:`PermanentFailure`.
+def classify(error: grpc.RpcError, what: str, target: Target, certified_name: str) -> FailureError:
+    """The failure class of a failed RPC; permanent ones as :class:`PermanentFailureError`.
 
     An UNAVAILABLE is diagnosed by :func:`probe`: it is a failed handshake as often as a down aggregator.
     """
     code = error.code()
     if code == grpc.StatusCode.PERMISSION_DENIED:
-        return PermanentFailure(NAME_NOT_ALLOWED, name=certified_name)
+        return PermanentFailureError(NAME_NOT_ALLOWED, name=certified_name)
     if code == grpc.StatusCode.UNAVAILABLE:
         diagnosed = probe(target)
         if diagnosed is not None and diagnosed.failure is CERTIFICATE_REFUSED:
@@ -174,7 +172,7 @@ def classify(error: grpc.RpcError, what: str, target: Target, certified_name: st
             diagnosed = probe(target)
         if diagnosed is not None:
             return diagnosed
-        return Failure(CONNECTION_LOST, address=target.address, reason=f"unavailable while {what}")
+        return FailureError(CONNECTION_LOST, address=target.address, reason=f"unavailable while {what}")
     return refusal(error, what, target.address)
 
 
@@ -199,24 +197,24 @@ class Backoff:
         self.certified_name = certified_name
         self.random = random.Random()
 
-    def classify(self, error: grpc.RpcError, what: str) -> Failure:
+    def classify(self, error: grpc.RpcError, what: str) -> FailureError:
         """`error` as a failure class; raises at once when it is permanent."""
         failure = classify(error, what, self.target, self.certified_name)
         if not failure.failure.transient:
             raise failure
         return failure
 
-    def retry(self, attempt: int, since: float, failure: Failure, what: str) -> None:
+    def retry(self, attempt: int, since: float, failure: FailureError, what: str) -> None:
         """Wait before retry number `attempt` of an outage that began at `since` (time.monotonic()),
         or, once the outage has outlasted the policy, raise: a refusal that waits (a class with
-        ``waits``) as itself, an unreachable aggregator as :class:`AggregatorUnreachable`.
+        ``waits``) as itself, an unreachable aggregator as a FailureError of :data:`GAVE_UP`.
         """
         policy = self.policy
         elapsed = time.monotonic() - since
         if elapsed >= policy.max_wait_seconds or (policy.attempts is not None and attempt >= policy.attempts):
             if failure.failure.waits:
                 raise failure
-            raise AggregatorUnreachable(
+            raise FailureError(
                 GAVE_UP,
                 address=self.target.address,
                 what=what,
@@ -239,7 +237,7 @@ class Backoff:
         logger.log(level, "%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay, extra=extra)
         self.stop.wait(delay)
 
-    def call(self, what: str, call: Callable[[], _T], refuse: Callable[[_T], Failure | None] | None = None) -> _T:
+    def call(self, what: str, call: Callable[[], _T], refuse: Callable[[_T], FailureError | None] | None = None) -> _T:
         """`call()`, retried with back-off while the failure is transient, or while `refuse(result)`
         returns a failure of a class that ``waits`` (raised once the wait outlasts the policy).
         """
@@ -258,16 +256,16 @@ class Backoff:
             attempt += 1
 
 
-def refusal(error: grpc.RpcError, what: str, address: str = "its address") -> Failure:
+def refusal(error: grpc.RpcError, what: str, address: str = "its address") -> FailureError:
     """A gRPC failure as its class from its status code alone (no diagnostic dial)."""
     code = error.code()
     if code == grpc.StatusCode.PERMISSION_DENIED:
-        return PermanentFailure(NAME_NOT_ALLOWED, name="this collaborator")
+        return PermanentFailureError(NAME_NOT_ALLOWED, name="this collaborator")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return Failure(AGGREGATOR_BUSY, address=address)
+        return FailureError(AGGREGATOR_BUSY, address=address)
     if code == grpc.StatusCode.ALREADY_EXISTS:  # another process holds this institution's identity
-        return PermanentFailure(IDENTITY_IN_USE, details=error.details())
+        return PermanentFailureError(IDENTITY_IN_USE, details=error.details())
     if code in RETRYABLE:
-        return Failure(AGGREGATOR_UNREACHABLE, address=address, reason=f"{code.name.lower()} while {what}")
-    return PermanentFailure(AGGREGATOR_ERROR, code=code.name, what=what)
+        return FailureError(AGGREGATOR_UNREACHABLE, address=address, reason=f"{code.name.lower()} while {what}")
+    return PermanentFailureError(AGGREGATOR_ERROR, code=code.name, what=what)
 

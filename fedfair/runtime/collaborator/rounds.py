@@ -6,7 +6,7 @@ it downloads (theta_t, c_t) (with drift correction, the server's control variate
 the same download) and returns the job that trains, bounds and encodes the update; for
 EVALUATE, the job that answers the evaluation's threshold queries on the held-out losses and,
 at the final round of a plan with ``[evaluation] composition``, counts who is above the
-evaluated model's c by category (:mod:`fedfair.runtime.composition`).
+evaluated model's c by category (:mod:`fedfair.runtime.composition_counts`).
 
 Why: docs/design.md, "Inside the collaborator".
 """
@@ -21,18 +21,26 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.core.errors import (
+    BudgetReason,
+    ConfigError,
+    FedfairError,
+    PrivacyBudgetError,
+    Refusal,
+    RefusedError,
+    WireError,
+)
 from fedfair.core.evaluation import evaluate
-from fedfair.core.local import LocalLearner, RoundTrainer, StopsContributing
+from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.update import bounded
 from fedfair.fairness import sums
 from fedfair.runtime.collaborator.charges import Charges
-from fedfair.runtime.collaborator.record import BindingRefused, InputRecord, Kept, SignedView
+from fedfair.runtime.collaborator.input_record import InputRecord, Kept, SignedView
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
-from fedfair.runtime.composition import CompositionColumn, local_counts
+from fedfair.runtime.composition_counts import CompositionColumn, local_counts
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
@@ -42,8 +50,8 @@ from fedfair.runtime.contract import (
     training_download_size,
     update_dimension,
 )
-from fedfair.runtime.plan import SharedSettings
-from fedfair.runtime.transport import WireError, pb, pb_grpc
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.transport import pb, pb_grpc
 from fedfair.runtime.logs import per_round
 from fedfair.secagg import Encoder
 
@@ -145,15 +153,16 @@ class RoundJob:
 
     def view_of(self, round_number: int, kind: str, model: str) -> SignedView:
         """The survivor set an input of this kind and model is bound to, in every session and round, across
-        restarts (:mod:`fedfair.runtime.collaborator.record`), with its kept bits if it was answered;
-        BindingRefused for an input the record refuses.
+        restarts (:mod:`fedfair.runtime.collaborator.input_record`), with its kept bits if it was answered;
+        RefusedError (INPUT_BOUND) for an input the record refuses.
         """
         return self.record.view(round_number, kind, model)
 
     def check_round(self, round_number: int, kind: str) -> None:
-        """BindingRefused for a round past the pinned plan's last, before anything of it is downloaded."""
+        """RefusedError (INPUT_BOUND) for a round past the pinned plan's last, before anything of it is downloaded."""
         if round_number > self.shared.training.rounds:
-            raise BindingRefused(
+            raise RefusedError(
+                Refusal.INPUT_BOUND,
                 f"round {round_number} ({kind}) is past the plan's last round, {self.shared.training.rounds}; "
                 "this institution trains and evaluates only the rounds its pinned plan names"
             )
@@ -222,14 +231,11 @@ class RoundJob:
         self._holds_control = True
         try:
             update = self.trainer.train_round(theta, c, control)
-        # A collaborator stops contributing for good only when its privacy budget is spent (the private
-        # learner's PrivacyBudgetExhausted); naming the base class keeps Opacus unloaded without [privacy].
-        except StopsContributing as error:
-            logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
-            self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
-            return nothing
         except FedfairError as error:
             logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
+            # A collaborator stops contributing for good only when its private learner's budget is spent.
+            if isinstance(error, PrivacyBudgetError) and error.reason is BudgetReason.LEARNER_SPENT:
+                self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_BUDGET_SPENT)
             return nothing
         influence = self.shared.influence
         batch = int(update.weight)
@@ -379,7 +385,7 @@ class RoundJob:
     def composition_counts(self, theta: torch.Tensor, columns: Sequence[CompositionColumn]) -> np.ndarray:
         """This institution's counts, per category of `columns` (its own plan's), of its held-out rows whose
         loss is above c and of all of them, suppressed jointly by the schema's small-cell rule
-        (:func:`fedfair.runtime.composition.local_counts`). c is this institution's own average of the
+        (:func:`fedfair.runtime.composition_counts.local_counts`). c is this institution's own average of the
         training rounds' thresholds (:meth:`InputRecord.composition_threshold`), never one the aggregator
         names for the query, so two queries cannot differ by the rows between two thresholds.
 

@@ -3,8 +3,8 @@
 Each upload stage has one step function, ``step(participant, work, inputs) -> payload``,
 picked by the explicit table :data:`STEPS`:
 
-A step raises :class:`RoundRefused` (or the protocol's own errors) to withdraw from
-the rest of the round; the process (:mod:`fedfair.runtime.collaborator.client`) then
+A step raises a WITHDRAWN :class:`~fedfair.core.errors.RefusedError` (or the protocol's own
+errors) to withdraw from the rest of the round; the process (:mod:`fedfair.runtime.collaborator.client`) then
 uploads the empty withdrawal instead.
 
 Why: docs/design.md, "Inside the collaborator".
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 
-from fedfair.core.errors import FedfairError
+from fedfair.core.errors import ManifestError, Refusal, RefusedError
 from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.runtime.collaborator.record import SignedView
+from fedfair.runtime.collaborator.input_record import SignedView
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
@@ -32,8 +32,8 @@ from fedfair.runtime.contract import (
     Stages,
     update_dimension,
 )
-from fedfair.runtime.manifest import Manifest, ManifestError
-from fedfair.runtime.plan import SharedSettings
+from fedfair.runtime.manifest import Manifest
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import (
     STATISTICS_ENCODING,
     STATISTICS_KIND,
@@ -44,10 +44,6 @@ from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
 from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, SurvivorSet, UnmaskRequest
-
-
-class RoundRefused(FedfairError):
-    """This collaborator does not take part in the rest of the round (it withdraws)."""
 
 
 @dataclass(frozen=True)
@@ -195,12 +191,14 @@ class Participant:
         if not problems and parameters.graph_seed != parameters.implied_graph_seed(self.shared.federation_id, work.stages):
             problems.append("graph seed")
         if problems:
-            raise RoundRefused(f"the round's parameters differ from the plan ({', '.join(problems)})")
+            raise RefusedError(
+                Refusal.WITHDRAWN, f"the round's parameters differ from the plan ({', '.join(problems)})"
+            )
         if self.manifest is not None:
             try:
                 self.manifest.check_roster(parameters.parties)
             except ManifestError as error:
-                raise RoundRefused(str(error)) from None
+                raise RefusedError(Refusal.WITHDRAWN, str(error)) from None
         return parameters
 
 
@@ -213,13 +211,13 @@ def advertise(me: Participant, work: Work, inputs: bytes) -> bytes:
 
 def share(me: Participant, work: Work, inputs: bytes) -> bytes:
     if work.client is None:
-        raise RoundRefused("no keys were advertised this round")
+        raise RefusedError(Refusal.WITHDRAWN, "no keys were advertised this round")
     return work.client.share_keys(KeyDirectory.from_bytes(inputs)).to_bytes()
 
 
 def check(me: Participant, work: Work, inputs: bytes) -> bytes:
     if work.client is None:
-        raise RoundRefused("no keys were shared this round")
+        raise RefusedError(Refusal.WITHDRAWN, "no keys were shared this round")
     return work.client.check_shares(ShareBundle.from_bytes(inputs)).to_bytes()
 
 
@@ -230,7 +228,7 @@ def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
         # One copy of the d values (np.append, astype and tobytes made three).
         return b"".join((np.ascontiguousarray(work.vector, dtype="<f8").data, struct.pack("<d", work.weight)))
     if work.client is None:
-        raise RoundRefused("no shares were checked this round")
+        raise RefusedError(Refusal.WITHDRAWN, "no shares were checked this round")
     encoded = work.encoded if work.encoded is not None else work.client.config.encoder.encode(work.vector, work.weight)
     work.encoded = None  # masked in place: never reuse it
     return work.client.masked_input(MaskingSet.from_bytes(inputs), encoded).to_bytes()
@@ -238,19 +236,21 @@ def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
 
 def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
     if work.client is None:
-        raise RoundRefused("no masked input was sent this round")
+        raise RefusedError(Refusal.WITHDRAWN, "no masked input was sent this round")
     survivor_set = SurvivorSet.from_bytes(inputs)
     config = work.client.config
     # Ids outside the roster are the client's to refuse; the binding is checked before anything is signed.
     survivors = frozenset(config.name_of(party) for party in survivor_set.survivors if config.is_party(party))
     floor = me.survivor_floor
     if len(survivors) < floor:
-        raise RoundRefused(
+        raise RefusedError(
+            Refusal.WITHDRAWN,
             f"only {len(survivors)} survivors, fewer than the {floor} a round may have (the manifest's "
             "min_round_size, else max_colluding + 2): a sum that small could expose one institution's input"
         )
     if work.view.survivors is not None and work.view.survivors != survivors:
-        raise RoundRefused(
+        raise RefusedError(
+            Refusal.WITHDRAWN,
             "this input was already signed for with other survivors (in an earlier session or round, or before "
             "a restart); two sums over different survivors would let the aggregator subtract one from the other"
         )
@@ -261,7 +261,7 @@ def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
 
 def unmask(me: Participant, work: Work, inputs: bytes) -> bytes:
     if work.client is None:
-        raise RoundRefused("no masked input was sent this round")
+        raise RefusedError(Refusal.WITHDRAWN, "no masked input was sent this round")
     return work.client.unmask(UnmaskRequest.from_bytes(inputs)).to_bytes()
 
 

@@ -14,26 +14,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
 
-from fedfair.core.errors import ConfigError
-from fedfair.runtime.collaborator.record import BindingRefused
+from fedfair.core.errors import ConfigError, FailureError, ProtocolError, Refusal, RefusedError, WireError
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
 from fedfair.runtime.collaborator.receipt import finished_status
-from fedfair.runtime.collaborator.steps import STEPS, Participant, RoundRefused, StartJob, Work
+from fedfair.runtime.collaborator.steps import STEPS, Participant, StartJob, Work
 from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
 from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
-from fedfair.runtime.failures import CONNECTION_LOST, Failure
+from fedfair.runtime.failures import CONNECTION_LOST
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.plan import SharedSettings
-from fedfair.runtime.transport import WireError, make_binding, pb, pb_grpc, secure_channel
-from fedfair.secagg.errors import ProtocolError
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.transport import make_binding, pb, pb_grpc, secure_channel
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -71,7 +69,7 @@ class TaskStream:
     def _setup(self, stub: pb_grpc.FederationStub) -> None:
         raise NotImplementedError
 
-    def _plan_change(self, reply: pb.PlanReply) -> Failure | None:
+    def _plan_change(self, reply: pb.PlanReply) -> FailureError | None:
         raise NotImplementedError
 
     def _statistics_round(self, binding: pb.Binding) -> bool:
@@ -185,7 +183,7 @@ class TaskStream:
                         if self._handle(stub, task):
                             after = task.binding
                             self._watchdog.progress()
-                    failure = Failure(CONNECTION_LOST, address=self.config.aggregator, reason="the task stream ended")
+                    failure = FailureError(CONNECTION_LOST, address=self.config.aggregator, reason="the task stream ended")
                 except grpc.RpcError as error:
                     if self._stop.is_set():
                         break
@@ -261,7 +259,7 @@ class TaskStream:
                 )
                 self._work = None
             return False
-        except BindingRefused as error:
+        except RefusedError as error:  # INPUT_BOUND: the input record refuses it (a WITHDRAWN is _step's own)
             logger.warning(
                 "%s: round %d %s: not contributing: %s", self.config.name, binding.round, pb.Stage.Name(binding.stage), error
             )
@@ -323,10 +321,12 @@ class TaskStream:
             # round with nothing to contribute is left as soon as that is known.
             work.settle(wait=binding.stage == work.stages.masked)
             if work.vector is None and work.pending is None:
-                raise RoundRefused("nothing to contribute this round")
+                raise RefusedError(Refusal.WITHDRAWN, "nothing to contribute this round")
             inputs = self._input(stub, task)
             payload = STEPS[binding.stage](self.participant, work, inputs)
-        except (RoundRefused, ProtocolError, ConfigError, WireError) as error:
+        except (RefusedError, ProtocolError, ConfigError, WireError) as error:
+            if isinstance(error, RefusedError) and error.reason is not Refusal.WITHDRAWN:
+                raise
             logger.warning(
                 "%s: round %d %s: withdrawing from the round: %s",
                 self.config.name,

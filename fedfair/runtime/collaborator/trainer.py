@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from fedfair.core.data import ClientData, client_seed
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.datasets import DATASETS, Dataset, load_csv, load_dataset, partition
@@ -33,11 +33,11 @@ from fedfair.datasets.values import check_table
 from fedfair.datasets.tabular import as_strings, read_table, split_rows
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.composition import CompositionColumn, held_out_levels
-from fedfair.runtime.failures import DATA_MISMATCH, LOCAL_DATA, PermanentFailure
-from fedfair.runtime.plan import SharedSettings, load_shared_settings
-from fedfair.runtime.influence import declared_batch
-from fedfair.runtime.privacy_plan import training_privacy
+from fedfair.runtime.composition_counts import CompositionColumn, held_out_levels
+from fedfair.runtime.failures import DATA_MISMATCH, LOCAL_DATA
+from fedfair.runtime.plan.aggregator_plan import SharedSettings, load_shared_settings
+from fedfair.runtime.plan.influence import declared_batch
+from fedfair.runtime.plan.privacy import training_privacy
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -56,7 +56,7 @@ class LocalData:
     image_shape: tuple[int, ...] | None
     held_out_levels: np.ndarray | None = None
     """Under a [schema] with [evaluation] composition: each held-out row's level in each composition
-    column (`fedfair.runtime.composition.held_out_levels`), rows in the order of `test`."""
+    column (`fedfair.runtime.composition_counts.held_out_levels`), rows in the order of `test`."""
 
 
 def name_seed_index(name: str) -> int:
@@ -87,16 +87,16 @@ def read_local_data(config: CollaboratorConfig) -> LocalTable:
             raise ConfigError("[data] needs csv or dataset")
         return LocalTable(None, read_table(source.csv))
     except ConfigError as error:
-        raise PermanentFailure(LOCAL_DATA, reason=error, config=config.source) from None
+        raise PermanentFailureError(LOCAL_DATA, reason=error, config=config.source) from None
     except (OSError, IndexError, ValueError) as error:  # an unreadable file, whatever the loader met
-        raise PermanentFailure(LOCAL_DATA, reason=f"{type(error).__name__}: {error}", config=config.source) from None
+        raise PermanentFailureError(LOCAL_DATA, reason=f"{type(error).__name__}: {error}", config=config.source) from None
 
 
 def _read_csv(config: CollaboratorConfig, seed: int) -> Dataset:
     """A table encoded on its own (plans without a [schema]): load_csv's one-hot and scaling."""
     source = config.data
     if source.csv is None or source.label is None:
-        raise PermanentFailure(
+        raise PermanentFailureError(
             LOCAL_DATA, reason="[data] label is needed when the plan has no [schema]", config=config.source
         )
     try:
@@ -109,7 +109,7 @@ def _read_csv(config: CollaboratorConfig, seed: int) -> Dataset:
             seed=seed,
         )
     except ConfigError as error:
-        raise PermanentFailure(LOCAL_DATA, reason=error, config=config.source) from None
+        raise PermanentFailureError(LOCAL_DATA, reason=error, config=config.source) from None
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table
     source = config.data
     assert schema is not None
     if table.raw is None or source.csv is None:
-        raise PermanentFailure(
+        raise PermanentFailureError(
             DATA_MISMATCH, reason="the plan has a [schema], so [data] must name this institution's csv table"
         )
     raw = table.raw
@@ -139,11 +139,11 @@ def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table
         if source.group is not None and source.group not in raw.columns:
             raise ConfigError(f"[data] group column {source.group!r} is not in {source.csv.name}; fix [data] group")
     except ConfigError as error:
-        raise PermanentFailure(DATA_MISMATCH, reason=error) from None
+        raise PermanentFailureError(DATA_MISMATCH, reason=error) from None
     groups = as_strings(raw[source.group]) if source.group is not None else np.zeros(len(raw), dtype=str)
     train_rows, test_rows = split_rows(groups, source.test_fraction, shared.training.seed)
     if len(train_rows) == 0 or len(test_rows) == 0:
-        raise PermanentFailure(
+        raise PermanentFailureError(
             LOCAL_DATA, reason=f"{source.csv.name} has {len(raw)} rows, too few for train and held-out rows",
             config=config.source,
         )
@@ -211,7 +211,7 @@ def load_local_data(
         splits = partition(dataset, scheme, parts, seed=shared.training.seed, alpha=source.alpha or 0.5)
         index = source.index if source.index is not None else 0
         if index >= len(splits):
-            raise PermanentFailure(
+            raise PermanentFailureError(
                 DATA_MISMATCH, reason=f"{config.source}: [data] index = {index} but the partition has {len(splits)} parts"
             )
         split = splits[index]
@@ -224,7 +224,7 @@ def load_local_data(
         test = rows(dataset.x_test, dataset.y_test, "test")
         seed_index = name_seed_index(config.name)
     if dataset.num_features != shared.model.features or dataset.num_classes != shared.model.classes:
-        raise PermanentFailure(
+        raise PermanentFailureError(
             DATA_MISMATCH,
             reason=f"it has {dataset.num_features} features and {dataset.num_classes} classes, but the plan's "
             f"model takes {shared.model.features} and {shared.model.classes}",

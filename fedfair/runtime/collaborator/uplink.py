@@ -17,7 +17,8 @@ import threading
 import grpc
 import numpy as np
 
-from fedfair.runtime.transport import Uploader, WireError, inline_input, pb, pb_grpc, read_model, read_payload
+from fedfair.core.errors import WireError
+from fedfair.runtime.transport import Uploader, inline_input, pb, pb_grpc, read_model, read_payload
 
 logger = logging.getLogger("fedfair.collaborator")
 

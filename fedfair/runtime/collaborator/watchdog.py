@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from fedfair.runtime.failures import AGGREGATOR_SILENT, PermanentFailure
+from fedfair.core.errors import PermanentFailureError
+from fedfair.runtime.failures import AGGREGATOR_SILENT
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -48,7 +49,7 @@ class Watchdog:
         self._since = clock()
         self._working = 0
         self._what = ""
-        self.expired: PermanentFailure | None = None
+        self.expired: PermanentFailureError | None = None
         """The failure to exit with once a wait outlasted the limit (None until then)."""
 
     def progress(self, next_wait: str = "the next task") -> None:
@@ -95,7 +96,7 @@ class Watchdog:
             if waited < reported:  # progress since the last line: a new wait
                 reported = 0.0
             if waited >= self.limit:
-                self.expired = PermanentFailure(
+                self.expired = PermanentFailureError(
                     AGGREGATOR_SILENT, seconds=waited, address=self.address, what=what, limit=self.limit
                 )
                 logger.error("%s: %s", self.name, self.expired)

@@ -9,13 +9,12 @@
 - ``security``: credentials from the certs folder, peer identity from the certificate alone.
 """
 
+from fedfair.core.errors import WireError
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.runtime.transport import fedfair_pb2_grpc as pb_grpc
-from fedfair.runtime.transport.binding import (
+from fedfair.runtime.transport.stage_gate import (
     NOT_EXPECTED,
     NOT_PERMITTED,
-    LateUpload,
-    Rejected,
     StageGate,
     describe_binding,
     make_binding,
@@ -28,7 +27,6 @@ from fedfair.runtime.transport.chunks import (
     MAX_MESSAGE_BYTES,
     Reassembler,
     Uploader,
-    WireError,
     decode_tensor,
     digest,
     encode_tensor,
@@ -56,14 +54,12 @@ from fedfair.runtime.transport.security import (
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "INLINE_INPUT_BYTES",
-    "LateUpload",
     "MALFORMED_MESSAGE",
     "MAX_MESSAGE_BYTES",
     "NOT_EXPECTED",
     "NOT_PERMITTED",
     "PeerAuthenticator",
     "Reassembler",
-    "Rejected",
     "StageGate",
     "TlsFiles",
     "Uploader",

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from fedfair.core.errors import FedfairError
+from fedfair.core.errors import WireError
 from fedfair.runtime.transport import fedfair_pb2 as pb
 
 DEFAULT_CHUNK_BYTES = 1 << 20  # payload bytes per message
@@ -31,13 +31,6 @@ _DTYPES: dict[pb.DType, np.dtype[np.floating[Any]]] = {pb.DTYPE_FLOAT32: np.dtyp
 
 MALFORMED_MESSAGE = "message refused: malformed, oversized or incomplete"
 """What a sender hears about any WireError (the detail stays in the receiver's log)."""
-
-
-class WireError(FedfairError):
-    """A message on the wire is malformed, oversized or inconsistent with the ones before it.
-
-    Its text is detailed (sizes, limits) and meant for the local log, never for the sender.
-    """
 
 
 # ---------------------------------------------------------------- bytes

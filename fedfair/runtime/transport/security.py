@@ -22,8 +22,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
-from fedfair.core.errors import ConfigError
-from fedfair.runtime.transport.binding import NOT_PERMITTED, Rejected
+from fedfair.core.errors import ConfigError, Refusal, RefusedError
+from fedfair.runtime.transport.stage_gate import NOT_PERMITTED
 from fedfair.runtime.transport.chunks import MAX_MESSAGE_BYTES
 
 KEEPALIVE_MS = 60_000  # the collaborator pings a quiet long-lived task stream this often
@@ -193,13 +193,13 @@ class PeerAuthenticator:
         self._lock = threading.Lock()
 
     def identify(self, context: grpc.ServicerContext) -> str:
-        """The caller's name from its certificate; raise Rejected(PERMISSION_DENIED) otherwise."""
+        """The caller's name from its certificate; raise RefusedError (NOT_PERMITTED) otherwise."""
         pem = _peer_pem(context)
         if pem is None:
-            raise Rejected(grpc.StatusCode.PERMISSION_DENIED, NOT_PERMITTED)
+            raise RefusedError(Refusal.NOT_PERMITTED, NOT_PERMITTED)
         name = self._remembered(pem) or self._verify(pem)
         if name not in self.allowed_names:
-            raise Rejected(grpc.StatusCode.PERMISSION_DENIED, NOT_PERMITTED)
+            raise RefusedError(Refusal.NOT_PERMITTED, NOT_PERMITTED)
         return name
 
     def _remembered(self, pem: bytes) -> str | None:
@@ -216,7 +216,7 @@ class PeerAuthenticator:
             certificate = x509.load_pem_x509_certificate(pem)
             name = pki.verify_certificate(certificate, self.ca_certificate, self.role, now=self._clock())
         except (ValueError, ConfigError):
-            raise Rejected(grpc.StatusCode.PERMISSION_DENIED, NOT_PERMITTED) from None
+            raise RefusedError(Refusal.NOT_PERMITTED, NOT_PERMITTED) from None
         with self._lock:
             if pem not in self._verified and len(self._verified) >= VERIFIED_CERTIFICATES:
                 del self._verified[next(iter(self._verified))]

@@ -11,9 +11,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
+from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.board import Board
-from fedfair.runtime.aggregator.stages import StageProgress, UploadRefused, error_summary
-from fedfair.runtime.transport import INLINE_INPUT_BYTES, Rejected, make_binding, pb
+from fedfair.runtime.aggregator.stages import StageProgress, error_summary
+from fedfair.runtime.transport import INLINE_INPUT_BYTES, make_binding, pb
 
 NAMES = ("site-a", "site-b", "site-c")
 ADVERTISE = make_binding("f", 1, pb.STAGE_ADVERTISE_KEYS)
@@ -102,8 +103,9 @@ def test_a_refused_upload_settles_only_its_senders_slot(certificate: bytes) -> N
     mutated = bytearray(certificate)
     mutated[4] ^= 0xFF  # the tag of the to-be-signed part: an ASN.1 parse error, as in the reported attack
     for bad in (bytes(mutated), b"\x30\x03abc", certificate[:-1]):
-        with pytest.raises(UploadRefused) as refused:
+        with pytest.raises(RefusedError) as refused:
             board.deliver("site-c", ADVERTISE, bad)
+        assert refused.value.reason is Refusal.INVALID_UPLOAD
         assert isinstance(refused.value.__cause__, ValueError)  # the parser's own error, kept for the log
     assert still_waits(waiter)  # site-a and site-b are still owed an answer
     board.deliver("site-a", ADVERTISE, certificate)
@@ -116,7 +118,7 @@ def test_a_refused_upload_settles_only_its_senders_slot(certificate: bytes) -> N
 def test_a_retry_in_progress_after_a_refusal_is_waited_for_and_counts(certificate: bytes) -> None:
     board = board_with_stage(certificate_handler([]))
     waiter = waiting(board)
-    with pytest.raises(UploadRefused):
+    with pytest.raises(RefusedError):
         board.deliver("site-c", ADVERTISE, b"not a certificate")
     with board.uploading("site-c"):  # site-c is sending its corrected upload
         board.deliver("site-a", ADVERTISE, certificate)
@@ -131,8 +133,9 @@ def test_an_upload_outside_the_open_stage_is_not_a_refusal(certificate: bytes) -
     """Only the handler's refusals count as an answer; a misdirected upload says nothing about the stage."""
     board = board_with_stage(certificate_handler([]))
     waiter = waiting(board)
-    with pytest.raises(Rejected):
+    with pytest.raises(RefusedError) as refused:
         board.deliver("site-c", make_binding("f", 1, pb.STAGE_SHARE_KEYS), certificate)
+    assert refused.value.reason is Refusal.NOT_EXPECTED
     board.deliver("site-a", ADVERTISE, certificate)
     board.deliver("site-b", ADVERTISE, certificate)
     assert still_waits(waiter)  # site-c still owes its answer

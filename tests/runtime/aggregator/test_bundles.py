@@ -22,7 +22,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     save_checkpoint,
 )
 from fedfair.runtime.aggregator.loop import initial_state
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 
 
 def small_encoder() -> Encoder:

@@ -20,12 +20,12 @@ from fedfair.runtime.aggregator.checkpoint import (
     read_round_log,
     save_checkpoint,
 )
-from fedfair.runtime.aggregator.commands import readmit
+from fedfair.cli.aggregator import readmit
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.aggregator.events import read_events
 from fedfair.runtime.aggregator.loop import excluded_in, initial_state
 from fedfair.runtime.logs import configure_logging
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace
 
 

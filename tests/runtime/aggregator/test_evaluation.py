@@ -32,9 +32,9 @@ from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.evaluation import federated_evaluation
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
-from fedfair.runtime.composition import held_out_levels, joint_suppression, local_counts
+from fedfair.runtime.composition_counts import held_out_levels, joint_suppression, local_counts
 from fedfair.runtime.contract import EVALUATION
-from fedfair.runtime.plan import load_shared_settings, shared_settings
+from fedfair.runtime.plan.aggregator_plan import load_shared_settings, shared_settings
 from tests.federations import adult_raw_table
 from tests.runtime.harness import plan_sections, thread_federation
 from tests.runtime.test_plan import schema_plan

@@ -9,9 +9,10 @@ from typing import cast
 import grpc
 import pytest
 
+from fedfair.core.errors import RefusedError
 from fedfair.runtime.aggregator import identities
 from fedfair.runtime.aggregator.identities import LiveStreams, host_of
-from fedfair.runtime.transport import Rejected
+from fedfair.runtime.transport.stage_gate import STATUS_CODES
 
 
 class Context:
@@ -40,11 +41,11 @@ def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_another_connection_of_a_connected_name_is_refused_naming_both_addresses() -> None:
     streams = LiveStreams()
     with streams.hold("site-a", context("ipv4:10.0.0.5:4000")):
-        with pytest.raises(Rejected) as refused:
+        with pytest.raises(RefusedError) as refused:
             with streams.hold("site-a", context("ipv4:10.0.0.9:5000")):
                 pass
-        assert refused.value.code == grpc.StatusCode.ALREADY_EXISTS
-        assert refused.value.details.startswith(
+        assert STATUS_CODES[refused.value.reason] == grpc.StatusCode.ALREADY_EXISTS
+        assert str(refused.value).startswith(
             "'site-a' is already connected from 10.0.0.5:4000; this second process (from 10.0.0.9:5000) is refused"
         )
         # The same connection (its own process's new stream) and other names are let in.

@@ -18,7 +18,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.events import read_events
 from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS, HELD_UP_SECONDS
 from fedfair.runtime.collaborator.client import Collaborator
-from fedfair.runtime.report import write_report
+from fedfair.runtime.report.page import write_report
 from fedfair.runtime.transport import pb
 from tests.runtime.harness import new_workspace, thread_federation
 
@@ -90,7 +90,7 @@ def test_under_no_dropouts_a_late_site_aborts_the_round_naming_it(tmp_path: Path
 
 def test_the_grace_is_a_factor_of_one_or_more_and_absent_from_plans_that_do_not_set_it(tmp_path: Path) -> None:
     from fedfair.core.errors import ConfigError
-    from fedfair.runtime.plan import load_aggregator_plan, plan_content
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_content
 
     plain = load_aggregator_plan(new_workspace(tmp_path / "plain", NAMES).plan)
     assert plain.quorum.grace_factor is None and "grace_factor" not in plan_content(plain)["quorum"]  # digests kept

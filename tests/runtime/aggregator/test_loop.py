@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, QuorumError, QuorumReason
 from fedfair.research.workspace import Workspace
 from fedfair.runtime.aggregator import loop, quorum
 from fedfair.runtime.aggregator.checkpoint import (
@@ -26,15 +26,14 @@ from fedfair.runtime.aggregator.checkpoint import (
     read_round_log,
     save_checkpoint,
 )
-from fedfair.runtime.aggregator.commands import readmit
+from fedfair.cli.aggregator import readmit
 from fedfair.runtime.aggregator.events import read_events
 from fedfair.runtime.aggregator.loop import excluded_in
 from fedfair.runtime.aggregator.network import serve
-from fedfair.runtime.aggregator.quorum import QuorumNotReached
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace
 
 NAMES = ["site-a", "site-b", "site-c"]
@@ -138,16 +137,17 @@ def test_a_startup_deadline_ends_with_advice_that_works_without_a_checkpoint(
     workspace: Workspace, quick_reports: None
 ) -> None:
     plan = load_aggregator_plan(workspace.plan)
-    with pytest.raises(QuorumNotReached) as failed:
+    with pytest.raises(QuorumError) as failed:
         run_aggregator(plan, startup_timeout=1.0)
     message = str(failed.value)
+    assert failed.value.reason is QuorumReason.NOT_REACHED
     assert message.startswith(
         "round 1: only 0 of the 3 collaborators connected within 1 s, below the quorum of 1 "
         "(missing: site-a, site-b, site-c). Nothing was trained yet."
     )
     assert "again, without --resume (there is no checkpoint yet)" in message
     # The lock went with the process's run: the next start may take the folder.
-    with pytest.raises(QuorumNotReached):
+    with pytest.raises(QuorumError):
         run_aggregator(plan, startup_timeout=0.1)
 
 

@@ -11,10 +11,10 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from fedfair.core.errors import RoundAbortedError, StatisticsError, StatisticsReason
 from fedfair.datasets.schema import Column, Schema
-from fedfair.runtime.aggregator.checks import RoundAborted
 from fedfair.runtime.aggregator.driver import SumDriver
-from fedfair.runtime.aggregator.statistics import StatisticsAborted, StatisticsFailed, statistics_encoder
+from fedfair.runtime.aggregator.statistics import statistics_encoder
 
 SCHEMA = Schema("y", ("no", "yes"), (Column("age", "numeric"),))
 
@@ -39,14 +39,14 @@ def driver(result: Any) -> SumDriver:
 
 
 def test_an_abort_and_named_culprits_may_heal_a_sum_without_an_encoder_may_not() -> None:
-    with pytest.raises(StatisticsAborted, match="aborted: only 1 of 3 parties advertised keys") as aborted:
-        statistics_encoder(SCHEMA, driver(RoundAborted("only 1 of 3 parties advertised keys")), frozenset("abc"))
-    assert aborted.value.culprits == {}
+    with pytest.raises(StatisticsError, match="aborted: only 1 of 3 parties advertised keys") as aborted:
+        statistics_encoder(SCHEMA, driver(RoundAbortedError("only 1 of 3 parties advertised keys")), frozenset("abc"))
+    assert aborted.value.reason is StatisticsReason.ABORTED and aborted.value.culprits == {}
     named = Outcome(np.zeros(8), {"c": "a bad share"})
-    with pytest.raises(StatisticsAborted, match=r"c misbehaved \(a bad share\)") as culprits:
+    with pytest.raises(StatisticsError, match=r"c misbehaved \(a bad share\)") as culprits:
         statistics_encoder(SCHEMA, driver(named), frozenset("abc"))
-    assert culprits.value.culprits == {"c": "a bad share"}
+    assert culprits.value.reason is StatisticsReason.ABORTED and culprits.value.culprits == {"c": "a bad share"}
     empty = Outcome(np.zeros(0), {})  # a sum of the wrong length: no encoder, whoever sends it
-    with pytest.raises(StatisticsFailed, match="failed: .*start the aggregator again") as failed:
+    with pytest.raises(StatisticsError, match="failed: .*start the aggregator again") as failed:
         statistics_encoder(SCHEMA, driver(empty), frozenset("ab"))
-    assert not isinstance(failed.value, StatisticsAborted)
+    assert failed.value.reason is StatisticsReason.NO_ENCODER

@@ -26,7 +26,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.plan import load_aggregator_plan
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.runtime.preprocessing import STATISTICS_ROUND
 from fedfair.runtime.transport import pb, pb_grpc
 from tests.runtime.aggregator.test_loop import Background, aggregator_lines, wait_for_line

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fedfair import pki
+from fedfair.core.errors import PermanentFailureError
 from fedfair.research.workspace import Workspace, toml_text
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.collaborator.client import Collaborator
@@ -29,10 +30,9 @@ from fedfair.runtime.failures import (
     CERTIFICATE_REFUSED,
     FEDERATION_MISMATCH,
     NAME_NOT_ALLOWED,
-    PermanentFailure,
 )
 from fedfair.runtime.logs import Console
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import TlsFiles
 from tests.runtime.harness import new_workspace
 
@@ -64,7 +64,7 @@ def config_file(workspace: Workspace, name: str, **sections: dict[str, Any]) -> 
 def stopped_within(path: Path, seconds: float = PERMANENT_SECONDS) -> str:
     """Start a collaborator from `path`; it must stop with a permanent failure within `seconds`."""
     started = time.monotonic()
-    with pytest.raises(PermanentFailure) as caught:
+    with pytest.raises(PermanentFailureError) as caught:
         Collaborator(load_collaborator_config(path), retry=QUICK).run()
     assert time.monotonic() - started < seconds
     return str(caught.value)

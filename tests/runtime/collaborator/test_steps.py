@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, Refusal, RefusedError
 from fedfair.runtime.collaborator import steps
-from fedfair.runtime.collaborator.record import BindingRefused, InputRecord, Kept
-from fedfair.runtime import plan
+from fedfair.runtime.collaborator.input_record import InputRecord, Kept
+from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.fairness import sums
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, model_digest
 from fedfair.secagg.messages import SurvivorSet
@@ -50,7 +50,7 @@ def test_an_input_already_signed_for_refuses_other_survivors() -> None:
     # subtracting the two sums would give party 5's update, so the same input is not signed for both.
     view = steps.SignedView(survivors=frozenset({"site-1", "site-2", "site-3", "site-4"}))
     work, survivor_set, _ = work_at_consistency(view)
-    with pytest.raises(steps.RoundRefused, match="already signed for with other survivors"):
+    with pytest.raises(RefusedError, match="already signed for with other survivors"):
         steps.consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
     assert view.survivors == frozenset({"site-1", "site-2", "site-3", "site-4"})
     assert work.client is not None and work.client.signed_view is None  # refused before anything was signed
@@ -61,7 +61,7 @@ def test_survivors_below_the_manifests_round_size_are_refused_whatever_t_allows(
     harness = Harness(make_config(parties=5))
     survivor_set = harness.through_masking([1, 2, 3])
     work = steps.Work(1, TRAINING, None, 1.0, client=harness.clients[1], view=steps.SignedView())
-    with pytest.raises(steps.RoundRefused, match="only 3 survivors, fewer than the 4"):
+    with pytest.raises(RefusedError, match="only 3 survivors, fewer than the 4"):
         steps.consistency(SimpleNamespace(survivor_floor=4), work, survivor_set.to_bytes())
     assert work.client is not None and work.client.signed_view is None and work.view.survivors is None
 
@@ -81,13 +81,14 @@ def test_a_binding_survives_a_restart_and_refuses_other_survivors(tmp_path: Path
     assert again.survivors == frozenset(harness.config.parties)
     fewer = Harness(make_config(parties=5))
     smaller = fewer.through_masking([1, 2, 3, 4])
-    with pytest.raises(steps.RoundRefused, match="already signed for with other survivors"):
+    with pytest.raises(RefusedError, match="already signed for with other survivors"):
         steps.consistency(NO_PARTICIPANT, steps.Work(4, TRAINING, None, 1.0, client=fewer.clients[1], view=again),
                           smaller.to_bytes())
     # The same model in a later round (a round aborted, the model unchanged) is bound to the same survivors.
     assert restarted.view(5, "train", "model-digest").survivors == frozenset(harness.config.parties)
-    with pytest.raises(BindingRefused, match="round 5 .train. was already answered for another model"):
+    with pytest.raises(RefusedError, match="round 5 .train. was already answered for another model") as bound:
         restarted.view(5, "train", "next-model")
+    assert bound.value.reason is Refusal.INPUT_BOUND
 
 
 def test_a_rounds_training_may_run_again_after_its_evaluation_was_signed(tmp_path: Path) -> None:
@@ -133,7 +134,7 @@ def test_the_aggregator_cannot_choose_the_masking_graph() -> None:
         (dataclasses.replace(honest, neighbours=4), "neighbours"),
     ]
     for parameters, field in steered:
-        with pytest.raises(steps.RoundRefused, match=f"differ from the plan \\({field}\\)"):
+        with pytest.raises(RefusedError, match=f"differ from the plan \\({field}\\)"):
             me.check_parameters(work, parameters.to_bytes())
 
 
@@ -165,7 +166,7 @@ def test_a_round_asking_for_composition_counts_the_pinned_plan_does_not_name_is_
             graph_roster=("hospital-a", "hospital-b", "hospital-c"),
         )  # fmt: skip
         parameters = dataclasses.replace(parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, EVALUATION))
-        with pytest.raises(steps.RoundRefused, match=r"differ from the plan \(dimension\)"):
+        with pytest.raises(RefusedError, match=r"differ from the plan \(dimension\)"):
             me.check_parameters(work, parameters.to_bytes())
         # The same round with the length the plan implies passes.
         honest = dataclasses.replace(parameters, dimension=expected)
@@ -193,7 +194,7 @@ def test_without_dropouts_a_round_over_fewer_than_every_party_is_refused(stages:
             )  # fmt: skip
             parameters = dataclasses.replace(parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, stages))
             if refused and len(parties) < len(roster):
-                with pytest.raises(steps.RoundRefused, match=r"differ from the plan \(quorum\)"):
+                with pytest.raises(RefusedError, match=r"differ from the plan \(quorum\)"):
                     me.check_parameters(work, parameters.to_bytes())
             else:
                 assert me.check_parameters(work, parameters.to_bytes()).parties == parties
@@ -217,7 +218,7 @@ def test_a_round_binds_its_session_to_the_model_each_party_was_sent() -> None:
         secure.max_colluding, graph_roster=roster, model=sent,
     )  # fmt: skip
     parameters = dataclasses.replace(parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, TRAINING))
-    with pytest.raises(steps.RoundRefused, match=r"differ from the plan \(model\)"):
+    with pytest.raises(RefusedError, match=r"differ from the plan \(model\)"):
         me.check_parameters(work, parameters.to_bytes())
     honest = me.check_parameters(dataclasses.replace(work, model=sent), parameters.to_bytes())
     other = dataclasses.replace(parameters, model=pushed)

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from fedfair.core.data import ClientData
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.privacy.learner import PrivateLearner
 from fedfair.research.workspace import Workspace, declared_sizes, make_workspace, toml_text, write_pinned_manifest
 from fedfair.runtime.aggregator.loop import initial_state
@@ -41,8 +41,8 @@ from fedfair.runtime.collaborator.trainer import (
     load_local_data,
     round_trainer,
 )
-from fedfair.runtime.failures import EXIT_INCOMPLETE, PLAN_CHANGED, PermanentFailure
-from fedfair.runtime.plan import (
+from fedfair.runtime.failures import EXIT_INCOMPLETE, PLAN_CHANGED
+from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,
     plan_digest,
@@ -327,7 +327,7 @@ def test_a_plan_changed_under_a_waiting_collaborator_is_waited_out_then_stops_it
     once [retry] max_wait_seconds has passed; the message's fix agrees with its first sentence."""
     workspace = new_workspace(tmp_path, NAMES)
     caplog.set_level(logging.WARNING, "fedfair.collaborator")
-    with changing_plan(workspace, rollback_after=None) as servicer, pytest.raises(PermanentFailure) as stopped:
+    with changing_plan(workspace, rollback_after=None) as servicer, pytest.raises(PermanentFailureError) as stopped:
         Collaborator(load_collaborator_config(workspace.configs[NAMES[0]]), retry=QUICK).run()
     message = str(stopped.value)
     assert stopped.value.failure is PLAN_CHANGED and message.startswith("plan-changed: the plan changed: ")
@@ -352,7 +352,7 @@ def test_a_pinned_collaborator_names_the_served_digest_and_the_fields_that_chang
     joined collaborator: it stops naming the served settings' digest and the field, against its pin."""
     workspace = make_workspace(tmp_path, NAMES, plan=plan_sections(training={"rounds": 2}), manifest=True)
     edited = shared_settings(load_aggregator_plan(workspace.plan, {"training": {"rounds": 5}}, check_manifest=False))
-    with changing_plan(workspace, rollback_after=None, edited=edited), pytest.raises(PermanentFailure) as stopped:
+    with changing_plan(workspace, rollback_after=None, edited=edited), pytest.raises(PermanentFailureError) as stopped:
         Collaborator(load_collaborator_config(workspace.configs[NAMES[0]]), retry=QUICK).run()
     message = str(stopped.value)
     served = settings_digest(json.loads(edited))
@@ -383,7 +383,7 @@ def test_a_table_that_misfits_the_pinned_schema_stops_the_collaborator_before_it
     config_path.write_text(
         text[:data_start] + f'[data]\ncsv = "{path}"\n' + (text[data_end + 1 :] if data_end != -1 else "")
     )
-    with pytest.raises(PermanentFailure) as stopped:
+    with pytest.raises(PermanentFailureError) as stopped:
         Collaborator(load_collaborator_config(config_path))
     message = str(stopped.value)
     assert message.startswith("data-mismatch: ")
@@ -394,7 +394,7 @@ def test_a_collaborator_without_privacy_does_not_load_opacus() -> None:
     """Opacus and the scipy it brings (about 120 MB of a collaborator's memory) load only with [privacy]."""
     probe = (
         "import sys\n"
-        "import fedfair.runtime.collaborator.commands\n"
+        "import fedfair.cli.collaborator\n"
         "print(sorted(name for name in ('opacus', 'scipy') if name in sys.modules))\n"
     )
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)

@@ -17,14 +17,15 @@ from pathlib import Path
 import grpc
 import pytest
 
+from fedfair.core.errors import FailureError, PermanentFailureError
 from fedfair.research.processes import start_aggregator, start_collaborator
 from fedfair.runtime.aggregator.network import serve
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import STARTING_SECONDS, Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.watchdog import Watchdog
-from fedfair.runtime.failures import AGGREGATOR_UNREACHABLE, PLAN_CHANGED, Failure, PermanentFailure
-from fedfair.runtime.plan import load_aggregator_plan, plan_digest, shared_settings
+from fedfair.runtime.failures import AGGREGATOR_UNREACHABLE, PLAN_CHANGED
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest, shared_settings
 from fedfair.runtime.transport import TlsFiles, make_binding, pb, pb_grpc, server_credentials
 from tests.runtime.harness import new_workspace
 
@@ -69,7 +70,7 @@ def test_a_silent_aggregator_ends_the_collaborator_with_a_clear_message(
     try:
         collaborator = Collaborator(load_collaborator_config(workspace.configs["site-a"]), retry=QUICK)
         with caplog.at_level(logging.INFO, logger="fedfair.collaborator"):
-            with pytest.raises(PermanentFailure) as caught:
+            with pytest.raises(PermanentFailureError) as caught:
                 collaborator.run()
             ended = time.time()
     finally:
@@ -119,7 +120,7 @@ def test_a_stalled_download_ends_the_collaborator_at_its_idle_timeout(
     server.start()
     try:
         collaborator = Collaborator(load_collaborator_config(workspace.configs["site-a"]), retry=QUICK)
-        with caplog.at_level(logging.INFO, logger="fedfair.collaborator"), pytest.raises(PermanentFailure) as caught:
+        with caplog.at_level(logging.INFO, logger="fedfair.collaborator"), pytest.raises(PermanentFailureError) as caught:
             collaborator.run()
         ended = time.time()
     finally:
@@ -139,8 +140,8 @@ def test_retry_lines_are_info_while_the_aggregator_may_be_starting_then_warnings
     target = Target("127.0.0.1:1", TlsFiles.in_folder(tmp_path, "site-a"), "aggregator")
     policy = RetryPolicy(base_seconds=0.001, cap_seconds=0.001)
     backoff = Backoff(policy, "site-a", threading.Event(), target, "site-a")
-    down = Failure(AGGREGATOR_UNREACHABLE, address=target.address, reason="connection refused")
-    changed = PermanentFailure(PLAN_CHANGED, served="x", changes="y")
+    down = FailureError(AGGREGATOR_UNREACHABLE, address=target.address, reason="connection refused")
+    changed = PermanentFailureError(PLAN_CHANGED, served="x", changes="y")
     with caplog.at_level(logging.INFO, logger="fedfair.collaborator"):
         backoff.retry(0, time.monotonic(), down, "dialling")
         backoff.retry(1, time.monotonic() - STARTING_SECONDS, down, "dialling")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedfair.core.errors import WireError
 from fedfair.runtime.transport import (
     INLINE_INPUT_BYTES,
     Reassembler,
-    WireError,
     decode_tensor,
     encode_tensor,
     inline_input,

@@ -20,17 +20,15 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, RefusedError, WireError
 from fedfair.runtime.transport import (
     MALFORMED_MESSAGE,
     NOT_EXPECTED,
     NOT_PERMITTED,
     PeerAuthenticator,
-    Rejected,
     StageGate,
     TlsFiles,
     Uploader,
-    WireError,
     channel_options,
     check_tls_files,
     describe_binding,
@@ -46,6 +44,7 @@ from fedfair.runtime.transport import (
     server_credentials,
     server_options,
 )
+from fedfair.runtime.transport.stage_gate import abort
 from fedfair.runtime.transport.chunks import digest
 from tests.runtime.harness import refused
 
@@ -119,8 +118,8 @@ class TestServicer(pb_grpc.FederationServicer):
     def identify(self, context: grpc.ServicerContext) -> str:
         try:
             name = self.auth.identify(context)
-        except Rejected as rejected:
-            rejected.abort(context)
+        except RefusedError as rejected:
+            abort(rejected, context)
         self.identities.append(name)
         return name
 
@@ -139,8 +138,8 @@ class TestServicer(pb_grpc.FederationServicer):
         self.identify(context)
         try:
             self.gate.check_federation(request.binding)
-        except Rejected as rejected:
-            rejected.abort(context)
+        except RefusedError as rejected:
+            abort(rejected, context)
         return pb.PlanReply(binding=request.binding, settings=b"{}", plan_digest="d")
 
     def WaitForTasks(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
@@ -162,16 +161,16 @@ class TestServicer(pb_grpc.FederationServicer):
         self.identify(context)
         try:
             self.gate.check_read(request.binding)
-        except Rejected as rejected:
-            rejected.abort(context)
+        except RefusedError as rejected:
+            abort(rejected, context)
         yield from model_parts(request.binding, self.theta, self.c, chunk_bytes=CHUNK)
 
     def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.Part]:
         self.identify(context)
         try:
             self.gate.check_read(request.binding)
-        except Rejected as rejected:
-            rejected.abort(context)
+        except RefusedError as rejected:
+            abort(rejected, context)
         yield from payload_parts(request.binding, self.relay, chunk_bytes=CHUNK)
 
     def Send(self, request: pb.Part, context: grpc.ServicerContext) -> pb.Receipt:
@@ -190,8 +189,8 @@ class TestServicer(pb_grpc.FederationServicer):
             binding, data = receive_upload(
                 request_iterator, self.gate, name, max_total_bytes=64 * CHUNK, max_chunk_bytes=CHUNK
             )
-        except Rejected as rejected:
-            rejected.abort(context)
+        except RefusedError as rejected:
+            abort(rejected, context)
         except WireError:
             # What was wrong is for the receiver's log; the sender hears nothing it could probe limits with.
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, MALFORMED_MESSAGE)

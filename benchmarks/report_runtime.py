@@ -1,0 +1,190 @@
+"""The benchmark page's sections on the runtime: start-up, round cost, secure aggregation, a large
+federation, the attack suite.
+
+Each function turns one result file's JSON into a `Section`; a row states only what the JSON holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from report_plots import round_cost
+from report_tables import Plot, Section, count, fixed, milliseconds, ratio, table
+
+HELP_TARGET_SECONDS = 0.5
+"""What a `--help` may take (issue 43); the start-up table says which commands meet it."""
+
+DEMO_TARGET_LINES = 60
+"""What `make demo` may print (issue 43): fewer lines than this."""
+
+
+def startup_bench(name: str, document: Mapping[str, Any]) -> Section:
+    """One row per `--help` against its target, and a sentence on `make demo`."""
+    repeats = document.get("repeats")
+    lines = [
+        f"`fedfair ... --help` in a fresh interpreter, the median of {repeats or 'several'} interleaved runs "
+        f"(target: {HELP_TARGET_SECONDS:g} s each, importing none of torch, opacus, grpc, pandas). Wall time is "
+        "what a person waits on this shared machine; CPU time is what the command itself costs.",
+        "",
+        "| command | wall (s) | CPU (s) | within target | heavy modules imported |",
+        "|---|---|---|---|---|",
+    ]
+    heavy = document.get("heavy_modules", {})
+    for command, seconds in document.get("help_seconds", {}).items():
+        words = "fedfair --help" if command == "fedfair" else f"fedfair {command} --help"
+        met = "yes" if seconds["wall"] <= HELP_TARGET_SECONDS else f"no (CPU {seconds['cpu']:.2f} s)"
+        imported = ", ".join(heavy.get(command, [])) or "none"
+        lines.append(f"| `{words}` | {seconds['wall']:.2f} | {seconds['cpu']:.2f} | {met} | {imported} |")
+    demo = document.get("demo")
+    if isinstance(demo, Mapping):
+        lines += [
+            "",
+            f"`make demo` (`fedfair launch --keep`) printed **{demo['lines']} lines** in {demo['seconds']:g} s "
+            f"(target: under {DEMO_TARGET_LINES} lines), exit status {demo['exit_status']}.",
+        ]
+    return Section(
+        "Start-up: command help and the first federation",
+        "How long a person waits for each command's help, against the target, and how much the demo prints.",
+        lines,
+    )
+
+
+def round_bench(name: str, document: Mapping[str, Any]) -> Section:
+    """Plain beside secure aggregation for every (d, n) measured, and the round cost plotted against n."""
+    rows = document["results"]
+    processes = any(row["processes"] for row in rows)
+    collaborators = "processes" if processes else "threads"
+    secure = {(row["dimension"], row["parties"]): row for row in rows if row["secure"]}
+    plain = {(row["dimension"], row["parties"]): row for row in rows if not row["secure"]}
+    header = ["d", "n", "plain round (s)", "secure round (s)", "round, secure ÷ plain", "party path, plain (s)"]
+    header += ["party path, secure (s)", "path, secure ÷ plain"]
+    shown = []
+    for key in sorted(plain.keys() & secure.keys()):
+        bare, masked = plain[key], secure[key]
+        shown.append(
+            [count(key[0]), str(key[1]), fixed(bare["round_seconds"]), fixed(masked["round_seconds"])]
+            + [ratio(masked["ratio_to_plain"]), fixed(bare["party_seconds"]), fixed(masked["party_seconds"])]
+            + [ratio(masked["party_ratio_to_plain"])]
+        )
+    slopes = ", ".join(
+        f"{fixed(slope, 2)} at d = {count(int(key.removeprefix('d=')))}"
+        for key, slope in document.get("extra_slope", {}).items()
+    )
+    notes = [
+        "",
+        f"Median over {document['measured_rounds']} measured rounds after a warm-up, {document['pairs']} "
+        "plain-then-secure pair(s) of federations per configuration. The party path is a collaborator's own "
+        "work on the round (download, key stages, masking, upload), the median over parties.",
+    ]
+    if slopes:
+        notes += [
+            "",
+            f"The secure round's extra time grows as n to the power {slopes} (least squares of log(secure - plain) "
+            "against log n over n ≥ 10).",
+        ]
+    plot = Plot(
+        f"{name}_round_cost.png",
+        f"Round wall time against the number of parties, collaborators as {collaborators}",
+        partial(round_cost, rows, collaborators),
+    )
+    return Section(
+        f"Round cost against the number of parties (collaborators as {collaborators})",
+        "Secure aggregation beside plain aggregation in the real runtime (the aggregator's gRPC server, real "
+        f"collaborators, mutual TLS over loopback), local training taken out: {document['what']}.",
+        table(header, shown) + notes,
+        (plot,),
+    )
+
+
+def secagg_bench(name: str, document: Mapping[str, Any]) -> Section:
+    """The encoder and masks against the raw AES-CTR keystream, per (n, d, dropout)."""
+    header = ["n", "d", "dropout (dropped)", "mask step ÷ keystream", "encode + mask ÷ keystream"]
+    header += ["server unmask (ms)", "whole round (ms)", "upload ÷ float32", "max error (bound)"]
+    rows = [
+        [str(row["n"]), count(row["d"]), f"{row['dropout']:g} ({row['dropped']})", ratio(row["mask_vs_keystream"])]
+        + [ratio(row["client_total_vs_keystream"]), milliseconds(row["server_unmask_s"]), milliseconds(row["round_s"])]
+        + [ratio(row["expansion_vs_float32"], 3), f"{row['max_abs_error']:.2g} ({row['error_bound']:.2g})"]
+        for row in document["results"]
+    ]
+    notes = [
+        "",
+        f"Raw keystream ({document['prg']}): {document['keystream_gbps']:.2f} GB/s on this machine; modulus "
+        f"{document['modulus_bits']} bits. A ratio of 1× would mean the step costs no more than drawing the "
+        "bytes its masks need; encode + mask is divided by every keystream byte the party consumes (masks and "
+        "stochastic-rounding randomness).",
+    ]
+    if document.get("skipped"):
+        notes.append(f"Skipped: {'; '.join(str(item) for item in document['skipped'])}.")
+    return Section(
+        "Secure aggregation: the encoder and masks against the raw keystream",
+        "One full in-process round of the secure-aggregation state machines per (n parties, d coordinates, "
+        "dropout fraction), every message serialised, the decoded sum checked against the plaintext. A party's "
+        "masking is timed against the AES-256-CTR keystream it must draw anyway, measured moments apart.",
+        table(header, rows) + notes,
+    )
+
+
+def federation_bench(name: str, document: Mapping[str, Any]) -> Section:
+    """Memory per process and time per round of a federation launched for real; nothing to compare with."""
+    collaborator, aggregator = document["collaborator"], document["aggregator"]
+    header = ["process", "RSS (MB)", "PSS (MB)", "USS (MB)", "peak RSS, VmHWM (MB)"]
+    rows = [
+        ["collaborator, median"] + [fixed(collaborator[key]["median"], 1) for key in ("rss", "pss", "uss", "hwm")],
+        ["collaborator, largest"] + [fixed(collaborator[key]["max"], 1) for key in ("rss", "pss", "uss", "hwm")],
+        ["aggregator"] + [fixed(aggregator[f"{key}_mb"], 1) for key in ("rss", "pss", "uss", "hwm")],
+    ]
+    rounds = ", ".join(f"{seconds:g}" for seconds in document["round_seconds"])
+    notes = [
+        "",
+        f"`{document['launched']}`: {document['collaborators_seen']} collaborators seen, "
+        f"{document['rounds_completed']} of {document['rounds_planned']} rounds in {document['wall_seconds']:g} s "
+        f"(round times {rounds} s; median {document['round_seconds_median']:g} s), exit status "
+        f"{document['launch_exit_status']}. Together the processes peaked at "
+        f"{count(document['federation_pss_peak_mb'])} MB PSS; the machine's available memory fell by at most "
+        f"{count(document['machine']['used_peak_mb'])} MB of {count(document['machine']['total_mb'])} MB. "
+        f"Final model: worst-group risk {fixed(document['worst_risk'])}, accuracy {fixed(document['accuracy'])}.",
+        "",
+        "The JSON measures fedfair alone: it holds no run of another framework to compare with.",
+    ]
+    return Section(
+        f"A {document['collaborators']}-site federation on one machine: memory and round time",
+        "The aggregator and every collaborator as separate processes over gRPC and mutual TLS, secure aggregation "
+        "on, sampled from /proc while it runs: RSS counts shared pages in every process, PSS divides them among "
+        "the processes (the PSS add up), USS is what a process's exit gives back.",
+        table(header, rows) + notes,
+    )
+
+
+def attack_matrix(name: str, document: Mapping[str, Any]) -> Section:
+    """Attacks handled per way of attacking, the fuzz run's outcome, and every attack not handled."""
+    methods: dict[str, list[bool]] = {}
+    for attack in document["attacks"]:
+        methods.setdefault(attack["method"], []).append(bool(attack["handled"]))
+    rows = [
+        [method, str(len(handled)), str(sum(handled)), str(len(handled) - sum(handled))]
+        for method, handled in sorted(methods.items(), key=lambda item: -len(item[1]))
+    ]
+    fuzz = document["fuzz"]
+    statuses = ", ".join(f"{status} {count(number)}" for status, number in fuzz["statuses"].items())
+    scenarios = ", ".join(f"{scenario} {seconds:g}" for scenario, seconds in document["scenario_seconds"].items())
+    lines = table(["how the attack is made", "attacks", "handled", "not handled"], rows)
+    lines += [
+        "",
+        f"Fuzzing: {count(fuzz['messages'])} mutated messages in {fuzz['seconds']:g} s; {fuzz['crashes']} crashes, "
+        f"{fuzz['hangs']} hangs, {fuzz['invalid_rounds_applied']} invalid rounds applied, "
+        f"{fuzz['uploads_accepted']} uploads accepted. The server's answers: {statuses}.",
+        "",
+        f"Seconds per scenario: {scenarios} ({document['seconds']:g} s in all"
+        + (", a quick run)." if document["quick"] else ")."),
+    ]
+    if document["failed"]:
+        lines += ["", "Not handled:", ""] + [f"- {attack}" for attack in document["failed"]]
+    return Section(
+        "Attack suite: hostile clients and a cheating aggregator",
+        "Attacks on a real federation over loopback, each beside what the design says must happen; an attack "
+        "is handled when what was observed is what was expected. Each row's expected and observed outcome is in "
+        "the JSON.",
+        lines,
+    )

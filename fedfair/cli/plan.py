@@ -1,0 +1,96 @@
+"""``fedfair plan pin | renew | diff``: pin the agreed plan in the manifest, start a new federation, compare plans.
+
+The operator's workflow is in :mod:`fedfair.runtime.plan.pinning`; these are its command lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _pin_command(args: argparse.Namespace) -> int:
+    from fedfair.runtime.plan.pinning import pin_plan
+
+    digest, changes = pin_plan(args.plan, args.manifest, args.out)
+    print(f"wrote {args.out}: {args.manifest} with the plan {args.plan} pinned")
+    if changes is None:
+        print("the plan is pinned for the first time")
+    elif not changes:
+        print("the plan is the one already pinned: nothing changed")
+    else:
+        print("changed since the old pin (old -> new):")
+        for line in changes:
+            print(f"  {line}")
+    print(f"manifest sha256 {digest}")
+    print("next: every institution reviews `fedfair plan diff OLD NEW`, compares the digest out of band and keeps a copy")
+    return 0
+
+
+
+def _renew_command(args: argparse.Namespace) -> int:
+    from fedfair.runtime.plan.pinning import renew_federation
+
+    configs = list(args.config or [])
+    digest, output = renew_federation(args.plan, args.manifest, args.federation, args.out, configs)
+    print(f"federation {args.federation}: {args.plan} now names it, with the output folder {output}")
+    for config in configs:
+        print(f"  {config}: [collaborator] federation = {args.federation!r}")
+    print(f"wrote {args.out}: the same roster, the plan pinned under the new id")
+    print(f"manifest sha256 {digest}")
+    print(
+        f"next: every institution compares the digest out of band, puts {args.out} in place of {args.manifest} and "
+        f"sets [collaborator] federation = {args.federation!r} in its collaborator.toml (done above for the "
+        "configs given with --config); then start the aggregator and the collaborators as before: their bindings "
+        "and privacy ledgers start afresh under the new id"
+    )
+    return 0
+
+
+
+def _diff_command(args: argparse.Namespace) -> int:
+    from fedfair.runtime.manifest import setting_differences
+    from fedfair.runtime.plan.pinning import settings_of
+
+    changes = setting_differences(settings_of(args.old), settings_of(args.new))
+    for line in changes:
+        print(line)
+    if not changes:
+        print("the same plan")
+    return 1 if changes else 0
+
+
+
+def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`fedfair plan pin`, `fedfair plan renew` and `fedfair plan diff`."""
+    group = subparsers.add_parser("plan", help="pin the agreed plan in the manifest; compare two plans")
+    commands = group.add_subparsers(dest="plan_command", required=True, metavar="COMMAND")
+    pin = commands.add_parser("pin", help="write a new manifest that pins a plan (the operator's edit of a plan)")
+    pin.add_argument("--plan", type=Path, required=True, help="the aggregator's plan.toml to pin")
+    pin.add_argument("--manifest", type=Path, required=True, help="the manifest in force (or the fresh roster)")
+    pin.add_argument("--out", type=Path, required=True, help="the new manifest to write (never over a file)")
+    pin.set_defaults(handler=_pin_command)
+    renew = commands.add_parser(
+        "renew",
+        help="start a new federation from the same sites and certificates: a new id, a fresh output folder "
+        "and a new manifest (to run a finished federation again)",
+    )
+    renew.add_argument("--plan", type=Path, required=True, help="the aggregator's plan.toml (rewritten in place)")
+    renew.add_argument("--manifest", type=Path, required=True, help="the manifest in force")
+    renew.add_argument("--federation", required=True, metavar="ID", help="the new federation's id")
+    renew.add_argument("--out", type=Path, required=True, help="the new manifest to write (never over a file)")
+    renew.add_argument(
+        "--config",
+        type=Path,
+        action="append",
+        metavar="COLLABORATOR_TOML",
+        help="a collaborator.toml on this machine to give the new id too (repeatable; each institution "
+        "otherwise sets it in its own)",
+    )
+    renew.set_defaults(handler=_renew_command)
+    diff = commands.add_parser(
+        "diff", help="the fields two plans differ in (each a manifest's pinned plan or a plan.toml); exit 1 if any"
+    )
+    diff.add_argument("old", type=Path)
+    diff.add_argument("new", type=Path)
+    diff.set_defaults(handler=_diff_command)

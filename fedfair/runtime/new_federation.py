@@ -1,0 +1,269 @@
+"""A new federation folder (`fedfair init`): the plan, one config per site and next steps that agree.
+
+It writes ``DIR/aggregator/plan.toml``, ``DIR/<site>/collaborator.toml`` for each site (both rendered
+by :mod:`fedfair.runtime.plan.templates`, the source of the committed templates too) and ``DIR/README.md``:
+the commands that follow, in order, with this federation's names, folders and collusion bound. Each
+party keeps its own folder (``ca/``, held offline by the CA holder; ``aggregator/``; one per site,
+each with its own ``certs/``) and the agreed ``manifest.toml`` one level above it.
+
+Why: docs/design.md, "Inside the runtime's shared modules".
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from fedfair.core.errors import ConfigError
+from fedfair.pki.names import validate_federation_id, validate_name
+from fedfair.runtime.plan.templates import AGGREGATOR_NAME, MANIFEST, Federation, render_collaborator, render_plan
+from fedfair.core.tables import parse_toml
+
+CA_FOLDER = "ca"
+"""The CA holder's folder: ca.key lives there, offline, never in a federation process's certs."""
+ROSTER = "roster.toml"
+"""The manifest before a plan is pinned in it (`fedfair pki manifest`)."""
+README = "README.md"
+CERTS = "certs"
+DATA_FOLDER = "data"
+MIN_SITES = 2
+"""Secure aggregation sums at least two inputs: a federation of one is that one's own model."""
+RESERVED = frozenset({AGGREGATOR_NAME, CA_FOLDER, ROSTER, MANIFEST, README.lower()})
+"""Names a site cannot have: the folder's other entries (a site's folder is its name)."""
+
+
+def parse_sites(text: str) -> tuple[str, ...]:
+    """The institutions named by ``--sites`` (comma-separated), each a valid participant name, at least two,
+    none twice, none a name the folder uses; otherwise one line naming the fix.
+    """
+    sites = tuple(site.strip() for site in text.split(",") if site.strip())
+    for site in sites:
+        try:
+            validate_name(site)
+        except ConfigError as error:
+            raise ConfigError(f"--sites: {error}") from None
+        if site in RESERVED:
+            raise ConfigError(f"--sites: {site!r} is taken by the federation folder itself; name the site otherwise")
+        if sites.count(site) > 1:
+            raise ConfigError(f"--sites lists {site!r} twice; name each institution once")
+    if len(sites) < MIN_SITES:
+        raise ConfigError(
+            f"--sites names {len(sites)} institution(s); a federation needs at least {MIN_SITES}, "
+            "e.g. --sites hospital-a,hospital-b"
+        )
+    return sites
+
+
+def default_max_colluding(sites: int) -> int:
+    """One colluder by default, where the roster allows it: a round then needs c + 2 <= sites parties."""
+    return 1 if sites >= 3 else 0
+
+
+def drafted_schema(
+    sample: Path, label: str, features: list[str] | None = None, *, learn_categories: bool = False
+) -> str:
+    """The ``[schema]`` section drafted from ``sample`` (ID-like columns left out unless `features` names
+    them), with a note of what to check before pinning it.
+    """
+    # pandas (and the schema module) only when a sample is given: `fedfair init --help` stays light.
+    from fedfair.datasets.schema import draft_schema, drafted_features, left_out_note
+    from fedfair.datasets.tabular import read_table
+
+    table = read_table(sample)
+    chosen, left_out = drafted_features(table, label, features)
+    schema = draft_schema(table, label, chosen, learn_categories=learn_categories)
+    return (
+        f"# Drafted by `fedfair init` from {sample.name} ({len(table):,} rows). Other sites may hold categories\n"
+        '# this table lacks: add them to each list (or write categories = "learn") before pinning the plan.\n'
+        + left_out_note(left_out)
+        + schema.to_toml(commented=True)
+    )
+
+
+def plan_scaffold(
+    folder: Path,
+    sites: tuple[str, ...],
+    *,
+    federation_id: str,
+    max_colluding: int,
+    aggregator: str,
+    sample: Path | None = None,
+    label: str | None = None,
+    features: list[str] | None = None,
+    learn_categories: bool = False,
+) -> dict[str, str]:
+    """Every file of the federation folder (relative path: text), once the plan is known to load; writes nothing.
+
+    ``sample`` and ``label`` come together (a drafted [schema], shaped by ``features`` and
+    ``learn_categories`` as ``fedfair data schema`` does) or not at all.
+    """
+    try:
+        validate_federation_id(federation_id)
+    except ConfigError as error:
+        raise ConfigError(f"--federation: {error}") from None
+    if (sample is None) != (label is None):
+        raise ConfigError("--csv and --label go together: --csv SAMPLE --label COLUMN drafts the plan's [schema]")
+    if sample is None and (features is not None or learn_categories):
+        raise ConfigError(
+            "--features and --learn-categories shape the [schema] drafted from --csv; add --csv and --label"
+        )
+    if max_colluding + 2 > len(sites):
+        raise ConfigError(
+            f"--max-colluding {max_colluding} needs rounds of max_colluding + 2 = {max_colluding + 2} sites but "
+            f"there are {len(sites)}; lower --max-colluding or add sites"
+        )
+    federation = Federation(
+        federation_id=federation_id,
+        sites=sites,
+        aggregator=aggregator,
+        certs=CERTS,
+        max_colluding=max_colluding,
+        schema=None
+        if sample is None or label is None
+        else drafted_schema(sample, label, features, learn_categories=learn_categories),
+        table=f"{DATA_FOLDER}/table.csv",  # each site's own table, whatever the sample was called
+    )
+    plan_text = render_plan(federation)
+    # The plan module reads schemas (pandas): loaded to run the command, not for its --help.
+    from fedfair.runtime.plan.aggregator_plan import parse_aggregator_plan
+
+    plan_path = folder / AGGREGATOR_NAME / "plan.toml"
+    plan = parse_aggregator_plan(parse_toml(plan_text, plan_path), plan_path)
+    # The roster's smallest round is the plan's quorum: the manifest then admits every round the plan starts.
+    min_round_size = plan.quorum.min_collaborators
+    files = {f"{AGGREGATOR_NAME}/plan.toml": plan_text}
+    files.update({f"{site}/collaborator.toml": render_collaborator(federation, site) for site in sites})
+    files[README] = render_readme(federation, min_round_size)
+    return files
+
+
+def check_folder(folder: Path) -> None:
+    """Refuse a ``folder`` that exists and is not an empty folder: init never writes over anything."""
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ConfigError(f"{folder} exists and is not an empty folder; choose a new folder for the federation")
+
+
+def write_scaffold(folder: Path, files: dict[str, str]) -> None:
+    """Write ``files`` (relative path: text) under ``folder``, which must be absent or empty (nothing is overwritten)."""
+    check_folder(folder)
+    for relative, text in files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+# ---------------------------------------------------------------- the README of next steps
+
+
+def render_readme(federation: Federation, min_round_size: int) -> str:
+    """The federation folder's README.
+
+    Who does what, in order, as commands run from the folder (``min_round_size``: the roster's, at most the
+    plan's quorum).
+    """
+    sites = federation.sites
+    parties = (AGGREGATOR_NAME, *sites)
+    requests = [f"fedfair pki request --name {AGGREGATOR_NAME} --role aggregator --out {AGGREGATOR_NAME}/{CERTS}"]
+    requests += [f"fedfair pki request --name {site} --role collaborator --out {site}/{CERTS}" for site in sites]
+    signatures = [
+        f"fedfair pki sign --ca {CA_FOLDER} --csr {party}/{CERTS}/{party}.csr --out {party}/{CERTS}/{party}.crt"
+        for party in parties
+    ]
+    copies = [f"cp {CA_FOLDER}/ca.crt {party}/{CERTS}/" for party in parties]
+    folders = " ".join(f"{party}/{CERTS}" for party in parties)
+    manifest = (
+        f"fedfair pki manifest --federation {federation.federation_id} --certs {folders} "
+        f"--max-colluding {federation.max_colluding} --min-round-size {min_round_size} --out {ROSTER}",
+        f"fedfair plan pin --plan {AGGREGATOR_NAME}/plan.toml --manifest {ROSTER} --out {MANIFEST}",
+    )
+    starts = [f"fedfair aggregator start --plan {AGGREGATOR_NAME}/plan.toml"]
+    starts += [f"fedfair collaborator start --config {site}/collaborator.toml" for site in sites]
+    intro = f"""# Federation {federation.federation_id}: what to run next
+
+Written by `fedfair init`. One folder per party: `{CA_FOLDER}/` for the CA holder, `{AGGREGATOR_NAME}/` for the
+aggregator's operator, and {", ".join(f"`{site}/`" for site in sites)} for the institutions; each keeps
+its own folder on its own machine, its keys in its `{CERTS}/`, and the agreed `{MANIFEST}` one level
+above it. The commands below run from this folder, as if every folder sat on one machine (a
+rehearsal); in a deployment each party runs its own lines and only requests, certificates and the
+manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
+"""
+    steps: list[tuple[str, str, list[str]]] = []
+    if federation.schema is not None:
+        # Before the plan is pinned: a [schema] edit the check suggests then costs no new pin.
+        steps.append(
+            (
+                "Each institution checks its table",
+                f"Put the table at `SITE/{federation.table}` (its `[data] csv`); the check lists every problem "
+                "and the `[schema]` edit that would accept the table, with nothing running. Make the edits in "
+                f"`{AGGREGATOR_NAME}/plan.toml` now, before the plan is pinned:",
+                [
+                    f"fedfair data check --plan {AGGREGATOR_NAME}/plan.toml --csv {site}/{federation.table}"
+                    for site in sites
+                ],
+            )
+        )
+    steps += [
+        (
+            "The CA, held offline",
+            f"The CA holder, best a party other than the aggregator's operator, keeps `{CA_FOLDER}/ca.key` on a "
+            f"machine that runs no federation process, never in `{AGGREGATOR_NAME}/{CERTS}`:",
+            [f"fedfair pki init --dir {CA_FOLDER}"],
+        ),
+        (
+            "A key and a request at each party",
+            "Each key stays where it is made; each `.csr` travels to the CA holder:",
+            requests,
+        ),
+        (
+            "The CA holder signs every request",
+            "It checks each request's name and role, signs it, and sends back the certificate with `ca.crt`; "
+            f"every party compares the CA fingerprint (`fedfair pki show --dir {sites[0]}/{CERTS}`) with the "
+            "CA holder's, out of band:",
+            [*signatures, *copies],
+        ),
+        (
+            "The manifest: roster and plan",
+            f"Review `{AGGREGATOR_NAME}/plan.toml` first (its `max_colluding = {federation.max_colluding}` must be "
+            "the roster's). Every institution reviews the manifest, compares the digest `plan pin` prints out of "
+            f"band and keeps `{MANIFEST}` here. Then uncomment `manifest = \"../{MANIFEST}\"` in "
+            f"`{AGGREGATOR_NAME}/plan.toml` and in every `collaborator.toml`:",
+            list(manifest),
+        ),
+        ("Start", "The aggregator waits for its quorum; each institution starts its own collaborator:", starts),
+    ]
+    sections = [intro]
+    sections += [_step(f"{number}. {title}", text, commands) for number, (title, text, commands) in enumerate(steps, 1)]
+    sections.append(
+        _step(
+            "Changing the plan later",
+            f"Edit `{AGGREGATOR_NAME}/plan.toml`, pin it to a new manifest (`plan pin` never overwrites one), let "
+            f"every institution review what changed, then put the new manifest in place of `{MANIFEST}` everywhere "
+            "and start again:",
+            [
+                f"fedfair plan pin --plan {AGGREGATOR_NAME}/plan.toml --manifest {MANIFEST} --out manifest-2.toml",
+                f"fedfair plan diff {MANIFEST} manifest-2.toml",
+            ],
+        )
+    )
+    renewed = f"{federation.federation_id}-2"
+    sections.append(
+        _step(
+            "Running it again",
+            "A finished federation runs again as a new one, from the same sites and certificates: a new id, "
+            f"a fresh output folder and a new manifest (every institution compares its digest and puts it in place "
+            f"of `{MANIFEST}`); the bindings and privacy ledgers start afresh under the new id:",
+            [
+                f"fedfair plan renew --plan {AGGREGATOR_NAME}/plan.toml --manifest {MANIFEST} --federation {renewed} "
+                f"--out manifest-{renewed}.toml " + " ".join(f"--config {site}/collaborator.toml" for site in sites),
+                f"mv manifest-{renewed}.toml {MANIFEST}",
+            ],
+        )
+    )
+    return "\n".join(sections)
+
+
+def _step(title: str, text: str, commands: list[str]) -> str:
+    """A README section: its text wrapped (never inside a word), then its commands as a code block."""
+    prose = textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False)
+    body = "\n".join(f"    {command}" for command in commands)
+    return f"## {title}\n\n{prose}\n\n{body}\n"

@@ -1,0 +1,284 @@
+"""The aggregator's ``plan.toml``: parse, load with overrides, share with collaborators, fingerprint.
+
+A plan is the federation's id and allow-list of names, the aggregator's own node
+(address and folders, resolved against the plan's folder so a workspace can be
+moved as a whole, and optionally the federation manifest, which the plan must then
+agree with: :mod:`fedfair.runtime.manifest`) and the learning sections of
+:mod:`fedfair.runtime.plan.learning_settings`. Every value is checked; an unknown section or key is
+refused with the closest known name as a suggestion (:mod:`fedfair.core.tables`).
+
+Why: docs/design.md, "Inside the runtime's shared modules".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedfair.core.config import TrainingConfig
+from fedfair.core.errors import ConfigError, ManifestError
+from fedfair.datasets.schema import Schema
+from fedfair.pki import validate_name
+from fedfair.pki.names import FEDERATION_ID_RE
+from fedfair.pki.roster import canonical_json
+from fedfair.runtime.manifest import (
+    Manifest,
+    check_bounds,
+    check_federation,
+    check_pinned_settings,
+    load_manifest,
+    manifest_digest,
+)
+from fedfair.runtime.plan.privacy import PlanPrivacy
+from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning, training_table
+from fedfair.core.tables import (
+    Table,
+    check_sections,
+    field_names,
+    parse_json_object,
+    read_toml,
+)
+
+
+@dataclass(frozen=True)
+class AggregatorSettings:
+    """Where the aggregator listens and keeps its files (paths resolved against the plan), and the
+    federation manifest it checks the plan against, if any (:mod:`fedfair.runtime.manifest`).
+    """
+
+    address: str
+    name: str
+    certs: Path
+    output: Path
+    manifest: Path | None = None
+
+
+@dataclass(frozen=True)
+class AggregatorPlan(LearningSettings):
+    """The whole plan: the learning sections, the federation's names and the aggregator's node."""
+
+    federation_id: str
+    collaborators: tuple[str, ...]
+    aggregator: AggregatorSettings
+    source: Path
+    manifest: Manifest | None = None
+    """The manifest ``[aggregator] manifest`` names, already checked against this plan."""
+
+    @property
+    def own_factories(self) -> tuple[str, ...]:
+        """The model factory the operator's own plan names.
+
+        The aggregator's consent to import it (fedfair.core.models.load_factory); a collaborator's consent is
+        its own config's.
+        """
+        return () if self.model.factory is None else (self.model.factory,)
+
+
+@dataclass(frozen=True)
+class SharedSettings(LearningSettings):
+    """What collaborators learn of the plan: the learning sections, not names or paths."""
+
+    federation_id: str
+    collaborator_count: int
+
+
+# ---------------------------------------------------------------- the aggregator's file
+
+
+def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manifest: bool = True) -> AggregatorPlan:
+    """Validate an aggregator plan already read from TOML (``source`` for messages and paths).
+
+    With ``check_manifest`` False a plan is not held to, nor even read with, the manifest it names (to pin an
+    edited plan anew, or for the first time, before that manifest exists).
+    """
+    where = str(source)
+    check_sections(where, data, ("federation", "aggregator", *LEARNING_SECTIONS))
+    federation = Table.of(where, data, "federation", ("id", "collaborators"))
+    federation_id = federation.string("id", pattern=FEDERATION_ID_RE, expected="letters, digits, '.', '_' or '-'")
+    names = federation.strings("collaborators")
+    for name in names:
+        try:
+            validate_name(name)
+        except ConfigError as error:
+            federation.fail(f"[federation] collaborators: {error}")
+    if len(set(names)) != len(names):
+        federation.fail("[federation] collaborators lists a name twice; list each institution once")
+    node = Table.of(where, data, "aggregator", field_names(AggregatorSettings))
+    base = source.parent
+    aggregator = AggregatorSettings(
+        address=node.address("address", "0.0.0.0:50051"),
+        name=node.name("name", validate_name, "aggregator"),
+        certs=node.path("certs", base, "../certs"),
+        output=node.path("output", base, "output"),
+        manifest=node.path("manifest", base) if node.given("manifest") else None,
+    )
+    if aggregator.name in names:
+        node.fail(f"[aggregator] name {aggregator.name!r} is also a collaborator; give the aggregator its own name")
+    manifest: Manifest | None = None
+    # A plan being pinned may name the manifest the pin is about to write: it is not read then.
+    if aggregator.manifest is not None and check_manifest:
+        try:
+            manifest = load_manifest(aggregator.manifest)
+        except ConfigError as error:
+            node.fail(f"[aggregator] manifest: {error}")
+    loaded = AggregatorPlan(
+        federation_id=federation_id,
+        collaborators=names,
+        aggregator=aggregator,
+        source=source,
+        manifest=manifest,
+        **read_learning(where, data, len(names)).learning_sections(),
+    )
+    declared = set(loaded.influence.sizes)
+    if declared and declared != set(names):
+        missing, unknown = sorted(set(names) - declared), sorted(declared - set(names))
+        raise ConfigError(
+            f"{where}: [influence] sizes must declare exactly the collaborators; missing {missing or 'none'}, "
+            f"not collaborators {unknown or 'none'}"
+        )
+    if loaded.manifest is not None and check_manifest:
+        check_plan(loaded.manifest, loaded, shared_content(loaded))
+    return loaded
+
+
+def check_plan(manifest: Manifest, plan: AggregatorPlan, served: Mapping[str, Any]) -> None:
+    """At the aggregator.
+
+    Refuse a plan that disagrees with the manifest it names (``served``: the settings it would share, as JSON
+    values), at start rather than at every collaborator.
+    """
+    where = str(plan.source)
+    check_federation(manifest, plan.federation_id, where)
+    check_pinned_settings(manifest, served, where)
+    listed = manifest.collaborator_names
+    planned = frozenset(plan.collaborators)
+    for names, what in ((planned - listed, "lists"), (listed - planned, "leaves out")):
+        if names:
+            raise ManifestError(
+                f"{where}: [federation] collaborators {what} {', '.join(repr(name) for name in sorted(names))} "
+                f"unlike the manifest {manifest.source}; list exactly the manifest's collaborators"
+            )
+    if plan.aggregator.name != manifest.aggregator.name:
+        raise ManifestError(
+            f"{where}: [aggregator] name = {plan.aggregator.name!r} but the manifest {manifest.source} names "
+            f"{manifest.aggregator.name!r}; use the manifest's name"
+        )
+    check_bounds(manifest, plan, where)
+
+
+def load_aggregator_plan(
+    path: Path | str | None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    check_manifest: bool = True,
+) -> AggregatorPlan:
+    """Read and validate ``aggregator/plan.toml``.
+
+    ``overrides`` maps section -> key -> value and replaces the file's values before
+    validation (command-line flags), so overridden values get the same checks. With
+    ``path`` None the plan is the defaults plus the overrides, and relative paths are
+    relative to the current folder.
+    """
+    data: dict[str, Any]
+    if path is None:
+        source, data = Path.cwd() / "(command-line plan)", {}
+    else:
+        source, data = read_toml(path)
+    for section, values in (overrides or {}).items():
+        table = data.setdefault(section, {})
+        if isinstance(table, dict):
+            table.update(values)
+    return parse_aggregator_plan(data, source, check_manifest=check_manifest)
+
+
+# ---------------------------------------------------------------- sharing and fingerprints
+
+
+def _plain(settings: LearningSettings) -> dict[str, Any]:
+    """The learning sections as JSON values (tuples as lists)."""
+    sections = {
+        name: section.to_mapping()
+        if isinstance(section, Schema)
+        else training_table(section)
+        if isinstance(section, TrainingConfig)
+        else dataclasses.asdict(section)
+        for name, section in settings.learning_sections().items()
+        if section is not None
+    }
+    loaded: dict[str, Any] = json.loads(json.dumps(sections))
+    if settings.schema is not None:
+        # The encoder decides the input size; a plan with a [schema] may not state one (settings._schema).
+        loaded["model"].pop("features", None)
+    if settings.secure_aggregation.tolerates_dropouts:
+        # Left out at its default, like drift_correction below (digests and resumes unchanged).
+        loaded["secure_aggregation"].pop("dropouts")
+    if settings.quorum.grace_factor is None:
+        loaded["quorum"].pop("grace_factor")  # left out when unset, like dropouts: digests unchanged
+    if settings.privacy == PlanPrivacy():
+        loaded.pop("privacy")  # left out when nothing is noised, like composition below: digests unchanged
+    if not settings.evaluation.composition:
+        # Left out when empty (the stage off), like drift_correction below: digests unchanged.
+        loaded["evaluation"].pop("composition")
+    if settings.training.server_momentum == 0.0:
+        # Algorithm 1's step, as every plan took before the setting existed: its checkpoints still resume.
+        loaded["training"].pop("server_momentum")
+    if not settings.training.local.corrects_drift:
+        # Left out at its default, so a plan without drift correction keeps the digest (and its checkpoints
+        # resume) and the shared bytes it had before the setting existed; a collaborator that does not know
+        # the setting is refused only by a plan that turns it on (an unknown [training] key).
+        loaded["training"].pop("drift_correction")
+    return loaded
+
+
+def shared_content(plan: AggregatorPlan) -> dict[str, Any]:
+    """What collaborators need of the plan as JSON values: no names, no paths. A manifest pins exactly this."""
+    content = _plain(plan)
+    content["federation"] = {"id": plan.federation_id, "collaborator_count": len(plan.collaborators)}
+    return content
+
+
+def shared_settings(plan: AggregatorPlan) -> bytes:
+    """Canonical JSON of :func:`shared_content` (PlanReply.settings)."""
+    return canonical_json(shared_content(plan))
+
+
+def json_object(payload: bytes, source: str) -> dict[str, Any]:
+    """A JSON object the aggregator sent (its plan, its encoder); a ConfigError naming `source` otherwise."""
+    return parse_json_object(payload, source, "the aggregator and collaborator versions may differ")
+
+
+def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") -> SharedSettings:
+    """Parse and re-validate PlanReply.settings on the collaborator's side."""
+    data = json_object(payload, source)
+    check_sections(source, data, ("federation", *LEARNING_SECTIONS))
+    federation = Table.of(source, data, "federation", ("id", "collaborator_count"))
+    count = federation.integer("collaborator_count", low=1)
+    return SharedSettings(
+        federation_id=federation.string("id", pattern=FEDERATION_ID_RE),
+        collaborator_count=count,
+        **read_learning(source, data, count).learning_sections(),
+    )
+
+
+def plan_content(plan: AggregatorPlan) -> dict[str, Any]:
+    """The plan's canonical content.
+
+    The learning sections (command-line overrides applied), the federation id, the allowed names and the
+    manifest's digest when the plan names one. Deployment details (address, folders, where the manifest lies)
+    are left out, so a moved workspace still resumes from its checkpoints, but not under another manifest.
+    """
+    content = _plain(plan)
+    content["federation"] = {"id": plan.federation_id, "collaborators": list(plan.collaborators)}
+    if plan.manifest is not None:
+        content["federation"]["manifest"] = manifest_digest(plan.manifest)
+    return content
+
+
+def plan_digest(plan: AggregatorPlan) -> str:
+    """sha256 (hex) of :func:`plan_content`: what a checkpoint is written under."""
+    return hashlib.sha256(canonical_json(plan_content(plan))).hexdigest()

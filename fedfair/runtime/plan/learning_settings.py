@@ -1,0 +1,447 @@
+"""The plan's learning settings: the sections the aggregator shares with every collaborator.
+
+``[objective]`` and ``[training]`` are read straight into the learning core's
+:class:`~fedfair.core.config.ObjectiveConfig` and :class:`~fedfair.core.config.TrainingConfig`. The other sections feed several core
+objects, so each has a frozen dataclass here with exactly one converter per object
+it feeds (:meth:`SecureAggregationSettings.encoding`, :meth:`ModelSettings.build`,
+:meth:`EvaluationSettings.thresholds`): nowhere else is a
+setting copied field by field. ``[model]`` and ``[influence]`` have modules of their own
+(:mod:`fedfair.runtime.plan.model`, :mod:`fedfair.runtime.plan.influence`).
+
+Why: docs/design.md, "Inside the runtime's shared modules".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fedfair.core.config import (
+    AVERAGE_FROM,
+    BATCH_FRACTION,
+    BOUND,
+    DEFAULT_SERVER_MOMENTUM,
+    EPSILON,
+    GAMMA,
+    RHO,
+    SERVER_MOMENTUM,
+    STEP_SIZE,
+    DRIFT_CORRECTIONS,
+    SMOOTH_FUNCTIONS,
+    LocalConfig,
+    ObjectiveConfig,
+    TrainingConfig,
+)
+from fedfair.core.errors import ConfigError
+from fedfair.datasets.schema import Schema
+from fedfair.datasets.statistics import STATISTICS_MAX_SITES
+from fedfair.fairness import sums
+from fedfair.runtime.composition_counts import CompositionColumn, composition_columns, composition_length
+from fedfair.runtime.plan.evaluation import EvaluationSettings, read_evaluation
+from fedfair.runtime.plan.influence import InfluenceSettings, read_influence
+from fedfair.runtime.plan.model import ModelSettings, read_model
+from fedfair.runtime.plan.privacy import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
+from fedfair.core.tables import Table, field_names
+from fedfair.privacy.distributed import TrainingNoise
+from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
+from fedfair.secagg.encode import noised_encoding
+from fedfair.secagg.graph import default_degree
+
+if TYPE_CHECKING:
+    from fedfair.core.algorithm import FedSRCVaR
+
+DROPOUT_POLICIES = ("allowed", "none")
+"""[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
+AUTO = "auto"
+"""``[secure_aggregation] neighbours = "auto"``: the masking graph's degree follows the roster's size."""
+
+PLAN_TRAINING = TrainingConfig(rounds=100, batch_fraction=0.01, server_momentum=DEFAULT_SERVER_MOMENTUM)
+"""What a plan's [training] takes for a key it leaves out: the core defaults but for three. A batch is a
+fraction of a site's own rows (nobody knows the total; w_k = b_k stays proportional to n_k unrevealed),
+100 rounds (each costs round trips), and FedSRCVaR's server momentum. Manifests pin them: they stay."""
+
+PLAN_TRAINING_KEYS = (
+    "rounds", "local_steps", "batch_fraction", "lr", "threshold_lr", "seed", "average_from", "drift_correction",
+    "server_momentum",
+)
+"""The keys of a plan's [training]: fields of TrainingConfig and, in the same flat table, of its LocalConfig
+(the simulation's total `batch_size` and FedAdam are not a plan's)."""
+
+_LOCAL_KEYS = frozenset(field_names(LocalConfig))
+
+
+def batch_fraction(training: TrainingConfig) -> float:
+    """A plan's batch_fraction: each collaborator's batch is round(batch_fraction * n_k), at least 1."""
+    if training.batch_fraction is None:
+        raise ConfigError("a plan's [training] needs a batch_fraction: nobody in a federation knows the total batch")
+    return training.batch_fraction
+
+
+def training_table(training: TrainingConfig) -> dict[str, object]:
+    """A plan's [training] table of `training`: the flat keys a plan and the shared settings carry."""
+    return {key: getattr(training.local if key in _LOCAL_KEYS else training, key) for key in PLAN_TRAINING_KEYS}
+
+
+@dataclass(frozen=True)
+class SecureAggregationSettings:
+    """Bonawitz et al. double masking, on the complete graph or a SecAgg+ graph.
+
+    ``neighbours``: None ("auto" in a plan) picks the degree from the roster's size
+    (:func:`fedfair.secagg.graph.default_degree`: the complete graph below about 20
+    collaborators, k = 2 ceil(log2 n) + 2 max_colluding above); 0 is the complete graph, k a
+    k-regular graph drawn per round over the plan's whole roster.
+
+    ``threshold`` None means the smallest t the threshold rule allows for each round's p
+    participants (fedfair.secagg.threshold_for: floor(p/2) + 1 when max_colluding is 0).
+    ``max_weight`` bounds a collaborator's weight b_k, which the fixed-point encoding must
+    hold. ``max_colluding`` is the collusion bound the federation assumes: how many
+    collaborators may pool what they know with the aggregator. The plan is refused unless
+    the threshold satisfies the rule for the full roster (fedfair.secagg.check_threshold)
+    and the quorum keeps at least two honest inputs beside the colluders (max_colluding + 2).
+
+    ``dropouts`` "allowed" lets a round finish without parties that dropped (down to t
+    survivors, and never below the manifest's min_round_size). Then sums over survivor
+    sets that differ by one site on *consecutive* models leak that site's update
+    approximately (the models differ by one round's step); only DP bounds that. "none"
+    makes every collaborator of the plan a survivor of every round or the round fails
+    (collaborators sign no smaller survivor set; the quorum must be the whole roster):
+    no such pair of sums exists, at the price of a federation that stalls while one
+    institution is down.
+    """
+
+    enabled: bool = True
+    threshold: int | None = None
+    modulus_bits: int = 64
+    fractional_bits: int = 20
+    clip: float = 10.0
+    neighbours: int | None = None
+    max_weight: float = 1e6
+    max_colluding: int = 0
+    dropouts: str = "allowed"
+
+    @property
+    def tolerates_dropouts(self) -> bool:
+        """Whether a round may finish without some of the plan's collaborators (``dropouts``)."""
+        return self.dropouts != "none"
+
+    def encoding(self) -> EncodingConfig:
+        """The fixed-point encoding of a training update (secagg's EncodingConfig)."""
+        return EncodingConfig(
+            clip=self.clip,
+            max_weight=self.max_weight,
+            fractional_bits=self.fractional_bits,
+            modulus_bits=self.modulus_bits,
+        )
+
+    def mask_neighbours(self, collaborators: int) -> int | None:
+        """The masking graph's degree for a plan of ``collaborators``, as the secure-aggregation
+        library takes it (None: the complete graph).
+        """
+        if self.neighbours is None:
+            return default_degree(collaborators, self.max_colluding)
+        return self.neighbours or None
+
+
+@dataclass(frozen=True)
+class QuorumSettings:
+    """How many collaborators a round needs, and how long each stage waits for them.
+
+    At most ``round_timeout_seconds``, and with ``grace_factor`` = k at most k x the stage's median answer time
+    (fedfair.runtime.aggregator.stages.StageTiming), so one slow site cannot hold every round up.
+    """
+
+    min_collaborators: int = 2
+    round_timeout_seconds: float = 300.0
+    grace_factor: float | None = None
+
+
+@dataclass(frozen=True)
+class LearningSettings:
+    """The plan's learning sections: everything collaborators learn of the plan besides its id."""
+
+    objective: ObjectiveConfig
+    model: ModelSettings
+    training: TrainingConfig
+    influence: InfluenceSettings
+    secure_aggregation: SecureAggregationSettings
+    quorum: QuorumSettings
+    evaluation: EvaluationSettings
+    schema: Schema | None
+    """The federation's table ([schema]): columns, categories, missing values. With one, every
+    collaborator encodes its own table with statistics of all tables together (fedfair.runtime.
+    preprocessing) and the model's input size is the encoder's; without one, collaborators bring
+    data already encoded to the plan's [model] features."""
+    privacy: PlanPrivacy
+    """The plan's [privacy]: noise inside the secure sum of training updates and evaluation answers
+    (fedfair.runtime.plan.privacy); exact sums without it."""
+
+    @property
+    def batch_fraction(self) -> float:
+        """[training] batch_fraction, which every plan has (`PLAN_TRAINING`)."""
+        return batch_fraction(self.training)
+
+    def algorithm(self) -> FedSRCVaR:
+        """FedSRCVaR with this plan's local steps and bound: the rules both processes apply."""
+        from fedfair.core.algorithm import FedSRCVaR  # torch is loaded by training, not by reading a plan
+
+        return FedSRCVaR(self.training.local, bound=self.objective.bound, momentum=self.training.server_momentum)
+
+    def survivor_floor(self, collaborators: int) -> int:
+        """The fewest survivors any secure sum of a plan for `collaborators` can have (plan.privacy.plan_floor).
+
+        Under dropouts the least threshold of a round, from the threshold rule over the holders of each secret
+        (the plan's neighbours + 1 on a SecAgg+ graph, else at least [quorum] min_collaborators).
+        """
+        secure = self.secure_aggregation
+        degree = secure.mask_neighbours(collaborators)
+        holders = degree + 1 if degree else self.quorum.min_collaborators
+        least = secure.threshold if secure.threshold is not None else threshold_for(holders, secure.max_colluding)
+        return plan_floor(collaborators, secure.max_colluding, secure.tolerates_dropouts, least)
+
+    def training_noise(self, collaborators: int, dimension: int) -> tuple[TrainingNoise, float]:
+        """Under [privacy] mode = "distributed".
+
+        The calibrated noise of training updates of `dimension` values and each party's share of it, carried by
+        the honest parties of the smallest survivor set the plan allows
+        (fedfair.runtime.plan.privacy.training_noise).
+        """
+        secure, training = self.secure_aggregation, self.training
+        floor = self.survivor_floor(collaborators)
+        return training_noise(
+            self.privacy, training.local, self.objective, training.rounds, self.batch_fraction,
+            dimension, floor, secure.max_colluding,
+        )
+
+    def training_encoding(self, federation_id: str, collaborators: int, round_number: int, dimension: int) -> EncodingConfig:
+        """The encoding of round `round_number`'s training updates of `dimension` values.
+
+        The plain one, or under [privacy] mode = "distributed" with the round's noise step; the aggregator and
+        every collaborator derive the same one.
+        """
+        encoding = self.secure_aggregation.encoding()
+        if not self.privacy.distributed:
+            return encoding
+        noise, share = self.training_noise(collaborators, dimension)
+        return noised_encoding(encoding, noise, share, federation_id, round_number, dimension)
+
+    def counted_columns(self, round_number: int) -> tuple[CompositionColumn, ...]:
+        """The columns the evaluation of `round_number` counts the worst group by.
+
+        The plan's [evaluation] composition at the final round, none before.
+        """
+        if round_number != self.training.rounds:
+            return ()
+        return composition_columns(self.schema, self.evaluation.composition)
+
+    def evaluation_length(self, round_number: int) -> int:
+        """The evaluation vector's length at `round_number`: the threshold sums, then any composition counts."""
+        return sums.vector_length() + composition_length(self.counted_columns(round_number))
+
+    def learning_sections(self) -> dict[str, Any]:
+        """The sections by name (to build a plan from them, or to share them); schema may be None."""
+        return {name: getattr(self, name) for name in LEARNING_SECTIONS}
+
+
+LEARNING_SECTIONS = tuple(field.name for field in dataclasses.fields(LearningSettings))
+
+
+# ---------------------------------------------------------------- reading the sections
+
+
+def _objective(source: str, data: Mapping[str, object]) -> ObjectiveConfig:
+    t = Table.of(source, data, "objective", field_names(ObjectiveConfig))
+    d = ObjectiveConfig()
+    return ObjectiveConfig(
+        epsilon=t.number("epsilon", d.epsilon, check=EPSILON.__contains__, expected=EPSILON.expected),
+        rho=t.number("rho", d.rho, check=RHO.__contains__, expected=RHO.expected),
+        gamma=t.number("gamma", d.gamma, check=GAMMA.__contains__, expected=GAMMA.expected),
+        smooth=t.string("smooth", d.smooth, choices=SMOOTH_FUNCTIONS),
+        bound=t.number("bound", d.bound, check=BOUND.__contains__, expected=BOUND.expected),
+    )
+
+
+def _training(source: str, data: Mapping[str, object]) -> TrainingConfig:
+    t = Table.of(source, data, "training", PLAN_TRAINING_KEYS)
+    d = PLAN_TRAINING
+    fraction = t.number(
+        "batch_fraction", batch_fraction(d), check=BATCH_FRACTION.__contains__, expected=BATCH_FRACTION.expected
+    )
+    local = LocalConfig(
+        local_steps=t.integer("local_steps", d.local.local_steps, low=1),
+        lr=t.number("lr", d.local.lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected),
+        threshold_lr=t.number(
+            "threshold_lr", d.local.threshold_lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected
+        ),
+        drift_correction=t.string("drift_correction", d.local.drift_correction, choices=DRIFT_CORRECTIONS),
+    )
+    return TrainingConfig(
+        rounds=t.integer("rounds", d.rounds, low=1),
+        local=local,
+        batch_fraction=fraction,
+        seed=t.integer("seed", d.seed, low=0),
+        average_from=t.number(
+            "average_from", d.average_from, check=AVERAGE_FROM.__contains__, expected=AVERAGE_FROM.expected
+        ),
+        server_momentum=t.number(
+            "server_momentum", d.server_momentum, check=SERVER_MOMENTUM.__contains__, expected=SERVER_MOMENTUM.expected
+        ),
+    )
+
+
+def default_update_norm(training: TrainingConfig) -> float:
+    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient norm 1 go.
+
+    Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps,
+    so this clips almost none of them; a tighter C bounds a liar more and slows honest training
+    (benchmarks/influence_bench.py).
+    """
+    return 2.0 * training.local.lr * training.local.local_steps
+
+
+def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> SecureAggregationSettings:
+    t = Table.of(source, data, "secure_aggregation", field_names(SecureAggregationSettings))
+    d = SecureAggregationSettings()
+    enabled = t.boolean("enabled", d.enabled)
+    if enabled and n < 2:
+        t.fail(
+            "[secure_aggregation] needs at least 2 collaborators to hide anyone's update; "
+            "add collaborators or set enabled = false"
+        )
+    threshold = t.integer("threshold", low=2) if t.given("threshold") else None
+    if threshold is not None and threshold > n:
+        t.fail(
+            f"[secure_aggregation] threshold = {threshold} exceeds the {n} collaborators; lower it "
+            f"(or omit it for floor(p/2)+1 of each round's p participants)"
+        )
+    modulus_bits = t.integer("modulus_bits", d.modulus_bits, low=16, high=64)
+    fractional_bits = t.integer("fractional_bits", d.fractional_bits, low=0)
+    if fractional_bits >= modulus_bits:
+        t.fail(
+            f"[secure_aggregation] fractional_bits = {fractional_bits} must be below modulus_bits = {modulus_bits}; lower it"
+        )
+    clip = t.number("clip", d.clip, check=lambda x: x > 0, expected="a number > 0 (the bound on each coordinate)")
+    # Shared settings travel as JSON, where "auto" is null.
+    raw = t.data.get("neighbours")
+    if raw is not None and raw != AUTO and (not isinstance(raw, int) or isinstance(raw, bool) or raw < 0):
+        t.bad("neighbours", raw, '"auto" or an integer >= 0 (0: the complete graph)')
+    neighbours = None if raw is None or raw == AUTO else int(raw)
+    if neighbours and not 2 <= neighbours <= n - 1:
+        t.fail(
+            f'[secure_aggregation] neighbours = {neighbours} must be "auto", 0 (complete graph) or in 2..{n - 1}; '
+            "fix the value"
+        )
+    max_weight = t.number(
+        "max_weight", d.max_weight, check=lambda x: x >= 1, expected="a number >= 1 (the largest batch b_k)"
+    )
+    max_colluding = t.integer("max_colluding", d.max_colluding, low=0)
+    dropouts = t.string("dropouts", d.dropouts, choices=DROPOUT_POLICIES)
+    if enabled:
+        # The threshold rule for the full roster: m holders of each secret, up to c colluders.
+        degree = default_degree(n, max_colluding) if neighbours is None else neighbours
+        holders = degree + 1 if degree else n
+        try:
+            if threshold is None:
+                threshold_for(holders, max_colluding)
+            else:
+                check_threshold(threshold, holders, max_colluding)
+        except ConfigError as error:
+            t.fail(f"[secure_aggregation] with {n} collaborators and max_colluding = {max_colluding}: {error}")
+    return SecureAggregationSettings(
+        enabled, threshold, modulus_bits, fractional_bits, clip, neighbours, max_weight, max_colluding, dropouts
+    )
+
+
+def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggregationSettings) -> QuorumSettings:
+    t = Table.of(source, data, "quorum", field_names(QuorumSettings))
+    if not secagg.enabled:
+        least = default = 1
+    elif secagg.threshold is not None:
+        least = default = secagg.threshold
+    else:
+        # Secure aggregation needs two parties; by default a majority of the plan takes part.
+        least, default = 2, max(2, n // 2 + 1)
+    # Colluders subtract their own inputs from a sum: two honest inputs must remain.
+    isolating = secagg.max_colluding + 2 if secagg.enabled else 1
+    if not secagg.tolerates_dropouts:
+        # Every round holds every collaborator, so a round starts only with all of them.
+        least = default = n
+    minimum = t.integer("min_collaborators", max(default, isolating), low=1)
+    if minimum > n:
+        t.fail(f"[quorum] min_collaborators = {minimum} exceeds the {n} collaborators; lower it")
+    if minimum < least and not secagg.tolerates_dropouts:
+        t.fail(
+            f'[quorum] min_collaborators = {minimum} but [secure_aggregation] dropouts = "none" needs every one '
+            f"of the {n} collaborators in every round; set it to {n} or remove it"
+        )
+    if minimum < least:
+        t.fail(
+            f"[quorum] min_collaborators = {minimum} is below the secure-aggregation threshold {least}; "
+            f"raise it to at least {least}"
+        )
+    if minimum < isolating:
+        t.fail(
+            f"[quorum] min_collaborators = {minimum} is below max_colluding + 2 = {isolating}: a round that small "
+            "could leave one institution's update alone beside the colluders'; raise it"
+        )
+    timeout = t.number(
+        "round_timeout_seconds",
+        QuorumSettings.round_timeout_seconds,
+        check=lambda x: x > 0,
+        expected="a number of seconds > 0",
+    )
+    grace = (
+        t.number("grace_factor", check=lambda x: x >= 1, expected="a factor >= 1 (k x the median answer time)")
+        if t.given("grace_factor")
+        else None
+    )
+    return QuorumSettings(minimum, timeout, grace)
+
+
+def read_learning(source: str, data: Mapping[str, object], collaborators: int) -> LearningSettings:
+    """The learning sections of a plan (or of shared settings) for a federation of `collaborators`."""
+    secagg = _secure_aggregation(source, data, collaborators)
+    schema = _schema(source, data, collaborators)
+    training = _training(source, data)
+    influence = read_influence(
+        source, data, collaborators,
+        default_norm=default_update_norm(training), batch_fraction=batch_fraction(training), max_weight=secagg.max_weight,
+    )
+    evaluation = read_evaluation(source, data)
+    try:
+        composition_columns(schema, evaluation.composition)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    return LearningSettings(
+        objective=_objective(source, data),
+        model=read_model(source, data),
+        training=training,
+        influence=influence,
+        secure_aggregation=secagg,
+        quorum=_quorum(source, data, collaborators, secagg),
+        evaluation=evaluation,
+        schema=schema,
+        privacy=read_plan_privacy(source, data, secagg.enabled, training.local, secagg.modulus_bits),
+    )
+
+
+def _schema(source: str, data: Mapping[str, object], collaborators: int) -> Schema | None:
+    """The plan's [schema], or None; with one, [model] features is the encoder's and may not be set."""
+    section = data.get("schema")
+    if section is None:
+        return None
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{source}: [schema] must be a table; see `fedfair data schema --help` to draft one")
+    model = data.get("model")
+    if isinstance(model, Mapping) and "features" in model:
+        raise ConfigError(
+            f"{source}: [model] features is set but the plan has a [schema], which decides the model's input "
+            "size (numbers and one-hot categories); remove features from [model]"
+        )
+    if collaborators > STATISTICS_MAX_SITES:
+        raise ConfigError(
+            f"{source}: a plan with a [schema] allows at most {STATISTICS_MAX_SITES} collaborators (the "
+            f"statistics sum must stay exact), got {collaborators}; remove [schema] and encode the data beforehand"
+        )
+    return Schema.from_mapping(section, source)

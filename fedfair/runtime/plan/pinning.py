@@ -1,0 +1,131 @@
+"""Pinning the agreed plan in the federation manifest, seeing what a new one changes, renewing a federation.
+
+Every collaborator refuses a plan other than the one its manifest pins
+(:func:`fedfair.runtime.manifest.check_shared_settings`), so changing the plan is a new
+manifest that every institution accepts. The operator's everyday edit is therefore:
+
+``fedfair plan renew`` starts a *new federation* from the same sites and certificates: a new
+federation id in the plan (and in the collaborator configs it is given), a fresh output folder,
+and a new manifest pinning the plan under the new id. Everything a federation id keys starts
+afresh with it: the collaborators' bindings and privacy ledgers (files named after the id), the
+aggregator's checkpoint and round log. It is the way to run a finished federation again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from fedfair.core.errors import ConfigError
+from fedfair.pki.names import validate_federation_id
+from fedfair.pki.roster import PARTICIPANTS, PlanPin, write_manifest
+from fedfair.core.tables import read_toml
+
+# The plan and manifest modules read schemas (pandas): imported where a command runs, so that
+# `fedfair plan --help` answers at once.
+
+
+def pin_plan(
+    plan_path: Path, manifest_path: Path, out: Path, *, federation_id: str | None = None
+) -> tuple[str, list[str] | None]:
+    """Write to ``out`` the manifest at ``manifest_path`` with the plan at ``plan_path`` pinned (under
+    ``federation_id`` instead of the manifest's, when given: a new federation of the same roster).
+
+    The plan is read without holding it to the manifest it names (it is the edit being
+    pinned) and then checked against the new manifest like any plan. Returns the new
+    manifest's digest and the fields that changed since the old pin (None: it pinned none).
+    """
+    from fedfair.runtime.manifest import load_manifest, manifest_digest, setting_differences
+    from fedfair.runtime.plan.aggregator_plan import check_plan, load_aggregator_plan, shared_content
+
+    plan = load_aggregator_plan(plan_path, check_manifest=False)
+    roster = load_manifest(manifest_path)
+    content = shared_content(plan)
+    pinned = dataclasses.replace(
+        roster, plan=PlanPin(content), source=out, federation_id=federation_id or roster.federation_id
+    )
+    check_plan(pinned, plan, content)
+    write_manifest(
+        out,
+        pinned.federation_id,
+        (pinned.aggregator, *pinned.collaborators),
+        pinned.max_colluding,
+        pinned.min_round_size,
+        pinned.plan,
+    )
+    changes = None if roster.plan is None else setting_differences(roster.plan.settings, content)
+    return manifest_digest(pinned), changes
+
+
+def settings_of(path: Path) -> dict[str, Any]:
+    """The shared settings a file stands for: a manifest's pinned plan, or what a plan would share."""
+    from fedfair.runtime.manifest import load_manifest
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
+
+    _, data = read_toml(path)
+    if PARTICIPANTS in data:
+        manifest = load_manifest(path)
+        if manifest.plan is None:
+            raise ConfigError(f"{path} pins no plan; pin one with `fedfair plan pin`")
+        return dict(manifest.plan.settings)
+    return shared_content(load_aggregator_plan(path, check_manifest=False))
+
+
+def set_value(text: str, table: str, key: str, literal: str, source: Path) -> str:
+    """`text` (a TOML file's) with ``key`` of ``[table]`` set to `literal`, its comment kept.
+
+    The key is added under the table's header when absent. ConfigError when the table is not there.
+    """
+    lines = text.splitlines(keepends=True)
+    header = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
+    assignment = re.compile(rf"^(\s*{re.escape(key)}\s*=\s*)(\"[^\"]*\"|'[^']*')(.*)$", re.DOTALL)
+    current, start = None, None
+    for index, line in enumerate(lines):
+        found = header.match(line)
+        if found:
+            current = found.group(1).strip()
+            start = index if current == table else start
+            continue
+        matched = assignment.match(line) if current == table else None
+        if matched:
+            lines[index] = matched.group(1) + literal + matched.group(3)
+            return "".join(lines)
+    if start is None:
+        raise ConfigError(f"{source} has no [{table}] table; add it with {key} = {literal}")
+    lines.insert(start + 1, f"{key} = {literal}\n")
+    return "".join(lines)
+
+
+def renew_federation(
+    plan_path: Path, manifest_path: Path, federation_id: str, out: Path, configs: list[Path]
+) -> tuple[str, Path]:
+    """A new federation of the same roster.
+
+    The plan (and `configs`) under `federation_id`, with the output folder ``output-<id>``; the manifest at
+    `out` pins it. Nothing is changed unless all of it succeeds. Returns the new manifest's digest and the
+    output folder.
+    """
+    validate_federation_id(federation_id)
+    if out.exists():
+        raise ConfigError(f"{out} exists; choose a new file for the new federation's manifest (--out)")
+    output = f"output-{federation_id}"
+    literal = json.dumps(federation_id)  # a checked id: JSON quoting is TOML quoting
+    originals = {path: path.read_text(encoding="utf-8") for path in (plan_path, *configs)}
+    renewed = {plan_path: set_value(originals[plan_path], "federation", "id", literal, plan_path)}
+    renewed[plan_path] = set_value(renewed[plan_path], "aggregator", "output", json.dumps(output), plan_path)
+    for config in configs:
+        renewed[config] = set_value(originals[config], "collaborator", "federation", literal, config)
+    if (plan_path.parent / output).exists():
+        raise ConfigError(f"{plan_path.parent / output} exists; choose another federation id")
+    try:
+        for path, text in renewed.items():
+            path.write_text(text, encoding="utf-8")
+        digest, _ = pin_plan(plan_path, manifest_path, out, federation_id=federation_id)
+    except BaseException:
+        for path, text in originals.items():
+            path.write_text(text, encoding="utf-8")
+        raise
+    return digest, plan_path.parent / output

@@ -1,0 +1,420 @@
+"""The one source of the plan and collaborator-config templates: commented TOML rendered from a few parameters.
+
+``aggregator/plan.toml`` and ``collaborator/collaborator.toml`` are :func:`render_plan` and
+:func:`render_collaborator` of :data:`DEMO` (a test holds them byte for byte; regenerate with
+``python -m fedfair.runtime.plan.templates --write`` from the repository's root), and ``fedfair init``
+renders the same text for its own federation (:mod:`fedfair.runtime.new_federation`), so the templates
+and a scaffolded federation cannot disagree. The comments are the plan's documentation: every key,
+its range and its default.
+
+This module only writes text (no TOML parsing, no pandas): ``fedfair init --help`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+AGGREGATOR_NAME = "aggregator"
+"""The aggregator's certificate name, in the plan's [aggregator] and each config's aggregator_name."""
+MANIFEST = "manifest.toml"
+"""The federation manifest's file name, one folder above each party's own folder."""
+NOTE_COLUMN = 20
+"""Where a plan key's trailing comment starts, so continuation lines line up under it."""
+CERTIFICATE_COLUMN = 27
+"""Where a [certificates] file's trailing comment starts in a collaborator config."""
+
+
+@dataclass(frozen=True)
+class Federation:
+    """What the templates are rendered from.
+
+    ``sites`` are the collaborators' names, in order (a site's position is its ``[data] index``).
+    ``aggregator`` is the host:port collaborators dial; the plan listens on every interface at
+    its port. ``certs`` is each party's certificates folder relative to its own folder.
+    ``max_colluding`` None leaves the key commented (its default, 0, applies). ``schema`` is a
+    ``[schema]`` section (with any comment lines before it), or None for the commented example;
+    with one, each site's ``[data] csv`` is ``table`` and [model] leaves features and classes to the
+    schema. ``sizes_example`` fills the commented ``[influence] sizes`` line (None: placeholders).
+    """
+
+    federation_id: str
+    sites: tuple[str, ...]
+    aggregator: str = "localhost:50051"
+    certs: str = "../certs"
+    max_colluding: int | None = None
+    schema: str | None = None
+    table: str = "data/patients.csv"
+    sizes_example: tuple[int, ...] | None = None
+
+    @property
+    def listen(self) -> str:
+        """The plan's [aggregator] address: every interface, at the port collaborators dial."""
+        return "0.0.0.0:" + self.aggregator.rpartition(":")[2]
+
+
+DEMO = Federation(
+    federation_id="fedfair-demo",
+    sites=("hospital-a", "hospital-b", "hospital-c"),
+    sizes_example=(30000, 3000, 1600),
+)
+"""The committed templates' federation: the demo's three hospitals on one machine, sharing ../certs."""
+
+
+def _string(value: str) -> str:
+    # A JSON string is a valid TOML basic string (names and paths here hold no DEL).
+    return json.dumps(value)
+
+
+def _noted(code: str, note: str, column: int = NOTE_COLUMN) -> str:
+    """``code`` with ``note`` as a trailing comment starting at ``column`` (or one space after a longer line)."""
+    return f"{code.ljust(column - 1)} # {note}"
+
+
+def _maybe(active: bool, line: str) -> str:
+    """``line`` as a setting, or commented out as an example."""
+    return line if active else f"# {line}"
+
+
+def _sizes(federation: Federation) -> str:
+    sizes = federation.sizes_example or ("ROWS",) * len(federation.sites)
+    return ", ".join(f"{site} = {size}" for site, size in zip(federation.sites, sizes, strict=True))
+
+
+_PLAN_HEAD = """\
+# fedfair federation plan: the aggregator operator's one file.
+#
+# Copy this folder, edit the values, then
+#     fedfair aggregator start --plan aggregator/plan.toml
+# (flags such as --rounds or --address override the values here; --resume continues
+# from the last checkpoint in the output folder).
+# Every key below is checked when the plan loads: a misspelt key or section is
+# refused with a suggestion, a value out of range names its section and the fix.
+# Relative paths are relative to this file's folder. Omitted keys take the
+# defaults shown.
+"""
+
+_OBJECTIVE = """\
+[objective]
+# RCVaR: (1 - epsilon) * CVaR_rho + epsilon * mean loss.
+epsilon = 0.1       # in [0, 1]: 1 is plain ERM / FedAvg, 0 is CVaR, 0.01 is Pareto-fair
+rho = 0.3           # in (0, 1]: the smallest group fraction protected
+gamma = 0.05        # > 0: smoothing width of the plus function
+smooth = "softrelu" # softrelu | quadratic | zang
+bound = 10.0        # > 0: the threshold c is kept in [0, bound]
+"""
+
+_MODEL_SIZES = """\
+features = 107      # input features (107 for the bundled Adult data)
+classes = 2
+"""
+_MODEL_SIZES_FROM_SCHEMA = """\
+# features and classes: the [schema] below decides both (the federation's encoder, built after the
+# statistics round: numbers, one-hot categories, the label's classes), so they are not set here.
+"""
+_FACTORY_SIZES = "# features and classes above still say what each collaborator's data must have.\n"
+_FACTORY_SIZES_FROM_SCHEMA = "# the factory is handed features and classes from the encoder when its signature takes them.\n"
+
+_TRAINING = """\
+[training]
+rounds = 50         # >= 1
+local_steps = 5     # tau: local SGD steps per round, >= 1
+batch_fraction = 0.01  # b_k = round(batch_fraction * n_k): each collaborator's mini-batch and weight,
+                       # proportional to its size n_k without anyone revealing n_k
+lr = 0.1            # eta: step size for the model
+threshold_lr = 0.1  # eta_c: step size for the threshold c
+server_momentum = 0.9  # in [0, 1): the aggregator's heavy-ball momentum on the summed update, a
+                       # function of the sums alone (nothing more travels); 0 is Algorithm 1's step
+seed = 0            # initial model and sampling seed
+average_from = 0.5  # iterates after this fraction of the rounds form the averaged output theta-bar
+drift_correction = "none"  # "none" or "scaffold": SCAFFOLD control variates for theta and c keep many
+                           # local steps from drifting toward each institution's own optimum. The
+                           # aggregator's sigma goes down with (theta, c) and each institution's own
+                           # comes back inside the same masked sum (2 (d + 1) numbers instead of d + 1):
+                           # still only sums. Works with [privacy] at no extra privacy cost. A control
+                           # coordinate beyond [secure_aggregation] clip is refused, not clipped.
+                           # Stable only with a step well below plain local SGD's (README).
+"""
+
+_QUORUM_AND_EVALUATION = """\
+[quorum]
+# min_collaborators = 2       # fewest connected collaborators a round starts with; default: the
+                              # threshold above, or a majority of the collaborators
+round_timeout_seconds = 300   # each stage waits at most this long for uploads (and a round at
+                              # most this long for the quorum to connect)
+# grace_factor = 3.0          # a stage waits at most 3 x its median answer time (at least 2 s) for
+                              # a late site: dropped from the round and named (dropouts = "none":
+                              # the round aborts, naming it); default: only the timeout bounds it
+
+[evaluation]
+every = 5           # federated worst-group evaluation every N rounds (0: after the last only)
+# composition = ["race", "sex"]  # with a [schema]: who is in the worst-off group at the final
+                                 # evaluation, by categorical columns with listed categories or
+                                 # the label; each site's counts by category go through the
+                                 # small-cell rule ([schema] min_category_count) into the sum
+"""
+
+_SCHEMA_INTRO = """\
+# [schema]: each institution's own table instead of encoded data (docs/usage.md). Draft it from a
+# table with `fedfair data schema --csv T --label Y`, then edit; the model's input size then comes
+# from the federation's encoder, so [model] features and classes are not needed.
+"""
+_SCHEMA_EXAMPLE = """\
+# [schema]
+# label = "outcome"
+# classes = ["no", "yes"]
+# missing = "refuse"        # "refuse": a missing feature cell stops that site; "impute": the global
+#                           # mean for numbers, a <missing> level for categories
+# min_category_count = 10   # no categorical count below this leaves a site
+# [[schema.columns]]
+# name = "age"
+# type = "numeric"
+# [[schema.columns]]
+# name = "sector"
+# type = "categorical"
+# categories = ["private", "public"]   # or "learn": hashed buckets learnt from the secure sum
+"""
+
+
+def render_plan(federation: Federation) -> str:
+    """The aggregator's ``plan.toml`` for ``federation``, every key commented (``aggregator/plan.toml`` is DEMO's)."""
+    sites = "[" + ", ".join(_string(site) for site in federation.sites) + "]"
+    colluding = 1 if federation.max_colluding is None else federation.max_colluding
+    with_schema = federation.schema is not None
+    return "".join(
+        (
+            _PLAN_HEAD,
+            f"""
+[federation]
+# Ties every message to this federation; collaborators see it in each task.
+id = {_string(federation.federation_id)}
+# The institutions allowed to take part: the names in their certificates (CN/SAN).
+# Identity comes from the TLS certificate alone; anyone else is refused generically.
+collaborators = {sites}
+
+[aggregator]
+# Where this aggregator listens (host:port). 0.0.0.0 listens on every interface.
+address = {_string(federation.listen)}
+# Its own certificate name: <certs>/{AGGREGATOR_NAME}.crt and <certs>/{AGGREGATOR_NAME}.key.
+name = {_string(AGGREGATOR_NAME)}
+# The certificates folder written by `fedfair pki` (holds ca.crt).
+certs = {_string(federation.certs)}
+# Checkpoints, the round log and the final model go here.
+output = "output"
+# The federation manifest every institution agreed on (`fedfair plan pin`): the pinned roster and plan.
+# With it this aggregator refuses to start under any other plan; without it the roster is the CA's.
+# manifest = {_string("../" + MANIFEST)}
+
+""",
+            _OBJECTIVE,
+            """
+[model]
+name = "logreg"     # logreg | mlp (one hidden layer of 512) | cnn
+""",
+            _MODEL_SIZES_FROM_SCHEMA if with_schema else _MODEL_SIZES,
+            """\
+# image_shape = [1, 28, 28]   # cnn only: channels, height, width (product = features)
+# Your own architecture instead of a built-in one (then drop `name`): a function returning a torch.nn.Module,
+# called with `arguments` under the training seed, so every party starts from the same model.
+# The aggregator and every collaborator must have its package installed (pip install ...);
+""",
+            _FACTORY_SIZES_FROM_SCHEMA if with_schema else _FACTORY_SIZES,
+            """\
+# factory = "mymodels.tabular:build"
+# arguments = { features = 107, hidden = 64 }
+
+""",
+            _TRAINING,
+            f"""
+[influence]
+# How far one institution can move the model in a round. Weights are agreed here, pinned by the
+# manifest, never reported by a collaborator: the aggregator divides each round's sum by the agreed
+# total of the round's contributors and voids a round whose decoded total differs.
+weights = "equal"   # "equal": every institution counts the same, whatever its size.
+                    # "declared": institution k weighs round(batch_fraction * n_k) with n_k from sizes
+                    # below: Algorithm 1's pooled objective (every sample counts the same).
+# sizes = {{ {_sizes(federation)} }}
+                    # training rows each institution declares (public for most hospitals and banks);
+                    # they also fix each batch, which DP needs: [privacy] refuses a plan without them
+# update_norm = 1.0 # C: the L2 bound on each institution's round update (delta theta, delta c);
+                    # longer honest updates are scaled into it, longer plain uploads refused.
+                    # Default 2 * lr * local_steps (1.0 here); docs/design.md weighs tighter ones
+
+[secure_aggregation]
+# Bonawitz et al. double masking: the aggregator learns only the sum of updates.
+enabled = true
+# threshold = 2     # t: survivors needed to finish a round; default floor(p/2) + 1 of the
+                    # round's p participants
+modulus_bits = 64   # arithmetic mod 2^modulus_bits (16..64)
+fractional_bits = 20  # fixed-point precision: values are scaled by 2^fractional_bits
+clip = 10.0         # each coordinate of an update is clipped to [-clip, clip]
+neighbours = "auto" # masking graph: "auto" is complete below ~20 collaborators, else SecAgg+ with
+                    # k = 2 ceil(log2 n) + 2 max_colluding; 0: complete; k: a random k-regular graph
+max_weight = 1e6    # largest agreed weight (bounds the fixed-point range)
+{_noted(_maybe(federation.max_colluding is not None, f"max_colluding = {colluding}"), "c: collaborators that may collude with the aggregator; the threshold then obeys")}
+                    # c + 2 <= t and 2t > m + c (docs/design.md section 5); 0 assumes none
+# dropouts = "none" # every collaborator in every round, else the round fails: no two sums over
+                    # survivor sets that differ by one site (default "allowed": see docs/design.md)
+
+[privacy]
+# Distributed differential privacy: the collaborators add noise inside the secure sum, so the aggregator
+# decodes only noised totals (docs/security.md). Each institution charges every noised input to its own
+# ledger before sending it (`fedfair collaborator ledger`) and refuses one past `budget`.
+report_epsilon = 1.0  # epsilon of one evaluation answer: with exact answers, two evaluations over survivor
+                      # sets one site apart would difference to its held-out histogram. It costs precision:
+                      # noise of about 25 rows per bucket (the report states each figure's bound)
+budget = 10.0         # the most epsilon one institution spends here, training and answers together
+                      # (the 10 evaluations of 50 rounds at every = 5 spend 3.6)
+delta = 1e-5
+mode = "off"          # training DP: "distributed" is DP-SGD inside the secure sum (needs epsilon below,
+                      # local_steps = 1, declared sizes); "local" leaves it to each institution's config
+# epsilon = 3.0       # what all the training rounds spend under mode = "distributed"
+# max_grad_norm = 20.0  # theta's per-record clip bound under mode = "distributed"
+
+""",
+            _QUORUM_AND_EVALUATION,
+            "\n",
+            _SCHEMA_INTRO,
+            federation.schema if federation.schema is not None else _SCHEMA_EXAMPLE,
+        )
+    )
+
+
+_CONFIG_HEAD = """\
+# fedfair collaborator configuration: one per institution, kept at the institution.
+#
+# Copy this folder to the institution's machine, edit the values, then
+#     fedfair collaborator start --config collaborator/collaborator.toml
+# Every key is checked when the file loads; a misspelt key is refused with a
+# suggestion. Relative paths are relative to this file's folder.
+# The training settings (objective, model, rounds, secure aggregation) come from the
+# aggregator's plan; nothing here can change them.
+"""
+
+_CONFIG_TAIL = """\
+[privacy]
+# DP-SGD on this institution's local steps (Opacus; docs/design.md section 5, "Threat model"), this
+# institution's own choice. Its accountant persists in NAME.FEDERATION.privacy.json
+# beside this file, one per federation (the budget is per federation: if the same
+# records train in several federations, add their epsilons up yourself). Once the
+# budget is spent the collaborator stops contributing and tells the aggregator so.
+enabled = false
+noise_multiplier = 1.0
+max_grad_norm = 20.0   # per-sample clip of (theta, c) jointly; a small bound starves c (README)
+delta = 1e-5
+# target_epsilon = 3.0    # aim for this epsilon over the whole training (calibrates the
+                          # noise: noise_multiplier is then not used)
+# budget_epsilon = 8.0    # stop contributing once this epsilon is spent
+share_epsilon = false     # report the epsilon spent so far to the aggregator each round
+
+[model]
+# Model factories ("package.module:function") this institution allows the plan to name.
+# A factory is code that runs here with this process's rights: a plan naming any other
+# one is refused before anything is imported. Built-in models need nothing here.
+# factories = ["mymodels.tabular:build"]
+
+[retry]
+# A lost aggregator (down, restarting) is retried with jittered back-off, one log line per
+# retry, until it has been unreachable this long; then the collaborator stops. A permanent
+# failure (a certificate, a name or a plan that cannot work) stops it at once instead.
+max_wait_seconds = 900.0    # survive an aggregator restart of up to 15 minutes
+first_delay_seconds = 0.5   # the first retry's delay; each next one doubles, up to
+max_delay_seconds = 15.0    # the largest delay between two retries
+"""
+
+
+def render_collaborator(federation: Federation, site: str) -> str:
+    """The ``collaborator.toml`` of ``site`` (one of ``federation.sites``).
+
+    ``collaborator/collaborator.toml`` is DEMO's first site's. Without a schema its data is its part of the
+    bundled Adult data.
+    """
+    named = federation.schema is None
+    index = federation.sites.index(site)
+    return "".join(
+        (
+            _CONFIG_HEAD,
+            f"""
+[collaborator]
+# This institution's name. It must equal the name in its certificate: the
+# aggregator identifies it by the certificate alone, this value only picks files.
+name = {_string(site)}
+# The aggregator's host:port.
+aggregator = {_string(federation.aggregator)}
+# The name in the aggregator's certificate, checked during the TLS handshake
+# (needed when the address is not a name the certificate lists, e.g. an IP).
+aggregator_name = {_string(AGGREGATOR_NAME)}
+# The federation this institution joins (its id in the aggregator's plan); optional,
+# but with it set the collaborator refuses an aggregator that runs another federation.
+federation = {_string(federation.federation_id)}
+# The federation manifest the institutions agreed on (roster and plan pinned); with it this
+# collaborator refuses any plan but the pinned one (`fedfair plan pin` / `fedfair plan diff`).
+# manifest = {_string("../" + MANIFEST)}
+# Where to train: cpu | cuda | cuda:N | mps | auto (auto: CUDA when present, else cpu)
+device = "auto"
+# How long to wait on an aggregator that answers but sends nothing (no task, a stalled download)
+# before giving up with aggregator-silent (exit status 2); a line every minute says it waits.
+idle_timeout_seconds = 3600.0
+
+[certificates]
+# The folder holding the files below (the README.md `fedfair init` writes says how to obtain them).
+dir = {_string(federation.certs)}
+{_noted('ca = "ca.crt"', "the federation's CA certificate", CERTIFICATE_COLUMN)}
+{_noted(f"cert = {_string(site + '.crt')}", "this institution's certificate (from the CA operator)", CERTIFICATE_COLUMN)}
+{_noted(f"key = {_string(site + '.key')}", "this institution's private key (mode 0600, never leaves)", CERTIFICATE_COLUMN)}
+
+[data]
+# Either a named dataset, split by a partitioner, taking part number `index` ...
+{_maybe(named, 'dataset = "adult"')}
+{_maybe(named, 'partition = "race"   # a column (race, site, ...), "class", "dirichlet" or "iid"')}
+{_maybe(named, _noted(f"index = {index}", "this institution's part, counting from 0 (also picks its sampling seed)", 21))}
+# parts = 3          # number of parts (default: the plan's number of collaborators)
+# alpha = 0.5        # Dirichlet concentration (dirichlet)
+# ... or the institution's own CSV file:
+{_maybe(not named, f"csv = {_string(federation.table)}")}
+# label = "outcome"                 # the label column
+# features = ["age", "bmi"]         # feature columns (default: every other column)
+# group = "site"                    # optional group column, for reporting only
+# test_fraction = 0.25              # share of the rows held out from training for the federated
+                                    # evaluation (drawn per group, seeded by the plan)
+
+""",
+            _CONFIG_TAIL,
+        )
+    )
+
+
+# ---------------------------------------------------------------- the committed templates
+
+
+def committed_templates(root: Path) -> dict[Path, str]:
+    """The repository's template files under ``root`` and the text each must hold."""
+    return {
+        root / "aggregator" / "plan.toml": render_plan(DEMO),
+        root / "collaborator" / "collaborator.toml": render_collaborator(DEMO, DEMO.sites[0]),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m fedfair.runtime.plan.templates [--write] [--root DIR]``.
+
+    List the templates that differ from their rendering (exit 1 if any), or with --write rewrite them.
+    """
+    parser = argparse.ArgumentParser(prog="python -m fedfair.runtime.plan.templates", description=main.__doc__)
+    parser.add_argument("--write", action="store_true", help="rewrite the templates from this module")
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository's root (default: here)")
+    args = parser.parse_args(argv)
+    stale = [path for path, text in committed_templates(args.root).items() if path.read_text() != text]
+    for path in stale:
+        if args.write:
+            path.write_text(committed_templates(args.root)[path])
+        print(f"{'rewrote' if args.write else 'differs from its rendering:'} {path}")
+    return 1 if stale and not args.write else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The figures of the run report (:mod:`fedfair.runtime.report.page`), drawn with matplotlib as inline SVG.
+
+Each function takes plain numbers (the report has read them from the output folder) and
+gives a matplotlib Figure through the object-oriented API and no pyplot state, so no display
+is needed and nothing is shared between threads. Every plotted series carries a ``gid`` of
+``"panel:series"`` (``risk:worst``, ``threshold:c``, ``epsilon:site-a``; a stage's bars are
+the container labelled with the stage): a test finds a series by it and compares it with the
+JSON lines it came from. A line's gid is also the id of its group in the SVG, so a test can
+find it in the rendered page too. This module is imported only when a
+report is drawn, so ``fedfair report --help`` never loads matplotlib.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+
+import matplotlib
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+WIDTH = 7.5
+"""Inches; every figure has the page's width, so they line up."""
+
+UNIFORM_LABEL = "uniform classifier (ln K)"
+
+
+def risks(
+    rounds: Sequence[int], worst: Sequence[float], mean: Sequence[float], uniform: float | None
+) -> Figure:
+    """Held-out worst-group and mean risk at each evaluated round, with the uniform classifier's
+    risk ln K as the reference line when it is known (`uniform` None: no line).
+    """
+    figure = Figure(figsize=(WIDTH, 3.4), layout="constrained")
+    axis = figure.subplots()
+    axis.plot(rounds, worst, marker="o", markersize=4, color="tab:red", label="worst-group risk", gid="risk:worst")
+    axis.plot(rounds, mean, marker="s", markersize=4, color="tab:blue", label="mean risk", gid="risk:mean")
+    if uniform is not None:
+        axis.axhline(uniform, color="grey", linestyle="--", linewidth=1, label=UNIFORM_LABEL, gid="risk:uniform")
+    axis.set_xlabel("round")
+    axis.set_ylabel("held-out risk (cross-entropy)")
+    _finish(axis)
+    return figure
+
+
+def thresholds(rounds: Sequence[int], c: Sequence[float], c_average: Sequence[float]) -> Figure:
+    """The threshold c after each applied round and its running average c-bar (the output model's)."""
+    figure = Figure(figsize=(WIDTH, 2.8), layout="constrained")
+    axis = figure.subplots()
+    axis.plot(rounds, c, marker=".", color="tab:purple", label="c", gid="threshold:c")
+    axis.plot(rounds, c_average, linestyle="--", color="tab:green", label="c-bar (average)", gid="threshold:c_average")
+    axis.set_xlabel("round")
+    axis.set_ylabel("threshold c")
+    _finish(axis)
+    return figure
+
+
+def epsilons(series: Mapping[str, tuple[Sequence[int], Sequence[float]]]) -> Figure:
+    """Each site's cumulative DP epsilon as it reported it, by round (`series`: site -> (rounds, epsilons))."""
+    figure = Figure(figsize=(WIDTH, 2.8), layout="constrained")
+    axis = figure.subplots()
+    for name, (rounds, values) in series.items():
+        axis.plot(rounds, values, marker=".", drawstyle="steps-post", label=name, gid=f"epsilon:{name}")
+    axis.set_xlabel("round")
+    axis.set_ylabel("epsilon spent")
+    _finish(axis)
+    return figure
+
+
+def stage_times(rounds: Sequence[int], stages: Mapping[str, Sequence[float]]) -> Figure:
+    """Seconds per stage in each round, stacked (`stages`: stage -> seconds, one per round, 0 when it did not run)."""
+    figure = Figure(figsize=(WIDTH, 3.0), layout="constrained")
+    axis = figure.subplots()
+    bottom = [0.0] * len(rounds)
+    for stage, seconds in stages.items():
+        axis.bar(rounds, seconds, bottom=bottom, label=stage)
+        bottom = [below + value for below, value in zip(bottom, seconds, strict=True)]
+    axis.set_xlabel("round")
+    axis.set_ylabel("seconds")
+    _finish(axis)
+    return figure
+
+
+def _finish(axis: Axes) -> None:
+    axis.grid(alpha=0.3)
+    # Rounds are whole numbers: no tick at round 1.5.
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.legend(fontsize=7, loc="best")
+
+
+def svg(figure: Figure) -> str:
+    """`figure` as an ``<svg>`` element to put inline in HTML.
+
+    Text kept as text (the page's fonts, searchable), no XML prolog, no DOCTYPE and no metadata (the latter name
+    matplotlib's web site).
+    """
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
