@@ -73,6 +73,11 @@ def federate(
     their sizes (0: full batches). The factory is called under `seed`, so every client
     starts from the same model. `record_every` rounds (0: never) the history records
     the mean loss and the objective on the pooled training rows.
+
+    Raises:
+        ConfigError: naming the fix, for no clients, an objective or schedule out of range (e.g. rho or
+            epsilon, a `batch_size` below the number of clients or above their rows), or a `loss` that
+            does not return one loss per sample.
     """
     objective = ObjectiveConfig(epsilon=epsilon, rho=rho, gamma=gamma, smooth=smooth, bound=bound)
     training = TrainingConfig(

@@ -165,8 +165,9 @@ def evaluate_composition(
     *,
     allowed: Collection[str] = (),
 ) -> tuple[GroupRiskReport, list[CellShare]]:
-    """:func:`evaluate_table`'s report and, from the same losses, the worst rho-fraction's composition
-    by ``columns`` of ``table`` (:func:`fedfair.bundle.composition.worst_group_composition`).
+    """:func:`evaluate_table`'s report and, from the same losses, the worst rho-fraction's composition.
+
+    The composition is by ``columns`` of ``table`` (:func:`fedfair.bundle.composition.worst_group_composition`).
     """
     rho = evaluation_rho(bundle, rho)
     result = table_losses(bundle, table, source, allowed=allowed)

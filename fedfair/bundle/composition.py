@@ -29,7 +29,8 @@ MAX_TEXT_VALUES = MAX_CATEGORIES
 def composition_columns(spec: str) -> list[str]:
     """The column names of ``--composition race,income``: split at commas, outer spaces stripped.
 
-    Raises ConfigError for an empty name (``race,,income``) or a name given twice.
+    Raises:
+        ConfigError: an empty name (``race,,income``) or a name given twice.
     """
     names = [name.strip() for name in spec.split(",")]
     if not all(names):
@@ -105,13 +106,15 @@ def _column(table: pd.DataFrame, name: str, schema: Schema, source: str) -> tupl
 def worst_group_composition(
     losses: np.ndarray, rho: float, table: pd.DataFrame, columns: Sequence[str], schema: Schema, source: str
 ) -> list[CellShare]:
-    """Every cell of ``columns``' cross product present in ``table``, with its share of the worst
-    ``rho``-fraction of rows by loss (:func:`worst_fraction_weights`) beside its share of all rows.
+    """Every cell of ``columns``' cross product present in ``table``: its share of the worst group and of all rows.
 
+    The worst group is the worst ``rho``-fraction of rows by loss (:func:`worst_fraction_weights`).
     ``losses`` are the per-sample losses of ``table``'s rows, in order (what the evaluation
     computed on it). Cells come in each column's display order (see the module's docstring);
-    each share column sums to 1. Raises ConfigError for an unknown or ungroupable column, or
-    when the losses do not number the table's rows.
+    each share column sums to 1.
+
+    Raises:
+        ConfigError: an unknown or ungroupable column, or losses that do not number the table's rows.
     """
     if len(losses) != len(table):
         raise ConfigError(

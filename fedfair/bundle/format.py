@@ -162,7 +162,12 @@ def write_bundle(path: Path, bundle: Bundle) -> None:
 
 
 def load_bundle(path: Path) -> Bundle:
-    """Read a bundle with ``torch.load(weights_only=True)``; a ConfigError naming the file and the fix otherwise."""
+    """Read a bundle with ``torch.load(weights_only=True)``: tensors and plain values only, never code.
+
+    Raises:
+        ConfigError: naming the file and the fix, when it is missing, unreadable, corrupt, holds pickled
+            objects other than tensors and plain values, or is not a bundle this fedfair reads.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"model bundle {path} does not exist; pass the path of a bundle file the aggregator wrote")

@@ -1,5 +1,7 @@
-"""`fedfair data list`, `fedfair data fetch NAME`, `fedfair data schema --csv TABLE --label COLUMN` and
-`fedfair data check --plan PLAN --csv TABLE`.
+"""`fedfair data list | fetch | schema | check`: the built-in datasets and a federation's schema from the shell.
+
+`fedfair data fetch NAME` caches a dataset, `fedfair data schema --csv TABLE --label COLUMN`
+drafts a [schema], and `fedfair data check --plan PLAN --csv TABLE` checks a table against it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from fedfair.datasets.registry import DATASETS, cache_root, fetch, is_cached
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `fedfair data` and its actions to the CLI, each with its ``handler(args) -> int``."""
     data = subparsers.add_parser("data", help="list and fetch the built-in datasets; draft and check a federation schema")
     actions = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     cache_help = "cache folder (default: $FEDFAIR_CACHE or ~/.cache/fedfair)"

@@ -43,7 +43,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 def kept_columns(flags: list[str], present: list[str]) -> list[str]:
     """The columns ``--keep`` names (repeated or comma-separated), each once, in order.
 
-    ConfigError naming the closest column for one the table lacks.
+    Raises:
+        ConfigError: naming the closest column, for a name not among ``present`` (the table's columns).
     """
     import difflib
 

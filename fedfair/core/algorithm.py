@@ -65,6 +65,7 @@ class FedSRCVaR:
 
     @property
     def has_threshold(self) -> bool:
+        """True when the objective is RCVaR with a threshold c (`bound` set), False for FedAvg's plain mean loss."""
         return self.bound is not None
 
     # ------------------------------------------------------------------ client

@@ -26,6 +26,7 @@ class ClientData:
 
     @property
     def size(self) -> int:
+        """n_k, the number of samples (rows of `features`, entries of `labels`)."""
         return int(self.labels.shape[0])
 
 

@@ -85,8 +85,9 @@ def parse_json(
     At most `max_bytes` long and `max_depth` deep, every number finite and every integer within
     +-MAX_JSON_INTEGER.
 
-    Anything else is one ConfigError naming `source`, the field (``history[0][2]``) where one can be
-    named, the problem and `fix`; never a RecursionError, an OverflowError or a traceback.
+    Raises:
+        ConfigError: for anything else, naming `source`, the field (``history[0][2]``) where one can be
+            named, the problem and `fix`; never a RecursionError, an OverflowError or a traceback.
     """
     if len(payload) > max_bytes:
         raise ConfigError(f"{source}: {len(payload)} bytes, above the {max_bytes}-byte limit of such a file; {fix}")
@@ -127,7 +128,8 @@ def _check_numbers(value: Any, where: str, source: str, fix: str) -> None:
 def read_json(path: Path, fix: str, *, max_bytes: int = MAX_STATE_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """The JSON state file at `path`, read with :func:`parse_json`'s bounds (the size checked before a byte is read).
 
-    A file that cannot be read is a ConfigError naming it and `fix` too.
+    Raises:
+        ConfigError: naming `path` and `fix`, when the file cannot be read or breaks the bounds.
     """
     try:
         size = path.stat().st_size

@@ -113,11 +113,17 @@ class LocalLearner:
 
     @property
     def num_samples(self) -> int:
+        """n_k, the collaborator's local training samples."""
         return int(self.features.shape[0])
 
     def begin(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> None:
-        """Load the global pair (theta_t, c_t) at the start of a round, and with drift correction
-        the server's control variate sigma ([theta's coordinates, c] in step units; None counts as zeros).
+        """Start a round from the global pair (theta_t, c_t).
+
+        Args:
+            theta: the global model's flat parameters, moved to the model's device and dtype here.
+            c: the global threshold; ignored without an RCVaR head.
+            control: with drift correction, the server's control variate sigma ([theta's coordinates, c]
+                in step units); None counts as zeros.
         """
         parameter = next(self.model.parameters())
         start_theta = theta.detach().to(parameter.device, parameter.dtype)
@@ -144,6 +150,7 @@ class LocalLearner:
         return losses if self.threshold is None else self.threshold(losses)
 
     def zero_grad(self) -> None:
+        """Clear the gradients of every state tensor (theta's tensors and c), so a backward pass starts afresh."""
         for tensor in self.state_tensors:
             tensor.grad = None
 
@@ -213,7 +220,13 @@ def checked_losses(losses: torch.Tensor, samples: int) -> torch.Tensor:
 class RoundTrainer(Protocol):
     """What a round needs of a collaborator: a plain LocalLearner or a private one."""
 
-    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update: ...
+    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
+        """The collaborator's update for one round from the global (theta, c) and the server's control variate.
+
+        Raises:
+            PrivacyBudgetError: with reason LEARNER_SPENT, the collaborator leaves for good before this round.
+        """
+        ...
 
 
 def contributing_updates(

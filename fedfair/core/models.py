@@ -29,6 +29,7 @@ Built = TypeVar("Built")
 
 
 def output_units(num_classes: int) -> int:
+    """Logits a model emits for `num_classes` classes: 1 for a binary task (logistic loss), else one per class."""
     return 1 if num_classes == 2 else num_classes
 
 
@@ -62,6 +63,7 @@ class SmallCNN(nn.Module):
         self.out = nn.Linear(128, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits [N, outputs] for a batch `x` of N flattened images (reshaped to `image_shape` here)."""
         x = x.view(x.shape[0], *self.image_shape)
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
@@ -129,11 +131,18 @@ ALLOW_FACTORY_FIX = (
 
 
 def load_factory(path: str, allowed: Collection[str]) -> Callable[..., nn.Module]:
-    """The model factory named "package.module:function", imported from this Python environment,
-    provided ``allowed`` (this party's own list, never one that arrived over the wire) names it.
+    """The model factory named "package.module:function", imported from this Python environment.
 
     The factory is trusted code: it runs with this process's rights, which is why a plan or a
     bundle can only name a function that each party has installed and allowed itself.
+
+    Args:
+        path: "package.module:function" (the function may be dotted, e.g. "pkg.mod:Class.build").
+        allowed: this party's own list of factories, never one that arrived over the wire.
+
+    Raises:
+        FactoryNotAllowedError: `allowed` does not name `path`; nothing is imported.
+        ConfigError: `path` is malformed, its module is not installed, or it names no callable.
     """
     if path not in allowed:
         raise FactoryNotAllowedError(
@@ -182,7 +191,11 @@ def build_from_factory(
 
 
 def trainable_module(model: object, origin: str) -> nn.Module:
-    """`model` itself once it is an nn.Module with parameters; else a ConfigError naming `origin`."""
+    """`model` itself, once it is an nn.Module with parameters.
+
+    Raises:
+        ConfigError: naming `origin`, when `model` is not an nn.Module or has no parameters.
+    """
     if not isinstance(model, nn.Module):
         raise ConfigError(
             f"{origin} returned a {type(model).__name__}, not a torch.nn.Module; "

@@ -31,11 +31,17 @@ class SmoothPlus(Protocol):
 
     # Read-only, so that the frozen dataclasses below satisfy the protocol.
     @property
-    def gamma(self) -> float: ...
+    def gamma(self) -> float:
+        """The smoothing width: larger is smoother (curvature ~ 1/gamma) and further above max(x, 0)."""
+        ...
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """s(x) elementwise, in `x`'s shape and dtype: convex, >= max(x, 0), at most `max_gap` above it."""
+        ...
 
-    def derivative(self, x: torch.Tensor) -> torch.Tensor: ...
+    def derivative(self, x: torch.Tensor) -> torch.Tensor:
+        """s'(x) elementwise, in [0, 1]: what the closed-form gradient with respect to c uses."""
+        ...
 
     @property
     def max_gap(self) -> float:
@@ -50,15 +56,18 @@ class SoftReLU:
     gamma: float = 0.05
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The value gamma * softplus(x / gamma), elementwise."""
         # torch's softplus turns linear above `threshold`; at 40 the switch is below float64 resolution
         # (e^-40), so the value and `derivative` agree exactly with autograd.
         return self.gamma * F.softplus(x / self.gamma, threshold=40.0)
 
     def derivative(self, x: torch.Tensor) -> torch.Tensor:
+        """The slope sigmoid(x / gamma), elementwise."""
         return torch.sigmoid(x / self.gamma)
 
     @property
     def max_gap(self) -> float:
+        """The gap gamma * ln 2, reached at x = 0."""
         return self.gamma * math.log(2.0)
 
 
@@ -73,15 +82,18 @@ class ShiftedQuadratic:
     gamma: float = 0.05
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The shifted Nesterov smoothing elementwise: gamma/2 for x <= 0, x for x >= gamma."""
         # max_{0<=u<=1} (u x - gamma u^2 / 2) is attained at u = clamp(x / gamma, 0, 1).
         u = self.derivative(x)
         return u * x - 0.5 * self.gamma * u * u + 0.5 * self.gamma
 
     def derivative(self, x: torch.Tensor) -> torch.Tensor:
+        """The slope clamp(x / gamma, 0, 1), elementwise."""
         return (x / self.gamma).clamp(0.0, 1.0)
 
     @property
     def max_gap(self) -> float:
+        """The gap gamma / 2, reached for every x <= 0."""
         return 0.5 * self.gamma
 
 
@@ -95,16 +107,19 @@ class Zang:
     gamma: float = 0.05
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Zang's smoothing elementwise: 0 below -gamma/2, x above gamma/2."""
         half = 0.5 * self.gamma
         shifted = (x + half).clamp(0.0, self.gamma)
         # On the quadratic piece shifted = x + gamma/2; above it the linear piece continues smoothly.
         return shifted * shifted / (2.0 * self.gamma) + (x - half).clamp(min=0.0)
 
     def derivative(self, x: torch.Tensor) -> torch.Tensor:
+        """The slope clamp((x + gamma/2) / gamma, 0, 1), elementwise."""
         return ((x + 0.5 * self.gamma) / self.gamma).clamp(0.0, 1.0)
 
     @property
     def max_gap(self) -> float:
+        """The gap gamma / 8, reached at x = 0."""
         return self.gamma / 8.0
 
 
@@ -114,7 +129,11 @@ SMOOTH_PLUS_FUNCTIONS: dict[str, type[SoftReLU | ShiftedQuadratic | Zang]] = dic
 
 
 def make_smooth_plus(name: str = "softrelu", gamma: float = 0.05) -> SmoothPlus:
-    """Build a smooth plus function by name, refusing unknown names and gamma <= 0."""
+    """The smooth plus function `name` (one of `SMOOTH_FUNCTIONS`: "softrelu", "quadratic", "zang") of width `gamma`.
+
+    Raises:
+        ConfigError: for an unknown name or gamma <= 0.
+    """
     check_smooth_plus(name, gamma)
     return SMOOTH_PLUS_FUNCTIONS[name](gamma=gamma)
 
@@ -148,6 +167,7 @@ class RCVaRThreshold(nn.Module):
         self.c = nn.Parameter(torch.tensor(config.bound if c is None else c, dtype=dtype))
 
     def forward(self, losses: torch.Tensor) -> torch.Tensor:
+        """Per-sample smoothed RCVaR terms for per-sample `losses` [N] at this module's c: shape [N]."""
         return smoothed_rcvar_per_sample(losses, self.c, self.epsilon, self.rho, self.smooth)
 
     def grad_c_per_sample(self, losses: torch.Tensor) -> torch.Tensor:

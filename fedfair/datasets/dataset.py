@@ -49,6 +49,7 @@ class Dataset:
 
     @property
     def num_features(self) -> int:
+        """Columns of ``x_train`` and ``x_test``: one per feature name."""
         return len(self.feature_names)
 
     def describe(self) -> str:

@@ -40,6 +40,7 @@ class ColumnEncoding:
 
     @property
     def feature_names(self) -> list[str]:
+        """The column's features: ``NAME=LEVEL`` per level of a categorical column, else ``NAME``."""
         return [f"{self.name}={level}" for level in self.levels] if self.levels else [self.name]
 
 
@@ -53,14 +54,17 @@ class Encoder:
 
     @property
     def feature_names(self) -> list[str]:
+        """Every column's feature names, in the schema's order: the columns of :meth:`encode`'s features."""
         return [name for column in self.columns for name in column.feature_names]
 
     @property
     def class_names(self) -> list[str]:
+        """The schema's classes; class index i of :meth:`encode` names class_names[i]."""
         return list(self.schema.classes)
 
     @property
     def num_features(self) -> int:
+        """The width of :meth:`encode`'s feature matrix."""
         return sum(len(column.means) for column in self.columns)
 
     def encode(

@@ -64,6 +64,7 @@ class DatasetInfo:
 
     @property
     def bundled(self) -> bool:
+        """True when the files ship with fedfair (no archive to download and verify)."""
         return self.requirement is None
 
 
@@ -161,7 +162,11 @@ DATASETS: dict[str, DatasetInfo] = {
 
 
 def dataset_info(name: str) -> DatasetInfo:
-    """The registry entry for ``name``; a ConfigError naming the valid names otherwise."""
+    """The registry entry for ``name``.
+
+    Raises:
+        ConfigError: ``name`` is not registered; the message names the valid names.
+    """
     try:
         return DATASETS[name]
     except KeyError:
@@ -228,8 +233,12 @@ def read_bundled(info: DatasetInfo, data_file: DataFile) -> bytes:
 def fetch(name: str, cache_dir: Path | None = None) -> Path:
     """Make sure the dataset's files are in the cache and match their pins; return their folder.
 
-    Downloads only what is missing. A cached file whose SHA-256 differs from the pin is
-    refused rather than silently replaced, so tampering or disk corruption is noticed.
+    Downloads only what is missing.
+
+    Raises:
+        ConfigError: ``name`` is not registered.
+        FetchError: a file's SHA-256 differs from its pin (a cached file is refused rather than
+            silently replaced, so tampering or disk corruption is noticed), or the download fails.
     """
     info = dataset_info(name)
     if info.bundled:

@@ -37,9 +37,15 @@ class NumpyUnpickler(pickle.Unpickler):
     """An unpickler that can rebuild numpy arrays, tuples, lists, dicts and scalars, and nothing else."""
 
     def allowed_globals(self) -> dict[tuple[str, str], Any]:
+        """(module, name) -> the object a pickle may refer to under that name; nothing else is found."""
         return _NUMPY_GLOBALS
 
     def find_class(self, module: str, name: str) -> Any:
+        """The allowed object for ``module.name``; never an import.
+
+        Raises:
+            pickle.UnpicklingError: the name is not in :meth:`allowed_globals`.
+        """
         try:
             return self.allowed_globals()[(module, name)]
         except KeyError:
@@ -109,14 +115,17 @@ class DataFrameUnpickler(NumpyUnpickler):
     """Reads a pickled pandas 2.x DataFrame of plain numpy columns into inert records."""
 
     def allowed_globals(self) -> dict[tuple[str, str], Any]:
+        """The numpy names, plus inert stand-ins for the pandas classes a pickled DataFrame refers to."""
         return _DATAFRAME_GLOBALS
 
 
 def load_dataframe_pickle(data: bytes) -> dict[str, np.ndarray]:
     """The columns of a pickled pandas DataFrame, in order, as numpy arrays.
 
-    Supports the layout pandas 2.x writes (a BlockManager of 2-D blocks); any other
-    layout raises UnpicklingError instead of guessing.
+    Supports the layout pandas 2.x writes (a BlockManager of 2-D blocks).
+
+    Raises:
+        pickle.UnpicklingError: any other layout, or a global outside the allowed ones; nothing is guessed.
     """
     frame = DataFrameUnpickler(io.BytesIO(data)).load()
     try:

@@ -24,6 +24,7 @@ MISSING = "missing"
 
 
 def is_numeric(column: pd.Series) -> bool:
+    """True for a numeric or boolean column (booleans encode as 0/1), False for text and objects."""
     return bool(pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column))
 
 

@@ -76,8 +76,13 @@ def _collect(problems: list[str], source: str, check: Callable[[], object]) -> N
 
 
 def named_columns(schema: Schema, table: pd.DataFrame, source: str, label_required: bool) -> pd.DataFrame:
-    """The table with text column names, after checking it has rows and every column the schema needs
-    (all missing columns named at once).
+    """The table with text column names, once it has rows and every column the schema needs.
+
+    ``label_required`` says whether the schema's label column is needed too.
+
+    Raises:
+        ConfigError: naming ``source``, for a table without rows, a needed column given twice, or
+            missing columns (all named at once, each with its closest match).
     """
     if len(table) == 0:
         raise ConfigError(f"{source} has no data rows; give the table at least one row")
@@ -199,8 +204,9 @@ def label_codes(schema: Schema, series: pd.Series, source: str) -> np.ndarray:
 
 
 def _offenders(values: np.ndarray, mask: np.ndarray, limit: int = 5) -> str:
-    """The most frequent offending values (``values[mask]``) with their row counts and first lines,
-    e.g. 'n/a' (12 rows at lines 4, 9, 17, 20, 31 and 7 more), 'x' (1 row at line 8).
+    """The ``limit`` most frequent offending values (``values[mask]``) with their row counts and first lines.
+
+    E.g. 'n/a' (12 rows at lines 4, 9, 17, 20, 31 and 7 more), 'x' (1 row at line 8).
     """
     offending = pd.Series(values[mask], index=np.flatnonzero(mask), dtype=object)
     counts = offending.value_counts()
@@ -213,8 +219,10 @@ def _offenders(values: np.ndarray, mask: np.ndarray, limit: int = 5) -> str:
 
 
 def _typos(text: np.ndarray, unknown: np.ndarray, listed: tuple[str, ...]) -> str:
-    """When every unlisted value is a near match of a listed one (:func:`near_match`), the problem's
-    text naming each with its match and lines; otherwise "" (the values are new, not misspelt).
+    """The problem's text naming each misspelt value with its match and lines; "" unless all are misspelt.
+
+    Misspelt means every unlisted value is a near match of a listed one (:func:`near_match`);
+    otherwise the values are new, not misspelt, and the text is "".
     """
     present = pd.Series(text, dtype=object).dropna().value_counts()
     counts = {str(value): int(count) for value, count in present.items()}

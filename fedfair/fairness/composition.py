@@ -83,11 +83,14 @@ def above_threshold_weights(losses: np.ndarray, threshold: float) -> np.ndarray:
 
 
 def composition(weights: np.ndarray, columns: Mapping[str, np.ndarray]) -> list[CellShare]:
-    """Every cell present in the data, sorted by its values, with its share of the worst group
-    (the weights' sum in the cell over their total) and of all rows.
+    """Every cell present in the data, sorted by its values, with its share of the worst group and of all rows.
 
+    A cell's share of the worst group is the weights' sum in the cell over their total.
     `weights` is per-sample membership of the worst group (:func:`worst_fraction_weights` or
     :func:`above_threshold_weights`); `columns` maps each column's name to its value per sample.
+
+    Raises:
+        ConfigError: no column, a column without one value per sample, or an empty worst group.
     """
     membership = np.asarray(weights, dtype=np.float64)
     if not columns:

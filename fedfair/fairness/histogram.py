@@ -46,6 +46,11 @@ class Layout:
 
     @classmethod
     def of(cls, thresholds: np.ndarray) -> Layout:
+        """The tree over the sorted grid `thresholds` of K values: level h has K / 2^h nodes.
+
+        Raises:
+            ConfigError: K is not a power of two of at least 2.
+        """
         grid = np.asarray(thresholds, dtype=np.float64)
         height = levels(grid.size)
         lows, widths = [], []
@@ -59,6 +64,7 @@ class Layout:
 
     @property
     def height(self) -> int:
+        """H + 1 = log2(K) + 1, the number of levels."""
         return len(self.lows)
 
     def split(self, flat: np.ndarray) -> list[np.ndarray]:

@@ -58,8 +58,13 @@ def participant_paths(directory: Path, name: str) -> tuple[Path, Path, Path]:
 
 
 def write_file(path: Path, data: bytes, mode: int, *, overwrite: bool = False) -> None:
-    """Write atomically (fedfair.core.files.atomic_write: a temporary file in the same folder, fsync,
-    rename, fsync of the folder) with an exact permission mode; refuse to replace a file unless asked.
+    """Write `data` to `path` atomically, with exactly the permission `mode`, whatever the umask.
+
+    Atomic as fedfair.core.files.atomic_write: a temporary file (0600 from the start) in the same
+    folder, fsync, rename, fsync of the folder.
+
+    Raises:
+        ConfigError: `path` exists and `overwrite` is False; it is never replaced silently.
     """
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} already exists; move it away first (it is never overwritten silently)")

@@ -174,6 +174,7 @@ class PrivacyAccountant:
 
     @property
     def steps(self) -> int:
+        """DP-SGD steps recorded so far, over every run of the history."""
         return sum(steps for _, _, steps in self.history)
 
     def epsilon(self, delta: float, accountant: str = "prv", *, then: tuple[float, float, int] | None = None) -> float:

@@ -328,5 +328,6 @@ class NormClippingOptimizer(DPOptimizerFastGradientClipping):  # type: ignore[mi
     """
 
     def accumulate(self) -> None:
+        """Take each parameter's `.grad` as its summed gradient, by reference: no copy."""
         for parameter in self.params:
             parameter.summed_grad = parameter.grad

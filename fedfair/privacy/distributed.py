@@ -86,13 +86,17 @@ class Release:
 
 
 def skellam_rdp(alpha: float, mu: float, l1: float, l2: float) -> float:
-    """RDP of order alpha > 1 of adding Skellam(mu) noise per coordinate to an integer query of L1 and L2
-    sensitivity l1, l2 (Agarwal, Kairouz and Liu 2021, Theorem 3.5 for Sk(mu, mu)):
+    """RDP of order alpha > 1 of Skellam(mu) noise per coordinate on an integer query of sensitivities l1, l2.
+
+    Agarwal, Kairouz and Liu 2021, Theorem 3.5 for Sk(mu, mu):
 
         alpha l2^2 / (4 mu) + min(((2 alpha - 1) l2^2 + 6 l1) / (16 mu^2), 3 l1 / (4 mu)).
 
     The first term is the Gaussian's of the same variance 2 mu; the second, the price of integrality,
     vanishes as mu grows.
+
+    Raises:
+        ConfigError: alpha <= 1.
     """
     if not alpha > 1:
         raise ConfigError(f"Renyi order alpha={alpha!r} must exceed 1")
@@ -113,12 +117,15 @@ def skellam_log_pmf(values: np.ndarray, mu: float) -> np.ndarray:
 
 
 def skellam_rdp_exact(alpha: float, mu: float, shift: int) -> float:
-    """The exact Renyi divergence D_alpha(Sk(mu) + shift || Sk(mu)) of one coordinate, by summing
-    p(k - shift)^alpha p(k)^(1 - alpha) over k in log space.
+    """The exact Renyi divergence D_alpha(Sk(mu) + shift || Sk(mu)) of one coordinate.
 
-    The sum runs over every k where both masses are representable; the tilted terms it leaves out lie
-    beyond 35 standard deviations, whose total is below e^-600 relative to the sum for the orders and
-    shifts of the tests (alpha shift^2 / mu well below 100).
+    It sums p(k - shift)^alpha p(k)^(1 - alpha) in log space over every k where both masses are
+    representable; the tilted terms it leaves out lie beyond 35 standard deviations, whose total is
+    below e^-600 relative to the sum for the orders and shifts of the tests (alpha shift^2 / mu well
+    below 100).
+
+    Raises:
+        ConfigError: alpha <= 1.
     """
     if not alpha > 1:
         raise ConfigError(f"Renyi order alpha={alpha!r} must exceed 1")
@@ -135,13 +142,18 @@ def skellam_rdp_exact(alpha: float, mu: float, shift: int) -> float:
 def subsampled_rdp(
     rdp: Callable[[int], float], sampling_rate: float, alpha: int, amplification: str = "steinke"
 ) -> float:
-    """RDP of order ``alpha`` (an integer >= 2) of a mechanism with RDP curve ``rdp`` run on a Poisson sample of rate q:
+    """RDP of order ``alpha`` (an integer >= 2) of a mechanism with RDP curve ``rdp`` on a Poisson sample of rate q.
+
+    Computed in log space as
 
         1/(alpha - 1) log[(1 - q)^(alpha - 1) (alpha q - q + 1) + C(alpha, 2) q^2 (1 - q)^(alpha - 2) e^rdp(2)
                           + w sum_{l=3..alpha} C(alpha, l) q^l (1 - q)^(alpha - l) e^((l - 1) rdp(l))],
 
     with w = 1 for "steinke" (Steinke 2022) and w = 3 for "zhu_wang" (Zhu and Wang 2019, Theorem 6);
-    never more than the unsampled rdp(alpha); at q = 1 it is rdp(alpha). Computed in log space.
+    never more than the unsampled rdp(alpha); at q = 1 it is rdp(alpha).
+
+    Raises:
+        ConfigError: ``alpha`` is not an integer >= 2.
     """
     if isinstance(alpha, bool) or not isinstance(alpha, int) or alpha < 2:
         raise ConfigError(f"subsampled RDP needs an integer order >= 2, got {alpha!r}")
@@ -177,8 +189,9 @@ def _subsampled(curve: np.ndarray, sampling_rate: float, alpha: int, amplificati
 
 @functools.lru_cache(maxsize=4096)
 def _step_curve(mu: float, l1: float, l2: float, sampling_rate: float, amplification: str) -> np.ndarray:
-    """One step's subsampled Skellam RDP at every order of :data:`ORDERS` (cached: a calibration or a
-    ledger asks for the same shapes again and again).
+    """One step's subsampled Skellam RDP at every order of :data:`ORDERS`, read-only.
+
+    Cached: a calibration or a ledger asks for the same shapes again and again.
     """
     orders = np.arange(2, ORDERS[-1] + 1, dtype=np.float64)
     gaussian = orders * l2 * l2 / (4.0 * mu)
@@ -211,12 +224,16 @@ def rdp_curve(releases: Sequence[Release]) -> np.ndarray:
 
 
 def epsilon_from_rdp(curve: np.ndarray, delta: float, orders: Sequence[int] = ORDERS) -> float:
-    """The smallest epsilon at ``delta`` the RDP ``curve`` gives, by the improved conversion
-    (Canonne, Kamath and Steinke 2020, Proposition 12; Balle et al. 2020):
+    """The smallest epsilon (>= 0) at ``delta`` the RDP ``curve`` (one value per order of ``orders``) gives.
+
+    By the improved conversion (Canonne, Kamath and Steinke 2020, Proposition 12; Balle et al. 2020):
 
         epsilon = min over alpha of rdp(alpha) + log((alpha - 1) / alpha) - (log delta + log alpha) / (alpha - 1),
 
     floored at 0.
+
+    Raises:
+        ConfigError: ``delta`` is outside (0, 1).
     """
     if not 0.0 < delta < 1.0:
         raise ConfigError(f"delta={delta!r} must be in (0, 1), well below 1/n, e.g. 1e-5")
@@ -236,9 +253,14 @@ def epsilon(releases: Sequence[Release], delta: float) -> float:
 
 
 def calibrate(target_epsilon: float, delta: float, releases: Sequence[Release], tolerance: float = 1e-3) -> float:
-    """The smallest mu (to a relative ``tolerance``) such that ``releases``, each with its mu replaced by
-    that mu, compose to at most ``target_epsilon`` at ``delta``. The mu the releases carry is ignored;
-    they give the shape (sensitivities, sampling, steps). Bisection on log mu: epsilon falls as mu grows.
+    """The smallest mu (to a relative ``tolerance``) with which ``releases`` compose to at most ``target_epsilon``.
+
+    Each release's mu is replaced by that one mu, so the mu they carry is ignored; they give the
+    shape (sensitivities, sampling, steps). Bisection on log mu: epsilon falls as mu grows.
+
+    Raises:
+        ConfigError: the target is not a positive number, no release has steps, or no mu below 2^60
+            reaches the target.
     """
     if not (math.isfinite(target_epsilon) and target_epsilon > 0):
         raise ConfigError(f"target epsilon {target_epsilon!r} must be a positive number, e.g. 3")
@@ -262,8 +284,10 @@ def calibrate(target_epsilon: float, delta: float, releases: Sequence[Release], 
 
 
 def rounded_l2(l2: float, dimension: int, beta: float) -> float:
-    """An L2 bound, holding with probability at least 1 - beta, on a stochastic rounding of a vector of
-    L2 norm at most ``l2`` (encoded units) in ``dimension`` coordinates (Kairouz, Liu and Steinke 2021):
+    """An L2 bound, holding with probability at least 1 - beta, on a stochastic rounding of a vector.
+
+    The vector has L2 norm at most ``l2`` (encoded units) in ``dimension`` coordinates; the bound is
+    (Kairouz, Liu and Steinke 2021)
 
         min(l2 + sqrt(d), sqrt(l2^2 + d / 4 + sqrt(2 log(1/beta)) (l2 + sqrt(d) / 2))).
 
@@ -273,6 +297,9 @@ def rounded_l2(l2: float, dimension: int, beta: float) -> float:
     record's clipped contribution) and both are rounded with the same uniforms, coordinate i of the
     difference is floor(x_i + v_i + r_i) - floor(x_i + r_i), which is floor(v_i) or floor(v_i) + 1 with
     mean v_i: an independent stochastic rounding of v. So the bound on rounding v bounds the shift.
+
+    Raises:
+        ConfigError: ``dimension`` < 1 or ``beta`` outside [0, 1).
     """
     if dimension < 1:
         raise ConfigError(f"dimension={dimension} must be at least 1")
@@ -320,7 +347,9 @@ def wrap_probability(mu: float, signal: float, modulus_bits: int, dimension: int
 
 
 def delta_addon(*, steps: int, parties: int, beta: float, epsilon: float, wrap: float) -> float:
-    """What rounding and wrapping add to delta over ``steps`` noised sums of ``parties`` parties:
+    """What rounding and wrapping add to delta over ``steps`` noised sums of ``parties`` parties.
+
+    The sum of three terms:
 
     - steps * beta: the record-level sensitivity after rounding (:func:`rounded_l2`) fails with
       probability at most beta in the step whose sum holds the record;
@@ -374,8 +403,9 @@ def padded_dimension(dimension: int) -> int:
 
 @dataclass(frozen=True)
 class TrainingNoise:
-    """The distributed noise of a run of DP-SGD rounds, derived from public plan values only, so every
-    collaborator and the secure sum compute the same (:func:`training_noise`).
+    """The distributed noise of a run of DP-SGD rounds, from public plan values only (:func:`training_noise`).
+
+    Every collaborator and the secure sum therefore compute the same.
 
     fractional_bits: f of the encoding (one record moves the weighted sum by at most 2^11 to 2^12 units).
     release: the Skellam release of one step (mu: the honest parties' total; l1, l2 in encoded units after
@@ -395,10 +425,23 @@ class TrainingNoise:
 def training_noise(
     target_epsilon: float, delta: float, sensitivity: float, sampling_rate: float, steps: int, dimension: int
 ) -> TrainingNoise:
-    """The noise that makes ``steps`` DP-SGD steps (Poisson rate q, one record moving the weighted sum by
-    at most ``sensitivity`` in L2, real units) spend ``target_epsilon`` at ``delta`` in a secure sum of
-    ``dimension`` encoded coordinates: f with 2^11 <= sensitivity 2^f <= 2^12 (or f = 0), the rounded
-    sensitivities, the delta add-on, and the calibrated mu.
+    """The noise that makes ``steps`` DP-SGD steps spend ``target_epsilon`` at ``delta`` in a secure sum.
+
+    Args:
+        target_epsilon: the epsilon the run may spend.
+        delta: the promised delta, the rounding and wrap add-on included.
+        sensitivity: how far one record moves the weighted sum, in L2 and real units.
+        sampling_rate: q, the Poisson rate of each step.
+        steps: the planned steps.
+        dimension: the encoded coordinates of the secure sum.
+
+    Returns:
+        f with 2^11 <= sensitivity 2^f <= 2^12 (or f = 0), the rounded sensitivities, the delta add-on
+        and the calibrated mu.
+
+    Raises:
+        ConfigError: a non-positive sensitivity, a delta outside (0, 1) or too small for the add-on, or a
+            target no noise reaches.
     """
     if not (math.isfinite(sensitivity) and sensitivity > 0):
         raise ConfigError(f"the per-record sensitivity {sensitivity!r} must be positive; check the clip bounds and step sizes")

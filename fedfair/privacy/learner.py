@@ -61,9 +61,11 @@ class PrivacyReport:
     function of its data (the weight and batch a plan fixes); None where the caller did not say."""
 
     def to_dict(self) -> dict[str, float | int | str | None]:
+        """Every field by name, as JSON can hold it (the metric a collaborator sends)."""
         return asdict(self)
 
     def describe(self) -> str:
+        """One line for the log: epsilon (and the RDP cross-check), budget, delta, rounds, steps, accountant."""
         cross = f" (RDP {self.rdp_epsilon:.3f})" if self.rdp_epsilon is not None else ""
         budget = f" of budget {self.budget:g}" if self.budget is not None else ""
         clipping = f", {_CLIPPING_NAMES[self.clipping]}" if self.clipping is not None else ""
@@ -201,8 +203,10 @@ class PrivateLearner:
 
     @property
     def threshold_max_grad_norm(self) -> float | None:
-        """C's own clip bound under distributed DP (the configured one, else c's gradient bound
-        (1 - eps) max(1, 1/rho - 1), where clipping changes nothing); None when clipped with theta.
+        """C's own clip bound under distributed DP; None when c is clipped jointly with theta.
+
+        The configured bound, else c's gradient bound (1 - eps) max(1, 1/rho - 1), where clipping
+        changes nothing.
         """
         threshold = self.learner.threshold
         if self.privacy.mode != "distributed" or threshold is None:
@@ -228,8 +232,14 @@ class PrivateLearner:
         return self._report(self.accountant.epsilon(self.privacy.delta, self.privacy.accountant))
 
     def begin(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> None:
-        """Check the budget, account for this round's tau steps, load (theta_t, c_t) and the server's
-        drift-correction control variate (if any), draw the round's batches.
+        """Start a private round: check the budget, account for its tau steps, load the global state.
+
+        Loads (theta_t, c_t) and the server's drift-correction control variate (if any), then draws
+        the round's batches. The steps are recorded (and persisted) before any is taken.
+
+        Raises:
+            PrivacyBudgetError: with reason LEARNER_SPENT, one more round would take epsilon above the budget;
+                nothing is spent.
         """
         self._spend_round()
         self.learner.begin(theta, c, control)

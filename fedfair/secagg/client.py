@@ -126,9 +126,12 @@ class Client:
         """Stage SHARE: check every peer's signed keys, fix the session, send encrypted shares under one signature.
 
         Peers whose advertisement fails verification are excluded (see :attr:`excluded`).
-        Raises :class:`AuthenticationError` if the directory carries keys for this party
-        other than the ones it advertised, and :class:`ThresholdError` if fewer than t
-        holders remain for its secrets.
+
+        Raises:
+            StaleMessageError: the directory is for another federation, round or stage.
+            ProtocolError: the directory lists a party twice or leaves this party out.
+            AuthenticationError: the directory carries keys for this party other than the ones it advertised.
+            ThresholdError: fewer than t holders remain for this party's secrets.
         """
         self._expect(Stage.SHARE, "share_keys")
         check_header(directory, self.config, b"")
@@ -216,10 +219,11 @@ class Client:
         dealing for this party or the dealing's signature does not verify (the server altered
         it, or the sender signed garbage), the ciphertext fails authentication, or the
         plaintext is malformed, mislabelled or does not match the dealing's commitments.
-        Raises :class:`ProtocolError` for a bundle that is not this party's, lists an
-        unexpected or repeated sender or pairs an entry with another sender's dealing, and
-        :class:`ThresholdError` if fewer than t holders of this party's secrets remain
-        (itself and its valid senders).
+
+        Raises:
+            ProtocolError: the bundle is not this party's, lists an unexpected or repeated sender, or
+                pairs an entry with another sender's dealing.
+            ThresholdError: fewer than t holders of this party's secrets remain (itself and its valid senders).
         """
         self._expect(Stage.CHECK, "check_shares")
         check_header(bundle, self.config, self._session)
@@ -268,11 +272,12 @@ class Client:
         in place and becomes the message's vector, which saves a copy of d words; pass a copy
         to keep the plain encoding. A refused masking set leaves ``encoded`` untouched.
 
-        Refuses (:class:`UnmaskRefusedError`) a masking set that contains a party this party
-        accused or a neighbour whose checked shares it does not hold, raises
-        :class:`ProtocolError` if this party is not in it (it was accused, or its check was
-        lost: it takes no further part) and :class:`ThresholdError` if it leaves fewer than t
-        of this party's holders (itself included).
+        Raises:
+            UnmaskRefusedError: the masking set contains a party this party accused, or a neighbour
+                whose checked shares it does not hold.
+            ProtocolError: this party is not in the masking set (it was accused, or its check was lost:
+                it takes no further part).
+            ThresholdError: the masking set leaves fewer than t of this party's holders (itself included).
         """
         self._expect(Stage.MASK, "masked_input")
         check_header(masking_set, self.config, self._session)
@@ -325,12 +330,15 @@ class Client:
     def consistency(self, survivor_set: SurvivorSet) -> ConsistencySignature:
         """Stage CONSISTENCY: sign the server's view (U2', U3), once.
 
-        Refuses (:class:`UnmaskRefusedError`) a view whose U2' differs from the masking set
-        this party masked for, whose U3 is not within U2' or leaves this party out, and any
-        view other than the one it already signed (the same view gets the same signature
-        again), and, on a SecAgg+ graph, survivors whose subgraph max_colluding of them could
-        cut (the aggregator would unmask the sum of a piece: :func:`~fedfair.secagg.graph.check_survivors`).
-        Raises :class:`ThresholdError` if U3 has fewer than t parties.
+        The same view asked again gets the same signature again.
+
+        Raises:
+            UnmaskRefusedError: a view whose U2' differs from the masking set this party masked for,
+                whose U3 is not within U2' or leaves this party out, any view other than the one it
+                already signed, and, on a SecAgg+ graph, survivors whose subgraph max_colluding of them
+                could cut (the aggregator would unmask the sum of a piece:
+                :func:`~fedfair.secagg.graph.check_survivors`).
+            ThresholdError: U3 has fewer than t parties.
         """
         if self._signed is not None:
             check_header(survivor_set, self.config, self._session)
@@ -363,11 +371,13 @@ class Client:
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
         """Stage UNMASK: reveal seed shares of survivors and mask-key shares of dropped peers.
 
-        Refuses (:class:`UnmaskRefusedError`) a request whose survivors and dropped are not
-        exactly the view this party signed, or that carries valid consistency signatures of
-        fewer than t distinct survivors on that view (fewer than t of an owner's holders on a
-        SecAgg+ graph). Which kind of share each peer gets follows from that one view, so no
+        Which kind of share each peer gets follows from the one view this party signed, so no
         later request can obtain the other kind. The same request again gets the same answer.
+
+        Raises:
+            UnmaskRefusedError: the request's survivors and dropped are not exactly the view this party
+                signed, or it carries valid consistency signatures of fewer than t distinct survivors on
+                that view (fewer than t of an owner's holders on a SecAgg+ graph).
         """
         self._expect(Stage.UNMASK, "unmask")
         check_header(request, self.config, self._session)

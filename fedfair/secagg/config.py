@@ -182,8 +182,11 @@ class SecAggConfig:
 def threshold_for(holders: int, max_colluding: int) -> int:
     """The smallest threshold t with 2t > m + c and t >= c + 2, for m ``holders`` of each secret.
 
-    For c = 0 that is floor(m/2) + 1. Raises :class:`ConfigError` when no t <= m satisfies
-    the rule (m < c + 2): fewer colluders or more holders are needed.
+    For c = 0 that is floor(m/2) + 1.
+
+    Raises:
+        ConfigError: c is negative, or no t <= m satisfies the rule (m < c + 2): fewer colluders or
+            more holders are needed.
     """
     if max_colluding < 0:
         raise ConfigError(f"max_colluding={max_colluding} is negative; use 0 or more")

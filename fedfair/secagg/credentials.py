@@ -27,12 +27,16 @@ def verify_advertisement(
 ) -> ec.EllipticCurvePublicKey:
     """Check that an advertisement is for this round and signed by the roster party it names.
 
-    Returns the party's verified identity public key. Raises
-    :class:`~fedfair.core.errors.StaleMessageError` for another round,
-    :class:`ProtocolError` for a party outside the roster or a malformed commitment, and
-    :class:`AuthenticationError` when the credential or the signature does not verify (a
-    forged or swapped key). Whether the X25519 keys are usable is the caller's check: the
-    server probes them (:func:`keys.check_public_key`), a party agrees with them.
+    Whether the X25519 keys are usable is the caller's check: the server probes them
+    (:func:`keys.check_public_key`), a party agrees with them.
+
+    Returns:
+        The party's verified identity public key.
+
+    Raises:
+        StaleMessageError: the advertisement is for another round.
+        ProtocolError: the party is outside the roster, or the commitment is malformed.
+        AuthenticationError: the credential or the signature does not verify (a forged or swapped key).
     """
     identity = advertised_identity(advertisement, config, verify_credential)
     payload = advertisement_payload(
@@ -104,6 +108,12 @@ class RememberedVerifier:
         self._lock = threading.Lock()
 
     def __call__(self, name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
+        """The P-256 identity key `credential` certifies for `name`, as the wrapped verifier decides.
+
+        Raises:
+            IdentityError: the wrapped verifier refuses the pair (nothing is remembered then), including a
+                remembered certificate now outside its validity window.
+        """
         with self._lock:
             trusted = self._trusted.get((name, credential))
         if trusted is not None and (trusted.window is None or trusted.window[0] <= self._clock() <= trusted.window[1]):

@@ -121,7 +121,10 @@ def check_no_wraparound(clip: float, fractional_bits: int, modulus_bits: int, pa
 
     Each party contributes at most :func:`largest_party_value` in absolute value per
     coordinate; the sum of ``parties`` of them must stay below 2^(k-1) to be read back
-    as a signed integer. Raises :class:`ConfigError` naming the knob to change.
+    as a signed integer.
+
+    Raises:
+        ConfigError: naming the knob to change, when the sum could wrap (or a knob is out of range).
     """
     _check_knobs(clip, fractional_bits, modulus_bits, parties, max_weight)
     if _fits(clip, fractional_bits, modulus_bits, parties, max_weight):
@@ -278,8 +281,10 @@ class Encoder:
         return encoded
 
     def _encode_noised(self, vector: np.ndarray, weight: float, key: bytes, encoded: np.ndarray) -> np.ndarray:
-        """The noise step (:class:`NoisyEncoding`) for the update, then the weight stochastically rounded
-        (unnoised: weights are agreed); the int64 values keep their low k bits (the words modulo 2^k).
+        """The noise step (:class:`NoisyEncoding`) for the update, then the weight stochastically rounded.
+
+        The weight is not noised (weights are agreed); the int64 values keep their low k bits (the words
+        modulo 2^k). Returns `encoded`, filled in place.
         """
         assert self._noisy is not None
         stream = prg.Keystream(key)
@@ -390,9 +395,12 @@ class _StochasticRounder:
         self._round_block = kernels.round_block()
 
     def round_into(self, values: np.ndarray, out: np.ndarray, bound: float) -> bool:
-        """Clip the float64 ``values`` (at most one block) to [-bound, bound] and round them into
-        the signed integer array ``out``, which must hold every rounded value; False if a value
-        was NaN or infinite (``out`` then holds unspecified words).
+        """Clip the float64 ``values`` (at most one block) to [-bound, bound] and round them into ``out``.
+
+        ``out`` is a signed integer array that must hold every rounded value.
+
+        Returns:
+            True, or False if a value was NaN or infinite (``out`` then holds unspecified words).
         """
         count = values.size
         self._stream.read_into(self._random_bytes[: count * ROUNDING_BYTES_PER_COORDINATE])

@@ -31,8 +31,10 @@ def _round_block(
     rounding_bits: np.int64,
     out: np.ndarray,
 ) -> bool:
-    """Clip each value to [-bound, bound], write floor((trunc(value * scale) + (random >> random_shift))
-    / 2^rounding_bits) to ``out`` (int32 or int64), and return whether every value was finite.
+    """Stochastically round each clipped value into ``out``; True when every value was finite.
+
+    Each value is clipped to [-bound, bound], and floor((trunc(value * scale) + (random >> random_shift))
+    / 2^rounding_bits) is written to ``out`` (int32 or int64).
 
     This is the formula ``encode._StochasticRounder`` derives its bias and error bounds for, in
     integers: m = trunc(value * scale) (an int64) plus the K = ``rounding_bits`` random bits r,
@@ -66,8 +68,10 @@ def _round_block(
 
 
 def _add_rows(accumulator: np.ndarray, rows: np.ndarray, negate: np.ndarray) -> None:
-    """Add row j of ``rows`` to ``accumulator`` in place, negated where ``negate[j]`` is all ones
-    (it is zero or all ones), modulo 2^bits; only the first ``accumulator.size`` words of each row.
+    """Add each row of ``rows`` to ``accumulator`` in place, modulo 2^bits, subtracting where ``negate`` says.
+
+    Row j is negated where ``negate[j]`` is all ones (it is zero or all ones); only the first
+    ``accumulator.size`` words of each row are read.
 
     (x ^ n) - n is x for n = 0 and -x for n = ~0, so one branch-free loop both adds and subtracts;
     rows are taken two at a time, which halves the passes over the accumulator.
@@ -108,9 +112,10 @@ PoissonFill = Callable[[float, np.ndarray, np.ndarray, int], tuple[int, int]]
 
 
 def _poisson_fill(mu: float, words: np.ndarray, out: np.ndarray, start: int) -> tuple[int, int]:
-    """Fill ``out[start:]`` with Poisson(mu) samples drawn from the uint64 ``words``, in order, until
-    either ``out`` is full or fewer words remain than the next attempt needs; return the index one past
-    the last sample written and the number of words consumed.
+    """Fill ``out[start:]`` with Poisson(mu) samples drawn in order from the uint64 ``words``.
+
+    It stops when ``out`` is full or fewer words remain than the next attempt needs, and returns
+    (the index one past the last sample written, the number of words consumed).
 
     A word w becomes the uniform u = (w >> 11) 2^-53 on [0, 1), exactly representable. For mu < 10
     one word per sample, by inversion (the cumulative pmf summed term by term; the loop stops when a
@@ -191,9 +196,11 @@ Hadamard = Callable[[np.ndarray], None]
 
 
 def _hadamard(values: np.ndarray) -> None:
-    """Overwrite the float64 ``values`` (a power-of-two length m) with H values, H the m x m Walsh-Hadamard
-    matrix in Sylvester's order, by log2(m) butterfly passes (a + b, a - b) in place: no temporary, and
-    each pass streams the array once (numpy's reshaped form takes a copy and three passes per stage).
+    """Overwrite the float64 ``values`` (a power-of-two length m) with H values, in place.
+
+    H is the m x m Walsh-Hadamard matrix in Sylvester's order, applied by log2(m) butterfly passes
+    (a + b, a - b): no temporary, and each pass streams the array once (numpy's reshaped form takes a
+    copy and three passes per stage).
     """
     size = values.size
     half = 1

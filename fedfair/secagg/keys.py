@@ -93,15 +93,17 @@ def _pair(a: int, b: int) -> bytes:
 
 
 def share_encryption_key(cipher_secret: bytes, session_id: bytes, me: int, peer: int) -> bytes:
-    """AES-256-GCM key for the shares exchanged between ``me`` and ``peer`` in this session, from the
-    :func:`agree` secret of their cipher keys.
+    """AES-256-GCM key (32 bytes) for the shares exchanged between ``me`` and ``peer`` in this session.
+
+    ``cipher_secret`` is the :func:`agree` secret of their cipher keys; the key is the same at both ends.
     """
     return hkdf(cipher_secret, session_id, DOMAIN + b"share-encryption" + _pair(me, peer))
 
 
 def pair_mask_key(mask_secret: bytes, session_id: bytes, me: int, peer: int) -> bytes:
-    """PRG key of the pairwise mask between ``me`` and ``peer`` (identical at both ends), from the
-    :func:`agree` secret of their mask keys.
+    """PRG key (32 bytes) of the pairwise mask between ``me`` and ``peer``, identical at both ends.
+
+    ``mask_secret`` is the :func:`agree` secret of their mask keys.
     """
     return hkdf(mask_secret, session_id, DOMAIN + b"pair-mask" + _pair(me, peer))
 

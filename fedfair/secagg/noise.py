@@ -39,8 +39,10 @@ in integers up to 2^53; larger noise is far beyond any use (a 64-bit word holds 
 
 
 def check_mu(mu: float) -> float:
-    """Return ``mu`` as a float if it is a usable Poisson/Skellam parameter (finite, 0 <= mu <= 2^50),
-    else raise :class:`ConfigError` naming the fix.
+    """``mu`` as a float, once it is a usable Poisson/Skellam parameter (finite, 0 <= mu <= 2^50).
+
+    Raises:
+        ConfigError: naming the fix, for any other ``mu``.
     """
     if not (isinstance(mu, (int, float)) and math.isfinite(mu) and 0.0 <= mu <= _MAX_MU):
         raise ConfigError(
@@ -53,8 +55,11 @@ def check_mu(mu: float) -> float:
 def poisson_into(out: np.ndarray, mu: float, stream: prg.Keystream) -> None:
     """Overwrite the int64 array ``out`` with independent Poisson(mu) samples drawn from ``stream``.
 
-    Contract: ``out`` is a contiguous 1-D int64 array; the samples depend only on mu and the words
-    read from ``stream`` (so a keyed stream reproduces them); the stream is advanced by whole blocks.
+    The samples depend only on mu and the words read from ``stream`` (so a keyed stream reproduces
+    them); the stream is advanced by whole blocks.
+
+    Raises:
+        ConfigError: ``mu`` is unusable (:func:`check_mu`), or ``out`` is not a contiguous 1-D int64 array.
     """
     mu = check_mu(mu)
     if out.dtype != np.int64 or out.ndim != 1 or not out.flags.c_contiguous:
@@ -74,8 +79,10 @@ def poisson_into(out: np.ndarray, mu: float, stream: prg.Keystream) -> None:
 
 
 def skellam_into(out: np.ndarray, mu: float, stream: prg.Keystream) -> None:
-    """Overwrite the int64 array ``out`` with independent Skellam(mu) = Poisson(mu) - Poisson(mu)
-    samples drawn from ``stream`` (mean 0, variance 2 mu).
+    """Overwrite the int64 array ``out`` with independent Skellam(mu) samples drawn from ``stream``.
+
+    Skellam(mu) = Poisson(mu) - Poisson(mu): mean 0, variance 2 mu. ``out`` must be as
+    :func:`poisson_into` requires.
     """
     poisson_into(out, mu, stream)
     other = np.empty_like(out)
@@ -249,7 +256,8 @@ class NoisyEncoding:
         return (rounding + high) / self.scale
 
     def noise_std(self, summands: int) -> float:
-        """The standard deviation of each decoded coordinate's noise, sqrt(2 summands mu) / 2^f (the
-        inverse rotation is orthogonal, so it keeps each coordinate's variance).
+        """The standard deviation of each decoded coordinate's noise: sqrt(2 summands mu) / 2^f.
+
+        The inverse rotation is orthogonal, so it keeps each coordinate's variance.
         """
         return math.sqrt(2.0 * summands * self.noise.mu) / self.scale

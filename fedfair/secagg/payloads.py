@@ -28,32 +28,48 @@ class Advertised(Protocol):
     """What the session id covers of an advertisement."""
 
     @property
-    def sender(self) -> int: ...
+    def sender(self) -> int:
+        """The advertising party's id."""
+        ...
 
     @property
-    def cipher_public_key(self) -> bytes: ...
+    def cipher_public_key(self) -> bytes:
+        """Its raw X25519 public key (32 bytes) for encrypting shares."""
+        ...
 
     @property
-    def mask_public_key(self) -> bytes: ...
+    def mask_public_key(self) -> bytes:
+        """Its raw X25519 public key (32 bytes) for pairwise masks."""
+        ...
 
     @property
-    def seed_commitment(self) -> bytes: ...
+    def seed_commitment(self) -> bytes:
+        """Its :func:`seed_commitment` (32 bytes) to its self-mask seed."""
+        ...
 
 
 class DealtLine(Protocol):
     """What a dealing covers of one share entry (:class:`~fedfair.secagg.messages.EncryptedShares`)."""
 
     @property
-    def recipient(self) -> int: ...
+    def recipient(self) -> int:
+        """The holder the entry's shares are for."""
+        ...
 
     @property
-    def ciphertext(self) -> bytes: ...
+    def ciphertext(self) -> bytes:
+        """The holder's shares, sealed (AES-256-GCM nonce | ciphertext | tag)."""
+        ...
 
     @property
-    def seed_commitment(self) -> bytes: ...
+    def seed_commitment(self) -> bytes:
+        """The :func:`share_commitment` (32 bytes) of the holder's share of the dealer's seed."""
+        ...
 
     @property
-    def key_commitment(self) -> bytes: ...
+    def key_commitment(self) -> bytes:
+        """The :func:`share_commitment` (32 bytes) of the holder's share of the dealer's mask key."""
+        ...
 
 
 def seed_commitment(config_digest: bytes, party: int, seed: bytes) -> bytes:

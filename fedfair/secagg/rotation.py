@@ -44,9 +44,13 @@ def signs(key: bytes, size: int) -> np.ndarray:
 
 
 def hadamard(vector: np.ndarray) -> np.ndarray:
-    """The normalised fast Walsh-Hadamard transform H x / sqrt(m) of a float64 vector of power-of-two
-    length m, in m log2(m) additions (compiled, :func:`fedfair.secagg.kernels.hadamard`; a new array;
-    H / sqrt(m) is orthogonal and its own inverse).
+    """The normalised fast Walsh-Hadamard transform H x / sqrt(m), as a new float64 array of length m.
+
+    m log2(m) additions (compiled, :func:`fedfair.secagg.kernels.hadamard`); H / sqrt(m) is
+    orthogonal and its own inverse.
+
+    Raises:
+        ConfigError: the length m of ``vector`` is not a power of two.
     """
     size = vector.size
     if size < 1 or size & (size - 1):

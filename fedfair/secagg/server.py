@@ -138,8 +138,10 @@ class Server:
 
     @property
     def proven(self) -> frozenset[int]:
-        """Culprits whose fault follows from what the server saw (a share off the verified polynomial, a bad
-        dealing), as opposed to parties only accused by others, whom it cannot tell from a lying accuser.
+        """Culprits whose fault follows from what the server saw, not only from others' accusations.
+
+        Proof is a share off the verified polynomial or a bad dealing; a party only accused by others
+        cannot be told from a lying accuser, so it is not in this set.
         """
         return frozenset(self._proven)
 
@@ -340,10 +342,12 @@ class Server:
     def finish(self) -> AggregateResult:
         """Close UNMASK: rebuild and verify the secrets, strip the masks from the sum, decode and check it.
 
-        Raises :class:`ThresholdError` (too few valid shares of a secret) or
-        :class:`ProtocolError` (signed shares that do not rebuild the committed secret), naming
-        the culprits, and :class:`SumOutOfRangeError` when the decoded sum is impossible for
-        honest inputs. Any of them aborts the round: no result exists to apply.
+        Any error aborts the round: no result exists to apply.
+
+        Raises:
+            ThresholdError: too few valid shares of a secret, naming the culprits.
+            ProtocolError: signed shares that do not rebuild the committed secret, naming the culprits.
+            SumOutOfRangeError: the decoded sum is impossible for honest inputs.
         """
         self._expect(_Phase.COLLECT_UNMASK)
         recovery = self._recovering()

@@ -93,10 +93,12 @@ def combine(shares: Sequence[Share], threshold: int, secret_length: int) -> byte
     """Rebuild a ``secret_length``-byte secret from at least ``threshold`` shares.
 
     Uses the ``threshold`` shares with the smallest x and trusts them; when shares may be
-    wrong and the secret can be checked, use :func:`find_verified` instead. Raises
-    :class:`ThresholdError` with fewer than ``threshold`` distinct holders and
-    :class:`ProtocolError` if the shares do not interpolate to a secret of that length
-    (a corrupted or mismatched share).
+    wrong and the secret can be checked, use :func:`find_verified` instead.
+
+    Raises:
+        ThresholdError: fewer than ``threshold`` distinct holders.
+        ProtocolError: the shares do not interpolate to a secret of that length (a corrupted or
+            mismatched share).
     """
     by_x = {share.x: share for share in shares}
     if len(by_x) < threshold:

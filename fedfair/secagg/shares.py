@@ -39,8 +39,9 @@ class Kind(enum.Enum):
     MASK_KEY = "mask key"
 
     def commitment(self, session: bytes, owner: int, holder: int, share: bytes) -> bytes:
-        """:func:`~fedfair.secagg.payloads.share_commitment` of ``holder``'s share of ``owner``'s secret of
-        this kind.
+        """The 32-byte commitment to ``holder``'s share of ``owner``'s secret of this kind.
+
+        It is :func:`~fedfair.secagg.payloads.share_commitment`, with this kind's name bound in.
         """
         return share_commitment(session, owner, holder, self.name, share)
 
@@ -53,6 +54,7 @@ class Held:
     key: bytes
 
     def reveal(self, owner: int, kind: Kind) -> RevealedShare:
+        """The UNMASK answer revealing this party's share of ``owner``'s secret ``kind``."""
         return RevealedShare(owner, self.seed if kind is Kind.SEED else self.key)
 
 

@@ -50,7 +50,11 @@ class Header:
 
     @classmethod
     def read(cls, reader: Reader) -> Header:
-        """The header at ``reader``'s position; ProtocolError on malformed bytes or an unknown stage."""
+        """The header at ``reader``'s position.
+
+        Raises:
+            ProtocolError: malformed bytes or an unknown stage.
+        """
         federation_id, round_number, stage = reader.text(), reader.u64(), reader.u8()
         try:
             return cls(federation_id, round_number, Stage(stage), reader.blob())
@@ -64,9 +68,13 @@ class Framed(Protocol):
     TYPE: ClassVar[int]
 
     @property
-    def header(self) -> Header: ...
+    def header(self) -> Header:
+        """The federation, round, stage and session the message is bound to."""
+        ...
 
-    def write(self, writer: Writer) -> None: ...
+    def write(self, writer: Writer) -> None:
+        """Append the message's own fields (its header excluded), in the order its ``read`` expects."""
+        ...
 
 
 class Wire:
@@ -80,6 +88,7 @@ class Wire:
         _TYPES[cls.TYPE] = cls  # type: ignore[attr-defined]  # every message class sets TYPE
 
     def to_bytes(self: Framed) -> bytes:
+        """The canonical encoding: magic, type byte, header, then the message's fields; what ``from_bytes`` parses."""
         writer = Writer().blob(MAGIC).u8(self.TYPE)
         self.header.write(writer)
         self.write(writer)
@@ -87,7 +96,11 @@ class Wire:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Self:
-        """Parse ``data`` as this message type; any other type is refused."""
+        """Parse ``data`` as this message type.
+
+        Raises:
+            ProtocolError: ``data`` is malformed or holds a message of another type.
+        """
         message = read_message(data)
         if not isinstance(message, cls):
             raise ProtocolError(f"malformed message: expected {cls.__name__}, got {type(message).__name__}")
@@ -104,7 +117,9 @@ class Bound(Protocol):
     STAGE: ClassVar[Stage]
 
     @property
-    def header(self) -> Header: ...
+    def header(self) -> Header:
+        """The federation, round, stage and session the message claims."""
+        ...
 
 
 def read_message(data: bytes) -> Wire:
@@ -121,7 +136,11 @@ def read_message(data: bytes) -> Wire:
 
 
 def check_header(message: Bound, config: SecAggConfig, session: bytes) -> None:
-    """Refuse a message not bound to this federation, round, the message's stage and ``session``."""
+    """Refuse a message not bound to this federation, round, the message's stage and ``session``.
+
+    Raises:
+        StaleMessageError: any of the four differs (a replayed or late message; it is dropped).
+    """
     header = message.header
     if header.federation_id != config.federation_id or header.round != config.round:
         raise StaleMessageError(

@@ -61,8 +61,9 @@ class SecureSum:
     """Sums each round's updates through the real secure-aggregation protocol, in process.
 
     Every collaborator encodes [w * delta, w * delta_c] (followed by w * control with
-    drift correction) and w, masks it, and the server recovers only the sum, exactly as in a deployment but without the network; the
-    decoded sum differs from the plain one by at most `error_bounds[r]` per coordinate.
+    drift correction) and w, masks it, and the server recovers only the sum, exactly as in a
+    deployment but without the network; the decoded sum differs from the plain one by at most
+    `error_bounds[r]` per coordinate.
 
     With `distributed`, every collaborator also rotates, rounds and adds its Skellam share
     (`fedfair.secagg.noise`): mu / (n - colluders) each for the calibrated total mu, so the honest
@@ -93,6 +94,10 @@ class SecureSum:
         self.training_noise: TrainingNoise | None = None
 
     def __call__(self, updates: list[Update]) -> server.Aggregate:
+        """The next round's sum of `updates` (weighted, with their control variates if any), as decoded.
+
+        Each call is one round: it appends the round's `error_bounds` and `noise_stds` entries.
+        """
         vectors = [update.weighted_vector().numpy() for update in updates]
         round_number = len(self.error_bounds) + 1
         parties = len(updates)
