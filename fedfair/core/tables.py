@@ -20,7 +20,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal, NoReturn
+from typing import Any, Final, Literal, NoReturn, TypeGuard
 
 from fedfair.core.errors import ConfigError
 
@@ -43,6 +43,11 @@ Required = Literal[_Required.REQUIRED]
 def positive_integer(value: object) -> bool:
     """Whether `value` is an integer above 0 (a TOML or JSON boolean is not an integer here)."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def finite_number(value: object) -> TypeGuard[int | float]:
+    """Whether `value` is a finite int or float (never a boolean; a 400-digit integer is not, as a float)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(_as_float(value))
 
 
 def json_value(value: object) -> bool:
@@ -244,7 +249,7 @@ class Table:
             ConfigError: the key is required and absent, or its value is not such a number.
         """
         value = self.value(key, default, expected=expected)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(_as_float(value)):
+        if not finite_number(value):
             self.bad(key, value, expected)
         number = float(value)
         if not check(number):

@@ -7,14 +7,13 @@ later encodes alike.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from fedfair.core.tables import Table, shown
+from fedfair.core.tables import Table, finite_number, shown
 from fedfair.datasets.schema import Column, Schema, categorical_levels
 from fedfair.datasets.tabular import as_text
 from fedfair.datasets.values import column_values, label_codes, named_columns
@@ -152,8 +151,8 @@ class Encoder:
             if table.value("name", expected="a string") != column.name:
                 table.bad("name", table.data["name"], f"{column.name!r}, the schema's column at this position")
             levels = tuple(str(level) for level in table.items("levels", _is_text, "a list of strings"))
-            means = tuple(float(mean) for mean in table.items("means", _is_number, "a list of numbers"))
-            stds = tuple(float(std) for std in table.items("stds", _is_number, "a list of numbers"))
+            means = tuple(float(mean) for mean in table.items("means", finite_number, "a list of numbers"))
+            stds = tuple(float(std) for std in table.items("stds", finite_number, "a list of numbers"))
             buckets = tuple(int(b) for b in table.items("buckets", _is_bucket(schema), "a list of bucket numbers"))
             expected = () if column.kind == "numeric" else categorical_levels(schema, column, buckets)
             width = max(len(expected), 1)
@@ -171,10 +170,6 @@ _ENCODING_KEYS = ("name", "levels", "means", "stds", "buckets")
 
 def _is_text(value: object) -> bool:
     return isinstance(value, str)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _is_bucket(schema: Schema) -> Callable[[object], bool]:
