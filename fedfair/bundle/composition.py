@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from fedfair.core.errors import ConfigError
-from fedfair.datasets.schema import MISSING_LEVEL, Schema, closest
+from fedfair.core.tables import closest
+from fedfair.datasets.schema import MISSING_LEVEL, Schema
 from fedfair.datasets.tabular import MAX_CATEGORIES, as_text, is_numeric
 from fedfair.datasets.values import label_codes
 from fedfair.fairness.composition import CellShare, composition, format_composition, worst_fraction_weights

@@ -18,9 +18,9 @@ import json
 import math
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal, NoReturn
+from typing import Any, Final, Literal, NoReturn, TypeGuard
 
 from fedfair.core.errors import ConfigError
 
@@ -45,6 +45,11 @@ def positive_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def finite_number(value: object) -> TypeGuard[int | float]:
+    """Whether `value` is a finite int or float (never a boolean; a 400-digit integer is not, as a float)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(_as_float(value))
+
+
 def json_value(value: object) -> bool:
     """Whether `value` survives the trip to JSON and back unchanged (what every party receives)."""
     if isinstance(value, (bool, int, str)):
@@ -58,12 +63,21 @@ def json_value(value: object) -> bool:
     return False
 
 
+_HIDDEN_CHARACTERS = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""Characters that JSON leaves as they are but a terminal would act on or hide (controls, bidi marks)."""
+
+
 def shown(value: object) -> str:
-    """A value as it would be written in TOML (true, "text", [1, 2]), cut to SHOWN_CHARACTERS."""
+    """A value as it would be written in TOML (true, "text", [1, 2]), cut to SHOWN_CHARACTERS.
+
+    Letters of any script stay as they are, so that a user's category label ("São Paulo") is
+    shown exactly; only the characters a terminal would act on or hide are escaped.
+    """
     try:
-        text = json.dumps(value)
+        text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):  # ValueError: an integer past Python's 4,300-digit limit of str()
         text = repr(value) if not isinstance(value, int) else "an integer of more than 4,300 digits"
+    text = _HIDDEN_CHARACTERS.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
     return text if len(text) <= SHOWN_CHARACTERS else f"{text[: SHOWN_CHARACTERS - 3]}... ({len(text)} characters)"
 
 
@@ -75,10 +89,16 @@ def _as_float(value: int | float) -> float:
         return math.inf
 
 
-def suggest(word: str, choices: list[str]) -> str:
+def closest(word: str, choices: Sequence[str]) -> str | None:
+    """The choice `word` is most likely a misspelling of (difflib's closest match), or None."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return close[0] if close else None
+
+
+def suggest(word: str, choices: Sequence[str]) -> str:
     """'did you mean ...?' for the closest choice, else the list of choices."""
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f"did you mean '{close[0]}'?" if close else f"known: {', '.join(choices)}"
+    close = closest(word, choices)
+    return f"did you mean '{close}'?" if close is not None else f"known: {', '.join(choices)}"
 
 
 def field_names(cls: type) -> tuple[str, ...]:
@@ -133,18 +153,37 @@ def parse_json_object(text: str | bytes, source: object, fix: str) -> dict[str, 
 class Table:
     """One TOML table, read key by key; every error names the file and the section.
 
-    A key with a default may be left out. An optional key without a default is read
-    only when :meth:`given` says it is there, so each reader returns a plain value.
+    Every refusal reads ``<file>: [<section>] <problem>; <fix>``, the file and the table
+    first, so that a user knows where to look before what to change. A key with a default
+    may be left out. An optional key without a default is read only when :meth:`given`
+    says it is there, so each reader returns a plain value.
     """
 
-    def __init__(self, source: str, section: str, data: object, keys: tuple[str, ...]) -> None:
+    def __init__(
+        self, source: str, section: str, data: object, keys: tuple[str, ...], *, entry: int | None = None
+    ) -> None:
+        """Check that `data` is a table whose keys are all among `keys`.
+
+        Args:
+            source: the file (or message) the table comes from, named first in every error.
+            section: the table's dotted name, e.g. ``training`` or ``schema.columns``.
+            data: the table as read from TOML or JSON.
+            keys: the keys it may hold.
+            entry: the table's position (from 1) in an array of tables (``[[schema.columns]]``).
+
+        Raises:
+            ConfigError: `data` is not a table, or holds an unknown key (named with the closest known one).
+        """
         self.source, self.section = source, section
+        header = f"[[{section}]]" if entry is not None else f"[{section}]"
+        self.where = f"{header} #{entry}" if entry is not None else header
+        """How errors name the table: ``[training]``, or ``[[schema.columns]] #2`` for an array's entry."""
         if not isinstance(data, Mapping):
-            self.fail(f"[{section}] must be a table (a [{section}] header with key = value lines)")
+            self.fail(f"{self.where} must be a table (a {header} header with key = value lines), got {shown(data)}")
         self.data: Mapping[str, object] = data
         for key in data:
             if key not in keys:
-                self.fail(f"unknown key '{key}' in [{section}]; {suggest(key, list(keys))}")
+                self.fail(f"{self.where} unknown key '{key}'; {suggest(key, keys)}")
 
     @classmethod
     def of(cls, source: str, data: Mapping[str, object], section: str, keys: tuple[str, ...]) -> Table:
@@ -157,16 +196,21 @@ class Table:
 
     def bad(self, key: str, value: object, expected: str) -> NoReturn:
         """Refuse `key`'s `value`: what was expected, what was given, and that the value is the fix."""
-        self.fail(f"[{self.section}] {key} must be {expected}, got {shown(value)}; fix the value")
+        self.fail(f"{self.where} {key} must be {expected}, got {shown(value)}; fix the value")
 
     def given(self, key: str) -> bool:
         """Whether `key` has a value (shared settings spell an unset optional key as JSON null)."""
         return self.data.get(key) is not None
 
-    def _value(self, key: str, default: object, expected: str) -> object:
+    def value(self, key: str, default: object = REQUIRED, *, expected: str) -> object:
+        """`key`'s value as given, unchecked, for a reader that checks it itself; `default` if absent.
+
+        Raises:
+            ConfigError: the key is required (no `default`) and absent; the fix names `expected`.
+        """
         if key not in self.data:
             if default is REQUIRED:
-                self.fail(f"missing key '{key}' in [{self.section}]; add {key} = <{expected}>")
+                self.fail(f"{self.where} missing key '{key}'; add {key} = <{expected}>")
             return default
         return self.data[key]
 
@@ -181,7 +225,7 @@ class Table:
         expected = (
             "an integer" + (f" >= {low}" if low is not None else "") + (f" <= {high}" if high is not None else "")
         )
-        value = self._value(key, default, expected)
+        value = self.value(key, default, expected=expected)
         if (
             not isinstance(value, int)
             or isinstance(value, bool)
@@ -204,8 +248,8 @@ class Table:
         Raises:
             ConfigError: the key is required and absent, or its value is not such a number.
         """
-        value = self._value(key, default, expected)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(_as_float(value)):
+        value = self.value(key, default, expected=expected)
+        if not finite_number(value):
             self.bad(key, value, expected)
         number = float(value)
         if not check(number):
@@ -214,7 +258,7 @@ class Table:
 
     def boolean(self, key: str, default: bool | Required = REQUIRED) -> bool:
         """A TOML boolean (never a number or a string); `default` if the key is absent."""
-        value = self._value(key, default, "true or false")
+        value = self.value(key, default, expected="true or false")
         if not isinstance(value, bool):
             self.bad(key, value, "true or false")
         return value
@@ -236,7 +280,7 @@ class Table:
         """
         if choices:
             expected = "one of " + ", ".join(f'"{choice}"' for choice in choices)
-        value = self._value(key, default, expected)
+        value = self.value(key, default, expected=expected)
         if (
             not isinstance(value, str)
             or not value
@@ -244,16 +288,40 @@ class Table:
             or (pattern is not None and not pattern.fullmatch(value))
         ):
             if isinstance(value, str) and choices:
-                self.fail(f"[{self.section}] {key} = {shown(value)} is not known; {suggest(value, list(choices))}")
+                self.fail(f"{self.where} {key} = {shown(value)} is not known; {suggest(value, list(choices))}")
             self.bad(key, value, expected)
         return value
 
-    def strings(self, key: str) -> tuple[str, ...]:
-        """A required, non-empty list of non-empty strings."""
-        value = self._value(key, REQUIRED, "a list of strings")
-        if not isinstance(value, list) or not value or not all(isinstance(item, str) and item for item in value):
-            self.bad(key, value, "a non-empty list of strings")
+    def items(self, key: str, accept: Callable[[object], bool], expected: str) -> list[Any]:
+        """A required list (empty too) whose every item `accept` takes; `expected` says which.
+
+        Raises:
+            ConfigError: the key is absent, or its value is not such a list.
+        """
+        value = self.value(key, expected=expected)
+        if not isinstance(value, list) or not all(accept(item) for item in value):
+            self.bad(key, value, expected)
+        return value
+
+    def strings(self, key: str, expected: str = "a non-empty list of strings") -> tuple[str, ...]:
+        """A required, non-empty list of non-empty strings; `expected` says what they are."""
+        value = self.items(key, lambda item: isinstance(item, str) and bool(item), expected)
+        if not value:
+            self.bad(key, value, expected)
         return tuple(value)
+
+    def entries(self, key: str, keys: tuple[str, ...]) -> list[Table]:
+        """The tables of a required, non-empty array of tables (``[[schema.columns]]``), each read like this one.
+
+        Raises:
+            ConfigError: the key is absent or not such a list, or an entry is refused by :class:`Table`.
+        """
+        section = f"{self.section}.{key}"
+        value = self.data.get(key)
+        if not isinstance(value, list) or not value:
+            got = f", got {shown(value)}" if key in self.data else ""
+            self.fail(f"{self.where} needs a non-empty list of {key}{got}; add [[{section}]] entries")
+        return [Table(self.source, section, data, keys, entry=position) for position, data in enumerate(value, start=1)]
 
     def name(self, key: str, validate: Callable[[str], str], default: str | Required = REQUIRED) -> str:
         """A participant name, checked by `validate` (fedfair.pki.validate_name) and refused naming this key."""
@@ -261,7 +329,7 @@ class Table:
         try:
             return validate(value)
         except ConfigError as error:
-            self.fail(f"[{self.section}] {key}: {error}")
+            self.fail(f"{self.where} {key}: {error}")
 
     def path(self, key: str, base: Path, default: str | Required = REQUIRED) -> Path:
         """A path; a relative one is taken relative to `base` (the file's folder)."""

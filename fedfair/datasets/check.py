@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from fedfair.core.errors import ConfigError
-from fedfair.core.tables import parse_json_object, read_toml
-from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, closest, toml_value
+from fedfair.core.tables import closest, parse_json_object, read_toml
+from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, toml_value
 from fedfair.datasets.suspects import Dialect, id_like_columns, near_match
 from fedfair.datasets.tabular import as_text, is_numeric
 from fedfair.datasets.values import table_problems

@@ -7,15 +7,14 @@ later encodes alike.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fedfair.datasets.schema import Column, Schema, SchemaSection, categorical_levels, shown
+from fedfair.core.tables import Table, finite_number, shown
+from fedfair.datasets.schema import Column, Schema, categorical_levels
 from fedfair.datasets.tabular import as_text
 from fedfair.datasets.values import column_values, label_codes, named_columns
 
@@ -137,32 +136,30 @@ class Encoder:
     @classmethod
     def from_mapping(cls, data: Mapping[str, object], source: str) -> Encoder:
         """Read an encoder back from :meth:`to_mapping`'s form, checking it fits its schema."""
-        section = SchemaSection(source, "encoder", data, ("schema", "rows", "columns"))
-        schema_data = section.value("schema")
+        section = Table(source, "encoder", data, ("schema", "rows", "columns"))
+        schema_data = section.value("schema", expected="a table")
         if not isinstance(schema_data, Mapping):
             section.bad("schema", schema_data, "a table")
         schema = Schema.from_mapping(schema_data, source)
-        rows = section.value("rows")
-        entries = section.value("columns")
-        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
-            section.bad("rows", rows, "a positive integer")
-        if not isinstance(entries, list) or len(entries) != len(schema.columns):
-            section.bad("columns", entries, f"a list of {len(schema.columns)} column encodings, one per schema column")
+        rows = section.integer("rows", low=1)
+        entries = section.entries("columns", _ENCODING_KEYS)
+        if len(entries) != len(schema.columns):
+            expected_columns = f"a list of {len(schema.columns)} column encodings, one per schema column"
+            section.bad("columns", section.data["columns"], expected_columns)
         columns = []
-        for column, entry in zip(schema.columns, entries):
-            table = SchemaSection(source, f"encoder column {column.name!r}", entry, _ENCODING_KEYS)
-            if table.value("name") != column.name:
-                table.bad("name", table.value("name"), f"{column.name!r}, the schema's column at this position")
-            levels = tuple(str(level) for level in _list_of(table, "levels", _is_text, "a list of strings"))
-            means = tuple(float(mean) for mean in _list_of(table, "means", _is_number, "a list of numbers"))
-            stds = tuple(float(std) for std in _list_of(table, "stds", _is_number, "a list of numbers"))
-            buckets = tuple(int(b) for b in _list_of(table, "buckets", _is_bucket(schema), "a list of bucket numbers"))
+        for column, table in zip(schema.columns, entries):
+            if table.value("name", expected="a string") != column.name:
+                table.bad("name", table.data["name"], f"{column.name!r}, the schema's column at this position")
+            levels = tuple(str(level) for level in table.items("levels", _is_text, "a list of strings"))
+            means = tuple(float(mean) for mean in table.items("means", finite_number, "a list of numbers"))
+            stds = tuple(float(std) for std in table.items("stds", finite_number, "a list of numbers"))
+            buckets = tuple(int(b) for b in table.items("buckets", _is_bucket(schema), "a list of bucket numbers"))
             expected = () if column.kind == "numeric" else categorical_levels(schema, column, buckets)
             width = max(len(expected), 1)
             if levels != expected or len(means) != width or len(stds) != width or not all(std > 0 for std in stds):
                 table.fail(
-                    f"does not fit its schema column (levels {shown(list(expected))}, {width} means and positive "
-                    "stds); the bundle is damaged, write it again"
+                    f"{table.where} does not fit its schema column {column.name!r} (levels {shown(list(expected))}, "
+                    f"{width} means and positive stds); the bundle is damaged, write it again"
                 )
             columns.append(ColumnEncoding(column.name, levels, means, stds, buckets))
         return cls(schema, rows, tuple(columns))
@@ -171,22 +168,9 @@ class Encoder:
 _ENCODING_KEYS = ("name", "levels", "means", "stds", "buckets")
 
 
-def _list_of(table: SchemaSection, key: str, accept: Callable[[object], bool], expected: str) -> list[Any]:
-    value = table.value(key)
-    if not isinstance(value, list) or not all(accept(item) for item in value):
-        table.bad(key, value, expected)
-    return value
-
-
 def _is_text(value: object) -> bool:
     return isinstance(value, str)
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _is_bucket(schema: Schema) -> Callable[[object], bool]:
     return lambda value: isinstance(value, int) and not isinstance(value, bool) and 0 <= value < schema.hash_buckets
-
-

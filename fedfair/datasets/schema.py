@@ -11,17 +11,17 @@ its table against the schema with :func:`fedfair.datasets.values.check_table`;
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NoReturn, cast
+from typing import Literal, cast
 
 import numpy as np
 import pandas as pd
 
 from fedfair.core.errors import ConfigError
+from fedfair.core.tables import Table, shown
 from fedfair.datasets.tabular import MAX_CATEGORIES, as_text, is_numeric
 
 ColumnKind = Literal["numeric", "categorical"]
@@ -54,6 +54,7 @@ class Column:
 
     @property
     def learned(self) -> bool:
+        """Whether the column's categories are learnt from hash-bucket counts rather than listed in the plan."""
         return self.kind == "categorical" and self.categories is None
 
 
@@ -84,7 +85,7 @@ class Schema:
 
     def __post_init__(self) -> None:
         if not self.label:
-            raise ConfigError("[schema] label must name a column; set label = \"<column>\"")
+            raise ConfigError('[schema] label must name a column; set label = "<column>"')
         if len(self.classes) < 2 or len(set(self.classes)) != len(self.classes):
             raise ConfigError(
                 f"[schema] classes must list at least two distinct label values, got {shown(list(self.classes))}; "
@@ -99,7 +100,9 @@ class Schema:
             if column.name == self.label:
                 raise ConfigError(f"[schema] the label {self.label!r} cannot also be a feature column; remove it")
             if column.kind not in COLUMN_KINDS:
-                raise ConfigError(f"[schema] column {column.name!r} has type {column.kind!r}; use numeric or categorical")
+                raise ConfigError(
+                    f"[schema] column {column.name!r} has type {column.kind!r}; use numeric or categorical"
+                )
             if column.kind == "numeric" and column.categories is not None:
                 raise ConfigError(f"[schema] numeric column {column.name!r} cannot list categories; remove them")
             if column.categories is not None and (
@@ -110,10 +113,12 @@ class Schema:
                     f'{shown(list(column.categories))}; fix the list or write categories = "{LEARN}"'
                 )
         if self.missing not in MISSING_POLICIES:
-            raise ConfigError(f"[schema] missing = {self.missing!r} is not known; use \"refuse\" or \"impute\"")
+            raise ConfigError(f'[schema] missing = {self.missing!r} is not known; use "refuse" or "impute"')
         if not 0 <= self.fraction_bits <= FLOAT_EXACT_BITS:
             raise ConfigError(f"[schema] fraction_bits must be from 0 to {FLOAT_EXACT_BITS}, got {self.fraction_bits}")
-        if not (math.isfinite(self.max_abs) and 0 < math.ldexp(self.max_abs, self.fraction_bits) <= 2.0**FLOAT_EXACT_BITS):
+        if not (
+            math.isfinite(self.max_abs) and 0 < math.ldexp(self.max_abs, self.fraction_bits) <= 2.0**FLOAT_EXACT_BITS
+        ):
             raise ConfigError(
                 f"[schema] max_abs = {self.max_abs:g} with fraction_bits = {self.fraction_bits} must satisfy "
                 f"0 < max_abs * 2^fraction_bits <= 2^{FLOAT_EXACT_BITS}; lower fraction_bits or max_abs"
@@ -126,27 +131,25 @@ class Schema:
     @classmethod
     def from_mapping(cls, data: Mapping[str, object], source: str) -> Schema:
         """Read the plan's ``[schema]`` table (TOML or JSON); every error is one line naming ``source`` and the fix."""
-        section = SchemaSection(source, "[schema]", data, _SCHEMA_KEYS)
-        entries = section.value("columns")
-        if not isinstance(entries, list) or not entries:
-            section.fail("needs a non-empty list of columns; add [[schema.columns]] entries with name and type")
+        section = Table(source, "schema", data, _SCHEMA_KEYS)
         columns = []
-        for position, entry in enumerate(entries, start=1):
-            table = SchemaSection(source, f"[[schema.columns]] #{position}", entry, ("name", "type", "categories"))
-            name = table.text("name")
-            kind = cast(ColumnKind, table.choice("type", COLUMN_KINDS))
+        for table in section.entries("columns", ("name", "type", "categories")):
+            name = table.string("name")
+            kind = cast(ColumnKind, table.string("type", choices=COLUMN_KINDS))
             categories: tuple[str, ...] | None = None
             if kind == "categorical":
-                listed = table.value("categories")
-                if listed != LEARN:
-                    categories = table.texts("categories", f'a list of strings or "{LEARN}"')
+                if table.data.get("categories") != LEARN:
+                    categories = table.strings("categories", f'a list of strings or "{LEARN}"')
             elif "categories" in table.data:
-                table.fail(f"numeric column {name!r} cannot have categories; remove them or set type = \"categorical\"")
+                table.fail(
+                    f"{table.where} numeric column {name!r} cannot have categories; "
+                    'remove them or set type = "categorical"'
+                )
             columns.append(Column(name, kind, categories))
-        label = section.text("label")
-        classes = section.texts("classes", "a list of at least two label values")
-        missing = cast(MissingPolicy, section.choice("missing", MISSING_POLICIES, default="refuse"))
-        max_abs = section.number("max_abs", DEFAULT_MAX_ABS)
+        label = section.string("label")
+        classes = section.strings("classes", "a list of at least two label values")
+        missing = cast(MissingPolicy, section.string("missing", "refuse", choices=MISSING_POLICIES))
+        max_abs = section.number("max_abs", DEFAULT_MAX_ABS, expected="a finite number")
         fraction_bits = section.integer("fraction_bits", DEFAULT_FRACTION_BITS)
         hash_buckets = section.integer("hash_buckets", DEFAULT_HASH_BUCKETS)
         min_category_count = section.integer("min_category_count", DEFAULT_MIN_CATEGORY_COUNT)
@@ -211,74 +214,6 @@ def toml_value(value: object) -> str:
     return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
-def shown(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-class SchemaSection:
-    """One table of the plan's schema, read key by key; unknown keys are refused with the closest known one."""
-
-    def __init__(self, source: str, section: str, data: object, keys: tuple[str, ...]) -> None:
-        self.source, self.section = source, section
-        if not isinstance(data, Mapping):
-            self.fail(f"must be a table of key = value lines, got {shown(data)}")
-        self.data: Mapping[str, object] = data
-        for key in data:
-            if key not in keys:
-                close = closest(str(key), keys)
-                hint = f"did you mean '{close}'?" if close else f"known: {', '.join(keys)}"
-                self.fail(f"unknown key {str(key)!r}; {hint}")
-
-    def fail(self, message: str) -> NoReturn:
-        raise ConfigError(f"{self.source}: {self.section} {message}")
-
-    def value(self, key: str, default: object = None) -> object:
-        if key in self.data:
-            return self.data[key]
-        if default is None:
-            self.fail(f"is missing key '{key}'; add it")
-        return default
-
-    def bad(self, key: str, value: object, expected: str) -> NoReturn:
-        self.fail(f"{key} must be {expected}, got {shown(value)}; fix the value")
-
-    def text(self, key: str) -> str:
-        value = self.value(key)
-        if not isinstance(value, str) or not value:
-            self.bad(key, value, "a non-empty string")
-        return value
-
-    def texts(self, key: str, expected: str) -> tuple[str, ...]:
-        value = self.value(key)
-        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
-            self.bad(key, value, expected)
-        return tuple(value)
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
-        value = self.value(key, default)
-        if not isinstance(value, str) or value not in choices:
-            self.bad(key, value, "one of " + ", ".join(f'"{choice}"' for choice in choices))
-        return value
-
-    def integer(self, key: str, default: int) -> int:
-        value = self.value(key, default)
-        if not isinstance(value, int) or isinstance(value, bool):
-            self.bad(key, value, "an integer")
-        return value
-
-    def number(self, key: str, default: float) -> float:
-        value = self.value(key, default)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-            self.bad(key, value, "a finite number")
-        return float(value)
-
-
-def closest(word: str, choices: Sequence[str]) -> str | None:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return close[0] if close else None
-
-
-
 def categorical_levels(schema: Schema, column: Column, buckets: tuple[int, ...]) -> tuple[str, ...]:
     """A categorical column's levels: its categories (or kept buckets and ``<other>``), then ``<missing>`` if imputed."""
     if column.categories is None:
@@ -288,7 +223,6 @@ def categorical_levels(schema: Schema, column: Column, buckets: tuple[int, ...])
     if schema.missing == "impute":
         levels.append(MISSING_LEVEL)
     return tuple(levels)
-
 
 
 # ---------------------------------------------------------------------------------------------------------------------

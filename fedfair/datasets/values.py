@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from fedfair.core.errors import ConfigError
-from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Column, Schema, closest, shown
+from fedfair.core.tables import closest, shown
+from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Column, Schema
 from fedfair.datasets.suspects import at_rows, near_match
 from fedfair.datasets.tabular import as_text, is_numeric
 

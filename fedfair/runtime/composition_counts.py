@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from fedfair.core.errors import ConfigError
-from fedfair.datasets.schema import Schema, categorical_levels, closest
+from fedfair.core.tables import closest
+from fedfair.datasets.schema import Schema, categorical_levels
 from fedfair.datasets.statistics import suppress_small_cells
 from fedfair.datasets.values import column_values, label_codes
 from fedfair.fairness.composition import above_threshold_weights

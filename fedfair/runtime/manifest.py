@@ -151,14 +151,14 @@ def _plan_pin(where: str, data: Mapping[str, Any]) -> PlanPin | None:
 
 def _pin(where: str, index: int, entry: object) -> Pin:
     """The participant in the ``index``-th [[participants]] table."""
-    table = Table(where, f"{PARTICIPANTS} #{index}", entry, field_names(Pin))
+    table = Table(where, PARTICIPANTS, entry, field_names(Pin), entry=index)
     name = table.name("name", validate_name)
     role = table.string("role", choices=ROLES)
     fingerprint = table.string("sha256", expected="a SHA-256 fingerprint (64 hex digits, colons allowed)")
     try:
         return Pin(name, role, normalise_fingerprint(fingerprint))
     except ConfigError as error:
-        table.fail(f"[{table.section}] sha256 of {name!r}: {error}")
+        table.fail(f"{table.where} sha256 of {name!r}: {error}")
 
 
 def load_manifest(path: Path | str) -> Manifest:

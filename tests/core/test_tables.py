@@ -9,7 +9,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings, shared_settings
-from fedfair.core.tables import SHOWN_CHARACTERS, Table
+from fedfair.core.tables import SHOWN_CHARACTERS, Table, shown
 from tests.runtime.harness import new_workspace
 
 
@@ -36,3 +36,28 @@ def test_a_400_digit_integer_in_a_served_plan_names_the_field(tmp_path: Path) ->
 def test_a_served_plan_too_deep_or_too_long_a_number_is_a_named_error(payload: bytes) -> None:
     with pytest.raises(ConfigError, match="the aggregator's plan: not valid JSON"):
         load_shared_settings(payload)
+
+
+def test_every_refused_key_names_the_file_the_section_the_key_and_the_nearest_known_one() -> None:
+    with pytest.raises(ConfigError, match=r"^plan.toml: \[training\] unknown key 'roundz'; did you mean 'rounds'\?$"):
+        Table("plan.toml", "training", {"roundz": 3}, ("rounds", "lr"))
+    with pytest.raises(ConfigError, match=r"^plan.toml: \[training\] missing key 'rounds'; add rounds = <an integer>$"):
+        Table("plan.toml", "training", {}, ("rounds",)).integer("rounds")
+
+
+def test_an_array_of_tables_names_each_entry_by_its_header_and_position() -> None:
+    schema = Table("plan.toml", "schema", {"columns": [{"name": "a"}, {"nmae": "b"}]}, ("columns",))
+    with pytest.raises(ConfigError, match=r"^plan.toml: \[\[schema.columns\]\] #2 unknown key 'nmae'; did you mean 'name'\?$"):
+        schema.entries("columns", ("name",))
+    with pytest.raises(ConfigError, match=r"^plan.toml: \[\[schema.columns\]\] #1 must be a table .*, got 3$"):
+        Table("plan.toml", "schema", {"columns": [3]}, ("columns",)).entries("columns", ("name",))
+    for empty in ({}, {"columns": []}):
+        with pytest.raises(ConfigError, match=r"\[schema\] needs a non-empty list of columns.*; add \[\[schema.columns\]\]"):
+            Table("plan.toml", "schema", empty, ("columns",)).entries("columns", ("name",))
+
+
+def test_a_value_is_shown_exactly_in_any_script_with_invisible_characters_escaped() -> None:
+    assert shown(["São Paulo", "Zürich", "東京"]) == '["São Paulo", "Zürich", "東京"]'
+    assert shown("a\x1bb\x9bc\u202ed") == '"a\\u001bb\\u009bc\\u202ed"'  # ESC, CSI and a right-to-left override
+    long = "x" * 1000
+    assert shown(long).endswith("... (1002 characters)") and len(shown(long)) < SHOWN_CHARACTERS + 30

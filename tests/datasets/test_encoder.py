@@ -26,7 +26,14 @@ def test_an_encoder_round_trips_through_json(adult_table: pd.DataFrame) -> None:
         assert again == encoder
     damaged = encoder.to_mapping()
     damaged["columns"][1]["levels"] = ["Private"]  # type: ignore[index]
-    with pytest.raises(ConfigError, match=r"bundle.json: encoder column 'workclass' does not fit its schema column"):
+    with pytest.raises(ConfigError, match=r"bundle.json: \[\[encoder.columns\]\] #2 does not fit its schema column 'workclass'"):
         Encoder.from_mapping(damaged, "bundle.json")
 
 
+
+
+def test_a_mean_too_large_for_a_float_is_a_damaged_bundle_not_an_overflow() -> None:
+    schema = Schema("y", ("0", "1"), (Column("x", "numeric"),))
+    column = {"name": "x", "levels": [], "means": [10**400], "stds": [1.0], "buckets": []}
+    with pytest.raises(ConfigError, match=r"bundle.json: \[\[encoder.columns\]\] #1 means must be a list of numbers"):
+        Encoder.from_mapping({"schema": schema.to_mapping(), "rows": 3, "columns": [column]}, "bundle.json")

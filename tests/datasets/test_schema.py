@@ -23,17 +23,19 @@ ADULT_FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "inco
     ("change", "message"),
     [
         ({"lable": "y"}, r"plan.toml: \[schema\] unknown key 'lable'; did you mean 'label'\?"),
-        ({"missing": "drop"}, r"plan.toml: \[schema\] missing must be one of \"refuse\", \"impute\", got \"drop\""),
+        ({"missing": "drop"}, r"plan.toml: \[schema\] missing = \"drop\" is not known; known: refuse, impute"),
         ({"classes": ["no"]}, r"plan.toml: \[schema\] classes must list at least two distinct label values"),
         ({"fraction_bits": 40}, r"plan.toml: \[schema\] max_abs = 1e\+09 with fraction_bits = 40 must satisfy"),
         ({"columns": [{"name": "age", "type": "numeric", "categories": ["1"]}]},
          r"plan.toml: \[\[schema.columns\]\] #1 numeric column 'age' cannot have categories"),
         ({"columns": [{"name": "age", "type": "number"}]},
-         r"plan.toml: \[\[schema.columns\]\] #1 type must be one of \"numeric\", \"categorical\", got \"number\""),
+         r"plan.toml: \[\[schema.columns\]\] #1 type = \"number\" is not known; did you mean 'numeric'\?"),
         ({"columns": [{"name": "age", "type": "numeric"}] * 2}, r"plan.toml: \[schema\] column 'age' is listed twice"),
         ({"columns": [{"name": "y", "type": "numeric"}]}, r"plan.toml: \[schema\] the label 'y' cannot also be a feature"),
         ({"columns": [{"name": "c", "type": "categorical", "categories": "learnt"}]},
          r"#1 categories must be a list of strings or \"learn\", got \"learnt\""),
+        ({"columns": [{"name": "city", "type": "categorical", "categories": ["São Paulo", "São Paulo"]}]},
+         r"plan.toml: \[schema\] column 'city' must list distinct categories, got \[\"São Paulo\", \"São Paulo\"\]"),
     ],
 )  # fmt: skip
 def test_schema_from_mapping_refuses_each_mistake_with_the_fix(change: dict[str, object], message: str) -> None:
