@@ -77,7 +77,6 @@ import torch
 
 from published import publish
 from fedfair.core.update import Update
-from fedfair.research.workspace import make_workspace, site_names
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator import client as collaborator_client
@@ -86,6 +85,7 @@ from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import StartJob
 from fedfair.runtime.collaborator.trainer import LocalData
+from fedfair.runtime.local.workspace import make_workspace, site_names
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, load_aggregator_plan
 from fedfair.runtime.transport import pb
 from fedfair.secagg.graph import default_degree

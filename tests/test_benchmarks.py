@@ -156,3 +156,22 @@ def test_the_report_shows_each_figure_with_the_command_and_machine_that_measured
 def test_docs_benchmarks_is_what_the_committed_results_give() -> None:
     """docs/benchmarks.md is generated: regenerate it (python benchmarks/report.py) with the results."""
     assert report_module().main(["--check"]) == 0
+
+
+BENCHMARK_MODULES = sorted(
+    [path.stem for path in (ROOT / "benchmarks").glob("*.py")]
+    + [f"attacks.{path.stem}" for path in (ROOT / "benchmarks" / "attacks").glob("*.py") if path.stem != "__init__"]
+)
+
+
+def test_every_benchmark_module_imports_against_the_current_library() -> None:
+    """Benchmarks are outside mypy's files: a renamed library name must fail here, not at the next `make bench`."""
+    code = (
+        "import importlib, sys; sys.path.insert(0, sys.argv[1]); "
+        "[importlib.import_module(name) for name in sys.argv[2:]]"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "benchmarks"), *BENCHMARK_MODULES],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]

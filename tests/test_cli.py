@@ -24,11 +24,6 @@ from fedfair import cli
 
 HEAVY = ("torch", "opacus", "grpc", "pandas")
 
-RESEARCH = frozenset({"reproduce"})
-"""The commands whose --help still imports the simulation: `reproduce` builds its options from the
-study's profiles (fedfair.research.reproduce), so its --help is not yet held to the start-up bound."""
-
-
 def subparsers_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     actions = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
     return dict(actions[0].choices) if actions else {}
@@ -61,8 +56,6 @@ def help_lines() -> list[list[str]]:
     """`--help` of fedfair, of each command and of each sub-command (two levels deep)."""
     lines = [["--help"]]
     for name, (module, _) in cli.COMMANDS.items():
-        if name in RESEARCH:
-            continue
         lines.append([name, "--help"])
         for sub, parser in subparsers_of(registered(module)[name]).items():
             lines.append([name, sub, "--help"])
@@ -93,13 +86,6 @@ def test_every_help_starts_without_pytorch_opacus_grpc_or_pandas() -> None:
         assert loaded == [], f"fedfair {' '.join(words)} imported {loaded}"
     for seconds, line in sorted(timings, reverse=True):
         print(f"{seconds:6.3f} s  fedfair {line}")
-
-
-@pytest.mark.parametrize("command", sorted(RESEARCH))
-def test_the_research_commands_still_parse_their_help(command: str) -> None:
-    with pytest.raises(SystemExit) as stop:
-        cli.main([command, "--help"])
-    assert stop.value.code == 0
 
 
 WALK = Path(__file__).resolve().parents[1] / "docs" / "first-federation.md"

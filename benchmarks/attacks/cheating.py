@@ -46,13 +46,13 @@ from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair import pki
 from fedfair.pki.roster import pin_certificate, write_manifest
 from fedfair.pki.store import write_file
-from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.aggregator.start import GOODBYE_SECONDS, prepare
 from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.manifest import load_manifest
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import TlsFiles

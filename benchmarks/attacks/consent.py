@@ -73,17 +73,17 @@ from fedfair.datasets.statistics import encoder_from_statistics, statistics_slic
 from fedfair.datasets.values import category_bucket
 from fedfair.fairness import sums
 from fedfair.pki.roster import pins_from_folders, write_manifest
-from fedfair.research.workspace import Workspace, make_workspace, write_pinned_manifest
 from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import RoundLoop
-from fedfair.runtime.aggregator.statistics import StatisticsFailed
+from fedfair.core.errors import StatisticsError
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.aggregator.start import GOODBYE_SECONDS, prepare
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, TrainerFactory, check_schema_table
 from fedfair.runtime.contract import EVALUATION, TRAINING
+from fedfair.runtime.local.workspace import Workspace, make_workspace, write_pinned_manifest
 from fedfair.runtime.manifest import load_manifest
 from fedfair.runtime.plan.aggregator_plan import (
     AggregatorPlan,
@@ -873,7 +873,7 @@ class StatisticsRerun:
             self.tap.uploads, self.tap.expected = {}, {}
             try:
                 loop.federate_statistics()
-            except StatisticsFailed as error:
+            except StatisticsError as error:
                 self.failures[label] = str(error)
             finally:
                 self.uploads[label], self.expected[label] = self.tap.uploads, self.tap.expected

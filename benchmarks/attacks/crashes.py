@@ -31,9 +31,9 @@ from attacks.federation import (
     trainer_factory,
 )
 from attacks.rows import PROCESS_KILL, Row, RowBook
-from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.checkpoint import FINAL_MODEL_NAME, read_round_log
 from fedfair.runtime.collaborator.trainer import TrainerFactory
+from fedfair.runtime.local.workspace import Workspace, make_workspace
 
 KILL_ROUND, ROUNDS = 2, 3
 SIGKILL_STATUS = -9

@@ -42,14 +42,14 @@ from fedfair.core import server
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.update import Update
 from fedfair.core.models import flat_parameters
-from fedfair.research.processes import Child, child_environment
-from fedfair.research.workspace import Workspace, make_workspace
+from fedfair.runtime.local.processes import Child, child_environment
 from fedfair.runtime.aggregator.checkpoint import FINAL_SUMMARY_NAME, read_round_log, state_digest
 from fedfair.runtime.aggregator.loop import initial_state
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import CollaboratorConfig, load_collaborator_config
 from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.collaborator.trainer import TrainerFactory
+from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, SharedSettings, load_aggregator_plan
 
 FEDERATION_ID = "fedfair-launch"  # what make_workspace writes

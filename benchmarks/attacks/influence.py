@@ -50,11 +50,11 @@ from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model
 from fedfair.datasets import load_dataset, partition
 from fedfair.fairness import pooled
-from fedfair.research.workspace import declared_sizes, make_workspace
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.collaborator.client import Collaborator, TrainedUpdate
 from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.local.workspace import declared_sizes, make_workspace
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan
 
 NAMES = ("site-a", "site-b", "site-c")

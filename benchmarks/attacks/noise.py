@@ -74,9 +74,9 @@ from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
 from fedfair.runtime.composition_counts import local_counts
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.contract import EVALUATION, TRAINING
+from fedfair.runtime.local.workspace import Workspace, declared_sizes, make_workspace, write_pinned_manifest
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings, shared_settings
 from fedfair.runtime.transport import fedfair_pb2 as pb
-from fedfair.research.workspace import Workspace, declared_sizes, make_workspace, write_pinned_manifest
 
 FEDERATION_ID = "fedfair-launch"  # what make_workspace writes
 VICTIM = FOUR[-1]

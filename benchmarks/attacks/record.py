@@ -48,8 +48,7 @@ from attacks.cheating import collaborator_log
 from attacks.consent import FOUR, LoopAggregator, StageTap, pinned_workspace, restart_collaborators, wait_until
 from attacks.federation import HonestCollaborators, plan_sections
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
-from fedfair.research.processes import Child, child_environment, collaborator_command, start_aggregator
-from fedfair.research.workspace import Workspace, declared_sizes, make_workspace
+from fedfair.runtime.local.processes import Child, child_environment, collaborator_command, start_aggregator
 from fedfair.runtime.aggregator import board as board_module
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import RoundLoop
@@ -59,6 +58,7 @@ from fedfair.runtime.aggregator.start import prepare
 from fedfair.runtime.collaborator.trainer import TrainerFactory
 from fedfair.runtime.collaborator.uplink import input_limit
 from fedfair.runtime.contract import TRAINING
+from fedfair.runtime.local.workspace import Workspace, declared_sizes, make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import make_binding, model_parts, pb, read_model
 

@@ -33,9 +33,8 @@ from typing import Any
 from attacks.hostile_client import Credentials, join_binding, open_channel, stub
 from attacks.rows import PATCHED_AGGREGATOR, PATCHED_COLLABORATOR, PURE, RowBook
 from fedfair.privacy.accounting import STATE_FORMAT, STATE_VERSION
-from fedfair.research.processes import Child, aggregator_command, child_environment, collaborator_command
-from fedfair.research.processes import start_aggregator
-from fedfair.research.workspace import Workspace, make_workspace
+from fedfair.runtime.local.processes import Child, aggregator_command, child_environment, collaborator_command
+from fedfair.runtime.local.processes import start_aggregator
 from fedfair.runtime.aggregator import network as network_module
 from fedfair.runtime.aggregator.checkpoint import CHECKPOINT_NAME, read_round_log, save_checkpoint
 from fedfair.runtime.aggregator.limits import PRESENCE_BURST
@@ -46,6 +45,7 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.input_record import FORMAT as RECORD_FORMAT
 from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import pb
 

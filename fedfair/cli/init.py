@@ -11,8 +11,8 @@ from fedfair.runtime.new_federation import (
     check_folder,
     default_max_colluding,
     parse_sites,
-    plan_scaffold,
-    write_scaffold,
+    draft_federation_files,
+    write_federation_folder,
 )
 from fedfair.core.tables import ADDRESS_RE
 
@@ -21,7 +21,7 @@ def _init_command(args: argparse.Namespace) -> int:
     sites = parse_sites(args.sites)
     folder: Path = args.folder
     check_folder(folder)  # before drafting a schema from a large sample, not only before writing
-    files = plan_scaffold(
+    files = draft_federation_files(
         folder,
         sites,
         federation_id=args.federation or folder.resolve().name,
@@ -32,7 +32,7 @@ def _init_command(args: argparse.Namespace) -> int:
         features=args.features,
         learn_categories=args.learn_categories,
     )
-    write_scaffold(folder, files)
+    write_federation_folder(folder, files)
     for relative in files:
         print(f"wrote {folder / relative}")
     print(f"next: {folder / README} lists the commands, in order")

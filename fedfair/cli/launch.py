@@ -1,4 +1,4 @@
-"""``fedfair launch``: a whole local federation as separate processes (:mod:`fedfair.research.launch`)."""
+"""``fedfair launch``: a whole local federation as separate processes (:mod:`fedfair.runtime.local.launch`)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ import signal
 import sys
 
 from fedfair.core.config import DRIFT_CORRECTIONS
-from fedfair.research.launch import DEFAULT_ROUNDS, SPLITS, run_launch
+from fedfair.runtime.local.launch import DEFAULT_ROUNDS, SPLITS, run_launch
 
 
 def _launch_command(args: argparse.Namespace) -> int:
+    """Run the federation and compare it with research's in-process FedAvg (imported only to run, not for --help)."""
+    from fedfair.research.launch_baseline import FEDAVG
+
     try:
-        return run_launch(args)
+        return run_launch(args, baseline=None if args.no_fedavg else FEDAVG)
     except KeyboardInterrupt:
         print("fedfair launch: interrupted; stopped every process", file=sys.stderr)
         return 128 + signal.SIGINT

@@ -15,12 +15,8 @@ from pathlib import Path
 from fedfair.core.config import MODEL_NAMES
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import DATASETS
-from fedfair.research import baselines
-from fedfair.research import reproduce as reproduce_module
-from fedfair.research.drift import DRIFT_PROFILES, drift_study
 from fedfair.research.paper_splits import paper_split
-from fedfair.research.reproduce import PROFILES, reproduce
-from fedfair.research.runs import RAY_INSTALL_HINT, ray_connection
+from fedfair.research.study_options import PROFILE_NAMES, RAY_INSTALL_HINT, STUDY_METHODS, STUDY_SUMMARY
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,14 +24,14 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     parser = subparsers.add_parser(
         "reproduce",
         help="the paper's study on one dataset: CSV tables and PNG figures",
-        description=reproduce_module.__doc__.split("\n\n")[0] if reproduce_module.__doc__ else None,
+        description=STUDY_SUMMARY,
     )
     parser.add_argument("--dataset", default="adult", help=f"one of: {', '.join(DATASETS)} (default adult)")
     parser.add_argument("--out", type=Path, required=True, help="folder for the tables, figures and the run cache")
     parser.add_argument("--quick", action="store_true", help="the quick profile (Adult: minutes on 2 cores)")
     parser.add_argument(
         "--profile",
-        choices=sorted(PROFILES),
+        choices=PROFILE_NAMES,
         default="full",
         help="full (the paper's grids, default), quick (as --quick), table (only rho = 0.1, epsilon = 0.05, MLP) "
         "or figure1 (every method over rho = 0.1 to 0.7 on a smaller grid)",
@@ -87,7 +83,7 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     narrow.add_argument(
         "--methods",
         help="comma-separated methods to run, FedSRCVaR among them, e.g. fedsrcvar,fedavg,central-erm "
-        f"(default: all of {', '.join(reproduce_module.METHOD_LABELS)})",
+        f"(default: all of {', '.join(STUDY_METHODS)})",
     )
     narrow.add_argument(
         "--rhos", help="comma-separated rhos to choose and judge at, e.g. 0.3 (default: the profile's; 0.1 is always in)"
@@ -96,6 +92,11 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 
 
 def _reproduce_command(args: argparse.Namespace) -> int:
+    # The study (PyTorch) is imported to run, not for --help.
+    from fedfair.research import baselines
+    from fedfair.research.reproduce import PROFILES, reproduce
+    from fedfair.research.runs import ray_connection
+
     if args.dataset not in DATASETS:
         raise ConfigError(f"unknown dataset '{args.dataset}'; choose one of: {', '.join(DATASETS)}")
     if args.workers < 1:
@@ -140,10 +141,10 @@ def _methods(text: str | None) -> tuple[str, ...] | None:
     if text is None:
         return None
     names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in reproduce_module.METHOD_LABELS]
+    unknown = [name for name in names if name not in STUDY_METHODS]
     if unknown:
         raise ConfigError(
-            f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(reproduce_module.METHOD_LABELS)}"
+            f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(STUDY_METHODS)}"
         )
     if "fedsrcvar" not in names:
         raise ConfigError("--methods must include fedsrcvar: the study's other figures are drawn at its choice")
@@ -169,6 +170,9 @@ def _print_written(written: Mapping[str, Path]) -> int:
 
 
 def _drift_command(args: argparse.Namespace, name: str, split: tuple[str, ...]) -> int:
+    from fedfair.research.drift import DRIFT_PROFILES, drift_study
+    from fedfair.research.runs import ray_connection
+
     if args.loss_rows:
         raise ConfigError("--loss-rows concerns AFL, q-FedAvg and FedMinMax, which the drift study does not run")
     profile = DRIFT_PROFILES[name]

@@ -1,6 +1,6 @@
 """The one reader of TOML files and tables: every value's type and range, every key against the known ones.
 
-The aggregator's plan, a collaborator's config, the manifest, the scaffold and the data
+The aggregator's plan, a collaborator's config, the manifest, ``fedfair init`` and the data
 check read TOML here (:func:`read_toml`, :func:`parse_toml`; nothing else in fedfair
 imports tomllib), and the plan's sections and the settings the aggregator shares (JSON,
 read the same way) go through :class:`Table`. Standard library only. An unknown section or key is

@@ -1,1 +1,1 @@
-"""The research harness: in-process simulation, baselines, centralized references, experiments, launch."""
+"""The research harness: in-process simulation, baselines, centralized references, experiments, launch's baseline."""

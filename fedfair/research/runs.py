@@ -28,6 +28,7 @@ from fedfair.fairness.report import GroupRiskReport
 from fedfair.research.experiment import ExperimentConfig, held_out_columns, held_out_losses, load_federation, run_method
 from fedfair.research.flags import config_from_flags
 from fedfair.research.methods import FedAvgSettings, FedMinMaxSettings, own
+from fedfair.research.study_options import RAY_INSTALL_HINT
 from fedfair.runtime.progress import Progress
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import SimulationOptions
@@ -198,9 +199,6 @@ def run_all(
                 for run, result in zip(missing, pool.map(execute, missing), strict=True):
                     keep(run, result)
     return results
-
-
-RAY_INSTALL_HINT = "pip install 'fedfair[ray]' (in a checkout: .venv/bin/pip install -c constraints.txt -e '.[ray]')"
 
 
 def _import_ray() -> Any:

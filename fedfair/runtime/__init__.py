@@ -3,5 +3,5 @@
 Runtime imports core, secagg, privacy, fairness, pki and datasets, never the research
 harness; a collaborator never imports the aggregator's modules (tests/test_layers.py).
 docs/layout.md lists the modules: what both sides share at this level, then ``transport/``,
-``aggregator/`` and ``collaborator/``.
+``aggregator/``, ``collaborator/`` and ``local/``.
 """

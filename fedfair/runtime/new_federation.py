@@ -80,7 +80,7 @@ def drafted_schema(
     )
 
 
-def plan_scaffold(
+def draft_federation_files(
     folder: Path,
     sites: tuple[str, ...],
     *,
@@ -143,7 +143,7 @@ def check_folder(folder: Path) -> None:
         raise ConfigError(f"{folder} exists and is not an empty folder; choose a new folder for the federation")
 
 
-def write_scaffold(folder: Path, files: dict[str, str]) -> None:
+def write_federation_folder(folder: Path, files: dict[str, str]) -> None:
     """Write ``files`` (relative path: text) under ``folder``, which must be absent or empty (nothing is overwritten)."""
     check_folder(folder)
     for relative, text in files.items():

@@ -14,8 +14,8 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import load_dataset, partition
-from fedfair.research.launch import SPLITS, check_sites, launch_folder, remove_ca_key, round_timeout, site_data
-from fedfair.research.workspace import make_workspace
+from fedfair.runtime.local.launch import SPLITS, check_sites, launch_folder, remove_ca_key, round_timeout, site_data
+from fedfair.runtime.local.workspace import make_workspace
 from tests.datasets.helpers import assert_exact_cover
 
 ROOT = Path(__file__).resolve().parents[2]

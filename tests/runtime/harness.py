@@ -30,11 +30,11 @@ from fedfair.core import server
 from fedfair.core.update import bounded
 from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
-from fedfair.research.launch import simulation_options
-from fedfair.research.processes import Child, start_aggregator, start_collaborator
+from fedfair.research.launch_baseline import simulation_options
+from fedfair.runtime.local.processes import Child, start_aggregator, start_collaborator
+from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import make_learners
-from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config

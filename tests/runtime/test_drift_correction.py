@@ -27,9 +27,9 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.research.launch import simulation_options
+from fedfair.research.launch_baseline import simulation_options
+from fedfair.runtime.local.workspace import Workspace, toml_text
 from fedfair.simulation.rounds import SimulationResult, run_rounds
-from fedfair.research.workspace import Workspace, toml_text
 from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
     load_checkpoint,

@@ -436,7 +436,7 @@ def test_changing_the_plan_is_a_new_pin_and_plan_diff_shows_it(
 
 
 def test_a_plan_naming_the_manifest_its_pin_will_write_can_be_pinned(federation: Path) -> None:
-    # The order a scaffold's README gives: name the manifest in the plan, then pin the plan to it.
+    # The order the README of `fedfair init` gives: name the manifest in the plan, then pin the plan to it.
     written = federation / "plan.toml"
     written.write_text(tomli_w.dumps(edited(PLAN_TEMPLATE, {"aggregator": {"manifest": "pinned.toml"}})))
     assert not (federation / "pinned.toml").exists()

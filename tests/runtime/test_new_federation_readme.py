@@ -60,8 +60,8 @@ def test_the_readmes_deployment_block_is_what_init_writes(tmp_path: Path, monkey
         sample, index=False
     )
     assert cli.main(init[1:]) == 0
-    scaffold = command_lines((tmp_path / init[2] / README).read_text(), "    ")
+    written = command_lines((tmp_path / init[2] / README).read_text(), "    ")
     for words in later:
-        assert words in scaffold, f"README.md's `{shlex.join(words)}` is not a line of the README init writes"
-    assert set(STEPS) == {step(words) for words in scaffold} - {"mv", "plan diff"}, "a new step: add it to STEPS"
+        assert words in written, f"README.md's `{shlex.join(words)}` is not a line of the README init writes"
+    assert set(STEPS) == {step(words) for words in written} - {"mv", "plan diff"}, "a new step: add it to STEPS"
     assert set(STEPS) <= {step(words) for words in later}, "README.md's deployment block leaves a step out"

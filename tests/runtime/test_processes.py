@@ -36,13 +36,13 @@ from fedfair.core.evaluation import evaluate
 from fedfair.core.update import Update
 from fedfair.core.models import build_model
 from fedfair.fairness import pooled
-from fedfair.research.launch import simulation_options
-from fedfair.research.processes import (
+from fedfair.research.launch_baseline import simulation_options
+from fedfair.runtime.local.processes import (
     aggregator_command,
     child_environment,
 )
+from fedfair.runtime.local.workspace import Workspace
 from fedfair.simulation.rounds import run_rounds
-from fedfair.research.workspace import Workspace
 from fedfair.runtime.aggregator.checkpoint import (
     FINAL_SUMMARY_NAME,
     load_checkpoint,

@@ -31,7 +31,6 @@ from cryptography.hazmat.primitives import serialization
 from fedfair import pki
 from fedfair.core.errors import RefusedError, RoundAbortedError
 from fedfair.core.update import Update
-from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome, check_decoded_update, decode_plain
 from fedfair.runtime.aggregator.servicer import INVALID_UPLOAD, Servicer
@@ -39,6 +38,7 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.trainer import round_trainer
 from fedfair.runtime.contract import TRAINING, RoundParameters
 from fedfair.runtime.failures import EXIT_INCOMPLETE
+from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,

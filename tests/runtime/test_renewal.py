@@ -17,8 +17,8 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
-from fedfair.research.workspace import make_workspace
 from fedfair.runtime.aggregator.checkpoint import FINAL_SUMMARY_NAME, read_round_log
+from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.runtime.plan.pinning import set_value
 from tests.runtime.harness import Processes, plan_sections

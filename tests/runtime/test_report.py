@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from fedfair import cli
 from fedfair.core.errors import ConfigError
-from fedfair.research.workspace import toml_text
+from fedfair.runtime.local.workspace import toml_text
 from fedfair.runtime.report import figures as report_figures
 from fedfair.runtime.report import page as report
 from fedfair.runtime.aggregator.checkpoint import append_round_log, read_round_log

@@ -32,7 +32,6 @@ from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import Column, draft_schema
 from fedfair.datasets.statistics import encoder_from_statistics, statistics_vector
 from fedfair.fairness import pooled
-from fedfair.research.workspace import make_workspace
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import initial_state
@@ -43,6 +42,7 @@ from fedfair.runtime.collaborator.trainer import (
     check_schema_table,
     encoded_data,
 )
+from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,

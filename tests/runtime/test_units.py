@@ -18,9 +18,9 @@ from hypothesis.extra.numpy import arrays
 
 from fedfair.core import server
 from fedfair.core.errors import ConfigError, FailureError, RefusedError
-from fedfair.research.launch import simulation_options
+from fedfair.research.launch_baseline import simulation_options
+from fedfair.runtime.local.workspace import make_workspace, toml_text
 from fedfair.simulation.rounds import make_learners
-from fedfair.research.workspace import make_workspace, toml_text
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,

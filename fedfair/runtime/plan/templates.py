@@ -4,8 +4,8 @@
 :func:`render_collaborator` of :data:`DEMO` (a test holds them byte for byte; regenerate with
 ``python -m fedfair.runtime.plan.templates --write`` from the repository's root), and ``fedfair init``
 renders the same text for its own federation (:mod:`fedfair.runtime.new_federation`), so the templates
-and a scaffolded federation cannot disagree. The comments are the plan's documentation: every key,
-its range and its default.
+and the folders ``fedfair init`` writes cannot disagree. The comments are the plan's documentation:
+every key, its range and its default.
 
 This module only writes text (no TOML parsing, no pandas): ``fedfair init --help`` stays light.
 """

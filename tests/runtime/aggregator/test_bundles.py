@@ -14,7 +14,6 @@ from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import draft_schema
 from fedfair.datasets.statistics import encoder_from_statistics, statistics_vector
-from fedfair.research.workspace import make_workspace
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME, save_federation_bundle
 from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
@@ -22,6 +21,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     save_checkpoint,
 )
 from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 
 

@@ -12,7 +12,6 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
-from fedfair.research.workspace import Workspace
 from fedfair.runtime.aggregator.checkpoint import (
     FINAL_SUMMARY_NAME,
     Checkpoint,
@@ -24,6 +23,7 @@ from fedfair.cli.aggregator import readmit
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.aggregator.events import read_events
 from fedfair.runtime.aggregator.loop import excluded_in, initial_state
+from fedfair.runtime.local.workspace import Workspace
 from fedfair.runtime.logs import configure_logging
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace

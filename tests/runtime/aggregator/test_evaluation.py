@@ -25,7 +25,6 @@ from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import draft_schema
 from fedfair.fairness import sums
 from fedfair.fairness.composition import above_threshold_weights, composition
-from fedfair.research.workspace import make_workspace
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
 from fedfair.runtime.aggregator.checkpoint import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
@@ -34,6 +33,7 @@ from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
 from fedfair.runtime.composition_counts import held_out_levels, joint_suppression, local_counts
 from fedfair.runtime.contract import EVALUATION
+from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_shared_settings, shared_settings
 from tests.federations import adult_raw_table
 from tests.runtime.harness import plan_sections, thread_federation

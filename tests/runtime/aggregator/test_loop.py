@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from fedfair.core.errors import ConfigError, QuorumError, QuorumReason
-from fedfair.research.workspace import Workspace
 from fedfair.runtime.aggregator import loop, quorum
 from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
@@ -33,6 +32,7 @@ from fedfair.runtime.aggregator.network import serve
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.local.workspace import Workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace
 

@@ -10,9 +10,9 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki.roster import canonical_json
-from fedfair.research.workspace import make_workspace
 from fedfair.runtime.aggregator.checkpoint import load_checkpoint, save_checkpoint
 from fedfair.runtime.aggregator.start import prepare
+from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan, plan_content, plan_digest
 from tests.runtime.harness import new_workspace, plan_sections
 

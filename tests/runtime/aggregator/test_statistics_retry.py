@@ -20,12 +20,12 @@ import pandas as pd
 import pytest
 
 from fedfair.datasets.schema import Column, Schema
-from fedfair.research.workspace import Workspace, make_workspace
 from fedfair.runtime.aggregator import loop
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.runtime.preprocessing import STATISTICS_ROUND
 from fedfair.runtime.transport import pb, pb_grpc

@@ -19,7 +19,6 @@ import pytest
 
 from fedfair import pki
 from fedfair.core.errors import PermanentFailureError
-from fedfair.research.workspace import Workspace, toml_text
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
@@ -31,6 +30,7 @@ from fedfair.runtime.failures import (
     FEDERATION_MISMATCH,
     NAME_NOT_ALLOWED,
 )
+from fedfair.runtime.local.workspace import Workspace, toml_text
 from fedfair.runtime.logs import Console
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import TlsFiles

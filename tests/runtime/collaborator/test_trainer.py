@@ -26,7 +26,6 @@ import torch
 from fedfair.core.data import ClientData
 from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.research.workspace import Workspace, declared_sizes, make_workspace, toml_text, write_pinned_manifest
 from fedfair.runtime.aggregator.loop import initial_state
 from fedfair.runtime.collaborator import client as client_module
 from fedfair.runtime.collaborator.client import Collaborator
@@ -42,6 +41,7 @@ from fedfair.runtime.collaborator.trainer import (
     round_trainer,
 )
 from fedfair.runtime.failures import EXIT_INCOMPLETE, PLAN_CHANGED
+from fedfair.runtime.local.workspace import Workspace, declared_sizes, make_workspace, toml_text, write_pinned_manifest
 from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,

@@ -18,13 +18,13 @@ import grpc
 import pytest
 
 from fedfair.core.errors import FailureError, PermanentFailureError
-from fedfair.research.processes import start_aggregator, start_collaborator
 from fedfair.runtime.aggregator.network import serve
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import STARTING_SECONDS, Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.failures import AGGREGATOR_UNREACHABLE, PLAN_CHANGED
+from fedfair.runtime.local.processes import start_aggregator, start_collaborator
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest, shared_settings
 from fedfair.runtime.transport import TlsFiles, make_binding, pb, pb_grpc, server_credentials
 from tests.runtime.harness import new_workspace

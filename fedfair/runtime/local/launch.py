@@ -1,6 +1,6 @@
 """``fedfair launch``: a whole federation on this machine, as a rehearsal of a real deployment.
 
-Why: docs/design.md, "Inside the research harness".
+Why: docs/design.md, "The local federation".
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.pki.store import ca_paths
-from fedfair.research.processes import (
+from fedfair.runtime.local.processes import (
     Child,
     start_aggregator,
     start_collaborator,
@@ -31,9 +31,8 @@ from fedfair.research.processes import (
 from fedfair.runtime.progress import Progress
 
 if TYPE_CHECKING:
-    from fedfair.research.workspace import Workspace
+    from fedfair.runtime.local.workspace import Workspace
     from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
-    from fedfair.simulation.rounds import SimulationOptions
 
 DEFAULT_ROUNDS = 300
 """About 30 s on two slow cores (a round is a few milliseconds of training and some dozen
@@ -62,42 +61,29 @@ SPLITS: dict[str, LaunchSplit] = {
 """The datasets `fedfair launch` runs, and how each is split into institutions."""
 
 
-def simulation_options(plan: AggregatorPlan) -> SimulationOptions:
-    """The in-process simulation's options for a plan: its built-in model (the schedule is `plan.training` itself)."""
-    from fedfair.simulation.rounds import SimulationOptions
+@dataclass(frozen=True)
+class Baseline:
+    """A run the federation is compared with: its row's label, and its fairness report for the plan and dataset.
 
-    if plan.model.factory is not None:
-        raise ConfigError(
-            f"the in-process simulation of a plan runs the built-in models only, not the factory "
-            f"'{plan.model.factory}'; use fedfair.api.federate to simulate a federation of your own model"
-        )
-    return SimulationOptions(model=plan.model.name)
-
-
-def fedavg_report(plan: AggregatorPlan, dataset: str = "adult") -> dict[str, float]:
-    """FedAvg trained in process on `dataset` split as launch splits it (SPLITS) among the plan's
-    collaborators, with the plan's rounds and batch fraction, judged the same way.
+    The report has the keys of `format_fairness`'s columns; `fedfair launch` passes research's in-process FedAvg.
     """
-    from fedfair.core.evaluation import evaluate
-    from fedfair.fairness import pooled
-    from fedfair.research import baselines
-    from fedfair.research.experiment import ExperimentConfig, load_federation
 
-    config = ExperimentConfig(dataset=dataset, partition=SPLITS[dataset].partition, clients=len(plan.collaborators))
-    federation = load_federation(config)
-    result = baselines.run_fedavg(federation, plan.training, options=simulation_options(plan))
-    test = evaluate(plan.model.build(), result.state.theta_average, federation.pooled("test"))
-    return pooled.group_risk_report(test.losses, test.correct, plan.objective.rho).to_dict()
+    label: str
+    report: Callable[[AggregatorPlan, str], Mapping[str, float]]
 
 
-def format_fairness(fedsrcvar: Mapping[str, Any], fedavg: Mapping[str, Any] | None, rho: float, secure: bool) -> str:
+def format_fairness(
+    fedsrcvar: Mapping[str, Any], baseline: tuple[str, Mapping[str, Any]] | None, rho: float, secure: bool
+) -> str:
+    """The comparison table: the federation's row, the labelled `baseline` row when given, and what they mean."""
     keys = ("worst_risk", "mean_risk", "best_risk", "disparity", "accuracy", "worst_error")
     header = f"{'method':<34}" + "".join(f"{key:>12}" for key in keys)
     rows = [header, "-" * len(header)]
     label = "FedSRCVaR (federated, secure sums)" if secure else "FedSRCVaR (federated, plain sums)"
     rows.append(f"{label:<34}" + "".join(f"{fedsrcvar[key]:>12.4f}" for key in keys))
-    if fedavg is not None:
-        rows.append(f"{'FedAvg (in-process baseline)':<34}" + "".join(f"{fedavg[key]:>12.4f}" for key in keys))
+    if baseline is not None:
+        other, report = baseline
+        rows.append(f"{other:<34}" + "".join(f"{report[key]:>12.4f}" for key in keys))
     gap = max(fedsrcvar.get("worst_risk_gap", 0.0), fedsrcvar.get("best_risk_gap", 0.0))
     rows.append("")
     rows.append(
@@ -133,10 +119,11 @@ def launch_folder(workdir: str | None, keep: bool) -> Iterator[Path]:
 
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGINT into a KeyboardInterrupt while launch runs, so it stops its children and
-    cleans up instead of dying on the spot or going on. SIGINT is set outright because a process started
-    in the background by a non-interactive shell inherits it ignored, and Python then never raises
-    KeyboardInterrupt (only the main thread can set a handler).
+    """Turn SIGTERM and SIGINT into a KeyboardInterrupt while launch runs.
+
+    So launch stops its children and cleans up instead of dying on the spot or going on. SIGINT is set
+    outright because a process started in the background by a non-interactive shell inherits it ignored,
+    and Python then never raises KeyboardInterrupt (only the main thread can set a handler).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -160,8 +147,10 @@ def remove_ca_key(certs: Path) -> None:
 
 
 def rounds_done(workspace: Workspace) -> tuple[int, str]:
-    """The last round the aggregator has logged (0 before the first), read from its round log, and the
-    latest evaluation's worst-group and mean risk as the progress bar's note ("" before the first).
+    """The last round the aggregator has logged (0 before the first) and the progress bar's note.
+
+    Both are read from the round log; the note is the latest evaluation's worst-group and mean risk
+    ("" before the first).
     """
     from fedfair.runtime.aggregator.checkpoint import read_round_log
 
@@ -210,7 +199,7 @@ def check_sites(dataset: str, collaborators: int) -> LaunchSplit:
 
 def site_data(dataset: str, collaborators: int) -> dict[str, dict[str, Any]]:
     """Each institution's [data]: part i of `dataset` split as SPLITS says, by site name."""
-    from fedfair.research.workspace import site_names
+    from fedfair.runtime.local.workspace import site_names
 
     split = check_sites(dataset, collaborators)
     return {
@@ -228,16 +217,17 @@ def round_timeout(collaborators: int) -> float:
     return 120.0 + 2.0 * max(collaborators - 5, 0)
 
 
-def run_launch(args: argparse.Namespace) -> int:
+def run_launch(args: argparse.Namespace, baseline: Baseline | None = None) -> int:
+    """Check the split, then `federate` in `--workdir` or a temporary folder that outlives the run only with `--keep`."""
     check_sites(args.dataset, args.collaborators)
     if args.workdir is not None and (Path(args.workdir) / "certs" / "ca.crt").exists():
         raise ConfigError(f"{args.workdir} already holds a launched federation; pass another --workdir")
     with stop_on_signals(), launch_folder(args.workdir, args.keep) as root:
-        return federate(args, root, kept=args.workdir is not None or args.keep)
+        return federate(args, root, kept=args.workdir is not None or args.keep, baseline=baseline)
 
 
-def federate(args: argparse.Namespace, root: Path, *, kept: bool = True) -> int:
-    """Write the workspace under `root`, run the federation, print the fairness report last.
+def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baseline: Baseline | None = None) -> int:
+    """Write the workspace under `root`, run the federation, print the fairness report last (beside `baseline`'s).
 
     The console stays short: one line about the federation, a progress bar (round, ETA, the latest
     worst-group and mean risk), then where the report is (when `kept`) and the comparison table.
@@ -245,7 +235,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True) -> int:
     """
     # Imported here, as workspace.declared_sizes does: the datasets (and pandas) are needed once a run starts.
     from fedfair.datasets import load_dataset
-    from fedfair.research.workspace import make_workspace, site_names
+    from fedfair.runtime.local.workspace import make_workspace, site_names
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
     names = site_names(args.collaborators)
@@ -306,7 +296,11 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True) -> int:
     report = summary.get("evaluation") or {}
     if report.get("status") != "done":
         raise FedfairError("the federation finished without a final evaluation; see the aggregator's log")
-    comparison = None if args.no_fedavg else fedavg_report(load_aggregator_plan(workspace.plan), args.dataset)
+    comparison = (
+        None
+        if baseline is None
+        else (baseline.label, baseline.report(load_aggregator_plan(workspace.plan), args.dataset))
+    )
     print()
     print(f"Federation finished in {time.perf_counter() - started:.0f} s")
     if kept:

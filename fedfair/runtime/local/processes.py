@@ -12,15 +12,19 @@ from typing import TYPE_CHECKING, Protocol
 from fedfair.core.errors import FedfairError
 
 if TYPE_CHECKING:  # the workspace module reads plans (pandas): `fedfair launch --help` need not
-    from fedfair.research.workspace import Workspace
+    from fedfair.runtime.local.workspace import Workspace
 
 
 class LogSink(Protocol):
     """Where children's log lines go: a text stream, or a `runtime.progress.Progress` (which keeps its bar intact)."""
 
-    def write(self, text: str, /) -> int: ...
+    def write(self, text: str, /) -> int:
+        """Write `text` (whole lines), returning how many characters were written."""
+        ...
 
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Push what was written to its destination."""
+        ...
 
 
 STARTUP_SECONDS = 120.0
@@ -28,10 +32,12 @@ STARTUP_SECONDS = 120.0
 
 
 def aggregator_command(workspace: Workspace, *extra: str) -> list[str]:
+    """The command line that starts the workspace's aggregator, with `extra` flags."""
     return [sys.executable, "-m", "fedfair.cli", "aggregator", "start", "--plan", str(workspace.plan), *extra]
 
 
 def collaborator_command(workspace: Workspace, name: str) -> list[str]:
+    """The command line that starts the collaborator `name` of the workspace."""
     return [sys.executable, "-m", "fedfair.cli", "collaborator", "start", "--config", str(workspace.configs[name])]
 
 
@@ -91,6 +97,7 @@ class Child:
             self._ended.set()
 
     def wait(self, timeout: float | None = None) -> int:
+        """Wait for the process to exit and its output to be read; its exit status."""
         code = self.process.wait(timeout=timeout)
         self._reader.join(timeout=5)
         return code
@@ -137,6 +144,7 @@ def start_collaborator(
     sink: LogSink | None = None,
     ended: threading.Event | None = None,
 ) -> Child:
+    """Start the collaborator `name` (it connects to the aggregator by itself, retrying until it listens)."""
     return Child(name, collaborator_command(workspace, name), env=child_environment(env), sink=sink, ended=ended)
 
 

@@ -22,8 +22,9 @@ def free_port() -> int:
 
 
 def toml_text(sections: Mapping[str, Mapping[str, Any]]) -> str:
-    """Tables of strings, numbers, booleans, lists and inline tables as TOML (JSON spells all but the
-    last the same way).
+    """Tables of strings, numbers, booleans, lists and inline tables as TOML.
+
+    JSON spells all but the inline tables the same way.
     """
     lines: list[str] = []
     for section, values in sections.items():
@@ -52,6 +53,7 @@ class Workspace:
 
 
 def site_names(count: int) -> list[str]:
+    """The institutions' names: site-a, site-b, ... up to 26 of them, site-1, site-2, ... beyond."""
     return [f"site-{chr(ord('a') + index)}" if count <= 26 else f"site-{index + 1}" for index in range(count)]
 
 
@@ -128,9 +130,9 @@ def make_workspace(
 
 
 def declared_sizes(sources: Mapping[str, Mapping[str, Any]], seed: int) -> dict[str, int] | None:
-    """Each institution's training rows when every [data] names a partitioned dataset, as the
-    collaborator will split it (its plan's seed and collaborator count); None otherwise.
+    """Each institution's training rows when every [data] names a partitioned dataset; None otherwise.
 
+    The rows are counted as the collaborator will split them (its plan's seed and collaborator count).
     They are what the institutions of a workspace declare in [influence] sizes, so the weights
     are Algorithm 1's b_k and agreed, not claimed.
     """
