@@ -86,6 +86,11 @@ def modules_for(argv: Sequence[str]) -> Sequence[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `fedfair` command line `argv` (default: sys.argv[1:]); return the exit status.
+
+    A :class:`FedfairError` is printed as one ``fedfair: error:`` line on stderr and gives status 2;
+    argparse exits with status 2 itself on a bad command line.
+    """
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(modules_for(words))
     args = parser.parse_args(words)

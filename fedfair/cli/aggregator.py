@@ -71,8 +71,10 @@ class _Flag(Table):
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """Check each plan-overriding flag that was given with the plan's own check for its key, so a
-    bad value is reported against the flag ("--rounds must be an integer >= 1, got -3").
+    """Check each plan-overriding flag that was given with the plan's own check for its key.
+
+    Raises:
+        ConfigError: a bad value, reported against the flag ("--rounds must be an integer >= 1, got -3").
     """
     if args.rounds is not None:
         _Flag("--rounds", "rounds", args.rounds).integer("rounds", low=1)

@@ -95,6 +95,7 @@ class LossRows:
 
 
 def rows_of(client: ClientData, index: np.ndarray | None) -> ClientData:
+    """`client` restricted to the rows at `index`, in that order; `client` itself when `index` is None."""
     if index is None:
         return client
     chosen = torch.from_numpy(index)
@@ -349,6 +350,11 @@ def run_central_cvar(
 
 
 def check_step(value: float, flag: str) -> None:
+    """Refuse a step size that is not a finite positive number.
+
+    Raises:
+        ConfigError: naming the setting and an example of `flag`.
+    """
     if not value > 0.0 or not math.isfinite(value):
         name = flag.removeprefix("--").replace("-", "_")
         raise ConfigError(f"{name} must be a positive number, got {value}; e.g. {flag} 0.1")

@@ -53,6 +53,7 @@ the setting of the issue's acceptance (corrected tau = 10 in 100 rounds against 
 
 
 def label(tau: int, correction: str) -> str:
+    """A run's row label: ``tau=5``, or ``tau=5 corrected`` under any drift correction."""
     return f"tau={tau}" + (" corrected" if correction != "none" else "")
 
 
@@ -67,6 +68,7 @@ class DriftStudy:
     device: str = "cpu"
 
     def runs(self, rho: float, tau: int, correction: str, budget: str) -> list[Run]:
+        """The fedsrcvar runs of one configuration, one per seed of the profile, scored on the test split."""
         p = self.profile
         flags = [
             "--dataset", self.dataset, *self.split, "--model", p.model, "--method", "fedsrcvar",
@@ -82,6 +84,7 @@ class DriftStudy:
         return [Run((*flags, "--seed", str(seed)), "test") for seed in range(p.seeds)]
 
     def configurations(self) -> list[tuple[str, float, int, str]]:
+        """Every (budget, rho, tau, correction) the study runs, in the order of its table."""
         p = self.profile
         return [
             (budget, rho, tau, correction)

@@ -108,6 +108,11 @@ class ChiSquareDROLearner(LocalLearner):
         self.last_eta = math.nan
 
     def objective(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Per-sample terms of the batch's chi-square DRO risk at its eta* (kept in `last_eta`).
+
+        Their mean is the dual's value and their gradient its gradient (the class docstring); when every
+        loss equals eta*, the plain losses.
+        """
         losses = super().objective(features, labels)
         self.last_eta = chi_square_eta(losses, self.rho)
         excess = F.relu(losses - self.last_eta)

@@ -89,6 +89,7 @@ class ExperimentConfig:
             )
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, nested configs included, as plain dicts (for the run's JSON)."""
         return asdict(self)
 
 
@@ -107,9 +108,13 @@ def _dataset_and_splits(config: ExperimentConfig) -> tuple[Dataset, list[ClientS
 
 
 def held_out_columns(config: ExperimentConfig, columns: Sequence[str]) -> dict[str, np.ndarray]:
-    """Each named group column's value for every held-out row, then the row's class name under
-    "label", in the order of the federation's pooled test rows (client by client), so they line
-    up with the losses of `held_out_losses`.
+    """Each named group column's value for every held-out row, and the row's class name under "label".
+
+    Rows are in the order of the federation's pooled test rows (client by client), so they line up with
+    the losses of `held_out_losses`.
+
+    Raises:
+        ConfigError: a column the dataset has no group column of.
     """
     dataset, splits = _dataset_and_splits(config)
     unknown = [column for column in columns if column not in dataset.attributes_test]
@@ -215,8 +220,9 @@ def held_out_losses(config: ExperimentConfig, federation: Federation, theta: tor
 
 
 def final_report(config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None) -> dict[str, Any]:
-    """Training objectives (exact and smoothed), the held-out fairness report at rho, and
-    the uniform classifier's risk ln K (`uniform_risk`) to read the risks against.
+    """Training objectives (exact and smoothed) and the held-out fairness report at rho.
+
+    It includes the uniform classifier's risk ln K (`uniform_risk`) to read the risks against.
     """
     model = _model(config, federation)
     train = evaluate(model, theta, federation.pooled("train"))

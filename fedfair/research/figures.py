@@ -89,8 +89,9 @@ def table(rows: Sequence[Mapping[str, str]], title: str) -> Figure:
 
 
 def composition(rows: Sequence[Mapping[str, str]], column: str, title: str) -> Figure:
-    """Each (group, label) cell's share of the worst group at each rho beside its share of
-    everyone (the paper's composition table as bars; `rows` from the composition CSV).
+    """Each (group, label) cell's share of the worst group at each rho beside its share of everyone.
+
+    The paper's composition table as bars; `rows` come from the composition CSV.
     """
     cells = list(dict.fromkeys((row[column], row["label"]) for row in rows))
     by_rho = _series(rows, "rho")

@@ -207,6 +207,7 @@ def privacy_lines(reports: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def write_json(path: Path | None, payload: dict[str, Any]) -> None:
+    """Write `payload` as indented JSON to `path`, creating its folder; nothing when `path` is None."""
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(payload, indent=2, default=str))

@@ -33,6 +33,8 @@ class NoSettings:
 
 @dataclass(frozen=True)
 class FedAvgSettings:
+    """FedAvg's settings: local passes instead of local steps."""
+
     local_epochs: int | None = None
     """E passes over each collaborator's data per round instead of --local-steps (None: the steps)."""
 
@@ -50,18 +52,24 @@ class ReadsLosses:
 
 @dataclass(frozen=True)
 class AFLSettings(ReadsLosses):
+    """AFL's settings: the ascent on the collaborators' mixture weights."""
+
     mixture_lr: float = 0.01
     """Step size of the ascent on the collaborators' mixture weights."""
 
 
 @dataclass(frozen=True)
 class QFedAvgSettings(ReadsLosses):
+    """q-FedAvg's settings: its fairness exponent q."""
+
     q: float = 1.0
     """The fairness exponent (0 is FedAvg with equal weights)."""
 
 
 @dataclass(frozen=True)
 class FedMinMaxSettings(ReadsLosses):
+    """FedMinMax's settings: the ascent on the group weights, and which groups."""
+
     adversary_lr: float = 0.1
     """Step size of the ascent on the group weights."""
     groups: str | None = None
@@ -70,6 +78,8 @@ class FedMinMaxSettings(ReadsLosses):
 
 @dataclass(frozen=True)
 class BPFSettings:
+    """BPF's settings: the ascent on the per-sample weights."""
+
     adversary_lr: float = 0.1
     """Step size of the ascent on the sample weights."""
 

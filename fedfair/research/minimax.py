@@ -80,6 +80,7 @@ class WeightedLearner(LocalLearner):
         self.sample_weights.copy_(torch.from_numpy(np.asarray(weights, dtype=np.float64)))
 
     def objective(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The batch's per-sample objective times each row's weight; the losses are kept in `recent_losses`."""
         losses = super().objective(features, labels)
         index = self.recorder.last
         if index is None:

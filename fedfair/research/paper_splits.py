@@ -26,6 +26,7 @@ class PaperSplit:
         return ("--partition", self.partition, "--clients", str(self.clients))
 
     def describe(self) -> str:
+        """The split for a table caption: ``by race (3 clients)``."""
         return f"by {self.partition} ({self.clients} clients)"
 
 

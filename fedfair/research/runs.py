@@ -53,11 +53,13 @@ class Run:
     """Group columns to describe the worst group by, with the label, at every rho judged (test runs)."""
 
     def __post_init__(self) -> None:
+        """Refuse (ConfigError) a composition asked of a run not scored on the test rows."""
         if self.composition and self.split != "test":
             raise ConfigError("the worst group's composition is described on the test rows; ask it of test runs")
 
     @property
     def key(self) -> str:
+        """The run's cache key (hex SHA-256): its flags, split, cache version and what else it is asked."""
         described: dict[str, Any] = {"flags": list(self.flags), "split": self.split, "version": CACHE_VERSION}
         # Only what is asked for enters the key, so a run judged at its own rho keeps the key it always had.
         if self.rhos:

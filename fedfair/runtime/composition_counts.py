@@ -106,9 +106,13 @@ def held_out_levels(
 def local_counts(
     columns: Sequence[CompositionColumn], levels: np.ndarray, losses: np.ndarray, threshold: float, minimum: int
 ) -> np.ndarray:
-    """One site's composition counts (the layout of the module doc), each column's suppressed jointly
-    (:func:`joint_suppression`) with ``minimum`` (the schema's ``min_category_count``) before they leave.
-    `levels` is :func:`held_out_levels` of the rows `losses` are of, in the same order.
+    """One site's composition counts (the layout of the module doc), as float64, suppressed before they leave.
+
+    Each column's counts are suppressed jointly (:func:`joint_suppression`) with ``minimum`` (the schema's
+    ``min_category_count``). `levels` is :func:`held_out_levels` of the rows `losses` are of, in the same order.
+
+    Raises:
+        ConfigError: `levels` is not one row per loss and one column per composition column.
     """
     above = above_threshold_weights(losses, threshold).astype(bool)
     if levels.shape != (above.size, len(columns)):
@@ -127,8 +131,9 @@ def local_counts(
 
 
 def joint_suppression(worst: np.ndarray, everyone: np.ndarray, minimum: int) -> np.ndarray:
-    """Which categories of one column a site may send (True), its counts above c (`worst`) and of all
-    rows (`everyone`) withheld together.
+    """Which categories of one column a site may send (True); `worst` and `everyone` are withheld together.
+
+    `worst` counts the category's rows above c, `everyone` all its rows.
 
     The site also sends its totals above c and overall, so the aggregator can subtract: a category's
     rows at or below c are its all-rows count less its count above c, and the withheld categories'

@@ -155,6 +155,7 @@ class RoundParameters:
     (:attr:`SecAggConfig.context`), so no session completes between parties sent different models."""
 
     def to_bytes(self) -> bytes:
+        """Canonical JSON (sorted keys, no spaces; a noise rotation key in hex), as :meth:`from_bytes` reads."""
         document = asdict(self)
         noise = document["encoding"]["noise"]
         if noise is not None and noise["rotation_key"] is not None:
@@ -163,6 +164,11 @@ class RoundParameters:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> RoundParameters:
+        """Parse :meth:`to_bytes`'s JSON.
+
+        Raises:
+            ConfigError: `data` is malformed or misses a field (the aggregator may run another version).
+        """
         try:
             document = json.loads(data)
             return cls(
@@ -189,6 +195,7 @@ class RoundParameters:
         return self.secagg_config(federation_id, stages).graph_seed.hex() if self.secure else ""
 
     def secagg_config(self, federation_id: str, stages: Stages) -> SecAggConfig:
+        """The secure-aggregation session these parameters describe, for `federation_id` and this round's `stages`."""
         return SecAggConfig(
             federation_id=federation_id,
             round=session_round(self.round, stages),

@@ -68,6 +68,10 @@ class Console(logging.Handler):
         self.note = ""
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Write `record`, or advance the progress bar for a routine per-round line unless verbose.
+
+        Never raises: a failure goes to logging's own :meth:`handleError`.
+        """
         try:
             position = getattr(record, ROUND, None)
             if position is not None:
@@ -93,6 +97,7 @@ class Console(logging.Handler):
         self.progress.update(round_number, self.note)
 
     def close(self) -> None:
+        """End the progress bar, if one was drawn, then close the handler."""
         if self.progress is not None:
             self.progress.close()
         super().close()

@@ -32,20 +32,24 @@ class Bounded(Protocol):
     """The settings a manifest bounds (a plan's or the shared settings' learning sections)."""
 
     @property
-    def secure_aggregation(self) -> SecureAggregationSettings: ...
+    def secure_aggregation(self) -> SecureAggregationSettings:
+        """The [secure_aggregation] section, whose max_colluding the manifest bounds."""
 
     @property
-    def quorum(self) -> QuorumSettings: ...
+    def quorum(self) -> QuorumSettings:
+        """The [quorum] section, whose min_collaborators the manifest bounds."""
 
 
 class Shared(Bounded, Protocol):
     """What a collaborator checks of the aggregator's shared settings (fedfair.runtime.plan.aggregator_plan.SharedSettings)."""
 
     @property
-    def federation_id(self) -> str: ...
+    def federation_id(self) -> str:
+        """The federation the settings are for, checked against the manifest's."""
 
     @property
-    def collaborator_count(self) -> int: ...
+    def collaborator_count(self) -> int:
+        """How many collaborators the settings' roster names, checked against the manifest's."""
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -81,6 +85,7 @@ class Manifest:
 
     @property
     def collaborator_names(self) -> frozenset[str]:
+        """The names of every collaborator the manifest lists."""
         return frozenset(pin.name for pin in self.collaborators)
 
     def pin(self, name: str) -> Pin | None:

@@ -190,8 +190,9 @@ class Board:
             self._tasks_changed.notify_all()
 
     def finish(self, binding: pb.Binding, payload: bytes = b"") -> None:
-        """Tell every stream, now and later, that the federation is over, offering `payload`
-        (the final model bundle) to every peer that reads the FINISHED task.
+        """Tell every stream, now and later, that the federation is over.
+
+        Every peer that reads the FINISHED task is offered `payload` (the final model bundle).
         """
         with self._changed:
             self._final_input = payload
@@ -209,6 +210,7 @@ class Board:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called (the server is stopping)."""
         with self._changed:
             return self._closed
 
@@ -285,6 +287,7 @@ class Board:
             self._start_inputs[(binding.round, binding.stage)] = (frozenset(peers), payload)
 
     def model(self, binding: pb.Binding) -> list[pb.ModelPart] | None:
+        """The model parts offered at `binding`'s round and stage, or None when none were set."""
         with self._changed:
             return self._models.get((binding.round, binding.stage))
 
@@ -320,6 +323,7 @@ class Board:
         self.publish(sorted(peers), binding, pb.ACTION_RUN, deadline_seconds=timeout, inputs=per_peer)
 
     def max_upload_bytes(self) -> int:
+        """The open stage's upload limit in bytes; 0 when no stage is open (every upload is refused)."""
         with self._changed:
             return self._stage.max_upload_bytes if self._stage is not None else 0
 

@@ -89,7 +89,8 @@ class SignedMessage(Protocol):
     """A secure-aggregation upload: it names its sender's party id (a claim, checked here)."""
 
     @property
-    def sender(self) -> int: ...
+    def sender(self) -> int:
+        """The party id the message claims to come from."""
 
 
 Message = TypeVar("Message", bound=SignedMessage)
@@ -106,6 +107,13 @@ class SecureUpload(Generic[Message]):
     receive: Callable[[Server, Message], None]
 
     def handler(self, server: Server, config: SecAggConfig) -> UploadHandler:
+        """The stage's upload handler for `server`.
+
+        Raises:
+            RefusedError: reason :attr:`Refusal.INVALID_UPLOAD` when the message names another
+                party than the uploader's certificate (`config.party_id`).
+        """
+
         def absorb(peer: str, payload: bytes) -> None:
             message = self.parse(payload)
             # Identity is the certificate's: a message naming another party is refused outright.
@@ -283,8 +291,9 @@ class SumDriver:
         return uploaded
 
     def laggards(self, round_number: int) -> dict[str, float]:
-        """The peers the last aggregation waited for HELD_UP_SECONDS or more past its stages' median answers,
-        longest first, with the seconds; each named in one log line.
+        """The peers the last aggregation waited on HELD_UP_SECONDS or more past its stages' median answers.
+
+        Returns peer -> seconds held up (rounded to ms), longest first; each is named in one INFO log line.
         """
         late = sorted(((s, peer) for peer, s in self.held_up.items() if s >= HELD_UP_SECONDS), reverse=True)
         for seconds, peer in late:

@@ -100,8 +100,9 @@ def federated_evaluation(
 
 
 def report_noise_std(plan: AggregatorPlan, columns: tuple[CompositionColumn, ...], summands: int) -> float:
-    """The noise on each decoded coordinate of an evaluation summed over `summands` answers under the plan's
-    [privacy] (:mod:`fedfair.runtime.plan.privacy`); 0 for exact reports.
+    """The noise standard deviation on each decoded coordinate of an evaluation summed over `summands` answers.
+
+    Under the plan's [privacy] (:mod:`fedfair.runtime.plan.privacy`); 0.0 for exact reports or no summands.
     """
     if not plan.privacy.noised or summands < 1:
         return 0.0

@@ -50,8 +50,11 @@ class LiveStreams:
 
     @contextmanager
     def hold(self, name: str, context: grpc.ServicerContext) -> Iterator[None]:
-        """Count `context` as a live stream of `name` while the block runs, or raise RefusedError
-        (ALREADY_EXISTS) at once when another connection holds an active stream of `name`.
+        """Count `context` as a live stream of `name` while the block runs.
+
+        Raises:
+            RefusedError: reason :attr:`Refusal.ALREADY_CONNECTED` (gRPC ALREADY_EXISTS) when another
+                connection still holds an active stream of `name` after the grace period.
         """
         peer = context.peer()
         deadline = time.monotonic() + GRACE_SECONDS

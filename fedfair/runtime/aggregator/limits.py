@@ -55,6 +55,7 @@ class PeerLimits:
     downloads: int = 2
 
     def limit(self, kind: Hold) -> int:
+        """How many holds of `kind` one name may have at once."""
         return {Hold.TASK_STREAM: self.task_streams, Hold.UPLOAD: self.uploads, Hold.DOWNLOAD: self.downloads}[kind]
 
     @property

@@ -241,9 +241,10 @@ class RoundLoop:
                 time.sleep(pause)
 
     def federate_statistics(self) -> Checkpoint:
-        """The statistics aggregation of a fresh federation with a [schema] (round 0, see
-        :mod:`fedfair.runtime.preprocessing`): one secure sum of every site's counts and
-        sums gives the encoder all sites share and, from it, the initial model.
+        """Run the statistics aggregation (round 0) of a fresh federation with a [schema].
+
+        One secure sum of every site's counts and sums (:mod:`fedfair.runtime.preprocessing`)
+        gives the encoder all sites share and, from it, the initial model.
 
         Its checkpoint (round 0, with the encoder) is saved at once, so a resumed run serves
         the same encoder. One attempt: it raises StatisticsError, ABORTED (which
@@ -419,8 +420,10 @@ class RoundLoop:
         return record
 
     def evaluate(self, round_number: int) -> dict[str, Any]:
-        """Federated worst / best / mean test risk of the output model (theta-bar, c-bar), from secure sums
-        (and at the final round the worst group's composition, when the plan names columns).
+        """Federated worst / best / mean test risk of the output model (theta-bar, c-bar), from secure sums.
+
+        At the final round it adds the worst group's composition when the plan names columns. Never
+        raises for a failed evaluation: returns ``{"status": "skipped" | "aborted", "reason": ...}``.
         """
         board, state = self.network.board, self.checkpoint.state
         participants = board.connected() - self.excluded.keys()

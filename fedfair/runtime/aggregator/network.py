@@ -37,6 +37,7 @@ class Network:
     ca_certificate: x509.Certificate
 
     def stop(self) -> None:
+        """Wake every waiting stream, then stop the server, waiting up to 2 s for in-flight RPCs."""
         self.board.close()
         self.server.stop(grace=2.0).wait()
 

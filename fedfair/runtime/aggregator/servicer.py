@@ -150,7 +150,10 @@ def _reason(error: Exception) -> str:
 
 
 class Servicer(pb_grpc.FederationServicer):
-    """The Federation service over a Board and a StageGate."""
+    """The Federation service over a Board and a StageGate.
+
+    Every RPC turns what it refuses into a generic gRPC status and one log line (`_refusals`).
+    """
 
     def __init__(
         self,
@@ -235,26 +238,33 @@ class Servicer(pb_grpc.FederationServicer):
     # ------------------------------------------------------------ the RPCs
 
     def GetPlan(self, request: pb.PlanRequest | Undecodable, context: grpc.ServicerContext) -> pb.PlanReply:
+        """The plan's settings and digest; a joining caller may leave the federation id empty."""
         return self._unary("GetPlan", self._plan, request, context)
 
     def WaitForTasks(self, request: pb.TaskRequest | Undecodable, context: grpc.ServicerContext) -> Iterator[pb.Task]:
+        """The caller's tasks as rounds publish them, until it disconnects or the server stops."""
         return self._streaming("WaitForTasks", self._tasks, request, context)
 
     def DownloadModel(
         self, request: pb.FetchRequest | Undecodable, context: grpc.ServicerContext
     ) -> Iterator[pb.ModelPart]:
+        """The model parts offered at the request's binding; refused (NOT_EXPECTED) when none."""
         return self._streaming("DownloadModel", self._model, request, context)
 
     def Fetch(self, request: pb.FetchRequest | Undecodable, context: grpc.ServicerContext) -> Iterator[pb.Part]:
+        """The caller's input for the open stage or the final bundle, in chunks of `chunk_bytes`."""
         return self._streaming("Fetch", self._fetch, request, context)
 
     def Submit(self, request_iterator: Iterator[pb.Part | Undecodable], context: grpc.ServicerContext) -> pb.Receipt:
+        """Take one chunked upload for the open stage; the receipt carries its size and SHA-256."""
         return self._unary("Submit", self._submit, request_iterator, context)
 
     def Send(self, request: pb.Part | Undecodable, context: grpc.ServicerContext) -> pb.Receipt:
+        """Take a one-part upload: the same gate, limits and delivery as a Submit of that part."""
         return self._unary("Send", self._send, request, context)
 
     def Report(self, request: pb.StatusReport | Undecodable, context: grpc.ServicerContext) -> pb.Receipt:
+        """Log and record a collaborator's status (privacy spent), rate-limited per caller."""
         return self._unary("Report", self._report, request, context)
 
     # ------------------------------------------------------------ what the operator sees
@@ -365,9 +375,10 @@ class Servicer(pb_grpc.FederationServicer):
 
 
 def add_to_server(servicer: Servicer, server: grpc.Server) -> None:
-    """Register the Federation service, like protoc's ``add_FederationServicer_to_server``,
-    but with request parsers that never raise (a malformed message reaches the servicer's
-    refusal path as :class:`Undecodable`, not gRPC's traceback).
+    """Register the Federation service on `server`, like protoc's ``add_FederationServicer_to_server``.
+
+    Its request parsers never raise: a malformed message reaches the servicer's refusal path
+    as :class:`Undecodable`, not gRPC's traceback.
     """
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         "GetPlan": grpc.unary_unary_rpc_method_handler(

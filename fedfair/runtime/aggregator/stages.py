@@ -104,8 +104,10 @@ class StageTiming:
         return {peer: wait for peer, wait in waits.items() if wait > 0}
 
     def past_grace(self, stage: str, expected: Iterable[str]) -> str | None:
-        """Why the closed stage `stage` went on without some of `expected`, if its grace ended it (not its timeout,
-        nor every answer in): the late peers, named; None otherwise.
+        """Why the closed stage `stage` went on without some of `expected`, if its grace ended it.
+
+        Returns a line naming the late peers, or None when every peer answered or the timeout (not the grace)
+        ended the stage.
         """
         late = sorted(set(expected) - self.answers.keys())
         median = self.median()
@@ -141,6 +143,7 @@ class OpenStage:
 
     @property
     def deadline(self) -> float:
+        """When the stage closes, on the board's clock: the earlier of its timeout and its grace deadline."""
         return min(self.timeout_at, self.timing.grace_deadline())
 
 

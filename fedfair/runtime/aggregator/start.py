@@ -64,8 +64,9 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
 
 
 def serve_again(plan: AggregatorPlan, old: Network, address: str | None, events: EventLog) -> Network:
-    """Stop `old` and serve `plan` anew on the same port, with a fresh board and gate (as a restarted
-    process would, without leaving the process); collaborators reconnect on their own.
+    """Stop `old` and serve `plan` anew on the same port, with a fresh board and gate.
+
+    As a restarted process would, without leaving the process; collaborators reconnect on their own.
     """
     old.stop()
     host = (address or plan.aggregator.address).rpartition(":")[0]

@@ -45,8 +45,16 @@ class Charges:
         return self.shared.privacy.budget if own is None else min(self.shared.privacy.budget, own)
 
     def training(self, round_number: int, model: str, dimension: int) -> None:
-        """Charge one distributed DP-SGD round on `model` (its update `dimension` values long) to the ledger,
-        before its noised words are kept and sent; PrivacyBudgetError, charging nothing, past the budget.
+        """Charge one distributed DP-SGD round on `model` to the ledger, before its noised words are kept and sent.
+
+        Args:
+            round_number: the round being charged.
+            model: the model the round trains.
+            dimension: how many values the update holds.
+
+        Raises:
+            PrivacyBudgetError: reason :attr:`BudgetReason.ANSWER_REFUSED` when the round would pass the
+                budget (:meth:`InputRecord.charge`); nothing is charged.
         """
         privacy = self.shared.privacy
         noise, _ = self.shared.training_noise(self.shared.collaborator_count, dimension)

@@ -119,31 +119,38 @@ class Collaborator(TaskStream):
 
     @property
     def joined(self) -> Joined:
+        """The fetched and checked plan; only asked once :meth:`_setup` ran."""
         assert self._joined is not None, "the plan is fetched (_setup) before this is asked"
         return self._joined
 
     @property
     def shared(self) -> SharedSettings:
+        """The federation's shared settings, from the joined plan."""
         return self.joined.shared
 
     @property
     def plan_digest(self) -> str:
+        """The digest of the plan this collaborator joined under (hex SHA-256)."""
         return self.joined.plan_digest
 
     @property
     def participant(self) -> Participant:
+        """This collaborator's secure-aggregation identity: the round job's once built, else the join's."""
         return self._round.participant if self._round is not None else self.joined.participant
 
     @property
     def trainer(self) -> RoundTrainer | None:
+        """The round trainer, or None before the data is prepared."""
         return None if self._round is None else self._round.trainer
 
     @property
     def learner(self) -> LocalLearner | None:
+        """The local learner of fedfair, or None before the data is prepared."""
         return None if self._round is None else self._round.learner
 
     @property
     def parameters(self) -> int:
+        """How many model parameters this institution trains; 0 before the data is prepared."""
         return 0 if self._round is None else self._round.parameters
 
     @property
@@ -171,8 +178,12 @@ class Collaborator(TaskStream):
             self._prepare(load_local_data(self.config, self.shared, table), self.shared)
 
     def _plan_change(self, reply: pb.PlanReply) -> FailureError | None:
-        """Why this joined collaborator does not take the plan in `reply` (``plan-changed``: it is not the
-        plan it joined under), or None if it is; the message names the fields unlike the pinned plan.
+        """Why this joined collaborator does not take the plan in `reply`, or None if it is the plan it joined.
+
+        Returns a ``plan-changed`` PermanentFailureError whose message names the fields unlike the pinned plan.
+
+        Raises:
+            PermanentFailureError: ``plan-mismatch`` when the served settings are not a JSON object.
         """
         if reply.plan_digest == self.plan_digest:
             return None
@@ -195,8 +206,12 @@ class Collaborator(TaskStream):
         return PermanentFailureError(PLAN_CHANGED, served=settings_digest(served), changes=changes)
 
     def _encode_with(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
-        """Take the federation's encoder (the TRAIN stage's input under a [schema]), encode this
-        institution's table with it and build the learner for the model it implies.
+        """Encode this institution's table with the federation's encoder and build the learner it implies.
+
+        The encoder is the TRAIN stage's input under a [schema].
+
+        Raises:
+            WireError: the task carries no input.
         """
         if task.input_size <= 0:
             raise WireError("the TRAIN stage carries no encoder although the plan has a [schema]")
@@ -207,8 +222,11 @@ class Collaborator(TaskStream):
         self._use(prepare(self.config, data, shared, self.device, self.trainer_factory))
 
     def _use(self, prepared: Prepared) -> None:
-        """Build the round job around a prepared trainer (kept for the whole process), once its privacy
-        accountant (if any) is known to go with this institution's record.
+        """Build the round job around a prepared trainer, kept for the whole process.
+
+        Raises:
+            PermanentFailureError: ``local-privacy`` (or the record's own failure) when the trainer's privacy
+                accountant does not go with this institution's record.
         """
         joined = self.joined
         if self.config.privacy.enabled:
@@ -239,8 +257,9 @@ class Collaborator(TaskStream):
         return self.shared.schema is not None and binding.round == STATISTICS_ROUND
 
     def _ensure_encoded(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
-        """Under a [schema], encode this institution's table with the federation's encoder, which the
-        first start stage (TRAIN or EVALUATE) this process sees carries; a no-op once encoded.
+        """Under a [schema], encode this institution's table with the federation's encoder; a no-op once encoded.
+
+        The first start stage (TRAIN or EVALUATE) this process sees carries the encoder.
         """
         if self._round is None:
             self._encode_with(stub, task)

@@ -258,10 +258,14 @@ class InputRecord:
         budget: float,
         addon: float = 0.0,
     ) -> float:
-        """Charge one fresh input's `release` (one step) to the ledger and persist it, before the input is kept
-        and sent; returns the epsilon spent with it (at `delta`, less every entry's `addon` for rounding and
-        wraps). Raises PrivacyBudgetError (ANSWER_REFUSED), charging nothing, if the composed epsilon would pass `budget`, naming what
-        was spent on what.
+        """Charge one fresh input's `release` (one step) to the ledger and persist it, before it is kept and sent.
+
+        Returns:
+            The epsilon spent so far with it, at `delta` (less every entry's `addon` for rounding and wraps).
+
+        Raises:
+            PrivacyBudgetError: reason :attr:`BudgetReason.ANSWER_REFUSED`, charging nothing, when the composed
+                epsilon would pass `budget`; the message names what was spent on what.
         """
         entry: dict[str, object] = {
             "kind": kind,

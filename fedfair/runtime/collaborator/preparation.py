@@ -85,9 +85,13 @@ def join(
     table: LocalTable,
     reset_state: bool = False,
 ) -> Joined:
-    """Fetch the plan and check it (and, under a [schema], this institution's table against it), and load
-    this institution's record of that federation (`reset_state`: the operator accepts that a lost record
-    starts again); raises PermanentFailureError with the fix.
+    """Fetch and check the plan, and load this institution's record of that federation.
+
+    Under a [schema] it also checks this institution's table against the plan. `reset_state`: the
+    operator accepts that a lost record starts again.
+
+    Raises:
+        PermanentFailureError: the plan or record does not fit; its failure class names the fix.
     """
     # Joined without naming the federation, so that another federation's aggregator answers with
     # its id (compared below, named in the message) rather than a generic refusal of the binding.
@@ -145,9 +149,14 @@ def join(
 
 
 def encode_table(config: CollaboratorConfig, joined: Joined, payload: bytes) -> tuple[LocalData, SharedSettings]:
-    """Encode this institution's table with the federation's encoder (`payload`, the first start stage's
-    input under a [schema]): its data (with its held-out rows' levels in the plan's composition columns)
-    and the plan's settings with the model that encoder implies.
+    """Encode this institution's table with the federation's encoder (`payload`).
+
+    `payload` is the first start stage's input under a [schema]. Returns the encoded data (with its
+    held-out rows' levels in the plan's composition columns) and the plan's settings with the model
+    that encoder implies.
+
+    Raises:
+        WireError: `payload` is not an encoder for the plan's schema.
     """
     schema = joined.shared.schema
     assert schema is not None and joined.schema_table is not None

@@ -32,8 +32,9 @@ def kept_path(config: CollaboratorConfig, federation_id: str, suffix: str) -> Pa
 
 
 def receive_bundle(name: str, path: Path, fetch: Callable[[], bytes]) -> Mapping[str, Any] | None:
-    """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path`, checked as
-    `fedfair predict` would load it (plain tensors and JSON only).
+    """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path`.
+
+    It is checked as `fedfair predict` would load it (plain tensors and JSON only).
 
     Returns:
         The bundle's provenance (rounds run, applied rounds each institution contributed to), or None

@@ -80,6 +80,7 @@ class RetryPolicy:
     attempts: int | None = None
 
     def delay(self, attempt: int, rng: random.Random) -> float:
+        """Seconds to wait before retry `attempt`: :meth:`delay_bound` jittered down by up to half."""
         return rng.uniform(0.5, 1.0) * self.delay_bound(attempt)
 
     def delay_bound(self, attempt: int) -> float:
@@ -99,6 +100,7 @@ class Target:
     aggregator_name: str | None
 
     def host_and_port(self) -> tuple[str, int]:
+        """The address split for a socket: the host without IPv6 brackets, and the port as an int."""
         host, _, port = self.address.rpartition(":")
         return host.strip("[]"), int(port)
 
@@ -205,9 +207,11 @@ class Backoff:
         return failure
 
     def retry(self, attempt: int, since: float, failure: FailureError, what: str) -> None:
-        """Wait before retry number `attempt` of an outage that began at `since` (time.monotonic()),
-        or, once the outage has outlasted the policy, raise: a refusal that waits (a class with
-        ``waits``) as itself, an unreachable aggregator as a FailureError of :data:`GAVE_UP`.
+        """Wait before retry number `attempt` of an outage that began at `since` (time.monotonic()).
+
+        Raises:
+            FailureError: once the outage has outlasted the policy: `failure` itself when its class
+                ``waits``, else one of :data:`GAVE_UP`.
         """
         policy = self.policy
         elapsed = time.monotonic() - since
@@ -238,8 +242,12 @@ class Backoff:
         self.stop.wait(delay)
 
     def call(self, what: str, call: Callable[[], _T], refuse: Callable[[_T], FailureError | None] | None = None) -> _T:
-        """`call()`, retried with back-off while the failure is transient, or while `refuse(result)`
-        returns a failure of a class that ``waits`` (raised once the wait outlasts the policy).
+        """Return `call()`, retried with back-off while its failure is transient.
+
+        It is also retried while `refuse(result)` returns a failure of a class that ``waits``.
+
+        Raises:
+            FailureError: a permanent failure at once, or (see :meth:`retry`) once the wait outlasts the policy.
         """
         attempt, since = 0, time.monotonic()
         while True:

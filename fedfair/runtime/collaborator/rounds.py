@@ -141,20 +141,25 @@ class RoundJob:
 
     @property
     def trainer(self) -> RoundTrainer:
+        """The prepared round trainer, kept for the whole process."""
         return self.prepared.trainer
 
     @property
     def learner(self) -> LocalLearner | None:
+        """The local learner of fedfair, or None for a trainer that brings its own."""
         return self.prepared.learner
 
     @property
     def parameters(self) -> int:
+        """How many model parameters the trainer trains (the update's length before encoding)."""
         return self.prepared.parameters
 
     def view_of(self, round_number: int, kind: str, model: str) -> SignedView:
-        """The survivor set an input of this kind and model is bound to, in every session and round, across
-        restarts (:mod:`fedfair.runtime.collaborator.input_record`), with its kept bits if it was answered;
-        RefusedError (INPUT_BOUND) for an input the record refuses.
+        """The survivor set an input of this kind and model is bound to, in every session and round.
+
+        It holds across restarts (:mod:`fedfair.runtime.collaborator.input_record`), with the kept bits if
+        the input was answered. Raises RefusedError, reason :attr:`Refusal.INPUT_BOUND`, for an input the
+        record refuses.
         """
         return self.record.view(round_number, kind, model)
 
@@ -374,8 +379,9 @@ class RoundJob:
         return StartJob(job, model)
 
     def evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
-        """This institution's answers to the evaluation's threshold queries on its held-out losses
-        (the thresholds are its own copy of the plan's, so the aggregator cannot choose them).
+        """This institution's answers to the evaluation's threshold queries on its held-out losses.
+
+        The thresholds are its own copy of the plan's, so the aggregator cannot choose them.
         """
         data, model = self.prepared.data, self.prepared.evaluation_model
         assert data is not None and model is not None  # a Prepared without them evaluates elsewhere
@@ -383,15 +389,13 @@ class RoundJob:
         return sums.local_answers(result.losses, 1.0 - result.correct, self.shared.evaluation.thresholds())
 
     def composition_counts(self, theta: torch.Tensor, columns: Sequence[CompositionColumn]) -> np.ndarray:
-        """This institution's counts, per category of `columns` (its own plan's), of its held-out rows whose
-        loss is above c and of all of them, suppressed jointly by the schema's small-cell rule
-        (:func:`fedfair.runtime.composition_counts.local_counts`). c is this institution's own average of the
-        training rounds' thresholds (:meth:`InputRecord.composition_threshold`), never one the aggregator
-        names for the query, so two queries cannot differ by the rows between two thresholds.
+        """This institution's counts, per category of `columns`, of its held-out rows with loss above c, and of all.
 
-        The held-out losses are computed again rather than shared with :meth:`evaluation_answers`,
-        whose seam (`Collaborator._evaluation_answers`) takes theta alone: one more pass over the
-        held-out rows, at the final evaluation only.
+        Suppressed jointly by the schema's small-cell rule (:func:`fedfair.runtime.composition_counts.local_counts`).
+        c is this institution's own average of the training rounds' thresholds
+        (:meth:`InputRecord.composition_threshold`), never one the aggregator names for the query, so two
+        queries cannot differ by the rows between two thresholds. The held-out losses are computed again
+        (one more pass at the final evaluation) because the seam `Collaborator._evaluation_answers` takes theta alone.
         """
         data, model, schema = self.prepared.data, self.prepared.evaluation_model, self.shared.schema
         # Composition columns need a [schema] (settings), whose encoding kept the held-out levels.

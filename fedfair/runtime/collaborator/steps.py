@@ -48,8 +48,9 @@ from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, Survi
 
 @dataclass(frozen=True)
 class StartJob:
-    """A start stage's job (train or evaluate, then encode) and the digest of the model it answers, which
-    is known from the download before the job runs, so the key stages can bind the session to it.
+    """A start stage's job (train or evaluate, then encode) and the digest of the model it answers.
+
+    The digest is known from the download before the job runs, so the key stages can bind the session to it.
     """
 
     run: Callable[[], Work]
@@ -163,9 +164,12 @@ class Participant:
         )
 
     def check_parameters(self, work: Work, inputs: bytes) -> RoundParameters:
-        """The round's parameters, refused unless they are what this collaborator's plan implies
-        and, with a manifest, unless every party of the roster is one the manifest lists and
-        the roster is at least its minimum round size (a Sybil roster is refused).
+        """The round's parameters, once checked against what this collaborator's plan implies.
+
+        Raises:
+            RefusedError: reason :attr:`Refusal.WITHDRAWN` when a parameter differs from the plan, or (with a
+                manifest) the roster names a party the manifest does not list or is below its minimum round
+                size (a Sybil roster).
         """
         parameters = RoundParameters.from_bytes(inputs)
         kind, dimension, encoding = self.expected(work)
@@ -203,6 +207,11 @@ class Participant:
 
 
 def advertise(me: Participant, work: Work, inputs: bytes) -> bytes:
+    """Check the round's parameters (`inputs`) and start this round's client; return its key advertisement.
+
+    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when the parameters differ from the plan
+    (:meth:`Participant.check_parameters`).
+    """
     parameters = me.check_parameters(work, inputs)
     config = parameters.secagg_config(me.shared.federation_id, work.stages)
     work.client = Client(config, me.name, me.identity_key, me.credential, me.verify)
@@ -210,18 +219,31 @@ def advertise(me: Participant, work: Work, inputs: bytes) -> bytes:
 
 
 def share(me: Participant, work: Work, inputs: bytes) -> bytes:
+    """The encrypted key shares for the advertised peers (`inputs`, the key directory).
+
+    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no keys were advertised this round.
+    """
     if work.client is None:
         raise RefusedError(Refusal.WITHDRAWN, "no keys were advertised this round")
     return work.client.share_keys(KeyDirectory.from_bytes(inputs)).to_bytes()
 
 
 def check(me: Participant, work: Work, inputs: bytes) -> bytes:
+    """This party's signed check of the shares it received (`inputs`, its share bundle).
+
+    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no keys were shared this round.
+    """
     if work.client is None:
         raise RefusedError(Refusal.WITHDRAWN, "no keys were shared this round")
     return work.client.check_shares(ShareBundle.from_bytes(inputs)).to_bytes()
 
 
 def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
+    """The masked, encoded update for the masking set in `inputs`.
+
+    Without secure aggregation: the plain update (little-endian float64 values, then the weight) once the
+    parameters check. Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no shares were checked this round.
+    """
     assert work.vector is not None  # the process withdraws before any step when it has nothing
     if not me.shared.secure_aggregation.enabled:
         me.check_parameters(work, inputs)
@@ -235,6 +257,11 @@ def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
 
 
 def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
+    """This party's signature of the survivor set in `inputs`, bound on disk before it leaves.
+
+    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when fewer survivors than the floor remain, or this input was
+    already signed for with other survivors (two sums could then be subtracted).
+    """
     if work.client is None:
         raise RefusedError(Refusal.WITHDRAWN, "no masked input was sent this round")
     survivor_set = SurvivorSet.from_bytes(inputs)
@@ -260,6 +287,10 @@ def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
 
 
 def unmask(me: Participant, work: Work, inputs: bytes) -> bytes:
+    """The shares this party reveals for the unmask request in `inputs`.
+
+    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no masked input was sent this round.
+    """
     if work.client is None:
         raise RefusedError(Refusal.WITHDRAWN, "no masked input was sent this round")
     return work.client.unmask(UnmaskRequest.from_bytes(inputs)).to_bytes()

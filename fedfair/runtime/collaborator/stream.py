@@ -56,14 +56,17 @@ class TaskStream:
 
     @property
     def shared(self) -> SharedSettings:
+        """The federation's shared settings (the subclass supplies them once joined)."""
         raise NotImplementedError
 
     @property
     def plan_digest(self) -> str:
+        """The digest of the plan this collaborator joined under (the subclass supplies it)."""
         raise NotImplementedError
 
     @property
     def participant(self) -> Participant:
+        """This collaborator's secure-aggregation identity (the subclass supplies it)."""
         raise NotImplementedError
 
     def _setup(self, stub: pb_grpc.FederationStub) -> None:
@@ -114,8 +117,9 @@ class TaskStream:
         return self._follow()
 
     def _await_plan(self) -> None:
-        """Once joined, wait until the aggregator serves the plan this collaborator joined under again
-        (:meth:`_plan_change`): one line per attempt, with back-off, for up to [retry] max_wait_seconds
+        """Once joined, wait until the aggregator serves again the plan this collaborator joined under.
+
+        It checks with :meth:`_plan_change`: one line per attempt, with back-off, for up to [retry] max_wait_seconds
         (the operator may go back to the old plan), then stop with ``plan-changed``. No task stream is
         held meanwhile, so the aggregator does not count this collaborator in a round it would refuse.
         (Before joining, a plan unlike the pinned one is refused at once as ``plan-mismatch``.)
@@ -140,8 +144,9 @@ class TaskStream:
             channel.close()
 
     def _follow(self) -> int:
-        """Follow the task stream to FINISHED under the idle watchdog (:mod:`.watchdog`), reconnecting after
-        a lost aggregator on this collaborator's back-off policy until an outage outlasts its bound.
+        """Follow the task stream to FINISHED under the idle watchdog (:mod:`.watchdog`); return the exit status.
+
+        It reconnects after a lost aggregator on this collaborator's back-off policy until an outage outlasts its bound.
         """
         with self._watchdog.watching():
             return self._follow_watched()
@@ -279,8 +284,9 @@ class TaskStream:
         return True
 
     def _start(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
-        """Download the round's model now, then compute the contribution (train or evaluate, then
-        encode) as a job beside the task stream, so that the key stages, which need none of it, run
+        """Download the round's model now, then compute the contribution as a job beside the task stream.
+
+        The job trains or evaluates, then encodes; the key stages, which need none of it, run
         while it does: with real training their round trips, agreements and signatures hide behind it.
         The download stays on the task's own path: a failure there is the task's, and it does not
         compete with the key stages for the network and the aggregator.

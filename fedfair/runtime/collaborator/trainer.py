@@ -122,8 +122,12 @@ class SchemaTable:
 
 
 def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table: LocalTable) -> SchemaTable:
-    """Check the table against the plan's [schema] (a permanent `data-mismatch` naming the column and
-    the fix) and split it, within each group when [data] group is set, with the plan's seed.
+    """Check the table against the plan's [schema] and split it with the plan's seed.
+
+    The split is within each group when [data] group is set.
+
+    Raises:
+        PermanentFailureError: ``data-mismatch``, naming the column and the fix.
     """
     schema = shared.schema
     source = config.data
@@ -173,8 +177,9 @@ def check_pinned_table(config: CollaboratorConfig, table: LocalTable) -> None:
 def encoded_data(
     config: CollaboratorConfig, table: SchemaTable, encoder: Encoder, composition: Sequence[CompositionColumn] = ()
 ) -> LocalData:
-    """The checked table encoded with the federation's encoder (the same statistics at every site), with
-    its held-out rows' levels in the plan's `composition` columns when it names any.
+    """The checked table encoded with the federation's encoder (the same statistics at every site).
+
+    The held-out rows keep their levels in the plan's `composition` columns when it names any.
     """
     parts = []
     for split, rows in (("train", table.train), ("test", table.test)):

@@ -47,8 +47,9 @@ from fedfair.core.tables import (
 
 @dataclass(frozen=True)
 class AggregatorSettings:
-    """Where the aggregator listens and keeps its files (paths resolved against the plan), and the
-    federation manifest it checks the plan against, if any (:mod:`fedfair.runtime.manifest`).
+    """Where the aggregator listens and keeps its files (paths resolved against the plan).
+
+    It also names the federation manifest it checks the plan against, if any (:mod:`fedfair.runtime.manifest`).
     """
 
     address: str

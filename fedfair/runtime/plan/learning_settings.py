@@ -136,8 +136,9 @@ class SecureAggregationSettings:
         )
 
     def mask_neighbours(self, collaborators: int) -> int | None:
-        """The masking graph's degree for a plan of ``collaborators``, as the secure-aggregation
-        library takes it (None: the complete graph).
+        """The masking graph's degree for a plan of ``collaborators``, as the secure-aggregation library takes it.
+
+        None means the complete graph.
         """
         if self.neighbours is None:
             return default_degree(collaborators, self.max_colluding)

@@ -31,8 +31,9 @@ from fedfair.core.tables import read_toml
 def pin_plan(
     plan_path: Path, manifest_path: Path, out: Path, *, federation_id: str | None = None
 ) -> tuple[str, list[str] | None]:
-    """Write to ``out`` the manifest at ``manifest_path`` with the plan at ``plan_path`` pinned (under
-    ``federation_id`` instead of the manifest's, when given: a new federation of the same roster).
+    """Write to ``out`` the manifest at ``manifest_path`` with the plan at ``plan_path`` pinned.
+
+    Under ``federation_id`` instead of the manifest's, when given: a new federation of the same roster.
 
     The plan is read without holding it to the manifest it names (it is the edit being
     pinned) and then checked against the new manifest like any plan. Returns the new

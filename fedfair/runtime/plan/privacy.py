@@ -191,9 +191,11 @@ def training_noise(
     settings: PlanPrivacy, local: LocalConfig, objective: ObjectiveConfig, rounds: int, rate: float, dimension: int,
     floor: int, colluders: int,
 ) -> tuple[distributed.TrainingNoise, float]:
-    """The calibrated noise of the plan's distributed DP-SGD rounds for updates of `dimension` values, and each
-    party's Skellam share of it: the honest parties of a `floor`-party survivor set (`colluders` of them may
-    collude) carry it all. Cached: the calibration bisects over RDP curves, and every round asks the same.
+    """The calibrated noise of the plan's distributed DP-SGD rounds for updates of `dimension` values.
+
+    Also returns each party's Skellam share of it: the honest parties of a `floor`-party survivor set
+    (`colluders` of them may collude) carry it all. Cached: the calibration bisects over RDP curves,
+    and every round asks the same.
     """
     privacy = training_privacy(settings, rate)
     threshold_norm = threshold_clip(privacy, objective.epsilon, objective.rho)

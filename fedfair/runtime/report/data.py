@@ -196,8 +196,9 @@ def contribution_matrix(run: Run, names: Sequence[str]) -> list[tuple[Mapping[st
 
 
 def epsilon_series(run: Run) -> dict[str, tuple[list[int], list[float]]]:
-    """Each site's cumulative epsilon by round, from the ``round`` events (a site that never shared
-    its epsilon has none); a round re-run after a restart keeps its later event.
+    """Each site's cumulative epsilon by round, from the ``round`` events: site -> (rounds, epsilons).
+
+    A site that never shared its epsilon has none; a round re-run after a restart keeps its later event.
     """
     by_round: dict[int, Mapping[str, Any]] = {}
     for event in run.events:

@@ -29,8 +29,9 @@ UNIFORM_LABEL = "uniform classifier (ln K)"
 def risks(
     rounds: Sequence[int], worst: Sequence[float], mean: Sequence[float], uniform: float | None
 ) -> Figure:
-    """Held-out worst-group and mean risk at each evaluated round, with the uniform classifier's
-    risk ln K as the reference line when it is known (`uniform` None: no line).
+    """Held-out worst-group and mean risk at each evaluated round.
+
+    The uniform classifier's risk ln K is the reference line when it is known (`uniform` None: no line).
     """
     figure = Figure(figsize=(WIDTH, 3.4), layout="constrained")
     axis = figure.subplots()

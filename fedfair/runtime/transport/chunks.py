@@ -60,6 +60,7 @@ class Reassembler:
 
     @property
     def done(self) -> bool:
+        """Whether every chunk the first one announced has been added."""
         return self._next > 0 and self._next == self._count
 
     def add(self, chunk: pb.Chunk) -> None:

@@ -59,7 +59,7 @@ def make_binding(federation_id: str, round_number: int, stage: pb.Stage) -> pb.B
 
 
 def describe_binding(binding: pb.Binding) -> str:
-    """For logs: 'round 3 STAGE_MASKED_INPUT'. (Never includes a peer's name.)"""
+    """For logs: 'round 3 STAGE_MASKED_INPUT' (never a peer's name)."""
     try:
         stage = pb.Stage.Name(binding.stage)
     except ValueError:
@@ -135,8 +135,11 @@ class StageGate:
             return frozenset(self._expected.submitted)
 
     def admit(self, binding: pb.Binding, peer: str) -> None:
-        """Admit one upload by ``peer`` (a name from its certificate) or raise RefusedError
-        (LATE when the stage it names closed while still awaiting ``peer``, else NOT_EXPECTED).
+        """Admit one upload by ``peer`` (a name from its certificate).
+
+        Raises:
+            RefusedError: :attr:`Refusal.LATE` when the stage it names closed while still awaiting ``peer``,
+                else :attr:`Refusal.NOT_EXPECTED`.
 
         The peer's slot for this stage is taken at once, so a concurrent or later
         duplicate is refused; :meth:`release` gives it back if the upload then fails.
