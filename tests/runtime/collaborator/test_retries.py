@@ -190,7 +190,9 @@ def test_an_aggregator_that_is_starting_costs_the_console_one_line(tmp_path: Pat
     console.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     log.addHandler(console)
     # Another test in this worker may have configured logging: this logger must pass INFO to the console.
-    level, disabled, log.level, log.disabled = log.level, log.disabled, logging.INFO, False
+    # setLevel, not `.level =`: only setLevel clears the cache of isEnabledFor's earlier answers.
+    level, disabled, log.disabled = log.level, log.disabled, False
+    log.setLevel(logging.INFO)
     stop = threading.Event()
     stop.set()  # no delay is waited out
     target = Target("127.0.0.1:1", TlsFiles(tmp_path / "ca", tmp_path / "crt", tmp_path / "key"), None)
@@ -201,7 +203,8 @@ def test_an_aggregator_that_is_starting_costs_the_console_one_line(tmp_path: Pat
         backoff.wait(4, "aggregator-unreachable: still not up", quiet=False)
     finally:
         log.removeHandler(console)
-        log.level, log.disabled = level, disabled
+        log.setLevel(level)
+        log.disabled = disabled
     lines = stream.getvalue().splitlines()
     quiet = [line for line in lines if line.startswith("INFO ")]
     assert len(quiet) == (4 if verbose else 1) and "retry 1 in" in quiet[0]
