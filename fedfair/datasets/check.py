@@ -48,6 +48,7 @@ class TableCheck:
     """Whether the schema came from a manifest (an edit then needs a new pin) or from a plan not yet pinned."""
 
     def render(self) -> str:
+        """The check as the operator reads it: that the table fits, or each problem and its fix."""
         lines = []
         if not self.problems:
             fits = f"{self.source} fits the plan's [schema]: {self.rows:,} rows, every column and value accepted"
@@ -105,8 +106,9 @@ def schema_from_file(path: Path) -> Schema:
 
 
 def check_against(schema: Schema, table: pd.DataFrame, source: str, *, pinned: bool = True) -> TableCheck:
-    """Every problem of ``table`` under ``schema``, the schema edits that would accept it, and what the
-    model will not use (columns outside the schema) or should not (ID-like feature columns).
+    """Every problem of ``table`` under ``schema``, with the schema edits that would accept it.
+
+    Also what the model will not use (columns outside the schema) or should not (ID-like feature columns).
     """
     dialect = table.attrs.get("dialect")
     read_as = dialect.describe() if isinstance(dialect, Dialect) and dialect != Dialect() else ""
@@ -182,9 +184,10 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
 
 
 def _unlisted(values: np.ndarray, listed: tuple[str, ...] | None) -> list[str]:
-    """The distinct non-missing values (text, as the checks read them) not in ``listed``, most frequent
-    first, leaving out those that are misspellings of a listed value (:func:`near_match`): their fix is
-    the cell, never a near-duplicate class or category.
+    """The distinct non-missing values (as text) not in ``listed``, most frequent first.
+
+    Misspellings of a listed value (:func:`near_match`) are left out: their fix is the cell, never a
+    near-duplicate class or category.
     """
     known = set(listed or ())
     counts = pd.Series(values, dtype=object).dropna().value_counts()

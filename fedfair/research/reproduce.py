@@ -175,6 +175,7 @@ class Study:
         return tuple(sorted(set(self.profile.rhos) | {TABLE_RHO}))
 
     def base(self, method: str, rho: float, seed: int) -> list[str]:
+        """The experiment flags every run of `method` at `rho` and `seed` shares (a rho-free method trains once)."""
         p = self.profile
         # A method without rho trains the same model whatever rho is: one run, judged at every rho.
         trained_at = TABLE_RHO if METHODS[method].rho_free else rho
@@ -207,6 +208,7 @@ class Study:
         return tuple(rho for rho in self.rhos if rho != TABLE_RHO) if METHODS[method].rho_free else ()
 
     def selection_runs(self, method: str, rho: float) -> list[Run]:
+        """One validation run (seed 0) per grid point of `method` at `rho`, judged at every rho it serves."""
         rhos = self.judged_at(method)
         return [
             Run((*self.base(method, rho, 0), *point.flags(method, rho)), "validation", rhos)
@@ -214,6 +216,7 @@ class Study:
         ]
 
     def test_runs(self, method: str, rho: float, point: Point, composition: tuple[str, ...] = ()) -> list[Run]:
+        """The test runs of the chosen `point`: one per seed of the profile."""
         flags, rhos = point.flags(method, rho), self.judged_at(method)
         return [
             Run((*self.base(method, rho, seed), *flags), "test", rhos, composition) for seed in range(self.profile.seeds)
@@ -266,9 +269,11 @@ class Point:
 
     @property
     def server_momentum(self) -> float:
+        """The point's server momentum, FedSRCVaR's default when the grid leaves it unset."""
         return DEFAULT_SERVER_MOMENTUM if self.momentum is None else self.momentum
 
     def describe(self) -> str:
+        """The point in words for the tables, e.g. ``step x0.5, epsilon 0.05``."""
         parts = [f"step x{self.scale:g}"]
         if self.epsilon is not None:
             parts.append(f"epsilon {self.epsilon:g}")

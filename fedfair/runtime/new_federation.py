@@ -33,8 +33,11 @@ RESERVED = frozenset({AGGREGATOR_NAME, CA_FOLDER, ROSTER, MANIFEST, README.lower
 
 
 def parse_sites(text: str) -> tuple[str, ...]:
-    """The institutions named by ``--sites`` (comma-separated), each a valid participant name, at least two,
-    none twice, none a name the folder uses; otherwise one line naming the fix.
+    """The institutions named by ``--sites`` (comma-separated).
+
+    Raises:
+        ConfigError: one line naming the fix, unless each is a valid participant name, there are at least
+            two, none twice and none a name the folder uses.
     """
     sites = tuple(site.strip() for site in text.split(",") if site.strip())
     for site in sites:
@@ -62,8 +65,9 @@ def default_max_colluding(sites: int) -> int:
 def drafted_schema(
     sample: Path, label: str, features: list[str] | None = None, *, learn_categories: bool = False
 ) -> str:
-    """The ``[schema]`` section drafted from ``sample`` (ID-like columns left out unless `features` names
-    them), with a note of what to check before pinning it.
+    """The ``[schema]`` section drafted from ``sample``, with a note of what to check before pinning it.
+
+    ID-like columns are left out unless `features` names them.
     """
     # pandas (and the schema module) only when a sample is given: `fedfair init --help` stays light.
     from fedfair.datasets.schema import draft_schema, drafted_features, left_out_note
