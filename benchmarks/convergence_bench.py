@@ -139,7 +139,9 @@ def main() -> None:
             reached = [int(r) for r, risk in curve.items() if risk <= bar]
             results[dataset][method]["rounds_to_fedavg_final"] = min(reached) if reached else None
         results[dataset]["after_over_before_rounds"] = after["rounds_to_within_1pct"] / before["rounds_to_within_1pct"]
-        results[dataset]["after_over_fedavg_worst_risk"] = after["final_worst_risk"] / results[dataset]["fedavg"]["final_worst_risk"]
+        results[dataset]["after_over_fedavg_worst_risk"] = (
+            after["final_worst_risk"] / results[dataset]["fedavg"]["final_worst_risk"]
+        )
     publish({"rounds": args.rounds, "rho": RHO, "epsilon": EPSILON, "results": results}, args.json)
 
 

@@ -79,8 +79,14 @@ def build(model_name: str, num_features: int, num_classes: int) -> nn.Module:
 
 
 def make_trainer(
-    model_name: str, features: torch.Tensor, labels: torch.Tensor, num_classes: int, batch_size: int,
-    local_steps: int, device: torch.device, clipping: ClippingMode | None,
+    model_name: str,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    num_classes: int,
+    batch_size: int,
+    local_steps: int,
+    device: torch.device,
+    clipping: ClippingMode | None,
 ) -> LocalLearner | PrivateLearner:
     """A learner with the RCVaR head, plain (clipping None) or private in that clipping mode, begun at theta_0."""
     model = build(model_name, features.shape[1], num_classes).to(device)
@@ -123,7 +129,10 @@ def throughput(device: torch.device, quick: bool) -> dict[str, Any]:
         "mnist_cnn": ("cnn", mnist_images(), 10, 64, 5 if quick else 50),
     }
     if device.type == "cuda":
-        cases = {name: (model, data, classes, batch, steps * 10) for name, (model, data, classes, batch, steps) in cases.items()}
+        cases = {
+            name: (model, data, classes, batch, steps * 10)
+            for name, (model, data, classes, batch, steps) in cases.items()
+        }
     repeats = 3
     results: dict[str, Any] = {}
     for name, (model_name, (features, labels, source), classes, batch, steps) in cases.items():
@@ -150,7 +159,9 @@ def throughput(device: torch.device, quick: bool) -> dict[str, Any]:
             "modes": modes,
         }
         ratios = ", ".join(f"{mode} {figures['dp_vs_plain_time']:.2f}x" for mode, figures in modes.items())
-        print(f"dp_bench: {device.type} {name}: DP step time over plain: {ratios} (auto picks {chosen})", file=sys.stderr)
+        print(
+            f"dp_bench: {device.type} {name}: DP step time over plain: {ratios} (auto picks {chosen})", file=sys.stderr
+        )
     return results
 
 
@@ -167,26 +178,40 @@ def utility(quick: bool) -> dict[str, Any]:
     """FedSRCVaR at each DP level, through `fedfair simulate`'s own flags and defaults."""
     base = ["--dataset", "adult", "--partition", "race", "--clients", "3", "--model", "logreg"]
     base += ["--epsilon", "0.1", "--rho", "0.3", "--rounds", "200" if quick else "1000"]
-    settings: list[tuple[float, float | None]] = [(e, clip) for clip in DP_CLIPS for e in DP_EPSILONS] + [(math.inf, None)]
+    settings: list[tuple[float, float | None]] = [(e, clip) for clip in DP_CLIPS for e in DP_EPSILONS] + [
+        (math.inf, None)
+    ]
     federation = load_federation(config_from_flags(base))
     rows = []
     for dp_epsilon, clip in settings:
-        flags = base if clip is None else [
-            *base, "--dp-target-epsilon", str(dp_epsilon), "--dp-max-grad-norm", str(clip), "--dp-accountant", "rdp"
-        ]
+        flags = (
+            base
+            if clip is None
+            else [
+                *base,
+                "--dp-target-epsilon",
+                str(dp_epsilon),
+                "--dp-max-grad-norm",
+                str(clip),
+                "--dp-accountant",
+                "rdp",
+            ]
+        )
         config = config_from_flags(flags)
         result = simulate(config, federation, progress=False)
         test = result["final"]["test"]
-        rows.append({
-            "dp_epsilon": dp_epsilon if math.isfinite(dp_epsilon) else "inf",
-            "max_grad_norm": clip,
-            "worst_risk": test["worst_risk"],
-            "mean_risk": test["mean_risk"],
-            "accuracy": test["accuracy"],
-            "c": result["final"]["c"],
-            "collaborators": result["privacy"],
-            "seconds": result["seconds"],
-        })
+        rows.append(
+            {
+                "dp_epsilon": dp_epsilon if math.isfinite(dp_epsilon) else "inf",
+                "max_grad_norm": clip,
+                "worst_risk": test["worst_risk"],
+                "mean_risk": test["mean_risk"],
+                "accuracy": test["accuracy"],
+                "c": result["final"]["c"],
+                "collaborators": result["privacy"],
+                "seconds": result["seconds"],
+            }
+        )
         print(
             f"dp_bench: DP epsilon {dp_epsilon}, clip {clip}: worst {test['worst_risk']:.4f}, mean {test['mean_risk']:.4f}",
             file=sys.stderr,
@@ -200,8 +225,11 @@ def utility(quick: bool) -> dict[str, Any]:
         f"{row['mean_risk']:.4f} | {row['accuracy']:.4f} | {row['c']:.3f} |\n"
         for row in rows
     )
-    return {"setup": {"flags": base, "accountant": "rdp", "delta": 1e-5, "iterate": "average"}, "rows": rows,
-            "table_markdown": table}
+    return {
+        "setup": {"flags": base, "accountant": "rdp", "delta": 1e-5, "iterate": "average"},
+        "rows": rows,
+        "table_markdown": table,
+    }
 
 
 def _label(value: float | str | None, special: str) -> str:
@@ -212,7 +240,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds (a smoke run, noisier figures)")
-    parser.add_argument("--no-utility", action="store_true", help="skip the privacy-utility table (it trains 4 federations)")
+    parser.add_argument(
+        "--no-utility", action="store_true", help="skip the privacy-utility table (it trains 4 federations)"
+    )
     args = parser.parse_args()
     # One thread, as the other benchmarks: steady figures on a shared machine, per core on a big one.
     torch.set_num_threads(1)

@@ -62,10 +62,24 @@ CLIP = 20.0
 """theta's clip bound in both modes: dp_bench's, above most of Adult's per-sample gradient norms."""
 
 CASES = {
-    "adult": (["--dataset", "adult", "--partition", "race", "--clients", "3", "--epsilon", "0.1", "--rho", "0.3"], 1, True),
+    "adult": (
+        ["--dataset", "adult", "--partition", "race", "--clients", "3", "--epsilon", "0.1", "--rho", "0.3"],
+        1,
+        True,
+    ),
     "census-income": (
-        ["--dataset", "census-income", "--partition", "previous_state", "--clients", "51", "--epsilon", "0.05",
-         "--rho", "0.1"],
+        [
+            "--dataset",
+            "census-income",
+            "--partition",
+            "previous_state",
+            "--clients",
+            "51",
+            "--epsilon",
+            "0.05",
+            "--rho",
+            "0.1",
+        ],
         5,
         False,
     ),
@@ -87,8 +101,13 @@ def run(dataset: str, mode: str, epsilon: float, rounds: int) -> dict[str, Any]:
         privacy = PrivacyConfig(enabled=True, target_epsilon=epsilon, max_grad_norm=CLIP, delta=DELTA, accountant="rdp")
     elif mode == "distributed":
         privacy = PrivacyConfig(
-            enabled=True, target_epsilon=epsilon, max_grad_norm=CLIP, delta=DELTA, accountant="rdp",
-            mode="distributed", sample_rate=rate,
+            enabled=True,
+            target_epsilon=epsilon,
+            max_grad_norm=CLIP,
+            delta=DELTA,
+            accountant="rdp",
+            mode="distributed",
+            sample_rate=rate,
         )
         plan = DistributedDP(privacy, config.training.local, config.objective, rate, rounds, colluders)
         aggregate = SecureSum(encoding, distributed=plan, masked=masked)
@@ -174,7 +193,9 @@ def encoding_costs(dimension: int = 10**6, repeats: int = 5) -> dict[str, Any]:
 
 def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def risk(dataset: str, mode: str, epsilon: float | str) -> float:
-        return next(r["worst_group_risk"] for r in rows if (r["dataset"], r["mode"], r["epsilon"]) == (dataset, mode, epsilon))
+        return next(
+            r["worst_group_risk"] for r in rows if (r["dataset"], r["mode"], r["epsilon"]) == (dataset, mode, epsilon)
+        )
 
     out: dict[str, Any] = {}
     for dataset in CASES:
@@ -193,7 +214,9 @@ def repeated(dataset: str, mode: str, epsilon: float, rounds: int, repeats: int)
     row = dict(runs[0])
     for key in ("worst_group_risk", "mean_risk", "accuracy", "c", "epsilon_spent", "cpu_seconds"):
         row[key] = float(np.mean([item[key] for item in runs]))
-    row["worst_group_risk_sd"] = float(np.std([item["worst_group_risk"] for item in runs], ddof=1)) if repeats > 1 else 0.0
+    row["worst_group_risk_sd"] = (
+        float(np.std([item["worst_group_risk"] for item in runs], ddof=1)) if repeats > 1 else 0.0
+    )
     row["repeats"] = repeats
     return row
 

@@ -75,7 +75,9 @@ def influence_settings(plan: Any) -> dict[str, Any]:
         "agreed_weights": {name: agreed(plan, name) for name in plan.collaborators},
         "agreed_total": total,
         "update_norm": norm,
-        "largest_mean_shift_per_round": {name: round(agreed(plan, name) * norm / total, 4) for name in plan.collaborators},
+        "largest_mean_shift_per_round": {
+            name: round(agreed(plan, name) * norm / total, 4) for name in plan.collaborators
+        },
     }
 
 
@@ -156,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--update-norm", type=float, default=None, help="[influence] update_norm (default: the plan's, 2.0)")
+    parser.add_argument(
+        "--update-norm", type=float, default=None, help="[influence] update_norm (default: the plan's, 2.0)"
+    )
     parser.add_argument(
         "--sweep",
         type=float,

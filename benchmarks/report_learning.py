@@ -173,15 +173,19 @@ def encoding(figures: Mapping[str, Any] | None) -> list[str]:
         "numpy_skellam": "numpy's Skellam sampler alone, as many coordinates",
     }
     rows = [[labels.get(key, key), milliseconds(value), ratio(value / keystream, 1)] for key, value in seconds.items()]
-    return [
-        f"Encoding at d = {count(figures['dimension'])} ({count(figures['encoded_words'])} words), CPU time, best of "
-        "five, interleaved:",
-        "",
-    ] + table(["step", "CPU (ms)", "÷ keystream"], rows) + [
-        "",
-        f"The noised encode + mask costs {ratio(figures['noised_vs_reference'])} a plain encode + mask plus numpy's "
-        "sampler: what a non-cryptographic noised encoder would cost at the least.",
-    ]
+    return (
+        [
+            f"Encoding at d = {count(figures['dimension'])} ({count(figures['encoded_words'])} words), CPU time, best of "
+            "five, interleaved:",
+            "",
+        ]
+        + table(["step", "CPU (ms)", "÷ keystream"], rows)
+        + [
+            "",
+            f"The noised encode + mask costs {ratio(figures['noised_vs_reference'])} a plain encode + mask plus numpy's "
+            "sampler: what a non-cryptographic noised encoder would cost at the least.",
+        ]
+    )
 
 
 def census_fairness(name: str, document: Mapping[str, Any]) -> Section:

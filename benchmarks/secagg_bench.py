@@ -197,9 +197,7 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
         # At least t parties mask in every round, so each round adds samples.
         mask_samples += trace.client_seconds[Stage.MASK][: len(keystream_before) - sampled_before]
     keystream_samples = [(a + b) / 2 for a, b in zip(keystream_before, keystream_after, strict=True)]
-    party_keystream_samples = [
-        (a + b) / 2 for a, b in zip(party_keystream_before, party_keystream_after, strict=True)
-    ]
+    party_keystream_samples = [(a + b) / 2 for a, b in zip(party_keystream_before, party_keystream_after, strict=True)]
     client_totals = [encode + mask for encode, mask in zip(encode_samples, mask_samples, strict=True)]
 
     result = traces[0].result
@@ -212,7 +210,9 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
     upload = statistics.median(traces[0].upload_bytes[p] for p in result.contributors)
     stages = {
         stage.name.lower(): {
-            "clients_median_s": statistics.median(seconds for trace in traces for seconds in trace.client_seconds[stage]),
+            "clients_median_s": statistics.median(
+                seconds for trace in traces for seconds in trace.client_seconds[stage]
+            ),
             "clients_total_s": statistics.median(sum(trace.client_seconds[stage]) for trace in traces),
             "server_s": statistics.median(trace.server_seconds[stage] for trace in traces),
         }

@@ -13,7 +13,17 @@ from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "fedfair"
 LAYER_ORDER = (
-    "core", "pki", "privacy", "datasets", "secagg", "fairness", "bundle", "simulation", "api", "runtime", "research",
+    "core",
+    "pki",
+    "privacy",
+    "datasets",
+    "secagg",
+    "fairness",
+    "bundle",
+    "simulation",
+    "api",
+    "runtime",
+    "research",
     "cli",
 )
 """fedfair's top-level packages and modules from the bottom layer up (tests/test_layers.py holds the rule)."""
@@ -55,7 +65,8 @@ def layer_key(path: Path) -> tuple[int, str]:
 def entries(folder: Path, depth: int, top: bool) -> Iterator[str]:
     """The lines for one package: its modules, then its subpackages, each under its summary."""
     children = [
-        child for child in folder.iterdir()
+        child
+        for child in folder.iterdir()
         if (child.is_file() and child.suffix == ".py" and child.name != "__init__.py" and child.name not in GENERATED)
         or (child.is_dir() and (child / "__init__.py").is_file())
     ]

@@ -18,7 +18,9 @@ def adult_by_race(caps: Sequence[int] | None = None) -> Federation:
     dataset = load_dataset("adult")
     splits = partition(dataset, "race", 3, seed=0)
     limits = list(caps) if caps is not None else [None] * len(splits)
-    train = [(dataset.x_train[s.train_index[:cap]], dataset.y_train[s.train_index[:cap]]) for s, cap in zip(splits, limits)]
+    train = [
+        (dataset.x_train[s.train_index[:cap]], dataset.y_train[s.train_index[:cap]]) for s, cap in zip(splits, limits)
+    ]
     test = [(dataset.x_test[s.test_index[:cap]], dataset.y_test[s.test_index[:cap]]) for s, cap in zip(splits, limits)]
     return federation_from_arrays([s.name for s in splits], train, test, dataset.num_classes, dataset.image_shape)
 

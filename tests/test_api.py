@@ -38,6 +38,7 @@ def test_federate_returns_the_algorithms_averaged_model_and_threshold(small_adul
     first, last = result.history
     assert last["train_objective_smooth_average"] < first["train_objective_smooth_average"]
 
+
 def test_federate_takes_any_per_sample_loss_and_labels() -> None:
     """A regression: squared error on real-valued targets, the worst fifth of residuals protected."""
     generator = torch.Generator().manual_seed(0)

@@ -156,13 +156,34 @@ def test_the_hostile_encoding_is_the_protocol(tmp_path: Path) -> None:
 
 QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
     "transport": (("plain",), {}, 12),
-    "protocol": (("secure", "cheating", "consent", "influence"), {word: CONSENT_CLASSES[word] for word in (
-        "factory", "bundle", "differencing", "unpinned plan", "survivor floor", "statistics", "evaluation query",
-        "liar weight", "dp weight")}, 12),
+    "protocol": (
+        ("secure", "cheating", "consent", "influence"),
+        {
+            word: CONSENT_CLASSES[word]
+            for word in (
+                "factory",
+                "bundle",
+                "differencing",
+                "unpinned plan",
+                "survivor floor",
+                "statistics",
+                "evaluation query",
+                "liar weight",
+                "dp weight",
+            )
+        },
+        12,
+    ),
     "crashes": (("crashes",), {}, 1),
     "waits": (("waits",), {}, 2),
-    "record": (("record",), {word: CONSENT_CLASSES[word] for word in (
-        "re-run", "1-ulp push", "lost record", "2 GiB announced", "TRAIN flood")}, 5),
+    "record": (
+        ("record",),
+        {
+            word: CONSENT_CLASSES[word]
+            for word in ("re-run", "1-ulp push", "lost record", "2 GiB announced", "TRAIN flood")
+        },
+        5,
+    ),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,
 the row classes each group must hold (with how many rows), and the fewest rows the group yields. Together
@@ -186,7 +207,9 @@ def quick_matrix(scenarios: tuple[str, ...], out: Path) -> dict[str, object]:
 
 def test_the_quick_groups_cover_every_scenario_and_row_class() -> None:
     tree = ast.parse((BENCHMARKS / "attack_matrix.py").read_text())  # read, not imported: no torch here
-    assigned = (node for node in tree.body if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "SCENARIOS")
+    assigned = (
+        node for node in tree.body if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "SCENARIOS"
+    )
     scenarios = ast.literal_eval(next(assigned).value)
     grouped = [scenario for scenarios, _, _ in QUICK_GROUPS.values() for scenario in scenarios]
     assert sorted(grouped) == sorted(set(scenarios) - {"noise"}) and len(grouped) == len(set(grouped))

@@ -172,6 +172,9 @@ def test_every_benchmark_module_imports_against_the_current_library() -> None:
     )
     completed = subprocess.run(
         [sys.executable, "-c", code, str(ROOT / "benchmarks"), *BENCHMARK_MODULES],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]

@@ -24,6 +24,7 @@ from fedfair import cli
 
 HEAVY = ("torch", "opacus", "grpc", "pandas")
 
+
 def subparsers_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     actions = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
     return dict(actions[0].choices) if actions else {}
@@ -101,7 +102,9 @@ def walk_commands() -> list[list[str]]:
             continue
         text = line[len("    $ ") :]
         loop = LOOP.fullmatch(text)
-        bodies = [loop.group(3).replace(f"${loop.group(1)}", value) for value in loop.group(2).split()] if loop else [text]
+        bodies = (
+            [loop.group(3).replace(f"${loop.group(1)}", value) for value in loop.group(2).split()] if loop else [text]
+        )
         for body in bodies:
             for part in body.split(";"):
                 words = shlex.split(part, comments=True)

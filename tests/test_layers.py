@@ -26,7 +26,12 @@ import pytest
 PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "fedfair"
 CORE_THIRD_PARTY = frozenset({"numpy", "torch"})
 LIBRARIES = (
-    "fedfair.pki", "fedfair.privacy", "fedfair.datasets", "fedfair.secagg", "fedfair.fairness", "fedfair.bundle"
+    "fedfair.pki",
+    "fedfair.privacy",
+    "fedfair.datasets",
+    "fedfair.secagg",
+    "fedfair.fairness",
+    "fedfair.bundle",
 )
 """The libraries in their order: each may import only core and the libraries before it."""
 ABOVE_LIBRARIES = ("fedfair.simulation", "fedfair.api", "fedfair.runtime", "fedfair.research", "fedfair.cli")
@@ -111,7 +116,14 @@ def violations(modules: list[str], forbidden: tuple[str, ...]) -> list[str]:
 
 
 def test_the_layers_exist() -> None:
-    for package in ("fedfair.core", "fedfair.simulation", "fedfair.api", "fedfair.runtime", "fedfair.research", *LIBRARIES):
+    for package in (
+        "fedfair.core",
+        "fedfair.simulation",
+        "fedfair.api",
+        "fedfair.runtime",
+        "fedfair.research",
+        *LIBRARIES,
+    ):
         assert package in MODULES, f"{package} is missing"
     assert len(modules_in("fedfair.core")) >= 5
 

@@ -27,8 +27,20 @@ SECTION = "## What the aggregator says"
 MODULES = tuple(
     f"runtime/aggregator/{name}.py"
     for name in (
-        "loop", "quorum", "network", "start", "servicer", "board", "driver", "checks", "limits", "stages", "lock",
-        "checkpoint", "statistics", "evaluation",
+        "loop",
+        "quorum",
+        "network",
+        "start",
+        "servicer",
+        "board",
+        "driver",
+        "checks",
+        "limits",
+        "stages",
+        "lock",
+        "checkpoint",
+        "statistics",
+        "evaluation",
     )
 ) + ("cli/aggregator.py",)
 """Where the aggregator's operator-facing text lives (under fedfair/: its runtime package and its command)."""

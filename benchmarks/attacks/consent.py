@@ -184,7 +184,11 @@ class StageTap:
         open_stage = board.open_stage
 
         def tapped(
-            binding: pb.Binding, expected: Any, inputs: bytes | Mapping[str, bytes], handler: UploadHandler, **options: Any
+            binding: pb.Binding,
+            expected: Any,
+            inputs: bytes | Mapping[str, bytes],
+            handler: UploadHandler,
+            **options: Any,
         ) -> None:
             key = (binding.round, pb.Stage.Name(binding.stage))
             self.expected[key] = sorted(expected)
@@ -206,7 +210,10 @@ class StageTap:
 
 
 def restart_collaborators(
-    workspace: Workspace, board: Any, groups: list[HonestCollaborators], trainers: Callable[[str], TrainerFactory | None]
+    workspace: Workspace,
+    board: Any,
+    groups: list[HonestCollaborators],
+    trainers: Callable[[str], TrainerFactory | None],
 ) -> tuple[bool, list[str]]:
     """Stop the running collaborators (`groups[-1]`), wait until they have ended and the aggregator sees
     them gone, start them again with `trainers` (appended to `groups`): whether all four reconnected (False
@@ -226,7 +233,9 @@ def restart_collaborators(
 
 def run_errors(groups: list[HonestCollaborators], aggregator: Any) -> dict[str, str]:
     """Every collaborator's error, by run, and the aggregator's."""
-    errors = {f"{name} (run {index + 1})": error for index, group in enumerate(groups) for name, error in group.errors.items()}
+    errors = {
+        f"{name} (run {index + 1})": error for index, group in enumerate(groups) for name, error in group.errors.items()
+    }
     if aggregator.error:
         errors["aggregator"] = aggregator.error
     return errors
@@ -464,9 +473,9 @@ def unpinned_plan_row(root: Path, book: RowBook, control: FloorRun) -> None:
             aggregator.stop()
         fields = ("not the plan pinned", "evaluation.loss_range", "secure_aggregation.neighbours")
         refused = sorted(
-            name for name in FOUR if "plan-mismatch" in group.errors.get(name, "") and all(
-                word in group.errors[name] for word in fields
-            )
+            name
+            for name in FOUR
+            if "plan-mismatch" in group.errors.get(name, "") and all(word in group.errors[name] for word in fields)
         )
         contributed = {name: c.contributed_rounds for name, c in group.collaborators.items() if c.contributed_rounds}
         control_ok, control_text = control_summary(control)
@@ -540,7 +549,9 @@ def bundle_row(root: Path, book: RowBook) -> None:
         )
         write_bundle(
             paths["os:system"],
-            dataclasses.replace(genuine, architecture=factory_architecture("os:system", {"command": f"touch '{shell_marker}'"})),
+            dataclasses.replace(
+                genuine, architecture=factory_architecture("os:system", {"command": f"touch '{shell_marker}'"})
+            ),
         )
         outcomes: dict[str, tuple[int, str]] = {}
         for name in (FACTORY, "os:system"):
@@ -550,8 +561,7 @@ def bundle_row(root: Path, book: RowBook) -> None:
             )
         ran_before = marked_by(markers) + ([shell_marker.name] if shell_marker.exists() else [])
         refused = {
-            attempt: code == 2 and "it was not imported" in message
-            for attempt, (code, message) in outcomes.items()
+            attempt: code == 2 and "it was not imported" in message for attempt, (code, message) in outcomes.items()
         }
         control_code, control_message = predict(paths["built-in"], data, root / "genuine.csv")
         predicted = len(pd.read_csv(root / "genuine.csv")) if control_code == 0 else 0
@@ -650,7 +660,9 @@ def differencing_run(root: Path, leave_out: str | None) -> DifferencingRun:
                 group.stop()
             aggregator.stop()
     errors = run_errors(groups, aggregator)
-    contributed = {name: list(collaborator.contributed_rounds) for name, collaborator in groups[-1].collaborators.items()}
+    contributed = {
+        name: list(collaborator.contributed_rounds) for name, collaborator in groups[-1].collaborators.items()
+    }
     return DifferencingRun(
         round_log(workspace), cheat, tap, said, restarted and len(groups) == 2, kept, contributed, errors
     )
@@ -679,7 +691,9 @@ def differencing_row(root: Path, book: RowBook) -> None:
             and left_out not in participants
             and len(participants) >= 3
         )
-        refusals = {name: lines_of(attack.said, name, "already signed for with other survivors") for name in participants}
+        refusals = {
+            name: lines_of(attack.said, name, "already signed for with other survivors") for name in participants
+        }
         refused = sorted(name for name, lines in refusals.items() if lines)
         signed = attack.tap.sent(2, "STAGE_CONSISTENCY")
         unmasked = attack.tap.sent(2, "STAGE_UNMASK")
@@ -962,13 +976,17 @@ def statistics_row(root: Path, book: RowBook) -> None:
         would_show = small_cells(schema, unsuppressed)
         shown = small_cells(schema, decoded) if decoded is not None else None
         read = {value: cell(schema, decoded, "country", value) for value in CANDIDATES} if decoded is not None else {}
-        rare_read = {value: cell(schema, decoded, column, value) for column, value in rare} if decoded is not None else {}
+        rare_read = (
+            {value: cell(schema, decoded, column, value) for column, value in rare} if decoded is not None else {}
+        )
         suppressed = premise and shown == [] and set(rare_read.values()) == {0} and bool(would_show)
         # Differencing: round 0 again with every site (the control), then without left_out.
         participants = cheat.expected.get("without", {}).get((STATISTICS_ROUND, "STAGE_EVAL_ADVERTISE_KEYS"), [])
         again = cheat.sums.get("again")
         control_ok = again is not None and decoded is not None and np.array_equal(again, decoded)
-        refusals = {name: lines_of(attack.said, name, "already signed for with other survivors") for name in participants}
+        refusals = {
+            name: lines_of(attack.said, name, "already signed for with other survivors") for name in participants
+        }
         refused = sorted(name for name, lines in refusals.items() if lines)
         without = cheat.uploads.get("without", {})
         signed = sorted(set(without.get((STATISTICS_ROUND, "STAGE_EVAL_CONSISTENCY"), [])))
@@ -1005,7 +1023,9 @@ AGE_FEATURE = 0
 """Adult's standardised age: encode_features keeps the columns' order, and age comes first."""
 CRAFTED_WEIGHT, CRAFTED_BIAS = 10.0, 40.0
 REVIEW_GRID = (20.0, 80.0)
-QUERY_OPERATOR = "cheating aggregator (fedfair's aggregator, its plan edited past its manifest or its round loop patched)"
+QUERY_OPERATOR = (
+    "cheating aggregator (fedfair's aggregator, its plan edited past its manifest or its round loop patched)"
+)
 
 
 def crafted_state(state: server.ServerState) -> server.ServerState:
@@ -1134,7 +1154,9 @@ def evaluation_query_row(root: Path, book: RowBook) -> None:
         control_ok = first.get("status") == "done" and contributors == list(FOUR)
         participants = tap.expected.get((2, "STAGE_EVAL_ADVERTISE_KEYS"), [])
         carried_out = participants == sorted(set(FOUR) - {left_out})
-        refusals = {name: lines_of(pinned.said, name, "already signed for with other survivors") for name in participants}
+        refusals = {
+            name: lines_of(pinned.said, name, "already signed for with other survivors") for name in participants
+        }
         refused = sorted(name for name, lines in refusals.items() if lines)
         signed = tap.sent(2, "STAGE_EVAL_CONSISTENCY")
         unmasked = tap.sent(2, "STAGE_EVAL_UNMASK")

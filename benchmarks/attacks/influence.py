@@ -450,7 +450,9 @@ def liar_rows(root: Path, book: RowBook, rounds: int) -> None:
     beside a poisoner of the same site (honest protocol, flipped labels)."""
     honest_run = run_federation(root / "honest", secure=False, rounds=rounds)
     if honest_run.final is None or honest_run.applied != rounds:
-        with book.row("liar weight: (control) an honest federation", "every round applied", PATCHED_COLLABORATOR) as row:
+        with book.row(
+            "liar weight: (control) an honest federation", "every round applied", PATCHED_COLLABORATOR
+        ) as row:
             row.record(f"{honest_run.applied} of {rounds} rounds applied; errors {honest_run.errors}", False)
         return
     honest = summary(honest_run)
@@ -500,7 +502,9 @@ def liar_rows(root: Path, book: RowBook, rounds: int) -> None:
         "add up over rounds, so it is reported, not bounded (docs/design.md, bounded influence)",
         PATCHED_COLLABORATOR,
     ) as row:
-        at = run_federation(root / "bound", secure=False, rounds=rounds, liar=bound_liar(SMALLEST, target, weight, norm))
+        at = run_federation(
+            root / "bound", secure=False, rounds=rounds, liar=bound_liar(SMALLEST, target, weight, norm)
+        )
         past = run_federation(
             root / "past-bound", secure=False, rounds=rounds, liar=bound_liar(SMALLEST, target, weight, 1.05 * norm)
         )
@@ -589,7 +593,7 @@ def dp_weight_rows(root: Path, book: RowBook) -> None:
             weights={str(rows): values for rows, values in weights.items()},
         )
     with book.row(
-        f"dp weight: {site} under DP against a plan without [influence] sizes (weights = \"equal\")",
+        f'dp weight: {site} under DP against a plan without [influence] sizes (weights = "equal")',
         "the collaborator refuses to start, its error naming [influence] sizes; it sends nothing",
         PATCHED_AGGREGATOR,
     ) as row:

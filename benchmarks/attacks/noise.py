@@ -325,7 +325,9 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             first, second = run.query.sums[1][0], run.query.sums[2][0]
             victim = run.answers.by_site[VICTIM][0]
             control_largest = float(np.abs((first - second) - victim).max())
-            control_exact = control_largest < 1e-3 and bool(np.array_equal(np.rint(leaves(first - second)), leaves(victim)))
+            control_exact = control_largest < 1e-3 and bool(
+                np.array_equal(np.rint(leaves(first - second)), leaves(victim))
+            )
         else:
             control_largest, control_exact = None, False
         twice = sorted(set(FOUR) - {VICTIM})
@@ -400,7 +402,9 @@ def composition_federation(root: Path, *, noised: bool) -> tuple[Workspace, Any]
     name = FOUR[1]
     table = pd.read_csv(paths[name])
     config = load_collaborator_config(workspace.configs[name])
-    held_out = check_schema_table(config, load_shared_settings(shared_settings(plan)), LocalTable(None, table.copy())).test
+    held_out = check_schema_table(
+        config, load_shared_settings(shared_settings(plan)), LocalTable(None, table.copy())
+    ).test
     table.loc[held_out.index[:SMALL_CELL], COMPOSITION_COLUMN] = RARE_SECTOR
     table.to_csv(paths[name], index=False)
     return workspace, plan
@@ -661,7 +665,10 @@ class UlpRound:
             outcome = run(round_number, stages, *args, **options)
             if stages is TRAINING:
                 self.sums[round_number] = (
-                    outcome.weighted_sum.copy(), outcome.noise_std, outcome.total_weight, outcome.contributors
+                    outcome.weighted_sum.copy(),
+                    outcome.noise_std,
+                    outcome.total_weight,
+                    outcome.contributors,
                 )
             return outcome
 
@@ -746,7 +753,9 @@ def measure_training(run: TrainingRun) -> dict[str, Any]:
         return {"carried_out": False}
     victim = updates[VICTIM][1][0]
     read = sums_[1][0] - sums_[2][0]
-    exact = np.sum([updates[name][1][0] for name in FOUR], axis=0) - np.sum([updates[name][2][0] for name in others], axis=0)
+    exact = np.sum([updates[name][1][0] for name in FOUR], axis=0) - np.sum(
+        [updates[name][2][0] for name in others], axis=0
+    )
     stds = [sums_[number][1] for number in (1, 2)]
     logged = [
         float(run.log[number].get("mean_update_noise_std", 0.0)) * float(run.log[number].get("total_weight", 0.0))
@@ -774,7 +783,7 @@ def measure_training(run: TrainingRun) -> dict[str, Any]:
 def training_row(root: Path, book: RowBook) -> None:
     delta = float(TRAINING_PRIVACY["delta"])
     with book.row(
-        f"noise, training differencing: [privacy] mode = \"distributed\" (epsilon 3 over the plan's 2 rounds, delta "
+        f'noise, training differencing: [privacy] mode = "distributed" (epsilon 3 over the plan\'s 2 rounds, delta '
         f"1e-5; local_steps 1, batch_fraction {BATCH_FRACTION}, declared sizes, 64-bit words), dropouts allowed: round 1 "
         f"on model M with every site, round 2 on M + 1 ulp without {VICTIM}: round 1's decoded sum less round 2's "
         f"would be {VICTIM}'s update",

@@ -238,12 +238,21 @@ def rerun_run(root: Path, *, push: bool) -> RerunRun:
             for group in groups:
                 group.stop()
             aggregator.stop()
-    errors = {f"{name} (run {index + 1})": error for index, group in enumerate(groups) for name, error in group.errors.items()}
+    errors = {
+        f"{name} (run {index + 1})": error for index, group in enumerate(groups) for name, error in group.errors.items()
+    }
     if aggregator.error:
         errors["aggregator"] = aggregator.error
     return RerunRun(
-        cheat, tap, said, trained, restarted, kept_before, sha256(kept_path(workspace, TARGET)),
-        trainings(workspace, TARGET), errors,
+        cheat,
+        tap,
+        said,
+        trained,
+        restarted,
+        kept_before,
+        sha256(kept_path(workspace, TARGET)),
+        trainings(workspace, TARGET),
+        errors,
     )
 
 
@@ -251,7 +260,7 @@ def rerun_row(root: Path, book: RowBook) -> RerunRun | None:
     """The re-run row; its run, the control of the 1-ulp push (None if the harness broke)."""
     result: RerunRun | None = None
     with book.row(
-        f"re-run: round 2 twice on the same model (secure aggregation, dropouts = \"none\", batch_fraction = 1), "
+        f're-run: round 2 twice on the same model (secure aggregation, dropouts = "none", batch_fraction = 1), '
         f"every collaborator restarted in between: retrained, {TARGET}'s new update would be the difference of the sums",
         "the second decoded sum equals the first within the encoding's rounding bound (the kept bits re-sent) and "
         f"{TARGET} trains round 2 once (its record counts 2 trainings: rounds 1 and 2)",
@@ -483,7 +492,9 @@ class Announcement:
             chunk = bytes(MIB)
             count = ANNOUNCED // MIB
             for index in range(count):
-                yield pb.Part(binding=request.binding, chunk=pb.Chunk(index=index, count=count, total_size=ANNOUNCED, data=chunk))
+                yield pb.Part(
+                    binding=request.binding, chunk=pb.Chunk(index=index, count=count, total_size=ANNOUNCED, data=chunk)
+                )
 
         setattr(board_module, "task_with_input", announce)  # the board's own name for it, as it publishes
         Servicer._fetch = fetch  # type: ignore[assignment, method-assign]
@@ -598,7 +609,9 @@ def flood_row(root: Path, book: RowBook, tasks: int) -> None:
         downloads: list[int] = []
         started = time.monotonic()
         with flood_service(workspace, tasks, downloads):
-            target = Child(TARGET, collaborator_command(workspace, TARGET), env=child_environment(None), sink=io.StringIO())
+            target = Child(
+                TARGET, collaborator_command(workspace, TARGET), env=child_environment(None), sink=io.StringIO()
+            )
             try:
 
                 def refused() -> int:

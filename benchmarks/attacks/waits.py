@@ -142,7 +142,8 @@ def _late(collaborator: Collaborator) -> None:
 def _threads(workspace: Workspace, late: str) -> Iterator[dict[str, Collaborator]]:
     """Every collaborator of `workspace` in a thread, `late` delayed; stopped on exit."""
     collaborators = {
-        name: Collaborator(load_collaborator_config(path), retry=QUICK_RETRY) for name, path in workspace.configs.items()
+        name: Collaborator(load_collaborator_config(path), retry=QUICK_RETRY)
+        for name, path in workspace.configs.items()
     }
     _late(collaborators[late])
     threads = [threading.Thread(target=c.run, daemon=True, name=f"waits-{n}") for n, c in collaborators.items()]
@@ -212,7 +213,9 @@ def late_site_rows(where: Path, book: RowBook) -> None:
         )
         plain, plain_seconds = _federation(where / "no-grace", None, rounds)
         slow = [round(record["seconds"], 2) for record in plain]
-        details.update(round_seconds_without_grace=slow, federation_seconds=[round(seconds, 1), round(plain_seconds, 1)])
+        details.update(
+            round_seconds_without_grace=slow, federation_seconds=[round(seconds, 1), round(plain_seconds, 1)]
+        )
         observed += f"; without a grace the same rounds took {slow} s"
         row.record(observed, ok, **details)
 
@@ -341,7 +344,9 @@ def odd_value_rows(where: Path, book: RowBook) -> None:
     steps = json.dumps({**privacy, "history": [[1.0, 0.01, 10**30]]})
     _odd_row(book, "steps = 10**30 in a privacy state file", "history[0][2]", PURE, state("privacy.json", steps))
     deep = "[" * 100_000 + "]" * 100_000
-    _odd_row(book, "a 100,000-deep JSON as a privacy state file", "nested 100000 levels", PURE, state("privacy.json", deep))
+    _odd_row(
+        book, "a 100,000-deep JSON as a privacy state file", "nested 100000 levels", PURE, state("privacy.json", deep)
+    )
     record = json.dumps({"format": RECORD_FORMAT, "latest": 0, "inputs": {}}).replace("0,", "1e999,")
     _odd_row(book, "latest = 1e999 in a collaborator's record", "latest = 1e999", PURE, state("bindings.json", record))
 
@@ -360,5 +365,10 @@ def odd_value_rows(where: Path, book: RowBook) -> None:
         finally:
             aggregator.kill()
 
-    _odd_row(book, f"one flipped bit in the aggregator's {CHECKPOINT_NAME}", "does not match its own SHA-256 digest", PURE, flipped_checkpoint)
-
+    _odd_row(
+        book,
+        f"one flipped bit in the aggregator's {CHECKPOINT_NAME}",
+        "does not match its own SHA-256 digest",
+        PURE,
+        flipped_checkpoint,
+    )

@@ -86,9 +86,7 @@ def class_probabilities(model: nn.Module, features: np.ndarray, chunk: int = 655
 
 
 @torch.no_grad()
-def predictions(
-    bundle: Bundle, table: pd.DataFrame, source: str, *, allowed: Collection[str] = ()
-) -> pd.DataFrame:
+def predictions(bundle: Bundle, table: pd.DataFrame, source: str, *, allowed: Collection[str] = ()) -> pd.DataFrame:
     """One row per table row, in order: the predicted class name and ``probability_<class>`` per class.
 
     ``allowed``: the model factories the user trusts (:meth:`Bundle.build_model`).
@@ -100,7 +98,9 @@ def predictions(
         logger.warning(
             "%s: column %r holds categories the model was not trained on: %s; those cells are encoded as none "
             "of its categories",
-            source, column, listed,
+            source,
+            column,
+            listed,
         )
     model = bundle.build_model(allowed=allowed)
     names = bundle_encoder(bundle).class_names

@@ -40,6 +40,7 @@ LOG_NAME = "aggregator.log"
 """The log file in the output folder, where every line goes (the console shows a progress bar instead of
 the per-round lines)."""
 
+
 def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The flags that were given, as plan section -> key -> value."""
     overrides: dict[str, dict[str, Any]] = {}

@@ -16,7 +16,9 @@ from fedfair.datasets.registry import DATASETS, cache_root, fetch, is_cached
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `fedfair data` and its actions to the CLI, each with its ``handler(args) -> int``."""
-    data = subparsers.add_parser("data", help="list and fetch the built-in datasets; draft and check a federation schema")
+    data = subparsers.add_parser(
+        "data", help="list and fetch the built-in datasets; draft and check a federation schema"
+    )
     actions = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     cache_help = "cache folder (default: $FEDFAIR_CACHE or ~/.cache/fedfair)"
 
@@ -44,7 +46,9 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     check.add_argument(
         "--plan", type=Path, required=True, metavar="PLAN", help="the plan file, or the manifest that pins the plan"
     )
-    check.add_argument("--csv", type=Path, required=True, metavar="TABLE", help="this institution's CSV or Parquet table")
+    check.add_argument(
+        "--csv", type=Path, required=True, metavar="TABLE", help="this institution's CSV or Parquet table"
+    )
     check.set_defaults(handler=_check)
 
 

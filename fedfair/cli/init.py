@@ -39,7 +39,6 @@ def _init_command(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def _address(text: str) -> str:
     match = ADDRESS_RE.fullmatch(text)
     if match is None or not 1 <= int(match.group(2)) <= 65535:
@@ -47,13 +46,11 @@ def _address(text: str) -> str:
     return text
 
 
-
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
-
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

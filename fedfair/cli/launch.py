@@ -21,7 +21,6 @@ def _launch_command(args: argparse.Namespace) -> int:
         return 128 + signal.SIGINT
 
 
-
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`fedfair launch`: the federation's size, schedule and objective, each with a default that runs."""
     launch = subparsers.add_parser(

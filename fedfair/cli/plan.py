@@ -23,9 +23,10 @@ def _pin_command(args: argparse.Namespace) -> int:
         for line in changes:
             print(f"  {line}")
     print(f"manifest sha256 {digest}")
-    print("next: every institution reviews `fedfair plan diff OLD NEW`, compares the digest out of band and keeps a copy")
+    print(
+        "next: every institution reviews `fedfair plan diff OLD NEW`, compares the digest out of band and keeps a copy"
+    )
     return 0
-
 
 
 def _renew_command(args: argparse.Namespace) -> int:
@@ -47,7 +48,6 @@ def _renew_command(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def _diff_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.manifest import setting_differences
     from fedfair.runtime.plan.pinning import settings_of
@@ -58,7 +58,6 @@ def _diff_command(args: argparse.Namespace) -> int:
     if not changes:
         print("the same plan")
     return 1 if changes else 0
-
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -20,11 +20,14 @@ def _epsilon_command(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def _plan_command(args: argparse.Namespace) -> int:
     from fedfair.privacy.accounting import compute_epsilon, plan_noise_multiplier
 
-    for flag, value in (("--rounds", args.rounds), ("--local-steps", args.local_steps), ("--dataset-size", args.dataset_size)):
+    for flag, value in (
+        ("--rounds", args.rounds),
+        ("--local-steps", args.local_steps),
+        ("--dataset-size", args.dataset_size),
+    ):
         if value < 1:
             raise ConfigError(f"{flag} must be at least 1, got {value}")
     if not 1 <= args.batch_size <= args.dataset_size:
@@ -38,7 +41,6 @@ def _plan_command(args: argparse.Namespace) -> int:
         f"{args.local_steps} local steps at sample rate {sample_rate:.4g}, {args.accountant} accountant)"
     )
     return 0
-
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

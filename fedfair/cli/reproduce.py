@@ -86,7 +86,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         f"(default: all of {', '.join(STUDY_METHODS)})",
     )
     narrow.add_argument(
-        "--rhos", help="comma-separated rhos to choose and judge at, e.g. 0.3 (default: the profile's; 0.1 is always in)"
+        "--rhos",
+        help="comma-separated rhos to choose and judge at, e.g. 0.3 (default: the profile's; 0.1 is always in)",
     )
     parser.set_defaults(handler=_reproduce_command)
 
@@ -115,8 +116,10 @@ def _reproduce_command(args: argparse.Namespace) -> int:
             raise ConfigError("--model sets the paper study's model; the drift study's profile names its own")
         return _drift_command(args, name, tuple(split))
     if args.alpha is not None:
-        raise ConfigError("--alpha sets the drift study's Dirichlet split; the paper study splits by a column or "
-                          "class (drop it, or add --study drift)")
+        raise ConfigError(
+            "--alpha sets the drift study's Dirichlet split; the paper study splits by a column or "
+            "class (drop it, or add --study drift)"
+        )
     paper = paper_split(args.dataset, args.partition, args.clients)
     model = args.model or paper.model
     profile = PROFILES[name] if model is None else dataclasses.replace(PROFILES[name], model=model)
@@ -125,7 +128,13 @@ def _reproduce_command(args: argparse.Namespace) -> int:
         profile = dataclasses.replace(profile, rhos=_rhos(args.rhos))
     if args.ray is None:
         written = reproduce(
-            args.dataset, args.out, profile, args.workers, args.device, loss_rows=args.loss_rows, split=paper,
+            args.dataset,
+            args.out,
+            profile,
+            args.workers,
+            args.device,
+            loss_rows=args.loss_rows,
+            split=paper,
             methods=methods,
         )
     else:
@@ -143,9 +152,7 @@ def _methods(text: str | None) -> tuple[str, ...] | None:
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in STUDY_METHODS]
     if unknown:
-        raise ConfigError(
-            f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(STUDY_METHODS)}"
-        )
+        raise ConfigError(f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(STUDY_METHODS)}")
     if "fedsrcvar" not in names:
         raise ConfigError("--methods must include fedsrcvar: the study's other figures are drawn at its choice")
     return names

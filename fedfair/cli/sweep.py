@@ -36,7 +36,6 @@ def _sweep_command(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`fedfair sweep`: the experiment flags plus the grid, the parallelism and the CSV path."""
     sweep_parser = subparsers.add_parser("sweep", help="run an epsilon x rho grid to CSV")

@@ -53,7 +53,7 @@ class Interval:
 
     @property
     def text(self) -> str:
-        """"(0, 1]", or "> 0" when unbounded above."""
+        """The range in words, e.g. ``(0, 1]``, or ``> 0`` when unbounded above."""
         if math.isinf(self.high):
             return f"{'>' if self.low_open else '>='} {self.low:g}"
         return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
@@ -70,18 +70,14 @@ RHO = Interval(0.0, 1.0, low_open=True, meaning="the smallest group protected")
 GAMMA = Interval(0.0, low_open=True, meaning="the smoothing width")
 BOUND = Interval(0.0, low_open=True, meaning="the cap B on the threshold c")
 STEP_SIZE = Interval(0.0, low_open=True)
-BATCH_FRACTION = Interval(
-    0.0, 1.0, low_open=True, meaning="each collaborator's batch is round(batch_fraction * n_k)"
-)
+BATCH_FRACTION = Interval(0.0, 1.0, low_open=True, meaning="each collaborator's batch is round(batch_fraction * n_k)")
 SERVER_MOMENTUM = Interval(
     0.0, 1.0, high_open=True, meaning="the server's heavy-ball momentum on the mean update; 0 is Algorithm 1's step"
 )
 DEFAULT_SERVER_MOMENTUM = 0.9
 """FedSRCVaR's server momentum in `fedfair init`'s plan and `fedfair simulate` (docs/paper.md,
 "Fitting as fast as FedAvg")."""
-AVERAGE_FROM = Interval(
-    0.0, 1.0, high_open=True, meaning="the fraction of rounds before iterates enter the average"
-)
+AVERAGE_FROM = Interval(0.0, 1.0, high_open=True, meaning="the fraction of rounds before iterates enter the average")
 
 
 def check_smooth_plus(name: str, gamma: float) -> None:
@@ -105,11 +101,17 @@ class ObjectiveConfig:
 
     def __post_init__(self) -> None:
         if self.rho not in RHO:
-            raise ConfigError(f"rho must be in {RHO.text}, got {self.rho}; it is the smallest group fraction protected, e.g. --rho 0.3")
+            raise ConfigError(
+                f"rho must be in {RHO.text}, got {self.rho}; it is the smallest group fraction protected, e.g. --rho 0.3"
+            )
         if self.epsilon not in EPSILON:
-            raise ConfigError(f"epsilon must be in {EPSILON.text}, got {self.epsilon}; 1 is plain ERM, 0 is CVaR, e.g. --epsilon 0.1")
+            raise ConfigError(
+                f"epsilon must be in {EPSILON.text}, got {self.epsilon}; 1 is plain ERM, 0 is CVaR, e.g. --epsilon 0.1"
+            )
         if self.bound not in BOUND:
-            raise ConfigError(f"bound must be a positive number, got {self.bound}; it caps the threshold c, e.g. --bound 10")
+            raise ConfigError(
+                f"bound must be a positive number, got {self.bound}; it caps the threshold c, e.g. --bound 10"
+            )
         check_smooth_plus(self.smooth, self.gamma)
 
 
@@ -203,7 +205,9 @@ class TrainingConfig:
                 f"server momentum must be in {SERVER_MOMENTUM.text}, got {self.server_momentum}; e.g. --server-momentum 0.9"
             )
         if self.server_adam is not None and self.server_momentum > 0.0:
-            raise ConfigError("the server takes FedAdam's step or heavy-ball momentum, not both; set --server-momentum 0")
+            raise ConfigError(
+                "the server takes FedAdam's step or heavy-ball momentum, not both; set --server-momentum 0"
+            )
         if self.rounds < 1:
             raise ConfigError(f"rounds must be at least 1, got {self.rounds}; e.g. --rounds 1000")
         if self.batch_size < 0:

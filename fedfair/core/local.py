@@ -182,9 +182,7 @@ class LocalLearner:
         round_ = self._current_round()
         with torch.no_grad():
             c = self.threshold.c.detach() if self.threshold is not None else None
-            delta, delta_c, control = self.algorithm.client_final(
-                round_, flat_parameters(self.model), c, self.control
-            )
+            delta, delta_c, control = self.algorithm.client_final(round_, flat_parameters(self.model), c, self.control)
         self._round = None
         if control is not None:
             self.control = control
@@ -260,6 +258,6 @@ def contributing_updates(
         raise QuorumError(
             QuorumReason.LOST,
             f"only {len(updates)} of {len(learners)} collaborators are within their privacy budgets, below the quorum "
-            f"of {quorum}; the federation stops here (larger budgets would let it go on)"
+            f"of {quorum}; the federation stops here (larger budgets would let it go on)",
         )
     return updates, remaining

@@ -241,5 +241,7 @@ def _next_control(state: ServerState, aggregate: Aggregate) -> torch.Tensor | No
         )
     control = aggregate.weighted_control.to("cpu", torch.float64) / aggregate.total_weight
     if not bool(torch.isfinite(control).all()):
-        raise AggregateError("the aggregated control variate contains NaN or Inf; the round is void and the model unchanged")
+        raise AggregateError(
+            "the aggregated control variate contains NaN or Inf; the round is void and the model unchanged"
+        )
     return control

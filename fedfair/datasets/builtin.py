@@ -288,9 +288,7 @@ def _write_arrays(dataset: Dataset, folder: Path) -> None:
 
 def _read_arrays(name: str, folder: Path) -> Dataset:
     """The Dataset saved in `folder`, every array memory-mapped copy-on-write (see ``load_dataset``)."""
-    arrays = {
-        path.stem: np.asarray(np.load(path, mmap_mode="c", allow_pickle=False)) for path in folder.glob("*.npy")
-    }
+    arrays = {path.stem: np.asarray(np.load(path, mmap_mode="c", allow_pickle=False)) for path in folder.glob("*.npy")}
     attributes: dict[str, dict[str, np.ndarray]] = {"train": {}, "test": {}}
     for key, values in arrays.items():
         if key.startswith(ATTRIBUTES_PREFIX):

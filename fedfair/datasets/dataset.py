@@ -67,7 +67,8 @@ class Dataset:
             groups, counts = np.unique(values, return_counts=True)
             order = np.argsort(-counts, kind="stable")
             lines.append(
-                f"  {attribute}: " + ", ".join(f"{groups[i]} {counts[i]:,}" for i in order[:8])
+                f"  {attribute}: "
+                + ", ".join(f"{groups[i]} {counts[i]:,}" for i in order[:8])
                 + (f", ... ({len(groups)} groups)" if len(groups) > 8 else "")
             )
         return "\n".join(lines)

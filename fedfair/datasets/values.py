@@ -242,5 +242,3 @@ def category_bucket(column: str, value: str, buckets: int) -> int:
     """The hash bucket of a learnt column's value: SHA-256 of (column, value), so every site agrees without names."""
     digest = hashlib.sha256(json.dumps([column, value], ensure_ascii=False).encode()).digest()
     return int.from_bytes(digest[:8], "big") % buckets
-
-

@@ -113,7 +113,9 @@ class RangeSums:
     width_offset: np.ndarray
 
 
-def range_nodes(layout: Layout, counts: list[np.ndarray], offsets: list[np.ndarray], starts: np.ndarray, stops: np.ndarray) -> RangeSums:
+def range_nodes(
+    layout: Layout, counts: list[np.ndarray], offsets: list[np.ndarray], starts: np.ndarray, stops: np.ndarray
+) -> RangeSums:
     """Sums over the canonical nodes of each leaf range [starts[r], stops[r]) (empty when start >= stop).
 
     The classic bottom-up walk: at each level a range's odd left end and odd right end are

@@ -143,7 +143,7 @@ def check_pins(pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> 
     aggregators = [pin for pin in pins if pin.role == "aggregator"]
     if len(aggregators) != 1:
         raise ConfigError(
-            f"the manifest must list exactly one participant with role = \"aggregator\", found {len(aggregators)}"
+            f'the manifest must list exactly one participant with role = "aggregator", found {len(aggregators)}'
         )
     collaborators = tuple(sorted((pin for pin in pins if pin.role == "collaborator"), key=lambda pin: pin.name))
     if not isinstance(max_colluding, int) or isinstance(max_colluding, bool) or max_colluding < 0:

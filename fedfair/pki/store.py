@@ -89,7 +89,9 @@ def _read(path: Path, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{what} {path} not found; check the path (`fedfair pki request` and `pki sign` make them; your federation's README.md says where)") from None
+        raise ConfigError(
+            f"{what} {path} not found; check the path (`fedfair pki request` and `pki sign` make them; your federation's README.md says where)"
+        ) from None
     except OSError as error:
         raise ConfigError(f"cannot read {what} {path}: {error.strerror}; check its permissions") from None
 
@@ -105,9 +107,7 @@ def _load_pem(path: Path | str, what: str, parse: Callable[[bytes], _Parsed], re
 
 def load_certificate(path: Path | str) -> x509.Certificate:
     """Read a PEM certificate."""
-    return _load_pem(
-        path, "certificate", x509.load_pem_x509_certificate, "point at a NAME.crt made by `fedfair pki`"
-    )
+    return _load_pem(path, "certificate", x509.load_pem_x509_certificate, "point at a NAME.crt made by `fedfair pki`")
 
 
 def load_request(path: Path | str) -> x509.CertificateSigningRequest:

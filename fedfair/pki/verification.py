@@ -138,9 +138,7 @@ def pinned_credential_verifier(
 
     def verify(name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
         if name not in pinned:
-            raise IdentityError(
-                f"{name!r} is not in the federation's manifest; refuse any round that includes it"
-            )
+            raise IdentityError(f"{name!r} is not in the federation's manifest; refuse any round that includes it")
         certificate = _credential_certificate(credential)
         public_key = _certified_key(certificate, ca_certificate, role, name)
         if fingerprint(certificate) != pinned[name]:
@@ -167,7 +165,5 @@ def normalise_fingerprint(text: str) -> str:
     """A SHA-256 fingerprint in the form :func:`fingerprint` writes, from hex with or without colons, any case."""
     digits = text.strip().lower().replace(":", "") if isinstance(text, str) else ""
     if len(digits) != 64 or not all(character in "0123456789abcdef" for character in digits):
-        raise ConfigError(
-            f"{text!r} is not a SHA-256 fingerprint; copy the 64 hex digits `fedfair pki show` prints"
-        )
+        raise ConfigError(f"{text!r} is not a SHA-256 fingerprint; copy the 64 hex digits `fedfair pki show` prints")
     return bytes.fromhex(digits).hex(":")

@@ -55,10 +55,11 @@ def noise_multiplier_for(privacy: PrivacyConfig, sample_rate: float, planned_ste
     return plan_noise_multiplier(privacy.target_epsilon, privacy.delta, sample_rate, planned_steps, privacy.accountant)
 
 
-
 def _validated_run(noise_multiplier: float, sample_rate: float, steps: int) -> tuple[float, float, int]:
     if not noise_multiplier >= 0.0 or not math.isfinite(noise_multiplier):
-        raise ConfigError(f"noise multiplier must be a number >= 0, got {noise_multiplier}; e.g. --noise-multiplier 1.0")
+        raise ConfigError(
+            f"noise multiplier must be a number >= 0, got {noise_multiplier}; e.g. --noise-multiplier 1.0"
+        )
     if not 0.0 < sample_rate <= 1.0:
         raise ConfigError(
             f"sample rate must be in (0, 1], got {sample_rate}; it is batch size / dataset size, e.g. --sample-rate 0.01"
@@ -108,13 +109,17 @@ def _one_step_rdp(noise_multiplier: float, sample_rate: float) -> np.ndarray:
     return rdp
 
 
-def compute_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv") -> float:
+def compute_epsilon(
+    noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv"
+) -> float:
     """Epsilon at delta after `steps` DP-SGD steps with Poisson sample rate q and noise multiplier sigma."""
     return epsilon_of_history([_validated_run(noise_multiplier, sample_rate, steps)], delta, accountant)
 
 
 @lru_cache(maxsize=64)
-def plan_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "prv") -> float:
+def plan_noise_multiplier(
+    target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "prv"
+) -> float:
     """The smallest noise multiplier (to 0.01 in epsilon) whose `steps` steps spend at most target_epsilon."""
     if not target_epsilon > 0.0 or not math.isfinite(target_epsilon):
         raise ConfigError(f"target epsilon must be a positive number, got {target_epsilon}; e.g. --target-epsilon 3")
@@ -234,4 +239,3 @@ def _merged(history: History, run: tuple[float, float, int]) -> History:
     if history and history[-1][:2] == run[:2]:
         return [*history[:-1], (run[0], run[1], history[-1][2] + run[2])]
     return [*history, run]
-

@@ -36,8 +36,13 @@ def record_sensitivity(lr: float, threshold_lr: float, max_grad_norm: float, thr
 
 
 def distributed_training_noise(
-    privacy: PrivacyConfig, lr: float, threshold_lr: float, threshold_norm: float | None, sample_rate: float,
-    planned_steps: int, dimension: int,
+    privacy: PrivacyConfig,
+    lr: float,
+    threshold_lr: float,
+    threshold_norm: float | None,
+    sample_rate: float,
+    planned_steps: int,
+    dimension: int,
 ) -> TrainingNoise:
     """The secure sum's noise for DP-SGD rounds under ``privacy`` (mode "distributed"), from public values only.
 

@@ -59,7 +59,9 @@ class PrivacyConfig:
         if self.sample_rate is not None and self.mode != "distributed":
             raise ConfigError("sample_rate applies to distributed privacy only; local DP samples at b_k / n_k")
         if self.sample_rate is not None and not 0.0 < self.sample_rate <= 1.0:
-            raise ConfigError(f"sample_rate must be in (0, 1], got {self.sample_rate}; e.g. the plan's batch fraction 0.01")
+            raise ConfigError(
+                f"sample_rate must be in (0, 1], got {self.sample_rate}; e.g. the plan's batch fraction 0.01"
+            )
         bound = self.threshold_max_grad_norm
         if bound is not None and (not bound > 0.0 or not math.isfinite(bound)):
             raise ConfigError(f"threshold_max_grad_norm must be a positive number, got {bound}; or leave it unset")
@@ -71,7 +73,9 @@ class PrivacyConfig:
                 "e.g. max_grad_norm = 20 (--dp-max-grad-norm)"
             )
         if not 0.0 < self.delta < 1.0:
-            raise ConfigError(f"delta must be in (0, 1), got {self.delta}; use well below 1/n, e.g. delta = 1e-5 (--dp-delta)")
+            raise ConfigError(
+                f"delta must be in (0, 1), got {self.delta}; use well below 1/n, e.g. delta = 1e-5 (--dp-delta)"
+            )
         noise = self.noise_multiplier
         if noise is not None and (not noise >= 0.0 or not math.isfinite(noise)):
             raise ConfigError(

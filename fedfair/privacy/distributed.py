@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedfair.core.errors import ConfigError
+from fedfair.privacy.rounding import delta_addon, rounded_l1, rounded_l2
 
 ORDERS: tuple[int, ...] = (*range(2, 65), 72, 80, 96, 112, 128, 160, 192, 256)
 """Integer Renyi orders alpha the accountant evaluates (subsampling's bound needs integers)."""
@@ -32,7 +33,7 @@ AMPLIFICATIONS = ("steinke", "zhu_wang")
 
 ROUNDING_BETA = 2.0**-80
 """beta of the rounding inflation and of the conditional rounding: sqrt(2 log(1/beta)) = 10.5 units
-of inflation at most, and a delta add-on far below any delta in use (:func:`delta_addon`)."""
+of inflation at most, and a delta add-on far below any delta in use (:func:`~fedfair.privacy.rounding.delta_addon`)."""
 
 WRAP_FAILURE = 2.0**-40
 """The probability per noised sum the encoder accepts that it wraps or leaves its stated range."""
@@ -55,7 +56,7 @@ class Release:
     mu: the Skellam parameter of the noise in the decoded sum per coordinate (variance 2 mu), counting
         only the honest parties the plan guarantees (:func:`party_mu`); encoded units.
     l1, l2: how far one record moves the integer sum, in L1 and L2 norm (after rounding:
-        :func:`rounded_l2`, :func:`rounded_l1`); encoded units.
+        :func:`~fedfair.privacy.rounding.rounded_l2`, :func:`~fedfair.privacy.rounding.rounded_l1`); encoded units.
     sampling_rate: q, the Poisson sampling rate of the records (1 when every record takes part).
     steps: how many such releases (training steps, evaluation queries).
     amplification: how subsampling is accounted (:data:`AMPLIFICATIONS`, :func:`subsampled_rdp`).
@@ -245,7 +246,7 @@ def epsilon_from_rdp(curve: np.ndarray, delta: float, orders: Sequence[int] = OR
 def epsilon(releases: Sequence[Release], delta: float) -> float:
     """The epsilon at ``delta`` of all of ``releases`` composed (0 for none).
 
-    ``delta`` is what the RDP conversion may use: subtract :func:`delta_addon` from the delta you promise first.
+    ``delta`` is what the RDP conversion may use: subtract :func:`~fedfair.privacy.rounding.delta_addon` from the delta you promise first.
     """
     if not releases:
         return 0.0
@@ -281,87 +282,6 @@ def calibrate(target_epsilon: float, delta: float, releases: Sequence[Release], 
         middle = math.sqrt(low * high)
         low, high = (middle, high) if spent(middle) > target_epsilon else (low, middle)
     return high
-
-
-def rounded_l2(l2: float, dimension: int, beta: float) -> float:
-    """An L2 bound, holding with probability at least 1 - beta, on a stochastic rounding of a vector.
-
-    The vector has L2 norm at most ``l2`` (encoded units) in ``dimension`` coordinates; the bound is
-    (Kairouz, Liu and Steinke 2021)
-
-        min(l2 + sqrt(d), sqrt(l2^2 + d / 4 + sqrt(2 log(1/beta)) (l2 + sqrt(d) / 2))).
-
-    The first bound always holds (each coordinate moves by less than 1), beta = 0 selects it.
-
-    Why it is the record-level sensitivity of a rounded sum: when one party's sum is x or x + v (v one
-    record's clipped contribution) and both are rounded with the same uniforms, coordinate i of the
-    difference is floor(x_i + v_i + r_i) - floor(x_i + r_i), which is floor(v_i) or floor(v_i) + 1 with
-    mean v_i: an independent stochastic rounding of v. So the bound on rounding v bounds the shift.
-
-    Raises:
-        ConfigError: ``dimension`` < 1 or ``beta`` outside [0, 1).
-    """
-    if dimension < 1:
-        raise ConfigError(f"dimension={dimension} must be at least 1")
-    if not 0.0 <= beta < 1.0:
-        raise ConfigError(f"beta={beta!r} must be in [0, 1)")
-    root = math.sqrt(dimension)
-    always = l2 + root
-    if beta == 0.0:
-        return always
-    squared = l2 * l2 + dimension / 4.0 + math.sqrt(2.0 * math.log(1.0 / beta)) * (l2 + root / 2.0)
-    return min(always, math.sqrt(squared))
-
-
-def rounded_l1(l2: float, dimension: int) -> float:
-    """An L1 bound on an integer vector of L2 norm at most ``l2`` in ``dimension`` coordinates.
-
-    Min(l2^2, sqrt(d) l2), since |e_i| <= e_i^2 for integers and by Cauchy-Schwarz.
-    """
-    return min(l2 * l2, math.sqrt(dimension) * l2)
-
-
-def skellam_tail(mu: float, threshold: float) -> float:
-    """Chernoff bound on P[Skellam(mu) >= t] for t >= 0.
-
-    With E e^(s X) = e^(2 mu (cosh s - 1)) and the optimal s = asinh(t / (2 mu)), exp(-(t asinh(t / (2 mu)) -
-    sqrt(4 mu^2 + t^2) + 2 mu)).
-    """
-    if threshold <= 0:
-        return 1.0
-    if mu == 0:
-        return 0.0
-    exponent = threshold * math.asinh(threshold / (2.0 * mu)) - math.hypot(2.0 * mu, threshold) + 2.0 * mu
-    return min(1.0, math.exp(-exponent))
-
-
-def wrap_probability(mu: float, signal: float, modulus_bits: int, dimension: int) -> float:
-    """A bound on the probability that some coordinate of a noised sum wraps around modulo 2^k.
-
-    The signal is at most ``signal`` in magnitude per coordinate, the noise Skellam(mu) (all parties' mu, honest
-    or not), and a coordinate wraps only if |signal + noise| >= 2^(k-1); union bound over the ``dimension``
-    coordinates and both signs.
-    """
-    room = 2.0 ** (modulus_bits - 1) - signal
-    return min(1.0, 2.0 * dimension * skellam_tail(mu, room))
-
-
-def delta_addon(*, steps: int, parties: int, beta: float, epsilon: float, wrap: float) -> float:
-    """What rounding and wrapping add to delta over ``steps`` noised sums of ``parties`` parties.
-
-    The sum of three terms:
-
-    - steps * beta: the record-level sensitivity after rounding (:func:`rounded_l2`) fails with
-      probability at most beta in the step whose sum holds the record;
-    - parties * steps * beta * (1 + e^epsilon): each party's conditional rounding (redraw while the
-      rounded norm exceeds its bound, probability at most beta) moves its output by at most beta in
-      total variation, and a mechanism within TV b of an (epsilon, delta)-DP one is
-      (epsilon, delta + b (1 + e^epsilon))-DP;
-    - steps * wrap: a sum that wraps decodes wrong; counted, conservatively, as a failure.
-    """
-    if steps < 0 or parties < 1:
-        raise ConfigError(f"steps={steps} and parties={parties} must be >= 0 and >= 1")
-    return steps * beta + parties * steps * beta * (1.0 + math.exp(epsilon)) + steps * wrap
 
 
 def party_mu(total_mu: float, floor: int, colluders: int) -> float:
@@ -410,7 +330,7 @@ class TrainingNoise:
     fractional_bits: f of the encoding (one record moves the weighted sum by at most 2^11 to 2^12 units).
     release: the Skellam release of one step (mu: the honest parties' total; l1, l2 in encoded units after
         rounding; the sampling rate); ``steps`` holds the planned steps.
-    addon: what rounding and wraps add to delta (:func:`delta_addon`); the RDP conversion uses delta - addon.
+    addon: what rounding and wraps add to delta (:func:`~fedfair.privacy.rounding.delta_addon`); the RDP conversion uses delta - addon.
     """
 
     fractional_bits: int
@@ -444,7 +364,9 @@ def training_noise(
             target no noise reaches.
     """
     if not (math.isfinite(sensitivity) and sensitivity > 0):
-        raise ConfigError(f"the per-record sensitivity {sensitivity!r} must be positive; check the clip bounds and step sizes")
+        raise ConfigError(
+            f"the per-record sensitivity {sensitivity!r} must be positive; check the clip bounds and step sizes"
+        )
     if not 0.0 < delta < 1.0:
         raise ConfigError(f"delta={delta!r} must be in (0, 1), well below 1/n, e.g. 1e-5")
     bits = max(0, math.floor(math.log2(SENSITIVITY_UNITS / sensitivity)))

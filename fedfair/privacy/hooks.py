@@ -140,4 +140,3 @@ def _unsupported_reason(module: nn.Module) -> str | None:
     if has_trainable_params(module) and any(True for _ in module.buffers(recurse=False)):
         return "it keeps buffers (e.g. running statistics) computed from many samples, which DP-SGD cannot make private"
     return None
-

@@ -169,7 +169,10 @@ class PrivateLearner:
         if privacy.delta >= 1.0 / learner.num_samples:
             logger.warning(
                 "%s: delta %g is not below 1/n = %g for its %d samples; a delta that large permits leaking a record",
-                name, privacy.delta, 1.0 / learner.num_samples, learner.num_samples,
+                name,
+                privacy.delta,
+                1.0 / learner.num_samples,
+                learner.num_samples,
             )
         self.clipping: ClippingMode = choose_clipping(heads, "one_pass" if privacy.mode == "distributed" else clipping)
         logger.info("%s: DP-SGD with %s", name, _CLIPPING_NAMES[self.clipping])
@@ -223,8 +226,13 @@ class PrivateLearner:
                 "and drift_correction = none"
             )
         return distributed_training_noise(
-            self.privacy, config.lr, config.threshold_lr, self.threshold_max_grad_norm, self.sample_rate,
-            planned_steps, sum(tensor.numel() for tensor in self.learner.state_tensors),
+            self.privacy,
+            config.lr,
+            config.threshold_lr,
+            self.threshold_max_grad_norm,
+            self.sample_rate,
+            planned_steps,
+            sum(tensor.numel() for tensor in self.learner.state_tensors),
         )
 
     def report(self) -> PrivacyReport:
@@ -248,7 +256,9 @@ class PrivateLearner:
     def step(self) -> None:
         """One DP-SGD step on (theta, c): joint clipping of each sample's gradient, noise, then c projected."""
         if self._cursor + 1 >= len(self._bounds):
-            raise RuntimeError("a private round takes exactly the tau steps accounted for in begin(); begin the next round")
+            raise RuntimeError(
+                "a private round takes exactly the tau steps accounted for in begin(); begin the next round"
+            )
         start, stop = self._bounds[self._cursor], self._bounds[self._cursor + 1]
         self._cursor += 1
         self.optimizer.zero_grad(set_to_none=True)
@@ -311,7 +321,7 @@ class PrivateLearner:
                 BudgetReason.LEARNER_SPENT,
                 f"{self.name} stops contributing: one more round would bring its epsilon to {epsilon:.3f}, above its "
                 f"budget {budget:g} (delta {delta:g}, {mechanism} accountant; {spent:.3f} spent over "
-                f"{self.accountant.rounds} rounds); only a larger budget_epsilon would let it go on"
+                f"{self.accountant.rounds} rounds); only a larger budget_epsilon would let it go on",
             )
         self.accountant.spend(*run)
         self.last_report = self._report(epsilon)
@@ -319,7 +329,9 @@ class PrivateLearner:
         if self.last_report.rdp_epsilon is not None and epsilon > self.last_report.rdp_epsilon + 0.05:
             logger.warning(
                 "%s: PRV epsilon %.3f exceeds the RDP bound %.3f; the tighter (RDP) bound also holds",
-                self.name, epsilon, self.last_report.rdp_epsilon,
+                self.name,
+                epsilon,
+                self.last_report.rdp_epsilon,
             )
 
     def _report(self, epsilon: float) -> PrivacyReport:

@@ -26,7 +26,6 @@ DEFAULT_BASELINE_LR = 0.5
 """The rho-free methods' default step size: `default_step_size` at epsilon = 1 (plain ERM), for any rho."""
 
 
-
 def add_experiment_arguments(parser: argparse.ArgumentParser, *, federated: bool = True) -> None:
     """The flags `simulate`, `reference` and `sweep` share, each with a default that just works.
 
@@ -43,7 +42,6 @@ def add_experiment_arguments(parser: argparse.ArgumentParser, *, federated: bool
         _add_federated_arguments(defaults)
         parser.set_defaults(**vars(defaults.parse_args([])))
     parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
-
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +63,6 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --partition dirichlet")
 
 
-
 def _add_objective_arguments(parser: argparse.ArgumentParser) -> None:
     objective = parser.add_argument_group("model and objective")
     objective.add_argument("--model", default="logreg", choices=MODEL_NAMES)
@@ -83,7 +80,6 @@ def _add_objective_arguments(parser: argparse.ArgumentParser) -> None:
     objective.add_argument(
         "--seed", type=int, default=TrainingConfig.seed, help="seed of the data split and the initial model"
     )
-
 
 
 def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
@@ -116,7 +112,10 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
         help="step size for the threshold c of fedsrcvar and central-cvar (default: the --lr default)",
     )
     learning.add_argument(
-        "--rounds", type=int, default=TrainingConfig.rounds, help=f"communication rounds (default {TrainingConfig.rounds})"
+        "--rounds",
+        type=int,
+        default=TrainingConfig.rounds,
+        help=f"communication rounds (default {TrainingConfig.rounds})",
     )
     learning.add_argument(
         "--average-from",
@@ -159,7 +158,9 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
     # The simulation's own options (SimulationOptions) live beside torch; tests hold these equal to them.
     learning.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     learning.add_argument("--dtype", default="float32", choices=("float32", "float64"))
-    learning.add_argument("--record-every", type=int, default=0, help="record history every N rounds (default: 20 points)")
+    learning.add_argument(
+        "--record-every", type=int, default=0, help="record history every N rounds (default: 20 points)"
+    )
     learning.add_argument(
         "--secure-aggregation",
         action="store_true",
@@ -167,7 +168,6 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_baseline_arguments(parser)
     add_privacy_arguments(parser)
-
 
 
 def _add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -216,7 +216,7 @@ def _add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 PAPER_EPSILONS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-
-
+"""The 14 trade-offs of the paper's Figure 3, `sweep`'s default epsilon grid."""
 
 PAPER_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""The paper's rho grid, `sweep`'s default."""

@@ -78,7 +78,9 @@ class LossRows:
     def check(rows: int) -> None:
         """Refuse a row count that is neither 0 (every row) nor positive."""
         if rows < 0:
-            raise ConfigError(f"--loss-rows must be 0 (every row) or a positive row count, got {rows}; e.g. --loss-rows 8192")
+            raise ConfigError(
+                f"--loss-rows must be 0 (every row) or a positive row count, got {rows}; e.g. --loss-rows 8192"
+            )
 
     def __init__(self, sizes: Sequence[int], rows: int, seed: int) -> None:
         self.check(rows)
@@ -89,7 +91,9 @@ class LossRows:
     def draw(self) -> list[np.ndarray | None]:
         """This round's row indices per collaborator (None: all its rows)."""
         return [
-            None if self.rows == 0 or self.rows >= size else np.sort(self._generator.choice(size, self.rows, replace=False))
+            None
+            if self.rows == 0 or self.rows >= size
+            else np.sort(self._generator.choice(size, self.rows, replace=False))
             for size in self.sizes
         ]
 
@@ -199,7 +203,12 @@ def run_fedavg(
     batch_sizes = client_batch_sizes(sizes, training.batch_size)
     steps = [local_epochs * math.ceil(size / batch) for size, batch in zip(sizes, batch_sizes, strict=True)]
     return run_combined(
-        federation, training, lambda updates, _: server.Aggregate.of(updates), options=options, steps=steps, on_round=on_round
+        federation,
+        training,
+        lambda updates, _: server.Aggregate.of(updates),
+        options=options,
+        steps=steps,
+        on_round=on_round,
     )
 
 
@@ -248,7 +257,13 @@ def run_afl(
         return {f"lambda_{index}": float(weight) for index, weight in enumerate(mixture)}
 
     result = run_combined(
-        federation, training, combine, options=options, needs_losses=True, loss_rows=loss_rows, describe=describe,
+        federation,
+        training,
+        combine,
+        options=options,
+        needs_losses=True,
+        loss_rows=loss_rows,
+        describe=describe,
         on_round=on_round,
     )
     return AFLResult(state=result.state, model=result.model, history=result.history, mixture=mixture)

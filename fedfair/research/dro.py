@@ -25,6 +25,7 @@ from fedfair.research.baselines import (
 from fedfair.simulation.federation import Federation
 from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult
 
+
 def chi_square_constant(rho: float) -> float:
     """C = sqrt(2 r + 1) for the chi-square radius r = (1 / rho - 1)^2 / 2 that protects every group of mass >= rho.
 

@@ -213,13 +213,17 @@ def _model(config: ExperimentConfig, federation: Federation) -> torch.nn.Module:
     )
 
 
-def held_out_losses(config: ExperimentConfig, federation: Federation, theta: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+def held_out_losses(
+    config: ExperimentConfig, federation: Federation, theta: torch.Tensor
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample held-out losses and correctness of parameters `theta`, over the pooled test rows."""
     test = evaluate(_model(config, federation), theta, federation.pooled("test"))
     return np.asarray(test.losses), np.asarray(test.correct)
 
 
-def final_report(config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None) -> dict[str, Any]:
+def final_report(
+    config: ExperimentConfig, federation: Federation, theta: torch.Tensor, c: float | None
+) -> dict[str, Any]:
     """Training objectives (exact and smoothed) and the held-out fairness report at rho.
 
     It includes the uniform classifier's risk ln K (`uniform_risk`) to read the risks against.
@@ -259,7 +263,9 @@ def simulate(config: ExperimentConfig, federation: Federation, progress: bool = 
 def reference(config: ExperimentConfig, federation: Federation) -> dict[str, Any]:
     """The centralized optimum of the smoothed objective, in the same JSON shape as `simulate`."""
     started = time.perf_counter()
-    solution = solve_reference(federation, config.objective, model_name=config.simulation.model, seed=config.training.seed)
+    solution = solve_reference(
+        federation, config.objective, model_name=config.simulation.model, seed=config.training.seed
+    )
     final = final_report(
         replace(config, simulation=replace(config.simulation, dtype="float64")), federation, solution.theta, solution.c
     )
@@ -271,5 +277,3 @@ def reference(config: ExperimentConfig, federation: Federation) -> dict[str, Any
         "seconds": time.perf_counter() - started,
         "clients": {client.name: client.size for client in federation.train},
     }
-
-

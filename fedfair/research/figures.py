@@ -43,7 +43,9 @@ def risks_versus_rho(rows: Sequence[Mapping[str, str]], uniform: float, title: s
             drawn = axis.errorbar(rhos, means, yerr=spreads, marker="o", markersize=3, capsize=2, label=method)
             drawn.lines[0].set_gid(f"{metric}:{method}")
         if metric != "disparity":
-            axis.axhline(uniform, color="grey", linestyle="--", linewidth=1, label=UNIFORM_LABEL, gid=f"{metric}:uniform")
+            axis.axhline(
+                uniform, color="grey", linestyle="--", linewidth=1, label=UNIFORM_LABEL, gid=f"{metric}:uniform"
+            )
         axis.set_xlabel("rho (protected group fraction)")
         axis.set_ylabel(f"held-out {label}")
         axis.grid(alpha=0.3)
@@ -104,7 +106,9 @@ def composition(rows: Sequence[Mapping[str, str]], column: str, title: str) -> F
         share = {(row[column], row["label"]): row for row in series}
         means = [100 * float(share[cell]["worst_share_mean"]) if cell in share else 0.0 for cell in cells]
         spreads = [100 * float(share[cell]["worst_share_std"]) if cell in share else 0.0 for cell in cells]
-        bars = axis.bar([p + index * width for p in positions], means, width, yerr=spreads, label=f"worst {float(rho):g}")
+        bars = axis.bar(
+            [p + index * width for p in positions], means, width, yerr=spreads, label=f"worst {float(rho):g}"
+        )
         for bar in bars:
             bar.set_gid(f"worst_share:{rho}")
     bars = axis.bar(

@@ -166,15 +166,24 @@ def secure_sum(federation: Federation) -> SecureSum:
 def _fedsrcvar(task: Task, settings: MethodSettings) -> SimulationResult:
     aggregate = secure_sum(task.federation) if task.secure_aggregation else Aggregate.of
     return run_fedsrcvar(
-        task.federation, task.objective, task.training, options=task.options, aggregate=aggregate,
-        on_round=task.on_round, privacy=task.privacy,
+        task.federation,
+        task.objective,
+        task.training,
+        options=task.options,
+        aggregate=aggregate,
+        on_round=task.on_round,
+        privacy=task.privacy,
     )
 
 
 def _fedavg(task: Task, settings: MethodSettings) -> SimulationResult:
     local_epochs = own(settings, FedAvgSettings).local_epochs
     return baselines.run_fedavg(
-        task.federation, task.training, options=task.options, local_epochs=local_epochs, on_round=task.on_round,
+        task.federation,
+        task.training,
+        options=task.options,
+        local_epochs=local_epochs,
+        on_round=task.on_round,
         privacy=task.privacy,
     )
 
@@ -182,7 +191,11 @@ def _fedavg(task: Task, settings: MethodSettings) -> SimulationResult:
 def _afl(task: Task, settings: MethodSettings) -> SimulationResult:
     afl = own(settings, AFLSettings)
     return baselines.run_afl(
-        task.federation, task.training, options=task.options, mixture_lr=afl.mixture_lr, loss_rows=afl.loss_rows,
+        task.federation,
+        task.training,
+        options=task.options,
+        mixture_lr=afl.mixture_lr,
+        loss_rows=afl.loss_rows,
         on_round=task.on_round,
     )
 
@@ -190,7 +203,11 @@ def _afl(task: Task, settings: MethodSettings) -> SimulationResult:
 def _qfedavg(task: Task, settings: MethodSettings) -> SimulationResult:
     qfedavg = own(settings, QFedAvgSettings)
     return baselines.run_qfedavg(
-        task.federation, task.training, options=task.options, q=qfedavg.q, loss_rows=qfedavg.loss_rows,
+        task.federation,
+        task.training,
+        options=task.options,
+        q=qfedavg.q,
+        loss_rows=qfedavg.loss_rows,
         on_round=task.on_round,
     )
 
@@ -215,7 +232,12 @@ def _fedminmax(task: Task, settings: MethodSettings) -> SimulationResult:
 def _bpf(task: Task, settings: MethodSettings) -> SimulationResult:
     adversary_lr = own(settings, BPFSettings).adversary_lr
     return minimax.run_bpf(
-        task.federation, task.objective, task.training, adversary_lr=adversary_lr, options=task.options, on_round=task.on_round
+        task.federation,
+        task.objective,
+        task.training,
+        adversary_lr=adversary_lr,
+        options=task.options,
+        on_round=task.on_round,
     )
 
 

@@ -34,6 +34,7 @@ from fedfair.research.baselines import (
 from fedfair.simulation.federation import Federation
 from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult
 
+
 class _RecordingSampler(BatchSampler):
     """A BatchSampler that remembers its last batch's indices (None: the whole local set).
 

@@ -1,9 +1,8 @@
 """`fedfair reproduce`: the paper's study on one dataset, as CSV tables and PNG figures.
 
-Every run is one set of `fedfair simulate` flags and a split; its result is cached
-under ``OUT/cache/`` by the SHA-256 of both, so an interrupted reproduction resumes
-where it stopped and a second call only redraws the figures. Runs go to a process pool
-(``--workers``, every core by default), each process with one compute thread.
+Every run is one set of `fedfair simulate` flags and a split, cached under ``OUT/cache/`` by the
+SHA-256 of both: an interrupted reproduction resumes, a second call only redraws the figures.
+Runs go to a process pool (``--workers``, every core by default), one compute thread each.
 
 Why: docs/design.md, "Inside the research harness".
 """
@@ -26,10 +25,8 @@ from fedfair.research.methods import METHODS
 from fedfair.research.paper_splits import PaperSplit, paper_split
 from fedfair.research.flags import default_step_size, momentum_step_scale
 from fedfair.research.runs import Run, judged_at, run_all
+from fedfair.research.arguments import PAPER_EPSILONS
 from fedfair.research.worst_group import COMPOSITION_COLUMN, COMPOSITION_RHOS, composition_rows
-
-PAPER_EPSILONS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-"""The 14 trade-offs of the paper's Figure 3."""
 
 TABLE_RHO = 0.1
 """The rho of the paper's FedMinMax table."""
@@ -53,9 +50,8 @@ RCVAR_METHODS = ("fedsrcvar", "central-cvar")
 ADVERSARY_METHODS = ("bpf", "fedminmax")
 """Methods with an adversary whose step (`--adversary-lr`) the protocol chooses too."""
 PAPER_BOUND = 1.0
-"""B, the threshold's upper bound, in the RCVaR methods' runs: Algorithm 1 starts c at B = 1. fedfair's
-own default B = 10 leaves room for losses above 1 but costs the first rounds: c descends at most
-(1 - epsilon) lr per step (its gradient is 1 - P(loss > c) / rho), about 180 rounds of an MLP on
+"""B, the threshold's bound, in the RCVaR methods' runs: Algorithm 1 starts c at B = 1. fedfair's B = 10
+costs the first rounds: c descends at most (1 - epsilon) lr per step, about 180 rounds of an MLP on
 Census-Income at rho = 0.1, while theta sees only the epsilon-weighted mean and drifts toward ERM."""
 DEFAULT_EPSILON = 0.05
 """FedSRCVaR's epsilon where a figure does not vary it (the paper's tau figure and table use 0.05)."""
@@ -179,7 +175,17 @@ class Study:
         p = self.profile
         # A method without rho trains the same model whatever rho is: one run, judged at every rho.
         trained_at = TABLE_RHO if METHODS[method].rho_free else rho
-        flags = ["--dataset", self.dataset, *self.split.flags, "--model", p.model, "--method", method, "--rho", f"{trained_at:g}"]
+        flags = [
+            "--dataset",
+            self.dataset,
+            *self.split.flags,
+            "--model",
+            p.model,
+            "--method",
+            method,
+            "--rho",
+            f"{trained_at:g}",
+        ]
         # The device is not part of a run's identity unless it is asked for: a CPU cache stays valid.
         device = [] if self.device == "cpu" else ["--device", self.device]
         # Likewise the loss rows: a run that reads every row keeps the key it always had.
@@ -219,7 +225,8 @@ class Study:
         """The test runs of the chosen `point`: one per seed of the profile."""
         flags, rhos = point.flags(method, rho), self.judged_at(method)
         return [
-            Run((*self.base(method, rho, seed), *flags), "test", rhos, composition) for seed in range(self.profile.seeds)
+            Run((*self.base(method, rho, seed), *flags), "test", rhos, composition)
+            for seed in range(self.profile.seeds)
         ]
 
 
@@ -371,11 +378,14 @@ def reproduce(
         rho: study.test_runs("fedsrcvar", rho, Point(scale, DEFAULT_EPSILON, momentum=momentum), described)
         for rho in (COMPOSITION_RHOS if described else ())
     }
-    everything = testing + [run for runs in (*trade_off.values(), *taus.values(), *compositions.values()) for run in runs]
+    everything = testing + [
+        run for runs in (*trade_off.values(), *taus.values(), *compositions.values()) for run in runs
+    ]
     results = run_all(everything, cache_folder, workers, "training over seeds", on_ray)
 
     classes = next(iter(results.values()))["classes"]
     uniform = math.log(classes)
+
     def chosen_row(method: str, rho: float) -> dict[str, Any]:
         point = choice[(method, rho)]
         seeds = [results[run] for run in study.test_runs(method, rho, point)]
@@ -383,7 +393,8 @@ def reproduce(
 
     rho_rows = [chosen_row(method, rho) for method in available for rho in profile.rhos]
     epsilon_rows = [
-        {"rho": rho, "epsilon": eps, **summary([results[run] for run in runs])} for (rho, eps), runs in trade_off.items()
+        {"rho": rho, "epsilon": eps, **summary([results[run] for run in runs])}
+        for (rho, eps), runs in trade_off.items()
     ]
     tau_rows = [
         {"method": f"FedSRCVaR tau={tau}", "rho": rho, **summary([results[run] for run in runs]), "chosen": ""}
@@ -396,13 +407,19 @@ def reproduce(
 
     title = f"{dataset} {split.describe()}, {profile.name} profile ({profile.model}, {profile.rounds} rounds, {profile.seeds} seeds)"
     written = {"rho": write_csv(out / "fig2_rho.csv", rho_rows)}
-    written["rho_png"] = figures.save(figures.risks_versus_rho(read_csv(written["rho"]), uniform, title), out / "fig2_rho.png")
+    written["rho_png"] = figures.save(
+        figures.risks_versus_rho(read_csv(written["rho"]), uniform, title), out / "fig2_rho.png"
+    )
     if epsilon_rows:  # a profile may leave the sweeps out (the "table" profile)
         written["epsilon"] = write_csv(out / "fig3_epsilon.csv", epsilon_rows)
-        written["epsilon_png"] = figures.save(figures.trade_off(read_csv(written["epsilon"]), title), out / "fig3_epsilon.png")
+        written["epsilon_png"] = figures.save(
+            figures.trade_off(read_csv(written["epsilon"]), title), out / "fig3_epsilon.png"
+        )
     if taus:
         written["tau"] = write_csv(out / "fig4_tau.csv", tau_rows)
-        written["tau_png"] = figures.save(figures.risks_versus_rho(read_csv(written["tau"]), uniform, title), out / "fig4_tau.png")
+        written["tau_png"] = figures.save(
+            figures.risks_versus_rho(read_csv(written["tau"]), uniform, title), out / "fig4_tau.png"
+        )
     written["table"] = write_csv(out / f"table_rho{TABLE_RHO:g}.csv", table_rows)
     written["table_png"] = figures.save(figures.table(read_csv(written["table"]), title), out / "table.png")
     if compositions:

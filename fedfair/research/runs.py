@@ -113,7 +113,9 @@ def federation_for(flags: tuple[str, ...], split: str) -> Federation:
         config,
         # Only FedMinMax's federation carries groups (its settings name the column); any other loads alike.
         method="fedminmax" if grouped else "fedavg",
-        settings=FedMinMaxSettings(groups=own(config.settings, FedMinMaxSettings).groups) if grouped else FedAvgSettings(),
+        settings=FedMinMaxSettings(groups=own(config.settings, FedMinMaxSettings).groups)
+        if grouped
+        else FedAvgSettings(),
         objective=ObjectiveConfig(),
         training=TrainingConfig(seed=config.training.seed),
         simulation=SimulationOptions(),
@@ -138,7 +140,9 @@ def execute(run: Run) -> dict[str, Any]:
     try:
         outcome = run_method(config, federation)
     except AggregateError as error:  # this point of the grid diverged: its NaN risks are never chosen
-        diverged = {field.name: math.nan for field in dataclasses.fields(GroupRiskReport) if field.name != "certificate"}
+        diverged = {
+            field.name: math.nan for field in dataclasses.fields(GroupRiskReport) if field.name != "certificate"
+        }
         return {**result, **diverged, "rho": config.objective.rho, "diverged": str(error)}
     # The held-out losses once, for the report of `fedfair simulate` at every rho judged.
     losses, correct = held_out_losses(config, federation, outcome.theta)
@@ -240,4 +244,3 @@ def _run_on_ray(runs: Sequence[Run], keep: Callable[[Run, dict[str, Any]], None]
         finished, waiting = ray.wait(waiting, num_returns=1)
         for reference in finished:
             keep(run_of[reference], ray.get(reference))
-

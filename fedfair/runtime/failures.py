@@ -84,8 +84,7 @@ CERTIFICATE_REFUSED = FailureClass(
 NAME_NOT_ALLOWED = FailureClass(
     "name-not-allowed",
     False,
-    "the aggregator accepted the certificate of {name!r} but refused it: the name is not on the plan's "
-    "allow-list",
+    "the aggregator accepted the certificate of {name!r} but refused it: the name is not on the plan's allow-list",
     "ask the operator to add {name!r} to [federation] collaborators in the plan, or use the certificate "
     "of an institution the plan lists",
 )
@@ -187,8 +186,8 @@ FEDERATION_PAST = FailureClass(
     "this institution already contributed to round {latest} of federation {federation} ({path}), and the "
     "aggregator now serves round {served}: that federation finished, or the aggregator went back",
     "nothing to do for a finished federation; to train again, the operator runs `fedfair plan renew` for a new "
-    "federation id from the same sites and certificates (docs/operations.md, \"Running a finished federation "
-    "again\")",
+    'federation id from the same sites and certificates (docs/operations.md, "Running a finished federation '
+    'again")',
 )
 
 FAILURES: tuple[FailureClass, ...] = (

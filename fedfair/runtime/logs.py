@@ -40,7 +40,9 @@ LOG_FILE_ONLY: Mapping[str, object] = MappingProxyType({ROUTINE: True})
 whose first occurrence the console already showed."""
 
 
-def per_round(round_number: int, rounds: int, *, worst: float | None = None, mean: float | None = None) -> dict[str, Any]:
+def per_round(
+    round_number: int, rounds: int, *, worst: float | None = None, mean: float | None = None
+) -> dict[str, Any]:
     """The ``extra`` of a per-round log line: ``logger.info("round %d applied", n, extra=per_round(n, total))``.
 
     The console moves its bar to `round_number` of `rounds` (and shows `worst` and `mean` beside

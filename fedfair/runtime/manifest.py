@@ -27,7 +27,6 @@ from fedfair.runtime.plan.learning_settings import QuorumSettings, SecureAggrega
 from fedfair.core.tables import Table, check_sections, field_names, read_toml
 
 
-
 class Bounded(Protocol):
     """The settings a manifest bounds (a plan's or the shared settings' learning sections)."""
 
@@ -50,6 +49,7 @@ class Shared(Bounded, Protocol):
     @property
     def collaborator_count(self) -> int:
         """How many collaborators the settings' roster names, checked against the manifest's."""
+
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -180,9 +180,7 @@ def load_manifest(path: Path | str) -> Manifest:
 def manifest_digest(manifest: Manifest) -> str:
     """SHA-256 (hex) of the manifest's content, what the institutions compare (comments and order do not count)."""
     pins = (manifest.aggregator, *manifest.collaborators)
-    return roster_digest(
-        manifest.federation_id, pins, manifest.max_colluding, manifest.min_round_size, manifest.plan
-    )
+    return roster_digest(manifest.federation_id, pins, manifest.max_colluding, manifest.min_round_size, manifest.plan)
 
 
 # ---------------------------------------------------------------- certificates

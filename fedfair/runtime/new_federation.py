@@ -229,7 +229,7 @@ manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
             "The manifest: roster and plan",
             f"Review `{AGGREGATOR_NAME}/plan.toml` first (its `max_colluding = {federation.max_colluding}` must be "
             "the roster's). Every institution reviews the manifest, compares the digest `plan pin` prints out of "
-            f"band and keeps `{MANIFEST}` here. Then uncomment `manifest = \"../{MANIFEST}\"` in "
+            f'band and keeps `{MANIFEST}` here. Then uncomment `manifest = "../{MANIFEST}"` in '
             f"`{AGGREGATOR_NAME}/plan.toml` and in every `collaborator.toml`:",
             list(manifest),
         ),

@@ -48,6 +48,7 @@ from fedfair.secagg.credentials import advertised_identity, verify_advertisement
 from fedfair.secagg.shares import SECRET_BYTES, Held, Kind, check_view_signatures, open_entry
 from fedfair.secagg.wire import Header, Stage, check_header, check_ids
 
+
 class Client:
     """One party's state for one round.
 
@@ -407,9 +408,7 @@ class Client:
             self._held[owner].reveal(owner, Kind.SEED) for owner in sorted(wanted) if wanted[owner] is Kind.SEED
         )
         key_shares = tuple(
-            self._held[owner].reveal(owner, Kind.MASK_KEY)
-            for owner in sorted(wanted)
-            if wanted[owner] is Kind.MASK_KEY
+            self._held[owner].reveal(owner, Kind.MASK_KEY) for owner in sorted(wanted) if wanted[owner] is Kind.MASK_KEY
         )
         response = UnmaskResponse(self._header(Stage.UNMASK), self.party, seed_shares, key_shares)
         self._answered = (request, response)

@@ -22,6 +22,7 @@ from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import advertisement_payload
 from fedfair.secagg.wire import check_header
 
+
 def verify_advertisement(
     advertisement: AdvertiseKeys, config: SecAggConfig, verify_credential: CredentialVerifier
 ) -> ec.EllipticCurvePublicKey:

@@ -400,10 +400,7 @@ class UnmaskResponse(Wire):
     def read(cls, header: Header, reader: Reader) -> UnmaskResponse:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         sender = reader.u32()
-        groups = [
-            tuple(RevealedShare(reader.u32(), reader.blob()) for _ in range(reader.u32()))
-            for _ in range(2)
-        ]
+        groups = [tuple(RevealedShare(reader.u32(), reader.blob()) for _ in range(reader.u32())) for _ in range(2)]
         return cls(header, sender, groups[0], groups[1])
 
 
@@ -420,6 +417,7 @@ Message = (
     | UnmaskRequest
     | UnmaskResponse
 )
+
 
 def _write_shares(writer: Writer, shares: tuple[EncryptedShares, ...]) -> None:
     writer.u32(len(shares))

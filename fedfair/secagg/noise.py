@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy import distributed
+from fedfair.privacy import rounding
 from fedfair.secagg import kernels, prg, rotation
 
 _WORD = np.dtype(np.uint64).newbyteorder("<")
@@ -119,7 +119,7 @@ class NoiseConfig:
     rotation_key: the 32-byte key of the round's rotation (:func:`fedfair.secagg.rotation.rotation_key`),
         or None for no rotation.
     beta: the conditional rounding redraws while the rounded norm exceeds
-        :func:`~fedfair.privacy.distributed.rounded_l2` at this beta (so with probability <= beta).
+        :func:`~fedfair.privacy.rounding.rounded_l2` at this beta (so with probability <= beta).
     failure: the largest probability the encoder accepts that some coordinate of a sum wraps modulo
         2^k or leaves the range :meth:`NoisyEncoding.error_bound` states.
     """
@@ -165,22 +165,23 @@ class NoisyEncoding:
     :meth:`noise_bound`, with probability at most ``noise.failure`` (checked when built).
     """
 
-    def __init__(self, noise: NoiseConfig, clip: float, max_weight: float, fractional_bits: int, modulus_bits: int,
-                 parties: int) -> None:
+    def __init__(
+        self, noise: NoiseConfig, clip: float, max_weight: float, fractional_bits: int, modulus_bits: int, parties: int
+    ) -> None:
         self.noise = noise
         self.clip = clip
         self.scale = math.ldexp(1.0, fractional_bits)
         self.size = noise.encoded_dimension
         # Every coordinate of a rotated (or not) vector is at most its norm; conditional rounding keeps
         # the rounded norm within this many units.
-        self.party_norm = distributed.rounded_l2(noise.norm_clip * max_weight * self.scale, self.size, noise.beta)
+        self.party_norm = rounding.rounded_l2(noise.norm_clip * max_weight * self.scale, self.size, noise.beta)
         room = 2.0 ** (modulus_bits - 1)
         if self.party_norm >= 2.0**52 or parties * self.party_norm >= room:
             raise ConfigError(
                 f"{parties} parties' noised vectors of norm up to {self.party_norm:.4g} units could wrap modulo "
                 f"2^{modulus_bits}; lower norm_clip, max_weight or fractional_bits, or use modulus_bits=64"
             )
-        wrap = distributed.wrap_probability(parties * noise.mu, parties * self.party_norm, modulus_bits, self.size)
+        wrap = rounding.wrap_probability(parties * noise.mu, parties * self.party_norm, modulus_bits, self.size)
         if wrap > noise.failure:
             raise ConfigError(
                 f"the noised sum of {parties} parties wraps modulo 2^{modulus_bits} with probability up to "
@@ -210,7 +211,7 @@ class NoisyEncoding:
         key = self.noise.rotation_key
         rotated = rotation.rotate(clipped, key) if key is not None else clipped
         scaled = rotated * self.scale
-        bound = distributed.rounded_l2(radius * self.scale, self.size, self.noise.beta)
+        bound = rounding.rounded_l2(radius * self.scale, self.size, self.noise.beta)
         uniforms = np.empty(self.size, dtype=_WORD)
         for _ in range(_MAX_REDRAWS):
             stream.read_into(uniforms.data.cast("B"))
@@ -240,11 +241,11 @@ class NoisyEncoding:
         ``noise.failure``.
         """
         spread = math.sqrt(self.size) if self.noise.rotation_key is not None else 1.0
-        rounding = summands * spread
+        rounding_error = summands * spread
         mu = summands * self.noise.mu * spread * spread
 
         def failure(units: float) -> float:
-            return 2.0 * self.noise.dimension * distributed.skellam_tail(mu, units * spread)
+            return 2.0 * self.noise.dimension * rounding.skellam_tail(mu, units * spread)
 
         high = 1.0
         while failure(high) > self.noise.failure:
@@ -253,7 +254,7 @@ class NoisyEncoding:
         for _ in range(60):
             middle = (low + high) / 2.0
             low, high = (middle, high) if failure(middle) > self.noise.failure else (low, middle)
-        return (rounding + high) / self.scale
+        return (rounding_error + high) / self.scale
 
     def noise_std(self, summands: int) -> float:
         """The standard deviation of each decoded coordinate's noise: sqrt(2 summands mu) / 2^f.

@@ -82,9 +82,7 @@ class Recovery:
         if len(received) < t:
             return None
         verify = self.commitment_check(kind, owner)
-        found = shamir.find_verified(
-            [share for share, _ in received.values()], t, SECRET_BYTES, verify, max_subsets=1
-        )
+        found = shamir.find_verified([share for share, _ in received.values()], t, SECRET_BYTES, verify, max_subsets=1)
         if found is None:
             dealt = [share for responder, (share, _) in received.items() if self.was_dealt(kind, owner, responder)]
             found = shamir.find_verified(dealt, t, SECRET_BYTES, verify)
@@ -115,8 +113,10 @@ class Recovery:
         for key in needed:
             candidate = batch.get(key)
             if candidate is not None and candidate.consistent:
-                if key not in self._rebuilt and candidate.secret is not None and self.commitment_check(*key)(
-                    candidate.secret
+                if (
+                    key not in self._rebuilt
+                    and candidate.secret is not None
+                    and self.commitment_check(*key)(candidate.secret)
                 ):
                     self._rebuilt[key] = (candidate.secret, candidate.basis)
                 if key in self._rebuilt:
@@ -190,9 +190,7 @@ class Recovery:
             parts.append(f"party {owner}'s {kind.value} ({len(received)} shares, {good} dealt by it)")
             too_few = too_few and good < t
         blamed = "; ".join(f"party {party} {reason}" for party, reason in culprits.items()) or "nobody provably"
-        message = (
-            f"cannot rebuild and verify {', '.join(parts)} with threshold {t}; round aborted. Culprits: {blamed}"
-        )
+        message = f"cannot rebuild and verify {', '.join(parts)} with threshold {t}; round aborted. Culprits: {blamed}"
         if too_few:
             return ThresholdError(f"too few valid shares, below the threshold: {message}")
         return ProtocolError(message)

@@ -404,9 +404,7 @@ class Server:
     def _require_quorum(self, count: int, what: str) -> None:
         if count < self.config.t:
             self._phase = _Phase.ABORTED
-            accused = (
-                f" (accused at CHECK: {dict(self._accusations)})" if self._accusations else ""
-            )
+            accused = f" (accused at CHECK: {dict(self._accusations)})" if self._accusations else ""
             raise ThresholdError(
                 f"only {count} of {self.config.size} parties {what}, below the threshold {self.config.t}; "
                 f"round aborted{accused}"

@@ -149,9 +149,7 @@ class Rebuilt:
     consistent: bool
 
 
-def rebuild_many(
-    groups: Mapping[_K, Sequence[Share]], threshold: int, secret_length: int
-) -> dict[_K, Rebuilt]:
+def rebuild_many(groups: Mapping[_K, Sequence[Share]], threshold: int, secret_length: int) -> dict[_K, Rebuilt]:
     """Each group's secret from its ``threshold`` smallest-x shares, and whether all its shares agree.
 
     The result for a group equals ``combine`` on it (when it has a secret) and ``off_polynomial``

@@ -158,5 +158,3 @@ def check_ids(ids: tuple[int, ...], what: str) -> None:
     """Refuse a list of party ids that is not strictly increasing (unsorted or with a repeat)."""
     if any(a >= b for a, b in zip(ids, ids[1:], strict=False)):
         raise ProtocolError(f"{what} lists a party twice or out of order")
-
-

@@ -108,7 +108,9 @@ def federation_from_clients(
         raise ConfigError("no clients given; pass one (features, labels) pair or loader per collaborator")
     names = list(names) if names is not None else [f"client-{index}" for index in range(len(train))]
     if len(names) != len(train) or (test and len(test) != len(train)):
-        raise ConfigError(f"{len(train)} clients need as many names and held-out sets; got {len(names)} and {len(test)}")
+        raise ConfigError(
+            f"{len(train)} clients need as many names and held-out sets; got {len(names)} and {len(test)}"
+        )
     train_parts = tuple(client_tensors(name, data) for name, data in zip(names, train))
     test_parts = tuple(client_tensors(name, data) for name, data in zip(names, test))
     labels = torch.cat([part.labels for part in train_parts])

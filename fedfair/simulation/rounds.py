@@ -130,7 +130,9 @@ def make_learners(
 def training_objectives(losses: np.ndarray, c: float, objective: ObjectiveConfig) -> tuple[float, float]:
     """(exact RCVaR minimised over c, smoothed objective at the given c) of training losses."""
     smooth_plus = make_smooth_plus(objective.smooth, objective.gamma)
-    smooth = smoothed_rcvar_per_sample(torch.from_numpy(losses), c, objective.epsilon, objective.rho, smooth_plus).mean()
+    smooth = smoothed_rcvar_per_sample(
+        torch.from_numpy(losses), c, objective.epsilon, objective.rho, smooth_plus
+    ).mean()
     return rcvar(losses, objective.epsilon, objective.rho), float(smooth)
 
 

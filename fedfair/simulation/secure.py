@@ -23,7 +23,6 @@ from fedfair.secagg.encode import noised_encoding
 from fedfair.secagg.recovery import check_range
 
 
-
 @dataclass(frozen=True)
 class DistributedDP:
     """What the secure sum needs to noise DP-SGD rounds, all of it public plan data.

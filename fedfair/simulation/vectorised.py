@@ -43,7 +43,9 @@ class StackedUpdates:
 
     def updates(self) -> list[Update]:
         """The per-client `Update`s, for an aggregation that needs them one by one (e.g. secure sums)."""
-        controls: list[torch.Tensor | None] = [None] * len(self.weights) if self.controls is None else list(self.controls)
+        controls: list[torch.Tensor | None] = (
+            [None] * len(self.weights) if self.controls is None else list(self.controls)
+        )
         return [
             Update(delta=delta, delta_c=float(delta_c), weight=weight, control=control)
             for delta, delta_c, weight, control in zip(self.deltas, self.delta_c, self.weights, controls, strict=True)
@@ -269,9 +271,7 @@ class VectorisedClients:
         tensors = [flat]
         if self.threshold is not None:
             tensors.append(thresholds.requires_grad_(True))
-        round_ = self.algorithm.client_init(
-            start_theta, c, tensors, own_control=self.controls, server_control=control
-        )
+        round_ = self.algorithm.client_init(start_theta, c, tensors, own_control=self.controls, server_control=control)
         reused = self._batches() if self.config.reuse_batch else None
         for _ in range(self.config.local_steps):
             batches = reused if reused is not None else self._batches()
@@ -323,4 +323,3 @@ class VectorisedClients:
         if not bool(((pair[:, :1] - alone).abs() <= COUPLING_TOLERANCE * scale).all()):
             return "a sample's loss changes when another sample joins its batch, so padding would change the batches"
         return None
-

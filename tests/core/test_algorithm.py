@@ -36,7 +36,9 @@ def test_a_step_without_correction_is_torch_sgd_at_each_tensors_rate_bit_for_bit
         [{"params": reference[:2], "lr": local.lr}, {"params": reference[2:], "lr": local.threshold_lr}]
     )
     sgd.step()
-    round_ = algorithm.client_init(torch.cat([ours[0].flatten(), ours[1]]), 1.0, ours, own_control=None, server_control=None)
+    round_ = algorithm.client_init(
+        torch.cat([ours[0].flatten(), ours[1]]), 1.0, ours, own_control=None, server_control=None
+    )
     algorithm.client_step(round_, ours, gradients)
     for mine, theirs in zip(ours, reference, strict=True):
         assert torch.equal(mine, theirs.detach())
@@ -76,7 +78,9 @@ def test_stacked_clients_follow_each_clients_own_rules_bit_for_bit_drift_correct
 
     flat = start_theta.repeat(clients, 1)
     thresholds = start[2].repeat(clients)
-    round_ = algorithm.client_init(start_theta, float(start[2]), [flat, thresholds], own_control=own_controls, server_control=server_control)
+    round_ = algorithm.client_init(
+        start_theta, float(start[2]), [flat, thresholds], own_control=own_controls, server_control=server_control
+    )
     for weight, bias, c in steps:
         algorithm.client_step(round_, [flat, thresholds], [torch.cat([weight.flatten(1), bias], dim=1), c])
     deltas, delta_c, controls = algorithm.client_final(round_, flat, thresholds, own_controls)
@@ -84,7 +88,9 @@ def test_stacked_clients_follow_each_clients_own_rules_bit_for_bit_drift_correct
 
     for client in range(clients):
         tensors = [tensor.clone() for tensor in start]
-        alone = algorithm.client_init(start_theta, float(start[2]), tensors, own_control=own_controls[client], server_control=server_control)
+        alone = algorithm.client_init(
+            start_theta, float(start[2]), tensors, own_control=own_controls[client], server_control=server_control
+        )
         for weight, bias, c in steps:
             algorithm.client_step(alone, tensors, [weight[client], bias[client], c[client]])
         theta = torch.cat([tensors[0].flatten(), tensors[1]])
@@ -103,7 +109,9 @@ def test_the_new_control_variate_is_scaffolds_option_two_in_step_units() -> None
     own, sigma = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64), torch.tensor([0.4, 0.0, -0.1], dtype=torch.float64)
     round_ = algorithm.client_init(theta.clone(), 1.0, [theta, c], own_control=own, server_control=sigma)
     for _ in range(2):
-        algorithm.client_step(round_, [theta, c], [torch.ones(2, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)])
+        algorithm.client_step(
+            round_, [theta, c], [torch.ones(2, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)]
+        )
     delta, delta_c, control = algorithm.client_final(round_, theta, c, own)
     drift = torch.cat([delta, delta_c.reshape(1)])
     # Each step moves x by -lr * g - (sigma - sigma_k); two of them.
@@ -120,7 +128,10 @@ def test_a_client_refuses_a_control_variate_it_cannot_use() -> None:
     corrected = FedSRCVaR(LocalConfig(drift_correction="scaffold"), bound=1.0)
     with pytest.raises(ConfigError, match="has 5 entries, this model needs 3"):
         corrected.client_init(
-            torch.zeros(2), 1.0, [torch.zeros(2)], own_control=torch.zeros(3, dtype=torch.float64),
+            torch.zeros(2),
+            1.0,
+            [torch.zeros(2)],
+            own_control=torch.zeros(3, dtype=torch.float64),
             server_control=torch.zeros(5, dtype=torch.float64),
         )
 

@@ -32,6 +32,7 @@ from fedfair.core.config import (
 )
 from fedfair.core.errors import ConfigError
 
+
 @pytest.mark.parametrize(
     ("interval", "inside", "outside"),
     [
@@ -149,9 +150,7 @@ def test_objective_settings_are_immutable_values() -> None:
         ({"lr": math.nan}, "lr must be a positive number, got nan; e.g. --lr 0.1"),
     ],
 )
-def test_step_sizes_are_refused_naming_the_flag_that_fixes_them(
-    kwargs: dict[str, float], message: str
-) -> None:
+def test_step_sizes_are_refused_naming_the_flag_that_fixes_them(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         LocalConfig(**kwargs)  # type: ignore[arg-type]
 

@@ -104,7 +104,10 @@ FIX = "restore it from a backup"
     ("text", "named"),
     [
         (b'{"format": "x", "latest": 1e999}', "field latest = 1e999 is out of range"),
-        (b'{"history": [[1.0, 0.01, 1000000000000000000000000000000]]}', "field history[0][2] = 1000000000000000000000000000000"),
+        (
+            b'{"history": [[1.0, 0.01, 1000000000000000000000000000000]]}',
+            "field history[0][2] = 1000000000000000000000000000000",
+        ),
         (b'{"a": {"b": [NaN]}}', "field a.b[0] = NaN is out of range"),
         (b'{"a": -Infinity}', "field a = -Infinity"),
         (b"[" * 100_000 + b"]" * 100_000, "nested 100000 levels deep, above the limit of 32"),

@@ -108,7 +108,9 @@ TINY_LOCAL = LocalConfig(local_steps=3, lr=0.5, threshold_lr=0.25)
 TINY_ROUNDS = 3
 
 
-def independent_algorithm_1(*, project_locally: bool, project_at_server: bool) -> tuple[list[torch.Tensor], list[float]]:
+def independent_algorithm_1(
+    *, project_locally: bool, project_at_server: bool
+) -> tuple[list[torch.Tensor], list[float]]:
     """(theta^1..theta^{T+1}, c^1..c^{T+1}) of full-batch Algorithm 1 on TINY_CLIENTS, from the formulas alone.
 
     theta = (w, b) of a logistic model, l = log(1 + exp(-(2y - 1)(w x + b))), s(u) = gamma log(1 + e^{u / gamma}),

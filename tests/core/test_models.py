@@ -107,8 +107,12 @@ def test_a_factory_must_return_a_trainable_module(path: str, message: str) -> No
         build_from_factory(path, {}, allowed={path})
 
 
-def test_a_dependency_missing_inside_the_factorys_module_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dependency_missing_inside_the_factorys_module_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "site_models.py").write_text("import no_such_dependency_here\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ConfigError, match=r"module 'no_such_dependency_here' .* \(it imports 'no_such_dependency_here'\)"):
+    with pytest.raises(
+        ConfigError, match=r"module 'no_such_dependency_here' .* \(it imports 'no_such_dependency_here'\)"
+    ):
         load_factory("site_models:build", allowed={"site_models:build"})

@@ -62,7 +62,9 @@ def test_convexity(name: str, gamma: float, x: float, y: float, t: float) -> Non
 
 
 @given(name=names, gamma=gammas, x=finite, y=finite)
-def test_derivative_is_in_unit_interval_and_two_over_gamma_lipschitz(name: str, gamma: float, x: float, y: float) -> None:
+def test_derivative_is_in_unit_interval_and_two_over_gamma_lipschitz(
+    name: str, gamma: float, x: float, y: float
+) -> None:
     s = make_smooth_plus(name, gamma)
     a, b = torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)
     da, db = float(s.derivative(a)), float(s.derivative(b))

@@ -94,6 +94,7 @@ def test_zero_weight_and_empty_round_are_refused() -> None:
 
 # ------------------------------------------------- drift correction: the server's control variate
 
+
 def corrected_updates() -> list[Update]:
     return [
         Update(
@@ -188,7 +189,10 @@ def test_momentum_moves_by_the_geometric_sum_of_past_mean_updates() -> None:
 def test_momentum_zero_is_algorithm_ones_step_bit_for_bit() -> None:
     state = server.init(torch.tensor([0.3, -0.7], dtype=torch.float64), bound=3.0, c=1.0)
     aggregate = server.Aggregate.from_vector(torch.tensor([0.1, 0.2, -0.3], dtype=torch.float64), 3.0)
-    plain, with_zero = server.apply(state, aggregate, bound=3.0), server.apply(state, aggregate, bound=3.0, momentum=0.0)
+    plain, with_zero = (
+        server.apply(state, aggregate, bound=3.0),
+        server.apply(state, aggregate, bound=3.0, momentum=0.0),
+    )
     assert torch.equal(plain.theta, with_zero.theta) and plain.c == with_zero.c
     assert with_zero.velocity is None
 
@@ -228,7 +232,9 @@ def test_adam_moves_theta_by_its_closed_form_and_c_by_the_plain_step() -> None:
 def test_adam_projects_c_and_keeps_its_moments_in_the_state() -> None:
     adam = server.Adam(lr=0.1)
     state = server.init(torch.zeros(1, dtype=torch.float64), bound=1.0, c=0.9)
-    new = server.apply(state, server.Aggregate.from_vector(torch.tensor([1.0, 0.5], dtype=torch.float64), 1.0), bound=1.0, adam=adam)
+    new = server.apply(
+        state, server.Aggregate.from_vector(torch.tensor([1.0, 0.5], dtype=torch.float64), 1.0), bound=1.0, adam=adam
+    )
     assert new.c == 1.0 and new.velocity is not None and new.second_moment is not None
     assert new.velocity[-1].item() == pytest.approx(0.1, abs=1e-15)  # c's entry: the move it made after projection
     torch.testing.assert_close(new.second_moment, torch.tensor([0.01], dtype=torch.float64), rtol=0, atol=1e-15)

@@ -16,7 +16,9 @@ from tests.runtime.harness import new_workspace
 @pytest.mark.parametrize("value", [10**399, -(10**399), 10**5000], ids=["400 digits", "-400 digits", "5001 digits"])
 def test_an_integer_past_a_float_is_refused_by_name_not_by_overflow(value: int) -> None:
     table = Table("plan.toml", "quorum", {"round_timeout_seconds": value}, ("round_timeout_seconds",))
-    with pytest.raises(ConfigError, match=r"plan.toml: \[quorum\] round_timeout_seconds must be a number of seconds") as refused:
+    with pytest.raises(
+        ConfigError, match=r"plan.toml: \[quorum\] round_timeout_seconds must be a number of seconds"
+    ) as refused:
         table.number("round_timeout_seconds", check=lambda x: x > 0, expected="a number of seconds > 0")
     assert len(str(refused.value)) < SHOWN_CHARACTERS + 150
 
@@ -31,7 +33,9 @@ def test_a_400_digit_integer_in_a_served_plan_names_the_field(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(
-    "payload", [b"[" * 100_000 + b"]" * 100_000, b'{"quorum": ' + b"1" * 5000 + b"}"], ids=["100,000 deep", "5,000 digits"]
+    "payload",
+    [b"[" * 100_000 + b"]" * 100_000, b'{"quorum": ' + b"1" * 5000 + b"}"],
+    ids=["100,000 deep", "5,000 digits"],
 )
 def test_a_served_plan_too_deep_or_too_long_a_number_is_a_named_error(payload: bytes) -> None:
     with pytest.raises(ConfigError, match="the aggregator's plan: not valid JSON"):
@@ -47,12 +51,16 @@ def test_every_refused_key_names_the_file_the_section_the_key_and_the_nearest_kn
 
 def test_an_array_of_tables_names_each_entry_by_its_header_and_position() -> None:
     schema = Table("plan.toml", "schema", {"columns": [{"name": "a"}, {"nmae": "b"}]}, ("columns",))
-    with pytest.raises(ConfigError, match=r"^plan.toml: \[\[schema.columns\]\] #2 unknown key 'nmae'; did you mean 'name'\?$"):
+    with pytest.raises(
+        ConfigError, match=r"^plan.toml: \[\[schema.columns\]\] #2 unknown key 'nmae'; did you mean 'name'\?$"
+    ):
         schema.entries("columns", ("name",))
     with pytest.raises(ConfigError, match=r"^plan.toml: \[\[schema.columns\]\] #1 must be a table .*, got 3$"):
         Table("plan.toml", "schema", {"columns": [3]}, ("columns",)).entries("columns", ("name",))
     for empty in ({}, {"columns": []}):
-        with pytest.raises(ConfigError, match=r"\[schema\] needs a non-empty list of columns.*; add \[\[schema.columns\]\]"):
+        with pytest.raises(
+            ConfigError, match=r"\[schema\] needs a non-empty list of columns.*; add \[\[schema.columns\]\]"
+        ):
             Table("plan.toml", "schema", empty, ("columns",)).entries("columns", ("name",))
 
 

@@ -15,7 +15,10 @@ from fedfair.core.update import Update, bounded
 
 def test_the_submitted_vector_is_the_weighted_update_then_the_weighted_control() -> None:
     update = Update(
-        delta=torch.tensor([1.0, -2.0]), delta_c=0.5, weight=3.0, control=torch.tensor([4.0, 5.0, 6.0], dtype=torch.float64)
+        delta=torch.tensor([1.0, -2.0]),
+        delta_c=0.5,
+        weight=3.0,
+        control=torch.tensor([4.0, 5.0, 6.0], dtype=torch.float64),
     )
     vector = update.weighted_vector()
     assert vector.dtype == torch.float64

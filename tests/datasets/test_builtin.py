@@ -138,7 +138,18 @@ def test_mnist_is_60k_standardised_images() -> None:
     assert [len(client.train_index) for client in clients] == [
         5_923, 6_742, 5_958, 6_131, 5_842, 5_421, 5_918, 6_265, 5_851, 5_949,
     ]  # fmt: skip
-    assert [len(client.test_index) for client in clients] == [980, 1_135, 1_032, 1_010, 982, 892, 958, 1_028, 974, 1_009]
+    assert [len(client.test_index) for client in clients] == [
+        980,
+        1_135,
+        1_032,
+        1_010,
+        982,
+        892,
+        958,
+        1_028,
+        974,
+        1_009,
+    ]
     assert_exact_cover(mnist, clients)
     with pytest.raises(ConfigError, match=r"use one of: iid, dirichlet, class \(it has no group columns\)"):
         partition(mnist, "race", 3)

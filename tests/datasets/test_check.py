@@ -45,10 +45,19 @@ def test_every_problem_is_reported_at_once_with_the_edit_that_accepts_it() -> No
     report = check_against(schema, messy_site(), "site.csv")
     assert len(report.problems) == 3
     text = report.render()
-    for expected in ("no column 'age'", "did you mean 'Age'", "'Never-worked' (2 rows at lines 3, 4)", "'Without-pay' (1 row at line 5)", "3 missing values (at lines 6, 7, 8)"):
+    for expected in (
+        "no column 'age'",
+        "did you mean 'Age'",
+        "'Never-worked' (2 rows at lines 3, 4)",
+        "'Without-pay' (1 row at line 5)",
+        "3 missing values (at lines 6, 7, 8)",
+    ):
         assert expected in text
     assert '[[schema.columns]] name = "age": name = "Age" (the table\'s name)' in report.edits
-    assert any('name = "workclass": categories = [' in edit and '"Never-worked", "Without-pay"]' in edit for edit in report.edits)
+    assert any(
+        'name = "workclass": categories = [' in edit and '"Never-worked", "Without-pay"]' in edit
+        for edit in report.edits
+    )
     assert 'missing = "impute" (missing cells: hours (3))' in report.edits
     # The edits, applied, make the table fit: the report suggests nothing that would not work.
     columns = []
@@ -95,10 +104,12 @@ def test_a_fitting_table_says_so() -> None:
     assert report.render() == "site.csv fits the plan's [schema]: 40 rows, every column and value accepted"
 
 
-def test_the_command_reads_a_plan_or_the_manifest_that_pins_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_reads_a_plan_or_the_manifest_that_pins_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     schema = draft_schema(clean_table(), "income", None)
     plan = tmp_path / "plan.toml"
-    plan.write_text("[federation]\nid = \"f\"\n\n" + schema.to_toml(commented=True))
+    plan.write_text('[federation]\nid = "f"\n\n' + schema.to_toml(commented=True))
     manifest = tmp_path / "federation.toml"
     settings = json.dumps({"schema": schema.to_mapping()}, indent=2)
     manifest.write_text(f"[plan]\nsha256 = \"\"\nsettings = '''\n{settings}\n'''\n")
@@ -196,7 +207,9 @@ def test_one_word_among_numbers_is_a_cell_to_fix_at_its_line_not_a_categorical_c
     assert (tmp_path / "ages.csv").read_text().splitlines()[7].split(",")[1] == "forty"  # line 8 indeed
 
 
-def test_a_misspelt_label_gets_its_near_match_not_a_new_class(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_misspelt_label_gets_its_near_match_not_a_new_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     table = patients()
     table.loc[[3, 17], "outcome"] = "Readmit"
     table.to_csv(tmp_path / "labels.csv", index=False)
@@ -228,8 +241,10 @@ def test_id_like_columns_are_listed_beside_and_inside_the_schema(
     code, out = data_check(tmp_path, tmp_path / "ids.csv", capsys)
     assert code == 0
     # Distinct but spread-out amounts (income) are no identifier.
-    assert "Not in the [schema], so never used: patient_id (ID-like: named like an identifier), record (ID-like: " \
+    assert (
+        "Not in the [schema], so never used: patient_id (ID-like: named like an identifier), record (ID-like: "
         "all 60 values distinct), income." in out
+    )
     # A schema that uses an identifier as a feature is told so.
     plan = tmp_path / "plan.toml"
     plan.write_text(HOSTILE_PLAN + '\n[[schema.columns]]\nname = "record"\ntype = "numeric"\n', encoding="utf-8")

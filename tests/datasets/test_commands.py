@@ -26,9 +26,7 @@ def test_data_commands_list_and_fetch(capsys: pytest.CaptureFixture[str]) -> Non
     assert Path(capsys.readouterr().out.strip()).parts[-2:] == ("data", "adult")
 
 
-def test_data_schema_prints_a_section_the_plan_reads_back(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_data_schema_prints_a_section_the_plan_reads_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     table = pd.DataFrame(
         {"age": [30, 41, 52], "smoker": ["no", "yes", None], "site": ["a", "b", "a"], "outcome": ["ok", "ill", "ok"]}
     )

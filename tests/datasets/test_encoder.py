@@ -26,10 +26,10 @@ def test_an_encoder_round_trips_through_json(adult_table: pd.DataFrame) -> None:
         assert again == encoder
     damaged = encoder.to_mapping()
     damaged["columns"][1]["levels"] = ["Private"]  # type: ignore[index]
-    with pytest.raises(ConfigError, match=r"bundle.json: \[\[encoder.columns\]\] #2 does not fit its schema column 'workclass'"):
+    with pytest.raises(
+        ConfigError, match=r"bundle.json: \[\[encoder.columns\]\] #2 does not fit its schema column 'workclass'"
+    ):
         Encoder.from_mapping(damaged, "bundle.json")
-
-
 
 
 def test_a_mean_too_large_for_a_float_is_a_damaged_bundle_not_an_overflow() -> None:

@@ -77,9 +77,6 @@ def test_a_schema_round_trips_through_json_and_toml(schema: Schema) -> None:
     assert Schema.from_mapping(tomllib.loads(schema.to_toml())["schema"], "plan.toml") == schema
 
 
-
-
-
 def test_draft_schema_lists_categories_or_learns_them(adult_table: pd.DataFrame) -> None:
     drafted = draft_schema(adult_table, "income", ["age", "race"])
     assert drafted.columns == (

@@ -43,7 +43,6 @@ LARGEST_SQUARES = MAX_SITE_ROWS * math.ceil(math.ldexp(1e9, 20)) ** 2
 ADULT_FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
 
 
-
 def adult_sites(table: pd.DataFrame) -> list[pd.DataFrame]:
     """Three sites by age band; every Amer-Indian-Eskimo person over 47 moves to the youngest site.
 
@@ -165,7 +164,6 @@ def test_shifted_sites_build_one_encoder_equal_to_pooled_standardisation_but_for
     pooled = table["hours-per-day"]
     expected = (pooled - pooled.mean()) / pooled.std(ddof=0)
     np.testing.assert_allclose(x[:, names.index("hours-per-day")], expected, rtol=1e-6, atol=1e-6)
-
 
 
 def test_learned_categories_keep_buckets_with_enough_rows_and_never_name_a_value(adult_table: pd.DataFrame) -> None:
@@ -316,7 +314,6 @@ def test_one_rare_row_never_shows_in_a_sites_statistics_nor_in_any_sum(adult_tab
     assert vector[0] == 21 and not vector[statistics_slices(listed)[1][1]].any()
 
 
-
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-LARGEST_SQUARES, LARGEST_SQUARES) | st.sampled_from([LARGEST_SQUARES, -LARGEST_SQUARES]),
                 min_size=1, max_size=STATISTICS_MAX_SITES))  # fmt: skip
@@ -359,8 +356,6 @@ def test_a_summed_vector_that_is_not_a_sum_of_statistics_is_refused(small_schema
     overfull[0] = 11
     with pytest.raises(ConfigError, match=r"inconsistent \(column 'color' counts 12 cells, some negative or more"):
         encoder_from_statistics(small_schema, overfull)
-
-
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,9 @@ def test_every_problem_of_a_table_is_named_in_one_refusal(small_schema: Schema) 
         check_table(small_schema, table, "t.csv")
     message = str(refused.value)
     assert message.startswith("t.csv does not fit the plan's [schema] in 3 ways: (1) label column 'y'")
-    assert "(2) column 'age' is numeric" in message and "'forty' (1 row at line 3), 'fifty' (1 row at line 4)" in message
+    assert (
+        "(2) column 'age' is numeric" in message and "'forty' (1 row at line 3), 'fifty' (1 row at line 4)" in message
+    )
     assert "(3) column 'color' has values not among its [schema] categories: 'green' (2 rows at lines 3, 4)" in message
     assert "\n" not in message
 

@@ -164,7 +164,9 @@ def test_a_report_told_a_tenth_of_the_noise_misses_its_bounds_often() -> None:
     rng = np.random.default_rng(4)
     exact = exact_clipped(losses, errors, sums.LOSS_RANGE[1], 0.1)
     failed = sum(
-        bool(misses(sums.report_from_sums(clean + gaussian(clean.size, 2.0, rng), grid, 0.1, noise_std=0.2), exact, 0.1))
+        bool(
+            misses(sums.report_from_sums(clean + gaussian(clean.size, 2.0, rng), grid, 0.1, noise_std=0.2), exact, 0.1)
+        )
         for _ in range(TRIALS)
     )
     assert failed > stats.binom.isf(FALSE_ALARM, TRIALS, noisy.NOISE_FAILURE)

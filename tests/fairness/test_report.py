@@ -31,8 +31,13 @@ def test_disparity_is_the_worst_groups_mean_minus_the_mean_of_everyone_else(
     worst, mean, rest, best = groups(values, k)
     worst_error, mean_error, rest_error, best_error = groups(1.0 - hits, k)
     report = GroupRiskReport.from_risks(
-        rho=rho, mean_risk=mean, worst_risk=worst, best_risk=best,
-        mean_error=mean_error, worst_error=worst_error, best_error=best_error,
+        rho=rho,
+        mean_risk=mean,
+        worst_risk=worst,
+        best_risk=best,
+        mean_error=mean_error,
+        worst_error=worst_error,
+        best_error=best_error,
     )
     # Means of at most 40 values carry about 40 ulps of their scale; dividing by 1 - rho >= 1/40 multiplies
     # that by at most 40, so 1e-10 of the scale is a wide margin that a wrong formula (e.g. / rho) cannot meet.
@@ -60,18 +65,34 @@ def test_at_rho_one_nothing_remains_so_disparity_is_zero_even_for_certified_boun
 
 def test_a_certified_report_flattens_its_certificate_into_json_ready_numbers() -> None:
     certificate = SecureSumCertificate(
-        samples=1234, worst_risk_gap=0.003, best_risk_gap=0.002, mean_error_bound=1e-6, error_rate_bound=0.01,
-        disparity_bound=0.005, noise_std=2.5, confidence=0.95, loss_cap=3.0,
+        samples=1234,
+        worst_risk_gap=0.003,
+        best_risk_gap=0.002,
+        mean_error_bound=1e-6,
+        error_rate_bound=0.01,
+        disparity_bound=0.005,
+        noise_std=2.5,
+        confidence=0.95,
+        loss_cap=3.0,
     )
     report = GroupRiskReport.from_risks(
-        rho=0.2, mean_risk=0.5, worst_risk=1.3, best_risk=0.1, mean_error=0.2, worst_error=0.8, best_error=0.0,
+        rho=0.2,
+        mean_risk=0.5,
+        worst_risk=1.3,
+        best_risk=0.1,
+        mean_error=0.2,
+        worst_error=0.8,
+        best_error=0.0,
         certificate=certificate,
     )
     flat = report.to_dict()
     assert all(type(value) in (int, float) for value in flat.values()), "flat numbers, no nested certificate"
     assert json.loads(json.dumps(flat)) == flat
     assert (flat["samples"], flat["worst_risk_gap"], flat["best_risk_gap"], flat["mean_error_bound"]) == (
-        1234, 0.003, 0.002, 1e-6
+        1234,
+        0.003,
+        0.002,
+        1e-6,
     )
     assert (flat["noise_std"], flat["confidence"], flat["loss_cap"], flat["error_rate_bound"]) == (2.5, 0.95, 3.0, 0.01)
     assert flat["disparity"] == report.disparity and flat["rho"] == 0.2

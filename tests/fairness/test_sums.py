@@ -192,7 +192,9 @@ def test_answers_are_a_histogram_tree_whose_cumulative_sums_are_the_threshold_su
         level_counts, level_offsets = counts[start : start + size], offsets[start : start + size]
         assert level_counts.sum() == losses.size and np.all((0 <= level_offsets) & (level_offsets <= level_counts))
         if size > 1:
-            assert np.array_equal(level_counts[::2] + level_counts[1::2], counts[start + size : start + size + size // 2])
+            assert np.array_equal(
+                level_counts[::2] + level_counts[1::2], counts[start + size : start + size + size // 2]
+            )
         start += size
     # Each leaf's loss sum is its lower end times its count plus its width times its offset sum.
     lows = grid[np.maximum(np.arange(k) - 1, 0)]

@@ -75,7 +75,7 @@ PINS = [
     [
         ([*PINS, pin("hospital-a", byte=9)], 0, 2, "lists the name hospital-a twice"),
         ([*PINS, pin("hospital-d", byte=2)], 0, 2, "lists the fingerprint .* twice"),
-        (PINS[1:], 0, 2, "exactly one participant with role = \"aggregator\", found 0"),
+        (PINS[1:], 0, 2, 'exactly one participant with role = "aggregator", found 0'),
         ([*PINS, pin("backup", "aggregator", 8)], 0, 2, "found 2"),
         (PINS, -1, 2, "max_colluding must be an integer >= 0"),
         (PINS, 0, 1, "min_round_size = 1 is below max_colluding \\+ 2 = 2"),

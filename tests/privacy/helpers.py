@@ -22,7 +22,11 @@ def random_samples(n: int, d: int, seed: int = 0) -> tuple[torch.Tensor, torch.T
 
 
 def threshold_learner(
-    n: int = 300, batch_size: int = 30, local_steps: int = 3, model: str = "mlp", objective: ObjectiveConfig | None = None
+    n: int = 300,
+    batch_size: int = 30,
+    local_steps: int = 3,
+    model: str = "mlp",
+    objective: ObjectiveConfig | None = None,
 ) -> LocalLearner:
     """A float64 learner with a threshold head on 8 random features, seeded so that two are identical."""
     features, labels = random_samples(n, 8)

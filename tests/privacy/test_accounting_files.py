@@ -20,7 +20,10 @@ def state(history: object) -> str:
 @pytest.mark.parametrize(
     ("text", "named"),
     [
-        (state("[[1.0, 0.01, 1000000000000000000000000000000]]"), "field history[0][2] = 1000000000000000000000000000000"),
+        (
+            state("[[1.0, 0.01, 1000000000000000000000000000000]]"),
+            "field history[0][2] = 1000000000000000000000000000000",
+        ),
         (state("[[1e999, 0.01, 10]]"), "field history[0][0] = 1e999 is out of range"),
         ("[" * 100_000 + "]" * 100_000, "nested 100000 levels deep"),
     ],

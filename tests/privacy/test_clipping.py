@@ -56,19 +56,25 @@ def test_norm_clipping_sums_the_same_clipped_gradients_as_per_sample_gradients(
     clipping_type: type[NormClipping | OnePassClipping], model: str, clipped: bool
 ) -> None:
     """(theta, c) jointly: sum_i min(1, C / (||g_i|| + 1e-6)) g_i from norms alone equals it from the g_i."""
-    assert_same_clipped_sum(clipping_type, threshold_learner(n=120, model=model), clipped, width=512 if model == "mlp" else 1)
+    assert_same_clipped_sum(
+        clipping_type, threshold_learner(n=120, model=model), clipped, width=512 if model == "mlp" else 1
+    )
 
 
 def sequence_learner(positions: tuple[int, ...]) -> LocalLearner:
     """A float64 learner whose first dense layer sees each sample as positions x 2 features (a 3-D or 4-D input)."""
     features, labels = random_samples(90, 8, seed=4)
-    network = nn.Sequential(nn.Unflatten(1, (*positions, 2)), nn.Linear(2, 3), nn.Tanh(), nn.Flatten(), nn.Linear(12, 1))
+    network = nn.Sequential(
+        nn.Unflatten(1, (*positions, 2)), nn.Linear(2, 3), nn.Tanh(), nn.Flatten(), nn.Linear(12, 1)
+    )
     head = RCVaRThreshold(ObjectiveConfig(epsilon=0.2, rho=0.3, bound=3.0), dtype=torch.float64)
     return LocalLearner(network.double(), features, labels, 10, LocalConfig(), threshold=head)
 
 
 @pytest.mark.parametrize("positions", [(4,), (2, 2)])
-def test_one_pass_clipping_of_dense_layers_on_sequences_sums_the_same_clipped_gradients(positions: tuple[int, ...]) -> None:
+def test_one_pass_clipping_of_dense_layers_on_sequences_sums_the_same_clipped_gradients(
+    positions: tuple[int, ...],
+) -> None:
     """A dense layer applied at every position: its norm from Gram matrices, its sum over samples and positions."""
     assert_same_clipped_sum(OnePassClipping, sequence_learner(positions), clipped=True, width=12)
 
@@ -157,7 +163,10 @@ def test_one_pass_clipping_records_only_the_step_forward_and_refuses_what_it_can
         OnePassClipping(heads, 1.0)
 
     twice = nn.Linear(8, 8).double()
-    with pytest.raises(NotImplementedError, match=r"layer '' \(Linear\) ran twice"), OnePassClipping(twice, 1.0).capturing():
+    with (
+        pytest.raises(NotImplementedError, match=r"layer '' \(Linear\) ran twice"),
+        OnePassClipping(twice, 1.0).capturing(),
+    ):
         twice(twice(learner.features))
 
     in_place = nn.Sequential(nn.Linear(8, 4), nn.ReLU(inplace=True), nn.Linear(4, 1)).double()
@@ -190,7 +199,9 @@ def test_one_pass_clipping_clips_theta_and_c_separately_when_asked(model: str) -
     heads = nn.ModuleList([learner.model, learner.threshold])
     clipped_backward(OnePassClipping(heads, norm, threshold_norm=threshold_norm), learner)
     assert learner.threshold is not None and learner.threshold.c.grad is not None
-    summed = torch.cat([parameter.grad.flatten() for parameter in learner.model.parameters() if parameter.grad is not None])
+    summed = torch.cat(
+        [parameter.grad.flatten() for parameter in learner.model.parameters() if parameter.grad is not None]
+    )
     scale = float(gradients.abs().sum())
     assert torch.allclose(summed, expected_theta, rtol=0, atol=64 * FLOAT64_UNIT_ROUNDOFF * scale)
     assert abs(float(learner.threshold.c.grad) - float(expected_c)) <= 64 * FLOAT64_UNIT_ROUNDOFF * scale

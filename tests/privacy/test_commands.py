@@ -30,7 +30,18 @@ def test_epsilon_command_prints_opacus_published_rdp_value(capsys: pytest.Captur
 
 
 def test_plan_command_finds_noise_that_spends_the_target(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--target-epsilon", "3", "--rounds", "100", "--local-steps", "5", "--batch-size", "64", "--dataset-size", "3200"]
+    argv = [
+        "--target-epsilon",
+        "3",
+        "--rounds",
+        "100",
+        "--local-steps",
+        "5",
+        "--batch-size",
+        "64",
+        "--dataset-size",
+        "3200",
+    ]
     noise = float(_run_cli(["privacy", "plan", *argv, "--accountant", "rdp"], capsys).split()[0])
     exact = plan_noise_multiplier(3.0, DELTA, 0.02, 500, "rdp")
     assert noise == pytest.approx(exact, abs=1e-4)
@@ -42,7 +53,10 @@ def test_plan_command_finds_noise_that_spends_the_target(capsys: pytest.CaptureF
     [
         (["epsilon", "--noise-multiplier", "1", "--sample-rate", "1.5", "--steps", "10"], "sample rate"),
         (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "0"], "steps"),
-        (["plan", "--target-epsilon", "3", "--rounds", "10", "--batch-size", "50", "--dataset-size", "20"], "batch-size"),
+        (
+            ["plan", "--target-epsilon", "3", "--rounds", "10", "--batch-size", "50", "--dataset-size", "20"],
+            "batch-size",
+        ),
     ],
 )
 def test_privacy_commands_refuse_bad_input(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ import pytest
 from opacus.accountants.analysis import rdp as opacus_rdp
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy import distributed
+from fedfair.privacy import distributed, rounding
 from fedfair.privacy.distributed import Release
 
 CASES = [(mu, shift, alpha) for mu in (2.0, 30.0, 400.0, 1e4) for shift in (1, 2, 7) for alpha in (2, 5, 16, 40)]
@@ -81,18 +81,18 @@ def test_calibrate_meets_the_target_from_below() -> None:
 
 def test_rounding_inflation_and_l1() -> None:
     # Deterministic bound with beta = 0; the probabilistic one is below it for large norms.
-    assert distributed.rounded_l2(100.0, 64, 0.0) == 108.0
-    inflated = distributed.rounded_l2(1000.0, 100, 1e-10)
+    assert rounding.rounded_l2(100.0, 64, 0.0) == 108.0
+    inflated = rounding.rounded_l2(1000.0, 100, 1e-10)
     assert 1000.0 < inflated < 1010.0
     assert inflated == pytest.approx(math.sqrt(1000.0**2 + 25 + math.sqrt(2 * math.log(1e10)) * 1005), rel=1e-12)
-    assert distributed.rounded_l1(3.0, 100) == 9.0 and distributed.rounded_l1(30.0, 4) == 60.0
+    assert rounding.rounded_l1(3.0, 100) == 9.0 and rounding.rounded_l1(30.0, 4) == 60.0
 
 
 def test_rounded_l2_bounds_the_shift_of_a_rounded_sum() -> None:
     # Two neighbouring sums x and x + v rounded with the same uniforms differ by a stochastic rounding of v.
     rng = np.random.default_rng(5)
     dimension, norm, beta = 256, 40.0, 1e-3
-    bound = distributed.rounded_l2(norm, dimension, beta)
+    bound = rounding.rounded_l2(norm, dimension, beta)
     x = rng.normal(scale=1e3, size=dimension)
     v = rng.normal(size=dimension)
     v *= norm / np.linalg.norm(v)
@@ -109,13 +109,13 @@ def test_skellam_tail_bounds_the_exact_tail() -> None:
     from scipy import stats
 
     for mu, t in ((10.0, 15), (1e4, 400), (1e6, 8000)):
-        assert distributed.skellam_tail(mu, t) >= stats.skellam(mu, mu).sf(t - 1)
-    assert distributed.wrap_probability(1e6, 1e9, 32, 10**6) < 1e-100
-    assert distributed.wrap_probability(1e12, 2.0**31, 32, 10) == 1.0
+        assert rounding.skellam_tail(mu, t) >= stats.skellam(mu, mu).sf(t - 1)
+    assert rounding.wrap_probability(1e6, 1e9, 32, 10**6) < 1e-100
+    assert rounding.wrap_probability(1e12, 2.0**31, 32, 10) == 1.0
 
 
 def test_delta_addon_counts_rounding_conditioning_and_wraps() -> None:
-    addon = distributed.delta_addon(steps=100, parties=5, beta=1e-12, epsilon=1.0, wrap=1e-15)
+    addon = rounding.delta_addon(steps=100, parties=5, beta=1e-12, epsilon=1.0, wrap=1e-15)
     assert addon == pytest.approx(100e-12 + 5 * 100 * 1e-12 * (1 + math.e) + 100e-15)
 
 

@@ -71,8 +71,12 @@ def test_private_noise_on_gpu_is_sigma_c_over_b() -> None:
     model = nn.Linear(dimension, 1, bias=False).to(CUDA)
     head = RCVaRThreshold(ObjectiveConfig(epsilon=1.0)).to(CUDA)
     learner = LocalLearner(
-        model, torch.zeros(n, dimension), torch.randint(0, 2, (n,)), batch,
-        LocalConfig(local_steps=1, lr=1.0, threshold_lr=1.0), threshold=head,
+        model,
+        torch.zeros(n, dimension),
+        torch.randint(0, 2, (n,)),
+        batch,
+        LocalConfig(local_steps=1, lr=1.0, threshold_lr=1.0),
+        threshold=head,
     )
     update = PrivateLearner(learner, private_config(noise_multiplier=sigma, max_grad_norm=clip)).train_round(
         torch.zeros(dimension, device=CUDA), 5.0

@@ -25,7 +25,9 @@ def test_threshold_per_sample_gradients_equal_torch_func() -> None:
     with torch.no_grad():
         losses = per_sample_loss(model(features), labels)
     # c at the median loss and a wide smoothing put samples all along the soft kink of s.
-    head = RCVaRThreshold(ObjectiveConfig(epsilon=0.2, rho=0.25, gamma=0.3), c=float(losses.median()), dtype=torch.float64)
+    head = RCVaRThreshold(
+        ObjectiveConfig(epsilon=0.2, rho=0.25, gamma=0.3), c=float(losses.median()), dtype=torch.float64
+    )
 
     def one_sample(params: dict, c: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = per_sample_loss(functional_call(model, params, (x.unsqueeze(0),)), y.unsqueeze(0))
@@ -75,7 +77,9 @@ def test_norm_samplers_equal_the_norms_of_torch_func_per_sample_gradients() -> N
     model = ConvNet().double()
     with torch.no_grad():
         losses = per_sample_loss(model(features), labels)
-    head = RCVaRThreshold(ObjectiveConfig(epsilon=0.2, rho=0.25, gamma=0.3), c=float(losses.median()), dtype=torch.float64)
+    head = RCVaRThreshold(
+        ObjectiveConfig(epsilon=0.2, rho=0.25, gamma=0.3), c=float(losses.median()), dtype=torch.float64
+    )
 
     def one_sample(params: dict, c: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = per_sample_loss(functional_call(model, params, (x.unsqueeze(0),)), y.unsqueeze(0))

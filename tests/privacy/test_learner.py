@@ -46,7 +46,9 @@ def test_private_learner_refuses_what_would_void_the_guarantee() -> None:
 def test_private_path_without_noise_or_clipping_equals_plain_path() -> None:
     """Noise 0, a clip bound above every gradient and the plain batches: the same updates, round after round."""
     plain = threshold_learner()
-    private = PrivateLearner(threshold_learner(), private_config(noise_multiplier=0.0, max_grad_norm=1e6, poisson_sampling=False))
+    private = PrivateLearner(
+        threshold_learner(), private_config(noise_multiplier=0.0, max_grad_norm=1e6, poisson_sampling=False)
+    )
     theta, c = flat_parameters(plain.model), 1.0
     for _ in range(3):
         expected, actual = plain.train_round(theta, c), private.train_round(theta, c)
@@ -105,7 +107,9 @@ def test_noise_on_a_zero_gradient_model_is_sigma_c_over_b() -> None:
 
 def test_poisson_batches_have_the_expected_size_and_may_be_empty() -> None:
     features, labels = random_samples(2000, 3)
-    learner = LocalLearner(build_model("logreg", 3, 2, dtype=torch.float64), features, labels, 1, LocalConfig(local_steps=400))
+    learner = LocalLearner(
+        build_model("logreg", 3, 2, dtype=torch.float64), features, labels, 1, LocalConfig(local_steps=400)
+    )
     private = PrivateLearner(learner, private_config(noise_multiplier=1.0))
     update = private.train_round(torch.zeros(4, dtype=torch.float64), 0.0)
     sizes = np.diff(private._bounds)
@@ -191,14 +195,20 @@ def small_learner(model: str, seed: int = 3) -> LocalLearner:
 @pytest.mark.filterwarnings("ignore:Full backward hook is firing")
 @pytest.mark.parametrize(
     ("model", "auto", "modes"),
-    [("mlp", "one_pass", {"one_pass", "norm"}), ("logreg", "one_pass", {"one_pass", "norm"}), ("conv", "norm", {"norm"})],
+    [
+        ("mlp", "one_pass", {"one_pass", "norm"}),
+        ("logreg", "one_pass", {"one_pass", "norm"}),
+        ("conv", "norm", {"norm"}),
+    ],
 )
 def test_norm_only_and_per_sample_clipping_run_the_same_private_rounds(model: str, auto: str, modes: set[str]) -> None:
     """Same Poisson batches from the same sampling seed, the same clipped updates (noise 0), the same epsilon."""
     rounds: dict[str, list[object]] = {}
     for clipping in (*sorted(modes), "per_sample"):
         torch.manual_seed(0)
-        private = PrivateLearner(small_learner(model), private_config(noise_multiplier=0.0, max_grad_norm=0.5), clipping=clipping)
+        private = PrivateLearner(
+            small_learner(model), private_config(noise_multiplier=0.0, max_grad_norm=0.5), clipping=clipping
+        )
         private._sampling.manual_seed(11)  # in place of OS entropy, so that both draw the same samples
         theta, c, history = flat_parameters(private.learner.model), 1.0, []
         for _ in range(3):
@@ -294,8 +304,13 @@ def test_distributed_mode_sends_the_clipped_sum_without_noise_and_charges_the_se
     theta_0 = flat_parameters(learner.model).clone()
     gradients = per_sample_gradients(learner, learner.features, learner.labels)
     norm, threshold_norm = float(gradients[:, :-1].norm(dim=1).median()), 0.05
-    privacy = private_config(target_epsilon=2.0, mode="distributed", sample_rate=1.0, max_grad_norm=norm,
-                             threshold_max_grad_norm=threshold_norm)
+    privacy = private_config(
+        target_epsilon=2.0,
+        mode="distributed",
+        sample_rate=1.0,
+        max_grad_norm=norm,
+        threshold_max_grad_norm=threshold_norm,
+    )
     private = PrivateLearner(learner, privacy, planned_rounds=4)
     assert private.noise_multiplier == 0.0 and private.clipping == "one_pass"
     assert learner.threshold is not None
@@ -308,7 +323,9 @@ def test_distributed_mode_sends_the_clipped_sum_without_noise_and_charges_the_se
     assert update.weight == 20.0
     assert torch.allclose(update.weighted_vector(), expected, rtol=0, atol=1e-12 * float(gradients.abs().sum()))
     # One round of four charged; the plan's noise makes four rounds spend exactly the target.
-    noise = training_noise(2.0, DELTA, record_sensitivity(0.2, 0.3, norm, threshold_norm), 1.0, 4, padded_dimension(theta.shape[1] + 1))
+    noise = training_noise(
+        2.0, DELTA, record_sensitivity(0.2, 0.3, norm, threshold_norm), 1.0, 4, padded_dimension(theta.shape[1] + 1)
+    )
     assert private.distributed_noise == noise
     assert private.report().epsilon == pytest.approx(noise.epsilon(1, DELTA))
     for _ in range(3):

@@ -14,7 +14,9 @@ def test_the_flags_default_to_the_core_schedule_and_the_simulations_options() ->
     add_experiment_arguments(parser)
     defaults = parser.parse_args([])
     assert (defaults.rounds, defaults.average_from, defaults.seed) == (
-        TrainingConfig.rounds, TrainingConfig.average_from, TrainingConfig.seed
+        TrainingConfig.rounds,
+        TrainingConfig.average_from,
+        TrainingConfig.seed,
     )
     assert (defaults.local_steps, defaults.drift_correction) == (LocalConfig.local_steps, LocalConfig.drift_correction)
     assert (defaults.device, defaults.dtype) == (SimulationOptions.device, SimulationOptions.dtype)

@@ -253,7 +253,12 @@ def test_afl_with_loss_rows_ascends_on_the_sampled_mean_losses() -> None:
     config = training(rounds=2)
     thetas: list[torch.Tensor] = []
     result = run_afl(
-        federation, config, mixture_lr=0.5, loss_rows=8, options=F64, on_round=lambda state: thetas.append(state.theta.clone())
+        federation,
+        config,
+        mixture_lr=0.5,
+        loss_rows=8,
+        options=F64,
+        on_round=lambda state: thetas.append(state.theta.clone()),
     )
     draws = LossRows([30, 20, 11], 8, seed=config.seed)
     mixture = np.full(3, 1.0 / 3.0)
@@ -624,7 +629,9 @@ def test_grouped_federation_needs_one_group_per_training_sample() -> None:
         lambda f, t: run_bpf(f, ObjectiveConfig(epsilon=0.4, rho=0.3), t, adversary_lr=0.1, options=F64),
         lambda f, t: run_bpf(f, ObjectiveConfig(rho=0.3), t, adversary_lr=0.0, options=F64),
         lambda f, t: run_dro(f, ObjectiveConfig(rho=1.0), t, options=F64),
-        lambda f, t: run_fedminmax(with_groups(f, [np.zeros(10, dtype=np.int64)] * 2, ["all"]), t, adversary_lr=-1.0, options=F64),
+        lambda f, t: run_fedminmax(
+            with_groups(f, [np.zeros(10, dtype=np.int64)] * 2, ["all"]), t, adversary_lr=-1.0, options=F64
+        ),
     ],
 )
 def test_bad_minimax_arguments_are_refused(call) -> None:

@@ -52,7 +52,9 @@ def test_the_study_writes_a_table_and_a_figure_per_budget(tmp_path: Path) -> Non
     assert worst[("2", "scaffold")] != worst[("2", "none")]
 
 
-def test_the_command_keeps_the_dirichlet_flag_to_the_drift_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_keeps_the_dirichlet_flag_to_the_drift_study(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli_main(["reproduce", "--out", str(tmp_path), "--partition", "dirichlet", "--alpha", "0.1"]) == 2
     assert "--study drift" in capsys.readouterr().err
     assert cli_main(["reproduce", "--study", "drift", "--out", str(tmp_path), "--loss-rows", "10"]) == 2

@@ -34,7 +34,12 @@ def test_simulate_and_reference_agree_within_one_percent(tmp_path: Path, capsys:
         assert set(result) >= {"config", "final", "history"}
         assert set(result["final"]) >= {"train_objective", "train_objective_smooth", "c", "test"}
         assert set(result["final"]["test"]) >= {
-            "mean_risk", "worst_risk", "best_risk", "disparity", "accuracy", "worst_error"
+            "mean_risk",
+            "worst_risk",
+            "best_risk",
+            "disparity",
+            "accuracy",
+            "worst_error",
         }
     gap = simulated["final"]["train_objective_smooth"] / optimum["final"]["train_objective_smooth"] - 1.0
     assert 0.0 <= gap <= 0.01
@@ -129,7 +134,9 @@ def test_features_pick_the_columns_of_a_users_table(tmp_path: Path, capsys: pyte
 
 def test_features_need_a_users_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--rounds", "1", "--features", "age"]) == 2
-    assert "--features picks columns of your own table; pass it with --data FILE --label COLUMN" in capsys.readouterr().err
+    assert (
+        "--features picks columns of your own table; pass it with --data FILE --label COLUMN" in capsys.readouterr().err
+    )
 
 
 # The uniform classifier's line and the baselines' flags
@@ -192,12 +199,32 @@ Direct = Callable[[Federation, ExperimentConfig], SimulationResult]
 @pytest.mark.parametrize(
     ("method", "flag", "value", "direct"),
     [
-        ("fedavg", "--local-epochs", "2", lambda f, c: baselines.run_fedavg(f, c.training, options=c.simulation, local_epochs=2)),
-        ("afl", "--mixture-lr", "3", lambda f, c: baselines.run_afl(f, c.training, options=c.simulation, mixture_lr=3.0)),
+        (
+            "fedavg",
+            "--local-epochs",
+            "2",
+            lambda f, c: baselines.run_fedavg(f, c.training, options=c.simulation, local_epochs=2),
+        ),
+        (
+            "afl",
+            "--mixture-lr",
+            "3",
+            lambda f, c: baselines.run_afl(f, c.training, options=c.simulation, mixture_lr=3.0),
+        ),
         ("qfedavg", "--q", "3", lambda f, c: baselines.run_qfedavg(f, c.training, options=c.simulation, q=3.0)),
         ("fedavg", "--baseline-lr", "0.05", lambda f, c: baselines.run_fedavg(f, c.training, options=c.simulation)),
-        ("bpf", "--adversary-lr", "5", lambda f, c: minimax.run_bpf(f, c.objective, c.training, options=c.simulation, adversary_lr=5.0)),
-        ("fedsrcvar", "--threshold-lr", "0.001", lambda f, c: run_fedsrcvar(f, c.objective, c.training, options=c.simulation)),
+        (
+            "bpf",
+            "--adversary-lr",
+            "5",
+            lambda f, c: minimax.run_bpf(f, c.objective, c.training, options=c.simulation, adversary_lr=5.0),
+        ),
+        (
+            "fedsrcvar",
+            "--threshold-lr",
+            "0.001",
+            lambda f, c: run_fedsrcvar(f, c.objective, c.training, options=c.simulation),
+        ),
     ],
 )
 def test_baseline_flags_change_the_run(

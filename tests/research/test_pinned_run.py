@@ -18,7 +18,20 @@ import pytest
 from fedfair.research.experiment import load_federation, simulate
 from fedfair.research.flags import config_from_flags
 
-FLAGS = ("--dataset", "adult", "--rounds", "30", "--seed", "3", "--epsilon", "0.1", "--rho", "0.3", "--server-momentum", "0")
+FLAGS = (
+    "--dataset",
+    "adult",
+    "--rounds",
+    "30",
+    "--seed",
+    "3",
+    "--epsilon",
+    "0.1",
+    "--rho",
+    "0.3",
+    "--server-momentum",
+    "0",
+)
 PINNED = {
     "train_objective": 0.7383339876376024,
     "train_objective_smooth": 6.186587915284046,

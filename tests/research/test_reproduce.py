@@ -228,9 +228,7 @@ def test_a_run_judged_at_another_rho_is_the_run_trained_at_it() -> None:
     flags = ("--dataset", "adult", "--method", "fedavg", "--rounds", "3", "--lr", "0.5")
     trained_at_01 = runs.execute(Run((*flags, "--rho", "0.1"), "test", (0.3,)))
     trained_at_03 = runs.execute(Run((*flags, "--rho", "0.3"), "test"))
-    assert runs.judged_at(trained_at_01, 0.3) == {
-        key: trained_at_03[key] for key in runs.judged_at(trained_at_01, 0.3)
-    }
+    assert runs.judged_at(trained_at_01, 0.3) == {key: trained_at_03[key] for key in runs.judged_at(trained_at_01, 0.3)}
     assert runs.judged_at(trained_at_01, 0.1)["worst_risk"] > trained_at_03["worst_risk"]
     with pytest.raises(ConfigError, match="judged at rho 0.3 only, not 0.5"):
         runs.judged_at(trained_at_03, 0.5)
@@ -256,7 +254,9 @@ def test_a_diverging_run_is_kept_as_nan_and_never_chosen() -> None:
     flags = ("--dataset", "adult", "--method", "afl", "--rounds", "5", "--lr", "1e38", "--rho", "0.1")
     result = runs.execute(Run(flags, "validation", (0.3,)))
     assert "diverged" in result and "lower --lr" in result["diverged"]
-    assert math.isnan(runs.judged_at(result, 0.1)["worst_risk"]) and math.isnan(runs.judged_at(result, 0.3)["mean_risk"])
+    assert math.isnan(runs.judged_at(result, 0.1)["worst_risk"]) and math.isnan(
+        runs.judged_at(result, 0.3)["mean_risk"]
+    )
 
 
 def test_a_narrowed_study_is_the_same_runs_and_rows_for_the_methods_asked(

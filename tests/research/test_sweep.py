@@ -33,7 +33,12 @@ def test_sweep_writes_one_row_per_grid_point_as_csv_and_json(
     grid = ["--epsilons", "0.1,1", "--rhos", "0.2,0.5", "--jobs", "1", "--out", str(out), "--json", str(as_json)]
     assert _run_sweep([*FAST, *grid]) == 0
     rows = list(csv.DictReader(out.open()))
-    assert {(row["epsilon"], row["rho"]) for row in rows} == {("0.1", "0.2"), ("0.1", "0.5"), ("1.0", "0.2"), ("1.0", "0.5")}
+    assert {(row["epsilon"], row["rho"]) for row in rows} == {
+        ("0.1", "0.2"),
+        ("0.1", "0.5"),
+        ("1.0", "0.2"),
+        ("1.0", "0.5"),
+    }
     written = json.loads(as_json.read_text())
     assert (written["epsilons"], written["rhos"]) == ([0.1, 1.0], [0.2, 0.5])
     for row, point in zip(rows, written["points"], strict=True):

@@ -67,7 +67,9 @@ def sites(seed: int = 0) -> list[tuple[pd.DataFrame, np.ndarray]]:
     return found
 
 
-def summed(columns: tuple[CompositionColumn, ...], data: list[tuple[pd.DataFrame, np.ndarray]], minimum: int) -> np.ndarray:
+def summed(
+    columns: tuple[CompositionColumn, ...], data: list[tuple[pd.DataFrame, np.ndarray]], minimum: int
+) -> np.ndarray:
     """The secure sum of every site's counts (plain addition: secure aggregation adds the same integers)."""
     return np.sum(
         [

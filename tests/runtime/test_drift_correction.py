@@ -251,8 +251,7 @@ def test_a_resumed_drift_corrected_federation_goes_on_with_the_same_sigma(
     workspace = new_workspace(tmp_path, NAMES, **DRIFT_PLAN)
     plan = load_aggregator_plan(workspace.plan)
     collaborators = [
-        Collaborator(load_collaborator_config(path), retry=QUICK_RECONNECT)
-        for path in workspace.configs.values()
+        Collaborator(load_collaborator_config(path), retry=QUICK_RECONNECT) for path in workspace.configs.values()
     ]
     try:
         finished = [threads.submit(collaborator.run) for collaborator in collaborators]

@@ -30,9 +30,24 @@ def test_ids_are_unique_and_each_class_appears_once() -> None:
 @pytest.mark.parametrize("failure", FAILURES, ids=lambda failure: failure.id)
 def test_every_message_starts_with_its_id_and_ends_with_a_fix(failure: FailureClass) -> None:
     facts = {
-        "address": "a:1", "reason": "r", "what": "w", "seconds": 1, "ca": "ca", "name": "n", "theirs": "t",
-        "ours": "o", "code": "C", "config": "c.toml", "served": "s", "changes": "x", "details": "d",
-        "limit": 1, "path": "p", "evidence": "e", "latest": 1, "federation": "f",
+        "address": "a:1",
+        "reason": "r",
+        "what": "w",
+        "seconds": 1,
+        "ca": "ca",
+        "name": "n",
+        "theirs": "t",
+        "ours": "o",
+        "code": "C",
+        "config": "c.toml",
+        "served": "s",
+        "changes": "x",
+        "details": "d",
+        "limit": 1,
+        "path": "p",
+        "evidence": "e",
+        "latest": 1,
+        "federation": "f",
     }
     message = failure.message(**facts)
     assert message.startswith(f"{failure.id}: ") and ". Fix: " in message

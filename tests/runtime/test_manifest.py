@@ -363,7 +363,10 @@ def test_the_pin_covers_the_schema_so_a_numeric_column_cannot_become_categorical
     schema = {
         "label": "income",
         "classes": ["<=50K", ">50K"],
-        "columns": [{"name": "age", "type": "numeric"}, {"name": "workclass", "type": "categorical", "categories": "learn"}],
+        "columns": [
+            {"name": "age", "type": "numeric"},
+            {"name": "workclass", "type": "categorical", "categories": "learn"},
+        ],
     }
     with_schema = {"schema": schema, "model": {"features": ...}}
     agreed_plan = federation / "schema-plan.toml"
@@ -372,7 +375,10 @@ def test_the_pin_covers_the_schema_so_a_numeric_column_cannot_become_categorical
     pin_plan(agreed_plan, federation / "manifest.toml", federation / "pinned.toml")
     pinned = manifests.load_manifest(federation / "pinned.toml")
     manifests.check_shared_settings(pinned, *shared_from(**with_schema))
-    relabelled = {**schema, "columns": [{"name": "age", "type": "categorical", "categories": "learn"}, schema["columns"][1]]}
+    relabelled = {
+        **schema,
+        "columns": [{"name": "age", "type": "categorical", "categories": "learn"}, schema["columns"][1]],
+    }
     with pytest.raises(manifests.ManifestError, match=r"schema\.columns\[age\]\.type: \"numeric\" -> \"categorical\""):
         manifests.check_shared_settings(pinned, *shared_from(schema=relabelled, model={"features": ...}))
 
@@ -382,12 +388,16 @@ def test_the_pin_covers_the_composition_columns_so_no_other_column_can_be_counte
     serving the same plan with another column, or with the stage on where the pin has it off, is refused."""
     with_schema = {"schema": SCHEMA_SECTION, "model": {"features": ...}}
     agreed_plan = federation / "composition-plan.toml"
-    agreed_plan.write_text(tomli_w.dumps(edited(PLAN_TEMPLATE, {**with_schema, "evaluation": {"composition": ["race"]}})))
+    agreed_plan.write_text(
+        tomli_w.dumps(edited(PLAN_TEMPLATE, {**with_schema, "evaluation": {"composition": ["race"]}}))
+    )
     pin_plan(agreed_plan, federation / "manifest.toml", federation / "pinned.toml")
     pinned = manifests.load_manifest(federation / "pinned.toml")
     manifests.check_shared_settings(pinned, *shared_from(**with_schema, evaluation={"composition": ["race"]}))
     with pytest.raises(manifests.ManifestError, match=r'evaluation\.composition: added \["income"\]'):
-        manifests.check_shared_settings(pinned, *shared_from(**with_schema, evaluation={"composition": ["race", "income"]}))
+        manifests.check_shared_settings(
+            pinned, *shared_from(**with_schema, evaluation={"composition": ["race", "income"]})
+        )
     with pytest.raises(manifests.ManifestError, match=r"evaluation\.composition"):
         manifests.check_shared_settings(pinned, *shared_from(**with_schema))
 
@@ -407,7 +417,9 @@ def test_the_manifests_digest_covers_the_pinned_plan(federation: Path, pinned: m
     assert f"# sha256 of its content: {manifests.manifest_digest(pinned)}" in text
 
 
-def test_an_aggregator_whose_plan_is_not_the_pinned_one_does_not_start(federation: Path, pinned: manifests.Manifest) -> None:
+def test_an_aggregator_whose_plan_is_not_the_pinned_one_does_not_start(
+    federation: Path, pinned: manifests.Manifest
+) -> None:
     assert aggregator_plan_with(federation, aggregator={"manifest": str(federation / "pinned.toml")})
     with pytest.raises(ConfigError, match=r"training\.lr: 0\.1 -> 0\.5") as caught:
         aggregator_plan_with(federation, aggregator={"manifest": str(federation / "pinned.toml")}, training={"lr": 0.5})
@@ -419,8 +431,21 @@ def test_changing_the_plan_is_a_new_pin_and_plan_diff_shows_it(
 ) -> None:
     edited_plan = federation / "plan.toml"
     edited_plan.write_text(tomli_w.dumps(edited(PLAN_TEMPLATE, {"training": {"rounds": 200}})))
-    assert cli.main(["plan", "pin", "--plan", str(edited_plan), "--manifest", str(federation / "pinned.toml"),
-                     "--out", str(federation / "pinned-2.toml")]) == 0
+    assert (
+        cli.main(
+            [
+                "plan",
+                "pin",
+                "--plan",
+                str(edited_plan),
+                "--manifest",
+                str(federation / "pinned.toml"),
+                "--out",
+                str(federation / "pinned-2.toml"),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "training.rounds: 50 -> 200" in printed
     renewed = manifests.load_manifest(federation / "pinned-2.toml")
@@ -431,8 +456,21 @@ def test_changing_the_plan_is_a_new_pin_and_plan_diff_shows_it(
     assert cli.main(["plan", "diff", str(federation / "pinned-2.toml"), str(edited_plan)]) == 0
     assert capsys.readouterr().out == "the same plan\n"
     # A manifest in force is never overwritten: the new one is a new file every institution accepts.
-    assert cli.main(["plan", "pin", "--plan", str(edited_plan), "--manifest", str(federation / "pinned.toml"),
-                     "--out", str(federation / "pinned-2.toml")]) == 2
+    assert (
+        cli.main(
+            [
+                "plan",
+                "pin",
+                "--plan",
+                str(edited_plan),
+                "--manifest",
+                str(federation / "pinned.toml"),
+                "--out",
+                str(federation / "pinned-2.toml"),
+            ]
+        )
+        == 2
+    )
 
 
 def test_a_plan_naming_the_manifest_its_pin_will_write_can_be_pinned(federation: Path) -> None:

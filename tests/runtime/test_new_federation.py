@@ -53,7 +53,12 @@ def test_init_writes_a_plan_and_configs_that_load(tmp_path: Path) -> None:
     assert plan.secure_aggregation.max_colluding == 1 and plan.aggregator.certs == folder / "aggregator" / "certs"
     for index, site in enumerate(SITES):
         config = load_collaborator_config(folder / site / "collaborator.toml")
-        assert (config.name, config.federation, config.data.dataset, config.data.index) == (site, "north", "adult", index)
+        assert (config.name, config.federation, config.data.dataset, config.data.index) == (
+            site,
+            "north",
+            "adult",
+            index,
+        )
         assert config.certificates.key == folder / site / "certs" / f"{site}.key"
     assert sorted(path.name for path in folder.iterdir()) == sorted([README, "aggregator", *SITES])
 
@@ -139,7 +144,6 @@ def test_a_folder_with_anything_in_it_is_refused(tmp_path: Path, capsys: pytest.
     assert init(str(tmp_path), "--sites", "a,b") == 2
     assert "exists and is not an empty folder; choose a new folder" in capsys.readouterr().err
     assert [path.name for path in tmp_path.iterdir()] == ["notes.txt"]
-
 
 
 def test_init_offers_the_drafting_flags_it_names_and_leaves_id_columns_out(

@@ -18,8 +18,16 @@ from fedfair.runtime.new_federation import README
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = (
-    "data check", "pki init", "pki request", "pki sign", "cp", "pki manifest", "plan pin", "aggregator start",
-    "collaborator start", "plan renew",
+    "data check",
+    "pki init",
+    "pki request",
+    "pki sign",
+    "cp",
+    "pki manifest",
+    "plan pin",
+    "aggregator start",
+    "collaborator start",
+    "plan renew",
 )
 """Every kind of line init's README has; the deployment block shows each at least once."""
 

@@ -22,7 +22,8 @@ from fedfair.fairness import sums
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.collaborator import config as collaborator_file
-from fedfair.runtime.plan.learning_settings import PLAN_TRAINING, read_learning, training_table
+from fedfair.runtime.plan.learning_settings import read_learning
+from fedfair.runtime.plan.training import PLAN_TRAINING, training_table
 from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.transport import TlsFiles
 from fedfair.secagg import EncodingConfig
@@ -114,8 +115,15 @@ def test_a_plan_without_training_keys_takes_the_plan_defaults_and_writes_them_ba
     read = read_learning("plan.toml", {"training": {}}, 3).training
     assert read == PLAN_TRAINING and isinstance(read, TrainingConfig)
     assert training_table(read) == {
-        "rounds": 100, "local_steps": 1, "batch_fraction": 0.01, "lr": 0.1, "threshold_lr": 0.1, "seed": 0,
-        "average_from": 0.5, "drift_correction": "none", "server_momentum": DEFAULT_SERVER_MOMENTUM,
+        "rounds": 100,
+        "local_steps": 1,
+        "batch_fraction": 0.01,
+        "lr": 0.1,
+        "threshold_lr": 0.1,
+        "seed": 0,
+        "average_from": 0.5,
+        "drift_correction": "none",
+        "server_momentum": DEFAULT_SERVER_MOMENTUM,
     }
     assert read_learning("plan.toml", {"training": training_table(read)}, 3).training == read
 
@@ -242,7 +250,10 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         ),
         ({"influence": {"weights": "declared"}}, r'weights = "declared" needs sizes = \{ NAME = ROWS'),
         ({"influence": {"weights": "by_size"}}, r'weights = "by_size" is not known'),
-        ({"influence": {"sizes": {"hospital-a": 10, "hospital-b": 10}}}, r"declares 2 institutions but the federation has 3"),
+        (
+            {"influence": {"sizes": {"hospital-a": 10, "hospital-b": 10}}},
+            r"declares 2 institutions but the federation has 3",
+        ),
         ({"influence": {"sizes": {"hospital-a": 10, "hospital-b": 10, "hospital-c": 0}}}, r"sizes must be a table of"),
         ({"influence": {"sizes": {"hospital-a": 10, "hospital-b": 10, "Hospital C": 5}}}, r"invalid participant name"),
         (
@@ -374,7 +385,16 @@ def test_a_model_factory_that_cannot_build_is_refused_with_the_fix(factory: str,
         ({"data": {"label": "y"}}, r"label applies to csv files only"),
         ({"data": {"test_fraction": 0.1}}, r"test_fraction applies to csv files only"),
         (
-            {"data": {"dataset": ..., "partition": ..., "index": ..., "csv": "x.csv", "label": "y", "test_fraction": 1.0}},
+            {
+                "data": {
+                    "dataset": ...,
+                    "partition": ...,
+                    "index": ...,
+                    "csv": "x.csv",
+                    "label": "y",
+                    "test_fraction": 1.0,
+                }
+            },
             r"test_fraction must be a number in \(0, 1\) \(the share of rows held out for evaluation\)",
         ),
         (

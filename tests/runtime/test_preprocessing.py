@@ -47,7 +47,10 @@ def encoder() -> Encoder:
 
 def test_a_built_in_model_takes_the_encoders_input_size_and_classes(encoder: Encoder) -> None:
     model = model_for(ModelSettings(name="mlp", features=107, classes=5), encoder)
-    assert (model.features, model.classes) == (encoder.num_features, 2) and encoder.num_features == 1 + 3  # age, three colours
+    assert (model.features, model.classes) == (
+        encoder.num_features,
+        2,
+    ) and encoder.num_features == 1 + 3  # age, three colours
     assert model.build(seed=0)(torch.zeros(3, model.features)).shape[0] == 3
 
 

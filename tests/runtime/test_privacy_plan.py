@@ -84,7 +84,9 @@ def test_a_privacy_section_that_cannot_hold_is_refused(section: dict[str, float]
         (LocalConfig(), 32, "modulus_bits = 64"),
     ],
 )
-def test_distributed_training_needs_one_step_a_round_and_64_bit_words(local: LocalConfig, bits: int, message: str) -> None:
+def test_distributed_training_needs_one_step_a_round_and_64_bit_words(
+    local: LocalConfig, bits: int, message: str
+) -> None:
     with pytest.raises(ConfigError, match=message):
         read_plan_privacy("plan.toml", {"privacy": {"mode": "distributed", "epsilon": 3.0}}, True, local, bits)
 
@@ -105,8 +107,11 @@ def test_the_ledger_refuses_an_answer_past_the_budget_and_survives_a_restart(tmp
     restarted = InputRecord(path, "fed")
     assert restarted.spent(1e-5) == pytest.approx(second, rel=1e-12)
     assert [entry["round"] for entry in restarted.ledger()] == [1, 2]
-    with pytest.raises(PrivacyBudgetError, match=r"round 3 \(evaluate\) would spend epsilon .* past .* budget of 1.6; "
-                       r"spent so far: epsilon .* on 2 evaluate answers"):
+    with pytest.raises(
+        PrivacyBudgetError,
+        match=r"round 3 \(evaluate\) would spend epsilon .* past .* budget of 1.6; "
+        r"spent so far: epsilon .* on 2 evaluate answers",
+    ):
         restarted.charge("evaluate", 3, "m3", release, 1e-5, 1.6)
     assert len(InputRecord(path, "fed").ledger()) == 2  # a refused answer charges nothing
 
@@ -144,17 +149,37 @@ def test_a_noised_federation_reports_with_the_noise_each_site_charged(tmp_path: 
     ("own", "plan", "refused"),
     [
         (PrivacyConfig(), PlanPrivacy(mode="distributed", epsilon=3.0), None),
-        (PrivacyConfig(enabled=True, mode="distributed", target_epsilon=3.0), PlanPrivacy(mode="distributed", epsilon=3.0), None),
-        (PrivacyConfig(enabled=True, mode="distributed", target_epsilon=1.0), PlanPrivacy(mode="distributed", epsilon=3.0),
-         "spends epsilon 3 at delta 1e-05, more than this institution's"),
-        (PrivacyConfig(enabled=True, mode="distributed", target_epsilon=3.0, delta=1e-7),
-         PlanPrivacy(mode="distributed", epsilon=3.0), "delta 1e-07"),
-        (PrivacyConfig(enabled=True, mode="distributed", target_epsilon=3.0), PlanPrivacy(), 'plan\'s [privacy] mode is "off"'),
-        (PrivacyConfig(enabled=True, noise_multiplier=1.0), PlanPrivacy(mode="distributed", epsilon=3.0), "local DP-SGD"),
+        (
+            PrivacyConfig(enabled=True, mode="distributed", target_epsilon=3.0),
+            PlanPrivacy(mode="distributed", epsilon=3.0),
+            None,
+        ),
+        (
+            PrivacyConfig(enabled=True, mode="distributed", target_epsilon=1.0),
+            PlanPrivacy(mode="distributed", epsilon=3.0),
+            "spends epsilon 3 at delta 1e-05, more than this institution's",
+        ),
+        (
+            PrivacyConfig(enabled=True, mode="distributed", target_epsilon=3.0, delta=1e-7),
+            PlanPrivacy(mode="distributed", epsilon=3.0),
+            "delta 1e-07",
+        ),
+        (
+            PrivacyConfig(enabled=True, mode="distributed", target_epsilon=3.0),
+            PlanPrivacy(),
+            'plan\'s [privacy] mode is "off"',
+        ),
+        (
+            PrivacyConfig(enabled=True, noise_multiplier=1.0),
+            PlanPrivacy(mode="distributed", epsilon=3.0),
+            "local DP-SGD",
+        ),
         (PrivacyConfig(enabled=True, noise_multiplier=1.0), PlanPrivacy(), None),
     ],
 )
-def test_a_collaborator_refuses_a_plan_below_its_own_privacy(own: PrivacyConfig, plan: PlanPrivacy, refused: str | None) -> None:
+def test_a_collaborator_refuses_a_plan_below_its_own_privacy(
+    own: PrivacyConfig, plan: PlanPrivacy, refused: str | None
+) -> None:
     shortfall = privacy_shortfall(own, plan)
     if refused is None:
         assert shortfall is None
@@ -174,9 +199,7 @@ def test_the_ledger_composes_training_rounds_with_their_sampling_and_add_on(tmp_
     assert spent == pytest.approx(3.0, rel=2e-3)
     answer = answer_release(PlanPrivacy(report_epsilon=0.5), ())
     total = record.charge("evaluate", 50, "m50", answer, 1e-5, 10.0, addon=ROUNDING_BETA)
-    ungrouped = distributed.epsilon(
-        [one] * 50 + [answer], 1e-5 - noise.addon - ROUNDING_BETA
-    )
+    ungrouped = distributed.epsilon([one] * 50 + [answer], 1e-5 - noise.addon - ROUNDING_BETA)
     assert spent < total == pytest.approx(ungrouped, rel=1e-9)
 
 

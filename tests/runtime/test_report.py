@@ -98,8 +98,17 @@ def write_run(folder: Path) -> list[dict[str, Any]]:
     for record in records:
         append_round_log(folder, record)
         epsilon = {"site-a": 0.5 * record["round"]}
-        events.emit("round", round=record["round"], status=record["status"], participants=record["participants"],
-                    contributors=record.get("contributors", []), seconds={}, bytes=0, objective=None, epsilon=epsilon)
+        events.emit(
+            "round",
+            round=record["round"],
+            status=record["status"],
+            participants=record["participants"],
+            contributors=record.get("contributors", []),
+            seconds={},
+            bytes=0,
+            objective=None,
+            epsilon=epsilon,
+        )
     events.emit("status", round=4, name="site-c", status="budget_spent", epsilon=None)
     events.emit("finish", rounds=5, output=str(folder))
     return records
@@ -126,7 +135,13 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
 
 
 def lines(figures: list[Figure]) -> dict[str, Any]:
-    return {line.get_gid(): line for figure in figures for axis in figure.axes for line in axis.get_lines() if line.get_gid()}
+    return {
+        line.get_gid(): line
+        for figure in figures
+        for axis in figure.axes
+        for line in axis.get_lines()
+        if line.get_gid()
+    }
 
 
 def cells(page: str) -> dict[tuple[int, str], str]:
@@ -207,7 +222,9 @@ def test_the_worst_groups_composition_is_tabulated_with_suppressed_counts_said_n
     assert "Round 5's evaluation" in page and "c-bar = 0.5736 (the worst group, 561 of 1,504 rows)" in page
     quiet = folder.parent / "quiet"
     append_round_log(quiet, {**applied(1, NAMES, NAMES, {}, 9.8), "evaluation": evaluation(1, 0.7, 0.6)})
-    assert "No composition: the plan's [evaluation] composition names no column" in report.write_report(quiet).read_text()
+    assert (
+        "No composition: the plan's [evaluation] composition names no column" in report.write_report(quiet).read_text()
+    )
 
 
 def test_privacy_lists_shared_epsilons_and_spent_budgets_or_says_there_is_no_dp(folder: Path) -> None:
@@ -226,7 +243,9 @@ def test_the_report_command_writes_where_asked_and_help_loads_nothing_heavy(fold
     command = [sys.executable, "-X", "importtime", "-m", "fedfair.cli", "report", "--help"]
     completed = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
     assert "OUTPUT_DIR" in completed.stdout  # the report module's parser: it was loaded
-    loaded = {line.rsplit("|", 1)[-1].strip() for line in completed.stderr.splitlines() if line.startswith("import time:")}
+    loaded = {
+        line.rsplit("|", 1)[-1].strip() for line in completed.stderr.splitlines() if line.startswith("import time:")
+    }
     assert not loaded & {"torch", "grpc", "pandas", "matplotlib"}
 
 
@@ -351,7 +370,6 @@ def test_the_aggregator_writes_the_report_at_the_end_of_a_real_run(tmp_path: Pat
     shared = [event["epsilon"] for event in read_events(workspace.output) if event["event"] == "round"]
     assert set(shared[-1]) == {"site-b"}
     assert f"<tr><td>site-b</td><td>{shared[-1]['site-b']:.4g}</td><td>3</td>" in page
-
 
 
 def test_a_long_runs_table_is_collapsed_below_its_legend(tmp_path: Path) -> None:

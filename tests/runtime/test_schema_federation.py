@@ -108,9 +108,7 @@ def test_three_institutions_own_tables_train_one_model_that_a_fourth_can_use(
     # The encoder is the one the exact sum of the three sites' training-row statistics gives.
     shared = load_shared_settings(shared_settings(plan))
     configs = [load_collaborator_config(workspace.configs[name]) for name in NAMES]
-    checked = [
-        check_schema_table(config, shared, LocalTable(None, pd.read_csv(config.data.csv))) for config in configs
-    ]
+    checked = [check_schema_table(config, shared, LocalTable(None, pd.read_csv(config.data.csv))) for config in configs]
     expected_encoder = encoder_from_statistics(
         schema, np.sum([statistics_vector(schema, site.train, site.source) for site in checked], axis=0)
     )

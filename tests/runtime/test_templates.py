@@ -56,5 +56,7 @@ def test_a_schema_replaces_the_model_sizes_and_each_site_reads_its_table(tmp_pat
     assert text.endswith(schema) and "\nfeatures = " not in text
     plan = parse_aggregator_plan(tomllib.loads(text), tmp_path / "plan.toml")
     assert plan.schema is not None and plan.schema.label == "y"
-    config = parse_collaborator_config(tomllib.loads(templates.render_collaborator(federation, "b")), tmp_path / "c.toml")
+    config = parse_collaborator_config(
+        tomllib.loads(templates.render_collaborator(federation, "b")), tmp_path / "c.toml"
+    )
     assert config.data.csv == tmp_path / "data" / "t.csv" and config.data.dataset is None

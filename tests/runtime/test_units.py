@@ -201,9 +201,13 @@ def test_a_task_stream_of_a_restarted_process_skips_the_round_in_progress() -> N
     board.new_round(4)
     board.publish(["site-a"], make_binding("f", 4, pb.STAGE_TRAIN), pb.ACTION_RUN)
     board.finish(make_binding("f", 4, pb.STAGE_EVAL_UNMASK))
-    fresh = list(board.stream_tasks("site-a", board.connect("site-a", make_binding("f", 0, pb.STAGE_JOIN)), lambda: True))
+    fresh = list(
+        board.stream_tasks("site-a", board.connect("site-a", make_binding("f", 0, pb.STAGE_JOIN)), lambda: True)
+    )
     assert [task.action for task in fresh] == [pb.ACTION_FINISHED]
-    continuing = list(board.stream_tasks("site-a", board.connect("site-a", make_binding("f", 4, pb.STAGE_JOIN)), lambda: True))
+    continuing = list(
+        board.stream_tasks("site-a", board.connect("site-a", make_binding("f", 4, pb.STAGE_JOIN)), lambda: True)
+    )
     assert [task.action for task in continuing] == [pb.ACTION_RUN, pb.ACTION_FINISHED]
 
 
@@ -304,7 +308,9 @@ def test_a_plain_sum_adds_in_name_order_whatever_order_the_uploads_arrive_in() -
         with ThreadPoolExecutor(max_workers=1) as pool:
             summing = pool.submit(driver.run, 1, TRAINING, frozenset(NAMES), 1, wide, (np.zeros(1), 5.0))
             # The stream hands out the MASKED_INPUT task once that stage is open.
-            tasks = board.stream_tasks("site-a", board.connect("site-a", make_binding("f", 1, pb.STAGE_JOIN)), lambda: True)
+            tasks = board.stream_tasks(
+                "site-a", board.connect("site-a", make_binding("f", 1, pb.STAGE_JOIN)), lambda: True
+            )
             masked = next(task.binding for task in tasks if task.binding.stage == TRAINING.masked)
             for name in arrival:
                 board.deliver(name, masked, updates[name])

@@ -329,13 +329,9 @@ def test_forged_duplicated_and_outsider_consistency_signatures_do_not_count() ->
     genuine = {party: harness.clients[party].consistency(survivor_set).signature for party in (1, 2, 3)}
     # The server refuses them too, before they could ever reach a request.
     with pytest.raises(ProtocolError, match="not a survivor"):
-        harness.server.receive_consistency(
-            dataclasses.replace(harness.clients[1].consistency(survivor_set), sender=5)
-        )
+        harness.server.receive_consistency(dataclasses.replace(harness.clients[1].consistency(survivor_set), sender=5))
     with pytest.raises(ProtocolError, match="does not verify"):
-        harness.server.receive_consistency(
-            dataclasses.replace(harness.clients[1].consistency(survivor_set), sender=4)
-        )
+        harness.server.receive_consistency(dataclasses.replace(harness.clients[1].consistency(survivor_set), sender=4))
     other_view = consistency_payload(session, view[0], (1, 2, 3))
     header = unmask_header(harness)
     bad_sets = {

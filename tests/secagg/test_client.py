@@ -20,7 +20,9 @@ def test_each_step_out_of_order_is_refused_naming_the_stage_the_party_waits_for(
     harness = Harness(make_config(4))
     client = harness.clients[1]
     masking_set = harness.through_check()
-    with pytest.raises(ProtocolError, match=r"share_keys\(\) called out of order: this party is waiting for stage MASK"):
+    with pytest.raises(
+        ProtocolError, match=r"share_keys\(\) called out of order: this party is waiting for stage MASK"
+    ):
         client.share_keys(harness.directory)  # type: ignore[arg-type]
     with pytest.raises(ProtocolError, match=r"advertise\(\) called out of order"):
         client.advertise()

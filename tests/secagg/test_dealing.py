@@ -150,9 +150,7 @@ def test_a_dealer_that_seals_other_shares_than_it_committed_to_is_accused_by_the
             message = signed_dealing(harness, dataclasses.replace(message, shares=shares))
         harness.server.receive_shares(message)
     harness.check(harness.server.share_bundles())
-    assert harness.clients[1].accusations == {
-        LIAR: "its shares do not match the commitments in its signed dealing"
-    }
+    assert harness.clients[1].accusations == {LIAR: "its shares do not match the commitments in its signed dealing"}
     finish_without(harness, LIAR)
 
 

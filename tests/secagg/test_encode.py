@@ -224,7 +224,7 @@ def test_blockwise_encoding_equals_the_whole_vector_formula(
     encoder = Encoder(EncodingConfig(clip, max_weight, bits, modulus_bits), parties)
     weight = 13.37
     vector = rng.uniform(-2 * clip, 2 * clip, size=dimension) * weight
-    vector[:3] = [-0.0, -2.0**-bits, 1e300][:dimension]  # minus zero, a grid point, a huge clipped value
+    vector[:3] = [-0.0, -(2.0**-bits), 1e300][:dimension]  # minus zero, a grid point, a huge clipped value
     key = bytes([dimension % 251]) * 32
     np.testing.assert_array_equal(encoder.encode(vector, weight, key), reference_encoding(encoder, vector, weight, key))
 

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy import distributed
+from fedfair.privacy import rounding
 from fedfair.secagg import SecAggConfig, prg, rotation, simulate_round
 from fedfair.secagg.encode import Encoder, EncodingConfig
 from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
@@ -20,8 +20,9 @@ FALSE_ALARM = 1e-6
 Z = stats.norm.isf(FALSE_ALARM / 2)
 
 
-def noised_encoder(dimension: int, mu: float, parties: int, *, rotate: bool = True, bits: int = 64,
-                   fractional_bits: int = 16) -> Encoder:
+def noised_encoder(
+    dimension: int, mu: float, parties: int, *, rotate: bool = True, bits: int = 64, fractional_bits: int = 16
+) -> Encoder:
     key = rotation.rotation_key("federation", 1, "training") if rotate else None
     noise = NoiseConfig(mu=mu, norm_clip=2.0, dimension=dimension, rotation_key=key)
     return Encoder(EncodingConfig(1.0, 100.0, fractional_bits, bits, noise=noise), parties)
@@ -61,7 +62,7 @@ def test_conditional_rounding_keeps_the_rounded_norm_within_its_bound() -> None:
     vector = np.full(dimension, 1.0)  # norm sqrt(500) > 2 * 10: projected onto the ball of radius 20
     values = np.empty(noisy.size, dtype=np.int64)
     noisy.encode_into(vector, weight, prg.Keystream(os.urandom(32)), values)
-    bound = distributed.rounded_l2(2.0 * weight * 2**16, noisy.size, noisy.noise.beta)
+    bound = rounding.rounded_l2(2.0 * weight * 2**16, noisy.size, noisy.noise.beta)
     assert np.linalg.norm(values) <= bound
     assert np.linalg.norm(values) == pytest.approx(20.0 * 2**16, rel=1e-3)
     assert encoder.encoded_dimension(dimension) == 512
@@ -77,8 +78,13 @@ def test_a_key_reproduces_the_noised_encoding() -> None:
 def test_a_secure_round_decodes_the_noised_sum() -> None:
     dimension, parties = 300, 4
     encoding = noised_encoder(dimension, 1e6, parties).config
-    config = SecAggConfig("federation", 1, tuple(f"p{index}" for index in range(parties)),
-                          dimension=Encoder(encoding, parties).encoded_dimension(dimension), encoding=encoding)
+    config = SecAggConfig(
+        "federation",
+        1,
+        tuple(f"p{index}" for index in range(parties)),
+        dimension=Encoder(encoding, parties).encoded_dimension(dimension),
+        encoding=encoding,
+    )
     rng = np.random.default_rng(1)
     vectors = [rng.normal(scale=0.1, size=dimension) * 5.0 for _ in range(parties)]
     with warnings.catch_warnings():

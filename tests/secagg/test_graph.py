@@ -90,7 +90,10 @@ def test_impossible_graphs_are_refused() -> None:
         graph.regular_graph(5, 0, bytes(32))
 
 
-@pytest.mark.parametrize(("parties", "colluding", "expected"), [(3, 0, None), (15, 0, None), (20, 0, 10), (30, 0, 10), (51, 0, 12), (100, 0, 14), (200, 0, 16), (51, 2, 16)])
+@pytest.mark.parametrize(
+    ("parties", "colluding", "expected"),
+    [(3, 0, None), (15, 0, None), (20, 0, 10), (30, 0, 10), (51, 0, 12), (100, 0, 14), (200, 0, 16), (51, 2, 16)],
+)
 def test_the_default_degree_is_logarithmic_and_keeps_small_federations_complete(
     parties: int, colluding: int, expected: int | None
 ) -> None:

@@ -118,7 +118,9 @@ def test_an_owner_whose_signed_shares_rebuild_another_secret_is_named_and_the_ro
         rebuilding.add(responder, Kind.SEED, {OWNER: shares[responder]})
     assert rebuilding.rebuild(Kind.SEED, OWNER) is None
     culprits = rebuilding.audit(Kind.SEED, OWNER)
-    assert culprits == {OWNER: "dealt signed shares of its self-mask seed that rebuild another secret than it committed to"}
+    assert culprits == {
+        OWNER: "dealt signed shares of its self-mask seed that rebuild another secret than it committed to"
+    }
     error = rebuilding.failure([(Kind.SEED, OWNER)], {OWNER: culprits[OWNER]})
     assert type(error) is ProtocolError and "Culprits: party 4 dealt signed shares" in str(error)
 

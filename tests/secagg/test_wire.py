@@ -12,7 +12,6 @@ from fedfair.secagg.wire import Stage, check_header, check_ids
 from tests.secagg.messages_helpers import SESSION, config, header
 
 
-
 MASKING_SET = MaskingSet(header(Stage.MASK), (1, 2, 3, 4))
 
 

@@ -77,7 +77,9 @@ def relative_gap(federation: Federation, objective: ObjectiveConfig, training: T
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("epsilon", "rho"), [(0.1, 0.3), (0.5, 0.1)])
-def test_fedsrcvar_reaches_reference_within_one_percent(adult_federation: Federation, epsilon: float, rho: float) -> None:
+def test_fedsrcvar_reaches_reference_within_one_percent(
+    adult_federation: Federation, epsilon: float, rho: float
+) -> None:
     """Adult, logistic regression, 3 clients by race, tau = 1, default step sizes."""
     training = TrainingConfig(rounds=600, batch_size=256)
     assert relative_gap(adult_federation, ObjectiveConfig(epsilon=epsilon, rho=rho), training) <= 0.01
@@ -314,9 +316,7 @@ def test_drift_corrected_updates_are_summed_by_secure_aggregation_as_one_vector(
     from fedfair.secagg import EncodingConfig
 
     objective = ObjectiveConfig()
-    training = TrainingConfig(
-        rounds=4, batch_size=64, local=LocalConfig(local_steps=3, drift_correction="scaffold")
-    )
+    training = TrainingConfig(rounds=4, batch_size=64, local=LocalConfig(local_steps=3, drift_correction="scaffold"))
     secure = SecureSum(EncodingConfig(clip=10.0, max_weight=600.0, fractional_bits=24, modulus_bits=64))
     masked = run_rounds(small_adult_federation, training, objective, aggregate=secure, options=F64).state
     plain = run_rounds(small_adult_federation, training, objective, options=F64).state

@@ -42,8 +42,9 @@ def updates(count: int, dimension: int) -> list[Update]:
 @pytest.mark.parametrize("masked", [True, False])
 def test_the_noised_aggregate_is_the_plain_one_plus_noise_carried_by_the_honest_parties(masked: bool) -> None:
     parties, colluders, dimension = 6, 2, 600
-    plan = DistributedDP(PRIVACY, LocalConfig(lr=0.1, threshold_lr=0.1), ObjectiveConfig(epsilon=0.1, rho=0.3),
-                         0.02, 200, colluders)
+    plan = DistributedDP(
+        PRIVACY, LocalConfig(lr=0.1, threshold_lr=0.1), ObjectiveConfig(epsilon=0.1, rho=0.3), 0.02, 200, colluders
+    )
     secure = SecureSum(ENCODING, "federation", plan, masked=masked)
     batch = updates(parties, dimension)
     summed = secure(batch)
@@ -52,9 +53,12 @@ def test_the_noised_aggregate_is_the_plain_one_plus_noise_carried_by_the_honest_
     assert noise is not None and noise == plan.noise(dimension + 1)
     # Every party adds mu / (n - colluders): the decoded sum carries n / (n - c) times the calibrated mu.
     scale = math.ldexp(1.0, -noise.fractional_bits)
-    assert secure.noise_stds[0] == pytest.approx(math.sqrt(2 * noise.release.mu * parties / (parties - colluders)) * scale)
-    error = torch.cat([summed.weighted_delta - plain.weighted_delta,
-                       torch.tensor([summed.weighted_delta_c - plain.weighted_delta_c])]).numpy()
+    assert secure.noise_stds[0] == pytest.approx(
+        math.sqrt(2 * noise.release.mu * parties / (parties - colluders)) * scale
+    )
+    error = torch.cat(
+        [summed.weighted_delta - plain.weighted_delta, torch.tensor([summed.weighted_delta_c - plain.weighted_delta_c])]
+    ).numpy()
     assert np.max(np.abs(error)) <= secure.error_bounds[0]
     # The sample variance of d + 1 nearly Gaussian coordinates, within Z sqrt(2 / d) of the noise's (rounding adds
     # at most parties / 4 units^2).

@@ -59,9 +59,7 @@ def states_per_round(
         ("dirichlet", 51, LocalConfig(local_steps=2, reuse_batch=True)),
     ],
 )
-def test_vectorised_rounds_equal_the_loop_to_float64_precision(
-    scheme: str, clients: int, local: LocalConfig
-) -> None:
+def test_vectorised_rounds_equal_the_loop_to_float64_precision(scheme: str, clients: int, local: LocalConfig) -> None:
     """Every round's (theta, c) agrees with the loop's to 1e-12 (float64, same seed, 51 or 42 clients).
 
     Only the order of summation differs: one client's gradient sums b_k <= 1,100 terms of size
@@ -234,7 +232,9 @@ class BatchStatistics(nn.Module):
         (BatchStatistics, "joins its batch"),
     ],
 )
-def test_models_that_do_not_vectorise_keep_the_loop_and_say_why(factory: Callable[[int], nn.Module], reason: str) -> None:
+def test_models_that_do_not_vectorise_keep_the_loop_and_say_why(
+    factory: Callable[[int], nn.Module], reason: str
+) -> None:
     federation = adult_split("iid", 8)
     features = federation.num_features
     result = run_rounds(

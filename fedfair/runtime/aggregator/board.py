@@ -120,9 +120,7 @@ class Board:
         with self._changed:
             return frozenset(self._streams)
 
-    def wait_for_connected(
-        self, count: int, timeout: float, among: Iterable[str] | None = None
-    ) -> frozenset[str]:
+    def wait_for_connected(self, count: int, timeout: float, among: Iterable[str] | None = None) -> frozenset[str]:
         """Wait until at least `count` peers (of `among`, if given) are connected or `timeout` passes.
 
         Return who of them is.
@@ -318,7 +316,9 @@ class Board:
         timing = timing or StageTiming(len(peers))
         with self._changed:
             timing.opened = self._clock()
-            self._stage = OpenStage(binding, peers, inputs, handler, max_upload_bytes, timing.opened + timeout, ready, timing)
+            self._stage = OpenStage(
+                binding, peers, inputs, handler, max_upload_bytes, timing.opened + timeout, ready, timing
+            )
         per_peer = {peer: input_for(inputs, peer) for peer in peers}
         self.publish(sorted(peers), binding, pb.ACTION_RUN, deadline_seconds=timeout, inputs=per_peer)
 

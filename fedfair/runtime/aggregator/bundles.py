@@ -82,9 +82,7 @@ def federation_bundle(plan: AggregatorPlan, checkpoint: Checkpoint, records: Seq
     )
 
 
-def save_federation_bundle(
-    plan: AggregatorPlan, checkpoint: Checkpoint, records: Sequence[Mapping[str, Any]]
-) -> Path:
+def save_federation_bundle(plan: AggregatorPlan, checkpoint: Checkpoint, records: Sequence[Mapping[str, Any]]) -> Path:
     """Write the bundle of `checkpoint` into the output folder (atomically); return its path."""
     path = plan.aggregator.output / BUNDLE_NAME
     with torch.no_grad():

@@ -214,7 +214,6 @@ def _plan_changes(kept: Mapping[str, Any] | None, plan: Mapping[str, Any] | None
     return f"checkpoint -> now: {shown}"
 
 
-
 def append_round_log(folder: Path, record: Mapping[str, Any]) -> None:
     """Append one JSON line to `folder`/rounds.jsonl and fsync it (the log survives a crash too)."""
     folder.mkdir(parents=True, exist_ok=True)

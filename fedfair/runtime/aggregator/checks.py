@@ -65,9 +65,14 @@ def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig) -> np
     if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(weight)):
         raise RefusedError(Refusal.INVALID_UPLOAD, "the update contains NaN or Inf")
     if not 0.0 < weight <= encoding.max_weight:
-        raise RefusedError(Refusal.INVALID_UPLOAD, f"the update's weight is outside (0, max_weight = {encoding.max_weight:g}]")
+        raise RefusedError(
+            Refusal.INVALID_UPLOAD, f"the update's weight is outside (0, max_weight = {encoding.max_weight:g}]"
+        )
     if max(high, -low) > encoding.clip * weight:
-        raise RefusedError(Refusal.INVALID_UPLOAD, f"the update lies outside the clipping range (clip = {encoding.clip:g} per unit of weight)")
+        raise RefusedError(
+            Refusal.INVALID_UPLOAD,
+            f"the update lies outside the clipping range (clip = {encoding.clip:g} per unit of weight)",
+        )
     return vector
 
 
@@ -107,14 +112,14 @@ def screen_plain_update(influence: InfluenceSettings, batch_fraction: float, par
         if weight != agreed:
             raise RefusedError(
                 Refusal.INVALID_UPLOAD,
-                f"the update's weight {weight:g} is not the {agreed:g} the plan's [influence] agrees for {peer}"
+                f"the update's weight {weight:g} is not the {agreed:g} the plan's [influence] agrees for {peer}",
             )
         length = float(np.linalg.norm(vector[: parameters + 1])) / weight
         if length > influence.update_norm * (1.0 + NORM_SLACK):
             raise RefusedError(
                 Refusal.INVALID_UPLOAD,
                 f"the update's L2 norm {length:.6g} exceeds the plan's [influence] update_norm = "
-                f"{influence.update_norm:g}"
+                f"{influence.update_norm:g}",
             )
 
     return screen

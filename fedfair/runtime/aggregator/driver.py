@@ -297,7 +297,9 @@ class SumDriver:
         """
         late = sorted(((s, peer) for peer, s in self.held_up.items() if s >= HELD_UP_SECONDS), reverse=True)
         for seconds, peer in late:
-            logger.info("round %d waited %.1f s for %s past the median answer of its stages", round_number, seconds, peer)
+            logger.info(
+                "round %d waited %.1f s for %s past the median answer of its stages", round_number, seconds, peer
+            )
         return {peer: round(seconds, 3) for seconds, peer in late}
 
     def _with_fault_points(self, round_number: int, stage: pb.Stage, handler: UploadHandler) -> UploadHandler:

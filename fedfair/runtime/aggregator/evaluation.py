@@ -107,4 +107,6 @@ def report_noise_std(plan: AggregatorPlan, columns: tuple[CompositionColumn, ...
     if not plan.privacy.noised or summands < 1:
         return 0.0
     floor = plan.survivor_floor(len(plan.collaborators))
-    return decoded_noise_std(answer_release(plan.privacy, columns), floor, plan.secure_aggregation.max_colluding, summands)
+    return decoded_noise_std(
+        answer_release(plan.privacy, columns), floor, plan.secure_aggregation.max_colluding, summands
+    )

@@ -200,7 +200,9 @@ class Presence:
         if unlogged is None:
             return
         how = "connected" if first else "reconnected"
-        logger.info("%s %s (%d of %d collaborators have a task stream)%s", peer, how, connected(), allowed, _note(unlogged))
+        logger.info(
+            "%s %s (%d of %d collaborators have a task stream)%s", peer, how, connected(), allowed, _note(unlogged)
+        )
         if self.events is not None:
             self.events.emit("connect", name=peer)
 

@@ -1,13 +1,11 @@
 """The round loop: quorum, train, apply, evaluate, checkpoint, log, from one thread.
 
-The aggregator package's other modules each do one job (docs/layout.md maps them); this one runs the rounds.
-
-The learning itself is the plan's `fedfair.core.algorithm.FedSRCVaR`: the aggregator turns
-the decoded sum into a `server.Aggregate` and applies it, exactly as the in-process
-simulation does.
+The learning itself is the plan's `fedfair.core.algorithm.FedSRCVaR`: the aggregator turns the
+decoded sum into a `server.Aggregate` and applies it, exactly as the in-process simulation does.
 
 Why: docs/design.md, "Inside the aggregator".
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -226,7 +224,9 @@ class RoundLoop:
                 if error.reason is not StatisticsReason.ABORTED or self._serve_again is None:
                     raise
                 for name, why in error.culprits.items():
-                    logger.error("statistics aggregation: %s misbehaved (%s); it sits out this process's rounds", name, why)
+                    logger.error(
+                        "statistics aggregation: %s misbehaved (%s); it sits out this process's rounds", name, why
+                    )
                     self.excluded[name] = why
                     self.events.emit("exclusion", round=STATISTICS_ROUND, name=name, reason=why)
                 pause = min(STATISTICS_RETRY_SECONDS * 2.0**attempt, self.plan.quorum.round_timeout_seconds)

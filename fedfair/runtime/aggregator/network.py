@@ -42,9 +42,7 @@ class Network:
         self.server.stop(grace=2.0).wait()
 
 
-def serve(
-    plan: AggregatorPlan, digest: str, address: str | None = None, events: EventLog | None = None
-) -> Network:
+def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events: EventLog | None = None) -> Network:
     """Start the mTLS gRPC server for `plan` (on `address` if given, else the plan's); return it.
 
     The port is never shared (no SO_REUSEPORT, see

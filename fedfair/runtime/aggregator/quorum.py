@@ -130,7 +130,7 @@ def participants(
             f"round {round_number}: {len(excluded)} collaborators are excluded "
             f"({', '.join(sorted(excluded))}), which leaves {len(eligible)}, below the quorum of "
             f"{quorum.min_collaborators}; the federation cannot go on with this plan (see rounds.jsonl for "
-            "why they were excluded)"
+            "why they were excluded)",
         )
 
     def wait(count: int, timeout: float | None, goal: str) -> frozenset[str]:

@@ -29,6 +29,7 @@ UploadHandler = Callable[[str, bytes], None]
 StageReady = Callable[[], bool]
 """ready(): whether the stage already has what it needs, so it may settle before every peer answered."""
 
+
 def error_summary(error: BaseException) -> str:
     """'ClassName: first line of the message' cut to a bounded length: for one-line logs."""
     text = str(error).strip().splitlines()

@@ -49,6 +49,6 @@ def statistics_encoder(schema: Schema, driver: SumDriver, participants: frozense
         raise StatisticsError(
             StatisticsReason.NO_ENCODER,
             f"the statistics aggregation before round 1 failed: {error}. Nothing was trained or "
-            "written; start the aggregator again (without --resume) once every collaborator runs"
+            "written; start the aggregator again (without --resume) once every collaborator runs",
         ) from None
     return encoder, list(outcome.contributors)

@@ -119,9 +119,7 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
     )
     name = me.name("name", validate_name)
     federation = (
-        me.string(
-            "federation", pattern=FEDERATION_ID_RE, expected="a federation id (letters, digits, '.', '_' or '-')"
-        )
+        me.string("federation", pattern=FEDERATION_ID_RE, expected="a federation id (letters, digits, '.', '_' or '-')")
         if me.given("federation")
         else None
     )

@@ -228,7 +228,9 @@ class InputRecord:
         ``reset``).
         """
         if rounds > 0 and not self.found and not self.reset:
-            raise PermanentFailureError(LOCAL_STATE_LOST, path=self.path, evidence=f"its privacy accountant charged {rounds} rounds")
+            raise PermanentFailureError(
+                LOCAL_STATE_LOST, path=self.path, evidence=f"its privacy accountant charged {rounds} rounds"
+            )
         if rounds < self._trainings:
             raise ConfigError(
                 f"the privacy accountant ({where or 'in memory'}) has charged {rounds} rounds, but {self.path} "
@@ -290,7 +292,7 @@ class InputRecord:
                 f"answering round {round_number} ({kind}) would spend epsilon {total:.3g} at delta {delta:g}, past "
                 f"this institution's budget of {budget:g}; spent so far: epsilon {self.spent(delta):.3g} on "
                 f"{spent_on or 'nothing'} (kept in {self.path}); only a larger [privacy] budget in a new plan "
-                "(and in this institution's own [privacy] budget_epsilon, where set) lets it answer more"
+                "(and in this institution's own [privacy] budget_epsilon, where set) lets it answer more",
             )
         self._releases.append(entry)
         self._save()
@@ -330,7 +332,9 @@ class InputRecord:
         # A process that began with no record may go on past round 1 only if it was there from the start
         # (it may have withdrawn from every round so far, which keeps nothing).
         if self._latest is None and not self.found and not self.reset and self._first_asked > 1:
-            raise PermanentFailureError(LOCAL_STATE_LOST, path=self.path, evidence=f"the aggregator is at round {round_number}")
+            raise PermanentFailureError(
+                LOCAL_STATE_LOST, path=self.path, evidence=f"the aggregator is at round {round_number}"
+            )
         key = f"{kind}:{model}"
         entry = self._inputs.get(key)
         for other, answered in self._inputs.items():
@@ -338,7 +342,7 @@ class InputRecord:
                 raise RefusedError(
                     Refusal.INPUT_BOUND,
                     f"round {round_number} ({kind}) was already answered for another model (kept in "
-                    f"{self.path}); a second answer for the same round could be subtracted from the first"
+                    f"{self.path}); a second answer for the same round could be subtracted from the first",
                 )
         kept = None
         if entry is not None:
@@ -347,7 +351,7 @@ class InputRecord:
                 raise RefusedError(
                     Refusal.INPUT_BOUND,
                     f"this {kind} model was answered in round {entry.round}, and its bits are no longer kept (a "
-                    "later answer replaced them, or the file was lost); answering again would send new bits"
+                    "later answer replaced them, or the file was lost); answering again would send new bits",
                 )
             if entry.round is not None and round_number > entry.round:
                 # An aborted round leaves the model as it was, so the next round may carry it again: it gets

@@ -126,7 +126,9 @@ def join(
     if shortfall is not None:
         raise PermanentFailureError(PLAN_MISMATCH, reason=shortfall)
     try:
-        record = InputRecord(kept_path(config, shared.federation_id, "bindings.json"), shared.federation_id, reset=reset_state)
+        record = InputRecord(
+            kept_path(config, shared.federation_id, "bindings.json"), shared.federation_id, reset=reset_state
+        )
     except ConfigError as error:
         raise PermanentFailureError(LOCAL_BINDINGS, reason=error, config=config.source) from None
     joined = Joined(shared, reply.plan_digest, record, as_participant(config, identity, shared, 0))

@@ -276,4 +276,3 @@ def refusal(error: grpc.RpcError, what: str, address: str = "its address") -> Fa
     if code in RETRYABLE:
         return FailureError(AGGREGATOR_UNREACHABLE, address=address, reason=f"{code.name.lower()} while {what}")
     return PermanentFailureError(AGGREGATOR_ERROR, code=code.name, what=what)
-

@@ -104,9 +104,7 @@ def control_beyond_clip(vector: np.ndarray, weight: float, clip: float) -> str |
     )
 
 
-TrainOn = Callable[
-    [pb_grpc.FederationStub, pb.Binding, str, torch.Tensor, float, torch.Tensor | None], TrainedUpdate
-]
+TrainOn = Callable[[pb_grpc.FederationStub, pb.Binding, str, torch.Tensor, float, torch.Tensor | None], TrainedUpdate]
 """:meth:`RoundJob.train_on`, or what stands in for it (the seam `Collaborator._train_on`)."""
 
 
@@ -169,7 +167,7 @@ class RoundJob:
             raise RefusedError(
                 Refusal.INPUT_BOUND,
                 f"round {round_number} ({kind}) is past the plan's last round, {self.shared.training.rounds}; "
-                "this institution trains and evaluates only the rounds its pinned plan names"
+                "this institution trains and evaluates only the rounds its pinned plan names",
             )
 
     def download(
@@ -266,7 +264,7 @@ class RoundJob:
         if vector.size != expected:
             logger.error(
                 "%s: round %d: the trainer's update holds %d values, but the plan's [training] drift_correction = "
-                '"%s" makes a round\'s vector %d long; this collaborator\'s trainer does not follow the plan (a '
+                "\"%s\" makes a round's vector %d long; this collaborator's trainer does not follow the plan (a "
                 "custom trainer, or an older fedfair): withdrawing from this round; run a trainer built from the "
                 "plan's settings (fedfair.runtime.collaborator.trainer.build_learner)",
                 self.config.name,

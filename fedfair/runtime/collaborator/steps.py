@@ -192,7 +192,9 @@ class Participant:
             )
             if wrong
         ]
-        if not problems and parameters.graph_seed != parameters.implied_graph_seed(self.shared.federation_id, work.stages):
+        if not problems and parameters.graph_seed != parameters.implied_graph_seed(
+            self.shared.federation_id, work.stages
+        ):
             problems.append("graph seed")
         if problems:
             raise RefusedError(
@@ -273,13 +275,13 @@ def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
         raise RefusedError(
             Refusal.WITHDRAWN,
             f"only {len(survivors)} survivors, fewer than the {floor} a round may have (the manifest's "
-            "min_round_size, else max_colluding + 2): a sum that small could expose one institution's input"
+            "min_round_size, else max_colluding + 2): a sum that small could expose one institution's input",
         )
     if work.view.survivors is not None and work.view.survivors != survivors:
         raise RefusedError(
             Refusal.WITHDRAWN,
             "this input was already signed for with other survivors (in an earlier session or round, or before "
-            "a restart); two sums over different survivors would let the aggregator subtract one from the other"
+            "a restart); two sums over different survivors would let the aggregator subtract one from the other",
         )
     signature = work.client.consistency(survivor_set)
     work.view.bind(survivors)  # kept on disk before the signature leaves

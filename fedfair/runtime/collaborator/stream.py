@@ -98,7 +98,6 @@ class TaskStream:
 
     # ------------------------------------------------------------ lifecycle
 
-
     def stop(self) -> None:
         """Ask `run` to return (from another thread)."""
         self._stop.set()
@@ -188,7 +187,9 @@ class TaskStream:
                         if self._handle(stub, task):
                             after = task.binding
                             self._watchdog.progress()
-                    failure = FailureError(CONNECTION_LOST, address=self.config.aggregator, reason="the task stream ended")
+                    failure = FailureError(
+                        CONNECTION_LOST, address=self.config.aggregator, reason="the task stream ended"
+                    )
                 except grpc.RpcError as error:
                     if self._stop.is_set():
                         break
@@ -266,7 +267,11 @@ class TaskStream:
             return False
         except RefusedError as error:  # INPUT_BOUND: the input record refuses it (a WITHDRAWN is _step's own)
             logger.warning(
-                "%s: round %d %s: not contributing: %s", self.config.name, binding.round, pb.Stage.Name(binding.stage), error
+                "%s: round %d %s: not contributing: %s",
+                self.config.name,
+                binding.round,
+                pb.Stage.Name(binding.stage),
+                error,
             )
             self._work = None
             return True

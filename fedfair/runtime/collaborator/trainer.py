@@ -89,7 +89,9 @@ def read_local_data(config: CollaboratorConfig) -> LocalTable:
     except ConfigError as error:
         raise PermanentFailureError(LOCAL_DATA, reason=error, config=config.source) from None
     except (OSError, IndexError, ValueError) as error:  # an unreadable file, whatever the loader met
-        raise PermanentFailureError(LOCAL_DATA, reason=f"{type(error).__name__}: {error}", config=config.source) from None
+        raise PermanentFailureError(
+            LOCAL_DATA, reason=f"{type(error).__name__}: {error}", config=config.source
+        ) from None
 
 
 def _read_csv(config: CollaboratorConfig, seed: int) -> Dataset:
@@ -148,7 +150,8 @@ def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table
     train_rows, test_rows = split_rows(groups, source.test_fraction, shared.training.seed)
     if len(train_rows) == 0 or len(test_rows) == 0:
         raise PermanentFailureError(
-            LOCAL_DATA, reason=f"{source.csv.name} has {len(raw)} rows, too few for train and held-out rows",
+            LOCAL_DATA,
+            reason=f"{source.csv.name} has {len(raw)} rows, too few for train and held-out rows",
             config=config.source,
         )
     return SchemaTable(raw.iloc[train_rows], raw.iloc[test_rows], source.csv.name)
@@ -190,9 +193,7 @@ def encoded_data(
     return LocalData(parts[0], parts[1], name_seed_index(config.name), len(encoder.class_names), None, levels)
 
 
-def load_local_data(
-    config: CollaboratorConfig, shared: SharedSettings, table: LocalTable | None = None
-) -> LocalData:
+def load_local_data(config: CollaboratorConfig, shared: SharedSettings, table: LocalTable | None = None) -> LocalData:
     """This institution's data without a [schema].
 
     Part `index` of a named dataset's partition, or its own table encoded column by column.
@@ -217,7 +218,8 @@ def load_local_data(
         index = source.index if source.index is not None else 0
         if index >= len(splits):
             raise PermanentFailureError(
-                DATA_MISMATCH, reason=f"{config.source}: [data] index = {index} but the partition has {len(splits)} parts"
+                DATA_MISMATCH,
+                reason=f"{config.source}: [data] index = {index} but the partition has {len(splits)} parts",
             )
         split = splits[index]
         train = rows(dataset.x_train[split.train_index], dataset.y_train[split.train_index], "train")

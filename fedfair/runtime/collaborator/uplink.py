@@ -107,9 +107,7 @@ class Uplink:
             self._uploader = Uploader(stub)  # a new connection: its aggregator may have Send
         self._uploader.upload(binding, payload, timeout=RPC_SECONDS, on_part=count)
 
-    def download(
-        self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int
-    ) -> tuple[np.ndarray, float]:
+    def download(self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int) -> tuple[np.ndarray, float]:
         """(values, c) of the stage's model; values is theta, at most `max_values` long."""
         parts = stub.DownloadModel(pb.FetchRequest(binding=binding), timeout=RPC_SECONDS)
         self.count(binding.round, pb.FetchRequest(binding=binding).ByteSize())
@@ -124,7 +122,11 @@ class StatusReports:
         self.uplink = uplink
 
     def send(
-        self, stub: pb_grpc.FederationStub, binding: pb.Binding, status: pb.CollaboratorStatus, epsilon: float | None = None
+        self,
+        stub: pb_grpc.FederationStub,
+        binding: pb.Binding,
+        status: pb.CollaboratorStatus,
+        epsilon: float | None = None,
     ) -> None:
         """Tell the aggregator a status of this collaborator; a report that fails never stops training."""
         report = pb.StatusReport(binding=binding, status=status, epsilon=epsilon)

@@ -35,7 +35,8 @@ from fedfair.runtime.manifest import (
     manifest_digest,
 )
 from fedfair.runtime.plan.privacy import PlanPrivacy
-from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning, training_table
+from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning
+from fedfair.runtime.plan.training import training_table
 from fedfair.core.tables import (
     Table,
     check_sections,

@@ -34,7 +34,6 @@ class EvaluationSettings:
         return sums.threshold_grid(self.loss_range)
 
 
-
 def read_evaluation(source: str, data: Mapping[str, object]) -> EvaluationSettings:
     """The plan's [evaluation] (defaults when absent); a ConfigError naming the key and the fix."""
     t = Table.of(source, data, "evaluation", field_names(EvaluationSettings))

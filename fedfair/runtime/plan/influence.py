@@ -46,7 +46,7 @@ class InfluenceSettings:
     of weight w_k then moves the mean by at most w_k C / W in a plain round (see docs/design.md
     for what secure rounds can and cannot check, and for what many rounds add up to). A plan
     that does not set it gets 2 * lr * local_steps
-    (:func:`fedfair.runtime.plan.learning_settings.default_update_norm`).
+    (:func:`fedfair.runtime.plan.training.default_update_norm`).
     """
 
     update_norm: float

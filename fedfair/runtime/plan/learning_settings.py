@@ -1,7 +1,8 @@
 """The plan's learning settings: the sections the aggregator shares with every collaborator.
 
 ``[objective]`` and ``[training]`` are read straight into the learning core's
-:class:`~fedfair.core.config.ObjectiveConfig` and :class:`~fedfair.core.config.TrainingConfig`. The other sections feed several core
+:class:`~fedfair.core.config.ObjectiveConfig` and :class:`~fedfair.core.config.TrainingConfig`
+(:mod:`fedfair.runtime.plan.training`). The other sections feed several core
 objects, so each has a frozen dataclass here with exactly one converter per object
 it feeds (:meth:`SecureAggregationSettings.encoding`, :meth:`ModelSettings.build`,
 :meth:`EvaluationSettings.thresholds`): nowhere else is a
@@ -18,22 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedfair.core.config import (
-    AVERAGE_FROM,
-    BATCH_FRACTION,
-    BOUND,
-    DEFAULT_SERVER_MOMENTUM,
-    EPSILON,
-    GAMMA,
-    RHO,
-    SERVER_MOMENTUM,
-    STEP_SIZE,
-    DRIFT_CORRECTIONS,
-    SMOOTH_FUNCTIONS,
-    LocalConfig,
-    ObjectiveConfig,
-    TrainingConfig,
-)
+from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import Schema
 from fedfair.datasets.statistics import STATISTICS_MAX_SITES
@@ -43,6 +29,7 @@ from fedfair.runtime.plan.evaluation import EvaluationSettings, read_evaluation
 from fedfair.runtime.plan.influence import InfluenceSettings, read_influence
 from fedfair.runtime.plan.model import ModelSettings, read_model
 from fedfair.runtime.plan.privacy import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
+from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
 from fedfair.core.tables import Table, field_names
 from fedfair.privacy.distributed import TrainingNoise
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
@@ -56,32 +43,6 @@ DROPOUT_POLICIES = ("allowed", "none")
 """[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
 AUTO = "auto"
 """``[secure_aggregation] neighbours = "auto"``: the masking graph's degree follows the roster's size."""
-
-PLAN_TRAINING = TrainingConfig(rounds=100, batch_fraction=0.01, server_momentum=DEFAULT_SERVER_MOMENTUM)
-"""What a plan's [training] takes for a key it leaves out: the core defaults but for three. A batch is a
-fraction of a site's own rows (nobody knows the total; w_k = b_k stays proportional to n_k unrevealed),
-100 rounds (each costs round trips), and FedSRCVaR's server momentum. Manifests pin them: they stay."""
-
-PLAN_TRAINING_KEYS = (
-    "rounds", "local_steps", "batch_fraction", "lr", "threshold_lr", "seed", "average_from", "drift_correction",
-    "server_momentum",
-)
-"""The keys of a plan's [training]: fields of TrainingConfig and, in the same flat table, of its LocalConfig
-(the simulation's total `batch_size` and FedAdam are not a plan's)."""
-
-_LOCAL_KEYS = frozenset(field_names(LocalConfig))
-
-
-def batch_fraction(training: TrainingConfig) -> float:
-    """A plan's batch_fraction: each collaborator's batch is round(batch_fraction * n_k), at least 1."""
-    if training.batch_fraction is None:
-        raise ConfigError("a plan's [training] needs a batch_fraction: nobody in a federation knows the total batch")
-    return training.batch_fraction
-
-
-def training_table(training: TrainingConfig) -> dict[str, object]:
-    """A plan's [training] table of `training`: the flat keys a plan and the shared settings carry."""
-    return {key: getattr(training.local if key in _LOCAL_KEYS else training, key) for key in PLAN_TRAINING_KEYS}
 
 
 @dataclass(frozen=True)
@@ -211,11 +172,19 @@ class LearningSettings:
         secure, training = self.secure_aggregation, self.training
         floor = self.survivor_floor(collaborators)
         return training_noise(
-            self.privacy, training.local, self.objective, training.rounds, self.batch_fraction,
-            dimension, floor, secure.max_colluding,
+            self.privacy,
+            training.local,
+            self.objective,
+            training.rounds,
+            self.batch_fraction,
+            dimension,
+            floor,
+            secure.max_colluding,
         )
 
-    def training_encoding(self, federation_id: str, collaborators: int, round_number: int, dimension: int) -> EncodingConfig:
+    def training_encoding(
+        self, federation_id: str, collaborators: int, round_number: int, dimension: int
+    ) -> EncodingConfig:
         """The encoding of round `round_number`'s training updates of `dimension` values.
 
         The plain one, or under [privacy] mode = "distributed" with the round's noise step; the aggregator and
@@ -249,56 +218,6 @@ LEARNING_SECTIONS = tuple(field.name for field in dataclasses.fields(LearningSet
 
 
 # ---------------------------------------------------------------- reading the sections
-
-
-def _objective(source: str, data: Mapping[str, object]) -> ObjectiveConfig:
-    t = Table.of(source, data, "objective", field_names(ObjectiveConfig))
-    d = ObjectiveConfig()
-    return ObjectiveConfig(
-        epsilon=t.number("epsilon", d.epsilon, check=EPSILON.__contains__, expected=EPSILON.expected),
-        rho=t.number("rho", d.rho, check=RHO.__contains__, expected=RHO.expected),
-        gamma=t.number("gamma", d.gamma, check=GAMMA.__contains__, expected=GAMMA.expected),
-        smooth=t.string("smooth", d.smooth, choices=SMOOTH_FUNCTIONS),
-        bound=t.number("bound", d.bound, check=BOUND.__contains__, expected=BOUND.expected),
-    )
-
-
-def _training(source: str, data: Mapping[str, object]) -> TrainingConfig:
-    t = Table.of(source, data, "training", PLAN_TRAINING_KEYS)
-    d = PLAN_TRAINING
-    fraction = t.number(
-        "batch_fraction", batch_fraction(d), check=BATCH_FRACTION.__contains__, expected=BATCH_FRACTION.expected
-    )
-    local = LocalConfig(
-        local_steps=t.integer("local_steps", d.local.local_steps, low=1),
-        lr=t.number("lr", d.local.lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected),
-        threshold_lr=t.number(
-            "threshold_lr", d.local.threshold_lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected
-        ),
-        drift_correction=t.string("drift_correction", d.local.drift_correction, choices=DRIFT_CORRECTIONS),
-    )
-    return TrainingConfig(
-        rounds=t.integer("rounds", d.rounds, low=1),
-        local=local,
-        batch_fraction=fraction,
-        seed=t.integer("seed", d.seed, low=0),
-        average_from=t.number(
-            "average_from", d.average_from, check=AVERAGE_FROM.__contains__, expected=AVERAGE_FROM.expected
-        ),
-        server_momentum=t.number(
-            "server_momentum", d.server_momentum, check=SERVER_MOMENTUM.__contains__, expected=SERVER_MOMENTUM.expected
-        ),
-    )
-
-
-def default_update_norm(training: TrainingConfig) -> float:
-    """C when the plan sets none: 2 * lr * local_steps, twice the distance tau SGD steps of gradient norm 1 go.
-
-    Honest FedSRCVaR updates on Adult measured 0.9 lr tau (median) at 1 and 5 local steps,
-    so this clips almost none of them; a tighter C bounds a liar more and slows honest training
-    (benchmarks/influence_bench.py).
-    """
-    return 2.0 * training.local.lr * training.local.local_steps
 
 
 def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> SecureAggregationSettings:
@@ -404,10 +323,14 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
     """The learning sections of a plan (or of shared settings) for a federation of `collaborators`."""
     secagg = _secure_aggregation(source, data, collaborators)
     schema = _schema(source, data, collaborators)
-    training = _training(source, data)
+    training = read_training(source, data)
     influence = read_influence(
-        source, data, collaborators,
-        default_norm=default_update_norm(training), batch_fraction=batch_fraction(training), max_weight=secagg.max_weight,
+        source,
+        data,
+        collaborators,
+        default_norm=default_update_norm(training),
+        batch_fraction=batch_fraction(training),
+        max_weight=secagg.max_weight,
     )
     evaluation = read_evaluation(source, data)
     try:
@@ -415,7 +338,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     return LearningSettings(
-        objective=_objective(source, data),
+        objective=read_objective(source, data),
         model=read_model(source, data),
         training=training,
         influence=influence,

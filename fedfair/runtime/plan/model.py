@@ -79,7 +79,9 @@ def read_model(source: str, data: Mapping[str, object]) -> ModelSettings:
     else:
         name = t.string("name", d.name, choices=MODEL_NAMES)
         if t.given("arguments") and t.data["arguments"] != {}:
-            t.fail('[model] arguments apply to a model factory only; add factory = "package.module:function" or drop them')
+            t.fail(
+                '[model] arguments apply to a model factory only; add factory = "package.module:function" or drop them'
+            )
     features = t.integer("features", d.features, low=1)
     classes = t.integer("classes", d.classes, low=2)
     shape: tuple[int, ...] | None = None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.fairness import sums
-from fedfair.privacy import distributed
+from fedfair.privacy import distributed, rounding
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.composition_counts import CompositionColumn, composition_length, composition_sensitivity
@@ -135,7 +135,7 @@ def answer_release(settings: PlanPrivacy, columns: tuple[CompositionColumn, ...]
         l1, l2 = l1 + extra_l1, math.hypot(l2, extra_l2)
     scale = math.ldexp(1.0, sums.ENCODING.fractional_bits)
     dimension = sums.vector_length() + composition_length(columns)
-    rounded = distributed.rounded_l2(l2 * scale, dimension, ROUNDING_BETA)
+    rounded = rounding.rounded_l2(l2 * scale, dimension, ROUNDING_BETA)
     shape = distributed.Release("skellam", 1.0, l1 * scale + dimension, rounded)
     mu = distributed.calibrate(settings.report_epsilon, settings.delta - ROUNDING_BETA, [shape])
     check_mu(mu)
@@ -188,8 +188,14 @@ def training_privacy(settings: PlanPrivacy, batch_fraction: float) -> PrivacyCon
 
 @functools.lru_cache(maxsize=8)
 def training_noise(
-    settings: PlanPrivacy, local: LocalConfig, objective: ObjectiveConfig, rounds: int, rate: float, dimension: int,
-    floor: int, colluders: int,
+    settings: PlanPrivacy,
+    local: LocalConfig,
+    objective: ObjectiveConfig,
+    rounds: int,
+    rate: float,
+    dimension: int,
+    floor: int,
+    colluders: int,
 ) -> tuple[distributed.TrainingNoise, float]:
     """The calibrated noise of the plan's distributed DP-SGD rounds for updates of `dimension` values.
 
@@ -215,14 +221,14 @@ def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy) -> str | None:
     if own.mode == "local":
         if plan.distributed:
             return (
-                'its [privacy] adds local DP-SGD noise, and the plan adds distributed noise inside the secure sum '
+                "its [privacy] adds local DP-SGD noise, and the plan adds distributed noise inside the secure sum "
                 '(mode = "distributed"); set mode = "distributed" and a target_epsilon in this institution\'s '
                 "[privacy] to accept the plan's noise, or remove [privacy]"
             )
         return None
     if not plan.distributed:
         return (
-            f'its [privacy] asks for distributed noise (target_epsilon {own.target_epsilon:g}), and the plan\'s '
+            f"its [privacy] asks for distributed noise (target_epsilon {own.target_epsilon:g}), and the plan's "
             f'[privacy] mode is "{plan.mode}"; ask the operator for mode = "distributed" in a new plan, or use '
             'mode = "local" here'
         )

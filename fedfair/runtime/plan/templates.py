@@ -117,7 +117,9 @@ _MODEL_SIZES_FROM_SCHEMA = """\
 # statistics round: numbers, one-hot categories, the label's classes), so they are not set here.
 """
 _FACTORY_SIZES = "# features and classes above still say what each collaborator's data must have.\n"
-_FACTORY_SIZES_FROM_SCHEMA = "# the factory is handed features and classes from the encoder when its signature takes them.\n"
+_FACTORY_SIZES_FROM_SCHEMA = (
+    "# the factory is handed features and classes from the encoder when its signature takes them.\n"
+)
 
 _TRAINING = """\
 [training]

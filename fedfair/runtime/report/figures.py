@@ -26,9 +26,7 @@ WIDTH = 7.5
 UNIFORM_LABEL = "uniform classifier (ln K)"
 
 
-def risks(
-    rounds: Sequence[int], worst: Sequence[float], mean: Sequence[float], uniform: float | None
-) -> Figure:
+def risks(rounds: Sequence[int], worst: Sequence[float], mean: Sequence[float], uniform: float | None) -> Figure:
     """Held-out worst-group and mean risk at each evaluated round.
 
     The uniform classifier's risk ln K is the reference line when it is known (`uniform` None: no line).

@@ -157,8 +157,8 @@ def _composition_section(run: Run) -> str:
     tables = []
     for column, cells in composition["columns"].items():
         rows = "".join(
-            f'<tr><th>{html.escape(str(cell["level"]))}</th>{_counted(cell["worst_share"], cell["worst_rows"])}'
-            f'{_counted(cell["overall_share"], cell["rows"])}</tr>'
+            f"<tr><th>{html.escape(str(cell['level']))}</th>{_counted(cell['worst_share'], cell['worst_rows'])}"
+            f"{_counted(cell['overall_share'], cell['rows'])}</tr>"
             for cell in cells
         )
         tables.append(
@@ -214,8 +214,12 @@ def _contributions_section(run: Run) -> str:
             f"{CELLS[cell.state][0]}</td>"
             for name, cell in cells.items()
         )
-        rows.append(f'<tr data-round="{record["round"]}"><th>{record["round"]}</th><td>{record["status"]}</td>{marks}</tr>')
-    legend = "".join(f'<li><span class="{state}">&nbsp;{mark}&nbsp;</span> {text}</li>' for state, (mark, text) in CELLS.items())
+        rows.append(
+            f'<tr data-round="{record["round"]}"><th>{record["round"]}</th><td>{record["status"]}</td>{marks}</tr>'
+        )
+    legend = "".join(
+        f'<li><span class="{state}">&nbsp;{mark}&nbsp;</span> {text}</li>' for state, (mark, text) in CELLS.items()
+    )
     table = (
         f'<div class="matrix"><table><thead><tr><th>round</th><th>status</th>{header}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
@@ -295,10 +299,14 @@ def _stages_section(run: Run) -> str:
         [record["round"] for record in timed],
         {stage_label(stage): [record["stage_seconds"].get(stage, 0.0) for record in timed] for stage in stages},
     )
-    return svg(figure) + (
-        "<p class=note>Seconds the aggregator spent in each stage of a round's training sum, stacked "
-        "(the evaluation's stages are not included).</p>"
-    ) + held
+    return (
+        svg(figure)
+        + (
+            "<p class=note>Seconds the aggregator spent in each stage of a round's training sum, stacked "
+            "(the evaluation's stages are not included).</p>"
+        )
+        + held
+    )
 
 
 def _held_up(run: Run) -> str:

@@ -26,7 +26,10 @@ DEFAULT_CHUNK_BYTES = 1 << 20  # payload bytes per message
 # gRPC message limit on both ends: one chunk plus its envelope, with room to spare.
 MAX_MESSAGE_BYTES = DEFAULT_CHUNK_BYTES + (64 << 10)
 
-_DTYPES: dict[pb.DType, np.dtype[np.floating[Any]]] = {pb.DTYPE_FLOAT32: np.dtype("<f4"), pb.DTYPE_FLOAT64: np.dtype("<f8")}
+_DTYPES: dict[pb.DType, np.dtype[np.floating[Any]]] = {
+    pb.DTYPE_FLOAT32: np.dtype("<f4"),
+    pb.DTYPE_FLOAT64: np.dtype("<f8"),
+}
 
 
 MALFORMED_MESSAGE = "message refused: malformed, oversized or incomplete"

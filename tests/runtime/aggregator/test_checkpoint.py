@@ -45,7 +45,9 @@ def test_every_flipped_bit_of_a_checkpoint_is_refused_by_its_digest(tmp_path: Pa
             assert "does not match its own SHA-256 digest" in str(refused.value)
 
 
-def test_a_checkpoint_from_before_digests_loads_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_checkpoint_from_before_digests_loads_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     data = saved(tmp_path)
     bare = data.partition(b"\n")[2]
     (tmp_path / CHECKPOINT_NAME).write_bytes(bare)

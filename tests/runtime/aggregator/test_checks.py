@@ -53,5 +53,7 @@ def test_a_secure_round_whose_mean_update_leaves_the_ball_is_void() -> None:
     both = ("site-b", "site-c")
     # The mean (a weighted sum over the agreed 47) of length exactly 2 passes; the control part is not bounded.
     check_agreed_influence(outcome_of([47.0 * 1.2, 47.0 * 1.6, 0.0, 1e6, 1e6, 1e6], 47.0, both), DECLARED, 0.1, 2)
-    with pytest.raises(RoundAbortedError, match=r"decoded mean update is 2\.1 long, beyond the plan's \[influence\] update_norm = 2"):
+    with pytest.raises(
+        RoundAbortedError, match=r"decoded mean update is 2\.1 long, beyond the plan's \[influence\] update_norm = 2"
+    ):
         check_agreed_influence(outcome_of([47.0 * 2.1, 0.0, 0.0], 47.0, both), DECLARED, 0.1, parameters=2)

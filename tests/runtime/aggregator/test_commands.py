@@ -131,9 +131,11 @@ def test_readmit_of_a_name_that_is_not_excluded_is_blamed_on_the_flag_and_record
         f"fedfair: error: --readmit site-a: not excluded in the run in {plan.aggregator.output} as of its "
         "checkpoint of round 2 (excluded now: site-c); correct the name or drop --readmit\n"
     )
-    assert excluded_in(read_round_log(plan.aggregator.output)) == excluded_in(before) == {
-        "site-c": "sent a bad unmask share"
-    }
+    assert (
+        excluded_in(read_round_log(plan.aggregator.output))
+        == excluded_in(before)
+        == {"site-c": "sent a bad unmask share"}
+    )
     readmit(plan, ["site-c"])
     with pytest.raises(ConfigError, match=r"--readmit site-c: not excluded .* \(excluded now: nobody\)"):
         readmit(plan, ["site-c"])

@@ -51,7 +51,9 @@ class SummingDriver:
         self.summed = summed
         self.asked: dict[str, Any] = {}
 
-    def run(self, round_number: int, stages: Any, participants: frozenset[str], dimension: int, *args: Any, **kw: Any) -> SumOutcome:
+    def run(
+        self, round_number: int, stages: Any, participants: frozenset[str], dimension: int, *args: Any, **kw: Any
+    ) -> SumOutcome:
         self.asked = {"round": round_number, "stages": stages, "dimension": dimension}
         return SumOutcome(self.summed, 3.0, 0.0, tuple(sorted(participants)))
 
@@ -151,8 +153,10 @@ def test_the_federated_composition_is_the_pooled_one_but_for_suppressed_cells(tm
     for column in COLUMNS:
         values = np.concatenate([rows[column].to_numpy(dtype=str) for rows, _ in held_out])
         pooled = {share.cell[0]: share for share in composition(above_threshold_weights(losses, c), {column: values})}
-        levels = schema.classes if column == schema.label else next(
-            entry.categories for entry in schema.columns if entry.name == column
+        levels = (
+            schema.classes
+            if column == schema.label
+            else next(entry.categories for entry in schema.columns if entry.name == column)
         )
         assert levels is not None
         for index, cell in enumerate(reported["columns"][column]):

@@ -53,7 +53,9 @@ def test_reconnects_over_the_network_add_a_few_lines_and_count_the_rest(
     assert len(lines) == PRESENCE_BURST
     clock.now = 60.0
     stream = stub.WaitForTasks(tasks(), timeout=5.0)
-    assert eventually(lambda: len([line for line in aggregator_lines(caplog) if line.startswith("site-a")]) > PRESENCE_BURST)
+    assert eventually(
+        lambda: len([line for line in aggregator_lines(caplog) if line.startswith("site-a")]) > PRESENCE_BURST
+    )
     stream.cancel()
     last = [line for line in aggregator_lines(caplog) if line.startswith("site-a")][-1]
     skipped = 2 * reconnects - PRESENCE_BURST

@@ -64,7 +64,9 @@ def test_the_board_ends_a_stage_at_the_grace_not_at_its_timeout() -> None:
     board.new_round(1)
     binding = make_binding("f", 1, pb.STAGE_ADVERTISE_KEYS)
     timing = StageTiming(3, grace=3.0)
-    board.open_stage(binding, NAMES[:3], b"", lambda peer, payload: None, max_upload_bytes=64, timeout=600.0, timing=timing)
+    board.open_stage(
+        binding, NAMES[:3], b"", lambda peer, payload: None, max_upload_bytes=64, timeout=600.0, timing=timing
+    )
     clock.now = 0.1
     board.deliver("site-a", binding, b"x")
     board.deliver("site-b", binding, b"x")

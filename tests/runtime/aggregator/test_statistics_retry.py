@@ -120,7 +120,9 @@ def assert_finished_after_a_retry(
     lines = aggregator_lines(caplog)
     aborted = [line for line in lines if line.startswith("the statistics aggregation before round 1 aborted: ")]
     assert len(aborted) == 1, lines
-    assert "advertised keys" in aborted[0] and "serving afresh, it runs again once the quorum is connected" in aborted[0]
+    assert (
+        "advertised keys" in aborted[0] and "serving afresh, it runs again once the quorum is connected" in aborted[0]
+    )
     assert [line for line in lines if line.startswith("statistics aggregation: ") and "rows from" in line]
     assert [record["status"] for record in read_round_log(workspace.output)] == ["applied", "applied"]
 

@@ -70,7 +70,9 @@ def test_only_the_latest_answer_of_a_kind_is_kept_and_older_ones_are_not_answere
     answered(path, 3, model="b")
     record = InputRecord(path, "fed")
     assert record.view(3, "train", "b").kept is not None
-    with pytest.raises(PermanentFailureError, match="federation-past: .* round 3 of federation fed .* now serves round 2"):
+    with pytest.raises(
+        PermanentFailureError, match="federation-past: .* round 3 of federation fed .* now serves round 2"
+    ):
         record.view(2, "train", "a")
 
 
@@ -87,7 +89,9 @@ def test_a_changed_kept_file_is_not_sent_and_the_input_is_refused(tmp_path: Path
 
 def test_a_lost_record_is_refused_past_the_first_round_unless_reset(tmp_path: Path) -> None:
     path = record_path(tmp_path)
-    with pytest.raises(PermanentFailureError, match=r"local-state-lost: .* the aggregator is at round 5.*--reset-state"):
+    with pytest.raises(
+        PermanentFailureError, match=r"local-state-lost: .* the aggregator is at round 5.*--reset-state"
+    ):
         InputRecord(path, "fed").view(5, "train", "m")
     assert InputRecord(path, "fed").view(1, "train", "m").kept is None  # a federation's first round
     assert InputRecord(path, "fed", reset=True).view(5, "train", "m").kept is None

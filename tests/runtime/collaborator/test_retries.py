@@ -138,7 +138,10 @@ def test_local_failures_stop_before_connecting(tmp_path: Path) -> None:
     header_only.write_text("age,bmi,outcome\n")
     missing = tmp_path / "nowhere.csv"
     for data, start in (
-        ({"csv": str(missing), "label": "outcome"}, f"local-data: this institution's data cannot be loaded: data file {missing} not found; check the path (CSV or Parquet)"),
+        (
+            {"csv": str(missing), "label": "outcome"},
+            f"local-data: this institution's data cannot be loaded: data file {missing} not found; check the path (CSV or Parquet)",
+        ),
         ({"csv": str(header_only), "label": "outcome"}, "local-data: this institution's data cannot be loaded: "),
     ):
         path = config_file(workspace, "site-a", data=data)
@@ -208,6 +211,8 @@ def test_an_aggregator_that_is_starting_costs_the_console_one_line(tmp_path: Pat
     lines = stream.getvalue().splitlines()
     quiet = [line for line in lines if line.startswith("INFO ")]
     assert len(quiet) == (4 if verbose else 1) and "retry 1 in" in quiet[0]
-    assert [line for line in lines if line.startswith("WARNING ")] == [
-        line for line in lines if "still not up; retry 5 in" in line
-    ] != []
+    assert (
+        [line for line in lines if line.startswith("WARNING ")]
+        == [line for line in lines if "still not up; retry 5 in" in line]
+        != []
+    )

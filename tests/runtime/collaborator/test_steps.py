@@ -82,8 +82,9 @@ def test_a_binding_survives_a_restart_and_refuses_other_survivors(tmp_path: Path
     fewer = Harness(make_config(parties=5))
     smaller = fewer.through_masking([1, 2, 3, 4])
     with pytest.raises(RefusedError, match="already signed for with other survivors"):
-        steps.consistency(NO_PARTICIPANT, steps.Work(4, TRAINING, None, 1.0, client=fewer.clients[1], view=again),
-                          smaller.to_bytes())
+        steps.consistency(
+            NO_PARTICIPANT, steps.Work(4, TRAINING, None, 1.0, client=fewer.clients[1], view=again), smaller.to_bytes()
+        )
     # The same model in a later round (a round aborted, the model unchanged) is bound to the same survivors.
     assert restarted.view(5, "train", "model-digest").survivors == frozenset(harness.config.parties)
     with pytest.raises(RefusedError, match="round 5 .train. was already answered for another model") as bound:
@@ -165,7 +166,9 @@ def test_a_round_asking_for_composition_counts_the_pinned_plan_does_not_name_is_
             secure.threshold, secure.mask_neighbours(3), secure.max_colluding,
             graph_roster=("hospital-a", "hospital-b", "hospital-c"),
         )  # fmt: skip
-        parameters = dataclasses.replace(parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, EVALUATION))
+        parameters = dataclasses.replace(
+            parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, EVALUATION)
+        )
         with pytest.raises(RefusedError, match=r"differ from the plan \(dimension\)"):
             me.check_parameters(work, parameters.to_bytes())
         # The same round with the length the plan implies passes.
@@ -181,7 +184,9 @@ def test_without_dropouts_a_round_over_fewer_than_every_party_is_refused(stages:
     any key is sent: that plan's quorum is every collaborator."""
     roster = ("site-a", "site-b", "site-c", "site-d")
     for dropouts, refused in (("none", True), ("allowed", False)):
-        settings = aggregator_plan(federation={"collaborators": list(roster)}, secure_aggregation={"dropouts": dropouts})
+        settings = aggregator_plan(
+            federation={"collaborators": list(roster)}, secure_aggregation={"dropouts": dropouts}
+        )
         shared = plan.load_shared_settings(plan.shared_settings(settings))
         me = steps.Participant("site-a", shared, 10, ec.generate_private_key(ec.SECP256R1()), b"", lambda c, n: None)
         work = steps.Work(2, stages, None, 1.0)
@@ -192,7 +197,9 @@ def test_without_dropouts_a_round_over_fewer_than_every_party_is_refused(stages:
                 kind, 2, True, parties, dimension, encoding, secure.threshold, secure.mask_neighbours(4),
                 secure.max_colluding, graph_roster=roster,
             )  # fmt: skip
-            parameters = dataclasses.replace(parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, stages))
+            parameters = dataclasses.replace(
+                parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, stages)
+            )
             if refused and len(parties) < len(roster):
                 with pytest.raises(RefusedError, match=r"differ from the plan \(quorum\)"):
                     me.check_parameters(work, parameters.to_bytes())
@@ -205,7 +212,9 @@ def test_a_round_binds_its_session_to_the_model_each_party_was_sent() -> None:
     site another. The site refuses (its download's digest differs), and parties shown different models in
     their parameters could share no session, since the model enters the session's digest."""
     roster = ("site-a", "site-b", "site-c")
-    shared = plan.load_shared_settings(plan.shared_settings(aggregator_plan(federation={"collaborators": list(roster)})))
+    shared = plan.load_shared_settings(
+        plan.shared_settings(aggregator_plan(federation={"collaborators": list(roster)}))
+    )
     me = steps.Participant("site-a", shared, 10, ec.generate_private_key(ec.SECP256R1()), b"", lambda c, n: None)
     theta = np.linspace(-1.0, 1.0, 11)
     sent = model_digest(theta, 0.5)
@@ -217,11 +226,14 @@ def test_a_round_binds_its_session_to_the_model_each_party_was_sent() -> None:
         kind, 2, True, roster, dimension, encoding, secure.threshold, secure.mask_neighbours(3),
         secure.max_colluding, graph_roster=roster, model=sent,
     )  # fmt: skip
-    parameters = dataclasses.replace(parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, TRAINING))
+    parameters = dataclasses.replace(
+        parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, TRAINING)
+    )
     with pytest.raises(RefusedError, match=r"differ from the plan \(model\)"):
         me.check_parameters(work, parameters.to_bytes())
     honest = me.check_parameters(dataclasses.replace(work, model=sent), parameters.to_bytes())
     other = dataclasses.replace(parameters, model=pushed)
-    assert honest.secagg_config(shared.federation_id, TRAINING).digest != other.secagg_config(
-        shared.federation_id, TRAINING
-    ).digest
+    assert (
+        honest.secagg_config(shared.federation_id, TRAINING).digest
+        != other.secagg_config(shared.federation_id, TRAINING).digest
+    )

@@ -193,7 +193,6 @@ def test_the_privacy_state_is_kept_per_federation(tmp_path: Path, caplog: pytest
     assert "site-a.privacy.json is from before privacy was accounted per federation" in caplog.text
 
 
-
 def one_row_fewer(data: LocalData) -> LocalData:
     train = data.train
     return dataclasses.replace(data, train=ClientData(train.name, train.features[1:], train.labels[1:]))
@@ -209,7 +208,9 @@ def test_under_dp_neighbouring_datasets_send_the_same_weight_and_batch(
     two datasets one row apart), released outside the noise while the accountant counted only
     the noised sum. Declared in the plan, both are the same for the two neighbours.
     """
-    sizes = declared_sizes({name: {"dataset": "adult", "partition": "race", "index": i} for i, name in enumerate(NAMES)}, 0)
+    sizes = declared_sizes(
+        {name: {"dataset": "adult", "partition": "race", "index": i} for i, name in enumerate(NAMES)}, 0
+    )
     assert sizes is not None
     declared = {**sizes, "site-a": sizes["site-a"] - 1}  # a neighbour may hold one row fewer than it declares
     workspace = new_workspace(
@@ -243,9 +244,13 @@ def test_under_dp_neighbouring_datasets_send_the_same_weight_and_batch(
     assert sent["D"][2] == rows and sent["D'"][2] == rows - 1  # the neighbours really differ by one row
     assert sent["D"][:2] == sent["D'"][:2] == (float(rows - 1), rows - 1)
     # The privacy report says which numbers leave outside the noise, and that the plan fixes them.
-    assert said["D"] == said["D'"] == (
-        f"weight {rows - 1} and expected batch {rows - 1}, fixed by the plan ([influence] declared weights, "
-        f"declared size {rows - 1}), not by the rows held"
+    assert (
+        said["D"]
+        == said["D'"]
+        == (
+            f"weight {rows - 1} and expected batch {rows - 1}, fixed by the plan ([influence] declared weights, "
+            f"declared size {rows - 1}), not by the rows held"
+        )
     )
 
 
@@ -356,7 +361,9 @@ def test_a_pinned_collaborator_names_the_served_digest_and_the_fields_that_chang
         Collaborator(load_collaborator_config(workspace.configs[NAMES[0]]), retry=QUICK).run()
     message = str(stopped.value)
     served = settings_digest(json.loads(edited))
-    assert message.startswith(f"plan-changed: the plan changed: the aggregator now serves the plan with settings sha256 {served}")
+    assert message.startswith(
+        f"plan-changed: the plan changed: the aggregator now serves the plan with settings sha256 {served}"
+    )
     assert "pinned -> served: training.rounds: 2 -> 5" in message and "fedfair plan pin" in message
 
 

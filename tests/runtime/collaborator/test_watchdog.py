@@ -35,7 +35,9 @@ QUICK = RetryPolicy(max_wait_seconds=60.0, base_seconds=0.05, cap_seconds=0.2)
 
 
 def with_idle_timeout(path: Path, seconds: float) -> None:
-    path.write_text(path.read_text().replace("[collaborator]\n", f"[collaborator]\nidle_timeout_seconds = {seconds}\n", 1))
+    path.write_text(
+        path.read_text().replace("[collaborator]\n", f"[collaborator]\nidle_timeout_seconds = {seconds}\n", 1)
+    )
 
 
 def test_the_watchdog_reports_a_wait_and_expires_it_but_not_during_own_work(caplog: pytest.LogCaptureFixture) -> None:
@@ -120,7 +122,10 @@ def test_a_stalled_download_ends_the_collaborator_at_its_idle_timeout(
     server.start()
     try:
         collaborator = Collaborator(load_collaborator_config(workspace.configs["site-a"]), retry=QUICK)
-        with caplog.at_level(logging.INFO, logger="fedfair.collaborator"), pytest.raises(PermanentFailureError) as caught:
+        with (
+            caplog.at_level(logging.INFO, logger="fedfair.collaborator"),
+            pytest.raises(PermanentFailureError) as caught,
+        ):
             collaborator.run()
         ended = time.time()
     finally:

@@ -67,7 +67,10 @@ def test_an_upload_the_last_stage_still_awaited_is_late_and_anything_else_is_ref
     def refusal(binding: pb.Binding, peer: str) -> Refusal:
         with pytest.raises(RefusedError) as caught:
             gate.admit(binding, peer)
-        assert (STATUS_CODES[caught.value.reason], str(caught.value)) == (grpc.StatusCode.FAILED_PRECONDITION, NOT_EXPECTED)
+        assert (STATUS_CODES[caught.value.reason], str(caught.value)) == (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            NOT_EXPECTED,
+        )
         return caught.value.reason
 
     now[0] = 11.0  # past the deadline, still open

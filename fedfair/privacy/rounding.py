@@ -1,0 +1,93 @@
+"""Bounds for the Skellam mechanism's integers: stochastic rounding, wrap-around, and their delta add-on.
+
+Each party rounds its scaled update to integers before adding noise and masking; these bounds turn
+a real-valued sensitivity into the integer one the accountant (:mod:`fedfair.privacy.distributed`)
+charges, and count what rounding and a wrap modulo 2^k add to delta.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fedfair.core.errors import ConfigError
+
+
+def rounded_l2(l2: float, dimension: int, beta: float) -> float:
+    """An L2 bound, holding with probability at least 1 - beta, on a stochastic rounding of a vector.
+
+    The vector has L2 norm at most ``l2`` (encoded units) in ``dimension`` coordinates; the bound is
+    (Kairouz, Liu and Steinke 2021)
+
+        min(l2 + sqrt(d), sqrt(l2^2 + d / 4 + sqrt(2 log(1/beta)) (l2 + sqrt(d) / 2))).
+
+    The first bound always holds (each coordinate moves by less than 1), beta = 0 selects it.
+
+    Why it is the record-level sensitivity of a rounded sum: when one party's sum is x or x + v (v one
+    record's clipped contribution) and both are rounded with the same uniforms, coordinate i of the
+    difference is floor(x_i + v_i + r_i) - floor(x_i + r_i), which is floor(v_i) or floor(v_i) + 1 with
+    mean v_i: an independent stochastic rounding of v. So the bound on rounding v bounds the shift.
+
+    Raises:
+        ConfigError: ``dimension`` < 1 or ``beta`` outside [0, 1).
+    """
+    if dimension < 1:
+        raise ConfigError(f"dimension={dimension} must be at least 1")
+    if not 0.0 <= beta < 1.0:
+        raise ConfigError(f"beta={beta!r} must be in [0, 1)")
+    root = math.sqrt(dimension)
+    always = l2 + root
+    if beta == 0.0:
+        return always
+    squared = l2 * l2 + dimension / 4.0 + math.sqrt(2.0 * math.log(1.0 / beta)) * (l2 + root / 2.0)
+    return min(always, math.sqrt(squared))
+
+
+def rounded_l1(l2: float, dimension: int) -> float:
+    """An L1 bound on an integer vector of L2 norm at most ``l2`` in ``dimension`` coordinates.
+
+    Min(l2^2, sqrt(d) l2), since |e_i| <= e_i^2 for integers and by Cauchy-Schwarz.
+    """
+    return min(l2 * l2, math.sqrt(dimension) * l2)
+
+
+def skellam_tail(mu: float, threshold: float) -> float:
+    """Chernoff bound on P[Skellam(mu) >= t] for t >= 0.
+
+    With E e^(s X) = e^(2 mu (cosh s - 1)) and the optimal s = asinh(t / (2 mu)), exp(-(t asinh(t / (2 mu)) -
+    sqrt(4 mu^2 + t^2) + 2 mu)).
+    """
+    if threshold <= 0:
+        return 1.0
+    if mu == 0:
+        return 0.0
+    exponent = threshold * math.asinh(threshold / (2.0 * mu)) - math.hypot(2.0 * mu, threshold) + 2.0 * mu
+    return min(1.0, math.exp(-exponent))
+
+
+def wrap_probability(mu: float, signal: float, modulus_bits: int, dimension: int) -> float:
+    """A bound on the probability that some coordinate of a noised sum wraps around modulo 2^k.
+
+    The signal is at most ``signal`` in magnitude per coordinate, the noise Skellam(mu) (all parties' mu, honest
+    or not), and a coordinate wraps only if |signal + noise| >= 2^(k-1); union bound over the ``dimension``
+    coordinates and both signs.
+    """
+    room = 2.0 ** (modulus_bits - 1) - signal
+    return min(1.0, 2.0 * dimension * skellam_tail(mu, room))
+
+
+def delta_addon(*, steps: int, parties: int, beta: float, epsilon: float, wrap: float) -> float:
+    """What rounding and wrapping add to delta over ``steps`` noised sums of ``parties`` parties.
+
+    The sum of three terms:
+
+    - steps * beta: the record-level sensitivity after rounding (:func:`rounded_l2`) fails with
+      probability at most beta in the step whose sum holds the record;
+    - parties * steps * beta * (1 + e^epsilon): each party's conditional rounding (redraw while the
+      rounded norm exceeds its bound, probability at most beta) moves its output by at most beta in
+      total variation, and a mechanism within TV b of an (epsilon, delta)-DP one is
+      (epsilon, delta + b (1 + e^epsilon))-DP;
+    - steps * wrap: a sum that wraps decodes wrong; counted, conservatively, as a failure.
+    """
+    if steps < 0 or parties < 1:
+        raise ConfigError(f"steps={steps} and parties={parties} must be >= 0 and >= 1")
+    return steps * beta + parties * steps * beta * (1.0 + math.exp(epsilon)) + steps * wrap
