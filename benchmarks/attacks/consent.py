@@ -845,11 +845,13 @@ def cell(schema: Schema, vector: np.ndarray, column_name: str, value: str) -> in
     return int(vector[where][slot])
 
 
-def rewind(gate: StageGate) -> None:
-    """Let `gate` open round 0 again, as the fresh gate of a restarted aggregator process would (the cheat: a
-    statistics checkpoint thrown away); the gate otherwise only moves forward."""
+def rewind(gate: StageGate, board: Any) -> None:
+    """Let `gate` open round 0 again, as the fresh gate and board of a restarted aggregator process would (the
+    cheat: a statistics checkpoint thrown away); the gate otherwise only moves forward. The board forgets round
+    0's tasks too, so no collaborator answers a stage of the previous run into this one."""
     with gate._lock:
         gate._last = (STATISTICS_ROUND, pb.STAGE_JOIN)
+    board.new_round(STATISTICS_ROUND)
 
 
 @dataclass
@@ -895,10 +897,14 @@ class StatisticsRerun:
         def cheat() -> dict[str, Any]:
             try:
                 statistics("first")
+                # Forget the first run's tasks before the harness restarts the collaborators: the new
+                # processes must not answer a stage of it, whose upload would carry the same binding as the
+                # re-run's and land in it (a restarted aggregator's fresh board holds none either).
+                loop.network.board.new_round(STATISTICS_ROUND)
                 self.first_done.set()
                 if self.proceed.wait(RUN_SECONDS):
                     for label in ("again", "without"):
-                        rewind(loop.network.gate)
+                        rewind(loop.network.gate, loop.network.board)
                         statistics(label)
                 return {}
             finally:
