@@ -32,6 +32,10 @@ COMMANDS = (
     ("data", "check"),
     ("init",),
     ("predict",),
+    ("simulate",),
+    ("reference",),
+    ("sweep",),
+    ("reproduce",),
 )
 HEAVY = ("torch", "opacus", "grpc", "pandas")
 PROBE = (
