@@ -182,6 +182,11 @@ def _drift_command(args: argparse.Namespace, name: str, split: tuple[str, ...]) 
 
     if args.loss_rows:
         raise ConfigError("--loss-rows concerns AFL, q-FedAvg and FedMinMax, which the drift study does not run")
+    if name not in DRIFT_PROFILES:
+        raise ConfigError(
+            f"the drift study has no profile '{name}' (that one is the paper study's); "
+            f"use --profile {', '.join(sorted(DRIFT_PROFILES))}"
+        )
     profile = DRIFT_PROFILES[name]
     if args.ray is None:
         written = drift_study(args.dataset, args.out, profile, args.workers, split, args.device)

@@ -59,3 +59,6 @@ def test_the_command_keeps_the_dirichlet_flag_to_the_drift_study(
     assert "--study drift" in capsys.readouterr().err
     assert cli_main(["reproduce", "--study", "drift", "--out", str(tmp_path), "--loss-rows", "10"]) == 2
     assert "does not run" in capsys.readouterr().err
+    # figure1 is a profile of the paper study only: named, not a KeyError's traceback.
+    assert cli_main(["reproduce", "--study", "drift", "--profile", "figure1", "--out", str(tmp_path)]) == 2
+    assert "the drift study has no profile 'figure1'" in capsys.readouterr().err
