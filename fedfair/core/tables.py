@@ -337,8 +337,8 @@ class Table:
         return (base / Path(value).expanduser()).resolve()
 
     def json_table(self, key: str) -> dict[str, Any]:
-        """A table of JSON values (strings, numbers, booleans, lists, tables), e.g. a factory's keyword arguments."""
-        value = self.data[key]
+        """A required table of JSON values (strings, numbers, booleans, lists, tables), e.g. a factory's arguments."""
+        value = self.value(key, expected="a table, e.g. { hidden = 64 }")
         if not isinstance(value, Mapping) or not json_value(value):
             self.bad(key, value, "a table of strings, finite numbers, booleans, lists and tables, e.g. { hidden = 64 }")
         return dict(value)

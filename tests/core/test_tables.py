@@ -47,6 +47,9 @@ def test_every_refused_key_names_the_file_the_section_the_key_and_the_nearest_kn
         Table("plan.toml", "training", {"roundz": 3}, ("rounds", "lr"))
     with pytest.raises(ConfigError, match=r"^plan.toml: \[training\] missing key 'rounds'; add rounds = <an integer>$"):
         Table("plan.toml", "training", {}, ("rounds",)).integer("rounds")
+    # Every reader, the JSON table's too, refuses a missing key by name (it was a KeyError).
+    with pytest.raises(ConfigError, match=r"^plan.toml: \[model\] missing key 'arguments'; add arguments = <a table"):
+        Table("plan.toml", "model", {}, ("arguments",)).json_table("arguments")
 
 
 def test_an_array_of_tables_names_each_entry_by_its_header_and_position() -> None:
