@@ -46,13 +46,13 @@ def kept_columns(flags: list[str], present: list[str]) -> list[str]:
     Raises:
         ConfigError: naming the closest column, for a name not among ``present`` (the table's columns).
     """
-    import difflib
+    from fedfair.core.tables import closest
 
     names = list(dict.fromkeys(name.strip() for flag in flags for name in flag.split(",") if name.strip()))
     for name in names:
         if name not in present:
-            close = difflib.get_close_matches(name, present, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            close = closest(name, present)
+            hint = f"did you mean {close!r}? " if close is not None else ""
             raise ConfigError(
                 f"--keep {name}: the table has no such column; {hint}keep one of: {', '.join(present[:30])}"
             )
