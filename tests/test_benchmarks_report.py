@@ -134,3 +134,30 @@ def test_every_link_into_the_benchmarks_page_names_a_heading_it_has() -> None:
         if document == PAGE:
             for target in re.findall(r"\]\(#([\w-]+)\)", page):
                 assert target in anchors, target
+
+
+def test_the_report_shows_each_figure_with_the_command_and_machine_that_measured_it(tmp_path: Path) -> None:
+    report = report_module()
+    document = {
+        "benchmark": "toy",
+        "ratio": 1.234567891,
+        "runs": [{"a": 1}, {"a": 2}],
+        "sizes": [3, 10],
+        "nested": {"deep": {"deeper": {"deepest": 1}, "kept": 0.5}},
+        "provenance": {
+            "command": "python benchmarks/toy.py --quick",
+            "date": "2026-11-24",
+            "machine": {"cpus": 2, "processor": "x86_64", "platform": "Linux", "python": "3.11.7", "torch": "2.13.0"},
+        },
+    }
+    (tmp_path / "toy.json").write_text(json.dumps(document))
+    page = report.render(tmp_path)
+    assert "## toy" in page and "`python benchmarks/toy.py --quick` on 2026-11-24: 2 CPUs" in page
+    assert "| ratio | 1.23457 |" in page and "| sizes | 3, 10 |" in page
+    assert "| runs | 2 entries (in the JSON) |" in page and "| nested.deep.kept | 0.5 |" in page
+    assert "deepest" not in page and "provenance" not in page
+
+
+def test_docs_benchmarks_is_what_the_committed_results_give() -> None:
+    """docs/benchmarks.md is generated: regenerate it (python benchmarks/report.py) with the results."""
+    assert report_module().main(["--check"]) == 0
