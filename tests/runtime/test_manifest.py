@@ -431,21 +431,8 @@ def test_changing_the_plan_is_a_new_pin_and_plan_diff_shows_it(
 ) -> None:
     edited_plan = federation / "plan.toml"
     edited_plan.write_text(tomli_w.dumps(edited(PLAN_TEMPLATE, {"training": {"rounds": 200}})))
-    assert (
-        cli.main(
-            [
-                "plan",
-                "pin",
-                "--plan",
-                str(edited_plan),
-                "--manifest",
-                str(federation / "pinned.toml"),
-                "--out",
-                str(federation / "pinned-2.toml"),
-            ]
-        )
-        == 0
-    )
+    pin = ["plan", "pin", "--plan", str(edited_plan), "--manifest", str(federation / "pinned.toml")]
+    assert cli.main([*pin, "--out", str(federation / "pinned-2.toml")]) == 0
     printed = capsys.readouterr().out
     assert "training.rounds: 50 -> 200" in printed
     renewed = manifests.load_manifest(federation / "pinned-2.toml")
@@ -456,21 +443,7 @@ def test_changing_the_plan_is_a_new_pin_and_plan_diff_shows_it(
     assert cli.main(["plan", "diff", str(federation / "pinned-2.toml"), str(edited_plan)]) == 0
     assert capsys.readouterr().out == "the same plan\n"
     # A manifest in force is never overwritten: the new one is a new file every institution accepts.
-    assert (
-        cli.main(
-            [
-                "plan",
-                "pin",
-                "--plan",
-                str(edited_plan),
-                "--manifest",
-                str(federation / "pinned.toml"),
-                "--out",
-                str(federation / "pinned-2.toml"),
-            ]
-        )
-        == 2
-    )
+    assert cli.main([*pin, "--out", str(federation / "pinned-2.toml")]) == 2
 
 
 def test_a_plan_naming_the_manifest_its_pin_will_write_can_be_pinned(federation: Path) -> None:
