@@ -431,7 +431,9 @@ def test_a_refused_upload_does_not_hold_the_stage_to_its_deadline(
     assert log[2]["contributors"] == NAMES
     # This small model's update fits one part: it went up in a Send.
     [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("refused Send")]
-    assert line.startswith("refused Send from 'site-c' (round 2 STAGE_MASKED_INPUT): INVALID_ARGUMENT: RefusedError")
+    assert line.startswith(
+        "refused Send from 'site-c' (round 2 STAGE_MASKED_INPUT): INVALID_ARGUMENT: RefusedError(INVALID_UPLOAD)"
+    )
     assert not [record for record in caplog.records if record.exc_info]
 
 

@@ -13,6 +13,8 @@ Why: docs/design.md, "Inside the aggregator".
 
 from __future__ import annotations
 
+import enum
+
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,12 +33,18 @@ StageReady = Callable[[], bool]
 
 
 def error_summary(error: BaseException) -> str:
-    """'ClassName: first line of the message' cut to a bounded length: for one-line logs."""
+    """'ClassName(REASON): first line of the message' cut to a bounded length: for one-line logs.
+
+    ``(REASON)`` is the error's ``reason`` enum where it has one (e.g. ``RefusedError(INVALID_UPLOAD)``),
+    so one class with many causes still says which in the log.
+    """
     text = str(error).strip().splitlines()
     reason = text[0] if text else ""
     if len(reason) > SUMMARY_CHARACTERS:
         reason = reason[: SUMMARY_CHARACTERS - 3] + "..."
-    return f"{type(error).__name__}: {reason}" if reason else type(error).__name__
+    cause = getattr(error, "reason", None)
+    name = type(error).__name__ + (f"({cause.name})" if isinstance(cause, enum.Enum) else "")
+    return f"{name}: {reason}" if reason else name
 
 
 @dataclass(frozen=True)

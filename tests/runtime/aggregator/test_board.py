@@ -149,6 +149,8 @@ def test_an_error_summary_is_one_short_line() -> None:
     summary = error_summary(caught.value)
     assert summary.startswith("ValueError: ") and "\n" not in summary and len(summary) < 200
     assert error_summary(KeyError()) == "KeyError"
+    # One class with many causes names its cause.
+    assert error_summary(RefusedError(Refusal.LATE, "the stage closed")) == "RefusedError(LATE): the stage closed"
 
 
 # ---------------------------------------------------------------- task streams
