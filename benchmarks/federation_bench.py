@@ -140,9 +140,13 @@ class Sampler:
 
     def sample(self) -> None:
         for pid in children_of(self.launcher):
-            if pid not in self.processes:
+            # A child read between fork and exec still shows the launcher's command line: classify
+            # it again until it shows its own, keeping the peaks measured so far.
+            if pid not in self.processes or self.processes[pid].role == "other":
                 command = (proc_text(f"/proc/{pid}/cmdline") or "").split("\0")
-                self.processes[pid] = ProcessPeaks(*classify(command))
+                role, name = classify(command)
+                peaks = self.processes.setdefault(pid, ProcessPeaks(role, name))
+                peaks.role, peaks.name = role, name
         total = sum(peaks.sample(pid) for pid, peaks in self.processes.items())
         self.federation_pss_peak_mb = max(self.federation_pss_peak_mb, total)
         self.lowest_mb = min(self.lowest_mb, available_mb())

@@ -98,9 +98,15 @@ def test_federation_bench_reads_proc_memory_and_tells_the_parties_apart() -> Non
     assert bench.classify(["python", "-m", "fedfair.cli", "aggregator", "start", "--plan", "p"]) == ("aggregator",) * 2
     assert bench.spread([3.0, 1.0, 2.0]) == {"median": 2.0, "max": 3.0} and bench.spread([]) == {}
     # The sampler finds this process's children (the launcher starts every party directly).
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "aggregator"])
     try:
         assert child.pid in bench.children_of(os.getpid())
+        # A child first seen between fork and exec (classified "other") is classified again.
+        sampler = bench.Sampler(os.getpid(), every=3600.0)
+        sampler.stop()
+        sampler.processes[child.pid] = bench.ProcessPeaks("other", "python")
+        sampler.sample()
+        assert [peaks.name for peaks in sampler.of_role("aggregator")] == ["aggregator"]
         peaks = bench.ProcessPeaks("collaborator", "site-1")
         assert peaks.sample(child.pid) > 0 and peaks.rss_mb >= peaks.pss_mb > 0 and peaks.hwm_mb >= peaks.rss_mb
     finally:
