@@ -1140,8 +1140,8 @@ def evaluation_query_row(root: Path, book: RowBook) -> None:
         f"histogram; (b) under the pinned plan, twice (rounds 1 and 2, the model unchanged), the second time "
         f"without {left_out}: the difference would be {left_out}'s held-out histogram",
         "(a) every collaborator refuses the plan (plan-mismatch naming evaluation.loss_range) and nobody evaluates; "
-        f"(b) the first evaluation completes with every site (the control) and no collaborator signs the second "
-        f"(that model's evaluation is bound to the first survivor set): nothing decoded. Still open (docs/design.md): "
+        "(b) the first evaluation completes with every site (the control) and no collaborator signs the second "
+        "(that model's evaluation is bound to the first survivor set): nothing decoded. Still open (docs/design.md): "
         "a crafted model whose losses fall within the pinned grid is evaluated, a query of the pooled held-out "
         "rows; this row tests the review's two attacks as carried out, not that query",
         QUERY_OPERATOR,

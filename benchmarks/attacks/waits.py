@@ -58,6 +58,8 @@ LATE_SECONDS = 4.0
 GRACE = 2.0
 """[quorum] grace_factor of the late-site row."""
 RECONNECTS = 500
+QUICK_RECONNECTS = 100
+"""The quick run's reconnects: still 25 times the lines a throttled log may add."""
 PROCESS_SECONDS = 120.0
 """Longest a process of these rows may take to start and stop (the machine may be loaded)."""
 QUICK_RETRY = RetryPolicy(max_wait_seconds=120.0, base_seconds=0.2, cap_seconds=1.0)
@@ -65,7 +67,7 @@ QUICK_RETRY = RetryPolicy(max_wait_seconds=120.0, base_seconds=0.2, cap_seconds=
 
 def waits_rows(where: Path, book: RowBook, *, quick: bool) -> None:
     """Every row of this module (see its notes). `quick` (the test suite's run) keeps the silent aggregator
-    and the reconnects, about 35 s on 2 cores; the late site (about 2.5 min with its run without a grace) and
+    and 100 reconnects, about 15 s on 2 cores; the late site (about 2.5 min with its run without a grace) and
     the odd values (about 1.5 min of process starts) run in the full matrix, and each has its tests in
     tests/runtime (test_laggard.py, test_checkpoint.py), tests/core (test_tables.py, test_files.py)."""
     workspace = make_workspace(where / "waiting", NAMES, plan={"quorum": {"min_collaborators": 3}})
@@ -75,7 +77,7 @@ def waits_rows(where: Path, book: RowBook, *, quick: bool) -> None:
     aggregator = start_aggregator(workspace, sink=log)
     try:
         silent_aggregator_row(workspace, log, book)
-        reconnect_row(workspace, aggregator, book)
+        reconnect_row(workspace, aggregator, book, QUICK_RECONNECTS if quick else RECONNECTS)
     finally:
         aggregator.kill()
     if not quick:
@@ -234,9 +236,9 @@ def _presence_lines(workspace: Workspace, aggregator: Child, name: str) -> int:
     return lines + sum(event["event"] in ("connect", "disconnect") and event.get("name") == name for event in events)
 
 
-def reconnect_row(workspace: Workspace, aggregator: Child, book: RowBook) -> None:
+def reconnect_row(workspace: Workspace, aggregator: Child, book: RowBook, reconnects: int) -> None:
     with book.row(
-        f"{RECONNECTS} reconnects of a listed collaborator (task stream opened and cancelled in a loop)",
+        f"{reconnects} reconnects of a listed collaborator (task stream opened and cancelled in a loop)",
         f"the aggregator's log and events grow by at most {PRESENCE_BURST} lines each, not two per reconnect",
         PURE,
     ) as row:
@@ -249,7 +251,7 @@ def reconnect_row(workspace: Workspace, aggregator: Child, book: RowBook) -> Non
             time.sleep(1.0)
             before = _presence_lines(workspace, aggregator, "site-b")
             started = time.monotonic()
-            for _ in range(RECONNECTS):
+            for _ in range(reconnects):
                 call = federation.WaitForTasks(request)
                 time.sleep(0.02)  # long enough for the aggregator to count the stream before it ends
                 call.cancel()
@@ -259,7 +261,7 @@ def reconnect_row(workspace: Workspace, aggregator: Child, book: RowBook) -> Non
         finally:
             channel.close()
         row.record(
-            f"{RECONNECTS} reconnects in {flood:.1f} s added {added} connect and disconnect lines to the "
+            f"{reconnects} reconnects in {flood:.1f} s added {added} connect and disconnect lines to the "
             "aggregator's log and events",
             added <= 2 * PRESENCE_BURST,
             lines_added=added,
