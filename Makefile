@@ -33,10 +33,10 @@ format: setup
 	$(PY) -m ruff format $(FORMATTED)
 
 # The formatter's layout (seconds), then ruff's rules: docstrings (pydocstyle, Google convention:
-# every public name documented, a one-line summary) and pyflakes.
+# every public name documented, a one-line summary; tests and benchmarks exempt) and pyflakes.
 lint: setup
 	$(PY) -m ruff format --check $(FORMATTED)
-	$(PY) -m ruff check fedfair
+	$(PY) -m ruff check $(FORMATTED)
 
 # Static types: mypy (strict, configured in pyproject.toml) must find nothing.
 types: setup

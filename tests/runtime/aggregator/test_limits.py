@@ -35,7 +35,8 @@ def test_a_collaborator_in_a_reconnect_loop_gets_a_burst_of_lines_then_one_a_min
 
 
 def test_reconnects_over_the_network_add_a_few_lines_and_count_the_rest(
-    aggregator: Aggregator, caplog: pytest.LogCaptureFixture
+    aggregator: Aggregator,  # noqa: F811 -- the imported fixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = FakeClock()
     aggregator.servicer.presence = Presence(
