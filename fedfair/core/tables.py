@@ -125,14 +125,12 @@ def read_toml(path: Path | str) -> tuple[Path, dict[str, Any]]:
     """The resolved path and the content of a TOML file, or one line saying what to fix."""
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            return path.resolve(), tomllib.load(handle)
+        text = path.read_bytes().decode()  # UTF-8, as TOML requires, whatever the locale
     except FileNotFoundError:
         raise ConfigError(f"{path} not found; copy the template next to it and edit it") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read it as TOML ({error}); give a TOML file") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML ({error}); fix the syntax") from None
+    return path.resolve(), parse_toml(text, path)
 
 
 def parse_json_object(text: str | bytes, source: object, fix: str) -> dict[str, Any]:

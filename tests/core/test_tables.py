@@ -9,7 +9,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings, shared_settings
-from fedfair.core.tables import SHOWN_CHARACTERS, Table, shown
+from fedfair.core.tables import SHOWN_CHARACTERS, Table, read_toml, shown
 from tests.runtime.harness import new_workspace
 
 
@@ -72,3 +72,21 @@ def test_a_value_is_shown_exactly_in_any_script_with_invisible_characters_escape
     assert shown("a\x1bb\x9bc\u202ed") == '"a\\u001bb\\u009bc\\u202ed"'  # ESC, CSI and a right-to-left override
     long = "x" * 1000
     assert shown(long).endswith("... (1002 characters)") and len(shown(long)) < SHOWN_CHARACTERS + 30
+
+
+def test_a_toml_file_is_read_as_written_and_each_unreadable_file_is_named_with_its_fix(tmp_path: Path) -> None:
+    crlf = tmp_path / "crlf.toml"
+    crlf.write_bytes(b'[note]\r\ntext = """\r\nline one\r\nline two"""\r\nlabel = "S\xc3\xa3o Paulo"\r\n')
+    path, data = read_toml(crlf)
+    # Read as UTF-8 whatever the locale; tomllib reads a CRLF file's multi-line string with plain newlines.
+    assert path == crlf.resolve() and data == {"note": {"text": "line one\nline two", "label": "São Paulo"}}
+    with pytest.raises(ConfigError, match=r"missing.toml not found; copy the template next to it and edit it$"):
+        read_toml(tmp_path / "missing.toml")
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b'label = "S\xe3o Paulo"\n')
+    with pytest.raises(ConfigError, match=r"latin.toml: cannot read it as TOML \(.*utf-8.*\); give a TOML file$"):
+        read_toml(latin)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[training\nrounds = 3\n")
+    with pytest.raises(ConfigError, match=r"broken.toml: not valid TOML \(.*\); fix the syntax$"):
+        read_toml(broken)
