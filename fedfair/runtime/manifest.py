@@ -24,7 +24,7 @@ from fedfair.pki.verification import (
     pinned_credential_verifier,
 )
 from fedfair.runtime.plan.learning_settings import QuorumSettings, SecureAggregationSettings
-from fedfair.core.tables import Table, check_sections, field_names, read_toml
+from fedfair.core.tables import Table, check_sections, field_names, parse_json_object, read_toml
 
 
 class Bounded(Protocol):
@@ -142,12 +142,11 @@ def _plan_pin(where: str, data: Mapping[str, Any]) -> PlanPin | None:
         return None
     table = Table.of(where, data, "plan", ("sha256", "settings"))
     digest = table.string("sha256", pattern=SHA256_HEX, expected="64 lower-case hex digits")
-    try:
-        settings = json.loads(table.string("settings", expected="the plan's settings as a JSON object"))
-    except json.JSONDecodeError as error:
-        table.fail(f"[plan] settings is not valid JSON ({error}); write the manifest again with `fedfair plan pin`")
-    if not isinstance(settings, dict):
-        table.fail("[plan] settings must be a JSON object; write the manifest again with `fedfair plan pin`")
+    settings = parse_json_object(
+        table.string("settings", expected="the plan's settings as a JSON object"),
+        f"{where}: [plan] settings",
+        "write the manifest again with `fedfair plan pin`",
+    )
     try:
         return PlanPin(settings, digest)
     except ConfigError as error:

@@ -483,3 +483,18 @@ def test_setting_differences_name_leaves_even_under_an_empty_table() -> None:
         "training.rounds: (absent) -> 3",
     ]
     assert manifests.setting_differences(served, served) == []
+
+
+@pytest.mark.parametrize(
+    "settings",
+    ["[" * 100_000 + "]" * 100_000, '{"rounds": ' + "9" * 5000 + "}", '{"rounds": 5', "[1, 2]"],
+    ids=["100,000 deep", "5,000 digits", "cut short", "not an object"],
+)
+def test_a_pinned_settings_text_that_is_no_json_object_is_a_named_error(
+    federation: Path, pinned: manifests.Manifest, settings: str
+) -> None:
+    document = tomllib.loads((federation / "pinned.toml").read_text())
+    document["plan"]["settings"] = settings
+    (federation / "broken.toml").write_text(tomli_w.dumps(document))
+    with pytest.raises(ConfigError, match=r"broken.toml.*\[plan\] settings.*; write the manifest again with `fedfair"):
+        manifests.load_manifest(federation / "broken.toml")
