@@ -14,7 +14,6 @@ Why: docs/design.md, "Inside the aggregator".
 from __future__ import annotations
 
 import enum
-
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
