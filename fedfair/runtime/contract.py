@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedfair.core.errors import ConfigError
+from fedfair.core.tables import parse_json_object
 from fedfair.runtime.transport import encode_tensor, pb
 from fedfair.secagg import EncodingConfig, SecAggConfig
 from fedfair.secagg.noise import NoiseConfig
@@ -169,8 +170,9 @@ class RoundParameters:
         Raises:
             ConfigError: `data` is malformed or misses a field (the aggregator may run another version).
         """
+        fix = "the aggregator may run another version"
+        document = parse_json_object(data, "the round's parameters", fix)  # a deep or 5,000-digit one too
         try:
-            document = json.loads(data)
             return cls(
                 kind=str(document["kind"]),
                 round=int(document["round"]),
@@ -186,9 +188,7 @@ class RoundParameters:
                 model=str(document["model"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise ConfigError(
-                f"the round's parameters are malformed ({error}); the aggregator may run another version"
-            ) from None
+            raise ConfigError(f"the round's parameters are malformed ({error}); {fix}") from None
 
     def implied_graph_seed(self, federation_id: str, stages: Stages) -> str:
         """The graph seed these parameters imply (hex): what the aggregator states and each collaborator checks."""
