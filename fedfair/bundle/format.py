@@ -28,6 +28,7 @@ from fedfair.core.config import FACTORY_PATH
 from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
 from fedfair.core.models import build_from_factory, build_model
+from fedfair.core.tables import parse_json_object
 
 BUNDLE_FORMAT = "fedfair-model-bundle"
 BUNDLE_VERSION = 1
@@ -207,17 +208,12 @@ def _bundle_from_payload(payload: object, path: Path) -> Bundle:
         raise ConfigError(f"model bundle {path} lacks its metadata or weights; {_FIX_CORRUPT}")
     if not all(isinstance(name, str) and isinstance(value, torch.Tensor) for name, value in tensors.items()):
         raise ConfigError(f"model bundle {path} has weights that are not named tensors; {_FIX_CORRUPT}")
-    try:
-        metadata = json.loads(text)
-    except json.JSONDecodeError:
-        raise ConfigError(f"model bundle {path} has unreadable metadata (not JSON); {_FIX_CORRUPT}") from None
+    metadata = parse_json_object(text, f"model bundle {path} metadata", _FIX_CORRUPT)
     expected: dict[str, type | tuple[type, ...]] = {
         "architecture": dict, "encoder": (dict, type(None)), "threshold": (int, float), "plan": dict,
         "metrics": list, "provenance": dict,
     }  # fmt: skip
-    if not isinstance(metadata, dict) or any(
-        not isinstance(metadata.get(key, _MISSING), kinds) for key, kinds in expected.items()
-    ):
+    if any(not isinstance(metadata.get(key, _MISSING), kinds) for key, kinds in expected.items()):
         raise ConfigError(f"model bundle {path} has incomplete metadata (needs {', '.join(expected)}); {_FIX_CORRUPT}")
     _check_architecture(metadata["architecture"], path)
     return Bundle(

@@ -195,6 +195,23 @@ def test_files_that_are_not_bundles_are_refused(tmp_path: Path) -> None:
         load_bundle(incomplete)
 
 
+@pytest.mark.parametrize(
+    ("metadata", "problem"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
+        ('{"threshold": ' + "9" * 5000 + "}", "not valid JSON"),
+        ('{"plan": {', "not valid JSON"),
+        ("[1, 2]", "expected a JSON object"),
+    ],
+    ids=["100,000 deep", "5,000 digits", "cut short", "not an object"],
+)
+def test_metadata_that_is_no_json_object_is_a_named_error(tmp_path: Path, metadata: str, problem: str) -> None:
+    path = tmp_path / "damaged.bundle"
+    torch.save({"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "metadata": metadata, "state_dict": {}}, path)
+    with pytest.raises(ConfigError, match=rf"^model bundle {path} metadata: {problem}; copy the bundle again"):
+        load_bundle(path)
+
+
 def test_metadata_that_is_not_json_or_an_unknown_architecture_is_refused_on_writing(tmp_path: Path) -> None:
     model = build_model("logreg", 3, 2)
     with pytest.raises(ConfigError, match="invalid architecture"):
