@@ -101,18 +101,20 @@ def _column_list(text: str) -> list[str]:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from fedfair.datasets.schema import draft_schema, drafted_features, left_out_note
+    from fedfair.datasets.schema import draft_schema, drafted_features, left_out_note, spellings_note
     from fedfair.datasets.tabular import read_table
     from fedfair.datasets.values import check_table
 
     table = read_table(args.csv)
     features, left_out = drafted_features(table, args.label, args.features)
     schema = draft_schema(table, args.label, features, learn_categories=args.learn_categories)
-    check_table(schema, table, args.csv.name)
+    spellings = spellings_note(table, schema)
+    if not spellings:  # otherwise the draft refuses the other spellings, as the note says
+        check_table(schema, table, args.csv.name)
     print(f"# Drafted from {args.csv.name} ({len(table):,} rows). Other sites may hold categories this table")
     print("# lacks: add them to each list before sharing the plan (or use --learn-categories); each site")
     print("# checks its own table with `fedfair data check --plan PLAN --csv TABLE`.")
-    print(left_out_note(left_out) + schema.to_toml(commented=True), end="")
+    print(left_out_note(left_out) + spellings + schema.to_toml(commented=True), end="")
     return 0
 
 

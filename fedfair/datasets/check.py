@@ -22,8 +22,8 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import closest, parse_json_object, read_toml
-from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, toml_value
-from fedfair.datasets.suspects import Dialect, id_like_columns, near_match
+from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, several_spellings, toml_value
+from fedfair.datasets.suspects import Dialect, id_like_columns, near_match, spellings
 from fedfair.datasets.tabular import as_text, is_numeric
 from fedfair.datasets.values import table_problems
 
@@ -46,6 +46,8 @@ class TableCheck:
     """[schema] feature columns that look like row identifiers, each with why."""
     pinned: bool = True
     """Whether the schema came from a manifest (an edit then needs a new pin) or from a plan not yet pinned."""
+    spellings: tuple[str, ...] = ()
+    """Label or category values written several ways (case, surrounding spaces), a line a column."""
 
     def render(self) -> str:
         """The check as the operator reads it: that the table fits, or each problem and its fix."""
@@ -61,6 +63,12 @@ class TableCheck:
                 lines.append("  (line numbers are the file's, the header being line 1)")
         if self.dialect:
             lines.append(f"Read as {self.dialect} (detected).")
+        if self.spellings:
+            lines.append(
+                "Written several ways (only case or surrounding spaces differ): make each one spelling in the "
+                "table (trim spaces, one case) rather than listing every spelling in the [schema]:"
+            )
+            lines += [f"  {line}" for line in self.spellings]
         if self.identifiers:
             lines.append(
                 f"ID-like columns the [schema] uses as features: {', '.join(self.identifiers)}. A model learns "
@@ -128,6 +136,7 @@ def check_against(schema: Schema, table: pd.DataFrame, source: str, *, pinned: b
         tuple(name + (f" (ID-like: {outside_ids[name]})" if name in outside_ids else "") for name in outside),
         tuple(f"{name} ({why})" for name, why in id_like_columns(named, features).items()),
         pinned,
+        tuple(several_spellings(table, schema)),
     )
 
 
@@ -186,10 +195,11 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
 def _unlisted(values: np.ndarray, listed: tuple[str, ...] | None) -> list[str]:
     """The distinct non-missing values (as text) not in ``listed``, most frequent first.
 
-    Misspellings of a listed value (:func:`near_match`) are left out: their fix is the cell, never a
+    Misspellings of a listed value (:func:`near_match`) and other spellings of one value
+    (:func:`spellings`: case, surrounding spaces) are left out: their fix is the cell, never a
     near-duplicate class or category.
     """
-    known = set(listed or ())
+    known = set(listed or ()) | {other for others in spellings(list(values)).values() for other in others}
     counts = pd.Series(values, dtype=object).dropna().value_counts()
     rows = {str(value): int(count) for value, count in counts.items()}
     return [

@@ -257,6 +257,48 @@ def left_out_note(left_out: Mapping[str, str]) -> str:
     return f"# Left out as ID-like: {listed}; name the features with --features to keep one.\n"
 
 
+def several_spellings(table: pd.DataFrame, schema: Schema) -> list[str]:
+    """The schema's text columns (label first) holding a value written several ways, one line each.
+
+    E.g. "readmitted_30d: 'yes' also as 'Yes ', 'YES'": only case or surrounding spaces differ
+    (:func:`fedfair.datasets.suspects.spellings`). The fix is the table's cells, never more classes.
+    """
+    from fedfair.datasets.suspects import spellings
+
+    table = table.rename(columns=str)
+    names = [column.name for column in schema.columns if column.kind == "categorical" and column.name in table]
+    if schema.label in table and not is_numeric(table[schema.label].dropna()):
+        names.insert(0, schema.label)
+    lines = []
+    for name in names:
+        found = spellings(list(as_text(table[name])))
+        if found:
+            shown = "; ".join(f"{kept!r} also as {', '.join(map(repr, others))}" for kept, others in found.items())
+            lines.append(f"{name}: {shown}")
+    return lines
+
+
+def spellings_note(table: pd.DataFrame, schema: Schema) -> str:
+    """The draft's comment naming the values it lists once though written several ways ("" when none)."""
+    lines = several_spellings(table, schema)
+    if not lines:
+        return ""
+    return (
+        "# Written several ways, drafted once (a collaborator refuses the other spellings: make the cells one\n"
+        "# spelling in every site's table, trimming spaces and choosing one case):\n"
+        + "".join(f"#   {line}\n" for line in lines)
+    )
+
+
+def _distinct_text(series: pd.Series) -> list[str]:
+    """A text column's values in sorted order, a value written several ways once (its kept spelling)."""
+    from fedfair.datasets.suspects import spellings
+
+    text = list(as_text(series))
+    others = {other for variants in spellings(text).values() for other in variants}
+    return sorted({value for value in text if value is not None and value not in others})
+
+
 def draft_schema(
     table: pd.DataFrame, label: str, features: Sequence[str] | None = None, *, learn_categories: bool = False
 ) -> Schema:
@@ -279,7 +321,7 @@ def draft_schema(
     if label in chosen:
         raise ConfigError(f"label {label!r} cannot also be a feature; remove it from --features")
     labels = table[label].dropna()
-    classes = sorted(labels.unique()) if is_numeric(labels) else sorted(set(as_text(labels)))
+    classes = sorted(labels.unique()) if is_numeric(labels) else _distinct_text(labels)
     schema_columns = []
     largest = 0.0
     for name in chosen:
@@ -290,7 +332,7 @@ def draft_schema(
             largest = max(largest, float(finite.max()) if finite.size else 0.0)
             schema_columns.append(Column(name, "numeric"))
             continue
-        values = sorted({value for value in as_text(series) if value is not None})
+        values = _distinct_text(series)
         if not learn_categories and len(values) > MAX_CATEGORIES:
             raise ConfigError(
                 f"column {name!r} has {len(values):,} distinct text values, too many to list (limit {MAX_CATEGORIES}); "

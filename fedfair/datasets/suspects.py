@@ -1,10 +1,14 @@
 """What a table's own bytes and values suggest before any schema judges them.
 
-- :func:`sniff_dialect`: the delimiter (``,`` ``;`` tab ``|``) and the text encoding of a CSV, so a
-  semicolon-separated export from a spreadsheet in another locale, or a Windows-1252 file, reads
-  as the table it is instead of one column of garbled names.
-- :func:`id_like_columns`: columns that identify rows (every value distinct, or named like an
-  id): a model learns nothing general from them, and they may re-identify people.
+- :func:`sniff_dialect`: the delimiter (``,`` ``;`` tab ``|``), the text encoding and the way numbers
+  are written (decimal comma, thousands separators) of a CSV, so a semicolon-separated export from
+  a spreadsheet in another locale ("66,7"; "1.200"), or a Windows-1252 file, reads as the table it
+  is instead of one column of garbled names, numbers taken for text, or 1.200 read as 1.2.
+- :func:`id_like_columns`: columns that identify rows (named like an id, or by content: every
+  value distinct text, a counter, or fixed-width codes): a model learns nothing general from
+  them, and they may re-identify people.
+- :func:`spellings`: one value written several ways ("yes", "Yes", "YES", "Yes "), so a draft
+  lists it once and says which cells to normalise instead of drafting each spelling as a class.
 - :func:`near_match`: the listed value an unlisted one is most likely a typo of ('Readmit' for
   'readmit'), so a check suggests fixing the cell rather than adding a near-duplicate class.
 - :func:`at_rows`: "at lines 4, 9, 17 and 12 more", the rows of a problem as a CSV's line numbers.
@@ -13,6 +17,7 @@
 from __future__ import annotations
 
 import codecs
+import csv
 import difflib
 import gzip
 import re
@@ -40,6 +45,9 @@ MIN_ROWS_FOR_DISTINCT = 50
 """All values distinct means "identifier" only in a table with at least this many rows (ages, say, repeat
 well before that)."""
 
+CODE_DIGITS = 5
+"""The fewest digits of a whole-number code: narrower distinct numbers (ages, years) are too often real values."""
+
 TYPO_SIMILARITY = 0.85
 """difflib's ratio above which an unlisted value may be a typo of a listed one ..."""
 
@@ -47,17 +55,37 @@ TYPO_SHARE = 0.05
 """... when it is also at most this share of the listed value's rows (a typo is rare beside the real spelling)."""
 
 
+DECIMAL_COMMA = re.compile(r"^[-+]?(\d{1,3}(\.\d{3})+|\d+),\d+$")
+"""A number written with a decimal comma ("66,7", "1.234,5")."""
+
+DECIMAL_POINT = re.compile(r"^[-+]?\d*\.\d+$")
+"""A number written with a decimal point ("66.7"); "1.200" is also a thousands-separated 1200."""
+
+POINT_THOUSANDS = re.compile(r"^[-+]?\d{1,3}(\.\d{3})+$")
+"""Whole numbers grouped by points ("1.200", "12.345.678"): thousands where the decimal mark is a comma."""
+
+COMMA_THOUSANDS = re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d+)?$")
+"""Numbers grouped by commas ("1,200", "12,345.5"): thousands where the decimal mark is a point."""
+
+
 @dataclass(frozen=True)
 class Dialect:
-    """How a CSV is written: its delimiter and text encoding."""
+    """How a CSV is written: its delimiter, text encoding, decimal mark and thousands separator (None: none)."""
 
     delimiter: str = ","
     encoding: str = "utf-8"
+    decimal: str = "."
+    thousands: str | None = None
 
     def describe(self) -> str:
-        """E.g. "';'-separated, cp1252 text", for a line of a report."""
+        """E.g. "';'-separated, cp1252 text, decimal commas, '.' between thousands", for a line of a report."""
         shown = "tab" if self.delimiter == "\t" else repr(self.delimiter)
-        return f"{shown}-separated, {self.encoding} text"
+        parts = [f"{shown}-separated, {self.encoding} text"]
+        if self.decimal != ".":
+            parts.append("decimal commas")
+        if self.thousands is not None:
+            parts.append(f"{self.thousands!r} between thousands")
+        return ", ".join(parts)
 
 
 def sniff_dialect(path: Path, *, tab_separated: bool = False) -> Dialect:
@@ -67,26 +95,47 @@ def sniff_dialect(path: Path, *, tab_separated: bool = False) -> Dialect:
     sampled line into as many (a comma on a tie); `tab_separated` (a .tsv name) fixes it to
     a tab. The encoding is the first of :data:`ENCODINGS` that decodes the sample; a file that
     fails it past the sample is read again with the next (:func:`fedfair.datasets.tabular.read_table`).
+    The number format is :func:`number_format`'s reading of the sampled fields.
     """
     opener = gzip.open if path.suffix.lower() == ".gz" else open
     with opener(path, "rb") as stream:
         sample: bytes = stream.read(SAMPLE_BYTES)
     encoding = "utf-8-sig" if sample.startswith(codecs.BOM_UTF8) else _encoding(sample)
-    if tab_separated:
-        return Dialect("\t", encoding)
     text = sample.decode(encoding, errors="replace")
     lines = [line for line in text.splitlines()[:50] if line.strip()]
     if len(text) >= SAMPLE_BYTES and len(lines) > 1:
         lines = lines[:-1]  # the sample may end inside a line
-    best, best_fields = ",", 1
-    for delimiter in DELIMITERS:
+    best, best_fields = ("\t", 0) if tab_separated else (",", 1)
+    for delimiter in () if tab_separated else DELIMITERS:
         counts = [_fields(line, delimiter) for line in lines]
         if not counts or counts[0] < 2:
             continue
         steady = sum(count == counts[0] for count in counts) >= 0.9 * len(counts)
         if steady and counts[0] > best_fields:
             best, best_fields = delimiter, counts[0]
-    return Dialect(best, encoding)
+    fields = [field for line in lines[1:] for field in next(csv.reader([line], delimiter=best), [])]
+    decimal, thousands = number_format(fields, best)
+    return Dialect(best, encoding, decimal, thousands)
+
+
+def number_format(fields: Sequence[str], delimiter: str) -> tuple[str, str | None]:
+    """The decimal mark and thousands separator (None: none) the CSV fields `fields` are written with.
+
+    A decimal comma is only possible where the comma does not separate fields; it is taken when
+    some field is a decimal-comma number ("66,7") and none a decimal-point one ("66.7", while
+    "1.200" may be either), and points then group thousands. Otherwise a field like "1,200" or
+    "12,345.5" (quoted, in a comma-separated file) means commas group thousands. A file with no
+    such field keeps pandas' defaults (decimal point, no grouping), as before.
+    """
+    stripped = [field.strip() for field in fields]
+    if delimiter != ",":
+        commas = any(DECIMAL_COMMA.match(field) for field in stripped)
+        points = any(DECIMAL_POINT.match(field) and not POINT_THOUSANDS.match(field) for field in stripped)
+        if commas and not points:
+            return ",", "."
+    if any(COMMA_THOUSANDS.match(field) for field in stripped):
+        return ".", ","
+    return ".", None
 
 
 def _encoding(sample: bytes) -> str:
@@ -109,9 +158,10 @@ def id_like_columns(table: pd.DataFrame, names: Sequence[str]) -> dict[str, str]
     """Those of `names` that look like row identifiers, each with why (its name, or every value distinct).
 
     In a table of at least :data:`MIN_ROWS_FOR_DISTINCT` rows, a text column whose values are all
-    distinct is one, and so is a column of distinct whole numbers spanning at most twice as many
-    values as there are rows (a counter); decimals and spread-out numbers (amounts, measurements)
-    are not, as they are often all distinct.
+    distinct is one, and so is a column of distinct whole numbers that either span at most twice
+    as many values as there are rows (a counter) or look like codes (:data:`CODE_DIGITS`); decimals,
+    whole numbers of varying width and round amounts (incomes in thousands) are not, as they are
+    often all distinct.
     """
     found: dict[str, str] = {}
     for name in names:
@@ -124,10 +174,23 @@ def id_like_columns(table: pd.DataFrame, names: Sequence[str]) -> dict[str, str]
             continue
         if pd.api.types.is_numeric_dtype(present) and not pd.api.types.is_bool_dtype(present):
             values = present.to_numpy(dtype=np.float64)
-            if not (np.all(np.mod(values, 1) == 0) and values.max() - values.min() < 2 * len(series)):
+            if not np.all(np.mod(values, 1) == 0):
+                continue
+            counter = values.max() - values.min() < 2 * len(series)
+            if not (counter or _codes(values)):
                 continue
         found[name] = f"all {len(series):,} values distinct"
     return found
+
+
+def _codes(values: np.ndarray) -> bool:
+    """Whether distinct whole numbers look like codes (encounter or record numbers).
+
+    Codes are non-negative, all of one width of at least :data:`CODE_DIGITS` digits, and not all
+    multiples of ten (a round amount).
+    """
+    widths = np.unique(np.floor(np.log10(np.maximum(values, 1))))
+    return bool(values.min() >= 0 and len(widths) == 1 and widths[0] + 1 >= CODE_DIGITS and np.any(values % 10))
 
 
 def near_match(value: str, listed: Sequence[str], counts: dict[str, int] | None = None) -> str | None:
@@ -148,6 +211,28 @@ def near_match(value: str, listed: Sequence[str], counts: dict[str, int] | None 
     if close and counts.get(value, 0) <= TYPO_SHARE * counts.get(close[0], 0):
         return close[0]
     return None
+
+
+def spellings(text: Sequence[str | None]) -> dict[str, tuple[str, ...]]:
+    """Each distinct value of `text` that differs from others only in case or surrounding spaces.
+
+    Keyed by the spelling a draft keeps (the most frequent; on a tie the one without surrounding
+    spaces, then the first in sorted order), mapped to the other spellings of it, most frequent
+    first; values written one way only are left out.
+    """
+    counts: dict[str, int] = {}
+    for value in text:
+        if value is not None:
+            counts[value] = counts.get(value, 0) + 1
+    groups: dict[str, list[str]] = {}
+    for value in counts:
+        groups.setdefault(value.strip().casefold(), []).append(value)
+    found: dict[str, tuple[str, ...]] = {}
+    for members in groups.values():
+        if len(members) > 1:
+            kept, *others = sorted(members, key=lambda value: (-counts[value], value != value.strip(), value))
+            found[kept] = tuple(others)
+    return found
 
 
 def _fold(text: str) -> str:

@@ -260,10 +260,12 @@ def _read_csv(path: Path, dialect: Dialect) -> pd.DataFrame:
     encodings = list(ENCODINGS[ENCODINGS.index(dialect.encoding) :]) if known else [dialect.encoding]
     for encoding in encodings:
         try:
-            table = pd.read_csv(path, sep=dialect.delimiter, encoding=encoding)
+            table = pd.read_csv(
+                path, sep=dialect.delimiter, encoding=encoding, decimal=dialect.decimal, thousands=dialect.thousands
+            )
         except UnicodeDecodeError:
             continue
-        table.attrs["dialect"] = Dialect(dialect.delimiter, encoding)
+        table.attrs["dialect"] = Dialect(dialect.delimiter, encoding, dialect.decimal, dialect.thousands)
         return table
     raise ValueError(f"its text is not {' or '.join(encodings)}")
 

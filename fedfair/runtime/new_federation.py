@@ -70,7 +70,7 @@ def drafted_schema(
     ID-like columns are left out unless `features` names them.
     """
     # pandas (and the schema module) only when a sample is given: `fedfair init --help` stays light.
-    from fedfair.datasets.schema import draft_schema, drafted_features, left_out_note
+    from fedfair.datasets.schema import draft_schema, drafted_features, left_out_note, spellings_note
     from fedfair.datasets.tabular import read_table
 
     table = read_table(sample)
@@ -80,6 +80,7 @@ def drafted_schema(
         f"# Drafted by `fedfair init` from {sample.name} ({len(table):,} rows). Other sites may hold categories\n"
         '# this table lacks: add them to each list (or write categories = "learn") before pinning the plan.\n'
         + left_out_note(left_out)
+        + spellings_note(table, schema)
         + schema.to_toml(commented=True)
     )
 
