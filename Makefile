@@ -7,7 +7,7 @@ PYTHON ?= python3.11
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.fedfair-installed
 
-.PHONY: setup demo format lint types check api bytecode suite test test-fast bench clean
+.PHONY: setup wheel demo format lint types check api bytecode suite test test-fast bench clean
 
 # Test workers: the suite's processes and federations are independent, so two workers fill 2 cores.
 WORKERS ?= 2
@@ -17,10 +17,18 @@ API_MODULES := fedfair.api fedfair.core fedfair.simulation fedfair.secagg fedfai
 
 setup: $(STAMP)
 
+# A .venv made before the distribution was renamed fedfair-rcvar lists the old name "fedfair", whose
+# record would later take the `fedfair` command with it: it goes first.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip uninstall --quiet --yes fedfair 2>/dev/null || true
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,ray]'
 	touch $(STAMP)
+
+# The wheel a site installs without the checkout: dist/fedfair_rcvar-VERSION-py3-none-any.whl
+# (the distribution is fedfair-rcvar; the import and the command stay `fedfair`).
+wheel: setup
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --no-index -w dist .
 
 # A whole federation on this machine; the workspace (report, logs, model) is kept where it says.
 demo: setup

@@ -1,6 +1,9 @@
 """The built wheel works outside the repository: installed (not editable) into a fresh virtual
-environment and run from `/`, `fedfair --version` answers and `fedfair simulate --dataset adult`
-trains on the Adult files inside the installed package.
+environment and run from `/`, `fedfair --version` answers, `fedfair simulate --dataset adult`
+trains on the Adult files inside the installed package, and `fedfair launch` runs a whole
+federation (certificates, aggregator and collaborator processes over mutual TLS) from it. The
+distribution is `fedfair-rcvar` (the index's `fedfair` is another project's); the import and the
+command are `fedfair`.
 
 The fresh environment gets only fedfair itself from the wheel (`--no-deps`); it sees the
 project's .venv site-packages through a .pth line, so torch and the other pinned
@@ -46,7 +49,7 @@ def build_wheel(destination: Path) -> Path:
     command = [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
                "--no-index", "--quiet", "-w", str(destination / "dist")]  # fmt: skip
     run(command, destination, timeout=BUILD_TIMEOUT_S)
-    (wheel,) = (destination / "dist").glob("fedfair-*.whl")
+    (wheel,) = (destination / "dist").glob("fedfair_rcvar-*.whl")
     return wheel
 
 
@@ -82,3 +85,8 @@ def test_the_installed_wheel_runs_from_any_folder(tmp_path: Path) -> None:
     result = run([fedfair_command, "simulate", "--dataset", "adult", "--rounds", "5", "--json",
                   str(tmp_path / "result.json")], root)  # fmt: skip
     assert (tmp_path / "result.json").is_file(), result.stdout
+
+    launched = run([fedfair_command, "launch", "--rounds", "3", "--collaborators", "2", "--no-fedavg",
+                    "--workdir", str(tmp_path / "federation")], root)  # fmt: skip
+    assert "worst" in launched.stdout.lower(), launched.stdout
+    assert (tmp_path / "federation").is_dir()

@@ -52,13 +52,16 @@ line naming a command imports only that command's module; ``fedfair --help`` imp
 module keeps its heavy imports (torch, Opacus, gRPC, pandas) inside its handlers, so a command's
 ``--help`` starts at once too."""
 
+DISTRIBUTION = "fedfair-rcvar"
+"""The name pip installs fedfair under (``pip install fedfair-rcvar``); the import and command are ``fedfair``."""
+
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 
 
 def installed_version() -> str:
     """The installed distribution's version (what pip installed), or the source's when run uninstalled."""
     try:
-        return metadata.version("fedfair")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return f"{fedfair.__version__} (not installed: run from a source tree)"
 

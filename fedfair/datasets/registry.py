@@ -221,7 +221,7 @@ def read_bundled(info: DatasetInfo, data_file: DataFile) -> bytes:
     if not path.is_file():
         raise FetchError(
             f"bundled file {path} is missing from the installed package; reinstall fedfair "
-            "(pip install --force-reinstall fedfair, or in a checkout git checkout -- fedfair/datasets/data)"
+            "(pip install --force-reinstall fedfair-rcvar, or in a checkout git checkout -- fedfair/datasets/data)"
         )
     content = lzma.decompress(path.read_bytes())
     fix = "reinstall fedfair or, in a checkout, git checkout -- fedfair/datasets/data"

@@ -73,4 +73,4 @@ def test_without_ray_the_flag_names_the_fix(
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as if it were not installed
     assert cli_main(["reproduce", "--out", str(tmp_path), "--ray", "local"]) == 2
     error = capsys.readouterr().err
-    assert "pip install 'fedfair[ray]'" in error and "-c constraints.txt -e '.[ray]'" in error
+    assert "pip install 'fedfair-rcvar[ray]'" in error and "-c constraints.txt -e '.[ray]'" in error
