@@ -24,7 +24,7 @@ AGGREGATOR_UNREACHABLE = FailureClass(
     True,
     "the aggregator at {address} does not answer ({reason})",
     "start the aggregator, or correct [collaborator] aggregator; this collaborator keeps retrying "
-    "for up to [retry] max_wait_seconds",
+    "for up to [retry] start_wait_seconds before the aggregator first answers, max_wait_seconds after",
 )
 AGGREGATOR_BUSY = FailureClass(
     "aggregator-busy",
@@ -41,6 +41,15 @@ CONNECTION_LOST = FailureClass(
 )
 
 # ---------------------------------------------------------------- permanent: the collaborator stops
+
+NEVER_ANSWERED = FailureClass(
+    "aggregator-never-answered",
+    False,
+    "nothing answered at {address} for {seconds:.0f} s since this collaborator started (last failure: {reason})",
+    "check that the aggregator is started and that [collaborator] aggregator names its host and port, then "
+    "start this collaborator again; raise [retry] start_wait_seconds to wait longer for an aggregator that "
+    "starts late",
+)
 
 GAVE_UP = FailureClass(
     "aggregator-unreachable-too-long",
@@ -194,6 +203,7 @@ FAILURES: tuple[FailureClass, ...] = (
     AGGREGATOR_UNREACHABLE,
     AGGREGATOR_BUSY,
     CONNECTION_LOST,
+    NEVER_ANSWERED,
     GAVE_UP,
     AGGREGATOR_SILENT,
     AGGREGATOR_NOT_TRUSTED,

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import unquote
 
 import grpc
 
@@ -36,9 +37,13 @@ POLL_SECONDS = 0.05
 
 
 def host_of(peer: str) -> str:
-    """The address of a gRPC peer string ("ipv4:10.0.0.5:51234" -> "10.0.0.5:51234")."""
+    """The address of a gRPC peer string, as people write it.
+
+    "ipv4:10.0.0.5:51234" -> "10.0.0.5:51234"; gRPC percent-encodes an IPv6 address's brackets,
+    "ipv6:%5B::1%5D:55334" -> "[::1]:55334".
+    """
     kind, _, address = peer.partition(":")
-    return address if kind in ("ipv4", "ipv6", "unix") and address else peer
+    return unquote(address) if kind in ("ipv4", "ipv6", "unix") and address else peer
 
 
 class LiveStreams:

@@ -26,7 +26,7 @@ from fedfair.core.errors import Refusal, RefusedError, WireError
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import error_summary
 from fedfair.runtime.aggregator.events import EventLog
-from fedfair.runtime.aggregator.identities import LiveStreams
+from fedfair.runtime.aggregator.identities import LiveStreams, host_of
 from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RateLimit, RefusalLog, worker_threads
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
@@ -119,7 +119,7 @@ class _Caller:
         except Exception:  # noqa: BLE001 -- a certificate too broken to name: fall back to the address
             name = None
         return (
-            f"unidentified caller at {self.context.peer()!r}"
+            f"unidentified caller at {host_of(self.context.peer())}"
             if name is None
             else f"certificate {name!r} (not admitted)"
         )

@@ -44,8 +44,8 @@ SHARE_EPSILON_KEY = "share_epsilon"
 """[privacy] share_epsilon: whether this institution reports its cumulative epsilon to the aggregator
 each round. Not a DP-SGD setting, so it lives beside PrivacyConfig, not in it."""
 
-RETRY_KEYS = ("max_wait_seconds", "first_delay_seconds", "max_delay_seconds")
-"""The keys of [retry]: RetryPolicy's bound in time, first delay and largest delay."""
+RETRY_KEYS = ("max_wait_seconds", "start_wait_seconds", "first_delay_seconds", "max_delay_seconds")
+"""The keys of [retry]: RetryPolicy's bounds in time (an outage; an aggregator never reached), first and largest delay."""
 
 DEFAULT_IDLE_TIMEOUT_SECONDS = 3600.0
 """[collaborator] idle_timeout_seconds: how long a collaborator waits on its aggregator without progress
@@ -278,8 +278,11 @@ def _retry(source: str, data: Mapping[str, object]) -> RetryPolicy:
     t = Table.of(source, data, "retry", RETRY_KEYS)
     d = DEFAULT_RETRY_POLICY
     max_wait = t.number("max_wait_seconds", d.max_wait_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    start_wait = t.number("start_wait_seconds", d.start_wait_seconds, check=lambda x: x > 0, expected="seconds > 0")
     first = t.number("first_delay_seconds", d.base_seconds, check=lambda x: x > 0, expected="seconds > 0")
     largest = t.number("max_delay_seconds", d.cap_seconds, check=lambda x: x > 0, expected="seconds > 0")
     if largest < first:
         t.fail(f"[retry] max_delay_seconds = {largest:g} is below first_delay_seconds = {first:g}; raise it")
-    return RetryPolicy(max_wait_seconds=max_wait, base_seconds=first, cap_seconds=largest)
+    return RetryPolicy(
+        max_wait_seconds=max_wait, start_wait_seconds=start_wait, base_seconds=first, cap_seconds=largest
+    )

@@ -2,10 +2,13 @@
 
 Transient failures are retried with jittered exponential back-off (peers that lost
 the aggregator together do not all come back at once), one log line per retry,
-until the outage has lasted ``[retry] max_wait_seconds`` (while the aggregator is merely starting,
-the console shows the first line only): a time bound, so a
+until the outage has lasted ``[retry] max_wait_seconds``: a time bound, so a
 collaborator outlives an aggregator restart of several minutes whatever the
-back-off. The wait ends early when the collaborator is asked to stop; nothing waits
+back-off. Before the aggregator has answered once (collaborators are often started
+first) it is tried every second at most, so a site joins within about a second of the
+aggregator coming up; the console says once that it waits and for how long, and after
+``[retry] start_wait_seconds`` with no answer (not started, or a wrong address) the
+collaborator stops with :data:`~fedfair.runtime.failures.NEVER_ANSWERED`. The wait ends early when the collaborator is asked to stop; nothing waits
 on a fixed sleep. A permanent failure raises :class:`~fedfair.core.errors.PermanentFailureError`
 at once.
 
@@ -38,6 +41,7 @@ from fedfair.runtime.failures import (
     CONNECTION_LOST,
     GAVE_UP,
     NAME_NOT_ALLOWED,
+    NEVER_ANSWERED,
     TLS_FAILED,
 )
 from fedfair.runtime.logs import LOG_FILE_ONLY
@@ -57,6 +61,13 @@ STARTING_SECONDS = 60.0
 """A transient outage younger than this is logged at INFO: collaborators may start before their aggregator,
 and one restarting with --resume is back within it. Past it every retry line is a WARNING."""
 
+START_POLL_SECONDS = 1.0
+"""The longest delay between two tries of an aggregator never reached yet: a refused dial costs nothing,
+and a site started before its aggregator should join within about this long of it coming up."""
+
+START_LOG_SECONDS = 30.0
+"""While waiting for an aggregator never reached, a line goes to the log file at most this often."""
+
 CONFIRM_SECONDS = 0.5
 """Pause before dialling again to confirm that the aggregator closes connections after the handshake."""
 
@@ -72,9 +83,12 @@ class RetryPolicy:
 
     Retry k waits uniform(0.5, 1) * min(cap, base * 2^k), and an outage ends the collaborator once it has lasted
     `max_wait_seconds` (or, when `attempts` is given, after that many retries in a row, whichever comes first).
+    Until the aggregator has answered once, the delay is at most :data:`START_POLL_SECONDS` and the bound is
+    `start_wait_seconds`.
     """
 
     max_wait_seconds: float = 900.0
+    start_wait_seconds: float = 300.0
     base_seconds: float = 0.5
     cap_seconds: float = 15.0
     attempts: int | None = None
@@ -198,6 +212,9 @@ class Backoff:
         self.target = target
         self.certified_name = certified_name
         self.random = random.Random()
+        self.reached = False
+        """Whether the aggregator has answered this collaborator once (it is then waited for as a lost one)."""
+        self._next_start_line = 0.0
 
     def classify(self, error: grpc.RpcError, what: str) -> FailureError:
         """`error` as a failure class; raises at once when it is permanent."""
@@ -215,6 +232,9 @@ class Backoff:
         """
         policy = self.policy
         elapsed = time.monotonic() - since
+        if not self.reached:
+            self._wait_for_start(attempt, elapsed, failure)
+            return
         if elapsed >= policy.max_wait_seconds or (policy.attempts is not None and attempt >= policy.attempts):
             if failure.failure.waits:
                 raise failure
@@ -228,6 +248,30 @@ class Backoff:
         # An aggregator not up yet, or restarting, is usual: a WARNING only once the outage lasts.
         quiet = failure.failure.transient and elapsed < STARTING_SECONDS
         self.wait(attempt, str(failure).split(". Fix: ")[0] if attempt else str(failure), quiet=quiet)
+
+    def _wait_for_start(self, attempt: int, elapsed: float, failure: FailureError) -> None:
+        """Wait for an aggregator that never answered: a short delay, one console line, then few file lines.
+
+        Raises:
+            FailureError: :data:`NEVER_ANSWERED` once `start_wait_seconds` have passed (or `attempts` retries).
+        """
+        policy = self.policy
+        if elapsed >= policy.start_wait_seconds or (policy.attempts is not None and attempt >= policy.attempts):
+            raise PermanentFailureError(
+                NEVER_ANSWERED, address=self.target.address, seconds=elapsed, reason=str(failure).split(". Fix: ")[0]
+            )
+        delay = self.random.uniform(0.5, 1.0) * min(START_POLL_SECONDS, policy.delay_bound(attempt))
+        if attempt == 0 or elapsed >= self._next_start_line:
+            self._next_start_line = elapsed + START_LOG_SECONDS
+            logger.info(
+                "%s: waiting for the aggregator at %s (%s); trying every second for up to %.0f s",
+                self.name,
+                self.target.address,
+                str(failure).split(". Fix: ")[0],
+                policy.start_wait_seconds,
+                extra=LOG_FILE_ONLY if attempt else None,
+            )
+        self.stop.wait(delay)
 
     def wait(self, attempt: int, why: str, *, quiet: bool = False) -> None:
         """One log line, then the jittered delay of retry `attempt` (cut short by `stop`).
@@ -253,6 +297,7 @@ class Backoff:
         while True:
             try:
                 result = call()
+                self.reached = True
                 failure = None if refuse is None else refuse(result)
                 if failure is None:
                     return result

@@ -70,3 +70,9 @@ def test_host_of_strips_the_transport() -> None:
     assert host_of("ipv4:127.0.0.1:50051") == "127.0.0.1:50051"
     assert host_of("ipv6:[::1]:50051") == "[::1]:50051"
     assert host_of("something-else") == "something-else"
+
+
+def test_peer_addresses_read_as_people_write_them() -> None:
+    assert host_of("ipv6:%5B::1%5D:55334") == "[::1]:55334"
+    assert host_of("ipv4:10.0.0.5:51234") == "10.0.0.5:51234"
+    assert host_of("unknown-kind") == "unknown-kind"

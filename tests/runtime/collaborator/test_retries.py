@@ -155,8 +155,12 @@ def test_local_failures_stop_before_connecting(tmp_path: Path) -> None:
     assert message.startswith("local-certificates: ") and "missing.crt" in message
 
 
+JOIN_SECONDS = 2.0
+"""A collaborator started before its aggregator joins within this long of the aggregator coming up."""
+
+
 @pytest.mark.slow
-def test_a_transient_outage_is_retried_until_the_aggregator_appears(
+def test_a_site_started_first_waits_in_one_line_and_joins_within_two_seconds(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     workspace = new_workspace(tmp_path, NAMES)
@@ -165,22 +169,38 @@ def test_a_transient_outage_is_retried_until_the_aggregator_appears(
     thread = threading.Thread(target=lambda: outcome.append(collaborator.run()), daemon=True)
     with caplog.at_level(logging.INFO, logger="fedfair.collaborator"):
         thread.start()
-        time.sleep(1.0)
+        time.sleep(3.0)  # long past the back-off's growth: the poll must stay short
         plan = load_aggregator_plan(workspace.plan)
         network = serve(plan, plan_digest(plan))
+        up = time.monotonic()
         try:
-            deadline = time.monotonic() + 30
+            deadline = up + 30
             while "joined federation fedfair-launch" not in caplog.text and time.monotonic() < deadline:
-                time.sleep(0.05)
+                time.sleep(0.02)
+            joined = time.monotonic() - up
         finally:
             collaborator.stop()
             network.stop()
             thread.join(10)
-    retries = [r.getMessage() for r in caplog.records if "aggregator-unreachable" in r.getMessage()]
-    assert len(retries) >= 2 and all("; retry " in line for line in retries)
-    assert "connection refused" in retries[0] and "Fix: start the aggregator" in retries[0]
-    assert "joined federation fedfair-launch" in caplog.text
+    waits = [r for r in caplog.records if "waiting for the aggregator" in r.getMessage()]
+    assert len(waits) == 1 and waits[0].levelno == logging.INFO, [r.getMessage() for r in waits]
+    assert "connection refused" in waits[0].getMessage() and "up to 300 s" in waits[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "aggregator" in r.getMessage()]
+    assert joined < JOIN_SECONDS, joined
     assert not thread.is_alive()
+
+
+def test_a_port_nobody_answers_on_ends_with_a_clear_error_after_the_stated_time(tmp_path: Path) -> None:
+    workspace = new_workspace(tmp_path, NAMES)
+    policy = RetryPolicy(start_wait_seconds=1.5, base_seconds=0.05, cap_seconds=0.2)
+    started = time.monotonic()
+    with pytest.raises(PermanentFailureError) as caught:
+        Collaborator(load_collaborator_config(workspace.configs["site-a"]), retry=policy).run()
+    elapsed = time.monotonic() - started
+    assert 1.5 <= elapsed < 1.5 + PERMANENT_SECONDS
+    message = str(caught.value)
+    assert message.startswith(f"aggregator-never-answered: nothing answered at {workspace.address} for ")
+    assert "connection refused" in message and "raise [retry] start_wait_seconds" in message
 
 
 @pytest.mark.parametrize("verbose", [False, True])
