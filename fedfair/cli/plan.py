@@ -23,9 +23,17 @@ def _pin_command(args: argparse.Namespace) -> int:
         for line in changes:
             print(f"  {line}")
     print(f"manifest sha256 {digest}")
-    print(
-        "next: every institution reviews `fedfair plan diff OLD NEW`, compares the digest out of band and keeps a copy"
-    )
+    if changes is None:
+        print(
+            f"next: send {args.out} to every institution; each reads its [plan] settings, compares the digest "
+            'out of band, keeps a copy and sets manifest = "PATH" in its collaborator.toml (the aggregator in '
+            "its plan.toml)"
+        )
+    else:
+        print(
+            "next: every institution reviews `fedfair plan diff OLD NEW`, compares the digest out of band and keeps "
+            "a copy"
+        )
     return 0
 
 

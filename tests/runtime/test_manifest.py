@@ -438,12 +438,26 @@ def test_changing_the_plan_is_a_new_pin_and_plan_diff_shows_it(
     renewed = manifests.load_manifest(federation / "pinned-2.toml")
     assert f"manifest sha256 {manifests.manifest_digest(renewed)}" in printed
     assert renewed.plan is not None and renewed.plan.settings["training"]["rounds"] == 200
+    assert "next: every institution reviews `fedfair plan diff OLD NEW`" in printed
     assert cli.main(["plan", "diff", str(federation / "pinned.toml"), str(federation / "pinned-2.toml")]) == 1
     assert capsys.readouterr().out == "training.rounds: 50 -> 200\n"
     assert cli.main(["plan", "diff", str(federation / "pinned-2.toml"), str(edited_plan)]) == 0
     assert capsys.readouterr().out == "the same plan\n"
     # A manifest in force is never overwritten: the new one is a new file every institution accepts.
     assert cli.main([*pin, "--out", str(federation / "pinned-2.toml")]) == 2
+
+
+def test_a_first_pin_says_what_comes_next_without_an_old_plan_to_diff(
+    federation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan_file = federation / "plan.toml"
+    plan_file.write_text(tomli_w.dumps(edited(PLAN_TEMPLATE, {})))
+    pin = ["plan", "pin", "--plan", str(plan_file), "--manifest", str(federation / "manifest.toml")]
+    assert cli.main([*pin, "--out", str(federation / "first.toml")]) == 0
+    printed = capsys.readouterr().out
+    assert "the plan is pinned for the first time" in printed
+    assert "plan diff" not in printed
+    assert f"next: send {federation / 'first.toml'} to every institution" in printed
 
 
 def test_a_plan_naming_the_manifest_its_pin_will_write_can_be_pinned(federation: Path) -> None:

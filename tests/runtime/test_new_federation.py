@@ -53,6 +53,11 @@ def test_init_writes_a_plan_and_configs_that_load(tmp_path: Path) -> None:
     assert plan.secure_aggregation.max_colluding == 1 and plan.aggregator.certs == folder / "aggregator" / "certs"
     for index, site in enumerate(SITES):
         config = load_collaborator_config(folder / site / "collaborator.toml")
+        # The header's command names the file where init wrote it (run from the federation's folder).
+        assert (
+            f"fedfair collaborator start --config {site}/collaborator.toml"
+            in (folder / site / "collaborator.toml").read_text()
+        )
         assert (config.name, config.federation, config.data.dataset, config.data.index) == (
             site,
             "north",

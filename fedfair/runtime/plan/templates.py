@@ -290,7 +290,7 @@ _CONFIG_HEAD = """\
 # fedfair collaborator configuration: one per institution, kept at the institution.
 #
 # Copy this folder to the institution's machine, edit the values, then
-#     fedfair collaborator start --config collaborator/collaborator.toml
+#     fedfair collaborator start --config {folder}/collaborator.toml
 # Every key is checked when the file loads; a misspelt key is refused with a
 # suggestion. Relative paths are relative to this file's folder.
 # The training settings (objective, model, rounds, secure aggregation) come from the
@@ -331,8 +331,8 @@ max_delay_seconds = 15.0    # the largest delay between two retries
 """
 
 
-def render_collaborator(federation: Federation, site: str) -> str:
-    """The ``collaborator.toml`` of ``site`` (one of ``federation.sites``).
+def render_collaborator(federation: Federation, site: str, folder: str | None = None) -> str:
+    """The ``collaborator.toml`` of ``site`` (one of ``federation.sites``), kept in ``folder`` (default: the site's name).
 
     ``collaborator/collaborator.toml`` is DEMO's first site's. Without a schema its data is its part of the
     bundled Adult data.
@@ -341,7 +341,7 @@ def render_collaborator(federation: Federation, site: str) -> str:
     index = federation.sites.index(site)
     return "".join(
         (
-            _CONFIG_HEAD,
+            _CONFIG_HEAD.format(folder=folder or site),
             f"""
 [collaborator]
 # This institution's name. It must equal the name in its certificate: the
@@ -399,7 +399,7 @@ def committed_templates(root: Path) -> dict[Path, str]:
     """The repository's template files under ``root`` and the text each must hold."""
     return {
         root / "aggregator" / "plan.toml": render_plan(DEMO),
-        root / "collaborator" / "collaborator.toml": render_collaborator(DEMO, DEMO.sites[0]),
+        root / "collaborator" / "collaborator.toml": render_collaborator(DEMO, DEMO.sites[0], "collaborator"),
     }
 
 
