@@ -53,6 +53,17 @@ class LiveStreams:
         self._lock = threading.Lock()
         self._streams: dict[str, list[tuple[grpc.ServicerContext, str]]] = {}
 
+    def check_alone(self, name: str, context: grpc.ServicerContext) -> None:
+        """Refuse `context` now if another connection holds a live stream of `name` (after the grace period).
+
+        A joining process asks before it fetches the plan, so a second process of a connected name is refused
+        before it says it joined, not only once it opens its task stream.
+
+        Raises:
+            RefusedError: as :meth:`hold` does.
+        """
+        self._wait_alone(name, context.peer(), register=None)
+
     @contextmanager
     def hold(self, name: str, context: grpc.ServicerContext) -> Iterator[None]:
         """Count `context` as a live stream of `name` while the block runs.
@@ -61,19 +72,7 @@ class LiveStreams:
             RefusedError: reason :attr:`Refusal.ALREADY_CONNECTED` (gRPC ALREADY_EXISTS) when another
                 connection still holds an active stream of `name` after the grace period.
         """
-        peer = context.peer()
-        deadline = time.monotonic() + GRACE_SECONDS
-        while True:
-            with self._lock:
-                live = [(other, address) for other, address in self._streams.get(name, []) if other.is_active()]
-                elsewhere = [address for _, address in live if address != peer]
-                if not elsewhere:
-                    self._streams[name] = [*live, (context, peer)]
-                    break
-            if time.monotonic() >= deadline:
-                message = ALREADY_CONNECTED.format(name=name, running=host_of(elsewhere[0]), second=host_of(peer))
-                raise RefusedError(Refusal.ALREADY_CONNECTED, message)
-            time.sleep(POLL_SECONDS)
+        self._wait_alone(name, context.peer(), register=context)
         try:
             yield
         finally:
@@ -83,3 +82,22 @@ class LiveStreams:
                     self._streams[name] = left
                 else:
                     self._streams.pop(name, None)
+
+    def _wait_alone(self, name: str, peer: str, register: grpc.ServicerContext | None) -> None:
+        """Wait up to :data:`GRACE_SECONDS` until no other connection holds an active stream of `name`.
+
+        Then count `register` (if given) as one of `name`'s live streams; past the grace, refuse.
+        """
+        deadline = time.monotonic() + GRACE_SECONDS
+        while True:
+            with self._lock:
+                live = [(other, address) for other, address in self._streams.get(name, []) if other.is_active()]
+                elsewhere = [address for _, address in live if address != peer]
+                if not elsewhere:
+                    if register is not None:
+                        self._streams[name] = [*live, (register, peer)]
+                    return
+            if time.monotonic() >= deadline:
+                message = ALREADY_CONNECTED.format(name=name, running=host_of(elsewhere[0]), second=host_of(peer))
+                raise RefusedError(Refusal.ALREADY_CONNECTED, message)
+            time.sleep(POLL_SECONDS)
