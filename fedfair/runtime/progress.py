@@ -63,6 +63,8 @@ class Progress:
         self._next_step = 1
         self._printed = 0
         self._printed_note = ""
+        self._held: str | None = None
+        """The note of a last line held back (see :meth:`update`), or None."""
         self._closed = False
         self._bar: tqdm[Never] | None = None
         if _is_terminal(self.stream):
@@ -90,14 +92,22 @@ class Progress:
         self.done = done
         step_reached = self.total > 0 and done * PLAIN_STEPS >= self._next_step * self.total
         finished = done == self.total and self._printed < done
+        # The last line comes once: at the end the work's result (the final round's evaluation) may still
+        # be on its way, so a last line whose note is the one already shown waits for it, or for close().
+        if finished and note == self._printed_note and note != "":
+            self._held = note
+            return
         # A note that comes after the last line (the final round's evaluation) is the result: shown once more.
         result = done == self.total == self._printed and note != "" and note != self._printed_note
         if step_reached or finished or result or now - self.last_line >= self.interval_s:
-            self._next_step = done * PLAIN_STEPS // self.total + 1 if self.total else 1
-            self.last_line = now
-            self._printed, self._printed_note = done, note
-            self.stream.write(self.line(now, note) + "\n")
-            self.stream.flush()
+            self._print(now, done, note)
+
+    def _print(self, now: float, done: int, note: str) -> None:
+        self._next_step = done * PLAIN_STEPS // self.total + 1 if self.total else 1
+        self.last_line = now
+        self._printed, self._printed_note, self._held = done, note, None
+        self.stream.write(self.line(now, note) + "\n")
+        self.stream.flush()
 
     def line(self, now: float, note: str = "") -> str:
         """The plain progress line: count, percentage, elapsed, ETA (or the total time when done)."""
@@ -137,6 +147,8 @@ class Progress:
         if self._closed:
             return
         self._closed = True
+        if self._held is not None:
+            self._print(time.monotonic(), self.done, self._held)
         if self._bar is not None:
             self._bar.close()
 

@@ -32,6 +32,25 @@ def test_piped_progress_prints_a_line_per_tenth_with_an_eta_and_no_carriage_retu
     assert lines[-1].startswith("fedsrcvar: 200/200 rounds (100%), done in ")
 
 
+def test_the_last_line_is_printed_once_with_the_result_that_follows_the_last_round() -> None:
+    """The aggregator's case: round 50 ends with round 45's evaluation still the latest, then the final one comes."""
+    piped = io.StringIO()
+    with Progress(50, "aggregator", stream=piped, interval_s=3600.0) as shown:
+        shown.update(45, "worst 0.90")
+        for _ in range(3):  # ticks while the final evaluation runs
+            shown.update(50, "worst 0.90")
+        shown.update(50, "worst 0.85")
+    finals = [line for line in piped.getvalue().splitlines() if line.startswith("aggregator: 50/50")]
+    assert len(finals) == 1 and finals[0].endswith("worst 0.85")
+
+    piped = io.StringIO()
+    with Progress(50, "aggregator", stream=piped, interval_s=3600.0) as shown:
+        shown.update(45, "worst 0.90")
+        shown.update(50, "worst 0.90")  # no evaluation follows: the held line comes at close()
+    finals = [line for line in piped.getvalue().splitlines() if line.startswith("aggregator: 50/50")]
+    assert len(finals) == 1 and finals[0].endswith("worst 0.90")
+
+
 def test_piped_progress_also_prints_when_a_slow_run_passes_the_interval() -> None:
     piped = io.StringIO()
     shown = Progress(1000, "sweep", unit="point", stream=piped, interval_s=0.0)
