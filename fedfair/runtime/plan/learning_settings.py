@@ -153,14 +153,18 @@ class LearningSettings:
     def survivor_floor(self, collaborators: int) -> int:
         """The fewest survivors any secure sum of a plan for `collaborators` can have (plan.privacy.plan_floor).
 
-        Under dropouts the least threshold of a round, from the threshold rule over the holders of each secret
-        (the plan's neighbours + 1 on a SecAgg+ graph, else at least [quorum] min_collaborators).
+        Under dropouts the least threshold t in force in any round from [quorum] min_collaborators parties up,
+        on the plan's masking graph, by the secure-aggregation protocol's own rules.
         """
         secure = self.secure_aggregation
-        degree = secure.mask_neighbours(collaborators)
-        holders = degree + 1 if degree else self.quorum.min_collaborators
-        least = secure.threshold if secure.threshold is not None else threshold_for(holders, secure.max_colluding)
-        return plan_floor(collaborators, secure.max_colluding, secure.tolerates_dropouts, least)
+        return plan_floor(
+            collaborators,
+            self.quorum.min_collaborators,
+            secure.max_colluding,
+            secure.tolerates_dropouts,
+            secure.threshold,
+            secure.mask_neighbours(collaborators),
+        )
 
     def training_noise(self, collaborators: int, dimension: int) -> tuple[TrainingNoise, float]:
         """Under [privacy] mode = "distributed".
@@ -251,6 +255,12 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
         t.fail(
             f'[secure_aggregation] neighbours = {neighbours} must be "auto", 0 (complete graph) or in 2..{n - 1}; '
             "fix the value"
+        )
+    if neighbours and neighbours < n - 1 and neighbours * n % 2:
+        # Every round would fail drawing its graph (fedfair.secagg.graph.regular_graph): k n / 2 edges.
+        t.fail(
+            f"[secure_aggregation] neighbours = {neighbours}: no graph gives each of {n} collaborators "
+            f"{neighbours} neighbours (k x n must be even); use {neighbours - 1} or {neighbours + 1}"
         )
     max_weight = t.number(
         "max_weight", d.max_weight, check=lambda x: x >= 1, expected="a number >= 1 (the largest batch b_k)"
