@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedfair.core.config import ObjectiveConfig, TrainingConfig
+from fedfair.core.config import Interval, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import Schema
 from fedfair.datasets.statistics import STATISTICS_MAX_SITES
@@ -27,6 +27,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.composition_counts import CompositionColumn, composition_columns, composition_length
 from fedfair.runtime.plan.evaluation import EvaluationSettings, read_evaluation
 from fedfair.runtime.plan.influence import InfluenceSettings, read_influence
+from fedfair.runtime.plan.limits import PLAN_NUMBER_MAX, number_in, positive
 from fedfair.runtime.plan.model import ModelSettings, read_model
 from fedfair.runtime.plan.privacy import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
 from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
@@ -245,7 +246,7 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
         t.fail(
             f"[secure_aggregation] fractional_bits = {fractional_bits} must be below modulus_bits = {modulus_bits}; lower it"
         )
-    clip = t.number("clip", d.clip, check=lambda x: x > 0, expected="a number > 0 (the bound on each coordinate)")
+    clip = number_in(t, "clip", positive("the bound on each coordinate"), d.clip)
     # Shared settings travel as JSON, where "auto" is null.
     raw = t.data.get("neighbours")
     if raw is not None and raw != AUTO and (not isinstance(raw, int) or isinstance(raw, bool) or raw < 0):
@@ -262,10 +263,10 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
             f"[secure_aggregation] neighbours = {neighbours}: no graph gives each of {n} collaborators "
             f"{neighbours} neighbours (k x n must be even); use {neighbours - 1} or {neighbours + 1}"
         )
-    max_weight = t.number(
-        "max_weight", d.max_weight, check=lambda x: x >= 1, expected="a number >= 1 (the largest batch b_k)"
+    max_weight = number_in(
+        t, "max_weight", Interval(1.0, PLAN_NUMBER_MAX, meaning="the largest batch b_k"), d.max_weight
     )
-    max_colluding = t.integer("max_colluding", d.max_colluding, low=0)
+    max_colluding = t.integer("max_colluding", d.max_colluding, low=0, high=n)
     dropouts = t.string("dropouts", d.dropouts, choices=DROPOUT_POLICIES)
     if enabled:
         # The threshold rule for the full roster: m holders of each secret, up to c colluders.
@@ -315,14 +316,9 @@ def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggre
             f"[quorum] min_collaborators = {minimum} is below max_colluding + 2 = {isolating}: a round that small "
             "could leave one institution's update alone beside the colluders'; raise it"
         )
-    timeout = t.number(
-        "round_timeout_seconds",
-        QuorumSettings.round_timeout_seconds,
-        check=lambda x: x > 0,
-        expected="a number of seconds > 0",
-    )
+    timeout = number_in(t, "round_timeout_seconds", positive("seconds"), QuorumSettings.round_timeout_seconds)
     grace = (
-        t.number("grace_factor", check=lambda x: x >= 1, expected="a factor >= 1 (k x the median answer time)")
+        number_in(t, "grace_factor", Interval(1.0, PLAN_NUMBER_MAX, meaning="k x the median answer time"))
         if t.given("grace_factor")
         else None
     )

@@ -22,6 +22,7 @@ from fedfair.fairness import sums
 from fedfair.privacy import distributed, rounding
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.privacy.config import PrivacyConfig
+from fedfair.runtime.plan.limits import number_in, positive
 from fedfair.runtime.composition_counts import CompositionColumn, composition_length, composition_sensitivity
 from fedfair.core.tables import Table, field_names
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
@@ -71,19 +72,18 @@ def read_plan_privacy(
     """
     t = Table.of(source, data, "privacy", field_names(PlanPrivacy))
     d = PlanPrivacy()
-    positive = "a positive number"
 
     def optional(key: str) -> float | None:
-        return t.number(key, check=lambda x: x > 0, expected=positive) if t.given(key) else None
+        return number_in(t, key, positive("an epsilon")) if t.given(key) else None
 
     mode = t.string("mode", d.mode, choices=MODES)
     settings = PlanPrivacy(
         mode=mode,
         epsilon=optional("epsilon"),
-        max_grad_norm=t.number("max_grad_norm", d.max_grad_norm, check=lambda x: x > 0, expected=positive),
+        max_grad_norm=number_in(t, "max_grad_norm", positive("a clip bound"), d.max_grad_norm),
         report_epsilon=optional("report_epsilon"),
         delta=t.number("delta", d.delta, check=lambda x: 0 < x < 1e-2, expected="a probability below 0.01, e.g. 1e-5"),
-        budget=t.number("budget", d.budget, check=lambda x: x > 0, expected=positive),
+        budget=number_in(t, "budget", positive("an epsilon"), d.budget),
     )
     if settings.distributed:
         if settings.epsilon is None:
