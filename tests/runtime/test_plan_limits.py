@@ -9,63 +9,34 @@ a ConfigError naming the field: never an OverflowError, a traceback, or a plan t
 
 from __future__ import annotations
 
-import copy
 import json
 import math
-from collections.abc import Iterator
-from typing import Any
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.plan.aggregator_plan import load_shared_settings, parse_aggregator_plan, shared_content
+from fedfair.runtime.plan.aggregator_plan import (
+    load_aggregator_plan,
+    load_shared_settings,
+    parse_aggregator_plan,
+    shared_content,
+)
 from tests.runtime.test_plan import PLAN_TEMPLATE, edited
 
-Path = tuple[str | int, ...]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from attacks.plan_values import FULL_PLAN, field_name, numbers_in, replaced  # the attack row's plan and fields
 
-FULL_PLAN: dict[str, dict[str, Any]] = {
-    "influence": {"weights": "declared", "sizes": {"hospital-a": 1000, "hospital-b": 800, "hospital-c": 500}},
-    "secure_aggregation": {"threshold": 2},
-    "quorum": {"grace_factor": 3.0},
-    "training": {"local_steps": 1},
-    "privacy": {"mode": "distributed", "epsilon": 3.0, "report_epsilon": 1.0},
-    "schema": {
-        "label": "income",
-        "classes": ["<=50K", ">50K"],
-        "columns": [
-            {"name": "age", "type": "numeric"},
-            {"name": "sector", "type": "categorical", "categories": "learn"},
-        ],
-    },
-}
-"""Every optional number set, so that every numeric field of a plan is in what the aggregator serves."""
+Where = tuple[str | int, ...]
 
+BASE = shared_content(load_aggregator_plan(None, FULL_PLAN))
+"""What the aggregator of a plan that sets every optional number serves, as JSON values."""
+FIELDS = sorted(numbers_in(BASE), key=str)
 OPTIONAL = {("secure_aggregation", "threshold"), ("quorum", "grace_factor"), ("privacy", "report_epsilon")}
 """Numbers a plan may leave unset (JSON null): null is no odd value for them."""
-
-
-def served() -> dict[str, Any]:
-    """What the aggregator of FULL_PLAN serves, as JSON values."""
-    sections = {**FULL_PLAN, "model": {"features": ...}}  # a [schema] decides the input size
-    return shared_content(parse_aggregator_plan(edited(PLAN_TEMPLATE, sections), PLAN_TEMPLATE))
-
-
-def numeric_fields(node: Any, path: Path = ()) -> Iterator[Path]:
-    """The paths of every number in `node` (a list's items and a table's entries included)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from numeric_fields(value, (*path, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from numeric_fields(value, (*path, index))
-    elif isinstance(node, (int, float)) and not isinstance(node, bool):
-        yield path
-
-
-BASE = served()
-FIELDS = sorted(numeric_fields(BASE), key=str)
 
 HUGE = st.one_of(
     st.integers(min_value=2**41, max_value=10**400),
@@ -79,21 +50,6 @@ WRONG_TYPE = st.one_of(st.text(max_size=5), st.booleans(), st.lists(st.integers(
 ODD = st.one_of(HUGE, NEGATIVE, NON_FINITE, WRONG_TYPE)
 
 
-def with_value(path: Path, value: object) -> bytes:
-    """BASE with `value` at `path`, as the JSON bytes an aggregator sends (NaN and Infinity spelt as JSON allows)."""
-    data = copy.deepcopy(BASE)
-    node: Any = data
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return json.dumps(data).encode()
-
-
-def named_key(path: Path) -> str:
-    """The key an error must name: the field's own, or the list or table holding it."""
-    return str(next(key for key in reversed(path) if isinstance(key, str) and key not in BASE["influence"]["sizes"]))
-
-
 def test_the_full_plan_is_served_and_read_with_every_numeric_field() -> None:
     shared = load_shared_settings(json.dumps(BASE).encode())
     assert shared.schema is not None and shared.secure_aggregation.threshold == 2
@@ -103,12 +59,12 @@ def test_the_full_plan_is_served_and_read_with_every_numeric_field() -> None:
 
 @settings(max_examples=400, deadline=None)
 @given(st.sampled_from(FIELDS), ODD)
-def test_every_odd_number_of_a_served_plan_is_a_named_error(path: Path, value: object) -> None:
-    payload = with_value(path, value)
+def test_every_odd_number_of_a_served_plan_is_a_named_error(path: Where, value: object) -> None:
+    payload = replaced(BASE, path, value)
     with pytest.raises(ConfigError) as caught:
         load_shared_settings(payload)
     message = str(caught.value)
-    assert named_key(path) in message, message
+    assert field_name(path) in message, message
     assert len(message) < 1500  # a 400-digit value is shown cut, not echoed
 
 
@@ -121,15 +77,15 @@ def test_every_odd_number_of_a_served_plan_is_a_named_error(path: Path, value: o
         (("schema", "max_abs"), 1e308),
     ],
 )
-def test_the_values_that_crashed_a_collaborator_are_named_errors(path: Path, value: object) -> None:
+def test_the_values_that_crashed_a_collaborator_are_named_errors(path: Where, value: object) -> None:
     """Before, each of these ended in an OverflowError inside load_shared_settings (issue 51, item 8)."""
-    with pytest.raises(ConfigError, match=named_key(path)):
-        load_shared_settings(with_value(path, value))
+    with pytest.raises(ConfigError, match=field_name(path)):
+        load_shared_settings(replaced(BASE, path, value))
 
 
 @pytest.mark.parametrize("path", [path for path in FIELDS if path[:2] in OPTIONAL])
-def test_an_unset_optional_number_is_read_as_unset(path: Path) -> None:
-    shared = load_shared_settings(with_value(path, None))
+def test_an_unset_optional_number_is_read_as_unset(path: Where) -> None:
+    shared = load_shared_settings(replaced(BASE, path, None))
     section = getattr(shared, str(path[0]))
     assert getattr(section, str(path[1])) is None
 
