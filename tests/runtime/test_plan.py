@@ -193,7 +193,10 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         ({"secure_aggregation": {"max_weight": 0.5}}, r"max_weight must be a number in \[1, 1e\+09\]"),
         ({"federation": {"collaborators": ["solo"]}}, r"needs at least 2 collaborators"),
         ({"secure_aggregation": {"enabled": "yes"}}, r"enabled must be true or false"),
-        ({"secure_aggregation": {"modulus_bits": 8}}, r"modulus_bits must be an integer >= 16 <= 64"),
+        (
+            {"secure_aggregation": {"modulus_bits": 8}},
+            r"modulus_bits must be 32 or 64 \(the masked words' size in bits\), got 8",
+        ),
         ({"secure_aggregation": {"fractional_bits": 64}}, r"fractional_bits = 64 must be below modulus_bits"),
         ({"secure_aggregation": {"clip": 0}}, r"clip must be a number in \(0, 1e\+09\]"),
         ({"secure_aggregation": {"neighbours": 5}}, r'neighbours = 5 must be "auto", 0 \(complete graph\) or in 2..2'),

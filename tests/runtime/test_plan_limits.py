@@ -95,3 +95,23 @@ def test_a_model_too_large_to_build_is_refused_before_it_is_built() -> None:
     plan = edited(PLAN_TEMPLATE, {"model": {"features": 2**20, "classes": 2**9}})
     with pytest.raises(ConfigError, match=r"\[model\] features = 1048576 and classes = 512 give 536870912 weights"):
         parse_aggregator_plan(plan, PLAN_TEMPLATE)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        # Each within its own range, but three collaborators' clipped updates overflow the 64-bit words.
+        ({"clip": 1e9, "max_weight": 1e9}, r"could wrap around modulo 2\^64 .*; lower clip or max_weight"),
+        ({"modulus_bits": 32}, r"could wrap around modulo 2\^32 .* or set modulus_bits=64"),
+        ({"modulus_bits": 63}, r"modulus_bits must be 32 or 64"),
+    ],
+)
+def test_an_encoding_that_cannot_hold_the_sum_is_refused_as_the_plan_is_read(
+    values: dict[str, object], message: str
+) -> None:
+    """Before, a collaborator took such a plan and then skipped every round ("not contributing")."""
+    served = json.loads(json.dumps(BASE))
+    served["secure_aggregation"].update(values)
+    served["privacy"] = {"mode": "off"}  # distributed noise needs 64-bit words: refused on that ground first
+    with pytest.raises(ConfigError, match=message):
+        load_shared_settings(json.dumps(served).encode())

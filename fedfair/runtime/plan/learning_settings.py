@@ -33,7 +33,8 @@ from fedfair.runtime.plan.privacy import PlanPrivacy, plan_floor, read_plan_priv
 from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
 from fedfair.core.tables import Table, field_names
 from fedfair.privacy.distributed import TrainingNoise
-from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
+from fedfair.secagg import EncodingConfig, check_no_wraparound
+from fedfair.secagg.config import holders_per_secret, threshold_in_force
 from fedfair.secagg.encode import noised_encoding
 from fedfair.secagg.graph import default_degree
 
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 DROPOUT_POLICIES = ("allowed", "none")
 """[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
+WORD_BITS = (32, 64)
+"""[secure_aggregation] modulus_bits: the word sizes the secure sum's encoding computes in."""
 AUTO = "auto"
 """``[secure_aggregation] neighbours = "auto"``: the masking graph's degree follows the roster's size."""
 
@@ -60,8 +63,10 @@ class SecureAggregationSettings:
     ``max_weight`` bounds a collaborator's weight b_k, which the fixed-point encoding must
     hold. ``max_colluding`` is the collusion bound the federation assumes: how many
     collaborators may pool what they know with the aggregator. The plan is refused unless
-    the threshold satisfies the rule for the full roster (fedfair.secagg.check_threshold)
-    and the quorum keeps at least two honest inputs beside the colluders (max_colluding + 2).
+    the threshold satisfies the rule for the full roster (fedfair.secagg.check_threshold),
+    the worst-case sum of every collaborator's update fits the words
+    (fedfair.secagg.check_no_wraparound), and the quorum keeps at least two honest inputs
+    beside the colluders (max_colluding + 2).
 
     ``dropouts`` "allowed" lets a round finish without parties that dropped (down to t
     survivors, and never below the manifest's min_round_size). Then sums over survivor
@@ -240,7 +245,9 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
             f"[secure_aggregation] threshold = {threshold} exceeds the {n} collaborators; lower it "
             f"(or omit it for floor(p/2)+1 of each round's p participants)"
         )
-    modulus_bits = t.integer("modulus_bits", d.modulus_bits, low=16, high=64)
+    modulus_bits = t.integer("modulus_bits", d.modulus_bits)
+    if modulus_bits not in WORD_BITS:
+        t.bad("modulus_bits", modulus_bits, "32 or 64 (the masked words' size in bits)")
     fractional_bits = t.integer("fractional_bits", d.fractional_bits, low=0)
     if fractional_bits >= modulus_bits:
         t.fail(
@@ -269,14 +276,12 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
     max_colluding = t.integer("max_colluding", d.max_colluding, low=0, high=n)
     dropouts = t.string("dropouts", d.dropouts, choices=DROPOUT_POLICIES)
     if enabled:
-        # The threshold rule for the full roster: m holders of each secret, up to c colluders.
-        degree = default_degree(n, max_colluding) if neighbours is None else neighbours
-        holders = degree + 1 if degree else n
+        # The threshold rule for a round of the full roster (m holders of each secret, up to c colluders), and its
+        # worst-case sum within the words: the protocol's own checks, before any round is built.
+        degree = default_degree(n, max_colluding) if neighbours is None else neighbours or None
         try:
-            if threshold is None:
-                threshold_for(holders, max_colluding)
-            else:
-                check_threshold(threshold, holders, max_colluding)
+            threshold_in_force(threshold, holders_per_secret(n, n, degree), max_colluding)
+            check_no_wraparound(clip, fractional_bits, modulus_bits, n, max_weight)
         except ConfigError as error:
             t.fail(f"[secure_aggregation] with {n} collaborators and max_colluding = {max_colluding}: {error}")
     return SecureAggregationSettings(
