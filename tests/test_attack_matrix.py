@@ -60,9 +60,12 @@ CONSENT_CLASSES = {
     "lost record": 1,
     "2 GiB announced": 1,
     "TRAIN flood": 1,
+    "noise floor": 1,
+    "odd plan values": 1,
+    "odd plan served": 2,
 }
-"""The consent, influence and record scenarios' row classes (each row's attack text starts with its class word)
-and how many rows each."""
+"""The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
+word) and how many rows each."""
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -183,6 +186,11 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
             for word in ("re-run", "1-ulp push", "lost record", "2 GiB announced", "TRAIN flood")
         },
         5,
+    ),
+    "plan": (
+        ("plan",),
+        {word: CONSENT_CLASSES[word] for word in ("noise floor", "odd plan values", "odd plan served")},
+        4,
     ),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,

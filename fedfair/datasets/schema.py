@@ -36,6 +36,8 @@ DEFAULT_MAX_ABS = 1e9
 DEFAULT_FRACTION_BITS = 20
 DEFAULT_HASH_BUCKETS = 1024
 DEFAULT_MIN_CATEGORY_COUNT = 10
+MAX_CATEGORY_COUNT = 2**40
+"""The largest min_category_count: the rows one site may hold (fedfair.datasets.statistics.MAX_SITE_ROWS)."""
 
 FLOAT_EXACT_BITS = 52
 """x * 2^F must be an integer that float64 holds exactly, so max_abs * 2^F <= 2^52."""
@@ -117,7 +119,8 @@ class Schema:
         if not 0 <= self.fraction_bits <= FLOAT_EXACT_BITS:
             raise ConfigError(f"[schema] fraction_bits must be from 0 to {FLOAT_EXACT_BITS}, got {self.fraction_bits}")
         if not (
-            math.isfinite(self.max_abs) and 0 < math.ldexp(self.max_abs, self.fraction_bits) <= 2.0**FLOAT_EXACT_BITS
+            # Scaled down, not max_abs up: a served 1e308 would overflow the product.
+            math.isfinite(self.max_abs) and 0 < self.max_abs <= math.ldexp(2.0**FLOAT_EXACT_BITS, -self.fraction_bits)
         ):
             raise ConfigError(
                 f"[schema] max_abs = {self.max_abs:g} with fraction_bits = {self.fraction_bits} must satisfy "
@@ -125,8 +128,10 @@ class Schema:
             )
         if not 2 <= self.hash_buckets <= 2**20:
             raise ConfigError(f"[schema] hash_buckets must be from 2 to {2**20}, got {self.hash_buckets}")
-        if self.min_category_count < 1:
-            raise ConfigError(f"[schema] min_category_count must be at least 1, got {self.min_category_count}")
+        if not 1 <= self.min_category_count <= MAX_CATEGORY_COUNT:
+            raise ConfigError(
+                f"[schema] min_category_count must be from 1 to {MAX_CATEGORY_COUNT}, got {shown(self.min_category_count)}"
+            )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object], source: str) -> Schema:

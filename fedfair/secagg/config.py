@@ -82,13 +82,9 @@ class SecAggConfig:
             )
         if self.max_colluding < 0:
             raise ConfigError(f"max_colluding={self.max_colluding} is negative; use 0 or more")
-        holders = self.holders_per_secret
-        if self.threshold is None:
-            threshold = threshold_for(holders, self.max_colluding)
-        else:
-            threshold = self.threshold
-            check_threshold(threshold, holders, self.max_colluding)
-        object.__setattr__(self, "_threshold", threshold)
+        object.__setattr__(
+            self, "_threshold", threshold_in_force(self.threshold, self.holders_per_secret, self.max_colluding)
+        )
         # Both constructors refuse bad settings, so a config that exists is a usable one.
         object.__setattr__(self, "_encoder", Encoder(self.encoding, n))
         object.__setattr__(self, "_graph", complete_graph(n) if self.complete else self._round_graph())
@@ -112,12 +108,12 @@ class SecAggConfig:
     @property
     def complete(self) -> bool:
         """Whether every party masks with every other (no SecAgg+ graph)."""
-        return self.neighbours is None or self.neighbours >= len(self.graph_roster) - 1
+        return complete_graph_over(len(self.graph_roster), self.neighbours)
 
     @property
     def holders_per_secret(self) -> int:
         """m: how many parties hold a share of each secret (the owner and its neighbours, present or not)."""
-        return self.size if self.neighbours is None or self.complete else self.neighbours + 1
+        return holders_per_secret(self.size, len(self.graph_roster), self.neighbours)
 
     @property
     def graph_seed(self) -> bytes:
@@ -177,6 +173,40 @@ class SecAggConfig:
     def is_party(self, party: int) -> bool:
         """Whether ``party`` is a valid id in this round."""
         return 1 <= party <= self.size
+
+
+def complete_graph_over(roster: int, neighbours: int | None) -> bool:
+    """Whether a round on a graph drawn over ``roster`` names is the complete graph of its parties.
+
+    ``neighbours`` None, or a degree of ``roster - 1`` or more: every party masks with every other of the round,
+    so each secret has as many holders as the round has parties, whatever the degree says.
+    """
+    return neighbours is None or neighbours >= roster - 1
+
+
+def holders_per_secret(parties: int, roster: int, neighbours: int | None) -> int:
+    """m: the holders of each secret in a round of ``parties`` on a graph drawn over ``roster`` names.
+
+    The round's own size on the complete graph (:func:`complete_graph_over`), else ``neighbours`` + 1 (the owner
+    and its neighbours, present in the round or not).
+    """
+    # `neighbours is None` first, for the type checker: the complete graph's test covers it anyway.
+    return parties if neighbours is None or complete_graph_over(roster, neighbours) else neighbours + 1
+
+
+def threshold_in_force(threshold: int | None, holders: int, max_colluding: int) -> int:
+    """The t a round with m = ``holders`` runs under: ``threshold`` checked by the rule, or the rule's smallest.
+
+    No round unmasks a sum of fewer than t survivors (the client refuses to sign such a survivor set).
+
+    Raises:
+        ConfigError: ``threshold`` breaks the rule for these holders (:func:`check_threshold`), or None and no t
+            satisfies it (:func:`threshold_for`): no such round can run.
+    """
+    if threshold is None:
+        return threshold_for(holders, max_colluding)
+    check_threshold(threshold, holders, max_colluding)
+    return threshold
 
 
 def threshold_for(holders: int, max_colluding: int) -> int:

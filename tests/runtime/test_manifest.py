@@ -340,8 +340,12 @@ def pinned(federation: Path) -> manifests.Manifest:
         ({"secure_aggregation": {"neighbours": 2}}, "secure_aggregation.neighbours"),
         ({"secure_aggregation": {"threshold": 2}}, "secure_aggregation.threshold"),
         ({"secure_aggregation": {"clip": 100.0}}, "secure_aggregation.clip"),
-        ({"secure_aggregation": {"max_weight": 1e9}}, "secure_aggregation.max_weight"),
-        ({"secure_aggregation": {"modulus_bits": 63}}, "secure_aggregation.modulus_bits"),
+        ({"secure_aggregation": {"max_weight": 1e7}}, "secure_aggregation.max_weight"),
+        # 32-bit words hold the sum only with a smaller weight and fewer fractional bits (the plan checks it).
+        (
+            {"secure_aggregation": {"modulus_bits": 32, "max_weight": 100.0, "fractional_bits": 8}},
+            "secure_aggregation.modulus_bits",
+        ),
         ({"training": {"batch_fraction": 1.0}}, "training.batch_fraction"),
         ({"training": {"rounds": 7}}, "training.rounds"),
         ({"training": {"local_steps": 3}}, "training.local_steps"),

@@ -47,8 +47,9 @@ def test_one_answer_spends_the_plans_epsilon() -> None:
 
 def test_the_honest_survivors_carry_the_whole_noise() -> None:
     release = answer_release(PlanPrivacy(report_epsilon=2.0), ())
-    floor = plan_floor(5, max_colluding=1, tolerates_dropouts=True)
-    assert floor == 3 and plan_floor(5, 1, tolerates_dropouts=False) == 5
+    # Five sites, quorum 3, one colluder, the complete graph: the smallest round's t = max(3 // 2 + 1, 1 + 2).
+    floor = plan_floor(5, 3, 1, True, None, None)
+    assert floor == 3 and plan_floor(5, 3, 1, False, None, None) == 5
     share = party_mu(release, floor, colluders=1)
     assert (floor - 1) * share == pytest.approx(release.mu, rel=1e-12)
     # The decoded sum of all five parties carries 5 shares: variance 2 * 5 * share, in real units.
@@ -136,7 +137,7 @@ def test_a_noised_federation_reports_with_the_noise_each_site_charged(tmp_path: 
     evaluations = [record["evaluation"] for record in read_round_log(workspace.output) if "evaluation" in record]
     assert evaluations and all(item["status"] == "done" for item in evaluations)
     release = answer_release(PlanPrivacy(report_epsilon=1.0), ())
-    expected_std = decoded_noise_std(release, plan_floor(3, 0, True), 0, 3)
+    expected_std = decoded_noise_std(release, plan_floor(3, 2, 0, True, None, None), 0, 3)
     assert all(item["noise_std"] == pytest.approx(expected_std, rel=1e-9) for item in evaluations)
     for name in names:
         path = workspace.configs[name].parent / f"{name}.{federation.plan.federation_id}.bindings.json"
@@ -234,7 +235,7 @@ def test_a_distributed_dp_federation_trains_inside_the_noised_secure_sum(
         assert all(entry["sampling_rate"] == pytest.approx(0.05) for entry in ledger)
         # Every round is one step of the run the noise was calibrated for: all three spend 3/rounds of it.
         spent = InputRecord(path, plan.federation_id).spent(plan.privacy.delta)
-        assert 0 < spent < plan.privacy.epsilon
+        assert plan.privacy.epsilon is not None and 0 < spent < plan.privacy.epsilon
     page = write_report(workspace.output).read_text()
     assert f"{rounds} training rounds decoded with Skellam noise inside the secure sum" in page
     assert f"standard deviation {stds[0]:.3g} per coordinate" in page and "fedfair collaborator ledger" in page

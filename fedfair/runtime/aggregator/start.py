@@ -33,9 +33,9 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
     """
     if plan.secure_aggregation.enabled:
         n = len(plan.collaborators)
-        # Every kind of sum runs under secure aggregation: the training updates, the evaluation
-        # answers and, under a [schema], the table statistics.
-        encodings = [plan.secure_aggregation.encoding(), sums.ENCODING]
+        # Every kind of sum runs under secure aggregation: the training updates (their encoding checked when
+        # the plan was read), the evaluation answers and, under a [schema], the table statistics.
+        encodings = [sums.ENCODING]
         if plan.schema is not None:
             encodings.append(STATISTICS_ENCODING)
         for encoding in encodings:

@@ -34,6 +34,7 @@ from fedfair.runtime.manifest import (
     load_manifest,
     manifest_digest,
 )
+from fedfair.runtime.plan.limits import MAX_COLLABORATORS
 from fedfair.runtime.plan.privacy import PlanPrivacy
 from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning
 from fedfair.runtime.plan.training import training_table
@@ -259,7 +260,7 @@ def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") 
     data = json_object(payload, source)
     check_sections(source, data, ("federation", *LEARNING_SECTIONS))
     federation = Table.of(source, data, "federation", ("id", "collaborator_count"))
-    count = federation.integer("collaborator_count", low=1)
+    count = federation.integer("collaborator_count", low=1, high=MAX_COLLABORATORS)
     return SharedSettings(
         federation_id=federation.string("id", pattern=FEDERATION_ID_RE),
         collaborator_count=count,

@@ -9,7 +9,8 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.fairness import sums
-from fedfair.core.tables import Table, field_names
+from fedfair.core.tables import Table, field_names, finite_number
+from fedfair.runtime.plan.limits import MAX_ROUNDS, MAX_ROWS
 
 
 @dataclass(frozen=True)
@@ -42,20 +43,16 @@ def read_evaluation(source: str, data: Mapping[str, object]) -> EvaluationSettin
     if t.given("loss_range"):
         value = t.data["loss_range"]
         expected = "a list of two numbers [low, high], e.g. [0.0, 3.0]"
-        if (
-            not isinstance(value, list)
-            or len(value) != 2
-            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
-        ):
+        if not isinstance(value, list) or len(value) != 2 or not all(finite_number(x) for x in value):
             t.bad("loss_range", value, expected)
         try:
             loss_range = sums.check_loss_range((value[0], value[1]))
         except ConfigError as error:
             t.fail(f"[evaluation] loss_range: {error}")
     return EvaluationSettings(
-        every=t.integer("every", d.every, low=0),
+        every=t.integer("every", d.every, low=0, high=MAX_ROUNDS),
         loss_range=loss_range,
-        min_bucket_count=t.integer("min_bucket_count", d.min_bucket_count, low=1),
+        min_bucket_count=t.integer("min_bucket_count", d.min_bucket_count, low=1, high=MAX_ROWS),
         # An empty list is the default spelt out: no composition.
         composition=t.strings("composition") if t.data.get("composition") not in (None, []) else (),
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fedfair.core.errors import ConfigError
 from fedfair.pki.names import validate_name
 from fedfair.core.tables import Table, field_names, positive_integer
+from fedfair.runtime.plan.limits import MAX_ROWS, number_in, positive
 
 WEIGHTINGS = ("equal", "declared")
 """[influence] weights: every institution counts the same, or by the size the plan declares for it."""
@@ -93,8 +94,10 @@ def read_influence(
     sizes: dict[str, int] = {}
     if t.given("sizes") and t.data["sizes"] != {}:
         value = t.data["sizes"]
-        expected = "a table of institution = rows, e.g. { hospital-a = 1621, hospital-b = 774 }"
-        if not isinstance(value, Mapping) or not all(positive_integer(rows) for rows in value.values()):
+        expected = f"a table of institution = rows (1 to {MAX_ROWS}), e.g. {{ hospital-a = 1621, hospital-b = 774 }}"
+        if not isinstance(value, Mapping) or not all(
+            positive_integer(rows) and rows <= MAX_ROWS for rows in value.values()
+        ):
             t.bad("sizes", value, expected)
         for name in value:
             try:
@@ -112,11 +115,8 @@ def read_influence(
             '[influence] weights = "declared" needs sizes = { NAME = ROWS, ... } for every collaborator; add '
             'them, or use weights = "equal"'
         )
-    update_norm = t.number(
-        "update_norm",
-        d.update_norm,
-        check=lambda x: x > 0,
-        expected="a number > 0 (the L2 bound on each institution's round update)",
+    update_norm = number_in(
+        t, "update_norm", positive("the L2 bound on each institution's round update"), d.update_norm
     )
     if weights == "declared" and declared_batch(max(sizes.values()), batch_fraction) > max_weight:
         t.fail(

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedfair.core.config import ObjectiveConfig, TrainingConfig
+from fedfair.core.config import Interval, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.schema import Schema
 from fedfair.datasets.statistics import STATISTICS_MAX_SITES
@@ -27,12 +27,14 @@ from fedfair.fairness import sums
 from fedfair.runtime.composition_counts import CompositionColumn, composition_columns, composition_length
 from fedfair.runtime.plan.evaluation import EvaluationSettings, read_evaluation
 from fedfair.runtime.plan.influence import InfluenceSettings, read_influence
+from fedfair.runtime.plan.limits import PLAN_NUMBER_MAX, number_in, positive
 from fedfair.runtime.plan.model import ModelSettings, read_model
 from fedfair.runtime.plan.privacy import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
 from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
 from fedfair.core.tables import Table, field_names
 from fedfair.privacy.distributed import TrainingNoise
-from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
+from fedfair.secagg import EncodingConfig, check_no_wraparound
+from fedfair.secagg.config import holders_per_secret, threshold_in_force
 from fedfair.secagg.encode import noised_encoding
 from fedfair.secagg.graph import default_degree
 
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 
 DROPOUT_POLICIES = ("allowed", "none")
 """[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
+WORD_BITS = (32, 64)
+"""[secure_aggregation] modulus_bits: the word sizes the secure sum's encoding computes in."""
 AUTO = "auto"
 """``[secure_aggregation] neighbours = "auto"``: the masking graph's degree follows the roster's size."""
 
@@ -59,8 +63,10 @@ class SecureAggregationSettings:
     ``max_weight`` bounds a collaborator's weight b_k, which the fixed-point encoding must
     hold. ``max_colluding`` is the collusion bound the federation assumes: how many
     collaborators may pool what they know with the aggregator. The plan is refused unless
-    the threshold satisfies the rule for the full roster (fedfair.secagg.check_threshold)
-    and the quorum keeps at least two honest inputs beside the colluders (max_colluding + 2).
+    the threshold satisfies the rule for the full roster (fedfair.secagg.check_threshold),
+    the worst-case sum of every collaborator's update fits the words
+    (fedfair.secagg.check_no_wraparound), and the quorum keeps at least two honest inputs
+    beside the colluders (max_colluding + 2).
 
     ``dropouts`` "allowed" lets a round finish without parties that dropped (down to t
     survivors, and never below the manifest's min_round_size). Then sums over survivor
@@ -153,14 +159,18 @@ class LearningSettings:
     def survivor_floor(self, collaborators: int) -> int:
         """The fewest survivors any secure sum of a plan for `collaborators` can have (plan.privacy.plan_floor).
 
-        Under dropouts the least threshold of a round, from the threshold rule over the holders of each secret
-        (the plan's neighbours + 1 on a SecAgg+ graph, else at least [quorum] min_collaborators).
+        Under dropouts the least threshold t in force in any round from [quorum] min_collaborators parties up,
+        on the plan's masking graph, by the secure-aggregation protocol's own rules.
         """
         secure = self.secure_aggregation
-        degree = secure.mask_neighbours(collaborators)
-        holders = degree + 1 if degree else self.quorum.min_collaborators
-        least = secure.threshold if secure.threshold is not None else threshold_for(holders, secure.max_colluding)
-        return plan_floor(collaborators, secure.max_colluding, secure.tolerates_dropouts, least)
+        return plan_floor(
+            collaborators,
+            self.quorum.min_collaborators,
+            secure.max_colluding,
+            secure.tolerates_dropouts,
+            secure.threshold,
+            secure.mask_neighbours(collaborators),
+        )
 
     def training_noise(self, collaborators: int, dimension: int) -> tuple[TrainingNoise, float]:
         """Under [privacy] mode = "distributed".
@@ -235,13 +245,15 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
             f"[secure_aggregation] threshold = {threshold} exceeds the {n} collaborators; lower it "
             f"(or omit it for floor(p/2)+1 of each round's p participants)"
         )
-    modulus_bits = t.integer("modulus_bits", d.modulus_bits, low=16, high=64)
+    modulus_bits = t.integer("modulus_bits", d.modulus_bits)
+    if modulus_bits not in WORD_BITS:
+        t.bad("modulus_bits", modulus_bits, "32 or 64 (the masked words' size in bits)")
     fractional_bits = t.integer("fractional_bits", d.fractional_bits, low=0)
     if fractional_bits >= modulus_bits:
         t.fail(
             f"[secure_aggregation] fractional_bits = {fractional_bits} must be below modulus_bits = {modulus_bits}; lower it"
         )
-    clip = t.number("clip", d.clip, check=lambda x: x > 0, expected="a number > 0 (the bound on each coordinate)")
+    clip = number_in(t, "clip", positive("the bound on each coordinate"), d.clip)
     # Shared settings travel as JSON, where "auto" is null.
     raw = t.data.get("neighbours")
     if raw is not None and raw != AUTO and (not isinstance(raw, int) or isinstance(raw, bool) or raw < 0):
@@ -252,20 +264,24 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
             f'[secure_aggregation] neighbours = {neighbours} must be "auto", 0 (complete graph) or in 2..{n - 1}; '
             "fix the value"
         )
-    max_weight = t.number(
-        "max_weight", d.max_weight, check=lambda x: x >= 1, expected="a number >= 1 (the largest batch b_k)"
+    if neighbours and neighbours < n - 1 and neighbours * n % 2:
+        # Every round would fail drawing its graph (fedfair.secagg.graph.regular_graph): k n / 2 edges.
+        t.fail(
+            f"[secure_aggregation] neighbours = {neighbours}: no graph gives each of {n} collaborators "
+            f"{neighbours} neighbours (k x n must be even); use {neighbours - 1} or {neighbours + 1}"
+        )
+    max_weight = number_in(
+        t, "max_weight", Interval(1.0, PLAN_NUMBER_MAX, meaning="the largest batch b_k"), d.max_weight
     )
-    max_colluding = t.integer("max_colluding", d.max_colluding, low=0)
+    max_colluding = t.integer("max_colluding", d.max_colluding, low=0, high=n)
     dropouts = t.string("dropouts", d.dropouts, choices=DROPOUT_POLICIES)
     if enabled:
-        # The threshold rule for the full roster: m holders of each secret, up to c colluders.
-        degree = default_degree(n, max_colluding) if neighbours is None else neighbours
-        holders = degree + 1 if degree else n
+        # The threshold rule for a round of the full roster (m holders of each secret, up to c colluders), and its
+        # worst-case sum within the words: the protocol's own checks, before any round is built.
+        degree = default_degree(n, max_colluding) if neighbours is None else neighbours or None
         try:
-            if threshold is None:
-                threshold_for(holders, max_colluding)
-            else:
-                check_threshold(threshold, holders, max_colluding)
+            threshold_in_force(threshold, holders_per_secret(n, n, degree), max_colluding)
+            check_no_wraparound(clip, fractional_bits, modulus_bits, n, max_weight)
         except ConfigError as error:
             t.fail(f"[secure_aggregation] with {n} collaborators and max_colluding = {max_colluding}: {error}")
     return SecureAggregationSettings(
@@ -305,14 +321,9 @@ def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggre
             f"[quorum] min_collaborators = {minimum} is below max_colluding + 2 = {isolating}: a round that small "
             "could leave one institution's update alone beside the colluders'; raise it"
         )
-    timeout = t.number(
-        "round_timeout_seconds",
-        QuorumSettings.round_timeout_seconds,
-        check=lambda x: x > 0,
-        expected="a number of seconds > 0",
-    )
+    timeout = number_in(t, "round_timeout_seconds", positive("seconds"), QuorumSettings.round_timeout_seconds)
     grace = (
-        t.number("grace_factor", check=lambda x: x >= 1, expected="a factor >= 1 (k x the median answer time)")
+        number_in(t, "grace_factor", Interval(1.0, PLAN_NUMBER_MAX, meaning="k x the median answer time"))
         if t.given("grace_factor")
         else None
     )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedfair.core.config import MODEL_NAMES
 from fedfair.core.tables import Table, field_names, positive_integer
+from fedfair.runtime.plan.limits import MAX_CLASSES, MAX_FEATURES, MAX_PARAMETERS
 
 if TYPE_CHECKING:
     from torch import nn
@@ -82,8 +83,13 @@ def read_model(source: str, data: Mapping[str, object]) -> ModelSettings:
             t.fail(
                 '[model] arguments apply to a model factory only; add factory = "package.module:function" or drop them'
             )
-    features = t.integer("features", d.features, low=1)
-    classes = t.integer("classes", d.classes, low=2)
+    features = t.integer("features", d.features, low=1, high=MAX_FEATURES)
+    classes = t.integer("classes", d.classes, low=2, high=MAX_CLASSES)
+    if features * classes > MAX_PARAMETERS:
+        t.fail(
+            f"[model] features = {features} and classes = {classes} give {features * classes} weights in the first "
+            f"layer, above {MAX_PARAMETERS}; reduce the input (a [schema] with fewer categories) or the classes"
+        )
     shape: tuple[int, ...] | None = None
     if t.given("image_shape"):
         value = t.data["image_shape"]

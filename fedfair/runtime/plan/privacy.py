@@ -22,8 +22,10 @@ from fedfair.fairness import sums
 from fedfair.privacy import distributed, rounding
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.privacy.config import PrivacyConfig
+from fedfair.runtime.plan.limits import number_in, positive
 from fedfair.runtime.composition_counts import CompositionColumn, composition_length, composition_sensitivity
 from fedfair.core.tables import Table, field_names
+from fedfair.secagg.config import holders_per_secret, threshold_in_force
 from fedfair.secagg.noise import check_mu
 
 ROUNDING_BETA = 1e-12
@@ -70,19 +72,18 @@ def read_plan_privacy(
     """
     t = Table.of(source, data, "privacy", field_names(PlanPrivacy))
     d = PlanPrivacy()
-    positive = "a positive number"
 
     def optional(key: str) -> float | None:
-        return t.number(key, check=lambda x: x > 0, expected=positive) if t.given(key) else None
+        return number_in(t, key, positive("an epsilon")) if t.given(key) else None
 
     mode = t.string("mode", d.mode, choices=MODES)
     settings = PlanPrivacy(
         mode=mode,
         epsilon=optional("epsilon"),
-        max_grad_norm=t.number("max_grad_norm", d.max_grad_norm, check=lambda x: x > 0, expected=positive),
+        max_grad_norm=number_in(t, "max_grad_norm", positive("a clip bound"), d.max_grad_norm),
         report_epsilon=optional("report_epsilon"),
         delta=t.number("delta", d.delta, check=lambda x: 0 < x < 1e-2, expected="a probability below 0.01, e.g. 1e-5"),
-        budget=t.number("budget", d.budget, check=lambda x: x > 0, expected=positive),
+        budget=number_in(t, "budget", positive("an epsilon"), d.budget),
     )
     if settings.distributed:
         if settings.epsilon is None:
@@ -142,15 +143,45 @@ def answer_release(settings: PlanPrivacy, columns: tuple[CompositionColumn, ...]
     return distributed.Release("skellam", mu, shape.l1, shape.l2)
 
 
-def plan_floor(collaborators: int, max_colluding: int, tolerates_dropouts: bool, threshold: int = 0) -> int:
-    """The fewest survivors the plan itself allows in a sum.
+@functools.lru_cache(maxsize=64)
+def plan_floor(
+    collaborators: int,
+    quorum: int,
+    max_colluding: int,
+    tolerates_dropouts: bool,
+    threshold: int | None,
+    neighbours: int | None,
+) -> int:
+    """The fewest survivors of any sum the secure-aggregation protocol can unmask under the plan.
 
-    Every collaborator under ``dropouts = "none"``, else the larger of the isolation bound max_colluding + 2 and
-    the least secure-aggregation `threshold` t of any round (no sum is unmasked below t survivors). A manifest's
-    min_round_size may only raise it, which a collaborator enforces, so noise calibrated to this floor is never
-    too little.
+    Every collaborator under ``dropouts = "none"``. Else the least threshold t in force over every round size p
+    the plan allows, from `quorum` ([quorum] min_collaborators) to `collaborators`, by the protocol's own rules
+    (:func:`fedfair.secagg.config.holders_per_secret`, :func:`~fedfair.secagg.config.threshold_in_force`) on
+    the plan's graph (`neighbours`, None for the complete graph). On the complete graph, which a degree of
+    `collaborators` - 1 is as well, t follows each round's own size, so the smallest round decides. No client
+    signs a survivor set below t, and the rule keeps t >= max_colluding + 2: at least two honest survivors. A
+    manifest's min_round_size may only raise the floor, which a collaborator enforces, so noise calibrated to
+    it is never too little.
+
+    Raises:
+        ConfigError: no round size the plan allows can run under the threshold rule, so no floor exists.
     """
-    return collaborators if not tolerates_dropouts else min(collaborators, max(max_colluding + 2, threshold))
+    if not tolerates_dropouts:
+        return collaborators
+    thresholds = []
+    for parties in range(quorum, collaborators + 1):
+        try:
+            holders = holders_per_secret(parties, collaborators, neighbours)
+            thresholds.append(threshold_in_force(threshold, holders, max_colluding))
+        except ConfigError:
+            continue  # the protocol runs no round of this size
+    if not thresholds:
+        raise ConfigError(
+            f"no round of {quorum} to {collaborators} collaborators satisfies the secure-aggregation threshold "
+            f"rule (threshold {threshold}, max_colluding {max_colluding}), so no noise floor holds; omit threshold "
+            "or lower max_colluding"
+        )
+    return min(thresholds)
 
 
 def party_mu(release: distributed.Release, floor: int, colluders: int) -> float:

@@ -26,6 +26,7 @@ from fedfair.core.config import (
 )
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import Table, field_names
+from fedfair.runtime.plan.limits import MAX_LOCAL_STEPS, MAX_ROUNDS, MAX_SEED, capped, number_in
 
 PLAN_TRAINING = TrainingConfig(rounds=100, batch_fraction=0.01, server_momentum=DEFAULT_SERVER_MOMENTUM)
 """What a plan's [training] takes for a key it leaves out: the core defaults but for three. A batch is a
@@ -66,11 +67,11 @@ def read_objective(source: str, data: Mapping[str, object]) -> ObjectiveConfig:
     t = Table.of(source, data, "objective", field_names(ObjectiveConfig))
     d = ObjectiveConfig()
     return ObjectiveConfig(
-        epsilon=t.number("epsilon", d.epsilon, check=EPSILON.__contains__, expected=EPSILON.expected),
-        rho=t.number("rho", d.rho, check=RHO.__contains__, expected=RHO.expected),
-        gamma=t.number("gamma", d.gamma, check=GAMMA.__contains__, expected=GAMMA.expected),
+        epsilon=number_in(t, "epsilon", EPSILON, d.epsilon),
+        rho=number_in(t, "rho", RHO, d.rho),
+        gamma=number_in(t, "gamma", capped(GAMMA), d.gamma),
         smooth=t.string("smooth", d.smooth, choices=SMOOTH_FUNCTIONS),
-        bound=t.number("bound", d.bound, check=BOUND.__contains__, expected=BOUND.expected),
+        bound=number_in(t, "bound", capped(BOUND), d.bound),
     )
 
 
@@ -78,28 +79,21 @@ def read_training(source: str, data: Mapping[str, object]) -> TrainingConfig:
     """The plan's ``[training]``, every value checked; :data:`PLAN_TRAINING`'s values for what it leaves out."""
     t = Table.of(source, data, "training", PLAN_TRAINING_KEYS)
     d = PLAN_TRAINING
-    fraction = t.number(
-        "batch_fraction", batch_fraction(d), check=BATCH_FRACTION.__contains__, expected=BATCH_FRACTION.expected
-    )
+    fraction = number_in(t, "batch_fraction", BATCH_FRACTION, batch_fraction(d))
+    step_size = capped(STEP_SIZE)
     local = LocalConfig(
-        local_steps=t.integer("local_steps", d.local.local_steps, low=1),
-        lr=t.number("lr", d.local.lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected),
-        threshold_lr=t.number(
-            "threshold_lr", d.local.threshold_lr, check=STEP_SIZE.__contains__, expected=STEP_SIZE.expected
-        ),
+        local_steps=t.integer("local_steps", d.local.local_steps, low=1, high=MAX_LOCAL_STEPS),
+        lr=number_in(t, "lr", step_size, d.local.lr),
+        threshold_lr=number_in(t, "threshold_lr", step_size, d.local.threshold_lr),
         drift_correction=t.string("drift_correction", d.local.drift_correction, choices=DRIFT_CORRECTIONS),
     )
     return TrainingConfig(
-        rounds=t.integer("rounds", d.rounds, low=1),
+        rounds=t.integer("rounds", d.rounds, low=1, high=MAX_ROUNDS),
         local=local,
         batch_fraction=fraction,
-        seed=t.integer("seed", d.seed, low=0),
-        average_from=t.number(
-            "average_from", d.average_from, check=AVERAGE_FROM.__contains__, expected=AVERAGE_FROM.expected
-        ),
-        server_momentum=t.number(
-            "server_momentum", d.server_momentum, check=SERVER_MOMENTUM.__contains__, expected=SERVER_MOMENTUM.expected
-        ),
+        seed=t.integer("seed", d.seed, low=0, high=MAX_SEED),
+        average_from=number_in(t, "average_from", AVERAGE_FROM, d.average_from),
+        server_momentum=number_in(t, "server_momentum", SERVER_MOMENTUM, d.server_momentum),
     )
 
 
