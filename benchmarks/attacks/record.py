@@ -34,6 +34,7 @@ import hashlib
 import io
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -564,6 +565,14 @@ def announcement_row(root: Path, book: RowBook) -> None:
         )
 
 
+def refusals(lines: list[str], word: str) -> int:
+    """The refusals a collaborator's log accounts for: its refusal lines holding `word`, and the refusals it
+    counted instead of logging (the collaborator's line budget, :meth:`TaskStream._warn`)."""
+    shown = sum(word in line for line in lines)
+    counted = re.findall(r"(\d+) more refusals since the last such line were not logged", "\n".join(lines))
+    return shown + sum(int(count) for count in counted)
+
+
 def _mib(value: int | None) -> str:
     return "?" if value is None else f"{value / MIB:.1f}"
 
@@ -574,7 +583,8 @@ def _mib(value: int | None) -> str:
 @contextmanager
 def flood_service(workspace: Workspace, tasks: int, downloads: list[int]) -> Iterator[Network]:
     """The aggregator's gRPC service alone, its TRAIN downloads served for any round (a distinct model per
-    round, each counted in `downloads`) and `tasks` TRAIN tasks for `TARGET`, rounds 1..tasks."""
+    round, each counted in `downloads`) and `tasks` TRAIN tasks for `TARGET`, rounds 1..tasks, then FINISHED
+    (so the target leaves once it has handled them all, counting the refusals its log did not show)."""
     plan = load_aggregator_plan(workspace.plan)
     checkpoint = prepare(plan, resume=False)
     assert checkpoint is not None  # no [schema]: the initial model is known
@@ -591,6 +601,7 @@ def flood_service(workspace: Workspace, tasks: int, downloads: list[int]) -> Ite
     for round_number in range(1, tasks + 1):
         binding = make_binding(plan.federation_id, round_number, pb.STAGE_TRAIN)
         network.board.publish([TARGET], binding, pb.ACTION_RUN, deadline_seconds=60.0)
+    network.board.finish(make_binding(plan.federation_id, tasks, pb.STAGE_EVAL_UNMASK))
     try:
         yield network
     finally:
@@ -613,25 +624,22 @@ def flood_row(root: Path, book: RowBook, tasks: int) -> None:
                 TARGET, collaborator_command(workspace, TARGET), env=child_environment(None), sink=io.StringIO()
             )
             try:
-
-                def refused() -> int:
-                    return sum("past the plan's last round" in line for line in target.lines)
-
-                done = wait_until(lambda: refused() >= tasks - PLAN_ROUNDS or target.process.poll() is not None, 600.0)
+                done = wait_until(lambda: target.process.poll() is not None, 600.0)
             finally:
                 target.kill()
         seconds = time.monotonic() - started
+        refused = refusals(target.lines, "past the plan's last round")
         trained = [line for line in target.lines if "local steps on batches" in line]
         count = trainings(workspace, TARGET)
         row.record(
             f"{tasks} tasks in {seconds:.1f} s (process start included): it saw them all: {done}, refused "
-            f"{refused()} rounds past {PLAN_ROUNDS}, trained {len(trained)} times (its record: {count}); model "
+            f"{refused} rounds past {PLAN_ROUNDS}, trained {len(trained)} times (its record: {count}); model "
             f"downloads: {len(downloads)} (one per task: the round cap is checked after the download)",
-            done and len(trained) <= PLAN_ROUNDS and (count or 0) <= PLAN_ROUNDS and refused() >= tasks - PLAN_ROUNDS,
+            done and len(trained) <= PLAN_ROUNDS and (count or 0) <= PLAN_ROUNDS and refused >= tasks - PLAN_ROUNDS,
             tasks=tasks,
             trained=len(trained),
             record_trainings=count,
-            refused=refused(),
+            refused=refused,
             downloads=len(downloads),
             seconds=round(seconds, 1),
         )
