@@ -581,9 +581,9 @@ def _mib(value: int | None) -> str:
 
 
 @contextmanager
-def flood_service(workspace: Workspace, tasks: int, downloads: list[int]) -> Iterator[Network]:
+def flood_service(workspace: Workspace, tasks: int, downloads: list[int], first: int = 1) -> Iterator[Network]:
     """The aggregator's gRPC service alone, its TRAIN downloads served for any round (a distinct model per
-    round, each counted in `downloads`) and `tasks` TRAIN tasks for `TARGET`, rounds 1..tasks, then FINISHED
+    round, each counted in `downloads`) and `tasks` TRAIN tasks for `TARGET` from round `first` on, then FINISHED
     (so the target leaves once it has handled them all, counting the refusals its log did not show)."""
     plan = load_aggregator_plan(workspace.plan)
     checkpoint = prepare(plan, resume=False)
@@ -598,15 +598,28 @@ def flood_service(workspace: Workspace, tasks: int, downloads: list[int]) -> Ite
     network = serve(plan, plan_digest(plan))
     Servicer._model = model  # type: ignore[assignment, method-assign]
     network.gate.check_read = network.gate.check_federation  # type: ignore[method-assign]
-    for round_number in range(1, tasks + 1):
+    for round_number in range(first, first + tasks):
         binding = make_binding(plan.federation_id, round_number, pb.STAGE_TRAIN)
         network.board.publish([TARGET], binding, pb.ACTION_RUN, deadline_seconds=60.0)
-    network.board.finish(make_binding(plan.federation_id, tasks, pb.STAGE_EVAL_UNMASK))
+    network.board.finish(make_binding(plan.federation_id, first + tasks - 1, pb.STAGE_EVAL_UNMASK))
     try:
         yield network
     finally:
         Servicer._model = original  # type: ignore[method-assign]
         network.stop()
+
+
+def flooded(workspace: Workspace, tasks: int, downloads: list[int], first: int = 1) -> tuple[Child, bool, float]:
+    """TARGET as a real process under :func:`flood_service`, run to its exit: the process, whether it exited
+    (within 600 s), and the seconds it took (its start included)."""
+    started = time.monotonic()
+    with flood_service(workspace, tasks, downloads, first):
+        target = Child(TARGET, collaborator_command(workspace, TARGET), env=child_environment(None), sink=io.StringIO())
+        try:
+            exited = wait_until(lambda: target.process.poll() is not None, 600.0)
+        finally:
+            target.kill()
+    return target, exited, time.monotonic() - started
 
 
 def flood_row(root: Path, book: RowBook, tasks: int) -> None:
@@ -618,16 +631,7 @@ def flood_row(root: Path, book: RowBook, tasks: int) -> None:
     ) as row:
         workspace = make_workspace(root, (TARGET,), plan=process_federation_plan(PLAN_ROUNDS, 1))
         downloads: list[int] = []
-        started = time.monotonic()
-        with flood_service(workspace, tasks, downloads):
-            target = Child(
-                TARGET, collaborator_command(workspace, TARGET), env=child_environment(None), sink=io.StringIO()
-            )
-            try:
-                done = wait_until(lambda: target.process.poll() is not None, 600.0)
-            finally:
-                target.kill()
-        seconds = time.monotonic() - started
+        target, done, seconds = flooded(workspace, tasks, downloads)
         refused = refusals(target.lines, "past the plan's last round")
         trained = [line for line in target.lines if "local steps on batches" in line]
         count = trainings(workspace, TARGET)
