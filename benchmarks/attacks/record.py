@@ -638,7 +638,7 @@ def flood_row(root: Path, book: RowBook, tasks: int) -> None:
         row.record(
             f"{tasks} tasks in {seconds:.1f} s (process start included): it saw them all: {done}, refused "
             f"{refused} rounds past {PLAN_ROUNDS}, trained {len(trained)} times (its record: {count}); model "
-            f"downloads: {len(downloads)} (one per task: the round cap is checked after the download)",
+            f"downloads: {len(downloads)} (the round cap is checked before the download)",
             done and len(trained) <= PLAN_ROUNDS and (count or 0) <= PLAN_ROUNDS and refused >= tasks - PLAN_ROUNDS,
             tasks=tasks,
             trained=len(trained),
