@@ -1,8 +1,8 @@
 """What a stage of a round is, as the board holds it and its callers see it.
 
 The open stage's record, the handler that absorbs an upload (whatever it raises refuses that upload), when each
-peer answered and the grace that bounds a laggard (:class:`StageTiming`), and the progress the operator is shown
-while a stage waits.
+peer answered and the grace that bounds a laggard (:class:`StageTiming`) in a stage and in a round
+(:class:`RoundGrace`), and the progress the operator is shown while a stage waits.
 
 A stage is settled when the protocol says it has what it needs (the optional
 ``ready`` predicate of :meth:`~fedfair.runtime.aggregator.board.Board.open_stage`), or when
@@ -76,9 +76,10 @@ class StageTiming:
     the stage's timeout bounds it.
 
     The grace bounds the round too (:class:`RoundGrace`): `spent` holds how long the round's earlier stages
-    already waited for each peer past their medians, and `round_window` the largest of their graces past
-    the median; the stage then waits past its own median no longer than that window (or its own, if larger)
-    less the least that any peer still owed an answer has spent.
+    already waited for each peer past their medians, and `round_window` the largest of their windows (a
+    grace less its median). The stage then waits past its own median no longer than its own window, nor
+    than the larger of the two windows less what the peer still owed an answer that has spent least already
+    cost.
     """
 
     expected: int
