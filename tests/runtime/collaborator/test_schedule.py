@@ -12,6 +12,7 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedfair.core.errors import Refusal, RefusedError
@@ -21,6 +22,7 @@ from fedfair.runtime.aggregator.network import serve
 from fedfair.runtime.collaborator import stream
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.collaborator.input_record import InputRecord, Kept
 from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.collaborator.rounds import check_scheduled
 from fedfair.runtime.plan import aggregator_plan as plan
@@ -71,6 +73,19 @@ def test_every_scheduled_round_passes_and_no_other_evaluation() -> None:
     check_scheduled(shared, 10, "evaluate")
     with pytest.raises(RefusedError, match=r"\[evaluation\] every = 0: only after the last round, 10"):
         check_scheduled(shared, 9, "evaluate")
+
+
+def test_a_scheduled_evaluation_is_answered_for_one_model_only_across_restarts(tmp_path: Path) -> None:
+    path = tmp_path / "site-a.fed.bindings.json"
+    shared = shared_settings(10, 5)
+    check_scheduled(shared, 5, "evaluate")
+    answer = Kept(np.linspace(0.0, 1.0, 4), 1.0)
+    InputRecord(path, "fed", reset=True).view(5, "evaluate", "model-a").keep(answer)
+    restarted = InputRecord(path, "fed")  # a new process reads the record back
+    again = restarted.view(5, "evaluate", "model-a").kept  # the same ask gets the same bits, nothing fresh
+    assert again is not None and again.vector is not None and again.vector.tobytes() == answer.vector.tobytes()
+    with pytest.raises(RefusedError, match=r"round 5 \(evaluate\) was already answered for another model"):
+        restarted.view(5, "evaluate", "model-a-plus-one-ulp")
 
 
 @pytest.mark.slow
