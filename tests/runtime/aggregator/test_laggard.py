@@ -118,6 +118,8 @@ def test_the_grace_is_a_factor_of_one_or_more_and_absent_from_plans_that_do_not_
 
 JUST_UNDER = 1.5
 """The issue's laggard: each stage answered 1.5 s late, under the 2 s floor of every stage's grace."""
+CLOSING = 0.25
+"""What closing a round's stages may add beyond their deadlines and last answers."""
 
 
 @pytest.mark.slow
@@ -139,6 +141,7 @@ def test_a_site_late_in_every_stage_adds_at_most_one_grace_to_a_round(tmp_path: 
             times = sorted(seconds for seconds in answers.values() if seconds is not None)
             median = times[(len(answers) + 1) // 2 - 1]
             past_median += record["stage_seconds"][stage] - median
-        # Each stage's closing takes a few ms beyond its last answer (the board wakes, the next stage opens).
-        assert past_median < GRACE_FLOOR_SECONDS + 0.25, record["stage_seconds"]
-        assert GRACE_FLOOR_SECONDS - 0.1 <= record["held_up_by"]["site-c"] <= GRACE_FLOOR_SECONDS + 0.1
+        # Each stage's closing takes a few ms beyond its deadline or last answer (the board wakes, the next stage
+        # opens), more on a loaded machine: CLOSING for the round's stages together.
+        assert past_median < GRACE_FLOOR_SECONDS + CLOSING, record["stage_seconds"]
+        assert GRACE_FLOOR_SECONDS - 0.1 <= record["held_up_by"]["site-c"] <= GRACE_FLOOR_SECONDS + CLOSING
