@@ -85,11 +85,24 @@ from attacks.noise import noise_rows
 from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.plan_values import plan_values_rows
 from attacks.record import record_rows
+from attacks.schedule import schedule_rows
 from attacks.rows import CHECK, RowBook
 from attacks.secure_attacks import SecureAttacks
 from attacks.waits import waits_rows
 
-SCENARIOS = ("plain", "secure", "cheating", "consent", "influence", "crashes", "waits", "record", "noise", "plan")
+SCENARIOS = (
+    "plain",
+    "secure",
+    "cheating",
+    "consent",
+    "influence",
+    "crashes",
+    "waits",
+    "record",
+    "noise",
+    "plan",
+    "schedule",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["record"] = lambda where: record_rows(where, book, quick=args.quick)  # issue 46, items 1-4
         runs["noise"] = lambda where: noise_rows(where, book, quick=args.quick)  # issue 41's acceptance rows
         runs["plan"] = lambda where: plan_values_rows(where, book)  # issue 51, items 3 and 8
+        runs["schedule"] = lambda where: schedule_rows(where, book, quick=args.quick)  # issue 51, items 2, 6, 9
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:

@@ -63,6 +63,8 @@ CONSENT_CLASSES = {
     "noise floor": 1,
     "odd plan values": 1,
     "odd plan served": 2,
+    "evaluation schedule": 1,
+    "refusal flood": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -192,6 +194,7 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
         {word: CONSENT_CLASSES[word] for word in ("noise floor", "odd plan values", "odd plan served")},
         4,
     ),
+    "schedule": (("schedule",), {word: CONSENT_CLASSES[word] for word in ("evaluation schedule", "refusal flood")}, 2),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,
 the row classes each group must hold (with how many rows), and the fewest rows the group yields. Together

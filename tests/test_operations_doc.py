@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fedfair.runtime.aggregator import quorum
-from fedfair.runtime.aggregator.limits import RateLimit, RefusalLog
+from fedfair.runtime.aggregator.limits import RefusalLog
+from fedfair.runtime.rate_limits import RateLimit
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNBOOK = ROOT / "docs" / "operations.md"

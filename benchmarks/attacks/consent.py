@@ -1098,9 +1098,9 @@ class QueryRun:
 
 def query_run(root: Path, leave_out: str, served: Mapping[str, Mapping[str, Any]] | None) -> QueryRun:
     """The pinned four-site federation (min_round_size 3) against EvaluationQuery; `served` edits the plan the
-    aggregator serves past its manifest (None: the pinned plan). Two rounds, so that round 2 is one the plan
-    names: a collaborator refuses any round past its pinned plan's last before it downloads a model."""
-    workspace = pinned_workspace(root, quorum=3, rounds=2)
+    aggregator serves past its manifest (None: the pinned plan). Two rounds, each evaluated, so that both are
+    evaluations the plan names: a collaborator refuses any other before it downloads a model."""
+    workspace = pinned_workspace(root, quorum=3, rounds=2, evaluation={"every": 1})
     plan = load_aggregator_plan(workspace.plan, served, check_manifest=served is None)
     cheat, tap = EvaluationQuery(leave_out), StageTap()
     aggregator = LoopAggregator(plan, tap.install, cheat.adjust)

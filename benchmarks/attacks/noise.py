@@ -180,7 +180,8 @@ def evaluation_run(root: Path, *, noised: bool) -> EvaluationRun:
     """The pinned four-site federation (min_round_size 3, dropouts allowed) against consent's EvaluationQuery
     with round 2 on M + 1 ulp, under REPORT_PRIVACY when `noised`, else with exact evaluation sums (the control)."""
     extra = {"privacy": REPORT_PRIVACY} if noised else {}
-    workspace = pinned_workspace(root, quorum=3, rounds=2, **extra)
+    # Both rounds evaluated: a collaborator answers only the evaluations its plan names.
+    workspace = pinned_workspace(root, quorum=3, rounds=2, evaluation={"every": 1}, **extra)
     plan = load_aggregator_plan(workspace.plan)
     query, answers = EvaluationQuery(VICTIM, one_ulp), Answers()
     aggregator = LoopAggregator(plan, StageTap().install, query.adjust)

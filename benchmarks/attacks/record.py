@@ -34,6 +34,7 @@ import hashlib
 import io
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -564,6 +565,14 @@ def announcement_row(root: Path, book: RowBook) -> None:
         )
 
 
+def refusals(lines: list[str], word: str) -> int:
+    """The refusals a collaborator's log accounts for: its refusal lines holding `word`, and the refusals it
+    counted instead of logging (the collaborator's line budget, :meth:`TaskStream._warn`)."""
+    shown = sum(word in line for line in lines)
+    counted = re.findall(r"(\d+) more refusals since the last such line were not logged", "\n".join(lines))
+    return shown + sum(int(count) for count in counted)
+
+
 def _mib(value: int | None) -> str:
     return "?" if value is None else f"{value / MIB:.1f}"
 
@@ -572,9 +581,10 @@ def _mib(value: int | None) -> str:
 
 
 @contextmanager
-def flood_service(workspace: Workspace, tasks: int, downloads: list[int]) -> Iterator[Network]:
+def flood_service(workspace: Workspace, tasks: int, downloads: list[int], first: int = 1) -> Iterator[Network]:
     """The aggregator's gRPC service alone, its TRAIN downloads served for any round (a distinct model per
-    round, each counted in `downloads`) and `tasks` TRAIN tasks for `TARGET`, rounds 1..tasks."""
+    round, each counted in `downloads`) and `tasks` TRAIN tasks for `TARGET` from round `first` on, then FINISHED
+    (so the target leaves once it has handled them all, counting the refusals its log did not show)."""
     plan = load_aggregator_plan(workspace.plan)
     checkpoint = prepare(plan, resume=False)
     assert checkpoint is not None  # no [schema]: the initial model is known
@@ -588,14 +598,28 @@ def flood_service(workspace: Workspace, tasks: int, downloads: list[int]) -> Ite
     network = serve(plan, plan_digest(plan))
     Servicer._model = model  # type: ignore[assignment, method-assign]
     network.gate.check_read = network.gate.check_federation  # type: ignore[method-assign]
-    for round_number in range(1, tasks + 1):
+    for round_number in range(first, first + tasks):
         binding = make_binding(plan.federation_id, round_number, pb.STAGE_TRAIN)
         network.board.publish([TARGET], binding, pb.ACTION_RUN, deadline_seconds=60.0)
+    network.board.finish(make_binding(plan.federation_id, first + tasks - 1, pb.STAGE_EVAL_UNMASK))
     try:
         yield network
     finally:
         Servicer._model = original  # type: ignore[method-assign]
         network.stop()
+
+
+def flooded(workspace: Workspace, tasks: int, downloads: list[int], first: int = 1) -> tuple[Child, bool, float]:
+    """TARGET as a real process under :func:`flood_service`, run to its exit: the process, whether it exited
+    (within 600 s), and the seconds it took (its start included)."""
+    started = time.monotonic()
+    with flood_service(workspace, tasks, downloads, first):
+        target = Child(TARGET, collaborator_command(workspace, TARGET), env=child_environment(None), sink=io.StringIO())
+        try:
+            exited = wait_until(lambda: target.process.poll() is not None, 600.0)
+        finally:
+            target.kill()
+    return target, exited, time.monotonic() - started
 
 
 def flood_row(root: Path, book: RowBook, tasks: int) -> None:
@@ -607,31 +631,19 @@ def flood_row(root: Path, book: RowBook, tasks: int) -> None:
     ) as row:
         workspace = make_workspace(root, (TARGET,), plan=process_federation_plan(PLAN_ROUNDS, 1))
         downloads: list[int] = []
-        started = time.monotonic()
-        with flood_service(workspace, tasks, downloads):
-            target = Child(
-                TARGET, collaborator_command(workspace, TARGET), env=child_environment(None), sink=io.StringIO()
-            )
-            try:
-
-                def refused() -> int:
-                    return sum("past the plan's last round" in line for line in target.lines)
-
-                done = wait_until(lambda: refused() >= tasks - PLAN_ROUNDS or target.process.poll() is not None, 600.0)
-            finally:
-                target.kill()
-        seconds = time.monotonic() - started
+        target, done, seconds = flooded(workspace, tasks, downloads)
+        refused = refusals(target.lines, "past the plan's last round")
         trained = [line for line in target.lines if "local steps on batches" in line]
         count = trainings(workspace, TARGET)
         row.record(
             f"{tasks} tasks in {seconds:.1f} s (process start included): it saw them all: {done}, refused "
-            f"{refused()} rounds past {PLAN_ROUNDS}, trained {len(trained)} times (its record: {count}); model "
-            f"downloads: {len(downloads)} (one per task: the round cap is checked after the download)",
-            done and len(trained) <= PLAN_ROUNDS and (count or 0) <= PLAN_ROUNDS and refused() >= tasks - PLAN_ROUNDS,
+            f"{refused} rounds past {PLAN_ROUNDS}, trained {len(trained)} times (its record: {count}); model "
+            f"downloads: {len(downloads)} (the round cap is checked before the download)",
+            done and len(trained) <= PLAN_ROUNDS and (count or 0) <= PLAN_ROUNDS and refused >= tasks - PLAN_ROUNDS,
             tasks=tasks,
             trained=len(trained),
             record_trainings=count,
-            refused=refused(),
+            refused=refused,
             downloads=len(downloads),
             seconds=round(seconds, 1),
         )

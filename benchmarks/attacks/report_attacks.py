@@ -10,7 +10,7 @@ must be exactly what the parties sent.
 
 The reports are the hostile client's (:func:`~attacks.hostile_client.status_report`,
 sent as raw bytes), over the insider's own mutual-TLS channel. The aggregator's rate
-limit (:class:`~fedfair.runtime.aggregator.servicer.RateLimit`, a burst of 10, then 1
+limit (:class:`~fedfair.runtime.rate_limits.RateLimit`, a burst of 10, then 1
 a second) is spent by every parsed report, so the flood runs last and the rows before
 it stay under the burst.
 """
@@ -30,7 +30,7 @@ from attacks.federation import FEDERATION_ID, HONEST, INSIDER
 from attacks.hostile_client import Answer, bind, report, status_report, unknown_field
 from attacks.rows import RowBook
 from fedfair.runtime.aggregator.events import read_events
-from fedfair.runtime.aggregator.limits import RateLimit
+from fedfair.runtime.rate_limits import RateLimit
 from fedfair.runtime.transport import fedfair_pb2 as pb
 
 SPENT = pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT

@@ -129,25 +129,25 @@ def silent_aggregator_row(workspace: Workspace, log: io.StringIO, book: RowBook)
 # ---------------------------------------------------------------- a late site
 
 
-def _late(collaborator: Collaborator) -> None:
-    """Delay each upload of `collaborator` by LATE_SECONDS: an insider answering just before a deadline."""
+def _late(collaborator: Collaborator, seconds: float) -> None:
+    """Delay each upload of `collaborator` by `seconds`: an insider answering just before a deadline."""
     submit = collaborator._submit
 
     def late(stub_: Any, binding: pb.Binding, payload: bytes) -> None:
-        time.sleep(LATE_SECONDS)
+        time.sleep(seconds)
         submit(stub_, binding, payload)
 
     collaborator._submit = late  # type: ignore[method-assign]
 
 
 @contextmanager
-def _threads(workspace: Workspace, late: str) -> Iterator[dict[str, Collaborator]]:
-    """Every collaborator of `workspace` in a thread, `late` delayed; stopped on exit."""
+def _threads(workspace: Workspace, late: str, seconds: float) -> Iterator[dict[str, Collaborator]]:
+    """Every collaborator of `workspace` in a thread, `late` delayed by `seconds`; stopped on exit."""
     collaborators = {
         name: Collaborator(load_collaborator_config(path), retry=QUICK_RETRY)
         for name, path in workspace.configs.items()
     }
-    _late(collaborators[late])
+    _late(collaborators[late], seconds)
     threads = [threading.Thread(target=c.run, daemon=True, name=f"waits-{n}") for n, c in collaborators.items()]
     for thread in threads:
         thread.start()
@@ -160,8 +160,11 @@ def _threads(workspace: Workspace, late: str) -> Iterator[dict[str, Collaborator
             thread.join(30)
 
 
-def _federation(where: Path, grace: float | None, rounds: int) -> tuple[list[dict[str, Any]], float]:
-    """A federation of the real aggregator process and NAMES in threads, site-c late: its round log, seconds."""
+def late_federation(
+    where: Path, grace: float | None, rounds: int, late: float = LATE_SECONDS
+) -> tuple[list[dict[str, Any]], float]:
+    """A federation of the real aggregator process and NAMES in threads, site-c `late` seconds late in every
+    stage (0: an honest site-c): its round log, seconds."""
     quorum: dict[str, Any] = {"min_collaborators": 2, "round_timeout_seconds": 30.0}
     if grace is not None:
         quorum["grace_factor"] = grace
@@ -171,7 +174,7 @@ def _federation(where: Path, grace: float | None, rounds: int) -> tuple[list[dic
     started = time.monotonic()
     aggregator = start_aggregator(workspace, sink=log)
     try:
-        with _threads(workspace, "site-c"):
+        with _threads(workspace, "site-c", late):
             status = aggregator.wait(PROCESS_SECONDS + 40.0 * rounds)
     finally:
         aggregator.kill()
@@ -194,7 +197,7 @@ def late_site_rows(where: Path, book: RowBook) -> None:
         "from the round and named in every round's held_up_by; the rounds apply without it",
         PATCHED_COLLABORATOR,
     ) as row:
-        log, seconds = _federation(where / "grace", GRACE, rounds)
+        log, seconds = late_federation(where / "grace", GRACE, rounds)
         overruns: list[float] = []
         for record in log:
             for stage, answers in record["answer_seconds"].items():
@@ -213,7 +216,7 @@ def late_site_rows(where: Path, book: RowBook) -> None:
             f"{len(log)} rounds applied by {log[0]['contributors'] if log else []}; held up by {named}; round seconds "
             f"{round_seconds}; stages past the grace bound by at most {max(overruns, default=float('nan')):.2f} s"
         )
-        plain, plain_seconds = _federation(where / "no-grace", None, rounds)
+        plain, plain_seconds = late_federation(where / "no-grace", None, rounds)
         slow = [round(record["seconds"], 2) for record in plain]
         details.update(
             round_seconds_without_grace=slow, federation_seconds=[round(seconds, 1), round(plain_seconds, 1)]

@@ -24,7 +24,7 @@ import numpy as np
 from fedfair.core.errors import ConfigError, ProtocolError, Refusal, RefusedError, RoundAbortedError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.aggregator.board import Board
-from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, StageProgress, StageReady, StageTiming, UploadHandler
+from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, RoundGrace, StageProgress, StageReady, UploadHandler
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages, model_digest
 from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_plain
 from fedfair.runtime.faults import maybe_die
@@ -167,6 +167,8 @@ class SumDriver:
         answer). Kept after a RoundAbortedError too, so an aborted round still names who held it up."""
         self.held_up: dict[str, float] = {}
         """The last aggregation's wait for each peer past its stages' median answers (StageTiming.held_up), summed."""
+        self.grace = RoundGrace(-1, settings.grace)
+        """The grace of the round in progress, across its aggregations (training, then evaluation)."""
 
     def run(
         self,
@@ -192,6 +194,8 @@ class SumDriver:
         """
         roster = tuple(sorted(participants))
         self.answers, self.held_up = {}, {}
+        if self.grace.round != round_number:
+            self.grace = RoundGrace(round_number, self.settings.grace)
         parameters = RoundParameters(
             kind=kind or ("evaluate" if stages is EVALUATION else "train"),
             round=round_number,
@@ -254,7 +258,7 @@ class SumDriver:
         timeout = self.settings.stage_timeout
         binding = self.gate.open(round_number, stage, timeout_seconds=timeout, participants=expected)
         handler = self._with_fault_points(round_number, stage, handler)
-        timing = StageTiming(len(expected), self.settings.grace)
+        timing = self.grace.timing(expected)
         self.board.open_stage(
             binding,
             expected,
@@ -273,7 +277,7 @@ class SumDriver:
         name = pb.Stage.Name(stage)
         # Milliseconds are enough, and keep rounds.jsonl small.
         self.answers[name] = {peer: _ms(timing.answers.get(peer)) for peer in sorted(expected)}
-        for peer, seconds in timing.held_up(expected).items():
+        for peer, seconds in self.grace.closed(timing, expected).items():
             self.held_up[peer] = self.held_up.get(peer, 0.0) + seconds
         why = timing.past_grace(name, expected)
         if why is not None and not self.settings.tolerates_dropouts:

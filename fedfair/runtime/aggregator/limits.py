@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from enum import Enum
 
 from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.rate_limits import LineBudget, RateLimit
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -97,64 +97,6 @@ class Quotas:
         """How many requests of `kind` `peer` has open now."""
         with self._lock:
             return self._held[(peer, kind)]
-
-
-class RateLimit:
-    """A token bucket per key: `burst` at once, then `per_second` on average.
-
-    The keys are certified names (and one key shared by every caller without a listed name),
-    so the buckets never outnumber the plan's allow-list.
-    """
-
-    def __init__(
-        self, per_second: float = 1.0, burst: int = 10, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.per_second = per_second
-        self.burst = burst
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[float, float]] = {}
-
-    def allow(self, key: str) -> bool:
-        """Spend one of `key`'s tokens; False if it has none left."""
-        now = self._clock()
-        with self._lock:
-            tokens, since = self._buckets.get(key, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - since) * self.per_second)
-            allowed = tokens >= 1.0
-            self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
-            return allowed
-
-
-class LineBudget:
-    """Which events of a kind get their own log line (and event): a burst per caller, then a rate.
-
-    The event itself always happens; only its line is skipped. The events not logged are
-    counted per caller, and the count rides on that caller's next logged line, so none goes
-    unaccounted for. Used for refusals (:class:`RefusalLog`) and for arrivals and departures
-    (:class:`Presence`): a caller in a loop would otherwise fill the operator's log and
-    events file at the speed of its network.
-    """
-
-    UNIDENTIFIED = ""
-    """The one key of every caller not yet identified (no name from the allow-list)."""
-
-    def __init__(self, rate: RateLimit) -> None:
-        self.rate = rate
-        self._lock = threading.Lock()
-        self._unlogged: Counter[str] = Counter()
-
-    def admit(self, peer: str | None) -> int | None:
-        """None if this event of `peer` goes unlogged (it is counted).
-
-        Otherwise how many went unlogged since that caller's last logged one.
-        """
-        key = self.UNIDENTIFIED if peer is None else peer
-        with self._lock:
-            if not self.rate.allow(key):
-                self._unlogged[key] += 1
-                return None
-            return self._unlogged.pop(key, 0)
 
 
 class RefusalLog(LineBudget):

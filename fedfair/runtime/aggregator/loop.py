@@ -279,8 +279,7 @@ class RoundLoop:
         return checkpoint
 
     def _evaluation_due(self, round_number: int) -> bool:
-        every = self.plan.evaluation.every
-        return round_number == self.plan.training.rounds or (every > 0 and round_number % every == 0)
+        return self.plan.evaluation.due(round_number, self.plan.training.rounds)
 
     def _round_event(self, record: dict[str, Any]) -> None:
         """The ``round`` event of a finished (applied or aborted) round: see :mod:`.events`."""

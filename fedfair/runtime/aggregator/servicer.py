@@ -27,7 +27,8 @@ from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import error_summary
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.identities import LiveStreams, host_of
-from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RateLimit, RefusalLog, worker_threads
+from fedfair.runtime.rate_limits import RateLimit
+from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RefusalLog, worker_threads
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,

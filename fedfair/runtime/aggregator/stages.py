@@ -1,8 +1,8 @@
 """What a stage of a round is, as the board holds it and its callers see it.
 
 The open stage's record, the handler that absorbs an upload (whatever it raises refuses that upload), when each
-peer answered and the grace that bounds a laggard (:class:`StageTiming`), and the progress the operator is shown
-while a stage waits.
+peer answered and the grace that bounds a laggard (:class:`StageTiming`) in a stage and in a round
+(:class:`RoundGrace`), and the progress the operator is shown while a stage waits.
 
 A stage is settled when the protocol says it has what it needs (the optional
 ``ready`` predicate of :meth:`~fedfair.runtime.aggregator.board.Board.open_stage`), or when
@@ -74,6 +74,12 @@ class StageTiming:
     max(k x the median answer time, GRACE_FLOOR_SECONDS) after it opened: the median is the answer time of
     the ceil(n / 2)-th peer, known as soon as it answers, whatever the others do. Without one (None) only
     the stage's timeout bounds it.
+
+    The grace bounds the round too (:class:`RoundGrace`): `spent` holds how long the round's earlier stages
+    already waited for each peer past their medians, and `round_window` the largest of their windows (a
+    grace less its median). The stage then waits past its own median no longer than its own window, nor
+    than the larger of the two windows less what the peer still owed an answer that has spent least already
+    cost.
     """
 
     expected: int
@@ -81,6 +87,15 @@ class StageTiming:
     opened: float = 0.0
     closed: float | None = None
     answers: dict[str, float] = field(default_factory=dict)
+    spent: Mapping[str, float] = field(default_factory=dict)
+    round_window: float = 0.0
+
+    def window(self) -> float | None:
+        """How long past its median the stage's own grace waits; None without a grace or before the median."""
+        median = self.median()
+        if self.grace is None or median is None:
+            return None
+        return max(self.grace * median, GRACE_FLOOR_SECONDS) - median
 
     def answered(self, peer: str, now: float) -> None:
         """`peer` answered (uploaded, withdrew or was refused) at `now`; its first answer counts."""
@@ -92,11 +107,22 @@ class StageTiming:
         return sorted(self.answers.values())[half - 1] if half and len(self.answers) >= half else None
 
     def grace_deadline(self) -> float:
-        """When the grace ends (on the stage's clock); infinite without a grace or before the median is known."""
-        median = self.median()
-        if self.grace is None or median is None:
+        """When the grace ends (on the stage's clock); infinite without a grace or before the median is known.
+
+        The stage's own grace, or earlier the round's: what is left of it to the owed peer that has spent least.
+        """
+        median, window = self.median(), self.window()
+        if median is None or window is None:
             return math.inf
-        return self.opened + max(self.grace * median, GRACE_FLOOR_SECONDS)
+        owed = [seconds for peer, seconds in self.spent.items() if peer not in self.answers]
+        if owed:
+            window = min(window, max(window, self.round_window) - min(owed))
+        return self.opened + median + window
+
+    def round_ended(self) -> bool:
+        """Whether the round's grace, not the stage's own, set :meth:`grace_deadline`."""
+        median, window = self.median(), self.window()
+        return median is not None and window is not None and self.grace_deadline() < self.opened + median + window
 
     def held_up(self, expected: Iterable[str]) -> dict[str, float]:
         """How long the stage waited for each of `expected` past its median answer.
@@ -123,10 +149,52 @@ class StageTiming:
             return None
         if self.grace_deadline() > self.closed:
             return None
+        if self.round_ended():
+            spent = min((self.spent[peer] for peer in late if peer in self.spent), default=0.0)
+            return (
+                f"{', '.join(late)} did not answer {stage} within what the round's grace left "
+                f"({self.grace_deadline() - self.opened - median:.1f} s past the median answer time {median:.2f} s; "
+                f"earlier stages of the round already waited {spent:.1f} s for them, of "
+                f"{max(self.round_window, self.window() or 0.0):.1f} s, [quorum] grace_factor)"
+            )
         return (
             f"{', '.join(late)} did not answer {stage} within the grace of {self.grace:g} x the median answer "
             f"time {median:.2f} s ({self.grace_deadline() - self.opened:.1f} s, [quorum] grace_factor)"
         )
+
+
+@dataclass
+class RoundGrace:
+    """The grace of one round: how long its stages together wait for each peer past their median answers.
+
+    A stage's grace alone lets a peer answer each stage just before it, so a peer 1.5 s late in each of a
+    round's stages (all within the 2 s floor) made the round 8 s instead of 0.04 s. Here every stage's wait
+    for a peer past the stage's median answer is summed over the round (training and evaluation both), and a
+    stage waits no longer for a peer than the largest grace window of the round's stages (k x the median
+    answer, at least the floor, less the median) less what the peer already cost: so one late peer adds to
+    a round at most one grace, however many stages it has.
+    """
+
+    round: int
+    grace: float | None
+    window: float = 0.0
+    """The largest of the round's stages' grace windows past their medians, so far."""
+    spent: dict[str, float] = field(default_factory=dict)
+    """How long the round's stages so far waited for each peer past their medians."""
+
+    def timing(self, expected: Iterable[str]) -> StageTiming:
+        """The timing of the round's next stage, for `expected` peers, bounded by what the round has left."""
+        peers = frozenset(expected)
+        spent = {peer: self.spent.get(peer, 0.0) for peer in peers}
+        return StageTiming(len(peers), self.grace, spent=spent, round_window=self.window)
+
+    def closed(self, timing: StageTiming, expected: Iterable[str]) -> dict[str, float]:
+        """Count the closed stage `timing`'s waits; return them (:meth:`StageTiming.held_up`)."""
+        held_up = timing.held_up(expected)
+        for peer, seconds in held_up.items():
+            self.spent[peer] = self.spent.get(peer, 0.0) + seconds
+        self.window = max(self.window, timing.window() or 0.0)
+        return held_up
 
 
 @dataclass

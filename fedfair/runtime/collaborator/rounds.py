@@ -104,6 +104,36 @@ def control_beyond_clip(vector: np.ndarray, weight: float, clip: float) -> str |
     )
 
 
+def check_scheduled(shared: SharedSettings, round_number: int, kind: str) -> None:
+    """Refuse a round the pinned plan does not schedule, before anything of it is downloaded, computed or charged.
+
+    Training (`kind` "train"): rounds 1 to the plan's last. Evaluation ("evaluate"): only the rounds its
+    ``[evaluation] every`` names (:meth:`~fedfair.runtime.plan.evaluation.EvaluationSettings.due`), so an
+    aggregator cannot collect an answer per round of a plan that promised one. The input record
+    (:meth:`~fedfair.runtime.collaborator.input_record.InputRecord.view`) then lets each be answered for one
+    model only, across restarts.
+
+    Raises:
+        RefusedError: reason :attr:`Refusal.INPUT_BOUND`, naming the round and the plan's schedule.
+    """
+    rounds = shared.training.rounds
+    if not 1 <= round_number <= rounds:
+        where = f"past the plan's last round, {rounds}" if round_number > rounds else "before the plan's first, 1"
+        raise RefusedError(
+            Refusal.INPUT_BOUND,
+            f"round {round_number} ({kind}) is {where}; "
+            "this institution trains and evaluates only the rounds its pinned plan names",
+        )
+    evaluation = shared.evaluation
+    if kind == "evaluate" and not evaluation.due(round_number, rounds):
+        schedule = f"every {evaluation.every} rounds and after" if evaluation.every else "only after"
+        raise RefusedError(
+            Refusal.INPUT_BOUND,
+            f"round {round_number} is not one the pinned plan evaluates ([evaluation] every = {evaluation.every}: "
+            f"{schedule} the last round, {rounds}); this institution answers only the plan's evaluations",
+        )
+
+
 TrainOn = Callable[[pb_grpc.FederationStub, pb.Binding, str, torch.Tensor, float, torch.Tensor | None], TrainedUpdate]
 """:meth:`RoundJob.train_on`, or what stands in for it (the seam `Collaborator._train_on`)."""
 
@@ -161,15 +191,6 @@ class RoundJob:
         """
         return self.record.view(round_number, kind, model)
 
-    def check_round(self, round_number: int, kind: str) -> None:
-        """RefusedError (INPUT_BOUND) for a round past the pinned plan's last, before anything of it is downloaded."""
-        if round_number > self.shared.training.rounds:
-            raise RefusedError(
-                Refusal.INPUT_BOUND,
-                f"round {round_number} ({kind}) is past the plan's last round, {self.shared.training.rounds}; "
-                "this institution trains and evaluates only the rounds its pinned plan names",
-            )
-
     def download(
         self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int | None = None
     ) -> tuple[np.ndarray, float]:
@@ -182,7 +203,7 @@ class RoundJob:
         Return the job that makes its contribution: trained on that model (by `train_on`), or re-sent if this
         round already trained on exactly this model (the aggregator crashed and re-runs the round).
         """
-        self.check_round(binding.round, "train")
+        check_scheduled(self.shared, binding.round, "train")
         corrects_drift = self.shared.training.local.corrects_drift
         values, c = self.download(stub, binding, training_download_size(self.parameters, corrects_drift))
         try:
@@ -352,7 +373,7 @@ class RoundJob:
         the plan names composition columns, by its composition counts.
         """
         # The threshold sums' grid depends on the plan, not on c; only the composition counts use c.
-        self.check_round(binding.round, "evaluate")
+        check_scheduled(self.shared, binding.round, "evaluate")
         theta, c = self.download(stub, binding)
         model = model_digest(theta, c)
         view = self.view_of(binding.round, "evaluate", model)

@@ -31,9 +31,17 @@ from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
 from fedfair.runtime.failures import CONNECTION_LOST
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.rate_limits import LineBudget, RateLimit
 from fedfair.runtime.transport import make_binding, pb, pb_grpc, secure_channel
 
 logger = logging.getLogger("fedfair.collaborator")
+
+LINE_BURST = 10
+"""Lines of one kind (refusals, malformed messages, failed stages, withdrawals) written at once."""
+
+LINE_SECONDS = 60.0
+"""Then one line of that kind per this many seconds; the rest are counted on the next line, or on one line when
+the task stream ends: 20,000 tasks refused within a minute add 11 lines, not 20,000."""
 
 
 class TaskStream:
@@ -51,6 +59,8 @@ class TaskStream:
         self._work: Work | None = None
         self._channel: grpc.Channel | None = None
         self._watchdog = Watchdog(config.name, config.aggregator, config.idle_timeout_seconds, self._silenced)
+        self._lines = LineBudget(RateLimit(per_second=1.0 / LINE_SECONDS, burst=LINE_BURST))
+        """The budget of the lines an aggregator's tasks make this process write (:meth:`_warn`)."""
 
     # ------------------------------------------------------------ what the collaborator supplies
 
@@ -147,8 +157,12 @@ class TaskStream:
 
         It reconnects after a lost aggregator on this collaborator's back-off policy until an outage outlasts its bound.
         """
-        with self._watchdog.watching():
-            return self._follow_watched()
+        try:
+            with self._watchdog.watching():
+                return self._follow_watched()
+        finally:
+            for kind, count in sorted(self._lines.drain().items()):
+                logger.warning("%s: %d more %s since the last such line were not logged", self.config.name, count, kind)
 
     def _follow_watched(self) -> int:
         """:meth:`_follow`'s loop.
@@ -217,6 +231,19 @@ class TaskStream:
 
     # ------------------------------------------------------------ tasks
 
+    def _warn(self, kind: str, message: str, *args: object) -> None:
+        """Log a WARNING caused by the aggregator's tasks, within the budget of its `kind`.
+
+        LINE_BURST lines of a kind at once, then one per LINE_SECONDS (:class:`LineBudget`): a hostile or broken
+        aggregator sends tasks at the speed of its network, and a line each would bury the operator's log. The
+        lines skipped are counted on the next one of the kind (and on one line when the task stream ends).
+        """
+        unlogged = self._lines.admit(kind)
+        if unlogged is None:
+            return
+        note = f" ({unlogged} more {kind} since the last such line were not logged)" if unlogged else ""
+        logger.warning(message + "%s", *args, note)
+
     def _handle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bool:
         """Carry out one task; False if an RPC of it failed, so it does not count as done."""
         binding = task.binding
@@ -245,7 +272,8 @@ class TaskStream:
             if code in RETRYABLE:
                 # The aggregator is gone (killed, restarting) or unreachable: its resumed process
                 # re-runs this round, or this one continues it, so the round's work is kept.
-                logger.warning(
+                self._warn(
+                    "losses of the aggregator",
                     "%s: round %d %s: lost the aggregator (%s); keeping this round's work",
                     self.config.name,
                     binding.round,
@@ -254,19 +282,27 @@ class TaskStream:
                 )
             else:
                 # A closed stage is usual, not a failure: it ends once the protocol has enough answers.
-                closed = code == grpc.StatusCode.FAILED_PRECONDITION
-                logger.log(
-                    logging.DEBUG if closed else logging.WARNING,
-                    "%s: round %d %s: %s; skipping the rest of the round",
-                    self.config.name,
-                    binding.round,
-                    stage,
-                    "the stage had already closed" if closed else f"the aggregator refused or failed ({code.name})",
-                )
+                if code == grpc.StatusCode.FAILED_PRECONDITION:
+                    logger.debug(
+                        "%s: round %d %s: the stage had already closed; skipping the rest of the round",
+                        self.config.name,
+                        binding.round,
+                        stage,
+                    )
+                else:
+                    self._warn(
+                        "failed stages",
+                        "%s: round %d %s: the aggregator refused or failed (%s); skipping the rest of the round",
+                        self.config.name,
+                        binding.round,
+                        stage,
+                        code.name,
+                    )
                 self._work = None
             return False
         except RefusedError as error:  # INPUT_BOUND: the input record refuses it (a WITHDRAWN is _step's own)
-            logger.warning(
+            self._warn(
+                "refusals",
                 "%s: round %d %s: not contributing: %s",
                 self.config.name,
                 binding.round,
@@ -277,7 +313,8 @@ class TaskStream:
             return True
         except WireError as error:
             # A malformed model from the aggregator: sit the round out rather than crash.
-            logger.warning(
+            self._warn(
+                "malformed messages",
                 "%s: round %d %s: the aggregator sent a malformed message (%s); skipping the rest of the round",
                 self.config.name,
                 binding.round,
@@ -338,7 +375,8 @@ class TaskStream:
         except (RefusedError, ProtocolError, ConfigError, WireError) as error:
             if isinstance(error, RefusedError) and error.reason is not Refusal.WITHDRAWN:
                 raise
-            logger.warning(
+            self._warn(
+                "withdrawals",
                 "%s: round %d %s: withdrawing from the round: %s",
                 self.config.name,
                 binding.round,

@@ -30,6 +30,14 @@ class EvaluationSettings:
     min_bucket_count: int = sums.MIN_BUCKET_COUNT
     composition: tuple[str, ...] = ()
 
+    def due(self, round_number: int, rounds: int) -> bool:
+        """Whether the plan evaluates after round `round_number` of `rounds`: every `every` rounds, and the last.
+
+        Both sides ask it: the aggregator to schedule an evaluation, a collaborator to answer only those.
+        """
+        last = round_number == rounds
+        return 1 <= round_number <= rounds and (last or (self.every > 0 and round_number % self.every == 0))
+
     def thresholds(self) -> np.ndarray:
         """The evaluation's thresholds (fedfair.fairness.sums.threshold_grid of the loss range)."""
         return sums.threshold_grid(self.loss_range)

@@ -117,7 +117,8 @@ class QuorumSettings:
     """How many collaborators a round needs, and how long each stage waits for them.
 
     At most ``round_timeout_seconds``, and with ``grace_factor`` = k at most k x the stage's median answer time
-    (fedfair.runtime.aggregator.stages.StageTiming), so one slow site cannot hold every round up.
+    (fedfair.runtime.aggregator.stages.StageTiming), and a round one such grace for a site over all its stages
+    (RoundGrace), so one slow site cannot hold every round up.
     """
 
     min_collaborators: int = 2

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from fedfair.runtime.aggregator.events import EventLog, read_events
-from fedfair.runtime.aggregator.limits import PRESENCE_BURST, Presence, RateLimit
+from fedfair.runtime.aggregator.limits import PRESENCE_BURST, Presence
+from fedfair.runtime.rate_limits import RateLimit
 from tests.runtime.aggregator.test_servicer import (  # noqa: F401 -- fixtures
     Aggregator,
     FakeClock,

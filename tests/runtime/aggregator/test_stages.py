@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from fedfair.runtime.aggregator.board import Board
-from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS, StageTiming
+from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS, RoundGrace, StageTiming
 from fedfair.runtime.transport import make_binding, pb
 
 NAMES = ("site-a", "site-b", "site-c", "site-d", "site-e")
@@ -44,6 +44,51 @@ def test_who_held_a_stage_up_and_who_the_grace_left_behind() -> None:
     assert why is not None and why.startswith("site-c did not answer STAGE_MASKED_INPUT within the grace of 2 x")
     timing.closed = 10.0 + 1.5  # everyone in before the grace: nobody left behind
     assert timing.past_grace("STAGE_MASKED_INPUT", NAMES[:2]) is None
+
+
+def run_stage(grace: RoundGrace, opened: float, **seconds: float) -> StageTiming:
+    """One stage of `grace`'s round among NAMES[:3], answered at `seconds` after `opened` unless its grace
+    deadline came first; closed at the last answer, or at that deadline when a peer was left behind."""
+    timing = grace.timing(NAMES[:3])
+    timing.opened = opened
+    for peer, at in sorted(seconds.items(), key=lambda item: item[1]):
+        if opened + at > timing.grace_deadline():
+            break
+        timing.answered(peer.replace("_", "-"), opened + at)
+    everyone = len(timing.answers) == 3
+    timing.closed = opened + max(timing.answers.values()) if everyone else timing.grace_deadline()
+    grace.closed(timing, NAMES[:3])
+    return timing
+
+
+def test_a_peer_late_in_every_stage_costs_the_round_one_grace_not_one_per_stage() -> None:
+    """The issue's laggard: 1.5 s late in each key stage, each time under the 2 s floor. A stage's grace alone
+    waited 1.5 s in every stage; the round's waits 1.5 s, then the 0.5 s it has left, and drops it."""
+    grace = RoundGrace(1, 2.0)
+    first = run_stage(grace, 0.0, site_a=0.010, site_b=0.012, site_c=1.5)
+    second = run_stage(grace, 1.5, site_a=0.010, site_b=0.012, site_c=1.5)
+    assert first.answers.get("site-c") == 1.5  # within its first stage's grace, as before
+    assert "site-c" not in second.answers  # the round's grace had 2 - 0.012 - 1.488 s = 0.5 s left for it
+    assert second.closed is not None and second.closed - second.opened == pytest.approx(0.012 + 0.5)
+    why = second.past_grace("STAGE_SHARE_KEYS", NAMES[:3])
+    assert why is not None and "within what the round's grace left" in why and "already waited 1.5 s" in why
+    # One grace for the whole round: 2 s past the median answers, not 2 s per stage.
+    assert grace.spent == pytest.approx({"site-c": GRACE_FLOOR_SECONDS - 0.012})
+
+
+def test_the_round_grace_is_its_largest_stage_window() -> None:
+    grace = RoundGrace(1, 3.0)
+    # A training stage: the median answer 4 s, so its own window is 3 x 4 - 4 = 8 s past it.
+    run_stage(grace, 0.0, site_a=3.5, site_b=4.0, site_c=9.0)
+    assert grace.window == pytest.approx(8.0) and grace.spent == pytest.approx({"site-c": 5.0})
+    # A key stage after it: site-c may still be waited for 8 - 5 = 3 s, capped by the stage's own window
+    # (the 2 s floor less the median); honest peers at the median spend nothing.
+    timing = run_stage(grace, 20.0, site_a=0.010, site_b=0.011, site_c=1.9)
+    assert timing.answers.get("site-c") == pytest.approx(1.9) and set(grace.spent) == {"site-c"}
+    timing = run_stage(grace, 30.0, site_a=0.010, site_b=0.011, site_c=1.9)
+    assert "site-c" not in timing.answers  # 8 - 5 - 1.889 s = 1.111 s left, below its 1.9 s
+    assert timing.closed is not None and timing.closed - timing.opened == pytest.approx(0.011 + 8.0 - 5.0 - 1.889)
+    assert RoundGrace(1, None).timing(NAMES[:3]).grace_deadline() == float("inf")  # no grace, no bound
 
 
 class Clock:
