@@ -1,17 +1,13 @@
 """What a table's own bytes and values suggest before any schema judges them.
 
-- :func:`sniff_dialect`: the delimiter (``,`` ``;`` tab ``|``), the text encoding and the way numbers
-  are written (decimal comma, thousands separators) of a CSV, so a semicolon-separated export from
-  a spreadsheet in another locale ("66,7"; "1.200"), or a Windows-1252 file, reads as the table it
-  is instead of one column of garbled names, numbers taken for text, or 1.200 read as 1.2.
-- :func:`id_like_columns`: columns that identify rows (named like an id, or by content: every
-  value distinct text, a counter, or fixed-width codes): a model learns nothing general from
-  them, and they may re-identify people.
-- :func:`spellings`: one value written several ways ("yes", "Yes", "YES", "Yes "), so a draft
-  lists it once and says which cells to normalise instead of drafting each spelling as a class.
-- :func:`near_match`: the listed value an unlisted one is most likely a typo of ('Readmit' for
-  'readmit'), so a check suggests fixing the cell rather than adding a near-duplicate class.
+- :func:`sniff_dialect`: a CSV's delimiter, text encoding and number format (decimal comma,
+  thousands separators), so a spreadsheet export from another locale reads as the table it is.
+- :func:`id_like_columns`: columns that identify rows, by name or by content.
+- :func:`spellings`: one value written several ways ("yes", "Yes", "Yes "), to draft it once.
+- :func:`near_match`: the listed value an unlisted one is most likely a typo of.
 - :func:`at_rows`: "at lines 4, 9, 17 and 12 more", the rows of a problem as a CSV's line numbers.
+
+Why: docs/design.md, "Inside the datasets library".
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """How a collaborator tells a passing fault from a permanent one, and waits out the passing ones.
 
-Transient failures are retried with jittered exponential back-off (peers that lost
-the aggregator together do not all come back at once), one log line per retry,
-until the outage has lasted ``[retry] max_wait_seconds``: a time bound, so a
-collaborator outlives an aggregator restart of several minutes whatever the
-back-off. Before the aggregator has answered once (collaborators are often started
-first) it is tried every second at most, so a site joins within about a second of the
-aggregator coming up; the console says once that it waits and for how long, and after
-``[retry] start_wait_seconds`` with no answer (not started, or a wrong address) the
-collaborator stops with :data:`~fedfair.runtime.failures.NEVER_ANSWERED`. The wait ends early when the collaborator is asked to stop; nothing waits
-on a fixed sleep. A permanent failure raises :class:`~fedfair.core.errors.PermanentFailureError`
-at once.
+Transient failures are retried with jittered exponential back-off, one log line per retry, until
+the outage has lasted ``[retry] max_wait_seconds``. Before the aggregator has answered once it is
+tried every second at most, with one console line, until ``[retry] start_wait_seconds``, then
+:data:`~fedfair.runtime.failures.NEVER_ANSWERED`. The wait ends early when the collaborator is
+asked to stop; nothing waits on a fixed sleep. A permanent failure raises
+:class:`~fedfair.core.errors.PermanentFailureError` at once.
 
 Why: docs/design.md, "Inside the collaborator".
 """

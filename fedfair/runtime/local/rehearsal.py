@@ -1,21 +1,12 @@
 """``fedfair launch --csv``: a rehearsal on the institutions' own tables, through the files ``fedfair init`` writes.
 
-A first federation on real tables needs a plan with a ``[schema]``, a CA, a certificate request and
-signature per party, a roster, a pinned plan and every config pointed at it: some twenty commands
-(the README ``fedfair init`` writes lists them). This module does each of those steps the way that
-README says, on one machine, so the rehearsal runs the plan, the privacy and the secure aggregation
-a real deployment of the same tables would run:
+It does on one machine each step of the README ``fedfair init`` writes: the ``[schema]`` drafted
+from every table together and each table checked against it; init's files (plan and privacy as
+they are), each table copied to its site's ``data/table.csv``; the PKI as separate parties run it
+(a key, request and signature each), the roster and the pinned manifest every file names; the CA
+key deleted. Site names come from the files' names (``north-clinic.csv`` is ``north-clinic``).
 
-1. the ``[schema]`` drafted from every table together (so each site's categories are listed),
-   and each table checked against it as ``fedfair data check`` would (a table that does not fit
-   stops the rehearsal with the check's report);
-2. ``fedfair init``'s files (:func:`fedfair.runtime.new_federation.draft_federation_files`), each
-   site's table copied to its ``data/table.csv``;
-3. the PKI as separate parties run it: a CA, one key and signing request per party, signed, the
-   CA certificate handed back; then the roster and the pinned plan (``manifest.toml``), which the
-   plan and every config name, and the CA key deleted.
-
-The site names come from the files' names (``north-clinic.csv`` is ``north-clinic``).
+Why: docs/design.md, "The local federation".
 """
 
 from __future__ import annotations
