@@ -1,20 +1,13 @@
 """One institution's privacy ledger for one dataset, across every federation it answers in.
 
-What a site's records lose is a property of those records, not of the federation that asked:
-a renewal (``fedfair plan renew``), a new federation id or a new aggregator asks the same people
-again. So the ledger is keyed by the site and the identity of its data
-(``NAME.DATA.ledger.json``, DATA the first 16 hex digits of :func:`data_digest`), every
-noised release is charged to it with the federation that asked, and the budget is checked
-against everything the data has released, whichever federation it went to. Only the site's
-operator starts it again (:meth:`Ledger.reset`), and the reset is itself an entry, kept.
+``NAME.DATA.ledger.json`` (DATA: the first 16 hex digits of :func:`data_digest`) holds every noised
+release of that data with the federation that asked; the budget counts them all, and only the site's
+operator starts it again (:meth:`Ledger.reset`, itself a kept entry). Each entry carries the SHA-256 of
+the one before, the head the count and the last hash, and every value is range-checked on load, so an
+edited or truncated ledger is refused naming the file and the entry. The chain has no secret: it catches
+accidents and careless scripts, not someone who recomputes it.
 
-The file detects edits. Every entry carries ``prev``, the SHA-256 of the previous entry's
-canonical bytes (the first, of the file's identity), and the head records the count and the
-hash of the last entry; every value is range-checked on load. An emptied, truncated or
-hand-edited ledger (a release removed, ``mu`` raised to make the spend look small, a key
-deleted) is refused, naming the file and the entry. The chain has no secret: it catches an
-accident or a careless script on the site's own disk, not someone who edits the file and
-recomputes the hashes, who could as well delete it (docs/security.md says so).
+Why: docs/design.md, "Inside the privacy library".
 """
 
 from __future__ import annotations

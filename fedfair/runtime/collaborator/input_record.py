@@ -6,9 +6,8 @@ site, or the same survivors where one site sends something new (it was restarted
 pushed a model one ulp away so that it trained again). So a collaborator keeps, beside its
 config, one record per federation (``NAME.FEDERATION.bindings.json``) and the latest
 payload of each kind (``NAME.FEDERATION.KIND.kept.npz``), each written atomically *before*
-anything derived from its data leaves. What each noised input cost is charged to the site's
-ledger for its data (:mod:`fedfair.privacy.ledger`), which outlives the federation; the record
-counts its charges there, so a ledger lost or rolled back beside a surviving record is refused.
+anything derived from its data leaves; noised inputs are charged to the site's ledger
+(:mod:`fedfair.privacy.ledger`), and the record counts those charges.
 
 Why: docs/design.md, "Inside the collaborator".
 """
