@@ -48,6 +48,8 @@ code), so what holds, holds against code that is not ours:
   model, its 1-ulp per-site difference, composition counts (a cell and its complement, two thresholds) and
   training differencing under dropouts, each measured against the exact answer in units of the noise the
   aggregator states, with the epsilon each site's ledger charged;
+- ledger (``benchmarks/attacks/ledger.py``, issue 51): a renewed federation's answers charged on top of the
+  first's spend, a revoked certificate refused at the aggregator's handshake, an edited ledger refused;
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
 
 After the attacks the round log is replayed from what each party really sent: every
@@ -79,6 +81,7 @@ from attacks.cheating import equivocation_row, sybil_rows
 from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
+from attacks.ledger import ledger_rows
 from attacks.noise import noise_rows
 from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.record import record_rows
@@ -86,7 +89,7 @@ from attacks.rows import CHECK, RowBook
 from attacks.secure_attacks import SecureAttacks
 from attacks.waits import waits_rows
 
-SCENARIOS = ("plain", "secure", "cheating", "consent", "influence", "crashes", "waits", "record", "noise")
+SCENARIOS = ("plain", "secure", "cheating", "consent", "influence", "crashes", "waits", "record", "noise", "ledger")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["waits"] = lambda where: waits_rows(where, book, quick=args.quick)  # issue 46, items 5-7
         runs["record"] = lambda where: record_rows(where, book, quick=args.quick)  # issue 46, items 1-4
         runs["noise"] = lambda where: noise_rows(where, book, quick=args.quick)  # issue 41's acceptance rows
+        runs["ledger"] = lambda where: ledger_rows(where, book)  # issue 51, items 4, 5 and 7
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:

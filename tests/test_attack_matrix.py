@@ -60,6 +60,9 @@ CONSENT_CLASSES = {
     "lost record": 1,
     "2 GiB announced": 1,
     "TRAIN flood": 1,
+    "renewal": 1,
+    "revoked site": 1,
+    "edited ledger": 1,
 }
 """The consent, influence and record scenarios' row classes (each row's attack text starts with its class word)
 and how many rows each."""
@@ -184,6 +187,7 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
         },
         5,
     ),
+    "ledger": (("ledger",), {word: CONSENT_CLASSES[word] for word in ("renewal", "revoked site", "edited ledger")}, 3),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,
 the row classes each group must hold (with how many rows), and the fewest rows the group yields. Together
