@@ -82,9 +82,18 @@ def test_a_revoked_certificate_is_refused_at_the_handshake_while_its_replacement
     verify(REVOKED, pki.load_certificate(certificate).public_bytes(serialization.Encoding.DER))
 
 
-def test_removing_a_site_drops_its_pin_and_the_plan_pin_and_checks_the_bounds(tmp_path: Path) -> None:
+def test_removing_a_site_drops_its_pin_and_the_plan_pin_and_checks_the_bounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     workspace = make_workspace(tmp_path, NAMES, plan=plan_sections(quorum={"min_collaborators": 3}), manifest=True)
     manifest = load_manifest(tmp_path / "manifest.toml")
+    revoke = ["pki", "revoke", "--manifest", str(manifest.source), "--name", REVOKED, "--out", str(tmp_path / "r.toml")]
+    assert cli_main(revoke) == 2
+    assert "min_round_size = 3 exceeds the 2 collaborators" in capsys.readouterr().err
+    assert cli_main([*revoke, "--min-round-size", "2"]) == 0
+    assert "2 collaborators left, min_round_size 2; no plan pinned" in capsys.readouterr().out
+    written = load_manifest(tmp_path / "r.toml")
+    assert written.collaborator_names == {"site-a", "site-b"} and written.plan is None
     with pytest.raises(ConfigError, match=r"without 'site-c': min_round_size = 3 exceeds the 2 collaborators"):
         revoked(manifest, REVOKED)
     removed = revoked(manifest, REVOKED, min_round_size=2)
