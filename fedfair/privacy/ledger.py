@@ -13,10 +13,13 @@ Why: docs/design.md, "Inside the privacy library".
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,8 +167,11 @@ class Ledger:
             "delta": delta,
         }
         _check_charge(entry)
-        earlier = self.releases()
-        total = composed([*earlier, entry], delta)
+        with self._locked():
+            earlier = self.releases()
+            total = composed([*earlier, entry], delta)
+            if total <= budget:
+                self._append([entry])
         if total > budget:
             raise PrivacyBudgetError(
                 BudgetReason.ANSWER_REFUSED,
@@ -175,7 +181,6 @@ class Ledger:
                 "larger [privacy] budget in a new plan (and in this institution's own [privacy] budget_epsilon, "
                 "where set) lets it answer more",
             )
-        self._append([entry])
         return total
 
     def fold(self, federation: str, releases: Iterable[Mapping[str, object]]) -> int:
@@ -184,8 +189,6 @@ class Ledger:
         Each is range-checked as it would be on load; none is added when the ledger already holds an entry of
         `federation` (it was folded before).
         """
-        if self.count(federation) > 0:
-            return 0
         entries: list[Entry] = []
         for index, release in enumerate(releases):
             # Records of before sampling and rounding were charged wrote neither key: 1 and 0 are what they meant.
@@ -195,7 +198,9 @@ class Ledger:
             except ValueError as error:
                 raise ConfigError(f"release {index} of federation {federation}: {error}") from None
             entries.append(entry)
-        if entries:
+        with self._locked():
+            if self.count(federation) > 0 or not entries:
+                return 0
             self._append(entries)
         return len(entries)
 
@@ -207,14 +212,32 @@ class Ledger:
         reason = reason.strip()
         if not reason or len(reason) > MAX_TEXT:
             raise ConfigError(f"a ledger reset needs a reason of 1 to {MAX_TEXT} characters, e.g. --reason 'new data'")
-        releases = self.releases()
-        delta = max((float(entry["delta"]) for entry in releases), default=1e-5)  # type: ignore[arg-type]
-        spent = composed(releases, delta)
-        at = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
-        self._append([{"kind": RESET, "reason": reason, "at": at, "spent": spent}])
+        with self._locked():
+            releases = self.releases()
+            delta = max((float(entry["delta"]) for entry in releases), default=1e-5)  # type: ignore[arg-type]
+            spent = composed(releases, delta)
+            at = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+            self._append([{"kind": RESET, "reason": reason, "at": at, "spent": spent}])
         return spent
 
     # ------------------------------------------------------------ persistence
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the ledger's lock file and read the ledger again: a change starts from what is on disk now.
+
+        Two processes of one site (two federations at once) share the ledger; without this each would write
+        its own entries over the other's, and a charge would be lost.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.path.with_name(f"{self.path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            if self.path.exists():
+                self._load()
+            yield
+        finally:
+            os.close(descriptor)  # closing releases the lock
 
     def _append(self, entries: list[Entry]) -> None:
         """Chain `entries` onto the ledger and write it atomically (all of them or none)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -153,3 +155,29 @@ def test_folding_old_releases_checks_them_and_happens_once(tmp_path: Path) -> No
     assert [entry["sampling_rate"] for entry in opened(tmp_path).releases("old")] == [1.0, 1.0]
     with pytest.raises(ConfigError, match=r"release 0 of federation other: mu = -1"):
         ledger.fold("other", [{**old, "mu": -1}])
+
+
+_CHARGING = """
+import sys
+from pathlib import Path
+from fedfair.privacy import distributed
+from fedfair.privacy.ledger import Charge, Ledger
+
+ledger = Ledger(Path(sys.argv[1]), "hospital-a", {"csv": "/data/hospital-a.csv"})
+release = distributed.Release("skellam", 2e6, 40.0, 10.0, 0.05)
+for round_number in range(1, 41):
+    ledger.charge(sys.argv[2], Charge("train", round_number, f"m{round_number}", release, 1e-5), 1e9)
+"""
+
+
+def test_two_processes_of_one_site_charge_one_ledger_without_losing_a_charge(tmp_path: Path) -> None:
+    """Two federations at once (two collaborator processes of one site) share the data's ledger: each charge
+    is made under its lock on what is on disk, so both processes' 40 charges are all there, chained."""
+    path = ledger_path(tmp_path, "hospital-a", DATA)
+    children = [
+        subprocess.Popen([sys.executable, "-c", _CHARGING, str(path), federation]) for federation in ("one", "two")
+    ]
+    assert [child.wait(120) for child in children] == [0, 0]
+    ledger = opened(tmp_path)
+    assert (ledger.count("one"), ledger.count("two")) == (40, 40)
+    assert ledger.spent(DELTA) == pytest.approx(exact(80), rel=1e-12)
