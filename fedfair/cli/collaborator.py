@@ -26,11 +26,14 @@ def _start_command(args: argparse.Namespace) -> int:
 
 
 def _ledger_command(args: argparse.Namespace) -> int:
-    from fedfair.runtime.collaborator.charges import describe_ledger, open_ledger
+    from fedfair.runtime.collaborator.charges import describe_accountant, describe_ledger, open_ledger
     from fedfair.runtime.collaborator.config import load_collaborator_config
 
     config = load_collaborator_config(args.config)
     print(describe_ledger(open_ledger(config), args.delta))
+    own = describe_accountant(config, args.delta)
+    if own is not None:
+        print(own)
     return 0
 
 

@@ -205,6 +205,11 @@ class PrivacyAccountant:
         return self._rounds.get(self.federation, 0)
 
     @property
+    def rounds_by_federation(self) -> dict[str, int]:
+        """The rounds each federation charged, by federation id."""
+        return dict(sorted(self._rounds.items()))
+
+    @property
     def steps(self) -> int:
         """DP-SGD steps recorded so far, over every run of the history (every federation's)."""
         return sum(steps for _, _, steps in self.history)

@@ -173,3 +173,27 @@ def describe_ledger(ledger: Ledger, delta: float | None = None) -> str:
                 f"{sampled})"
             )
     return "\n".join(lines)
+
+
+def describe_accountant(config: CollaboratorConfig, delta: float | None = None) -> str | None:
+    """This institution's own DP-SGD spend on its [data] for a person (local DP), or None if it never used it.
+
+    Files of before (one per federation) are folded in first, as a collaborator would. Epsilon is at `delta`,
+    by default its [privacy] delta.
+    """
+    folder = config.source.parent
+    if not any(folder.glob(f"{config.name}.*privacy.json")):
+        return None
+    # Opacus (and scipy) come in only for an institution that has a DP-SGD history to show.
+    from fedfair.privacy.accounting import open_accountant
+
+    accountant, _ = open_accountant(folder, config.name, data_identity(config.data), "")
+    at = config.privacy.delta if delta is None else delta
+    lines = [
+        f"{accountant.path}: DP-SGD on this data (local), epsilon {accountant.epsilon(at):.4g} at delta {at:g} over "
+        f"{accountant.steps} steps, composed by PRV"
+    ]
+    lines += [
+        f"  federation {federation}: {rounds} rounds" for federation, rounds in accountant.rounds_by_federation.items()
+    ]
+    return "\n".join(lines)

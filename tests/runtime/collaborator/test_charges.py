@@ -10,6 +10,7 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.privacy import distributed
+from fedfair.privacy.accounting import compute_epsilon
 from fedfair.privacy.ledger import Charge
 from fedfair.runtime.collaborator.charges import data_identity, open_ledger
 from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings, load_collaborator_config
@@ -81,3 +82,21 @@ def test_a_per_federation_record_of_before_is_folded_in_with_a_warning(
     ledger = open_ledger(config)
     assert [entry["federation"] for entry in ledger.releases()] == ["old"]
     assert "the privacy releases of federation old were kept in its record only; folded into" in caplog.text
+
+
+def test_the_ledger_command_shows_the_sites_own_dp_sgd_spend_too(
+    config: CollaboratorConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Local DP-SGD is accounted per dataset as well: a per-federation file of before is folded in and shown,
+    with its epsilon computed as the accountant computes it."""
+    (config.source.parent / "site-a.old.privacy.json").write_text(
+        '{"format": "fedfair-privacy-accountant", "version": 2, "federation": "old", "rounds": 2, '
+        '"history": [[1.0, 0.05, 10]]}'
+    )
+    assert cli_main(["collaborator", "ledger", "--config", str(config.source)]) == 0
+    shown = capsys.readouterr().out
+    epsilon = compute_epsilon(1.0, 0.05, 10, config.privacy.delta)
+    assert (
+        f"DP-SGD on this data (local), epsilon {epsilon:.4g} at delta {config.privacy.delta:g} over 10 steps" in shown
+    )
+    assert "federation old: 2 rounds" in shown
