@@ -50,6 +50,8 @@ code), so what holds, holds against code that is not ours:
   aggregator states, with the epsilon each site's ledger charged;
 - plan (``benchmarks/attacks/plan_values.py``, issue 51, items 3 and 8): the decoded noise of a plan whose
   masking degree is every other site, against what the ledger charges; every odd number of a served plan;
+- ledger (``benchmarks/attacks/ledger.py``, issue 51): a renewed federation's answers charged on top of the
+  first's spend, a revoked certificate refused at the aggregator's handshake, an edited ledger refused;
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
 
 After the attacks the round log is replayed from what each party really sent: every
@@ -81,6 +83,7 @@ from attacks.cheating import equivocation_row, sybil_rows
 from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
+from attacks.ledger import ledger_rows
 from attacks.noise import noise_rows
 from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.plan_values import plan_values_rows
@@ -102,6 +105,7 @@ SCENARIOS = (
     "noise",
     "plan",
     "schedule",
+    "ledger",
 )
 
 
@@ -144,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["noise"] = lambda where: noise_rows(where, book, quick=args.quick)  # issue 41's acceptance rows
         runs["plan"] = lambda where: plan_values_rows(where, book)  # issue 51, items 3 and 8
         runs["schedule"] = lambda where: schedule_rows(where, book, quick=args.quick)  # issue 51, items 2, 6, 9
+        runs["ledger"] = lambda where: ledger_rows(where, book)  # issue 51, items 4, 5 and 7
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:

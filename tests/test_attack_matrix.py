@@ -65,6 +65,9 @@ CONSENT_CLASSES = {
     "odd plan served": 2,
     "evaluation schedule": 1,
     "refusal flood": 1,
+    "renewal": 1,
+    "revoked site": 1,
+    "edited ledger": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -195,6 +198,7 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
         4,
     ),
     "schedule": (("schedule",), {word: CONSENT_CLASSES[word] for word in ("evaluation schedule", "refusal flood")}, 2),
+    "ledger": (("ledger",), {word: CONSENT_CLASSES[word] for word in ("renewal", "revoked site", "edited ledger")}, 3),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,
 the row classes each group must hold (with how many rows), and the fewest rows the group yields. Together

@@ -6,7 +6,7 @@ patched (:class:`~attacks.consent.LoopAggregator`), and measures the decoded sum
 ones, computed in-process from what each honest site computed before encoding (its seams wrapped: the
 evaluation answers, the composition counts, the trained update). Each row states the noise scale the
 aggregator faces (the ``noise_std`` it records itself) and the epsilon each site's ledger
-(``NAME.FEDERATION.bindings.json``, ``"releases"``) charged, and is handled only when the error is of the
+(``NAME.DATA.ledger.json``, its releases) charged, and is handled only when the error is of the
 order of that noise (nothing exact), the ledger charged one release per fresh answer, and a control
 without noise shows the attack exact (so the noise, not a broken harness, is what hides the answer):
 
@@ -27,7 +27,6 @@ without noise shows the attack exact (so the noise, not a broken harness, is wha
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import tomllib
 from collections.abc import Iterator
@@ -67,12 +66,12 @@ from fedfair.core.evaluation import evaluate
 from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import RoundLoop
+from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.rounds import RoundJob
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
 from fedfair.runtime.composition_counts import local_counts
-from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.contract import EVALUATION, TRAINING
 from fedfair.runtime.local.workspace import Workspace, declared_sizes, make_workspace, write_pinned_manifest
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings, shared_settings
@@ -90,22 +89,14 @@ OPERATOR = "cheating aggregator (fedfair's aggregator, its round loop patched) a
 # ---------------------------------------------------------------- shared measurements
 
 
-def bindings(workspace: Workspace, name: str) -> Path:
-    return workspace.configs[name].parent / f"{name}.{FEDERATION_ID}.bindings.json"
-
-
 def ledger(workspace: Workspace, names: tuple[str, ...], delta: float) -> dict[str, dict[str, Any]]:
     """Each site's ledger: its releases as (kind, round) and the epsilon they compose to at `delta`."""
     found: dict[str, dict[str, Any]] = {}
     for name in names:
-        path = bindings(workspace, name)
-        if not path.exists():
-            found[name] = {"releases": [], "epsilon": 0.0}
-            continue
-        releases = json.loads(path.read_text()).get("releases", [])
+        site = open_ledger(load_collaborator_config(workspace.configs[name]))
         found[name] = {
-            "releases": [(entry["kind"], int(entry["round"])) for entry in releases],
-            "epsilon": round(InputRecord(path, FEDERATION_ID).spent(delta), 4),
+            "releases": [(entry["kind"], int(entry["round"])) for entry in site.releases()],  # type: ignore[call-overload]
+            "epsilon": round(site.spent(delta), 4),
         }
     return found
 

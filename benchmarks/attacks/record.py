@@ -56,6 +56,9 @@ from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.aggregator.servicer import Servicer
 from fedfair.runtime.aggregator.start import prepare
+from fedfair.privacy.accounting import privacy_state_path
+from fedfair.runtime.collaborator.charges import data_identity
+from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import TrainerFactory
 from fedfair.runtime.collaborator.uplink import input_limit
 from fedfair.runtime.contract import TRAINING
@@ -413,13 +416,14 @@ def lost_record_row(root: Path, book: RowBook) -> None:
 def lost_ledger_row(root: Path, book: RowBook) -> None:
     with book.row(
         f"lost ledger: {TARGET} ([privacy] on) trained two rounds, its privacy accountant "
-        f"({TARGET}.{FEDERATION_ID}.privacy.json) is deleted, its record kept, and it restarts (a real process)",
+        f"({TARGET}.DATA.privacy.json) is deleted, its record kept, and it restarts (a real process)",
         "exit status 2 naming the accountant that charged fewer rounds than the record counts, no traceback; with "
         "the accountant restored from its backup it joins and trains again (the control)",
         "real aggregator and collaborator processes",
     ) as row:
         with target_federation(root, privacy=True) as federation:
-            accountant = federation.workspace.configs[TARGET].parent / f"{TARGET}.{FEDERATION_ID}.privacy.json"
+            config = load_collaborator_config(federation.workspace.configs[TARGET])
+            accountant = privacy_state_path(config.source.parent, TARGET, data_identity(config.data))
             first = federation.start()
             contributed = federation.trained(2)
             first.kill()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from fedfair.runtime.logs import configure_logging
@@ -25,27 +26,46 @@ def _start_command(args: argparse.Namespace) -> int:
 
 
 def _ledger_command(args: argparse.Namespace) -> int:
-    from fedfair.core.errors import ConfigError
-    from fedfair.runtime.collaborator.charges import describe_ledger
+    from fedfair.runtime.collaborator.charges import describe_accountant, describe_ledger, open_ledger
     from fedfair.runtime.collaborator.config import load_collaborator_config
-    from fedfair.runtime.collaborator.input_record import InputRecord
 
     config = load_collaborator_config(args.config)
-    pattern = f"{config.name}.{args.federation or '*'}.bindings.json"
-    paths = sorted(config.source.parent.glob(pattern))
-    if not paths:
+    print(describe_ledger(open_ledger(config), args.delta))
+    own = describe_accountant(config, args.delta)
+    if own is not None:
+        print(own)
+    return 0
+
+
+def _reset_ledger_command(args: argparse.Namespace) -> int:
+    from fedfair.core.errors import ConfigError
+    from fedfair.runtime.collaborator.charges import describe_ledger, open_ledger
+    from fedfair.runtime.collaborator.config import load_collaborator_config
+
+    config = load_collaborator_config(args.config)
+    ledger = open_ledger(config)
+    if not args.confirm:
+        print(describe_ledger(ledger))
         raise ConfigError(
-            f"no record {pattern} beside {config.source}: this institution has answered nothing in "
-            f"{'federation ' + args.federation if args.federation else 'any federation'} yet"
+            f"nothing reset: starting {ledger.path} again forgets, for every later budget check, what the releases "
+            "above spent of these people's privacy; if that is what you mean, run this again with --confirm"
         )
-    for path in paths:
-        federation = path.name.removeprefix(f"{config.name}.").removesuffix(".bindings.json")
-        print(describe_ledger(InputRecord(path, federation), args.delta))
+    # The reset is an entry of the ledger itself, and a line of the collaborator's log beside its config.
+    configure_logging(file=config.source.parent / f"{config.name}.log", label=config.name)
+    spent = ledger.reset(args.reason)
+    logging.getLogger("fedfair.collaborator").warning(
+        "%s: privacy ledger %s reset by its operator (%s); epsilon %.4g spent before it no longer counts",
+        config.name,
+        ledger.path,
+        args.reason,
+        spent,
+    )
+    print(f"{ledger.path}: reset (epsilon {spent:.4g} spent before it is kept, and no longer counted)")
     return 0
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`fedfair collaborator start` and `fedfair collaborator ledger`."""
+    """`fedfair collaborator start`, `fedfair collaborator ledger` and `fedfair collaborator reset-ledger`."""
     group = subparsers.add_parser("collaborator", help="take part in a federation as one institution")
     commands = group.add_subparsers(dest="collaborator_command", required=True, metavar="COMMAND")
     start = commands.add_parser("start", help="connect to the aggregator and train on local data")
@@ -53,15 +73,28 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     start.add_argument(
         "--reset-state",
         action="store_true",
-        help="start this institution's record of the federation (and its privacy budget) again when it was lost; "
-        "without it a collaborator with no record refuses to join a federation past its first round",
+        help="start this institution's record of the federation again when it was lost (its privacy ledger is "
+        "kept: only `reset-ledger` starts that again); without it a collaborator with no record refuses to join a "
+        "federation past its first round",
     )
     start.add_argument(
         "--verbose", action="store_true", help="print every per-round line on the console too, not only in the log file"
     )
     start.set_defaults(handler=_start_command)
-    ledger = commands.add_parser("ledger", help="what this institution's noised inputs have spent, per federation")
+    ledger = commands.add_parser(
+        "ledger", help="what this institution's noised inputs have spent of its data's budget, in every federation"
+    )
     ledger.add_argument("--config", type=Path, required=True, help="this institution's collaborator.toml")
-    ledger.add_argument("--federation", help="one federation id (default: every federation it has a record of)")
     ledger.add_argument("--delta", type=float, help="report epsilon at this delta (default: the plan's)")
     ledger.set_defaults(handler=_ledger_command)
+    reset = commands.add_parser(
+        "reset-ledger",
+        help="start this institution's privacy ledger for its data again (the operator's decision; kept in the "
+        "ledger and the log)",
+    )
+    reset.add_argument("--config", type=Path, required=True, help="this institution's collaborator.toml")
+    reset.add_argument("--reason", required=True, help="why, kept in the ledger (e.g. 'new cohort, new records')")
+    reset.add_argument(
+        "--confirm", action="store_true", help="do reset it (without it the command shows the ledger and stops)"
+    )
+    reset.set_defaults(handler=_reset_ledger_command)

@@ -1,15 +1,17 @@
-"""`fedfair pki init | request | sign | issue | show | manifest`: the certificates folder from the shell.
+"""`fedfair pki init | request | sign | issue | show | manifest | revoke`: the certificates folder from the shell.
 
 The flow for a CA held apart from the institutions: each institution runs `request`
 (its key never leaves its folder), the CA holder runs `sign` on the request it
 receives, and once every certificate is issued anyone runs `manifest` on them; the
 institutions compare the printed fingerprints (or the manifest's digest) out of band
 and each keeps a copy of the manifest, which pins the roster against the CA itself.
+`revoke` writes the next manifest without a certificate (the site removed, or re-keyed).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,6 +81,42 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_revoke(args: argparse.Namespace) -> int:
+    from fedfair.pki.roster import pin_certificate
+    from fedfair.runtime.manifest import load_manifest, manifest_digest, revoked
+
+    manifest = load_manifest(args.manifest)
+    old = manifest.pin(args.name)
+    replacement = None
+    if args.replace is not None:
+        ca = load_certificate(args.ca if args.ca is not None else args.replace.parent / "ca.crt")
+        replacement = pin_certificate(load_certificate(args.replace), ca)
+    new = dataclasses.replace(revoked(manifest, args.name, replacement, args.min_round_size), source=args.out)
+    write_manifest(
+        args.out,
+        new.federation_id,
+        (new.aggregator, *new.collaborators),
+        new.max_colluding,
+        new.min_round_size,
+        new.plan,
+    )
+    print(f"wrote {args.out}: the certificate of {args.name} (sha256 {old.sha256 if old else '?'}) is revoked")
+    if replacement is not None:
+        print(f"  {args.name} is pinned to its new certificate, sha256 {replacement.sha256}; the plan stays pinned")
+        print(f"next: every institution compares the digest, puts {args.out} in place of {args.manifest}, and the")
+        print("aggregator is started again with it: the revoked certificate is refused at its handshake and by")
+        print("every peer's key agreement")
+    else:
+        print(f"  {len(new.collaborators)} collaborators left, min_round_size {new.min_round_size}; no plan pinned")
+        print(
+            f"next: remove {args.name} from the plan's [federation] collaborators (and its [influence] size), then "
+            f"`fedfair plan renew --plan PLAN --manifest {args.out} --federation NEW_ID --out NEW_MANIFEST`; every "
+            "site's privacy ledger continues (it is its data's, not the federation's)"
+        )
+    print(f"manifest sha256 {manifest_digest(new)}")
+    return 0
+
+
 def _add_certificate_arguments(parser: argparse.ArgumentParser, *, role_required: bool) -> None:
     """What `sign` and `issue` both ask of the certificate they make: role, validity, extra hosts."""
     if role_required:
@@ -94,7 +132,7 @@ def _add_certificate_arguments(parser: argparse.ArgumentParser, *, role_required
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``fedfair pki {init,request,sign,issue,show,manifest}``."""
+    """Add ``fedfair pki {init,request,sign,issue,show,manifest,revoke}``."""
     pki = subparsers.add_parser("pki", help="certificates: a CA per federation, one certificate per participant")
     commands = pki.add_subparsers(dest="pki_command", required=True, metavar="STEP")
 
@@ -164,3 +202,22 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     manifest.add_argument("--min-round-size", type=int, required=True, help="the fewest parties a round may have")
     manifest.add_argument("--out", type=Path, required=True, help="the manifest to write, e.g. manifest.toml")
+
+    revoke = add(
+        "revoke",
+        "write a new manifest without a collaborator's certificate (removed, or replaced by a new one)",
+        _cmd_revoke,
+        folder=None,
+    )
+    revoke.add_argument("--manifest", type=Path, required=True, help="the manifest in force")
+    revoke.add_argument("--name", required=True, help="the collaborator whose certificate is revoked")
+    revoke.add_argument("--out", type=Path, required=True, help="the new manifest to write (never over a file)")
+    revoke.add_argument(
+        "--replace", type=Path, default=None, help="the institution's new NAME.crt to pin instead (a new key)"
+    )
+    revoke.add_argument(
+        "--ca", type=Path, default=None, help="the federation's ca.crt (default: the one beside --replace)"
+    )
+    revoke.add_argument(
+        "--min-round-size", type=int, default=None, help="a lower bound, when the roster left is below the old one"
+    )

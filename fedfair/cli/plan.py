@@ -50,8 +50,9 @@ def _renew_command(args: argparse.Namespace) -> int:
     print(
         f"next: every institution compares the digest out of band, puts {args.out} in place of {args.manifest} and "
         f"sets [collaborator] federation = {args.federation!r} in its collaborator.toml (done above for the "
-        "configs given with --config); then start the aggregator and the collaborators as before: their bindings "
-        "and privacy ledgers start afresh under the new id"
+        "configs given with --config); then start the aggregator and the collaborators as before: their records of "
+        "inputs start afresh under the new id, and each site's privacy ledger for its data continues from what "
+        "it has spent"
     )
     return 0
 

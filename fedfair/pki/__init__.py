@@ -24,7 +24,9 @@ from fedfair.pki.store import (
 )
 from fedfair.pki.verification import (
     credential_verifier,
+    fingerprint,
     name_from_certificate,
+    normalise_fingerprint,
     pinned_credential_verifier,
     verify_certificate,
 )
@@ -34,11 +36,13 @@ __all__ = [
     "ca_paths",
     "create_request",
     "credential_verifier",
+    "fingerprint",
     "init_ca",
     "issue",
     "load_certificate",
     "load_private_key",
     "name_from_certificate",
+    "normalise_fingerprint",
     "participant_paths",
     "pinned_credential_verifier",
     "sign_request",

@@ -1,22 +1,20 @@
 """Privacy accounting: epsilon of a history of DP-SGD runs, noise for a target, a persisted accountant.
 
-Every round's steps join one history (noise, sample rate, steps) per collaborator
-and federation, persisted in a JSON state file so that it survives restarts; the
-cumulative (epsilon, delta) comes from a PRV accountant (RDP as a cross-check).
-
-The state file is keyed by the federation id (:func:`privacy_state_path`) and
-records it: a restart within a federation continues its history, and joining
-another federation starts a new one instead of silently carrying a budget spent
-elsewhere. The budget is therefore per federation; an institution that trains on
-the same records in several federations must add their epsilons up itself.
+Every round's steps join one history (noise, sample rate, steps) per collaborator and dataset,
+whichever federation asked, persisted in a JSON state file (:func:`privacy_state_path`,
+``NAME.DATA.privacy.json``) with the rounds each federation charged and a SHA-256 over its
+content, so that it survives restarts and a hand edit is refused; the cumulative (epsilon, delta)
+comes from a PRV accountant (RDP as a cross-check). Files of before, one per federation, are
+folded in once (:func:`open_accountant`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -27,12 +25,20 @@ from opacus.accountants.utils import get_noise_multiplier
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write, read_json
+from fedfair.pki.roster import canonical_json
 from fedfair.privacy.config import ACCOUNTANTS, PrivacyConfig
+from fedfair.privacy.ledger import data_digest
 
 RDP_ORDERS = tuple(RDPAccountant.DEFAULT_ALPHAS)
 STATE_FORMAT = "fedfair-privacy-accountant"
-STATE_VERSION = 2
-"""Version 2 records the federation id; version 1 files (without it) are still read."""
+STATE_VERSION = 3
+"""Version 3 is one site's and dataset's: the data, each federation's rounds, the history and a digest over
+them. Version 2 (one federation's, recording its id) and version 1 files are folded into it once."""
+
+_STATE_KEYS = frozenset(("format", "version", "data", "rounds", "history", "sha256"))
+
+UNRECORDED = "(unrecorded)"
+"""The federation a ``NAME.privacy.json`` of before per-federation accounting is folded in under."""
 
 History = list[tuple[float, float, int]]
 """(noise multiplier, sample rate, steps) runs, consecutive equal settings merged."""
@@ -145,89 +151,175 @@ def plan_noise_multiplier(
         ) from None
 
 
-def privacy_state_path(folder: Path, name: str, federation_id: str) -> Path:
-    """Where collaborator `name` keeps its accountant for one federation: `folder/NAME.FEDERATION.privacy.json`.
+def privacy_state_path(folder: Path, name: str, data: Mapping[str, object]) -> Path:
+    """Where collaborator `name` keeps its accountant for the data `data` names: ``folder/NAME.DATA.privacy.json``.
 
-    Keyed by the federation so that a collaborator joining another federation starts a new
-    history (its own budget) rather than sitting out every round on a budget spent elsewhere.
+    DATA is the first 16 hex digits of the data's digest (:func:`fedfair.privacy.ledger.data_digest`), as for
+    its ledger: what the records lose is counted over every federation that asks.
     """
-    return folder / f"{name}.{federation_id}.privacy.json"
+    return folder / f"{name}.{data_digest(data)[:16]}.privacy.json"
 
 
-def legacy_privacy_state_path(folder: Path, name: str) -> Path:
-    """Where collaborators kept their accountant before it was kept per federation (`NAME.privacy.json`)."""
-    return folder / f"{name}.privacy.json"
+def open_accountant(
+    folder: Path, name: str, data: Mapping[str, object], federation: str
+) -> tuple[PrivacyAccountant, list[str]]:
+    """The accountant of `name`'s `data` in `folder`, charging for `federation`; the federations folded in now.
+
+    Each state file of before (``NAME.FEDERATION.privacy.json``, version 1 or 2, and ``NAME.privacy.json``) is
+    folded in once: its history joins the data's and its rounds are kept under its federation.
+    """
+    accountant = PrivacyAccountant(privacy_state_path(folder, name, data), federation=federation, data=data)
+    folded = []
+    for path in sorted(folder.glob(f"{name}.*privacy.json")):
+        stem = path.name.removeprefix(f"{name}.").removesuffix("privacy.json").removesuffix(".")
+        if path != accountant.path and accountant.fold(path, stem or UNRECORDED):
+            folded.append(stem or UNRECORDED)
+    return accountant, folded
 
 
 class PrivacyAccountant:
-    """One collaborator's privacy spend over the whole federation: its DP-SGD history, persisted.
+    """One collaborator's privacy spend on one dataset: its DP-SGD history over every federation, persisted.
 
     The history is mechanism-neutral (noise multiplier, sample rate, steps), so the
     same file can be read with either accountant. With a `path` every `spend` is
     written atomically before it returns, so a crash or restart can only
-    over-count, never forget, what was spent. The file records `federation`, the
-    federation id the history belongs to; a file of another federation is refused.
+    over-count, never forget, what was spent. The file records the data it is for
+    and how many rounds each federation charged (`rounds` is `federation`'s); a file
+    of other data, or one whose digest is not of its content, is refused.
     """
 
-    def __init__(self, path: Path | None = None, *, federation: str | None = None) -> None:
+    def __init__(
+        self, path: Path | None = None, *, federation: str = "", data: Mapping[str, object] | None = None
+    ) -> None:
         self.path = path
         self.federation = federation
+        self.data = dict(data or {})
         self.history: History = []
-        self.rounds = 0
+        self._rounds: dict[str, int] = {}
         if path is not None and path.exists():
             self._load(path)
 
     @property
+    def rounds(self) -> int:
+        """The rounds this accountant charged for its federation (what that federation's record must not exceed)."""
+        return self._rounds.get(self.federation, 0)
+
+    @property
+    def rounds_by_federation(self) -> dict[str, int]:
+        """The rounds each federation charged, by federation id."""
+        return dict(sorted(self._rounds.items()))
+
+    @property
     def steps(self) -> int:
-        """DP-SGD steps recorded so far, over every run of the history."""
+        """DP-SGD steps recorded so far, over every run of the history (every federation's)."""
         return sum(steps for _, _, steps in self.history)
 
     def epsilon(self, delta: float, accountant: str = "prv", *, then: tuple[float, float, int] | None = None) -> float:
-        """Cumulative epsilon at delta so far, or after one more run `then` if given."""
+        """Cumulative epsilon at delta so far, over every federation, or after one more run `then` if given."""
         history = _merged(self.history, then) if then is not None else self.history
         return epsilon_of_history(history, delta, accountant)
 
     def spend(self, noise_multiplier: float, sample_rate: float, steps: int) -> None:
         """Record one round's steps (and persist them) before they are taken."""
         self.history = _merged(self.history, _validated_run(noise_multiplier, sample_rate, steps))
-        self.rounds += 1
+        self._rounds[self.federation] = self.rounds + 1
         if self.path is not None:
             self._save(self.path)
 
-    def _save(self, path: Path) -> None:
-        state = {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
-            "federation": self.federation,
-            "rounds": self.rounds,
+    def fold(self, path: Path, federation: str) -> bool:
+        """Fold a state file of before (one federation's) into this history, once; whether it was folded now.
+
+        Raises:
+            ConfigError: the file is unreadable, or records another federation than its name says.
+        """
+        if federation in self._rounds:
+            return False
+        fix = f"restore it from a backup, or move it away if it is not about the data of {self.path}"
+        state = read_json(path, fix)
+        try:
+            if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+                raise ValueError(f"not a {STATE_FORMAT} file")
+            version = state.get("version")
+            if version == STATE_VERSION:
+                return False  # another dataset's accountant, not a file of before
+            if version not in (1, 2):
+                raise ValueError(f"version {version!r}, not 1, 2 or {STATE_VERSION}")
+            if version == 2 and state["federation"] not in (federation, None):
+                raise ValueError(f"it records federation {state['federation']!r}, not {federation!r}")
+            history = _history(state["history"])
+            rounds = _count(state["rounds"], "rounds")
+        except (ValueError, TypeError, KeyError, ConfigError) as error:
+            raise ConfigError(f"privacy accountant state {path} is unreadable ({error}); {fix}") from None
+        for run in history:
+            self.history = _merged(self.history, run)
+        self._rounds[federation] = rounds
+        if self.path is not None:
+            self._save(self.path)
+        return True
+
+    def _content(self) -> dict[str, object]:
+        return {
+            "data": self.data,
+            "rounds": dict(sorted(self._rounds.items())),
             "history": [list(run) for run in self.history],
         }
+
+    def _save(self, path: Path) -> None:
+        content = self._content()
+        state = {"format": STATE_FORMAT, "version": STATE_VERSION, **content, "sha256": _digest(content)}
         atomic_write(path, lambda stream: stream.write(json.dumps(state, indent=1).encode()))
 
     def _load(self, path: Path) -> None:
         fix = "restore it from a backup (starting afresh would forget the privacy already spent)"
         state = read_json(path, fix)  # bounded: a 100,000-deep file or 10**30 steps is one named error
         try:
-            version = state.get("version")
-            if state.get("format") != STATE_FORMAT or version not in (1, STATE_VERSION):
-                raise ValueError(f"not a {STATE_FORMAT} version 1 or {STATE_VERSION} file")
-            history = [_validated_run(float(sigma), float(rate), steps) for sigma, rate, steps in state["history"]]
+            if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+                raise ValueError(f"not a {STATE_FORMAT} file")
+            if state.get("version") != STATE_VERSION or set(state) != _STATE_KEYS:
+                raise ValueError(
+                    f"not a version {STATE_VERSION} state with exactly the keys {', '.join(sorted(_STATE_KEYS))}"
+                )
+            content = {key: state[key] for key in ("data", "rounds", "history")}
+            if state["sha256"] != _digest(content):
+                raise ValueError("its sha256 is not the digest of its content: the file was edited or damaged")
+            history = _history(state["history"])
             rounds = state["rounds"]
-            if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-                raise ValueError(f"rounds must be a count, got {rounds!r}")
-            # Version 1 did not record the federation: one that sits at this federation's path was put
-            # there on purpose (by its operator, renaming it) and is this federation's.
-            federation = state["federation"] if version == STATE_VERSION else self.federation
-            if federation is not None and not isinstance(federation, str):
-                raise ValueError(f"federation must be a federation id, got {federation!r}")
+            if not isinstance(rounds, dict):
+                raise ValueError("rounds is not an object of federation: count")
+            counted = {str(federation): _count(count, f"rounds.{federation}") for federation, count in rounds.items()}
         except (OSError, ValueError, TypeError, KeyError, AttributeError, ConfigError) as error:
             raise ConfigError(f"privacy accountant state {path} is unreadable ({error}); {fix}") from None
-        if federation != self.federation:
+        if state["data"] != self.data:
             raise ConfigError(
-                f"privacy accountant state {path} belongs to federation {federation!r}, not {self.federation!r}; "
-                "move it back to where that federation's collaborator keeps it"
+                f"privacy accountant state {path} is of the data {state['data']!r}, not {self.data!r}; put back the "
+                "file that was at this path"
             )
-        self.history, self.rounds = history, rounds
+        self.history, self._rounds = history, counted
+
+
+def _digest(content: Mapping[str, object]) -> str:
+    """SHA-256 (hex) of a state's content in canonical JSON."""
+    return hashlib.sha256(canonical_json(dict(content))).hexdigest()
+
+
+def _history(runs: object) -> History:
+    """A state's history, each run checked; a ValueError names the first run out of range."""
+    if not isinstance(runs, list):
+        raise ValueError("history is not a list of runs")
+    history: History = []
+    for index, run in enumerate(runs):
+        try:
+            sigma, rate, steps = run
+            history.append(_validated_run(float(sigma), float(rate), steps))
+        except (ValueError, TypeError, ConfigError) as error:
+            raise ValueError(f"history[{index}]: {error}") from None
+    return history
+
+
+def _count(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where} must be a count, got {value!r}")
+    return value
 
 
 def _merged(history: History, run: tuple[float, float, int]) -> History:

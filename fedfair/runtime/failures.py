@@ -93,9 +93,10 @@ CERTIFICATE_REFUSED = FailureClass(
 NAME_NOT_ALLOWED = FailureClass(
     "name-not-allowed",
     False,
-    "the aggregator accepted the certificate of {name!r} but refused it: the name is not on the plan's allow-list",
+    "the aggregator accepted the certificate of {name!r} but refused it: the name is not on the plan's allow-list, "
+    "or the federation's manifest pins another certificate for it (this one was revoked)",
     "ask the operator to add {name!r} to [federation] collaborators in the plan, or use the certificate "
-    "of an institution the plan lists",
+    "of an institution the plan lists (its current one, if the manifest was renewed with `fedfair pki revoke`)",
 )
 IDENTITY_IN_USE = FailureClass(
     "identity-in-use",

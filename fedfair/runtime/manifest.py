@@ -5,6 +5,7 @@ Why: docs/design.md, "Inside the runtime's shared modules".
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -180,6 +181,41 @@ def manifest_digest(manifest: Manifest) -> str:
     """SHA-256 (hex) of the manifest's content, what the institutions compare (comments and order do not count)."""
     pins = (manifest.aggregator, *manifest.collaborators)
     return roster_digest(manifest.federation_id, pins, manifest.max_colluding, manifest.min_round_size, manifest.plan)
+
+
+def revoked(
+    manifest: Manifest, name: str, replacement: Pin | None = None, min_round_size: int | None = None
+) -> Manifest:
+    """`manifest` with collaborator `name`'s certificate revoked: its pin removed, or replaced by `replacement`.
+
+    Whatever the manifest no longer pins is refused at the aggregator's handshake and in every peer's key
+    agreement. A replacement (the same institution, a new key) keeps the roster and so the pinned plan; a
+    removal changes the roster the plan must name, so the result pins no plan (pin the edited plan on it).
+    `min_round_size` lowers the bound where the roster left is smaller than it.
+
+    Raises:
+        ConfigError: `name` is not a collaborator of the manifest, the replacement is for another name or is
+            the revoked certificate itself, or the roster left breaks the manifest's bounds.
+    """
+    pin = manifest.pin(name)
+    if pin is None or pin.role != "collaborator":
+        raise ConfigError(f"{name!r} is not a collaborator in the manifest {manifest.source}; check the name")
+    others = tuple(other for other in manifest.collaborators if other.name != name)
+    if replacement is not None:
+        if replacement.name != name or replacement.role != "collaborator":
+            raise ConfigError(
+                f"the replacement certificate is for {replacement.role} {replacement.name!r}, not collaborator {name!r}"
+            )
+        if replacement.sha256 == pin.sha256:
+            raise ConfigError(f"the replacement for {name!r} is the certificate being revoked; issue a new one")
+        others = tuple(sorted((*others, replacement), key=lambda other: other.name))
+    bound = manifest.min_round_size if min_round_size is None else min_round_size
+    try:
+        check_pins((manifest.aggregator, *others), manifest.max_colluding, bound)
+    except ConfigError as error:
+        raise ConfigError(f"without {name!r}: {error} (--min-round-size)") from None
+    plan = manifest.plan if replacement is not None else None
+    return dataclasses.replace(manifest, collaborators=others, min_round_size=bound, plan=plan)
 
 
 # ---------------------------------------------------------------- certificates

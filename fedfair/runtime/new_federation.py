@@ -256,7 +256,8 @@ manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
             "Running it again",
             "A finished federation runs again as a new one, from the same sites and certificates: a new id, "
             f"a fresh output folder and a new manifest (every institution compares its digest and puts it in place "
-            f"of `{MANIFEST}`); the bindings and privacy ledgers start afresh under the new id:",
+            f"of `{MANIFEST}`); the bindings start afresh under the new id, and each site's privacy ledger "
+            "continues from what its data has spent:",
             [
                 f"fedfair plan renew --plan {AGGREGATOR_NAME}/plan.toml --manifest {MANIFEST} --federation {renewed} "
                 f"--out manifest-{renewed}.toml " + " ".join(f"--config {site}/collaborator.toml" for site in sites),

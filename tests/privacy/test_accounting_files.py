@@ -12,9 +12,8 @@ from fedfair.privacy.accounting import STATE_FORMAT, STATE_VERSION, PrivacyAccou
 
 
 def state(history: object) -> str:
-    return json.dumps({"format": STATE_FORMAT, "version": STATE_VERSION, "federation": "f", "rounds": 1}).replace(
-        '"rounds": 1', f'"rounds": 1, "history": {history}'
-    )
+    document = {"format": STATE_FORMAT, "version": STATE_VERSION, "data": {}, "rounds": {"f": 1}, "sha256": ""}
+    return json.dumps(document).replace('"sha256"', f'"history": {history}, "sha256"')
 
 
 @pytest.mark.parametrize(
@@ -39,5 +38,5 @@ def test_an_odd_accountant_state_is_a_named_error(tmp_path: Path, text: str, nam
 
 def test_a_sound_accountant_state_still_loads(tmp_path: Path) -> None:
     path = tmp_path / "privacy.json"
-    path.write_text(state("[[1.1, 0.01, 30]]"))
+    PrivacyAccountant(path, federation="f").spend(1.1, 0.01, 30)
     assert PrivacyAccountant(path, federation="f").steps == 30

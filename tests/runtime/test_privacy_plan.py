@@ -4,11 +4,9 @@ and charged to each institution's ledger."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from fedfair.cli import main as cli_main
@@ -18,6 +16,9 @@ from fedfair.fairness import sums
 from fedfair.privacy import distributed
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.privacy.ledger import Charge, Ledger
+from fedfair.runtime.collaborator.charges import open_ledger
+from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
 from fedfair.runtime.report.page import write_report
@@ -97,24 +98,28 @@ def test_without_the_section_reports_are_exact() -> None:
     assert not plan.noised and not plan.distributed
 
 
+def site_ledger(tmp_path: Path, name: str = "site-1") -> Ledger:
+    return Ledger(tmp_path / f"{name}.data.ledger.json", name, {"csv": f"/data/{name}.csv"})
+
+
 def test_the_ledger_refuses_an_answer_past_the_budget_and_survives_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "site-1.fed.bindings.json"
     release = answer_release(PlanPrivacy(report_epsilon=1.0), ())
-    record = InputRecord(path, "fed")
+    record = InputRecord(path, "fed", ledger=site_ledger(tmp_path))
     # RDP composes answers at 1.0, 1.46, 1.82, ... epsilon: a budget of 1.6 holds two.
-    first = record.charge("evaluate", 1, "m1", release, 1e-5, 1.6)
-    second = record.charge("evaluate", 2, "m2", release, 1e-5, 1.6)
+    first = record.charge(Charge("evaluate", 1, "m1", release, 1e-5), 1.6)
+    second = record.charge(Charge("evaluate", 2, "m2", release, 1e-5), 1.6)
     assert first == pytest.approx(1.0, rel=2e-3) and first < second <= 1.6
-    restarted = InputRecord(path, "fed")
-    assert restarted.spent(1e-5) == pytest.approx(second, rel=1e-12)
-    assert [entry["round"] for entry in restarted.ledger()] == [1, 2]
+    restarted = InputRecord(path, "fed", ledger=site_ledger(tmp_path))
+    assert site_ledger(tmp_path).spent(1e-5) == pytest.approx(second, rel=1e-12)
+    assert [entry["round"] for entry in site_ledger(tmp_path).releases()] == [1, 2]
     with pytest.raises(
         PrivacyBudgetError,
-        match=r"round 3 \(evaluate\) would spend epsilon .* past .* budget of 1.6; "
-        r"spent so far: epsilon .* on 2 evaluate answers",
+        match=r"round 3 \(evaluate\) of federation fed would spend epsilon .* past .* budget of 1.6 for this "
+        r"data; spent so far: epsilon .* on 2 evaluate answers in fed",
     ):
-        restarted.charge("evaluate", 3, "m3", release, 1e-5, 1.6)
-    assert len(InputRecord(path, "fed").ledger()) == 2  # a refused answer charges nothing
+        restarted.charge(Charge("evaluate", 3, "m3", release, 1e-5), 1.6)
+    assert len(site_ledger(tmp_path).releases()) == 2  # a refused answer charges nothing
 
 
 @pytest.mark.slow
@@ -140,10 +145,9 @@ def test_a_noised_federation_reports_with_the_noise_each_site_charged(tmp_path: 
     expected_std = decoded_noise_std(release, plan_floor(3, 2, 0, True, None, None), 0, 3)
     assert all(item["noise_std"] == pytest.approx(expected_std, rel=1e-9) for item in evaluations)
     for name in names:
-        path = workspace.configs[name].parent / f"{name}.{federation.plan.federation_id}.bindings.json"
-        ledger = json.loads(path.read_text())["releases"]
+        ledger = open_ledger(load_collaborator_config(workspace.configs[name])).releases()
         assert [entry["round"] for entry in ledger] == [item["round"] for item in evaluations]
-        assert all(np.isclose(entry["mu"], release.mu) for entry in ledger)
+        assert all(entry["mu"] == pytest.approx(release.mu) for entry in ledger)
 
 
 @pytest.mark.parametrize(
@@ -192,14 +196,14 @@ def test_the_ledger_composes_training_rounds_with_their_sampling_and_add_on(tmp_
     """A run's training rounds charged one by one spend exactly what the run's calibration promised, and
     answers on top compose with them; grouping identical rounds changes nothing but the time."""
     noise = distributed.training_noise(3.0, 1e-5, sensitivity=2.0, sampling_rate=0.01, steps=50, dimension=110)
-    record = InputRecord(tmp_path / "site-a.fed.bindings.json", "fed")
+    record = InputRecord(tmp_path / "site-a.fed.bindings.json", "fed", ledger=site_ledger(tmp_path, "site-a"))
     one = dataclasses.replace(noise.release, steps=1)
     for round_number in range(1, 51):
-        spent = record.charge("train", round_number, f"m{round_number}", one, 1e-5, 10.0, addon=noise.addon / 50)
+        spent = record.charge(Charge("train", round_number, f"m{round_number}", one, 1e-5, noise.addon / 50), 10.0)
     assert spent == pytest.approx(noise.epsilon(50, 1e-5), rel=1e-9)
     assert spent == pytest.approx(3.0, rel=2e-3)
     answer = answer_release(PlanPrivacy(report_epsilon=0.5), ())
-    total = record.charge("evaluate", 50, "m50", answer, 1e-5, 10.0, addon=ROUNDING_BETA)
+    total = record.charge(Charge("evaluate", 50, "m50", answer, 1e-5, ROUNDING_BETA), 10.0)
     ungrouped = distributed.epsilon([one] * 50 + [answer], 1e-5 - noise.addon - ROUNDING_BETA)
     assert spent < total == pytest.approx(ungrouped, rel=1e-9)
 
@@ -229,22 +233,21 @@ def test_a_distributed_dp_federation_trains_inside_the_noised_secure_sum(
     assert all(std > 0 for std in stds) and len(set(stds)) == 1  # the same calibrated noise every round
     plan = federation.plan
     for name in names:
-        path = workspace.configs[name].parent / f"{name}.{plan.federation_id}.bindings.json"
-        ledger = json.loads(path.read_text())["releases"]
+        site = open_ledger(load_collaborator_config(workspace.configs[name]))
+        ledger = site.releases()
         assert [(entry["kind"], entry["round"]) for entry in ledger] == [("train", r) for r in range(1, rounds + 1)]
         assert all(entry["sampling_rate"] == pytest.approx(0.05) for entry in ledger)
         # Every round is one step of the run the noise was calibrated for: all three spend 3/rounds of it.
-        spent = InputRecord(path, plan.federation_id).spent(plan.privacy.delta)
+        spent = site.spent(plan.privacy.delta)
         assert plan.privacy.epsilon is not None and 0 < spent < plan.privacy.epsilon
     page = write_report(workspace.output).read_text()
     assert f"{rounds} training rounds decoded with Skellam noise inside the secure sum" in page
     assert f"standard deviation {stds[0]:.3g} per coordinate" in page and "fedfair collaborator ledger" in page
     assert cli_main(["collaborator", "ledger", "--config", str(workspace.configs["site-a"])]) == 0
     printed = capsys.readouterr().out
-    assert f"epsilon {spent:.4g} spent at delta 1e-05" in printed
+    assert f"epsilon {spent:.4g} spent at delta 1e-05 over every federation" in printed
+    assert f"federation {plan.federation_id}: epsilon {spent:.4g} alone" in printed
     assert "train          3 releases, rounds 1-3 (Skellam inside the secure sum, Poisson sampling q = 0.05)" in printed
-    assert cli_main(["collaborator", "ledger", "--config", str(workspace.configs["site-a"]), "--federation", "x"]) == 2
-    assert "no record site-a.x.bindings.json" in capsys.readouterr().err
 
 
 def test_a_training_only_privacy_section_is_shared_and_pinned(tmp_path: Path) -> None:

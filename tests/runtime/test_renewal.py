@@ -4,7 +4,9 @@ sites and certificates, with nothing deleted by hand (real processes over loopba
 The first-day story (issue 43): the aggregator started again on a finished federation's id (a new
 output folder, nothing else changed) met collaborators whose records are past its rounds, and both
 sides looped for ever. Now each collaborator stops at once with the permanent ``federation-past``
-message, exit status non-zero, its record untouched; ``plan renew`` is the way on."""
+message, exit status non-zero, its record untouched; ``plan renew`` is the way on. The renewed
+federation asks the same data again, so each site's privacy ledger continues from what the first spent
+(issue 51, item 4)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,10 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
+from fedfair.privacy.ledger import Ledger, composed
 from fedfair.runtime.aggregator.checkpoint import FINAL_SUMMARY_NAME, read_round_log
+from fedfair.runtime.collaborator.charges import open_ledger
+from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.runtime.plan.pinning import set_value
@@ -36,6 +41,15 @@ def test_set_value_keeps_the_comment_adds_a_missing_key_and_names_a_missing_tabl
         set_value(text, "collaborator", "federation", '"new"', tmp_path / "plan.toml")
 
 
+DELTA = 1e-5
+"""The plan's [privacy] delta (its default)."""
+
+
+def site_ledger(config: Path) -> Ledger:
+    """The privacy ledger of the site whose collaborator.toml is `config`."""
+    return open_ledger(load_collaborator_config(config))
+
+
 def record_bytes(config: Path, name: str) -> bytes:
     """A collaborator's record of the inputs it signed for, in the first federation."""
     return (config.parent / f"{name}.fedfair-launch.bindings.json").read_bytes()
@@ -46,10 +60,18 @@ def test_a_finished_federation_stops_and_runs_again_as_a_new_one_with_fresh_stat
     tmp_path: Path, processes: Processes, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rounds = 2
-    workspace = make_workspace(
-        tmp_path, NAMES, plan=plan_sections(training={"rounds": rounds}, quorum={"min_collaborators": 3}), manifest=True
+    sections = plan_sections(
+        # Noised evaluation answers every round (averaging from round 0, so each round's model is new).
+        training={"rounds": rounds, "average_from": 0.0},
+        quorum={"min_collaborators": 3},
+        evaluation={"every": 1},
+        privacy={"report_epsilon": 1.0, "budget": 10.0},
     )
+    workspace = make_workspace(tmp_path, NAMES, plan=sections, manifest=True)
     first_output = load_aggregator_plan(workspace.plan).aggregator.output
+
+    def log_of(name: str) -> str:
+        return (workspace.configs[name].parent / f"{name}.log").read_text()
 
     def run() -> None:
         aggregator = processes.aggregator(workspace)
@@ -60,6 +82,9 @@ def test_a_finished_federation_stops_and_runs_again_as_a_new_one_with_fresh_stat
     run()
     first_log = read_round_log(first_output)
     kept_records = {name: record_bytes(workspace.configs[name], name) for name in NAMES}
+    first_spent = {name: site_ledger(workspace.configs[name]).spent(DELTA) for name in NAMES}
+    first_releases = {name: len(site_ledger(workspace.configs[name]).releases("fedfair-launch")) for name in NAMES}
+    assert all(spent > 0 for spent in first_spent.values()), first_spent
 
     # The same federation served again from scratch: every collaborator says it is over and stops.
     again = processes.aggregator(workspace, "--output", str(tmp_path / "output-again"))
@@ -97,3 +122,14 @@ def test_a_finished_federation_stops_and_runs_again_as_a_new_one_with_fresh_stat
         # Each site's record of its inputs is per federation: the new one started afresh beside the old.
         kept = {path.name for path in workspace.configs[name].parent.glob(f"{name}.*.bindings.json")}
         assert kept == {f"{name}.fedfair-launch.bindings.json", f"{name}.second.bindings.json"}, kept
+        # ... but its privacy ledger is its data's: the second federation's answers compose on the first's.
+        ledger = site_ledger(workspace.configs[name])
+        assert len(ledger.releases("fedfair-launch")) == first_releases[name] and ledger.releases("second")
+        assert ledger.spent(DELTA) == pytest.approx(composed(ledger.releases(), DELTA), rel=1e-12)
+        assert ledger.spent(DELTA) > first_spent[name] and ledger.spent(DELTA) > ledger.spent(DELTA, "second")
+        # The first charge of the new federation already counted the old spend, and said so in the site's log.
+        charged = re.findall(r"round 1 evaluation: .* epsilon ([0-9.e+-]+) of budget 10 spent", log_of(name))
+        assert len(charged) == 2 and float(charged[1]) > first_spent[name], charged
+    assert cli_main(["collaborator", "ledger", "--config", str(workspace.configs["site-a"])]) == 0
+    shown = capsys.readouterr().out
+    assert "federation fedfair-launch: epsilon" in shown and "federation second: epsilon" in shown, shown

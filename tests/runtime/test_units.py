@@ -44,6 +44,8 @@ from fedfair.runtime.collaborator.client import (
     clip_plain_update,
     model_digest,
 )
+from fedfair.privacy.ledger import data_digest
+from fedfair.runtime.collaborator.charges import data_identity
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import (
     RetryPolicy,
@@ -404,8 +406,8 @@ def test_privacy_plugs_into_the_collaborators_hook(tmp_path: Path) -> None:
     assert isinstance(trainer, PrivateLearner)
     update = trainer.train_round(initial_state(load_aggregator_plan(workspace.plan)).theta, 5.0)
     assert np.isfinite(update.weighted_vector().numpy()).all()
-    # The accountant persists beside the config, one history per federation.
-    assert (config_path.parent / f"site-b.{shared.federation_id}.privacy.json").exists()
+    # The accountant persists beside the config, one history per dataset.
+    assert (config_path.parent / f"site-b.{data_digest(data_identity(config.data))[:16]}.privacy.json").exists()
 
 
 def test_grpc_codes_are_explained(tmp_path: Path) -> None:

@@ -59,9 +59,10 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
     board = Board(digest)
     gate = StageGate(plan.federation_id)
     gate.open(0, pb.STAGE_JOIN)
-    servicer = Servicer(
-        board, gate, PeerAuthenticator(ca_certificate, plan.collaborators), shared_settings(plan), events=events
-    )
+    # Under a manifest only the pinned certificate of each name gets in: one it no longer pins is revoked.
+    pins = None if plan.manifest is None else {pin.name: pin.sha256 for pin in plan.manifest.collaborators}
+    authenticator = PeerAuthenticator(ca_certificate, plan.collaborators, pins=pins)
+    servicer = Servicer(board, gate, authenticator, shared_settings(plan), events=events)
     grpc_server = federation_server(servicer, len(plan.collaborators), server_options() + SERVER_KEEPALIVE)
     target = address or plan.aggregator.address
     try:

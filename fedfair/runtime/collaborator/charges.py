@@ -1,10 +1,12 @@
 """What each noised input costs this institution: charged to its ledger before the input leaves.
 
-The ledger is the privacy part of the one-input record (:class:`~fedfair.runtime.collaborator.input_record.
-InputRecord`): one file with the survivor bindings and the kept bits, so a budget cannot restart
-while the record of what was answered survives, nor the other way round. The plan's ``[privacy]``
-(:mod:`fedfair.runtime.plan.privacy`) says what is noised; the budget is the plan's, or this
-institution's own ``budget_epsilon`` where that is lower.
+The ledger belongs to the institution's data, not to a federation (:mod:`fedfair.privacy.ledger`):
+:func:`open_ledger` opens the one of this site's [data], whichever federation it joins, and folds in
+what older per-federation records kept. Each federation's one-input record
+(:class:`~fedfair.runtime.collaborator.input_record.InputRecord`) charges through it and counts its
+charges, so a ledger cannot restart while the record of what was answered survives. The plan's
+``[privacy]`` (:mod:`fedfair.runtime.plan.privacy`) says what is noised; the budget is the plan's, or
+this institution's own ``budget_epsilon`` where that is lower, and it counts every federation's spend.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections import Counter
 
 import numpy as np
 
-from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.collaborator.input_record import InputRecord
+from fedfair.privacy.ledger import RESET, Charge, Ledger, ledger_path
+from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings
+from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
 from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -61,7 +65,7 @@ class Charges:
         # The add-on of rounding and wraps was counted for the plan's steps; each round carries its part.
         one_step = dataclasses.replace(noise.release, steps=1)
         addon = noise.addon / noise.release.steps
-        spent = self.record.charge("train", round_number, model, one_step, privacy.delta, self.budget, addon=addon)
+        spent = self.record.charge(Charge("train", round_number, model, one_step, privacy.delta, addon), self.budget)
         logger.info(
             "%s: round %d: update noised inside the secure sum (Skellam, sensitivity %.4g units, q %.4g); "
             "epsilon %.3g of budget %g spent",
@@ -87,7 +91,7 @@ class Charges:
             return
         release = answer_release(privacy, columns)
         spent = self.record.charge(
-            "evaluate", round_number, model, release, privacy.delta, self.budget, addon=ROUNDING_BETA
+            Charge("evaluate", round_number, model, release, privacy.delta, ROUNDING_BETA), self.budget
         )
         floor = self.shared.survivor_floor(self.shared.collaborator_count)
         mu = party_mu(release, floor, self.shared.secure_aggregation.max_colluding)
@@ -105,23 +109,91 @@ class Charges:
         )
 
 
-def describe_ledger(record: InputRecord, delta: float | None = None) -> str:
-    """The ledger of `record` for a person.
+def data_identity(data: DataSettings) -> dict[str, object]:
+    """What names this institution's records, for its ledger: the table's absolute path, or the named partition.
 
-    What each kind of release cost, and the total epsilon at `delta` (by default the delta its releases were
-    charged at).
+    Which columns are read, and how many rows are held out, do not count: they are the same people's records.
+    A path rather than the table's bytes, so that correcting or appending to the table keeps the spend.
     """
-    entries = record.ledger()
-    if not entries:
-        return f"{record.path}: no noised input charged yet (epsilon 0)"
-    at = delta if delta is not None else max(float(entry.get("delta", 1e-5)) for entry in entries)  # type: ignore[arg-type]
-    lines = [f"{record.path}: epsilon {record.spent(at):.4g} spent at delta {at:g}, composed by RDP over"]
-    for kind in sorted({str(entry["kind"]) for entry in entries}):
-        rounds = sorted(int(entry["round"]) for entry in entries if entry["kind"] == kind)  # type: ignore[call-overload]
-        rates = sorted({float(entry.get("sampling_rate", 1.0)) for entry in entries if entry["kind"] == kind})  # type: ignore[arg-type]
-        sampled = ", Poisson sampling q = " + "/".join(f"{rate:g}" for rate in rates) if rates != [1.0] else ""
-        lines.append(
-            f"  {kind:<10} {len(rounds):>5} releases, rounds {rounds[0]}-{rounds[-1]} (Skellam inside the secure sum"
-            f"{sampled})"
+    if data.csv is not None:
+        return {"csv": str(data.csv.resolve())}
+    return {
+        "dataset": data.dataset,
+        "partition": data.partition,
+        "index": data.index,
+        "parts": data.parts,
+        "alpha": data.alpha,
+    }
+
+
+def open_ledger(config: CollaboratorConfig) -> Ledger:
+    """This institution's ledger for its [data], beside its config, with older per-federation records folded in.
+
+    Raises:
+        ConfigError: the ledger or a record is damaged or edited (naming the file and the entry).
+    """
+    folder = config.source.parent
+    identity = data_identity(config.data)
+    ledger = Ledger(ledger_path(folder, config.name, identity), config.name, identity)
+    for federation in fold_records(ledger, folder, config.name):
+        logger.warning(
+            "%s: the privacy releases of federation %s were kept in its record only; folded into %s, which "
+            "now counts them with every other federation's",
+            config.name,
+            federation,
+            ledger.path,
         )
+    return ledger
+
+
+def describe_ledger(ledger: Ledger, delta: float | None = None) -> str:
+    """`ledger` for a person: the total since the last reset, then what each federation's releases cost.
+
+    Epsilon is at `delta`, by default the largest delta its releases were charged at.
+    """
+    releases = ledger.releases()
+    resets = [entry for entry in ledger.entries() if entry["kind"] == RESET]
+    lines = [f"{ledger.path}: privacy ledger of {ledger.site} for the data {ledger.identity}"]
+    if resets:
+        last = resets[-1]
+        lines.append(f"  reset {len(resets)} time(s) by its operator, last at {last['at']}: {last['reason']}")
+    if not releases:
+        return "\n".join([*lines, "  no noised input charged (epsilon 0)"])
+    at = delta if delta is not None else max(float(entry["delta"]) for entry in releases)  # type: ignore[arg-type]
+    lines.append(f"  epsilon {ledger.spent(at):.4g} spent at delta {at:g} over every federation, composed by RDP")
+    for federation in sorted({str(entry["federation"]) for entry in releases}):
+        own = [entry for entry in releases if entry["federation"] == federation]
+        lines.append(f"  federation {federation}: epsilon {ledger.spent(at, federation):.4g} alone")
+        for kind, n in sorted(Counter(str(entry["kind"]) for entry in own).items()):
+            rounds = sorted(int(entry["round"]) for entry in own if entry["kind"] == kind)  # type: ignore[call-overload]
+            rates = sorted({float(entry["sampling_rate"]) for entry in own if entry["kind"] == kind})  # type: ignore[arg-type]
+            sampled = ", Poisson sampling q = " + "/".join(f"{rate:g}" for rate in rates) if rates != [1.0] else ""
+            lines.append(
+                f"    {kind:<10} {n:>5} releases, rounds {rounds[0]}-{rounds[-1]} (Skellam inside the secure sum"
+                f"{sampled})"
+            )
+    return "\n".join(lines)
+
+
+def describe_accountant(config: CollaboratorConfig, delta: float | None = None) -> str | None:
+    """This institution's own DP-SGD spend on its [data] for a person (local DP), or None if it never used it.
+
+    Files of before (one per federation) are folded in first, as a collaborator would. Epsilon is at `delta`,
+    by default its [privacy] delta.
+    """
+    folder = config.source.parent
+    if not any(folder.glob(f"{config.name}.*privacy.json")):
+        return None
+    # Opacus (and scipy) come in only for an institution that has a DP-SGD history to show.
+    from fedfair.privacy.accounting import open_accountant
+
+    accountant, _ = open_accountant(folder, config.name, data_identity(config.data), "")
+    at = config.privacy.delta if delta is None else delta
+    lines = [
+        f"{accountant.path}: DP-SGD on this data (local), epsilon {accountant.epsilon(at):.4g} at delta {at:g} over "
+        f"{accountant.steps} steps, composed by PRV"
+    ]
+    lines += [
+        f"  federation {federation}: {rounds} rounds" for federation, rounds in accountant.rounds_by_federation.items()
+    ]
     return "\n".join(lines)

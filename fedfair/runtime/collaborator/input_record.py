@@ -6,7 +6,8 @@ site, or the same survivors where one site sends something new (it was restarted
 pushed a model one ulp away so that it trained again). So a collaborator keeps, beside its
 config, one record per federation (``NAME.FEDERATION.bindings.json``) and the latest
 payload of each kind (``NAME.FEDERATION.KIND.kept.npz``), each written atomically *before*
-anything derived from its data leaves:
+anything derived from its data leaves; noised inputs are charged to the site's ledger
+(:mod:`fedfair.privacy.ledger`), and the record counts those charges.
 
 Why: docs/design.md, "Inside the collaborator".
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,24 +24,33 @@ from pathlib import Path
 import numpy as np
 
 from fedfair.core.errors import (
-    BudgetReason,
     ConfigError,
     PermanentFailureError,
-    PrivacyBudgetError,
     Refusal,
     RefusedError,
 )
 from fedfair.core.files import atomic_write, read_json
-from fedfair.privacy import distributed
+from fedfair.privacy.ledger import CHARGED_KINDS, Charge, Ledger
 from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST
 
-KINDS = ("statistics", "train", "evaluate")
+KINDS = CHARGED_KINDS
 """The kinds of input: the statistics before round 1 (round 0), a round's training and its evaluation."""
 
 FORMAT = "fedfair-bindings"
-VERSION = 2
-"""Version 2 adds each input's round, the kept payloads, the training count and thresholds; version 1
-files (survivor sets only) are still read, their inputs' rounds unknown."""
+VERSION = 3
+"""Version 3 moves the privacy releases to the site's ledger (:mod:`fedfair.privacy.ledger`) and keeps
+their count; version 2 files (each input's round, the kept payloads, the training count and thresholds,
+the releases) are read and their releases folded into the ledger; version 1 files (survivor sets only)
+are still read, their inputs' rounds unknown."""
+
+_KEYS = {
+    1: frozenset(("format", "latest", "inputs")),
+    2: frozenset(("format", "version", "latest", "inputs", "kept", "trainings", "thresholds", "releases")),
+    3: frozenset(
+        ("format", "version", "latest", "inputs", "kept", "trainings", "thresholds", "charged", "resets", "ledger")
+    ),
+}
+"""Every key of each version: a file with one missing or one more was edited, and is refused."""
 
 _FIX = (
     "restore it (and the .kept.npz files beside it) from a backup; losing it would let the aggregator sum "
@@ -94,22 +103,29 @@ class _Input:
 class InputRecord:
     """The record of one collaborator in one federation, loaded from and kept in ``path``."""
 
-    def __init__(self, path: Path, federation: str = "", *, reset: bool = False) -> None:
+    def __init__(self, path: Path, federation: str = "", *, ledger: Ledger | None = None, reset: bool = False) -> None:
         """Load the record at `path` (of federation `federation`) or start one.
 
-        `reset` is the operator's word (``--reset-state``) that a lost record may start again past the first
-        round.
+        `ledger` is the site's ledger for its data, which every noised input is charged to; a record of
+        before ledgers has its releases folded into it. Without one the record charges nothing (it is read
+        to look at, or its federation is not noised). `reset` is the operator's word (``--reset-state``)
+        that a lost record may start again past the first round.
         """
         self.path = path
         self.federation = federation
+        self.ledger = ledger
         self.reset = reset
         self._inputs: dict[str, _Input] = {}
         self._latest: int | None = None
         self._kept: dict[str, dict[str, object]] = {}
         self._trainings = 0
         self._thresholds: dict[int, float] = {}
-        self._releases: list[dict[str, object]] = []
-        """The privacy ledger: every fresh noised answer, charged before it was kept (and so before it left)."""
+        self._charged = 0
+        """How many releases this record charged to the ledger: the ledger must hold at least as many of it."""
+        self._resets = 0
+        """The ledger's reset count when the record last wrote: more there means the operator reset it since."""
+        self._ledger_name: str | None = None
+        """The file name of the ledger this record charged to (its data's), None before any charge."""
         self._views: dict[str, SignedView] = {}
         self._first_asked: int | None = None
         """The first round this process was asked to answer."""
@@ -117,6 +133,8 @@ class InputRecord:
         """Whether a record was on disk when this process started (else it starts one)."""
         if self.found:
             self._load()
+        if ledger is not None:
+            self._check_ledger(ledger)
 
     # ------------------------------------------------------------ persistence
 
@@ -125,10 +143,16 @@ class InputRecord:
         try:
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 raise ValueError("not a bindings file")
+            version = data.get("version", 1)
+            if version not in _KEYS or isinstance(version, bool):
+                raise ValueError(f"version {version!r}, this fedfair reads 1 to {VERSION}")
+            if set(data) - {"version"} != _KEYS[version] - {"version"}:
+                missing, extra = sorted(_KEYS[version] - set(data)), sorted(set(data) - _KEYS[version] - {"version"})
+                raise ValueError(f"a version {version} record with keys missing {missing} or unknown {extra}")
             latest = data["latest"]
             self._latest = None if latest is None else _count(latest, "latest")
             inputs = data["inputs"]
-            if data.get("version", 1) == 1:
+            if version == 1:
                 self._inputs = {str(key): _Input(None, _names(names)) for key, names in inputs.items()}
                 return
             for key, entry in inputs.items():
@@ -143,11 +167,57 @@ class InputRecord:
             self._thresholds = {
                 _count(int(round_number), "thresholds"): float(c) for round_number, c in data["thresholds"].items()
             }
-            self._releases = [dict(entry) for entry in data.get("releases", [])]
-            for entry in self._releases:
-                _release(entry)  # each entry must still read as a release
+            if version == 2:
+                releases = [dict(entry) for entry in data["releases"]]
+            else:
+                self._charged = _count(data["charged"], "charged")
+                self._resets = _count(data["resets"], "resets")
+                name = data["ledger"]
+                if name is not None and not isinstance(name, str):
+                    raise ValueError(f"ledger = {name!r} is not a file name")
+                self._ledger_name = name
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ConfigError(f"{self.path}: unreadable bindings ({error}); {_FIX}") from None
+        if version == 2 and releases:
+            self._fold(releases)
+
+    def _fold(self, releases: list[dict[str, object]]) -> None:
+        """Move a version 2 record's releases into the ledger (once), and write the record as version 3."""
+        if self.ledger is None:
+            raise ConfigError(
+                f"{self.path} holds {len(releases)} privacy releases from before ledgers were kept per dataset; "
+                "open it with the site's ledger (a collaborator or `fedfair collaborator ledger` does) to fold them in"
+            )
+        try:
+            self.ledger.fold(self.federation, releases)
+        except ConfigError as error:
+            raise ConfigError(f"{self.path}: unreadable bindings ({error}); {_FIX}") from None
+        self._charged = len(releases)
+        self._resets, self._ledger_name = self.ledger.resets, self.ledger.path.name
+        self._save()
+
+    def _check_ledger(self, ledger: Ledger) -> None:
+        """Refuse a ledger that lost releases this record charged to it (lost or rolled back).
+
+        A ledger the operator reset since this record last wrote is taken as it is: the reset is on its record.
+        """
+        if self._ledger_name not in (None, ledger.path.name):
+            raise ConfigError(
+                f"{self.path} charged federation {self.federation}'s releases to the ledger {self._ledger_name}, "
+                f"but this institution's [data] now opens {ledger.path.name}: its data changed within a federation; "
+                "put [data] back as it was, or take part with the new data in a new federation (`fedfair plan renew`)"
+            )
+        if ledger.resets > self._resets:
+            self._charged, self._resets = ledger.count(self.federation), ledger.resets
+            return
+        held = ledger.count(self.federation)
+        if held < self._charged:
+            raise ConfigError(
+                f"{self.path} charged {self._charged} releases of federation {self.federation} to the privacy ledger "
+                f"{ledger.path}, which holds {held}: the ledger was lost, replaced or rolled back, so its epsilon "
+                "would understate what this data has spent; restore it from the backup taken with the bindings, or "
+                "if it is lost for good reset it explicitly (`fedfair collaborator reset-ledger`)"
+            )
 
     def _save(self) -> None:
         document = {
@@ -164,7 +234,9 @@ class InputRecord:
             "kept": self._kept,
             "trainings": self._trainings,
             "thresholds": {str(round_number): c for round_number, c in sorted(self._thresholds.items())},
-            "releases": self._releases,
+            "charged": self._charged,
+            "resets": self._resets,
+            "ledger": self._ledger_name,
         }
         payload = json.dumps(document, indent=1).encode()
         atomic_write(self.path, lambda stream: stream.write(payload))
@@ -238,63 +310,23 @@ class InputRecord:
                 "epsilon would understate what was spent; restore it from the backup taken with the bindings"
             )
 
-    def spent(self, delta: float) -> float:
-        """The epsilon (at `delta`) of every release in the ledger, composed (RDP); 0 without any."""
-        return _composed(self._releases, delta)
+    def charge(self, charge: Charge, budget: float) -> float:
+        """Charge one fresh input of this federation to the site's ledger, before it is kept and sent.
 
-    def ledger(self) -> list[dict[str, object]]:
-        """The ledger's entries.
-
-        Kind, round, model, mechanism, mu, l1, l2 (encoded units), sampling rate and the delta add-on of
-        rounding and wraps.
-        """
-        return [dict(entry) for entry in self._releases]
-
-    def charge(
-        self,
-        kind: str,
-        round_number: int,
-        model: str,
-        release: distributed.Release,
-        delta: float,
-        budget: float,
-        addon: float = 0.0,
-    ) -> float:
-        """Charge one fresh input's `release` (one step) to the ledger and persist it, before it is kept and sent.
+        The ledger is written first, then this record's count of its charges: a crash between them can only
+        over-count.
 
         Returns:
-            The epsilon spent so far with it, at `delta` (less every entry's `addon` for rounding and wraps).
+            The epsilon at `delta` the data has spent so far with it, over every federation.
 
         Raises:
-            PrivacyBudgetError: reason :attr:`BudgetReason.ANSWER_REFUSED`, charging nothing, when the composed
-                epsilon would pass `budget`; the message names what was spent on what.
+            PrivacyBudgetError: from :meth:`Ledger.charge`, charging nothing, past `budget`.
         """
-        entry: dict[str, object] = {
-            "kind": kind,
-            "round": round_number,
-            "model": model,
-            "mechanism": release.mechanism,
-            "mu": release.mu,
-            "l1": release.l1,
-            "l2": release.l2,
-            "sampling_rate": release.sampling_rate,
-            "addon": addon,
-            "delta": delta,
-        }
-        total = _composed([*self._releases, entry], delta)
-        if total > budget:
-            kinds = sorted({str(item["kind"]) for item in self._releases})
-            spent_on = ", ".join(
-                f"{sum(item['kind'] == name for item in self._releases)} {name} answers" for name in kinds
-            )
-            raise PrivacyBudgetError(
-                BudgetReason.ANSWER_REFUSED,
-                f"answering round {round_number} ({kind}) would spend epsilon {total:.3g} at delta {delta:g}, past "
-                f"this institution's budget of {budget:g}; spent so far: epsilon {self.spent(delta):.3g} on "
-                f"{spent_on or 'nothing'} (kept in {self.path}); only a larger [privacy] budget in a new plan "
-                "(and in this institution's own [privacy] budget_epsilon, where set) lets it answer more",
-            )
-        self._releases.append(entry)
+        if self.ledger is None:
+            raise ValueError(f"{self.path} was opened without the site's ledger, so it cannot charge a release")
+        total = self.ledger.charge(self.federation, charge, budget)
+        self._charged += 1
+        self._resets, self._ledger_name = self.ledger.resets, self.ledger.path.name
         self._save()
         return total
 
@@ -387,36 +419,6 @@ class InputRecord:
         self._thresholds[round_number] = float(c)
 
 
-def _release(entry: dict[str, object], steps: int = 1) -> distributed.Release:
-    """A ledger entry as the release it charged (`steps` times)."""
-    return distributed.Release(
-        str(entry["mechanism"]),
-        float(entry["mu"]),  # type: ignore[arg-type]
-        float(entry["l1"]),  # type: ignore[arg-type]
-        float(entry["l2"]),  # type: ignore[arg-type]
-        float(entry.get("sampling_rate", 1.0)),  # type: ignore[arg-type]
-        steps,
-    )
-
-
-def _composed(entries: list[dict[str, object]], delta: float) -> float:
-    """The epsilon at `delta` of `entries` composed by RDP.
-
-    Identical releases (every training round of a run) are one release of as many steps, so a long ledger
-    composes in one pass per kind.
-    """
-    if not entries:
-        return 0.0
-    groups: dict[tuple[object, ...], tuple[dict[str, object], int]] = {}
-    for entry in entries:
-        key = (entry["mechanism"], entry["mu"], entry["l1"], entry["l2"], entry.get("sampling_rate", 1.0))
-        first, steps = groups.get(key, (entry, 0))
-        groups[key] = (first, steps + 1)
-    releases = [_release(first, steps) for first, steps in groups.values()]
-    addon = math.fsum(float(entry.get("addon", 0.0)) for entry in entries)  # type: ignore[arg-type]
-    return distributed.epsilon(releases, delta - addon)
-
-
 def _count(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{where} = {value!r} is not a round count")
@@ -427,3 +429,20 @@ def _names(names: object) -> frozenset[str]:
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise ValueError("a survivor set is not a list of names")
     return frozenset(names)
+
+
+def fold_records(ledger: Ledger, folder: Path, site: str) -> list[str]:
+    """Fold into `ledger` the releases every record of `site` in `folder` kept before ledgers were per dataset.
+
+    Each ``NAME.FEDERATION.bindings.json`` of version 2 with releases is read with the ledger, which folds them
+    in once and writes it as version 3; returns the federations folded now. Their data is taken to be the
+    site's data now: those records did not say which data they charged.
+    """
+    folded = []
+    for path in sorted(folder.glob(f"{site}.*.bindings.json")):
+        data = read_json(path, _FIX)
+        if isinstance(data, dict) and data.get("version") == 2 and data.get("releases"):
+            federation = path.name.removeprefix(f"{site}.").removesuffix(".bindings.json")
+            InputRecord(path, federation, ledger=ledger)
+            folded.append(federation)
+    return folded

@@ -25,6 +25,7 @@ from fedfair.core.errors import ConfigError, PermanentFailureError, WireError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.statistics import statistics_vector
+from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import Identity
@@ -126,9 +127,9 @@ def join(
     if shortfall is not None:
         raise PermanentFailureError(PLAN_MISMATCH, reason=shortfall)
     try:
-        record = InputRecord(
-            kept_path(config, shared.federation_id, "bindings.json"), shared.federation_id, reset=reset_state
-        )
+        ledger = open_ledger(config)
+        path = kept_path(config, shared.federation_id, "bindings.json")
+        record = InputRecord(path, shared.federation_id, ledger=ledger, reset=reset_state)
     except ConfigError as error:
         raise PermanentFailureError(LOCAL_BINDINGS, reason=error, config=config.source) from None
     joined = Joined(shared, reply.plan_digest, record, as_participant(config, identity, shared, 0))

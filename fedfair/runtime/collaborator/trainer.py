@@ -270,8 +270,8 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
     DP-SGD comes from `fedfair.privacy`. Under the plan's distributed mode it adds no noise of its own
     (the secure sum does) and its spend is the one-input record's ledger
     (:class:`~fedfair.runtime.collaborator.charges.Charges`); under local DP its accountant persists
-    beside this config, one file per federation (NAME.FEDERATION.privacy.json), so a restarted
-    collaborator remembers what it has spent in this federation and one joining another starts afresh.
+    beside this config, one file per dataset (NAME.DATA.privacy.json), so a restarted collaborator, or
+    one joining another federation with the same data, continues what that data has spent.
     """
     distributed = shared.privacy.distributed
     if not (distributed or config.privacy.enabled):
@@ -292,7 +292,8 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
             "probability batch / rows, at most 1: correct [influence] sizes in the plan"
         )
     # Opacus (and the scipy it loads, about 120 MB) comes in only for an institution that uses DP.
-    from fedfair.privacy.accounting import PrivacyAccountant, legacy_privacy_state_path, privacy_state_path
+    from fedfair.privacy.accounting import open_accountant
+    from fedfair.runtime.collaborator.charges import data_identity
     from fedfair.privacy.learner import PrivateLearner
 
     weight = shared.influence.weight_of(config.name, shared.batch_fraction)
@@ -308,20 +309,16 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
             name=config.name,
             released=released,
         )
-    folder, federation = config.source.parent, shared.federation_id
-    legacy = legacy_privacy_state_path(folder, config.name)
-    if legacy.exists():
-        # Which federation it belongs to is not recorded: counting it here is what made a site sit
-        # out a new federation on an old budget, and dropping it silently could forget a spend.
+    folder = config.source.parent
+    accountant, folded = open_accountant(folder, config.name, data_identity(config.data), shared.federation_id)
+    for federation in folded:
         logger.warning(
-            "%s: %s is from before privacy was accounted per federation and is not counted in %s; if it "
-            "belongs to this federation, rename it to %s",
+            "%s: the DP-SGD history of federation %s was kept in its own file; folded into %s, which counts "
+            "every federation's spend on this data",
             config.name,
-            legacy,
             federation,
-            privacy_state_path(folder, config.name, federation).name,
+            accountant.path,
         )
-    accountant = PrivacyAccountant(privacy_state_path(folder, config.name, federation), federation=federation)
     return PrivateLearner(
         learner,
         config.privacy,

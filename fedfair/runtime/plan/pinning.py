@@ -7,8 +7,9 @@ manifest that every institution accepts. The operator's everyday edit is therefo
 ``fedfair plan renew`` starts a *new federation* from the same sites and certificates: a new
 federation id in the plan (and in the collaborator configs it is given), a fresh output folder,
 and a new manifest pinning the plan under the new id. Everything a federation id keys starts
-afresh with it: the collaborators' bindings and privacy ledgers (files named after the id), the
-aggregator's checkpoint and round log. It is the way to run a finished federation again.
+afresh with it: the collaborators' bindings (files named after the id), the aggregator's
+checkpoint and round log; each site's privacy ledger is its data's and continues. It is the way
+to run a finished federation again.
 """
 
 from __future__ import annotations

@@ -300,10 +300,10 @@ _CONFIG_HEAD = """\
 _CONFIG_TAIL = """\
 [privacy]
 # DP-SGD on this institution's local steps (Opacus; docs/design.md section 5, "Threat model"), this
-# institution's own choice. Its accountant persists in NAME.FEDERATION.privacy.json
-# beside this file, one per federation (the budget is per federation: if the same
-# records train in several federations, add their epsilons up yourself). Once the
-# budget is spent the collaborator stops contributing and tells the aggregator so.
+# institution's own choice. Its accountant persists in NAME.DATA.privacy.json beside
+# this file, one per dataset: every federation that trains on the same records spends
+# the same budget. Once the budget is spent the collaborator stops contributing and
+# tells the aggregator so.
 enabled = false
 noise_multiplier = 1.0
 max_grad_norm = 20.0   # per-sample clip of (theta, c) jointly; a small bound starves c (README)

@@ -195,11 +195,19 @@ class PeerAuthenticator:
         allowed_names: Iterable[str],
         role: str = "collaborator",
         *,
+        pins: Mapping[str, str] | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ):
+        """Allow `allowed_names` certified by `ca_certificate` for `role`.
+
+        With `pins` (name -> SHA-256 fingerprint, a manifest's), a name's certificate is accepted only if it is
+        the pinned one: a certificate the manifest no longer pins (revoked, or a twin the CA minted) is refused
+        at the handshake even though the CA signed it.
+        """
         self.ca_certificate = ca_certificate
         self.allowed_names = frozenset(allowed_names)
         self.role = role
+        self.pins = None if pins is None else {name: pki.normalise_fingerprint(value) for name, value in pins.items()}
         self._clock = clock
         self._verified: dict[bytes, _Verified] = {}
         self._lock = threading.Lock()
@@ -229,6 +237,8 @@ class PeerAuthenticator:
             name = pki.verify_certificate(certificate, self.ca_certificate, self.role, now=self._clock())
         except (ValueError, ConfigError):
             raise RefusedError(Refusal.NOT_PERMITTED, NOT_PERMITTED) from None
+        if self.pins is not None and self.pins.get(name) != pki.fingerprint(certificate):
+            raise RefusedError(Refusal.NOT_PERMITTED, NOT_PERMITTED)
         with self._lock:
             if pem not in self._verified and len(self._verified) >= VERIFIED_CERTIFICATES:
                 del self._verified[next(iter(self._verified))]

@@ -8,25 +8,28 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from fedfair.core.errors import BudgetReason, ConfigError, PermanentFailureError, PrivacyBudgetError, RefusedError
 from fedfair.privacy import distributed
-from fedfair.runtime.collaborator.input_record import InputRecord, Kept
+from fedfair.privacy.ledger import Charge, Ledger
+from fedfair.runtime.collaborator.input_record import InputRecord, Kept, fold_records
 
 
 def record_path(tmp_path: Path) -> Path:
     return tmp_path / "site-1.fed.bindings.json"
 
 
-def answered(path: Path, round_number: int, kind: str = "train", model: str = "m", **kwargs: bool) -> Kept:
+def answered(path: Path, round_number: int, kind: str = "train", model: str = "m", *, reset: bool = False) -> Kept:
     """Answer (kind, round, model) with fresh bits, kept as a real round keeps them; return those bits."""
     encoded = np.frombuffer(np.random.default_rng(round_number).bytes(64), dtype=np.uint64).copy()
     kept = Kept(np.linspace(-1.0, 1.0, 8), 3.0, encoded)
-    InputRecord(path, "fed", **kwargs).view(round_number, kind, model).keep(kept)
+    InputRecord(path, "fed", reset=reset).view(round_number, kind, model).keep(kept)
     return kept
 
 
@@ -147,16 +150,25 @@ def test_a_version_1_record_is_still_read(tmp_path: Path) -> None:
     assert record.view(4, "train", "m").survivors == frozenset({"a", "b"})
 
 
+DATA = {"csv": "/data/site-1.csv"}
+
+
+def ledger_of(tmp_path: Path) -> Ledger:
+    return Ledger(tmp_path / "site-1.data.ledger.json", "site-1", DATA)
+
+
 _CHARGING = """
 import sys
 from pathlib import Path
 from fedfair.privacy import distributed
+from fedfair.privacy.ledger import Charge, Ledger
 from fedfair.runtime.collaborator.input_record import InputRecord
 
-record = InputRecord(Path(sys.argv[1]), "fed")
+ledger = Ledger(Path(sys.argv[2]), "site-1", {"csv": "/data/site-1.csv"})
+record = InputRecord(Path(sys.argv[1]), "fed", ledger=ledger)
 release = distributed.Release("skellam", 1e6, 40.0, 10.0, 0.01)
 for round_number in range(1, 100_000):
-    record.charge("train", round_number, f"m{round_number}", release, 1e-5, 1e9)
+    record.charge(Charge("train", round_number, f"m{round_number}", release, 1e-5), 1e9)
     if round_number == 5:
         print("charging", flush=True)
 """
@@ -167,18 +179,112 @@ def test_the_ledger_survives_kill_9_mid_write_and_still_refuses_past_its_budget(
     every release charged up to some round and nothing else, and the next charge composes on top of it (and
     is refused past the budget, charging nothing)."""
     path = record_path(tmp_path)
-    child = subprocess.Popen([sys.executable, "-c", _CHARGING, str(path)], stdout=subprocess.PIPE, text=True)
+    command = [sys.executable, "-c", _CHARGING, str(path), str(ledger_of(tmp_path).path)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stdout.readline().strip() == "charging"
     time.sleep(0.3)
     child.send_signal(signal.SIGKILL)
     child.wait(30)
-    record = InputRecord(path, "fed")
-    rounds = [entry["round"] for entry in record.ledger()]
+    ledger = ledger_of(tmp_path)
+    record = InputRecord(path, "fed", ledger=ledger)  # the record may count one charge fewer, never more
+    rounds = [entry["round"] for entry in ledger.releases()]
     assert rounds == list(range(1, len(rounds) + 1)) and len(rounds) >= 5
     release = distributed.Release("skellam", 1e6, 40.0, 10.0, 0.01)
-    spent = record.spent(1e-5)
+    spent = ledger.spent(1e-5)
     assert spent == pytest.approx(distributed.epsilon([dataclasses.replace(release, steps=len(rounds))], 1e-5))
     with pytest.raises(PrivacyBudgetError, match=f"on {len(rounds)} train answers") as refused:
-        record.charge("train", len(rounds) + 1, "next", release, 1e-5, spent)
+        record.charge(Charge("train", len(rounds) + 1, "next", release, 1e-5), spent)
     assert refused.value.reason is BudgetReason.ANSWER_REFUSED
-    assert len(InputRecord(path, "fed").ledger()) == len(rounds)
+    assert len(ledger_of(tmp_path).releases()) == len(rounds)
+
+
+RELEASE = distributed.Release("skellam", 1e6, 40.0, 10.0, 0.01)
+
+
+def version_2_record(path: Path, rounds: int) -> dict[str, object]:
+    """A record as fedfair wrote it before ledgers were per dataset: its releases inside it."""
+    releases = [
+        {"kind": "train", "round": r, "model": f"m{r}", "mechanism": "skellam", "mu": 1e6, "l1": 40.0, "l2": 10.0,
+         "sampling_rate": 0.01, "addon": 0.0, "delta": 1e-5}
+        for r in range(1, rounds + 1)
+    ]  # fmt: skip
+    document = {
+        "format": "fedfair-bindings", "version": 2, "latest": rounds, "inputs": {}, "kept": {}, "trainings": rounds,
+        "thresholds": {}, "releases": releases,
+    }  # fmt: skip
+    path.write_text(json.dumps(document))
+    return document
+
+
+def test_a_version_2_record_is_folded_into_the_ledger_once(tmp_path: Path) -> None:
+    """The releases a per-federation record kept count in the site's ledger: folded once, however often the
+    records are read, and the record is rewritten as version 3 without them."""
+    old, other = tmp_path / "site-1.old.bindings.json", tmp_path / "site-1.other.bindings.json"
+    version_2_record(old, 3)
+    version_2_record(other, 2)
+    ledger = ledger_of(tmp_path)
+    assert fold_records(ledger, tmp_path, "site-1") == ["old", "other"]
+    assert fold_records(ledger_of(tmp_path), tmp_path, "site-1") == []  # already version 3
+    ledger = ledger_of(tmp_path)
+    assert [(entry["federation"], entry["round"]) for entry in ledger.releases()] == [
+        ("old", 1), ("old", 2), ("old", 3), ("other", 1), ("other", 2)
+    ]  # fmt: skip
+    assert ledger.spent(1e-5) == pytest.approx(distributed.epsilon([dataclasses.replace(RELEASE, steps=5)], 1e-5))
+    written = json.loads(old.read_text())
+    assert written["version"] == 3 and "releases" not in written and written["charged"] == 3
+    assert written["ledger"] == ledger.path.name
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda document: document.pop("releases"), r"keys missing \['releases'\]"),
+        (lambda document: document.update(version=1), r"version 1 record with keys .* unknown \[.*'releases'"),
+        (lambda document: document.update(version=7), r"version 7, this fedfair reads 1 to 3"),
+        (lambda document: document["releases"][1].update(mu=1e300), r"release 1 of federation fed: mu = 1e\+300"),
+        (lambda document: document["releases"][0].pop("delta"), r"release 0 of federation fed: missing delta"),
+    ],
+)
+def test_an_edited_version_2_record_is_refused_not_read_as_epsilon_0(
+    tmp_path: Path, edit: Callable[[dict[str, Any]], object], message: str
+) -> None:
+    """A removed key, a version number lowered to 1 (which never had releases), or a release out of range
+    used to read as a smaller spend (or none); each is now refused, naming the file."""
+    path = record_path(tmp_path)
+    document = version_2_record(path, 3)
+    edit(document)
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=message) as refused:
+        InputRecord(path, "fed", ledger=ledger_of(tmp_path))
+    assert str(path) in str(refused.value)
+    assert not ledger_of(tmp_path).path.exists()  # nothing folded
+
+
+def test_a_ledger_lost_or_rolled_back_beside_its_record_is_refused_unless_reset(tmp_path: Path) -> None:
+    path = record_path(tmp_path)
+    record = InputRecord(path, "fed", ledger=ledger_of(tmp_path))
+    for round_number in (1, 2):
+        record.charge(Charge("train", round_number, f"m{round_number}", RELEASE, 1e-5), 1e9)
+    saved = ledger_of(tmp_path).path.read_bytes()
+    record.charge(Charge("train", 3, "m3", RELEASE, 1e-5), 1e9)
+    ledger_of(tmp_path).path.write_bytes(saved)  # rolled back one charge
+    with pytest.raises(ConfigError, match=r"charged 3 releases of federation fed to the privacy ledger .* holds 2"):
+        InputRecord(path, "fed", ledger=ledger_of(tmp_path))
+    ledger_of(tmp_path).path.unlink()
+    with pytest.raises(ConfigError, match=r"holds 0: the ledger was lost"):
+        InputRecord(path, "fed", ledger=ledger_of(tmp_path))
+    ledger = ledger_of(tmp_path)
+    ledger.reset("the disk failed; no backup")  # the operator's decision, on the record
+    restarted = InputRecord(path, "fed", ledger=ledger)
+    assert restarted.charge(Charge("train", 4, "m4", RELEASE, 1e-5), 1e9) == pytest.approx(
+        distributed.epsilon([RELEASE], 1e-5)
+    )  # fmt: skip
+    assert InputRecord(path, "fed", ledger=ledger_of(tmp_path)).ledger is not None  # consistent again
+
+
+def test_a_record_charged_to_other_data_is_refused(tmp_path: Path) -> None:
+    path = record_path(tmp_path)
+    InputRecord(path, "fed", ledger=ledger_of(tmp_path)).charge(Charge("train", 1, "m1", RELEASE, 1e-5), 1e9)
+    other = Ledger(tmp_path / "site-1.other.ledger.json", "site-1", {"csv": "/data/elsewhere.csv"})
+    with pytest.raises(ConfigError, match=r"its data changed within a federation"):
+        InputRecord(path, "fed", ledger=other)

@@ -164,13 +164,19 @@ def test_shared_epsilon_is_reported_each_round_and_logged_once(
 
 
 @pytest.mark.slow
-def test_the_privacy_state_is_kept_per_federation(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_privacy_state_is_kept_per_dataset_across_federations(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     workspace = new_workspace(tmp_path, NAMES)
     config = load_collaborator_config(with_privacy(workspace.configs["site-a"], noise_multiplier=1.0))
     plan = load_aggregator_plan(workspace.plan)
     shared = load_shared_settings(shared_settings(plan))
     theta = initial_state(plan).theta
     folder = config.source.parent
+    (folder / "site-a.old.privacy.json").write_text(
+        '{"format": "fedfair-privacy-accountant", "version": 2, "federation": "old", "rounds": 1, '
+        '"history": [[1.0, 0.01, 7]]}'
+    )
 
     def train(federation: str) -> PrivateLearner:
         settings = load_shared_settings(shared_settings(plan).replace(b"fedfair-launch", federation.encode()))
@@ -180,17 +186,17 @@ def test_the_privacy_state_is_kept_per_federation(tmp_path: Path, caplog: pytest
         trainer.train_round(theta, 5.0)
         return trainer
 
-    assert train("federation-1").accountant.rounds == 1
-    assert train("federation-1").accountant.rounds == 2  # a restart in the same federation keeps its history
-    assert train("federation-2").accountant.rounds == 1  # another federation starts a new one
-    assert sorted(path.name for path in folder.glob("*.privacy.json")) == [
-        "site-a.federation-1.privacy.json",
-        "site-a.federation-2.privacy.json",
-    ]
-    (folder / "site-a.privacy.json").write_text("{}")
     with caplog.at_level(logging.WARNING):
-        assert train("federation-2").accountant.rounds == 2
-    assert "site-a.privacy.json is from before privacy was accounted per federation" in caplog.text
+        trainer = train("federation-1")
+    assert "the DP-SGD history of federation old was kept in its own file; folded into" in caplog.text
+    tau = trainer.steps_per_round
+    assert trainer.accountant.rounds == 1 and trainer.accountant.steps == 7 + tau
+    assert train("federation-1").accountant.rounds == 2  # a restart in the same federation keeps its history
+    other = train("federation-2").accountant  # another federation with the same data continues it
+    assert other.rounds == 1 and other.steps == 7 + 3 * tau
+    assert [path.name for path in folder.glob("*.privacy.json") if path.name != "site-a.old.privacy.json"] == [
+        other.path.name  # type: ignore[union-attr]
+    ]
 
 
 def one_row_fewer(data: LocalData) -> LocalData:

@@ -1,0 +1,106 @@
+"""Revoking a site's certificate with a new manifest (`fedfair pki revoke`): what the manifest no longer pins
+is refused at the aggregator's handshake and in every peer's key agreement, and no ledger is reset
+(issue 51, item 5). Real processes over loopback mutual TLS."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from fedfair import pki
+from fedfair.cli import main as cli_main
+from fedfair.core.errors import ConfigError, IdentityError
+from fedfair.runtime.local.workspace import Workspace, make_workspace
+from fedfair.runtime.manifest import load_manifest, pinned_verifier, revoked
+from tests.runtime.harness import Processes, plan_sections
+
+NAMES = ["site-a", "site-b", "site-c"]
+REVOKED = "site-c"
+
+
+def new_certificate(workspace: Workspace, folder: Path) -> Path:
+    """The revoked institution's new key and certificate, through the CLI: it requests, the CA holder signs."""
+    assert cli_main(["pki", "request", "--dir", str(folder), "--name", REVOKED]) == 0
+    certificate = folder / f"{REVOKED}.crt"
+    csr = ["--csr", str(folder / f"{REVOKED}.csr"), "--out", str(certificate)]
+    assert cli_main(["pki", "sign", "--ca", str(workspace.certs), *csr]) == 0
+    shutil.copy(workspace.certs / "ca.crt", folder / "ca.crt")
+    return certificate
+
+
+def config_copy(workspace: Workspace, folder: Path, **lines: str) -> Path:
+    """The revoked site's collaborator.toml in `folder`, with some `key = value` lines replaced."""
+    text = workspace.configs[REVOKED].read_text()
+    for key, value in lines.items():
+        text = "\n".join(f"{key} = {value}" if line.startswith(f"{key} = ") else line for line in text.splitlines())
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "collaborator.toml"
+    path.write_text(text + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_a_revoked_certificate_is_refused_at_the_handshake_while_its_replacement_takes_part(
+    tmp_path: Path, processes: Processes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workspace = make_workspace(
+        tmp_path, NAMES, plan=plan_sections(training={"rounds": 1}, quorum={"min_collaborators": 3}), manifest=True
+    )
+    manifest = tmp_path / "manifest.toml"
+    shutil.copy(manifest, tmp_path / "manifest-old.toml")
+    certificate = new_certificate(workspace, tmp_path / REVOKED / "new-certs")
+    revoke = ["pki", "revoke", "--manifest", str(manifest), "--name", REVOKED, "--replace", str(certificate)]
+    assert cli_main([*revoke, "--out", str(tmp_path / "manifest-2.toml")]) == 0
+    assert "the plan stays pinned" in capsys.readouterr().out
+    os.replace(tmp_path / "manifest-2.toml", manifest)  # every institution puts the new manifest in place
+
+    aggregator = processes.aggregator(workspace)
+    # Whoever holds the revoked key (and the old manifest, which still pins it) is refused by the aggregator:
+    # the CA signed the certificate and the name is allowed, but the manifest in force pins another one.
+    stolen = config_copy(workspace, tmp_path / "stolen", manifest=f'"{tmp_path / "manifest-old.toml"}"')
+    refused = processes.collaborator(dataclasses.replace(workspace, configs={REVOKED: stolen}), REVOKED)
+    assert refused.wait(120) != 0, processes.tail()
+    said = "\n".join(refused.lines)
+    assert "name-not-allowed" in said, said
+    # The institution itself, on its new certificate, takes part with the others and the federation finishes.
+    renewed = config_copy(workspace, tmp_path / REVOKED, dir=f'"{tmp_path / REVOKED / "new-certs"}"')
+    for name in NAMES[:2]:
+        processes.collaborator(workspace, name)
+    processes.collaborator(dataclasses.replace(workspace, configs={REVOKED: renewed}), REVOKED)
+    processes.finish(aggregator)
+
+    # Every peer's key agreement refuses the revoked certificate relayed for the name, and takes the new one.
+    verify = pinned_verifier(load_manifest(manifest), pki.load_certificate(workspace.certs / "ca.crt"))
+    old = pki.load_certificate(workspace.certs / f"{REVOKED}.crt").public_bytes(serialization.Encoding.DER)
+    with pytest.raises(IdentityError, match="is not the one the manifest pins"):
+        verify(REVOKED, old)
+    verify(REVOKED, pki.load_certificate(certificate).public_bytes(serialization.Encoding.DER))
+
+
+def test_removing_a_site_drops_its_pin_and_the_plan_pin_and_checks_the_bounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workspace = make_workspace(tmp_path, NAMES, plan=plan_sections(quorum={"min_collaborators": 3}), manifest=True)
+    manifest = load_manifest(tmp_path / "manifest.toml")
+    revoke = ["pki", "revoke", "--manifest", str(manifest.source), "--name", REVOKED, "--out", str(tmp_path / "r.toml")]
+    assert cli_main(revoke) == 2
+    assert "min_round_size = 3 exceeds the 2 collaborators" in capsys.readouterr().err
+    assert cli_main([*revoke, "--min-round-size", "2"]) == 0
+    assert "2 collaborators left, min_round_size 2; no plan pinned" in capsys.readouterr().out
+    written = load_manifest(tmp_path / "r.toml")
+    assert written.collaborator_names == {"site-a", "site-b"} and written.plan is None
+    with pytest.raises(ConfigError, match=r"without 'site-c': min_round_size = 3 exceeds the 2 collaborators"):
+        revoked(manifest, REVOKED)
+    removed = revoked(manifest, REVOKED, min_round_size=2)
+    assert removed.collaborator_names == {"site-a", "site-b"} and removed.plan is None
+    with pytest.raises(ConfigError, match="'site-x' is not a collaborator"):
+        revoked(manifest, "site-x")
+    verify = pinned_verifier(removed, pki.load_certificate(workspace.certs / "ca.crt"))
+    old = pki.load_certificate(workspace.certs / f"{REVOKED}.crt").public_bytes(serialization.Encoding.DER)
+    with pytest.raises(IdentityError, match="is not in the federation's manifest"):
+        verify(REVOKED, old)
