@@ -41,11 +41,16 @@ def _renew_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.plan.pinning import renew_federation
 
     configs = list(args.config or [])
-    digest, output = renew_federation(args.plan, args.manifest, args.federation, args.out, configs)
+    digest, output, changes = renew_federation(args.plan, args.manifest, args.federation, args.out, configs)
     print(f"federation {args.federation}: {args.plan} now names it, with the output folder {output}")
     for config in configs:
         print(f"  {config}: [collaborator] federation = {args.federation!r}")
     print(f"wrote {args.out}: the same roster, the plan pinned under the new id")
+    if changes:
+        print(f"the plan also changed since {args.manifest} pinned it (old -> new), and the new manifest carries it:")
+        for line in changes:
+            print(f"  {line}")
+        print(f"  every institution reviews them: fedfair plan diff {args.manifest} {args.out}")
     print(f"manifest sha256 {digest}")
     print(
         f"next: every institution compares the digest out of band, puts {args.out} in place of {args.manifest} and "

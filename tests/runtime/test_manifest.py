@@ -451,6 +451,18 @@ def test_changing_the_plan_is_a_new_pin_and_plan_diff_shows_it(
     assert cli.main([*pin, "--out", str(federation / "pinned-2.toml")]) == 2
 
 
+def test_renew_shows_the_plan_edits_it_carries_into_the_new_manifest(
+    federation: Path, pinned: manifests.Manifest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan_file = federation / "plan.toml"
+    plan_file.write_text(PLAN_TEMPLATE.read_text().replace("rounds = 50 ", "rounds = 1500 ", 1))
+    renew = ["plan", "renew", "--plan", str(plan_file), "--manifest", str(federation / "pinned.toml")]
+    assert cli.main([*renew, "--federation", "fed-2", "--out", str(federation / "fed-2.toml")]) == 0
+    printed = capsys.readouterr().out
+    assert "the plan also changed since" in printed and "training.rounds: 50 -> 1500" in printed
+    assert f"fedfair plan diff {federation / 'pinned.toml'} {federation / 'fed-2.toml'}" in printed
+
+
 def test_a_first_pin_says_what_comes_next_without_an_old_plan_to_diff(
     federation: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -103,12 +103,13 @@ def set_value(text: str, table: str, key: str, literal: str, source: Path) -> st
 
 def renew_federation(
     plan_path: Path, manifest_path: Path, federation_id: str, out: Path, configs: list[Path]
-) -> tuple[str, Path]:
+) -> tuple[str, Path, list[str] | None]:
     """A new federation of the same roster.
 
     The plan (and `configs`) under `federation_id`, with the output folder ``output-<id>``; the manifest at
-    `out` pins it. Nothing is changed unless all of it succeeds. Returns the new manifest's digest and the
-    output folder.
+    `out` pins it. Nothing is changed unless all of it succeeds. Returns the new manifest's digest, the
+    output folder, and the plan's changes since the pin at `manifest_path` (None: it pinned none), so
+    that edits made since are shown, not carried silently.
     """
     validate_federation_id(federation_id)
     if out.exists():
@@ -125,9 +126,9 @@ def renew_federation(
     try:
         for path, text in renewed.items():
             path.write_text(text, encoding="utf-8")
-        digest, _ = pin_plan(plan_path, manifest_path, out, federation_id=federation_id)
+        digest, changes = pin_plan(plan_path, manifest_path, out, federation_id=federation_id)
     except BaseException:
         for path, text in originals.items():
             path.write_text(text, encoding="utf-8")
         raise
-    return digest, plan_path.parent / output
+    return digest, plan_path.parent / output, changes
