@@ -159,8 +159,8 @@ class Answers:
     def adjust(self, name: str, collaborator: Collaborator) -> None:
         answer = collaborator._evaluation_answers
 
-        def recorded(theta: torch.Tensor) -> np.ndarray:
-            vector = answer(theta)
+        def recorded(theta: torch.Tensor, c: float) -> np.ndarray:
+            vector = answer(theta, c)
             self.by_site.setdefault(name, []).append(np.array(vector, dtype=np.float64))
             return vector
 

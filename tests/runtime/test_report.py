@@ -22,6 +22,7 @@ from typing import Any
 import matplotlib.image
 import numpy as np
 import pytest
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from fedfair import cli
@@ -170,8 +171,8 @@ def test_the_page_is_self_contained_and_has_every_section(folder: Path) -> None:
         assert f'<section id="{section}">' in page
     assert page.count("<svg") == 4  # risks, threshold, epsilon, stage times
     assert "fed-test" in page and "5 rounds recorded of 5 planned (4 applied, 1 aborted)" in page
-    # No bundle in the folder: no baseline, and the page says why.
-    assert "No uniform baseline drawn: no model bundle" in page
+    # Exact sums: the final figures with their certified bracket, and no class-prior baseline (no label counts).
+    assert "Final evaluation (round 5): worst-group risk 0.6900 (exact sums" in page
 
 
 def test_the_matrix_lists_every_collaborator_and_marks_dropouts_and_exclusions(folder: Path) -> None:
@@ -197,7 +198,16 @@ def test_plotted_values_are_the_logs_values(folder: Path, monkeypatch: pytest.Mo
     assert list(series["risk:worst"].get_xdata()) == [item["round"] for item in evaluated]
     assert list(series["risk:worst"].get_ydata()) == [item["worst_risk"] for item in evaluated]
     assert list(series["risk:mean"].get_ydata()) == [item["mean_risk"] for item in evaluated]
-    assert "risk:uniform" not in series  # no bundle, no number of classes
+    assert "risk:prior" not in series  # exact sums count no labels: no class-prior baseline
+    (interval,) = [
+        found for figure in figures for found in figure.axes[0].collections if found.get_gid() == "risk:interval"
+    ]
+    # Each worst-group risk's bar spans its certified bracket: [worst - gap, worst] for exact sums.
+    expected = [
+        [[item["round"], item["worst_risk"] - item["worst_risk_gap"]], [item["round"], item["worst_risk"]]]
+        for item in evaluated
+    ]
+    assert isinstance(interval, LineCollection) and np.allclose(interval.get_segments(), expected)
     done = [record for record in records if record["status"] == "applied"]
     assert list(series["threshold:c"].get_xdata()) == [record["round"] for record in done]
     assert list(series["threshold:c"].get_ydata()) == [record["c"] for record in done]
