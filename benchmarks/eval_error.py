@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--quick", action="store_true", help="two sizes, 20 repeats (for tests)")
-    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=100)
     args = parser.parse_args(argv)
     repeats = 20 if args.quick else args.repeats
     sizes = SIZES[:2] if args.quick else SIZES

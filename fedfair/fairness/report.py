@@ -62,6 +62,9 @@ class SecureSumCertificate:
     worst_risk_high: float | None = None
     prior_worst_risk: float | None = None
     """The class-prior classifier's worst-group risk, from the noised label counts (None when not counted)."""
+    above_cap: float | None = None
+    """The noised count of held-out losses above `loss_cap`, +/- `above_cap_bound` (95%; None for exact sums)."""
+    above_cap_bound: float | None = None
 
 
 @dataclass(frozen=True)

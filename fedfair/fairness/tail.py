@@ -6,7 +6,7 @@ is an upper bound and F near the rho-quantile is nearly exact. The training's th
 is public to every site (it is part of the evaluated model) and estimates that quantile, so
 each site sends, for the losses clipped at the cap B (the plan's loss range top):
 
-- the row count, the sum of clipped losses and the error count;
+- the row count, the sum of clipped losses, the error count and the count of losses above the cap;
 - its count of rows per label (:data:`LABEL_SLOTS` slots), for the class-prior classifier;
 - at each point c_j = c-bar + offset_j: the count of losses above c_j and the sum of (l - c_j)+.
 
@@ -20,7 +20,8 @@ The worst-group risk is F at the point whose noised count above it is nearest rh
 95% interval from the noise's known variance (delta method) widened below by the convexity
 gap: the supporting lines of F at the points (slopes 1 - A(c_j) / (rho n)), with F(c) >= c and
 F(c) >= c + (mean - c) / rho, bound min F from below. Every figure is of the losses clipped
-at the cap.
+at the cap, so of the losses themselves it is a lower bound; the noised count of losses above
+the cap says whether it is also the value (none above) or only a bound.
 
 Why: docs/design.md, "Inside the fairness library".
 """
@@ -44,9 +45,12 @@ OFFSETS = (0.0,)
 LABEL_SLOTS = 16
 """Label counts each site sends (labels 0..15; a federation with more classes gets no class-prior baseline)."""
 
-SHARES = {"rows": 0.04, "mean": 0.08, "errors": 0.02, "labels": 0.02, "counts": 0.14, "tails": 0.70}
+SHARES = {"rows": 0.03, "mean": 0.08, "errors": 0.02, "above_cap": 0.06, "labels": 0.02, "counts": 0.10, "tails": 0.69}
 """Each part's share of the release's squared L2 sensitivity (they add up to 1): most goes to the tail sums,
 whose noise the worst-group risk carries divided by rho n (chosen by ``benchmarks/eval_error.py``)."""
+
+HEAD = 4
+"""The answer's first coordinates: rows, the sum of clipped losses, errors, losses above the cap."""
 
 CONFIDENCE = 0.95
 """The stated intervals' nominal coverage."""
@@ -77,7 +81,7 @@ class TailQuery:
     @property
     def length(self) -> int:
         """The answer's length: rows, mean, errors, the label slots, then a count and a tail sum per point."""
-        return 3 + LABEL_SLOTS + 2 * len(self.offsets)
+        return HEAD + LABEL_SLOTS + 2 * len(self.offsets)
 
     def points(self, threshold: float) -> np.ndarray:
         """The points c_j = c-bar + offset_j, kept inside [0, cap) so that every tail sum can move."""
@@ -93,7 +97,7 @@ class TailQuery:
         weights: np.ndarray = np.sqrt(
             np.concatenate(
                 [
-                    [SHARES["rows"], SHARES["mean"], SHARES["errors"]],
+                    [SHARES["rows"], SHARES["mean"], SHARES["errors"], SHARES["above_cap"]],
                     np.full(LABEL_SLOTS, SHARES["labels"]),
                     np.full(m, SHARES["counts"] / m),
                     np.full(m, SHARES["tails"] / m),
@@ -106,15 +110,17 @@ class TailQuery:
         """(L1, L2) of one record's move, in real units: it moves rows, mean, errors, one label and every point."""
         w = self.weights()
         m = len(self.offsets)
-        l1 = float(w[:3].sum() + w[3] + w[3 + LABEL_SLOTS :].sum())
-        l2 = math.sqrt(float((w[:3] ** 2).sum() + w[3] ** 2 + (w[3 + LABEL_SLOTS :] ** 2).sum()))
+        l1 = float(w[:HEAD].sum() + w[HEAD] + w[HEAD + LABEL_SLOTS :].sum())
+        l2 = math.sqrt(float((w[:HEAD] ** 2).sum() + w[HEAD] ** 2 + (w[HEAD + LABEL_SLOTS :] ** 2).sum()))
         assert m >= 1 and abs(l2 - 1.0) < 1e-9  # the shares add up to 1
         return l1, l2
 
     def scales(self, threshold: float) -> np.ndarray:
         """Delta_i / w_i per coordinate: a decoded coordinate times this is the raw sum it estimates."""
         points = self.points(threshold)
-        deltas = np.concatenate([[1.0, self.cap, 1.0], np.ones(LABEL_SLOTS), np.ones(points.size), self.cap - points])
+        deltas = np.concatenate(
+            [[1.0, self.cap, 1.0, 1.0], np.ones(LABEL_SLOTS), np.ones(points.size), self.cap - points]
+        )
         scaled: np.ndarray = deltas / self.weights()
         return scaled
 
@@ -145,7 +151,7 @@ def tail_answers(
     counted = classes[(classes >= 0) & (classes < LABEL_SLOTS)]
     raw = np.concatenate(
         [
-            [float(values.size), float(clipped.sum()), float(wrong.sum())],
+            [float(values.size), float(clipped.sum()), float(wrong.sum()), float((values > query.cap).sum())],
             np.bincount(counted, minlength=LABEL_SLOTS).astype(np.float64),
             (clipped[None, :] > points[:, None]).sum(axis=1).astype(np.float64),
             np.maximum(clipped[None, :] - points[:, None], 0.0).sum(axis=1),
@@ -207,6 +213,8 @@ class TailReport:
     """The noised evaluation's figures, each with its interval, and the class-prior baseline."""
 
     rows: Estimate
+    above_cap: Estimate
+    """Held-out rows whose loss exceeds the cap: each makes the figures of clipped losses lower bounds."""
     worst: Estimate
     mean: Estimate
     disparity: Estimate
@@ -243,6 +251,8 @@ class TailReport:
                 worst_risk_low=self.worst.low,
                 worst_risk_high=self.worst.high,
                 prior_worst_risk=self.prior_worst,
+                above_cap=self.above_cap.value,
+                above_cap_bound=self.above_cap.half_width,
             ),
         )
 
@@ -288,8 +298,8 @@ def tail_report(
     error_sd = math.hypot(float(sd[2]) / n, error_value * n_sd / n)
     error = _clamped(error_value, Z * error_sd, Z * error_sd, 0.0, 1.0)
     points = query.points(threshold)
-    above, tails = raw[3 + LABEL_SLOTS : 3 + LABEL_SLOTS + m], raw[3 + LABEL_SLOTS + m :]
-    tails_sd = sd[3 + LABEL_SLOTS + m :]
+    above, tails = raw[HEAD + LABEL_SLOTS : HEAD + LABEL_SLOTS + m], raw[HEAD + LABEL_SLOTS + m :]
+    tails_sd = sd[HEAD + LABEL_SLOTS + m :]
     # The noise on the counts is independent of the tails', so choosing by it biases no tail sum.
     chosen = int(np.argmin(np.abs(above - mass)))
     values = points + np.maximum(tails, 0.0) / mass
@@ -307,9 +317,10 @@ def tail_report(
         disparity_value + Z * math.hypot(worst_sd, mean_sd) / (1.0 - rho),
     )
     rows = Estimate(n, n - Z * n_sd, n + Z * n_sd)
-    labels = raw[3 : 3 + LABEL_SLOTS]
+    above_cap = _clamped(float(raw[3]), Z * float(sd[3]), Z * float(sd[3]), 0.0, n + Z * n_sd)
+    labels = raw[HEAD : HEAD + LABEL_SLOTS]
     prior = None if classes is None or classes > LABEL_SLOTS else class_prior_worst_risk(labels[:classes], rho)
-    return TailReport(rows, worst, mean, disparity, error, float(points[chosen]), prior)
+    return TailReport(rows, above_cap, worst, mean, disparity, error, float(points[chosen]), prior)
 
 
 def answer_release(epsilon: float, delta: float, beta: float, extra: tuple[float, float, int]) -> distributed.Release:

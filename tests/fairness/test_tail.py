@@ -111,3 +111,17 @@ def test_the_expected_half_width_falls_as_one_over_rows_and_meets_the_goal_at_20
     assert tail.expected_half_width(20000, RHO, 1.0, 1e-5, CAP) == pytest.approx(at_2000 / 10, rel=1e-9)
     assert at_2000 < 0.05 < tail.expected_half_width(500, RHO, 1.0, 1e-5, CAP)
     assert tail.rows_for(at_2000, 2000, target=at_2000 / 2) == pytest.approx(4000)
+
+
+def test_losses_above_the_cap_are_counted_so_the_clipped_figures_read_as_lower_bounds() -> None:
+    query = tail.TailQuery(CAP)
+    losses, errors, labels = held_out(4000)
+    heavy = np.concatenate([losses, np.full(200, 8.0)])
+    wrong, classes = np.concatenate([errors, np.ones(200)]), np.concatenate([labels, np.ones(200, dtype=np.int64)])
+    threshold = float(np.quantile(np.minimum(heavy, CAP), 1.0 - RHO))
+    figures = tail.tail_report(
+        query, tail.tail_answers(query, heavy, wrong, classes, threshold), threshold, RHO, noise_std=0.0
+    )
+    assert figures.above_cap.value == pytest.approx(float((heavy > CAP).sum()), rel=1e-9)
+    clipped, unclipped = exact_worst(heavy), pooled.group_risk_report(heavy, np.ones(heavy.size), RHO).worst_risk
+    assert figures.worst.low <= clipped <= figures.worst.high < unclipped  # a lower bound of the real figure only

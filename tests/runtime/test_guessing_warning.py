@@ -23,7 +23,7 @@ def noised(worst: float, low: float, high: float, prior: float | None, **extra: 
         **evaluation(50, worst, 0.39),
         "samples": 2000, "noise_std": 4.0, "worst_risk_gap": (high - low) / 2, "worst_risk_low": low,
         "worst_risk_high": high, "prior_worst_risk": prior, "report_epsilon": 1.0, "loss_cap": 3.0,
-        "error_rate_bound": 0.01, "mean_error_bound": 0.01, **extra,
+        "error_rate_bound": 0.01, "mean_error_bound": 0.01, "above_cap": 0.0, "above_cap_bound": 30.0, **extra,
     }  # fmt: skip
 
 
@@ -58,6 +58,19 @@ def test_a_wide_interval_names_the_noise_and_what_would_resolve_it() -> None:
     assert f"About {tail.rows_for(0.4, 2000):,.0f} held-out rows or report_epsilon 8 would give +/- 0.05" in warning
     assert verdicts.noise_warning(noised(0.85, 0.81, 0.89, prior=1.2)) is None
     assert verdicts.noise_warning(evaluation(5, 0.69, 0.66)) is None  # exact sums carry no noise
+
+
+def test_losses_above_the_cap_leave_the_worst_group_risk_bounded_below_only() -> None:
+    capped = noised(1.0, 0.9, 1.1, prior=1.2, above_cap=35.0, above_cap_bound=12.0)
+    said = verdicts.describe(capped)
+    assert said.startswith("worst-group risk at least 0.9000 (95%): about 35 held-out losses lie above the loss cap 3")
+    assert verdicts.worst_interval(capped) == (0.9, 3.0)  # open above: the bar reaches the cap
+    warning = verdicts.cap_warning(capped)
+    assert warning is not None and "Raise the top of [evaluation] loss_range" in warning
+    # A count within its noise of none: the interval stands, and nothing is said.
+    within = noised(1.0, 0.9, 1.1, prior=1.2, above_cap=8.0, above_cap_bound=12.0)
+    assert verdicts.cap_warning(within) is None and verdicts.worst_interval(within) == (0.9, 1.1)
+    assert "(about 8 +/- 12 of them above it, each counted as 3" in verdicts.describe(within)
 
 
 def test_the_page_shows_the_final_interval_and_warns_from_the_last_finished_evaluation_only(tmp_path: Path) -> None:

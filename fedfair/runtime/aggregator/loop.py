@@ -195,7 +195,7 @@ class RoundLoop:
         final = self.evaluation or {}
         if final.get("status") == "done":
             logger.info("final evaluation of round %d (held-out): %s", final["round"], verdicts.describe(final))
-            for warning in (verdicts.noise_warning(final), verdicts.guessing_warning(final)):
+            for warning in (check(final) for check in verdicts.WARNINGS):
                 if warning is not None:
                     logger.warning("finished with a warning: %s", warning)
         self.events.emit("finish", rounds=rounds, output=str(self.output))

@@ -99,7 +99,8 @@ def _risks_section(run: Run) -> str:
     note = (
         "<p class=note>The federated evaluation of the output model (theta-bar, c-bar) on the sites' held-out data, "
         "from secure sums, at each evaluated round. Bars: each worst-group risk's interval (95% for noised answers, "
-        "the certified bracket for exact sums); a noised figure is of the losses clipped at the loss cap. The dashed "
+        "the certified bracket for exact sums); a noised figure is of the losses clipped at the loss cap, and a bar "
+        "that reaches the cap is open above (losses lie beyond it). The dashed "
         "line is the class-prior classifier's worst-group risk (each class predicted at its share of the rows, from "
         "the noised label counts), drawn when the answers counted labels.</p>"
     )
@@ -115,7 +116,7 @@ def _risks_section(run: Run) -> str:
         done[-1].get("prior_worst_risk"),
     )
     final = f"<p>Final evaluation (round {done[-1]['round']}): {html.escape(verdicts.describe(done[-1]))}.</p>"
-    warnings = [verdicts.noise_warning(done[-1]), verdicts.guessing_warning(done[-1])]
+    warnings = [check(done[-1]) for check in verdicts.WARNINGS]
     warned = "".join(
         f'<p class="warning">Warning: {html.escape(warning)}.</p>' for warning in warnings if warning is not None
     )

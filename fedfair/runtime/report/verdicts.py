@@ -20,11 +20,28 @@ def noised(evaluation: Mapping[str, Any]) -> bool:
     return float(evaluation.get("noise_std") or 0.0) > 0.0
 
 
+def above_cap(evaluation: Mapping[str, Any]) -> float | None:
+    """The held-out rows a noised report finds above its loss cap, when its 95% interval excludes none (else None).
+
+    Each such loss counts as the cap in every figure, so the figures are lower bounds only.
+    """
+    count, bound = evaluation.get("above_cap"), evaluation.get("above_cap_bound")
+    if count is None or bound is None or not float(count) - float(bound) > 0.0:
+        return None
+    return float(count)
+
+
 def worst_interval(evaluation: Mapping[str, Any]) -> tuple[float, float]:
-    """The worst-group risk's interval: the noised report's 95% one, or the exact sums' certified bracket."""
+    """The worst-group risk's interval: the noised report's 95% one, or the exact sums' certified bracket.
+
+    A noised report with losses above its cap has no upper end: the interval then reaches the cap, the
+    most it can state.
+    """
     worst = float(evaluation["worst_risk"])
     if evaluation.get("worst_risk_low") is not None:
-        return float(evaluation["worst_risk_low"]), float(evaluation["worst_risk_high"])
+        high = float(evaluation["worst_risk_high"])
+        unbounded = above_cap(evaluation) is not None
+        return float(evaluation["worst_risk_low"]), max(high, float(evaluation["loss_cap"])) if unbounded else high
     gap = float(evaluation.get("worst_risk_gap") or 0.0)
     return (worst - gap, worst + gap) if noised(evaluation) else (worst - gap, worst)
 
@@ -38,11 +55,23 @@ def describe(evaluation: Mapping[str, Any]) -> str:
             f"worst-group risk {worst:.4f} (exact sums; the exact value lies in [{low:.4f}, {high:.4f}]), "
             f"mean {mean:.4f}, accuracy {float(evaluation['accuracy']):.4f}"
         )
-    return (
-        f"worst-group risk {worst:.4f} +/- {(high - low) / 2:.4f} (95% interval [{low:.4f}, {high:.4f}]), "
+    cap, rows = float(evaluation["loss_cap"]), above_cap(evaluation)
+    others = (
         f"mean {mean:.4f} +/- {float(evaluation['mean_error_bound']):.4f}, accuracy "
-        f"{float(evaluation['accuracy']):.4f} +/- {float(evaluation['error_rate_bound']):.4f}; losses clipped at "
-        f"{float(evaluation['loss_cap']):g}, answers noised at epsilon {float(evaluation['report_epsilon']):g}"
+        f"{float(evaluation['accuracy']):.4f} +/- {float(evaluation['error_rate_bound']):.4f}; answers noised at "
+        f"epsilon {float(evaluation['report_epsilon']):g}"
+    )
+    if rows is not None:
+        return (
+            f"worst-group risk at least {low:.4f} (95%): about {rows:.0f} held-out losses lie above the loss cap "
+            f"{cap:g}, so the answers cannot bound it from above; of the losses clipped at the cap it is "
+            f"{worst:.4f} +/- {float(evaluation['worst_risk_gap']):.4f}; {others} (of clipped losses too)"
+        )
+    count, bound = float(evaluation["above_cap"]), float(evaluation["above_cap_bound"])
+    return (
+        f"worst-group risk {worst:.4f} +/- {(high - low) / 2:.4f} (95% interval [{low:.4f}, {high:.4f}]), {others}; "
+        f"of the losses clipped at {cap:g} (about {count:.0f} +/- {bound:.0f} of them above it, each counted as "
+        f"{cap:g}: the unclipped figures are at least these)"
     )
 
 
@@ -66,6 +95,19 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
     )
 
 
+def cap_warning(evaluation: Mapping[str, Any]) -> str | None:
+    """What losses above a noised report's cap do to it (None when its answers found none)."""
+    rows = above_cap(evaluation)
+    if rows is None:
+        return None
+    return (
+        f"about {rows:.0f} held-out losses exceed the loss cap {float(evaluation['loss_cap']):g}: each counts as "
+        "the cap, so the worst-group risk is only bounded below. Raise the top of [evaluation] loss_range to cover "
+        "them (one record then moves the sums further: more noise), or train further: a model whose worst losses "
+        "lie above the cap serves its worst group poorly"
+    )
+
+
 def guessing_warning(evaluation: Mapping[str, Any]) -> str | None:
     """The warning for a model whose worst group fares worse than under the class-prior classifier (or None).
 
@@ -86,3 +128,7 @@ def guessing_warning(evaluation: Mapping[str, Any]) -> str | None:
         "a step too small or too large ([training] lr, threshold_lr, server_momentum), or a group size rho below "
         "what the features can serve ([objective] rho)"
     )
+
+
+WARNINGS = (noise_warning, cap_warning, guessing_warning)
+"""Every warning a finished evaluation may call for, in the order they are said."""
