@@ -254,3 +254,28 @@ def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy) -> str | None:
             "operator for a plan within it"
         )
     return None
+
+
+def sizing_line(settings: PlanPrivacy, rho: float, cap: float, rows: int, held_out_share: float, excess: float) -> str:
+    """What the plan's final evaluation can resolve, for a site holding `rows` rows (said by ``fedfair data check``).
+
+    The expected 95% half-width of the worst-group risk over this site's held-out rows alone, and the held-out
+    rows in all (the federation's) or the report_epsilon that would give +/- :data:`fedfair.fairness.tail.RESOLVED`;
+    `excess` is how many times the target noise the sum carries (:func:`fedfair.privacy.distributed.noise_excess`).
+    """
+    if settings.report_epsilon is None:
+        return (
+            "the plan's evaluations are exact sums ([privacy] report_epsilon unset): no noise, and two evaluations "
+            "over survivor sets one site apart would difference to a site's held-out losses"
+        )
+    held_out = max(round(rows * held_out_share), 1)
+    half = tail.expected_half_width(held_out, rho, settings.report_epsilon, settings.delta, cap, excess=excess)
+    needed = tail.rows_for(half, held_out)
+    epsilon = tail.epsilon_for(half, settings.report_epsilon)
+    return (
+        f"privacy sized to the data: with report_epsilon {settings.report_epsilon:g} (rho {rho:g}, losses clipped "
+        f"at {cap:g}), this table's {held_out:,} held-out rows (a {held_out_share:g} share) alone would give the "
+        f"final worst-group risk +/- {half:.2g} (95%, from the noise); the federation's held-out rows in all shrink "
+        f"it in proportion: +/- {tail.RESOLVED:g} needs about {needed:,.0f} of them, or report_epsilon "
+        f"{epsilon:.2g} on this table alone"
+    )
