@@ -296,7 +296,7 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
         single = noised.ledger.get(VICTIM, {})
         row.record(
             f"noised: stated noise_std {std:.4g} per decoded coordinate (4 answers); over the "
-            f"{sums.vector_length()} coordinates the error is {figures_all.get('rms_in_std')} std RMS, "
+            f"{tail.TailQuery(1.0).length} coordinates the error is {figures_all.get('rms_in_std')} std RMS, "
             f"{figures_all.get('max_in_std')} std at most ({figures_all.get('max_over_expected')} x the expected "
             f"largest), {figures_all.get('exact_share')} of them within 0.5 of the truth; leaf counts: "
             f"{noised.pooled.get('leaves', {})}; epsilon charged per site for this answer: "
@@ -354,7 +354,7 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             f"3 answers), so {diff.get('std')} on the difference; its error against {VICTIM}'s histogram "
             f"({noised.victim_rows} held-out rows): {against.get('rms_in_std')} std RMS, {against.get('max_in_std')} "
             f"std at most, {against.get('exact_share')} of coordinates within 0.5; its row count read off the "
-            f"tree's root {diff.get('rows_read')} (true {noised.victim_rows}); the others' answers on M and M + 1 ulp identical: "
+            f"answer's row count {diff.get('rows_read')} (true {noised.victim_rows}); the others' answers on M and M + 1 ulp identical: "
             f"{diff.get('others_unchanged')}; epsilon spent: {spent} (two answers vs one); control without "
             f"[privacy]: largest error {control_largest}, every leaf count of {VICTIM} read exactly: {control_exact}",
             noised.carried_out

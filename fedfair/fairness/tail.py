@@ -1,27 +1,11 @@
 """The noised evaluation: a few tail sums around the trained threshold, and group risks with 95% intervals.
 
-What the report shows is the worst rho-fraction's risk, the mean, their disparity and the
-accuracy. CVaR_rho = min over c of F(c) = c + E[(l - c)+] / rho, and F is convex, so F at any c
-is an upper bound and F near the rho-quantile is nearly exact. The training's threshold c-bar
-is public to every site (it is part of the evaluated model) and estimates that quantile, so
-each site sends, for the losses clipped at the cap B (the plan's loss range top):
-
-- the row count, the sum of clipped losses, the error count and the count of losses above the cap;
-- its count of rows per label (:data:`LABEL_SLOTS` slots), for the class-prior classifier;
-- at each point c_j = c-bar + offset_j: the count of losses above c_j and the sum of (l - c_j)+.
-
-Each coordinate is scaled by w_i / Delta_i (Delta_i: how far one record moves it; w_i^2 its
-share of the release, :data:`SHARES`), so one record moves the vector by at most 1 in L2: the
-noise is spent where the worst-group risk needs it, on the tail sums. Against the histogram
-tree this replaces (27 nodes per record), the noise per tail sum is about 7 times smaller;
-``benchmarks/eval_error.py`` measures the designs against the exact value.
-
-The worst-group risk is F at the point whose noised count above it is nearest rho n, with a
-95% interval from the noise's known variance (delta method) widened below by the convexity
-gap: the supporting lines of F at the points (slopes 1 - A(c_j) / (rho n)), with F(c) >= c and
-F(c) >= c + (mean - c) / rho, bound min F from below. Every figure is of the losses clipped
-at the cap, so of the losses themselves it is a lower bound; the noised count of losses above
-the cap says whether it is also the value (none above) or only a bound.
+CVaR_rho = min over c of c + E[(l - c)+] / rho is convex in c, so its value at the training's
+public threshold c-bar, near the rho-quantile, is nearly exact. Each site sends, for losses
+clipped at the cap, its row count, loss sum, error count, count above the cap, label counts and,
+at c-bar, its count above and sum of (l - c)+, each scaled so one record moves the answer by at
+most 1 in L2, most of it on the tail sum. The report reads the worst-group risk there, with a
+95% interval from the noise's known variance widened below by the convexity gap.
 
 Why: docs/design.md, "Inside the fairness library".
 """

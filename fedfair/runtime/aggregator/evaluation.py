@@ -104,6 +104,7 @@ def federated_evaluation(
             plan.training.rounds,
             worst=report.worst_risk,
             mean=report.mean_risk,
+            half_width=certificate.worst_risk_gap if plan.privacy.noised else None,
         ),
     )
     if columns:
