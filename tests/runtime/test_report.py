@@ -11,7 +11,6 @@ rendered in headless Chromium where it is installed (`.ci/run` installs it).
 
 from __future__ import annotations
 
-import math
 import re
 import shutil
 import subprocess
@@ -375,8 +374,11 @@ def test_the_aggregator_writes_the_report_at_the_end_of_a_real_run(tmp_path: Pat
         for name in NAMES:
             expected = ("contributed", "late") if name in record["contributors"] else ("dropped",)
             assert found[record["round"], name] in expected, (record, name)
-    # The bundle gives K = 2: the baseline is ln 2.
-    assert f"ln K = {math.log(2):.4f} (K = 2 classes, from the model bundle)" in page
+    # Exact sums (no report_epsilon): the final figures with their certified bracket, and no class-prior
+    # baseline, since an exact evaluation counts no labels.
+    final = read_round_log(workspace.output)[-1]["evaluation"]
+    assert f"Final evaluation (round 3): worst-group risk {final['worst_risk']:.4f} (exact sums" in page
+    assert 'id="risk:prior"' not in page and 'id="risk:interval"' in page and "worse than guessing" not in page
     shared = [event["epsilon"] for event in read_events(workspace.output) if event["event"] == "round"]
     assert set(shared[-1]) == {"site-b"}
     assert f"<tr><td>site-b</td><td>{shared[-1]['site-b']:.4g}</td><td>3</td>" in page
