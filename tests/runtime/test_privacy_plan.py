@@ -304,3 +304,18 @@ def test_the_noise_is_carried_by_the_fewest_survivors_a_round_can_unmask(
     release = answer_release(PlanPrivacy(report_epsilon=1.0), ())
     colluders = learning.secure_aggregation.max_colluding
     assert (floor - colluders) * party_mu(release, floor, colluders) == pytest.approx(release.mu, rel=1e-12)
+
+
+def test_a_plan_without_interim_report_epsilon_keeps_the_digest_it_had_before_the_setting(tmp_path: Path) -> None:
+    """Left out of the shared plan when unset, so a noised plan written before the setting existed keeps its
+    digest (and its checkpoints resume); set, it travels and is pinned."""
+    workspace = new_workspace(tmp_path / "old", ["site-a", "site-b", "site-c"], privacy={"report_epsilon": 1.0})
+    old = load_aggregator_plan(workspace.plan)
+    assert "interim_report_epsilon" not in shared_content(old)["privacy"]
+    assert shared_content(old)["privacy"] == {
+        "budget": 10.0, "delta": 1e-05, "epsilon": None, "max_grad_norm": 20.0, "mode": "off", "report_epsilon": 1.0
+    }  # fmt: skip
+    new = new_workspace(
+        tmp_path / "new", ["site-a", "site-b", "site-c"], privacy={"report_epsilon": 1.0, "interim_report_epsilon": 0.2}
+    )
+    assert shared_content(load_aggregator_plan(new.plan))["privacy"]["interim_report_epsilon"] == 0.2
