@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from report_learning import census_fairness, convergence_bench, dp_bench, dp_utility, influence_bench
+from report_learning import census_fairness, convergence_bench, dp_bench, dp_utility, eval_error, influence_bench
 from report_learning import reference_gap, simulation_speed
 from report_plots import save
 from report_runtime import attack_matrix, federation_bench, round_bench, secagg_bench, startup_bench
@@ -44,6 +44,7 @@ SECTIONS: dict[str, Callable[[str, Mapping[str, Any]], Section]] = {
     "secagg_bench": secagg_bench,
     "dp_bench": dp_bench,
     "dp_utility": dp_utility,
+    "eval_error": eval_error,
     "census_fairness": census_fairness,
     "convergence_bench": convergence_bench,
     "reference_gap": reference_gap,

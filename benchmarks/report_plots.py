@@ -102,3 +102,23 @@ def curves(panels: Mapping[str, Mapping[str, Mapping[int, float]]], ylabel: str)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
     return figure
+
+
+def error_versus_rows(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]], goal: float) -> Figure:
+    """The stated 95% half-width of the worst-group risk against the held-out rows (log-log): one panel per
+    epsilon, one line per design, and the goal's half-width as a dashed line."""
+    figure = Figure(figsize=(4.2 * len(panels), 3.8), layout="constrained")
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for axis, (panel, lines) in zip(axes, panels.items(), strict=True):
+        for label, points in lines.items():
+            ordered = sorted(points)
+            axis.plot([point[0] for point in ordered], [point[1] for point in ordered], marker="o", label=label)
+        axis.axhline(goal, color="grey", linestyle="--", linewidth=1, label=f"+/- {goal:g}")
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlabel("held-out rows")
+        axis.set_ylabel("95% half-width of the worst-group risk")
+        axis.set_title(panel)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    return figure

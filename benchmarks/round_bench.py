@@ -168,7 +168,7 @@ class BenchCollaborator(Collaborator):
             self.busy_cpu_seconds
         )
 
-    def _evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
+    def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
         from fedfair.fairness import sums
 
         losses = np.linspace(0.1, 2.0, 100)

@@ -161,3 +161,38 @@ def test_the_report_shows_each_figure_with_the_command_and_machine_that_measured
 def test_docs_benchmarks_is_what_the_committed_results_give() -> None:
     """docs/benchmarks.md is generated: regenerate it (python benchmarks/report.py) with the results."""
     assert report_module().main(["--check"]) == 0
+
+
+def test_the_eval_error_section_tables_every_design_and_says_whether_the_goal_is_met(tmp_path: Path) -> None:
+    def row(design: str, rows: int, rmse: float, half: float, coverage: float) -> dict[str, Any]:
+        return {
+            "design": design, "rows": rows, "epsilon": 1.0, "exact": 0.9, "clip_bias": 0.01, "rmse": rmse,
+            "mean_half_width": half, "coverage": coverage, "expected_half_width": 0.05,
+        }  # fmt: skip
+
+    document = {
+        "rho": 0.3,
+        "loss_cap": 3.0,
+        "delta": 1e-5,
+        "c_bar": 0.3,
+        "repeats": 100,
+        "rows": [row("tree", 2000, 0.5, 1.36, 1.0), row("tail1", 2000, 0.02, 0.048, 0.98)],
+        "goal": {
+            "design": "tail1",
+            "rows": 2000,
+            "epsilon": 1.0,
+            "half_width": 0.05,
+            "coverage": 0.95,
+            "measured_half_width": 0.048,
+            "measured_coverage": 0.98,
+            "met": True,
+        },  # fmt: skip
+        "provenance": STAMP,
+    }
+    (tmp_path / "eval_error.json").write_text(json.dumps(document))
+    page = report_module().render(tmp_path, tmp_path / "docs" / "benchmarks.md")
+    assert "## Noised evaluation: the worst-group risk's error and its interval against the exact value" in page
+    assert "| loss-histogram tree (before) | 2,000 | 1 | 0.500 | 1.360 | 100 % | 0.050 |" in page
+    assert "| tail sums at c-bar (used) | 2,000 | 1 | 0.020 | 0.048 | 98 % | 0.050 |" in page
+    assert "measured 0.048 and 98 % (met)" in page
+    assert "(figures/benchmarks/eval_error_half_width_vs_rows.png)" in page

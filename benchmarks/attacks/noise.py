@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +63,7 @@ from attacks.consent import (
 from attacks.federation import HonestCollaborators, plan_sections
 from attacks.rows import RowBook
 from fedfair.core.evaluation import evaluate
-from fedfair.fairness import sums
+from fedfair.fairness import sums, tail
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.collaborator.charges import open_ledger
@@ -125,9 +125,23 @@ def error_figures(error: np.ndarray, std: float) -> dict[str, Any]:
     }
 
 
+def unexact(figures: Mapping[str, Any]) -> bool:
+    """Whether under half of the coordinates were read exactly (a noised answer of few coordinates may have none)."""
+    share = figures.get("exact_share")
+    return share is not None and share < 0.5
+
+
 def leaves(vector: np.ndarray) -> np.ndarray:
-    """The histogram tree's leaf counts (the first K coordinates of an evaluation vector)."""
+    """The histogram tree's leaf counts (the first K coordinates of an exact evaluation vector; all of a noised
+    answer's few tail sums)."""
     return vector[: sums.THRESHOLDS]
+
+
+def rows_of(vector: np.ndarray) -> float:
+    """The held-out rows an evaluation vector counts: the exact tree's root, or a noised answer's row count."""
+    if vector.size == sums.vector_length():
+        return float(vector[2 * sums.THRESHOLDS - 2])
+    return float(vector[0]) / float(tail.TailQuery(1.0).weights()[0])
 
 
 # ---------------------------------------------------------------- evaluation and its 1-ulp difference
@@ -150,8 +164,8 @@ class Answers:
     def adjust(self, name: str, collaborator: Collaborator) -> None:
         answer = collaborator._evaluation_answers
 
-        def recorded(theta: torch.Tensor) -> np.ndarray:
-            vector = answer(theta)
+        def recorded(theta: torch.Tensor, c: float) -> np.ndarray:
+            vector = answer(theta, c)
             self.by_site.setdefault(name, []).append(np.array(vector, dtype=np.float64))
             return vector
 
@@ -219,7 +233,7 @@ def measure_evaluation(run: EvaluationRun, delta: float) -> EvaluationFigures:
         exact_first = np.sum([answers[name][0] for name in FOUR], axis=0)
         exact_second = np.sum([answers[name][1] for name in FOUR if name != VICTIM], axis=0)
         victim = answers[VICTIM][0]
-        victim_rows = int(leaves(victim).sum())
+        victim_rows = int(round(rows_of(victim)))
         error = first[0] - exact_first
         pooled = {"all": error_figures(error, stds[1]), "leaves": error_figures(leaves(error), stds[1])}
         pooled["largest_abs_error"] = round(float(np.abs(error).max()), 3)
@@ -235,8 +249,8 @@ def measure_evaluation(run: EvaluationRun, delta: float) -> EvaluationFigures:
                 np.array_equal(leaves(exact_first - victim), leaves(exact_second))
                 and np.abs(exact_first - victim - exact_second).max() < 1e-9
             ),
-            # The tree's root node counts every held-out row: one coordinate, one noise draw.
-            "rows_read": round(float(read[2 * sums.THRESHOLDS - 2]), 1),
+            # One coordinate counts every held-out row: one noise draw.
+            "rows_read": round(rows_of(read), 1),
         }
     return EvaluationFigures(carried_out, pooled, difference, stds, victim_rows, ledger(run.workspace, FOUR, delta))
 
@@ -274,7 +288,7 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
         single = noised.ledger.get(VICTIM, {})
         row.record(
             f"noised: stated noise_std {std:.4g} per decoded coordinate (4 answers); over the "
-            f"{sums.vector_length()} coordinates the error is {figures_all.get('rms_in_std')} std RMS, "
+            f"{tail.TailQuery(1.0).length} coordinates the error is {figures_all.get('rms_in_std')} std RMS, "
             f"{figures_all.get('max_in_std')} std at most ({figures_all.get('max_over_expected')} x the expected "
             f"largest), {figures_all.get('exact_share')} of them within 0.5 of the truth; leaf counts: "
             f"{noised.pooled.get('leaves', {})}; epsilon charged per site for this answer: "
@@ -285,7 +299,7 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             and std > 0.0
             and within(figures_all.get("rms_in_std"))
             and within(figures_all.get("max_over_expected"))
-            and (figures_all.get("exact_share") or 1.0) < 0.5
+            and unexact(figures_all)
             and ledger_ok
             and single.get("releases") == [("evaluate", 1)]
             and exact.stds[1] == 0.0
@@ -332,14 +346,14 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             f"3 answers), so {diff.get('std')} on the difference; its error against {VICTIM}'s histogram "
             f"({noised.victim_rows} held-out rows): {against.get('rms_in_std')} std RMS, {against.get('max_in_std')} "
             f"std at most, {against.get('exact_share')} of coordinates within 0.5; its row count read off the "
-            f"tree's root {diff.get('rows_read')} (true {noised.victim_rows}); the others' answers on M and M + 1 ulp identical: "
+            f"answer's row count {diff.get('rows_read')} (true {noised.victim_rows}); the others' answers on M and M + 1 ulp identical: "
             f"{diff.get('others_unchanged')}; epsilon spent: {spent} (two answers vs one); control without "
             f"[privacy]: largest error {control_largest}, every leaf count of {VICTIM} read exactly: {control_exact}",
             noised.carried_out
             and exact.carried_out
             and bool(diff.get("others_unchanged"))
             and within(against.get("rms_in_std"))
-            and (against.get("exact_share") or 1.0) < 0.5
+            and unexact(against)
             and ledger_ok
             and spent[twice[0]] > spent[VICTIM] > 0.0
             and control_exact,
@@ -536,7 +550,8 @@ def composition_row(root: Path, book: RowBook) -> None:
     ) as row:
         attack = composition_run(root / "noised", noised=True)
         control = composition_run(root / "exact", noised=False)
-        risks = sums.vector_length()
+        # A noised plan's answers are the tail sums; an exact one's, the threshold sums.
+        risks = tail.TailQuery(1.0).length
         width = len(census_schema().columns[2].categories or ())
         query = attack.query
         results = [result.get("status") for result in query.results]

@@ -124,6 +124,34 @@ def _check(args: argparse.Namespace) -> int:
     from fedfair.datasets.tabular import read_table
 
     schema = schema_from_file(args.plan)
-    report = check_against(schema, read_table(args.csv), args.csv.name, pinned=pins_plan(args.plan))
+    table = read_table(args.csv)
+    report = check_against(schema, table, args.csv.name, pinned=pins_plan(args.plan))
     print(report.render())
+    print(_sizing(args.plan, len(table)))
     return 1 if report.problems else 0
+
+
+def _sizing(path: Path, rows: int) -> str:
+    """The plan's privacy sized to this table (:func:`fedfair.runtime.plan.privacy.sizing_line`), or why not."""
+    from fedfair.core.errors import ConfigError
+    from fedfair.datasets.check import pins_plan, pinned_settings
+    from fedfair.privacy.distributed import noise_excess
+    from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings
+    from fedfair.runtime.plan.learning_settings import LearningSettings
+    from fedfair.runtime.plan.privacy import sizing_line
+
+    plan: LearningSettings
+    try:
+        if pins_plan(path):
+            plan = load_shared_settings(pinned_settings(path).encode(), str(path))
+            count = plan.collaborator_count
+        else:
+            loaded = load_aggregator_plan(path, check_manifest=False)
+            plan, count = loaded, len(loaded.collaborators)
+    except ConfigError as error:
+        return f"privacy sized to the data: not computed, the plan does not load: {error}"
+    excess = noise_excess(count, plan.survivor_floor(count), plan.secure_aggregation.max_colluding)
+    return sizing_line(
+        plan.privacy, plan.objective.rho, plan.evaluation.loss_range[1], rows, DEFAULT_TEST_FRACTION, excess
+    )

@@ -98,13 +98,23 @@ def pins_plan(path: Path) -> bool:
     return "schema" not in document and isinstance(document.get("plan"), Mapping)
 
 
+def pinned_settings(path: Path) -> str:
+    """The plan settings a manifest pins (its ``[plan] settings``, JSON), or a ConfigError naming the fix."""
+    _, document = read_toml(path)
+    pinned = document.get("plan")
+    if not (isinstance(pinned, Mapping) and isinstance(pinned.get("settings"), str)):
+        raise ConfigError(f"{path} pins no plan settings ([plan] settings); pin the plan again")
+    return str(pinned["settings"])
+
+
 def schema_from_file(path: Path) -> Schema:
     """The [schema] of a plan file, or of the plan a manifest pins (its ``[plan] settings``)."""
     _, document = read_toml(path)
     section: Any = document.get("schema")
-    pinned = document.get("plan")
-    if section is None and isinstance(pinned, Mapping) and isinstance(pinned.get("settings"), str):
-        section = parse_json_object(pinned["settings"], f"{path} [plan] settings", "pin the plan again").get("schema")
+    if section is None and pins_plan(path):
+        section = parse_json_object(pinned_settings(path), f"{path} [plan] settings", "pin the plan again").get(
+            "schema"
+        )
     if section is None:
         raise ConfigError(
             f"{path} has no [schema]: the plan reads the built-in dataset, so there is no table to check; "

@@ -57,6 +57,14 @@ class SecureSumCertificate:
     noise_std: float
     confidence: float
     loss_cap: float
+    worst_risk_low: float | None = None
+    """The noised report's 95% interval of the worst-group risk, [low, high] (None for exact sums)."""
+    worst_risk_high: float | None = None
+    prior_worst_risk: float | None = None
+    """The class-prior classifier's worst-group risk, from the noised label counts (None when not counted)."""
+    above_cap: float | None = None
+    """The noised count of held-out losses above `loss_cap`, +/- `above_cap_bound` (95%; None for exact sums)."""
+    above_cap_bound: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,8 @@ class GroupRiskReport:
         if self.certificate is None:
             return risks
         rho = risks.pop("rho")
-        extras = asdict(self.certificate)
+        # The noised report's interval and baseline are absent (None) from exact ones, and left out.
+        extras = {key: value for key, value in asdict(self.certificate).items() if value is not None}
         samples = extras.pop("samples")
         # Reports from sums have always put the sample count right after rho and the bounds last.
         return {"rho": rho, "samples": samples, **risks, **extras}

@@ -41,16 +41,22 @@ whose first occurrence the console already showed."""
 
 
 def per_round(
-    round_number: int, rounds: int, *, worst: float | None = None, mean: float | None = None
+    round_number: int,
+    rounds: int,
+    *,
+    worst: float | None = None,
+    mean: float | None = None,
+    half_width: float | None = None,
 ) -> dict[str, Any]:
     """The ``extra`` of a per-round log line: ``logger.info("round %d applied", n, extra=per_round(n, total))``.
 
     The console moves its bar to `round_number` of `rounds` (and shows `worst` and `mean` beside
-    it) instead of printing the line, unless the process runs with ``verbose``.
+    it, the worst with `half_width`, its interval's, when given) instead of printing the line, unless the
+    process runs with ``verbose``.
     """
     extra: dict[str, Any] = {ROUND: (round_number, rounds)}
     if worst is not None and mean is not None:
-        extra[RISKS] = (worst, mean)
+        extra[RISKS] = (worst, mean, half_width)
     return extra
 
 
@@ -93,7 +99,8 @@ class Console(logging.Handler):
     def _advance(self, record: logging.LogRecord, round_number: int, rounds: int) -> None:
         risks = getattr(record, RISKS, None)
         if risks is not None:
-            self.note = f"worst {risks[0]:.4f}, mean {risks[1]:.4f}"
+            spread = "" if risks[2] is None else f" +/- {risks[2]:.4f}"
+            self.note = f"worst {risks[0]:.4f}{spread}, mean {risks[1]:.4f}"
         if self.progress is None:
             self.progress = Progress(rounds, self.label, stream=self.stream, log=self.stream)
         self.progress.update(round_number, self.note)

@@ -17,6 +17,10 @@ from fedfair.core.errors import ConfigError
 from fedfair.cli import data as commands
 from fedfair.datasets.check import check_against, schema_edits, schema_from_file
 from fedfair.datasets.schema import Column, Schema, draft_schema
+from fedfair.fairness import tail
+from fedfair.privacy.distributed import noise_excess
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+from tests.federations import adult_raw_table
 
 
 def clean_table(rows: int = 40) -> pd.DataFrame:
@@ -250,3 +254,25 @@ def test_id_like_columns_are_listed_beside_and_inside_the_schema(
     plan.write_text(HOSTILE_PLAN + '\n[[schema.columns]]\nname = "record"\ntype = "numeric"\n', encoding="utf-8")
     assert cli_main(["data", "check", "--plan", str(plan), "--csv", str(tmp_path / "ids.csv")]) == 0
     assert "ID-like columns the [schema] uses as features: record (all 60 values distinct)." in capsys.readouterr().out
+
+
+def test_data_check_sizes_the_plans_privacy_to_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Under the plan `fedfair init --csv` writes, a site's check says what the final evaluation can resolve with
+    its rows (1,500 of Adult's here: 375 held out), and what would give +/- 0.05: the same figures as the
+    function the warnings and benchmarks/eval_error.py use."""
+    table = tmp_path / "site.csv"
+    adult_raw_table().iloc[:1500].to_csv(table, index=False)
+    folder = tmp_path / "fed"
+    assert cli_main(["init", str(folder), "--sites", "a,b,c", "--csv", str(table), "--label", "income"]) == 0
+    capsys.readouterr()
+    assert cli_main(["data", "check", "--plan", str(folder / "aggregator" / "plan.toml"), "--csv", str(table)]) == 0
+    said = capsys.readouterr().out
+    plan = load_aggregator_plan(folder / "aggregator" / "plan.toml", check_manifest=False)
+    excess = noise_excess(3, plan.survivor_floor(3), plan.secure_aggregation.max_colluding)
+    half = tail.expected_half_width(375, 0.3, 1.0, 1e-5, 3.0, excess=excess)
+    assert 0.2 < half < 0.5  # 375 rows at epsilon 1 cannot resolve it; the line says so, and what would
+    assert (
+        f"this table's 375 held-out rows (a 0.25 share) alone would give the final worst-group risk +/- {half:.2g}"
+        in said
+    )
+    assert f"+/- 0.05 needs about {tail.rows_for(half, 375):,.0f} of them, or report_epsilon" in said

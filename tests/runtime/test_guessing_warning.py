@@ -1,39 +1,87 @@
-"""The warning for a model that serves its worst group worse than the uniform classifier: said once, in
-`fedfair.runtime.report.page.guessing_warning`, by the report page and by the aggregator's closing line."""
+"""The warnings of a finished evaluation, said once in `fedfair.runtime.report.verdicts` (by the report page and
+by the aggregator's closing lines): "worse than guessing" against the class-prior classifier, only when the
+whole interval of the worst-group risk lies above it, and the noise named when the budget cannot resolve it."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from fedfair.fairness import tail
 from fedfair.runtime.report import page as report
+from fedfair.runtime.report import verdicts
 from fedfair.runtime.report.data import read_run
-from tests.runtime.test_report import write_run
+from tests.runtime.test_report import evaluation, write_run
 
 
-@pytest.mark.parametrize(("worst", "classes"), [(0.70, 2), (2.31, 10)])
-def test_a_worst_risk_above_ln_k_is_warned_with_the_likely_causes(worst: float, classes: int) -> None:
-    warning = report.guessing_warning(worst, classes)
-    assert warning is not None
-    assert f"ln K = {math.log(classes):.4f}" in warning and f"{worst:.4f}" in warning
+def noised(worst: float, low: float, high: float, prior: float | None, **extra: Any) -> dict[str, Any]:
+    """A noised evaluation record as `federated_evaluation` writes it (2,000 rows, answers at epsilon 1)."""
+    return {
+        **evaluation(50, worst, 0.39),
+        "samples": 2000, "noise_std": 4.0, "worst_risk_gap": (high - low) / 2, "worst_risk_low": low,
+        "worst_risk_high": high, "prior_worst_risk": prior, "report_epsilon": 1.0, "loss_cap": 3.0,
+        "error_rate_bound": 0.01, "mean_error_bound": 0.01, "above_cap": 0.0, "above_cap_bound": 30.0, **extra,
+    }  # fmt: skip
+
+
+def test_a_worst_group_interval_above_the_class_prior_is_warned_with_the_likely_causes() -> None:
+    warning = verdicts.guessing_warning(noised(1.40, 1.35, 1.45, prior=1.20))
+    assert warning is not None and "1.2000, the class-prior classifier's" in warning
+    assert "[1.3500, 1.4500]" in warning
     for cause in ("[training] rounds", "lr", "server_momentum", "[objective] rho"):
         assert cause in warning
 
 
-@pytest.mark.parametrize(("worst", "classes"), [(0.69, 2), (math.log(2), 2), (2.30, 10)])
-def test_at_or_below_ln_k_nothing_is_said(worst: float, classes: int) -> None:
-    assert report.guessing_warning(worst, classes) is None
+@pytest.mark.parametrize(
+    ("worst", "low", "high", "prior"),
+    [
+        (0.85, 0.80, 0.90, 1.20),  # the issue's model, beating the class prior at 24% positives: no warning
+        (1.25, 1.15, 1.35, 1.20),  # the interval straddles the baseline: the noise cannot tell, so nothing is said
+        (0.80, 0.75, 0.85, None),  # no label counts (exact sums): no baseline, no warning
+    ],
+)
+def test_nothing_is_said_unless_the_whole_interval_lies_above_the_class_prior(
+    worst: float, low: float, high: float, prior: float | None
+) -> None:
+    assert verdicts.guessing_warning(noised(worst, low, high, prior)) is None
 
 
-def test_the_page_warns_from_the_last_finished_evaluation_only(tmp_path: Path) -> None:
+def test_a_wide_interval_names_the_noise_and_what_would_resolve_it() -> None:
+    wide = noised(1.0, 0.6, 1.4, prior=1.2)
+    warning = verdicts.noise_warning(wide)
+    assert warning is not None
+    assert "cannot resolve the worst-group risk: +/- 0.40" in warning and "from the evaluation's noise" in warning
+    # The half-width falls as 1 / rows and about as 1 / epsilon: 8 times the rows or the epsilon for +/- 0.05.
+    assert f"About {tail.rows_for(0.4, 2000):,.0f} held-out rows or report_epsilon 8 would give +/- 0.05" in warning
+    assert verdicts.noise_warning(noised(0.85, 0.81, 0.89, prior=1.2)) is None
+    assert verdicts.noise_warning(evaluation(5, 0.69, 0.66)) is None  # exact sums carry no noise
+
+
+def test_losses_above_the_cap_leave_the_worst_group_risk_bounded_below_only() -> None:
+    capped = noised(1.0, 0.9, 1.1, prior=1.2, above_cap=35.0, above_cap_bound=12.0)
+    said = verdicts.describe(capped)
+    assert said.startswith("worst-group risk at least 0.9000 (95%): about 35 held-out losses lie above the loss cap 3")
+    assert verdicts.worst_interval(capped) == (0.9, 3.0)  # open above: the bar reaches the cap
+    warning = verdicts.cap_warning(capped)
+    assert warning is not None and "Raise the top of [evaluation] loss_range" in warning
+    # A count within its noise of none: the interval stands, and nothing is said.
+    within = noised(1.0, 0.9, 1.1, prior=1.2, above_cap=8.0, above_cap_bound=12.0)
+    assert verdicts.cap_warning(within) is None and verdicts.worst_interval(within) == (0.9, 1.1)
+    assert "(about 8 +/- 12 of them above it, each counted as 3" in verdicts.describe(within)
+
+
+def test_the_page_shows_the_final_interval_and_warns_from_the_last_finished_evaluation_only(tmp_path: Path) -> None:
     folder = tmp_path / "output"
-    write_run(folder)  # evaluations at rounds 2, 4, 5: worst 0.71 and 0.70 above ln 2, then 0.69 below
-    run = dataclasses.replace(read_run(folder), classes=2, classes_note="from a test")
-    assert 'class="warning"' not in report.render(run)
+    write_run(folder)
+    run = read_run(folder)
     last = run.rounds[-1]
-    worse = {**last, "evaluation": {**last["evaluation"], "worst_risk": 0.75}}
+    fine = {**last, "evaluation": {**noised(0.85, 0.81, 0.89, prior=1.2), "round": 5}}
+    page = report.render(dataclasses.replace(run, rounds=[*run.rounds[:-1], fine]))
+    assert 'class="warning"' not in page
+    assert "worst-group risk 0.8500 +/- 0.0400 (95% interval [0.8100, 0.8900])" in page
+    worse = {**last, "evaluation": {**noised(1.4, 1.0, 1.8, prior=0.9), "round": 5}}
     page = report.render(dataclasses.replace(run, rounds=[*run.rounds[:-1], worse]))
-    assert 'class="warning"' in page and "0.7500 is above the uniform classifier" in page
+    assert page.count('class="warning"') == 2 and "the class-prior classifier" in page and "cannot resolve" in page

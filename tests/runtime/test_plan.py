@@ -64,7 +64,7 @@ def edited(path: Path, sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return data
 
 
-NO_NOISE = {"report_epsilon": ...}
+NO_NOISE = {"report_epsilon": ..., "interim_report_epsilon": ...}
 """Takes the template's evaluation noise out: noise goes inside the secure sum, so a plan without one has none."""
 
 
@@ -460,7 +460,7 @@ def test_shared_settings_round_trip_without_names_or_paths() -> None:
         plan.load_shared_settings(payload.replace(b'"rho":0.3', b'"rho":3'))
 
 
-TEMPLATE_DIGEST = "c2bcf7aafbf34fa3f9ffed34fa6782f7076b4ebdf590f9fb3ae91fe8379badc4"
+TEMPLATE_DIGEST = "af344ede551a018446d90dd552952bf40f788565627e447d4160f2d4c4399490"
 ALGORITHM_ONE_DIGEST = "6f00f9bb1eca070060ae00a05b9412b928d11f2b57e5ef181de9b8b9822ab46e"
 """The template's digest before server momentum existed, which the same plan at server_momentum = 0 keeps."""
 TEMPLATE_SHARED_SETTINGS = (
@@ -469,7 +469,8 @@ TEMPLATE_SHARED_SETTINGS = (
     b'"influence":{"sizes":{},"update_norm":1.0,"weights":"equal"},'
     b'"model":{"arguments":{},"classes":2,"factory":null,"features":107,"image_shape":null,"name":"logreg"},'
     b'"objective":{"bound":10.0,"epsilon":0.1,"gamma":0.05,"rho":0.3,"smooth":"softrelu"},'
-    b'"privacy":{"budget":10.0,"delta":1e-05,"epsilon":null,"max_grad_norm":20.0,"mode":"off","report_epsilon":1.0},'
+    b'"privacy":{"budget":10.0,"delta":1e-05,"epsilon":null,"interim_report_epsilon":0.2,"max_grad_norm":20.0,"mode":"off",'
+    b'"report_epsilon":1.0},'
     b'"quorum":{"min_collaborators":2,"round_timeout_seconds":300.0},'
     b'"secure_aggregation":{"clip":10.0,"enabled":true,"fractional_bits":20,"max_colluding":0,'
     b'"max_weight":1000000.0,"modulus_bits":64,"neighbours":null,"threshold":null},'
@@ -563,13 +564,16 @@ def test_composition_columns_are_shared_and_only_the_final_evaluation_counts_the
     assert shared.evaluation == loaded.evaluation
     assert [column.name for column in shared.counted_columns(50)] == ["race", "income"]
     # [White, Black, Other] and [<=50K, >50K], above c and in all: 2 totals and 10 counts after the sums.
-    assert shared.evaluation_length(50) == sums.vector_length() + 2 + 2 * (3 + 2)
-    assert shared.counted_columns(49) == () and shared.evaluation_length(49) == sums.vector_length()
+    # The template noises its evaluations: the tail sums, not the exact threshold sums, come first.
+    assert shared.evaluation_length(50) == shared.evaluation.tail_query().length + 2 + 2 * (3 + 2)
+    assert shared.counted_columns(49) == () and shared.evaluation_length(49) == shared.evaluation.tail_query().length
     # Off (left out, or an empty list), it is not shared, so a plan keeps its digest and shared bytes.
     off = schema_plan()
     assert plan.plan_digest(schema_plan(composition=[])) == plan.plan_digest(off)
     assert "composition" not in json.loads(plan.shared_settings(off))["evaluation"]
-    assert off.evaluation_length(50) == sums.vector_length()
+    assert off.evaluation_length(50) == shared.evaluation.tail_query().length
+    exact = aggregator_plan(schema=SCHEMA_SECTION, model={"features": ...}, privacy=NO_NOISE)
+    assert exact.evaluation_length(50) == sums.vector_length()  # exact reports: the threshold sums
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 from fedfair.cli import main as cli_main
 from fedfair.core.config import LocalConfig
 from fedfair.core.errors import ConfigError, PrivacyBudgetError
-from fedfair.fairness import sums
+from fedfair.fairness import sums, tail
 from fedfair.privacy import distributed
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.aggregator.checkpoint import read_round_log
@@ -40,7 +40,7 @@ def test_one_answer_spends_the_plans_epsilon() -> None:
     settings = PlanPrivacy(report_epsilon=1.0, delta=1e-5, budget=4.0)
     release = answer_release(settings, ())
     # The release carries one record's L2 move in encoded units, inflated (never shrunk) by rounding.
-    assert release.l2 >= sums.RECORD_L2 * 2**sums.ENCODING.fractional_bits
+    assert release.l2 >= tail.TailQuery(1.0).sensitivity()[1] * 2**sums.ENCODING.fractional_bits
     spent = distributed.epsilon([release], settings.delta - ROUNDING_BETA)
     assert spent == pytest.approx(1.0, rel=2e-3)  # calibrate's bisection tolerance is 1e-3
     assert distributed.epsilon([release] * 4, settings.delta - ROUNDING_BETA) <= 4.0 + 1e-9  # RDP composes sublinearly
@@ -265,16 +265,26 @@ def test_a_training_only_privacy_section_is_shared_and_pinned(tmp_path: Path) ->
     assert shared_content(plan)["privacy"]["epsilon"] == 2.0
 
 
-def test_the_templates_default_noises_every_evaluation_within_its_stated_budget() -> None:
-    """The plan `fedfair init` writes noises evaluations by default, and its 10 evaluations (50 rounds, every 5)
-    spend about 3.6 of the budget of 10, as its comment says."""
+def test_the_templates_default_spends_the_evaluation_budget_on_the_final_answer() -> None:
+    """The plan `fedfair init` writes noises every evaluation, the final one at report_epsilon and the 9 earlier
+    ones (50 rounds, every 5) at interim_report_epsilon: 1.23 of the budget of 10 in all, as its comment says,
+    where 10 answers at report_epsilon spent 3.6."""
     plan = load_aggregator_plan(Path(__file__).parents[2] / "aggregator" / "plan.toml", check_manifest=False)
     privacy = plan.privacy
     assert privacy.noised and not privacy.distributed and privacy.budget == 10.0
+    assert (privacy.report_epsilon, privacy.interim_report_epsilon) == (1.0, 0.2)
     answers = plan.training.rounds // plan.evaluation.every
     assert answers == 10
-    spent = distributed.epsilon([answer_release(privacy, ())] * answers, privacy.delta - answers * ROUNDING_BETA)
-    assert spent == pytest.approx(3.6, abs=0.05) and spent < privacy.budget
+    releases = [answer_release(privacy, (), final=False)] * (answers - 1) + [answer_release(privacy, ())]
+    spent = distributed.epsilon(releases, privacy.delta - answers * ROUNDING_BETA)
+    assert spent == pytest.approx(1.23, abs=0.01) and spent < privacy.budget
+    final_only = distributed.epsilon(releases[-1:], privacy.delta - ROUNDING_BETA)
+    assert final_only == pytest.approx(1.0, rel=2e-3)
+
+
+def test_interim_answers_need_a_noised_final_one() -> None:
+    with pytest.raises(ConfigError, match="set report_epsilon too"):
+        read_plan_privacy("plan.toml", {"privacy": {"interim_report_epsilon": 0.2}}, True, LocalConfig(), 64)
 
 
 @pytest.mark.parametrize(
@@ -298,3 +308,18 @@ def test_the_noise_is_carried_by_the_fewest_survivors_a_round_can_unmask(
     release = answer_release(PlanPrivacy(report_epsilon=1.0), ())
     colluders = learning.secure_aggregation.max_colluding
     assert (floor - colluders) * party_mu(release, floor, colluders) == pytest.approx(release.mu, rel=1e-12)
+
+
+def test_a_plan_without_interim_report_epsilon_keeps_the_digest_it_had_before_the_setting(tmp_path: Path) -> None:
+    """Left out of the shared plan when unset, so a noised plan written before the setting existed keeps its
+    digest (and its checkpoints resume); set, it travels and is pinned."""
+    workspace = new_workspace(tmp_path / "old", ["site-a", "site-b", "site-c"], privacy={"report_epsilon": 1.0})
+    old = load_aggregator_plan(workspace.plan)
+    assert "interim_report_epsilon" not in shared_content(old)["privacy"]
+    assert shared_content(old)["privacy"] == {
+        "budget": 10.0, "delta": 1e-05, "epsilon": None, "max_grad_norm": 20.0, "mode": "off", "report_epsilon": 1.0
+    }  # fmt: skip
+    new = new_workspace(
+        tmp_path / "new", ["site-a", "site-b", "site-c"], privacy={"report_epsilon": 1.0, "interim_report_epsilon": 0.2}
+    )
+    assert shared_content(load_aggregator_plan(new.plan))["privacy"]["interim_report_epsilon"] == 0.2

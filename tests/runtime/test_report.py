@@ -11,7 +11,6 @@ rendered in headless Chromium where it is installed (`.ci/run` installs it).
 
 from __future__ import annotations
 
-import math
 import re
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from typing import Any
 import matplotlib.image
 import numpy as np
 import pytest
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from fedfair import cli
@@ -170,8 +170,8 @@ def test_the_page_is_self_contained_and_has_every_section(folder: Path) -> None:
         assert f'<section id="{section}">' in page
     assert page.count("<svg") == 4  # risks, threshold, epsilon, stage times
     assert "fed-test" in page and "5 rounds recorded of 5 planned (4 applied, 1 aborted)" in page
-    # No bundle in the folder: no baseline, and the page says why.
-    assert "No uniform baseline drawn: no model bundle" in page
+    # Exact sums: the final figures with their certified bracket, and no class-prior baseline (no label counts).
+    assert "Final evaluation (round 5): worst-group risk 0.6900 (exact sums" in page
 
 
 def test_the_matrix_lists_every_collaborator_and_marks_dropouts_and_exclusions(folder: Path) -> None:
@@ -197,7 +197,16 @@ def test_plotted_values_are_the_logs_values(folder: Path, monkeypatch: pytest.Mo
     assert list(series["risk:worst"].get_xdata()) == [item["round"] for item in evaluated]
     assert list(series["risk:worst"].get_ydata()) == [item["worst_risk"] for item in evaluated]
     assert list(series["risk:mean"].get_ydata()) == [item["mean_risk"] for item in evaluated]
-    assert "risk:uniform" not in series  # no bundle, no number of classes
+    assert "risk:prior" not in series  # exact sums count no labels: no class-prior baseline
+    (interval,) = [
+        found for figure in figures for found in figure.axes[0].collections if found.get_gid() == "risk:interval"
+    ]
+    # Each worst-group risk's bar spans its certified bracket: [worst - gap, worst] for exact sums.
+    expected = [
+        [[item["round"], item["worst_risk"] - item["worst_risk_gap"]], [item["round"], item["worst_risk"]]]
+        for item in evaluated
+    ]
+    assert isinstance(interval, LineCollection) and np.allclose(interval.get_segments(), expected)
     done = [record for record in records if record["status"] == "applied"]
     assert list(series["threshold:c"].get_xdata()) == [record["round"] for record in done]
     assert list(series["threshold:c"].get_ydata()) == [record["c"] for record in done]
@@ -365,8 +374,11 @@ def test_the_aggregator_writes_the_report_at_the_end_of_a_real_run(tmp_path: Pat
         for name in NAMES:
             expected = ("contributed", "late") if name in record["contributors"] else ("dropped",)
             assert found[record["round"], name] in expected, (record, name)
-    # The bundle gives K = 2: the baseline is ln 2.
-    assert f"ln K = {math.log(2):.4f} (K = 2 classes, from the model bundle)" in page
+    # Exact sums (no report_epsilon): the final figures with their certified bracket, and no class-prior
+    # baseline, since an exact evaluation counts no labels.
+    final = read_round_log(workspace.output)[-1]["evaluation"]
+    assert f"Final evaluation (round 3): worst-group risk {final['worst_risk']:.4f} (exact sums" in page
+    assert 'id="risk:prior"' not in page and 'id="risk:interval"' in page and "worse than guessing" not in page
     shared = [event["epsilon"] for event in read_events(workspace.output) if event["event"] == "round"]
     assert set(shared[-1]) == {"site-b"}
     assert f"<tr><td>site-b</td><td>{shared[-1]['site-b']:.4g}</td><td>3</td>" in page

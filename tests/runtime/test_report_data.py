@@ -28,7 +28,7 @@ def test_each_round_marks_who_contributed_dropped_was_excluded_and_stays_out_unt
         {**applied, "round": 4, "readmitted": ["b"], "participants": ["a"], "contributors": ["a"]},
         {**applied, "round": 5, "participants": ["a"], "contributors": ["a"]},
     ]
-    run = Run(Path("out"), rounds, [{"event": "start", "collaborators": ["a", "b", "c"]}], None, "")
+    run = Run(Path("out"), rounds, [{"event": "start", "collaborators": ["a", "b", "c"]}])
     names = roster(run)
     assert names == ["a", "b", "c"]
     states = [{name: cell.state for name, cell in cells.items()} for _, cells in contribution_matrix(run, names)]

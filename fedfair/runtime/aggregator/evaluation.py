@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fedfair.runtime.logs import per_round
-from fedfair.fairness import sums
+from fedfair.fairness import sums, tail
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.driver import SumDriver
 from fedfair.runtime.composition_counts import CompositionColumn, composition_from_sums
@@ -38,11 +38,13 @@ def federated_evaluation(
     participants: frozenset[str],
     model: tuple[np.ndarray, float],
     start_input: bytes = b"",
+    classes: int | None = None,
 ) -> tuple[SumOutcome, dict[str, Any]]:
     """Evaluate `model` (theta-bar, c-bar) over `participants`' held-out data by one secure sum.
 
-    Return the sum's outcome (its contributors and culprits) and the evaluation's record ("status": "done", the
-    round, the number of contributors, the report's fields and, when counted, "composition").
+    `classes` is the model's K, for the class-prior baseline of a noised report. Return the sum's outcome
+    (its contributors and culprits) and the evaluation's record ("status": "done", the round, the number of
+    contributors, the report's fields, the epsilon of a noised answer and, when counted, "composition").
     """
     outcome = driver.run(
         round_number,
@@ -53,33 +55,57 @@ def federated_evaluation(
         model,
         start_input=start_input,
     )
-    risks = sums.vector_length()
     columns = plan.counted_columns(round_number)
-    noise_std = report_noise_std(plan, columns, len(outcome.contributors))
-    report = sums.report_from_sums(
-        outcome.weighted_sum[:risks],
-        plan.evaluation.thresholds(),
-        plan.objective.rho,
-        min_bucket_count=plan.evaluation.min_bucket_count,
-        sum_error=outcome.error_bound,
-        noise_std=noise_std,
-        loss_cap=plan.evaluation.loss_range[1],
-    )
+    noise_std = report_noise_std(plan, columns, len(outcome.contributors), final=round_number == plan.training.rounds)
+    summed = outcome.weighted_sum
+    if plan.privacy.noised:
+        query = plan.evaluation.tail_query()
+        risks = query.length
+        figures = tail.tail_report(
+            query,
+            summed[:risks],
+            model[1],
+            plan.objective.rho,
+            noise_std=noise_std,
+            sum_error=outcome.error_bound,
+            classes=classes,
+        )
+        report = figures.report(plan.objective.rho, noise_std, query.cap)
+    else:
+        risks = sums.vector_length()
+        report = sums.report_from_sums(
+            summed[:risks],
+            plan.evaluation.thresholds(),
+            plan.objective.rho,
+            min_bucket_count=plan.evaluation.min_bucket_count,
+            sum_error=outcome.error_bound,
+        )
+    certificate = report.certificate
+    assert certificate is not None  # a report from sums is certified
     result: dict[str, Any] = {
         "status": "done",
         "round": round_number,
         "collaborators": len(outcome.contributors),
         **report.to_dict(),
     }
+    if plan.privacy.noised:
+        result["report_epsilon"] = answer_epsilon(plan, round_number)
     logger.info(
-        "round %d evaluation (held-out, rho = %g): worst %.4f, mean %.4f, best %.4f, accuracy %.4f",
+        "round %d evaluation (held-out, rho = %g): worst %.4f +/- %.4f, mean %.4f +/- %.4f, accuracy %.4f",
         round_number,
         report.rho,
         report.worst_risk,
+        certificate.worst_risk_gap,
         report.mean_risk,
-        report.best_risk,
+        certificate.mean_error_bound,
         report.accuracy,
-        extra=per_round(round_number, plan.training.rounds, worst=report.worst_risk, mean=report.mean_risk),
+        extra=per_round(
+            round_number,
+            plan.training.rounds,
+            worst=report.worst_risk,
+            mean=report.mean_risk,
+            half_width=certificate.worst_risk_gap if plan.privacy.noised else None,
+        ),
     )
     if columns:
         assert plan.schema is not None  # composition columns are refused without a [schema]
@@ -99,8 +125,20 @@ def federated_evaluation(
     return outcome, result
 
 
-def report_noise_std(plan: AggregatorPlan, columns: tuple[CompositionColumn, ...], summands: int) -> float:
+def answer_epsilon(plan: AggregatorPlan, round_number: int) -> float:
+    """The epsilon each site's answer to the evaluation of `round_number` spends under a noised plan."""
+    privacy = plan.privacy
+    assert privacy.report_epsilon is not None  # only noised plans ask
+    interim = privacy.interim_report_epsilon
+    return privacy.report_epsilon if round_number == plan.training.rounds or interim is None else interim
+
+
+def report_noise_std(
+    plan: AggregatorPlan, columns: tuple[CompositionColumn, ...], summands: int, *, final: bool = True
+) -> float:
     """The noise standard deviation on each decoded coordinate of an evaluation summed over `summands` answers.
+
+    `final`: the final evaluation's answers (report_epsilon), else an earlier one's (interim_report_epsilon).
 
     Under the plan's [privacy] (:mod:`fedfair.runtime.plan.privacy`); 0.0 for exact reports or no summands.
     """
@@ -108,5 +146,5 @@ def report_noise_std(plan: AggregatorPlan, columns: tuple[CompositionColumn, ...
         return 0.0
     floor = plan.survivor_floor(len(plan.collaborators))
     return decoded_noise_std(
-        answer_release(plan.privacy, columns), floor, plan.secure_aggregation.max_colluding, summands
+        answer_release(plan.privacy, columns, final=final), floor, plan.secure_aggregation.max_colluding, summands
     )

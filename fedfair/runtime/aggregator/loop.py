@@ -53,7 +53,7 @@ from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
-from fedfair.runtime.report.page import guessing_warning
+from fedfair.runtime.report import verdicts
 from fedfair.runtime.transport import make_binding, pb
 from fedfair.secagg.graph import canonical_roster
 
@@ -192,11 +192,12 @@ class RoundLoop:
             self.output,
             bundle,
         )
-        worst = (self.evaluation or {}).get("worst_risk")
-        classes = model_settings(self.plan, checkpoint_encoder(self.checkpoint)).classes
-        warning = None if worst is None else guessing_warning(float(worst), classes)
-        if warning is not None:
-            logger.warning("finished with a warning: %s", warning)
+        final = self.evaluation or {}
+        if final.get("status") == "done":
+            logger.info("final evaluation of round %d (held-out): %s", final["round"], verdicts.describe(final))
+            for warning in (check(final) for check in verdicts.WARNINGS):
+                if warning is not None:
+                    logger.warning("finished with a warning: %s", warning)
         self.events.emit("finish", rounds=rounds, output=str(self.output))
         # Every collaborator that reads FINISHED may fetch the bundle: the federation's model is theirs too.
         self.network.board.finish(
@@ -434,8 +435,9 @@ class RoundLoop:
             return {"status": "skipped", "reason": "too few collaborators connected"}
         model = (state.theta_average.numpy(), state.c_average)
         try:
+            classes = model_settings(self.plan, checkpoint_encoder(self.checkpoint)).classes
             outcome, result = federated_evaluation(
-                self.plan, self.driver, round_number, participants, model, self.start_input
+                self.plan, self.driver, round_number, participants, model, self.start_input, classes
             )
         except (RoundAbortedError, ConfigError) as error:
             logger.warning("round %d: evaluation aborted: %s", round_number, error)

@@ -81,7 +81,7 @@ class Charges:
     def evaluation(
         self, encoded: np.ndarray, round_number: int, model: str, columns: tuple[CompositionColumn, ...]
     ) -> None:
-        """Under the plan's [privacy] report_epsilon.
+        """Under the plan's [privacy] report_epsilon (interim_report_epsilon before the final round).
 
         Charge this fresh answer to the ledger (PrivacyBudgetError past the budget), then add this party's share of the
         Skellam noise to its encoded words, from the OS's CSPRNG, before masking. A no-op for exact reports.
@@ -89,7 +89,7 @@ class Charges:
         privacy = self.shared.privacy
         if not privacy.noised:
             return
-        release = answer_release(privacy, columns)
+        release = answer_release(privacy, columns, final=round_number == self.shared.training.rounds)
         spent = self.record.charge(
             Charge("evaluate", round_number, model, release, privacy.delta, ROUNDING_BETA), self.budget
         )

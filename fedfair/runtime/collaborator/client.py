@@ -302,9 +302,9 @@ class Collaborator(TaskStream):
             return StartJob(lambda: kept(statistics, view), "")
         return self._rounds().evaluate(stub, binding, self._evaluation_answers)
 
-    def _evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
-        """This institution's answers to the evaluation's threshold queries (:meth:`RoundJob.evaluation_answers`)."""
-        return self._rounds().evaluation_answers(theta)
+    def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
+        """This institution's answers to the evaluation's queries on (theta, c) (:meth:`RoundJob.evaluation_answers`)."""
+        return self._rounds().evaluation_answers(theta, c)
 
     # ------------------------------------------------------------ what it fetches and sends
 

@@ -33,7 +33,7 @@ from fedfair.core.errors import (
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.update import bounded
-from fedfair.fairness import sums
+from fedfair.fairness import sums, tail
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.input_record import InputRecord, Kept, SignedView
 from fedfair.runtime.collaborator.config import CollaboratorConfig
@@ -365,14 +365,18 @@ class RoundJob:
         return Work(round_number, TRAINING, clipped, weight)
 
     def evaluate(
-        self, stub: pb_grpc.FederationStub, binding: pb.Binding, answers: Callable[[torch.Tensor], np.ndarray]
+        self,
+        stub: pb_grpc.FederationStub,
+        binding: pb.Binding,
+        answers: Callable[[torch.Tensor, float], np.ndarray],
     ) -> StartJob:
         """Download the model to evaluate.
 
         Return the job that makes this institution's answers (by `answers`), followed at the final round, when
         the plan names composition columns, by its composition counts.
         """
-        # The threshold sums' grid depends on the plan, not on c; only the composition counts use c.
+        # The exact threshold sums' grid depends on the plan, not on c. The noised tail sums are taken at the
+        # model's c, which the aggregator chooses, harmlessly: each answer is charged whatever it asks.
         check_scheduled(self.shared, binding.round, "evaluate")
         theta, c = self.download(stub, binding)
         model = model_digest(theta, c)
@@ -383,7 +387,7 @@ class RoundJob:
             if view.kept is not None:
                 return resent(binding.round, EVALUATION, view)
             try:
-                answered = answers(torch.from_numpy(theta))
+                answered = answers(torch.from_numpy(theta), c)
                 if columns:
                     answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), columns)])
                 work = Work(binding.round, EVALUATION, answered, 1.0)
@@ -397,15 +401,20 @@ class RoundJob:
 
         return StartJob(job, model)
 
-    def evaluation_answers(self, theta: torch.Tensor) -> np.ndarray:
-        """This institution's answers to the evaluation's threshold queries on its held-out losses.
+    def evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
+        """This institution's answers to the evaluation's queries on its held-out losses under the model (theta, c).
 
-        The thresholds are its own copy of the plan's, so the aggregator cannot choose them.
+        Exact reports: the threshold sums on its own copy of the plan's grid, so the aggregator cannot
+        choose the thresholds. Under [privacy] report_epsilon: the tail sums at c (:mod:`fedfair.fairness.tail`).
         """
         data, model = self.prepared.data, self.prepared.evaluation_model
         assert data is not None and model is not None  # a Prepared without them evaluates elsewhere
         result = evaluate(model, theta, data.test)
-        return sums.local_answers(result.losses, 1.0 - result.correct, self.shared.evaluation.thresholds())
+        errors = 1.0 - result.correct
+        if self.shared.privacy.noised:
+            labels = data.test.labels.numpy()
+            return tail.tail_answers(self.shared.evaluation.tail_query(), result.losses, errors, labels, c)
+        return sums.local_answers(result.losses, errors, self.shared.evaluation.thresholds())
 
     def composition_counts(self, theta: torch.Tensor, columns: Sequence[CompositionColumn]) -> np.ndarray:
         """This institution's counts, per category of `columns`, of its held-out rows with loss above c, and of all.
@@ -414,7 +423,7 @@ class RoundJob:
         c is this institution's own average of the training rounds' thresholds
         (:meth:`InputRecord.composition_threshold`), never one the aggregator names for the query, so two
         queries cannot differ by the rows between two thresholds. The held-out losses are computed again
-        (one more pass at the final evaluation) because the seam `Collaborator._evaluation_answers` takes theta alone.
+        (one more pass at the final evaluation) because the seam `Collaborator._evaluation_answers` returns the answers alone.
         """
         data, model, schema = self.prepared.data, self.prepared.evaluation_model, self.shared.schema
         # Composition columns need a [schema] (settings), whose encoding kept the held-out levels.

@@ -224,6 +224,9 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
         loaded["quorum"].pop("grace_factor")  # left out when unset, like dropouts: digests unchanged
     if settings.privacy == PlanPrivacy():
         loaded.pop("privacy")  # left out when nothing is noised, like composition below: digests unchanged
+    elif settings.privacy.interim_report_epsilon is None:
+        # Left out when unset (every answer at report_epsilon, as before the setting): digests unchanged.
+        loaded["privacy"].pop("interim_report_epsilon")
     if not settings.evaluation.composition:
         # Left out when empty (the stage off), like drift_correction below: digests unchanged.
         loaded["evaluation"].pop("composition")

@@ -9,6 +9,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.fairness import sums
+from fedfair.fairness.tail import TailQuery
 from fedfair.core.tables import Table, field_names, finite_number
 from fedfair.runtime.plan.limits import MAX_ROUNDS, MAX_ROWS
 
@@ -19,7 +20,8 @@ class EvaluationSettings:
 
     ``loss_range`` is where half of the evaluation's thresholds lie, evenly spaced
     (fedfair.fairness.sums): the same grid for every evaluation of the federation,
-    computed by each side from its own copy of the plan. ``min_bucket_count`` is the
+    computed by each side from its own copy of the plan; under [privacy] report_epsilon,
+    its top is the cap the noised evaluation clips losses at (fedfair.fairness.tail). ``min_bucket_count`` is the
     fewest held-out samples a reported group risk may rest on. ``composition`` names
     [schema] columns the final evaluation describes the worst group by (empty: it does
     not; fedfair.runtime.composition_counts).
@@ -41,6 +43,10 @@ class EvaluationSettings:
     def thresholds(self) -> np.ndarray:
         """The evaluation's thresholds (fedfair.fairness.sums.threshold_grid of the loss range)."""
         return sums.threshold_grid(self.loss_range)
+
+    def tail_query(self) -> TailQuery:
+        """The noised evaluation's query: tail sums of the losses clipped at the loss range's top."""
+        return TailQuery(self.loss_range[1])
 
 
 def read_evaluation(source: str, data: Mapping[str, object]) -> EvaluationSettings:

@@ -217,8 +217,12 @@ class LearningSettings:
         return composition_columns(self.schema, self.evaluation.composition)
 
     def evaluation_length(self, round_number: int) -> int:
-        """The evaluation vector's length at `round_number`: the threshold sums, then any composition counts."""
-        return sums.vector_length() + composition_length(self.counted_columns(round_number))
+        """The evaluation vector's length at `round_number`.
+
+        The threshold sums (the tail sums under [privacy] report_epsilon), then any composition counts.
+        """
+        answers = self.evaluation.tail_query().length if self.privacy.noised else sums.vector_length()
+        return answers + composition_length(self.counted_columns(round_number))
 
     def learning_sections(self) -> dict[str, Any]:
         """The sections by name (to build a plan from them, or to share them); schema may be None."""

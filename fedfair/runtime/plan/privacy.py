@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
-from fedfair.fairness import sums
-from fedfair.privacy import distributed, rounding
+from fedfair.fairness import sums, tail
+from fedfair.privacy import distributed
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.plan.limits import number_in, positive
@@ -40,15 +40,17 @@ class PlanPrivacy:
     """The plan's [privacy].
 
     mode: training DP (:data:`MODES`); epsilon: what the plan's training rounds spend in all under
-    "distributed"; max_grad_norm: theta's per-record clip bound then; report_epsilon: epsilon of one
-    evaluation answer (None: reports are exact sums); delta: of every release; budget: the most
-    epsilon all of one institution's releases, training and answers together, may spend.
+    "distributed"; max_grad_norm: theta's per-record clip bound then; report_epsilon: epsilon of the
+    final evaluation's answer (None: reports are exact sums); interim_report_epsilon: epsilon of each
+    earlier evaluation's answer (None: report_epsilon, as the final one); delta: of every release;
+    budget: the most epsilon all of one institution's releases, training and answers together, may spend.
     """
 
     mode: str = "off"
     epsilon: float | None = None
     max_grad_norm: float = 20.0
     report_epsilon: float | None = None
+    interim_report_epsilon: float | None = None
     delta: float = 1e-5
     budget: float = 10.0
 
@@ -82,6 +84,7 @@ def read_plan_privacy(
         epsilon=optional("epsilon"),
         max_grad_norm=number_in(t, "max_grad_norm", positive("a clip bound"), d.max_grad_norm),
         report_epsilon=optional("report_epsilon"),
+        interim_report_epsilon=optional("interim_report_epsilon"),
         delta=t.number("delta", d.delta, check=lambda x: 0 < x < 1e-2, expected="a probability below 0.01, e.g. 1e-5"),
         budget=number_in(t, "budget", positive("an epsilon"), d.budget),
     )
@@ -108,39 +111,50 @@ def read_plan_privacy(
             "[privacy] adds noise inside the secure sum, and [secure_aggregation] is off; turn secure "
             'aggregation on, or remove report_epsilon and mode = "distributed"'
         )
-    least = max(settings.epsilon or 0.0, settings.report_epsilon or 0.0)
+    if settings.interim_report_epsilon is not None and settings.report_epsilon is None:
+        t.fail(
+            "[privacy] interim_report_epsilon noises the earlier evaluations of a plan whose final one is noised; "
+            "set report_epsilon too, or remove interim_report_epsilon"
+        )
+    least = max(settings.epsilon or 0.0, settings.report_epsilon or 0.0, settings.interim_report_epsilon or 0.0)
     if settings.budget < least:
         t.fail(
             f"[privacy] budget = {settings.budget:g} is below {least:g}, what one training run or one evaluation "
             "answer spends; raise budget"
         )
-    if settings.report_epsilon is not None:
-        try:
-            answer_release(settings, ())  # refuses now an epsilon the encoding cannot carry
-        except ConfigError as error:
-            t.fail(f"[privacy] report_epsilon = {settings.report_epsilon:g}: {error}")
+    for key, value in (
+        ("report_epsilon", settings.report_epsilon),
+        ("interim_report_epsilon", settings.interim_report_epsilon),
+    ):
+        if value is not None:
+            try:
+                _release(value, settings.delta, ())  # refuses now an epsilon the encoding cannot carry
+            except ConfigError as error:
+                t.fail(f"[privacy] {key} = {value:g}: {error}")
     return settings
 
 
-def answer_release(settings: PlanPrivacy, columns: tuple[CompositionColumn, ...]) -> distributed.Release:
+def answer_release(
+    settings: PlanPrivacy, columns: tuple[CompositionColumn, ...], *, final: bool = True
+) -> distributed.Release:
     """The Skellam release of one evaluation answer (with composition counts for `columns`).
 
-    Mu is the total the decoded sum carries from the honest parties, sensitivities in encoded units after
-    rounding.
+    The final evaluation's at report_epsilon, an earlier one's at interim_report_epsilon (report_epsilon when
+    unset): the answer of :mod:`fedfair.fairness.tail`. Mu is the total the decoded sum carries from the honest
+    parties, sensitivities in encoded units after rounding.
     """
     if settings.report_epsilon is None:
         raise ConfigError("the plan's evaluation answers are not noised ([privacy] report_epsilon unset)")
-    l1, l2 = sums.RECORD_L1, sums.RECORD_L2
-    if columns:
-        extra_l1, extra_l2 = composition_sensitivity(columns)
-        l1, l2 = l1 + extra_l1, math.hypot(l2, extra_l2)
-    scale = math.ldexp(1.0, sums.ENCODING.fractional_bits)
-    dimension = sums.vector_length() + composition_length(columns)
-    rounded = rounding.rounded_l2(l2 * scale, dimension, ROUNDING_BETA)
-    shape = distributed.Release("skellam", 1.0, l1 * scale + dimension, rounded)
-    mu = distributed.calibrate(settings.report_epsilon, settings.delta - ROUNDING_BETA, [shape])
-    check_mu(mu)
-    return distributed.Release("skellam", mu, shape.l1, shape.l2)
+    interim = settings.interim_report_epsilon
+    epsilon = settings.report_epsilon if final or interim is None else interim
+    return _release(epsilon, settings.delta, columns)
+
+
+def _release(epsilon: float, delta: float, columns: tuple[CompositionColumn, ...]) -> distributed.Release:
+    extra_l1, extra_l2 = composition_sensitivity(columns) if columns else (0.0, 0.0)
+    release = tail.answer_release(epsilon, delta, ROUNDING_BETA, (extra_l1, extra_l2, composition_length(columns)))
+    check_mu(release.mu)
+    return release
 
 
 @functools.lru_cache(maxsize=64)
@@ -271,3 +285,28 @@ def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy) -> str | None:
             "operator for a plan within it"
         )
     return None
+
+
+def sizing_line(settings: PlanPrivacy, rho: float, cap: float, rows: int, held_out_share: float, excess: float) -> str:
+    """What the plan's final evaluation can resolve, for a site holding `rows` rows (said by ``fedfair data check``).
+
+    The expected 95% half-width of the worst-group risk over this site's held-out rows alone, and the held-out
+    rows in all (the federation's) or the report_epsilon that would give +/- :data:`fedfair.fairness.tail.RESOLVED`;
+    `excess` is how many times the target noise the sum carries (:func:`fedfair.privacy.distributed.noise_excess`).
+    """
+    if settings.report_epsilon is None:
+        return (
+            "the plan's evaluations are exact sums ([privacy] report_epsilon unset): no noise, and two evaluations "
+            "over survivor sets one site apart would difference to a site's held-out losses"
+        )
+    held_out = max(round(rows * held_out_share), 1)
+    half = tail.expected_half_width(held_out, rho, settings.report_epsilon, settings.delta, cap, excess=excess)
+    needed = tail.rows_for(half, held_out)
+    epsilon = tail.epsilon_for(half, settings.report_epsilon)
+    return (
+        f"privacy sized to the data: with report_epsilon {settings.report_epsilon:g} (rho {rho:g}, losses clipped "
+        f"at {cap:g}), this table's {held_out:,} held-out rows (a {held_out_share:g} share) alone would give the "
+        f"final worst-group risk +/- {half:.2g} (95%, from the noise); the federation's held-out rows in all shrink "
+        f"it in proportion: +/- {tail.RESOLVED:g} needs about {needed:,.0f} of them, or report_epsilon "
+        f"{epsilon:.2g} on this table alone"
+    )

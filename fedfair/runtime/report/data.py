@@ -1,15 +1,12 @@
 """What ``fedfair report`` reads of an aggregator's output folder, as data.
 
-The round records, the events, the model's number of classes, and what the page tabulates from them (who took
+The round records, the events, and what the page tabulates from them (who took
 part in each round, the epsilon each site shared). :mod:`fedfair.runtime.report.page` draws it.
-
-Nothing here imports torch at load time: the bundle's module is imported when a bundle is read.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,14 +33,11 @@ CELLS: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class Run:
-    """What an output folder says about its run: round records, events, the model's number of classes."""
+    """What an output folder says about its run: round records and events."""
 
     folder: Path
     rounds: list[dict[str, Any]]
     events: list[dict[str, Any]]
-    classes: int | None
-    classes_note: str
-    """Where `classes` came from, or why it is unknown."""
 
 
 @dataclass(frozen=True)
@@ -97,29 +91,8 @@ def read_rounds(folder: Path) -> list[dict[str, Any]]:
     return records
 
 
-def bundle_classes(folder: Path) -> tuple[int | None, str]:
-    """The number of classes of the model bundle in `folder`, and where it came from (or why it is unknown)."""
-    from fedfair.bundle import load_bundle
-    from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
-
-    path = folder / BUNDLE_NAME
-    if not path.is_file():
-        return None, f"no model bundle ({path.name}) in the folder to read the number of classes from"
-    try:
-        bundle = load_bundle(path)
-    except ConfigError as error:
-        return None, f"the model bundle could not be read: {error}"
-    # A built-in architecture names its classes; under a [schema] the encoder lists them.
-    classes = bundle.architecture.get("classes")
-    if not isinstance(classes, int) and bundle.encoder is not None:
-        classes = len(bundle.encoder["schema"]["classes"])
-    if not isinstance(classes, int):
-        return None, "the model bundle's architecture (a factory) names no number of classes"
-    return classes, f"K = {classes} classes, from the model bundle"
-
-
 def read_run(folder: Path) -> Run:
-    """Everything the report shows, read from the output folder `folder` (events and bundle optional)."""
+    """Everything the report shows, read from the output folder `folder` (events optional)."""
     rounds = read_rounds(folder)
     events_path = folder / EVENTS_NAME
     events = (
@@ -129,13 +102,7 @@ def read_run(folder: Path) -> Run:
         if events_path.is_file()
         else []
     )
-    classes, note = bundle_classes(folder)
-    return Run(folder, rounds, events, classes, note)
-
-
-def uniform_risk(classes: int) -> float:
-    """Ln K, the cross-entropy of the uniform classifier on K classes (a one-logit binary model: ln 2)."""
-    return math.log(max(classes, 2))
+    return Run(folder, rounds, events)
 
 
 def roster(run: Run) -> list[str]:

@@ -23,20 +23,30 @@ from matplotlib.ticker import MaxNLocator
 WIDTH = 7.5
 """Inches; every figure has the page's width, so they line up."""
 
-UNIFORM_LABEL = "uniform classifier (ln K)"
+PRIOR_LABEL = "class-prior classifier's worst-group risk"
 
 
-def risks(rounds: Sequence[int], worst: Sequence[float], mean: Sequence[float], uniform: float | None) -> Figure:
-    """Held-out worst-group and mean risk at each evaluated round.
+def risks(
+    rounds: Sequence[int],
+    worst: Sequence[float],
+    mean: Sequence[float],
+    spans: Sequence[tuple[float, float]],
+    prior: float | None,
+) -> Figure:
+    """Held-out worst-group and mean risk at each evaluated round, the worst one with its interval.
 
-    The uniform classifier's risk ln K is the reference line when it is known (`uniform` None: no line).
+    `spans` is each worst-group risk's (below, above) extent of its interval; the class-prior
+    classifier's worst-group risk is the reference line when it is known (`prior` None: no line).
     """
     figure = Figure(figsize=(WIDTH, 3.4), layout="constrained")
     axis = figure.subplots()
+    lows = [value - span[0] for value, span in zip(worst, spans, strict=True)]
+    highs = [value + span[1] for value, span in zip(worst, spans, strict=True)]
+    axis.vlines(rounds, lows, highs, color="tab:red", linewidth=2, alpha=0.4, label="its interval", gid="risk:interval")
     axis.plot(rounds, worst, marker="o", markersize=4, color="tab:red", label="worst-group risk", gid="risk:worst")
     axis.plot(rounds, mean, marker="s", markersize=4, color="tab:blue", label="mean risk", gid="risk:mean")
-    if uniform is not None:
-        axis.axhline(uniform, color="grey", linestyle="--", linewidth=1, label=UNIFORM_LABEL, gid="risk:uniform")
+    if prior is not None:
+        axis.axhline(prior, color="grey", linestyle="--", linewidth=1, label=PRIOR_LABEL, gid="risk:prior")
     axis.set_xlabel("round")
     axis.set_ylabel("held-out risk (cross-entropy)")
     _finish(axis)

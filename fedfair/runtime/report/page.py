@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.files import atomic_write
+from fedfair.runtime.report import verdicts
 from fedfair.runtime.report.data import (
     CELLS,
     Run,
@@ -24,7 +25,6 @@ from fedfair.runtime.report.data import (
     read_run,
     roster,
     stage_label,
-    uniform_risk,
 )
 
 logger = logging.getLogger("fedfair.report")
@@ -96,45 +96,31 @@ def _risks_section(run: Run) -> str:
         for record in run.rounds
         if (record.get("evaluation") or {}).get("status") not in (None, "done")
     ]
-    if run.classes is None:
-        baseline = f"No uniform baseline drawn: {html.escape(run.classes_note)}."
-    else:
-        baseline = (
-            f"The dashed line is the uniform classifier's risk ln K = {uniform_risk(run.classes):.4f} "
-            f"({html.escape(run.classes_note)}): a model above it on its worst group does worse there than guessing."
-        )
     note = (
         "<p class=note>The federated evaluation of the output model (theta-bar, c-bar) on the sites' held-out data, "
-        f"from secure sums, at each evaluated round. {baseline}</p>"
+        "from secure sums, at each evaluated round. Bars: each worst-group risk's interval (95% for noised answers, "
+        "the certified bracket for exact sums); a noised figure is of the losses clipped at the loss cap, and a bar "
+        "that reaches the cap is open above (losses lie beyond it). The dashed "
+        "line is the class-prior classifier's worst-group risk (each class predicted at its share of the rows, from "
+        "the noised label counts), drawn when the answers counted labels.</p>"
     )
     skipped = f"<p class=note>{'; '.join(others)}.</p>" if others else ""
     if not done:
         return f"<p>No round has a finished evaluation yet.</p>{skipped}"
+    intervals = [verdicts.worst_interval(item) for item in done]
     figure = risks(
         [item["round"] for item in done],
         [item["worst_risk"] for item in done],
         [item["mean_risk"] for item in done],
-        None if run.classes is None else uniform_risk(run.classes),
+        [(item["worst_risk"] - low, high - item["worst_risk"]) for item, (low, high) in zip(done, intervals)],
+        done[-1].get("prior_worst_risk"),
     )
-    warning = None if run.classes is None else guessing_warning(done[-1]["worst_risk"], run.classes)
-    warned = "" if warning is None else f'<p class="warning">Warning: {html.escape(warning)}.</p>'
-    return svg(figure) + warned + note + skipped
-
-
-def guessing_warning(worst_risk: float, classes: int) -> str | None:
-    """The warning for a run whose worst-group risk ended above the uniform classifier's ln K (None when it did not).
-
-    Said by the report and by the aggregator's closing line, with the likely causes.
-    """
-    uniform = uniform_risk(classes)
-    if not worst_risk > uniform:
-        return None
-    return (
-        f"the output model's worst-group risk {worst_risk:.4f} is above the uniform classifier's ln K = "
-        f"{uniform:.4f} (K = {classes}): on its worst group it does worse than guessing. Likely causes: too few "
-        "rounds for the step ([training] rounds), a step too small or too large ([training] lr, threshold_lr, "
-        "server_momentum), or a group size rho below what the features can serve ([objective] rho)"
+    final = f"<p>Final evaluation (round {done[-1]['round']}): {html.escape(verdicts.describe(done[-1]))}.</p>"
+    warnings = [check(done[-1]) for check in verdicts.WARNINGS]
+    warned = "".join(
+        f'<p class="warning">Warning: {html.escape(warning)}.</p>' for warning in warnings if warning is not None
     )
+    return svg(figure) + final + warned + note + skipped
 
 
 def _counted(share: float | None, count: int | None) -> str:

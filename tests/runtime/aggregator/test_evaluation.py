@@ -23,12 +23,12 @@ from fedfair.core.data import ClientData
 from fedfair.core.evaluation import evaluate
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import draft_schema
-from fedfair.fairness import sums
+from fedfair.fairness import tail
 from fedfair.fairness.composition import above_threshold_weights, composition
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
 from fedfair.runtime.aggregator.checkpoint import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
-from fedfair.runtime.aggregator.evaluation import federated_evaluation
+from fedfair.runtime.aggregator.evaluation import federated_evaluation, report_noise_std
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
 from fedfair.runtime.composition_counts import held_out_levels, joint_suppression, local_counts
@@ -66,9 +66,11 @@ def test_the_final_evaluation_asks_for_the_plans_length_and_reports_the_composit
     table = pd.DataFrame({"race": races, "income": rng.choice(["<=50K", ">50K"], 300)})
     losses = rng.exponential(0.7, 300)
     levels = held_out_levels(plan.schema, columns, table, "site")
+    # The template's plan noises its evaluations: the tail sums at the model's c (no noise drawn here).
+    query = plan.evaluation.tail_query()
     summed = np.concatenate(
         [
-            sums.local_answers(losses, np.zeros(300), plan.evaluation.thresholds()),
+            tail.tail_answers(query, losses, np.zeros(300), np.zeros(300, dtype=np.int64), 0.9),
             local_counts(columns, levels, losses, 0.9, 10),
         ]
     )
@@ -84,9 +86,17 @@ def test_the_final_evaluation_asks_for_the_plans_length_and_reports_the_composit
     expected = {share.cell[0]: share for share in composition(above_threshold_weights(losses, 0.9), {"race": races})}
     assert shares["White"]["worst_share"] == expected["White"].worst_share
     # An earlier evaluation asks for the threshold sums alone and reports no composition.
-    driver = SummingDriver(summed[: sums.vector_length()])
+    driver = SummingDriver(summed[: query.length])
     _, earlier = federated_evaluation(plan, driver, 10, participants, (np.zeros(3), 0.9))
-    assert driver.asked["dimension"] == sums.vector_length() and "composition" not in earlier
+    assert driver.asked["dimension"] == query.length and "composition" not in earlier
+    # Each figure is stated with the interval of the noise its epsilon gives: the final at report_epsilon,
+    # the earlier one at interim_report_epsilon, noisier (the same answers, without the counts).
+    assert result["report_epsilon"] == 1.0 and earlier["report_epsilon"] == 0.2
+    assert result["worst_risk_low"] <= result["worst_risk"] <= result["worst_risk_high"]
+    final_alone = report_noise_std(plan, (), 3, final=True)
+    assert earlier["noise_std"] == report_noise_std(plan, (), 3, final=False)
+    # (RDP calibration: at a fifth of the epsilon, between 4 and 5 times the noise)
+    assert 4 * final_alone < earlier["noise_std"] < 5 * final_alone and final_alone < result["noise_std"]
 
 
 def institutions(table: pd.DataFrame) -> list[pd.DataFrame]:

@@ -1,0 +1,353 @@
+"""The noised evaluation: a few tail sums around the trained threshold, and group risks with 95% intervals.
+
+CVaR_rho = min over c of c + E[(l - c)+] / rho is convex in c, so its value at the training's
+public threshold c-bar, near the rho-quantile, is nearly exact. Each site sends, for losses
+clipped at the cap, its row count, loss sum, error count, count above the cap, label counts and,
+at c-bar, its count above and sum of (l - c)+, each scaled so one record moves the answer by at
+most 1 in L2, most of it on the tail sum. The report reads the worst-group risk there, with a
+95% interval from the noise's known variance widened below by the convexity gap.
+
+Why: docs/design.md, "Inside the fairness library".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedfair.core.errors import ConfigError
+from fedfair.fairness import sums
+from fedfair.fairness.report import GroupRiskReport, SecureSumCertificate
+from fedfair.privacy import distributed, rounding
+
+OFFSETS = (0.0,)
+"""Where the tail sums are taken, around c-bar (chosen by ``benchmarks/eval_error.py``)."""
+
+LABEL_SLOTS = 16
+"""Label counts each site sends (labels 0..15; a federation with more classes gets no class-prior baseline)."""
+
+SHARES = {"rows": 0.03, "mean": 0.08, "errors": 0.02, "above_cap": 0.06, "labels": 0.02, "counts": 0.10, "tails": 0.69}
+"""Each part's share of the release's squared L2 sensitivity (they add up to 1): most goes to the tail sums,
+whose noise the worst-group risk carries divided by rho n. Set by that argument, not searched: the
+benchmark measures the result against its goal (+/- 0.048 at 2,000 rows and epsilon 1), not other splits."""
+
+HEAD = 4
+"""The answer's first coordinates: rows, the sum of clipped losses, errors, losses above the cap."""
+
+CONFIDENCE = 0.95
+"""The stated intervals' nominal coverage."""
+
+Z = 1.959963984540054
+"""The standard normal's 97.5% quantile: the noise is a sum of many independent Skellam shares."""
+
+RESOLVED = 0.05
+"""The half-width the warnings aim at: a worst-group risk known to +/- this is resolved."""
+
+
+@dataclass(frozen=True)
+class TailQuery:
+    """The public shape of a noised evaluation answer: the cap, the points' offsets and the shares.
+
+    Both sides derive it from the plan, so the vector's length and weights never travel.
+    """
+
+    cap: float
+    offsets: tuple[float, ...] = OFFSETS
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.cap) and self.cap > 0):
+            raise ConfigError(f"the loss cap must be a positive number, got {self.cap}; set [evaluation] loss_range")
+        if not self.offsets:
+            raise ConfigError("a noised evaluation needs at least one point around c-bar")
+
+    @property
+    def length(self) -> int:
+        """The answer's length: rows, mean, errors, the label slots, then a count and a tail sum per point."""
+        return HEAD + LABEL_SLOTS + 2 * len(self.offsets)
+
+    def points(self, threshold: float) -> np.ndarray:
+        """The points c_j = c-bar + offset_j, kept inside [0, cap) so that every tail sum can move."""
+        if not math.isfinite(threshold):
+            raise ConfigError(f"the evaluated model's threshold c must be finite, got {threshold}")
+        top = math.nextafter(self.cap, 0.0) * (1.0 - 1e-9)
+        points: np.ndarray = np.clip(threshold + np.asarray(self.offsets, dtype=np.float64), 0.0, top)
+        return points
+
+    def weights(self) -> np.ndarray:
+        """w_i per coordinate: one record moves coordinate i by at most w_i, and sum w_i^2 over what it moves is 1."""
+        m = len(self.offsets)
+        weights: np.ndarray = np.sqrt(
+            np.concatenate(
+                [
+                    [SHARES["rows"], SHARES["mean"], SHARES["errors"], SHARES["above_cap"]],
+                    np.full(LABEL_SLOTS, SHARES["labels"]),
+                    np.full(m, SHARES["counts"] / m),
+                    np.full(m, SHARES["tails"] / m),
+                ]
+            )
+        )
+        return weights
+
+    def sensitivity(self) -> tuple[float, float]:
+        """(L1, L2) of one record's move, in real units: it moves rows, mean, errors, one label and every point."""
+        w = self.weights()
+        m = len(self.offsets)
+        l1 = float(w[:HEAD].sum() + w[HEAD] + w[HEAD + LABEL_SLOTS :].sum())
+        l2 = math.sqrt(float((w[:HEAD] ** 2).sum() + w[HEAD] ** 2 + (w[HEAD + LABEL_SLOTS :] ** 2).sum()))
+        assert m >= 1 and abs(l2 - 1.0) < 1e-9  # the shares add up to 1
+        return l1, l2
+
+    def scales(self, threshold: float) -> np.ndarray:
+        """Delta_i / w_i per coordinate: a decoded coordinate times this is the raw sum it estimates."""
+        points = self.points(threshold)
+        deltas = np.concatenate(
+            [[1.0, self.cap, 1.0, 1.0], np.ones(LABEL_SLOTS), np.ones(points.size), self.cap - points]
+        )
+        scaled: np.ndarray = deltas / self.weights()
+        return scaled
+
+
+def tail_answers(
+    query: TailQuery, losses: np.ndarray, errors: np.ndarray, labels: np.ndarray, threshold: float
+) -> np.ndarray:
+    """One site's noised-evaluation vector (before noise): its raw sums divided by :meth:`TailQuery.scales`.
+
+    Args:
+        query: the plan's query.
+        losses: per held-out row, its non-negative loss.
+        errors: per row, 1 if the model gets it wrong, else 0.
+        labels: per row, its integer label.
+        threshold: the evaluated model's c-bar.
+    """
+    values = np.asarray(losses, dtype=np.float64).reshape(-1)
+    wrong = np.asarray(errors, dtype=np.float64).reshape(-1)
+    classes = np.asarray(labels).reshape(-1).astype(np.int64)
+    if not values.shape == wrong.shape == classes.shape:
+        raise ConfigError("losses, errors and labels need one entry per held-out row")
+    if not np.isfinite(values).all() or (values < 0).any():
+        raise ConfigError("held-out losses must be finite and non-negative; the evaluated model has diverged")
+    if not np.isin(wrong, (0.0, 1.0)).all():
+        raise ConfigError("errors must be 0 or 1 per held-out row")
+    clipped = np.minimum(values, query.cap)
+    points = query.points(threshold)
+    counted = classes[(classes >= 0) & (classes < LABEL_SLOTS)]
+    raw = np.concatenate(
+        [
+            [float(values.size), float(clipped.sum()), float(wrong.sum()), float((values > query.cap).sum())],
+            np.bincount(counted, minlength=LABEL_SLOTS).astype(np.float64),
+            (clipped[None, :] > points[:, None]).sum(axis=1).astype(np.float64),
+            np.maximum(clipped[None, :] - points[:, None], 0.0).sum(axis=1),
+        ]
+    )
+    answers: np.ndarray = raw / query.scales(threshold)
+    return answers
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure with its 95% interval [low, high] (kept inside the figure's range)."""
+
+    value: float
+    low: float
+    high: float
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width."""
+        return (self.high - self.low) / 2.0
+
+
+def _clamped(value: float, below: float, above: float, low: float, high: float) -> Estimate:
+    """[value - below, value + above] inside [low, high], its middle the reported value."""
+    lower, upper = min(max(value - below, low), high), max(min(value + above, high), low)
+    return Estimate((lower + upper) / 2.0, lower, upper)
+
+
+def lower_envelope(lines: list[tuple[float, float]]) -> float:
+    """Min over c of max over `lines` of intercept + slope c (finite when slopes of both signs are present)."""
+    crossings = [
+        (b2 - b1) / (s1 - s2) for (b1, s1), (b2, s2) in itertools.combinations(lines, 2) if not math.isclose(s1, s2)
+    ]
+    return min(max(b + s * c for b, s in lines) for c in crossings)
+
+
+def class_prior_worst_risk(counts: np.ndarray, rho: float) -> float:
+    """CVaR_rho of the class-prior classifier's cross-entropy: it predicts every class at its share of the rows.
+
+    A row of class k then loses -ln p_k; the worst rho-fraction holds the rarest classes first.
+    Noised counts below 1 count as 1 (a class of the model is never predicted at 0).
+    """
+    shares = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
+    shares = shares / shares.sum()
+    order = np.argsort(shares)
+    remaining, total = rho, 0.0
+    for index in order:
+        taken = min(remaining, float(shares[index]))
+        total += taken * -math.log(float(shares[index]))
+        remaining -= taken
+        if remaining <= 0.0:
+            break
+    return total / rho
+
+
+@dataclass(frozen=True)
+class TailReport:
+    """The noised evaluation's figures, each with its interval, and the class-prior baseline."""
+
+    rows: Estimate
+    above_cap: Estimate
+    """Held-out rows whose loss exceeds the cap: each makes the figures of clipped losses lower bounds."""
+    worst: Estimate
+    mean: Estimate
+    disparity: Estimate
+    error: Estimate
+    point: float
+    """The c_j the worst-group risk is read at."""
+    prior_worst: float | None
+    """The class-prior classifier's worst-rho risk (None when the classes exceed :data:`LABEL_SLOTS`)."""
+
+    def report(self, rho: float, noise_std: float, cap: float) -> GroupRiskReport:
+        """As the federation's :class:`GroupRiskReport`: every bound the 95% half-width of its figure.
+
+        The best group is not queried: its risk is reported as [0, mean], what the mean alone says.
+        """
+        best = _clamped(self.mean.value / 2.0, self.mean.value / 2.0, self.mean.value / 2.0, 0.0, cap)
+        return GroupRiskReport.from_risks(
+            rho=rho,
+            mean_risk=self.mean.value,
+            worst_risk=self.worst.value,
+            best_risk=best.value,
+            mean_error=self.error.value,
+            worst_error=min(self.error.value, rho) / rho,
+            best_error=max(self.error.value - (1.0 - rho), 0.0) / rho,
+            certificate=SecureSumCertificate(
+                samples=int(round(max(self.rows.value, 0.0))),
+                worst_risk_gap=self.worst.half_width,
+                best_risk_gap=best.half_width,
+                mean_error_bound=self.mean.half_width,
+                error_rate_bound=self.error.half_width,
+                disparity_bound=self.disparity.half_width,
+                noise_std=noise_std,
+                confidence=CONFIDENCE,
+                loss_cap=cap,
+                worst_risk_low=self.worst.low,
+                worst_risk_high=self.worst.high,
+                prior_worst_risk=self.prior_worst,
+                above_cap=self.above_cap.value,
+                above_cap_bound=self.above_cap.half_width,
+            ),
+        )
+
+
+def tail_report(
+    query: TailQuery,
+    summed: np.ndarray,
+    threshold: float,
+    rho: float,
+    *,
+    noise_std: float,
+    sum_error: float = 0.0,
+    classes: int | None = None,
+) -> TailReport:
+    """The figures from the decoded sum of the sites' :func:`tail_answers`, with 95% intervals.
+
+    `noise_std` is the standard deviation of each decoded coordinate's noise and `sum_error`
+    bounds each one's rounding error (both real units); `classes` is the model's K.
+
+    Raises:
+        ConfigError: a sum of the wrong length, or one that holds no rows.
+    """
+    if summed.size != query.length:
+        raise ConfigError(f"a noised evaluation sum has {summed.size} entries; expected {query.length}")
+    if not 0.0 < rho < 1.0:
+        raise ConfigError(f"rho must be in (0, 1) for a noised evaluation, got {rho}")
+    scales = query.scales(threshold)
+    raw = np.asarray(summed, dtype=np.float64) * scales
+    # Rounding is deterministic and tiny (2^-20 per coordinate); it widens the noise's sd as if it were noise.
+    sd = np.hypot(noise_std, sum_error) * scales
+    m, cap = len(query.offsets), query.cap
+    n, n_sd = float(raw[0]), float(sd[0])
+    if not n > Z * n_sd:
+        raise ConfigError(
+            f"the noised evaluation counts {n:.0f} held-out rows, within its noise (+/- {Z * n_sd:.0f}); "
+            "evaluate on more rows or give the answers more epsilon ([privacy] report_epsilon)"
+        )
+    mass = rho * n
+    mean_value = float(raw[1]) / n
+    mean_sd = math.hypot(float(sd[1]) / n, mean_value * n_sd / n)
+    mean = _clamped(mean_value, Z * mean_sd, Z * mean_sd, 0.0, cap)
+    error_value = float(raw[2]) / n
+    error_sd = math.hypot(float(sd[2]) / n, error_value * n_sd / n)
+    error = _clamped(error_value, Z * error_sd, Z * error_sd, 0.0, 1.0)
+    points = query.points(threshold)
+    above, tails = raw[HEAD + LABEL_SLOTS : HEAD + LABEL_SLOTS + m], raw[HEAD + LABEL_SLOTS + m :]
+    tails_sd = sd[HEAD + LABEL_SLOTS + m :]
+    # The noise on the counts is independent of the tails', so choosing by it biases no tail sum.
+    chosen = int(np.argmin(np.abs(above - mass)))
+    values = points + np.maximum(tails, 0.0) / mass
+    value = float(values[chosen])
+    worst_sd = math.hypot(float(tails_sd[chosen]) / mass, (value - float(points[chosen])) * n_sd / n)
+    slopes = np.clip(1.0 - above / mass, 1.0 - 1.0 / rho, 1.0)
+    lines = [(float(v - s * c), float(s)) for v, s, c in zip(values, slopes, points, strict=True)]
+    lines += [(0.0, 1.0), (mean_value / rho, 1.0 - 1.0 / rho)]
+    gap = max(value - lower_envelope(lines), 0.0)
+    worst = _clamped(value, Z * worst_sd + gap, Z * worst_sd, 0.0, cap)
+    disparity_value = (value - mean_value) / (1.0 - rho)
+    disparity = Estimate(
+        disparity_value - gap / (1.0 - rho) / 2.0,
+        disparity_value - (Z * math.hypot(worst_sd, mean_sd) + gap) / (1.0 - rho),
+        disparity_value + Z * math.hypot(worst_sd, mean_sd) / (1.0 - rho),
+    )
+    rows = Estimate(n, n - Z * n_sd, n + Z * n_sd)
+    above_cap = _clamped(float(raw[3]), Z * float(sd[3]), Z * float(sd[3]), 0.0, n + Z * n_sd)
+    labels = raw[HEAD : HEAD + LABEL_SLOTS]
+    prior = None if classes is None or classes > LABEL_SLOTS else class_prior_worst_risk(labels[:classes], rho)
+    return TailReport(rows, above_cap, worst, mean, disparity, error, float(points[chosen]), prior)
+
+
+def answer_release(epsilon: float, delta: float, beta: float, extra: tuple[float, float, int]) -> distributed.Release:
+    """The Skellam release of one noised answer at `epsilon`, with `extra` (L1, L2, coordinates) appended.
+
+    Mu is the total the decoded sum carries from the honest parties; sensitivities in encoded
+    units (the evaluation encoding's 2^20) after stochastic rounding at failure `beta`, which
+    the caller counts in delta.
+    """
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ConfigError(f"an evaluation answer's epsilon must be a positive number, got {epsilon}")
+    l1, l2 = TailQuery(1.0).sensitivity()
+    l1, l2 = l1 + extra[0], math.hypot(l2, extra[1])
+    scale = math.ldexp(1.0, sums.ENCODING.fractional_bits)
+    dimension = TailQuery(1.0).length + extra[2]
+    rounded = rounding.rounded_l2(l2 * scale, dimension, beta)
+    shape = distributed.Release("skellam", 1.0, l1 * scale + dimension, rounded)
+    mu = distributed.calibrate(epsilon, delta - beta, [shape])
+    return distributed.Release("skellam", mu, shape.l1, shape.l2)
+
+
+def expected_half_width(
+    rows: float, rho: float, epsilon: float, delta: float, cap: float, *, beta: float = 1e-12, excess: float = 1.0
+) -> float:
+    """The 95% half-width the noise alone gives the worst-group risk over `rows` held-out rows at `epsilon`.
+
+    At c = 0 (the widest tail sums) and with the decoded noise `excess` times the target's
+    (:func:`fedfair.privacy.distributed.noise_excess`); the convexity gap comes on top,
+    small when c-bar is near the quantile. Used by ``fedfair data check``, the report's
+    warnings and ``benchmarks/eval_error.py``.
+    """
+    release = answer_release(epsilon, delta, beta, (0.0, 0.0, 0))
+    sigma = math.sqrt(2.0 * release.mu * excess) / math.ldexp(1.0, sums.ENCODING.fractional_bits)
+    m = len(OFFSETS)
+    return Z * sigma * cap / math.sqrt(SHARES["tails"] / m) / (rho * rows)
+
+
+def rows_for(half_width: float, at_rows: float, target: float = RESOLVED) -> float:
+    """The held-out rows that shrink `half_width` (measured at `at_rows`) to `target`: it falls as 1 / rows."""
+    return at_rows * half_width / target
+
+
+def epsilon_for(half_width: float, at_epsilon: float, target: float = RESOLVED) -> float:
+    """The epsilon that shrinks `half_width` (measured at `at_epsilon`) to `target`: noise falls about as 1 / epsilon."""
+    return at_epsilon * half_width / target

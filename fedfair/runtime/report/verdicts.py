@@ -1,0 +1,134 @@
+"""What an evaluation record says in words: its figures with their intervals, and the warnings they call for.
+
+Said once here, by the report page, the aggregator's closing lines and the progress bar. An
+evaluation record is the ``evaluation`` of a round record (``rounds.jsonl``) or of
+``final_model.json``: the report's fields (:class:`fedfair.fairness.report.GroupRiskReport`),
+and for a noised report its 95% interval, the epsilon of its answers and the class-prior
+classifier's worst-group risk (:mod:`fedfair.fairness.tail`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fedfair.fairness.tail import RESOLVED, epsilon_for, rows_for
+
+
+def noised(evaluation: Mapping[str, Any]) -> bool:
+    """Whether the record is of a noised evaluation (its figures are estimates with an interval)."""
+    return float(evaluation.get("noise_std") or 0.0) > 0.0
+
+
+def above_cap(evaluation: Mapping[str, Any]) -> float | None:
+    """The held-out rows a noised report finds above its loss cap, when its 95% interval excludes none (else None).
+
+    Each such loss counts as the cap in every figure, so the figures are lower bounds only.
+    """
+    count, bound = evaluation.get("above_cap"), evaluation.get("above_cap_bound")
+    if count is None or bound is None or not float(count) - float(bound) > 0.0:
+        return None
+    return float(count)
+
+
+def worst_interval(evaluation: Mapping[str, Any]) -> tuple[float, float]:
+    """The worst-group risk's interval: the noised report's 95% one, or the exact sums' certified bracket.
+
+    A noised report with losses above its cap has no upper end: the interval then reaches the cap, the
+    most it can state.
+    """
+    worst = float(evaluation["worst_risk"])
+    if evaluation.get("worst_risk_low") is not None:
+        high = float(evaluation["worst_risk_high"])
+        unbounded = above_cap(evaluation) is not None
+        return float(evaluation["worst_risk_low"]), max(high, float(evaluation["loss_cap"])) if unbounded else high
+    gap = float(evaluation.get("worst_risk_gap") or 0.0)
+    return (worst - gap, worst + gap) if noised(evaluation) else (worst - gap, worst)
+
+
+def describe(evaluation: Mapping[str, Any]) -> str:
+    """The figures of a finished evaluation for one line: each with its interval, and what they are of."""
+    worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
+    low, high = worst_interval(evaluation)
+    if not noised(evaluation):
+        return (
+            f"worst-group risk {worst:.4f} (exact sums; the exact value lies in [{low:.4f}, {high:.4f}]), "
+            f"mean {mean:.4f}, accuracy {float(evaluation['accuracy']):.4f}"
+        )
+    cap, rows = float(evaluation["loss_cap"]), above_cap(evaluation)
+    others = (
+        f"mean {mean:.4f} +/- {float(evaluation['mean_error_bound']):.4f}, accuracy "
+        f"{float(evaluation['accuracy']):.4f} +/- {float(evaluation['error_rate_bound']):.4f}; answers noised at "
+        f"epsilon {float(evaluation['report_epsilon']):g}"
+    )
+    if rows is not None:
+        return (
+            f"worst-group risk at least {low:.4f} (95%): about {rows:.0f} held-out losses lie above the loss cap "
+            f"{cap:g}, so the answers cannot bound it from above; of the losses clipped at the cap it is "
+            f"{worst:.4f} +/- {float(evaluation['worst_risk_gap']):.4f}; {others} (of clipped losses too)"
+        )
+    count, bound = float(evaluation["above_cap"]), float(evaluation["above_cap_bound"])
+    return (
+        f"worst-group risk {worst:.4f} +/- {(high - low) / 2:.4f} (95% interval [{low:.4f}, {high:.4f}]), {others}; "
+        f"of the losses clipped at {cap:g} (about {count:.0f} +/- {bound:.0f} of them above it, each counted as "
+        f"{cap:g}: the unclipped figures are at least these)"
+    )
+
+
+def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
+    """What the budget cannot resolve: a noised worst-group risk wider than +/- :data:`RESOLVED` (None otherwise).
+
+    It names the noise as the cause, and the held-out rows or the epsilon that would resolve it.
+    """
+    if not noised(evaluation):
+        return None
+    low, high = worst_interval(evaluation)
+    half = (high - low) / 2.0
+    if half <= RESOLVED:
+        return None
+    rows, epsilon = float(evaluation["samples"]), float(evaluation["report_epsilon"])
+    return (
+        f"the budget cannot resolve the worst-group risk: +/- {half:.2f} (95%), from the evaluation's noise "
+        f"(epsilon {epsilon:g} over about {rows:,.0f} held-out rows), not from the model. About "
+        f"{rows_for(half, rows):,.0f} held-out rows or report_epsilon {epsilon_for(half, epsilon):.2g} would give "
+        f"+/- {RESOLVED:g}"
+    )
+
+
+def cap_warning(evaluation: Mapping[str, Any]) -> str | None:
+    """What losses above a noised report's cap do to it (None when its answers found none)."""
+    rows = above_cap(evaluation)
+    if rows is None:
+        return None
+    return (
+        f"about {rows:.0f} held-out losses exceed the loss cap {float(evaluation['loss_cap']):g}: each counts as "
+        "the cap, so the worst-group risk is only bounded below. Raise the top of [evaluation] loss_range to cover "
+        "them (one record then moves the sums further: more noise), or train further: a model whose worst losses "
+        "lie above the cap serves its worst group poorly"
+    )
+
+
+def guessing_warning(evaluation: Mapping[str, Any]) -> str | None:
+    """The warning for a model whose worst group fares worse than under the class-prior classifier (or None).
+
+    It fires only when the whole interval of the worst-group risk lies above that classifier's
+    worst-group risk (from the noised label counts), and names the likely causes; an
+    evaluation that counted no labels (exact sums) gives no baseline and no warning.
+    """
+    prior = evaluation.get("prior_worst_risk")
+    if prior is None:
+        return None
+    low, high = worst_interval(evaluation)
+    if not low > float(prior):
+        return None
+    return (
+        f"the output model's worst-group risk (95% interval [{low:.4f}, {high:.4f}]) lies above "
+        f"{float(prior):.4f}, the class-prior classifier's (each class predicted at its share of the rows): on its "
+        "worst group it does worse than guessing. Likely causes: too few rounds for the step ([training] rounds), "
+        "a step too small or too large ([training] lr, threshold_lr, server_momentum), or a group size rho below "
+        "what the features can serve ([objective] rho)"
+    )
+
+
+WARNINGS = (noise_warning, cap_warning, guessing_warning)
+"""Every warning a finished evaluation may call for, in the order they are said."""

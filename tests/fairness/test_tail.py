@@ -1,0 +1,127 @@
+"""The noised evaluation's tail sums (`fedfair.fairness.tail`): sensitivity, estimates and their 95% intervals.
+
+The exact figures are `pooled` on the held-out losses clipped at the cap. The stated intervals claim
+95% coverage each; over T independent noises the misses are then at most Binomial(T, 0.05), and the
+tests allow up to that law's quantile of 1 - 1e-6 (a false alarm once in a million runs if the claim
+is exactly tight).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedfair.core.errors import ConfigError
+from fedfair.fairness import pooled, tail
+
+CAP, RHO = 3.0, 0.3
+TRIALS = 300
+ALLOWED_MISSES = int(stats.binom.ppf(1.0 - 1e-6, TRIALS, 1.0 - tail.CONFIDENCE))
+
+
+def held_out(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cross-entropy-like losses (a heavy tail past the cap), errors that follow them, and labels (24% positive)."""
+    rng = np.random.default_rng(seed)
+    labels = (rng.random(rows) < 0.24).astype(np.int64)
+    losses = rng.exponential(0.3, rows) * np.where(labels == 1, 3.0, 1.0)
+    errors = (losses > math.log(2.0)).astype(np.float64)
+    return losses, errors, labels
+
+
+def exact_worst(losses: np.ndarray) -> float:
+    return pooled.group_risk_report(np.minimum(losses, CAP), np.ones(losses.size), RHO).worst_risk
+
+
+def test_one_record_moves_the_answer_by_at_most_one_in_l2_and_exactly_one_at_worst() -> None:
+    query = tail.TailQuery(CAP)
+    losses, errors, labels = held_out(200)
+    base = tail.tail_answers(query, losses, errors, labels, 0.4)
+    l1, l2 = query.sensitivity()
+    for loss, error, label in [(5.0, 1.0, 1), (0.0, 0.0, 0), (0.41, 1.0, 3), (2.9, 0.0, 15)]:
+        grown = tail.tail_answers(
+            query, np.append(losses, loss), np.append(errors, error), np.append(labels, label), 0.4
+        )
+        move = grown - base
+        assert np.linalg.norm(move) <= l2 + 1e-12 and np.abs(move).sum() <= l1 + 1e-12
+    worst = tail.tail_answers(query, np.append(losses, 9.0), np.append(errors, 1.0), np.append(labels, 1), 0.4)
+    assert np.linalg.norm(worst - base) == pytest.approx(1.0, rel=1e-12) == l2
+
+
+def test_without_noise_the_interval_brackets_the_exact_worst_group_risk() -> None:
+    losses, errors, labels = held_out(5000)
+    query = tail.TailQuery(CAP)
+    quantile = float(np.quantile(np.minimum(losses, CAP), 1.0 - RHO))
+    for threshold in (quantile, quantile - 0.2, quantile + 0.3):
+        figures = tail.tail_report(
+            query, tail.tail_answers(query, losses, errors, labels, threshold), threshold, RHO, noise_std=0.0
+        )
+        exact = exact_worst(losses)
+        assert figures.worst.low - 1e-9 <= exact <= figures.worst.high + 1e-9
+        assert figures.mean.value == pytest.approx(float(np.minimum(losses, CAP).mean()), rel=1e-9)
+        assert figures.error.value == pytest.approx(float(errors.mean()), rel=1e-9)
+    # At the quantile itself F is at its minimum: the upper end is the exact value.
+    at_quantile = tail.tail_report(
+        query, tail.tail_answers(query, losses, errors, labels, quantile), quantile, RHO, noise_std=0.0
+    )
+    assert at_quantile.worst.high == pytest.approx(exact_worst(losses), abs=1e-3)
+
+
+@pytest.mark.parametrize(("rows", "epsilon"), [(2000, 1.0), (500, 3.0)])
+def test_the_stated_intervals_cover_the_exact_figures_at_their_confidence(rows: int, epsilon: float) -> None:
+    losses, errors, labels = held_out(rows, seed=rows)
+    query = tail.TailQuery(CAP)
+    release = tail.answer_release(epsilon, 1e-5, 1e-12, (0.0, 0.0, 0))
+    sigma = math.sqrt(2.0 * release.mu) / 2.0**20
+    threshold = float(np.quantile(np.minimum(losses, CAP), 1.0 - RHO)) + 0.05  # a trained c is near, not at, it
+    answers = tail.tail_answers(query, losses, errors, labels, threshold)
+    exact = pooled.group_risk_report(np.minimum(losses, CAP), 1.0 - errors, RHO)
+    rng = np.random.default_rng(7)
+    misses = {"worst": 0, "mean": 0, "disparity": 0}
+    for _ in range(TRIALS):
+        noised = answers + rng.normal(0.0, sigma, answers.size)
+        figures = tail.tail_report(query, noised, threshold, RHO, noise_std=sigma, classes=2)
+        for name, value in (("worst", exact.worst_risk), ("mean", exact.mean_risk), ("disparity", exact.disparity)):
+            estimate = getattr(figures, name)
+            misses[name] += not estimate.low <= value <= estimate.high
+    assert all(count <= ALLOWED_MISSES for count in misses.values()), misses
+
+
+def test_the_class_prior_baseline_is_the_cvar_of_minus_log_the_label_shares() -> None:
+    _, _, labels = held_out(4000)
+    counts = np.bincount(labels, minlength=2).astype(np.float64)
+    per_row = -np.log(counts[labels] / labels.size)
+    expected = pooled.group_risk_report(per_row, np.ones(labels.size), RHO).worst_risk
+    assert tail.class_prior_worst_risk(counts, RHO) == pytest.approx(expected, rel=1e-9)
+    # At 24% positives the worst 30% hold every positive: far above ln 2.
+    assert tail.class_prior_worst_risk(counts, RHO) > 1.1 > math.log(2.0)
+
+
+def test_a_count_lost_in_the_noise_is_refused_naming_the_fix() -> None:
+    query = tail.TailQuery(CAP)
+    losses, errors, labels = held_out(3)
+    with pytest.raises(ConfigError, match="more rows or give the answers more epsilon"):
+        tail.tail_report(query, tail.tail_answers(query, losses, errors, labels, 0.5), 0.5, RHO, noise_std=50.0)
+
+
+def test_the_expected_half_width_falls_as_one_over_rows_and_meets_the_goal_at_2000_rows() -> None:
+    at_2000 = tail.expected_half_width(2000, RHO, 1.0, 1e-5, CAP)
+    assert tail.expected_half_width(20000, RHO, 1.0, 1e-5, CAP) == pytest.approx(at_2000 / 10, rel=1e-9)
+    assert at_2000 < 0.05 < tail.expected_half_width(500, RHO, 1.0, 1e-5, CAP)
+    assert tail.rows_for(at_2000, 2000, target=at_2000 / 2) == pytest.approx(4000)
+
+
+def test_losses_above_the_cap_are_counted_so_the_clipped_figures_read_as_lower_bounds() -> None:
+    query = tail.TailQuery(CAP)
+    losses, errors, labels = held_out(4000)
+    heavy = np.concatenate([losses, np.full(200, 8.0)])
+    wrong, classes = np.concatenate([errors, np.ones(200)]), np.concatenate([labels, np.ones(200, dtype=np.int64)])
+    threshold = float(np.quantile(np.minimum(heavy, CAP), 1.0 - RHO))
+    figures = tail.tail_report(
+        query, tail.tail_answers(query, heavy, wrong, classes, threshold), threshold, RHO, noise_std=0.0
+    )
+    assert figures.above_cap.value == pytest.approx(float((heavy > CAP).sum()), rel=1e-9)
+    clipped, unclipped = exact_worst(heavy), pooled.group_risk_report(heavy, np.ones(heavy.size), RHO).worst_risk
+    assert figures.worst.low <= clipped <= figures.worst.high < unclipped  # a lower bound of the real figure only
