@@ -37,6 +37,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.input_record import InputRecord, Kept, SignedView
 from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
@@ -120,6 +121,7 @@ class RoundJob:
         record: InputRecord,
         uplink: Uplink,
         reports: StatusReports,
+        outcome: OutcomeRecord,
     ) -> None:
         self.config = config
         self.shared = shared
@@ -130,6 +132,8 @@ class RoundJob:
         self.charges = Charges(config, shared, record)
         self.uplink = uplink
         self.reports = reports
+        self.outcome = outcome
+        """Where the output model sent for the final round's evaluation is kept (the final bundle must hold it)."""
         self._holds_control = False
         """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
         first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
@@ -356,6 +360,8 @@ class RoundJob:
         theta, c = self.download(stub, binding)
         model = model_digest(theta, c)
         view = self.view_of(binding.round, "evaluate", model)
+        if binding.round == self.shared.training.rounds:
+            self.outcome.output_model(binding.round, theta, c)
         columns = self.shared.counted_columns(binding.round)
 
         def job() -> Work:
