@@ -48,6 +48,8 @@ code), so what holds, holds against code that is not ours:
   model, its 1-ulp per-site difference, composition counts (a cell and its complement, two thresholds) and
   training differencing under dropouts, each measured against the exact answer in units of the noise the
   aggregator states, with the epsilon each site's ledger charged;
+- the outcome (``benchmarks/attacks/outcome.py``, issue 51): a final bundle of another federation and one with a
+  weight moved one ulp, each refused by a collaborator process counting its rounds from its own record;
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
 
 After the attacks the round log is replayed from what each party really sent: every
@@ -80,13 +82,14 @@ from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
 from attacks.noise import noise_rows
+from attacks.outcome import outcome_rows
 from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.record import record_rows
 from attacks.rows import CHECK, RowBook
 from attacks.secure_attacks import SecureAttacks
 from attacks.waits import waits_rows
 
-SCENARIOS = ("plain", "secure", "cheating", "consent", "influence", "crashes", "waits", "record", "noise")
+SCENARIOS = ("plain", "secure", "cheating", "consent", "influence", "crashes", "waits", "record", "noise", "outcome")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["waits"] = lambda where: waits_rows(where, book, quick=args.quick)  # issue 46, items 5-7
         runs["record"] = lambda where: record_rows(where, book, quick=args.quick)  # issue 46, items 1-4
         runs["noise"] = lambda where: noise_rows(where, book, quick=args.quick)  # issue 41's acceptance rows
+        runs["outcome"] = lambda where: outcome_rows(where, book)  # issue 51, item 1
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:

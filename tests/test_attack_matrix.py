@@ -11,7 +11,7 @@
   abuse rows among them, the consent scenario's (factory, bundle, differencing,
   unpinned plan, survivor floor, statistics, evaluation query) and the influence scenario's
   (liar weight, dp weight) and the record scenario's (re-run, 1-ulp push, lost record, 2 GiB announced,
-  TRAIN flood) too, the fuzz clean.
+  TRAIN flood) and the outcome scenario's (forged, tampered and honest final bundle) too, the fuzz clean.
 - The noise scenario alone (``--only noise``, issue 41, about 10 s): every row handled, each stating the
   noise scale the aggregator faces and the epsilon each site's ledger charged, and each measured error
   of that noise's order (nothing exact), its control without [privacy] exact.
@@ -60,6 +60,9 @@ CONSENT_CLASSES = {
     "lost record": 1,
     "2 GiB announced": 1,
     "TRAIN flood": 1,
+    "forged bundle": 1,
+    "tampered bundle": 1,
+    "honest bundle (the control)": 1,
 }
 """The consent, influence and record scenarios' row classes (each row's attack text starts with its class word)
 and how many rows each."""
@@ -183,6 +186,11 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
             for word in ("re-run", "1-ulp push", "lost record", "2 GiB announced", "TRAIN flood")
         },
         5,
+    ),
+    "outcome": (
+        ("outcome",),
+        {word: CONSENT_CLASSES[word] for word in ("forged bundle", "tampered bundle", "honest bundle (the control)")},
+        3,
     ),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,

@@ -356,10 +356,10 @@ class Collaborator(TaskStream):
             raise PermanentFailureError(BUNDLE_REFUSED, reason=refusal, path=path)
         return status
 
-    def _note_round(self, round_number: int, *, uploaded: bool) -> None:
-        """Count training round `round_number` in the outcome record: its update uploaded, or the round aborted."""
-        if uploaded:
-            self.joined.outcome.uploaded(round_number)
+    def _note_round(self, round_number: int, *, held: bool) -> None:
+        """Count training round `round_number` in the outcome record: its sum holds this update, or it aborted."""
+        if held:
+            self.joined.outcome.held(round_number)
         else:
             self.joined.outcome.aborted(round_number)
 

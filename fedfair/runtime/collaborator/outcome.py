@@ -4,7 +4,9 @@ At FINISHED the aggregator offers the federation's model bundle, whose provenanc
 update each round holds. That is the aggregator's word; a collaborator ends on its own record instead
 (:mod:`fedfair.runtime.collaborator.receipt`):
 
-- the training rounds this institution uploaded its (masked) update for, less those the aggregator then
+- the training rounds whose sum holds this institution's update as far as it can tell: without secure
+  aggregation those it uploaded its update for, under it those whose survivor set it signed (which names
+  it: a masked input the aggregator drops leaves it out of that stage), less those the aggregator then
   announced aborted: its closing count and exit status;
 - the output model (theta-bar, c-bar) it was sent to evaluate at the plan's final round: the aggregator
   evaluates the model its bundle holds, so the bundle must hold exactly these values.
@@ -55,7 +57,7 @@ class OutcomeRecord:
         """
         self.path = path
         self._rounds: dict[int, bool] = {}
-        """Each training round an update was uploaded for: True while it stands, False once announced aborted."""
+        """Each training round whose sum holds this update: True while it stands, False once announced aborted."""
         self._output: OutputModel | None = None
         if path.exists():
             try:
@@ -96,8 +98,11 @@ class OutcomeRecord:
 
     # ------------------------------------------------------------ what the collaborator saw
 
-    def uploaded(self, round_number: int) -> None:
-        """Training round `round_number`'s update was uploaded (a re-run round after an aggregator crash counts once)."""
+    def held(self, round_number: int) -> None:
+        """Training round `round_number`'s sum holds this update (a re-run round after an aggregator crash counts once).
+
+        Without secure aggregation: the update was uploaded; under it: this site signed the round's survivor set.
+        """
         if self._rounds.get(round_number) is not True:
             self._rounds[round_number] = True
             self._save()

@@ -94,7 +94,7 @@ class TaskStream:
     def _finish(self, stub: pb_grpc.FederationStub, task: pb.Task) -> int:
         raise NotImplementedError
 
-    def _note_round(self, round_number: int, *, uploaded: bool) -> None:
+    def _note_round(self, round_number: int, *, held: bool) -> None:
         raise NotImplementedError
 
     # ------------------------------------------------------------ lifecycle
@@ -223,7 +223,7 @@ class TaskStream:
                 logger.info("%s: round %d was aborted by the aggregator", self.config.name, binding.round)
                 self._work = None
             if binding.stage == TRAINING.unmask:
-                self._note_round(binding.round, uploaded=False)
+                self._note_round(binding.round, held=False)
             return True
         try:
             if binding.stage == pb.STAGE_TRAIN:
@@ -354,5 +354,7 @@ class TaskStream:
         # A round re-run after an aggregator crash is sent again, but it is one round contributed to.
         if binding.stage == TRAINING.masked and binding.round not in self.contributed_rounds[-1:]:
             self.contributed_rounds.append(binding.round)
-        if binding.stage == TRAINING.masked:
-            self._note_round(binding.round, uploaded=True)
+        # The sum holds this update once it is uploaded (plain) or once this site signed a survivor set, which
+        # names it (secure aggregation: a masked input the aggregator drops leaves the site out of that stage).
+        if binding.stage == (TRAINING.consistency if self.shared.secure_aggregation.enabled else TRAINING.masked):
+            self._note_round(binding.round, held=True)

@@ -166,7 +166,7 @@ def test_the_outcome_record_survives_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "site-a.fed.outcome.npz"
     record = OutcomeRecord(path)
     for round_number in (1, 2, 2, 3):  # round 2 re-run after an aggregator crash: one round contributed to
-        record.uploaded(round_number)
+        record.held(round_number)
     record.aborted(3)
     record.aborted(4)  # announced for a round it sent nothing to: no change
     theta = np.linspace(-1.0, 1.0, 5)
@@ -175,7 +175,7 @@ def test_the_outcome_record_survives_a_restart(tmp_path: Path) -> None:
     assert again.contributed == 2
     assert again.output is not None and again.output.round == 3 and again.output.c == 0.25
     assert np.array_equal(again.output.theta, theta) and not again.output.theta.flags.writeable
-    again.uploaded(3)  # round 3 run again (the aggregator resumed) and sent: it counts again
+    again.held(3)  # round 3 run again (the aggregator resumed) and sent: it counts again
     assert OutcomeRecord(path).contributed == 3
 
 
