@@ -173,49 +173,67 @@ def closing_count(run: Run) -> str:
 
 
 def forged_row(root: Path, book: RowBook) -> None:
-    with book.row(
+    refused_row(
+        root,
+        book,
         f"forged bundle: {TARGET} (a real process) whose masked update the aggregator drops unseen in every training "
         f"round (no sum holds it) is offered at FINISHED this federation's model under federation id "
         f"'{FORGED_FEDERATION}', its provenance saying every site contributed to all {ROUNDS} rounds",
         f"exit status 2 with bundle-refused naming federation '{FORGED_FEDERATION}', no bundle kept, and the "
         f"closing line counting 0 of {ROUNDS} rounds from {TARGET}'s own record",
-        PATCHED_AGGREGATOR,
-    ) as row:
-        run = run_federation(root, another_federation, drop_target=True)
-        named = "bundle-refused" in run.error_line and f"federation {FORGED_FEDERATION!r}" in run.error_line
-        row.record(
-            f"exit status {run.status}; {run.error_line[:300]!r}; bundle kept: {run.kept is not None}; closing "
-            f"count {closing_count(run)} (own record; the offered provenance claimed {ROUNDS} of {ROUNDS}); masked "
-            f"updates dropped: {run.dropped}; {len(run.offered.offered)} bundle offered in {run.seconds:.1f} s",
-            run.status == 2
-            and len(run.dropped) == ROUNDS
-            and named
-            and run.kept is None
-            and closing_count(run) == f"0 of {ROUNDS}"
-            and len(run.offered.offered) == 1,
-            exit_status=run.status,
-            closing_count=closing_count(run),
-            aggregator_error=run.aggregator_error,
-        )
+        another_federation,
+        f"federation {FORGED_FEDERATION!r}",
+        drop_target=True,
+    )
 
 
 def tampered_row(root: Path, book: RowBook) -> None:
-    with book.row(
+    refused_row(
+        root,
+        book,
         f"tampered bundle: {TARGET} (a real process) trains every round and is offered this federation's own bundle "
         "with one weight moved one ulp",
-        "exit status 2 with bundle-refused naming the model difference (1 weight, by one ulp), no bundle kept",
-        PATCHED_AGGREGATOR,
-    ) as row:
-        run = run_federation(root, one_ulp, drop_target=False)
-        named = "bundle-refused" in run.error_line and "model: 1 of " in run.error_line
+        f"exit status 2 with bundle-refused naming the model difference (1 weight, by one ulp), no bundle kept, and "
+        f"the closing line counting {ROUNDS} of {ROUNDS} rounds from {TARGET}'s own record",
+        one_ulp,
+        "model: 1 of ",
+        drop_target=False,
+    )
+
+
+def refused_row(
+    root: Path,
+    book: RowBook,
+    attack: str,
+    expected: str,
+    change: Callable[[dict[str, Any]], None],
+    named: str,
+    *,
+    drop_target: bool,
+) -> None:
+    """A row whose rewritten bundle the target must refuse with a line holding `named`, keeping nothing."""
+    with book.row(attack, expected, PATCHED_AGGREGATOR) as row:
+        run = run_federation(root, change, drop_target=drop_target)
+        counted = 0 if drop_target else ROUNDS
         row.record(
             f"exit status {run.status}; {run.error_line[:300]!r}; bundle kept: {run.kept is not None}; closing "
-            f"count {closing_count(run)}",
-            run.status == 2 and named and run.kept is None and closing_count(run) == f"{ROUNDS} of {ROUNDS}",
-            exit_status=run.status,
-            closing_count=closing_count(run),
-            aggregator_error=run.aggregator_error,
+            f"count {closing_count(run)} (own record; the offered provenance claimed {ROUNDS} of {ROUNDS}); masked "
+            f"updates dropped: {run.dropped or 'none'}; {len(run.offered.offered)} bundle offered in "
+            f"{run.seconds:.1f} s",
+            run.status == 2
+            and "bundle-refused" in run.error_line
+            and named in run.error_line
+            and run.kept is None
+            and len(run.dropped) == ROUNDS - counted
+            and closing_count(run) == f"{counted} of {ROUNDS}"
+            and len(run.offered.offered) == 1,
+            **details(run),
         )
+
+
+def details(run: Run) -> dict[str, Any]:
+    """A row's details of `run`."""
+    return {"exit_status": run.status, "closing_count": closing_count(run), "aggregator_error": run.aggregator_error}
 
 
 def honest_row(root: Path, book: RowBook) -> None:
@@ -231,7 +249,5 @@ def honest_row(root: Path, book: RowBook) -> None:
             f"exit status {run.status}; bundle kept, equal to the aggregator's: {same}; closing count "
             f"{closing_count(run)}; the other sites: {run.others or 'no errors'}",
             run.status == 0 and same and closing_count(run) == f"{ROUNDS} of {ROUNDS}" and not run.others,
-            exit_status=run.status,
-            closing_count=closing_count(run),
-            aggregator_error=run.aggregator_error,
+            **details(run),
         )
