@@ -11,7 +11,7 @@
   abuse rows among them, the consent scenario's (factory, bundle, differencing,
   unpinned plan, survivor floor, statistics, evaluation query) and the influence scenario's
   (liar weight, dp weight) and the record scenario's (re-run, 1-ulp push, lost record, 2 GiB announced,
-  TRAIN flood) and the outcome scenario's (forged, tampered and honest final bundle) too, the fuzz clean.
+  TRAIN flood) and the outcome scenario's (forged, tampered, substituted and honest final bundle) too, the fuzz clean.
 - The noise scenario alone (``--only noise``, issue 41, about 10 s): every row handled, each stating the
   noise scale the aggregator faces and the epsilon each site's ledger charged, and each measured error
   of that noise's order (nothing exact), its control without [privacy] exact.
@@ -62,6 +62,7 @@ CONSENT_CLASSES = {
     "TRAIN flood": 1,
     "forged bundle": 1,
     "tampered bundle": 1,
+    "substituted output model": 1,
     "honest bundle (the control)": 1,
 }
 """The consent, influence and record scenarios' row classes (each row's attack text starts with its class word)
@@ -189,8 +190,11 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
     ),
     "outcome": (
         ("outcome",),
-        {word: CONSENT_CLASSES[word] for word in ("forged bundle", "tampered bundle", "honest bundle (the control)")},
-        3,
+        {
+            word: CONSENT_CLASSES[word]
+            for word in ("forged bundle", "tampered bundle", "substituted output model", "honest bundle (the control)")
+        },
+        4,
     ),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,

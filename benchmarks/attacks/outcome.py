@@ -12,6 +12,9 @@ sites in threads, under a secure-aggregation plan of three rounds:
   no bundle, and count 0 of 3 from its own record;
 - tampered bundle: the target takes part in every round and is offered this federation's bundle with
   one weight moved one ulp: refused, naming the weights that differ and by how much, nothing kept;
+- substituted output model: the aggregator serves, for the final evaluation and in its bundle alike, the
+  last iterate (theta, c after the final step) in place of the average theta-bar: the bundle is the model
+  the target evaluated, but not the average of the training models it was sent: refused, nothing kept;
 - honest bundle (the control): the bundle as the aggregator wrote it is kept byte for byte, the closing
   line counts 3 of 3 from the target's own record, exit 0.
 """
@@ -48,9 +51,9 @@ NAMES = (*THREE[:2], TARGET)
 
 
 def outcome_rows(where: Path, book: RowBook) -> None:
-    """Every row of this module (see its notes): three federations of about 15 s each on 2 cores."""
-    forged_row(where / "forged", book)
-    tampered_row(where / "tampered", book)
+    """Every row of this module (see its notes): four federations of about 15 s each on 2 cores."""
+    for case in REFUSED:
+        refused_row(where / case.folder, book, case)
     honest_row(where / "honest", book)
 
 
@@ -120,9 +123,12 @@ class Run:
     seconds: float
 
 
-def run_federation(root: Path, change: Callable[[dict[str, Any]], None] | None, *, drop_target: bool) -> Run:
+def run_federation(
+    root: Path, change: Callable[[dict[str, Any]], None] | None, *, drop_target: bool, substitute: bool
+) -> Run:
     """fedfair's aggregator (FINISHED's bundle rewritten by `change`; with `drop_target`, TARGET's masked update
-    dropped unseen in every training round), two sites in threads, TARGET a process."""
+    dropped unseen in every training round; with `substitute`, the last iterate served as the output model),
+    two sites in threads, TARGET a process."""
     workspace = make_workspace(
         root, NAMES, plan=plan_sections(secure=True, rounds=ROUNDS, quorum=2, timeout=15.0, evaluation_every=0)
     )
@@ -136,6 +142,18 @@ def run_federation(root: Path, change: Callable[[dict[str, Any]], None] | None, 
 
     def adjust(loop: RoundLoop) -> None:
         del loop._evaluation_due  # LoopAggregator skips the final evaluation; this attack needs it (the class's)
+        if substitute:
+            evaluate = loop.evaluate
+
+            def last_iterate(round_number: int) -> dict[str, Any]:
+                # The evaluation and then the checkpoint and bundle take the output model from this state.
+                if round_number == ROUNDS:
+                    state = loop.checkpoint.state
+                    swapped = dataclasses.replace(state, theta_average=state.theta, c_average=state.c)
+                    loop.checkpoint = dataclasses.replace(loop.checkpoint, state=swapped)
+                return evaluate(round_number)
+
+            loop.evaluate = last_iterate  # type: ignore[method-assign]
 
     started = time.monotonic()
     sink = io.StringIO()
@@ -172,63 +190,78 @@ def closing_count(run: Run) -> str:
     return "?" if start < 0 else run.log[start + len(marker) :].split(" rounds", 1)[0]
 
 
-def forged_row(root: Path, book: RowBook) -> None:
-    refused_row(
-        root,
-        book,
+@dataclass(frozen=True)
+class RefusedCase:
+    """One row whose bundle the target must refuse with a line holding `named`, keeping nothing: the bundle
+    rewritten by `change`, the target's masked updates dropped (`drop_target`), or the last iterate served as
+    the output model (`substitute`)."""
+
+    folder: str
+    attack: str
+    expected: str
+    named: str
+    change: Callable[[dict[str, Any]], None] | None = None
+    drop_target: bool = False
+    substitute: bool = False
+
+
+REFUSED = (
+    RefusedCase(
+        "forged",
         f"forged bundle: {TARGET} (a real process) whose masked update the aggregator drops unseen in every training "
         f"round (no sum holds it) is offered at FINISHED this federation's model under federation id "
         f"'{FORGED_FEDERATION}', its provenance saying every site contributed to all {ROUNDS} rounds",
         f"exit status 2 with bundle-refused naming federation '{FORGED_FEDERATION}', no bundle kept, and the "
         f"closing line counting 0 of {ROUNDS} rounds from {TARGET}'s own record",
-        another_federation,
         f"federation {FORGED_FEDERATION!r}",
+        change=another_federation,
         drop_target=True,
-    )
-
-
-def tampered_row(root: Path, book: RowBook) -> None:
-    refused_row(
-        root,
-        book,
+    ),
+    RefusedCase(
+        "tampered",
         f"tampered bundle: {TARGET} (a real process) trains every round and is offered this federation's own bundle "
         "with one weight moved one ulp",
         f"exit status 2 with bundle-refused naming the model difference (1 weight, by one ulp), no bundle kept, and "
         f"the closing line counting {ROUNDS} of {ROUNDS} rounds from {TARGET}'s own record",
-        one_ulp,
         "model: 1 of ",
-        drop_target=False,
-    )
+        change=one_ulp,
+    ),
+    RefusedCase(
+        "substituted",
+        f"substituted output model: {TARGET} (a real process) trains every round; the aggregator serves the last "
+        "iterate in place of the average theta-bar for the final evaluation and holds it in its bundle alike",
+        f"exit status 2 with bundle-refused: the model {TARGET} evaluated is not the average of the training models "
+        f"it was sent; no bundle kept, and the closing line counting {ROUNDS} of {ROUNDS} rounds from its own record",
+        "is not the average of the",
+        substitute=True,
+    ),
+)
 
 
-def refused_row(
-    root: Path,
-    book: RowBook,
-    attack: str,
-    expected: str,
-    change: Callable[[dict[str, Any]], None],
-    named: str,
-    *,
-    drop_target: bool,
-) -> None:
-    """A row whose rewritten bundle the target must refuse with a line holding `named`, keeping nothing."""
-    with book.row(attack, expected, PATCHED_AGGREGATOR) as row:
-        run = run_federation(root, change, drop_target=drop_target)
-        counted = 0 if drop_target else ROUNDS
+def refused_row(root: Path, book: RowBook, case: RefusedCase) -> None:
+    with book.row(case.attack, case.expected, PATCHED_AGGREGATOR) as row:
+        run = run_federation(root, case.change, drop_target=case.drop_target, substitute=case.substitute)
+        counted = 0 if case.drop_target else ROUNDS
         row.record(
-            f"exit status {run.status}; {run.error_line[:300]!r}; bundle kept: {run.kept is not None}; closing "
+            f"exit status {run.status}; {reason_of(run)[:400]!r}; bundle kept: {run.kept is not None}; closing "
             f"count {closing_count(run)} (own record; the offered provenance claimed {ROUNDS} of {ROUNDS}); masked "
             f"updates dropped: {run.dropped or 'none'}; {len(run.offered.offered)} bundle offered in "
             f"{run.seconds:.1f} s",
             run.status == 2
             and "bundle-refused" in run.error_line
-            and named in run.error_line
+            and case.named in run.error_line
             and run.kept is None
             and len(run.dropped) == ROUNDS - counted
             and closing_count(run) == f"{counted} of {ROUNDS}"
             and len(run.offered.offered) == 1,
             **details(run),
         )
+
+
+def reason_of(run: Run) -> str:
+    """The target's error line from the refusal's reason on (its id and the reason), or the whole line."""
+    start = run.error_line.find("output model (")
+    return run.error_line if start < 0 else "bundle-refused: ... " + run.error_line[start + len("output model (") :]
 
 
 def details(run: Run) -> dict[str, Any]:
@@ -243,7 +276,7 @@ def honest_row(root: Path, book: RowBook) -> None:
         f"kept byte for byte, the closing line counting {ROUNDS} of {ROUNDS} rounds from its own record, exit status 0",
         PATCHED_AGGREGATOR,
     ) as row:
-        run = run_federation(root, None, drop_target=False)
+        run = run_federation(root, None, drop_target=False, substitute=False)
         same = run.kept is not None and run.offered.written[:1] == [run.kept]
         row.record(
             f"exit status {run.status}; bundle kept, equal to the aggregator's: {same}; closing count "

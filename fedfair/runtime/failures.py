@@ -194,8 +194,9 @@ BUNDLE_REFUSED = FailureClass(
     False,
     "the federation's model bundle that the aggregator sent at the end is not this federation's output model "
     "({reason}); nothing was kept at {path}",
-    "ask the aggregator's operator why its model_bundle.pt differs from the model this collaborator evaluated at "
-    "the final round, and use no bundle of this federation that this collaborator did not keep itself",
+    "ask the aggregator's operator why its model_bundle.pt is not the model the reason names (the federation, "
+    "plan and output model this collaborator joined, trained on and evaluated), and use no bundle of this "
+    "federation that this collaborator did not keep itself",
 )
 
 FAILURES: tuple[FailureClass, ...] = (

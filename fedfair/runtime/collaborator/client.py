@@ -344,13 +344,12 @@ class Collaborator(TaskStream):
                 None if self._encoder is None else self._encoder.to_mapping(),
             )
         )
-        refusal = (
-            None
-            if task.input_size <= 0
-            else receive_bundle(
+        # An output model that is not the average of the training rounds' models refuses any bundle that holds it.
+        refusal = joined.outcome.output_mismatch()
+        if refusal is None and task.input_size > 0:
+            refusal = receive_bundle(
                 self.config.name, path, lambda: self._input(stub, task), expected, joined.outcome.output
             )
-        )
         status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed)
         if refusal is not None:
             raise PermanentFailureError(BUNDLE_REFUSED, reason=refusal, path=path)

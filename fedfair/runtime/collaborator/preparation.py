@@ -138,7 +138,7 @@ def join(
         )
     except ConfigError as error:
         raise PermanentFailureError(LOCAL_BINDINGS, reason=error, config=config.source) from None
-    outcome = OutcomeRecord(kept_path(config, shared.federation_id, OUTCOME_SUFFIX))
+    outcome = OutcomeRecord(kept_path(config, shared.federation_id, OUTCOME_SUFFIX), shared.training.average_from_round)
     joined = Joined(shared, reply.plan_digest, served, record, outcome, as_participant(config, identity, shared, 0))
     if shared.schema is None:
         return joined

@@ -9,8 +9,10 @@ The bundle is the aggregator's word, so it is kept only once checked against thi
 architecture and encoder the ones that plan and the federation's statistics gave it, and its weights and
 threshold exactly the output model (theta-bar, c-bar) this collaborator was sent to evaluate at the plan's
 final round, laid out in the plan's model as the aggregator lays it (the same float64-to-parameter casts,
-so equal bit for bit). A bundle that differs is refused (``bundle-refused``, nothing kept); one this
-collaborator cannot check (it was not sent the output model) is not kept either. The closing count and
+so equal bit for bit). That output model must itself be the average of the training models this collaborator
+was sent, where it can follow them (:class:`~fedfair.runtime.collaborator.outcome.Trajectory`). A bundle that
+differs is refused (``bundle-refused``, nothing kept); one this collaborator cannot check (it was not sent
+the output model) is not kept either. The closing count and
 exit status come from the outcome record only, never from the bundle's provenance.
 """
 
@@ -34,7 +36,7 @@ from fedfair.core.files import atomic_write
 from fedfair.core.models import load_flat_parameters
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.collaborator.outcome import OutputModel
+from fedfair.runtime.collaborator.outcome import ServedModel
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.manifest import setting_differences
 from fedfair.runtime.plan.model import ModelSettings
@@ -72,7 +74,7 @@ class Expectation:
     encoder: Mapping[str, Any] | None
 
 
-def bundle_mismatch(bundle: Bundle, expected: Expectation, output: OutputModel) -> str | None:
+def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel) -> str | None:
     """Why `bundle` is not this federation's output model, or None when it is.
 
     The reason starts with what did not match: ``federation``, ``plan``, ``architecture``, ``encoder`` or
@@ -107,7 +109,7 @@ def bundle_mismatch(bundle: Bundle, expected: Expectation, output: OutputModel) 
     return model_difference(bundle, expected, output)
 
 
-def model_difference(bundle: Bundle, expected: Expectation, output: OutputModel) -> str | None:
+def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel) -> str | None:
     """How the bundle's weights and threshold differ from `output` laid out in the plan's model, or None if equal.
 
     The aggregator builds the plan's model from its seed and copies theta-bar (float64) into its parameters;
@@ -156,7 +158,7 @@ def receive_bundle(
     path: Path,
     fetch: Callable[[], bytes],
     expected: Expectation | None,
-    output: OutputModel | None,
+    output: ServedModel | None,
 ) -> str | None:
     """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path` if it checks out.
 

@@ -133,7 +133,7 @@ class RoundJob:
         self.uplink = uplink
         self.reports = reports
         self.outcome = outcome
-        """Where the output model sent for the final round's evaluation is kept (the final bundle must hold it)."""
+        """Where the models sent for training and the final round's evaluation are followed (the bundle's check)."""
         self._holds_control = False
         """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
         first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
@@ -195,6 +195,7 @@ class RoundJob:
             raise WireError(str(error)) from None
         model = model_digest(values, c)
         view = self.view_of(binding.round, "train", model)
+        self.outcome.training_model(binding.round, theta, c)
 
         def job() -> Work:
             if view.kept is not None:

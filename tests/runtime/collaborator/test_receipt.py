@@ -19,7 +19,8 @@ from fedfair.bundle import Bundle, write_bundle
 from fedfair.runtime.aggregator.bundles import federation_bundle
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
 from fedfair.runtime.aggregator.loop import initial_state
-from fedfair.runtime.collaborator.outcome import OutcomeRecord, OutputModel
+from fedfair.core import server
+from fedfair.runtime.collaborator.outcome import OutcomeRecord, ServedModel, Trajectory
 from fedfair.runtime.collaborator.receipt import Expectation, bundle_mismatch, finished_status, receive_bundle
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.local.workspace import make_workspace
@@ -43,7 +44,7 @@ class Federation:
     plan: AggregatorPlan
     checkpoint: Checkpoint
     expected: Expectation
-    output: OutputModel
+    output: ServedModel
 
     def bundle(self, plan: AggregatorPlan | None = None) -> Bundle:
         """The aggregator's bundle of the output model, under `plan` (default: this federation's)."""
@@ -64,7 +65,7 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
     served = shared_settings(plan)
     shared = load_shared_settings(served)
     expected = Expectation(plan.federation_id, json.loads(served), shared.model, shared.training.seed, (), None)
-    return Federation(plan, checkpoint, expected, OutputModel(ROUNDS, theta_bar.numpy(), state.c_average))
+    return Federation(plan, checkpoint, expected, ServedModel(ROUNDS, theta_bar.numpy(), state.c_average))
 
 
 def test_the_honest_bundle_matches_bit_for_bit(federation: Federation) -> None:
@@ -164,19 +165,19 @@ def test_the_closing_count_is_the_own_record(caplog: pytest.LogCaptureFixture) -
 
 def test_the_outcome_record_survives_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "site-a.fed.outcome.npz"
-    record = OutcomeRecord(path)
+    record = OutcomeRecord(path, 1)
     for round_number in (1, 2, 2, 3):  # round 2 re-run after an aggregator crash: one round contributed to
         record.held(round_number)
     record.aborted(3)
     record.aborted(4)  # announced for a round it sent nothing to: no change
     theta = np.linspace(-1.0, 1.0, 5)
     record.output_model(3, theta, 0.25)
-    again = OutcomeRecord(path)
+    again = OutcomeRecord(path, 1)
     assert again.contributed == 2
     assert again.output is not None and again.output.round == 3 and again.output.c == 0.25
     assert np.array_equal(again.output.theta, theta) and not again.output.theta.flags.writeable
     again.held(3)  # round 3 run again (the aggregator resumed) and sent: it counts again
-    assert OutcomeRecord(path).contributed == 3
+    assert OutcomeRecord(path, 1).contributed == 3
 
 
 def test_an_unreadable_outcome_record_starts_again_with_a_warning(
@@ -185,6 +186,82 @@ def test_an_unreadable_outcome_record_starts_again_with_a_warning(
     path = tmp_path / "site-a.fed.outcome.npz"
     path.write_bytes(b"not an npz")
     with caplog.at_level(logging.WARNING, "fedfair.collaborator"):
-        record = OutcomeRecord(path)
+        record = OutcomeRecord(path, 1)
     assert record.contributed == 0 and record.output is None
     assert f"{path} is unreadable" in caplog.text
+
+
+# ---------------------------------------------------------------- the output model from the training rounds
+
+
+def run_server(
+    rounds: int, aborted: set[int], average_from: int, seed: int = 3
+) -> tuple[list[ServedModel], ServedModel]:
+    """`rounds` rounds of the server's own step (`server.apply`) on random aggregates, the rounds in `aborted`
+    leaving the model as it was: each round's start model as sent for training, and the output model."""
+    generator = torch.Generator().manual_seed(seed)
+    state = server.init(torch.randn(50, generator=generator, dtype=torch.float64), bound=3.0)
+    sent = []
+    for round_number in range(1, rounds + 1):
+        sent.append(ServedModel(round_number, state.theta.numpy().copy(), state.c))
+        if round_number not in aborted:
+            aggregate = server.Aggregate(torch.randn(50, generator=generator, dtype=torch.float64) / 7, -0.3, 2.0)
+            state = server.apply(state, aggregate, bound=3.0, average_from=average_from)
+    return sent, ServedModel(rounds, state.theta_average.numpy().copy(), state.c_average)
+
+
+def followed(sent: list[ServedModel], average_from: int) -> Trajectory:
+    trajectory = Trajectory(average_from)
+    for model in sent:
+        trajectory.sent(model)
+    return trajectory
+
+
+@pytest.mark.parametrize(
+    ("rounds", "aborted", "average_from"),
+    [(8, set(), 4), (8, set(), 0), (8, {3, 6}, 4), (8, {8}, 4), (8, {2, 8}, 0), (6, {1, 2, 3, 4}, 3), (1, set(), 0)],
+)
+def test_the_output_model_is_the_average_of_the_training_rounds_models(
+    rounds: int, aborted: set[int], average_from: int
+) -> None:
+    """Whatever rounds abort (the last too), the site's average of the models it was sent is the server's output
+    (within the rounding bound; here bit for bit); 1e-9 added to one coordinate is told apart."""
+    sent, output = run_server(rounds, aborted, average_from)
+    trajectory = followed(sent, average_from)
+    assert trajectory.mismatch(output) is None
+    shifted = output.theta.copy()
+    shifted[7] += 1e-9
+    reason = trajectory.mismatch(ServedModel(rounds, shifted, output.c))
+    applied = rounds - len(aborted)
+    if applied <= average_from and rounds not in aborted:
+        assert reason is None  # the output may be the model after the last step, which no site is sent
+    else:
+        assert reason is not None and reason.startswith("model: the output model this collaborator was sent")
+
+
+def test_a_model_the_aggregator_chose_is_not_the_average() -> None:
+    """The output model of another run (another seed) on the same rounds is refused, with its distance."""
+    sent, _ = run_server(8, {3}, 4)
+    _, other = run_server(8, {3}, 4, seed=4)
+    reason = followed(sent, 4).mismatch(other)
+    assert reason is not None and "average of the" in reason and "rounding allows" in reason
+
+
+def test_a_site_that_missed_a_round_cannot_tell() -> None:
+    sent, _ = run_server(6, set(), 3)
+    _, other = run_server(6, set(), 3, seed=4)
+    trajectory = followed([model for model in sent if model.round != 4], 3)
+    assert not trajectory.following and trajectory.mismatch(other) is None
+
+
+def test_a_rerun_round_and_a_restart_keep_the_average(tmp_path: Path) -> None:
+    """Round 3 sent twice (an aggregator resumed), the record reloaded between rounds: the output still checks."""
+    sent, output = run_server(6, {2}, 3)
+    path = tmp_path / "site-a.fed.outcome.npz"
+    for model in [*sent[:3], sent[2], *sent[3:]]:
+        OutcomeRecord(path, 3).training_model(model.round, model.theta, model.c)
+    record = OutcomeRecord(path, 3)
+    record.output_model(output.round, output.theta, output.c)
+    assert OutcomeRecord(path, 3).output_mismatch() is None
+    record.output_model(output.round, output.theta + 1e-6, output.c)
+    assert OutcomeRecord(path, 3).output_mismatch() is not None
