@@ -75,7 +75,7 @@ class Joined:
     record: InputRecord
     """What this institution answered, to whom, and the bits it sent (:mod:`fedfair.runtime.collaborator.input_record`)."""
     outcome: OutcomeRecord
-    """The rounds this institution contributed to and the output model it was sent (:mod:`.outcome`)."""
+    """The rounds this institution contributed to and the models it was sent (:mod:`.outcome`)."""
     participant: Participant
     """This collaborator before its model is built (no parameters): what the statistics aggregation needs."""
     schema_table: SchemaTable | None = None
