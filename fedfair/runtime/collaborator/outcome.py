@@ -7,7 +7,8 @@ update each round holds. That is the aggregator's word; a collaborator ends on i
 - the training rounds whose sum holds this institution's update as far as it can tell: without secure
   aggregation those it uploaded its update for, under it those whose survivor set it signed (which names
   it: a masked input the aggregator drops leaves it out of that stage), less those the aggregator then
-  announced aborted: its closing count and exit status;
+  announced aborted or that left the model as it was (the next round was sent the same model): its
+  closing count and exit status;
 - the output model (theta-bar, c-bar) it was sent to evaluate at the plan's final round: the aggregator
   evaluates the model its bundle holds, so the bundle must hold exactly these values;
 - the output model as this site can compute it from the training rounds' models it was sent
@@ -23,7 +24,7 @@ from __future__ import annotations
 import io
 import logging
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,8 @@ class Trajectory:
     average_c: float = 0.0
     scale: float = 0.0
     """The largest magnitude of theta's and c's values averaged: the rounding bound's unit."""
+    unchanged: set[int] = field(default_factory=set)
+    """Rounds whose next round was sent the same model: they did not apply (seen even when not `following`)."""
 
     def sent(self, model: ServedModel) -> None:
         """Follow training round `model.round`'s model (a round run again after a crash replaces its own)."""
@@ -86,15 +89,16 @@ class Trajectory:
         if last is not None and model.round == last.round:
             self.last = model
             return
-        if (last is None and model.round != 1) or (last is not None and model.round != last.round + 1):
-            self.following = False
-        if not self.following:
-            return
-        if last is not None and not _same(last, model):
+        consecutive = last is not None and model.round == last.round + 1
+        if last is not None and consecutive and _same(last, model):
+            self.unchanged.add(last.round)
+        elif last is not None and consecutive and self.following:
             self.applied += 1
             if self.applied > self.average_from:
                 self.average, self.average_c, self.scale = self.folded(last)
                 self.averaged += 1
+        if not consecutive and not (last is None and model.round == 1):
+            self.following = False
         self.last = model
 
     def folded(self, model: ServedModel) -> tuple[np.ndarray, float, float]:
@@ -185,6 +189,7 @@ class OutcomeRecord:
             trajectory.following = bool(arrays["following"])
             trajectory.last = _model(arrays, "last")
             trajectory.applied, trajectory.averaged = _round(int(arrays["applied"])), _round(int(arrays["averaged"]))
+            trajectory.unchanged = {_round(value) for value in arrays["unchanged"].tolist()}
             if "average_theta" in arrays:
                 trajectory.average = np.array(arrays["average_theta"], dtype=np.float64)
                 trajectory.average_c, trajectory.scale = float(arrays["average_c"]), float(arrays["scale"])
@@ -197,6 +202,7 @@ class OutcomeRecord:
             "following": np.array(trajectory.following),
             "applied": np.array(trajectory.applied, dtype=np.int64),
             "averaged": np.array(trajectory.averaged, dtype=np.int64),
+            "unchanged": np.array(sorted(trajectory.unchanged), dtype=np.int64),
         }
         for prefix, model in (("output", self._output), ("last", trajectory.last)):
             if model is not None:
@@ -243,8 +249,13 @@ class OutcomeRecord:
 
     @property
     def contributed(self) -> int:
-        """How many training rounds hold this institution's update, as far as its own side knows."""
-        return sum(self._rounds.values())
+        """How many training rounds hold this institution's update, as far as its own side knows.
+
+        A round that aborted after this site's part (the aggregator's checks of the decoded sum announce
+        nothing) shows as the next round being sent the same model, and does not count.
+        """
+        unchanged = self._trajectory.unchanged
+        return sum(standing and number not in unchanged for number, standing in self._rounds.items())
 
     @property
     def output(self) -> ServedModel | None:

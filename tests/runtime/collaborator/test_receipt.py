@@ -265,3 +265,16 @@ def test_a_rerun_round_and_a_restart_keep_the_average(tmp_path: Path) -> None:
     assert OutcomeRecord(path, 3).output_mismatch() is None
     record.output_model(output.round, output.theta + 1e-6, output.c)
     assert OutcomeRecord(path, 3).output_mismatch() is not None
+
+
+def test_a_round_that_left_the_model_as_it_was_is_not_counted(tmp_path: Path) -> None:
+    """Round 2's sum held this site's update, but the aggregator's checks of the decoded sum voided it without an
+    announcement: round 3 is sent round 2's model, so round 2 does not count (it is kept across a restart)."""
+    path = tmp_path / "site-a.fed.outcome.npz"
+    record = OutcomeRecord(path, 1)
+    models = {1: np.zeros(4), 2: np.ones(4), 3: np.ones(4)}
+    for round_number, theta in models.items():
+        record.training_model(round_number, theta, 1.0)
+        record.held(round_number)
+    assert record.contributed == 2
+    assert OutcomeRecord(path, 1).contributed == 2
