@@ -52,6 +52,8 @@ code), so what holds, holds against code that is not ours:
   masking degree is every other site, against what the ledger charges; every odd number of a served plan;
 - ledger (``benchmarks/attacks/ledger.py``, issue 51): a renewed federation's answers charged on top of the
   first's spend, a revoked certificate refused at the aggregator's handshake, an edited ledger refused;
+- the outcome (``benchmarks/attacks/outcome.py``, issue 51): a final bundle of another federation and one with a
+  weight moved one ulp, each refused by a collaborator process counting its rounds from its own record;
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
 
 After the attacks the round log is replayed from what each party really sent: every
@@ -85,6 +87,7 @@ from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
 from attacks.ledger import ledger_rows
 from attacks.noise import noise_rows
+from attacks.outcome import outcome_rows
 from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.plan_values import plan_values_rows
 from attacks.record import record_rows
@@ -106,6 +109,7 @@ SCENARIOS = (
     "plan",
     "schedule",
     "ledger",
+    "outcome",
 )
 
 
@@ -149,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["plan"] = lambda where: plan_values_rows(where, book)  # issue 51, items 3 and 8
         runs["schedule"] = lambda where: schedule_rows(where, book, quick=args.quick)  # issue 51, items 2, 6, 9
         runs["ledger"] = lambda where: ledger_rows(where, book)  # issue 51, items 4, 5 and 7
+        runs["outcome"] = lambda where: outcome_rows(where, book)  # issue 51, item 1
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:

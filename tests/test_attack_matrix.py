@@ -11,7 +11,7 @@
   abuse rows among them, the consent scenario's (factory, bundle, differencing,
   unpinned plan, survivor floor, statistics, evaluation query) and the influence scenario's
   (liar weight, dp weight) and the record scenario's (re-run, 1-ulp push, lost record, 2 GiB announced,
-  TRAIN flood) too, the fuzz clean.
+  TRAIN flood) and the outcome scenario's (forged, tampered, substituted and honest final bundle) too, the fuzz clean.
 - The noise scenario alone (``--only noise``, issue 41, about 10 s): every row handled, each stating the
   noise scale the aggregator faces and the epsilon each site's ledger charged, and each measured error
   of that noise's order (nothing exact), its control without [privacy] exact.
@@ -68,6 +68,10 @@ CONSENT_CLASSES = {
     "renewal": 1,
     "revoked site": 1,
     "edited ledger": 1,
+    "forged bundle": 1,
+    "tampered bundle": 1,
+    "substituted output model": 1,
+    "honest bundle (the control)": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -199,6 +203,14 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
     ),
     "schedule": (("schedule",), {word: CONSENT_CLASSES[word] for word in ("evaluation schedule", "refusal flood")}, 2),
     "ledger": (("ledger",), {word: CONSENT_CLASSES[word] for word in ("renewal", "revoked site", "edited ledger")}, 3),
+    "outcome": (
+        ("outcome",),
+        {
+            word: CONSENT_CLASSES[word]
+            for word in ("forged bundle", "tampered bundle", "substituted output model", "honest bundle (the control)")
+        },
+        4,
+    ),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,
 the row classes each group must hold (with how many rows), and the fewest rows the group yields. Together

@@ -199,6 +199,15 @@ FEDERATION_PAST = FailureClass(
     'federation id from the same sites and certificates (docs/operations.md, "Running a finished federation '
     'again")',
 )
+BUNDLE_REFUSED = FailureClass(
+    "bundle-refused",
+    False,
+    "the federation's model bundle that the aggregator sent at the end is not this federation's output model "
+    "({reason}); nothing was kept at {path}",
+    "ask the aggregator's operator why its model_bundle.pt is not the model the reason names (the federation, "
+    "plan and output model this collaborator joined, trained on and evaluated), and use no bundle of this "
+    "federation that this collaborator did not keep itself",
+)
 
 FAILURES: tuple[FailureClass, ...] = (
     AGGREGATOR_UNREACHABLE,
@@ -225,6 +234,7 @@ FAILURES: tuple[FailureClass, ...] = (
     LOCAL_BINDINGS,
     LOCAL_STATE_LOST,
     FEDERATION_PAST,
+    BUNDLE_REFUSED,
 )
 """Every class a collaborator can report, in the order the runbook lists them."""
 

@@ -292,6 +292,9 @@ def run_federation(processes: Processes, workspace: Workspace, kills: tuple[str,
         assert aggregator.wait(120) == 0, processes.tail()
         for name, done in finished.items():
             assert done.result(timeout=60) == 0, name
+            # Re-runs and restarts included, each site checked and kept the aggregator's final bundle.
+            kept = collaborators[name].bundle_path()
+            assert kept.read_bytes() == (workspace.output / "model_bundle.pt").read_bytes(), name
     finally:
         for collaborator in collaborators.values():
             collaborator.stop()

@@ -19,13 +19,7 @@ from typing import Any
 
 import torch
 
-from fedfair.bundle import (
-    Bundle,
-    builtin_architecture,
-    factory_architecture,
-    make_provenance,
-    write_bundle,
-)
+from fedfair.bundle import Bundle, make_provenance, write_bundle
 from fedfair.core.models import load_flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
@@ -58,11 +52,6 @@ def federation_bundle(plan: AggregatorPlan, checkpoint: Checkpoint, records: Seq
     settings = model_settings(plan, encoder)
     model = settings.build(seed=plan.training.seed, allowed=plan.own_factories)
     load_flat_parameters(model, checkpoint.state.theta_average)
-    architecture = (
-        factory_architecture(settings.factory, settings.arguments)
-        if settings.factory is not None
-        else builtin_architecture(settings.name, settings.features, settings.classes, settings.image_shape)
-    )
     contributions = Counter(name for record in records for name in record.get("contributors", ()))
     metrics = [
         {
@@ -73,7 +62,7 @@ def federation_bundle(plan: AggregatorPlan, checkpoint: Checkpoint, records: Seq
     ]
     return Bundle(
         state_dict={name: tensor.detach().clone() for name, tensor in model.state_dict().items()},
-        architecture=architecture,
+        architecture=settings.architecture(),
         encoder=None if encoder is None else encoder.to_mapping(),
         threshold=float(checkpoint.state.c_average),
         plan=json.loads(shared_settings(plan)),

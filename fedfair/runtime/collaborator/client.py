@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -26,10 +24,11 @@ import torch
 from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError, FailureError, PermanentFailureError, WireError
 from fedfair.core.local import LocalLearner, RoundTrainer
+from fedfair.datasets.encoder import Encoder as TableEncoder
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import check_identity
 from fedfair.runtime.collaborator.preparation import Joined, Prepared, as_participant, encode_table, join, prepare
-from fedfair.runtime.collaborator.receipt import BUNDLE_SUFFIX, kept_path, receive_bundle
+from fedfair.runtime.collaborator.receipt import BUNDLE_SUFFIX, Expectation, finished_status, kept_path, receive_bundle
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import (
     RoundJob,
@@ -53,9 +52,10 @@ from fedfair.runtime.collaborator.trainer import (
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Uplink, input_limit
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION, model_digest
-from fedfair.runtime.failures import LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
+from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
 from fedfair.runtime.manifest import setting_differences
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
+from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import STATISTICS_ENCODING, STATISTICS_KIND, STATISTICS_ROUND
 from fedfair.secagg import Encoder
 from fedfair.runtime.transport import pb, pb_grpc
@@ -114,6 +114,10 @@ class Collaborator(TaskStream):
         """The fetched and checked plan; :meth:`_setup` sets it before any task."""
         self._round: RoundJob | None = None
         """The round job; :meth:`_prepare` builds it (under a [schema], at the first start stage)."""
+        self._model: ModelSettings | None = None
+        """The plan's model as :meth:`_prepare` built it (under a [schema], sized by the federation's encoder)."""
+        self._encoder: TableEncoder | None = None
+        """Under a [schema], the federation's encoder as this collaborator received it."""
 
     # ------------------------------------------------------------ what it has learnt
 
@@ -215,10 +219,12 @@ class Collaborator(TaskStream):
         """
         if task.input_size <= 0:
             raise WireError("the TRAIN stage carries no encoder although the plan has a [schema]")
-        self._prepare(*encode_table(self.config, self.joined, self._input(stub, task)))
+        data, shared, self._encoder = encode_table(self.config, self.joined, self._input(stub, task))
+        self._prepare(data, shared)
 
     def _prepare(self, data: LocalData, shared: SharedSettings) -> None:
         """Build the round trainer and the evaluation model for this institution's encoded data."""
+        self._model = shared.model
         self._use(prepare(self.config, data, shared, self.device, self.trainer_factory))
 
     def _use(self, prepared: Prepared) -> None:
@@ -248,6 +254,7 @@ class Collaborator(TaskStream):
             joined.record,
             self._uplink,
             self._reports,
+            joined.outcome,
         )
 
     # ------------------------------------------------------------ the round job's seams
@@ -315,11 +322,45 @@ class Collaborator(TaskStream):
         """
         return kept_path(self.config, self.shared.federation_id, BUNDLE_SUFFIX)
 
-    def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> Mapping[str, Any] | None:
-        """Fetch the final model bundle the FINISHED task offers and keep it; its provenance (:func:`receive_bundle`)."""
-        if task.input_size <= 0:
-            return None
-        return receive_bundle(self.config.name, self.bundle_path(), lambda: self._input(stub, task))
+    def _finish(self, stub: pb_grpc.FederationStub, task: pb.Task) -> int:
+        """At FINISHED: keep the final model bundle if it checks out (:func:`receive_bundle`); the exit status.
+
+        The closing count and the status come from this institution's own record (:func:`finished_status`).
+
+        Raises:
+            PermanentFailureError: ``bundle-refused`` (after the closing line) when the bundle is not this
+                federation's output model; nothing is kept then.
+        """
+        joined, path = self.joined, self.bundle_path()
+        expected = (
+            None
+            if self._model is None
+            else Expectation(
+                joined.shared.federation_id,
+                joined.settings,
+                self._model,
+                joined.shared.training.seed,
+                self.config.factories,
+                None if self._encoder is None else self._encoder.to_mapping(),
+            )
+        )
+        # An output model that is not the average of the training rounds' models refuses any bundle that holds it.
+        refusal = joined.outcome.output_mismatch()
+        if refusal is None and task.input_size > 0:
+            refusal = receive_bundle(
+                self.config.name, path, lambda: self._input(stub, task), expected, joined.outcome.output
+            )
+        status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed)
+        if refusal is not None:
+            raise PermanentFailureError(BUNDLE_REFUSED, reason=refusal, path=path)
+        return status
+
+    def _note_round(self, round_number: int, *, held: bool) -> None:
+        """Count training round `round_number` in the outcome record: its sum holds this update, or it aborted."""
+        if held:
+            self.joined.outcome.held(round_number)
+        else:
+            self.joined.outcome.aborted(round_number)
 
     def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
         """The input of `task`'s stage.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,9 +25,11 @@ import torch
 from fedfair.core.errors import ConfigError, PermanentFailureError, WireError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
+from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.statistics import statistics_vector
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.input_record import InputRecord
+from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import Identity
 from fedfair.runtime.collaborator.receipt import kept_path
@@ -68,8 +71,12 @@ class Joined:
 
     shared: SharedSettings
     plan_digest: str
+    settings: dict[str, Any]
+    """The shared settings as served (JSON values), which the final model bundle must hold."""
     record: InputRecord
     """What this institution answered, to whom, and the bits it sent (:mod:`fedfair.runtime.collaborator.input_record`)."""
+    outcome: OutcomeRecord
+    """The rounds this institution contributed to and the models it was sent (:mod:`.outcome`)."""
     participant: Participant
     """This collaborator before its model is built (no parameters): what the statistics aggregation needs."""
     schema_table: SchemaTable | None = None
@@ -132,7 +139,8 @@ def join(
         record = InputRecord(path, shared.federation_id, ledger=ledger, reset=reset_state)
     except ConfigError as error:
         raise PermanentFailureError(LOCAL_BINDINGS, reason=error, config=config.source) from None
-    joined = Joined(shared, reply.plan_digest, record, as_participant(config, identity, shared, 0))
+    outcome = OutcomeRecord(kept_path(config, shared.federation_id, OUTCOME_SUFFIX), shared.training.average_from_round)
+    joined = Joined(shared, reply.plan_digest, served, record, outcome, as_participant(config, identity, shared, 0))
     if shared.schema is None:
         return joined
     # The table is checked now, before any round; it is encoded once the statistics of every
@@ -151,12 +159,14 @@ def join(
     return dataclasses.replace(joined, schema_table=schema_table, statistics=statistics)
 
 
-def encode_table(config: CollaboratorConfig, joined: Joined, payload: bytes) -> tuple[LocalData, SharedSettings]:
+def encode_table(
+    config: CollaboratorConfig, joined: Joined, payload: bytes
+) -> tuple[LocalData, SharedSettings, Encoder]:
     """Encode this institution's table with the federation's encoder (`payload`).
 
     `payload` is the first start stage's input under a [schema]. Returns the encoded data (with its
-    held-out rows' levels in the plan's composition columns) and the plan's settings with the model
-    that encoder implies.
+    held-out rows' levels in the plan's composition columns), the plan's settings with the model
+    that encoder implies, and the encoder (the final model bundle must hold it).
 
     Raises:
         WireError: `payload` is not an encoder for the plan's schema.
@@ -169,9 +179,8 @@ def encode_table(config: CollaboratorConfig, joined: Joined, payload: bytes) -> 
         raise WireError(str(error)) from None
     # The held-out rows' levels in the plan's composition columns are kept for the final evaluation.
     composition = composition_columns(schema, joined.shared.evaluation.composition)
-    return encoded_data(config, joined.schema_table, encoder, composition), dataclasses.replace(
-        joined.shared, model=model_for(joined.shared.model, encoder, config.factories)
-    )
+    with_model = dataclasses.replace(joined.shared, model=model_for(joined.shared.model, encoder, config.factories))
+    return encoded_data(config, joined.schema_table, encoder, composition), with_model, encoder
 
 
 @dataclass(frozen=True)

@@ -1,29 +1,53 @@
 """The files a collaborator keeps per federation, and the final model bundle it receives at FINISHED.
 
 Each is kept beside the collaborator's config as NAME.FEDERATION.SUFFIX (the bindings of
-:mod:`fedfair.runtime.collaborator.input_record`, the model bundle). The bundle is checked as
-`fedfair predict` would load it; a failure to keep it costs the file, never the finished run.
+:mod:`fedfair.runtime.collaborator.input_record`, the outcome of
+:mod:`fedfair.runtime.collaborator.outcome`, the model bundle).
+
+The bundle is the aggregator's word, so it is kept only once checked against this collaborator's own side
+(:func:`bundle_mismatch`): its federation id and plan must be the ones this collaborator joined under, its
+architecture and encoder the ones that plan and the federation's statistics gave it, and its weights and
+threshold exactly the output model (theta-bar, c-bar) this collaborator was sent to evaluate at the plan's
+final round, laid out in the plan's model as the aggregator lays it (the same float64-to-parameter casts,
+so equal bit for bit). That output model must itself be the average of the training models this collaborator
+was sent, where it can follow them (:class:`~fedfair.runtime.collaborator.outcome.Trajectory`). A bundle that
+differs is refused (``bundle-refused``, nothing kept); one this collaborator cannot check (it was not sent
+the output model) is not kept either. The closing count and
+exit status come from the outcome record only, never from the bundle's provenance.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
+import torch
 
-from fedfair.bundle import load_bundle
+from fedfair.bundle import Bundle, load_bundle
+from fedfair.bundle.format import describe_architecture
 from fedfair.core.errors import ConfigError, WireError
 from fedfair.core.files import atomic_write
+from fedfair.core.models import load_flat_parameters
+from fedfair.pki.roster import settings_digest
 from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.collaborator.outcome import ServedModel
 from fedfair.runtime.failures import EXIT_INCOMPLETE
+from fedfair.runtime.manifest import setting_differences
+from fedfair.runtime.plan.model import ModelSettings
 
 logger = logging.getLogger("fedfair.collaborator")
 
 BUNDLE_SUFFIX = "model_bundle.pt"
 """The federation's final model bundle is kept as NAME.FEDERATION.model_bundle.pt beside the config."""
+
+SHOWN_DIFFERENCES = 6
+"""How many differing plan fields a refusal names."""
 
 
 def kept_path(config: CollaboratorConfig, federation_id: str, suffix: str) -> Path:
@@ -31,21 +55,128 @@ def kept_path(config: CollaboratorConfig, federation_id: str, suffix: str) -> Pa
     return config.source.parent / f"{config.name}.{federation_id}.{suffix}"
 
 
-def receive_bundle(name: str, path: Path, fetch: Callable[[], bytes]) -> Mapping[str, Any] | None:
-    """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path`.
+@dataclass(frozen=True)
+class Expectation:
+    """What the federation's bundle must hold, from this collaborator's own copy of the plan.
 
-    It is checked as `fedfair predict` would load it (plain tensors and JSON only).
+    `settings` are the plan's shared settings it joined under (as served, checked against its pin); `model` the
+    plan's model with the input size the federation's encoder gives; `seed` the plan's seed (every party builds
+    the model from it); `factories` the model factories this institution allows; `encoder` the federation's
+    encoder as this collaborator received it (:meth:`fedfair.datasets.encoder.Encoder.to_mapping`), None
+    without a [schema].
+    """
+
+    federation_id: str
+    settings: Mapping[str, Any]
+    model: ModelSettings
+    seed: int
+    factories: Collection[str]
+    encoder: Mapping[str, Any] | None
+
+
+def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel) -> str | None:
+    """Why `bundle` is not this federation's output model, or None when it is.
+
+    The reason starts with what did not match: ``federation``, ``plan``, ``architecture``, ``encoder`` or
+    ``model`` (the weights or the threshold, with how many values differ and by how much).
+    """
+    federation = bundle.plan.get("federation")
+    theirs = federation.get("id") if isinstance(federation, Mapping) else None
+    if theirs != expected.federation_id:
+        return (
+            f"federation: the bundle is a model of federation {theirs!r}, not of {expected.federation_id!r}, the "
+            "federation this collaborator joined"
+        )
+    ours, served = settings_digest(expected.settings), settings_digest(bundle.plan)
+    if served != ours:
+        fields = setting_differences(expected.settings, bundle.plan)
+        more = f"; and {len(fields) - SHOWN_DIFFERENCES} more" if len(fields) > SHOWN_DIFFERENCES else ""
+        return (
+            f"plan: the bundle's plan (settings digest {served[:12]}) is not the one this collaborator joined under "
+            f"({ours[:12]}); joined -> bundle: {'; '.join(fields[:SHOWN_DIFFERENCES])}{more}"
+        )
+    architecture = expected.model.architecture()
+    if _json(bundle.architecture) != _json(architecture):
+        return (
+            f"architecture: the bundle's model is {describe_architecture(bundle.architecture)}, the plan's "
+            f"{describe_architecture(architecture)}"
+        )
+    if _json(bundle.encoder) != _json(expected.encoder):
+        return (
+            "encoder: the bundle's encoder is not the one the federation's statistics gave this collaborator, so "
+            "it would encode a new table otherwise than the federation trained"
+        )
+    return model_difference(bundle, expected, output)
+
+
+def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel) -> str | None:
+    """How the bundle's weights and threshold differ from `output` laid out in the plan's model, or None if equal.
+
+    The aggregator builds the plan's model from its seed and copies theta-bar (float64) into its parameters;
+    the same build and copy here give the same tensors bit for bit, so any difference is a different model.
+    """
+    model = expected.model.build(expected.seed, allowed=expected.factories)
+    try:
+        with torch.no_grad():
+            load_flat_parameters(model, torch.from_numpy(np.array(output.theta)))
+    except ValueError as error:
+        return f"model: the output model this collaborator was sent does not fit the plan's model ({error})"
+    wanted = model.state_dict()
+    if set(bundle.state_dict) != set(wanted):
+        extra, missing = sorted(set(bundle.state_dict) - set(wanted)), sorted(set(wanted) - set(bundle.state_dict))
+        return f"model: the bundle's weights name tensors {extra} the plan's model lacks and lack {missing}"
+    differing, total, largest, where = 0, 0, 0.0, ""
+    for name, tensor in wanted.items():
+        held = bundle.state_dict[name]
+        if held.dtype != tensor.dtype or held.shape != tensor.shape:
+            return (
+                f"model: the bundle's {name} is {held.dtype} of shape {tuple(held.shape)}, the plan's model has "
+                f"{tensor.dtype} of shape {tuple(tensor.shape)}"
+            )
+        total += tensor.numel()
+        unequal = held != tensor
+        count = int(unequal.sum())
+        if count:
+            differing += count
+            gap = float((held[unequal].double() - tensor[unequal].double()).abs().nan_to_num(nan=np.inf).max())
+            largest, where = max((largest, where), (gap, name))
+    if differing:
+        return (
+            f"model: {differing} of {total} weights differ from the output model (theta-bar) this collaborator was "
+            f"sent to evaluate in round {output.round}, the largest by {largest:.3g} (in {where})"
+        )
+    if bundle.threshold != output.c:
+        return (
+            f"model: the bundle's threshold c = {bundle.threshold!r} is not the c-bar = {output.c!r} this "
+            f"collaborator was sent to evaluate in round {output.round}"
+        )
+    return None
+
+
+def receive_bundle(
+    name: str,
+    path: Path,
+    fetch: Callable[[], bytes],
+    expected: Expectation | None,
+    output: ServedModel | None,
+) -> str | None:
+    """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path` if it checks out.
+
+    It is read as `fedfair predict` would load it (plain tensors and JSON only), from a file beside `path`
+    that is removed afterwards, and checked by :func:`bundle_mismatch`. Without `expected` (the model was never
+    built here) or `output` (this collaborator was not sent the output model) it cannot be checked and is not
+    kept. Each outcome is logged.
 
     Returns:
-        The bundle's provenance (rounds run, applied rounds each institution contributed to), or None
-        when no bundle could be kept: a failure costs the file, never the finished run.
+        Why the bundle was refused (nothing kept at `path`), or None: kept, or not kept for a reason that does
+        not impugn it (it could not be fetched, read or checked), so the run's status does not change.
     """
+    unchecked = path.with_name(f"{path.name}.unchecked")
     try:
         payload = fetch()
-        atomic_write(path, lambda stream: stream.write(payload))
-        provenance = load_bundle(path).provenance
+        atomic_write(unchecked, lambda stream: stream.write(payload))
+        bundle = load_bundle(unchecked)
     except (grpc.RpcError, WireError, ConfigError, OSError) as error:
-        path.unlink(missing_ok=True)
         reason = error.code().name if isinstance(error, grpc.RpcError) else str(error)
         logger.warning(
             "%s: could not keep the federation's model bundle (%s); ask the aggregator's operator for "
@@ -54,35 +185,38 @@ def receive_bundle(name: str, path: Path, fetch: Callable[[], bytes]) -> Mapping
             reason,
         )
         return None
+    finally:
+        unchecked.unlink(missing_ok=True)
+    if expected is None or output is None:
+        logger.warning(
+            "%s: the federation's model bundle was not kept: this collaborator was not sent the output model to "
+            "evaluate at the plan's final round, so it cannot check that the bundle holds it; ask the aggregator's "
+            "operator for model_bundle.pt from its output folder",
+            name,
+        )
+        return None
+    refusal = bundle_mismatch(bundle, expected, output)
+    if refusal is not None:
+        return refusal
+    atomic_write(path, lambda stream: stream.write(payload))
     logger.info(
-        "%s: the federation's model bundle is in %s (use it: fedfair predict --model %s --data TABLE "
-        "--out PREDICTIONS.csv)",
+        "%s: the federation's model bundle is in %s, checked against the output model this collaborator evaluated "
+        "(use it: fedfair predict --model %s --data TABLE --out PREDICTIONS.csv)",
         name,
         path,
         path,
     )
-    return provenance
+    return None
 
 
-def finished_status(name: str, planned: int, provenance: Mapping[str, Any] | None, sent_here: int) -> int:
+def finished_status(name: str, planned: int, contributed: int) -> int:
     """Log a collaborator's closing line at FINISHED and return its exit status.
 
-    The bundle's provenance counts, across every process of this site, the applied rounds whose sum
-    held its update; without a bundle only this process's uploads are known. A model built from fewer
-    than the `planned` rounds with this site's update ends with :data:`EXIT_INCOMPLETE`, not 0.
-
-    Args:
-        name: this collaborator's name.
-        planned: the pinned plan's number of rounds.
-        provenance: what :func:`receive_bundle` returned.
-        sent_here: training rounds this process uploaded an update for.
+    `contributed` is what this institution's own record counts (:attr:`OutcomeRecord.contributed
+    <fedfair.runtime.collaborator.outcome.OutcomeRecord.contributed>`), never the bundle's provenance. Fewer
+    than the `planned` rounds ends with :data:`EXIT_INCOMPLETE`, not 0.
     """
-    if provenance is not None:
-        contributed = int(provenance.get("contributions", {}).get(name, 0))
-        counted = f"its model holds this institution's update in {contributed} of {planned} rounds"
-    else:
-        contributed = sent_here
-        counted = f"this process sent an update in {contributed} of its {planned} rounds (no bundle to count)"
+    counted = f"by its own record, its model holds this institution's update in {contributed} of {planned} rounds"
     if contributed >= planned:
         logger.info("%s: the federation has finished; %s", name, counted)
         return 0
@@ -94,3 +228,8 @@ def finished_status(name: str, planned: int, provenance: Mapping[str, Any] | Non
         EXIT_INCOMPLETE,
     )
     return EXIT_INCOMPLETE
+
+
+def _json(value: object) -> object:
+    """`value` as JSON reads it back (tuples as lists), so a built entry compares with one a bundle held."""
+    return json.loads(json.dumps(value))

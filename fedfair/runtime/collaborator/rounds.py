@@ -37,6 +37,7 @@ from fedfair.fairness import sums, tail
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.input_record import InputRecord, Kept, SignedView
 from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
@@ -150,6 +151,7 @@ class RoundJob:
         record: InputRecord,
         uplink: Uplink,
         reports: StatusReports,
+        outcome: OutcomeRecord,
     ) -> None:
         self.config = config
         self.shared = shared
@@ -160,6 +162,8 @@ class RoundJob:
         self.charges = Charges(config, shared, record)
         self.uplink = uplink
         self.reports = reports
+        self.outcome = outcome
+        """Where the models sent for training and the final round's evaluation are followed (the bundle's check)."""
         self._holds_control = False
         """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
         first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
@@ -212,6 +216,7 @@ class RoundJob:
             raise WireError(str(error)) from None
         model = model_digest(values, c)
         view = self.view_of(binding.round, "train", model)
+        self.outcome.training_model(binding.round, theta, c)
 
         def job() -> Work:
             if view.kept is not None:
@@ -381,6 +386,8 @@ class RoundJob:
         theta, c = self.download(stub, binding)
         model = model_digest(theta, c)
         view = self.view_of(binding.round, "evaluate", model)
+        if binding.round == self.shared.training.rounds:
+            self.outcome.output_model(binding.round, theta, c)
         columns = self.shared.counted_columns(binding.round)
 
         def job() -> Work:

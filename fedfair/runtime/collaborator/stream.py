@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,7 +22,6 @@ import grpc
 from fedfair.core.errors import ConfigError, FailureError, ProtocolError, Refusal, RefusedError, WireError
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
-from fedfair.runtime.collaborator.receipt import finished_status
 from fedfair.runtime.collaborator.steps import STEPS, Participant, StartJob, Work
 from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
@@ -103,7 +101,10 @@ class TaskStream:
     def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
         raise NotImplementedError
 
-    def _receive_bundle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> Mapping[str, Any] | None:
+    def _finish(self, stub: pb_grpc.FederationStub, task: pb.Task) -> int:
+        raise NotImplementedError
+
+    def _note_round(self, round_number: int, *, held: bool) -> None:
         raise NotImplementedError
 
     # ------------------------------------------------------------ lifecycle
@@ -118,8 +119,8 @@ class TaskStream:
     def run(self) -> int:
         """Connect and follow the task stream until FINISHED; the process's exit status.
 
-        0 when the final model holds this site's update in every planned round,
-        :data:`~fedfair.runtime.failures.EXIT_INCOMPLETE` otherwise.
+        0 when, by this institution's own record, the final model holds its update in every planned round,
+        :data:`~fedfair.runtime.failures.EXIT_INCOMPLETE` otherwise (:mod:`~fedfair.runtime.collaborator.receipt`).
         """
         with self._dial() as channel:
             self._setup(federation_stub(channel))
@@ -194,10 +195,7 @@ class TaskStream:
                             changed = True  # left below, once this connection's round jobs have ended
                             break
                         if task.action == pb.ACTION_FINISHED:
-                            provenance = self._receive_bundle(stub, task)
-                            return finished_status(
-                                self.config.name, self.shared.training.rounds, provenance, len(self.contributed_rounds)
-                            )
+                            return self._finish(stub, task)
                         if self._handle(stub, task):
                             after = task.binding
                             self._watchdog.progress()
@@ -251,6 +249,8 @@ class TaskStream:
             if self._work is not None and self._work.round == binding.round:
                 logger.info("%s: round %d was aborted by the aggregator", self.config.name, binding.round)
                 self._work = None
+            if binding.stage == TRAINING.unmask:
+                self._note_round(binding.round, held=False)
             return True
         try:
             if binding.stage == pb.STAGE_TRAIN:
@@ -392,3 +392,7 @@ class TaskStream:
         # A round re-run after an aggregator crash is sent again, but it is one round contributed to.
         if binding.stage == TRAINING.masked and binding.round not in self.contributed_rounds[-1:]:
             self.contributed_rounds.append(binding.round)
+        # The sum holds this update once it is uploaded (plain) or once this site signed a survivor set, which
+        # names it (secure aggregation: a masked input the aggregator drops leaves the site out of that stage).
+        if binding.stage == (TRAINING.consistency if self.shared.secure_aggregation.enabled else TRAINING.masked):
+            self._note_round(binding.round, held=True)

@@ -57,6 +57,14 @@ class ModelSettings:
             return build_from_factory(self.factory, self.arguments, allowed=allowed, seed=seed)
         return build_model(self.name, self.features, self.classes, image_shape=self.image_shape, seed=seed)
 
+    def architecture(self) -> dict[str, Any]:
+        """The architecture entry of this model's bundle: a factory's path and arguments, or a built-in's sizes."""
+        from fedfair.bundle import builtin_architecture, factory_architecture  # loads torch, as building does
+
+        if self.factory is not None:
+            return factory_architecture(self.factory, self.arguments)
+        return builtin_architecture(self.name, self.features, self.classes, self.image_shape)
+
 
 def read_model(source: str, data: Mapping[str, object]) -> ModelSettings:
     """The plan's [model] (or the shared settings'), every value checked; no factory is imported here."""

@@ -1,0 +1,285 @@
+"""What a collaborator knows of its federation's outcome from its own side, kept for the final model bundle.
+
+At FINISHED the aggregator offers the federation's model bundle, whose provenance says which institution's
+update each round holds. That is the aggregator's word; a collaborator ends on its own record instead
+(:mod:`fedfair.runtime.collaborator.receipt`):
+
+- the training rounds whose sum holds this institution's update as far as it can tell: without secure
+  aggregation those it uploaded its update for, under it those whose survivor set it signed (which names
+  it: a masked input the aggregator drops leaves it out of that stage), less those the aggregator then
+  announced aborted or that left the model as it was (the next round was sent the same model): its
+  closing count and exit status;
+- the output model (theta-bar, c-bar) it was sent to evaluate at the plan's final round: the aggregator
+  evaluates the model its bundle holds, so the bundle must hold exactly these values;
+- the output model as this site can compute it from the training rounds' models it was sent
+  (:class:`Trajectory`): the suffix average of `fedfair.core.server.apply`, so that the output model it
+  evaluated is not any model the aggregator chose, but the average of the models it trained on.
+
+Kept beside the config as ``NAME.FEDERATION.outcome.npz`` (three models' values and a few counts), rewritten
+atomically at each change, so a restarted process keeps what the process before it saw.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fedfair.core.files import atomic_write
+
+logger = logging.getLogger("fedfair.collaborator")
+
+OUTCOME_SUFFIX = "outcome.npz"
+"""The record is kept as NAME.FEDERATION.outcome.npz beside the config."""
+
+ROUNDING_ULPS = 4.0
+"""Rounding allowed per averaged model, in ulps of the largest value averaged: one fold
+a + (x - a) / k rounds three times, each by half an ulp of a value at most twice that size."""
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A model (theta, c) the aggregator served this collaborator for round `round`.
+
+    `theta` is read-only, in the dtype it travelled in.
+    """
+
+    round: int
+    theta: np.ndarray
+    c: float
+
+
+def _served(round_number: int, theta: np.ndarray, c: float) -> ServedModel:
+    kept = np.array(theta)
+    kept.setflags(write=False)
+    return ServedModel(round_number, kept, float(c))
+
+
+@dataclass
+class Trajectory:
+    """The suffix average of the training models this site was sent, as the server forms it.
+
+    `fedfair.core.server.apply` adds a round's start model to the average when the round applies and the
+    rounds applied so far (it included) exceed `average_from`. A site sees each round's start model; a round
+    applied when the next round's model differs (an aborted round leaves it as it was). So a site that was
+    sent every training round's model from the first can follow the average: `last` is the latest round's
+    model (whether that round applied is known at the next one), `applied` the rounds before it that did.
+    `following` turns False for good once a round is missed (the site joined late, or sat one out).
+    """
+
+    average_from: int
+    following: bool = True
+    last: ServedModel | None = None
+    applied: int = 0
+    averaged: int = 0
+    average: np.ndarray | None = None
+    average_c: float = 0.0
+    scale: float = 0.0
+    """The largest magnitude of theta's and c's values averaged: the rounding bound's unit."""
+    unchanged: set[int] = field(default_factory=set)
+    """Rounds whose next round was sent the same model: they did not apply (seen even when not `following`)."""
+
+    def sent(self, model: ServedModel) -> None:
+        """Follow training round `model.round`'s model (a round run again after a crash replaces its own)."""
+        last = self.last
+        if last is not None and model.round == last.round:
+            self.last = model
+            return
+        consecutive = last is not None and model.round == last.round + 1
+        if last is not None and consecutive and _same(last, model):
+            self.unchanged.add(last.round)
+        elif last is not None and consecutive and self.following:
+            self.applied += 1
+            if self.applied > self.average_from:
+                self.average, self.average_c, self.scale = self.folded(last)
+                self.averaged += 1
+        if not consecutive and not (last is None and model.round == 1):
+            self.following = False
+        self.last = model
+
+    def folded(self, model: ServedModel) -> tuple[np.ndarray, float, float]:
+        """(average, average_c, scale) with `model` added, by the server's own update a + (x - a) / k."""
+        count = self.averaged + 1
+        scale = max(self.scale, float(np.abs(model.theta).max(initial=0.0)), abs(model.c))
+        if self.average is None:
+            return np.array(model.theta, dtype=np.float64), model.c, scale
+        average = self.average + (model.theta - self.average) / count
+        return average, self.average_c + (model.c - self.average_c) / count, scale
+
+    def mismatch(self, output: ServedModel) -> str | None:
+        """Why `output` is not the average this site can compute, or None: it is, or the site cannot tell.
+
+        Whether the final round applied is not known here, so both outcomes are candidates: applied, its
+        start model enters the average (if the rounds applied then exceed `average_from`; else the output is
+        the model after its step, which no site is sent, and nothing can be told); aborted, the average
+        stands as it is (or, before any model entered it, the output is the final round's model itself).
+        """
+        last = self.last
+        if not self.following or last is None or last.round != output.round:
+            return None
+        candidates: list[tuple[np.ndarray, float, float, int]] = []
+        if self.applied + 1 > self.average_from:
+            average, average_c, scale = self.folded(last)
+            candidates.append((average, average_c, scale, self.averaged + 1))
+        if self.applied > self.average_from and self.average is not None:
+            candidates.append((self.average, self.average_c, self.scale, self.averaged))
+        elif self.applied <= self.average_from:
+            candidates.append((np.asarray(last.theta, dtype=np.float64), last.c, 0.0, 0))
+        gaps = []
+        for theta, c, scale, folds in candidates:
+            if theta.shape != output.theta.shape:
+                return f"model: the output model has {output.theta.size} values, the training rounds' {theta.size}"
+            bound = ROUNDING_ULPS * float(np.finfo(output.theta.dtype).eps) * scale * folds
+            gap = max(float(np.abs(output.theta - theta).max(initial=0.0)), abs(output.c - c))
+            if gap <= bound:
+                return None
+            gaps.append((gap, bound, folds))
+        if self.applied + 1 <= self.average_from:
+            return None  # the final round may have applied: the output is then a model no site was sent
+        gap, bound, folds = min(gaps)
+        return (
+            f"model: the output model this collaborator was sent to evaluate in round {output.round} is not the "
+            f"average of the models it was sent for the {folds} training rounds the plan averages: it differs by "
+            f"{gap:.3g} (rounding allows {bound:.3g})"
+        )
+
+
+def _same(one: ServedModel, other: ServedModel) -> bool:
+    return one.c == other.c and one.theta.shape == other.theta.shape and bool(np.array_equal(one.theta, other.theta))
+
+
+class OutcomeRecord:
+    """The rounds this institution contributed to and the models it was sent, loaded from and kept in `path`."""
+
+    def __init__(self, path: Path, average_from: int) -> None:
+        """Load the record at `path`, or start an empty one; `average_from` is the plan's (`average_from_round`).
+
+        An unreadable record is set aside with a warning rather than stopping the collaborator: it holds nothing
+        private, and starting it again can only lower the count (exit status 3, not 0) or leave the bundle
+        unchecked, and so not kept.
+        """
+        self.path = path
+        self._rounds: dict[int, bool] = {}
+        """Each training round whose sum holds this update: True while it stands, False once announced aborted."""
+        self._output: ServedModel | None = None
+        self._trajectory = Trajectory(average_from)
+        if path.exists():
+            try:
+                self._load()
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+                self._rounds, self._output = {}, None
+                self._trajectory = Trajectory(average_from, following=False)
+                logger.warning(
+                    "%s is unreadable (%s); starting it again: the rounds contributed before are not counted, and "
+                    "the final bundle is kept only if this process is sent the output model to evaluate",
+                    path,
+                    error,
+                )
+
+    def _load(self) -> None:
+        with np.load(self.path, allow_pickle=False) as arrays:
+            for key, standing in (("contributed", True), ("aborted", False)):
+                self._rounds.update(dict.fromkeys((_round(value) for value in arrays[key].tolist()), standing))
+            self._output = _model(arrays, "output")
+            trajectory = self._trajectory
+            trajectory.following = bool(arrays["following"])
+            trajectory.last = _model(arrays, "last")
+            trajectory.applied, trajectory.averaged = _round(int(arrays["applied"])), _round(int(arrays["averaged"]))
+            trajectory.unchanged = {_round(value) for value in arrays["unchanged"].tolist()}
+            if "average_theta" in arrays:
+                trajectory.average = np.array(arrays["average_theta"], dtype=np.float64)
+                trajectory.average_c, trajectory.scale = float(arrays["average_c"]), float(arrays["scale"])
+
+    def _save(self) -> None:
+        trajectory = self._trajectory
+        arrays: dict[str, np.ndarray] = {
+            "contributed": np.array(sorted(r for r, standing in self._rounds.items() if standing), dtype=np.int64),
+            "aborted": np.array(sorted(r for r, standing in self._rounds.items() if not standing), dtype=np.int64),
+            "following": np.array(trajectory.following),
+            "applied": np.array(trajectory.applied, dtype=np.int64),
+            "averaged": np.array(trajectory.averaged, dtype=np.int64),
+            "unchanged": np.array(sorted(trajectory.unchanged), dtype=np.int64),
+        }
+        for prefix, model in (("output", self._output), ("last", trajectory.last)):
+            if model is not None:
+                arrays[f"{prefix}_theta"] = model.theta
+                arrays[f"{prefix}_round"] = np.array(model.round, dtype=np.int64)
+                arrays[f"{prefix}_c"] = np.array(model.c, dtype=np.float64)
+        if trajectory.average is not None:
+            arrays["average_theta"] = trajectory.average
+            arrays["average_c"] = np.array(trajectory.average_c, dtype=np.float64)
+            arrays["scale"] = np.array(trajectory.scale, dtype=np.float64)
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)  # type: ignore[arg-type]  # numpy's stub wants positional arrays too
+        payload = buffer.getvalue()
+        atomic_write(self.path, lambda stream: stream.write(payload))
+
+    # ------------------------------------------------------------ what the collaborator saw
+
+    def held(self, round_number: int) -> None:
+        """Training round `round_number`'s sum holds this update (a re-run round after an aggregator crash counts once).
+
+        Without secure aggregation: the update was uploaded; under it: this site signed the round's survivor set.
+        """
+        if self._rounds.get(round_number) is not True:
+            self._rounds[round_number] = True
+            self._save()
+
+    def aborted(self, round_number: int) -> None:
+        """The aggregator announced training round `round_number` aborted: no model holds its update."""
+        if self._rounds.get(round_number):
+            self._rounds[round_number] = False
+            self._save()
+
+    def training_model(self, round_number: int, theta: np.ndarray, c: float) -> None:
+        """Follow the model (theta, c) sent for training round `round_number` (:class:`Trajectory`)."""
+        self._trajectory.sent(_served(round_number, theta, c))
+        self._save()
+
+    def output_model(self, round_number: int, theta: np.ndarray, c: float) -> None:
+        """Keep the output model (theta-bar, c-bar) sent for round `round_number`'s evaluation, the last such one."""
+        self._output = _served(round_number, theta, c)
+        self._save()
+
+    # ------------------------------------------------------------ what it says
+
+    @property
+    def contributed(self) -> int:
+        """How many training rounds hold this institution's update, as far as its own side knows.
+
+        A round that aborted after this site's part (the aggregator's checks of the decoded sum announce
+        nothing) shows as the next round being sent the same model, and does not count.
+        """
+        unchanged = self._trajectory.unchanged
+        return sum(standing and number not in unchanged for number, standing in self._rounds.items())
+
+    @property
+    def output(self) -> ServedModel | None:
+        """The output model sent for the plan's final evaluation, or None when none was."""
+        return self._output
+
+    def output_mismatch(self) -> str | None:
+        """Why the output model is not the average of the training models this site was sent, or None.
+
+        None also when there is no output model, or the site cannot tell (:meth:`Trajectory.mismatch`).
+        """
+        return None if self._output is None else self._trajectory.mismatch(self._output)
+
+
+def _model(arrays: np.lib.npyio.NpzFile, prefix: str) -> ServedModel | None:
+    if f"{prefix}_theta" not in arrays:
+        return None
+    theta = np.array(arrays[f"{prefix}_theta"])
+    if theta.ndim != 1 or theta.dtype not in (np.float32, np.float64):
+        raise ValueError(f"the {prefix} model is a {theta.dtype} array of shape {theta.shape}")
+    return _served(_round(int(arrays[f"{prefix}_round"])), theta, float(arrays[f"{prefix}_c"]))
+
+
+def _round(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a round number")
+    return value

@@ -1,0 +1,280 @@
+"""The collaborator's check of the final model bundle, and the outcome record its closing count comes from.
+
+The bundles here are written by the aggregator's own code (`federation_bundle`), so the honest case is the
+bundle a real aggregator sends; each forgery changes one thing of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedfair.bundle import Bundle, write_bundle
+from fedfair.runtime.aggregator.bundles import federation_bundle
+from fedfair.runtime.aggregator.checkpoint import Checkpoint
+from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.core import server
+from fedfair.runtime.collaborator.outcome import OutcomeRecord, ServedModel, Trajectory
+from fedfair.runtime.collaborator.receipt import Expectation, bundle_mismatch, finished_status, receive_bundle
+from fedfair.runtime.failures import EXIT_INCOMPLETE
+from fedfair.runtime.local.workspace import make_workspace
+from fedfair.runtime.plan.aggregator_plan import (
+    AggregatorPlan,
+    load_aggregator_plan,
+    load_shared_settings,
+    plan_digest,
+    shared_settings,
+)
+
+ROUNDS = 3
+NAMES = ["site-a", "site-b"]
+RECORDS = [{"round": r, "status": "applied", "contributors": NAMES, "c": 2.0} for r in range(1, ROUNDS + 1)]
+
+
+@dataclasses.dataclass
+class Federation:
+    """A plan, the output model its aggregator reached, and what a collaborator of it expects."""
+
+    plan: AggregatorPlan
+    checkpoint: Checkpoint
+    expected: Expectation
+    output: ServedModel
+
+    def bundle(self, plan: AggregatorPlan | None = None) -> Bundle:
+        """The aggregator's bundle of the output model, under `plan` (default: this federation's)."""
+        return federation_bundle(plan or self.plan, self.checkpoint, RECORDS)
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
+    """One federation for the module's tests (its workspace's certificates take a second to make); none changes it."""
+    workspace = make_workspace(tmp_path_factory.mktemp("federation"), NAMES, plan={"model": {"name": "mlp"}})
+    plan = load_aggregator_plan(workspace.plan)
+    start = initial_state(plan)
+    # theta-bar unlike theta_0 and the last iterate, in float64 with digits a float32 cast rounds away.
+    generator = torch.Generator().manual_seed(7)
+    theta_bar = start.theta + torch.randn(start.theta.shape, generator=generator, dtype=torch.float64) / 3
+    state = dataclasses.replace(start, theta=start.theta + 1.0, theta_average=theta_bar, c_average=2.123456789)
+    checkpoint = Checkpoint(ROUNDS, state, plan_digest(plan))
+    served = shared_settings(plan)
+    shared = load_shared_settings(served)
+    expected = Expectation(plan.federation_id, json.loads(served), shared.model, shared.training.seed, (), None)
+    return Federation(plan, checkpoint, expected, ServedModel(ROUNDS, theta_bar.numpy(), state.c_average))
+
+
+def test_the_honest_bundle_matches_bit_for_bit(federation: Federation) -> None:
+    """The aggregator casts theta-bar (float64) into the model's float32 parameters; the collaborator's same cast
+    gives the same tensors, so the comparison is exact, not within a tolerance."""
+    bundle = federation.bundle()
+    assert all(tensor.dtype == torch.float32 for tensor in bundle.state_dict.values())
+    assert bundle_mismatch(bundle, federation.expected, federation.output) is None
+
+
+def test_a_bundle_of_another_federation_is_refused_even_with_the_same_model(federation: Federation) -> None:
+    bundle = federation.bundle(dataclasses.replace(federation.plan, federation_id="fed"))
+    reason = bundle_mismatch(bundle, federation.expected, federation.output)
+    assert reason is not None and reason.startswith("federation: ")
+    assert "'fed'" in reason and repr(federation.plan.federation_id) in reason
+
+
+def test_a_bundle_under_another_plan_is_refused_naming_the_field(tmp_path: Path, federation: Federation) -> None:
+    workspace = make_workspace(tmp_path / "other", NAMES, plan={"model": {"name": "mlp"}})
+    rounds = federation.plan.training.rounds
+    other = load_aggregator_plan(workspace.plan, {"training": {"rounds": rounds + 1}})
+    assert other.federation_id == federation.plan.federation_id
+    reason = bundle_mismatch(federation.bundle(other), federation.expected, federation.output)
+    assert reason is not None and reason.startswith("plan: ")
+    assert f"joined -> bundle: training.rounds: {rounds} -> {rounds + 1}" in reason, reason
+
+
+@pytest.mark.parametrize("where", [0, -1])
+def test_one_weight_one_ulp_away_is_refused(federation: Federation, where: int) -> None:
+    """The smallest change a float32 weight can take (one ulp) is named, with how many weights differ."""
+    bundle = federation.bundle()
+    name = next(iter(bundle.state_dict)) if where == 0 else list(bundle.state_dict)[-1]
+    tampered = bundle.state_dict[name].clone()
+    flat = tampered.view(-1)
+    flat[where] = torch.nextafter(flat[where], torch.tensor(np.inf, dtype=flat.dtype))
+    step = abs(float(flat[where]) - float(bundle.state_dict[name].view(-1)[where]))
+    forged = dataclasses.replace(bundle, state_dict={**bundle.state_dict, name: tampered})
+    reason = bundle_mismatch(forged, federation.expected, federation.output)
+    total = sum(tensor.numel() for tensor in bundle.state_dict.values())
+    assert reason == (
+        f"model: 1 of {total} weights differ from the output model (theta-bar) this collaborator was sent to "
+        f"evaluate in round {ROUNDS}, the largest by {step:.3g} (in {name})"
+    )
+
+
+def test_another_threshold_is_refused(federation: Federation) -> None:
+    forged = dataclasses.replace(federation.bundle(), threshold=np.nextafter(federation.output.c, 0.0))
+    reason = bundle_mismatch(forged, federation.expected, federation.output)
+    assert reason is not None and reason.startswith("model: the bundle's threshold c = ")
+
+
+def test_another_architecture_or_encoder_is_refused(federation: Federation) -> None:
+    bundle = federation.bundle()
+    wider = {**bundle.architecture, "features": bundle.architecture["features"] + 1}
+    reason = bundle_mismatch(dataclasses.replace(bundle, architecture=wider), federation.expected, federation.output)
+    assert reason is not None and reason.startswith("architecture: ")
+    encoded = dataclasses.replace(federation.expected, encoder={"columns": []})
+    reason = bundle_mismatch(bundle, encoded, federation.output)
+    assert reason is not None and reason.startswith("encoder: ")
+
+
+def write(bundle: Bundle, path: Path) -> bytes:
+    write_bundle(path, bundle)
+    return path.read_bytes()
+
+
+def test_receive_keeps_only_a_bundle_that_checks_out(tmp_path: Path, federation: Federation) -> None:
+    path = tmp_path / "site-a.fed.model_bundle.pt"
+    forged = write(federation.bundle(dataclasses.replace(federation.plan, federation_id="fed")), tmp_path / "forged")
+    refusal = receive_bundle("site-a", path, lambda: forged, federation.expected, federation.output)
+    assert refusal is not None and refusal.startswith("federation: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forged"]  # nothing kept, nothing left over
+    honest = write(federation.bundle(), tmp_path / "honest")
+    assert receive_bundle("site-a", path, lambda: honest, federation.expected, federation.output) is None
+    assert path.read_bytes() == honest
+
+
+def test_a_bundle_that_cannot_be_checked_is_not_kept(
+    tmp_path: Path, federation: Federation, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No output model was sent here (the site missed the final evaluation): not a refusal, but nothing kept."""
+    path = tmp_path / "site-a.fed.model_bundle.pt"
+    honest = write(federation.bundle(), tmp_path / "honest")
+    with caplog.at_level(logging.WARNING, "fedfair.collaborator"):
+        assert receive_bundle("site-a", path, lambda: honest, federation.expected, None) is None
+    assert not path.exists()
+    assert "cannot check that the bundle holds it" in caplog.text
+
+
+def test_the_closing_count_is_the_own_record(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, "fedfair.collaborator"):
+        assert finished_status("site-a", ROUNDS, 0) == EXIT_INCOMPLETE
+        assert finished_status("site-a", ROUNDS, ROUNDS) == 0
+    assert f"its model holds this institution's update in 0 of {ROUNDS} rounds" in caplog.text
+    assert f"its model holds this institution's update in {ROUNDS} of {ROUNDS} rounds" in caplog.text
+
+
+def test_the_outcome_record_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "site-a.fed.outcome.npz"
+    record = OutcomeRecord(path, 1)
+    for round_number in (1, 2, 2, 3):  # round 2 re-run after an aggregator crash: one round contributed to
+        record.held(round_number)
+    record.aborted(3)
+    record.aborted(4)  # announced for a round it sent nothing to: no change
+    theta = np.linspace(-1.0, 1.0, 5)
+    record.output_model(3, theta, 0.25)
+    again = OutcomeRecord(path, 1)
+    assert again.contributed == 2
+    assert again.output is not None and again.output.round == 3 and again.output.c == 0.25
+    assert np.array_equal(again.output.theta, theta) and not again.output.theta.flags.writeable
+    again.held(3)  # round 3 run again (the aggregator resumed) and sent: it counts again
+    assert OutcomeRecord(path, 1).contributed == 3
+
+
+def test_an_unreadable_outcome_record_starts_again_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "site-a.fed.outcome.npz"
+    path.write_bytes(b"not an npz")
+    with caplog.at_level(logging.WARNING, "fedfair.collaborator"):
+        record = OutcomeRecord(path, 1)
+    assert record.contributed == 0 and record.output is None
+    assert f"{path} is unreadable" in caplog.text
+
+
+# ---------------------------------------------------------------- the output model from the training rounds
+
+
+def run_server(
+    rounds: int, aborted: set[int], average_from: int, seed: int = 3
+) -> tuple[list[ServedModel], ServedModel]:
+    """`rounds` rounds of the server's own step (`server.apply`) on random aggregates, the rounds in `aborted`
+    leaving the model as it was: each round's start model as sent for training, and the output model."""
+    generator = torch.Generator().manual_seed(seed)
+    state = server.init(torch.randn(50, generator=generator, dtype=torch.float64), bound=3.0)
+    sent = []
+    for round_number in range(1, rounds + 1):
+        sent.append(ServedModel(round_number, state.theta.numpy().copy(), state.c))
+        if round_number not in aborted:
+            aggregate = server.Aggregate(torch.randn(50, generator=generator, dtype=torch.float64) / 7, -0.3, 2.0)
+            state = server.apply(state, aggregate, bound=3.0, average_from=average_from)
+    return sent, ServedModel(rounds, state.theta_average.numpy().copy(), state.c_average)
+
+
+def followed(sent: list[ServedModel], average_from: int) -> Trajectory:
+    trajectory = Trajectory(average_from)
+    for model in sent:
+        trajectory.sent(model)
+    return trajectory
+
+
+@pytest.mark.parametrize(
+    ("rounds", "aborted", "average_from"),
+    [(8, set(), 4), (8, set(), 0), (8, {3, 6}, 4), (8, {8}, 4), (8, {2, 8}, 0), (6, {1, 2, 3, 4}, 3), (1, set(), 0)],
+)
+def test_the_output_model_is_the_average_of_the_training_rounds_models(
+    rounds: int, aborted: set[int], average_from: int
+) -> None:
+    """Whatever rounds abort (the last too), the site's average of the models it was sent is the server's output
+    (within the rounding bound; here bit for bit); 1e-9 added to one coordinate is told apart."""
+    sent, output = run_server(rounds, aborted, average_from)
+    trajectory = followed(sent, average_from)
+    assert trajectory.mismatch(output) is None
+    shifted = output.theta.copy()
+    shifted[7] += 1e-9
+    reason = trajectory.mismatch(ServedModel(rounds, shifted, output.c))
+    applied = rounds - len(aborted)
+    if applied <= average_from and rounds not in aborted:
+        assert reason is None  # the output may be the model after the last step, which no site is sent
+    else:
+        assert reason is not None and reason.startswith("model: the output model this collaborator was sent")
+
+
+def test_a_model_the_aggregator_chose_is_not_the_average() -> None:
+    """The output model of another run (another seed) on the same rounds is refused, with its distance."""
+    sent, _ = run_server(8, {3}, 4)
+    _, other = run_server(8, {3}, 4, seed=4)
+    reason = followed(sent, 4).mismatch(other)
+    assert reason is not None and "average of the" in reason and "rounding allows" in reason
+
+
+def test_a_site_that_missed_a_round_cannot_tell() -> None:
+    sent, _ = run_server(6, set(), 3)
+    _, other = run_server(6, set(), 3, seed=4)
+    trajectory = followed([model for model in sent if model.round != 4], 3)
+    assert not trajectory.following and trajectory.mismatch(other) is None
+
+
+def test_a_rerun_round_and_a_restart_keep_the_average(tmp_path: Path) -> None:
+    """Round 3 sent twice (an aggregator resumed), the record reloaded between rounds: the output still checks."""
+    sent, output = run_server(6, {2}, 3)
+    path = tmp_path / "site-a.fed.outcome.npz"
+    for model in [*sent[:3], sent[2], *sent[3:]]:
+        OutcomeRecord(path, 3).training_model(model.round, model.theta, model.c)
+    record = OutcomeRecord(path, 3)
+    record.output_model(output.round, output.theta, output.c)
+    assert OutcomeRecord(path, 3).output_mismatch() is None
+    record.output_model(output.round, output.theta + 1e-6, output.c)
+    assert OutcomeRecord(path, 3).output_mismatch() is not None
+
+
+def test_a_round_that_left_the_model_as_it_was_is_not_counted(tmp_path: Path) -> None:
+    """Round 2's sum held this site's update, but the aggregator's checks of the decoded sum voided it without an
+    announcement: round 3 is sent round 2's model, so round 2 does not count (it is kept across a restart)."""
+    path = tmp_path / "site-a.fed.outcome.npz"
+    record = OutcomeRecord(path, 1)
+    models = {1: np.zeros(4), 2: np.ones(4), 3: np.ones(4)}
+    for round_number, theta in models.items():
+        record.training_model(round_number, theta, 1.0)
+        record.held(round_number)
+    assert record.contributed == 2
+    assert OutcomeRecord(path, 1).contributed == 2
