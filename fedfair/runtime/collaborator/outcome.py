@@ -1,22 +1,13 @@
 """What a collaborator knows of its federation's outcome from its own side, kept for the final model bundle.
 
-At FINISHED the aggregator offers the federation's model bundle, whose provenance says which institution's
-update each round holds. That is the aggregator's word; a collaborator ends on its own record instead
-(:mod:`fedfair.runtime.collaborator.receipt`):
+The aggregator's bundle says which institution's update each round holds; a collaborator ends on its own
+record instead: the training rounds whose sum holds its update as far as it can tell (its closing count
+and exit status), the output model (theta-bar, c-bar) it was sent to evaluate at the final round, and the
+output model as it computes it from the training models it was sent (:class:`Trajectory`, the suffix
+average of `fedfair.core.server.apply`). Kept beside the config as ``NAME.FEDERATION.outcome.npz``,
+rewritten atomically at each change, so a restarted process keeps what the process before it saw.
 
-- the training rounds whose sum holds this institution's update as far as it can tell: without secure
-  aggregation those it uploaded its update for, under it those whose survivor set it signed (which names
-  it: a masked input the aggregator drops leaves it out of that stage), less those the aggregator then
-  announced aborted or that left the model as it was (the next round was sent the same model): its
-  closing count and exit status;
-- the output model (theta-bar, c-bar) it was sent to evaluate at the plan's final round: the aggregator
-  evaluates the model its bundle holds, so the bundle must hold exactly these values;
-- the output model as this site can compute it from the training rounds' models it was sent
-  (:class:`Trajectory`): the suffix average of `fedfair.core.server.apply`, so that the output model it
-  evaluated is not any model the aggregator chose, but the average of the models it trained on.
-
-Kept beside the config as ``NAME.FEDERATION.outcome.npz`` (three models' values and a few counts), rewritten
-atomically at each change, so a restarted process keeps what the process before it saw.
+Why: docs/design.md, "Inside the collaborator".
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """The files a collaborator keeps per federation, and the final model bundle it receives at FINISHED.
 
-Each is kept beside the collaborator's config as NAME.FEDERATION.SUFFIX (the bindings of
-:mod:`fedfair.runtime.collaborator.input_record`, the outcome of
-:mod:`fedfair.runtime.collaborator.outcome`, the model bundle).
+Each is kept beside the config as NAME.FEDERATION.SUFFIX (bindings, outcome, model bundle). The bundle is
+the aggregator's word, so it is kept only once :func:`bundle_mismatch` finds nothing: its federation id
+and plan the ones this collaborator joined under, its architecture and encoder its plan's, its weights and
+threshold exactly the output model it evaluated at the final round (itself the average of the training
+models it was sent). A bundle that differs is refused (``bundle-refused``, nothing kept). The closing
+count and exit status come from the outcome record only, never from the bundle's provenance.
 
-The bundle is the aggregator's word, so it is kept only once checked against this collaborator's own side
-(:func:`bundle_mismatch`): its federation id and plan must be the ones this collaborator joined under, its
-architecture and encoder the ones that plan and the federation's statistics gave it, and its weights and
-threshold exactly the output model (theta-bar, c-bar) this collaborator was sent to evaluate at the plan's
-final round, laid out in the plan's model as the aggregator lays it (the same float64-to-parameter casts,
-so equal bit for bit). That output model must itself be the average of the training models this collaborator
-was sent, where it can follow them (:class:`~fedfair.runtime.collaborator.outcome.Trajectory`). A bundle that
-differs is refused (``bundle-refused``, nothing kept); one this collaborator cannot check (it was not sent
-the output model) is not kept either. The closing count and
-exit status come from the outcome record only, never from the bundle's provenance.
+Why: docs/design.md, "Inside the collaborator".
 """
 
 from __future__ import annotations
