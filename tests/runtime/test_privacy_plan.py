@@ -15,7 +15,9 @@ from fedfair.cli import main as cli_main
 from fedfair.core.config import LocalConfig
 from fedfair.core.errors import ConfigError, PrivacyBudgetError
 from fedfair.fairness import sums
-from fedfair.privacy import distributed
+from fedfair.datasets.schema import Column, Schema
+from fedfair.datasets.statistics import NOISED_STATISTICS_FRACTIONAL_BITS
+from fedfair.privacy import distributed, rounding
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.input_record import InputRecord
@@ -31,6 +33,7 @@ from fedfair.runtime.plan.privacy import (
     plan_floor,
     privacy_shortfall,
     read_plan_privacy,
+    statistics_release,
 )
 from tests.runtime.harness import new_workspace, thread_federation
 
@@ -294,3 +297,24 @@ def test_the_noise_is_carried_by_the_fewest_survivors_a_round_can_unmask(
     release = answer_release(PlanPrivacy(report_epsilon=1.0), ())
     colluders = learning.secure_aggregation.max_colluding
     assert (floor - colluders) * party_mu(release, floor, colluders) == pytest.approx(release.mu, rel=1e-12)
+
+
+def test_the_statistics_release_spends_one_answers_epsilon_on_the_schemas_sensitivity() -> None:
+    """One record moves the noised statistics of an age (range [0, 120]) and a sex column by L1 = 1 + 3 + 1 = 5
+    and L2 = sqrt(5) real units, 2^12 encoded units each, before rounding inflates them; their release
+    spends report_epsilon at delta less the rounding's beta, to the calibration's tolerance."""
+    schema = Schema(
+        "y", ("no", "yes"), (Column("age", "numeric", None, (0.0, 120.0)), Column("sex", "categorical", ("f", "m")))
+    )
+    release = statistics_release(PlanPrivacy(report_epsilon=1.0), schema)
+    scale, dimension = 2.0**NOISED_STATISTICS_FRACTIONAL_BITS, 1 + 3 + 3
+    assert release.l1 == 5 * scale + dimension
+    assert release.l2 == rounding.rounded_l2(math.sqrt(5) * scale, dimension, ROUNDING_BETA)
+    assert 1.0 - 2e-3 <= distributed.epsilon([release], 1e-5 - ROUNDING_BETA) <= 1.0
+
+
+def test_a_noised_plan_refuses_a_schema_without_public_ranges() -> None:
+    schema = {"label": "y", "classes": ["a", "b"], "columns": [{"name": "age", "type": "numeric"}]}
+    with pytest.raises(ConfigError, match=r"plan.toml: \[schema\] numeric column\(s\) age state no range"):
+        read_learning("plan.toml", {"schema": schema, "privacy": {"report_epsilon": 1.0}}, 3)
+    assert read_learning("plan.toml", {"schema": schema}, 3).schema is not None  # exact statistics need none

@@ -28,7 +28,13 @@ from fedfair.runtime.composition_counts import CompositionColumn, composition_co
 from fedfair.runtime.plan.evaluation import EvaluationSettings, read_evaluation
 from fedfair.runtime.plan.influence import InfluenceSettings, read_influence
 from fedfair.runtime.plan.model import ModelSettings, read_model
-from fedfair.runtime.plan.privacy import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
+from fedfair.runtime.plan.privacy import (
+    PlanPrivacy,
+    plan_floor,
+    read_plan_privacy,
+    statistics_release,
+    training_noise,
+)
 from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
 from fedfair.core.tables import Table, field_names
 from fedfair.privacy.distributed import TrainingNoise
@@ -333,8 +339,11 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         max_weight=secagg.max_weight,
     )
     evaluation = read_evaluation(source, data)
+    privacy = read_plan_privacy(source, data, secagg.enabled, training.local, secagg.modulus_bits)
     try:
         composition_columns(schema, evaluation.composition)
+        if schema is not None and privacy.noised:
+            statistics_release(privacy, schema)  # refuses now a numeric column without a public range
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     return LearningSettings(
@@ -346,7 +355,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         quorum=_quorum(source, data, collaborators, secagg),
         evaluation=evaluation,
         schema=schema,
-        privacy=read_plan_privacy(source, data, secagg.enabled, training.local, secagg.modulus_bits),
+        privacy=privacy,
     )
 
 

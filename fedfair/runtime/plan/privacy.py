@@ -4,7 +4,20 @@ Secure aggregation shows the aggregator only sums, but it chooses the model a su
 and under ``dropouts = "allowed"`` who is summed, so exact sums can be differenced. With this
 section each collaborator adds Skellam noise to its encoded input before masking, and the
 honest parties of the smallest survivor set the plan allows carry the noise in full
-(:func:`fedfair.privacy.distributed.party_mu`). Two kinds of release:
+(:func:`fedfair.privacy.distributed.party_mu`). Three kinds of release, each charged to the
+institution's ledger before it leaves:
+
+- training updates, under ``mode = "distributed"`` (:func:`training_noise`);
+- evaluation answers, under ``report_epsilon`` (:func:`answer_release`);
+- with a ``[schema]``, the table statistics before round 1 (row count, per numeric column its
+  count, sum and sum of squares of values clipped into the column's public range, per categorical
+  column its cell counts), under ``report_epsilon`` too, at one answer's epsilon
+  (:func:`statistics_release`).
+
+What is not noised: without ``report_epsilon`` the statistics and every evaluation answer are exact
+sums (small cells withheld at each site, see :func:`fedfair.datasets.statistics.statistics_vector`),
+and without ``mode = "distributed"`` every training update is; the weights and the count of
+answers, agreed in the plan, are never noised.
 
 Why: docs/design.md, "Inside the runtime's shared modules".
 """
@@ -18,6 +31,13 @@ from dataclasses import dataclass
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
+from fedfair.datasets.schema import Schema
+from fedfair.datasets.statistics import (
+    NOISED_STATISTICS_FRACTIONAL_BITS,
+    column_ranges,
+    statistics_dimension,
+    statistics_sensitivity,
+)
 from fedfair.fairness import sums
 from fedfair.privacy import distributed, rounding
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
@@ -127,14 +147,38 @@ def answer_release(settings: PlanPrivacy, columns: tuple[CompositionColumn, ...]
     Mu is the total the decoded sum carries from the honest parties, sensitivities in encoded units after
     rounding.
     """
-    if settings.report_epsilon is None:
-        raise ConfigError("the plan's evaluation answers are not noised ([privacy] report_epsilon unset)")
     l1, l2 = sums.RECORD_L1, sums.RECORD_L2
     if columns:
         extra_l1, extra_l2 = composition_sensitivity(columns)
         l1, l2 = l1 + extra_l1, math.hypot(l2, extra_l2)
-    scale = math.ldexp(1.0, sums.ENCODING.fractional_bits)
     dimension = sums.vector_length() + composition_length(columns)
+    return _release(settings, l1, l2, sums.ENCODING.fractional_bits, dimension)
+
+
+def statistics_release(settings: PlanPrivacy, schema: Schema) -> distributed.Release:
+    """The Skellam release of one site's table statistics before round 1 (:func:`noised_statistics_vector`).
+
+    It spends one evaluation answer's epsilon (report_epsilon) at the plan's delta; one record moves the
+    statistics by :func:`~fedfair.datasets.statistics.statistics_sensitivity` in real units, encoded with
+    :data:`~fedfair.datasets.statistics.NOISED_STATISTICS_FRACTIONAL_BITS` fractional bits. A ConfigError
+    names a numeric column without the public range the bound needs.
+    """
+    column_ranges(schema)
+    l1, l2 = statistics_sensitivity(schema)
+    dimension = statistics_dimension(schema, noised=True)
+    return _release(settings, l1, l2, NOISED_STATISTICS_FRACTIONAL_BITS, dimension)
+
+
+def _release(settings: PlanPrivacy, l1: float, l2: float, fractional_bits: int, dimension: int) -> distributed.Release:
+    """The Skellam release at report_epsilon of a `dimension`-long vector one record moves by (l1, l2) real units.
+
+    Encoded with `fractional_bits` and stochastically rounded: the sensitivities it carries are in encoded
+    units after rounding (L2 inflated except with probability ROUNDING_BETA, counted in delta), and mu is the
+    total the decoded sum carries from the honest parties.
+    """
+    if settings.report_epsilon is None:
+        raise ConfigError("the plan's evaluation answers are not noised ([privacy] report_epsilon unset)")
+    scale = math.ldexp(1.0, fractional_bits)
     rounded = rounding.rounded_l2(l2 * scale, dimension, ROUNDING_BETA)
     shape = distributed.Release("skellam", 1.0, l1 * scale + dimension, rounded)
     mu = distributed.calibrate(settings.report_epsilon, settings.delta - ROUNDING_BETA, [shape])
@@ -162,11 +206,18 @@ def party_mu(release: distributed.Release, floor: int, colluders: int) -> float:
     return check_mu(distributed.party_mu(release.mu, floor, colluders))
 
 
-def decoded_noise_std(release: distributed.Release, floor: int, colluders: int, summands: int) -> float:
-    """The standard deviation of each decoded coordinate's noise (real units) in a sum of `summands` answers."""
-    return math.sqrt(2.0 * summands * party_mu(release, floor, colluders)) / math.ldexp(
-        1.0, sums.ENCODING.fractional_bits
-    )
+def decoded_noise_std(
+    release: distributed.Release,
+    floor: int,
+    colluders: int,
+    summands: int,
+    fractional_bits: int = sums.ENCODING.fractional_bits,
+) -> float:
+    """The standard deviation of each decoded coordinate's noise (real units) in a sum of `summands` answers.
+
+    `fractional_bits`: of the answers' encoding (the evaluation's by default).
+    """
+    return math.sqrt(2.0 * summands * party_mu(release, floor, colluders)) / math.ldexp(1.0, fractional_bits)
 
 
 def training_privacy(settings: PlanPrivacy, batch_fraction: float) -> PrivacyConfig:
