@@ -294,17 +294,20 @@ def _categorical_encoding(
 ) -> ColumnEncoding:
     """One categorical column's levels and frequencies from its summed cells (`part`: levels, then missing).
 
-    A learnt column keeps as levels the buckets with at least ``min_category_count`` rows, and under noise
-    of standard deviation `noise_std` only those that noise alone would reach in fewer than
-    :data:`SPURIOUS_BUCKETS` of its empty buckets on average; every other row goes into ``<other>``.
+    A count counts only from ``min_category_count`` rows on, and under noise of standard deviation
+    `noise_std` only from where noise alone would reach it in fewer than :data:`SPURIOUS_BUCKETS` of the
+    column's empty cells on average: below that it is taken as 0, so a level noise made out of nothing (or
+    of a few rows) gets frequency 0 and standard deviation 1, not a tiny one that would blow its one-hot
+    feature up. A learnt column keeps as levels the buckets that count; every other row goes into ``<other>``.
     """
-    *level_counts, missing = part
+    least = float(schema.min_category_count)
+    if noise_std > 0:
+        cells = _levels(schema, column) + 1
+        least = max(least, noise_std * NormalDist().inv_cdf(1.0 - SPURIOUS_BUCKETS / cells))
+    *level_counts, missing = [count if count >= least else 0.0 for count in part]
     buckets: tuple[int, ...] = ()
     if column.categories is None:
-        least = float(schema.min_category_count)
-        if noise_std > 0:
-            least = max(least, noise_std * NormalDist().inv_cdf(1.0 - SPURIOUS_BUCKETS / schema.hash_buckets))
-        buckets = tuple(b for b, rows_in in enumerate(level_counts) if rows_in >= least)
+        buckets = tuple(b for b, rows_in in enumerate(level_counts) if rows_in > 0)
         kept = [level_counts[b] for b in buckets]
         level_counts = kept + [max(rows - sum(kept) - missing, 0.0)]
     if schema.missing == "impute":

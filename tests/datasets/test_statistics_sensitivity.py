@@ -97,8 +97,8 @@ def test_noise_that_spoils_a_count_or_a_variance_leaves_a_usable_encoder() -> No
     assert encoder.columns[2].stds[0] == pytest.approx(0.5 * math.sqrt(noise_std / 25.0))
     assert encoder.columns[1].means[0] == 0.0
     # An empty hash bucket becomes a level only past the count noise alone reaches in SPURIOUS_BUCKETS of
-    # the 16 buckets on average: z sd, with P(N(0, 1) > z) = SPURIOUS_BUCKETS / 16.
-    cut = noise_std * NormalDist().inv_cdf(1.0 - SPURIOUS_BUCKETS / 16)
+    # the column's 17 cells (16 buckets and missing) on average: z sd, with P(N(0, 1) > z) = SPURIOUS_BUCKETS / 17.
+    cut = noise_std * NormalDist().inv_cdf(1.0 - SPURIOUS_BUCKETS / 17)
     town = slice(10, 10 + 16)
     for count, levels in ((cut * 0.99, 3), (cut * 1.01, 16)):
         noisy_town = summed.copy()
