@@ -76,14 +76,19 @@ def tables() -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
     return train, test
 
 
+def labelled(encoder: Encoder, rows: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """`rows` encoded, features and class indices (every row here has its label)."""
+    features, labels = encoder.encode(rows, name)
+    assert labels is not None
+    return features, labels
+
+
 def worst_risk(encoder: Encoder, train: dict[str, pd.DataFrame], test: dict[str, pd.DataFrame]) -> float:
     """FedSRCVaR on the sites' rows encoded by `encoder`: the pooled held-out worst-group risk at rho."""
-    encoded = {name: encoder.encode(train[name], name) for name in SITES}
-    held = {name: encoder.encode(test[name], name) for name in SITES}
     federation = federation_from_arrays(
         list(SITES),
-        [(x, y) for x, y in encoded.values()],
-        [(x, y) for x, y in held.values()],
+        [labelled(encoder, train[name], name) for name in SITES],
+        [labelled(encoder, test[name], name) for name in SITES],
         len(encoder.class_names),
         None,
     )
