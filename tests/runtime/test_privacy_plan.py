@@ -18,6 +18,7 @@ from fedfair.fairness import sums
 from fedfair.datasets.schema import Column, Schema
 from fedfair.datasets.statistics import NOISED_STATISTICS_FRACTIONAL_BITS
 from fedfair.privacy import distributed, rounding
+from fedfair.privacy.calibration import threshold_clip
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.input_record import InputRecord
@@ -34,7 +35,9 @@ from fedfair.runtime.plan.privacy import (
     privacy_shortfall,
     read_plan_privacy,
     statistics_release,
+    training_privacy,
 )
+from fedfair.secagg.noise import NORM_SLACK
 from tests.runtime.harness import new_workspace, thread_federation
 
 
@@ -318,3 +321,37 @@ def test_a_noised_plan_refuses_a_schema_without_public_ranges() -> None:
     with pytest.raises(ConfigError, match=r"plan.toml: \[schema\] numeric column\(s\) age state no range"):
         read_learning("plan.toml", {"schema": schema, "privacy": {"report_epsilon": 1.0}}, 3)
     assert read_learning("plan.toml", {"schema": schema}, 3).schema is not None  # exact statistics need none
+
+
+def test_equal_weights_calibrate_the_training_noise_to_one_records_true_move() -> None:
+    """Under equal weights a site sends its update -lr S / b_k with weight 1, so one record moves the sum by
+    sqrt((lr C)^2 + (threshold_lr C_c)^2) / b_k, and the noise must cover the smallest batch: 1 / 50 of what
+    declared weights (w_k = b_k, one record moving it by the whole) need, here with b = 100, 50, 200. The
+    unweighted update keeps its own bound, so the encoder projects equal and declared updates alike."""
+    sizes = {"site-a": 2000, "site-b": 1000, "site-c": 4000}
+    data: dict[str, dict[str, object]] = {
+        "training": {"rounds": 20, "local_steps": 1, "batch_fraction": 0.05},
+        "secure_aggregation": {"modulus_bits": 64},
+        "privacy": {"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0},
+    }
+    equal = read_learning("plan.toml", {**data, "influence": {"weights": "equal", "sizes": sizes}}, 3)
+    declared = read_learning("plan.toml", {**data, "influence": {"weights": "declared", "sizes": sizes}}, 3)
+    assert equal.influence.weight_per_record(0.05) == 1 / 50 and declared.influence.weight_per_record(0.05) == 1.0
+    dimension = 101
+    noise, _ = equal.training_noise(3, dimension)
+    local, objective = equal.training.local, equal.objective
+    threshold = threshold_clip(training_privacy(equal.privacy, 0.05), objective.epsilon, objective.rho)
+    exact = math.hypot(local.lr * 5.0, local.threshold_lr * threshold) / 50
+    expected = distributed.training_noise(2.0, 1e-5, exact, 0.05, 20, distributed.padded_dimension(dimension))
+    assert (noise.fractional_bits, noise.release) == (expected.fractional_bits, expected.release)
+    before, _ = declared.training_noise(3, dimension)
+
+    def std(calibrated: distributed.TrainingNoise) -> float:
+        return math.sqrt(2.0 * calibrated.release.mu) / 2.0**calibrated.fractional_bits
+
+    # Rounding inflates each sensitivity by about d / 4 units of 2^11 to 2^12: under 1%.
+    assert std(noise) == pytest.approx(std(before) / 50, rel=0.01)
+    clip = [settings.training_encoding("fed", 3, 1, dimension).noise for settings in (equal, declared)]
+    assert clip[0] is not None and clip[1] is not None
+    assert clip[0].norm_clip == pytest.approx(clip[1].norm_clip, rel=0.01)
+    assert clip[1].norm_clip == pytest.approx(NORM_SLACK * exact * 50, rel=0.01)

@@ -186,6 +186,7 @@ class LearningSettings:
             dimension,
             floor,
             secure.max_colluding,
+            self.influence.weight_per_record(self.batch_fraction),
         )
 
     def training_encoding(

@@ -247,16 +247,22 @@ def training_noise(
     dimension: int,
     floor: int,
     colluders: int,
+    weight_per_record: float = 1.0,
 ) -> tuple[distributed.TrainingNoise, float]:
     """The calibrated noise of the plan's distributed DP-SGD rounds for updates of `dimension` values.
 
-    Also returns each party's Skellam share of it: the honest parties of a `floor`-party survivor set
-    (`colluders` of them may collude) carry it all. Cached: the calibration bisects over RDP curves,
-    and every round asks the same.
+    Calibrated to one record's true move of the secure sum, (w_k / b_k) sqrt((lr C)^2 + (threshold_lr C_c)^2)
+    at the largest `weight_per_record` w_k / b_k of the plan's weights
+    (:meth:`~fedfair.runtime.plan.influence.InfluenceSettings.weight_per_record`: 1 under declared weights,
+    1 / min b_k under equal ones). Also returns each party's Skellam share of it: the honest parties of a
+    `floor`-party survivor set (`colluders` of them may collude) carry it all. Cached: the calibration bisects
+    over RDP curves, and every round asks the same.
     """
     privacy = training_privacy(settings, rate)
     threshold_norm = threshold_clip(privacy, objective.epsilon, objective.rho)
-    noise = distributed_training_noise(privacy, local.lr, local.threshold_lr, threshold_norm, rate, rounds, dimension)
+    noise = distributed_training_noise(
+        privacy, local.lr, local.threshold_lr, threshold_norm, rate, rounds, dimension, weight_per_record
+    )
     return noise, check_mu(distributed.party_mu(noise.release.mu, floor, colluders))
 
 
