@@ -18,7 +18,6 @@ column's mean, in units of that column's exact standard deviation.
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,9 @@ from published import publish
 from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.evaluation import evaluate
 from fedfair.core.models import build_model
-from fedfair.datasets.builtin import ADULT_COLUMNS
+from fedfair.datasets.builtin import adult_table
 from fedfair.datasets.encoder import Encoder
-from fedfair.datasets.registry import dataset_info, read_bundled
+from fedfair.datasets.registry import dataset_info
 from fedfair.datasets.schema import Schema, draft_schema
 from fedfair.datasets.statistics import (
     NOISED_STATISTICS_FRACTIONAL_BITS,
@@ -57,15 +56,7 @@ TRAINING = TrainingConfig(rounds=300, local=LocalConfig(local_steps=1, lr=0.5, t
 
 def tables() -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
     """Each site's training and held-out rows: consecutive slices of Adult's shuffled raw table."""
-    info = dataset_info("adult")
-    table = pd.read_csv(
-        io.BytesIO(read_bundled(info, info.files[0])),
-        header=None,
-        names=ADULT_COLUMNS,
-        skipinitialspace=True,
-        na_values=["?"],
-        keep_default_na=False,
-    ).drop(columns=["fnlwgt"])
+    table = adult_table(dataset_info("adult")).drop(columns=["fnlwgt"])
     table = table.sample(frac=1.0, random_state=0).reset_index(drop=True)
     train, test, start = {}, {}, 0
     for name, rows in SITES.items():

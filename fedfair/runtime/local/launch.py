@@ -39,6 +39,13 @@ DEFAULT_ROUNDS = 300
 loopback round trips, about 0.06 s), enough for FedSRCVaR to pull the worst group's risk well
 below FedAvg's on Adult."""
 
+EVALUATIONS = 10
+"""Federated evaluations a launch runs by default, the last after the final round: what `fedfair init`'s
+plan runs (50 rounds, every 5), so the risk chart has as many points and the answers spend the same."""
+
+COMPOSITION = ("race", "sex")
+"""The columns Adult's worst-off group is described by (the composition `fedfair init`'s plan suggests)."""
+
 
 @dataclass(frozen=True)
 class LaunchSplit:
@@ -70,12 +77,21 @@ class Baseline:
 
     label: str
     report: Callable[[AggregatorPlan, str], Mapping[str, float]]
+    note: str = ""
+    """How the baseline's row was obtained, printed under the table."""
 
 
 def format_fairness(
-    fedsrcvar: Mapping[str, Any], baseline: tuple[str, Mapping[str, Any]] | None, rho: float, secure: bool
+    fedsrcvar: Mapping[str, Any],
+    baseline: tuple[str, Mapping[str, Any]] | None,
+    rho: float,
+    secure: bool,
+    note: str = "",
 ) -> str:
-    """The comparison table: the federation's row, the labelled `baseline` row when given, and what they mean."""
+    """The comparison table: the federation's row, the labelled `baseline` row when given, and what they mean.
+
+    `note` says how the baseline's row was obtained.
+    """
     keys = ("worst_risk", "mean_risk", "best_risk", "disparity", "accuracy", "worst_error")
     header = f"{'method':<34}" + "".join(f"{key:>12}" for key in keys)
     rows = [header, "-" * len(header)]
@@ -89,7 +105,7 @@ def format_fairness(
     rows.append(
         f"Held-out cross-entropy over the worst / best {rho:.0%} of people (errors are 0-1). The federated row "
         f"was computed by the aggregator from secure sums of the institutions' threshold counts only "
-        f"(certified within {gap:.1e})."
+        f"(certified within {gap:.1e})." + (f" {note}" if note and baseline is not None else "")
     )
     rows.append(
         "Secure aggregation was ON: the aggregator saw only masked updates and their sum."
@@ -208,6 +224,68 @@ def site_data(dataset: str, collaborators: int) -> dict[str, dict[str, Any]]:
     }
 
 
+def init_settings(names: list[str]) -> dict[str, dict[str, Any]]:
+    """What `fedfair init` writes for these sites that a launch takes as it is: [privacy] and the collusion bound.
+
+    Read from the plan init renders, so the rehearsal follows init's defaults wherever they change.
+    """
+    from fedfair.core.tables import parse_toml
+    from fedfair.runtime.new_federation import default_max_colluding
+    from fedfair.runtime.plan.templates import Federation, render_plan
+
+    federation = Federation("fedfair-launch", tuple(names), max_colluding=default_max_colluding(len(names)))
+    plan = parse_toml(render_plan(federation), "fedfair init's plan")
+    return {
+        "privacy": dict(plan["privacy"]),
+        "secure_aggregation": {"max_colluding": plan["secure_aggregation"]["max_colluding"]},
+    }
+
+
+def evaluation_every(rounds: int, every: int | None) -> int:
+    """``--evaluate-every``, else :data:`EVALUATIONS` evaluations spread over `rounds`."""
+    return every if every is not None else max(1, rounds // EVALUATIONS)
+
+
+def adult_tables(folder: Path, names: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Each institution's own table of Adult (adult.data's rows of its race group, raw text), and their [schema].
+
+    The tables go to `folder`/<site>.csv; a site's [data] names its file. The schema is the one `fedfair data
+    schema` drafts from all of them together (a rehearsal's operator sees every table; a real one drafts from
+    a sample and widens the ranges): listed categories, public ranges, gaps imputed.
+    """
+    from fedfair.datasets import load_dataset, partition
+    from fedfair.datasets.builtin import adult_table
+    from fedfair.datasets.registry import dataset_info
+    from fedfair.datasets.schema import draft_schema
+
+    raw = adult_table(dataset_info("adult")).drop(columns=["fnlwgt"])
+    # The built-in Adult's training rows are adult.data's, in order: its race split picks each site's rows.
+    splits = partition(load_dataset("adult"), SPLITS["adult"].partition, len(names))
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {}
+    for name, split in zip(names, splits, strict=True):
+        path = folder / f"{name}.csv"
+        raw.iloc[split.train_index].to_csv(path, index=False)
+        data[name] = {"csv": str(path)}
+    schema = draft_schema(raw, "income", [column for column in raw.columns if column != "income"])
+    return data, schema.to_mapping()
+
+
+def describe_privacy(privacy: Mapping[str, Any] | None, tables: bool) -> str:
+    """One line on what the launch's [privacy] noises (`tables`: with the statistics of a [schema]), or why none."""
+    if privacy is None:
+        return (
+            "no differential privacy (it adds its noise inside the secure sum, which --no-secure-aggregation turns "
+            "off): every evaluation is an exact sum"
+        )
+    return (
+        "privacy as `fedfair init` sets it: every evaluation answer"
+        + (" and the table statistics before round 1" if tables else "")
+        + f" noised at epsilon {privacy['report_epsilon']:g} inside the secure sum, each institution's budget "
+        f"{privacy['budget']:g}"
+    )
+
+
 def round_timeout(collaborators: int) -> float:
     """How long a stage waits for every institution.
 
@@ -239,6 +317,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baselin
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
     names = site_names(args.collaborators)
+    secure = not args.no_secure_aggregation
     training = {
         "rounds": args.rounds,
         "local_steps": args.local_steps,
@@ -250,24 +329,42 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baselin
     }
     if args.drift_correction != "none":  # a plan without the key is today's plan, digest included
         training["drift_correction"] = args.drift_correction
-    data = site_data(args.dataset, len(names))
-    plan = {
+    # What `fedfair init` sets: noised evaluations (privacy needs secure sums, so a plain-sum rehearsal runs
+    # without it) and its collusion bound.
+    defaults = init_settings(names)
+    evaluation: dict[str, Any] = {"every": evaluation_every(args.rounds, args.evaluate_every)}
+    plan: dict[str, Any] = {
         "objective": {"epsilon": args.epsilon, "rho": args.rho},
-        "model": {"features": load_dataset(args.dataset).num_features},
         "training": training,
-        "secure_aggregation": {"enabled": not args.no_secure_aggregation},
+        "secure_aggregation": {"enabled": secure, **(defaults["secure_aggregation"] if secure else {})},
         # A rehearsal waits for every institution and gives up quickly if one hangs.
         "quorum": {"min_collaborators": len(names), "round_timeout_seconds": round_timeout(len(names))},
-        "evaluation": {"every": args.evaluate_every},
+        "evaluation": evaluation,
     }
+    if secure:
+        plan["privacy"] = defaults["privacy"]
+    if args.dataset == "adult":
+        # Institutions' own tables under a [schema], as `fedfair init --csv` plans them: the encoder comes
+        # from the (noised) statistics before round 1, and the report says who is in the worst-off group.
+        data, plan["schema"] = adult_tables(root / "tables", names)
+        evaluation["composition"] = list(COMPOSITION)
+    else:
+        data = site_data(args.dataset, len(names))
+        plan["model"] = {"features": load_dataset(args.dataset).num_features}
     # Careful institutions pin the roster and the plan; a manifest promises secure aggregation.
-    workspace = make_workspace(root, names, plan=plan, data=data, manifest=not args.no_secure_aggregation)
+    workspace = make_workspace(root, names, plan=plan, data=data, manifest=secure)
     remove_ca_key(workspace.certs)
     print(
         f"fedfair launch: {len(names)} institutions ({', '.join(names)}) holding {args.dataset} split by "
         f"{SPLITS[args.dataset].partition}, on {workspace.address}, "
         f"{args.rounds} rounds, secure aggregation {'OFF' if args.no_secure_aggregation else 'on'}; "
         f"workspace {root}",
+        flush=True,
+    )
+    print(
+        f"fedfair launch: {describe_privacy(plan.get('privacy'), 'schema' in plan)}; evaluations every "
+        f"{evaluation['every']} rounds"
+        + (f", the last naming the worst-off group by {' and '.join(COMPOSITION)}" if "schema" in plan else ""),
         flush=True,
     )
     children: list[Child] = []
@@ -308,5 +405,6 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baselin
     else:
         print("The workspace, its report and logs are removed now; run with --keep (or --workdir DIR) to keep them.")
     print()
-    print(format_fairness(report, comparison, args.rho, summary["secure_aggregation"]))
+    note = "" if baseline is None else baseline.note
+    print(format_fairness(report, comparison, args.rho, summary["secure_aggregation"], note))
     return 0
