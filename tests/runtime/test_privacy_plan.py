@@ -355,3 +355,32 @@ def test_equal_weights_calibrate_the_training_noise_to_one_records_true_move() -
     assert clip[0] is not None and clip[1] is not None
     assert clip[0].norm_clip == pytest.approx(clip[1].norm_clip, rel=0.01)
     assert clip[1].norm_clip == pytest.approx(NORM_SLACK * exact * 50, rel=0.01)
+
+
+@pytest.mark.slow
+def test_equal_weights_train_inside_the_secure_sum_with_the_noise_one_record_needs(tmp_path: Path) -> None:
+    """Three real collaborators over mutual TLS under equal weights and mode = "distributed": every round
+    applies (the encoder bounds the unweighted update at its own scale, not the smaller sensitivity), and
+    the mean update carries the noise calibrated to one record's move over the smallest batch."""
+    names = ["site-a", "site-b", "site-c"]
+    sections: dict[str, dict[str, object]] = {
+        "training": {"rounds": 2, "local_steps": 1, "batch_fraction": 0.05},
+        "secure_aggregation": {"modulus_bits": 64},
+        "privacy": {"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0},
+    }
+    # The sizes a workspace declares for Adult's race split (DP fixes each batch from them).
+    declared = load_aggregator_plan(new_workspace(tmp_path / "sizes", names, **sections).plan).influence.sizes
+    workspace = new_workspace(tmp_path / "equal", names, **sections, influence={"weights": "equal", "sizes": declared})
+    with thread_federation(workspace) as federation:
+        federation.join(300)
+    assert not federation.errors, federation.errors
+    plan = federation.plan
+    assert plan.influence.weight_per_record(plan.batch_fraction) == 1 / min(
+        max(round(0.05 * size), 1) for size in declared.values()
+    )
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied", "applied"]
+    dimension = plan.model.features * plan.model.classes + plan.model.classes + 1  # theta (logreg) and c
+    noise, share = plan.training_noise(3, dimension)
+    expected = math.sqrt(2.0 * 3 * share) / 2.0**noise.fractional_bits / 3  # three parties' shares, over W = 3
+    assert all(record["mean_update_noise_std"] == pytest.approx(expected, rel=1e-9) for record in log)
