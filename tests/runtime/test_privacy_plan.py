@@ -240,7 +240,7 @@ def test_a_distributed_dp_federation_trains_inside_the_noised_secure_sum(
         assert all(entry["sampling_rate"] == pytest.approx(0.05) for entry in ledger)
         # Every round is one step of the run the noise was calibrated for: all three spend 3/rounds of it.
         spent = InputRecord(path, plan.federation_id).spent(plan.privacy.delta)
-        assert 0 < spent < plan.privacy.epsilon
+        assert plan.privacy.epsilon is not None and 0 < spent < plan.privacy.epsilon
     page = write_report(workspace.output).read_text()
     assert f"{rounds} training rounds decoded with Skellam noise inside the secure sum" in page
     assert f"standard deviation {stds[0]:.3g} per coordinate" in page and "fedfair collaborator ledger" in page
