@@ -326,8 +326,8 @@ def encoder_from_noised_statistics(schema: Schema, summed: np.ndarray, noise_std
     within [0, 1], and its variance of u no smaller than noise_std / count, the noise's own size in the mean of
     u^2 (a smaller variance cannot be told from 0, and dividing by it would blow features up); a numeric column
     whose noised count is below 1 gets the middle of its range and the standard deviation of a uniform value
-    over it; a cell count below 0 counts as 0. Only a noised row count below 1 is refused: it says the sites
-    hold too few rows for the noise.
+    over it; a categorical cell counts only from where noise alone would not reach it (:func:`_categorical_encoding`).
+    Only a noised row count below 1 is refused: it says the sites hold too few rows for the noise.
     """
     vector = np.asarray(summed, dtype=np.float64)
     expected = statistics_dimension(schema, noised=True)

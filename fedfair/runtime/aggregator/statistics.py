@@ -2,8 +2,9 @@
 
 One secure sum of every site's counts and sums (:mod:`fedfair.datasets.statistics`) gives the
 encoder all sites share: exact, or under the plan's [privacy] report_epsilon noised inside the sum
-(each site charged its ledger first), in which case the encoder is estimated from the noised sum. :class:`~fedfair.runtime.aggregator.loop.RoundLoop` runs an attempt
-until one gives the encoder, saves it with the initial model, and tells the operator.
+(each site charged its ledger first), in which case the encoder is estimated from the noised sum.
+:class:`~fedfair.runtime.aggregator.loop.RoundLoop` runs an attempt until one gives the encoder,
+saves it with the initial model, and tells the operator.
 """
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ import os
 
 import numpy as np
 
+from fedfair.privacy.distributed import Release
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
-from fedfair.privacy.distributed import Release
 from fedfair.runtime.plan.privacy import ROUNDING_BETA, answer_release, party_mu, statistics_release
 from fedfair.secagg import prg
 from fedfair.secagg.noise import skellam
