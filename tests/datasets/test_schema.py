@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tomllib
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import Schema, draft_schema
 from fedfair.datasets.builtin import ADULT_COLUMNS
-from fedfair.datasets.schema import COLUMN_KINDS, Column
+from fedfair.datasets.schema import COLUMN_KINDS, Column, drafted_range
 
 
 ADULT_FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
@@ -100,3 +101,21 @@ def test_draft_schema_lists_categories_or_learns_them(adult_table: pd.DataFrame)
     assert (wide.max_abs, wide.fraction_bits, wide.classes) == (1e13, 8, ("0", "1"))
     with pytest.raises(ConfigError, match=r"feature column 'salary' not found; choose --features from: age"):
         draft_schema(adult_table, "income", ["salary"])
+
+
+@pytest.mark.parametrize(
+    ("values", "bounds"),
+    [
+        ([18, 90], (10.0, 90.0)),
+        ([0.02, 3.7], (0.0, 4.0)),
+        ([-250.0, 31.0], (-300.0, 100.0)),
+        ([0.0, 0.0], (0.0, 1.0)),
+        ([7.0], (7.0, 8.0)),
+        ([0.0, 99999.0], (0.0, 100000.0)),
+    ],
+)
+def test_a_drafted_range_is_rounded_outward_to_the_leading_digit(
+    values: list[float], bounds: tuple[float, float]
+) -> None:
+    assert drafted_range(np.array(values, dtype=np.float64)) == pytest.approx(bounds)
+    assert drafted_range(np.array([], dtype=np.float64)) is None
