@@ -1,12 +1,9 @@
 """Federated preprocessing: the one secure sum before training that gives every site the same encoder.
 
-When the plan has a ``[schema]``, the aggregator runs a *statistics aggregation*
-before round 1: each collaborator checks its table against the schema and sends
-:func:`fedfair.datasets.statistics.statistics_vector` (exact integers: counts, limbs of
-sums and sums of squares) or, under the plan's ``[privacy]`` report_epsilon,
-:func:`fedfair.datasets.statistics.noised_statistics_vector` charged to its ledger and
-noised inside the secure sum, through the same six secure-aggregation stages as an
-evaluation, bound to round 0. Only the total is revealed. The aggregator turns it
+With a ``[schema]`` the aggregator runs a *statistics aggregation* before round 1: each
+collaborator checks its table and sends its statistics (exact, or under ``report_epsilon``
+noised and charged: :mod:`fedfair.datasets.statistics`) through the six secure-aggregation
+stages of an evaluation, bound to round 0. Only the total is revealed. The aggregator turns it
 into the :class:`~fedfair.datasets.schema.Encoder` and serves the encoder's JSON as
 the input of every TRAIN stage, so a collaborator that joins (or rejoins) later
 encodes with the same statistics; the encoder also goes into the model bundle.

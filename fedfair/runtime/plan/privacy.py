@@ -1,23 +1,12 @@
-"""The plan's ``[privacy]``: distributed differential privacy of everything the aggregator decodes.
+"""The plan's ``[privacy]``: distributed differential privacy of what the aggregator decodes.
 
-Secure aggregation shows the aggregator only sums, but it chooses the model a sum is taken on,
-and under ``dropouts = "allowed"`` who is summed, so exact sums can be differenced. With this
-section each collaborator adds Skellam noise to its encoded input before masking, and the
-honest parties of the smallest survivor set the plan allows carry the noise in full
-(:func:`fedfair.privacy.distributed.party_mu`). Three kinds of release, each charged to the
-institution's ledger before it leaves:
-
-- training updates, under ``mode = "distributed"`` (:func:`training_noise`);
-- evaluation answers, under ``report_epsilon`` (:func:`answer_release`);
-- with a ``[schema]``, the table statistics before round 1 (row count, per numeric column its
-  count, sum and sum of squares of values clipped into the column's public range, per categorical
-  column its cell counts), under ``report_epsilon`` too, at one answer's epsilon
-  (:func:`statistics_release`).
-
-What is not noised: without ``report_epsilon`` the statistics and every evaluation answer are exact
-sums (small cells withheld at each site, see :func:`fedfair.datasets.statistics.statistics_vector`),
-and without ``mode = "distributed"`` every training update is; the weights and the count of
-answers, agreed in the plan, are never noised.
+Each collaborator adds Skellam noise to its encoded input before masking; the honest parties of the
+smallest survivor set the plan allows carry it in full (:func:`fedfair.privacy.distributed.party_mu`).
+Three releases, each charged to the institution's ledger before it leaves: training updates under
+``mode = "distributed"`` (:func:`training_noise`); under ``report_epsilon``, evaluation answers
+(:func:`answer_release`) and, with a ``[schema]``, the table statistics before round 1
+(:func:`statistics_release`). Without ``report_epsilon`` the statistics and answers are exact sums,
+without ``mode = "distributed"`` the updates are; agreed weights are never noised.
 
 Why: docs/design.md, "Inside the runtime's shared modules".
 """
