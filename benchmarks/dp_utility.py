@@ -155,7 +155,8 @@ def run(dataset: str, mode: str, epsilon: float, rounds: int, weights: str = "de
         "dataset": dataset,
         "sites": sites,
         "colluders": colluders,
-        "mode": mode,
+        # Equal-weights rows under their own mode, so that they sit beside the batch-weighted ones, not over them.
+        "mode": mode if weights == "declared" else f"{mode}, {weights} weights",
         "weights": weights,
         "weight_per_record": weight_per_record,
         "epsilon": epsilon if mode != "none" else "inf",
