@@ -11,7 +11,12 @@ Modes, at DP epsilon 1, 3 and 8 (delta 1e-5, the plan's rounds):
   - distributed: no local noise; theta clipped at C = 20 and c separately at its own bound, every site
     Poisson-samples at q = 1024 / N, and the sites add Skellam noise inside the secure sum, calibrated so
     that the honest sites of the round (n - colluders) carry the whole noise (`fedfair.privacy.distributed`).
-Rows {dataset, sites, colluders, mode, epsilon, delta, worst_group_risk, mean_risk, accuracy} (held-out,
+Equal weights (`[influence] weights = "equal"`: every site sends its update with weight 1, the server
+divides by the number of sites), Adult, distributed, at each epsilon, calibrated two ways: "equal-batch"
+as before, as if each weight were the site's batch (one record moving the sum by lr C), and "equal" from
+the true per-record sensitivity lr C / min b_k (`InfluenceSettings.weight_per_record`); `--equal-only`
+runs only these rows.
+Rows {dataset, sites, colluders, mode, weights, epsilon, delta, worst_group_risk, mean_risk, accuracy} (held-out,
 averaged iterate; each noised row the mean of `--repeats` runs with fresh noise, beside the standard
 deviation of the worst-group risk over them), plus the epsilon the sites' accountants report, the threshold c, the noise standard
 deviation of the decoded weighted sum and the seconds. `targets` compares distributed at epsilon 1 with
@@ -44,6 +49,9 @@ import numpy as np
 import torch
 
 from published import publish
+from fedfair.core import server
+from fedfair.core.data import client_batch_sizes
+from fedfair.core.update import Update
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.distributed import noise_excess
 from fedfair.research.experiment import final_report, load_federation
@@ -87,16 +95,39 @@ CASES = {
 """dataset: (flags, colluders, whether the secure sums run the masking protocol)."""
 
 
-def run(dataset: str, mode: str, epsilon: float, rounds: int) -> dict[str, Any]:
+class EqualWeights:
+    """A secure sum of every update sent with weight 1 (`weights = "equal"`) instead of its batch b_k."""
+
+    def __init__(self, inner: SecureSum) -> None:
+        self.inner = inner
+
+    @property
+    def noise_stds(self) -> list[float]:
+        """The inner sum's noise standard deviation per round."""
+        return self.inner.noise_stds
+
+    def __call__(self, updates: list[Update]) -> server.Aggregate:
+        return self.inner([dataclasses.replace(update, weight=1.0) for update in updates])
+
+
+WEIGHTS = ("declared", "equal-batch", "equal")
+"""How the rows weight and calibrate: batch weights; equal weights calibrated as if they were batches; equal
+weights calibrated to the true per-record sensitivity."""
+
+
+def run(dataset: str, mode: str, epsilon: float, rounds: int, weights: str = "declared") -> dict[str, Any]:
     flags, colluders, masked = CASES[dataset]
     config = config_from_flags([*flags, "--model", "logreg", "--rounds", str(rounds)])
     federation = load_federation(config)
     sites = len(federation.train)
-    records = sum(client.size for client in federation.train)
+    sizes = [client.size for client in federation.train]
+    records = sum(sizes)
     rate = config.training.batch_size / records
+    # What one record's step is scaled by: w_k / b_k, 1 / min b_k under equal weights (b_k as make_learners sets it).
+    weight_per_record = 1.0 / min(client_batch_sizes(sizes, config.training.batch_size)) if weights == "equal" else 1.0
     encoding = secure_sum(federation).encoding
     privacy: PrivacyConfig | None = None
-    aggregate = SecureSum(encoding, masked=masked)
+    summed = SecureSum(encoding, masked=masked)
     if mode == "local":
         privacy = PrivacyConfig(enabled=True, target_epsilon=epsilon, max_grad_norm=CLIP, delta=DELTA, accountant="rdp")
     elif mode == "distributed":
@@ -109,8 +140,11 @@ def run(dataset: str, mode: str, epsilon: float, rounds: int) -> dict[str, Any]:
             mode="distributed",
             sample_rate=rate,
         )
-        plan = DistributedDP(privacy, config.training.local, config.objective, rate, rounds, colluders)
-        aggregate = SecureSum(encoding, distributed=plan, masked=masked)
+        plan = DistributedDP(
+            privacy, config.training.local, config.objective, rate, rounds, colluders, weight_per_record
+        )
+        summed = SecureSum(encoding, distributed=plan, masked=masked)
+    aggregate = EqualWeights(summed) if weights != "declared" else summed
     started = time.process_time()
     result = run_fedsrcvar(federation, config.objective, config.training, aggregate=aggregate, privacy=privacy)
     seconds = time.process_time() - started
@@ -121,7 +155,10 @@ def run(dataset: str, mode: str, epsilon: float, rounds: int) -> dict[str, Any]:
         "dataset": dataset,
         "sites": sites,
         "colluders": colluders,
-        "mode": mode,
+        # Equal-weights rows under their own mode, so that they sit beside the batch-weighted ones, not over them.
+        "mode": mode if weights == "declared" else f"{mode}, {weights} weights",
+        "weights": weights,
+        "weight_per_record": weight_per_record,
         "epsilon": epsilon if mode != "none" else "inf",
         "delta": DELTA,
         "worst_group_risk": test["worst_risk"],
@@ -137,7 +174,7 @@ def run(dataset: str, mode: str, epsilon: float, rounds: int) -> dict[str, Any]:
         "cpu_seconds": seconds,
     }
     print(
-        f"dp_utility: {dataset} {mode} eps {epsilon:g}: worst {test['worst_risk']:.4f} mean {test['mean_risk']:.4f} "
+        f"dp_utility: {dataset} {mode} {weights} weights eps {epsilon:g}: worst {test['worst_risk']:.4f} mean {test['mean_risk']:.4f} "
         f"acc {test['accuracy']:.4f} ({seconds:.0f} s)",
         file=sys.stderr,
     )
@@ -207,10 +244,12 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def repeated(dataset: str, mode: str, epsilon: float, rounds: int, repeats: int) -> dict[str, Any]:
+def repeated(
+    dataset: str, mode: str, epsilon: float, rounds: int, repeats: int, weights: str = "declared"
+) -> dict[str, Any]:
     """`run` `repeats` times: the noise comes from fresh OS entropy every run, so one run's risk is one draw;
     the row reports the mean of each risk and the standard deviation of the worst-group risk."""
-    runs = [run(dataset, mode, epsilon, rounds) for _ in range(repeats)]
+    runs = [run(dataset, mode, epsilon, rounds, weights) for _ in range(repeats)]
     row = dict(runs[0])
     for key in ("worst_group_risk", "mean_risk", "accuracy", "c", "epsilon_spent", "cpu_seconds"):
         row[key] = float(np.mean([item[key] for item in runs]))
@@ -226,9 +265,18 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--quick", action="store_true", help="200 rounds instead of 1000")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each noised row, averaged (default 3)")
+    parser.add_argument("--equal-only", action="store_true", help="only Adult's equal-weights rows")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rounds = 200 if args.quick else 1000
+    equal = [
+        repeated("adult", "distributed", epsilon, rounds, args.repeats, weights)
+        for weights in WEIGHTS[1:]
+        for epsilon in EPSILONS
+    ]
+    if args.equal_only:
+        publish({"rows": [run("adult", "none", math.inf, rounds, "equal"), *equal]}, args.json)
+        return
     encoding = encoding_costs()
     print(
         f"dp_utility: noised encode + mask {encoding['noised_encode_mask_vs_keystream']:.1f}x the keystream, "
@@ -240,6 +288,7 @@ def main() -> None:
         rows.append(run(dataset, "none", math.inf, rounds))
         for mode in ("local", "distributed"):
             rows.extend(repeated(dataset, mode, epsilon, rounds, args.repeats) for epsilon in EPSILONS)
+    rows.extend(equal)
     publish({"rows": rows, "targets": targets(rows), "encoding": encoding}, args.json)
 
 

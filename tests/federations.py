@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
 import pandas as pd
 
 from fedfair.datasets import load_dataset, partition
-from fedfair.datasets.builtin import ADULT_COLUMNS
-from fedfair.datasets.registry import dataset_info, read_bundled
+from fedfair.datasets.builtin import adult_table
+from fedfair.datasets.registry import dataset_info
 from fedfair.simulation.federation import Federation, federation_from_arrays
 
 
@@ -28,12 +27,4 @@ def adult_by_race(caps: Sequence[int] | None = None) -> Federation:
 def adult_raw_table() -> pd.DataFrame:
     """adult.data as raw text and numbers, as an institution's export of it would read (and the
     built-in loader reads it): what the schema and bundle tests give institutions as their tables."""
-    info = dataset_info("adult")
-    return pd.read_csv(
-        io.BytesIO(read_bundled(info, info.files[0])),
-        header=None,
-        names=ADULT_COLUMNS,
-        skipinitialspace=True,
-        na_values=["?"],
-        keep_default_na=False,
-    )
+    return adult_table(dataset_info("adult"))

@@ -756,8 +756,9 @@ def census_schema() -> Schema:
         label="income",
         classes=("<=50K", ">50K"),
         columns=(
-            Column("age", "numeric"),
-            Column("hours", "numeric"),
+            # Public ranges: under [privacy] the statistics clip each value into them (the noise scenario).
+            Column("age", "numeric", None, (0.0, 120.0)),
+            Column("hours", "numeric", None, (0.0, 100.0)),
             Column("sector", "categorical", (*SECTORS, RARE_SECTOR)),
             Column("country", "categorical", None),
         ),

@@ -68,7 +68,12 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "(the plan's [training] drift_correction; doubles what each site sends)",
     )
     launch.add_argument("--seed", type=int, default=0)
-    launch.add_argument("--evaluate-every", type=int, default=0, help="also evaluate every N rounds (default: last)")
+    launch.add_argument(
+        "--evaluate-every",
+        type=int,
+        help="evaluate every N rounds (default: ten evaluations over the run, as `fedfair init`'s plan has; "
+        "0: after the last round only)",
+    )
     launch.add_argument("--no-secure-aggregation", action="store_true", help="plain sums (for comparison only)")
     launch.add_argument("--no-fedavg", action="store_true", help="skip the in-process FedAvg comparison")
     launch.set_defaults(handler=_launch_command)

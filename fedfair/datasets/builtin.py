@@ -106,23 +106,26 @@ def load_dataset(name: str, *, cache_dir: Path | None = None) -> Dataset:
     return dataset
 
 
+def adult_table(info: DatasetInfo, part: int = 0) -> pd.DataFrame:
+    """Adult's bundled adult.data (`part` 0) or adult.test (1) as raw text and numbers, "?" as a gap.
+
+    What an institution's own export of it would read; the built-in dataset's rows, in order.
+    """
+    # adult.test starts with "|1x3 Cross validator".
+    return pd.read_csv(
+        io.BytesIO(read_bundled(info, info.files[part])),
+        header=None,
+        names=ADULT_COLUMNS,
+        skiprows=part,
+        skipinitialspace=True,
+        na_values=["?"],
+        keep_default_na=False,
+    )
+
+
 def _load_adult(info: DatasetInfo) -> Dataset:
     """UCI Adult with its published split; "?" (unknown) is kept as the category "missing"."""
-    train_file, test_file = info.files
-    tables = []
-    for data_file, header_lines in ((train_file, 0), (test_file, 1)):  # adult.test starts with "|1x3 Cross validator"
-        tables.append(
-            pd.read_csv(
-                io.BytesIO(read_bundled(info, data_file)),
-                header=None,
-                names=ADULT_COLUMNS,
-                skiprows=header_lines,
-                skipinitialspace=True,
-                na_values=["?"],
-                keep_default_na=False,
-            )
-        )
-    train, test = tables
+    train, test = adult_table(info, 0), adult_table(info, 1)
     features = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
     return _income_dataset(info, train, test, features, ADULT_CATEGORICAL, ["race", "sex", "native-country"])
 

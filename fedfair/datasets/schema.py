@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from fedfair.core.errors import ConfigError
-from fedfair.core.tables import Table, shown
+from fedfair.core.tables import Table, finite_number, shown
 from fedfair.datasets.tabular import MAX_CATEGORIES, as_text, is_numeric
 
 ColumnKind = Literal["numeric", "categorical"]
@@ -48,11 +48,18 @@ OTHER_LEVEL = "<other>"
 
 @dataclass(frozen=True)
 class Column:
-    """One feature column: numeric, or categorical with listed categories (None: learn them from hash buckets)."""
+    """One feature column: numeric, or categorical with listed categories (None: learn them from hash buckets).
+
+    ``range`` is a numeric column's public bound [low, high]: under the plan's ``[privacy]`` each value is
+    clipped into it before it enters the noised statistics, which bounds what one record can move them
+    (:func:`fedfair.datasets.statistics.noised_statistics_vector`). It should come from what the field can
+    hold (an age within [0, 120]), not from a site's rows. None: no bound stated.
+    """
 
     name: str
     kind: ColumnKind
     categories: tuple[str, ...] | None = None
+    range: tuple[float, float] | None = None
 
     @property
     def learned(self) -> bool:
@@ -107,6 +114,15 @@ class Schema:
                 )
             if column.kind == "numeric" and column.categories is not None:
                 raise ConfigError(f"[schema] numeric column {column.name!r} cannot list categories; remove them")
+            if column.range is not None:
+                low, high = column.range
+                if column.kind != "numeric":
+                    raise ConfigError(f"[schema] categorical column {column.name!r} cannot have a range; remove it")
+                if not (math.isfinite(low) and math.isfinite(high) and low < high):
+                    raise ConfigError(
+                        f"[schema] column {column.name!r} range = [{low:g}, {high:g}] must be two finite numbers, "
+                        "low < high; fix the range"
+                    )
             if column.categories is not None and (
                 not column.categories or len(set(column.categories)) != len(column.categories)
             ):
@@ -138,10 +154,16 @@ class Schema:
         """Read the plan's ``[schema]`` table (TOML or JSON); every error is one line naming ``source`` and the fix."""
         section = Table(source, "schema", data, _SCHEMA_KEYS)
         columns = []
-        for table in section.entries("columns", ("name", "type", "categories")):
+        for table in section.entries("columns", ("name", "type", "categories", "range")):
             name = table.string("name")
             kind = cast(ColumnKind, table.string("type", choices=COLUMN_KINDS))
             categories: tuple[str, ...] | None = None
+            bounds: tuple[float, float] | None = None
+            if table.given("range"):
+                pair = table.items("range", finite_number, "[low, high], two numbers, e.g. [0, 120]")
+                if len(pair) != 2:
+                    table.bad("range", pair, "[low, high], two numbers, e.g. [0, 120]")
+                bounds = (float(pair[0]), float(pair[1]))
             if kind == "categorical":
                 if table.data.get("categories") != LEARN:
                     categories = table.strings("categories", f'a list of strings or "{LEARN}"')
@@ -150,7 +172,7 @@ class Schema:
                     f"{table.where} numeric column {name!r} cannot have categories; "
                     'remove them or set type = "categorical"'
                 )
-            columns.append(Column(name, kind, categories))
+            columns.append(Column(name, kind, categories, bounds))
         label = section.string("label")
         classes = section.strings("classes", "a list of at least two label values")
         missing = cast(MissingPolicy, section.string("missing", "refuse", choices=MISSING_POLICIES))
@@ -172,6 +194,8 @@ class Schema:
             entry: dict[str, object] = {"name": column.name, "type": column.kind}
             if column.kind == "categorical":
                 entry["categories"] = LEARN if column.categories is None else list(column.categories)
+            if column.range is not None:
+                entry["range"] = list(column.range)
             columns.append(entry)
         return {
             "label": self.label,
@@ -193,7 +217,11 @@ class Schema:
             line = f"{key} = {toml_value(value)}"
             lines += [f"{line}  # {_KEY_NOTES[key]}" if commented and key in _KEY_NOTES else line]
         if commented:
-            lines.append(f'# each column: type = "numeric" | "categorical"; categories = [...] or "{LEARN}"')
+            lines.append(
+                f'# each column: type = "numeric" | "categorical"; categories = [...] or "{LEARN}"; a numeric '
+                "column's range = [low, high] is public (values are clipped into it for the noised statistics): "
+                "widen it to what the field can hold, not what one table holds"
+            )
         for column in columns:
             lines += ["", "[[schema.columns]]"] + [f"{key} = {toml_value(value)}" for key, value in column.items()]
         return "\n".join(lines) + "\n"
@@ -304,6 +332,21 @@ def _distinct_text(series: pd.Series) -> list[str]:
     return sorted({value for value in text if value is not None and value not in others})
 
 
+def drafted_range(values: np.ndarray) -> tuple[float, float] | None:
+    """A public-looking bound around `values`: low and high rounded outward to the leading digit's place.
+
+    Ages 18 to 90 give [10, 90]; 0.02 to 3.7 give [0, 4]. Coarse on purpose, and a draft: the operator
+    widens it to what the field can hold before sharing the plan. None for a column with no value.
+    """
+    if values.size == 0:
+        return None
+    low, high = float(values.min()), float(values.max())
+    magnitude = max(abs(low), abs(high))
+    step = 10.0 ** math.floor(math.log10(magnitude)) if magnitude > 0 else 1.0
+    low, high = math.floor(low / step) * step, math.ceil(high / step) * step
+    return (low, high) if low < high else (low, low + step)
+
+
 def draft_schema(
     table: pd.DataFrame, label: str, features: Sequence[str] | None = None, *, learn_categories: bool = False
 ) -> Schema:
@@ -335,7 +378,8 @@ def draft_schema(
             magnitudes = np.abs(series.to_numpy(dtype=np.float64, na_value=np.nan))
             finite = magnitudes[np.isfinite(magnitudes)]
             largest = max(largest, float(finite.max()) if finite.size else 0.0)
-            schema_columns.append(Column(name, "numeric"))
+            numbers = series.to_numpy(dtype=np.float64, na_value=np.nan)
+            schema_columns.append(Column(name, "numeric", None, drafted_range(numbers[np.isfinite(numbers)])))
             continue
         values = _distinct_text(series)
         if not learn_categories and len(values) > MAX_CATEGORIES:

@@ -331,11 +331,15 @@ class TrainingNoise:
     release: the Skellam release of one step (mu: the honest parties' total; l1, l2 in encoded units after
         rounding; the sampling rate); ``steps`` holds the planned steps.
     addon: what rounding and wraps add to delta (:func:`~fedfair.privacy.rounding.delta_addon`); the RDP conversion uses delta - addon.
+    weight_per_record: the sites' largest weight per expected batch record w_k / b_k the sensitivity was
+        scaled by (:func:`fedfair.privacy.calibration.record_sensitivity`); a party's unweighted update is
+        bounded by the sensitivity over it.
     """
 
     fractional_bits: int
     release: Release
     addon: float
+    weight_per_record: float = 1.0
 
     def epsilon(self, steps: int, delta: float) -> float:
         """Epsilon at ``delta`` (the promised one, add-on included) after ``steps`` steps."""

@@ -16,5 +16,7 @@ PROFILE_NAMES = ("figure1", "full", "quick", "table")
 STUDY_METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "bpf", "dro", "central-cvar", "central-erm", "fedminmax")
 """The methods the paper study runs (``--methods``), in the order of its labels."""
 
-RAY_INSTALL_HINT = "pip install 'fedfair-rcvar[ray]' (in a checkout: .venv/bin/pip install -c constraints.txt -e '.[ray]')"
+RAY_INSTALL_HINT = (
+    "pip install 'fedfair-rcvar[ray]' (in a checkout: .venv/bin/pip install -c constraints.txt -e '.[ray]')"
+)
 """How to install Ray, which ``--ray`` needs and nothing else in fedfair does."""

@@ -1,10 +1,9 @@
 """Federated preprocessing: the one secure sum before training that gives every site the same encoder.
 
-When the plan has a ``[schema]``, the aggregator runs a *statistics aggregation*
-before round 1: each collaborator checks its table against the schema and sends
-:func:`fedfair.datasets.schema.statistics_vector` (exact integers: counts, limbs of
-sums and sums of squares) through the same six secure-aggregation stages as an
-evaluation, bound to round 0. Only the total is revealed. The aggregator turns it
+With a ``[schema]`` the aggregator runs a *statistics aggregation* before round 1: each
+collaborator checks its table and sends its statistics (exact, or under ``report_epsilon``
+noised and charged: :mod:`fedfair.datasets.statistics`) through the six secure-aggregation
+stages of an evaluation, bound to round 0. Only the total is revealed. The aggregator turns it
 into the :class:`~fedfair.datasets.schema.Encoder` and serves the encoder's JSON as
 the input of every TRAIN stage, so a collaborator that joins (or rejoins) later
 encodes with the same statistics; the encoder also goes into the model bundle.
@@ -24,6 +23,8 @@ from fedfair.core.models import load_factory
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import Schema
 from fedfair.datasets.statistics import (
+    NOISED_MAX_SITE_ROWS,
+    NOISED_STATISTICS_FRACTIONAL_BITS,
     STATISTICS_CLIP,
     STATISTICS_FRACTIONAL_BITS,
     STATISTICS_MAX_WEIGHT,
@@ -46,6 +47,21 @@ STATISTICS_ENCODING = EncodingConfig(
     modulus_bits=STATISTICS_MODULUS_BITS,
 )
 """How a statistics vector is encoded: integers below 2^47, weight 1, summed exactly modulo 2^64."""
+
+NOISED_STATISTICS_ENCODING = EncodingConfig(
+    clip=float(NOISED_MAX_SITE_ROWS),
+    max_weight=STATISTICS_MAX_WEIGHT,
+    fractional_bits=NOISED_STATISTICS_FRACTIONAL_BITS,
+    modulus_bits=STATISTICS_MODULUS_BITS,
+)
+"""How a noised statistics vector is encoded (each party then adds its Skellam share to the words):
+coordinates below 2^32, 2^-12 resolution, weight 1, modulo 2^64."""
+
+
+def statistics_encoding(noised: bool) -> EncodingConfig:
+    """The statistics' encoding: the noised layout's when the plan's [privacy] noises them, else the exact one's."""
+    return NOISED_STATISTICS_ENCODING if noised else STATISTICS_ENCODING
+
 
 MAX_ENCODER_BYTES = 4 << 20
 """An encoder's JSON is a few KB per hundred features; anything past this is not one."""

@@ -415,10 +415,11 @@ def noised_encoding(
     """`encoding` with the noise step of a distributed DP-SGD round.
 
     `noise`'s fractional bits, this party's Skellam `share` mu, the norm bound NORM_SLACK times one record's
-    sensitivity, and a rotation keyed by the federation and the round; what every party and the server of one
-    round derive alike.
+    sensitivity at a weight of one per batch record (the unweighted update's scale: the sensitivity over
+    ``noise.weight_per_record``), and a rotation keyed by the federation and the round; what every party and the
+    server of one round derive alike.
     """
-    sensitivity = math.ldexp(1.0, -noise.fractional_bits) * noise.release.l2
+    sensitivity = math.ldexp(1.0, -noise.fractional_bits) * noise.release.l2 / noise.weight_per_record
     step = NoiseConfig(
         mu=share,
         norm_clip=NORM_SLACK * sensitivity,

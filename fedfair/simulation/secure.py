@@ -34,6 +34,8 @@ class DistributedDP:
         target (each one's own accounting, at its own rate, is then an upper bound).
     rounds: the planned rounds (one step each).
     colluders: how many collaborators may collude with the aggregator; the other survivors carry the noise.
+    weight_per_record: the largest w_k / b_k of the sums' weights, which scales one record's sensitivity
+        (:func:`fedfair.privacy.calibration.record_sensitivity`).
     """
 
     privacy: PrivacyConfig
@@ -42,6 +44,7 @@ class DistributedDP:
     sample_rate: float
     rounds: int
     colluders: int = 0
+    weight_per_record: float = 1.0
 
     def __post_init__(self) -> None:
         if self.privacy.mode != "distributed" or not self.privacy.enabled:
@@ -52,7 +55,14 @@ class DistributedDP:
         objective = self.objective
         threshold = None if objective is None else threshold_clip(self.privacy, objective.epsilon, objective.rho)
         return distributed_training_noise(
-            self.privacy, self.local.lr, self.local.threshold_lr, threshold, self.sample_rate, self.rounds, dimension
+            self.privacy,
+            self.local.lr,
+            self.local.threshold_lr,
+            threshold,
+            self.sample_rate,
+            self.rounds,
+            dimension,
+            self.weight_per_record,
         )
 
 

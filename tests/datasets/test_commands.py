@@ -38,7 +38,10 @@ def test_data_schema_prints_a_section_the_plan_reads_back(tmp_path: Path, capsys
     assert args.handler(args) == 0
     schema = Schema.from_mapping(tomllib.loads(capsys.readouterr().out)["schema"], "plan.toml")
     assert schema == draft_schema(table, "outcome", ["age", "smoker"])
-    assert schema.columns == (Column("age", "numeric"), Column("smoker", "categorical", ("no", "yes")))
+    assert schema.columns == (
+        Column("age", "numeric", None, (30.0, 60.0)),
+        Column("smoker", "categorical", ("no", "yes")),
+    )
     assert (schema.classes, schema.missing) == (("ill", "ok"), "impute")
     args = parser.parse_args(["data", "schema", "--csv", str(tmp_path / "clinic.csv"), "--label", "outcome",
                               "--learn-categories"])  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tomllib
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import Schema, draft_schema
 from fedfair.datasets.builtin import ADULT_COLUMNS
-from fedfair.datasets.schema import Column
+from fedfair.datasets.schema import COLUMN_KINDS, Column, drafted_range
 
 
 ADULT_FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
@@ -36,6 +37,12 @@ ADULT_FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "inco
          r"#1 categories must be a list of strings or \"learn\", got \"learnt\""),
         ({"columns": [{"name": "city", "type": "categorical", "categories": ["São Paulo", "São Paulo"]}]},
          r"plan.toml: \[schema\] column 'city' must list distinct categories, got \[\"São Paulo\", \"São Paulo\"\]"),
+        ({"columns": [{"name": "age", "type": "numeric", "range": [120, 0]}]},
+         r"plan.toml: \[schema\] column 'age' range = \[120, 0\] must be two finite numbers, low < high"),
+        ({"columns": [{"name": "age", "type": "numeric", "range": [0]}]},
+         r"#1 range must be \[low, high\], two numbers, e.g. \[0, 120\], got \[0\]"),
+        ({"columns": [{"name": "c", "type": "categorical", "categories": ["a"], "range": [0, 1]}]},
+         r"plan.toml: \[schema\] categorical column 'c' cannot have a range"),
     ],
 )  # fmt: skip
 def test_schema_from_mapping_refuses_each_mistake_with_the_fix(change: dict[str, object], message: str) -> None:
@@ -54,9 +61,13 @@ def schemas(draw: st.DrawFn) -> Schema:
     label, features = column_names[0], column_names[1:]
     columns = []
     for name in features:
-        kind = draw(st.sampled_from(["numeric", "categorical"]))
+        kind = draw(st.sampled_from(COLUMN_KINDS))
         categories = draw(st.none() | st.lists(names, min_size=1, max_size=4, unique=True).map(tuple))
-        columns.append(Column(name, kind, categories if kind == "categorical" else None))
+        bounds = draw(st.none() | st.tuples(st.floats(-1e6, 0.0), st.floats(0.5, 1e6)))
+        if kind == "categorical":
+            columns.append(Column(name, kind, categories))
+        else:
+            columns.append(Column(name, kind, None, bounds))
     fraction_bits = draw(st.integers(0, 30))
     return Schema(
         label=label,
@@ -80,7 +91,7 @@ def test_a_schema_round_trips_through_json_and_toml(schema: Schema) -> None:
 def test_draft_schema_lists_categories_or_learns_them(adult_table: pd.DataFrame) -> None:
     drafted = draft_schema(adult_table, "income", ["age", "race"])
     assert drafted.columns == (
-        Column("age", "numeric"),
+        Column("age", "numeric", None, (10.0, 90.0)),  # ages 17 to 90, rounded outward
         Column("race", "categorical", ("Amer-Indian-Eskimo", "Asian-Pac-Islander", "Black", "Other", "White")),
     )
     assert drafted.missing == "refuse"
@@ -90,3 +101,21 @@ def test_draft_schema_lists_categories_or_learns_them(adult_table: pd.DataFrame)
     assert (wide.max_abs, wide.fraction_bits, wide.classes) == (1e13, 8, ("0", "1"))
     with pytest.raises(ConfigError, match=r"feature column 'salary' not found; choose --features from: age"):
         draft_schema(adult_table, "income", ["salary"])
+
+
+@pytest.mark.parametrize(
+    ("values", "bounds"),
+    [
+        ([18, 90], (10.0, 90.0)),
+        ([0.02, 3.7], (0.0, 4.0)),
+        ([-250.0, 31.0], (-300.0, 100.0)),
+        ([0.0, 0.0], (0.0, 1.0)),
+        ([7.0], (7.0, 8.0)),
+        ([0.0, 99999.0], (0.0, 100000.0)),
+    ],
+)
+def test_a_drafted_range_is_rounded_outward_to_the_leading_digit(
+    values: list[float], bounds: tuple[float, float]
+) -> None:
+    assert drafted_range(np.array(values, dtype=np.float64)) == pytest.approx(bounds)
+    assert drafted_range(np.array([], dtype=np.float64)) is None

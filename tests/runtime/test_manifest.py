@@ -368,7 +368,7 @@ def test_the_pin_covers_the_schema_so_a_numeric_column_cannot_become_categorical
         "label": "income",
         "classes": ["<=50K", ">50K"],
         "columns": [
-            {"name": "age", "type": "numeric"},
+            {"name": "age", "type": "numeric", "range": [0, 120]},
             {"name": "workclass", "type": "categorical", "categories": "learn"},
         ],
     }

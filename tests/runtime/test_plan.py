@@ -545,7 +545,7 @@ SCHEMA_SECTION: dict[str, Any] = {
     "label": "income",
     "classes": ["<=50K", ">50K"],
     "columns": [
-        {"name": "age", "type": "numeric"},
+        {"name": "age", "type": "numeric", "range": [0, 120]},
         {"name": "race", "type": "categorical", "categories": ["White", "Black", "Other"]},
         {"name": "native-country", "type": "categorical", "categories": "learn"},
     ],

@@ -13,7 +13,10 @@ from fedfair.cli import main as cli_main
 from fedfair.core.config import LocalConfig
 from fedfair.core.errors import ConfigError, PrivacyBudgetError
 from fedfair.fairness import sums, tail
-from fedfair.privacy import distributed
+from fedfair.datasets.schema import Column, Schema
+from fedfair.datasets.statistics import NOISED_STATISTICS_FRACTIONAL_BITS
+from fedfair.privacy import distributed, rounding
+from fedfair.privacy.calibration import threshold_clip
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.privacy.ledger import Charge, Ledger
@@ -32,7 +35,10 @@ from fedfair.runtime.plan.privacy import (
     plan_floor,
     privacy_shortfall,
     read_plan_privacy,
+    statistics_release,
+    training_privacy,
 )
+from fedfair.secagg.noise import NORM_SLACK
 from tests.runtime.harness import new_workspace, thread_federation
 
 
@@ -323,3 +329,87 @@ def test_a_plan_without_interim_report_epsilon_keeps_the_digest_it_had_before_th
         tmp_path / "new", ["site-a", "site-b", "site-c"], privacy={"report_epsilon": 1.0, "interim_report_epsilon": 0.2}
     )
     assert shared_content(load_aggregator_plan(new.plan))["privacy"]["interim_report_epsilon"] == 0.2
+
+
+def test_the_statistics_release_spends_one_answers_epsilon_on_the_schemas_sensitivity() -> None:
+    """One record moves the noised statistics of an age (range [0, 120]) and a sex column by L1 = 1 + 3 + 1 = 5
+    and L2 = sqrt(5) real units, 2^12 encoded units each, before rounding inflates them; their release
+    spends report_epsilon at delta less the rounding's beta, to the calibration's tolerance."""
+    schema = Schema(
+        "y", ("no", "yes"), (Column("age", "numeric", None, (0.0, 120.0)), Column("sex", "categorical", ("f", "m")))
+    )
+    release = statistics_release(PlanPrivacy(report_epsilon=1.0), schema)
+    scale, dimension = 2.0**NOISED_STATISTICS_FRACTIONAL_BITS, 1 + 3 + 3
+    assert release.l1 == 5 * scale + dimension
+    assert release.l2 == rounding.rounded_l2(math.sqrt(5) * scale, dimension, ROUNDING_BETA)
+    assert 1.0 - 2e-3 <= distributed.epsilon([release], 1e-5 - ROUNDING_BETA) <= 1.0
+
+
+def test_a_noised_plan_refuses_a_schema_without_public_ranges() -> None:
+    schema = {"label": "y", "classes": ["a", "b"], "columns": [{"name": "age", "type": "numeric"}]}
+    with pytest.raises(ConfigError, match=r"plan.toml: \[schema\] numeric column\(s\) age state no range"):
+        read_learning("plan.toml", {"schema": schema, "privacy": {"report_epsilon": 1.0}}, 3)
+    assert read_learning("plan.toml", {"schema": schema}, 3).schema is not None  # exact statistics need none
+
+
+def test_equal_weights_calibrate_the_training_noise_to_one_records_true_move() -> None:
+    """Under equal weights a site sends its update -lr S / b_k with weight 1, so one record moves the sum by
+    sqrt((lr C)^2 + (threshold_lr C_c)^2) / b_k, and the noise must cover the smallest batch: 1 / 50 of what
+    declared weights (w_k = b_k, one record moving it by the whole) need, here with b = 100, 50, 200. The
+    unweighted update keeps its own bound, so the encoder projects equal and declared updates alike."""
+    sizes = {"site-a": 2000, "site-b": 1000, "site-c": 4000}
+    data: dict[str, dict[str, object]] = {
+        "training": {"rounds": 20, "local_steps": 1, "batch_fraction": 0.05},
+        "secure_aggregation": {"modulus_bits": 64},
+        "privacy": {"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0},
+    }
+    equal = read_learning("plan.toml", {**data, "influence": {"weights": "equal", "sizes": sizes}}, 3)
+    declared = read_learning("plan.toml", {**data, "influence": {"weights": "declared", "sizes": sizes}}, 3)
+    assert equal.influence.weight_per_record(0.05) == 1 / 50 and declared.influence.weight_per_record(0.05) == 1.0
+    dimension = 101
+    noise, _ = equal.training_noise(3, dimension)
+    local, objective = equal.training.local, equal.objective
+    threshold = threshold_clip(training_privacy(equal.privacy, 0.05), objective.epsilon, objective.rho)
+    exact = math.hypot(local.lr * 5.0, local.threshold_lr * threshold) / 50
+    expected = distributed.training_noise(2.0, 1e-5, exact, 0.05, 20, distributed.padded_dimension(dimension))
+    assert (noise.fractional_bits, noise.release) == (expected.fractional_bits, expected.release)
+    before, _ = declared.training_noise(3, dimension)
+
+    def std(calibrated: distributed.TrainingNoise) -> float:
+        return math.sqrt(2.0 * calibrated.release.mu) / 2.0**calibrated.fractional_bits
+
+    # Rounding inflates each sensitivity by about d / 4 units of 2^11 to 2^12: under 1%.
+    assert std(noise) == pytest.approx(std(before) / 50, rel=0.01)
+    clip = [settings.training_encoding("fed", 3, 1, dimension).noise for settings in (equal, declared)]
+    assert clip[0] is not None and clip[1] is not None
+    assert clip[0].norm_clip == pytest.approx(clip[1].norm_clip, rel=0.01)
+    assert clip[1].norm_clip == pytest.approx(NORM_SLACK * exact * 50, rel=0.01)
+
+
+@pytest.mark.slow
+def test_equal_weights_train_inside_the_secure_sum_with_the_noise_one_record_needs(tmp_path: Path) -> None:
+    """Three real collaborators over mutual TLS under equal weights and mode = "distributed": every round
+    applies (the encoder bounds the unweighted update at its own scale, not the smaller sensitivity), and
+    the mean update carries the noise calibrated to one record's move over the smallest batch."""
+    names = ["site-a", "site-b", "site-c"]
+    sections: dict[str, dict[str, object]] = {
+        "training": {"rounds": 2, "local_steps": 1, "batch_fraction": 0.05},
+        "secure_aggregation": {"modulus_bits": 64},
+        "privacy": {"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0},
+    }
+    # The sizes a workspace declares for Adult's race split (DP fixes each batch from them).
+    declared = load_aggregator_plan(new_workspace(tmp_path / "sizes", names, **sections).plan).influence.sizes
+    workspace = new_workspace(tmp_path / "equal", names, **sections, influence={"weights": "equal", "sizes": declared})
+    with thread_federation(workspace) as federation:
+        federation.join(300)
+    assert not federation.errors, federation.errors
+    plan = federation.plan
+    assert plan.influence.weight_per_record(plan.batch_fraction) == 1 / min(
+        max(round(0.05 * size), 1) for size in declared.values()
+    )
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied", "applied"]
+    dimension = plan.model.features * plan.model.classes + plan.model.classes + 1  # theta (logreg) and c
+    noise, share = plan.training_noise(3, dimension)
+    expected = math.sqrt(2.0 * 3 * share) / 2.0**noise.fractional_bits / 3  # three parties' shares, over W = 3
+    assert all(record["mean_update_noise_std"] == pytest.approx(expected, rel=1e-9) for record in log)

@@ -50,7 +50,7 @@ def test_another_federation_renders_a_plan_and_configs_that_load(tmp_path: Path)
 
 
 def test_a_schema_replaces_the_model_sizes_and_each_site_reads_its_table(tmp_path: Path) -> None:
-    schema = '[schema]\nlabel = "y"\nclasses = ["0", "1"]\n\n[[schema.columns]]\nname = "x"\ntype = "numeric"\n'
+    schema = '[schema]\nlabel = "y"\nclasses = ["0", "1"]\n\n[[schema.columns]]\nname = "x"\ntype = "numeric"\nrange = [0, 1]\n'
     federation = templates.Federation("f", ("a", "b"), schema=schema, table="data/t.csv")
     text = templates.render_plan(federation)
     assert text.endswith(schema) and "\nfeatures = " not in text

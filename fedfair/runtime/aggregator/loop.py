@@ -251,17 +251,18 @@ class RoundLoop:
         the same encoder. One attempt: it raises StatisticsError, ABORTED (which
         :meth:`_statistics` retries) or NO_ENCODER (a sum that gives no encoder).
         """
-        schema = self.plan.schema
-        assert schema is not None  # prepare() leaves no checkpoint only for plans with a [schema]
         participants = self._participants(STATISTICS_ROUND, wait_for_everyone=True)
         self.network.board.new_round(STATISTICS_ROUND)
-        encoder, contributors = statistics_encoder(schema, self.driver, participants)
+        encoder, contributors, noise_std = statistics_encoder(self.plan, self.driver, participants)
         logger.info(
-            "statistics aggregation: %d rows from %s give %d features (%d classes); every site encodes with them",
+            "statistics aggregation: %d rows from %s give %d features (%d classes)%s; every site encodes with them",
             encoder.rows,
             ", ".join(contributors),
             encoder.num_features,
             len(encoder.class_names),
+            f", noised (standard deviation {noise_std:.3g} per count and sum, charged to each site)"
+            if noise_std
+            else "",
         )
         self.events.emit(
             "statistics",

@@ -15,7 +15,7 @@ from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
-from fedfair.runtime.preprocessing import STATISTICS_ENCODING
+from fedfair.runtime.preprocessing import statistics_encoding
 from fedfair.runtime.report.page import refresh_report
 from fedfair.secagg import check_no_wraparound
 
@@ -37,7 +37,7 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
         # the plan was read), the evaluation answers and, under a [schema], the table statistics.
         encodings = [sums.ENCODING]
         if plan.schema is not None:
-            encodings.append(STATISTICS_ENCODING)
+            encodings.append(statistics_encoding(plan.privacy.noised))
         for encoding in encodings:
             check_no_wraparound(encoding.clip, encoding.fractional_bits, encoding.modulus_bits, n, encoding.max_weight)
     digest, content = plan_digest(plan), plan_content(plan)

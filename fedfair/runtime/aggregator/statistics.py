@@ -1,8 +1,10 @@
 """The statistics aggregation before round 1, for plans with a [schema]: one attempt, as a function.
 
 One secure sum of every site's counts and sums (:mod:`fedfair.datasets.statistics`) gives the
-encoder all sites share. :class:`~fedfair.runtime.aggregator.loop.RoundLoop` runs an attempt
-until one gives the encoder, saves it with the initial model, and tells the operator.
+encoder all sites share: exact, or under the plan's [privacy] report_epsilon noised inside the sum
+(each site charged its ledger first), in which case the encoder is estimated from the noised sum.
+:class:`~fedfair.runtime.aggregator.loop.RoundLoop` runs an attempt until one gives the encoder,
+saves it with the initial model, and tells the operator.
 """
 
 from __future__ import annotations
@@ -11,33 +13,55 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError, RoundAbortedError, StatisticsError, StatisticsReason
 from fedfair.datasets.encoder import Encoder
-from fedfair.datasets.schema import Schema
-from fedfair.datasets.statistics import encoder_from_statistics, statistics_dimension
+from fedfair.datasets.statistics import (
+    NOISED_STATISTICS_FRACTIONAL_BITS,
+    encoder_from_noised_statistics,
+    encoder_from_statistics,
+    statistics_dimension,
+)
 from fedfair.runtime.aggregator.driver import SumDriver
 from fedfair.runtime.contract import EVALUATION
-from fedfair.runtime.preprocessing import STATISTICS_ENCODING, STATISTICS_KIND, STATISTICS_ROUND
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
+from fedfair.runtime.plan.privacy import decoded_noise_std, statistics_release
+from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
 
 
-def statistics_encoder(schema: Schema, driver: SumDriver, participants: frozenset[str]) -> tuple[Encoder, list[str]]:
-    """One attempt: the federation's encoder and who contributed to its sum.
+def statistics_encoder(
+    plan: AggregatorPlan, driver: SumDriver, participants: frozenset[str]
+) -> tuple[Encoder, list[str], float]:
+    """One attempt: the federation's encoder, who contributed to its sum, and the sum's noise standard deviation.
+
+    The noise is 0 for exact statistics; under the plan's [privacy] report_epsilon it is each coordinate's
+    standard deviation (real units) over the contributors' shares (:func:`statistics_release`).
 
     Raises StatisticsError: ABORTED when the aggregation aborted or named culprits (a later attempt
     may do better), NO_ENCODER when its sum gives no encoder (the same sites would give the same sum).
     """
+    schema, noised = plan.schema, plan.privacy.noised
+    assert schema is not None  # only a plan with a [schema] aggregates statistics
     nothing = (np.zeros(0), 0.0)  # no model is involved: the sites send what their tables hold
+    noise_std = 0.0
     try:
         outcome = driver.run(
             STATISTICS_ROUND,
             EVALUATION,
             participants,
-            statistics_dimension(schema),
-            STATISTICS_ENCODING,
+            statistics_dimension(schema, noised=noised),
+            statistics_encoding(noised),
             nothing,
             kind=STATISTICS_KIND,
         )
         if outcome.culprits:
             raise RoundAbortedError("misbehaving collaborators", outcome.culprits)
-        encoder = encoder_from_statistics(schema, outcome.weighted_sum)
+        if noised:
+            floor = plan.survivor_floor(len(plan.collaborators))
+            release = statistics_release(plan.privacy, schema)
+            colluders = plan.secure_aggregation.max_colluding
+            summands = len(outcome.contributors)
+            noise_std = decoded_noise_std(release, floor, colluders, summands, NOISED_STATISTICS_FRACTIONAL_BITS)
+            encoder = encoder_from_noised_statistics(schema, outcome.weighted_sum, noise_std)
+        else:
+            encoder = encoder_from_statistics(schema, outcome.weighted_sum)
     except RoundAbortedError as error:
         named = "".join(f"; {name} misbehaved ({why})" for name, why in sorted(error.culprits.items()))
         raise StatisticsError(
@@ -51,4 +75,4 @@ def statistics_encoder(schema: Schema, driver: SumDriver, participants: frozense
             f"the statistics aggregation before round 1 failed: {error}. Nothing was trained or "
             "written; start the aggregator again (without --resume) once every collaborator runs",
         ) from None
-    return encoder, list(outcome.contributors)
+    return encoder, list(outcome.contributors), noise_std

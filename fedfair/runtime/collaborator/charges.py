@@ -18,13 +18,14 @@ from collections import Counter
 
 import numpy as np
 
+from fedfair.privacy.distributed import Release
 from fedfair.privacy.ledger import RESET, Charge, Ledger, ledger_path
 from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings
 from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
 from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
-from fedfair.runtime.plan.privacy import ROUNDING_BETA, answer_release, party_mu
+from fedfair.runtime.plan.privacy import ROUNDING_BETA, answer_release, party_mu, statistics_release
 from fedfair.secagg import prg
 from fedfair.secagg.noise import skellam
 
@@ -90,14 +91,7 @@ class Charges:
         if not privacy.noised:
             return
         release = answer_release(privacy, columns, final=round_number == self.shared.training.rounds)
-        spent = self.record.charge(
-            Charge("evaluate", round_number, model, release, privacy.delta, ROUNDING_BETA), self.budget
-        )
-        floor = self.shared.survivor_floor(self.shared.collaborator_count)
-        mu = party_mu(release, floor, self.shared.secure_aggregation.max_colluding)
-        # Every coordinate but the last, the weight (1 per answer: the count of answers, public anyway).
-        noise = skellam(mu, encoded.size - 1, os.urandom(prg.KEY_BYTES))
-        encoded[:-1] += noise.view(encoded.dtype)  # wraps modulo 2^k, as the masks do
+        mu, spent = self._noise(encoded, "evaluate", round_number, model, release)
         logger.info(
             "%s: round %d evaluation: Skellam noise (mu %.4g per coordinate) added; epsilon %.3g of budget %g spent",
             self.config.name,
@@ -107,6 +101,45 @@ class Charges:
             self.budget,
             extra=per_round(round_number, self.shared.training.rounds),
         )
+
+    def statistics(self, encoded: np.ndarray, round_number: int, model: str) -> None:
+        """Under the plan's [privacy] report_epsilon: charge and noise the table statistics sent before round 1.
+
+        As :meth:`evaluation` does for an answer, with the statistics' own release
+        (:func:`~fedfair.runtime.plan.privacy.statistics_release`). A no-op for exact reports.
+        """
+        privacy, schema = self.shared.privacy, self.shared.schema
+        if not privacy.noised or schema is None:
+            return
+        release = statistics_release(privacy, schema)
+        mu, spent = self._noise(encoded, "statistics", round_number, model, release)
+        logger.info(
+            "%s: table statistics: Skellam noise (mu %.4g per coordinate; one record moves them by %.4g in L2, "
+            "encoded units) added; epsilon %.3g of budget %g spent",
+            self.config.name,
+            mu,
+            release.l2,
+            spent,
+            self.budget,
+        )
+
+    def _noise(
+        self, encoded: np.ndarray, kind: str, round_number: int, model: str, release: Release
+    ) -> tuple[float, float]:
+        """Charge `release` to the ledger, then add this party's share of its noise to `encoded` in place.
+
+        Every coordinate but the last, the weight (1 per answer: the count of answers, public anyway), gets
+        Skellam noise from the OS's CSPRNG. Returns the share's mu and the epsilon spent so far.
+        """
+        privacy = self.shared.privacy
+        spent = self.record.charge(
+            Charge(kind, round_number, model, release, privacy.delta, ROUNDING_BETA), self.budget
+        )
+        floor = self.shared.survivor_floor(self.shared.collaborator_count)
+        mu = party_mu(release, floor, self.shared.secure_aggregation.max_colluding)
+        noise = skellam(mu, encoded.size - 1, os.urandom(prg.KEY_BYTES))
+        encoded[:-1] += noise.view(encoded.dtype)  # wraps modulo 2^k, as the masks do
+        return mu, spent
 
 
 def data_identity(data: DataSettings) -> dict[str, object]:

@@ -25,6 +25,7 @@ from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError, FailureError, PermanentFailureError, WireError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.datasets.encoder import Encoder as TableEncoder
+from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import check_identity
 from fedfair.runtime.collaborator.preparation import Joined, Prepared, as_participant, encode_table, join, prepare
@@ -56,7 +57,7 @@ from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, PLAN_CHANGED
 from fedfair.runtime.manifest import setting_differences
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.plan.model import ModelSettings
-from fedfair.runtime.preprocessing import STATISTICS_ENCODING, STATISTICS_KIND, STATISTICS_ROUND
+from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
 from fedfair.secagg import Encoder
 from fedfair.runtime.transport import pb, pb_grpc
 
@@ -304,8 +305,12 @@ class Collaborator(TaskStream):
             vector = self.joined.statistics
             statistics = Work(binding.round, EVALUATION, vector, 1.0)
             if self.shared.secure_aggregation.enabled and vector is not None:
-                encoder = Encoder(STATISTICS_ENCODING, self.shared.collaborator_count)
+                encoder = Encoder(statistics_encoding(self.shared.privacy.noised), self.shared.collaborator_count)
                 statistics.encoded = encoder.encode(vector, 1.0)
+                # Charged and noised (under the plan's [privacy]) before the bits are kept and sent.
+                Charges(self.config, self.shared, self.joined.record).statistics(
+                    statistics.encoded, binding.round, STATISTICS_KIND
+                )
             return StartJob(lambda: kept(statistics, view), "")
         return self._rounds().evaluate(stub, binding, self._evaluation_answers)
 

@@ -26,7 +26,7 @@ from fedfair.core.errors import ConfigError, PermanentFailureError, WireError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
-from fedfair.datasets.statistics import statistics_vector
+from fedfair.datasets.statistics import noised_statistics_vector, statistics_vector
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
@@ -146,7 +146,10 @@ def join(
     # The table is checked now, before any round; it is encoded once the statistics of every
     # site's table arrive with the first TRAIN stage (fedfair.runtime.preprocessing).
     schema_table = check_schema_table(config, shared, table)
-    statistics = statistics_vector(shared.schema, schema_table.train, schema_table.source)
+    # Under the plan's [privacy] the noised layout (values clipped into public ranges, nothing withheld),
+    # whose noise the statistics step adds and charges (Charges.statistics).
+    describe = noised_statistics_vector if shared.privacy.noised else statistics_vector
+    statistics = describe(shared.schema, schema_table.train, schema_table.source)
     logger.info(
         "%s: joined federation %s (secure aggregation %s); %d training and %d held-out rows fit the "
         "plan's schema; waiting for the federation's statistics",

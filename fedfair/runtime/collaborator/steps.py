@@ -34,11 +34,7 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
-from fedfair.runtime.preprocessing import (
-    STATISTICS_ENCODING,
-    STATISTICS_KIND,
-    STATISTICS_ROUND,
-)
+from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
 from fedfair.runtime.transport import pb
 from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
@@ -138,7 +134,9 @@ class Participant:
         """
         if work.stages is EVALUATION:
             if self.shared.schema is not None and work.round == STATISTICS_ROUND:
-                return STATISTICS_KIND, statistics_dimension(self.shared.schema), STATISTICS_ENCODING
+                noised = self.shared.privacy.noised
+                dimension = statistics_dimension(self.shared.schema, noised=noised)
+                return STATISTICS_KIND, dimension, statistics_encoding(noised)
             # The length, composition counts included, is this plan's: no column name travels in a round.
             return "evaluate", self.shared.evaluation_length(work.round), sums.ENCODING
         dimension = update_dimension(self.parameters, self.shared.training.local.corrects_drift)

@@ -33,11 +33,19 @@ from fedfair.runtime.progress import Progress
 if TYPE_CHECKING:
     from fedfair.runtime.local.workspace import Workspace
     from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
+    from fedfair.runtime.plan.privacy import PlanPrivacy
 
 DEFAULT_ROUNDS = 300
 """About 30 s on two slow cores (a round is a few milliseconds of training and some dozen
 loopback round trips, about 0.06 s), enough for FedSRCVaR to pull the worst group's risk well
 below FedAvg's on Adult."""
+
+EVALUATIONS = 10
+"""Federated evaluations a launch runs by default, the last after the final round: what `fedfair init`'s
+plan runs (50 rounds, every 5), so the risk chart has as many points and the answers spend the same."""
+
+COMPOSITION = ("race", "sex")
+"""The columns Adult's worst-off group is described by (the composition `fedfair init`'s plan suggests)."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +78,21 @@ class Baseline:
 
     label: str
     report: Callable[[AggregatorPlan, str], Mapping[str, float]]
+    note: str = ""
+    """How the baseline's row was obtained, printed under the table."""
 
 
 def format_fairness(
-    fedsrcvar: Mapping[str, Any], baseline: tuple[str, Mapping[str, Any]] | None, rho: float, secure: bool
+    fedsrcvar: Mapping[str, Any],
+    baseline: tuple[str, Mapping[str, Any]] | None,
+    rho: float,
+    secure: bool,
+    note: str = "",
 ) -> str:
-    """The comparison table: the federation's row, the labelled `baseline` row when given, and what they mean."""
+    """The comparison table: the federation's row, the labelled `baseline` row when given, and what they mean.
+
+    `note` says how the baseline's row was obtained.
+    """
     keys = ("worst_risk", "mean_risk", "best_risk", "disparity", "accuracy", "worst_error")
     header = f"{'method':<34}" + "".join(f"{key:>12}" for key in keys)
     rows = [header, "-" * len(header)]
@@ -89,7 +106,7 @@ def format_fairness(
     rows.append(
         f"Held-out cross-entropy over the worst / best {rho:.0%} of people (errors are 0-1). The federated row "
         f"was computed by the aggregator from secure sums of the institutions' threshold counts only "
-        f"(certified within {gap:.1e})."
+        f"(certified within {gap:.1e})." + (f" {note}" if note and baseline is not None else "")
     )
     rows.append(
         "Secure aggregation was ON: the aggregator saw only masked updates and their sum."
@@ -208,6 +225,70 @@ def site_data(dataset: str, collaborators: int) -> dict[str, dict[str, Any]]:
     }
 
 
+def init_settings(names: list[str]) -> dict[str, dict[str, Any]]:
+    """What `fedfair init` writes for these sites that a launch takes as it is: [privacy] and the collusion bound.
+
+    Read from the plan init renders, so the rehearsal follows init's defaults wherever they change.
+    """
+    from fedfair.core.tables import parse_toml
+    from fedfair.runtime.new_federation import default_max_colluding
+    from fedfair.runtime.plan.templates import Federation, render_plan
+
+    federation = Federation("fedfair-launch", tuple(names), max_colluding=default_max_colluding(len(names)))
+    plan = parse_toml(render_plan(federation), "fedfair init's plan")
+    return {
+        "privacy": dict(plan["privacy"]),
+        "secure_aggregation": {"max_colluding": plan["secure_aggregation"]["max_colluding"]},
+    }
+
+
+def evaluation_every(rounds: int, every: int | None) -> int:
+    """``--evaluate-every``, else :data:`EVALUATIONS` evaluations spread over `rounds`."""
+    return every if every is not None else max(1, rounds // EVALUATIONS)
+
+
+def adult_tables(folder: Path, names: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Each institution's own table of Adult (adult.data's rows of its race group, raw text), and their [schema].
+
+    The tables go to `folder`/<site>.csv; a site's [data] names its file. The schema is the one `fedfair data
+    schema` drafts from all of them together (a rehearsal's operator sees every table; a real one drafts from
+    a sample and widens the ranges): listed categories, public ranges, gaps imputed.
+    """
+    from fedfair.datasets import load_dataset, partition
+    from fedfair.datasets.builtin import adult_table
+    from fedfair.datasets.registry import dataset_info
+    from fedfair.datasets.schema import draft_schema
+
+    raw = adult_table(dataset_info("adult")).drop(columns=["fnlwgt"])
+    # The built-in Adult's training rows are adult.data's, in order: its race split picks each site's rows.
+    splits = partition(load_dataset("adult"), SPLITS["adult"].partition, len(names))
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {}
+    for name, split in zip(names, splits, strict=True):
+        path = folder / f"{name}.csv"
+        raw.iloc[split.train_index].to_csv(path, index=False)
+        data[name] = {"csv": str(path)}
+    schema = draft_schema(raw, "income", [column for column in raw.columns if column != "income"])
+    return data, schema.to_mapping()
+
+
+def describe_privacy(privacy: PlanPrivacy, tables: bool) -> str:
+    """One line on what the launch's [privacy] noises (`tables`: with the statistics of a [schema]), or why none."""
+    if not privacy.noised or privacy.report_epsilon is None:
+        return (
+            "no differential privacy (it adds its noise inside the secure sum, which --no-secure-aggregation turns "
+            "off): every evaluation is an exact sum"
+        )
+    interim = privacy.interim_report_epsilon
+    return (
+        "privacy as `fedfair init` sets it: every evaluation answer"
+        + (" and the table statistics before round 1" if tables else "")
+        + f" noised inside the secure sum (the final evaluation at epsilon {privacy.report_epsilon:g}"
+        + (f", earlier ones at {interim:g}" if interim is not None else "")
+        + f"), each institution's budget {privacy.budget:g}"
+    )
+
+
 def round_timeout(collaborators: int) -> float:
     """How long a stage waits for every institution.
 
@@ -224,6 +305,7 @@ def builtin_workspace(args: argparse.Namespace, root: Path) -> Workspace:
     from fedfair.runtime.local.workspace import make_workspace, site_names
 
     names = site_names(args.collaborators)
+    secure = not args.no_secure_aggregation
     training = {
         "rounds": args.rounds or DEFAULT_ROUNDS,
         "local_steps": args.local_steps,
@@ -235,18 +317,30 @@ def builtin_workspace(args: argparse.Namespace, root: Path) -> Workspace:
     }
     if args.drift_correction != "none":  # a plan without the key is today's plan, digest included
         training["drift_correction"] = args.drift_correction
-    data = site_data(args.dataset, len(names))
-    plan = {
+    # What `fedfair init` sets: noised evaluations (privacy needs secure sums, so a plain-sum rehearsal runs
+    # without it) and its collusion bound.
+    defaults = init_settings(names)
+    evaluation: dict[str, Any] = {"every": evaluation_every(args.rounds, args.evaluate_every)}
+    plan: dict[str, Any] = {
         "objective": {"epsilon": args.epsilon, "rho": args.rho},
-        "model": {"features": load_dataset(args.dataset).num_features},
         "training": training,
-        "secure_aggregation": {"enabled": not args.no_secure_aggregation},
+        "secure_aggregation": {"enabled": secure, **(defaults["secure_aggregation"] if secure else {})},
         # A rehearsal waits for every institution and gives up quickly if one hangs.
         "quorum": {"min_collaborators": len(names), "round_timeout_seconds": round_timeout(len(names))},
-        "evaluation": {"every": args.evaluate_every},
+        "evaluation": evaluation,
     }
+    if secure:
+        plan["privacy"] = defaults["privacy"]
+    if args.dataset == "adult":
+        # Institutions' own tables under a [schema], as `fedfair init --csv` plans them: the encoder comes
+        # from the (noised) statistics before round 1, and the report says who is in the worst-off group.
+        data, plan["schema"] = adult_tables(root / "tables", names)
+        evaluation["composition"] = list(COMPOSITION)
+    else:
+        data = site_data(args.dataset, len(names))
+        plan["model"] = {"features": load_dataset(args.dataset).num_features}
     # Careful institutions pin the roster and the plan; a manifest promises secure aggregation.
-    return make_workspace(root, names, plan=plan, data=data, manifest=not args.no_secure_aggregation)
+    return make_workspace(root, names, plan=plan, data=data, manifest=secure)
 
 
 def run_launch(args: argparse.Namespace, baseline: Baseline | None = None) -> int:
@@ -293,6 +387,13 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baselin
         f"{rounds} rounds, secure aggregation {'on' if secure else 'OFF'}; workspace {root}",
         flush=True,
     )
+    composition = plan.evaluation.composition
+    print(
+        f"fedfair launch: {describe_privacy(plan.privacy, plan.schema is not None)}; evaluations every "
+        f"{plan.evaluation.every or rounds} rounds"
+        + (f", the last naming the worst-off group by {' and '.join(composition)}" if composition else ""),
+        flush=True,
+    )
     children: list[Child] = []
     started = time.perf_counter()
     ended = threading.Event()
@@ -327,5 +428,6 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baselin
     else:
         print("The workspace, its report and logs are removed now; run with --keep (or --workdir DIR) to keep them.")
     print()
-    print(format_fairness(report, comparison, plan.objective.rho, summary["secure_aggregation"]))
+    note = "" if baseline is None else baseline.note
+    print(format_fairness(report, comparison, plan.objective.rho, summary["secure_aggregation"], note))
     return 0

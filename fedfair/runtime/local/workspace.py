@@ -22,7 +22,7 @@ def free_port() -> int:
 
 
 def toml_text(sections: Mapping[str, Mapping[str, Any]]) -> str:
-    """Tables of strings, numbers, booleans, lists and inline tables as TOML.
+    """Tables of strings, numbers, booleans, lists (of inline tables too) and inline tables as TOML.
 
     JSON spells all but the inline tables the same way.
     """
@@ -37,6 +37,8 @@ def toml_text(sections: Mapping[str, Mapping[str, Any]]) -> str:
 def _toml_value(value: Any) -> str:
     if isinstance(value, Mapping):
         return "{ " + ", ".join(f"{json.dumps(key)} = {_toml_value(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, list):  # a list of inline tables (a [schema]'s columns) is no JSON
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     return json.dumps(value)
 
 
@@ -103,7 +105,8 @@ def make_workspace(
     plan_path.write_text(toml_text(sections))
     manifest_path = root / "manifest.toml"
     if manifest:
-        write_pinned_manifest(manifest_path, plan_path, certs)
+        colluding = int(sections.get("secure_aggregation", {}).get("max_colluding", 0))
+        write_pinned_manifest(manifest_path, plan_path, certs, colluding)  # the bound the plan states
         sections["aggregator"]["manifest"] = str(manifest_path)
         plan_path.write_text(toml_text(sections))
     configs = {}

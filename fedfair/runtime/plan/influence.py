@@ -70,6 +70,22 @@ class InfluenceSettings:
             )
         return float(declared_batch(self.sizes[name], batch_fraction))
 
+    def weight_per_record(self, batch_fraction: float) -> float:
+        """The largest w_k / b_k over the institutions the plan sizes: what one record's step is scaled by.
+
+        Under distributed DP a site's update is lr times its clipped sum over its expected batch b_k, sent
+        weighted by w_k, so one record moves the secure sum by (w_k / b_k) lr C
+        (:func:`fedfair.privacy.calibration.record_sensitivity`), and the noise must cover the largest:
+        1 under "declared" weights (w_k = b_k), 1 / min b_k under "equal" ones (w_k = 1). Without sizes
+        (no DP: batches are not fixed by the plan) 1, the most an equal weight of 1 over a batch of 1 gives.
+        """
+        if not self.sizes:
+            return 1.0
+        return max(
+            self.weight_of(name, batch_fraction) / declared_batch(size, batch_fraction)
+            for name, size in self.sizes.items()
+        )
+
     def total_weight(self, names: Collection[str], batch_fraction: float) -> float:
         """The agreed total weight of a round's contributors: what the server divides their sum by."""
         return math.fsum(self.weight_of(name, batch_fraction) for name in names)

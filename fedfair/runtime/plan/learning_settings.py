@@ -29,7 +29,13 @@ from fedfair.runtime.plan.evaluation import EvaluationSettings, read_evaluation
 from fedfair.runtime.plan.influence import InfluenceSettings, read_influence
 from fedfair.runtime.plan.limits import PLAN_NUMBER_MAX, number_in, positive
 from fedfair.runtime.plan.model import ModelSettings, read_model
-from fedfair.runtime.plan.privacy import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
+from fedfair.runtime.plan.privacy import (
+    PlanPrivacy,
+    plan_floor,
+    read_plan_privacy,
+    statistics_release,
+    training_noise,
+)
 from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
 from fedfair.core.tables import Table, field_names
 from fedfair.privacy.distributed import TrainingNoise
@@ -191,6 +197,7 @@ class LearningSettings:
             dimension,
             floor,
             secure.max_colluding,
+            self.influence.weight_per_record(self.batch_fraction),
         )
 
     def training_encoding(
@@ -349,8 +356,11 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         max_weight=secagg.max_weight,
     )
     evaluation = read_evaluation(source, data)
+    privacy = read_plan_privacy(source, data, secagg.enabled, training.local, secagg.modulus_bits)
     try:
         composition_columns(schema, evaluation.composition)
+        if schema is not None and privacy.noised:
+            statistics_release(privacy, schema)  # refuses now a numeric column without a public range
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     return LearningSettings(
@@ -362,7 +372,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         quorum=_quorum(source, data, collaborators, secagg),
         evaluation=evaluation,
         schema=schema,
-        privacy=read_plan_privacy(source, data, secagg.enabled, training.local, secagg.modulus_bits),
+        privacy=privacy,
     )
 
 

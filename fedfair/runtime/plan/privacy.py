@@ -1,10 +1,12 @@
-"""The plan's ``[privacy]``: distributed differential privacy of everything the aggregator decodes.
+"""The plan's ``[privacy]``: distributed differential privacy of what the aggregator decodes.
 
-Secure aggregation shows the aggregator only sums, but it chooses the model a sum is taken on,
-and under ``dropouts = "allowed"`` who is summed, so exact sums can be differenced. With this
-section each collaborator adds Skellam noise to its encoded input before masking, and the
-honest parties of the smallest survivor set the plan allows carry the noise in full
-(:func:`fedfair.privacy.distributed.party_mu`). Two kinds of release:
+Each collaborator adds Skellam noise to its encoded input before masking; the honest parties of the
+smallest survivor set the plan allows carry it in full (:func:`fedfair.privacy.distributed.party_mu`).
+Three releases, each charged to the institution's ledger before it leaves: training updates under
+``mode = "distributed"`` (:func:`training_noise`); under ``report_epsilon``, evaluation answers
+(:func:`answer_release`) and, with a ``[schema]``, the table statistics before round 1
+(:func:`statistics_release`). Without ``report_epsilon`` the statistics and answers are exact sums,
+without ``mode = "distributed"`` the updates are; agreed weights are never noised.
 
 Why: docs/design.md, "Inside the runtime's shared modules".
 """
@@ -18,8 +20,15 @@ from dataclasses import dataclass
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
+from fedfair.datasets.schema import Schema
+from fedfair.datasets.statistics import (
+    NOISED_STATISTICS_FRACTIONAL_BITS,
+    column_ranges,
+    statistics_dimension,
+    statistics_sensitivity,
+)
 from fedfair.fairness import sums, tail
-from fedfair.privacy import distributed
+from fedfair.privacy import distributed, rounding
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.plan.limits import number_in, positive
@@ -128,7 +137,7 @@ def read_plan_privacy(
     ):
         if value is not None:
             try:
-                _release(value, settings.delta, ())  # refuses now an epsilon the encoding cannot carry
+                _answer_release(value, settings.delta, ())  # refuses now an epsilon the encoding cannot carry
             except ConfigError as error:
                 t.fail(f"[privacy] {key} = {value:g}: {error}")
     return settings
@@ -147,10 +156,43 @@ def answer_release(
         raise ConfigError("the plan's evaluation answers are not noised ([privacy] report_epsilon unset)")
     interim = settings.interim_report_epsilon
     epsilon = settings.report_epsilon if final or interim is None else interim
-    return _release(epsilon, settings.delta, columns)
+    return _answer_release(epsilon, settings.delta, columns)
 
 
-def _release(epsilon: float, delta: float, columns: tuple[CompositionColumn, ...]) -> distributed.Release:
+def statistics_release(settings: PlanPrivacy, schema: Schema) -> distributed.Release:
+    """The Skellam release of one site's table statistics before round 1 (:func:`noised_statistics_vector`).
+
+    It spends one evaluation answer's epsilon (report_epsilon) at the plan's delta; one record moves the
+    statistics by :func:`~fedfair.datasets.statistics.statistics_sensitivity` in real units, encoded with
+    :data:`~fedfair.datasets.statistics.NOISED_STATISTICS_FRACTIONAL_BITS` fractional bits. A ConfigError
+    names a numeric column without the public range the bound needs.
+    """
+    column_ranges(schema)
+    l1, l2 = statistics_sensitivity(schema)
+    dimension = statistics_dimension(schema, noised=True)
+    return _skellam_release(settings, l1, l2, NOISED_STATISTICS_FRACTIONAL_BITS, dimension)
+
+
+def _skellam_release(
+    settings: PlanPrivacy, l1: float, l2: float, fractional_bits: int, dimension: int
+) -> distributed.Release:
+    """The Skellam release at report_epsilon of a `dimension`-long vector one record moves by (l1, l2) real units.
+
+    Encoded with `fractional_bits` and stochastically rounded: the sensitivities it carries are in encoded
+    units after rounding (L2 inflated except with probability ROUNDING_BETA, counted in delta), and mu is the
+    total the decoded sum carries from the honest parties.
+    """
+    if settings.report_epsilon is None:
+        raise ConfigError("the plan's evaluation answers are not noised ([privacy] report_epsilon unset)")
+    scale = math.ldexp(1.0, fractional_bits)
+    rounded = rounding.rounded_l2(l2 * scale, dimension, ROUNDING_BETA)
+    shape = distributed.Release("skellam", 1.0, l1 * scale + dimension, rounded)
+    mu = distributed.calibrate(settings.report_epsilon, settings.delta - ROUNDING_BETA, [shape])
+    check_mu(mu)
+    return distributed.Release("skellam", mu, shape.l1, shape.l2)
+
+
+def _answer_release(epsilon: float, delta: float, columns: tuple[CompositionColumn, ...]) -> distributed.Release:
     extra_l1, extra_l2 = composition_sensitivity(columns) if columns else (0.0, 0.0)
     release = tail.answer_release(epsilon, delta, ROUNDING_BETA, (extra_l1, extra_l2, composition_length(columns)))
     check_mu(release.mu)
@@ -207,11 +249,18 @@ def party_mu(release: distributed.Release, floor: int, colluders: int) -> float:
     return check_mu(distributed.party_mu(release.mu, floor, colluders))
 
 
-def decoded_noise_std(release: distributed.Release, floor: int, colluders: int, summands: int) -> float:
-    """The standard deviation of each decoded coordinate's noise (real units) in a sum of `summands` answers."""
-    return math.sqrt(2.0 * summands * party_mu(release, floor, colluders)) / math.ldexp(
-        1.0, sums.ENCODING.fractional_bits
-    )
+def decoded_noise_std(
+    release: distributed.Release,
+    floor: int,
+    colluders: int,
+    summands: int,
+    fractional_bits: int = sums.ENCODING.fractional_bits,
+) -> float:
+    """The standard deviation of each decoded coordinate's noise (real units) in a sum of `summands` answers.
+
+    `fractional_bits`: of the answers' encoding (the evaluation's by default).
+    """
+    return math.sqrt(2.0 * summands * party_mu(release, floor, colluders)) / math.ldexp(1.0, fractional_bits)
 
 
 def training_privacy(settings: PlanPrivacy, batch_fraction: float) -> PrivacyConfig:
@@ -241,16 +290,22 @@ def training_noise(
     dimension: int,
     floor: int,
     colluders: int,
+    weight_per_record: float = 1.0,
 ) -> tuple[distributed.TrainingNoise, float]:
     """The calibrated noise of the plan's distributed DP-SGD rounds for updates of `dimension` values.
 
-    Also returns each party's Skellam share of it: the honest parties of a `floor`-party survivor set
-    (`colluders` of them may collude) carry it all. Cached: the calibration bisects over RDP curves,
-    and every round asks the same.
+    Calibrated to one record's true move of the secure sum, (w_k / b_k) sqrt((lr C)^2 + (threshold_lr C_c)^2)
+    at the largest `weight_per_record` w_k / b_k of the plan's weights
+    (:meth:`~fedfair.runtime.plan.influence.InfluenceSettings.weight_per_record`: 1 under declared weights,
+    1 / min b_k under equal ones). Also returns each party's Skellam share of it: the honest parties of a
+    `floor`-party survivor set (`colluders` of them may collude) carry it all. Cached: the calibration bisects
+    over RDP curves, and every round asks the same.
     """
     privacy = training_privacy(settings, rate)
     threshold_norm = threshold_clip(privacy, objective.epsilon, objective.rho)
-    noise = distributed_training_noise(privacy, local.lr, local.threshold_lr, threshold_norm, rate, rounds, dimension)
+    noise = distributed_training_noise(
+        privacy, local.lr, local.threshold_lr, threshold_norm, rate, rounds, dimension, weight_per_record
+    )
     return noise, check_mu(distributed.party_mu(noise.release.mu, floor, colluders))
 
 

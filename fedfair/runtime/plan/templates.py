@@ -175,6 +175,8 @@ _SCHEMA_EXAMPLE = """\
 # [[schema.columns]]
 # name = "age"
 # type = "numeric"
+# range = [0, 120]          # public bound, needed under [privacy] report_epsilon: values are clipped
+#                           # into it for the noised statistics before round 1
 # [[schema.columns]]
 # name = "sector"
 # type = "categorical"

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import load_dataset, partition
-from fedfair.runtime.local.launch import SPLITS, check_sites, launch_folder, remove_ca_key, round_timeout, site_data
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.local.launch import (
+    SPLITS,
+    check_sites,
+    evaluation_every,
+    launch_folder,
+    remove_ca_key,
+    round_timeout,
+    site_data,
+)
 from fedfair.runtime.local.workspace import make_workspace
+from fedfair.runtime.new_federation import default_max_colluding
+from fedfair.runtime.plan.templates import Federation, render_plan
 from tests.datasets.helpers import assert_exact_cover
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,3 +160,38 @@ def test_a_launch_without_keep_says_its_folder_and_bundles_are_removed(tmp_path:
     assert process.returncode == 0, errors[-2000:]
     assert "The workspace, its report and logs are removed now; run with --keep (or --workdir DIR)" in output
     assert not list(tmp_path.glob("fedfair-launch-*"))
+
+
+def test_the_launch_evaluates_ten_times_unless_told() -> None:
+    assert [evaluation_every(rounds, None) for rounds in (300, 50, 4)] == [30, 5, 1]
+    assert evaluation_every(300, 0) == 0 and evaluation_every(300, 7) == 7
+
+
+@pytest.mark.slow
+def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composition(tmp_path: Path) -> None:
+    """`make demo`'s federation: init's [privacy] and collusion bound, the sites' own Adult tables under a
+    [schema] (noised statistics charged before round 1), an evaluation every round here (ten in 300 rounds),
+    and a report saying by race and sex who is in the worst-off group."""
+    process = _launch(tmp_path, "--collaborators", "3", "--rounds", "3", "--keep")
+    output, errors = process.communicate(timeout=600)
+    assert process.returncode == 0, errors[-2000:]
+    (kept,) = tmp_path.glob("fedfair-launch-*")
+    plan = tomllib.loads((kept / "aggregator" / "plan.toml").read_text())
+    names = ["site-a", "site-b", "site-c"]
+    init = tomllib.loads(render_plan(Federation("x", tuple(names), max_colluding=default_max_colluding(3))))
+    assert plan["privacy"] == init["privacy"] and plan["privacy"]["report_epsilon"] == 1.0
+    assert plan["secure_aggregation"]["max_colluding"] == init["secure_aggregation"]["max_colluding"] == 1
+    assert plan["evaluation"] == {"every": 1, "composition": ["race", "sex"]}
+    assert "privacy as `fedfair init` sets it" in output
+    output_folder = kept / "aggregator" / "output"
+    evaluations = [record["evaluation"] for record in read_round_log(output_folder) if "evaluation" in record]
+    assert [item["round"] for item in evaluations] == [1, 2, 3] and all(item["noise_std"] > 0 for item in evaluations)
+    composition = json.loads((output_folder / "final_model.json").read_text())["evaluation"]["composition"]
+    assert set(composition["columns"]) == {"race", "sex"}
+    page = (output_folder / "report.html").read_text()
+    assert 'data-column="race"' in page and 'data-column="sex"' in page and "<th>White</th>" in page
+    for name in names:  # each site charged its statistics first, then each fresh answer (a model asked again
+        # gets the same bits, at no cost: the averaged model can stay the same from one round to the next)
+        ledger = json.loads((kept / name / f"{name}.fedfair-launch.bindings.json").read_text())["releases"]
+        assert (ledger[0]["kind"], ledger[0]["round"]) == ("statistics", 0)
+        assert {entry["kind"] for entry in ledger[1:]} == {"evaluate"} and ledger[-1]["round"] == 3
