@@ -123,6 +123,12 @@ class Schema:
                         f"[schema] column {column.name!r} range = [{low:g}, {high:g}] must be two finite numbers, "
                         "low < high; fix the range"
                     )
+                if max(abs(low), abs(high)) > self.max_abs:
+                    # Values above max_abs are refused anyway; a wider bound would only hide them in the noise.
+                    raise ConfigError(
+                        f"[schema] column {column.name!r} range = [{low:g}, {high:g}] reaches past max_abs = "
+                        f"{self.max_abs:g}; narrow the range to what the field can hold"
+                    )
             if column.categories is not None and (
                 not column.categories or len(set(column.categories)) != len(column.categories)
             ):

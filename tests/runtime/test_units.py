@@ -53,7 +53,7 @@ from fedfair.runtime.collaborator.retries import (
 )
 from fedfair.runtime.collaborator.trainer import build_learner, load_local_data
 from fedfair.runtime.contract import TRAINING
-from fedfair.runtime.failures import GAVE_UP
+from fedfair.runtime.failures import NEVER_ANSWERED
 from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
     load_shared_settings,
@@ -373,13 +373,16 @@ def test_an_unreachable_aggregator_is_retried_a_bounded_number_of_times(tmp_path
         load_collaborator_config(workspace.configs["site-a"]),
         retry=RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05),
     )
-    waits: list[float] = []
-    original = collaborator.backoff.wait
-    collaborator.backoff.wait = lambda attempt, why, **level: (waits.append(attempt), original(attempt, why, **level))  # type: ignore[method-assign]
-    with pytest.raises(FailureError, match="unreachable while fetching the plan") as failed:
+    tries: list[int] = []
+    original = collaborator.backoff.wait_for_start
+    collaborator.backoff.wait_for_start = lambda attempt, elapsed, failure: (  # type: ignore[method-assign]
+        tries.append(attempt),
+        original(attempt, elapsed, failure),
+    )
+    with pytest.raises(FailureError, match="aggregator-never-answered: nothing answered at ") as failed:
         collaborator.run()
-    assert failed.value.failure is GAVE_UP
-    assert waits == [0, 1, 2]
+    assert failed.value.failure is NEVER_ANSWERED
+    assert tries == [0, 1, 2, 3]  # three waits, then the bound
 
 
 def test_back_off_is_exponential_jittered_and_capped() -> None:

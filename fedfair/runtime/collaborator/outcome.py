@@ -55,14 +55,15 @@ class Trajectory:
     """The suffix average of the training models this site was sent, as the server forms it.
 
     `fedfair.core.server.apply` adds a round's start model to the average when the round applies and the
-    rounds applied so far (it included) exceed `average_from`. A site sees each round's start model; a round
+    rounds applied so far (it included) exceed `skipped`. A site sees each round's start model; a round
     applied when the next round's model differs (an aborted round leaves it as it was). So a site that was
     sent every training round's model from the first can follow the average: `last` is the latest round's
     model (whether that round applied is known at the next one), `applied` the rounds before it that did.
     `following` turns False for good once a round is missed (the site joined late, or sat one out).
     """
 
-    average_from: int
+    skipped: int
+    """The applied rounds left out of the average (the plan's `average_from_round`)."""
     following: bool = True
     last: ServedModel | None = None
     applied: int = 0
@@ -85,7 +86,7 @@ class Trajectory:
             self.unchanged.add(last.round)
         elif last is not None and consecutive and self.following:
             self.applied += 1
-            if self.applied > self.average_from:
+            if self.applied > self.skipped:
                 self.average, self.average_c, self.scale = self.folded(last)
                 self.averaged += 1
         if not consecutive and not (last is None and model.round == 1):
@@ -105,7 +106,7 @@ class Trajectory:
         """Why `output` is not the average this site can compute, or None: it is, or the site cannot tell.
 
         Whether the final round applied is not known here, so both outcomes are candidates: applied, its
-        start model enters the average (if the rounds applied then exceed `average_from`; else the output is
+        start model enters the average (if the rounds applied then exceed `skipped`; else the output is
         the model after its step, which no site is sent, and nothing can be told); aborted, the average
         stands as it is (or, before any model entered it, the output is the final round's model itself).
         """
@@ -113,12 +114,12 @@ class Trajectory:
         if not self.following or last is None or last.round != output.round:
             return None
         candidates: list[tuple[np.ndarray, float, float, int]] = []
-        if self.applied + 1 > self.average_from:
+        if self.applied + 1 > self.skipped:
             average, average_c, scale = self.folded(last)
             candidates.append((average, average_c, scale, self.averaged + 1))
-        if self.applied > self.average_from and self.average is not None:
+        if self.applied > self.skipped and self.average is not None:
             candidates.append((self.average, self.average_c, self.scale, self.averaged))
-        elif self.applied <= self.average_from:
+        elif self.applied <= self.skipped:
             candidates.append((np.asarray(last.theta, dtype=np.float64), last.c, 0.0, 0))
         gaps = []
         for theta, c, scale, folds in candidates:
@@ -129,7 +130,7 @@ class Trajectory:
             if gap <= bound:
                 return None
             gaps.append((gap, bound, folds))
-        if self.applied + 1 <= self.average_from:
+        if self.applied + 1 <= self.skipped:
             return None  # the final round may have applied: the output is then a model no site was sent
         gap, bound, folds = min(gaps)
         return (

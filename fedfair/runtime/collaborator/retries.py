@@ -228,7 +228,7 @@ class Backoff:
         policy = self.policy
         elapsed = time.monotonic() - since
         if not self.reached:
-            self._wait_for_start(attempt, elapsed, failure)
+            self.wait_for_start(attempt, elapsed, failure)
             return
         if elapsed >= policy.max_wait_seconds or (policy.attempts is not None and attempt >= policy.attempts):
             if failure.failure.waits:
@@ -244,7 +244,7 @@ class Backoff:
         quiet = failure.failure.transient and elapsed < STARTING_SECONDS
         self.wait(attempt, str(failure).split(". Fix: ")[0] if attempt else str(failure), quiet=quiet)
 
-    def _wait_for_start(self, attempt: int, elapsed: float, failure: FailureError) -> None:
+    def wait_for_start(self, attempt: int, elapsed: float, failure: FailureError) -> None:
         """Wait for an aggregator that never answered: a short delay, one console line, then few file lines.
 
         Raises:
