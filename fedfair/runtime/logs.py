@@ -40,6 +40,10 @@ LOG_FILE_ONLY: Mapping[str, object] = MappingProxyType({ROUTINE: True})
 whose first occurrence the console already showed."""
 
 
+def _spread(half_width: float | None) -> str:
+    return "" if half_width is None else f" +/- {half_width:.4f}"
+
+
 def per_round(
     round_number: int,
     rounds: int,
@@ -47,16 +51,17 @@ def per_round(
     worst: float | None = None,
     mean: float | None = None,
     half_width: float | None = None,
+    mean_half_width: float | None = None,
 ) -> dict[str, Any]:
     """The ``extra`` of a per-round log line: ``logger.info("round %d applied", n, extra=per_round(n, total))``.
 
     The console moves its bar to `round_number` of `rounds` (and shows `worst` and `mean` beside
-    it, the worst with `half_width`, its interval's, when given) instead of printing the line, unless the
+    it, each with its interval's half-width when given) instead of printing the line, unless the
     process runs with ``verbose``.
     """
     extra: dict[str, Any] = {ROUND: (round_number, rounds)}
     if worst is not None and mean is not None:
-        extra[RISKS] = (worst, mean, half_width)
+        extra[RISKS] = (worst, mean, half_width, mean_half_width)
     return extra
 
 
@@ -99,8 +104,8 @@ class Console(logging.Handler):
     def _advance(self, record: logging.LogRecord, round_number: int, rounds: int) -> None:
         risks = getattr(record, RISKS, None)
         if risks is not None:
-            spread = "" if risks[2] is None else f" +/- {risks[2]:.4f}"
-            self.note = f"worst {risks[0]:.4f}{spread}, mean {risks[1]:.4f}"
+            worst, mean, spread, mean_spread = risks
+            self.note = f"worst {worst:.4f}{_spread(spread)}, mean {mean:.4f}{_spread(mean_spread)}"
         if self.progress is None:
             self.progress = Progress(rounds, self.label, stream=self.stream, log=self.stream)
         self.progress.update(round_number, self.note)

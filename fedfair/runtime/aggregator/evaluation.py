@@ -105,6 +105,7 @@ def federated_evaluation(
             worst=report.worst_risk,
             mean=report.mean_risk,
             half_width=certificate.worst_risk_gap if plan.privacy.noised else None,
+            mean_half_width=certificate.mean_error_bound if plan.privacy.noised else None,
         ),
     )
     if columns:

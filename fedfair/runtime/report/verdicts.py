@@ -75,6 +75,17 @@ def describe(evaluation: Mapping[str, Any]) -> str:
     )
 
 
+def progress_note(evaluation: Mapping[str, Any]) -> str:
+    """The latest evaluation beside a progress bar: "worst 0.9237 +/- 0.21, mean 0.2574 +/- 0.14" (bare if exact)."""
+    worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
+    if not noised(evaluation):
+        return f"worst {worst:.4f}, mean {mean:.4f}"
+    low, high = worst_interval(evaluation)
+    return (
+        f"worst {worst:.4f} +/- {(high - low) / 2:.4f}, mean {mean:.4f} +/- {float(evaluation['mean_error_bound']):.4f}"
+    )
+
+
 def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
     """What the budget cannot resolve: a noised worst-group risk wider than +/- :data:`RESOLVED` (None otherwise).
 
