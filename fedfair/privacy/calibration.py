@@ -11,7 +11,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.distributed import TrainingNoise, padded_dimension, training_noise
+from fedfair.privacy.distributed import Ring, TrainingNoise, padded_dimension, training_noise
 
 
 def threshold_clip(privacy: PrivacyConfig, epsilon: float, rho: float) -> float:
@@ -43,15 +43,23 @@ def distributed_training_noise(
     sample_rate: float,
     planned_steps: int,
     dimension: int,
+    ring: Ring | None = None,
 ) -> TrainingNoise:
     """The secure sum's noise for DP-SGD rounds under ``privacy`` (mode "distributed"), from public values only.
 
     The step sizes and clip bounds (:func:`record_sensitivity`), the Poisson rate, the planned steps and the
-    update's ``dimension`` (rotated, so padded to a power of two).
+    update's ``dimension`` (rotated, so padded to a power of two); with ``ring``, fractional bits that keep the
+    sum within its words.
     """
     if privacy.target_epsilon is None:
         raise ConfigError("distributed privacy needs target_epsilon to calibrate the noise")
     sensitivity = record_sensitivity(lr, threshold_lr, privacy.max_grad_norm, threshold_norm)
     return training_noise(
-        privacy.target_epsilon, privacy.delta, sensitivity, sample_rate, planned_steps, padded_dimension(dimension)
+        privacy.target_epsilon,
+        privacy.delta,
+        sensitivity,
+        sample_rate,
+        planned_steps,
+        padded_dimension(dimension),
+        ring,
     )

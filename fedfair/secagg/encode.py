@@ -19,12 +19,19 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import kernels, prg
-from fedfair.privacy.distributed import TrainingNoise
-from fedfair.secagg.noise import NORM_SLACK, NoiseConfig, NoisyEncoding
+from fedfair.privacy.distributed import NORM_SLACK, TrainingNoise
+from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
 from fedfair.secagg.rotation import rotation_key
 
-MODULUS_BITS = (32, 64)
-"""Supported word sizes k."""
+MODULUS_BITS = (16, 32, 64)
+"""Supported word sizes k: 16 bits a coordinate on the wire where the plan's range fits, 32 or 64 where it does not."""
+
+_WORD_TYPES: dict[int, tuple[type[np.unsignedinteger], type[np.signedinteger]]] = {
+    16: (np.uint16, np.int16),
+    32: (np.uint32, np.int32),
+    64: (np.uint64, np.int64),
+}
+"""The unsigned word and its signed view, by k."""
 
 _FLOAT_EXACT_BITS = 52
 """A scaled per-party value must stay below 2^52 so float64 holds its integer part and
@@ -58,7 +65,7 @@ class EncodingConfig:
     clip: largest absolute value of one coordinate of the *unweighted* update delta.
     max_weight: largest weight a party may send.
     fractional_bits: f, the number of binary digits kept after the point.
-    modulus_bits: k, the word size of the masked vector (32 or 64).
+    modulus_bits: k, the word size of the masked vector (16, 32 or 64).
     noise: distributed DP (:class:`fedfair.secagg.noise.NoiseConfig`): each party rotates, rounds and
         noises its vector, so the decoded sum carries Skellam noise; None (the default) for exact sums.
     """
@@ -131,7 +138,7 @@ def check_no_wraparound(clip: float, fractional_bits: int, modulus_bits: int, pa
         return
     best = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight)
     fix = f"lower fractional_bits to at most {best}" if best >= 0 else "lower clip or max_weight"
-    if modulus_bits == 32:
+    if modulus_bits < 64:
         fix += " or set modulus_bits=64"
     raise ConfigError(
         f"the sum of {parties} inputs with clip={clip:g}, max_weight={max_weight:g}, fractional_bits={fractional_bits} "
@@ -162,7 +169,7 @@ def _fits(clip: float, fractional_bits: int, modulus_bits: int, parties: int, ma
 
 def _check_knobs(clip: float, fractional_bits: int, modulus_bits: int, parties: int, max_weight: float) -> None:
     if modulus_bits not in MODULUS_BITS:
-        raise ConfigError(f"modulus_bits={modulus_bits} is not supported; use 32 or 64")
+        raise ConfigError(f"modulus_bits={modulus_bits} is not supported; use 16, 32 or 64")
     if (
         not isinstance(fractional_bits, int)
         or isinstance(fractional_bits, bool)
@@ -192,14 +199,15 @@ class Encoder:
             )
         self.config = config
         self.parties = parties
-        self.dtype: type[np.unsignedinteger] = np.uint32 if config.modulus_bits == 32 else np.uint64
-        self._signed: type[np.signedinteger] = np.int32 if config.modulus_bits == 32 else np.int64
+        self.dtype: type[np.unsignedinteger]
+        self._signed: type[np.signedinteger]
+        self.dtype, self._signed = _WORD_TYPES[config.modulus_bits]
         self._scale = math.ldexp(1.0, config.fractional_bits)
         largest = largest_party_value(config.clip, config.fractional_bits, config.max_weight)
         # Every scaled value is at most `largest` units, so with (largest + 1) 2^K <= 2^63 the
         # value times 2^K plus a K-bit random offset fits int64. A 32-bit modulus keeps
         # largest < 2^31, hence K = 32; a 64-bit one may reach 2^52 + 1 (the float64 limit
-        # check_no_wraparound enforces), which still leaves K >= 10.
+        # check_no_wraparound enforces), which still leaves K >= 10. A 16-bit one keeps K = 32.
         self.rounding_bits = min(_RANDOM_BITS, _INT64_BITS - largest.bit_length())
         """K: bits kept below one unit before stochastic rounding; the rounding bias is below 2^-K units."""
 

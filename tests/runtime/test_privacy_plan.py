@@ -73,26 +73,23 @@ def test_the_honest_survivors_carry_the_whole_noise() -> None:
 )
 def test_a_privacy_section_that_cannot_hold_is_refused(section: dict[str, float], secure: bool, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        read_plan_privacy("plan.toml", {"privacy": section}, secure, LocalConfig(), 64)
+        read_plan_privacy("plan.toml", {"privacy": section}, secure, LocalConfig())
 
 
 @pytest.mark.parametrize(
-    ("local", "bits", "message"),
+    ("local", "message"),
     [
-        (LocalConfig(local_steps=3), 64, "local_steps = 1"),
-        (LocalConfig(drift_correction="scaffold"), 64, 'drift_correction = "none"'),
-        (LocalConfig(), 32, "modulus_bits = 64"),
+        (LocalConfig(local_steps=3), "local_steps = 1"),
+        (LocalConfig(drift_correction="scaffold"), 'drift_correction = "none"'),
     ],
 )
-def test_distributed_training_needs_one_step_a_round_and_64_bit_words(
-    local: LocalConfig, bits: int, message: str
-) -> None:
+def test_distributed_training_needs_one_step_a_round(local: LocalConfig, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        read_plan_privacy("plan.toml", {"privacy": {"mode": "distributed", "epsilon": 3.0}}, True, local, bits)
+        read_plan_privacy("plan.toml", {"privacy": {"mode": "distributed", "epsilon": 3.0}}, True, local)
 
 
 def test_without_the_section_reports_are_exact() -> None:
-    plan = read_plan_privacy("plan.toml", {}, True, LocalConfig(), 32)
+    plan = read_plan_privacy("plan.toml", {}, True, LocalConfig())
     assert not plan.noised and not plan.distributed
 
 

@@ -39,7 +39,7 @@ def encode_sum(encoder: Encoder, inputs: list[tuple[np.ndarray, float]]) -> np.n
 
 @st.composite
 def encoding_cases(draw: st.DrawFn) -> tuple[EncodingConfig, list[tuple[np.ndarray, float]]]:
-    modulus_bits = draw(st.sampled_from([32, 64]))
+    modulus_bits = draw(st.sampled_from([16, 32, 64]))
     parties = draw(st.integers(1, 10))
     clip = draw(st.sampled_from([0.01, 0.5, 1.0, 3.0]))
     max_weight = draw(st.sampled_from([1.0, 7.5, 100.0]))
@@ -71,7 +71,7 @@ def test_decoded_sum_stays_within_the_derived_bound(
     assert abs(decoded.total_weight - total_weight) <= decoded.error_bound + slack
     # One step per summand; 64-bit sums beyond 2^53 add float64 conversion rounding.
     step_bound = len(inputs) * 2.0**-config.fractional_bits
-    assert decoded.error_bound == step_bound if config.modulus_bits == 32 else decoded.error_bound >= step_bound
+    assert decoded.error_bound == step_bound if config.modulus_bits < 64 else decoded.error_bound >= step_bound
 
 
 def test_bound_is_the_number_of_summands_times_the_step() -> None:
@@ -106,7 +106,7 @@ def test_randomness_key_makes_encoding_reproducible() -> None:
     assert first.dtype == np.uint64
 
 
-@pytest.mark.parametrize("modulus_bits", [32, 64])
+@pytest.mark.parametrize("modulus_bits", [16, 32, 64])
 def test_worst_case_sums_at_the_largest_safe_setting_do_not_wrap(modulus_bits: int) -> None:
     parties, clip, max_weight = 9, 2.0, 50.0
     bits = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight)
@@ -145,7 +145,7 @@ def test_no_fractional_bits_fit_suggests_shrinking_the_range() -> None:
 @pytest.mark.parametrize(
     ("clip", "bits", "modulus", "parties", "weight", "message"),
     [
-        (1.0, 8, 16, 3, 1.0, "modulus_bits"),
+        (1.0, 8, 24, 3, 1.0, "modulus_bits"),
         (1.0, -1, 32, 3, 1.0, "fractional_bits"),
         (1.0, 1.5, 32, 3, 1.0, "fractional_bits"),
         (0.0, 8, 32, 3, 1.0, "clip"),
@@ -248,15 +248,15 @@ def test_rounding_is_unbiased_at_several_fractions_of_a_step(fraction: float, si
     assert abs(float(np.mean(rounded)) - value) <= 5 * math.sqrt(up * (1 - up) / samples) + 2.0**-32
 
 
-@pytest.mark.parametrize("modulus_bits", [32, 64])
+@pytest.mark.parametrize("modulus_bits", [16, 32, 64])
 def test_packing_round_trips_negative_values_up_to_the_largest_the_modulus_allows(modulus_bits: int) -> None:
     clip, max_weight, weight = 1.0, 1.9, 1.875  # the weight is on the grid, so it encodes exactly
     bits = largest_safe_fractional_bits(clip, modulus_bits, 1, max_weight)
     encoder = Encoder(EncodingConfig(clip, max_weight, bits, modulus_bits), 1)
     largest = math.floor(clip * weight * 2**bits)  # the largest grid value the clip allows
     steps = [largest, -largest, -1, 1, 0, -(largest // 3)]
-    if modulus_bits == 32:
-        assert largest > 2**30  # close to the 2^31 edge of the signed words
+    if modulus_bits < 64:
+        assert largest > 2 ** (modulus_bits - 2)  # close to the 2^(k-1) edge of the signed words
     encoded = encoder.encode(np.array(steps, dtype=np.float64) * 2.0**-bits, weight, randomness_key=KEY)
     # Two's complement modulo 2^k: -1 is the all-ones word, -largest is 2^k - largest.
     assert encoded[:-1].tolist() == [step % 2**modulus_bits for step in steps]

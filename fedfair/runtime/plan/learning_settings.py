@@ -31,7 +31,7 @@ from fedfair.runtime.plan.model import ModelSettings, read_model
 from fedfair.runtime.plan.privacy import PlanPrivacy, plan_floor, read_plan_privacy, training_noise
 from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
 from fedfair.core.tables import Table, field_names
-from fedfair.privacy.distributed import TrainingNoise
+from fedfair.privacy.distributed import Ring, TrainingNoise
 from fedfair.secagg import EncodingConfig, check_threshold, threshold_for
 from fedfair.secagg.encode import noised_encoding
 from fedfair.secagg.graph import default_degree
@@ -171,6 +171,9 @@ class LearningSettings:
         """
         secure, training = self.secure_aggregation, self.training
         floor = self.survivor_floor(collaborators)
+        # At least one honest party here; party_mu refuses a floor that leaves none, naming the fix.
+        honest = min(collaborators, max(1, floor - secure.max_colluding))
+        ring = Ring(secure.modulus_bits, collaborators, honest, secure.max_weight)
         return training_noise(
             self.privacy,
             training.local,
@@ -180,6 +183,7 @@ class LearningSettings:
             dimension,
             floor,
             secure.max_colluding,
+            ring,
         )
 
     def training_encoding(
@@ -346,7 +350,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         quorum=_quorum(source, data, collaborators, secagg),
         evaluation=evaluation,
         schema=schema,
-        privacy=read_plan_privacy(source, data, secagg.enabled, training.local, secagg.modulus_bits),
+        privacy=read_plan_privacy(source, data, secagg.enabled, training.local),
     )
 
 
