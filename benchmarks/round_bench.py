@@ -88,12 +88,18 @@ from fedfair.runtime.collaborator.trainer import LocalData
 from fedfair.runtime.local.workspace import make_workspace, site_names
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, load_aggregator_plan
 from fedfair.runtime.transport import pb
+from fedfair.secagg.encode import MODULUS_BITS as MODULUS_BITS_CHOICES
+from fedfair.secagg.encode import largest_safe_fractional_bits
 from fedfair.secagg.graph import default_degree
 from fedfair.secagg.prg import Keystream
 
 DIMENSIONS = (10**4, 10**6)
 PARTIES = (3, 10, 20, 50, 100)
 BATCH = 100.0
+CLIP = 0.05
+"""The plan's clip per unit of weight: five standard deviations of the fixed update's coordinates (0.01 randn)."""
+MODULUS_BITS = 16
+"""The secure sum's word size unless --modulus-bits says otherwise: 16 bits a coordinate on the wire."""
 
 Result = TypeVar("Result")
 
@@ -241,8 +247,21 @@ def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> tuple[
     return [collaborator.busy() for collaborator in collaborators], []
 
 
+def secure_aggregation(parties: int, secure: bool, modulus_bits: int) -> dict[str, Any]:
+    """The plan's [secure_aggregation]: words of `modulus_bits`, the clip and weight the fixed updates need, and
+    the finest step whose sum of `parties` inputs cannot wrap."""
+    bits = largest_safe_fractional_bits(CLIP, modulus_bits, parties, BATCH)
+    return {
+        "enabled": secure,
+        "modulus_bits": modulus_bits,
+        "fractional_bits": bits,
+        "clip": CLIP,
+        "max_weight": BATCH,
+    }
+
+
 def run_configuration(
-    dimension: int, parties: int, secure: bool, rounds: int, processes: bool = False
+    dimension: int, parties: int, secure: bool, rounds: int, processes: bool = False, modulus_bits: int = MODULUS_BITS
 ) -> dict[str, Any]:
     """One federation of `rounds` + 1 rounds; the median of the measured rounds."""
     with tempfile.TemporaryDirectory(prefix="fedfair-round-bench-") as folder:
@@ -255,7 +274,7 @@ def run_configuration(
                 "training": {"rounds": rounds + 1},
                 # The parties train nothing (BenchCollaborator): no sizes to declare, no update to bound.
                 "influence": {"weights": "equal", "update_norm": 1e6},
-                "secure_aggregation": {"enabled": secure},
+                "secure_aggregation": secure_aggregation(parties, secure, modulus_bits),
                 "quorum": {"min_collaborators": parties, "round_timeout_seconds": 600.0},
             },
         )
@@ -288,6 +307,7 @@ def run_configuration(
         "party_seconds_each": per_party,
         "stage_seconds": stages,
         "aggregator_received_bytes": log[-1]["received_bytes"],
+        "bits_per_coordinate": 8 * log[-1]["received_bytes"] / (parties * dimension),
         "aggregator_cpu_seconds": statistics.median(process_cpu) if processes else None,
         "process_cpu_seconds": statistics.median(process_cpu),
         "peak_rss_mb": peak_rss_mb(),
@@ -384,6 +404,13 @@ def main(argv: list[str] | None = None) -> int:
         "--pairs", type=int, default=1, help="plain-then-secure federations per configuration, alternating (default 1)"
     )
     parser.add_argument(
+        "--modulus-bits",
+        type=int,
+        default=MODULUS_BITS,
+        choices=MODULUS_BITS_CHOICES,
+        help=f"the secure sum's word size (default {MODULUS_BITS})",
+    )
+    parser.add_argument(
         "--train-seconds",
         type=float,
         default=0.0,
@@ -403,11 +430,12 @@ def main(argv: list[str] | None = None) -> int:
             runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
             for _ in range(args.pairs):
                 for secure in (False, True):
-                    result = run_configuration(dimension, parties, secure, rounds, args.processes)
+                    result = run_configuration(dimension, parties, secure, rounds, args.processes, args.modulus_bits)
                     runs[secure].append(result)
                     print(
                         f"d={dimension:>8} n={parties:>2} {'secure' if secure else 'plain ':6} "
-                        f"{result['round_seconds']:.3f} s/round, {result['party_seconds']:.3f} s per party",
+                        f"{result['round_seconds']:.3f} s/round, {result['party_seconds']:.3f} s per party, "
+                        f"{result['bits_per_coordinate']:.1f} bits a coordinate, peak {result['peak_rss_mb']:.0f} MB",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -441,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         "measured_rounds": rounds,
         "pairs": args.pairs,
         "train_seconds": args.train_seconds,
+        "modulus_bits": args.modulus_bits,
         "results": results,
         "ratios": {
             f"d={result['dimension']},n={result['parties']}": {

@@ -50,6 +50,9 @@ _RANDOM_BITS = 8 * ROUNDING_BYTES_PER_COORDINATE
 _INT64_BITS = 63
 """Magnitude bits of an int64: a scaled value plus its random offset must stay below 2^63."""
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+"""The vector types the encoder reads without a conversion."""
+
 _BLOCK = 1 << 18
 """Coordinates encoded per step: a cipher call and a kernel call. The cipher gives the GIL up on
 every call (see ``prg.BLOCK_BYTES``), so few calls keep encoding off the convoy of threads
@@ -229,7 +232,11 @@ class Encoder:
         randomness_key: bytes | None = None,
         out: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Encode ``weighted_vector`` (= weight * delta, float64) and ``weight`` as d + 1 words mod 2^k.
+        """Encode ``weighted_vector`` (= weight * delta) and ``weight`` as d + 1 words mod 2^k.
+
+        A float32 or float64 vector is read as it is, block by block (a float32 model's update is not
+        copied into float64 first: each value widens exactly as it is rounded); any other type is
+        converted to float64.
 
         ``randomness_key`` (32 bytes) fixes the stochastic rounding for reproducible runs;
         by default a fresh key is drawn from the OS.
@@ -240,7 +247,9 @@ class Encoder:
         as fresh pages the kernel must fault in one by one, which on a virtual machine can cost
         more than the encoding itself. If encoding fails (a NaN), ``out`` holds unspecified words.
         """
-        vector = np.asarray(weighted_vector, dtype=np.float64)
+        vector = np.asarray(weighted_vector)
+        if vector.dtype not in _FLOATS:
+            vector = vector.astype(np.float64)
         if vector.ndim != 1:
             raise ConfigError(f"the update must be a 1-D vector, got shape {vector.shape}; flatten it first")
         if not (math.isfinite(weight) and 0 <= weight <= self.config.max_weight):
@@ -270,7 +279,8 @@ class Encoder:
                 )
             encoded = out
         if self._noisy is not None:
-            return self._encode_noised(vector, weight, randomness_key or os.urandom(prg.KEY_BYTES), encoded)
+            noised = vector.astype(np.float64, copy=False)  # the rotation works in float64
+            return self._encode_noised(noised, weight, randomness_key or os.urandom(prg.KEY_BYTES), encoded)
         # Every encoded value is below 2^(k-1) in magnitude (check_no_wraparound), so the
         # signed view takes it directly and its bits are the two's complement modulo 2^k.
         signed = encoded.view(self._signed)
@@ -311,7 +321,8 @@ class Encoder:
                 f"summands={summands} must be between 1 and {self.parties}, the parties the encoding allows"
             )
         signed = np.asarray(encoded_sum, dtype=self.dtype).view(self._signed)
-        values = signed.astype(np.float64) / self._scale
+        values = signed.astype(np.float64)
+        values *= 1.0 / self._scale  # a power of two: exact, and no second vector of d values
         if self._noisy is not None:
             rotated = values[:-1]
             # Float64 error of the conversion (half an ulp of the largest value) through the inverse

@@ -385,3 +385,34 @@ def test_rounding_at_the_int64_edge_stays_exact(modulus_bits: int) -> None:
     assert encoded.tolist() == exact_encoding(encoder, vector, max_weight, key)
     signed = encoded.view(np.int32 if modulus_bits == 32 else np.int64)
     assert set(np.abs(signed[:-1]).tolist()) <= {2**bits, 2**bits - 1}
+
+
+@pytest.mark.parametrize("modulus_bits", [16, 32])
+def test_a_float32_update_encodes_as_its_float64_widening_without_a_float64_copy(modulus_bits: int) -> None:
+    # A float32 model's update (4 bytes a coordinate) must not cost a float64 copy (8 more) on the way to
+    # 16-bit words: the words are those of the exactly widened values, and the peak is the output's.
+    encoder = Encoder(EncodingConfig(1.0, 1.0, 8, modulus_bits), 3)
+    vector = np.random.default_rng(4).uniform(-1.5, 1.5, size=1_000_000).astype(np.float32)
+    expected = encoder.encode(vector.astype(np.float64), 0.75, randomness_key=KEY)
+    encoder.encode(vector[:10], 0.75)  # compiles (or loads) the float32 kernel outside the measurement
+    tracemalloc.start()
+    try:
+        encoded = encoder.encode(vector, 0.75, randomness_key=KEY)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(encoded, expected)
+    assert peak < encoded.nbytes + ROUNDING_BYTES_PER_COORDINATE * encode._BLOCK + (1 << 18)
+
+
+def test_decoding_holds_one_float64_vector_at_a_time() -> None:
+    encoder = Encoder(EncodingConfig(1.0, 1.0, 8, 16), 3)
+    encoded = encoder.encode(np.full(1_000_000, 0.5), 1.0, randomness_key=KEY)
+    tracemalloc.start()
+    try:
+        decoded = encoder.decode(encoded, 1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.all(decoded.weighted_sum == 0.5) and decoded.total_weight == 1.0
+    assert peak < decoded.weighted_sum.nbytes + (1 << 18)
