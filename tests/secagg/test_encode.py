@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TypeVar
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
@@ -28,6 +30,17 @@ SMALL_BLOCK = 1 << 10
 """Block size for the tests that compare with an exact reference in Python integers."""
 
 KEY = bytes(range(32))
+
+T = TypeVar("T")
+
+
+def traced_peak(run: Callable[[], T]) -> tuple[T, int]:
+    """What `run` returns, and the most memory numpy and Python held at once while it ran (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        return run(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def encode_sum(encoder: Encoder, inputs: list[tuple[np.ndarray, float]]) -> np.ndarray:
@@ -280,12 +293,7 @@ def test_non_finite_coordinates_in_a_later_block_are_refused_and_huge_finite_one
 def test_encoding_allocates_little_beyond_its_output() -> None:
     encoder = Encoder(EncodingConfig(1.0, 10.0, 16, 32), 3)
     vector = np.random.default_rng(0).uniform(-1, 1, size=1_000_000)
-    tracemalloc.start()
-    try:
-        encoded = encoder.encode(vector, 1.0, randomness_key=KEY)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    encoded, peak = traced_peak(lambda: encoder.encode(vector, 1.0, randomness_key=KEY))
     # The output plus one block of random words (1 MiB) and small change; one whole-vector
     # float64 temporary of a naive encoding would need 8 MB.
     assert peak < encoded.nbytes + ROUNDING_BYTES_PER_COORDINATE * encode._BLOCK + (1 << 18)
@@ -298,12 +306,7 @@ def test_a_second_encoding_into_the_same_buffer_allocates_next_to_nothing() -> N
     vector = np.random.default_rng(1).uniform(-1, 1, size=1_000_000)
     buffer = np.empty(vector.size + 1, dtype=encoder.dtype)
     encoder.encode(-vector, 2.0, randomness_key=bytes(32), out=buffer)  # last round's words, overwritten
-    tracemalloc.start()
-    try:
-        returned = encoder.encode(vector, 1.0, randomness_key=KEY, out=buffer)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    returned, peak = traced_peak(lambda: encoder.encode(vector, 1.0, randomness_key=KEY, out=buffer))
     assert returned is buffer
     np.testing.assert_array_equal(buffer, encoder.encode(vector, 1.0, randomness_key=KEY))
     assert peak < 1 << 16
@@ -395,12 +398,7 @@ def test_a_float32_update_encodes_as_its_float64_widening_without_a_float64_copy
     vector = np.random.default_rng(4).uniform(-1.5, 1.5, size=1_000_000).astype(np.float32)
     expected = encoder.encode(vector.astype(np.float64), 0.75, randomness_key=KEY)
     encoder.encode(vector[:10], 0.75)  # compiles (or loads) the float32 kernel outside the measurement
-    tracemalloc.start()
-    try:
-        encoded = encoder.encode(vector, 0.75, randomness_key=KEY)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    encoded, peak = traced_peak(lambda: encoder.encode(vector, 0.75, randomness_key=KEY))
     np.testing.assert_array_equal(encoded, expected)
     assert peak < encoded.nbytes + ROUNDING_BYTES_PER_COORDINATE * encode._BLOCK + (1 << 18)
 
@@ -408,11 +406,6 @@ def test_a_float32_update_encodes_as_its_float64_widening_without_a_float64_copy
 def test_decoding_holds_one_float64_vector_at_a_time() -> None:
     encoder = Encoder(EncodingConfig(1.0, 1.0, 8, 16), 3)
     encoded = encoder.encode(np.full(1_000_000, 0.5), 1.0, randomness_key=KEY)
-    tracemalloc.start()
-    try:
-        decoded = encoder.decode(encoded, 1)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    decoded, peak = traced_peak(lambda: encoder.decode(encoded, 1))
     assert np.all(decoded.weighted_sum == 0.5) and decoded.total_weight == 1.0
     assert peak < decoded.weighted_sum.nbytes + (1 << 18)
