@@ -64,12 +64,12 @@ def state_digest(state: ServerState) -> str:
     """
     digest = hashlib.sha256()
     for tensor in (state.theta, state.theta_average):
-        digest.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
+        digest.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().data)  # hashed in place, not copied
     digest.update(json.dumps([state.c, state.c_average, state.averaged_rounds, state.round]).encode())
     for extra in (state.control, state.velocity):
         # After the rest, and only when there is one: a plan without drift correction or momentum keeps its digests.
         if extra is not None:
-            digest.update(extra.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
+            digest.update(extra.detach().to("cpu", torch.float64).contiguous().numpy().data)
     return digest.hexdigest()
 
 
