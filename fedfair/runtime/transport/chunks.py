@@ -39,7 +39,7 @@ MALFORMED_MESSAGE = "message refused: malformed, oversized or incomplete"
 # ---------------------------------------------------------------- bytes
 
 
-def split(data: bytes, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pb.Chunk]:
+def split(data: bytes | memoryview, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pb.Chunk]:
     """Cut ``data`` into chunks of at most ``chunk_bytes`` (one empty chunk for empty data)."""
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
@@ -132,21 +132,27 @@ def digest(data: bytes) -> bytes:
 # ---------------------------------------------------------------- tensors
 
 
-def encode_tensor(values: object) -> tuple[pb.DType, bytes]:
-    """A float32/float64 array or tensor, flattened, as (DType, little-endian bytes)."""
+def encode_tensor(values: object) -> tuple[pb.DType, memoryview]:
+    """A float32/float64 array or tensor, flattened, as (DType, its little-endian bytes).
+
+    The bytes are a view of the values where they already lie contiguous and little-endian (a model's
+    tensor): hashing or cutting it into chunks then costs no copy of the model. Use them before the values
+    change.
+    """
     if hasattr(values, "detach"):  # a torch tensor, without importing torch here
         values = values.detach().cpu().numpy()
     array = np.asarray(values)
     for dtype, wire in _DTYPES.items():
         if array.dtype.kind == "f" and array.dtype.itemsize == wire.itemsize:
-            return dtype, np.ascontiguousarray(array.reshape(-1), dtype=wire).tobytes()
+            return dtype, np.ascontiguousarray(array.reshape(-1), dtype=wire).data.cast("B")
     raise WireError(f"tensors travel as float32 or float64, got {array.dtype}; convert before sending")
 
 
-def decode_tensor(data: bytes | bytearray, dtype: pb.DType) -> np.ndarray:
+def decode_tensor(data: bytes | bytearray | memoryview, dtype: pb.DType) -> np.ndarray:
     """The inverse of encode_tensor: a flat, writable native-order array.
 
-    A bytearray in native order becomes the array itself, with no copy (the caller hands it over); bytes are copied.
+    A writable buffer (a bytearray) in native order becomes the array itself, with no copy (the caller hands it
+    over); read-only bytes are copied.
     """
     wire = _DTYPES.get(dtype)
     if wire is None:

@@ -143,7 +143,7 @@ def test_a_carried_input_that_contradicts_its_task_is_refused() -> None:
             inline_input(task)
 
 
-def test_a_model_is_read_into_one_buffer_that_becomes_the_array() -> None:
+def test_a_model_is_sent_from_and_read_into_its_own_buffer() -> None:
     # A model of d values costs its own bytes once on arrival: the chunks land in one buffer of the declared
     # size, and the writable array the collaborator trains from is that buffer, not a copy of it.
     import tracemalloc
@@ -165,3 +165,6 @@ def test_a_model_is_read_into_one_buffer_that_becomes_the_array() -> None:
     assert np.shares_memory(shared, np.frombuffer(data, dtype="<f8")) and shared.flags.writeable
     copied = decode_tensor(bytes(data), pb.DTYPE_FLOAT64)
     assert copied.flags.writeable and not np.shares_memory(copied, np.frombuffer(data, dtype="<f8"))
+    # Sending is as thrifty: the bytes to hash and cut into chunks are the model's own, not a copy.
+    _, sent = encode_tensor(theta)
+    assert np.shares_memory(np.frombuffer(sent, dtype="<f8"), theta) and sent.nbytes == theta.nbytes
