@@ -43,6 +43,13 @@ neighbour of the plan's default graph), whatever the implementation; ``party_cpu
 is the party-CPU ratio once that keystream, timed on this machine, is taken out of the secure
 side: what the protocol and the runtime add.
 
+Secure sums run in 16-bit words (`--modulus-bits` to change; the plan's clip is 0.05 per unit of weight,
+the fixed update's five standard deviations, with the finest step whose sum cannot wrap), and every
+result carries ``bits_per_coordinate``: what the aggregator received in the round, in bits, over
+parties x d (the masked words plus every stage's keys, shares and signatures; plain rounds send float64).
+`--secure-only` leaves the plain federations out (and so the ratios), for a d whose plain round this
+machine cannot hold.
+
 Each configuration runs one warm-up round, then `--rounds` measured rounds (2 with
 `--quick`, 5 by default); `ratio_to_plain` (whole round) and `party_ratio_to_plain`
 (critical path) are secure / plain for each (d, n). `--dimensions` and `--parties`
@@ -88,12 +95,18 @@ from fedfair.runtime.collaborator.trainer import LocalData
 from fedfair.runtime.local.workspace import make_workspace, site_names
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, load_aggregator_plan
 from fedfair.runtime.transport import pb
+from fedfair.secagg.encode import MODULUS_BITS as MODULUS_BITS_CHOICES
+from fedfair.secagg.encode import largest_safe_fractional_bits
 from fedfair.secagg.graph import default_degree
 from fedfair.secagg.prg import Keystream
 
 DIMENSIONS = (10**4, 10**6)
 PARTIES = (3, 10, 20, 50, 100)
 BATCH = 100.0
+CLIP = 0.05
+"""The plan's clip per unit of weight: five standard deviations of the fixed update's coordinates (0.01 randn)."""
+MODULUS_BITS = 16
+"""The secure sum's word size unless --modulus-bits says otherwise: 16 bits a coordinate on the wire."""
 
 Result = TypeVar("Result")
 
@@ -241,8 +254,21 @@ def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> tuple[
     return [collaborator.busy() for collaborator in collaborators], []
 
 
+def secure_aggregation(parties: int, secure: bool, modulus_bits: int) -> dict[str, Any]:
+    """The plan's [secure_aggregation]: words of `modulus_bits`, the clip and weight the fixed updates need, and
+    the finest step whose sum of `parties` inputs cannot wrap."""
+    bits = largest_safe_fractional_bits(CLIP, modulus_bits, parties, BATCH)
+    return {
+        "enabled": secure,
+        "modulus_bits": modulus_bits,
+        "fractional_bits": bits,
+        "clip": CLIP,
+        "max_weight": BATCH,
+    }
+
+
 def run_configuration(
-    dimension: int, parties: int, secure: bool, rounds: int, processes: bool = False
+    dimension: int, parties: int, secure: bool, rounds: int, processes: bool = False, modulus_bits: int = MODULUS_BITS
 ) -> dict[str, Any]:
     """One federation of `rounds` + 1 rounds; the median of the measured rounds."""
     with tempfile.TemporaryDirectory(prefix="fedfair-round-bench-") as folder:
@@ -255,7 +281,7 @@ def run_configuration(
                 "training": {"rounds": rounds + 1},
                 # The parties train nothing (BenchCollaborator): no sizes to declare, no update to bound.
                 "influence": {"weights": "equal", "update_norm": 1e6},
-                "secure_aggregation": {"enabled": secure},
+                "secure_aggregation": secure_aggregation(parties, secure, modulus_bits),
                 "quorum": {"min_collaborators": parties, "round_timeout_seconds": 600.0},
             },
         )
@@ -288,6 +314,7 @@ def run_configuration(
         "party_seconds_each": per_party,
         "stage_seconds": stages,
         "aggregator_received_bytes": log[-1]["received_bytes"],
+        "bits_per_coordinate": 8 * log[-1]["received_bytes"] / (parties * dimension),
         "aggregator_cpu_seconds": statistics.median(process_cpu) if processes else None,
         "process_cpu_seconds": statistics.median(process_cpu),
         "peak_rss_mb": peak_rss_mb(),
@@ -384,6 +411,19 @@ def main(argv: list[str] | None = None) -> int:
         "--pairs", type=int, default=1, help="plain-then-secure federations per configuration, alternating (default 1)"
     )
     parser.add_argument(
+        "--secure-only",
+        action="store_true",
+        help="run only the secure federations (no plain one, so no ratios): for a d whose plain round this "
+        "machine cannot hold",
+    )
+    parser.add_argument(
+        "--modulus-bits",
+        type=int,
+        default=MODULUS_BITS,
+        choices=MODULUS_BITS_CHOICES,
+        help=f"the secure sum's word size (default {MODULUS_BITS})",
+    )
+    parser.add_argument(
         "--train-seconds",
         type=float,
         default=0.0,
@@ -402,15 +442,19 @@ def main(argv: list[str] | None = None) -> int:
         for parties in args.parties:
             runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
             for _ in range(args.pairs):
-                for secure in (False, True):
-                    result = run_configuration(dimension, parties, secure, rounds, args.processes)
+                for secure in (True,) if args.secure_only else (False, True):
+                    result = run_configuration(dimension, parties, secure, rounds, args.processes, args.modulus_bits)
                     runs[secure].append(result)
                     print(
                         f"d={dimension:>8} n={parties:>2} {'secure' if secure else 'plain ':6} "
-                        f"{result['round_seconds']:.3f} s/round, {result['party_seconds']:.3f} s per party",
+                        f"{result['round_seconds']:.3f} s/round, {result['party_seconds']:.3f} s per party, "
+                        f"{result['bits_per_coordinate']:.1f} bits a coordinate, peak {result['peak_rss_mb']:.0f} MB",
                         file=sys.stderr,
                         flush=True,
                     )
+            if args.secure_only:
+                results.append(pooled(runs[True]))
+                continue
             plain, secure_result = pooled(runs[False]), pooled(runs[True])
             secure_result["ratio_to_plain"] = secure_result["round_seconds"] / plain["round_seconds"]
             secure_result["party_ratio_to_plain"] = secure_result["party_seconds"] / plain["party_seconds"]
@@ -433,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                 for plain_run, secure_run in zip(runs[False], runs[True], strict=True)
             ]
             results += [plain, secure_result]
+    compared = [result for result in results if "ratio_to_plain" in result]  # none with --secure-only
     summary = {
         "benchmark": "round_bench",
         "what": "median wall time of a training round excluding local training (whole round, and each party's "
@@ -441,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
         "measured_rounds": rounds,
         "pairs": args.pairs,
         "train_seconds": args.train_seconds,
+        "modulus_bits": args.modulus_bits,
+        "secure_only": args.secure_only,
         "results": results,
         "ratios": {
             f"d={result['dimension']},n={result['parties']}": {
@@ -450,10 +497,9 @@ def main(argv: list[str] | None = None) -> int:
                 "aggregator_cpu": result.get("aggregator_cpu_ratio_to_plain"),
                 "party_cpu_beyond_masks": result["party_cpu_beyond_masks_ratio_to_plain"],
             }
-            for result in results
-            if result["secure"]
+            for result in compared
         },
-        "extra_slope": extra_slopes([result for result in results if result["secure"]]),
+        "extra_slope": extra_slopes(compared),
     }
     publish(summary, args.json, argv)
     return 0

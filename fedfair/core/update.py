@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+_NORM_SLICE = 1 << 20
+"""Coordinates :func:`bounded` widens to float64 at a time (8 MiB): the norm of a model of any size costs that."""
+
 
 @dataclass(frozen=True)
 class Update:
@@ -36,11 +39,17 @@ class Update:
         [w * delta, w * delta_c], followed by w * control when drift correction is on (then 2 (d + 1) numbers,
         still only summed).
         """
-        delta_c = torch.tensor([self.delta_c], dtype=torch.float64)
-        parts = [self.delta.detach().to("cpu", torch.float64), delta_c]
-        if self.control is not None:
-            parts.append(self.control.detach().to("cpu", torch.float64))
-        return torch.cat(parts) * self.weight
+        # One float64 vector, filled part by part and scaled in place: converting, concatenating and scaling
+        # apart would hold three vectors of the model's size at once.
+        delta = self.delta.detach().reshape(-1)
+        control = None if self.control is None else self.control.detach().reshape(-1)
+        size = delta.numel() + 1 + (0 if control is None else control.numel())
+        vector = torch.empty(size, dtype=torch.float64)
+        vector[: delta.numel()] = delta.to("cpu")
+        vector[delta.numel()] = self.delta_c
+        if control is not None:
+            vector[delta.numel() + 1 :] = control.to("cpu")
+        return vector.mul_(self.weight)
 
 
 def bounded(update: Update, weight: float, norm: float) -> Update:
@@ -55,7 +64,13 @@ def bounded(update: Update, weight: float, norm: float) -> Update:
     refuses it.
     """
     delta = update.delta.detach()
-    length = math.sqrt(float(delta.to(torch.float64).square().sum()) + update.delta_c**2)
+    # In float64, a slice at a time: the whole vector widened and squared would be two more copies of it.
+    flat = delta.reshape(-1)
+    squares = [
+        float(flat[start : start + _NORM_SLICE].to(torch.float64).square().sum())
+        for start in range(0, flat.numel(), _NORM_SLICE)
+    ]
+    length = math.sqrt(math.fsum(squares) + update.delta_c**2)
     if not math.isfinite(length) or length <= norm:
         return dataclasses.replace(update, weight=weight)
     scale = norm / length

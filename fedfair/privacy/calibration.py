@@ -14,7 +14,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.distributed import TrainingNoise, padded_dimension, training_noise
+from fedfair.privacy.distributed import Ring, TrainingNoise, padded_dimension, training_noise
 
 
 def threshold_clip(privacy: PrivacyConfig, epsilon: float, rho: float) -> float:
@@ -57,12 +57,13 @@ def distributed_training_noise(
     planned_steps: int,
     dimension: int,
     weight_per_record: float = 1.0,
+    ring: Ring | None = None,
 ) -> TrainingNoise:
     """The secure sum's noise for DP-SGD rounds under ``privacy`` (mode "distributed"), from public values only.
 
     The step sizes, clip bounds and the sites' largest weight per expected batch record
     (:func:`record_sensitivity`), the Poisson rate, the planned steps and the update's ``dimension``
-    (rotated, so padded to a power of two).
+    (rotated, so padded to a power of two); with ``ring``, fractional bits that keep the sum within its words.
     """
     if privacy.target_epsilon is None:
         raise ConfigError("distributed privacy needs target_epsilon to calibrate the noise")
@@ -70,6 +71,12 @@ def distributed_training_noise(
         raise ConfigError(f"weight_per_record={weight_per_record!r} must be a positive w_k / b_k")
     sensitivity = record_sensitivity(lr, threshold_lr, privacy.max_grad_norm, threshold_norm, weight_per_record)
     noise = training_noise(
-        privacy.target_epsilon, privacy.delta, sensitivity, sample_rate, planned_steps, padded_dimension(dimension)
+        privacy.target_epsilon,
+        privacy.delta,
+        sensitivity,
+        sample_rate,
+        planned_steps,
+        padded_dimension(dimension),
+        ring,
     )
     return dataclasses.replace(noise, weight_per_record=weight_per_record)

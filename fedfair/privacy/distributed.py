@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy.rounding import delta_addon, rounded_l1, rounded_l2
+from fedfair.privacy.rounding import delta_addon, rotated_wrap_probability, rounded_l1, rounded_l2
 
 ORDERS: tuple[int, ...] = (*range(2, 65), 72, 80, 96, 112, 128, 160, 192, 256)
 """Integer Renyi orders alpha the accountant evaluates (subsampling's bound needs integers)."""
@@ -42,6 +42,12 @@ SENSITIVITY_UNITS = 2.0**12
 """Training encodes one record's contribution as between 2^11 and 2^12 units (the fractional bits
 chosen to fit): the rounding inflation, about (d / 4 + 10.5 Delta) / (2 Delta^2) relative, stays
 below 1% for d up to 10^5, and 64-bit words keep 30 bits of room above it."""
+
+NORM_SLACK = 8.0
+"""A collaborator's unweighted update under distributed DP is lr times its clipped sum over its
+expected batch b, of norm at most sensitivity |S| / b for a Poisson sample S; the encoder projects it
+onto the ball of NORM_SLACK times the sensitivity, which binds only when |S| > 8 b (probability
+1e-5 at b = 1, and vanishing for larger b). Projection is 1-Lipschitz, so it costs no privacy."""
 
 MAX_PARTIES = 10**6
 """The delta add-on of training is counted for up to this many parties, so a collaborator can count
@@ -346,8 +352,54 @@ class TrainingNoise:
         return epsilon([dataclasses.replace(self.release, steps=steps)], delta - self.addon)
 
 
+@dataclass(frozen=True)
+class Ring:
+    """The words a noised training sum travels in, and who adds into them: what bounds its range.
+
+    modulus_bits: k, the word size of the secure sum (16, 32 or 64).
+    parties: the most inputs one sum adds (the plan's collaborators).
+    honest: the parties that carry the noise (the survivor floor less the colluders, :func:`party_mu`); all
+        ``parties`` add a share, so a sum carries up to parties / honest times the calibrated mu.
+    max_weight: the largest weight a party sends: its vector's norm is at most NORM_SLACK times one record's
+        sensitivity times it.
+    """
+
+    modulus_bits: int
+    parties: int
+    honest: int
+    max_weight: float
+
+    def __post_init__(self) -> None:
+        if self.modulus_bits not in (16, 32, 64):
+            raise ConfigError(f"modulus_bits={self.modulus_bits} is not supported; use 16, 32 or 64")
+        if not 1 <= self.honest <= self.parties:
+            raise ConfigError(f"honest={self.honest} must be from 1 to the {self.parties} parties")
+        if not (math.isfinite(self.max_weight) and self.max_weight > 0):
+            raise ConfigError(f"max_weight={self.max_weight!r} must be a positive finite number")
+
+    def wrap_probability(self, fractional_bits: int, release: Release, dimension: int) -> float:
+        """A bound on the probability that one noised sum of ``release`` (mu: the honest total) wraps modulo 2^k.
+
+        The rotated signal and every party's noise (:func:`~fedfair.privacy.rounding.rotated_wrap_probability`,
+        as the encoder checks it), or 1 when the weight word, up to max_weight 2^f + 2 units from each party
+        (the encoder's :func:`~fedfair.secagg.encode.largest_party_value`), could wrap.
+        """
+        weight_units = math.ceil(math.ldexp(self.max_weight, fractional_bits)) + 1
+        if self.parties * weight_units >= 1 << (self.modulus_bits - 1):
+            return 1.0
+        total_mu = release.mu * self.parties / self.honest
+        norm = NORM_SLACK * release.l2 * self.max_weight
+        return rotated_wrap_probability(total_mu, norm, self.parties, self.modulus_bits, dimension)
+
+
 def training_noise(
-    target_epsilon: float, delta: float, sensitivity: float, sampling_rate: float, steps: int, dimension: int
+    target_epsilon: float,
+    delta: float,
+    sensitivity: float,
+    sampling_rate: float,
+    steps: int,
+    dimension: int,
+    ring: Ring | None = None,
 ) -> TrainingNoise:
     """The noise that makes ``steps`` DP-SGD steps spend ``target_epsilon`` at ``delta`` in a secure sum.
 
@@ -358,14 +410,17 @@ def training_noise(
         sampling_rate: q, the Poisson rate of each step.
         steps: the planned steps.
         dimension: the encoded coordinates of the secure sum.
+        ring: the words the sum travels in; None for words wide enough for any f (64 bits, the check left to
+            the encoder).
 
     Returns:
-        f with 2^11 <= sensitivity 2^f <= 2^12 (or f = 0), the rounded sensitivities, the delta add-on
-        and the calibrated mu.
+        f with 2^11 <= sensitivity 2^f <= 2^12 (or f = 0), lowered while a sum in ``ring`` could wrap with
+        probability above WRAP_FAILURE; the rounded sensitivities at that f (so the accounting is the one of the
+        bits chosen), the delta add-on (which counts WRAP_FAILURE per step) and the calibrated mu.
 
     Raises:
-        ConfigError: a non-positive sensitivity, a delta outside (0, 1) or too small for the add-on, or a
-            target no noise reaches.
+        ConfigError: a non-positive sensitivity, a delta outside (0, 1) or too small for the add-on, a target no
+            noise reaches, or a ring no f fits.
     """
     if not (math.isfinite(sensitivity) and sensitivity > 0):
         raise ConfigError(
@@ -373,14 +428,22 @@ def training_noise(
         )
     if not 0.0 < delta < 1.0:
         raise ConfigError(f"delta={delta!r} must be in (0, 1), well below 1/n, e.g. 1e-5")
-    bits = max(0, math.floor(math.log2(SENSITIVITY_UNITS / sensitivity)))
-    l2 = rounded_l2(math.ldexp(sensitivity, bits), dimension, ROUNDING_BETA)
     addon = delta_addon(steps=steps, parties=MAX_PARTIES, beta=ROUNDING_BETA, epsilon=target_epsilon, wrap=WRAP_FAILURE)
     if addon >= delta / 2:
         raise ConfigError(f"delta={delta:g} is too small for {steps} steps' rounding and wrap failures; raise it")
-    shape = Release("skellam", 1.0, rounded_l1(l2, dimension), l2, sampling_rate, steps)
-    mu = calibrate(target_epsilon, delta - addon, [shape])
-    return TrainingNoise(bits, dataclasses.replace(shape, mu=mu), addon)
+    # Fewer fractional bits shrink signal and noise alike, in units, until rounding (d / 4 in the squared
+    # sensitivity) dominates; the first f whose sum fits is the most precise one that does.
+    for bits in range(max(0, math.floor(math.log2(SENSITIVITY_UNITS / sensitivity))), -1, -1):
+        l2 = rounded_l2(math.ldexp(sensitivity, bits), dimension, ROUNDING_BETA)
+        shape = Release("skellam", 1.0, rounded_l1(l2, dimension), l2, sampling_rate, steps)
+        release = dataclasses.replace(shape, mu=calibrate(target_epsilon, delta - addon, [shape]))
+        if ring is None or ring.wrap_probability(bits, release, dimension) <= WRAP_FAILURE:
+            return TrainingNoise(bits, release, addon)
+    assert ring is not None  # without a ring the first f is taken
+    raise ConfigError(
+        f"no fractional bits keep a noised sum of {ring.parties} parties (max_weight {ring.max_weight:g}) within "
+        f"2^{ring.modulus_bits} words; lower max_weight to the largest expected batch, or raise modulus_bits"
+    )
 
 
 class DistributedAccountant:

@@ -75,6 +75,41 @@ def wrap_probability(mu: float, signal: float, modulus_bits: int, dimension: int
     return min(1.0, 2.0 * dimension * skellam_tail(mu, room))
 
 
+_SPLITS = 64
+"""Points at which :func:`rotated_wrap_probability` splits the room between signal and noise; each gives a valid
+bound, so the grid only decides how tight the least of them is."""
+
+
+def rotated_wrap_probability(mu: float, norm: float, summands: int, modulus_bits: int, dimension: int) -> float:
+    """A bound on the probability that some coordinate of a rotated, rounded and noised sum wraps modulo 2^k.
+
+    The sum adds ``summands`` vectors of L2 norm at most ``norm`` (encoded units, before rounding), each rotated by
+    the round's R = H D / sqrt(m) (``dimension`` = m) and stochastically rounded, plus Skellam(``mu``) noise per
+    coordinate (all parties' mu). Coordinate i of the rotated real sum y is sum_j H_ij s_j y_j / sqrt(m) with
+    ||y|| <= summands * norm, and D's signs s_j are independent of y (keyed by public round data fixed before the
+    update exists), so by Hoeffding P(|(R y)_i| >= t) <= 2 exp(-t^2 m / (2 ||y||^2)). Rounding adds less than
+    ``summands`` units. A coordinate wraps only if its signal exceeds t or its noise exceeds
+    2^(k-1) - t - summands; the union bound over both events and the m coordinates holds for every t, and the
+    least over a grid of t is returned.
+
+    This is what lets words of 16 bits carry a sum: a fixed vector's energy spreads over m coordinates, so each
+    is about its norm / sqrt(m), where :func:`wrap_probability` must allow the whole norm in one coordinate.
+    """
+    room = 2.0 ** (modulus_bits - 1) - summands
+    spread = summands * norm
+    if room <= 0:
+        return 1.0
+    if spread == 0:
+        return min(1.0, 2.0 * dimension * skellam_tail(mu, room))
+    best = 1.0
+    for index in range(1, _SPLITS):
+        signal = room * index / _SPLITS
+        exponent = signal * signal * dimension / (2.0 * spread * spread)
+        tails = math.exp(-exponent) + skellam_tail(mu, room - signal)
+        best = min(best, 2.0 * dimension * tails)
+    return best
+
+
 def delta_addon(*, steps: int, parties: int, beta: float, epsilon: float, wrap: float) -> float:
     """What rounding and wrapping add to delta over ``steps`` noised sums of ``parties`` parties.
 

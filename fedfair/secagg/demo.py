@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-colluding", type=int, default=0, help="parties that may collude with the aggregator (default 0)"
     )
-    parser.add_argument("--modulus-bits", type=int, default=32, choices=(32, 64), help="word size k (default 32)")
+    parser.add_argument("--modulus-bits", type=int, default=32, choices=(16, 32, 64), help="word size k (default 32)")
     parser.add_argument(
         "--fractional-bits", type=int, default=None, help="fixed-point bits f (default: the largest that cannot wrap)"
     )

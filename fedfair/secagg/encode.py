@@ -19,12 +19,19 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import kernels, prg
-from fedfair.privacy.distributed import TrainingNoise
-from fedfair.secagg.noise import NORM_SLACK, NoiseConfig, NoisyEncoding
+from fedfair.privacy.distributed import NORM_SLACK, TrainingNoise
+from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
 from fedfair.secagg.rotation import rotation_key
 
-MODULUS_BITS = (32, 64)
-"""Supported word sizes k."""
+MODULUS_BITS = (16, 32, 64)
+"""Supported word sizes k: 16 bits a coordinate on the wire where the plan's range fits, 32 or 64 where it does not."""
+
+_WORD_TYPES: dict[int, tuple[type[np.unsignedinteger], type[np.signedinteger]]] = {
+    16: (np.uint16, np.int16),
+    32: (np.uint32, np.int32),
+    64: (np.uint64, np.int64),
+}
+"""The unsigned word and its signed view, by k."""
 
 _FLOAT_EXACT_BITS = 52
 """A scaled per-party value must stay below 2^52 so float64 holds its integer part and
@@ -43,6 +50,9 @@ _RANDOM_BITS = 8 * ROUNDING_BYTES_PER_COORDINATE
 _INT64_BITS = 63
 """Magnitude bits of an int64: a scaled value plus its random offset must stay below 2^63."""
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+"""The vector types the encoder reads without a conversion."""
+
 _BLOCK = 1 << 18
 """Coordinates encoded per step: a cipher call and a kernel call. The cipher gives the GIL up on
 every call (see ``prg.BLOCK_BYTES``), so few calls keep encoding off the convoy of threads
@@ -58,7 +68,7 @@ class EncodingConfig:
     clip: largest absolute value of one coordinate of the *unweighted* update delta.
     max_weight: largest weight a party may send.
     fractional_bits: f, the number of binary digits kept after the point.
-    modulus_bits: k, the word size of the masked vector (32 or 64).
+    modulus_bits: k, the word size of the masked vector (16, 32 or 64).
     noise: distributed DP (:class:`fedfair.secagg.noise.NoiseConfig`): each party rotates, rounds and
         noises its vector, so the decoded sum carries Skellam noise; None (the default) for exact sums.
     """
@@ -131,7 +141,7 @@ def check_no_wraparound(clip: float, fractional_bits: int, modulus_bits: int, pa
         return
     best = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight)
     fix = f"lower fractional_bits to at most {best}" if best >= 0 else "lower clip or max_weight"
-    if modulus_bits == 32:
+    if modulus_bits < 64:
         fix += " or set modulus_bits=64"
     raise ConfigError(
         f"the sum of {parties} inputs with clip={clip:g}, max_weight={max_weight:g}, fractional_bits={fractional_bits} "
@@ -162,7 +172,7 @@ def _fits(clip: float, fractional_bits: int, modulus_bits: int, parties: int, ma
 
 def _check_knobs(clip: float, fractional_bits: int, modulus_bits: int, parties: int, max_weight: float) -> None:
     if modulus_bits not in MODULUS_BITS:
-        raise ConfigError(f"modulus_bits={modulus_bits} is not supported; use 32 or 64")
+        raise ConfigError(f"modulus_bits={modulus_bits} is not supported; use 16, 32 or 64")
     if (
         not isinstance(fractional_bits, int)
         or isinstance(fractional_bits, bool)
@@ -192,14 +202,15 @@ class Encoder:
             )
         self.config = config
         self.parties = parties
-        self.dtype: type[np.unsignedinteger] = np.uint32 if config.modulus_bits == 32 else np.uint64
-        self._signed: type[np.signedinteger] = np.int32 if config.modulus_bits == 32 else np.int64
+        self.dtype: type[np.unsignedinteger]
+        self._signed: type[np.signedinteger]
+        self.dtype, self._signed = _WORD_TYPES[config.modulus_bits]
         self._scale = math.ldexp(1.0, config.fractional_bits)
         largest = largest_party_value(config.clip, config.fractional_bits, config.max_weight)
         # Every scaled value is at most `largest` units, so with (largest + 1) 2^K <= 2^63 the
         # value times 2^K plus a K-bit random offset fits int64. A 32-bit modulus keeps
         # largest < 2^31, hence K = 32; a 64-bit one may reach 2^52 + 1 (the float64 limit
-        # check_no_wraparound enforces), which still leaves K >= 10.
+        # check_no_wraparound enforces), which still leaves K >= 10. A 16-bit one keeps K = 32.
         self.rounding_bits = min(_RANDOM_BITS, _INT64_BITS - largest.bit_length())
         """K: bits kept below one unit before stochastic rounding; the rounding bias is below 2^-K units."""
 
@@ -221,7 +232,11 @@ class Encoder:
         randomness_key: bytes | None = None,
         out: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Encode ``weighted_vector`` (= weight * delta, float64) and ``weight`` as d + 1 words mod 2^k.
+        """Encode ``weighted_vector`` (= weight * delta) and ``weight`` as d + 1 words mod 2^k.
+
+        A float32 or float64 vector is read as it is, block by block (a float32 model's update is not
+        copied into float64 first: each value widens exactly as it is rounded); any other type is
+        converted to float64.
 
         ``randomness_key`` (32 bytes) fixes the stochastic rounding for reproducible runs;
         by default a fresh key is drawn from the OS.
@@ -232,7 +247,9 @@ class Encoder:
         as fresh pages the kernel must fault in one by one, which on a virtual machine can cost
         more than the encoding itself. If encoding fails (a NaN), ``out`` holds unspecified words.
         """
-        vector = np.asarray(weighted_vector, dtype=np.float64)
+        vector = np.asarray(weighted_vector)
+        if vector.dtype not in _FLOATS:
+            vector = vector.astype(np.float64)
         if vector.ndim != 1:
             raise ConfigError(f"the update must be a 1-D vector, got shape {vector.shape}; flatten it first")
         if not (math.isfinite(weight) and 0 <= weight <= self.config.max_weight):
@@ -262,7 +279,8 @@ class Encoder:
                 )
             encoded = out
         if self._noisy is not None:
-            return self._encode_noised(vector, weight, randomness_key or os.urandom(prg.KEY_BYTES), encoded)
+            noised = vector.astype(np.float64, copy=False)  # the rotation works in float64
+            return self._encode_noised(noised, weight, randomness_key or os.urandom(prg.KEY_BYTES), encoded)
         # Every encoded value is below 2^(k-1) in magnitude (check_no_wraparound), so the
         # signed view takes it directly and its bits are the two's complement modulo 2^k.
         signed = encoded.view(self._signed)
@@ -303,7 +321,8 @@ class Encoder:
                 f"summands={summands} must be between 1 and {self.parties}, the parties the encoding allows"
             )
         signed = np.asarray(encoded_sum, dtype=self.dtype).view(self._signed)
-        values = signed.astype(np.float64) / self._scale
+        values = signed.astype(np.float64)
+        values *= 1.0 / self._scale  # a power of two: exact, and no second vector of d values
         if self._noisy is not None:
             rotated = values[:-1]
             # Float64 error of the conversion (half an ulp of the largest value) through the inverse

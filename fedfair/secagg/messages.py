@@ -247,7 +247,7 @@ class MaskingSet(Wire):
 class MaskedInput(Wire):
     """A party's encoded update plus its self mask and pairwise masks, modulo 2^k.
 
-    ``vector`` is a 1-D uint32 or uint64 array of length d + 1. (No ``==``: numpy arrays
+    ``vector`` is a 1-D uint16, uint32 or uint64 array of length d + 1. (No ``==``: numpy arrays
     do not compare to a single bool.)
     """
 
@@ -268,7 +268,7 @@ class MaskedInput(Wire):
     def read(cls, header: Header, reader: Reader) -> MaskedInput:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         sender, bits = reader.u32(), reader.u8()
-        if bits not in (32, 64):
+        if bits not in (16, 32, 64):
             raise ProtocolError(f"malformed message: {bits}-bit words")
         data = reader.blob_view()
         if len(data) % (bits // 8):

@@ -27,12 +27,6 @@ _WORD = np.dtype(np.uint64).newbyteorder("<")
 _BLOCK_WORDS = 1 << 17
 """64-bit words drawn per cipher call (1 MiB, the encoder's block of random bytes)."""
 
-NORM_SLACK = 8.0
-"""A collaborator's unweighted update under distributed DP is lr times its clipped sum over its
-expected batch b, of norm at most sensitivity |S| / b for a Poisson sample S; the encoder projects it
-onto the ball of NORM_SLACK times the sensitivity, which binds only when |S| > 8 b (probability
-1e-5 at b = 1, and vanishing for larger b). Projection is 1-Lipschitz, so it costs no privacy."""
-
 _MAX_MU = 2.0**50
 """Largest mu a single draw takes: PTRS computes mu + (a few sqrt(mu)) in float64, which stays exact
 in integers up to 2^53; larger noise is far beyond any use (a 64-bit word holds 2^63)."""
@@ -148,6 +142,25 @@ class NoiseConfig:
         return rotation.padded_dimension(self.dimension) if self.rotation_key is not None else self.dimension
 
 
+def noised_wrap_probability(noise: NoiseConfig, scale: float, modulus_bits: int, parties: int) -> float:
+    """A bound on the probability that a noised sum of ``parties`` inputs wraps modulo 2^k.
+
+    ``scale`` is the largest weight times 2^f: a party's vector has norm at most ``noise.norm_clip`` times it,
+    in encoded units. Rotated, the signal of each coordinate is bounded in probability
+    (:func:`~fedfair.privacy.rounding.rotated_wrap_probability`); without a rotation every coordinate may hold a
+    party's whole rounded norm (:func:`~fedfair.privacy.rounding.wrap_probability`). Either way 1 when a norm
+    reaches 2^52, beyond what float64 rounds exactly.
+    """
+    norm = noise.norm_clip * scale
+    size = noise.encoded_dimension
+    party_norm = rounding.rounded_l2(norm, size, noise.beta)
+    if party_norm >= 2.0**52:
+        return 1.0
+    if noise.rotation_key is None:
+        return rounding.wrap_probability(parties * noise.mu, parties * party_norm, modulus_bits, size)
+    return rounding.rotated_wrap_probability(parties * noise.mu, norm, parties, modulus_bits, size)
+
+
 _MAX_REDRAWS = 64
 """Conditional rounding gives up after this many draws (each fails with probability <= beta)."""
 
@@ -172,16 +185,7 @@ class NoisyEncoding:
         self.clip = clip
         self.scale = math.ldexp(1.0, fractional_bits)
         self.size = noise.encoded_dimension
-        # Every coordinate of a rotated (or not) vector is at most its norm; conditional rounding keeps
-        # the rounded norm within this many units.
-        self.party_norm = rounding.rounded_l2(noise.norm_clip * max_weight * self.scale, self.size, noise.beta)
-        room = 2.0 ** (modulus_bits - 1)
-        if self.party_norm >= 2.0**52 or parties * self.party_norm >= room:
-            raise ConfigError(
-                f"{parties} parties' noised vectors of norm up to {self.party_norm:.4g} units could wrap modulo "
-                f"2^{modulus_bits}; lower norm_clip, max_weight or fractional_bits, or use modulus_bits=64"
-            )
-        wrap = rounding.wrap_probability(parties * noise.mu, parties * self.party_norm, modulus_bits, self.size)
+        wrap = noised_wrap_probability(noise, max_weight * self.scale, modulus_bits, parties)
         if wrap > noise.failure:
             raise ConfigError(
                 f"the noised sum of {parties} parties wraps modulo 2^{modulus_bits} with probability up to "

@@ -78,14 +78,14 @@ def words(key: bytes, count: int, dtype: type[np.unsignedinteger]) -> np.ndarray
 def apply_masks(accumulator: np.ndarray, masks: Sequence[Mask]) -> None:
     """Add or subtract the streams of ``masks`` to ``accumulator`` in place, modulo 2^bits.
 
-    ``accumulator`` is a contiguous 1-D uint32 or uint64 array; word ``i`` of every
+    ``accumulator`` is a contiguous 1-D uint16, uint32 or uint64 array; word ``i`` of every
     stream goes to coordinate ``i``. Unsigned arithmetic wraps, which is exactly
-    arithmetic modulo 2^32 or 2^64.
+    arithmetic modulo 2^16, 2^32 or 2^64.
     """
     if accumulator.ndim != 1 or not accumulator.flags.c_contiguous or accumulator.dtype.kind != "u":
         raise ValueError("accumulator must be a contiguous 1-D unsigned integer array")
-    if accumulator.dtype.itemsize not in (4, 8):
-        raise ValueError("accumulator words must be 32 or 64 bits")
+    if accumulator.dtype.itemsize not in (2, 4, 8):
+        raise ValueError("accumulator words must be 16, 32 or 64 bits")
     for _, sign in masks:
         if sign not in (1, -1):
             raise ValueError("mask sign must be +1 or -1")

@@ -16,7 +16,7 @@ from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.update import Update
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.distributed import TrainingNoise, party_mu
+from fedfair.privacy.distributed import Ring, TrainingNoise, party_mu
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.secagg import Decoded, EncodingConfig, SecAggConfig, simulate_round
 from fedfair.secagg.encode import noised_encoding
@@ -50,8 +50,11 @@ class DistributedDP:
         if self.privacy.mode != "distributed" or not self.privacy.enabled:
             raise ConfigError("distributed noise needs privacy enabled with mode = distributed")
 
-    def noise(self, dimension: int) -> TrainingNoise:
-        """The calibrated noise for updates of ``dimension`` coordinates (what every collaborator derives)."""
+    def noise(self, dimension: int, ring: Ring | None = None) -> TrainingNoise:
+        """The calibrated noise for updates of ``dimension`` coordinates (what every collaborator derives).
+
+        With ``ring``, at fractional bits that keep the sum within its words.
+        """
         objective = self.objective
         threshold = None if objective is None else threshold_clip(self.privacy, objective.epsilon, objective.rho)
         return distributed_training_noise(
@@ -63,6 +66,7 @@ class DistributedDP:
             self.rounds,
             dimension,
             self.weight_per_record,
+            ring,
         )
 
 
@@ -153,6 +157,8 @@ class SecureSum:
         if self.distributed is None:
             return self.encoding
         if self.training_noise is None:
-            self.training_noise = self.distributed.noise(dimension)
+            colluders = self.distributed.colluders
+            ring = Ring(self.encoding.modulus_bits, parties, max(1, parties - colluders), self.encoding.max_weight)
+            self.training_noise = self.distributed.noise(dimension, ring)
         share = party_mu(self.training_noise.release.mu, parties, self.distributed.colluders)
         return noised_encoding(self.encoding, self.training_noise, share, self.federation_id, round_number, dimension)

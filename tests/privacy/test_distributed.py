@@ -134,3 +134,31 @@ def test_bad_releases_are_refused() -> None:
         Release("skellam", 0.0, 1.0, 1.0)
     with pytest.raises(ConfigError, match="sampling_rate"):
         Release("skellam", 1.0, 1.0, 1.0, sampling_rate=0.0)
+
+
+@pytest.mark.parametrize("weight", [1.0, 10.0, 100.0])
+def test_noise_fitted_to_16_bit_words_keeps_its_accounting_exact_at_the_bits_chosen(weight: float) -> None:
+    dimension, steps, delta = 1 << 12, 200, 1e-5
+    ring = distributed.Ring(16, 3, 3, weight)
+    fitted = distributed.training_noise(1.0, delta, 0.1, 0.01, steps, dimension, ring)
+    bits = fitted.fractional_bits
+    # The most precise f whose sum fits: one more bit and it could wrap more often than WRAP_FAILURE allows.
+    assert ring.wrap_probability(bits, fitted.release, dimension) <= distributed.WRAP_FAILURE
+    finer = distributed.training_noise(1.0, delta, 0.1, 0.01, steps, dimension)
+    assert bits < finer.fractional_bits
+    # The release is the one of these bits: sensitivities rounded at f, mu calibrated to the target for them.
+    l2 = rounding.rounded_l2(math.ldexp(0.1, bits), dimension, distributed.ROUNDING_BETA)
+    assert fitted.release.l2 == l2 and fitted.release.l1 == rounding.rounded_l1(l2, dimension)
+    assert fitted.epsilon(steps, delta) == pytest.approx(1.0, rel=2e-3)
+    assert fitted.epsilon(steps, delta) <= 1.0 + 1e-9
+    # The wrap probability is counted in delta, once per step.
+    assert fitted.addon >= steps * distributed.WRAP_FAILURE
+
+
+def test_a_ring_no_bits_fit_is_refused_with_the_fix() -> None:
+    with pytest.raises(ConfigError, match="lower max_weight to the largest expected batch, or raise modulus_bits"):
+        distributed.training_noise(1.0, 1e-5, 0.1, 0.01, 200, 1 << 24, distributed.Ring(16, 3, 3, 1000.0))
+    with pytest.raises(ConfigError, match="modulus_bits=24"):
+        distributed.Ring(24, 3, 3, 1.0)
+    with pytest.raises(ConfigError, match="honest=4"):
+        distributed.Ring(16, 3, 4, 1.0)

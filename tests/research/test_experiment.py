@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -332,3 +332,26 @@ def test_a_simulation_with_server_adam_takes_fedadams_first_step(small_adult_fed
     expected = 0.003 * 0.1 * delta / (0.1 * delta.abs() + 1e-3)
     torch.testing.assert_close(adam.theta - adam.theta_average, expected, rtol=1e-9, atol=1e-15)
     assert adam.c == pytest.approx(plain.c, abs=1e-12)
+
+
+@pytest.fixture
+def torch_threads() -> Iterator[int]:
+    """Restores torch's thread count, which `fedfair simulate` sets for the whole process."""
+    before = torch.get_num_threads()
+    yield before
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("flags", "threads"), [([], 1), (["--threads", "2"], 2), (["--threads", "0"], None)])
+def test_simulate_runs_on_one_torch_thread_unless_told_otherwise(
+    torch_threads: int, flags: list[str], threads: int | None
+) -> None:
+    torch.set_num_threads(3)  # a value neither setting gives, so a left-alone count shows
+    assert main(["simulate", "--rounds", "2", "--clients", "2", *flags]) == 0
+    assert torch.get_num_threads() == (3 if threads is None else threads)
+
+
+def test_a_negative_thread_count_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--rounds", "1", "--threads", "-1"])
+    assert "--threads takes a whole number >= 0" in capsys.readouterr().err

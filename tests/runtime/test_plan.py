@@ -195,7 +195,7 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         ({"secure_aggregation": {"enabled": "yes"}}, r"enabled must be true or false"),
         (
             {"secure_aggregation": {"modulus_bits": 8}},
-            r"modulus_bits must be 32 or 64 \(the masked words' size in bits\), got 8",
+            r"modulus_bits must be 16, 32 or 64 \(the masked words' size in bits\), got 8",
         ),
         ({"secure_aggregation": {"fractional_bits": 64}}, r"fractional_bits = 64 must be below modulus_bits"),
         ({"secure_aggregation": {"clip": 0}}, r"clip must be a number in \(0, 1e\+09\]"),

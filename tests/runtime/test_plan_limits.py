@@ -112,7 +112,7 @@ def test_a_model_too_large_to_build_is_refused_before_it_is_built() -> None:
         # Each within its own range, but three collaborators' clipped updates overflow the 64-bit words.
         ({"clip": 1e9, "max_weight": 1e9}, r"could wrap around modulo 2\^64 .*; lower clip or max_weight"),
         ({"modulus_bits": 32}, r"could wrap around modulo 2\^32 .* or set modulus_bits=64"),
-        ({"modulus_bits": 63}, r"modulus_bits must be 32 or 64"),
+        ({"modulus_bits": 63}, r"modulus_bits must be 16, 32 or 64"),
     ],
 )
 def test_an_encoding_that_cannot_hold_the_sum_is_refused_as_the_plan_is_read(

@@ -38,7 +38,7 @@ from fedfair.runtime.plan.privacy import (
     statistics_release,
     training_privacy,
 )
-from fedfair.secagg.noise import NORM_SLACK
+from fedfair.privacy.distributed import NORM_SLACK
 from tests.runtime.harness import new_workspace, thread_federation
 
 
@@ -81,26 +81,23 @@ def test_the_honest_survivors_carry_the_whole_noise() -> None:
 )
 def test_a_privacy_section_that_cannot_hold_is_refused(section: dict[str, float], secure: bool, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        read_plan_privacy("plan.toml", {"privacy": section}, secure, LocalConfig(), 64)
+        read_plan_privacy("plan.toml", {"privacy": section}, secure, LocalConfig())
 
 
 @pytest.mark.parametrize(
-    ("local", "bits", "message"),
+    ("local", "message"),
     [
-        (LocalConfig(local_steps=3), 64, "local_steps = 1"),
-        (LocalConfig(drift_correction="scaffold"), 64, 'drift_correction = "none"'),
-        (LocalConfig(), 32, "modulus_bits = 64"),
+        (LocalConfig(local_steps=3), "local_steps = 1"),
+        (LocalConfig(drift_correction="scaffold"), 'drift_correction = "none"'),
     ],
 )
-def test_distributed_training_needs_one_step_a_round_and_64_bit_words(
-    local: LocalConfig, bits: int, message: str
-) -> None:
+def test_distributed_training_needs_one_step_a_round(local: LocalConfig, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        read_plan_privacy("plan.toml", {"privacy": {"mode": "distributed", "epsilon": 3.0}}, True, local, bits)
+        read_plan_privacy("plan.toml", {"privacy": {"mode": "distributed", "epsilon": 3.0}}, True, local)
 
 
 def test_without_the_section_reports_are_exact() -> None:
-    plan = read_plan_privacy("plan.toml", {}, True, LocalConfig(), 32)
+    plan = read_plan_privacy("plan.toml", {}, True, LocalConfig())
     assert not plan.noised and not plan.distributed
 
 
@@ -290,7 +287,7 @@ def test_the_templates_default_spends_the_evaluation_budget_on_the_final_answer(
 
 def test_interim_answers_need_a_noised_final_one() -> None:
     with pytest.raises(ConfigError, match="set report_epsilon too"):
-        read_plan_privacy("plan.toml", {"privacy": {"interim_report_epsilon": 0.2}}, True, LocalConfig(), 64)
+        read_plan_privacy("plan.toml", {"privacy": {"interim_report_epsilon": 0.2}}, True, LocalConfig())
 
 
 @pytest.mark.parametrize(

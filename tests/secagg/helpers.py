@@ -15,7 +15,7 @@ from fedfair.pki.identity import (
 )
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.encode import EncodingConfig
+from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
@@ -44,7 +44,9 @@ def make_config(
     max_colluding: int = 0,
     threshold: int | None = None,
 ) -> SecAggConfig:
-    encoding = EncodingConfig(CLIP, MAX_WEIGHT, fractional_bits=16, modulus_bits=modulus_bits)
+    # 16-bit words hold the range only at the finest step that still fits.
+    bits = 16 if modulus_bits > 16 else largest_safe_fractional_bits(CLIP, modulus_bits, parties, MAX_WEIGHT)
+    encoding = EncodingConfig(CLIP, MAX_WEIGHT, fractional_bits=bits, modulus_bits=modulus_bits)
     names = tuple(f"site-{i}" for i in range(1, parties + 1))
     return SecAggConfig(
         "test-federation",

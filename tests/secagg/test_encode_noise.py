@@ -11,10 +11,11 @@ import pytest
 from scipy import stats
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy import rounding
-from fedfair.secagg import SecAggConfig, prg, rotation, simulate_round
-from fedfair.secagg.encode import Encoder, EncodingConfig
+from fedfair.privacy import distributed, rounding
+from fedfair.secagg import SecAggConfig, noise, prg, rotation, simulate_round
+from fedfair.secagg.encode import Encoder, EncodingConfig, noised_encoding
 from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
+from fedfair.secagg.wire import Stage
 
 FALSE_ALARM = 1e-6
 Z = stats.norm.isf(FALSE_ALARM / 2)
@@ -111,3 +112,65 @@ def test_updates_of_the_wrong_length_or_not_finite_are_refused() -> None:
         encoder.encode(np.full(100, np.nan), 1.0)
     with pytest.raises(ConfigError, match="norm_clip"):
         NoiseConfig(1.0, 0.0, 10)
+
+
+def test_a_training_round_in_16_bit_words_decodes_the_noised_sum_within_its_bound() -> None:
+    # The plan's noise fitted to 16-bit words (fewer fractional bits than 64-bit words would take), through the
+    # masking protocol with one colluder allowed and one party dropping: the survivors' sum plus noise.
+    dimension, parties, weight, colluders = 2000, 5, 4.0, 1
+    ring = distributed.Ring(16, parties, parties - colluders, weight)
+    fitted = distributed.training_noise(1.0, 1e-5, 0.05, 0.05, 100, rotation.padded_dimension(dimension), ring)
+    wide = distributed.training_noise(1.0, 1e-5, 0.05, 0.05, 100, rotation.padded_dimension(dimension))
+    assert fitted.fractional_bits < wide.fractional_bits
+    share = distributed.party_mu(fitted.release.mu, parties, colluders)
+    plain = EncodingConfig(clip=1.0, max_weight=weight, fractional_bits=0, modulus_bits=16)
+    encoding = noised_encoding(plain, fitted, share, "federation", 3, dimension)
+    config = SecAggConfig(
+        "federation",
+        3,
+        tuple(f"p{index}" for index in range(parties)),
+        dimension=encoding.noise.encoded_dimension if encoding.noise else dimension,
+        encoding=encoding,
+        max_colluding=colluders,
+    )
+    assert config.encoder.dtype is np.uint16
+    rng = np.random.default_rng(2)
+    # Each party's weighted update at the norm the encoder allows it (NORM_SLACK records' sensitivity, weighted).
+    radius = distributed.NORM_SLACK * 0.05 * weight
+    vectors = [v * (radius / np.linalg.norm(v)) for v in rng.normal(size=(parties, dimension))]
+    trace = simulate_round(
+        config, lambda party: config.encoder.encode(vectors[party - 1], weight), {Stage.MASK: [parties]}
+    )
+    decoded = trace.result.decoded
+    assert decoded.total_weight == pytest.approx(weight * (parties - 1), abs=parties * 2.0**-fitted.fractional_bits)
+    error = decoded.weighted_sum - np.sum(vectors[:-1], axis=0)
+    assert np.max(np.abs(error)) <= decoded.error_bound
+    # The noise of 4 parties' shares, each 1/(n - c) of the calibrated total, in units of 2^-f.
+    assert decoded.noise_std == pytest.approx(math.sqrt(2 * (parties - 1) * share) * 2.0**-fitted.fractional_bits)
+    assert (
+        abs(error.std() - decoded.noise_std)
+        <= Z * math.sqrt(0.5 / dimension) * decoded.noise_std + 2.0**-fitted.fractional_bits
+    )
+
+
+def test_the_rotated_wrap_bound_holds_and_is_far_below_the_unrotated_one() -> None:
+    # 8-bit words, m = 64, three parties at the bound's norm, so the bound is not negligible: it must sit above
+    # the measured rate of sums with a coordinate outside [-2^7, 2^7), rotated, rounded and noised as the encoder
+    # does it; without the rotation's spread (a whole norm per coordinate) nothing would fit.
+    size, parties, mu, norm, trials = 64, 3, 20.0, 60.0, 300
+    bound = rounding.rotated_wrap_probability(parties * mu, norm, parties, 8, size)
+    assert bound < 0.5 and rounding.wrap_probability(parties * mu, parties * norm, 8, size) == 1.0
+    assert rounding.rotated_wrap_probability(parties * mu, 0.0, parties, 8, size) <= bound
+    rng = np.random.default_rng(3)
+    wraps = 0
+    for trial in range(trials):
+        key = rotation.rotation_key("federation", trial, "training")
+        total = np.zeros(size)
+        for _ in range(parties):
+            vector = rng.normal(size=size)
+            rotated = rotation.rotate(vector * (norm / np.linalg.norm(vector)), key)
+            total += np.floor(rotated + rng.uniform(size=size))
+        total += noise.skellam(parties * mu, size, os.urandom(32))
+        wraps += bool(np.any(np.abs(total) >= 2**7))
+    # One-sided: the measured rate may exceed the bound only by sampling error.
+    assert wraps / trials <= bound + Z * math.sqrt(bound * (1 - bound) / trials)

@@ -96,9 +96,9 @@ def test_new_messages_round_trip_for_any_fields(
         assert decode(message.to_bytes()) == message
 
 
-@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
 def test_masked_input_round_trips_without_copying(dtype: type) -> None:
-    vector = np.array([0, 1, 2**31 + 5, np.iinfo(dtype).max], dtype=dtype)
+    vector: np.ndarray = np.array([0, 1, np.iinfo(dtype).max // 2 + 5, np.iinfo(dtype).max], dtype=dtype)
     message = MaskedInput(header(Stage.MASK), 4, vector)
     parsed = MaskedInput.from_bytes(message.to_bytes())
     assert (parsed.header, parsed.sender) == (message.header, 4)
@@ -126,7 +126,10 @@ def test_malformed_bytes_are_refused() -> None:
         decode(bytes(wrong_stage))
 
 
-@pytest.mark.parametrize(("bits", "payload", "message"), [(32, b"abc", "whole number of words"), (16, b"ab", "16-bit")])
+@pytest.mark.parametrize(
+    ("bits", "payload", "message"),
+    [(32, b"abc", "whole number of words"), (16, b"abc", "whole number of words"), (8, b"ab", "8-bit")],
+)
 def test_masked_vectors_of_odd_shape_are_refused(bits: int, payload: bytes, message: str) -> None:
     writer = Writer().blob(MAGIC).u8(MaskedInput.TYPE)
     header(Stage.MASK).write(writer)

@@ -39,7 +39,7 @@ def test_short_keys_are_refused() -> None:
         prg.Keystream(bytes(16))
 
 
-@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
 @pytest.mark.parametrize("size", [1, 1000, prg.BLOCK_BYTES // 4 + 3, 3 * prg.BLOCK_BYTES // 8 + 1])
 def test_apply_masks_adds_and_subtracts_the_streams_modulo_2k(dtype: type, size: int) -> None:
     key_a, key_b = bytes([7]) * 32, bytes([9]) * 32
@@ -64,7 +64,7 @@ NEIGHBOUR_SETS = {
 }
 
 
-@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
 @pytest.mark.parametrize("blocks", [0, 1, 2])
 @pytest.mark.parametrize("neighbours", sorted(NEIGHBOUR_SETS))
 def test_apply_masks_equals_the_sum_of_the_streams_in_exact_integers(
@@ -97,7 +97,7 @@ def test_apply_masks_refuses_unsuitable_accumulators() -> None:
     with pytest.raises(ValueError):
         prg.apply_masks(np.zeros(4, dtype=np.float64), [])
     with pytest.raises(ValueError):
-        prg.apply_masks(np.zeros(4, dtype=np.uint16), [])
+        prg.apply_masks(np.zeros(4, dtype=np.uint8), [])
     with pytest.raises(ValueError):
         prg.apply_masks(np.zeros(4, dtype=np.uint32), [(bytes(32), 2)])
 

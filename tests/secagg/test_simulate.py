@@ -30,10 +30,13 @@ Drop = dict[Stage, list[int]]
 
 @st.composite
 def rounds(draw: st.DrawFn) -> tuple[SecAggConfig, Drop, Inputs]:
-    """3 to 6 parties, up to n - t of them silent from a drawn stage on, inputs anywhere in the clip range."""
+    """3 to 6 parties in 16- or 32-bit words, up to n - t of them silent from a drawn stage on, inputs anywhere in the
+    clip range; the threshold set for up to one colluder where the roster allows one."""
     parties = draw(st.integers(3, 6))
     dimension = draw(st.integers(1, 4))
-    config = make_config(parties, dimension=dimension)
+    colluders = draw(st.integers(0, 1 if parties >= 4 else 0))
+    modulus_bits = draw(st.sampled_from([16, 32]))
+    config = make_config(parties, dimension=dimension, modulus_bits=modulus_bits, max_colluding=colluders)
     leavers = draw(st.lists(st.integers(1, parties), unique=True, max_size=parties - config.t))
     drop: Drop = {}
     for party in leavers:
@@ -52,7 +55,7 @@ def within(decoded: float, exact: list[float], bound: float) -> bool:
     return abs(Fraction(decoded) - Fraction(plain)) <= Fraction(bound) + Fraction(math.ulp(plain)) / 2
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(rounds())
 def test_a_round_recovers_the_survivors_sum_within_its_error_bound_whoever_drops_at_whichever_stage(
     case: tuple[SecAggConfig, Drop, Inputs],

@@ -64,27 +64,38 @@ def state_digest(state: ServerState) -> str:
     """
     digest = hashlib.sha256()
     for tensor in (state.theta, state.theta_average):
-        digest.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
+        digest.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().data)  # hashed in place, not copied
     digest.update(json.dumps([state.c, state.c_average, state.averaged_rounds, state.round]).encode())
     for extra in (state.control, state.velocity):
         # After the rest, and only when there is one: a plan without drift correction or momentum keeps its digests.
         if extra is not None:
-            digest.update(extra.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
+            digest.update(extra.detach().to("cpu", torch.float64).contiguous().numpy().data)
     return digest.hexdigest()
+
+
+def _saved(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` in float64 on the CPU, as torch.save should write it: its own values only.
+
+    torch.save writes a tensor's whole storage, so a view into a larger one is cloned; a tensor that is all of
+    its storage (the server state's are) is written as it is, which spares a copy of the model per tensor.
+    """
+    values = tensor.detach().to("cpu", torch.float64)
+    whole = values.storage_offset() == 0 and values.untyped_storage().nbytes() == values.numel() * 8
+    return values if whole and values.is_contiguous() else values.clone()
 
 
 def _state_dict(state: ServerState) -> dict[str, Any]:
     saved = {
         "round": state.round,
-        "theta": state.theta.detach().to("cpu", torch.float64).clone(),
+        "theta": _saved(state.theta),
         "c": float(state.c),
-        "theta_average": state.theta_average.detach().to("cpu", torch.float64).clone(),
+        "theta_average": _saved(state.theta_average),
         "c_average": float(state.c_average),
         "averaged_rounds": state.averaged_rounds,
     }
     for key, extra in (("control", state.control), ("velocity", state.velocity)):
         if extra is not None:
-            saved[key] = extra.detach().to("cpu", torch.float64).clone()
+            saved[key] = _saved(extra)
     return saved
 
 
@@ -103,9 +114,11 @@ def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:
     }
     blob = io.BytesIO()
     torch.save(payload, blob)
-    content = blob.getvalue()
-    header = DIGEST_PREFIX + hashlib.sha256(content).hexdigest().encode() + b"\n"
-    atomic_write(path, lambda stream: stream.write(header + content))
+    # The serialised state is read where it lies, and the digest line written before it rather than joined to it:
+    # each copy of it would be as large as the model's tensors together.
+    with blob.getbuffer() as content:
+        header = DIGEST_PREFIX + hashlib.sha256(content).hexdigest().encode() + b"\n"
+        atomic_write(path, lambda stream: (stream.write(header), stream.write(content)))
     return path
 
 

@@ -272,11 +272,12 @@ class InputRecord:
             arrays["vector"] = np.asarray(kept.vector)
         if kept.encoded is not None:
             arrays["encoded"] = np.asarray(kept.encoded)
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)  # type: ignore[arg-type]  # numpy's stub wants positional arrays too
-        payload = buffer.getvalue()
-        atomic_write(self._kept_path(kind), lambda stream: stream.write(payload))
-        self._kept[kind] = {"key": key, "round": round_number, "sha256": hashlib.sha256(payload).hexdigest()}
+        path = self._kept_path(kind)
+        # Straight to the file, hashed as read back: an in-memory archive would hold the input twice more.
+        atomic_write(path, lambda stream: np.savez(stream, **arrays))  # type: ignore[arg-type]  # numpy's stub wants positional arrays too
+        with path.open("rb") as written:
+            digest = hashlib.file_digest(written, "sha256").hexdigest()
+        self._kept[kind] = {"key": key, "round": round_number, "sha256": digest}
 
     # ------------------------------------------------------------ what it says
 

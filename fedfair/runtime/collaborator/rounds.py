@@ -314,7 +314,9 @@ class RoundJob:
             time.perf_counter() - started,
             extra=per_round(round_number, self.shared.training.rounds),
         )
-        frozen = np.array(vector, dtype=np.float64)
+        # The trainer's weighted vector is this round's own (Update.weighted_vector builds it afresh), so it is
+        # frozen where it lies rather than copied: d float64 values fewer for the rest of the round.
+        frozen = np.asarray(vector, dtype=np.float64)
         frozen.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
         return TrainedUpdate(round_number, model, frozen, float(update.weight))
 

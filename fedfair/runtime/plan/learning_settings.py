@@ -38,7 +38,7 @@ from fedfair.runtime.plan.privacy import (
 )
 from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
 from fedfair.core.tables import Table, field_names
-from fedfair.privacy.distributed import TrainingNoise
+from fedfair.privacy.distributed import Ring, TrainingNoise
 from fedfair.secagg import EncodingConfig, check_no_wraparound
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
 from fedfair.secagg.encode import noised_encoding
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 DROPOUT_POLICIES = ("allowed", "none")
 """[secure_aggregation] dropouts: whether a round may finish without some collaborators."""
-WORD_BITS = (32, 64)
+WORD_BITS = (16, 32, 64)
 """[secure_aggregation] modulus_bits: the word sizes the secure sum's encoding computes in."""
 AUTO = "auto"
 """``[secure_aggregation] neighbours = "auto"``: the masking graph's degree follows the roster's size."""
@@ -188,6 +188,13 @@ class LearningSettings:
         """
         secure, training = self.secure_aggregation, self.training
         floor = self.survivor_floor(collaborators)
+        # At least one honest party here; party_mu refuses a floor that leaves none, naming the fix.
+        honest = min(collaborators, max(1, floor - secure.max_colluding))
+        per_record = self.influence.weight_per_record(self.batch_fraction)
+        # The encoder bounds a party's unweighted update by NORM_SLACK times one record's move before weighting
+        # (the sensitivity over w_k / b_k), so its weighted vector by that times its weight: in the ring's
+        # units of the (weighted) sensitivity, max_weight / (w_k / b_k).
+        ring = Ring(secure.modulus_bits, collaborators, honest, secure.max_weight / per_record)
         return training_noise(
             self.privacy,
             training.local,
@@ -197,7 +204,8 @@ class LearningSettings:
             dimension,
             floor,
             secure.max_colluding,
-            self.influence.weight_per_record(self.batch_fraction),
+            per_record,
+            ring,
         )
 
     def training_encoding(
@@ -259,7 +267,7 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
         )
     modulus_bits = t.integer("modulus_bits", d.modulus_bits)
     if modulus_bits not in WORD_BITS:
-        t.bad("modulus_bits", modulus_bits, "32 or 64 (the masked words' size in bits)")
+        t.bad("modulus_bits", modulus_bits, "16, 32 or 64 (the masked words' size in bits)")
     fractional_bits = t.integer("fractional_bits", d.fractional_bits, low=0)
     if fractional_bits >= modulus_bits:
         t.fail(
@@ -356,7 +364,7 @@ def read_learning(source: str, data: Mapping[str, object], collaborators: int) -
         max_weight=secagg.max_weight,
     )
     evaluation = read_evaluation(source, data)
-    privacy = read_plan_privacy(source, data, secagg.enabled, training.local, secagg.modulus_bits)
+    privacy = read_plan_privacy(source, data, secagg.enabled, training.local)
     try:
         composition_columns(schema, evaluation.composition)
         if schema is not None and privacy.noised:

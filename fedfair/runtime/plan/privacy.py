@@ -74,12 +74,10 @@ class PlanPrivacy:
         return self.mode == "distributed"
 
 
-def read_plan_privacy(
-    source: str, data: Mapping[str, object], secure: bool, local: LocalConfig, modulus_bits: int
-) -> PlanPrivacy:
+def read_plan_privacy(source: str, data: Mapping[str, object], secure: bool, local: LocalConfig) -> PlanPrivacy:
     """The plan's [privacy] (defaults when absent); a ConfigError naming the key and the fix.
 
-    `secure`, `local` and `modulus_bits` are the plan's secure aggregation, local steps and word size.
+    `secure` and `local` are the plan's secure aggregation and local steps.
     """
     t = Table.of(source, data, "privacy", field_names(PlanPrivacy))
     d = PlanPrivacy()
@@ -104,11 +102,6 @@ def read_plan_privacy(
             t.fail(
                 '[privacy] mode = "distributed" sums one clipped DP-SGD step per round inside the secure sum; set '
                 '[training] local_steps = 1 and drift_correction = "none"'
-            )
-        if modulus_bits != 64:
-            t.fail(
-                '[privacy] mode = "distributed" needs 64-bit words to hold the noise: set [secure_aggregation] '
-                "modulus_bits = 64"
             )
     elif settings.epsilon is not None:
         t.fail(
@@ -291,6 +284,7 @@ def training_noise(
     floor: int,
     colluders: int,
     weight_per_record: float = 1.0,
+    ring: distributed.Ring | None = None,
 ) -> tuple[distributed.TrainingNoise, float]:
     """The calibrated noise of the plan's distributed DP-SGD rounds for updates of `dimension` values.
 
@@ -298,13 +292,14 @@ def training_noise(
     at the largest `weight_per_record` w_k / b_k of the plan's weights
     (:meth:`~fedfair.runtime.plan.influence.InfluenceSettings.weight_per_record`: 1 under declared weights,
     1 / min b_k under equal ones). Also returns each party's Skellam share of it: the honest parties of a
-    `floor`-party survivor set (`colluders` of them may collude) carry it all. Cached: the calibration bisects
-    over RDP curves, and every round asks the same.
+    `floor`-party survivor set (`colluders` of them may collude) carry it all. With `ring`, the fractional
+    bits keep the sum within the plan's words. Cached: the calibration bisects over RDP curves, and every
+    round asks the same.
     """
     privacy = training_privacy(settings, rate)
     threshold_norm = threshold_clip(privacy, objective.epsilon, objective.rho)
     noise = distributed_training_noise(
-        privacy, local.lr, local.threshold_lr, threshold_norm, rate, rounds, dimension, weight_per_record
+        privacy, local.lr, local.threshold_lr, threshold_norm, rate, rounds, dimension, weight_per_record, ring
     )
     return noise, check_mu(distributed.party_mu(noise.release.mu, floor, colluders))
 

@@ -253,7 +253,7 @@ weights = "equal"   # "equal": every institution counts the same, whatever its s
 enabled = true
 # threshold = 2     # t: survivors needed to finish a round; default floor(p/2) + 1 of the
                     # round's p participants
-modulus_bits = 64   # arithmetic mod 2^modulus_bits (32 or 64)
+modulus_bits = 64   # arithmetic mod 2^modulus_bits (16, 32 or 64)
 fractional_bits = 20  # fixed-point precision: values are scaled by 2^fractional_bits
 clip = 10.0         # each coordinate of an update is clipped to [-clip, clip]
 neighbours = "auto" # masking graph: "auto" is complete below ~20 collaborators, else SecAgg+ with

@@ -39,7 +39,7 @@ MALFORMED_MESSAGE = "message refused: malformed, oversized or incomplete"
 # ---------------------------------------------------------------- bytes
 
 
-def split(data: bytes, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pb.Chunk]:
+def split(data: bytes | memoryview, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pb.Chunk]:
     """Cut ``data`` into chunks of at most ``chunk_bytes`` (one empty chunk for empty data)."""
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
@@ -59,6 +59,7 @@ class Reassembler:
         self._count = 0
         self._total = 0
         self._next = 0
+        self._filled = 0
         self._buffer = bytearray()
 
     @property
@@ -84,12 +85,13 @@ class Reassembler:
             raise WireError(f"chunk {chunk.index} arrived out of order; expected chunk {self._next}")
         if size == 0 and self._total > 0:
             raise WireError(f"chunk {chunk.index} is empty")
-        if len(self._buffer) + size > self._total:
+        if self._filled + size > self._total:
             raise WireError(f"chunk {chunk.index} overruns the declared total of {self._total} bytes")
-        self._buffer += chunk.data
+        self._buffer[self._filled : self._filled + size] = chunk.data
+        self._filled += size
         self._next += 1
-        if self.done and len(self._buffer) != self._total:
-            raise WireError(f"the payload ended at {len(self._buffer)} bytes; {self._total} were declared")
+        if self.done and self._filled != self._total:
+            raise WireError(f"the payload ended at {self._filled} bytes; {self._total} were declared")
 
     def _start(self, chunk: pb.Chunk) -> None:
         total, count = chunk.total_size, chunk.count
@@ -99,12 +101,19 @@ class Reassembler:
         if count < fewest or count > max(1, total):
             raise WireError(f"the payload declares {count} chunks, impossible for {total} bytes")
         self._count, self._total = count, total
+        # The declared size (already within the limit) at once: growing chunk by chunk would copy the payload
+        # each time the buffer outgrew its allocation, holding it twice meanwhile.
+        self._buffer = bytearray(total)
 
     def result(self) -> bytes:
         """The payload, once every declared chunk has arrived."""
+        return bytes(self.take())
+
+    def take(self) -> bytearray:
+        """The payload's own buffer, once every declared chunk has arrived, for a caller that keeps it (no copy)."""
         if not self.done:
             raise WireError(f"the payload stopped after {self._next} of {self._count or '?'} chunks")
-        return bytes(self._buffer)
+        return self._buffer
 
 
 def join(chunks: Iterable[pb.Chunk], *, max_total_bytes: int, max_chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> bytes:
@@ -123,25 +132,35 @@ def digest(data: bytes) -> bytes:
 # ---------------------------------------------------------------- tensors
 
 
-def encode_tensor(values: object) -> tuple[pb.DType, bytes]:
-    """A float32/float64 array or tensor, flattened, as (DType, little-endian bytes)."""
+def encode_tensor(values: object) -> tuple[pb.DType, memoryview]:
+    """A float32/float64 array or tensor, flattened, as (DType, its little-endian bytes).
+
+    The bytes are a view of the values where they already lie contiguous and little-endian (a model's
+    tensor): hashing or cutting it into chunks then costs no copy of the model. Use them before the values
+    change.
+    """
     if hasattr(values, "detach"):  # a torch tensor, without importing torch here
         values = values.detach().cpu().numpy()
     array = np.asarray(values)
     for dtype, wire in _DTYPES.items():
         if array.dtype.kind == "f" and array.dtype.itemsize == wire.itemsize:
-            return dtype, np.ascontiguousarray(array.reshape(-1), dtype=wire).tobytes()
+            return dtype, np.ascontiguousarray(array.reshape(-1), dtype=wire).data.cast("B")
     raise WireError(f"tensors travel as float32 or float64, got {array.dtype}; convert before sending")
 
 
-def decode_tensor(data: bytes, dtype: pb.DType) -> np.ndarray:
-    """The inverse of encode_tensor: a flat, writable native-order array."""
+def decode_tensor(data: bytes | bytearray | memoryview, dtype: pb.DType) -> np.ndarray:
+    """The inverse of encode_tensor: a flat, writable native-order array.
+
+    A writable buffer (a bytearray) in native order becomes the array itself, with no copy (the caller hands it
+    over); read-only bytes are copied.
+    """
     wire = _DTYPES.get(dtype)
     if wire is None:
         raise WireError(f"unknown tensor dtype {dtype}; expected DTYPE_FLOAT32 or DTYPE_FLOAT64")
     if len(data) % wire.itemsize:
         raise WireError(f"{len(data)} bytes is not a whole number of {wire.itemsize}-byte values")
-    return np.frombuffer(data, dtype=wire).astype(wire.newbyteorder("="), copy=True)
+    values = np.frombuffer(data, dtype=wire)
+    return values.astype(wire.newbyteorder("="), copy=not values.flags.writeable)
 
 
 # ---------------------------------------------------------------- bound parts
@@ -178,7 +197,7 @@ def read_model(
         elif part.dtype != dtype or part.threshold != threshold:
             raise WireError("model parts disagree on the dtype or the threshold c")
         assembler.add(part.theta)
-    theta = decode_tensor(assembler.result(), dtype if dtype is not None else pb.DTYPE_FLOAT32)
+    theta = decode_tensor(assembler.take(), dtype if dtype is not None else pb.DTYPE_FLOAT32)
     if not math.isfinite(threshold) or not np.all(np.isfinite(theta)):
         raise WireError("the model holds a non-finite value")
     return theta, threshold

@@ -141,3 +141,30 @@ def test_a_carried_input_that_contradicts_its_task_is_refused() -> None:
     for task in (pb.Task(input=b"abc", input_size=2), pb.Task(input=oversized, input_size=len(oversized))):
         with pytest.raises(WireError, match="carries .* input bytes but announces"):
             inline_input(task)
+
+
+def test_a_model_is_sent_from_and_read_into_its_own_buffer() -> None:
+    # A model of d values costs its own bytes once on arrival: the chunks land in one buffer of the declared
+    # size, and the writable array the collaborator trains from is that buffer, not a copy of it.
+    import tracemalloc
+
+    binding = make_binding(FEDERATION, 3, pb.STAGE_TRAIN)
+    theta = np.linspace(-1, 1, 200_000, dtype=np.float64)
+    parts = list(model_parts(binding, theta, 2.5, chunk_bytes=1 << 16))
+    tracemalloc.start()
+    try:
+        got, _ = read_model(parts, binding, max_values=theta.size, max_chunk_bytes=1 << 16)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(got, theta) and got.flags.writeable
+    # The buffer, the finiteness check's mask (a byte a value) and one chunk; a copy would add d x 8 bytes.
+    assert peak < theta.nbytes + theta.size + (1 << 16)
+    data = bytearray(np.arange(4, dtype="<f8").tobytes())
+    shared = decode_tensor(data, pb.DTYPE_FLOAT64)
+    assert np.shares_memory(shared, np.frombuffer(data, dtype="<f8")) and shared.flags.writeable
+    copied = decode_tensor(bytes(data), pb.DTYPE_FLOAT64)
+    assert copied.flags.writeable and not np.shares_memory(copied, np.frombuffer(data, dtype="<f8"))
+    # Sending is as thrifty: the bytes to hash and cut into chunks are the model's own, not a copy.
+    _, sent = encode_tensor(theta)
+    assert np.shares_memory(np.frombuffer(sent, dtype="<f8"), theta) and sent.nbytes == theta.nbytes
