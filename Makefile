@@ -91,8 +91,8 @@ test-fast: bytecode
 	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow"
 
 # Every benchmark writes benchmarks/results/NAME.json; docs/benchmarks.md is generated from them.
-BENCHMARKS := attack_matrix census_fairness convergence_bench dp_bench dp_utility eval_error federation_bench influence_bench \
-              reference_gap round_bench secagg_bench simulation_speed startup_bench
+BENCHMARKS := attack_matrix census_fairness convergence_bench dp_bench dp_bits dp_utility eval_error federation_bench influence_bench \
+              noised_statistics reference_gap round_bench secagg_bench simulation_speed startup_bench
 
 bench: setup
 	mkdir -p benchmarks/results

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from report_learning import census_fairness, convergence_bench, dp_bench, dp_utility, eval_error, influence_bench
-from report_learning import reference_gap, simulation_speed
+from report_learning import census_fairness, convergence_bench, dp_bench, dp_bits, dp_utility, dp_utility_equal
+from report_learning import eval_error, influence_bench, noised_statistics, reference_gap, simulation_speed
 from report_plots import save
-from report_runtime import attack_matrix, federation_bench, round_bench, secagg_bench, startup_bench
+from report_runtime import attack_matrix, federation_bench, round_bench, secagg_bench, startup_bench, wire_width
 from report_tables import Plot, Section, table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,9 +41,14 @@ SECTIONS: dict[str, Callable[[str, Mapping[str, Any]], Section]] = {
     "startup_bench": startup_bench,
     "round_bench": round_bench,
     "round_bench_processes": round_bench,
+    "round_bench_16bit_d1e7": wire_width,
+    "round_bench_processes_d1e8": wire_width,
     "secagg_bench": secagg_bench,
     "dp_bench": dp_bench,
     "dp_utility": dp_utility,
+    "dp_utility_equal": dp_utility_equal,
+    "dp_bits": dp_bits,
+    "noised_statistics": noised_statistics,
     "eval_error": eval_error,
     "census_fairness": census_fairness,
     "convergence_bench": convergence_bench,

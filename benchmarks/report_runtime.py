@@ -188,3 +188,47 @@ def attack_matrix(name: str, document: Mapping[str, Any]) -> Section:
         "the JSON.",
         lines,
     )
+
+
+def wire_width(name: str, document: Mapping[str, Any]) -> Section:
+    """What a round of a large model costs on the wire and in memory at the plan's word size, each row measured."""
+    bits = document.get("modulus_bits", 64)
+    rows = [
+        (
+            count(row["dimension"]),
+            str(row["parties"]),
+            "secure" if row["secure"] else "plain",
+            "processes" if row["processes"] else "threads",
+            fixed(row["bits_per_coordinate"], 1),
+            fixed(row["aggregator_received_bytes"] / 1e6, 0),
+            fixed(row["round_seconds"], 2),
+            fixed(row["party_cpu_seconds"], 2),
+            fixed(row["aggregator_cpu_seconds"] or row["process_cpu_seconds"], 2),
+            fixed(row["peak_rss_mb"], 0),
+            fixed(row["party_peak_rss_mb"], 0),
+        )
+        for row in document["results"]
+    ]
+    header = ("d", "n", "sums", "parties as", "bits / coordinate", "received (MB)", "round (s)",
+              "party CPU (s)", "aggregator CPU (s)", "peak (MB)", "party peak (MB)")  # fmt: skip
+    ratios = [
+        f"Secure ÷ plain at {key}: round {ratio(value['whole_round'])}, a party's CPU {ratio(value['party_cpu'])}."
+        for key, value in document.get("ratios", {}).items()
+    ]
+    return Section(
+        f"A large model through the secure sum in {bits}-bit words: bytes, CPU and memory",
+        "One training round of a d-parameter update with local training taken out, in the real runtime (gRPC over "
+        "loopback mutual TLS): the bits the aggregator received per coordinate, the round's wall time, each "
+        "party's and the aggregator's CPU seconds (what a shared 2-core machine distorts least) and the peak "
+        "resident memory of the process (threads: every party in it) and of the largest party.",
+        [
+            *table(header, rows),
+            "",
+            *ratios,
+            *(
+                ["The peak with threads counts the aggregator and every party in one process."]
+                if any(not row["processes"] for row in document["results"])
+                else []
+            ),
+        ],
+    )
