@@ -94,7 +94,7 @@ def test_hyperparameters_are_chosen_on_validation_and_each_seed_differs(study: t
     out, _ = study
     grid = Study("adult", TINY, ("fedsrcvar",))
     runs = grid.selection_runs("fedsrcvar", 0.3)
-    assert len(runs) == len(TINY.lr_scales) * len(TINY.fedsrcvar_momenta)
+    assert len(runs) == len(TINY.lr_scales) * len(TINY.server_momenta)
     assert all(run.split == "validation" for run in runs)
     results = run_all(runs, out / "cache", workers=1, label="cached")  # all cached: nothing trains
     best = min(results.values(), key=lambda result: result["worst_risk"])
@@ -150,9 +150,9 @@ def test_a_point_says_what_it_tunes() -> None:
 def test_fedsrcvar_tries_each_server_momentum_and_fedavgs_local_steps_others_keep_their_grid() -> None:
     study = Study("adult", TINY, ("fedsrcvar", "fedavg", "central-cvar"))
     fedsrcvar = study.grid("fedsrcvar", 0.1)
-    expected = len(TINY.fedsrcvar_momenta) * len(TINY.fedsrcvar_epsilons) * len(TINY.fedavg_local_steps)
+    expected = len(TINY.server_momenta) * len(TINY.fedsrcvar_epsilons) * len(TINY.fedavg_local_steps)
     assert len(fedsrcvar) == expected * len(TINY.lr_scales)
-    assert {point.momentum for point in fedsrcvar} == set(TINY.fedsrcvar_momenta)
+    assert {point.momentum for point in fedsrcvar} == set(TINY.server_momenta)
     assert {point.local_steps for point in fedsrcvar} == set(TINY.fedavg_local_steps)
     assert all(point.momentum is None for point in study.grid("fedavg", 0.1) + study.grid("central-cvar", 0.1))
     assert all("--server-momentum" not in run.flags for run in study.selection_runs("central-cvar", 0.1))
@@ -289,3 +289,25 @@ def test_the_command_refuses_methods_and_rhos_it_cannot_run(tmp_path: Path, caps
     for bad in ("0", "0.1,x", "1.5"):
         assert cli_main(["reproduce", "--out", str(tmp_path), "--rhos", bad]) == 2
         assert "--rhos" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("profile", ["quick", "figure1"])
+def test_the_fairness_baselines_are_tuned_over_as_many_points_as_fedsrcvar(profile: str) -> None:
+    chosen_profile = reproduce.PROFILES[profile]
+    study = Study("mnist", chosen_profile, ("fedsrcvar", "fedavgm", "propfair", "term", "deltafl"))
+    size = len(study.grid("fedsrcvar", TABLE_RHO))
+    assert size == 24
+    for method, (flag, values) in (
+        *reproduce.OWN_GRIDS.items(),
+        ("fedavgm", ("--server-momentum", reproduce.FEDAVGM_MOMENTA)),
+    ):
+        runs = study.selection_runs(method, TABLE_RHO)
+        assert len(runs) == size, method
+        assert {run.flags[run.flags.index(flag) + 1] for run in runs} == {f"{value:g}" for value in values}
+        for run in runs:  # each at the effective step lr / (1 - momentum) its scale asks for, as FedSRCVaR's
+            config = config_from_flags(run.flags)
+            momentum = config.training.server_momentum
+            scale = float(run.flags[run.flags.index("--lr") + 1]) / (0.5 * min(1.0, 2.5 * (1.0 - momentum)))
+            assert scale == pytest.approx(min(chosen_profile.lr_scales, key=lambda s: abs(s - scale)), rel=1e-5)
+    term = Point(0.25, local_steps=3, momentum=0.0, setting=5.0)
+    assert term.describe("term") == "step x0.25, 3 local steps, tilt 5, plain server step"
