@@ -19,7 +19,7 @@ from fedfair.core.config import (
 )
 from fedfair.datasets import DATASETS
 from fedfair.privacy.flags import add_privacy_arguments
-from fedfair.research.method_names import LOSS_METHODS, METHOD_NAMES, RHO_FREE_METHODS
+from fedfair.research.method_names import LOSS_METHODS, METHOD_NAMES, MOMENTUM_METHODS, RHO_FREE_METHODS
 
 
 DEFAULT_BASELINE_LR = 0.5
@@ -145,8 +145,9 @@ def _add_federated_arguments(parser: argparse.ArgumentParser) -> None:
         "--server-momentum",
         type=float,
         default=None,
-        help=f"fedsrcvar: the server's heavy-ball momentum on the mean update (default {DEFAULT_SERVER_MOMENTUM}; "
-        "0 is Algorithm 1's plain averaging step); what travels is unchanged",
+        help=f"{', '.join(MOMENTUM_METHODS)}: the server's heavy-ball momentum on the mean update (default "
+        f"{DEFAULT_SERVER_MOMENTUM} for fedsrcvar and fedavgm, 0 for the others; 0 is the plain averaging step); "
+        "what travels is unchanged, and the default --lr keeps lr / (1 - momentum) at 2.5 times the plain step",
     )
     learning.add_argument(
         "--server-adam-lr",
@@ -207,6 +208,25 @@ def _add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"{', '.join(LOSS_METHODS)}: read each round's losses at theta_t from a fresh draw of this many "
         "rows per collaborator instead of all of them (default 0: all rows, as published)",
+    )
+    baseline.add_argument(
+        "--ceiling",
+        type=float,
+        default=None,
+        help="propfair: M in -log(M - F_k), above the losses it meets (default 5)",
+    )
+    baseline.add_argument(
+        "--tilt",
+        type=float,
+        default=None,
+        help="term: the tilt t > 0 of (1/t) log mean exp(t loss); t -> 0 is FedAvg (default 1)",
+    )
+    baseline.add_argument(
+        "--client-level",
+        type=float,
+        default=None,
+        help="deltafl: the share of client weight in the tail whose mean loss it minimises, in (0, 1]; 1 is "
+        "FedAvg (default 0.5)",
     )
     baseline.add_argument(
         "--groups",

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from fedfair.core import server
 from fedfair.core.config import ObjectiveConfig, TrainingConfig
-from fedfair.core.data import ClientData, client_batch_sizes
+from fedfair.core.data import ClientData, client_batch_sizes, client_seed
 from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner
@@ -56,7 +57,7 @@ def project_onto_simplex(vector: np.ndarray) -> np.ndarray:
     return np.maximum(values - tau, 0.0)
 
 
-def _reweighted(updates: Sequence[Update], weights: np.ndarray) -> server.Aggregate:
+def reweighted(updates: Sequence[Update], weights: np.ndarray) -> server.Aggregate:
     """The sums of the updates with the method's weights in place of b_k."""
     return server.Aggregate.of(
         replace(update, weight=float(weight)) for update, weight in zip(updates, weights, strict=True)
@@ -107,18 +108,47 @@ def rows_of(client: ClientData, index: np.ndarray | None) -> ClientData:
 
 
 def client_losses(
-    learners: Sequence[LocalLearner], federation: Federation, theta: torch.Tensor, rows: Sequence[np.ndarray | None]
+    learners: Sequence[LocalLearner],
+    federation: Federation,
+    theta: torch.Tensor,
+    rows: Sequence[np.ndarray | None],
+    reduce: Callable[[np.ndarray], float] = np.mean,
 ) -> np.ndarray:
-    """Each collaborator's mean training loss at theta_t, computed on its own data (`rows` of it)."""
+    """Each collaborator's training losses at theta_t reduced to one number (`reduce`: their mean by default).
+
+    Computed on its own data (`rows` of it); TERM reduces them to its tilted log-normaliser instead.
+    """
     losses = np.array(
         [
-            evaluate(learner.model, theta, rows_of(client, index)).losses.mean()
+            reduce(evaluate(learner.model, theta, rows_of(client, index)).losses)
             for learner, client, index in zip(learners, federation.train, rows, strict=True)
         ]
     )
     if not np.isfinite(losses).all():
-        raise AggregateError("a collaborator's mean loss is NaN or Inf; the model diverged, lower --lr")
+        raise AggregateError("a collaborator's loss at theta_t is NaN or Inf; the model diverged, lower --lr")
     return losses
+
+
+Learner = TypeVar("Learner", bound=LocalLearner)
+
+
+def rebuilt(learners: Sequence[LocalLearner], training: TrainingConfig, kind: type[Learner]) -> list[Learner]:
+    """A method's own learners of `kind` on the plain learners' models, data, batch sizes and steps.
+
+    Each is given the sampler seed of the plain learner it replaces, so it draws the plain learner's batches;
+    `kind` takes LocalLearner's arguments (its own settings are set on the instances after).
+    """
+    return [
+        kind(
+            learner.model,
+            learner.features,
+            learner.labels,
+            learner.batch_size,
+            learner.config,
+            seed=client_seed(training.seed, index),
+        )
+        for index, learner in enumerate(learners)
+    ]
 
 
 def run_combined(
@@ -142,6 +172,8 @@ def run_combined(
     the plain learners into the method's own (a different local objective on the
     same data, seeds and batch sizes, so the batches drawn are the plain ones);
     `before_round(theta_t)` runs at the start of every round, before any local step.
+    The server steps with `training`'s server momentum (or FedAdam), as `run_rounds` does; 0, every
+    published baseline's plain averaging, unless a method offers it.
     With `needs_losses`, `combine` gets each collaborator's mean loss at theta_t, read
     from `loss_rows` rows of it (`LossRows`; 0: all).
     """
@@ -150,7 +182,8 @@ def run_combined(
         learners = rebuild(learners)
     sampled = LossRows([client.size for client in federation.train], loss_rows, training.seed)
     counts = list(steps) if steps is not None else [training.local.local_steps] * len(learners)
-    algorithm = learners[0].algorithm
+    # The server step run_rounds takes: the method's plain averaging unless the training asks for momentum.
+    algorithm = replace(learners[0].algorithm, momentum=training.server_momentum, adam=training.server_adam)
     state = algorithm.server_init(flat_parameters(template))
     pooled = history_sample(federation) if options.record_every else None
     history: list[dict[str, float]] = []
@@ -249,7 +282,7 @@ def run_afl(
 
     def combine(updates: list[Update], losses: np.ndarray) -> server.Aggregate:
         nonlocal mixture
-        aggregate = _reweighted(updates, mixture)
+        aggregate = reweighted(updates, mixture)
         mixture = project_onto_simplex(mixture + mixture_lr * losses)
         return aggregate
 
@@ -305,7 +338,7 @@ def run_qfedavg(
         curvature[positive] = q * losses[positive] ** (q - 1.0) * squared_norms[positive]
         # server.apply adds sum(w * (theta_k - theta_t)) / total_weight, and
         # -F^q Delta_k = L F^q (theta_k - theta_t): weights L F^q over the total sum(h).
-        aggregate = _reweighted(updates, lipschitz * powered)
+        aggregate = reweighted(updates, lipschitz * powered)
         return replace(aggregate, total_weight=float((curvature + lipschitz * powered).sum()))
 
     return run_combined(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedfair.core.config import DEFAULT_SERVER_MOMENTUM, LocalConfig, ObjectiveConfig, TrainingConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core import server
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import DATASETS
@@ -22,8 +22,8 @@ from fedfair.privacy.learner import PrivacyReport
 from fedfair.research import dro
 from fedfair.research.arguments import DEFAULT_BASELINE_LR, add_experiment_arguments
 from fedfair.research.experiment import ExperimentConfig
-from fedfair.research.method_names import RHO_FREE_METHODS
-from fedfair.research.methods import MethodSettings, settings_for
+from fedfair.research.method_names import MOMENTUM_METHODS, RHO_FREE_METHODS
+from fedfair.research.methods import MethodSettings, method_named, settings_for
 from fedfair.simulation.rounds import SimulationOptions
 
 DEFAULT_TRADE_OFF = 0.1
@@ -72,7 +72,17 @@ def default_batch_size(model: str) -> int:
     return 1024 if model == "logreg" else 256
 
 
-METHOD_FLAGS = ("local_epochs", "mixture_lr", "q", "adversary_lr", "groups", "loss_rows")
+METHOD_FLAGS = (
+    "local_epochs",
+    "mixture_lr",
+    "q",
+    "adversary_lr",
+    "groups",
+    "loss_rows",
+    "ceiling",
+    "tilt",
+    "client_level",
+)
 """The flags only some methods take (each is a field of those methods' settings); unset, they are None."""
 
 
@@ -93,26 +103,28 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     # every ratio at 1 when rho = 0.1 (plain ERM), so its default is the unconstrained adversary's 0.
     epsilon = args.epsilon if args.epsilon is not None else 0.0 if args.method == "bpf" else DEFAULT_TRADE_OFF
     objective = ObjectiveConfig(epsilon=epsilon, rho=args.rho, gamma=args.gamma, smooth=args.smooth, bound=args.bound)
-    if args.server_momentum is not None and args.method != "fedsrcvar":
+    own_momentum = method_named(args.method).server_momentum
+    if args.server_momentum is not None and own_momentum is None:
         raise ConfigError(
-            f"--server-momentum sets FedSRCVaR's server step; --method {args.method} takes the plain averaging "
-            "step its publication describes, so drop the flag"
+            f"--server-momentum sets the server step of {', '.join(MOMENTUM_METHODS)}; --method {args.method} "
+            "takes the plain averaging step its publication describes, so drop the flag"
         )
     if args.server_adam_lr is not None and args.method != "fedsrcvar":
         raise ConfigError(f"--server-adam-lr sets FedSRCVaR's server step; --method {args.method} takes none")
     momentum = 0.0
-    step = default_step_size(objective.epsilon, objective.rho)
-    if args.method == "fedsrcvar":
-        default_momentum = DEFAULT_SERVER_MOMENTUM if args.server_adam_lr is None else 0.0
+    if own_momentum is not None:
+        default_momentum = own_momentum if args.server_adam_lr is None else 0.0
         momentum = default_momentum if args.server_momentum is None else args.server_momentum
-        step *= momentum_step_scale(momentum)
+    # Under momentum every method's default step keeps the same effective step (1 without momentum).
+    scale = momentum_step_scale(momentum)
+    step = default_step_size(objective.epsilon, objective.rho) * scale
     if args.baseline_lr is not None and args.method not in RHO_FREE_METHODS:
         raise ConfigError(
             f"--baseline-lr sets the step size of {', '.join(RHO_FREE_METHODS)}; --method {args.method} scales its "
             "default with epsilon and rho, so set --lr instead"
         )
     if args.method in RHO_FREE_METHODS:
-        step_theta = args.baseline_lr if args.baseline_lr is not None else DEFAULT_BASELINE_LR
+        step_theta = args.baseline_lr if args.baseline_lr is not None else DEFAULT_BASELINE_LR * scale
     elif args.method == "dro":
         # DRO weighs sample i by C (l_i - eta)_+ / s, up to about C times CVaR's 1 / rho: the step shrinks with C.
         step_theta = default_step_size(0.0, objective.rho) / dro.chi_square_constant(objective.rho)

@@ -6,11 +6,28 @@ defines each method under these names, and tests/research/test_method_names.py h
 
 from __future__ import annotations
 
-METHOD_NAMES = ("fedsrcvar", "fedavg", "afl", "qfedavg", "fedminmax", "central-erm", "central-cvar", "bpf", "dro")
+METHOD_NAMES = (
+    "fedsrcvar",
+    "fedavg",
+    "fedavgm",
+    "afl",
+    "qfedavg",
+    "fedminmax",
+    "propfair",
+    "term",
+    "deltafl",
+    "central-erm",
+    "central-cvar",
+    "bpf",
+    "dro",
+)
 """Every method by its --method name, in the order the command line lists them."""
 
-RHO_FREE_METHODS = ("fedavg", "afl", "qfedavg", "fedminmax", "central-erm")
+RHO_FREE_METHODS = ("fedavg", "fedavgm", "afl", "qfedavg", "fedminmax", "propfair", "term", "deltafl", "central-erm")
 """Methods whose objective has no rho or epsilon: their step size is --baseline-lr, not one scaled by them."""
 
-LOSS_METHODS = ("afl", "qfedavg", "fedminmax")
+LOSS_METHODS = ("afl", "qfedavg", "fedminmax", "term", "deltafl")
 """Methods whose server reads the collaborators' losses at theta_t every round (--loss-rows bounds them)."""
+
+MOMENTUM_METHODS = ("fedsrcvar", "fedavgm", "propfair", "term", "deltafl")
+"""Methods that take --server-momentum: FedSRCVaR, FedAvgM, and the baselines tuned over the same server steps."""

@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TypeVar
 
-from fedfair.core.config import ObjectiveConfig, TrainingConfig
+from fedfair.core.config import DEFAULT_SERVER_MOMENTUM, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.server import Aggregate
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.research import baselines, dro, minimax
+from fedfair.research import baselines, dro, fairness_baselines, minimax
 from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
 from fedfair.simulation.federation import Federation
 from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult, run_fedsrcvar
@@ -84,7 +84,52 @@ class BPFSettings:
     """Step size of the ascent on the sample weights."""
 
 
-MethodSettings = NoSettings | FedAvgSettings | AFLSettings | QFedAvgSettings | FedMinMaxSettings | BPFSettings
+@dataclass(frozen=True)
+class PropFairSettings:
+    """PropFair's settings: the ceiling M of its utilities M - F_k."""
+
+    ceiling: float = 5.0
+    """M in -log(M - F_k); it should exceed the losses met (ln K at the uniform start)."""
+
+    def __post_init__(self) -> None:
+        fairness_baselines.check_ceiling(self.ceiling)
+
+
+@dataclass(frozen=True)
+class TERMSettings(ReadsLosses):
+    """TERM's settings: its tilt t."""
+
+    tilt: float = 1.0
+    """t > 0 in (1/t) log mean exp(t l_i); larger t nears the worst sample's loss, t -> 0 is FedAvg."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        fairness_baselines.check_tilt(self.tilt)
+
+
+@dataclass(frozen=True)
+class DeltaFLSettings(ReadsLosses):
+    """Delta-FL's settings: the superquantile level over clients."""
+
+    client_level: float = 0.5
+    """The share of client weight in the tail whose mean loss it minimises (1: every client, FedAvg)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        fairness_baselines.check_level(self.client_level)
+
+
+MethodSettings = (
+    NoSettings
+    | FedAvgSettings
+    | AFLSettings
+    | QFedAvgSettings
+    | FedMinMaxSettings
+    | BPFSettings
+    | PropFairSettings
+    | TERMSettings
+    | DeltaFLSettings
+)
 
 WHOSE: dict[str, str] = {
     "local_epochs": "--local-epochs sets FedAvg's local passes",
@@ -92,7 +137,11 @@ WHOSE: dict[str, str] = {
     "q": "--q sets q-FedAvg's fairness exponent",
     "adversary_lr": "--adversary-lr sets the adversary's step of fedminmax and bpf",
     "groups": "--groups names FedMinMax's sensitive column",
-    "loss_rows": "--loss-rows sets how many rows afl, qfedavg, fedminmax read for their per-round losses",
+    "loss_rows": "--loss-rows sets how many rows afl, qfedavg, fedminmax, term, deltafl read for their per-round "
+    "losses",
+    "ceiling": "--ceiling sets PropFair's M",
+    "tilt": "--tilt sets TERM's tilt",
+    "client_level": "--client-level sets Delta-FL's superquantile level over clients",
 }
 """What each method-only flag is for, said when it is given to a method that does not take it."""
 
@@ -130,6 +179,9 @@ class Method:
     """Whether it can take drift correction with its local steps."""
     needs_groups: bool = False
     """Whether it is told every training sample's sensitive group (a column the data must have)."""
+    server_momentum: float | None = None
+    """Its default server momentum when it takes `--server-momentum` (0: its paper's plain averaging step);
+    None when it takes none."""
 
     @property
     def reads_losses(self) -> bool:
@@ -188,6 +240,10 @@ def _fedavg(task: Task, settings: MethodSettings) -> SimulationResult:
     )
 
 
+def _fedavg_momentum(task: Task, settings: MethodSettings) -> SimulationResult:
+    return baselines.run_fedavg(task.federation, task.training, options=task.options, on_round=task.on_round)
+
+
 def _afl(task: Task, settings: MethodSettings) -> SimulationResult:
     afl = own(settings, AFLSettings)
     return baselines.run_afl(
@@ -241,6 +297,37 @@ def _bpf(task: Task, settings: MethodSettings) -> SimulationResult:
     )
 
 
+def _propfair(task: Task, settings: MethodSettings) -> SimulationResult:
+    ceiling = own(settings, PropFairSettings).ceiling
+    return fairness_baselines.run_propfair(
+        task.federation, task.training, ceiling=ceiling, options=task.options, on_round=task.on_round
+    )
+
+
+def _term(task: Task, settings: MethodSettings) -> SimulationResult:
+    term = own(settings, TERMSettings)
+    return fairness_baselines.run_term(
+        task.federation,
+        task.training,
+        tilt=term.tilt,
+        loss_rows=term.loss_rows,
+        options=task.options,
+        on_round=task.on_round,
+    )
+
+
+def _deltafl(task: Task, settings: MethodSettings) -> SimulationResult:
+    deltafl = own(settings, DeltaFLSettings)
+    return fairness_baselines.run_deltafl(
+        task.federation,
+        task.training,
+        level=deltafl.client_level,
+        loss_rows=deltafl.loss_rows,
+        options=task.options,
+        on_round=task.on_round,
+    )
+
+
 def _central_erm(task: Task, settings: MethodSettings) -> SimulationResult:
     return baselines.run_central_erm(task.federation, task.training, options=task.options, on_round=task.on_round)
 
@@ -258,11 +345,24 @@ def _dro(task: Task, settings: MethodSettings) -> SimulationResult:
 METHODS: dict[str, Method] = {
     method.name: method
     for method in (
-        Method("fedsrcvar", NoSettings, _fedsrcvar, has_threshold=True, private=True, corrects_drift=True),
+        Method(
+            "fedsrcvar",
+            NoSettings,
+            _fedsrcvar,
+            has_threshold=True,
+            private=True,
+            corrects_drift=True,
+            server_momentum=DEFAULT_SERVER_MOMENTUM,
+        ),
         Method("fedavg", FedAvgSettings, _fedavg, rho_free=True, private=True, corrects_drift=True),
+        # FedAvgM is FedAvg's run with server momentum (Hsu et al. 2019 use 0.9 among others).
+        Method("fedavgm", NoSettings, _fedavg_momentum, rho_free=True, server_momentum=DEFAULT_SERVER_MOMENTUM),
         Method("afl", AFLSettings, _afl, rho_free=True),
         Method("qfedavg", QFedAvgSettings, _qfedavg, rho_free=True),
         Method("fedminmax", FedMinMaxSettings, _fedminmax, rho_free=True, needs_groups=True),
+        Method("propfair", PropFairSettings, _propfair, rho_free=True, server_momentum=0.0),
+        Method("term", TERMSettings, _term, rho_free=True, server_momentum=0.0),
+        Method("deltafl", DeltaFLSettings, _deltafl, rho_free=True, server_momentum=0.0),
         Method("central-erm", NoSettings, _central_erm, rho_free=True),
         Method("central-cvar", NoSettings, _central_cvar, has_threshold=True),
         Method("bpf", BPFSettings, _bpf),

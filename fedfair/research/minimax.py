@@ -17,7 +17,6 @@ import torch
 
 from fedfair.core import server
 from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
-from fedfair.core.data import client_seed
 from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import BatchSampler, LocalLearner
@@ -28,6 +27,7 @@ from fedfair.research.baselines import (
     check_step,
     pooled_federation,
     project_onto_simplex,
+    rebuilt,
     rows_of,
     run_combined,
 )
@@ -94,21 +94,6 @@ class WeightedLearner(LocalLearner):
             if self.recent_losses is not None:
                 self.recent_losses[index] = losses.detach().to(self.recent_losses.dtype)
         return losses * weights
-
-
-def _weighted(learners: Sequence[LocalLearner], training: TrainingConfig) -> list[WeightedLearner]:
-    """WeightedLearners on the plain learners' models, data, batch sizes and sampler seeds."""
-    return [
-        WeightedLearner(
-            learner.model,
-            learner.features,
-            learner.labels,
-            learner.batch_size,
-            learner.config,
-            seed=client_seed(training.seed, index),
-        )
-        for index, learner in enumerate(learners)
-    ]
 
 
 def project_onto_capped_simplex(vector: np.ndarray, lower: float, upper: float, total: float = 1.0) -> np.ndarray:
@@ -237,7 +222,7 @@ def run_bpf(
     ratios = np.ones(pooled.train[0].size)
 
     def rebuild(learners: list[LocalLearner]) -> list[LocalLearner]:
-        (learner,) = _weighted(learners, training)
+        (learner,) = rebuilt(learners, training, WeightedLearner)
         start = evaluate(learner.model, flat_parameters(learner.model), pooled.train[0]).losses
         learner.recent_losses = torch.from_numpy(start).to(learner.features.device)
         learner_box.append(learner)
@@ -353,7 +338,7 @@ def run_fedminmax(
     sampled = LossRows([client.size for client in federation.train], loss_rows, training.seed)
 
     def rebuild(learners: list[LocalLearner]) -> list[LocalLearner]:
-        learner_box.extend(_weighted(learners, training))
+        learner_box.extend(rebuilt(learners, training, WeightedLearner))
         return list(learner_box)
 
     def group_risks(theta: torch.Tensor) -> None:

@@ -34,21 +34,48 @@ TABLE_RHO = 0.1
 METHOD_LABELS = {
     "fedsrcvar": "FedSRCVaR",
     "fedavg": "FedAvg",
+    "fedavgm": "FedAvgM",
     "afl": "AFL",
     "qfedavg": "q-FedAvg",
+    "propfair": "PropFair",
+    "term": "TERM",
+    "deltafl": "Delta-FL",
     "bpf": "BPF (central)",
     "dro": "DRO (central)",
     "central-cvar": "CVaR-SGD (central)",
     "central-erm": "ERM (central)",
     "fedminmax": "FedMinMax (knows the groups)",
 }
-FIGURE_METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "bpf", "dro", "central-cvar", "central-erm")
+FIGURE_METHODS = (
+    "fedsrcvar",
+    "fedavg",
+    "fedavgm",
+    "afl",
+    "qfedavg",
+    "propfair",
+    "term",
+    "deltafl",
+    "bpf",
+    "dro",
+    "central-cvar",
+    "central-erm",
+)
 """Figure 2's methods, in its legend's order; those this build lacks are left out and said so."""
 TABLE_METHODS = ("fedminmax", "fedsrcvar", "fedavg")
 RCVAR_METHODS = ("fedsrcvar", "central-cvar")
 """Methods whose default step follows the objective's curvature (epsilon and rho)."""
 ADVERSARY_METHODS = ("bpf", "fedminmax")
 """Methods with an adversary whose step (`--adversary-lr`) the protocol chooses too."""
+OWN_GRIDS = {
+    "propfair": ("--ceiling", (3.0, 5.0)),
+    "term": ("--tilt", (1.0, 5.0)),
+    "deltafl": ("--client-level", (0.1, 0.5)),
+}
+"""The setting of each fairness baseline that its grid spans, as FedSRCVaR's spans two epsilons: PropFair's
+ceiling M (above ln 10, MNIST's loss at the uniform start), TERM's tilt t and Delta-FL's level over clients."""
+FEDAVGM_MOMENTA = (0.0, 0.7, 0.9, 0.97)
+"""FedAvgM's server momenta (Hsu et al. 2019 try 0.7 to 0.99; 0 is FedAvg), each at the same effective step:
+four values, so that its grid is as large as FedSRCVaR's two epsilons times two server steps."""
 PAPER_BOUND = 1.0
 """B, the threshold's bound, in the RCVaR methods' runs: Algorithm 1 starts c at B = 1. fedfair's B = 10
 costs the first rounds: c descends at most (1 - epsilon) lr per step, about 180 rounds of an MLP on
@@ -80,10 +107,11 @@ class Profile:
     model: str = "logreg"
     adversary_lrs: tuple[float, ...] = (0.1,)
     """BPF's and FedMinMax's adversary step sizes (`--adversary-lr`), tried with every step multiple."""
-    fedsrcvar_momenta: tuple[float, ...] = (DEFAULT_SERVER_MOMENTUM, 0.0)
-    """FedSRCVaR's server momenta, each with its own default step (`momentum_step_scale`): where the best
-    held-out worst group is a model barely moved from its start (RAND HIE at rho = 0.1), Algorithm 1's
-    plain step at the smallest multiple wins; where it must be fitted (MNIST), momentum does."""
+    server_momenta: tuple[float, ...] = (DEFAULT_SERVER_MOMENTUM, 0.0)
+    """The server momenta of FedSRCVaR and of the fairness baselines in `OWN_GRIDS`, each with its own
+    default step (`momentum_step_scale`): where the best held-out worst group is a model barely moved from
+    its start (RAND HIE at rho = 0.1), the plain step at the smallest multiple wins; where it must be fitted
+    (MNIST), momentum does."""
 
 
 PROFILES = {
@@ -196,14 +224,20 @@ class Study:
         """The hyperparameter points of `method` at `rho`."""
         p = self.profile
         epsilons = p.fedsrcvar_epsilons if method == "fedsrcvar" else (None,)
-        # FedSRCVaR tries FedAvg's local steps too: both send one update per round, whatever tau.
-        steps = p.fedavg_local_steps if method in ("fedavg", "fedsrcvar") else (1,)
+        # FedSRCVaR and the methods tuned alike try FedAvg's local steps too: all send one update per round.
+        steps = p.fedavg_local_steps if method in ("fedavg", "fedsrcvar", "fedavgm", *OWN_GRIDS) else (1,)
         adversaries = p.adversary_lrs if method in ADVERSARY_METHODS else (None,)
-        momenta = p.fedsrcvar_momenta if method == "fedsrcvar" else (None,)
+        momenta: tuple[float | None, ...] = (None,)
+        if method == "fedavgm":
+            momenta = FEDAVGM_MOMENTA
+        elif method == "fedsrcvar" or method in OWN_GRIDS:
+            momenta = p.server_momenta
+        owns = OWN_GRIDS[method][1] if method in OWN_GRIDS else (None,)
         return [
-            Point(scale, epsilon, local_steps, adversary, momentum)
+            Point(scale, epsilon, local_steps, adversary, momentum, setting)
             for momentum in momenta
             for epsilon in epsilons
+            for setting in owns
             for local_steps in steps
             for adversary in adversaries
             for scale in p.lr_scales
@@ -235,8 +269,8 @@ class Point:
     """One hyperparameter choice.
 
     A multiple of the method's default step, FedSRCVaR's epsilon (None: the method has none, or the figure fixes
-    it), the local steps per round, the adversary's step and FedSRCVaR's server momentum (None: fedfair's
-    default).
+    it), the local steps per round, the adversary's step, the server momentum (None: the method's default)
+    and the method's own setting in `OWN_GRIDS` (None: it has none).
     """
 
     scale: float
@@ -244,28 +278,33 @@ class Point:
     local_steps: int = 1
     adversary_lr: float | None = None
     momentum: float | None = None
+    setting: float | None = None
 
     def flags(self, method: str, rho: float) -> tuple[str, ...]:
         """The `fedfair simulate` flags of this point.
 
         The default step of the RCVaR methods is fedfair's 0.5 / ((1 - eps) / rho + eps), scaled; BPF's is that
-        at eps = 0, 0.5 rho (its sample weights reach 1 / rho); the others' default is 0.5, scaled. FedSRCVaR's
-        default is that times `momentum_step_scale` under its server momentum, as `fedfair simulate` takes it.
+        at eps = 0, 0.5 rho (its sample weights reach 1 / rho); the others' default is 0.5, scaled. A method
+        with server momentum (`MOMENTUM_METHODS`) takes that times `momentum_step_scale` under its momentum, as
+        `fedfair simulate` takes it.
         """
         if method in RCVAR_METHODS:
             lr = self.scale * default_step_size(DEFAULT_EPSILON if self.epsilon is None else self.epsilon, rho)
-            if method == "fedsrcvar":
-                lr *= momentum_step_scale(self.server_momentum)
         elif method == "bpf":
             # Its ratios reach 1 / rho, as CVaR's weights do: CVaR's step (epsilon 0), not ERM's.
             lr = self.scale * default_step_size(0.0, rho)
         else:
             lr = self.scale * 0.5
+        momentum = self.momentum_of(method)
+        if momentum is not None:
+            lr *= momentum_step_scale(momentum)
         flags = ["--lr", f"{lr:.6g}", "--threshold-lr", f"{lr:.6g}", "--local-steps", str(self.local_steps)]
         if method in RCVAR_METHODS:
             flags += ["--bound", f"{PAPER_BOUND:g}"]
-        if method == "fedsrcvar":  # said outright, so a cached run from before the default momentum is not reused
-            flags += ["--server-momentum", f"{self.server_momentum:g}"]
+        if momentum is not None:  # said outright, so a cached run from before a default momentum is not reused
+            flags += ["--server-momentum", f"{momentum:g}"]
+        if self.setting is not None:
+            flags += [OWN_GRIDS[method][0], f"{self.setting:g}"]
         if self.epsilon is not None:
             flags += ["--epsilon", f"{self.epsilon:g}"]
         elif method == "bpf":  # said outright: BPF's runs from before its default became 0 ran at 0.1
@@ -274,13 +313,15 @@ class Point:
             flags += ["--adversary-lr", f"{self.adversary_lr:g}"]
         return tuple(flags)
 
-    @property
-    def server_momentum(self) -> float:
-        """The point's server momentum, FedSRCVaR's default when the grid leaves it unset."""
-        return DEFAULT_SERVER_MOMENTUM if self.momentum is None else self.momentum
+    def momentum_of(self, method: str) -> float | None:
+        """The point's server momentum for `method`: its default when the grid leaves it unset; None: it takes none."""
+        default = METHODS[method].server_momentum
+        if default is None:
+            return None
+        return default if self.momentum is None else self.momentum
 
-    def describe(self) -> str:
-        """The point in words for the tables, e.g. ``step x0.5, epsilon 0.05``."""
+    def describe(self, method: str = "fedsrcvar") -> str:
+        """The point of `method` in words for the tables, e.g. ``step x0.5, epsilon 0.05``."""
         parts = [f"step x{self.scale:g}"]
         if self.epsilon is not None:
             parts.append(f"epsilon {self.epsilon:g}")
@@ -288,8 +329,11 @@ class Point:
             parts.append(f"{self.local_steps} local steps")
         if self.adversary_lr is not None:
             parts.append(f"adversary step {self.adversary_lr:g}")
+        if self.setting is not None:
+            parts.append(f"{OWN_GRIDS[method][0].removeprefix('--')} {self.setting:g}")
         if self.momentum is not None:
-            parts.append(f"server momentum {self.momentum:g}" if self.momentum else "Algorithm 1's server step")
+            plain = "Algorithm 1's server step" if method == "fedsrcvar" else "plain server step"
+            parts.append(f"server momentum {self.momentum:g}" if self.momentum else plain)
         return ", ".join(parts)
 
 
@@ -389,7 +433,7 @@ def reproduce(
     def chosen_row(method: str, rho: float) -> dict[str, Any]:
         point = choice[(method, rho)]
         seeds = [results[run] for run in study.test_runs(method, rho, point)]
-        return {"method": METHOD_LABELS[method], "rho": rho, **summary(seeds, rho), "chosen": point.describe()}
+        return {"method": METHOD_LABELS[method], "rho": rho, **summary(seeds, rho), "chosen": point.describe(method)}
 
     rho_rows = [chosen_row(method, rho) for method in available for rho in profile.rhos]
     epsilon_rows = [

@@ -13,7 +13,21 @@ STUDY_SUMMARY = "`fedfair reproduce`: the paper's study on one dataset, as CSV t
 PROFILE_NAMES = ("figure1", "full", "quick", "table")
 """The paper study's profiles (``--profile``), sorted."""
 
-STUDY_METHODS = ("fedsrcvar", "fedavg", "afl", "qfedavg", "bpf", "dro", "central-cvar", "central-erm", "fedminmax")
+STUDY_METHODS = (
+    "fedsrcvar",
+    "fedavg",
+    "fedavgm",
+    "afl",
+    "qfedavg",
+    "propfair",
+    "term",
+    "deltafl",
+    "bpf",
+    "dro",
+    "central-cvar",
+    "central-erm",
+    "fedminmax",
+)
 """The methods the paper study runs (``--methods``), in the order of its labels."""
 
 RAY_INSTALL_HINT = (

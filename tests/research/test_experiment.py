@@ -179,14 +179,18 @@ def test_baseline_flags_have_help(capsys: pytest.CaptureFixture[str]) -> None:
         parse_flags(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     for fragment in (
-        "--baseline-lr BASELINE_LR step size for theta of fedavg, afl, qfedavg, fedminmax, central-erm",
+        "--baseline-lr BASELINE_LR step size for theta of fedavg, fedavgm, afl, qfedavg, fedminmax, propfair, "
+        "term, deltafl, central-erm",
         "--local-epochs LOCAL_EPOCHS fedavg: E passes over each collaborator's data per round",
         "--mixture-lr MIXTURE_LR afl: step size of the ascent on the collaborators' mixture weights",
         "--q Q qfedavg: fairness exponent q",
         "--adversary-lr ADVERSARY_LR bpf and fedminmax: step size of the ascent",
         "--groups GROUPS fedminmax: the sensitive column",
         "--threshold-lr THRESHOLD_LR step size for the threshold c",
-        "{fedsrcvar,fedavg,afl,qfedavg,fedminmax,central-erm,central-cvar,bpf,dro}",
+        "--ceiling CEILING propfair: M in -log(M - F_k)",
+        "--tilt TILT term: the tilt t > 0",
+        "--client-level CLIENT_LEVEL deltafl: the share of client weight in the tail",
+        "{fedsrcvar,fedavg,fedavgm,afl,qfedavg,fedminmax,propfair,term,deltafl,central-erm,central-cvar,bpf,dro}",
     ):
         assert fragment in text
 
