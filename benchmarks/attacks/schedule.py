@@ -38,6 +38,8 @@ from attacks.rows import PATCHED_AGGREGATOR, PATCHED_COLLABORATOR, RowBook
 from attacks.waits import GRACE, NAMES, late_federation
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS
+from fedfair.runtime.collaborator.charges import open_ledger
+from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
@@ -137,7 +139,10 @@ def evaluation_row(root: Path, book: RowBook) -> None:
             answered[name] = sorted(
                 int(entry["round"]) for key, entry in record.get("inputs", {}).items() if key.startswith("evaluate:")
             )
-            charged[name] = [int(entry["round"]) for entry in record.get("releases", [])]
+            charged[name] = [
+                int(str(entry["round"]))
+                for entry in open_ledger(load_collaborator_config(workspace.configs[name])).releases()
+            ]
             said = "\n".join(child.lines)
             refused[name] = said.count("not one the pinned plan evaluates") + said.count("answered for another model")
         row.record(

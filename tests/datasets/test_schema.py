@@ -59,22 +59,24 @@ names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_si
 def schemas(draw: st.DrawFn) -> Schema:
     column_names = draw(st.lists(names, min_size=2, max_size=5, unique=True))
     label, features = column_names[0], column_names[1:]
+    fraction_bits = draw(st.integers(0, 30))
+    max_abs = draw(st.floats(1.0, 2.0 ** (52 - fraction_bits)))
     columns = []
     for name in features:
         kind = draw(st.sampled_from(COLUMN_KINDS))
         categories = draw(st.none() | st.lists(names, min_size=1, max_size=4, unique=True).map(tuple))
-        bounds = draw(st.none() | st.tuples(st.floats(-1e6, 0.0), st.floats(0.5, 1e6)))
+        # A range lies within max_abs (beyond it values are refused anyway).
+        bounds = draw(st.none() | st.tuples(st.floats(-min(max_abs, 1e6), 0.0), st.floats(0.5, min(max_abs, 1e6))))
         if kind == "categorical":
             columns.append(Column(name, kind, categories))
         else:
             columns.append(Column(name, kind, None, bounds))
-    fraction_bits = draw(st.integers(0, 30))
     return Schema(
         label=label,
         classes=tuple(draw(st.lists(names, min_size=2, max_size=4, unique=True))),
         columns=tuple(columns),
         missing=draw(st.sampled_from(["refuse", "impute"])),
-        max_abs=draw(st.floats(1e-3, 2.0 ** (52 - fraction_bits))),
+        max_abs=max_abs,
         fraction_bits=fraction_bits,
         hash_buckets=draw(st.integers(2, 4096)),
         min_category_count=draw(st.integers(1, 100)),

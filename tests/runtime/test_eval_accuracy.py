@@ -29,8 +29,8 @@ from fedfair.fairness import pooled, tail
 from fedfair.privacy.distributed import noise_excess
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
 from fedfair.runtime.aggregator.checkpoint import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, read_round_log
+from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan import templates
@@ -152,8 +152,8 @@ def test_the_final_worst_group_risk_is_stated_with_an_interval_that_holds_the_ex
 
     # Each site charged its ten answers: nine at interim_report_epsilon, the final one at report_epsilon.
     for name in NAMES:
-        path = workspace.configs[name].parent / f"{name}.{plan.federation_id}.bindings.json"
-        entries = [entry for entry in InputRecord(path, plan.federation_id).ledger() if entry["kind"] == "evaluate"]
+        charged = open_ledger(load_collaborator_config(workspace.configs[name])).releases()
+        entries = [entry for entry in charged if entry["kind"] == "evaluate"]
         assert [entry["round"] for entry in entries] == list(range(5, 51, 5))
         assert len({entry["mu"] for entry in entries[:-1]}) == 1 and entries[-1]["mu"] < entries[0]["mu"]
     print(

@@ -8,7 +8,6 @@ sum, close to the exact one within what the noise allows.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import draft_schema
 from fedfair.datasets.statistics import NOISED_STATISTICS_FRACTIONAL_BITS, noised_statistics_vector
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
+from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
 from fedfair.runtime.local.workspace import make_workspace
@@ -64,8 +64,7 @@ def test_each_site_charges_the_noised_statistics_to_its_ledger_before_round_1(
 
     release = statistics_release(plan.privacy, schema)
     for name in NAMES:
-        path = workspace.configs[name].parent / f"{name}.{plan.federation_id}.bindings.json"
-        ledger = json.loads(path.read_text())["releases"]
+        ledger = open_ledger(load_collaborator_config(workspace.configs[name])).releases()
         first = ledger[0]  # charged before anything else this site sent
         assert (first["kind"], first["round"], first["mechanism"]) == ("statistics", 0, "skellam"), ledger
         assert (first["mu"], first["l1"], first["l2"]) == (release.mu, release.l1, release.l2)

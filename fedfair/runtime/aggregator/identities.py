@@ -53,17 +53,6 @@ class LiveStreams:
         self._lock = threading.Lock()
         self._streams: dict[str, list[tuple[grpc.ServicerContext, str]]] = {}
 
-    def check_alone(self, name: str, context: grpc.ServicerContext) -> None:
-        """Refuse `context` now if another connection holds a live stream of `name` (after the grace period).
-
-        A joining process asks before it fetches the plan, so a second process of a connected name is refused
-        before it says it joined, not only once it opens its task stream.
-
-        Raises:
-            RefusedError: as :meth:`hold` does.
-        """
-        self._wait_alone(name, context.peer(), register=None)
-
     @contextmanager
     def hold(self, name: str, context: grpc.ServicerContext) -> Iterator[None]:
         """Count `context` as a live stream of `name` while the block runs.

@@ -285,7 +285,6 @@ class Servicer(pb_grpc.FederationServicer):
         # A collaborator may join without knowing the id yet (it learns it here) or name the one it expects.
         if request.binding.federation_id or request.binding.stage != pb.STAGE_JOIN:
             self.gate.check_federation(request.binding)
-        self.streams.check_alone(peer, caller.context)
         self._arrived(peer)
         return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.board.plan_digest)
 

@@ -394,6 +394,18 @@ class RoundJob:
 
         def job() -> Work:
             if view.kept is not None:
+                kept_length = None if view.kept.vector is None else view.kept.vector.size
+                if kept_length is not None and kept_length != self.shared.evaluation_length(binding.round):
+                    # The final round's query (composition counts added) on a model this site already answered
+                    # at an earlier evaluation: a fresh answer would be a second one on one model, and the kept
+                    # one does not answer this query. Say so and send nothing (the evaluation aborts).
+                    logger.warning(
+                        "%s: round %d evaluation: its model was already answered at an earlier evaluation, whose "
+                        "answer lacks this round's composition counts; one answer per model, so nothing is sent",
+                        self.config.name,
+                        binding.round,
+                    )
+                    return Work(binding.round, EVALUATION, None, 0.0)
                 return resent(binding.round, EVALUATION, view)
             try:
                 answered = answers(torch.from_numpy(theta), c)

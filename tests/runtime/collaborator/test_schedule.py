@@ -21,6 +21,7 @@ from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import serve
 from fedfair.runtime.collaborator import stream
 from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.input_record import InputRecord, Kept
 from fedfair.runtime.collaborator.retries import RetryPolicy
@@ -112,7 +113,8 @@ def test_an_aggregator_asking_every_round_gets_only_the_plans_one_evaluation(
     for name in NAMES:
         path = workspace.configs[name].parent / f"{name}.{federation.plan.federation_id}.bindings.json"
         record = json.loads(path.read_text())
-        assert [entry["round"] for entry in record["releases"]] == [3]  # nothing charged for the refused ones
+        charged = open_ledger(load_collaborator_config(workspace.configs[name])).releases()
+        assert [entry["round"] for entry in charged] == [3]  # nothing charged for the refused ones
         assert [entry["round"] for key, entry in record["inputs"].items() if key.startswith("evaluate:")] == [3]
         refusals = [line for line in lines if line.startswith(f"{name}:") and "not one the pinned plan" in line]
         assert len(refusals) == 2, refusals  # each refused evaluation logged once

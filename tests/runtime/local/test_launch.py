@@ -17,6 +17,8 @@ import pytest
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import load_dataset, partition
 from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.collaborator.charges import open_ledger
+from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.local.launch import (
     SPLITS,
     check_sites,
@@ -192,7 +194,7 @@ def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composi
     assert 'data-column="race"' in page and 'data-column="sex"' in page and "<th>White</th>" in page
     for name in names:  # each site charged its statistics first, then each fresh answer (a model asked again
         # gets the same bits, at no cost: the averaged model can stay the same from one round to the next)
-        ledger = json.loads((kept / name / f"{name}.fedfair-launch.bindings.json").read_text())["releases"]
+        ledger = open_ledger(load_collaborator_config(kept / name / "collaborator.toml")).releases()
         assert (ledger[0]["kind"], ledger[0]["round"]) == ("statistics", 0)
         assert {entry["kind"] for entry in ledger[1:]} == {"evaluate"} and ledger[-1]["round"] == 3
 
