@@ -25,6 +25,7 @@ from fedfair.research.methods import METHODS
 from fedfair.research.paper_splits import PaperSplit, paper_split
 from fedfair.research.flags import default_step_size, momentum_step_scale
 from fedfair.research.runs import Run, judged_at, run_all
+from fedfair.research.study_options import STUDY_METHODS
 from fedfair.research.arguments import PAPER_EPSILONS
 from fedfair.research.worst_group import COMPOSITION_COLUMN, COMPOSITION_RHOS, composition_rows
 
@@ -46,20 +47,7 @@ METHOD_LABELS = {
     "central-erm": "ERM (central)",
     "fedminmax": "FedMinMax (knows the groups)",
 }
-FIGURE_METHODS = (
-    "fedsrcvar",
-    "fedavg",
-    "fedavgm",
-    "afl",
-    "qfedavg",
-    "propfair",
-    "term",
-    "deltafl",
-    "bpf",
-    "dro",
-    "central-cvar",
-    "central-erm",
-)
+FIGURE_METHODS = tuple(method for method in STUDY_METHODS if method != "fedminmax")
 """Figure 2's methods, in its legend's order; those this build lacks are left out and said so."""
 TABLE_METHODS = ("fedminmax", "fedsrcvar", "fedavg")
 RCVAR_METHODS = ("fedsrcvar", "central-cvar")
