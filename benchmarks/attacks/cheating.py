@@ -48,7 +48,8 @@ from fedfair.pki.roster import pin_certificate, write_manifest
 from fedfair.pki.store import write_file
 from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.aggregator.start import GOODBYE_SECONDS, prepare
 from fedfair.runtime.collaborator.config import load_collaborator_config

@@ -72,7 +72,7 @@ from attacks.hostile_client import (
 from attacks.report_attacks import ReportAttacks
 from attacks.rows import CHECK, Row, RowBook
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.transport import fedfair_pb2 as pb
 

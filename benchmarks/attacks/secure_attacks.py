@@ -67,7 +67,7 @@ from attacks.secagg_wire import (
     share_keys,
 )
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.secagg import messages

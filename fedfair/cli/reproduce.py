@@ -95,7 +95,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 def _reproduce_command(args: argparse.Namespace) -> int:
     # The study (PyTorch) is imported to run, not for --help.
     from fedfair.research import baselines
-    from fedfair.research.reproduce import PROFILES, reproduce
+    from fedfair.research.profiles import PROFILES
+    from fedfair.research.reproduce import reproduce
     from fedfair.research.runs import ray_connection
 
     if args.dataset not in DATASETS:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.research import figures
-from fedfair.research.reproduce import DEFAULT_EPSILON, PAPER_BOUND, read_csv, summary, write_csv
+from fedfair.research.profiles import DEFAULT_EPSILON
+from fedfair.research.reproduce import PAPER_BOUND, read_csv, summary, write_csv
 from fedfair.research.runs import Run, run_all
 
 CORRECTIONS = ("none", "scaffold")

@@ -19,10 +19,10 @@ from fedfair.research.reproduce import (
     METHOD_LABELS,
     TABLE_RHO,
     Point,
-    Profile,
     Study,
     read_csv,
 )
+from fedfair.research.profiles import PROFILES, Profile
 from fedfair.research.runs import Run, federation_for, run_all, validation_federation
 
 pytestmark = pytest.mark.slow
@@ -293,7 +293,7 @@ def test_the_command_refuses_methods_and_rhos_it_cannot_run(tmp_path: Path, caps
 
 @pytest.mark.parametrize("profile", ["quick", "figure1"])
 def test_the_fairness_baselines_are_tuned_over_as_many_points_as_fedsrcvar(profile: str) -> None:
-    chosen_profile = reproduce.PROFILES[profile]
+    chosen_profile = PROFILES[profile]
     study = Study("mnist", chosen_profile, ("fedsrcvar", "fedavgm", "propfair", "term", "deltafl"))
     size = len(study.grid("fedsrcvar", TABLE_RHO))
     assert size == 24
@@ -335,7 +335,7 @@ def test_the_committed_rand_hie_baselines_table_regenerates(tmp_path: Path, meth
     committed = rows[METHOD_LABELS[method]]
     assert committed["chosen"] == point.describe(method), "the table chose another point; update this test's"
     # As `fedfair reproduce --profile figure1 --dataset rand-hie --rhos 0.1` builds it: the paper's logreg.
-    profile = Profile(**{**reproduce.PROFILES["figure1"].__dict__, "model": "logreg", "rhos": (TABLE_RHO,)})
+    profile = Profile(**{**PROFILES["figure1"].__dict__, "model": "logreg", "rhos": (TABLE_RHO,)})
     study = Study("rand-hie", profile, (method,), split=reproduce.paper_split("rand-hie"))
     runs = study.test_runs(method, TABLE_RHO, point)
     results = run_all(runs, tmp_path, 1, "regenerating")

@@ -37,7 +37,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     save_checkpoint,
     state_digest,
 )
-from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator.client import Collaborator, control_beyond_clip
 from fedfair.runtime.collaborator.config import (
     CollaboratorConfig,

@@ -34,7 +34,7 @@ from fedfair.datasets.statistics import encoder_from_statistics, statistics_vect
 from fedfair.fairness import pooled
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import (
     LocalTable,

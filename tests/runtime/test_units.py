@@ -37,7 +37,7 @@ from fedfair.runtime.aggregator.checkpoint import (
 from fedfair.cli.aggregator import plan_from_args
 from fedfair.runtime.aggregator.checks import decode_plain
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
-from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.start import prepare
 from fedfair.runtime.collaborator.client import (
     Collaborator,

@@ -1,4 +1,4 @@
-"""The aggregator's model bundle: written at every checkpoint and at the end, sent to collaborators.
+"""The aggregator's model: round 0's weights, and the bundle written at every checkpoint and sent at the end.
 
 The bundle (:mod:`fedfair.bundle`) holds the output model (theta-bar in the plan's
 architecture), its threshold c-bar, the federation's encoder under a [schema], the
@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from fedfair.bundle import Bundle, make_provenance, write_bundle
-from fedfair.core.models import load_flat_parameters
+from fedfair.core import server
+from fedfair.core.models import flat_parameters, load_flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, shared_settings
@@ -37,6 +38,17 @@ ROUND_METRICS = ("round", "status", "participants", "contributors", "c", "c_aver
 def model_settings(plan: AggregatorPlan, encoder: Encoder | None) -> ModelSettings:
     """The plan's model, with the input size and classes of the federation's encoder under a [schema]."""
     return plan.model if encoder is None else model_for(plan.model, encoder, plan.own_factories)
+
+
+def initial_state(plan: AggregatorPlan, encoder: Encoder | None = None) -> server.ServerState:
+    """Round 0.
+
+    The plan's model with its seed's initial weights, c at the bound B (as the simulation), and with drift
+    correction a zero control variate; under a [schema], the model's input size and classes are the federation's
+    encoder's.
+    """
+    model = model_settings(plan, encoder).build(seed=plan.training.seed, allowed=plan.own_factories)
+    return plan.algorithm().server_init(flat_parameters(model))
 
 
 def checkpoint_encoder(checkpoint: Checkpoint) -> Encoder | None:

@@ -19,9 +19,8 @@ import torch
 from fedfair import pki
 from fedfair.core import server
 from fedfair.core.errors import AggregateError, ConfigError, RoundAbortedError, StatisticsError, StatisticsReason
-from fedfair.core.models import flat_parameters
-from fedfair.datasets.encoder import Encoder
 from fedfair.runtime.aggregator.bundles import (
+    initial_state,
     checkpoint_encoder,
     model_settings,
     save_federation_bundle,
@@ -66,17 +65,6 @@ OBJECTIVE_FIGURES = ("worst_risk", "mean_risk", "best_risk", "accuracy")
 STATISTICS_RETRY_SECONDS = 1.0
 """The pause before the first re-run of an aborted statistics aggregation; it doubles with every
 abort in a row (up to the round timeout), so parties that keep refusing do not make the loop spin."""
-
-
-def initial_state(plan: AggregatorPlan, encoder: Encoder | None = None) -> server.ServerState:
-    """Round 0.
-
-    The plan's model with its seed's initial weights, c at the bound B (as the simulation), and with drift
-    correction a zero control variate; under a [schema], the model's input size and classes are the federation's
-    encoder's.
-    """
-    model = model_settings(plan, encoder).build(seed=plan.training.seed, allowed=plan.own_factories)
-    return plan.algorithm().server_init(flat_parameters(model))
 
 
 class RoundLoop:

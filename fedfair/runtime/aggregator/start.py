@@ -12,7 +12,8 @@ from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, trim_round_log
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
-from fedfair.runtime.aggregator.loop import RoundLoop, initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import statistics_encoding

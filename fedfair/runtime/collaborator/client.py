@@ -31,14 +31,8 @@ from fedfair.runtime.collaborator.identity import check_identity
 from fedfair.runtime.collaborator.preparation import Joined, Prepared, as_participant, encode_table, join, prepare
 from fedfair.runtime.collaborator.receipt import BUNDLE_SUFFIX, Expectation, finished_status, kept_path, receive_bundle
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
-from fedfair.runtime.collaborator.rounds import (
-    RoundJob,
-    kept,
-    resent,
-    TrainedUpdate,
-    clip_plain_update,
-    control_beyond_clip,
-)
+from fedfair.runtime.collaborator.rounds import RoundJob, kept, resent
+from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
 from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
 from fedfair.runtime.collaborator.stream import TaskStream
 from fedfair.runtime.collaborator.trainer import (

@@ -20,7 +20,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 

@@ -22,7 +22,8 @@ from fedfair.runtime.aggregator.checkpoint import (
 from fedfair.cli.aggregator import readmit
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.aggregator.events import read_events
-from fedfair.runtime.aggregator.loop import excluded_in, initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.aggregator.loop import excluded_in
 from fedfair.runtime.local.workspace import Workspace
 from fedfair.runtime.logs import configure_logging
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest

@@ -18,7 +18,7 @@ import torch
 from fedfair.bundle import Bundle, write_bundle
 from fedfair.runtime.aggregator.bundles import federation_bundle
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
-from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.core import server
 from fedfair.runtime.collaborator.outcome import OutcomeRecord, ServedModel, Trajectory
 from fedfair.runtime.collaborator.receipt import Expectation, bundle_mismatch, finished_status, receive_bundle

@@ -26,7 +26,7 @@ import torch
 from fedfair.core.data import ClientData
 from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.runtime.aggregator.loop import initial_state
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator import client as client_module
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.datasets.schema import Column, Schema
