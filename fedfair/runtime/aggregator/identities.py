@@ -61,7 +61,19 @@ class LiveStreams:
             RefusedError: reason :attr:`Refusal.ALREADY_CONNECTED` (gRPC ALREADY_EXISTS) when another
                 connection still holds an active stream of `name` after the grace period.
         """
-        self._wait_alone(name, context.peer(), register=context)
+        peer = context.peer()
+        deadline = time.monotonic() + GRACE_SECONDS
+        while True:
+            with self._lock:
+                live = [(other, address) for other, address in self._streams.get(name, []) if other.is_active()]
+                elsewhere = [address for _, address in live if address != peer]
+                if not elsewhere:
+                    self._streams[name] = [*live, (context, peer)]
+                    break
+            if time.monotonic() >= deadline:
+                message = ALREADY_CONNECTED.format(name=name, running=host_of(elsewhere[0]), second=host_of(peer))
+                raise RefusedError(Refusal.ALREADY_CONNECTED, message)
+            time.sleep(POLL_SECONDS)
         try:
             yield
         finally:
@@ -71,22 +83,3 @@ class LiveStreams:
                     self._streams[name] = left
                 else:
                     self._streams.pop(name, None)
-
-    def _wait_alone(self, name: str, peer: str, register: grpc.ServicerContext | None) -> None:
-        """Wait up to :data:`GRACE_SECONDS` until no other connection holds an active stream of `name`.
-
-        Then count `register` (if given) as one of `name`'s live streams; past the grace, refuse.
-        """
-        deadline = time.monotonic() + GRACE_SECONDS
-        while True:
-            with self._lock:
-                live = [(other, address) for other, address in self._streams.get(name, []) if other.is_active()]
-                elsewhere = [address for _, address in live if address != peer]
-                if not elsewhere:
-                    if register is not None:
-                        self._streams[name] = [*live, (register, peer)]
-                    return
-            if time.monotonic() >= deadline:
-                message = ALREADY_CONNECTED.format(name=name, running=host_of(elsewhere[0]), second=host_of(peer))
-                raise RefusedError(Refusal.ALREADY_CONNECTED, message)
-            time.sleep(POLL_SECONDS)
