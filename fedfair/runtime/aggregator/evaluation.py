@@ -15,6 +15,9 @@ evaluation.
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,8 +27,8 @@ from fedfair.fairness import sums, tail
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.driver import SumDriver
 from fedfair.runtime.composition_counts import CompositionColumn, composition_from_sums
-from fedfair.runtime.plan.privacy import answer_release, decoded_noise_std
-from fedfair.runtime.contract import EVALUATION
+from fedfair.runtime.plan.privacy import answer_release, composition_release, decoded_noise_std
+from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -39,12 +42,15 @@ def federated_evaluation(
     model: tuple[np.ndarray, float],
     start_input: bytes = b"",
     classes: int | None = None,
+    earlier: Earlier | None = None,
 ) -> tuple[SumOutcome, dict[str, Any]]:
     """Evaluate `model` (theta-bar, c-bar) over `participants`' held-out data by one secure sum.
 
-    `classes` is the model's K, for the class-prior baseline of a noised report. Return the sum's outcome
-    (its contributors and culprits) and the evaluation's record ("status": "done", the round, the number of
-    contributors, the report's fields, the epsilon of a noised answer and, when counted, "composition").
+    `classes` is the model's K, for the class-prior baseline of a noised report. `earlier`: the last evaluation
+    asked before this one, whose model sites that answered it answer again with their kept words
+    (:func:`noise_stds`). Return the sum's outcome (its contributors and culprits) and the evaluation's record
+    ("status": "done", the round, the model's digest, the number of contributors, the report's fields, the
+    epsilon of a noised answer and, when counted, "composition" with its own noise and epsilon).
     """
     outcome = driver.run(
         round_number,
@@ -56,7 +62,9 @@ def federated_evaluation(
         start_input=start_input,
     )
     columns = plan.counted_columns(round_number)
-    noise_std = report_noise_std(plan, columns, len(outcome.contributors), final=round_number == plan.training.rounds)
+    digest = model_digest(*model)
+    repeated = earlier if earlier is not None and earlier.model == digest and earlier.round < round_number else None
+    noise_std, counts_std = noise_stds(plan, round_number, columns, outcome.contributors, repeated)
     summed = outcome.weighted_sum
     if plan.privacy.noised:
         query = plan.evaluation.tail_query()
@@ -85,11 +93,13 @@ def federated_evaluation(
     result: dict[str, Any] = {
         "status": "done",
         "round": round_number,
+        "model": digest,
         "collaborators": len(outcome.contributors),
         **report.to_dict(),
     }
     if plan.privacy.noised:
-        result["report_epsilon"] = answer_epsilon(plan, round_number)
+        # A repeated model's risks are the kept answers', spent at that earlier evaluation's epsilon.
+        result["report_epsilon"] = answer_epsilon(plan, round_number if repeated is None else repeated.round)
     logger.info(
         "round %d evaluation (held-out, rho = %g): worst %.4f +/- %.4f, mean %.4f +/- %.4f, accuracy %.4f",
         round_number,
@@ -111,8 +121,10 @@ def federated_evaluation(
     if columns:
         assert plan.schema is not None  # composition columns are refused without a [schema]
         composition = composition_from_sums(
-            columns, outcome.weighted_sum[risks:], model[1], plan.schema.min_category_count, noise_std=noise_std
+            columns, outcome.weighted_sum[risks:], model[1], plan.schema.min_category_count, noise_std=counts_std
         )
+        if plan.privacy.noised:
+            composition["epsilon"] = answer_epsilon(plan, round_number)
         result["composition"] = composition
         logger.info(
             "round %d worst-group composition (held-out loss above c = %.4f) by %s: %d counts suppressed "
@@ -132,6 +144,53 @@ def answer_epsilon(plan: AggregatorPlan, round_number: int) -> float:
     assert privacy.report_epsilon is not None  # only noised plans ask
     interim = privacy.interim_report_epsilon
     return privacy.report_epsilon if round_number == plan.training.rounds or interim is None else interim
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """The last evaluation the aggregator asked for: its model's digest, round and contributors.
+
+    `contributors` None: not known (the evaluation aborted, or this process restarted since), so any site
+    may hold a kept answer on that model.
+    """
+
+    model: str
+    round: int
+    contributors: frozenset[str] | None
+
+
+def noise_stds(
+    plan: AggregatorPlan,
+    round_number: int,
+    columns: tuple[CompositionColumn, ...],
+    contributors: Sequence[str],
+    repeated: Earlier | None,
+) -> tuple[float, float]:
+    """The noise standard deviation on each decoded risk coordinate and on each composition count.
+
+    A site that answered the `repeated` model at an earlier evaluation sends those kept words again (one answer
+    per model) and, at the final round, the counts as their own release
+    (:func:`~fedfair.runtime.plan.privacy.composition_release`); a site that did not answers afresh. Sites known
+    to have contributed then carry the first; any other carries the larger of the two per part, so the stated
+    noise never falls below the true one whichever it sent.
+    """
+    final = round_number == plan.training.rounds
+    fresh = report_noise_std(plan, columns, len(contributors), final=final)
+    if repeated is None or not plan.privacy.noised or not contributors:
+        return fresh, fresh
+    known = len(set(contributors) & (repeated.contributors or frozenset()))
+    unknown = len(contributors) - known
+    floor, colluders = plan.survivor_floor(len(plan.collaborators)), plan.secure_aggregation.max_colluding
+    kept_release = answer_release(plan.privacy, (), final=repeated.round == plan.training.rounds)
+    kept = [decoded_noise_std(kept_release, floor, colluders, n) for n in (known, unknown)]
+    risks = math.hypot(kept[0], max(kept[1], report_noise_std(plan, columns, unknown, final=final)))
+    if not columns:
+        return risks, 0.0
+    alone = [
+        decoded_noise_std(composition_release(plan.privacy, columns), floor, colluders, n) for n in (known, unknown)
+    ]
+    counts = math.hypot(alone[0], max(alone[1], report_noise_std(plan, columns, unknown, final=final)))
+    return risks, counts
 
 
 def report_noise_std(

@@ -37,7 +37,7 @@ from fedfair.runtime.aggregator.checkpoint import (
 )
 from fedfair.runtime.aggregator.checks import check_agreed_influence, check_decoded_update, screen_plain_update
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
-from fedfair.runtime.aggregator.evaluation import federated_evaluation
+from fedfair.runtime.aggregator.evaluation import Earlier, federated_evaluation
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.logs import per_round
 from fedfair.runtime.aggregator.network import Network
@@ -45,6 +45,7 @@ from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.aggregator.statistics import statistics_encoder
 from fedfair.runtime.contract import (
     TRAINING,
+    model_digest,
     training_download,
     update_dimension,
 )
@@ -102,6 +103,9 @@ class RoundLoop:
         self.average_from = plan.training.average_from_round
         self.algorithm = plan.algorithm()
         self.evaluation = None if checkpoint is None else checkpoint.evaluation
+        done = self.evaluation if self.evaluation is not None and "model" in self.evaluation else None
+        self.asked = None if done is None else Earlier(done["model"], done["round"], None)
+        """The last evaluation asked (its contributors unknown after a restart): a repeated model's answers."""
         self.records = read_round_log(self.output)
         """Every round's record so far: the model bundle's metrics and provenance."""
         self.excluded = excluded_in(self.records)
@@ -423,11 +427,13 @@ class RoundLoop:
             )
             return {"status": "skipped", "reason": "too few collaborators connected"}
         model = (state.theta_average.numpy(), state.c_average)
+        earlier, self.asked = self.asked, Earlier(model_digest(*model), round_number, None)
         try:
             classes = model_settings(self.plan, checkpoint_encoder(self.checkpoint)).classes
             outcome, result = federated_evaluation(
-                self.plan, self.driver, round_number, participants, model, self.start_input, classes
+                self.plan, self.driver, round_number, participants, model, self.start_input, classes, earlier
             )
+            self.asked = Earlier(self.asked.model, round_number, frozenset(outcome.contributors))
         except (RoundAbortedError, ConfigError) as error:
             logger.warning("round %d: evaluation aborted: %s", round_number, error)
             aborted: dict[str, Any] = {"status": "aborted", "reason": str(error)}

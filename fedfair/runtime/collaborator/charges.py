@@ -25,7 +25,13 @@ from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
 from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
-from fedfair.runtime.plan.privacy import ROUNDING_BETA, answer_release, party_mu, statistics_release
+from fedfair.runtime.plan.privacy import (
+    ROUNDING_BETA,
+    answer_release,
+    composition_release,
+    party_mu,
+    statistics_release,
+)
 from fedfair.secagg import prg
 from fedfair.secagg.noise import skellam
 
@@ -80,23 +86,36 @@ class Charges:
         )
 
     def evaluation(
-        self, encoded: np.ndarray, round_number: int, model: str, columns: tuple[CompositionColumn, ...]
+        self,
+        encoded: np.ndarray,
+        round_number: int,
+        model: str,
+        columns: tuple[CompositionColumn, ...],
+        *,
+        counts_alone: bool = False,
     ) -> None:
         """Under the plan's [privacy] report_epsilon (interim_report_epsilon before the final round).
 
         Charge this fresh answer to the ledger (PrivacyBudgetError past the budget), then add this party's share of the
         Skellam noise to its encoded words, from the OS's CSPRNG, before masking. A no-op for exact reports.
+        `counts_alone`: `encoded` holds the composition counts only, sent beside a kept answer on the same model
+        (:func:`~fedfair.runtime.plan.privacy.composition_release`).
         """
         privacy = self.shared.privacy
         if not privacy.noised:
             return
-        release = answer_release(privacy, columns, final=round_number == self.shared.training.rounds)
+        final = round_number == self.shared.training.rounds
+        if counts_alone:
+            release = composition_release(privacy, columns)
+        else:
+            release = answer_release(privacy, columns, final=final)
         mu, spent = self._noise(encoded, "evaluate", round_number, model, release)
         logger.info(
-            "%s: round %d evaluation: Skellam noise (mu %.4g per coordinate) added; epsilon %.3g of budget %g spent",
+            "%s: round %d evaluation: Skellam noise (mu %.4g per coordinate%s) added; epsilon %.3g of budget %g spent",
             self.config.name,
             round_number,
             mu,
+            ", the composition counts alone" if counts_alone else "",
             spent,
             self.budget,
             extra=per_round(round_number, self.shared.training.rounds),

@@ -344,24 +344,16 @@ class RoundJob:
         view = self.view_of(binding.round, "evaluate", model)
         if binding.round == self.shared.training.rounds:
             self.outcome.output_model(binding.round, theta, c)
-        columns = self.shared.counted_columns(binding.round)
+        columns, length = self.shared.counted_columns(binding.round), self.shared.evaluation_length(binding.round)
 
         def job() -> Work:
-            if view.kept is not None:
-                kept_length = None if view.kept.vector is None else view.kept.vector.size
-                if kept_length is not None and kept_length != self.shared.evaluation_length(binding.round):
-                    # The final round's query (composition counts added) on a model this site already answered
-                    # at an earlier evaluation: a fresh answer would be a second one on one model, and the kept
-                    # one does not answer this query. Say so and send nothing (the evaluation aborts).
-                    logger.warning(
-                        "%s: round %d evaluation: its model was already answered at an earlier evaluation, whose "
-                        "answer lacks this round's composition counts; one answer per model, so nothing is sent",
-                        self.config.name,
-                        binding.round,
-                    )
-                    return Work(binding.round, EVALUATION, None, 0.0)
+            # A kept answer shorter than the query is an earlier evaluation's, without the final round's counts.
+            short = view.kept is not None and view.kept.vector is not None and view.kept.vector.size < length
+            if view.kept is not None and not short:
                 return resent(binding.round, EVALUATION, view)
             try:
+                if short:
+                    return self.counts_beside(view, binding.round, theta, model, columns)
                 answered = answers(torch.from_numpy(theta), c)
                 if columns:
                     answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), columns)])
@@ -375,6 +367,24 @@ class RoundJob:
             return kept(work, view)
 
         return StartJob(job, model)
+
+    def counts_beside(
+        self, view: SignedView, round_number: int, theta: np.ndarray, model: str, columns: tuple[CompositionColumn, ...]
+    ) -> Work:
+        """The final evaluation of a model answered at an earlier one: its kept words, then fresh counts, kept whole.
+
+        One answer per model (a second noise draw could be averaged with the first); the counts are their own release.
+        """
+        answer = view.kept
+        assert answer is not None and answer.vector is not None  # a withdrawal is never kept
+        counts = self.composition_counts(torch.from_numpy(theta), columns)
+        work = Work(round_number, EVALUATION, np.concatenate([answer.vector, counts]), 1.0)
+        if answer.encoded is not None:
+            words = Encoder(sums.ENCODING, self.shared.collaborator_count).encode(counts, 1.0)
+            self.charges.evaluation(words, round_number, model, columns, counts_alone=True)
+            # The weight's word (1 per answer) stays last; the counts' own weight word is dropped.
+            work.encoded = np.concatenate([answer.encoded[:-1], words[:-1], answer.encoded[-1:]])
+        return kept(work, view)
 
     def evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
         """This institution's answers to the evaluation's queries on its held-out losses under the model (theta, c).

@@ -152,6 +152,17 @@ def answer_release(
     return _answer_release(epsilon, settings.delta, columns)
 
 
+def composition_release(settings: PlanPrivacy, columns: tuple[CompositionColumn, ...]) -> distributed.Release:
+    """The Skellam release, at report_epsilon, of the final evaluation's composition counts sent on their own.
+
+    Only when the final model was answered at an earlier evaluation: each site sends that kept answer again
+    (one answer per model) and the counts beside it, a fresh release charged by itself; one record moves them
+    by :func:`~fedfair.runtime.composition_counts.composition_sensitivity`.
+    """
+    l1, l2 = composition_sensitivity(columns)
+    return _skellam_release(settings, l1, l2, sums.ENCODING.fractional_bits, composition_length(columns))
+
+
 def statistics_release(settings: PlanPrivacy, schema: Schema) -> distributed.Release:
     """The Skellam release of one site's table statistics before round 1 (:func:`noised_statistics_vector`).
 

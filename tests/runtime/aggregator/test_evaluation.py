@@ -10,6 +10,7 @@ with `fedfair.fairness.composition` on every site's held-out rows put together.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,15 @@ from fedfair.fairness.composition import above_threshold_weights, composition
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
 from fedfair.runtime.aggregator.checkpoint import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
-from fedfair.runtime.aggregator.evaluation import federated_evaluation, report_noise_std
+from fedfair.runtime.aggregator.evaluation import Earlier, federated_evaluation, noise_stds, report_noise_std
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
 from fedfair.runtime.composition_counts import held_out_levels, joint_suppression, local_counts
 from fedfair.runtime.contract import EVALUATION
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_shared_settings, shared_settings
+from fedfair.runtime.plan.privacy import answer_release, composition_release, decoded_noise_std
+from fedfair.privacy.distributed import Release
 from tests.federations import adult_raw_table
 from tests.runtime.harness import plan_sections, thread_federation
 from tests.runtime.test_plan import schema_plan
@@ -97,6 +100,29 @@ def test_the_final_evaluation_asks_for_the_plans_length_and_reports_the_composit
     assert earlier["noise_std"] == report_noise_std(plan, (), 3, final=False)
     # (RDP calibration: at a fifth of the epsilon, between 4 and 5 times the noise)
     assert 4 * final_alone < earlier["noise_std"] < 5 * final_alone and final_alone < result["noise_std"]
+
+
+def test_a_repeated_model_is_decoded_with_the_noise_each_site_may_have_sent() -> None:
+    plan = schema_plan(composition=["race", "income"])
+    final, columns, names = plan.training.rounds, plan.counted_columns(plan.training.rounds), ("a", "b", "c")
+    floor, colluders = plan.survivor_floor(len(plan.collaborators)), plan.secure_aggregation.max_colluding
+
+    def std(release: Release, summands: int) -> float:
+        return decoded_noise_std(release, floor, colluders, summands)
+
+    kept, alone = answer_release(plan.privacy, (), final=False), composition_release(plan.privacy, columns)
+    joint = answer_release(plan.privacy, columns)
+    assert noise_stds(plan, final, columns, names, None) == (std(joint, 3), std(joint, 3))
+    # Every site answered the model at round 10: its kept answer (interim epsilon) and the counts alone.
+    assert noise_stds(plan, final, columns, names, Earlier("m", 10, frozenset(names))) == (
+        std(kept, 3),
+        std(alone, 3),
+    )
+    # One site did not (or it is not known who did): it may have sent either, so the larger noise counts for it.
+    risks, counts = noise_stds(plan, final, columns, names, Earlier("m", 10, frozenset(names[:2])))
+    assert risks == pytest.approx(math.hypot(std(kept, 2), max(std(kept, 1), std(joint, 1))), rel=1e-12)
+    assert counts == pytest.approx(math.hypot(std(alone, 2), std(joint, 1)), rel=1e-12)
+    assert noise_stds(plan, final, columns, names, Earlier("m", 10, None))[1] == pytest.approx(std(joint, 3))
 
 
 def institutions(table: pd.DataFrame) -> list[pd.DataFrame]:
