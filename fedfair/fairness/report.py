@@ -65,6 +65,10 @@ class SecureSumCertificate:
     above_cap: float | None = None
     """The noised count of held-out losses above `loss_cap`, +/- `above_cap_bound` (95%; None for exact sums)."""
     above_cap_bound: float | None = None
+    cap_share_high: float | None = None
+    """At most this share of the worst rho-fraction lies above `loss_cap` (one-sided 97.5%; None for exact sums):
+    the losses' own worst-group risk is at least `worst_risk_low` and at most `worst_risk_high` plus it times
+    (the largest loss - `loss_cap`) (:meth:`fedfair.fairness.tail.TailReport.unclipped_high`)."""
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,8 @@ class TailReport:
     rows: Estimate
     above_cap: Estimate
     """Held-out rows whose loss exceeds the cap: each makes the figures of clipped losses lower bounds."""
+    cap_share: Estimate
+    """Those rows as a share of the worst rho-fraction: see :meth:`unclipped_high`."""
     worst: Estimate
     mean: Estimate
     disparity: Estimate
@@ -208,6 +210,15 @@ class TailReport:
     """The c_j the worst-group risk is read at."""
     prior_worst: float | None
     """The class-prior classifier's worst-rho risk (None when the classes exceed :data:`LABEL_SLOTS`)."""
+
+    def unclipped_high(self, cap: float, loss_max: float) -> float:
+        """An upper end for the worst-group risk of the losses themselves, were none above `loss_max`.
+
+        CVaR_rho(l) <= CVaR_rho(min(l, cap)) + E[(l - cap)+] / rho, and E[(l - cap)+] is at most the share of
+        rows above the cap times (loss_max - cap): so the interval's top plus the worst group's share at the cap
+        times the excess. Each end is one-sided 97.5%, so the sum holds with probability at least 95%.
+        """
+        return self.worst.high + self.cap_share.high * max(loss_max - cap, 0.0)
 
     def report(self, rho: float, noise_std: float, cap: float) -> GroupRiskReport:
         """As the federation's :class:`GroupRiskReport`: every bound the 95% half-width of its figure.
@@ -238,6 +249,7 @@ class TailReport:
                 prior_worst_risk=self.prior_worst,
                 above_cap=self.above_cap.value,
                 above_cap_bound=self.above_cap.half_width,
+                cap_share_high=self.cap_share.high,
             ),
         )
 
@@ -303,9 +315,12 @@ def tail_report(
     )
     rows = Estimate(n, n - Z * n_sd, n + Z * n_sd)
     above_cap = _clamped(float(raw[3]), Z * float(sd[3]), Z * float(sd[3]), 0.0, n + Z * n_sd)
+    share_sd = math.hypot(float(sd[3]) / mass, float(raw[3]) / mass * n_sd / n)
+    # Not kept below 1: past it the worst group is all at the cap, and the bound it gives still holds.
+    cap_share = _clamped(float(raw[3]) / mass, Z * share_sd, Z * share_sd, 0.0, math.inf)
     labels = raw[HEAD : HEAD + LABEL_SLOTS]
     prior = None if classes is None or classes > LABEL_SLOTS else class_prior_worst_risk(labels[:classes], rho)
-    return TailReport(rows, above_cap, worst, mean, disparity, error, float(points[chosen]), prior)
+    return TailReport(rows, above_cap, cap_share, worst, mean, disparity, error, float(points[chosen]), prior)
 
 
 def answer_release(epsilon: float, delta: float, beta: float, extra: tuple[float, float, int]) -> distributed.Release:

@@ -125,3 +125,58 @@ def test_losses_above_the_cap_are_counted_so_the_clipped_figures_read_as_lower_b
     assert figures.above_cap.value == pytest.approx(float((heavy > CAP).sum()), rel=1e-9)
     clipped, unclipped = exact_worst(heavy), pooled.group_risk_report(heavy, np.ones(heavy.size), RHO).worst_risk
     assert figures.worst.low <= clipped <= figures.worst.high < unclipped  # a lower bound of the real figure only
+
+
+def with_tail(rows: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`held_out` with a `share` of its rows' losses drawn again uniformly above the cap, up to 3 caps."""
+    losses, errors, labels = held_out(rows, seed)
+    rng = np.random.default_rng(seed + 1)
+    beyond = rng.random(rows) < share
+    losses[beyond] = rng.uniform(CAP, 3 * CAP, int(beyond.sum()))
+    errors[beyond] = 1.0
+    return losses, errors, labels
+
+
+def test_the_unclipped_worst_group_risk_lies_between_the_low_end_and_the_caps_consequence() -> None:
+    # Exact sums: CVaR(l) <= CVaR(min(l, cap)) + E[(l - cap)+] / rho <= top + share * (max - cap), the
+    # first step an equality when every row above the cap is in the worst group (here 4.4% of 30%).
+    query = tail.TailQuery(CAP)
+    losses, errors, labels = with_tail(4000, 0.044, 3)
+    threshold = float(np.quantile(np.minimum(losses, CAP), 1.0 - RHO))
+    figures = tail.tail_report(
+        query, tail.tail_answers(query, losses, errors, labels, threshold), threshold, RHO, noise_std=0.0
+    )
+    above = float((losses > CAP).sum())
+    assert figures.cap_share.value == pytest.approx(above / (RHO * losses.size), rel=1e-9)
+    unclipped = pooled.group_risk_report(losses, np.ones(losses.size), RHO).worst_risk
+    excess = float(np.maximum(losses - CAP, 0.0).sum()) / (RHO * losses.size)
+    assert unclipped == pytest.approx(exact_worst(losses) + excess, rel=1e-9)
+    top = figures.unclipped_high(CAP, float(losses.max()))
+    assert figures.worst.low <= exact_worst(losses) < unclipped <= top + 1e-9
+    # The bound is loose by the worst group's share times the excess it does not know: max - mean above the cap.
+    mean_excess = float(np.maximum(losses - CAP, 0.0).sum()) / above
+    slack = figures.cap_share.value * (float(losses.max()) - CAP - mean_excess)
+    assert top - unclipped == pytest.approx(slack + figures.worst.high - exact_worst(losses), abs=1e-9)
+
+
+@pytest.mark.parametrize("rows", [700, 2000])
+def test_under_noise_the_low_end_and_the_caps_consequence_hold_the_unclipped_value(rows: int) -> None:
+    # The issue's rehearsal: 31 of 700 held-out losses above the cap 3, a count the noise cannot resolve.
+    losses, errors, labels = with_tail(rows, 31 / 700, rows)
+    query = tail.TailQuery(CAP)
+    release = tail.answer_release(1.0, 1e-5, 1e-12, (0.0, 0.0, 0))
+    sigma = math.sqrt(2.0 * release.mu) / 2.0**20
+    threshold = float(np.quantile(np.minimum(losses, CAP), 1.0 - RHO)) + 0.05
+    answers = tail.tail_answers(query, losses, errors, labels, threshold)
+    unclipped = pooled.group_risk_report(losses, np.ones(rows), RHO).worst_risk
+    rng = np.random.default_rng(11)
+    misses = {"low": 0, "high": 0}
+    for _ in range(TRIALS):
+        figures = tail.tail_report(
+            query, answers + rng.normal(0.0, sigma, answers.size), threshold, RHO, noise_std=sigma
+        )
+        misses["low"] += not figures.worst.low <= unclipped
+        misses["high"] += not unclipped <= figures.unclipped_high(CAP, 3 * CAP)
+    # Each end claims 97.5% one-sided; together at least 95%.
+    assert all(count <= ALLOWED_MISSES for count in misses.values()), misses
+    assert unclipped > exact_worst(losses) + 0.2  # the clipped figure alone would understate it

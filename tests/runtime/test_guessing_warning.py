@@ -8,6 +8,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import pytest
 
 from fedfair.fairness import tail
@@ -85,3 +87,30 @@ def test_the_page_shows_the_final_interval_and_warns_from_the_last_finished_eval
     worse = {**last, "evaluation": {**noised(1.4, 1.0, 1.8, prior=0.9), "round": 5}}
     page = report.render(dataclasses.replace(run, rounds=[*run.rounds[:-1], worse]))
     assert page.count('class="warning"') == 2 and "the class-prior classifier" in page and "cannot resolve" in page
+
+
+def test_a_count_above_the_cap_the_noise_cannot_resolve_is_said_with_the_share_it_may_be() -> None:
+    # The issue's rehearsal: 31 of 700 held-out losses above the cap, counted +/- 40; the clipped figure reads
+    # 1.06 where the losses' own worst-group risk is 1.63.
+    rehearsal = noised(1.06, 0.87, 1.25, prior=1.2, samples=700, above_cap=31.0, above_cap_bound=40.0)
+    figures = {**rehearsal, "cap_share_high": 0.34}
+    said = verdicts.describe(figures)
+    assert "(95% interval [0.8700, 1.2500])" in said and "the unclipped figures are at least these" in said
+    assert "up to 34% of the worst group may lie above the cap, and each unit of loss beyond it adds up to 0.34" in said
+    warning = verdicts.cap_warning(figures)
+    assert (
+        warning is not None
+        and "cannot tell how many held-out losses exceed the loss cap 3 (about 31 +/- 40)" in warning
+    )
+    assert "only bounded below (at least 0.8700)" in warning and "[evaluation] loss_range" in warning
+    # A share too small for a unit of excess loss to move the figure by the resolved +/- 0.05 is not warned of.
+    assert verdicts.cap_warning({**figures, "cap_share_high": 0.04}) is None
+    assert verdicts.cap_warning(rehearsal) is None and "may lie above" not in verdicts.describe(rehearsal)
+
+
+def test_the_noised_report_records_the_share_of_the_worst_group_at_the_cap() -> None:
+    query = tail.TailQuery(3.0)
+    losses = np.concatenate([np.linspace(0.0, 2.0, 900), np.full(100, 5.0)])
+    answers = tail.tail_answers(query, losses, np.zeros(1000), np.zeros(1000, dtype=np.int64), 1.5)
+    record = tail.tail_report(query, answers, 1.5, 0.3, noise_std=0.5).report(0.3, 0.5, 3.0).to_dict()
+    assert record["cap_share_high"] > 100 / 300 > 0.0 and verdicts.cap_share({**record, "noise_std": 0.5}) is not None

@@ -31,6 +31,17 @@ def above_cap(evaluation: Mapping[str, Any]) -> float | None:
     return float(count)
 
 
+def cap_share(evaluation: Mapping[str, Any]) -> float | None:
+    """At most this share of the worst group has losses above a noised report's cap (one-sided 97.5%), else None.
+
+    Each unit of loss beyond the cap that those rows carry adds up to this much to the worst-group risk the
+    losses themselves have (:meth:`fedfair.fairness.tail.TailReport.unclipped_high`); None for exact sums or a
+    record from before it was stated.
+    """
+    share = evaluation.get("cap_share_high")
+    return None if share is None or not noised(evaluation) else float(share)
+
+
 def worst_interval(evaluation: Mapping[str, Any]) -> tuple[float, float]:
     """The worst-group risk's interval: the noised report's 95% one, or the exact sums' certified bracket.
 
@@ -61,17 +72,24 @@ def describe(evaluation: Mapping[str, Any]) -> str:
         f"{float(evaluation['accuracy']):.4f} +/- {float(evaluation['error_rate_bound']):.4f}; answers noised at "
         f"epsilon {float(evaluation['report_epsilon']):g}"
     )
+    share = cap_share(evaluation)
+    beyond = (
+        ""
+        if not share
+        else f"; up to {share:.0%} of the worst group may lie above the cap, and each unit of loss beyond it adds "
+        f"up to {share:.2f} to the worst-group risk"
+    )
     if rows is not None:
         return (
             f"worst-group risk at least {low:.4f} (95%): about {rows:.0f} held-out losses lie above the loss cap "
             f"{cap:g}, so the answers cannot bound it from above; of the losses clipped at the cap it is "
-            f"{worst:.4f} +/- {float(evaluation['worst_risk_gap']):.4f}; {others} (of clipped losses too)"
+            f"{worst:.4f} +/- {float(evaluation['worst_risk_gap']):.4f}{beyond}; {others} (of clipped losses too)"
         )
     count, bound = float(evaluation["above_cap"]), float(evaluation["above_cap_bound"])
     return (
         f"worst-group risk {worst:.4f} +/- {(high - low) / 2:.4f} (95% interval [{low:.4f}, {high:.4f}]), {others}; "
         f"of the losses clipped at {cap:g} (about {count:.0f} +/- {bound:.0f} of them above it, each counted as "
-        f"{cap:g}: the unclipped figures are at least these)"
+        f"{cap:g}: the unclipped figures are at least these{beyond})"
     )
 
 
@@ -107,15 +125,29 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
 
 
 def cap_warning(evaluation: Mapping[str, Any]) -> str | None:
-    """What losses above a noised report's cap do to it (None when its answers found none)."""
-    rows = above_cap(evaluation)
-    if rows is None:
+    """What losses above a noised report's cap may do to it.
+
+    None when its answers found none, and the share of the worst group they may make up is too small for one
+    unit of loss beyond the cap each to move the worst-group risk by :data:`RESOLVED`.
+    """
+    rows, share = above_cap(evaluation), cap_share(evaluation) or 0.0
+    cap = float(evaluation.get("loss_cap") or 0.0)
+    if rows is not None:
+        found = f"about {rows:.0f} held-out losses exceed the loss cap {cap:g}"
+    elif share > RESOLVED:
+        count, bound = float(evaluation["above_cap"]), float(evaluation["above_cap_bound"])
+        found = (
+            f"the answers cannot tell how many held-out losses exceed the loss cap {cap:g} (about {count:.0f} +/- "
+            f"{bound:.0f}): up to {share:.0%} of the worst group may lie above it"
+        )
+    else:
         return None
     return (
-        f"about {rows:.0f} held-out losses exceed the loss cap {float(evaluation['loss_cap']):g}: each counts as "
-        "the cap, so the worst-group risk is only bounded below. Raise the top of [evaluation] loss_range to cover "
-        "them (one record then moves the sums further: more noise), or train further: a model whose worst losses "
-        "lie above the cap serves its worst group poorly"
+        f"{found}: each counts as the cap, so the worst-group risk is only bounded below (at least "
+        f"{worst_interval(evaluation)[0]:.4f}), and each unit of loss beyond the cap adds up to {share:.2f} to it. "
+        "Raise the top of [evaluation] loss_range to cover them (one record then moves the sums further: the "
+        "interval widens in proportion), or train further: a model whose worst losses lie above the cap serves its "
+        "worst group poorly"
     )
 
 
