@@ -91,6 +91,7 @@ from attacks.outcome import outcome_rows
 from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.plan_values import plan_values_rows
 from attacks.record import record_rows
+from attacks.repeat_model import repeat_model_rows
 from attacks.schedule import schedule_rows
 from attacks.rows import CHECK, RowBook
 from attacks.secure_attacks import SecureAttacks
@@ -110,6 +111,7 @@ SCENARIOS = (
     "schedule",
     "ledger",
     "outcome",
+    "repeat_model",
 )
 
 
@@ -154,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["schedule"] = lambda where: schedule_rows(where, book, quick=args.quick)  # issue 51, items 2, 6, 9
         runs["ledger"] = lambda where: ledger_rows(where, book)  # issue 51, items 4, 5 and 7
         runs["outcome"] = lambda where: outcome_rows(where, book)  # issue 51, item 1
+        runs["repeat_model"] = lambda where: repeat_model_rows(where, book)  # a final model answered before
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:

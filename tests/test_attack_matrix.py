@@ -72,6 +72,7 @@ CONSENT_CLASSES = {
     "tampered bundle": 1,
     "substituted output model": 1,
     "honest bundle (the control)": 1,
+    "final evaluation asked twice": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -210,6 +211,11 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
             for word in ("forged bundle", "tampered bundle", "substituted output model", "honest bundle (the control)")
         },
         4,
+    ),
+    "repeat_model": (
+        ("repeat_model",),
+        {"final evaluation asked twice": CONSENT_CLASSES["final evaluation asked twice"]},
+        1,
     ),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,

@@ -23,7 +23,6 @@ Each row runs against real processes on loopback mutual TLS:
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,25 +30,22 @@ from typing import Any
 
 import numpy as np
 
-from attacks.consent import LoopAggregator, wait_until
 from attacks.federation import plan_sections
 from attacks.record import PLAN_ROUNDS, TARGET, flooded, process_federation_plan, refusals
+from attacks.repeat_model import against_processes, rewind
 from attacks.rows import PATCHED_AGGREGATOR, PATCHED_COLLABORATOR, RowBook
 from attacks.waits import GRACE, NAMES, late_federation
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
-from fedfair.runtime.transport import pb
 
 ROUNDS = 3
 """The evaluation row's plan: 3 rounds, evaluated once (after the last)."""
 PRIVACY = {"report_epsilon": 1.0, "budget": 10.0, "delta": 1e-5}
 """One answer spends epsilon 1, within a budget of 10: a budget the asks could spend ten times over."""
-PROCESS_SECONDS = 180.0
 FLOOD_LINES = 20
 """The most lines a flood of refused tasks may add to a collaborator's log (issue 51's acceptance)."""
 JUST_UNDER = 1.5
@@ -85,9 +81,7 @@ class EveryRound:
         def asking(round_number: int) -> dict[str, Any]:
             self.outcomes.append((round_number, evaluate(round_number)))
             if round_number == ROUNDS:
-                loop.network.board.new_round(round_number)
-                with loop.network.gate._lock:
-                    loop.network.gate._last = (round_number, pb.STAGE_UNSPECIFIED)
+                rewind(loop, round_number)
                 state = loop.checkpoint.state
                 theta = state.theta_average.clone()
                 theta[0] = float(np.nextafter(theta[0].item(), np.inf))
@@ -120,15 +114,8 @@ def evaluation_row(root: Path, book: RowBook) -> None:
         sections = plan_sections(secure=True, rounds=ROUNDS, quorum=3, timeout=30.0, privacy=PRIVACY)
         workspace = make_workspace(root, names, plan=sections, manifest=True)
         plan = load_aggregator_plan(workspace.plan)
-        cheat, log = EveryRound(), io.StringIO()
-        aggregator = LoopAggregator(plan, adjust=cheat.adjust)
-        children = [Child(n, collaborator_command(workspace, n), env=child_environment(None), sink=log) for n in names]
-        try:
-            exited = wait_until(lambda: all(child.process.poll() is not None for child in children), PROCESS_SECONDS)
-        finally:
-            for child in children:
-                child.kill()
-            aggregator.stop()
+        cheat = EveryRound()
+        exited, error, children = against_processes(workspace, plan, names, cheat.adjust)
         statuses = [f"{r}: {outcome.get('status')}" for r, outcome in cheat.outcomes]
         decoded = [r for r, outcome in cheat.outcomes if outcome.get("status") == "done"]
         answered: dict[str, list[int]] = {}
@@ -157,7 +144,7 @@ def evaluation_row(root: Path, book: RowBook) -> None:
             asks=len(cheat.outcomes),
             answers_per_site={name: len(rounds) for name, rounds in answered.items()},
             charges_per_site={name: len(rounds) for name, rounds in charged.items()},
-            errors={"aggregator": aggregator.error} if aggregator.error else {},
+            errors={"aggregator": error} if error else {},
         )
 
 

@@ -46,11 +46,12 @@ def federated_evaluation(
 ) -> tuple[SumOutcome, dict[str, Any]]:
     """Evaluate `model` (theta-bar, c-bar) over `participants`' held-out data by one secure sum.
 
-    `classes` is the model's K, for the class-prior baseline of a noised report. `earlier`: the last evaluation
-    asked before this one, whose model sites that answered it answer again with their kept words
-    (:func:`noise_stds`). Return the sum's outcome (its contributors and culprits) and the evaluation's record
-    ("status": "done", the round, the model's digest, the number of contributors, the report's fields, the
-    epsilon of a noised answer and, when counted, "composition" with its own noise and epsilon).
+    `classes` is the model's K, for the class-prior baseline of a noised report. `earlier`: the first ask of the
+    model last evaluated, whose sites answer that model again with their kept words (:func:`noise_stds`). Return
+    the sum's outcome (its contributors and culprits) and the evaluation's record ("status": "done", the round,
+    the model's digest, "answers_of_round" when its risks are an earlier round's answers, the number of
+    contributors, the report's fields, the epsilon of a noised answer and, when counted, "composition" with its
+    own noise and epsilon).
     """
     outcome = driver.run(
         round_number,
@@ -100,6 +101,8 @@ def federated_evaluation(
     if plan.privacy.noised:
         # A repeated model's risks are the kept answers', spent at that earlier evaluation's epsilon.
         result["report_epsilon"] = answer_epsilon(plan, round_number if repeated is None else repeated.round)
+    if repeated is not None:
+        result["answers_of_round"] = repeated.round
     logger.info(
         "round %d evaluation (held-out, rho = %g): worst %.4f +/- %.4f, mean %.4f +/- %.4f, accuracy %.4f",
         round_number,
@@ -148,10 +151,10 @@ def answer_epsilon(plan: AggregatorPlan, round_number: int) -> float:
 
 @dataclass(frozen=True)
 class Earlier:
-    """The last evaluation the aggregator asked for: its model's digest, round and contributors.
+    """The first ask of the model the aggregator evaluated last: the model's digest, that round, its contributors.
 
-    `contributors` None: not known (the evaluation aborted, or this process restarted since), so any site
-    may hold a kept answer on that model.
+    Each of them holds its answer on that model for good and sends it again. `contributors` None: not known (the
+    evaluation aborted, or this process restarted since), so any site may hold one.
     """
 
     model: str

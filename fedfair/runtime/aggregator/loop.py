@@ -104,8 +104,8 @@ class RoundLoop:
         self.algorithm = plan.algorithm()
         self.evaluation = None if checkpoint is None else checkpoint.evaluation
         done = self.evaluation if self.evaluation is not None and "model" in self.evaluation else None
-        self.asked = None if done is None else Earlier(done["model"], done["round"], None)
-        """The last evaluation asked (its contributors unknown after a restart): a repeated model's answers."""
+        self.asked = None if done is None else Earlier(done["model"], done.get("answers_of_round", done["round"]), None)
+        """The model last evaluated, from its first ask (contributors unknown after a restart): whose answers it has."""
         self.records = read_round_log(self.output)
         """Every round's record so far: the model bundle's metrics and provenance."""
         self.excluded = excluded_in(self.records)
@@ -427,13 +427,16 @@ class RoundLoop:
             )
             return {"status": "skipped", "reason": "too few collaborators connected"}
         model = (state.theta_average.numpy(), state.c_average)
-        earlier, self.asked = self.asked, Earlier(model_digest(*model), round_number, None)
+        digest = model_digest(*model)
+        earlier = self.asked if self.asked is not None and self.asked.model == digest else None
+        self.asked = earlier or Earlier(digest, round_number, None)
         try:
             classes = model_settings(self.plan, checkpoint_encoder(self.checkpoint)).classes
             outcome, result = federated_evaluation(
                 self.plan, self.driver, round_number, participants, model, self.start_input, classes, earlier
             )
-            self.asked = Earlier(self.asked.model, round_number, frozenset(outcome.contributors))
+            if earlier is None:  # the sites that answered a model's first ask hold its answer for good
+                self.asked = Earlier(digest, round_number, frozenset(outcome.contributors))
         except (RoundAbortedError, ConfigError) as error:
             logger.warning("round %d: evaluation aborted: %s", round_number, error)
             aborted: dict[str, Any] = {"status": "aborted", "reason": str(error)}
