@@ -97,14 +97,19 @@ def test_a_count_above_the_cap_the_noise_cannot_resolve_is_said_with_the_share_i
     said = verdicts.describe(figures)
     assert "(95% interval [0.8700, 1.2500])" in said and "the unclipped figures are at least these" in said
     assert "up to 34% of the worst group may lie above the cap, and each unit of loss beyond it adds up to 0.34" in said
-    warning = verdicts.cap_warning(figures)
-    assert (
-        warning is not None
-        and "cannot tell how many held-out losses exceed the loss cap 3 (about 31 +/- 40)" in warning
-    )
-    assert "only bounded below (at least 0.8700)" in warning and "[evaluation] loss_range" in warning
+    # The noise that hides the count is the one the noise warning names: it says both, and once.
+    noise = verdicts.noise_warning(figures)
+    assert noise is not None and verdicts.cap_warning(figures) is None
+    assert "cannot tell whether up to 34% of the worst group lies above the loss cap 3" in noise
+    # A narrow interval whose count the noise still cannot resolve: the cap warning says it.
+    narrow = {**figures, "worst_risk_low": 1.03, "worst_risk_high": 1.09, "cap_share_high": 0.08}
+    warning = verdicts.cap_warning(narrow) or ""
+    assert verdicts.noise_warning(narrow) is None
+    assert "cannot tell how many held-out losses exceed the loss cap 3 (about 31 +/- 40)" in warning
+    assert "only bounded below (at least 1.0300)" in warning and "adds up to 0.08" in warning
     # A share too small for a unit of excess loss to move the figure by the resolved +/- 0.05 is not warned of.
-    assert verdicts.cap_warning({**figures, "cap_share_high": 0.04}) is None
+    assert verdicts.cap_warning({**narrow, "cap_share_high": 0.04}) is None
+    assert "cannot tell whether" not in (verdicts.noise_warning({**figures, "cap_share_high": 0.04}) or "")
     assert verdicts.cap_warning(rehearsal) is None and "may lie above" not in verdicts.describe(rehearsal)
 
 

@@ -154,6 +154,9 @@ round_timeout_seconds = 300   # each stage waits at most this long for uploads (
 
 [evaluation]
 every = 5           # federated worst-group evaluation every N rounds (0: after the last only)
+# loss_range = [0.0, 3.0]  # noised answers clip each loss at the top (3: the true class predicted at
+                           # 5%); the interval widens in proportion to it (6.9, the loss at 0.1%, is
+                           # 2.3x as wide); the report says how much of the worst group may lie above it
 # composition = ["race", "sex"]  # with a [schema]: who is in the worst-off group at the final
                                  # evaluation, by categorical columns with listed categories or
                                  # the label; each site's counts by category go through the

@@ -116,9 +116,16 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
     if half <= RESOLVED:
         return None
     rows, epsilon = float(evaluation["samples"]), float(evaluation["report_epsilon"])
+    share = cap_share(evaluation) or 0.0
+    capped = (
+        f"; the same noise cannot tell whether up to {share:.0%} of the worst group lies above the loss cap "
+        f"{float(evaluation['loss_cap']):g}, each unit of loss beyond it adding up to {share:.2f} to the figure"
+        if share > RESOLVED and above_cap(evaluation) is None
+        else ""
+    )
     return (
         f"the budget cannot resolve the worst-group risk: +/- {half:.2f} (95%), from the evaluation's noise "
-        f"(epsilon {epsilon:g} over about {rows:,.0f} held-out rows), not from the model. About "
+        f"(epsilon {epsilon:g} over about {rows:,.0f} held-out rows), not from the model{capped}. About "
         f"{rows_for(half, rows):,.0f} held-out rows or report_epsilon {epsilon_for(half, epsilon):.2g} would give "
         f"+/- {RESOLVED:g}"
     )
@@ -128,13 +135,14 @@ def cap_warning(evaluation: Mapping[str, Any]) -> str | None:
     """What losses above a noised report's cap may do to it.
 
     None when its answers found none, and the share of the worst group they may make up is too small for one
-    unit of loss beyond the cap each to move the worst-group risk by :data:`RESOLVED`.
+    unit of loss beyond the cap each to move the worst-group risk by :data:`RESOLVED`, or :func:`noise_warning`
+    already says it (the noise that hides the count is the one it names).
     """
     rows, share = above_cap(evaluation), cap_share(evaluation) or 0.0
     cap = float(evaluation.get("loss_cap") or 0.0)
     if rows is not None:
         found = f"about {rows:.0f} held-out losses exceed the loss cap {cap:g}"
-    elif share > RESOLVED:
+    elif share > RESOLVED and noise_warning(evaluation) is None:
         count, bound = float(evaluation["above_cap"]), float(evaluation["above_cap_bound"])
         found = (
             f"the answers cannot tell how many held-out losses exceed the loss cap {cap:g} (about {count:.0f} +/- "
