@@ -119,3 +119,14 @@ def test_the_noised_report_records_the_share_of_the_worst_group_at_the_cap() -> 
     answers = tail.tail_answers(query, losses, np.zeros(1000), np.zeros(1000, dtype=np.int64), 1.5)
     record = tail.tail_report(query, answers, 1.5, 0.3, noise_std=0.5).report(0.3, 0.5, 3.0).to_dict()
     assert record["cap_share_high"] > 100 / 300 > 0.0 and verdicts.cap_share({**record, "noise_std": 0.5}) is not None
+
+
+def test_a_final_model_answered_before_names_the_evaluation_whose_answers_it_reports() -> None:
+    repeated = noised(1.0, 0.6, 1.4, prior=1.2, answers_of_round=1, report_epsilon=0.2)
+    assert "answers noised at epsilon 0.2, given at round 1's evaluation of the same model" in verdicts.describe(
+        repeated
+    )
+    warning = verdicts.noise_warning(repeated) or ""
+    assert "(epsilon 0.2, given at round 1's evaluation of the same model over about 2,000" in warning
+    assert "interim_report_epsilon 1.6 would give +/- 0.05" in warning  # the epsilon that made these answers
+    assert "or report_epsilon" in (verdicts.noise_warning(noised(1.0, 0.6, 1.4, prior=1.2)) or "")

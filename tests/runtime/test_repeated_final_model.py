@@ -64,6 +64,7 @@ def test_a_final_model_answered_before_gets_its_kept_words_and_the_counts_as_the
     for key in ("worst_risk", "worst_risk_low", "worst_risk_high", "mean_risk", "samples", "noise_std"):
         assert final[key] == first[key], key
     assert final["report_epsilon"] == first["report_epsilon"] == 0.5  # what the kept answer spent
+    assert final["answers_of_round"] == 1 and "answers_of_round" not in first
     counts = composition_release(plan.privacy, columns)
     composition = final["composition"]
     assert composition["epsilon"] == 1.0 and composition["rows"] is not None

@@ -70,7 +70,7 @@ def describe(evaluation: Mapping[str, Any]) -> str:
     others = (
         f"mean {mean:.4f} +/- {float(evaluation['mean_error_bound']):.4f}, accuracy "
         f"{float(evaluation['accuracy']):.4f} +/- {float(evaluation['error_rate_bound']):.4f}; answers noised at "
-        f"epsilon {float(evaluation['report_epsilon']):g}"
+        f"epsilon {float(evaluation['report_epsilon']):g}{_answered_at(evaluation)}"
     )
     share = cap_share(evaluation)
     beyond = (
@@ -91,6 +91,12 @@ def describe(evaluation: Mapping[str, Any]) -> str:
         f"of the losses clipped at {cap:g} (about {count:.0f} +/- {bound:.0f} of them above it, each counted as "
         f"{cap:g}: the unclipped figures are at least these{beyond})"
     )
+
+
+def _answered_at(evaluation: Mapping[str, Any]) -> str:
+    """Where a final evaluation's answers were given, when an earlier evaluation of the same model gave them."""
+    earlier = evaluation.get("answers_of_round")
+    return "" if earlier is None else f", given at round {int(earlier)}'s evaluation of the same model"
 
 
 def progress_note(evaluation: Mapping[str, Any]) -> str:
@@ -116,6 +122,8 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
     if half <= RESOLVED:
         return None
     rows, epsilon = float(evaluation["samples"]), float(evaluation["report_epsilon"])
+    # A final model answered at an earlier evaluation keeps those answers: their epsilon is the earlier one's.
+    key = "report_epsilon" if evaluation.get("answers_of_round") is None else "interim_report_epsilon"
     share = cap_share(evaluation) or 0.0
     capped = (
         f"; the same noise cannot tell whether up to {share:.0%} of the worst group lies above the loss cap "
@@ -125,9 +133,9 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
     )
     return (
         f"the budget cannot resolve the worst-group risk: +/- {half:.2f} (95%), from the evaluation's noise "
-        f"(epsilon {epsilon:g} over about {rows:,.0f} held-out rows), not from the model{capped}. About "
-        f"{rows_for(half, rows):,.0f} held-out rows or report_epsilon {epsilon_for(half, epsilon):.2g} would give "
-        f"+/- {RESOLVED:g}"
+        f"(epsilon {epsilon:g}{_answered_at(evaluation)} over about {rows:,.0f} held-out rows), not from the "
+        f"model{capped}. About {rows_for(half, rows):,.0f} held-out rows or {key} {epsilon_for(half, epsilon):.2g} "
+        f"would give +/- {RESOLVED:g}"
     )
 
 
