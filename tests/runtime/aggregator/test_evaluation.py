@@ -123,6 +123,10 @@ def test_a_repeated_model_is_decoded_with_the_noise_each_site_may_have_sent() ->
     assert risks == pytest.approx(math.hypot(std(kept, 2), max(std(kept, 1), std(joint, 1))), rel=1e-12)
     assert counts == pytest.approx(math.hypot(std(alone, 2), std(joint, 1)), rel=1e-12)
     assert noise_stds(plan, final, columns, names, Earlier("m", 10, None))[1] == pytest.approx(std(joint, 3))
+    # Without composition the final query is the earlier one's: the kept answer goes again whole, and its noise,
+    # interim_report_epsilon's, not report_epsilon's, is what the final figures carry.
+    assert noise_stds(plan, final, (), names, Earlier("m", 10, frozenset(names))) == (std(kept, 3), 0.0)
+    assert std(kept, 3) > 4 * std(answer_release(plan.privacy, ()), 3)
 
 
 def institutions(table: pd.DataFrame) -> list[pd.DataFrame]:
