@@ -11,6 +11,7 @@ under the output model, which no party of the federation ever sees in one place.
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from pathlib import Path
 
@@ -123,7 +124,9 @@ def test_the_final_worst_group_risk_is_stated_with_an_interval_that_holds_the_ex
     assert low - (MISS - 1) * half <= clipped.worst_risk <= exact.worst_risk
     assert abs(final["worst_risk"] - clipped.worst_risk) <= MISS * half, (final, clipped.worst_risk)
     assert abs(final["mean_risk"] - clipped.mean_risk) <= MISS * final["mean_error_bound"]
-    assert abs(final["samples"] - held_out.size) <= 60  # the noised count: +/- 2 sd of its noise at most
+    # The noised row count: its noise sd is the decoded noise's over the rows' share of the sensitivity.
+    rows_sd = final["noise_std"] / math.sqrt(tail.SHARES["rows"])
+    assert abs(final["samples"] - held_out.size) <= MISS * tail.Z * rows_sd + 1.0, (final["samples"], rows_sd)
     above = int((held_out > cap).sum())
     assert abs(final["above_cap"] - above) <= MISS * final["above_cap_bound"]
     # The half-width is the noise's as `data check` predicts it (at c = 0, so an upper bound: the tail sums at
