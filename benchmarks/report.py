@@ -43,6 +43,8 @@ SECTIONS: dict[str, Callable[[str, Mapping[str, Any]], Section]] = {
     "round_bench_processes": round_bench,
     "round_bench_16bit_d1e7": wire_width,
     "round_bench_processes_d1e8": wire_width,
+    "round_bench_plain32_d1e7": wire_width,
+    "round_bench_processes_d1e7": wire_width,
     "secagg_bench": secagg_bench,
     "dp_bench": dp_bench,
     "dp_utility": dp_utility,

@@ -206,11 +206,13 @@ def wire_width(name: str, document: Mapping[str, Any]) -> Section:
             fixed(row["aggregator_cpu_seconds"] or row["process_cpu_seconds"], 2),
             fixed(row["peak_rss_mb"], 0),
             fixed(row["party_peak_rss_mb"], 0),
+            fixed(row.get("party_model_copies"), 1),
         )
         for row in document["results"]
     ]
     header = ("d", "n", "sums", "parties as", "bits / coordinate", "received (MB)", "round (s)",
-              "party CPU (s)", "aggregator CPU (s)", "peak (MB)", "party peak (MB)")  # fmt: skip
+              "party CPU (s)", "aggregator CPU (s)", "peak (MB)", "party peak (MB)",
+              "party's round (model copies)")  # fmt: skip
     ratios = [
         f"Secure ÷ plain at {key}: round {ratio(value['whole_round'])}, a party's CPU {ratio(value['party_cpu'])}."
         for key, value in document.get("ratios", {}).items()
@@ -228,6 +230,14 @@ def wire_width(name: str, document: Mapping[str, Any]) -> Section:
             *(
                 ["The peak with threads counts the aggregator and every party in one process."]
                 if any(not row["processes"] for row in document["results"])
+                else []
+            ),
+            *(
+                [
+                    "A party's round is its peak less its resident memory once started (imports, configuration, "
+                    "identity), in float32 copies of the model (4 d bytes); n/a where the run did not measure it."
+                ]
+                if any(row["processes"] for row in document["results"])
                 else []
             ),
         ],

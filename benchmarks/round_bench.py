@@ -36,7 +36,9 @@ Two costs are reported, each as a median over the measured rounds:
 - the aggregator's CPU per round (``aggregator_cpu_seconds``, with `--processes` only: with
   threads the process's CPU, ``process_cpu_seconds``, includes every party's) and, per
   configuration, the peak resident memory of this process (``peak_rss_mb``) and of the
-  largest party process (``party_peak_rss_mb``, `--processes`).
+  largest party process (``party_peak_rss_mb``, `--processes`), its resident memory once started
+  (``party_startup_rss_mb``: imports, configuration, identity) and what the rounds add to that, in float32
+  copies of the model, 4 d bytes each (``party_model_copies``, the largest over the parties).
 
 A secure party must draw one AES-CTR keystream of d + 1 words per mask (its own and one per
 neighbour of the plan's default graph), whatever the implementation; ``party_cpu_beyond_masks``
@@ -215,14 +217,15 @@ def collaborator_process(config: Path, results: Any) -> None:
     busy times and its peak memory on the `results` queue."""
     logging.getLogger("fedfair").setLevel(logging.WARNING)
     collaborator = BenchCollaborator(load_collaborator_config(config))
+    startup = peak_rss_mb()  # imports, configuration and identity: what the process holds before any round
     with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
         collaborator.run()
-    results.put((collaborator.busy(), peak_rss_mb()))
+    results.put((collaborator.busy(), (peak_rss_mb(), startup)))
 
 
-def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> tuple[list[Busy], list[float]]:
+def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> tuple[list[Busy], list[tuple[float, float]]]:
     """Run the aggregator here and the collaborators as threads of this process or as processes of their own;
-    each party's busy times, and with processes each one's peak memory in MiB (none with threads)."""
+    each party's busy times, and with processes each one's (peak, start-up) memory in MiB (none with threads)."""
     plan = load_aggregator_plan(plan_path)
     if processes:
         # spawn, not fork: this process already runs gRPC's threads.
@@ -318,7 +321,13 @@ def run_configuration(
         "aggregator_cpu_seconds": statistics.median(process_cpu) if processes else None,
         "process_cpu_seconds": statistics.median(process_cpu),
         "peak_rss_mb": peak_rss_mb(),
-        "party_peak_rss_mb": max(party_peaks) if party_peaks else None,
+        "party_peak_rss_mb": max(peak for peak, _ in party_peaks) if party_peaks else None,
+        # What a party holds for the round beyond its start-up, in float32 copies of the model (4 d bytes each):
+        # the largest over the party processes (the issue's target is 4).
+        "party_model_copies": max((peak - startup) * 2**20 / (4 * dimension) for peak, startup in party_peaks)
+        if party_peaks
+        else None,
+        "party_startup_rss_mb": max(startup for _, startup in party_peaks) if party_peaks else None,
         "run_seconds": total,
     }
 

@@ -45,6 +45,11 @@ def test_round_bench_runs_a_plain_and_a_secure_round_through_the_runtime(
         # The aggregator's own CPU and a party's memory are measurable only with the parties as processes.
         assert (result["aggregator_cpu_seconds"] is not None) is processes
         assert (result["party_peak_rss_mb"] is not None) is processes
+        # A party's round beyond its start-up, in model copies: its peak is never below its start-up.
+        assert (result["party_model_copies"] is not None) is processes
+        if processes:
+            assert 0 < result["party_startup_rss_mb"] <= result["party_peak_rss_mb"]
+            assert result["party_model_copies"] >= 0
 
 
 def test_a_party_critical_path_counts_overlapping_intervals_once() -> None:

@@ -20,7 +20,7 @@ import numpy as np
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import kernels, prg
 from fedfair.privacy.distributed import NORM_SLACK, TrainingNoise
-from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
+from fedfair.secagg.noise import WEIGHT_STREAM, NoiseConfig, NoisyEncoding
 from fedfair.secagg.rotation import rotation_key
 
 MODULUS_BITS = (16, 32, 64)
@@ -279,8 +279,7 @@ class Encoder:
                 )
             encoded = out
         if self._noisy is not None:
-            noised = vector.astype(np.float64, copy=False)  # the rotation works in float64
-            return self._encode_noised(noised, weight, randomness_key or os.urandom(prg.KEY_BYTES), encoded)
+            return self._encode_noised(vector, weight, randomness_key or os.urandom(prg.KEY_BYTES), encoded)
         # Every encoded value is below 2^(k-1) in magnitude (check_no_wraparound), so the
         # signed view takes it directly and its bits are the two's complement modulo 2^k.
         signed = encoded.view(self._signed)
@@ -301,16 +300,12 @@ class Encoder:
     def _encode_noised(self, vector: np.ndarray, weight: float, key: bytes, encoded: np.ndarray) -> np.ndarray:
         """The noise step (:class:`NoisyEncoding`) for the update, then the weight stochastically rounded.
 
-        The weight is not noised (weights are agreed); the int64 values keep their low k bits (the words
-        modulo 2^k). Returns `encoded`, filled in place.
+        The weight is not noised (weights are agreed). Returns `encoded`, filled in place, chunk by chunk.
         """
         assert self._noisy is not None
-        stream = prg.Keystream(key)
-        values = np.empty(self._noisy.size, dtype=np.int64)
-        self._noisy.encode_into(vector, weight, stream, values)
-        encoded[:-1] = values.view(np.uint64) if self.dtype is np.uint64 else values.astype(self.dtype)
-        # The weight (below 2^52 units, check_no_wraparound) rounds with the next 53 random bits of the stream.
-        uniform = int.from_bytes(stream.read(8), "little") >> 11
+        self._noisy.encode_into(vector, weight, key, encoded[:-1])
+        # The weight (below 2^52 units, check_no_wraparound) rounds with 53 random bits of its own stream.
+        uniform = int.from_bytes(prg.Keystream(key, WEIGHT_STREAM).read(8), "little") >> 11
         encoded[-1:].view(self._signed)[0] = math.floor(weight * self._scale + math.ldexp(uniform, -53))
         return encoded
 
@@ -327,7 +322,7 @@ class Encoder:
             rotated = values[:-1]
             # Float64 error of the conversion (half an ulp of the largest value) through the inverse
             # rotation (sqrt(m) of them per coordinate), and of the rotation's own log2(m) stages.
-            largest = float(np.max(np.abs(rotated)))
+            largest = max(float(rotated.max()), -float(rotated.min()))  # no temporary of m values
             floats = math.sqrt(rotated.size) * largest * 2.0**-53 + 4.0 * (
                 math.log2(rotated.size) + 2.0
             ) * 2.0**-52 * float(np.linalg.norm(rotated))

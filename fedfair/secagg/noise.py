@@ -46,30 +46,52 @@ def check_mu(mu: float) -> float:
     return float(mu)
 
 
+class PoissonSampler:
+    """Independent Poisson(mu) samples drawn in order from one keystream, in pieces of any size.
+
+    The stream is read in fixed blocks of :data:`_BLOCK_WORDS` words and a block's unread words carry over
+    to the next piece, so the samples depend on mu and the stream alone, never on how many are asked for
+    at a time: an encoder may noise a vector chunk by chunk and get the words it would get in one piece.
+
+    Raises:
+        ConfigError: ``mu`` is unusable (:func:`check_mu`).
+    """
+
+    def __init__(self, mu: float, stream: prg.Keystream) -> None:
+        self._mu = check_mu(mu)
+        self._stream = stream
+        self._words = np.empty(_BLOCK_WORDS, dtype=_WORD)
+        self._next = self._words.size
+        """Index of the first unread word of the current block."""
+
+    def fill(self, out: np.ndarray) -> None:
+        """Overwrite the contiguous 1-D int64 array ``out`` with the next ``out.size`` samples."""
+        if out.dtype != np.int64 or out.ndim != 1 or not out.flags.c_contiguous:
+            raise ConfigError("Poisson samples go into a contiguous 1-D int64 array")
+        if self._mu == 0.0:
+            out[:] = 0
+            return
+        fill = kernels.poisson_fill()
+        index = 0
+        while index < out.size:
+            # An attempt takes one word (inversion) or two (PTRS): a block with one word left is done.
+            if self._next >= self._words.size - 1:
+                self._stream.read_into(self._words.data.cast("B"))
+                self._next = 0
+            index, used = fill(self._mu, self._words[self._next :], out, index)
+            self._next += used
+
+
 def poisson_into(out: np.ndarray, mu: float, stream: prg.Keystream) -> None:
     """Overwrite the int64 array ``out`` with independent Poisson(mu) samples drawn from ``stream``.
 
     The samples depend only on mu and the words read from ``stream`` (so a keyed stream reproduces
-    them); the stream is advanced by whole blocks.
+    them); the stream is advanced by whole blocks (:class:`PoissonSampler`).
 
     Raises:
         ConfigError: ``mu`` is unusable (:func:`check_mu`), or ``out`` is not a contiguous 1-D int64 array.
     """
-    mu = check_mu(mu)
-    if out.dtype != np.int64 or out.ndim != 1 or not out.flags.c_contiguous:
-        raise ConfigError("Poisson samples go into a contiguous 1-D int64 array")
-    if mu == 0.0:
-        out[:] = 0
-        return
-    fill = kernels.poisson_fill()
-    # Inversion takes one word per sample, PTRS about 2.2; draw a little more than that at once.
-    per_sample = 1.0 if mu < 10.0 else 2.4
-    index = 0
-    while index < out.size:
-        count = min(_BLOCK_WORDS, max(64, math.ceil((out.size - index) * per_sample)))
-        words = np.empty(count, dtype=_WORD)
-        stream.read_into(words.data.cast("B"))
-        index, _ = fill(mu, words, out, index)
+    PoissonSampler(mu, stream).fill(out)
 
 
 def skellam_into(out: np.ndarray, mu: float, stream: prg.Keystream) -> None:
@@ -78,9 +100,10 @@ def skellam_into(out: np.ndarray, mu: float, stream: prg.Keystream) -> None:
     Skellam(mu) = Poisson(mu) - Poisson(mu): mean 0, variance 2 mu. ``out`` must be as
     :func:`poisson_into` requires.
     """
-    poisson_into(out, mu, stream)
+    sampler = PoissonSampler(mu, stream)
+    sampler.fill(out)
     other = np.empty_like(out)
-    poisson_into(other, mu, stream)
+    sampler.fill(other)
     out -= other
 
 
@@ -161,6 +184,14 @@ def noised_wrap_probability(noise: NoiseConfig, scale: float, modulus_bits: int,
     return rounding.rotated_wrap_probability(parties * noise.mu, norm, parties, modulus_bits, size)
 
 
+CHUNK = 1 << 17
+"""Coordinates :meth:`NoisyEncoding.encode_into` rounds and noises per pass: its temporaries (a few MiB) are
+this long, whatever the model's size."""
+
+_ROUNDING_STREAM, _POSITIVE_STREAM, _NEGATIVE_STREAM, WEIGHT_STREAM = 0, 1, 2, 3
+"""The streams of an encoding's key (:class:`fedfair.secagg.prg.Keystream`): the rounding uniforms, the two
+Poissons of each Skellam sample, and the weight's rounding."""
+
 _MAX_REDRAWS = 64
 """Conditional rounding gives up after this many draws (each fails with probability <= beta)."""
 
@@ -173,8 +204,7 @@ class NoisyEncoding:
     Clip, project, rotate, scale, round conditionally, add Skellam noise; and the inverse after the sum is
     decoded.
 
-    Contract: :meth:`encode_into` writes m signed integers (int64) whose low k bits are the party's
-    words; a sum of at most ``parties`` of them wraps modulo 2^k, or has a coordinate beyond
+    Contract: :meth:`encode_into` writes the party's m words modulo 2^k; a sum of at most ``parties`` of them wraps modulo 2^k, or has a coordinate beyond
     :meth:`noise_bound`, with probability at most ``noise.failure`` (checked when built).
     """
 
@@ -193,47 +223,74 @@ class NoisyEncoding:
             )
         self.parties = parties
 
-    def encode_into(self, vector: np.ndarray, weight: float, stream: prg.Keystream, out: np.ndarray) -> None:
-        """Encode the weighted ``vector`` (d float64) into the int64 ``out`` (m values).
+    def encode_into(self, vector: np.ndarray, weight: float, key: bytes, out: np.ndarray, chunk: int = CHUNK) -> None:
+        """Encode the weighted ``vector`` (d float32 or float64 values) into ``out``: m words modulo 2^k.
 
         Clip each coordinate to clip * weight, project onto the L2 ball of radius norm_clip * weight, rotate,
-        scale by 2^f, round stochastically (uniforms from ``stream``) until the rounded norm is within the
-        bound, and add Skellam(mu) noise (also from ``stream``).
+        scale by 2^f (all in one float64 copy of m values), then ``chunk`` coordinates at a time: round
+        stochastically until the rounded norm is within the bound (uniforms from stream 0 of ``key``) and add
+        Skellam(mu) noise (its two Poissons from streams 1 and 2). ``out`` (m contiguous unsigned words) takes
+        each chunk's words as it is made, so no other vector of m values is held.
+
+        Every stream is read in order whatever ``chunk`` is, so the words are the same for every chunk size
+        (the rounded norm sums its chunks' squares in float64 in another order, which could only decide a
+        draw within rounding of the bound, an event far less likely than beta).
         """
         if vector.size != self.noise.dimension:
             raise ConfigError(
                 f"the update has {vector.size} coordinates but the noise was configured for "
                 f"{self.noise.dimension}; set NoiseConfig.dimension to the update's length"
             )
+        if chunk < 1:
+            raise ConfigError(f"chunk={chunk} must be a positive number of coordinates")
         if not np.isfinite(vector).all():
             raise ConfigError("the update has NaN or infinite coordinates; fix the local training step")
-        clipped = np.clip(vector, -self.clip * weight, self.clip * weight)
+        values = np.zeros(self.size)  # the padding stays zero through clipping and projection
+        np.clip(vector, -self.clip * weight, self.clip * weight, out=values[: vector.size])
         radius = self.noise.norm_clip * weight
-        length = float(np.linalg.norm(clipped))
+        length = float(np.linalg.norm(values))
         if length > radius:
-            clipped *= radius / length
-        key = self.noise.rotation_key
-        rotated = rotation.rotate(clipped, key) if key is not None else clipped
-        scaled = rotated * self.scale
+            values *= radius / length
+        if self.noise.rotation_key is not None:
+            rotation.rotate_in_place(values, self.noise.rotation_key)
+        values *= self.scale
         bound = rounding.rounded_l2(radius * self.scale, self.size, self.noise.beta)
-        uniforms = np.empty(self.size, dtype=_WORD)
+        uniforms = np.empty(min(chunk, self.size), dtype=_WORD)
+        rounder = prg.Keystream(key, _ROUNDING_STREAM)
         for _ in range(_MAX_REDRAWS):
-            stream.read_into(uniforms.data.cast("B"))
-            rounded = np.floor(scaled + (uniforms >> np.uint64(11)).astype(np.float64) * _UNIT)
-            if float(np.linalg.norm(rounded)) <= bound:
+            squares = 0.0
+            for start in range(0, self.size, chunk):
+                piece = values[start : start + chunk]
+                drawn = uniforms[: piece.size]
+                rounder.read_into(drawn.data.cast("B"))
+                rounded = np.floor(piece + (drawn >> np.uint64(11)).astype(np.float64) * _UNIT)
+                squares += float(np.dot(rounded, rounded))
+                # int64 to the word type keeps the low k bits: the two's complement modulo 2^k.
+                out[start : start + piece.size] = rounded.astype(np.int64).astype(out.dtype)
+            if math.sqrt(squares) <= bound:
                 break
         else:
             raise ConfigError(
                 f"conditional rounding failed {_MAX_REDRAWS} times in a row, which happens with probability "
                 f"below beta^{_MAX_REDRAWS}; the norm bound is wrong: report this"
             )
-        skellam_into(out, self.noise.mu, stream)
-        out += rounded.astype(np.int64)
+        positive = PoissonSampler(self.noise.mu, prg.Keystream(key, _POSITIVE_STREAM))
+        negative = PoissonSampler(self.noise.mu, prg.Keystream(key, _NEGATIVE_STREAM))
+        plus, minus = np.empty(uniforms.size, dtype=np.int64), np.empty(uniforms.size, dtype=np.int64)
+        for start in range(0, self.size, chunk):
+            words = out[start : start + chunk]
+            positive.fill(plus[: words.size])
+            negative.fill(minus[: words.size])
+            np.subtract(plus[: words.size], minus[: words.size], out=plus[: words.size])
+            words += plus[: words.size].astype(out.dtype)  # unsigned words wrap: addition modulo 2^k
 
     def decode(self, values: np.ndarray) -> np.ndarray:
-        """The decoded sum's m real coordinates (signed sum / 2^f) back to the d coordinates of the update."""
+        """The decoded sum's m real coordinates (signed sum / 2^f) back to the d coordinates of the update.
+
+        The float64 ``values`` are unrotated in place (the result may be a view of them).
+        """
         key = self.noise.rotation_key
-        return rotation.unrotate(values, key, self.noise.dimension) if key is not None else values
+        return rotation.unrotate(values, key, self.noise.dimension, in_place=True) if key is not None else values
 
     def noise_bound(self, summands: int) -> float:
         """A bound t (real units) on every decoded coordinate's noise and rounding error.

@@ -38,13 +38,25 @@ Mask = tuple[bytes, int]
 """``(key, sign)``: add (sign +1) or subtract (sign -1) the stream of ``key``."""
 
 
-class Keystream:
-    """The AES-256-CTR keystream of one key, read sequentially."""
+STREAMS = 1 << 32
+"""Independent streams one key gives (:class:`Keystream`'s ``stream``), each 2^96 AES blocks long."""
 
-    def __init__(self, key: bytes) -> None:
+
+class Keystream:
+    """The AES-256-CTR keystream of one key, read sequentially.
+
+    ``stream`` i (0 <= i < :data:`STREAMS`) starts the counter at i 2^96: the streams of one key are
+    disjoint stretches of its one keystream, so a party can draw several independent sequences (rounding
+    uniforms, each Poisson) from one fresh key, each read in pieces of any size.
+    """
+
+    def __init__(self, key: bytes, stream: int = 0) -> None:
         if len(key) != KEY_BYTES:
             raise ValueError(f"PRG key must be {KEY_BYTES} bytes, got {len(key)}")
-        self._encryptor = Cipher(algorithms.AES(key), modes.CTR(_ZERO_COUNTER)).encryptor()
+        if not 0 <= stream < STREAMS:
+            raise ValueError(f"stream must be from 0 to 2^32 - 1, got {stream}")
+        counter = (stream << 96).to_bytes(16, "big") if stream else _ZERO_COUNTER
+        self._encryptor = Cipher(algorithms.AES(key), modes.CTR(counter)).encryptor()
 
     def read_into(self, buffer: memoryview) -> None:
         """Overwrite the byte buffer ``buffer`` with the next ``len(buffer)`` keystream bytes."""

@@ -37,10 +37,36 @@ def rotation_key(federation_id: str, round_number: int, purpose: str) -> bytes:
     return digest.digest()
 
 
+_SIGN_CHUNK = 1 << 16
+"""Signs applied per pass by :func:`_apply_signs` (one keystream byte and a float64 factor each)."""
+
+
 def signs(key: bytes, size: int) -> np.ndarray:
     """The diagonal D: ``size`` float64 values +-1, bit 0 of each byte of the keystream of ``key``."""
     bits = np.frombuffer(prg.keystream(key, size), dtype=np.uint8) & 1
     return 1.0 - 2.0 * bits.astype(np.float64)
+
+
+def _apply_signs(values: np.ndarray, key: bytes) -> None:
+    """Multiply the float64 ``values`` by D (:func:`signs`) in place, a chunk of the keystream at a time."""
+    stream = prg.Keystream(key)
+    buffer = np.empty(min(values.size, _SIGN_CHUNK), dtype=np.uint8)
+    for start in range(0, values.size, _SIGN_CHUNK):
+        piece = values[start : start + _SIGN_CHUNK]
+        bits = buffer[: piece.size]
+        stream.read_into(bits.data.cast("B"))
+        bits &= 1
+        piece *= 1.0 - 2.0 * bits
+
+
+def _check_power_of_two(size: int) -> None:
+    if size < 1 or size & (size - 1):
+        raise ConfigError(f"the Walsh-Hadamard transform needs a power-of-two length, got {size}")
+
+
+def _hadamard_in_place(values: np.ndarray) -> None:
+    kernels.hadamard()(values)
+    values *= 1.0 / np.sqrt(values.size)
 
 
 def hadamard(vector: np.ndarray) -> np.ndarray:
@@ -52,13 +78,20 @@ def hadamard(vector: np.ndarray) -> np.ndarray:
     Raises:
         ConfigError: the length m of ``vector`` is not a power of two.
     """
-    size = vector.size
-    if size < 1 or size & (size - 1):
-        raise ConfigError(f"the Walsh-Hadamard transform needs a power-of-two length, got {size}")
+    _check_power_of_two(vector.size)
     out = np.array(vector, dtype=np.float64, copy=True)
-    kernels.hadamard()(out)
-    out *= 1.0 / np.sqrt(size)
+    _hadamard_in_place(out)
     return out
+
+
+def rotate_in_place(values: np.ndarray, key: bytes) -> None:
+    """Overwrite the float64 ``values`` (a power-of-two length m, zero-padded by the caller) with R values.
+
+    The same bits as :func:`rotate` without a second vector: what the encoder uses on its one float64 copy.
+    """
+    _check_power_of_two(values.size)
+    _apply_signs(values, key)
+    _hadamard_in_place(values)
 
 
 def rotate(vector: np.ndarray, key: bytes) -> np.ndarray:
@@ -66,17 +99,18 @@ def rotate(vector: np.ndarray, key: bytes) -> np.ndarray:
     vector = np.asarray(vector, dtype=np.float64)
     if vector.ndim != 1:
         raise ConfigError(f"only a 1-D vector can be rotated, got shape {vector.shape}; flatten it first")
-    size = padded_dimension(vector.size)
-    padded = np.zeros(size)
-    padded[: vector.size] = vector * signs(key, size)[: vector.size]
-    return hadamard(padded)
+    padded = np.zeros(padded_dimension(vector.size))
+    padded[: vector.size] = vector
+    rotate_in_place(padded, key)
+    return padded
 
 
-def unrotate(rotated: np.ndarray, key: bytes, dimension: int) -> np.ndarray:
+def unrotate(rotated: np.ndarray, key: bytes, dimension: int, *, in_place: bool = False) -> np.ndarray:
     """R^-1 y = D H y / sqrt(m), the first ``dimension`` coordinates.
 
     Undoes :func:`rotate` (up to float64 rounding, about log2(m) ulps of the norm per coordinate) and, applied
-    to a sum of rotated vectors, gives the sum of the originals.
+    to a sum of rotated vectors, gives the sum of the originals. With ``in_place`` a float64 ``rotated`` is
+    overwritten and the result is a view of it (the decoder's own copy of the sum need not be copied again).
     """
     rotated = np.asarray(rotated, dtype=np.float64)
     if rotated.ndim != 1 or rotated.size != padded_dimension(dimension):
@@ -84,5 +118,7 @@ def unrotate(rotated: np.ndarray, key: bytes, dimension: int) -> np.ndarray:
             f"a rotated vector of dimension {dimension} has {padded_dimension(dimension)} coordinates, "
             f"got shape {rotated.shape}"
         )
-    restored: np.ndarray = (hadamard(rotated) * signs(key, rotated.size))[:dimension]
-    return restored
+    values = rotated if in_place else rotated.copy()
+    _hadamard_in_place(values)
+    _apply_signs(values, key)
+    return values[:dimension]

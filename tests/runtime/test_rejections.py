@@ -39,6 +39,7 @@ from fedfair.runtime.collaborator.trainer import round_trainer
 from fedfair.runtime.contract import TRAINING, RoundParameters
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.local.workspace import Workspace, make_workspace
+from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
@@ -382,10 +383,10 @@ def test_the_aggregator_refuses_a_non_finite_plain_update(tmp_path: Path) -> Non
                 stub.Fetch(pb.FetchRequest(binding=masked), timeout=TIMEOUT), max_total_bytes=1 << 20, binding=masked
             )[1]
         ).dimension
-        for bad in (np.nan, np.inf, 1e100):
-            vector = np.zeros(dimension + 1)
-            vector[[3, -1]] = bad, 10.0
-            upload = vector.astype("<f8").tobytes()
+        for bad in (np.nan, np.inf, 1e30):  # finite in float32, the training upload's wire type, far past the clip
+            values = np.zeros(dimension)
+            values[3] = bad
+            upload = plain_upload(values, 10.0, masked.stage)
             error = refused(
                 lambda data=upload: stub.Submit(payload_parts(masked, data), timeout=TIMEOUT),
                 grpc.StatusCode.INVALID_ARGUMENT,

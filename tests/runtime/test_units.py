@@ -60,6 +60,7 @@ from fedfair.runtime.plan.aggregator_plan import (
     shared_settings,
 )
 from fedfair.runtime.transport import StageGate, make_binding, pb
+from fedfair.runtime.transport.chunks import plain_rounding, plain_upload
 from fedfair.secagg import Encoder, EncodingConfig
 from tests.federations import adult_by_race
 from tests.runtime.harness import new_workspace
@@ -217,15 +218,25 @@ def test_a_task_stream_of_a_restarted_process_skips_the_round_in_progress() -> N
 BOUNDS = EncodingConfig(clip=10.0, max_weight=100.0, fractional_bits=20, modulus_bits=64)
 
 
+EVALUATION_UPLOAD = pb.STAGE_EVAL_MASKED_INPUT
+"""A plain evaluation upload: float64 values, then the float64 weight."""
+
+
 def plain(*values: float) -> bytes:
     return np.array(values, dtype="<f8").tobytes()
+
+
+def decoded(payload: bytes, dimension: int, stage: pb.Stage = EVALUATION_UPLOAD) -> list[float]:
+    """decode_plain's values and weight as one list."""
+    values, weight = decode_plain(payload, dimension, BOUNDS, stage)
+    return values.tolist() + [weight]
 
 
 def test_a_plain_update_outside_the_plans_bounds_is_refused() -> None:
     """The bounds of the secure encoding hold in plain mode too: weight in (0, max_weight], every
     weighted coordinate within clip * weight; a finite but huge update cannot become the model."""
-    assert decode_plain(plain(-20.0, 20.0, 2.0), 2, BOUNDS).tolist() == [-20.0, 20.0, 2.0]  # on the bound
-    assert decode_plain(plain(1000.0, 100.0), 1, BOUNDS).tolist() == [1000.0, 100.0]  # the largest weight
+    assert decoded(plain(-20.0, 20.0, 2.0), 2) == [-20.0, 20.0, 2.0]  # on the bound
+    assert decoded(plain(1000.0, 100.0), 1) == [1000.0, 100.0]  # the largest weight
     for payload, reason in (
         (plain(1e100, 2.0), "clipping range"),
         (plain(-np.nextafter(20.0, 21.0), 2.0), "clipping range"),
@@ -234,10 +245,10 @@ def test_a_plain_update_outside_the_plans_bounds_is_refused() -> None:
         (plain(0.5, 101.0), "weight"),
         (plain(np.inf, 1.0), "NaN or Inf"),
         (plain(0.5, np.nan), "NaN or Inf"),
-        (plain(0.5, 1.0, 1.0), "2 float64 values"),
+        (plain(0.5, 1.0, 1.0), "1 float64 values and a float64 weight"),
     ):
         with pytest.raises(RefusedError, match=reason):
-            decode_plain(payload, 1, BOUNDS)
+            decode_plain(payload, 1, BOUNDS, EVALUATION_UPLOAD)
 
 
 def _reference_refusal(values: np.ndarray) -> str | None:
@@ -267,10 +278,10 @@ def test_plain_decode_checks_by_extremes_refuse_exactly_what_the_whole_vector_ch
     expected = _reference_refusal(values)
     payload = values.astype("<f8").tobytes()
     if expected is None:
-        assert decode_plain(payload, values.size - 1, BOUNDS).tolist() == values.tolist()
+        assert decoded(payload, values.size - 1) == values.tolist()
     else:
         with pytest.raises(RefusedError, match=expected):
-            decode_plain(payload, values.size - 1, BOUNDS)
+            decode_plain(payload, values.size - 1, BOUNDS, EVALUATION_UPLOAD)
 
 
 def test_an_honest_plain_update_is_clipped_as_the_encoding_clips_it_and_never_refused() -> None:
@@ -281,7 +292,9 @@ def test_an_honest_plain_update_is_clipped_as_the_encoding_clips_it_and_never_re
     update = rng.normal(scale=400.0, size=1000)  # many weighted coordinates beyond clip * weight = 310
     clipped = clip_plain_update(update, weight, BOUNDS.clip)
     assert (np.abs(clipped) == BOUNDS.clip * weight).sum() > 100
-    decode_plain(np.append(clipped, weight).astype("<f8").tobytes(), update.size, BOUNDS)
+    # A training update travels in float32, whose rounding may carry a value on the bound past it: still taken.
+    values, _ = decode_plain(plain_upload(clipped, weight, TRAINING.masked), update.size, BOUNDS, TRAINING.masked)
+    assert np.max(np.abs(values - clipped)) <= plain_rounding(BOUNDS.clip * weight, TRAINING.masked)
     # The secure encoding of the same update decodes to the same clipped values, up to its rounding.
     encoder = Encoder(BOUNDS, 1)
     decoded = encoder.decode(encoder.encode(update, weight, randomness_key=bytes(32)), 1)
@@ -292,8 +305,12 @@ def test_an_honest_plain_update_is_clipped_as_the_encoding_clips_it_and_never_re
 def test_a_plain_sum_adds_in_name_order_whatever_order_the_uploads_arrive_in() -> None:
     """Float addition is not associative: (1e16 - 1e16) + 1 = 1 but (1e16 + 1) - 1e16 = 0. The plain
     sum must be the same bits however the uploads race, or a re-run round could move the model."""
-    updates = {"site-a": plain(1e16, 1.0), "site-b": plain(1.0, 1.0), "site-c": plain(-1e16, 1.0)}
-    name_order = (1e16 + 1.0) + -1e16
+    big = float(np.float32(1e16))  # a training upload travels in float32
+    updates = {
+        name: plain_upload(np.array([value]), 1.0, TRAINING.masked)
+        for name, value in (("site-a", big), ("site-b", 1.0), ("site-c", -big))
+    }
+    name_order = (big + 1.0) + -big
     wide = EncodingConfig(clip=1e17, max_weight=10.0, fractional_bits=0)
     for arrival in (NAMES, ["site-a", "site-c", "site-b"]):  # summed as they arrive, the second would give 1
         board, gate = Board("digest"), StageGate("f")

@@ -12,7 +12,7 @@ from scipy import stats
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy import distributed, rounding
-from fedfair.secagg import SecAggConfig, noise, prg, rotation, simulate_round
+from fedfair.secagg import SecAggConfig, noise, rotation, simulate_round
 from fedfair.secagg.encode import Encoder, EncodingConfig, noised_encoding
 from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
 from fedfair.secagg.wire import Stage
@@ -61,8 +61,9 @@ def test_conditional_rounding_keeps_the_rounded_norm_within_its_bound() -> None:
     encoder = noised_encoder(dimension, 0.0 + 1e-300, 2)
     noisy = NoisyEncoding(NoiseConfig(1e-300, 2.0, dimension, os.urandom(32)), 1.0, 100.0, 16, 64, 2)
     vector = np.full(dimension, 1.0)  # norm sqrt(500) > 2 * 10: projected onto the ball of radius 20
-    values = np.empty(noisy.size, dtype=np.int64)
-    noisy.encode_into(vector, weight, prg.Keystream(os.urandom(32)), values)
+    words = np.empty(noisy.size, dtype=np.uint64)
+    noisy.encode_into(vector, weight, os.urandom(32), words)
+    values = words.view(np.int64)
     bound = rounding.rounded_l2(2.0 * weight * 2**16, noisy.size, noisy.noise.beta)
     assert np.linalg.norm(values) <= bound
     assert np.linalg.norm(values) == pytest.approx(20.0 * 2**16, rel=1e-3)

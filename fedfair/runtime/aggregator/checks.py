@@ -16,14 +16,16 @@ import numpy as np
 
 from fedfair.core.errors import Refusal, RefusedError, RoundAbortedError
 from fedfair.runtime.plan.influence import InfluenceSettings
+from fedfair.runtime.transport import pb
+from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size, plain_value_type, read_plain_upload
 from fedfair.secagg import EncodingConfig
 
 NORM_SLACK = 1e-6
 """Relative room for float rounding in the influence checks: an honest update scaled onto the
 update_norm ball in float32 may come out a few ulps long."""
 
-UploadScreen = Callable[[str, np.ndarray], None]
-"""A check of one plain upload by its sender (raises RefusedError)."""
+UploadScreen = Callable[[str, np.ndarray, float], None]
+"""A check of one plain upload (its values and weight) by its sender (raises RefusedError)."""
 
 
 @dataclass
@@ -43,24 +45,27 @@ class SumOutcome:
     """The standard deviation of each coordinate's distributed DP noise in `weighted_sum` (0: exact)."""
 
 
-def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig) -> np.ndarray:
-    """The server's decode check of a plain upload.
+def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig, stage: pb.Stage) -> tuple[np.ndarray, float]:
+    """The server's decode check of a plain upload at `stage`: (values, weight).
 
-    D + 1 finite float64 values [w * delta, w], refused unless the weight w is in (0, max_weight] and every
-    weighted coordinate is within clip * w.
+    `dimension` finite values w * delta and the weight w (:func:`~fedfair.runtime.transport.chunks.plain_upload`),
+    refused unless w is in (0, max_weight] and every value is within clip * w, plus twice the wire type's rounding
+    (:func:`~fedfair.runtime.transport.chunks.plain_rounding`: float32 may round a value on the bound past it; twice,
+    for the float64 arithmetic that states the limit).
 
     These are the bounds the fixed-point encoding enforces under secure aggregation (it
     clips each coordinate of the unweighted update to [-clip, clip]); honest collaborators
     clip their plain updates the same way, so only a broken or hostile one is refused.
     Without them one finite but huge update (1e100) would become the model.
     """
-    if len(payload) != 8 * (dimension + 1):
-        raise RefusedError(Refusal.INVALID_UPLOAD, f"a plain update must hold {dimension + 1} float64 values")
+    if len(payload) != plain_upload_size(dimension, stage):
+        raise RefusedError(
+            Refusal.INVALID_UPLOAD,
+            f"a plain update must hold {dimension} {plain_value_type(stage).name} values and a float64 weight",
+        )
     # A read-only view of the received bytes, checked by its extremes (NaN propagates through both):
     # no copy and no temporary of the vector's size, each of which would be fresh pages to fault in.
-    vector = np.frombuffer(payload, dtype="<f8")
-    weight = float(vector[-1])
-    coordinates = vector[:-1]
+    coordinates, weight = read_plain_upload(payload, stage)
     low, high = (float(coordinates.min()), float(coordinates.max())) if coordinates.size else (0.0, 0.0)
     if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(weight)):
         raise RefusedError(Refusal.INVALID_UPLOAD, "the update contains NaN or Inf")
@@ -68,12 +73,13 @@ def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig) -> np
         raise RefusedError(
             Refusal.INVALID_UPLOAD, f"the update's weight is outside (0, max_weight = {encoding.max_weight:g}]"
         )
-    if max(high, -low) > encoding.clip * weight:
+    bound = encoding.clip * weight
+    if max(high, -low) > bound + 2.0 * plain_rounding(bound, stage):
         raise RefusedError(
             Refusal.INVALID_UPLOAD,
             f"the update lies outside the clipping range (clip = {encoding.clip:g} per unit of weight)",
         )
-    return vector
+    return coordinates, weight
 
 
 def check_decoded_update(outcome: SumOutcome, clip: float | None, count: int) -> None:
@@ -106,15 +112,14 @@ def screen_plain_update(influence: InfluenceSettings, batch_fraction: float, par
     W. Honest collaborators scale their updates into that ball (core.update.bounded).
     """
 
-    def screen(peer: str, vector: np.ndarray) -> None:
+    def screen(peer: str, values: np.ndarray, weight: float) -> None:
         agreed = influence.weight_of(peer, batch_fraction)
-        weight = float(vector[-1])
         if weight != agreed:
             raise RefusedError(
                 Refusal.INVALID_UPLOAD,
                 f"the update's weight {weight:g} is not the {agreed:g} the plan's [influence] agrees for {peer}",
             )
-        length = float(np.linalg.norm(vector[: parameters + 1])) / weight
+        length = _norm(values[: parameters + 1]) / weight
         if length > influence.update_norm * (1.0 + NORM_SLACK):
             raise RefusedError(
                 Refusal.INVALID_UPLOAD,
@@ -123,6 +128,19 @@ def screen_plain_update(influence: InfluenceSettings, batch_fraction: float, par
             )
 
     return screen
+
+
+_NORM_CHUNK = 1 << 16
+"""Values squared and summed per pass by :func:`_norm`."""
+
+
+def _norm(values: np.ndarray) -> float:
+    """The L2 norm of `values`, summed in float64 a chunk at a time: no float64 copy of a float32 upload."""
+    squares = 0.0
+    for start in range(0, values.size, _NORM_CHUNK):
+        piece = values[start : start + _NORM_CHUNK].astype(np.float64)
+        squares += float(np.dot(piece, piece))
+    return math.sqrt(squares)
 
 
 def check_agreed_influence(

@@ -29,6 +29,7 @@ from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stag
 from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_plain
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
+from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig, Server
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.messages import (
@@ -188,8 +189,8 @@ class SumDriver:
         `kind` names the aggregation in its public parameters (default: "train" or
         "evaluate" by `stages`; the statistics aggregation passes its own), and
         `start_input` is what every participant may fetch at the start stage (the
-        federation's encoder under a [schema]). `screen(peer, vector)` sees each plain upload
-        (d + 1 values [w * x, w]) once it passed the encoding's bounds and raises RefusedError to
+        federation's encoder under a [schema]). `screen(peer, values, weight)` sees each plain upload
+        (w * x and w) once it passed the encoding's bounds and raises RefusedError to
         refuse it; secure sums hide the uploads, so it is not called for them.
         """
         roster = tuple(sorted(participants))
@@ -410,26 +411,29 @@ class SumDriver:
     ) -> SumOutcome:
         dimension, encoding = parameters.dimension, parameters.encoding
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
-        uploads: dict[str, np.ndarray] = {}
+        uploads: dict[str, tuple[np.ndarray, float]] = {}
+        stage = stages.masked
 
         def absorb(peer: str, payload: bytes) -> None:
-            vector = decode_plain(payload, dimension, encoding)
+            values, weight = decode_plain(payload, dimension, encoding, stage)
             if screen is not None:
-                screen(peer, vector)
-            uploads[peer] = vector
+                screen(peer, values, weight)
+            uploads[peer] = values, weight
 
-        roster = frozenset(parameters.parties)
-        contributors = self._stage(
-            round_number, stages.masked, roster, parameters.to_bytes(), absorb, 8 * (dimension + 1), outcome
-        )
+        size, roster = plain_upload_size(dimension, stage), frozenset(parameters.parties)
+        contributors = self._stage(round_number, stage, roster, parameters.to_bytes(), absorb, size, outcome)
         if not contributors:
             raise RoundAbortedError("no collaborator sent its update")
         # Float addition is not associative: a fixed order (not arrival order) makes the sum,
         # and so the model, the same bits however the uploads raced, in a re-run round too.
-        total = np.zeros(dimension + 1, dtype=np.float64)
+        total, total_weight = np.zeros(dimension, dtype=np.float64), 0.0
         for name in sorted(contributors):
-            np.add(total, uploads[name], out=total)
-        outcome.weighted_sum, outcome.total_weight = total[:-1], float(total[-1])
+            values, weight = uploads.pop(name)  # each upload's bytes go as soon as they are summed
+            np.add(total, values, out=total)
+            total_weight += weight
+            # Its values lie within clip * w, and the wire type moved each by at most plain_rounding of that.
+            outcome.error_bound += plain_rounding(encoding.clip * weight, stage)
+        outcome.weighted_sum, outcome.total_weight = total, total_weight
         outcome.contributors = tuple(sorted(contributors))
         return outcome
 

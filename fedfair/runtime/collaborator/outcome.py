@@ -12,7 +12,6 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
-import io
 import logging
 import zipfile
 from dataclasses import dataclass, field
@@ -205,10 +204,9 @@ class OutcomeRecord:
             arrays["average_theta"] = trajectory.average
             arrays["average_c"] = np.array(trajectory.average_c, dtype=np.float64)
             arrays["scale"] = np.array(trajectory.scale, dtype=np.float64)
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)  # type: ignore[arg-type]  # numpy's stub wants positional arrays too
-        payload = buffer.getvalue()
-        atomic_write(self.path, lambda stream: stream.write(payload))
+        # Straight into the file: through a BytesIO the archive was held twice (its growing buffer, then
+        # getvalue's copy), models included, at the moment a site holds the most else (the final evaluation).
+        atomic_write(self.path, lambda stream: np.savez(stream, **arrays))  # type: ignore[arg-type]  # numpy's stub wants positional arrays too
 
     # ------------------------------------------------------------ what the collaborator saw
 

@@ -12,7 +12,6 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
 from fedfair.runtime.transport import pb
+from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
@@ -241,14 +241,14 @@ def check(me: Participant, work: Work, inputs: bytes) -> bytes:
 def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
     """The masked, encoded update for the masking set in `inputs`.
 
-    Without secure aggregation: the plain update (little-endian float64 values, then the weight) once the
-    parameters check. Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no shares were checked this round.
+    Without secure aggregation: the plain update (:func:`~fedfair.runtime.transport.chunks.plain_upload`: a
+    training update's values in float32, an evaluation's in float64, then the weight) once the parameters check.
+    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no shares were checked this round.
     """
     assert work.vector is not None  # the process withdraws before any step when it has nothing
     if not me.shared.secure_aggregation.enabled:
         me.check_parameters(work, inputs)
-        # One copy of the d values (np.append, astype and tobytes made three).
-        return b"".join((np.ascontiguousarray(work.vector, dtype="<f8").data, struct.pack("<d", work.weight)))
+        return plain_upload(work.vector, work.weight, work.stages.masked)
     if work.client is None:
         raise RefusedError(Refusal.WITHDRAWN, "no shares were checked this round")
     encoded = work.encoded if work.encoded is not None else work.client.config.encoder.encode(work.vector, work.weight)

@@ -163,6 +163,58 @@ def decode_tensor(data: bytes | bytearray | memoryview, dtype: pb.DType) -> np.n
     return values.astype(wire.newbyteorder("="), copy=not values.flags.writeable)
 
 
+# ---------------------------------------------------------------- plain uploads
+
+PLAIN_WEIGHT = np.dtype("<f8")
+"""The weight of a plain upload, after its values: float64 always, for the plan agrees it exactly."""
+
+PLAIN_ROUNDING = 2.0**-24
+"""Float32 round-to-nearest moves a normal value by at most this fraction of it (half an ulp, 24-bit significand)."""
+
+PLAIN_UNDERFLOW = 2.0**-150
+"""...and a value below float32's normal range by at most half its smallest subnormal."""
+
+
+def plain_value_type(stage: pb.Stage) -> np.dtype[np.floating[Any]]:
+    """How a plain (unmasked) upload's values travel at `stage`: float32 for a training update, else float64.
+
+    The training update is the model-sized upload, and float32 halves it (32 bits a coordinate) at a
+    rounding of at most :func:`plain_rounding`, which the aggregator adds to the sum's error bound. An evaluation's or the statistics' sums are a few hundred values whose counts and totals are
+    stated exactly, so they keep float64.
+    """
+    return _DTYPES[pb.DTYPE_FLOAT32 if stage == pb.STAGE_MASKED_INPUT else pb.DTYPE_FLOAT64]
+
+
+def plain_rounding(magnitude: float, stage: pb.Stage) -> float:
+    """The most the wire type at `stage` moves a value of at most `magnitude`: 0 for float64, which is exact."""
+    return magnitude * PLAIN_ROUNDING + PLAIN_UNDERFLOW if plain_value_type(stage).itemsize == 4 else 0.0
+
+
+def plain_upload_size(dimension: int, stage: pb.Stage) -> int:
+    """The bytes of a plain upload of `dimension` values at `stage`, the weight included."""
+    return dimension * plain_value_type(stage).itemsize + PLAIN_WEIGHT.itemsize
+
+
+def plain_upload(values: np.ndarray, weight: float, stage: pb.Stage) -> bytes:
+    """A plain upload: `values` in :func:`plain_value_type`, then `weight`, little-endian."""
+    wire = np.ascontiguousarray(values, dtype=plain_value_type(stage))
+    return b"".join((wire.data, np.array(weight, dtype=PLAIN_WEIGHT).tobytes()))
+
+
+def read_plain_upload(payload: bytes, stage: pb.Stage) -> tuple[np.ndarray, float]:
+    """(values, weight) of a plain upload; values is a read-only view of `payload`, in its wire type.
+
+    Raises:
+        WireError: `payload` is no whole number of values before its weight.
+    """
+    wire = plain_value_type(stage)
+    size = len(payload) - PLAIN_WEIGHT.itemsize
+    if size < 0 or size % wire.itemsize:
+        raise WireError(f"a plain upload is {wire.name} values and a float64 weight, not {len(payload)} bytes")
+    values = np.frombuffer(payload, dtype=wire, count=size // wire.itemsize)
+    return values, float(np.frombuffer(payload, dtype=PLAIN_WEIGHT, offset=size)[0])
+
+
 # ---------------------------------------------------------------- bound parts
 
 

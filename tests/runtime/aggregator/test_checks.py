@@ -14,25 +14,25 @@ from fedfair.runtime.plan.influence import InfluenceSettings
 DECLARED = InfluenceSettings(weights="declared", sizes={"site-a": 2780, "site-b": 310, "site-c": 160}, update_norm=2.0)
 
 
-def upload(weight: float, update: list[float]) -> np.ndarray:
-    """A plain training upload: [w * delta, w * delta_c, w] for d = len(update) - 1 parameters."""
-    return np.array([weight * value for value in update] + [weight])
+def upload(weight: float, update: list[float]) -> tuple[np.ndarray, float]:
+    """A plain training upload's values [w * delta, w * delta_c] for d = len(update) - 1 parameters, and w."""
+    return np.array([weight * value for value in update], dtype=np.float32), weight
 
 
 def test_a_plain_upload_must_carry_its_agreed_weight_and_lie_in_the_update_ball() -> None:
     screen = screen_plain_update(DECLARED, 0.1, parameters=2)
-    screen("site-c", upload(16.0, [1.2, 1.6, 0.0]))  # weight round(0.1 * 160), length exactly 2
+    screen("site-c", *upload(16.0, [1.2, 1.6, 0.0]))  # weight round(0.1 * 160), length exactly 2
     with pytest.raises(RefusedError, match=r"weight 1e\+06 is not the 16 the plan's \[influence\] agrees for site-c"):
-        screen("site-c", upload(1e6, [0.1, 0.1, 0.0]))
+        screen("site-c", *upload(1e6, [0.1, 0.1, 0.0]))
     with pytest.raises(RefusedError, match="not the 278"):
-        screen("site-a", upload(16.0, [0.1, 0.1, 0.0]))  # another site's weight is no better
+        screen("site-a", *upload(16.0, [0.1, 0.1, 0.0]))  # another site's weight is no better
     with pytest.raises(RefusedError, match=r"L2 norm 2\.5 exceeds the plan's \[influence\] update_norm = 2"):
-        screen("site-c", upload(16.0, [1.5, 2.0, 0.0]))
+        screen("site-c", *upload(16.0, [1.5, 2.0, 0.0]))
     # The control variates of drift correction follow the d + 1 update values: not part of the bound.
-    screen("site-c", np.array([16.0 * 1.2, 16.0 * 1.6, 0.0, 16.0 * 50.0, 16.0 * 50.0, 16.0 * 50.0, 16.0]))
+    screen("site-c", np.array([16.0 * 1.2, 16.0 * 1.6, 0.0, 16.0 * 50.0, 16.0 * 50.0, 16.0 * 50.0]), 16.0)
     screen_equal = screen_plain_update(InfluenceSettings(update_norm=0.2), 0.1, parameters=2)
     with pytest.raises(RefusedError, match="not the 1 "):
-        screen_equal("site-a", upload(278.0, [0.1, 0.1, 0.0]))
+        screen_equal("site-a", *upload(278.0, [0.1, 0.1, 0.0]))
 
 
 def outcome_of(weighted: list[float], total: float, contributors: tuple[str, ...], error: float = 0.0) -> SumOutcome:

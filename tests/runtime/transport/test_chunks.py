@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from fedfair.core.errors import WireError
+from fedfair.runtime.transport.chunks import (
+    PLAIN_ROUNDING,
+    PLAIN_UNDERFLOW,
+    plain_rounding,
+    plain_upload,
+    plain_upload_size,
+    plain_value_type,
+    read_plain_upload,
+)
 from fedfair.runtime.transport import (
     INLINE_INPUT_BYTES,
     Reassembler,
@@ -168,3 +180,26 @@ def test_a_model_is_sent_from_and_read_into_its_own_buffer() -> None:
     # Sending is as thrifty: the bytes to hash and cut into chunks are the model's own, not a copy.
     _, sent = encode_tensor(theta)
     assert np.shares_memory(np.frombuffer(sent, dtype="<f8"), theta) and sent.nbytes == theta.nbytes
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    values=arrays(np.float64, st.integers(0, 200), elements=st.floats(-1e6, 1e6)),
+    weight=st.floats(1e-3, 1e6),
+    stage=st.sampled_from([pb.STAGE_MASKED_INPUT, pb.STAGE_EVAL_MASKED_INPUT]),
+)
+def test_a_plain_upload_is_float32_for_training_float64_otherwise_and_its_weight_exact(
+    values: np.ndarray, weight: float, stage: pb.Stage
+) -> None:
+    payload = plain_upload(values, weight, stage)
+    training = stage == pb.STAGE_MASKED_INPUT
+    assert len(payload) == plain_upload_size(values.size, stage) == values.size * (4 if training else 8) + 8
+    read, read_weight = read_plain_upload(payload, stage)
+    assert read_weight == weight and read.dtype == plain_value_type(stage)
+    # Round to nearest: within half an ulp of a 24-bit significand, 2^-24 of each value, or of the smallest
+    # subnormal below the normal range (float64: exact).
+    error = np.abs(read.astype(np.float64) - values)
+    assert all(e <= plain_rounding(abs(v), stage) for e, v in zip(error, values, strict=True))
+    assert plain_rounding(1.0, stage) == (PLAIN_ROUNDING + PLAIN_UNDERFLOW if training else 0.0)
+    with pytest.raises(WireError, match="float64 weight"):
+        read_plain_upload(payload[:-1], stage)
