@@ -223,21 +223,22 @@ class TailReport:
     def report(self, rho: float, noise_std: float, cap: float) -> GroupRiskReport:
         """As the federation's :class:`GroupRiskReport`: every bound the 95% half-width of its figure.
 
-        The best group is not queried: its risk is reported as [0, mean], what the mean alone says.
+        The answers do not query the best group, so its risk (and the worst-minus-best gap) is None, not
+        measured: the mean alone says only that it lies between 0 and the mean. The disparity is the paper's,
+        the worst group against the other 1 - rho, which the worst-group and mean answers do estimate.
         """
-        best = _clamped(self.mean.value / 2.0, self.mean.value / 2.0, self.mean.value / 2.0, 0.0, cap)
         return GroupRiskReport.from_risks(
             rho=rho,
             mean_risk=self.mean.value,
             worst_risk=self.worst.value,
-            best_risk=best.value,
+            best_risk=None,
             mean_error=self.error.value,
             worst_error=min(self.error.value, rho) / rho,
             best_error=max(self.error.value - (1.0 - rho), 0.0) / rho,
             certificate=SecureSumCertificate(
                 samples=int(round(max(self.rows.value, 0.0))),
                 worst_risk_gap=self.worst.half_width,
-                best_risk_gap=best.half_width,
+                best_risk_gap=None,
                 mean_error_bound=self.mean.half_width,
                 error_rate_bound=self.error.half_width,
                 disparity_bound=self.disparity.half_width,
