@@ -236,6 +236,28 @@ def test_the_worst_groups_composition_is_tabulated_with_suppressed_counts_said_n
     )
 
 
+def test_a_noised_composition_and_evaluation_state_their_noise_and_no_site_suppression(tmp_path: Path) -> None:
+    noised = {"noise_std": 12.8, "confidence": 0.95, "count_error_bound": 46.2, "share_error_bound": 0.0912}
+    worst = {
+        **evaluation(1, 0.9, 0.3), "noise_std": 4.96, "loss_cap": 3.0, "worst_risk_low": 0.7, "worst_risk_high": 1.1,
+        "above_cap": 5.0, "above_cap_bound": 40.0, "report_epsilon": 1.0, "error_rate_bound": 0.02,
+    }  # fmt: skip
+    append_round_log(
+        tmp_path,
+        {
+            **applied(1, NAMES, NAMES, {}, 9.8),
+            "evaluation": {**worst, "composition": COMPOSITION | noised | {"epsilon": 1.0}},
+        },
+    )
+    page = report.write_report(tmp_path).read_text()
+    assert (
+        "The counts are noised (epsilon 1): every count shown is within 46 rows and every share within 9.1 points of the true one, all at once with "
+        "probability 95%"
+    ) in page
+    assert "withheld at each site" not in page and "rows per bucket" not in page
+    assert "noise of standard deviation up to 4.96 per coordinate of the answers' sum" in page
+
+
 def test_privacy_lists_shared_epsilons_and_spent_budgets_or_says_there_is_no_dp(folder: Path) -> None:
     page = report.write_report(folder).read_text()
     assert "<tr><td>site-a</td><td>2.5</td><td>5</td><td></td></tr>" in page
