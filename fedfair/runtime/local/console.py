@@ -86,7 +86,9 @@ def _federated_cells(evaluation: Mapping[str, Any], keys: tuple[str, ...]) -> li
     low, high = verdicts.worst_interval(evaluation)
     cells = []
     for key in keys:
-        if key == "worst_risk":
+        if key == "worst_risk" and verdicts.above_cap(evaluation) is not None:
+            cells.append(f"at least {low:.3f}")  # losses above the cap: the answers bound it from below only
+        elif key == "worst_risk":
             cells.append(f"{float(evaluation[key]):.3f}+/-{(high - low) / 2:.3f}")
         elif key == "worst_error" and evaluation.get("error_rate_bound") is not None:
             # The worst group's error is min(error, rho) / rho: the mean error's bound over rho.

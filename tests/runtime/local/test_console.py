@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fedfair.runtime.local.console import format_fairness
+from fedfair.runtime.report.verdicts import progress_note
 
 
 NOISED_EVALUATION = {
@@ -31,3 +32,12 @@ def test_the_console_table_shows_no_noised_figure_without_its_interval() -> None
         "best_risk": 0.1288,  # exact sums measure the best group
     }
     assert "1.0938" in format_fairness(exact, None, 0.3, True) and "+/-" not in format_fairness(exact, None, 0.3, True)
+
+
+def test_a_worst_group_risk_bounded_below_only_is_said_so_not_centred() -> None:
+    """Losses clear of the cap's noise lie above it: the interval reaches the cap, and no +/- is centred on it."""
+    capped = NOISED_EVALUATION | {"above_cap": 60.0, "above_cap_bound": 18.2}
+    federated = next(line for line in format_fairness(capped, None, 0.3, True).splitlines() if "FedSRCVaR" in line)
+    assert "at least 0.885" in federated and "1.094+/-" not in federated
+    assert progress_note(capped).startswith("worst at least 0.8848, mean 0.2576 +/- 0.1408")
+    assert progress_note(NOISED_EVALUATION).startswith("worst 1.0938 +/- 0.2090")
