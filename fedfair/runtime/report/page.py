@@ -99,7 +99,7 @@ def _risks_section(run: Run) -> str:
     note = (
         "<p class=note>The federated evaluation of the output model (theta-bar, c-bar) on the sites' held-out data, "
         "from secure sums, at each evaluated round. Bars: each worst-group risk's interval (95% for noised answers, "
-        "the certified bracket for exact sums); a noised figure is of the losses clipped at the loss cap, and a bar "
+        "the certified bracket for exact sums) and a noised mean's 95% interval; a noised figure is of the losses clipped at the loss cap, and a bar "
         "that reaches the cap is open above (losses lie beyond it). The dashed "
         "line is the class-prior classifier's worst-group risk (each class predicted at its share of the rows, from "
         "the noised label counts), drawn when the answers counted labels.</p>"
@@ -114,6 +114,7 @@ def _risks_section(run: Run) -> str:
         [item["mean_risk"] for item in done],
         [(item["worst_risk"] - low, high - item["worst_risk"]) for item, (low, high) in zip(done, intervals)],
         done[-1].get("prior_worst_risk"),
+        [float(item["mean_error_bound"]) if verdicts.noised(item) else 0.0 for item in done],
     )
     final = f"<p>Final evaluation (round {done[-1]['round']}): {html.escape(verdicts.describe(done[-1]))}.</p>"
     warnings = [check(done[-1]) for check in verdicts.WARNINGS]
