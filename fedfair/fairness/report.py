@@ -70,6 +70,11 @@ class SecureSumCertificate:
     """At most this share of the worst rho-fraction lies above `loss_cap` (one-sided 97.5%; None for exact sums):
     the losses' own worst-group risk is at least `worst_risk_low` and at most `worst_risk_high` plus it times
     (the largest loss - `loss_cap`) (:meth:`fedfair.fairness.tail.TailReport.unclipped_high`)."""
+    worst_risk_noise: float | None = None
+    """The noise's share of the worst-group risk's interval: its 95% half-width (None for exact sums)."""
+    worst_risk_threshold_gap: float | None = None
+    """How far further below the interval reaches because the risk is read at c-bar, not at the exact quantile
+    (the convexity gap; None for exact sums): more rows or epsilon do not narrow it, a c-bar nearer the quantile does."""
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,10 @@ class TailReport:
     """The c_j the worst-group risk is read at."""
     prior_worst: float | None
     """The class-prior classifier's worst-rho risk (None when the classes exceed :data:`LABEL_SLOTS`)."""
+    worst_noise: float = 0.0
+    """The noise's 95% half-width of the worst-group risk, before the convexity gap and the range clamp."""
+    worst_gap: float = 0.0
+    """How far below the read value the interval reaches for reading at c-bar, not at the exact quantile."""
 
     def unclipped_high(self, cap: float, loss_max: float) -> float:
         """An upper end for the worst-group risk of the losses themselves, were none above `loss_max`.
@@ -251,6 +255,8 @@ class TailReport:
                 above_cap=self.above_cap.value,
                 above_cap_bound=self.above_cap.half_width,
                 cap_share_high=self.cap_share.high,
+                worst_risk_noise=self.worst_noise,
+                worst_risk_threshold_gap=self.worst_gap,
             ),
         )
 
@@ -321,7 +327,9 @@ def tail_report(
     cap_share = _clamped(float(raw[3]) / mass, Z * share_sd, Z * share_sd, 0.0, math.inf)
     labels = raw[HEAD : HEAD + LABEL_SLOTS]
     prior = None if classes is None or classes > LABEL_SLOTS else class_prior_worst_risk(labels[:classes], rho)
-    return TailReport(rows, above_cap, cap_share, worst, mean, disparity, error, float(points[chosen]), prior)
+    return TailReport(
+        rows, above_cap, cap_share, worst, mean, disparity, error, float(points[chosen]), prior, Z * worst_sd, gap
+    )
 
 
 def answer_release(epsilon: float, delta: float, beta: float, extra: tuple[float, float, int]) -> distributed.Release:

@@ -43,11 +43,11 @@ def format_fairness(
         rows.append(
             f"Held-out cross-entropy over the worst / best {rho:.0%} of people (errors are 0-1); disparity is the "
             f"worst {rho:.0%}'s risk minus the other {1 - rho:.0%}'s. The federated row was computed by the "
-            f"aggregator from secure sums of the institutions' noised answers only; each +/- is the 95% interval of "
-            f"that noise. The answers do not ask for the best group's risk: it is not measured (it lies between 0 "
+            f"aggregator from secure sums of the institutions' noised answers only; each +/- is a 95% interval (the "
+            f"noise's; the worst group's also allows for reading it at c-bar). The answers do not ask for the best group's risk: it is not measured (it lies between 0 "
             f"and the mean). {verdicts.describe(fedsrcvar)}." + (f" {note}" if note and baseline is not None else "")
         )
-        warnings = [verdicts.noise_warning(fedsrcvar), verdicts.cap_warning(fedsrcvar)]
+        warnings = [check(fedsrcvar) for check in verdicts.WARNINGS]
         rows.extend(f"Note: {warning}" for warning in warnings if warning)
     else:
         gap = max(fedsrcvar.get("worst_risk_gap", 0.0), fedsrcvar.get("best_risk_gap", 0.0))

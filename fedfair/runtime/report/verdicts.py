@@ -120,7 +120,10 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
     if not noised(evaluation):
         return None
     low, high = worst_interval(evaluation)
-    half = (high - low) / 2.0
+    # The noise's own half-width where the record states it: the rest of the interval is the threshold's
+    # (threshold_warning), which more rows or epsilon would not narrow.
+    stated = evaluation.get("worst_risk_noise")
+    half = (high - low) / 2.0 if stated is None else float(stated)
     if half <= RESOLVED:
         return None
     rows, epsilon = float(evaluation["samples"]), float(evaluation["report_epsilon"])
@@ -138,6 +141,26 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
         f"(epsilon {epsilon:g}{_answered_at(evaluation)} over about {rows:,.0f} held-out rows), not from the "
         f"model{capped}. About {rows_for(half, rows):,.0f} held-out rows or {key} {epsilon_for(half, epsilon):.2g} "
         f"would give +/- {RESOLVED:g}"
+    )
+
+
+def threshold_warning(evaluation: Mapping[str, Any]) -> str | None:
+    """What reading the worst-group risk at c-bar costs, when that alone widens its interval by :data:`RESOLVED`.
+
+    The noised answers read the risk at the trained threshold c-bar; the further c-bar is from the worst group's
+    boundary (the (1 - rho)-quantile of the losses), the further below the read value the risk may lie (the
+    convexity gap). None for exact sums, a smaller gap, or a record from before it was stated.
+    """
+    gap = evaluation.get("worst_risk_threshold_gap")
+    if not noised(evaluation) or gap is None or float(gap) <= RESOLVED:
+        return None
+    low, high = worst_interval(evaluation)
+    return (
+        f"reading the worst-group risk at the trained threshold c-bar rather than at the worst group's boundary "
+        f"leaves up to {float(gap):.2f} of room below the read value (its interval is [{low:.4f}, {high:.4f}]); "
+        "more held-out rows or epsilon would not narrow that part. It shrinks as c-bar settles at the "
+        "(1 - rho)-quantile of the losses: train further ([training] rounds, threshold_lr), or average later "
+        "rounds only ([training] average_from)"
     )
 
 
@@ -191,5 +214,5 @@ def guessing_warning(evaluation: Mapping[str, Any]) -> str | None:
     )
 
 
-WARNINGS = (noise_warning, cap_warning, guessing_warning)
+WARNINGS = (noise_warning, threshold_warning, cap_warning, guessing_warning)
 """Every warning a finished evaluation may call for, in the order they are said."""
