@@ -73,6 +73,9 @@ NOISED_BOUNDS = {
 """The half-width of each noised figure's 95% interval, by the evaluation record's key (the worst's is its
 interval's, :func:`fedfair.runtime.report.verdicts.worst_interval`; the best group's risk is not measured)."""
 
+RAISED_BY_CAPPED_LOSSES = ("worst_risk", "mean_risk", "disparity")
+"""The figures of clipped losses that the losses above the cap would raise (each lies in the worst group)."""
+
 UNMEASURED = "not measured"
 """A noised row's cell for a figure its answers do not estimate (the best group's risk): no stand-in number."""
 
@@ -84,20 +87,24 @@ def _federated_cells(evaluation: Mapping[str, Any], keys: tuple[str, ...]) -> li
     if not verdicts.noised(evaluation):
         return [f"{float(evaluation[key]):.4f}" for key in keys]
     low, high = verdicts.worst_interval(evaluation)
+    bounds = {key: evaluation.get(bound) for key, bound in NOISED_BOUNDS.items()}
+    bounds["worst_risk"] = (high - low) / 2
+    if evaluation.get("error_rate_bound") is not None:
+        # The worst group's error is min(error, rho) / rho: the mean error's bound over rho.
+        bounds["worst_error"] = float(evaluation["error_rate_bound"]) / float(evaluation["rho"])
+    capped = verdicts.above_cap(evaluation) is not None
     cells = []
     for key in keys:
-        if key == "worst_risk" and verdicts.above_cap(evaluation) is not None:
-            cells.append(f"at least {low:.3f}")  # losses above the cap: the answers bound it from below only
-        elif key == "worst_risk":
-            cells.append(f"{float(evaluation[key]):.3f}+/-{(high - low) / 2:.3f}")
-        elif key == "worst_error" and evaluation.get("error_rate_bound") is not None:
-            # The worst group's error is min(error, rho) / rho: the mean error's bound over rho.
-            bound = float(evaluation["error_rate_bound"]) / float(evaluation["rho"])
-            cells.append(f"{float(evaluation[key]):.3f}+/-{bound:.3f}")
-        elif key in NOISED_BOUNDS and evaluation.get(NOISED_BOUNDS[key]) is not None:
-            cells.append(f"{float(evaluation[key]):.3f}+/-{float(evaluation[NOISED_BOUNDS[key]]):.3f}")
-        else:
+        bound = bounds.get(key)
+        if bound is None:
             cells.append(UNMEASURED)  # no estimate from the noised answers: no bare number either
+            continue
+        value = float(evaluation[key])
+        if capped and key in RAISED_BY_CAPPED_LOSSES:
+            # Losses above the cap count as the cap: the answers bound these from below only.
+            cells.append(f"at least {low if key == 'worst_risk' else value - float(bound):.3f}")
+        else:
+            cells.append(f"{value:.3f}+/-{float(bound):.3f}")
     return cells
 
 
