@@ -102,14 +102,16 @@ def _answered_at(evaluation: Mapping[str, Any]) -> str:
 def progress_note(evaluation: Mapping[str, Any]) -> str:
     """The latest evaluation beside a progress bar: "worst 0.9237 +/- 0.21, mean 0.2574 +/- 0.14" (bare if exact).
 
-    With losses above a noised report's cap the worst-group risk is bounded below only: "worst at least 0.7137".
+    With losses above a noised report's cap both are bounded below only: "worst at least 0.7137, mean at least ...".
     """
     worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
     if not noised(evaluation):
         return f"worst {worst:.4f}, mean {mean:.4f}"
     low, high = worst_interval(evaluation)
-    figure = f"at least {low:.4f}" if above_cap(evaluation) is not None else f"{worst:.4f} +/- {(high - low) / 2:.4f}"
-    return f"worst {figure}, mean {mean:.4f} +/- {float(evaluation['mean_error_bound']):.4f}"
+    bound = float(evaluation["mean_error_bound"])
+    if above_cap(evaluation) is not None:
+        return f"worst at least {low:.4f}, mean at least {mean - bound:.4f}"
+    return f"worst {worst:.4f} +/- {(high - low) / 2:.4f}, mean {mean:.4f} +/- {bound:.4f}"
 
 
 def noise_warning(evaluation: Mapping[str, Any]) -> str | None:

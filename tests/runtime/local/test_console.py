@@ -41,5 +41,5 @@ def test_a_worst_group_risk_bounded_below_only_is_said_so_not_centred() -> None:
     assert "at least 0.885" in federated and "1.094+/-" not in federated
     # The mean and the disparity are of clipped losses too: their low ends, and nothing above them.
     assert "at least 0.117" in federated and "at least 0.818" in federated and federated.count("+/-") == 2
-    assert progress_note(capped).startswith("worst at least 0.8848, mean 0.2576 +/- 0.1408")
+    assert progress_note(capped) == "worst at least 0.8848, mean at least 0.1168"
     assert progress_note(NOISED_EVALUATION).startswith("worst 1.0938 +/- 0.2090")
