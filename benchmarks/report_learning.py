@@ -6,6 +6,7 @@ Each function turns one result file's JSON into a `Section`; a row states only w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
@@ -367,6 +368,8 @@ def eval_error(name: str, document: Mapping[str, Any]) -> Section:
         f"{fixed(goal['measured_half_width'])} and {percent(goal['measured_coverage'], 0)} "
         f"({'met' if goal['met'] else 'not met'}).",
     ]
+    if "caps" in document:
+        lines += ["", *cap_trade_off(document["caps"])]
     panels: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for row in document["rows"]:
         if row["mean_half_width"] is not None:
@@ -388,6 +391,37 @@ def eval_error(name: str, document: Mapping[str, Any]) -> Section:
         lines,
         (plot,),
     )
+
+
+def cap_trade_off(caps: Mapping[str, Any]) -> list[str]:
+    """eval_error's loss caps: per cap, model and size, what clipping takes off against what the noise adds."""
+    rows = [
+        [
+            f"{row['cap']:.3g} (true class at {percent(math.exp(-row['cap']))})",
+            row["model"],
+            count(row["rows"]),
+            fixed(row["clip_bias"]),
+            fixed(row["mean_half_width"]),
+            fixed(row["reach"]),
+            percent(row["coverage_unclipped"], 0),
+            percent(row["mean_cap_share_high"], 0),
+        ]
+        for row in caps["rows"]
+    ]
+    header = ["loss cap", "model", "held-out rows", "clipping bias", "mean 95% half-width", "reach"]
+    lines = table([*header, "coverage of the unclipped value", "worst group above the cap (at most)"], rows)
+    reach = ", ".join(f"{float(cap):.3g}: {fixed(value)}" for cap, value in caps["mean_reach"].items())
+    return [
+        "The loss cap's trade-off (tail sums at c-bar, epsilon "
+        f"{caps['epsilon']:g}): the clipping bias is the unclipped worst-group risk less the clipped one, the "
+        "reach that bias plus the half-width, and the last column the mean share of the worst group the report "
+        "says may lie above the cap (one-sided 97.5%).",
+        "",
+        *lines,
+        "",
+        f"Mean reach per cap at {count(min(row['rows'] for row in caps['rows']))} rows over both models: {reach}; "
+        f"the cap chosen, with the least: {float(caps['chosen']):.3g}.",
+    ]
 
 
 def dp_bits(name: str, document: Mapping[str, Any]) -> Section:

@@ -187,10 +187,41 @@ def test_the_eval_error_section_tables_every_design_and_says_whether_the_goal_is
             "measured_coverage": 0.98,
             "met": True,
         },  # fmt: skip
+        "caps": {
+            "epsilon": 1.0,
+            "rows": [
+                {
+                    "model": "all training rows",
+                    "rows": 700,
+                    "cap": 3.0,
+                    "clip_bias": 0.042,
+                    "mean_half_width": 0.147,
+                    "reach": 0.189,
+                    "coverage_unclipped": 0.94,
+                    "mean_cap_share_high": 0.187,
+                },
+                {
+                    "model": "all training rows",
+                    "rows": 700,
+                    "cap": 4.605170185988091,
+                    "clip_bias": 0.011,
+                    "mean_half_width": 0.221,
+                    "reach": 0.232,
+                    "coverage_unclipped": 0.96,
+                    "mean_cap_share_high": 0.165,
+                },
+            ],
+            "mean_reach": {"3.0": 0.189, "4.605170185988091": 0.232},
+            "chosen": 3.0,
+        },  # fmt: skip
         "provenance": STAMP,
     }
     (tmp_path / "eval_error.json").write_text(json.dumps(document))
     page = report_module().render(tmp_path, tmp_path / "docs" / "benchmarks.md")
+    # The cap's trade-off: every cap's row, and the mean reach the cap was chosen by.
+    assert "| 3 (true class at 5.0 %) | all training rows | 700 | 0.042 | 0.147 | 0.189 | 94 % | 19 % |" in page
+    assert "| 4.61 (true class at 1.0 %) | all training rows | 700 | 0.011 | 0.221 | 0.232 | 96 % | 16 % |" in page
+    assert "Mean reach per cap at 700 rows over both models: 3: 0.189, 4.61: 0.232; the cap chosen" in page
     assert "## Noised evaluation: the worst-group risk's error and its interval against the exact value" in page
     assert "| loss-histogram tree (before) | 2,000 | 1 | 0.500 | 1.360 | 100 % | 0.050 |" in page
     assert "| tail sums at c-bar (used) | 2,000 | 1 | 0.020 | 0.048 | 98 % | 0.050 |" in page

@@ -17,7 +17,7 @@ without noise shows the attack exact (so the noise, not a broken harness, is wha
   (round 2, a fresh binding): the difference of the two decoded sums against that site's histogram;
 - composition: a ``[schema]`` federation counting the worst group by a listed column, its final
   evaluation served with a c of the aggregator's choosing and then again with a second c: the counts
-  follow each site's own c, the second query is refused, the counts (a cell and its complement) are
+  follow the served c (the record's c-bar), once: the second query is refused, the counts (a cell and its complement) are
   noised, and without noise the sites suppress a small cell and its complement jointly;
 - training differencing: ``[privacy] mode = "distributed"`` (epsilon 3 over the plan's rounds), round 1
   on model M with every site, round 2 on M + 1 ulp without the victim: the difference of the decoded sums
@@ -376,8 +376,8 @@ TABLE_ROWS = 3000
 SMALL_CELL = 12
 """Held-out rows of site-b set to the rare sector: a cell whose part above c or at or below it is small."""
 C_TRAIN, C_ATTACK, C_SECOND = math.log(2.0), 0.2, 0.205
-"""The c the aggregator trains with (every site's own c, from its record), the c of the model it evaluates,
-and the second threshold it tries."""
+"""The c the aggregator trains with, the c of the model it evaluates (where every site counts: the record's
+c-bar), and the second threshold it tries."""
 
 
 def composition_federation(root: Path, *, noised: bool) -> tuple[Workspace, Any]:
@@ -418,7 +418,7 @@ def composition_federation(root: Path, *, noised: bool) -> tuple[Workspace, Any]
 
 @dataclass
 class CompositionQuery:
-    """Round 1 trained on a model whose c is C_TRAIN (so every site's own c is C_TRAIN); then the final
+    """Round 1 trained on a model whose c is C_TRAIN (each site's mean training c); then the final
     evaluation of a crafted model (weight 1 on the first feature) with c = C_ATTACK, and again with C_SECOND
     (the stage gate rewound, as a restarted aggregator's would be). Every evaluation sum is kept."""
 
@@ -458,28 +458,27 @@ class CompositionQuery:
 
 @dataclass
 class Counted:
-    """Each site's composition counts as it sent them (before encoding and noise), unsuppressed at its own c,
-    and as they would be at C_ATTACK, with the c it used."""
+    """Each site's composition counts as it sent them (before encoding and noise), unsuppressed at the c it
+    used, and as they would be at C_TRAIN, with the c it used."""
 
     sent: dict[str, np.ndarray] = field(default_factory=dict)
     own: dict[str, np.ndarray] = field(default_factory=dict)
-    attacked: dict[str, np.ndarray] = field(default_factory=dict)
+    trained: dict[str, np.ndarray] = field(default_factory=dict)
     c: dict[str, float | None] = field(default_factory=dict)
 
     @contextmanager
     def installed(self) -> Iterator[None]:
         original = RoundJob.composition_counts
 
-        def recorded(job: RoundJob, theta: torch.Tensor, columns: Any) -> np.ndarray:
-            vector = original(job, theta, columns)
+        def recorded(job: RoundJob, theta: torch.Tensor, c: float, columns: Any) -> np.ndarray:
+            vector = original(job, theta, c, columns)
             name = job.config.name
             data, model = job.prepared.data, job.prepared.evaluation_model
             assert data is not None and data.held_out_levels is not None and model is not None
             losses = evaluate(model, theta, data.test).losses
-            c = job.record.composition_threshold(job.shared.training.average_from_round + 1)
             self.sent[name], self.c[name] = np.array(vector), c
-            self.own[name] = local_counts(columns, data.held_out_levels, losses, float(c or 0.0), 1)
-            self.attacked[name] = local_counts(columns, data.held_out_levels, losses, C_ATTACK, 1)
+            self.own[name] = local_counts(columns, data.held_out_levels, losses, c, 1)
+            self.trained[name] = local_counts(columns, data.held_out_levels, losses, C_TRAIN, 1)
             return vector
 
         RoundJob.composition_counts = recorded  # type: ignore[method-assign, assignment]
@@ -538,9 +537,9 @@ def composition_row(root: Path, book: RowBook) -> None:
         f"{SMALL_CELL} held-out rows of the rare sector {RARE_SECTOR!r}); the aggregator trains round 1 on c = "
         f"{C_TRAIN:.4g}, then serves the final evaluation with c = {C_ATTACK} and again with c = {C_SECOND} (two "
         "thresholds), and reads each cell and its complement (all rows less those above c)",
-        "with report_epsilon = 1: every site counts at its own c (its record's, the training c), not the "
-        "served one (the decoded count above c is within 4 noise stds of the counts at the sites' c and more than "
-        "4 away from those at the served c), the second threshold is refused by every site (that round was "
+        "with report_epsilon = 1: every site counts at the served c, the c-bar the record states, not the "
+        "training c (the decoded count above c is within 4 noise stds of the counts at the served c and more than "
+        "4 away from those at the training c), the second threshold is refused by every site (that round was "
         f"answered for another model) and nothing is decoded, and the decoded counts, a cell's complement "
         f"included, miss the exact ones by the stated noise (RMS within {list(NOISE_BAND)} x noise_std), one "
         "evaluate release charged per site; without [privacy] (the control) the sites suppress each cell with its "
@@ -559,7 +558,7 @@ def composition_row(root: Path, book: RowBook) -> None:
             len(query.sums) >= 1
             and sorted(query.sums[0][1]) == list(FOUR)
             and sorted(attack.counted.sent) == list(FOUR)
-            and all(c is not None and math.isclose(c, C_TRAIN) for c in attack.counted.c.values())
+            and all(c is not None and math.isclose(c, C_ATTACK) for c in attack.counted.c.values())
         )
         figures: dict[str, Any] = {}
         own_ok = second_refused = noise_ok = False
@@ -568,7 +567,7 @@ def composition_row(root: Path, book: RowBook) -> None:
             decoded = query.sums[0][0][risks:]
             exact = np.sum(list(attack.counted.sent.values()), axis=0)
             at_own = np.sum(list(attack.counted.own.values()), axis=0)
-            at_attack = np.sum(list(attack.counted.attacked.values()), axis=0)
+            at_training = np.sum(list(attack.counted.trained.values()), axis=0)
             error = decoded - exact
             military = list(census_schema().columns[2].categories or ()).index(RARE_SECTOR)
             complement = (decoded[2 + width + military] - decoded[2 + military]) - (
@@ -578,15 +577,15 @@ def composition_row(root: Path, book: RowBook) -> None:
                 "noise_std": std,
                 "counts": error_figures(error, std),
                 "above_c_decoded": round(float(decoded[0]), 1),
-                "above_c_at_own_c": int(at_own[0]),
-                "above_c_at_served_c": int(at_attack[0]),
+                "above_c_at_served_c": int(at_own[0]),
+                "above_c_at_training_c": int(at_training[0]),
                 "rare_cell_exact": {"above c": int(exact[2 + military]), "all rows": int(exact[2 + width + military])},
                 "rare_complement_error_in_std": round(float(complement) / (math.sqrt(2.0) * std), 3),
                 "sent_whole": all(np.array_equal(attack.counted.sent[name], attack.counted.own[name]) for name in FOUR),
             }
             own_ok = (
                 abs(decoded[0] - at_own[0]) <= 4 * std
-                and abs(decoded[0] - at_attack[0]) > 4 * std
+                and abs(decoded[0] - at_training[0]) > 4 * std
                 and bool(figures["sent_whole"])
             )
             noise_ok = within(figures["counts"]["rms_in_std"])
@@ -613,8 +612,8 @@ def composition_row(root: Path, book: RowBook) -> None:
         said = next((lines[0] for lines in refusals.values() if lines), None)
         row.record(
             f"noised: stated noise_std {std:.4g} per count; sites' c {sorted({c for c in attack.counted.c.values() if c is not None})} (served "
-            f"c {C_ATTACK}); decoded count above c {figures.get('above_c_decoded')} against {figures.get('above_c_at_own_c')} "
-            f"at the sites' c and {figures.get('above_c_at_served_c')} at the served c; the counts' error "
+            f"c {C_ATTACK}); decoded count above c {figures.get('above_c_decoded')} against {figures.get('above_c_at_served_c')} "
+            f"at the served c and {figures.get('above_c_at_training_c')} at the training c; the counts' error "
             f"{figures.get('counts', {}).get('rms_in_std')} std RMS, {figures.get('counts', {}).get('max_in_std')} std "
             f"at most; the rare cell (exact {figures.get('rare_cell_exact')}): its complement read with an error of "
             f"{figures.get('rare_complement_error_in_std')} x sqrt(2) std; second threshold c = {C_SECOND}: evaluations "

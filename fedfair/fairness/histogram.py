@@ -1,4 +1,6 @@
-"""The evaluation's loss histogram as a tree: what one collaborator sends, and range sums over it.
+"""The exact evaluation's loss histogram as a tree: what one collaborator sends, and range sums over it.
+
+Exact only: a plan without [privacy] report_epsilon (a noised one answers :mod:`fedfair.fairness.tail`).
 
 Leaves. The plan's K thresholds t_0 = 0 < t_1 < ... < t_{K-1} (K a power of two) cut the
 losses, clipped to [t_0, t_{K-1}], into K leaves: leaf 0 holds the losses equal to t_0, leaf

@@ -1,10 +1,11 @@
 """Group risks at rho from a noised histogram tree, each with a bound that holds with a stated probability.
 
-Under distributed DP the decoded evaluation sum (:mod:`fedfair.fairness.histogram`) carries,
-on every coordinate, noise of standard deviation sigma (Gaussian, or Skellam inside the secure
-sum), plus a deterministic rounding error of at most `sum_error`. Nothing in it is then an
-exact count, so this report never refuses for thin buckets; it states how far each figure may
-be from the truth instead.
+Not the runtime's: a noised federation answers the tail sums of :mod:`fedfair.fairness.tail`. This
+report (``sums.report_from_sums(noise_std=...)``) is kept for ``benchmarks/eval_error.py``'s "before"
+row, which measures what the tail sums replaced, and its tests; the runtime uses only
+:data:`NOISE_FAILURE` (the composition counts' confidence). A decoded tree carries, on every coordinate,
+noise of standard deviation sigma plus a rounding error of at most `sum_error`, so this report never
+refuses for thin buckets; it states how far each figure may be from the truth instead.
 
 Why: docs/design.md, "Inside the fairness library".
 """

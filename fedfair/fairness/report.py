@@ -7,9 +7,9 @@ report has none, because its numbers are exact.
 Disparity is the paper's: the worst rho-fraction's risk minus the risk of the
 *remaining* 1 - rho of the samples. The remainder's mean is (mean - rho * worst) /
 (1 - rho), so disparity = (worst - mean) / (1 - rho), computable from the two
-figures both forms report (0 at rho = 1, where nothing remains). The gap between
-the worst and the best rho-fraction is kept under a name that says so,
-`worst_minus_best`; the same two exist for the 0-1 error.
+figures both forms report (0 at rho = 1, where nothing remains). The worst-minus-best
+gap is `worst_minus_best` (None where noised sums leave the best group unmeasured); the
+same two exist for the 0-1 error.
 """
 
 from __future__ import annotations
@@ -39,18 +39,19 @@ class SecureSumCertificate:
 
     Noised sums (``noise_std`` > 0, the standard deviation of the noise on each decoded
     coordinate): every figure is of the losses clipped at `loss_cap`, and, all at once with
-    probability at least `confidence`, `worst_risk`, `best_risk` and `mean_risk` are within
-    their bound (either side) of the exact figure, the mean 0-1 error within
-    `error_rate_bound` and the worst and best groups' error within `error_rate_bound / rho`;
-    `samples` is the noised count, rounded.
+    probability at least `confidence`, `worst_risk` and `mean_risk` are within their bound
+    (either side) of the exact figure, the mean 0-1 error within `error_rate_bound` and the
+    worst and best groups' error within `error_rate_bound / rho`; `samples` is the noised
+    count, rounded. The answers do not query the best group's risk: `best_risk_gap` is None
+    (all that is known is that it lies between 0 and the mean).
 
-    `disparity_bound` bounds the error of the disparity, (worst_risk_gap + mean_error_bound)
-    / (1 - rho) (0 at rho = 1), on the same event.
+    `disparity_bound` bounds the error of the disparity (the worst group against the rest),
+    (worst_risk_gap + mean_error_bound) / (1 - rho) (0 at rho = 1), on the same event.
     """
 
     samples: int
     worst_risk_gap: float
-    best_risk_gap: float
+    best_risk_gap: float | None
     mean_error_bound: float
     error_rate_bound: float
     disparity_bound: float
@@ -69,6 +70,11 @@ class SecureSumCertificate:
     """At most this share of the worst rho-fraction lies above `loss_cap` (one-sided 97.5%; None for exact sums):
     the losses' own worst-group risk is at least `worst_risk_low` and at most `worst_risk_high` plus it times
     (the largest loss - `loss_cap`) (:meth:`fedfair.fairness.tail.TailReport.unclipped_high`)."""
+    worst_risk_noise: float | None = None
+    """The noise's share of the worst-group risk's interval: its 95% half-width (None for exact sums)."""
+    worst_risk_threshold_gap: float | None = None
+    """How far further below the interval reaches because the risk is read at c-bar, not at the exact quantile
+    (the convexity gap; None for exact sums): more rows or epsilon do not narrow it, a c-bar nearer the quantile does."""
 
 
 @dataclass(frozen=True)
@@ -78,15 +84,16 @@ class GroupRiskReport:
     Losses and errors each rank the samples by their own value, so the worst group
     for the error is the rho-fraction of samples with the most errors, which need
     not be the samples with the highest loss. `certificate` is set exactly when the
-    report comes from secure sums.
+    report comes from secure sums. `best_risk` and `worst_minus_best` are None when the
+    best group's risk was not measured (a noised report's answers do not query it).
     """
 
     rho: float
     mean_risk: float
     worst_risk: float
-    best_risk: float
+    best_risk: float | None
     disparity: float
-    worst_minus_best: float
+    worst_minus_best: float | None
     accuracy: float
     mean_error: float
     worst_error: float
@@ -102,7 +109,7 @@ class GroupRiskReport:
         rho: float,
         mean_risk: float,
         worst_risk: float,
-        best_risk: float,
+        best_risk: float | None,
         mean_error: float,
         worst_error: float,
         best_error: float,
@@ -115,7 +122,7 @@ class GroupRiskReport:
             worst_risk=worst_risk,
             best_risk=best_risk,
             disparity=disparity(worst_risk, mean_risk, rho),
-            worst_minus_best=worst_risk - best_risk,
+            worst_minus_best=None if best_risk is None else worst_risk - best_risk,
             accuracy=1.0 - mean_error,
             mean_error=mean_error,
             worst_error=worst_error,
@@ -126,12 +133,20 @@ class GroupRiskReport:
         )
 
     def to_dict(self) -> dict[str, float]:
-        """The report as flat JSON-ready numbers, with the certificate's fields when there is one."""
-        risks = {field.name: getattr(self, field.name) for field in fields(self) if field.name != "certificate"}
+        """The report as flat JSON-ready numbers, with the certificate's fields when there is one.
+
+        A figure that was not measured (None) is left out, so a reader never takes a stand-in for a measurement.
+        """
+        risks = {
+            field.name: getattr(self, field.name)
+            for field in fields(self)
+            if field.name != "certificate" and getattr(self, field.name) is not None
+        }
         if self.certificate is None:
             return risks
         rho = risks.pop("rho")
-        # The noised report's interval and baseline are absent (None) from exact ones, and left out.
+        # The noised report's interval and baseline are absent (None) from exact ones, the best group's
+        # bound from noised ones: each is left out.
         extras = {key: value for key, value in asdict(self.certificate).items() if value is not None}
         samples = extras.pop("samples")
         # Reports from sums have always put the sample count right after rho and the bounds last.

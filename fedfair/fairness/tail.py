@@ -210,6 +210,10 @@ class TailReport:
     """The c_j the worst-group risk is read at."""
     prior_worst: float | None
     """The class-prior classifier's worst-rho risk (None when the classes exceed :data:`LABEL_SLOTS`)."""
+    worst_noise: float = 0.0
+    """The noise's 95% half-width of the worst-group risk, before the convexity gap and the range clamp."""
+    worst_gap: float = 0.0
+    """How far below the read value the interval reaches for reading at c-bar, not at the exact quantile."""
 
     def unclipped_high(self, cap: float, loss_max: float) -> float:
         """An upper end for the worst-group risk of the losses themselves, were none above `loss_max`.
@@ -223,21 +227,22 @@ class TailReport:
     def report(self, rho: float, noise_std: float, cap: float) -> GroupRiskReport:
         """As the federation's :class:`GroupRiskReport`: every bound the 95% half-width of its figure.
 
-        The best group is not queried: its risk is reported as [0, mean], what the mean alone says.
+        The answers do not query the best group, so its risk (and the worst-minus-best gap) is None, not
+        measured: the mean alone says only that it lies between 0 and the mean. The disparity is the paper's,
+        the worst group against the other 1 - rho, which the worst-group and mean answers do estimate.
         """
-        best = _clamped(self.mean.value / 2.0, self.mean.value / 2.0, self.mean.value / 2.0, 0.0, cap)
         return GroupRiskReport.from_risks(
             rho=rho,
             mean_risk=self.mean.value,
             worst_risk=self.worst.value,
-            best_risk=best.value,
+            best_risk=None,
             mean_error=self.error.value,
             worst_error=min(self.error.value, rho) / rho,
             best_error=max(self.error.value - (1.0 - rho), 0.0) / rho,
             certificate=SecureSumCertificate(
                 samples=int(round(max(self.rows.value, 0.0))),
                 worst_risk_gap=self.worst.half_width,
-                best_risk_gap=best.half_width,
+                best_risk_gap=None,
                 mean_error_bound=self.mean.half_width,
                 error_rate_bound=self.error.half_width,
                 disparity_bound=self.disparity.half_width,
@@ -250,6 +255,8 @@ class TailReport:
                 above_cap=self.above_cap.value,
                 above_cap_bound=self.above_cap.half_width,
                 cap_share_high=self.cap_share.high,
+                worst_risk_noise=self.worst_noise,
+                worst_risk_threshold_gap=self.worst_gap,
             ),
         )
 
@@ -320,7 +327,9 @@ def tail_report(
     cap_share = _clamped(float(raw[3]) / mass, Z * share_sd, Z * share_sd, 0.0, math.inf)
     labels = raw[HEAD : HEAD + LABEL_SLOTS]
     prior = None if classes is None or classes > LABEL_SLOTS else class_prior_worst_risk(labels[:classes], rho)
-    return TailReport(rows, above_cap, cap_share, worst, mean, disparity, error, float(points[chosen]), prior)
+    return TailReport(
+        rows, above_cap, cap_share, worst, mean, disparity, error, float(points[chosen]), prior, Z * worst_sd, gap
+    )
 
 
 def answer_release(epsilon: float, delta: float, beta: float, extra: tuple[float, float, int]) -> distributed.Release:

@@ -79,13 +79,16 @@ def test_the_stated_intervals_cover_the_exact_figures_at_their_confidence(rows: 
     answers = tail.tail_answers(query, losses, errors, labels, threshold)
     exact = pooled.group_risk_report(np.minimum(losses, CAP), 1.0 - errors, RHO)
     rng = np.random.default_rng(7)
-    misses = {"worst": 0, "mean": 0, "disparity": 0}
+    misses = {"worst": 0, "mean": 0, "disparity": 0, "reported disparity": 0}
     for _ in range(TRIALS):
         noised = answers + rng.normal(0.0, sigma, answers.size)
         figures = tail.tail_report(query, noised, threshold, RHO, noise_std=sigma, classes=2)
         for name, value in (("worst", exact.worst_risk), ("mean", exact.mean_risk), ("disparity", exact.disparity)):
             estimate = getattr(figures, name)
             misses[name] += not estimate.low <= value <= estimate.high
+        # The record's disparity +/- its bound, the figure the console and final_model.json state.
+        report = figures.report(RHO, sigma, CAP).to_dict()
+        misses["reported disparity"] += not abs(report["disparity"] - exact.disparity) <= report["disparity_bound"]
     assert all(count <= ALLOWED_MISSES for count in misses.values()), misses
 
 
@@ -180,3 +183,22 @@ def test_under_noise_the_low_end_and_the_caps_consequence_hold_the_unclipped_val
     # Each end claims 97.5% one-sided; together at least 95%.
     assert all(count <= ALLOWED_MISSES for count in misses.values()), misses
     assert unclipped > exact_worst(losses) + 0.2  # the clipped figure alone would understate it
+
+
+def test_the_noised_report_states_no_best_group_risk_and_a_disparity_of_worst_against_the_rest() -> None:
+    losses, errors, labels = held_out(2000, seed=3)
+    query = tail.TailQuery(CAP)
+    threshold = float(np.quantile(np.minimum(losses, CAP), 1.0 - RHO))
+    release = tail.answer_release(1.0, 1e-5, 1e-12, (0.0, 0.0, 0))
+    sigma = math.sqrt(2.0 * release.mu) / 2.0**20
+    noised = tail.tail_answers(query, losses, errors, labels, threshold)
+    noised = noised + np.random.default_rng(5).normal(0.0, sigma, noised.size)
+    figures = tail.tail_report(query, noised, threshold, RHO, noise_std=sigma, classes=2)
+    report = figures.report(RHO, sigma, CAP)
+    # The answers hold no best-group query: no figure for it, nor for the gap to it, in the record.
+    assert report.best_risk is None and report.worst_minus_best is None
+    record = report.to_dict()
+    assert not {"best_risk", "best_risk_gap", "worst_minus_best"} & set(record), sorted(record)
+    # The disparity is the worst group against the other 1 - rho, from the two figures the answers estimate.
+    assert record["disparity"] == pytest.approx((figures.worst.value - figures.mean.value) / (1.0 - RHO), rel=1e-12)
+    assert record["disparity_bound"] == pytest.approx(figures.disparity.half_width, rel=1e-12)

@@ -130,3 +130,26 @@ def test_a_final_model_answered_before_names_the_evaluation_whose_answers_it_rep
     assert "(epsilon 0.2, given at round 1's evaluation of the same model over about 2,000" in warning
     assert "interim_report_epsilon 1.6 would give +/- 0.05" in warning  # the epsilon that made these answers
     assert "or report_epsilon" in (verdicts.noise_warning(noised(1.0, 0.6, 1.4, prior=1.2)) or "")
+
+
+def test_an_interval_widened_by_the_threshold_is_not_blamed_on_the_noise() -> None:
+    """c-bar far above the worst group's boundary on 20,000 rows: the noise gives about +/- 0.005, the gap the rest."""
+    rng = np.random.default_rng(11)
+    losses = rng.exponential(0.4, 20_000)
+    errors, labels = (losses > 0.69).astype(np.float64), (rng.random(losses.size) < 0.24).astype(np.int64)
+    query = tail.TailQuery(3.0)
+    c_bar = float(np.quantile(losses, 0.7)) + 1.2  # a threshold still coming down from its bound
+    release = tail.answer_release(1.0, 1e-5, 1e-12, (0.0, 0.0, 0))
+    sigma = float(np.sqrt(2.0 * release.mu)) / 2.0**20
+    answers = tail.tail_answers(query, losses, errors, labels, c_bar)
+    answers = answers + rng.normal(0.0, sigma, answers.size)
+    figures = tail.tail_report(query, answers, c_bar, 0.3, noise_std=sigma, classes=2)
+    record = {**figures.report(0.3, sigma, 3.0).to_dict(), "report_epsilon": 1.0}
+    assert record["worst_risk_noise"] < 0.01 < tail.RESOLVED < record["worst_risk_threshold_gap"]
+    assert verdicts.noise_warning(record) is None  # the noise resolves it: more rows or epsilon would not help
+    warning = verdicts.threshold_warning(record)
+    assert warning is not None and f"up to {record['worst_risk_threshold_gap']:.2f} of room below" in warning
+    assert "more held-out rows or epsilon would not narrow that part" in warning
+    # An exact record, or one from before the gap was stated, gets no such warning.
+    assert verdicts.threshold_warning({**record, "noise_std": 0.0}) is None
+    assert verdicts.threshold_warning({k: v for k, v in record.items() if k != "worst_risk_threshold_gap"}) is None

@@ -207,6 +207,8 @@ def test_plotted_values_are_the_logs_values(folder: Path, monkeypatch: pytest.Mo
         for item in evaluated
     ]
     assert isinstance(interval, LineCollection) and np.allclose(interval.get_segments(), expected)
+    # An exact mean (a rounding bound of 1e-10) has no bar.
+    assert not [found for figure in figures for found in figure.axes[0].collections if "mean" in str(found.get_gid())]
     done = [record for record in records if record["status"] == "applied"]
     assert list(series["threshold:c"].get_xdata()) == [record["round"] for record in done]
     assert list(series["threshold:c"].get_ydata()) == [record["c"] for record in done]
@@ -234,6 +236,45 @@ def test_the_worst_groups_composition_is_tabulated_with_suppressed_counts_said_n
     assert (
         "No composition: the plan's [evaluation] composition names no column" in report.write_report(quiet).read_text()
     )
+
+
+def test_a_noised_composition_and_evaluation_state_their_noise_and_no_site_suppression(tmp_path: Path) -> None:
+    noised = {"noise_std": 12.8, "confidence": 0.95, "count_error_bound": 46.2, "share_error_bound": 0.0912}
+    worst = {
+        **evaluation(1, 0.9, 0.3), "noise_std": 4.96, "loss_cap": 3.0, "worst_risk_low": 0.7, "worst_risk_high": 1.1,
+        "above_cap": 5.0, "above_cap_bound": 40.0, "report_epsilon": 1.0, "error_rate_bound": 0.02,
+    }  # fmt: skip
+    append_round_log(
+        tmp_path,
+        {
+            **applied(1, NAMES, NAMES, {}, 9.8),
+            "evaluation": {**worst, "composition": COMPOSITION | noised | {"epsilon": 1.0}},
+        },
+    )
+    page = report.write_report(tmp_path).read_text()
+    assert (
+        "The counts are noised (epsilon 1): every count shown is within 46 rows and every share within 9.1 points of the true one, all at once with "
+        "probability 95%"
+    ) in page
+    assert "withheld at each site" not in page and "rows per bucket" not in page
+    assert "noise of standard deviation up to 4.96 per coordinate of the answers' sum" in page
+
+
+def test_a_noised_mean_is_drawn_with_its_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = drawn(monkeypatch)
+    noised = {
+        "noise_std": 4.96, "loss_cap": 3.0, "above_cap": 5.0, "above_cap_bound": 40.0, "report_epsilon": 1.0,
+        "error_rate_bound": 0.02, "worst_risk_low": 0.7, "worst_risk_high": 1.1,
+    }  # fmt: skip
+    for round_number, mean in ((1, 0.4), (2, 0.3)):
+        result = {**evaluation(round_number, 0.9, mean), **noised, "mean_error_bound": 0.05 * round_number}
+        append_round_log(tmp_path, {**applied(round_number, NAMES, NAMES, {}, 9.8), "evaluation": result})
+    report.write_report(tmp_path)
+    (bars,) = [
+        found for figure in figures for found in figure.axes[0].collections if found.get_gid() == "risk:mean_interval"
+    ]
+    assert isinstance(bars, LineCollection)
+    assert np.allclose(bars.get_segments(), [[[1, 0.35], [1, 0.45]], [[2, 0.2], [2, 0.4]]])
 
 
 def test_privacy_lists_shared_epsilons_and_spent_budgets_or_says_there_is_no_dp(folder: Path) -> None:

@@ -1,15 +1,13 @@
 """The federated evaluation of the output model (theta-bar, c-bar): one secure sum, then its report.
 
-Every collaborator sends its histogram of held-out losses on the plan's fixed grid
-(:mod:`fedfair.fairness.sums`) and, at the final round of a plan with ``[evaluation]
-composition``, appends its counts of who is above c-bar by category
-(:mod:`fedfair.runtime.composition_counts`). The vector's length is the plan's for that round
-(:meth:`~fedfair.runtime.plan.learning_settings.LearningSettings.evaluation_length`), which every
-collaborator checks against its own plan. This module runs the sum and turns it into the
-evaluation's record: the held-out risks, certified, and the composition when counted.
-A sum that gives no report (too few samples, broken sums) raises ConfigError, and an
-aggregation that fails raises RoundAbortedError; the round loop records either as an aborted
-evaluation.
+Every collaborator sends its answers on its held-out losses: under [privacy] report_epsilon a few tail
+sums at c-bar (:mod:`fedfair.fairness.tail`), else its loss histogram on the plan's fixed grid
+(:mod:`fedfair.fairness.sums`); at the final round of a plan with ``[evaluation] composition`` it
+appends its counts of who is above c-bar by category (:mod:`fedfair.runtime.composition_counts`).
+The vector's length is the plan's for that round, which every collaborator checks against its own
+plan. This module runs the sum and turns it into the evaluation's record: the held-out risks with
+their bounds, and the composition when counted. A sum that gives no report raises ConfigError, and
+an aggregation that fails RoundAbortedError; the round loop records either as an aborted evaluation.
 """
 
 from __future__ import annotations

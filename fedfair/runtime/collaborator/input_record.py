@@ -331,16 +331,6 @@ class InputRecord:
         self._save()
         return total
 
-    def composition_threshold(self, average_from: int) -> float | None:
-        """The threshold c composition counts use.
-
-        The mean of the c of the training rounds from `average_from` on that this institution trained on (else
-        of all it trained on), never a c the aggregator names for the query; None before any training.
-        """
-        chosen = [c for round_number, c in self._thresholds.items() if round_number >= average_from]
-        chosen = chosen or list(self._thresholds.values())
-        return float(np.mean(chosen)) if chosen else None
-
     # ------------------------------------------------------------ answering
 
     def view(self, round_number: int, kind: str, model: str) -> SignedView:
@@ -416,7 +406,11 @@ class InputRecord:
         return view
 
     def note_threshold(self, round_number: int, c: float) -> None:
-        """Remember the threshold c of a training round's model (kept with the next save)."""
+        """Remember the threshold c of a training round's model (kept with the next save).
+
+        The file's record of the c each round trained on, for the site's operator to check against the
+        aggregator's round log; nothing this process sends depends on it.
+        """
         self._thresholds[round_number] = float(c)
 
 

@@ -353,10 +353,10 @@ class RoundJob:
                 return resent(binding.round, EVALUATION, view)
             try:
                 if short:
-                    return self.counts_beside(view, binding.round, theta, model, columns)
+                    return self.counts_beside(view, binding.round, (theta, c), model, columns)
                 answered = answers(torch.from_numpy(theta), c)
                 if columns:
-                    answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), columns)])
+                    answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), c, columns)])
                 work = Work(binding.round, EVALUATION, answered, 1.0)
                 if self.shared.secure_aggregation.enabled:
                     work.encoded = Encoder(sums.ENCODING, self.shared.collaborator_count).encode(answered, 1.0)
@@ -369,15 +369,21 @@ class RoundJob:
         return StartJob(job, model)
 
     def counts_beside(
-        self, view: SignedView, round_number: int, theta: np.ndarray, model: str, columns: tuple[CompositionColumn, ...]
+        self,
+        view: SignedView,
+        round_number: int,
+        evaluated: tuple[np.ndarray, float],
+        model: str,
+        columns: tuple[CompositionColumn, ...],
     ) -> Work:
-        """The final evaluation of a model answered at an earlier one: its kept words, then fresh counts, kept whole.
+        """The final evaluation of `evaluated` (theta, c), answered at an earlier one: its kept words, fresh counts.
 
         One answer per model (a second noise draw could be averaged with the first); the counts are their own release.
         """
         answer = view.kept
         assert answer is not None and answer.vector is not None  # a withdrawal is never kept
-        counts = self.composition_counts(torch.from_numpy(theta), columns)
+        theta, c = evaluated
+        counts = self.composition_counts(torch.from_numpy(theta), c, columns)
         work = Work(round_number, EVALUATION, np.concatenate([answer.vector, counts]), 1.0)
         if answer.encoded is not None:
             words = Encoder(sums.ENCODING, self.shared.collaborator_count).encode(counts, 1.0)
@@ -401,21 +407,17 @@ class RoundJob:
             return tail.tail_answers(self.shared.evaluation.tail_query(), result.losses, errors, labels, c)
         return sums.local_answers(result.losses, errors, self.shared.evaluation.thresholds())
 
-    def composition_counts(self, theta: torch.Tensor, columns: Sequence[CompositionColumn]) -> np.ndarray:
+    def composition_counts(self, theta: torch.Tensor, c: float, columns: Sequence[CompositionColumn]) -> np.ndarray:
         """This institution's counts, per category of `columns`, of its held-out rows with loss above c, and of all.
 
         Suppressed jointly by the schema's small-cell rule (:func:`fedfair.runtime.composition_counts.local_counts`).
-        c is this institution's own average of the training rounds' thresholds
-        (:meth:`InputRecord.composition_threshold`), never one the aggregator names for the query, so two
-        queries cannot differ by the rows between two thresholds. The held-out losses are computed again
-        (one more pass at the final evaluation) because the seam `Collaborator._evaluation_answers` returns the answers alone.
+        c is the evaluated model's c-bar, which the aggregator's record states, so a site that missed rounds counts
+        where the others do; the aggregator names every training c anyway, and a site answers the final evaluation
+        once. The losses are computed again: the seam `Collaborator._evaluation_answers` returns the answers alone.
         """
         data, model, schema = self.prepared.data, self.prepared.evaluation_model, self.shared.schema
         # Composition columns need a [schema] (settings), whose encoding kept the held-out levels.
         assert data is not None and data.held_out_levels is not None and model is not None and schema is not None
-        c = self.record.composition_threshold(self.shared.training.average_from_round + 1)
-        if c is None:
-            raise ConfigError("composition counts need the threshold of a training round, and none was trained here")
         losses = evaluate(model, theta, data.test).losses
         # Under noise the counts go whole (a site's suppression would void their sensitivity); the small-cell
         # rule is applied to the noised sum instead, which costs no privacy.

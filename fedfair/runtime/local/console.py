@@ -41,18 +41,20 @@ def format_fairness(
     rows.append("")
     if noised:
         rows.append(
-            f"Held-out cross-entropy over the worst / best {rho:.0%} of people (errors are 0-1). The federated row "
-            f"was computed by the aggregator from secure sums of the institutions' noised answers only; each "
-            f"+/- is the 95% interval of that noise. {verdicts.describe(fedsrcvar)}."
-            + (f" {note}" if note and baseline is not None else "")
+            f"Held-out cross-entropy over the worst / best {rho:.0%} of people (errors are 0-1); disparity is the "
+            f"worst {rho:.0%}'s risk minus the other {1 - rho:.0%}'s. The federated row was computed by the "
+            f"aggregator from secure sums of the institutions' noised answers only; each +/- is a 95% interval (the "
+            f"noise's; the worst group's also allows for reading it at c-bar). The answers do not ask for the best group's risk: it is not measured (it lies between 0 "
+            f"and the mean). {verdicts.describe(fedsrcvar)}." + (f" {note}" if note and baseline is not None else "")
         )
-        warnings = [verdicts.noise_warning(fedsrcvar), verdicts.cap_warning(fedsrcvar)]
+        warnings = [check(fedsrcvar) for check in verdicts.WARNINGS]
         rows.extend(f"Note: {warning}" for warning in warnings if warning)
     else:
         gap = max(fedsrcvar.get("worst_risk_gap", 0.0), fedsrcvar.get("best_risk_gap", 0.0))
         rows.append(
-            f"Held-out cross-entropy over the worst / best {rho:.0%} of people (errors are 0-1). The federated row "
-            f"was computed by the aggregator from exact secure sums of the institutions' threshold counts only "
+            f"Held-out cross-entropy over the worst / best {rho:.0%} of people (errors are 0-1); disparity is the "
+            f"worst {rho:.0%}'s risk minus the other {1 - rho:.0%}'s. The federated row was computed by the "
+            f"aggregator from exact secure sums of the institutions' threshold counts only "
             f"(certified within {gap:.1e})." + (f" {note}" if note and baseline is not None else "")
         )
     rows.append(
@@ -65,29 +67,44 @@ def format_fairness(
 
 NOISED_BOUNDS = {
     "mean_risk": "mean_error_bound",
-    "best_risk": "best_risk_gap",
     "disparity": "disparity_bound",
     "accuracy": "error_rate_bound",
 }
 """The half-width of each noised figure's 95% interval, by the evaluation record's key (the worst's is its
-interval's, :func:`fedfair.runtime.report.verdicts.worst_interval`)."""
+interval's, :func:`fedfair.runtime.report.verdicts.worst_interval`; the best group's risk is not measured)."""
+
+RAISED_BY_CAPPED_LOSSES = ("worst_risk", "mean_risk", "disparity")
+"""The figures of clipped losses that the losses above the cap would raise (each lies in the worst group)."""
+
+UNMEASURED = "not measured"
+"""A noised row's cell for a figure its answers do not estimate (the best group's risk): no stand-in number."""
 
 
 def _federated_cells(evaluation: Mapping[str, Any], keys: tuple[str, ...]) -> list[str]:
-    """Each figure of the federation's row: bare when exact; noised, with its +/- or "n/a" where it has none."""
+    """Each figure of the federation's row: bare when exact; noised, with its +/- or :data:`UNMEASURED`."""
     from fedfair.runtime.report import verdicts
 
     if not verdicts.noised(evaluation):
         return [f"{float(evaluation[key]):.4f}" for key in keys]
     low, high = verdicts.worst_interval(evaluation)
+    bounds = {key: evaluation.get(bound) for key, bound in NOISED_BOUNDS.items()}
+    bounds["worst_risk"] = (high - low) / 2
+    if evaluation.get("error_rate_bound") is not None:
+        # The worst group's error is min(error, rho) / rho: the mean error's bound over rho.
+        bounds["worst_error"] = float(evaluation["error_rate_bound"]) / float(evaluation["rho"])
+    capped = verdicts.above_cap(evaluation) is not None
     cells = []
     for key in keys:
-        if key == "worst_risk":
-            cells.append(f"{float(evaluation[key]):.3f}+/-{(high - low) / 2:.3f}")
-        elif key in NOISED_BOUNDS and evaluation.get(NOISED_BOUNDS[key]) is not None:
-            cells.append(f"{float(evaluation[key]):.3f}+/-{float(evaluation[NOISED_BOUNDS[key]]):.3f}")
+        bound = bounds.get(key)
+        if bound is None:
+            cells.append(UNMEASURED)  # no estimate from the noised answers: no bare number either
+            continue
+        value = float(evaluation[key])
+        if capped and key in RAISED_BY_CAPPED_LOSSES:
+            # Losses above the cap count as the cap: the answers bound these from below only.
+            cells.append(f"at least {low if key == 'worst_risk' else value - float(bound):.3f}")
         else:
-            cells.append("n/a")  # no interval for it from the noised answers: no bare estimate either
+            cells.append(f"{value:.3f}+/-{float(bound):.3f}")
     return cells
 
 

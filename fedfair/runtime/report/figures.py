@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib
 from matplotlib.axes import Axes
+import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -32,11 +33,13 @@ def risks(
     mean: Sequence[float],
     spans: Sequence[tuple[float, float]],
     prior: float | None,
+    mean_bounds: Sequence[float],
 ) -> Figure:
-    """Held-out worst-group and mean risk at each evaluated round, the worst one with its interval.
+    """Held-out worst-group and mean risk at each evaluated round, each with its interval when it has one.
 
-    `spans` is each worst-group risk's (below, above) extent of its interval; the class-prior
-    classifier's worst-group risk is the reference line when it is known (`prior` None: no line).
+    `spans` is each worst-group risk's (below, above) extent of its interval, `mean_bounds` each mean's 95%
+    half-width (0 for an exact mean: no bar); the class-prior classifier's worst-group risk is the reference
+    line when it is known (`prior` None: no line).
     """
     figure = Figure(figsize=(WIDTH, 3.4), layout="constrained")
     axis = figure.subplots()
@@ -45,6 +48,12 @@ def risks(
     axis.vlines(rounds, lows, highs, color="tab:red", linewidth=2, alpha=0.4, label="its interval", gid="risk:interval")
     axis.plot(rounds, worst, marker="o", markersize=4, color="tab:red", label="worst-group risk", gid="risk:worst")
     axis.plot(rounds, mean, marker="s", markersize=4, color="tab:blue", label="mean risk", gid="risk:mean")
+    bounds, means = np.asarray(mean_bounds, dtype=np.float64), np.asarray(mean, dtype=np.float64)
+    barred = bounds > 0.0
+    if barred.any():
+        lower, upper = (means - bounds)[barred], (means + bounds)[barred]
+        at = np.asarray(rounds)[barred]
+        axis.vlines(at, lower, upper, color="tab:blue", linewidth=2, alpha=0.3, gid="risk:mean_interval")
     if prior is not None:
         axis.axhline(prior, color="grey", linestyle="--", linewidth=1, label=PRIOR_LABEL, gid="risk:prior")
     axis.set_xlabel("round")

@@ -99,7 +99,7 @@ def _risks_section(run: Run) -> str:
     note = (
         "<p class=note>The federated evaluation of the output model (theta-bar, c-bar) on the sites' held-out data, "
         "from secure sums, at each evaluated round. Bars: each worst-group risk's interval (95% for noised answers, "
-        "the certified bracket for exact sums); a noised figure is of the losses clipped at the loss cap, and a bar "
+        "the certified bracket for exact sums) and a noised mean's 95% interval; a noised figure is of the losses clipped at the loss cap, and a bar "
         "that reaches the cap is open above (losses lie beyond it). The dashed "
         "line is the class-prior classifier's worst-group risk (each class predicted at its share of the rows, from "
         "the noised label counts), drawn when the answers counted labels.</p>"
@@ -114,6 +114,7 @@ def _risks_section(run: Run) -> str:
         [item["mean_risk"] for item in done],
         [(item["worst_risk"] - low, high - item["worst_risk"]) for item, (low, high) in zip(done, intervals)],
         done[-1].get("prior_worst_risk"),
+        [float(item["mean_error_bound"]) if verdicts.noised(item) else 0.0 for item in done],
     )
     final = f"<p>Final evaluation (round {done[-1]['round']}): {html.escape(verdicts.describe(done[-1]))}.</p>"
     warnings = [check(done[-1]) for check in verdicts.WARNINGS]
@@ -159,9 +160,25 @@ def _composition_section(run: Run) -> str:
     return "".join(tables) + (
         f"<p class=note>Round {evaluation['round']}'s evaluation: the held-out rows whose loss is above c-bar = "
         f"{composition['threshold']:.4f} (the worst group, {worst} of {everyone} rows), by category, beside "
-        f"every held-out row; from secure sums of each site's counts. A count below min_category_count = "
-        f"{minimum} is withheld at each site and in the sum, and shown as suppressed, so a column's shares can "
-        "add up to less than 100%.</p>"
+        f"every held-out row; from secure sums of each site's counts. {_composition_caveat(composition)}</p>"
+    )
+
+
+def _composition_caveat(composition: Mapping[str, Any]) -> str:
+    """What the composition's counts are: exact but withheld below the rule, or noised, and then how far off."""
+    minimum = composition["min_category_count"]
+    if composition.get("noise_std") is None:
+        return (
+            f"A count below min_category_count = {minimum} is withheld at each site and in the sum, and shown as "
+            "suppressed, so a column's shares can add up to less than 100%."
+        )
+    epsilon = composition.get("epsilon")
+    return (
+        f"The counts are noised{'' if epsilon is None else f' (epsilon {float(epsilon):g})'}: every count shown is within "
+        f"{float(composition['count_error_bound']):.0f} rows and every share within "
+        f"{100 * float(composition['share_error_bound']):.1f} points of the true one, all at once with probability "
+        f"{float(composition['confidence']):.0%}. The sites sent their counts whole; a noised count below "
+        f"min_category_count = {minimum} is shown as suppressed, whatever the truth."
     )
 
 
@@ -230,8 +247,9 @@ def _noise_paragraph(run: Run) -> str:
         )
     if evaluations:
         parts.append(
-            f"{len(evaluations)} evaluations decoded with noise of standard deviation {max(evaluations):.3g} rows per "
-            "bucket (each risk above is shown with its bound)"
+            f"{len(evaluations)} evaluations decoded with noise of standard deviation up to {max(evaluations):.3g} "
+            "per coordinate of the answers' sum, each coordinate a scaled sum (each risk above carries that noise in "
+            "its 95% interval)"
         )
     return (
         f"<p>Distributed DP: {'; '.join(parts)}. Each site charged every noised input it sent to its own ledger, "

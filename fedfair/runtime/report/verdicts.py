@@ -100,14 +100,18 @@ def _answered_at(evaluation: Mapping[str, Any]) -> str:
 
 
 def progress_note(evaluation: Mapping[str, Any]) -> str:
-    """The latest evaluation beside a progress bar: "worst 0.9237 +/- 0.21, mean 0.2574 +/- 0.14" (bare if exact)."""
+    """The latest evaluation beside a progress bar: "worst 0.9237 +/- 0.21, mean 0.2574 +/- 0.14" (bare if exact).
+
+    With losses above a noised report's cap both are bounded below only: "worst at least 0.7137, mean at least ...".
+    """
     worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
     if not noised(evaluation):
         return f"worst {worst:.4f}, mean {mean:.4f}"
     low, high = worst_interval(evaluation)
-    return (
-        f"worst {worst:.4f} +/- {(high - low) / 2:.4f}, mean {mean:.4f} +/- {float(evaluation['mean_error_bound']):.4f}"
-    )
+    bound = float(evaluation["mean_error_bound"])
+    if above_cap(evaluation) is not None:
+        return f"worst at least {low:.4f}, mean at least {mean - bound:.4f}"
+    return f"worst {worst:.4f} +/- {(high - low) / 2:.4f}, mean {mean:.4f} +/- {bound:.4f}"
 
 
 def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
@@ -118,7 +122,10 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
     if not noised(evaluation):
         return None
     low, high = worst_interval(evaluation)
-    half = (high - low) / 2.0
+    # The noise's own half-width where the record states it: the rest of the interval is the threshold's
+    # (threshold_warning), which more rows or epsilon would not narrow.
+    stated = evaluation.get("worst_risk_noise")
+    half = (high - low) / 2.0 if stated is None else float(stated)
     if half <= RESOLVED:
         return None
     rows, epsilon = float(evaluation["samples"]), float(evaluation["report_epsilon"])
@@ -136,6 +143,26 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
         f"(epsilon {epsilon:g}{_answered_at(evaluation)} over about {rows:,.0f} held-out rows), not from the "
         f"model{capped}. About {rows_for(half, rows):,.0f} held-out rows or {key} {epsilon_for(half, epsilon):.2g} "
         f"would give +/- {RESOLVED:g}"
+    )
+
+
+def threshold_warning(evaluation: Mapping[str, Any]) -> str | None:
+    """What reading the worst-group risk at c-bar costs, when that alone widens its interval by :data:`RESOLVED`.
+
+    The noised answers read the risk at the trained threshold c-bar; the further c-bar is from the worst group's
+    boundary (the (1 - rho)-quantile of the losses), the further below the read value the risk may lie (the
+    convexity gap). None for exact sums, a smaller gap, or a record from before it was stated.
+    """
+    gap = evaluation.get("worst_risk_threshold_gap")
+    if not noised(evaluation) or gap is None or float(gap) <= RESOLVED:
+        return None
+    low, high = worst_interval(evaluation)
+    return (
+        f"reading the worst-group risk at the trained threshold c-bar rather than at the worst group's boundary "
+        f"leaves up to {float(gap):.2f} of room below the read value (its interval is [{low:.4f}, {high:.4f}]); "
+        "more held-out rows or epsilon would not narrow that part. It shrinks as c-bar settles at the "
+        "(1 - rho)-quantile of the losses: train further ([training] rounds, threshold_lr), or average later "
+        "rounds only ([training] average_from)"
     )
 
 
@@ -189,5 +216,5 @@ def guessing_warning(evaluation: Mapping[str, Any]) -> str | None:
     )
 
 
-WARNINGS = (noise_warning, cap_warning, guessing_warning)
+WARNINGS = (noise_warning, threshold_warning, cap_warning, guessing_warning)
 """Every warning a finished evaluation may call for, in the order they are said."""

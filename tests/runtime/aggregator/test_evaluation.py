@@ -3,8 +3,9 @@ worst-off group, checked against the pooled composition of every site's held-out
 
 The fast test hands the evaluation a driver that returns a sum the test made; the slow one runs a
 federation of three institutions' own tables under a [schema] with real gRPC over loopback mutual TLS
-(threads of this process), and compares the composition the aggregator reports, from secure sums only,
-with `fedfair.fairness.composition` on every site's held-out rows put together.
+(threads of this process), one site missing two rounds, and compares the composition the aggregator
+reports, from secure sums only, with `fedfair.fairness.composition` on every site's held-out rows
+put together at the c-bar it states.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
 from fedfair.runtime.aggregator.checkpoint import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.evaluation import Earlier, federated_evaluation, noise_stds, report_noise_std
+from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
 from fedfair.runtime.composition_counts import held_out_levels, joint_suppression, local_counts
-from fedfair.runtime.contract import EVALUATION
+from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_shared_settings, shared_settings
 from fedfair.runtime.plan.privacy import answer_release, composition_release, decoded_noise_std
+from fedfair.runtime.transport import pb, pb_grpc
 from fedfair.privacy.distributed import Release
 from tests.federations import adult_raw_table
 from tests.runtime.harness import plan_sections, thread_federation
@@ -137,8 +140,32 @@ def institutions(table: pd.DataFrame) -> list[pd.DataFrame]:
     return [common.iloc[:2400], common.iloc[2400:4400], pd.concat([common.iloc[4400:6000], table[rare].iloc[:20]])]
 
 
+MISSED = (6, 7)
+"""The training rounds site-c misses (its task stream unanswered): inside the window rounds 5 to 8 average."""
+
+
+def site_c_misses_rounds(name: str, collaborator: Collaborator) -> None:
+    """site-c leaves every training task of the MISSED rounds unanswered, as a site cut off the network would."""
+    if name != "site-c":
+        return
+    start, step = collaborator._start, collaborator._step
+
+    def absent_start(stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
+        if not (binding.round in MISSED and stages is TRAINING):
+            start(stub, binding, stages)
+
+    def absent_step(stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+        if not (task.binding.round in MISSED and task.binding.stage in TRAINING.uploads):
+            step(stub, task)
+
+    collaborator._start = absent_start  # type: ignore[method-assign]
+    collaborator._step = absent_step  # type: ignore[method-assign]
+
+
 @pytest.mark.slow
 def test_the_federated_composition_is_the_pooled_one_but_for_suppressed_cells(tmp_path: Path) -> None:
+    """site-c misses two rounds of the averaging window, so its own mean of its rounds' c is not c-bar: every
+    site counts at the evaluated model's c-bar, the threshold the record states, all the same."""
     table = adult_raw_table()
     schema = draft_schema(table, "income", FEATURES)
     paths = []
@@ -153,16 +180,18 @@ def test_the_federated_composition_is_the_pooled_one_but_for_suppressed_cells(tm
             # Steps large enough for c-bar to come down from the bound into the losses within a few rounds.
             objective={"bound": 3.0},
             training={"rounds": 8, "local_steps": 5, "lr": 0.5, "threshold_lr": 0.5, "batch_fraction": 0.05},
-            quorum={"min_collaborators": 3},
+            quorum={"min_collaborators": 2, "grace_factor": 2.0},
             evaluation={"composition": COLUMNS},
         ),
         data={name: {"csv": str(path), "group": "race"} for name, path in zip(NAMES, paths, strict=True)},
     )
     workspace.plan.write_text(workspace.plan.read_text() + "\n" + schema.to_toml())
-    with thread_federation(workspace) as federation:
+    with thread_federation(workspace, collaborator=site_c_misses_rounds) as federation:
         federation.join(300)
     assert not federation.errors, federation.errors
-    final = read_round_log(workspace.output)[-1]["evaluation"]
+    log = read_round_log(workspace.output)
+    assert [record["round"] for record in log if "site-c" not in record["contributors"]] == list(MISSED)
+    final = log[-1]["evaluation"]
     assert final["status"] == "done" and final["collaborators"] == 3
     reported = final["composition"]
     assert json.loads((workspace.output / FINAL_SUMMARY_NAME).read_text())["evaluation"]["composition"] == reported
@@ -187,6 +216,11 @@ def test_the_federated_composition_is_the_pooled_one_but_for_suppressed_cells(tm
     losses = np.concatenate([site_losses for _, site_losses in held_out])
     above = losses > c
     assert reported["worst_rows"] == int(above.sum()) and reported["rows"] == losses.size
+    # The premise: site-c's own mean of the c its rounds of the window trained on (each round starts from the c
+    # the one before left) would count other rows than c-bar does.
+    started = {record["round"] + 1: record["c"] for record in log if "c" in record}
+    own = float(np.mean([started[round_number] for round_number in (5, 8)]))
+    assert np.sum((held_out[2][1] > own) != (held_out[2][1] > c)) >= 5, (own, c)
 
     minimum = schema.min_category_count
     suppressed = exact = 0

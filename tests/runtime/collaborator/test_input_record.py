@@ -114,18 +114,6 @@ def test_the_accountant_must_go_with_the_record(tmp_path: Path) -> None:
         InputRecord(tmp_path / "other.fed.bindings.json", "fed").check_accountant(3, None)
 
 
-def test_composition_takes_c_from_the_training_rounds(tmp_path: Path) -> None:
-    path = record_path(tmp_path)
-    record = InputRecord(path, "fed")
-    assert record.composition_threshold(1) is None
-    for round_number, c in ((1, 0.9), (2, 0.5), (3, 0.3)):
-        record.note_threshold(round_number, c)
-        record.view(round_number, "train", f"model-{round_number}").keep(Kept(np.zeros(2), 1.0))
-    restarted = InputRecord(path, "fed")
-    assert restarted.composition_threshold(2) == pytest.approx(0.4, abs=1e-15)
-    assert restarted.composition_threshold(9) == pytest.approx((0.9 + 0.5 + 0.3) / 3, abs=1e-15)
-
-
 @pytest.mark.parametrize(
     ("document", "message"),
     [
