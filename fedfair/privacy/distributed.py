@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy.rounding import delta_addon, rotated_wrap_probability, rounded_l1, rounded_l2
+from fedfair.privacy.rounding import batch_radius, delta_addon, rotated_wrap_probability, rounded_l1, rounded_l2
 
 ORDERS: tuple[int, ...] = (*range(2, 65), 72, 80, 96, 112, 128, 160, 192, 256)
 """Integer Renyi orders alpha the accountant evaluates (subsampling's bound needs integers)."""
@@ -42,12 +42,6 @@ SENSITIVITY_UNITS = 2.0**12
 """Training encodes one record's contribution as between 2^11 and 2^12 units (the fractional bits
 chosen to fit): the rounding inflation, about (d / 4 + 10.5 Delta) / (2 Delta^2) relative, stays
 below 1% for d up to 10^5, and 64-bit words keep 30 bits of room above it."""
-
-NORM_SLACK = 8.0
-"""A collaborator's unweighted update under distributed DP is lr times its clipped sum over its
-expected batch b, of norm at most sensitivity |S| / b for a Poisson sample S; the encoder projects it
-onto the ball of NORM_SLACK times the sensitivity, which binds only when |S| > 8 b (probability
-1e-5 at b = 1, and vanishing for larger b). Projection is 1-Lipschitz, so it costs no privacy."""
 
 MAX_PARTIES = 10**6
 """The delta add-on of training is counted for up to this many parties, so a collaborator can count
@@ -360,8 +354,9 @@ class Ring:
     parties: the most inputs one sum adds (the plan's collaborators).
     honest: the parties that carry the noise (the survivor floor less the colluders, :func:`party_mu`); all
         ``parties`` add a share, so a sum carries up to parties / honest times the calibrated mu.
-    max_weight: the largest weight a party sends: its vector's norm is at most NORM_SLACK times one record's
-        sensitivity times it.
+    max_weight: the largest weight a party sends, in expected batch records (its weight over w_k / b_k): the
+        encoder projects its vector onto :func:`~fedfair.privacy.rounding.batch_radius` of it times one record's
+        sensitivity.
     """
 
     modulus_bits: int
@@ -388,7 +383,7 @@ class Ring:
         if self.parties * weight_units >= 1 << (self.modulus_bits - 1):
             return 1.0
         total_mu = release.mu * self.parties / self.honest
-        norm = NORM_SLACK * release.l2 * self.max_weight
+        norm = batch_radius(self.max_weight) * release.l2
         return rotated_wrap_probability(total_mu, norm, self.parties, self.modulus_bits, dimension)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import kernels, prg
-from fedfair.privacy.distributed import NORM_SLACK, TrainingNoise
+from fedfair.privacy.distributed import TrainingNoise
 from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
 from fedfair.secagg.rotation import rotation_key
 
@@ -433,16 +433,17 @@ def noised_encoding(
 ) -> EncodingConfig:
     """`encoding` with the noise step of a distributed DP-SGD round.
 
-    `noise`'s fractional bits, this party's Skellam `share` mu, the norm bound NORM_SLACK times one record's
-    sensitivity at a weight of one per batch record (the unweighted update's scale: the sensitivity over
-    ``noise.weight_per_record``), and a rotation keyed by the federation and the round; what every party and the
+    `noise`'s fractional bits, this party's Skellam `share` mu, the norm bound of a Poisson batch's clipped sum
+    (:func:`~fedfair.privacy.rounding.batch_radius` records' sensitivity, :meth:`NoiseConfig.radius`), and a
+    rotation keyed by the federation and the round; what every party and the
     server of one round derive alike.
     """
     sensitivity = math.ldexp(1.0, -noise.fractional_bits) * noise.release.l2 / noise.weight_per_record
     step = NoiseConfig(
         mu=share,
-        norm_clip=NORM_SLACK * sensitivity,
+        norm_clip=sensitivity,
         dimension=dimension,
         rotation_key=rotation_key(federation_id, round_number, "training"),
+        weight_per_record=noise.weight_per_record,
     )
     return replace(encoding, fractional_bits=noise.fractional_bits, noise=step)

@@ -105,7 +105,7 @@ class NoiseConfig:
     mu: this party's Skellam share per coordinate, in encoded units (2^-f); the decoded sum of the
         honest survivors carries their total (:func:`fedfair.privacy.distributed.party_mu`).
     norm_clip: L2 bound of a party's unweighted update; the weighted vector is projected onto the ball
-        of radius ``norm_clip * weight`` (after the per-coordinate clip), which is 1-Lipschitz, so one
+        of radius :meth:`radius` (after the per-coordinate clip), which is 1-Lipschitz, so one
         record's L2 sensitivity is kept, and gives the public norm the conditional rounding and the
         modular range are checked against.
     dimension: d, the length of the update (the encoding has m + 1 words, m = d, or the next power of
@@ -124,6 +124,7 @@ class NoiseConfig:
     rotation_key: bytes | None = None
     beta: float = 1e-18
     failure: float = 2.0**-40
+    weight_per_record: float | None = None
 
     def __post_init__(self) -> None:
         check_mu(self.mu)
@@ -135,6 +136,22 @@ class NoiseConfig:
             raise ConfigError(f"the rotation key must be {prg.KEY_BYTES} bytes; derive it with rotation_key()")
         if not (0.0 < self.beta < 1.0 and 0.0 < self.failure < 1.0):
             raise ConfigError(f"beta={self.beta!r} and failure={self.failure!r} must be probabilities in (0, 1)")
+        if self.weight_per_record is not None and not (
+            math.isfinite(self.weight_per_record) and self.weight_per_record > 0
+        ):
+            raise ConfigError(f"weight_per_record={self.weight_per_record!r} must be a positive w_k / b_k")
+
+    def radius(self, weight: float) -> float:
+        """The L2 radius a party of ``weight`` is projected onto.
+
+        ``norm_clip * weight``; with ``weight_per_record`` r (DP-SGD updates, ``norm_clip`` then one record's
+        move at weight r), the clipped sum of a Poisson batch of weight / r expected records:
+        norm_clip r :func:`~fedfair.privacy.rounding.batch_radius` (weight / r).
+        """
+        r = self.weight_per_record
+        if r is None or weight == 0:
+            return self.norm_clip * weight
+        return self.norm_clip * r * rounding.batch_radius(weight / r)
 
     @property
     def encoded_dimension(self) -> int:
@@ -142,16 +159,14 @@ class NoiseConfig:
         return rotation.padded_dimension(self.dimension) if self.rotation_key is not None else self.dimension
 
 
-def noised_wrap_probability(noise: NoiseConfig, scale: float, modulus_bits: int, parties: int) -> float:
+def noised_wrap_probability(noise: NoiseConfig, norm: float, modulus_bits: int, parties: int) -> float:
     """A bound on the probability that a noised sum of ``parties`` inputs wraps modulo 2^k.
 
-    ``scale`` is the largest weight times 2^f: a party's vector has norm at most ``noise.norm_clip`` times it,
-    in encoded units. Rotated, the signal of each coordinate is bounded in probability
+    ``norm`` bounds a party's vector in encoded units (the radius of the largest weight times 2^f). Rotated, the signal of each coordinate is bounded in probability
     (:func:`~fedfair.privacy.rounding.rotated_wrap_probability`); without a rotation every coordinate may hold a
     party's whole rounded norm (:func:`~fedfair.privacy.rounding.wrap_probability`). Either way 1 when a norm
     reaches 2^52, beyond what float64 rounds exactly.
     """
-    norm = noise.norm_clip * scale
     size = noise.encoded_dimension
     party_norm = rounding.rounded_l2(norm, size, noise.beta)
     if party_norm >= 2.0**52:
@@ -185,7 +200,7 @@ class NoisyEncoding:
         self.clip = clip
         self.scale = math.ldexp(1.0, fractional_bits)
         self.size = noise.encoded_dimension
-        wrap = noised_wrap_probability(noise, max_weight * self.scale, modulus_bits, parties)
+        wrap = noised_wrap_probability(noise, noise.radius(max_weight) * self.scale, modulus_bits, parties)
         if wrap > noise.failure:
             raise ConfigError(
                 f"the noised sum of {parties} parties wraps modulo 2^{modulus_bits} with probability up to "
@@ -196,7 +211,7 @@ class NoisyEncoding:
     def encode_into(self, vector: np.ndarray, weight: float, stream: prg.Keystream, out: np.ndarray) -> None:
         """Encode the weighted ``vector`` (d float64) into the int64 ``out`` (m values).
 
-        Clip each coordinate to clip * weight, project onto the L2 ball of radius norm_clip * weight, rotate,
+        Clip each coordinate to clip * weight, project onto the L2 ball of :meth:`NoiseConfig.radius`, rotate,
         scale by 2^f, round stochastically (uniforms from ``stream``) until the rounded norm is within the
         bound, and add Skellam(mu) noise (also from ``stream``).
         """
@@ -208,7 +223,7 @@ class NoisyEncoding:
         if not np.isfinite(vector).all():
             raise ConfigError("the update has NaN or infinite coordinates; fix the local training step")
         clipped = np.clip(vector, -self.clip * weight, self.clip * weight)
-        radius = self.noise.norm_clip * weight
+        radius = self.noise.radius(weight)
         length = float(np.linalg.norm(clipped))
         if length > radius:
             clipped *= radius / length

@@ -158,7 +158,9 @@ class SecureSum:
             return self.encoding
         if self.training_noise is None:
             colluders = self.distributed.colluders
-            ring = Ring(self.encoding.modulus_bits, parties, max(1, parties - colluders), self.encoding.max_weight)
+            # In expected batch records, as the encoder's projection radius counts them.
+            records = self.encoding.max_weight / self.distributed.weight_per_record
+            ring = Ring(self.encoding.modulus_bits, parties, max(1, parties - colluders), records)
             self.training_noise = self.distributed.noise(dimension, ring)
         share = party_mu(self.training_noise.release.mu, parties, self.distributed.colluders)
         return noised_encoding(self.encoding, self.training_noise, share, self.federation_id, round_number, dimension)

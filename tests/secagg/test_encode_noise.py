@@ -135,8 +135,8 @@ def test_a_training_round_in_16_bit_words_decodes_the_noised_sum_within_its_boun
     )
     assert config.encoder.dtype is np.uint16
     rng = np.random.default_rng(2)
-    # Each party's weighted update at the norm the encoder allows it (NORM_SLACK records' sensitivity, weighted).
-    radius = distributed.NORM_SLACK * 0.05 * weight
+    # Each party's weighted update at the norm the encoder allows it (a Poisson batch's clipped sum of `weight` records).
+    radius = rounding.batch_radius(weight) * 0.05
     vectors = [v * (radius / np.linalg.norm(v)) for v in rng.normal(size=(parties, dimension))]
     trace = simulate_round(
         config, lambda party: config.encoder.encode(vectors[party - 1], weight), {Stage.MASK: [parties]}
