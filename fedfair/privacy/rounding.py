@@ -7,7 +7,9 @@ charges, and count what rounding and a wrap modulo 2^k add to delta.
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Iterable
 
 from fedfair.core.errors import ConfigError
 
@@ -83,7 +85,8 @@ bound, so the grid only decides how tight the least of them is."""
 def rotated_wrap_probability(mu: float, norm: float, summands: int, modulus_bits: int, dimension: int) -> float:
     """A bound on the probability that some coordinate of a rotated, rounded and noised sum wraps modulo 2^k.
 
-    The sum adds ``summands`` vectors of L2 norm at most ``norm`` (encoded units, before rounding), each rotated by
+    The sum adds ``summands`` vectors of L2 norm at most ``norm`` on average (encoded units, before rounding: only
+    their sum counts), each rotated by
     the round's R = H D / sqrt(m) (``dimension`` = m) and stochastically rounded, plus Skellam(``mu``) noise per
     coordinate (all parties' mu). Coordinate i of the rotated real sum y is sum_j H_ij s_j y_j / sqrt(m) with
     ||y|| <= summands * norm, and D's signs s_j are independent of y (keyed by public round data fixed before the
@@ -130,6 +133,11 @@ def batch_radius(records: float) -> float:
     if not (math.isfinite(records) and records > 0):
         raise ConfigError(f"records={records!r} must be a positive expected batch")
     return records + BATCH_TAIL * math.sqrt(records)
+
+
+def largest_total(values: Iterable[float], count: int) -> float:
+    """The sum of the ``count`` largest of ``values``: what any ``count`` of them can add up to at most."""
+    return sum(heapq.nlargest(count, values))
 
 
 def delta_addon(*, steps: int, parties: int, beta: float, epsilon: float, wrap: float) -> float:

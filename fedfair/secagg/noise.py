@@ -13,6 +13,7 @@ nobody else can regenerate and subtract its noise. The samplers are compiled
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -153,27 +154,36 @@ class NoiseConfig:
             return self.norm_clip * weight
         return self.norm_clip * r * rounding.batch_radius(weight / r)
 
+    def radii(self, parties: int, max_weight: float, weights: tuple[float, ...] = ()) -> list[float]:
+        """Bounds on the :meth:`radius` of each of ``parties`` parties, largest first.
+
+        The radius at ``max_weight`` for each, or with agreed ``weights`` the ``parties`` largest of theirs.
+        """
+        agreed = heapq.nlargest(parties, (self.radius(weight) for weight in weights))
+        return agreed + [self.radius(max_weight)] * (parties - len(agreed))
+
     @property
     def encoded_dimension(self) -> int:
         """m: the coordinates of the noised vector (d, or d padded to a power of two when rotating)."""
         return rotation.padded_dimension(self.dimension) if self.rotation_key is not None else self.dimension
 
 
-def noised_wrap_probability(noise: NoiseConfig, norm: float, modulus_bits: int, parties: int) -> float:
-    """A bound on the probability that a noised sum of ``parties`` inputs wraps modulo 2^k.
+def noised_wrap_probability(noise: NoiseConfig, norms: list[float], modulus_bits: int) -> float:
+    """A bound on the probability that a noised sum of ``len(norms)`` inputs wraps modulo 2^k.
 
-    ``norm`` bounds a party's vector in encoded units (the radius of the largest weight times 2^f). Rotated, the signal of each coordinate is bounded in probability
-    (:func:`~fedfair.privacy.rounding.rotated_wrap_probability`); without a rotation every coordinate may hold a
-    party's whole rounded norm (:func:`~fedfair.privacy.rounding.wrap_probability`). Either way 1 when a norm
-    reaches 2^52, beyond what float64 rounds exactly.
+    ``norms`` bounds each party's norm in encoded units (:meth:`NoiseConfig.radii` times 2^f). Rotated, the
+    signal of each coordinate is bounded in probability (:func:`~fedfair.privacy.rounding.rotated_wrap_probability`,
+    which counts only their sum); without a rotation every coordinate may hold every party's whole rounded norm
+    (:func:`~fedfair.privacy.rounding.wrap_probability`). Either way 1 when a norm reaches 2^52, beyond what
+    float64 rounds exactly.
     """
-    size = noise.encoded_dimension
-    party_norm = rounding.rounded_l2(norm, size, noise.beta)
-    if party_norm >= 2.0**52:
+    size, parties = noise.encoded_dimension, len(norms)
+    rounded = [rounding.rounded_l2(norm, size, noise.beta) for norm in norms]
+    if max(rounded) >= 2.0**52:
         return 1.0
     if noise.rotation_key is None:
-        return rounding.wrap_probability(parties * noise.mu, parties * party_norm, modulus_bits, size)
-    return rounding.rotated_wrap_probability(parties * noise.mu, norm, parties, modulus_bits, size)
+        return rounding.wrap_probability(parties * noise.mu, sum(rounded), modulus_bits, size)
+    return rounding.rotated_wrap_probability(parties * noise.mu, sum(norms) / parties, parties, modulus_bits, size)
 
 
 _MAX_REDRAWS = 64
@@ -194,13 +204,21 @@ class NoisyEncoding:
     """
 
     def __init__(
-        self, noise: NoiseConfig, clip: float, max_weight: float, fractional_bits: int, modulus_bits: int, parties: int
+        self,
+        noise: NoiseConfig,
+        clip: float,
+        max_weight: float,
+        fractional_bits: int,
+        modulus_bits: int,
+        parties: int,
+        weights: tuple[float, ...] = (),
     ) -> None:
         self.noise = noise
         self.clip = clip
         self.scale = math.ldexp(1.0, fractional_bits)
         self.size = noise.encoded_dimension
-        wrap = noised_wrap_probability(noise, noise.radius(max_weight) * self.scale, modulus_bits, parties)
+        norms = [radius * self.scale for radius in noise.radii(parties, max_weight, weights)]
+        wrap = noised_wrap_probability(noise, norms, modulus_bits)
         if wrap > noise.failure:
             raise ConfigError(
                 f"the noised sum of {parties} parties wraps modulo 2^{modulus_bits} with probability up to "

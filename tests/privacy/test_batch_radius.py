@@ -12,8 +12,15 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy import distributed, rounding
-from fedfair.secagg.encode import Encoder, EncodingConfig, noised_encoding
+from fedfair.privacy import distributed, ring, rounding
+from fedfair.secagg.encode import (
+    Encoder,
+    EncodingConfig,
+    check_no_wraparound,
+    largest_safe_fractional_bits,
+    noised_encoding,
+    weight_fractional_bits,
+)
 from fedfair.secagg.noise import NoiseConfig
 
 
@@ -62,23 +69,28 @@ def test_the_encoders_radius_is_a_batch_of_weight_over_r_records(weight: float, 
     st.floats(1.0, 1000.0),
     st.sampled_from([1.0, 1 / 40]),
     st.integers(3, 300),
+    st.booleans(),
 )
 def test_a_ring_the_calibration_accepts_is_one_the_encoder_accepts_and_its_wraps_stay_below_2_to_the_minus_40(
-    bits: int, parties: int, records: float, per_record: float, dimension: int
+    bits: int, parties: int, records: float, per_record: float, dimension: int, agreed: bool
 ) -> None:
     # The ring (privacy) and the encoder (secure sum) bound the same sum: every f the calibration picks for a
-    # ring must build an encoder at the ring's largest weight, whose own wrap bound is then within 2^-40.
-    ring = distributed.Ring(bits, parties, max(1, parties - 1), records)
+    # ring must build an encoder at the ring's largest weight (or agreed weights), whose own wrap bound is then
+    # within 2^-40.
+    weights = (*(records * (index + 1) / parties for index in range(parties - 1)), records) if agreed else ()
+    words = ring.Ring(bits, parties, max(1, parties - 1), records, weights)
     padded = distributed.padded_dimension(dimension)
     try:
-        noise = distributed.training_noise(1.0, 1e-5, 0.8 * per_record, 0.03, 200, padded, ring)
+        noise = distributed.training_noise(1.0, 1e-5, 0.8 * per_record, 0.03, 200, padded, words)
     except ConfigError as error:
         assert "no fractional bits" in str(error)
         return
     noise = dataclasses.replace(noise, weight_per_record=per_record)
-    assert ring.wrap_probability(noise.fractional_bits, noise.release, padded) <= distributed.WRAP_FAILURE
+    units = math.ldexp(noise.sensitivity, noise.fractional_bits)
+    assert words.wrap_probability(units, noise.release.mu, padded) <= distributed.WRAP_FAILURE
     share = distributed.party_mu(noise.release.mu, parties, 1)
-    plain = EncodingConfig(clip=10.0, max_weight=records * per_record, fractional_bits=0, modulus_bits=bits)
+    agreed_weights = tuple(weight * per_record for weight in weights)
+    plain = EncodingConfig(10.0, records * per_record, 0, bits, weights=agreed_weights)
     encoder = Encoder(noised_encoding(plain, noise, share, "federation", 1, dimension), parties)
     assert encoder.dtype == {16: np.uint16, 32: np.uint32}[bits]
 
@@ -87,9 +99,9 @@ def test_parties_at_the_radius_sum_in_16_bit_words_and_decode_within_the_bound()
     # Adult's largest batch (875 records) in 16-bit words, which the linear bound (8 b) refused: every party sends a
     # vector at the full radius, the same direction, and the sum decodes within its stated error.
     dimension, parties, records, sensitivity = 109, 3, 875.0, 0.8
-    ring = distributed.Ring(16, parties, parties - 1, records)
+    words = ring.Ring(16, parties, parties - 1, records)
     padded = distributed.padded_dimension(dimension)
-    noise = distributed.training_noise(1.0, 1e-5, sensitivity, 0.03, 200, padded, ring)
+    noise = distributed.training_noise(1.0, 1e-5, sensitivity, 0.03, 200, padded, words)
     share = distributed.party_mu(noise.release.mu, parties, 1)
     plain = EncodingConfig(clip=10.0, max_weight=records, fractional_bits=0, modulus_bits=16)
     encoding = noised_encoding(plain, noise, share, "federation", 1, dimension)
@@ -103,3 +115,50 @@ def test_parties_at_the_radius_sum_in_16_bit_words_and_decode_within_the_bound()
     decoded = encoder.decode(total, parties)
     assert decoded.total_weight == pytest.approx(parties * records, abs=parties * 2.0**-noise.fractional_bits)
     assert np.max(np.abs(decoded.weighted_sum - parties * vector)) <= decoded.error_bound
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 2000), min_size=2, max_size=12), st.data())
+def test_agreed_weights_bound_a_16_bit_sum_exactly_and_decode_it_exactly(
+    weights: list[int], data: st.DataObject
+) -> None:
+    # The range check with agreed weights is tight (one more bit and the parties' largest sum reaches 2^15), and
+    # every party at its weight and the clip in every coordinate, in either sign, still decodes within the bound.
+    agreed = tuple(float(weight) for weight in weights)
+    parties = data.draw(st.integers(1, len(agreed)))
+    bits = largest_safe_fractional_bits(1.0, 16, parties, max(agreed), agreed)
+    if bits < 0:
+        assert sum(sorted(weights)[-parties:]) + parties >= 2**15
+        return
+    with pytest.raises(ConfigError, match="could wrap"):
+        check_no_wraparound(1.0, bits + 1, 16, parties, max(agreed), agreed)
+    encoder = Encoder(EncodingConfig(1.0, max(agreed), bits, 16, weights=agreed), parties)
+    chosen = sorted(agreed)[-parties:]
+    signs = data.draw(st.lists(st.sampled_from([-1.0, 1.0]), min_size=parties, max_size=parties))
+    vectors = [np.full(5, sign * weight) for sign, weight in zip(signs, chosen, strict=True)]
+    total = np.zeros(6, dtype=np.uint16)
+    for vector, weight in zip(vectors, chosen, strict=True):
+        total += encoder.encode(vector, weight)
+    decoded = encoder.decode(total, parties)
+    assert decoded.total_weight == sum(chosen)  # whole weights round exactly
+    assert np.max(np.abs(decoded.weighted_sum - np.sum(vectors, axis=0))) <= decoded.error_bound
+
+
+def test_a_noised_sum_keeps_its_weight_word_at_its_own_scale() -> None:
+    # Adult's batches in 16-bit words: the noised coordinates take f = 5, which the weight word (1024 x 2^5 >= 2^15)
+    # could not; it travels at 2^4 and decodes to the agreed total exactly.
+    agreed, dimension = (875.0, 98.0, 51.0), 109
+    padded = distributed.padded_dimension(dimension)
+    words = ring.Ring(16, 3, 2, 875.0, agreed)
+    noise = distributed.training_noise(1.0, 1e-5, 0.8, 0.03, 200, padded, words)
+    share = distributed.party_mu(noise.release.mu, 3, 1)
+    plain = EncodingConfig(10.0, 875.0, 0, 16, weights=agreed)
+    encoder = Encoder(noised_encoding(plain, noise, share, "federation", 1, dimension), 3)
+    assert (noise.fractional_bits, encoder.weight_bits) == (5, 4)
+    # Unagreed, 60 parties of weight up to 875 cannot sum in 16-bit words even in whole units.
+    with pytest.raises(ConfigError, match="does not fit 2\\^16 words; agree the weights"):
+        weight_fractional_bits(EncodingConfig(10.0, 875.0, 5, 16), 60)
+    total = np.zeros(padded + 1, dtype=np.uint16)
+    for weight in agreed:
+        total += encoder.encode(np.zeros(dimension), weight)
+    assert encoder.decode(total, 3).total_weight == 1024.0

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy import distributed, rounding
+from fedfair.privacy import distributed, ring, rounding
 from fedfair.secagg import SecAggConfig, noise, prg, rotation, simulate_round
 from fedfair.secagg.encode import Encoder, EncodingConfig, noised_encoding
 from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
@@ -118,8 +118,8 @@ def test_a_training_round_in_16_bit_words_decodes_the_noised_sum_within_its_boun
     # The plan's noise fitted to 16-bit words (fewer fractional bits than 64-bit words would take), through the
     # masking protocol with one colluder allowed and one party dropping: the survivors' sum plus noise.
     dimension, parties, weight, colluders = 2000, 5, 4.0, 1
-    ring = distributed.Ring(16, parties, parties - colluders, weight)
-    fitted = distributed.training_noise(1.0, 1e-5, 0.05, 0.05, 100, rotation.padded_dimension(dimension), ring)
+    words = ring.Ring(16, parties, parties - colluders, weight)
+    fitted = distributed.training_noise(1.0, 1e-5, 0.05, 0.05, 100, rotation.padded_dimension(dimension), words)
     wide = distributed.training_noise(1.0, 1e-5, 0.05, 0.05, 100, rotation.padded_dimension(dimension))
     assert fitted.fractional_bits < wide.fractional_bits
     share = distributed.party_mu(fitted.release.mu, parties, colluders)

@@ -38,7 +38,8 @@ from fedfair.runtime.plan.privacy import (
 )
 from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
 from fedfair.core.tables import Table, field_names
-from fedfair.privacy.distributed import Ring, TrainingNoise
+from fedfair.privacy.distributed import TrainingNoise
+from fedfair.privacy.ring import Ring
 from fedfair.secagg import EncodingConfig, check_no_wraparound
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
 from fedfair.secagg.encode import noised_encoding
