@@ -283,36 +283,45 @@ def repeated(
 
 
 def word_sizes(bits: list[int], rounds: int, repeats: int) -> dict[str, Any]:
-    """No DP and distributed DP at epsilon 1 in 64-bit and each of `bits`-bit words, and each one's difference.
+    """No DP and distributed DP at epsilon 1 in 64-bit and each of `bits`-bit words, and each one's difference."""
+    rows = [
+        repeated(dataset, mode, epsilon, rounds, repeats, modulus_bits=width)
+        for dataset in CASES
+        for mode, epsilon in (("none", math.inf), ("distributed", 1.0))
+        for width in (64, *bits)
+    ]
+    return {"rounds": rounds, "repeats": repeats, "rows": rows, "comparisons": comparisons(rows, repeats)}
 
-    The relative difference in worst-group risk from the 64-bit row; its standard error from the two rows'
-    standard deviations over `repeats` runs each.
+
+def comparisons(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
+    """Each narrower row against the 64-bit row of its dataset and mode.
+
+    The relative difference in worst-group risk, its standard error from the two rows' standard deviations
+    over `repeats` runs each, and the decoded noise's standard deviation against the 64-bit row's.
     """
-    rows, pairs = [], []
-    for dataset in CASES:
-        for mode, epsilon in (("none", math.inf), ("distributed", 1.0)):
-            wide = repeated(dataset, mode, epsilon, rounds, repeats, modulus_bits=64)
-            rows.append(wide)
-            reference = wide["worst_group_risk"]
-            for width in bits:
-                narrow = repeated(dataset, mode, epsilon, rounds, repeats, modulus_bits=width)
-                rows.append(narrow)
-                error = math.hypot(wide["worst_group_risk_sd"], narrow["worst_group_risk_sd"]) / math.sqrt(repeats)
-                pairs.append(
-                    {
-                        "dataset": dataset,
-                        "mode": mode,
-                        "epsilon": wide["epsilon"],
-                        "bits": width,
-                        "fractional_bits": narrow["fractional_bits"],
-                        "worst_group_risk_64": reference,
-                        "worst_group_risk": narrow["worst_group_risk"],
-                        "relative_difference": narrow["worst_group_risk"] / reference - 1.0,
-                        "relative_difference_se": error / reference,
-                        "noise_std_ratio": narrow["noise_std"] / wide["noise_std"] if wide["noise_std"] else None,
-                    }
-                )
-    return {"rounds": rounds, "repeats": repeats, "rows": rows, "comparisons": pairs}
+    wide = {(row["dataset"], row["mode"]): row for row in rows if row["modulus_bits"] == 64}
+    pairs = []
+    for row in rows:
+        if row["modulus_bits"] == 64:
+            continue
+        reference = wide[row["dataset"], row["mode"]]
+        risk = reference["worst_group_risk"]
+        error = math.hypot(reference["worst_group_risk_sd"], row["worst_group_risk_sd"]) / math.sqrt(repeats)
+        pairs.append(
+            {
+                "dataset": row["dataset"],
+                "mode": row["mode"],
+                "epsilon": row["epsilon"],
+                "bits": row["modulus_bits"],
+                "fractional_bits": row["fractional_bits"],
+                "worst_group_risk_64": risk,
+                "worst_group_risk": row["worst_group_risk"],
+                "relative_difference": row["worst_group_risk"] / risk - 1.0,
+                "relative_difference_se": error / risk,
+                "noise_std_ratio": row["noise_std"] / reference["noise_std"] if reference["noise_std"] else None,
+            }
+        )
+    return pairs
 
 
 def main() -> None:
