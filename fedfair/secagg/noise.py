@@ -117,6 +117,8 @@ class NoiseConfig:
         :func:`~fedfair.privacy.rounding.rounded_l2` at this beta (so with probability <= beta).
     failure: the largest probability the encoder accepts that some coordinate of a sum wraps modulo
         2^k or leaves the range :meth:`NoisyEncoding.error_bound` states.
+    weight_per_record: r = w_k / b_k of DP-SGD updates, whose radius is then a Poisson batch's clipped sum
+        (:meth:`radius`); None for a radius linear in the weight.
     """
 
     mu: float
