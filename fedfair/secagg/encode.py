@@ -19,7 +19,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import kernels, prg
-from fedfair.privacy.distributed import TrainingNoise
+from fedfair.privacy.distributed import ROUNDING_BETA, TrainingNoise
 from fedfair.privacy.rounding import largest_total
 from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
 from fedfair.secagg.rotation import rotation_key
@@ -494,5 +494,6 @@ def noised_encoding(
         dimension=dimension,
         rotation_key=rotation_key(federation_id, round_number, "training"),
         weight_per_record=noise.weight_per_record,
+        beta=ROUNDING_BETA,  # the conditional rounding's failure that delta_addon counts
     )
     return replace(encoding, fractional_bits=noise.fractional_bits, noise=step)

@@ -155,6 +155,8 @@ def test_a_noised_sum_keeps_its_weight_word_at_its_own_scale() -> None:
     plain = EncodingConfig(10.0, 875.0, 0, 16, weights=agreed)
     encoder = Encoder(noised_encoding(plain, noise, share, "federation", 1, dimension), 3)
     assert (noise.fractional_bits, encoder.weight_bits) == (5, 4)
+    # The conditional rounding fails with the probability the delta add-on counts for it.
+    assert encoder.config.noise is not None and encoder.config.noise.beta == distributed.ROUNDING_BETA
     # Unagreed, 60 parties of weight up to 875 cannot sum in 16-bit words even in whole units.
     with pytest.raises(ConfigError, match="does not fit 2\\^16 words; agree the weights"):
         weight_fractional_bits(EncodingConfig(10.0, 875.0, 5, 16), 60)
