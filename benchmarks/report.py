@@ -50,6 +50,7 @@ SECTIONS: dict[str, Callable[[str, Mapping[str, Any]], Section]] = {
     "dp_utility_equal": dp_utility_equal,
     "dp_bits": dp_bits,
     "dp_utility_16bit": dp_utility_bits,
+    "dp_utility_32bit": dp_utility_bits,
     "noised_statistics": noised_statistics,
     "eval_error": eval_error,
     "census_fairness": census_fairness,
