@@ -2,9 +2,9 @@
 
 For each federation of `benchmarks/dp_utility.py` (its flags, colluders, clip and Poisson rate, the plan's
 rounds) and each word size k in {64, 32, 16}, the training noise is fitted to the words
-(`fedfair.privacy.distributed.Ring`: the most precise fractional bits f whose noised sum of every site wraps
+(`fedfair.privacy.ring.Ring`: the most precise fractional bits f whose noised sum of every site wraps
 with probability at most 2^-40, counted in delta) for a largest weight of the biggest site's expected batch
-(what dp_utility's sites send) and, to show where 16 bits start to fit, for smaller ones. Each row gives f,
+(what dp_utility's sites send, every site's batch agreed as its weight) and, for smaller ones, unagreed. Each row gives f,
 one record's sensitivity in encoded units after rounding, and the noise's standard deviation relative to
 the 64-bit fit's, in real units: above 1, the words cost utility (the rounding inflation, which the
 calibration pays for with more noise). A ring no f fits is reported as such (the plan would be refused).
@@ -21,9 +21,11 @@ from typing import Any
 
 from dp_utility import CASES, CLIP, DELTA
 from published import publish
+from fedfair.core.data import client_batch_sizes
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.distributed import Ring, TrainingNoise
+from fedfair.privacy.distributed import TrainingNoise
+from fedfair.privacy.ring import Ring
 from fedfair.research.experiment import load_federation
 from fedfair.research.flags import config_from_flags
 from fedfair.simulation.secure import DistributedDP
@@ -59,13 +61,15 @@ def rows_for(dataset: str) -> list[dict[str, Any]]:
     dimension = int(federation.train[0].features.shape[1]) + 2  # logistic regression's weights, bias and c
     wide = plan.noise(dimension)
     sites = len(sizes)
-    batch = float(math.ceil(max(sizes) * rate))
+    batches = tuple(float(batch) for batch in client_batch_sizes(sizes, config.training.batch_size))
     rows = []
-    for weight in (*SMALL_WEIGHTS, batch):
+    for weight in (*SMALL_WEIGHTS, max(batches)):
+        agreed = batches if weight == max(batches) else ()
         for bits in (64, 32, 16):
             row: dict[str, Any] = {"dataset": dataset, "sites": sites, "max_weight": weight, "modulus_bits": bits}
+            row["agreed_weights"] = bool(agreed)
             try:
-                noise = plan.noise(dimension, Ring(bits, sites, sites - colluders, weight))
+                noise = plan.noise(dimension, Ring(bits, sites, sites - colluders, weight, agreed))
             except ConfigError as error:
                 rows.append({**row, "fits": False, "reason": str(error)})
                 continue

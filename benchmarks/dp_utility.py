@@ -31,7 +31,10 @@ from PCG64, no cryptography) for as many coordinates. The issue's target, noised
 2x the keystream, measures the cost of drawing any Poisson variate against AES in counter mode (numpy's
 sampler alone is tens of times the keystream), not fedfair's code; `noised_vs_reference` compares the
 noised encode + mask with a plain encode + mask plus numpy's sampler, what a non-cryptographic noised
-encoder would cost at the least. `--quick` runs 200 rounds instead of 1000.
+encoder would cost at the least. `--quick` runs 200 rounds instead of 1000. `--bits K [K]` runs only the
+word-size rows: no DP and distributed at epsilon 1, both federations, in 64-bit and K-bit words (16 and/or 32),
+every site's batch agreed as its weight (`EncodingConfig.weights`), and each row's relative difference from
+the 64-bit one.
 """
 
 from __future__ import annotations
@@ -56,9 +59,9 @@ from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.distributed import noise_excess
 from fedfair.research.experiment import final_report, load_federation
 from fedfair.research.flags import config_from_flags
-from fedfair.research.methods import secure_sum
+from fedfair.research.methods import SECURE_CLIP, secure_sum
 from fedfair.secagg import prg
-from fedfair.secagg.encode import Encoder, EncodingConfig
+from fedfair.secagg.encode import Encoder, EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.noise import NoiseConfig
 from fedfair.secagg.rotation import rotation_key
 from fedfair.simulation.rounds import run_fedsrcvar
@@ -115,7 +118,17 @@ WEIGHTS = ("declared", "equal-batch", "equal")
 weights calibrated to the true per-record sensitivity."""
 
 
-def run(dataset: str, mode: str, epsilon: float, rounds: int, weights: str = "declared") -> dict[str, Any]:
+def agreed_encoding(batches: list[int], modulus_bits: int) -> EncodingConfig:
+    """The secure sum's encoding in `modulus_bits`-bit words with every site's batch agreed as its weight."""
+    agreed = tuple(float(batch) for batch in batches)
+    most = max(agreed)
+    bits = largest_safe_fractional_bits(SECURE_CLIP, modulus_bits, len(agreed), most, agreed)
+    return EncodingConfig(SECURE_CLIP, most, bits, modulus_bits, weights=agreed)
+
+
+def run(
+    dataset: str, mode: str, epsilon: float, rounds: int, weights: str = "declared", modulus_bits: int | None = None
+) -> dict[str, Any]:
     flags, colluders, masked = CASES[dataset]
     config = config_from_flags([*flags, "--model", "logreg", "--rounds", str(rounds)])
     federation = load_federation(config)
@@ -123,9 +136,10 @@ def run(dataset: str, mode: str, epsilon: float, rounds: int, weights: str = "de
     sizes = [client.size for client in federation.train]
     records = sum(sizes)
     rate = config.training.batch_size / records
-    # What one record's step is scaled by: w_k / b_k, 1 / min b_k under equal weights (b_k as make_learners sets it).
-    weight_per_record = 1.0 / min(client_batch_sizes(sizes, config.training.batch_size)) if weights == "equal" else 1.0
-    encoding = secure_sum(federation).encoding
+    batches = client_batch_sizes(sizes, config.training.batch_size)  # b_k as make_learners sets it
+    # What one record's step is scaled by: w_k / b_k, 1 / min b_k under equal weights.
+    weight_per_record = 1.0 / min(batches) if weights == "equal" else 1.0
+    encoding = secure_sum(federation).encoding if modulus_bits is None else agreed_encoding(batches, modulus_bits)
     privacy: PrivacyConfig | None = None
     summed = SecureSum(encoding, masked=masked)
     if mode == "local":
@@ -171,6 +185,8 @@ def run(dataset: str, mode: str, epsilon: float, rounds: int, weights: str = "de
         "noise_std": aggregate.noise_stds[-1] if mode == "distributed" else None,
         "noise_excess": noise_excess(sites, sites, colluders) if mode == "distributed" else None,
         "masked": masked,
+        "modulus_bits": encoding.modulus_bits,
+        "fractional_bits": summed.training_noise.fractional_bits if summed.training_noise else encoding.fractional_bits,
         "cpu_seconds": seconds,
     }
     print(
@@ -245,11 +261,17 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def repeated(
-    dataset: str, mode: str, epsilon: float, rounds: int, repeats: int, weights: str = "declared"
+    dataset: str,
+    mode: str,
+    epsilon: float,
+    rounds: int,
+    repeats: int,
+    weights: str = "declared",
+    modulus_bits: int | None = None,
 ) -> dict[str, Any]:
     """`run` `repeats` times: the noise comes from fresh OS entropy every run, so one run's risk is one draw;
     the row reports the mean of each risk and the standard deviation of the worst-group risk."""
-    runs = [run(dataset, mode, epsilon, rounds, weights) for _ in range(repeats)]
+    runs = [run(dataset, mode, epsilon, rounds, weights, modulus_bits) for _ in range(repeats)]
     row = dict(runs[0])
     for key in ("worst_group_risk", "mean_risk", "accuracy", "c", "epsilon_spent", "cpu_seconds"):
         row[key] = float(np.mean([item[key] for item in runs]))
@@ -260,15 +282,63 @@ def repeated(
     return row
 
 
+def word_sizes(bits: list[int], rounds: int, repeats: int) -> dict[str, Any]:
+    """No DP and distributed DP at epsilon 1 in 64-bit and each of `bits`-bit words, and each one's difference."""
+    rows = [
+        repeated(dataset, mode, epsilon, rounds, repeats, modulus_bits=width)
+        for dataset in CASES
+        for mode, epsilon in (("none", math.inf), ("distributed", 1.0))
+        for width in (64, *bits)
+    ]
+    return {"rounds": rounds, "repeats": repeats, "rows": rows, "comparisons": comparisons(rows, repeats)}
+
+
+def comparisons(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
+    """Each narrower row against the 64-bit row of its dataset and mode.
+
+    The relative difference in worst-group risk, its standard error from the two rows' standard deviations
+    over `repeats` runs each, and the decoded noise's standard deviation against the 64-bit row's.
+    """
+    wide = {(row["dataset"], row["mode"]): row for row in rows if row["modulus_bits"] == 64}
+    pairs = []
+    for row in rows:
+        if row["modulus_bits"] == 64:
+            continue
+        reference = wide[row["dataset"], row["mode"]]
+        risk = reference["worst_group_risk"]
+        error = math.hypot(reference["worst_group_risk_sd"], row["worst_group_risk_sd"]) / math.sqrt(repeats)
+        pairs.append(
+            {
+                "dataset": row["dataset"],
+                "mode": row["mode"],
+                "epsilon": row["epsilon"],
+                "bits": row["modulus_bits"],
+                "fractional_bits": row["fractional_bits"],
+                "worst_group_risk_64": risk,
+                "worst_group_risk": row["worst_group_risk"],
+                "relative_difference": row["worst_group_risk"] / risk - 1.0,
+                "relative_difference_se": error / risk,
+                "noise_std_ratio": row["noise_std"] / reference["noise_std"] if reference["noise_std"] else None,
+            }
+        )
+    return pairs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--quick", action="store_true", help="200 rounds instead of 1000")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each noised row, averaged (default 3)")
     parser.add_argument("--equal-only", action="store_true", help="only Adult's equal-weights rows")
+    parser.add_argument(
+        "--bits", type=int, nargs="+", choices=(16, 32), help="only the word-size rows: these bits against 64"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     rounds = 200 if args.quick else 1000
+    if args.bits is not None:
+        publish(word_sizes(args.bits, rounds, args.repeats), args.json)
+        return
     equal = [
         repeated("adult", "distributed", epsilon, rounds, args.repeats, weights)
         for weights in WEIGHTS[1:]

@@ -28,6 +28,7 @@ from report_learning import eval_error, influence_bench, noised_statistics, refe
 from report_plots import save
 from report_runtime import attack_matrix, federation_bench, round_bench, secagg_bench, startup_bench, wire_width
 from report_tables import Plot, Section, table
+from report_words import dp_utility_bits
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -50,6 +51,8 @@ SECTIONS: dict[str, Callable[[str, Mapping[str, Any]], Section]] = {
     "dp_utility": dp_utility,
     "dp_utility_equal": dp_utility_equal,
     "dp_bits": dp_bits,
+    "dp_utility_16bit": dp_utility_bits,
+    "dp_utility_32bit": dp_utility_bits,
     "noised_statistics": noised_statistics,
     "eval_error": eval_error,
     "census_fairness": census_fairness,

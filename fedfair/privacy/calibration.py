@@ -14,7 +14,8 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.distributed import Ring, TrainingNoise, padded_dimension, training_noise
+from fedfair.privacy.distributed import TrainingNoise, padded_dimension, training_noise
+from fedfair.privacy.ring import Ring
 
 
 def threshold_clip(privacy: PrivacyConfig, epsilon: float, rho: float) -> float:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy.rounding import delta_addon, rotated_wrap_probability, rounded_l1, rounded_l2
+from fedfair.privacy.ring import Ring
+from fedfair.privacy.rounding import delta_addon, rounded_l1, rounded_l2
 
 ORDERS: tuple[int, ...] = (*range(2, 65), 72, 80, 96, 112, 128, 160, 192, 256)
 """Integer Renyi orders alpha the accountant evaluates (subsampling's bound needs integers)."""
@@ -42,12 +43,6 @@ SENSITIVITY_UNITS = 2.0**12
 """Training encodes one record's contribution as between 2^11 and 2^12 units (the fractional bits
 chosen to fit): the rounding inflation, about (d / 4 + 10.5 Delta) / (2 Delta^2) relative, stays
 below 1% for d up to 10^5, and 64-bit words keep 30 bits of room above it."""
-
-NORM_SLACK = 8.0
-"""A collaborator's unweighted update under distributed DP is lr times its clipped sum over its
-expected batch b, of norm at most sensitivity |S| / b for a Poisson sample S; the encoder projects it
-onto the ball of NORM_SLACK times the sensitivity, which binds only when |S| > 8 b (probability
-1e-5 at b = 1, and vanishing for larger b). Projection is 1-Lipschitz, so it costs no privacy."""
 
 MAX_PARTIES = 10**6
 """The delta add-on of training is counted for up to this many parties, so a collaborator can count
@@ -337,6 +332,8 @@ class TrainingNoise:
     release: the Skellam release of one step (mu: the honest parties' total; l1, l2 in encoded units after
         rounding; the sampling rate); ``steps`` holds the planned steps.
     addon: what rounding and wraps add to delta (:func:`~fedfair.privacy.rounding.delta_addon`); the RDP conversion uses delta - addon.
+    sensitivity: how far one record moves the weighted sum in L2, real units, before rounding: the unit of the
+        encoder's projection radius (:func:`~fedfair.privacy.rounding.batch_radius` of them).
     weight_per_record: the sites' largest weight per expected batch record w_k / b_k the sensitivity was
         scaled by (:func:`fedfair.privacy.calibration.record_sensitivity`); a party's unweighted update is
         bounded by the sensitivity over it.
@@ -345,51 +342,12 @@ class TrainingNoise:
     fractional_bits: int
     release: Release
     addon: float
+    sensitivity: float
     weight_per_record: float = 1.0
 
     def epsilon(self, steps: int, delta: float) -> float:
         """Epsilon at ``delta`` (the promised one, add-on included) after ``steps`` steps."""
         return epsilon([dataclasses.replace(self.release, steps=steps)], delta - self.addon)
-
-
-@dataclass(frozen=True)
-class Ring:
-    """The words a noised training sum travels in, and who adds into them: what bounds its range.
-
-    modulus_bits: k, the word size of the secure sum (16, 32 or 64).
-    parties: the most inputs one sum adds (the plan's collaborators).
-    honest: the parties that carry the noise (the survivor floor less the colluders, :func:`party_mu`); all
-        ``parties`` add a share, so a sum carries up to parties / honest times the calibrated mu.
-    max_weight: the largest weight a party sends: its vector's norm is at most NORM_SLACK times one record's
-        sensitivity times it.
-    """
-
-    modulus_bits: int
-    parties: int
-    honest: int
-    max_weight: float
-
-    def __post_init__(self) -> None:
-        if self.modulus_bits not in (16, 32, 64):
-            raise ConfigError(f"modulus_bits={self.modulus_bits} is not supported; use 16, 32 or 64")
-        if not 1 <= self.honest <= self.parties:
-            raise ConfigError(f"honest={self.honest} must be from 1 to the {self.parties} parties")
-        if not (math.isfinite(self.max_weight) and self.max_weight > 0):
-            raise ConfigError(f"max_weight={self.max_weight!r} must be a positive finite number")
-
-    def wrap_probability(self, fractional_bits: int, release: Release, dimension: int) -> float:
-        """A bound on the probability that one noised sum of ``release`` (mu: the honest total) wraps modulo 2^k.
-
-        The rotated signal and every party's noise (:func:`~fedfair.privacy.rounding.rotated_wrap_probability`,
-        as the encoder checks it), or 1 when the weight word, up to max_weight 2^f + 2 units from each party
-        (the encoder's :func:`~fedfair.secagg.encode.largest_party_value`), could wrap.
-        """
-        weight_units = math.ceil(math.ldexp(self.max_weight, fractional_bits)) + 1
-        if self.parties * weight_units >= 1 << (self.modulus_bits - 1):
-            return 1.0
-        total_mu = release.mu * self.parties / self.honest
-        norm = NORM_SLACK * release.l2 * self.max_weight
-        return rotated_wrap_probability(total_mu, norm, self.parties, self.modulus_bits, dimension)
 
 
 def training_noise(
@@ -437,8 +395,9 @@ def training_noise(
         l2 = rounded_l2(math.ldexp(sensitivity, bits), dimension, ROUNDING_BETA)
         shape = Release("skellam", 1.0, rounded_l1(l2, dimension), l2, sampling_rate, steps)
         release = dataclasses.replace(shape, mu=calibrate(target_epsilon, delta - addon, [shape]))
-        if ring is None or ring.wrap_probability(bits, release, dimension) <= WRAP_FAILURE:
-            return TrainingNoise(bits, release, addon)
+        units = math.ldexp(sensitivity, bits)
+        if ring is None or ring.wrap_probability(units, release.mu, dimension) <= WRAP_FAILURE:
+            return TrainingNoise(bits, release, addon, sensitivity)
     assert ring is not None  # without a ring the first f is taken
     raise ConfigError(
         f"no fractional bits keep a noised sum of {ring.parties} parties (max_weight {ring.max_weight:g}) within "

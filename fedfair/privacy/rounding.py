@@ -7,7 +7,9 @@ charges, and count what rounding and a wrap modulo 2^k add to delta.
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Iterable
 
 from fedfair.core.errors import ConfigError
 
@@ -83,7 +85,8 @@ bound, so the grid only decides how tight the least of them is."""
 def rotated_wrap_probability(mu: float, norm: float, summands: int, modulus_bits: int, dimension: int) -> float:
     """A bound on the probability that some coordinate of a rotated, rounded and noised sum wraps modulo 2^k.
 
-    The sum adds ``summands`` vectors of L2 norm at most ``norm`` (encoded units, before rounding), each rotated by
+    The sum adds ``summands`` vectors of L2 norm at most ``norm`` on average (encoded units, before rounding: only
+    their sum counts), each rotated by
     the round's R = H D / sqrt(m) (``dimension`` = m) and stochastically rounded, plus Skellam(``mu``) noise per
     coordinate (all parties' mu). Coordinate i of the rotated real sum y is sum_j H_ij s_j y_j / sqrt(m) with
     ||y|| <= summands * norm, and D's signs s_j are independent of y (keyed by public round data fixed before the
@@ -108,6 +111,33 @@ def rotated_wrap_probability(mu: float, norm: float, summands: int, modulus_bits
         tails = math.exp(-exponent) + skellam_tail(mu, room - signal)
         best = min(best, 2.0 * dimension * tails)
     return best
+
+
+BATCH_TAIL = 8.0
+"""Standard deviations of a Poisson batch above its mean that :func:`batch_radius` allows."""
+
+
+def batch_radius(records: float) -> float:
+    """How many records' sensitivities bound a party's clipped sum, for a Poisson batch of ``records`` expected rows.
+
+    A clipped sum S of a Poisson sample moves by at most the clip per row drawn, and the rows drawn, a sum of
+    independent Bernoullis of mean b = ``records`` (variance at most b), exceed b + t with probability at most
+    exp(-t^2 / (2 (b + t / 3))) (Bernstein). At t = BATCH_TAIL sqrt(b) = 8 sqrt(b) that is exp(-32 / (1 + 8 /
+    (3 sqrt(b)))): below 2e-4 at b = 1, e^-24 at b = 64, and the bound only binds if every gradient is also at its
+    clip and aligned. The encoder projects onto this radius, which is 1-Lipschitz and so costs no privacy, and the
+    wrap bound counts it; b + 8 sqrt(b) replaces a bound linear in b (8 b), 6 times tighter at b = 875.
+
+    Raises:
+        ConfigError: ``records`` is not a positive finite number.
+    """
+    if not (math.isfinite(records) and records > 0):
+        raise ConfigError(f"records={records!r} must be a positive expected batch")
+    return records + BATCH_TAIL * math.sqrt(records)
+
+
+def largest_total(values: Iterable[float], count: int) -> float:
+    """The sum of the ``count`` largest of ``values``: what any ``count`` of them can add up to at most."""
+    return sum(heapq.nlargest(count, values))
 
 
 def delta_addon(*, steps: int, parties: int, beta: float, epsilon: float, wrap: float) -> float:

@@ -19,9 +19,13 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import kernels, prg
-from fedfair.privacy.distributed import NORM_SLACK, TrainingNoise
+from fedfair.privacy.distributed import ROUNDING_BETA, TrainingNoise
+from fedfair.privacy.rounding import largest_total
 from fedfair.secagg.noise import WEIGHT_STREAM, NoiseConfig, NoisyEncoding
 from fedfair.secagg.rotation import rotation_key
+
+Weights = tuple[float, ...]
+"""Every party's agreed weight, or () when the plan does not fix them (:attr:`EncodingConfig.weights`)."""
 
 MODULUS_BITS = (16, 32, 64)
 """Supported word sizes k: 16 bits a coordinate on the wire where the plan's range fits, 32 or 64 where it does not."""
@@ -71,6 +75,8 @@ class EncodingConfig:
     modulus_bits: k, the word size of the masked vector (16, 32 or 64).
     noise: distributed DP (:class:`fedfair.secagg.noise.NoiseConfig`): each party rotates, rounds and
         noises its vector, so the decoded sum carries Skellam noise; None (the default) for exact sums.
+    weights: every party's agreed weight, when the plan fixes them (declared sizes): a sum's range is then
+        bounded by the largest of them that one sum can hold, not by parties times max_weight; () when not agreed.
     """
 
     clip: float
@@ -78,6 +84,11 @@ class EncodingConfig:
     fractional_bits: int
     modulus_bits: int = 32
     noise: NoiseConfig | None = None
+    weights: Weights = ()
+
+    def __post_init__(self) -> None:
+        # A tuple whatever came in (a JSON round trip gives a list), so that equal configurations compare equal.
+        object.__setattr__(self, "weights", tuple(float(weight) for weight in self.weights))
 
 
 @dataclass(frozen=True)
@@ -117,29 +128,38 @@ class Decoded:
         return self.error_bound * (1.0 + self.clip) / self.total_weight
 
 
-def largest_safe_fractional_bits(clip: float, modulus_bits: int, parties: int, max_weight: float) -> int:
+def largest_safe_fractional_bits(
+    clip: float, modulus_bits: int, parties: int, max_weight: float, weights: Weights = ()
+) -> int:
     """The largest f that :func:`check_no_wraparound` accepts, or -1 if none does."""
     _check_knobs(clip, 0, modulus_bits, parties, max_weight)
     f = min(_MAX_FRACTIONAL_BITS, _FLOAT_EXACT_BITS - math.floor(math.log2(_magnitude(clip, max_weight))))
-    while f >= 0 and not _fits(clip, f, modulus_bits, parties, max_weight):
+    while f >= 0 and not _fits(clip, f, modulus_bits, parties, max_weight, weights=weights):
         f -= 1
     return f
 
 
-def check_no_wraparound(clip: float, fractional_bits: int, modulus_bits: int, parties: int, max_weight: float) -> None:
+def check_no_wraparound(
+    clip: float,
+    fractional_bits: int,
+    modulus_bits: int,
+    parties: int,
+    max_weight: float,
+    weights: Weights = (),
+) -> None:
     """Refuse a configuration whose worst-case sum could wrap around modulo 2^k.
 
     Each party contributes at most :func:`largest_party_value` in absolute value per
-    coordinate; the sum of ``parties`` of them must stay below 2^(k-1) to be read back
-    as a signed integer.
+    coordinate (at its agreed weight, with ``weights``); the sum of ``parties`` of them
+    (the largest, with ``weights``) must stay below 2^(k-1) to be read back as a signed integer.
 
     Raises:
         ConfigError: naming the knob to change, when the sum could wrap (or a knob is out of range).
     """
     _check_knobs(clip, fractional_bits, modulus_bits, parties, max_weight)
-    if _fits(clip, fractional_bits, modulus_bits, parties, max_weight):
+    if _fits(clip, fractional_bits, modulus_bits, parties, max_weight, weights=weights):
         return
-    best = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight)
+    best = largest_safe_fractional_bits(clip, modulus_bits, parties, max_weight, weights)
     fix = f"lower fractional_bits to at most {best}" if best >= 0 else "lower clip or max_weight"
     if modulus_bits < 64:
         fix += " or set modulus_bits=64"
@@ -163,11 +183,37 @@ def _magnitude(clip: float, max_weight: float) -> float:
     return max(clip, 1.0) * max_weight
 
 
-def _fits(clip: float, fractional_bits: int, modulus_bits: int, parties: int, max_weight: float) -> bool:
+def _fits(
+    clip: float, fractional_bits: int, modulus_bits: int, parties: int, max_weight: float, *, weights: Weights
+) -> bool:
     if math.ldexp(_magnitude(clip, max_weight), fractional_bits) > 2.0**_FLOAT_EXACT_BITS:
         return False
     # Exact integer arithmetic: float rounding must not decide a wraparound check.
-    return parties * largest_party_value(clip, fractional_bits, max_weight) < 1 << (modulus_bits - 1)
+    most = parties * largest_party_value(clip, fractional_bits, max_weight)
+    if weights:  # agreed weights: the parties largest of them, if less
+        values = (largest_party_value(clip, fractional_bits, weight) for weight in weights)
+        most = min(most, int(largest_total(values, parties)))
+    return most < 1 << (modulus_bits - 1)
+
+
+def weight_fractional_bits(config: EncodingConfig, parties: int) -> int:
+    """The weight coordinate's fractional bits: the most, up to f, at which a sum of ``parties`` weights fits.
+
+    F without noise (the range check covers the weight). Noised coordinates fit by their rotated norm, so at 2^f
+    the weight word would bind first (3 sites of batch 875 in 16-bit words: f <= 3).
+
+    Raises:
+        ConfigError: not even whole units of weight fit the words.
+    """
+    bits = config.fractional_bits
+    while bits >= 0 and not _fits(1.0, bits, config.modulus_bits, parties, config.max_weight, weights=config.weights):
+        bits -= 1
+    if bits < 0:
+        raise ConfigError(
+            f"a sum of {parties} weights up to max_weight={config.max_weight:g} does not fit 2^{config.modulus_bits} "
+            "words; agree the weights in the plan, lower max_weight or raise modulus_bits"
+        )
+    return bits
 
 
 def _check_knobs(clip: float, fractional_bits: int, modulus_bits: int, parties: int, max_weight: float) -> None:
@@ -192,14 +238,17 @@ class Encoder:
 
     def __init__(self, config: EncodingConfig, parties: int) -> None:
         self._noisy: NoisyEncoding | None = None
+        if not all(0.0 < weight <= config.max_weight for weight in config.weights):
+            raise ConfigError(f"agreed weights must be in (0, max_weight = {config.max_weight:g}]; raise max_weight")
         if config.noise is None:
-            check_no_wraparound(config.clip, config.fractional_bits, config.modulus_bits, parties, config.max_weight)
-        else:
-            # The weight coordinate is summed exactly as without noise; the others have their own range check.
-            check_no_wraparound(1.0, config.fractional_bits, config.modulus_bits, parties, config.max_weight)
-            self._noisy = NoisyEncoding(
-                config.noise, config.clip, config.max_weight, config.fractional_bits, config.modulus_bits, parties
+            check_no_wraparound(
+                config.clip, config.fractional_bits, config.modulus_bits, parties, config.max_weight, config.weights
             )
+        else:
+            knobs = (config.clip, config.max_weight, config.fractional_bits, config.modulus_bits, parties)
+            self._noisy = NoisyEncoding(config.noise, *knobs, config.weights)
+        # The weight coordinate's own scale (f without noise); the noised ones have their own range check.
+        self.weight_bits = weight_fractional_bits(config, parties)
         self.config = config
         self.parties = parties
         self.dtype: type[np.unsignedinteger]
@@ -304,9 +353,10 @@ class Encoder:
         """
         assert self._noisy is not None
         self._noisy.encode_into(vector, weight, key, encoded[:-1])
-        # The weight (below 2^52 units, check_no_wraparound) rounds with 53 random bits of its own stream.
+        # The weight (below 2^52 units at its own scale) rounds with 53 random bits of its own stream.
         uniform = int.from_bytes(prg.Keystream(key, WEIGHT_STREAM).read(8), "little") >> 11
-        encoded[-1:].view(self._signed)[0] = math.floor(weight * self._scale + math.ldexp(uniform, -53))
+        units = math.ldexp(weight, self.weight_bits)
+        encoded[-1:].view(self._signed)[0] = math.floor(units + math.ldexp(uniform, -53))
         return encoded
 
     def decode(self, encoded_sum: np.ndarray, summands: int) -> Decoded:
@@ -328,7 +378,7 @@ class Encoder:
             ) * 2.0**-52 * float(np.linalg.norm(rotated))
             return Decoded(
                 weighted_sum=self._noisy.decode(rotated),
-                total_weight=float(values[-1]),
+                total_weight=math.ldexp(float(values[-1]), self.config.fractional_bits - self.weight_bits),
                 error_bound=self.error_bound(summands) + floats,
                 clip=self.config.clip,
                 noise_std=self._noisy.noise_std(summands),
@@ -349,7 +399,7 @@ class Encoder:
         """
         config = self.config
         if self._noisy is not None:
-            return self._noisy.noise_bound(summands)
+            return max(self._noisy.noise_bound(summands), math.ldexp(summands, -self.weight_bits))
         largest_sum = summands * largest_party_value(config.clip, config.fractional_bits, config.max_weight)
         conversion = 0.0 if largest_sum <= 2**53 else 2.0 ** (math.ceil(math.log2(largest_sum)) - 53)
         return (summands + conversion) / self._scale
@@ -428,16 +478,17 @@ def noised_encoding(
 ) -> EncodingConfig:
     """`encoding` with the noise step of a distributed DP-SGD round.
 
-    `noise`'s fractional bits, this party's Skellam `share` mu, the norm bound NORM_SLACK times one record's
-    sensitivity at a weight of one per batch record (the unweighted update's scale: the sensitivity over
-    ``noise.weight_per_record``), and a rotation keyed by the federation and the round; what every party and the
+    `noise`'s fractional bits, this party's Skellam `share` mu, the norm bound of a Poisson batch's clipped sum
+    (:func:`~fedfair.privacy.rounding.batch_radius` records' sensitivity, :meth:`NoiseConfig.radius`), and a
+    rotation keyed by the federation and the round; what every party and the
     server of one round derive alike.
     """
-    sensitivity = math.ldexp(1.0, -noise.fractional_bits) * noise.release.l2 / noise.weight_per_record
     step = NoiseConfig(
         mu=share,
-        norm_clip=NORM_SLACK * sensitivity,
+        norm_clip=noise.sensitivity / noise.weight_per_record,
         dimension=dimension,
         rotation_key=rotation_key(federation_id, round_number, "training"),
+        weight_per_record=noise.weight_per_record,
+        beta=ROUNDING_BETA,  # the conditional rounding's failure that delta_addon counts
     )
     return replace(encoding, fractional_bits=noise.fractional_bits, noise=step)

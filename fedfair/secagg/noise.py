@@ -13,6 +13,7 @@ nobody else can regenerate and subtract its noise. The samplers are compiled
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -128,7 +129,7 @@ class NoiseConfig:
     mu: this party's Skellam share per coordinate, in encoded units (2^-f); the decoded sum of the
         honest survivors carries their total (:func:`fedfair.privacy.distributed.party_mu`).
     norm_clip: L2 bound of a party's unweighted update; the weighted vector is projected onto the ball
-        of radius ``norm_clip * weight`` (after the per-coordinate clip), which is 1-Lipschitz, so one
+        of radius :meth:`radius` (after the per-coordinate clip), which is 1-Lipschitz, so one
         record's L2 sensitivity is kept, and gives the public norm the conditional rounding and the
         modular range are checked against.
     dimension: d, the length of the update (the encoding has m + 1 words, m = d, or the next power of
@@ -139,6 +140,8 @@ class NoiseConfig:
         :func:`~fedfair.privacy.rounding.rounded_l2` at this beta (so with probability <= beta).
     failure: the largest probability the encoder accepts that some coordinate of a sum wraps modulo
         2^k or leaves the range :meth:`NoisyEncoding.error_bound` states.
+    weight_per_record: r = w_k / b_k of DP-SGD updates, whose radius is then a Poisson batch's clipped sum
+        (:meth:`radius`); None for a radius linear in the weight.
     """
 
     mu: float
@@ -147,6 +150,7 @@ class NoiseConfig:
     rotation_key: bytes | None = None
     beta: float = 1e-18
     failure: float = 2.0**-40
+    weight_per_record: float | None = None
 
     def __post_init__(self) -> None:
         check_mu(self.mu)
@@ -158,6 +162,30 @@ class NoiseConfig:
             raise ConfigError(f"the rotation key must be {prg.KEY_BYTES} bytes; derive it with rotation_key()")
         if not (0.0 < self.beta < 1.0 and 0.0 < self.failure < 1.0):
             raise ConfigError(f"beta={self.beta!r} and failure={self.failure!r} must be probabilities in (0, 1)")
+        if self.weight_per_record is not None and not (
+            math.isfinite(self.weight_per_record) and self.weight_per_record > 0
+        ):
+            raise ConfigError(f"weight_per_record={self.weight_per_record!r} must be a positive w_k / b_k")
+
+    def radius(self, weight: float) -> float:
+        """The L2 radius a party of ``weight`` is projected onto.
+
+        ``norm_clip * weight``; with ``weight_per_record`` r (DP-SGD updates, ``norm_clip`` then one record's
+        move at weight r), the clipped sum of a Poisson batch of weight / r expected records:
+        norm_clip r :func:`~fedfair.privacy.rounding.batch_radius` (weight / r).
+        """
+        r = self.weight_per_record
+        if r is None or weight == 0:
+            return self.norm_clip * weight
+        return self.norm_clip * r * rounding.batch_radius(weight / r)
+
+    def radii(self, parties: int, max_weight: float, weights: tuple[float, ...] = ()) -> list[float]:
+        """Bounds on the :meth:`radius` of each of ``parties`` parties, largest first.
+
+        The radius at ``max_weight`` for each, or with agreed ``weights`` the ``parties`` largest of theirs.
+        """
+        agreed = heapq.nlargest(parties, (self.radius(weight) for weight in weights))
+        return agreed + [self.radius(max_weight)] * (parties - len(agreed))
 
     @property
     def encoded_dimension(self) -> int:
@@ -165,23 +193,22 @@ class NoiseConfig:
         return rotation.padded_dimension(self.dimension) if self.rotation_key is not None else self.dimension
 
 
-def noised_wrap_probability(noise: NoiseConfig, scale: float, modulus_bits: int, parties: int) -> float:
-    """A bound on the probability that a noised sum of ``parties`` inputs wraps modulo 2^k.
+def noised_wrap_probability(noise: NoiseConfig, norms: list[float], modulus_bits: int) -> float:
+    """A bound on the probability that a noised sum of ``len(norms)`` inputs wraps modulo 2^k.
 
-    ``scale`` is the largest weight times 2^f: a party's vector has norm at most ``noise.norm_clip`` times it,
-    in encoded units. Rotated, the signal of each coordinate is bounded in probability
-    (:func:`~fedfair.privacy.rounding.rotated_wrap_probability`); without a rotation every coordinate may hold a
-    party's whole rounded norm (:func:`~fedfair.privacy.rounding.wrap_probability`). Either way 1 when a norm
-    reaches 2^52, beyond what float64 rounds exactly.
+    ``norms`` bounds each party's norm in encoded units (:meth:`NoiseConfig.radii` times 2^f). Rotated, the
+    signal of each coordinate is bounded in probability (:func:`~fedfair.privacy.rounding.rotated_wrap_probability`,
+    which counts only their sum); without a rotation every coordinate may hold every party's whole rounded norm
+    (:func:`~fedfair.privacy.rounding.wrap_probability`). Either way 1 when a norm reaches 2^52, beyond what
+    float64 rounds exactly.
     """
-    norm = noise.norm_clip * scale
-    size = noise.encoded_dimension
-    party_norm = rounding.rounded_l2(norm, size, noise.beta)
-    if party_norm >= 2.0**52:
+    size, parties = noise.encoded_dimension, len(norms)
+    rounded = [rounding.rounded_l2(norm, size, noise.beta) for norm in norms]
+    if max(rounded) >= 2.0**52:
         return 1.0
     if noise.rotation_key is None:
-        return rounding.wrap_probability(parties * noise.mu, parties * party_norm, modulus_bits, size)
-    return rounding.rotated_wrap_probability(parties * noise.mu, norm, parties, modulus_bits, size)
+        return rounding.wrap_probability(parties * noise.mu, sum(rounded), modulus_bits, size)
+    return rounding.rotated_wrap_probability(parties * noise.mu, sum(norms) / parties, parties, modulus_bits, size)
 
 
 CHUNK = 1 << 17
@@ -209,13 +236,21 @@ class NoisyEncoding:
     """
 
     def __init__(
-        self, noise: NoiseConfig, clip: float, max_weight: float, fractional_bits: int, modulus_bits: int, parties: int
+        self,
+        noise: NoiseConfig,
+        clip: float,
+        max_weight: float,
+        fractional_bits: int,
+        modulus_bits: int,
+        parties: int,
+        weights: tuple[float, ...] = (),
     ) -> None:
         self.noise = noise
         self.clip = clip
         self.scale = math.ldexp(1.0, fractional_bits)
         self.size = noise.encoded_dimension
-        wrap = noised_wrap_probability(noise, max_weight * self.scale, modulus_bits, parties)
+        norms = [radius * self.scale for radius in noise.radii(parties, max_weight, weights)]
+        wrap = noised_wrap_probability(noise, norms, modulus_bits)
         if wrap > noise.failure:
             raise ConfigError(
                 f"the noised sum of {parties} parties wraps modulo 2^{modulus_bits} with probability up to "
@@ -226,7 +261,7 @@ class NoisyEncoding:
     def encode_into(self, vector: np.ndarray, weight: float, key: bytes, out: np.ndarray, chunk: int = CHUNK) -> None:
         """Encode the weighted ``vector`` (d float32 or float64 values) into ``out``: m words modulo 2^k.
 
-        Clip each coordinate to clip * weight, project onto the L2 ball of radius norm_clip * weight, rotate,
+        Clip each coordinate to clip * weight, project onto the L2 ball of :meth:`NoiseConfig.radius`, rotate,
         scale by 2^f (all in one float64 copy of m values), then ``chunk`` coordinates at a time: round
         stochastically until the rounded norm is within the bound (uniforms from stream 0 of ``key``) and add
         Skellam(mu) noise (its two Poissons from streams 1 and 2). ``out`` (m contiguous unsigned words) takes
@@ -247,7 +282,7 @@ class NoisyEncoding:
             raise ConfigError("the update has NaN or infinite coordinates; fix the local training step")
         values = np.zeros(self.size)  # the padding stays zero through clipping and projection
         np.clip(vector, -self.clip * weight, self.clip * weight, out=values[: vector.size])
-        radius = self.noise.norm_clip * weight
+        radius = self.noise.radius(weight)
         length = float(np.linalg.norm(values))
         if length > radius:
             values *= radius / length

@@ -16,7 +16,8 @@ from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.update import Update
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.distributed import Ring, TrainingNoise, party_mu
+from fedfair.privacy.distributed import TrainingNoise, party_mu
+from fedfair.privacy.ring import Ring
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.secagg import Decoded, EncodingConfig, SecAggConfig, simulate_round
 from fedfair.secagg.encode import noised_encoding
@@ -158,7 +159,11 @@ class SecureSum:
             return self.encoding
         if self.training_noise is None:
             colluders = self.distributed.colluders
-            ring = Ring(self.encoding.modulus_bits, parties, max(1, parties - colluders), self.encoding.max_weight)
+            # In expected batch records, as the encoder's projection radius counts them.
+            per_record = self.distributed.weight_per_record
+            weights = tuple(weight / per_record for weight in self.encoding.weights)
+            honest = max(1, parties - colluders)
+            ring = Ring(self.encoding.modulus_bits, parties, honest, self.encoding.max_weight / per_record, weights)
             self.training_noise = self.distributed.noise(dimension, ring)
         share = party_mu(self.training_noise.release.mu, parties, self.distributed.colluders)
         return noised_encoding(self.encoding, self.training_noise, share, self.federation_id, round_number, dimension)

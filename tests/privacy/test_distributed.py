@@ -9,7 +9,7 @@ import pytest
 from opacus.accountants.analysis import rdp as opacus_rdp
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy import distributed, rounding
+from fedfair.privacy import distributed, ring, rounding
 from fedfair.privacy.distributed import Release
 
 CASES = [(mu, shift, alpha) for mu in (2.0, 30.0, 400.0, 1e4) for shift in (1, 2, 7) for alpha in (2, 5, 16, 40)]
@@ -139,11 +139,11 @@ def test_bad_releases_are_refused() -> None:
 @pytest.mark.parametrize("weight", [1.0, 10.0, 100.0])
 def test_noise_fitted_to_16_bit_words_keeps_its_accounting_exact_at_the_bits_chosen(weight: float) -> None:
     dimension, steps, delta = 1 << 12, 200, 1e-5
-    ring = distributed.Ring(16, 3, 3, weight)
-    fitted = distributed.training_noise(1.0, delta, 0.1, 0.01, steps, dimension, ring)
+    words = ring.Ring(16, 3, 3, weight)
+    fitted = distributed.training_noise(1.0, delta, 0.1, 0.01, steps, dimension, words)
     bits = fitted.fractional_bits
     # The most precise f whose sum fits: one more bit and it could wrap more often than WRAP_FAILURE allows.
-    assert ring.wrap_probability(bits, fitted.release, dimension) <= distributed.WRAP_FAILURE
+    assert words.wrap_probability(math.ldexp(0.1, bits), fitted.release.mu, dimension) <= distributed.WRAP_FAILURE
     finer = distributed.training_noise(1.0, delta, 0.1, 0.01, steps, dimension)
     assert bits < finer.fractional_bits
     # The release is the one of these bits: sensitivities rounded at f, mu calibrated to the target for them.
@@ -157,8 +157,8 @@ def test_noise_fitted_to_16_bit_words_keeps_its_accounting_exact_at_the_bits_cho
 
 def test_a_ring_no_bits_fit_is_refused_with_the_fix() -> None:
     with pytest.raises(ConfigError, match="lower max_weight to the largest expected batch, or raise modulus_bits"):
-        distributed.training_noise(1.0, 1e-5, 0.1, 0.01, 200, 1 << 24, distributed.Ring(16, 3, 3, 1000.0))
+        distributed.training_noise(1.0, 1e-5, 0.1, 0.01, 200, 128, ring.Ring(16, 3, 3, 1e6))
     with pytest.raises(ConfigError, match="modulus_bits=24"):
-        distributed.Ring(24, 3, 3, 1.0)
+        ring.Ring(24, 3, 3, 1.0)
     with pytest.raises(ConfigError, match="honest=4"):
-        distributed.Ring(16, 3, 4, 1.0)
+        ring.Ring(16, 3, 4, 1.0)

@@ -38,7 +38,6 @@ from fedfair.runtime.plan.privacy import (
     statistics_release,
     training_privacy,
 )
-from fedfair.privacy.distributed import NORM_SLACK
 from tests.runtime.harness import new_workspace, thread_federation
 
 
@@ -380,7 +379,8 @@ def test_equal_weights_calibrate_the_training_noise_to_one_records_true_move() -
     clip = [settings.training_encoding("fed", 3, 1, dimension).noise for settings in (equal, declared)]
     assert clip[0] is not None and clip[1] is not None
     assert clip[0].norm_clip == pytest.approx(clip[1].norm_clip, rel=0.01)
-    assert clip[1].norm_clip == pytest.approx(NORM_SLACK * exact * 50, rel=0.01)
+    assert clip[1].norm_clip == pytest.approx(exact * 50, rel=0.01)
+    assert (clip[0].weight_per_record, clip[1].weight_per_record) == (1 / 50, 1.0)
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from fedfair.core.errors import ConfigError
-from fedfair.privacy import distributed, rounding
+from fedfair.privacy import distributed, ring, rounding
 from fedfair.secagg import SecAggConfig, noise, rotation, simulate_round
 from fedfair.secagg.encode import Encoder, EncodingConfig, noised_encoding
 from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
@@ -119,8 +119,8 @@ def test_a_training_round_in_16_bit_words_decodes_the_noised_sum_within_its_boun
     # The plan's noise fitted to 16-bit words (fewer fractional bits than 64-bit words would take), through the
     # masking protocol with one colluder allowed and one party dropping: the survivors' sum plus noise.
     dimension, parties, weight, colluders = 2000, 5, 4.0, 1
-    ring = distributed.Ring(16, parties, parties - colluders, weight)
-    fitted = distributed.training_noise(1.0, 1e-5, 0.05, 0.05, 100, rotation.padded_dimension(dimension), ring)
+    words = ring.Ring(16, parties, parties - colluders, weight)
+    fitted = distributed.training_noise(1.0, 1e-5, 0.05, 0.05, 100, rotation.padded_dimension(dimension), words)
     wide = distributed.training_noise(1.0, 1e-5, 0.05, 0.05, 100, rotation.padded_dimension(dimension))
     assert fitted.fractional_bits < wide.fractional_bits
     share = distributed.party_mu(fitted.release.mu, parties, colluders)
@@ -136,8 +136,8 @@ def test_a_training_round_in_16_bit_words_decodes_the_noised_sum_within_its_boun
     )
     assert config.encoder.dtype is np.uint16
     rng = np.random.default_rng(2)
-    # Each party's weighted update at the norm the encoder allows it (NORM_SLACK records' sensitivity, weighted).
-    radius = distributed.NORM_SLACK * 0.05 * weight
+    # Each party's weighted update at the norm the encoder allows it (a Poisson batch's clipped sum of `weight` records).
+    radius = rounding.batch_radius(weight) * 0.05
     vectors = [v * (radius / np.linalg.norm(v)) for v in rng.normal(size=(parties, dimension))]
     trace = simulate_round(
         config, lambda party: config.encoder.encode(vectors[party - 1], weight), {Stage.MASK: [parties]}

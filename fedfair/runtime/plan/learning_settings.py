@@ -38,7 +38,8 @@ from fedfair.runtime.plan.privacy import (
 )
 from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
 from fedfair.core.tables import Table, field_names
-from fedfair.privacy.distributed import Ring, TrainingNoise
+from fedfair.privacy.distributed import TrainingNoise
+from fedfair.privacy.ring import Ring
 from fedfair.secagg import EncodingConfig, check_no_wraparound
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
 from fedfair.secagg.encode import noised_encoding
@@ -191,9 +192,8 @@ class LearningSettings:
         # At least one honest party here; party_mu refuses a floor that leaves none, naming the fix.
         honest = min(collaborators, max(1, floor - secure.max_colluding))
         per_record = self.influence.weight_per_record(self.batch_fraction)
-        # The encoder bounds a party's unweighted update by NORM_SLACK times one record's move before weighting
-        # (the sensitivity over w_k / b_k), so its weighted vector by that times its weight: in the ring's
-        # units of the (weighted) sensitivity, max_weight / (w_k / b_k).
+        # The encoder bounds a party's weighted vector by the clipped sum of a Poisson batch of weight / (w_k / b_k)
+        # expected records (fedfair.privacy.rounding.batch_radius): the ring counts the largest, max_weight / (w_k / b_k).
         ring = Ring(secure.modulus_bits, collaborators, honest, secure.max_weight / per_record)
         return training_noise(
             self.privacy,

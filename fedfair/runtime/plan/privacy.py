@@ -30,6 +30,7 @@ from fedfair.datasets.statistics import (
 from fedfair.fairness import sums, tail
 from fedfair.privacy import distributed, rounding
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
+from fedfair.privacy.ring import Ring
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.plan.limits import number_in, positive
 from fedfair.runtime.composition_counts import CompositionColumn, composition_length, composition_sensitivity
@@ -295,7 +296,7 @@ def training_noise(
     floor: int,
     colluders: int,
     weight_per_record: float = 1.0,
-    ring: distributed.Ring | None = None,
+    ring: Ring | None = None,
 ) -> tuple[distributed.TrainingNoise, float]:
     """The calibrated noise of the plan's distributed DP-SGD rounds for updates of `dimension` values.
 
