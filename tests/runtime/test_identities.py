@@ -44,10 +44,13 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
     processes.collaborator(workspace, "site-b")
     wait_for(lambda: any("site-a connected" in line for line in aggregator.lines), 120)
 
+    wait_for(lambda: any("site-a: joined federation" in line for line in first.lines), 60)
     second = processes.collaborator(workspace, "site-a")
-    assert second.wait(120) != 0, processes.tail()
+    assert second.wait(120) == 2, processes.tail()
     said = "\n".join(second.lines)
     assert "identity-in-use" in said and "'site-a' is already connected from 127.0.0.1:" in said, said
+    # Refused before it ever said it joined: the aggregator never took its task stream.
+    assert "joined" not in said and "identity-in-use" in second.lines[-1], said
     refusal = [line for line in aggregator.lines if "refused WaitForTasks from 'site-a'" in line]
     assert refusal and "ALREADY_EXISTS" in refusal[0] and "second process (from 127.0.0.1:" in refusal[0], refusal
     assert first.process.poll() is None, "the running process must be untouched"

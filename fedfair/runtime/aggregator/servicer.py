@@ -29,6 +29,7 @@ from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.identities import LiveStreams, host_of
 from fedfair.runtime.rate_limits import RateLimit
 from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RefusalLog, worker_threads
+from fedfair.runtime.contract import STREAM_ACCEPTED
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
@@ -299,6 +300,8 @@ class Servicer(pb_grpc.FederationServicer):
             if not context.add_callback(lambda: self._departed(peer)):
                 self._departed(peer)
                 return
+            # Said now, not with the first task (which may be minutes away): the stream is taken.
+            context.send_initial_metadata((STREAM_ACCEPTED,))
             yield from self.board.stream_tasks(peer, start, context.is_active)
 
     def _model(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.ModelPart]:

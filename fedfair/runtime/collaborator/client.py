@@ -28,7 +28,15 @@ from fedfair.datasets.encoder import Encoder as TableEncoder
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import check_identity
-from fedfair.runtime.collaborator.preparation import Joined, Prepared, as_participant, encode_table, join, prepare
+from fedfair.runtime.collaborator.preparation import (
+    Joined,
+    Prepared,
+    as_participant,
+    encode_table,
+    join,
+    prepare,
+    say_joined,
+)
 from fedfair.runtime.collaborator.receipt import BUNDLE_SUFFIX, Expectation, finished_status, kept_path, receive_bundle
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import RoundJob, kept, resent
@@ -175,6 +183,10 @@ class Collaborator(TaskStream):
         self._joined = join(stub, self.config, self.backoff, self.identity, table, self.reset_state)
         if self.shared.schema is None:
             self._prepare(load_local_data(self.config, self.shared, table), self.shared)
+
+    def _say_joined(self) -> None:
+        """Log that this institution joined (the aggregator took its task stream): :func:`say_joined`."""
+        say_joined(self.config, self.joined, None if self._round is None else self._round.prepared, self.device)
 
     def _plan_change(self, reply: pb.PlanReply) -> FailureError | None:
         """Why this joined collaborator does not take the plan in `reply`, or None if it is the plan it joined.
