@@ -48,8 +48,12 @@ class Progress:
         stream: TextIO | None = None,
         log: TextIO | None = None,
         interval_s: float = PLAIN_INTERVAL_SECONDS,
+        hold_last: bool = False,
     ) -> None:
         self.total = max(total, 0)
+        self.hold_last = hold_last
+        """Hold the last line back even when no note was shown yet: a process's final round is followed by its
+        result (an evaluation) or its closing line, and the 100% line is printed once, then (or at close())."""
         self.label = label
         self.unit = unit
         self.stream = stream if stream is not None else sys.stderr
@@ -94,7 +98,7 @@ class Progress:
         finished = done == self.total and self._printed < done
         # The last line comes once: at the end the work's result (the final round's evaluation) may still
         # be on its way, so a last line whose note is the one already shown waits for it, or for close().
-        if finished and note == self._printed_note and note != "":
+        if finished and note == self._printed_note and (note != "" or self.hold_last):
             self._held = note
             return
         # A note that comes after the last line (the final round's evaluation) is the result: shown once more.

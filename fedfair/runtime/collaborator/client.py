@@ -37,7 +37,14 @@ from fedfair.runtime.collaborator.preparation import (
     prepare,
     say_joined,
 )
-from fedfair.runtime.collaborator.receipt import BUNDLE_SUFFIX, Expectation, finished_status, kept_path, receive_bundle
+from fedfair.runtime.collaborator.receipt import (
+    BUNDLE_SUFFIX,
+    Expectation,
+    Received,
+    finished_status,
+    kept_path,
+    receive_bundle,
+)
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import RoundJob, kept, resent
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
@@ -357,13 +364,17 @@ class Collaborator(TaskStream):
         )
         # An output model that is not the average of the training rounds' models refuses any bundle that holds it.
         refusal = joined.outcome.output_mismatch()
-        if refusal is None and task.input_size > 0:
-            refusal = receive_bundle(
+        if refusal is not None:
+            received = Received(refusal=refusal)
+        elif task.input_size > 0:
+            received = receive_bundle(
                 self.config.name, path, lambda: self._input(stub, task), expected, joined.outcome.output
             )
-        status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed)
-        if refusal is not None:
-            raise PermanentFailureError(BUNDLE_REFUSED, reason=refusal, path=path)
+        else:
+            received = Received(not_kept="the aggregator sent none")
+        status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed, received)
+        if received.refusal is not None:
+            raise PermanentFailureError(BUNDLE_REFUSED, reason=received.refusal, path=path)
         return status
 
     def _note_round(self, round_number: int, *, held: bool) -> None:
