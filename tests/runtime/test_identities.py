@@ -87,7 +87,7 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
         assert bundle.is_file()
     for child in (aggregator, first, *others):  # the 100% line once, before the closing line
         complete = [number for number, line in enumerate(child.lines) if f"{rounds}/{rounds} rounds (100%)" in line]
-        assert len(complete) == 1 and complete[0] < len(child.lines) - 1, child.lines
+        assert len(complete) == 1 and complete[0] < len(child.lines) - 1, "\n".join(child.lines)
 
     # The console: connections, the progress and the closing line; per-round lines only in the log file.
     console = "\n".join(aggregator.lines)
