@@ -64,6 +64,10 @@ EVALUATION = Stages(
     session_offset=1,
 )
 
+STREAM_ACCEPTED = ("fedfair-stream", "accepted")
+"""The initial metadata the aggregator sends on a task stream it took (this name's only live one), before
+any task: the collaborator says it joined only on it, so a refused second process of a name never does."""
+
 
 def update_dimension(parameters: int, corrects_drift: bool) -> int:
     """The length of a training round's summed vector for a model of `parameters` numbers.

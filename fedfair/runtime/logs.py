@@ -1,10 +1,10 @@
 """Log lines of the runtime processes (aggregator, collaborators): a quiet console and a full log file.
 
 The console of a process is a tool, not a log: it shows one progress bar (round, ETA, the latest
-worst-group and mean risk) and the lines worth a person's attention (connections, warnings, the
-closing line). Per-round lines (a round applied, a round trained, an evaluation) are marked with
-:func:`per_round`, and routine repeats (a retry while the aggregator starts) with :data:`LOG_FILE_ONLY`;
-they go to the log file, and to the console only with ``verbose``. Lines at
+worst-group and mean risk) and the lines worth a person's attention (connections, warnings, and
+last the closing line, :data:`CLOSING_LINE`). Per-round lines (a round applied, a round trained, an
+evaluation), marked with :func:`per_round`, and routine repeats (a retry while the aggregator starts),
+with :data:`LOG_FILE_ONLY`, go to the log file, and to the console only with ``verbose``. Lines at
 WARNING and above always reach the console. gRPC's own C-core logging (handshake failures, say,
 which the processes report in their own words) is off unless ``GRPC_VERBOSITY`` asks for it.
 """
@@ -38,6 +38,13 @@ ROUTINE = "fedfair_routine"
 LOG_FILE_ONLY: Mapping[str, object] = MappingProxyType({ROUTINE: True})
 """The ``extra`` of a line below WARNING that the console shows only with ``verbose``: a routine repeat
 whose first occurrence the console already showed."""
+
+CLOSING = "fedfair_closing"
+"""The attribute :data:`CLOSING_LINE` sets on a record."""
+
+CLOSING_LINE: Mapping[str, object] = MappingProxyType({CLOSING: True})
+"""The ``extra`` of a process's closing line (what it kept, where, the outcome): the console ends its
+progress bar first, so that this line is the last one a person reads."""
 
 
 def _spread(half_width: float | None) -> str:
@@ -92,6 +99,8 @@ class Console(logging.Handler):
             routine = position is not None or getattr(record, ROUTINE, False)
             if routine and not self.verbose and record.levelno < logging.WARNING:
                 return
+            if getattr(record, CLOSING, False) and self.progress is not None:
+                self.progress.close()  # its held 100% line comes before the closing line, not after
             text = self.format(record) + "\n"
             if self.progress is not None:
                 self.progress.write(text)
@@ -107,7 +116,7 @@ class Console(logging.Handler):
             worst, mean, spread, mean_spread = risks
             self.note = f"worst {worst:.4f}{_spread(spread)}, mean {mean:.4f}{_spread(mean_spread)}"
         if self.progress is None:
-            self.progress = Progress(rounds, self.label, stream=self.stream, log=self.stream)
+            self.progress = Progress(rounds, self.label, stream=self.stream, log=self.stream, hold_last=True)
         self.progress.update(round_number, self.note)
 
     def close(self) -> None:

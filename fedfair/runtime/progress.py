@@ -48,8 +48,13 @@ class Progress:
         stream: TextIO | None = None,
         log: TextIO | None = None,
         interval_s: float = PLAIN_INTERVAL_SECONDS,
+        hold_last: bool = False,
     ) -> None:
         self.total = max(total, 0)
+        self.hold_last = hold_last
+        """Hold the last line back, with the latest note, until other text is written or close(): a process's
+        final round may be followed by more than one evaluation (the periodic one, then the final), and its 100%
+        line is printed once, with the last of them."""
         self.label = label
         self.unit = unit
         self.stream = stream if stream is not None else sys.stderr
@@ -94,7 +99,7 @@ class Progress:
         finished = done == self.total and self._printed < done
         # The last line comes once: at the end the work's result (the final round's evaluation) may still
         # be on its way, so a last line whose note is the one already shown waits for it, or for close().
-        if finished and note == self._printed_note and note != "":
+        if finished and (self.hold_last or (note == self._printed_note and note != "")):
             self._held = note
             return
         # A note that comes after the last line (the final round's evaluation) is the result: shown once more.
@@ -131,7 +136,12 @@ class Progress:
         return (now - self.started) / max(self.done, 1)
 
     def write(self, text: str) -> int:
-        """Print log text on `log` (above the bar on a terminal). Pass whole lines: one call, one line."""
+        """Print log text on `log` (above the bar on a terminal). Pass whole lines: one call, one line.
+
+        A held last line (see :meth:`update`) is printed first: it is what happened before this text.
+        """
+        if self._held is not None:
+            self._print(time.monotonic(), self.done, self._held)
         if self._bar is not None:
             tqdm.write(text.rstrip("\n"), file=self.log)
         else:

@@ -41,13 +41,16 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
     workspace = new_workspace(tmp_path, NAMES, training={"rounds": rounds}, quorum={"min_collaborators": 3})
     aggregator = processes.aggregator(workspace)
     first = processes.collaborator(workspace, "site-a")
-    processes.collaborator(workspace, "site-b")
+    others = [processes.collaborator(workspace, "site-b")]
     wait_for(lambda: any("site-a connected" in line for line in aggregator.lines), 120)
 
+    wait_for(lambda: any("site-a: joined federation" in line for line in first.lines), 60)
     second = processes.collaborator(workspace, "site-a")
-    assert second.wait(120) != 0, processes.tail()
+    assert second.wait(120) == 2, processes.tail()
     said = "\n".join(second.lines)
     assert "identity-in-use" in said and "'site-a' is already connected from 127.0.0.1:" in said, said
+    # Refused before it ever said it joined: the aggregator never took its task stream.
+    assert "joined" not in said and "identity-in-use" in second.lines[-1], said
     refusal = [line for line in aggregator.lines if "refused WaitForTasks from 'site-a'" in line]
     assert refusal and "ALREADY_EXISTS" in refusal[0] and "second process (from 127.0.0.1:" in refusal[0], refusal
     assert first.process.poll() is None, "the running process must be untouched"
@@ -57,14 +60,34 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
         stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")  # no TLS: the handshake fails in gRPC's core
         stranger.recv(1024)
 
-    processes.collaborator(workspace, "site-c")
+    others.append(processes.collaborator(workspace, "site-c"))
     processes.finish(aggregator)
     log = read_round_log(workspace.output)
     assert [record["status"] for record in log] == ["applied"] * rounds
     assert all(record["contributors"] == NAMES for record in log)
     summary = json.loads((workspace.output / FINAL_SUMMARY_NAME).read_text())
     assert summary["applied_rounds"] == rounds and summary["aborted_rounds"] == 0
-    assert any(f"finished: {rounds} of {rounds} rounds applied, 0 aborted" in line for line in aggregator.lines)
+    # One closing line per process, the last: the outcome, and what it kept where (each file there).
+    closing = aggregator.lines[-1]
+    assert (
+        f" INFO finished: {rounds} of {rounds} rounds applied, 0 aborted; held-out evaluation of round {rounds}: "
+        in (closing)
+    )
+    kept = "the model bundle model_bundle.pt, the report report.html, the round log rounds.jsonl"
+    assert closing.endswith(f"; kept in {workspace.output}: {kept}"), closing
+    assert all((workspace.output / name).is_file() for name in ("model_bundle.pt", "report.html", "rounds.jsonl"))
+    for child in (first, *others):
+        bundle = workspace.configs[child.label].parent / f"{child.label}.{summary['federation_id']}.model_bundle.pt"
+        counted = f"by its own record, its model holds this institution's update in {rounds} of {rounds} rounds"
+        assert child.lines[-1].endswith(
+            f" INFO {child.label}: the federation has finished; {counted}; the model bundle is in {bundle}, checked "
+            f"against the output model this collaborator evaluated (use it: fedfair predict --model {bundle} --data "
+            "TABLE --out PREDICTIONS.csv)"
+        ), child.lines[-1]
+        assert bundle.is_file()
+    for child in (aggregator, first, *others):  # the 100% line once, before the closing line
+        complete = [number for number, line in enumerate(child.lines) if f"{rounds}/{rounds} rounds (100%)" in line]
+        assert len(complete) == 1 and complete[0] < len(child.lines) - 1, "\n".join(child.lines)
 
     # The console: connections, the progress and the closing line; per-round lines only in the log file.
     console = "\n".join(aggregator.lines)

@@ -51,6 +51,20 @@ def test_the_last_line_is_printed_once_with_the_result_that_follows_the_last_rou
     assert len(finals) == 1 and finals[0].endswith("worst 0.90")
 
 
+def test_a_held_last_line_waits_for_the_last_result_and_comes_before_the_next_line() -> None:
+    """A process's console: round 50 has a periodic evaluation, then the final one, then a log line."""
+    piped = io.StringIO()
+    with Progress(50, "aggregator", stream=piped, log=piped, interval_s=3600.0, hold_last=True) as shown:
+        shown.update(45, "worst 0.90")
+        for note in ("worst 0.90", "worst 0.89 +/- 0.18", "worst 0.88 +/- 0.05"):
+            shown.update(50, note)
+        assert "50/50" not in piped.getvalue()
+        shown.write("final evaluation of round 50\n")
+    lines = piped.getvalue().splitlines()
+    assert lines[-2].startswith("aggregator: 50/50 rounds (100%), done in ") and lines[-2].endswith("0.88 +/- 0.05")
+    assert lines[-1] == "final evaluation of round 50" and sum("50/50" in line for line in lines) == 1
+
+
 def test_piped_progress_also_prints_when_a_slow_run_passes_the_interval() -> None:
     piped = io.StringIO()
     shown = Progress(1000, "sweep", unit="point", stream=piped, interval_s=0.0)

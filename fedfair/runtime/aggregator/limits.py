@@ -129,7 +129,7 @@ class Presence:
         self._gone: set[str] = set()
 
     def arrived(self, peer: str, connected: Callable[[], int], allowed: int) -> None:
-        """`peer` made contact (GetPlan or a task stream).
+        """`peer` opened a task stream.
 
         A line on its first contact with this process or its return after it left; `connected()` counts the
         collaborators with a task stream.

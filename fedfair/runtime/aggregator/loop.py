@@ -175,15 +175,6 @@ class RoundLoop:
         }
         export_final_model(self.output, self.checkpoint, summary)
         bundle = save_federation_bundle(self.plan, self.checkpoint, self.records)
-        logger.log(
-            logging.WARNING if aborted else logging.INFO,
-            "finished: %d of %d rounds applied, %d aborted; final model in %s (bundle: %s)",
-            rounds - aborted,
-            rounds,
-            aborted,
-            self.output,
-            bundle,
-        )
         final = self.evaluation or {}
         if final.get("status") == "done":
             logger.info("final evaluation of round %d (held-out): %s", final["round"], verdicts.describe(final))

@@ -29,6 +29,7 @@ from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.identities import LiveStreams, host_of
 from fedfair.runtime.rate_limits import RateLimit
 from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RefusalLog, worker_threads
+from fedfair.runtime.contract import STREAM_ACCEPTED
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
@@ -271,7 +272,11 @@ class Servicer(pb_grpc.FederationServicer):
     # ------------------------------------------------------------ what the operator sees
 
     def _arrived(self, peer: str) -> None:
-        """Log `peer`'s first contact with this process (GetPlan or a task stream), or its return after it left."""
+        """Log `peer`'s first task stream with this process, or its return after it left.
+
+        Not its GetPlan: a collaborator that fetched the plan may yet refuse it or be refused, and the line's
+        count of collaborators with a task stream would leave it out ("connected (0 of 3 ...)").
+        """
         self.presence.arrived(peer, lambda: len(self.board.connected()), len(self.authenticator.allowed_names))
 
     def _departed(self, peer: str) -> None:
@@ -285,7 +290,6 @@ class Servicer(pb_grpc.FederationServicer):
         # A collaborator may join without knowing the id yet (it learns it here) or name the one it expects.
         if request.binding.federation_id or request.binding.stage != pb.STAGE_JOIN:
             self.gate.check_federation(request.binding)
-        self._arrived(peer)
         return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.board.plan_digest)
 
     def _tasks(self, peer: str, request: pb.TaskRequest, caller: _Caller) -> Iterator[pb.Task]:
@@ -299,6 +303,8 @@ class Servicer(pb_grpc.FederationServicer):
             if not context.add_callback(lambda: self._departed(peer)):
                 self._departed(peer)
                 return
+            # Said now, not with the first task (which may be minutes away): the stream is taken.
+            context.send_initial_metadata((STREAM_ACCEPTED,))
             yield from self.board.stream_tasks(peer, start, context.is_active)
 
     def _model(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.ModelPart]:

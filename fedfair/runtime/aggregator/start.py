@@ -5,19 +5,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.fairness import sums
-from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, trim_round_log
+from fedfair.runtime.aggregator.checkpoint import ROUND_LOG_NAME, Checkpoint, load_checkpoint, trim_round_log
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
-from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.aggregator.bundles import BUNDLE_NAME, initial_state
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
+from fedfair.runtime.logs import CLOSING_LINE
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import statistics_encoding
 from fedfair.runtime.report.page import refresh_report
+from fedfair.runtime.report.verdicts import progress_note
 from fedfair.secagg import check_no_wraparound
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -120,9 +123,38 @@ def run_aggregator(
         try:
             summary = loop.run()
             # While collaborators fetch the bundle: the operator's page of the run (never fails the run).
-            refresh_report(plan.aggregator.output)
+            report = refresh_report(plan.aggregator.output)
             # Give collaborators a bounded moment to read FINISHED and hang up.
             loop.network.board.wait_until_alone(GOODBYE_SECONDS)
-            return summary
         finally:
             loop.network.stop()
+    say_finished(plan, summary, report)
+    return summary
+
+
+def say_finished(plan: AggregatorPlan, summary: dict[str, Any], report: Path | None) -> None:
+    """The aggregator's closing line: the rounds applied, the final evaluation, and what it kept where.
+
+    A WARNING when rounds aborted (the process then exits 3); the line always comes last on the console.
+    """
+    rounds = plan.training.rounds
+    aborted = int(summary["aborted_rounds"])
+    evaluation = summary.get("evaluation") or {}
+    if evaluation.get("status") == "done":
+        result = f"held-out evaluation of round {evaluation['round']}: {progress_note(evaluation)}"
+    else:
+        result = "no final evaluation"
+    kept = [f"the model bundle {BUNDLE_NAME}", f"the round log {ROUND_LOG_NAME}"]
+    if report is not None:
+        kept.insert(1, f"the report {report.name}")
+    logger.log(
+        logging.WARNING if aborted else logging.INFO,
+        "finished: %d of %d rounds applied, %d aborted; %s; kept in %s: %s",
+        rounds - aborted,
+        rounds,
+        aborted,
+        result,
+        plan.aggregator.output,
+        ", ".join(kept),
+        extra=CLOSING_LINE,
+    )

@@ -28,8 +28,23 @@ from fedfair.datasets.encoder import Encoder as TableEncoder
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import check_identity
-from fedfair.runtime.collaborator.preparation import Joined, Prepared, as_participant, encode_table, join, prepare
-from fedfair.runtime.collaborator.receipt import BUNDLE_SUFFIX, Expectation, finished_status, kept_path, receive_bundle
+from fedfair.runtime.collaborator.preparation import (
+    Joined,
+    Prepared,
+    as_participant,
+    encode_table,
+    join,
+    prepare,
+    say_joined,
+)
+from fedfair.runtime.collaborator.receipt import (
+    BUNDLE_SUFFIX,
+    Expectation,
+    Received,
+    finished_status,
+    kept_path,
+    receive_bundle,
+)
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import RoundJob, kept, resent
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
@@ -175,6 +190,10 @@ class Collaborator(TaskStream):
         self._joined = join(stub, self.config, self.backoff, self.identity, table, self.reset_state)
         if self.shared.schema is None:
             self._prepare(load_local_data(self.config, self.shared, table), self.shared)
+
+    def _say_joined(self) -> None:
+        """Log that this institution joined (the aggregator took its task stream): :func:`say_joined`."""
+        say_joined(self.config, self.joined, None if self._round is None else self._round.prepared, self.device)
 
     def _plan_change(self, reply: pb.PlanReply) -> FailureError | None:
         """Why this joined collaborator does not take the plan in `reply`, or None if it is the plan it joined.
@@ -345,13 +364,17 @@ class Collaborator(TaskStream):
         )
         # An output model that is not the average of the training rounds' models refuses any bundle that holds it.
         refusal = joined.outcome.output_mismatch()
-        if refusal is None and task.input_size > 0:
-            refusal = receive_bundle(
+        if refusal is not None:
+            received = Received(refusal=refusal)
+        elif task.input_size > 0:
+            received = receive_bundle(
                 self.config.name, path, lambda: self._input(stub, task), expected, joined.outcome.output
             )
-        status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed)
-        if refusal is not None:
-            raise PermanentFailureError(BUNDLE_REFUSED, reason=refusal, path=path)
+        else:
+            received = Received(not_kept="the aggregator sent none")
+        status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed, received)
+        if received.refusal is not None:
+            raise PermanentFailureError(BUNDLE_REFUSED, reason=received.refusal, path=path)
         return status
 
     def _note_round(self, round_number: int, *, held: bool) -> None:

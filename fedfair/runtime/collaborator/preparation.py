@@ -150,16 +150,40 @@ def join(
     # whose noise the statistics step adds and charges (Charges.statistics).
     describe = noised_statistics_vector if shared.privacy.noised else statistics_vector
     statistics = describe(shared.schema, schema_table.train, schema_table.source)
-    logger.info(
-        "%s: joined federation %s (secure aggregation %s); %d training and %d held-out rows fit the "
-        "plan's schema; waiting for the federation's statistics",
-        config.name,
-        shared.federation_id,
-        "on" if shared.secure_aggregation.enabled else "OFF",
-        len(schema_table.train),
-        len(schema_table.test),
-    )
     return dataclasses.replace(joined, schema_table=schema_table, statistics=statistics)
+
+
+def say_joined(config: CollaboratorConfig, joined: Joined, prepared: Prepared | None, device: torch.device) -> None:
+    """Log that this institution joined: once the aggregator took its task stream, never before.
+
+    Under a [schema], what fits the plan's schema (the model is built once the statistics arrive); without
+    one, the trainer that `prepared` holds.
+    """
+    shared, table = joined.shared, joined.schema_table
+    secure = "on" if shared.secure_aggregation.enabled else "OFF"
+    if table is not None:
+        logger.info(
+            "%s: joined federation %s (secure aggregation %s); %d training and %d held-out rows fit the "
+            "plan's schema; waiting for the federation's statistics",
+            config.name,
+            shared.federation_id,
+            secure,
+            len(table.train),
+            len(table.test),
+        )
+    elif prepared is not None and prepared.data is not None and prepared.learner is not None:
+        logger.info(
+            "%s: joined federation %s (secure aggregation %s); %d training rows, batch %d, %d held-out rows, device %s",
+            config.name,
+            shared.federation_id,
+            secure,
+            prepared.data.train.size,
+            prepared.learner.batch_size,
+            prepared.data.test.size,
+            device,
+        )
+    else:  # a trainer that brings no learner of fedfair's (benchmarks/round_bench.py)
+        logger.info("%s: joined federation %s (secure aggregation %s)", config.name, shared.federation_id, secure)
 
 
 def encode_table(
@@ -217,10 +241,12 @@ def prepare(
         raise PermanentFailureError(LOCAL_PRIVACY, reason=error, config=config.source) from None
     parameters = int(flat_parameters(learner.model).numel())
     evaluation_model = shared.model.build(allowed=config.factories).to(device)
+    if shared.schema is None:
+        return Prepared(trainer, learner, parameters, data, evaluation_model)  # say_joined says it once joined
     logger.info(
-        "%s: %s federation %s (secure aggregation %s); %d training rows, batch %d, %d held-out rows, device %s",
+        "%s: ready to train in federation %s (secure aggregation %s); %d training rows, batch %d, %d held-out rows, "
+        "device %s",
         config.name,
-        "joined" if shared.schema is None else "ready to train in",  # with a [schema], joining said so already
         shared.federation_id,
         "on" if shared.secure_aggregation.enabled else "OFF",
         data.train.size,

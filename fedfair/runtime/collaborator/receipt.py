@@ -5,7 +5,7 @@ the aggregator's word, so it is kept only once :func:`bundle_mismatch` finds not
 and plan the ones this collaborator joined under, its architecture and encoder its plan's, its weights and
 threshold exactly the output model it evaluated at the final round (itself the average of the training
 models it was sent). A bundle that differs is refused (``bundle-refused``, nothing kept). The closing
-count and exit status come from the outcome record only, never from the bundle's provenance.
+line counts from the outcome record only, never from the bundle's provenance, and says where the bundle is.
 
 Why: docs/design.md, "Inside the collaborator".
 """
@@ -32,6 +32,7 @@ from fedfair.pki.roster import settings_digest
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.outcome import ServedModel
 from fedfair.runtime.failures import EXIT_INCOMPLETE
+from fedfair.runtime.logs import CLOSING_LINE
 from fedfair.runtime.manifest import setting_differences
 from fedfair.runtime.plan.model import ModelSettings
 
@@ -147,23 +148,42 @@ def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel)
     return None
 
 
+@dataclass(frozen=True)
+class Received:
+    """What became of the federation's model bundle at FINISHED: kept at `kept`, refused, or neither."""
+
+    kept: Path | None = None
+    refusal: str | None = None
+    """Why the bundle is not this federation's output model (nothing kept)."""
+    not_kept: str = "the warning above says why"
+    """Why nothing was kept when nothing impugns the bundle (it could not be fetched, read or checked)."""
+
+    def describe(self) -> str:
+        """The closing line's clause about the bundle: where it is and how to use it, or why there is none."""
+        if self.kept is not None:
+            return (
+                f"the model bundle is in {self.kept}, checked against the output model this collaborator evaluated "
+                f"(use it: fedfair predict --model {self.kept} --data TABLE --out PREDICTIONS.csv)"
+            )
+        if self.refusal is not None:
+            return "the model bundle it was sent is refused and nothing is kept (the error below says why)"
+        return f"no model bundle is kept ({self.not_kept})"
+
+
 def receive_bundle(
     name: str,
     path: Path,
     fetch: Callable[[], bytes],
     expected: Expectation | None,
     output: ServedModel | None,
-) -> str | None:
+) -> Received:
     """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path` if it checks out.
 
     It is read as `fedfair predict` would load it (plain tensors and JSON only), from a file beside `path`
     that is removed afterwards, and checked by :func:`bundle_mismatch`. Without `expected` (the model was never
     built here) or `output` (this collaborator was not sent the output model) it cannot be checked and is not
-    kept. Each outcome is logged.
-
-    Returns:
-        Why the bundle was refused (nothing kept at `path`), or None: kept, or not kept for a reason that does
-        not impugn it (it could not be fetched, read or checked), so the run's status does not change.
+    kept. A bundle not kept for a reason that does not impugn it is a warning, and leaves the run's status as it
+    is; the closing line (:func:`finished_status`) says where a kept one is.
     """
     unchecked = path.with_name(f"{path.name}.unchecked")
     try:
@@ -178,7 +198,7 @@ def receive_bundle(
             name,
             reason,
         )
-        return None
+        return Received()
     finally:
         unchecked.unlink(missing_ok=True)
     if expected is None or output is None:
@@ -188,38 +208,34 @@ def receive_bundle(
             "operator for model_bundle.pt from its output folder",
             name,
         )
-        return None
+        return Received()
     refusal = bundle_mismatch(bundle, expected, output)
     if refusal is not None:
-        return refusal
+        return Received(refusal=refusal)
     atomic_write(path, lambda stream: stream.write(payload))
-    logger.info(
-        "%s: the federation's model bundle is in %s, checked against the output model this collaborator evaluated "
-        "(use it: fedfair predict --model %s --data TABLE --out PREDICTIONS.csv)",
-        name,
-        path,
-        path,
-    )
-    return None
+    return Received(kept=path)
 
 
-def finished_status(name: str, planned: int, contributed: int) -> int:
+def finished_status(name: str, planned: int, contributed: int, bundle: Received) -> int:
     """Log a collaborator's closing line at FINISHED and return its exit status.
 
-    `contributed` is what this institution's own record counts (:attr:`OutcomeRecord.contributed
-    <fedfair.runtime.collaborator.outcome.OutcomeRecord.contributed>`), never the bundle's provenance. Fewer
-    than the `planned` rounds ends with :data:`EXIT_INCOMPLETE`, not 0.
+    One line says it all: the rounds that hold this institution's update and where the federation's model
+    bundle is kept (`bundle`). `contributed` is what this institution's own record counts
+    (:attr:`OutcomeRecord.contributed <fedfair.runtime.collaborator.outcome.OutcomeRecord.contributed>`), never
+    the bundle's provenance. Fewer than the `planned` rounds ends with :data:`EXIT_INCOMPLETE`, not 0.
     """
     counted = f"by its own record, its model holds this institution's update in {contributed} of {planned} rounds"
     if contributed >= planned:
-        logger.info("%s: the federation has finished; %s", name, counted)
+        logger.info("%s: the federation has finished; %s; %s", name, counted, bundle.describe(), extra=CLOSING_LINE)
         return 0
     logger.warning(
         "%s: the federation has finished, but %s: rounds aborted or ran without this site; the aggregator's "
-        "rounds.jsonl says which and why (exit %d)",
+        "rounds.jsonl says which and why (exit %d); %s",
         name,
         counted,
         EXIT_INCOMPLETE,
+        bundle.describe(),
+        extra=CLOSING_LINE,
     )
     return EXIT_INCOMPLETE
 

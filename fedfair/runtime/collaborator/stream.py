@@ -25,7 +25,7 @@ from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
 from fedfair.runtime.collaborator.steps import STEPS, Participant, StartJob, Work
 from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
-from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
+from fedfair.runtime.contract import EVALUATION, STREAM_ACCEPTED, TRAINING, Stages
 from fedfair.runtime.failures import CONNECTION_LOST
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -59,6 +59,8 @@ class TaskStream:
         self._watchdog = Watchdog(config.name, config.aggregator, config.idle_timeout_seconds, self._silenced)
         self._lines = LineBudget(RateLimit(per_second=1.0 / LINE_SECONDS, burst=LINE_BURST))
         """The budget of the lines an aggregator's tasks make this process write (:meth:`_warn`)."""
+        self._announced = False
+        """Whether :meth:`_say_joined` ran: once, when the aggregator first took this process's task stream."""
 
     # ------------------------------------------------------------ what the collaborator supplies
 
@@ -81,6 +83,9 @@ class TaskStream:
         raise NotImplementedError
 
     def _plan_change(self, reply: pb.PlanReply) -> FailureError | None:
+        raise NotImplementedError
+
+    def _say_joined(self) -> None:
         raise NotImplementedError
 
     def _statistics_round(self, binding: pb.Binding) -> bool:
@@ -187,6 +192,7 @@ class TaskStream:
                 stub = federation_stub(channel)
                 try:
                     self._stream = stub.WaitForTasks(pb.TaskRequest(after=after))
+                    self._accepted(self._stream)
                     for task in self._stream:
                         progressed = True
                         stage = pb.Stage.Name(task.binding.stage)
@@ -226,6 +232,19 @@ class TaskStream:
             self.backoff.retry(attempt, since, failure, what)
             attempt += 1
         return 0
+
+    def _accepted(self, stream: Any) -> None:
+        """Say that this process joined, once, when the aggregator first takes its task stream.
+
+        The aggregator sends :data:`STREAM_ACCEPTED` once the stream is this name's only live one; a
+        refused stream (a second process of a connected name) ends without it, and iterating it then
+        raises the refusal. Taking the stream is progress: the wait for the first task starts there.
+        """
+        if self._announced or STREAM_ACCEPTED not in (stream.initial_metadata() or ()):
+            return
+        self._announced = True
+        self._say_joined()
+        self._watchdog.progress("the first task")
 
     # ------------------------------------------------------------ tasks
 

@@ -85,8 +85,10 @@ class StageGate:
         self._last: tuple[int, int] = (0, pb.STAGE_UNSPECIFIED)
         self._deadline: float | None = None
         self._expected = _Expected(None, set())
-        self._closed: tuple[tuple[int, int], _Expected] | None = None
-        """The stage closed last and who it still awaited then: their uploads are late, not foreign."""
+        self._closed: dict[tuple[int, int], _Expected] = {}
+        """The stages closed in this round and the one before, each with who it still awaited then: their uploads
+        are late, not foreign. A stage that closes on enough answers is followed at once by the next ones, so an
+        honest participant's answer may come a stage or two on (round r's unmask as the evaluation's keys open)."""
 
     @property
     def current(self) -> pb.Binding | None:
@@ -115,7 +117,7 @@ class StageGate:
                     f"stages only move forward: round {round_number} stage {stage} is not after {self._last}"
                 )
             if self._open is not None:
-                self._closed = (self._last, self._expected)
+                self._remember_closed(round_number)
             self._last = (round_number, stage)
             self._open = make_binding(self.federation_id, round_number, stage)
             self._deadline = None if timeout_seconds is None else self._clock() + timeout_seconds
@@ -126,8 +128,14 @@ class StageGate:
         """No stage is open: every upload is refused until the next ``open``."""
         with self._lock:
             if self._open is not None:
-                self._closed = (self._last, self._expected)
+                self._remember_closed(self._last[0])
             self._open = None
+
+    def _remember_closed(self, current: int) -> None:
+        """Lock held. Keep the open stage's awaited peers as closed; forget stages before round `current` - 1."""
+        self._closed[self._last] = self._expected
+        oldest = current - 1
+        self._closed = {key: expected for key, expected in self._closed.items() if key[0] >= oldest}
 
     def submitted(self) -> frozenset[str]:
         """The peers admitted to upload to the open stage so far."""
@@ -138,8 +146,8 @@ class StageGate:
         """Admit one upload by ``peer`` (a name from its certificate).
 
         Raises:
-            RefusedError: :attr:`Refusal.LATE` when the stage it names closed while still awaiting ``peer``,
-                else :attr:`Refusal.NOT_EXPECTED`.
+            RefusedError: :attr:`Refusal.LATE` when the stage it names (of this round or the one before) closed
+                while still awaiting ``peer``, else :attr:`Refusal.NOT_EXPECTED`.
 
         The peer's slot for this stage is taken at once, so a concurrent or later
         duplicate is refused; :meth:`release` gives it back if the upload then fails.
@@ -156,17 +164,14 @@ class StageGate:
         """Lock held.
 
         Whether a refused upload is one its stage awaited from `peer` but closed (or ran out of time) before it
-        came: for the open stage past its deadline, or the stage closed last.
+        came: for the open stage past its deadline, or a stage closed in this round or the one before.
         """
         if binding.federation_id != self.federation_id:
             return False
         if binding == self._open:
             return expired and self._expected.awaits(peer)
-        return (
-            self._closed is not None
-            and (binding.round, binding.stage) == self._closed[0]
-            and self._closed[1].awaits(peer)
-        )
+        closed = self._closed.get((binding.round, binding.stage))
+        return closed is not None and closed.awaits(peer)
 
     def release(self, binding: pb.Binding, peer: str) -> None:
         """Undo ``admit`` for an upload that failed before it completed (so it may be retried)."""

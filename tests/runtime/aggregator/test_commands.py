@@ -163,6 +163,10 @@ def test_a_run_that_finished_with_aborted_rounds_says_so_and_exits_non_zero(
     save_checkpoint(output, Checkpoint(2, initial_state(plan), plan_digest(plan)))
     code = cli_main(["aggregator", "start", "--plan", str(workspace.plan), "--resume"])
     assert code == EXIT_INCOMPLETE != 0
-    assert " WARNING finished: 0 of 2 rounds applied, 2 aborted; final model in " in capsys.readouterr().err
+    closing = capsys.readouterr().err.splitlines()[-1]
+    assert " WARNING finished: 0 of 2 rounds applied, 2 aborted; " in closing, closing
+    assert closing.endswith(
+        f"; kept in {output}: the model bundle model_bundle.pt, the report report.html, the round log rounds.jsonl"
+    )
     summary = json.loads((output / FINAL_SUMMARY_NAME).read_text())
     assert (summary["applied_rounds"], summary["aborted_rounds"]) == (0, 2)

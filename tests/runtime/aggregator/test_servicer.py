@@ -581,7 +581,7 @@ def test_connects_and_departures_are_logged_once_with_the_certified_name(
     again.cancel()
     lines = [line for line in aggregator_lines(caplog) if line.startswith("site-a")]
     assert lines[:3] == [
-        "site-a connected (0 of 3 collaborators have a task stream)",
+        "site-a connected (1 of 3 collaborators have a task stream)",  # counting itself: its stream, not GetPlan
         "site-a disconnected",
         "site-a reconnected (1 of 3 collaborators have a task stream)",
     ]

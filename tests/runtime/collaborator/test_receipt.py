@@ -21,7 +21,13 @@ from fedfair.runtime.aggregator.checkpoint import Checkpoint
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.core import server
 from fedfair.runtime.collaborator.outcome import OutcomeRecord, ServedModel, Trajectory
-from fedfair.runtime.collaborator.receipt import Expectation, bundle_mismatch, finished_status, receive_bundle
+from fedfair.runtime.collaborator.receipt import (
+    Expectation,
+    Received,
+    bundle_mismatch,
+    finished_status,
+    receive_bundle,
+)
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
@@ -135,11 +141,11 @@ def write(bundle: Bundle, path: Path) -> bytes:
 def test_receive_keeps_only_a_bundle_that_checks_out(tmp_path: Path, federation: Federation) -> None:
     path = tmp_path / "site-a.fed.model_bundle.pt"
     forged = write(federation.bundle(dataclasses.replace(federation.plan, federation_id="fed")), tmp_path / "forged")
-    refusal = receive_bundle("site-a", path, lambda: forged, federation.expected, federation.output)
-    assert refusal is not None and refusal.startswith("federation: ")
+    refused = receive_bundle("site-a", path, lambda: forged, federation.expected, federation.output)
+    assert refused.kept is None and refused.refusal is not None and refused.refusal.startswith("federation: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["forged"]  # nothing kept, nothing left over
     honest = write(federation.bundle(), tmp_path / "honest")
-    assert receive_bundle("site-a", path, lambda: honest, federation.expected, federation.output) is None
+    assert receive_bundle("site-a", path, lambda: honest, federation.expected, federation.output) == Received(path)
     assert path.read_bytes() == honest
 
 
@@ -150,17 +156,24 @@ def test_a_bundle_that_cannot_be_checked_is_not_kept(
     path = tmp_path / "site-a.fed.model_bundle.pt"
     honest = write(federation.bundle(), tmp_path / "honest")
     with caplog.at_level(logging.WARNING, "fedfair.collaborator"):
-        assert receive_bundle("site-a", path, lambda: honest, federation.expected, None) is None
+        assert receive_bundle("site-a", path, lambda: honest, federation.expected, None) == Received()
     assert not path.exists()
     assert "cannot check that the bundle holds it" in caplog.text
 
 
-def test_the_closing_count_is_the_own_record(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_closing_line_counts_the_own_record_and_says_where_the_bundle_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kept = tmp_path / "site-a.fed.model_bundle.pt"
     with caplog.at_level(logging.INFO, "fedfair.collaborator"):
-        assert finished_status("site-a", ROUNDS, 0) == EXIT_INCOMPLETE
-        assert finished_status("site-a", ROUNDS, ROUNDS) == 0
-    assert f"its model holds this institution's update in 0 of {ROUNDS} rounds" in caplog.text
-    assert f"its model holds this institution's update in {ROUNDS} of {ROUNDS} rounds" in caplog.text
+        assert finished_status("site-a", ROUNDS, 0, Received()) == EXIT_INCOMPLETE
+        assert finished_status("site-a", ROUNDS, ROUNDS, Received(kept)) == 0
+    incomplete, complete = (record.getMessage() for record in caplog.records)
+    assert f"its model holds this institution's update in 0 of {ROUNDS} rounds" in incomplete
+    assert incomplete.endswith("; no model bundle is kept (the warning above says why)"), incomplete
+    assert f"its model holds this institution's update in {ROUNDS} of {ROUNDS} rounds" in complete
+    assert f"; the model bundle is in {kept}, checked against" in complete
+    assert complete.endswith(f"(use it: fedfair predict --model {kept} --data TABLE --out PREDICTIONS.csv)")
 
 
 def test_the_outcome_record_survives_a_restart(tmp_path: Path) -> None:

@@ -56,9 +56,9 @@ def test_stage_gate_refuses_replays_late_and_foreign_messages() -> None:
         gate.check_federation(make_binding("other", 0, pb.STAGE_JOIN))
 
 
-def test_an_upload_the_last_stage_still_awaited_is_late_and_anything_else_is_refused_as_before() -> None:
-    """A LATE refusal (logged quietly) is only for a peer the stage that closed last, or the open stage past
-    its deadline, was still waiting for; every refusal gives the caller the same status."""
+def test_an_upload_a_recent_stage_still_awaited_is_late_and_anything_else_is_refused_as_before() -> None:
+    """A LATE refusal (logged quietly) is only for a peer a stage closed in this round or the one before, or the
+    open stage past its deadline, was still waiting for; every refusal gives the caller the same status."""
     now = [0.0]
     gate = StageGate(FEDERATION, clock=lambda: now[0])
     unmask = gate.open(1, pb.STAGE_UNMASK, timeout_seconds=10, participants=["alpha", "beta", "gamma"])
@@ -84,6 +84,11 @@ def test_an_upload_the_last_stage_still_awaited_is_late_and_anything_else_is_ref
     train = gate.open(2, pb.STAGE_TRAIN)
     assert refusal(unmask, "gamma") is Refusal.LATE  # the stage closed last, though another is open
     keys = gate.open(2, pb.STAGE_ADVERTISE_KEYS)
-    assert refusal(unmask, "gamma") is Refusal.NOT_EXPECTED  # two stages back: no longer tracked
+    # Two stages back, as an honest site's unmask is when the evaluation's keys open at once.
+    assert refusal(unmask, "gamma") is Refusal.LATE
     assert refusal(train, "gamma") is Refusal.LATE  # the train stage awaited anyone
     gate.admit(keys, "gamma")
+    gate.open(3, pb.STAGE_TRAIN)
+    assert refusal(unmask, "gamma") is Refusal.NOT_EXPECTED  # two rounds back: no longer tracked
+    assert refusal(train, "gamma") is Refusal.LATE  # the round before
+    assert refusal(keys, "gamma") is Refusal.NOT_EXPECTED  # it answered that stage: a replay
