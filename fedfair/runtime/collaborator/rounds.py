@@ -225,7 +225,10 @@ class RoundJob:
         update = bounded(
             update, influence.weight_of(self.config.name, self.shared.batch_fraction), influence.update_norm
         )
-        vector = update.weighted_vector().numpy()
+        # A float32 model's update travels in float32 (a plain upload) or is widened exactly block by block as
+        # it is encoded, so it is held in float32: half the memory. The drift correction's control is float64.
+        compact = update.delta.dtype == torch.float32 and update.control is None
+        vector = update.weighted_vector(torch.float32 if compact else torch.float64).numpy()
         if self.config.share_epsilon and self.config.privacy.enabled:
             from fedfair.privacy.learner import PrivateLearner  # Opacus is loaded only where DP is on
 
@@ -269,8 +272,8 @@ class RoundJob:
             extra=per_round(round_number, self.shared.training.rounds),
         )
         # The trainer's weighted vector is this round's own (Update.weighted_vector builds it afresh), so it is
-        # frozen where it lies rather than copied: d float64 values fewer for the rest of the round.
-        frozen = np.asarray(vector, dtype=np.float64)
+        # frozen where it lies rather than copied: d values fewer for the rest of the round.
+        frozen = vector
         frozen.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
         return TrainedUpdate(round_number, model, frozen, float(update.weight))
 
