@@ -35,7 +35,7 @@ a + (x - a) / k rounds three times, each by half an ulp of a value at most twice
 class ServedModel:
     """A model (theta, c) the aggregator served this collaborator for round `round`.
 
-    `theta` is read-only, in the dtype it travelled in.
+    `theta` is read-only here, in the dtype it travelled in: the downloaded array itself, not a copy.
     """
 
     round: int
@@ -44,7 +44,8 @@ class ServedModel:
 
 
 def _served(round_number: int, theta: np.ndarray, c: float) -> ServedModel:
-    kept = np.array(theta)
+    # The caller's array itself, not a copy (a model's worth per model followed), read-only through this view.
+    kept = theta.view()
     kept.setflags(write=False)
     return ServedModel(round_number, kept, float(c))
 
@@ -272,12 +273,18 @@ class OutcomeRecord:
             self._save()
 
     def training_model(self, round_number: int, theta: np.ndarray, c: float) -> None:
-        """Follow the model (theta, c) sent for training round `round_number` (:class:`Trajectory`)."""
+        """Follow the model (theta, c) sent for training round `round_number` (:class:`Trajectory`).
+
+        `theta` is kept as it is, not copied: its owner must not change it afterwards (a trainer only reads it).
+        """
         self._trajectory.sent(_served(round_number, theta, c))
         self._save()
 
     def output_model(self, round_number: int, theta: np.ndarray, c: float) -> None:
-        """Keep the output model (theta-bar, c-bar) sent for round `round_number`'s evaluation, the last such one."""
+        """Keep the output model (theta-bar, c-bar) sent for round `round_number`'s evaluation, the last such one.
+
+        `theta` is kept as it is, not copied, like :meth:`training_model`'s.
+        """
         self._output = _served(round_number, theta, c)
         self._save()
 

@@ -170,7 +170,9 @@ class RoundJob:
             raise WireError(str(error)) from None
         model = model_digest(values, c)
         view = self.view_of(binding.round, "train", model)
-        self.outcome.training_model(binding.round, theta, c)
+        # The record keeps the downloaded theta itself; with a control variate beside it in the same download, a
+        # copy of theta alone, so that the control's d + 1 values are not held on to with it.
+        self.outcome.training_model(binding.round, theta if control is None else theta.copy(), c)
 
         def job() -> Work:
             if view.kept is not None:

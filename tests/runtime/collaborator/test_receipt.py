@@ -302,3 +302,14 @@ def test_a_round_that_left_the_model_as_it_was_is_not_counted(tmp_path: Path) ->
         record.held(round_number)
     assert record.contributed == 2
     assert OutcomeRecord(path, 1).contributed == 2
+
+
+def test_the_record_holds_the_served_model_itself_read_only(tmp_path: Path) -> None:
+    """No copy of a model per model followed: the record's theta is the caller's array, not writable through it."""
+    record = OutcomeRecord(tmp_path / "site-a.fed.outcome.npz", 0)
+    theta = np.linspace(-1.0, 1.0, 9)
+    record.training_model(1, theta, 0.5)
+    record.output_model(1, theta, 0.5)
+    assert record.output is not None and np.shares_memory(record.output.theta, theta)
+    assert not record.output.theta.flags.writeable and theta.flags.writeable
+    assert record.output_mismatch() is None
