@@ -170,8 +170,7 @@ class RoundJob:
             raise WireError(str(error)) from None
         model = model_digest(values, c)
         view = self.view_of(binding.round, "train", model)
-        # The record keeps the downloaded theta itself; with a control variate beside it in the same download, a
-        # copy of theta alone, so that the control's d + 1 values are not held on to with it.
+        # The record keeps the downloaded theta itself, or a copy where a control variate shares its download.
         self.outcome.training_model(binding.round, theta if control is None else theta.copy(), c)
 
         def job() -> Work:
@@ -227,8 +226,7 @@ class RoundJob:
         update = bounded(
             update, influence.weight_of(self.config.name, self.shared.batch_fraction), influence.update_norm
         )
-        # A float32 model's update travels in float32 (a plain upload) or is widened exactly block by block as
-        # it is encoded, so it is held in float32: half the memory. The drift correction's control is float64.
+        # A float32 model's update is held in float32 (sent so, or widened exactly as encoded); a control is float64.
         compact = update.delta.dtype == torch.float32 and update.control is None
         vector = update.weighted_vector(torch.float32 if compact else torch.float64).numpy()
         if self.config.share_epsilon and self.config.privacy.enabled:
@@ -275,9 +273,8 @@ class RoundJob:
         )
         # The trainer's weighted vector is this round's own (Update.weighted_vector builds it afresh), so it is
         # frozen where it lies rather than copied: d values fewer for the rest of the round.
-        frozen = vector
-        frozen.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
-        return TrainedUpdate(round_number, model, frozen, float(update.weight))
+        vector.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
+        return TrainedUpdate(round_number, model, vector, float(update.weight))
 
     def contribution(self, trained: TrainedUpdate) -> Work:
         """The round's work for a training outcome, bounded as the plan's encoding bounds it."""
