@@ -193,7 +193,9 @@ def apply(
         if state.velocity is not None:
             velocity += momentum * state.velocity
         step, step_c = velocity[:-1], float(velocity[-1])
-    theta = state.theta + step
+    # Without a velocity, step is this call's own tensor: theta is formed in it (x + y = y + x exactly), one
+    # model's worth fewer at the aggregator's busiest moment. A velocity's step is a view of it, kept.
+    theta = step.add_(state.theta) if velocity is None else state.theta + step
     c = min(max(state.c + step_c, 0.0), bound)
     if velocity is not None:
         velocity[-1] = c - state.c
@@ -201,7 +203,8 @@ def apply(
     if round_number > average_from:
         count = state.averaged_rounds + 1
         if count > 1:
-            theta_average = state.theta_average + (state.theta - state.theta_average) / count
+            # a + (x - a) / k formed in the one new tensor (the same roundings, a + t = t + a), not three.
+            theta_average = (state.theta - state.theta_average).div_(count).add_(state.theta_average)
             c_average = state.c_average + (state.c - state.c_average) / count
         else:
             theta_average, c_average = state.theta.clone(), state.c

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 _NORM_SLICE = 1 << 20
-"""Coordinates :func:`bounded` widens to float64 at a time (8 MiB): the norm of a model of any size costs that."""
+"""Coordinates :func:`bounded` and :meth:`Update.weighted_vector` widen to float64 at a time (8 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -33,23 +33,27 @@ class Update:
     weight: float
     control: torch.Tensor | None = None
 
-    def weighted_vector(self) -> torch.Tensor:
-        """The vector a collaborator submits, in float64.
+    def weighted_vector(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """The vector a collaborator submits: [w * delta, w * delta_c], then w * control with drift correction.
 
-        [w * delta, w * delta_c], followed by w * control when drift correction is on (then 2 (d + 1) numbers,
-        still only summed).
+        2 (d + 1) numbers with drift correction, still only summed. Each value is the float64 product,
+        rounded once to `dtype`: a float32 model's update that travels in float32 (a runtime upload, whose
+        encoding widens it back exactly) need not be held at twice its size.
         """
-        # One float64 vector, filled part by part and scaled in place: converting, concatenating and scaling
+        # One vector, filled and scaled a slice at a time in float64: converting, concatenating and scaling
         # apart would hold three vectors of the model's size at once.
-        delta = self.delta.detach().reshape(-1)
-        control = None if self.control is None else self.control.detach().reshape(-1)
-        size = delta.numel() + 1 + (0 if control is None else control.numel())
-        vector = torch.empty(size, dtype=torch.float64)
-        vector[: delta.numel()] = delta.to("cpu")
-        vector[delta.numel()] = self.delta_c
-        if control is not None:
-            vector[delta.numel() + 1 :] = control.to("cpu")
-        return vector.mul_(self.weight)
+        parts = [self.delta.detach().reshape(-1), torch.tensor([self.delta_c], dtype=torch.float64)]
+        if self.control is not None:
+            parts.append(self.control.detach().reshape(-1))
+        vector = torch.empty(sum(part.numel() for part in parts), dtype=dtype)
+        start = 0
+        for part in parts:
+            for offset in range(0, part.numel(), _NORM_SLICE):
+                # Not in place: a float64 part's slice would be the caller's own tensor.
+                piece = part[offset : offset + _NORM_SLICE].to("cpu", torch.float64) * self.weight
+                vector[start + offset : start + offset + piece.numel()] = piece
+            start += part.numel()
+        return vector
 
 
 def bounded(update: Update, weight: float, norm: float) -> Update:

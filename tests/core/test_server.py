@@ -248,3 +248,19 @@ def test_adam_and_momentum_together_or_a_bad_adam_are_refused() -> None:
     for bad in ({"lr": 0.0}, {"lr": 0.01, "beta2": 1.0}, {"lr": 0.01, "tau": 0.0}):
         with pytest.raises(ConfigError):
             server.Adam(**bad)
+
+
+def test_apply_is_the_step_and_average_formulas_bit_for_bit_and_leaves_its_inputs_alone() -> None:
+    """theta + sum(w d) / sum(w) and a + (x - a) / k, evaluated whole, match apply (which forms them in place)."""
+    generator = torch.Generator().manual_seed(11)
+    state = server.init(torch.randn(1000, generator=generator, dtype=torch.float64), bound=3.0)
+    for _ in range(4):
+        weighted = torch.randn(1000, generator=generator, dtype=torch.float64)
+        before, average = state.theta.clone(), state.theta_average.clone()
+        moved = server.apply(state, server.Aggregate(weighted, 0.1, 3.7), bound=3.0)
+        assert torch.equal(moved.theta, before + weighted / 3.7)
+        count = moved.averaged_rounds
+        expected = before.clone() if count == 1 else average + (before - average) / count
+        assert torch.equal(moved.theta_average, expected)
+        assert torch.equal(state.theta, before) and torch.equal(state.theta_average, average)
+        state = moved

@@ -26,6 +26,20 @@ def test_the_submitted_vector_is_the_weighted_update_then_the_weighted_control()
     assert Update(delta=torch.tensor([1.0]), delta_c=2.0, weight=0.5).weighted_vector().tolist() == [0.5, 1.0]
 
 
+def test_a_float32_submitted_vector_is_the_float64_one_rounded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Slices of 7 coordinates, so the fill crosses slice boundaries inside delta and inside the control.
+    monkeypatch.setattr("fedfair.core.update._NORM_SLICE", 7)
+    generator = torch.Generator().manual_seed(5)
+    control = torch.randn(31, generator=generator, dtype=torch.float64)
+    update = Update(delta=torch.randn(30, generator=generator), delta_c=-0.3, weight=123.456, control=control)
+    wide = update.weighted_vector()
+    narrow = update.weighted_vector(torch.float32)
+    assert narrow.dtype == torch.float32 and wide.dtype == torch.float64
+    expected = torch.cat([update.delta.double(), torch.tensor([-0.3], dtype=torch.float64), control]) * 123.456
+    assert torch.equal(wide, expected)
+    assert torch.equal(narrow, expected.to(torch.float32))
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     values=st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=20),

@@ -274,10 +274,14 @@ class Board:
     def set_model(
         self, binding: pb.Binding, theta: np.ndarray, c: float, chunk_bytes: int = DEFAULT_CHUNK_BYTES
     ) -> None:
-        """Offer (theta, c) for download under `binding`, cut into its messages once for every peer."""
+        """Offer (theta, c) for download under `binding`, cut into its messages once for every peer.
+
+        It replaces the model offered before (a round's training model once its evaluation starts): stages run
+        one at a time, and a closed stage's model is no longer read, so the board holds one model, not two.
+        """
         parts = list(model_parts(binding, theta, c, chunk_bytes))
         with self._changed:
-            self._models[(binding.round, binding.stage)] = parts
+            self._models = {(binding.round, binding.stage): parts}
 
     def set_start_input(self, binding: pb.Binding, peers: Iterable[str], payload: bytes) -> None:
         """Offer `payload` to `peers` for fetching at the start stage `binding` (TRAIN or EVALUATE)."""

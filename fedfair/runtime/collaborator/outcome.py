@@ -35,7 +35,7 @@ a + (x - a) / k rounds three times, each by half an ulp of a value at most twice
 class ServedModel:
     """A model (theta, c) the aggregator served this collaborator for round `round`.
 
-    `theta` is read-only, in the dtype it travelled in.
+    `theta` is read-only here, in the dtype it travelled in: the downloaded array itself, not a copy.
     """
 
     round: int
@@ -44,7 +44,8 @@ class ServedModel:
 
 
 def _served(round_number: int, theta: np.ndarray, c: float) -> ServedModel:
-    kept = np.array(theta)
+    # The caller's array itself, not a copy (a model's worth per model followed), read-only through this view.
+    kept = theta.view()
     kept.setflags(write=False)
     return ServedModel(round_number, kept, float(c))
 
@@ -93,12 +94,18 @@ class Trajectory:
         self.last = model
 
     def folded(self, model: ServedModel) -> tuple[np.ndarray, float, float]:
-        """(average, average_c, scale) with `model` added, by the server's own update a + (x - a) / k."""
+        """(average, average_c, scale) with `model` added, by the server's own update a + (x - a) / k.
+
+        The new average replaces the old one in place (the old is not kept): a model's worth of float64
+        held once, where the whole-vector expression would hold three.
+        """
         count = self.averaged + 1
-        scale = max(self.scale, float(np.abs(model.theta).max(initial=0.0)), abs(model.c))
+        scale = max(self.scale, _largest_magnitude(model.theta), abs(model.c))
         if self.average is None:
             return np.array(model.theta, dtype=np.float64), model.c, scale
-        average = self.average + (model.theta - self.average) / count
+        average = self.average
+        for start in range(0, average.size, _SLICE):
+            average[start : start + _SLICE] = _fold(average, model.theta, count, slice(start, start + _SLICE))
         return average, self.average_c + (model.c - self.average_c) / count, scale
 
     def mismatch(self, output: ServedModel) -> str | None:
@@ -112,20 +119,26 @@ class Trajectory:
         last = self.last
         if not self.following or last is None or last.round != output.round:
             return None
-        candidates: list[tuple[np.ndarray, float, float, int]] = []
+        # Each candidate is (average to fold the last model into or None, the model or None, its c, scale, folds);
+        # its theta is formed a slice at a time as it is compared, never held whole beside the output.
+        candidates: list[tuple[np.ndarray | None, np.ndarray | None, float, float, int]] = []
         if self.applied + 1 > self.skipped:
-            average, average_c, scale = self.folded(last)
-            candidates.append((average, average_c, scale, self.averaged + 1))
+            count = self.averaged + 1
+            scale = max(self.scale, _largest_magnitude(last.theta), abs(last.c))
+            average_c = last.c if self.average is None else self.average_c + (last.c - self.average_c) / count
+            candidates.append((self.average, last.theta, average_c, scale, count))
         if self.applied > self.skipped and self.average is not None:
-            candidates.append((self.average, self.average_c, self.scale, self.averaged))
+            candidates.append((self.average, None, self.average_c, self.scale, self.averaged))
         elif self.applied <= self.skipped:
-            candidates.append((np.asarray(last.theta, dtype=np.float64), last.c, 0.0, 0))
+            candidates.append((None, last.theta, last.c, 0.0, 0))
         gaps = []
-        for theta, c, scale, folds in candidates:
-            if theta.shape != output.theta.shape:
-                return f"model: the output model has {output.theta.size} values, the training rounds' {theta.size}"
+        for average, theta, c, scale, folds in candidates:
+            reference = theta if theta is not None else average
+            assert reference is not None  # every candidate holds the model, the average or both
+            if reference.size != output.theta.size:
+                return f"model: the output model has {output.theta.size} values, the training rounds' {reference.size}"
             bound = ROUNDING_ULPS * float(np.finfo(output.theta.dtype).eps) * scale * folds
-            gap = max(float(np.abs(output.theta - theta).max(initial=0.0)), abs(output.c - c))
+            gap = max(_largest_gap(output.theta, average, theta, folds), abs(output.c - c))
             if gap <= bound:
                 return None
             gaps.append((gap, bound, folds))
@@ -137,6 +150,40 @@ class Trajectory:
             f"average of the models it was sent for the {folds} training rounds the plan averages: it differs by "
             f"{gap:.3g} (rounding allows {bound:.3g})"
         )
+
+
+_SLICE = 1 << 20
+"""Coordinates the fold and the comparison take at a time (8 MiB in float64): their temporaries cost that."""
+
+
+def _fold(average: np.ndarray, theta: np.ndarray, count: int, part: slice) -> np.ndarray:
+    """Slice `part` of the server's running average a + (x - a) / k, k = `count`, x = `theta`."""
+    folded: np.ndarray = average[part] + (theta[part] - average[part]) / count
+    return folded
+
+
+def _largest_magnitude(theta: np.ndarray) -> float:
+    """The largest |value| of `theta` (0 for none), a slice at a time."""
+    return max(
+        (float(np.abs(theta[start : start + _SLICE]).max()) for start in range(0, theta.size, _SLICE)), default=0.0
+    )
+
+
+def _largest_gap(output: np.ndarray, average: np.ndarray | None, theta: np.ndarray | None, count: int) -> float:
+    """The largest |output - candidate|, formed a slice at a time in float64.
+
+    The candidate is `theta` folded into `average` (:func:`_fold`), or either alone when the other is None.
+    """
+    largest = 0.0
+    for start in range(0, output.size, _SLICE):
+        part = slice(start, start + _SLICE)
+        if average is None:
+            assert theta is not None
+            candidate = np.asarray(theta[part], dtype=np.float64)
+        else:
+            candidate = average[part] if theta is None else _fold(average, theta, count, part)
+        largest = max(largest, float(np.abs(output[part] - candidate).max()))
+    return largest
 
 
 def _same(one: ServedModel, other: ServedModel) -> bool:
@@ -226,12 +273,18 @@ class OutcomeRecord:
             self._save()
 
     def training_model(self, round_number: int, theta: np.ndarray, c: float) -> None:
-        """Follow the model (theta, c) sent for training round `round_number` (:class:`Trajectory`)."""
+        """Follow the model (theta, c) sent for training round `round_number` (:class:`Trajectory`).
+
+        `theta` is kept as it is, not copied: its owner must not change it afterwards (a trainer only reads it).
+        """
         self._trajectory.sent(_served(round_number, theta, c))
         self._save()
 
     def output_model(self, round_number: int, theta: np.ndarray, c: float) -> None:
-        """Keep the output model (theta-bar, c-bar) sent for round `round_number`'s evaluation, the last such one."""
+        """Keep the output model (theta-bar, c-bar) sent for round `round_number`'s evaluation, the last such one.
+
+        `theta` is kept as it is, not copied, like :meth:`training_model`'s.
+        """
         self._output = _served(round_number, theta, c)
         self._save()
 

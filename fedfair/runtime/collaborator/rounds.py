@@ -170,7 +170,8 @@ class RoundJob:
             raise WireError(str(error)) from None
         model = model_digest(values, c)
         view = self.view_of(binding.round, "train", model)
-        self.outcome.training_model(binding.round, theta, c)
+        # The record keeps the downloaded theta itself, or a copy where a control variate shares its download.
+        self.outcome.training_model(binding.round, theta if control is None else theta.copy(), c)
 
         def job() -> Work:
             if view.kept is not None:
@@ -225,7 +226,9 @@ class RoundJob:
         update = bounded(
             update, influence.weight_of(self.config.name, self.shared.batch_fraction), influence.update_norm
         )
-        vector = update.weighted_vector().numpy()
+        # A float32 model's update is held in float32 (sent so, or widened exactly as encoded); a control is float64.
+        compact = update.delta.dtype == torch.float32 and update.control is None
+        vector = update.weighted_vector(torch.float32 if compact else torch.float64).numpy()
         if self.config.share_epsilon and self.config.privacy.enabled:
             from fedfair.privacy.learner import PrivateLearner  # Opacus is loaded only where DP is on
 
@@ -269,10 +272,9 @@ class RoundJob:
             extra=per_round(round_number, self.shared.training.rounds),
         )
         # The trainer's weighted vector is this round's own (Update.weighted_vector builds it afresh), so it is
-        # frozen where it lies rather than copied: d float64 values fewer for the rest of the round.
-        frozen = np.asarray(vector, dtype=np.float64)
-        frozen.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
-        return TrainedUpdate(round_number, model, frozen, float(update.weight))
+        # frozen where it lies rather than copied: d values fewer for the rest of the round.
+        vector.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
+        return TrainedUpdate(round_number, model, vector, float(update.weight))
 
     def contribution(self, trained: TrainedUpdate) -> Work:
         """The round's work for a training outcome, bounded as the plan's encoding bounds it."""

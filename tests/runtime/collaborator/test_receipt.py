@@ -260,6 +260,30 @@ def test_a_model_the_aggregator_chose_is_not_the_average() -> None:
     assert reason is not None and "average of the" in reason and "rounding allows" in reason
 
 
+@pytest.mark.parametrize(("rounds", "aborted", "average_from"), [(8, {3, 6}, 4), (8, {8}, 4), (9, {2}, 0)])
+def test_the_average_and_the_check_by_slices_are_the_whole_vectors_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch, rounds: int, aborted: set[int], average_from: int
+) -> None:
+    """Folded and compared 7 coordinates at a time (the 50 split unevenly), the average is the whole-vector
+    a + (x - a) / k of every model the site was sent, and the check reports the very gap and bound."""
+    sent, output = run_server(rounds, aborted, average_from)
+    _, other = run_server(rounds, aborted, average_from, seed=4)
+    whole = followed(sent, average_from)
+    monkeypatch.setattr("fedfair.runtime.collaborator.outcome._SLICE", 7)
+    sliced = followed(sent, average_from)
+    expected, count = None, 0
+    for previous, model in zip(sent, sent[1:], strict=False):
+        if not np.array_equal(previous.theta, model.theta):
+            count += 1
+            if count > average_from:
+                folds = count - average_from
+                expected = previous.theta.copy() if expected is None else expected + (previous.theta - expected) / folds
+    assert whole.average is not None and sliced.average is not None and expected is not None
+    assert np.array_equal(sliced.average, expected) and np.array_equal(whole.average, expected)
+    assert sliced.mismatch(output) is None
+    assert sliced.mismatch(other) == whole.mismatch(other) is not None
+
+
 def test_a_site_that_missed_a_round_cannot_tell() -> None:
     sent, _ = run_server(6, set(), 3)
     _, other = run_server(6, set(), 3, seed=4)
@@ -291,3 +315,14 @@ def test_a_round_that_left_the_model_as_it_was_is_not_counted(tmp_path: Path) ->
         record.held(round_number)
     assert record.contributed == 2
     assert OutcomeRecord(path, 1).contributed == 2
+
+
+def test_the_record_holds_the_served_model_itself_read_only(tmp_path: Path) -> None:
+    """No copy of a model per model followed: the record's theta is the caller's array, not writable through it."""
+    record = OutcomeRecord(tmp_path / "site-a.fed.outcome.npz", 0)
+    theta = np.linspace(-1.0, 1.0, 9)
+    record.training_model(1, theta, 0.5)
+    record.output_model(1, theta, 0.5)
+    assert record.output is not None and np.shares_memory(record.output.theta, theta)
+    assert not record.output.theta.flags.writeable and theta.flags.writeable
+    assert record.output_mismatch() is None
