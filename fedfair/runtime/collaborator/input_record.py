@@ -63,7 +63,7 @@ _FIX = (
 class Kept:
     """The bits of one answer, kept so that the same request gets exactly them again.
 
-    vector: the contribution as sent without secure aggregation (float64), or None when the
+    vector: the contribution as sent without secure aggregation (the model's float type), or None when the
     answer was to contribute nothing; weight: its weight; encoded: under secure aggregation,
     the fixed-point words before masking (noise included, where there is noise).
     """
@@ -400,6 +400,11 @@ class InputRecord:
             if kind == "train" and answer.vector is not None:
                 self._trainings += 1
             self._save()
+            # The file keeps only the latest answer of a kind: the earlier views let theirs go too, or a long
+            # federation would hold every round's update in memory (the file refuses them again anyway).
+            for other, earlier in self._views.items():
+                if other != key and other.startswith(f"{kind}:"):
+                    earlier.kept = None
             view.kept = answer
 
         view = self._views[key] = SignedView(None if entry is None else entry.survivors, bind, kept, keep)

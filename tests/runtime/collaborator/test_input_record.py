@@ -79,6 +79,20 @@ def test_only_the_latest_answer_of_a_kind_is_kept_and_older_ones_are_not_answere
         record.view(2, "train", "a")
 
 
+def test_a_process_holds_only_the_latest_answer_of_a_kind_in_memory(tmp_path: Path) -> None:
+    record = InputRecord(record_path(tmp_path), "fed")
+    views = []
+    for round_number in (1, 2, 3):
+        views.append(record.view(round_number, "train", f"m{round_number}"))
+        views[-1].keep(Kept(np.full(4, float(round_number)), 1.0))
+    evaluated = record.view(3, "evaluate", "m3")
+    evaluated.keep(Kept(np.zeros(2), 1.0))
+    assert [view.kept is not None for view in views] == [False, False, True]
+    assert evaluated.kept is not None  # another kind's answer is not the training's to let go
+    with pytest.raises(PermanentFailureError, match="federation-past"):
+        record.view(2, "train", "m2")
+
+
 def test_a_changed_kept_file_is_not_sent_and_the_input_is_refused(tmp_path: Path) -> None:
     path = record_path(tmp_path)
     answered(path, 2, reset=True)
