@@ -63,7 +63,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from published import publish
 from fedfair.secagg import prg
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.encode import ROUNDING_BYTES_PER_COORDINATE, EncodingConfig, largest_safe_fractional_bits
+from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
+from fedfair.secagg.rounder import ROUNDING_BYTES_PER_COORDINATE
 from fedfair.secagg.messages import MaskedInput, Message
 from fedfair.secagg.wire import Stage
 from fedfair.secagg.simulate import simulate_round

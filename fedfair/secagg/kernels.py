@@ -36,7 +36,7 @@ def _round_block(
     Each value is clipped to [-bound, bound], and floor((trunc(value * scale) + (random >> random_shift))
     / 2^rounding_bits) is written to ``out`` (int32 or int64).
 
-    This is the formula ``encode._StochasticRounder`` derives its bias and error bounds for, in
+    This is the formula ``rounder.StochasticRounder`` derives its bias and error bounds for, in
     integers: m = trunc(value * scale) (an int64) plus the K = ``rounding_bits`` random bits r,
     floored by 2^K. It is computed here in float64, because AVX2 has no vector conversion
     between float64 and int64 and the integer form runs one coordinate at a time; every step is

@@ -18,13 +18,13 @@ from hypothesis.extra.numpy import arrays
 from fedfair.core.errors import ConfigError
 from fedfair.secagg import encode, prg
 from fedfair.secagg.encode import (
-    ROUNDING_BYTES_PER_COORDINATE,
     Encoder,
     EncodingConfig,
     check_no_wraparound,
     largest_party_value,
     largest_safe_fractional_bits,
 )
+from fedfair.secagg.rounder import ROUNDING_BYTES_PER_COORDINATE
 
 SMALL_BLOCK = 1 << 10
 """Block size for the tests that compare with an exact reference in Python integers."""
