@@ -9,7 +9,7 @@ code), so what holds, holds against code that is not ours:
 - transport and identity: no certificate, a foreign CA, an expired certificate, the
   wrong role, an unlisted name; replays (old round, future round, another federation or
   stage); random bytes, oversize messages, chunk gaps, duplicates and disagreements;
-- plain updates: NaN, Inf, 1e100, just outside clip x weight, weights 0, negative, NaN
+- plain updates: NaN, Inf, 1e30, just outside clip x weight, weights 0, negative, NaN
   and above max_weight, the wrong length;
 - denial of service: 50 task streams opened and cancelled in a loop, and a flood of TCP
   connections that never handshake, each while an honest GetPlan is timed;

@@ -36,6 +36,7 @@ import numpy as np
 
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.runtime.transport import fedfair_pb2_grpc as pb_grpc
+from fedfair.runtime.transport.chunks import plain_upload
 
 SERVICE = "/fedfair.v1.Federation/"
 DEADLINE_SECONDS = 10.0
@@ -112,8 +113,8 @@ def part(binding: pb.Binding, index: int, count: int, total: int, data: bytes) -
 
 
 def plain_payload(vector: np.ndarray, weight: float) -> bytes:
-    """A plain-mode update as the round parameters describe it: [w * delta, w] as little-endian float64."""
-    return np.append(np.asarray(vector, dtype=np.float64), weight).astype("<f8").tobytes()
+    """A plain-mode training update as the wire contract describes it: w * delta in float32, then w in float64."""
+    return plain_upload(np.asarray(vector), weight, pb.STAGE_MASKED_INPUT)
 
 
 def read_parts(stream: Iterator[pb.Part]) -> bytes:

@@ -221,7 +221,7 @@ class RunResult:
 
 
 def weight_tap(uploads: list[tuple[str, float]]) -> Callable[[RoundLoop], None]:
-    """A hook on the aggregator's plain-upload screen that records each upload's weight (its last value)."""
+    """A hook on the aggregator's plain-upload screen that records each upload's weight."""
 
     def adjust(loop: RoundLoop) -> None:
         run = loop.driver.run
@@ -230,9 +230,9 @@ def weight_tap(uploads: list[tuple[str, float]]) -> Callable[[RoundLoop], None]:
             screen = options.get("screen")
             if screen is not None:
 
-                def recording(peer: str, vector: np.ndarray) -> None:
-                    uploads.append((peer, float(vector[-1])))
-                    screen(peer, vector)
+                def recording(peer: str, values: np.ndarray, weight: float) -> None:
+                    uploads.append((peer, weight))
+                    screen(peer, values, weight)
 
                 options["screen"] = recording
             return run(*args, **options)

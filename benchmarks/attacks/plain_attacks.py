@@ -75,6 +75,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.transport import fedfair_pb2 as pb
+from fedfair.runtime.transport.chunks import plain_upload_size, read_plain_upload
 
 LATENCY_LIMIT_SECONDS = 1.0
 """An honest GetPlan must be answered within this while a denial-of-service attack runs."""
@@ -260,7 +261,8 @@ class PlainAttacks:
 
     @staticmethod
     def _genuine_payload_for(parameters: int) -> bytes:
-        return plain_vector(exact_update(INSIDER, parameters)).astype("<f8").tobytes()
+        update = exact_update(INSIDER, parameters)
+        return plain_payload(update.weighted_vector().numpy(), update.weight)
 
     def _upload(self, context: StageContext, messages: list[pb.Part]) -> Answer:
         """Submit as the insider to the open stage, keeping track of whether its slot was used up."""
@@ -368,7 +370,7 @@ class PlainAttacks:
     # ------------------------------------------------------------ malformed uploads
 
     def _malformed_rows(self, context: StageContext) -> None:
-        binding, total = context.binding, 8 * (context.dimension + 1)
+        binding, total = context.binding, plain_upload_size(context.dimension, pb.STAGE_MASKED_INPUT)
         refusals = ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED")
         with self.book.row(
             "random bytes (payload, request body, and raw TLS instead of HTTP/2)",
@@ -598,9 +600,10 @@ class PlainAttacks:
                     payload = self._genuine_payload_for(parameters)
                 if payload is None:
                     return f"round {number}: an insider upload was acknowledged that cannot be reconstructed"
-                if len(payload) != 8 * (parameters + 2):
+                if len(payload) != plain_upload_size(parameters + 1, pb.STAGE_MASKED_INPUT):
                     return f"round {number}: an insider upload of {len(payload)} bytes was counted (not a plain update)"
-                vector = np.frombuffer(payload, dtype="<f8").astype(np.float64)
+                values, weight = read_plain_upload(payload, pb.STAGE_MASKED_INPUT)
+                vector = np.append(values.astype(np.float64), weight)
                 vectors[name] = vector
                 problems += _out_of_bounds(vector, plan.secure_aggregation.clip, plan.secure_aggregation.max_weight)
             else:
@@ -679,14 +682,14 @@ def _vector(context: StageContext, value: float, *, at: int = 3, weight: float |
     vector[at] = value
     if weight is not None:
         vector[-1] = weight
-    return vector.astype("<f8").tobytes()
+    return plain_payload(vector[:-1], vector[-1])
 
 
 VALUE_ATTACKS: dict[str, Callable[[StageContext], bytes]] = {
     "NaN in a plain update": lambda c: _vector(c, math.nan),
     "+Inf in a plain update": lambda c: _vector(c, math.inf),
     "-Inf in a plain update": lambda c: _vector(c, -math.inf),
-    "huge value (1e100) in a plain update": lambda c: _vector(c, 1e100),
+    "huge value (1e30, finite in float32) in a plain update": lambda c: _vector(c, 1e30),
     "a coordinate just outside clip x weight": lambda c: _vector(c, 1.01 * c.clip * 10.0, weight=10.0),
     "weight 0": lambda c: _vector(c, 0.0, weight=0.0),
     "negative weight (-5)": lambda c: _vector(c, 0.0, weight=-5.0),

@@ -440,15 +440,17 @@ def test_a_refused_upload_does_not_hold_the_stage_to_its_deadline(
 
 def test_the_decode_checks() -> None:
     encoding = EncodingConfig(clip=10.0, max_weight=100.0, fractional_bits=16)
+    evaluation = pb.STAGE_EVAL_MASKED_INPUT  # float64 values, then the float64 weight
     with pytest.raises(RefusedError, match="NaN or Inf"):
-        decode_plain(np.array([np.inf, 1.0]).tobytes(), 1, encoding)
+        decode_plain(np.array([np.inf, 1.0]).tobytes(), 1, encoding, evaluation)
     with pytest.raises(RefusedError, match="weight"):
-        decode_plain(np.array([0.5, 0.0]).tobytes(), 1, encoding)
-    with pytest.raises(RefusedError, match="2 float64 values"):
-        decode_plain(np.zeros(3).tobytes(), 1, encoding)
+        decode_plain(np.array([0.5, 0.0]).tobytes(), 1, encoding, evaluation)
+    with pytest.raises(RefusedError, match="1 float64 values and a float64 weight"):
+        decode_plain(np.zeros(3).tobytes(), 1, encoding, evaluation)
     with pytest.raises(RefusedError, match="clipping range"):
-        decode_plain(np.array([21.0, 2.0]).tobytes(), 1, encoding)  # |w * delta| over clip * w
-    assert decode_plain(np.array([0.5, 2.0]).tobytes(), 1, encoding).tolist() == [0.5, 2.0]
+        decode_plain(np.array([21.0, 2.0]).tobytes(), 1, encoding, evaluation)  # |w * delta| over clip * w
+    values, weight = decode_plain(np.array([0.5, 2.0]).tobytes(), 1, encoding, evaluation)
+    assert values.tolist() == [0.5] and weight == 2.0
 
     def outcome(total: np.ndarray, weight: float) -> SumOutcome:
         return SumOutcome(total, weight, 1e-6, ("a", "b"))
