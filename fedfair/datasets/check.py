@@ -57,7 +57,8 @@ class TableCheck:
             lines.append(fits + (f"; empty cells to be imputed: {', '.join(self.imputed)}" if self.imputed else ""))
         else:
             count = len(self.problems)
-            lines.append(f"{self.source} does not fit the plan's [schema] ({count} problems, {self.rows:,} rows):")
+            noun = "problem" if count == 1 else "problems"
+            lines.append(f"{self.source} does not fit the plan's [schema] ({count} {noun}, {self.rows:,} rows):")
             lines += [f"  {number}. {problem}" for number, problem in enumerate(self.problems, start=1)]
             if any(" at line" in problem for problem in self.problems):
                 lines.append("  (line numbers are the file's, the header being line 1)")

@@ -212,9 +212,9 @@ def near_match(value: str, listed: Sequence[str], counts: dict[str, int] | None 
 def spellings(text: Sequence[str | None]) -> dict[str, tuple[str, ...]]:
     """Each distinct value of `text` that differs from others only in case or surrounding spaces.
 
-    Keyed by the spelling a draft keeps (the most frequent; on a tie the one without surrounding
-    spaces, then the first in sorted order), mapped to the other spellings of it, most frequent
-    first; values written one way only are left out.
+    Keyed by the spelling a draft keeps (one without surrounding spaces whenever there is one, since
+    the fix asks for trimmed cells; among those the most frequent, then the first in sorted order),
+    mapped to the other spellings of it; values written one way only are left out.
     """
     counts: dict[str, int] = {}
     for value in text:
@@ -226,7 +226,7 @@ def spellings(text: Sequence[str | None]) -> dict[str, tuple[str, ...]]:
     found: dict[str, tuple[str, ...]] = {}
     for members in groups.values():
         if len(members) > 1:
-            kept, *others = sorted(members, key=lambda value: (-counts[value], value != value.strip(), value))
+            kept, *others = sorted(members, key=lambda value: (value != value.strip(), -counts[value], value))
             found[kept] = tuple(others)
     return found
 

@@ -161,8 +161,18 @@ class Estimate:
 
 
 def _clamped(value: float, below: float, above: float, low: float, high: float) -> Estimate:
-    """[value - below, value + above] inside [low, high], its middle the reported value."""
-    lower, upper = min(max(value - below, low), high), max(min(value + above, high), low)
+    """[value - below, value + above] inside [low, high], its middle the reported value.
+
+    A draw so far out that the whole interval lies beyond a bound keeps the noise's reach from that bound
+    ([low, low + above], or [high - below, high]) rather than collapsing to a point: a count read as
+    "0 +/- 0" would claim an exactness the noise never gave. Every true value the unclamped interval covers
+    stays covered, so the coverage is at least the unclamped one's.
+    """
+    lower, upper = max(value - below, low), min(value + above, high)
+    if lower > high:
+        lower, upper = max(high - below, low), high
+    elif upper < low:
+        lower, upper = low, min(low + above, high)
     return Estimate((lower + upper) / 2.0, lower, upper)
 
 

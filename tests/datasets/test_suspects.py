@@ -94,13 +94,22 @@ def test_a_plain_file_keeps_the_default_dialect(tmp_path: Path) -> None:
     assert (dialect.delimiter, dialect.decimal, dialect.thousands) == (",", ".", None)
 
 
-@given(st.lists(st.sampled_from(["yes", "Yes", "YES", " yes", "no", "No", "maybe"]), min_size=1, max_size=40))
+@given(
+    st.lists(
+        st.sampled_from(["yes", "Yes", "YES", " yes", "Yes ", "no", "No", " no ", "maybe"]), min_size=1, max_size=40
+    )
+)
 def test_spellings_groups_only_case_and_space_variants(values: list[str]) -> None:
     found = spellings(values)
     counts = {value: values.count(value) for value in set(values)}
     for kept, others in found.items():
         assert all(other.strip().casefold() == kept.strip().casefold() for other in others)
-        assert all(counts[kept] >= counts[other] for other in others)
+        # The kept spelling is trimmed whenever a trimmed one exists, and the most frequent of those.
+        trimmed = [value for value in (kept, *others) if value == value.strip()]
+        if trimmed:
+            assert kept == kept.strip() and all(counts[kept] >= counts[value] for value in trimmed)
+        else:
+            assert all(counts[kept] >= counts[other] for other in others)
     grouped = {kept for kept in found} | {other for others in found.values() for other in others}
     folded = [value.strip().casefold() for value in set(values)]
     assert grouped == {value for value in set(values) if folded.count(value.strip().casefold()) > 1}

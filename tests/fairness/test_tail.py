@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scipy import stats
 
 from fedfair.core.errors import ConfigError
@@ -202,3 +204,27 @@ def test_the_noised_report_states_no_best_group_risk_and_a_disparity_of_worst_ag
     # The disparity is the worst group against the other 1 - rho, from the two figures the answers estimate.
     assert record["disparity"] == pytest.approx((figures.worst.value - figures.mean.value) / (1.0 - RHO), rel=1e-12)
     assert record["disparity_bound"] == pytest.approx(figures.disparity.half_width, rel=1e-12)
+
+
+@given(
+    st.floats(-50.0, 50.0),
+    st.floats(0.0, 10.0),
+    st.floats(0.0, 10.0),
+    st.floats(-5.0, 5.0),
+    st.floats(0.1, 20.0),
+)
+def test_a_clamped_interval_covers_what_the_unclamped_one_does_and_never_collapses_for_noise(
+    value: float, below: float, above: float, low: float, span: float
+) -> None:
+    high = low + span
+    estimate = tail._clamped(value, below, above, low, high)
+    assert low <= estimate.low <= estimate.value <= estimate.high <= high
+    # Every feasible true value the noise's interval covers is still covered.
+    for truth in np.linspace(low, high, 11):
+        if value - below <= truth <= value + above:
+            assert estimate.low <= truth <= estimate.high
+    # A draw beyond a bound keeps the noise's reach from it: no "0 +/- 0" for a noised count.
+    if value + above < low:
+        assert estimate.high == min(low + above, high)
+    if value - below > high:
+        assert estimate.low == max(high - below, low)
