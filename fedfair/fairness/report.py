@@ -75,6 +75,13 @@ class SecureSumCertificate:
     worst_risk_threshold_gap: float | None = None
     """How far further below the interval reaches because the risk is read at c-bar, not at the exact quantile
     (the convexity gap; None for exact sums): more rows or epsilon do not narrow it, a c-bar nearer the quantile does."""
+    group_error_bound: float | None = None
+    """The noised report's 95% bound on the worst and the best group's 0-1 error and on their difference
+    (None for exact sums, whose errors are exact). Each is a function of the mean error e alone (the errors fill
+    the worst group first: min(e, rho) / rho and max(e - (1 - rho), 0) / rho), with slope at most 1 / rho, so
+    `error_rate_bound / rho` bounds all three."""
+    error_disparity_bound: float | None = None
+    """The same for `error_disparity`, whose slope in e is at most max(1 / rho, 1 / (1 - rho)) (0 at rho = 1)."""
 
 
 @dataclass(frozen=True)

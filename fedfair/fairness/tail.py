@@ -267,6 +267,8 @@ class TailReport:
                 cap_share_high=self.cap_share.high,
                 worst_risk_noise=self.worst_noise,
                 worst_risk_threshold_gap=self.worst_gap,
+                group_error_bound=self.error.half_width / rho,
+                error_disparity_bound=0.0 if rho >= 1.0 else self.error.half_width * max(1.0 / rho, 1.0 / (1.0 - rho)),
             ),
         )
 

@@ -91,6 +91,14 @@ def test_the_stated_intervals_cover_the_exact_figures_at_their_confidence(rows: 
         # The record's disparity +/- its bound, the figure the console and final_model.json state.
         report = figures.report(RHO, sigma, CAP).to_dict()
         misses["reported disparity"] += not abs(report["disparity"] - exact.disparity) <= report["disparity_bound"]
+        # Every 0-1 error figure of the record with its own stated bound.
+        for name, bound in (
+            ("worst_error", "group_error_bound"),
+            ("best_error", "group_error_bound"),
+            ("error_worst_minus_best", "group_error_bound"),
+            ("error_disparity", "error_disparity_bound"),
+        ):
+            misses[name] = misses.get(name, 0) + (not abs(report[name] - getattr(exact, name)) <= report[bound])
     assert all(count <= ALLOWED_MISSES for count in misses.values()), misses
 
 

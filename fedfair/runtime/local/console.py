@@ -69,6 +69,7 @@ NOISED_BOUNDS = {
     "mean_risk": "mean_error_bound",
     "disparity": "disparity_bound",
     "accuracy": "error_rate_bound",
+    "worst_error": "group_error_bound",
 }
 """The half-width of each noised figure's 95% interval, by the evaluation record's key (the worst's is its
 interval's, :func:`fedfair.runtime.report.verdicts.worst_interval`; the best group's risk is not measured)."""
@@ -89,9 +90,6 @@ def _federated_cells(evaluation: Mapping[str, Any], keys: tuple[str, ...]) -> li
     low, high = verdicts.worst_interval(evaluation)
     bounds = {key: evaluation.get(bound) for key, bound in NOISED_BOUNDS.items()}
     bounds["worst_risk"] = (high - low) / 2
-    if evaluation.get("error_rate_bound") is not None:
-        # The worst group's error is min(error, rho) / rho: the mean error's bound over rho.
-        bounds["worst_error"] = float(evaluation["error_rate_bound"]) / float(evaluation["rho"])
     capped = verdicts.above_cap(evaluation) is not None
     cells = []
     for key in keys:
