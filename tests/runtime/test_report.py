@@ -258,6 +258,12 @@ def test_a_noised_composition_and_evaluation_state_their_noise_and_no_site_suppr
     ) in page
     assert "withheld at each site" not in page and "rows per bucket" not in page
     assert "noise of standard deviation up to 4.96 per coordinate of the answers' sum" in page
+    # Only the answers were noised: the page must not let a reader take the model for a DP-trained one.
+    assert "No training sum carried noise: this noise protects the evaluation answers" in page
+    trained = tmp_path / "trained"
+    append_round_log(trained, {**applied(1, NAMES, NAMES, {}, 9.8), "mean_update_noise_std": 0.01, "evaluation": worst})
+    page = report.write_report(trained).read_text()
+    assert "1 training rounds decoded with Skellam noise" in page and "No training sum carried noise" not in page
 
 
 def test_a_noised_mean_is_drawn_with_its_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

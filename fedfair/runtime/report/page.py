@@ -251,10 +251,17 @@ def _noise_paragraph(run: Run) -> str:
             "per coordinate of the answers' sum, each coordinate a scaled sum (each risk above carries that noise in "
             "its 95% interval)"
         )
+    unprotected = (
+        ""
+        if training
+        else " No training sum carried noise: this noise protects the evaluation answers (and the statistics before "
+        "round 1), not the model's weights; the plan's [privacy] mode = \"distributed\" noises training too, and a "
+        "site's own DP-SGD is listed below when the site shares its epsilon."
+    )
     return (
         f"<p>Distributed DP: {'; '.join(parts)}. Each site charged every noised input it sent to its own ledger, "
         "which the aggregator never sees: <code>fedfair collaborator ledger --config collaborator.toml</code> "
-        "shows it at the site.</p>"
+        f"shows it at the site.{unprotected}</p>"
     )
 
 
