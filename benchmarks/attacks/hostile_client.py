@@ -36,7 +36,6 @@ import numpy as np
 
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.runtime.transport import fedfair_pb2_grpc as pb_grpc
-from fedfair.runtime.transport.chunks import plain_upload
 
 SERVICE = "/fedfair.v1.Federation/"
 DEADLINE_SECONDS = 10.0
@@ -113,8 +112,9 @@ def part(binding: pb.Binding, index: int, count: int, total: int, data: bytes) -
 
 
 def plain_payload(vector: np.ndarray, weight: float) -> bytes:
-    """A plain-mode training update as the wire contract describes it: w * delta in float32, then w in float64."""
-    return plain_upload(np.asarray(vector), weight, pb.STAGE_MASKED_INPUT)
+    """A plain-mode training update as the wire contract describes it: w * delta as little-endian float32, then w
+    as a little-endian float64 (written here from the contract, not with fedfair's own encoder)."""
+    return np.asarray(vector, dtype="<f4").tobytes() + np.array(weight, dtype="<f8").tobytes()
 
 
 def read_parts(stream: Iterator[pb.Part]) -> bytes:
