@@ -42,7 +42,6 @@ SECTIONS: dict[str, Callable[[str, Mapping[str, Any]], Section]] = {
     "startup_bench": startup_bench,
     "round_bench": round_bench,
     "round_bench_processes": round_bench,
-    "round_bench_16bit_d1e7": wire_width,
     "round_bench_processes_d1e8": wire_width,
     "round_bench_plain32_d1e7": wire_width,
     "round_bench_processes_d1e7": wire_width,

@@ -177,3 +177,29 @@ def test_eval_error_quick_measures_every_design_against_the_exact_value(tmp_path
     # The half-width is the noise's: as predicted (at c = 0, an upper bound), within the gap's share.
     assert 0.5 * chosen["expected_half_width"] < chosen["mean_half_width"] <= chosen["expected_half_width"] + 0.01
     assert chosen["mean_half_width"] <= 0.055 and chosen["coverage"] >= 0.8
+
+
+def test_make_bench_reruns_every_result_on_the_page_with_its_own_command(tmp_path: Path) -> None:
+    """Every committed result file names a benchmark script that exists and is rerun writing to itself, so no
+    figure on docs/benchmarks.md is a one-off that `make bench` leaves stale."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import rerun
+
+    planned = {item.name: item.argv for item in rerun.reruns()}
+    committed = sorted(path.stem for path in (ROOT / "benchmarks" / "results").glob("*.json"))
+    assert sorted(planned) == committed
+    for name, argv in planned.items():
+        assert argv[0] == sys.executable and (ROOT / argv[1]).is_file(), argv
+        assert argv[argv.index("--json") + 1] == f"benchmarks/results/{name}.json", argv
+    # A file that records no runnable command is refused by name, not skipped.
+    stray = tmp_path / "stray.json"
+    stray.write_text(json.dumps({"provenance": {"command": "python /tmp/elsewhere.py"}}))
+    with pytest.raises(ValueError, match="stray.json records"):
+        rerun.rerun_of(stray)
+    listed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "rerun.py"), "--list", "--only", "startup_bench"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert listed.stdout.strip().endswith("benchmarks/startup_bench.py --json benchmarks/results/startup_bench.json")
