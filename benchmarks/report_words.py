@@ -19,7 +19,7 @@ def dp_utility_bits(name: str, document: Mapping[str, Any]) -> Section:
             "no DP" if pair["mode"] == "none" else f"distributed, epsilon {pair['epsilon']:g}",
             str(pair["bits"]),
             str(pair["fractional_bits"]),
-            str(pair["repeats"]),
+            str(pair.get("repeats", document["repeats"])),  # files before per-row runs: one count for all
             fixed(pair["worst_group_risk_64"], 4),
             fixed(pair["worst_group_risk"], 4),
             f"{percent(pair['relative_difference'], 2)} ± {percent(pair['relative_difference_se'], 2)}",
