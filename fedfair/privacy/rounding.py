@@ -1,8 +1,9 @@
 """Bounds for the Skellam mechanism's integers: stochastic rounding, wrap-around, and their delta add-on.
 
 Each party rounds its scaled update to integers before adding noise and masking; these bounds turn
-a real-valued sensitivity into the integer one the accountant (:mod:`fedfair.privacy.distributed`)
-charges, and count what rounding and a wrap modulo 2^k add to delta.
+a real-valued sensitivity into what the accountant (:mod:`fedfair.privacy.distributed`) charges (an
+integer one, or the RDP of the rounded shift in expectation), and count what conditional rounding and a
+wrap modulo 2^k add to delta.
 """
 
 from __future__ import annotations
