@@ -34,13 +34,14 @@ noised encode + mask with a plain encode + mask plus numpy's sampler, what a non
 encoder would cost at the least. `--quick` runs 200 rounds instead of 1000. `--bits K [K]` runs only the
 word-size rows: no DP and distributed at epsilon 1, both federations, in 64-bit and K-bit words (16 and/or 32),
 every site's batch agreed as its weight (`EncodingConfig.weights`), and each row's relative difference from
-the 64-bit one.
+the 64-bit one; `--dataset-repeats DATASET N` runs one dataset's rows N times instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import math
 import os
 import sys
@@ -271,7 +272,12 @@ def repeated(
 ) -> dict[str, Any]:
     """`run` `repeats` times: the noise comes from fresh OS entropy every run, so one run's risk is one draw;
     the row reports the mean of each risk and the standard deviation of the worst-group risk."""
-    runs = [run(dataset, mode, epsilon, rounds, weights, modulus_bits) for _ in range(repeats)]
+    runs = []
+    for _ in range(repeats):
+        runs.append(run(dataset, mode, epsilon, rounds, weights, modulus_bits))
+        # A run's federation and sums sit in reference cycles the collector seldom reaches: Census-Income's
+        # held about 700 MB a run until collected (30 runs a row exhausted 24 GB).
+        gc.collect()
     row = dict(runs[0])
     for key in ("worst_group_risk", "mean_risk", "accuracy", "c", "epsilon_spent", "cpu_seconds"):
         row[key] = float(np.mean([item[key] for item in runs]))
@@ -282,22 +288,25 @@ def repeated(
     return row
 
 
-def word_sizes(bits: list[int], rounds: int, repeats: int) -> dict[str, Any]:
-    """No DP and distributed DP at epsilon 1 in 64-bit and each of `bits`-bit words, and each one's difference."""
+def word_sizes(bits: list[int], rounds: int, repeats: dict[str, int]) -> dict[str, Any]:
+    """No DP and distributed DP at epsilon 1 in 64-bit and each of `bits`-bit words, and each one's difference.
+
+    Each dataset's rows run `repeats[dataset]` times.
+    """
     rows = [
-        repeated(dataset, mode, epsilon, rounds, repeats, modulus_bits=width)
+        repeated(dataset, mode, epsilon, rounds, repeats[dataset], modulus_bits=width)
         for dataset in CASES
         for mode, epsilon in (("none", math.inf), ("distributed", 1.0))
         for width in (64, *bits)
     ]
-    return {"rounds": rounds, "repeats": repeats, "rows": rows, "comparisons": comparisons(rows, repeats)}
+    return {"rounds": rounds, "repeats": repeats, "rows": rows, "comparisons": comparisons(rows)}
 
 
-def comparisons(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
+def comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each narrower row against the 64-bit row of its dataset and mode.
 
     The relative difference in worst-group risk, its standard error from the two rows' standard deviations
-    over `repeats` runs each, and the decoded noise's standard deviation against the 64-bit row's.
+    over their runs, and the decoded noise's standard deviation against the 64-bit row's.
     """
     wide = {(row["dataset"], row["mode"]): row for row in rows if row["modulus_bits"] == 64}
     pairs = []
@@ -306,7 +315,10 @@ def comparisons(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]
             continue
         reference = wide[row["dataset"], row["mode"]]
         risk = reference["worst_group_risk"]
-        error = math.hypot(reference["worst_group_risk_sd"], row["worst_group_risk_sd"]) / math.sqrt(repeats)
+        error = math.hypot(
+            reference["worst_group_risk_sd"] / math.sqrt(reference["repeats"]),
+            row["worst_group_risk_sd"] / math.sqrt(row["repeats"]),
+        )
         pairs.append(
             {
                 "dataset": row["dataset"],
@@ -314,6 +326,7 @@ def comparisons(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]
                 "epsilon": row["epsilon"],
                 "bits": row["modulus_bits"],
                 "fractional_bits": row["fractional_bits"],
+                "repeats": row["repeats"],
                 "worst_group_risk_64": risk,
                 "worst_group_risk": row["worst_group_risk"],
                 "relative_difference": row["worst_group_risk"] / risk - 1.0,
@@ -329,6 +342,14 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--quick", action="store_true", help="200 rounds instead of 1000")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each noised row, averaged (default 3)")
+    parser.add_argument(
+        "--dataset-repeats",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("DATASET", "RUNS"),
+        help="with --bits: runs of each of DATASET's rows instead of --repeats",
+    )
     parser.add_argument("--equal-only", action="store_true", help="only Adult's equal-weights rows")
     parser.add_argument(
         "--bits", type=int, nargs="+", choices=(16, 32), help="only the word-size rows: these bits against 64"
@@ -337,7 +358,10 @@ def main() -> None:
     torch.set_num_threads(1)
     rounds = 200 if args.quick else 1000
     if args.bits is not None:
-        publish(word_sizes(args.bits, rounds, args.repeats), args.json)
+        repeats = dict.fromkeys(CASES, args.repeats) | {name: int(runs) for name, runs in args.dataset_repeats}
+        if set(repeats) != set(CASES):
+            parser.error(f"--dataset-repeats names one of {', '.join(CASES)}")
+        publish(word_sizes(args.bits, rounds, repeats), args.json)
         return
     equal = [
         repeated("adult", "distributed", epsilon, rounds, args.repeats, weights)

@@ -21,7 +21,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.ring import Ring
-from fedfair.privacy.rounding import delta_addon, rounded_l1, rounded_l2
+from fedfair.privacy.rounding import delta_addon, expected_rounding_rdp
 
 ORDERS: tuple[int, ...] = (*range(2, 65), 72, 80, 96, 112, 128, 160, 192, 256)
 """Integer Renyi orders alpha the accountant evaluates (subsampling's bound needs integers)."""
@@ -33,16 +33,17 @@ AMPLIFICATIONS = ("steinke", "zhu_wang")
 """Bounds for Poisson subsampling (:func:`subsampled_rdp`)."""
 
 ROUNDING_BETA = 2.0**-80
-"""beta of the rounding inflation and of the conditional rounding: sqrt(2 log(1/beta)) = 10.5 units
-of inflation at most, and a delta add-on far below any delta in use (:func:`~fedfair.privacy.rounding.delta_addon`)."""
+"""beta of each party's conditional rounding (its rounded vector's norm bound, :mod:`fedfair.secagg.noise`): a delta
+add-on far below any delta in use (:func:`~fedfair.privacy.rounding.delta_addon`). Training charges the record's
+rounded shift in expectation (:func:`~fedfair.privacy.rounding.expected_rounding_rdp`), free of beta."""
 
 WRAP_FAILURE = 2.0**-40
 """The probability per noised sum the encoder accepts that it wraps or leaves its stated range."""
 
 SENSITIVITY_UNITS = 2.0**12
 """Training encodes one record's contribution as between 2^11 and 2^12 units (the fractional bits
-chosen to fit): the rounding inflation, about (d / 4 + 10.5 Delta) / (2 Delta^2) relative, stays
-below 1% for d up to 10^5, and 64-bit words keep 30 bits of room above it."""
+chosen to fit): the rounding inflation of the noise, about d / (8 Delta^2) relative, stays
+below 1% for d up to 3 x 10^5, and 64-bit words keep 30 bits of room above it."""
 
 MAX_PARTIES = 10**6
 """The delta add-on of training is counted for up to this many parties, so a collaborator can count
@@ -58,9 +59,13 @@ class Release:
         only the honest parties the plan guarantees (:func:`party_mu`); encoded units.
     l1, l2: how far one record moves the integer sum, in L1 and L2 norm (after rounding:
         :func:`~fedfair.privacy.rounding.rounded_l2`, :func:`~fedfair.privacy.rounding.rounded_l1`); encoded units.
+        With ``rounding``, how far it moves the real vector before a stochastic rounding.
     sampling_rate: q, the Poisson sampling rate of the records (1 when every record takes part).
     steps: how many such releases (training steps, evaluation queries).
     amplification: how subsampling is accounted (:data:`AMPLIFICATIONS`, :func:`subsampled_rdp`).
+    rounding: m, the coordinates stochastically rounded after the shift by l1, l2, whose RDP is then charged in
+        expectation over the rounding (:func:`~fedfair.privacy.rounding.expected_rounding_rdp`); 0 when l1 and l2
+        already bound the integer shift.
     """
 
     mechanism: str
@@ -70,6 +75,7 @@ class Release:
     sampling_rate: float = 1.0
     steps: int = 1
     amplification: str = "steinke"
+    rounding: int = 0
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
@@ -85,6 +91,8 @@ class Release:
             raise ConfigError(f"steps={self.steps!r} must be a count >= 0")
         if self.amplification not in AMPLIFICATIONS:
             raise ConfigError(f"unknown amplification {self.amplification!r}; use one of {', '.join(AMPLIFICATIONS)}")
+        if isinstance(self.rounding, bool) or not isinstance(self.rounding, int) or self.rounding < 0:
+            raise ConfigError(f"rounding={self.rounding!r} must be a count of coordinates >= 0")
 
 
 def skellam_rdp(alpha: float, mu: float, l1: float, l2: float) -> float:
@@ -190,15 +198,20 @@ def _subsampled(curve: np.ndarray, sampling_rate: float, alpha: int, amplificati
 
 
 @functools.lru_cache(maxsize=4096)
-def _step_curve(mu: float, l1: float, l2: float, sampling_rate: float, amplification: str) -> np.ndarray:
+def _step_curve(
+    mu: float, l1: float, l2: float, sampling_rate: float, amplification: str, rounding: int = 0
+) -> np.ndarray:
     """One step's subsampled Skellam RDP at every order of :data:`ORDERS`, read-only.
 
     Cached: a calibration or a ledger asks for the same shapes again and again.
     """
     orders = np.arange(2, ORDERS[-1] + 1, dtype=np.float64)
-    gaussian = orders * l2 * l2 / (4.0 * mu)
-    integrality = np.minimum(((2.0 * orders - 1.0) * l2 * l2 + 6.0 * l1) / (16.0 * mu * mu), 3.0 * l1 / (4.0 * mu))
-    curve = gaussian + integrality  # skellam_rdp at every integer order, vectorised
+    if rounding:
+        curve = expected_rounding_rdp(orders, mu, l1, l2, rounding)
+    else:
+        gaussian = orders * l2 * l2 / (4.0 * mu)
+        integrality = np.minimum(((2.0 * orders - 1.0) * l2 * l2 + 6.0 * l1) / (16.0 * mu * mu), 3.0 * l1 / (4.0 * mu))
+        curve = gaussian + integrality  # skellam_rdp at every integer order, vectorised
     values = np.array([_subsampled(curve, sampling_rate, alpha, amplification) for alpha in ORDERS])
     values.setflags(write=False)
     return values
@@ -210,6 +223,10 @@ def release_rdp(release: Release, alpha: int) -> float:
         return 0.0
 
     def plain(order: int) -> float:
+        if release.rounding:
+            return float(
+                expected_rounding_rdp(np.array([order]), release.mu, release.l1, release.l2, release.rounding)[0]
+            )
         return skellam_rdp(order, release.mu, release.l1, release.l2)
 
     return release.steps * subsampled_rdp(plain, release.sampling_rate, alpha, release.amplification)
@@ -220,7 +237,7 @@ def rdp_curve(releases: Sequence[Release]) -> np.ndarray:
     total = np.zeros(len(ORDERS))
     for release in releases:
         if release.steps:
-            shape = (release.mu, release.l1, release.l2, release.sampling_rate, release.amplification)
+            shape = (release.mu, release.l1, release.l2, release.sampling_rate, release.amplification, release.rounding)
             total += release.steps * _step_curve(*shape)
     return total
 
@@ -329,8 +346,9 @@ class TrainingNoise:
     Every collaborator and the secure sum therefore compute the same.
 
     fractional_bits: f of the encoding (one record moves the weighted sum by at most 2^11 to 2^12 units).
-    release: the Skellam release of one step (mu: the honest parties' total; l1, l2 in encoded units after
-        rounding; the sampling rate); ``steps`` holds the planned steps.
+    release: the Skellam release of one step (mu: the honest parties' total; l1, l2 in encoded units before the
+        rounding of its ``rounding`` = m coordinates, charged in expectation; the sampling rate); ``steps`` holds
+        the planned steps.
     addon: what rounding and wraps add to delta (:func:`~fedfair.privacy.rounding.delta_addon`); the RDP conversion uses delta - addon.
     sensitivity: how far one record moves the weighted sum in L2, real units, before rounding: the unit of the
         encoder's projection radius (:func:`~fedfair.privacy.rounding.batch_radius` of them).
@@ -373,8 +391,8 @@ def training_noise(
 
     Returns:
         f with 2^11 <= sensitivity 2^f <= 2^12 (or f = 0), lowered while a sum in ``ring`` could wrap with
-        probability above WRAP_FAILURE; the rounded sensitivities at that f (so the accounting is the one of the
-        bits chosen), the delta add-on (which counts WRAP_FAILURE per step) and the calibrated mu.
+        probability above WRAP_FAILURE; the sensitivities at that f, their rounding charged in expectation (so the
+        accounting is the one of the bits chosen), the delta add-on (which counts WRAP_FAILURE per step) and the calibrated mu.
 
     Raises:
         ConfigError: a non-positive sensitivity, a delta outside (0, 1) or too small for the add-on, a target no
@@ -392,10 +410,11 @@ def training_noise(
     # Fewer fractional bits shrink signal and noise alike, in units, until rounding (d / 4 in the squared
     # sensitivity) dominates; the first f whose sum fits is the most precise one that does.
     for bits in range(max(0, math.floor(math.log2(SENSITIVITY_UNITS / sensitivity))), -1, -1):
-        l2 = rounded_l2(math.ldexp(sensitivity, bits), dimension, ROUNDING_BETA)
-        shape = Release("skellam", 1.0, rounded_l1(l2, dimension), l2, sampling_rate, steps)
-        release = dataclasses.replace(shape, mu=calibrate(target_epsilon, delta - addon, [shape]))
         units = math.ldexp(sensitivity, bits)
+        l1 = math.sqrt(dimension) * units  # a rotation may spread one record's move over every coordinate
+        shape = Release("skellam", 1.0, l1, units, sampling_rate, steps, rounding=dimension)
+        # Epsilon may move ten times as fast as mu (few sampled steps at a high target): bisect mu to 1e-4.
+        release = dataclasses.replace(shape, mu=calibrate(target_epsilon, delta - addon, [shape], tolerance=1e-4))
         if ring is None or ring.wrap_probability(units, release.mu, dimension) <= WRAP_FAILURE:
             return TrainingNoise(bits, release, addon, sensitivity)
     assert ring is not None  # without a ring the first f is taken

@@ -48,6 +48,9 @@ MAX_TEXT = 256
 _CHARGE_KEYS = frozenset(
     ("kind", "federation", "round", "model", "mechanism", "mu", "l1", "l2", "sampling_rate", "addon", "delta", "prev")
 )
+_OPTIONAL_KEYS = frozenset(("prev", "rounding"))
+"""Keys a charge may lack: the chain's link before it is appended, and the rounding a release averages over (only
+when charged in expectation, :attr:`fedfair.privacy.distributed.Release.rounding`)."""
 _RESET_KEYS = frozenset(("kind", "reason", "at", "spent", "prev"))
 _HEAD_KEYS = frozenset(("format", "version", "site", "data", "count", "head", "entries"))
 
@@ -166,6 +169,8 @@ class Ledger:
             "addon": charge.addon,
             "delta": delta,
         }
+        if release.rounding:
+            entry["rounding"] = release.rounding
         _check_charge(entry)
         with self._locked():
             earlier = self.releases()
@@ -312,6 +317,7 @@ def _release(entry: Mapping[str, object], steps: int = 1) -> distributed.Release
         float(entry["l2"]),  # type: ignore[arg-type]
         float(entry["sampling_rate"]),  # type: ignore[arg-type]
         steps,
+        rounding=int(entry.get("rounding", 0)),  # type: ignore[call-overload]
     )
 
 
@@ -325,7 +331,7 @@ def composed(entries: list[Entry], delta: float) -> float:
         return 0.0
     groups: dict[tuple[object, ...], tuple[Entry, int]] = {}
     for entry in entries:
-        key = (entry["mechanism"], entry["mu"], entry["l1"], entry["l2"], entry["sampling_rate"])
+        key = (entry["mechanism"], entry["mu"], entry["l1"], entry["l2"], entry["sampling_rate"], entry.get("rounding"))
         first, steps = groups.get(key, (entry, 0))
         groups[key] = (first, steps + 1)
     releases = [_release(first, steps) for first, steps in groups.values()]
@@ -366,8 +372,9 @@ def _text(entry: Mapping[str, object], key: str) -> str:
 
 def _check_charge(entry: Mapping[str, object]) -> None:
     """Every key of a charged release present and in range; raises ValueError naming the first that is not."""
-    if set(entry) - {"prev"} != _CHARGE_KEYS - {"prev"}:
-        raise ValueError(_keys_problem(entry, _CHARGE_KEYS if "prev" in entry else _CHARGE_KEYS - {"prev"}))
+    present = _OPTIONAL_KEYS & set(entry)
+    if set(entry) - present != _CHARGE_KEYS - _OPTIONAL_KEYS:
+        raise ValueError(_keys_problem(entry, _CHARGE_KEYS - _OPTIONAL_KEYS | present))
     if entry["kind"] not in CHARGED_KINDS:
         raise ValueError(f"kind = {entry['kind']!r} is not one of {', '.join((*CHARGED_KINDS, RESET))}")
     if not FEDERATION_ID_RE.fullmatch(_text(entry, "federation")):
@@ -382,6 +389,9 @@ def _check_charge(entry: Mapping[str, object]) -> None:
     _number(entry, "l1", 0.0, math.inf)
     _number(entry, "l2", 0.0, math.inf)
     _number(entry, "sampling_rate", 0.0, 1.0, open_low=True)
+    rounding = entry.get("rounding", 1)
+    if isinstance(rounding, bool) or not isinstance(rounding, int) or not 1 <= rounding <= MAX_JSON_INTEGER:
+        raise ValueError(f"rounding = {rounding!r} is not a count of coordinates")
     delta = _number(entry, "delta", 0.0, 1.0, open_low=True)
     if delta == 1.0:
         raise ValueError("delta = 1 is not below 1")

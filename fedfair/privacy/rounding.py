@@ -1,8 +1,9 @@
 """Bounds for the Skellam mechanism's integers: stochastic rounding, wrap-around, and their delta add-on.
 
 Each party rounds its scaled update to integers before adding noise and masking; these bounds turn
-a real-valued sensitivity into the integer one the accountant (:mod:`fedfair.privacy.distributed`)
-charges, and count what rounding and a wrap modulo 2^k add to delta.
+a real-valued sensitivity into what the accountant (:mod:`fedfair.privacy.distributed`) charges (an
+integer one, or the RDP of the rounded shift in expectation), and count what conditional rounding and a
+wrap modulo 2^k add to delta.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable
+
+import numpy as np
 
 from fedfair.core.errors import ConfigError
 
@@ -42,6 +45,54 @@ def rounded_l2(l2: float, dimension: int, beta: float) -> float:
         return always
     squared = l2 * l2 + dimension / 4.0 + math.sqrt(2.0 * math.log(1.0 / beta)) * (l2 + root / 2.0)
     return min(always, math.sqrt(squared))
+
+
+def expected_rounding_rdp(orders: np.ndarray, mu: float, l1: float, l2: float, dimension: int) -> np.ndarray:
+    """RDP at each integer order of Skellam(mu) noise on a shift by a stochastic rounding of a real vector.
+
+    The vector v (one record's move before rounding, encoded units) has L2 norm at most ``l2`` and L1 norm at
+    most ``l1`` in ``dimension`` coordinates; as :func:`rounded_l2` says, the two neighbouring rounded sums differ
+    by z, an independent stochastic rounding of each v_i. Rather than charge a bound on ||z|| that fails with
+    probability beta (the sqrt(2 log(1/beta)) (l2 + sqrt(d) / 2) of :func:`rounded_l2`, 10.5 units at beta =
+    2^-80), this averages over z: e^((alpha - 1) D_alpha) is jointly convex in the pair of distributions, so
+    the divergence of the two mixtures is at most (1 / (alpha - 1)) log E_z e^((alpha - 1) eps(alpha, z)), with
+    eps Agarwal et al.'s bound for the integer shift z (:func:`fedfair.privacy.distributed.skellam_rdp`; each
+    of its two integrality branches is s ||z||^2 + t ||z||_1). With e_i = z_i - v_i in [-p_i, 1 - p_i] of mean
+    0 (p_i the fractional part of v_i), exactly
+
+        z_i^2 = v_i^2 + p_i (1 - p_i) + (2 floor(v_i) + 1) e_i,    |z_i| = |v_i| + sign(v_i) e_i,
+
+    so s z_i^2 + t |z_i| is linear in e_i with a coefficient at most s (2 |v_i| + 1) + t in size, and
+    Hoeffding's lemma (E e^(c e_i) <= e^(c^2 / 8)) over the independent coordinates gives
+
+        log E e^(s ||z||^2 + t ||z||_1) <= s (l2^2 + d / 4) + t l1 + s^2 l2^2 / 2 + s (s + t) l1 / 2 + d (s + t)^2 / 8.
+
+    Near the Gaussian limit that charges the squared sensitivity l2^2 + d / 4, not l2^2 + d / 4 + 10.5 (l2 +
+    sqrt(d) / 2). Each order takes the least of both branches and of the bound for the worst rounding
+    (||z||_2 < l2 + sqrt(d), ||z||_1 <= l1 + d), which wins at high orders.
+    """
+    alpha = np.asarray(orders, dtype=np.float64)
+    count = float(dimension)
+    l1 = min(l1, math.sqrt(count) * l2)
+    gaussian = (alpha - 1.0) * alpha / (4.0 * mu)
+    branches = (
+        (gaussian + (alpha - 1.0) * (2.0 * alpha - 1.0) / (16.0 * mu * mu), (alpha - 1.0) * 6.0 / (16.0 * mu * mu)),
+        (gaussian, (alpha - 1.0) * 3.0 / (4.0 * mu)),
+    )
+    logs = [
+        s * (l2 * l2 + count / 4.0)
+        + t * l1
+        + s * s * l2 * l2 / 2.0
+        + s * (s + t) * l1 / 2.0
+        + count * (s + t) ** 2 / 8.0
+        for s, t in branches
+    ]
+    worst_l2 = l2 + math.sqrt(count)
+    worst_l1 = min(l1 + count, rounded_l1(worst_l2, dimension))
+    worst = alpha * worst_l2 * worst_l2 / (4.0 * mu) + np.minimum(
+        ((2.0 * alpha - 1.0) * worst_l2 * worst_l2 + 6.0 * worst_l1) / (16.0 * mu * mu), 3.0 * worst_l1 / (4.0 * mu)
+    )
+    return np.minimum(np.minimum(logs[0], logs[1]) / (alpha - 1.0), worst)
 
 
 def rounded_l1(l2: float, dimension: int) -> float:
@@ -143,10 +194,9 @@ def largest_total(values: Iterable[float], count: int) -> float:
 def delta_addon(*, steps: int, parties: int, beta: float, epsilon: float, wrap: float) -> float:
     """What rounding and wrapping add to delta over ``steps`` noised sums of ``parties`` parties.
 
-    The sum of three terms:
+    The sum of two terms (the record's rounded shift is charged in expectation,
+    :func:`expected_rounding_rdp`, so it adds nothing here):
 
-    - steps * beta: the record-level sensitivity after rounding (:func:`rounded_l2`) fails with
-      probability at most beta in the step whose sum holds the record;
     - parties * steps * beta * (1 + e^epsilon): each party's conditional rounding (redraw while the
       rounded norm exceeds its bound, probability at most beta) moves its output by at most beta in
       total variation, and a mechanism within TV b of an (epsilon, delta)-DP one is
@@ -155,4 +205,4 @@ def delta_addon(*, steps: int, parties: int, beta: float, epsilon: float, wrap: 
     """
     if steps < 0 or parties < 1:
         raise ConfigError(f"steps={steps} and parties={parties} must be >= 0 and >= 1")
-    return steps * beta + parties * steps * beta * (1.0 + math.exp(epsilon)) + steps * wrap
+    return parties * steps * beta * (1.0 + math.exp(epsilon)) + steps * wrap

@@ -114,9 +114,9 @@ def test_skellam_tail_bounds_the_exact_tail() -> None:
     assert rounding.wrap_probability(1e12, 2.0**31, 32, 10) == 1.0
 
 
-def test_delta_addon_counts_rounding_conditioning_and_wraps() -> None:
+def test_delta_addon_counts_conditioning_and_wraps() -> None:
     addon = rounding.delta_addon(steps=100, parties=5, beta=1e-12, epsilon=1.0, wrap=1e-15)
-    assert addon == pytest.approx(100e-12 + 5 * 100 * 1e-12 * (1 + math.e) + 100e-15)
+    assert addon == pytest.approx(5 * 100 * 1e-12 * (1 + math.e) + 100e-15)
 
 
 def test_party_mu_splits_over_the_honest_survivors() -> None:
@@ -146,9 +146,11 @@ def test_noise_fitted_to_16_bit_words_keeps_its_accounting_exact_at_the_bits_cho
     assert words.wrap_probability(math.ldexp(0.1, bits), fitted.release.mu, dimension) <= distributed.WRAP_FAILURE
     finer = distributed.training_noise(1.0, delta, 0.1, 0.01, steps, dimension)
     assert bits < finer.fractional_bits
-    # The release is the one of these bits: sensitivities rounded at f, mu calibrated to the target for them.
-    l2 = rounding.rounded_l2(math.ldexp(0.1, bits), dimension, distributed.ROUNDING_BETA)
-    assert fitted.release.l2 == l2 and fitted.release.l1 == rounding.rounded_l1(l2, dimension)
+    # The release is the one of these bits: the shift at f before rounding, which is charged in expectation over
+    # the m coordinates it rounds, mu calibrated to the target for them.
+    units = math.ldexp(0.1, bits)
+    assert (fitted.release.l2, fitted.release.l1) == (units, math.sqrt(dimension) * units)
+    assert fitted.release.rounding == dimension
     assert fitted.epsilon(steps, delta) == pytest.approx(1.0, rel=2e-3)
     assert fitted.epsilon(steps, delta) <= 1.0 + 1e-9
     # The wrap probability is counted in delta, once per step.

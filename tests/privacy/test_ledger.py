@@ -131,6 +131,8 @@ def test_an_edited_or_truncated_ledger_is_refused_naming_the_file_and_entry(
         ("delta", 1.0, "delta = 1 is not below 1"),
         ("addon", 1e-4, "addon = 0.0001 is not below delta"),
         ("mechanism", "gaussian", "mechanism = 'gaussian' is not one of skellam"),
+        ("rounding", 0, "rounding = 0 is not a count of coordinates"),
+        ("rounding", 128.0, "rounding = 128.0 is not a count of coordinates"),
     ],
 )
 def test_every_value_is_range_checked_even_with_a_consistent_chain(
@@ -144,6 +146,19 @@ def test_every_value_is_range_checked_even_with_a_consistent_chain(
     path.write_text(json.dumps(document))
     with pytest.raises(ConfigError, match=f"{path}: entry 0: {message}"):
         opened(tmp_path)
+
+
+def test_a_release_charged_in_expectation_over_its_rounding_keeps_it_across_a_restart(tmp_path: Path) -> None:
+    # Training's releases average over the rounding of their m coordinates; the entry records m, and only then,
+    # so that the ledger composes exactly what was charged, and entries written before it read as they did.
+    rounded = dataclasses.replace(RELEASE, rounding=128)
+    ledger = opened(tmp_path)
+    for round_number, release in enumerate((rounded, RELEASE, rounded), start=1):
+        ledger.charge("first", Charge("train", round_number, "m", release, DELTA), 1e9)
+    direct = distributed.epsilon([dataclasses.replace(rounded, steps=2), RELEASE], DELTA)
+    assert direct > exact(3)  # its rounding costs d / 4 = 32 more squared units than the shift of 10
+    assert opened(tmp_path).spent(DELTA) == pytest.approx(direct, rel=1e-12)
+    assert [entry.get("rounding") for entry in opened(tmp_path).entries()] == [128, None, 128]
 
 
 def test_folding_old_releases_checks_them_and_happens_once(tmp_path: Path) -> None:
