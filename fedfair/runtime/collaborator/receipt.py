@@ -69,7 +69,7 @@ class Expectation:
     encoder: Mapping[str, Any] | None
 
 
-def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel) -> str | None:
+def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel[np.ndarray]) -> str | None:
     """Why `bundle` is not this federation's output model, or None when it is.
 
     The reason starts with what did not match: ``federation``, ``plan``, ``architecture``, ``encoder`` or
@@ -104,7 +104,7 @@ def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel) 
     return model_difference(bundle, expected, output)
 
 
-def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel) -> str | None:
+def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel[np.ndarray]) -> str | None:
     """How the bundle's weights and threshold differ from `output` laid out in the plan's model, or None if equal.
 
     The aggregator builds the plan's model from its seed and copies theta-bar (float64) into its parameters;
@@ -175,7 +175,7 @@ def receive_bundle(
     path: Path,
     fetch: Callable[[], bytes],
     expected: Expectation | None,
-    output: ServedModel | None,
+    output: ServedModel[np.ndarray] | None,
 ) -> Received:
     """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path` if it checks out.
 

@@ -50,7 +50,7 @@ class Federation:
     plan: AggregatorPlan
     checkpoint: Checkpoint
     expected: Expectation
-    output: ServedModel
+    output: ServedModel[np.ndarray]
 
     def bundle(self, plan: AggregatorPlan | None = None) -> Bundle:
         """The aggregator's bundle of the output model, under `plan` (default: this federation's)."""
@@ -209,7 +209,7 @@ def test_an_unreadable_outcome_record_starts_again_with_a_warning(
 
 def run_server(
     rounds: int, aborted: set[int], average_from: int, seed: int = 3
-) -> tuple[list[ServedModel], ServedModel]:
+) -> tuple[list[ServedModel[np.ndarray]], ServedModel[np.ndarray]]:
     """`rounds` rounds of the server's own step (`server.apply`) on random aggregates, the rounds in `aborted`
     leaving the model as it was: each round's start model as sent for training, and the output model."""
     generator = torch.Generator().manual_seed(seed)
@@ -223,7 +223,7 @@ def run_server(
     return sent, ServedModel(rounds, state.theta_average.numpy().copy(), state.c_average)
 
 
-def followed(sent: list[ServedModel], average_from: int) -> Trajectory:
+def followed(sent: list[ServedModel[np.ndarray]], average_from: int) -> Trajectory:
     trajectory = Trajectory(average_from)
     for model in sent:
         trajectory.sent(model)
@@ -291,8 +291,13 @@ def test_a_site_that_missed_a_round_cannot_tell() -> None:
     assert not trajectory.following and trajectory.mismatch(other) is None
 
 
-def test_a_rerun_round_and_a_restart_keep_the_average(tmp_path: Path) -> None:
-    """Round 3 sent twice (an aggregator resumed), the record reloaded between rounds: the output still checks."""
+@pytest.mark.parametrize("slice_size", [7, 1 << 20])
+def test_a_rerun_round_and_a_restart_keep_the_average(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, slice_size: int
+) -> None:
+    """Round 3 sent twice (an aggregator resumed), the record reloaded between rounds: the output still checks,
+    the models read back from the record's file 7 coordinates at a time (the 50 split unevenly) or whole."""
+    monkeypatch.setattr("fedfair.runtime.collaborator.outcome._SLICE", slice_size)
     sent, output = run_server(6, {2}, 3)
     path = tmp_path / "site-a.fed.outcome.npz"
     for model in [*sent[:3], sent[2], *sent[3:]]:
@@ -317,12 +322,16 @@ def test_a_round_that_left_the_model_as_it_was_is_not_counted(tmp_path: Path) ->
     assert OutcomeRecord(path, 1).contributed == 2
 
 
-def test_the_record_holds_the_served_model_itself_read_only(tmp_path: Path) -> None:
-    """No copy of a model per model followed: the record's theta is the caller's array, not writable through it."""
+def test_the_record_keeps_the_served_models_in_its_file_not_the_callers_arrays(tmp_path: Path) -> None:
+    """No model is held in memory per model followed: the record's file keeps what was sent, so the caller's
+    arrays, reused afterwards, change nothing; what it reads back is read-only and the caller's stays writable."""
     record = OutcomeRecord(tmp_path / "site-a.fed.outcome.npz", 0)
     theta = np.linspace(-1.0, 1.0, 9)
     record.training_model(1, theta, 0.5)
     record.output_model(1, theta, 0.5)
-    assert record.output is not None and np.shares_memory(record.output.theta, theta)
+    sent = theta.copy()
+    theta[:] = 7.0
+    assert record.output is not None and np.array_equal(record.output.theta, sent)
+    assert not np.shares_memory(record.output.theta, theta)
     assert not record.output.theta.flags.writeable and theta.flags.writeable
     assert record.output_mismatch() is None
