@@ -315,8 +315,8 @@ class Collaborator(TaskStream):
             # The statistics of this institution's table (counts and sums only), summed with every
             # other site's before training; no model is involved.
             view = self.joined.record.view(binding.round, "statistics", STATISTICS_KIND)
-            if view.kept is not None:
-                return StartJob(lambda: resent(binding.round, EVALUATION, view), "")
+            if (answer := view.kept) is not None:  # read back from its file, once
+                return StartJob(lambda: resent(binding.round, EVALUATION, view, answer), "")
             vector = self.joined.statistics
             statistics = Work(binding.round, EVALUATION, vector, 1.0)
             if self.shared.secure_aggregation.enabled and vector is not None:

@@ -174,13 +174,13 @@ class RoundJob:
         self.outcome.training_model(binding.round, theta if control is None else theta.copy(), c)
 
         def job() -> Work:
-            if view.kept is not None:
+            if (answer := view.kept) is not None:  # read back from its file, once
                 logger.info(
                     "%s: round %d is run again on the model already trained on; re-sending the kept update",
                     self.config.name,
                     binding.round,
                 )
-                return resent(binding.round, TRAINING, view)
+                return resent(binding.round, TRAINING, view, answer)
             server_control = None if control is None else torch.from_numpy(control)
             trained = train_on(stub, binding, model, torch.from_numpy(theta), c, server_control)
             self.record.note_threshold(binding.round, c)
@@ -349,13 +349,14 @@ class RoundJob:
         columns, length = self.shared.counted_columns(binding.round), self.shared.evaluation_length(binding.round)
 
         def job() -> Work:
+            answer = view.kept  # read back from its file, once
             # A kept answer shorter than the query is an earlier evaluation's, without the final round's counts.
-            short = view.kept is not None and view.kept.vector is not None and view.kept.vector.size < length
-            if view.kept is not None and not short:
-                return resent(binding.round, EVALUATION, view)
+            short = answer is not None and answer.vector is not None and answer.vector.size < length
+            if answer is not None and not short:
+                return resent(binding.round, EVALUATION, view, answer)
             try:
-                if short:
-                    return self.counts_beside(view, binding.round, (theta, c), model, columns)
+                if answer is not None:
+                    return self.counts_beside(view, answer, binding.round, (theta, c), model, columns)
                 answered = answers(torch.from_numpy(theta), c)
                 if columns:
                     answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), c, columns)])
@@ -373,17 +374,17 @@ class RoundJob:
     def counts_beside(
         self,
         view: SignedView,
+        answer: Kept,
         round_number: int,
         evaluated: tuple[np.ndarray, float],
         model: str,
         columns: tuple[CompositionColumn, ...],
     ) -> Work:
-        """The final evaluation of `evaluated` (theta, c), answered at an earlier one: its kept words, fresh counts.
+        """The final evaluation of `evaluated` (theta, c), answered at an earlier one (`answer`): its words, fresh counts.
 
         One answer per model (a second noise draw could be averaged with the first); the counts are their own release.
         """
-        answer = view.kept
-        assert answer is not None and answer.vector is not None  # a withdrawal is never kept
+        assert answer.vector is not None  # a withdrawal is never kept
         theta, c = evaluated
         counts = self.composition_counts(torch.from_numpy(theta), c, columns)
         work = Work(round_number, EVALUATION, np.concatenate([answer.vector, counts]), 1.0)
@@ -437,15 +438,12 @@ def kept(work: Work, view: SignedView) -> Work:
     work.view = view
     if work.vector is None:
         return work
-    encoded = None if work.encoded is None else work.encoded.copy()  # the encoding is masked in place
-    view.keep(Kept(work.vector, work.weight, encoded))
+    view.keep(Kept(work.vector, work.weight, work.encoded))  # written before it is masked in place, not held
     return work
 
 
-def resent(round_number: int, stages: Stages, view: SignedView) -> Work:
-    """The work that sends the bits `view` kept again (a copy: masking works in place)."""
-    answer = view.kept
-    assert answer is not None
+def resent(round_number: int, stages: Stages, view: SignedView, answer: Kept) -> Work:
+    """The work that sends again `answer`, the bits `view` kept (the encoding a copy: masking works in place)."""
     work = Work(round_number, stages, answer.vector, answer.weight if answer.vector is not None else 0.0)
     work.encoded = None if answer.encoded is None else answer.encoded.copy()
     work.view = view
