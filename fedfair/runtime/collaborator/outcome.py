@@ -52,17 +52,48 @@ class Stored:
                 count = min(_SLICE, self.size - start)
                 yield np.frombuffer(stream.read(count * self.dtype.itemsize), dtype=self.dtype, count=count)
 
-    def load(self) -> np.ndarray:
-        """The values whole, read-only."""
-        values = np.empty(self.size, dtype=self.dtype)
-        for start, piece in zip(range(0, self.size, _SLICE), self.slices(), strict=True):
-            values[start : start + piece.size] = piece
-        values.setflags(write=False)
+
+@dataclass(frozen=True)
+class Folded:
+    """A running average with one more model folded in, formed a slice at a time as it is read.
+
+    `theta` folded into `average` as the `count`-th model by the server's own update (:func:`_fold`); the
+    first model alone when `average` is None.
+    """
+
+    average: Values | None
+    theta: Values
+    count: int
+    dtype = np.dtype(np.float64)
+
+    @property
+    def size(self) -> int:
+        """How many values: theta's."""
+        return self.theta.size
+
+    def slices(self) -> Iterator[np.ndarray]:
+        """The values, :data:`_SLICE` at a time, from the first."""
+        if self.average is None:
+            yield from (np.asarray(piece, dtype=np.float64) for piece in _slices(self.theta))
+            return
+        for average, theta in zip(_slices(self.average), _slices(self.theta), strict=True):
+            yield _fold(average, theta, self.count)
+
+
+Values = np.ndarray | Stored | Folded
+"""A model's values: in memory (the download of the round being followed), in the record's file, or an
+average still to be formed from those."""
+
+
+def whole(values: Values) -> np.ndarray:
+    """`values` as one read-only array (an array itself as it is)."""
+    if isinstance(values, np.ndarray):
         return values
-
-
-Values = np.ndarray | Stored
-"""A model's theta: in memory (the download of the round being followed), or in the record's file."""
+    array = np.empty(values.size, dtype=values.dtype)
+    for start, piece in zip(range(0, values.size, _SLICE), values.slices(), strict=True):
+        array[start : start + piece.size] = piece
+    array.setflags(write=False)
+    return array
 
 
 Theta = TypeVar("Theta", bound=Values, covariant=True)
@@ -89,8 +120,8 @@ def _served(round_number: int, theta: np.ndarray, c: float) -> ServedModel[np.nd
 
 
 def _slices(values: Values) -> Iterator[np.ndarray]:
-    """`values`, :data:`_SLICE` at a time: views of an array, or read from the record's file."""
-    if isinstance(values, Stored):
+    """`values`, :data:`_SLICE` at a time: views of an array, read from the record's file, or formed."""
+    if not isinstance(values, np.ndarray):
         return values.slices()
     return (values[start : start + _SLICE] for start in range(0, values.size, _SLICE))
 
@@ -113,7 +144,7 @@ class Trajectory:
     last: ServedModel[Values] | None = None
     applied: int = 0
     averaged: int = 0
-    average: np.ndarray | None = None
+    average: Values | None = None
     average_c: float = 0.0
     scale: float = 0.0
     """The largest magnitude of theta's and c's values averaged: the rounding bound's unit."""
@@ -138,20 +169,17 @@ class Trajectory:
             self.following = False
         self.last = model
 
-    def folded(self, model: ServedModel[Values]) -> tuple[np.ndarray, float, float]:
+    def folded(self, model: ServedModel[Values]) -> tuple[Folded, float, float]:
         """(average, average_c, scale) with `model` added, by the server's own update a + (x - a) / k.
 
-        The new average replaces the old one in place (the old is not kept): a model's worth of float64
-        held once, where the whole-vector expression would hold three.
+        The new average is formed as it is read (:class:`Folded`): the record writes it to its file a slice
+        at a time, and no model's worth of float64 is ever held.
         """
         count = self.averaged + 1
         scale = max(self.scale, _largest_magnitude(model.theta), abs(model.c))
-        first = self.average is None
-        average = np.empty(model.theta.size, dtype=np.float64) if self.average is None else self.average
-        for start, piece in zip(range(0, average.size, _SLICE), _slices(model.theta), strict=True):
-            part = slice(start, start + piece.size)
-            average[part] = piece if first else _fold(average[part], piece, count)
-        return average, model.c if first else self.average_c + (model.c - self.average_c) / count, scale
+        if self.average is None:
+            return Folded(None, model.theta, count), model.c, scale
+        return Folded(self.average, model.theta, count), self.average_c + (model.c - self.average_c) / count, scale
 
     def mismatch(self, output: ServedModel[Values]) -> str | None:
         """Why `output` is not the average this site can compute, or None: it is, or the site cannot tell.
@@ -166,7 +194,7 @@ class Trajectory:
             return None
         # Each candidate is (average to fold the last model into or None, the model or None, its c, scale, folds);
         # its theta is formed a slice at a time as it is compared, never held whole beside the output.
-        candidates: list[tuple[np.ndarray | None, Values | None, float, float, int]] = []
+        candidates: list[tuple[Values | None, Values | None, float, float, int]] = []
         if self.applied + 1 > self.skipped:
             count = self.averaged + 1
             scale = max(self.scale, _largest_magnitude(last.theta), abs(last.c))
@@ -212,23 +240,15 @@ def _largest_magnitude(theta: Values) -> float:
     return max((float(np.abs(piece).max()) for piece in _slices(theta)), default=0.0)
 
 
-def _largest_gap(output: Values, average: np.ndarray | None, theta: Values | None, count: int) -> float:
+def _largest_gap(output: Values, average: Values | None, theta: Values | None, count: int) -> float:
     """The largest |output - candidate|, formed a slice at a time in float64.
 
-    The candidate is `theta` folded into `average` (:func:`_fold`), or either alone when the other is None.
+    The candidate is `theta` folded into `average` (:class:`Folded`), or `average` alone when `theta` is None.
     """
-    largest = 0.0
-    models = _slices(theta) if theta is not None else None
-    for start, piece in zip(range(0, output.size, _SLICE), _slices(output), strict=True):
-        part = slice(start, start + piece.size)
-        model = next(models) if models is not None else None
-        if average is None:
-            assert model is not None
-            candidate = np.asarray(model, dtype=np.float64)
-        else:
-            candidate = average[part] if model is None else _fold(average[part], model, count)
-        largest = max(largest, float(np.abs(piece - candidate).max()))
-    return largest
+    candidate = average if theta is None else Folded(average, theta, count)
+    assert candidate is not None  # every candidate holds the model, the average or both
+    pieces = zip(_slices(output), _slices(candidate), strict=True)
+    return max((float(np.abs(piece - formed).max()) for piece, formed in pieces), default=0.0)
 
 
 def _same(one: ServedModel[Values], other: ServedModel[Values]) -> bool:
@@ -276,24 +296,28 @@ class OutcomeRecord:
             trajectory.applied, trajectory.averaged = _round(int(arrays["applied"])), _round(int(arrays["averaged"]))
             trajectory.unchanged = {_round(value) for value in arrays["unchanged"].tolist()}
             if "average_theta" in arrays:
-                trajectory.average = np.array(arrays["average_theta"], dtype=np.float64)
+                trajectory.average = self._stored("average_theta")
                 trajectory.average_c, trajectory.scale = float(arrays["average_c"]), float(arrays["scale"])
 
     def _model(self, arrays: np.lib.npyio.NpzFile, prefix: str) -> ServedModel[Stored] | None:
         """The model the file holds under `prefix`, its theta left there (:class:`Stored`), or None."""
         if f"{prefix}_theta" not in arrays:
             return None
-        with zipfile.ZipFile(self.path) as archive, archive.open(f"{prefix}_theta.npy") as stream:
+        stored = self._stored(f"{prefix}_theta")
+        return ServedModel(_round(int(arrays[f"{prefix}_round"])), stored, float(arrays[f"{prefix}_c"]))
+
+    def _stored(self, member: str) -> Stored:
+        """The values the file holds as `member`, left there; ValueError if they are not a model's."""
+        with zipfile.ZipFile(self.path) as archive, archive.open(f"{member}.npy") as stream:
             shape, dtype = _header(stream)
         if len(shape) != 1 or dtype not in (np.float32, np.float64):
-            raise ValueError(f"the {prefix} model is a {dtype} array of shape {shape}")
-        stored = Stored(self.path, f"{prefix}_theta", dtype, shape[0])
-        return ServedModel(_round(int(arrays[f"{prefix}_round"])), stored, float(arrays[f"{prefix}_c"]))
+            raise ValueError(f"the record's {member} is a {dtype} array of shape {shape}")
+        return Stored(self.path, member, dtype, shape[0])
 
     def _save(self) -> None:
         """Write the record, then let go of any model it held in memory: the file holds it now."""
         trajectory = self._trajectory
-        arrays: dict[str, np.ndarray | Stored] = {
+        arrays: dict[str, Values] = {
             "contributed": np.array(sorted(r for r, standing in self._rounds.items() if standing), dtype=np.int64),
             "aborted": np.array(sorted(r for r, standing in self._rounds.items() if not standing), dtype=np.int64),
             "following": np.array(trajectory.following),
@@ -310,15 +334,14 @@ class OutcomeRecord:
             arrays["average_theta"] = trajectory.average
             arrays["average_c"] = np.array(trajectory.average_c, dtype=np.float64)
             arrays["scale"] = np.array(trajectory.scale, dtype=np.float64)
-        # Straight into the file, a stored model copied over a slice at a time: the models are never held whole.
+        # Straight into the file, a model stored or an average formed a slice at a time: neither is held whole.
         atomic_write(self.path, lambda stream: _write_archive(stream, arrays))
-        for prefix, model in (("output", self._output), ("last", trajectory.last)):
-            if model is not None and not isinstance(model.theta, Stored):
-                stored = Stored(self.path, f"{prefix}_theta", model.theta.dtype, model.theta.size)
-                if prefix == "output":
-                    self._output = ServedModel(model.round, stored, model.c)
-                else:
-                    trajectory.last = ServedModel(model.round, stored, model.c)
+        if self._output is not None:
+            self._output = ServedModel(self._output.round, self._stored("output_theta"), self._output.c)
+        if trajectory.last is not None:
+            trajectory.last = ServedModel(trajectory.last.round, self._stored("last_theta"), trajectory.last.c)
+        if trajectory.average is not None:
+            trajectory.average = self._stored("average_theta")
 
     # ------------------------------------------------------------ what the collaborator saw
 
@@ -371,8 +394,7 @@ class OutcomeRecord:
         output = self._output
         if output is None:
             return None
-        theta = output.theta.load() if isinstance(output.theta, Stored) else output.theta
-        return ServedModel(output.round, theta, output.c)
+        return ServedModel(output.round, whole(output.theta), output.c)
 
     def output_mismatch(self) -> str | None:
         """Why the output model is not the average of the training models this site was sent, or None.
@@ -392,8 +414,8 @@ def _header(stream: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[np.floating]]:
     return shape, dtype
 
 
-def _write_archive(stream: IO[bytes], arrays: Mapping[str, np.ndarray | Stored]) -> None:
-    """What ``np.savez`` writes (an uncompressed .npz), a :class:`Stored` model copied a slice at a time."""
+def _write_archive(stream: IO[bytes], arrays: Mapping[str, Values]) -> None:
+    """What ``np.savez`` writes (an uncompressed .npz), values not in memory written a slice at a time."""
     with zipfile.ZipFile(stream, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, values in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
