@@ -14,6 +14,7 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from pathlib import Path
@@ -369,9 +370,9 @@ class Collaborator(TaskStream):
         if refusal is not None:
             received = Received(refusal=refusal)
         elif task.input_size > 0:
-            received = receive_bundle(
-                self.config.name, path, lambda: self._input(stub, task), expected, joined.outcome.output
-            )
+            limit = input_limit(task, self.shared.collaborator_count, self.parameters)
+            fetch = functools.partial(self._uplink.input_into, stub, task, limit)
+            received = receive_bundle(self.config.name, path, fetch, expected, joined.outcome.output)
         else:
             received = Received(not_kept="the aggregator sent none")
         status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed, received)

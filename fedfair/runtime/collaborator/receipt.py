@@ -13,6 +13,7 @@ Why: docs/design.md, "Inside the collaborator".
 from __future__ import annotations
 
 import json
+import shutil
 import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -173,7 +174,7 @@ class Received:
 def receive_bundle(
     name: str,
     path: Path,
-    fetch: Callable[[], bytes],
+    fetch: Callable[[Callable[[bytes], object]], None],
     expected: Expectation | None,
     output: ServedModel[np.ndarray] | None,
 ) -> Received:
@@ -187,33 +188,34 @@ def receive_bundle(
     """
     unchecked = path.with_name(f"{path.name}.unchecked")
     try:
-        payload = fetch()
-        atomic_write(unchecked, lambda stream: stream.write(payload))
-        bundle = load_bundle(unchecked)
-    except (grpc.RpcError, WireError, ConfigError, OSError) as error:
-        reason = error.code().name if isinstance(error, grpc.RpcError) else str(error)
-        logger.warning(
-            "%s: could not keep the federation's model bundle (%s); ask the aggregator's operator for "
-            "model_bundle.pt from its output folder",
-            name,
-            reason,
-        )
-        return Received()
+        try:
+            atomic_write(unchecked, lambda stream: fetch(stream.write))  # a piece at a time: never held whole
+            bundle = load_bundle(unchecked)
+        except (grpc.RpcError, WireError, ConfigError, OSError) as error:
+            reason = error.code().name if isinstance(error, grpc.RpcError) else str(error)
+            logger.warning(
+                "%s: could not keep the federation's model bundle (%s); ask the aggregator's operator for "
+                "model_bundle.pt from its output folder",
+                name,
+                reason,
+            )
+            return Received()
+        if expected is None or output is None:
+            logger.warning(
+                "%s: the federation's model bundle was not kept: this collaborator was not sent the output model "
+                "to evaluate at the plan's final round, so it cannot check that the bundle holds it; ask the "
+                "aggregator's operator for model_bundle.pt from its output folder",
+                name,
+            )
+            return Received()
+        refusal = bundle_mismatch(bundle, expected, output)
+        if refusal is not None:
+            return Received(refusal=refusal)
+        with unchecked.open("rb") as checked:
+            atomic_write(path, lambda stream: shutil.copyfileobj(checked, stream))
+        return Received(kept=path)
     finally:
         unchecked.unlink(missing_ok=True)
-    if expected is None or output is None:
-        logger.warning(
-            "%s: the federation's model bundle was not kept: this collaborator was not sent the output model to "
-            "evaluate at the plan's final round, so it cannot check that the bundle holds it; ask the aggregator's "
-            "operator for model_bundle.pt from its output folder",
-            name,
-        )
-        return Received()
-    refusal = bundle_mismatch(bundle, expected, output)
-    if refusal is not None:
-        return Received(refusal=refusal)
-    atomic_write(path, lambda stream: stream.write(payload))
-    return Received(kept=path)
 
 
 def finished_status(name: str, planned: int, contributed: int, bundle: Received) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -139,14 +140,24 @@ def write(bundle: Bundle, path: Path) -> bytes:
     return path.read_bytes()
 
 
+def pieces(payload: bytes) -> Callable[[Callable[[bytes], object]], None]:
+    """A fetch that hands `payload` on in pieces of 1000 bytes, as chunks arrive."""
+
+    def fetch(sink: Callable[[bytes], object]) -> None:
+        for start in range(0, len(payload), 1000):
+            sink(payload[start : start + 1000])
+
+    return fetch
+
+
 def test_receive_keeps_only_a_bundle_that_checks_out(tmp_path: Path, federation: Federation) -> None:
     path = tmp_path / "site-a.fed.model_bundle.pt"
     forged = write(federation.bundle(dataclasses.replace(federation.plan, federation_id="fed")), tmp_path / "forged")
-    refused = receive_bundle("site-a", path, lambda: forged, federation.expected, federation.output)
+    refused = receive_bundle("site-a", path, pieces(forged), federation.expected, federation.output)
     assert refused.kept is None and refused.refusal is not None and refused.refusal.startswith("federation: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["forged"]  # nothing kept, nothing left over
     honest = write(federation.bundle(), tmp_path / "honest")
-    assert receive_bundle("site-a", path, lambda: honest, federation.expected, federation.output) == Received(path)
+    assert receive_bundle("site-a", path, pieces(honest), federation.expected, federation.output) == Received(path)
     assert path.read_bytes() == honest
 
 
@@ -157,7 +168,7 @@ def test_a_bundle_that_cannot_be_checked_is_not_kept(
     path = tmp_path / "site-a.fed.model_bundle.pt"
     honest = write(federation.bundle(), tmp_path / "honest")
     with caplog.at_level(logging.WARNING, "fedfair.collaborator"):
-        assert receive_bundle("site-a", path, lambda: honest, federation.expected, None) == Received()
+        assert receive_bundle("site-a", path, pieces(honest), federation.expected, None) == Received()
     assert not path.exists()
     assert "cannot check that the bundle holds it" in caplog.text
 
