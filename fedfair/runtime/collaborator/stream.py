@@ -358,6 +358,7 @@ class TaskStream:
         it to another thread would only add two waits for the interpreter lock.
         """
         assert self._jobs is not None  # _follow handles tasks inside a connection's executor
+        self._work = None  # the last aggregation's contribution goes before this one's model comes
         compute = self._train(stub, binding) if stages is TRAINING else self._evaluate(stub, binding)
 
         def job() -> Work:
