@@ -372,7 +372,8 @@ class Collaborator(TaskStream):
         elif task.input_size > 0:
             limit = input_limit(task, self.shared.collaborator_count, self.parameters)
             fetch = functools.partial(self._uplink.input_into, stub, task, limit)
-            received = receive_bundle(self.config.name, path, fetch, expected, joined.outcome.output)
+            output = None if expected is None else joined.outcome.output  # read back whole only to be checked
+            received = receive_bundle(self.config.name, path, fetch, expected, output)
         else:
             received = Received(not_kept="the aggregator sent none")
         status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed, received)

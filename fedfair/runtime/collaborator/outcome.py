@@ -86,13 +86,12 @@ average still to be formed from those."""
 
 
 def whole(values: Values) -> np.ndarray:
-    """`values` as one read-only array (an array itself as it is)."""
+    """`values` as one array: a fresh one, the caller's own, unless they are an array already."""
     if isinstance(values, np.ndarray):
         return values
     array = np.empty(values.size, dtype=values.dtype)
     for start, piece in zip(range(0, values.size, _SLICE), values.slices(), strict=True):
         array[start : start + piece.size] = piece
-    array.setflags(write=False)
     return array
 
 
@@ -390,7 +389,7 @@ class OutcomeRecord:
 
     @property
     def output(self) -> ServedModel[np.ndarray] | None:
-        """The output model sent for the plan's final evaluation, read back whole (read-only), or None when none was."""
+        """The output model sent for the plan's final evaluation, read back whole (a fresh array), or None if none was."""
         output = self._output
         if output is None:
             return None

@@ -114,7 +114,7 @@ def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel[
     model = expected.model.build(expected.seed, allowed=expected.factories)
     try:
         with torch.no_grad():
-            load_flat_parameters(model, torch.from_numpy(np.array(output.theta)))
+            load_flat_parameters(model, torch.from_numpy(output.theta))
     except ValueError as error:
         return f"model: the output model this collaborator was sent does not fit the plan's model ({error})"
     wanted = model.state_dict()
@@ -182,10 +182,18 @@ def receive_bundle(
 
     It is read as `fedfair predict` would load it (plain tensors and JSON only), from a file beside `path`
     that is removed afterwards, and checked by :func:`bundle_mismatch`. Without `expected` (the model was never
-    built here) or `output` (this collaborator was not sent the output model) it cannot be checked and is not
-    kept. A bundle not kept for a reason that does not impugn it is a warning, and leaves the run's status as it
+    built here) or `output` (this collaborator was not sent the output model) it cannot be checked and would not be
+    kept, so it is not fetched. A bundle not kept for a reason that does not impugn it is a warning, and leaves the run's status as it
     is; the closing line (:func:`finished_status`) says where a kept one is.
     """
+    if expected is None or output is None:
+        logger.warning(
+            "%s: the federation's model bundle was not kept: this collaborator was not sent the output model to "
+            "evaluate at the plan's final round, so it cannot check that the bundle holds it; ask the aggregator's "
+            "operator for model_bundle.pt from its output folder",
+            name,
+        )
+        return Received()
     unchecked = path.with_name(f"{path.name}.unchecked")
     try:
         try:
@@ -198,14 +206,6 @@ def receive_bundle(
                 "model_bundle.pt from its output folder",
                 name,
                 reason,
-            )
-            return Received()
-        if expected is None or output is None:
-            logger.warning(
-                "%s: the federation's model bundle was not kept: this collaborator was not sent the output model "
-                "to evaluate at the plan's final round, so it cannot check that the bundle holds it; ask the "
-                "aggregator's operator for model_bundle.pt from its output folder",
-                name,
             )
             return Received()
         refusal = bundle_mismatch(bundle, expected, output)
