@@ -170,8 +170,9 @@ class RoundJob:
             raise WireError(str(error)) from None
         model = model_digest(values, c)
         view = self.view_of(binding.round, "train", model)
-        # The record keeps the downloaded theta itself, or a copy where a control variate shares its download.
-        self.outcome.training_model(binding.round, theta if control is None else theta.copy(), c)
+        self.outcome.training_model(binding.round, theta, c)
+        # Trained on, then let go: the update, its encoding and the record need none of it.
+        download = [(torch.from_numpy(theta), c, None if control is None else torch.from_numpy(control))]
 
         def job() -> Work:
             if (answer := view.kept) is not None:  # read back from its file, once
@@ -181,8 +182,7 @@ class RoundJob:
                     binding.round,
                 )
                 return resent(binding.round, TRAINING, view, answer)
-            server_control = None if control is None else torch.from_numpy(control)
-            trained = train_on(stub, binding, model, torch.from_numpy(theta), c, server_control)
+            trained = train_on(stub, binding, model, *download.pop())
             self.record.note_threshold(binding.round, c)
             return kept(self.contribution(trained), view)
 
@@ -284,8 +284,7 @@ class RoundJob:
         settings = self.shared.secure_aggregation
         if settings.enabled:
             work = Work(round_number, TRAINING, trained.vector, weight)
-            # Encoding needs only the update, so it is done now rather than on the MASKED_INPUT
-            # stage's critical path; the round's own encoder checks the parameters again then.
+            # Encoded now, off the MASKED_INPUT stage's critical path; the round's own encoder checks the parameters then.
             shared = self.shared
             try:
                 encoding = shared.training_encoding(
@@ -296,8 +295,7 @@ class RoundJob:
                 buffer = self._encoding_buffer
                 if buffer is None or buffer.size != words or buffer.dtype != encoder.dtype:
                     buffer = self._encoding_buffer = np.empty(words, dtype=encoder.dtype)
-                # Rounds run one after another, so the last round's masked words, already sent or
-                # abandoned with its Work, are free to overwrite.
+                # Rounds run one at a time: the last round's masked words, sent or abandoned with its Work, may go.
                 work.encoded = encoder.encode(trained.vector, weight, out=buffer)
                 if encoding.noise is not None:
                     self.charges.training(round_number, trained.model, trained.vector.size)
@@ -439,6 +437,8 @@ def kept(work: Work, view: SignedView) -> Work:
     if work.vector is None:
         return work
     view.keep(Kept(work.vector, work.weight, work.encoded))  # written before it is masked in place, not held
+    if work.encoded is not None:  # the words are what a secure sum sends: the vector is the record's to keep
+        work.vector, work.released = None, True
     return work
 
 
