@@ -31,6 +31,7 @@ from fedfair.core.errors import (
 )
 from fedfair.core.files import atomic_write, read_json
 from fedfair.privacy.ledger import CHARGED_KINDS, Charge, Ledger
+from fedfair.runtime.collaborator.archives import write_archive
 from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST
 
 KINDS = CHARGED_KINDS
@@ -276,9 +277,8 @@ class InputRecord:
             arrays["vector"] = np.asarray(kept.vector)
         if kept.encoded is not None:
             arrays["encoded"] = np.asarray(kept.encoded)
-        path = self._kept_path(kind)
-        # Straight to the file, hashed as read back: an in-memory archive would hold the input twice more.
-        atomic_write(path, lambda stream: np.savez(stream, **arrays))  # type: ignore[arg-type]  # numpy's stub wants positional arrays too
+        # Straight to the file (views of the arrays), hashed as read back: no copy of the input is made.
+        atomic_write(path := self._kept_path(kind), lambda stream: write_archive(stream, arrays))
         with path.open("rb") as written:
             digest = hashlib.file_digest(written, "sha256").hexdigest()
         self._kept[kind] = {"key": key, "round": round_number, "sha256": digest}

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import logging
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 
 from fedfair.core.files import atomic_write
+from fedfair.runtime.collaborator.archives import read_header, write_archive
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -47,7 +48,7 @@ class Stored:
     def slices(self) -> Iterator[np.ndarray]:
         """The values, :data:`_SLICE` at a time, from the first."""
         with zipfile.ZipFile(self.path) as archive, archive.open(f"{self.member}.npy") as stream:
-            _header(stream)
+            read_header(stream)
             for start in range(0, self.size, _SLICE):
                 count = min(_SLICE, self.size - start)
                 yield np.frombuffer(stream.read(count * self.dtype.itemsize), dtype=self.dtype, count=count)
@@ -308,7 +309,7 @@ class OutcomeRecord:
     def _stored(self, member: str) -> Stored:
         """The values the file holds as `member`, left there; ValueError if they are not a model's."""
         with zipfile.ZipFile(self.path) as archive, archive.open(f"{member}.npy") as stream:
-            shape, dtype = _header(stream)
+            shape, dtype = read_header(stream)
         if len(shape) != 1 or dtype not in (np.float32, np.float64):
             raise ValueError(f"the record's {member} is a {dtype} array of shape {shape}")
         return Stored(self.path, member, dtype, shape[0])
@@ -334,7 +335,7 @@ class OutcomeRecord:
             arrays["average_c"] = np.array(trajectory.average_c, dtype=np.float64)
             arrays["scale"] = np.array(trajectory.scale, dtype=np.float64)
         # Straight into the file, a model stored or an average formed a slice at a time: neither is held whole.
-        atomic_write(self.path, lambda stream: _write_archive(stream, arrays))
+        atomic_write(self.path, lambda stream: write_archive(stream, arrays))
         if self._output is not None:
             self._output = ServedModel(self._output.round, self._stored("output_theta"), self._output.c)
         if trajectory.last is not None:
@@ -401,30 +402,6 @@ class OutcomeRecord:
         None also when there is no output model, or the site cannot tell (:meth:`Trajectory.mismatch`).
         """
         return None if self._output is None else self._trajectory.mismatch(self._output)
-
-
-def _header(stream: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[np.floating]]:
-    """(shape, dtype) of the .npy member `stream` opens, leaving it at the first value; ValueError otherwise."""
-    version = np.lib.format.read_magic(stream)
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran_order, dtype = read(stream)
-    if fortran_order or dtype.hasobject:
-        raise ValueError("a model in the outcome record is not a plain array")
-    return shape, dtype
-
-
-def _write_archive(stream: IO[bytes], arrays: Mapping[str, Values]) -> None:
-    """What ``np.savez`` writes (an uncompressed .npz), values not in memory written a slice at a time."""
-    with zipfile.ZipFile(stream, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for name, values in arrays.items():
-            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                if isinstance(values, np.ndarray):
-                    np.lib.format.write_array(member, values, allow_pickle=False)
-                    continue
-                header = {"descr": np.lib.format.dtype_to_descr(values.dtype), "fortran_order": False}
-                np.lib.format.write_array_header_1_0(member, {**header, "shape": (values.size,)})
-                for piece in values.slices():
-                    member.write(piece.data)
 
 
 def _round(value: object) -> int:
