@@ -235,7 +235,8 @@ class RoundJob:
             spent = self.trainer.last_report if isinstance(self.trainer, PrivateLearner) else None
             if spent is not None:
                 self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT, spent.epsilon)
-        if not np.isfinite(vector).all() or not np.isfinite(update.weight):
+        extremes = (vector.min(), vector.max()) if vector.size else (0.0, 0.0)  # NaN spreads to both: no temporary
+        if not np.isfinite([*extremes, update.weight]).all():
             logger.error(
                 "%s: round %d: the local update has NaN or Inf; refusing to contribute it (check the "
                 "learning rate); withdrawing from this round",
@@ -284,7 +285,7 @@ class RoundJob:
         settings = self.shared.secure_aggregation
         if settings.enabled:
             work = Work(round_number, TRAINING, trained.vector, weight)
-            # Encoded now, off the MASKED_INPUT stage's critical path; the round's own encoder checks the parameters then.
+            # Encoded now, off the MASKED_INPUT stage's critical path (the round's encoder checks the parameters then).
             shared = self.shared
             try:
                 encoding = shared.training_encoding(
@@ -347,8 +348,7 @@ class RoundJob:
         columns, length = self.shared.counted_columns(binding.round), self.shared.evaluation_length(binding.round)
 
         def job() -> Work:
-            answer = view.kept  # read back from its file, once
-            # A kept answer shorter than the query is an earlier evaluation's, without the final round's counts.
+            answer = view.kept  # read once; a shorter one is an earlier evaluation's, without the final round's counts
             short = answer is not None and answer.vector is not None and answer.vector.size < length
             if answer is not None and not short:
                 return resent(binding.round, EVALUATION, view, answer)
