@@ -245,7 +245,8 @@ def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
 
     Without secure aggregation: the plain update (:func:`~fedfair.runtime.transport.chunks.plain_upload`: a
     training update's values in float32, an evaluation's in float64, then the weight) once the parameters check.
-    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no shares were checked this round.
+    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no shares were checked this round, or its encoding was
+    masked already (a retried stage: the words are never masked twice, nor encoded anew).
     """
     if not me.shared.secure_aggregation.enabled:
         assert work.vector is not None  # the process withdraws before any step when it has nothing
