@@ -182,18 +182,10 @@ def receive_bundle(
 
     It is read as `fedfair predict` would load it (plain tensors and JSON only), from a file beside `path`
     that is removed afterwards, and checked by :func:`bundle_mismatch`. Without `expected` (the model was never
-    built here) or `output` (this collaborator was not sent the output model) it cannot be checked and would not be
-    kept, so it is not fetched. A bundle not kept for a reason that does not impugn it is a warning, and leaves the run's status as it
+    built here) or `output` (this collaborator was not sent the output model) it cannot be checked and is not
+    kept. A bundle not kept for a reason that does not impugn it is a warning, and leaves the run's status as it
     is; the closing line (:func:`finished_status`) says where a kept one is.
     """
-    if expected is None or output is None:
-        logger.warning(
-            "%s: the federation's model bundle was not kept: this collaborator was not sent the output model to "
-            "evaluate at the plan's final round, so it cannot check that the bundle holds it; ask the aggregator's "
-            "operator for model_bundle.pt from its output folder",
-            name,
-        )
-        return Received()
     unchecked = path.with_name(f"{path.name}.unchecked")
     try:
         try:
@@ -206,6 +198,14 @@ def receive_bundle(
                 "model_bundle.pt from its output folder",
                 name,
                 reason,
+            )
+            return Received()
+        if expected is None or output is None:
+            logger.warning(
+                "%s: the federation's model bundle was not kept: this collaborator was not sent the output model "
+                "to evaluate at the plan's final round, so it cannot check that the bundle holds it; ask the "
+                "aggregator's operator for model_bundle.pt from its output folder",
+                name,
             )
             return Received()
         refusal = bundle_mismatch(bundle, expected, output)
