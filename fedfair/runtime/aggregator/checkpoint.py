@@ -304,9 +304,9 @@ def export_final_model(folder: Path, checkpoint: Checkpoint, summary: Mapping[st
     """
     state = checkpoint.state
     tensors = {
-        "theta_average": state.theta_average.detach().to("cpu", torch.float64).clone(),
+        "theta_average": _saved(state.theta_average),
         "c_average": float(state.c_average),
-        "theta": state.theta.detach().to("cpu", torch.float64).clone(),
+        "theta": _saved(state.theta),
         "c": float(state.c),
         "plan_digest": checkpoint.plan_digest,
         "rounds": checkpoint.round,

@@ -14,6 +14,7 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from pathlib import Path
@@ -64,6 +65,7 @@ from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
 from fedfair.runtime.manifest import setting_differences
+from fedfair.runtime.memory import return_large_frees
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
@@ -106,6 +108,7 @@ class Collaborator(TaskStream):
         `retry` defaults to the config's [retry]; `reset_state` is the operator's word that a lost record of
         this federation (and its privacy budget) may start again. Raises PermanentFailureError with the fix.
         """
+        return_large_frees()  # a round's freed buffers go back to the system (fedfair.runtime.memory)
         self.trainer_factory = trainer_factory
         self.reset_state = reset_state
         self.identity = check_identity(config)
@@ -313,8 +316,8 @@ class Collaborator(TaskStream):
             # The statistics of this institution's table (counts and sums only), summed with every
             # other site's before training; no model is involved.
             view = self.joined.record.view(binding.round, "statistics", STATISTICS_KIND)
-            if view.kept is not None:
-                return StartJob(lambda: resent(binding.round, EVALUATION, view), "")
+            if (answer := view.kept) is not None:  # read back from its file, once
+                return StartJob(lambda: resent(binding.round, EVALUATION, view, answer), "")
             vector = self.joined.statistics
             statistics = Work(binding.round, EVALUATION, vector, 1.0)
             if self.shared.secure_aggregation.enabled and vector is not None:
@@ -367,9 +370,10 @@ class Collaborator(TaskStream):
         if refusal is not None:
             received = Received(refusal=refusal)
         elif task.input_size > 0:
-            received = receive_bundle(
-                self.config.name, path, lambda: self._input(stub, task), expected, joined.outcome.output
-            )
+            limit = input_limit(task, self.shared.collaborator_count, self.parameters)
+            fetch = functools.partial(self._uplink.input_into, stub, task, limit)
+            output = None if expected is None else joined.outcome.output  # read back whole only to be checked
+            received = receive_bundle(self.config.name, path, fetch, expected, output)
         else:
             received = Received(not_kept="the aggregator sent none")
         status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed, received)

@@ -31,6 +31,7 @@ from fedfair.core.errors import (
 )
 from fedfair.core.files import atomic_write, read_json
 from fedfair.privacy.ledger import CHARGED_KINDS, Charge, Ledger
+from fedfair.runtime.collaborator.archives import write_archive
 from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST
 
 KINDS = CHARGED_KINDS
@@ -63,9 +64,8 @@ _FIX = (
 class Kept:
     """The bits of one answer, kept so that the same request gets exactly them again.
 
-    vector: the contribution as sent without secure aggregation (the model's float type), or None when the
-    answer was to contribute nothing; weight: its weight; encoded: under secure aggregation,
-    the fixed-point words before masking (noise included, where there is noise).
+    vector: as sent without secure aggregation (the model's float type), None for no contribution; weight: its
+    weight; encoded: under secure aggregation, the fixed-point words before masking (noise included, if any).
     """
 
     vector: np.ndarray | None
@@ -85,8 +85,13 @@ class SignedView:
 
     survivors: frozenset[str] | None = None
     bind_survivors: Callable[[frozenset[str]], None] = field(default=lambda survivors: None, repr=False)
-    kept: Kept | None = None
+    read_kept: Callable[[], Kept | None] = field(default=lambda: None, repr=False)
     keep: Callable[[Kept], None] = field(default=lambda kept: None, repr=False)
+
+    @property
+    def kept(self) -> Kept | None:
+        """The bits kept for this input, read from their file at each ask (RefusedError if it lost them), or None."""
+        return self.read_kept()
 
     def bind(self, survivors: frozenset[str]) -> None:
         """Bind this input to `survivors` (kept on disk first, then remembered here)."""
@@ -272,9 +277,8 @@ class InputRecord:
             arrays["vector"] = np.asarray(kept.vector)
         if kept.encoded is not None:
             arrays["encoded"] = np.asarray(kept.encoded)
-        path = self._kept_path(kind)
-        # Straight to the file, hashed as read back: an in-memory archive would hold the input twice more.
-        atomic_write(path, lambda stream: np.savez(stream, **arrays))  # type: ignore[arg-type]  # numpy's stub wants positional arrays too
+        # Straight to the file (views of the arrays), hashed as read back: no copy of the input is made.
+        atomic_write(path := self._kept_path(kind), lambda stream: write_archive(stream, arrays))
         with path.open("rb") as written:
             digest = hashlib.file_digest(written, "sha256").hexdigest()
         self._kept[kind] = {"key": key, "round": round_number, "sha256": digest}
@@ -367,10 +371,8 @@ class InputRecord:
                     f"round {round_number} ({kind}) was already answered for another model (kept in "
                     f"{self.path}); a second answer for the same round could be subtracted from the first",
                 )
-        kept = None
         if entry is not None:
-            kept = self._read_kept(kind, key)
-            if kept is None and entry.round is not None:
+            if self._read_kept(kind, key) is None and entry.round is not None:
                 raise RefusedError(
                     Refusal.INPUT_BOUND,
                     f"this {kind} model was answered in round {entry.round}, and its bits are no longer kept (a "
@@ -384,8 +386,14 @@ class InputRecord:
                 self._save()
         cached = self._views.get(key)
         if cached is not None:
-            cached.kept = cached.kept or kept
             return cached
+
+        def read_kept() -> Kept | None:  # none while another answer of its kind is the one kept
+            answer = self._read_kept(kind, key)
+            if answer is None and self._kept.get(kind, {}).get("key") == key:
+                lost = f"this {kind} model's kept bits changed or were lost (in {self.path.parent})"
+                raise RefusedError(Refusal.INPUT_BOUND, f"{lost}; answering again would send new bits")
+            return answer
 
         def bind(survivors: frozenset[str]) -> None:
             answered = self._inputs.setdefault(key, _Input(round_number))
@@ -400,15 +408,9 @@ class InputRecord:
             if kind == "train" and answer.vector is not None:
                 self._trainings += 1
             self._save()
-            # The file keeps only the latest answer of a kind: the earlier views let theirs go too, or a long
-            # federation would hold every round's update in memory (the file refuses them again anyway).
-            for other, earlier in self._views.items():
-                if other != key and other.startswith(f"{kind}:"):
-                    earlier.kept = None
-            view.kept = answer
 
-        view = self._views[key] = SignedView(None if entry is None else entry.survivors, bind, kept, keep)
-        return view
+        self._views[key] = SignedView(None if entry is None else entry.survivors, bind, read_kept, keep)
+        return self._views[key]
 
     def note_threshold(self, round_number: int, c: float) -> None:
         """Remember the threshold c of a training round's model (kept with the next save).

@@ -5,7 +5,9 @@ record instead: the training rounds whose sum holds its update as far as it can 
 and exit status), the output model (theta-bar, c-bar) it was sent to evaluate at the final round, and the
 output model as it computes it from the training models it was sent (:class:`Trajectory`, the suffix
 average of `fedfair.core.server.apply`). Kept beside the config as ``NAME.FEDERATION.outcome.npz``,
-rewritten atomically at each change, so a restarted process keeps what the process before it saw.
+rewritten atomically at each change, so a restarted process keeps what the process before it saw. The models
+followed live in that file alone, read back a slice at a time when they are compared or averaged: a process
+holds none of them beside the round's own download.
 
 Why: docs/design.md, "Inside the collaborator".
 """
@@ -14,12 +16,15 @@ from __future__ import annotations
 
 import logging
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 
 from fedfair.core.files import atomic_write
+from fedfair.runtime.collaborator.archives import read_header, write_archive
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -32,22 +37,93 @@ a + (x - a) / k rounds three times, each by half an ulp of a value at most twice
 
 
 @dataclass(frozen=True)
-class ServedModel:
+class Stored:
+    """A model's values as the record's file holds them (member `member`), read a slice at a time."""
+
+    path: Path
+    member: str
+    dtype: np.dtype[np.floating]
+    size: int
+
+    def slices(self) -> Iterator[np.ndarray]:
+        """The values, :data:`_SLICE` at a time, from the first."""
+        with zipfile.ZipFile(self.path) as archive, archive.open(f"{self.member}.npy") as stream:
+            read_header(stream)
+            for start in range(0, self.size, _SLICE):
+                count = min(_SLICE, self.size - start)
+                yield np.frombuffer(stream.read(count * self.dtype.itemsize), dtype=self.dtype, count=count)
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A running average with one more model folded in, formed a slice at a time as it is read.
+
+    `theta` folded into `average` as the `count`-th model by the server's own update (:func:`_fold`); the
+    first model alone when `average` is None.
+    """
+
+    average: Values | None
+    theta: Values
+    count: int
+    dtype = np.dtype(np.float64)
+
+    @property
+    def size(self) -> int:
+        """How many values: theta's."""
+        return self.theta.size
+
+    def slices(self) -> Iterator[np.ndarray]:
+        """The values, :data:`_SLICE` at a time, from the first."""
+        if self.average is None:
+            yield from (np.asarray(piece, dtype=np.float64) for piece in _slices(self.theta))
+            return
+        for average, theta in zip(_slices(self.average), _slices(self.theta), strict=True):
+            yield _fold(average, theta, self.count)
+
+
+Values = np.ndarray | Stored | Folded
+"""A model's values: in memory (the download of the round being followed), in the record's file, or an
+average still to be formed from those."""
+
+
+def whole(values: Values) -> np.ndarray:
+    """`values` as one array: a fresh one, the caller's own, unless they are an array already."""
+    if isinstance(values, np.ndarray):
+        return values
+    array = np.empty(values.size, dtype=values.dtype)
+    for start, piece in zip(range(0, values.size, _SLICE), values.slices(), strict=True):
+        array[start : start + piece.size] = piece
+    return array
+
+
+Theta = TypeVar("Theta", bound=Values, covariant=True)
+
+
+@dataclass(frozen=True)
+class ServedModel(Generic[Theta]):
     """A model (theta, c) the aggregator served this collaborator for round `round`.
 
-    `theta` is read-only here, in the dtype it travelled in: the downloaded array itself, not a copy.
+    `theta` is read-only, in the dtype it travelled in: the downloaded array itself (not a copy) until the
+    record is saved, then only in the record's file (:class:`Stored`).
     """
 
     round: int
-    theta: np.ndarray
+    theta: Theta
     c: float
 
 
-def _served(round_number: int, theta: np.ndarray, c: float) -> ServedModel:
-    # The caller's array itself, not a copy (a model's worth per model followed), read-only through this view.
+def _served(round_number: int, theta: np.ndarray, c: float) -> ServedModel[np.ndarray]:
+    # The caller's array itself, not a copy, read-only through this view until the record's file holds it.
     kept = theta.view()
     kept.setflags(write=False)
     return ServedModel(round_number, kept, float(c))
+
+
+def _slices(values: Values) -> Iterator[np.ndarray]:
+    """`values`, :data:`_SLICE` at a time: views of an array, read from the record's file, or formed."""
+    if not isinstance(values, np.ndarray):
+        return values.slices()
+    return (values[start : start + _SLICE] for start in range(0, values.size, _SLICE))
 
 
 @dataclass
@@ -65,17 +141,17 @@ class Trajectory:
     skipped: int
     """The applied rounds left out of the average (the plan's `average_from_round`)."""
     following: bool = True
-    last: ServedModel | None = None
+    last: ServedModel[Values] | None = None
     applied: int = 0
     averaged: int = 0
-    average: np.ndarray | None = None
+    average: Values | None = None
     average_c: float = 0.0
     scale: float = 0.0
     """The largest magnitude of theta's and c's values averaged: the rounding bound's unit."""
     unchanged: set[int] = field(default_factory=set)
     """Rounds whose next round was sent the same model: they did not apply (seen even when not `following`)."""
 
-    def sent(self, model: ServedModel) -> None:
+    def sent(self, model: ServedModel[Values]) -> None:
         """Follow training round `model.round`'s model (a round run again after a crash replaces its own)."""
         last = self.last
         if last is not None and model.round == last.round:
@@ -93,22 +169,19 @@ class Trajectory:
             self.following = False
         self.last = model
 
-    def folded(self, model: ServedModel) -> tuple[np.ndarray, float, float]:
+    def folded(self, model: ServedModel[Values]) -> tuple[Folded, float, float]:
         """(average, average_c, scale) with `model` added, by the server's own update a + (x - a) / k.
 
-        The new average replaces the old one in place (the old is not kept): a model's worth of float64
-        held once, where the whole-vector expression would hold three.
+        The new average is formed as it is read (:class:`Folded`): the record writes it to its file a slice
+        at a time, and no model's worth of float64 is ever held.
         """
         count = self.averaged + 1
         scale = max(self.scale, _largest_magnitude(model.theta), abs(model.c))
         if self.average is None:
-            return np.array(model.theta, dtype=np.float64), model.c, scale
-        average = self.average
-        for start in range(0, average.size, _SLICE):
-            average[start : start + _SLICE] = _fold(average, model.theta, count, slice(start, start + _SLICE))
-        return average, self.average_c + (model.c - self.average_c) / count, scale
+            return Folded(None, model.theta, count), model.c, scale
+        return Folded(self.average, model.theta, count), self.average_c + (model.c - self.average_c) / count, scale
 
-    def mismatch(self, output: ServedModel) -> str | None:
+    def mismatch(self, output: ServedModel[Values]) -> str | None:
         """Why `output` is not the average this site can compute, or None: it is, or the site cannot tell.
 
         Whether the final round applied is not known here, so both outcomes are candidates: applied, its
@@ -121,7 +194,7 @@ class Trajectory:
             return None
         # Each candidate is (average to fold the last model into or None, the model or None, its c, scale, folds);
         # its theta is formed a slice at a time as it is compared, never held whole beside the output.
-        candidates: list[tuple[np.ndarray | None, np.ndarray | None, float, float, int]] = []
+        candidates: list[tuple[Values | None, Values | None, float, float, int]] = []
         if self.applied + 1 > self.skipped:
             count = self.averaged + 1
             scale = max(self.scale, _largest_magnitude(last.theta), abs(last.c))
@@ -156,38 +229,32 @@ _SLICE = 1 << 20
 """Coordinates the fold and the comparison take at a time (8 MiB in float64): their temporaries cost that."""
 
 
-def _fold(average: np.ndarray, theta: np.ndarray, count: int, part: slice) -> np.ndarray:
-    """Slice `part` of the server's running average a + (x - a) / k, k = `count`, x = `theta`."""
-    folded: np.ndarray = average[part] + (theta[part] - average[part]) / count
+def _fold(average: np.ndarray, theta: np.ndarray, count: int) -> np.ndarray:
+    """A slice of the server's running average a + (x - a) / k, k = `count`, x = `theta`, from those slices."""
+    folded: np.ndarray = average + (theta - average) / count
     return folded
 
 
-def _largest_magnitude(theta: np.ndarray) -> float:
+def _largest_magnitude(theta: Values) -> float:
     """The largest |value| of `theta` (0 for none), a slice at a time."""
-    return max(
-        (float(np.abs(theta[start : start + _SLICE]).max()) for start in range(0, theta.size, _SLICE)), default=0.0
-    )
+    return max((float(np.abs(piece).max()) for piece in _slices(theta)), default=0.0)
 
 
-def _largest_gap(output: np.ndarray, average: np.ndarray | None, theta: np.ndarray | None, count: int) -> float:
+def _largest_gap(output: Values, average: Values | None, theta: Values | None, count: int) -> float:
     """The largest |output - candidate|, formed a slice at a time in float64.
 
-    The candidate is `theta` folded into `average` (:func:`_fold`), or either alone when the other is None.
+    The candidate is `theta` folded into `average` (:class:`Folded`), or `average` alone when `theta` is None.
     """
-    largest = 0.0
-    for start in range(0, output.size, _SLICE):
-        part = slice(start, start + _SLICE)
-        if average is None:
-            assert theta is not None
-            candidate = np.asarray(theta[part], dtype=np.float64)
-        else:
-            candidate = average[part] if theta is None else _fold(average, theta, count, part)
-        largest = max(largest, float(np.abs(output[part] - candidate).max()))
-    return largest
+    candidate = average if theta is None else Folded(average, theta, count)
+    assert candidate is not None  # every candidate holds the model, the average or both
+    pieces = zip(_slices(output), _slices(candidate), strict=True)
+    return max((float(np.abs(piece - formed).max()) for piece, formed in pieces), default=0.0)
 
 
-def _same(one: ServedModel, other: ServedModel) -> bool:
-    return one.c == other.c and one.theta.shape == other.theta.shape and bool(np.array_equal(one.theta, other.theta))
+def _same(one: ServedModel[Values], other: ServedModel[Values]) -> bool:
+    if one.c != other.c or one.theta.size != other.theta.size:
+        return False
+    return all(np.array_equal(a, b) for a, b in zip(_slices(one.theta), _slices(other.theta), strict=True))
 
 
 class OutcomeRecord:
@@ -203,7 +270,7 @@ class OutcomeRecord:
         self.path = path
         self._rounds: dict[int, bool] = {}
         """Each training round whose sum holds this update: True while it stands, False once announced aborted."""
-        self._output: ServedModel | None = None
+        self._output: ServedModel[Values] | None = None
         self._trajectory = Trajectory(average_from)
         if path.exists():
             try:
@@ -222,19 +289,35 @@ class OutcomeRecord:
         with np.load(self.path, allow_pickle=False) as arrays:
             for key, standing in (("contributed", True), ("aborted", False)):
                 self._rounds.update(dict.fromkeys((_round(value) for value in arrays[key].tolist()), standing))
-            self._output = _model(arrays, "output")
+            self._output = self._model(arrays, "output")
             trajectory = self._trajectory
             trajectory.following = bool(arrays["following"])
-            trajectory.last = _model(arrays, "last")
+            trajectory.last = self._model(arrays, "last")
             trajectory.applied, trajectory.averaged = _round(int(arrays["applied"])), _round(int(arrays["averaged"]))
             trajectory.unchanged = {_round(value) for value in arrays["unchanged"].tolist()}
             if "average_theta" in arrays:
-                trajectory.average = np.array(arrays["average_theta"], dtype=np.float64)
+                trajectory.average = self._stored("average_theta")
                 trajectory.average_c, trajectory.scale = float(arrays["average_c"]), float(arrays["scale"])
 
+    def _model(self, arrays: np.lib.npyio.NpzFile, prefix: str) -> ServedModel[Stored] | None:
+        """The model the file holds under `prefix`, its theta left there (:class:`Stored`), or None."""
+        if f"{prefix}_theta" not in arrays:
+            return None
+        stored = self._stored(f"{prefix}_theta")
+        return ServedModel(_round(int(arrays[f"{prefix}_round"])), stored, float(arrays[f"{prefix}_c"]))
+
+    def _stored(self, member: str) -> Stored:
+        """The values the file holds as `member`, left there; ValueError if they are not a model's."""
+        with zipfile.ZipFile(self.path) as archive, archive.open(f"{member}.npy") as stream:
+            shape, dtype = read_header(stream)
+        if len(shape) != 1 or dtype not in (np.float32, np.float64):
+            raise ValueError(f"the record's {member} is a {dtype} array of shape {shape}")
+        return Stored(self.path, member, dtype, shape[0])
+
     def _save(self) -> None:
+        """Write the record, then let go of any model it held in memory: the file holds it now."""
         trajectory = self._trajectory
-        arrays: dict[str, np.ndarray] = {
+        arrays: dict[str, Values] = {
             "contributed": np.array(sorted(r for r, standing in self._rounds.items() if standing), dtype=np.int64),
             "aborted": np.array(sorted(r for r, standing in self._rounds.items() if not standing), dtype=np.int64),
             "following": np.array(trajectory.following),
@@ -251,9 +334,14 @@ class OutcomeRecord:
             arrays["average_theta"] = trajectory.average
             arrays["average_c"] = np.array(trajectory.average_c, dtype=np.float64)
             arrays["scale"] = np.array(trajectory.scale, dtype=np.float64)
-        # Straight into the file: through a BytesIO the archive was held twice (its growing buffer, then
-        # getvalue's copy), models included, at the moment a site holds the most else (the final evaluation).
-        atomic_write(self.path, lambda stream: np.savez(stream, **arrays))  # type: ignore[arg-type]  # numpy's stub wants positional arrays too
+        # Straight into the file, a model stored or an average formed a slice at a time: neither is held whole.
+        atomic_write(self.path, lambda stream: write_archive(stream, arrays))
+        if self._output is not None:
+            self._output = ServedModel(self._output.round, self._stored("output_theta"), self._output.c)
+        if trajectory.last is not None:
+            trajectory.last = ServedModel(trajectory.last.round, self._stored("last_theta"), trajectory.last.c)
+        if trajectory.average is not None:
+            trajectory.average = self._stored("average_theta")
 
     # ------------------------------------------------------------ what the collaborator saw
 
@@ -275,7 +363,7 @@ class OutcomeRecord:
     def training_model(self, round_number: int, theta: np.ndarray, c: float) -> None:
         """Follow the model (theta, c) sent for training round `round_number` (:class:`Trajectory`).
 
-        `theta` is kept as it is, not copied: its owner must not change it afterwards (a trainer only reads it).
+        `theta` is read, not kept: the record's file keeps it.
         """
         self._trajectory.sent(_served(round_number, theta, c))
         self._save()
@@ -283,7 +371,7 @@ class OutcomeRecord:
     def output_model(self, round_number: int, theta: np.ndarray, c: float) -> None:
         """Keep the output model (theta-bar, c-bar) sent for round `round_number`'s evaluation, the last such one.
 
-        `theta` is kept as it is, not copied, like :meth:`training_model`'s.
+        `theta` is read, not kept, like :meth:`training_model`'s.
         """
         self._output = _served(round_number, theta, c)
         self._save()
@@ -301,9 +389,12 @@ class OutcomeRecord:
         return sum(standing and number not in unchanged for number, standing in self._rounds.items())
 
     @property
-    def output(self) -> ServedModel | None:
-        """The output model sent for the plan's final evaluation, or None when none was."""
-        return self._output
+    def output(self) -> ServedModel[np.ndarray] | None:
+        """The output model sent for the plan's final evaluation, read back whole (a fresh array), or None if none was."""
+        output = self._output
+        if output is None:
+            return None
+        return ServedModel(output.round, whole(output.theta), output.c)
 
     def output_mismatch(self) -> str | None:
         """Why the output model is not the average of the training models this site was sent, or None.
@@ -311,15 +402,6 @@ class OutcomeRecord:
         None also when there is no output model, or the site cannot tell (:meth:`Trajectory.mismatch`).
         """
         return None if self._output is None else self._trajectory.mismatch(self._output)
-
-
-def _model(arrays: np.lib.npyio.NpzFile, prefix: str) -> ServedModel | None:
-    if f"{prefix}_theta" not in arrays:
-        return None
-    theta = np.array(arrays[f"{prefix}_theta"])
-    if theta.ndim != 1 or theta.dtype not in (np.float32, np.float64):
-        raise ValueError(f"the {prefix} model is a {theta.dtype} array of shape {theta.shape}")
-    return _served(_round(int(arrays[f"{prefix}_round"])), theta, float(arrays[f"{prefix}_c"]))
 
 
 def _round(value: object) -> int:

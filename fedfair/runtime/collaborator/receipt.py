@@ -13,6 +13,7 @@ Why: docs/design.md, "Inside the collaborator".
 from __future__ import annotations
 
 import json
+import shutil
 import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ class Expectation:
     encoder: Mapping[str, Any] | None
 
 
-def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel) -> str | None:
+def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel[np.ndarray]) -> str | None:
     """Why `bundle` is not this federation's output model, or None when it is.
 
     The reason starts with what did not match: ``federation``, ``plan``, ``architecture``, ``encoder`` or
@@ -104,7 +105,7 @@ def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel) 
     return model_difference(bundle, expected, output)
 
 
-def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel) -> str | None:
+def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel[np.ndarray]) -> str | None:
     """How the bundle's weights and threshold differ from `output` laid out in the plan's model, or None if equal.
 
     The aggregator builds the plan's model from its seed and copies theta-bar (float64) into its parameters;
@@ -113,7 +114,7 @@ def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel)
     model = expected.model.build(expected.seed, allowed=expected.factories)
     try:
         with torch.no_grad():
-            load_flat_parameters(model, torch.from_numpy(np.array(output.theta)))
+            load_flat_parameters(model, torch.from_numpy(output.theta))
     except ValueError as error:
         return f"model: the output model this collaborator was sent does not fit the plan's model ({error})"
     wanted = model.state_dict()
@@ -173,9 +174,9 @@ class Received:
 def receive_bundle(
     name: str,
     path: Path,
-    fetch: Callable[[], bytes],
+    fetch: Callable[[Callable[[bytes], object]], None],
     expected: Expectation | None,
-    output: ServedModel | None,
+    output: ServedModel[np.ndarray] | None,
 ) -> Received:
     """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path` if it checks out.
 
@@ -187,33 +188,34 @@ def receive_bundle(
     """
     unchecked = path.with_name(f"{path.name}.unchecked")
     try:
-        payload = fetch()
-        atomic_write(unchecked, lambda stream: stream.write(payload))
-        bundle = load_bundle(unchecked)
-    except (grpc.RpcError, WireError, ConfigError, OSError) as error:
-        reason = error.code().name if isinstance(error, grpc.RpcError) else str(error)
-        logger.warning(
-            "%s: could not keep the federation's model bundle (%s); ask the aggregator's operator for "
-            "model_bundle.pt from its output folder",
-            name,
-            reason,
-        )
-        return Received()
+        try:
+            atomic_write(unchecked, lambda stream: fetch(stream.write))  # a piece at a time: never held whole
+            bundle = load_bundle(unchecked)
+        except (grpc.RpcError, WireError, ConfigError, OSError) as error:
+            reason = error.code().name if isinstance(error, grpc.RpcError) else str(error)
+            logger.warning(
+                "%s: could not keep the federation's model bundle (%s); ask the aggregator's operator for "
+                "model_bundle.pt from its output folder",
+                name,
+                reason,
+            )
+            return Received()
+        if expected is None or output is None:
+            logger.warning(
+                "%s: the federation's model bundle was not kept: this collaborator was not sent the output model "
+                "to evaluate at the plan's final round, so it cannot check that the bundle holds it; ask the "
+                "aggregator's operator for model_bundle.pt from its output folder",
+                name,
+            )
+            return Received()
+        refusal = bundle_mismatch(bundle, expected, output)
+        if refusal is not None:
+            return Received(refusal=refusal)
+        with unchecked.open("rb") as checked:
+            atomic_write(path, lambda stream: shutil.copyfileobj(checked, stream))
+        return Received(kept=path)
     finally:
         unchecked.unlink(missing_ok=True)
-    if expected is None or output is None:
-        logger.warning(
-            "%s: the federation's model bundle was not kept: this collaborator was not sent the output model to "
-            "evaluate at the plan's final round, so it cannot check that the bundle holds it; ask the aggregator's "
-            "operator for model_bundle.pt from its output folder",
-            name,
-        )
-        return Received()
-    refusal = bundle_mismatch(bundle, expected, output)
-    if refusal is not None:
-        return Received(refusal=refusal)
-    atomic_write(path, lambda stream: stream.write(payload))
-    return Received(kept=path)
 
 
 def finished_status(name: str, planned: int, contributed: int, bundle: Received) -> int:

@@ -170,19 +170,19 @@ class RoundJob:
             raise WireError(str(error)) from None
         model = model_digest(values, c)
         view = self.view_of(binding.round, "train", model)
-        # The record keeps the downloaded theta itself, or a copy where a control variate shares its download.
-        self.outcome.training_model(binding.round, theta if control is None else theta.copy(), c)
+        self.outcome.training_model(binding.round, theta, c)
+        # Trained on, then let go: the update, its encoding and the record need none of it.
+        download = [(torch.from_numpy(theta), c, None if control is None else torch.from_numpy(control))]
 
         def job() -> Work:
-            if view.kept is not None:
+            if (answer := view.kept) is not None:  # read back from its file, once
                 logger.info(
                     "%s: round %d is run again on the model already trained on; re-sending the kept update",
                     self.config.name,
                     binding.round,
                 )
-                return resent(binding.round, TRAINING, view)
-            server_control = None if control is None else torch.from_numpy(control)
-            trained = train_on(stub, binding, model, torch.from_numpy(theta), c, server_control)
+                return resent(binding.round, TRAINING, view, answer)
+            trained = train_on(stub, binding, model, *download.pop())
             self.record.note_threshold(binding.round, c)
             return kept(self.contribution(trained), view)
 
@@ -235,7 +235,8 @@ class RoundJob:
             spent = self.trainer.last_report if isinstance(self.trainer, PrivateLearner) else None
             if spent is not None:
                 self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT, spent.epsilon)
-        if not np.isfinite(vector).all() or not np.isfinite(update.weight):
+        extremes = (vector.min(), vector.max()) if vector.size else (0.0, 0.0)  # NaN spreads to both: no temporary
+        if not np.isfinite([*extremes, update.weight]).all():
             logger.error(
                 "%s: round %d: the local update has NaN or Inf; refusing to contribute it (check the "
                 "learning rate); withdrawing from this round",
@@ -284,8 +285,7 @@ class RoundJob:
         settings = self.shared.secure_aggregation
         if settings.enabled:
             work = Work(round_number, TRAINING, trained.vector, weight)
-            # Encoding needs only the update, so it is done now rather than on the MASKED_INPUT
-            # stage's critical path; the round's own encoder checks the parameters again then.
+            # Encoded now, off the MASKED_INPUT stage's critical path (the round's encoder checks the parameters then).
             shared = self.shared
             try:
                 encoding = shared.training_encoding(
@@ -296,8 +296,7 @@ class RoundJob:
                 buffer = self._encoding_buffer
                 if buffer is None or buffer.size != words or buffer.dtype != encoder.dtype:
                     buffer = self._encoding_buffer = np.empty(words, dtype=encoder.dtype)
-                # Rounds run one after another, so the last round's masked words, already sent or
-                # abandoned with its Work, are free to overwrite.
+                # Rounds run one at a time: the last round's masked words, sent or abandoned with its Work, may go.
                 work.encoded = encoder.encode(trained.vector, weight, out=buffer)
                 if encoding.noise is not None:
                     self.charges.training(round_number, trained.model, trained.vector.size)
@@ -349,13 +348,13 @@ class RoundJob:
         columns, length = self.shared.counted_columns(binding.round), self.shared.evaluation_length(binding.round)
 
         def job() -> Work:
-            # A kept answer shorter than the query is an earlier evaluation's, without the final round's counts.
-            short = view.kept is not None and view.kept.vector is not None and view.kept.vector.size < length
-            if view.kept is not None and not short:
-                return resent(binding.round, EVALUATION, view)
+            answer = view.kept  # read once; a shorter one is an earlier evaluation's, without the final round's counts
+            short = answer is not None and answer.vector is not None and answer.vector.size < length
+            if answer is not None and not short:
+                return resent(binding.round, EVALUATION, view, answer)
             try:
-                if short:
-                    return self.counts_beside(view, binding.round, (theta, c), model, columns)
+                if answer is not None:
+                    return self.counts_beside(view, answer, binding.round, (theta, c), model, columns)
                 answered = answers(torch.from_numpy(theta), c)
                 if columns:
                     answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), c, columns)])
@@ -373,17 +372,17 @@ class RoundJob:
     def counts_beside(
         self,
         view: SignedView,
+        answer: Kept,
         round_number: int,
         evaluated: tuple[np.ndarray, float],
         model: str,
         columns: tuple[CompositionColumn, ...],
     ) -> Work:
-        """The final evaluation of `evaluated` (theta, c), answered at an earlier one: its kept words, fresh counts.
+        """The final evaluation of `evaluated` (theta, c), answered at an earlier one (`answer`): its words, fresh counts.
 
         One answer per model (a second noise draw could be averaged with the first); the counts are their own release.
         """
-        answer = view.kept
-        assert answer is not None and answer.vector is not None  # a withdrawal is never kept
+        assert answer.vector is not None  # a withdrawal is never kept
         theta, c = evaluated
         counts = self.composition_counts(torch.from_numpy(theta), c, columns)
         work = Work(round_number, EVALUATION, np.concatenate([answer.vector, counts]), 1.0)
@@ -437,15 +436,14 @@ def kept(work: Work, view: SignedView) -> Work:
     work.view = view
     if work.vector is None:
         return work
-    encoded = None if work.encoded is None else work.encoded.copy()  # the encoding is masked in place
-    view.keep(Kept(work.vector, work.weight, encoded))
+    view.keep(Kept(work.vector, work.weight, work.encoded))  # written before it is masked in place, not held
+    if work.encoded is not None:  # the words are what a secure sum sends: the vector is the record's to keep
+        work.vector, work.released = None, True
     return work
 
 
-def resent(round_number: int, stages: Stages, view: SignedView) -> Work:
-    """The work that sends the bits `view` kept again (a copy: masking works in place)."""
-    answer = view.kept
-    assert answer is not None
+def resent(round_number: int, stages: Stages, view: SignedView, answer: Kept) -> Work:
+    """The work that sends again `answer`, the bits `view` kept (the encoding a copy: masking works in place)."""
     work = Work(round_number, stages, answer.vector, answer.weight if answer.vector is not None else 0.0)
     work.encoded = None if answer.encoded is None else answer.encoded.copy()
     work.view = view

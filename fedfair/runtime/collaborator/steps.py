@@ -76,6 +76,8 @@ class Work:
     model: str = ""
     """The digest of the model this aggregation answers (``contract.model_digest``; "" for statistics):
     the round's parameters must state the same, and it binds the secure-aggregation session."""
+    released: bool = False
+    """Whether ``vector`` was let go once its encoding was kept (secure aggregation): the round still has it."""
 
     def settle(self, wait: bool) -> None:
         """Adopt the start stage's outcome if its job has ended (or, with `wait`, once it ends).
@@ -88,7 +90,7 @@ class Work:
             return
         self.pending = None
         outcome = job.result()
-        self.vector, self.weight = outcome.vector, outcome.weight
+        self.vector, self.weight, self.released = outcome.vector, outcome.weight, outcome.released
         self.encoded, self.view = outcome.encoded, outcome.view
 
 
@@ -243,15 +245,21 @@ def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
 
     Without secure aggregation: the plain update (:func:`~fedfair.runtime.transport.chunks.plain_upload`: a
     training update's values in float32, an evaluation's in float64, then the weight) once the parameters check.
-    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no shares were checked this round.
+    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no shares were checked this round, or its encoding was
+    masked already (a retried stage: the words are never masked twice, nor encoded anew).
     """
-    assert work.vector is not None  # the process withdraws before any step when it has nothing
     if not me.shared.secure_aggregation.enabled:
+        assert work.vector is not None  # the process withdraws before any step when it has nothing
         me.check_parameters(work, inputs)
         return plain_upload(work.vector, work.weight, work.stages.masked)
     if work.client is None:
         raise RefusedError(Refusal.WITHDRAWN, "no shares were checked this round")
-    encoded = work.encoded if work.encoded is not None else work.client.config.encoder.encode(work.vector, work.weight)
+    if work.encoded is not None:
+        encoded = work.encoded
+    elif work.vector is not None:
+        encoded = work.client.config.encoder.encode(work.vector, work.weight)
+    else:
+        raise RefusedError(Refusal.WITHDRAWN, "this round's encoding was masked already; it is not masked twice")
     work.encoded = None  # masked in place: never reuse it
     return work.client.masked_input(MaskingSet.from_bytes(inputs), encoded).to_bytes()
 

@@ -358,6 +358,7 @@ class TaskStream:
         it to another thread would only add two waits for the interpreter lock.
         """
         assert self._jobs is not None  # _follow handles tasks inside a connection's executor
+        self._work = None  # the last aggregation's contribution goes before this one's model comes
         compute = self._train(stub, binding) if stages is TRAINING else self._evaluate(stub, binding)
 
         def job() -> Work:
@@ -387,7 +388,7 @@ class TaskStream:
             # Only masking needs the contribution; a job already over is taken at any stage, so a
             # round with nothing to contribute is left as soon as that is known.
             work.settle(wait=binding.stage == work.stages.masked)
-            if work.vector is None and work.pending is None:
+            if work.vector is None and not work.released and work.pending is None:
                 raise RefusedError(Refusal.WITHDRAWN, "nothing to contribute this round")
             inputs = self._input(stub, task)
             payload = STEPS[binding.stage](self.participant, work, inputs)

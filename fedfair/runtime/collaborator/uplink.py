@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator
 
 import grpc
 import numpy as np
 
 from fedfair.core.errors import WireError
-from fedfair.runtime.transport import Uploader, inline_input, pb, pb_grpc, read_model, read_payload
+from fedfair.runtime.transport import Forwarder, Uploader, assemble, inline_input, pb, pb_grpc, read_model, read_payload
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -84,6 +85,26 @@ class Uplink:
         carried = inline_input(task)
         if carried is not None:
             return carried
+        # Anything longer than announced is refused before it is buffered.
+        _, payload = read_payload(self._fetch(stub, task, limit), max_total_bytes=task.input_size, binding=task.binding)
+        return payload
+
+    def input_into(
+        self, stub: pb_grpc.FederationStub, task: pb.Task, limit: int, sink: Callable[[bytes], object]
+    ) -> None:
+        """The input of `task`'s stage, as :meth:`input` reads it, handed to `sink` a piece at a time as it arrives.
+
+        For the final model bundle, which goes straight to a file: it is never held whole.
+        """
+        carried = inline_input(task)
+        if carried is not None:
+            sink(carried)
+            return
+        forwarder = Forwarder(task.input_size, sink)
+        assemble(self._fetch(stub, task, limit), forwarder, task.binding)
+
+    def _fetch(self, stub: pb_grpc.FederationStub, task: pb.Task, limit: int) -> Iterator[pb.Part]:
+        """The Fetch stream of `task`'s input; a WireError, before anything is fetched, past `limit` bytes."""
         if task.input_size > limit:
             raise WireError(
                 f"the aggregator announces {task.input_size} bytes for the {pb.Stage.Name(task.binding.stage)} "
@@ -91,11 +112,8 @@ class Uplink:
             )
         request = pb.FetchRequest(binding=task.binding)
         self.count(task.binding.round, request.ByteSize())
-        # Anything longer than announced is refused before it is buffered.
-        _, payload = read_payload(
-            stub.Fetch(request, timeout=RPC_SECONDS), max_total_bytes=task.input_size, binding=task.binding
-        )
-        return payload
+        parts: Iterator[pb.Part] = stub.Fetch(request, timeout=RPC_SECONDS)
+        return parts
 
     def submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
         """Upload this stage's payload (see :class:`Uploader`), counting the bytes sent."""

@@ -87,7 +87,7 @@ class Reassembler:
             raise WireError(f"chunk {chunk.index} is empty")
         if self._filled + size > self._total:
             raise WireError(f"chunk {chunk.index} overruns the declared total of {self._total} bytes")
-        self._buffer[self._filled : self._filled + size] = chunk.data
+        self._keep(chunk.data)
         self._filled += size
         self._next += 1
         if self.done and self._filled != self._total:
@@ -101,9 +101,15 @@ class Reassembler:
         if count < fewest or count > max(1, total):
             raise WireError(f"the payload declares {count} chunks, impossible for {total} bytes")
         self._count, self._total = count, total
+        self._allocate(total)
+
+    def _allocate(self, total: int) -> None:
         # The declared size (already within the limit) at once: growing chunk by chunk would copy the payload
         # each time the buffer outgrew its allocation, holding it twice meanwhile.
         self._buffer = bytearray(total)
+
+    def _keep(self, data: bytes) -> None:
+        self._buffer[self._filled : self._filled + len(data)] = data
 
     def result(self) -> bytes:
         """The payload, once every declared chunk has arrived."""
@@ -111,9 +117,32 @@ class Reassembler:
 
     def take(self) -> bytearray:
         """The payload's own buffer, once every declared chunk has arrived, for a caller that keeps it (no copy)."""
+        self.finish()
+        return self._buffer
+
+    def finish(self) -> None:
+        """Raise WireError unless every chunk the first one announced has arrived."""
         if not self.done:
             raise WireError(f"the payload stopped after {self._next} of {self._count or '?'} chunks")
-        return self._buffer
+
+
+class Forwarder(Reassembler):
+    """Check the chunks of one payload as :class:`Reassembler` does, handing each to `sink` as it arrives.
+
+    For a payload that goes straight to a file (the final model bundle): it is never held whole.
+    """
+
+    def __init__(
+        self, max_total_bytes: int, sink: Callable[[bytes], object], max_chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    ) -> None:
+        super().__init__(max_total_bytes, max_chunk_bytes)
+        self.sink = sink
+
+    def _allocate(self, total: int) -> None:
+        pass  # nothing is buffered
+
+    def _keep(self, data: bytes) -> None:
+        self.sink(data)
 
 
 def join(chunks: Iterable[pb.Chunk], *, max_total_bytes: int, max_chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> bytes:
@@ -357,6 +386,17 @@ def read_payload(
     server can refuse a late or replayed upload (by raising) without reading it.
     """
     assembler = Reassembler(max_total_bytes, max_chunk_bytes)
+    bound = assemble(parts, assembler, binding, on_binding)
+    return bound, assembler.result()
+
+
+def assemble(
+    parts: Iterable[pb.Part],
+    assembler: Reassembler,
+    binding: pb.Binding | None = None,
+    on_binding: Callable[[pb.Binding], None] | None = None,
+) -> pb.Binding:
+    """Add every part's chunk to `assembler`; the parts' one binding (see :func:`read_payload`)."""
     bound = binding
     first = True
     for part in parts:
@@ -371,4 +411,5 @@ def read_payload(
         assembler.add(part.chunk)
     if bound is None:
         raise WireError("the payload stream was empty")
-    return bound, assembler.result()
+    assembler.finish()
+    return bound

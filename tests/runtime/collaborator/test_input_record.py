@@ -79,7 +79,7 @@ def test_only_the_latest_answer_of_a_kind_is_kept_and_older_ones_are_not_answere
         record.view(2, "train", "a")
 
 
-def test_a_process_holds_only_the_latest_answer_of_a_kind_in_memory(tmp_path: Path) -> None:
+def test_only_the_latest_answer_of_a_kind_is_read_back(tmp_path: Path) -> None:
     record = InputRecord(record_path(tmp_path), "fed")
     views = []
     for round_number in (1, 2, 3):
@@ -91,6 +91,28 @@ def test_a_process_holds_only_the_latest_answer_of_a_kind_in_memory(tmp_path: Pa
     assert evaluated.kept is not None  # another kind's answer is not the training's to let go
     with pytest.raises(PermanentFailureError, match="federation-past"):
         record.view(2, "train", "m2")
+
+
+def test_a_kept_answer_is_read_back_from_its_file_not_held(tmp_path: Path) -> None:
+    """The view reads the very bits kept, read-only, from the file: the caller's arrays, reused after keep (the
+    encoding is masked in place), change nothing; a file changed since is refused, not sent."""
+    record = InputRecord(record_path(tmp_path), "fed")
+    view = record.view(1, "train", "m")
+    vector, encoded = np.linspace(-1.0, 1.0, 8), np.arange(9, dtype=np.uint16)
+    view.keep(Kept(vector, 2.0, encoded))
+    sent_vector, sent_encoded = vector.copy(), encoded.copy()
+    vector[:], encoded[:] = 5.0, 7
+    for answer in (view.kept, record.view(1, "train", "m").kept):
+        assert answer is not None and answer.weight == 2.0
+        assert answer.vector is not None and answer.encoded is not None
+        assert np.array_equal(answer.vector, sent_vector) and not np.shares_memory(answer.vector, vector)
+        assert answer.encoded.tobytes() == sent_encoded.tobytes() and not answer.encoded.flags.writeable
+    kept_file = tmp_path / "site-1.fed.train.kept.npz"
+    payload = bytearray(kept_file.read_bytes())
+    payload[-30] ^= 1
+    kept_file.write_bytes(bytes(payload))
+    with pytest.raises(RefusedError, match="kept bits changed or were lost"):
+        view.kept  # noqa: B018  # the read is what is tested
 
 
 def test_a_changed_kept_file_is_not_sent_and_the_input_is_refused(tmp_path: Path) -> None:

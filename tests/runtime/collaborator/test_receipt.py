@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from fedfair.runtime.aggregator.bundles import federation_bundle
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.core import server
+from fedfair.runtime.collaborator import outcome
 from fedfair.runtime.collaborator.outcome import OutcomeRecord, ServedModel, Trajectory
 from fedfair.runtime.collaborator.receipt import (
     Expectation,
@@ -50,7 +52,7 @@ class Federation:
     plan: AggregatorPlan
     checkpoint: Checkpoint
     expected: Expectation
-    output: ServedModel
+    output: ServedModel[np.ndarray]
 
     def bundle(self, plan: AggregatorPlan | None = None) -> Bundle:
         """The aggregator's bundle of the output model, under `plan` (default: this federation's)."""
@@ -138,14 +140,24 @@ def write(bundle: Bundle, path: Path) -> bytes:
     return path.read_bytes()
 
 
+def pieces(payload: bytes) -> Callable[[Callable[[bytes], object]], None]:
+    """A fetch that hands `payload` on in pieces of 1000 bytes, as chunks arrive."""
+
+    def fetch(sink: Callable[[bytes], object]) -> None:
+        for start in range(0, len(payload), 1000):
+            sink(payload[start : start + 1000])
+
+    return fetch
+
+
 def test_receive_keeps_only_a_bundle_that_checks_out(tmp_path: Path, federation: Federation) -> None:
     path = tmp_path / "site-a.fed.model_bundle.pt"
     forged = write(federation.bundle(dataclasses.replace(federation.plan, federation_id="fed")), tmp_path / "forged")
-    refused = receive_bundle("site-a", path, lambda: forged, federation.expected, federation.output)
+    refused = receive_bundle("site-a", path, pieces(forged), federation.expected, federation.output)
     assert refused.kept is None and refused.refusal is not None and refused.refusal.startswith("federation: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["forged"]  # nothing kept, nothing left over
     honest = write(federation.bundle(), tmp_path / "honest")
-    assert receive_bundle("site-a", path, lambda: honest, federation.expected, federation.output) == Received(path)
+    assert receive_bundle("site-a", path, pieces(honest), federation.expected, federation.output) == Received(path)
     assert path.read_bytes() == honest
 
 
@@ -156,7 +168,7 @@ def test_a_bundle_that_cannot_be_checked_is_not_kept(
     path = tmp_path / "site-a.fed.model_bundle.pt"
     honest = write(federation.bundle(), tmp_path / "honest")
     with caplog.at_level(logging.WARNING, "fedfair.collaborator"):
-        assert receive_bundle("site-a", path, lambda: honest, federation.expected, None) == Received()
+        assert receive_bundle("site-a", path, pieces(honest), federation.expected, None) == Received()
     assert not path.exists()
     assert "cannot check that the bundle holds it" in caplog.text
 
@@ -188,7 +200,7 @@ def test_the_outcome_record_survives_a_restart(tmp_path: Path) -> None:
     again = OutcomeRecord(path, 1)
     assert again.contributed == 2
     assert again.output is not None and again.output.round == 3 and again.output.c == 0.25
-    assert np.array_equal(again.output.theta, theta) and not again.output.theta.flags.writeable
+    assert np.array_equal(again.output.theta, theta)
     again.held(3)  # round 3 run again (the aggregator resumed) and sent: it counts again
     assert OutcomeRecord(path, 1).contributed == 3
 
@@ -209,7 +221,7 @@ def test_an_unreadable_outcome_record_starts_again_with_a_warning(
 
 def run_server(
     rounds: int, aborted: set[int], average_from: int, seed: int = 3
-) -> tuple[list[ServedModel], ServedModel]:
+) -> tuple[list[ServedModel[np.ndarray]], ServedModel[np.ndarray]]:
     """`rounds` rounds of the server's own step (`server.apply`) on random aggregates, the rounds in `aborted`
     leaving the model as it was: each round's start model as sent for training, and the output model."""
     generator = torch.Generator().manual_seed(seed)
@@ -223,7 +235,7 @@ def run_server(
     return sent, ServedModel(rounds, state.theta_average.numpy().copy(), state.c_average)
 
 
-def followed(sent: list[ServedModel], average_from: int) -> Trajectory:
+def followed(sent: list[ServedModel[np.ndarray]], average_from: int) -> Trajectory:
     trajectory = Trajectory(average_from)
     for model in sent:
         trajectory.sent(model)
@@ -279,7 +291,8 @@ def test_the_average_and_the_check_by_slices_are_the_whole_vectors_bit_for_bit(
                 folds = count - average_from
                 expected = previous.theta.copy() if expected is None else expected + (previous.theta - expected) / folds
     assert whole.average is not None and sliced.average is not None and expected is not None
-    assert np.array_equal(sliced.average, expected) and np.array_equal(whole.average, expected)
+    assert np.array_equal(outcome.whole(sliced.average), expected)
+    assert np.array_equal(outcome.whole(whole.average), expected)
     assert sliced.mismatch(output) is None
     assert sliced.mismatch(other) == whole.mismatch(other) is not None
 
@@ -291,8 +304,13 @@ def test_a_site_that_missed_a_round_cannot_tell() -> None:
     assert not trajectory.following and trajectory.mismatch(other) is None
 
 
-def test_a_rerun_round_and_a_restart_keep_the_average(tmp_path: Path) -> None:
-    """Round 3 sent twice (an aggregator resumed), the record reloaded between rounds: the output still checks."""
+@pytest.mark.parametrize("slice_size", [7, 1 << 20])
+def test_a_rerun_round_and_a_restart_keep_the_average(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, slice_size: int
+) -> None:
+    """Round 3 sent twice (an aggregator resumed), the record reloaded between rounds: the output still checks,
+    the models read back from the record's file 7 coordinates at a time (the 50 split unevenly) or whole."""
+    monkeypatch.setattr("fedfair.runtime.collaborator.outcome._SLICE", slice_size)
     sent, output = run_server(6, {2}, 3)
     path = tmp_path / "site-a.fed.outcome.npz"
     for model in [*sent[:3], sent[2], *sent[3:]]:
@@ -317,12 +335,15 @@ def test_a_round_that_left_the_model_as_it_was_is_not_counted(tmp_path: Path) ->
     assert OutcomeRecord(path, 1).contributed == 2
 
 
-def test_the_record_holds_the_served_model_itself_read_only(tmp_path: Path) -> None:
-    """No copy of a model per model followed: the record's theta is the caller's array, not writable through it."""
+def test_the_record_keeps_the_served_models_in_its_file_not_the_callers_arrays(tmp_path: Path) -> None:
+    """No model is held in memory per model followed: the record's file keeps what was sent, so the caller's
+    arrays, reused afterwards, change nothing."""
     record = OutcomeRecord(tmp_path / "site-a.fed.outcome.npz", 0)
     theta = np.linspace(-1.0, 1.0, 9)
     record.training_model(1, theta, 0.5)
     record.output_model(1, theta, 0.5)
-    assert record.output is not None and np.shares_memory(record.output.theta, theta)
-    assert not record.output.theta.flags.writeable and theta.flags.writeable
+    sent = theta.copy()
+    theta[:] = 7.0
+    assert record.output is not None and np.array_equal(record.output.theta, sent)
+    assert not np.shares_memory(record.output.theta, theta)
     assert record.output_mismatch() is None

@@ -20,7 +20,9 @@ from fedfair.runtime.transport.chunks import (
 )
 from fedfair.runtime.transport import (
     INLINE_INPUT_BYTES,
+    Forwarder,
     Reassembler,
+    assemble,
     decode_tensor,
     encode_tensor,
     inline_input,
@@ -74,6 +76,21 @@ def chunk(index: int, count: int, total: int, size: int) -> pb.Chunk:
 def test_malformed_chunk_streams_are_refused(chunks: list[pb.Chunk], message: str) -> None:
     with pytest.raises(WireError, match=message):
         join(chunks, max_total_bytes=16 * CHUNK, max_chunk_bytes=CHUNK)
+    forwarder = Forwarder(16 * CHUNK, lambda data: None, CHUNK)  # the same checks, nothing buffered
+    with pytest.raises(WireError, match=message):
+        for piece in chunks:
+            forwarder.add(piece)
+        forwarder.finish()
+
+
+@pytest.mark.parametrize("size", [0, 1, CHUNK, 5 * CHUNK + 3])
+def test_a_forwarded_payload_arrives_whole_in_order_a_chunk_at_a_time(size: int) -> None:
+    data = np.random.default_rng(size).bytes(size)
+    binding = make_binding(FEDERATION, 1, pb.STAGE_UNMASK)
+    pieces: list[bytes] = []
+    forwarder = Forwarder(size, pieces.append, CHUNK)
+    assert assemble(payload_parts(binding, data, CHUNK), forwarder, binding) == binding
+    assert b"".join(pieces) == data and all(len(piece) <= CHUNK for piece in pieces)
 
 
 def test_reassembler_reports_progress() -> None:
