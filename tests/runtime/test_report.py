@@ -263,7 +263,7 @@ def test_a_noised_composition_and_evaluation_state_their_noise_and_no_site_suppr
     trained = tmp_path / "trained"
     append_round_log(trained, {**applied(1, NAMES, NAMES, {}, 9.8), "mean_update_noise_std": 0.01, "evaluation": worst})
     page = report.write_report(trained).read_text()
-    assert "1 training rounds decoded with Skellam noise" in page and "No training sum carried noise" not in page
+    assert "1 training round decoded with Skellam noise" in page and "No training sum carried noise" not in page
 
 
 def test_a_noised_mean_is_drawn_with_its_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -242,7 +242,8 @@ def _noise_paragraph(run: Run) -> str:
     parts = []
     if training:
         parts.append(
-            f"{len(training)} training rounds decoded with Skellam noise inside the secure sum (the mean update's "
+            f"{len(training)} training round{'s' if len(training) != 1 else ''} decoded with Skellam noise inside the "
+            "secure sum (the mean update's "
             f"noise, standard deviation {max(training):.3g} per coordinate)"
         )
     if evaluations:
@@ -254,7 +255,7 @@ def _noise_paragraph(run: Run) -> str:
     unprotected = (
         ""
         if training
-        else " No training sum carried noise: this noise protects the evaluation answers (and the statistics before "
+        else " No training sum carried noise: this noise protects the evaluation answers (and any statistics before "
         "round 1), not the model's weights; the plan's [privacy] mode = \"distributed\" noises training too, and a "
         "site's own DP-SGD is listed below when the site shares its epsilon."
     )
