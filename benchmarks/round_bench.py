@@ -36,9 +36,12 @@ Two costs are reported, each as a median over the measured rounds:
 - the aggregator's CPU per round (``aggregator_cpu_seconds``, with `--processes` only: with
   threads the process's CPU, ``process_cpu_seconds``, includes every party's) and, per
   configuration, the peak resident memory of this process (``peak_rss_mb``) and of the
-  largest party process (``party_peak_rss_mb``, `--processes`), its resident memory once started
-  (``party_startup_rss_mb``: imports, configuration, identity) and what the rounds add to that, in float32
-  copies of the model, 4 d bytes each (``party_model_copies``, the largest over the parties).
+  largest party process (``party_peak_rss_mb``, `--processes`), its resident memory as its first round
+  starts (``party_startup_rss_mb``: imports, configuration, identity, the plan, the compiled kernels and the
+  update it will send, which stands in for the model a real collaborator holds by then) and what the rounds
+  add to that, in float32 copies of the model, 4 d bytes each (``party_model_copies``, the largest over the
+  parties; ``party_copies_since_process_start`` counts from the process's start instead, before the plan,
+  the kernels and the update).
 
 A secure party must draw one AES-CTR keystream of d + 1 words per mask (its own and one per
 neighbour of the plan's default graph), whatever the implementation; ``party_cpu_beyond_masks``
@@ -148,6 +151,9 @@ class BenchCollaborator(Collaborator):
         self.busy_intervals: dict[int, list[tuple[float, float]]] = {}
         self.busy_cpu_seconds: dict[int, float] = {}
         self._timing_lock = threading.Lock()
+        self.measures_memory = False
+        """Whether this party is a process of its own, whose memory is its own to measure (``--processes``)."""
+        self.first_round_rss_mb: float | None = None
 
     def _prepare(self, data: LocalData | None, shared: SharedSettings) -> None:
         parameters = shared.model.features + 1  # logistic regression: weights and a bias
@@ -170,6 +176,10 @@ class BenchCollaborator(Collaborator):
         return self._timed(task.binding.round, lambda: super(BenchCollaborator, self)._handle(stub, task))
 
     def _train(self, stub: Any, binding: pb.Binding) -> StartJob:
+        if self.measures_memory and self.first_round_rss_mb is None:
+            # What the process holds as its first round starts; the peak from here on is the rounds'.
+            self.first_round_rss_mb = resident_rss_mb()
+            reset_peak_rss()
         job = super()._train(stub, binding)  # the download, inside the TRAIN handler's time
         return StartJob(lambda: self._timed(binding.round, job.run), job.model)
 
@@ -217,13 +227,19 @@ def collaborator_process(config: Path, results: Any) -> None:
     busy times and its peak memory on the `results` queue."""
     logging.getLogger("fedfair").setLevel(logging.WARNING)
     collaborator = BenchCollaborator(load_collaborator_config(config))
-    startup = peak_rss_mb()  # imports, configuration and identity: what the process holds before any round
+    collaborator.measures_memory = True
+    process_start = peak_rss_mb()  # imports, configuration and identity
     with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
         collaborator.run()
-    results.put((collaborator.busy(), (peak_rss_mb(), startup)))
+    first_round = collaborator.first_round_rss_mb
+    results.put(
+        (collaborator.busy(), (peak_rss_mb(), first_round if first_round is not None else process_start, process_start))
+    )
 
 
-def run_parties(plan_path: Path, configs: list[Path], processes: bool) -> tuple[list[Busy], list[tuple[float, float]]]:
+def run_parties(
+    plan_path: Path, configs: list[Path], processes: bool
+) -> tuple[list[Busy], list[tuple[float, float, float]]]:
     """Run the aggregator here and the collaborators as threads of this process or as processes of their own;
     each party's busy times, and with processes each one's (peak, start-up) memory in MiB (none with threads)."""
     plan = load_aggregator_plan(plan_path)
@@ -321,13 +337,18 @@ def run_configuration(
         "aggregator_cpu_seconds": statistics.median(process_cpu) if processes else None,
         "process_cpu_seconds": statistics.median(process_cpu),
         "peak_rss_mb": peak_rss_mb(),
-        "party_peak_rss_mb": max(peak for peak, _ in party_peaks) if party_peaks else None,
+        "party_peak_rss_mb": max(peak for peak, _, _ in party_peaks) if party_peaks else None,
         # What a party holds for the round beyond its start-up, in float32 copies of the model (4 d bytes each):
         # the largest over the party processes (the issue's target is 4).
-        "party_model_copies": max((peak - startup) * 2**20 / (4 * dimension) for peak, startup in party_peaks)
+        "party_model_copies": max((peak - startup) * 2**20 / (4 * dimension) for peak, startup, _ in party_peaks)
         if party_peaks
         else None,
-        "party_startup_rss_mb": max(startup for _, startup in party_peaks) if party_peaks else None,
+        "party_startup_rss_mb": max(startup for _, startup, _ in party_peaks) if party_peaks else None,
+        "party_copies_since_process_start": max(
+            (peak - start) * 2**20 / (4 * dimension) for peak, _, start in party_peaks
+        )
+        if party_peaks
+        else None,
         "run_seconds": total,
     }
 
@@ -339,6 +360,17 @@ def reset_peak_rss() -> None:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass  # elsewhere the peak is the process's lifetime one (peak_rss_mb says so by falling back)
+
+
+def resident_rss_mb() -> float:
+    """This process's resident memory now, in MiB (VmRSS; where /proc is missing, the peak)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def peak_rss_mb() -> float:

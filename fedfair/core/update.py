@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-_NORM_SLICE = 1 << 20
-"""Coordinates :func:`bounded` and :meth:`Update.weighted_vector` widen to float64 at a time (8 MiB)."""
+_NORM_SLICE = 1 << 16
+"""Coordinates :func:`bounded` and :meth:`Update.weighted_vector` widen to float64 at a time (512 KiB): the
+temporaries of a slice stay small beside a model of 10^7 or more, and 2^16 is still long enough that the
+per-slice overhead is a small share of the work."""
 
 
 @dataclass(frozen=True)

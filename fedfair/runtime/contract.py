@@ -83,14 +83,26 @@ def training_download_size(parameters: int, corrects_drift: bool) -> int:
     return 2 * parameters + 1 if corrects_drift else parameters
 
 
-def training_download(theta: np.ndarray, control: np.ndarray | None) -> np.ndarray:
+def model_download(theta: np.ndarray, builtin: bool) -> np.ndarray:
+    """Theta as a model download carries it: an evaluation's theta-bar, a training round's without drift correction.
+
+    Float32 for a built-in model (`builtin`: the plan's [model] names no factory), whose parameters are float32:
+    a collaborator trains and evaluates float32(theta) whichever width arrives, so the narrower download changes
+    no update and no answer, at half the bytes and half the collaborator's memory. A factory's model may hold
+    float64, so its theta travels as the server keeps it, float64. A site's check that the output model is the
+    average of the training models allows for the narrowing (`collaborator.outcome.Trajectory.mismatch`).
+    """
+    return np.asarray(theta, dtype=np.float32 if builtin else np.float64)
+
+
+def training_download(theta: np.ndarray, control: np.ndarray | None, builtin: bool) -> np.ndarray:
     """The values a TRAIN stage's model download carries besides c.
 
-    Theta, followed with drift correction by the server's control variate sigma (d + 1 float64 more). Without
-    it, theta alone, so plain FedSRCVaR sends exactly the bytes it always did.
+    Without drift correction, :func:`model_download`'s theta. With it, theta followed by the server's control
+    variate sigma (d + 1 more), both float64: sigma is carried across rounds, never cast to the model.
     """
     if control is None:
-        return theta
+        return model_download(theta, builtin)
     return np.concatenate([np.asarray(theta, dtype=np.float64), np.asarray(control, dtype=np.float64)])
 
 

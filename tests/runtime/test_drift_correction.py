@@ -115,8 +115,10 @@ def test_a_collaborator_refuses_a_plan_whose_drift_correction_it_does_not_know(t
 
 def test_sigma_travels_after_theta_and_the_sum_is_twice_as_long() -> None:
     theta, sigma = np.arange(5.0), np.arange(6.0) + 10
-    assert training_download(theta, None) is theta  # plain FedSRCVaR: the bytes it always sent
-    values = training_download(theta, sigma)
+    plain = training_download(theta, None, True)  # plain FedSRCVaR: theta alone, in the float32 the model trains in
+    assert plain.dtype == np.float32 and np.array_equal(plain, theta.astype(np.float32))
+    assert training_download(theta, None, False).dtype == np.float64  # a factory's model may be float64
+    values = training_download(theta, sigma, True)
     got_theta, got_sigma = split_training_download(values, 5, True)
     assert np.array_equal(got_theta, theta) and got_sigma is not None and np.array_equal(got_sigma, sigma)
     assert update_dimension(5, False) == 6 and update_dimension(5, True) == 12

@@ -46,6 +46,7 @@ from fedfair.runtime.aggregator.statistics import statistics_encoder
 from fedfair.runtime.contract import (
     TRAINING,
     model_digest,
+    model_download,
     training_download,
     update_dimension,
 )
@@ -344,7 +345,7 @@ class RoundLoop:
         # collaborator's sigma_k+ comes back inside the same summed vector (2 (d + 1) long).
         corrects_drift = state.control is not None
         control = None if state.control is None else state.control.numpy()
-        model = (training_download(state.theta.numpy(), control), state.c)
+        model = (training_download(state.theta.numpy(), control, self.plan.model.factory is None), state.c)
         fraction = self.plan.batch_fraction
         dimension, plan = update_dimension(state.theta.numel(), corrects_drift), self.plan
         encoding = plan.training_encoding(plan.federation_id, len(plan.collaborators), round_number, dimension)
@@ -417,7 +418,7 @@ class RoundLoop:
                 "round %d: evaluation skipped, only %d collaborators connected", round_number, len(participants)
             )
             return {"status": "skipped", "reason": "too few collaborators connected"}
-        model = (state.theta_average.numpy(), state.c_average)
+        model = (model_download(state.theta_average.numpy(), self.plan.model.factory is None), state.c_average)
         digest = model_digest(*model)
         earlier = self.asked if self.asked is not None and self.asked.model == digest else None
         self.asked = earlier or Earlier(digest, round_number, None)

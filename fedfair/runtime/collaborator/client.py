@@ -49,7 +49,7 @@ from fedfair.runtime.collaborator.receipt import (
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import RoundJob, kept, resent
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
-from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
+from fedfair.runtime.collaborator.steps import Participant, StartJob, Work, load_kernels
 from fedfair.runtime.collaborator.stream import TaskStream
 from fedfair.runtime.collaborator.trainer import (
     check_pinned_table,
@@ -263,6 +263,7 @@ class Collaborator(TaskStream):
                     raise
                 except ConfigError as error:
                     raise PermanentFailureError(LOCAL_PRIVACY, reason=error, config=self.config.source) from None
+        load_kernels(joined.shared)
         self._round = RoundJob(
             self.config,
             joined.shared,

@@ -203,14 +203,17 @@ class Trajectory:
         if self.applied > self.skipped and self.average is not None:
             candidates.append((self.average, None, self.average_c, self.scale, self.averaged))
         elif self.applied <= self.skipped:
-            candidates.append((None, last.theta, last.c, 0.0, 0))
+            candidates.append((None, last.theta, last.c, _largest_magnitude(last.theta), 0))
+        # Models travel in float32 (contract.model_download): this site averages float32(theta_t) where the server
+        # averages theta_t, and compares with float32(theta-bar); each cast moves a value by at most half an ulp.
+        travelled = _cast_rounding(last.theta.dtype) + _cast_rounding(output.theta.dtype)
         gaps = []
         for average, theta, c, scale, folds in candidates:
             reference = theta if theta is not None else average
             assert reference is not None  # every candidate holds the model, the average or both
             if reference.size != output.theta.size:
                 return f"model: the output model has {output.theta.size} values, the training rounds' {reference.size}"
-            bound = ROUNDING_ULPS * float(np.finfo(output.theta.dtype).eps) * scale * folds
+            bound = (ROUNDING_ULPS * _FLOAT64_EPS * folds + travelled) * scale
             gap = max(_largest_gap(output.theta, average, theta, folds), abs(output.c - c))
             if gap <= bound:
                 return None
@@ -223,6 +226,18 @@ class Trajectory:
             f"average of the models it was sent for the {folds} training rounds the plan averages: it differs by "
             f"{gap:.3g} (rounding allows {bound:.3g})"
         )
+
+
+_FLOAT64_EPS = float(np.finfo(np.float64).eps)
+"""The unit of the fold's rounding: this site and the server both average in float64."""
+
+
+def _cast_rounding(dtype: np.dtype[np.floating]) -> float:
+    """How far a model that travelled in `dtype` may sit from the server's float64 one, in units of the scale.
+
+    A whole ulp, not half: the scale itself is read from the cast values, which may be half an ulp short.
+    """
+    return 0.0 if dtype == np.float64 else float(np.finfo(dtype).eps)
 
 
 _SLICE = 1 << 20

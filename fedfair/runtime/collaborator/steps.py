@@ -36,7 +36,8 @@ from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
 from fedfair.runtime.transport import pb
 from fedfair.runtime.transport.chunks import plain_upload
-from fedfair.secagg import Client, EncodingConfig
+from fedfair.secagg import Client, Encoder, EncodingConfig
+from fedfair.secagg.prg import KEY_BYTES, apply_masks
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
 from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, SurvivorSet, UnmaskRequest
@@ -321,3 +322,17 @@ STEPS: dict[pb.Stage, Step] = {
     EVALUATION.unmask: unmask,
 }
 """The step a collaborator runs at each upload stage of a training round and of an evaluation."""
+
+
+def load_kernels(shared: SharedSettings) -> None:
+    """Encode and mask a one-value update once, then drop it, when the plan sums securely.
+
+    numba and the compiled rounding and masking kernels load on first use: here, while the process starts,
+    rather than inside the first round's deadline (about 45 MB and, on a first run, their compilation). The
+    noise kernels of distributed DP still load at the first noised round.
+    """
+    if not shared.secure_aggregation.enabled:
+        return
+    encoder = Encoder(shared.secure_aggregation.encoding(), shared.collaborator_count)
+    values = np.zeros(1, dtype=np.float64 if shared.training.local.corrects_drift else np.float32)
+    apply_masks(encoder.encode(values, 1.0), [(bytes(KEY_BYTES), 1), (bytes(KEY_BYTES), -1)])

@@ -264,6 +264,28 @@ def test_the_output_model_is_the_average_of_the_training_rounds_models(
         assert reason is not None and reason.startswith("model: the output model this collaborator was sent")
 
 
+@pytest.mark.parametrize("output_type", [np.float64, np.float32])
+@pytest.mark.parametrize(
+    ("rounds", "aborted", "average_from"), [(8, set(), 4), (8, {3, 6}, 4), (8, {8}, 4), (8, {2, 8}, 0)]
+)
+def test_models_sent_in_float32_still_average_to_the_output(
+    rounds: int, aborted: set[int], average_from: int, output_type: type[np.floating]
+) -> None:
+    """Models travel in float32 (`contract.model_download`) while the server averages its float64 ones: the
+    site's average and the output model are each within half a float32 ulp of the scale, which the bound
+    allows, and a shift of four float32 ulps of the scale is still told apart."""
+    sent, output = run_server(rounds, aborted, average_from)
+    narrowed = [ServedModel(model.round, model.theta.astype(np.float32), model.c) for model in sent]
+    trajectory = followed(narrowed, average_from)
+    cast = ServedModel(output.round, output.theta.astype(output_type), output.c)
+    assert trajectory.mismatch(cast) is None
+    scale = max(float(np.abs(model.theta).max()) for model in sent)
+    shifted = cast.theta.copy()
+    shifted[7] += 4 * float(np.finfo(np.float32).eps) * scale
+    reason = trajectory.mismatch(ServedModel(rounds, shifted, output.c))
+    assert reason is not None and "rounding allows" in reason
+
+
 def test_a_model_the_aggregator_chose_is_not_the_average() -> None:
     """The output model of another run (another seed) on the same rounds is refused, with its distance."""
     sent, _ = run_server(8, {3}, 4)
