@@ -13,10 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
-_NORM_SLICE = 1 << 16
-"""Coordinates :func:`bounded` and :meth:`Update.weighted_vector` widen to float64 at a time (512 KiB): the
-temporaries of a slice stay small beside a model of 10^7 or more, and 2^16 is still long enough that the
-per-slice overhead is a small share of the work."""
+_NORM_SLICE = 1 << 20
+"""Coordinates :func:`bounded` widens to float64 at a time (8 MiB) to sum their squares: the slices fix the
+summation's order, so the norm, and every result that clips, stays the same bit for bit."""
+
+_WIDEN_SLICE = 1 << 16
+"""Coordinates :meth:`Update.weighted_vector` widens and scales at a time (512 KiB of float64): each value is
+formed alone, so the slice sets only the temporaries, which stay small beside a model of 10^7 or more."""
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,9 @@ class Update:
         vector = torch.empty(sum(part.numel() for part in parts), dtype=dtype)
         start = 0
         for part in parts:
-            for offset in range(0, part.numel(), _NORM_SLICE):
+            for offset in range(0, part.numel(), _WIDEN_SLICE):
                 # Not in place: a float64 part's slice would be the caller's own tensor.
-                piece = part[offset : offset + _NORM_SLICE].to("cpu", torch.float64) * self.weight
+                piece = part[offset : offset + _WIDEN_SLICE].to("cpu", torch.float64) * self.weight
                 vector[start + offset : start + offset + piece.numel()] = piece
             start += part.numel()
         return vector
