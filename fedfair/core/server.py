@@ -126,6 +126,10 @@ class ServerState:
     second_moment: torch.Tensor | None = None
 
 
+_MOMENTUM_SLICE = 1 << 20
+"""Coordinates whose momentum term :func:`apply` forms at a time (8 MiB of float64)."""
+
+
 def init(theta: torch.Tensor, bound: float, c: float | None = None, *, drift_correction: bool = False) -> ServerState:
     """Before round 1.
 
@@ -171,8 +175,13 @@ def apply(
     """
     if not aggregate.total_weight > 0.0 or not math.isfinite(aggregate.total_weight):
         raise AggregateError(f"total weight {aggregate.total_weight} is not a positive number; the round is void")
-    step = aggregate.weighted_delta.to(torch.float64) / aggregate.total_weight
+    summed = aggregate.weighted_delta.to(torch.float64)
+    # [step, step_c] in one tensor of this call's own: under momentum it becomes the velocity itself, so the
+    # aggregator's busiest moment holds no separate step beside it (torch.cat would copy the step).
+    moved = torch.empty(summed.numel() + 1, dtype=torch.float64, device=summed.device)
+    step = torch.div(summed, aggregate.total_weight, out=moved[:-1])
     step_c = aggregate.weighted_delta_c / aggregate.total_weight
+    moved[-1] = step_c
     if not bool(torch.isfinite(step).all()) or not math.isfinite(step_c):
         raise AggregateError("the aggregated update contains NaN or Inf; the round is void and the model unchanged")
     control = _next_control(state, aggregate)
@@ -189,9 +198,11 @@ def apply(
         velocity = torch.cat([first, torch.tensor([step_c], dtype=torch.float64, device=step.device)])
         step = adam.lr * first / (second.sqrt() + adam.tau)
     elif momentum > 0.0:
-        velocity = torch.cat([step, torch.tensor([step_c], dtype=torch.float64, device=step.device)])
+        velocity = moved
         if state.velocity is not None:
-            velocity += momentum * state.velocity
+            # beta v^t formed and added a slice at a time: the same roundings as whole, without a model-sized temporary.
+            for start in range(0, velocity.numel(), _MOMENTUM_SLICE):
+                velocity[start : start + _MOMENTUM_SLICE] += momentum * state.velocity[start : start + _MOMENTUM_SLICE]
         step, step_c = velocity[:-1], float(velocity[-1])
     # Without a velocity, step is this call's own tensor: theta is formed in it (x + y = y + x exactly), one
     # model's worth fewer at the aggregator's busiest moment. A velocity's step is a view of it, kept.

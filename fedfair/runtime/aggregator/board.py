@@ -279,6 +279,8 @@ class Board:
         It replaces the model offered before (a round's training model once its evaluation starts): stages run
         one at a time, and a closed stage's model is no longer read, so the board holds one model, not two.
         """
+        with self._changed:
+            self._models = {}  # the closed stage's model goes before this one is cut: never two at once
         parts = list(model_parts(binding, theta, c, chunk_bytes))
         with self._changed:
             self._models = {(binding.round, binding.stage): parts}

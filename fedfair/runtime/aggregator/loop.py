@@ -147,6 +147,7 @@ class RoundLoop:
         """
         rounds = self.plan.training.rounds
         self.checkpoint = self._start if self._start is not None else self._statistics()
+        self._start = None  # round 0's model (two float64 copies) goes once a round replaces self.checkpoint
         encoder = checkpoint_encoder(self.checkpoint)
         self.start_input = b"" if encoder is None else encoder_payload(encoder)
         first = self.checkpoint.round + 1

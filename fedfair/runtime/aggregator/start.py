@@ -122,6 +122,7 @@ def run_aggregator(
         except BaseException:
             network.stop()
             raise
+        del checkpoint  # the loop's now: it lets round 0's model go once round 1 applies
         try:
             summary = loop.run()
             # While collaborators fetch the bundle: the operator's page of the run (never fails the run).

@@ -121,9 +121,6 @@ class RoundJob:
         self._holds_control = False
         """Whether the learner's sigma_k is this process's own (set by a round it trained); until then the
         first round it trains adopts the server's sigma (see the module's notes on drift correction)."""
-        self._encoding_buffer: np.ndarray | None = None
-        """Where each training round's update is encoded (and then masked in place): one buffer for the
-        whole federation, because a fresh array per round can cost more in page faults than the encoding."""
 
     @property
     def trainer(self) -> RoundTrainer:
@@ -291,13 +288,9 @@ class RoundJob:
                 encoding = shared.training_encoding(
                     shared.federation_id, shared.collaborator_count, round_number, trained.vector.size
                 )
-                encoder = Encoder(encoding, shared.collaborator_count)
-                words = encoder.encoded_dimension(trained.vector.size) + 1
-                buffer = self._encoding_buffer
-                if buffer is None or buffer.size != words or buffer.dtype != encoder.dtype:
-                    buffer = self._encoding_buffer = np.empty(words, dtype=encoder.dtype)
-                # Rounds run one at a time: the last round's masked words, sent or abandoned with its Work, may go.
-                work.encoded = encoder.encode(trained.vector, weight, out=buffer)
+                # A fresh array each round, let go with the masked upload (steps.py): kept for the next round, it
+                # would sit beside that round's download and training, and its page faults cost a few ms a round.
+                work.encoded = Encoder(encoding, shared.collaborator_count).encode(trained.vector, weight)
                 if encoding.noise is not None:
                     self.charges.training(round_number, trained.model, trained.vector.size)
             except ConfigError as error:
