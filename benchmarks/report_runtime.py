@@ -207,12 +207,13 @@ def wire_width(name: str, document: Mapping[str, Any]) -> Section:
             fixed(row["peak_rss_mb"], 0),
             fixed(row["party_peak_rss_mb"], 0),
             fixed(row.get("party_model_copies"), 1),
+            fixed(row.get("party_copies_since_process_start"), 1),
         )
         for row in document["results"]
     ]
     header = ("d", "n", "sums", "parties as", "bits / coordinate", "received (MB)", "round (s)",
               "party CPU (s)", "aggregator CPU (s)", "peak (MB)", "party peak (MB)",
-              "party's round (model copies)")  # fmt: skip
+              "party's rounds (model copies)", "since process start (copies)")  # fmt: skip
     ratios = [
         f"Secure ÷ plain at {key}: round {ratio(value['whole_round'])}, a party's CPU {ratio(value['party_cpu'])}."
         for key, value in document.get("ratios", {}).items()
@@ -234,8 +235,10 @@ def wire_width(name: str, document: Mapping[str, Any]) -> Section:
             ),
             *(
                 [
-                    "A party's round is its peak less its resident memory once started (imports, configuration, "
-                    "identity), in float32 copies of the model (4 d bytes); n/a where the run did not measure it."
+                    "A party's rounds are its peak less its resident memory as its first round starts (imports, "
+                    "configuration, identity, the plan, the compiled kernels and the update it sends, which stands "
+                    "in for the model a real site holds by then), in float32 copies of the model (4 d bytes); the "
+                    "last column counts from the process's start instead. n/a where the run did not measure it."
                 ]
                 if any(row["processes"] for row in document["results"])
                 else []

@@ -88,6 +88,7 @@ import numpy as np
 import torch
 
 from published import publish
+from fedfair.core.models import output_units
 from fedfair.core.update import Update
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.start import run_aggregator
@@ -99,6 +100,7 @@ from fedfair.runtime.collaborator.steps import StartJob
 from fedfair.runtime.collaborator.trainer import LocalData
 from fedfair.runtime.local.workspace import make_workspace, site_names
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, load_aggregator_plan
+from fedfair.runtime.plan.limits import MAX_FEATURES, MAX_PARAMETERS
 from fedfair.runtime.transport import pb
 from fedfair.secagg.encode import MODULUS_BITS as MODULUS_BITS_CHOICES
 from fedfair.secagg.encode import largest_safe_fractional_bits
@@ -156,7 +158,8 @@ class BenchCollaborator(Collaborator):
         self.first_round_rss_mb: float | None = None
 
     def _prepare(self, data: LocalData | None, shared: SharedSettings) -> None:
-        parameters = shared.model.features + 1  # logistic regression: weights and a bias
+        outputs = output_units(shared.model.classes)
+        parameters = (shared.model.features + 1) * outputs  # logistic regression: weights and a bias per output
         trainer = FixedUpdate(
             parameters, seed=hash(self.config.name) % 2**31, seconds=float(os.environ.get(TRAIN_SECONDS, "0"))
         )
@@ -296,7 +299,7 @@ def run_configuration(
             Path(folder),
             names,
             plan={
-                "model": {"features": dimension - 1},
+                "model": logistic_shape(dimension),
                 "training": {"rounds": rounds + 1},
                 # The parties train nothing (BenchCollaborator): no sizes to declare, no update to bound.
                 "influence": {"weights": "equal", "update_norm": 1e6},
@@ -360,6 +363,20 @@ def reset_peak_rss() -> None:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass  # elsewhere the peak is the process's lifetime one (peak_rss_mb says so by falling back)
+
+
+def logistic_shape(dimension: int) -> dict[str, int]:
+    """The plan's [model] for a logistic regression of exactly `dimension` parameters.
+
+    Binary (features + 1 parameters) while the plan's limit on features allows; beyond it (d = 10^8), the
+    fewest classes k that divide d into k (features + 1) parameters with features within the limit.
+    """
+    if dimension - 1 <= MAX_FEATURES:
+        return {"features": dimension - 1}
+    for classes in range(3, 1 << 16) if dimension <= MAX_PARAMETERS else ():
+        if dimension % classes == 0 and dimension // classes - 1 <= MAX_FEATURES:
+            return {"features": dimension // classes - 1, "classes": classes}
+    raise ValueError(f"no logistic regression within the plan's limits has {dimension} parameters")
 
 
 def resident_rss_mb() -> float:

@@ -52,6 +52,25 @@ def test_round_bench_runs_a_plain_and_a_secure_round_through_the_runtime(
             assert result["party_model_copies"] >= 0
 
 
+@pytest.mark.parametrize("dimension", [1000, 10**7, 2**24 + 2, 10**8])
+def test_round_bench_builds_a_model_of_exactly_d_parameters_within_the_plans_limits(dimension: int) -> None:
+    """Past the plan's limit on features (2^24), d = 10^8 is a logistic regression over k classes."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from round_bench import logistic_shape
+    finally:
+        sys.path.pop(0)
+    from fedfair.core.models import output_units
+    from fedfair.runtime.plan.limits import MAX_FEATURES, MAX_PARAMETERS
+
+    shape = logistic_shape(dimension)
+    outputs = output_units(shape.get("classes", 2))
+    assert (shape["features"] + 1) * outputs == dimension
+    assert shape["features"] <= MAX_FEATURES and shape["features"] * outputs <= MAX_PARAMETERS
+    with pytest.raises(ValueError, match="no logistic regression"):
+        logistic_shape(MAX_PARAMETERS + 3)
+
+
 def test_a_party_critical_path_counts_overlapping_intervals_once() -> None:
     """round_bench's per-party time is the union of its threads' busy intervals (job and handlers)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
