@@ -171,11 +171,20 @@ class FedSRCVaR:
         return server.init(theta, bound=self.server_bound, c=c, drift_correction=self.local.corrects_drift)
 
     def server_apply(
-        self, state: server.ServerState, aggregate: server.Aggregate, *, average_from: int = 0
+        self, state: server.ServerState, aggregate: server.Aggregate, *, average_from: int = 0, consume: bool = False
     ) -> server.ServerState:
-        """A round's server step from the sums secure aggregation reveals (`fedfair.core.server.apply`)."""
+        """A round's server step from the sums secure aggregation reveals (`fedfair.core.server.apply`).
+
+        With `consume` the caller gives `state` up, and the new one is formed in its tensors.
+        """
         return server.apply(
-            state, aggregate, bound=self.server_bound, average_from=average_from, momentum=self.momentum, adam=self.adam
+            state,
+            aggregate,
+            bound=self.server_bound,
+            average_from=average_from,
+            momentum=self.momentum,
+            adam=self.adam,
+            consume=consume,
         )
 
     @property

@@ -127,7 +127,38 @@ class ServerState:
 
 
 _MOMENTUM_SLICE = 1 << 20
-"""Coordinates whose momentum term :func:`apply` forms at a time (8 MiB of float64)."""
+"""Coordinates whose momentum term or average :func:`apply` forms at a time (8 MiB of float64)."""
+
+
+def _finite(values: torch.Tensor) -> bool:
+    """Whether every value is finite, a slice at a time.
+
+    torch.isfinite of a whole float64 vector forms its absolute values (a model's worth) and two masks.
+    """
+    return all(
+        bool(torch.isfinite(values[start : start + _MOMENTUM_SLICE]).all())
+        for start in range(0, values.numel(), _MOMENTUM_SLICE)
+    )
+
+
+def _copy(values: torch.Tensor, into: torch.Tensor | None) -> torch.Tensor:
+    """`values` copied into `into` (a tensor given up, of the same shape), or into a new tensor when None."""
+    return values.clone() if into is None else into.copy_(values)
+
+
+def _folded_average(state: ServerState, count: int, consume: bool) -> torch.Tensor:
+    """The running average a + (x - a) / k, k = `count`, of theta^t into the average so far.
+
+    In one new tensor (the same roundings, a + t = t + a), not three; under `consume` in the average's own,
+    a slice at a time.
+    """
+    if not consume:
+        return (state.theta - state.theta_average).div_(count).add_(state.theta_average)
+    average = state.theta_average
+    for start in range(0, average.numel(), _MOMENTUM_SLICE):
+        piece = average[start : start + _MOMENTUM_SLICE]
+        piece.add_((state.theta[start : start + _MOMENTUM_SLICE] - piece).div_(count))
+    return average
 
 
 def init(theta: torch.Tensor, bound: float, c: float | None = None, *, drift_correction: bool = False) -> ServerState:
@@ -152,6 +183,7 @@ def apply(
     average_from: int = 0,
     momentum: float = 0.0,
     adam: Adam | None = None,
+    consume: bool = False,
 ) -> ServerState:
     """Round t = state.round + 1's server step.
 
@@ -172,6 +204,12 @@ def apply(
 
     With drift correction the control variate becomes sum(w sigma_k+) / sum(w), the weighted
     mean of the control variates this round's collaborators sent.
+
+    With `consume` the new theta, average and velocity are formed in `state`'s own tensors (same values
+    bit for bit: the same operations, in the same order, each sum written x + y = y + x): the caller gives
+    `state` up, and the step holds one model fewer than old and new states side by side, which at 10^7
+    parameters and more is what bounds the aggregator's memory. Every refusal is raised before any tensor
+    of `state` changes.
     """
     if not aggregate.total_weight > 0.0 or not math.isfinite(aggregate.total_weight):
         raise AggregateError(f"total weight {aggregate.total_weight} is not a positive number; the round is void")
@@ -182,7 +220,7 @@ def apply(
     step = torch.div(summed, aggregate.total_weight, out=moved[:-1])
     step_c = aggregate.weighted_delta_c / aggregate.total_weight
     moved[-1] = step_c
-    if not bool(torch.isfinite(step).all()) or not math.isfinite(step_c):
+    if not _finite(step) or not math.isfinite(step_c):
         raise AggregateError("the aggregated update contains NaN or Inf; the round is void and the model unchanged")
     control = _next_control(state, aggregate)
     velocity: torch.Tensor | None = None
@@ -198,29 +236,38 @@ def apply(
         velocity = torch.cat([first, torch.tensor([step_c], dtype=torch.float64, device=step.device)])
         step = adam.lr * first / (second.sqrt() + adam.tau)
     elif momentum > 0.0:
-        velocity = moved
-        if state.velocity is not None:
-            # beta v^t formed and added a slice at a time: the same roundings as whole, without a model-sized temporary.
-            for start in range(0, velocity.numel(), _MOMENTUM_SLICE):
-                velocity[start : start + _MOMENTUM_SLICE] += momentum * state.velocity[start : start + _MOMENTUM_SLICE]
+        if consume and state.velocity is not None:
+            velocity = state.velocity.mul_(momentum).add_(moved)  # beta v^t + step, in v^t's own tensor
+        else:
+            velocity = moved
+            if state.velocity is not None:
+                # beta v^t formed and added a slice at a time: the same roundings as whole, no model-sized temporary.
+                for start in range(0, velocity.numel(), _MOMENTUM_SLICE):
+                    velocity[start : start + _MOMENTUM_SLICE] += (
+                        momentum * state.velocity[start : start + _MOMENTUM_SLICE]
+                    )
         step, step_c = velocity[:-1], float(velocity[-1])
-    # Without a velocity, step is this call's own tensor: theta is formed in it (x + y = y + x exactly), one
-    # model's worth fewer at the aggregator's busiest moment. A velocity's step is a view of it, kept.
-    theta = step.add_(state.theta) if velocity is None else state.theta + step
+    del moved  # a velocity's step is a view of it, kept; otherwise `step` is the only name left for it
     c = min(max(state.c + step_c, 0.0), bound)
     if velocity is not None:
         velocity[-1] = c - state.c
     round_number = state.round + 1
+    # The average reads theta^t, so it is formed before theta^t moves (in place, under `consume`).
+    count, theta_average, c_average = 0, None, c
     if round_number > average_from:
         count = state.averaged_rounds + 1
         if count > 1:
-            # a + (x - a) / k formed in the one new tensor (the same roundings, a + t = t + a), not three.
-            theta_average = (state.theta - state.theta_average).div_(count).add_(state.theta_average)
+            theta_average = _folded_average(state, count, consume)
             c_average = state.c_average + (state.c - state.c_average) / count
         else:
-            theta_average, c_average = state.theta.clone(), state.c
+            theta_average, c_average = _copy(state.theta, state.theta_average if consume else None), state.c
+    if consume:
+        theta = state.theta.add_(step)
     else:
-        count, theta_average, c_average = 0, theta.clone(), c
+        # Without a velocity, step is this call's own tensor: theta is formed in it (x + y = y + x exactly).
+        theta = step.add_(state.theta) if velocity is None else state.theta + step
+    if theta_average is None:
+        theta_average = _copy(theta, state.theta_average if consume else None)
     return ServerState(
         round=round_number,
         theta=theta,

@@ -264,3 +264,59 @@ def test_apply_is_the_step_and_average_formulas_bit_for_bit_and_leaves_its_input
         assert torch.equal(moved.theta_average, expected)
         assert torch.equal(state.theta, before) and torch.equal(state.theta_average, average)
         state = moved
+
+
+def _states_equal(one: server.ServerState, other: server.ServerState) -> bool:
+    def same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+        return (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+
+    return (
+        (one.round, one.c, one.c_average, one.averaged_rounds)
+        == (other.round, other.c, other.c_average, other.averaged_rounds)
+        and same(one.theta, other.theta)
+        and same(one.theta_average, other.theta_average)
+        and same(one.velocity, other.velocity)
+        and same(one.second_moment, other.second_moment)
+        and same(one.control, other.control)
+    )
+
+
+@pytest.mark.parametrize("average_from", [0, 2])
+@pytest.mark.parametrize(
+    ("momentum", "adam", "drift"),
+    [(0.0, None, False), (0.9, None, False), (0.9, None, True), (0.0, server.Adam(lr=0.05), False)],
+)
+def test_a_consumed_state_gives_the_same_step_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch, momentum: float, adam: server.Adam | None, drift: bool, average_from: int
+) -> None:
+    """`consume` (the aggregator's: the step formed in the old state's tensors, 7 coordinates a slice here) gives
+    the very state the pure step does, round after round, whatever the momentum, FedAdam, drift correction and
+    averaging start."""
+    monkeypatch.setattr(server, "_MOMENTUM_SLICE", 7)
+    generator = torch.Generator().manual_seed(5)
+    start = torch.randn(50, generator=generator, dtype=torch.float64)
+    pure = server.init(start, bound=3.0, drift_correction=drift)
+    consumed = server.init(start.clone(), bound=3.0, drift_correction=drift)
+    for _ in range(6):
+        delta = torch.randn(50, generator=generator, dtype=torch.float64)
+        control = torch.randn(51, generator=generator, dtype=torch.float64) if drift else None
+        aggregate = server.Aggregate(delta, float(torch.randn(1, generator=generator)), 2.5, control)
+        options = {"bound": 3.0, "average_from": average_from, "momentum": momentum, "adam": adam}
+        pure = server.apply(pure, aggregate, **options)  # type: ignore[arg-type]
+        consumed = server.apply(consumed, aggregate, consume=True, **options)  # type: ignore[arg-type]
+        assert _states_equal(pure, consumed)
+
+
+def test_a_refused_aggregate_leaves_a_consumed_state_as_it_was() -> None:
+    """Every refusal comes before `consume` writes: the aggregator keeps its model when a round is void."""
+    state = server.init(torch.arange(5.0, dtype=torch.float64), bound=3.0)
+    state = server.apply(state, server.Aggregate(torch.ones(5, dtype=torch.float64), 0.1, 1.0), bound=3.0, momentum=0.9)
+    kept = replace(state, theta=state.theta.clone(), theta_average=state.theta_average.clone())
+    assert state.velocity is not None
+    velocity = state.velocity.clone()
+    bad = torch.ones(5, dtype=torch.float64)
+    bad[2] = math.nan
+    with pytest.raises(AggregateError):
+        server.apply(state, server.Aggregate(bad, 0.1, 1.0), bound=3.0, momentum=0.9, consume=True)
+    assert torch.equal(state.theta, kept.theta) and torch.equal(state.theta_average, kept.theta_average)
+    assert torch.equal(state.velocity, velocity)

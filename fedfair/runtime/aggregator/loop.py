@@ -361,6 +361,7 @@ class RoundLoop:
                 start_input=self.start_input,
                 screen=screen_plain_update(self.plan.influence, fraction, state.theta.numel()),
             )
+            del model  # cut into the board's parts: this copy need not wait out the server step
             clip = self.encoding.clip if self.plan.secure_aggregation.enabled else None
             check_decoded_update(outcome, clip, len(outcome.contributors))
             # The server divides by the weight the plan agrees for the contributors, never by a claimed one.
@@ -368,7 +369,9 @@ class RoundLoop:
             aggregate = server.Aggregate.from_vector(
                 torch.from_numpy(outcome.weighted_sum), agreed, with_control=corrects_drift
             )
-            state = self.algorithm.server_apply(state, aggregate, average_from=self.average_from)
+            # The round's state is given up (self.checkpoint is replaced with the new one below): the step is
+            # formed in its tensors, so the aggregator never holds the old and the new model side by side.
+            state = self.algorithm.server_apply(state, aggregate, average_from=self.average_from, consume=True)
         except (RoundAbortedError, AggregateError) as error:
             record.update(status="aborted", reason=str(error), seconds=time.perf_counter() - started)
             extra = per_round(round_number, self.plan.training.rounds)
