@@ -1,4 +1,4 @@
-"""The server half of Algorithm 1: an explicit ServerState and a pure `apply`.
+"""The server half of Algorithm 1: an explicit ServerState and `apply`, pure unless the caller gives the state up.
 
 The server sees only sums over collaborators (what secure aggregation reveals):
 sum w_k (theta_k - theta_t), sum w_k (c_k - c_t) and sum w_k. It moves to the
