@@ -62,7 +62,7 @@ import torch
 from torch import nn
 
 from attacks.cheating import PatchedAggregator, collaborator_log
-from attacks.federation import FixedTrainer, HonestCollaborators, plan_sections, trainer_factory
+from attacks.federation import FixedTrainer, HonestCollaborators, kept_state, plan_sections, trainer_factory
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair.bundle import Bundle, builtin_architecture, factory_architecture, make_provenance, write_bundle
 from fedfair.cli import main as fedfair_main
@@ -82,7 +82,7 @@ from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.aggregator.start import GOODBYE_SECONDS, prepare
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, TrainerFactory, check_schema_table
-from fedfair.runtime.contract import EVALUATION, TRAINING
+from fedfair.runtime.contract import EVALUATION, TRAINING, model_digest, model_download
 from fedfair.runtime.local.workspace import Workspace, make_workspace, write_pinned_manifest
 from fedfair.runtime.manifest import load_manifest
 from fedfair.runtime.plan.aggregator_plan import (
@@ -603,7 +603,7 @@ class Differencing:
             if round_number == 2:
                 self.first_done.set()
                 self.proceed.wait(RUN_SECONDS)
-            before = loop.checkpoint.state
+            before = kept_state(loop.checkpoint.state)
             record = train(round_number, **options)
             if round_number == 1:
                 loop.checkpoint = dataclasses.replace(loop.checkpoint, state=before)  # the model is not advanced
@@ -1050,14 +1050,14 @@ class EvaluationQuery:
     site, in round 2 (a round whose training "failed", leaving the model as it was) without `leave_out`.
     `second` makes round 2's model from round 1's (by default the same; the noise scenario moves it one
     ulp). Every evaluation sum the aggregator decodes is kept, with its contributors, and each round's
-    weight on age."""
+    model digest as the model travels."""
 
     leave_out: str
     second: Callable[[server.ServerState], server.ServerState] = lambda state: state
     done: threading.Event = field(default_factory=threading.Event)
     sums: dict[int, tuple[np.ndarray, tuple[str, ...]]] = field(default_factory=dict)
     results: dict[int, dict[str, Any]] = field(default_factory=dict)
-    models: dict[int, float] = field(default_factory=dict)
+    models: dict[int, str] = field(default_factory=dict)
 
     def adjust(self, loop: RoundLoop) -> None:
         run = loop.driver.run
@@ -1074,7 +1074,9 @@ class EvaluationQuery:
                 crafted = crafted_state(loop._start.state)
                 for round_number, left, state in ((1, None, crafted), (2, self.leave_out, self.second(crafted))):
                     loop.checkpoint = dataclasses.replace(loop._start, state=state)
-                    self.models[round_number] = float(state.theta_average[AGE_FEATURE])
+                    self.models[round_number] = model_digest(
+                        model_download(state.theta_average.numpy(), True), state.c_average
+                    )
                     loop._participants(round_number, wait_for_everyone=True)
                     loop.network.board.new_round(round_number)
                     if left is not None:

@@ -28,6 +28,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -157,6 +158,28 @@ def attack_credentials(workspace: Workspace) -> AttackCredentials:
 
 
 # ---------------------------------------------------------------- exact updates
+
+
+def wire_ulp_up(value: float) -> float:
+    """`value` moved one ulp up as a model download carries it: the next float32 above float32(value).
+
+    Built-in models travel in float32 (`fedfair.runtime.contract.model_download`), so a float64 ulp is the same
+    model on the wire; a cheat that wants another model digest moves a float32 ulp.
+    """
+    return float(np.nextafter(np.float32(value), np.float32(np.inf)))
+
+
+def kept_state(state: server.ServerState) -> server.ServerState:
+    """A copy of `state` a cheating aggregator keeps to put back later: the loop's server step forms the next
+    state in the given one's tensors (`fedfair.core.server.apply`, `consume`)."""
+    return dataclasses.replace(
+        state,
+        theta=state.theta.clone(),
+        theta_average=state.theta_average.clone(),
+        control=None if state.control is None else state.control.clone(),
+        velocity=None if state.velocity is None else state.velocity.clone(),
+        second_moment=None if state.second_moment is None else state.second_moment.clone(),
+    )
 
 
 def exact_update(name: str, parameters: int) -> Update:

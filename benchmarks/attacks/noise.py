@@ -60,7 +60,7 @@ from attacks.consent import (
     round_log,
     short,
 )
-from attacks.federation import HonestCollaborators, plan_sections
+from attacks.federation import HonestCollaborators, kept_state, plan_sections, wire_ulp_up
 from attacks.rows import RowBook
 from fedfair.core.evaluation import evaluate
 from fedfair.fairness import sums, tail
@@ -148,10 +148,12 @@ def rows_of(vector: np.ndarray) -> float:
 
 
 def one_ulp(state: Any) -> Any:
-    """`state` with the evaluated model's weight on age one ulp up: another model digest, the same losses
-    to within 1e-15, so the same answers but for the noise."""
+    """`state` with a weight the crafted model leaves at 0 moved one float32 ulp up (the smallest float32 above
+    0, as the model travels): another model digest, and in the float32 model every logit, so every loss and
+    every answer, exactly as before but for the noise. (A ulp on the age weight of 10 would move a site's loss
+    sums by 1e-3: the control could no longer read the victim exactly.)"""
     theta = state.theta_average.clone()
-    theta[AGE_FEATURE] = float(np.nextafter(float(theta[AGE_FEATURE]), math.inf))
+    theta[AGE_FEATURE + 1] = wire_ulp_up(float(theta[AGE_FEATURE + 1]))
     return dataclasses.replace(state, theta=theta.clone(), theta_average=theta)
 
 
@@ -657,11 +659,11 @@ class UlpRound:
         train, participants, run = loop.train, loop._participants, loop.driver.run
 
         def held_train(round_number: int, **options: Any) -> dict[str, Any]:
-            before = loop.checkpoint.state
+            before = kept_state(loop.checkpoint.state)
             record = train(round_number, **options)
             if round_number == 1:  # the model is not advanced, but moved one ulp
                 theta = before.theta.clone()
-                theta[0] = float(np.nextafter(float(theta[0]), math.inf))
+                theta[0] = wire_ulp_up(float(theta[0]))
                 loop.checkpoint = dataclasses.replace(loop.checkpoint, state=dataclasses.replace(before, theta=theta))
             return record
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from attacks.cheating import collaborator_log
 from attacks.consent import FOUR, LoopAggregator, StageTap, pinned_workspace, restart_collaborators, wait_until
-from attacks.federation import HonestCollaborators, plan_sections
+from attacks.federation import HonestCollaborators, kept_state, plan_sections
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair.runtime.local.processes import Child, child_environment, collaborator_command, start_aggregator
 from fedfair.runtime.aggregator import board as board_module
@@ -161,7 +161,7 @@ class Rerun:
         def twice(round_number: int, **options: Any) -> dict[str, Any]:
             if round_number != 2:
                 return train(round_number, **options)
-            before = loop.checkpoint.state
+            before = kept_state(loop.checkpoint.state)
             self.records.append(train(2, **options))
             loop.checkpoint = dataclasses.replace(loop.checkpoint, state=before)
             # As a restarted aggregator process would: its board and gate at the round before, so the

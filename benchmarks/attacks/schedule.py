@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
-from attacks.federation import plan_sections
+from attacks.federation import plan_sections, wire_ulp_up
 from attacks.record import PLAN_ROUNDS, TARGET, flooded, process_federation_plan, refusals
 from attacks.repeat_model import against_processes, rewind
 from attacks.rows import PATCHED_AGGREGATOR, PATCHED_COLLABORATOR, RowBook
@@ -84,7 +83,7 @@ class EveryRound:
                 rewind(loop, round_number)
                 state = loop.checkpoint.state
                 theta = state.theta_average.clone()
-                theta[0] = float(np.nextafter(theta[0].item(), np.inf))
+                theta[0] = wire_ulp_up(theta[0].item())
                 loop.checkpoint = dataclasses.replace(
                     loop.checkpoint, state=dataclasses.replace(state, theta_average=theta)
                 )
