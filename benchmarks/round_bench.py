@@ -381,21 +381,20 @@ def logistic_shape(dimension: int) -> dict[str, int]:
 
 def resident_rss_mb() -> float:
     """This process's resident memory now, in MiB (VmRSS; where /proc is missing, the peak)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return _status_mb("VmRSS:")
 
 
 def peak_rss_mb() -> float:
     """This process's peak resident memory since :func:`reset_peak_rss`, in MiB (VmHWM; where /proc is
     missing, the lifetime peak)."""
+    return _status_mb("VmHWM:")
+
+
+def _status_mb(field: str) -> float:
+    """`field` of /proc/self/status in MiB, or the lifetime peak (getrusage) where /proc is missing."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024.0
     except OSError:
         pass
