@@ -126,8 +126,9 @@ class ServerState:
     second_moment: torch.Tensor | None = None
 
 
-_MOMENTUM_SLICE = 1 << 20
-"""Coordinates whose momentum term or average :func:`apply` forms at a time (8 MiB of float64)."""
+_SLICE = 1 << 20
+"""Coordinates :func:`apply` forms a temporary for at a time (the finiteness check, the momentum term, the
+average under `consume`): 8 MiB of float64, never a model's worth."""
 
 
 def _finite(values: torch.Tensor) -> bool:
@@ -135,10 +136,7 @@ def _finite(values: torch.Tensor) -> bool:
 
     torch.isfinite of a whole float64 vector forms its absolute values (a model's worth) and two masks.
     """
-    return all(
-        bool(torch.isfinite(values[start : start + _MOMENTUM_SLICE]).all())
-        for start in range(0, values.numel(), _MOMENTUM_SLICE)
-    )
+    return all(bool(torch.isfinite(values[start : start + _SLICE]).all()) for start in range(0, values.numel(), _SLICE))
 
 
 def _copy(values: torch.Tensor, into: torch.Tensor | None) -> torch.Tensor:
@@ -155,9 +153,9 @@ def _folded_average(state: ServerState, count: int, consume: bool) -> torch.Tens
     if not consume:
         return (state.theta - state.theta_average).div_(count).add_(state.theta_average)
     average = state.theta_average
-    for start in range(0, average.numel(), _MOMENTUM_SLICE):
-        piece = average[start : start + _MOMENTUM_SLICE]
-        piece.add_((state.theta[start : start + _MOMENTUM_SLICE] - piece).div_(count))
+    for start in range(0, average.numel(), _SLICE):
+        piece = average[start : start + _SLICE]
+        piece.add_((state.theta[start : start + _SLICE] - piece).div_(count))
     return average
 
 
@@ -242,10 +240,8 @@ def apply(
             velocity = moved
             if state.velocity is not None:
                 # beta v^t formed and added a slice at a time: the same roundings as whole, no model-sized temporary.
-                for start in range(0, velocity.numel(), _MOMENTUM_SLICE):
-                    velocity[start : start + _MOMENTUM_SLICE] += (
-                        momentum * state.velocity[start : start + _MOMENTUM_SLICE]
-                    )
+                for start in range(0, velocity.numel(), _SLICE):
+                    velocity[start : start + _SLICE] += momentum * state.velocity[start : start + _SLICE]
         step, step_c = velocity[:-1], float(velocity[-1])
     del moved  # a velocity's step is a view of it, kept; otherwise `step` is the only name left for it
     c = min(max(state.c + step_c, 0.0), bound)

@@ -292,7 +292,7 @@ def test_a_consumed_state_gives_the_same_step_bit_for_bit(
     """`consume` (the aggregator's: the step formed in the old state's tensors, 7 coordinates a slice here) gives
     the very state the pure step does, round after round, whatever the momentum, FedAdam, drift correction and
     averaging start."""
-    monkeypatch.setattr(server, "_MOMENTUM_SLICE", 7)
+    monkeypatch.setattr(server, "_SLICE", 7)
     generator = torch.Generator().manual_seed(5)
     start = torch.randn(50, generator=generator, dtype=torch.float64)
     pure = server.init(start, bound=3.0, drift_correction=drift)
