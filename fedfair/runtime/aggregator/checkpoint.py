@@ -15,7 +15,7 @@ import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -112,14 +112,41 @@ def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:
         "encoder": json.dumps(checkpoint.encoder, sort_keys=True) if checkpoint.encoder is not None else "",
         "plan": canonical_json(checkpoint.plan).decode() if checkpoint.plan is not None else "",
     }
-    blob = io.BytesIO()
-    torch.save(payload, blob)
-    # The serialised state is read where it lies, and the digest line written before it rather than joined to it:
-    # each copy of it would be as large as the model's tensors together.
-    with blob.getbuffer() as content:
-        header = DIGEST_PREFIX + hashlib.sha256(content).hexdigest().encode() + b"\n"
-        atomic_write(path, lambda stream: (stream.write(header), stream.write(content)))
+    atomic_write(path, lambda stream: _write_digested(stream, payload))
     return path
+
+
+class _DigestingWriter:
+    """A write-only stream that hashes what passes through it on its way to the file.
+
+    torch.save hands it each tensor's storage as a view, so the serialised state never exists in memory
+    whole: serialised into a buffer first, it was as large as the server state itself, held beside it.
+    """
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self.digest = hashlib.sha256()
+
+    def write(self, data: bytes | memoryview) -> int:
+        self.digest.update(data)
+        return self.stream.write(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _write_digested(stream: IO[bytes], payload: Mapping[str, Any]) -> None:
+    """The digest line, then `payload` as torch.save writes it, into a seekable `stream`.
+
+    The line is of fixed length, so a placeholder holds its place while the payload streams past the hash, and
+    the digest overwrites it once known (the file is renamed into place only after, by ``atomic_write``).
+    """
+    placeholder = DIGEST_PREFIX + b"0" * (2 * hashlib.sha256().digest_size) + b"\n"
+    stream.write(placeholder)
+    writer = _DigestingWriter(stream)
+    torch.save(payload, writer)  # type: ignore[arg-type]  # torch needs only write and flush
+    stream.seek(0)
+    stream.write(DIGEST_PREFIX + writer.digest.hexdigest().encode() + b"\n")
 
 
 def _verified(path: Path) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import logging
 from pathlib import Path
@@ -43,6 +44,16 @@ def test_every_flipped_bit_of_a_checkpoint_is_refused_by_its_digest(tmp_path: Pa
             load_checkpoint(tmp_path, PLAN)
         if position > len(DIGEST_PREFIX) + 64:  # past the digest line: the content no longer matches it
             assert "does not match its own SHA-256 digest" in str(refused.value)
+
+
+def test_a_checkpoint_streams_exactly_what_torch_save_writes_under_its_digest(tmp_path: Path) -> None:
+    """The state is streamed to disk past the hash rather than serialised whole in memory first: the file is
+    still the digest line of the content, then the content torch.save writes to a buffer, byte for byte."""
+    header, _, content = saved(tmp_path).partition(b"\n")
+    assert header == DIGEST_PREFIX + hashlib.sha256(content).hexdigest().encode()
+    buffered = io.BytesIO()
+    torch.save(torch.load(io.BytesIO(content), weights_only=True), buffered)
+    assert buffered.getvalue() == content
 
 
 def test_a_checkpoint_from_before_digests_loads_with_a_warning(
