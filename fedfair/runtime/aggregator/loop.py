@@ -346,7 +346,6 @@ class RoundLoop:
         # collaborator's sigma_k+ comes back inside the same summed vector (2 (d + 1) long).
         corrects_drift = state.control is not None
         control = None if state.control is None else state.control.numpy()
-        model = (training_download(state.theta.numpy(), control, self.plan.model.factory is None), state.c)
         fraction = self.plan.batch_fraction
         dimension, plan = update_dimension(state.theta.numel(), corrects_drift), self.plan
         encoding = plan.training_encoding(plan.federation_id, len(plan.collaborators), round_number, dimension)
@@ -357,11 +356,11 @@ class RoundLoop:
                 participants,
                 encoding.noise.encoded_dimension if encoding.noise is not None else dimension,  # rotated: padded
                 encoding,
-                model,
+                # Built in the call, never a local of this frame: the driver drops it once the board's parts are cut.
+                (training_download(state.theta.numpy(), control, self.plan.model.factory is None), state.c),
                 start_input=self.start_input,
                 screen=screen_plain_update(self.plan.influence, fraction, state.theta.numel()),
             )
-            del model  # cut into the board's parts: this copy need not wait out the server step
             clip = self.encoding.clip if self.plan.secure_aggregation.enabled else None
             check_decoded_update(outcome, clip, len(outcome.contributors))
             # The server divides by the weight the plan agrees for the contributors, never by a claimed one.
