@@ -236,12 +236,6 @@ def test_a_run_judged_at_another_rho_is_the_run_trained_at_it() -> None:
         runs.execute(Run((*flags, "--rho", "0.1"), "validation", (), ("race",)))
 
 
-def test_a_run_key_changes_only_with_what_is_asked() -> None:
-    plain = Run(("--dataset", "adult"), "test")
-    assert plain.key == Run(("--dataset", "adult"), "test", (), ()).key
-    assert len({plain.key, Run(plain.flags, "test", (0.3,)).key, Run(plain.flags, "test", (), ("race",)).key}) == 3
-
-
 def test_the_paper_study_refuses_the_drift_studys_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["reproduce", "--out", str(tmp_path), "--alpha", "0.1"]) == 2
     assert "--alpha sets the drift study's Dirichlet split" in capsys.readouterr().err
