@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fedfair.datasets import load_dataset
+from fedfair.research import fronts
 from fedfair.research.method_names import LOSS_METHODS
 from fedfair.research.methods import METHODS
 from fedfair.research.paper_splits import PaperSplit, paper_split
@@ -233,6 +234,25 @@ def chosen(study: Study, method: str, rho: float, results: Mapping[Run, dict[str
     return study.grid(method, rho)[best]
 
 
+def judged_points(
+    study: Study, results: Mapping[Run, dict[str, Any]], choice: Mapping[tuple[str, float], Point]
+) -> list[fronts.Judged]:
+    """Every study method's validation points at every rho the study judges, read off their cached `results`."""
+    return [
+        fronts.Judged(
+            rho,
+            METHOD_LABELS[method],
+            point.describe(method),
+            float(judged_at(results[run], rho)["mean_risk"]),
+            float(judged_at(results[run], rho)["worst_risk"]),
+            point == choice[(method, rho)],
+        )
+        for rho in study.rhos
+        for method in study.methods
+        for point, run in zip(study.grid(method, rho), study.selection_runs(method, rho), strict=True)
+    ]
+
+
 def summary(results: Sequence[Mapping[str, Any]], rho: float | None = None) -> dict[str, float]:
     """Mean and (population) standard deviation over seeds of each metric at `rho` (None: each run's own)."""
     row: dict[str, float] = {"seeds": float(len(results))}
@@ -262,7 +282,8 @@ def reproduce(
     them).
 
     Where the dataset has a race column, it also writes the paper's composition table
-    (`composition_race.csv`): FedSRCVaR's worst group at rho 0.1 and 0.3 by race and label.
+    (`composition_race.csv`): FedSRCVaR's worst group at rho 0.1 and 0.3 by race and label. Always each method's
+    Pareto fronts (`fronts.csv`, `fronts.png`, from the validation runs).
     """
     wanted = set(FIGURE_METHODS + TABLE_METHODS if methods is None else methods)
     available = tuple(method for method in FIGURE_METHODS if method in METHODS and method in wanted)
@@ -354,6 +375,10 @@ def reproduce(
         )
     written["table"] = write_csv(out / f"table_rho{TABLE_RHO:g}.csv", table_rows)
     written["table_png"] = figures.save(figures.table(read_csv(written["table"]), title), out / "table.png")
+    written["fronts"] = write_csv(out / "fronts.csv", fronts.front_rows(judged_points(study, selected, choice)))
+    written["fronts_png"] = figures.save(
+        figures.fronts(read_csv(written["fronts"]), uniform, title), out / "fronts.png"
+    )
     if compositions:
         by_rho = {rho: [results[run] for run in runs] for rho, runs in compositions.items()}
         rows = composition_rows(by_rho, COMPOSITION_COLUMN)

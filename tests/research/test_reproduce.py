@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -368,3 +369,81 @@ def test_the_committed_mnist_baselines_table_regenerates(tmp_path: Path, method:
     summary = reproduce.summary([results[run] for run in runs], TABLE_RHO)
     for metric in ("worst_risk_mean", "mean_risk_mean"):
         assert summary[metric] == pytest.approx(float(committed[metric]), abs=MNIST_REGENERATION_TOLERANCE), metric
+
+
+def test_the_fronts_points_are_every_validation_run_read_at_every_rho_with_the_choice() -> None:
+    """Made-up validation results (nothing trains): FedAvg's one run per point is read at each rho it serves."""
+    profile = Profile(**{**TINY.__dict__, "lr_scales": (1.0, 0.5, 0.25)})
+    grid = Study("rand-hie", profile, ("fedsrcvar", "fedavg"))
+    results: dict[Run, dict[str, Any]] = {}
+    for index, run in enumerate(grid.selection_runs("fedavg", TABLE_RHO)):
+        at_03 = {"mean_risk": 0.5 + index, "worst_risk": 0.9 - 0.1 * index}
+        results[run] = {"rho": TABLE_RHO, "mean_risk": 0.5, "worst_risk": 1.0 + index, "at_rho": {"0.3": at_03}}
+    for rho in grid.rhos:
+        for index, run in enumerate(grid.selection_runs("fedsrcvar", rho)):
+            results[run] = {"rho": rho, "mean_risk": 0.6 + index, "worst_risk": 0.8 - rho * index}
+    choice = {
+        (method, rho): reproduce.chosen(grid, method, rho, results) for method in grid.methods for rho in grid.rhos
+    }
+    points = reproduce.judged_points(grid, results, choice)
+    assert len(points) == len(grid.rhos) * (6 + 3)
+    fedavg = [point for point in points if point.method == METHOD_LABELS["fedavg"] and point.rho == 0.3]
+    assert [point.worst_risk for point in fedavg] == [0.9 - 0.1 * index for index in range(3)]
+    assert [point.mean_risk for point in fedavg] == [0.5 + index for index in range(3)]
+    assert [point.chosen for point in fedavg] == [False, False, True]
+    for rho in grid.rhos:
+        ours = [point for point in points if point.method == METHOD_LABELS["fedsrcvar"] and point.rho == rho]
+        assert [point.point for point in ours] == [point.describe("fedsrcvar") for point in grid.grid("fedsrcvar", rho)]
+        assert [point.worst_risk for point in ours] == [0.8 - rho * index for index in range(6)]
+        assert [point.chosen for point in ours] == [False] * 5 + [True]
+
+
+BASELINES = ("fedsrcvar", "fedavg", "fedavgm", "propfair", "term", "deltafl")
+RAND_HIE = Profile(
+    name="tiny",
+    rounds=10,
+    seeds=2,
+    rhos=(0.3,),
+    trade_off_rhos=(),
+    epsilons=(),
+    taus=(),
+    lr_scales=(1.0, 0.25),
+    fedsrcvar_epsilons=(0.05,),
+    fedavg_local_steps=(1,),
+)
+"""The federated baselines' study on the smallest dataset, 10 rounds: 42 validation runs of a few hundredths of a second."""
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    out = tmp_path_factory.mktemp("baselines")
+    split = reproduce.paper_split("rand-hie")
+    return out, reproduce.reproduce("rand-hie", out, RAND_HIE, workers=1, split=split, methods=BASELINES)
+
+
+def test_every_methods_front_at_every_rho_is_non_empty_non_dominated_and_drawn(
+    baselines: tuple[Path, dict[str, Path]],
+) -> None:
+    _, written = baselines
+    rows = read_csv(written["fronts"])
+    study = Study("rand-hie", RAND_HIE, BASELINES)
+    figure = figures.fronts(rows, math.log(2), "test")
+    lines = {line.get_gid(): line for axis in figure.axes for line in axis.get_lines() if line.get_gid()}
+    for rho in study.rhos:
+        for method in BASELINES:
+            label = METHOD_LABELS[method]
+            mine = [row for row in rows if float(row["rho"]) == rho and row["method"] == label]
+            assert len(mine) == len(study.grid(method, rho))
+            risks = [(float(row["mean_risk"]), float(row["worst_risk"])) for row in mine]
+            front = [risk for risk, row in zip(risks, mine, strict=True) if row["on_front"] == "True"]
+            assert front, (rho, method)
+            for point in front:
+                assert not any(other[0] <= point[0] and other[1] <= point[1] and other != point for other in front)
+            for risk, row in zip(risks, mine, strict=True):  # every point off the front is dominated
+                if row["on_front"] == "False" and row["diverged"] == "False":
+                    assert any(other[0] <= risk[0] and other[1] <= risk[1] and other != risk for other in front)
+            (taken,) = [risk for risk, row in zip(risks, mine, strict=True) if row["chosen"] == "True"]
+            assert taken[1] == min(worst for _, worst in risks if math.isfinite(worst))
+            drawn = lines[f"front:{rho:g}:{label}"]
+            assert list(drawn.get_xdata()) == sorted(mean for mean, _ in front)
+            assert list(lines[f"chosen:{rho:g}:{label}"].get_ydata()) == [taken[1]]
