@@ -412,13 +412,16 @@ RAND_HIE = Profile(
     fedavg_local_steps=(1,),
 )
 """The federated baselines' study on the smallest dataset, 10 rounds: 42 validation runs of a few hundredths of a second."""
+LONG_ROUNDS = 20
 
 
 @pytest.fixture(scope="module")
 def baselines(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
     out = tmp_path_factory.mktemp("baselines")
     split = reproduce.paper_split("rand-hie")
-    return out, reproduce.reproduce("rand-hie", out, RAND_HIE, workers=1, split=split, methods=BASELINES)
+    return out, reproduce.reproduce(
+        "rand-hie", out, RAND_HIE, workers=1, split=split, methods=BASELINES, long_rounds=LONG_ROUNDS
+    )
 
 
 def test_every_methods_front_at_every_rho_is_non_empty_non_dominated_and_drawn(
@@ -447,3 +450,65 @@ def test_every_methods_front_at_every_rho_is_non_empty_non_dominated_and_drawn(
             drawn = lines[f"front:{rho:g}:{label}"]
             assert list(drawn.get_xdata()) == sorted(mean for mean, _ in front)
             assert list(lines[f"chosen:{rho:g}:{label}"].get_ydata()) == [taken[1]]
+
+
+def test_the_convergence_table_traces_each_methods_choice_at_both_lengths_on_every_seed(
+    baselines: tuple[Path, dict[str, Path]],
+) -> None:
+    _, written = baselines
+    rows = read_csv(written["convergence"])
+    study = Study("rand-hie", RAND_HIE, BASELINES)
+    assert len(rows) == len(BASELINES) * len(study.rhos) * 2 * RAND_HIE.seeds
+    chosen = {(row["method"], float(row["rho"])): row["chosen"] for row in read_csv(written["rho"])}
+    for row in rows:
+        rounds = int(row["rounds"])
+        assert rounds in (RAND_HIE.rounds, LONG_ROUNDS)
+        for settled in (int(row["worst_risk_round"]), int(row["mean_loss_round"])):  # none diverged: every cell set
+            assert 0 < settled <= rounds and (settled % 5 == 0 or settled == rounds)
+        # CVaR of any losses is at least their mean; the trace reads both off the same output iterate.
+        assert float(row["final_worst_risk"]) >= float(row["final_mean_loss"]) > 0.0
+        if float(row["rho"]) in RAND_HIE.rhos:  # the point the figure's test runs took
+            assert row["point"] == chosen[(row["method"], float(row["rho"]))]
+    ours = [row for row in rows if row["method"] == METHOD_LABELS["fedsrcvar"]]
+    assert {(float(row["rho"]), int(row["rounds"]), int(row["seed"])) for row in ours} == {
+        (rho, rounds, seed) for rho in study.rhos for rounds in (10, 20) for seed in range(RAND_HIE.seeds)
+    }
+
+
+def test_a_traced_run_is_the_test_run_at_its_rounds_with_a_trace() -> None:
+    study = Study("rand-hie", RAND_HIE, BASELINES)
+    point = Point(0.25, 0.05, momentum=0.0)
+    tested, traced = study.test_runs("fedsrcvar", 0.3, point), study.traced_runs("fedsrcvar", 0.3, point, 10)
+    assert [run.flags for run in traced] == [run.flags for run in tested]
+    assert all(run.history_every == 5 for run in traced) and {run.key for run in traced}.isdisjoint(
+        run.key for run in tested
+    )
+    longer = study.traced_runs("fedavg", 0.3, point, LONG_ROUNDS)
+    assert all(run.flags[run.flags.index("--rounds") + 1] == str(LONG_ROUNDS) for run in longer)
+    assert all(run.rhos == (0.3,) for run in longer)  # a method without rho is traced at every rho it serves
+
+
+def test_the_baselines_study_again_on_its_cache_trains_nothing(
+    baselines: tuple[Path, dict[str, Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out, written = baselines
+
+    def no_training(run: Run) -> dict[str, float]:
+        raise AssertionError(f"{run} trained again although it is cached")
+
+    monkeypatch.setattr(runs, "execute", no_training)
+    split = reproduce.paper_split("rand-hie")
+    again = reproduce.reproduce(
+        "rand-hie", out, RAND_HIE, workers=1, split=split, methods=BASELINES, long_rounds=LONG_ROUNDS
+    )
+    for name in ("fronts", "convergence", "rho"):
+        assert again[name].read_bytes() == written[name].read_bytes()
+
+
+def test_the_command_refuses_a_convergence_it_cannot_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--long-rounds", "100"]) == 2
+    assert "add --convergence" in capsys.readouterr().err
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--convergence", "--long-rounds", "0"]) == 2
+    assert "--long-rounds must be at least 1" in capsys.readouterr().err
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--convergence", "--study", "drift"]) == 2
+    assert "the drift study has none" in capsys.readouterr().err
