@@ -3,7 +3,8 @@
 `fedfair reproduce --convergence` trains each method's point chosen on validation rows again on the test seeds,
 at the profile's rounds and at a longer count, keeping the averaged iterate's worst-group risk (exact CVaR at
 rho) and mean loss on the pooled training rows every `HISTORY_EVERY` rounds (`Run.history_every`). Its table
-gives each trace's last value and the first recorded round from which it stays within `TOLERANCE` of it.
+gives each trace's last value and the first recorded round from which it stays within `TOLERANCE` of it, beside
+the run's held-out risks.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from fedfair.research.runs import judged_at
 
 TOLERANCE = 0.01
 """Relative: a trace has settled once every later value is within 1% of its final value."""
@@ -39,14 +42,15 @@ def settled_round(trace: Sequence[tuple[int, float]], tolerance: float = TOLERAN
 
 
 def trace_row(result: Mapping[str, Any], rho: float) -> dict[str, Any]:
-    """A traced run's final worst-group risk at `rho` and mean loss, and the round each settled (NaN, None: diverged)."""
+    """A traced run's final worst-group risk at `rho` and mean loss, and the round each settled (NaN, None: diverged).
+
+    Then the same run's held-out worst-group and mean risk at `rho` (the test rows, as the study's tables).
+    """
+    held_out = judged_at(result, rho)
+    tested = {"held_out_worst_risk": held_out["worst_risk"], "held_out_mean_risk": held_out["mean_risk"]}
     if "diverged" in result:
-        return {
-            "final_worst_risk": math.nan,
-            "worst_risk_round": None,
-            "final_mean_loss": math.nan,
-            "mean_loss_round": None,
-        }
+        traced = {"final_worst_risk": math.nan, "worst_risk_round": None, "final_mean_loss": math.nan}
+        return {**traced, "mean_loss_round": None, **tested}
     history = result["history"]
     worst = [(int(point["round"]), float(point["worst_risk"][f"{rho:g}"])) for point in history]
     mean = [(int(point["round"]), float(point["mean_loss"])) for point in history]
@@ -55,4 +59,5 @@ def trace_row(result: Mapping[str, Any], rho: float) -> dict[str, Any]:
         "worst_risk_round": settled_round(worst),
         "final_mean_loss": mean[-1][1],
         "mean_loss_round": settled_round(mean),
+        **tested,
     }

@@ -48,12 +48,19 @@ def test_a_traced_runs_row_reads_its_rho_and_a_diverged_run_has_none() -> None:
         {"round": 10, "mean_loss": 0.55, "worst_risk": {"0.1": 0.95, "0.3": 0.70}},
         {"round": 12, "mean_loss": 0.551, "worst_risk": {"0.1": 0.90, "0.3": 0.70}},
     ]
-    assert trace_row({"history": history}, 0.3) == {
+    at_03 = {"worst_risk": 0.75, "mean_risk": 0.58}
+    result = {"rho": 0.1, "worst_risk": 0.97, "mean_risk": 0.58, "at_rho": {"0.3": at_03}, "history": history}
+    assert trace_row(result, 0.3) == {
         "final_worst_risk": 0.70,
         "worst_risk_round": 10,
         "final_mean_loss": 0.551,
         "mean_loss_round": 10,
+        "held_out_worst_risk": 0.75,
+        "held_out_mean_risk": 0.58,
     }
-    assert trace_row({"history": history}, 0.1)["worst_risk_round"] == 12
-    row = trace_row({"history": history[:1], "diverged": "lower --lr"}, 0.1)
+    at_01 = trace_row(result, 0.1)
+    assert at_01["worst_risk_round"] == 12 and at_01["held_out_worst_risk"] == 0.97
+    diverged = {"rho": 0.1, "worst_risk": NAN, "mean_risk": NAN, "history": history[:1], "diverged": "lower --lr"}
+    row = trace_row(diverged, 0.3)
     assert math.isnan(row["final_worst_risk"]) and row["worst_risk_round"] is None and row["mean_loss_round"] is None
+    assert math.isnan(row["held_out_worst_risk"])

@@ -459,7 +459,12 @@ def test_the_convergence_table_traces_each_methods_choice_at_both_lengths_on_eve
     rows = read_csv(written["convergence"])
     study = Study("rand-hie", RAND_HIE, BASELINES)
     assert len(rows) == len(BASELINES) * len(study.rhos) * 2 * RAND_HIE.seeds
-    chosen = {(row["method"], float(row["rho"])): row["chosen"] for row in read_csv(written["rho"])}
+    figure = {(row["method"], float(row["rho"])): row for row in read_csv(written["rho"])}
+    chosen = {key: row["chosen"] for key, row in figure.items()}
+    for (method, rho), row in figure.items():  # at the profile's rounds a traced run is the figure's test run
+        traced = [r for r in rows if (r["method"], float(r["rho"]), int(r["rounds"])) == (method, rho, RAND_HIE.rounds)]
+        held_out = np.mean([float(r["held_out_worst_risk"]) for r in traced])
+        assert held_out == pytest.approx(float(row["worst_risk_mean"]), rel=1e-12)
     for row in rows:
         rounds = int(row["rounds"])
         assert rounds in (RAND_HIE.rounds, LONG_ROUNDS)
@@ -467,6 +472,7 @@ def test_the_convergence_table_traces_each_methods_choice_at_both_lengths_on_eve
             assert 0 < settled <= rounds and (settled % 5 == 0 or settled == rounds)
         # CVaR of any losses is at least their mean; the trace reads both off the same output iterate.
         assert float(row["final_worst_risk"]) >= float(row["final_mean_loss"]) > 0.0
+        assert float(row["held_out_worst_risk"]) >= float(row["held_out_mean_risk"]) > 0.0
         if float(row["rho"]) in RAND_HIE.rhos:  # the point the figure's test runs took
             assert row["point"] == chosen[(row["method"], float(row["rho"]))]
     ours = [row for row in rows if row["method"] == METHOD_LABELS["fedsrcvar"]]
