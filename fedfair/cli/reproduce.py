@@ -16,7 +16,13 @@ from fedfair.core.config import MODEL_NAMES
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import DATASETS
 from fedfair.research.paper_splits import paper_split
-from fedfair.research.study_options import PROFILE_NAMES, RAY_INSTALL_HINT, STUDY_METHODS, STUDY_SUMMARY
+from fedfair.research.study_options import (
+    LONG_ROUNDS,
+    PROFILE_NAMES,
+    RAY_INSTALL_HINT,
+    STUDY_METHODS,
+    STUDY_SUMMARY,
+)
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -89,6 +95,19 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--rhos",
         help="comma-separated rhos to choose and judge at, e.g. 0.3 (default: the profile's; 0.1 is always in)",
     )
+    traced = parser.add_argument_group("convergence (the paper study; adds runs of its own)")
+    traced.add_argument(
+        "--convergence",
+        action="store_true",
+        help="also re-run every method's chosen points on the test seeds keeping their training traces, at the "
+        "profile's rounds and at --long-rounds, and write convergence.csv: the round each settles within 1%% "
+        "of its final value",
+    )
+    traced.add_argument(
+        "--long-rounds",
+        type=int,
+        help=f"the convergence table's longer run, in rounds (default {LONG_ROUNDS}); needs --convergence",
+    )
     parser.set_defaults(handler=_reproduce_command)
 
 
@@ -112,7 +131,10 @@ def _reproduce_command(args: argparse.Namespace) -> int:
         split += ["--alpha", f"{args.alpha:g}"]
     if args.clients is not None:
         split += ["--clients", str(args.clients)]
+    long_rounds = _long_rounds(args)
     if args.study == "drift":
+        if args.convergence:
+            raise ConfigError("--convergence traces the paper study's chosen points; the drift study has none")
         if args.model is not None:
             raise ConfigError("--model sets the paper study's model; the drift study's profile names its own")
         return _drift_command(args, name, tuple(split))
@@ -137,13 +159,34 @@ def _reproduce_command(args: argparse.Namespace) -> int:
             loss_rows=args.loss_rows,
             split=paper,
             methods=methods,
+            long_rounds=long_rounds,
         )
     else:
         with ray_connection(args.ray):
             written = reproduce(
-                args.dataset, args.out, profile, args.workers, args.device, True, args.loss_rows, paper, methods
+                args.dataset,
+                args.out,
+                profile,
+                args.workers,
+                args.device,
+                True,
+                args.loss_rows,
+                paper,
+                methods,
+                long_rounds,
             )
     return _print_written(written)
+
+
+def _long_rounds(args: argparse.Namespace) -> int | None:
+    """The convergence table's longer run (None: no convergence table), --long-rounds checked."""
+    if args.long_rounds is not None and not args.convergence:
+        raise ConfigError("--long-rounds sets the convergence table's longer run; add --convergence")
+    if args.long_rounds is not None and args.long_rounds < 1:
+        raise ConfigError(f"--long-rounds must be at least 1, got {args.long_rounds}; e.g. --long-rounds 1000")
+    if not args.convergence:
+        return None
+    return LONG_ROUNDS if args.long_rounds is None else int(args.long_rounds)
 
 
 def _methods(text: str | None) -> tuple[str, ...] | None:

@@ -203,7 +203,8 @@ def uniform_risk(num_classes: int) -> float:
     return math.log(max(num_classes, 2))
 
 
-def _model(config: ExperimentConfig, federation: Federation) -> torch.nn.Module:
+def evaluation_model(config: ExperimentConfig, federation: Federation) -> torch.nn.Module:
+    """A model of the run's architecture and dtype to load parameters into and evaluate (its weights are not used)."""
     return build_model(
         config.simulation.model,
         federation.num_features,
@@ -217,7 +218,7 @@ def held_out_losses(
     config: ExperimentConfig, federation: Federation, theta: torch.Tensor
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-sample held-out losses and correctness of parameters `theta`, over the pooled test rows."""
-    test = evaluate(_model(config, federation), theta, federation.pooled("test"))
+    test = evaluate(evaluation_model(config, federation), theta, federation.pooled("test"))
     return np.asarray(test.losses), np.asarray(test.correct)
 
 
@@ -228,7 +229,7 @@ def final_report(
 
     It includes the uniform classifier's risk ln K (`uniform_risk`) to read the risks against.
     """
-    model = _model(config, federation)
+    model = evaluation_model(config, federation)
     train = evaluate(model, theta, federation.pooled("train"))
     threshold = c if c is not None else cvar_threshold(train.losses, config.objective.rho)
     exact, smooth = training_objectives(train.losses, threshold, config.objective)

@@ -129,6 +129,61 @@ def composition(rows: Sequence[Mapping[str, str]], column: str, title: str) -> F
     return figure
 
 
+def fronts(rows: Sequence[Mapping[str, str]], uniform: float, title: str) -> Figure:
+    """Worst-group against mean risk of every validation point, one panel per rho, each method's front a line.
+
+    `rows` come from the fronts CSV (`fedfair.research.fronts`): a method's points are drawn faint, its front
+    (the points marked on_front, by mean risk) as a line, its chosen point as a star; diverged points are
+    left out and counted in the legend. The uniform classifier's risk ln K is the reference line.
+    """
+    by_rho = _series(rows, "rho")
+    methods = list(dict.fromkeys(row["method"] for row in rows))
+    colours = {method: f"C{index}" for index, method in enumerate(methods)}
+    figure = Figure(figsize=(4.2 * len(by_rho), 4.5), layout="constrained")
+    for axis, (rho, panel) in zip(figure.subplots(1, len(by_rho), squeeze=False)[0], by_rho.items(), strict=True):
+        for method, series in _series(panel, "method").items():
+            kept = [row for row in series if row["diverged"] == "False"]
+            lost = len(series) - len(kept)
+            colour = colours[method]
+            points = axis.scatter(
+                [float(row["mean_risk"]) for row in kept],
+                [float(row["worst_risk"]) for row in kept],
+                s=10,
+                color=colour,
+                alpha=0.25,
+            )
+            points.set_gid(f"points:{rho}:{method}")
+            front = sorted((row for row in kept if row["on_front"] == "True"), key=lambda row: float(row["mean_risk"]))
+            label = method if not lost else f"{method} ({lost} diverged)"
+            (line,) = axis.plot(
+                [float(row["mean_risk"]) for row in front],
+                [float(row["worst_risk"]) for row in front],
+                marker="o",
+                markersize=3,
+                color=colour,
+                label=label,
+            )
+            line.set_gid(f"front:{rho}:{method}")
+            for row in series:
+                if row["chosen"] == "True" and row["diverged"] == "False":
+                    axis.plot(
+                        float(row["mean_risk"]),
+                        float(row["worst_risk"]),
+                        marker="*",
+                        markersize=10,
+                        color=colour,
+                        gid=f"chosen:{rho}:{method}",
+                    )
+        axis.axhline(uniform, color="grey", linestyle="--", linewidth=1, label=UNIFORM_LABEL, gid=f"uniform:{rho}")
+        axis.set_title(f"rho = {rho}", fontsize=9)
+        axis.set_xlabel("validation mean risk")
+        axis.set_ylabel("validation worst-group risk")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=6)
+    figure.suptitle(f"Pareto fronts over each method's grid (validation rows; star: chosen)\n{title}", fontsize=9)
+    return figure
+
+
 def save(figure: Figure, path: Path) -> Path:
     """Write `figure` as a PNG (the Agg canvas: no display, no global pyplot state)."""
     FigureCanvasAgg(figure)  # attaches itself as the figure's canvas

@@ -10,6 +10,7 @@ Why: docs/design.md, "Inside the research harness".
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from fedfair.datasets import load_dataset
+from fedfair.research import convergence, fronts
 from fedfair.research.method_names import LOSS_METHODS
 from fedfair.research.methods import METHODS
 from fedfair.research.paper_splits import PaperSplit, paper_split
@@ -151,6 +153,12 @@ class Study:
             for seed in range(self.profile.seeds)
         ]
 
+    def traced_runs(self, method: str, rho: float, point: Point, rounds: int) -> list[Run]:
+        """The test runs of `point` at `rounds` rounds, each keeping its training trace (the convergence table)."""
+        lasting = dataclasses.replace(self, profile=dataclasses.replace(self.profile, rounds=rounds))
+        runs = lasting.test_runs(method, rho, point)
+        return [dataclasses.replace(run, history_every=convergence.HISTORY_EVERY) for run in runs]
+
 
 @dataclass(frozen=True)
 class Point:
@@ -233,6 +241,55 @@ def chosen(study: Study, method: str, rho: float, results: Mapping[Run, dict[str
     return study.grid(method, rho)[best]
 
 
+def judged_points(
+    study: Study, results: Mapping[Run, dict[str, Any]], choice: Mapping[tuple[str, float], Point]
+) -> list[fronts.Judged]:
+    """Every study method's validation points at every rho the study judges, read off their cached `results`."""
+    return [
+        fronts.Judged(
+            rho,
+            METHOD_LABELS[method],
+            point.describe(method),
+            float(judged_at(results[run], rho)["mean_risk"]),
+            float(judged_at(results[run], rho)["worst_risk"]),
+            point == choice[(method, rho)],
+        )
+        for rho in study.rhos
+        for method in study.methods
+        for point, run in zip(study.grid(method, rho), study.selection_runs(method, rho), strict=True)
+    ]
+
+
+def convergence_rows(
+    study: Study,
+    choice: Mapping[tuple[str, float], Point],
+    rounds: Sequence[int],
+    cache_folder: Path,
+    workers: int,
+    on_ray: bool = False,
+) -> list[dict[str, Any]]:
+    """Every study method's chosen point at every rho, traced at each of `rounds` (cached): a row per seed."""
+    asked = {
+        (method, rho, count): study.traced_runs(method, rho, choice[(method, rho)], count)
+        for method in study.methods
+        for rho in study.rhos
+        for count in rounds
+    }
+    results = run_all([run for runs in asked.values() for run in runs], cache_folder, workers, "tracing", on_ray)
+    return [
+        {
+            "method": METHOD_LABELS[method],
+            "rho": rho,
+            "rounds": count,
+            "seed": seed,
+            "point": choice[(method, rho)].describe(method),
+            **convergence.trace_row(results[run], rho),
+        }
+        for (method, rho, count), runs in asked.items()
+        for seed, run in enumerate(runs)
+    ]
+
+
 def summary(results: Sequence[Mapping[str, Any]], rho: float | None = None) -> dict[str, float]:
     """Mean and (population) standard deviation over seeds of each metric at `rho` (None: each run's own)."""
     row: dict[str, float] = {"seeds": float(len(results))}
@@ -253,6 +310,7 @@ def reproduce(
     loss_rows: int = 0,
     split: PaperSplit | None = None,
     methods: Sequence[str] | None = None,
+    long_rounds: int | None = None,
 ) -> dict[str, Path]:
     """Run the study (cached), write its CSV tables and PNG figures under `out`; return their paths.
 
@@ -262,7 +320,8 @@ def reproduce(
     them).
 
     Where the dataset has a race column, it also writes the paper's composition table
-    (`composition_race.csv`): FedSRCVaR's worst group at rho 0.1 and 0.3 by race and label.
+    (`composition_race.csv`): FedSRCVaR's worst group at rho 0.1 and 0.3 by race and label. Always each method's
+    Pareto fronts (`fronts.csv`, `fronts.png`, from the validation runs); with `long_rounds`, `convergence_rows`.
     """
     wanted = set(FIGURE_METHODS + TABLE_METHODS if methods is None else methods)
     available = tuple(method for method in FIGURE_METHODS if method in METHODS and method in wanted)
@@ -354,6 +413,14 @@ def reproduce(
         )
     written["table"] = write_csv(out / f"table_rho{TABLE_RHO:g}.csv", table_rows)
     written["table_png"] = figures.save(figures.table(read_csv(written["table"]), title), out / "table.png")
+    written["fronts"] = write_csv(out / "fronts.csv", fronts.front_rows(judged_points(study, selected, choice)))
+    written["fronts_png"] = figures.save(
+        figures.fronts(read_csv(written["fronts"]), uniform, title), out / "fronts.png"
+    )
+    if long_rounds is not None:
+        counts = sorted({profile.rounds, long_rounds})
+        traced = convergence_rows(study, choice, counts, cache_folder, workers, on_ray)
+        written["convergence"] = write_csv(out / "convergence.csv", traced)
     if compositions:
         by_rho = {rho: [results[run] for run in runs] for rho, runs in compositions.items()}
         rows = composition_rows(by_rho, COMPOSITION_COLUMN)

@@ -22,15 +22,25 @@ import numpy as np
 
 from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import AggregateError, ConfigError
+from fedfair.core.evaluation import evaluate
+from fedfair.core.objective import cvar
+from fedfair.core.server import ServerState
 from fedfair.research import minimax
 from fedfair.fairness import composition, pooled
 from fedfair.fairness.report import GroupRiskReport
-from fedfair.research.experiment import ExperimentConfig, held_out_columns, held_out_losses, load_federation, run_method
+from fedfair.research.experiment import (
+    ExperimentConfig,
+    evaluation_model,
+    held_out_columns,
+    held_out_losses,
+    load_federation,
+    run_method,
+)
 from fedfair.research.flags import config_from_flags
 from fedfair.research.methods import FedAvgSettings, FedMinMaxSettings, own
 from fedfair.research.study_options import RAY_INSTALL_HINT
 from fedfair.runtime.progress import Progress
-from fedfair.simulation.federation import Federation, federation_from_arrays
+from fedfair.simulation.federation import Federation, federation_from_arrays, history_sample
 from fedfair.simulation.rounds import SimulationOptions
 from fedfair.research.workers import process_pool
 
@@ -51,11 +61,15 @@ class Run:
     """More rhos to judge the same model at (a method without rho trains once for every rho)."""
     composition: tuple[str, ...] = ()
     """Group columns to describe the worst group by, with the label, at every rho judged (test runs)."""
+    history_every: int = 0
+    """Rounds between the points of the output iterate's training trace kept with the result (0: none kept)."""
 
     def __post_init__(self) -> None:
-        """Refuse (ConfigError) a composition asked of a run not scored on the test rows."""
+        """Refuse (ConfigError) a composition asked of a run not scored on the test rows, or a negative cadence."""
         if self.composition and self.split != "test":
             raise ConfigError("the worst group's composition is described on the test rows; ask it of test runs")
+        if self.history_every < 0:
+            raise ConfigError(f"history_every is a number of rounds (0: no history), got {self.history_every}")
 
     @property
     def key(self) -> str:
@@ -66,6 +80,8 @@ class Run:
             described["rhos"] = list(self.rhos)
         if self.composition:
             described["composition"] = list(self.composition)
+        if self.history_every:
+            described["history_every"] = self.history_every
         text = json.dumps(described)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -137,8 +153,13 @@ def execute(run: Run) -> dict[str, Any]:
     config = config_from_flags(run.flags)
     federation = federation_for(run.flags, run.split)
     result: dict[str, Any] = {"flags": list(run.flags), "split": run.split, "classes": federation.num_classes}
+    on_round = None
+    if run.history_every:
+        # Filled as the rounds go, so a run that diverges keeps the trace up to its failure.
+        result["history"] = []
+        on_round = traced(run, config, federation, result["history"])
     try:
-        outcome = run_method(config, federation)
+        outcome = run_method(config, federation, on_round)
     except AggregateError as error:  # this point of the grid diverged: its NaN risks are never chosen
         diverged = {
             field.name: math.nan for field in dataclasses.fields(GroupRiskReport) if field.name != "certificate"
@@ -159,6 +180,32 @@ def execute(run: Run) -> dict[str, Any]:
             for rho in (config.objective.rho, *run.rhos)
         }
     return result
+
+
+def traced(
+    run: Run, config: ExperimentConfig, federation: Federation, trace: list[dict[str, Any]]
+) -> Callable[[ServerState], None]:
+    """A round callback appending the output iterate's training trace to `trace`.
+
+    Every `run.history_every` rounds and at the last: the mean loss and the exact CVaR at the run's rho and
+    each of its extra rhos (keyed as in ``at_rho``) of the averaged iterate, the one every method outputs
+    (`experiment.run_method`), on the pooled training rows the simulation's own history reads
+    (`history_sample`). Measured here rather than in the simulation's history, which knows no rho for
+    the methods without one: the same quantity for every method, and training untouched (evaluating
+    draws nothing from any generator).
+    """
+    model = evaluation_model(config, federation)
+    sample = history_sample(federation)
+    rhos = (config.objective.rho, *run.rhos)
+
+    def record(state: ServerState) -> None:
+        if state.round % run.history_every and state.round != config.training.rounds:
+            return
+        losses = evaluate(model, state.theta_average, sample).losses
+        worst = {f"{rho:g}": cvar(losses, rho) for rho in rhos}
+        trace.append({"round": state.round, "mean_loss": float(losses.mean()), "worst_risk": worst})
+
+    return record
 
 
 def run_all(

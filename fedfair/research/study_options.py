@@ -30,6 +30,9 @@ STUDY_METHODS = (
 )
 """The methods the paper study runs (``--methods``), in the order of its labels."""
 
+LONG_ROUNDS = 1000
+"""The convergence table's longer run (``--long-rounds``), beside the profile's own rounds: the paper's count."""
+
 RAY_INSTALL_HINT = (
     "pip install 'fedfair-rcvar[ray]' (in a checkout: .venv/bin/pip install -c constraints.txt -e '.[ray]')"
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -236,12 +237,6 @@ def test_a_run_judged_at_another_rho_is_the_run_trained_at_it() -> None:
         runs.execute(Run((*flags, "--rho", "0.1"), "validation", (), ("race",)))
 
 
-def test_a_run_key_changes_only_with_what_is_asked() -> None:
-    plain = Run(("--dataset", "adult"), "test")
-    assert plain.key == Run(("--dataset", "adult"), "test", (), ()).key
-    assert len({plain.key, Run(plain.flags, "test", (0.3,)).key, Run(plain.flags, "test", (), ("race",)).key}) == 3
-
-
 def test_the_paper_study_refuses_the_drift_studys_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["reproduce", "--out", str(tmp_path), "--alpha", "0.1"]) == 2
     assert "--alpha sets the drift study's Dirichlet split" in capsys.readouterr().err
@@ -374,3 +369,152 @@ def test_the_committed_mnist_baselines_table_regenerates(tmp_path: Path, method:
     summary = reproduce.summary([results[run] for run in runs], TABLE_RHO)
     for metric in ("worst_risk_mean", "mean_risk_mean"):
         assert summary[metric] == pytest.approx(float(committed[metric]), abs=MNIST_REGENERATION_TOLERANCE), metric
+
+
+def test_the_fronts_points_are_every_validation_run_read_at_every_rho_with_the_choice() -> None:
+    """Made-up validation results (nothing trains): FedAvg's one run per point is read at each rho it serves."""
+    profile = Profile(**{**TINY.__dict__, "lr_scales": (1.0, 0.5, 0.25)})
+    grid = Study("rand-hie", profile, ("fedsrcvar", "fedavg"))
+    results: dict[Run, dict[str, Any]] = {}
+    for index, run in enumerate(grid.selection_runs("fedavg", TABLE_RHO)):
+        at_03 = {"mean_risk": 0.5 + index, "worst_risk": 0.9 - 0.1 * index}
+        results[run] = {"rho": TABLE_RHO, "mean_risk": 0.5, "worst_risk": 1.0 + index, "at_rho": {"0.3": at_03}}
+    for rho in grid.rhos:
+        for index, run in enumerate(grid.selection_runs("fedsrcvar", rho)):
+            results[run] = {"rho": rho, "mean_risk": 0.6 + index, "worst_risk": 0.8 - rho * index}
+    choice = {
+        (method, rho): reproduce.chosen(grid, method, rho, results) for method in grid.methods for rho in grid.rhos
+    }
+    points = reproduce.judged_points(grid, results, choice)
+    assert len(points) == len(grid.rhos) * (6 + 3)
+    fedavg = [point for point in points if point.method == METHOD_LABELS["fedavg"] and point.rho == 0.3]
+    assert [point.worst_risk for point in fedavg] == [0.9 - 0.1 * index for index in range(3)]
+    assert [point.mean_risk for point in fedavg] == [0.5 + index for index in range(3)]
+    assert [point.chosen for point in fedavg] == [False, False, True]
+    for rho in grid.rhos:
+        ours = [point for point in points if point.method == METHOD_LABELS["fedsrcvar"] and point.rho == rho]
+        assert [point.point for point in ours] == [point.describe("fedsrcvar") for point in grid.grid("fedsrcvar", rho)]
+        assert [point.worst_risk for point in ours] == [0.8 - rho * index for index in range(6)]
+        assert [point.chosen for point in ours] == [False] * 5 + [True]
+
+
+BASELINES = ("fedsrcvar", "fedavg", "fedavgm", "propfair", "term", "deltafl")
+RAND_HIE = Profile(
+    name="tiny",
+    rounds=10,
+    seeds=2,
+    rhos=(0.3,),
+    trade_off_rhos=(),
+    epsilons=(),
+    taus=(),
+    lr_scales=(1.0, 0.25),
+    fedsrcvar_epsilons=(0.05,),
+    fedavg_local_steps=(1,),
+)
+"""The federated baselines' study on the smallest dataset, 10 rounds: 42 validation runs of a few hundredths of a second."""
+LONG_ROUNDS = 20
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    out = tmp_path_factory.mktemp("baselines")
+    split = reproduce.paper_split("rand-hie")
+    return out, reproduce.reproduce(
+        "rand-hie", out, RAND_HIE, workers=1, split=split, methods=BASELINES, long_rounds=LONG_ROUNDS
+    )
+
+
+def test_every_methods_front_at_every_rho_is_non_empty_non_dominated_and_drawn(
+    baselines: tuple[Path, dict[str, Path]],
+) -> None:
+    _, written = baselines
+    rows = read_csv(written["fronts"])
+    study = Study("rand-hie", RAND_HIE, BASELINES)
+    figure = figures.fronts(rows, math.log(2), "test")
+    lines = {line.get_gid(): line for axis in figure.axes for line in axis.get_lines() if line.get_gid()}
+    for rho in study.rhos:
+        for method in BASELINES:
+            label = METHOD_LABELS[method]
+            mine = [row for row in rows if float(row["rho"]) == rho and row["method"] == label]
+            assert len(mine) == len(study.grid(method, rho))
+            risks = [(float(row["mean_risk"]), float(row["worst_risk"])) for row in mine]
+            front = [risk for risk, row in zip(risks, mine, strict=True) if row["on_front"] == "True"]
+            assert front, (rho, method)
+            for point in front:
+                assert not any(other[0] <= point[0] and other[1] <= point[1] and other != point for other in front)
+            for risk, row in zip(risks, mine, strict=True):  # every point off the front is dominated
+                if row["on_front"] == "False" and row["diverged"] == "False":
+                    assert any(other[0] <= risk[0] and other[1] <= risk[1] and other != risk for other in front)
+            (taken,) = [risk for risk, row in zip(risks, mine, strict=True) if row["chosen"] == "True"]
+            assert taken[1] == min(worst for _, worst in risks if math.isfinite(worst))
+            drawn = lines[f"front:{rho:g}:{label}"]
+            assert list(drawn.get_xdata()) == sorted(mean for mean, _ in front)
+            assert list(lines[f"chosen:{rho:g}:{label}"].get_ydata()) == [taken[1]]
+
+
+def test_the_convergence_table_traces_each_methods_choice_at_both_lengths_on_every_seed(
+    baselines: tuple[Path, dict[str, Path]],
+) -> None:
+    _, written = baselines
+    rows = read_csv(written["convergence"])
+    study = Study("rand-hie", RAND_HIE, BASELINES)
+    assert len(rows) == len(BASELINES) * len(study.rhos) * 2 * RAND_HIE.seeds
+    figure = {(row["method"], float(row["rho"])): row for row in read_csv(written["rho"])}
+    chosen = {key: row["chosen"] for key, row in figure.items()}
+    for (method, rho), row in figure.items():  # at the profile's rounds a traced run is the figure's test run
+        traced = [r for r in rows if (r["method"], float(r["rho"]), int(r["rounds"])) == (method, rho, RAND_HIE.rounds)]
+        held_out = np.mean([float(r["held_out_worst_risk"]) for r in traced])
+        assert held_out == pytest.approx(float(row["worst_risk_mean"]), rel=1e-12)
+    for row in rows:
+        rounds = int(row["rounds"])
+        assert rounds in (RAND_HIE.rounds, LONG_ROUNDS)
+        for settled in (int(row["worst_risk_round"]), int(row["mean_loss_round"])):  # none diverged: every cell set
+            assert 0 < settled <= rounds and (settled % 5 == 0 or settled == rounds)
+        # CVaR of any losses is at least their mean; the trace reads both off the same output iterate.
+        assert float(row["final_worst_risk"]) >= float(row["final_mean_loss"]) > 0.0
+        assert float(row["held_out_worst_risk"]) >= float(row["held_out_mean_risk"]) > 0.0
+        if float(row["rho"]) in RAND_HIE.rhos:  # the point the figure's test runs took
+            assert row["point"] == chosen[(row["method"], float(row["rho"]))]
+    ours = [row for row in rows if row["method"] == METHOD_LABELS["fedsrcvar"]]
+    assert {(float(row["rho"]), int(row["rounds"]), int(row["seed"])) for row in ours} == {
+        (rho, rounds, seed) for rho in study.rhos for rounds in (10, 20) for seed in range(RAND_HIE.seeds)
+    }
+
+
+def test_a_traced_run_is_the_test_run_at_its_rounds_with_a_trace() -> None:
+    study = Study("rand-hie", RAND_HIE, BASELINES)
+    point = Point(0.25, 0.05, momentum=0.0)
+    tested, traced = study.test_runs("fedsrcvar", 0.3, point), study.traced_runs("fedsrcvar", 0.3, point, 10)
+    assert [run.flags for run in traced] == [run.flags for run in tested]
+    assert all(run.history_every == 5 for run in traced) and {run.key for run in traced}.isdisjoint(
+        run.key for run in tested
+    )
+    longer = study.traced_runs("fedavg", 0.3, point, LONG_ROUNDS)
+    assert all(run.flags[run.flags.index("--rounds") + 1] == str(LONG_ROUNDS) for run in longer)
+    assert all(run.rhos == (0.3,) for run in longer)  # a method without rho is traced at every rho it serves
+
+
+def test_the_baselines_study_again_on_its_cache_trains_nothing(
+    baselines: tuple[Path, dict[str, Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out, written = baselines
+
+    def no_training(run: Run) -> dict[str, float]:
+        raise AssertionError(f"{run} trained again although it is cached")
+
+    monkeypatch.setattr(runs, "execute", no_training)
+    split = reproduce.paper_split("rand-hie")
+    again = reproduce.reproduce(
+        "rand-hie", out, RAND_HIE, workers=1, split=split, methods=BASELINES, long_rounds=LONG_ROUNDS
+    )
+    for name in ("fronts", "convergence", "rho"):
+        assert again[name].read_bytes() == written[name].read_bytes()
+
+
+def test_the_command_refuses_a_convergence_it_cannot_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--long-rounds", "100"]) == 2
+    assert "add --convergence" in capsys.readouterr().err
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--convergence", "--long-rounds", "0"]) == 2
+    assert "--long-rounds must be at least 1" in capsys.readouterr().err
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--convergence", "--study", "drift"]) == 2
+    assert "the drift study has none" in capsys.readouterr().err
