@@ -27,7 +27,25 @@ from fedfair.secagg import check_no_wraparound
 logger = logging.getLogger("fedfair.aggregator")
 
 GOODBYE_SECONDS = 10.0
-"""How long the aggregator waits for collaborators to read FINISHED before it stops serving."""
+"""How long the aggregator waits at least for collaborators to read FINISHED before it stops serving."""
+
+BUNDLE_FETCH_BYTES_PER_SECOND = 20e6
+"""The slowest rate, all collaborators' fetches together, that the goodbye allows for the final bundle.
+
+Each collaborator fetches the bundle inside its FINISHED task, so the goodbye must outlast the fetches: at
+d = 10^8 three sites fetch 1.2 GB, which a fixed 10 s cut off on this project's 2-core machine (the aggregator
+stopped serving mid-fetch, and a site kept no bundle). 20 MB/s is well under what loopback or a LAN sustains.
+"""
+
+
+def goodbye_seconds(bundle_bytes: int, collaborators: int) -> float:
+    """The longest the aggregator waits for every task stream to close after FINISHED.
+
+    `GOODBYE_SECONDS`, plus every collaborator's fetch of a `bundle_bytes` bundle at
+    `BUNDLE_FETCH_BYTES_PER_SECOND`. It ends as soon as the last collaborator hangs up, so a prompt federation
+    never waits it out; it bounds the wait on one that has gone silent.
+    """
+    return GOODBYE_SECONDS + collaborators * bundle_bytes / BUNDLE_FETCH_BYTES_PER_SECOND
 
 
 def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
@@ -127,8 +145,10 @@ def run_aggregator(
             summary = loop.run()
             # While collaborators fetch the bundle: the operator's page of the run (never fails the run).
             report = refresh_report(plan.aggregator.output)
-            # Give collaborators a bounded moment to read FINISHED and hang up.
-            loop.network.board.wait_until_alone(GOODBYE_SECONDS)
+            # Give collaborators a bounded moment to read FINISHED, fetch the bundle and hang up.
+            bundle = plan.aggregator.output / BUNDLE_NAME
+            size = bundle.stat().st_size if bundle.exists() else 0
+            loop.network.board.wait_until_alone(goodbye_seconds(size, len(plan.collaborators)))
         finally:
             loop.network.stop()
     say_finished(plan, summary, report)
