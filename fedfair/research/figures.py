@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 PANELS = (("worst_risk", "worst-group risk"), ("mean_risk", "mean risk"), ("disparity", "disparity"))
@@ -139,8 +140,9 @@ def fronts(rows: Sequence[Mapping[str, str]], uniform: float, title: str) -> Fig
     by_rho = _series(rows, "rho")
     methods = list(dict.fromkeys(row["method"] for row in rows))
     colours = {method: f"C{index}" for index, method in enumerate(methods)}
-    figure = Figure(figsize=(4.2 * len(by_rho), 4.5), layout="constrained")
+    figure = Figure(figsize=(max(4.2 * len(by_rho), 6.5), 4.5), layout="constrained")
     for axis, (rho, panel) in zip(figure.subplots(1, len(by_rho), squeeze=False)[0], by_rho.items(), strict=True):
+        _frame_fronts(axis, panel, uniform)
         for method, series in _series(panel, "method").items():
             kept = [row for row in series if row["diverged"] == "False"]
             lost = len(series) - len(kept)
@@ -182,6 +184,28 @@ def fronts(rows: Sequence[Mapping[str, str]], uniform: float, title: str) -> Fig
         axis.legend(fontsize=6)
     figure.suptitle(f"Pareto fronts over each method's grid (validation rows; star: chosen)\n{title}", fontsize=9)
     return figure
+
+
+def _frame_fronts(axis: Axes, panel: Sequence[Mapping[str, str]], uniform: float) -> None:
+    """Frame a panel on the fronts and ln K, counting the grid points it leaves out.
+
+    A grid's worst points that did not diverge can still be two orders of magnitude above its front (TERM's
+    largest tilts at the largest steps), and would shrink every front to a dot.
+    """
+    kept = [(float(row["mean_risk"]), float(row["worst_risk"])) for row in panel if row["diverged"] == "False"]
+    front = [(float(row["mean_risk"]), float(row["worst_risk"])) for row in panel if row["on_front"] == "True"]
+    if not front:
+        return
+    means, worsts = [mean for mean, _ in front], [worst for _, worst in front] + [uniform]
+    x_pad = 0.08 * (max(means) - min(means)) or 0.02
+    y_pad = 0.08 * (max(worsts) - min(worsts)) or 0.02
+    x_low, x_high, y_low, y_high = min(means) - x_pad, max(means) + x_pad, min(worsts) - y_pad, max(worsts) + y_pad
+    axis.set_xlim(x_low, x_high)
+    axis.set_ylim(y_low, y_high)
+    beyond = sum(not (x_low <= mean <= x_high and y_low <= worst <= y_high) for mean, worst in kept)
+    if beyond:
+        note = f"{beyond} grid points beyond the axes (fronts.csv lists them)"
+        axis.text(0.98, 0.02, note, transform=axis.transAxes, ha="right", va="bottom", fontsize=6, color="grey")
 
 
 def save(figure: Figure, path: Path) -> Path:
