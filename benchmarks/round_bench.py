@@ -51,7 +51,8 @@ side: what the protocol and the runtime add.
 Secure sums run in 16-bit words (`--modulus-bits` to change; the plan's clip is 0.05 per unit of weight,
 the fixed update's five standard deviations, with the finest step whose sum cannot wrap), and every
 result carries ``bits_per_coordinate``: what the aggregator received in the round, in bits, over
-parties x d (the masked words plus every stage's keys, shares and signatures; plain rounds send float64).
+parties x d (the masked words plus every stage's keys, shares and signatures; plain rounds send a float32
+model's update in float32, as this bench's is).
 `--secure-only` leaves the plain federations out (and so the ratios), for a d whose plain round this
 machine cannot hold.
 
