@@ -68,10 +68,7 @@ def trade_off(rows: Sequence[Mapping[str, str]], title: str) -> Figure:
         for row, x, y in zip(ordered, means, worsts, strict=True):
             if row["epsilon"] in ("0.001", "0.1", "1"):
                 axis.annotate(f"eps {row['epsilon']}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    axis.set_xlabel("held-out mean risk")
-    axis.set_ylabel("held-out worst-group risk")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
+    _risk_axes(axis, "held-out", legend_size=8)
     figure.suptitle(f"epsilon trade-off: {title}", fontsize=9)
     return figure
 
@@ -178,12 +175,17 @@ def fronts(rows: Sequence[Mapping[str, str]], uniform: float, title: str) -> Fig
                     )
         axis.axhline(uniform, color="grey", linestyle="--", linewidth=1, label=UNIFORM_LABEL, gid=f"uniform:{rho}")
         axis.set_title(f"rho = {rho}", fontsize=9)
-        axis.set_xlabel("validation mean risk")
-        axis.set_ylabel("validation worst-group risk")
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=6)
+        _risk_axes(axis, "validation", legend_size=6)
     figure.suptitle(f"Pareto fronts over each method's grid (validation rows; star: chosen)\n{title}", fontsize=9)
     return figure
+
+
+def _risk_axes(axis: Axes, rows: str, legend_size: int) -> None:
+    """Label a worst-group against mean risk panel, on `rows` ("held-out" or "validation"), with its grid and legend."""
+    axis.set_xlabel(f"{rows} mean risk")
+    axis.set_ylabel(f"{rows} worst-group risk")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=legend_size)
 
 
 def _frame_fronts(axis: Axes, panel: Sequence[Mapping[str, str]], uniform: float) -> None:

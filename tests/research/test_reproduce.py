@@ -254,19 +254,24 @@ def test_a_diverging_run_is_kept_as_nan_and_never_chosen() -> None:
     )
 
 
+def forbid_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make any run that would train fail the test: what follows must come from the cache."""
+
+    def no_training(run: Run) -> dict[str, float]:
+        raise AssertionError(f"{run} trained again although it is cached")
+
+    monkeypatch.setattr(runs, "execute", no_training)
+
+
 def test_a_narrowed_study_is_the_same_runs_and_rows_for_the_methods_asked(
     study: tuple[Path, dict[str, Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--methods keeps the other methods out of the tables and trains nothing the full study has cached."""
     out, written = study
-
-    def no_training(run: Run) -> dict[str, float]:
-        raise AssertionError(f"{run} trained again although the full study cached it")
-
     import shutil
 
     shutil.copytree(out / "cache", out / "narrowed" / "cache")
-    monkeypatch.setattr(runs, "execute", no_training)
+    forbid_training(monkeypatch)
     narrowed = reproduce.reproduce("adult", out / "narrowed", TINY, workers=1, methods=("fedsrcvar", "fedavg"))
     full_rows = read_csv(written["rho"])
     rows = read_csv(narrowed["rho"])
@@ -498,11 +503,7 @@ def test_the_baselines_study_again_on_its_cache_trains_nothing(
     baselines: tuple[Path, dict[str, Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out, written = baselines
-
-    def no_training(run: Run) -> dict[str, float]:
-        raise AssertionError(f"{run} trained again although it is cached")
-
-    monkeypatch.setattr(runs, "execute", no_training)
+    forbid_training(monkeypatch)
     split = reproduce.paper_split("rand-hie")
     again = reproduce.reproduce(
         "rand-hie", out, RAND_HIE, workers=1, split=split, methods=BASELINES, long_rounds=LONG_ROUNDS
