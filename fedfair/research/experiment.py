@@ -64,6 +64,9 @@ class ExperimentConfig:
     secure_aggregation: bool = False
     settings: MethodSettings = field(default_factory=NoSettings)
     """The method's own settings (`fedfair.research.methods`), of the kind its method takes."""
+    colluders: int | None = None
+    """Under distributed DP (`privacy.mode`), the sites that may collude with the aggregator, whose share of the
+    noise the others carry (`--dp-colluders`); None otherwise."""
 
     def __post_init__(self) -> None:
         method = method_named(self.method)
@@ -76,6 +79,7 @@ class ExperimentConfig:
             raise ConfigError("--features picks columns of your own table; pass it with --data FILE --label COLUMN")
         if self.clients < 1:
             raise ConfigError(f"clients must be at least 1, got {self.clients}; e.g. --clients 3")
+        self._check_distributed()
         if self.privacy.enabled and not method.private:
             private = ", ".join(name for name, each in METHODS.items() if each.private)
             raise ConfigError(f"DP-SGD is available for {private}, not {self.method}; drop the --dp-* flags")
@@ -86,6 +90,30 @@ class ExperimentConfig:
             raise ConfigError(
                 f"--drift-correction applies to fedsrcvar and fedavg with --local-steps, not --method {self.method}"
                 f"{' with --local-epochs' if local_epochs else ''}; drop --drift-correction"
+            )
+
+    def _check_distributed(self) -> None:
+        """Refuse what distributed DP cannot train: another method, several local steps, a bad collusion bound."""
+        distributed = self.privacy.enabled and self.privacy.mode == "distributed"
+        if not distributed:
+            if self.colluders is not None:
+                raise ConfigError("--dp-colluders applies under --dp-mode distributed only; drop it")
+            return
+        if self.method != "fedsrcvar":
+            raise ConfigError(
+                f"--dp-mode distributed noises FedSRCVaR's secure sum, not --method {self.method}; use --method "
+                "fedsrcvar, or --dp-mode local for DP-SGD on every collaborator"
+            )
+        local = self.training.local
+        if local.local_steps != 1 or local.corrects_drift:
+            raise ConfigError(
+                "--dp-mode distributed sums one clipped step a round inside the secure sum; "
+                "pass --local-steps 1 and drop --drift-correction"
+            )
+        if self.colluders is None or not 0 <= self.colluders <= self.clients - 2:
+            raise ConfigError(
+                f"--dp-colluders must leave two honest sites of the {self.clients}: a number from 0 to "
+                f"{max(self.clients - 2, 0)}, got {self.colluders}"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -167,11 +195,14 @@ class Outcome:
     c: float | None
     history: list[dict[str, float]]
     privacy: dict[str, dict[str, Any]]
+    noise: dict[str, float | int] = field(default_factory=dict)
+    """The secure sum's distributed DP noise (`SimulationResult.noise`); empty when it carries none."""
 
 
 def _from_result(result: SimulationResult, has_threshold: bool) -> Outcome:
     state = result.state
-    return Outcome(state.theta_average, state.c_average if has_threshold else None, result.history, result.privacy)
+    threshold = state.c_average if has_threshold else None
+    return Outcome(state.theta_average, threshold, result.history, result.privacy, result.noise)
 
 
 def run_method(
@@ -187,6 +218,7 @@ def run_method(
         options=config.simulation,
         secure_aggregation=config.secure_aggregation,
         on_round=on_round,
+        colluders=config.colluders or 0,
     )
     return _from_result(method.run(task, config.settings), method.has_threshold)
 
@@ -251,7 +283,7 @@ def simulate(config: ExperimentConfig, federation: Federation, progress: bool = 
             outcome = run_method(config, federation, lambda state: shown.update(state.round, f"c={state.c:.4f}"))
     else:
         outcome = run_method(config, federation)
-    return {
+    result = {
         "config": config.to_dict(),
         "final": final_report(config, federation, outcome.theta, outcome.c),
         "history": outcome.history,
@@ -259,6 +291,8 @@ def simulate(config: ExperimentConfig, federation: Federation, progress: bool = 
         "seconds": time.perf_counter() - started,
         "clients": {client.name: client.size for client in federation.train},
     }
+    # Only a run under distributed DP has the section, so every other run's JSON keeps its shape.
+    return {**result, "distributed_noise": outcome.noise} if outcome.noise else result
 
 
 def reference(config: ExperimentConfig, federation: Federation) -> dict[str, Any]:

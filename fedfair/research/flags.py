@@ -24,6 +24,7 @@ from fedfair.research.arguments import DEFAULT_BASELINE_LR, add_experiment_argum
 from fedfair.research.experiment import ExperimentConfig
 from fedfair.research.method_names import MOMENTUM_METHODS, RHO_FREE_METHODS
 from fedfair.research.methods import MethodSettings, method_named, settings_for
+from fedfair.runtime.new_federation import default_max_colluding
 from fedfair.simulation.rounds import SimulationOptions
 
 DEFAULT_TRADE_OFF = 0.1
@@ -132,6 +133,11 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
         step_theta = step
     if args.data is None and args.dataset not in DATASETS:
         raise ConfigError(f"unknown dataset '{args.dataset}'; choose one of: {', '.join(DATASETS)} or pass --data FILE")
+    privacy = privacy_config_from_args(args)
+    colluders = args.dp_colluders
+    if privacy.enabled and privacy.mode == "distributed" and colluders is None:
+        # What `fedfair init` writes into a new federation's plan for as many sites.
+        colluders = default_max_colluding(args.clients)
     return ExperimentConfig(
         dataset=args.dataset if args.data is None else Path(args.data).name,
         data=args.data,
@@ -165,9 +171,10 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
             dtype=args.dtype,
             record_every=args.record_every or max(args.rounds // 20, 1),
         ),
-        privacy=privacy_config_from_args(args),
+        privacy=privacy,
         secure_aggregation=args.secure_aggregation,
         settings=method_settings(args),
+        colluders=colluders,
     )
 
 
@@ -206,6 +213,7 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(f"    {key:<14}{test[key]:.5f}")
     lines.append(f"    {'uniform_risk':<14}{final['uniform_risk']:.5f}   (ln K: the uniform classifier's risk)")
     lines.extend(privacy_lines(result.get("privacy") or {}))
+    lines.extend(noise_lines(result.get("distributed_noise") or {}))
     return "\n".join(lines)
 
 
@@ -216,6 +224,21 @@ def privacy_lines(reports: dict[str, dict[str, Any]]) -> list[str]:
     lines = ["  privacy spent (DP-SGD, per collaborator):"]
     lines.extend(f"    {name:<14}{PrivacyReport(**report).describe()}" for name, report in reports.items())
     return lines
+
+
+def noise_lines(noise: dict[str, Any]) -> list[str]:
+    """The noise the secure sums carried under distributed DP (`SecureSum.noise_report`; nothing without)."""
+    if not noise:
+        return []
+    return [
+        "  distributed DP (Skellam noise inside the secure sum):",
+        f"    noise std     {noise['noise_std']:.4g} per coordinate of the decoded weighted sum "
+        f"({noise['noise_multiplier']:.3f} x one record's move of it)",
+        f"    colluders     {noise['colluders']} of {noise['parties']} sites: the others carry the whole noise, so the "
+        f"sum holds {noise['noise_excess']:.3g} x the target's",
+        f"    accounted     epsilon {noise['epsilon']:.3f} at delta {noise['delta']:g} after {noise['rounds']} rounds, "
+        f"every site sampling its records at rate {noise['sample_rate']:.4g}",
+    ]
 
 
 def write_json(path: Path | None, payload: dict[str, Any]) -> None:

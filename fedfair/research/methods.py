@@ -10,7 +10,7 @@ naming whose it is.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
 from fedfair.core.config import DEFAULT_SERVER_MOMENTUM, ObjectiveConfig, TrainingConfig
@@ -21,7 +21,7 @@ from fedfair.research import baselines, dro, fairness_baselines, minimax
 from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
 from fedfair.simulation.federation import Federation
 from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult, run_fedsrcvar
-from fedfair.simulation.secure import SecureSum
+from fedfair.simulation.secure import DistributedDP, SecureSum, federation_dp
 
 # ---------------------------------------------------------------- each method's own settings
 
@@ -160,6 +160,16 @@ class Task:
     options: SimulationOptions = SimulationOptions()
     secure_aggregation: bool = False
     on_round: RoundCallback | None = None
+    colluders: int = 0
+    """Under distributed DP, the sites that may collude with the aggregator (the others carry the noise)."""
+
+    def __post_init__(self) -> None:
+        """Refuse distributed DP without the secure sum: its sites add no noise of their own."""
+        if self.privacy.enabled and self.privacy.mode == "distributed" and not self.secure_aggregation:
+            raise ConfigError(
+                "distributed DP adds its noise inside the secure sum and none at the sites; "
+                "pass --secure-aggregation (Task.secure_aggregation = True)"
+            )
 
 
 @dataclass(frozen=True)
@@ -203,29 +213,36 @@ SECURE_CLIP = 10.0
 SECURE_MODULUS_BITS = 64
 
 
-def secure_sum(federation: Federation) -> SecureSum:
-    """Secure aggregation with the runtime's default encoding.
+def secure_sum(federation: Federation, distributed: DistributedDP | None = None) -> SecureSum:
+    """Secure aggregation with the runtime's default encoding, with ``distributed`` DP noise inside if given.
 
     Deltas clipped to +-10, 64-bit words, as many fractional bits as the largest possible weighted sum leaves
-    room for.
+    room for (under distributed DP the noise's calibration chooses them within that room).
     """
     sizes = [client.size for client in federation.train]
     max_weight = float(max(sizes))
     bits = largest_safe_fractional_bits(SECURE_CLIP, SECURE_MODULUS_BITS, len(sizes), max_weight)
-    return SecureSum(EncodingConfig(SECURE_CLIP, max_weight, bits, SECURE_MODULUS_BITS))
+    return SecureSum(EncodingConfig(SECURE_CLIP, max_weight, bits, SECURE_MODULUS_BITS), distributed=distributed)
 
 
 def _fedsrcvar(task: Task, settings: MethodSettings) -> SimulationResult:
-    aggregate = secure_sum(task.federation) if task.secure_aggregation else Aggregate.of
-    return run_fedsrcvar(
+    privacy = task.privacy
+    distributed = None
+    if privacy.enabled and privacy.mode == "distributed":
+        # The learners take the plan's sampling rate from the same privacy settings the secure sum noises with.
+        distributed = federation_dp(task.federation, task.training, task.objective, privacy, task.colluders)
+        privacy = distributed.privacy
+    summed = secure_sum(task.federation, distributed) if task.secure_aggregation else None
+    result = run_fedsrcvar(
         task.federation,
         task.objective,
         task.training,
         options=task.options,
-        aggregate=aggregate,
+        aggregate=Aggregate.of if summed is None else summed,
         on_round=task.on_round,
-        privacy=task.privacy,
+        privacy=privacy,
     )
+    return result if summed is None else replace(result, noise=summed.noise_report())
 
 
 def _fedavg(task: Task, settings: MethodSettings) -> SimulationResult:

@@ -25,6 +25,7 @@ from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.objective import cvar
 from fedfair.core.server import ServerState
+from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import minimax
 from fedfair.fairness import composition, pooled
 from fedfair.fairness.report import GroupRiskReport
@@ -135,6 +136,10 @@ def federation_for(flags: tuple[str, ...], split: str) -> Federation:
         objective=ObjectiveConfig(),
         training=TrainingConfig(seed=config.training.seed),
         simulation=SimulationOptions(),
+        # How a run trains and sums (DP, the secure sum) is not its data, and the method above need not take it.
+        privacy=PrivacyConfig(),
+        secure_aggregation=False,
+        colluders=None,
     )
     return _data_federation(data, split)
 

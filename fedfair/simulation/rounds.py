@@ -144,6 +144,8 @@ class SimulationResult:
     model: nn.Module
     history: list[dict[str, float]]
     privacy: dict[str, dict[str, float | int | str | None]] = field(default_factory=dict)
+    noise: dict[str, float | int] = field(default_factory=dict)
+    """The secure sum's distributed DP noise (`SecureSum.noise_report`); empty when the sums carry none."""
     vectorised: bool = False
     """Whether the collaborators' local steps ran as one batched computation."""
     loop_reason: str = ""

@@ -6,22 +6,23 @@ the sum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.update import Update
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.distributed import TrainingNoise, party_mu
+from fedfair.privacy.distributed import TrainingNoise, noise_excess, party_mu
 from fedfair.privacy.ring import Ring
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.secagg import Decoded, EncodingConfig, SecAggConfig, simulate_round
 from fedfair.secagg.encode import noised_encoding
 from fedfair.secagg.recovery import check_range
+from fedfair.simulation.federation import Federation
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,37 @@ class DistributedDP:
         )
 
 
+def plan_sample_rate(training: TrainingConfig, sizes: list[int]) -> float:
+    """The Poisson rate every site samples its records at under distributed DP: the plan's batch fraction.
+
+    ``batch_fraction`` when set, 1 under full batches (``batch_size`` 0), else the total batch over all the
+    records (which `make_learners` refuses to exceed), so that one record's chance of taking part is the same
+    at every site.
+    """
+    if training.batch_fraction is not None:
+        return training.batch_fraction
+    if training.batch_size == 0:
+        return 1.0
+    return training.batch_size / sum(sizes)
+
+
+def federation_dp(
+    federation: Federation,
+    training: TrainingConfig,
+    objective: ObjectiveConfig,
+    privacy: PrivacyConfig,
+    colluders: int,
+) -> DistributedDP:
+    """Distributed DP for FedSRCVaR on ``federation``: every site samples at the plan's rate (`plan_sample_rate`).
+
+    The plan's ``privacy`` carries that rate, so the sites' learners and accountants and the secure sum
+    derive the same noise; declared weights (w_k = b_k), one step a round for ``training.rounds`` rounds.
+    """
+    rate = plan_sample_rate(training, [client.size for client in federation.train])
+    sampled = replace(privacy, sample_rate=rate)
+    return DistributedDP(sampled, training.local, objective, rate, training.rounds, colluders)
+
+
 class SecureSum:
     """Sums each round's updates through the real secure-aggregation protocol, in process.
 
@@ -106,6 +138,7 @@ class SecureSum:
         self.error_bounds: list[float] = []
         self.noise_stds: list[float] = []
         self.training_noise: TrainingNoise | None = None
+        self.parties = 0
 
     def __call__(self, updates: list[Update]) -> server.Aggregate:
         """The next round's sum of `updates` (weighted, with their control variates if any), as decoded.
@@ -114,7 +147,7 @@ class SecureSum:
         """
         vectors = [update.weighted_vector().numpy() for update in updates]
         round_number = len(self.error_bounds) + 1
-        parties = len(updates)
+        parties = self.parties = len(updates)
         encoding = self._round_encoding(round_number, vectors[0].size, parties)
         config = SecAggConfig(
             federation_id=self.federation_id,
@@ -132,6 +165,35 @@ class SecureSum:
         with_control = updates[0].control is not None
         weighted_sum = torch.from_numpy(decoded.weighted_sum.copy())
         return server.Aggregate.from_vector(weighted_sum, decoded.total_weight, with_control=with_control)
+
+    def noise_report(self) -> dict[str, float | int]:
+        """What the decoded sums carried under distributed DP, for a run's report; empty without noise.
+
+        noise_std: the last round's standard deviation per coordinate of the decoded weighted sum (real
+        units; the server's step divides it by the total weight). noise_multiplier: that over how far one
+        record moves the sum (`TrainingNoise.sensitivity`): the sigma of the central DP-SGD run the sum
+        amounts to, the colluders' excess included. mu and fractional_bits: the calibrated total in encoded
+        units. noise_excess: parties / (parties - colluders), the target noise's multiple the sum carries
+        when every party is honest. epsilon: what the rounds summed account to at delta, by the sum's own
+        calibration (each site's accountant reports its own, in the run's privacy section).
+        """
+        plan, noise = self.distributed, self.training_noise
+        if plan is None or noise is None:
+            return {}
+        rounds = len(self.noise_stds)
+        return {
+            "noise_std": self.noise_stds[-1],
+            "noise_multiplier": self.noise_stds[-1] / noise.sensitivity,
+            "mu": noise.release.mu,
+            "fractional_bits": noise.fractional_bits,
+            "parties": self.parties,
+            "colluders": plan.colluders,
+            "noise_excess": noise_excess(self.parties, self.parties, plan.colluders),
+            "sample_rate": plan.sample_rate,
+            "rounds": rounds,
+            "delta": plan.privacy.delta,
+            "epsilon": noise.epsilon(rounds, plan.privacy.delta),
+        }
 
     def _sum(self, config: SecAggConfig, vectors: list[np.ndarray], weights: list[float]) -> Decoded:
         """The decoded sum of every party's encoding: through the masking protocol, or added directly."""

@@ -86,3 +86,36 @@ def test_help_states_the_defaults_privacy_config_runs_with(capsys: pytest.Captur
     assert f"per-sample clip bound C (default {defaults.max_grad_norm:g})" in text
     assert "(default 20)" in text  # what the README's privacy table was measured with
     assert f"(default {defaults.delta:g})" in text and f"(default {defaults.accountant})" in text
+    assert f"(default {defaults.mode})" in text
+
+
+def test_dp_mode_distributed_maps_onto_a_distributed_privacy_config_accounted_in_rdp() -> None:
+    parser = argparse.ArgumentParser()
+    add_privacy_arguments(parser)
+    flags = ["--dp-mode", "distributed", "--dp-target-epsilon", "1", "--dp-delta", "1e-5"]
+    config = privacy_config_from_args(parser.parse_args(flags))
+    assert config == PrivacyConfig(enabled=True, target_epsilon=1.0, delta=1e-5, accountant="rdp", mode="distributed")
+    # The sample rate is the federation's batch fraction, set when the run knows its records.
+    assert config.sample_rate is None and config.max_grad_norm == PrivacyConfig().max_grad_norm
+    clipped = privacy_config_from_args(parser.parse_args([*flags, "--dp-max-grad-norm", "5", "--dp-accountant", "rdp"]))
+    assert clipped.max_grad_norm == 5.0 and clipped.mode == "distributed"
+    # Without --dp-mode, a target still means DP-SGD on every collaborator, with its own accountant.
+    local = privacy_config_from_args(parser.parse_args(["--dp-target-epsilon", "1"]))
+    assert (local.mode, local.accountant) == ("local", PrivacyConfig().accountant)
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--dp-mode", "distributed"], "add --dp-target-epsilon"),
+        (["--dp-mode", "distributed", "--dp-noise-multiplier", "1"], "add --dp-target-epsilon"),
+        (["--dp-mode", "distributed", "--dp-target-epsilon", "1", "--dp-accountant", "prv"], "drop --dp-accountant"),
+        (["--dp-target-epsilon", "1", "--dp-colluders", "1"], "add --dp-mode distributed or drop --dp-colluders"),
+        (["--dp-mode", "local"], "--dp-mode needs --dp-noise-multiplier or --dp-target-epsilon"),
+    ],
+)
+def test_distributed_flags_refuse_what_they_cannot_run_naming_the_fix(flags: list[str], fragment: str) -> None:
+    parser = argparse.ArgumentParser()
+    add_privacy_arguments(parser)
+    with pytest.raises(ConfigError, match=fragment):
+        privacy_config_from_args(parser.parse_args(flags))

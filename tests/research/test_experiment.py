@@ -359,3 +359,79 @@ def test_a_negative_thread_count_is_refused(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         main(["simulate", "--rounds", "1", "--threads", "-1"])
     assert "--threads takes a whole number >= 0" in capsys.readouterr().err
+
+
+DISTRIBUTED = ["--secure-aggregation", "--dp-mode", "distributed", "--dp-target-epsilon", "1"]
+"""FedSRCVaR under distributed DP at epsilon 1: the noise inside the secure sum."""
+
+
+def test_distributed_dp_takes_the_collusion_bound_fedfair_init_writes_unless_told() -> None:
+    assert config_from_flags(DISTRIBUTED).colluders == 1  # Adult's 3 sites by race
+    assert config_from_flags([*DISTRIBUTED, "--clients", "2", "--partition", "iid"]).colluders == 0
+    assert config_from_flags([*DISTRIBUTED, "--dp-colluders", "0"]).colluders == 0
+    # Every other run keeps no bound: its config (and so its JSON) says nothing of colluders.
+    assert config_from_flags(["--secure-aggregation"]).colluders is None
+    assert config_from_flags(["--dp-target-epsilon", "1"]).colluders is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--method", "fedavg"], "use --method fedsrcvar, or --dp-mode local"),
+        (["--local-steps", "3"], "pass --local-steps 1"),
+        (["--drift-correction", "scaffold"], "drop --drift-correction"),
+        (["--dp-colluders", "2"], "a number from 0 to 1, got 2"),
+    ],
+)
+def test_distributed_dp_refuses_what_it_cannot_train_naming_the_fix(
+    flags: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--rounds", "1", *DISTRIBUTED, *flags]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("fedfair: error: ") and fragment in error
+
+
+def test_distributed_dp_without_the_secure_sum_is_refused_before_training(
+    small_adult_federation: Federation,
+) -> None:
+    """Its sites add no noise of their own: summed in the clear, the updates would be released unprotected."""
+    config = config_from_flags(["--rounds", "1", "--dp-mode", "distributed", "--dp-target-epsilon", "1"])
+    with pytest.raises(ConfigError, match="pass --secure-aggregation"):
+        run_method(config, small_adult_federation)
+
+
+@pytest.mark.slow
+def test_a_rand_hie_run_under_distributed_dp_spends_at_most_its_target_and_reports_the_noise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The baselines study's federation (6 sites, logistic regression), 20 rounds at epsilon 1, delta 1e-5."""
+    flags = ["--dataset", "rand-hie", "--partition", "site", "--clients", "6", "--model", "logreg", "--rho", "0.1"]
+    flags += ["--rounds", "20", "--server-momentum", "0", "--dp-delta", "1e-5", *DISTRIBUTED]
+    assert main(["simulate", *flags, "--json", str(tmp_path / "run.json")]) == 0
+    result = json.loads((tmp_path / "run.json").read_text())
+    sites = result["privacy"]
+    assert len(sites) == 6
+    for report in sites.values():
+        # Calibrated to the target (mu bisected to 1e-4): all of it spent, none beyond.
+        assert 0.99 <= report["epsilon"] <= 1.0 and report["delta"] == 1e-5
+        assert (report["rounds"], report["steps"], report["accountant"]) == (20, 20, "rdp")
+    noise = result["distributed_noise"]
+    assert (noise["parties"], noise["colluders"], noise["rounds"]) == (6, 1, 20)
+    assert 0.99 <= noise["epsilon"] <= 1.0
+    assert noise["sample_rate"] == pytest.approx(1024 / sum(result["clients"].values()), rel=1e-12)
+    # Every site adds mu / (6 - 1): the decoded sum's Skellam variance is 2 mu 6 / 5, in units of 2^-f.
+    expected = math.sqrt(2 * noise["mu"] * 6 / 5) * 2.0 ** -noise["fractional_bits"]
+    assert noise["noise_std"] == pytest.approx(expected, rel=1e-12) and noise["noise_excess"] == pytest.approx(1.2)
+    out = capsys.readouterr().out
+    assert "distributed DP (Skellam noise inside the secure sum)" in out
+    assert "1 of 6 sites" in out and "epsilon 1.000 at delta 1e-05 after 20 rounds" in out
+
+
+def test_a_secure_run_without_dp_reports_no_noise_and_sums_as_before(small_adult_federation: Federation) -> None:
+    """--secure-aggregation alone: no privacy section, no noise section, the plain run within the sum's bound."""
+    flags = ["--rounds", "4", "--batch-size", "64", "--server-momentum", "0", "--dtype", "float64"]
+    secure = run_method(config_from_flags([*flags, "--secure-aggregation"]), small_adult_federation)
+    plain = run_method(config_from_flags(flags), small_adult_federation)
+    assert secure.noise == {} and secure.privacy == {}
+    # The default encoding's fixed point (43 fractional bits here) errs by about 1e-13 a round.
+    assert float((secure.theta - plain.theta).abs().max()) < 1e-9

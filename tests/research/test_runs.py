@@ -63,3 +63,13 @@ def test_a_traced_run_reports_what_an_untraced_one_does_and_traces_its_output(me
     losses = evaluate(evaluation_model(config, federation), output, history_sample(federation)).losses
     assert trace[-1]["mean_loss"] == pytest.approx(float(np.mean(losses)), rel=1e-12)
     assert trace[-1]["worst_risk"] == pytest.approx({"0.1": cvar(losses, 0.1), "0.3": cvar(losses, 0.3)}, rel=1e-12)
+
+
+def test_a_run_under_distributed_dp_trains_on_the_data_of_the_same_run_without_it() -> None:
+    """How a run trains and sums is not its data: DP and secure-sum flags share the plain run's federation, and a
+    validation run of a study's flags plus distributed DP runs (the data config once refused them)."""
+    flags = ("--dataset", "rand-hie", "--partition", "site", "--clients", "6", "--model", "logreg", "--rounds", "3")
+    private = (*flags, "--secure-aggregation", "--dp-mode", "distributed", "--dp-target-epsilon", "1")
+    assert federation_for(private, "validation") is federation_for(flags, "validation")
+    result = runs.execute(Run(private, "validation"))
+    assert "diverged" not in result and np.isfinite(result["worst_risk"])
