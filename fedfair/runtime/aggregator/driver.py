@@ -186,12 +186,11 @@ class SumDriver:
     ) -> SumOutcome:
         """Open the start stage with `model` for download, then aggregate `dimension`-long vectors.
 
-        `kind` names the aggregation in its public parameters (default: "train" or
-        "evaluate" by `stages`; the statistics aggregation passes its own), and
-        `start_input` is what every participant may fetch at the start stage (the
-        federation's encoder under a [schema]). `screen(peer, values, weight)` sees each plain upload
-        (w * x and w) once it passed the encoding's bounds and raises RefusedError to
-        refuse it; secure sums hide the uploads, so it is not called for them.
+        `kind` names the aggregation in its public parameters (default: "train" or "evaluate" by `stages`; the
+        statistics aggregation passes its own), and `start_input` is what every participant may fetch at the
+        start stage (the federation's encoder under a [schema]). `screen(peer, values, weight)` sees each plain
+        upload (w * x and w) once it passed the encoding's bounds and raises RefusedError to refuse it; secure
+        sums hide the uploads, so it is not called for them. `model` is dropped once the board has cut it.
         """
         roster = tuple(sorted(participants))
         self.answers, self.held_up = {}, {}
