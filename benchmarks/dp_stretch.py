@@ -6,8 +6,9 @@ model, rho = 0.1), every run a `fedfair simulate` run of the flags its row recor
   - "non-private": FedSRCVaR's point the study chose on validation rows (`CHOSEN`, the table's "chosen on
     validation rows"), its test runs' flags as the study builds them (`Study.test_runs`), once per test seed:
     this tree's re-run of the table's figure;
-  - "distributed": the same flags plus `DP_FLAGS` (the secure sum, Skellam noise calibrated to epsilon 1 at
-    delta 1e-5, theta clipped at 20 and c at its own bound, the default colluders), `--repeats` times per seed.
+  - "distributed": the same flags plus `dp_flags` (the secure sum, Skellam noise calibrated to epsilon 1 at the
+    dataset's delta, `DELTAS`, theta clipped at 20 and c at its own bound, the default colluders), `--repeats`
+    times per seed.
     The noise and the Poisson samples come from the OS's CSPRNG, never from the seed, so each run is one draw;
   - a point with several local steps runs at one local step first ("non-private, one local step"), as
     distributed DP sums one clipped step a round;
@@ -46,13 +47,23 @@ from fedfair.research.runs import Run, execute
 CHOSEN = {
     "rand-hie": Point(0.05, 0.01, 1, momentum=0.0),
     "adult": Point(0.25, 0.01, 3, momentum=0.9),
+    "census-income": Point(0.25, 0.01, 3, momentum=0.9),
 }
-"""FedSRCVaR's point chosen on validation rows at rho = 0.1 (docs/figures/baselines_rand_hie_all_rho/ and
-docs/figures/baselines_adult/, table_rho0.1.csv): RAND HIE step x0.05, epsilon 0.01, Algorithm 1's server
-step; Adult step x0.25, epsilon 0.01, 3 local steps, server momentum 0.9."""
+"""FedSRCVaR's point chosen on validation rows at rho = 0.1 (docs/figures/baselines_rand_hie_all_rho/,
+docs/figures/baselines_adult/ and docs/figures/baselines_census/, table_rho0.1.csv): RAND HIE step x0.05,
+epsilon 0.01, Algorithm 1's server step; Adult and Census-Income by race step x0.25, epsilon 0.01, 3 local
+steps, server momentum 0.9."""
 
-DP_FLAGS = ("--secure-aggregation", "--dp-mode", "distributed", "--dp-target-epsilon", "1", "--dp-delta", "1e-05")
-"""Distributed DP at epsilon 1, delta 1e-5; the clip bound and the colluders at `fedfair simulate`'s defaults."""
+DELTAS = {"rand-hie": 1e-5, "adult": 1e-5, "census-income": 1e-6}
+"""Each dataset's delta, below 1 / n for every site's n: 1e-5 where no site holds more than the whole training
+set's 15,140 (RAND HIE) or 32,561 (Adult) rows; 1e-6 on Census-Income by race, whose largest site (167,365
+rows) puts 1 / n at 6.0e-6, above which a delta would permit leaking a whole record."""
+
+
+def dp_flags(dataset: str) -> tuple[str, ...]:
+    """Distributed DP at epsilon 1 and the dataset's delta; the clip bound and the colluders at `simulate`'s defaults."""
+    delta = f"{DELTAS[dataset]:g}"
+    return ("--secure-aggregation", "--dp-mode", "distributed", "--dp-target-epsilon", "1", "--dp-delta", delta)
 
 
 def study_of(dataset: str) -> Study:
@@ -111,7 +122,7 @@ def select_under_dp(study: Study, repeats: int) -> tuple[Point, list[dict[str, A
     for point, run in zip(grid, runs, strict=True):
         if point.local_steps != 1:
             continue
-        flags = (*run.flags, *DP_FLAGS)
+        flags = (*run.flags, *dp_flags(study.dataset))
         risks = [execute(Run(flags, "validation"))["worst_risk"] for _ in range(repeats)]
         rows.append({"point": point.describe(), "flags": list(flags), "worst_risks": risks})
         print(f"dp_stretch: validation {point.describe()}: {np.mean(risks):.4f}", file=sys.stderr)
@@ -161,13 +172,13 @@ def main() -> None:
     if point.local_steps != 1:
         point = dataclasses.replace(point, local_steps=1)
         rows += held_out_rows(study, point, "non-private, one local step", (), 1)
-    rows += held_out_rows(study, point, "distributed", DP_FLAGS, args.repeats)
+    rows += held_out_rows(study, point, "distributed", dp_flags(args.dataset), args.repeats)
     document: dict[str, Any] = {"dataset": args.dataset, "rho": TABLE_RHO, "point": point.describe()}
     if args.select:
         chosen, validation = select_under_dp(study, args.select)
         document |= {"chosen_under_dp": chosen.describe(), "validation": validation}
         if chosen != point:
-            rows += held_out_rows(study, chosen, "distributed, chosen under DP", DP_FLAGS, args.repeats)
+            rows += held_out_rows(study, chosen, "distributed, chosen under DP", dp_flags(args.dataset), args.repeats)
     document |= {"summary": summary(rows), "rows": rows, "seconds": time.perf_counter() - started}
     publish(document, args.json)
 
