@@ -66,7 +66,7 @@ from fedfair.secagg.encode import Encoder, EncodingConfig, largest_safe_fraction
 from fedfair.secagg.noise import NoiseConfig
 from fedfair.secagg.rotation import rotation_key
 from fedfair.simulation.rounds import run_fedsrcvar
-from fedfair.simulation.secure import DistributedDP, SecureSum
+from fedfair.simulation.secure import DistributedDP, SecureSum, plan_sample_rate
 
 EPSILONS = (1.0, 3.0, 8.0)
 DELTA = 1e-5
@@ -135,8 +135,7 @@ def run(
     federation = load_federation(config)
     sites = len(federation.train)
     sizes = [client.size for client in federation.train]
-    records = sum(sizes)
-    rate = config.training.batch_size / records
+    rate = plan_sample_rate(config.training, sizes)
     batches = client_batch_sizes(sizes, config.training.batch_size)  # b_k as make_learners sets it
     # What one record's step is scaled by: w_k / b_k, 1 / min b_k under equal weights.
     weight_per_record = 1.0 / min(batches) if weights == "equal" else 1.0
