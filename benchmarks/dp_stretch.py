@@ -57,8 +57,8 @@ race step x0.25, MNIST by digit step x1, each with epsilon 0.01, 3 local steps a
 
 DELTAS = {"rand-hie": 1e-5, "adult": 1e-5, "census-income": 1e-6, "mnist": 1e-5}
 """Each dataset's delta, below 1 / n for every site's n: 1e-5 where no site holds more than the whole training
-set's 15,140 (RAND HIE), 32,561 (Adult) or 60,000 (MNIST) rows; 1e-6 on Census-Income by race, whose largest site (167,365
-rows) puts 1 / n at 6.0e-6, above which a delta would permit leaking a whole record."""
+set's 15,140 (RAND HIE), 32,561 (Adult) or 60,000 (MNIST) rows; 1e-6 on Census-Income by race, whose largest
+site (167,365 rows) puts 1 / n at 6.0e-6, above which a delta would permit leaking a whole record."""
 
 
 def dp_flags(dataset: str) -> tuple[str, ...]:
