@@ -1,7 +1,8 @@
 """FedSRCVaR under distributed DP at epsilon 1, in the protocol of docs/paper.md's baselines table (issue 53).
 
-For one dataset of the baselines study (`fedfair reproduce --profile figure1`, the dataset's paper split and
-model, rho = 0.1), every run a `fedfair simulate` run of the flags its row records:
+For one baselines study (`fedfair reproduce --profile figure1`: a dataset in its paper split, or in another split
+`SPLITS` names, with the split's model, at rho = 0.1), every run a `fedfair simulate` run of the flags its row
+records:
 
   - "non-private": FedSRCVaR's point the study chose on validation rows (`CHOSEN`, the table's "chosen on
     validation rows"), its test runs' flags as the study builds them (`Study.test_runs`), once per test seed:
@@ -39,37 +40,49 @@ import torch
 from published import publish
 from fedfair.research.experiment import load_federation, simulate
 from fedfair.research.flags import config_from_flags
-from fedfair.research.paper_splits import paper_split
+from fedfair.research.paper_splits import PaperSplit, paper_split
 from fedfair.research.profiles import PROFILES, TABLE_RHO
 from fedfair.research.reproduce import Point, Study
 from fedfair.research.runs import Run, execute
+
+SPLITS = {"census-income-51": ("census-income", paper_split("census-income", "previous_state", 51))}
+"""The studies not in their dataset's paper split, by name: each one's dataset and split (`reproduce
+--partition previous_state --clients 51`); any other study's name is its dataset's, in its paper split."""
 
 CHOSEN = {
     "rand-hie": Point(0.05, 0.01, 1, momentum=0.0),
     "adult": Point(0.25, 0.01, 3, momentum=0.9),
     "census-income": Point(0.25, 0.01, 3, momentum=0.9),
+    "census-income-51": Point(0.25, 0.01, 3, momentum=0.0),
     "mnist": Point(1, 0.01, 3, momentum=0.9),
 }
-"""FedSRCVaR's point chosen on validation rows at rho = 0.1 (docs/figures/baselines_rand_hie_all_rho/,
-docs/figures/baselines_adult/, docs/figures/baselines_census/ and docs/figures/baselines_mnist/,
-table_rho0.1.csv): RAND HIE step x0.05, epsilon 0.01, Algorithm 1's server step; Adult and Census-Income by
-race step x0.25, MNIST by digit step x1, each with epsilon 0.01, 3 local steps and server momentum 0.9."""
+"""Each study's FedSRCVaR point chosen on validation rows at rho = 0.1 (table_rho0.1.csv of
+docs/figures/baselines_rand_hie_all_rho/, baselines_adult/, baselines_census/, baselines_census_51/ and
+baselines_mnist/): RAND HIE step x0.05, epsilon 0.01, Algorithm 1's server step; Adult and Census-Income by
+race step x0.25, MNIST by digit step x1, each with epsilon 0.01, 3 local steps and server momentum 0.9;
+Census-Income in 51 sites step x0.25, epsilon 0.01, 3 local steps and Algorithm 1's server step."""
 
-DELTAS = {"rand-hie": 1e-5, "adult": 1e-5, "census-income": 1e-6, "mnist": 1e-5}
-"""Each dataset's delta, below 1 / n for every site's n: 1e-5 where no site holds more than the whole training
+DELTAS = {"rand-hie": 1e-5, "adult": 1e-5, "census-income": 1e-6, "census-income-51": 1e-6, "mnist": 1e-5}
+"""Each study's delta, below 1 / n for every site's n: 1e-5 where no site holds more than the whole training
 set's 15,140 (RAND HIE), 32,561 (Adult) or 60,000 (MNIST) rows; 1e-6 on Census-Income by race, whose largest
-site (167,365 rows) puts 1 / n at 6.0e-6, above which a delta would permit leaking a whole record."""
+site (167,365 rows) puts 1 / n at 6.0e-6, above which a delta would permit leaking a whole record, and in 51
+sites, which split the same rows."""
 
 
-def dp_flags(dataset: str) -> tuple[str, ...]:
-    """Distributed DP at epsilon 1 and the dataset's delta; the clip bound and the colluders at `simulate`'s defaults."""
-    delta = f"{DELTAS[dataset]:g}"
+def dp_flags(study: str) -> tuple[str, ...]:
+    """Distributed DP at epsilon 1 and the study's delta; the clip bound and the colluders at `simulate`'s defaults."""
+    delta = f"{DELTAS[study]:g}"
     return ("--secure-aggregation", "--dp-mode", "distributed", "--dp-target-epsilon", "1", "--dp-delta", delta)
 
 
-def study_of(dataset: str) -> Study:
-    """The baselines study of `dataset` as `fedfair reproduce --profile figure1` builds it, FedSRCVaR's runs."""
-    split = paper_split(dataset)
+def dataset_and_split(study: str) -> tuple[str, PaperSplit]:
+    """The dataset `study` trains on and how it splits it into clients."""
+    return SPLITS.get(study, (study, paper_split(study)))
+
+
+def study_of(name: str) -> Study:
+    """The baselines study `name` as `fedfair reproduce --profile figure1` builds it, FedSRCVaR's runs."""
+    dataset, split = dataset_and_split(name)
     profile = PROFILES["figure1"]
     profile = profile if split.model is None else dataclasses.replace(profile, model=split.model)
     return Study(dataset, profile, ("fedsrcvar",), split=split)
@@ -115,7 +128,7 @@ def held_out_rows(study: Study, point: Point, kind: str, extra: Sequence[str], r
     return rows
 
 
-def select_under_dp(study: Study, repeats: int) -> tuple[Point, list[dict[str, Any]]]:
+def select_under_dp(name: str, study: Study, repeats: int) -> tuple[Point, list[dict[str, Any]]]:
     """The one-local-step point of FedSRCVaR's grid with the lowest mean validation worst-decile risk under DP."""
     grid = study.grid("fedsrcvar", TABLE_RHO)
     runs = study.selection_runs("fedsrcvar", TABLE_RHO)
@@ -123,7 +136,7 @@ def select_under_dp(study: Study, repeats: int) -> tuple[Point, list[dict[str, A
     for point, run in zip(grid, runs, strict=True):
         if point.local_steps != 1:
             continue
-        flags = (*run.flags, *dp_flags(study.dataset))
+        flags = (*run.flags, *dp_flags(name))
         risks = [execute(Run(flags, "validation"))["worst_risk"] for _ in range(repeats)]
         rows.append({"point": point.describe(), "flags": list(flags), "worst_risks": risks})
         print(f"dp_stretch: validation {point.describe()}: {np.mean(risks):.4f}", file=sys.stderr)
@@ -160,7 +173,12 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", choices=sorted(CHOSEN), default="rand-hie")
+    parser.add_argument(
+        "--dataset",
+        choices=sorted(CHOSEN),
+        default="rand-hie",
+        help="the study: a dataset in its paper split, or a name in SPLITS",
+    )
     parser.add_argument("--repeats", type=int, default=10, help="runs of each DP test seed (default 10)")
     parser.add_argument("--select", type=int, default=0, metavar="R", help="also choose under DP, R runs a point")
     parser.add_argument("--json", type=Path)
@@ -174,9 +192,14 @@ def main() -> None:
         point = dataclasses.replace(point, local_steps=1)
         rows += held_out_rows(study, point, "non-private, one local step", (), 1)
     rows += held_out_rows(study, point, "distributed", dp_flags(args.dataset), args.repeats)
-    document: dict[str, Any] = {"dataset": args.dataset, "rho": TABLE_RHO, "point": point.describe()}
+    document: dict[str, Any] = {
+        "dataset": args.dataset,
+        "split": study.split.describe(),
+        "rho": TABLE_RHO,
+        "point": point.describe(),
+    }
     if args.select:
-        chosen, validation = select_under_dp(study, args.select)
+        chosen, validation = select_under_dp(args.dataset, study, args.select)
         document |= {"chosen_under_dp": chosen.describe(), "validation": validation}
         if chosen != point:
             rows += held_out_rows(study, chosen, "distributed, chosen under DP", dp_flags(args.dataset), args.repeats)

@@ -1,6 +1,6 @@
 """benchmarks/dp_stretch.py's committed runs hold what docs/paper.md reads off them: each stretch starts from the
 point its study chose, its rows are the runs its flags describe, the summary is theirs, every site's accountant
-stayed within epsilon 1 at the dataset's delta, and a run on this tree lands where the committed runs did."""
+stayed within epsilon 1 at the study's delta, and a run on this tree lands where the committed runs did."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ TABLES = {
     "rand-hie": "baselines_rand_hie_all_rho",
     "adult": "baselines_adult",
     "census-income": "baselines_census",
+    "census-income-51": "baselines_census_51",
     "mnist": "baselines_mnist",
 }
-"""Each dataset's baselines study, whose rho = 0.1 table names FedSRCVaR's chosen point."""
+"""Each stretch's baselines study, whose rho = 0.1 table names FedSRCVaR's chosen point."""
 
 RERUN_TOLERANCE = 1e-8
 """Absolute, on a worst-decile risk near 0.7: the non-private rows re-run the table's test runs with the same flags
@@ -51,29 +52,29 @@ def committed() -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in sorted(STRETCH.glob("*.json"))]
 
 
-def fedsrcvar_row(dataset: str) -> dict[str, str]:
-    with open(ROOT / "docs" / "figures" / TABLES[dataset] / "table_rho0.1.csv", newline="") as handle:
+def fedsrcvar_row(name: str) -> dict[str, str]:
+    with open(ROOT / "docs" / "figures" / TABLES[name] / "table_rho0.1.csv", newline="") as handle:
         return next(row for row in csv.DictReader(handle) if row["method"] == "FedSRCVaR" and row["rho"] == "0.1")
 
 
 def test_every_stretch_starts_from_the_point_its_study_chose_on_validation_rows(dp_stretch: ModuleType) -> None:
     assert set(dp_stretch.CHOSEN) == set(TABLES) == set(dp_stretch.DELTAS)
-    for dataset, point in dp_stretch.CHOSEN.items():
-        assert point.describe() == fedsrcvar_row(dataset)["chosen"], dataset
+    for name, point in dp_stretch.CHOSEN.items():
+        assert point.describe() == fedsrcvar_row(name)["chosen"], name
 
 
 @pytest.mark.parametrize("document", committed(), ids=lambda document: document["dataset"])
 def test_a_committed_stretch_is_the_runs_its_flags_describe(dp_stretch: ModuleType, document: dict[str, Any]) -> None:
-    dataset, rows = document["dataset"], document["rows"]
-    study = dp_stretch.study_of(dataset)
-    point = dp_stretch.CHOSEN[dataset]
+    name, rows = document["dataset"], document["rows"]
+    study = dp_stretch.study_of(name)
+    point = dp_stretch.CHOSEN[name]
     one_step = dataclasses.replace(point, local_steps=1)
     expected = {"non-private": [tuple(run.flags) for run in study.test_runs("fedsrcvar", 0.1, point)]}
     if one_step != point:
         expected["non-private, one local step"] = [
             tuple(run.flags) for run in study.test_runs("fedsrcvar", 0.1, one_step)
         ]
-    dp = dp_stretch.dp_flags(dataset)
+    dp = dp_stretch.dp_flags(name)
     expected["distributed"] = [(*run.flags, *dp) for run in study.test_runs("fedsrcvar", 0.1, one_step)]
     # Without --select nothing was chosen under DP; the same point chosen again adds no rows.
     if document.get("chosen_under_dp", document["point"]) != document["point"]:
@@ -88,13 +89,13 @@ def test_a_committed_stretch_is_the_runs_its_flags_describe(dp_stretch: ModuleTy
     # The summary is computed from these rows, not edited beside them.
     assert json.loads(json.dumps(dp_stretch.summary(rows))) == document["summary"]
     # The non-private re-run is the table's figure.
-    table = fedsrcvar_row(dataset)
+    table = fedsrcvar_row(name)
     assert document["summary"]["non-private"]["worst_risk_mean"] == pytest.approx(
         float(table["worst_risk_mean"]), abs=RERUN_TOLERANCE
     )
     for row in rows:
         if "distributed" in row["kind"]:
-            assert row["delta"] == dp_stretch.DELTAS[dataset]
+            assert row["delta"] == dp_stretch.DELTAS[name]
             # Calibrated to spend the budget, never more: within 1e-3 of epsilon 1 from below.
             assert 0.999 <= row["epsilon_spent"] <= 1.0, row
             assert row["noise_std"] > 0 and math.isfinite(row["worst_risk"])
