@@ -330,18 +330,39 @@ change could do to a method's result; the nearest two methods in the table are 2
 def test_the_committed_rand_hie_baselines_table_regenerates(tmp_path: Path, method: str, point: Point) -> None:
     # The test runs of two rows of docs/figures/baselines_rand_hie/ (FedSRCVaR and the nearest baseline, at
     # the points chosen on validation rows), re-run on today's tree: 2 seeds of 200 rounds of logistic
-    # regression, a few seconds each.
-    rows = {row["method"]: row for row in read_csv(REGENERATED)}
+    # regression, a few seconds each. As `--rhos 0.1` builds them, with the paper's logreg.
+    assert_regenerates(
+        tmp_path, REGENERATED, "rand-hie", method, point, (TABLE_RHO,), TABLE_RHO, REGENERATION_TOLERANCE
+    )
+
+
+def assert_regenerates(
+    tmp_path: Path,
+    table: Path,
+    dataset: str,
+    method: str,
+    point: Point,
+    study_rhos: tuple[float, ...],
+    rho: float,
+    tolerance: float,
+) -> None:
+    """`method`'s row at `rho` of a committed `table` comes back within `tolerance` from its test runs re-run here.
+
+    The runs are built as `fedfair reproduce --profile figure1` builds them for `dataset` in its paper split, its
+    paper model, at `study_rhos` (which a method without rho is judged at, and which enters its runs' keys).
+    """
+    rows = {row["method"]: row for row in read_csv(table) if float(row["rho"]) == rho}
     committed = rows[METHOD_LABELS[method]]
     assert committed["chosen"] == point.describe(method), "the table chose another point; update this test's"
-    # As `fedfair reproduce --profile figure1 --dataset rand-hie --rhos 0.1` builds it: the paper's logreg.
-    profile = Profile(**{**PROFILES["figure1"].__dict__, "model": "logreg", "rhos": (TABLE_RHO,)})
-    study = Study("rand-hie", profile, (method,), split=reproduce.paper_split("rand-hie"))
-    runs = study.test_runs(method, TABLE_RHO, point)
+    split = reproduce.paper_split(dataset)
+    model = split.model or PROFILES["figure1"].model
+    profile = Profile(**{**PROFILES["figure1"].__dict__, "model": model, "rhos": study_rhos})
+    study = Study(dataset, profile, (method,), split=split)
+    runs = study.test_runs(method, rho, point)
     results = run_all(runs, tmp_path, 1, "regenerating")
-    summary = reproduce.summary([results[run] for run in runs], TABLE_RHO)
+    summary = reproduce.summary([results[run] for run in runs], rho)
     for metric in ("worst_risk_mean", "mean_risk_mean"):
-        assert summary[metric] == pytest.approx(float(committed[metric]), abs=REGENERATION_TOLERANCE), metric
+        assert summary[metric] == pytest.approx(float(committed[metric]), abs=tolerance), metric
 
 
 MNIST_REGENERATED = Path(__file__).resolve().parents[2] / "docs" / "figures" / "baselines_mnist" / "fig2_rho.csv"
@@ -350,37 +371,14 @@ MNIST_REGENERATION_TOLERANCE = 2e-3
 more than a convex model's, so a quarter of the seeds' own spread (0.007) and a twelfth of the gap between
 FedSRCVaR and the nearest baseline (0.024), which is what the page's claim rests on."""
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("method", "point"),
-    [
-        ("fedsrcvar", Point(1.0, 0.01, local_steps=3, momentum=0.9)),
-        ("fedavgm", Point(1.0, local_steps=3, momentum=0.9)),
-    ],
-)
-def test_the_committed_mnist_baselines_table_regenerates(tmp_path: Path, method: str, point: Point) -> None:
-    # FedSRCVaR's and the nearest baseline's rows of docs/figures/baselines_mnist/, at the points chosen on
-    # validation rows, re-run on today's tree: 2 seeds of 200 rounds of the MLP, about 30 s each.
-    rows = {row["method"]: row for row in read_csv(MNIST_REGENERATED)}
-    committed = rows[METHOD_LABELS[method]]
-    assert committed["chosen"] == point.describe(method), "the table chose another point; update this test's"
-    split = reproduce.paper_split("mnist")
-    model = split.model or PROFILES["figure1"].model
-    profile = Profile(**{**PROFILES["figure1"].__dict__, "model": model, "rhos": (TABLE_RHO,)})
-    study = Study("mnist", profile, (method,), split=split)
-    runs = study.test_runs(method, TABLE_RHO, point)
-    results = run_all(runs, tmp_path, 1, "regenerating")
-    summary = reproduce.summary([results[run] for run in runs], TABLE_RHO)
-    for metric in ("worst_risk_mean", "mean_risk_mean"):
-        assert summary[metric] == pytest.approx(float(committed[metric]), abs=MNIST_REGENERATION_TOLERANCE), metric
-
-
 MNIST_ALL_RHO = Path(__file__).resolve().parents[2] / "docs" / "figures" / "baselines_mnist_all_rho" / "fig2_rho.csv"
 MNIST_HIGH_RHO_TOLERANCE = 3e-4
 """Absolute, on a held-out worst-30%-risk near 0.113 at rho = 0.7: MNIST_REGENERATION_TOLERANCE scaled to the smaller
 risk (2e-3 x 0.113 / 0.73), a sixth of the seeds' own spread (0.002). The page reads FedSRCVaR and FedAvgM as tied
 there (2e-4 apart); the test holds each to its committed figure, not the order between them."""
+
+ONE_RHO = (TABLE_RHO,)
+FOUR_RHO = PROFILES["figure1"].rhos
 
 
 def test_the_four_rho_mnist_study_repeats_the_one_rho_table_at_rho_0_1() -> None:
@@ -395,27 +393,35 @@ def test_the_four_rho_mnist_study_repeats_the_one_rho_table_at_rho_0_1() -> None
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("method", "point"),
+    ("table", "study_rhos", "rho", "method", "point", "tolerance"),
     [
-        ("fedsrcvar", Point(1.0, 0.05, local_steps=3, momentum=0.9)),
-        ("fedavgm", Point(1.0, local_steps=3, momentum=0.9)),
+        (
+            MNIST_REGENERATED,
+            ONE_RHO,
+            TABLE_RHO,
+            "fedsrcvar",
+            Point(1.0, 0.01, 3, momentum=0.9),
+            MNIST_REGENERATION_TOLERANCE,
+        ),
+        (
+            MNIST_REGENERATED,
+            ONE_RHO,
+            TABLE_RHO,
+            "fedavgm",
+            Point(1.0, local_steps=3, momentum=0.9),
+            MNIST_REGENERATION_TOLERANCE,
+        ),
+        (MNIST_ALL_RHO, FOUR_RHO, 0.7, "fedsrcvar", Point(1.0, 0.05, 3, momentum=0.9), MNIST_HIGH_RHO_TOLERANCE),
+        (MNIST_ALL_RHO, FOUR_RHO, 0.7, "fedavgm", Point(1.0, local_steps=3, momentum=0.9), MNIST_HIGH_RHO_TOLERANCE),
     ],
 )
-def test_the_committed_four_rho_mnist_table_regenerates_at_rho_0_7(tmp_path: Path, method: str, point: Point) -> None:
-    # The rho = 0.7 rows of docs/figures/baselines_mnist_all_rho/, where FedAvgM is 2e-4 below FedSRCVaR, re-run on
-    # today's tree as the four-rho study builds them (FedAvgM trained once and judged at every rho).
-    rows = {row["method"]: row for row in read_csv(MNIST_ALL_RHO) if float(row["rho"]) == 0.7}
-    committed = rows[METHOD_LABELS[method]]
-    assert committed["chosen"] == point.describe(method), "the table chose another point; update this test's"
-    split = reproduce.paper_split("mnist")
-    profile = Profile(**{**PROFILES["figure1"].__dict__, "model": split.model or PROFILES["figure1"].model})
-    assert 0.7 in profile.rhos
-    study = Study("mnist", profile, (method,), split=split)
-    runs = study.test_runs(method, 0.7, point)
-    results = run_all(runs, tmp_path, 1, "regenerating")
-    summary = reproduce.summary([results[run] for run in runs], 0.7)
-    for metric in ("worst_risk_mean", "mean_risk_mean"):
-        assert summary[metric] == pytest.approx(float(committed[metric]), abs=MNIST_HIGH_RHO_TOLERANCE), metric
+def test_the_committed_mnist_baselines_tables_regenerate(
+    tmp_path: Path, table: Path, study_rhos: tuple[float, ...], rho: float, method: str, point: Point, tolerance: float
+) -> None:
+    # FedSRCVaR's and the nearest baseline's rows, at the points chosen on validation rows, re-run on today's tree
+    # (2 seeds of 200 rounds of the MLP, about 30 s each): the one-rho table's, and the four-rho study's at rho = 0.7,
+    # where FedAvgM is 2e-4 below FedSRCVaR (FedAvgM trained once there and judged at every rho).
+    assert_regenerates(tmp_path, table, "mnist", method, point, study_rhos, rho, tolerance)
 
 
 def test_the_fronts_points_are_every_validation_run_read_at_every_rho_with_the_choice() -> None:
