@@ -381,14 +381,33 @@ ONE_RHO = (TABLE_RHO,)
 FOUR_RHO = PROFILES["figure1"].rhos
 
 
-def test_the_four_rho_mnist_study_repeats_the_one_rho_table_at_rho_0_1() -> None:
+FIGURES = Path(__file__).resolve().parents[2] / "docs" / "figures"
+
+
+@pytest.mark.parametrize(
+    ("one_rho", "four_rho", "tolerance", "term_tolerance"),
+    [
+        ("baselines_mnist", "baselines_mnist_all_rho", 0.0, 0.0),
+        ("baselines_adult", "baselines_adult_all_rho", 1e-7, 0.01),
+    ],
+)
+def test_a_four_rho_study_repeats_its_one_rho_table_at_rho_0_1(
+    one_rho: str, four_rho: str, tolerance: float, term_tolerance: float
+) -> None:
     # The two studies share no baseline run (a method without rho is judged at every rho of its study, which
-    # enters its key), so this column was trained again on another commit and must agree bit for bit.
-    one_rho = {row["method"]: row for row in read_csv(MNIST_REGENERATED)}
-    four_rho = {row["method"]: row for row in read_csv(MNIST_ALL_RHO) if float(row["rho"]) == TABLE_RHO}
-    assert set(four_rho) == set(one_rho)
-    for method, row in one_rho.items():
-        assert {key: four_rho[method][key] for key in row} == row, method
+    # enters its key), so this column was trained again on another commit. MNIST's agrees bit for bit. Adult's
+    # was trained across float32 memory changes that move the last bits: within 1e-7, and TERM, whose tilt
+    # amplifies them, within half its seeds' spread (0.019) of its one-rho figure.
+    before = {row["method"]: row for row in read_csv(FIGURES / one_rho / "fig2_rho.csv")}
+    after = {
+        row["method"]: row for row in read_csv(FIGURES / four_rho / "fig2_rho.csv") if float(row["rho"]) == TABLE_RHO
+    }
+    assert set(after) == set(before)
+    for method, row in before.items():
+        assert after[method]["chosen"] == row["chosen"], method
+        bound = term_tolerance if method == METHOD_LABELS["term"] else tolerance
+        for metric in ("worst_risk_mean", "mean_risk_mean"):
+            assert float(after[method][metric]) == pytest.approx(float(row[metric]), abs=bound), (method, metric)
 
 
 @pytest.mark.slow
