@@ -387,12 +387,12 @@ FIGURES = Path(__file__).resolve().parents[2] / "docs" / "figures"
 @pytest.mark.parametrize(
     ("one_rho", "four_rho", "tolerance", "term_tolerance"),
     [
-        ("baselines_mnist", "baselines_mnist_all_rho", 0.0, 0.0),
+        ("baselines_mnist", "baselines_mnist_all_rho", 0.0, None),
         ("baselines_adult", "baselines_adult_all_rho", 1e-7, 0.01),
     ],
 )
 def test_a_four_rho_study_repeats_its_one_rho_table_at_rho_0_1(
-    one_rho: str, four_rho: str, tolerance: float, term_tolerance: float
+    one_rho: str, four_rho: str, tolerance: float, term_tolerance: float | None
 ) -> None:
     # The two studies share no baseline run (a method without rho is judged at every rho of its study, which
     # enters its key), so this column was trained again on another commit. MNIST's agrees bit for bit. Adult's
@@ -405,8 +405,14 @@ def test_a_four_rho_study_repeats_its_one_rho_table_at_rho_0_1(
     assert set(after) == set(before)
     for method, row in before.items():
         assert after[method]["chosen"] == row["chosen"], method
-        bound = term_tolerance if method == METHOD_LABELS["term"] else tolerance
-        for metric in ("worst_risk_mean", "mean_risk_mean"):
+        # Every figure of the row; where TERM is held looser, its spread and disparity move with its seeds, so
+        # only its two risks.
+        term = method == METHOD_LABELS["term"] and term_tolerance is not None
+        metrics = (
+            ("worst_risk_mean", "mean_risk_mean") if term else [key for key in row if key not in ("method", "chosen")]
+        )
+        for metric in metrics:
+            bound = term_tolerance if term else tolerance
             assert float(after[method][metric]) == pytest.approx(float(row[metric]), abs=bound), (method, metric)
 
 
