@@ -20,6 +20,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,22 @@ FIGURES = Path("figures") / "benchmarks"
 DEPTH = 3
 """Nesting levels of a document without a section of its own shown as rows; deeper ones are left to the JSON."""
 
-SECTIONS: dict[str, Callable[[str, Mapping[str, Any]], Section]] = {
+Shows = Callable[[str, Mapping[str, Any]], Section]
+"""How one result file becomes its section on the page."""
+
+
+def elsewhere(shows: Shows, where: str) -> Shows:
+    """`shows` for a run on another machine than this one (a lent GPU machine): the same section, its title
+    saying where, so that both runs keep a heading of their own."""
+
+    def shown_there(name: str, document: Mapping[str, Any]) -> Section:
+        section = shows(name, document)
+        return replace(section, title=f"{section.title}, {where}")
+
+    return shown_there
+
+
+SECTIONS: dict[str, Shows] = {
     "startup_bench": startup_bench,
     "round_bench": round_bench,
     "round_bench_processes": round_bench,
@@ -60,6 +76,9 @@ SECTIONS: dict[str, Callable[[str, Mapping[str, Any]], Section]] = {
     "influence_bench": influence_bench,
     "federation_bench": federation_bench,
     "simulation_speed": simulation_speed,
+    "dp_bench_h100": elsewhere(dp_bench, "on a machine with an H100 GPU"),
+    "simulation_speed_h100_cuda": elsewhere(simulation_speed, "on the H100 GPU"),
+    "simulation_speed_h100_cpu": elsewhere(simulation_speed, "on the H100 machine's CPU"),
     "attack_matrix": attack_matrix,
 }
 """Each result file's section, in the order the page shows them: cost first, then learning, then security."""
