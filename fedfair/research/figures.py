@@ -20,6 +20,26 @@ PANELS = (("worst_risk", "worst-group risk"), ("mean_risk", "mean risk"), ("disp
 
 UNIFORM_LABEL = "uniform classifier (ln K)"
 
+COLOURS = (*(f"C{index}" for index in range(10)), "black", "olive")
+"""One colour per method of a figure: matplotlib's ten, then two more, so the twelve methods of a full Figure 1
+panel each get their own (the ten alone gave CVaR-SGD FedSRCVaR's blue)."""
+
+
+def _styles(methods: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Each method's colour, line and marker.
+
+    A centralized method is dashed with square markers, a federated one solid with round ones, so a panel tells
+    the two kinds apart even where colours are hard to.
+    """
+    return {
+        method: {
+            "color": COLOURS[index % len(COLOURS)],
+            "linestyle": "--" if "(central)" in method else "-",
+            "marker": "s" if "(central)" in method else "o",
+        }
+        for index, method in enumerate(methods)
+    }
+
 
 def _series(rows: Sequence[Mapping[str, str]], key: str) -> dict[str, list[Mapping[str, str]]]:
     grouped: dict[str, list[Mapping[str, str]]] = {}
@@ -35,13 +55,15 @@ def risks_versus_rho(rows: Sequence[Mapping[str, str]], uniform: float, title: s
     """
     figure = Figure(figsize=(15, 4.5), layout="constrained")
     axes = figure.subplots(1, len(PANELS))
+    by_method = _series(rows, "method")
+    styles = _styles(list(by_method))
     for axis, (metric, label) in zip(axes, PANELS, strict=True):
-        for method, series in _series(rows, "method").items():
+        for method, series in by_method.items():
             ordered = sorted(series, key=lambda row: float(row["rho"]))
             rhos = [float(row["rho"]) for row in ordered]
             means = [float(row[f"{metric}_mean"]) for row in ordered]
             spreads = [float(row[f"{metric}_std"]) for row in ordered]
-            drawn = axis.errorbar(rhos, means, yerr=spreads, marker="o", markersize=3, capsize=2, label=method)
+            drawn = axis.errorbar(rhos, means, yerr=spreads, markersize=3, capsize=2, label=method, **styles[method])
             drawn.lines[0].set_gid(f"{metric}:{method}")
         if metric != "disparity":
             axis.axhline(
@@ -136,7 +158,7 @@ def fronts(rows: Sequence[Mapping[str, str]], uniform: float, title: str) -> Fig
     """
     by_rho = _series(rows, "rho")
     methods = list(dict.fromkeys(row["method"] for row in rows))
-    colours = {method: f"C{index}" for index, method in enumerate(methods)}
+    colours = {method: style["color"] for method, style in _styles(methods).items()}
     figure = Figure(figsize=(max(4.2 * len(by_rho), 6.5), 4.5), layout="constrained")
     for axis, (rho, panel) in zip(figure.subplots(1, len(by_rho), squeeze=False)[0], by_rho.items(), strict=True):
         _frame_fronts(axis, panel, uniform)

@@ -91,6 +91,28 @@ def test_plotted_values_are_the_tables_values(study: tuple[Path, dict[str, Path]
     assert list(line.get_xdata()) == [float(row["mean_risk_mean"]) for row in ordered]
 
 
+def test_each_of_a_full_panels_twelve_methods_has_a_line_of_its_own() -> None:
+    # Figure 1 with every method has twelve lines: matplotlib's ten colours alone gave CVaR-SGD FedSRCVaR's blue.
+    methods = [METHOD_LABELS[method] for method in reproduce.FIGURE_METHODS if method in METHODS]
+    assert len(methods) == 12
+    rows = [
+        {
+            "method": method,
+            "rho": "0.1",
+            **{f"{metric}_{stat}": "0.5" for metric, _ in figures.PANELS for stat in ("mean", "std")},
+        }
+        for method in methods
+    ]
+    figure = figures.risks_versus_rho(rows, math.log(2), "test")
+    drawn = {line.get_gid(): line for line in figure.axes[0].get_lines() if line.get_gid()}
+    looks = {
+        (drawn[f"worst_risk:{method}"].get_color(), drawn[f"worst_risk:{method}"].get_linestyle()) for method in methods
+    }
+    assert len({colour for colour, _ in looks}) == len(methods)
+    central = [method for method in methods if "(central)" in method]
+    assert central and all(drawn[f"worst_risk:{method}"].get_linestyle() == "--" for method in central)
+
+
 def test_hyperparameters_are_chosen_on_validation_and_each_seed_differs(study: tuple[Path, dict[str, Path]]) -> None:
     out, _ = study
     grid = Study("adult", TINY, ("fedsrcvar",))
