@@ -104,13 +104,15 @@ def test_each_of_a_full_panels_twelve_methods_has_a_line_of_its_own() -> None:
         for method in methods
     ]
     figure = figures.risks_versus_rho(rows, math.log(2), "test")
-    drawn = {line.get_gid(): line for line in figure.axes[0].get_lines() if line.get_gid()}
-    looks = {
-        (drawn[f"worst_risk:{method}"].get_color(), drawn[f"worst_risk:{method}"].get_linestyle()) for method in methods
+    lines = {
+        method: line
+        for line in figure.axes[0].get_lines()
+        for method in methods
+        if line.get_gid() == f"worst_risk:{method}"
     }
-    assert len({colour for colour, _ in looks}) == len(methods)
-    central = [method for method in methods if "(central)" in method]
-    assert central and all(drawn[f"worst_risk:{method}"].get_linestyle() == "--" for method in central)
+    assert len({line.get_color() for line in lines.values()}) == len(methods)
+    central = {method for method in methods if "(central)" in method}
+    assert central and all((line.get_linestyle() == "--") == (method in central) for method, line in lines.items())
 
 
 def test_hyperparameters_are_chosen_on_validation_and_each_seed_differs(study: tuple[Path, dict[str, Path]]) -> None:
@@ -421,9 +423,8 @@ def test_a_four_rho_study_repeats_its_one_rho_table_at_rho_0_1(
 ) -> None:
     # The two studies share no baseline run (a method without rho is judged at every rho of its study, which
     # enters its key), so this column was trained again on another commit. MNIST's and Census-Income's agree
-    # bit for bit. Adult's
-    # was trained across float32 memory changes that move the last bits: within 1e-7, and TERM, whose tilt
-    # amplifies them, within half its seeds' spread (0.019) of its one-rho figure.
+    # bit for bit. Adult's was trained across float32 memory changes that move the last bits: within 1e-7, and
+    # TERM, whose tilt amplifies them, within half its seeds' spread (0.019) of its one-rho figure.
     before = {row["method"]: row for row in read_csv(FIGURES / one_rho / "fig2_rho.csv")}
     after = {
         row["method"]: row for row in read_csv(FIGURES / four_rho / "fig2_rho.csv") if float(row["rho"]) == TABLE_RHO
