@@ -25,6 +25,10 @@ COLOURS = (*(f"C{index}" for index in range(10)), "black", "olive")
 panel each get their own (the ten alone gave CVaR-SGD FedSRCVaR's blue)."""
 
 
+CENTRALIZED_MARK = "(central)"
+"""What the label of a centralized method carries (`reproduce.METHOD_LABELS`): its line is drawn dashed."""
+
+
 def _styles(methods: Sequence[str]) -> dict[str, dict[str, str]]:
     """Each method's colour, line and marker.
 
@@ -34,8 +38,8 @@ def _styles(methods: Sequence[str]) -> dict[str, dict[str, str]]:
     return {
         method: {
             "color": COLOURS[index % len(COLOURS)],
-            "linestyle": "--" if "(central)" in method else "-",
-            "marker": "s" if "(central)" in method else "o",
+            "linestyle": "--" if CENTRALIZED_MARK in method else "-",
+            "marker": "s" if CENTRALIZED_MARK in method else "o",
         }
         for index, method in enumerate(methods)
     }
