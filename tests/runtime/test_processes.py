@@ -388,6 +388,11 @@ def test_launch_runs_a_local_federation_and_reports_fairness(
     assert f"(logs: {logs}" in out
     assert "joined federation" in (logs / "site-c.log").read_text()
     assert "finished: 3 of 3 rounds applied, 0 aborted" in (logs / "aggregator.log").read_text()
-    # Under init's privacy the estimate carries its 95% interval: "1.080+/-0.188".
-    estimate, half_width = map(float, out.split("FedSRCVaR (federated, secure sums)")[1].split()[0].split("+/-"))
-    assert np.isfinite(estimate) and 0 < half_width < np.inf
+    # Under init's privacy the estimate carries its 95% interval, "1.080+/-0.188"; or, when the noised count of
+    # losses above the cap is surely positive (it depends on the noise drawn), only its lower end, "at least 0.892".
+    cell = out.split("FedSRCVaR (federated, secure sums)")[1].split()
+    if cell[:2] == ["at", "least"]:
+        assert np.isfinite(float(cell[2]))
+    else:
+        estimate, half_width = map(float, cell[0].split("+/-"))
+        assert np.isfinite(estimate) and 0 < half_width < np.inf
