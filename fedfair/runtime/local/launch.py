@@ -257,8 +257,9 @@ def builtin_workspace(args: argparse.Namespace, root: Path) -> Workspace:
 
     names = site_names(args.collaborators)
     secure = not args.no_secure_aggregation
+    rounds = DEFAULT_ROUNDS if args.rounds is None else args.rounds
     training = {
-        "rounds": args.rounds or DEFAULT_ROUNDS,
+        "rounds": rounds,
         "local_steps": args.local_steps,
         "batch_fraction": args.batch_fraction,
         "lr": args.lr,
@@ -271,7 +272,7 @@ def builtin_workspace(args: argparse.Namespace, root: Path) -> Workspace:
     # What `fedfair init` sets: noised evaluations (privacy needs secure sums, so a plain-sum rehearsal runs
     # without it) and its collusion bound.
     defaults = init_settings(names)
-    evaluation: dict[str, Any] = {"every": evaluation_every(args.rounds, args.evaluate_every)}
+    evaluation: dict[str, Any] = {"every": evaluation_every(rounds, args.evaluate_every)}
     plan: dict[str, Any] = {
         "objective": {"epsilon": args.epsilon, "rho": args.rho},
         "training": training,
