@@ -16,7 +16,7 @@ def _launch_command(args: argparse.Namespace) -> int:
     from fedfair.research.launch_baseline import FEDAVG
 
     try:
-        return run_launch(args, baseline=None if args.no_fedavg else FEDAVG)
+        return run_launch(args, comparison=None if args.no_fedavg else FEDAVG)
     except KeyboardInterrupt:
         print("fedfair launch: interrupted; stopped every process", file=sys.stderr)
         return 128 + signal.SIGINT
@@ -53,7 +53,10 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "removed at the end)",
     )
     launch.add_argument(
-        "--keep", action="store_true", help="keep the temporary folder (model, round log, configs) and print where"
+        "--keep",
+        action=argparse.BooleanOptionalAction,
+        help="keep the workspace (report, model, logs, configs) even if the run stops early; by default it is kept "
+        "once the run finishes (and where is printed), and --no-keep removes it at the end",
     )
     launch.add_argument("--epsilon", type=float, default=0.1, help="RCVaR trade-off (default 0.1)")
     launch.add_argument("--rho", type=float, default=0.3, help="protected group fraction (default 0.3)")
@@ -75,5 +78,9 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "0: after the last round only)",
     )
     launch.add_argument("--no-secure-aggregation", action="store_true", help="plain sums (for comparison only)")
-    launch.add_argument("--no-fedavg", action="store_true", help="skip the in-process FedAvg comparison")
+    launch.add_argument(
+        "--no-fedavg",
+        action="store_true",
+        help="skip the exact comparison with FedAvg trained in process on the same sites' rows",
+    )
     launch.set_defaults(handler=_launch_command)

@@ -1,15 +1,29 @@
-"""FedAvg trained in process on a launched federation's data and schedule: the baseline ``fedfair launch`` shows."""
+"""The exact comparison ``fedfair launch`` prints: FedSRCVaR's model and FedAvg's, judged alike on the same rows.
+
+A rehearsal holds every institution's table on one machine, so what no real federation can do is possible
+here: read each site's rows exactly as its collaborator read them (the same files, the same split into
+training and held-out rows by the plan's seed, the same encoder, the federation's own from its noised
+statistics), train FedAvg in process on the training rows with the plan's schedule, and evaluate both
+models exactly on the union of the held-out rows with one function. The federation's private estimate
+is printed beside this, labelled as what a real federation sees.
+"""
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedfair.core.errors import ConfigError
-from fedfair.runtime.local.launch import SPLITS, Baseline
+from fedfair.core.errors import ConfigError, FedfairError
+from fedfair.runtime.local.launch import Comparison
 
 if TYPE_CHECKING:
+    from fedfair.bundle.format import Bundle
+    from fedfair.core.server import Aggregate
+    from fedfair.core.update import Update
+    from fedfair.runtime.local.workspace import Workspace
     from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
+    from fedfair.simulation.federation import Federation
     from fedfair.simulation.rounds import SimulationOptions
 
 
@@ -25,32 +39,104 @@ def simulation_options(plan: AggregatorPlan) -> SimulationOptions:
     return SimulationOptions(model=plan.model.name)
 
 
-def fedavg_report(plan: AggregatorPlan, dataset: str = "adult") -> dict[str, float]:
-    """FedAvg's held-out fairness report, trained in process on the federation `fedfair launch` ran.
+def final_bundle(workspace: Workspace) -> Path:
+    """The model bundle the first site kept (every site keeps the same final model)."""
+    name, config = next(iter(workspace.configs.items()))
+    found = sorted(config.parent.glob(f"{name}.*.model_bundle.pt"))
+    if not found:
+        raise FedfairError(f"{name} kept no model bundle in {config.parent}; see its log in {workspace.root / 'logs'}")
+    return found[0]
 
-    `dataset` is split as launch splits it (SPLITS) among the plan's collaborators, trained with the plan's
-    rounds and batch fraction, and judged the same way as the federation, exactly: on the built-in encoding and
-    held-out rows (Adult's test file), whatever the federation's own (under a [schema], each site's table with
-    the federation's noised encoder, a share of it held out) and without its evaluation noise.
+
+def site_rows(workspace: Workspace, plan: AggregatorPlan, bundle: Bundle) -> Federation:
+    """Every site's training and held-out rows as its collaborator read them, encoded as the federation encoded them.
+
+    The collaborator's own functions do the reading and the split (by the plan's seed), so the rows are the
+    ones the sites trained and answered the evaluation on; a [schema] table is encoded with the bundle's
+    encoder, which is the federation's.
     """
+    from fedfair.bundle.commands import bundle_encoder
+    from fedfair.runtime.collaborator.config import load_collaborator_config
+    from fedfair.runtime.collaborator.trainer import (
+        check_schema_table,
+        encoded_data,
+        load_local_data,
+        read_local_data,
+    )
+    from fedfair.runtime.plan.aggregator_plan import load_shared_settings, shared_settings
+    from fedfair.simulation.federation import Federation
+
+    shared = load_shared_settings(shared_settings(plan), source=str(workspace.plan))
+    encoder = bundle_encoder(bundle) if shared.schema is not None else None
+    train, test, classes = [], [], 0
+    for path in workspace.configs.values():
+        config = load_collaborator_config(path)
+        table = read_local_data(config)
+        if encoder is not None:
+            data = encoded_data(config, check_schema_table(config, shared, table), encoder)
+        else:
+            data = load_local_data(config, shared, table)
+        train.append(data.train)
+        test.append(data.test)
+        classes = data.num_classes
+    return Federation(tuple(train), tuple(test), int(train[0].features.shape[1]), classes)
+
+
+def plan_aggregate(plan: AggregatorPlan, names: Sequence[str]) -> Callable[[list[Update]], Aggregate]:
+    """The plain sum of a round's updates as the plan's collaborators would send them.
+
+    Each weighted by the plan's [influence] weight (not its batch, unless the plan declares so) and bounded
+    by its update norm, as :func:`fedfair.core.update.bounded` bounds a collaborator's upload; updates come in
+    `names`' order.
+    """
+    from fedfair.core.server import Aggregate
+    from fedfair.core.update import bounded
+
+    influence = plan.influence
+    weights = [influence.weight_of(name, plan.batch_fraction) for name in names]
+
+    def aggregate(updates: list[Update]) -> Aggregate:
+        return Aggregate.of(
+            bounded(update, weight, influence.update_norm) for update, weight in zip(updates, weights, strict=True)
+        )
+
+    return aggregate
+
+
+def exact_comparison(workspace: Workspace, plan: AggregatorPlan) -> dict[str, dict[str, float]]:
+    """FedSRCVaR's final model and an in-process FedAvg, each evaluated exactly on the sites' held-out rows.
+
+    Each report is :func:`fedfair.fairness.pooled.group_risk_report`'s, with "rows": the held-out rows' count.
+
+    FedAvg trains on the sites' training rows with the plan's schedule (rounds, local steps, batch fraction,
+    step size, seed, suffix averaging) and its [influence] weights and update bound (:func:`plan_aggregate`): the
+    plan's federation with epsilon = 1. Both reports come from one
+    function on one set of rows, so their difference is the objectives', not the measurement's.
+    """
+    import dataclasses
+
+    from fedfair.bundle.format import load_bundle
     from fedfair.core.evaluation import evaluate
-    from fedfair.fairness import pooled
-    from fedfair.research import baselines
-    from fedfair.research.experiment import ExperimentConfig, load_federation
+    from fedfair.core.models import flat_parameters
+    from fedfair.fairness.pooled import group_risk_report
+    from fedfair.simulation.rounds import run_rounds
 
-    config = ExperimentConfig(dataset=dataset, partition=SPLITS[dataset].partition, clients=len(plan.collaborators))
-    federation = load_federation(config)
-    result = baselines.run_fedavg(federation, plan.training, options=simulation_options(plan))
-    # A plan with a [schema] leaves the input size to its encoder: the baseline's is the built-in encoding's.
-    model = dataclasses.replace(plan.model, features=federation.num_features, classes=federation.num_classes)
-    test = evaluate(model.build(), result.state.theta_average, federation.pooled("test"))
-    return pooled.group_risk_report(test.losses, test.correct, plan.objective.rho).to_dict()
+    bundle = load_bundle(final_bundle(workspace))
+    federation = site_rows(workspace, plan, bundle)
+    held_out = federation.pooled("test")
+    rho = plan.objective.rho
+    model = bundle.build_model()
+    fedsrcvar = evaluate(model, flat_parameters(model), held_out)
+    aggregate = plan_aggregate(plan, list(workspace.configs))
+    trained = run_rounds(federation, plan.training, None, options=simulation_options(plan), aggregate=aggregate)
+    fedavg_model = dataclasses.replace(plan.model, features=federation.num_features, classes=federation.num_classes)
+    fedavg = evaluate(fedavg_model.build(), trained.state.theta_average, held_out)
+    rows = {"rows": float(held_out.size)}
+    return {
+        "FedSRCVaR": group_risk_report(fedsrcvar.losses, fedsrcvar.correct, rho).to_dict() | rows,
+        "FedAvg": group_risk_report(fedavg.losses, fedavg.correct, rho).to_dict() | rows,
+    }
 
 
-FEDAVG = Baseline(
-    "FedAvg (in-process, exact)",
-    fedavg_report,
-    "The FedAvg row is trained in this process on the same sites' rows in the built-in encoding, and judged "
-    "exactly on Adult's own test file, with no noise.",
-)
-"""The row `fedfair launch` prints under the federation's, unless ``--no-fedavg``."""
+FEDAVG = Comparison(exact_comparison)
+"""What `fedfair launch` compares the federation with, unless ``--no-fedavg``."""

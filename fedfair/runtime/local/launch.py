@@ -28,7 +28,7 @@ from fedfair.runtime.local.processes import (
     start_collaborator,
     supervise,
 )
-from fedfair.runtime.local.console import describe_privacy, format_fairness
+from fedfair.runtime.local.console import closing_lines, describe_privacy
 from fedfair.runtime.progress import Progress
 
 if TYPE_CHECKING:
@@ -70,33 +70,36 @@ SPLITS: dict[str, LaunchSplit] = {
 
 
 @dataclass(frozen=True)
-class Baseline:
-    """A run the federation is compared with: its row's label, and its fairness report for the plan and dataset.
+class Comparison:
+    """What a finished launch is compared with, measured alike: each model's exact report on the same held-out rows.
 
-    The report has the keys of `format_fairness`'s columns; `fedfair launch` passes research's in-process FedAvg.
+    `reports` maps the launched workspace and its plan to {model name: report}, the federation's own model first,
+    each report with the keys of :data:`fedfair.runtime.local.console.COLUMNS` and "rows"; `fedfair launch`
+    passes research's (:mod:`fedfair.research.launch_baseline`), which layers above this one.
     """
 
-    label: str
-    report: Callable[[AggregatorPlan, str], Mapping[str, float]]
-    note: str = ""
-    """How the baseline's row was obtained, printed under the table."""
+    reports: Callable[[Workspace, AggregatorPlan], Mapping[str, Mapping[str, float]]]
 
 
 @contextmanager
-def launch_folder(workdir: str | None, keep: bool) -> Iterator[Path]:
-    """The workspace folder: `workdir` (kept), or a new temporary one, removed on leaving unless `keep`.
+def launch_folder(workdir: str | None, keep: bool | None) -> Iterator[Path]:
+    """The workspace folder: `workdir` (kept), or a new temporary one.
 
-    Removal is in a `finally`, so errors and Ctrl-C (and SIGTERM, which `stop_on_signals`
-    turns into an exception) leave nothing behind.
+    The temporary one is kept when `keep` is True, removed on leaving when it is False, and when None (the
+    default: kept once the run finishes) removed only if the run does not finish. Removal is in a `finally`,
+    so errors and Ctrl-C (and SIGTERM, which `stop_on_signals` turns into an exception) leave nothing behind
+    unless asked.
     """
     if workdir is not None:
         yield Path(workdir)
         return
     root = Path(tempfile.mkdtemp(prefix="fedfair-launch-"))
+    finished = False
     try:
         yield root
+        finished = True
     finally:
-        if not keep:
+        if keep is False or (keep is None and not finished):
             shutil.rmtree(root, ignore_errors=True)
 
 
@@ -193,6 +196,27 @@ def site_data(dataset: str, collaborators: int) -> dict[str, dict[str, Any]]:
     }
 
 
+def declared_influence(training_rows: Mapping[str, int]) -> dict[str, Any]:
+    """[influence] weighting each site by its declared training rows: Algorithm 1's weights w_k = b_k.
+
+    So the averaged update is the mean over every sample of the federation, and FedSRCVaR minimises the
+    RCVaR of the pooled rows. Under init's "equal" weights each site's rows would count as much as any
+    other site's, and a small site's worst rows would stand for far more people than they are.
+    """
+    return {"weights": "declared", "sizes": dict(training_rows)}
+
+
+def training_rows(table_rows: int, seed: int) -> int:
+    """The rows a site of `table_rows` trains on once its collaborator holds out its default test fraction."""
+    import numpy as np
+
+    from fedfair.datasets.tabular import split_rows
+    from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION
+
+    train, _ = split_rows(np.zeros(table_rows, dtype=str), DEFAULT_TEST_FRACTION, seed)
+    return len(train)
+
+
 def init_settings(names: list[str]) -> dict[str, dict[str, Any]]:
     """What `fedfair init` writes for these sites that a launch takes as it is: [privacy] and the collusion bound.
 
@@ -215,12 +239,13 @@ def evaluation_every(rounds: int, every: int | None) -> int:
     return every if every is not None else max(1, rounds // EVALUATIONS)
 
 
-def adult_tables(folder: Path, names: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Each institution's own table of Adult (adult.data's rows of its race group, raw text), and their [schema].
+def adult_tables(folder: Path, names: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, int]]:
+    """Each institution's own table of Adult (adult.data's rows of its race group, raw text), their [schema], sizes.
 
     The tables go to `folder`/<site>.csv; a site's [data] names its file. The schema is the one `fedfair data
     schema` drafts from all of them together (a rehearsal's operator sees every table; a real one drafts from
-    a sample and widens the ranges): listed categories, public ranges, gaps imputed.
+    a sample and widens the ranges): listed categories, public ranges, gaps imputed. The sizes are each table's
+    rows, by site.
     """
     from fedfair.datasets import load_dataset, partition
     from fedfair.datasets.builtin import adult_table
@@ -231,13 +256,14 @@ def adult_tables(folder: Path, names: list[str]) -> tuple[dict[str, dict[str, An
     # The built-in Adult's training rows are adult.data's, in order: its race split picks each site's rows.
     splits = partition(load_dataset("adult"), SPLITS["adult"].partition, len(names))
     folder.mkdir(parents=True, exist_ok=True)
-    data = {}
+    data, sizes = {}, {}
     for name, split in zip(names, splits, strict=True):
         path = folder / f"{name}.csv"
         raw.iloc[split.train_index].to_csv(path, index=False)
         data[name] = {"csv": str(path)}
+        sizes[name] = len(split.train_index)
     schema = draft_schema(raw, "income", [column for column in raw.columns if column != "income"])
-    return data, schema.to_mapping()
+    return data, schema.to_mapping(), sizes
 
 
 def round_timeout(collaborators: int) -> float:
@@ -286,17 +312,25 @@ def builtin_workspace(args: argparse.Namespace, root: Path) -> Workspace:
     if args.dataset == "adult":
         # Institutions' own tables under a [schema], as `fedfair init --csv` plans them: the encoder comes
         # from the (noised) statistics before round 1, and the report says who is in the worst-off group.
-        data, plan["schema"] = adult_tables(root / "tables", names)
+        data, plan["schema"], table_rows = adult_tables(root / "tables", names)
         evaluation["composition"] = list(COMPOSITION)
+        sizes = {name: training_rows(rows, args.seed) for name, rows in table_rows.items()}
     else:
+        from fedfair.datasets import partition
+
         data = site_data(args.dataset, len(names))
-        plan["model"] = {"features": load_dataset(args.dataset).num_features}
+        dataset = load_dataset(args.dataset)
+        plan["model"] = {"features": dataset.num_features}
+        parts = partition(dataset, SPLITS[args.dataset].partition, len(names), seed=args.seed)
+        sizes = {name: len(part.train_index) for name, part in zip(names, parts, strict=True)}
+    # A rehearsal's operator knows every site's size, so the plan can weight as Algorithm 1 does.
+    plan["influence"] = declared_influence(sizes)
     # Careful institutions pin the roster and the plan; a manifest promises secure aggregation.
     return make_workspace(root, names, plan=plan, data=data, manifest=secure)
 
 
-def run_launch(args: argparse.Namespace, baseline: Baseline | None = None) -> int:
-    """Check the split, then `federate` in `--workdir` or a temporary folder that outlives the run only with `--keep`."""
+def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -> int:
+    """Check the split, then `federate` in `--workdir` or a temporary folder, kept when the run finishes unless `--no-keep`."""
     if args.csv and args.label is None:
         raise ConfigError("--csv needs --label COLUMN, the label column every table holds")
     if args.label is not None and not args.csv:
@@ -306,43 +340,45 @@ def run_launch(args: argparse.Namespace, baseline: Baseline | None = None) -> in
     if args.workdir is not None and (Path(args.workdir) / "certs" / "ca.crt").exists():
         raise ConfigError(f"{args.workdir} already holds a launched federation; pass another --workdir")
     with stop_on_signals(), launch_folder(args.workdir, args.keep) as root:
-        return federate(args, root, kept=args.workdir is not None or args.keep, baseline=baseline)
+        return federate(args, root, kept=args.workdir is not None or args.keep is not False, comparison=comparison)
 
 
-def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baseline: Baseline | None = None) -> int:
-    """Write the workspace under `root`, run the federation, print the fairness report last (beside `baseline`'s).
+def launch_workspace(args: argparse.Namespace, root: Path) -> tuple[Workspace, str]:
+    """The workspace `launch` runs under `root` from its arguments, and what its institutions hold, in words.
 
-    The console stays short: one line about the federation, a progress bar (round, ETA, the latest
-    worst-group and mean risk), then where the report is (when `kept`) and the comparison table.
-    Each process's log goes to a file in ``root/logs``; a process that fails has its last lines printed.
-    With ``args.csv`` the institutions are those tables, set up as ``fedfair init`` and its README would
-    (:mod:`fedfair.runtime.local.rehearsal`), and there is no baseline to compare with.
+    ``args.csv``'s tables set up as ``fedfair init`` and its README would
+    (:mod:`fedfair.runtime.local.rehearsal`), else a built-in dataset split as :data:`SPLITS` says.
     """
-    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
-
     if args.csv:
         from fedfair.runtime.local.rehearsal import rehearsal_workspace
 
         workspace = rehearsal_workspace(root, args.csv, args.label, rounds=args.rounds)
-        names = list(workspace.configs)
-        baseline = None
-        holding = f"their own tables ({', '.join(path.name for path in args.csv)}) under init's plan"
-    else:
-        workspace = builtin_workspace(args, root)
-        names = list(workspace.configs)
-        holding = f"{args.dataset} split by {SPLITS[args.dataset].partition}"
+        return workspace, f"their own tables ({', '.join(path.name for path in args.csv)}) under init's plan"
+    return builtin_workspace(args, root), f"{args.dataset} split by {SPLITS[args.dataset].partition}"
+
+
+def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, comparison: Comparison | None = None) -> int:
+    """Write the workspace under `root`, run the federation, print the closing console last.
+
+    The console stays short: two lines about the federation, a progress bar (round, ETA, the latest
+    worst-group and mean risk), then :func:`fedfair.runtime.local.console.closing_lines`: `comparison`'s exact
+    reports (headline first), what the federation itself saw, and where the report is (when `kept`).
+    Each process's log goes to a file in ``root/logs``; a process that fails has its last lines printed.
+    With ``args.csv`` the institutions are those tables, set up as ``fedfair init`` and its README would
+    (:mod:`fedfair.runtime.local.rehearsal`).
+    """
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+
+    workspace, holding = launch_workspace(args, root)
+    names = list(workspace.configs)
     plan = load_aggregator_plan(workspace.plan)
     rounds, secure = plan.training.rounds, plan.secure_aggregation.enabled
     remove_ca_key(workspace.certs)
-    print(
-        f"fedfair launch: {len(names)} institutions ({', '.join(names)}) holding {holding}, on {workspace.address}, "
-        f"{rounds} rounds, secure aggregation {'on' if secure else 'OFF'}; workspace {root}",
-        flush=True,
-    )
+    print(f"fedfair launch: {len(names)} institutions holding {holding}, {rounds} rounds; workspace {root}", flush=True)
     composition = plan.evaluation.composition
     print(
-        f"fedfair launch: {describe_privacy(plan.privacy, plan.schema is not None)}; evaluations every "
-        f"{plan.evaluation.every or rounds} rounds"
+        f"fedfair launch: secure aggregation {'on' if secure else 'OFF'}; "
+        f"{describe_privacy(plan.privacy, plan.schema is not None)}; {plan.evaluation.every or rounds}-round evaluations"
         + (f", the last naming the worst-off group by {' and '.join(composition)}" if composition else ""),
         flush=True,
     )
@@ -372,14 +408,16 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, baselin
     report = summary.get("evaluation") or {}
     if report.get("status") != "done":
         raise FedfairError("the federation finished without a final evaluation; see the aggregator's log")
-    comparison = None if baseline is None else (baseline.label, baseline.report(plan, args.dataset))
+    seconds = time.perf_counter() - started
+    exact = None if comparison is None else comparison.reports(workspace, plan)
     print()
-    print(f"Federation finished in {time.perf_counter() - started:.0f} s")
-    if kept:
-        print(f"Report: {workspace.output / 'report.html'}  (logs: {logs}; the CA key was deleted)")
-    else:
-        print("The workspace, its report and logs are removed now; run with --keep (or --workdir DIR) to keep them.")
-    print()
-    note = "" if baseline is None else baseline.note
-    print(format_fairness(report, comparison, plan.objective.rho, summary["secure_aggregation"], note))
+    lines = closing_lines(
+        report,
+        exact,
+        rho=plan.objective.rho,
+        secure=summary["secure_aggregation"],
+        seconds=seconds,
+        report=workspace.output / "report.html" if kept else None,
+    )
+    print("\n".join(lines))
     return 0

@@ -218,3 +218,20 @@ def guessing_warning(evaluation: Mapping[str, Any]) -> str | None:
 
 WARNINGS = (noise_warning, threshold_warning, cap_warning, guessing_warning)
 """Every warning a finished evaluation may call for, in the order they are said."""
+
+
+def headline(evaluation: Mapping[str, Any]) -> str:
+    """The evaluation's headline in one line: the worst-group risk with its interval, and the mean with its own."""
+    worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
+    if not noised(evaluation):
+        return f"worst-group risk {worst:.4f}, mean {mean:.4f}"
+    low, high = worst_interval(evaluation)
+    bound = float(evaluation["mean_error_bound"])
+    return f"worst-group risk {worst:.3f} (95% interval {low:.3f} to {high:.3f}), mean {mean:.3f} +/- {bound:.3f}"
+
+
+def warning_lines(evaluation: Mapping[str, Any]) -> list[str]:
+    """Each warning the evaluation calls for, in :data:`WARNINGS`' order, its first clause only (114 characters)."""
+    import textwrap
+
+    return [textwrap.shorten(warning, 114) for check in WARNINGS if (warning := check(evaluation))]

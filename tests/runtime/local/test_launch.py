@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from fedfair.core.errors import ConfigError
@@ -20,18 +22,22 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.local.launch import (
+    DEFAULT_ROUNDS,
     SPLITS,
     check_sites,
     evaluation_every,
     launch_folder,
+    launch_workspace,
     remove_ca_key,
     round_timeout,
     site_data,
 )
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.new_federation import default_max_colluding
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.runtime.plan.templates import Federation, render_plan
 from tests.datasets.helpers import assert_exact_cover
+from tests.federations import adult_raw_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,6 +55,17 @@ def test_the_temporary_workspace_is_removed_when_the_run_fails(temporary_root: P
         (root / "certs" / "ca.key").write_text("secret")
         raise KeyboardInterrupt
     assert list(temporary_root.iterdir()) == []
+
+
+def test_by_default_the_workspace_is_kept_once_the_run_finishes_and_removed_if_it_does_not(
+    temporary_root: Path,
+) -> None:
+    with launch_folder(None, keep=None) as finished:
+        (finished / "report.html").write_text("kept")
+    assert (finished / "report.html").exists()
+    with pytest.raises(KeyboardInterrupt), launch_folder(None, keep=None) as stopped:
+        raise KeyboardInterrupt
+    assert not stopped.exists()
 
 
 def test_keep_and_workdir_leave_the_workspace_where_the_user_asked(temporary_root: Path) -> None:
@@ -134,14 +151,16 @@ def test_a_stopped_launch_leaves_no_folder_and_no_ca_key(tmp_path: Path, stop: s
 
 @pytest.mark.slow
 def test_a_piped_launch_shows_round_progress_and_keeps_the_folder_only_when_asked(tmp_path: Path) -> None:
-    process = _launch(tmp_path, "--rounds", "4", "--keep", "--drift-correction", "scaffold")
+    process = _launch(tmp_path, "--rounds", "4", "--drift-correction", "scaffold")
     output, errors = process.communicate(timeout=300)
     assert process.returncode == 0, errors[-2000:]
     assert "\r" not in errors
     assert re.search(r"^federation: 4/4 rounds \(100%\), done in ", errors, re.MULTILINE)
     (kept,) = tmp_path.glob("fedfair-launch-*")
     report = kept / "aggregator" / "output" / "report.html"
-    assert f"Report: {report}  (logs: {kept / 'logs'}; the CA key was deleted)" in output and report.exists()
+    assert (
+        re.search(rf"^Finished in \d+ s\. Report: {re.escape(str(report))}$", output, re.MULTILINE) and report.exists()
+    )
     assert (kept / "aggregator" / "output" / "final_model.json").exists()
     # The sites trained with drift correction: the plan says so, and so do the aggregator's round records.
     assert 'drift_correction = "scaffold"' in (kept / "aggregator" / "plan.toml").read_text()
@@ -149,19 +168,49 @@ def test_a_piped_launch_shows_round_progress_and_keeps_the_folder_only_when_aske
     # A quiet console that ends with the comparison: the processes' lines are in their log files.
     lines = (output + errors).splitlines()
     assert len(lines) < 60 and not any(line.startswith("[") for line in lines), lines
-    assert output.rstrip().splitlines()[-1].startswith("Secure aggregation was ON")
-    assert "FedSRCVaR (federated, secure sums)" in output
+    assert output.rstrip().splitlines()[-2].startswith("Secure aggregation was ON")
+    assert "What the federation saw, its private estimate from noised secure sums" in output
     assert "[aggregator]" in (kept / "logs" / "aggregator.log").read_text()
 
 
 @pytest.mark.slow
-def test_a_launch_without_keep_says_its_folder_and_bundles_are_removed(tmp_path: Path) -> None:
+def test_a_launch_with_no_keep_says_its_folder_and_bundles_are_removed(tmp_path: Path) -> None:
     """The sites' logs point at model bundles inside the temporary folder; the last word says it is gone."""
-    process = _launch(tmp_path, "--rounds", "1")
+    process = _launch(tmp_path, "--rounds", "1", "--no-keep")
     output, errors = process.communicate(timeout=300)
     assert process.returncode == 0, errors[-2000:]
-    assert "The workspace, its report and logs are removed now; run with --keep (or --workdir DIR)" in output
+    assert output.rstrip().splitlines()[-1].endswith("The workspace is removed now (--no-keep).")
     assert not list(tmp_path.glob("fedfair-launch-*"))
+
+
+def _arguments(*flags: str) -> argparse.Namespace:
+    from fedfair.cli import build_parser, modules_for
+
+    return build_parser(modules_for(["launch"])).parse_args(["launch", *flags])
+
+
+def test_launch_without_flags_builds_the_demos_workspace(tmp_path: Path) -> None:
+    """`make demo` is `fedfair launch` with every default: its workspace must build from them alone."""
+    workspace, holding = launch_workspace(_arguments(), tmp_path)
+    plan = load_aggregator_plan(workspace.plan)
+    assert holding == "adult split by race" and list(workspace.configs) == ["site-a", "site-b", "site-c"]
+    assert plan.training.rounds == DEFAULT_ROUNDS and plan.evaluation.every == DEFAULT_ROUNDS // 10
+    # Algorithm 1's weights: each site by its training rows (its table less the quarter its collaborator holds out).
+    tables = {name: len(pd.read_csv(tmp_path / "tables" / f"{name}.csv")) for name in workspace.configs}
+    assert plan.influence.weights == "declared" and sum(tables.values()) == 32_561
+    assert plan.influence.sizes == {name: rows - round(0.25 * rows) for name, rows in tables.items()}
+
+
+def test_launch_csv_without_rounds_takes_inits_plan(tmp_path: Path) -> None:
+    table = adult_raw_table().iloc[:1200]
+    paths = []
+    for index, name in enumerate(["north", "south"]):
+        paths.append(tmp_path / f"{name}.csv")
+        table.iloc[index * 600 : (index + 1) * 600].to_csv(paths[-1], index=False)
+    workspace, holding = launch_workspace(_arguments("--csv", *map(str, paths), "--label", "income"), tmp_path / "w")
+    init = tomllib.loads(render_plan(Federation("x", ("north", "south"))))
+    assert load_aggregator_plan(workspace.plan).training.rounds == init["training"]["rounds"]
+    assert holding == "their own tables (north.csv, south.csv) under init's plan"
 
 
 def test_the_launch_evaluates_ten_times_unless_told() -> None:
@@ -174,7 +223,7 @@ def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composi
     """`make demo`'s federation: init's [privacy] and collusion bound, the sites' own Adult tables under a
     [schema] (noised statistics charged before round 1), an evaluation every round here (ten in 300 rounds),
     and a report saying by race and sex who is in the worst-off group."""
-    process = _launch(tmp_path, "--collaborators", "3", "--rounds", "3", "--keep")
+    process = _launch(tmp_path, "--collaborators", "3", "--rounds", "3")
     output, errors = process.communicate(timeout=600)
     assert process.returncode == 0, errors[-2000:]
     (kept,) = tmp_path.glob("fedfair-launch-*")
@@ -184,7 +233,7 @@ def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composi
     assert plan["privacy"] == init["privacy"] and plan["privacy"]["report_epsilon"] == 1.0
     assert plan["secure_aggregation"]["max_colluding"] == init["secure_aggregation"]["max_colluding"] == 1
     assert plan["evaluation"] == {"every": 1, "composition": ["race", "sex"]}
-    assert "privacy as `fedfair init` sets it" in output
+    assert "init's privacy: evaluation answers and table statistics noised" in output
     output_folder = kept / "aggregator" / "output"
     evaluations = [record["evaluation"] for record in read_round_log(output_folder) if "evaluation" in record]
     assert [item["round"] for item in evaluations] == [1, 2, 3] and all(item["noise_std"] > 0 for item in evaluations)
@@ -197,3 +246,31 @@ def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composi
         ledger = open_ledger(load_collaborator_config(kept / name / "collaborator.toml")).releases()
         assert (ledger[0]["kind"], ledger[0]["round"]) == ("statistics", 0)
         assert {entry["kind"] for entry in ledger[1:]} == {"evaluate"} and ledger[-1]["round"] == 3
+
+
+@pytest.mark.slow
+def test_the_exact_comparison_reads_the_rows_and_model_the_federation_evaluated(tmp_path: Path) -> None:
+    """Like for like: with exact sums, the federation's own worst-group risk (certified within its gap) is the
+    exact figure `launch` prints for FedSRCVaR, on as many held-out rows; FedAvg's row is judged on those rows."""
+    from fedfair.research.launch_baseline import exact_comparison
+    from fedfair.runtime.local.workspace import Workspace
+
+    root = tmp_path / "run"
+    flags = ["--collaborators", "2", "--rounds", "3", "--no-secure-aggregation", "--workdir", str(root)]
+    done = subprocess.run(
+        [sys.executable, "-m", "fedfair.cli", "launch", *flags], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = load_aggregator_plan(root / "aggregator" / "plan.toml")
+    configs = {name: root / name / "collaborator.toml" for name in plan.collaborators}
+    workspace = Workspace(
+        root, root / "certs", root / "aggregator" / "plan.toml", configs, root / "aggregator" / "output", ""
+    )
+    exact = exact_comparison(workspace, plan)
+    own = json.loads((workspace.output / "final_model.json").read_text())["evaluation"]
+    ours = exact["FedSRCVaR"]
+    assert ours["rows"] == exact["FedAvg"]["rows"] == own["samples"]
+    assert own["worst_risk"] - own["worst_risk_gap"] - 1e-9 <= ours["worst_risk"] <= own["worst_risk"] + 1e-9
+    assert ours["mean_risk"] == pytest.approx(own["mean_risk"], abs=1e-6) and ours["accuracy"] == own["accuracy"]
+    printed = next(line for line in done.stdout.splitlines() if line.strip().startswith("FedSRCVaR"))
+    assert printed.split()[1] == f"{ours['worst_risk']:.4f}"
