@@ -27,7 +27,15 @@ from typing import Any
 from report_learning import census_fairness, convergence_bench, dp_bench, dp_bits, dp_utility, dp_utility_equal
 from report_learning import eval_error, influence_bench, noised_statistics, reference_gap, simulation_speed
 from report_plots import save
-from report_runtime import attack_matrix, federation_bench, round_bench, secagg_bench, startup_bench, wire_width
+from report_runtime import (
+    attack_matrix,
+    demo_seeds,
+    federation_bench,
+    round_bench,
+    secagg_bench,
+    startup_bench,
+    wire_width,
+)
 from report_tables import Plot, Section, table
 from report_words import dp_utility_bits
 
@@ -56,6 +64,7 @@ def elsewhere(shows: Shows, where: str) -> Shows:
 
 SECTIONS: dict[str, Shows] = {
     "startup_bench": startup_bench,
+    "demo_seeds": demo_seeds,
     "round_bench": round_bench,
     "round_bench_processes": round_bench,
     "round_bench_processes_d1e8": wire_width,

@@ -410,6 +410,9 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
         raise FedfairError("the federation finished without a final evaluation; see the aggregator's log")
     seconds = time.perf_counter() - started
     exact = None if comparison is None else comparison.reports(workspace, plan)
+    # Kept beside the report, so the comparison can be read back as the console printed it.
+    comparison_file = {"rho": plan.objective.rho, "exact": exact, "private": report}
+    (workspace.output / "comparison.json").write_text(json.dumps(comparison_file, indent=1) + "\n")
     print()
     lines = closing_lines(
         report,
