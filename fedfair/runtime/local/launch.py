@@ -325,8 +325,9 @@ def builtin_workspace(args: argparse.Namespace, root: Path) -> Workspace:
         sizes = {name: len(part.train_index) for name, part in zip(names, parts, strict=True)}
     # A rehearsal's operator knows every site's size, so the plan can weight as Algorithm 1 does.
     plan["influence"] = declared_influence(sizes)
-    # Careful institutions pin the roster and the plan; a manifest promises secure aggregation.
-    return make_workspace(root, names, plan=plan, data=data, manifest=secure)
+    # Careful institutions pin the roster and the plan; a manifest promises secure aggregation. Each site trains
+    # on a GPU where it has one, as a deployed collaborator's default config does.
+    return make_workspace(root, names, plan=plan, data=data, manifest=secure, device="auto")
 
 
 def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -> int:

@@ -199,6 +199,10 @@ def test_launch_without_flags_builds_the_demos_workspace(tmp_path: Path) -> None
     tables = {name: len(pd.read_csv(tmp_path / "tables" / f"{name}.csv")) for name in workspace.configs}
     assert plan.influence.weights == "declared" and sum(tables.values()) == 32_561
     assert plan.influence.sizes == {name: rows - round(0.25 * rows) for name, rows in tables.items()}
+    # Each site trains on a GPU where it has one, as init's collaborator config does.
+    assert {tomllib.loads(path.read_text())["collaborator"]["device"] for path in workspace.configs.values()} == {
+        "auto"
+    }
 
 
 def test_launch_csv_without_rounds_takes_inits_plan(tmp_path: Path) -> None:
