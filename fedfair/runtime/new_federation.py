@@ -11,6 +11,10 @@ Why: docs/design.md, "Inside the runtime's shared modules".
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -160,6 +164,22 @@ def write_federation_folder(folder: Path, files: dict[str, str]) -> None:
 # ---------------------------------------------------------------- the README of next steps
 
 
+def shell_setup() -> str:
+    """The line that makes this installation's ``fedfair`` the one a fresh shell runs (bash, zsh, sh).
+
+    The script's folder put first on PATH: the installation's scripts folder (a virtual environment's
+    ``bin``) or, failing that, the folder of the ``fedfair`` on this process's PATH. Without a script
+    (a source tree run as ``python -m fedfair.cli``), a shell function that runs this interpreter.
+    A fresh shell has neither a checkout's ``.venv/bin`` on PATH nor its activation.
+    """
+    scripts = Path(sysconfig.get_path("scripts"))
+    found = shutil.which("fedfair")
+    folder = scripts if (scripts / "fedfair").is_file() else (Path(found).resolve().parent if found else None)
+    if folder is not None:
+        return f'export PATH={shlex.quote(str(folder))}:"$PATH"'
+    return f'fedfair() {{ {shlex.quote(sys.executable)} -m fedfair.cli "$@"; }}'
+
+
 def render_readme(federation: Federation, min_round_size: int) -> str:
     """The federation folder's README.
 
@@ -176,10 +196,12 @@ def render_readme(federation: Federation, min_round_size: int) -> str:
     ]
     copies = [f"cp {CA_FOLDER}/ca.crt {party}/{CERTS}/" for party in parties]
     folders = " ".join(f"{party}/{CERTS}" for party in parties)
+    configs = [f"{AGGREGATOR_NAME}/plan.toml", *(f"{site}/collaborator.toml" for site in sites)]
     manifest = (
         f"fedfair pki manifest --federation {federation.federation_id} --certs {folders} "
         f"--max-colluding {federation.max_colluding} --min-round-size {min_round_size} --out {ROSTER}",
-        f"fedfair plan pin --plan {AGGREGATOR_NAME}/plan.toml --manifest {ROSTER} --out {MANIFEST}",
+        f"fedfair plan pin --plan {AGGREGATOR_NAME}/plan.toml --manifest {ROSTER} --out {MANIFEST} "
+        + " ".join(f"--config {config}" for config in configs),
     )
     starts = [f"fedfair aggregator start --plan {AGGREGATOR_NAME}/plan.toml"]
     starts += [f"fedfair collaborator start --config {site}/collaborator.toml" for site in sites]
@@ -190,7 +212,12 @@ aggregator's operator, and {", ".join(f"`{site}/`" for site in sites)} for the i
 its own folder on its own machine, its keys in its `{CERTS}/`, and the agreed `{MANIFEST}` one level
 above it. The commands below run from this folder, as if every folder sat on one machine (a
 rehearsal); in a deployment each party runs its own lines and only requests, certificates and the
-manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
+manifest travel.
+
+Each shell that runs them starts with this line, which puts the `fedfair` that wrote this folder on
+its PATH (on another machine, name that machine's installation instead):
+
+    {shell_setup()}
 """
     steps: list[tuple[str, str, list[str]]] = []
     if federation.schema is not None:
@@ -230,8 +257,9 @@ manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
             "The manifest: roster and plan",
             f"Review `{AGGREGATOR_NAME}/plan.toml` first (its `max_colluding = {federation.max_colluding}` must be "
             "the roster's). Every institution reviews the manifest, compares the digest `plan pin` prints out of "
-            f'band and keeps `{MANIFEST}` here. Then uncomment `manifest = "../{MANIFEST}"` in '
-            f"`{AGGREGATOR_NAME}/plan.toml` and in every `collaborator.toml`:",
+            f"band and keeps `{MANIFEST}` here. `--config` names it in each file given "
+            f'(`manifest = "../{MANIFEST}"`); in a deployment each institution adds that line to its own '
+            "`collaborator.toml`, its one edit:",
             list(manifest),
         ),
         ("Start", "The aggregator waits for its quorum; each institution starts its own collaborator:", starts),
