@@ -9,7 +9,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from fedfair.datasets.registry import DATASETS, cache_root, fetch, is_cached
+
+if TYPE_CHECKING:
+    from fedfair.runtime.plan.learning_settings import LearningSettings
 
 # The table modules load pandas: imported in the handlers that read a table, not for --help.
 
@@ -138,7 +143,6 @@ def _sizing(path: Path, rows: int) -> str:
     from fedfair.privacy.distributed import noise_excess
     from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings
-    from fedfair.runtime.plan.learning_settings import LearningSettings
     from fedfair.runtime.plan.privacy import sizing_line
 
     plan: LearningSettings
@@ -152,6 +156,15 @@ def _sizing(path: Path, rows: int) -> str:
     except ConfigError as error:
         return f"privacy sized to the data: not computed, the plan does not load: {error}"
     excess = noise_excess(count, plan.survivor_floor(count), plan.secure_aggregation.max_colluding)
-    return sizing_line(
+    sized = sizing_line(
         plan.privacy, plan.objective.rho, plan.evaluation.loss_range[1], rows, DEFAULT_TEST_FRACTION, excess
     )
+    return "\n".join(filter(None, (sized, _composition_priced(plan, rows, excess))))
+
+
+def _composition_priced(plan: LearningSettings, rows: int, excess: float) -> str | None:
+    """The headline's half-width with and without composition counts (or None: exact answers, no [schema])."""
+    from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION
+    from fedfair.runtime.composition_counts import composition_sizing_line
+
+    return composition_sizing_line(plan, rows, DEFAULT_TEST_FRACTION, excess)

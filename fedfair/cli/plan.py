@@ -12,8 +12,11 @@ from pathlib import Path
 def _pin_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.plan.pinning import pin_plan
 
-    digest, changes = pin_plan(args.plan, args.manifest, args.out)
+    configs = list(args.config or [])
+    digest, changes = pin_plan(args.plan, args.manifest, args.out, configs=configs)
     print(f"wrote {args.out}: {args.manifest} with the plan {args.plan} pinned")
+    for config in configs:
+        print(f"  {config}: names it as its manifest")
     if changes is None:
         print("the plan is pinned for the first time")
     elif not changes:
@@ -24,10 +27,11 @@ def _pin_command(args: argparse.Namespace) -> int:
             print(f"  {line}")
     print(f"manifest sha256 {digest}")
     if changes is None:
+        done = " (done above for the files given with --config)" if configs else ""
         print(
             f"next: send {args.out} to every institution; each reads its [plan] settings, compares the digest "
             'out of band, keeps a copy and sets manifest = "PATH" in its collaborator.toml (the aggregator in '
-            "its plan.toml)"
+            f"its plan.toml){done}"
         )
     else:
         print(
@@ -82,6 +86,14 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     pin.add_argument("--plan", type=Path, required=True, help="the aggregator's plan.toml to pin")
     pin.add_argument("--manifest", type=Path, required=True, help="the manifest in force (or the fresh roster)")
     pin.add_argument("--out", type=Path, required=True, help="the new manifest to write (never over a file)")
+    pin.add_argument(
+        "--config",
+        type=Path,
+        action="append",
+        metavar="TOML",
+        help="a collaborator.toml or the plan.toml on this machine to name the new manifest in (repeatable; "
+        'writes manifest = "PATH", relative to its folder)',
+    )
     pin.set_defaults(handler=_pin_command)
     renew = commands.add_parser(
         "renew",

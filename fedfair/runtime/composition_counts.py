@@ -8,18 +8,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import closest
-from fedfair.datasets.schema import Schema, categorical_levels
+from fedfair.datasets.schema import MISSING_LEVEL, Schema, categorical_levels
 from fedfair.datasets.statistics import suppress_small_cells
 from fedfair.datasets.values import column_values, label_codes
+from fedfair.fairness import tail
 from fedfair.fairness.composition import above_threshold_weights
 from fedfair.fairness.noisy import NOISE_FAILURE
+
+if TYPE_CHECKING:  # the plan's settings import this module
+    from fedfair.runtime.plan.learning_settings import LearningSettings
 
 TOTALS = 2
 """The counts before the columns': rows above c, then all rows."""
@@ -76,6 +80,95 @@ def composition_columns(schema: Schema | None, names: Sequence[str]) -> tuple[Co
             )
         chosen.append(CompositionColumn(name, categorical_levels(schema, column, ())))
     return tuple(chosen)
+
+
+def suggested_composition(schema: Schema, count: int = 2) -> tuple[str, ...]:
+    """Up to `count` columns of `schema` that composition can count, the fewest categories first.
+
+    Categorical columns with listed categories (two or more), in the schema's order on a tie: a
+    column of few values describes a group in a line, and every one :func:`composition_columns`
+    accepts. The label when no such column exists.
+    """
+    counted = [column for column in schema.columns if column.categories is not None and len(column.categories) >= 2]
+    counted.sort(key=lambda column: len(column.categories or ()))
+    return tuple(column.name for column in counted[:count]) or (schema.label,)
+
+
+def headline_half_widths(
+    epsilon: float,
+    delta: float,
+    rows: float,
+    rho: float,
+    cap: float,
+    columns: Sequence[CompositionColumn],
+    *,
+    excess: float = 1.0,
+) -> tuple[float, float]:
+    """The final worst-group risk's expected 95% half-width: without composition counts, and with `columns`'.
+
+    Over `rows` held-out rows at `epsilon` (:func:`fedfair.fairness.tail.expected_half_width`). The counts
+    travel in the final answer (:func:`fedfair.runtime.plan.privacy.answer_release`): one record moves them
+    too (:func:`composition_sensitivity`), so the release calibrated to both carries a larger Skellam mu on
+    every coordinate, the tail sums' included, and the half-width grows as the noise's standard deviation,
+    sqrt(mu). Equal when `columns` is empty.
+    """
+    from fedfair.runtime.plan.privacy import ROUNDING_BETA  # the plan imports this module
+
+    alone = tail.expected_half_width(rows, rho, epsilon, delta, cap, beta=ROUNDING_BETA, excess=excess)
+    if not columns:
+        return alone, alone
+    l1, l2 = composition_sensitivity(columns)
+    bare = tail.answer_release(epsilon, delta, ROUNDING_BETA, (0.0, 0.0, 0))
+    counted = tail.answer_release(epsilon, delta, ROUNDING_BETA, (l1, l2, composition_length(columns)))
+    return alone, alone * math.sqrt(counted.mu / bare.mu)
+
+
+def plan_half_widths(
+    plan: LearningSettings, rows: float, columns: Sequence[CompositionColumn], excess: float
+) -> tuple[float, float] | None:
+    """:func:`headline_half_widths` under `plan`'s privacy, rho and loss cap (None: its answers are exact)."""
+    privacy = plan.privacy
+    if privacy.report_epsilon is None:
+        return None
+    return headline_half_widths(
+        privacy.report_epsilon,
+        privacy.delta,
+        rows,
+        plan.objective.rho,
+        plan.evaluation.loss_range[1],
+        columns,
+        excess=excess,
+    )
+
+
+def composition_sizing_line(plan: LearningSettings, rows: int, held_out_share: float, excess: float) -> str | None:
+    """What composition costs the headline, for a site holding `rows` rows (said by ``fedfair data check``).
+
+    The final worst-group risk's expected 95% half-width over this site's held-out rows without and with
+    the plan's [evaluation] composition (:func:`headline_half_widths`), or, for a plan without one, with the
+    columns :func:`suggested_composition` names. None when the answers are exact or there is no [schema].
+    """
+    schema = plan.schema
+    if schema is None:
+        return None
+    names = plan.evaluation.composition or suggested_composition(schema)
+    held_out = max(round(rows * held_out_share), 1)
+    widths = plan_half_widths(plan, held_out, composition_columns(schema, names), excess)
+    if widths is None:
+        return None
+    without, widened = widths
+    if plan.evaluation.composition:
+        return (
+            f"composition priced: the plan's [evaluation] composition ({', '.join(names)}) sends its counts in the "
+            f"final answer, which widens its worst-group risk over these {held_out:,} held-out rows to "
+            f"+/- {widened:.2g} (+/- {without:.2g} without it; 95%, from the noise)"
+        )
+    listed = ", ".join(f'"{name}"' for name in names)
+    return (
+        f"composition priced: [evaluation] composition = [{listed}] would send counts in the final answer and "
+        f"widen its worst-group risk over these {held_out:,} held-out rows from +/- {without:.2g} to "
+        f"+/- {widened:.2g} (95%, from the noise)"
+    )
 
 
 def composition_length(columns: Sequence[CompositionColumn]) -> int:
@@ -197,6 +290,12 @@ def composition_from_sums(
     ``worst_share``, ``overall_share``, ``worst_rows``, ``rows``), every count below
     ``minimum`` and every share resting on one None.
 
+    The ``<missing>`` level an imputing [schema] adds to every categorical column is listed only where
+    some held-out row may be missing that column: exact, unless the column's counts account for every row
+    without it; noised, only when its all-rows count is beyond ``count_error_bound`` (else the noise
+    cannot tell it from none). A group nobody is in is otherwise reported as "suppressed", or, noised, as
+    a group of the noise's size.
+
     ``noise_std`` 0: exact sums; a sum that no honest sites' counts add up to (a negative count,
     a column holding more rows than the total) is refused. ``noise_std`` > 0: the standard
     deviation of the noise on each decoded count. Counts are rounded and clipped at 0, then
@@ -222,6 +321,7 @@ def composition_from_sums(
     if noised:
         counts = np.maximum(counts, 0)
     worst_total, total = int(counts[0]), int(counts[1])
+    bound = _count_bound(noise_std, failure, vector.size) if noised else 0.0
     report: dict[str, list[dict[str, object]]] = {}
     shares: list[tuple[int, int]] = []
     position = TOTALS
@@ -236,10 +336,13 @@ def composition_from_sums(
                     f"the composition counts of {column.name!r} are inconsistent (negative, or more rows than the "
                     "total); a contributor sent broken sums"
                 )
-            # The rule again, on the sums: it leaves honest sums as they are and keeps a faulty site's
-            # small count from being read off the reported figures by subtraction.
-            parts.append(suppress_small_cells(part, minimum))
-        worst, everyone = ([_shown(int(count), minimum) for count in part] for part in parts)
+            parts.append(part)
+        listed = width - 1 if _nobody_missing(column, parts[1], total, bound) else width
+        # The rule again, on the sums: it leaves honest sums as they are and keeps a faulty site's
+        # small count from being read off the reported figures by subtraction.
+        worst, everyone = (
+            [_shown(int(count), minimum) for count in suppress_small_cells(part, minimum)] for part in parts
+        )
         report[column.name] = [
             {
                 "level": level,
@@ -248,8 +351,9 @@ def composition_from_sums(
                 "worst_rows": worst[index],
                 "rows": everyone[index],
             }
-            for index, level in enumerate(column.levels)
+            for index, level in enumerate(column.levels[:listed])
         ]
+        worst, everyone = worst[:listed], everyone[:listed]
         shares += [(count, worst_total) for count in worst if count is not None]
         shares += [(count, total) for count in everyone if count is not None]
     suppressed = sum(cell[key] is None for cells in report.values() for cell in cells for key in ("worst_rows", "rows"))
@@ -266,16 +370,39 @@ def composition_from_sums(
     return result
 
 
+def _nobody_missing(column: CompositionColumn, everyone: np.ndarray, total: int, bound: float) -> bool:
+    """Whether the sums show no held-out row in `column`'s ``<missing>`` level (see :func:`composition_from_sums`).
+
+    `everyone` is the column's summed all-rows counts (rounded), `total` the rows in all and `bound` the noise's
+    bound on every count (0: exact sums). Exact: nothing in the level and the listed categories hold every row
+    (a site withholds a small count, so a 0 alone may be a few rows kept back). Noised: its count within the
+    bound of 0.
+    """
+    if column.label or column.levels[-1] != MISSING_LEVEL:
+        return False
+    if bound > 0.0:
+        return int(everyone[-1]) <= bound
+    return int(everyone[-1]) == 0 and int(everyone[:-1].sum()) == total
+
+
+def _count_bound(noise_std: float, failure: float, counts: int) -> float:
+    """The bound every one of `counts` noised counts is within of its truth, all at once with 1 - `failure`.
+
+    Sub-Gaussian tails (Gaussian or Skellam noise) and a union bound over every decoded count, plus half a
+    row for the rounding.
+    """
+    if not 0.0 < failure < 1.0:
+        raise ConfigError(f"the failure probability of a noised report must be in (0, 1), got {failure}")
+    return math.sqrt(2.0 * math.log(2.0 * counts / failure)) * noise_std + 0.5
+
+
 def _noise_statement(noise_std: float, failure: float, counts: int, shares: list[tuple[int, int]]) -> dict[str, float]:
     """What the noise allows a reader of noised counts to conclude (see :func:`composition_from_sums`).
 
     On the event that every count is within b of its truth, a share x / T of true counts and the
     reported x' / T' differ by at most (b + b x' / T') / (T' - b) (for T' > b; else nothing is known).
     """
-    if not 0.0 < failure < 1.0:
-        raise ConfigError(f"the failure probability of a noised report must be in (0, 1), got {failure}")
-    # Sub-Gaussian tails (Gaussian or Skellam noise) and a union bound over every decoded count.
-    bound = math.sqrt(2.0 * math.log(2.0 * counts / failure)) * noise_std + 0.5
+    bound = _count_bound(noise_std, failure, counts)
     share_bound = max(
         ((bound + bound * count / total) / (total - bound) if total > bound else 1.0 for count, total in shares),
         default=0.0,

@@ -11,13 +11,29 @@ Why: docs/design.md, "Inside the runtime's shared modules".
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
+import shutil
+import sys
+import sysconfig
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki.names import validate_federation_id, validate_name
-from fedfair.runtime.plan.templates import AGGREGATOR_NAME, MANIFEST, Federation, render_collaborator, render_plan
+from fedfair.runtime.plan.templates import (
+    AGGREGATOR_NAME,
+    MANIFEST,
+    Federation,
+    Headline,
+    render_collaborator,
+    render_plan,
+)
 from fedfair.core.tables import parse_toml
+
+if TYPE_CHECKING:  # the plan module reads schemas (pandas): imported where a command runs
+    from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 
 CA_FOLDER = "ca"
 """The CA holder's folder: ca.key lives there, offline, never in a federation process's certs."""
@@ -64,10 +80,10 @@ def default_max_colluding(sites: int) -> int:
 
 def drafted_schema(
     sample: Path, label: str, features: list[str] | None = None, *, learn_categories: bool = False
-) -> str:
+) -> tuple[str, int]:
     """The ``[schema]`` section drafted from ``sample``, with a note of what to check before pinning it.
 
-    ID-like columns are left out unless `features` names them.
+    Also the sample's row count. ID-like columns are left out unless `features` names them.
     """
     # pandas (and the schema module) only when a sample is given: `fedfair init --help` stays light.
     from fedfair.datasets.schema import draft_schema, drafted_features, left_out_note, spellings_note
@@ -82,7 +98,41 @@ def drafted_schema(
         + left_out_note(left_out)
         + spellings_note(table, schema)
         + schema.to_toml(commented=True)
+    ), len(table)
+
+
+EXAMPLE_HELD_OUT_ROWS = 2000
+"""The held-out rows in all the plan's comments size the evaluation for when init has no sample."""
+
+
+def priced_composition(federation: Federation, plan: AggregatorPlan, sample_rows: int | None) -> Federation:
+    """`federation` with its plan's commented composition line filled in: columns of `plan`'s [schema], their cost.
+
+    Without a [schema] a placeholder column, priced as one categorical column of two categories. The rows are
+    every site's held-out share of a table like the sample (or :data:`EXAMPLE_HELD_OUT_ROWS`); the noise is
+    what the plan's survivors carry (:func:`fedfair.privacy.distributed.noise_excess`).
+    """
+    from fedfair.privacy.distributed import noise_excess
+    from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION
+    from fedfair.runtime.composition_counts import (
+        CompositionColumn,
+        composition_columns,
+        plan_half_widths,
+        suggested_composition,
     )
+
+    sites = len(plan.collaborators)
+    names: tuple[str, ...] | None = None
+    columns: tuple[CompositionColumn, ...] = (CompositionColumn("COLUMN", ("a", "b")),)
+    if plan.schema is not None:
+        names = suggested_composition(plan.schema)
+        columns = composition_columns(plan.schema, names)
+    rows = EXAMPLE_HELD_OUT_ROWS if sample_rows is None else sites * max(round(sample_rows * DEFAULT_TEST_FRACTION), 1)
+    excess = noise_excess(sites, plan.survivor_floor(sites), plan.secure_aggregation.max_colluding)
+    widths = plan_half_widths(plan, rows, columns, excess)
+    # Exact answers (no report_epsilon): the counts cost no interval, and the comment says so without figures.
+    headline = None if widths is None else Headline(rows, *widths)
+    return dataclasses.replace(federation, composition_example=names, headline=headline)
 
 
 def draft_federation_files(
@@ -117,23 +167,28 @@ def draft_federation_files(
             f"--max-colluding {max_colluding} needs rounds of max_colluding + 2 = {max_colluding + 2} sites but "
             f"there are {len(sites)}; lower --max-colluding or add sites"
         )
+    schema, sample_rows = (
+        (None, None)
+        if sample is None or label is None
+        else drafted_schema(sample, label, features, learn_categories=learn_categories)
+    )
     federation = Federation(
         federation_id=federation_id,
         sites=sites,
         aggregator=aggregator,
         certs=CERTS,
         max_colluding=max_colluding,
-        schema=None
-        if sample is None or label is None
-        else drafted_schema(sample, label, features, learn_categories=learn_categories),
+        schema=schema,
         table=f"{DATA_FOLDER}/table.csv",  # each site's own table, whatever the sample was called
     )
-    plan_text = render_plan(federation)
     # The plan module reads schemas (pandas): loaded to run the command, not for its --help.
     from fedfair.runtime.plan.aggregator_plan import parse_aggregator_plan
 
     plan_path = folder / AGGREGATOR_NAME / "plan.toml"
-    plan = parse_aggregator_plan(parse_toml(plan_text, plan_path), plan_path)
+    plan = parse_aggregator_plan(parse_toml(render_plan(federation), plan_path), plan_path)
+    # The composition example's columns and cost come from the loaded plan; they change comments only.
+    federation = priced_composition(federation, plan, sample_rows)
+    plan_text = render_plan(federation)
     # The roster's smallest round is the plan's quorum: the manifest then admits every round the plan starts.
     min_round_size = plan.quorum.min_collaborators
     files = {f"{AGGREGATOR_NAME}/plan.toml": plan_text}
@@ -160,6 +215,22 @@ def write_federation_folder(folder: Path, files: dict[str, str]) -> None:
 # ---------------------------------------------------------------- the README of next steps
 
 
+def shell_setup() -> str:
+    """The line that makes this installation's ``fedfair`` the one a fresh shell runs (bash, zsh, sh).
+
+    The script's folder put first on PATH: the installation's scripts folder (a virtual environment's
+    ``bin``) or, failing that, the folder of the ``fedfair`` on this process's PATH. Without a script
+    (a source tree run as ``python -m fedfair.cli``), a shell function that runs this interpreter.
+    A fresh shell has neither a checkout's ``.venv/bin`` on PATH nor its activation.
+    """
+    scripts = Path(sysconfig.get_path("scripts"))
+    found = shutil.which("fedfair")
+    folder = scripts if (scripts / "fedfair").is_file() else (Path(found).resolve().parent if found else None)
+    if folder is not None:
+        return f'export PATH={shlex.quote(str(folder))}:"$PATH"'
+    return f'fedfair() {{ {shlex.quote(sys.executable)} -m fedfair.cli "$@"; }}'
+
+
 def render_readme(federation: Federation, min_round_size: int) -> str:
     """The federation folder's README.
 
@@ -176,10 +247,12 @@ def render_readme(federation: Federation, min_round_size: int) -> str:
     ]
     copies = [f"cp {CA_FOLDER}/ca.crt {party}/{CERTS}/" for party in parties]
     folders = " ".join(f"{party}/{CERTS}" for party in parties)
+    configs = [f"{AGGREGATOR_NAME}/plan.toml", *(f"{site}/collaborator.toml" for site in sites)]
     manifest = (
         f"fedfair pki manifest --federation {federation.federation_id} --certs {folders} "
         f"--max-colluding {federation.max_colluding} --min-round-size {min_round_size} --out {ROSTER}",
-        f"fedfair plan pin --plan {AGGREGATOR_NAME}/plan.toml --manifest {ROSTER} --out {MANIFEST}",
+        f"fedfair plan pin --plan {AGGREGATOR_NAME}/plan.toml --manifest {ROSTER} --out {MANIFEST} "
+        + " ".join(f"--config {config}" for config in configs),
     )
     starts = [f"fedfair aggregator start --plan {AGGREGATOR_NAME}/plan.toml"]
     starts += [f"fedfair collaborator start --config {site}/collaborator.toml" for site in sites]
@@ -190,7 +263,12 @@ aggregator's operator, and {", ".join(f"`{site}/`" for site in sites)} for the i
 its own folder on its own machine, its keys in its `{CERTS}/`, and the agreed `{MANIFEST}` one level
 above it. The commands below run from this folder, as if every folder sat on one machine (a
 rehearsal); in a deployment each party runs its own lines and only requests, certificates and the
-manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
+manifest travel.
+
+Each shell that runs them starts with this line, which puts the `fedfair` that wrote this folder on
+its PATH (on another machine, name that machine's installation instead):
+
+    {shell_setup()}
 """
     steps: list[tuple[str, str, list[str]]] = []
     if federation.schema is not None:
@@ -230,8 +308,9 @@ manifest travel. In a source checkout the command is `.venv/bin/fedfair`.
             "The manifest: roster and plan",
             f"Review `{AGGREGATOR_NAME}/plan.toml` first (its `max_colluding = {federation.max_colluding}` must be "
             "the roster's). Every institution reviews the manifest, compares the digest `plan pin` prints out of "
-            f'band and keeps `{MANIFEST}` here. Then uncomment `manifest = "../{MANIFEST}"` in '
-            f"`{AGGREGATOR_NAME}/plan.toml` and in every `collaborator.toml`:",
+            f"band and keeps `{MANIFEST}` here. `--config` names it in each file given "
+            f'(`manifest = "../{MANIFEST}"`); in a deployment each institution adds that line to its own '
+            "`collaborator.toml`, its one edit:",
             list(manifest),
         ),
         ("Start", "The aggregator waits for its quorum; each institution starts its own collaborator:", starts),

@@ -97,8 +97,8 @@ def test_the_readmes_commands_are_verbs_the_cli_has(tmp_path: Path, sample: Path
 
 
 def test_the_readmes_steps_work_as_written(tmp_path: Path, sample: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run the README's check, PKI, manifest and renewal commands in order; the pinned plan (of the renewed
-    federation, the README's last step) and every config then load."""
+    """Run the README's check, PKI, manifest and renewal commands in order, editing nothing by hand; the pinned
+    plan (of the renewed federation, the README's last step) and every config then load."""
     folder = tmp_path / "fed"
     assert init(str(folder), "--sites", ",".join(SITES), "--csv", str(sample), "--label", "outcome") == 0
     monkeypatch.chdir(folder)
@@ -112,8 +112,7 @@ def test_the_readmes_steps_work_as_written(tmp_path: Path, sample: Path, monkeyp
             shutil.move(words[1], words[2])
         elif words[2] != "start":  # the processes themselves are the end-to-end tests' business
             assert cli.main(words[1:]) == 0, shlex.join(words)
-    for path in (folder / "aggregator" / "plan.toml", *(folder / site / "collaborator.toml" for site in SITES)):
-        path.write_text(path.read_text().replace('# manifest = "../manifest.toml"', 'manifest = "../manifest.toml"'))
+    # No hand edit: `plan pin --config` named the manifest in the plan and in every config.
     plan = load_aggregator_plan(folder / "aggregator" / "plan.toml")
     assert plan.manifest is not None and plan.manifest.max_colluding == plan.secure_aggregation.max_colluding
     assert plan.federation_id == plan.manifest.federation_id == "fed-2"

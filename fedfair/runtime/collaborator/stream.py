@@ -127,9 +127,24 @@ class TaskStream:
         0 when, by this institution's own record, the final model holds its update in every planned round,
         :data:`~fedfair.runtime.failures.EXIT_INCOMPLETE` otherwise (:mod:`~fedfair.runtime.collaborator.receipt`).
         """
+        self._say_connecting()
         with self._dial() as channel:
             self._setup(federation_stub(channel))
         return self._follow()
+
+    def _say_connecting(self) -> None:
+        """The run's first console line: the address it dials, how long it waits for an answer, how to stop.
+
+        Said before the first dial: a dial to a host that drops packets, or a port nobody serves, may take
+        minutes to reach its one-line error ([retry] start_wait_seconds), and meanwhile the operator sees
+        what the process waits for and that Ctrl-C ends the wait.
+        """
+        logger.info(
+            "%s: connecting to the aggregator at %s; waiting up to %.0f s for it to answer (Ctrl-C stops)",
+            self.config.name,
+            self.config.aggregator,
+            self.backoff.policy.start_wait_seconds,
+        )
 
     def _await_plan(self) -> None:
         """Once joined, wait until the aggregator serves again the plan this collaborator joined under.

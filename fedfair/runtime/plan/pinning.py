@@ -4,6 +4,10 @@ Every collaborator refuses a plan other than the one its manifest pins
 (:func:`fedfair.runtime.manifest.check_shared_settings`), so changing the plan is a new
 manifest that every institution accepts. The operator's everyday edit is therefore:
 
+``fedfair plan pin --config FILE ...`` also writes ``manifest = "PATH"`` (relative to each file's
+folder) into the plan and the collaborator configs it is given, so that a rehearsal on one machine
+needs no hand edit, and each institution of a real federation at most one line.
+
 ``fedfair plan renew`` starts a *new federation* from the same sites and certificates: a new
 federation id in the plan (and in the collaborator configs it is given), a fresh output folder,
 and a new manifest pinning the plan under the new id. Everything a federation id keys starts
@@ -16,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +36,24 @@ from fedfair.core.tables import read_toml
 
 
 def pin_plan(
-    plan_path: Path, manifest_path: Path, out: Path, *, federation_id: str | None = None
+    plan_path: Path,
+    manifest_path: Path,
+    out: Path,
+    *,
+    federation_id: str | None = None,
+    configs: Sequence[Path] = (),
 ) -> tuple[str, list[str] | None]:
     """Write to ``out`` the manifest at ``manifest_path`` with the plan at ``plan_path`` pinned.
 
     Under ``federation_id`` instead of the manifest's, when given: a new federation of the same roster.
+    Each of `configs` (a plan.toml or a collaborator.toml) then names ``out`` as its manifest
+    (:func:`name_manifest`); a config that cannot is refused before anything is written.
 
     The plan is read without holding it to the manifest it names (it is the edit being
     pinned) and then checked against the new manifest like any plan. Returns the new
     manifest's digest and the fields that changed since the old pin (None: it pinned none).
     """
+    named = {config: name_manifest(config, out) for config in configs}
     from fedfair.runtime.manifest import load_manifest, manifest_digest, setting_differences
     from fedfair.runtime.plan.aggregator_plan import check_plan, load_aggregator_plan, shared_content
 
@@ -59,7 +73,33 @@ def pin_plan(
         pinned.plan,
     )
     changes = None if roster.plan is None else setting_differences(roster.plan.settings, content)
+    for config, text in named.items():
+        config.write_text(text, encoding="utf-8")
     return manifest_digest(pinned), changes
+
+
+MANIFEST_KEY_TABLES = ("collaborator", "aggregator")
+"""Where a config names its manifest: a collaborator.toml in [collaborator], a plan in [aggregator]."""
+
+
+def name_manifest(config: Path, manifest: Path) -> str:
+    """The text of `config` (a collaborator.toml or a plan.toml) with its manifest key naming `manifest`.
+
+    The path is written relative to the config's folder (as every relative path in it is read), in the
+    key of [collaborator] or [aggregator], replacing the key or the template's commented example.
+
+    Raises:
+        ConfigError: the file is neither a collaborator config nor a plan.
+    """
+    _, data = read_toml(config)
+    table = next((name for name in MANIFEST_KEY_TABLES if isinstance(data.get(name), dict)), None)
+    if table is None:
+        raise ConfigError(
+            f"--config {config} has neither a [collaborator] nor an [aggregator] table; give a collaborator.toml or "
+            "the aggregator's plan.toml"
+        )
+    relative = Path(os.path.relpath(manifest.resolve(), config.resolve().parent)).as_posix()
+    return set_value(config.read_text(encoding="utf-8"), table, "manifest", json.dumps(relative), config)
 
 
 def settings_of(path: Path) -> dict[str, Any]:
@@ -79,12 +119,14 @@ def settings_of(path: Path) -> dict[str, Any]:
 def set_value(text: str, table: str, key: str, literal: str, source: Path) -> str:
     """`text` (a TOML file's) with ``key`` of ``[table]`` set to `literal`, its comment kept.
 
-    The key is added under the table's header when absent. ConfigError when the table is not there.
+    Absent, the key takes the place of the table's commented example of it (``# key = ...``, as the
+    templates write one), or is added under the table's header. ConfigError when the table is not there.
     """
     lines = text.splitlines(keepends=True)
     header = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
     assignment = re.compile(rf"^(\s*{re.escape(key)}\s*=\s*)(\"[^\"]*\"|'[^']*')(.*)$", re.DOTALL)
-    current, start = None, None
+    example = re.compile(rf"^#\s*({re.escape(key)}\s*=\s*)(\"[^\"]*\"|'[^']*')(.*)$", re.DOTALL)
+    current, start, commented = None, None, None
     for index, line in enumerate(lines):
         found = header.match(line)
         if found:
@@ -95,9 +137,16 @@ def set_value(text: str, table: str, key: str, literal: str, source: Path) -> st
         if matched:
             lines[index] = matched.group(1) + literal + matched.group(3)
             return "".join(lines)
+        if current == table and commented is None and example.match(line):
+            commented = index
     if start is None:
         raise ConfigError(f"{source} has no [{table}] table; add it with {key} = {literal}")
-    lines.insert(start + 1, f"{key} = {literal}\n")
+    if commented is not None:
+        matched = example.match(lines[commented])
+        assert matched is not None
+        lines[commented] = matched.group(1) + literal + matched.group(3)
+    else:
+        lines.insert(start + 1, f"{key} = {literal}\n")
     return "".join(lines)
 
 

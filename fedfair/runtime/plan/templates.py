@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,19 @@ CERTIFICATE_COLUMN = 27
 
 
 @dataclass(frozen=True)
+class Headline:
+    """The final worst-group risk's expected 95% half-width over `rows` held-out rows, without and with composition.
+
+    Computed by :func:`fedfair.runtime.composition_counts.headline_half_widths` from the plan's privacy; only
+    written here, so that this module stays free of the numerical stack.
+    """
+
+    rows: int
+    without: float
+    composed: float
+
+
+@dataclass(frozen=True)
 class Federation:
     """What the templates are rendered from.
 
@@ -40,6 +54,9 @@ class Federation:
     ``[schema]`` section (with any comment lines before it), or None for the commented example;
     with one, each site's ``[data] csv`` is ``table`` and [model] leaves features and classes to the
     schema. ``sizes_example`` fills the commented ``[influence] sizes`` line (None: placeholders).
+    ``composition_example`` names the commented ``[evaluation] composition`` line's columns (None:
+    placeholders), and ``headline`` what turning it on costs the worst-group risk's interval (None:
+    said without figures).
     """
 
     federation_id: str
@@ -50,6 +67,8 @@ class Federation:
     schema: str | None = None
     table: str = "data/patients.csv"
     sizes_example: tuple[int, ...] | None = None
+    composition_example: tuple[str, ...] | None = None
+    headline: Headline | None = None
 
     @property
     def listen(self) -> str:
@@ -157,11 +176,43 @@ every = 5           # federated worst-group evaluation every N rounds (0: after 
 # loss_range = [0.0, 3.0]  # noised answers clip each loss at the top (3: the true class predicted at
                            # 5%); the interval widens in proportion to it (6.9, the loss at 0.1%, is
                            # 2.3x as wide); the report says how much of the worst group may lie above it
-# composition = ["race", "sex"]  # with a [schema]: who is in the worst-off group at the final
-                                 # evaluation, by categorical columns with listed categories or
-                                 # the label; each site's counts by category go through the
-                                 # small-cell rule ([schema] min_category_count) into the sum
 """
+
+COMPOSITION_COLUMN = 33
+"""Where the composition line's note starts: under a two-column example's line, as it always did."""
+TEXT_WIDTH = 100
+"""The longest line of the composition note."""
+COMPOSITION_PLACEHOLDER = ("COLUMN",)
+"""The commented composition line's column when init knows no table: a name to replace, not the demo data's."""
+
+_COMPOSITION_NOTE = (
+    "with a [schema]: who is in the worst-off group at the final evaluation, by categorical columns "
+    "with listed categories or the label; each site's counts by category go through the small-cell "
+    "rule ([schema] min_category_count) into the sum. The counts travel in the final answer and share "
+    "its noise, so they widen the headline interval: "
+)
+
+
+def _composition(federation: Federation) -> str:
+    """The commented ``[evaluation] composition`` line: the columns to count, and what counting them costs."""
+    names = federation.composition_example or COMPOSITION_PLACEHOLDER
+    code = "# composition = [" + ", ".join(_string(name) for name in names) + "]"
+    headline = federation.headline
+    cost = (
+        "`fedfair data check` prints the worst-group risk's half-width with and without them"
+        if headline is None
+        else f"over {headline.rows:,} held-out rows in all, the worst-group risk's 95% half-width is "
+        f"+/- {headline.without:.2g} without them and +/- {headline.composed:.2g} with "
+        f"{'these columns' if federation.composition_example else 'one such column'}"
+    )
+    lines = textwrap.wrap(_COMPOSITION_NOTE + cost, width=TEXT_WIDTH - COMPOSITION_COLUMN - 2, break_on_hyphens=False)
+    notes = [f"{' ' * COMPOSITION_COLUMN}# {line}" for line in lines]
+    if len(code) + 2 <= COMPOSITION_COLUMN:  # the note starts on the example's line, as the other keys' do
+        notes[0] = code.ljust(COMPOSITION_COLUMN) + notes[0][COMPOSITION_COLUMN:]
+    else:
+        notes.insert(0, code)
+    return "\n".join(notes) + "\n"
+
 
 _SCHEMA_INTRO = """\
 # [schema]: each institution's own table instead of encoded data (docs/usage.md). Draft it from a
@@ -289,6 +340,7 @@ mode = "off"          # training DP: "distributed" is DP-SGD inside the secure s
 
 """,
             _QUORUM_AND_EVALUATION,
+            _composition(federation),
             "\n",
             _SCHEMA_INTRO,
             federation.schema if federation.schema is not None else _SCHEMA_EXAMPLE,
