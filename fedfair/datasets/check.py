@@ -22,6 +22,7 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import closest, parse_json_object, read_toml
+from fedfair.datasets.agreement import batch_shortfall, proposed_mapping, site_problems, site_warnings, training_rows
 from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, several_spellings, toml_value
 from fedfair.datasets.suspects import Dialect, id_like_columns, near_match, spellings
 from fedfair.datasets.tabular import as_text, is_numeric
@@ -48,6 +49,8 @@ class TableCheck:
     """Whether the schema came from a manifest (an edit then needs a new pin) or from a plan not yet pinned."""
     spellings: tuple[str, ...] = ()
     """Label or category values written several ways (case, surrounding spaces), a line a column."""
+    warnings: tuple[str, ...] = ()
+    """What the table may legitimately hold but the operator should know (a label of one class only)."""
 
     def render(self) -> str:
         """The check as the operator reads it: that the table fits, or each problem and its fix."""
@@ -62,6 +65,7 @@ class TableCheck:
             lines += [f"  {number}. {problem}" for number, problem in enumerate(self.problems, start=1)]
             if any(" at line" in problem for problem in self.problems):
                 lines.append("  (line numbers are the file's, the header being line 1)")
+        lines += [f"Warning: {warning}" for warning in self.warnings]
         if self.dialect:
             lines.append(f"Read as {self.dialect} (detected).")
         if self.spellings:
@@ -124,14 +128,28 @@ def schema_from_file(path: Path) -> Schema:
     return Schema.from_mapping(section, str(path))
 
 
-def check_against(schema: Schema, table: pd.DataFrame, source: str, *, pinned: bool = True) -> TableCheck:
+def check_against(
+    schema: Schema,
+    table: pd.DataFrame,
+    source: str,
+    *,
+    pinned: bool = True,
+    batch_fraction: float | None = None,
+    test_fraction: float | None = None,
+) -> TableCheck:
     """Every problem of ``table`` under ``schema``, with the schema edits that would accept it.
 
-    Also what the model will not use (columns outside the schema) or should not (ID-like feature columns).
+    Also the table as a whole (:mod:`fedfair.datasets.agreement`): a feature column empty in every row,
+    and, given the plan's ``batch_fraction`` and this site's ``test_fraction``, too few rows for its
+    batch (problems); a label of one class (a warning). And what the model will not use (columns
+    outside the schema) or should not (ID-like feature columns).
     """
     dialect = table.attrs.get("dialect")
     read_as = dialect.describe() if isinstance(dialect, Dialect) and dialect != Dialect() else ""
-    problems = tuple(table_problems(schema, table, source))
+    problems = [*table_problems(schema, table, source), *site_problems(schema, table)]
+    if batch_fraction is not None and test_fraction is not None:
+        short = batch_shortfall(training_rows(len(table), test_fraction), batch_fraction, test_fraction)
+        problems += [short] if short else []
     named = table.rename(columns=str)
     used = {schema.label, *(column.name for column in schema.columns)}
     outside = [str(name) for name in named.columns if str(name) not in used]
@@ -140,7 +158,7 @@ def check_against(schema: Schema, table: pd.DataFrame, source: str, *, pinned: b
     return TableCheck(
         source,
         len(table),
-        problems,
+        tuple(problems),
         tuple(schema_edits(schema, table)),
         _imputed(schema, table),
         read_as,
@@ -148,6 +166,7 @@ def check_against(schema: Schema, table: pd.DataFrame, source: str, *, pinned: b
         tuple(f"{name} ({why})" for name, why in id_like_columns(named, features).items()),
         pinned,
         tuple(several_spellings(table, schema)),
+        tuple(site_warnings(schema, table)),
     )
 
 
@@ -168,6 +187,9 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
     if schema.label in present:
         labels = as_text(table[schema.label])
         extra = _unlisted(labels, schema.classes)
+        held = sorted({str(value) for value in labels if value is not None})
+        if set(held).isdisjoint(schema.classes) and proposed_mapping(held, schema.classes) is not None:
+            extra = []  # another coding of the classes: the fix is the site's [data.recode], never more classes
         if extra:
             edits.append(f"classes = {toml_value([*schema.classes, *extra])}")
     for column in schema.columns:
