@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedfair.datasets.registry import DATASETS, cache_root, fetch, is_cached
+
+if TYPE_CHECKING:
+    from fedfair.runtime.plan.learning_settings import LearningSettings
 
 # The table modules load pandas: imported in the handlers that read a table, not for --help.
 
@@ -47,7 +51,14 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--plan", type=Path, required=True, metavar="PLAN", help="the plan file, or the manifest that pins the plan"
     )
     check.add_argument(
-        "--csv", type=Path, required=True, metavar="TABLE", help="this institution's CSV or Parquet table"
+        "--csv", type=Path, metavar="TABLE", help="this institution's CSV or Parquet table (default: --config's)"
+    )
+    check.add_argument(
+        "--config",
+        type=Path,
+        metavar="COLLABORATOR_TOML",
+        help="this institution's collaborator.toml: its table read as the collaborator reads it ([data] csv, "
+        "recode and test_fraction)",
     )
     check.set_defaults(handler=_check)
 
@@ -119,39 +130,62 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    """Exit 0 when the table fits, 1 when it does not (the report says how, and how the schema could change)."""
+    """Exit 0 when the table fits, 1 when it does not (the report says how, and how the schema could change).
+
+    With ``--config`` the table is read as that collaborator reads it: its [data] csv (unless ``--csv``),
+    mapped by its [data.recode], its test_fraction held out.
+    """
+    from fedfair.core.errors import ConfigError
+    from fedfair.datasets.agreement import Recode, recoded
     from fedfair.datasets.check import check_against, pins_plan, schema_from_file
     from fedfair.datasets.tabular import read_table
+    from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION, load_collaborator_config
 
     schema = schema_from_file(args.plan)
-    table = read_table(args.csv)
-    report = check_against(schema, table, args.csv.name, pinned=pins_plan(args.plan))
+    recode: Recode = {}
+    test_fraction, csv = DEFAULT_TEST_FRACTION, args.csv
+    if args.config is not None:
+        data = load_collaborator_config(args.config).data
+        if data.csv is None:
+            raise ConfigError(f"{args.config} names a built-in dataset, not a table; give its table with --csv")
+        recode, test_fraction, csv = data.recode, data.test_fraction, csv or data.csv
+    if csv is None:
+        raise ConfigError("data check needs the table: --csv TABLE, or --config collaborator.toml naming it")
+    table = recoded(read_table(csv), recode, csv.name)
+    loaded, reason = _plan(args.plan)
+    report = check_against(
+        schema,
+        table,
+        csv.name,
+        pinned=pins_plan(args.plan),
+        batch_fraction=loaded[0].batch_fraction if loaded is not None else None,
+        test_fraction=test_fraction,
+    )
     print(report.render())
-    print(_sizing(args.plan, len(table)))
+    print(_sizing(*loaded, len(table), test_fraction) if loaded is not None else reason)
     return 1 if report.problems else 0
 
 
-def _sizing(path: Path, rows: int) -> str:
-    """The plan's privacy sized to this table (:func:`fedfair.runtime.plan.privacy.sizing_line`), or why not."""
+def _plan(path: Path) -> tuple[tuple[LearningSettings, int] | None, str]:
+    """The plan's settings and its collaborator count, or None and the line saying why they do not load."""
     from fedfair.core.errors import ConfigError
     from fedfair.datasets.check import pins_plan, pinned_settings
-    from fedfair.privacy.distributed import noise_excess
-    from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings
-    from fedfair.runtime.plan.learning_settings import LearningSettings
-    from fedfair.runtime.plan.privacy import sizing_line
 
-    plan: LearningSettings
     try:
         if pins_plan(path):
-            plan = load_shared_settings(pinned_settings(path).encode(), str(path))
-            count = plan.collaborator_count
-        else:
-            loaded = load_aggregator_plan(path, check_manifest=False)
-            plan, count = loaded, len(loaded.collaborators)
+            shared = load_shared_settings(pinned_settings(path).encode(), str(path))
+            return (shared, shared.collaborator_count), ""
+        loaded = load_aggregator_plan(path, check_manifest=False)
+        return (loaded, len(loaded.collaborators)), ""
     except ConfigError as error:
-        return f"privacy sized to the data: not computed, the plan does not load: {error}"
+        return None, f"privacy sized to the data: not computed, the plan does not load: {error}"
+
+
+def _sizing(plan: LearningSettings, count: int, rows: int, test_fraction: float) -> str:
+    """The plan's privacy sized to this table (:func:`fedfair.runtime.plan.privacy.sizing_line`)."""
+    from fedfair.privacy.distributed import noise_excess
+    from fedfair.runtime.plan.privacy import sizing_line
+
     excess = noise_excess(count, plan.survivor_floor(count), plan.secure_aggregation.max_colluding)
-    return sizing_line(
-        plan.privacy, plan.objective.rho, plan.evaluation.loss_range[1], rows, DEFAULT_TEST_FRACTION, excess
-    )
+    return sizing_line(plan.privacy, plan.objective.rho, plan.evaluation.loss_range[1], rows, test_fraction, excess)
