@@ -22,7 +22,7 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import Table, finite_number, shown
-from fedfair.datasets.suspects import holds_two_codings, text_cells
+from fedfair.datasets.suspects import holds_two_codings, offenders, text_cells
 from fedfair.datasets.tabular import MAX_CATEGORIES, as_text, is_numeric
 
 ColumnKind = Literal["numeric", "categorical"]
@@ -398,8 +398,6 @@ def draft_schema(
         if not learn_categories and len(values) > MAX_CATEGORIES:
             cells = text_cells(series)
             if cells is not None:
-                from fedfair.datasets.values import offenders
-
                 raise ConfigError(
                     f"column {name!r} holds numbers but for {int(cells.sum()):,} text cells: "
                     f"{offenders(series.to_numpy(dtype=object), cells)}; make each a number (or leave it empty), "

@@ -7,7 +7,7 @@
 - :func:`near_match`: the listed value an unlisted one is most likely a typo of.
 - :func:`polarity`: whether a value spells yes or no (``Y``, ``false``, ``0``), to see two codings of one fact.
 - :func:`text_cells`: the few words in a column of numbers, which are cells to fix.
-- :func:`at_rows`: "at lines 4, 9, 17 and 12 more", the rows of a problem as a CSV's line numbers.
+- :func:`offenders` and :func:`at_rows`: a column's offending values, counts and CSV line numbers.
 
 Why: docs/design.md, "Inside the datasets library".
 """
@@ -282,3 +282,18 @@ def text_cells(series: pd.Series) -> np.ndarray | None:
     if not text.any() or int(numbers.sum()) <= int(text.sum()):
         return None
     return text
+
+
+def offenders(values: np.ndarray, mask: np.ndarray, limit: int = 5) -> str:
+    """The ``limit`` most frequent offending values (``values[mask]``) with their row counts and first lines.
+
+    E.g. 'n/a' (12 rows at lines 4, 9, 17, 20, 31 and 7 more), 'x' (1 row at line 8).
+    """
+    offending = pd.Series(values[mask], index=np.flatnonzero(mask), dtype=object)
+    counts = offending.value_counts()
+    shown = [
+        f"{value!r} ({count:,} row{'s' if count != 1 else ''} {at_rows(offending.index[offending == value])})"
+        for value, count in counts.iloc[:limit].items()
+    ]
+    more = f" and {len(counts) - limit:,} other values" if len(counts) > limit else ""
+    return ", ".join(shown) + more

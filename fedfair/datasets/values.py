@@ -20,7 +20,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.tables import closest, shown
 from fedfair.datasets.agreement import coding_advice
 from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Column, Schema
-from fedfair.datasets.suspects import at_rows, near_match
+from fedfair.datasets.suspects import at_rows, near_match, offenders
 from fedfair.datasets.tabular import as_text, is_numeric
 
 # Checking and reading a site's table
@@ -226,21 +226,6 @@ def _another_coding(column: str, text: np.ndarray, listed: tuple[str, ...], *, c
         f"writes {', '.join(map(repr, present))} where the plan's [schema] says {shown(list(listed))}: the same "
         f"values in another coding; {advice}"
     )
-
-
-def offenders(values: np.ndarray, mask: np.ndarray, limit: int = 5) -> str:
-    """The ``limit`` most frequent offending values (``values[mask]``) with their row counts and first lines.
-
-    E.g. 'n/a' (12 rows at lines 4, 9, 17, 20, 31 and 7 more), 'x' (1 row at line 8).
-    """
-    offending = pd.Series(values[mask], index=np.flatnonzero(mask), dtype=object)
-    counts = offending.value_counts()
-    shown = [
-        f"{value!r} ({count:,} row{'s' if count != 1 else ''} {at_rows(offending.index[offending == value])})"
-        for value, count in counts.iloc[:limit].items()
-    ]
-    more = f" and {len(counts) - limit:,} other values" if len(counts) > limit else ""
-    return ", ".join(shown) + more
 
 
 def _typos(text: np.ndarray, unknown: np.ndarray, listed: tuple[str, ...]) -> str:

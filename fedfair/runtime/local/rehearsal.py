@@ -153,9 +153,8 @@ def agree_before_drafting(
     """
     from fedfair.datasets.agreement import disagreeing_codings
     from fedfair.datasets.schema import drafted_features
-    from fedfair.datasets.suspects import text_cells
+    from fedfair.datasets.suspects import offenders, text_cells
     from fedfair.datasets.tabular import MAX_CATEGORIES, is_numeric
-    from fedfair.datasets.values import offenders
 
     files = dict(zip(tables, (path.name for path in paths), strict=True))
     features, _ = drafted_features(together, label, None)
