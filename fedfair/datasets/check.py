@@ -186,10 +186,9 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
     gaps: list[str] = []
     if schema.label in present:
         labels = as_text(table[schema.label])
-        extra = _unlisted(labels, schema.classes)
-        held = sorted({str(value) for value in labels if value is not None})
-        if set(held).isdisjoint(schema.classes) and proposed_mapping(held, schema.classes) is not None:
-            extra = []  # another coding of the classes: the fix is the site's [data.recode], never more classes
+        extra = (
+            [] if _recoded_instead(labels, schema.classes, certain_only=False) else _unlisted(labels, schema.classes)
+        )
         if extra:
             edits.append(f"classes = {toml_value([*schema.classes, *extra])}")
     for column in schema.columns:
@@ -203,10 +202,11 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
         if missing:
             gaps.append(f"{column.name} ({missing:,})")
         if column.kind == "categorical":
-            extra = _unlisted(as_text(series), column.categories) if column.categories is not None else []
+            cells, categories = as_text(series), column.categories
+            recode = categories is None or _recoded_instead(cells, categories, certain_only=True)
+            extra = [] if recode else _unlisted(cells, categories)
             if extra:
-                listed = toml_value([*(column.categories or ()), *extra])
-                edits.append(f'{where} categories = {listed} (or "{LEARN}")')
+                edits.append(f'{where} categories = {toml_value([*(categories or ()), *extra])} (or "{LEARN}")')
             continue
         numbers = series if is_numeric(series) else pd.to_numeric(series, errors="coerce")
         text = int(numbers.isna().sum()) - missing
@@ -223,6 +223,19 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
     if gaps and schema.missing == "refuse":
         edits.append(f'missing = "impute" (missing cells: {", ".join(gaps)})')
     return edits
+
+
+def _recoded_instead(values: np.ndarray, listed: tuple[str, ...], *, certain_only: bool) -> bool:
+    """Whether the column is another coding of `listed`: no value in common, and a mapping seen.
+
+    Its fix is the site's [data.recode], never a list holding both codings
+    (:func:`fedfair.datasets.agreement.proposed_mapping`; `certain_only` for a category column).
+    """
+    held = sorted({str(value) for value in values if value is not None})
+    if not held or not set(held).isdisjoint(listed):
+        return False
+    proposal = proposed_mapping(held, listed)
+    return proposal is not None and (proposal[1] or not certain_only)
 
 
 def _unlisted(values: np.ndarray, listed: tuple[str, ...] | None) -> list[str]:

@@ -111,9 +111,13 @@ def test_a_category_in_another_coding_gets_the_mapping_only_when_it_is_certain()
     assert "[data.recode]" not in uncertain[0]
 
 
-def test_data_check_offers_the_mapping_not_more_classes() -> None:
-    checked = check_against(SCHEMA, site(label=("no", "yes")), "table.csv")
-    assert not any(edit.startswith("classes = ") for edit in checked.edits)
+def test_data_check_offers_the_mapping_not_more_classes_or_categories() -> None:
+    checked = check_against(SCHEMA, site(label=("no", "yes"), sex=("F", "M")), "table.csv")
+    assert len(checked.problems) == 2 and all("[data.recode]" in problem for problem in checked.problems)
+    assert checked.edits == ()
+    # Values that are not another coding still get the edit that lists them.
+    new = check_against(SCHEMA, site(sex=("woman", "man")), "table.csv").edits
+    assert new == ('[[schema.columns]] name = "sex": categories = ["Female", "Male", "woman", "man"] (or "learn")',)
 
 
 def test_recoding_keeps_unmapped_and_missing_cells_and_refuses_an_unknown_column() -> None:

@@ -138,6 +138,27 @@ def test_a_collaborator_maps_its_coding_when_its_config_says_how(
     assert not [record for record in caplog.records if "holds only the class" in record.getMessage()]
 
 
+def test_a_collaborator_warns_of_one_class_once_and_refuses_a_site_too_small_for_its_batch(
+    tmp_path: Path, clinics: dict[str, pd.DataFrame], caplog: pytest.LogCaptureFixture
+) -> None:
+    workspace = rehearsal_workspace(tmp_path / "federation", written(tmp_path / "tables", clinics), "y")
+    path = workspace.configs["east-clinic"]
+    table = path.parent / "data" / "table.csv"
+    clinics["east-clinic"].assign(y=1).to_csv(table, index=False)
+    with caplog.at_level(logging.WARNING, logger="fedfair"):
+        Collaborator(load_collaborator_config(path))  # checks the table against the pinned [schema]; dials nobody
+    warned = [record.getMessage() for record in caplog.records if "holds only the class" in record.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("east-clinic: table.csv: label 'y' holds only the class \"1\"")
+
+    clinics["east-clinic"].iloc[:5].to_csv(table, index=False)
+    with pytest.raises(PermanentFailureError) as stopped:
+        Collaborator(load_collaborator_config(path))
+    assert str(stopped.value).startswith(
+        "data-mismatch: this institution's data does not fit the aggregator's plan: table.csv: 4 training rows are "
+        "too few for the plan's batch"
+    )
+
+
 @pytest.mark.parametrize(
     ("recode", "refusal"),
     [
