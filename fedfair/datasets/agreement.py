@@ -102,7 +102,8 @@ def coding_advice(column: str, site: Sequence[str], plan: Sequence[str], *, cert
     if proposal is None or (certain_only and not proposal[1]):
         return None
     mapping, certain = proposal
-    return f"put in this institution's collaborator.toml: {recode_line(column, mapping)}{_unless(mapping, certain)}"
+    line = recode_line(column, mapping)
+    return f"map them in this institution's collaborator.toml, {line}{_unless(mapping, certain)}, or recode the cells"
 
 
 def _unless(mapping: Mapping[str, str], certain: bool) -> str:

@@ -85,7 +85,9 @@ def test_a_label_in_another_coding_is_refused_with_the_mapping_and_accepted_once
         label_codes(SCHEMA, table["y"], "table.csv")
     message = str(refused.value)
     assert "label column 'y' writes 'no', 'yes' where the plan's [schema] says [\"0\", \"1\"]" in message
-    assert message.endswith('put in this institution\'s collaborator.toml: [data.recode] y = { no = "0", yes = "1" }')
+    assert message.endswith(
+        'map them in this institution\'s collaborator.toml, [data.recode] y = { no = "0", yes = "1" }, or recode the cells'
+    )
     mapped = recoded(table, {"y": {"no": "0", "yes": "1"}}, "table.csv")
     check_table(SCHEMA, mapped, "table.csv")
     expected = np.array([1 if i % 3 == 0 else 0 for i in range(len(table))])
@@ -104,7 +106,7 @@ def test_a_category_in_another_coding_gets_the_mapping_only_when_it_is_certain()
     problems = check_against(SCHEMA, site(sex=("F", "M")), "table.csv").problems
     assert problems == (
         "column 'sex' writes 'F', 'M' where the plan's [schema] says [\"Female\", \"Male\"]: the same values in "
-        'another coding; put in this institution\'s collaborator.toml: [data.recode] sex = { F = "Female", M = "Male" }',
+        'another coding; map them in this institution\'s collaborator.toml, [data.recode] sex = { F = "Female", M = "Male" }, or recode the cells',
     )
     uncertain = check_against(SCHEMA, site(sex=("woman", "man")), "table.csv").problems
     assert len(uncertain) == 1 and "not among its [schema] categories" in uncertain[0]
