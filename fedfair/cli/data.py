@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fedfair.datasets.registry import DATASETS, cache_root, fetch, is_cached
-
-if TYPE_CHECKING:
-    from fedfair.runtime.plan.learning_settings import LearningSettings
 
 # The table modules load pandas: imported in the handlers that read a table, not for --help.
 
@@ -152,40 +148,57 @@ def _check(args: argparse.Namespace) -> int:
     if csv is None:
         raise ConfigError("data check needs the table: --csv TABLE, or --config collaborator.toml naming it")
     table = recoded(read_table(csv), recode, csv.name)
-    loaded, reason = _plan(args.plan)
     report = check_against(
         schema,
         table,
         csv.name,
         pinned=pins_plan(args.plan),
-        batch_fraction=loaded[0].batch_fraction if loaded is not None else None,
+        batch_fraction=_batch_fraction(args.plan),
         test_fraction=test_fraction,
     )
     print(report.render())
-    print(_sizing(*loaded, len(table), test_fraction) if loaded is not None else reason)
+    print(_sizing(args.plan, len(table)))
     return 1 if report.problems else 0
 
 
-def _plan(path: Path) -> tuple[tuple[LearningSettings, int] | None, str]:
-    """The plan's settings and its collaborator count, or None and the line saying why they do not load."""
+def _batch_fraction(path: Path) -> float | None:
+    """The plan's [training] batch_fraction, for the batch check.
+
+    None when the plan does not load, as :func:`_sizing` then says.
+    """
     from fedfair.core.errors import ConfigError
     from fedfair.datasets.check import pins_plan, pinned_settings
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings
 
     try:
         if pins_plan(path):
-            shared = load_shared_settings(pinned_settings(path).encode(), str(path))
-            return (shared, shared.collaborator_count), ""
-        loaded = load_aggregator_plan(path, check_manifest=False)
-        return (loaded, len(loaded.collaborators)), ""
-    except ConfigError as error:
-        return None, f"privacy sized to the data: not computed, the plan does not load: {error}"
+            return load_shared_settings(pinned_settings(path).encode(), str(path)).batch_fraction
+        return load_aggregator_plan(path, check_manifest=False).batch_fraction
+    except ConfigError:
+        return None
 
 
-def _sizing(plan: LearningSettings, count: int, rows: int, test_fraction: float) -> str:
-    """The plan's privacy sized to this table (:func:`fedfair.runtime.plan.privacy.sizing_line`)."""
+def _sizing(path: Path, rows: int) -> str:
+    """The plan's privacy sized to this table (:func:`fedfair.runtime.plan.privacy.sizing_line`), or why not."""
+    from fedfair.core.errors import ConfigError
+    from fedfair.datasets.check import pins_plan, pinned_settings
     from fedfair.privacy.distributed import noise_excess
+    from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings
+    from fedfair.runtime.plan.learning_settings import LearningSettings
     from fedfair.runtime.plan.privacy import sizing_line
 
+    plan: LearningSettings
+    try:
+        if pins_plan(path):
+            plan = load_shared_settings(pinned_settings(path).encode(), str(path))
+            count = plan.collaborator_count
+        else:
+            loaded = load_aggregator_plan(path, check_manifest=False)
+            plan, count = loaded, len(loaded.collaborators)
+    except ConfigError as error:
+        return f"privacy sized to the data: not computed, the plan does not load: {error}"
     excess = noise_excess(count, plan.survivor_floor(count), plan.secure_aggregation.max_colluding)
-    return sizing_line(plan.privacy, plan.objective.rho, plan.evaluation.loss_range[1], rows, test_fraction, excess)
+    return sizing_line(
+        plan.privacy, plan.objective.rho, plan.evaluation.loss_range[1], rows, DEFAULT_TEST_FRACTION, excess
+    )
