@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import tomllib
 
 import numpy as np
@@ -129,6 +130,14 @@ def test_recoding_keeps_unmapped_and_missing_cells_and_refuses_an_unknown_column
     assert table["y"].tolist()[0] == 1.0, "the caller's table is left as it was"
     with pytest.raises(ConfigError, match=r"\[data.recode\] maps column 'label', which t.csv lacks; fix the column"):
         recoded(table, {"label": {"1": "yes"}}, "t.csv")
+
+
+def test_a_mapping_written_the_wrong_way_round_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    table = pd.DataFrame({"y": ["no", "yes", "no"]})
+    with caplog.at_level(logging.WARNING, logger="fedfair.datasets"):
+        assert recoded(table, {"y": {"0": "no", "1": "yes"}}, "t.csv")["y"].tolist() == ["no", "yes", "no"]
+    (record,) = caplog.records
+    assert record.getMessage().startswith('[data.recode] y: none of "0", "1" occurs in t.csv, so nothing is mapped')
 
 
 def test_classes_holding_two_codings_of_one_yes_no_label_are_refused() -> None:
