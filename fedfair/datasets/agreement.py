@@ -272,7 +272,7 @@ def _disjoint_sites(values: Mapping[str, set[str]], column: str, *, certain_only
         arrows = ", ".join(f"{toml_value(ours)} -> {toml_value(theirs)}" for ours, theirs in mapping.items())
         lines.append(
             f"{site} writes {column!r} as {_listed(values[site])} where {', '.join(others)} write "
-            f"{_listed(reference)}: recode {site}'s cells {arrows}{_unless(mapping, certain)} (or, in a real "
+            f"{_listed(reference)}: recode the cells of {site}, {arrows}{_unless(mapping, certain)} (or, in a real "
             f"federation, its collaborator.toml maps them: {recode_line(column, mapping)})"
         )
     return lines

@@ -159,7 +159,8 @@ def agree_before_drafting(
     files = dict(zip(tables, (path.name for path in paths), strict=True))
     features, _ = drafted_features(together, label, None)
     texts = [name for name in features or together.columns if name != label and not is_numeric(together[name])]
-    codings = disagreeing_codings(tables, label, texts)
+    # Each table named by its site and its file, the file being what the fix edits.
+    codings = disagreeing_codings({f"{site} ({files[site]})": table for site, table in tables.items()}, label, texts)
     if codings:
         raise ConfigError(
             "the tables write the same values in different codings, which one [schema] would read as "

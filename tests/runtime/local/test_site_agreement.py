@@ -69,7 +69,11 @@ def test_launch_refuses_a_site_coding_the_label_yes_no_naming_it_and_the_mapping
     tables = written(tmp_path / "tables", with_east(clinics, yes_no(clinics["east-clinic"])))
     result = launch(tmp_path, tables)
     assert result.returncode == 2, result.stdout + result.stderr
-    assert 'east-clinic writes \'y\' as "no", "yes" where north-clinic, south-clinic write "0", "1"' in (result.stderr)
+    assert (
+        'east-clinic (east-clinic.csv) writes \'y\' as "no", "yes" where north-clinic (north-clinic.csv), '
+        'south-clinic (south-clinic.csv) write "0", "1": recode the cells of east-clinic (east-clinic.csv), '
+        '"no" -> "0", "yes" -> "1"' in result.stderr
+    )
     assert '[data.recode] y = { no = "0", yes = "1" }' in result.stderr
     assert not (tmp_path / "federation").exists(), "refused before anything is drafted or written"
 
