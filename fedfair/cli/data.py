@@ -52,7 +52,14 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--plan", type=Path, required=True, metavar="PLAN", help="the plan file, or the manifest that pins the plan"
     )
     check.add_argument(
-        "--csv", type=Path, required=True, metavar="TABLE", help="this institution's CSV or Parquet table"
+        "--csv", type=Path, metavar="TABLE", help="this institution's CSV or Parquet table (default: --config's)"
+    )
+    check.add_argument(
+        "--config",
+        type=Path,
+        metavar="COLLABORATOR_TOML",
+        help="this institution's collaborator.toml: its table read as the collaborator reads it ([data] csv, "
+        "recode and test_fraction)",
     )
     check.set_defaults(handler=_check)
 
@@ -124,16 +131,56 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    """Exit 0 when the table fits, 1 when it does not (the report says how, and how the schema could change)."""
+    """Exit 0 when the table fits, 1 when it does not (the report says how, and how the schema could change).
+
+    With ``--config`` the table is read as that collaborator reads it: its [data] csv (unless ``--csv``),
+    mapped by its [data.recode], its test_fraction held out.
+    """
+    from fedfair.core.errors import ConfigError
+    from fedfair.datasets.agreement import Recode, recoded
     from fedfair.datasets.check import check_against, pins_plan, schema_from_file
     from fedfair.datasets.tabular import read_table
+    from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION, load_collaborator_config
 
     schema = schema_from_file(args.plan)
-    table = read_table(args.csv)
-    report = check_against(schema, table, args.csv.name, pinned=pins_plan(args.plan))
+    recode: Recode = {}
+    test_fraction, csv = DEFAULT_TEST_FRACTION, args.csv
+    if args.config is not None:
+        data = load_collaborator_config(args.config).data
+        if data.csv is None:
+            raise ConfigError(f"{args.config} names a built-in dataset, not a table; give its table with --csv")
+        recode, test_fraction, csv = data.recode, data.test_fraction, csv or data.csv
+    if csv is None:
+        raise ConfigError("data check needs the table: --csv TABLE, or --config collaborator.toml naming it")
+    table = recoded(read_table(csv), recode, csv.name)
+    report = check_against(
+        schema,
+        table,
+        csv.name,
+        pinned=pins_plan(args.plan),
+        batch_fraction=_batch_fraction(args.plan),
+        test_fraction=test_fraction,
+    )
     print(report.render())
     print(_sizing(args.plan, len(table)))
     return 1 if report.problems else 0
+
+
+def _batch_fraction(path: Path) -> float | None:
+    """The plan's [training] batch_fraction, for the batch check.
+
+    None when the plan does not load, as :func:`_sizing` then says.
+    """
+    from fedfair.core.errors import ConfigError
+    from fedfair.datasets.check import pins_plan, pinned_settings
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings
+
+    try:
+        if pins_plan(path):
+            return load_shared_settings(pinned_settings(path).encode(), str(path)).batch_fraction
+        return load_aggregator_plan(path, check_manifest=False).batch_fraction
+    except ConfigError:
+        return None
 
 
 def _sizing(path: Path, rows: int) -> str:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import closest, parse_json_object, read_toml
+from fedfair.datasets.agreement import batch_shortfall, proposed_mapping, site_problems, site_warnings, training_rows
 from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Schema, several_spellings, toml_value
 from fedfair.datasets.suspects import Dialect, id_like_columns, near_match, spellings
 from fedfair.datasets.tabular import as_text, is_numeric
@@ -48,6 +49,8 @@ class TableCheck:
     """Whether the schema came from a manifest (an edit then needs a new pin) or from a plan not yet pinned."""
     spellings: tuple[str, ...] = ()
     """Label or category values written several ways (case, surrounding spaces), a line a column."""
+    warnings: tuple[str, ...] = ()
+    """What the table may legitimately hold but the operator should know (a label of one class only)."""
 
     def render(self) -> str:
         """The check as the operator reads it: that the table fits, or each problem and its fix."""
@@ -62,6 +65,7 @@ class TableCheck:
             lines += [f"  {number}. {problem}" for number, problem in enumerate(self.problems, start=1)]
             if any(" at line" in problem for problem in self.problems):
                 lines.append("  (line numbers are the file's, the header being line 1)")
+        lines += [f"Warning: {warning}" for warning in self.warnings]
         if self.dialect:
             lines.append(f"Read as {self.dialect} (detected).")
         if self.spellings:
@@ -124,14 +128,28 @@ def schema_from_file(path: Path) -> Schema:
     return Schema.from_mapping(section, str(path))
 
 
-def check_against(schema: Schema, table: pd.DataFrame, source: str, *, pinned: bool = True) -> TableCheck:
+def check_against(
+    schema: Schema,
+    table: pd.DataFrame,
+    source: str,
+    *,
+    pinned: bool = True,
+    batch_fraction: float | None = None,
+    test_fraction: float | None = None,
+) -> TableCheck:
     """Every problem of ``table`` under ``schema``, with the schema edits that would accept it.
 
-    Also what the model will not use (columns outside the schema) or should not (ID-like feature columns).
+    Also the table as a whole (:mod:`fedfair.datasets.agreement`): a feature column empty in every row,
+    and, given the plan's ``batch_fraction`` and this site's ``test_fraction``, too few rows for its
+    batch (problems); a label of one class (a warning). And what the model will not use (columns
+    outside the schema) or should not (ID-like feature columns).
     """
     dialect = table.attrs.get("dialect")
     read_as = dialect.describe() if isinstance(dialect, Dialect) and dialect != Dialect() else ""
-    problems = tuple(table_problems(schema, table, source))
+    problems = [*table_problems(schema, table, source), *site_problems(schema, table)]
+    if batch_fraction is not None and test_fraction is not None:
+        short = batch_shortfall(training_rows(len(table), test_fraction), batch_fraction, test_fraction)
+        problems += [short] if short else []
     named = table.rename(columns=str)
     used = {schema.label, *(column.name for column in schema.columns)}
     outside = [str(name) for name in named.columns if str(name) not in used]
@@ -140,7 +158,7 @@ def check_against(schema: Schema, table: pd.DataFrame, source: str, *, pinned: b
     return TableCheck(
         source,
         len(table),
-        problems,
+        tuple(problems),
         tuple(schema_edits(schema, table)),
         _imputed(schema, table),
         read_as,
@@ -148,6 +166,7 @@ def check_against(schema: Schema, table: pd.DataFrame, source: str, *, pinned: b
         tuple(f"{name} ({why})" for name, why in id_like_columns(named, features).items()),
         pinned,
         tuple(several_spellings(table, schema)),
+        tuple(site_warnings(schema, table)),
     )
 
 
@@ -167,7 +186,9 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
     gaps: list[str] = []
     if schema.label in present:
         labels = as_text(table[schema.label])
-        extra = _unlisted(labels, schema.classes)
+        extra = (
+            [] if _recoded_instead(labels, schema.classes, certain_only=False) else _unlisted(labels, schema.classes)
+        )
         if extra:
             edits.append(f"classes = {toml_value([*schema.classes, *extra])}")
     for column in schema.columns:
@@ -181,10 +202,11 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
         if missing:
             gaps.append(f"{column.name} ({missing:,})")
         if column.kind == "categorical":
-            extra = _unlisted(as_text(series), column.categories) if column.categories is not None else []
+            cells, categories = as_text(series), column.categories
+            recode = categories is None or _recoded_instead(cells, categories, certain_only=True)
+            extra = [] if recode else _unlisted(cells, categories)
             if extra:
-                listed = toml_value([*(column.categories or ()), *extra])
-                edits.append(f'{where} categories = {listed} (or "{LEARN}")')
+                edits.append(f'{where} categories = {toml_value([*(categories or ()), *extra])} (or "{LEARN}")')
             continue
         numbers = series if is_numeric(series) else pd.to_numeric(series, errors="coerce")
         text = int(numbers.isna().sum()) - missing
@@ -201,6 +223,19 @@ def schema_edits(schema: Schema, table: pd.DataFrame) -> list[str]:
     if gaps and schema.missing == "refuse":
         edits.append(f'missing = "impute" (missing cells: {", ".join(gaps)})')
     return edits
+
+
+def _recoded_instead(values: np.ndarray, listed: tuple[str, ...], *, certain_only: bool) -> bool:
+    """Whether the column is another coding of `listed`: no value in common, and a mapping seen.
+
+    Its fix is the site's [data.recode], never a list holding both codings
+    (:func:`fedfair.datasets.agreement.proposed_mapping`; `certain_only` for a category column).
+    """
+    held = sorted({str(value) for value in values if value is not None})
+    if not held or not set(held).isdisjoint(listed):
+        return False
+    proposal = proposed_mapping(held, listed)
+    return proposal is not None and (proposal[1] or not certain_only)
 
 
 def _unlisted(values: np.ndarray, listed: tuple[str, ...] | None) -> list[str]:

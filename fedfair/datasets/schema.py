@@ -22,6 +22,7 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import Table, finite_number, shown
+from fedfair.datasets.suspects import holds_two_codings, offenders, text_cells
 from fedfair.datasets.tabular import MAX_CATEGORIES, as_text, is_numeric
 
 ColumnKind = Literal["numeric", "categorical"]
@@ -99,6 +100,12 @@ class Schema:
             raise ConfigError(
                 f"[schema] classes must list at least two distinct label values, got {shown(list(self.classes))}; "
                 "fix classes"
+            )
+        if holds_two_codings(self.classes):
+            raise ConfigError(
+                f"[schema] classes = {shown(list(self.classes))} hold two codings of one yes/no label; keep one "
+                "(e.g. the one most sites use) and have each site that writes the other map it with a "
+                "[data.recode] line in its collaborator.toml (or fix its table)"
             )
         if not self.columns:
             raise ConfigError("[schema] has no feature columns; add [[schema.columns]] entries")
@@ -389,6 +396,13 @@ def draft_schema(
             continue
         values = _distinct_text(series)
         if not learn_categories and len(values) > MAX_CATEGORIES:
+            cells = text_cells(series)
+            if cells is not None:
+                raise ConfigError(
+                    f"column {name!r} holds numbers but for {int(cells.sum()):,} text cells: "
+                    f"{offenders(series.to_numpy(dtype=object), cells)}; make each a number (or leave it empty), "
+                    "or leave the column out with --features"
+                )
             raise ConfigError(
                 f"column {name!r} has {len(values):,} distinct text values, too many to list (limit {MAX_CATEGORIES}); "
                 "pass --learn-categories, or leave it out with --features"

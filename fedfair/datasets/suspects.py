@@ -5,7 +5,9 @@
 - :func:`id_like_columns`: columns that identify rows, by name or by content.
 - :func:`spellings`: one value written several ways ("yes", "Yes", "Yes "), to draft it once.
 - :func:`near_match`: the listed value an unlisted one is most likely a typo of.
-- :func:`at_rows`: "at lines 4, 9, 17 and 12 more", the rows of a problem as a CSV's line numbers.
+- :func:`polarity`: whether a value spells yes or no (``Y``, ``false``, ``0``), to see two codings of one fact.
+- :func:`text_cells`: the few words in a column of numbers, which are cells to fix.
+- :func:`offenders` and :func:`at_rows`: a column's offending values, counts and CSV line numbers.
 
 Why: docs/design.md, "Inside the datasets library".
 """
@@ -245,3 +247,53 @@ def at_rows(rows: np.ndarray, limit: int = 5) -> str:
         return ""
     more = f" and {len(rows) - limit:,} more" if len(rows) > limit else ""
     return f"at line{'s' if len(rows) > 1 else ''} {', '.join(str(line) for line in lines)}{more}"
+
+
+NEGATIVE_WORDS = frozenset({"0", "no", "n", "false", "f", "negative", "neg", "absent", "off"})
+POSITIVE_WORDS = frozenset({"1", "yes", "y", "true", "t", "positive", "pos", "present", "on"})
+"""The spellings of a yes/no fact whose meaning is unambiguous, compared trimmed and case-folded."""
+
+
+def polarity(value: str) -> bool | None:
+    """True for a spelling of yes, False for one of no (:data:`POSITIVE_WORDS`), None for anything else."""
+    folded = value.strip().casefold()
+    if folded in POSITIVE_WORDS:
+        return True
+    if folded in NEGATIVE_WORDS:
+        return False
+    return None
+
+
+def holds_two_codings(classes: Sequence[str]) -> bool:
+    """Whether `classes` are all yes/no spellings with two of one meaning (``["0", "1", "no", "yes"]``)."""
+    meanings = [polarity(value) for value in classes]
+    return None not in meanings and max(meanings.count(True), meanings.count(False)) >= 2
+
+
+def text_cells(series: pd.Series) -> np.ndarray | None:
+    """The mask of a text column's cells that are not numbers, when most of its values are numbers; else None.
+
+    Six words among ages are cells to fix, not a categorical column (the rule :mod:`fedfair.datasets.check` and the
+    collaborator's check use before suggesting a type).
+    """
+    present: np.ndarray = series.notna().to_numpy()
+    numbers: np.ndarray = pd.to_numeric(series, errors="coerce").notna().to_numpy()
+    text: np.ndarray = present & ~numbers
+    if not text.any() or int(numbers.sum()) <= int(text.sum()):
+        return None
+    return text
+
+
+def offenders(values: np.ndarray, mask: np.ndarray, limit: int = 5) -> str:
+    """The ``limit`` most frequent offending values (``values[mask]``) with their row counts and first lines.
+
+    E.g. 'n/a' (12 rows at lines 4, 9, 17, 20, 31 and 7 more), 'x' (1 row at line 8).
+    """
+    offending = pd.Series(values[mask], index=np.flatnonzero(mask), dtype=object)
+    counts = offending.value_counts()
+    shown = [
+        f"{value!r} ({count:,} row{'s' if count != 1 else ''} {at_rows(offending.index[offending == value])})"
+        for value, count in counts.iloc[:limit].items()
+    ]
+    more = f" and {len(counts) - limit:,} other values" if len(counts) > limit else ""
+    return ", ".join(shown) + more

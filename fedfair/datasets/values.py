@@ -18,8 +18,9 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import closest, shown
+from fedfair.datasets.agreement import coding_advice
 from fedfair.datasets.schema import FLOAT_EXACT_BITS, LEARN, Column, Schema
-from fedfair.datasets.suspects import at_rows, near_match
+from fedfair.datasets.suspects import at_rows, near_match, offenders
 from fedfair.datasets.tabular import as_text, is_numeric
 
 # Checking and reading a site's table
@@ -132,13 +133,17 @@ def column_values(schema: Schema, column: Column, series: pd.Series, source: str
         return bucket_codes
     codes: np.ndarray = pd.Index(column.categories).get_indexer(text)
     unknown = (codes < 0) & ~missing
+    if unknown.any() and not (codes >= 0).any():
+        advice = _another_coding(column.name, text[~missing], column.categories, certain_only=True)
+        if advice:
+            raise ConfigError(f"{source}: column {column.name!r} {advice}")
     if unknown.any():
         typos = _typos(text, unknown, column.categories)
         if typos:
             raise ConfigError(f"{source}: column {column.name!r} has {typos}")
         raise ConfigError(
             f"{source}: column {column.name!r} has values not among its [schema] categories: "
-            f"{_offenders(text, unknown)}; fix those cells, add the values to its categories, "
+            f"{offenders(text, unknown)}; fix those cells, add the values to its categories, "
             f'or set categories = "{LEARN}"'
         )
     return codes
@@ -160,7 +165,7 @@ def _numbers(schema: Schema, name: str, series: pd.Series, source: str) -> np.nd
         )
         raise ConfigError(
             f"{source}: column {name!r} is numeric in the plan's [schema] but holds text: "
-            f"{_offenders(series.to_numpy(dtype=object), text)}; {fix}"
+            f"{offenders(series.to_numpy(dtype=object), text)}; {fix}"
         )
     _check_missing(schema, name, np.isnan(values), source)
     finite = values[~np.isnan(values)]
@@ -192,30 +197,35 @@ def label_codes(schema: Schema, series: pd.Series, source: str) -> np.ndarray:
             f"{source}: label column {schema.label!r} has {int(missing.sum()):,} missing values; drop those rows"
         )
     codes: np.ndarray = pd.Index(schema.classes).get_indexer(text)
+    if (codes < 0).all():
+        advice = _another_coding(schema.label, text, schema.classes, certain_only=False)
+        if advice:
+            raise ConfigError(f"{source}: label column {schema.label!r} {advice}")
     if (codes < 0).any():
         typos = _typos(text, codes < 0, schema.classes)
         if typos:
             raise ConfigError(f"{source}: label column {schema.label!r} has {typos}")
         raise ConfigError(
             f"{source}: label column {schema.label!r} has values not among the [schema] classes "
-            f"{shown(list(schema.classes))}: {_offenders(text, codes < 0)}; fix those cells or add them to classes"
+            f"{shown(list(schema.classes))}: {offenders(text, codes < 0)}; fix those cells or add them to classes"
         )
     return codes
 
 
-def _offenders(values: np.ndarray, mask: np.ndarray, limit: int = 5) -> str:
-    """The ``limit`` most frequent offending values (``values[mask]``) with their row counts and first lines.
+def _another_coding(column: str, text: np.ndarray, listed: tuple[str, ...], *, certain_only: bool) -> str:
+    """When a column shares no value with the plan's list: its coding beside the plan's and the mapping; else "".
 
-    E.g. 'n/a' (12 rows at lines 4, 9, 17, 20, 31 and 7 more), 'x' (1 row at line 8).
+    (:func:`fedfair.datasets.agreement.coding_advice`; `certain_only` for a category column, whose values
+    may be new places rather than new spellings.)
     """
-    offending = pd.Series(values[mask], index=np.flatnonzero(mask), dtype=object)
-    counts = offending.value_counts()
-    shown = [
-        f"{value!r} ({count:,} row{'s' if count != 1 else ''} {at_rows(offending.index[offending == value])})"
-        for value, count in counts.iloc[:limit].items()
-    ]
-    more = f" and {len(counts) - limit:,} other values" if len(counts) > limit else ""
-    return ", ".join(shown) + more
+    present = sorted({str(value) for value in text if value is not None})
+    advice = coding_advice(column, present, listed, certain_only=certain_only)
+    if advice is None:
+        return ""
+    return (
+        f"writes {', '.join(map(repr, present))} where the plan's [schema] says {shown(list(listed))}: the same "
+        f"values in another coding; {advice}"
+    )
 
 
 def _typos(text: np.ndarray, unknown: np.ndarray, listed: tuple[str, ...]) -> str:

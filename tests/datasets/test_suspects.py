@@ -165,7 +165,11 @@ def test_data_check_reports_spellings_as_one_problem_and_never_as_classes(
     assert cli_main(["data", "check", "--plan", str(plan), "--csv", str(careless)]) == 1
     out = capsys.readouterr().out
     assert "Written several ways (only case or surrounding spaces differ)" in out
-    suggested = next(line for line in out.splitlines() if line.strip().startswith("classes = "))
-    classes = tomllib.loads(suggested.strip())["classes"]
-    assert len(classes) == 4 and sorted(value.casefold() for value in classes[2:]) == ["no", "yes"]
-    assert "'No '" not in out.split("Either fix the table")[1]
+    # yes/no where the plan says 0/1 is another coding: adding its spellings as classes would give the
+    # plan two codings of one label, so the fix offered is the site's [data.recode], every spelling mapped.
+    assert not any(line.strip().startswith("classes = ") for line in out.splitlines())
+    line = next(line for line in out.splitlines() if "[data.recode]" in line)
+    recode = line.split("[data.recode] ")[1].removesuffix(", or recode the cells")
+    mapping = tomllib.loads(recode)["readmitted_30d"]
+    assert {value.strip().casefold(): plan for value, plan in mapping.items()} == {"no": "0", "yes": "1"}
+    assert len(mapping) == 8  # four forms of each word, every one mapped

@@ -24,9 +24,9 @@ SITES = ("hospital-a", "hospital-b", "hospital-c")
 
 @pytest.fixture()
 def sample(tmp_path: Path) -> Path:
-    """A small table like an institution's: a number, a category and a label."""
+    """A small table like an institution's: a number, a category and a label; 80 rows, enough for init's batch."""
     path = tmp_path / "sample.csv"
-    rows = [(20 + i, ("private", "public", "self")[i % 3], ("no", "yes")[i % 2]) for i in range(30)]
+    rows = [(20 + i % 60, ("private", "public", "self")[i % 3], ("no", "yes")[i % 2]) for i in range(80)]
     pd.DataFrame(rows, columns=["age", "sector", "outcome"]).to_csv(path, index=False)
     return path
 

@@ -12,6 +12,7 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from fedfair.core.tables import (
     check_sections,
     field_names,
     read_toml,
+    shown,
 )
 from fedfair.runtime.transport import TlsFiles
 
@@ -75,6 +77,9 @@ class DataSettings:
     group: str | None = None
     test_fraction: float = DEFAULT_TEST_FRACTION
     """The share of a csv table's rows held out from training, for the federated evaluation."""
+    recode: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    """[data.recode]: column -> {this table's value -> the plan's}, applied as the table is read
+    (:func:`fedfair.datasets.agreement.recoded`), e.g. { readmitted = { yes = "1", no = "0" } }."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,7 @@ def _data(source: str, data: Mapping[str, object], base: Path) -> DataSettings:
             '[data] needs exactly one source: dataset = "adult" (with partition and index) or csv = "path.csv" (with label)'
         )
     if dataset is not None:
-        for key in ("label", "features", "group", "test_fraction"):
+        for key in ("label", "features", "group", "test_fraction", "recode"):
             if key in t.data:
                 t.fail(f"[data] {key} applies to csv files only; remove it or use csv = ...")
         index = t.integer("index", low=0)
@@ -233,7 +238,46 @@ def _data(source: str, data: Mapping[str, object], base: Path) -> DataSettings:
             check=lambda x: 0 < x < 1,
             expected="a number in (0, 1) (the share of rows held out for evaluation)",
         ),
+        recode=_recode(t),
     )
+
+
+RECODE_EXAMPLE = '[data.recode] readmitted = { yes = "1", no = "0" }'
+"""How a [data.recode] line reads, for its errors."""
+
+
+def _recode(t: Table) -> dict[str, dict[str, str]]:
+    """[data.recode]: column = { this table's value = "the plan's value", ... }, each value compared as text.
+
+    Checked here, once: a table of non-empty tables whose right-hand sides are text (or whole numbers,
+    taken as their text). Whether the columns exist is the table's business (checked when it is read).
+    """
+    if not t.given("recode"):
+        return {}
+    value = t.data["recode"]
+    if not isinstance(value, Mapping) or not value:
+        t.bad(
+            "recode",
+            value,
+            f"a table of column = {{ this table's value = \"the plan's value\" }}, e.g. {RECODE_EXAMPLE}",
+        )
+    recode: dict[str, dict[str, str]] = {}
+    for column, mapping in value.items():
+        if not isinstance(mapping, Mapping) or not mapping:
+            t.fail(
+                f"[data.recode] {column} must be a table of this table's value = \"the plan's value\", got "
+                f"{shown(mapping)}; write it as {RECODE_EXAMPLE}"
+            )
+        pairs: dict[str, str] = {}
+        for ours, theirs in mapping.items():
+            if isinstance(theirs, bool) or not isinstance(theirs, str | int) or theirs == "":
+                t.fail(
+                    f"[data.recode] {column}: {ours} = {shown(theirs)} must give the plan's value as text, e.g. "
+                    f'{ours} = "1"; fix the value'
+                )
+            pairs[str(ours)] = str(theirs)
+        recode[str(column)] = pairs
+    return recode
 
 
 def _factories(source: str, data: Mapping[str, object]) -> tuple[str, ...]:

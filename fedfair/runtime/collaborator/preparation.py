@@ -145,7 +145,9 @@ def join(
         return joined
     # The table is checked now, before any round; it is encoded once the statistics of every
     # site's table arrive with the first TRAIN stage (fedfair.runtime.preprocessing).
-    schema_table = check_schema_table(config, shared, table)
+    # Its warnings were logged before connecting when the manifest pins the plan (check_pinned_table).
+    pinned = config.manifest is not None and config.manifest.plan is not None
+    schema_table = check_schema_table(config, shared, table, warn=not pinned)
     # Under the plan's [privacy] the noised layout (values clipped into public ranges, nothing withheld),
     # whose noise the statistics step adds and charges (Charges.statistics).
     describe = noised_statistics_vector if shared.privacy.noised else statistics_vector

@@ -28,6 +28,7 @@ from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.datasets import DATASETS, Dataset, load_csv, load_dataset, partition
+from fedfair.datasets.agreement import batch_shortfall, recoded, site_problems, site_warnings
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.values import check_table
 from fedfair.datasets.tabular import as_strings, read_table, split_rows
@@ -85,7 +86,8 @@ def read_local_data(config: CollaboratorConfig) -> LocalTable:
             return LocalTable(load_dataset(source.dataset), None)
         if source.csv is None:
             raise ConfigError("[data] needs csv or dataset")
-        return LocalTable(None, read_table(source.csv))
+        # Mapped as it is read, so that every check and the encoder see the plan's values.
+        return LocalTable(None, recoded(read_table(source.csv), source.recode, source.csv.name))
     except ConfigError as error:
         raise PermanentFailureError(LOCAL_DATA, reason=error, config=config.source) from None
     except (OSError, IndexError, ValueError) as error:  # an unreadable file, whatever the loader met
@@ -123,10 +125,14 @@ class SchemaTable:
     source: str
 
 
-def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table: LocalTable) -> SchemaTable:
+def check_schema_table(
+    config: CollaboratorConfig, shared: SharedSettings, table: LocalTable, *, warn: bool = True
+) -> SchemaTable:
     """Check the table against the plan's [schema] and split it with the plan's seed.
 
-    The split is within each group when [data] group is set.
+    The split is within each group when [data] group is set. Besides its cells, the table as a whole
+    (:mod:`fedfair.datasets.agreement`): a feature column empty in every row and too few training rows
+    for the plan's batch are refused; a label of one class is logged as a warning (with `warn`).
 
     Raises:
         PermanentFailureError: ``data-mismatch``, naming the column and the fix.
@@ -142,6 +148,9 @@ def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table
     raw.columns = [str(name) for name in raw.columns]
     try:
         check_table(schema, raw, source.csv.name)
+        whole = site_problems(schema, raw)
+        if whole:
+            raise ConfigError(f"{source.csv.name}: {'; '.join(whole)}")
         if source.group is not None and source.group not in raw.columns:
             raise ConfigError(f"[data] group column {source.group!r} is not in {source.csv.name}; fix [data] group")
     except ConfigError as error:
@@ -154,6 +163,16 @@ def check_schema_table(config: CollaboratorConfig, shared: SharedSettings, table
             reason=f"{source.csv.name} has {len(raw)} rows, too few for train and held-out rows",
             config=config.source,
         )
+    # A size the plan declares fixes the batch itself (and DP-SGD checks it against the rows held).
+    short = (
+        None
+        if config.name in shared.influence.sizes
+        else batch_shortfall(len(train_rows), shared.batch_fraction, source.test_fraction)
+    )
+    if short is not None:
+        raise PermanentFailureError(DATA_MISMATCH, reason=f"{source.csv.name}: {short}")
+    for warning in site_warnings(schema, raw) if warn else []:
+        logger.warning("%s: %s: %s", config.name, source.csv.name, warning)
     return SchemaTable(raw.iloc[train_rows], raw.iloc[test_rows], source.csv.name)
 
 

@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.local.workspace import Workspace, free_port
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FEDERATION_ID = "rehearsal"
 """The id of a rehearsed federation (its plan, manifest and every config name it)."""
@@ -69,16 +74,19 @@ def rehearsal_workspace(root: Path, tables: Sequence[Path], label: str, *, round
     from fedfair.datasets.check import check_against
     from fedfair.datasets.schema import Schema
     from fedfair.datasets.tabular import read_table
+    from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION
     from fedfair.runtime.new_federation import default_max_colluding, draft_federation_files, write_federation_folder
 
     sites = site_names(tables)
-    read = [read_table(path) for path in tables]
+    read = [read_table(path).rename(columns=str) for path in tables]
     for path, table in zip(tables, read, strict=True):
-        if label not in table.columns.astype(str):
+        if label not in table.columns:
             raise ConfigError(f"{path.name} has no column {label!r}; pass --label with the label column of every table")
+    together = pd.concat(read, ignore_index=True, join="inner")
+    agree_before_drafting(dict(zip(sites, read, strict=True)), tables, together, label)
     root.mkdir(parents=True, exist_ok=True)
     sample = root / DRAFT_SAMPLE
-    pd.concat(read, ignore_index=True, join="inner").to_csv(sample, index=False)
+    together.to_csv(sample, index=False)
     address = f"127.0.0.1:{free_port()}"
     try:
         files = draft_federation_files(
@@ -98,19 +106,87 @@ def rehearsal_workspace(root: Path, tables: Sequence[Path], label: str, *, round
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
     plan_path = root / "aggregator" / "plan.toml"
-    schema = load_aggregator_plan(plan_path, check_manifest=False).schema
+    plan = load_aggregator_plan(plan_path, check_manifest=False)
+    schema = plan.schema
     if not isinstance(schema, Schema):  # draft_federation_files wrote one: a rehearsal always has tables
         raise ConfigError(f"{plan_path} has no [schema]; this is a bug in fedfair launch --csv")
-    for site, path, table in zip(sites, tables, read, strict=True):
-        checked = check_against(schema, table, path.name, pinned=False)
+    checks = [
+        check_against(
+            schema,
+            table,
+            path.name,
+            pinned=False,
+            batch_fraction=plan.batch_fraction,
+            test_fraction=DEFAULT_TEST_FRACTION,
+        )
+        for path, table in zip(tables, read, strict=True)
+    ]
+    for site, checked in zip(sites, checks, strict=True):
         if checked.problems:
             raise ConfigError(f"{site}'s table does not fit the drafted [schema]:\n{checked.render()}")
+    for site, checked in zip(sites, checks, strict=True):
+        for warning in checked.warnings:
+            print(f"fedfair launch: warning: {site} ({checked.source}): {warning}", file=sys.stderr, flush=True)
+    for site, path in zip(sites, tables, strict=True):
         destination = root / site / "data" / "table.csv"
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, destination)
     _make_pki_and_pin(root, sites, plan_path)
     configs = {site: root / site / "collaborator.toml" for site in sites}
     return Workspace(root, root / "ca", plan_path, configs, root / "aggregator" / "output", address)
+
+
+def agree_before_drafting(
+    tables: Mapping[str, pd.DataFrame], paths: Sequence[Path], together: pd.DataFrame, label: str
+) -> None:
+    """Refuse tables that one [schema] would silently misread, before anything is drafted or written.
+
+    `tables` by site (in `paths`' order), `together` their common columns stacked. A site writing the label
+    (or a category, where the mapping is certain) in another coding than the others: the drafted classes
+    would hold both and the federation would learn two labels
+    (:func:`fedfair.datasets.agreement.disagreeing_codings`). A column of numbers with a few text cells at
+    one site, or of too many text values to list: the draft would fail naming flags launch does not have,
+    so the cells (or the column) are named here with what to do to the tables.
+
+    Raises:
+        ConfigError: naming each site, its file, the column and the fix.
+    """
+    from fedfair.datasets.agreement import disagreeing_codings
+    from fedfair.datasets.schema import drafted_features
+    from fedfair.datasets.suspects import offenders, text_cells
+    from fedfair.datasets.tabular import MAX_CATEGORIES, is_numeric
+
+    files = dict(zip(tables, (path.name for path in paths), strict=True))
+    features, _ = drafted_features(together, label, None)
+    texts = [name for name in features or together.columns if name != label and not is_numeric(together[name])]
+    # Each table named by its site and its file, the file being what the fix edits.
+    codings = disagreeing_codings({f"{site} ({files[site]})": table for site, table in tables.items()}, label, texts)
+    if codings:
+        raise ConfigError(
+            "the tables write the same values in different codings, which one [schema] would read as "
+            "different values (fedfair launch reads each table as it is):\n"
+            + "\n".join(f"  {line}" for line in codings)
+        )
+    for name in texts:
+        distinct = together[name].dropna().nunique()
+        if distinct <= MAX_CATEGORIES:
+            continue
+        cells = {site: text_cells(table[name]) for site, table in tables.items()}
+        found = {site: mask for site, mask in cells.items() if mask is not None}
+        if found:
+            where = "; ".join(
+                f"{site} ({files[site]}): {offenders(tables[site][name].to_numpy(dtype=object), mask)}"
+                for site, mask in found.items()
+            )
+            raise ConfigError(
+                f"column {name!r} holds numbers but for text cells in {where}; make each a number (or leave it "
+                f"empty) in those tables, or remove the column from every table"
+            )
+        raise ConfigError(
+            f"column {name!r} holds {distinct:,} distinct text values, too many to list as categories (limit "
+            f"{MAX_CATEGORIES}); remove it from every table (`fedfair init --csv ... --learn-categories` drafts a "
+            "federation that learns a column's categories instead)"
+        )
 
 
 def _rehearsed(relative: str, text: str, rounds: int | None) -> str:
