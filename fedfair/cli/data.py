@@ -212,6 +212,6 @@ def _sizing(path: Path, rows: int) -> str:
 def _composition_priced(plan: LearningSettings, rows: int, excess: float) -> str | None:
     """The headline's half-width with and without composition counts (or None: exact answers, no [schema])."""
     from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION
-    from fedfair.runtime.composition_counts import composition_sizing_line
+    from fedfair.runtime.plan.composition_price import composition_sizing_line
 
     return composition_sizing_line(plan, rows, DEFAULT_TEST_FRACTION, excess)

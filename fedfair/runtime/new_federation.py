@@ -114,12 +114,8 @@ def priced_composition(federation: Federation, plan: AggregatorPlan, sample_rows
     """
     from fedfair.privacy.distributed import noise_excess
     from fedfair.runtime.collaborator.config import DEFAULT_TEST_FRACTION
-    from fedfair.runtime.composition_counts import (
-        CompositionColumn,
-        composition_columns,
-        plan_half_widths,
-        suggested_composition,
-    )
+    from fedfair.runtime.composition_counts import CompositionColumn, composition_columns, suggested_composition
+    from fedfair.runtime.plan.composition_price import plan_half_widths
 
     sites = len(plan.collaborators)
     names: tuple[str, ...] | None = None

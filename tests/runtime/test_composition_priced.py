@@ -26,11 +26,11 @@ from fedfair.runtime.composition_counts import (
     CompositionColumn,
     composition_columns,
     composition_from_sums,
-    headline_half_widths,
     local_counts,
     suggested_composition,
 )
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+from fedfair.runtime.plan.composition_price import headline_half_widths
 from fedfair.runtime.plan.privacy import answer_release
 from fedfair.runtime.plan.templates import COMPOSITION_PLACEHOLDER
 

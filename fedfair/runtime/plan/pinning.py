@@ -2,18 +2,14 @@
 
 Every collaborator refuses a plan other than the one its manifest pins
 (:func:`fedfair.runtime.manifest.check_shared_settings`), so changing the plan is a new
-manifest that every institution accepts. The operator's everyday edit is therefore:
-
-``fedfair plan pin --config FILE ...`` also writes ``manifest = "PATH"`` (relative to each file's
-folder) into the plan and the collaborator configs it is given, so that a rehearsal on one machine
-needs no hand edit, and each institution of a real federation at most one line.
+manifest that every institution accepts (``fedfair plan pin``; with ``--config FILE ...`` it also
+writes ``manifest = "PATH"`` into the configs it is given).
 
 ``fedfair plan renew`` starts a *new federation* from the same sites and certificates: a new
 federation id in the plan (and in the collaborator configs it is given), a fresh output folder,
 and a new manifest pinning the plan under the new id. Everything a federation id keys starts
 afresh with it: the collaborators' bindings (files named after the id), the aggregator's
-checkpoint and round log; each site's privacy ledger is its data's and continues. It is the way
-to run a finished federation again.
+checkpoint and round log; each site's privacy ledger is its data's and continues.
 """
 
 from __future__ import annotations

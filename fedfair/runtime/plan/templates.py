@@ -34,7 +34,7 @@ CERTIFICATE_COLUMN = 27
 class Headline:
     """The final worst-group risk's expected 95% half-width over `rows` held-out rows, without and with composition.
 
-    Computed by :func:`fedfair.runtime.composition_counts.headline_half_widths` from the plan's privacy; only
+    Computed by :func:`fedfair.runtime.plan.composition_price.headline_half_widths` from the plan's privacy; only
     written here, so that this module stays free of the numerical stack.
     """
 
