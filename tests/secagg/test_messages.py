@@ -66,7 +66,7 @@ def test_every_message_type_has_its_own_type_byte() -> None:
     type_bytes = {type(message): message.TYPE for message in MESSAGES} | {MaskedInput: MaskedInput.TYPE}
     assert len(type_bytes) == 11
     assert len(set(type_bytes.values())) == 11
-    assert [stage.name for stage in Stage] == ["ADVERTISE", "SHARE", "CHECK", "MASK", "CONSISTENCY", "UNMASK"]
+    assert [stage.name for stage in Stage] == ["ADVERTISE", "SHARE", "CHECK", "MASK", "CONSISTENCY", "UNMASK", "VERIFY"]
 
 
 ids = st.lists(st.integers(1, 2**32 - 1), max_size=8).map(lambda xs: tuple(sorted(set(xs))))
