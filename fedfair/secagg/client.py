@@ -29,7 +29,6 @@ from fedfair.secagg import keys, prg, shamir
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.graph import check_survivors
-from fedfair.secagg.encode import Decoded
 from fedfair.secagg.messages import (
     AggregateClaim,
     AggregateTag,
@@ -47,7 +46,6 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fedfair.secagg.recovery import check_range
 from fedfair.secagg.verify import TAG_BYTES, Challenge, aggregate_digest, check_sum, masked_tags, tag_payload
 from fedfair.secagg.payloads import (
     advertisement_payload,
@@ -484,21 +482,24 @@ class Client:
         tags = masked_tags(challenge, self._plain, self.party, tag_keys, self._session, digest)
         signature = sign(self._identity_key, tag_payload(self._session, digest, self.party, tags))
         message = AggregateTag(self._header(Stage.VERIFY), self.party, tags, signature)
-        self._tagged = (digest, message, challenge.dots(vector), np.array(vector, copy=True))
+        # A received claim is a read-only view of its bytes: kept as it is. A writeable one is copied, so
+        # the aggregate this party verifies is the one it tagged whatever its caller does with the array.
+        kept = vector.copy() if vector.flags.writeable else vector
+        self._tagged = (digest, message, challenge.dots(vector), kept)
         self._plain = None  # tagged once: the copy of the input is no longer needed
         return message
 
-    def verify(self, tag_set: TagSet) -> Decoded:
+    def verify(self, tag_set: TagSet) -> np.ndarray:
         """Stage VERIFY: accept the claimed aggregate only if every survivor's signed tags sum to its challenge's dots.
 
-        Returns the verified aggregate, decoded. Every survivor this party signed must have signed tags over
+        Returns the verified aggregate (d + 1 words, the encoded sum); decode it with ``config.encoder.decode``
+        and refuse it unless it passes :func:`~fedfair.secagg.recovery.check_range`, as for any sum. Every survivor this party signed must have signed tags over
         the digest this party computed, so an aggregate shown differently to different parties fails everywhere.
 
         Raises:
             VerificationError: naming the round and the reason: MISSING_TAG (a survivor's tag is absent),
                 BAD_TAG (a tag not signed by its survivor over this aggregate, or from a stranger, or twice),
                 FORGED (the tags do not sum to the aggregate's: it is not the sum of the survivors' inputs).
-            SumOutOfRangeError: the verified sum is impossible for honest inputs.
             ProtocolError: called before :meth:`tag`.
         """
         if self._tagged is None or self._view is None:
@@ -533,9 +534,7 @@ class Client:
                 VerifyReason.FORGED,
                 f"the survivors' tags do not sum to the claimed aggregate's (survivors {list(survivors)})",
             )
-        decoded = self.config.encoder.decode(vector, len(survivors))
-        check_range(decoded, len(survivors), self.config.encoding)
-        return decoded
+        return vector
 
     def _expect(self, stage: Stage, step: str) -> None:
         if self._next is not stage:

@@ -89,6 +89,7 @@ def simulate_round(
     observe: Callable[[Message], None] | None = None,
     *,
     verified: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> RoundTrace:
     """Run a round of ``config`` and return its trace.
 
@@ -102,6 +103,7 @@ def simulate_round(
     observe: called with every message as the server receives it (after decoding).
     verified: run the VERIFY stage after UNMASK (an honest server's claim); drop[Stage.VERIFY] parties send
         no tag, so every survivor refuses the aggregate (a VerificationError, MISSING_TAG).
+    clock: what the trace's seconds are read from (``time.process_time`` for CPU seconds).
 
     Raises whatever the protocol raises, e.g. ThresholdError when too many parties drop.
     """
@@ -123,10 +125,10 @@ def simulate_round(
         return sorted(active)
 
     def client_timer(stage: Stage) -> _Timer:
-        return _Timer(client_seconds[stage].append)
+        return _Timer(client_seconds[stage].append, clock)
 
     def server_timer(stage: Stage) -> _Timer:
-        return _Timer(lambda seconds: server_seconds.__setitem__(stage, server_seconds[stage] + seconds))
+        return _Timer(lambda seconds: server_seconds.__setitem__(stage, server_seconds[stage] + seconds), clock)
 
     def upload(party: int, message: _M) -> _M:
         wire = message.to_bytes()
@@ -211,9 +213,10 @@ def simulate_round(
         with server_timer(Stage.VERIFY):
             tags = _over_wire(server.tag_set())
         for party in taggers:
-            started = time.perf_counter()
-            accepted[party] = clients[party].verify(tags)
-            client_seconds[Stage.VERIFY][taggers.index(party)] += time.perf_counter() - started
+            started = clock()
+            vector = clients[party].verify(tags)
+            client_seconds[Stage.VERIFY][taggers.index(party)] += clock() - started
+            accepted[party] = config.encoder.decode(vector, len(result.contributors))
     return RoundTrace(result, client_seconds, server_seconds, upload_bytes, accepted)
 
 
@@ -225,12 +228,13 @@ def _over_wire(message: _M) -> _M:
 class _Timer:
     """Context manager that reports the seconds spent inside it to ``record``."""
 
-    def __init__(self, record: Callable[[float], None]) -> None:
+    def __init__(self, record: Callable[[float], None], clock: Callable[[], float]) -> None:
         self._record = record
+        self._clock = clock
         self._start = 0.0
 
     def __enter__(self) -> None:
-        self._start = time.perf_counter()
+        self._start = self._clock()
 
     def __exit__(self, *exc_info: object) -> None:
-        self._record(time.perf_counter() - self._start)
+        self._record(self._clock() - self._start)

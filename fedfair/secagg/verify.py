@@ -89,23 +89,26 @@ class Challenge:
         """
         if vector.ndim != 1 or vector.size != self.words or vector.dtype.kind != "u":
             raise ValueError(f"the vector must be 1-D unsigned words, {self.words} of them")
-        kernel = kernels.challenge_dots()
-        totals = [0] * CHECKS
         vector = np.ascontiguousarray(vector)
-        for block, start in enumerate(range(0, vector.size, BLOCK)):
-            piece = vector[start : start + BLOCK]
-            inner = self._inner[:, : piece.size]
-            if piece.dtype.itemsize <= 4:
-                sums = _block_dots(kernel, inner, piece, piece.dtype.itemsize * 8)
-            else:
-                # 64-bit words as two 32-bit halves: v = low + 2^32 high, the high half carrying the sign.
-                halves = piece.astype(piece.dtype.newbyteorder("<"), copy=False).view("<u4")
-                low = _block_dots(kernel, inner, halves[0::2], 64)
-                high = _block_dots(kernel, inner, halves[1::2], 32)
-                sums = [one + (other << 32) for one, other in zip(low, high, strict=True)]
-            for check in range(CHECKS):
-                totals[check] += self._outer[block][check] * sums[check]
-        return tuple(totals)
+        if vector.dtype.itemsize <= 4:
+            sums = self._block_dots(vector, vector.dtype.itemsize * 8)
+        else:
+            # 64-bit words as two 32-bit halves: v = low + 2^32 high, the high half carrying the sign.
+            halves = vector.astype(vector.dtype.newbyteorder("<"), copy=False).view("<u4")
+            low, high = self._block_dots(halves[0::2], 64), self._block_dots(halves[1::2], 32)
+            sums = [
+                [one + (other << 32) for one, other in zip(a, b, strict=True)] for a, b in zip(low, high, strict=True)
+            ]
+        return tuple(
+            sum(outer[check] * block[check] for outer, block in zip(self._outer, sums, strict=True))
+            for check in range(CHECKS)
+        )
+
+    def _block_dots(self, words: np.ndarray, bits: int) -> list[list[int]]:
+        """Per block q, the exact <a^c, words of block q> for each check c (the kernel's counters, folded)."""
+        counters = np.zeros((len(self._outer), CHECKS, 5), dtype=np.uint64)
+        kernels.challenge_dots()(self._inner, words, bits, counters)
+        return [[_fold(row, bits) for row in block] for block in counters.tolist()]
 
 
 def masked_tags(
@@ -154,13 +157,6 @@ def check_sum(expected: tuple[int, ...], tags: Iterable[bytes]) -> bool:
         for check, value in enumerate(decode_tags(field)):
             totals[check] += value
     return all((total - want) % TAG_MODULUS == 0 for total, want in zip(totals, expected, strict=True))
-
-
-def _block_dots(kernel: kernels.ChallengeDots, inner: np.ndarray, words: np.ndarray, bits: int) -> list[int]:
-    counters = np.zeros((CHECKS, 5), dtype=np.uint64)
-    for check in range(CHECKS):  # the block's words stay in cache for the second row
-        kernel(inner[check], words, bits, counters[check])
-    return [_fold(row, bits) for row in counters.tolist()]
 
 
 def _fold(row: list[int], bits: int) -> int:

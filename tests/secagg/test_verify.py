@@ -172,10 +172,7 @@ def test_an_honest_aggregate_passes_every_survivor_with_dropouts(modulus_bits: i
     expected = sum((harness.encoded[party] for party in survivors), np.zeros_like(harness.encoded[1]))
     np.testing.assert_array_equal(claim.vector, expected)
     for party in survivors:
-        decoded = harness.clients[party].verify(tag_set)
-        np.testing.assert_array_equal(
-            decoded.weighted_sum, harness.config.encoder.decode(expected, len(survivors)).weighted_sum
-        )
+        np.testing.assert_array_equal(harness.clients[party].verify(tag_set), expected)
 
 
 def test_an_honest_aggregate_passes_on_a_secagg_plus_graph_with_dropouts() -> None:
