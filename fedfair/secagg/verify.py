@@ -1,22 +1,12 @@
 """Verified aggregation: each survivor checks that the aggregate it is shown is the sum of the signed survivors' inputs.
 
-After UNMASK the server shows every survivor U3 the unmasked sum S' it means to apply (an
-:class:`~fedfair.secagg.messages.AggregateClaim`). Each survivor i
-
-1. hashes S' with the session and U3 (:func:`aggregate_digest`) and derives from that digest, by
-   HKDF-SHA256, a challenge (:class:`Challenge`): CHECKS = 2 vectors of 128-bit coefficients
-   r^c_j = b^c_q a^c_(j mod B) (q = j div B), drawn from an AES-256-CTR keystream;
-2. computes the exact integer tags <r^c, x_i> of its own encoded input x_i (two's complement
-   words read as integers), adds for every neighbour j in U3 a pairwise mask that j subtracts
-   (:func:`masked_tags`), and sends the tags modulo 2^256 signed over the digest;
-3. receives every survivor's signed tags, and accepts S' only if every survivor of U3 signed tags over
-   the very digest it computed and the tags sum, modulo 2^256, to <r^c, S'> for both c
-   (:func:`check_sum`).
-
-The pairwise masks cancel in the sum over U3, so the tags reveal <r^c, S> and nothing else of
-any input. Why this is sound, and what it does not cover, is in docs/security.md ("Verified
-aggregation"); the messages are in :mod:`fedfair.secagg.messages`, the steps in
-:class:`~fedfair.secagg.client.Client` and :class:`~fedfair.secagg.server.Server`.
+After UNMASK the server claims the sum S' it will apply. Each survivor derives a challenge from the
+SHA-256 of S' (:func:`aggregate_digest`, :class:`Challenge`), tags its own input with the exact
+integer dot products <r^c, x_i> plus pairwise masks that cancel over the survivor set U3
+(:func:`masked_tags`), signs the tags over the digest, and accepts S' only if every survivor of U3
+signed tags over the digest it computed itself and the tags sum to <r^c, S'> modulo 2^256
+(:func:`check_sum`). The tags reveal <r^c, S> and nothing else. The construction, its soundness
+argument and what it does not cover are in docs/security.md ("Verified aggregation").
 """
 
 from __future__ import annotations
