@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedfair.core.errors import VerificationError, VerifyReason
+from fedfair.core.errors import AuthenticationError, ProtocolError, StaleMessageError, VerificationError, VerifyReason
 from fedfair.secagg import keys
 from fedfair.secagg.messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.simulate import simulate_round
@@ -249,8 +251,6 @@ def test_an_altered_tag_is_refused_and_the_server_refuses_it_too() -> None:
     with pytest.raises(VerificationError) as caught:
         harness.clients[2].verify(TagSet(claim.header, tuple(tags)))
     assert caught.value.reason is VerifyReason.BAD_TAG
-    from fedfair.core.errors import AuthenticationError
-
     with pytest.raises(AuthenticationError):
         harness.server.receive_tag(tags[0])
 
@@ -317,3 +317,25 @@ def test_a_survivor_silent_after_masking_leaves_the_round_unverifiable_and_named
     with pytest.raises(VerificationError, match="no tag from site-4") as caught:
         simulate_round(config, lambda party: encoded[party].copy(), {stage: [4]}, verified=True)
     assert caught.value.reason is VerifyReason.MISSING_TAG
+
+
+def test_the_server_takes_one_signed_tag_per_survivor_and_relays_them_in_order() -> None:
+    harness, claim = verified_round(4, maskers=[1, 2, 4])
+    tags = {party: harness.clients[party].tag(claim) for party in (4, 1)}
+    for tag in tags.values():
+        harness.server.receive_tag(tag)
+    with pytest.raises(ProtocolError, match="already tagged"):
+        harness.server.receive_tag(tags[1])
+    stranger = AggregateTag(claim.header, 3, tags[1].tags, tags[1].signature)
+    with pytest.raises(ProtocolError, match="not a survivor"):
+        harness.server.receive_tag(stranger)
+    assert harness.server.untagged == (2,)
+    assert [tag.sender for tag in harness.server.tag_set().tags] == [1, 4]
+    with pytest.raises(StaleMessageError):
+        harness.server.receive_tag(harness.clients[2].tag(claim))  # VERIFY is closed
+
+
+def test_a_claim_for_another_round_is_stale() -> None:
+    harness, claim = verified_round(3)
+    with pytest.raises(StaleMessageError):
+        harness.clients[1].tag(AggregateClaim(replace(claim.header, round=claim.header.round + 1), claim.vector))
