@@ -493,8 +493,9 @@ class Client:
         """Stage VERIFY: accept the claimed aggregate only if every survivor's signed tags sum to its challenge's dots.
 
         Returns the verified aggregate (d + 1 words, the encoded sum); decode it with ``config.encoder.decode``
-        and refuse it unless it passes :func:`~fedfair.secagg.recovery.check_range`, as for any sum. Every survivor this party signed must have signed tags over
-        the digest this party computed, so an aggregate shown differently to different parties fails everywhere.
+        and refuse it unless it passes :func:`~fedfair.secagg.recovery.check_range`, as for any sum. Every
+        survivor this party signed must have signed tags over the digest this party computed, so an aggregate
+        shown differently to different parties fails everywhere.
 
         Raises:
             VerificationError: naming the round and the reason: MISSING_TAG (a survivor's tag is absent),
@@ -510,7 +511,7 @@ class Client:
         round_number = self.config.round
         fields: dict[int, bytes] = {}
         for entry in tag_set.tags:
-            name = f"party {entry.sender}"
+            name = self._name(entry.sender)
             if entry.sender not in survivors or entry.sender in fields:
                 raise VerificationError(round_number, VerifyReason.BAD_TAG, f"{name} is not a survivor or tagged twice")
             payload = tag_payload(self._session, digest, entry.sender, entry.tags)
@@ -526,15 +527,17 @@ class Client:
             fields[entry.sender] = entry.tags
         missing = sorted(set(survivors) - fields.keys())
         if missing:
-            names = ", ".join(self.config.name_of(party) for party in missing)
+            names = ", ".join(self._name(party) for party in missing)
             raise VerificationError(round_number, VerifyReason.MISSING_TAG, f"no tag from {names}")
         if not check_sum(expected, fields.values()):
+            names = ", ".join(self._name(party) for party in survivors)
             raise VerificationError(
-                round_number,
-                VerifyReason.FORGED,
-                f"the survivors' tags do not sum to the claimed aggregate's (survivors {list(survivors)})",
+                round_number, VerifyReason.FORGED, f"the tags of {names} do not sum to the claimed aggregate's"
             )
         return vector
+
+    def _name(self, party: int) -> str:
+        return self.config.name_of(party) if self.config.is_party(party) else f"party {party}"
 
     def _expect(self, stage: Stage, step: str) -> None:
         if self._next is not stage:
