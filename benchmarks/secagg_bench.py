@@ -66,7 +66,7 @@ from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.rounder import ROUNDING_BYTES_PER_COORDINATE
 from fedfair.secagg.messages import MaskedInput, Message
-from fedfair.secagg.wire import Stage
+from fedfair.secagg.wire import SUM_STAGES, Stage
 from fedfair.secagg.simulate import simulate_round
 
 FULL_PARTIES = (3, 10, 50, 100)
@@ -217,7 +217,7 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
             "clients_total_s": statistics.median(sum(trace.client_seconds[stage]) for trace in traces),
             "server_s": statistics.median(trace.server_seconds[stage] for trace in traces),
         }
-        for stage in Stage
+        for stage in SUM_STAGES
     }
     encode_s, mask_s = statistics.median(encode_seconds), statistics.median(mask_samples)
     return {

@@ -220,5 +220,27 @@ class SumOutOfRangeError(ProtocolError):
     """
 
 
+class VerifyReason(enum.Enum):
+    """Why a party refused a round's aggregate (:class:`VerificationError`)."""
+
+    FORGED = "the aggregate is not the sum of the survivors' inputs"
+    MISSING_TAG = "a survivor's tag is missing, so the aggregate cannot be verified"
+    BAD_TAG = "a survivor's tag is not signed by it over this aggregate"
+    MALFORMED = "the aggregate or its tags do not fit the round"
+    EQUIVOCATED = "the aggregator showed this party two different aggregates for one round"
+
+
+class VerificationError(ProtocolError):
+    """A party refused the aggregate it was given: it could not verify it as the sum of the signed survivors' inputs.
+
+    ``round`` names the round and ``reason`` (a :class:`VerifyReason`) the cause; nothing of the round may be applied.
+    """
+
+    def __init__(self, round_number: int, reason: VerifyReason, detail: str) -> None:
+        super().__init__(f"round {round_number}: aggregate refused ({reason.name}): {reason.value}; {detail}")
+        self.round = round_number
+        self.reason = reason
+
+
 class PrivacyWarning(UserWarning):
     """A secure-aggregation configuration runs but protects less than secure aggregation usually does."""

@@ -15,13 +15,23 @@ import os
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError, ThresholdError, UnmaskRefusedError
-from fedfair.pki.identity import CredentialVerifier, sign
+from fedfair.core.errors import (
+    AuthenticationError,
+    ConfigError,
+    ProtocolError,
+    ThresholdError,
+    UnmaskRefusedError,
+    VerificationError,
+    VerifyReason,
+)
+from fedfair.pki.identity import CredentialVerifier, is_valid_signature, sign
 from fedfair.secagg import keys, prg, shamir
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
+    AggregateClaim,
+    AggregateTag,
     AdvertiseKeys,
     ConsistencySignature,
     EncryptedShares,
@@ -32,9 +42,11 @@ from fedfair.secagg.messages import (
     ShareCheck,
     ShareKeys,
     SurvivorSet,
+    TagSet,
     UnmaskRequest,
     UnmaskResponse,
 )
+from fedfair.secagg.verify import TAG_BYTES, Challenge, aggregate_digest, check_sum, masked_tags, tag_payload
 from fedfair.secagg.payloads import (
     advertisement_payload,
     consistency_payload,
@@ -58,6 +70,8 @@ class Client:
     credential: what peers verify that key with: its certificate (DER) or, without a PKI,
         its DER public key.
     verify_credential: turns a peer's name and relayed credential into its trusted public key.
+    verified: keep a copy of the plain encoded input at MASK, so the party can tag and verify the aggregate
+        in the VERIFY stage (:meth:`tag`, :meth:`verify`; one copy of the d + 1 words more).
     """
 
     def __init__(
@@ -67,8 +81,15 @@ class Client:
         identity_key: ec.EllipticCurvePrivateKey,
         credential: bytes,
         verify_credential: CredentialVerifier,
+        *,
+        verified: bool = False,
     ) -> None:
         self.config = config
+        self._verified = verified
+        self._plain: np.ndarray | None = None
+        self._tag_keys: dict[int, bytes] = {}
+        self._tagged: tuple[bytes, AggregateTag, tuple[int, ...], np.ndarray] | None = None
+        """(digest, the tag this party sent, the challenge's dots of the claimed aggregate, the aggregate)."""
         self.party = config.party_id(name)
         self._identity_key = identity_key
         self._credential = credential
@@ -186,6 +207,7 @@ class Client:
         encrypted = []
         share_keys: dict[int, bytes] = {}
         pair_keys: dict[int, bytes] = {}
+        tag_keys: dict[int, bytes] = {}
         held: dict[int, Held] = {}
         for holder in sorted(holders):
             seed_bytes, key_bytes = seed_shares[holder].to_bytes(), key_shares[holder].to_bytes()
@@ -199,6 +221,7 @@ class Client:
             cipher_secret, mask_secret = secrets[holder]
             share_keys[holder] = keys.share_encryption_key(cipher_secret, session, self.party, holder)
             pair_keys[holder] = keys.pair_mask_key(mask_secret, session, self.party, holder)
+            tag_keys[holder] = keys.pair_tag_key(mask_secret, session, self.party, holder)
             sealed = keys.seal(share_keys[holder], plaintext, keys.share_associated_data(session, self.party, holder))
             commitments = (
                 Kind.SEED.commitment(session, self.party, holder, seed_bytes),
@@ -209,7 +232,7 @@ class Client:
         dealt_to, lines = dealing_lines(session, self.party, encrypted)
         signature = sign(self._identity_key, dealing_payload(session, self.party, dealt_to, lines))
         self._directory, self._identities, self.excluded, self._session = accepted, identities, excluded, session
-        self._share_keys, self._pair_keys, self._held = share_keys, pair_keys, held
+        self._share_keys, self._pair_keys, self._tag_keys, self._held = share_keys, pair_keys, tag_keys, held
         self._next = Stage.CHECK
         return ShareKeys(self._header(Stage.SHARE), self.party, tuple(encrypted), signature)
 
@@ -323,6 +346,8 @@ class Client:
         masks: list[prg.Mask] = [(keys.self_mask_key(self._seed, self._session, self.party), 1)]
         # The smaller id adds, the larger subtracts: each pair cancels in the sum.
         masks += [(self._pair_keys[peer], 1 if self.party < peer else -1) for peer in sorted(maskers)]
+        if self._verified:
+            self._plain = encoded.copy()
         prg.apply_masks(encoded, masks)
         self._masking_set = masking_set.parties
         self._next = Stage.CONSISTENCY
@@ -413,6 +438,106 @@ class Client:
         response = UnmaskResponse(self._header(Stage.UNMASK), self.party, seed_shares, key_shares)
         self._answered = (request, response)
         return response
+
+    def tag(self, claim: AggregateClaim) -> AggregateTag:
+        """Stage VERIFY: tag this party's input under the challenge of the aggregate the server claims, signed.
+
+        Derives the challenge from the claim's digest (:func:`~fedfair.secagg.verify.aggregate_digest` over the
+        survivors this party signed), computes <r, S'> for :meth:`verify` and the masked tags of its own input.
+        The same claim again gets the same tag; a party tags one aggregate per round.
+
+        Raises:
+            VerificationError: reason MALFORMED for a claim of the wrong shape (or a party that kept no input:
+                built without ``verified``), EQUIVOCATED for a second, different aggregate.
+            ProtocolError: called before this party signed the survivor set; StaleMessageError for a claim of
+                another federation, round or session.
+        """
+        if self._view is None:
+            raise ProtocolError("tag() called before this party signed the survivor set")
+        check_header(claim, self.config, self._session)
+        _, survivors = self._view
+        vector = claim.vector
+        if vector.dtype.itemsize != np.dtype(self.config.encoder.dtype).itemsize or vector.shape != (
+            self.config.dimension + 1,
+        ):
+            raise VerificationError(
+                self.config.round, VerifyReason.MALFORMED, "the claimed aggregate has the wrong word size or length"
+            )
+        digest = aggregate_digest(self._session, survivors, vector)
+        if self._tagged is not None:
+            if self._tagged[0] != digest:
+                raise VerificationError(
+                    self.config.round,
+                    VerifyReason.EQUIVOCATED,
+                    "the aggregator showed this party a second, different aggregate for the round",
+                )
+            return self._tagged[1]
+        if self._plain is None:
+            raise VerificationError(
+                self.config.round, VerifyReason.MALFORMED, "this party kept no input to tag (built without verified)"
+            )
+        challenge = Challenge(self._session, digest, vector.size)
+        neighbours = set(survivors) & self._tag_keys.keys()
+        tag_keys = {peer: self._tag_keys[peer] for peer in sorted(neighbours)}
+        tags = masked_tags(challenge, self._plain, self.party, tag_keys, self._session, digest)
+        signature = sign(self._identity_key, tag_payload(self._session, digest, self.party, tags))
+        message = AggregateTag(self._header(Stage.VERIFY), self.party, tags, signature)
+        # A received claim is a read-only view of its bytes: kept as it is. A writeable one is copied, so
+        # the aggregate this party verifies is the one it tagged whatever its caller does with the array.
+        kept = vector.copy() if vector.flags.writeable else vector
+        self._tagged = (digest, message, challenge.dots(vector), kept)
+        self._plain = None  # tagged once: the copy of the input is no longer needed
+        return message
+
+    def verify(self, tag_set: TagSet) -> np.ndarray:
+        """Stage VERIFY: accept the claimed aggregate only if every survivor's signed tags sum to its challenge's dots.
+
+        Returns the verified aggregate (d + 1 words, the encoded sum); decode it with ``config.encoder.decode``
+        and refuse it unless it passes :func:`~fedfair.secagg.recovery.check_range`, as for any sum. Every
+        survivor this party signed must have signed tags over the digest this party computed, so an aggregate
+        shown differently to different parties fails everywhere.
+
+        Raises:
+            VerificationError: naming the round and the reason: MISSING_TAG (a survivor's tag is absent),
+                BAD_TAG (a tag not signed by its survivor over this aggregate, or from a stranger, or twice),
+                FORGED (the tags do not sum to the aggregate's: it is not the sum of the survivors' inputs).
+            ProtocolError: called before :meth:`tag`.
+        """
+        if self._tagged is None or self._view is None:
+            raise ProtocolError("verify() called before tag(): this party has no claimed aggregate to check")
+        check_header(tag_set, self.config, self._session)
+        digest, _, expected, vector = self._tagged
+        _, survivors = self._view
+        round_number = self.config.round
+        fields: dict[int, bytes] = {}
+        for entry in tag_set.tags:
+            name = self._name(entry.sender)
+            if entry.sender not in survivors or entry.sender in fields:
+                raise VerificationError(round_number, VerifyReason.BAD_TAG, f"{name} is not a survivor or tagged twice")
+            payload = tag_payload(self._session, digest, entry.sender, entry.tags)
+            if len(entry.tags) != TAG_BYTES or not is_valid_signature(
+                self._identities[entry.sender], entry.signature, payload
+            ):
+                raise VerificationError(
+                    round_number,
+                    VerifyReason.BAD_TAG,
+                    f"{name}'s tag is not signed by it over the aggregate this party was shown "
+                    "(the aggregator showed survivors different aggregates, or altered the tag)",
+                )
+            fields[entry.sender] = entry.tags
+        missing = sorted(set(survivors) - fields.keys())
+        if missing:
+            names = ", ".join(self._name(party) for party in missing)
+            raise VerificationError(round_number, VerifyReason.MISSING_TAG, f"no tag from {names}")
+        if not check_sum(expected, fields.values()):
+            names = ", ".join(self._name(party) for party in survivors)
+            raise VerificationError(
+                round_number, VerifyReason.FORGED, f"the tags of {names} do not sum to the claimed aggregate's"
+            )
+        return vector
+
+    def _name(self, party: int) -> str:
+        return self.config.name_of(party) if self.config.is_party(party) else f"party {party}"
 
     def _expect(self, stage: Stage, step: str) -> None:
         if self._next is not stage:

@@ -24,7 +24,7 @@ from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.messages import MaskedInput, Message
-from fedfair.secagg.wire import Stage
+from fedfair.secagg.wire import SUM_STAGES, Stage
 from fedfair.secagg.simulate import simulate_round
 
 _PREVIEW_WORDS = 6
@@ -187,7 +187,7 @@ def run_demo(
     timings: dict[str, dict[str, float]] = {
         "encode": {"clients_s": sum(encode_seconds), "server_s": 0.0},
     }
-    for stage in Stage:
+    for stage in SUM_STAGES:
         timings[stage.name.lower()] = {
             "clients_s": sum(trace.client_seconds[stage]),
             "server_s": trace.server_seconds[stage],

@@ -221,3 +221,61 @@ def hadamard() -> Hadamard:
 
     compiled: Hadamard = numba.njit(cache=True, boundscheck=False)(_hadamard)
     return compiled
+
+
+ChallengeDots = Callable[[np.ndarray, np.ndarray, int, np.ndarray], None]
+"""``challenge_dots(coefficients, words, bits, counters)``."""
+
+_LOW = np.uint64(0xFFFFFFFF)
+_HALF = np.uint64(32)
+
+
+def _challenge_dots(coefficients: np.ndarray, words: np.ndarray, bits: int, counters: np.ndarray) -> None:
+    """Write to ``counters`` the pieces of the exact integer dot products of each block of ``words``.
+
+    ``coefficients`` is a c x m uint64 array (c rows of 64-bit coefficients, repeated every m words) and
+    ``words`` a vector of unsigned words below 2^32, read as ``bits``-bit two's complement (a ``bits`` of
+    64 reads them as unsigned); block q is words[q m : (q + 1) m]. Python ints would take a microsecond a
+    coordinate, so each 64 x 32-bit product is cut into two 32 x 32-bit limb products (each below 2^64)
+    whose 32-bit halves are summed in uint64 counters, kept in locals so the loop vectorises; no addend
+    reaches 2^33, so a block of up to 2^30 words cannot overflow them. ``counters[q, row]`` 0..2 hold the
+    sums at weight 2^(32 j), 3..4 the limbs of the coefficients of negative words.
+    :func:`fedfair.secagg.verify._fold` turns them into the dot product.
+    """
+    top = np.uint64(bits - 1)
+    span = coefficients.shape[1]
+    for block in range(counters.shape[0]):
+        start = block * span
+        stop = min(start + span, words.size)
+        piece = words[start:stop]
+        for row in range(coefficients.shape[0]):
+            # 1-D views with one index: the form the loop vectoriser takes.
+            line = coefficients[row]
+            c0 = c1 = c2 = c3 = c4 = np.uint64(0)
+            for index in range(piece.size):
+                u = np.uint64(piece[index])
+                sign = u >> top
+                coefficient = line[index]
+                low = coefficient & _LOW
+                high = coefficient >> _HALF
+                p0 = low * u
+                p1 = high * u
+                c0 += p0 & _LOW
+                c1 += (p0 >> _HALF) + (p1 & _LOW)
+                c2 += p1 >> _HALF
+                c3 += low * sign
+                c4 += high * sign
+            counters[block, row, 0] = c0
+            counters[block, row, 1] = c1
+            counters[block, row, 2] = c2
+            counters[block, row, 3] = c3
+            counters[block, row, 4] = c4
+
+
+@functools.cache
+def challenge_dots() -> ChallengeDots:
+    """The compiled :func:`_challenge_dots` (compiled, or loaded from the cache, on first call)."""
+    import numba
+
+    compiled: ChallengeDots = numba.njit(cache=True, boundscheck=False)(_challenge_dots)
+    return compiled

@@ -108,6 +108,14 @@ def pair_mask_key(mask_secret: bytes, session_id: bytes, me: int, peer: int) -> 
     return hkdf(mask_secret, session_id, DOMAIN + b"pair-mask" + _pair(me, peer))
 
 
+def pair_tag_key(mask_secret: bytes, session_id: bytes, me: int, peer: int) -> bytes:
+    """Key (32 bytes) of the pairwise masks of ``me`` and ``peer``'s verification tags, identical at both ends.
+
+    From the same :func:`agree` secret as :func:`pair_mask_key` under another purpose, so the two never share a key.
+    """
+    return hkdf(mask_secret, session_id, DOMAIN + b"verify-tag-mask" + _pair(me, peer))
+
+
 def self_mask_key(seed: bytes, session_id: bytes, owner: int) -> bytes:
     """PRG key of ``owner``'s self mask, from its secret seed."""
     return hkdf(seed, session_id, DOMAIN + b"self-mask" + struct.pack(">I", owner))

@@ -34,6 +34,8 @@ from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
 from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
+    AggregateClaim,
+    AggregateTag,
     AdvertiseKeys,
     ConsistencySignature,
     Dealing,
@@ -45,9 +47,11 @@ from fedfair.secagg.messages import (
     ShareCheck,
     ShareKeys,
     SurvivorSet,
+    TagSet,
     UnmaskRequest,
     UnmaskResponse,
 )
+from fedfair.secagg.verify import TAG_BYTES, aggregate_digest, tag_payload
 from fedfair.secagg.payloads import (
     consistency_payload,
     dealing_lines,
@@ -92,6 +96,8 @@ class _Phase(enum.Enum):
     COLLECT_CONSISTENCY = "CONSISTENCY"
     COLLECT_UNMASK = "UNMASK"
     DONE = "finished"
+    COLLECT_TAGS = "VERIFY"
+    VERIFIED = "tags relayed"
     ABORTED = "aborted"
 
 
@@ -125,6 +131,8 @@ class Server:
         self._responders: set[int] = set()
         self._culprits: dict[int, list[str]] = {}
         self._proven: set[int] = set()
+        self._digest = b""
+        self._tags: dict[int, AggregateTag] = {}
 
     @property
     def session_id(self) -> bytes:
@@ -389,6 +397,40 @@ class Server:
             culprits=self.culprits,
             accusations=self.accusations,
         )
+
+    def claim(self) -> AggregateClaim:
+        """Open VERIFY (after :meth:`finish`): show the survivors the unmasked sum, which commits the server to it."""
+        self._expect(_Phase.DONE)
+        self._digest = aggregate_digest(self._session, self._survivors, self._sum)
+        self._phase = _Phase.COLLECT_TAGS
+        return AggregateClaim(self._header(Stage.VERIFY), self._sum)
+
+    def receive_tag(self, message: AggregateTag) -> None:
+        """Accept one survivor's tags, signed by it over the digest of the aggregate this server claimed."""
+        self._expect(_Phase.COLLECT_TAGS, message)
+        check_header(message, self.config, self._session)
+        sender = message.sender
+        if sender not in self._masked:
+            raise ProtocolError(f"party {sender} is not a survivor and cannot tag the aggregate")
+        if sender in self._tags:
+            raise ProtocolError(f"party {sender} already tagged the aggregate")
+        payload = tag_payload(self._session, self._digest, sender, message.tags)
+        if len(message.tags) != TAG_BYTES or not is_valid_signature(
+            self._identities[sender], message.signature, payload
+        ):
+            raise AuthenticationError(f"party {sender}'s tag is not signed by it over the claimed aggregate")
+        self._tags[sender] = message
+
+    @property
+    def untagged(self) -> tuple[int, ...]:
+        """The survivors whose tags have not arrived (VERIFY stage): every party will refuse the aggregate without them."""
+        return tuple(sorted(self._masked - self._tags.keys()))
+
+    def tag_set(self) -> TagSet:
+        """Close VERIFY: relay every tag received to every survivor, which then checks them (:meth:`Client.verify`)."""
+        self._expect(_Phase.COLLECT_TAGS)
+        self._phase = _Phase.VERIFIED
+        return TagSet(self._header(Stage.VERIFY), tuple(self._tags[party] for party in sorted(self._tags)))
 
     def _recovering(self) -> Recovery:
         """The UNMASK stage's shares (the stage has begun: the unmask request built them)."""

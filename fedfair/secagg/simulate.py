@@ -4,7 +4,8 @@ The parties and the server are the real state machines; every message goes throu
 its wire format (``to_bytes`` then ``from_bytes``) exactly as a transport would carry
 it, so the demo, the benchmark, the tests and the in-process simulation exercise
 the same code paths as a deployment. Identity keys are generated per call and
-pinned (no PKI). Parties can be made to go silent at any of the six stages.
+pinned (no PKI). Parties can be made to go silent at any of the six stages, and with ``verified``
+the round ends with the VERIFY stage, after which every survivor holds the aggregate it verified.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from fedfair.pki.identity import (
 )
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.encode import Decoded
 from fedfair.secagg.messages import (
+    AggregateClaim,
+    AggregateTag,
     AdvertiseKeys,
     ConsistencySignature,
     KeyDirectory,
@@ -34,6 +38,7 @@ from fedfair.secagg.messages import (
     ShareCheck,
     ShareKeys,
     SurvivorSet,
+    TagSet,
     UnmaskRequest,
     UnmaskResponse,
 )
@@ -53,6 +58,9 @@ _M = TypeVar(
     ConsistencySignature,
     UnmaskRequest,
     UnmaskResponse,
+    AggregateClaim,
+    AggregateTag,
+    TagSet,
 )
 
 
@@ -64,12 +72,14 @@ class RoundTrace:
     client_seconds: per stage, the time each party spent in its step.
     server_seconds: per stage, the server's time (receiving plus closing).
     upload_bytes: per party, the bytes of every message it sent.
+    verified: with ``verified``, each survivor that ran the VERIFY stage -> the aggregate it verified.
     """
 
     result: AggregateResult
     client_seconds: dict[Stage, list[float]]
     server_seconds: dict[Stage, float]
     upload_bytes: dict[int, int]
+    verified: dict[int, Decoded]
 
 
 def simulate_round(
@@ -77,6 +87,9 @@ def simulate_round(
     encoded_input: Callable[[int], np.ndarray],
     drop: Mapping[Stage, Collection[int]] | None = None,
     observe: Callable[[Message], None] | None = None,
+    *,
+    verified: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> RoundTrace:
     """Run a round of ``config`` and return its trace.
 
@@ -88,6 +101,9 @@ def simulate_round(
         masking set; MASK: dropped before masking; CONSISTENCY and UNMASK: after masking,
         so their inputs are still in the sum).
     observe: called with every message as the server receives it (after decoding).
+    verified: run the VERIFY stage after UNMASK (an honest server's claim); drop[Stage.VERIFY] parties send
+        no tag, so every survivor refuses the aggregate (a VerificationError, MISSING_TAG).
+    clock: what the trace's seconds are read from (``time.process_time`` for CPU seconds).
 
     Raises whatever the protocol raises, e.g. ThresholdError when too many parties drop.
     """
@@ -95,7 +111,7 @@ def simulate_round(
     identities = {name: generate_identity_key() for name in config.parties}
     verify = pinned_verifier({name: key.public_key() for name, key in identities.items()})
     clients = {
-        config.party_id(name): Client(config, name, key, public_key_bytes(key), verify)
+        config.party_id(name): Client(config, name, key, public_key_bytes(key), verify, verified=verified)
         for name, key in identities.items()
     }
     server = Server(config, verify)
@@ -109,10 +125,10 @@ def simulate_round(
         return sorted(active)
 
     def client_timer(stage: Stage) -> _Timer:
-        return _Timer(client_seconds[stage].append)
+        return _Timer(client_seconds[stage].append, clock)
 
     def server_timer(stage: Stage) -> _Timer:
-        return _Timer(lambda seconds: server_seconds.__setitem__(stage, server_seconds[stage] + seconds))
+        return _Timer(lambda seconds: server_seconds.__setitem__(stage, server_seconds[stage] + seconds), clock)
 
     def upload(party: int, message: _M) -> _M:
         wire = message.to_bytes()
@@ -183,7 +199,25 @@ def simulate_round(
             server.receive_unmask_response(response)
     with server_timer(Stage.UNMASK):
         result = server.finish()
-    return RoundTrace(result, client_seconds, server_seconds, upload_bytes)
+    accepted: dict[int, Decoded] = {}
+    if verified:
+        with server_timer(Stage.VERIFY):
+            claim = _over_wire(server.claim())
+        taggers = [party for party in senders(Stage.VERIFY) if party in result.contributors]
+        for party in taggers:
+            with client_timer(Stage.VERIFY):
+                tag = clients[party].tag(claim)
+            tag = upload(party, tag)
+            with server_timer(Stage.VERIFY):
+                server.receive_tag(tag)
+        with server_timer(Stage.VERIFY):
+            tags = _over_wire(server.tag_set())
+        for party in taggers:
+            started = clock()
+            vector = clients[party].verify(tags)
+            client_seconds[Stage.VERIFY][taggers.index(party)] += clock() - started
+            accepted[party] = config.encoder.decode(vector, len(result.contributors))
+    return RoundTrace(result, client_seconds, server_seconds, upload_bytes, accepted)
 
 
 def _over_wire(message: _M) -> _M:
@@ -194,12 +228,13 @@ def _over_wire(message: _M) -> _M:
 class _Timer:
     """Context manager that reports the seconds spent inside it to ``record``."""
 
-    def __init__(self, record: Callable[[float], None]) -> None:
+    def __init__(self, record: Callable[[float], None], clock: Callable[[], float]) -> None:
         self._record = record
+        self._clock = clock
         self._start = 0.0
 
     def __enter__(self) -> None:
-        self._start = time.perf_counter()
+        self._start = self._clock()
 
     def __exit__(self, *exc_info: object) -> None:
-        self._record(time.perf_counter() - self._start)
+        self._record(self._clock() - self._start)

@@ -25,7 +25,7 @@ MAGIC = b"FSA3"
 
 
 class Stage(enum.IntEnum):
-    """The six stages of a round, in order."""
+    """The stages of a round, in order: the six that make the sum, then the optional VERIFY of it."""
 
     ADVERTISE = 1
     SHARE = 2
@@ -33,6 +33,12 @@ class Stage(enum.IntEnum):
     MASK = 4
     CONSISTENCY = 5
     UNMASK = 6
+    VERIFY = 7
+    """The aggregate is shown to the survivors, each tags it, and each checks the tags (:mod:`fedfair.secagg.verify`)."""
+
+
+SUM_STAGES: tuple[Stage, ...] = tuple(stage for stage in Stage if stage <= Stage.UNMASK)
+"""The six stages that make the sum (every round has them; VERIFY follows where the caller asks for it)."""
 
 
 @dataclass(frozen=True)

@@ -105,12 +105,18 @@ class Harness:
     message to the server, returning the messages so tests can tamper with or replay them.
     """
 
-    def __init__(self, config: SecAggConfig, identities: dict[str, ec.EllipticCurvePrivateKey] | None = None) -> None:
+    def __init__(
+        self,
+        config: SecAggConfig,
+        identities: dict[str, ec.EllipticCurvePrivateKey] | None = None,
+        *,
+        verified: bool = False,
+    ) -> None:
         self.config = config
         self.identities = identities or {name: generate_identity_key() for name in config.parties}
         self.verify = pinned_verifier({name: key.public_key() for name, key in self.identities.items()})
         self.clients = {
-            config.party_id(name): Client(config, name, key, public_key_bytes(key), self.verify)
+            config.party_id(name): Client(config, name, key, public_key_bytes(key), self.verify, verified=verified)
             for name, key in self.identities.items()
         }
         self.server = Server(config, self.verify)

@@ -107,3 +107,13 @@ def test_benchmark_cell_reports_the_promised_fields() -> None:
     assert record["dropped"] == 1
     assert record["max_abs_error"] <= record["error_bound"]
     assert record["expansion_vs_float32"] > 1.0
+
+
+def test_verify_benchmark_cell_reports_the_promised_fields() -> None:
+    bench = load_script("benchmarks/verify_bench.py")
+    record = bench.run_cell(3, 2000, 16, 1)  # type: ignore[attr-defined]
+    for field in ("round_cpu_s", "verify_cpu_s", "verify_ratio", "digest_cpu_s", "dots_cpu_s", "copy_cpu_s"):
+        assert record[field] >= 0
+    # One tag message: the two 32-byte tags, a signature of at most 72 bytes, the header and the framing.
+    assert 64 + 64 < record["extra_upload_bytes"] < 400
+    assert record["extra_download_bytes"] >= 2 * 2001

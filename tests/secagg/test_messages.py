@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from fedfair.core.errors import ProtocolError
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.messages import (
+    AggregateClaim,
+    AggregateTag,
     ConsistencySignature,
     Dealing,
     EncryptedShares,
@@ -25,6 +27,7 @@ from fedfair.secagg.messages import (
     ShareCheck,
     ShareKeys,
     SurvivorSet,
+    TagSet,
     UnmaskRequest,
     UnmaskResponse,
     decode,
@@ -51,6 +54,14 @@ MESSAGES: list[Message] = [
         (RevealedShare(1, b"s1"), RevealedShare(4, b"s4")),
         (RevealedShare(3, b"k3"),),
     ),
+    AggregateTag(header(Stage.VERIFY), 2, b"t" * 64, b"tag-signature"),
+    TagSet(
+        header(Stage.VERIFY),
+        (
+            AggregateTag(header(Stage.VERIFY), 1, b"t" * 64, b"sig-1"),
+            AggregateTag(header(Stage.VERIFY), 2, b"u" * 64, b"sig-2"),
+        ),
+    ),
 ]
 
 
@@ -63,10 +74,11 @@ def test_messages_round_trip(message: object) -> None:
 
 
 def test_every_message_type_has_its_own_type_byte() -> None:
-    type_bytes = {type(message): message.TYPE for message in MESSAGES} | {MaskedInput: MaskedInput.TYPE}
-    assert len(type_bytes) == 11
-    assert len(set(type_bytes.values())) == 11
-    assert [stage.name for stage in Stage] == ["ADVERTISE", "SHARE", "CHECK", "MASK", "CONSISTENCY", "UNMASK"]
+    vectors = {MaskedInput: MaskedInput.TYPE, AggregateClaim: AggregateClaim.TYPE}
+    type_bytes = {type(message): message.TYPE for message in MESSAGES} | vectors
+    assert len(type_bytes) == 14
+    assert len(set(type_bytes.values())) == 14
+    assert [stage.name for stage in Stage] == ["ADVERTISE", "SHARE", "CHECK", "MASK", "CONSISTENCY", "UNMASK", "VERIFY"]
 
 
 ids = st.lists(st.integers(1, 2**32 - 1), max_size=8).map(lambda xs: tuple(sorted(set(xs))))
@@ -154,3 +166,18 @@ def test_share_messages_refuse_digests_of_the_wrong_length_and_overlong_signatur
     for message in bad:
         with pytest.raises(ProtocolError, match="malformed"):
             decode(message.to_bytes())
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
+def test_an_aggregate_claim_round_trips_its_words(dtype: type) -> None:
+    claim = AggregateClaim(header(Stage.VERIFY), np.array([0, 1, 2**15 + 3], dtype=dtype))
+    parsed = AggregateClaim.from_bytes(claim.to_bytes())
+    assert parsed.header == claim.header and parsed.vector.dtype.itemsize == np.dtype(dtype).itemsize
+    np.testing.assert_array_equal(parsed.vector, claim.vector)
+
+
+def test_a_tag_with_an_overlong_tags_field_or_signature_is_refused() -> None:
+    with pytest.raises(ProtocolError):
+        AggregateTag.from_bytes(AggregateTag(header(Stage.VERIFY), 2, b"t" * 65, b"s").to_bytes())
+    with pytest.raises(ProtocolError):
+        AggregateTag.from_bytes(AggregateTag(header(Stage.VERIFY), 2, b"t" * 64, b"s" * 73).to_bytes())
