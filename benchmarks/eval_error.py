@@ -47,7 +47,7 @@ DELTA = 1e-5
 BETA = 1e-12
 SIZES = (500, 2_000, 20_000, 200_000)
 EPSILONS = (0.3, 1.0, 3.0)
-DESIGNS = {"tail1": tail.OFFSETS, "tail3": (-0.15, 0.0, 0.15), "tail5": (-0.3, -0.15, 0.0, 0.15, 0.3)}
+DESIGNS = {"tail1": (0.0,), "tail3": (-0.15, 0.0, 0.15), "tail5": (-0.3, -0.15, 0.0, 0.15, 0.3)}
 GOAL = {"design": "tail1", "rows": 2_000, "epsilon": 1.0, "half_width": 0.05, "coverage": 0.95}
 CAPS = (3.0, -math.log(0.01), -math.log(0.001))
 """Caps compared: init's 3 (the true class predicted at 5%), and the loss of predicting it at 1% and at 0.1%."""
