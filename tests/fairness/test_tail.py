@@ -239,13 +239,17 @@ def test_under_noise_the_low_end_and_the_caps_consequence_hold_the_unclipped_val
     answers = tail.tail_answers(query, losses, errors, labels, threshold)
     unclipped = pooled.group_risk_report(losses, np.ones(rows), RHO).worst_risk
     rng = np.random.default_rng(11)
-    misses = {"low": 0, "high": 0}
+    clipped = exact_worst(losses)
+    misses = {"low": 0, "high": 0, "clipped": 0}
     for _ in range(TRIALS):
         figures = tail.tail_report(
             query, answers + rng.normal(0.0, sigma, answers.size), threshold, RHO, noise_std=sigma
         )
         misses["low"] += not figures.worst.low <= unclipped
         misses["high"] += not unclipped <= figures.unclipped_high(CAP, 3 * CAP)
+        # Whatever the count above the cap, the figure is an estimate of the clipped losses' risk with both ends.
+        misses["clipped"] += not figures.worst.low <= clipped <= figures.worst.high
+        assert 0.0 < figures.worst.high - figures.worst.low < CAP
     # Each end claims 97.5% one-sided; together at least 95%.
     assert all(count <= ALLOWED_MISSES for count in misses.values()), misses
     assert unclipped > exact_worst(losses) + 0.2  # the clipped figure alone would understate it
