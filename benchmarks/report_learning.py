@@ -365,8 +365,13 @@ def eval_error(name: str, document: Mapping[str, Any]) -> Section:
         f'{document["rho"]:g}) of the losses clipped at {document["loss_cap"]:g}. "predicted" is the half-width '
         "`fedfair data check` prints (the noise alone, at c = 0). Goal: at "
         f"{count(goal['rows'])} rows and epsilon {goal['epsilon']:g}, a half-width of at most "
-        f"{goal['half_width']:g} and coverage of at least {percent(goal['coverage'], 0)}: measured "
-        f"{fixed(goal['measured_half_width'])} and {percent(goal['measured_coverage'], 0)} "
+        f"{goal['half_width']:g} and coverage of at least {percent(goal['coverage'], 0)}"
+        + (
+            f" (to within {percent(goal['coverage_tolerance'], 1)}, 3 binomial standard deviations of the noises)"
+            if "coverage_tolerance" in goal
+            else ""
+        )
+        + f": measured {fixed(goal['measured_half_width'])} and {percent(goal['measured_coverage'], 0)} "
         f"({'met' if goal['met'] else 'not met'}).",
     ]
     if "caps" in document:
