@@ -65,15 +65,22 @@ def test_a_wide_interval_names_the_noise_and_what_would_resolve_it() -> None:
 def test_the_headline_is_one_estimate_with_its_interval_or_not_resolved_never_a_bound() -> None:
     fine = noised(0.81, 0.74, 0.88, prior=1.2, mean_error_bound=0.03)
     fine["mean_risk"] = 0.33
-    assert verdicts.headline(fine) == "worst-group risk 0.81 (95% interval 0.74 to 0.88), mean 0.33 (0.30 to 0.36)"
+    assert verdicts.headline(fine) == (
+        "worst-group risk 0.81 (95% interval 0.74 to 0.88), mean 0.33 (0.30 to 0.36); losses capped at 3"
+    )
     # Losses above the cap change nothing in the headline's form: the figure is of the clipped losses.
     capped = {**fine, "above_cap": 35.0, "above_cap_bound": 12.0}
     assert verdicts.headline(capped) == verdicts.headline(fine) and verdicts.worst_interval(capped) == (0.74, 0.88)
     warning = verdicts.cap_warning(capped)
     assert warning is not None and "about 35 held-out losses above the loss cap 3 count as it" in warning
     assert "raise [evaluation] loss_range's top" in warning
-    # A count within its noise of none: nothing is said.
-    assert verdicts.cap_warning({**fine, "above_cap": 8.0, "above_cap_bound": 12.0}) is None
+    # A count within its noise of none: nothing is said, unless the share of the worst group it may be matters.
+    unsure = {**fine, "above_cap": 8.0, "above_cap_bound": 12.0}
+    assert verdicts.cap_warning(unsure) is None and verdicts.cap_warning({**unsure, "cap_share_high": 0.04}) is None
+    warning = verdicts.cap_warning({**unsure, "cap_share_high": 0.15})
+    assert warning == (
+        "up to 15% of the worst group may lie above the loss cap 3: raise [evaluation] loss_range's top, or train longer"
+    )
     # An interval over half the range up to the cap: not resolved, and what would resolve it.
     wide = noised(1.5, 0.2, 2.8, prior=1.2)
     said = verdicts.headline(wide)
@@ -108,11 +115,14 @@ def test_every_line_for_people_fits_in_120_characters(
     extra = {"answers_of_round": 12} if repeated else {}
     record = noised(
         worst, max(worst - half, 0.0), min(worst + half, 3.0), prior=0.01, samples=samples, report_epsilon=epsilon,
-        above_cap=123456.0, above_cap_bound=1.0, loss_cap=4.605170185988091, mean_error_bound=half, **extra,
+        above_cap=123456.0, above_cap_bound=1.0, loss_cap=4.605170185988091, mean_error_bound=half,
+        cap_share_high=123.0, **extra,
     )  # fmt: skip
     lines = [verdicts.headline(record), verdicts.progress_note(record), *verdicts.warning_lines(record)]
     assert any("loss cap" in line for line in verdicts.warning_lines(record))
-    for line in [*lines, verdicts.headline(evaluation(5, 12.3456, 1.2345))]:
+    unsure = verdicts.cap_warning({**record, "above_cap_bound": 1e9})
+    assert unsure is not None and unsure.startswith("up to 100% of the worst group")
+    for line in [*lines, unsure, verdicts.headline(evaluation(5, 12.3456, 1.2345))]:
         assert 0 < len(line) <= verdicts.LINE and "\n" not in line, line
 
 

@@ -114,7 +114,8 @@ def _figure(value: float, low: float, high: float) -> str:
 def headline(evaluation: Mapping[str, Any]) -> str:
     """The evaluation in one line of at most :data:`LINE` characters: the worst-group risk with its interval first.
 
-    Noised: "worst-group risk 0.81 (95% interval 0.74 to 0.88), mean 0.33 (0.30 to 0.36)"; where the interval is
+    Noised: "worst-group risk 0.81 (95% interval 0.74 to 0.88), mean 0.33 (0.30 to 0.36); losses capped at 3" (what
+    the figures are of: each loss above the cap counts as the cap); where the interval is
     not resolved, "worst-group risk not resolved at this budget: ..." and the rows or the epsilon that would give
     +/- :data:`RESOLVED`. Exact sums: the figures with the certified bracket of the worst-group risk.
     """
@@ -127,8 +128,9 @@ def headline(evaluation: Mapping[str, Any]) -> str:
         return f"worst-group risk not resolved at this budget: {_fix(evaluation, _half(evaluation))}"
     mean_low, mean_high = mean_interval(evaluation)
     digits = 2 if mean_high - mean_low >= 0.02 else 3
-    return f"worst-group risk {_figure(worst, low, high)}, mean {mean:.{digits}f} ({mean_low:.{digits}f} to " + (
-        f"{mean_high:.{digits}f})"
+    return (
+        f"worst-group risk {_figure(worst, low, high)}, mean {mean:.{digits}f} ({mean_low:.{digits}f} to "
+        f"{mean_high:.{digits}f}); losses capped at {_cap(evaluation):.3g}"
     )
 
 
@@ -206,19 +208,22 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
 
 
 def cap_warning(evaluation: Mapping[str, Any]) -> str | None:
-    """The held-out losses above a noised report's cap, when its answers find some (None otherwise).
+    """The held-out losses above a noised report's cap: found, or possibly a share of the worst group that matters.
 
     Each counts as the cap in every figure, so the figures are of the clipped losses; the fix is a higher cap
-    (the top of [evaluation] loss_range: a wider interval) or a model whose worst losses are below it.
+    (the top of [evaluation] loss_range: a wider interval) or a model whose worst losses are below it. Said when
+    the answers find such losses (the count's interval excludes 0), or when they cannot tell but up to more than
+    :data:`RESOLVED` of the worst group may lie there (each unit of loss beyond the cap would then add more than
+    RESOLVED to its risk); None otherwise.
     """
-    rows = above_cap(evaluation)
-    if rows is None:
-        return None
+    rows, share = above_cap(evaluation), cap_share(evaluation) or 0.0
     cap = _cap(evaluation)
-    return (
-        f"about {rows:,.0f} held-out losses above the loss cap {cap:.3g} count as it: raise [evaluation] "
-        "loss_range's top, or train longer"
-    )
+    fix = "raise [evaluation] loss_range's top, or train longer"
+    if rows is not None:
+        return f"about {rows:,.0f} held-out losses above the loss cap {cap:.3g} count as it: {fix}"
+    if share > RESOLVED:
+        return f"up to {min(share, 1.0):.0%} of the worst group may lie above the loss cap {cap:.3g}: {fix}"
+    return None
 
 
 def guessing_warning(evaluation: Mapping[str, Any]) -> str | None:
