@@ -157,6 +157,16 @@ def test_a_c_bar_off_the_quantile_neither_biases_the_estimate_nor_breaks_its_cov
     assert f_at(losses, threshold) - exact > 10.0 * standard_error + rise  # what reading at c-bar would add
 
 
+def test_a_noised_mean_above_its_worst_group_is_pooled_into_the_order_every_true_pair_has() -> None:
+    worst, mean = tail.Estimate(0.50, 0.30, 0.70), tail.Estimate(0.60, 0.55, 0.65)
+    # The least-squares point of {mean <= worst}: the inverse-variance average (sd 0.1 and 0.025 here).
+    kept_worst, kept_mean = tail._feasible(worst, mean, 0.1, 0.025)
+    pooled_value = (0.50 / 0.1**2 + 0.60 / 0.025**2) / (1 / 0.1**2 + 1 / 0.025**2)
+    assert kept_worst.value == pytest.approx(pooled_value) == kept_mean.value
+    assert (kept_worst.low, kept_worst.high, kept_mean.low, kept_mean.high) == (0.30, 0.70, 0.55, 0.65)
+    assert tail._feasible(mean, worst, 0.025, 0.1) == (mean, worst)  # already in order: unchanged
+
+
 def test_the_class_prior_baseline_is_the_cvar_of_minus_log_the_label_shares() -> None:
     _, _, labels = held_out(4000)
     counts = np.bincount(labels, minlength=2).astype(np.float64)
