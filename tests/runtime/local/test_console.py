@@ -25,7 +25,7 @@ def test_the_console_table_shows_no_noised_figure_without_its_interval() -> None
     assert cells[2:4] == ["not", "measured"] and "between 0 and the mean" in table
     assert "0.390+/-0.311" in federated  # the worst group's error: min(error, rho) / rho, its bound over rho
     assert "1.094+/-0.209" in federated and "95% interval [0.8848, 1.3028]" in table
-    assert "the budget cannot resolve the worst-group risk" in table  # the warning names the noise
+    assert "the noise leaves the worst-group risk +/- 0.21" in table  # the warning names the noise
     assert "certified within" not in table
     exact = {key: value for key, value in NOISED_EVALUATION.items() if key != "noise_std"} | {
         "worst_risk_gap": 0.0,
@@ -41,5 +41,9 @@ def test_a_worst_group_risk_bounded_below_only_is_said_so_not_centred() -> None:
     assert "at least 0.885" in federated and "1.094+/-" not in federated
     # The mean and the disparity are of clipped losses too: their low ends, and nothing above them.
     assert "at least 0.117" in federated and "at least 0.818" in federated and federated.count("+/-") == 2
-    assert progress_note(capped) == "worst at least 0.8848, mean at least 0.1168"
-    assert progress_note(NOISED_EVALUATION).startswith("worst 1.0938 +/- 0.2090")
+    # The progress line is one form whatever the count above the cap (fedfair.runtime.report.verdicts).
+    assert (
+        progress_note(capped)
+        == progress_note(NOISED_EVALUATION)
+        == "worst 1.09 (0.88 to 1.30), mean 0.26 (0.12 to 0.40)"
+    )
