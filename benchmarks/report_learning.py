@@ -332,10 +332,11 @@ def simulation_speed(name: str, document: Mapping[str, Any]) -> Section:
 
 
 EVAL_DESIGNS = {
-    "tree": "loss-histogram tree (before)",
-    "tail1": "tail sums at c-bar (used)",
-    "tail3": "tail sums at 3 points",
-    "tail5": "tail sums at 5 points",
+    "tree": "loss-histogram tree (first)",
+    "c-bar": "one tail sum read at c-bar (before)",
+    "layers10": "10 layered tail sums",
+    "layers30": "30 layered tail sums (used)",
+    "layers60": "60 layered tail sums",
 }
 """eval_error's designs, as a reader knows them."""
 
@@ -364,8 +365,13 @@ def eval_error(name: str, document: Mapping[str, Any]) -> Section:
         f'{document["rho"]:g}) of the losses clipped at {document["loss_cap"]:g}. "predicted" is the half-width '
         "`fedfair data check` prints (the noise alone, at c = 0). Goal: at "
         f"{count(goal['rows'])} rows and epsilon {goal['epsilon']:g}, a half-width of at most "
-        f"{goal['half_width']:g} and coverage of at least {percent(goal['coverage'], 0)}: measured "
-        f"{fixed(goal['measured_half_width'])} and {percent(goal['measured_coverage'], 0)} "
+        f"{goal['half_width']:g} and coverage of at least {percent(goal['coverage'], 0)}"
+        + (
+            f" (to within {percent(goal['coverage_tolerance'], 1)}, 3 binomial standard deviations of the noises)"
+            if "coverage_tolerance" in goal
+            else ""
+        )
+        + f": measured {fixed(goal['measured_half_width'])} and {percent(goal['measured_coverage'], 0)} "
         f"({'met' if goal['met'] else 'not met'}).",
     ]
     if "caps" in document:
@@ -385,7 +391,8 @@ def eval_error(name: str, document: Mapping[str, Any]) -> Section:
     return Section(
         "Noised evaluation: the worst-group risk's error and its interval against the exact value",
         "The final evaluation's worst-group risk under [privacy] report_epsilon, released as the loss-histogram "
-        "tree or as tail sums around the trained threshold c-bar, on a logistic regression's real losses over "
+        "tree, as one tail sum read at the trained threshold c-bar, or as layered tail sums below the cap, on a "
+        "logistic regression's real losses over "
         "Adult rows (the release simulated with the calibrated noise): the RMS error against the exact value, the "
         "stated 95% half-width, and how often that interval covered the exact value.",
         lines,
@@ -412,14 +419,15 @@ def cap_trade_off(caps: Mapping[str, Any]) -> list[str]:
     lines = table([*header, "coverage of the unclipped value", "worst group above the cap (at most)"], rows)
     reach = ", ".join(f"{float(cap):.3g}: {fixed(value)}" for cap, value in caps["mean_reach"].items())
     return [
-        "The loss cap's trade-off (tail sums at c-bar, epsilon "
+        "The loss cap's trade-off (30 layered tail sums, epsilon "
         f"{caps['epsilon']:g}): the clipping bias is the unclipped worst-group risk less the clipped one, the "
         "reach that bias plus the half-width, and the last column the mean share of the worst group the report "
         "says may lie above the cap (one-sided 97.5%).",
         "",
         *lines,
         "",
-        f"Mean reach per cap at {count(min(row['rows'] for row in caps['rows']))} rows over both models: {reach}; "
+        f"Mean reach per cap at {count(min(row['rows'] for row in caps['rows']))} rows over the models some cap "
+        f"resolves ({', '.join(caps.get('resolvable', ()))}): {reach}; "
         f"the cap chosen, with the least: {float(caps['chosen']):.3g}.",
     ]
 

@@ -71,10 +71,8 @@ class SecureSumCertificate:
     the losses' own worst-group risk is at least `worst_risk_low` and at most `worst_risk_high` plus it times
     (the largest loss - `loss_cap`) (:meth:`fedfair.fairness.tail.TailReport.unclipped_high`)."""
     worst_risk_noise: float | None = None
-    """The noise's share of the worst-group risk's interval: its 95% half-width (None for exact sums)."""
-    worst_risk_threshold_gap: float | None = None
-    """How far further below the interval reaches because the risk is read at c-bar, not at the exact quantile
-    (the convexity gap; None for exact sums): more rows or epsilon do not narrow it, a c-bar nearer the quantile does."""
+    """The noise's 95% half-width of the worst-group risk, its whole interval but for a range clamp (None for exact
+    sums)."""
     group_error_bound: float | None = None
     """The noised report's 95% bound on the worst and the best group's 0-1 error and on their difference
     (None for exact sums, whose errors are exact). Each is a function of the mean error e alone (the errors fill

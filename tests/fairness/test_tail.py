@@ -52,23 +52,50 @@ def test_one_record_moves_the_answer_by_at_most_one_in_l2_and_exactly_one_at_wor
     assert np.linalg.norm(worst - base) == pytest.approx(1.0, rel=1e-12) == l2
 
 
-def test_without_noise_the_interval_brackets_the_exact_worst_group_risk() -> None:
+def f_at(losses: np.ndarray, c: float) -> float:
+    """F(c) = c + E[(l - c)+] / rho of the clipped losses, straight from its definition."""
+    return c + float(np.maximum(np.minimum(losses, CAP) - c, 0.0).mean()) / RHO
+
+
+def test_without_noise_the_worst_group_risk_is_the_least_f_over_the_boundaries() -> None:
     losses, errors, labels = held_out(5000)
     query = tail.TailQuery(CAP)
     quantile = float(np.quantile(np.minimum(losses, CAP), 1.0 - RHO))
-    for threshold in (quantile, quantile - 0.2, quantile + 0.3):
+    exact = exact_worst(losses)
+    for threshold in (quantile, quantile - 0.2, quantile + 0.3, 0.0, CAP):
         figures = tail.tail_report(
             query, tail.tail_answers(query, losses, errors, labels, threshold), threshold, RHO, noise_std=0.0
         )
-        exact = exact_worst(losses)
-        assert figures.worst.low - 1e-9 <= exact <= figures.worst.high + 1e-9
+        points = query.points(threshold)
+        assert threshold not in (quantile - 0.2, quantile + 0.3) or threshold in points  # c-bar is a boundary
+        least = min(f_at(losses, c) for c in points)
+        assert figures.worst.value == pytest.approx(least, rel=1e-9) and figures.point in points
+        # CVaR is F's minimum over every c: the boundaries' is above it, by at most F's rise over the grid step
+        # at the quantile, |F'| <= (rows in the step) / (rho n) <= step * (1 / rho) * (the losses' density there).
+        step = float(np.diff(points).max())
+        near = float(np.mean(np.abs(np.minimum(losses, CAP) - quantile) <= step))
+        assert exact - 1e-9 <= figures.worst.value <= exact + step * near / RHO
         assert figures.mean.value == pytest.approx(float(np.minimum(losses, CAP).mean()), rel=1e-9)
         assert figures.error.value == pytest.approx(float(errors.mean()), rel=1e-9)
-    # At the quantile itself F is at its minimum: the upper end is the exact value.
+    # With c-bar at the quantile F is read at its minimum: the exact value.
     at_quantile = tail.tail_report(
         query, tail.tail_answers(query, losses, errors, labels, quantile), quantile, RHO, noise_std=0.0
     )
-    assert at_quantile.worst.high == pytest.approx(exact_worst(losses), abs=1e-3)
+    assert at_quantile.worst.value == pytest.approx(exact, abs=1e-9)
+
+
+def test_the_layers_give_f_at_every_boundary_whatever_c_bar_is() -> None:
+    # T(b_j) is the sum of the layers above b_j: each clipped loss split into its parts between the boundaries.
+    losses, errors, labels = held_out(3000, seed=4)
+    query = tail.TailQuery(CAP)
+    for threshold in (0.37, 1.234, -1.0, 7.0):
+        points = query.points(threshold)
+        assert points[0] == 0.0 and points[-1] == CAP and (np.diff(points) > 0).all()
+        assert np.diff(points).min() >= CAP / query.layers / 2 or points[1] == threshold  # no layer pinched
+        raw = tail.tail_answers(query, losses, errors, labels, threshold) * query.scales(threshold)
+        tails = np.cumsum(raw[tail.HEAD + tail.LABEL_SLOTS :][::-1])[::-1]
+        for c, total in zip(points[:-1], tails, strict=True):
+            assert total == pytest.approx(float(np.maximum(np.minimum(losses, CAP) - c, 0.0).sum()), rel=1e-9)
 
 
 @pytest.mark.parametrize(("rows", "epsilon"), [(2000, 1.0), (500, 3.0)])
@@ -102,6 +129,44 @@ def test_the_stated_intervals_cover_the_exact_figures_at_their_confidence(rows: 
     assert all(count <= ALLOWED_MISSES for count in misses.values()), misses
 
 
+@pytest.mark.parametrize("offset", [0.6, -0.25])
+def test_a_c_bar_off_the_quantile_neither_biases_the_estimate_nor_breaks_its_coverage(offset: float) -> None:
+    # Reading F at c-bar would overstate the risk by F(c-bar) - CVaR (the old report's "room below"); the least F
+    # over the boundaries does not depend on where c-bar is.
+    losses, errors, labels = held_out(2000, seed=9)
+    query = tail.TailQuery(CAP)
+    release = tail.answer_release(1.0, 1e-5, 1e-12, (0.0, 0.0, 0))
+    sigma = math.sqrt(2.0 * release.mu) / 2.0**20
+    threshold = float(np.quantile(np.minimum(losses, CAP), 1.0 - RHO)) + offset
+    answers = tail.tail_answers(query, losses, errors, labels, threshold)
+    exact = exact_worst(losses)
+    rng = np.random.default_rng(13)
+    figures = [
+        tail.tail_report(query, answers + rng.normal(0.0, sigma, answers.size), threshold, RHO, noise_std=sigma)
+        for _ in range(TRIALS)
+    ]
+    values = np.array([figure.worst.value for figure in figures])
+    misses = sum(not figure.worst.low <= exact <= figure.worst.high for figure in figures)
+    assert misses <= ALLOWED_MISSES
+    # The mean error over the trials: within 5 standard errors of 0 (a false alarm once in 3 million runs),
+    # allowing the grid's own rise above the minimum (at most the step times the density there over rho, as above).
+    standard_error = float(np.mean([figure.worst.half_width for figure in figures])) / tail.Z / math.sqrt(TRIALS)
+    step = CAP / query.layers
+    rise = step * float(np.mean(np.abs(np.minimum(losses, CAP) - threshold + offset) <= step)) / RHO
+    assert -5.0 * standard_error <= float(values.mean()) - exact <= 5.0 * standard_error + rise
+    assert f_at(losses, threshold) - exact > 10.0 * standard_error + rise  # what reading at c-bar would add
+
+
+def test_a_noised_mean_above_its_worst_group_is_pooled_into_the_order_every_true_pair_has() -> None:
+    worst, mean = tail.Estimate(0.50, 0.30, 0.70), tail.Estimate(0.60, 0.55, 0.65)
+    # The least-squares point of {mean <= worst}: the inverse-variance average (sd 0.1 and 0.025 here).
+    kept_worst, kept_mean = tail._feasible(worst, mean, 0.1, 0.025)
+    pooled_value = (0.50 / 0.1**2 + 0.60 / 0.025**2) / (1 / 0.1**2 + 1 / 0.025**2)
+    assert kept_worst.value == pytest.approx(pooled_value) == kept_mean.value
+    assert (kept_worst.low, kept_worst.high, kept_mean.low, kept_mean.high) == (0.30, 0.70, 0.55, 0.65)
+    assert tail._feasible(mean, worst, 0.025, 0.1) == (mean, worst)  # already in order: unchanged
+
+
 def test_the_class_prior_baseline_is_the_cvar_of_minus_log_the_label_shares() -> None:
     _, _, labels = held_out(4000)
     counts = np.bincount(labels, minlength=2).astype(np.float64)
@@ -126,7 +191,7 @@ def test_the_expected_half_width_falls_as_one_over_rows_and_meets_the_goal_at_20
     assert tail.rows_for(at_2000, 2000, target=at_2000 / 2) == pytest.approx(4000)
 
 
-def test_losses_above_the_cap_are_counted_so_the_clipped_figures_read_as_lower_bounds() -> None:
+def test_losses_above_the_cap_are_counted_and_the_figures_are_of_the_clipped_losses() -> None:
     query = tail.TailQuery(CAP)
     losses, errors, labels = held_out(4000)
     heavy = np.concatenate([losses, np.full(200, 8.0)])
@@ -137,7 +202,8 @@ def test_losses_above_the_cap_are_counted_so_the_clipped_figures_read_as_lower_b
     )
     assert figures.above_cap.value == pytest.approx(float((heavy > CAP).sum()), rel=1e-9)
     clipped, unclipped = exact_worst(heavy), pooled.group_risk_report(heavy, np.ones(heavy.size), RHO).worst_risk
-    assert figures.worst.low <= clipped <= figures.worst.high < unclipped  # a lower bound of the real figure only
+    # The figure is the clipped losses' (each above the cap counted as the cap), an estimate with its interval.
+    assert figures.worst.value == pytest.approx(clipped, abs=1e-9) and figures.worst.high < unclipped
 
 
 def with_tail(rows: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -183,13 +249,17 @@ def test_under_noise_the_low_end_and_the_caps_consequence_hold_the_unclipped_val
     answers = tail.tail_answers(query, losses, errors, labels, threshold)
     unclipped = pooled.group_risk_report(losses, np.ones(rows), RHO).worst_risk
     rng = np.random.default_rng(11)
-    misses = {"low": 0, "high": 0}
+    clipped = exact_worst(losses)
+    misses = {"low": 0, "high": 0, "clipped": 0}
     for _ in range(TRIALS):
         figures = tail.tail_report(
             query, answers + rng.normal(0.0, sigma, answers.size), threshold, RHO, noise_std=sigma
         )
         misses["low"] += not figures.worst.low <= unclipped
         misses["high"] += not unclipped <= figures.unclipped_high(CAP, 3 * CAP)
+        # Whatever the count above the cap, the figure is an estimate of the clipped losses' risk with both ends.
+        misses["clipped"] += not figures.worst.low <= clipped <= figures.worst.high
+        assert 0.0 < figures.worst.high - figures.worst.low < CAP
     # Each end claims 97.5% one-sided; together at least 95%.
     assert all(count <= ALLOWED_MISSES for count in misses.values()), misses
     assert unclipped > exact_worst(losses) + 0.2  # the clipped figure alone would understate it

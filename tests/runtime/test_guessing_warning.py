@@ -1,6 +1,8 @@
-"""The warnings of a finished evaluation, said once in `fedfair.runtime.report.verdicts` (by the report page and
-by the aggregator's closing lines): "worse than guessing" against the class-prior classifier, only when the
-whole interval of the worst-group risk lies above it, and the noise named when the budget cannot resolve it."""
+"""The words of a finished evaluation, said once in `fedfair.runtime.report.verdicts` (by the report page, the
+aggregator's closing lines and the progress bar): the headline, one estimate with its 95% interval or "not resolved
+at this budget" and what would resolve it; one line per warning naming its cause and fix ("worse than guessing"
+against the class-prior classifier only when the whole interval lies above it, the noise, losses above the cap);
+every line at most 120 characters, and never "at least"."""
 
 from __future__ import annotations
 
@@ -31,9 +33,8 @@ def noised(worst: float, low: float, high: float, prior: float | None, **extra: 
 
 def test_a_worst_group_interval_above_the_class_prior_is_warned_with_the_likely_causes() -> None:
     warning = verdicts.guessing_warning(noised(1.40, 1.35, 1.45, prior=1.20))
-    assert warning is not None and "1.2000, the class-prior classifier's" in warning
-    assert "[1.3500, 1.4500]" in warning
-    for cause in ("[training] rounds", "lr", "server_momentum", "[objective] rho"):
+    assert warning is not None and "worse than guessing (risk above 1.35; class prior 1.20)" in warning
+    for cause in ("[training] rounds", "lr", "rho"):
         assert cause in warning
 
 
@@ -54,63 +55,95 @@ def test_nothing_is_said_unless_the_whole_interval_lies_above_the_class_prior(
 def test_a_wide_interval_names_the_noise_and_what_would_resolve_it() -> None:
     wide = noised(1.0, 0.6, 1.4, prior=1.2)
     warning = verdicts.noise_warning(wide)
-    assert warning is not None
-    assert "cannot resolve the worst-group risk: +/- 0.40" in warning and "from the evaluation's noise" in warning
+    assert warning is not None and warning.startswith("the noise leaves the worst-group risk +/- 0.40")
     # The half-width falls as 1 / rows and about as 1 / epsilon: 8 times the rows or the epsilon for +/- 0.05.
-    assert f"About {tail.rows_for(0.4, 2000):,.0f} held-out rows or report_epsilon 8 would give +/- 0.05" in warning
+    assert f"{tail.rows_for(0.4, 2000):,.0f} held-out rows or report_epsilon 8 give +/- 0.05" in warning
     assert verdicts.noise_warning(noised(0.85, 0.81, 0.89, prior=1.2)) is None
     assert verdicts.noise_warning(evaluation(5, 0.69, 0.66)) is None  # exact sums carry no noise
 
 
-def test_losses_above_the_cap_leave_the_worst_group_risk_bounded_below_only() -> None:
-    capped = noised(1.0, 0.9, 1.1, prior=1.2, above_cap=35.0, above_cap_bound=12.0)
-    said = verdicts.describe(capped)
-    assert said.startswith("worst-group risk at least 0.9000 (95%): about 35 held-out losses lie above the loss cap 3")
-    assert verdicts.worst_interval(capped) == (0.9, 3.0)  # open above: the bar reaches the cap
+def test_the_headline_is_one_estimate_with_its_interval_or_not_resolved_never_a_bound() -> None:
+    fine = noised(0.81, 0.74, 0.88, prior=1.2, mean_error_bound=0.03)
+    fine["mean_risk"] = 0.33
+    assert verdicts.headline(fine) == (
+        "worst-group risk 0.81 (95% interval 0.74 to 0.88), mean 0.33 (0.30 to 0.36); losses capped at 3"
+    )
+    # Losses above the cap change nothing in the headline's form: the figure is of the clipped losses.
+    capped = {**fine, "above_cap": 35.0, "above_cap_bound": 12.0}
+    assert verdicts.headline(capped) == verdicts.headline(fine) and verdicts.worst_interval(capped) == (0.74, 0.88)
     warning = verdicts.cap_warning(capped)
-    assert warning is not None and "Raise the top of [evaluation] loss_range" in warning
-    # A count within its noise of none: the interval stands, and nothing is said.
-    within = noised(1.0, 0.9, 1.1, prior=1.2, above_cap=8.0, above_cap_bound=12.0)
-    assert verdicts.cap_warning(within) is None and verdicts.worst_interval(within) == (0.9, 1.1)
-    assert "(about 8 +/- 12 of them above it, each counted as 3" in verdicts.describe(within)
+    assert warning is not None and "about 35 held-out losses above the loss cap 3 count as it" in warning
+    assert "raise [evaluation] loss_range's top" in warning
+    # A count within its noise of none: nothing is said, unless the share of the worst group it may be matters.
+    unsure = {**fine, "above_cap": 8.0, "above_cap_bound": 12.0}
+    assert verdicts.cap_warning(unsure) is None and verdicts.cap_warning({**unsure, "cap_share_high": 0.04}) is None
+    warning = verdicts.cap_warning({**unsure, "cap_share_high": 0.15})
+    assert warning == (
+        "up to 15% of the worst group may lie above the loss cap 3: raise [evaluation] loss_range's top, or train longer"
+    )
+    # An interval over half the range up to the cap: not resolved, and what would resolve it.
+    wide = noised(1.5, 0.2, 2.8, prior=1.2)
+    said = verdicts.headline(wide)
+    assert said.startswith("worst-group risk not resolved at this budget: ") and said.endswith("give +/- 0.05")
+    assert f"{tail.rows_for(1.3, 2000):,.0f} held-out rows or report_epsilon 26 give" in said
+    assert verdicts.noise_warning(wide) is None  # the headline says it already
+    assert verdicts.progress_note(wide).startswith("worst not resolved yet, mean")
+    for record in (fine, capped, wide, {**wide, "above_cap": 100.0}):
+        for line in (verdicts.headline(record), verdicts.describe(record), verdicts.progress_note(record)):
+            assert "at least" not in line
 
 
-def test_the_page_shows_the_final_interval_and_warns_from_the_last_finished_evaluation_only(tmp_path: Path) -> None:
+def test_a_progress_line_never_shows_a_figure_plus_or_minus_itself() -> None:
+    # The issue's "mean 0.4913 +/- 0.4913": an interval over half the range is "not resolved yet".
+    record = {**noised(1.3, 0.1, 2.5, prior=1.2, mean_error_bound=0.4913), "mean_risk": 0.4913}
+    assert verdicts.progress_note(record) == "worst not resolved yet, mean 0.49 (0.00 to 0.98)"
+    record["mean_error_bound"] = 2.0
+    assert verdicts.progress_note(record) == "worst not resolved yet, mean not resolved yet"
+    sharp = {**noised(0.92, 0.71, 1.13, prior=1.2, mean_error_bound=0.14), "mean_risk": 0.26}
+    assert verdicts.progress_note(sharp) == "worst 0.92 (0.71 to 1.13), mean 0.26 (0.12 to 0.40)"
+    assert verdicts.progress_note(evaluation(5, 0.69, 0.66)) == "worst 0.6900, mean 0.6600"
+
+
+@pytest.mark.parametrize("samples", [3, 700, 2000, 10**6])
+@pytest.mark.parametrize("epsilon", [0.001, 0.2, 1.0, 30.0])
+@pytest.mark.parametrize("half", [0.001, 0.06, 0.4, 1.4, 3.0])
+@pytest.mark.parametrize("repeated", [False, True])
+def test_every_line_for_people_fits_in_120_characters(
+    samples: int, epsilon: float, half: float, repeated: bool
+) -> None:
+    worst = 1.234567
+    extra = {"answers_of_round": 12} if repeated else {}
+    record = noised(
+        worst, max(worst - half, 0.0), min(worst + half, 3.0), prior=0.01, samples=samples, report_epsilon=epsilon,
+        above_cap=123456.0, above_cap_bound=1.0, loss_cap=4.605170185988091, mean_error_bound=half,
+        cap_share_high=123.0, **extra,
+    )  # fmt: skip
+    lines = [verdicts.headline(record), verdicts.progress_note(record), *verdicts.warning_lines(record)]
+    assert any("loss cap" in line for line in verdicts.warning_lines(record))
+    unsure = verdicts.cap_warning({**record, "above_cap_bound": 1e9})
+    assert unsure is not None and unsure.startswith("up to 100% of the worst group")
+    for line in [*lines, unsure, verdicts.headline(evaluation(5, 12.3456, 1.2345))]:
+        assert 0 < len(line) <= verdicts.LINE and "\n" not in line, line
+
+
+def test_the_page_leads_with_the_headline_and_one_line_per_warning_from_the_last_evaluation(tmp_path: Path) -> None:
     folder = tmp_path / "output"
     write_run(folder)
     run = read_run(folder)
     last = run.rounds[-1]
     fine = {**last, "evaluation": {**noised(0.85, 0.81, 0.89, prior=1.2), "round": 5}}
     page = report.render(dataclasses.replace(run, rounds=[*run.rounds[:-1], fine]))
-    assert 'class="warning"' not in page
-    assert "worst-group risk 0.8500 +/- 0.0400 (95% interval [0.8100, 0.8900])" in page
+    assert 'class="warnings"' not in page and 'class="warning"' not in page
+    lead = "<p class=headline>Final evaluation (round 5): worst-group risk 0.85 (95% interval 0.81 to 0.89), mean"
+    assert page.index(lead) < page.index('<p class="summary">')  # first, under the title
+    assert "worst-group risk 0.8500 +/- 0.0400 (95% interval [0.8100, 0.8900])" in page  # in full, in its section
     worse = {**last, "evaluation": {**noised(1.4, 1.0, 1.8, prior=0.9), "round": 5}}
     page = report.render(dataclasses.replace(run, rounds=[*run.rounds[:-1], worse]))
-    assert page.count('class="warning"') == 2 and "the class-prior classifier" in page and "cannot resolve" in page
-
-
-def test_a_count_above_the_cap_the_noise_cannot_resolve_is_said_with_the_share_it_may_be() -> None:
-    # The issue's rehearsal: 31 of 700 held-out losses above the cap, counted +/- 40; the clipped figure reads
-    # 1.06 where the losses' own worst-group risk is 1.63.
-    rehearsal = noised(1.06, 0.87, 1.25, prior=1.2, samples=700, above_cap=31.0, above_cap_bound=40.0)
-    figures = {**rehearsal, "cap_share_high": 0.34}
-    said = verdicts.describe(figures)
-    assert "(95% interval [0.8700, 1.2500])" in said and "the unclipped figures are at least these" in said
-    assert "up to 34% of the worst group may lie above the cap, and each unit of loss beyond it adds up to 0.34" in said
-    # The noise that hides the count is the one the noise warning names: it says both, and once.
-    noise = verdicts.noise_warning(figures)
-    assert noise is not None and verdicts.cap_warning(figures) is None
-    assert "cannot tell whether up to 34% of the worst group lies above the loss cap 3" in noise
-    # A narrow interval whose count the noise still cannot resolve: the cap warning says it.
-    narrow = {**figures, "worst_risk_low": 1.03, "worst_risk_high": 1.09, "cap_share_high": 0.08}
-    warning = verdicts.cap_warning(narrow) or ""
-    assert verdicts.noise_warning(narrow) is None
-    assert "cannot tell how many held-out losses exceed the loss cap 3 (about 31 +/- 40)" in warning
-    assert "only bounded below (at least 1.0300)" in warning and "adds up to 0.08" in warning
-    # A share too small for a unit of excess loss to move the figure by the resolved +/- 0.05 is not warned of.
-    assert verdicts.cap_warning({**narrow, "cap_share_high": 0.04}) is None
-    assert "cannot tell whether" not in (verdicts.noise_warning({**figures, "cap_share_high": 0.04}) or "")
-    assert verdicts.cap_warning(rehearsal) is None and "may lie above" not in verdicts.describe(rehearsal)
+    listed = page[page.index('<ul class="warnings">') :]
+    listed = listed[: listed.index("</ul>")]
+    assert listed.count("<li>") == 2 and "worse than guessing" in listed and "the noise leaves" in listed
+    rule = page[page.index(".warnings{") :]
+    assert "<b>" not in listed and "bold" not in rule[: rule.index("}")]  # plain lines, no bold red block
 
 
 def test_the_noised_report_records_the_share_of_the_worst_group_at_the_cap() -> None:
@@ -127,13 +160,13 @@ def test_a_final_model_answered_before_names_the_evaluation_whose_answers_it_rep
         repeated
     )
     warning = verdicts.noise_warning(repeated) or ""
-    assert "(epsilon 0.2, given at round 1's evaluation of the same model over about 2,000" in warning
-    assert "interim_report_epsilon 1.6 would give +/- 0.05" in warning  # the epsilon that made these answers
+    assert "interim_report_epsilon 1.6 give +/- 0.05" in warning  # the epsilon that made these answers
     assert "or report_epsilon" in (verdicts.noise_warning(noised(1.0, 0.6, 1.4, prior=1.2)) or "")
 
 
-def test_an_interval_widened_by_the_threshold_is_not_blamed_on_the_noise() -> None:
-    """c-bar far above the worst group's boundary on 20,000 rows: the noise gives about +/- 0.005, the gap the rest."""
+def test_a_noised_record_of_the_real_estimator_reads_as_its_estimate_with_its_interval() -> None:
+    """A model whose c-bar is far above the worst group's boundary on 20,000 rows: the least F over the layers
+    does not read at c-bar, so the interval is the noise's alone (about +/- 0.01) and no warning is said."""
     rng = np.random.default_rng(11)
     losses = rng.exponential(0.4, 20_000)
     errors, labels = (losses > 0.69).astype(np.float64), (rng.random(losses.size) < 0.24).astype(np.int64)
@@ -145,11 +178,8 @@ def test_an_interval_widened_by_the_threshold_is_not_blamed_on_the_noise() -> No
     answers = answers + rng.normal(0.0, sigma, answers.size)
     figures = tail.tail_report(query, answers, c_bar, 0.3, noise_std=sigma, classes=2)
     record = {**figures.report(0.3, sigma, 3.0).to_dict(), "report_epsilon": 1.0}
-    assert record["worst_risk_noise"] < 0.01 < tail.RESOLVED < record["worst_risk_threshold_gap"]
-    assert verdicts.noise_warning(record) is None  # the noise resolves it: more rows or epsilon would not help
-    warning = verdicts.threshold_warning(record)
-    assert warning is not None and f"up to {record['worst_risk_threshold_gap']:.2f} of room below" in warning
-    assert "more held-out rows or epsilon would not narrow that part" in warning
-    # An exact record, or one from before the gap was stated, gets no such warning.
-    assert verdicts.threshold_warning({**record, "noise_std": 0.0}) is None
-    assert verdicts.threshold_warning({k: v for k, v in record.items() if k != "worst_risk_threshold_gap"}) is None
+    low, high = verdicts.worst_interval(record)
+    assert (high - low) / 2 == pytest.approx(record["worst_risk_noise"], rel=1e-9) and high - low < 2 * tail.RESOLVED
+    assert abs(figures.point - float(np.quantile(losses, 0.7))) < 0.15  # the boundary the least F sits at
+    assert verdicts.warning_lines(record) == []
+    assert verdicts.headline(record).startswith(f"worst-group risk {record['worst_risk']:.3f} (95% interval")

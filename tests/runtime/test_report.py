@@ -283,6 +283,41 @@ def test_a_noised_mean_is_drawn_with_its_interval(tmp_path: Path, monkeypatch: p
     assert np.allclose(bars.get_segments(), [[[1, 0.35], [1, 0.45]], [[2, 0.2], [2, 0.4]]])
 
 
+def test_an_unresolved_worst_group_risk_is_a_grey_point_and_no_mean_is_drawn_above_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = drawn(monkeypatch)
+    noised = {"noise_std": 4.96, "loss_cap": 3.0, "report_epsilon": 0.2, "error_rate_bound": 0.02}
+    records = {
+        # (worst, low, high, mean): round 1's interval spans most of [0, 3], round 2's mean lies above its worst
+        1: (1.4, 0.1, 2.7, 0.5),
+        2: (0.6, 0.45, 0.75, 0.7),
+        3: (0.8, 0.7, 0.9, 0.3),
+    }
+    for number, (worst, low, high, mean) in records.items():
+        result = {
+            **evaluation(number, worst, mean), **noised, "worst_risk_low": low, "worst_risk_high": high,
+            "mean_error_bound": 0.1,
+        }  # fmt: skip
+        append_round_log(tmp_path, {**applied(number, NAMES, NAMES, {}, 9.8), "evaluation": result})
+    page = report.write_report(tmp_path).read_text()
+    series = lines(figures)
+    # Progress is drawn through the resolved points only; the unresolved one is grey, with its grey bar.
+    assert list(series["risk:worst"].get_xdata()) == [2, 3] and list(series["risk:unresolved"].get_xdata()) == [1]
+    assert series["risk:unresolved"].get_color() == "grey" and series["risk:unresolved"].get_linestyle() == "None"
+    (grey,) = [
+        found
+        for figure in figures
+        for found in figure.axes[0].collections
+        if found.get_gid() == "risk:unresolved_interval"
+    ]
+    assert isinstance(grey, LineCollection) and np.allclose(grey.get_segments(), [[[1, 0.1], [1, 2.7]]])
+    # No true mean lies above its worst group: round 2's noised mean is drawn at the worst group's value.
+    assert list(series["risk:mean"].get_ydata()) == [0.5, 0.6, 0.3]
+    # The page leads with the last evaluation's headline.
+    assert "<p class=headline>Final evaluation (round 3): worst-group risk 0.80 (95% interval 0.70 to 0.90)" in page
+
+
 def test_privacy_lists_shared_epsilons_and_spent_budgets_or_says_there_is_no_dp(folder: Path) -> None:
     page = report.write_report(folder).read_text()
     assert "<tr><td>site-a</td><td>2.5</td><td>5</td><td></td></tr>" in page

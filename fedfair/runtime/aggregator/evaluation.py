@@ -1,7 +1,7 @@
 """The federated evaluation of the output model (theta-bar, c-bar): one secure sum, then its report.
 
-Every collaborator sends its answers on its held-out losses: under [privacy] report_epsilon a few tail
-sums at c-bar (:mod:`fedfair.fairness.tail`), else its loss histogram on the plan's fixed grid
+Every collaborator sends its answers on its held-out losses: under [privacy] report_epsilon its layered tail
+sums below the cap (:mod:`fedfair.fairness.tail`), else its loss histogram on the plan's fixed grid
 (:mod:`fedfair.fairness.sums`); at the final round of a plan with ``[evaluation] composition`` it
 appends its counts of who is above c-bar by category (:mod:`fedfair.runtime.composition_counts`).
 The vector's length is the plan's for that round, which every collaborator checks against its own

@@ -390,7 +390,8 @@ class RoundJob:
         """This institution's answers to the evaluation's queries on its held-out losses under the model (theta, c).
 
         Exact reports: the threshold sums on its own copy of the plan's grid, so the aggregator cannot
-        choose the thresholds. Under [privacy] report_epsilon: the tail sums at c (:mod:`fedfair.fairness.tail`).
+        choose the thresholds. Under [privacy] report_epsilon: its layered tail sums, c one of their boundaries
+        (:mod:`fedfair.fairness.tail`).
         """
         data, model = self.prepared.data, self.prepared.evaluation_model
         assert data is not None and model is not None  # a Prepared without them evaluates elsewhere

@@ -34,26 +34,45 @@ def risks(
     spans: Sequence[tuple[float, float]],
     prior: float | None,
     mean_bounds: Sequence[float],
+    resolved: Sequence[bool] | None = None,
 ) -> Figure:
     """Held-out worst-group and mean risk at each evaluated round, each with its interval when it has one.
 
     `spans` is each worst-group risk's (below, above) extent of its interval, `mean_bounds` each mean's 95%
     half-width (0 for an exact mean: no bar); the class-prior classifier's worst-group risk is the reference
-    line when it is known (`prior` None: no line).
+    line when it is known (`prior` None: no line). `resolved` (default: all) says which worst-group risks the
+    noise resolved: the line joins only those (``risk:worst``); the others are grey points with grey bars
+    (``risk:unresolved``, ``risk:unresolved_interval``), not drawn as progress.
     """
     figure = Figure(figsize=(WIDTH, 3.4), layout="constrained")
     axis = figure.subplots()
-    lows = [value - span[0] for value, span in zip(worst, spans, strict=True)]
-    highs = [value + span[1] for value, span in zip(worst, spans, strict=True)]
-    axis.vlines(rounds, lows, highs, color="tab:red", linewidth=2, alpha=0.4, label="its interval", gid="risk:interval")
-    axis.plot(rounds, worst, marker="o", markersize=4, color="tab:red", label="worst-group risk", gid="risk:worst")
+    known = np.ones(len(rounds), dtype=bool) if resolved is None else np.asarray(resolved, dtype=bool)
+    at, values = np.asarray(rounds), np.asarray(worst, dtype=np.float64)
+    lows = values - np.asarray([span[0] for span in spans], dtype=np.float64)
+    highs = values + np.asarray([span[1] for span in spans], dtype=np.float64)
+    axis.vlines(
+        at[known], lows[known], highs[known], color="tab:red", linewidth=2, alpha=0.4, label="its interval",
+        gid="risk:interval",
+    )  # fmt: skip
+    axis.plot(
+        at[known], values[known], marker="o", markersize=4, color="tab:red", label="worst-group risk", gid="risk:worst"
+    )
+    if not known.all():
+        axis.vlines(
+            at[~known], lows[~known], highs[~known], color="grey", linewidth=2, alpha=0.3,
+            gid="risk:unresolved_interval",
+        )  # fmt: skip
+        axis.plot(
+            at[~known], values[~known], linestyle="none", marker="o", markersize=4, color="grey",
+            label="worst-group risk, not resolved", gid="risk:unresolved",
+        )  # fmt: skip
     axis.plot(rounds, mean, marker="s", markersize=4, color="tab:blue", label="mean risk", gid="risk:mean")
     bounds, means = np.asarray(mean_bounds, dtype=np.float64), np.asarray(mean, dtype=np.float64)
     barred = bounds > 0.0
     if barred.any():
-        lower, upper = (means - bounds)[barred], (means + bounds)[barred]
-        at = np.asarray(rounds)[barred]
-        axis.vlines(at, lower, upper, color="tab:blue", linewidth=2, alpha=0.3, gid="risk:mean_interval")
+        # No loss is negative: a mean's interval stops at 0.
+        lower, upper = np.maximum(means - bounds, 0.0)[barred], (means + bounds)[barred]
+        axis.vlines(at[barred], lower, upper, color="tab:blue", linewidth=2, alpha=0.3, gid="risk:mean_interval")
     if prior is not None:
         axis.axhline(prior, color="grey", linestyle="--", linewidth=1, label=PRIOR_LABEL, gid="risk:prior")
     axis.set_xlabel("round")

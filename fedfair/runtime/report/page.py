@@ -52,7 +52,7 @@ def render(run: Run) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>{_summary(run, start)}<ul class=contents>{contents}</ul>{body}"
+        f"<h1>{html.escape(title)}</h1>{_headline(run)}{_summary(run, start)}<ul class=contents>{contents}</ul>{body}"
         "</body></html>\n"
     )
 
@@ -61,7 +61,8 @@ STYLE = """
 body{font-family:sans-serif;margin:1.5em auto;max-width:60em;color:#222}
 h2{border-bottom:1px solid #ccc;margin-top:1.6em}
 .note{color:#555;font-size:.9em}
-.warning{color:#a40000;font-weight:bold}
+.headline{font-size:1.15em}
+.warnings{color:#7a4a00;margin-top:0}
 table{border-collapse:collapse;font-size:.85em}
 td,th{border:1px solid #ddd;padding:.15em .4em;text-align:center}
 th.name{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
@@ -71,6 +72,24 @@ th.name{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
 .excluded{background:#b71c1c;color:#fff}.aborted{background:#ffe0b2}.out{background:#e0e0e0}.absent{background:#fff}
 svg{max-width:100%;height:auto}
 """
+
+
+def _finished(run: Run) -> list[dict[str, Any]]:
+    """The evaluation records of the rounds whose evaluation finished, in order."""
+    return [record["evaluation"] for record in run.rounds if (record.get("evaluation") or {}).get("status") == "done"]
+
+
+def _headline(run: Run) -> str:
+    """The page's lead: the last finished evaluation's headline, then each of its warnings on one line."""
+    done = _finished(run)
+    if not done:
+        return "<p class=headline>No evaluation has finished yet.</p>"
+    final = done[-1]
+    warnings = "".join(f"<li>{html.escape(line)}</li>" for line in verdicts.warning_lines(final))
+    return (
+        f"<p class=headline>Final evaluation (round {final['round']}): {html.escape(verdicts.headline(final))}</p>"
+        + (f'<ul class="warnings">{warnings}</ul>' if warnings else "")
+    )
 
 
 def _summary(run: Run, start: Mapping[str, Any]) -> str:
@@ -89,7 +108,7 @@ def _summary(run: Run, start: Mapping[str, Any]) -> str:
 def _risks_section(run: Run) -> str:
     from fedfair.runtime.report.figures import risks, svg  # matplotlib: loaded only to draw
 
-    done = [record["evaluation"] for record in run.rounds if (record.get("evaluation") or {}).get("status") == "done"]
+    done = _finished(run)
     others = [
         f"round {record['round']}: evaluation {html.escape(str(record['evaluation'].get('status')))} "
         f"({html.escape(str(record['evaluation'].get('reason', '')))})"
@@ -99,10 +118,11 @@ def _risks_section(run: Run) -> str:
     note = (
         "<p class=note>The federated evaluation of the output model (theta-bar, c-bar) on the sites' held-out data, "
         "from secure sums, at each evaluated round. Bars: each worst-group risk's interval (95% for noised answers, "
-        "the certified bracket for exact sums) and a noised mean's 95% interval; a noised figure is of the losses clipped at the loss cap, and a bar "
-        "that reaches the cap is open above (losses lie beyond it). The dashed "
-        "line is the class-prior classifier's worst-group risk (each class predicted at its share of the rows, from "
-        "the noised label counts), drawn when the answers counted labels.</p>"
+        "the certified bracket for exact sums) and a noised mean's 95% interval; a noised figure is of the losses "
+        "clipped at the loss cap, each loss above it counted as the cap. A grey point is a worst-group risk the "
+        "noise did not resolve (its interval spans over half the range up to the cap): no progress is read from it. "
+        "The dashed line is the class-prior classifier's worst-group risk (each class predicted at its share of the "
+        "rows, from the noised label counts), drawn when the answers counted labels.</p>"
     )
     skipped = f"<p class=note>{'; '.join(others)}.</p>" if others else ""
     if not done:
@@ -111,17 +131,15 @@ def _risks_section(run: Run) -> str:
     figure = risks(
         [item["round"] for item in done],
         [item["worst_risk"] for item in done],
-        [item["mean_risk"] for item in done],
+        # A noised mean above its worst group is noise (no true pair is in that order): drawn at the worst's value.
+        [min(item["mean_risk"], item["worst_risk"]) if verdicts.noised(item) else item["mean_risk"] for item in done],
         [(item["worst_risk"] - low, high - item["worst_risk"]) for item, (low, high) in zip(done, intervals)],
         done[-1].get("prior_worst_risk"),
         [float(item["mean_error_bound"]) if verdicts.noised(item) else 0.0 for item in done],
+        [verdicts.resolved(item) for item in done],
     )
-    final = f"<p>Final evaluation (round {done[-1]['round']}): {html.escape(verdicts.describe(done[-1]))}.</p>"
-    warnings = [check(done[-1]) for check in verdicts.WARNINGS]
-    warned = "".join(
-        f'<p class="warning">Warning: {html.escape(warning)}.</p>' for warning in warnings if warning is not None
-    )
-    return svg(figure) + final + warned + note + skipped
+    final = f"<p>Its figures in full: {html.escape(verdicts.describe(done[-1]))}.</p>"
+    return svg(figure) + final + note + skipped
 
 
 def _counted(share: float | None, count: int | None) -> str:

@@ -1,10 +1,16 @@
-"""What an evaluation record says in words: its figures with their intervals, and the warnings they call for.
+"""What an evaluation record says in words: its headline, its figures with their intervals, and its warnings.
 
 Said once here, by the report page, the aggregator's closing lines and the progress bar. An
 evaluation record is the ``evaluation`` of a round record (``rounds.jsonl``) or of
 ``final_model.json``: the report's fields (:class:`fedfair.fairness.report.GroupRiskReport`),
 and for a noised report its 95% interval, the epsilon of its answers and the class-prior
 classifier's worst-group risk (:mod:`fedfair.fairness.tail`).
+
+A noised figure is always an estimate with its 95% interval, of the losses clipped at the plan's loss
+cap; one whose interval spans more than :data:`UNRESOLVED_SPAN` of the range [0, cap] is "not resolved"
+(the headline then says so and what would resolve it, the progress line "not resolved yet"). Every line
+for people (:func:`headline`, :func:`warning_lines`, :func:`progress_note`) is at most :data:`LINE`
+characters.
 """
 
 from __future__ import annotations
@@ -13,6 +19,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedfair.fairness.tail import RESOLVED, epsilon_for, rows_for
+
+LINE = 120
+"""The most characters a line for people holds."""
+
+UNRESOLVED_SPAN = 0.5
+"""A noised figure whose 95% interval is wider than this share of [0, cap] is not resolved: it cannot tell a model
+that serves its worst group from one that does not."""
 
 
 def noised(evaluation: Mapping[str, Any]) -> bool:
@@ -23,7 +36,7 @@ def noised(evaluation: Mapping[str, Any]) -> bool:
 def above_cap(evaluation: Mapping[str, Any]) -> float | None:
     """The held-out rows a noised report finds above its loss cap, when its 95% interval excludes none (else None).
 
-    Each such loss counts as the cap in every figure, so the figures are lower bounds only.
+    Each such loss counts as the cap in every figure: the figures are of the clipped losses.
     """
     count, bound = evaluation.get("above_cap"), evaluation.get("above_cap_bound")
     if count is None or bound is None or not float(count) - float(bound) > 0.0:
@@ -43,22 +56,95 @@ def cap_share(evaluation: Mapping[str, Any]) -> float | None:
 
 
 def worst_interval(evaluation: Mapping[str, Any]) -> tuple[float, float]:
-    """The worst-group risk's interval: the noised report's 95% one, or the exact sums' certified bracket.
-
-    A noised report with losses above its cap has no upper end: the interval then reaches the cap, the
-    most it can state.
-    """
+    """The worst-group risk's interval: the noised report's 95% one, or the exact sums' certified bracket."""
     worst = float(evaluation["worst_risk"])
     if evaluation.get("worst_risk_low") is not None:
-        high = float(evaluation["worst_risk_high"])
-        unbounded = above_cap(evaluation) is not None
-        return float(evaluation["worst_risk_low"]), max(high, float(evaluation["loss_cap"])) if unbounded else high
+        return float(evaluation["worst_risk_low"]), float(evaluation["worst_risk_high"])
     gap = float(evaluation.get("worst_risk_gap") or 0.0)
     return (worst - gap, worst + gap) if noised(evaluation) else (worst - gap, worst)
 
 
+def mean_interval(evaluation: Mapping[str, Any]) -> tuple[float, float]:
+    """The mean risk's 95% interval for a noised record, kept at or above 0 (no loss is negative); exact: a point."""
+    mean = float(evaluation["mean_risk"])
+    if not noised(evaluation):
+        return mean, mean
+    bound = float(evaluation.get("mean_error_bound") or 0.0)
+    return max(mean - bound, 0.0), mean + bound
+
+
+def _cap(evaluation: Mapping[str, Any]) -> float:
+    """The record's loss cap: the top of the range its noised figures lie in."""
+    return float(evaluation.get("loss_cap") or 0.0)
+
+
+def resolved(evaluation: Mapping[str, Any], interval: tuple[float, float] | None = None) -> bool:
+    """Whether `interval` (default: the worst-group risk's) is narrow enough to say something: exact ones always are.
+
+    Not resolved: wider than :data:`UNRESOLVED_SPAN` of [0, cap], the range a noised figure lies in.
+    """
+    if not noised(evaluation):
+        return True
+    low, high = worst_interval(evaluation) if interval is None else interval
+    cap = _cap(evaluation)
+    return cap <= 0.0 or high - low <= UNRESOLVED_SPAN * cap
+
+
+def _half(evaluation: Mapping[str, Any]) -> float:
+    """The noise's own 95% half-width of the worst-group risk (the stated one where the record has it)."""
+    stated = evaluation.get("worst_risk_noise")
+    low, high = worst_interval(evaluation)
+    return (high - low) / 2.0 if stated is None else float(stated)
+
+
+def _fix(evaluation: Mapping[str, Any], half: float) -> str:
+    """The held-out rows or the epsilon that would give the worst-group risk +/- :data:`RESOLVED`, in few words."""
+    rows, epsilon = float(evaluation["samples"]), float(evaluation["report_epsilon"])
+    # A final model answered at an earlier evaluation keeps those answers: their epsilon is the earlier one's.
+    key = "report_epsilon" if evaluation.get("answers_of_round") is None else "interim_report_epsilon"
+    return f"{rows_for(half, rows):,.0f} held-out rows or {key} {epsilon_for(half, epsilon):.2g} give +/- {RESOLVED:g}"
+
+
+def _figure(value: float, low: float, high: float) -> str:
+    """A noised figure and its interval, "0.81 (95% interval 0.74 to 0.88)", to the interval's precision."""
+    digits = 2 if high - low >= 0.02 else 3
+    return f"{value:.{digits}f} (95% interval {low:.{digits}f} to {high:.{digits}f})"
+
+
+def headline(evaluation: Mapping[str, Any]) -> str:
+    """The evaluation in one line of at most :data:`LINE` characters: the worst-group risk with its interval first.
+
+    Noised: "worst-group risk 0.81 (95% interval 0.74 to 0.88), mean 0.33 (0.30 to 0.36); losses capped at 3" (what
+    the figures are of: each loss above the cap counts as the cap); where the interval is
+    not resolved, "worst-group risk not resolved at this budget: ..." and the rows or the epsilon that would give
+    +/- :data:`RESOLVED`. Exact sums: the figures with the certified bracket of the worst-group risk.
+    """
+    worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
+    low, high = worst_interval(evaluation)
+    if not noised(evaluation):
+        line = f"worst-group risk {worst:.4f} (exact sums: {low:.4f} to {high:.4f}), mean {mean:.4f}"
+        return _fitted(line, f", accuracy {float(evaluation['accuracy']):.4f}")
+    if not resolved(evaluation):
+        return f"worst-group risk not resolved at this budget: {_fix(evaluation, _half(evaluation))}"
+    mean_low, mean_high = mean_interval(evaluation)
+    digits = 2 if mean_high - mean_low >= 0.02 else 3
+    return (
+        f"worst-group risk {_figure(worst, low, high)}, mean {mean:.{digits}f} ({mean_low:.{digits}f} to "
+        f"{mean_high:.{digits}f}); losses capped at {_cap(evaluation):.3g}"
+    )
+
+
+def _fitted(line: str, tail: str) -> str:
+    """`line` and `tail` when both fit in :data:`LINE` characters, else `line` alone."""
+    return line + tail if len(line) + len(tail) <= LINE else line
+
+
 def describe(evaluation: Mapping[str, Any]) -> str:
-    """The figures of a finished evaluation for one line: each with its interval, and what they are of."""
+    """The figures of a finished evaluation for a log line: each with its interval, and what they are of.
+
+    Longer than :func:`headline` (four decimals, the accuracy, the epsilon and the cap); for the logs, not the
+    console's closing lines.
+    """
     worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
     low, high = worst_interval(evaluation)
     if not noised(evaluation):
@@ -66,30 +152,15 @@ def describe(evaluation: Mapping[str, Any]) -> str:
             f"worst-group risk {worst:.4f} (exact sums; the exact value lies in [{low:.4f}, {high:.4f}]), "
             f"mean {mean:.4f}, accuracy {float(evaluation['accuracy']):.4f}"
         )
-    cap, rows = float(evaluation["loss_cap"]), above_cap(evaluation)
-    others = (
+    cap = _cap(evaluation)
+    unresolved = "" if resolved(evaluation) else " (not resolved at this budget)"
+    count, bound = float(evaluation.get("above_cap") or 0.0), float(evaluation.get("above_cap_bound") or 0.0)
+    return (
+        f"worst-group risk {worst:.4f} +/- {(high - low) / 2:.4f} (95% interval [{low:.4f}, {high:.4f}]){unresolved}, "
         f"mean {mean:.4f} +/- {float(evaluation['mean_error_bound']):.4f}, accuracy "
         f"{float(evaluation['accuracy']):.4f} +/- {float(evaluation['error_rate_bound']):.4f}; answers noised at "
-        f"epsilon {float(evaluation['report_epsilon']):g}{_answered_at(evaluation)}"
-    )
-    share = cap_share(evaluation)
-    beyond = (
-        ""
-        if not share
-        else f"; up to {share:.0%} of the worst group may lie above the cap, and each unit of loss beyond it adds "
-        f"up to {share:.2f} to the worst-group risk"
-    )
-    if rows is not None:
-        return (
-            f"worst-group risk at least {low:.4f} (95%): about {rows:.0f} held-out losses lie above the loss cap "
-            f"{cap:g}, so the answers cannot bound it from above; of the losses clipped at the cap it is "
-            f"{worst:.4f} +/- {float(evaluation['worst_risk_gap']):.4f}{beyond}; {others} (of clipped losses too)"
-        )
-    count, bound = float(evaluation["above_cap"]), float(evaluation["above_cap_bound"])
-    return (
-        f"worst-group risk {worst:.4f} +/- {(high - low) / 2:.4f} (95% interval [{low:.4f}, {high:.4f}]), {others}; "
-        f"of the losses clipped at {cap:g} (about {count:.0f} +/- {bound:.0f} of them above it, each counted as "
-        f"{cap:g}: the unclipped figures are at least these{beyond})"
+        f"epsilon {float(evaluation['report_epsilon']):g}{_answered_at(evaluation)}; of the losses clipped at "
+        f"{cap:g} (about {count:.0f} +/- {bound:.0f} held-out losses above it, each counted as {cap:g})"
     )
 
 
@@ -100,98 +171,59 @@ def _answered_at(evaluation: Mapping[str, Any]) -> str:
 
 
 def progress_note(evaluation: Mapping[str, Any]) -> str:
-    """The latest evaluation beside a progress bar: "worst 0.9237 +/- 0.21, mean 0.2574 +/- 0.14" (bare if exact).
+    """The latest evaluation beside a progress bar: "worst 0.92 (0.71 to 1.13), mean 0.26 (0.12 to 0.40)".
 
-    With losses above a noised report's cap both are bounded below only: "worst at least 0.7137, mean at least ...".
+    Bare figures when exact; a noised figure whose interval is not resolved (:func:`resolved`) reads
+    "not resolved yet", never a value +/- as much as the value itself.
     """
     worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
     if not noised(evaluation):
         return f"worst {worst:.4f}, mean {mean:.4f}"
-    low, high = worst_interval(evaluation)
-    bound = float(evaluation["mean_error_bound"])
-    if above_cap(evaluation) is not None:
-        return f"worst at least {low:.4f}, mean at least {mean - bound:.4f}"
-    return f"worst {worst:.4f} +/- {(high - low) / 2:.4f}, mean {mean:.4f} +/- {bound:.4f}"
+    parts = []
+    for name, value, interval in (
+        ("worst", worst, worst_interval(evaluation)),
+        ("mean", mean, mean_interval(evaluation)),
+    ):
+        low, high = interval
+        parts.append(
+            f"{name} {value:.2f} ({low:.2f} to {high:.2f})"
+            if resolved(evaluation, interval)
+            else f"{name} not resolved yet"
+        )
+    return ", ".join(parts)
 
 
 def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
-    """What the budget cannot resolve: a noised worst-group risk wider than +/- :data:`RESOLVED` (None otherwise).
+    """The noise, when it leaves a resolved worst-group risk wider than +/- :data:`RESOLVED` (None otherwise).
 
-    It names the noise as the cause, and the held-out rows or the epsilon that would resolve it.
+    One line naming the cause (the evaluation's noise) and the fix (the rows or the epsilon for +/- RESOLVED). An
+    unresolved figure's headline already says both, so it gets no warning.
     """
-    if not noised(evaluation):
+    if not noised(evaluation) or not resolved(evaluation):
         return None
-    low, high = worst_interval(evaluation)
-    # The noise's own half-width where the record states it: the rest of the interval is the threshold's
-    # (threshold_warning), which more rows or epsilon would not narrow.
-    stated = evaluation.get("worst_risk_noise")
-    half = (high - low) / 2.0 if stated is None else float(stated)
+    half = _half(evaluation)
     if half <= RESOLVED:
         return None
-    rows, epsilon = float(evaluation["samples"]), float(evaluation["report_epsilon"])
-    # A final model answered at an earlier evaluation keeps those answers: their epsilon is the earlier one's.
-    key = "report_epsilon" if evaluation.get("answers_of_round") is None else "interim_report_epsilon"
-    share = cap_share(evaluation) or 0.0
-    capped = (
-        f"; the same noise cannot tell whether up to {share:.0%} of the worst group lies above the loss cap "
-        f"{float(evaluation['loss_cap']):g}, each unit of loss beyond it adding up to {share:.2f} to the figure"
-        if share > RESOLVED and above_cap(evaluation) is None
-        else ""
-    )
-    return (
-        f"the budget cannot resolve the worst-group risk: +/- {half:.2f} (95%), from the evaluation's noise "
-        f"(epsilon {epsilon:g}{_answered_at(evaluation)} over about {rows:,.0f} held-out rows), not from the "
-        f"model{capped}. About {rows_for(half, rows):,.0f} held-out rows or {key} {epsilon_for(half, epsilon):.2g} "
-        f"would give +/- {RESOLVED:g}"
-    )
-
-
-def threshold_warning(evaluation: Mapping[str, Any]) -> str | None:
-    """What reading the worst-group risk at c-bar costs, when that alone widens its interval by :data:`RESOLVED`.
-
-    The noised answers read the risk at the trained threshold c-bar; the further c-bar is from the worst group's
-    boundary (the (1 - rho)-quantile of the losses), the further below the read value the risk may lie (the
-    convexity gap). None for exact sums, a smaller gap, or a record from before it was stated.
-    """
-    gap = evaluation.get("worst_risk_threshold_gap")
-    if not noised(evaluation) or gap is None or float(gap) <= RESOLVED:
-        return None
-    low, high = worst_interval(evaluation)
-    return (
-        f"reading the worst-group risk at the trained threshold c-bar rather than at the worst group's boundary "
-        f"leaves up to {float(gap):.2f} of room below the read value (its interval is [{low:.4f}, {high:.4f}]); "
-        "more held-out rows or epsilon would not narrow that part. It shrinks as c-bar settles at the "
-        "(1 - rho)-quantile of the losses: train further ([training] rounds, threshold_lr), or average later "
-        "rounds only ([training] average_from)"
-    )
+    return f"the noise leaves the worst-group risk +/- {half:.2f}: {_fix(evaluation, half)}"
 
 
 def cap_warning(evaluation: Mapping[str, Any]) -> str | None:
-    """What losses above a noised report's cap may do to it.
+    """The held-out losses above a noised report's cap: found, or possibly a share of the worst group that matters.
 
-    None when its answers found none, and the share of the worst group they may make up is too small for one
-    unit of loss beyond the cap each to move the worst-group risk by :data:`RESOLVED`, or :func:`noise_warning`
-    already says it (the noise that hides the count is the one it names).
+    Each counts as the cap in every figure, so the figures are of the clipped losses; the fix is a higher cap
+    (the top of [evaluation] loss_range: a wider interval) or a model whose worst losses are below it. Said when
+    the answers find such losses (the count's interval excludes 0), or when they cannot tell but up to more than
+    :data:`RESOLVED` of the worst group may lie there (each unit of loss beyond the cap would then add more than
+    RESOLVED to its risk); None otherwise.
     """
     rows, share = above_cap(evaluation), cap_share(evaluation) or 0.0
-    cap = float(evaluation.get("loss_cap") or 0.0)
+    cap = _cap(evaluation)
+    fix = "raise [evaluation] loss_range's top, or train longer"
     if rows is not None:
-        found = f"about {rows:.0f} held-out losses exceed the loss cap {cap:g}"
-    elif share > RESOLVED and noise_warning(evaluation) is None:
-        count, bound = float(evaluation["above_cap"]), float(evaluation["above_cap_bound"])
-        found = (
-            f"the answers cannot tell how many held-out losses exceed the loss cap {cap:g} (about {count:.0f} +/- "
-            f"{bound:.0f}): up to {share:.0%} of the worst group may lie above it"
-        )
-    else:
-        return None
-    return (
-        f"{found}: each counts as the cap, so the worst-group risk is only bounded below (at least "
-        f"{worst_interval(evaluation)[0]:.4f}), and each unit of loss beyond the cap adds up to {share:.2f} to it. "
-        "Raise the top of [evaluation] loss_range to cover them (one record then moves the sums further: the "
-        "interval widens in proportion), or train further: a model whose worst losses lie above the cap serves its "
-        "worst group poorly"
-    )
+        return f"about {rows:,.0f} held-out losses above the loss cap {cap:.3g} count as it: {fix}"
+    if share > RESOLVED:
+        return f"up to {min(share, 1.0):.0%} of the worst group may lie above the loss cap {cap:.3g}: {fix}"
+    return None
 
 
 def guessing_warning(evaluation: Mapping[str, Any]) -> str | None:
@@ -204,34 +236,23 @@ def guessing_warning(evaluation: Mapping[str, Any]) -> str | None:
     prior = evaluation.get("prior_worst_risk")
     if prior is None:
         return None
-    low, high = worst_interval(evaluation)
+    low, _ = worst_interval(evaluation)
     if not low > float(prior):
         return None
     return (
-        f"the output model's worst-group risk (95% interval [{low:.4f}, {high:.4f}]) lies above "
-        f"{float(prior):.4f}, the class-prior classifier's (each class predicted at its share of the rows): on its "
-        "worst group it does worse than guessing. Likely causes: too few rounds for the step ([training] rounds), "
-        "a step too small or too large ([training] lr, threshold_lr, server_momentum), or a group size rho below "
-        "what the features can serve ([objective] rho)"
+        f"worst group worse than guessing (risk above {low:.2f}; class prior {float(prior):.2f}): more [training] "
+        "rounds, another lr, or a larger rho"
     )
 
 
-WARNINGS = (noise_warning, threshold_warning, cap_warning, guessing_warning)
-"""Every warning a finished evaluation may call for, in the order they are said."""
-
-
-def headline(evaluation: Mapping[str, Any]) -> str:
-    """The evaluation's headline in one line: the worst-group risk with its interval, and the mean with its own."""
-    worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
-    if not noised(evaluation):
-        return f"worst-group risk {worst:.4f}, mean {mean:.4f}"
-    low, high = worst_interval(evaluation)
-    bound = float(evaluation["mean_error_bound"])
-    return f"worst-group risk {worst:.3f} (95% interval {low:.3f} to {high:.3f}), mean {mean:.3f} +/- {bound:.3f}"
+WARNINGS = (noise_warning, cap_warning, guessing_warning)
+"""Every warning a finished evaluation may call for, in the order they are said: each one line of at most
+:data:`LINE` characters, or None."""
 
 
 def warning_lines(evaluation: Mapping[str, Any]) -> list[str]:
-    """Each warning the evaluation calls for, in :data:`WARNINGS`' order, its first clause only (114 characters)."""
-    import textwrap
+    """The warnings a finished evaluation calls for, empty when there is none.
 
-    return [textwrap.shorten(warning, 114) for check in WARNINGS if (warning := check(evaluation))]
+    Each is one line of at most :data:`LINE` characters naming its cause and its fix.
+    """
+    return [warning for warning in (check(evaluation) for check in WARNINGS) if warning is not None]
