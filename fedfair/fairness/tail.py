@@ -7,12 +7,9 @@ grid, its interior point nearest the trained threshold c-bar moved onto it) the 
 clip(l - b_j, 0, b_(j+1) - b_j). One record moves every layer by at most its width, so the layers
 cost the privacy of one tail sum at c = 0, yet T(b_j) is the sum of the layers above b_j: F is known
 at every boundary, with noise that shrinks towards the cap. The report takes the minimum of F over
-the boundaries (no reading at c-bar, so no convexity gap above the true value) and T(0) / n as the
-mean, each with a 95% interval from the noise's known variance.
-
-What the figures are of: the losses clipped at the cap (the plan's [evaluation] loss_range top), a
-bounded loss; the count above the cap is its own estimate. Why: docs/design.md, "Inside the fairness
-library".
+the boundaries (no reading at c-bar, so no convexity gap) and T(0) / n as the mean, each with a 95%
+interval from the noise's variance; the figures are of the clipped losses, the count above the cap its
+own estimate. Why: docs/design.md, "Inside the fairness library".
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """What an evaluation record says in words: its headline, its figures with their intervals, and its warnings.
 
-Said once here, by the report page, the aggregator's closing lines and the progress bar. An
-evaluation record is the ``evaluation`` of a round record (``rounds.jsonl``) or of
-``final_model.json``: the report's fields (:class:`fedfair.fairness.report.GroupRiskReport`),
-and for a noised report its 95% interval, the epsilon of its answers and the class-prior
-classifier's worst-group risk (:mod:`fedfair.fairness.tail`).
+Said once here, by the report page, the closing lines and the progress bar. An evaluation record is
+the ``evaluation`` of a round record or of ``final_model.json``: the report's fields, and for a noised
+report its 95% interval, the epsilon of its answers and the class-prior worst-group risk.
 
 A noised figure is always an estimate with its 95% interval, of the losses clipped at the plan's loss
 cap; one whose interval spans more than :data:`UNRESOLVED_SPAN` of the range [0, cap] is "not resolved"
