@@ -8,6 +8,8 @@ on loopback only. A real Prometheus scraping a real federation: tests/runtime/te
 
 from __future__ import annotations
 
+import json
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -192,3 +194,18 @@ def test_the_collector_serves_nothing_before_the_first_event(tmp_path: Path) -> 
     EventLog(tmp_path / "empty").emit("start", federation_id="f", rounds=2, collaborators=["a"], plan_digest="d")
     scraped = samples(generate_latest(registry_of(tmp_path / "empty")).decode())
     assert scraped["fedfair_rounds_completed_total", ()] == 0 and scraped["fedfair_rounds_planned", ()] == 2
+
+
+def test_the_grafana_dashboard_queries_only_declared_families() -> None:
+    dashboard = json.loads((OPERATIONS.parent / "grafana-dashboard.json").read_text())
+    declared = {**metrics.FAMILIES, **site_metrics.FAMILIES}
+    used = set()
+    for panel in dashboard["panels"]:
+        assert panel["description"] and panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            for name in re.findall(r"\bfedfair_[a-z_]+", target["expr"]):
+                base = re.sub(r"_(count|sum)$", "", name) if name not in declared else name
+                assert base in declared, f"{panel['title']}: {name} is no family of fedfair's"
+                used.add(base)
+    must = ("rounds_aborted_total", "site_dropouts_total", "worst_group_risk_upper", "site_epsilon_spent")
+    assert {f"fedfair_{name}" for name in must} <= used
