@@ -32,8 +32,10 @@ def describe(state: FederationState) -> str:
         f"  plan digest {(state.plan_digest or '?')[:16]}, started {_when(state.started)}, "
         f"last event {_when(state.updated)}",
     ]
-    if state.monitoring_url:
+    if state.monitoring_url and state.running:
         lines.append(f"  monitoring: {state.monitoring_url}/metrics, status page {state.monitoring_url}/")
+    elif state.monitoring_url:
+        lines.append(f"  monitoring was served at {state.monitoring_url} while the aggregator ran")
     if state.last_round is not None:
         held = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in state.held_up_by.items()) or "nobody"
         reason = f" ({state.last_reason})" if state.last_reason else ""
