@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -209,3 +210,28 @@ def test_the_grafana_dashboard_queries_only_declared_families() -> None:
                 used.add(base)
     must = ("rounds_aborted_total", "site_dropouts_total", "worst_group_risk_upper", "site_epsilon_spent")
     assert {f"fedfair_{name}" for name in must} <= used
+
+
+@pytest.mark.slow
+def test_the_aggregator_serves_while_it_runs_and_stops_with_it(tmp_path: Path) -> None:
+    """A real two-round federation in threads: the endpoint answers at the URL its event names, then is gone."""
+    from fedfair.runtime.aggregator.events import read_events
+    from tests.runtime.harness import thread_federation
+
+    monitoring = {"address": "127.0.0.1:0", "final_scrape_seconds": 0.0}
+    workspace = new_workspace(tmp_path, NAMES[:2], training={"rounds": 2}, monitoring=monitoring)
+    answers: list[tuple[int, str]] = []
+    with thread_federation(workspace) as federation:
+        while not answers and not federation.summary and not federation.errors:
+            urls = [event["url"] for event in read_events(workspace.output) if event["event"] == "monitoring"]
+            if urls:
+                answers.append(get(urls[0] + "/metrics"))
+                answers.append(get(urls[0] + "/status.json"))
+            time.sleep(0.05)
+        federation.join()
+    assert not federation.errors, federation.errors
+    (url,) = [event["url"] for event in read_events(workspace.output) if event["event"] == "monitoring"]
+    assert answers[0][0] == 200 and "fedfair_federation_info" in answers[0][1]
+    assert answers[1][0] == 200 and json.loads(answers[1][1])["federation_id"] == federation.plan.federation_id
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url + "/metrics", timeout=10)
