@@ -1,8 +1,8 @@
 """A party's monitoring endpoint: Prometheus metrics and pages over HTTP, on loopback unless a token guards it.
 
 ``[monitoring]`` (in the aggregator's plan or a collaborator's config) names the address and, off loopback,
-the file holding a bearer token every request must carry (``Authorization: Bearer TOKEN``, what Prometheus's
-``authorization.credentials_file`` sends). ``/metrics`` is the standard text format from a
+a bearer token's file (``Authorization: Bearer TOKEN``, what Prometheus's ``authorization.credentials_file``
+sends) or mutual TLS (a server certificate and the CA of the clients it admits). ``/metrics`` is the standard text format from a
 ``prometheus_client`` registry whose collectors read the party's own files at each scrape; the other paths
 are the pages a party serves (the aggregator's status page). Deployment only: never part of a plan's digest.
 
@@ -15,6 +15,7 @@ import hmac
 import ipaddress
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from fedfair.core.tables import ADDRESS_RE, Table
 logger = logging.getLogger("fedfair.monitoring")
 
 SECTION = "monitoring"
-KEYS = ("address", "token_file", "final_scrape_seconds")
+KEYS = ("address", "token_file", "cert_file", "key_file", "client_ca_file", "final_scrape_seconds")
 DEFAULT_ADDRESS = "127.0.0.1:9464"
 """Loopback, on the port range Prometheus's exporters use; the aggregator and a site on one machine give
 each its own port."""
@@ -39,6 +40,9 @@ DEFAULT_FINAL_SCRAPE_SECONDS = 15.0
 final round's figures reach it."""
 
 METRICS_PATH = "/metrics"
+
+REQUEST_TIMEOUT_SECONDS = 30.0
+"""How long a connection may stay silent before its thread gives it up (a scrape takes milliseconds)."""
 
 Page = Callable[[], tuple[str, bytes]]
 """A page a party serves beside its metrics: called per request, returns (content type, body)."""
@@ -54,6 +58,11 @@ class MonitoringSettings:
     token_file: Path | None = None
     final_scrape_seconds: float = DEFAULT_FINAL_SCRAPE_SECONDS
     """The longest a finished party waits for one more scrape of its metrics before it stops serving."""
+    cert_file: Path | None = None
+    """With `key_file`: serve HTTPS with this certificate (PEM)."""
+    key_file: Path | None = None
+    client_ca_file: Path | None = None
+    """Admit only clients whose certificate this CA (PEM) signed: mutual TLS (needs `cert_file`)."""
 
     @property
     def host(self) -> str:
@@ -67,11 +76,16 @@ class MonitoringSettings:
 
     def problem(self) -> str | None:
         """Why these settings may not be served, or None: an endpoint off loopback needs a token."""
-        if self.token_file is None and not is_loopback(self.host):
+        if (self.cert_file is None) != (self.key_file is None):
+            return "[monitoring] cert_file and key_file go together (HTTPS needs both); give both or neither"
+        if self.client_ca_file is not None and self.cert_file is None:
+            return "[monitoring] client_ca_file asks for mutual TLS, which needs cert_file and key_file too"
+        if self.token_file is None and self.client_ca_file is None and not is_loopback(self.host):
             return (
                 f"[monitoring] address = {self.address!r} is not a loopback address, so anyone who reaches it "
                 "could read the federation's metrics; set [monitoring] token_file to a file holding a secret "
-                "token (Prometheus sends it with authorization.credentials_file), or bind to 127.0.0.1"
+                "token (Prometheus sends it with authorization.credentials_file), or cert_file, key_file and "
+                "client_ca_file for mutual TLS, or bind to 127.0.0.1"
             )
         return None
 
@@ -95,14 +109,17 @@ def parse_monitoring(where: str, data: Mapping[str, Any], base: Path) -> Monitor
     match = ADDRESS_RE.fullmatch(address)
     if match is None or not 0 <= int(match.group(2)) <= 65535:
         table.bad("address", address, 'host:port with a port in 0..65535 (0: any free port), e.g. "127.0.0.1:9464"')
-    token_file = table.path("token_file", base) if table.given("token_file") else None
+    token_file, cert_file, key_file, client_ca_file = (
+        table.path(key, base) if table.given(key) else None
+        for key in ("token_file", "cert_file", "key_file", "client_ca_file")
+    )
     final = table.number(
         "final_scrape_seconds",
         DEFAULT_FINAL_SCRAPE_SECONDS,
         check=lambda x: 0 <= x <= 3600,
         expected="seconds in [0, 3600] (how long a finished party waits for one more scrape)",
     )
-    settings = MonitoringSettings(address, token_file, float(final))
+    settings = MonitoringSettings(address, token_file, float(final), cert_file, key_file, client_ca_file)
     problem = settings.problem()
     if problem is not None:
         table.fail(problem)
@@ -192,8 +209,34 @@ class _Server6(_Server):
 class _Quiet(WSGIRequestHandler):
     """No line per request on stderr: the console is the progress bar's (fedfair.runtime.logs)."""
 
+    timeout = REQUEST_TIMEOUT_SECONDS
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the base class's signature
         """Log nothing."""
+
+
+def tls_context(settings: MonitoringSettings) -> ssl.SSLContext:
+    """The server side of HTTPS per `settings` (TLS 1.2 at least; client certificates when a client CA is given).
+
+    Raises:
+        ConfigError: a certificate, key or CA file cannot be loaded, naming it.
+    """
+    cert, key = settings.cert_file, settings.key_file
+    if cert is None or key is None:
+        raise ConfigError("[monitoring] cert_file and key_file go together (HTTPS needs both); give both or neither")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+        if settings.client_ca_file is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(settings.client_ca_file)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(
+            f"[monitoring] cert_file, key_file or client_ca_file cannot be loaded ({error}); give PEM files "
+            "(`fedfair pki` writes them)"
+        ) from None
+    return context
 
 
 @dataclass
@@ -243,12 +286,18 @@ def serve_monitoring(settings: MonitoringSettings, registry: Any, pages: Mapping
             f"the monitoring endpoint cannot listen on {settings.address} ({error}); choose another "
             "[monitoring] address (port 0 takes any free one)"
         ) from None
+    if settings.cert_file is not None:
+        # The handshake happens in each request's thread (on its first read), not in the accepting one,
+        # where a client that connects and stays silent would hold every other scrape up.
+        server.socket = tls_context(settings).wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
     port = server.server_address[1]
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     thread = threading.Thread(target=server.serve_forever, name="fedfair-monitoring", daemon=True)
     thread.start()
-    endpoint = Endpoint(server, thread, f"http://{host}:{port}", scrapes, settings)
-    logger.info(
-        "monitoring on %s%s (%s)", endpoint.url, METRICS_PATH, "token required" if token else "no token: loopback"
-    )
+    scheme = "http" if settings.cert_file is None else "https"
+    endpoint = Endpoint(server, thread, f"{scheme}://{host}:{port}", scrapes, settings)
+    guards = [word for word, on in (("token", token), ("client certificate", settings.client_ca_file)) if on]
+    logger.info("monitoring on %s%s (%s)", endpoint.url, METRICS_PATH, " and ".join(guards) or "open: loopback")
     return endpoint

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +22,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fedfair import pki
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.aggregator import metrics
 from fedfair.runtime.aggregator.checkpoint import read_round_log
@@ -36,6 +39,7 @@ from tests.runtime.test_report import NAMES, write_run
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 LABELS = {"site", "stage", "accounting", "federation_id", "plan_digest"}
+CERTS = ("cert_file", "key_file", "client_ca_file")
 
 
 @pytest.fixture()
@@ -235,3 +239,43 @@ def test_the_aggregator_serves_while_it_runs_and_stops_with_it(tmp_path: Path) -
     assert answers[1][0] == 200 and json.loads(answers[1][1])["federation_id"] == federation.plan.federation_id
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url + "/metrics", timeout=10)
+
+
+def test_mutual_tls_admits_only_a_client_the_ca_signed(folder: Path, tmp_path: Path) -> None:
+    certs, strangers = tmp_path / "certs", tmp_path / "strangers"
+    pki.init_ca(certs)
+    pki.issue(certs, "aggregator", "aggregator", hosts=["127.0.0.1"])
+    pki.issue(certs, "collaborator", "prometheus")
+    pki.init_ca(strangers)
+    pki.issue(strangers, "collaborator", "prometheus")
+    settings = MonitoringSettings(
+        "127.0.0.1:0",
+        cert_file=certs / "aggregator.crt",
+        key_file=certs / "aggregator.key",
+        client_ca_file=certs / "ca.crt",
+    )
+    assert MonitoringSettings("0.0.0.0:9464", **{key: getattr(settings, key) for key in CERTS}).problem() is None
+    endpoint = serve_monitoring(settings, registry_of(folder))
+    assert endpoint.url.startswith("https://127.0.0.1:")
+
+    def scrape(client: Path | None) -> str:
+        context = ssl.create_default_context(cafile=certs / "ca.crt")
+        if client is not None:
+            context.load_cert_chain(client / "prometheus.crt", client / "prometheus.key")
+        with urllib.request.urlopen(endpoint.url + "/metrics", timeout=30, context=context) as answer:
+            return str(answer.read().decode())
+
+    silent = socket.create_connection(("127.0.0.1", int(endpoint.url.rpartition(":")[2])))  # never says a word
+    try:
+        assert "fedfair_rounds_completed_total 4.0" in scrape(certs)  # not held up by the silent one
+        for client in (None, strangers):
+            with pytest.raises(OSError):  # the handshake fails (urllib's URLError and ssl's errors are OSErrors)
+                scrape(client)
+    finally:
+        silent.close()
+        endpoint.stop()
+    with pytest.raises(ConfigError, match="client_ca_file asks for mutual TLS"):
+        serve_monitoring(MonitoringSettings("127.0.0.1:0", client_ca_file=certs / "ca.crt"), CollectorRegistry())
+    with pytest.raises(ConfigError, match="cannot be loaded"):
+        broken = MonitoringSettings("127.0.0.1:0", cert_file=certs / "ca.crt", key_file=certs / "missing.key")
+        serve_monitoring(broken, CollectorRegistry())
