@@ -26,7 +26,7 @@ logger = logging.getLogger("fedfair.aggregator")
 
 FAMILIES: dict[str, tuple[str, str]] = {
     "fedfair_federation_info": ("info", "the federation's id and the plan digest its aggregator serves"),
-    "fedfair_up": ("gauge", "1 while the aggregator process that wrote the folder runs, 0 once it stopped"),
+    "fedfair_running": ("gauge", "1 from the aggregator's start until its last round is done, while its process lives"),
     "fedfair_rounds_planned": ("gauge", "the plan's number of training rounds"),
     "fedfair_rounds_completed_total": ("counter", "training rounds applied to the model"),
     "fedfair_rounds_aborted_total": ("counter", "training rounds aborted (model unchanged)"),
@@ -81,7 +81,7 @@ def families(state: FederationState) -> Iterator[Any]:
     info.add_metric([], {"federation_id": state.federation_id or "", "plan_digest": state.plan_digest or ""})
     yield info
     figures: dict[str, float | None] = {
-        "fedfair_up": float(state.running),
+        "fedfair_running": float(state.running),
         "fedfair_rounds_planned": state.rounds_planned,
         "fedfair_rounds_completed_total": state.rounds_completed,
         "fedfair_rounds_aborted_total": state.rounds_aborted,
