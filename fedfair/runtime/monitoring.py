@@ -1,10 +1,11 @@
-"""A party's monitoring endpoint: Prometheus metrics and pages over HTTP, on loopback unless a token guards it.
+"""A party's monitoring endpoint: Prometheus metrics and pages over HTTP, on loopback unless guarded.
 
 ``[monitoring]`` (in the aggregator's plan or a collaborator's config) names the address and, off loopback,
 a bearer token's file (``Authorization: Bearer TOKEN``, what Prometheus's ``authorization.credentials_file``
-sends) or mutual TLS (a server certificate and the CA of the clients it admits). ``/metrics`` is the standard text format from a
-``prometheus_client`` registry whose collectors read the party's own files at each scrape; the other paths
-are the pages a party serves (the aggregator's status page). Deployment only: never part of a plan's digest.
+sends) or mutual TLS (a server certificate and the CA of the clients it admits). ``/metrics`` is the
+standard text format from a ``prometheus_client`` registry whose collectors read the party's own files at
+each scrape; the other paths are the pages a party serves (the aggregator's status page). Deployment only:
+never part of a plan's digest.
 
 Why: docs/operations.md, "Monitoring".
 """

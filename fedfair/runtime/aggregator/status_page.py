@@ -50,7 +50,8 @@ def status_page(state: FederationState) -> str:
         f"<h1>Federation {escape(state.federation_id or '(not started)')} "
         f'<span class="state {phase}" id=phase>{phase}</span></h1>',
         f"<p id=rounds>Round {rounds}: {state.rounds_completed} applied, {state.rounds_aborted} aborted. "
-        f"Last event {_when(state.updated)}; plan digest <code>{escape((state.plan_digest or 'unknown')[:16])}</code>.</p>",
+        f"Last event {_when(state.updated)}; plan digest "
+        f"<code>{escape((state.plan_digest or 'unknown')[:16])}</code>.</p>",
     ]
     lines += _estimate(state)
     lines += _last_round(state)
