@@ -41,6 +41,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "group risks of a model bundle on a labelled table: worst rho-fraction, mean, disparity",
     ),
     "report": ("fedfair.cli.report", "draw an aggregator's run as one self-contained HTML page"),
+    "status": ("fedfair.cli.status", "a federation's state on one screen, from its aggregator's output folder"),
+    "logs": (
+        "fedfair.cli.logs",
+        "filter or follow a party's structured log (events.jsonl, or a NAME.log), as text or JSON",
+    ),
     "init": (
         "fedfair.cli.init",
         "write a federation folder: the plan, one collaborator config per site, the next commands",

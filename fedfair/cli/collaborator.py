@@ -13,16 +13,24 @@ def _start_command(args: argparse.Namespace) -> int:
     # PyTorch, gRPC and pandas come with the collaborator's modules: imported to run, not for --help.
     from fedfair.runtime.collaborator.client import Collaborator
     from fedfair.runtime.collaborator.config import load_collaborator_config
+    from fedfair.runtime.collaborator.metrics import start_site_monitoring
 
     config = load_collaborator_config(args.config)
     # The console shows a progress bar and what needs a person; every line goes to NAME.log beside the config.
     configure_logging(file=config.source.parent / f"{config.name}.log", label=config.name, verbose=args.verbose)
     collaborator = Collaborator(config, reset_state=args.reset_state)
+    monitor = start_site_monitoring(config)  # its own privacy metrics, when its config has [monitoring]
     try:
-        return collaborator.run()
+        status = collaborator.run()
+        if monitor is not None:
+            monitor.final_scrape()
+        return status
     except KeyboardInterrupt:
         collaborator.stop()
         return 130
+    finally:
+        if monitor is not None:
+            monitor.stop()
 
 
 def _ledger_command(args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """The operator's machine-readable view: ``events.jsonl`` beside the checkpoints.
 
 One JSON object per line, each with ``event`` (its kind) and ``time`` (seconds since
-the epoch). The kinds and their fields:
-
+the epoch); :data:`EVENTS` is the schema, the one that ``fedfair logs``, the metrics
+endpoint, the status page and ``fedfair status`` all read (docs/operations.md).
 The stream only ever grows: a resumed run appends to it (a ``start`` with ``resume``
 true), so a round re-run after a crash appears twice and the later line describes
 the model the checkpoints hold. Lines are flushed as written, so ``tail -f`` works.
@@ -22,6 +22,40 @@ from pathlib import Path
 from typing import Any
 
 EVENTS_NAME = "events.jsonl"
+
+EVENTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "start": (
+        ("federation_id", "pid", "resume", "first_round", "rounds", "collaborators", "plan_digest"),
+        "the aggregator process started (or resumed) serving the plan with this digest",
+    ),
+    "monitoring": (("url",), "the monitoring endpoint listens at url (/metrics, /status)"),
+    "connect": (("name",), "a collaborator opened its task stream (rate-limited per peer, like the log)"),
+    "disconnect": (("name",), "a collaborator's last task stream ended"),
+    "statistics": (("contributors", "rows", "features"), "the statistics aggregation (round 0) made the encoder"),
+    "status": (("round", "name", "status", "epsilon"), "a collaborator reported its privacy spent or budget spent"),
+    "exclusion": (("round", "name", "reason"), "a collaborator misbehaved and sits out every later round"),
+    "readmission": (("round", "name", "reason"), "an operator re-admitted an excluded collaborator (--readmit)"),
+    "refusal": (("rpc", "name", "code", "reason", "unlogged"), "a call was refused (rate-limited per caller)"),
+    "round": (
+        (
+            "round",
+            "status",
+            "participants",
+            "contributors",
+            "seconds",
+            "bytes",
+            "objective",
+            "epsilon",
+            "held_up_by",
+        ),
+        "a round finished (applied or aborted): stage seconds, bytes received, the latest estimate, shared epsilons",
+    ),
+    "finish": (("rounds", "output"), "the last round is done and the final model exported"),
+}
+"""Each event kind: the fields it may carry beside ``event`` and ``time``, and what it means.
+
+tests/runtime/test_events_schema.py holds every ``emit`` in fedfair to it, and ``fedfair logs --event`` names
+these kinds."""
 
 
 class EventLog:
@@ -53,8 +87,17 @@ def _finite(value: Any) -> Any:
 
 
 def read_events(folder: Path) -> list[dict[str, Any]]:
-    """Every event of `folder`/events.jsonl, oldest first (empty if there is none)."""
-    path = folder / EVENTS_NAME
+    """Every event of `folder`/events.jsonl, oldest first (empty if there is none).
+
+    A last line without its newline is one being written now, and is left for the next read.
+    """
+    return whole_lines(folder / EVENTS_NAME)
+
+
+def whole_lines(path: Path) -> list[dict[str, Any]]:
+    """Every JSON line of `path` but a last one still being written (no newline yet); empty if no file."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    text = path.read_text(encoding="utf-8")
+    whole = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]

@@ -13,6 +13,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checkpoint import ROUND_LOG_NAME, Checkpoint, load_checkpoint, trim_round_log
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
+from fedfair.runtime.aggregator.metrics import start_monitoring
 from fedfair.runtime.aggregator.bundles import BUNDLE_NAME, initial_state
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
@@ -127,7 +128,16 @@ def run_aggregator(
             first_round=1 if checkpoint is None else checkpoint.round + 1,
             rounds=plan.training.rounds,
             collaborators=list(plan.collaborators),
+            plan_digest=plan_digest(plan),
         )
+        # Metrics and the status page read the events and round log at each request: nothing to feed them.
+        try:
+            monitor = (
+                None if plan.monitoring is None else start_monitoring(plan.aggregator.output, plan.monitoring, events)
+            )
+        except BaseException:
+            network.stop()
+            raise
         try:
             loop = RoundLoop(
                 plan,
@@ -139,6 +149,8 @@ def run_aggregator(
             )
         except BaseException:
             network.stop()
+            if monitor is not None:
+                monitor.stop()
             raise
         del checkpoint  # the loop's now: it lets round 0's model go once round 1 applies
         try:
@@ -149,8 +161,12 @@ def run_aggregator(
             bundle = plan.aggregator.output / BUNDLE_NAME
             size = bundle.stat().st_size if bundle.exists() else 0
             loop.network.board.wait_until_alone(goodbye_seconds(size, len(plan.collaborators)))
+            if monitor is not None:
+                monitor.final_scrape()
         finally:
             loop.network.stop()
+            if monitor is not None:
+                monitor.stop()
     say_finished(plan, summary, report)
     return summary
 

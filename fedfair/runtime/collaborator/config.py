@@ -25,6 +25,7 @@ from fedfair.core.config import FACTORY_PATH
 from fedfair.pki.names import FEDERATION_ID_RE, validate_name
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from fedfair.runtime.monitoring import SECTION as MONITORING, MonitoringSettings, parse_monitoring
 from fedfair.runtime.manifest import NO_MANIFEST_WARNING, UNPINNED_PLAN_WARNING, Manifest, load_manifest
 from fedfair.core.tables import (
     Table,
@@ -109,13 +110,15 @@ class CollaboratorConfig:
     """The model factories this institution allows ([model] factories); no other is ever imported."""
     idle_timeout_seconds: float = DEFAULT_IDLE_TIMEOUT_SECONDS
     """Seconds without progress before this collaborator gives up on its aggregator ([collaborator])."""
+    monitoring: MonitoringSettings | None = None
+    """Where it serves its own privacy metrics ([monitoring]; none unless the section is there)."""
 
 
 def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> CollaboratorConfig:
     """Validate a collaborator config already read from TOML."""
     where = str(source)
     base = source.parent
-    check_sections(where, data, ("collaborator", "certificates", "data", "privacy", "retry", "model"))
+    check_sections(where, data, ("collaborator", "certificates", "data", "privacy", "retry", "model", MONITORING))
     me = Table.of(
         where,
         data,
@@ -182,6 +185,7 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
             check=lambda x: x >= 1,
             expected="seconds >= 1 (how long to wait on a silent aggregator)",
         ),
+        monitoring=parse_monitoring(where, data, base),
     )
 
 

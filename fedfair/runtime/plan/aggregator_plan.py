@@ -37,6 +37,7 @@ from fedfair.runtime.manifest import (
 from fedfair.runtime.plan.limits import MAX_COLLABORATORS
 from fedfair.runtime.plan.privacy import PlanPrivacy
 from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning
+from fedfair.runtime.monitoring import SECTION as MONITORING, MonitoringSettings, parse_monitoring
 from fedfair.runtime.plan.training import training_table
 from fedfair.core.tables import (
     Table,
@@ -71,6 +72,8 @@ class AggregatorPlan(LearningSettings):
     source: Path
     manifest: Manifest | None = None
     """The manifest ``[aggregator] manifest`` names, already checked against this plan."""
+    monitoring: MonitoringSettings | None = None
+    """Where the aggregator serves its metrics and status page ([monitoring]; deployment, not in the digest)."""
 
     @property
     def own_factories(self) -> tuple[str, ...]:
@@ -100,7 +103,7 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
     edited plan anew, or for the first time, before that manifest exists).
     """
     where = str(source)
-    check_sections(where, data, ("federation", "aggregator", *LEARNING_SECTIONS))
+    check_sections(where, data, ("federation", "aggregator", MONITORING, *LEARNING_SECTIONS))
     federation = Table.of(where, data, "federation", ("id", "collaborators"))
     federation_id = federation.string("id", pattern=FEDERATION_ID_RE, expected="letters, digits, '.', '_' or '-'")
     names = federation.strings("collaborators")
@@ -135,6 +138,7 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
         aggregator=aggregator,
         source=source,
         manifest=manifest,
+        monitoring=parse_monitoring(where, data, base),
         **read_learning(where, data, len(names)).learning_sections(),
     )
     declared = set(loaded.influence.sizes)

@@ -1,0 +1,79 @@
+"""The aggregator's live status page: served by its monitoring endpoint, rendered in headless Chromium.
+
+The folder is tests/runtime/test_report.py's run, written with the aggregator's own writers; the page
+is fetched from a real endpoint on loopback, as an operator's browser would, and its values are
+checked against the round log and the events.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.aggregator.metrics import start_monitoring
+from fedfair.runtime.aggregator.status_page import REFRESH_SECONDS, status_page
+from fedfair.runtime.monitoring import MonitoringSettings
+from fedfair.runtime.report.verdicts import worst_interval
+from fedfair.runtime.status import federation_state
+from tests.runtime.test_monitoring import get
+from tests.runtime.test_report import chromium, write_run
+
+
+@pytest.fixture()
+def folder(tmp_path: Path) -> Path:
+    output = tmp_path / "output"
+    write_run(output)
+    events = EventLog(output)
+    events.emit("connect", name="site-a")
+    return output
+
+
+def test_the_page_states_the_rounds_the_estimate_and_each_site(folder: Path) -> None:
+    page = status_page(federation_state(folder))
+    final = read_round_log(folder)[-1]["evaluation"]
+    low, high = worst_interval(final)
+    assert f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">' in page
+    assert "<script" not in page and "http" not in page.replace('http-equiv="refresh"', "")  # nothing fetched
+    assert "Round 5 of 5: 4 applied, 1 aborted." in page
+    assert f"worst-group risk <b>{final['worst_risk']:.4f}</b> [{low:.4f}, {high:.4f}]" in page
+    row = page.split('id="site-site-c"')[1].split("</tr>")[0]
+    assert "<td>3</td><td>1</td>" in row  # 3 contributions, 1 dropout
+    assert '<span class="yes">yes</span>' in page.split('id="site-site-a"')[1].split("</tr>")[0]
+
+
+def browse(url: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium on a loopback `url`."""
+    assert url.startswith("http://127."), url
+    command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *flags, url]
+    return subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_the_served_page_renders_in_chromium_with_the_logs_values(folder: Path, tmp_path: Path) -> None:
+    chromium()
+    endpoint = start_monitoring(folder, MonitoringSettings("127.0.0.1:0"), EventLog(folder))
+    try:
+        assert get(endpoint.url + "/")[0] == 200
+        shot = tmp_path / "status.png"
+        browse(endpoint.url + "/", "--window-size=1000,900", f"--screenshot={shot}")
+        dom = browse(endpoint.url + "/", "--dump-dom").stdout
+    finally:
+        endpoint.stop()
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    assert pixels.shape[:2] == (900, 1000)
+    colours = {tuple(pixel) for pixel in (pixels[::3, ::3] * 255).round().astype(int).reshape(-1, 3)}
+    assert len(colours) > 20  # text, badges, row colours: not a blank page
+    badge = np.array([0x1F, 0x77, 0xB4]) / 255  # the "finished" badge
+    assert (np.abs(pixels - badge).max(axis=-1) < 0.02).sum() > 50
+    final = read_round_log(folder)[-1]["evaluation"]
+    estimate = re.search(r"<p id=\"?estimate\"?[^>]*>(.*?)</p>", dom, re.S)
+    assert estimate is not None and f"<b>{final['worst_risk']:.4f}</b>" in estimate.group(1)
+    assert re.search(r'id="phase">finished<', dom)
+    assert 'id="site-site-c"' in dom and "url=" not in dom
