@@ -6,6 +6,8 @@ every line at most 120 characters, and never "at least"."""
 
 from __future__ import annotations
 
+import html
+
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -136,7 +138,9 @@ def test_the_page_leads_with_the_headline_and_one_line_per_warning_from_the_last
     assert 'class="warnings"' not in page and 'class="warning"' not in page
     lead = "<p class=headline>Final evaluation (round 5): worst-group risk 0.85 (95% interval 0.81 to 0.89), mean"
     assert page.index(lead) < page.index('<p class="summary">')  # first, under the title
-    assert "worst-group risk 0.8500 +/- 0.0400 (95% interval [0.8100, 0.8900])" in page  # in full, in its section
+    # In full in its section, in the headline's form, with the accuracy, the epsilon and the count above the cap.
+    assert f"Its figures in full: {html.escape(verdicts.describe(fine['evaluation']))}" in page
+    assert "; accuracy " in verdicts.describe(fine["evaluation"]) and "+/-" not in verdicts.describe(fine["evaluation"])
     worse = {**last, "evaluation": {**noised(1.4, 1.0, 1.8, prior=0.9), "round": 5}}
     page = report.render(dataclasses.replace(run, rounds=[*run.rounds[:-1], worse]))
     listed = page[page.index('<ul class="warnings">') :]

@@ -98,9 +98,9 @@ def describe_privacy(privacy: PlanPrivacy, tables: bool) -> str:
         return "no differential privacy (it is added inside the secure sum): evaluations are exact sums"
     interim = privacy.interim_report_epsilon
     return (
-        "init's privacy: evaluation answers"
-        + (" and table statistics" if tables else "")
-        + f" noised (final at epsilon {privacy.report_epsilon:g}"
-        + (f", earlier at {interim:g}" if interim is not None else "")
-        + f"; budget {privacy.budget:g} a site)"
+        "init's privacy: answers"
+        + (" and statistics" if tables else "")
+        + f" noised (epsilon {privacy.report_epsilon:g} final"
+        + (f", {interim:g} earlier" if interim is not None else "")
+        + f"), budget {privacy.budget:g} a site"
     )

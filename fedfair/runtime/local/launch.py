@@ -354,7 +354,7 @@ def launch_workspace(args: argparse.Namespace, root: Path) -> tuple[Workspace, s
         from fedfair.runtime.local.rehearsal import rehearsal_workspace
 
         workspace = rehearsal_workspace(root, args.csv, args.label, rounds=args.rounds)
-        return workspace, f"their own tables ({', '.join(path.name for path in args.csv)}) under init's plan"
+        return workspace, "their own tables under init's plan"
     return builtin_workspace(args, root), f"{args.dataset} split by {SPLITS[args.dataset].partition}"
 
 
@@ -375,14 +375,16 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
     plan = load_aggregator_plan(workspace.plan)
     rounds, secure = plan.training.rounds, plan.secure_aggregation.enabled
     remove_ca_key(workspace.certs)
-    print(f"fedfair launch: {len(names)} institutions holding {holding}, {rounds} rounds; workspace {root}", flush=True)
     composition = plan.evaluation.composition
-    print(
-        f"fedfair launch: secure aggregation {'on' if secure else 'OFF'}; "
-        f"{describe_privacy(plan.privacy, plan.schema is not None)}; {plan.evaluation.every or rounds}-round evaluations"
+    every = plan.evaluation.every or rounds
+    for line in (
+        f"workspace {root}",
+        f"{len(names)} institutions holding {holding}, {rounds} rounds, secure aggregation {'on' if secure else 'OFF'}",
+        describe_privacy(plan.privacy, plan.schema is not None),
+        f"an evaluation every {every} rounds"
         + (f", the last naming the worst-off group by {' and '.join(composition)}" if composition else ""),
-        flush=True,
-    )
+    ):
+        print(f"fedfair launch: {line}", flush=True)
     children: list[Child] = []
     started = time.perf_counter()
     ended = threading.Event()

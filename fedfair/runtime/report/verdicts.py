@@ -138,27 +138,20 @@ def _fitted(line: str, tail: str) -> str:
 
 
 def describe(evaluation: Mapping[str, Any]) -> str:
-    """The figures of a finished evaluation for a log line: each with its interval, and what they are of.
+    """The figures of a finished evaluation for a log line, in :func:`headline`'s form, and what they are of.
 
-    Longer than :func:`headline` (four decimals, the accuracy, the epsilon and the cap); for the logs, not the
-    console's closing lines.
+    The headline, then the accuracy, the epsilon the answers were noised at and the held-out losses above the
+    cap, each noised figure with its 95% interval; for the logs, not the console's closing lines.
     """
-    worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
-    low, high = worst_interval(evaluation)
+    line = headline(evaluation)
     if not noised(evaluation):
-        return (
-            f"worst-group risk {worst:.4f} (exact sums; the exact value lies in [{low:.4f}, {high:.4f}]), "
-            f"mean {mean:.4f}, accuracy {float(evaluation['accuracy']):.4f}"
-        )
-    cap = _cap(evaluation)
-    unresolved = "" if resolved(evaluation) else " (not resolved at this budget)"
+        return line
+    accuracy, error = float(evaluation["accuracy"]), float(evaluation["error_rate_bound"])
     count, bound = float(evaluation.get("above_cap") or 0.0), float(evaluation.get("above_cap_bound") or 0.0)
     return (
-        f"worst-group risk {worst:.4f} +/- {(high - low) / 2:.4f} (95% interval [{low:.4f}, {high:.4f}]){unresolved}, "
-        f"mean {mean:.4f} +/- {float(evaluation['mean_error_bound']):.4f}, accuracy "
-        f"{float(evaluation['accuracy']):.4f} +/- {float(evaluation['error_rate_bound']):.4f}; answers noised at "
-        f"epsilon {float(evaluation['report_epsilon']):g}{_answered_at(evaluation)}; of the losses clipped at "
-        f"{cap:g} (about {count:.0f} +/- {bound:.0f} held-out losses above it, each counted as {cap:g})"
+        f"{line}; accuracy {_figure(accuracy, max(accuracy - error, 0.0), min(accuracy + error, 1.0))}; answers "
+        f"noised at epsilon {float(evaluation['report_epsilon']):g}{_answered_at(evaluation)}; held-out losses "
+        f"above the cap: {count:.0f} (95% interval {max(count - bound, 0.0):.0f} to {count + bound:.0f})"
     )
 
 

@@ -214,7 +214,7 @@ def test_launch_csv_without_rounds_takes_inits_plan(tmp_path: Path) -> None:
     workspace, holding = launch_workspace(_arguments("--csv", *map(str, paths), "--label", "income"), tmp_path / "w")
     init = tomllib.loads(render_plan(Federation("x", ("north", "south"))))
     assert load_aggregator_plan(workspace.plan).training.rounds == init["training"]["rounds"]
-    assert holding == "their own tables (north.csv, south.csv) under init's plan"
+    assert holding == "their own tables under init's plan"
 
 
 def test_the_launch_evaluates_ten_times_unless_told() -> None:
@@ -237,7 +237,9 @@ def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composi
     assert plan["privacy"] == init["privacy"] and plan["privacy"]["report_epsilon"] == 1.0
     assert plan["secure_aggregation"]["max_colluding"] == init["secure_aggregation"]["max_colluding"] == 1
     assert plan["evaluation"] == {"every": 1, "composition": ["race", "sex"]}
-    assert "init's privacy: evaluation answers and table statistics noised" in output
+    assert "init's privacy: answers and statistics noised (epsilon 1 final, 0.2 earlier)" in output
+    opening = output[: output.index("\n\n")].splitlines()
+    assert opening[0].startswith("fedfair launch: workspace ") and all(len(line) <= 120 for line in opening[1:])
     output_folder = kept / "aggregator" / "output"
     evaluations = [record["evaluation"] for record in read_round_log(output_folder) if "evaluation" in record]
     assert [item["round"] for item in evaluations] == [1, 2, 3] and all(item["noise_std"] > 0 for item in evaluations)

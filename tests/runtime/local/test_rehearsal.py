@@ -83,9 +83,7 @@ def test_launch_on_three_tables_finishes_and_prints_the_worst_group_risk(tmp_pat
                "--rounds", "3", "--workdir", str(tmp_path / "federation")]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert (
-        "3 institutions holding their own tables (north-clinic.csv, south-clinic.csv, east-clinic.csv)" in result.stdout
-    )
+    assert "fedfair launch: 3 institutions holding their own tables under init's plan, 3 rounds" in result.stdout
     # The same comparison as the demo's: both models exact on the tables' held-out rows, then the private estimate.
     lines = result.stdout.splitlines()
     closing = lines[next(index for index, line in enumerate(lines) if line.startswith("Worst-off 30%'s risk")) :]
