@@ -3,8 +3,8 @@
 c lives in `RCVaRThreshold`, a module with a registered per-sample gradient (for the
 per-sample path) and a registered per-sample gradient norm (for norm-only clipping),
 so its gradient is clipped together with theta's (one joint norm) and noised alike.
-Opacus 1.6 ships norm samplers for Linear and Embedding only; Conv and LayerNorm get
-theirs here, which is what lets `fedfair.privacy.clipping` clip those models by norms,
+Opacus 1.6 ships norm samplers for Linear and Embedding only; Conv, LayerNorm and GroupNorm
+get theirs here, which is what lets `fedfair.privacy.clipping` clip those models by norms,
 and Linear a faster one for (batch, features) inputs (registered globally, as Opacus'
 registry is: the same norms for any Opacus user in this process). One-pass clipping
 (`fedfair.privacy.clipping.OnePassClipping`) calls the dense layer's and the
@@ -57,7 +57,7 @@ def _threshold_norm_sample(
 register_grad_sampler(RCVaRThreshold)(threshold_grad_sample)
 register_norm_sampler(RCVaRThreshold)(_threshold_norm_sample)
 
-# ---------------------------------------------------------------- per-sample gradient norms of Linear, Conv, LayerNorm
+# ---------------------------------------------------------------- per-sample gradient norms of Linear, Conv, LayerNorm, GroupNorm
 
 _OPACUS_LINEAR_NORM_SAMPLE = GradSampleHooksFastGradientClipping.NORM_SAMPLERS[nn.Linear]
 
@@ -95,7 +95,9 @@ def _norm_of_grad_sample(layer: type[nn.Module]) -> NormSampler:
     models (MNIST's conv2: 196 * 432 against 400 * 32). Only one layer's per-sample
     gradient exists at a time and it is dropped at once: no per-sample clipping
     pass, and no per-sample gradients of the dense layers, which dominate memory.
-    LayerNorm's per-sample gradients are as small as its parameters.
+    LayerNorm's and GroupNorm's per-sample gradients are as small as their parameters
+    (GroupNorm's weight gradient of sample i is sum over positions of x_hat_i * g_i per channel,
+    its bias gradient the sum of g_i), so their norms cost no more than the gradients themselves.
     """
     grad_sampler = GradSampleHooks.GRAD_SAMPLERS[layer]
 
@@ -108,7 +110,7 @@ def _norm_of_grad_sample(layer: type[nn.Module]) -> NormSampler:
     return norm_sample
 
 
-for _layer in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LayerNorm):
+for _layer in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LayerNorm, nn.GroupNorm):
     register_norm_sampler(_layer)(_norm_of_grad_sample(_layer))
 
 

@@ -1,4 +1,4 @@
-"""Opacus hooks: per-sample gradients and gradient norms (of c, Conv, LayerNorm, Linear), and the models DP-SGD refuses."""
+"""Opacus hooks: per-sample gradients and gradient norms (of c, Conv, GroupNorm, LayerNorm, Linear), and the models DP-SGD refuses."""
 
 from __future__ import annotations
 
@@ -56,23 +56,24 @@ def test_batchnorm_is_refused_naming_the_layer() -> None:
 
 
 class ConvNet(nn.Module):
-    """A convolution, LayerNorm and a dense layer on 1 x 6 x 6 images given as flat rows of 36."""
+    """A convolution, GroupNorm, LayerNorm and a dense layer on 1 x 6 x 6 images given as flat rows of 36."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(1, 3, kernel_size=3)
-        self.norm = nn.LayerNorm(48)
-        self.out = nn.Linear(48, 1)
+        self.conv = nn.Conv2d(1, 4, kernel_size=3)
+        self.groups = nn.GroupNorm(2, 4)
+        self.norm = nn.LayerNorm(64)
+        self.out = nn.Linear(64, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = torch.relu(self.conv(x.view(-1, 1, 6, 6)))
+        hidden = torch.relu(self.groups(self.conv(x.view(-1, 1, 6, 6))))
         logits: torch.Tensor = self.out(self.norm(hidden.flatten(1)))
         return logits
 
 
 @pytest.mark.filterwarnings("ignore:Full backward hook is firing")
 def test_norm_samplers_equal_the_norms_of_torch_func_per_sample_gradients() -> None:
-    """The registered norms of Conv, LayerNorm, Linear and the threshold c: each layer's ||g_i||."""
+    """The registered norms of Conv, GroupNorm, LayerNorm, Linear and the threshold c: each layer's ||g_i||."""
     features, labels = random_samples(30, 36, seed=2)
     model = ConvNet().double()
     with torch.no_grad():
