@@ -322,7 +322,9 @@ class LayerClipping:
                 # A layer run twice, or a parameter two layers share: g_i is the sum of every call's part.
                 samples[parameter] = sample if parameter not in samples else samples[parameter] + sample
                 owners.setdefault(parameter, record.layer)
-        norms = [(owners[parameter], sample.reshape(len(sample), -1).norm(2, dim=1)) for parameter, sample in samples.items()]
+        norms = [
+            (owners[parameter], sample.reshape(len(sample), -1).norm(2, dim=1)) for parameter, sample in samples.items()
+        ]
         factors, threshold = self._factors(norms)
         for parameter, sample in samples.items():
             own = threshold if threshold is not None and isinstance(owners[parameter], RCVaRThreshold) else factors

@@ -301,7 +301,9 @@ class PrivateLearner:
             self.learner.zero_grad()
 
         synchronize = torch.cuda.synchronize if self.device.type == "cuda" else lambda: None
-        return probe.choose(ModeProbe.key(heads, self.device, batch), candidates, clipped_step, synchronize)
+        # The probe leaves the generators as they were: a model that draws (dropout) trains alike whether it ran.
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            return probe.choose(ModeProbe.key(heads, self.device, batch), candidates, clipped_step, synchronize)
 
     def _objective_once_per_layer(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         try:

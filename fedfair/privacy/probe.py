@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 import torch
 from torch import nn
 
+from fedfair.core.errors import ConfigError
 from fedfair.privacy.clipping import ClippingMode
 
 logger = logging.getLogger(__name__)
@@ -86,18 +87,34 @@ class ModeProbe:
     ) -> ClippingMode:
         """The fastest of `candidates` for `key`: from the cache, else by timing `step(mode)` for each mode.
 
-        `step` runs one clipped step in that mode (it must leave the model as it found it);
-        `synchronize` waits for the device, so that a timing covers the work queued on it.
-        A single candidate is returned untimed.
+        `step` runs one clipped step in that mode (it must leave the model as it found it; a
+        ConfigError from it drops that mode); `synchronize` waits for the device, so that a
+        timing covers the work queued on it. A single candidate is returned untimed.
+
+        Raises:
+            ConfigError: every candidate refused this model.
         """
         if len(candidates) == 1:
             return candidates[0]
         cached = self.choices.get(key)
         if cached is not None and cached in candidates:
             return cached
-        best = dict.fromkeys(candidates, float("inf"))
+        runnable: list[ClippingMode] = []
         for mode in candidates:
-            step(mode)  # warm-up: first-call allocations and kernel selection are not the mode's cost
+            try:
+                step(mode)  # warm-up: first-call allocations and kernel selection are not the mode's cost
+            except ConfigError as refused:
+                # E.g. a layer run twice in one forward pass, which only norm-only clipping refuses.
+                logger.info("clipping: %s clipping cannot train this model (%s)", mode, refused)
+                continue
+            runnable.append(mode)
+        if not runnable:
+            raise ConfigError(f"no clipping mode among {', '.join(candidates)} can train this model")
+        if len(runnable) == 1:
+            self.choices[key] = runnable[0]
+            return runnable[0]
+        candidates = runnable
+        best = dict.fromkeys(candidates, float("inf"))
         for _ in range(self.repeats):
             for mode in candidates:
                 synchronize()
