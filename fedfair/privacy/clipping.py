@@ -144,7 +144,7 @@ class _Recorded:
 
     name: str
     layer: nn.Module
-    activations: list[torch.Tensor]  # its inputs, detached
+    activations: list[torch.Tensor]  # its tensor inputs, detached
     versions: list[int]  # their versions then; a later in-place change would corrupt them
     edge: GradientEdge  # where its output entered the graph: the gradient there is the backprop
 
@@ -235,8 +235,14 @@ class LayerClipping:
                 f"layer '{name}' ({type(layer).__name__}) ran twice in one forward pass, and the norm of its "
                 "per-sample gradient is not the sum of its calls' norms"
             )
-        activations = [tensor.detach() for tensor in inputs]
-        versions = [tensor._version for tensor in inputs]
+        if not isinstance(output, torch.Tensor) or output.grad_fn is None:
+            raise ConfigError(
+                f"layer '{name}' ({type(layer).__name__}) returned no tensor in the autograd graph, so its per-sample "
+                "gradients cannot be read; DP-SGD trains layers that return one tensor, with gradients enabled"
+            )
+        tensors = [value for value in inputs if isinstance(value, torch.Tensor)]
+        activations = [tensor.detach() for tensor in tensors]
+        versions = [tensor._version for tensor in tensors]
         self._ran.add(id(layer))
         self._recorded.append(_Recorded(name, layer, activations, versions, get_gradient_edge(output)))
 
@@ -252,8 +258,8 @@ class LayerClipping:
             {
                 f"'{record.name}'"
                 for record in records
-                for a, v in zip(record.activations, record.versions)
-                if a._version != v
+                for activation, version in zip(record.activations, record.versions, strict=True)
+                if activation._version != version
             }
         )
         if changed:

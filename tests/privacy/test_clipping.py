@@ -186,6 +186,13 @@ def test_one_pass_clipping_records_only_the_step_forward_and_refuses_what_it_can
         clipping.backward(outputs)
         sums.append(torch.cat([p.grad.flatten() for p in changed.parameters() if p.grad is not None]))
     assert torch.equal(sums[0], sums[1]) and float(sums[0].abs().max()) > 0
+    # A layer run without gradients leaves no backprop to read: refused, naming it.
+    with (
+        pytest.raises(ConfigError, match=r"layer '0' \(Linear\) returned no tensor in the autograd graph"),
+        torch.no_grad(),
+        clipping.capturing(),
+    ):
+        changed(learner.features)
     # An input changed in place after its layer ran is not what the layer saw: refused.
     dense = nn.Linear(8, 1).double()
     clipping = OnePassClipping(dense, 1.0)
