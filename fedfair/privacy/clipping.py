@@ -59,6 +59,21 @@ def has_clipping_hooks(module: nn.Module) -> bool:
     )
 
 
+def trainable_layers(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The modules whose forward calls clipping records: those holding a trainable parameter of their own.
+
+    A module whose every trainable parameter also belongs to one of its submodules is left out:
+    it only exposes them under other names (Opacus' DPLSTM names its cells' weights as
+    nn.LSTM does), and the submodules' calls are what produce the gradients.
+    """
+    layers = []
+    for name, layer in trainable_modules(module):
+        below = {id(p) for sub in layer.modules() if sub is not layer for p in sub.parameters(recurse=False)}
+        if not all(id(p) in below for p in layer.parameters(recurse=False) if p.requires_grad):
+            layers.append((name, layer))
+    return layers
+
+
 def norm_clipping_blockers(module: nn.Module) -> list[str]:
     """Why norm-only clipping cannot train `module`: one line per offending layer (empty when it can).
 
@@ -83,7 +98,7 @@ def one_pass_blockers(module: nn.Module) -> list[str]:
 def _blockers(module: nn.Module, allowed: tuple[type[nn.Module], ...], why_not: str) -> list[str]:
     blockers: list[str] = []
     owners: dict[int, str] = {}
-    for name, layer in trainable_modules(module):
+    for name, layer in trainable_layers(module):
         where = f"layer '{name}' ({type(layer).__name__})"
         # The exact type, as Opacus' registries match: a subclass may compute something else.
         if type(layer) not in allowed:
@@ -191,7 +206,7 @@ class LayerClipping:
         self.threshold_norm = threshold_norm
         self.mode: ClippingMode = "per_sample"
         self.use(mode)
-        self._layers = dict(trainable_modules(module))
+        self._layers = dict(trainable_layers(module))
         for name, layer in self._layers.items():
             setattr(layer, _HOOKED, True)
             layer.register_forward_hook(partial(self._record, name))

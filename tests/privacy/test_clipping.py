@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from opacus.layers import DPLSTM
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
@@ -234,3 +235,47 @@ def test_theta_and_c_are_clipped_separately_when_asked(
     scale = float(gradients.abs().sum())
     assert torch.allclose(summed, expected_theta, rtol=0, atol=64 * FLOAT64_UNIT_ROUNDOFF * scale)
     assert abs(float(learner.threshold.c.grad) - float(expected_c)) <= 64 * FLOAT64_UNIT_ROUNDOFF * scale
+
+
+class Recurrent(nn.Module):
+    """An embedding, Opacus' DPLSTM (whose cells run once per position) and a dense head on sequences of 6 tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(20, 4)
+        self.lstm = DPLSTM(4, 5, batch_first=True)
+        self.out = nn.Linear(5, 1)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.lstm(self.embedding(tokens))
+        logits: torch.Tensor = self.out(hidden[:, -1]).squeeze(-1)
+        return logits
+
+
+def test_per_sample_clipping_sums_each_layer_over_its_calls_as_a_recurrent_network_needs() -> None:
+    """DPLSTM's cells run at every position (and DPLSTM names their weights again): per-sample clipping sums
+    every call's part of g_i, and equals the per-sample autograd reference clipped and summed."""
+    torch.manual_seed(0)
+    network = Recurrent().double()
+    assert clipping_candidates(network) == ["per_sample"]
+    tokens = torch.randint(0, 20, (7, 6), generator=torch.Generator().manual_seed(1))
+    rows = []
+    for i in range(tokens.shape[0]):
+        gradients = torch.autograd.grad(network(tokens[i : i + 1]).square().sum(), list(network.parameters()))
+        rows.append(torch.cat([gradient.flatten() for gradient in gradients]))
+    per_sample = torch.stack(rows)
+    norms = per_sample.norm(dim=1)
+    clip = float(norms.median())
+    factors = (clip / (norms + 1e-6)).clamp(max=1.0)
+    expected = (factors[:, None] * per_sample).sum(0)
+    clipping = PerSampleClipping(network, clip)
+    with clipping.capturing():
+        objectives = network(tokens).square()
+    clipping.backward(objectives)
+    actual = torch.cat([parameter.grad.flatten() for parameter in network.parameters() if parameter.grad is not None])
+    # As in assert_same_clipped_sum: float64 sums over at most (positions x width), the P parameters and B samples.
+    batch, size = per_sample.shape
+    scale = float((factors[:, None] * per_sample.abs()).sum(0).max())
+    tolerance = (batch + 6 * 20 + size) * FLOAT64_UNIT_ROUNDOFF * scale
+    assert actual.shape == expected.shape
+    assert float((actual - expected).abs().max()) <= tolerance
