@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig
+from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
 from fedfair.core.models import ResNetGN, flat_parameters
 from fedfair.core.objective import RCVaRThreshold
@@ -152,3 +153,14 @@ def test_auto_times_norm_and_per_sample_clipping_of_a_resnet_and_keeps_the_faste
     assert second.clipping == "per_sample"  # from the cache: the clock has no readings left
     (timings,) = probe.timings.values()
     assert timings == {"norm": 3.0, "per_sample": 1.0}
+
+
+def test_the_resnet_has_resnet18s_shape() -> None:
+    """Width 64 and 1,000 classes: torchvision's resnet18 parameter count (11,689,512), with GroupNorm's
+    weight and bias where BatchNorm's were; a width its groups do not divide is refused."""
+    model = ResNetGN((3, 224, 224), 1000)
+    assert sum(parameter.numel() for parameter in model.parameters()) == 11_689_512
+    assert sum(isinstance(layer, nn.GroupNorm) for layer in model.modules()) == 20
+    assert sum(isinstance(layer, nn.ReLU) and layer.inplace for layer in model.modules()) == 9
+    with pytest.raises(ConfigError, match="width 24 is not a multiple of its 32 GroupNorm groups"):
+        ResNetGN(IMAGE, 10, width=24)
