@@ -2,15 +2,19 @@
 
 Throughput: samples/s of one collaborator's local steps with and without DP-SGD
 (joint clipping of theta and c, noise), on the CPU and, when present, on the GPU,
-for two models:
-  - adult_mlp: the one-hidden-layer MLP (512) on Adult's training features;
-  - mnist_cnn: the small CNN on MNIST's training images.
+for three models (--models picks some):
+  - adult_mlp: the one-hidden-layer MLP (512) on Adult's training features, batch 256;
+  - mnist_cnn: the small CNN on MNIST's training images, batch 64;
+  - resnet18_gn_64 / resnet18_gn_1024: ResNet-18 with GroupNorm (fedfair.core.models.ResNetGN,
+    torchvision's shape and in-place operations) on synthetic 3 x 32 x 32 images, batches 64 and 1024.
 DP-SGD runs in every clipping mode the model allows: one-pass norm-only ("one_pass",
-what "auto" picks for the dense MLP), two-pass norm-only ("norm", what it picks for
-the CNN) and per-sample gradients ("per_sample", the fallback for other layers).
-Per model: `mode` (what "auto" chose), `dp_vs_plain_time` (its DP step time over the
-plain step time at the same batch size) and the same figures under `modes` for each
-mode the model allows.
+what "auto" picks for the dense MLP), two-pass norm-only ("norm") and per-sample
+gradients ("per_sample"; left out, under `skipped`, where one step's per-sample
+gradients would exceed 4 GiB, as "auto" leaves it out). Per model: `mode` (what "auto"
+chose: by rule, or by timing norm-only against per-sample clipping once),
+`fastest_measured` (the fastest mode in this run's blocks), `dp_vs_plain_time` (the
+chosen mode's DP step time over the plain step time at the same batch size) and the same
+figures under `modes` for each mode timed.
 On one CPU thread. Only the step loop is timed (accounting happens once per round,
 outside it), best of three blocks, the plain and private learners' blocks taken in
 turn so that a slow spell of the machine hits them alike; DP batches are Poisson
@@ -36,6 +40,8 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +52,19 @@ from published import publish
 from fedfair.core.config import LocalConfig, ObjectiveConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
-from fedfair.core.models import build_model, flat_parameters
+from fedfair.core.models import ResNetGN, build_model, flat_parameters
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.datasets import load_dataset
 from fedfair.privacy.clipping import ClippingMode, choose_clipping
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivateLearner
+from fedfair.privacy.probe import PER_SAMPLE_PROBE_BYTES, per_sample_bytes
 from fedfair.research.experiment import load_federation, simulate
 from fedfair.research.flags import config_from_flags
 
 MNIST_SHAPE = (1, 28, 28)
+RESNET_IMAGE = (3, 32, 32)
+MODELS = ("mlp", "cnn", "resnet18_gn")
 DP_EPSILONS = (1.0, 3.0, 8.0)
 # Opacus' customary C = 1 and one above most of Adult's per-sample gradient norms: with
 # C = 1 nearly every sample is clipped, which biases the threshold c (see the docstring).
@@ -74,24 +83,63 @@ def mnist_images() -> tuple[torch.Tensor, torch.Tensor, str]:
     return torch.from_numpy(dataset.x_train), torch.from_numpy(dataset.y_train), "mnist (real)"
 
 
-def build(model_name: str, num_features: int, num_classes: int) -> nn.Module:
-    return build_model(model_name, num_features, num_classes, image_shape=MNIST_SHAPE if model_name == "cnn" else None)
+def synthetic_images(samples: int) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """Standard normal 3 x 32 x 32 images with 10 random classes: the time of a step does not depend on content."""
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(samples, math.prod(RESNET_IMAGE), generator=generator)
+    labels = torch.randint(0, 10, (samples,), generator=generator)
+    return features, labels, f"synthetic {'x'.join(map(str, RESNET_IMAGE))} images"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One throughput row: a model on its data at one batch size, timed over `steps` steps per block."""
+
+    model: str  # "mlp", "cnn" or "resnet18_gn"
+    data: Callable[[], tuple[torch.Tensor, torch.Tensor, str]]
+    classes: int
+    batch: int
+    steps: int
+    width: int = 64  # ResNet's first stage; 64 is ResNet-18
+
+
+def throughput_cases(quick: bool, models: Sequence[str]) -> dict[str, Case]:
+    """The rows to time: Adult's MLP at 256, MNIST's CNN at 64 and ResNet-18-GN at 64 and 1024.
+
+    --quick takes fewer steps and a ResNet of width 16 (the same shape, 1/16 of the weights):
+    a smoke run, not ResNet-18's figures.
+    """
+    width = 16 if quick else 64
+    cases = {
+        "adult_mlp": Case("mlp", adult_features, 2, 256, 20 if quick else 200),
+        "mnist_cnn": Case("cnn", mnist_images, 10, 64, 5 if quick else 50),
+        "resnet18_gn_64": Case("resnet18_gn", lambda: synthetic_images(4096), 10, 64, 1 if quick else 5, width),
+        "resnet18_gn_1024": Case("resnet18_gn", lambda: synthetic_images(8192), 10, 1024, 1 if quick else 2, width),
+    }
+    return {name: case for name, case in cases.items() if case.model in models}
+
+
+def build(case: Case, num_features: int) -> nn.Module:
+    if case.model == "resnet18_gn":
+        torch.manual_seed(0)
+        return ResNetGN(RESNET_IMAGE, case.classes, width=case.width, groups=min(32, case.width))
+    image_shape = MNIST_SHAPE if case.model == "cnn" else None
+    return build_model(case.model, num_features, case.classes, image_shape=image_shape)
 
 
 def make_trainer(
-    model_name: str,
+    case: Case,
     features: torch.Tensor,
     labels: torch.Tensor,
-    num_classes: int,
-    batch_size: int,
     local_steps: int,
     device: torch.device,
-    clipping: ClippingMode | None,
+    clipping: str | None,
 ) -> LocalLearner | PrivateLearner:
     """A learner with the RCVaR head, plain (clipping None) or private in that clipping mode, begun at theta_0."""
-    model = build(model_name, features.shape[1], num_classes).to(device)
+    model = build(case, features.shape[1]).to(device)
     head = RCVaRThreshold(ObjectiveConfig()).to(device)
-    learner = LocalLearner(model, features, labels, batch_size, LocalConfig(local_steps=local_steps), threshold=head)
+    config = LocalConfig(local_steps=local_steps)
+    learner = LocalLearner(model, features, labels, case.batch, config, threshold=head)
     privacy = PrivacyConfig(enabled=True, noise_multiplier=1.0, accountant="rdp")
     trainer = learner if clipping is None else PrivateLearner(learner, privacy, clipping=clipping)
     trainer.begin(flat_parameters(model), 1.0)
@@ -123,40 +171,47 @@ def seconds_per_step(
     return best
 
 
-def throughput(device: torch.device, quick: bool) -> dict[str, Any]:
-    cases = {
-        "adult_mlp": ("mlp", adult_features(), 2, 256, 20 if quick else 200),
-        "mnist_cnn": ("cnn", mnist_images(), 10, 64, 5 if quick else 50),
-    }
-    if device.type == "cuda":
-        cases = {
-            name: (model, data, classes, batch, steps * 10)
-            for name, (model, data, classes, batch, steps) in cases.items()
-        }
+def throughput(device: torch.device, quick: bool, models: Sequence[str]) -> dict[str, Any]:
     repeats = 3
     results: dict[str, Any] = {}
-    for name, (model_name, (features, labels, source), classes, batch, steps) in cases.items():
-        local_steps = WARMUP_STEPS + repeats * steps
-        heads = nn.ModuleList([build(model_name, features.shape[1], classes), RCVaRThreshold(ObjectiveConfig())])
-        chosen = choose_clipping(heads)
+    for name, case in throughput_cases(quick, models).items():
+        if device.type == "cuda":
+            case = replace(case, steps=case.steps * 10)
+        features, labels, source = case.data()
+        local_steps = WARMUP_STEPS + repeats * case.steps
+        heads = nn.ModuleList([build(case, features.shape[1]), RCVaRThreshold(ObjectiveConfig())])
         allowed = [mode for mode in CLIPPING_MODES if _allows(heads, mode)]
+        skipped = {}
+        if "per_sample" in allowed and per_sample_bytes(heads, case.batch) > PER_SAMPLE_PROBE_BYTES:
+            allowed.remove("per_sample")
+            gigabytes = per_sample_bytes(heads, case.batch) / 2**30
+            skipped["per_sample"] = f"{gigabytes:.1f} GiB of per-sample gradients per step"
+        # What "auto" picks here: the rule, or where it leaves two modes, the probe's timing of them.
+        auto = make_trainer(case, features, labels, 1, device, "auto")
+        assert isinstance(auto, PrivateLearner)
+        chosen = auto.clipping
+        del auto  # its model's memory, before the timed learners are built
         trainers: dict[str, LocalLearner | PrivateLearner] = {
-            mode or "plain": make_trainer(model_name, features, labels, classes, batch, local_steps, device, mode)
+            mode or "plain": make_trainer(case, features, labels, local_steps, device, mode)
             for mode in (None, *allowed)
         }
-        seconds = seconds_per_step(trainers, steps, device, repeats)
+        seconds = seconds_per_step(trainers, case.steps, device, repeats)
         modes = {
-            mode: {"dp_samples_per_s": batch / seconds[mode], "dp_vs_plain_time": seconds[mode] / seconds["plain"]}
+            mode: {"dp_samples_per_s": case.batch / seconds[mode], "dp_vs_plain_time": seconds[mode] / seconds["plain"]}
             for mode in allowed
         }
+        fastest = min(allowed, key=lambda mode: seconds[mode])
         results[name] = {
             "data": source,
-            "batch_size": batch,
-            "steps": steps,
-            "plain_samples_per_s": batch / seconds["plain"],
+            "model": case.model if case.model != "resnet18_gn" else f"resnet18_gn (width {case.width})",
+            "batch_size": case.batch,
+            "steps": case.steps,
+            "plain_samples_per_s": case.batch / seconds["plain"],
             "mode": chosen,
+            "fastest_measured": fastest,
             **modes[chosen],
             "modes": modes,
+            "skipped": skipped,
         }
         ratios = ", ".join(f"{mode} {figures['dp_vs_plain_time']:.2f}x" for mode, figures in modes.items())
         print(
@@ -243,6 +298,9 @@ def main() -> None:
     parser.add_argument(
         "--no-utility", action="store_true", help="skip the privacy-utility table (it trains 4 federations)"
     )
+    parser.add_argument(
+        "--models", nargs="+", choices=MODELS, default=list(MODELS), help="the throughput rows to time (default: all)"
+    )
     args = parser.parse_args()
     # One thread, as the other benchmarks: steady figures on a shared machine, per core on a big one.
     torch.set_num_threads(1)
@@ -250,7 +308,7 @@ def main() -> None:
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     results: dict[str, Any] = {
         "torch_threads": torch.get_num_threads(),
-        "throughput": {device.type: throughput(device, args.quick) for device in devices},
+        "throughput": {device.type: throughput(device, args.quick, args.models) for device in devices},
     }
     if not args.no_utility:
         results["utility"] = utility(args.quick)

@@ -1,7 +1,9 @@
 """Models: logistic regression, a one-hidden-layer MLP (512 units), a small CNN, or the user's own.
 
 The built-in models use only layers DP-SGD can compute per-sample gradients for
-(Linear, Conv2d, ReLU, pooling), so the same models serve the private path.
+(Linear, Conv2d, ReLU, pooling), so the same models serve the private path. `ResNetGN`
+(ResNet-18 with GroupNorm, in-place operations as torchvision writes them) is no built-in
+name; a plan reaches it as a factory, and the privacy tests and benchmarks build it.
 Binary tasks use one logit (true logistic regression, a unique optimum for the
 convex reference solver); multi-class tasks use one logit per class.
 
@@ -68,6 +70,76 @@ class SmallCNN(nn.Module):
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
         logits: torch.Tensor = self.out(F.relu(self.hidden(x.flatten(1))))
+        return logits
+
+
+class ResidualBlock(nn.Module):
+    """Two 3x3 convolutions with GroupNorm and a shortcut, written as torchvision's BasicBlock is.
+
+    In place on purpose, as in torchvision: `out += identity` adds the shortcut into the second
+    norm's output and `ReLU(inplace=True)` rectifies outputs where they lie, which is what a
+    private learner must train without the model being edited.
+    """
+
+    def __init__(self, inputs: int, outputs: int, stride: int, groups: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inputs, outputs, 3, stride=stride, padding=1, bias=False)
+        self.norm1 = nn.GroupNorm(groups, outputs)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(outputs, outputs, 3, padding=1, bias=False)
+        self.norm2 = nn.GroupNorm(groups, outputs)
+        self.downsample: nn.Module | None = None
+        if stride != 1 or inputs != outputs:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False), nn.GroupNorm(groups, outputs)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's output: relu(norm2(conv2(relu(norm1(conv1(x))))) + shortcut(x))."""
+        identity = x if self.downsample is None else self.downsample(x)
+        out: torch.Tensor = self.relu(self.norm1(self.conv1(x)))
+        out = self.norm2(self.conv2(out))
+        out += identity
+        out = self.relu(out)
+        return out
+
+
+class ResNetGN(nn.Module):
+    """ResNet-18 with GroupNorm in place of BatchNorm (the shape of torchvision's `resnet18` with a GroupNorm norm layer).
+
+    A 7x7 stride-2 stem, 3x3 max-pooling, four stages of two `ResidualBlock`s at `width`,
+    2 `width`, 4 `width` and 8 `width` channels (strides 1, 2, 2, 2), global average pooling
+    and a dense head. `width` 64 and `groups` 32 give ResNet-18's 11.2M parameters (with 1,000
+    classes); smaller widths keep the shape for tests. It takes flattened images, as `SmallCNN`.
+    """
+
+    def __init__(self, image_shape: Sequence[int], outputs: int, width: int = 64, groups: int = 32) -> None:
+        super().__init__()
+        if width % groups:
+            raise ConfigError(f"ResNet width {width} is not a multiple of its {groups} GroupNorm groups")
+        self.image_shape = tuple(image_shape)
+        self.conv1 = nn.Conv2d(self.image_shape[0], width, 7, stride=2, padding=3, bias=False)
+        self.norm1 = nn.GroupNorm(groups, width)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        stages: list[nn.Module] = []
+        channels = width
+        for stage in range(4):
+            wide = width << stage
+            stride = 1 if stage == 0 else 2
+            stages.append(
+                nn.Sequential(ResidualBlock(channels, wide, stride, groups), ResidualBlock(wide, wide, 1, groups))
+            )
+            channels = wide
+        self.layers = nn.Sequential(*stages)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(channels, outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits [N, outputs] for a batch `x` of N flattened images (reshaped to `image_shape` here)."""
+        x = x.view(x.shape[0], *self.image_shape)
+        x = self.maxpool(self.relu(self.norm1(self.conv1(x))))
+        logits: torch.Tensor = self.fc(self.avgpool(self.layers(x)).flatten(1))
         return logits
 
 

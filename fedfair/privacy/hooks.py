@@ -3,8 +3,8 @@
 c lives in `RCVaRThreshold`, a module with a registered per-sample gradient (for the
 per-sample path) and a registered per-sample gradient norm (for norm-only clipping),
 so its gradient is clipped together with theta's (one joint norm) and noised alike.
-Opacus 1.6 ships norm samplers for Linear and Embedding only; Conv and LayerNorm get
-theirs here, which is what lets `fedfair.privacy.clipping` clip those models by norms,
+Opacus 1.6 ships norm samplers for Linear and Embedding only; Conv, LayerNorm and GroupNorm
+get theirs here, which is what lets `fedfair.privacy.clipping` clip those models by norms,
 and Linear a faster one for (batch, features) inputs (registered globally, as Opacus'
 registry is: the same norms for any Opacus user in this process). One-pass clipping
 (`fedfair.privacy.clipping.OnePassClipping`) calls the dense layer's and the
@@ -14,7 +14,9 @@ threshold's samplers itself, without Opacus' hooks: `linear_norm_sample`,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from opacus.grad_sample import (
@@ -26,6 +28,7 @@ from opacus.grad_sample import (
 from opacus.utils.module_utils import has_trainable_params
 from opacus.validators import ModuleValidator
 from torch import nn
+from torch.nn import functional as F
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.objective import RCVaRThreshold
@@ -57,7 +60,7 @@ def _threshold_norm_sample(
 register_grad_sampler(RCVaRThreshold)(threshold_grad_sample)
 register_norm_sampler(RCVaRThreshold)(_threshold_norm_sample)
 
-# ---------------------------------------------------------------- per-sample gradient norms of Linear, Conv, LayerNorm
+# ---------------------------------------------------------------- per-sample gradient norms of Linear, Conv, LayerNorm, GroupNorm
 
 _OPACUS_LINEAR_NORM_SAMPLE = GradSampleHooksFastGradientClipping.NORM_SAMPLERS[nn.Linear]
 
@@ -91,11 +94,14 @@ def _norm_of_grad_sample(layer: type[nn.Module]) -> NormSampler:
     """A norm sampler that takes the layer's per-sample gradient from Opacus and keeps only its norm.
 
     For convolutions this beats the ghost norm (inner products of the T x T
-    position Gram matrices) whenever T * (k + out) > k * out, which holds for image
-    models (MNIST's conv2: 196 * 432 against 400 * 32). Only one layer's per-sample
+    position Gram matrices) whenever T * (k + out) > k * out, which holds for the early
+    layers of image models (MNIST's conv2: 196 * 432 against 400 * 32); 2-D convolutions
+    take the ghost norm otherwise (`conv2d_norm_sample`). Only one layer's per-sample
     gradient exists at a time and it is dropped at once: no per-sample clipping
     pass, and no per-sample gradients of the dense layers, which dominate memory.
-    LayerNorm's per-sample gradients are as small as its parameters.
+    LayerNorm's and GroupNorm's per-sample gradients are as small as their parameters
+    (GroupNorm's weight gradient of sample i is sum over positions of x_hat_i * g_i per channel,
+    its bias gradient the sum of g_i), so their norms cost no more than the gradients themselves.
     """
     grad_sampler = GradSampleHooks.GRAD_SAMPLERS[layer]
 
@@ -108,8 +114,57 @@ def _norm_of_grad_sample(layer: type[nn.Module]) -> NormSampler:
     return norm_sample
 
 
-for _layer in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LayerNorm):
+for _layer in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LayerNorm, nn.GroupNorm):
     register_norm_sampler(_layer)(_norm_of_grad_sample(_layer))
+
+_CONV2D_GRAD_SAMPLE_NORM = _norm_of_grad_sample(nn.Conv2d)
+
+
+def uses_ghost_norm(layer: nn.Conv2d, positions: int) -> bool:
+    """Whether `conv2d_norm_sample` takes the ghost norm for `layer` at `positions` output positions.
+
+    Where T (k + out) < k * out (k: the kernel's inputs): the T x T Gram matrices take fewer
+    multiplications (T^2 (k + out)) than one sample's weight gradient (T k out), and hold T^2
+    numbers instead of k * out. Deep layers of image models qualify (ResNet-18's last stage on
+    32 x 32 images: T = 1, k = 4,608, out = 512); early ones do not.
+    """
+    if layer.groups != 1 or layer.padding_mode != "zeros" or isinstance(layer.padding, str):
+        return False  # F.unfold below pads with zeros and knows no groups
+    fan_in = layer.in_channels * math.prod(layer.kernel_size)
+    return positions * (fan_in + layer.out_channels) < fan_in * layer.out_channels
+
+
+def conv2d_norm_sample(
+    layer: nn.Conv2d, activations: list[torch.Tensor], backprops: torch.Tensor
+) -> dict[nn.Parameter, torch.Tensor]:
+    """Per-sample gradient norms of a 2-D convolution, by whichever of two exact forms costs less.
+
+    Sample i's weight gradient is G_i^T A_i, G_i its backprops (T positions x out) and A_i its
+    unfolded input (T x k); ||G_i^T A_i||^2 = sum_{t,s} (A_i A_i^T)_{ts} (G_i G_i^T)_{ts} (the
+    ghost norm, T^2 (k + out) multiplications per sample) or the norm of the materialised gradient
+    (T k out, Opacus' sampler), as `uses_ghost_norm` decides; the bias's is ||sum_t G_it||.
+    """
+    positions = backprops.shape[2] * backprops.shape[3]
+    if not uses_ghost_norm(layer, positions):
+        return _CONV2D_GRAD_SAMPLE_NORM(layer, activations, backprops)
+    unfolded = F.unfold(
+        activations[0].to(backprops.dtype),
+        layer.kernel_size,
+        dilation=layer.dilation,
+        padding=layer.padding,  # type: ignore[arg-type]  # a tuple here: strings take the other branch
+        stride=layer.stride,
+    )  # (N, k, T)
+    flat = backprops.flatten(2)  # (N, out, T)
+    result: dict[nn.Parameter, torch.Tensor] = {}
+    if layer.weight.requires_grad:
+        grams = (unfolded.transpose(1, 2) @ unfolded) * (flat.transpose(1, 2) @ flat)
+        result[cast(nn.Parameter, layer.weight)] = grams.sum(dim=(1, 2)).clamp(min=0).sqrt()  # rounding may leave -0
+    if layer.bias is not None and layer.bias.requires_grad:
+        result[cast(nn.Parameter, layer.bias)] = flat.sum(dim=2).norm(2, dim=1)
+    return result
+
+
+register_norm_sampler(nn.Conv2d)(conv2d_norm_sample)
 
 
 def check_private_model(model: nn.Module) -> None:

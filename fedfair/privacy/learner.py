@@ -3,9 +3,10 @@
 Every local step is DP-SGD through Opacus (the recipe is in docs/design.md, "Inside the privacy
 library"). The clipping needs only each sample's gradient norm where the model allows it
 (:mod:`fedfair.privacy.clipping`): one backward pass for dense layers ("one_pass"), two for the
-other layers with a norm sampler ("norm"), else every per-sample gradient ("per_sample"); all give
-the same update up to float rounding, and the mode that runs is ``PrivateLearner.clipping``, part
-of every ``PrivacyReport``. Poisson samples and noise come from OS entropy, never from the plan's
+other layers with a norm sampler ("norm"), or every per-sample gradient ("per_sample"; "auto"
+times the last two where both apply, :mod:`fedfair.privacy.probe`); all give the same update up to
+float rounding, and the mode that runs is ``PrivateLearner.clipping``, part of every
+``PrivacyReport``. Poisson samples and noise come from OS entropy, never from the plan's
 seed, which the aggregator knows. A round that would push epsilon past the budget is refused
 before it trains (``PrivacyBudgetError``, LEARNER_SPENT).
 """
@@ -14,13 +15,10 @@ from __future__ import annotations
 
 import logging
 import secrets
-import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from opacus.grad_sample import GradSampleHooks
-from opacus.optimizers import DPOptimizer
 from torch import nn
 
 from fedfair.core.errors import BudgetReason, ConfigError, PrivacyBudgetError
@@ -31,14 +29,14 @@ from fedfair.privacy.calibration import distributed_training_noise, threshold_cl
 from fedfair.privacy.distributed import DistributedAccountant, TrainingNoise
 from fedfair.privacy.clipping import (
     ClippingMode,
-    NormClipping,
+    LayerClipping,
     NormClippingOptimizer,
-    OnePassClipping,
-    choose_clipping,
+    clipping_candidates,
     has_clipping_hooks,
 )
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.hooks import check_private_model
+from fedfair.privacy.probe import PER_SAMPLE_PROBE_BYTES, PROBE, ModeProbe, per_sample_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -112,10 +110,13 @@ class PrivateLearner:
     so the accountant charges nothing for it.
 
     `clipping` is "auto" (one-pass norm-only clipping where every trainable layer is
-    dense or the threshold, else norm-only clipping where every layer has a norm
-    sampler, else per-sample gradients), or "one_pass" / "norm" / "per_sample" to
-    insist on one; the mode chosen is `self.clipping`. `released` is what the report says is
-    sent outside the noise (PrivacyReport.released).
+    dense or the threshold; else, where every layer has a norm sampler, the faster of
+    norm-only and per-sample clipping for this model, device and batch size, timed once
+    per process by `probe` (`fedfair.privacy.probe.PROBE` unless given); else per-sample
+    gradients), or "one_pass" / "norm" / "per_sample" to insist on one; the mode chosen is
+    `self.clipping`. Every mode reads the layers' backprops at gradient edges, so models
+    with in-place operations (residual networks as torchvision writes them) train unedited.
+    `released` is what the report says is sent outside the noise (PrivacyReport.released).
 
     With `privacy.mode` "distributed" the steps add no noise: theta's and c's per-record gradients are
     clipped separately (one-pass clipping, so a model of dense layers), one local step per round, and
@@ -133,6 +134,7 @@ class PrivateLearner:
         name: str = "collaborator",
         clipping: str = "auto",
         released: str | None = None,
+        probe: ModeProbe | None = None,
     ) -> None:
         if not privacy.enabled:
             raise ConfigError("privacy is not enabled; set enabled = true in [privacy] (or pass a --dp-* flag)")
@@ -174,23 +176,17 @@ class PrivateLearner:
                 1.0 / learner.num_samples,
                 learner.num_samples,
             )
-        self.clipping: ClippingMode = choose_clipping(heads, "one_pass" if privacy.mode == "distributed" else clipping)
-        logger.info("%s: DP-SGD with %s", name, _CLIPPING_NAMES[self.clipping])
-        # Hooks only: the learner keeps calling its own modules. In the per-sample path "sum"
-        # makes each captured gradient exactly one sample's, whatever the Poisson batch size.
-        self._norm_clipping: OnePassClipping | NormClipping | None = None
-        if self.clipping == "one_pass":
-            self._norm_clipping = OnePassClipping(heads, privacy.max_grad_norm, self.threshold_max_grad_norm)
-        elif self.clipping == "norm":
-            self._norm_clipping = NormClipping(heads, privacy.max_grad_norm)
-        else:
-            GradSampleHooks(heads, loss_reduction="sum", strict=True)
         self.device = next(heads.parameters()).device
-        # The fast-clipping optimizer takes the clipped sum from .grad; the other clips grad_sample itself.
-        # Opacus privatises the gradient in place (clip, sum, noise, scale) in its pre_step; the step
-        # itself is the algorithm's (LocalLearner.take_step), so the SGD it wraps only names the tensors.
-        optimizer_type = NormClippingOptimizer if self._norm_clipping is not None else DPOptimizer
-        self.optimizer = optimizer_type(
+        # Hooks only: the learner keeps calling its own modules, in-place operations included.
+        self._clipping = LayerClipping(heads, "per_sample", privacy.max_grad_norm, self.threshold_max_grad_norm)
+        candidates = clipping_candidates(heads, "one_pass" if privacy.mode == "distributed" else clipping)
+        self.clipping: ClippingMode = self._fastest(heads, candidates, PROBE if probe is None else probe)
+        self._clipping.use(self.clipping)
+        logger.info("%s: DP-SGD with %s", name, _CLIPPING_NAMES[self.clipping])
+        # The optimizer takes the clipped sum from .grad and privatises it in place (noise, scale) in its
+        # pre_step; the step itself is the algorithm's (LocalLearner.take_step), so the SGD it wraps only
+        # names the tensors.
+        self.optimizer = NormClippingOptimizer(
             torch.optim.SGD(learner.state_tensors, lr=learner.config.lr),
             noise_multiplier=self.noise_multiplier,
             max_grad_norm=privacy.max_grad_norm,
@@ -266,20 +262,11 @@ class PrivateLearner:
             index = self._index[start:stop]
             features = self.learner.features.index_select(0, index)
             labels = self.learner.labels.index_select(0, index)
-            with warnings.catch_warnings():
-                # The first layer's input needs no gradient; Opacus's hook then fires on the output, as intended.
-                warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
-                if self._norm_clipping is None:
-                    torch.autograd.backward(self.learner.objective(features, labels).sum())
-                else:
-                    with self._norm_clipping.capturing():
-                        per_sample = self._objective_once_per_layer(features, labels)
-                    self._norm_clipping.backward(per_sample)
-        elif self._norm_clipping is None:
-            # An empty Poisson sample still takes its step: the update is pure noise.
-            for parameter in self.optimizer.params:
-                parameter.grad_sample = parameter.new_zeros((0, *parameter.shape))
+            with self._clipping.capturing():
+                per_sample = self._objective_once_per_layer(features, labels)
+            self._clipping.backward(per_sample)
         else:
+            # An empty Poisson sample still takes its step: the update is pure noise.
             for parameter in self.optimizer.params:
                 parameter.grad = torch.zeros_like(parameter)
         privatised = self.optimizer.pre_step()
@@ -288,6 +275,35 @@ class PrivateLearner:
         # this step's noise, which can push c far out of [0, B] within a round) c is projected.
         gradients = [tensor.grad if privatised else None for tensor in self.learner.state_tensors]
         self.learner.take_step(gradients)
+
+    def _fastest(self, heads: nn.Module, candidates: list[ClippingMode], probe: ModeProbe) -> ClippingMode:
+        """The fastest of `candidates` on this device at the expected batch size, timed once per process (`probe`).
+
+        Per-sample clipping is timed only where its per-sample gradients fit `PER_SAMPLE_PROBE_BYTES`;
+        each mode runs on a synthetic batch (standard normal features, labels 0), never on records.
+        """
+        batch = self.learner.batch_size
+        if len(candidates) > 1 and per_sample_bytes(heads, batch) > PER_SAMPLE_PROBE_BYTES:
+            candidates = [mode for mode in candidates if mode != "per_sample"]
+        if len(candidates) == 1:
+            return candidates[0]
+        features, labels = self.learner.features, self.learner.labels
+        generator = torch.Generator().manual_seed(0)  # public noise: the timing depends on no record
+        synthetic = torch.randn((batch, *features.shape[1:]), generator=generator, dtype=features.dtype)
+        synthetic = synthetic.to(features.device)
+        zero_labels = labels.new_zeros((batch, *labels.shape[1:]))
+
+        def clipped_step(mode: ClippingMode) -> None:
+            self._clipping.use(mode)
+            with self._clipping.capturing():
+                per_sample = self._objective_once_per_layer(synthetic, zero_labels)
+            self._clipping.backward(per_sample)
+            self.learner.zero_grad()
+
+        synchronize = torch.cuda.synchronize if self.device.type == "cuda" else lambda: None
+        # The probe leaves the generators as they were: a model that draws (dropout) trains alike whether it ran.
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            return probe.choose(ModeProbe.key(heads, self.device, batch), candidates, clipped_step, synchronize)
 
     def _objective_once_per_layer(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         try:

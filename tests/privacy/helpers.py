@@ -9,6 +9,7 @@ from fedfair.core.local import LocalLearner
 from fedfair.core.models import build_model
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.privacy.config import PrivacyConfig
+from fedfair.privacy.probe import ModeProbe
 
 DELTA = 1e-5
 
@@ -39,3 +40,17 @@ def threshold_learner(
 def private_config(**kwargs: object) -> PrivacyConfig:
     """DP-SGD enabled with the RDP accountant (fast), plus the given settings."""
     return PrivacyConfig(**{"enabled": True, "accountant": "rdp", **kwargs})  # type: ignore[arg-type]
+
+
+def scripted_probe(*durations: float) -> ModeProbe:
+    """A mode probe (one timed step per mode) whose clock makes the k-th timed mode take durations[k] seconds.
+
+    The clock runs out after them, so a second timing of the same key would fail the test.
+    """
+    readings = []
+    now = 0.0
+    for seconds in durations:
+        readings += [now, now + seconds]
+        now += seconds
+    clock = iter(readings)
+    return ModeProbe(timer=lambda: next(clock), repeats=1)

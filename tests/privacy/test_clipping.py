@@ -1,9 +1,10 @@
-"""Norm-only clipping (one-pass and two-pass): the same clipped sum as per-sample gradients, and which models get it."""
+"""Clipping in every mode (one-pass, two-pass, per-sample): the same clipped sum as torch.func's, and which models get it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from opacus.layers import DPLSTM
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
@@ -13,13 +14,18 @@ from fedfair.core.local import LocalLearner
 from fedfair.core.models import build_model, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
 from fedfair.privacy.clipping import (
+    LayerClipping,
     NormClipping,
     OnePassClipping,
+    PerSampleClipping,
+    clipping_candidates,
     choose_clipping,
     norm_clipping_blockers,
     one_pass_blockers,
 )
 from tests.privacy.helpers import random_samples, threshold_learner
+
+ClippingType = type[OnePassClipping] | type[NormClipping] | type[PerSampleClipping]
 
 FLOAT64_UNIT_ROUNDOFF = torch.finfo(torch.float64).eps / 2
 
@@ -41,19 +47,18 @@ def per_sample_gradients(learner: LocalLearner, features: torch.Tensor, labels: 
     return torch.cat([theta_grads[name].flatten(1) for name in params] + [c_grads[:, None]], dim=1)
 
 
-def clipped_backward(clipping: NormClipping | OnePassClipping, learner: LocalLearner) -> None:
+def clipped_backward(clipping: LayerClipping, learner: LocalLearner) -> None:
     """One step's forward and clipping backward pass over the learner's whole data, as PrivateLearner runs them."""
     with clipping.capturing():
         per_sample = learner.objective(learner.features, learner.labels)
     clipping.backward(per_sample)
 
 
-@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
-@pytest.mark.parametrize("clipping_type", [OnePassClipping, NormClipping])
+@pytest.mark.parametrize("clipping_type", [OnePassClipping, NormClipping, PerSampleClipping])
 @pytest.mark.parametrize("model", ["mlp", "logreg"])
 @pytest.mark.parametrize("clipped", [True, False])
 def test_norm_clipping_sums_the_same_clipped_gradients_as_per_sample_gradients(
-    clipping_type: type[NormClipping | OnePassClipping], model: str, clipped: bool
+    clipping_type: ClippingType, model: str, clipped: bool
 ) -> None:
     """(theta, c) jointly: sum_i min(1, C / (||g_i|| + 1e-6)) g_i from norms alone equals it from the g_i."""
     assert_same_clipped_sum(
@@ -79,9 +84,7 @@ def test_one_pass_clipping_of_dense_layers_on_sequences_sums_the_same_clipped_gr
     assert_same_clipped_sum(OnePassClipping, sequence_learner(positions), clipped=True, width=12)
 
 
-def assert_same_clipped_sum(
-    clipping_type: type[NormClipping | OnePassClipping], learner: LocalLearner, clipped: bool, width: int
-) -> None:
+def assert_same_clipped_sum(clipping_type: ClippingType, learner: LocalLearner, clipped: bool, width: int) -> None:
     """The clipped sum of `clipping_type` over the learner's data equals torch.func's to the float64 rounding bound."""
     features, labels = learner.features, learner.labels
     assert learner.threshold is not None
@@ -133,10 +136,13 @@ def test_mode_is_one_pass_for_dense_models_and_norm_only_where_every_layer_allow
         OnePassClipping(convolution, 1.0)
 
     group_norm = nn.Sequential(nn.Linear(8, 4), nn.GroupNorm(2, 4), nn.Linear(4, 1))
-    assert norm_clipping_blockers(group_norm) == ["layer '1' (GroupNorm) has no per-sample gradient norm"]
-    assert choose_clipping(group_norm) == "per_sample"
-    with pytest.raises(ConfigError, match=r"layer '1' \(GroupNorm\).*'per_sample'"):
-        choose_clipping(group_norm, "norm")
+    assert norm_clipping_blockers(group_norm) == []
+    assert clipping_candidates(group_norm) == ["norm", "per_sample"]  # "auto" times the two (test_residual)
+    prelu = nn.Sequential(nn.Linear(8, 4), nn.PReLU(4), nn.Linear(4, 1))
+    assert norm_clipping_blockers(prelu) == ["layer '1' (PReLU) has no per-sample gradient norm"]
+    assert choose_clipping(prelu) == "per_sample"
+    with pytest.raises(ConfigError, match=r"layer '1' \(PReLU\).*'per_sample'"):
+        choose_clipping(prelu, "norm")
 
     tied = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
     tied[1].weight = tied[0].weight
@@ -148,8 +154,9 @@ def test_mode_is_one_pass_for_dense_models_and_norm_only_where_every_layer_allow
 
 
 def test_one_pass_clipping_records_only_the_step_forward_and_refuses_what_it_cannot_read() -> None:
-    """Forward passes outside `capturing()` leave nothing behind; a layer run twice, an output changed in place,
-    a layer outside the objective and a second set of hooks are refused, each naming the way out."""
+    """Forward passes outside `capturing()` leave nothing behind; an output changed in place is read as it was
+    made; a layer run twice, an input changed in place, a layer outside the objective and a second set of hooks
+    are refused, each naming the way out."""
     learner = threshold_learner(n=40, model="mlp")
     assert learner.threshold is not None
     heads = nn.ModuleList([learner.model, learner.threshold])
@@ -169,11 +176,32 @@ def test_one_pass_clipping_records_only_the_step_forward_and_refuses_what_it_can
     ):
         twice(twice(learner.features))
 
-    in_place = nn.Sequential(nn.Linear(8, 4), nn.ReLU(inplace=True), nn.Linear(4, 1)).double()
-    clipping = OnePassClipping(in_place, 1.0)
+    # An output changed in place is read where it entered the graph: the same sum as out of place.
+    sums = []
+    for inplace in (True, False):
+        torch.manual_seed(2)
+        changed = nn.Sequential(nn.Linear(8, 4), nn.ReLU(inplace=inplace), nn.Linear(4, 1)).double()
+        clipping = OnePassClipping(changed, 1.0)
+        with clipping.capturing():
+            outputs = changed(learner.features).squeeze(1)
+        clipping.backward(outputs)
+        sums.append(torch.cat([p.grad.flatten() for p in changed.parameters() if p.grad is not None]))
+    assert torch.equal(sums[0], sums[1]) and float(sums[0].abs().max()) > 0
+    # A layer run without gradients leaves no backprop to read: refused, naming it.
+    with (
+        pytest.raises(ConfigError, match=r"layer '0' \(Linear\) returned no tensor in the autograd graph"),
+        torch.no_grad(),
+        clipping.capturing(),
+    ):
+        changed(learner.features)
+    # An input changed in place after its layer ran is not what the layer saw: refused.
+    dense = nn.Linear(8, 1).double()
+    clipping = OnePassClipping(dense, 1.0)
+    inputs = learner.features.clone()
     with clipping.capturing():
-        outputs = in_place(learner.features).squeeze(1)
-    with pytest.raises(ConfigError, match=r"layer\(s\) '0' was modified in place.*'norm' or 'per_sample'"):
+        outputs = dense(inputs).squeeze(1)
+    inputs.mul_(2.0)
+    with pytest.raises(ConfigError, match=r"input of layer\(s\) '' was modified in place"):
         clipping.backward(outputs)
 
     unused = nn.ModuleList([nn.Linear(8, 1), nn.Linear(8, 1)]).double()
@@ -185,9 +213,11 @@ def test_one_pass_clipping_records_only_the_step_forward_and_refuses_what_it_can
         clipping.backward(outputs)
 
 
-@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
+@pytest.mark.parametrize("clipping_type", [OnePassClipping, PerSampleClipping])
 @pytest.mark.parametrize("model", ["mlp", "logreg"])
-def test_one_pass_clipping_clips_theta_and_c_separately_when_asked(model: str) -> None:
+def test_theta_and_c_are_clipped_separately_when_asked(
+    clipping_type: type[OnePassClipping] | type[PerSampleClipping], model: str
+) -> None:
     """With a threshold bound, theta's per-sample gradient is clipped to C on its own norm and c's to C_c:
     sum_i min(1, C / (||g_i,theta|| + 1e-6)) g_i,theta and sum_i min(1, C_c / (|g_i,c| + 1e-6)) g_i,c."""
     learner = threshold_learner(n=120, model=model)
@@ -197,7 +227,7 @@ def test_one_pass_clipping_clips_theta_and_c_separately_when_asked(model: str) -
     expected_theta = ((norm / (theta.norm(dim=1) + 1e-6)).clamp(max=1.0)[:, None] * theta).sum(dim=0)
     expected_c = ((threshold_norm / (c.abs() + 1e-6)).clamp(max=1.0) * c).sum()
     heads = nn.ModuleList([learner.model, learner.threshold])
-    clipped_backward(OnePassClipping(heads, norm, threshold_norm=threshold_norm), learner)
+    clipped_backward(clipping_type(heads, norm, threshold_norm=threshold_norm), learner)
     assert learner.threshold is not None and learner.threshold.c.grad is not None
     summed = torch.cat(
         [parameter.grad.flatten() for parameter in learner.model.parameters() if parameter.grad is not None]
@@ -205,3 +235,47 @@ def test_one_pass_clipping_clips_theta_and_c_separately_when_asked(model: str) -
     scale = float(gradients.abs().sum())
     assert torch.allclose(summed, expected_theta, rtol=0, atol=64 * FLOAT64_UNIT_ROUNDOFF * scale)
     assert abs(float(learner.threshold.c.grad) - float(expected_c)) <= 64 * FLOAT64_UNIT_ROUNDOFF * scale
+
+
+class Recurrent(nn.Module):
+    """An embedding, Opacus' DPLSTM (whose cells run once per position) and a dense head on sequences of 6 tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(20, 4)
+        self.lstm = DPLSTM(4, 5, batch_first=True)
+        self.out = nn.Linear(5, 1)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.lstm(self.embedding(tokens))
+        logits: torch.Tensor = self.out(hidden[:, -1]).squeeze(-1)
+        return logits
+
+
+def test_per_sample_clipping_sums_each_layer_over_its_calls_as_a_recurrent_network_needs() -> None:
+    """DPLSTM's cells run at every position (and DPLSTM names their weights again): per-sample clipping sums
+    every call's part of g_i, and equals the per-sample autograd reference clipped and summed."""
+    torch.manual_seed(0)
+    network = Recurrent().double()
+    assert clipping_candidates(network) == ["per_sample"]
+    tokens = torch.randint(0, 20, (7, 6), generator=torch.Generator().manual_seed(1))
+    rows = []
+    for i in range(tokens.shape[0]):
+        gradients = torch.autograd.grad(network(tokens[i : i + 1]).square().sum(), list(network.parameters()))
+        rows.append(torch.cat([gradient.flatten() for gradient in gradients]))
+    per_sample = torch.stack(rows)
+    norms = per_sample.norm(dim=1)
+    clip = float(norms.median())
+    factors = (clip / (norms + 1e-6)).clamp(max=1.0)
+    expected = (factors[:, None] * per_sample).sum(0)
+    clipping = PerSampleClipping(network, clip)
+    with clipping.capturing():
+        objectives = network(tokens).square()
+    clipping.backward(objectives)
+    actual = torch.cat([parameter.grad.flatten() for parameter in network.parameters() if parameter.grad is not None])
+    # As in assert_same_clipped_sum: float64 sums over at most (positions x width), the P parameters and B samples.
+    batch, size = per_sample.shape
+    scale = float((factors[:, None] * per_sample.abs()).sum(0).max())
+    tolerance = (batch + 6 * 20 + size) * FLOAT64_UNIT_ROUNDOFF * scale
+    assert actual.shape == expected.shape
+    assert float((actual - expected).abs().max()) <= tolerance

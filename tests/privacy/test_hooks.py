@@ -1,4 +1,4 @@
-"""Opacus hooks: per-sample gradients and gradient norms (of c, Conv, LayerNorm, Linear), and the models DP-SGD refuses."""
+"""Opacus hooks: per-sample gradients and gradient norms (of c, Conv, GroupNorm, LayerNorm, Linear), and the models DP-SGD refuses."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
 from fedfair.core.models import build_model, per_sample_loss
 from fedfair.core.objective import RCVaRThreshold
+from fedfair.privacy.hooks import conv2d_norm_sample, uses_ghost_norm
 from fedfair.privacy.learner import PrivateLearner
 from tests.privacy.helpers import private_config, random_samples
 
@@ -56,23 +57,24 @@ def test_batchnorm_is_refused_naming_the_layer() -> None:
 
 
 class ConvNet(nn.Module):
-    """A convolution, LayerNorm and a dense layer on 1 x 6 x 6 images given as flat rows of 36."""
+    """A convolution, GroupNorm, LayerNorm and a dense layer on 1 x 6 x 6 images given as flat rows of 36."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(1, 3, kernel_size=3)
-        self.norm = nn.LayerNorm(48)
-        self.out = nn.Linear(48, 1)
+        self.conv = nn.Conv2d(1, 4, kernel_size=3)
+        self.groups = nn.GroupNorm(2, 4)
+        self.norm = nn.LayerNorm(64)
+        self.out = nn.Linear(64, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = torch.relu(self.conv(x.view(-1, 1, 6, 6)))
+        hidden = torch.relu(self.groups(self.conv(x.view(-1, 1, 6, 6))))
         logits: torch.Tensor = self.out(self.norm(hidden.flatten(1)))
         return logits
 
 
 @pytest.mark.filterwarnings("ignore:Full backward hook is firing")
 def test_norm_samplers_equal_the_norms_of_torch_func_per_sample_gradients() -> None:
-    """The registered norms of Conv, LayerNorm, Linear and the threshold c: each layer's ||g_i||."""
+    """The registered norms of Conv, GroupNorm, LayerNorm, Linear and the threshold c: each layer's ||g_i||."""
     features, labels = random_samples(30, 36, seed=2)
     model = ConvNet().double()
     with torch.no_grad():
@@ -96,3 +98,34 @@ def test_norm_samplers_equal_the_norms_of_torch_func_per_sample_gradients() -> N
     for name, parameter in model.named_parameters():
         expected = theta_grads[name].flatten(1).norm(dim=1)
         assert float((parameter._norm_sample - expected).abs().max()) <= 1e-10 * float(expected.max()), name
+
+
+@pytest.mark.parametrize(
+    ("layer", "size", "ghost"),
+    [
+        (nn.Conv2d(16, 32, 3, stride=2, padding=1), 4, True),  # T = 4: 4 * (144 + 32) < 144 * 32
+        (nn.Conv2d(16, 16, 3, padding=(1, 2), dilation=(1, 2), bias=False), 3, True),  # T = 9: 9 * 160 < 2304
+        (nn.Conv2d(2, 4, 3, padding=1), 6, False),  # T = 36: 36 * 22 > 18 * 4
+        (nn.Conv2d(16, 32, 3, padding=1, groups=2), 2, False),  # groups: the materialised gradient
+    ],
+)
+def test_conv2d_norms_by_gram_matrices_or_gradients_equal_torch_funcs(layer: nn.Conv2d, size: int, ghost: bool) -> None:
+    """Both forms of ||g_i|| for a 2-D convolution (ghost norm where it costs less) against torch.func's."""
+    layer = layer.double()
+    generator = torch.Generator().manual_seed(8)
+    inputs = torch.randn(5, layer.in_channels, size, size, generator=generator, dtype=torch.float64)
+    outputs = layer(inputs)
+    backprops = torch.randn(outputs.shape, generator=generator, dtype=torch.float64)
+    assert uses_ghost_norm(layer, outputs.shape[2] * outputs.shape[3]) == ghost
+
+    def one_sample(params: dict[str, torch.Tensor], x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return (functional_call(layer, params, (x.unsqueeze(0),)) * g.unsqueeze(0)).sum()
+
+    params = {name: parameter.detach() for name, parameter in layer.named_parameters()}
+    expected = vmap(grad(one_sample), in_dims=(None, 0, 0))(params, inputs, backprops)
+    norms = conv2d_norm_sample(layer, [inputs], backprops)
+    assert len(norms) == len(params)
+    for name, parameter in layer.named_parameters():
+        reference = expected[name].flatten(1).norm(dim=1)
+        # float64 sums of at most k * T products on either side.
+        assert float((norms[parameter] - reference).abs().max()) <= 1e-12 * float(reference.max()), name
