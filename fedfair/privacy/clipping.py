@@ -1,17 +1,13 @@
 """Clipping for DP-SGD from each layer's inputs and backprops, and the mode choice.
 
-DP-SGD needs sum_i min(1, C / (||g_i|| + 1e-6)) * g_i over a Poisson sample, where
-g_i is sample i's gradient of (theta, c). The per-sample mode materialises every
-g_i (for Adult's 107 x 512 layer, 55k numbers per sample) only to scale and sum
-them. Norm-only clipping (Opacus' ghost clipping; Li et al. 2022, Bu et al. 2023)
+DP-SGD needs sum_i min(1, C / (||g_i|| + 1e-6)) * g_i over a Poisson sample (g_i: sample i's
+gradient of (theta, c)); the per-sample mode materialises every g_i only to scale and sum them. Norm-only clipping (Opacus' ghost clipping; Li et al. 2022, Bu et al. 2023)
 gets the norms from what the backward pass already holds: for a dense layer
 ||g_i||^2 = ||backprop_i||^2 * ||activation_i||^2, for c it is |d f_i / d c|. The
 clipped sum is then one more backward pass, of sum_i factor_i * f_i. All modes read
 the backprops at gradient edges (`LayerClipping`), never through module backward
 hooks, so a model that changes a layer's output in place (a residual network's
-`out += identity`) trains as written.
-
-Why: docs/design.md, "Inside the privacy library".
+`out += identity`) trains as written. Why: docs/design.md, "Inside the privacy library".
 """
 
 from __future__ import annotations

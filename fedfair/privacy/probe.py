@@ -7,11 +7,8 @@ times one clipped step of each on a synthetic batch of the expected batch size a
 the fastest. The choice is cached per (model signature, device, batch size, dtype) for the
 process, so a collaborator measures once and every learner after it reuses the choice.
 
-Why a synthetic batch: the choice is logged and reported, and a choice timed on records
-would be a (tiny) function of them that no accountant charges; timing a batch of standard
-normal features of the right shape depends on no record.
-
-Why: docs/design.md, "Inside the privacy library".
+A synthetic batch of standard normal features, because a choice timed on records would be a
+(tiny) function of them that no accountant charges. Why: docs/design.md, "Inside the privacy library".
 """
 
 from __future__ import annotations
