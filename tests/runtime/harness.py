@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import io
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,6 +57,19 @@ def refused(call: Callable[[], object], code: grpc.StatusCode) -> grpc.RpcError:
         call()
     assert caught.value.code() == code, caught.value.details()
     return caught.value
+
+
+def eventually(condition: Callable[[], bool], seconds: float = 60.0) -> bool:
+    """Whether `condition()` turns true within `seconds` (other threads and servers act asynchronously).
+
+    The bound only ends a failing test; no speed is asserted, so it is generous: a loaded machine is slow.
+    """
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +48,7 @@ from fedfair.runtime.transport import (
     server_credentials,
     server_options,
 )
-from tests.runtime.harness import refused
+from tests.runtime.harness import eventually, refused
 
 NAMES = ("site-a", "site-b", "site-c")
 FEDERATION = "f"
@@ -105,16 +105,6 @@ def aggregator(certs: Path, tmp_path: Path) -> Iterator[Aggregator]:
     yield Aggregator(servicer, board, gate, f"127.0.0.1:{port}", certs, tmp_path)
     board.close()
     server.stop(grace=None).wait()
-
-
-def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """Whether `condition()` turns true within `timeout` (servers notice a cancellation asynchronously)."""
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def tasks() -> pb.TaskRequest:
