@@ -8,6 +8,12 @@ import os
 # ("Got goaway", connectivity traces) stay out of the suite's output, as fedfair's processes keep
 # them out of theirs (fedfair.runtime.logs.quiet_grpc).
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+# One thread per torch (here and, inherited, in every process a test starts), as fedfair's own processes
+# run: the suite's workers already fill the cores, and a torch spreading each operation over all of them
+# makes threads contend and spin. Measured on 2 cores: test_rounds.py's two heaviest tests took 36 CPU-s
+# on torch's default threads, 21 on one. Set before anything imports torch, which reads it once.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 from hypothesis import settings
