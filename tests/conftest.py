@@ -8,14 +8,9 @@ import os
 # ("Got goaway", connectivity traces) stay out of the suite's output, as fedfair's processes keep
 # them out of theirs (fedfair.runtime.logs.quiet_grpc).
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-# One thread per torch (here and, inherited, in every process a test starts), as fedfair's own processes
-# run: the suite's workers already fill the cores, and a torch spreading each operation over all of them
-# makes threads contend and spin. Measured on 2 cores: test_rounds.py's two heaviest tests took 36 CPU-s
-# on torch's default threads, 21 on one. Set before anything imports torch, which reads it once.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
+import torch
 from hypothesis import settings
 
 from fedfair.simulation.federation import Federation
@@ -26,6 +21,13 @@ from tests.federations import adult_by_race
 # Speed targets live in benchmarks/.
 settings.register_profile("fedfair", deadline=None)
 settings.load_profile("fedfair")
+
+# One torch thread in the suite's processes, as fedfair's own processes run (runtime.local.processes,
+# research.runs): the suite's workers already fill the cores, and a torch spreading each operation over
+# all of them makes its threads contend and spin. On 2 shared cores, test_rounds.py's two heaviest tests
+# took 36 CPU-s on torch's default threads and 21 on one. Torch's threads only: numpy's BLAS keeps its
+# own, since test_baselines.py's SLSQP solve depends on its summation order.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
