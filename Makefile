@@ -7,7 +7,7 @@ PYTHON ?= python3.11
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.fedfair-installed
 
-.PHONY: setup wheel demo format lint types check api bytecode suite test test-fast bench clean
+.PHONY: setup wheel demo format lint types check api bytecode suite test test-fast test-studies bench clean
 
 # Test workers: the suite's processes and federations are independent, so two workers fill 2 cores.
 WORKERS ?= 2
@@ -75,9 +75,10 @@ api: setup
 bytecode: setup
 	$(PY) -m compileall -q fedfair benchmarks
 
-# The whole suite on $(WORKERS) workers.
+# The whole suite on $(WORKERS) workers, but the study re-runs (marked `study`: pyproject.toml's addopts
+# leaves them out; `make test-studies` runs them). Its budget: 600 CPU-seconds on a fresh clone.
 suite: bytecode
-	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m "not study"
 
 # Everything `check` does, and the suite. The suite's federations leave a core idle while they wait
 # on the network and on each other, so mypy and pdoc run beside it (lint first: it fails in seconds);
@@ -86,9 +87,15 @@ test: lint
 	$(MAKE) --no-print-directory --jobs=3 --output-sync=line types api suite
 
 # The edit-test loop: every test but the end-to-end ones marked slow (live federations, processes,
-# many rounds), no mypy; under a minute on 2 cores. `make test` runs them all.
+# many rounds), no mypy; under a minute on 2 cores. `make test` runs them all, but the studies.
 test-fast: bytecode
-	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow"
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not study"
+
+# The checks that re-run committed studies (marked `study`): each trains a study's runs again on this tree,
+# a minute or more of CPU apiece, and holds them to the figures docs/figures/ and docs/paper.md show. Run
+# them after a change to training, models or the studies; `make test` leaves them out.
+test-studies: bytecode
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m study
 
 # docs/benchmarks.md is generated from benchmarks/results/*.json; each file records the command that
 # measured it (variants included: --quick, 16-bit words, d = 10^8), and `bench` runs every one of those

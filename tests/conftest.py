@@ -10,6 +10,7 @@ import os
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import pytest  # noqa: E402
+import torch
 from hypothesis import settings
 
 from fedfair.simulation.federation import Federation
@@ -20,6 +21,13 @@ from tests.federations import adult_by_race
 # Speed targets live in benchmarks/.
 settings.register_profile("fedfair", deadline=None)
 settings.load_profile("fedfair")
+
+# One torch thread in the suite's processes, as fedfair's own processes run (runtime.local.processes,
+# research.runs): the suite's workers already fill the cores, and a torch spreading each operation over
+# all of them makes its threads contend and spin. On 2 shared cores, test_rounds.py's two heaviest tests
+# took 36 CPU-s on torch's default threads and 21 on one. Torch's threads only: numpy's BLAS keeps its
+# own, since test_baselines.py's SLSQP solve depends on its summation order.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -443,7 +443,7 @@ def test_a_four_rho_study_repeats_its_one_rho_table_at_rho_0_1(
             assert float(after[method][metric]) == pytest.approx(float(row[metric]), abs=bound), (method, metric)
 
 
-@pytest.mark.slow
+@pytest.mark.study  # about 70 CPU-seconds each: `make test-studies` (the RAND HIE rows above are the suite's)
 @pytest.mark.parametrize(
     ("table", "study_rhos", "rho", "method", "point", "tolerance"),
     [
@@ -483,7 +483,7 @@ FedSRCVaR there (0.0022), so two rows each within it keep their order, and MNIST
 to the smaller risk (2e-3 x 0.25 / 0.73); the seeds' own spread is 1e-4 to 3e-4."""
 
 
-@pytest.mark.slow
+@pytest.mark.study  # about 30 CPU-seconds each: `make test-studies`
 @pytest.mark.parametrize(
     ("method", "point"),
     [

@@ -14,13 +14,16 @@ log), so a run with dropouts and restarts can still be checked number for number
 
 from __future__ import annotations
 
+import fcntl
 import io
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import grpc
 import pytest
@@ -54,6 +57,38 @@ def refused(call: Callable[[], object], code: grpc.StatusCode) -> grpc.RpcError:
         call()
     assert caught.value.code() == code, caught.value.details()
     return caught.value
+
+
+def eventually(condition: Callable[[], bool], seconds: float = 60.0) -> bool:
+    """Whether `condition()` turns true within `seconds` (other threads and servers act asynchronously).
+
+    The bound only ends a failing test; no speed is asserted, so it is generous: a loaded machine is slow.
+    """
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@contextmanager
+def lock_attempts() -> Iterator[list[int]]:
+    """The operation of every `fcntl.flock` this thread makes in the block, in order (each still runs).
+
+    A refusal "at once" is one no attempt waited for: every operation carries LOCK_NB. Reading that instead
+    of a stopwatch, the test holds on a loaded machine. Other threads' locks (a ledger's) are not recorded.
+    """
+    operations: list[int] = []
+    real, caller = fcntl.flock, threading.get_ident()
+
+    def flock(fd: int, operation: int) -> None:
+        if threading.get_ident() == caller:
+            operations.append(operation)
+        real(fd, operation)
+
+    with mock.patch.object(fcntl, "flock", flock):
+        yield operations
 
 
 def plan_sections(**sections: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

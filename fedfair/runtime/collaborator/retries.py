@@ -209,6 +209,9 @@ class Backoff:
         self.random = random.Random()
         self.reached = False
         """Whether the aggregator has answered this collaborator once (it is then waited for as a lost one)."""
+        self.pause: Callable[[float], bool] = stop.wait
+        """How every retry waits out its delay: `stop.wait`, which a stop cuts short. One place, so the delays
+        chosen can be read (by wrapping it) without timing the waits."""
         self._next_start_line = 0.0
 
     def classify(self, error: grpc.RpcError, what: str) -> FailureError:
@@ -266,7 +269,7 @@ class Backoff:
                 policy.start_wait_seconds,
                 extra=LOG_FILE_ONLY if attempt else None,
             )
-        self.stop.wait(delay)
+        self.pause(delay)
 
     def wait(self, attempt: int, why: str, *, quiet: bool = False) -> None:
         """One log line, then the jittered delay of retry `attempt` (cut short by `stop`).
@@ -278,7 +281,7 @@ class Backoff:
         delay = self.policy.delay(attempt, self.random)
         level, extra = (logging.INFO, LOG_FILE_ONLY if attempt else None) if quiet else (logging.WARNING, None)
         logger.log(level, "%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay, extra=extra)
-        self.stop.wait(delay)
+        self.pause(delay)
 
     def call(self, what: str, call: Callable[[], _T], refuse: Callable[[_T], FailureError | None] | None = None) -> _T:
         """Return `call()`, retried with back-off while its failure is transient.

@@ -73,10 +73,11 @@ def test_a_late_site_is_dropped_at_the_grace_and_named(tmp_path: Path) -> None:
     for record in log:
         assert record["contributors"] == ["site-a", "site-b"]
         assert set(record["held_up_by"]) == {"site-c"} and record["held_up_by"]["site-c"] >= HELD_UP_SECONDS
-        # Bounded by the grace: the first stage site-c missed ended at the floor, not LATE (nor the 30 s timeout).
+        # Bounded by the grace: the first stage site-c missed waited the floor, and closed before site-c's upload
+        # LATE s after its task (nor the 30 s timeout). Orders, not a stopwatch: a loaded machine only delays.
         advertise = record["answer_seconds"]["STAGE_ADVERTISE_KEYS"]
         assert advertise["site-c"] is None and advertise["site-a"] is not None
-        assert record["stage_seconds"]["STAGE_ADVERTISE_KEYS"] < GRACE_FLOOR_SECONDS + 1.0
+        assert GRACE_FLOOR_SECONDS <= record["stage_seconds"]["STAGE_ADVERTISE_KEYS"] < LATE
     rounds = [event for event in read_events(workspace.output) if event["event"] == "round"]
     assert all(set(event["held_up_by"]) == {"site-c"} for event in rounds)
     page = write_report(workspace.output).read_text()
@@ -101,7 +102,8 @@ def test_under_no_dropouts_a_late_site_aborts_the_round_naming_it(tmp_path: Path
     assert record["reason"].startswith("site-c did not answer STAGE_ADVERTISE_KEYS within the grace of 2 x")
     assert 'dropouts = "none" lets no round finish without them' in record["reason"]
     assert record["held_up_by"]["site-c"] >= HELD_UP_SECONDS
-    assert record["seconds"] < GRACE_FLOOR_SECONDS + LATE, record["seconds"]
+    # Ended by the grace (the floor, here), not the 30 s round timeout: ten times the floor tells them apart.
+    assert GRACE_FLOOR_SECONDS <= record["seconds"] < 10 * GRACE_FLOOR_SECONDS, record["seconds"]
 
 
 def test_the_grace_is_a_factor_of_one_or_more_and_absent_from_plans_that_do_not_set_it(tmp_path: Path) -> None:
@@ -120,8 +122,10 @@ def test_the_grace_is_a_factor_of_one_or_more_and_absent_from_plans_that_do_not_
 
 JUST_UNDER = 1.5
 """The issue's laggard: each stage answered 1.5 s late, under the 2 s floor of every stage's grace."""
-CLOSING = 0.25
-"""What closing a round's stages may add beyond their deadlines and last answers."""
+CLOSING = (2 * JUST_UNDER - GRACE_FLOOR_SECONDS) / 2
+"""What closing a round's stages may add beyond their deadlines and last answers: half the gap between the
+contract (the round waits one grace, the floor) and the nearest failure (it also waits out a second stage's
+late answer, 2 x JUST_UNDER), so a loaded machine's slower closing is not mistaken for either."""
 
 
 @pytest.mark.slow
@@ -144,6 +148,6 @@ def test_a_site_late_in_every_stage_adds_at_most_one_grace_to_a_round(tmp_path: 
             median = times[(len(answers) + 1) // 2 - 1]
             past_median += record["stage_seconds"][stage] - median
         # Each stage's closing takes a few ms beyond its deadline or last answer (the board wakes, the next stage
-        # opens), more on a loaded machine: CLOSING for the round's stages together.
+        # opens), more on a loaded machine: CLOSING (0.5 s) for the round's stages together.
         assert past_median < GRACE_FLOOR_SECONDS + CLOSING, record["stage_seconds"]
         assert GRACE_FLOOR_SECONDS - 0.1 <= record["held_up_by"]["site-c"] <= GRACE_FLOOR_SECONDS + CLOSING

@@ -11,7 +11,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,13 +48,14 @@ from fedfair.runtime.transport import (
     server_credentials,
     server_options,
 )
-from tests.runtime.harness import refused
+from tests.runtime.harness import eventually, refused
 
 NAMES = ("site-a", "site-b", "site-c")
 FEDERATION = "f"
 JOIN = make_binding(FEDERATION, 0, pb.STAGE_JOIN)
 TIMEOUT = 10
-PROMPT = 1.0  # seconds: what "at once" and "an honest GetPlan answers" must stay under
+"""Each RPC's deadline (s): a call that waited on what it must not (a slot, a starved worker) ends
+DEADLINE_EXCEEDED instead of its answer, so no test here needs a stopwatch."""
 
 
 @pytest.fixture(scope="module")
@@ -106,16 +107,6 @@ def aggregator(certs: Path, tmp_path: Path) -> Iterator[Aggregator]:
     server.stop(grace=None).wait()
 
 
-def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """Whether `condition()` turns true within `timeout` (servers notice a cancellation asynchronously)."""
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def tasks() -> pb.TaskRequest:
     return pb.TaskRequest(after=JOIN)
 
@@ -138,8 +129,9 @@ def refusal_lines(caplog: pytest.LogCaptureFixture, rpc: str) -> list[str]:
 
 def test_streams_opened_and_cancelled_in_a_loop_cannot_starve_an_honest_get_plan(aggregator: Aggregator) -> None:
     """site-c (on the plan) and mallory (not) each open and cancel 50 task streams in a loop, and 50
-    more at once held for a second (the reported attack); a caller without a certificate tries too.
-    Meanwhile site-a's task stream stays up and every GetPlan of site-a answers in under a second."""
+    more at once held open (the reported attack); a caller without a certificate tries too. Meanwhile
+    site-a's task stream stays up and every GetPlan of site-a answers within its deadline: the bursts
+    hold their streams until site-a's calls are done, so a GetPlan that waited for them would never end."""
     assert worker_threads(len(NAMES)) < 100  # the pool is sized for the roster, not for the attackers
     honest = aggregator.stub("site-a")
     honest.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)  # the TLS session is up before timing
@@ -152,25 +144,28 @@ def test_streams_opened_and_cancelled_in_a_loop_cannot_starve_an_honest_get_plan
             time.sleep(0.02)
             call.cancel()
 
+    opened, done = threading.Semaphore(0), threading.Event()
+
     def burst(stub: pb_grpc.FederationStub) -> None:
         calls = [stub.WaitForTasks(tasks()) for _ in range(50)]
-        time.sleep(1.0)
+        opened.release()
+        done.wait(6 * TIMEOUT)  # a bound for a failing test only: site-a's calls end first, or fail
         for call in calls:
             call.cancel()
 
-    attackers = [
-        threading.Thread(target=attack, args=(stub,), daemon=True)
-        for attack in (churn, burst)
-        for stub in (aggregator.stub("site-c"), aggregator.stub("mallory"), aggregator.stub_without_certificate())
-    ]
-    for attacker in attackers:
+    stubs = (aggregator.stub("site-c"), aggregator.stub("mallory"), aggregator.stub_without_certificate())
+    churners = [threading.Thread(target=churn, args=(stub,), daemon=True) for stub in stubs]
+    bursts = [threading.Thread(target=burst, args=(stub,), daemon=True) for stub in stubs]
+    for attacker in churners + bursts:
         attacker.start()
-    latencies: list[float] = []
-    while any(attacker.is_alive() for attacker in attackers):
-        started = time.perf_counter()
-        honest.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)
-        latencies.append(time.perf_counter() - started)
-    assert len(latencies) >= 10 and max(latencies) < PROMPT, (len(latencies), max(latencies))
+    for _ in bursts:
+        assert opened.acquire(timeout=6 * TIMEOUT)
+    answered = 0
+    while answered < 10 or any(churner.is_alive() for churner in churners):
+        honest.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)  # starved, it ends DEADLINE_EXCEEDED
+        answered += 1
+    assert all(burst.is_alive() for burst in bursts)  # every answer came while the bursts held their streams
+    done.set()
 
     # Every cancelled stream gave back its thread and its count; site-a's stream is untouched.
     assert eventually(lambda: aggregator.servicer.quotas.held("site-c", Hold.TASK_STREAM) == 0)
@@ -187,9 +182,9 @@ def test_a_caller_over_its_limit_is_refused_at_once_and_a_slot_frees_when_a_call
     servicer, stub = aggregator.servicer, aggregator.stub("site-b")
     streams = [stub.WaitForTasks(tasks()) for _ in range(2)]
     assert eventually(lambda: servicer.quotas.held("site-b", Hold.TASK_STREAM) == 2)
-    started = time.perf_counter()
     error = refused(lambda: next(stub.WaitForTasks(tasks(), timeout=TIMEOUT)), grpc.StatusCode.RESOURCE_EXHAUSTED)
-    assert error.details() == BUSY and time.perf_counter() - started < PROMPT
+    # Refused at once: while both streams still held their slots, not once one was given back.
+    assert error.details() == BUSY and servicer.quotas.held("site-b", Hold.TASK_STREAM) == 2
     streams[0].cancel()
     assert eventually(lambda: servicer.quotas.held("site-b", Hold.TASK_STREAM) == 1)
     streams.append(stub.WaitForTasks(tasks()))
@@ -205,11 +200,10 @@ def test_a_caller_over_its_limit_is_refused_at_once_and_a_slot_frees_when_a_call
 
     uploads = [stub.Submit.future(stalled(), timeout=TIMEOUT) for _ in range(2)]
     assert eventually(lambda: servicer.quotas.held("site-b", Hold.UPLOAD) == 2)
-    started = time.perf_counter()
     error = refused(
         lambda: stub.Submit(payload_parts(binding, b"keys"), timeout=TIMEOUT), grpc.StatusCode.RESOURCE_EXHAUSTED
     )
-    assert error.details() == BUSY and time.perf_counter() - started < PROMPT
+    assert error.details() == BUSY and servicer.quotas.held("site-b", Hold.UPLOAD) == 2  # the stalled two hold on
     # Another name has its own slots: site-c is not refused for site-b's uploads (only for the stage).
     refused(
         lambda: aggregator.stub("site-c").Submit(payload_parts(binding, b"keys"), timeout=TIMEOUT),
@@ -234,12 +228,12 @@ def test_callers_without_an_admitted_certificate_never_wait(
         refused(lambda: anonymous.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT), grpc.StatusCode.UNAVAILABLE)
         refused(lambda: next(anonymous.WaitForTasks(tasks(), timeout=TIMEOUT)), grpc.StatusCode.UNAVAILABLE)
         assert not [record for record in caplog.records if record.name == "fedfair.aggregator"]
-        started = time.perf_counter()
+        # PERMISSION_DENIED, not DEADLINE_EXCEEDED: the stream was refused, not left waiting for a task.
         error = refused(
             lambda: next(aggregator.stub("mallory").WaitForTasks(tasks(), timeout=TIMEOUT)),
             grpc.StatusCode.PERMISSION_DENIED,
         )
-        assert error.details() == NOT_PERMITTED and time.perf_counter() - started < PROMPT
+        assert error.details() == NOT_PERMITTED
     assert not aggregator.board.connected()
     [line] = refusal_lines(caplog, "WaitForTasks")
     assert "certificate 'mallory' (not admitted)" in line and "PERMISSION_DENIED" in line
@@ -290,7 +284,7 @@ def test_an_upload_that_breaks_a_parser_is_refused_generically_and_frees_its_slo
             lambda: site_b.Submit(payload_parts(binding, b"\x30\x03abc"), timeout=TIMEOUT),
             grpc.StatusCode.INVALID_ARGUMENT,
         )
-        waiter.join(PROMPT)
+        waiter.join(TIMEOUT)  # the stage's deadline is 600 s: ending before TIMEOUT, it did not wait for it
         assert not waiter.is_alive()  # site-b was refused and does not retry: nobody is owed anything
     assert board.close_stage()[0] == {"site-a"}
     first, second = refusal_lines(caplog, "Submit")
