@@ -18,6 +18,7 @@ import pytest
 
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.events import read_events
+from fedfair.runtime.aggregator import stages
 from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS, HELD_UP_SECONDS
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.report.page import write_report
@@ -120,20 +121,26 @@ def test_the_grace_is_a_factor_of_one_or_more_and_absent_from_plans_that_do_not_
         load_aggregator_plan(new_workspace(tmp_path / "bad", NAMES, quorum={"grace_factor": 0.5}).plan)
 
 
-JUST_UNDER = 1.5
-"""The issue's laggard: each stage answered 1.5 s late, under the 2 s floor of every stage's grace."""
-CLOSING = (2 * JUST_UNDER - GRACE_FLOOR_SECONDS) / 2
+FLOOR = 6.0
+"""The grace's floor this test runs under (the product's is GRACE_FLOOR_SECONDS): three times as wide, so every
+margin below is too, and a loaded machine's slower answers and closings are told from the contract's failures."""
+JUST_UNDER = 0.75 * FLOOR
+"""The issue's laggard (1.5 s late under the 2 s floor), scaled: each stage answered a quarter floor early."""
+CLOSING = (2 * JUST_UNDER - FLOOR) / 2
 """What closing a round's stages may add beyond their deadlines and last answers: half the gap between the
 contract (the round waits one grace, the floor) and the nearest failure (it also waits out a second stage's
 late answer, 2 x JUST_UNDER), so a loaded machine's slower closing is not mistaken for either."""
 
 
 @pytest.mark.slow
-def test_a_site_late_in_every_stage_adds_at_most_one_grace_to_a_round(tmp_path: Path) -> None:
+def test_a_site_late_in_every_stage_adds_at_most_one_grace_to_a_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """site-c answers every stage JUST_UNDER s late, never past one stage's grace: before, a round waited
-    for it in each of its six stages (8 s); the round's grace waits for it at most one grace in all, then
+    for it in each of its six stages; the round's grace waits for it at most one grace in all, then
     drops it. The round's waits past each stage's median answer add up to at most the floor (the key stages'
     medians are milliseconds, so their grace is the floor), plus what the honest answers take."""
+    monkeypatch.setattr(stages, "GRACE_FLOOR_SECONDS", FLOOR)
     _, log = two_rounds(tmp_path, JUST_UNDER)
     assert [record["status"] for record in log] == ["applied", "applied"]
     # Round 1: its first stage answered within the grace, the next past what the round had left. (In round 2
@@ -148,6 +155,6 @@ def test_a_site_late_in_every_stage_adds_at_most_one_grace_to_a_round(tmp_path: 
             median = times[(len(answers) + 1) // 2 - 1]
             past_median += record["stage_seconds"][stage] - median
         # Each stage's closing takes a few ms beyond its deadline or last answer (the board wakes, the next stage
-        # opens), more on a loaded machine: CLOSING (0.5 s) for the round's stages together.
-        assert past_median < GRACE_FLOOR_SECONDS + CLOSING, record["stage_seconds"]
-        assert GRACE_FLOOR_SECONDS - 0.1 <= record["held_up_by"]["site-c"] <= GRACE_FLOOR_SECONDS + CLOSING
+        # opens), more on a loaded machine: CLOSING (1.5 s) for the round's stages together.
+        assert past_median < FLOOR + CLOSING, record["stage_seconds"]
+        assert FLOOR - 0.1 <= record["held_up_by"]["site-c"] <= FLOOR + CLOSING
