@@ -262,7 +262,7 @@ class Backoff:
         if attempt == 0 or elapsed >= self._next_start_line:
             self._next_start_line = elapsed + START_LOG_SECONDS
             logger.info(
-                "%s: waiting for the aggregator at %s (%s); trying every second for up to %.0f s",
+                "%s: no answer yet from the aggregator at %s (%s); trying every second, %.0f s in all",
                 self.name,
                 self.target.address,
                 str(failure).split(". Fix: ")[0],
