@@ -115,8 +115,9 @@ def test_the_knobs_every_method_shares_span_the_same_absolute_ladders() -> None:
     for rho in (0.1, 0.7):
         learning_rates = {
             method: {
-                (point.step, point.momentum or 0.0): config_from_flags(study.validation_run(method, rho, point).flags)
-                .training.local.lr
+                (point.step, point.momentum or 0.0): config_from_flags(
+                    study.validation_run(method, rho, point).flags
+                ).training.local.lr
                 for point in study.grid(method, rho)
             }
             for method in BASELINES
@@ -164,7 +165,6 @@ def fake_results(risk: Callable[[Knobs], float]) -> Callable[..., dict[Run, dict
         return out
 
     return run_all
-
 
 
 def test_the_study_records_each_methods_budget_tried_points_and_marks(
