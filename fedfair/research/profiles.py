@@ -104,13 +104,13 @@ PROFILES["figure1"] = Profile(
     model="mlp",
     adversary_lrs=(0.1, 1.0),
 )
-PROFILES["tuned"] = Profile(**{**PROFILES["figure1"].__dict__, "name": "tuned", "ladders": True})
 """quick: every figure on Adult in minutes; full: the paper's grids; table: only the comparison at
 rho = 0.1 and epsilon = 0.05 with the MLP, the setting of the paper's headline claim; figure1: the
 paper's Figure 1 panel (every method's worst-group risk, mean risk and disparity over rho) on a
 smaller grid than full, so that every dataset fedfair holds fits on a few cores; tuned: figure1's rounds, seeds
 and rhos, every method tuned by the protocol of `fedfair.research.tuning` (the same absolute ladders for the
 knobs all share, its own knobs' ladders reaching their limit cases, no choice on an unmarked edge)."""
+PROFILES["tuned"] = Profile(**{**PROFILES["figure1"].__dict__, "name": "tuned", "ladders": True})
 
 
 # ---------------------------------------------------------------- the study
