@@ -39,8 +39,9 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--profile",
         choices=PROFILE_NAMES,
         default="full",
-        help="full (the paper's grids, default), quick (as --quick), table (only rho = 0.1, epsilon = 0.05, MLP) "
-        "or figure1 (every method over rho = 0.1 to 0.7 on a smaller grid)",
+        help="full (the paper's grids, default), quick (as --quick), table (only rho = 0.1, epsilon = 0.05, MLP), "
+        "figure1 (every method over rho = 0.1 to 0.7 on a smaller grid) or tuned (figure1's runs, every method "
+        "tuned by one protocol: the same absolute ladders, grids extended until no choice sits on an edge)",
     )
     parser.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="processes to train in (default: every core)"

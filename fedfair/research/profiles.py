@@ -41,6 +41,10 @@ class Profile:
     default step (`momentum_step_scale`): where the best held-out worst group is a model barely moved from
     its start (RAND HIE at rho = 0.1), the plain step at the smallest multiple wins; where it must be fitted
     (MNIST), momentum does."""
+    ladders: bool = False
+    """Whether every method is tuned by the protocol of `fedfair.research.tuning` (absolute ladders, the same for
+    the knobs all share, searched by the edge rule) instead of the grids above (multiples of each method's default
+    step), which it then ignores."""
 
 
 PROFILES = {
@@ -103,7 +107,10 @@ PROFILES["figure1"] = Profile(
 """quick: every figure on Adult in minutes; full: the paper's grids; table: only the comparison at
 rho = 0.1 and epsilon = 0.05 with the MLP, the setting of the paper's headline claim; figure1: the
 paper's Figure 1 panel (every method's worst-group risk, mean risk and disparity over rho) on a
-smaller grid than full, so that every dataset fedfair holds fits on a few cores."""
+smaller grid than full, so that every dataset fedfair holds fits on a few cores; tuned: figure1's rounds, seeds
+and rhos, every method tuned by the protocol of `fedfair.research.tuning` (the same absolute ladders for the
+knobs all share, its own knobs' ladders reaching their limit cases, no choice on an unmarked edge)."""
+PROFILES["tuned"] = Profile(**{**PROFILES["figure1"].__dict__, "name": "tuned", "ladders": True})
 
 
 # ---------------------------------------------------------------- the study

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fedfair.datasets import load_dataset
-from fedfair.research import convergence, fronts
+from fedfair.research import convergence, fronts, tuning
 from fedfair.research.method_names import LOSS_METHODS
 from fedfair.research.methods import METHODS
 from fedfair.research.paper_splits import PaperSplit, paper_split
@@ -60,6 +60,8 @@ OWN_GRIDS = {
 }
 """The setting of each fairness baseline that its grid spans, as FedSRCVaR's spans two epsilons: PropFair's
 ceiling M (above ln 10, MNIST's loss at the uniform start), TERM's tilt t and Delta-FL's level over clients."""
+LOCAL_STEP_METHODS = ("fedavg", "fedsrcvar", "fedavgm", *OWN_GRIDS)
+"""The methods tuned over local steps as FedAvg is (the others take one a round)."""
 FEDAVGM_MOMENTA = (0.0, 0.7, 0.9, 0.97)
 """FedAvgM's server momenta (Hsu et al. 2019 try 0.7 to 0.99; 0 is FedAvg), each at the same effective step:
 four values, so that its grid is as large as FedSRCVaR's two epsilons times two server steps."""
@@ -111,11 +113,14 @@ class Study:
         return [*flags, "--rounds", str(p.rounds), "--seed", str(seed), *device, *rows]
 
     def grid(self, method: str, rho: float) -> list[Point]:
-        """The hyperparameter points of `method` at `rho`."""
+        """The hyperparameter points of `method` at `rho` (under the tuning protocol: its starting grid)."""
         p = self.profile
+        if p.ladders:
+            search = self.search(method)
+            return [ladder_point(method, search.axes, point) for point in search.start()]
         epsilons = p.fedsrcvar_epsilons if method == "fedsrcvar" else (None,)
         # FedSRCVaR and the methods tuned alike try FedAvg's local steps too: all send one update per round.
-        steps = p.fedavg_local_steps if method in ("fedavg", "fedsrcvar", "fedavgm", *OWN_GRIDS) else (1,)
+        steps = p.fedavg_local_steps if method in LOCAL_STEP_METHODS else (1,)
         adversaries = p.adversary_lrs if method in ADVERSARY_METHODS else (None,)
         momenta: tuple[float | None, ...] = (None,)
         if method == "fedavgm":
@@ -133,17 +138,22 @@ class Study:
             for scale in p.lr_scales
         ]
 
+    def search(self, method: str) -> tuning.Search:
+        """`method`'s search under the tuning protocol, nothing tried yet (its axes: `tuning.axes_of`)."""
+        axes = tuning.axes_of(method, method in LOCAL_STEP_METHODS, METHODS[method].server_momentum is not None)
+        return tuning.Search(axes, tuning.EXTENSION_RUNS)
+
+    def validation_run(self, method: str, rho: float, point: Point) -> Run:
+        """The validation run (seed 0) of `point` of `method` at `rho`, judged at every rho it serves."""
+        return Run((*self.base(method, rho, 0), *point.flags(method, rho)), "validation", self.judged_at(method))
+
     def judged_at(self, method: str) -> tuple[float, ...]:
         """The rhos beyond its own that a run of `method` is judged at (all of them without rho)."""
         return tuple(rho for rho in self.rhos if rho != TABLE_RHO) if METHODS[method].rho_free else ()
 
     def selection_runs(self, method: str, rho: float) -> list[Run]:
         """One validation run (seed 0) per grid point of `method` at `rho`, judged at every rho it serves."""
-        rhos = self.judged_at(method)
-        return [
-            Run((*self.base(method, rho, 0), *point.flags(method, rho)), "validation", rhos)
-            for point in self.grid(method, rho)
-        ]
+        return [self.validation_run(method, rho, point) for point in self.grid(method, rho)]
 
     def test_runs(self, method: str, rho: float, point: Point, composition: tuple[str, ...] = ()) -> list[Run]:
         """The test runs of the chosen `point`: one per seed of the profile."""
@@ -165,8 +175,10 @@ class Point:
     """One hyperparameter choice.
 
     A multiple of the method's default step, FedSRCVaR's epsilon (None: the method has none, or the figure fixes
-    it), the local steps per round, the adversary's step, the server momentum (None: the method's default)
-    and the method's own setting in `OWN_GRIDS` (None: it has none).
+    it), the local steps per round, the adversary's step, the server momentum (None: the method's default),
+    the method's own setting in `OWN_GRIDS` (None: it has none), an absolute step in place of the multiple
+    (None: the multiple; the tuning protocol's points set it and leave `scale` at 1) and FedSRCVaR's
+    smoothing width gamma (None: its default).
     """
 
     scale: float
@@ -175,16 +187,20 @@ class Point:
     adversary_lr: float | None = None
     momentum: float | None = None
     setting: float | None = None
+    step: float | None = None
+    gamma: float | None = None
 
     def flags(self, method: str, rho: float) -> tuple[str, ...]:
         """The `fedfair simulate` flags of this point.
 
         The default step of the RCVaR methods is fedfair's 0.5 / ((1 - eps) / rho + eps), scaled; BPF's is that
-        at eps = 0, 0.5 rho (its sample weights reach 1 / rho); the others' default is 0.5, scaled. A method
-        with server momentum (`MOMENTUM_METHODS`) takes that times `momentum_step_scale` under its momentum, as
-        `fedfair simulate` takes it.
+        at eps = 0, 0.5 rho (its sample weights reach 1 / rho); the others' default is 0.5, scaled; an absolute
+        `step` replaces all of them, the same for every method. A method with server momentum takes that times
+        `momentum_step_scale` under its momentum, as `fedfair simulate` takes it.
         """
-        if method in RCVAR_METHODS:
+        if self.step is not None:
+            lr = self.step
+        elif method in RCVAR_METHODS:
             lr = self.scale * default_step_size(DEFAULT_EPSILON if self.epsilon is None else self.epsilon, rho)
         elif method == "bpf":
             # Its ratios reach 1 / rho, as CVaR's weights do: CVaR's step (epsilon 0), not ERM's.
@@ -205,6 +221,8 @@ class Point:
             flags += ["--epsilon", f"{self.epsilon:g}"]
         elif method == "bpf":  # said outright: BPF's runs from before its default became 0 ran at 0.1
             flags += ["--epsilon", "0"]
+        if self.gamma is not None:
+            flags += ["--gamma", f"{self.gamma:g}"]
         if self.adversary_lr is not None:
             flags += ["--adversary-lr", f"{self.adversary_lr:g}"]
         return tuple(flags)
@@ -218,9 +236,11 @@ class Point:
 
     def describe(self, method: str = "fedsrcvar") -> str:
         """The point of `method` in words for the tables, e.g. ``step x0.5, epsilon 0.05``."""
-        parts = [f"step x{self.scale:g}"]
+        parts = [f"step x{self.scale:g}" if self.step is None else f"step {self.step:g}"]
         if self.epsilon is not None:
             parts.append(f"epsilon {self.epsilon:g}")
+        if self.gamma is not None:
+            parts.append(f"gamma {self.gamma:g}")
         if self.local_steps != 1:
             parts.append(f"{self.local_steps} local steps")
         if self.adversary_lr is not None:
@@ -241,8 +261,87 @@ def chosen(study: Study, method: str, rho: float, results: Mapping[Run, dict[str
     return study.grid(method, rho)[best]
 
 
+OWN_SETTING_AXES = {"tilt", "ceiling", "client level"}
+"""The tuning protocol's axes that are a method's `Point.setting` (its flag in `OWN_GRIDS`)."""
+
+
+def ladder_point(method: str, axes: Sequence[tuning.Axis], coordinates: tuning.Coordinates) -> Point:
+    """The `Point` of `method` at `coordinates` of its tuning-protocol `axes` (its step absolute)."""
+    values = dict(zip((axis.name for axis in axes), coordinates, strict=True))
+    settings = [value for name, value in values.items() if name in OWN_SETTING_AXES]
+    return Point(
+        1.0,
+        epsilon=values.get(tuning.EPSILON.name),
+        local_steps=int(values.get(tuning.LOCAL_STEPS.name, 1)),
+        adversary_lr=values.get(tuning.ADVERSARY.name),
+        momentum=values.get(tuning.MOMENTUM.name),
+        setting=settings[0] if settings else None,
+        step=values[tuning.STEP.name],
+        gamma=values.get(tuning.GAMMA.name),
+    )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How one method's point at one rho was chosen: every validation point tried, the choice, and its marks."""
+
+    points: tuple[Point, ...]
+    runs: tuple[Run, ...]
+    choice: Point
+    limits: tuple[str, ...] = ()
+    """Why the choice is not strictly inside finite neighbours on every axis (`tuning.Search.limits`)."""
+    search: tuning.Search | None = None
+    """The tuning protocol's search (None: a fixed grid)."""
+
+
+def select(
+    study: Study, wanted: Sequence[tuple[str, float]], cache_folder: Path, workers: int, on_ray: bool = False
+) -> tuple[dict[tuple[str, float], Selection], dict[Run, dict[str, Any]]]:
+    """Each (method, rho) of `wanted` chosen on validation rows, with every validation result it read.
+
+    On a fixed grid: every point, then `chosen`. Under the tuning protocol (`Profile.ladders`): each one's
+    `tuning.Search` run to its end, the points of every search trained together each round.
+    """
+    if not study.profile.ladders:
+        runs = [run for method, rho in wanted for run in study.selection_runs(method, rho)]
+        fixed = run_all(runs, cache_folder, workers, "choosing hyperparameters", on_ray)
+        return {
+            (method, rho): Selection(
+                tuple(study.grid(method, rho)),
+                tuple(study.selection_runs(method, rho)),
+                chosen(study, method, rho, fixed),
+            )
+            for method, rho in wanted
+        }, fixed
+    searches = [study.search(method) for method, _ in wanted]
+    results: dict[Run, dict[str, Any]] = {}
+
+    def evaluate(asked: list[tuple[int, tuning.Coordinates]]) -> list[float]:
+        runs = [study.validation_run(*pair(index, point)) for index, point in asked]
+        results.update(run_all(runs, cache_folder, workers, "choosing hyperparameters", on_ray))
+        pairs = zip(runs, asked, strict=True)
+        return [float(judged_at(results[run], wanted[index][1])["worst_risk"]) for run, (index, _) in pairs]
+
+    def pair(index: int, point: tuning.Coordinates) -> tuple[str, float, Point]:
+        method, rho = wanted[index]
+        return method, rho, ladder_point(method, searches[index].axes, point)
+
+    tuning.settle(searches, evaluate)
+    selections = {}
+    for (method, rho), search in zip(wanted, searches, strict=True):
+        points = tuple(ladder_point(method, search.axes, point) for point in search.tried)
+        selections[(method, rho)] = Selection(
+            points,
+            tuple(study.validation_run(method, rho, point) for point in points),
+            ladder_point(method, search.axes, search.choice()),
+            tuple(search.limits()),
+            search,
+        )
+    return selections, results
+
+
 def judged_points(
-    study: Study, results: Mapping[Run, dict[str, Any]], choice: Mapping[tuple[str, float], Point]
+    study: Study, results: Mapping[Run, dict[str, Any]], selections: Mapping[tuple[str, float], Selection]
 ) -> list[fronts.Judged]:
     """Every study method's validation points at every rho the study judges, read off their cached `results`."""
     return [
@@ -252,11 +351,58 @@ def judged_points(
             point.describe(method),
             float(judged_at(results[run], rho)["mean_risk"]),
             float(judged_at(results[run], rho)["worst_risk"]),
-            point == choice[(method, rho)],
+            point == selections[(method, rho)].choice,
         )
         for rho in study.rhos
         for method in study.methods
-        for point, run in zip(study.grid(method, rho), study.selection_runs(method, rho), strict=True)
+        for point, run in zip(selections[(method, rho)].points, selections[(method, rho)].runs, strict=True)
+    ]
+
+
+def tuning_rows(selections: Mapping[tuple[str, float], Selection]) -> list[dict[str, Any]]:
+    """Every point the tuning protocol tried, a row each: where it sits on its method's axes and what it read.
+
+    `coordinates` lists the point's value on each of `axes` (both joined by " | "), so that a reader can check
+    the edge rule against the ladders (`tuning`) from this table alone.
+    """
+    rows = []
+    for (method, rho), selection in selections.items():
+        search = selection.search
+        if search is None:
+            continue
+        choice = search.choice()
+        for point, (coordinates, risk) in zip(selection.points, search.tried.items(), strict=True):
+            rows.append(
+                {
+                    "method": METHOD_LABELS[method],
+                    "rho": rho,
+                    "axes": " | ".join(axis.name for axis in search.axes),
+                    "coordinates": " | ".join(f"{value:g}" for value in coordinates),
+                    "point": point.describe(method),
+                    "round": search.round_of[coordinates],
+                    "worst_risk": risk,
+                    "chosen": coordinates == choice,
+                }
+            )
+    return rows
+
+
+def grid_rows(study: Study) -> list[dict[str, Any]]:
+    """The tuning protocol's axes of every study method: its ladder, where it starts, what its ends are."""
+    return [
+        {
+            "method": METHOD_LABELS[method],
+            "axis": axis.name,
+            "ladder": " ".join(f"{value:g}" for value in axis.ladder),
+            "start": " ".join(f"{value:g}" for value in axis.start),
+            "below": axis.below,
+            "above": axis.above,
+            "starting_points": len(search.start()),
+            "budget": search.budget,
+        }
+        for method in study.methods
+        for search in (study.search(method),)
+        for axis in search.axes
     ]
 
 
@@ -340,33 +486,35 @@ def reproduce(
     table_methods = tuple(
         m for m in TABLE_METHODS if m in METHODS and m in wanted and (grouped or not METHODS[m].needs_groups)
     )
-    selecting = [run for method in available for rho in rhos for run in study.selection_runs(method, rho)]
-    selecting += [run for method in table_methods for run in study.selection_runs(method, TABLE_RHO)]
-    selected = run_all(selecting, cache_folder, workers, "choosing hyperparameters", on_ray)
-    choice = {
-        (method, rho): chosen(study, method, rho, selected)
+    wanted_pairs = [
+        (method, rho)
         for method in dict.fromkeys((*available, *table_methods))
         for rho in (rhos if method in available else (TABLE_RHO,))
-    }
+    ]
+    selections, selected = select(study, wanted_pairs, cache_folder, workers, on_ray)
+    choice = {pair: selection.choice for pair, selection in selections.items()}
 
     # 2. The chosen configurations over seeds on the test rows; the epsilon and tau sweeps take
-    # FedSRCVaR's step multiple chosen at the table's rho.
+    # FedSRCVaR's step (and under the tuning protocol its smoothing) chosen at the table's rho.
     testing = [run for (method, rho), point in choice.items() for run in study.test_runs(method, rho, point)]
-    scale, momentum = choice[("fedsrcvar", TABLE_RHO)].scale, choice[("fedsrcvar", TABLE_RHO)].momentum
+    anchor = choice[("fedsrcvar", TABLE_RHO)]
+    anchor = Point(anchor.scale, momentum=anchor.momentum, step=anchor.step, gamma=anchor.gamma)
     trade_off = {
-        (rho, eps): study.test_runs("fedsrcvar", rho, Point(scale, eps, momentum=momentum))
+        (rho, eps): study.test_runs("fedsrcvar", rho, dataclasses.replace(anchor, epsilon=eps))
         for rho in profile.trade_off_rhos
         for eps in profile.epsilons
     }
     taus = {
-        (rho, tau): study.test_runs("fedsrcvar", rho, Point(scale, DEFAULT_EPSILON, tau, momentum=momentum))
+        (rho, tau): study.test_runs(
+            "fedsrcvar", rho, dataclasses.replace(anchor, epsilon=DEFAULT_EPSILON, local_steps=tau)
+        )
         for rho in profile.rhos
         for tau in profile.taus
     }
     # The paper's composition table: FedSRCVaR's worst group at each rho, by race and label.
     described = (COMPOSITION_COLUMN,) if COMPOSITION_COLUMN in group_columns else ()
     compositions = {
-        rho: study.test_runs("fedsrcvar", rho, Point(scale, DEFAULT_EPSILON, momentum=momentum), described)
+        rho: study.test_runs("fedsrcvar", rho, dataclasses.replace(anchor, epsilon=DEFAULT_EPSILON), described)
         for rho in (COMPOSITION_RHOS if described else ())
     }
     everything = testing + [
@@ -380,7 +528,11 @@ def reproduce(
     def chosen_row(method: str, rho: float) -> dict[str, Any]:
         point = choice[(method, rho)]
         seeds = [results[run] for run in study.test_runs(method, rho, point)]
-        return {"method": METHOD_LABELS[method], "rho": rho, **summary(seeds, rho), "chosen": point.describe(method)}
+        row = {"method": METHOD_LABELS[method], "rho": rho, **summary(seeds, rho), "chosen": point.describe(method)}
+        if profile.ladders:  # the budget each method used and the marks of its choice, beside it
+            selection = selections[(method, rho)]
+            row |= {"validation_runs": len(selection.points), "limits": "; ".join(selection.limits)}
+        return row
 
     rho_rows = [chosen_row(method, rho) for method in available for rho in profile.rhos]
     epsilon_rows = [
@@ -413,7 +565,10 @@ def reproduce(
         )
     written["table"] = write_csv(out / f"table_rho{TABLE_RHO:g}.csv", table_rows)
     written["table_png"] = figures.save(figures.table(read_csv(written["table"]), title), out / "table.png")
-    written["fronts"] = write_csv(out / "fronts.csv", fronts.front_rows(judged_points(study, selected, choice)))
+    written["fronts"] = write_csv(out / "fronts.csv", fronts.front_rows(judged_points(study, selected, selections)))
+    if profile.ladders:
+        written["tuning"] = write_csv(out / "tuning.csv", tuning_rows(selections))
+        written["grids"] = write_csv(out / "grids.csv", grid_rows(study))
     written["fronts_png"] = figures.save(
         figures.fronts(read_csv(written["fronts"]), uniform, title), out / "fronts.png"
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 STUDY_SUMMARY = "`fedfair reproduce`: the paper's study on one dataset, as CSV tables and PNG figures."
 """The first paragraph of :mod:`fedfair.research.reproduce`'s docstring: the command's --help description."""
 
-PROFILE_NAMES = ("figure1", "full", "quick", "table")
+PROFILE_NAMES = ("figure1", "full", "quick", "table", "tuned")
 """The paper study's profiles (``--profile``), sorted."""
 
 STUDY_METHODS = (

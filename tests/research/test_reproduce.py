@@ -512,10 +512,16 @@ def test_the_fronts_points_are_every_validation_run_read_at_every_rho_with_the_c
     for rho in grid.rhos:
         for index, run in enumerate(grid.selection_runs("fedsrcvar", rho)):
             results[run] = {"rho": rho, "mean_risk": 0.6 + index, "worst_risk": 0.8 - rho * index}
-    choice = {
-        (method, rho): reproduce.chosen(grid, method, rho, results) for method in grid.methods for rho in grid.rhos
+    selections = {
+        (method, rho): reproduce.Selection(
+            tuple(grid.grid(method, rho)),
+            tuple(grid.selection_runs(method, rho)),
+            reproduce.chosen(grid, method, rho, results),
+        )
+        for method in grid.methods
+        for rho in grid.rhos
     }
-    points = reproduce.judged_points(grid, results, choice)
+    points = reproduce.judged_points(grid, results, selections)
     assert len(points) == len(grid.rhos) * (6 + 3)
     fedavg = [point for point in points if point.method == METHOD_LABELS["fedavg"] and point.rho == 0.3]
     assert [point.worst_risk for point in fedavg] == [0.9 - 0.1 * index for index in range(3)]

@@ -1,0 +1,277 @@
+"""The tuning protocol of `fedfair reproduce --profile tuned`: one set of ladders for all, and the edge rule.
+
+Every knob a method is tuned over is an `Axis`: an ascending ladder of the values the protocol may try, the
+values it starts from, and what each end of the ladder is (a stated limit: epsilon 1 is ERM, momentum 0 the
+plain step, the ladder's floor of steps). The knobs the methods share (the step, the local steps, the server
+momentum) are the same axes for every method that takes them, in **absolute** units: the same steps are tried
+whatever the method's curvature, where the older grids tried multiples of each method's own default step.
+
+A method's search (`Search`) starts from the product of its axes' starting values and then applies the
+**edge rule**: while the point with the lowest validation worst-group risk has a ladder neighbour on some axis
+(the next value below or above, every other knob held) that was not tried, it tries those neighbours and
+chooses again. It stops when every neighbour of the choice on every axis was tried (so the choice is at least
+as good as each of them: it sits on no edge of what was tried), when a neighbour would lie past an end of the
+ladder (a bound, stated), or when the method's extension runs are spent (stated). A neighbour that diverged
+was tried: the choice is interior to the grid, and the mark says the next value diverged. `limits` says all
+of this for the table.
+
+Why: docs/paper.md, "The tuning protocol".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fedfair.core.errors import ConfigError
+from fedfair.research.fronts import DIVERGED_RISK
+
+Coordinates = tuple[float, ...]
+"""One point of a search: a value per axis, in the order of the search's axes."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One knob: the values the protocol may try (ascending), those it starts from, and what its ends are."""
+
+    name: str
+    ladder: tuple[float, ...]
+    start: tuple[float, ...]
+    below: str
+    """What the ladder's lowest value is, said where a choice stops there (e.g. "the plain server step")."""
+    above: str
+    """What the ladder's highest value is."""
+
+    def __post_init__(self) -> None:
+        """Refuse a ladder that is empty or not strictly ascending, and a start off the ladder."""
+        if not self.ladder or any(low >= high for low, high in itertools.pairwise(self.ladder)):
+            raise ConfigError(f"axis {self.name}: the ladder must be strictly ascending, got {self.ladder}")
+        if not self.start or not set(self.start) <= set(self.ladder):
+            raise ConfigError(f"axis {self.name}: the start {self.start} must be values of the ladder {self.ladder}")
+
+    def neighbours(self, value: float) -> tuple[float | None, float | None]:
+        """The ladder's values next below and next above `value` (None past an end)."""
+        index = self.ladder.index(value)
+        below = self.ladder[index - 1] if index > 0 else None
+        above = self.ladder[index + 1] if index + 1 < len(self.ladder) else None
+        return below, above
+
+    def describe(self) -> str:
+        """The ladder and its start in words, for the tables, e.g. ``{0, 0.7, 0.9, 0.97} from {0, 0.9}``."""
+        return (
+            f"{{{', '.join(f'{value:g}' for value in self.ladder)}}} from {{{', '.join(f'{v:g}' for v in self.start)}}}"
+        )
+
+
+def diverged(risk: float) -> bool:
+    """Whether a validation worst-group risk says the run diverged (not finite, or above `DIVERGED_RISK`)."""
+    return not math.isfinite(risk) or risk > DIVERGED_RISK
+
+
+@dataclass
+class Search:
+    """One method's search at one rho under the edge rule: what was tried, what it chose, why it stopped.
+
+    `extension_runs` bounds the runs tried after the starting grid (the same for every method).
+    """
+
+    axes: tuple[Axis, ...]
+    extension_runs: int
+    tried: dict[Coordinates, float] = field(default_factory=dict)
+    """Every point tried, in the order tried, with its validation worst-group risk (NaN: diverged)."""
+    rounds: int = 0
+    """How many times the search extended its grid."""
+    round_of: dict[Coordinates, int] = field(default_factory=dict)
+    """The round each point was tried in: 0 the starting grid, k the k-th extension."""
+
+    def start(self) -> list[Coordinates]:
+        """The starting grid: the product of the axes' starting values (the last axis varying fastest)."""
+        return [tuple(values) for values in itertools.product(*(axis.start for axis in self.axes))]
+
+    @property
+    def budget(self) -> int:
+        """The validation runs the search may use: its starting grid and its extension runs."""
+        return len(self.start()) + self.extension_runs
+
+    def choice(self) -> Coordinates:
+        """The tried point with the lowest validation risk (ties: the first tried; a diverged one never wins).
+
+        Raises:
+            ConfigError: nothing was tried yet.
+        """
+        if not self.tried:
+            raise ConfigError("the search has tried nothing yet: record its starting grid first")
+        finite = [(risk, index) for index, risk in enumerate(self.tried.values()) if not diverged(risk)]
+        best = min(finite)[1] if finite else 0
+        return list(self.tried)[best]
+
+    def wanted(self) -> list[Coordinates]:
+        """The points to try next: the starting grid, then the untried ladder neighbours of the choice.
+
+        Empty when the search is done: every neighbour tried or past an end, every point diverged, or the
+        extension runs spent (the last are cut to what is left of them).
+        """
+        if not self.tried:
+            return self.start()
+        if all(diverged(risk) for risk in self.tried.values()):
+            return []
+        left = self.budget - len(self.tried)
+        return self._untried_neighbours()[: max(left, 0)]
+
+    def _untried_neighbours(self) -> list[Coordinates]:
+        chosen = self.choice()
+        wanted: list[Coordinates] = []
+        for index, axis in enumerate(self.axes):
+            for neighbour in axis.neighbours(chosen[index]):
+                if neighbour is None:
+                    continue
+                point = (*chosen[:index], neighbour, *chosen[index + 1 :])
+                if point not in self.tried and point not in wanted:
+                    wanted.append(point)
+        return wanted
+
+    def record(self, risks: Mapping[Coordinates, float]) -> None:
+        """Keep the validation risks of points tried (a point tried before is refused: the budget counts runs)."""
+        again = [point for point in risks if point in self.tried]
+        if again:
+            raise ConfigError(f"points {again} were tried already")
+        if self.tried:
+            self.rounds += 1
+        self.tried.update(risks)
+        self.round_of.update(dict.fromkeys(risks, self.rounds))
+
+    @property
+    def settled(self) -> bool:
+        """Whether every ladder neighbour of the choice on every axis was tried (or lies past an end)."""
+        return bool(self.tried) and not self._untried_neighbours()
+
+    def limits(self) -> list[str]:
+        """Why the choice is not strictly inside finite neighbours on every axis, one clause each (empty: it is).
+
+        A clause names an end of an axis's ladder the choice sits on (and what that end is), a neighbour that
+        diverged, the search stopped with its extension runs spent, or every point diverged.
+        """
+        if all(diverged(risk) for risk in self.tried.values()):
+            return [f"every one of its {len(self.tried)} points diverged"]
+        chosen = self.choice()
+        clauses: list[str] = []
+        for index, axis in enumerate(self.axes):
+            value = chosen[index]
+            for neighbour, end in zip(axis.neighbours(value), (axis.below, axis.above), strict=True):
+                if neighbour is None:
+                    clauses.append(f"{axis.name} {value:g} is its ladder's end ({end})")
+                    continue
+                point = (*chosen[:index], neighbour, *chosen[index + 1 :])
+                if point in self.tried and diverged(self.tried[point]):
+                    clauses.append(f"{axis.name} {neighbour:g} diverged")
+        if not self.settled:
+            clauses.append(f"unsettled: its {self.extension_runs} extension runs were spent")
+        return clauses
+
+
+def settle(searches: Sequence[Search], evaluate: Callable[[list[tuple[int, Coordinates]]], Sequence[float]]) -> None:
+    """Run every search to its end, each round's wanted points of all searches evaluated together.
+
+    `evaluate` takes (search index, point) pairs and returns each one's validation worst-group risk, in order;
+    one call per round lets a pool train the points of every search at once.
+    """
+    while True:
+        asked = [(index, point) for index, search in enumerate(searches) for point in search.wanted()]
+        if not asked:
+            return
+        risks = evaluate(asked)
+        for index, search in enumerate(searches):
+            found = {point: risk for (owner, point), risk in zip(asked, risks, strict=True) if owner == index}
+            if found:
+                search.record(found)
+
+
+# ---------------------------------------------------------------- the ladders
+
+STEP = Axis(
+    "step",
+    (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0),
+    (1e-3, 0.01, 0.1),
+    below="the ladder's floor: 200 rounds at 1e-05 barely move any model from its start",
+    above="the ladder's cap: plain SGD at 3 diverges on every dataset's model",
+)
+"""The step s every method takes, absolute: `--lr` and `--threshold-lr` are s, times min(1, 2.5 (1 - beta)) under
+server momentum beta (the same effective-step rule for every method). The ladder is the 1-3 series."""
+LOCAL_STEPS = Axis(
+    "local steps",
+    (1.0, 3.0, 8.0, 15.0),
+    (1.0, 3.0),
+    below="one local step a round",
+    above="15 local steps, the full profile's most",
+)
+MOMENTUM = Axis(
+    "server momentum",
+    (0.0, 0.7, 0.9, 0.97),
+    (0.0, 0.9),
+    below="the plain server step",
+    above="0.97, the top of the range Hsu et al. found useful below 0.99",
+)
+EPSILON = Axis(
+    "epsilon",
+    (0.0, 0.01, 0.05, 0.2, 1.0),
+    (0.01, 1.0),
+    below="epsilon 0 is CVaR alone",
+    above="epsilon 1 is ERM",
+)
+GAMMA = Axis(
+    "gamma",
+    (0.001, 0.003, 0.01, 0.03, 0.1),
+    (0.01,),
+    below="the ladder's floor, 0.001",
+    above="the ladder's cap, 0.1 (twice the default)",
+)
+TILT = Axis(
+    "tilt",
+    (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0),
+    (1.0, 100.0),
+    below="the ladder's floor: t 0.1 is near FedAvg",
+    above="the ladder's cap: at t 1000 the tilted risk is within ln(n) / 1000 of the largest loss",
+)
+CEILING = Axis(
+    "ceiling",
+    (1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 100.0),
+    (3.0, 10.0),
+    below="the ladder's floor: M 1 is near the losses of a model at its start",
+    above="the ladder's cap: at M 100 every client weighs about alike, FedAvg",
+)
+LEVEL = Axis(
+    "client level",
+    (0.1, 0.2, 0.3, 0.5, 0.7, 1.0),
+    (0.1, 0.5),
+    below="the ladder's floor: at 0.1 the tail is the worst client alone on 3 to 10 sites",
+    above="level 1 is FedAvg",
+)
+ADVERSARY = Axis(
+    "adversary step",
+    (0.01, 0.1, 1.0, 10.0, 100.0),
+    (0.1, 1.0, 10.0),
+    below="the ladder's floor, 0.01",
+    above="the ladder's cap, 100",
+)
+EXTENSION_RUNS = 24
+"""The runs each method's search may add to its starting grid, the same for every method and rho."""
+
+
+OWN_AXES: dict[str, tuple[Axis, ...]] = {
+    "fedsrcvar": (EPSILON, GAMMA),
+    "term": (TILT,),
+    "propfair": (CEILING,),
+    "deltafl": (LEVEL,),
+    "bpf": (ADVERSARY,),
+    "fedminmax": (ADVERSARY,),
+}
+"""Each method's own knobs; a method not named here is tuned over the shared knobs alone (AFL's mixture step,
+q-FedAvg's q and the central yardsticks' settings stay at their defaults)."""
+
+
+def axes_of(method: str, local_steps: bool, momentum: bool) -> tuple[Axis, ...]:
+    """`method`'s axes: the step, the local steps and the momentum where it takes them, then its own knobs."""
+    shared = (STEP, *((LOCAL_STEPS,) if local_steps else ()), *((MOMENTUM,) if momentum else ()))
+    return (*shared, *OWN_AXES.get(method, ()))

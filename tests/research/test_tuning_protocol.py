@@ -1,0 +1,231 @@
+"""The tuning protocol: the edge rule on synthetic validation surfaces, ladders alike, and the committed tables."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedfair.core.errors import ConfigError
+from fedfair.research import reproduce, tuning
+from fedfair.research.flags import config_from_flags
+from fedfair.research.paper_splits import paper_split
+from fedfair.research.profiles import PROFILES, TABLE_RHO
+from fedfair.research.reproduce import METHOD_LABELS, Study, read_csv
+from fedfair.research.runs import Run
+from fedfair.research.tuning import Axis, Coordinates, Search
+
+STEPS = Axis("step", (0.001, 0.01, 0.1, 1.0, 10.0), (0.01, 0.1), below="the floor", above="the cap")
+KNOB = Axis("knob", (0.0, 1.0, 2.0, 3.0), (0.0,), below="none of it", above="all of it")
+
+
+def surface(best: Coordinates) -> Callable[[Coordinates], float]:
+    """A separable bowl over (log10 step, knob) with its lowest point at `best`."""
+    return lambda point: (math.log10(point[0]) - math.log10(best[0])) ** 2 + (point[1] - best[1]) ** 2
+
+
+def searched(risk: Callable[[Coordinates], float], extension_runs: int = 24) -> Search:
+    search = Search((STEPS, KNOB), extension_runs)
+    tuning.settle([search], lambda asked: [risk(point) for _, point in asked])
+    return search
+
+
+def test_a_choice_at_the_edge_of_the_start_extends_the_grid_until_it_is_interior() -> None:
+    # The start holds steps 0.01 and 0.1 at knob 0; the bowl's bottom is at step 1, knob 2, off both edges.
+    search = searched(surface((1.0, 2.0)))
+    assert search.choice() == (1.0, 2.0)
+    assert search.settled and search.limits() == []
+    # Every ladder neighbour of the choice was tried, so it sits on no edge of what was tried.
+    for neighbour in [(0.1, 2.0), (10.0, 2.0), (1.0, 1.0), (1.0, 3.0)]:
+        assert neighbour in search.tried
+    assert search.rounds >= 2 and search.round_of[(0.01, 0.0)] == 0 and search.round_of[(1.0, 2.0)] > 0
+    # Coordinate steps only: far fewer runs than the 20-point lattice.
+    assert len(search.tried) < len(STEPS.ladder) * len(KNOB.ladder)
+
+
+def test_an_interior_start_choice_still_tries_its_ladder_neighbours() -> None:
+    search = searched(surface((0.01, 0.0)))
+    assert search.choice() == (0.01, 0.0)
+    assert (0.001, 0.0) in search.tried and (0.01, 1.0) in search.tried
+    # Knob 0 is its ladder's floor: a stated limit, said in the table, not a neighbour to try.
+    assert search.limits() == ["knob 0 is its ladder's end (none of it)"]
+
+
+def test_a_ladder_end_stops_the_extension_and_is_marked() -> None:
+    # The bowl's bottom lies below the ladder: the search walks down to its floor and stops there.
+    search = searched(lambda point: math.log10(point[0]) + (point[1] - 1.0) ** 2)
+    assert search.choice() == (0.001, 1.0)
+    assert search.settled
+    assert search.limits() == ["step 0.001 is its ladder's end (the floor)"]
+
+
+def test_a_diverged_neighbour_stops_the_extension_and_is_marked() -> None:
+    # Better with every larger step until step 1 diverges: the choice is 0.1, interior to what was tried.
+    search = searched(lambda point: math.nan if point[0] >= 1.0 else -math.log10(point[0]) + point[1])
+    assert search.choice() == (0.1, 0.0)
+    assert math.isnan(search.tried[(1.0, 0.0)])
+    assert search.limits() == ["step 1 diverged", "knob 0 is its ladder's end (none of it)"]
+
+
+def test_the_extension_runs_bound_the_search_and_an_unsettled_choice_says_so() -> None:
+    search = searched(surface((10.0, 3.0)), extension_runs=2)
+    assert len(search.tried) == search.budget == len(search.start()) + 2
+    assert not search.settled
+    assert search.limits()[-1] == "unsettled: its 2 extension runs were spent"
+
+
+def test_a_search_where_every_point_diverged_stops_at_its_start_and_says_so() -> None:
+    search = searched(lambda point: math.inf)
+    assert list(search.tried) == search.start()
+    assert search.limits() == ["every one of its 2 points diverged"]
+
+
+def test_ties_go_to_the_first_point_tried_and_a_point_is_not_tried_twice() -> None:
+    search = searched(lambda point: 1.0)
+    assert search.choice() == search.start()[0]
+    with pytest.raises(ConfigError, match="tried already"):
+        search.record({search.start()[0]: 0.5})
+    with pytest.raises(ConfigError, match="strictly ascending"):
+        Axis("bad", (1.0, 1.0), (1.0,), below="", above="")
+    with pytest.raises(ConfigError, match="values of the ladder"):
+        Axis("bad", (1.0, 2.0), (3.0,), below="", above="")
+
+
+# ---------------------------------------------------------------- the study's ladders
+
+BASELINES = ("fedsrcvar", "fedavg", "fedavgm", "propfair", "term", "deltafl")
+
+
+def tuned_study(dataset: str = "adult") -> Study:
+    split = paper_split(dataset)
+    profile = PROFILES["tuned"]
+    return Study(dataset, profile, BASELINES, split=split)
+
+
+def test_the_knobs_every_method_shares_span_the_same_absolute_ladders() -> None:
+    study = tuned_study()
+    for method in BASELINES:
+        axes = study.search(method).axes
+        shared = [axis for axis in axes if axis.name in ("step", "local steps", "server momentum")]
+        assert shared == [tuning.STEP, tuning.LOCAL_STEPS, *([tuning.MOMENTUM] if method != "fedavg" else [])]
+    # The same step gives the same --lr to every method at every rho, FedSRCVaR's curvature notwithstanding.
+    for rho in (0.1, 0.7):
+        learning_rates = {
+            method: {
+                (point.step, point.momentum or 0.0): config_from_flags(
+                    study.validation_run(method, rho, point).flags
+                ).training.local.lr
+                for point in study.grid(method, rho)
+            }
+            for method in BASELINES
+        }
+        reference = learning_rates["fedsrcvar"]
+        for method, rates in learning_rates.items():
+            assert set(rates) <= set(reference), method
+            assert all(rate == pytest.approx(reference[key], rel=1e-6) for key, rate in rates.items()), method
+    assert {point.step for point in study.grid("term", TABLE_RHO)} == set(tuning.STEP.start)
+
+
+def test_each_methods_own_knobs_reach_their_limit_cases() -> None:
+    assert tuning.EPSILON.ladder[-1] == 1.0 and 1.0 in tuning.EPSILON.start  # ERM, tried from the start
+    assert tuning.EPSILON.ladder[0] == 0.0  # CVaR alone
+    assert tuning.GAMMA.ladder[0] <= 0.01 < tuning.GAMMA.ladder[-1]
+    assert tuning.LEVEL.ladder[-1] == 1.0  # Delta-FL at level 1 is FedAvg
+    # At the largest tilt the tilted risk is within ln(n) / t of the largest loss: 0.01 for Adult's 32,561 rows.
+    assert math.log(32561) / tuning.TILT.ladder[-1] < 0.011 and max(tuning.TILT.start) >= 100.0
+    study = tuned_study()
+    flags = study.validation_run("fedsrcvar", TABLE_RHO, study.grid("fedsrcvar", TABLE_RHO)[0]).flags
+    assert flags[flags.index("--gamma") + 1] == "0.01"
+
+
+def test_each_methods_starting_grid_and_extension_budget_are_fixed_in_advance() -> None:
+    study = tuned_study()
+    sizes = {method: len(study.grid(method, TABLE_RHO)) for method in BASELINES}
+    assert sizes == {"fedsrcvar": 24, "fedavg": 6, "fedavgm": 12, "propfair": 24, "term": 24, "deltafl": 24}
+    assert {study.search(method).extension_runs for method in BASELINES} == {tuning.EXTENSION_RUNS}
+
+
+Knobs = Mapping[str, float]
+"""A run's --lr and --local-steps, as the fake runs read them."""
+
+
+def fake_results(risk: Callable[[Knobs], float]) -> Callable[..., dict[Run, dict[str, Any]]]:
+    """A `run_all` that trains nothing: each run's worst risk is `risk` of the point its flags describe."""
+
+    def run_all(runs: list[Run], *_: Any, **__: Any) -> dict[Run, dict[str, Any]]:
+        out = {}
+        for run in runs:
+            flags = run.flags
+            value = {name: float(flags[flags.index(name) + 1]) for name in ("--lr", "--local-steps")}
+            worst = risk(value)
+            out[run] = {"rho": TABLE_RHO, "worst_risk": worst, "mean_risk": worst / 2}
+        return out
+
+    return run_all
+
+
+def test_the_study_records_each_methods_budget_tried_points_and_marks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Lowest at the largest --lr with one local step: every method's search walks up the step ladder until the
+    # lr passes 0.5, where the fake runs diverge.
+    def risk(point: Knobs) -> float:
+        return math.nan if point["--lr"] > 0.5 else 1.0 - point["--lr"] + point["--local-steps"]
+
+    monkeypatch.setattr(reproduce, "run_all", fake_results(risk))
+    study = tuned_study()
+    wanted = [("term", TABLE_RHO), ("fedavg", TABLE_RHO)]
+    selections, _ = reproduce.select(study, wanted, tmp_path, workers=1)
+    for method, rho in wanted:
+        selection = selections[(method, rho)]
+        assert selection.search is not None and selection.search.settled
+        assert len(selection.points) == len(selection.runs) <= selection.search.budget
+        assert selection.choice.step == 0.3 and selection.choice.local_steps == 1
+        assert "step 1 diverged" in selection.limits
+        assert "local steps 1 is its ladder's end (one local step a round)" in selection.limits
+    rows = reproduce.tuning_rows(selections)
+    assert len(rows) == sum(len(selection.points) for selection in selections.values())
+    assert [row["point"] for row in rows if row["chosen"]] == [
+        selections[pair].choice.describe(pair[0]) for pair in wanted
+    ]
+
+
+# ---------------------------------------------------------------- the committed tables
+
+FIGURES = Path(__file__).resolve().parents[2] / "docs" / "figures"
+TUNED = sorted(path.parent.name for path in FIGURES.glob("tuned_*/tuning.csv"))
+
+
+def test_some_committed_study_was_tuned_by_the_protocol() -> None:
+    assert "tuned_rand_hie" in TUNED
+
+
+@pytest.mark.parametrize("folder", TUNED)
+def test_no_committed_choice_sits_on_an_unmarked_edge(folder: str) -> None:
+    # From the committed CSVs alone: each table row's chosen point is the lowest validation risk its method tried
+    # at that rho, and every ladder neighbour of it on every axis was tried, or the row's limits name why not.
+    tried = read_csv(FIGURES / folder / "tuning.csv")
+    ladders = {axis.name: axis for axis in vars(tuning).values() if isinstance(axis, Axis)}
+    for row in read_csv(FIGURES / folder / "fig2_rho.csv"):
+        points = [point for point in tried if point["method"] == row["method"] and point["rho"] == row["rho"]]
+        assert len(points) == int(row["validation_runs"]), row["method"]
+        values = {point["coordinates"]: float(point["worst_risk"]) for point in points}
+        choice = next(point for point in points if point["chosen"] == "True")
+        assert choice["point"] == row["chosen"]
+        finite = [risk for risk in values.values() if not tuning.diverged(risk)]
+        assert float(choice["worst_risk"]) == min(finite), row["method"]
+        names = choice["axes"].split(" | ")
+        chosen = [float(value) for value in choice["coordinates"].split(" | ")]
+        for index, name in enumerate(names):
+            for neighbour in ladders[name].neighbours(chosen[index]):
+                if neighbour is None:
+                    assert f"{name} {chosen[index]:g} is its ladder's end" in row["limits"], (row["method"], name)
+                    continue
+                key = " | ".join(f"{value:g}" for value in (*chosen[:index], neighbour, *chosen[index + 1 :]))
+                assert key in values or "unsettled" in row["limits"], (row["method"], name, neighbour)
+                if key in values and tuning.diverged(values[key]):
+                    assert f"{name} {neighbour:g} diverged" in row["limits"], (row["method"], name)
+        assert row["method"] in {METHOD_LABELS[method] for method in BASELINES}
