@@ -1,19 +1,12 @@
 """The tuning protocol of `fedfair reproduce --profile tuned`: one set of ladders for all, and the edge rule.
 
-Every knob a method is tuned over is an `Axis`: an ascending ladder of the values the protocol may try, the
-values it starts from, and what each end of the ladder is (a stated limit: epsilon 1 is ERM, momentum 0 the
-plain step, the ladder's floor of steps). The knobs the methods share (the step, the local steps, the server
-momentum) are the same axes for every method that takes them, in **absolute** units: the same steps are tried
-whatever the method's curvature, where the older grids tried multiples of each method's own default step.
-
-A method's search (`Search`) starts from the product of its axes' starting values and then applies the
-**edge rule**: while the point with the lowest validation worst-group risk has a ladder neighbour on some axis
-(the next value below or above, every other knob held) that was not tried, it tries those neighbours and
-chooses again. It stops when every neighbour of the choice on every axis was tried (so the choice is at least
-as good as each of them: it sits on no edge of what was tried), when a neighbour would lie past an end of the
-ladder (a bound, stated), or when the method's extension runs are spent (stated). A neighbour that diverged
-was tried: the choice is interior to the grid, and the mark says the next value diverged. `limits` says all
-of this for the table.
+Every knob is an `Axis`: an ascending ladder of values, the values the search starts from, and what each end
+is (a stated limit: epsilon 1 is ERM, momentum 0 the plain step). The shared knobs (step, local steps, server
+momentum) are the same axes for every method, in absolute units, whatever the method's curvature. A `Search`
+starts from the product of the starting values and applies the edge rule: while the choice (lowest
+validation worst-group risk) has an untried ladder neighbour on some axis, it tries those and chooses again,
+until every neighbour was tried (the choice sits on no edge), a neighbour lies past a ladder end (a bound),
+or the method's extension runs are spent; a diverged neighbour counts as tried. `limits` states which.
 
 Why: docs/paper.md, "The tuning protocol".
 """
