@@ -20,6 +20,8 @@ real outages, and so that the test can count how often each one trained.
 
 from __future__ import annotations
 
+import re
+
 import json
 import subprocess
 from collections.abc import Iterator
@@ -382,17 +384,19 @@ def test_launch_runs_a_local_federation_and_reports_fairness(
 ) -> None:
     assert cli_main(["launch", "--rounds", "3", "--workdir", str(tmp_path / "run"), "--no-fedavg"]) == 0
     out = capsys.readouterr().out
-    assert "Secure aggregation was ON" in out and "FedSRCVaR (federated, secure sums)" in out
-    # The console is one progress bar; each process's lines are in its log, where the console says.
+    assert "Secure aggregation was ON" in out and "What the federation saw, its private estimate" in out
+    # The console is one progress bar; each process's lines are in its log, in the workspace the console names.
     logs = tmp_path / "run" / "logs"
-    assert f"(logs: {logs}" in out
+    assert f"fedfair launch: workspace {tmp_path / 'run'}" in out
     assert "joined federation" in (logs / "site-c.log").read_text()
     assert "finished: 3 of 3 rounds applied, 0 aborted" in (logs / "aggregator.log").read_text()
-    # Under init's privacy the estimate carries its 95% interval, "1.080+/-0.188"; or, when the noised count of
-    # losses above the cap is surely positive (it depends on the noise drawn), only its lower end, "at least 0.892".
-    cell = out.split("FedSRCVaR (federated, secure sums)")[1].split()
-    if cell[:2] == ["at", "least"]:
-        assert np.isfinite(float(cell[2]))
+    # Under init's privacy the estimate is one form whatever the noise drew: a value with its 95% interval, or
+    # "not resolved at this budget" and what would resolve it; never a bound of another kind.
+    headline = out[out.index("What the federation saw") :].splitlines()[1]
+    found = re.match(r"worst-group risk (\S+) \(95% interval (\S+) to (\S+)\)", headline)
+    if found is None:
+        assert headline.startswith("worst-group risk not resolved at this budget: "), headline
     else:
-        estimate, half_width = map(float, cell[0].split("+/-"))
-        assert np.isfinite(estimate) and 0 < half_width < np.inf
+        estimate, low, high = map(float, found.groups())
+        assert 0 <= low <= estimate <= high < np.inf
+    assert "at least" not in out
