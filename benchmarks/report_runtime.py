@@ -93,6 +93,48 @@ def demo_seeds(name: str, document: Mapping[str, Any]) -> Section:
     )
 
 
+def verify_bench(name: str, document: Mapping[str, Any]) -> Section:
+    """One row per (n, d): a party's CPU for the VERIFY stage against its secure round's, and the extra bytes."""
+    rows = [
+        (
+            count(row["n"]),
+            count(row["d"]),
+            milliseconds(row["round_cpu_s"]),
+            milliseconds(row["verify_cpu_s"]),
+            ratio(row["verify_ratio"]),
+            count(row["extra_upload_bytes"]),
+        )
+        for row in document["results"]
+    ]
+    return Section(
+        "Verified aggregation: a party's CPU for the VERIFY stage against its secure round",
+        f"{document['what']}; clock: {document['clock']}; goal: {document['goal_ratio']:.0%} of a runtime round.",
+        table(["n", "d", "secure round (ms)", "verify (ms)", "verify / round", "extra upload (bytes)"], rows),
+    )
+
+
+def step_overhead(name: str, document: Mapping[str, Any]) -> Section:
+    """One row per (model, batch): fedfair's plain local step against a bare PyTorch loop, interleaved."""
+    rows = [
+        (
+            model,
+            count(row["batch_size"]),
+            fixed(row["fedfair_ms_per_step"], 3),
+            fixed(row["bare_ms_per_step"], 3),
+            ratio(row["ratio"]),
+            ratio(row["median_pair_ratio"]),
+        )
+        for model, runs in document["rows"].items()
+        for row in runs
+    ]
+    return Section(
+        "The plain local step against a bare PyTorch loop",
+        f"CPU time ({document['clock']}, {document['torch_threads']} torch thread) of fedfair's plain local step "
+        "and a bare eager loop on the same model and batch, in interleaved blocks (target: at most 1.1x).",
+        table(["model", "batch", "fedfair (ms)", "bare (ms)", "ratio", "median of paired blocks"], rows),
+    )
+
+
 def round_bench(name: str, document: Mapping[str, Any]) -> Section:
     """Plain beside secure aggregation for every (d, n) measured, and the round cost plotted against n."""
     rows = document["results"]

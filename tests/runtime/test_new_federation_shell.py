@@ -51,7 +51,9 @@ def readme_lines(readme: Path) -> list[str]:
 
 def test_the_readmes_first_lines_run_in_a_fresh_shell(tmp_path: Path) -> None:
     sample = tmp_path / "sample.csv"
-    rows = [(20 + i, ("ward-a", "ward-b")[i % 2], ("no", "yes")[i % 3 == 0]) for i in range(40)]
+    rows = [
+        (20 + i, ("ward-a", "ward-b")[i % 2], ("no", "yes")[i % 3 == 0]) for i in range(80)
+    ]  # over the 68 a site needs for its batch
     pd.DataFrame(rows, columns=["age", "ward", "outcome"]).to_csv(sample, index=False)
     folder = tmp_path / "fed"
     assert cli.main(["init", str(folder), "--sites", ",".join(SITES), "--csv", str(sample), "--label", "outcome"]) == 0
