@@ -10,7 +10,7 @@ for three models (--models picks some):
 DP-SGD runs in every clipping mode the model allows: one-pass norm-only ("one_pass",
 what "auto" picks for the dense MLP), two-pass norm-only ("norm") and per-sample
 gradients ("per_sample"; left out, under `skipped`, where one step's per-sample
-gradients would exceed 4 GiB, as "auto" leaves it out). Per model: `mode` (what "auto"
+gradients would exceed `per_sample_budget`, as "auto" leaves it out). Per model: `mode` (what "auto"
 chose: by rule, or by timing norm-only against per-sample clipping once),
 `fastest_measured` (the fastest mode in this run's blocks), `dp_vs_plain_time` (the
 chosen mode's DP step time over the plain step time at the same batch size) and the same
@@ -58,7 +58,7 @@ from fedfair.datasets import load_dataset
 from fedfair.privacy.clipping import ClippingMode, choose_clipping
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.privacy.probe import PER_SAMPLE_PROBE_BYTES, per_sample_bytes
+from fedfair.privacy.probe import per_sample_budget, per_sample_bytes
 from fedfair.research.experiment import load_federation, simulate
 from fedfair.research.flags import config_from_flags
 
@@ -182,7 +182,7 @@ def throughput(device: torch.device, quick: bool, models: Sequence[str]) -> dict
         heads = nn.ModuleList([build(case, features.shape[1]), RCVaRThreshold(ObjectiveConfig())])
         allowed = [mode for mode in CLIPPING_MODES if _allows(heads, mode)]
         skipped = {}
-        if "per_sample" in allowed and per_sample_bytes(heads, case.batch) > PER_SAMPLE_PROBE_BYTES:
+        if "per_sample" in allowed and per_sample_bytes(heads, case.batch) > per_sample_budget(device):
             allowed.remove("per_sample")
             gigabytes = per_sample_bytes(heads, case.batch) / 2**30
             skipped["per_sample"] = f"{gigabytes:.1f} GiB of per-sample gradients per step"

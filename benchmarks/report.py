@@ -26,6 +26,7 @@ from typing import Any
 
 from report_learning import census_fairness, convergence_bench, dp_bench, dp_bits, dp_utility, dp_utility_equal
 from report_learning import eval_error, influence_bench, noised_statistics, reference_gap, simulation_speed
+from report_gpu import gpu_bench
 from report_plots import save
 from report_runtime import (
     attack_matrix,
@@ -91,6 +92,7 @@ SECTIONS: dict[str, Shows] = {
     "federation_bench": federation_bench,
     "simulation_speed": simulation_speed,
     "dp_bench_h100": elsewhere(dp_bench, "on a machine with an H100 GPU"),
+    "gpu_bench_h100": elsewhere(gpu_bench, "on one H100"),
     "simulation_speed_h100_cuda": elsewhere(simulation_speed, "on the H100 GPU"),
     "simulation_speed_h100_cpu": elsewhere(simulation_speed, "on the H100 machine's CPU"),
     "attack_matrix": attack_matrix,

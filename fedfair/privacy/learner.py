@@ -36,7 +36,7 @@ from fedfair.privacy.clipping import (
 )
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.hooks import check_private_model
-from fedfair.privacy.probe import PER_SAMPLE_PROBE_BYTES, PROBE, ModeProbe, per_sample_bytes
+from fedfair.privacy.probe import PROBE, ModeProbe, per_sample_budget, per_sample_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -279,11 +279,11 @@ class PrivateLearner:
     def _fastest(self, heads: nn.Module, candidates: list[ClippingMode], probe: ModeProbe) -> ClippingMode:
         """The fastest of `candidates` on this device at the expected batch size, timed once per process (`probe`).
 
-        Per-sample clipping is timed only where its per-sample gradients fit `PER_SAMPLE_PROBE_BYTES`;
+        Per-sample clipping is timed only where its per-sample gradients fit `per_sample_budget` of the device;
         each mode runs on a synthetic batch (standard normal features, labels 0), never on records.
         """
         batch = self.learner.batch_size
-        if len(candidates) > 1 and per_sample_bytes(heads, batch) > PER_SAMPLE_PROBE_BYTES:
+        if len(candidates) > 1 and per_sample_bytes(heads, batch) > per_sample_budget(self.device):
             candidates = [mode for mode in candidates if mode != "per_sample"]
         if len(candidates) == 1:
             return candidates[0]

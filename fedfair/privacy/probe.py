@@ -29,9 +29,26 @@ Timer = Callable[[], float]
 """A clock in seconds; only differences of its readings are used."""
 
 PER_SAMPLE_PROBE_BYTES = 4 << 30
-"""Per-sample clipping is timed only where one step's per-sample gradients fit in this many bytes; beyond
-it the mode would hold batch x parameters numbers at once, so it is left out rather than risk running out
-of memory while timing it (it stays available by asking for clipping 'per_sample')."""
+"""Off a GPU, per-sample clipping is timed only where one step's per-sample gradients fit in this many bytes;
+beyond it the mode would hold batch x parameters numbers at once, so it is left out rather than risk running
+out of memory while timing it (it stays available by asking for clipping 'per_sample')."""
+
+PER_SAMPLE_DEVICE_SHARE = 2 / 3
+"""On a GPU, the share of its free memory one step's per-sample gradients may take for the mode to be timed.
+Measured on an H100 (benchmarks/gpu_bench.py): ResNet-18-GN at batch 1024 holds 42.7 GiB of them and per-sample
+clipping is then the fastest mode, so a fixed 4 GiB would leave the fastest mode out on a large card."""
+
+
+def per_sample_budget(device: torch.device) -> int:
+    """The bytes of per-sample gradients up to which per-sample clipping is a candidate on `device`.
+
+    `PER_SAMPLE_DEVICE_SHARE` of the GPU's free memory now, else `PER_SAMPLE_PROBE_BYTES`; a mode
+    that still runs out of memory while it is timed is left out (`ModeProbe.choose`).
+    """
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * PER_SAMPLE_DEVICE_SHARE)
+    return PER_SAMPLE_PROBE_BYTES
 
 
 def model_signature(module: nn.Module) -> tuple[Hashable, ...]:
@@ -85,7 +102,7 @@ class ModeProbe:
         """The fastest of `candidates` for `key`: from the cache, else by timing `step(mode)` for each mode.
 
         `step` runs one clipped step in that mode (it must leave the model as it found it; a
-        ConfigError from it drops that mode); `synchronize` waits for the device, so that a
+        ConfigError from it, or running out of device memory, drops that mode); `synchronize` waits for the device, so that a
         timing covers the work queued on it. A single candidate is returned untimed.
 
         Raises:
@@ -103,6 +120,11 @@ class ModeProbe:
             except ConfigError as refused:
                 # E.g. a layer run twice in one forward pass, which only norm-only clipping refuses.
                 logger.info("clipping: %s clipping cannot train this model (%s)", mode, refused)
+                continue
+            except torch.cuda.OutOfMemoryError:
+                # Per-sample gradients over the budget's estimate: the mode cannot train at this batch size here.
+                torch.cuda.empty_cache()
+                logger.info("clipping: %s clipping ran out of device memory at this batch size", mode)
                 continue
             runnable.append(mode)
         if not runnable:

@@ -9,7 +9,8 @@ from fedfair.core.config import LocalConfig
 from fedfair.core.local import LocalLearner
 from fedfair.core.models import flat_parameters
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.privacy.probe import ModeProbe
+from fedfair.privacy.clipping import ClippingMode
+from fedfair.privacy.probe import PER_SAMPLE_PROBE_BYTES, ModeProbe, per_sample_budget, per_sample_bytes
 from tests.privacy.helpers import private_config, random_samples, scripted_probe
 
 
@@ -57,3 +58,22 @@ def test_a_mode_that_refuses_the_model_is_left_out_and_the_probe_draws_nothing()
     assert private.clipping == "per_sample"
     update = private.train_round(flat_parameters(private.learner.model), 0.0)
     assert bool(torch.isfinite(update.delta).all()) and float(update.delta.abs().max()) > 0
+
+
+def test_a_mode_that_runs_out_of_device_memory_is_left_out() -> None:
+    """Per-sample gradients over the memory the budget guessed: the probe drops the mode instead of failing."""
+
+    def step(mode: ClippingMode) -> None:
+        if mode == "per_sample":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 42.70 GiB")
+
+    probe = ModeProbe(timer=iter([]).__next__)  # one runnable mode is not timed: no clock reading
+    assert probe.choose("key", ["norm", "per_sample"], step) == "norm"
+    assert probe.choices == {"key": "norm"}
+
+
+def test_off_a_gpu_per_sample_clipping_is_timed_up_to_the_fixed_budget() -> None:
+    assert per_sample_budget(torch.device("cpu")) == PER_SAMPLE_PROBE_BYTES
+    heads = nn.ModuleList([conv_learner(10).model])
+    # 2 x 9 + 2 + 32 + 1 = 53 float64 parameters: 424 bytes a sample.
+    assert per_sample_bytes(heads, 10) == 10 * 53 * 8
