@@ -30,8 +30,6 @@ from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
-    AggregateClaim,
-    AggregateTag,
     AdvertiseKeys,
     ConsistencySignature,
     EncryptedShares,
@@ -42,11 +40,11 @@ from fedfair.secagg.messages import (
     ShareCheck,
     ShareKeys,
     SurvivorSet,
-    TagSet,
     UnmaskRequest,
     UnmaskResponse,
 )
 from fedfair.secagg.verify import TAG_BYTES, Challenge, aggregate_digest, check_sum, masked_tags, tag_payload
+from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.payloads import (
     advertisement_payload,
     consistency_payload,
