@@ -19,7 +19,17 @@ from fedfair.core.errors import ProtocolError
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.payloads import DIGEST_BYTES
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
-from fedfair.secagg.wire import SIGNATURE_LIMIT, Header, Stage, Wire, read_message, read_vector, write_vector
+from fedfair.secagg.wire import (
+    SIGNATURE_LIMIT,
+    Header,
+    Stage,
+    Wire,
+    read_message,
+    read_messages,
+    read_vector,
+    write_messages,
+    write_vector,
+)
 
 
 @dataclass(frozen=True)
@@ -67,15 +77,12 @@ class KeyDirectory(Wire):
 
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
-        writer.u32(len(self.advertisements))
-        for advertisement in self.advertisements:
-            advertisement.header.write(writer)
-            advertisement.write(writer)
+        write_messages(writer, self.advertisements)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> KeyDirectory:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, tuple(AdvertiseKeys.read(Header.read(reader), reader) for _ in range(reader.u32())))
+        return cls(header, read_messages(reader, AdvertiseKeys.read))
 
 
 @dataclass(frozen=True)

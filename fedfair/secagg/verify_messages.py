@@ -15,7 +15,16 @@ from typing import ClassVar
 import numpy as np
 
 from fedfair.secagg.codec import Reader, Writer
-from fedfair.secagg.wire import SIGNATURE_LIMIT, Header, Stage, Wire, read_vector, write_vector
+from fedfair.secagg.wire import (
+    SIGNATURE_LIMIT,
+    Header,
+    Stage,
+    Wire,
+    read_messages,
+    read_vector,
+    write_messages,
+    write_vector,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,15 +90,12 @@ class TagSet(Wire):
 
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
-        writer.u32(len(self.tags))
-        for tag in self.tags:
-            tag.header.write(writer)
-            tag.write(writer)
+        write_messages(writer, self.tags)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> TagSet:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, tuple(AggregateTag.read(Header.read(reader), reader) for _ in range(reader.u32())))
+        return cls(header, read_messages(reader, AggregateTag.read))
 
 
 TAGS_LIMIT = 64

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import enum
 import hmac
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, Self
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 import numpy as np
 
@@ -105,6 +106,23 @@ class Framed(Protocol):
     def write(self, writer: Writer) -> None:
         """Append the message's own fields (its header excluded), in the order its ``read`` expects."""
         ...
+
+
+_Read = TypeVar("_Read")
+"""What a message type's ``read`` returns: the type :func:`read_messages` gives a tuple of."""
+
+
+def write_messages(writer: Writer, messages: Sequence[Framed]) -> None:
+    """Append ``messages`` whole inside another message: their count (u32), then each one's header and fields."""
+    writer.u32(len(messages))
+    for message in messages:
+        message.header.write(writer)
+        message.write(writer)
+
+
+def read_messages(reader: Reader, read: Callable[[Header, Reader], _Read]) -> tuple[_Read, ...]:
+    """The messages :func:`write_messages` wrote, each parsed by ``read`` (its type's ``read``)."""
+    return tuple(read(Header.read(reader), reader) for _ in range(reader.u32()))
 
 
 class Wire:
