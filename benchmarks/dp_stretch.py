@@ -42,7 +42,7 @@ from fedfair.research.experiment import load_federation, simulate
 from fedfair.research.flags import config_from_flags
 from fedfair.research.paper_splits import PaperSplit, paper_split
 from fedfair.research.profiles import PROFILES, TABLE_RHO
-from fedfair.research.reproduce import Point, Study
+from fedfair.research.study import Point, Study
 from fedfair.research.runs import Run, execute
 
 SPLITS = {"census-income-51": ("census-income", paper_split("census-income", "previous_state", 51))}

@@ -41,9 +41,10 @@ import numpy as np
 from published import publish
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
-from fedfair.secagg.messages import AggregateTag, Message
+from fedfair.secagg.messages import Message
 from fedfair.secagg.simulate import simulate_round
 from fedfair.secagg.verify import Challenge, aggregate_digest
+from fedfair.secagg.verify_messages import AggregateTag
 from fedfair.secagg.wire import SUM_STAGES, Stage
 
 PARTIES = (3, 10)

@@ -17,7 +17,8 @@ from typing import Any
 
 from fedfair.research import figures
 from fedfair.research.profiles import DEFAULT_EPSILON
-from fedfair.research.reproduce import PAPER_BOUND, read_csv, summary, write_csv
+from fedfair.research.reproduce import read_csv, summary, write_csv
+from fedfair.research.study import PAPER_BOUND
 from fedfair.research.runs import Run, run_all
 
 CORRECTIONS = ("none", "scaffold")

@@ -26,7 +26,7 @@ panel each get their own (the ten alone gave CVaR-SGD FedSRCVaR's blue)."""
 
 
 CENTRALIZED_MARK = "(central)"
-"""What the label of a centralized method carries (`reproduce.METHOD_LABELS`): its line is drawn dashed."""
+"""What the label of a centralized method carries (`study.METHOD_LABELS`): its line is drawn dashed."""
 
 
 def _styles(methods: Sequence[str]) -> dict[str, dict[str, str]]:

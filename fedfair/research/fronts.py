@@ -1,7 +1,7 @@
 """Each method's Pareto front of worst-group against mean risk, from the study's validation runs.
 
 Every grid point of every method already has a validation run judged at every rho the study judges
-(`reproduce.Study.selection_runs`): `fedfair reproduce` reads the fronts off those cached results, so drawing
+(`study.Study.selection_runs`): `fedfair reproduce` reads the fronts off those cached results, so drawing
 them trains nothing. They are validation rows (the 20% of training rows the grid is chosen on), not the test
 rows of the study's other tables.
 """

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from fedfair.core.errors import ConfigError
 from fedfair.research.fronts import DIVERGED_RISK
@@ -56,6 +57,18 @@ class Axis:
         return (
             f"{{{', '.join(f'{value:g}' for value in self.ladder)}}} from {{{', '.join(f'{v:g}' for v in self.start)}}}"
         )
+
+
+class Step(NamedTuple):
+    """One rung from a choice along one axis, down or up: a neighbour the edge rule looks at."""
+
+    axis: Axis
+    position: int
+    """The axis's place among the search's axes (and in its coordinates)."""
+    end: str
+    """What the ladder's end that way is (`Axis.below` or `Axis.above`)."""
+    point: Coordinates | None
+    """The choice with its value on `axis` one rung along; None past the ladder's end."""
 
 
 def diverged(risk: float) -> bool:
@@ -114,16 +127,18 @@ class Search:
         return self._untried_neighbours()[: max(left, 0)]
 
     def _untried_neighbours(self) -> list[Coordinates]:
-        chosen = self.choice()
         wanted: list[Coordinates] = []
-        for index, axis in enumerate(self.axes):
-            for neighbour in axis.neighbours(chosen[index]):
-                if neighbour is None:
-                    continue
-                point = (*chosen[:index], neighbour, *chosen[index + 1 :])
-                if point not in self.tried and point not in wanted:
-                    wanted.append(point)
+        for step in self._steps(self.choice()):
+            if step.point is not None and step.point not in self.tried and step.point not in wanted:
+                wanted.append(step.point)
         return wanted
+
+    def _steps(self, chosen: Coordinates) -> Iterator[Step]:
+        """One rung from `chosen` down, then up, each axis in turn: the edge rule's neighbours of a choice."""
+        for index, axis in enumerate(self.axes):
+            for neighbour, end in zip(axis.neighbours(chosen[index]), (axis.below, axis.above), strict=True):
+                point = None if neighbour is None else (*chosen[:index], neighbour, *chosen[index + 1 :])
+                yield Step(axis, index, end, point)
 
     def record(self, risks: Mapping[Coordinates, float]) -> None:
         """Keep the validation risks of points tried (a point tried before is refused: the budget counts runs)."""
@@ -150,15 +165,11 @@ class Search:
             return [f"every one of its {len(self.tried)} points diverged"]
         chosen = self.choice()
         clauses: list[str] = []
-        for index, axis in enumerate(self.axes):
-            value = chosen[index]
-            for neighbour, end in zip(axis.neighbours(value), (axis.below, axis.above), strict=True):
-                if neighbour is None:
-                    clauses.append(f"{axis.name} {value:g} is its ladder's end ({end})")
-                    continue
-                point = (*chosen[:index], neighbour, *chosen[index + 1 :])
-                if point in self.tried and diverged(self.tried[point]):
-                    clauses.append(f"{axis.name} {neighbour:g} diverged")
+        for step in self._steps(chosen):
+            if step.point is None:
+                clauses.append(f"{step.axis.name} {chosen[step.position]:g} is its ladder's end ({step.end})")
+            elif step.point in self.tried and diverged(self.tried[step.point]):
+                clauses.append(f"{step.axis.name} {step.point[step.position]:g} diverged")
         if not self.settled:
             clauses.append(f"unsettled: its {self.extension_runs} extension runs were spent")
         return clauses

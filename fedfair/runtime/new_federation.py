@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki.names import validate_federation_id, validate_name
+from fedfair.runtime.plan.composition_note import Headline
 from fedfair.runtime.plan.templates import (
     AGGREGATOR_NAME,
     MANIFEST,
     Federation,
-    Headline,
     render_collaborator,
     render_plan,
 )

@@ -2,7 +2,8 @@
 
 :class:`Client` is a state machine over the messages of :mod:`fedfair.secagg.messages`, with no
 I/O: ``advertise``, ``share_keys``, ``check_shares``, ``masked_input``, ``consistency`` and
-``unmask``, in that order (the last two may be repeated). A step that receives a bad message
+``unmask``, in that order (the last two may be repeated), then in a verified round ``tag`` and
+``verify`` (their checks: :mod:`fedfair.secagg.verify_client`). A step that receives a bad message
 raises a :class:`~fedfair.core.errors.ProtocolError` subclass and leaves the state unchanged; a
 peer's bad shares are accused, not raised. The checks by which a party keeps a lying server from
 both secrets of one party are listed in docs/design.md ("Inside secure aggregation").
@@ -21,17 +22,13 @@ from fedfair.core.errors import (
     ProtocolError,
     ThresholdError,
     UnmaskRefusedError,
-    VerificationError,
-    VerifyReason,
 )
-from fedfair.pki.identity import CredentialVerifier, is_valid_signature, sign
+from fedfair.pki.identity import CredentialVerifier, sign
 from fedfair.secagg import keys, prg, shamir
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
-    AggregateClaim,
-    AggregateTag,
     AdvertiseKeys,
     ConsistencySignature,
     EncryptedShares,
@@ -42,11 +39,11 @@ from fedfair.secagg.messages import (
     ShareCheck,
     ShareKeys,
     SurvivorSet,
-    TagSet,
     UnmaskRequest,
     UnmaskResponse,
 )
-from fedfair.secagg.verify import TAG_BYTES, Challenge, aggregate_digest, check_sum, masked_tags, tag_payload
+from fedfair.secagg.verify_client import Tagged, check_tags, tag_claim
+from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.payloads import (
     advertisement_payload,
     consistency_payload,
@@ -88,8 +85,7 @@ class Client:
         self._verified = verified
         self._plain: np.ndarray | None = None
         self._tag_keys: dict[int, bytes] = {}
-        self._tagged: tuple[bytes, AggregateTag, tuple[int, ...], np.ndarray] | None = None
-        """(digest, the tag this party sent, the challenge's dots of the claimed aggregate, the aggregate)."""
+        self._tagged: Tagged | None = None
         self.party = config.party_id(name)
         self._identity_key = identity_key
         self._credential = credential
@@ -455,39 +451,20 @@ class Client:
         if self._view is None:
             raise ProtocolError("tag() called before this party signed the survivor set")
         check_header(claim, self.config, self._session)
-        _, survivors = self._view
-        vector = claim.vector
-        if vector.dtype.itemsize != np.dtype(self.config.encoder.dtype).itemsize or vector.shape != (
-            self.config.dimension + 1,
-        ):
-            raise VerificationError(
-                self.config.round, VerifyReason.MALFORMED, "the claimed aggregate has the wrong word size or length"
-            )
-        digest = aggregate_digest(self._session, survivors, vector)
-        if self._tagged is not None:
-            if self._tagged[0] != digest:
-                raise VerificationError(
-                    self.config.round,
-                    VerifyReason.EQUIVOCATED,
-                    "the aggregator showed this party a second, different aggregate for the round",
-                )
-            return self._tagged[1]
-        if self._plain is None:
-            raise VerificationError(
-                self.config.round, VerifyReason.MALFORMED, "this party kept no input to tag (built without verified)"
-            )
-        challenge = Challenge(self._session, digest, vector.size)
-        neighbours = set(survivors) & self._tag_keys.keys()
-        tag_keys = {peer: self._tag_keys[peer] for peer in sorted(neighbours)}
-        tags = masked_tags(challenge, self._plain, self.party, tag_keys, self._session, digest)
-        signature = sign(self._identity_key, tag_payload(self._session, digest, self.party, tags))
-        message = AggregateTag(self._header(Stage.VERIFY), self.party, tags, signature)
-        # A received claim is a read-only view of its bytes: kept as it is. A writeable one is copied, so
-        # the aggregate this party verifies is the one it tagged whatever its caller does with the array.
-        kept = vector.copy() if vector.flags.writeable else vector
-        self._tagged = (digest, message, challenge.dots(vector), kept)
+        self._tagged = tag_claim(
+            claim,
+            self._tagged,
+            self._plain,
+            config=self.config,
+            session=self._session,
+            survivors=self._view[1],
+            party=self.party,
+            tag_keys=self._tag_keys,
+            identity_key=self._identity_key,
+            header=self._header(Stage.VERIFY),
+        )
         self._plain = None  # tagged once: the copy of the input is no longer needed
-        return message
+        return self._tagged.message
 
     def verify(self, tag_set: TagSet) -> np.ndarray:
         """Stage VERIFY: accept the claimed aggregate only if every survivor's signed tags sum to its challenge's dots.
@@ -506,38 +483,14 @@ class Client:
         if self._tagged is None or self._view is None:
             raise ProtocolError("verify() called before tag(): this party has no claimed aggregate to check")
         check_header(tag_set, self.config, self._session)
-        digest, _, expected, vector = self._tagged
-        _, survivors = self._view
-        round_number = self.config.round
-        fields: dict[int, bytes] = {}
-        for entry in tag_set.tags:
-            name = self._name(entry.sender)
-            if entry.sender not in survivors or entry.sender in fields:
-                raise VerificationError(round_number, VerifyReason.BAD_TAG, f"{name} is not a survivor or tagged twice")
-            payload = tag_payload(self._session, digest, entry.sender, entry.tags)
-            if len(entry.tags) != TAG_BYTES or not is_valid_signature(
-                self._identities[entry.sender], entry.signature, payload
-            ):
-                raise VerificationError(
-                    round_number,
-                    VerifyReason.BAD_TAG,
-                    f"{name}'s tag is not signed by it over the aggregate this party was shown "
-                    "(the aggregator showed survivors different aggregates, or altered the tag)",
-                )
-            fields[entry.sender] = entry.tags
-        missing = sorted(set(survivors) - fields.keys())
-        if missing:
-            names = ", ".join(self._name(party) for party in missing)
-            raise VerificationError(round_number, VerifyReason.MISSING_TAG, f"no tag from {names}")
-        if not check_sum(expected, fields.values()):
-            names = ", ".join(self._name(party) for party in survivors)
-            raise VerificationError(
-                round_number, VerifyReason.FORGED, f"the tags of {names} do not sum to the claimed aggregate's"
-            )
-        return vector
-
-    def _name(self, party: int) -> str:
-        return self.config.name_of(party) if self.config.is_party(party) else f"party {party}"
+        return check_tags(
+            tag_set,
+            self._tagged,
+            config=self.config,
+            session=self._session,
+            survivors=self._view[1],
+            identities=self._identities,
+        )
 
     def _expect(self, stage: Stage, step: str) -> None:
         if self._next is not stage:

@@ -4,7 +4,8 @@ Every message carries a :class:`Header` binding it to (federation id, round, sta
 and receivers refuse any other binding. Party ids in messages are claims: the runtime checks
 ``sender`` against the peer its mutual-TLS connection authenticated. Every message has the
 canonical encoding of :mod:`fedfair.secagg.wire`; nothing is pickled. The stage-by-stage flow is
-in docs/design.md ("Inside secure aggregation").
+in docs/design.md ("Inside secure aggregation"). The VERIFY stage's messages are in
+:mod:`fedfair.secagg.verify_messages`; :data:`Message` and :func:`decode` cover them too.
 """
 
 from __future__ import annotations
@@ -17,10 +18,18 @@ import numpy as np
 from fedfair.core.errors import ProtocolError
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.payloads import DIGEST_BYTES
-from fedfair.secagg.wire import Header, Stage, Wire, read_message
-
-SIGNATURE_LIMIT = 72
-"""The longest DER encoding of an ECDSA P-256 signature; a longer signature field is malformed."""
+from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
+from fedfair.secagg.wire import (
+    SIGNATURE_LIMIT,
+    Header,
+    Stage,
+    Wire,
+    read_message,
+    read_messages,
+    read_vector,
+    write_messages,
+    write_vector,
+)
 
 
 @dataclass(frozen=True)
@@ -68,15 +77,12 @@ class KeyDirectory(Wire):
 
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
-        writer.u32(len(self.advertisements))
-        for advertisement in self.advertisements:
-            advertisement.header.write(writer)
-            advertisement.write(writer)
+        write_messages(writer, self.advertisements)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> KeyDirectory:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, tuple(AdvertiseKeys.read(Header.read(reader), reader) for _ in range(reader.u32())))
+        return cls(header, read_messages(reader, AdvertiseKeys.read))
 
 
 @dataclass(frozen=True)
@@ -260,12 +266,12 @@ class MaskedInput(Wire):
 
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
-        _write_vector(writer.u32(self.sender), self.vector)
+        write_vector(writer.u32(self.sender), self.vector)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> MaskedInput:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, reader.u32(), _read_vector(reader))
+        return cls(header, reader.u32(), read_vector(reader))
 
 
 @dataclass(frozen=True)
@@ -393,103 +399,6 @@ class UnmaskResponse(Wire):
         sender = reader.u32()
         groups = [tuple(RevealedShare(reader.u32(), reader.blob()) for _ in range(reader.u32())) for _ in range(2)]
         return cls(header, sender, groups[0], groups[1])
-
-
-@dataclass(frozen=True, eq=False)
-class AggregateClaim(Wire):
-    """What the server shows every survivor in the VERIFY stage: the unmasked sum it will apply (d + 1 words).
-
-    The claim commits the server: each survivor's challenge is derived from its digest
-    (:func:`fedfair.secagg.verify.aggregate_digest`), and every tag is signed over that digest.
-    """
-
-    TYPE: ClassVar[int] = 12
-    STAGE: ClassVar[Stage] = Stage.VERIFY
-
-    header: Header
-    vector: np.ndarray
-
-    def write(self, writer: Writer) -> None:
-        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
-        _write_vector(writer, self.vector)
-
-    @classmethod
-    def read(cls, header: Header, reader: Reader) -> AggregateClaim:
-        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, _read_vector(reader))
-
-
-@dataclass(frozen=True)
-class AggregateTag(Wire):
-    """A survivor's masked tags of its own input under the claim's challenge, signed over the claim's digest.
-
-    tags: :data:`fedfair.secagg.verify.TAG_BYTES` bytes, the :data:`fedfair.secagg.verify.CHECKS` masked tags
-    (each a 256-bit integer, big-endian); signature: the sender's identity signature over
-    :func:`fedfair.secagg.verify.tag_payload`.
-    """
-
-    TYPE: ClassVar[int] = 13
-    STAGE: ClassVar[Stage] = Stage.VERIFY
-
-    header: Header
-    sender: int
-    tags: bytes
-    signature: bytes
-
-    def write(self, writer: Writer) -> None:
-        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
-        writer.u32(self.sender).blob(self.tags).blob(self.signature)
-
-    @classmethod
-    def read(cls, header: Header, reader: Reader) -> AggregateTag:
-        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, reader.u32(), reader.blob(TAGS_LIMIT), reader.blob(SIGNATURE_LIMIT))
-
-
-@dataclass(frozen=True)
-class TagSet(Wire):
-    """Every survivor's tag, as the server relays them to every survivor (one per survivor, in increasing order)."""
-
-    TYPE: ClassVar[int] = 14
-    STAGE: ClassVar[Stage] = Stage.VERIFY
-
-    header: Header
-    tags: tuple[AggregateTag, ...]
-
-    def write(self, writer: Writer) -> None:
-        """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
-        writer.u32(len(self.tags))
-        for tag in self.tags:
-            tag.header.write(writer)
-            tag.write(writer)
-
-    @classmethod
-    def read(cls, header: Header, reader: Reader) -> TagSet:
-        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, tuple(AggregateTag.read(Header.read(reader), reader) for _ in range(reader.u32())))
-
-
-TAGS_LIMIT = 64
-"""The longest tags field: two 256-bit tags."""
-
-
-def _write_vector(writer: Writer, vector: np.ndarray) -> None:
-    """Append ``vector`` as its word size in bits (u8) and its little-endian words."""
-    bits = vector.dtype.itemsize * 8
-    words = np.ascontiguousarray(vector, dtype=f"<u{bits // 8}")
-    writer.u8(bits).blob(words.data)
-
-
-def _read_vector(reader: Reader) -> np.ndarray:
-    """The vector :func:`_write_vector` wrote; ProtocolError on malformed bytes."""
-    bits = reader.u8()
-    if bits not in (16, 32, 64):
-        raise ProtocolError(f"malformed message: {bits}-bit words")
-    data = reader.blob_view()
-    if len(data) % (bits // 8):
-        raise ProtocolError("malformed message: vector length is not a whole number of words")
-    # Zero-copy view of the received bytes; read-only, which is all a receiver needs.
-    return np.frombuffer(data, dtype=f"<u{bits // 8}")
 
 
 Message = (

@@ -34,8 +34,6 @@ from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
 from fedfair.secagg.graph import check_survivors
 from fedfair.secagg.messages import (
-    AggregateClaim,
-    AggregateTag,
     AdvertiseKeys,
     ConsistencySignature,
     Dealing,
@@ -47,11 +45,11 @@ from fedfair.secagg.messages import (
     ShareCheck,
     ShareKeys,
     SurvivorSet,
-    TagSet,
     UnmaskRequest,
     UnmaskResponse,
 )
 from fedfair.secagg.verify import TAG_BYTES, aggregate_digest, tag_payload
+from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.payloads import (
     consistency_payload,
     dealing_lines,

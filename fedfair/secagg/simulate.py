@@ -26,8 +26,6 @@ from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
 from fedfair.secagg.messages import (
-    AggregateClaim,
-    AggregateTag,
     AdvertiseKeys,
     ConsistencySignature,
     KeyDirectory,
@@ -38,11 +36,11 @@ from fedfair.secagg.messages import (
     ShareCheck,
     ShareKeys,
     SurvivorSet,
-    TagSet,
     UnmaskRequest,
     UnmaskResponse,
 )
 from fedfair.secagg.wire import Stage
+from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.server import AggregateResult, Server
 
 _M = TypeVar(

@@ -1,6 +1,6 @@
 """The canonical encoding every secure-aggregation message shares, and what binds a message to its round.
 
-Every field is a str, int, bytes, a tuple of such, or (MaskedInput only) a numpy vector,
+Every field is a str, int, bytes, a tuple of such, or (MaskedInput, AggregateClaim) a numpy vector,
 so a gRPC/protobuf schema can carry the fields one to one. For a single opaque payload,
 ``to_bytes()`` gives a canonical encoding (see :mod:`fedfair.secagg.codec`): magic
 ``FSA3`` | message type (u8) | header (federation id, round u64, stage u8, session id) |
@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import enum
 import hmac
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, Self
+from typing import Any, ClassVar, Protocol, Self, TypeVar
+
+import numpy as np
 
 from fedfair.core.errors import ProtocolError, StaleMessageError
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.config import SecAggConfig
 
 MAGIC = b"FSA3"
+
+SIGNATURE_LIMIT = 72
+"""The longest DER encoding of an ECDSA P-256 signature; a longer signature field is malformed."""
 
 
 class Stage(enum.IntEnum):
@@ -68,6 +74,25 @@ class Header:
             raise ProtocolError(f"malformed message: unknown stage {stage}") from None
 
 
+def write_vector(writer: Writer, vector: np.ndarray) -> None:
+    """Append ``vector`` as its word size in bits (u8) and its little-endian words."""
+    bits = vector.dtype.itemsize * 8
+    words = np.ascontiguousarray(vector, dtype=f"<u{bits // 8}")
+    writer.u8(bits).blob(words.data)
+
+
+def read_vector(reader: Reader) -> np.ndarray:
+    """The vector :func:`write_vector` wrote; ProtocolError on malformed bytes."""
+    bits = reader.u8()
+    if bits not in (16, 32, 64):
+        raise ProtocolError(f"malformed message: {bits}-bit words")
+    data = reader.blob_view()
+    if len(data) % (bits // 8):
+        raise ProtocolError("malformed message: vector length is not a whole number of words")
+    # Zero-copy view of the received bytes; read-only, which is all a receiver needs.
+    return np.frombuffer(data, dtype=f"<u{bits // 8}")
+
+
 class Framed(Protocol):
     """What framing needs of a message: its type byte, its header, and how it writes its own fields."""
 
@@ -81,6 +106,23 @@ class Framed(Protocol):
     def write(self, writer: Writer) -> None:
         """Append the message's own fields (its header excluded), in the order its ``read`` expects."""
         ...
+
+
+_Read = TypeVar("_Read")
+"""What a message type's ``read`` returns: the type :func:`read_messages` gives a tuple of."""
+
+
+def write_messages(writer: Writer, messages: Sequence[Framed]) -> None:
+    """Append ``messages`` whole inside another message: their count (u32), then each one's header and fields."""
+    writer.u32(len(messages))
+    for message in messages:
+        message.header.write(writer)
+        message.write(writer)
+
+
+def read_messages(reader: Reader, read: Callable[[Header, Reader], _Read]) -> tuple[_Read, ...]:
+    """The messages :func:`write_messages` wrote, each parsed by ``read`` (its type's ``read``)."""
+    return tuple(read(Header.read(reader), reader) for _ in range(reader.u32()))
 
 
 class Wire:

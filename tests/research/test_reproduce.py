@@ -12,19 +12,14 @@ import pytest
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import load_dataset
-from fedfair.research import figures, reproduce, runs
+from fedfair.research import figures, reproduce, runs, selection
 from fedfair.research.experiment import load_federation
 from fedfair.research.methods import METHODS
 from fedfair.research.flags import config_from_flags
-from fedfair.research.reproduce import (
-    METHOD_LABELS,
-    TABLE_RHO,
-    Point,
-    Study,
-    read_csv,
-)
-from fedfair.research.profiles import PROFILES, Profile
+from fedfair.research.reproduce import read_csv
+from fedfair.research.profiles import PROFILES, TABLE_RHO, Profile
 from fedfair.research.runs import Run, federation_for, run_all, validation_federation
+from fedfair.research.study import FEDAVGM_MOMENTA, METHOD_LABELS, OWN_GRIDS, Point, Study
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +119,7 @@ def test_hyperparameters_are_chosen_on_validation_and_each_seed_differs(study: t
     assert all(run.split == "validation" for run in runs)
     results = run_all(runs, out / "cache", workers=1, label="cached")  # all cached: nothing trains
     best = min(results.values(), key=lambda result: result["worst_risk"])
-    point = reproduce.chosen(grid, "fedsrcvar", 0.3, results)
+    point = selection.chosen(grid, "fedsrcvar", 0.3, results)
     assert results[Run((*grid.base("fedsrcvar", 0.3, 0), *point.flags("fedsrcvar", 0.3)), "validation")] == best
     seeds = [results_of(out, run) for run in grid.test_runs("fedsrcvar", 0.3, point)]
     assert seeds[0]["worst_risk"] != seeds[1]["worst_risk"]  # two seeds, two splits and initialisations
@@ -134,7 +129,7 @@ def test_a_diverged_run_is_never_chosen() -> None:
     grid = Study("adult", TINY, ("dro",))
     runs = grid.selection_runs("dro", 0.3)
     results = {run: {"rho": 0.3, "worst_risk": risk} for run, risk in zip(runs, [math.nan, 0.9], strict=True)}
-    assert reproduce.chosen(grid, "dro", 0.3, results) == grid.grid("dro", 0.3)[1]
+    assert selection.chosen(grid, "dro", 0.3, results) == grid.grid("dro", 0.3)[1]
 
 
 def results_of(out: Path, run: Run) -> dict[str, float]:
@@ -323,8 +318,8 @@ def test_the_fairness_baselines_are_tuned_over_as_many_points_as_fedsrcvar(profi
     size = len(study.grid("fedsrcvar", TABLE_RHO))
     assert size == 24
     for method, (flag, values) in (
-        *reproduce.OWN_GRIDS.items(),
-        ("fedavgm", ("--server-momentum", reproduce.FEDAVGM_MOMENTA)),
+        *OWN_GRIDS.items(),
+        ("fedavgm", ("--server-momentum", FEDAVGM_MOMENTA)),
     ):
         runs = study.selection_runs(method, TABLE_RHO)
         assert len(runs) == size, method
@@ -513,10 +508,10 @@ def test_the_fronts_points_are_every_validation_run_read_at_every_rho_with_the_c
         for index, run in enumerate(grid.selection_runs("fedsrcvar", rho)):
             results[run] = {"rho": rho, "mean_risk": 0.6 + index, "worst_risk": 0.8 - rho * index}
     selections = {
-        (method, rho): reproduce.Selection(
+        (method, rho): selection.Selection(
             tuple(grid.grid(method, rho)),
             tuple(grid.selection_runs(method, rho)),
-            reproduce.chosen(grid, method, rho, results),
+            selection.chosen(grid, method, rho, results),
         )
         for method in grid.methods
         for rho in grid.rhos

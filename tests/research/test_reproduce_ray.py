@@ -16,7 +16,7 @@ import pytest
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
 from fedfair.research import runs
-from fedfair.research.reproduce import Study
+from fedfair.research.study import Study
 from fedfair.research.runs import Run, run_all
 from tests.research.test_reproduce import TINY
 

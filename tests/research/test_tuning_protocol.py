@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from fedfair.core.errors import ConfigError
-from fedfair.research import reproduce, tuning
+from fedfair.research import selection, tuning
 from fedfair.research.flags import config_from_flags
 from fedfair.research.paper_splits import paper_split
 from fedfair.research.profiles import PROFILES, TABLE_RHO
-from fedfair.research.reproduce import METHOD_LABELS, Study, read_csv
+from fedfair.research.reproduce import read_csv
 from fedfair.research.runs import Run
+from fedfair.research.study import METHOD_LABELS, Study
 from fedfair.research.tuning import Axis, Coordinates, Search
 
 STEPS = Axis("step", (0.001, 0.01, 0.1, 1.0, 10.0), (0.01, 0.1), below="the floor", above="the cap")
@@ -175,19 +176,19 @@ def test_the_study_records_each_methods_budget_tried_points_and_marks(
     def risk(point: Knobs) -> float:
         return math.nan if point["--lr"] > 0.5 else 1.0 - point["--lr"] + point["--local-steps"]
 
-    monkeypatch.setattr(reproduce, "run_all", fake_results(risk))
+    monkeypatch.setattr(selection, "run_all", fake_results(risk))
     study = tuned_study()
     wanted = [("term", TABLE_RHO), ("fedavg", TABLE_RHO)]
-    selections, _ = reproduce.select(study, wanted, tmp_path, workers=1)
+    selections, _ = selection.select(study, wanted, tmp_path, workers=1)
     for method, rho in wanted:
-        selection = selections[(method, rho)]
-        assert selection.search is not None and selection.search.settled
-        assert len(selection.points) == len(selection.runs) <= selection.search.budget
-        assert selection.choice.step == 0.3 and selection.choice.local_steps == 1
-        assert "step 1 diverged" in selection.limits
-        assert "local steps 1 is its ladder's end (one local step a round)" in selection.limits
-    rows = reproduce.tuning_rows(selections)
-    assert len(rows) == sum(len(selection.points) for selection in selections.values())
+        chosen = selections[(method, rho)]
+        assert chosen.search is not None and chosen.search.settled
+        assert len(chosen.points) == len(chosen.runs) <= chosen.search.budget
+        assert chosen.choice.step == 0.3 and chosen.choice.local_steps == 1
+        assert "step 1 diverged" in chosen.limits
+        assert "local steps 1 is its ladder's end (one local step a round)" in chosen.limits
+    rows = selection.tuning_rows(selections)
+    assert len(rows) == sum(len(chosen.points) for chosen in selections.values())
     assert [row["point"] for row in rows if row["chosen"]] == [
         selections[pair].choice.describe(pair[0]) for pair in wanted
     ]

@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 from fedfair.core.errors import ProtocolError
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.messages import (
-    AggregateClaim,
-    AggregateTag,
     ConsistencySignature,
     Dealing,
     EncryptedShares,
@@ -27,11 +25,11 @@ from fedfair.secagg.messages import (
     ShareCheck,
     ShareKeys,
     SurvivorSet,
-    TagSet,
     UnmaskRequest,
     UnmaskResponse,
     decode,
 )
+from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import MAGIC, Stage
 from tests.secagg.messages_helpers import ADVERTISEMENT, header
 

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from fedfair.core.errors import AuthenticationError, ProtocolError, StaleMessageError, VerificationError, VerifyReason
 from fedfair.secagg import keys
-from fedfair.secagg.messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.simulate import simulate_round
 from fedfair.secagg.verify import (
     BLOCK,
@@ -23,6 +22,7 @@ from fedfair.secagg.verify import (
     decode_tags,
     masked_tags,
 )
+from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Stage
 from tests.secagg.helpers import Harness, encode_all, make_config, make_inputs
 

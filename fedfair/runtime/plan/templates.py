@@ -5,7 +5,8 @@
 ``python -m fedfair.runtime.plan.templates --write`` from the repository's root), and ``fedfair init``
 renders the same text for its own federation (:mod:`fedfair.runtime.new_federation`), so the templates
 and the folders ``fedfair init`` writes cannot disagree. The comments are the plan's documentation:
-every key, its range and its default.
+every key, its range and its default; the [evaluation] composition line and what it costs come from
+:mod:`fedfair.runtime.plan.composition_note`.
 
 This module only writes text (no TOML parsing, no pandas): ``fedfair init --help`` stays light.
 """
@@ -15,10 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from fedfair.runtime.plan.composition_note import Headline, composition_line
 
 AGGREGATOR_NAME = "aggregator"
 """The aggregator's certificate name, in the plan's [aggregator] and each config's aggregator_name."""
@@ -28,19 +30,8 @@ NOTE_COLUMN = 20
 """Where a plan key's trailing comment starts, so continuation lines line up under it."""
 CERTIFICATE_COLUMN = 27
 """Where a [certificates] file's trailing comment starts in a collaborator config."""
-
-
-@dataclass(frozen=True)
-class Headline:
-    """The final worst-group risk's expected 95% half-width over `rows` held-out rows, without and with composition.
-
-    Computed by :func:`fedfair.runtime.plan.composition_price.headline_half_widths` from the plan's privacy; only
-    written here, so that this module stays free of the numerical stack.
-    """
-
-    rows: int
-    without: float
-    composed: float
+COMPOSITION_PLACEHOLDER = ("COLUMN",)
+"""The commented composition line's column when init knows no table: a name to replace, not the demo data's."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +93,12 @@ def _maybe(active: bool, line: str) -> str:
 def _sizes(federation: Federation) -> str:
     sizes = federation.sizes_example or ("ROWS",) * len(federation.sites)
     return ", ".join(f"{site} = {size}" for site, size in zip(federation.sites, sizes, strict=True))
+
+
+def _composition(federation: Federation) -> str:
+    """The commented ``[evaluation] composition`` line: the federation's example columns, else a placeholder."""
+    names = federation.composition_example or COMPOSITION_PLACEHOLDER
+    return composition_line(names, federation.headline, placeholder=not federation.composition_example)
 
 
 _PLAN_HEAD = """\
@@ -177,42 +174,6 @@ every = 5           # federated worst-group evaluation every N rounds (0: after 
                            # 5%); the interval widens in proportion to it (6.9, the loss at 0.1%, is
                            # 2.3x as wide); the report says how much of the worst group may lie above it
 """
-
-COMPOSITION_COLUMN = 33
-"""Where the composition line's note starts: under a two-column example's line, as it always did."""
-TEXT_WIDTH = 100
-"""The longest line of the composition note."""
-COMPOSITION_PLACEHOLDER = ("COLUMN",)
-"""The commented composition line's column when init knows no table: a name to replace, not the demo data's."""
-
-_COMPOSITION_NOTE = (
-    "with a [schema]: who is in the worst-off group at the final evaluation, by categorical columns "
-    "with listed categories or the label; each site's counts by category go through the small-cell "
-    "rule ([schema] min_category_count) into the sum. The counts travel in the final answer and share "
-    "its noise, so they widen the headline interval: "
-)
-
-
-def _composition(federation: Federation) -> str:
-    """The commented ``[evaluation] composition`` line: the columns to count, and what counting them costs."""
-    names = federation.composition_example or COMPOSITION_PLACEHOLDER
-    code = "# composition = [" + ", ".join(_string(name) for name in names) + "]"
-    headline = federation.headline
-    cost = (
-        "`fedfair data check` prints the worst-group risk's half-width with and without them"
-        if headline is None
-        else f"over {headline.rows:,} held-out rows in all, the worst-group risk's 95% half-width is "
-        f"+/- {headline.without:.2g} without them and +/- {headline.composed:.2g} with "
-        f"{'these columns' if federation.composition_example else 'one such column'}"
-    )
-    lines = textwrap.wrap(_COMPOSITION_NOTE + cost, width=TEXT_WIDTH - COMPOSITION_COLUMN - 2, break_on_hyphens=False)
-    notes = [f"{' ' * COMPOSITION_COLUMN}# {line}" for line in lines]
-    if len(code) + 2 <= COMPOSITION_COLUMN:  # the note starts on the example's line, as the other keys' do
-        notes[0] = code.ljust(COMPOSITION_COLUMN) + notes[0][COMPOSITION_COLUMN:]
-    else:
-        notes.insert(0, code)
-    return "\n".join(notes) + "\n"
-
 
 _SCHEMA_INTRO = """\
 # [schema]: each institution's own table instead of encoded data (docs/usage.md). Draft it from a
