@@ -29,6 +29,7 @@ from report_learning import eval_error, influence_bench, noised_statistics, refe
 from report_gpu import gpu_bench
 from report_plots import save
 from report_runtime import (
+    allocator_ab,
     attack_matrix,
     demo_seeds,
     federation_bench,
@@ -70,6 +71,7 @@ SECTIONS: dict[str, Shows] = {
     "demo_seeds": demo_seeds,
     "round_bench": round_bench,
     "round_bench_processes": round_bench,
+    "allocator_ab": allocator_ab,
     "round_bench_processes_d1e8": wire_width,
     "round_bench_plain32_d1e7": wire_width,
     "round_bench_processes_d1e7": wire_width,
