@@ -126,3 +126,32 @@ def test_every_fedfair_line_of_the_first_federation_walk_is_one_the_cli_accepts(
             parser.parse_args(words)
         except SystemExit:
             pytest.fail(f"docs/first-federation.md runs `fedfair {shlex.join(words)}`, which the CLI refuses")
+
+
+def test_a_full_disk_is_one_named_error_with_status_2_and_the_old_file_intact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pki issue` on a disk that fills while the new certificate is written: status 2, the file named, no
+    traceback, and the folder as it was (every file fedfair keeps is replaced whole or not at all)."""
+    import errno
+    import os
+
+    from fedfair.core import files
+
+    assert cli.main(["pki", "init", "--dir", str(tmp_path)]) == 0
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    real_fsync = os.fsync
+
+    def full(descriptor: int) -> None:
+        if os.path.isdir(f"/proc/self/fd/{descriptor}"):
+            real_fsync(descriptor)
+            return
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.readlink(f"/proc/self/fd/{descriptor}"))
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    status = cli.main(["pki", "issue", "--dir", str(tmp_path), "--role", "collaborator", "--name", "site-a"])
+    error = capsys.readouterr().err
+    assert status == 2
+    assert error.startswith("fedfair: error: the disk is full writing ") and "Traceback" not in error
+    assert "run the same command again" in error
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before

@@ -8,6 +8,7 @@ the work, imported when the command runs.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -96,8 +97,8 @@ def modules_for(argv: Sequence[str]) -> Sequence[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `fedfair` command line `argv` (default: sys.argv[1:]); return the exit status.
 
-    A :class:`FedfairError` is printed as one ``fedfair: error:`` line on stderr and gives status 2;
-    argparse exits with status 2 itself on a bad command line.
+    A :class:`FedfairError` is printed as one ``fedfair: error:`` line on stderr and gives status 2, and so is
+    a full disk (`disk_full`); argparse exits with status 2 itself on a bad command line.
     """
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(modules_for(words))
@@ -107,3 +108,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FedfairError as error:
         print(f"fedfair: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        if error.errno not in DISK_FULL:
+            raise
+        print(f"fedfair: error: {disk_full(error)}", file=sys.stderr)
+        return 2
+
+
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""The write errors that mean the disk (or the user's quota on it) is full."""
+
+
+def disk_full(error: OSError) -> str:
+    """What a full disk stopped, and the fix, for a write that failed with ENOSPC or EDQUOT.
+
+    Every file fedfair keeps between runs (the privacy ledger, checkpoints, the round log, bundles) is
+    written to a temporary file and renamed over the old one, so a failed write leaves the old one whole.
+    """
+    where = f" writing {error.filename}" if error.filename else ""
+    return (
+        f"the disk is full{where} ({error.strerror or 'no space left on device'}); free space there, then run "
+        "the same command again: files written before are intact (each is replaced whole or not at all)"
+    )
