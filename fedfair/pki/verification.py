@@ -58,8 +58,8 @@ def verify_certificate(
 ) -> str:
     """Verify ``certificate`` was issued by ``ca_certificate`` for ``role`` and is valid now; return its name.
 
-    Checks the chain and validity window (cryptography's RFC 5280 path validation),
-    the P-256 key, the key usage of the role (server auth for the aggregator, client
+    Checks the validity window (an expired certificate is named as expired), the chain
+    (cryptography's RFC 5280 path validation), the P-256 key, the key usage of the role (server auth for the aggregator, client
     auth for collaborators, never both) and that CN equals a DNS SAN.
     """
     check_role(role)
@@ -67,7 +67,18 @@ def verify_certificate(
     check_p256(certificate.public_key(), "the certificate")
     if role_of_certificate(certificate) != role:
         raise CertificateError(f"the certificate was not issued for the {role} role; reissue it with `--role {role}`")
-    builder = PolicyBuilder().store(Store([ca_certificate])).time(now or dt.datetime.now(dt.UTC)).max_chain_depth(0)
+    now = now or dt.datetime.now(dt.UTC)
+    if now > certificate.not_valid_after_utc:
+        raise CertificateError(
+            f"the certificate of {name} expired on {certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC; have a new "
+            "one signed for the same key (`fedfair pki sign`) or issued (`fedfair pki issue`), and pin it"
+        )
+    if now < certificate.not_valid_before_utc:
+        raise CertificateError(
+            f"the certificate of {name} is not valid before {certificate.not_valid_before_utc:%Y-%m-%d %H:%M} UTC; "
+            "check this machine's clock, or wait until then"
+        )
+    builder = PolicyBuilder().store(Store([ca_certificate])).time(now).max_chain_depth(0)
     try:
         if role == "aggregator":
             builder.build_server_verifier(x509.DNSName(name)).verify(certificate, [])

@@ -31,21 +31,23 @@ def test_verify_refuses_a_certificate_from_another_ca(ca_dir: Path, tmp_path: Pa
         verify_certificate(foreign, ca_certificate, "collaborator")
 
 
-def test_verify_refuses_a_certificate_outside_its_validity_window(ca_dir: Path) -> None:
+def test_verify_names_a_certificate_outside_its_validity_window(ca_dir: Path) -> None:
+    """An expired certificate is refused as expired, with its date; one not yet valid names its start."""
     ca_certificate = store.load_certificate(ca_dir / "ca.crt")
     ca_key = store.load_private_key(ca_dir / "ca.key")
     request = create_request("hospital-a", generate_private_key())
     past = dt.datetime.now(dt.UTC) - dt.timedelta(days=10)
     expired = sign_request(request, ca_certificate, ca_key, "collaborator", days=5, not_before=past)
-    with pytest.raises(CertificateError, match="does not verify"):
+    ended = f"{past + dt.timedelta(days=5):%Y-%m-%d}"
+    with pytest.raises(CertificateError, match=f"the certificate of hospital-a expired on {ended}"):
         verify_certificate(expired, ca_certificate, "collaborator")
     fresh = sign_request(request, ca_certificate, ca_key, "collaborator", days=30)
     assert verify_certificate(fresh, ca_certificate, "collaborator") == "hospital-a"
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=31)
-    with pytest.raises(CertificateError, match="does not verify"):
+    with pytest.raises(CertificateError, match="hospital-a expired on "):
         verify_certificate(fresh, ca_certificate, "collaborator", now=later)
     future = sign_request(request, ca_certificate, ca_key, "collaborator", not_before=later)
-    with pytest.raises(CertificateError, match="does not verify"):
+    with pytest.raises(CertificateError, match=f"hospital-a is not valid before {later:%Y-%m-%d}"):
         verify_certificate(future, ca_certificate, "collaborator")
 
 
