@@ -5,7 +5,8 @@ The flow for a CA held apart from the institutions: each institution runs `reque
 receives, and once every certificate is issued anyone runs `manifest` on them; the
 institutions compare the printed fingerprints (or the manifest's digest) out of band
 and each keeps a copy of the manifest, which pins the roster against the CA itself.
-`revoke` writes the next manifest without a certificate (the site removed, or re-keyed).
+`revoke` writes the next manifest without a certificate (the site removed, or re-keyed) and lists
+it as revoked: `manifest --previous` carries that list over and refuses to pin it again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+from fedfair.core.errors import ConfigError
 from fedfair.pki.certificates import CA_COMMON_NAME, CA_DAYS, CERT_DAYS
 from fedfair.pki.names import ROLES
 from fedfair.pki.roster import pins_from_folders, write_manifest
@@ -72,8 +74,20 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_manifest(args: argparse.Namespace) -> int:
     ca_certificate = load_certificate(args.ca) if args.ca is not None else None
     pins = pins_from_folders(args.certs, ca_certificate)
-    digest = write_manifest(args.out, args.federation, pins, args.max_colluding, args.min_round_size)
+    revoked: tuple[str, ...] = ()
+    if args.previous is not None:
+        from fedfair.runtime.manifest import load_manifest
+
+        revoked = load_manifest(args.previous).revoked
+    try:
+        digest = write_manifest(args.out, args.federation, pins, args.max_colluding, args.min_round_size, None, revoked)
+    except ConfigError as error:
+        raise ConfigError(f"{args.previous}: {error}") from None
     print(f"wrote {args.out} for federation {args.federation}: {len(pins)} participants")
+    if revoked:
+        print(f"  {len(revoked)} revoked certificate(s) carried over from {args.previous}, none of them pinned")
+    elif args.previous is None:
+        print("  made from the certificates alone: if an earlier manifest revoked one, pass it with --previous")
     for pin in sorted(pins, key=lambda pin: (pin.role != "aggregator", pin.name)):
         print(f"  {pin.name:<20} {pin.role:<12} sha256 {pin.sha256}")
     print(f"manifest sha256 {digest}")
@@ -99,6 +113,7 @@ def _cmd_revoke(args: argparse.Namespace) -> int:
         new.max_colluding,
         new.min_round_size,
         new.plan,
+        new.revoked,
     )
     print(f"wrote {args.out}: the certificate of {args.name} (sha256 {old.sha256 if old else '?'}) is revoked")
     if replacement is not None:
@@ -202,6 +217,12 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     manifest.add_argument("--min-round-size", type=int, required=True, help="the fewest parties a round may have")
     manifest.add_argument("--out", type=Path, required=True, help="the manifest to write, e.g. manifest.toml")
+    manifest.add_argument(
+        "--previous",
+        type=Path,
+        default=None,
+        help="the federation's last manifest: its revoked certificates carry over and are refused if found again",
+    )
 
     revoke = add(
         "revoke",

@@ -164,14 +164,27 @@ def check_pins(pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> 
 
 
 def _document(
-    federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int, plan: PlanPin | None
+    federation_id: str,
+    pins: Iterable[Pin],
+    max_colluding: int,
+    min_round_size: int,
+    plan: PlanPin | None,
+    revoked: Iterable[str] = (),
 ) -> dict[str, object]:
     """The manifest's content as plain values, participants sorted by name (the order is not content).
 
-    The plan counts by its digest, which covers its settings.
+    The plan counts by its digest, which covers its settings; the revoked fingerprints, sorted, only
+    where there are some (so a manifest without revocations keeps the digest it always had).
     """
+    federation: dict[str, object] = {
+        "id": federation_id,
+        "max_colluding": max_colluding,
+        "min_round_size": min_round_size,
+    }
+    if revoked := sorted(set(revoked)):
+        federation["revoked"] = revoked
     document: dict[str, object] = {
-        "federation": {"id": federation_id, "max_colluding": max_colluding, "min_round_size": min_round_size},
+        "federation": federation,
         PARTICIPANTS: [asdict(pin) for pin in sorted(pins, key=lambda pin: pin.name)],
     }
     if plan is not None:
@@ -180,25 +193,40 @@ def _document(
 
 
 def roster_digest(
-    federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int, plan: PlanPin | None = None
+    federation_id: str,
+    pins: Iterable[Pin],
+    max_colluding: int,
+    min_round_size: int,
+    plan: PlanPin | None = None,
+    revoked: Iterable[str] = (),
 ) -> str:
     """SHA-256 (hex) of the manifest's canonical content: equal digests mean the same agreement.
 
     Comments, layout and the order of participants do not count, so institutions can
     compare one line over the phone rather than a file.
     """
-    content = _document(federation_id, pins, max_colluding, min_round_size, plan)
+    content = _document(federation_id, pins, max_colluding, min_round_size, plan, revoked)
     return hashlib.sha256(canonical_json(content)).hexdigest()
 
 
 def manifest_text(
-    federation_id: str, pins: Iterable[Pin], max_colluding: int, min_round_size: int, plan: PlanPin | None = None
+    federation_id: str,
+    pins: Iterable[Pin],
+    max_colluding: int,
+    min_round_size: int,
+    plan: PlanPin | None = None,
+    revoked: Iterable[str] = (),
 ) -> str:
-    """The manifest as TOML, after every check :func:`check_pins` makes; the digest is in a comment."""
+    """The manifest as TOML, after the checks of :func:`check_pins` and :func:`check_not_revoked`.
+
+    Its digest is in a comment.
+    """
     pins = list(pins)
+    revoked = sorted(set(revoked))
     validate_federation_id(federation_id)
     check_pins(pins, max_colluding, min_round_size)
-    digest = roster_digest(federation_id, pins, max_colluding, min_round_size, plan)
+    check_not_revoked(pins, revoked)
+    digest = roster_digest(federation_id, pins, max_colluding, min_round_size, plan, revoked)
     # Every value is a checked name, role, hex fingerprint or federation id: JSON quoting is TOML quoting.
     lines = [
         "# fedfair federation manifest: agreed by every institution out of band, one copy each.",
@@ -210,6 +238,11 @@ def manifest_text(
         f"max_colluding = {max_colluding}       # collaborators that may collude with the aggregator",
         f"min_round_size = {min_round_size}      # the fewest parties a round may have",
     ]
+    if revoked:
+        lines += [
+            "# Certificates revoked in this federation (sha256): never pinned again, whoever presents them.",
+            f"revoked = {json.dumps(revoked)}",
+        ]
     for pin in sorted(pins, key=lambda pin: (pin.role != "aggregator", pin.name)):
         lines += [
             "",
@@ -241,8 +274,20 @@ def write_manifest(
     max_colluding: int,
     min_round_size: int,
     plan: PlanPin | None = None,
+    revoked: Iterable[str] = (),
 ) -> str:
     """Write the manifest to ``path`` (atomically, never over an existing file); return its digest."""
-    text = manifest_text(federation_id, pins, max_colluding, min_round_size, plan)
+    text = manifest_text(federation_id, pins, max_colluding, min_round_size, plan, revoked)
     write_file(path, text.encode(), 0o644)
-    return roster_digest(federation_id, pins, max_colluding, min_round_size, plan)
+    return roster_digest(federation_id, pins, max_colluding, min_round_size, plan, revoked)
+
+
+def check_not_revoked(pins: Iterable[Pin], revoked: Iterable[str]) -> None:
+    """Refuse to pin a certificate the federation revoked (ConfigError naming it and the fix)."""
+    gone = set(revoked)
+    for pin in pins:
+        if pin.sha256 in gone:
+            raise ConfigError(
+                f"the certificate of {pin.name!r} (sha256 {pin.sha256}) was revoked in this federation; pin its "
+                "replacement: a new key and certificate (`fedfair pki request`, then `fedfair pki sign`)"
+            )

@@ -18,7 +18,7 @@ from cryptography import x509
 from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.pki.names import FEDERATION_ID_RE, ROLES, validate_name
-from fedfair.pki.roster import PARTICIPANTS, Pin, PlanPin, check_pins, roster_digest, settings_digest
+from fedfair.pki.roster import PARTICIPANTS, Pin, PlanPin, check_not_revoked, check_pins, roster_digest, settings_digest
 from fedfair.pki.verification import (
     der_fingerprint,
     normalise_fingerprint,
@@ -83,6 +83,8 @@ class Manifest:
     source: Path
     plan: PlanPin | None = None
     """The pinned plan: the shared settings every collaborator must receive, or None (unpinned)."""
+    revoked: tuple[str, ...] = ()
+    """The SHA-256 fingerprints of the certificates revoked in this federation (sorted): never pinned again."""
 
     @property
     def collaborator_names(self) -> frozenset[str]:
@@ -117,7 +119,7 @@ def parse_manifest(data: Mapping[str, Any], source: Path) -> Manifest:
     """Validate a manifest already read from TOML (``source`` for messages)."""
     where = str(source)
     check_sections(where, data, ("federation", PARTICIPANTS, "plan"))
-    federation = Table.of(where, data, "federation", ("id", "max_colluding", "min_round_size"))
+    federation = Table.of(where, data, "federation", ("id", "max_colluding", "min_round_size", "revoked"))
     federation_id = federation.string("id", pattern=FEDERATION_ID_RE, expected="letters, digits, '.', '_' or '-'")
     max_colluding = federation.integer("max_colluding", 0, low=0)
     min_round_size = federation.integer("min_round_size", low=2)
@@ -128,12 +130,20 @@ def parse_manifest(data: Mapping[str, Any], source: Path) -> Manifest:
             "(`fedfair pki manifest` writes them from the certificates)"
         )
     pins = [_pin(where, index, entry) for index, entry in enumerate(entries, start=1)]
+    revoked: tuple[str, ...] = ()
+    if federation.given("revoked"):
+        listed = federation.items("revoked", lambda item: isinstance(item, str), "a list of SHA-256 fingerprints")
+        try:
+            revoked = tuple(sorted({normalise_fingerprint(item) for item in listed}))
+        except ConfigError as error:
+            federation.fail(f"[federation] revoked: {error}")
     try:
         aggregator, collaborators = check_pins(pins, max_colluding, min_round_size)
+        check_not_revoked(pins, revoked)
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from None
     return Manifest(
-        federation_id, aggregator, collaborators, max_colluding, min_round_size, source, _plan_pin(where, data)
+        federation_id, aggregator, collaborators, max_colluding, min_round_size, source, _plan_pin(where, data), revoked
     )
 
 
@@ -180,13 +190,17 @@ def load_manifest(path: Path | str) -> Manifest:
 def manifest_digest(manifest: Manifest) -> str:
     """SHA-256 (hex) of the manifest's content, what the institutions compare (comments and order do not count)."""
     pins = (manifest.aggregator, *manifest.collaborators)
-    return roster_digest(manifest.federation_id, pins, manifest.max_colluding, manifest.min_round_size, manifest.plan)
+    return roster_digest(
+        manifest.federation_id, pins, manifest.max_colluding, manifest.min_round_size, manifest.plan, manifest.revoked
+    )
 
 
 def revoked(
     manifest: Manifest, name: str, replacement: Pin | None = None, min_round_size: int | None = None
 ) -> Manifest:
     """`manifest` with collaborator `name`'s certificate revoked: its pin removed, or replaced by `replacement`.
+
+    Its fingerprint joins the manifest's revoked ones, which no later manifest made from this one pins again.
 
     Whatever the manifest no longer pins is refused at the aggregator's handshake and in every peer's key
     agreement. A replacement (the same institution, a new key) keeps the roster and so the pinned plan; a
@@ -215,7 +229,8 @@ def revoked(
     except ConfigError as error:
         raise ConfigError(f"without {name!r}: {error} (--min-round-size)") from None
     plan = manifest.plan if replacement is not None else None
-    return dataclasses.replace(manifest, collaborators=others, min_round_size=bound, plan=plan)
+    revoked = tuple(sorted({*manifest.revoked, pin.sha256}))
+    return dataclasses.replace(manifest, collaborators=others, min_round_size=bound, plan=plan, revoked=revoked)
 
 
 # ---------------------------------------------------------------- certificates

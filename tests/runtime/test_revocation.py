@@ -104,3 +104,32 @@ def test_removing_a_site_drops_its_pin_and_the_plan_pin_and_checks_the_bounds(
     old = pki.load_certificate(workspace.certs / f"{REVOKED}.crt").public_bytes(serialization.Encoding.DER)
     with pytest.raises(IdentityError, match="is not in the federation's manifest"):
         verify(REVOKED, old)
+
+
+def test_a_revoked_certificate_is_never_pinned_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`pki revoke` lists the fingerprint; `pki manifest --previous` carries the list and refuses the certificate,
+    whose folder still holds it, until the site's replacement is there; a hand-edited pin of it is refused too."""
+    workspace = make_workspace(tmp_path, NAMES, plan=plan_sections(quorum={"min_collaborators": 2}), manifest=True)
+    old = pki.fingerprint(pki.load_certificate(workspace.certs / f"{REVOKED}.crt"))
+    revoke = ["pki", "revoke", "--manifest", str(tmp_path / "manifest.toml"), "--name", REVOKED]
+    assert cli_main([*revoke, "--min-round-size", "2", "--out", str(tmp_path / "r.toml")]) == 0
+    assert load_manifest(tmp_path / "r.toml").revoked == (old,)
+    capsys.readouterr()
+    again = ["pki", "manifest", "--federation", "fed", "--certs", str(workspace.certs), "--min-round-size", "2"]
+    assert cli_main([*again, "--previous", str(tmp_path / "r.toml"), "--out", str(tmp_path / "again.toml")]) == 2
+    assert f"'{REVOKED}' (sha256 {old}) was revoked in this federation" in capsys.readouterr().err
+    assert not (tmp_path / "again.toml").exists()
+    # Without --previous the command cannot know; it says so.
+    assert cli_main([*again, "--out", str(tmp_path / "blind.toml")]) == 0
+    assert "if an earlier manifest revoked one, pass it with --previous" in capsys.readouterr().out
+    # The replacement takes the name; the revoked list stays in the digest the institutions compare.
+    (workspace.certs / f"{REVOKED}.crt").unlink()
+    assert cli_main([*again, "--previous", str(tmp_path / "r.toml"), "--out", str(tmp_path / "next.toml")]) == 0
+    assert "1 revoked certificate(s) carried over" in capsys.readouterr().out
+    assert load_manifest(tmp_path / "next.toml").revoked == (old,)
+    pinned_again = (
+        tmp_path / "r.toml"
+    ).read_text() + f'\n[[participants]]\nname = "{REVOKED}"\nrole = "collaborator"\nsha256 = "{old}"\n'
+    (tmp_path / "edited.toml").write_text(pinned_again)
+    with pytest.raises(ConfigError, match="was revoked in this federation"):
+        load_manifest(tmp_path / "edited.toml")

@@ -67,6 +67,7 @@ def pin_plan(
         pinned.max_colluding,
         pinned.min_round_size,
         pinned.plan,
+        pinned.revoked,
     )
     changes = None if roster.plan is None else setting_differences(roster.plan.settings, content)
     for config, text in named.items():
