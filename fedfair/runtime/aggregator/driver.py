@@ -174,6 +174,8 @@ class SumDriver:
         """The last aggregation's wait for each peer past its stages' median answers (StageTiming.held_up), summed."""
         self.grace = RoundGrace(-1, settings.grace)
         """The grace of the round in progress, across its aggregations (training, then evaluation)."""
+        self.unmasked: frozenset[str] = frozenset()
+        """The survivors of the last aggregation's sum once it was unmasked (verified aggregation), else empty."""
 
     def run(
         self,
@@ -198,6 +200,7 @@ class SumDriver:
         """
         roster = tuple(sorted(participants))
         self.answers, self.held_up = {}, {}
+        self.unmasked = frozenset[str]()
         if self.grace.round != round_number:
             self.grace = RoundGrace(round_number, self.settings.grace)
         parameters = RoundParameters(
@@ -372,6 +375,7 @@ class SumDriver:
             result = server.finish()
             if stages.claim is not None and stages.tags is not None:
                 contributors = names(result.contributors)
+                self.unmasked = contributors  # from here on, a void round leaves every survivor bound to them
                 claim = server.claim().to_bytes()
                 stage(stages.claim, SecAggStage.VERIFY, contributors, claim, small)
                 del claim  # the d + 1 words again: the board's parts hold them no longer than the stage
