@@ -1,7 +1,7 @@
 """A round voided after its sum was unmasked does not stall the federation (issue 65, verified aggregation).
 
-Real processes over loopback mutual TLS: site-c dies (kill -9) right after its unmasking shares in round 2,
-before it tags the claimed sum, and never comes back. Nobody can verify round 2's sum, so the aggregator
+Real processes over loopback mutual TLS: site-c dies (kill -9) in round 2 once its sum is unmasked, right
+before it sends its tag of the claimed sum, and never comes back. Nobody can verify that sum, so the aggregator
 voids it (model unchanged); every other site's input on that model is bound to the survivors of that sum,
 so the aggregator waits one round timeout for site-c, then voids the later rounds at once, naming round 2
 and site-c, and the federation ends in bounded time, every site saying so (exit 3, its record: 1 round).
@@ -34,7 +34,7 @@ def test_a_survivor_lost_before_its_tag_voids_the_round_and_the_federation_ends(
     )
     aggregator = processes.aggregator(workspace)
     sites = {name: processes.collaborator(workspace, name) for name in NAMES[:2]}
-    lost = processes.collaborator(workspace, "site-c", fault="after-upload:2:STAGE_UNMASK")
+    lost = processes.collaborator(workspace, "site-c", fault="before-upload:2:STAGE_VERIFY_CLAIM")
     assert lost.wait(120) == -9, processes.tail()
     lost_at = time.monotonic()
     assert aggregator.wait(120) == 3, processes.tail()
