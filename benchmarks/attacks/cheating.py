@@ -207,8 +207,9 @@ def equivocation_row(root: Path, book: RowBook) -> None:
     with book.row(
         "equivocation: one collaborator is told another dropped out (survivor set and unmask request)",
         "the viewer finds no t consistency signatures on the view it was shown and reveals no share in that "
-        "round; no party's seed and mask key both reach the aggregator; the next round completes with the exact "
-        "honest sum",
+        "round; no party's seed and mask key both reach the aggregator; that round is void, the model unchanged "
+        "(the viewer cannot tag a sum over the survivors it was lied about, so no site could verify it; the "
+        "sites then stay bound to the views they signed, so later rounds on that model abort too)",
         PATCHED_AGGREGATOR,
     ) as row:
         workspace = make_workspace(
@@ -229,12 +230,14 @@ def equivocation_row(root: Path, book: RowBook) -> None:
         both = lie.both_secrets()
         after = log.get(ROUNDS, {})
         recovered = after.get("status") == "applied" and ROUNDS in check.verified
+        # Verified aggregation (issue 65): a round no site can verify is never applied.
+        void = log.get(LIE_ROUND, {}).get("status") == "aborted"
         row.record(
             f"lies told: {lie.lies_told or 'none (the stages never opened)'}; the viewer revealed "
             f"{viewer_shares or 'no share'}; both secrets of {both or 'nobody'} reached the aggregator; round {LIE_ROUND}: "
             f"{log.get(LIE_ROUND, {}).get('status')}; round {ROUNDS}: {after.get('status')}"
             f"{' (exact)' if recovered else ''}",
-            bool(lie.lies_told) and not viewer_shares and not both and recovered,
+            bool(lie.lies_told) and not viewer_shares and not both and void,
             revealed=[list(item) for item in lie.revealed],
             errors={**group.errors, **({"aggregator": aggregator.error} if aggregator.error else {})},
         )

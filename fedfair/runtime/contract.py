@@ -36,11 +36,21 @@ class Stages:
     consistency: pb.Stage
     unmask: pb.Stage
     session_offset: int
+    claim: pb.Stage | None = None
+    """Verified aggregation (secure aggregation only): the stage whose input is the aggregator's claimed sum and
+    whose uploads are the survivors' signed tags; None for an aggregation that is not verified."""
+    tags: pb.Stage | None = None
+    """The stage whose input is every survivor's tags and whose uploads are the survivors' verdicts (:data:`ACCEPTED`)."""
 
     @property
     def uploads(self) -> tuple[pb.Stage, ...]:
-        """The six secure-aggregation stages, in order: those a collaborator uploads to."""
-        return (self.advertise, self.share, self.check, self.masked, self.consistency, self.unmask)
+        """The secure-aggregation stages, in order: those a collaborator uploads to (six, and two more if verified)."""
+        verified = () if self.claim is None or self.tags is None else (self.claim, self.tags)
+        return (self.advertise, self.share, self.check, self.masked, self.consistency, self.unmask, *verified)
+
+    def last(self, secure: bool) -> pb.Stage:
+        """The aggregation's last stage: an abort is bound to it, so it comes after whatever a collaborator did."""
+        return self.tags if secure and self.tags is not None else self.unmask
 
 
 TRAINING = Stages(
@@ -52,6 +62,8 @@ TRAINING = Stages(
     consistency=pb.STAGE_CONSISTENCY,
     unmask=pb.STAGE_UNMASK,
     session_offset=0,
+    claim=pb.STAGE_VERIFY_CLAIM,
+    tags=pb.STAGE_VERIFY_TAGS,
 )
 EVALUATION = Stages(
     start=pb.STAGE_EVALUATE,
@@ -63,6 +75,10 @@ EVALUATION = Stages(
     unmask=pb.STAGE_EVAL_UNMASK,
     session_offset=1,
 )
+
+ACCEPTED = b"accepted"
+"""A survivor's verdict in the tags stage: it verified the claimed sum (a site that refuses it uploads nothing
+and stops, :class:`~fedfair.core.errors.VerificationError`)."""
 
 STREAM_ACCEPTED = ("fedfair-stream", "accepted")
 """The initial metadata the aggregator sends on a task stream it took (this name's only live one), before

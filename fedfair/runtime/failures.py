@@ -208,6 +208,15 @@ BUNDLE_REFUSED = FailureClass(
     "plan and output model this collaborator joined, trained on and evaluated), and use no bundle of this "
     "federation that this collaborator did not keep itself",
 )
+AGGREGATE_REFUSED = FailureClass(
+    "aggregate-refused",
+    False,
+    "round {round}: the aggregator's sum of the round could not be verified as the sum of the survivors' inputs "
+    "({reason}: {detail}); this collaborator applies no model made from it and keeps no bundle of this federation",
+    "tell the institutions: the aggregator (or a site colluding with it) tried to apply another model than the "
+    "federation trained; the outcome record ({path}) names the round and the reason; do not use this "
+    'federation\'s model (docs/security.md, "Verified aggregation")',
+)
 
 FAILURES: tuple[FailureClass, ...] = (
     AGGREGATOR_UNREACHABLE,
@@ -235,6 +244,7 @@ FAILURES: tuple[FailureClass, ...] = (
     LOCAL_STATE_LOST,
     FEDERATION_PAST,
     BUNDLE_REFUSED,
+    AGGREGATE_REFUSED,
 )
 """Every class a collaborator can report, in the order the runbook lists them."""
 

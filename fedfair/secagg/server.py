@@ -48,7 +48,7 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fedfair.secagg.verify import TAG_BYTES, aggregate_digest, tag_payload
+from fedfair.secagg.verify import TAG_BYTES, Challenge, aggregate_digest, check_sum, tag_payload
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.payloads import (
     consistency_payload,
@@ -423,6 +423,19 @@ class Server:
     def untagged(self) -> tuple[int, ...]:
         """The survivors whose tags have not arrived (VERIFY stage): every party will refuse the aggregate without them."""
         return tuple(sorted(self._masked - self._tags.keys()))
+
+    def tags_add_up(self) -> bool:
+        """Whether the tags received sum to the claimed aggregate's challenge dots, as every survivor will check.
+
+        For a server that claimed the true sum, False means a survivor tagged something other than its input
+        (which nobody can tell apart from a forged sum): relaying the tags would only make every survivor
+        refuse the aggregate, so the runtime aborts the round instead. Costs one challenge over the d + 1 words.
+        """
+        self._expect(_Phase.COLLECT_TAGS)
+        if self.untagged:
+            return False
+        challenge = Challenge(self._session, self._digest, self._sum.size)
+        return check_sum(challenge.dots(self._sum), (self._tags[party].tags for party in sorted(self._tags)))
 
     def tag_set(self) -> TagSet:
         """Close VERIFY: relay every tag received to every survivor, which then checks them (:meth:`Client.verify`)."""

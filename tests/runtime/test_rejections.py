@@ -474,7 +474,7 @@ def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(
     """10x the samples, the same bytes per round (within 1%): only fixed-size secure-aggregation messages leave.
 
     And no stage input is fetched: each (key directory, share bundle, masking and survivor sets,
-    unmask request, the final bundle of this small model) rides with its task, one round trip less
+    unmask request, claimed sum and tags, the final bundle of this small model) rides with its task, one round trip less
     per stage and collaborator. Every upload fits one part, so each goes in a unary Send, never in a
     Submit stream."""
     calls: Counter[str] = Counter()
@@ -510,8 +510,9 @@ def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(
     for round_number in (1, 2, 3):  # each round: training and an evaluation
         sent_big, sent_small = big.uploaded_bytes[round_number], small.uploaded_bytes[round_number]
         assert abs(sent_big - sent_small) <= 0.01 * sent_small, (round_number, sent_big, sent_small)
-    # Per round and collaborator: six training stages and six evaluation stages upload.
-    assert calls == Counter({"Send": 3 * 3 * 12}), calls
+    # Per round and collaborator: six training stages, the two of verified aggregation (the tags, the verdict)
+    # and six evaluation stages upload.
+    assert calls == Counter({"Send": 3 * 3 * 14}), calls
 
 
 def test_too_few_survivors_abort_the_round_and_leave_the_model_unchanged(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from fedfair.core.errors import AuthenticationError, ProtocolError, StaleMessageError, VerificationError, VerifyReason
 from fedfair.secagg import keys
 from fedfair.secagg.simulate import simulate_round
+from fedfair.pki.identity import sign
 from fedfair.secagg.verify import (
     BLOCK,
     CHECKS,
@@ -20,7 +21,9 @@ from fedfair.secagg.verify import (
     aggregate_digest,
     check_sum,
     decode_tags,
+    encode_tags,
     masked_tags,
+    tag_payload,
 )
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Stage
@@ -339,3 +342,28 @@ def test_a_claim_for_another_round_is_stale() -> None:
     harness, claim = verified_round(3)
     with pytest.raises(StaleMessageError):
         harness.clients[1].tag(AggregateClaim(replace(claim.header, round=claim.header.round + 1), claim.vector))
+
+
+def test_the_server_sees_whether_the_tags_add_up_before_it_relays_them() -> None:
+    """The true sum with honest tags adds up; one survivor's signed but false tag, or a missing one, does not."""
+    harness, claim = verified_round(4)
+    tags = {party: harness.clients[party].tag(claim) for party in (1, 2, 3, 4)}
+    for party in (1, 2, 3):
+        harness.server.receive_tag(tags[party])
+    assert not harness.server.tags_add_up()  # site-4's tag is missing
+    harness.server.receive_tag(tags[4])
+    assert harness.server.tags_add_up()
+
+    liar_harness, liar_claim = verified_round(4)
+    honest = {party: liar_harness.clients[party].tag(liar_claim) for party in (1, 2, 3)}
+    for tag in honest.values():
+        liar_harness.server.receive_tag(tag)
+    true_tag = liar_harness.clients[4].tag(liar_claim)
+    false_tags = encode_tags(value + 1 for value in decode_tags(true_tag.tags))
+    digest = aggregate_digest(liar_harness.server.session_id, (1, 2, 3, 4), liar_claim.vector)
+    signature = sign(
+        liar_harness.identities[liar_harness.config.name_of(4)],
+        tag_payload(liar_harness.server.session_id, digest, 4, false_tags),
+    )
+    liar_harness.server.receive_tag(AggregateTag(true_tag.header, 4, false_tags, signature))
+    assert not liar_harness.server.tags_add_up()

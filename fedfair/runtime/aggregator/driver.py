@@ -25,7 +25,7 @@ from fedfair.core.errors import ConfigError, ProtocolError, Refusal, RefusedErro
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, RoundGrace, StageProgress, StageReady, UploadHandler
-from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, Stages, model_digest
+from fedfair.runtime.contract import ACCEPTED, EVALUATION, TRAINING, RoundParameters, Stages, model_digest
 from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_plain
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
@@ -40,6 +40,7 @@ from fedfair.secagg.messages import (
     ShareKeys,
     UnmaskResponse,
 )
+from fedfair.secagg.verify_messages import AggregateTag
 from fedfair.secagg.wire import Stage as SecAggStage
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -55,6 +56,8 @@ UPLOAD_NOUNS: dict[int, str] = {
     pb.STAGE_MASKED_INPUT: "masked inputs",
     pb.STAGE_CONSISTENCY: "consistency signatures",
     pb.STAGE_UNMASK: "unmasking responses",
+    pb.STAGE_VERIFY_CLAIM: "tags of the claimed sum",
+    pb.STAGE_VERIFY_TAGS: "verdicts on the claimed sum",
     pb.STAGE_EVAL_ADVERTISE_KEYS: "evaluation key advertisements",
     pb.STAGE_EVAL_SHARE_KEYS: "evaluation encrypted shares",
     pb.STAGE_EVAL_CHECK_SHARES: "evaluation share checks",
@@ -132,6 +135,7 @@ SECURE_UPLOADS: dict[SecAggStage, SecureUpload[Any]] = {
     SecAggStage.MASK: SecureUpload(MaskedInput.from_bytes, Server.receive_masked_input),
     SecAggStage.CONSISTENCY: SecureUpload(ConsistencySignature.from_bytes, Server.receive_consistency),
     SecAggStage.UNMASK: SecureUpload(UnmaskResponse.from_bytes, Server.receive_unmask_response),
+    SecAggStage.VERIFY: SecureUpload(AggregateTag.from_bytes, Server.receive_tag),
 }
 """Each secure-aggregation stage's message class and the server's method that takes it."""
 
@@ -170,6 +174,8 @@ class SumDriver:
         """The last aggregation's wait for each peer past its stages' median answers (StageTiming.held_up), summed."""
         self.grace = RoundGrace(-1, settings.grace)
         """The grace of the round in progress, across its aggregations (training, then evaluation)."""
+        self.unmasked: frozenset[str] = frozenset()
+        """The survivors of the last aggregation's sum once it was unmasked (verified aggregation), else empty."""
 
     def run(
         self,
@@ -194,6 +200,7 @@ class SumDriver:
         """
         roster = tuple(sorted(participants))
         self.answers, self.held_up = {}, {}
+        self.unmasked = frozenset[str]()
         if self.grace.round != round_number:
             self.grace = RoundGrace(round_number, self.settings.grace)
         parameters = RoundParameters(
@@ -232,7 +239,7 @@ class SumDriver:
             self.gate.close()
             self.board.close_stage()
             # Bound to the round's last stage, so it comes after whatever a collaborator did last.
-            aborted = make_binding(self.settings.federation_id, round_number, stages.unmask)
+            aborted = make_binding(self.settings.federation_id, round_number, stages.last(self.settings.secure))
             self.board.publish(roster, aborted, pb.ACTION_ABORTED)
             culprits = error.culprits if isinstance(error, RoundAbortedError) else {}
             raise RoundAbortedError(str(error), culprits) from None
@@ -366,6 +373,13 @@ class SumDriver:
             stage(stages.consistency, SecAggStage.CONSISTENCY, survivors, survivor_set.to_bytes(), small)
             stage(stages.unmask, SecAggStage.UNMASK, survivors, server.unmask_request().to_bytes(), small)
             result = server.finish()
+            if stages.claim is not None and stages.tags is not None:
+                contributors = names(result.contributors)
+                self.unmasked = contributors  # from here on, a void round leaves every survivor bound to them
+                claim = server.claim().to_bytes()
+                stage(stages.claim, SecAggStage.VERIFY, contributors, claim, small)
+                del claim  # the d + 1 words again: the board's parts hold them no longer than the stage
+                self._verdicts(round_number, stages.tags, config, server, contributors, outcome, small)
         except ProtocolError as error:
             # Whoever the protocol could prove misbehaved is named, even when the round is void.
             raise RoundAbortedError(str(error), self._named(round_number, config, server)) from None
@@ -376,6 +390,43 @@ class SumDriver:
         outcome.noise_std = result.decoded.noise_std
         outcome.contributors = tuple(config.name_of(party) for party in result.contributors)
         return outcome
+
+    def _verdicts(
+        self,
+        round_number: int,
+        wire: pb.Stage,
+        config: SecAggConfig,
+        server: Server,
+        contributors: frozenset[str],
+        outcome: SumOutcome,
+        size: int,
+    ) -> None:
+        """Relay every survivor's tags and collect the survivors' verdicts (verified aggregation).
+
+        Raises:
+            RoundAbortedError: a survivor sent no tag, or the tags do not add up to the sum this aggregator
+                claimed (a survivor tagged something other than its input). Relayed, either would make every
+                survivor refuse the sum and stop; aborted, the model stays as it was and the federation goes on.
+        """
+        untagged = [config.name_of(party) for party in server.untagged]
+        if untagged:
+            raise RoundAbortedError(f"no tag of the claimed sum from {', '.join(untagged)}: nobody could verify it")
+        if not server.tags_add_up():
+            raise RoundAbortedError(
+                "the survivors' tags do not add up to the sum this aggregator unmasked: a survivor tagged "
+                "something other than its input (verified aggregation cannot say which)"
+            )
+
+        def verdict(peer: str, payload: bytes) -> None:
+            if payload != ACCEPTED:
+                raise RefusedError(Refusal.INVALID_UPLOAD, "a verdict is the word accepted, or no upload")
+
+        accepted = self._stage(round_number, wire, contributors, server.tag_set().to_bytes(), verdict, size, outcome)
+        refused = sorted(contributors - accepted)
+        if refused:
+            # With the true sum claimed and its tags adding up, an honest survivor accepts it: one that did not
+            # answer dropped out (or lies); the model is the survivors' sum all the same.
+            logger.warning("round %d: no verdict on the verified sum from %s", round_number, ", ".join(refused))
 
     def _named(self, round_number: int, config: SecAggConfig, server: Server) -> dict[str, str]:
         """The collaborators to exclude from later rounds, with why.

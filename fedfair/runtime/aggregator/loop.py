@@ -19,6 +19,7 @@ import torch
 from fedfair import pki
 from fedfair.core import server
 from fedfair.core.errors import AggregateError, ConfigError, RoundAbortedError, StatisticsError, StatisticsReason
+from fedfair.runtime.aggregator.bound import BoundSurvivors
 from fedfair.runtime.aggregator.bundles import (
     initial_state,
     checkpoint_encoder,
@@ -110,6 +111,8 @@ class RoundLoop:
         self.records = read_round_log(self.output)
         """Every round's record so far: the model bundle's metrics and provenance."""
         self.excluded = excluded_in(self.records)
+        self.bound = BoundSurvivors()
+        """After a round voided once its sum was unmasked, the survivors this model is bound to."""
         """Collaborators left out of every later round, with why (rebuilt from the round log on resume,
         less those an operator re-admitted with ``--readmit``)."""
 
@@ -332,13 +335,13 @@ class RoundLoop:
 
     def train(self, round_number: int, *, wait_for_everyone: bool = False) -> dict[str, Any]:
         """One training round; the model changes only if the round completes and passes the checks."""
-        participants = self._participants(round_number, wait_for_everyone=wait_for_everyone)
+        connected = self._participants(round_number, wait_for_everyone=wait_for_everyone)
         state = self.checkpoint.state
         started, started_cpu = time.perf_counter(), time.process_time()
         self.network.board.new_round(round_number)
         record: dict[str, Any] = {
             "round": round_number,
-            "participants": sorted(participants),
+            "participants": sorted(connected),
             "model_sha256": state_digest(state),
             "secure_aggregation": self.plan.secure_aggregation.enabled,
         }
@@ -350,6 +353,11 @@ class RoundLoop:
         dimension, plan = update_dimension(state.theta.numel(), corrects_drift), self.plan
         encoding = plan.training_encoding(plan.federation_id, len(plan.collaborators), round_number, dimension)
         try:
+            # After a round voided once its sum was unmasked, only its survivors can train on this model again.
+            participants = self.bound.participants(
+                self.network.board, round_number, connected, plan.quorum.round_timeout_seconds
+            )
+            record["participants"] = sorted(participants)
             outcome = self.driver.run(
                 round_number,
                 TRAINING,
@@ -377,8 +385,12 @@ class RoundLoop:
             logger.warning("round %d aborted, model unchanged: %s", round_number, error, extra=extra)
             if isinstance(error, RoundAbortedError):
                 self._exclude(round_number, error.culprits, record)
+            if self.driver.unmasked:
+                self.bound.note(round_number, self.driver.unmasked, str(error))
+                self.driver.unmasked = frozenset()
             return record
         self._exclude(round_number, outcome.culprits, record)
+        self.bound.clear()
         self.checkpoint = dataclasses.replace(self.checkpoint, state=state, evaluation=self.evaluation)
         record.update(
             status="applied",

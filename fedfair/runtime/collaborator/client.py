@@ -389,6 +389,11 @@ class Collaborator(TaskStream):
         else:
             self.joined.outcome.aborted(round_number)
 
+    def _note_refusal(self, round_number: int, reason: str, detail: str) -> Path:
+        """Keep the refused training round and its reason in the outcome record (no bundle is kept after it)."""
+        self.joined.outcome.refused(round_number, reason, detail)
+        return self.joined.outcome.path
+
     def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
         """The input of `task`'s stage.
 

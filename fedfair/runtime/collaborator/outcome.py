@@ -2,7 +2,7 @@
 
 The aggregator's bundle says which institution's update each round holds; a collaborator ends on its own
 record instead: the training rounds whose sum holds its update as far as it can tell (its closing count
-and exit status), the output model (theta-bar, c-bar) it was sent to evaluate at the final round, and the
+and exit status), the round whose sum it refused (verified aggregation) and why, the output model (theta-bar, c-bar) it was sent to evaluate at the final round, and the
 output model as it computes it from the training models it was sent (:class:`Trajectory`, the suffix
 average of `fedfair.core.server.apply`). Kept beside the config as ``NAME.FEDERATION.outcome.npz``,
 rewritten atomically at each change, so a restarted process keeps what the process before it saw. The models
@@ -272,6 +272,15 @@ def _same(one: ServedModel[Values], other: ServedModel[Values]) -> bool:
     return all(np.array_equal(a, b) for a, b in zip(_slices(one.theta), _slices(other.theta), strict=True))
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """The training round whose sum a site refused, the reason's name (`VerifyReason`) and the check's words."""
+
+    round: int
+    reason: str
+    detail: str
+
+
 class OutcomeRecord:
     """The rounds this institution contributed to and the models it was sent, loaded from and kept in `path`."""
 
@@ -286,6 +295,8 @@ class OutcomeRecord:
         self._rounds: dict[int, bool] = {}
         """Each training round whose sum holds this update: True while it stands, False once announced aborted."""
         self._output: ServedModel[Values] | None = None
+        self._refusal: Refusal | None = None
+        """The round whose sum this site refused (verified aggregation), and why; kept for good once set."""
         self._trajectory = Trajectory(average_from)
         if path.exists():
             try:
@@ -305,6 +316,9 @@ class OutcomeRecord:
             for key, standing in (("contributed", True), ("aborted", False)):
                 self._rounds.update(dict.fromkeys((_round(value) for value in arrays[key].tolist()), standing))
             self._output = self._model(arrays, "output")
+            if "refused_round" in arrays:
+                refused = (str(arrays["refused_reason"]), str(arrays["refused_detail"]))
+                self._refusal = Refusal(_round(int(arrays["refused_round"])), *refused)
             trajectory = self._trajectory
             trajectory.following = bool(arrays["following"])
             trajectory.last = self._model(arrays, "last")
@@ -340,6 +354,10 @@ class OutcomeRecord:
             "averaged": np.array(trajectory.averaged, dtype=np.int64),
             "unchanged": np.array(sorted(trajectory.unchanged), dtype=np.int64),
         }
+        if self._refusal is not None:
+            arrays["refused_round"] = np.array(self._refusal.round, dtype=np.int64)
+            arrays["refused_reason"] = np.array(self._refusal.reason)
+            arrays["refused_detail"] = np.array(self._refusal.detail)
         for prefix, model in (("output", self._output), ("last", trajectory.last)):
             if model is not None:
                 arrays[f"{prefix}_theta"] = model.theta
@@ -391,7 +409,21 @@ class OutcomeRecord:
         self._output = _served(round_number, theta, c)
         self._save()
 
+    def refused(self, round_number: int, reason: str, detail: str) -> None:
+        """This site refused training round `round_number`'s sum (verified aggregation): no bundle is kept after it.
+
+        The first refusal stands: a later one (a restarted process shown another sum) does not replace it.
+        """
+        if self._refusal is None:
+            self._refusal = Refusal(round_number, reason, detail)
+            self._save()
+
     # ------------------------------------------------------------ what it says
+
+    @property
+    def refusal(self) -> Refusal | None:
+        """The round whose sum this site refused and why; None while every sum it was shown passed its check."""
+        return self._refusal
 
     @property
     def contributed(self) -> int:
@@ -414,8 +446,12 @@ class OutcomeRecord:
     def output_mismatch(self) -> str | None:
         """Why the output model is not the average of the training models this site was sent, or None.
 
-        None also when there is no output model, or the site cannot tell (:meth:`Trajectory.mismatch`).
+        None also when there is no output model, or the site cannot tell (:meth:`Trajectory.mismatch`). A site that
+        refused a round's sum refuses every output model after it: it is made from a sum that failed its check.
         """
+        if self._refusal is not None:
+            refusal = self._refusal
+            return f"this site refused round {refusal.round}'s sum ({refusal.reason}): {refusal.detail}"
         return None if self._output is None else self._trajectory.mismatch(self._output)
 
 

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 
-from fedfair.core.errors import ManifestError, Refusal, RefusedError
+from fedfair.core.errors import ManifestError, ProtocolError, Refusal, RefusedError, VerificationError, VerifyReason
 from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.input_record import SignedView
 from fedfair.runtime.contract import (
+    ACCEPTED,
     EVALUATION,
     TRAINING,
     RoundParameters,
@@ -38,9 +39,11 @@ from fedfair.runtime.transport import pb
 from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import Client, Encoder, EncodingConfig
 from fedfair.secagg.prg import KEY_BYTES, apply_masks
+from fedfair.secagg.verify import Challenge
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
 from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, SurvivorSet, UnmaskRequest
+from fedfair.secagg.verify_messages import AggregateClaim, TagSet
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class Work:
     model: str = ""
     """The digest of the model this aggregation answers (``contract.model_digest``; "" for statistics):
     the round's parameters must state the same, and it binds the secure-aggregation session."""
+    verified: np.ndarray | None = None
+    """The sum this site verified (verified aggregation: the encoded d + 1 words), once it accepted it."""
     released: bool = False
     """Whether ``vector`` was let go once its encoding was kept (secure aggregation): the round still has it."""
 
@@ -217,7 +222,9 @@ def advertise(me: Participant, work: Work, inputs: bytes) -> bytes:
     """
     parameters = me.check_parameters(work, inputs)
     config = parameters.secagg_config(me.shared.federation_id, work.stages)
-    work.client = Client(config, me.name, me.identity_key, me.credential, me.verify)
+    # A verified aggregation keeps a copy of the encoded input until it is tagged (one more d + 1 words).
+    verified = work.stages.claim is not None
+    work.client = Client(config, me.name, me.identity_key, me.credential, me.verify, verified=verified)
     return work.client.advertise().to_bytes()
 
 
@@ -305,6 +312,43 @@ def unmask(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.unmask(UnmaskRequest.from_bytes(inputs)).to_bytes()
 
 
+def tag(me: Participant, work: Work, inputs: bytes) -> bytes:
+    """This party's signed tags of its own input under the challenge of the sum the aggregator claims (`inputs`).
+
+    Raises:
+        VerificationError: the claim does not fit the round (MALFORMED) or differs from one tagged before
+            (EQUIVOCATED): the aggregator misbehaves, and the process stops rather than withdraw.
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` when this party sent no masked input this round.
+    """
+    if work.client is None:
+        raise RefusedError(Refusal.WITHDRAWN, "no masked input was sent this round")
+    try:
+        claim = AggregateClaim.from_bytes(inputs)
+    except ProtocolError as error:  # unreadable: the aggregator's to answer for, as a claim that does not fit
+        raise VerificationError(work.round, VerifyReason.MALFORMED, f"the claimed sum is unreadable: {error}") from None
+    return work.client.tag(claim).to_bytes()
+
+
+def verdict(me: Participant, work: Work, inputs: bytes) -> bytes:
+    """Check every survivor's tags (`inputs`) against the claimed sum; keep the verified sum; return the verdict.
+
+    The verified sum (the encoded d + 1 words) is kept as ``work.verified``: the only sum this site accepts a
+    model of.
+
+    Raises:
+        VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED).
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` when this party sent no masked input this round.
+    """
+    if work.client is None:
+        raise RefusedError(Refusal.WITHDRAWN, "no masked input was sent this round")
+    try:
+        tags = TagSet.from_bytes(inputs)
+    except ProtocolError as error:
+        raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
+    work.verified = work.client.verify(tags)
+    return ACCEPTED
+
+
 Step = Callable[[Participant, Work, bytes], bytes]
 
 STEPS: dict[pb.Stage, Step] = {
@@ -314,6 +358,8 @@ STEPS: dict[pb.Stage, Step] = {
     TRAINING.masked: masked,
     TRAINING.consistency: consistency,
     TRAINING.unmask: unmask,
+    pb.STAGE_VERIFY_CLAIM: tag,
+    pb.STAGE_VERIFY_TAGS: verdict,
     EVALUATION.advertise: advertise,
     EVALUATION.share: share,
     EVALUATION.check: check,
@@ -325,7 +371,7 @@ STEPS: dict[pb.Stage, Step] = {
 
 
 def load_kernels(shared: SharedSettings) -> None:
-    """Encode and mask a one-value update once, then drop it, when the plan sums securely.
+    """Encode, tag and mask a one-value update once, then drop it, when the plan sums securely.
 
     numba and the compiled rounding and masking kernels load on first use: here, while the process starts,
     rather than inside the first round's deadline (about 45 MB and, on a first run, their compilation). The
@@ -335,4 +381,7 @@ def load_kernels(shared: SharedSettings) -> None:
         return
     encoder = Encoder(shared.secure_aggregation.encoding(), shared.collaborator_count)
     values = np.zeros(1, dtype=np.float64 if shared.training.local.corrects_drift else np.float32)
-    apply_masks(encoder.encode(values, 1.0), [(bytes(KEY_BYTES), 1), (bytes(KEY_BYTES), -1)])
+    words = encoder.encode(values, 1.0)
+    # The verified sum's challenge kernel too: a first tag compiled within the stage's grace came late.
+    Challenge(bytes(KEY_BYTES), bytes(KEY_BYTES), words.size).dots(words)
+    apply_masks(words, [(bytes(KEY_BYTES), 1), (bytes(KEY_BYTES), -1)])

@@ -15,18 +15,28 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
 
-from fedfair.core.errors import ConfigError, FailureError, ProtocolError, Refusal, RefusedError, WireError
+from fedfair.core.errors import (
+    ConfigError,
+    FailureError,
+    PermanentFailureError,
+    ProtocolError,
+    Refusal,
+    RefusedError,
+    VerificationError,
+    WireError,
+)
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
 from fedfair.runtime.collaborator.steps import STEPS, Participant, StartJob, Work
 from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
 from fedfair.runtime.contract import EVALUATION, STREAM_ACCEPTED, TRAINING, Stages
-from fedfair.runtime.failures import CONNECTION_LOST
+from fedfair.runtime.failures import AGGREGATE_REFUSED, CONNECTION_LOST
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.rate_limits import LineBudget, RateLimit
@@ -111,6 +121,22 @@ class TaskStream:
 
     def _note_round(self, round_number: int, *, held: bool) -> None:
         raise NotImplementedError
+
+    def _note_refusal(self, round_number: int, reason: str, detail: str) -> Path:
+        """Keep the refused training round and its reason in the outcome record; return the record's path."""
+        raise NotImplementedError
+
+    def _refuse_sum(self, round_number: int, error: VerificationError) -> PermanentFailureError:
+        """The failure that stops this process once it refused training round `round_number`'s sum.
+
+        The refusal is kept in the outcome record first (the error's own round is the secure-aggregation session's).
+        """
+        detail = str(error).split("; ", 1)[-1]
+        path = self._note_refusal(round_number, error.reason.name, detail)
+        logger.error("%s: round %d: %s", self.config.name, round_number, error.reason.value)
+        return PermanentFailureError(
+            AGGREGATE_REFUSED, round=round_number, reason=error.reason.name, detail=detail, path=path
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -283,7 +309,7 @@ class TaskStream:
             if self._work is not None and self._work.round == binding.round:
                 logger.info("%s: round %d was aborted by the aggregator", self.config.name, binding.round)
                 self._work = None
-            if binding.stage == TRAINING.unmask:
+            if binding.stage == TRAINING.last(self.shared.secure_aggregation.enabled):
                 self._note_round(binding.round, held=False)
             return True
         try:
@@ -316,6 +342,10 @@ class TaskStream:
                 )
             else:
                 # A closed stage is usual, not a failure: it ends once the protocol has enough answers.
+                if code == grpc.StatusCode.FAILED_PRECONDITION and self._verifies_after(binding):
+                    # UNMASK closed on enough shares without this site's, but its input is in the sum: it still
+                    # tags and checks that sum, and no other survivor can verify it without this site's tag.
+                    return False
                 if code == grpc.StatusCode.FAILED_PRECONDITION:
                     logger.debug(
                         "%s: round %d %s: the stage had already closed; skipping the rest of the round",
@@ -358,6 +388,16 @@ class TaskStream:
             self._work = None
             return False
         return True
+
+    def _verifies_after(self, binding: pb.Binding) -> bool:
+        """Whether `binding` is the UNMASK stage of an aggregation this site goes on to verify (verified aggregation)."""
+        work = self._work
+        return (
+            work is not None
+            and work.round == binding.round
+            and work.stages.claim is not None
+            and binding.stage == work.stages.unmask
+        )
 
     def _start(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
         """Download the round's model now, then compute the contribution as a job beside the task stream.
@@ -407,6 +447,10 @@ class TaskStream:
                 raise RefusedError(Refusal.WITHDRAWN, "nothing to contribute this round")
             inputs = self._input(stub, task)
             payload = STEPS[binding.stage](self.participant, work, inputs)
+        except VerificationError as error:
+            # Not a withdrawal: the aggregator showed a sum that is not the survivors' (or would not let it be
+            # checked). No model made from it is applied, and no bundle kept after it: the site stops here.
+            raise self._refuse_sum(binding.round, error) from None
         except (RefusedError, ProtocolError, ConfigError, WireError) as error:
             if isinstance(error, RefusedError) and error.reason is not Refusal.WITHDRAWN:
                 raise

@@ -46,13 +46,18 @@ BUNDLE_BYTES_PER_PARAMETER = 32
 def input_limit(task: pb.Task, collaborators: int, parameters: int) -> int:
     """The most bytes this institution reads for `task`'s input, from its pinned plan.
 
-    The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), or a
-    secure-aggregation stage (a fixed part plus one per party of the plan's roster).
+    The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), the claimed sum
+    of verified aggregation (a fixed part plus the model's size), or a secure-aggregation stage (a fixed part plus
+    one per party of the plan's roster).
     """
     if task.action == pb.ACTION_FINISHED:
         return BUNDLE_BYTES + BUNDLE_BYTES_PER_PARAMETER * parameters
     if task.binding.stage in (pb.STAGE_TRAIN, pb.STAGE_EVALUATE):
         return ENCODER_BYTES
+    if task.binding.stage == pb.STAGE_VERIFY_CLAIM:
+        # The claimed sum: at most 2 (d + 1) values with drift correction, padded to a power of two under noise
+        # (below 4 (d + 2)), one word of at most 8 bytes each.
+        return BASE_STAGE_BYTES + 32 * (parameters + 2)
     return BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
 
 

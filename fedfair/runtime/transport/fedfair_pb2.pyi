@@ -17,6 +17,8 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_MASKED_INPUT: _ClassVar[Stage]
     STAGE_CONSISTENCY: _ClassVar[Stage]
     STAGE_UNMASK: _ClassVar[Stage]
+    STAGE_VERIFY_CLAIM: _ClassVar[Stage]
+    STAGE_VERIFY_TAGS: _ClassVar[Stage]
     STAGE_EVALUATE: _ClassVar[Stage]
     STAGE_EVAL_ADVERTISE_KEYS: _ClassVar[Stage]
     STAGE_EVAL_SHARE_KEYS: _ClassVar[Stage]
@@ -52,6 +54,8 @@ STAGE_CHECK_SHARES: Stage
 STAGE_MASKED_INPUT: Stage
 STAGE_CONSISTENCY: Stage
 STAGE_UNMASK: Stage
+STAGE_VERIFY_CLAIM: Stage
+STAGE_VERIFY_TAGS: Stage
 STAGE_EVALUATE: Stage
 STAGE_EVAL_ADVERTISE_KEYS: Stage
 STAGE_EVAL_SHARE_KEYS: Stage

@@ -1,0 +1,82 @@
+"""A model whose round was voided after its sum was unmasked: only the same survivors can train on it again.
+
+Verified aggregation (docs/security.md) voids a round whose sum nobody could verify (a survivor silent
+after masking, tags that do not add up), after the sum was unmasked. The model stays; every site of that
+sum re-sends its kept input on it and signs it for the same survivors only (differencing). So the next
+round runs with exactly those survivors, once they are all connected (a round timeout's wait, once), or
+is void at once with a reason naming who is missing, and the federation moves on to its end in bounded
+time rather than re-running rounds that every site withdraws from.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from fedfair.core.errors import RoundAbortedError
+from fedfair.runtime.aggregator.board import Board
+
+logger = logging.getLogger("fedfair.aggregator")
+
+
+@dataclass
+class Voided:
+    """The round whose unmasked sum was voided, its survivors (by name) and why."""
+
+    round: int
+    survivors: frozenset[str]
+    reason: str
+    waited: bool = False
+    """Whether a round already waited a round timeout for the missing survivors (later rounds do not)."""
+
+
+class BoundSurvivors:
+    """The survivors the current model is bound to, after a round voided once its sum was unmasked."""
+
+    def __init__(self) -> None:
+        self.voided: Voided | None = None
+
+    def note(self, round_number: int, survivors: frozenset[str], reason: str) -> None:
+        """Round `round_number`'s sum over `survivors` was unmasked, then voided (the model is unchanged)."""
+        if self.voided is None or not self.voided.survivors == survivors:
+            self.voided = Voided(round_number, survivors, reason)
+
+    def clear(self) -> None:
+        """A round was applied: the model moved, and no site's input is bound to a survivor set any more."""
+        self.voided = None
+
+    def participants(
+        self, board: Board, round_number: int, connected: frozenset[str], timeout: float
+    ) -> frozenset[str]:
+        """Who takes part in `round_number`: `connected`, or exactly the bound survivors.
+
+        Raises:
+            RoundAbortedError: some bound survivors are not connected (after one wait of `timeout` seconds for
+                them, in the first round that misses them): the round is void, naming the voided round and them.
+        """
+        voided = self.voided
+        if voided is None:
+            return connected
+        present = voided.survivors & connected
+        if present != voided.survivors and not voided.waited:
+            voided.waited = True
+            logger.warning(
+                "round %d: waiting up to %.0f s for %s: round %d's sum over %s was unmasked but voided (%s), and "
+                "every site's input on this model is bound to those survivors",
+                round_number,
+                timeout,
+                ", ".join(sorted(voided.survivors - present)),
+                voided.round,
+                ", ".join(sorted(voided.survivors)),
+                voided.reason,
+            )
+            present = board.wait_for_connected(len(voided.survivors), timeout, among=voided.survivors)
+        missing = sorted(voided.survivors - present)
+        if missing:
+            raise RoundAbortedError(
+                f"round {voided.round}'s sum over {', '.join(sorted(voided.survivors))} was unmasked but voided "
+                f"({voided.reason}); every site's input on this model is bound to those survivors, and "
+                f"{', '.join(missing)} is not connected: a round without it would let two sums be subtracted, "
+                "so no round can apply until it returns"
+            )
+        return voided.survivors

@@ -1,0 +1,41 @@
+"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND``, the attack verified aggregation stops.
+
+It runs the real aggregator (``fedfair aggregator start --plan PLAN``) with its secure-aggregation server
+rewritten for training round ROUND: the unmasked sum has a word moved before it is decoded, so the model it
+applies is not the sum of the sites' inputs (the issue 65 attack: a backdoor or a flipped model, here one
+coordinate), and the server's own check of the survivors' tags is skipped so that it shows every site that
+sum and relays their tags all the same. Used by tests/runtime/test_verified_sums.py; not a test itself.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from fedfair.cli import main
+from fedfair.runtime.contract import TRAINING, session_round
+from fedfair.secagg.server import AggregateResult, Server
+
+
+def forge(round_number: int) -> None:
+    """Rewrite :class:`Server` so the training sum of `round_number` is forged and claimed as it is."""
+    finish, tags_add_up = Server.finish, Server.tags_add_up
+    session = session_round(round_number, TRAINING)
+
+    def forged_finish(server: Server) -> AggregateResult:
+        if server.config.round == session:
+            # One word moved by 2^12 (a few thousandths of a coordinate of w * delta): within every bound the
+            # aggregator checks, so only the sites' verification can tell.
+            server._sum[0] += server._sum.dtype.type(1 << 12)
+        return finish(server)
+
+    def relayed_anyway(server: Server) -> bool:
+        return True if server.config.round == session else tags_add_up(server)
+
+    setattr(Server, "finish", forged_finish)  # noqa: B010 -- the rewrite is the attack
+    setattr(Server, "tags_add_up", relayed_anyway)  # noqa: B010
+
+
+if __name__ == "__main__":
+    plan, forged_round = sys.argv[1], int(sys.argv[2])
+    forge(forged_round)
+    sys.exit(main(["aggregator", "start", "--plan", plan]))

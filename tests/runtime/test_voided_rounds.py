@@ -1,0 +1,62 @@
+"""A round voided after its sum was unmasked does not stall the federation (issue 65, verified aggregation).
+
+Real processes over loopback mutual TLS: site-c dies (kill -9) in round 2 once its sum is unmasked, right
+before it sends its tag of the claimed sum, and never comes back. Nobody can verify that sum, so the aggregator
+voids it (model unchanged); every other site's input on that model is bound to the survivors of that sum,
+so the aggregator waits one round timeout for site-c, then voids the later rounds at once, naming round 2
+and site-c, and the federation ends in bounded time, every site saying so (exit 3, its record: 1 round).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
+from tests.runtime.harness import Processes, new_workspace
+
+NAMES = ("site-a", "site-b", "site-c")
+TIMEOUT = 10.0
+
+
+@pytest.mark.slow
+def test_a_survivor_lost_before_its_tag_voids_the_round_and_the_federation_ends(
+    tmp_path: Path, processes: Processes
+) -> None:
+    workspace = new_workspace(
+        tmp_path,
+        NAMES,
+        training={"rounds": 4, "server_momentum": 0.0},
+        quorum={"min_collaborators": 2, "round_timeout_seconds": TIMEOUT},
+    )
+    aggregator = processes.aggregator(workspace)
+    sites = {name: processes.collaborator(workspace, name) for name in NAMES[:2]}
+    lost = processes.collaborator(workspace, "site-c", fault="before-upload:2:STAGE_VERIFY_CLAIM")
+    assert lost.wait(120) == -9, processes.tail()
+    lost_at = time.monotonic()
+    assert aggregator.wait(120) == 3, processes.tail()
+    # One round timeout's wait for site-c, then rounds 3 and 4 void at once (and the final evaluation).
+    assert time.monotonic() - lost_at < TIMEOUT + 60, processes.tail()
+
+    log = read_round_log(workspace.output)
+    assert [(record["round"], record["status"]) for record in log] == [
+        (1, "applied"),
+        (2, "aborted"),
+        (3, "aborted"),
+        (4, "aborted"),
+    ]
+    assert "no tag of the claimed sum from site-c" in log[1]["reason"], log[1]
+    for record in log[2:]:
+        assert "round 2's sum over site-a, site-b, site-c was unmasked but voided" in record["reason"], record
+        assert "site-c is not connected" in record["reason"], record
+    # No site applied round 2: every later round started from the model round 2 started from.
+    assert {record["model_sha256"] for record in log[1:]} == {log[1]["model_sha256"]}
+
+    for name, site in sites.items():
+        assert site.wait(60) == 3, processes.tail()
+        config = workspace.configs[name]
+        record = OutcomeRecord(next(config.parent.glob(f"{name}.*.{OUTCOME_SUFFIX}")), 0)
+        assert record.contributed == 1 and record.refusal is None, name  # round 1 only; nothing refused
