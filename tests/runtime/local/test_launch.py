@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -226,11 +227,26 @@ def test_the_launch_evaluates_ten_times_unless_told() -> None:
 def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composition(tmp_path: Path) -> None:
     """`make demo`'s federation: init's [privacy] and collusion bound, the sites' own Adult tables under a
     [schema] (noised statistics charged before round 1), an evaluation every round here (ten in 300 rounds),
-    and a report saying by race and sex who is in the worst-off group."""
+    and a report saying by race and sex who is in the worst-off group; the console one progress bar, then the
+    comparison and the private estimate, with each process's lines in its log in the workspace it names."""
     process = _launch(tmp_path, "--collaborators", "3", "--rounds", "3")
     output, errors = process.communicate(timeout=600)
     assert process.returncode == 0, errors[-2000:]
     (kept,) = tmp_path.glob("fedfair-launch-*")
+    assert f"fedfair launch: workspace {kept}" in output
+    assert "Secure aggregation was ON" in output and "What the federation saw, its private estimate" in output
+    assert "joined federation" in (kept / "logs" / "site-c.log").read_text()
+    assert "finished: 3 of 3 rounds applied, 0 aborted" in (kept / "logs" / "aggregator.log").read_text()
+    # Under init's privacy the estimate is one form whatever the noise drew: a value with its 95% interval, or
+    # "not resolved at this budget" and what would resolve it; never a bound of another kind.
+    headline = output[output.index("What the federation saw") :].splitlines()[1]
+    found = re.match(r"worst-group risk (\S+) \(95% interval (\S+) to (\S+)\)", headline)
+    if found is None:
+        assert headline.startswith("worst-group risk not resolved at this budget: "), headline
+    else:
+        estimate, low, high = map(float, found.groups())
+        assert 0 <= low <= estimate <= high < math.inf
+    assert "at least" not in output
     plan = tomllib.loads((kept / "aggregator" / "plan.toml").read_text())
     names = ["site-a", "site-b", "site-c"]
     init = tomllib.loads(render_plan(Federation("x", tuple(names), max_colluding=default_max_colluding(3))))
