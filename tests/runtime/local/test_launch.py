@@ -154,30 +154,6 @@ def test_a_stopped_launch_leaves_no_folder_and_no_ca_key(tmp_path: Path, stop: s
     assert not list(tmp_path.glob("fedfair-launch-*"))
 
 
-@pytest.mark.slow
-def test_a_piped_launch_shows_round_progress_and_keeps_the_folder_only_when_asked(tmp_path: Path) -> None:
-    process = _launch(tmp_path, "--rounds", "4", "--drift-correction", "scaffold")
-    output, errors = process.communicate(timeout=300)
-    assert process.returncode == 0, errors[-2000:]
-    assert "\r" not in errors
-    assert re.search(r"^federation: 4/4 rounds \(100%\), done in ", errors, re.MULTILINE)
-    (kept,) = tmp_path.glob("fedfair-launch-*")
-    report = kept / "aggregator" / "output" / "report.html"
-    assert (
-        re.search(rf"^Finished in \d+ s\. Report: {re.escape(str(report))}$", output, re.MULTILINE) and report.exists()
-    )
-    assert (kept / "aggregator" / "output" / "final_model.json").exists()
-    # The sites trained with drift correction: the plan says so, and so do the aggregator's round records.
-    assert 'drift_correction = "scaffold"' in (kept / "aggregator" / "plan.toml").read_text()
-    assert not (kept / "certs" / "ca.key").exists()
-    # A quiet console that ends with the comparison: the processes' lines are in their log files.
-    lines = (output + errors).splitlines()
-    assert len(lines) < 60 and not any(line.startswith("[") for line in lines), lines
-    assert output.rstrip().splitlines()[-2].startswith("Secure aggregation was ON")
-    assert "What the federation saw, its private estimate from noised secure sums" in output
-    assert "[aggregator]" in (kept / "logs" / "aggregator.log").read_text()
-
-
 def _arguments(*flags: str) -> argparse.Namespace:
     from fedfair.cli import build_parser, modules_for
 
@@ -212,6 +188,16 @@ def test_launch_csv_without_rounds_takes_inits_plan(tmp_path: Path) -> None:
     assert holding == "their own tables under init's plan"
 
 
+def test_launch_puts_its_drift_correction_in_the_plan(tmp_path: Path) -> None:
+    """`--drift-correction scaffold` reaches the plan every site trains under (the runtime's drift-corrected
+    federations are tests/runtime/test_drift_correction.py's); without it the plan has no such key."""
+    workspace, _ = launch_workspace(_arguments("--drift-correction", "scaffold", "--rounds", "4"), tmp_path / "on")
+    assert 'drift_correction = "scaffold"' in workspace.plan.read_text()
+    assert load_aggregator_plan(workspace.plan).training.local.drift_correction == "scaffold"
+    workspace, _ = launch_workspace(_arguments("--rounds", "4"), tmp_path / "off")
+    assert "drift_correction" not in workspace.plan.read_text()
+
+
 def test_the_launch_evaluates_ten_times_unless_told() -> None:
     assert [evaluation_every(rounds, None) for rounds in (300, 50, 4)] == [30, 5, 1]
     assert evaluation_every(300, 0) == 0 and evaluation_every(300, 7) == 7
@@ -222,12 +208,28 @@ def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composi
     """`make demo`'s federation: init's [privacy] and collusion bound, the sites' own Adult tables under a
     [schema] (noised statistics charged before round 1), an evaluation every round here (ten in 300 rounds),
     and a report saying by race and sex who is in the worst-off group; the console one progress bar, then the
-    comparison and the private estimate, with each process's lines in its log in the workspace it names."""
+    comparison and the private estimate, with each process's lines in its log in the workspace it names.
+
+    Piped, as here, the console shows round progress line by line (no carriage return) and stays quiet, and the
+    finished run keeps its folder (without --keep: by default), less the CA key. One launch checks it all."""
     process = _launch(tmp_path, "--collaborators", "3", "--rounds", "3")
     output, errors = process.communicate(timeout=600)
     assert process.returncode == 0, errors[-2000:]
     (kept,) = tmp_path.glob("fedfair-launch-*")
     assert f"fedfair launch: workspace {kept}" in output
+    assert "\r" not in errors
+    assert re.search(r"^federation: 3/3 rounds \(100%\), done in ", errors, re.MULTILINE)
+    report = kept / "aggregator" / "output" / "report.html"
+    assert (
+        re.search(rf"^Finished in \d+ s\. Report: {re.escape(str(report))}$", output, re.MULTILINE) and report.exists()
+    )
+    assert (kept / "aggregator" / "output" / "final_model.json").exists()
+    assert not (kept / "certs" / "ca.key").exists()
+    # A quiet console that ends with the comparison: the processes' lines are in their log files.
+    lines = (output + errors).splitlines()
+    assert len(lines) < 60 and not any(line.startswith("[") for line in lines), lines
+    assert output.rstrip().splitlines()[-2].startswith("Secure aggregation was ON")
+    assert "[aggregator]" in (kept / "logs" / "aggregator.log").read_text()
     assert "Secure aggregation was ON" in output and "What the federation saw, its private estimate" in output
     assert "joined federation" in (kept / "logs" / "site-c.log").read_text()
     assert "finished: 3 of 3 rounds applied, 0 aborted" in (kept / "logs" / "aggregator.log").read_text()
