@@ -108,8 +108,9 @@ def test_a_one_class_site_is_warned_of_before_the_federation_is_set_up(
 
 @pytest.mark.slow
 def test_launch_with_a_one_class_site_warns_and_runs(tmp_path: Path, clinics: dict[str, pd.DataFrame]) -> None:
-    east = clinics["east-clinic"].assign(y=0)
-    result = launch(tmp_path, written(tmp_path / "tables", with_east(clinics, east)), "--rounds", "1")
+    """Two clinics are enough for the warning and the run (a third would add a process start-up to the test)."""
+    tables = {"north-clinic": clinics["north-clinic"], "east-clinic": clinics["east-clinic"].assign(y=0)}
+    result = launch(tmp_path, written(tmp_path / "tables", tables), "--rounds", "1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "warning: east-clinic (east-clinic.csv): label 'y' holds only the class \"0\" (120 rows)" in result.stderr
 
