@@ -92,8 +92,10 @@ test-fast: bytecode
 	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not study"
 
 # The checks that re-run committed studies (marked `study`): each trains a study's runs again on this tree,
-# a minute or more of CPU apiece, and holds them to the figures docs/figures/ and docs/paper.md show. Run
-# them after a change to training, models or the studies; `make test` leaves them out.
+# a minute or more of CPU apiece, and holds them to the figures docs/figures/ and docs/paper.md show; and
+# those that re-run a benchmark's federations (the attack matrix's groups but the one `make test` keeps,
+# round_bench with processes, federation_bench: 10 to 50 CPU-seconds apiece). Run them after a change to
+# training, models, the studies or the runtime; `make test` leaves them out.
 test-studies: bytecode
 	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m study
 

@@ -64,8 +64,9 @@ Output: JSON on stdout and, with ``--json PATH``, in that file:
 ``{"attacks": [{"attack", "expected", "observed", "handled", "seconds", ...}, ...],
 "fuzz": {"messages", "crashes", "hangs", "invalid_rounds_applied", ...}, "failed": [...]}``.
 ``--quick`` runs a shorter version (500 fuzz messages, shorter floods, one crash point, in
-plain mode) for ``make test`` (about 55 s on 2 cores, the consent scenario about 10 s of it); the full run takes about 3-4 minutes. The exit status is 0 when the run completed, whatever it
-found; the rows say what held.
+plain mode) for the test suite (tests/test_attack_matrix.py, in groups of scenarios: ``make test`` runs the
+transport group, ``make test-studies`` the others); the full run takes about 3-4 minutes. The exit status is 0
+when the run completed, whatever it found; the rows say what held.
 """
 
 from __future__ import annotations

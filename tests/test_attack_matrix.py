@@ -12,6 +12,8 @@
   unpinned plan, survivor floor, statistics, evaluation query) and the influence scenario's
   (liar weight, dp weight) and the record scenario's (re-run, 1-ulp push, lost record, 2 GiB announced,
   TRAIN flood) and the outcome scenario's (forged, tampered, substituted and honest final bundle) too, the fuzz clean.
+  `make test` runs the transport group (the hostile client's own attacks and the fuzz); the other groups re-run
+  the campaign's federations and are marked `study` (`make test-studies`).
 - The noise scenario alone (``--only noise``, issue 41, about 10 s): every row handled, each stating the
   noise scale the aggregator faces and the epsilon each site's ledger charged, and each measured error
   of that noise's order (nothing exact), its control without [privacy] exact.
@@ -222,6 +224,12 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
 the row classes each group must hold (with how many rows), and the fewest rows the group yields. Together
 they cover every scenario but noise, which has its own test below."""
 
+IN_MAKE_TEST = "transport"
+"""The group `make test` runs: the hostile client's own attacks on transport, identity, plain updates, the
+Report RPC and the fuzz, about 12 CPU-seconds. The other groups re-run the campaign's federations (10 to 50
+CPU-seconds each, 220 together) and are marked `study`: `make test-studies` runs them. Each defence they
+attack also has its own test in the suite (tests/runtime: renewal, revocation, resume, the final bundle, ...)."""
+
 
 def quick_matrix(scenarios: tuple[str, ...], out: Path) -> dict[str, object]:
     """Run the attack matrix's quick version over `scenarios` and return its JSON."""
@@ -250,10 +258,12 @@ def test_the_quick_groups_cover_every_scenario_and_row_class() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group", QUICK_GROUPS)
+@pytest.mark.parametrize(
+    "group", [pytest.param(group, marks=() if group == IN_MAKE_TEST else pytest.mark.study) for group in QUICK_GROUPS]
+)
 def test_the_quick_attack_matrix_finds_every_attack_handled(tmp_path: Path, group: str) -> None:
     """Up to a minute and a half per group: a real federation on loopback, attacked by the hostile client
-    (see the script)."""
+    (see the script). Only IN_MAKE_TEST's group runs in `make test`; `make test-studies` runs the others."""
     scenarios, classes, fewest = QUICK_GROUPS[group]
     result = quick_matrix(scenarios, tmp_path / "attacks.json")
     rows = result["attacks"]

@@ -2,7 +2,11 @@
 smallest size, as a subprocess, as `make bench` would run it. Its figures are not asserted (speed
 lives in the benchmarks' JSON), only that it finishes and reports finite ratios, so a change to
 the runtime cannot break it silently until the next time someone measures. And every benchmark
-module imports against the current library (the page they feed is tests/test_benchmarks_report.py's)."""
+module imports against the current library (the page they feed is tests/test_benchmarks_report.py's).
+
+`make test` runs round_bench with its parties in threads (its default); the runs that start a federation's
+processes again (round_bench --processes, federation_bench's launched federation: 20 to 25 CPU-seconds each)
+are marked `study`, which `make test-studies` runs: the runtime's processes have their own tests."""
 
 from __future__ import annotations
 
@@ -22,7 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("processes", "pairs"), [(False, 2), (True, 1)], ids=["threads-2-pairs", "processes"])
+@pytest.mark.parametrize(
+    ("processes", "pairs"),
+    [pytest.param(False, 2, id="threads-2-pairs"), pytest.param(True, 1, id="processes", marks=pytest.mark.study)],
+)
 def test_round_bench_runs_a_plain_and_a_secure_round_through_the_runtime(
     tmp_path: Path, processes: bool, pairs: int
 ) -> None:
@@ -140,6 +147,7 @@ def test_federation_bench_reads_proc_memory_and_tells_the_parties_apart() -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.study
 def test_federation_bench_runs_a_small_launched_federation_to_its_end(tmp_path: Path) -> None:
     out = tmp_path / "federation.json"
     command = [sys.executable, str(ROOT / "benchmarks" / "federation_bench.py"), "--dataset", "adult"]
@@ -180,12 +188,15 @@ def test_eval_error_quick_measures_every_design_against_the_exact_value(tmp_path
     """benchmarks/eval_error.py --quick, as a subprocess: the chosen design beats the two it replaced and its
     stated interval is of the size the goal asks for at 2,000 rows and epsilon 1 (20 noises: coverage loosely)."""
     out = tmp_path / "eval_error.json"
+    # One torch thread, as the suite's processes run (tests/conftest.py): its full-batch training on 2 threads,
+    # beside the suite's other worker, spun 28 CPU-s where one thread takes 8.
     completed = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "eval_error.py"), "--quick", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     document = json.loads(out.read_text())

@@ -1,7 +1,9 @@
 """The built wheel works outside the repository: installed (not editable) into a fresh virtual
 environment and run from `/`, `fedfair --version` answers, `fedfair simulate --dataset adult`
 trains on the Adult files inside the installed package, and `fedfair launch` runs a whole
-federation (certificates, aggregator and collaborator processes over mutual TLS) from it. The
+federation (certificates, aggregator and collaborator processes over mutual TLS) from it. That
+launch is also `launch --no-keep`'s test (tests/runtime/local/test_launch.py has the others): its
+last line says the temporary workspace is removed, and it is. The
 distribution is `fedfair-rcvar` (the index's `fedfair` is another project's); the import and the
 command are `fedfair`.
 
@@ -29,9 +31,12 @@ BUILD_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 300
 
 
-def run(command: list[str], cwd: Path, timeout: int = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """Run without the caller's PYTHONPATH, so nothing but the installed package can be imported."""
-    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+def run(
+    command: list[str], cwd: Path, timeout: int = RUN_TIMEOUT_S, **variables: str
+) -> subprocess.CompletedProcess[str]:
+    """Run without the caller's PYTHONPATH, so nothing but the installed package can be imported (and with
+    `variables` set in the environment)."""
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | variables
     result = subprocess.run(
         command, check=False, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout
     )
@@ -86,7 +91,11 @@ def test_the_installed_wheel_runs_from_any_folder(tmp_path: Path) -> None:
                   str(tmp_path / "result.json")], root)  # fmt: skip
     assert (tmp_path / "result.json").is_file(), result.stdout
 
+    # The sites' logs point at model bundles inside the temporary folder; the last word says it is gone.
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
     launched = run([fedfair_command, "launch", "--rounds", "3", "--collaborators", "2", "--no-fedavg",
-                    "--workdir", str(tmp_path / "federation")], root)  # fmt: skip
+                    "--no-keep"], root, TMPDIR=str(temporary))  # fmt: skip
     assert "worst" in launched.stdout.lower(), launched.stdout
-    assert (tmp_path / "federation").is_dir()
+    assert launched.stdout.rstrip().splitlines()[-1].endswith("The workspace is removed now (--no-keep).")
+    assert not list(temporary.glob("fedfair-launch-*"))

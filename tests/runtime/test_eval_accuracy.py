@@ -3,14 +3,17 @@
 Three institutions hold tables of 1,500, 900 and 400 rows. They are cut from the bundled Adult data's
 rows (label income), not hospital records: real rows, so real losses. The plan is the one `fedfair init`
 writes (50 rounds, an evaluation every 5, [privacy] report_epsilon 1.0 and interim_report_epsilon 0.2)
-with the [schema] `init --csv` would draft; the aggregator and the three collaborators are OS processes
-over loopback mutual TLS. The exact worst-group risk is computed here from every site's held-out rows
-under the output model, which no party of the federation ever sees in one place.
+with the [schema] `init --csv` would draft; the aggregator and the three collaborators talk over loopback
+mutual TLS, in threads of the test (the real gRPC server, real `Collaborator`s: nothing here depends on
+their being processes, whose start-ups would cost most of the test's CPU). The exact worst-group risk is
+computed here from every site's held-out rows under the output model, which no party of the federation
+ever sees in one place.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import tomllib
 from pathlib import Path
@@ -39,7 +42,7 @@ from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shar
 from fedfair.runtime.report import verdicts
 from fedfair.runtime.report.page import write_report
 from tests.federations import adult_raw_table
-from tests.runtime.harness import Processes
+from tests.runtime.harness import thread_federation
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +66,7 @@ def init_plan_sections() -> dict[str, dict[str, object]]:
 
 
 def test_the_final_worst_group_risk_is_stated_with_an_interval_that_holds_the_exact_value(
-    tmp_path: Path, processes: Processes
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     table = adult_raw_table().sample(frac=1.0, random_state=50).reset_index(drop=True)
     starts = np.cumsum((0, *SIZES))
@@ -83,10 +86,10 @@ def test_the_final_worst_group_risk_is_stated_with_an_interval_that_holds_the_ex
     plan = load_aggregator_plan(workspace.plan)
     assert (plan.privacy.report_epsilon, plan.privacy.interim_report_epsilon) == (1.0, 0.2)
 
-    aggregator = processes.aggregator(workspace)
-    for name in NAMES:
-        processes.collaborator(workspace, name)
-    processes.finish(aggregator, timeout=480.0)
+    with caplog.at_level(logging.INFO, logger="fedfair"), thread_federation(workspace) as federation:
+        federation.join(480.0)
+    assert not federation.errors, federation.errors
+    assert federation.exits == dict.fromkeys(NAMES, 0) and federation.summary["aborted_rounds"] == 0
 
     final = read_round_log(workspace.output)[-1]["evaluation"]
     assert final["status"] == "done" and final["round"] == plan.training.rounds and final["report_epsilon"] == 1.0
@@ -135,7 +138,7 @@ def test_the_final_worst_group_risk_is_stated_with_an_interval_that_holds_the_ex
     excess = noise_excess(3, plan.survivor_floor(3), plan.secure_aggregation.max_colluding)
     expected = tail.expected_half_width(held_out.size, rho, 1.0, plan.privacy.delta, cap, excess=excess)
     assert 0.5 * expected < half <= expected + 0.05, (half, expected)
-    console = processes.log.getvalue()
+    console = caplog.text
     described = verdicts.describe(final)
     assert f"final evaluation of round {plan.training.rounds} (held-out): {described}" in console
     # One form whatever the count above the cap: an estimate with its interval, of the clipped losses.

@@ -1,9 +1,11 @@
 """The statistics before round 1 under the plan's [privacy], end to end over loopback mutual TLS.
 
-Three institutions, each a separate OS process, hold their own CSV tables under one [schema] and a
-plan with report_epsilon: each charges the statistics release to its ledger before sending it, adds
-its share of the noise inside the secure sum, and the aggregator estimates the encoder from the noised
-sum, close to the exact one within what the noise allows.
+Three institutions hold their own CSV tables under one [schema] and a plan with report_epsilon: each
+charges the statistics release to its ledger before sending it, adds its share of the noise inside the
+secure sum, and the aggregator estimates the encoder from the noised sum, close to the exact one within
+what the noise allows. The aggregator and the collaborators run in threads of the test (the real gRPC
+server over loopback mutual TLS, real `Collaborator`s): nothing here depends on their being processes,
+whose start-ups cost most of a federation's CPU (tests/runtime/test_processes.py runs those).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings, shared_settings
 from fedfair.runtime.plan.privacy import decoded_noise_std, statistics_release
 from tests.federations import adult_raw_table
-from tests.runtime.harness import Processes, plan_sections
+from tests.runtime.harness import plan_sections, thread_federation
 
 NAMES = ["site-a", "site-b", "site-c"]
 FEATURES = ["age", "education-num", "hours-per-week", "race", "sex"]
@@ -35,9 +37,7 @@ FEATURES = ["age", "education-num", "hours-per-week", "race", "sex"]
 pytestmark = pytest.mark.slow
 
 
-def test_each_site_charges_the_noised_statistics_to_its_ledger_before_round_1(
-    tmp_path: Path, processes: Processes
-) -> None:
+def test_each_site_charges_the_noised_statistics_to_its_ledger_before_round_1(tmp_path: Path) -> None:
     table = adult_raw_table()[[*FEATURES, "income"]]
     paths = []
     for index, name in enumerate(NAMES):
@@ -57,10 +57,10 @@ def test_each_site_charges_the_noised_statistics_to_its_ledger_before_round_1(
     workspace.plan.write_text(workspace.plan.read_text() + "\n" + schema.to_toml())
     plan = load_aggregator_plan(workspace.plan)
 
-    aggregator = processes.aggregator(workspace)
-    for name in NAMES:
-        processes.collaborator(workspace, name)
-    processes.finish(aggregator)
+    with thread_federation(workspace) as federation:
+        federation.join()
+    assert not federation.errors, federation.errors
+    assert federation.exits == dict.fromkeys(NAMES, 0) and federation.summary["aborted_rounds"] == 0
 
     release = statistics_release(plan.privacy, schema)
     for name in NAMES:

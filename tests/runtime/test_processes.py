@@ -7,6 +7,10 @@ out or restart), within the error the fixed-point encoding can introduce: every
 round's decoded mean update is off by at most `mean_update_error_bound`
 (the encoder's bound on each summed coordinate, times (1 + clip), over the total
 weight; see `secagg.Decoded.mean_error_bound`), and over R rounds those add up.
+The secure federation is processes throughout; where a test kills and restarts
+some parties, the ones that only have to be there run as real `Collaborator`s in
+threads of the test, which spares their start-ups (Python, torch, numba: most of
+a federation's CPU).
 
 Crash consistency: an aggregator killed (SIGKILL, at a `fedfair.runtime.faults`
 point) in the middle of any stage of a round and resumed must end with the model of
@@ -20,8 +24,6 @@ real outages, and so that the test can count how often each one trained.
 
 from __future__ import annotations
 
-import re
-
 import json
 import subprocess
 from collections.abc import Iterator
@@ -33,7 +35,6 @@ import numpy as np
 import pytest
 import torch
 
-from fedfair.cli import main as cli_main
 from fedfair.core.evaluation import evaluate
 from fedfair.core.update import Update
 from fedfair.core.models import build_model
@@ -153,19 +154,27 @@ def test_dropouts_before_and_after_masking_and_a_restart(tmp_path: Path, process
     workspace = new_workspace(tmp_path, names, training={"rounds": 10}, quorum={"min_collaborators": 3})
     plan = load_aggregator_plan(workspace.plan)
     aggregator = processes.aggregator(workspace)
-    children = {
-        "site-a": processes.collaborator(workspace, "site-a"),
-        "site-b": processes.collaborator(workspace, "site-b"),
-        # Dies (kill -9) right after it tagged round 4's claimed sum, before its verdict; never comes back. (A
-        # survivor gone before it tags leaves the sum unverifiable: that round aborts, docs/security.md.)
-        "site-c": processes.collaborator(workspace, "site-c", fault="after-upload:4:STAGE_VERIFY_CLAIM"),
-        # Dies before it sends its masked input in round 2, then restarts and rejoins.
-        "site-d": processes.collaborator(workspace, "site-d", fault="before-upload:2:STAGE_MASKED_INPUT"),
-    }
-    assert children["site-d"].wait(120) == -9
-    processes.collaborator(workspace, "site-d")
-    assert children["site-c"].wait(120) == -9
-    processes.finish(aggregator)
+    # The sites that never fail are Collaborators in threads of the test (they only have to be there);
+    # the ones that die (kill -9 at a fault point) and restart are processes.
+    survivors = {name: Collaborator(load_collaborator_config(workspace.configs[name])) for name in NAMES[:2]}
+    with ThreadPoolExecutor(max_workers=len(survivors), thread_name_prefix="test-collaborator") as pool:
+        try:
+            statuses = {name: pool.submit(collaborator.run) for name, collaborator in survivors.items()}
+            children = {
+                # Dies (kill -9) right after it tagged round 4's claimed sum, before its verdict; never comes back.
+                # (A survivor gone before it tags leaves the sum unverifiable: that round aborts, docs/security.md.)
+                "site-c": processes.collaborator(workspace, "site-c", fault="after-upload:4:STAGE_VERIFY_CLAIM"),
+                # Dies before it sends its masked input in round 2, then restarts and rejoins.
+                "site-d": processes.collaborator(workspace, "site-d", fault="before-upload:2:STAGE_MASKED_INPUT"),
+            }
+            assert children["site-d"].wait(120) == -9
+            processes.collaborator(workspace, "site-d")
+            assert children["site-c"].wait(120) == -9
+            processes.finish(aggregator)
+            assert {name: status.result(timeout=60) for name, status in statuses.items()} == dict.fromkeys(NAMES[:2], 0)
+        finally:
+            for collaborator in survivors.values():
+                collaborator.stop()
 
     log = read_round_log(workspace.output)
     by_round = {record["round"]: record for record in log}
@@ -193,27 +202,39 @@ def test_dropouts_before_and_after_masking_and_a_restart(tmp_path: Path, process
 def test_a_killed_aggregator_resumes_at_the_next_round_with_identical_state(
     tmp_path: Path, processes: Processes
 ) -> None:
+    """The aggregator is the process killed and resumed; the collaborators, which live through it, are
+    Collaborators in threads of the test, as in the crash tests below."""
     workspace = new_workspace(tmp_path, NAMES, training={"rounds": 6}, quorum={"min_collaborators": 3})
     plan = load_aggregator_plan(workspace.plan)
-    first = processes.aggregator(workspace, fault="after-checkpoint:3")  # kill -9 right after round 3's checkpoint
-    for name in NAMES:
-        processes.collaborator(workspace, name)
-    assert first.wait(120) == -9
-    saved = load_checkpoint(workspace.output, plan_digest(plan))
-    assert saved.round == 3 and len(read_round_log(workspace.output)) == 3
+    collaborators = {
+        name: Collaborator(load_collaborator_config(path), retry=QUICK_RECONNECT)
+        for name, path in workspace.configs.items()
+    }
+    with ThreadPoolExecutor(max_workers=len(collaborators), thread_name_prefix="test-collaborator") as pool:
+        try:
+            finished = {name: pool.submit(collaborator.run) for name, collaborator in collaborators.items()}
+            # kill -9 right after round 3's checkpoint
+            first = processes.aggregator(workspace, fault="after-checkpoint:3")
+            assert first.wait(120) == -9
+            saved = load_checkpoint(workspace.output, plan_digest(plan))
+            assert saved.round == 3 and len(read_round_log(workspace.output)) == 3
 
-    # A fresh start over the same output is refused; --resume continues.
-    refused = subprocess.run(
-        aggregator_command(workspace),
-        env=child_environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert refused.returncode == 2 and "pass --resume" in refused.stderr
-    resumed = processes.aggregator(workspace, "--resume")
-    processes.finish(resumed)
+            # A fresh start over the same output is refused; --resume continues.
+            refused = subprocess.run(
+                aggregator_command(workspace),
+                env=child_environment(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert refused.returncode == 2 and "pass --resume" in refused.stderr
+            resumed = processes.aggregator(workspace, "--resume")
+            processes.finish(resumed)
+            assert {name: done.result(timeout=60) for name, done in finished.items()} == dict.fromkeys(NAMES, 0)
+        finally:
+            for collaborator in collaborators.values():
+                collaborator.stop()
 
     log = read_round_log(workspace.output)
     assert [record["round"] for record in log] == [1, 2, 3, 4, 5, 6]
@@ -402,26 +423,3 @@ def test_a_secure_round_killed_mid_masking_is_rerun(tmp_path: Path, processes: P
     assert abs(crashed.final["c"] - expected.c) <= bound
     for name, collaborator in crashed.collaborators.items():
         assert collaborator.trainer.calls == 3, name
-
-
-def test_launch_runs_a_local_federation_and_reports_fairness(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert cli_main(["launch", "--rounds", "3", "--workdir", str(tmp_path / "run"), "--no-fedavg"]) == 0
-    out = capsys.readouterr().out
-    assert "Secure aggregation was ON" in out and "What the federation saw, its private estimate" in out
-    # The console is one progress bar; each process's lines are in its log, in the workspace the console names.
-    logs = tmp_path / "run" / "logs"
-    assert f"fedfair launch: workspace {tmp_path / 'run'}" in out
-    assert "joined federation" in (logs / "site-c.log").read_text()
-    assert "finished: 3 of 3 rounds applied, 0 aborted" in (logs / "aggregator.log").read_text()
-    # Under init's privacy the estimate is one form whatever the noise drew: a value with its 95% interval, or
-    # "not resolved at this budget" and what would resolve it; never a bound of another kind.
-    headline = out[out.index("What the federation saw") :].splitlines()[1]
-    found = re.match(r"worst-group risk (\S+) \(95% interval (\S+) to (\S+)\)", headline)
-    if found is None:
-        assert headline.startswith("worst-group risk not resolved at this budget: "), headline
-    else:
-        estimate, low, high = map(float, found.groups())
-        assert 0 <= low <= estimate <= high < np.inf
-    assert "at least" not in out

@@ -4,8 +4,9 @@ Two rounds with ``average_from = 0.5`` average one iterate, theta^2, which round
 evaluated (its theta-bar is the model the next round starts from). The final evaluation asks for the same
 answers plus the worst group's composition. Each site must not answer the same model afresh (a second
 noise draw on one model would let the two be averaged), so it sends its kept words again and adds the counts
-as their own release, charged once to its ledger. Three institutions, each an OS process, over loopback
-mutual TLS under a [schema] and noised evaluations.
+as their own release, charged once to its ledger. Three institutions over loopback mutual TLS under a
+[schema] and noised evaluations, in threads of the test (the real gRPC server, real `Collaborator`s): nothing
+here depends on their being processes, whose start-ups would cost most of the test's CPU.
 """
 
 from __future__ import annotations
@@ -22,15 +23,13 @@ from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.runtime.plan.privacy import answer_release, composition_release, decoded_noise_std
 from tests.federations import adult_raw_table
-from tests.runtime.harness import Processes, plan_sections
+from tests.runtime.harness import plan_sections, thread_federation
 from tests.runtime.test_noised_statistics import FEATURES, NAMES
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_final_model_answered_before_gets_its_kept_words_and_the_counts_as_their_own_release(
-    tmp_path: Path, processes: Processes
-) -> None:
+def test_a_final_model_answered_before_gets_its_kept_words_and_the_counts_as_their_own_release(tmp_path: Path) -> None:
     table = adult_raw_table()[[*FEATURES, "income"]]
     paths = {name: tmp_path / f"{name}.csv" for name in NAMES}
     for index, path in enumerate(paths.values()):
@@ -51,14 +50,14 @@ def test_a_final_model_answered_before_gets_its_kept_words_and_the_counts_as_the
     plan = load_aggregator_plan(workspace.plan)
     columns = plan.counted_columns(2)
 
-    aggregator = processes.aggregator(workspace)
-    for name in NAMES:
-        processes.collaborator(workspace, name)
-    processes.finish(aggregator)
+    with thread_federation(workspace) as federation:
+        federation.join()
+    assert not federation.errors, federation.errors
+    assert federation.exits == dict.fromkeys(NAMES, 0) and federation.summary["aborted_rounds"] == 0
 
     log = read_round_log(workspace.output)
     first, final = log[0]["evaluation"], log[1]["evaluation"]
-    assert first["status"] == "done" and final["status"] == "done", (first, final, processes.tail())
+    assert first["status"] == "done" and final["status"] == "done", (first, final)
     assert final["model"] == first["model"]  # the same theta-bar, evaluated twice
     # The shared part is the earlier answer itself: the same words over the same survivors decode the same.
     for key in ("worst_risk", "worst_risk_low", "worst_risk_high", "mean_risk", "samples", "noise_std"):

@@ -1,12 +1,15 @@
 """Revoking a site's certificate with a new manifest (`fedfair pki revoke`): what the manifest no longer pins
 is refused at the aggregator's handshake and in every peer's key agreement, and no ledger is reset
-(issue 51, item 5). Real processes over loopback mutual TLS."""
+(issue 51, item 5). Over loopback mutual TLS: the aggregator and the revoked key's holder are processes (an
+exit status and console lines are what is refused), the institutions that take part `Collaborator`s in
+threads of the test, sparing three process start-ups."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,8 @@ from cryptography.hazmat.primitives import serialization
 from fedfair import pki
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError, IdentityError
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.manifest import load_manifest, pinned_verifier, revoked
 from tests.runtime.harness import Processes, plan_sections
@@ -69,10 +74,16 @@ def test_a_revoked_certificate_is_refused_at_the_handshake_while_its_replacement
     assert "name-not-allowed" in said, said
     # The institution itself, on its new certificate, takes part with the others and the federation finishes.
     renewed = config_copy(workspace, tmp_path / REVOKED, dir=f'"{tmp_path / REVOKED / "new-certs"}"')
-    for name in NAMES[:2]:
-        processes.collaborator(workspace, name)
-    processes.collaborator(dataclasses.replace(workspace, configs={REVOKED: renewed}), REVOKED)
-    processes.finish(aggregator)
+    configs = {**workspace.configs, REVOKED: renewed}
+    collaborators = {name: Collaborator(load_collaborator_config(path)) for name, path in configs.items()}
+    with ThreadPoolExecutor(max_workers=len(collaborators), thread_name_prefix="test-collaborator") as pool:
+        try:
+            statuses = {name: pool.submit(collaborator.run) for name, collaborator in collaborators.items()}
+            processes.finish(aggregator)
+            assert {name: status.result(timeout=60) for name, status in statuses.items()} == dict.fromkeys(NAMES, 0)
+        finally:
+            for collaborator in collaborators.values():
+                collaborator.stop()
 
     # Every peer's key agreement refuses the revoked certificate relayed for the name, and takes the new one.
     verify = pinned_verifier(load_manifest(manifest), pki.load_certificate(workspace.certs / "ca.crt"))

@@ -4,8 +4,12 @@ Three sites hold their own CSV files cut from Adult by age band (so their
 distributions barely overlap, and one site has no row of one race). The plan names
 the schema; the aggregator runs the statistics aggregation (one secure sum of counts
 and sums), serves the encoder with every start stage, trains five rounds under
-secure aggregation (each party a separate OS process), writes the model bundle and sends it to every collaborator. A
+secure aggregation, writes the model bundle and sends it to every collaborator. A
 fourth institution, which took no part, scores its own table with `fedfair predict`.
+
+The parties run in threads of the test (the real gRPC server over loopback mutual TLS, real
+`Collaborator`s): their start-ups as processes would cost most of the test's CPU, and launch's tests
+run a [schema] federation of processes (tests/runtime/local/test_rehearsal.py, test_launch.py).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from fedfair.runtime.plan.aggregator_plan import (
 )
 from fedfair.runtime.preprocessing import model_for
 from tests.federations import adult_raw_table
-from tests.runtime.harness import Processes, plan_sections
+from tests.runtime.harness import plan_sections, thread_federation
 
 NAMES = ["site-a", "site-b", "site-c"]
 FEATURES = [name for name in ADULT_COLUMNS if name not in ("fnlwgt", "income")]
@@ -71,7 +75,7 @@ def institutions(table: pd.DataFrame) -> list[pd.DataFrame]:
 
 
 def test_three_institutions_own_tables_train_one_model_that_a_fourth_can_use(
-    tmp_path: Path, processes: Processes, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     table = adult_raw_table()
     sites = institutions(table)
@@ -100,10 +104,10 @@ def test_three_institutions_own_tables_train_one_model_that_a_fourth_can_use(
     plan = load_aggregator_plan(workspace.plan)
     assert plan.schema == schema
 
-    aggregator = processes.aggregator(workspace)
-    for name in NAMES:
-        processes.collaborator(workspace, name)
-    processes.finish(aggregator)
+    with thread_federation(workspace) as federation:
+        federation.join()
+    assert not federation.errors, federation.errors
+    assert federation.exits == dict.fromkeys(NAMES, 0) and federation.summary["aborted_rounds"] == 0
 
     # The encoder is the one the exact sum of the three sites' training-row statistics gives.
     shared = load_shared_settings(shared_settings(plan))

@@ -70,7 +70,9 @@ def relative_gap(federation: Federation, objective: ObjectiveConfig, training: T
     model = build_model("logreg", federation.num_features, federation.num_classes)
     losses = evaluate(model, state.theta_average, federation.pooled("train")).losses
     _, smooth = training_objectives(losses, state.c_average, objective)
-    optimum = solve_reference(federation, objective).objective_smooth
+    # L-BFGS-B to ftol 1e-8, not the default 1e-13: on these problems the optimum it stops at is within 3e-7
+    # (relative) of the default's, four orders below the 1% these gaps are held to, at half the CPU.
+    optimum = solve_reference(federation, objective, gtol=1e-5, ftol=1e-8).objective_smooth
     assert smooth >= optimum - 1e-6, "the reference must be a lower bound"
     return (smooth - optimum) / optimum
 
@@ -245,6 +247,7 @@ def test_drift_corrected_ten_local_steps_reach_the_centralized_optimum_where_unc
 
 
 @pytest.mark.slow
+@pytest.mark.study  # docs/paper.md's stability-limit figures, 3,000 rounds among them: `make test-studies`
 def test_on_every_column_drift_correction_needs_a_smaller_step_and_then_matches_tau_1(
     small_adult_federation: Federation,
 ) -> None:
@@ -255,7 +258,9 @@ def test_on_every_column_drift_correction_needs_a_smaller_step_and_then_matches_
     (stable for tau = 1 and for uncorrected tau = 10) corrected tau = 10 ends 4.8% above the optimum
     after 100 rounds and oscillates. At lr = 0.03 it is as close to the optimum after 300 rounds as
     tau = 1 after 3,000 (gaps of 0.2121% and 0.2124%: the ill-conditioned problem converges slowly),
-    where uncorrected tau = 10 stalls 1.6 times as far. About 25 s.
+    where uncorrected tau = 10 stalls 1.6 times as far. About 12 CPU-seconds: it re-runs the figures
+    docs/paper.md gives for the limit, so `make test-studies` runs it; the six-column test above is the
+    suite's check that the correction reaches the optimum and uncorrected steps stall.
     """
     objective = ObjectiveConfig(epsilon=0.1, rho=0.3, bound=5.0)
     optimum = solve_reference(small_adult_federation, objective).objective_smooth

@@ -1,9 +1,14 @@
-"""`fedfair launch`: its workspace (and the CA key in it) never outlives the run unless asked, and it shows progress."""
+"""`fedfair launch`: its workspace (and the CA key in it) never outlives the run unless asked, and it shows progress.
+
+`--no-keep` (the last line says the workspace is removed, and it is) is checked by tests/test_packaging.py, whose
+launch from the installed wheel runs with it: one federation for both.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -149,40 +154,6 @@ def test_a_stopped_launch_leaves_no_folder_and_no_ca_key(tmp_path: Path, stop: s
     assert not list(tmp_path.glob("fedfair-launch-*"))
 
 
-@pytest.mark.slow
-def test_a_piped_launch_shows_round_progress_and_keeps_the_folder_only_when_asked(tmp_path: Path) -> None:
-    process = _launch(tmp_path, "--rounds", "4", "--drift-correction", "scaffold")
-    output, errors = process.communicate(timeout=300)
-    assert process.returncode == 0, errors[-2000:]
-    assert "\r" not in errors
-    assert re.search(r"^federation: 4/4 rounds \(100%\), done in ", errors, re.MULTILINE)
-    (kept,) = tmp_path.glob("fedfair-launch-*")
-    report = kept / "aggregator" / "output" / "report.html"
-    assert (
-        re.search(rf"^Finished in \d+ s\. Report: {re.escape(str(report))}$", output, re.MULTILINE) and report.exists()
-    )
-    assert (kept / "aggregator" / "output" / "final_model.json").exists()
-    # The sites trained with drift correction: the plan says so, and so do the aggregator's round records.
-    assert 'drift_correction = "scaffold"' in (kept / "aggregator" / "plan.toml").read_text()
-    assert not (kept / "certs" / "ca.key").exists()
-    # A quiet console that ends with the comparison: the processes' lines are in their log files.
-    lines = (output + errors).splitlines()
-    assert len(lines) < 60 and not any(line.startswith("[") for line in lines), lines
-    assert output.rstrip().splitlines()[-2].startswith("Secure aggregation was ON")
-    assert "What the federation saw, its private estimate from noised secure sums" in output
-    assert "[aggregator]" in (kept / "logs" / "aggregator.log").read_text()
-
-
-@pytest.mark.slow
-def test_a_launch_with_no_keep_says_its_folder_and_bundles_are_removed(tmp_path: Path) -> None:
-    """The sites' logs point at model bundles inside the temporary folder; the last word says it is gone."""
-    process = _launch(tmp_path, "--rounds", "1", "--no-keep")
-    output, errors = process.communicate(timeout=300)
-    assert process.returncode == 0, errors[-2000:]
-    assert output.rstrip().splitlines()[-1].endswith("The workspace is removed now (--no-keep).")
-    assert not list(tmp_path.glob("fedfair-launch-*"))
-
-
 def _arguments(*flags: str) -> argparse.Namespace:
     from fedfair.cli import build_parser, modules_for
 
@@ -217,6 +188,16 @@ def test_launch_csv_without_rounds_takes_inits_plan(tmp_path: Path) -> None:
     assert holding == "their own tables under init's plan"
 
 
+def test_launch_puts_its_drift_correction_in_the_plan(tmp_path: Path) -> None:
+    """`--drift-correction scaffold` reaches the plan every site trains under (the runtime's drift-corrected
+    federations are tests/runtime/test_drift_correction.py's); without it the plan has no such key."""
+    workspace, _ = launch_workspace(_arguments("--drift-correction", "scaffold", "--rounds", "4"), tmp_path / "on")
+    assert 'drift_correction = "scaffold"' in workspace.plan.read_text()
+    assert load_aggregator_plan(workspace.plan).training.local.drift_correction == "scaffold"
+    workspace, _ = launch_workspace(_arguments("--rounds", "4"), tmp_path / "off")
+    assert "drift_correction" not in workspace.plan.read_text()
+
+
 def test_the_launch_evaluates_ten_times_unless_told() -> None:
     assert [evaluation_every(rounds, None) for rounds in (300, 50, 4)] == [30, 5, 1]
     assert evaluation_every(300, 0) == 0 and evaluation_every(300, 7) == 7
@@ -226,11 +207,42 @@ def test_the_launch_evaluates_ten_times_unless_told() -> None:
 def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composition(tmp_path: Path) -> None:
     """`make demo`'s federation: init's [privacy] and collusion bound, the sites' own Adult tables under a
     [schema] (noised statistics charged before round 1), an evaluation every round here (ten in 300 rounds),
-    and a report saying by race and sex who is in the worst-off group."""
+    and a report saying by race and sex who is in the worst-off group; the console one progress bar, then the
+    comparison and the private estimate, with each process's lines in its log in the workspace it names.
+
+    Piped, as here, the console shows round progress line by line (no carriage return) and stays quiet, and the
+    finished run keeps its folder (without --keep: by default), less the CA key. One launch checks it all."""
     process = _launch(tmp_path, "--collaborators", "3", "--rounds", "3")
     output, errors = process.communicate(timeout=600)
     assert process.returncode == 0, errors[-2000:]
     (kept,) = tmp_path.glob("fedfair-launch-*")
+    assert f"fedfair launch: workspace {kept}" in output
+    assert "\r" not in errors
+    assert re.search(r"^federation: 3/3 rounds \(100%\), done in ", errors, re.MULTILINE)
+    report = kept / "aggregator" / "output" / "report.html"
+    assert (
+        re.search(rf"^Finished in \d+ s\. Report: {re.escape(str(report))}$", output, re.MULTILINE) and report.exists()
+    )
+    assert (kept / "aggregator" / "output" / "final_model.json").exists()
+    assert not (kept / "certs" / "ca.key").exists()
+    # A quiet console that ends with the comparison: the processes' lines are in their log files.
+    lines = (output + errors).splitlines()
+    assert len(lines) < 60 and not any(line.startswith("[") for line in lines), lines
+    assert output.rstrip().splitlines()[-2].startswith("Secure aggregation was ON")
+    assert "[aggregator]" in (kept / "logs" / "aggregator.log").read_text()
+    assert "Secure aggregation was ON" in output and "What the federation saw, its private estimate" in output
+    assert "joined federation" in (kept / "logs" / "site-c.log").read_text()
+    assert "finished: 3 of 3 rounds applied, 0 aborted" in (kept / "logs" / "aggregator.log").read_text()
+    # Under init's privacy the estimate is one form whatever the noise drew: a value with its 95% interval, or
+    # "not resolved at this budget" and what would resolve it; never a bound of another kind.
+    headline = output[output.index("What the federation saw") :].splitlines()[1]
+    found = re.match(r"worst-group risk (\S+) \(95% interval (\S+) to (\S+)\)", headline)
+    if found is None:
+        assert headline.startswith("worst-group risk not resolved at this budget: "), headline
+    else:
+        estimate, low, high = map(float, found.groups())
+        assert 0 <= low <= estimate <= high < math.inf
+    assert "at least" not in output
     plan = tomllib.loads((kept / "aggregator" / "plan.toml").read_text())
     names = ["site-a", "site-b", "site-c"]
     init = tomllib.loads(render_plan(Federation("x", tuple(names), max_colluding=default_max_colluding(3))))

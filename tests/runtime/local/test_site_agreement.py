@@ -23,6 +23,7 @@ from fedfair.runtime.collaborator.config import load_collaborator_config, parse_
 from fedfair.runtime.collaborator.trainer import read_local_data
 from fedfair.runtime.local.rehearsal import rehearsal_workspace
 from tests.federations import adult_raw_table
+from tests.runtime.harness import thread_federation
 
 ROOT = Path(__file__).resolve().parents[3]
 SIZES = {"north-clinic": 200, "south-clinic": 150, "east-clinic": 120}
@@ -107,11 +108,23 @@ def test_a_one_class_site_is_warned_of_before_the_federation_is_set_up(
 
 
 @pytest.mark.slow
-def test_launch_with_a_one_class_site_warns_and_runs(tmp_path: Path, clinics: dict[str, pd.DataFrame]) -> None:
-    east = clinics["east-clinic"].assign(y=0)
-    result = launch(tmp_path, written(tmp_path / "tables", with_east(clinics, east)), "--rounds", "1")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "warning: east-clinic (east-clinic.csv): label 'y' holds only the class \"0\" (120 rows)" in result.stderr
+def test_a_rehearsal_with_a_one_class_site_warns_and_runs(
+    tmp_path: Path, clinics: dict[str, pd.DataFrame], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The warning is all: the site whose label holds one class trains and evaluates with the others to the end.
+
+    Launch's own workspace (`rehearsal_workspace`, which says the warning), its parties in threads of the test
+    (the real gRPC server over loopback mutual TLS, real `Collaborator`s): `launch --csv` as processes is
+    tests/runtime/local/test_rehearsal.py's."""
+    tables = with_east(clinics, clinics["east-clinic"].assign(y=0))
+    workspace = rehearsal_workspace(tmp_path / "federation", written(tmp_path / "tables", tables), "y", rounds=1)
+    assert "warning: east-clinic (east-clinic.csv): label 'y' holds only the class \"0\" (120 rows)" in (
+        capsys.readouterr().err
+    )
+    with thread_federation(workspace) as federation:
+        federation.join()
+    assert not federation.errors, federation.errors
+    assert federation.exits == dict.fromkeys(tables, 0) and federation.summary["aborted_rounds"] == 0
 
 
 def test_a_collaborator_maps_its_coding_when_its_config_says_how(
