@@ -1,8 +1,10 @@
 """The final model bundle a collaborator keeps, over real gRPC and mutual TLS (issue 51, item 1).
 
 fedfair's own aggregator runs in a thread with one change: the bundle its FINISHED task offers is rewritten
-(:class:`Board` ``finish`` patched). A forged bundle of another federation goes to collaborators that are real
-``fedfair collaborator start`` processes: they refuse it and keep nothing. A bundle whose provenance claims
+(:class:`Board` ``finish`` patched). A forged bundle of another federation goes to three collaborators: one a
+real ``fedfair collaborator start`` process (its exit status and console), two `Collaborator`s in threads of
+the test (their error and log lines; two process start-ups spared): each refuses it and keeps nothing. A
+bundle whose provenance claims
 every round for a site that sent no update goes to a site in a thread: the bundle's model checks out, but the
 site counts only what its own record holds.
 """
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,10 +25,12 @@ import pytest
 import torch
 
 from fedfair.bundle import load_bundle, write_bundle
+from fedfair.core.errors import PermanentFailureError
 from fedfair.core.update import Update
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import round_trainer
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.local.processes import start_collaborator
@@ -73,33 +79,45 @@ def kept_bundle(workspace: Workspace, name: str, federation: str) -> Path:
 
 
 def test_collaborator_processes_refuse_another_federations_bundle(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The forged bundle holds this federation's very model; only its federation id and provenance differ."""
     workspace = new_workspace(tmp_path, NAMES, training={"rounds": ROUNDS}, quorum={"min_collaborators": 3})
     plan = load_aggregator_plan(workspace.plan)
     log = io.StringIO()
     summary: dict[str, Any] = {}
-    with finishing_with(monkeypatch, lambda payload: rewritten(payload, tmp_path, federation=FORGED_FEDERATION)):
+    threads = {name: Collaborator(load_collaborator_config(workspace.configs[name])) for name in NAMES[1:]}
+    with (
+        finishing_with(monkeypatch, lambda payload: rewritten(payload, tmp_path, federation=FORGED_FEDERATION)),
+        caplog.at_level(logging.INFO, logger="fedfair"),
+        ThreadPoolExecutor(max_workers=len(threads), thread_name_prefix="test-collaborator") as pool,
+    ):
         aggregator = threading.Thread(target=lambda: summary.update(run_aggregator(plan)), daemon=True)
         aggregator.start()
-        children = [start_collaborator(workspace, name, sink=log) for name in NAMES]
+        child = start_collaborator(workspace, NAMES[0], sink=log)
+        runs = {name: pool.submit(collaborator.run) for name, collaborator in threads.items()}
         try:
-            statuses = {child.label: child.wait(180) for child in children}
+            status = child.wait(180)
+            errors = {name: run.exception(timeout=180) for name, run in runs.items()}
         finally:
-            for child in children:
-                child.kill()
+            child.kill()
+            for collaborator in threads.values():
+                collaborator.stop()
         aggregator.join(60)
     assert summary.get("aborted_rounds") == 0, log.getvalue()[-3000:]
-    assert statuses == dict.fromkeys(NAMES, 2), log.getvalue()[-3000:]
-    for child in children:
-        said = "\n".join(child.lines)
-        assert "bundle-refused: " in said and f"federation {FORGED_FEDERATION!r}" in said, said[-2000:]
+    assert status == 2, log.getvalue()[-3000:]
+    said = {NAMES[0]: "\n".join(child.lines)}
+    for name, error in errors.items():
+        assert isinstance(error, PermanentFailureError), error
+        said[name] = "\n".join(line for line in caplog.text.splitlines() if f" {name}: " in line) + f"\n{error}"
+    counted = f"by its own record, its model holds this institution's update in {ROUNDS} of {ROUNDS} rounds"
+    for name, text in said.items():
+        assert "bundle-refused: " in text and f"federation {FORGED_FEDERATION!r}" in text, text[-2000:]
         # The closing count is the site's own (it sent both rounds), said before the refusal.
-        assert f"by its own record, its model holds this institution's update in {ROUNDS} of {ROUNDS} rounds" in said
+        assert counted in text, text[-2000:]
         for federation in (plan.federation_id, FORGED_FEDERATION):
-            assert not kept_bundle(workspace, child.label, federation).exists()
-        assert not list(workspace.configs[child.label].parent.glob("*.unchecked"))
+            assert not kept_bundle(workspace, name, federation).exists()
+        assert not list(workspace.configs[name].parent.glob("*.unchecked"))
 
 
 class NaNUpdates:

@@ -6,6 +6,9 @@ site and where it and the running process came from; the refused process exits n
 the running one is untouched, and the federation applies every round. Meanwhile the aggregator's
 console shows a progress bar instead of per-round lines (those go to its log file), and a caller
 that is no TLS client at all leaves no line of gRPC's own on it.
+
+The aggregator and both processes of site-a are processes; site-b and site-c, which only have to take
+part, are `Collaborator`s in threads of the test (two process start-ups spared).
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ from __future__ import annotations
 import json
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from fedfair.runtime.aggregator.checkpoint import FINAL_SUMMARY_NAME, read_round_log
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.config import load_collaborator_config
 from tests.runtime.harness import Processes, new_workspace
 
 pytestmark = pytest.mark.slow
@@ -41,27 +47,35 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
     workspace = new_workspace(tmp_path, NAMES, training={"rounds": rounds}, quorum={"min_collaborators": 3})
     aggregator = processes.aggregator(workspace)
     first = processes.collaborator(workspace, "site-a")
-    others = [processes.collaborator(workspace, "site-b")]
-    wait_for(lambda: any("site-a connected" in line for line in aggregator.lines), 120)
+    others = {name: Collaborator(load_collaborator_config(workspace.configs[name])) for name in NAMES[1:]}
+    with ThreadPoolExecutor(max_workers=len(others), thread_name_prefix="test-collaborator") as pool:
+        try:
+            statuses = {"site-b": pool.submit(others["site-b"].run)}
+            wait_for(lambda: any("site-a connected" in line for line in aggregator.lines), 120)
 
-    wait_for(lambda: any("site-a: joined federation" in line for line in first.lines), 60)
-    second = processes.collaborator(workspace, "site-a")
-    assert second.wait(120) == 2, processes.tail()
-    said = "\n".join(second.lines)
-    assert "identity-in-use" in said and "'site-a' is already connected from 127.0.0.1:" in said, said
-    # Refused before it ever said it joined: the aggregator never took its task stream.
-    assert "joined" not in said and "identity-in-use" in second.lines[-1], said
-    refusal = [line for line in aggregator.lines if "refused WaitForTasks from 'site-a'" in line]
-    assert refusal and "ALREADY_EXISTS" in refusal[0] and "second process (from 127.0.0.1:" in refusal[0], refusal
-    assert first.process.poll() is None, "the running process must be untouched"
+            wait_for(lambda: any("site-a: joined federation" in line for line in first.lines), 60)
+            second = processes.collaborator(workspace, "site-a")
+            assert second.wait(120) == 2, processes.tail()
+            said = "\n".join(second.lines)
+            assert "identity-in-use" in said and "'site-a' is already connected from 127.0.0.1:" in said, said
+            # Refused before it ever said it joined: the aggregator never took its task stream.
+            assert "joined" not in said and "identity-in-use" in second.lines[-1], said
+            refusal = [line for line in aggregator.lines if "refused WaitForTasks from 'site-a'" in line]
+            assert refusal and "ALREADY_EXISTS" in refusal[0], refusal
+            assert "second process (from 127.0.0.1:" in refusal[0], refusal
+            assert first.process.poll() is None, "the running process must be untouched"
 
-    host, port = workspace.address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as stranger:
-        stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")  # no TLS: the handshake fails in gRPC's core
-        stranger.recv(1024)
+            host, port = workspace.address.rsplit(":", 1)
+            with socket.create_connection((host, int(port)), timeout=10) as stranger:
+                stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")  # no TLS: the handshake fails in gRPC's core
+                stranger.recv(1024)
 
-    others.append(processes.collaborator(workspace, "site-c"))
-    processes.finish(aggregator)
+            statuses["site-c"] = pool.submit(others["site-c"].run)
+            processes.finish(aggregator)
+            assert {name: status.result(timeout=60) for name, status in statuses.items()} == dict.fromkeys(NAMES[1:], 0)
+        finally:
+            for collaborator in others.values():
+                collaborator.stop()
     log = read_round_log(workspace.output)
     assert [record["status"] for record in log] == ["applied"] * rounds
     assert all(record["contributors"] == NAMES for record in log)
@@ -76,16 +90,16 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
     kept = "the model bundle model_bundle.pt, the report report.html, the round log rounds.jsonl"
     assert closing.endswith(f"; kept in {workspace.output}: {kept}"), closing
     assert all((workspace.output / name).is_file() for name in ("model_bundle.pt", "report.html", "rounds.jsonl"))
-    for child in (first, *others):
-        bundle = workspace.configs[child.label].parent / f"{child.label}.{summary['federation_id']}.model_bundle.pt"
-        counted = f"by its own record, its model holds this institution's update in {rounds} of {rounds} rounds"
-        assert child.lines[-1].endswith(
-            f" INFO {child.label}: the federation has finished; {counted}; the model bundle is in {bundle}, checked "
-            f"against the output model this collaborator evaluated (use it: fedfair predict --model {bundle} --data "
-            "TABLE --out PREDICTIONS.csv)"
-        ), child.lines[-1]
-        assert bundle.is_file()
-    for child in (aggregator, first, *others):  # the 100% line once, before the closing line
+    federation = summary["federation_id"]
+    bundles = {name: path.parent / f"{name}.{federation}.model_bundle.pt" for name, path in workspace.configs.items()}
+    assert all(bundle.is_file() for bundle in bundles.values())
+    counted = f"by its own record, its model holds this institution's update in {rounds} of {rounds} rounds"
+    assert first.lines[-1].endswith(
+        f" INFO site-a: the federation has finished; {counted}; the model bundle is in {bundles['site-a']}, checked "
+        f"against the output model this collaborator evaluated (use it: fedfair predict --model {bundles['site-a']} "
+        "--data TABLE --out PREDICTIONS.csv)"
+    ), first.lines[-1]
+    for child in (aggregator, first):  # the 100% line once, before the closing line
         complete = [number for number, line in enumerate(child.lines) if f"{rounds}/{rounds} rounds (100%)" in line]
         assert len(complete) == 1 and complete[0] < len(child.lines) - 1, "\n".join(child.lines)
 
