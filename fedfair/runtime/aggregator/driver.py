@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -27,20 +26,12 @@ from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, RoundGrace, StageProgress, StageReady, UploadHandler
 from fedfair.runtime.contract import ACCEPTED, EVALUATION, TRAINING, RoundParameters, Stages, model_digest
 from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_plain
+from fedfair.runtime.aggregator.secure_uploads import SECURE_UPLOADS
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig, Server
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.messages import (
-    AdvertiseKeys,
-    ConsistencySignature,
-    MaskedInput,
-    ShareCheck,
-    ShareKeys,
-    UnmaskResponse,
-)
-from fedfair.secagg.verify_messages import AggregateTag
 from fedfair.secagg.wire import Stage as SecAggStage
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -87,57 +78,6 @@ def log_progress(secure: bool, progress: StageProgress) -> None:
         ", ".join(progress.waiting_for),
         progress.seconds_left,
     )
-
-
-class SignedMessage(Protocol):
-    """A secure-aggregation upload: it names its sender's party id (a claim, checked here)."""
-
-    @property
-    def sender(self) -> int:
-        """The party id the message claims to come from."""
-
-
-Message = TypeVar("Message", bound=SignedMessage)
-
-
-@dataclass(frozen=True)
-class SecureUpload(Generic[Message]):
-    """How the aggregator takes one secure-aggregation stage's upload.
-
-    Parse it, check its sender against the certificate's party, hand it to the secure-aggregation server.
-    """
-
-    parse: Callable[[bytes], Message]
-    receive: Callable[[Server, Message], None]
-
-    def handler(self, server: Server, config: SecAggConfig) -> UploadHandler:
-        """The stage's upload handler for `server`.
-
-        Raises:
-            RefusedError: reason :attr:`Refusal.INVALID_UPLOAD` when the message names another
-                party than the uploader's certificate (`config.party_id`).
-        """
-
-        def absorb(peer: str, payload: bytes) -> None:
-            message = self.parse(payload)
-            # Identity is the certificate's: a message naming another party is refused outright.
-            if message.sender != config.party_id(peer):
-                raise RefusedError(Refusal.INVALID_UPLOAD, "the message names another party than the certificate")
-            self.receive(server, message)
-
-        return absorb
-
-
-SECURE_UPLOADS: dict[SecAggStage, SecureUpload[Any]] = {
-    SecAggStage.ADVERTISE: SecureUpload(AdvertiseKeys.from_bytes, Server.receive_advertisement),
-    SecAggStage.SHARE: SecureUpload(ShareKeys.from_bytes, Server.receive_shares),
-    SecAggStage.CHECK: SecureUpload(ShareCheck.from_bytes, Server.receive_share_check),
-    SecAggStage.MASK: SecureUpload(MaskedInput.from_bytes, Server.receive_masked_input),
-    SecAggStage.CONSISTENCY: SecureUpload(ConsistencySignature.from_bytes, Server.receive_consistency),
-    SecAggStage.UNMASK: SecureUpload(UnmaskResponse.from_bytes, Server.receive_unmask_response),
-    SecAggStage.VERIFY: SecureUpload(AggregateTag.from_bytes, Server.receive_tag),
-}
-"""Each secure-aggregation stage's message class and the server's method that takes it."""
 
 
 @dataclass(frozen=True)
