@@ -16,7 +16,6 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from fedfair.core.errors import ConfigError
 from fedfair.pki.certificates import CA_COMMON_NAME, CA_DAYS, CERT_DAYS
 from fedfair.pki.names import ROLES
 from fedfair.pki.roster import pins_from_folders, write_manifest
@@ -79,10 +78,7 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
         from fedfair.runtime.manifest import load_manifest
 
         revoked = load_manifest(args.previous).revoked
-    try:
-        digest = write_manifest(args.out, args.federation, pins, args.max_colluding, args.min_round_size, None, revoked)
-    except ConfigError as error:
-        raise ConfigError(f"{args.previous}: {error}") from None
+    digest = write_manifest(args.out, args.federation, pins, args.max_colluding, args.min_round_size, None, revoked)
     print(f"wrote {args.out} for federation {args.federation}: {len(pins)} participants")
     if revoked:
         print(f"  {len(revoked)} revoked certificate(s) carried over from {args.previous}, none of them pinned")
