@@ -25,6 +25,7 @@ Prints JSON (and writes it with --json PATH). Meant for a GPU machine (about 5 m
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -61,8 +62,9 @@ LR = 0.05
 Step = Callable[[], None]
 
 
+@functools.cache
 def data(model: str, quick: bool) -> tuple[torch.Tensor, torch.Tensor, int, str]:
-    """Features, labels, classes and where they come from, for a model name."""
+    """Features, labels, classes and where they come from, for a model name (read once per run)."""
     if model == "adult_mlp":
         dataset = load_dataset("adult")
         return torch.from_numpy(dataset.x_train), torch.from_numpy(dataset.y_train), 2, "adult (real)"
