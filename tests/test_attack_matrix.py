@@ -16,7 +16,8 @@
   the campaign's federations and are marked `study` (`make test-studies`).
 - The noise scenario alone (``--only noise``, issue 41, about 10 s): every row handled, each stating the
   noise scale the aggregator faces and the epsilon each site's ledger charged, and each measured error
-  of that noise's order (nothing exact), its control without [privacy] exact.
+  of that noise's order (nothing exact), its control without [privacy] exact. It re-runs the campaign's
+  federations too, so it is marked `study`.
 """
 
 from __future__ import annotations
@@ -291,7 +292,7 @@ NOISE_ROWS = ("evaluation", "1-ulp difference", "composition", "training differe
 """The noise scenario's rows, by the words after "noise, " in their attack text."""
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_under_privacy_every_query_the_aggregator_decodes_is_noised(tmp_path: Path) -> None:
     """About 10 s: the noise scenario alone (four real federations and their controls on loopback)."""
     out = tmp_path / "noise.json"

@@ -6,7 +6,8 @@ module imports against the current library (the page they feed is tests/test_ben
 
 `make test` runs round_bench with its parties in threads (its default); the runs that start a federation's
 processes again (round_bench --processes, federation_bench's launched federation: 20 to 25 CPU-seconds each)
-are marked `study`, which `make test-studies` runs: the runtime's processes have their own tests."""
+are marked `study`, which `make test-studies` runs: the runtime's processes have their own tests. So is
+eval_error's quick run (its designs' training and 20 noises: about 10 CPU-seconds)."""
 
 from __future__ import annotations
 
@@ -183,7 +184,7 @@ def test_every_benchmark_module_imports_against_the_current_library() -> None:
     assert completed.returncode == 0, completed.stderr[-3000:]
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_eval_error_quick_measures_every_design_against_the_exact_value(tmp_path: Path) -> None:
     """benchmarks/eval_error.py --quick, as a subprocess: the chosen design beats the two it replaced and its
     stated interval is of the size the goal asks for at 2,000 rows and epsilon 1 (20 noises: coverage loosely)."""

@@ -1,6 +1,7 @@
 """benchmarks/dp_stretch.py's committed runs hold what docs/paper.md reads off them: each stretch starts from the
 point its study chose, its rows are the runs its flags describe, the summary is theirs, every site's accountant
-stayed within epsilon 1 at the study's delta, and a run on this tree lands where the committed runs did."""
+stayed within epsilon 1 at the study's delta, and a run on this tree lands where the committed runs did (a re-run
+of the study's training, so marked `study`: `make test-studies`)."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def test_a_committed_stretch_is_the_runs_its_flags_describe(dp_stretch: ModuleTy
             assert row["noise_std"] > 0 and math.isfinite(row["worst_risk"])
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_a_dp_run_on_this_tree_lands_among_the_committed_runs(dp_stretch: ModuleType) -> None:
     from fedfair.research.experiment import load_federation, simulate
     from fedfair.research.flags import config_from_flags

@@ -111,6 +111,7 @@ def plan_sections(
         "secure_aggregation": {"enabled": secure},
         "quorum": {"min_collaborators": quorum, "round_timeout_seconds": timeout},
         "evaluation": {"every": evaluation_every},
+        "aggregator": {"report": False},  # no row reads the end-of-run page: 1.5 CPU-s a federation saved
     }
     for section, values in extra.items():
         sections.setdefault(section, {}).update(values)

@@ -1,7 +1,8 @@
 """`fedfair reproduce --ray`: a study's runs as Ray tasks give the process pool's numbers, cached alike.
 
 Ray is an optional extra (`fedfair[ray]`): the tests that need it are skipped where it is not
-installed; the one that checks the error naming the fix runs everywhere.
+installed; the one that checks the error naming the fix runs everywhere. Starting a local Ray cluster
+costs some 20 CPU-seconds, so the run through it is marked `study` (`make test-studies`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def tiny_runs() -> list[Run]:
     return selection + study.test_runs("fedsrcvar", 0.3, point)
 
 
-@pytest.mark.slow
+@pytest.mark.study
 def test_ray_tasks_give_the_process_pools_results_bit_for_bit_and_cache_them(
     local_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -48,6 +48,8 @@ RUNTIME_PLAN: dict[str, dict[str, Any]] = {
     "objective": {"epsilon": 0.1, "rho": 0.3},
     "training": {"local_steps": 2, "batch_fraction": 0.01, "lr": 0.1, "threshold_lr": 0.1, "seed": 0},
     "quorum": {"round_timeout_seconds": 30.0},
+    # The end-of-run page costs each run about 1.5 CPU-s; tests/runtime/test_report.py turns it on.
+    "aggregator": {"report": False},
 }
 
 

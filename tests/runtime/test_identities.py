@@ -44,7 +44,9 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
 ) -> None:
     rounds = 8
     # A quorum of every site: the rounds wait for site-c, which starts only after the duplicate was refused.
-    workspace = new_workspace(tmp_path, NAMES, training={"rounds": rounds}, quorum={"min_collaborators": 3})
+    workspace = new_workspace(
+        tmp_path, NAMES, training={"rounds": rounds}, quorum={"min_collaborators": 3}, aggregator={"report": True}
+    )
     aggregator = processes.aggregator(workspace)
     first = processes.collaborator(workspace, "site-a")
     others = {name: Collaborator(load_collaborator_config(workspace.configs[name])) for name in NAMES[1:]}

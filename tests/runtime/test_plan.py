@@ -90,6 +90,7 @@ def test_the_aggregator_template_loads() -> None:
     assert loaded.quorum.min_collaborators == 2
     assert loaded.aggregator.certs == REPOSITORY / "certs"  # relative to the plan file
     assert loaded.aggregator.output == REPOSITORY / "aggregator" / "output"
+    assert loaded.aggregator.report  # the end-of-run page, unless the plan says report = false
     with pytest.raises(AttributeError):
         loaded.training.rounds = 3  # type: ignore[misc]
 
@@ -243,6 +244,7 @@ def test_privacy_keys_are_accepted_and_checked() -> None:
         ({"aggregator": {"name": "hospital-a"}}, r"is also a collaborator"),
         ({"aggregator": {"address": "localhost"}}, r"\[aggregator\] address must be host:port"),
         ({"aggregator": {"address": "localhost:70000"}}, r"port in 1..65535"),
+        ({"aggregator": {"report": "no"}}, r"\[aggregator\] report"),
         ({"model": {"name": "cnn"}}, r'"cnn" needs image_shape'),
         ({"model": {"name": "cnn", "image_shape": [1, 28, 28]}}, r"holds 784 values but features = 107"),
         ({"model": {"name": "resnet"}}, r'name = "resnet" is not known'),
@@ -436,7 +438,7 @@ def test_plan_digest_is_stable_and_ignores_deployment_details() -> None:
     digest = plan.plan_digest(base)
     assert len(digest) == 64 and digest == plan.plan_digest(aggregator_plan())
     assert (
-        plan.plan_digest(aggregator_plan(aggregator={"address": "127.0.0.1:6000", "output": "/tmp/elsewhere"}))
+        plan.plan_digest(aggregator_plan(aggregator={"address": "127.0.0.1:6000", "output": "/tmp/elsewhere", "report": False}))
         == digest
     )
     assert plan.plan_digest(aggregator_plan(training={"rounds": 51})) != digest

@@ -442,7 +442,9 @@ def test_the_page_renders_in_chromium_with_the_logs_values(
 @pytest.mark.slow
 def test_the_aggregator_writes_the_report_at_the_end_of_a_real_run(tmp_path: Path) -> None:
     """Three secure rounds, evaluated each, with DP at site-b, which shares its epsilon."""
-    workspace = new_workspace(tmp_path, NAMES, training={"rounds": 3}, evaluation={"every": 1})
+    workspace = new_workspace(
+        tmp_path, NAMES, training={"rounds": 3}, evaluation={"every": 1}, aggregator={"report": True}
+    )
     config = workspace.configs["site-b"]
     config.write_text(config.read_text() + toml_text({"privacy": {"enabled": True, "share_epsilon": True}}))
     with thread_federation(workspace) as federation:

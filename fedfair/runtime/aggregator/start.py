@@ -156,7 +156,7 @@ def run_aggregator(
         try:
             summary = loop.run()
             # While collaborators fetch the bundle: the operator's page of the run (never fails the run).
-            report = refresh_report(plan.aggregator.output)
+            report = refresh_report(plan.aggregator.output) if plan.aggregator.report else None
             # Give collaborators a bounded moment to read FINISHED, fetch the bundle and hang up.
             bundle = plan.aggregator.output / BUNDLE_NAME
             size = bundle.stat().st_size if bundle.exists() else 0

@@ -224,6 +224,8 @@ name = {_string(AGGREGATOR_NAME)}
 certs = {_string(federation.certs)}
 # Checkpoints, the round log and the final model go here.
 output = "output"
+# Draw report.html there when the run ends (`fedfair report <output>` draws it at any time).
+# report = true
 # The federation manifest every institution agreed on (`fedfair plan pin`): the pinned roster and plan.
 # With it this aggregator refuses to start under any other plan; without it the roster is the CA's.
 # manifest = {_string("../" + MANIFEST)}

@@ -154,7 +154,8 @@ def test_a_run_that_finished_with_aborted_rounds_says_so_and_exits_non_zero(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A resumed run whose checkpoint is at the last round but whose model took fewer steps (the other
-    rounds aborted) ends with the count in its closing line, the summary and a non-zero status."""
+    rounds aborted) ends with the count in its closing line, the summary and a non-zero status. Its plan
+    turns the report off ([aggregator] report = false): the line does not claim one and none is drawn."""
     workspace = new_workspace(tmp_path, ["site-a", "site-b", "site-c"], training={"rounds": 2})
     plan = load_aggregator_plan(workspace.plan)
     output = plan.aggregator.output
@@ -166,7 +167,8 @@ def test_a_run_that_finished_with_aborted_rounds_says_so_and_exits_non_zero(
     closing = capsys.readouterr().err.splitlines()[-1]
     assert " WARNING finished: 0 of 2 rounds applied, 2 aborted; " in closing, closing
     assert closing.endswith(
-        f"; kept in {output}: the model bundle model_bundle.pt, the report report.html, the round log rounds.jsonl"
+        f"; kept in {output}: the model bundle model_bundle.pt, the round log rounds.jsonl"
     )
+    assert not (output / "report.html").exists()
     summary = json.loads((output / FINAL_SUMMARY_NAME).read_text())
     assert (summary["applied_rounds"], summary["aborted_rounds"]) == (0, 2)
