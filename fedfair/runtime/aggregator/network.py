@@ -12,6 +12,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
+from fedfair.runtime.manifest_update import LiveManifest
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, shared_settings
 from fedfair.runtime.transport import (
     PeerAuthenticator,
@@ -35,6 +36,20 @@ class Network:
     board: Board
     gate: StageGate
     ca_certificate: x509.Certificate
+    authenticator: PeerAuthenticator
+    manifest: LiveManifest | None
+    """The manifest in force, taking signed updates while the federation runs (None: no manifest)."""
+
+    def take_manifest_update(self) -> None:
+        """Take a signed update put in place of the manifest's file (:mod:`fedfair.runtime.manifest_update`).
+
+        The certificates it revokes are refused from each peer's next call on.
+        """
+        if self.manifest is None:
+            return
+        update = self.manifest.poll()
+        if update is not None:
+            self.authenticator.repin({pin.name: pin.sha256 for pin in update.collaborators}, update.revoked)
 
     def stop(self) -> None:
         """Wake every waiting stream, then stop the server, waiting up to 2 s for in-flight RPCs."""
@@ -60,8 +75,10 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
     gate = StageGate(plan.federation_id)
     gate.open(0, pb.STAGE_JOIN)
     # Under a manifest only the pinned certificate of each name gets in: one it no longer pins is revoked.
-    pins = None if plan.manifest is None else {pin.name: pin.sha256 for pin in plan.manifest.collaborators}
-    authenticator = PeerAuthenticator(ca_certificate, plan.collaborators, pins=pins)
+    authenticator = PeerAuthenticator(ca_certificate, plan.collaborators)
+    manifest = None if plan.manifest is None else LiveManifest(plan.manifest, ca_certificate, poll_on_verify=False)
+    if plan.manifest is not None:
+        authenticator.repin({pin.name: pin.sha256 for pin in plan.manifest.collaborators}, plan.manifest.revoked)
     servicer = Servicer(board, gate, authenticator, shared_settings(plan), events=events)
     grpc_server = federation_server(servicer, len(plan.collaborators), server_options() + SERVER_KEEPALIVE)
     target = address or plan.aggregator.address
@@ -76,4 +93,4 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
             "--address"
         )
     grpc_server.start()
-    return Network(grpc_server, port, board, gate, ca_certificate)
+    return Network(grpc_server, port, board, gate, ca_certificate, authenticator, manifest)
