@@ -51,7 +51,8 @@ def signed_rotation(workspace: Workspace, tmp_path: Path) -> tuple[Path, Path]:
 def test_a_rotation_mid_run_refuses_the_revoked_key_and_completes_every_round(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sections = plan_sections(training={"rounds": ROUNDS}, quorum={"min_collaborators": 2})
+    # Every round needs all three sites: the rounds after the revocation wait for the re-keyed one.
+    sections = plan_sections(training={"rounds": ROUNDS}, quorum={"min_collaborators": 3})
     workspace = make_workspace(tmp_path, NAMES, plan=sections, manifest=True)
     first = load_manifest(tmp_path / "manifest.toml")
     digest = plan_digest(load_aggregator_plan(workspace.plan))
@@ -67,22 +68,29 @@ def test_a_rotation_mid_run_refuses_the_revoked_key_and_completes_every_round(
         before_new_key = len(read_round_log(output))
         renewed = config_copy(workspace, tmp_path / REVOKED, dir=f'"{tmp_path / REVOKED / "new-certs"}"')
         federation._run("site-c-new-key", Collaborator(load_collaborator_config(renewed)).run)
+        # An honest site restarted under the updated manifest rejoins the same federation.
+        assert eventually(lambda: len(read_round_log(output)) > before_new_key, 120), federation.errors
+        federation.collaborators["site-b"].stop()
+        assert eventually(lambda: "site-b" in federation.exits, 60), federation.errors
+        restarted_after = len(read_round_log(output))
+        federation._run("site-b-restarted", Collaborator(load_collaborator_config(workspace.configs["site-b"])).run)
         federation.join(240)
     refusal = federation.errors.pop(REVOKED)
     assert not federation.errors, federation.errors
     assert "name-not-allowed" in str(refusal)
     records = read_round_log(output)
     assert [record["round"] for record in records] == list(range(1, ROUNDS + 1))
-    assert federation.exits["site-a"] == federation.exits["site-b"] == 0
-    # Exit 3: the re-keyed site's model holds its update in fewer than all rounds (it was away while re-keyed).
-    assert federation.exits["site-c-new-key"] == 3
+    # Every site's model holds its update in every round: site-c's from its old key, then from its new one.
+    assert federation.exits["site-a"] == federation.exits["site-c-new-key"] == federation.exits["site-b-restarted"] == 0
+    assert restarted_after < ROUNDS
     assert "was revoked in the federation's manifest" in caplog.text
     # From the round after the update took effect (at the latest the one after the round in flight) the old key
-    # took part in none; the rounds after the new key started count site-c again.
+    # took part in none: the rounds done before the new key started lack site-c, and the old key had been
+    # refused (its stream ended) before any later round began. The new key contributed to every later round.
     taken = in_flight + 1
-    old_key_rounds = [r["round"] for r in records[taken - 1 : before_new_key] if REVOKED in r["contributors"]]
-    assert old_key_rounds == []
-    assert any(REVOKED in record["contributors"] for record in records[before_new_key:])
+    assert [r["round"] for r in records[taken - 1 : before_new_key] if REVOKED in r["contributors"]] == []
+    assert before_new_key < ROUNDS
+    assert all(REVOKED in record["contributors"] for record in records[before_new_key:])
     # The federation's identity is the first manifest's: a restart under the update resumes the same checkpoints.
     now = load_manifest(tmp_path / "manifest.toml")
     assert manifest_digest(now) != manifest_digest(first) and federation_digest(now) == manifest_digest(first)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import grpc
@@ -23,6 +24,9 @@ from fedfair.runtime.transport import (
     server_credentials,
     server_options,
 )
+
+REVOKED_STREAMS_SECONDS = 5.0
+"""How long a manifest update waits for the task streams of revoked certificates to end."""
 
 SERVER_KEEPALIVE = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
 
@@ -47,9 +51,18 @@ class Network:
         """
         if self.manifest is None:
             return
+        held = self.manifest.current
         update = self.manifest.poll()
-        if update is not None:
-            self.authenticator.repin({pin.name: pin.sha256 for pin in update.collaborators}, update.revoked)
+        if update is None:
+            return
+        self.authenticator.repin({pin.name: pin.sha256 for pin in update.collaborators}, update.revoked)
+        self.board.wake_streams()
+        # Every stream of a re-keyed name was opened with the revoked certificate (the new one was not
+        # admitted before): wait for them to end, so the round about to start does not count them.
+        rekeyed = {pin.name for pin in held.collaborators if update.pin(pin.name) != pin}
+        deadline = time.monotonic() + REVOKED_STREAMS_SECONDS
+        while rekeyed & self.board.connected() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def stop(self) -> None:
         """Wake every waiting stream, then stop the server, waiting up to 2 s for in-flight RPCs."""
