@@ -116,16 +116,21 @@ def test_a_forged_update_is_refused_with_its_reason_and_changes_nothing(
     replacement = pin_certificate(pki.load_certificate(certificate), ca)
     rekeyed = dataclasses.replace(revoked(held, REVOKED, replacement), source=path)
     thief_key = pki.load_private_key(workspace.certs / "site-a.key")  # a site's key, not the CA holder's
+    ca_key = pki.load_private_key(workspace.certs / "ca.key")
     cases = {
         "not signed by the federation's CA holder": signed_update(held, rekeyed, thief_key),
-        "a broken chain": signed_update(rekeyed, rekeyed, pki.load_private_key(workspace.certs / "ca.key")),
+        "a broken chain": signed_update(rekeyed, rekeyed, ca_key),
         "is not a signed update": rekeyed,
+        # The CA holder may re-key a site, not change what the institutions agreed on.
+        "changes min_round_size, plan; a running federation takes only re-keyed sites": signed_update(
+            held, dataclasses.replace(rekeyed, min_round_size=3, plan=None), ca_key
+        ),
     }
     for message, forged in cases.items():
         with pytest.raises(ManifestError, match=message):
             check_update(held, dataclasses.replace(forged, source=path), ca)
     caplog.set_level(logging.ERROR)
-    for message, forged in list(cases.items())[:2]:
+    for message, forged in ((message, forged) for message, forged in cases.items() if forged.update is not None):
         os.replace(_written(forged, tmp_path / "forged.toml"), path)
         assert live.poll() is None and message in caplog.text
         assert live.current is held
@@ -136,3 +141,15 @@ def _written(manifest: Manifest, path: Path) -> Path:
     path.unlink(missing_ok=True)
     write_update(path, manifest)
     return path
+
+
+def test_sign_writes_an_update_only_for_a_re_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    workspace = make_workspace(tmp_path, NAMES, plan=plan_sections(quorum={"min_collaborators": 2}), manifest=True)
+    revoke = ["pki", "revoke", "--manifest", str(tmp_path / "manifest.toml"), "--name", REVOKED]
+    assert cli_main([*revoke, "--sign", str(workspace.certs), "--out", str(tmp_path / "u.toml")]) == 2
+    assert "--sign writes an update a running federation takes, which only re-keys a site" in capsys.readouterr().err
+    assert not (tmp_path / "u.toml").exists()
+    update, _ = signed_rotation(workspace, tmp_path)
+    assert "signed by the CA holder as the update of manifest" in capsys.readouterr().out
+    held = load_manifest(tmp_path / "manifest.toml")
+    check_update(held, load_manifest(update), pki.load_certificate(workspace.certs / "ca.crt"))
