@@ -130,7 +130,9 @@ class LiveManifest(RememberedVerifier):
         self.poll_on_verify = poll_on_verify
         self._manifest_lock = threading.Lock()
         self._manifest = manifest
-        self._seen = self._stamp()
+        # Nothing seen yet: the first poll reads the file, which may already hold an update of `manifest`
+        # (a site that re-dials after the update landed, with the manifest it read at start).
+        self._seen: tuple[int, int] | None = None
 
     @property
     def current(self) -> Manifest:

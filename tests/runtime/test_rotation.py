@@ -153,3 +153,7 @@ def test_sign_writes_an_update_only_for_a_re_key(tmp_path: Path, capsys: pytest.
     assert "signed by the CA holder as the update of manifest" in capsys.readouterr().out
     held = load_manifest(tmp_path / "manifest.toml")
     check_update(held, load_manifest(update), pki.load_certificate(workspace.certs / "ca.crt"))
+    # A party holding the manifest it read at start takes an update already in place at its first look.
+    os.replace(update, tmp_path / "manifest.toml")
+    live = LiveManifest(held, pki.load_certificate(workspace.certs / "ca.crt"), poll_on_verify=True)
+    assert live.poll() is not None and federation_digest(live.current) == manifest_digest(held)
