@@ -15,7 +15,6 @@ from typing import TypeVar
 
 from fedfair.core.config import DEFAULT_SERVER_MOMENTUM, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
-from fedfair.core.server import Aggregate
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import baselines, dro, fairness_baselines, minimax
 from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
@@ -238,7 +237,8 @@ def _fedsrcvar(task: Task, settings: MethodSettings) -> SimulationResult:
         task.objective,
         task.training,
         options=task.options,
-        aggregate=Aggregate.of if summed is None else summed,
+        # None: the plain sum, which the vectorised clients form without building K updates, bit for bit.
+        aggregate=summed,
         on_round=task.on_round,
         privacy=privacy,
     )

@@ -17,6 +17,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fedfair.core import server
+from fedfair.core.algorithm import ClientRound
 from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
 from fedfair.core.objective import RCVaRThreshold
@@ -58,11 +59,17 @@ class StackedUpdates:
         it, and the rows are summed over the client axis of one tensor, as `Aggregate.of` sums its
         stack, so the result is bit-for-bit the loop's.
         """
-        parts = [self.deltas.to("cpu", torch.float64), self.delta_c.cpu().unsqueeze(1)]
+        parts = [self.deltas, self.delta_c.unsqueeze(1)]
         if self.controls is not None:
-            parts.append(self.controls.to("cpu", torch.float64))
-        weights = torch.tensor(self.weights, dtype=torch.float64).unsqueeze(1)
-        summed = (torch.cat(parts, dim=1) * weights).sum(dim=0)
+            parts.append(self.controls)
+        # The rows widened into one float64 block and scaled in place: no [K, D] temporary beside it.
+        rows = torch.empty(len(self.weights), sum(part.shape[1] for part in parts), dtype=torch.float64)
+        start = 0
+        for part in parts:
+            rows[:, start : start + part.shape[1]].copy_(part)
+            start += part.shape[1]
+        rows.mul_(torch.tensor(self.weights, dtype=torch.float64).unsqueeze(1))
+        summed = rows.sum(dim=0)
         return server.Aggregate.from_vector(summed, sum(self.weights), with_control=self.controls is not None)
 
 
@@ -200,7 +207,6 @@ class VectorisedClients:
             PaddedGroup.build(members, self.batch_sizes, data_starts, self.dtype, self.device)
             for members in size_groups(self.batch_sizes)
         ]
-        self._everyone = tuple(range(len(self.learners)))
         self._losses = vmap(self._client_losses)
 
     def _client_losses(
@@ -209,17 +215,23 @@ class VectorisedClients:
         """One client's per-sample losses at its own theta: the model and loss of `LocalLearner.objective`."""
         return self.loss(functional_call(self.model, parameters, (features,)), labels)
 
+    def _split(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Rows of flat parameters ([G, D], model order) as one [G, *shape] view per parameter."""
+        return [
+            flat[:, start:end].view(flat.shape[0], *shape)
+            for shape, start, end in zip(self.shapes, self.starts, self.ends, strict=True)
+        ]
+
     def _objective(
-        self, flat: torch.Tensor, thresholds: torch.Tensor, features: torch.Tensor, labels: torch.Tensor
+        self,
+        parameters: Sequence[torch.Tensor],
+        thresholds: torch.Tensor | None,
+        features: torch.Tensor,
+        labels: torch.Tensor,
     ) -> torch.Tensor:
-        """[G, width] per-sample objective, client j at its own (flat[j], thresholds[j]) on its own rows."""
-        clients = flat.shape[0]
-        parameters = {
-            name: flat[:, start:end].view(clients, *shape)
-            for name, shape, start, end in zip(self.names, self.shapes, self.starts, self.ends, strict=True)
-        }
-        losses = self._losses(parameters, features, labels)
-        if self.threshold is None:
+        """[G, width] per-sample objective, client j at its own (parameters[.][j], thresholds[j]) on its own rows."""
+        losses = self._losses(dict(zip(self.names, parameters, strict=True)), features, labels)
+        if self.threshold is None or thresholds is None:
             return losses
         # The head is elementwise in (loss, c), so one call with c broadcast along each client's row serves all.
         objective: torch.Tensor = functional_call(self.threshold, {"c": thresholds.unsqueeze(1)}, (losses,))
@@ -244,42 +256,73 @@ class VectorisedClients:
         return features.view(*shape, *features.shape[1:]), self.labels.index_select(0, gather).view(shape)
 
     def _total_objective(
-        self, flat: torch.Tensor, thresholds: torch.Tensor, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]
+        self, leaves: Sequence[Sequence[torch.Tensor]], batches: Sequence[tuple[torch.Tensor, torch.Tensor]]
     ) -> torch.Tensor:
-        """Sum over clients of each client's mean objective: its gradient, row k, is client k's gradient."""
-        total = flat.new_zeros(())
-        for group, (features, labels) in zip(self.groups, batches, strict=True):
-            if group.members == self._everyone:
-                own_flat, own_thresholds = flat, thresholds
-            else:
-                own_flat = flat.index_select(0, group.clients)
-                own_thresholds = thresholds.index_select(0, group.clients)
-            total = total + (self._objective(own_flat, own_thresholds, features, labels) * group.row_weights).sum()
+        """Sum over clients of each client's mean objective: its gradient, row j of a group's leaves, is client j's."""
+        total = self.features.new_zeros((), dtype=self.dtype)
+        for group, tensors, (features, labels) in zip(self.groups, leaves, batches, strict=True):
+            thresholds = tensors[-1] if self.threshold is not None else None
+            objective = self._objective(tensors[: len(self.names)], thresholds, features, labels)
+            total = total + (objective * group.row_weights).sum()
         return total
 
     def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> StackedUpdates:
         """Every collaborator's begin, tau steps and finish from the global (theta, c), batched.
 
         With drift correction `control` is the server's sigma and each client's sigma_k is row k of `controls`.
+        Each size group holds its members' flat thetas in one [members, D] block (model order, as
+        flat_parameters) and trains one leaf per parameter viewing its columns, and one for the thresholds:
+        a [K, D] leaf gathered per group and sliced per parameter made every backward pass fill a zero
+        [K, D] tensor per group and a zero block per parameter (half the CPU of a 51-site Census-Income
+        round). The views keep the strides the sliced leaf gave each parameter, so the same kernels run.
         """
-        clients = len(self.learners)
         start_theta = theta.detach().to(self.device, self.dtype)
-        # Row k is client k's flat theta (model order, as flat_parameters): one leaf, one update, one delta.
-        flat = start_theta.unsqueeze(0).repeat(clients, 1).requires_grad_(True)
-        # c lives in the model's dtype, as the loop's threshold holds it.
-        thresholds = torch.full((clients,), float(c), dtype=self.dtype, device=self.device)
-        tensors = [flat]
-        if self.threshold is not None:
-            tensors.append(thresholds.requires_grad_(True))
-        round_ = self.algorithm.client_init(start_theta, c, tensors, own_control=self.controls, server_control=control)
+        leaves: list[list[torch.Tensor]] = []
+        rounds: list[ClientRound] = []
+        blocks: list[torch.Tensor] = []
+        owns: list[torch.Tensor | None] = []
+        for group in self.groups:
+            members = len(group.members)
+            block = start_theta.unsqueeze(0).repeat(members, 1)
+            tensors = [part.detach().requires_grad_(True) for part in self._split(block)]
+            if self.threshold is not None:
+                # c lives in the model's dtype, as the loop's threshold holds it.
+                thresholds = torch.full((members,), float(c), dtype=self.dtype, device=self.device)
+                tensors.append(thresholds.requires_grad_(True))
+            own = None if self.controls is None else self.controls.index_select(0, group.clients)
+            rounds.append(self.algorithm.client_init(start_theta, c, tensors, own_control=own, server_control=control))
+            leaves.append(tensors)
+            blocks.append(block)
+            owns.append(own)
+        everything = [tensor for tensors in leaves for tensor in tensors]
         reused = self._batches() if self.config.reuse_batch else None
         for _ in range(self.config.local_steps):
             batches = reused if reused is not None else self._batches()
-            gradients = torch.autograd.grad(self._total_objective(flat, thresholds, batches), tensors)
-            self.algorithm.client_step(round_, tensors, list(gradients))
-        deltas, delta_c, controls = self.algorithm.client_final(
-            round_, flat.detach(), thresholds.detach() if self.threshold is not None else None, self.controls
-        )
+            gradients = list(torch.autograd.grad(self._total_objective(leaves, batches), everything))
+            for round_, tensors in zip(rounds, leaves, strict=True):
+                self.algorithm.client_step(round_, tensors, gradients[: len(tensors)])
+                del gradients[: len(tensors)]
+        return self._finish(rounds, leaves, blocks, owns)
+
+    def _finish(
+        self,
+        rounds: Sequence[ClientRound],
+        leaves: Sequence[Sequence[torch.Tensor]],
+        blocks: Sequence[torch.Tensor],
+        owns: Sequence[torch.Tensor | None],
+    ) -> StackedUpdates:
+        """Each group's `client_final` from its `blocks` of thetas (`owns`: its sigma_k), at its members' rows."""
+        clients = len(self.learners)
+        deltas = torch.empty(clients, self.ends[-1], dtype=self.dtype, device=self.device)
+        delta_c = torch.empty(clients, dtype=torch.float64, device=self.device)
+        controls = None if self.controls is None else torch.empty_like(self.controls)
+        for group, round_, tensors, block, own in zip(self.groups, rounds, leaves, blocks, owns, strict=True):
+            c = tensors[-1].detach() if self.threshold is not None else None
+            delta, change, control = self.algorithm.client_final(round_, block, c, own)
+            deltas.index_copy_(0, group.clients, delta)
+            delta_c.index_copy_(0, group.clients, change)
+            if controls is not None and control is not None:
+                controls.index_copy_(0, group.clients, control)
         if controls is not None:
             self.controls = controls
         return StackedUpdates(deltas=deltas, delta_c=delta_c, weights=self.weights, controls=controls)
@@ -313,8 +356,8 @@ class VectorisedClients:
         c = torch.ones(clients, dtype=self.dtype, device=self.device)
         try:
             with torch.no_grad():
-                pair = self._objective(flat, c, features, labels)
-                alone = self._objective(flat, c, features[:, :1], labels[:, :1])
+                pair = self._objective(self._split(flat), c, features, labels)
+                alone = self._objective(self._split(flat), c, features[:, :1], labels[:, :1])
         except Exception as error:  # noqa: BLE001 - any failure means "keep the loop", which then raises the real error
             return f"the model or loss does not run under torch.func.vmap ({type(error).__name__}: {error})"
         if pair.shape != (clients, 2) or alone.shape != (clients, 1):
