@@ -91,7 +91,7 @@ class ModelChain:
             round_number,
             VerifyReason.NEXT_MODEL,
             f"the model sent for round {round_number} is neither the plan's server step applied to the sum of round "
-            f"{self._round} this site verified nor the model before it",
+            f"{self._round} this site verified nor the model before it ({self._gap(candidates[0], theta, c)})",
         )
 
     def verified(self, round_number: int, words: np.ndarray, survivors: Collection[str], encoder: Encoder) -> None:
@@ -148,6 +148,15 @@ class ModelChain:
         builtin = self._shared.model.factory is None
         expected = state.theta.numpy() if control is not None else model_download(state.theta.numpy(), builtin)
         return expected.dtype == theta.dtype and np.array_equal(expected, theta)
+
+    def _gap(self, state: ServerState, theta: np.ndarray, c: float) -> str:
+        """How far (theta, c) is from `state`'s model: the refusal's figures."""
+        expected = state.theta.numpy()
+        if expected.size != theta.size:
+            return f"{theta.size} values where the step makes {expected.size}"
+        differ = int(np.count_nonzero(expected.astype(theta.dtype) != theta))
+        largest = float(np.abs(expected - theta).max(initial=0.0))
+        return f"{differ} of {theta.size} values differ, the largest by {largest:.3g}; c by {abs(c - state.c):.3g}"
 
     def _uncheck(self, round_number: int, why: str) -> None:
         """Stop checking from `round_number` on: this site has no trusted state to check its models against."""
