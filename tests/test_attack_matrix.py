@@ -76,6 +76,8 @@ CONSENT_CLASSES = {
     "substituted output model": 1,
     "honest bundle (the control)": 1,
     "final evaluation asked twice": 1,
+    "forged next model (backdoor)": 1,
+    "forged next model (flip)": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -186,6 +188,8 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
                 "evaluation query",
                 "liar weight",
                 "dp weight",
+                "forged next model (backdoor)",
+                "forged next model (flip)",
             )
         },
         12,
