@@ -54,6 +54,8 @@ code), so what holds, holds against code that is not ours:
   first's spend, a revoked certificate refused at the aggregator's handshake, an edited ledger refused;
 - the outcome (``benchmarks/attacks/outcome.py``, issue 51): a final bundle of another federation and one with a
   weight moved one ulp, each refused by a collaborator process counting its rounds from its own record;
+- rotation (``benchmarks/attacks/rotation.py``, issue 65): a key revoked and rotated while the federation
+  runs (a CA-signed manifest update): the old key in 0 later rounds, the re-keyed site finishing every round;
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
 
 After the attacks the round log is replayed from what each party really sent: every
@@ -94,6 +96,7 @@ from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.plan_values import plan_values_rows
 from attacks.record import record_rows
 from attacks.repeat_model import repeat_model_rows
+from attacks.rotation import rotation_rows
 from attacks.schedule import schedule_rows
 from attacks.rows import CHECK, RowBook
 from attacks.secure_attacks import SecureAttacks
@@ -114,6 +117,7 @@ SCENARIOS = (
     "ledger",
     "outcome",
     "repeat_model",
+    "rotation",
 )
 
 
@@ -160,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["ledger"] = lambda where: ledger_rows(where, book)  # issue 51, items 4, 5 and 7
         runs["outcome"] = lambda where: outcome_rows(where, book)  # issue 51, item 1
         runs["repeat_model"] = lambda where: repeat_model_rows(where, book)  # a final model answered before
+        runs["rotation"] = lambda where: rotation_rows(where, book)  # issue 65: revocation while running
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:

@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 import torch
 from hypothesis import settings
 
+from fedfair.runtime.local.zygote import stop_shared_zygote
 from fedfair.simulation.federation import Federation
 from tests.federations import adult_by_race
 
@@ -40,3 +41,9 @@ def adult_federation() -> Federation:
 def small_adult_federation() -> Federation:
     """A few hundred Adult rows per client with deliberately uneven sizes, for exactness tests."""
     return adult_by_race((600, 250, 120))
+
+
+def pytest_sessionfinish() -> None:
+    """Stop this worker's zygote (fedfair.runtime.local.zygote) once its parties exit: their CPU time is then
+    counted in the suite's own, as a fresh interpreter's would be."""
+    stop_shared_zygote()

@@ -78,6 +78,8 @@ CONSENT_CLASSES = {
     "final evaluation asked twice": 1,
     "forged next model (backdoor)": 1,
     "forged next model (flip)": 1,
+    "revoked key mid-run": 1,
+    "key rotation mid-run": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -223,6 +225,11 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
         ("repeat_model",),
         {"final evaluation asked twice": CONSENT_CLASSES["final evaluation asked twice"]},
         1,
+    ),
+    "rotation": (
+        ("rotation",),
+        {word: CONSENT_CLASSES[word] for word in ("revoked key mid-run", "key rotation mid-run")},
+        2,
     ),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,

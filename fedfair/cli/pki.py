@@ -6,7 +6,8 @@ receives, and once every certificate is issued anyone runs `manifest` on them; t
 institutions compare the printed fingerprints (or the manifest's digest) out of band
 and each keeps a copy of the manifest, which pins the roster against the CA itself.
 `revoke` writes the next manifest without a certificate (the site removed, or re-keyed) and lists
-it as revoked: `manifest --previous` carries that list over and refuses to pin it again.
+it as revoked: `manifest --previous` carries that list over and refuses to pin it again; with
+`--sign` the CA holder signs a re-key as an update the running federation takes.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from pathlib import Path
 from fedfair.pki.certificates import CA_COMMON_NAME, CA_DAYS, CERT_DAYS
 from fedfair.pki.names import ROLES
 from fedfair.pki.roster import pins_from_folders, write_manifest
+from fedfair.core.errors import ConfigError
 from fedfair.pki.store import (
+    ca_paths,
     describe,
     init_ca,
     issue,
     load_certificate,
+    load_private_key,
     request_certificate,
     sign_certificate,
 )
@@ -94,6 +98,7 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
 def _cmd_revoke(args: argparse.Namespace) -> int:
     from fedfair.pki.roster import pin_certificate
     from fedfair.runtime.manifest import load_manifest, manifest_digest, revoked
+    from fedfair.runtime.manifest_update import signed_update, write_update
 
     manifest = load_manifest(args.manifest)
     old = manifest.pin(args.name)
@@ -101,22 +106,29 @@ def _cmd_revoke(args: argparse.Namespace) -> int:
     if args.replace is not None:
         ca = load_certificate(args.ca if args.ca is not None else args.replace.parent / "ca.crt")
         replacement = pin_certificate(load_certificate(args.replace), ca)
+    elif args.sign is not None:
+        raise ConfigError(
+            "--sign writes an update a running federation takes, which only re-keys a site: add --replace NEW.crt, "
+            "or drop --sign to remove the site (a new federation)"
+        )
     new = dataclasses.replace(revoked(manifest, args.name, replacement, args.min_round_size), source=args.out)
-    write_manifest(
-        args.out,
-        new.federation_id,
-        (new.aggregator, *new.collaborators),
-        new.max_colluding,
-        new.min_round_size,
-        new.plan,
-        new.revoked,
-    )
+    if args.sign is not None:
+        write_update(args.out, signed_update(manifest, new, load_private_key(ca_paths(args.sign)[1])))
+    else:
+        pins = (new.aggregator, *new.collaborators)
+        write_manifest(args.out, new.federation_id, pins, new.max_colluding, new.min_round_size, new.plan, new.revoked)
     print(f"wrote {args.out}: the certificate of {args.name} (sha256 {old.sha256 if old else '?'}) is revoked")
     if replacement is not None:
         print(f"  {args.name} is pinned to its new certificate, sha256 {replacement.sha256}; the plan stays pinned")
+    if args.sign is not None:
+        print(f"  signed by the CA holder as the update of manifest {manifest_digest(manifest)}")
+        print(f"next: every institution compares the digest and puts {args.out} in place of {args.manifest} (the")
+        print("aggregator too) while the federation runs: each checks the signature and the chain, and from its")
+        print("next round refuses the revoked certificate; the re-keyed site restarts on its new certificate")
+    elif replacement is not None:
         print(f"next: every institution compares the digest, puts {args.out} in place of {args.manifest}, and the")
         print("aggregator is started again with it: the revoked certificate is refused at its handshake and by")
-        print("every peer's key agreement")
+        print("every peer's key agreement (to do this while the federation runs, add --sign CA_FOLDER)")
     else:
         print(f"  {len(new.collaborators)} collaborators left, min_round_size {new.min_round_size}; no plan pinned")
         print(
@@ -237,4 +249,11 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     revoke.add_argument(
         "--min-round-size", type=int, default=None, help="a lower bound, when the roster left is below the old one"
+    )
+    revoke.add_argument(
+        "--sign",
+        type=Path,
+        default=None,
+        metavar="CA_FOLDER",
+        help="sign the new manifest with the CA key there, as an update a running federation takes (with --replace)",
     )

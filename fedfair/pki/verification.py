@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -134,7 +134,7 @@ def credential_verifier(ca_certificate: x509.Certificate, role: str = "collabora
 
 
 def pinned_credential_verifier(
-    ca_certificate: x509.Certificate, pins: Mapping[str, str], role: str = "collaborator"
+    ca_certificate: x509.Certificate, pins: Mapping[str, str], role: str = "collaborator", revoked: Iterable[str] = ()
 ) -> identity.CredentialVerifier:
     """A CredentialVerifier that also pins each name to one certificate: ``pins`` maps name -> SHA-256 fingerprint.
 
@@ -142,16 +142,23 @@ def pinned_credential_verifier(
     ``name`` (as :func:`credential_verifier` checks) AND its fingerprint is the one
     pinned for ``name``. The CA alone can mint a second certificate for any name (a
     twin with a key of its own) or for names nobody agreed on; a pinned verifier
-    refuses both, so whoever holds the CA cannot fill a round with parties of its own.
+    refuses both, so whoever holds the CA cannot fill a round with parties of its own. A fingerprint in
+    ``revoked`` is refused as revoked.
     """
     check_role(role)
     pinned = {name: normalise_fingerprint(value) for name, value in pins.items()}
+    gone = frozenset(normalise_fingerprint(value) for value in revoked)
 
     def verify(name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
         if name not in pinned:
             raise IdentityError(f"{name!r} is not in the federation's manifest; refuse any round that includes it")
         certificate = _credential_certificate(credential)
         public_key = _certified_key(certificate, ca_certificate, role, name)
+        if fingerprint(certificate) in gone:
+            raise IdentityError(
+                f"the certificate relayed for {name!r} (sha256 {fingerprint(certificate)}) was revoked in the "
+                "federation's manifest: refuse it"
+            )
         if fingerprint(certificate) != pinned[name]:
             raise IdentityError(
                 f"the certificate relayed for {name!r} (sha256 {fingerprint(certificate)}) is not the one the "

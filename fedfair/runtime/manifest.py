@@ -5,6 +5,8 @@ Why: docs/design.md, "Inside the runtime's shared modules".
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import json
 import re
@@ -69,6 +71,18 @@ UNPINNED_PLAN_WARNING = (
 
 
 @dataclass(frozen=True)
+class Update:
+    """A manifest's [update]: it replaces the manifest whose digest is `replaces`, in the chain begun by `origin`.
+
+    `signature` is the CA holder's (:mod:`fedfair.runtime.manifest_update` checks it).
+    """
+
+    replaces: str
+    origin: str
+    signature: bytes
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The agreed roster: the federation, its aggregator and collaborators pinned by fingerprint, and its bounds."""
 
@@ -85,6 +99,8 @@ class Manifest:
     """The pinned plan: the shared settings every collaborator must receive, or None (unpinned)."""
     revoked: tuple[str, ...] = ()
     """The SHA-256 fingerprints of the certificates revoked in this federation (sorted): never pinned again."""
+    update: Update | None = None
+    """Set when this manifest is a signed update of an earlier one, which a running federation takes."""
 
     @property
     def collaborator_names(self) -> frozenset[str]:
@@ -118,7 +134,7 @@ class Manifest:
 def parse_manifest(data: Mapping[str, Any], source: Path) -> Manifest:
     """Validate a manifest already read from TOML (``source`` for messages)."""
     where = str(source)
-    check_sections(where, data, ("federation", PARTICIPANTS, "plan"))
+    check_sections(where, data, ("federation", PARTICIPANTS, "plan", "update"))
     federation = Table.of(where, data, "federation", ("id", "max_colluding", "min_round_size", "revoked"))
     federation_id = federation.string("id", pattern=FEDERATION_ID_RE, expected="letters, digits, '.', '_' or '-'")
     max_colluding = federation.integer("max_colluding", 0, low=0)
@@ -142,9 +158,32 @@ def parse_manifest(data: Mapping[str, Any], source: Path) -> Manifest:
         check_not_revoked(pins, revoked)
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from None
+    plan = _plan_pin(where, data)
     return Manifest(
-        federation_id, aggregator, collaborators, max_colluding, min_round_size, source, _plan_pin(where, data), revoked
+        federation_id,
+        aggregator,
+        collaborators,
+        max_colluding,
+        min_round_size,
+        source,
+        plan,
+        revoked,
+        _update(where, data),
     )
+
+
+def _update(where: str, data: Mapping[str, Any]) -> Update | None:
+    """The manifest's [update]: the digests it replaces and descends from, and the CA holder's signature."""
+    if "update" not in data:
+        return None
+    table = Table.of(where, data, "update", ("replaces", "origin", "signature"))
+    replaces = table.string("replaces", pattern=SHA256_HEX, expected="64 lower-case hex digits")
+    origin = table.string("origin", pattern=SHA256_HEX, expected="64 lower-case hex digits")
+    try:
+        signature = base64.b64decode(table.string("signature", expected="base64"), validate=True)
+    except binascii.Error:
+        table.fail("[update] signature is not base64; write the update again with `fedfair pki revoke --sign`")
+    return Update(replaces, origin, signature)
 
 
 def _plan_pin(where: str, data: Mapping[str, Any]) -> PlanPin | None:
@@ -195,6 +234,11 @@ def manifest_digest(manifest: Manifest) -> str:
     )
 
 
+def federation_digest(manifest: Manifest) -> str:
+    """The digest that names the federation: its first manifest's, which every signed update carries on."""
+    return manifest_digest(manifest) if manifest.update is None else manifest.update.origin
+
+
 def revoked(
     manifest: Manifest, name: str, replacement: Pin | None = None, min_round_size: int | None = None
 ) -> Manifest:
@@ -230,7 +274,9 @@ def revoked(
         raise ConfigError(f"without {name!r}: {error} (--min-round-size)") from None
     plan = manifest.plan if replacement is not None else None
     revoked = tuple(sorted({*manifest.revoked, pin.sha256}))
-    return dataclasses.replace(manifest, collaborators=others, min_round_size=bound, plan=plan, revoked=revoked)
+    return dataclasses.replace(
+        manifest, collaborators=others, min_round_size=bound, plan=plan, revoked=revoked, update=None
+    )
 
 
 # ---------------------------------------------------------------- certificates
@@ -245,7 +291,7 @@ def pinned_verifier(manifest: Manifest, ca_certificate: x509.Certificate) -> Cre
     (a twin with another key), or any name the manifest does not list, is refused.
     """
     return pinned_credential_verifier(
-        ca_certificate, {pin.name: pin.sha256 for pin in manifest.collaborators}, "collaborator"
+        ca_certificate, {pin.name: pin.sha256 for pin in manifest.collaborators}, "collaborator", manifest.revoked
     )
 
 

@@ -108,6 +108,12 @@ class RememberedVerifier:
         self._trusted: dict[tuple[str, bytes], _Trusted] = {}
         self._lock = threading.Lock()
 
+    def replace(self, verify: CredentialVerifier) -> None:
+        """Decide by `verify` from now on, forgetting every pair accepted before (a roster update revoked some)."""
+        with self._lock:
+            self._verify = verify
+            self._trusted.clear()
+
     def __call__(self, name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
         """The P-256 identity key `credential` certifies for `name`, as the wrapped verifier decides.
 
@@ -119,8 +125,12 @@ class RememberedVerifier:
             trusted = self._trusted.get((name, credential))
         if trusted is not None and (trusted.window is None or trusted.window[0] <= self._clock() <= trusted.window[1]):
             return trusted.public_key
-        public_key = self._verify(name, credential)
         with self._lock:
+            verify = self._verify
+        public_key = verify(name, credential)
+        with self._lock:
+            if verify is not self._verify:
+                return public_key  # decided under a roster replaced meanwhile: not remembered
             if (name, credential) not in self._trusted and len(self._trusted) >= REMEMBERED_CREDENTIALS:
                 del self._trusted[next(iter(self._trusted))]
             self._trusted[name, credential] = _Trusted(public_key, _validity_window(credential))

@@ -438,7 +438,9 @@ def test_plan_digest_is_stable_and_ignores_deployment_details() -> None:
     digest = plan.plan_digest(base)
     assert len(digest) == 64 and digest == plan.plan_digest(aggregator_plan())
     assert (
-        plan.plan_digest(aggregator_plan(aggregator={"address": "127.0.0.1:6000", "output": "/tmp/elsewhere", "report": False}))
+        plan.plan_digest(
+            aggregator_plan(aggregator={"address": "127.0.0.1:6000", "output": "/tmp/elsewhere", "report": False})
+        )
         == digest
     )
     assert plan.plan_digest(aggregator_plan(training={"rounds": 51})) != digest

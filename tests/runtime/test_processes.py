@@ -53,6 +53,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     state_digest,
 )
 from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.collaborator.trainer import RoundTrainer, round_trainer
@@ -168,8 +169,11 @@ def test_dropouts_before_and_after_masking_and_a_restart(tmp_path: Path, process
                 "site-d": processes.collaborator(workspace, "site-d", fault="before-upload:2:STAGE_MASKED_INPUT"),
             }
             assert children["site-d"].wait(120) == -9
-            processes.collaborator(workspace, "site-d")
+            restarted = processes.collaborator(workspace, "site-d")
             assert children["site-c"].wait(120) == -9
+            assert aggregator.wait(240) == 0, processes.tail()
+            # By its own record it holds rounds 1 and those after it rejoined, not all ten: exit 3, not 0.
+            assert restarted.wait(60) == EXIT_INCOMPLETE, processes.tail()
             processes.finish(aggregator)
             assert {name: status.result(timeout=60) for name, status in statuses.items()} == dict.fromkeys(NAMES[:2], 0)
         finally:

@@ -199,6 +199,11 @@ class Board:
             )
             self._tasks_changed.notify_all()
 
+    def wake_streams(self) -> None:
+        """Make every task stream re-check that it may go on (a roster update revoked some certificates)."""
+        with self._changed:
+            self._tasks_changed.notify_all()
+
     def close(self) -> None:
         """The server is stopping: wake every waiter so threads can end."""
         with self._changed:

@@ -52,7 +52,6 @@ from fedfair.runtime.contract import (
     update_dimension,
 )
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
 from fedfair.runtime.report import verdicts
@@ -133,11 +132,11 @@ class RoundLoop:
                 grace=self.plan.quorum.grace_factor,
                 tolerates_dropouts=secure.tolerates_dropouts,
             ),
-            # Under a manifest the aggregator checks relayed certificates against the pins too, so a
-            # twin is refused at the door (the collaborators check again themselves).
+            # Under a manifest the aggregator checks relayed certificates against the pins in force too, so
+            # a twin or a revoked key is refused at the door (the collaborators check again themselves).
             pki.credential_verifier(self.network.ca_certificate, "collaborator")
-            if self.plan.manifest is None
-            else pinned_verifier(self.plan.manifest, self.network.ca_certificate),
+            if self.network.manifest is None
+            else self.network.manifest,
         )
 
     def run(self) -> dict[str, Any]:
@@ -157,6 +156,7 @@ class RoundLoop:
         if first > 1:
             logger.info("resuming at round %d from the checkpoint of round %d", first, self.checkpoint.round)
         for round_number in range(first, rounds + 1):
+            self.network.take_manifest_update()
             record = self.train(round_number, wait_for_everyone=round_number == first)
             record.update(answer_seconds=self.driver.answers, held_up_by=self.driver.laggards(round_number))
             if self._evaluation_due(round_number):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import grpc
@@ -12,6 +13,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
+from fedfair.runtime.manifest_update import LiveManifest
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, shared_settings
 from fedfair.runtime.transport import (
     PeerAuthenticator,
@@ -22,6 +24,9 @@ from fedfair.runtime.transport import (
     server_credentials,
     server_options,
 )
+
+REVOKED_STREAMS_SECONDS = 5.0
+"""How long a manifest update waits for the task streams of revoked certificates to end."""
 
 SERVER_KEEPALIVE = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
 
@@ -35,6 +40,29 @@ class Network:
     board: Board
     gate: StageGate
     ca_certificate: x509.Certificate
+    authenticator: PeerAuthenticator
+    manifest: LiveManifest | None
+    """The manifest in force, taking signed updates while the federation runs (None: no manifest)."""
+
+    def take_manifest_update(self) -> None:
+        """Take a signed update put in place of the manifest's file (:mod:`fedfair.runtime.manifest_update`).
+
+        The certificates it revokes are refused from each peer's next call on.
+        """
+        if self.manifest is None:
+            return
+        held = self.manifest.current
+        update = self.manifest.poll()
+        if update is None:
+            return
+        self.authenticator.repin({pin.name: pin.sha256 for pin in update.collaborators}, update.revoked)
+        self.board.wake_streams()
+        # Every stream of a re-keyed name was opened with the revoked certificate (the new one was not
+        # admitted before): wait for them to end, so the round about to start does not count them.
+        rekeyed = {pin.name for pin in held.collaborators if update.pin(pin.name) != pin}
+        deadline = time.monotonic() + REVOKED_STREAMS_SECONDS
+        while rekeyed & self.board.connected() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def stop(self) -> None:
         """Wake every waiting stream, then stop the server, waiting up to 2 s for in-flight RPCs."""
@@ -60,8 +88,10 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
     gate = StageGate(plan.federation_id)
     gate.open(0, pb.STAGE_JOIN)
     # Under a manifest only the pinned certificate of each name gets in: one it no longer pins is revoked.
-    pins = None if plan.manifest is None else {pin.name: pin.sha256 for pin in plan.manifest.collaborators}
-    authenticator = PeerAuthenticator(ca_certificate, plan.collaborators, pins=pins)
+    authenticator = PeerAuthenticator(ca_certificate, plan.collaborators)
+    manifest = None if plan.manifest is None else LiveManifest(plan.manifest, ca_certificate, poll_on_verify=False)
+    if plan.manifest is not None:
+        authenticator.repin({pin.name: pin.sha256 for pin in plan.manifest.collaborators}, plan.manifest.revoked)
     servicer = Servicer(board, gate, authenticator, shared_settings(plan), events=events)
     grpc_server = federation_server(servicer, len(plan.collaborators), server_options() + SERVER_KEEPALIVE)
     target = address or plan.aggregator.address
@@ -76,4 +106,4 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
             "--address"
         )
     grpc_server.start()
-    return Network(grpc_server, port, board, gate, ca_certificate)
+    return Network(grpc_server, port, board, gate, ca_certificate, authenticator, manifest)

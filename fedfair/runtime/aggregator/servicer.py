@@ -279,6 +279,14 @@ class Servicer(pb_grpc.FederationServicer):
         """
         self.presence.arrived(peer, lambda: len(self.board.connected()), len(self.authenticator.allowed_names))
 
+    def _admitted(self, context: grpc.ServicerContext) -> bool:
+        """Whether the caller's certificate is still admitted (the manifest in force pins it)."""
+        try:
+            self.authenticator.identify(context)
+        except RefusedError:
+            return False
+        return True
+
     def _departed(self, peer: str) -> None:
         """A task stream of `peer` ended (the RPC's termination callback); log it if it was the last."""
         if self.board.disconnect(peer):
@@ -305,7 +313,8 @@ class Servicer(pb_grpc.FederationServicer):
                 return
             # Said now, not with the first task (which may be minutes away): the stream is taken.
             context.send_initial_metadata((STREAM_ACCEPTED,))
-            yield from self.board.stream_tasks(peer, start, context.is_active)
+            # A stream ends once a roster update revokes the certificate it was opened with.
+            yield from self.board.stream_tasks(peer, start, lambda: context.is_active() and self._admitted(context))
 
     def _model(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.ModelPart]:
         self.gate.check_read(request.binding)

@@ -17,7 +17,8 @@ from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.failures import LOCAL_CERTIFICATES, LOCAL_MANIFEST
-from fedfair.runtime.manifest import check_certificate, pinned_verifier
+from fedfair.runtime.manifest import check_certificate
+from fedfair.runtime.manifest_update import LiveManifest
 from fedfair.runtime.transport import check_tls_files
 
 
@@ -59,7 +60,8 @@ def check_identity(config: CollaboratorConfig) -> Identity:
             check_certificate(config.manifest, config.name, credential)
         except ConfigError as error:
             raise PermanentFailureError(LOCAL_MANIFEST, reason=error) from None
-        verify = pinned_verifier(config.manifest, ca_certificate)
+        # The manifest a site holds takes a signed update put in place of its file while it runs.
+        verify = LiveManifest(config.manifest, ca_certificate, poll_on_verify=True)
     else:
         verify = pki.credential_verifier(ca_certificate, "collaborator")
     return Identity(certified, identity_key, credential, verify)

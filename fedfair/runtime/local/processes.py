@@ -7,9 +7,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 
 from fedfair.core.errors import FedfairError
+from fedfair.runtime.local.zygote import shared_zygote
 
 if TYPE_CHECKING:  # the workspace module reads plans (pandas): `fedfair launch --help` need not
     from fedfair.runtime.local.workspace import Workspace
@@ -31,14 +32,18 @@ STARTUP_SECONDS = 120.0
 """How long the aggregator may take to start listening (imports included) before launch gives up."""
 
 
+FEDFAIR_COMMAND = [sys.executable, "-m", "fedfair.cli"]
+"""How a party's command line starts: such commands are forked from the zygote where it can."""
+
+
 def aggregator_command(workspace: Workspace, *extra: str) -> list[str]:
     """The command line that starts the workspace's aggregator, with `extra` flags."""
-    return [sys.executable, "-m", "fedfair.cli", "aggregator", "start", "--plan", str(workspace.plan), *extra]
+    return [*FEDFAIR_COMMAND, "aggregator", "start", "--plan", str(workspace.plan), *extra]
 
 
 def collaborator_command(workspace: Workspace, name: str) -> list[str]:
     """The command line that starts the collaborator `name` of the workspace."""
-    return [sys.executable, "-m", "fedfair.cli", "collaborator", "start", "--config", str(workspace.configs[name])]
+    return [*FEDFAIR_COMMAND, "collaborator", "start", "--config", str(workspace.configs[name])]
 
 
 def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -48,6 +53,57 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env.setdefault("MKL_NUM_THREADS", "1")
     env.update(extra or {})
     return env
+
+
+class Process(Protocol):
+    """What a launcher uses of a child process: `subprocess.Popen`'s, or a zygote's `ForkedProcess`."""
+
+    pid: int
+    returncode: int | None
+    stdout: IO[str] | None
+
+    def poll(self) -> int | None:
+        """The exit status, or None while it runs."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for it to exit; its status."""
+        ...
+
+    def send_signal(self, signum: int) -> None:
+        """Send it `signum`."""
+        ...
+
+    def terminate(self) -> None:
+        """SIGTERM."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        ...
+
+
+def spawn(command: Sequence[str], env: Mapping[str, str] | None) -> Process:
+    """Start `command` in a new session, its stdout and stderr one text pipe.
+
+    A `fedfair` command (:data:`FEDFAIR_COMMAND`) is forked from this process's zygote
+    (:mod:`fedfair.runtime.local.zygote`), which saves each party the imports of a fresh interpreter; any
+    other command, or any where the zygote declined, is executed.
+    """
+    environment = dict(env) if env is not None else dict(os.environ)
+    if list(command[: len(FEDFAIR_COMMAND)]) == FEDFAIR_COMMAND:
+        zygote = shared_zygote(environment)
+        if zygote is not None:
+            return zygote.spawn(command[len(FEDFAIR_COMMAND) :], environment)
+    return subprocess.Popen(
+        list(command),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        env=environment,
+        start_new_session=True,
+    )
 
 
 class Child:
@@ -69,15 +125,7 @@ class Child:
         self.seen = threading.Event()
         self._watch = watch
         self._ended = ended
-        self.process = subprocess.Popen(
-            list(command),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-        )
+        self.process = spawn(command, env)
         self._reader = threading.Thread(target=self._pump, name=f"log-{label}", daemon=True)
         self._reader.start()
 

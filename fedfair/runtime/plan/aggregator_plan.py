@@ -31,8 +31,8 @@ from fedfair.runtime.manifest import (
     check_bounds,
     check_federation,
     check_pinned_settings,
+    federation_digest,
     load_manifest,
-    manifest_digest,
 )
 from fedfair.runtime.plan.limits import MAX_COLLABORATORS
 from fedfair.runtime.plan.privacy import PlanPrivacy
@@ -293,7 +293,8 @@ def plan_content(plan: AggregatorPlan) -> dict[str, Any]:
     content = _plain(plan)
     content["federation"] = {"id": plan.federation_id, "collaborators": list(plan.collaborators)}
     if plan.manifest is not None:
-        content["federation"]["manifest"] = manifest_digest(plan.manifest)
+        # The first manifest's digest: a signed roster update (a re-keyed site) keeps the federation's identity.
+        content["federation"]["manifest"] = federation_digest(plan.manifest)
     return content
 
 

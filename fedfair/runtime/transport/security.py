@@ -166,6 +166,13 @@ def peer_certificate(context: grpc.ServicerContext) -> x509.Certificate | None:
         return None
 
 
+REVOKED = (
+    "not permitted: this certificate was revoked in the federation's manifest; the institution's new certificate "
+    "(`fedfair pki request`, signed by the CA holder) takes its place"
+)
+"""What the holder of a revoked certificate hears (it holds that certificate: nothing is revealed)."""
+
+
 VERIFIED_CERTIFICATES = 1024
 """How many verified peer certificates a :class:`PeerAuthenticator` remembers (oldest forgotten first)."""
 
@@ -208,9 +215,20 @@ class PeerAuthenticator:
         self.allowed_names = frozenset(allowed_names)
         self.role = role
         self.pins = None if pins is None else {name: pki.normalise_fingerprint(value) for name, value in pins.items()}
+        self.revoked: frozenset[str] = frozenset()
         self._clock = clock
         self._verified: dict[bytes, _Verified] = {}
         self._lock = threading.Lock()
+
+    def repin(self, pins: Mapping[str, str], revoked: Iterable[str]) -> None:
+        """Hold the pins of a manifest update from now on: every connected peer is checked in full at its next call.
+
+        A certificate in `revoked` is refused with :data:`REVOKED`, which names the revocation.
+        """
+        with self._lock:
+            self.pins = {name: pki.normalise_fingerprint(value) for name, value in pins.items()}
+            self.revoked = frozenset(pki.normalise_fingerprint(value) for value in revoked)
+            self._verified.clear()
 
     def identify(self, context: grpc.ServicerContext) -> str:
         """The caller's name from its certificate; raise RefusedError (NOT_PERMITTED) otherwise."""
@@ -237,7 +255,11 @@ class PeerAuthenticator:
             name = pki.verify_certificate(certificate, self.ca_certificate, self.role, now=self._clock())
         except (ValueError, ConfigError):
             raise RefusedError(Refusal.NOT_PERMITTED, NOT_PERMITTED) from None
-        if self.pins is not None and self.pins.get(name) != pki.fingerprint(certificate):
+        with self._lock:
+            pins, revoked = self.pins, self.revoked
+        if pki.fingerprint(certificate) in revoked:
+            raise RefusedError(Refusal.NOT_PERMITTED, REVOKED)
+        if pins is not None and pins.get(name) != pki.fingerprint(certificate):
             raise RefusedError(Refusal.NOT_PERMITTED, NOT_PERMITTED)
         with self._lock:
             if pem not in self._verified and len(self._verified) >= VERIFIED_CERTIFICATES:

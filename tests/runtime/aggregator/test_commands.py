@@ -166,9 +166,7 @@ def test_a_run_that_finished_with_aborted_rounds_says_so_and_exits_non_zero(
     assert code == EXIT_INCOMPLETE != 0
     closing = capsys.readouterr().err.splitlines()[-1]
     assert " WARNING finished: 0 of 2 rounds applied, 2 aborted; " in closing, closing
-    assert closing.endswith(
-        f"; kept in {output}: the model bundle model_bundle.pt, the round log rounds.jsonl"
-    )
+    assert closing.endswith(f"; kept in {output}: the model bundle model_bundle.pt, the round log rounds.jsonl")
     assert not (output / "report.html").exists()
     summary = json.loads((output / FINAL_SUMMARY_NAME).read_text())
     assert (summary["applied_rounds"], summary["aborted_rounds"]) == (0, 2)

@@ -1,0 +1,159 @@
+"""A roster update a running federation takes (issue 65): `fedfair pki revoke --replace --sign` writes a manifest
+the CA holder signed that names the one it replaces; put in place of the manifest's file it is taken by the
+running aggregator (at its next round) and by every site (at its next key agreement). The revoked key takes part
+in no later round, the re-keyed site carries the federation to its last round under the first manifest's
+identity, and a forged update (not the CA holder's, or a broken chain) changes nothing. Over loopback mutual TLS,
+the parties in threads of the test."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from fedfair import pki
+from fedfair.cli import main as cli_main
+from fedfair.core.errors import IdentityError, ManifestError
+from fedfair.pki.roster import pin_certificate
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.collaborator.client import Collaborator
+from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.local.workspace import Workspace, make_workspace
+from fedfair.runtime.manifest import Manifest, federation_digest, load_manifest, manifest_digest, revoked
+from fedfair.runtime.manifest_update import LiveManifest, check_update, signed_update, write_update
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
+from tests.runtime.harness import eventually, plan_sections, thread_federation
+from tests.runtime.test_revocation import REVOKED, config_copy, new_certificate
+
+NAMES = ["site-a", "site-b", "site-c"]
+ROUNDS = 6
+
+
+def der(path: Path) -> bytes:
+    return pki.load_certificate(path).public_bytes(serialization.Encoding.DER)
+
+
+def signed_rotation(workspace: Workspace, tmp_path: Path) -> tuple[Path, Path]:
+    """The CA holder's signed update re-keying site-c (through the CLI), and site-c's new certificate."""
+    certificate = new_certificate(workspace, tmp_path / REVOKED / "new-certs")
+    update = tmp_path / "manifest-2.toml"
+    revoke = ["pki", "revoke", "--manifest", str(tmp_path / "manifest.toml"), "--name", REVOKED]
+    revoke += ["--replace", str(certificate), "--sign", str(workspace.certs), "--out", str(update)]
+    assert cli_main(revoke) == 0
+    return update, certificate
+
+
+@pytest.mark.slow
+def test_a_rotation_mid_run_refuses_the_revoked_key_and_completes_every_round(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every round needs all three sites: the rounds after the revocation wait for the re-keyed one.
+    sections = plan_sections(training={"rounds": ROUNDS}, quorum={"min_collaborators": 3})
+    workspace = make_workspace(tmp_path, NAMES, plan=sections, manifest=True)
+    first = load_manifest(tmp_path / "manifest.toml")
+    digest = plan_digest(load_aggregator_plan(workspace.plan))
+    update, certificate = signed_rotation(workspace, tmp_path)
+    output = load_aggregator_plan(workspace.plan).aggregator.output
+    caplog.set_level(logging.WARNING)
+    with thread_federation(workspace) as federation:
+        assert eventually(lambda: len(read_round_log(output)) >= 2, 120), federation.errors
+        os.replace(update, tmp_path / "manifest.toml")  # every institution and the aggregator: one shared file here
+        in_flight = len(read_round_log(output)) + 1
+        # The old key is dropped at its next call after the aggregator takes the update.
+        assert eventually(lambda: REVOKED in federation.errors, 120), federation.errors
+        before_new_key = len(read_round_log(output))
+        renewed = config_copy(workspace, tmp_path / REVOKED, dir=f'"{tmp_path / REVOKED / "new-certs"}"')
+        federation._run("site-c-new-key", Collaborator(load_collaborator_config(renewed)).run)
+        # An honest site restarted under the updated manifest rejoins the same federation.
+        assert eventually(lambda: len(read_round_log(output)) > before_new_key, 120), federation.errors
+        federation.collaborators["site-b"].stop()
+        assert eventually(lambda: "site-b" in federation.exits, 60), federation.errors
+        restarted_after = len(read_round_log(output))
+        federation._run("site-b-restarted", Collaborator(load_collaborator_config(workspace.configs["site-b"])).run)
+        federation.join(240)
+    refusal = federation.errors.pop(REVOKED)
+    assert not federation.errors, federation.errors
+    assert "name-not-allowed" in str(refusal)
+    records = read_round_log(output)
+    assert [record["round"] for record in records] == list(range(1, ROUNDS + 1))
+    # Every site's model holds its update in every round: site-c's from its old key, then from its new one.
+    assert federation.exits["site-a"] == federation.exits["site-c-new-key"] == federation.exits["site-b-restarted"] == 0
+    assert restarted_after < ROUNDS
+    assert "was revoked in the federation's manifest" in caplog.text
+    # From the round after the update took effect (at the latest the one after the round in flight) the old key
+    # took part in none: the rounds done before the new key started lack site-c, and the old key had been
+    # refused (its stream ended) before any later round began. The new key contributed to every later round.
+    taken = in_flight + 1
+    assert [r["round"] for r in records[taken - 1 : before_new_key] if REVOKED in r["contributors"]] == []
+    assert before_new_key < ROUNDS
+    assert all(REVOKED in record["contributors"] for record in records[before_new_key:])
+    # The federation's identity is the first manifest's: a restart under the update resumes the same checkpoints.
+    now = load_manifest(tmp_path / "manifest.toml")
+    assert manifest_digest(now) != manifest_digest(first) and federation_digest(now) == manifest_digest(first)
+    assert plan_digest(load_aggregator_plan(workspace.plan)) == digest
+    ca = pki.load_certificate(workspace.certs / "ca.crt")
+    live = LiveManifest(now, ca, poll_on_verify=True)
+    with pytest.raises(IdentityError, match="was revoked in the federation's manifest"):
+        live(REVOKED, der(workspace.certs / f"{REVOKED}.crt"))
+    live(REVOKED, der(certificate))
+
+
+def test_a_forged_update_is_refused_with_its_reason_and_changes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    workspace = make_workspace(tmp_path, NAMES, plan=plan_sections(quorum={"min_collaborators": 2}), manifest=True)
+    path = tmp_path / "manifest.toml"
+    held = load_manifest(path)
+    ca = pki.load_certificate(workspace.certs / "ca.crt")
+    live = LiveManifest(held, ca, poll_on_verify=True)
+    old_key = der(workspace.certs / f"{REVOKED}.crt")
+    live(REVOKED, old_key)  # accepted, and remembered
+    certificate = new_certificate(workspace, tmp_path / REVOKED / "new-certs")
+    replacement = pin_certificate(pki.load_certificate(certificate), ca)
+    rekeyed = dataclasses.replace(revoked(held, REVOKED, replacement), source=path)
+    thief_key = pki.load_private_key(workspace.certs / "site-a.key")  # a site's key, not the CA holder's
+    ca_key = pki.load_private_key(workspace.certs / "ca.key")
+    cases = {
+        "not signed by the federation's CA holder": signed_update(held, rekeyed, thief_key),
+        "a broken chain": signed_update(rekeyed, rekeyed, ca_key),
+        "is not a signed update": rekeyed,
+        # The CA holder may re-key a site, not change what the institutions agreed on.
+        "changes min_round_size, plan; a running federation takes only re-keyed sites": signed_update(
+            held, dataclasses.replace(rekeyed, min_round_size=3, plan=None), ca_key
+        ),
+    }
+    for message, forged in cases.items():
+        with pytest.raises(ManifestError, match=message):
+            check_update(held, dataclasses.replace(forged, source=path), ca)
+    caplog.set_level(logging.ERROR)
+    for message, forged in ((message, forged) for message, forged in cases.items() if forged.update is not None):
+        os.replace(_written(forged, tmp_path / "forged.toml"), path)
+        assert live.poll() is None and message in caplog.text
+        assert live.current is held
+        live(REVOKED, old_key)  # still accepted: nothing changed
+
+
+def _written(manifest: Manifest, path: Path) -> Path:
+    path.unlink(missing_ok=True)
+    write_update(path, manifest)
+    return path
+
+
+def test_sign_writes_an_update_only_for_a_re_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    workspace = make_workspace(tmp_path, NAMES, plan=plan_sections(quorum={"min_collaborators": 2}), manifest=True)
+    revoke = ["pki", "revoke", "--manifest", str(tmp_path / "manifest.toml"), "--name", REVOKED]
+    assert cli_main([*revoke, "--sign", str(workspace.certs), "--out", str(tmp_path / "u.toml")]) == 2
+    assert "--sign writes an update a running federation takes, which only re-keys a site" in capsys.readouterr().err
+    assert not (tmp_path / "u.toml").exists()
+    update, _ = signed_rotation(workspace, tmp_path)
+    assert "signed by the CA holder as the update of manifest" in capsys.readouterr().out
+    held = load_manifest(tmp_path / "manifest.toml")
+    check_update(held, load_manifest(update), pki.load_certificate(workspace.certs / "ca.crt"))
+    # A party holding the manifest it read at start takes an update already in place at its first look.
+    os.replace(update, tmp_path / "manifest.toml")
+    live = LiveManifest(held, pki.load_certificate(workspace.certs / "ca.crt"), poll_on_verify=True)
+    assert live.poll() is not None and federation_digest(live.current) == manifest_digest(held)
