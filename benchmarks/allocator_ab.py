@@ -9,11 +9,12 @@ this shared machine hits them alike, at the two configurations the goals name:
     aggregator's threads together), the cost the setting adds;
   - d = 10^7, 3 sites: the process's peak resident memory (`peak_rss_mb`), what it saves.
 Arms: a threshold of 256 KiB, 4 MiB and 32 MiB (glibc's largest), and glibc's own moving threshold
-(the setting off); with --baseline CHECKOUT, that checkout's own round_bench and code as one more arm
-(19c2d03, before the setting, is the CPU goal's reference). Each figure is the median over repetitions
-of each run's median round.
+(the setting off); each --baseline CHECKOUT (repeatable, an exported tree named after its commit) runs
+that checkout's own round_bench and code as one more arm (19c2d03, before the setting, is the CPU goal's
+reference; the commit before streaming shows what streaming changed). Each figure is the median over
+repetitions of each run's median round.
 
-Prints JSON (and writes it with --json PATH); --quick runs one repetition of 2 rounds.
+Prints JSON (and writes it with --json PATH, after every repetition); --quick runs one repetition of 2 rounds.
 """
 
 from __future__ import annotations
@@ -32,25 +33,26 @@ from published import publish
 
 HERE = Path(__file__).resolve().parent
 ARMS = {"256 KiB": str(256 << 10), "4 MiB": str(4 << 20), "32 MiB": str(32 << 20), "glibc's own": "glibc"}
-BASELINE = "baseline"
 CONFIGURATIONS = {"cpu": (1_000_000, 10, "process_cpu_seconds"), "memory": (10_000_000, 3, "peak_rss_mb")}
 
 
-def run(dimension: int, parties: int, mapped_from: str, rounds: int, baseline: Path | None) -> dict[str, Any]:
+def run(dimension: int, parties: int, arm: str | Path, rounds: int) -> dict[str, Any]:
     """One secure federation through round_bench in a fresh process; its result row.
 
-    `mapped_from` BASELINE runs the baseline checkout's round_bench on its own code (plain and secure, as
-    it knew no --secure-only): its secure row.
+    `arm` is this tree's mmap threshold (bytes, or "glibc"), or a checkout whose own round_bench runs on its
+    own code as it stands (secure only where it knows --secure-only, else plain and secure): its secure row.
     """
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "result.json"
         sizes = ["--rounds", str(rounds), "--dimensions", str(dimension), "--parties", str(parties)]
-        if mapped_from == BASELINE and baseline is not None:
-            command = [sys.executable, str(baseline / "benchmarks" / "round_bench.py"), *sizes]
-            environment = {**os.environ, "PYTHONPATH": str(baseline)}
+        if isinstance(arm, Path):
+            script = arm / "benchmarks" / "round_bench.py"
+            command = [sys.executable, str(script), *sizes]
+            command += ["--secure-only"] if "--secure-only" in script.read_text() else []
+            environment = {**os.environ, "PYTHONPATH": str(arm)}
         else:
             command = [sys.executable, str(HERE / "round_bench.py"), "--secure-only", *sizes]
-            command += ["--mapped-from", mapped_from]
+            command += ["--mapped-from", arm]
             environment = {**os.environ, "PYTHONPATH": str(HERE.parent)}
         subprocess.run([*command, "--json", str(out)], check=True, stdout=subprocess.DEVNULL, env=environment)
         rows = [row for row in json.loads(out.read_text())["results"] if row["secure"]]
@@ -63,21 +65,18 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=3, help="interleaved repetitions (default 3)")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per federation (default 3)")
     parser.add_argument("--quick", action="store_true", help="one repetition of 2 rounds")
-    parser.add_argument("--baseline", type=Path, help="a checkout whose own round_bench is one more arm")
+    parser.add_argument(
+        "--baseline", type=Path, action="append", default=[], help="a checkout whose own round_bench is one more arm"
+    )
     args = parser.parse_args()
-    arms = dict(ARMS)
-    if args.baseline is not None:
-        commit = subprocess.run(
-            ["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        arms[f"{commit} (before the setting)"] = BASELINE
+    arms: dict[str, str | Path] = {**ARMS, **{checkout.name: checkout for checkout in args.baseline}}
     repetitions, rounds = (1, 2) if args.quick else (args.repetitions, args.rounds)
     readings: dict[str, dict[str, list[float]]] = {name: {arm: [] for arm in arms} for name in CONFIGURATIONS}
     cpu_at_memory: dict[str, list[float]] = {arm: [] for arm in arms}
     for repetition in range(repetitions):
         for name, (dimension, parties, figure) in CONFIGURATIONS.items():
-            for arm, mapped_from in arms.items():
-                row = run(dimension, parties, mapped_from, rounds, args.baseline)
+            for arm, setting in arms.items():
+                row = run(dimension, parties, setting, rounds)
                 readings[name][arm].append(row[figure])
                 if name == "memory":
                     cpu_at_memory[arm].append(row["process_cpu_seconds"])
@@ -87,21 +86,32 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-    results = {
+        publish(summary(arms, repetition + 1, rounds, readings, cpu_at_memory), args.json)
+
+
+def summary(
+    arms: dict[str, str | Path],
+    repetitions: int,
+    rounds: int,
+    readings: dict[str, dict[str, list[float]]],
+    cpu_at_memory: dict[str, list[float]],
+) -> dict[str, Any]:
+    """The JSON of the repetitions run so far."""
+    return {
         "configurations": {
             name: {"dimension": dimension, "parties": parties, "figure": figure}
             for name, (dimension, parties, figure) in CONFIGURATIONS.items()
         },
-        "arms": arms,
+        "arms": {arm: setting if isinstance(setting, str) else "checkout" for arm, setting in arms.items()},
         "repetitions": repetitions,
         "rounds": rounds,
         "readings": readings,
         "medians": {
-            name: {arm: statistics.median(values) for arm, values in arms.items()} for name, arms in readings.items()
+            name: {arm: statistics.median(values) for arm, values in by_arm.items()}
+            for name, by_arm in readings.items()
         },
         "cpu_at_d1e7": {arm: statistics.median(values) for arm, values in cpu_at_memory.items()},
     }
-    publish(results, args.json)
 
 
 if __name__ == "__main__":

@@ -103,10 +103,10 @@ def allocator_ab(name: str, document: Mapping[str, Any]) -> Section:
     return Section(
         "The allocator setting: a round's CPU against a federation's peak memory",
         "Secure rounds through the runtime, parties as threads of one process, each arm in a fresh process and "
-        f"the arms interleaved in each of {document['repetitions']} repetitions (medians): the mmap threshold "
-        "fedfair sets in every party, against glibc's own moving threshold and the code before the setting. "
-        "Goals: at d = 10^6, 10 sites, a round's CPU at most the code before the setting; at d = 10^7, 3 sites, "
-        "a peak of at most 1,200 MB.",
+        f"the arms interleaved in each of {document['repetitions']} repetitions (medians): this tree with each "
+        "mmap threshold fedfair can set in every party and with glibc's own moving threshold, against earlier "
+        "commits' code as it stood (named by commit). Goals: at d = 10^6, 10 sites, a round's CPU at most the "
+        "code before the setting (19c2d03); at d = 10^7, 3 sites, a peak of at most 1,200 MB.",
         table(
             ["arm", "CPU per round, d = 10^6, n = 10 (s)", "peak, d = 10^7, n = 3 (MB)", "CPU per round, d = 10^7 (s)"],
             rows,

@@ -17,10 +17,10 @@ import platform
 
 MAPPED_FROM = 4 << 20
 """Blocks of this many bytes or more are mapped on their own: a model's worth at d = 10^6 and up (float32),
-never a gRPC message (1 MiB) or a small object. Chosen by benchmarks/allocator_ab.py (interleaved, secure
-rounds, parties as threads): at 256 KiB every message was mapped and unmapped on each use, and a round at
-d = 10^6 with 10 sites cost 1.68 CPU-s against 0.92 here and 1.21 before any setting; at d = 10^7 with 3
-sites the peak is 1,171 MB here against 1,136 at 256 KiB, 1,378 at 32 MiB and 1,447 with glibc's own."""
+never a gRPC message (1 MiB) or a small object. Kept on benchmarks/allocator_ab.py's latest run
+(interleaved, secure rounds, parties as threads, the masked upload streamed): at d = 10^7 with 3 sites the
+peak is 1,204 MB here against 1,559 with glibc's own threshold (1,174 at 256 KiB); the price is CPU, a round
+at d = 10^6 with 10 sites costing 1.57 CPU-s here against 1.20 with glibc's own and 1.18 at 19c2d03."""
 
 _M_MMAP_THRESHOLD = -3
 """glibc's mallopt parameter for that size (malloc.h); setting it also stops the size from moving."""

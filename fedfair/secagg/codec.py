@@ -64,6 +64,10 @@ class Writer:
         """Every field appended so far, as one byte string."""
         return b"".join(self._parts)
 
+    def pieces(self) -> tuple[bytes | memoryview, ...]:
+        """Every field appended so far, as the pieces whose concatenation :meth:`getvalue` is (nothing copied)."""
+        return tuple(self._parts)
+
 
 class Reader:
     """Reads fields written by :class:`Writer`; raises :class:`ProtocolError` on malformed input."""

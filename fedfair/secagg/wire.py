@@ -137,10 +137,17 @@ class Wire:
 
     def to_bytes(self: Framed) -> bytes:
         """The canonical encoding: magic, type byte, header, then the message's fields; what ``from_bytes`` parses."""
+        return b"".join(Wire.to_pieces(self))
+
+    def to_pieces(self: Framed) -> tuple[bytes | memoryview, ...]:
+        """:meth:`to_bytes` as consecutive pieces, a vector field one view of its own words (never copied whole).
+
+        For a masked input, which is streamed from them: its vector must not change until they are sent.
+        """
         writer = Writer().blob(MAGIC).u8(self.TYPE)
         self.header.write(writer)
         self.write(writer)
-        return writer.getvalue()
+        return writer.pieces()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Self:

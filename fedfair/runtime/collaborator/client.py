@@ -70,7 +70,7 @@ from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
 from fedfair.secagg import Encoder
-from fedfair.runtime.transport import pb, pb_grpc
+from fedfair.runtime.transport import Pieces, pb, pb_grpc
 
 __all__ = [
     "BUNDLE_SUFFIX",
@@ -403,6 +403,6 @@ class Collaborator(TaskStream):
         limit = input_limit(task, self.shared.collaborator_count, self.parameters)
         return self._uplink.input(stub, task, limit)
 
-    def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
+    def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:
         """Upload this stage's payload (see :class:`Uploader`), counting the bytes sent."""
         self._uplink.submit(stub, binding, payload)

@@ -36,7 +36,7 @@ from fedfair.runtime.contract import (
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
-from fedfair.runtime.transport import pb
+from fedfair.runtime.transport import Pieces, pb
 from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import Client, Encoder, EncodingConfig
 from fedfair.secagg.prg import KEY_BYTES, apply_masks
@@ -252,7 +252,7 @@ def check(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.check_shares(ShareBundle.from_bytes(inputs)).to_bytes()
 
 
-def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
+def masked(me: Participant, work: Work, inputs: bytes) -> bytes | Pieces:
     """The masked, encoded update for the masking set in `inputs`.
 
     Without secure aggregation: the plain update (:func:`~fedfair.runtime.transport.chunks.plain_upload`: a
@@ -273,7 +273,8 @@ def masked(me: Participant, work: Work, inputs: bytes) -> bytes:
     else:
         raise RefusedError(Refusal.WITHDRAWN, "this round's encoding was masked already; it is not masked twice")
     work.encoded = None  # masked in place: never reuse it
-    return work.client.masked_input(MaskingSet.from_bytes(inputs), encoded).to_bytes()
+    # In pieces: the masked words travel from their own memory, never copied whole into one message.
+    return work.client.masked_input(MaskingSet.from_bytes(inputs), encoded).to_pieces()
 
 
 def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
@@ -356,7 +357,7 @@ def verdict(me: Participant, work: Work, inputs: bytes) -> bytes:
     return ACCEPTED
 
 
-Step = Callable[[Participant, Work, bytes], bytes]
+Step = Callable[[Participant, Work, bytes], bytes | Pieces]
 
 STEPS: dict[pb.Stage, Step] = {
     TRAINING.advertise: advertise,

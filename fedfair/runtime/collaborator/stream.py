@@ -40,7 +40,7 @@ from fedfair.runtime.failures import AGGREGATE_REFUSED, CONNECTION_LOST
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.rate_limits import LineBudget, RateLimit
-from fedfair.runtime.transport import make_binding, pb, pb_grpc, secure_channel
+from fedfair.runtime.transport import Pieces, make_binding, pb, pb_grpc, secure_channel
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -113,7 +113,7 @@ class TaskStream:
     def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
         raise NotImplementedError
 
-    def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
+    def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:
         raise NotImplementedError
 
     def _finish(self, stub: pb_grpc.FederationStub, task: pb.Task) -> int:

@@ -19,7 +19,17 @@ import grpc
 import numpy as np
 
 from fedfair.core.errors import WireError
-from fedfair.runtime.transport import Forwarder, Uploader, assemble, inline_input, pb, pb_grpc, read_model, read_payload
+from fedfair.runtime.transport import (
+    Forwarder,
+    Pieces,
+    Uploader,
+    assemble,
+    inline_input,
+    pb,
+    pb_grpc,
+    read_model,
+    read_payload,
+)
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -120,8 +130,8 @@ class Uplink:
         parts: Iterator[pb.Part] = stub.Fetch(request, timeout=RPC_SECONDS)
         return parts
 
-    def submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
-        """Upload this stage's payload (see :class:`Uploader`), counting the bytes sent."""
+    def submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:
+        """Upload this stage's payload, whole or in pieces (see :class:`Uploader`), counting the bytes sent."""
 
         def count(part: pb.Part) -> None:
             self.count(binding.round, part.ByteSize())

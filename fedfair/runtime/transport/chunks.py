@@ -39,15 +39,38 @@ MALFORMED_MESSAGE = "message refused: malformed, oversized or incomplete"
 # ---------------------------------------------------------------- bytes
 
 
-def split(data: bytes | memoryview, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pb.Chunk]:
-    """Cut ``data`` into chunks of at most ``chunk_bytes`` (one empty chunk for empty data)."""
+Pieces = tuple[bytes | memoryview, ...]
+"""A payload as consecutive pieces that are never joined: a serialised message around a model-sized vector
+travels from the vector's own memory, one chunk's copy at a time."""
+
+
+def payload_size(payload: bytes | memoryview | Pieces) -> int:
+    """The bytes of `payload`, whole or in pieces."""
+    pieces = payload if isinstance(payload, tuple) else (payload,)
+    return sum(memoryview(piece).nbytes for piece in pieces)
+
+
+def split(data: bytes | memoryview | Pieces, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pb.Chunk]:
+    """Cut ``data`` into chunks of at most ``chunk_bytes`` (one empty chunk for empty data).
+
+    Pieces are cut as their concatenation would be, chunk for chunk, without ever joining them whole.
+    """
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
-    view = memoryview(data)
-    count = max(1, math.ceil(len(view) / chunk_bytes))
+    pieces = iter(memoryview(piece).cast("B") for piece in (data if isinstance(data, tuple) else (data,)))
+    total = payload_size(data)
+    count = max(1, math.ceil(total / chunk_bytes))
+    rest = memoryview(b"")
     for index in range(count):
-        piece = view[index * chunk_bytes : (index + 1) * chunk_bytes]
-        yield pb.Chunk(index=index, count=count, total_size=len(view), data=bytes(piece))
+        wanted = min(chunk_bytes, total - index * chunk_bytes)
+        gathered: list[memoryview] = []
+        while wanted > 0:
+            while not rest:
+                rest = next(pieces)
+            gathered.append(rest[:wanted])
+            wanted -= len(gathered[-1])
+            rest = rest[len(gathered[-1]) :]
+        yield pb.Chunk(index=index, count=count, total_size=total, data=b"".join(gathered))
 
 
 class Reassembler:
@@ -304,13 +327,13 @@ class Uploader:
     def upload(
         self,
         binding: pb.Binding,
-        payload: bytes,
+        payload: bytes | Pieces,
         *,
         timeout: float,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         on_part: Callable[[pb.Part], None] | None = None,
     ) -> pb.Receipt:
-        """Upload ``payload`` for ``binding``; ``on_part`` sees each part as it goes."""
+        """Upload ``payload`` (whole or in pieces) for ``binding``; ``on_part`` sees each part as it goes."""
 
         def parts() -> Iterator[pb.Part]:
             for part in payload_parts(binding, payload, chunk_bytes):
@@ -319,7 +342,7 @@ class Uploader:
                 yield part
 
         receipt: pb.Receipt
-        if len(payload) <= chunk_bytes and self.sends:
+        if payload_size(payload) <= chunk_bytes and self.sends:
             [part] = parts()
             try:
                 receipt = self.stub.Send(part, timeout=timeout)
@@ -365,7 +388,9 @@ def inline_input(task: pb.Task) -> bytes | None:
     return task.input
 
 
-def payload_parts(binding: pb.Binding, data: bytes, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[pb.Part]:
+def payload_parts(
+    binding: pb.Binding, data: bytes | Pieces, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Iterator[pb.Part]:
     """An opaque stage payload as a stream of Part messages bound to ``binding``."""
     for chunk in split(data, chunk_bytes):
         yield pb.Part(binding=binding, chunk=chunk)
