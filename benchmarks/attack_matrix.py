@@ -88,6 +88,7 @@ from attacks.cheating import equivocation_row, sybil_rows
 from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
+from attacks.forged_model import forged_model_rows
 from attacks.ledger import ledger_rows
 from attacks.noise import noise_rows
 from attacks.outcome import outcome_rows
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         def cheating(where: Path) -> None:
             equivocation_row(where / "equivocation", book)
             sybil_rows(where / "sybil", book)
+            forged_model_rows(where / "forged_model", book)  # issue 65: a forged next model, real processes
 
         runs["cheating"] = cheating
         runs["consent"] = lambda where: consent_rows(where, book)

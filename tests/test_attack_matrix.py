@@ -76,6 +76,8 @@ CONSENT_CLASSES = {
     "substituted output model": 1,
     "honest bundle (the control)": 1,
     "final evaluation asked twice": 1,
+    "forged next model (backdoor)": 1,
+    "forged next model (flip)": 1,
     "revoked key mid-run": 1,
     "key rotation mid-run": 1,
 }
@@ -188,6 +190,8 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
                 "evaluation query",
                 "liar weight",
                 "dp weight",
+                "forged next model (backdoor)",
+                "forged next model (flip)",
             )
         },
         12,

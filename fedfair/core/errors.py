@@ -228,6 +228,7 @@ class VerifyReason(enum.Enum):
     BAD_TAG = "a survivor's tag is not signed by it over this aggregate"
     MALFORMED = "the aggregate or its tags do not fit the round"
     EQUIVOCATED = "the aggregator showed this party two different aggregates for one round"
+    NEXT_MODEL = "the model sent is not the plan's server step applied to the sums this party verified"
 
 
 class VerificationError(ProtocolError):

@@ -1,10 +1,11 @@
-"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND``, the attack verified aggregation stops.
+"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model]``, attacks verification stops.
 
-It runs the real aggregator (``fedfair aggregator start --plan PLAN``) with its secure-aggregation server
-rewritten for training round ROUND: the unmasked sum has a word moved before it is decoded, so the model it
-applies is not the sum of the sites' inputs (the issue 65 attack: a backdoor or a flipped model, here one
-coordinate), and the server's own check of the survivors' tags is skipped so that it shows every site that
-sum and relays their tags all the same. Used by tests/runtime/test_verified_sums.py; not a test itself.
+It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
+``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
+the sum of the sites' inputs (the issue 65 attack: a backdoor or a flipped model, here one coordinate), and the
+server's own check of the survivors' tags is skipped so that it shows every site that sum and relays their tags
+all the same. ``model``: the true sum is claimed and verified, and the model the server step makes of it is
+flipped (theta negated) before it is sent for round ROUND + 1. Used by tests/runtime/test_verified_sums.py.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import sys
 
 from fedfair.cli import main
+from fedfair.core import server as server_step
+from fedfair.core.algorithm import FedSRCVaR
 from fedfair.runtime.contract import TRAINING, session_round
 from fedfair.secagg.server import AggregateResult, Server
 
@@ -35,7 +38,27 @@ def forge(round_number: int) -> None:
     setattr(Server, "tags_add_up", relayed_anyway)  # noqa: B010
 
 
+def flip(round_number: int) -> None:
+    """Rewrite the server step so the model made of `round_number`'s (true, verified) sum is sent negated."""
+    apply = FedSRCVaR.server_apply
+
+    def flipped_apply(
+        algorithm: FedSRCVaR,
+        state: server_step.ServerState,
+        aggregate: server_step.Aggregate,
+        *,
+        average_from: int = 0,
+        consume: bool = False,
+    ) -> server_step.ServerState:
+        moved = apply(algorithm, state, aggregate, average_from=average_from, consume=consume)
+        if moved.round == round_number:  # every round before it applied (the test's honest rounds)
+            moved.theta.neg_()
+        return moved
+
+    setattr(FedSRCVaR, "server_apply", flipped_apply)  # noqa: B010 -- the rewrite is the attack
+
+
 if __name__ == "__main__":
     plan, forged_round = sys.argv[1], int(sys.argv[2])
-    forge(forged_round)
+    (flip if sys.argv[3:] == ["model"] else forge)(forged_round)
     sys.exit(main(["aggregator", "start", "--plan", plan]))

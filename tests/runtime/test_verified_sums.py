@@ -5,7 +5,8 @@ Three ``fedfair collaborator start`` processes, real gRPC over loopback mutual T
 (tests/runtime/forging_aggregator.py) that forges round 2's training sum and shows it to the sites as the sum
 it applies, relaying their tags without its own check. Round 1 is honest and applied; at round 2 every site
 finds that the survivors' tags do not sum to the claimed sum, refuses it, exits with status 2 and
-``aggregate-refused``, records the round and the reason, and keeps no bundle of the federation.
+``aggregate-refused``, records the round and the reason, and keeps no bundle of the federation. The same
+aggregator claiming round 1's true sum but sending round 2 a flipped model is refused at round 2 (NEXT_MODEL).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
+from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord, Refusal
 from fedfair.runtime.local.processes import Child, child_environment
+from fedfair.runtime.local.workspace import Workspace
 from tests.runtime.harness import Processes, new_workspace
 
 NAMES = ("site-a", "site-b", "site-c")
@@ -25,33 +27,58 @@ FORGED_ROUND = 2
 FORGER = Path(__file__).with_name("forging_aggregator.py")
 
 
-@pytest.mark.slow
-def test_a_forged_sum_is_refused_by_every_site_naming_the_round(tmp_path: Path, processes: Processes) -> None:
-    workspace = new_workspace(
-        tmp_path, NAMES, training={"rounds": 3, "server_momentum": 0.0}, quorum={"min_collaborators": 3}
-    )
+def forged_federation(
+    tmp_path: Path, processes: Processes, training: dict[str, object], *attack: str
+) -> tuple[Workspace, dict[str, Child]]:
+    """Three sites of a 3-round plan (`training` added) and the forging aggregator running `attack` against them."""
+    workspace = new_workspace(tmp_path, NAMES, training={"rounds": 3, **training}, quorum={"min_collaborators": 3})
     aggregator = Child(
         "aggregator",
-        [sys.executable, str(FORGER), str(workspace.plan), str(FORGED_ROUND)],
+        [sys.executable, str(FORGER), str(workspace.plan), *attack],
         env=child_environment(),
         sink=processes.log,
         watch="listening on port",
     )
     processes.children.append(aggregator)
     assert aggregator.seen.wait(120) and aggregator.process.poll() is None, processes.tail()
-    sites = {name: processes.collaborator(workspace, name) for name in NAMES}
+    return workspace, {name: processes.collaborator(workspace, name) for name in NAMES}
 
+
+def refusals(workspace: Workspace, sites: dict[str, Child], reason: str) -> list[tuple[Refusal, int]]:
+    """Each site's refusal of FORGED_ROUND for `reason`, with its rounds contributed.
+
+    Once every site exited 2 saying so and kept no bundle.
+    """
+    found = []
     for name, site in sites.items():
-        assert site.wait(180) == 2, processes.tail()
+        assert site.wait(180) == 2, f"{name}: {site.lines[-20:]}"
         said = "\n".join(site.lines)
-        assert "aggregate-refused: round 2:" in said and "FORGED" in said, said[-3000:]
+        assert f"aggregate-refused: round {FORGED_ROUND}:" in said and reason in said, said[-3000:]
         config = workspace.configs[name]
-        outcome = next(config.parent.glob(f"{name}.*.{OUTCOME_SUFFIX}"))
-        refusal = OutcomeRecord(outcome, 0).refusal
-        assert refusal is not None and (refusal.round, refusal.reason) == (FORGED_ROUND, "FORGED"), refusal
-        assert "do not sum to the claimed aggregate" in refusal.detail
+        record = OutcomeRecord(next(config.parent.glob(f"{name}.*.{OUTCOME_SUFFIX}")), 0)
+        assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (FORGED_ROUND, reason)
         assert not list(config.parent.glob("*model_bundle*")), "a site kept a bundle of a refused federation"
-
+        found.append((record.refusal, record.contributed))
     # Round 1 was the sites' own sum: every site verified it and the aggregator applied it.
     first = json.loads((workspace.output / "rounds.jsonl").read_text().splitlines()[0])
     assert first["round"] == 1 and first["status"] == "applied", first
+    return found
+
+
+@pytest.mark.slow
+def test_a_forged_sum_is_refused_by_every_site_naming_the_round(tmp_path: Path, processes: Processes) -> None:
+    workspace, sites = forged_federation(tmp_path, processes, {"server_momentum": 0.0}, str(FORGED_ROUND))
+    for refusal, _ in refusals(workspace, sites, "FORGED"):
+        assert "do not sum to the claimed aggregate" in refusal.detail
+
+
+@pytest.mark.slow
+def test_a_model_other_than_the_verified_sums_step_is_refused_by_every_site(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """The aggregator claims round 1's true sum (every site verifies it) and sends round 2 a flipped model."""
+    workspace, sites = forged_federation(tmp_path, processes, {}, str(FORGED_ROUND - 1), "model")
+    for refusal, contributed in refusals(workspace, sites, "NEXT_MODEL"):
+        assert "server step applied to the sum of round 1" in refusal.detail
+        # Refused before anything trained on the flipped model: only round 1's sum holds this site's update.
+        assert contributed == 1, contributed

@@ -165,6 +165,8 @@ class RoundJob:
             theta, control = split_training_download(values, self.parameters, corrects_drift)
         except ConfigError as error:
             raise WireError(str(error)) from None
+        # Checked before anything trains on it or keeps it: the server step applied to the sums this site verified.
+        self.participant.chain.sent(binding.round, theta, c, control)
         model = model_digest(values, c)
         view = self.view_of(binding.round, "train", model)
         self.outcome.training_model(binding.round, theta, c)
@@ -334,6 +336,7 @@ class RoundJob:
         # model's c, which the aggregator chooses, harmlessly: each answer is charged whatever it asks.
         check_scheduled(self.shared, binding.round, "evaluate")
         theta, c = self.download(stub, binding)
+        self.participant.chain.evaluated(binding.round, theta, c)
         model = model_digest(theta, c)
         view = self.view_of(binding.round, "evaluate", model)
         if binding.round == self.shared.training.rounds:

@@ -23,6 +23,7 @@ from fedfair.core.errors import ManifestError, ProtocolError, Refusal, RefusedEr
 from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
+from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.runtime.collaborator.input_record import SignedView
 from fedfair.runtime.contract import (
     ACCEPTED,
@@ -114,6 +115,8 @@ class Participant:
     """Checks a peer's relayed certificate: against the CA, and against the manifest's pin when there is one."""
     manifest: Manifest | None = None
     """The roster the institutions agreed on out of band; without one the roster is trusted to the CA."""
+    chain: ModelChain = field(init=False, repr=False, compare=False)
+    """The models this site verified: every training model and output model it is sent is checked against it."""
 
     @property
     def survivor_floor(self) -> int:
@@ -132,6 +135,7 @@ class Participant:
         # The same peers' certificates come back every round: each is checked in full once, then by
         # its validity window (fedfair.secagg.credentials.RememberedVerifier).
         object.__setattr__(self, "verify", remembered(self.verify))
+        object.__setattr__(self, "chain", ModelChain(self.name, self.shared))
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
         """The kind, vector length and encoding this aggregation must have.
@@ -334,7 +338,8 @@ def verdict(me: Participant, work: Work, inputs: bytes) -> bytes:
     """Check every survivor's tags (`inputs`) against the claimed sum; keep the verified sum; return the verdict.
 
     The verified sum (the encoded d + 1 words) is kept as ``work.verified``: the only sum this site accepts a
-    model of.
+    model of. A training round's is handed to the site's model chain, which applies the plan's server step to
+    it and checks the next round's model against the result (:class:`~fedfair.runtime.collaborator.chain.ModelChain`).
 
     Raises:
         VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED).
@@ -347,6 +352,8 @@ def verdict(me: Participant, work: Work, inputs: bytes) -> bytes:
     except ProtocolError as error:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
     work.verified = work.client.verify(tags)
+    if work.stages is TRAINING and work.view.survivors is not None:
+        me.chain.verified(work.round, work.verified, work.view.survivors, work.client.config.encoder)
     return ACCEPTED
 
 

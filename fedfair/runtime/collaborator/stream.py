@@ -364,6 +364,8 @@ class TaskStream:
                     )
                 self._work = None
             return False
+        except VerificationError as error:  # a model not made from the sums this site verified (the model chain)
+            raise self._refuse_sum(binding.round, error) from None
         except RefusedError as error:  # INPUT_BOUND: the input record refuses it (a WITHDRAWN is _step's own)
             self._warn(
                 "refusals",

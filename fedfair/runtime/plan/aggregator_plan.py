@@ -272,10 +272,14 @@ def load_shared_settings(payload: bytes, source: str = "the aggregator's plan") 
     check_sections(source, data, ("federation", *LEARNING_SECTIONS))
     federation = Table.of(source, data, "federation", ("id", "collaborator_count"))
     count = federation.integer("collaborator_count", low=1, high=MAX_COLLABORATORS)
+    sections = read_learning(source, data, count).learning_sections()
+    training = data.get("training")
+    if isinstance(training, dict) and "server_momentum" not in training:
+        # shared_content leaves Algorithm 1's step (momentum 0) out: absent here, it is that step, not the plan
+        # file's default (a site's model chain applies the server step itself).
+        sections["training"] = dataclasses.replace(sections["training"], server_momentum=0.0)
     return SharedSettings(
-        federation_id=federation.string("id", pattern=FEDERATION_ID_RE),
-        collaborator_count=count,
-        **read_learning(source, data, count).learning_sections(),
+        federation_id=federation.string("id", pattern=FEDERATION_ID_RE), collaborator_count=count, **sections
     )
 
 

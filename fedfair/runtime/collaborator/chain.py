@@ -1,0 +1,172 @@
+"""The models a site verified: each one the plan's server step applied to a sum this site verified.
+
+Verified aggregation proves a round's sum (:mod:`fedfair.secagg.verify`); :class:`ModelChain` proves what the
+aggregator did with it. From round 1's model (the server's initial state) a site keeps the server state it
+computed itself: once it verified round r's sum it applies the plan's server step to it
+(``SharedSettings.algorithm().server_apply``, the function the aggregator and the simulation call), and it takes
+round r + 1's model, and an evaluated output model, only if it is bit for bit that state's (or, the round void
+after its check, the one before). A site that missed a round's check (it joined late, restarted, sat a round
+out) has no trusted state from then on: it checks nothing more, and says so. docs/security.md, "Verified
+aggregation", says what is and is not covered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+import numpy as np
+import torch
+
+from fedfair.core.errors import AggregateError, VerificationError, VerifyReason
+from fedfair.core.server import Aggregate, ServerState
+from fedfair.runtime.contract import model_download
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.secagg import Encoder
+
+logger = logging.getLogger("fedfair.collaborator")
+
+
+class ModelChain:
+    """The server state this site computed from the sums it verified, and the models it accepts from it."""
+
+    def __init__(self, name: str, shared: SharedSettings) -> None:
+        self._name = name
+        self._shared = shared
+        self._state: ServerState | None = None
+        """The state whose model was sent for training round `_round`; None before round 1 or once unchecked."""
+        self._round = 0
+        self._verified = False
+        """Whether this site verified training round `_round`'s sum."""
+        self._next: ServerState | None = None
+        """The server step applied to that verified sum (None: not verified, or a sum no step applies)."""
+        self.unchecked_from: int | None = None
+        """The first round whose model this site could not check (it missed a check), None while it checked all."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the plan verifies its training sums (secure aggregation): only then is there a chain."""
+        return self._shared.secure_aggregation.enabled
+
+    def sent(self, round_number: int, theta: np.ndarray, c: float, control: np.ndarray | None) -> None:
+        """Check the model (theta, c, sigma) sent for training round `round_number` before anything trains on it.
+
+        Round 1's model starts the chain (it is the server's initial state, sigma zeros). A round run again
+        (the aggregator resumed) must be sent its model again.
+
+        Raises:
+            VerificationError: NEXT_MODEL, this site verified the previous round's sum and the model is neither
+                the server step applied to it nor (the round void) the model before.
+        """
+        if not self.active:
+            return
+        state = self._state
+        if state is None and round_number == 1 and self.unchecked_from is None:
+            algorithm = self._shared.algorithm()
+            start = algorithm.server_init(torch.from_numpy(np.asarray(theta, dtype=np.float64)), c)
+            if self._matches(start, theta, c, control):
+                self._state, self._round, self._verified, self._next = start, 1, False, None
+                return
+            raise VerificationError(
+                round_number, VerifyReason.NEXT_MODEL, "round 1's control variate is not the initial zeros"
+            )
+        if state is None:
+            self._uncheck(round_number, "it has no model it verified before this one")
+            return
+        if round_number == self._round:
+            candidates = [state]  # the round runs again: on the model it ran on, whatever was verified of it
+        elif round_number == self._round + 1:
+            candidates = [state] if self._next is None else [self._next, state]
+        else:
+            self._uncheck(round_number, f"it last checked round {self._round}'s model")
+            return
+        for candidate in candidates:
+            if self._matches(candidate, theta, c, control):
+                self._state, self._round, self._verified, self._next = candidate, round_number, False, None
+                return
+        if round_number == self._round + 1 and not self._verified:
+            self._uncheck(round_number, f"it did not verify round {self._round}'s sum")
+            return
+        raise VerificationError(
+            round_number,
+            VerifyReason.NEXT_MODEL,
+            f"the model sent for round {round_number} is neither the plan's server step applied to the sum of round "
+            f"{self._round} this site verified nor the model before it ({self._gap(candidates[0], theta, c)})",
+        )
+
+    def verified(self, round_number: int, words: np.ndarray, survivors: Collection[str], encoder: Encoder) -> None:
+        """Apply the plan's server step to training round `round_number`'s verified sum (`words`, encoded).
+
+        The sum is decoded as the aggregator decodes it and divided by the weight the plan agrees for `survivors`
+        (the aggregator's own rule). A sum the step refuses (AggregateError) leaves the model as it was.
+        """
+        if not self.active or self._state is None or round_number != self._round:
+            return
+        shared = self._shared
+        decoded = encoder.decode(words, len(survivors))
+        weight = shared.influence.total_weight(survivors, shared.batch_fraction)
+        self._verified = True
+        try:
+            aggregate = Aggregate.from_vector(
+                torch.from_numpy(decoded.weighted_sum), weight, with_control=self._state.control is not None
+            )
+            algorithm = shared.algorithm()
+            self._next = algorithm.server_apply(self._state, aggregate, average_from=shared.training.average_from_round)
+        except AggregateError:
+            self._next = None
+
+    def evaluated(self, round_number: int, theta: np.ndarray, c: float) -> None:
+        """Check the output model (theta-bar, c-bar) sent for round `round_number`'s evaluation.
+
+        Raises:
+            VerificationError: NEXT_MODEL, this site verified round `round_number`'s sum and the model is not the
+                average of the state after it (or, the round void, before it).
+        """
+        if not self.active or self._state is None or round_number != self._round:
+            return
+        candidates = [self._state] if self._next is None else [self._next, self._state]
+        builtin = self._shared.model.factory is None
+        for candidate in candidates:
+            expected = model_download(candidate.theta_average.numpy(), builtin)
+            if c == candidate.c_average and np.array_equal(expected, theta):
+                return
+        if self._verified:
+            raise VerificationError(
+                round_number,
+                VerifyReason.NEXT_MODEL,
+                f"the output model sent to evaluate in round {round_number} is not the average of the models the "
+                "plan's server step makes of the sums this site verified",
+            )
+        self._uncheck(round_number, f"it did not verify round {round_number}'s sum")
+
+    def _matches(self, state: ServerState, theta: np.ndarray, c: float, control: np.ndarray | None) -> bool:
+        """Whether (theta, c, control) is, bit for bit, what the aggregator sends of `state` (contract's downloads)."""
+        if c != state.c or (control is None) != (state.control is None):
+            return False
+        if control is not None and state.control is not None and not np.array_equal(control, state.control.numpy()):
+            return False
+        builtin = self._shared.model.factory is None
+        expected = state.theta.numpy() if control is not None else model_download(state.theta.numpy(), builtin)
+        return expected.dtype == theta.dtype and np.array_equal(expected, theta)
+
+    def _gap(self, state: ServerState, theta: np.ndarray, c: float) -> str:
+        """How far (theta, c) is from `state`'s model: the refusal's figures."""
+        expected = state.theta.numpy()
+        if expected.size != theta.size:
+            return f"{theta.size} values where the step makes {expected.size}"
+        differ = int(np.count_nonzero(expected.astype(theta.dtype) != theta))
+        largest = float(np.abs(expected - theta).max(initial=0.0))
+        return f"{differ} of {theta.size} values differ, the largest by {largest:.3g}; c by {abs(c - state.c):.3g}"
+
+    def _uncheck(self, round_number: int, why: str) -> None:
+        """Stop checking from `round_number` on: this site has no trusted state to check its models against."""
+        if self.unchecked_from is None:
+            self.unchecked_from = round_number
+            logger.warning(
+                "%s: round %d: this site cannot check the model it was sent (%s); it trains on it and the later "
+                'ones unchecked (docs/security.md, "Verified aggregation")',
+                self._name,
+                round_number,
+                why,
+            )
+        self._state, self._next, self._verified = None, None, False

@@ -1,0 +1,146 @@
+"""The model chain: a site takes a model only as the plan's server step of the sums it verified (issue 65)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedfair.core import server
+from fedfair.core.errors import VerificationError, VerifyReason
+from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.collaborator.chain import ModelChain
+from fedfair.runtime.contract import model_download, update_dimension
+from fedfair.runtime.local.workspace import make_workspace
+from fedfair.runtime.plan.aggregator_plan import (
+    AggregatorPlan,
+    SharedSettings,
+    load_aggregator_plan,
+    load_shared_settings,
+    shared_settings,
+)
+from fedfair.secagg import Encoder
+
+NAMES = ("site-a", "site-b", "site-c")
+
+
+@dataclasses.dataclass
+class Federation:
+    """A secure plan (server momentum 0.9), a site's copy of it, and round 0's state."""
+
+    plan: AggregatorPlan
+    shared: SharedSettings
+    start: server.ServerState
+
+    def encoder(self, round_number: int, words: int) -> Encoder:
+        """Round `round_number`'s training encoder, for sums of `words` words (the update and its weight)."""
+        shared = self.shared
+        return Encoder(shared.training_encoding(shared.federation_id, len(NAMES), round_number, words - 1), len(NAMES))
+
+    def round(self, state: server.ServerState, round_number: int) -> tuple[np.ndarray, server.ServerState]:
+        """Round `round_number`'s encoded sum of three random updates, and the state the aggregator makes of it.
+
+        The aggregator's own way: decode, divide by the plan's agreed weight, apply the step in its state's tensors.
+        """
+        plan = self.plan
+        dimension = update_dimension(state.theta.numel(), corrects_drift=False)
+        encoder = self.encoder(round_number, dimension + 1)
+        weight = plan.influence.weight_of(NAMES[0], plan.batch_fraction)
+        generator = np.random.default_rng(round_number)
+        words = [encoder.encode(generator.uniform(-0.01, 0.01, dimension), weight) for _ in NAMES]
+        total = np.sum(words, axis=0, dtype=words[0].dtype)  # modulo 2^k, as the masks cancel
+        decoded = encoder.decode(total, len(NAMES))
+        agreed = plan.influence.total_weight(NAMES, plan.batch_fraction)
+        aggregate = server.Aggregate.from_vector(torch.from_numpy(decoded.weighted_sum), agreed)
+        given_up = dataclasses.replace(
+            state, theta=state.theta.clone(), theta_average=state.theta_average.clone()
+        )  # the aggregator gives its state up; the test keeps its own
+        average_from = plan.training.average_from_round
+        return total, plan.algorithm().server_apply(given_up, aggregate, average_from=average_from, consume=True)
+
+    def verify(self, chain: ModelChain, state: server.ServerState, round_number: int) -> server.ServerState:
+        """`chain` verifies round `round_number`'s sum on `state`; the state the aggregator makes of that sum."""
+        words, moved = self.round(state, round_number)
+        chain.verified(round_number, words, NAMES, self.encoder(round_number, words.size))
+        return moved
+
+
+def sent(state: server.ServerState) -> tuple[np.ndarray, float]:
+    """The model of `state` as a TRAIN download carries it (a built-in model: float32)."""
+    return model_download(state.theta.numpy(), builtin=True), state.c
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
+    workspace = make_workspace(tmp_path_factory.mktemp("chain"), NAMES)
+    plan = load_aggregator_plan(workspace.plan)
+    assert plan.secure_aggregation.enabled and plan.training.server_momentum > 0.0
+    return Federation(plan, load_shared_settings(shared_settings(plan)), initial_state(plan))
+
+
+def verified_chain(federation: Federation, rounds: int) -> tuple[ModelChain, server.ServerState]:
+    """A site's chain once it verified `rounds` rounds' sums and took each next model; the last state."""
+    chain, state = ModelChain("site-a", federation.shared), federation.start
+    chain.sent(1, *sent(state), None)
+    for number in range(1, rounds + 1):
+        state = federation.verify(chain, state, number)
+        chain.sent(number + 1, *sent(state), None)
+    return chain, state
+
+
+def test_the_honest_steps_momentum_included_are_taken(federation: Federation) -> None:
+    chain, state = verified_chain(federation, 3)
+    assert chain.unchecked_from is None and state.velocity is not None
+    chain.evaluated(3, model_download(state.theta_average.numpy(), builtin=True), state.c_average)
+
+
+@pytest.mark.parametrize("where", [0, 17, -1])
+def test_any_value_moved_one_ulp_is_refused_naming_the_round(federation: Federation, where: int) -> None:
+    chain, state = verified_chain(federation, 1)
+    theta, c = sent(federation.verify(chain, state, 2))
+    theta = theta.copy()
+    theta[where] = np.nextafter(theta[where], np.float32(np.inf))
+    with pytest.raises(VerificationError) as caught:
+        chain.sent(3, theta, c, None)
+    assert caught.value.reason is VerifyReason.NEXT_MODEL and caught.value.round == 3
+    assert f"1 of {theta.size} values differ" in str(caught.value)
+
+
+def test_another_threshold_start_or_output_model_is_refused(federation: Federation) -> None:
+    with pytest.raises(VerificationError, match="NEXT_MODEL"):  # round 1 under drift correction's zeros only
+        ModelChain("site-a", federation.shared).sent(1, *sent(federation.start), np.ones(3))
+    chain, state = verified_chain(federation, 1)
+    moved = federation.verify(chain, state, 2)
+    with pytest.raises(VerificationError, match="NEXT_MODEL"):
+        chain.sent(3, sent(moved)[0], float(np.nextafter(moved.c, 0.0)), None)
+    chain, state = verified_chain(federation, 1)
+    moved = federation.verify(chain, state, 2)
+    output = model_download(moved.theta_average.numpy(), builtin=True).copy()
+    output[3] = np.nextafter(output[3], np.float32(-np.inf))
+    with pytest.raises(VerificationError, match="NEXT_MODEL"):  # theta-bar with one value one ulp down
+        chain.evaluated(2, output, moved.c_average)
+
+
+def test_a_void_round_keeps_the_model_and_a_missed_check_stops_checking(federation: Federation) -> None:
+    chain, state = verified_chain(federation, 1)
+    federation.verify(chain, state, 2)
+    chain.sent(3, *sent(state), None)  # round 2 void after its check: the model stays
+    chain.sent(3, *sent(state), None)  # round 3 run again (the aggregator resumed): the same model
+    assert chain.unchecked_from is None
+    # Round 3's sum was not verified here (the site sat it out): round 4's new model cannot be checked.
+    _, moved = federation.round(state, 3)
+    chain.sent(4, *sent(moved), None)
+    assert chain.unchecked_from == 4
+    chain.sent(5, np.zeros_like(sent(moved)[0]), 0.0, None)  # nothing is checked any more
+
+
+def test_a_shared_plan_without_server_momentum_is_algorithm_ones_step(tmp_path: Path) -> None:
+    for momentum in (0.0, 0.9):
+        folder = tmp_path / str(momentum)
+        plan = load_aggregator_plan(
+            make_workspace(folder, NAMES, plan={"training": {"server_momentum": momentum}}).plan
+        )
+        assert load_shared_settings(shared_settings(plan)).training.server_momentum == momentum
