@@ -22,6 +22,7 @@ from fedfair.pki.roster import pin_certificate
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
+from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.manifest import Manifest, federation_digest, load_manifest, manifest_digest, revoked
 from fedfair.runtime.manifest_update import LiveManifest, check_update, signed_update, write_update
@@ -80,9 +81,16 @@ def test_a_rotation_mid_run_refuses_the_revoked_key_and_completes_every_round(
     assert "name-not-allowed" in str(refusal)
     records = read_round_log(output)
     assert [record["round"] for record in records] == list(range(1, ROUNDS + 1))
-    # Every site's model holds its update in every round: site-c's from its old key, then from its new one.
-    assert federation.exits["site-a"] == federation.exits["site-c-new-key"] == federation.exits["site-b-restarted"] == 0
-    assert restarted_after < ROUNDS
+    # Two rounds may abort, each for a named reason, and no other: the one in flight when the update lands (a site
+    # refuses the revoked key as soon as it holds the update, the aggregator from its next round, so their
+    # sessions can differ) and the one site-b is stopped in (a survivor short). The federation runs every round.
+    aborted = [record["round"] for record in records if record["status"] != "applied"]
+    assert set(aborted) <= {in_flight, in_flight + 1, restarted_after + 1}, records
+    # Every site's model holds its update in every applied round (site-c's from its old key, then its new one):
+    # exit 0, or 3 (fewer than all rounds) exactly when a round aborted.
+    expected = EXIT_INCOMPLETE if aborted else 0
+    assert federation.exits["site-a"] == federation.exits["site-c-new-key"] == expected, federation.exits
+    assert federation.exits["site-b-restarted"] == expected and restarted_after < ROUNDS
     assert "was revoked in the federation's manifest" in caplog.text
     # From the round after the update took effect (at the latest the one after the round in flight) the old key
     # took part in none: the rounds done before the new key started lack site-c, and the old key had been
@@ -90,7 +98,7 @@ def test_a_rotation_mid_run_refuses_the_revoked_key_and_completes_every_round(
     taken = in_flight + 1
     assert [r["round"] for r in records[taken - 1 : before_new_key] if REVOKED in r["contributors"]] == []
     assert before_new_key < ROUNDS
-    assert all(REVOKED in record["contributors"] for record in records[before_new_key:])
+    assert all(REVOKED in r["contributors"] for r in records[before_new_key:] if r["status"] == "applied")
     # The federation's identity is the first manifest's: a restart under the update resumes the same checkpoints.
     now = load_manifest(tmp_path / "manifest.toml")
     assert manifest_digest(now) != manifest_digest(first) and federation_digest(now) == manifest_digest(first)
