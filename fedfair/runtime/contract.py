@@ -106,7 +106,7 @@ def model_download(theta: np.ndarray, builtin: bool) -> np.ndarray:
     a collaborator trains and evaluates float32(theta) whichever width arrives, so the narrower download changes
     no update and no answer, at half the bytes and half the collaborator's memory. A factory's model may hold
     float64, so its theta travels as the server keeps it, float64. A site's check that the output model is the
-    average of the training models allows for the narrowing (`collaborator.outcome.Trajectory.mismatch`).
+    average of the training models allows for the narrowing (`collaborator.trajectory.Trajectory.mismatch`).
     """
     return np.asarray(theta, dtype=np.float32 if builtin else np.float64)
 

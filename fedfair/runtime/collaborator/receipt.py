@@ -31,7 +31,7 @@ from fedfair.core.files import atomic_write
 from fedfair.core.models import load_flat_parameters
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.collaborator.outcome import ServedModel
+from fedfair.runtime.collaborator.trajectory import ServedModel
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.logs import CLOSING_LINE
 from fedfair.runtime.manifest import setting_differences

@@ -21,8 +21,9 @@ from fedfair.runtime.aggregator.bundles import federation_bundle
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.core import server
-from fedfair.runtime.collaborator import outcome
-from fedfair.runtime.collaborator.outcome import OutcomeRecord, ServedModel, Trajectory
+from fedfair.runtime.collaborator import trajectory
+from fedfair.runtime.collaborator.outcome import OutcomeRecord
+from fedfair.runtime.collaborator.trajectory import ServedModel, Trajectory
 from fedfair.runtime.collaborator.receipt import (
     Expectation,
     Received,
@@ -303,7 +304,7 @@ def test_the_average_and_the_check_by_slices_are_the_whole_vectors_bit_for_bit(
     sent, output = run_server(rounds, aborted, average_from)
     _, other = run_server(rounds, aborted, average_from, seed=4)
     whole = followed(sent, average_from)
-    monkeypatch.setattr("fedfair.runtime.collaborator.outcome._SLICE", 7)
+    monkeypatch.setattr("fedfair.runtime.collaborator.trajectory._SLICE", 7)
     sliced = followed(sent, average_from)
     expected, count = None, 0
     for previous, model in zip(sent, sent[1:], strict=False):
@@ -313,8 +314,8 @@ def test_the_average_and_the_check_by_slices_are_the_whole_vectors_bit_for_bit(
                 folds = count - average_from
                 expected = previous.theta.copy() if expected is None else expected + (previous.theta - expected) / folds
     assert whole.average is not None and sliced.average is not None and expected is not None
-    assert np.array_equal(outcome.whole(sliced.average), expected)
-    assert np.array_equal(outcome.whole(whole.average), expected)
+    assert np.array_equal(trajectory.whole(sliced.average), expected)
+    assert np.array_equal(trajectory.whole(whole.average), expected)
     assert sliced.mismatch(output) is None
     assert sliced.mismatch(other) == whole.mismatch(other) is not None
 
@@ -332,7 +333,7 @@ def test_a_rerun_round_and_a_restart_keep_the_average(
 ) -> None:
     """Round 3 sent twice (an aggregator resumed), the record reloaded between rounds: the output still checks,
     the models read back from the record's file 7 coordinates at a time (the 50 split unevenly) or whole."""
-    monkeypatch.setattr("fedfair.runtime.collaborator.outcome._SLICE", slice_size)
+    monkeypatch.setattr("fedfair.runtime.collaborator.trajectory._SLICE", slice_size)
     sent, output = run_server(6, {2}, 3)
     path = tmp_path / "site-a.fed.outcome.npz"
     for model in [*sent[:3], sent[2], *sent[3:]]:
