@@ -29,6 +29,9 @@ from typing import IO, Any
 _MESSAGE_BYTES = 1 << 20
 """The largest request: a command line and an environment."""
 
+_IMPORT_SECONDS = 120.0
+"""How long the zygote may take to import before it is declined (launch's own start-up bound)."""
+
 _PRELOADED = (
     "torch",
     "pandas",
@@ -189,7 +192,14 @@ class Zygote:
             env=zygote_env,
         )
         theirs.close()
-        first = json.loads(ours.recv(_MESSAGE_BYTES) or b'{"ready": false}')
+        # A zygote that cannot import (or hangs importing) is declined, and the parties are executed instead.
+        ours.settimeout(_IMPORT_SECONDS)
+        try:
+            first = json.loads(ours.recv(_MESSAGE_BYTES) or b'{"ready": false}')
+        except TimeoutError:
+            self.process.kill()
+            first = {"ready": False}
+        ours.settimeout(None)
         self.ready = bool(first["ready"])
         self._lock = threading.Lock()
         self._started: list[ForkedProcess] = []
