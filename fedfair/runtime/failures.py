@@ -98,6 +98,13 @@ NAME_NOT_ALLOWED = FailureClass(
     "ask the operator to add {name!r} to [federation] collaborators in the plan, or use the certificate "
     "of an institution the plan lists (its current one, if the manifest was renewed with `fedfair pki revoke`)",
 )
+CERTIFICATE_REVOKED = FailureClass(
+    "certificate-revoked",
+    False,
+    "the aggregator refused the certificate of {name!r}: the federation's manifest revoked it",
+    "use the institution's new certificate (`fedfair pki request`, signed by the CA holder) and the manifest "
+    "that pins it; if this key was not revoked on purpose, ask the operator why (`fedfair pki show`)",
+)
 IDENTITY_IN_USE = FailureClass(
     "identity-in-use",
     False,
@@ -229,6 +236,7 @@ FAILURES: tuple[FailureClass, ...] = (
     AGGREGATOR_NAME_MISMATCH,
     CERTIFICATE_REFUSED,
     NAME_NOT_ALLOWED,
+    CERTIFICATE_REVOKED,
     IDENTITY_IN_USE,
     TLS_FAILED,
     FEDERATION_MISMATCH,

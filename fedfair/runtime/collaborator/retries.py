@@ -33,6 +33,7 @@ from fedfair.runtime.failures import (
     AGGREGATOR_NOT_TRUSTED,
     AGGREGATOR_UNREACHABLE,
     CERTIFICATE_REFUSED,
+    CERTIFICATE_REVOKED,
     CONNECTION_LOST,
     GAVE_UP,
     NAME_NOT_ALLOWED,
@@ -41,6 +42,7 @@ from fedfair.runtime.failures import (
 )
 from fedfair.runtime.logs import LOG_FILE_ONLY
 from fedfair.runtime.transport import TlsFiles
+from fedfair.runtime.transport.security import REVOKED
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -167,6 +169,13 @@ def _os_reason(error: OSError) -> str:
     return (error.strerror or str(error)).lower()
 
 
+def not_permitted(error: grpc.RpcError, name: str) -> PermanentFailureError:
+    """A PERMISSION_DENIED: a revoked certificate when the aggregator says so, else a name it does not allow."""
+    if error.details() == REVOKED:
+        return PermanentFailureError(CERTIFICATE_REVOKED, name=name)
+    return PermanentFailureError(NAME_NOT_ALLOWED, name=name)
+
+
 def classify(error: grpc.RpcError, what: str, target: Target, certified_name: str) -> FailureError:
     """The failure class of a failed RPC; permanent ones as :class:`PermanentFailureError`.
 
@@ -174,7 +183,7 @@ def classify(error: grpc.RpcError, what: str, target: Target, certified_name: st
     """
     code = error.code()
     if code == grpc.StatusCode.PERMISSION_DENIED:
-        return PermanentFailureError(NAME_NOT_ALLOWED, name=certified_name)
+        return not_permitted(error, certified_name)
     if code == grpc.StatusCode.UNAVAILABLE:
         diagnosed = probe(target)
         if diagnosed is not None and diagnosed.failure is CERTIFICATE_REFUSED:
@@ -311,7 +320,7 @@ def refusal(error: grpc.RpcError, what: str, address: str = "its address") -> Fa
     """A gRPC failure as its class from its status code alone (no diagnostic dial)."""
     code = error.code()
     if code == grpc.StatusCode.PERMISSION_DENIED:
-        return PermanentFailureError(NAME_NOT_ALLOWED, name="this collaborator")
+        return not_permitted(error, "this collaborator")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return FailureError(AGGREGATOR_BUSY, address=address)
     if code == grpc.StatusCode.ALREADY_EXISTS:  # another process holds this institution's identity
