@@ -120,19 +120,20 @@ class LiveManifest(RememberedVerifier):
     """The manifest a running party holds, taking signed updates from its file as they are put in place.
 
     As a :data:`~fedfair.pki.identity.CredentialVerifier` it checks peers' credentials in key agreement under
-    the manifest in force, forgetting at each update what it accepted before; with `poll_on_verify` (a site)
-    it first takes an update put in place, the aggregator polls at each round's start instead. Thread-safe.
+    the manifest in force, forgetting at each update what it accepted before. The aggregator polls its file at
+    each round's start and names the manifest in the round's tasks; a site :meth:`settle` s on that name, so
+    every party of a round checks peers under one roster, whenever the file lands. Thread-safe.
     """
 
-    def __init__(self, manifest: Manifest, ca_certificate: x509.Certificate, *, poll_on_verify: bool) -> None:
+    def __init__(self, manifest: Manifest, ca_certificate: x509.Certificate) -> None:
         super().__init__(pinned_verifier(manifest, ca_certificate))
         self.ca_certificate = ca_certificate
-        self.poll_on_verify = poll_on_verify
         self._manifest_lock = threading.Lock()
         self._manifest = manifest
         # Nothing seen yet: the first poll reads the file, which may already hold an update of `manifest`
         # (a site that re-dials after the update landed, with the manifest it read at start).
         self._seen: tuple[int, int] | None = None
+        self._missed: set[str] = set()
 
     @property
     def current(self) -> Manifest:
@@ -177,8 +178,25 @@ class LiveManifest(RememberedVerifier):
         )
         return candidate
 
-    def __call__(self, name: str, credential: bytes) -> ec.EllipticCurvePublicKey:
-        """The identity key `credential` certifies for `name` under the manifest in force."""
-        if self.poll_on_verify:
-            self.poll()
-        return super().__call__(name, credential)
+    def settle(self, digest: str) -> bool:
+        """Hold the manifest with sha256 `digest`, the one the aggregator's round runs under; True once held.
+
+        The file is read only when the round names another manifest than the one held, so an update put in
+        place mid-round waits for the round that names it. When the file does not hold it (yet), the error
+        is logged once per digest and the manifest held stays in force.
+        """
+        if not digest or digest == manifest_digest(self.current):
+            return True
+        self.poll()
+        if digest == manifest_digest(self.current):
+            return True
+        if digest not in self._missed:
+            self._missed.add(digest)
+            logger.error(
+                "the aggregator's round runs under manifest %s, but %s holds %s: put the CA-signed update in place "
+                "of that file (the roster in force stays until then, and rounds may abort)",
+                digest,
+                self.current.source,
+                manifest_digest(self.current),
+            )
+        return False

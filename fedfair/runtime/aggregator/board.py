@@ -57,6 +57,8 @@ class Board:
 
     def __init__(self, plan_digest: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.plan_digest = plan_digest
+        self.manifest_digest = ""
+        """The manifest the current round runs under, named in its tasks (set at the round's start)."""
         self._clock = clock
         lock = threading.RLock()
         # The driver's condition: connections, departures and the open stage's answers.
@@ -180,12 +182,19 @@ class Board:
         """Queue one task per peer, with its input (see :func:`task_with_input`)."""
         with self._changed:
             for peer in peers:
-                task = pb.Task(
-                    binding=binding, action=action, deadline_seconds=deadline_seconds, plan_digest=self.plan_digest
-                )
+                task = self._task(binding, action, deadline_seconds)
                 payload = b"" if inputs is None else inputs.get(peer, b"")
                 self._tasks.setdefault(peer, []).append(task_with_input(task, payload))
             self._tasks_changed.notify_all()
+
+    def _task(self, binding: pb.Binding, action: pb.Action, deadline_seconds: float = 0.0) -> pb.Task:
+        return pb.Task(
+            binding=binding,
+            action=action,
+            deadline_seconds=deadline_seconds,
+            plan_digest=self.plan_digest,
+            manifest_digest=self.manifest_digest,
+        )
 
     def finish(self, binding: pb.Binding, payload: bytes = b"") -> None:
         """Tell every stream, now and later, that the federation is over.
@@ -194,9 +203,7 @@ class Board:
         """
         with self._changed:
             self._final_input = payload
-            self._final = task_with_input(
-                pb.Task(binding=binding, action=pb.ACTION_FINISHED, plan_digest=self.plan_digest), payload
-            )
+            self._final = task_with_input(self._task(binding, pb.ACTION_FINISHED), payload)
             self._tasks_changed.notify_all()
 
     def wake_streams(self) -> None:

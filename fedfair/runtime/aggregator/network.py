@@ -13,6 +13,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
+from fedfair.runtime.manifest import manifest_digest
 from fedfair.runtime.manifest_update import LiveManifest
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, shared_settings
 from fedfair.runtime.transport import (
@@ -55,6 +56,7 @@ class Network:
         update = self.manifest.poll()
         if update is None:
             return
+        self.board.manifest_digest = manifest_digest(update)
         self.authenticator.repin({pin.name: pin.sha256 for pin in update.collaborators}, update.revoked)
         self.board.wake_streams()
         # Every stream of a re-keyed name was opened with the revoked certificate (the new one was not
@@ -89,8 +91,9 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
     gate.open(0, pb.STAGE_JOIN)
     # Under a manifest only the pinned certificate of each name gets in: one it no longer pins is revoked.
     authenticator = PeerAuthenticator(ca_certificate, plan.collaborators)
-    manifest = None if plan.manifest is None else LiveManifest(plan.manifest, ca_certificate, poll_on_verify=False)
+    manifest = None if plan.manifest is None else LiveManifest(plan.manifest, ca_certificate)
     if plan.manifest is not None:
+        board.manifest_digest = manifest_digest(plan.manifest)
         authenticator.repin({pin.name: pin.sha256 for pin in plan.manifest.collaborators}, plan.manifest.revoked)
     servicer = Servicer(board, gate, authenticator, shared_settings(plan), events=events)
     grpc_server = federation_server(servicer, len(plan.collaborators), server_options() + SERVER_KEEPALIVE)

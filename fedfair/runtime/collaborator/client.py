@@ -65,6 +65,7 @@ from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
 from fedfair.runtime.manifest import setting_differences
+from fedfair.runtime.manifest_update import LiveManifest
 from fedfair.runtime.memory import return_large_frees
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.plan.model import ModelSettings
@@ -276,6 +277,12 @@ class Collaborator(TaskStream):
         )
 
     # ------------------------------------------------------------ the round job's seams
+
+    def _handle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bool:
+        # A roster update takes effect at the round whose tasks name it, for every party of that round at once.
+        if isinstance(self.identity.verify, LiveManifest):
+            self.identity.verify.settle(task.manifest_digest)
+        return super()._handle(stub, task)
 
     def _statistics_round(self, binding: pb.Binding) -> bool:
         """Whether `binding` is the statistics aggregation before round 1 (plans with a [schema])."""

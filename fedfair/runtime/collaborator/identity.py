@@ -61,7 +61,7 @@ def check_identity(config: CollaboratorConfig) -> Identity:
         except ConfigError as error:
             raise PermanentFailureError(LOCAL_MANIFEST, reason=error) from None
         # The manifest a site holds takes a signed update put in place of its file while it runs.
-        verify = LiveManifest(config.manifest, ca_certificate, poll_on_verify=True)
+        verify = LiveManifest(config.manifest, ca_certificate)
     else:
         verify = pki.credential_verifier(ca_certificate, "collaborator")
     return Identity(certified, identity_key, credential, verify)

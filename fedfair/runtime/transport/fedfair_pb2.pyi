@@ -119,20 +119,22 @@ class TaskRequest(_message.Message):
     def __init__(self, after: _Optional[_Union[Binding, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("binding", "action", "input_size", "deadline_seconds", "plan_digest", "input")
+    __slots__ = ("binding", "action", "input_size", "deadline_seconds", "plan_digest", "input", "manifest_digest")
     BINDING_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     INPUT_SIZE_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PLAN_DIGEST_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
     binding: Binding
     action: Action
     input_size: int
     deadline_seconds: float
     plan_digest: str
     input: bytes
-    def __init__(self, binding: _Optional[_Union[Binding, _Mapping]] = ..., action: _Optional[_Union[Action, str]] = ..., input_size: _Optional[int] = ..., deadline_seconds: _Optional[float] = ..., plan_digest: _Optional[str] = ..., input: _Optional[bytes] = ...) -> None: ...
+    manifest_digest: str
+    def __init__(self, binding: _Optional[_Union[Binding, _Mapping]] = ..., action: _Optional[_Union[Action, str]] = ..., input_size: _Optional[int] = ..., deadline_seconds: _Optional[float] = ..., plan_digest: _Optional[str] = ..., input: _Optional[bytes] = ..., manifest_digest: _Optional[str] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("binding",)
