@@ -9,10 +9,10 @@ this shared machine hits them alike, at the two configurations the goals name:
     aggregator's threads together), the cost the setting adds;
   - d = 10^7, 3 sites: the process's peak resident memory (`peak_rss_mb`), what it saves.
 Arms: a threshold of 256 KiB, 4 MiB and 32 MiB (glibc's largest), and glibc's own moving threshold
-(the setting off); each --baseline CHECKOUT (repeatable, an exported tree named after its commit) runs
-that checkout's own round_bench and code as one more arm (19c2d03, before the setting, is the CPU goal's
-reference; the commit before streaming shows what streaming changed). Each figure is the median over
-repetitions of each run's median round.
+(the setting off); --threshold picks some of them (default: all). Each --baseline COMMIT[:LABEL]
+(repeatable) is exported from this repository (git archive) and runs its own round_bench and code as one
+more arm, named by its commit (19c2d03, before the setting, is the CPU goal's reference). Each figure is the
+median over repetitions of each run's median round.
 
 Prints JSON (and writes it with --json PATH, after every repetition); --quick runs one repetition of 2 rounds.
 """
@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,15 @@ def run(dimension: int, parties: int, arm: str | Path, rounds: int) -> dict[str,
         return dict(rows[0])
 
 
+def export(commit: str, folder: Path) -> Path:
+    """`commit` of this repository as a tree under `folder` (git archive), for an arm that runs its own code."""
+    tree = folder / commit
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", commit], cwd=HERE.parent, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="also write the JSON here")
@@ -66,11 +76,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per federation (default 3)")
     parser.add_argument("--quick", action="store_true", help="one repetition of 2 rounds")
     parser.add_argument(
-        "--baseline", type=Path, action="append", default=[], help="a checkout whose own round_bench is one more arm"
+        "--threshold",
+        action="append",
+        choices=list(ARMS.values()),
+        help="a threshold arm to run (bytes, or glibc; repeatable; default: every one)",
+    )
+    parser.add_argument(
+        "--baseline", action="append", default=[], help="COMMIT[:LABEL] whose own round_bench and code is one more arm"
     )
     args = parser.parse_args()
-    arms: dict[str, str | Path] = {**ARMS, **{checkout.name: checkout for checkout in args.baseline}}
-    repetitions, rounds = (1, 2) if args.quick else (args.repetitions, args.rounds)
+    chosen = args.threshold or list(ARMS.values())
+    with ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        arms: dict[str, str | Path] = {arm: setting for arm, setting in ARMS.items() if setting in chosen}
+        for baseline in args.baseline:
+            commit, _, label = baseline.partition(":")
+            arms[f"{commit} ({label})" if label else commit] = export(commit, folder)
+        measure(arms, args.json, *((1, 2) if args.quick else (args.repetitions, args.rounds)))
+
+
+def measure(arms: dict[str, str | Path], path: Path | None, repetitions: int, rounds: int) -> None:
+    """Run every arm at both configurations, interleaved, `repetitions` times; publish after each repetition."""
     readings: dict[str, dict[str, list[float]]] = {name: {arm: [] for arm in arms} for name in CONFIGURATIONS}
     cpu_at_memory: dict[str, list[float]] = {arm: [] for arm in arms}
     for repetition in range(repetitions):
@@ -86,7 +112,7 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-        publish(summary(arms, repetition + 1, rounds, readings, cpu_at_memory), args.json)
+        publish(summary(arms, repetition + 1, rounds, readings, cpu_at_memory), path)
 
 
 def summary(
@@ -102,7 +128,7 @@ def summary(
             name: {"dimension": dimension, "parties": parties, "figure": figure}
             for name, (dimension, parties, figure) in CONFIGURATIONS.items()
         },
-        "arms": {arm: setting if isinstance(setting, str) else "checkout" for arm, setting in arms.items()},
+        "arms": {arm: setting if isinstance(setting, str) else "commit" for arm, setting in arms.items()},
         "repetitions": repetitions,
         "rounds": rounds,
         "readings": readings,
