@@ -1,17 +1,16 @@
-"""The allocator setting's price: a round's CPU and a federation's peak memory with each mmap threshold, A/B.
+"""The round's CPU and a federation's peak memory, this tree against earlier commits, interleaved A/B.
 
-`fedfair.runtime.memory` fixes glibc's mmap threshold in the aggregator and every collaborator so that
-freed model-sized blocks go back to the system (memory), at the price of mapping and unmapping each
-block on every use (CPU). This script runs `round_bench.py` (secure aggregation, parties as threads of
-one process) for each arm in turn, the arms interleaved within every repetition so that a slow spell of
-this shared machine hits them alike, at the two configurations the goals name:
+Commits up to 3687e85 fixed glibc's mmap threshold in every party (`fedfair.runtime.memory`, 4 MiB), so that
+freed model-sized blocks went back to the system (memory) at the price of mapping and unmapping each on
+every use (CPU); this tree leaves glibc's own moving threshold. This script runs `round_bench.py` (secure
+aggregation, parties as threads of one process) for each arm in turn, the arms interleaved within every
+repetition so that a slow spell of this shared machine hits them alike, at the two configurations the
+goals name:
   - d = 10^6, 10 sites: the process's CPU seconds per round (`process_cpu_seconds`, every party's and the
-    aggregator's threads together), the cost the setting adds;
-  - d = 10^7, 3 sites: the process's peak resident memory (`peak_rss_mb`), what it saves.
-Arms: a threshold of 256 KiB, 4 MiB and 32 MiB (glibc's largest), and glibc's own moving threshold
-(the setting off); each --baseline CHECKOUT (repeatable, an exported tree named after its commit) runs
-that checkout's own round_bench and code as one more arm (19c2d03, before the setting, is the CPU goal's
-reference; the commit before streaming shows what streaming changed). Each figure is the median over
+    aggregator's threads together); goal: at most 19c2d03's, the code before the setting;
+  - d = 10^7, 3 sites: the process's peak resident memory (`peak_rss_mb`); goal: at most 1,200 MB.
+Arms: this tree, and each --baseline COMMIT[:LABEL] (repeatable), exported from this repository (git
+archive) to run its own round_bench and code, named by its commit. Each figure is the median over
 repetitions of each run's median round.
 
 Prints JSON (and writes it with --json PATH, after every repetition); --quick runs one repetition of 2 rounds.
@@ -32,31 +31,34 @@ from typing import Any
 from published import publish
 
 HERE = Path(__file__).resolve().parent
-ARMS = {"256 KiB": str(256 << 10), "4 MiB": str(4 << 20), "32 MiB": str(32 << 20), "glibc's own": "glibc"}
+THIS_TREE = "this tree"
 CONFIGURATIONS = {"cpu": (1_000_000, 10, "process_cpu_seconds"), "memory": (10_000_000, 3, "peak_rss_mb")}
 
 
-def run(dimension: int, parties: int, arm: str | Path, rounds: int) -> dict[str, Any]:
-    """One secure federation through round_bench in a fresh process; its result row.
+def run(dimension: int, parties: int, tree: Path, rounds: int) -> dict[str, Any]:
+    """One secure federation through `tree`'s own round_bench and code, in a fresh process; its secure row.
 
-    `arm` is this tree's mmap threshold (bytes, or "glibc"), or a checkout whose own round_bench runs on its
-    own code as it stands (secure only where it knows --secure-only, else plain and secure): its secure row.
+    Secure only where that round_bench knows --secure-only, else plain and secure.
     """
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "result.json"
-        sizes = ["--rounds", str(rounds), "--dimensions", str(dimension), "--parties", str(parties)]
-        if isinstance(arm, Path):
-            script = arm / "benchmarks" / "round_bench.py"
-            command = [sys.executable, str(script), *sizes]
-            command += ["--secure-only"] if "--secure-only" in script.read_text() else []
-            environment = {**os.environ, "PYTHONPATH": str(arm)}
-        else:
-            command = [sys.executable, str(HERE / "round_bench.py"), "--secure-only", *sizes]
-            command += ["--mapped-from", arm]
-            environment = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-        subprocess.run([*command, "--json", str(out)], check=True, stdout=subprocess.DEVNULL, env=environment)
+        script = tree / "benchmarks" / "round_bench.py"
+        command = [sys.executable, str(script), "--rounds", str(rounds), "--dimensions", str(dimension)]
+        command += ["--parties", str(parties), "--json", str(out)]
+        command += ["--secure-only"] if "--secure-only" in script.read_text() else []
+        environment = {**os.environ, "PYTHONPATH": str(tree)}
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=environment)
         rows = [row for row in json.loads(out.read_text())["results"] if row["secure"]]
         return dict(rows[0])
+
+
+def export(commit: str, folder: Path) -> Path:
+    """`commit` of this repository as a tree under `folder` (git archive), for an arm that runs its own code."""
+    tree = folder / commit
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", commit], cwd=HERE.parent, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
 
 
 def main() -> None:
@@ -66,17 +68,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per federation (default 3)")
     parser.add_argument("--quick", action="store_true", help="one repetition of 2 rounds")
     parser.add_argument(
-        "--baseline", type=Path, action="append", default=[], help="a checkout whose own round_bench is one more arm"
+        "--baseline", action="append", default=[], help="COMMIT[:LABEL] whose own round_bench and code is one more arm"
     )
     args = parser.parse_args()
-    arms: dict[str, str | Path] = {**ARMS, **{checkout.name: checkout for checkout in args.baseline}}
-    repetitions, rounds = (1, 2) if args.quick else (args.repetitions, args.rounds)
+    with tempfile.TemporaryDirectory() as folder:
+        arms = {THIS_TREE: HERE.parent}
+        for baseline in args.baseline:
+            commit, _, label = baseline.partition(":")
+            arms[f"{commit} ({label})" if label else commit] = export(commit, Path(folder))
+        measure(arms, args.json, *((1, 2) if args.quick else (args.repetitions, args.rounds)))
+
+
+def measure(arms: dict[str, Path], path: Path | None, repetitions: int, rounds: int) -> None:
+    """Run every arm at both configurations, interleaved, `repetitions` times; publish after each repetition."""
     readings: dict[str, dict[str, list[float]]] = {name: {arm: [] for arm in arms} for name in CONFIGURATIONS}
     cpu_at_memory: dict[str, list[float]] = {arm: [] for arm in arms}
     for repetition in range(repetitions):
         for name, (dimension, parties, figure) in CONFIGURATIONS.items():
-            for arm, setting in arms.items():
-                row = run(dimension, parties, setting, rounds)
+            for arm, tree in arms.items():
+                row = run(dimension, parties, tree, rounds)
                 readings[name][arm].append(row[figure])
                 if name == "memory":
                     cpu_at_memory[arm].append(row["process_cpu_seconds"])
@@ -86,11 +96,11 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-        publish(summary(arms, repetition + 1, rounds, readings, cpu_at_memory), args.json)
+        publish(summary(list(arms), repetition + 1, rounds, readings, cpu_at_memory), path)
 
 
 def summary(
-    arms: dict[str, str | Path],
+    arms: list[str],
     repetitions: int,
     rounds: int,
     readings: dict[str, dict[str, list[float]]],
@@ -102,7 +112,7 @@ def summary(
             name: {"dimension": dimension, "parties": parties, "figure": figure}
             for name, (dimension, parties, figure) in CONFIGURATIONS.items()
         },
-        "arms": {arm: setting if isinstance(setting, str) else "checkout" for arm, setting in arms.items()},
+        "arms": arms,
         "repetitions": repetitions,
         "rounds": rounds,
         "readings": readings,

@@ -94,19 +94,28 @@ def demo_seeds(name: str, document: Mapping[str, Any]) -> Section:
 
 
 def allocator_ab(name: str, document: Mapping[str, Any]) -> Section:
-    """One row per allocator arm: a round's CPU at d = 10^6 (10 sites) and the peak memory at d = 10^7 (3 sites)."""
-    medians, cpu_large = document["medians"], document["cpu_at_d1e7"]
+    """One row per allocator arm: a round's CPU at d = 10^6 (10 sites) and the peak memory at d = 10^7 (3 sites).
+
+    Each figure is the median over the repetitions, with their lowest and highest in brackets: the spread a
+    shared machine puts on it.
+    """
+    medians, readings, cpu_large = document["medians"], document["readings"], document["cpu_at_d1e7"]
+
+    def spread(configuration: str, arm: str, digits: int) -> str:
+        values, median = readings[configuration][arm], medians[configuration][arm]
+        return f"{fixed(median, digits)} ({fixed(min(values), digits)}-{fixed(max(values), digits)})"
+
     rows = [
-        (arm, fixed(medians["cpu"][arm], 3), fixed(medians["memory"][arm], 0), fixed(cpu_large[arm], 2))
-        for arm in document["arms"]
+        (arm, spread("cpu", arm, 3), spread("memory", arm, 0), fixed(cpu_large[arm], 2)) for arm in document["arms"]
     ]
     return Section(
         "The allocator setting: a round's CPU against a federation's peak memory",
         "Secure rounds through the runtime, parties as threads of one process, each arm in a fresh process and "
-        f"the arms interleaved in each of {document['repetitions']} repetitions (medians): this tree with each "
-        "mmap threshold fedfair can set in every party and with glibc's own moving threshold, against earlier "
-        "commits' code as it stood (named by commit). Goals: at d = 10^6, 10 sites, a round's CPU at most the "
-        "code before the setting (19c2d03); at d = 10^7, 3 sites, a peak of at most 1,200 MB.",
+        f"the arms interleaved in each of {document['repetitions']} repetitions (medians, lowest-highest in "
+        "brackets): this tree, which leaves glibc's allocator as it is, against earlier commits' code as it stood "
+        "(named by commit; up to 3687e85 every party fixed glibc's mmap threshold at 4 MiB). Goals: at d = 10^6, "
+        "10 sites, a round's CPU at most the code before the setting (19c2d03); at d = 10^7, 3 sites, a peak of "
+        "at most 1,200 MB.",
         table(
             ["arm", "CPU per round, d = 10^6, n = 10 (s)", "peak, d = 10^7, n = 3 (MB)", "CPU per round, d = 10^7 (s)"],
             rows,

@@ -455,22 +455,6 @@ def extra_slopes(secure_results: list[dict[str, Any]]) -> dict[str, float]:
     return slopes
 
 
-def choose_allocator(mapped_from: str) -> None:
-    """Have this run's parties map blocks from `mapped_from` bytes on, or leave glibc's threshold alone ("glibc").
-
-    Before any party starts: the aggregator and each collaborator set the threshold as they start.
-    """
-    from fedfair.runtime import memory
-    from fedfair.runtime.aggregator import start
-    from fedfair.runtime.collaborator import client
-
-    if mapped_from == "glibc":
-        for module in (start, client):
-            module.return_large_frees = lambda: False  # type: ignore[attr-defined]
-    else:
-        memory.MAPPED_FROM = int(mapped_from)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 measured rounds per configuration")
@@ -503,17 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="each round's stand-in for local training on the institution's own hardware: a sleep (default 0)",
     )
-    parser.add_argument(
-        "--mapped-from",
-        default=None,
-        help="bytes from which the parties' allocator maps each block on its own (default: fedfair's "
-        "MAPPED_FROM), or 'glibc' for glibc's own moving threshold: the A/B of benchmarks/allocator_ab.py",
-    )
     args = parser.parse_args(argv)
-    if args.mapped_from is not None:
-        if args.processes:
-            parser.error("--mapped-from sets this process's allocator: its parties must be threads (no --processes)")
-        choose_allocator(args.mapped_from)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
     if args.train_seconds < 0:

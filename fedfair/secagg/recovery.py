@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
 
-import numpy as np
 
 from fedfair.core.errors import ProtocolError, SumOutOfRangeError, ThresholdError
 from fedfair.secagg import keys, prg, shamir
@@ -256,7 +255,9 @@ def check_range(decoded: Decoded, contributors: int, encoding: EncodingConfig) -
             f"max_weight={encoding.max_weight:g}; a contributor broke the encoding, the round is void"
         )
     limit = encoding.clip * weight + bound * (1 + encoding.clip) * contributors
-    largest = float(np.max(np.abs(decoded.weighted_sum))) if decoded.weighted_sum.size else 0.0
+    values = decoded.weighted_sum
+    # The largest |value| from the extremes: np.abs would hold a second float64 vector of d values.
+    largest = max(float(values.max()), -float(values.min())) if values.size else 0.0
     if largest > limit:
         raise SumOutOfRangeError(
             f"a coordinate of the decoded weighted sum is {largest:g}, beyond clip * total weight + error = "

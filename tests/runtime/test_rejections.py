@@ -460,6 +460,7 @@ def test_the_decode_checks() -> None:
         (outcome(np.array([1.0, 0.0]), 0.0), "not positive"),
         (outcome(np.array([np.nan, 0.0]), 2.0), "NaN or Inf"),
         (outcome(np.array([21.0, 0.0]), 2.0), "outside the clipping range"),
+        (outcome(np.array([0.0, -21.0]), 2.0), "outside the clipping range"),
     ):
         with pytest.raises(RoundAbortedError, match=message):
             check_decoded_update(bad, clip=10.0, count=2)

@@ -176,3 +176,5 @@ def test_an_impossible_decoded_sum_is_refused() -> None:
         check_range(Decoded(np.array([0.0, 0.0]), 31.0, bound, 1.0), 3, encoding)
     with pytest.raises(SumOutOfRangeError, match="beyond clip"):
         check_range(Decoded(np.array([12.5, 0.0]), 12.0, bound, 1.0), 3, encoding)
+    with pytest.raises(SumOutOfRangeError, match="coordinate of the decoded weighted sum is 12.5"):
+        check_range(Decoded(np.array([1.0, -12.5]), 12.0, bound, 1.0), 3, encoding)

@@ -100,7 +100,9 @@ def check_decoded_update(outcome: SumOutcome, clip: float | None, count: int) ->
     if clip is None:
         return
     limit = clip * outcome.total_weight + outcome.error_bound * (1.0 + clip) * max(count, 1)
-    if np.abs(outcome.weighted_sum).max(initial=0.0) > limit:
+    values = outcome.weighted_sum
+    # The largest |value| from the extremes: np.abs would hold a second float64 vector of d values.
+    if max(float(values.max(initial=0.0)), -float(values.min(initial=0.0))) > limit:
         raise RoundAbortedError("the decoded update lies outside the clipping range; a contributor broke the encoding")
 
 

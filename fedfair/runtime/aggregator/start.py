@@ -18,7 +18,6 @@ from fedfair.runtime.aggregator.bundles import BUNDLE_NAME, initial_state
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.logs import CLOSING_LINE
-from fedfair.runtime.memory import return_large_frees
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import statistics_encoding
 from fedfair.runtime.report.page import refresh_report
@@ -106,7 +105,6 @@ def run_aggregator(
     taken before anything is read or written there, and held until the server has stopped.
     `startup_timeout` bounds the first round's wait for the quorum (0: no deadline).
     """
-    return_large_frees()  # each round's uploads, once summed, go back to the system (fedfair.runtime.memory)
     with output_lock(plan.aggregator.output):
         checkpoint = prepare(plan, resume=resume)
         events = EventLog(plan.aggregator.output)

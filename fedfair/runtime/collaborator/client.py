@@ -66,7 +66,6 @@ from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
 from fedfair.runtime.manifest import setting_differences
 from fedfair.runtime.manifest_update import LiveManifest
-from fedfair.runtime.memory import return_large_frees
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
@@ -109,7 +108,6 @@ class Collaborator(TaskStream):
         `retry` defaults to the config's [retry]; `reset_state` is the operator's word that a lost record of
         this federation (and its privacy budget) may start again. Raises PermanentFailureError with the fix.
         """
-        return_large_frees()  # a round's freed buffers go back to the system (fedfair.runtime.memory)
         self.trainer_factory = trainer_factory
         self.reset_state = reset_state
         self.identity = check_identity(config)

@@ -12,6 +12,7 @@ import torch
 from fedfair.core import server
 from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.collaborator import chain as chain_module
 from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.runtime.contract import model_download, update_dimension
 from fedfair.runtime.local.workspace import make_workspace
@@ -144,3 +145,16 @@ def test_a_shared_plan_without_server_momentum_is_algorithm_ones_step(tmp_path: 
             make_workspace(folder, NAMES, plan={"training": {"server_momentum": momentum}}).plan
         )
         assert load_shared_settings(shared_settings(plan)).training.server_momentum == momentum
+
+
+def test_the_output_model_is_compared_slice_by_slice_to_the_last_value(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chain_module, "_COMPARED", 2)  # several slices, the last one short
+    chain, state = verified_chain(federation, 1)
+    moved = federation.verify(chain, state, 2)
+    output = model_download(moved.theta_average.numpy(), builtin=True).copy()
+    chain.evaluated(2, output, moved.c_average)
+    output[-1] = np.nextafter(output[-1], np.float32(np.inf))
+    with pytest.raises(VerificationError, match="NEXT_MODEL"):
+        chain.evaluated(2, output, moved.c_average)
