@@ -68,13 +68,17 @@ Output: JSON on stdout and, with ``--json PATH``, in that file:
 ``--quick`` runs a shorter version (500 fuzz messages, shorter floods, one crash point, in
 plain mode) for the test suite (tests/test_attack_matrix.py, in groups of scenarios: ``make test`` runs the
 transport group, ``make test-studies`` the others); the full run takes about 3-4 minutes. The exit status is 0
-when the run completed, whatever it found; the rows say what held.
+when the run completed, whatever it found; the rows say what held. ``--only S --merge --json FILE`` re-measures
+scenario S into an earlier run's FILE: its rows replace the same attacks' rows, each stamped with its command,
+date and commit, and the others stay as the earlier run measured them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,7 +87,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from published import publish
+from published import provenance, publish
 from attacks.cheating import equivocation_row, sybil_rows
 from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
@@ -121,6 +125,27 @@ SCENARIOS = (
 )
 
 
+def merged(earlier: dict[str, Any], run: dict[str, Any], argv: list[str] | None) -> dict[str, Any]:
+    """`earlier`'s document with `run`'s rows in place of the same attacks' rows, each new row stamped.
+
+    A partial run (``--only``) measures some scenarios; the rows it did not measure keep the figures and the
+    provenance of the run that did, and each row it did measure names its own command, date and commit.
+    """
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    stamp = {**provenance(argv), "commit": commit.stdout.strip() or "unknown"}
+    fresh = [{**row, "measured": stamp} for row in run["attacks"]]
+    names = {row["attack"] for row in fresh}
+    kept = [row for row in earlier["attacks"] if row["attack"] not in names]
+    attacks = kept + fresh
+    return {
+        **earlier,
+        "scenario_seconds": {**earlier.get("scenario_seconds", {}), **run["scenario_seconds"]},
+        "attacks": attacks,
+        "failed": [row["attack"] for row in attacks if not row["handled"]],
+        "earlier_provenance": earlier.get("earlier_provenance", earlier.get("provenance")),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a short run for the test suite")
@@ -128,7 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fuzz", type=int, default=None, help="fuzz messages (default 10,000; 500 with --quick)")
     parser.add_argument("--only", choices=SCENARIOS, action="append", help="run only these scenarios")
     parser.add_argument("--keep", type=Path, help="keep the federations' folders (logs, round logs) here")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --only and --json: replace in that file the rows these scenarios measure, keep the others",
+    )
     args = parser.parse_args(argv)
+    if args.merge and (args.json is None or not args.only):
+        parser.error("--merge rewrites part of an earlier run: give it --only SCENARIO and --json FILE")
     logging.getLogger("fedfair").setLevel(logging.ERROR)
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -183,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         "fuzz": fuzz,
         "failed": failed,
     }
+    if args.merge and args.json.exists():
+        summary = merged(json.loads(args.json.read_text()), summary, argv)
     publish(summary, args.json, argv)
     print(
         f"attack matrix: {len(book.rows) - len(failed)} of {len(book.rows)} rows handled"

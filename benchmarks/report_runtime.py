@@ -295,6 +295,20 @@ def attack_matrix(name: str, document: Mapping[str, Any]) -> Section:
     ]
     if document["failed"]:
         lines += ["", "Not handled:", ""] + [f"- {attack}" for attack in document["failed"]]
+    earlier = document.get("earlier_provenance")
+    if earlier:  # a partial run (--merge) re-measured some rows: say which, and where the rest come from
+        lines += [
+            "",
+            f"Rows without a stamp of their own were measured by `{earlier['command']}` on {earlier['date']}; "
+            "these were re-measured by a partial run (`--only ... --merge`), each stamped in the JSON:",
+            "",
+        ]
+        lines += [
+            f"- {attack['attack']}: {'handled' if attack['handled'] else 'NOT handled'} "
+            f"({attack['measured']['date']}, commit {attack['measured']['commit']})"
+            for attack in document["attacks"]
+            if "measured" in attack
+        ]
     return Section(
         "Attack suite: hostile clients and a cheating aggregator",
         "Attacks on a real federation over loopback, each beside what the design says must happen; an attack "

@@ -331,3 +331,27 @@ def test_under_privacy_every_query_the_aggregator_decodes_is_noised(tmp_path: Pa
     spent = details["1-ulp difference"]["epsilon"]
     assert spent["site-a"] > spent["site-d"] > 0
     assert all(entry["epsilon"] > 0 for entry in training["ledger"].values())
+
+
+def test_a_partial_run_replaces_only_the_rows_it_measured() -> None:
+    import attack_matrix  # the script's module, on the benchmarks path above
+
+    def row(attack: str, handled: bool) -> dict[str, object]:
+        return {"attack": attack, "expected": "", "observed": "", "handled": handled, "seconds": 1.0, "method": "m"}
+
+    earlier = {
+        "attacks": [row("a", True), row("b", False)],
+        "scenario_seconds": {"plain": 5.0},
+        "failed": ["b"],
+        "provenance": {"command": "full run", "date": "2026-01-01"},
+    }
+    run = {"attacks": [row("b", True), row("c", False)], "scenario_seconds": {"rotation": 2.0}}
+    merged = attack_matrix.merged(earlier, run, ["--only", "rotation", "--merge"])
+    assert [r["attack"] for r in merged["attacks"]] == ["a", "b", "c"]
+    assert "measured" not in merged["attacks"][0] and merged["attacks"][1]["handled"] is True
+    assert all(r["measured"]["command"].endswith("--only rotation --merge") for r in merged["attacks"][1:])
+    assert merged["failed"] == ["c"] and merged["scenario_seconds"] == {"plain": 5.0, "rotation": 2.0}
+    assert merged["earlier_provenance"] == earlier["provenance"]
+    # A second partial run keeps naming the full run as where the unstamped rows come from.
+    again = attack_matrix.merged({**merged, "provenance": {"command": "partial"}}, run, None)
+    assert again["earlier_provenance"] == earlier["provenance"]

@@ -7,7 +7,7 @@ over loopback mutual TLS, run to its end; then site-c is re-keyed and revoked
 
 - revoked site: before the renewed federation runs, a process holding site-c's revoked key (and the
   old manifest, which still pins it) connects: the aggregator must refuse it at the handshake (exit
-  status non-zero, ``name-not-allowed``), while site-c on its new certificate takes part (the control);
+  status non-zero, ``certificate-revoked``), while site-c on its new certificate takes part (the control);
 - renewal: the renewed federation's first answer at each site is charged on top of the first
   federation's spend (its logged epsilon above the first's total), and each site's ledger composes both;
 - edited ledger: site-a's ledger edited as a careless script would (``mu = 1e300`` on one entry, which
@@ -152,7 +152,7 @@ def revoked_row(
     with book.row(
         "revoked site: site-c re-keyed and its old certificate revoked (`fedfair pki revoke --replace`); a process "
         "holding the old key and the old manifest connects to the renewed federation",
-        "the aggregator refuses it at the handshake (exit status non-zero, name-not-allowed) although the CA signed "
+        "the aggregator refuses it at the handshake (exit status non-zero, certificate-revoked) although the CA signed "
         "it and the name is allowed; site-c on its new certificate contributes (the control)",
         PROCESSES,
     ) as row:
@@ -160,7 +160,7 @@ def revoked_row(
         try:
             thief = start_collaborator(_with(workspace, REVOKED, stolen), REVOKED, sink=Quiet())
             thief_status = thief.wait(WAIT_SECONDS)
-            said = next((line for line in thief.lines if "name-not-allowed" in line), "")
+            said = next((line for line in thief.lines if "certificate-revoked" in line), "")
             children = {
                 name: start_collaborator(_with(workspace, name, path), name, sink=Quiet())
                 for name, path in renewed.items()
@@ -173,7 +173,7 @@ def revoked_row(
         contributors = sorted({name for record in read_round_log(output) for name in record.get("contributors", [])})
         row.record(
             f"first federation exit statuses {first}; the revoked key's process exited {thief_status} "
-            f"({said.strip()[:160] or 'no name-not-allowed line'}); renewed federation exit statuses {status}, "
+            f"({said.strip()[:160] or 'no certificate-revoked line'}); renewed federation exit statuses {status}, "
             f"contributors {contributors}",
             thief_status != 0 and bool(said) and set(status.values()) == {0} and REVOKED in contributors,
             contributors=contributors,

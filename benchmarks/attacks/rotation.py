@@ -60,7 +60,7 @@ def rotation_rows(where: Path, book: RowBook) -> None:
         in_flight = len(read_round_log(output)) + 1
         thief_status = children[REVOKED].wait(WAIT_SECONDS)
         before_new_key = len(read_round_log(output))
-        said = next((line for line in children[REVOKED].lines if "name-not-allowed" in line), "")
+        said = next((line for line in children[REVOKED].lines if "certificate-revoked" in line), "")
         config = workspace.configs[REVOKED]
         config.write_text(config.read_text().replace(f'dir = "{workspace.certs}"', f'dir = "{keys}"'))
         renewed = start_collaborator(dataclasses.replace(workspace, configs={REVOKED: config}), REVOKED, sink=Quiet())
@@ -80,12 +80,12 @@ def rotation_rows(where: Path, book: RowBook) -> None:
         "revoked key mid-run: after round 2 the CA holder's signed update re-keys site-c (`fedfair pki revoke "
         "--replace --sign`) and is put in place while everything runs; the process holding the old key runs on",
         "the old key takes part in 0 rounds after the one in flight when the update landed, and its process is "
-        "refused (exit non-zero, name-not-allowed)",
+        "refused (exit non-zero, certificate-revoked)",
         PROCESSES,
     ) as row:
         row.record(
             f"update landed during round {in_flight}; the old key's process exited {thief_status} "
-            f"({said.strip()[:160] or 'no name-not-allowed line'}) after {before_new_key} rounds; old-key rounds "
+            f"({said.strip()[:160] or 'no certificate-revoked line'}) after {before_new_key} rounds; old-key rounds "
             f"after round {in_flight}: {old_key_after}",
             thief_status != 0 and bool(said) and old_key_after == [],
             old_key_rounds_after=old_key_after,
