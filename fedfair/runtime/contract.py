@@ -74,6 +74,8 @@ EVALUATION = Stages(
     consistency=pb.STAGE_EVAL_CONSISTENCY,
     unmask=pb.STAGE_EVAL_UNMASK,
     session_offset=1,
+    claim=pb.STAGE_EVAL_VERIFY_CLAIM,
+    tags=pb.STAGE_EVAL_VERIFY_TAGS,
 )
 
 ACCEPTED = b"accepted"

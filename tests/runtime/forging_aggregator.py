@@ -1,11 +1,12 @@
-"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model]``, attacks verification stops.
+"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation]``, attacks verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
 the sum of the sites' inputs (the issue 65 attack: a backdoor or a flipped model, here one coordinate), and the
 server's own check of the survivors' tags is skipped so that it shows every site that sum and relays their tags
 all the same. ``model``: the true sum is claimed and verified, and the model the server step makes of it is
-flipped (theta negated) before it is sent for round ROUND + 1. Used by tests/runtime/test_verified_sums.py.
+flipped (theta negated) before it is sent for round ROUND + 1. ``evaluation``: as ``sum``, for the evaluation
+sums of round ROUND (the report's figures). Used by tests/runtime/test_verified_sums.py.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ import sys
 from fedfair.cli import main
 from fedfair.core import server as server_step
 from fedfair.core.algorithm import FedSRCVaR
-from fedfair.runtime.contract import TRAINING, session_round
+from fedfair.runtime.contract import EVALUATION, TRAINING, Stages, session_round
 from fedfair.secagg.server import AggregateResult, Server
 
 
-def forge(round_number: int) -> None:
-    """Rewrite :class:`Server` so the training sum of `round_number` is forged and claimed as it is."""
+def forge(round_number: int, stages: Stages = TRAINING) -> None:
+    """Rewrite :class:`Server` so the sum of `round_number`'s aggregation over `stages` is forged and claimed."""
     finish, tags_add_up = Server.finish, Server.tags_add_up
-    session = session_round(round_number, TRAINING)
+    session = session_round(round_number, stages)
 
     def forged_finish(server: Server) -> AggregateResult:
         if server.config.round == session:
@@ -60,5 +61,8 @@ def flip(round_number: int) -> None:
 
 if __name__ == "__main__":
     plan, forged_round = sys.argv[1], int(sys.argv[2])
-    (flip if sys.argv[3:] == ["model"] else forge)(forged_round)
+    if sys.argv[3:] == ["model"]:
+        flip(forged_round)
+    else:
+        forge(forged_round, EVALUATION if sys.argv[3:] == ["evaluation"] else TRAINING)
     sys.exit(main(["aggregator", "start", "--plan", plan]))

@@ -6,7 +6,8 @@ Three ``fedfair collaborator start`` processes, real gRPC over loopback mutual T
 it applies, relaying their tags without its own check. Round 1 is honest and applied; at round 2 every site
 finds that the survivors' tags do not sum to the claimed sum, refuses it, exits with status 2 and
 ``aggregate-refused``, records the round and the reason, and keeps no bundle of the federation. The same
-aggregator claiming round 1's true sum but sending round 2 a flipped model is refused at round 2 (NEXT_MODEL).
+aggregator claiming round 1's true sum but sending round 2 a flipped model is refused at round 2 (NEXT_MODEL), and
+one forging the final round's evaluation sums (the report's figures) is refused at that round (FORGED).
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ def forged_federation(
     return workspace, {name: processes.collaborator(workspace, name) for name in NAMES}
 
 
-def refusals(workspace: Workspace, sites: dict[str, Child], reason: str) -> list[tuple[Refusal, int]]:
-    """Each site's refusal of FORGED_ROUND for `reason`, with its rounds contributed.
+def refusals(
+    workspace: Workspace, sites: dict[str, Child], reason: str, forged_round: int = FORGED_ROUND
+) -> list[tuple[Refusal, int]]:
+    """Each site's refusal of `forged_round` for `reason`, with its rounds contributed.
 
     Once every site exited 2 saying so and kept no bundle.
     """
@@ -53,10 +56,10 @@ def refusals(workspace: Workspace, sites: dict[str, Child], reason: str) -> list
     for name, site in sites.items():
         assert site.wait(180) == 2, f"{name}: {site.lines[-20:]}"
         said = "\n".join(site.lines)
-        assert f"aggregate-refused: round {FORGED_ROUND}:" in said and reason in said, said[-3000:]
+        assert f"aggregate-refused: round {forged_round}:" in said and reason in said, said[-3000:]
         config = workspace.configs[name]
         record = OutcomeRecord(next(config.parent.glob(f"{name}.*.{OUTCOME_SUFFIX}")), 0)
-        assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (FORGED_ROUND, reason)
+        assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (forged_round, reason)
         assert not list(config.parent.glob("*model_bundle*")), "a site kept a bundle of a refused federation"
         found.append((record.refusal, record.contributed))
     # Round 1 was the sites' own sum: every site verified it and the aggregator applied it.
@@ -82,3 +85,12 @@ def test_a_model_other_than_the_verified_sums_step_is_refused_by_every_site(
         assert "server step applied to the sum of round 1" in refusal.detail
         # Refused before anything trained on the flipped model: only round 1's sum holds this site's update.
         assert contributed == 1, contributed
+
+
+@pytest.mark.slow
+def test_forged_evaluation_sums_are_refused_by_every_site(tmp_path: Path, processes: Processes) -> None:
+    """The final round's evaluation sums, what the report's figures are made of, forged: every site refuses them."""
+    workspace, sites = forged_federation(tmp_path, processes, {}, "3", "evaluation")
+    for refusal, contributed in refusals(workspace, sites, "FORGED", forged_round=3):
+        assert "do not sum to the claimed aggregate" in refusal.detail
+        assert contributed == 3, contributed  # every training round was verified and applied

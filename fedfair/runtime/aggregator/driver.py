@@ -55,6 +55,8 @@ UPLOAD_NOUNS: dict[int, str] = {
     pb.STAGE_EVAL_MASKED_INPUT: "masked evaluation sums",
     pb.STAGE_EVAL_CONSISTENCY: "evaluation consistency signatures",
     pb.STAGE_EVAL_UNMASK: "evaluation unmasking responses",
+    pb.STAGE_EVAL_VERIFY_CLAIM: "tags of the claimed evaluation sums",
+    pb.STAGE_EVAL_VERIFY_TAGS: "verdicts on the claimed evaluation sums",
 }
 """What the uploads of each stage are, for the operator's progress line."""
 

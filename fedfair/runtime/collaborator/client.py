@@ -376,7 +376,7 @@ class Collaborator(TaskStream):
         if refusal is not None:
             received = Received(refusal=refusal)
         elif task.input_size > 0:
-            limit = input_limit(task, self.shared.collaborator_count, self.parameters)
+            limit = input_limit(task, self.shared.collaborator_count, self.parameters, 0)
             fetch = functools.partial(self._uplink.input_into, stub, task, limit)
             output = None if expected is None else joined.outcome.output  # read back whole only to be checked
             received = receive_bundle(self.config.name, path, fetch, expected, output)
@@ -405,7 +405,10 @@ class Collaborator(TaskStream):
         The one the task carries, or else fetched, within the pinned plan's bound
         (:func:`~fedfair.runtime.collaborator.uplink.input_limit`).
         """
-        limit = input_limit(task, self.shared.collaborator_count, self.parameters)
+        evaluation_words = 0
+        if task.binding.stage == pb.STAGE_EVAL_VERIFY_CLAIM:
+            evaluation_words = self.participant.aggregation(EVALUATION, task.binding.round)[1]
+        limit = input_limit(task, self.shared.collaborator_count, self.parameters, evaluation_words)
         return self._uplink.input(stub, task, limit)
 
     def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:

@@ -138,22 +138,26 @@ class Participant:
         object.__setattr__(self, "chain", ModelChain(self.name, self.shared))
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
-        """The kind, vector length and encoding this aggregation must have.
+        """The kind, vector length and encoding this aggregation must have (:meth:`aggregation`)."""
+        return self.aggregation(work.stages, work.round)
+
+    def aggregation(self, stages: Stages, round_number: int) -> tuple[str, int, EncodingConfig]:
+        """The kind, vector length and encoding of round `round_number`'s aggregation over `stages`.
 
         A training update (2 (d + 1) long with drift correction, its control variates included), the
         evaluation's sums (at the final round with the plan's composition counts), or (round 0 of a plan with a
         [schema]) the table statistics.
         """
-        if work.stages is EVALUATION:
-            if self.shared.schema is not None and work.round == STATISTICS_ROUND:
+        if stages is EVALUATION:
+            if self.shared.schema is not None and round_number == STATISTICS_ROUND:
                 noised = self.shared.privacy.noised
                 dimension = statistics_dimension(self.shared.schema, noised=noised)
                 return STATISTICS_KIND, dimension, statistics_encoding(noised)
             # The length, composition counts included, is this plan's: no column name travels in a round.
-            return "evaluate", self.shared.evaluation_length(work.round), sums.ENCODING
+            return "evaluate", self.shared.evaluation_length(round_number), sums.ENCODING
         dimension = update_dimension(self.parameters, self.shared.training.local.corrects_drift)
         encoding = self.shared.training_encoding(
-            self.shared.federation_id, self.shared.collaborator_count, work.round, dimension
+            self.shared.federation_id, self.shared.collaborator_count, round_number, dimension
         )
         # A noised update is rotated, so its vector is padded to a power of two.
         return "train", encoding.noise.encoded_dimension if encoding.noise else dimension, encoding
@@ -374,6 +378,8 @@ STEPS: dict[pb.Stage, Step] = {
     EVALUATION.masked: masked,
     EVALUATION.consistency: consistency,
     EVALUATION.unmask: unmask,
+    pb.STAGE_EVAL_VERIFY_CLAIM: tag,
+    pb.STAGE_EVAL_VERIFY_TAGS: verdict,
 }
 """The step a collaborator runs at each upload stage of a training round and of an evaluation."""
 

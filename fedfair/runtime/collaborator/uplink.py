@@ -53,11 +53,12 @@ BUNDLE_BYTES_PER_PARAMETER = 32
 """The bundle's tensors: the averaged and the last model, float64 each, twice over for slack."""
 
 
-def input_limit(task: pb.Task, collaborators: int, parameters: int) -> int:
+def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_words: int) -> int:
     """The most bytes this institution reads for `task`'s input, from its pinned plan.
 
     The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), the claimed sum
-    of verified aggregation (a fixed part plus the model's size), or a secure-aggregation stage (a fixed part plus
+    of verified aggregation (a fixed part plus the model's size; an evaluation's, `evaluation_words`, the length
+    its plan gives that round's evaluation or statistics sums), or a secure-aggregation stage (a fixed part plus
     one per party of the plan's roster).
     """
     if task.action == pb.ACTION_FINISHED:
@@ -68,6 +69,8 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int) -> int:
         # The claimed sum: at most 2 (d + 1) values with drift correction, padded to a power of two under noise
         # (below 4 (d + 2)), one word of at most 8 bytes each.
         return BASE_STAGE_BYTES + 32 * (parameters + 2)
+    if task.binding.stage == pb.STAGE_EVAL_VERIFY_CLAIM:
+        return BASE_STAGE_BYTES + 8 * (evaluation_words + 2)  # the claimed evaluation sums, its plan's length
     return BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
 
 

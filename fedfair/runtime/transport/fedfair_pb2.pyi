@@ -26,6 +26,8 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_EVAL_MASKED_INPUT: _ClassVar[Stage]
     STAGE_EVAL_CONSISTENCY: _ClassVar[Stage]
     STAGE_EVAL_UNMASK: _ClassVar[Stage]
+    STAGE_EVAL_VERIFY_CLAIM: _ClassVar[Stage]
+    STAGE_EVAL_VERIFY_TAGS: _ClassVar[Stage]
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -63,6 +65,8 @@ STAGE_EVAL_CHECK_SHARES: Stage
 STAGE_EVAL_MASKED_INPUT: Stage
 STAGE_EVAL_CONSISTENCY: Stage
 STAGE_EVAL_UNMASK: Stage
+STAGE_EVAL_VERIFY_CLAIM: Stage
+STAGE_EVAL_VERIFY_TAGS: Stage
 DTYPE_UNSPECIFIED: DType
 DTYPE_FLOAT32: DType
 DTYPE_FLOAT64: DType
