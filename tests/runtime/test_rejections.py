@@ -511,9 +511,9 @@ def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(
     for round_number in (1, 2, 3):  # each round: training and an evaluation
         sent_big, sent_small = big.uploaded_bytes[round_number], small.uploaded_bytes[round_number]
         assert abs(sent_big - sent_small) <= 0.01 * sent_small, (round_number, sent_big, sent_small)
-    # Per round and collaborator: six training stages, the two of verified aggregation (the tags, the verdict)
-    # and six evaluation stages upload.
-    assert calls == Counter({"Send": 3 * 3 * 14}), calls
+    # Per round and collaborator: six training stages and six evaluation stages upload, each aggregation then
+    # two more of verified aggregation (the tags, the verdict).
+    assert calls == Counter({"Send": 3 * 3 * 16}), calls
 
 
 def test_too_few_survivors_abort_the_round_and_leave_the_model_unchanged(
