@@ -183,7 +183,7 @@ class LiveManifest(RememberedVerifier):
 
         The file is read only when the round names another manifest than the one held, so an update put in
         place mid-round waits for the round that names it. When the file does not hold it (yet), the error
-        is logged once per digest and the manifest held stays in force.
+        is logged once per digest, the manifest held stays in force, and the site sits such rounds out.
         """
         if not digest or digest == manifest_digest(self.current):
             return True
@@ -194,7 +194,7 @@ class LiveManifest(RememberedVerifier):
             self._missed.add(digest)
             logger.error(
                 "the aggregator's round runs under manifest %s, but %s holds %s: put the CA-signed update in place "
-                "of that file (the roster in force stays until then, and rounds may abort)",
+                "of that file (this site sits out the rounds under it until then)",
                 digest,
                 self.current.source,
                 manifest_digest(self.current),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,41 @@ def test_a_rotation_mid_run_refuses_the_revoked_key_and_completes_every_round(
     with pytest.raises(IdentityError, match="was revoked in the federation's manifest"):
         live(REVOKED, der(workspace.certs / f"{REVOKED}.crt"))
     live(REVOKED, der(certificate))
+
+
+@pytest.mark.slow
+def test_a_site_without_the_rounds_manifest_sits_out_and_the_others_complete_the_round(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # site-a reads its own copy of the manifest, which nobody updates: it cannot hold the manifest the rounds
+    # after the update name, so it sits them out instead of checking peers under the roster it holds.
+    names = [*NAMES, "site-d", "site-e"]
+    workspace = make_workspace(tmp_path, names, plan=plan_sections(training={"rounds": 4}), manifest=True)
+    stale = tmp_path / "manifest-site-a.toml"
+    shutil.copy(tmp_path / "manifest.toml", stale)
+    config = workspace.configs["site-a"]
+    config.write_text(config.read_text().replace(f'"{tmp_path / "manifest.toml"}"', f'"{stale}"'))
+    update, _ = signed_rotation(workspace, tmp_path)
+    output = load_aggregator_plan(workspace.plan).aggregator.output
+    caplog.set_level(logging.WARNING)
+    with thread_federation(workspace) as federation:
+        assert eventually(lambda: len(read_round_log(output)) >= 1, 120), federation.errors
+        os.replace(update, tmp_path / "manifest.toml")
+        assert eventually(lambda: REVOKED in federation.errors, 120), federation.errors
+        federation.join(240)
+    assert "certificate-revoked" in str(federation.errors.pop(REVOKED))
+    assert not federation.errors, federation.errors
+    records = read_round_log(output)
+    # No round is lost: site-a takes part until the rounds name the update, then sits out every one of them, and
+    # the other sites (not the revoked key) complete them.
+    assert [(record["round"], record["status"]) for record in records] == [(n, "applied") for n in range(1, 5)]
+    taken = next(n for n, record in enumerate(records) if "site-a" not in record["contributors"])
+    assert taken >= 1 and all("site-a" in record["contributors"] for record in records[:taken]), records
+    assert all(set(record["contributors"]) == {"site-b", "site-d", "site-e"} for record in records[taken:]), records
+    assert f"site-a: sitting out round {taken + 1}: it runs under manifest" in caplog.text
+    assert f"which {stale} does not hold" in caplog.text
+    assert federation.exits["site-b"] == federation.exits["site-d"] == federation.exits["site-e"] == 0
+    assert federation.exits["site-a"] == EXIT_INCOMPLETE, federation.exits
 
 
 def test_a_forged_update_is_refused_with_its_reason_and_changes_nothing(

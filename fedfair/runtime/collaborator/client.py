@@ -278,8 +278,21 @@ class Collaborator(TaskStream):
 
     def _handle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bool:
         # A roster update takes effect at the round whose tasks name it, for every party of that round at once.
-        if isinstance(self.identity.verify, LiveManifest):
-            self.identity.verify.settle(task.manifest_digest)
+        verify = self.identity.verify
+        if isinstance(verify, LiveManifest) and not verify.settle(task.manifest_digest):
+            starts = task.binding.stage in (pb.STAGE_TRAIN, pb.STAGE_EVALUATE)
+            if task.action == pb.ACTION_RUN and starts:
+                # Checking peers under another roster than the round's would admit a revoked key or refuse a
+                # re-keyed one; sitting out lets the round complete without this site (its steps find no work).
+                self._warn(
+                    "rounds sat out",
+                    "%s: sitting out round %d: it runs under manifest %s, which %s does not hold",
+                    self.config.name,
+                    task.binding.round,
+                    task.manifest_digest,
+                    verify.current.source,
+                )
+                return True
         return super()._handle(stub, task)
 
     def _statistics_round(self, binding: pb.Binding) -> bool:
