@@ -228,6 +228,7 @@ ChallengeDots = Callable[[np.ndarray, np.ndarray, int, np.ndarray], None]
 
 _LOW = np.uint64(0xFFFFFFFF)
 _HALF = np.uint64(32)
+_NARROW_SPAN = 1 << 16
 
 
 def _challenge_dots(coefficients: np.ndarray, words: np.ndarray, bits: int, counters: np.ndarray) -> None:
@@ -239,11 +240,13 @@ def _challenge_dots(coefficients: np.ndarray, words: np.ndarray, bits: int, coun
     coordinate, so each 64 x 32-bit product is cut into two 32 x 32-bit limb products (each below 2^64)
     whose 32-bit halves are summed in uint64 counters, kept in locals so the loop vectorises; no addend
     reaches 2^33, so a block of up to 2^30 words cannot overflow them. ``counters[q, row]`` 0..2 hold the
-    sums at weight 2^(32 j), 3..4 the limbs of the coefficients of negative words.
+    sums at weight 2^(32 j), 3..4 the limbs of the coefficients of negative words. Words of at most 16 bits
+    in blocks of at most 2^16 take a shorter loop: the limb products are summed whole (0 and 1, 2 left 0).
     :func:`fedfair.secagg.verify._fold` turns them into the dot product.
     """
     top = np.uint64(bits - 1)
     span = coefficients.shape[1]
+    narrow = bits <= 16 and span <= _NARROW_SPAN
     for block in range(counters.shape[0]):
         start = block * span
         stop = min(start + span, words.size)
@@ -258,13 +261,18 @@ def _challenge_dots(coefficients: np.ndarray, words: np.ndarray, bits: int, coun
                 coefficient = line[index]
                 low = coefficient & _LOW
                 high = coefficient >> _HALF
-                p0 = low * u
-                p1 = high * u
-                c0 += p0 & _LOW
-                c1 += (p0 >> _HALF) + (p1 & _LOW)
-                c2 += p1 >> _HALF
                 c3 += low * sign
                 c4 += high * sign
+                if narrow:
+                    # Words below 2^16: each limb product is below 2^48, so 2^16 of them sum below 2^64 whole.
+                    c0 += low * u
+                    c1 += high * u
+                else:
+                    p0 = low * u
+                    p1 = high * u
+                    c0 += p0 & _LOW
+                    c1 += (p0 >> _HALF) + (p1 & _LOW)
+                    c2 += p1 >> _HALF
             counters[block, row, 0] = c0
             counters[block, row, 1] = c1
             counters[block, row, 2] = c2
