@@ -13,8 +13,9 @@ sites in threads, under a secure-aggregation plan of three rounds:
 - tampered bundle: the target takes part in every round and is offered this federation's bundle with
   one weight moved one ulp: refused, naming the weights that differ and by how much, nothing kept;
 - substituted output model: the aggregator serves, for the final evaluation and in its bundle alike, the
-  last iterate (theta, c after the final step) in place of the average theta-bar: the bundle is the model
-  the target evaluated, but not the average of the training models it was sent: refused, nothing kept;
+  last iterate (theta, c after the final step) in place of the average theta-bar: the target's model chain
+  refuses it when it is sent to evaluate (not the average of the models made of the sums it verified, exit
+  2, aggregate-refused), nothing kept;
 - honest bundle (the control): the bundle as the aggregator wrote it is kept byte for byte, the closing
   line counts 3 of 3 from the target's own record, exit 0.
 """
@@ -230,8 +231,9 @@ REFUSED = (
         "substituted",
         f"substituted output model: {TARGET} (a real process) trains every round; the aggregator serves the last "
         "iterate in place of the average theta-bar for the final evaluation and holds it in its bundle alike",
-        f"exit status 2 with bundle-refused: the model {TARGET} evaluated is not the average of the training models "
-        f"it was sent; no bundle kept, and the closing line counting {ROUNDS} of {ROUNDS} rounds from its own record",
+        f"exit status 2 with aggregate-refused (NEXT_MODEL) at the final evaluation, before any answer: the output "
+        f"model sent to {TARGET} is not the average of the models the server step makes of the sums it verified "
+        "(its model chain); no bundle kept",
         "is not the average of the",
         substitute=True,
     ),
@@ -248,11 +250,12 @@ def refused_row(root: Path, book: RowBook, case: RefusedCase) -> None:
             f"updates dropped: {run.dropped or 'none'}; {len(run.offered.offered)} bundle offered in "
             f"{run.seconds:.1f} s",
             run.status == 2
-            and "bundle-refused" in run.error_line
+            and ("aggregate-refused" if case.substitute else "bundle-refused") in run.error_line
             and case.named in run.error_line
             and run.kept is None
             and len(run.dropped) == ROUNDS - counted
-            and closing_count(run) == f"{counted} of {ROUNDS}"
+            # The chain refuses a substituted output model when it is sent to evaluate: no closing line follows.
+            and (case.substitute or closing_count(run) == f"{counted} of {ROUNDS}")
             and len(run.offered.offered) == 1,
             **details(run),
         )

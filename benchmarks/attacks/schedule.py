@@ -130,7 +130,13 @@ def evaluation_row(root: Path, book: RowBook) -> None:
                 for entry in open_ledger(load_collaborator_config(workspace.configs[name])).releases()
             ]
             said = "\n".join(child.lines)
-            refused[name] = said.count("not one the pinned plan evaluates") + said.count("answered for another model")
+            # The one-ulp model is refused by the model chain (not the server step of the sums it verified) before
+            # the site's one-answer-per-model rule would refuse it: either line counts.
+            refused[name] = (
+                said.count("not one the pinned plan evaluates")
+                + said.count("answered for another model")
+                + said.count("not the plan's server step applied to the sums")
+            )
         row.record(
             f"{len(cheat.outcomes)} evaluations asked ({statuses}); decoded: rounds {decoded}; answered per site "
             f"(its record): {answered}; charged per site (its ledger): {charged}; refusal lines per site: {refused}; "
