@@ -307,7 +307,14 @@ def ulp_row(root: Path, book: RowBook, control: RerunRun | None) -> None:
         PATCHED_AGGREGATOR,
     ) as row:
         run = rerun_run(root, push=True)
-        refusals = [line for line in run.said if line.startswith(f"{TARGET}:") and "answered for another model" in line]
+        # Since the model chain (collaborator/chain.py) the pushed model is refused as not the model round 2 ran on
+        # before the one-answer-per-model rule would refuse it: either refusal counts.
+        refusals = [
+            line
+            for line in run.said
+            if line.startswith(f"{TARGET}:")
+            and ("answered for another model" in line or "not the plan's server step applied to the sums" in line)
+        ]
         second = [round_number for round_number, _, _ in run.cheat.sums if round_number == 2]
         statuses = [record.get("status") for record in run.cheat.records]
         control_ok = control is not None and [r.get("status") for r in control.cheat.records] == ["applied", "applied"]
@@ -482,7 +489,7 @@ class Announcement:
             if not finished and (binding.round, binding.stage) != (2, pb.STAGE_ADVERTISE_KEYS):
                 return original_task(task, payload)
             what = "FINISHED" if finished else pb.Stage.Name(binding.stage)
-            self.limits[what] = input_limit(task, collaborators, parameters)
+            self.limits[what] = input_limit(task, collaborators, parameters, 0)
             if self.before is None:
                 self.before = high_water_mark(self.pid)
             self.hostile.append(binding)
