@@ -8,6 +8,7 @@ The files are what ``np.savez`` writes (uncompressed members), so ``np.load`` re
 
 from __future__ import annotations
 
+import threading
 import zipfile
 from collections.abc import Iterator, Mapping
 from typing import IO, Any, Protocol
@@ -16,6 +17,12 @@ import numpy as np
 
 SLICE_BYTES = 1 << 20
 """Bytes of an in-memory array handed to the file per write: a view, so what it costs is the call."""
+
+HEADERS = threading.RLock()
+"""Held while numpy parses .npy headers (:func:`read_header`, ``np.load``'s members). numpy reads a header with
+``ast.literal_eval``, and CPython 3.11 shares the AST constructor's recursion count between threads (gh-106905):
+sites running as threads of one process that parse at once fail with ``SystemError: AST constructor recursion
+depth mismatch``. Seen at the end of a threads-mode federation, three sites reading their records together."""
 
 
 class Sliced(Protocol):
@@ -54,7 +61,8 @@ def read_header(stream: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[Any]]:
     """(shape, dtype) of the .npy member `stream` opens, leaving it at the first value; ValueError otherwise."""
     version = np.lib.format.read_magic(stream)
     read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran_order, dtype = read(stream)
+    with HEADERS:
+        shape, fortran_order, dtype = read(stream)
     if fortran_order or dtype.hasobject:
         raise ValueError("an array in the record is not a plain one")
     return shape, dtype

@@ -31,7 +31,7 @@ from fedfair.core.errors import (
 )
 from fedfair.core.files import atomic_write, read_json
 from fedfair.privacy.ledger import CHARGED_KINDS, Charge, Ledger
-from fedfair.runtime.collaborator.archives import write_archive
+from fedfair.runtime.collaborator.archives import HEADERS, write_archive
 from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST
 
 KINDS = CHARGED_KINDS
@@ -262,7 +262,7 @@ class InputRecord:
             return None
         if hashlib.sha256(payload).hexdigest() != entry.get("sha256"):
             return None  # a kill between the payload and the record, or a changed file: not these bits
-        with np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
+        with HEADERS, np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
             vector = arrays["vector"] if "vector" in arrays else None
             encoded = arrays["encoded"] if "encoded" in arrays else None
             weight = float(arrays["weight"])

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from fedfair.core.files import atomic_write
-from fedfair.runtime.collaborator.archives import read_header, write_archive
+from fedfair.runtime.collaborator.archives import HEADERS, read_header, write_archive
 from fedfair.runtime.collaborator.trajectory import Stored, ServedModel, Trajectory, Values, served_model, whole
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -71,7 +71,7 @@ class OutcomeRecord:
                 )
 
     def _load(self) -> None:
-        with np.load(self.path, allow_pickle=False) as arrays:
+        with HEADERS, np.load(self.path, allow_pickle=False) as arrays:
             for key, standing in (("contributed", True), ("aborted", False)):
                 self._rounds.update(dict.fromkeys((_round(value) for value in arrays[key].tolist()), standing))
             self._output = self._model(arrays, "output")
