@@ -230,3 +230,39 @@ def test_no_committed_choice_sits_on_an_unmarked_edge(folder: str) -> None:
                 if key in values and tuning.diverged(values[key]):
                     assert f"{name} {neighbour:g} diverged" in row["limits"], (row["method"], name)
         assert row["method"] in {METHOD_LABELS[method] for method in BASELINES}
+
+
+SUPERSEDED = (
+    "Chosen on a grid of multiples of each method's default step whose edges were neither checked nor extended: "
+    'a choice in this folder may sit on an edge of its grid, unmarked (docs/paper.md, "Tuned alike, provably").'
+)
+"""The first line of `superseded.txt`, the mark every committed table of choices not made by the protocol carries."""
+
+
+def columns(path: Path) -> list[str]:
+    """The CSV's header."""
+    with path.open() as table:
+        return table.readline().rstrip().split(",")
+
+
+CHOSEN_TABLES = sorted({path.parent.name for path in FIGURES.glob("*/*.csv") if "chosen" in columns(path)})
+
+
+def test_the_committed_tables_of_choices_are_found() -> None:
+    assert {"tuned_adult", "baselines_adult", "figure1_rand_hie"} <= set(CHOSEN_TABLES)
+
+
+@pytest.mark.parametrize("folder", CHOSEN_TABLES)
+def test_every_committed_table_of_choices_is_the_protocols_or_marked_superseded(folder: str) -> None:
+    # A table whose choices the edge rule did not make says so in its folder, and names the protocol's table that
+    # replaces it (which must exist) or that its replacement is pending.
+    if folder in TUNED:
+        assert not (FIGURES / folder / "superseded.txt").exists()
+        return
+    mark = (FIGURES / folder / "superseded.txt").read_text().splitlines()
+    assert mark[0] == SUPERSEDED
+    replaced = mark[1].removeprefix("Replaced at rho 0.1 by: ")
+    if replaced == mark[1]:
+        assert mark[1].startswith("Replaced by: pending"), mark[1]
+    else:
+        assert replaced in TUNED, replaced
