@@ -26,6 +26,7 @@ import ast
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -244,18 +245,15 @@ CPU-seconds each, 220 together) and are marked `study`: `make test-studies` runs
 attack also has its own test in the suite (tests/runtime: renewal, revocation, resume, the final bundle, ...)."""
 
 
-def run_matrix(scenarios: tuple[str, ...], out: Path, *, quick: bool = True, timeout: float = 300) -> dict[str, Any]:
-    """Run the attack matrix over `scenarios` (its quick version unless `quick` is False) and return its JSON."""
+def run_matrix(
+    scenarios: tuple[str, ...], out: Path, *, quick: bool = True, timeout: float = 300, prefix: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Run the attack matrix over `scenarios` (its quick version unless `quick` is False), its command line after
+    `prefix`, and return its JSON."""
     only = [word for scenario in scenarios for word in ("--only", scenario)]
+    quick_flag = ["--quick"] if quick else []
     completed = subprocess.run(
-        [
-            sys.executable,
-            str(BENCHMARKS / "attack_matrix.py"),
-            *(["--quick"] if quick else []),
-            *only,
-            "--json",
-            str(out),
-        ],
+        [*prefix, sys.executable, str(BENCHMARKS / "attack_matrix.py"), *quick_flag, *only, "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -336,13 +334,25 @@ def test_under_privacy_every_query_the_aggregator_decodes_is_noised(tmp_path: Pa
 FULL_DISK_ROWS = ("full disk", "full disk, restarted with room")
 """The full_disk scenario's rows, by their attack text's words before the colon."""
 
+OWN_MOUNTS = ("unshare", "--user", "--map-root-user", "--mount")
+"""A command's prefix that runs it as root of a user and mount namespace of its own, where it may mount a tmpfs."""
+
+
+def own_mounts() -> tuple[str, ...]:
+    """:data:`OWN_MOUNTS` where this process may not mount (not root) and the kernel lends such namespaces; else ()."""
+    if os.geteuid() == 0 or shutil.which("unshare") is None:
+        return ()
+    probe = subprocess.run([*OWN_MOUNTS, "true"], capture_output=True, check=False)
+    return OWN_MOUNTS if probe.returncode == 0 else ()
+
 
 @pytest.mark.slow
 @pytest.mark.study
 def test_a_full_disk_under_a_collaborator_is_named_and_it_rejoins_with_room(tmp_path: Path) -> None:
     """About 20 s: the full_disk scenario alone (a real federation, site-c's folder a tmpfs filled after round 2).
-    Where no tmpfs can be mounted (not root) the scenario skips its rows with the reason, and so does this test."""
-    result = run_matrix(("full_disk",), tmp_path / "full_disk.json", quick=False, timeout=600)
+    Not root, it runs in a user and mount namespace of its own where the kernel lends one; where no tmpfs can be
+    mounted even so, the scenario skips its rows with the reason, and so does this test."""
+    result = run_matrix(("full_disk",), tmp_path / "full_disk.json", quick=False, timeout=600, prefix=own_mounts())
     rows = {row["attack"].split(":")[0]: row for row in result["attacks"]}
     assert sorted(rows) == sorted(FULL_DISK_ROWS), json.dumps(rows, indent=1)[:3000]
     skipped = sorted({row["skipped"] for row in rows.values() if "skipped" in row})

@@ -9,7 +9,7 @@ round 2 is logged. Rows:
 - restarted with room: the filler removed, the same command again rejoins and finishes the federation; the others
   wait for it (the plan needs all three), every process exiting as the round log says (0, or 3 if one aborted).
 
-Mounting a tmpfs needs root (CAP_SYS_ADMIN): where it cannot be mounted both rows are skipped, with the reason.
+A tmpfs needs root, or ``unshare --user --map-root-user --mount`` before the command; else both rows are skipped.
 """
 
 from __future__ import annotations
@@ -164,7 +164,10 @@ def small_disk(folder: Path, size: int) -> Iterator[str | None]:
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         said = done.stderr.strip().splitlines()
-        yield f"cannot mount a tmpfs here (it needs root): {said[0] if said else f'exit {done.returncode}'}"
+        yield (
+            "cannot mount a tmpfs here (it needs root, or this command under `unshare --user --map-root-user "
+            f"--mount`): {said[0] if said else f'exit {done.returncode}'}"
+        )
         return
     try:
         yield None
