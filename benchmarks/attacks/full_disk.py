@@ -6,8 +6,8 @@ round 2 is logged. Rows:
 
 - full disk: site-c exits 2 with one line naming the full disk, the file and the fix, no traceback anywhere; its
   records read back whole (no temporary file left, rounds 1 and 2 held);
-- restarted with room: the filler removed, the same command again rejoins and finishes the federation; the others
-  wait for it (the plan needs all three), every process exiting as the round log says (0, or 3 if one aborted).
+- restarted with room: the filler removed, the same command rejoins, finishes, and counts rounds 1 and 2 from its
+  record; the others wait for it (the plan needs all three), all exiting as the round log says (0, or 3 if one aborted).
 
 A tmpfs needs root, or ``unshare --user --map-root-user --mount`` before the command; else both rows are skipped.
 """
@@ -50,8 +50,9 @@ SITE_ROW = (
 RESTART_ROW = (
     "full disk, restarted with room: the filler removed and site-c's same command run again while the federation "
     "waits for it",
-    f"site-c rejoins and takes part in every round after its return, the federation reaches round {ROUNDS}, and "
-    "every process exits as the round log says (0 when every round applied, 3 when one aborted)",
+    f"site-c rejoins and takes part in every round after its return, its closing count including the rounds before "
+    f"the disk filled; the federation reaches round {ROUNDS}, and every process exits as the round log says (0 when "
+    "every round applied, 3 when one aborted)",
 )
 
 
@@ -129,11 +130,16 @@ def _restart_row(
     complete = all(outcome == "applied" for _, outcome in rounds)
     expected = 0 if complete else 3
     rejoined = any("site-c reconnected" in line for line in processes["aggregator"].lines)
+    # Its count spans the restart only if the record written before the disk filled was read back.
+    held = sum(outcome == "applied" and number not in without for number, outcome in rounds)
+    counted = f"update in {held} of {ROUNDS} rounds" in _closing(processes[f"{FULL} (restarted)"])
     row.record(
         f"rounds {[f'{number} {outcome}' for number, outcome in rounds]}; site-c missing from rounds {without}, "
         f"contributing to rounds {after} after its return ({'reconnected' if rejoined else 'no reconnection seen'}); "
-        f"aborted: {aborted or 'none'}; exit statuses {status}",
+        f"aborted: {aborted or 'none'}; the restarted site-c {'counts' if counted else 'does not count'} {held} of "
+        f"{ROUNDS} rounds from its record; exit statuses {status}",
         rejoined
+        and counted
         and len(rounds) == ROUNDS
         and rounds[-1][0] == ROUNDS
         and bool(after)
@@ -142,7 +148,14 @@ def _restart_row(
         exit_statuses=status,
         rounds_without_site_c=without,
         aborted=aborted,
+        closing_lines={label: _closing(processes[label]) for label in status},
     )
+
+
+def _closing(child: Child) -> str:
+    """A process's last line but its progress bar's: what it says it did (a process's closing line comes last)."""
+    said = [line for line in child.lines if not line.startswith(f"{child.label}: ")]
+    return said[-1] if said else ""
 
 
 def _names(value: object) -> list[str]:
