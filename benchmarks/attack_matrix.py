@@ -56,6 +56,9 @@ code), so what holds, holds against code that is not ours:
   weight moved one ulp, each refused by a collaborator process counting its rounds from its own record;
 - rotation (``benchmarks/attacks/rotation.py``, issue 65): a key revoked and rotated while the federation
   runs (a CA-signed manifest update): the old key in 0 later rounds, the re-keyed site finishing every round;
+- full disk (``benchmarks/attacks/full_disk.py``, issue 65): a collaborator's workspace, a tmpfs, filled while it
+  runs: exit 2 naming the disk, its records whole, and the same command with room rejoining (skipped, with the
+  reason, where no tmpfs can be mounted);
 - a fuzz run: mutated messages on every RPC, Report included (``--fuzz N``, 10,000 by default).
 
 After the attacks the round log is replayed from what each party really sent: every
@@ -93,6 +96,7 @@ from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
 from attacks.forged_model import forged_model_rows
+from attacks.full_disk import full_disk_rows
 from attacks.ledger import ledger_rows
 from attacks.noise import noise_rows
 from attacks.outcome import outcome_rows
@@ -122,6 +126,7 @@ SCENARIOS = (
     "outcome",
     "repeat_model",
     "rotation",
+    "full_disk",
 )
 
 
@@ -141,7 +146,7 @@ def merged(earlier: dict[str, Any], run: dict[str, Any], argv: list[str] | None)
         **earlier,
         "scenario_seconds": {**earlier.get("scenario_seconds", {}), **run["scenario_seconds"]},
         "attacks": attacks,
-        "failed": [row["attack"] for row in attacks if not row["handled"]],
+        "failed": [row["attack"] for row in attacks if not row["handled"] and "skipped" not in row],
         "earlier_provenance": earlier.get("earlier_provenance", earlier.get("provenance")),
     }
 
@@ -197,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["outcome"] = lambda where: outcome_rows(where, book)  # issue 51, item 1
         runs["repeat_model"] = lambda where: repeat_model_rows(where, book)  # a final model answered before
         runs["rotation"] = lambda where: rotation_rows(where, book)  # issue 65: revocation while running
+        runs["full_disk"] = lambda where: full_disk_rows(where, book)  # issue 65: a collaborator's disk fills
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:
@@ -218,8 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge and args.json.exists():
         summary = merged(json.loads(args.json.read_text()), summary, argv)
     publish(summary, args.json, argv)
+    skipped = [row.attack for row in book.rows if row.skipped is not None]
     print(
-        f"attack matrix: {len(book.rows) - len(failed)} of {len(book.rows)} rows handled"
+        f"attack matrix: {len(book.rows) - len(failed) - len(skipped)} of {len(book.rows)} rows handled"
+        + (f", {len(skipped)} skipped (see their rows)" if skipped else "")
         + (f"; not handled: {failed}" if failed else "")
         + f"; fuzz: {fuzz['messages']} messages, {fuzz['crashes']} crashes, {fuzz['hangs']} hangs, "
         f"{fuzz['invalid_rounds_applied']} invalid rounds applied",

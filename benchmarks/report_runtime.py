@@ -294,7 +294,8 @@ def federation_bench(name: str, document: Mapping[str, Any]) -> Section:
 def attack_matrix(name: str, document: Mapping[str, Any]) -> Section:
     """Attacks handled per way of attacking, the fuzz run's outcome, and every attack not handled."""
     methods: dict[str, list[bool]] = {}
-    for attack in document["attacks"]:
+    made = [attack for attack in document["attacks"] if "skipped" not in attack]
+    for attack in made:
         methods.setdefault(attack["method"], []).append(bool(attack["handled"]))
     rows = [
         [method, str(len(handled)), str(sum(handled)), str(len(handled) - sum(handled))]
@@ -315,6 +316,10 @@ def attack_matrix(name: str, document: Mapping[str, Any]) -> Section:
     ]
     if document["failed"]:
         lines += ["", "Not handled:", ""] + [f"- {attack}" for attack in document["failed"]]
+    skipped = [attack for attack in document["attacks"] if "skipped" in attack]
+    if skipped:  # neither handled nor failed: the machine lacked what the attack needs
+        lines += ["", "Skipped on the measuring machine:", ""]
+        lines += [f"- {attack['attack']}: {attack['skipped']}" for attack in skipped]
     earlier = document.get("earlier_provenance")
     if earlier:  # a partial run (--merge) re-measured some rows: say which, and where the rest come from
         lines += [

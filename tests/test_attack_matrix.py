@@ -26,9 +26,11 @@ import ast
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -234,7 +236,7 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,
 the row classes each group must hold (with how many rows), and the fewest rows the group yields. Together
-they cover every scenario but noise, which has its own test below."""
+they cover every scenario but noise and full_disk, which have their own tests below."""
 
 IN_MAKE_TEST = "transport"
 """The group `make test` runs: the hostile client's own attacks on transport, identity, plain updates, the
@@ -243,18 +245,22 @@ CPU-seconds each, 220 together) and are marked `study`: `make test-studies` runs
 attack also has its own test in the suite (tests/runtime: renewal, revocation, resume, the final bundle, ...)."""
 
 
-def quick_matrix(scenarios: tuple[str, ...], out: Path) -> dict[str, object]:
-    """Run the attack matrix's quick version over `scenarios` and return its JSON."""
+def run_matrix(
+    scenarios: tuple[str, ...], out: Path, *, quick: bool = True, timeout: float = 300, prefix: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Run the attack matrix over `scenarios` (its quick version unless `quick` is False), its command line after
+    `prefix`, and return its JSON."""
     only = [word for scenario in scenarios for word in ("--only", scenario)]
+    quick_flag = ["--quick"] if quick else []
     completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "attack_matrix.py"), "--quick", *only, "--json", str(out)],
+        [*prefix, sys.executable, str(BENCHMARKS / "attack_matrix.py"), *quick_flag, *only, "--json", str(out)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
-    result: dict[str, object] = json.loads(out.read_text())
+    result: dict[str, Any] = json.loads(out.read_text())
     return result
 
 
@@ -265,7 +271,7 @@ def test_the_quick_groups_cover_every_scenario_and_row_class() -> None:
     )
     scenarios = ast.literal_eval(next(assigned).value)
     grouped = [scenario for scenarios, _, _ in QUICK_GROUPS.values() for scenario in scenarios]
-    assert sorted(grouped) == sorted(set(scenarios) - {"noise"}) and len(grouped) == len(set(grouped))
+    assert sorted(grouped) == sorted(set(scenarios) - {"noise", "full_disk"}) and len(grouped) == len(set(grouped))
     assert {word for _, classes, _ in QUICK_GROUPS.values() for word in classes} == set(CONSENT_CLASSES)
 
 
@@ -277,7 +283,7 @@ def test_the_quick_attack_matrix_finds_every_attack_handled(tmp_path: Path, grou
     """Up to a minute and a half per group: a real federation on loopback, attacked by the hostile client
     (see the script). Only IN_MAKE_TEST's group runs in `make test`; `make test-studies` runs the others."""
     scenarios, classes, fewest = QUICK_GROUPS[group]
-    result = quick_matrix(scenarios, tmp_path / "attacks.json")
+    result = run_matrix(scenarios, tmp_path / "attacks.json")
     rows = result["attacks"]
     assert isinstance(rows, list) and len(rows) >= fewest
     failed = {row["attack"]: row["observed"] for row in rows if not row["handled"]}
@@ -306,16 +312,8 @@ NOISE_ROWS = ("evaluation", "1-ulp difference", "composition", "training differe
 @pytest.mark.study
 def test_under_privacy_every_query_the_aggregator_decodes_is_noised(tmp_path: Path) -> None:
     """About 10 s: the noise scenario alone (four real federations and their controls on loopback)."""
-    out = tmp_path / "noise.json"
-    completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "attack_matrix.py"), "--only", "noise", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    rows = {row["attack"].split(":")[0]: row for row in json.loads(out.read_text())["attacks"]}
+    result = run_matrix(("noise",), tmp_path / "noise.json", quick=False, timeout=120)
+    rows = {row["attack"].split(":")[0]: row for row in result["attacks"]}
     assert sorted(rows) == sorted(f"noise, {name}" for name in NOISE_ROWS), json.dumps(rows, indent=1)[:3000]
     failed = {name: row["observed"] for name, row in rows.items() if not row["handled"]}
     assert not failed, json.dumps(failed, indent=1)
@@ -333,6 +331,43 @@ def test_under_privacy_every_query_the_aggregator_decodes_is_noised(tmp_path: Pa
     assert all(entry["epsilon"] > 0 for entry in training["ledger"].values())
 
 
+FULL_DISK_ROWS = ("full disk", "full disk, restarted with room")
+"""The full_disk scenario's rows, by their attack text's words before the colon."""
+
+OWN_MOUNTS = ("unshare", "--user", "--map-root-user", "--mount")
+"""A command's prefix that runs it as root of a user and mount namespace of its own, where it may mount a tmpfs."""
+
+
+def own_mounts() -> tuple[str, ...]:
+    """:data:`OWN_MOUNTS` where this process may not mount (not root) and the kernel lends such namespaces; else ()."""
+    if os.geteuid() == 0 or shutil.which("unshare") is None:
+        return ()
+    probe = subprocess.run([*OWN_MOUNTS, "true"], capture_output=True, check=False)
+    return OWN_MOUNTS if probe.returncode == 0 else ()
+
+
+@pytest.mark.slow
+@pytest.mark.study
+def test_a_full_disk_under_a_collaborator_is_named_and_it_rejoins_with_room(tmp_path: Path) -> None:
+    """About 20 s: the full_disk scenario alone (a real federation, site-c's folder a tmpfs filled after round 2).
+    Not root, it runs in a user and mount namespace of its own where the kernel lends one; where no tmpfs can be
+    mounted even so, the scenario skips its rows with the reason, and so does this test."""
+    result = run_matrix(("full_disk",), tmp_path / "full_disk.json", quick=False, timeout=600, prefix=own_mounts())
+    rows = {row["attack"].split(":")[0]: row for row in result["attacks"]}
+    assert sorted(rows) == sorted(FULL_DISK_ROWS), json.dumps(rows, indent=1)[:3000]
+    skipped = sorted({row["skipped"] for row in rows.values() if "skipped" in row})
+    if skipped:
+        pytest.skip(f"the full_disk scenario skipped its rows: {skipped}")
+    failed = {name: row["observed"] for name, row in rows.items() if not row["handled"]}
+    assert not failed, json.dumps(failed, indent=1)
+    # What the rows stand on, read from their details: the records held the rounds before the fill, and every
+    # process of the federation ended alike (0, or 3 when the round site-c left aborted).
+    state = rows["full disk"]["details"]["state"]
+    assert state["temporary_files"] == [] and state["bindings"] == "read back" and state["rounds_held"] >= 2
+    statuses = rows["full disk, restarted with room"]["details"]["exit_statuses"]
+    assert len(statuses) == 4 and len(set(statuses.values())) == 1 and set(statuses.values()) <= {0, 3}
+
+
 def test_a_partial_run_replaces_only_the_rows_it_measured() -> None:
     import attack_matrix  # the script's module, on the benchmarks path above
 
@@ -345,9 +380,10 @@ def test_a_partial_run_replaces_only_the_rows_it_measured() -> None:
         "failed": ["b"],
         "provenance": {"command": "full run", "date": "2026-01-01"},
     }
-    run = {"attacks": [row("b", True), row("c", False)], "scenario_seconds": {"rotation": 2.0}}
+    skipped = {**row("d", False), "skipped": "cannot mount a tmpfs here"}  # neither handled nor failed
+    run = {"attacks": [row("b", True), row("c", False), skipped], "scenario_seconds": {"rotation": 2.0}}
     merged = attack_matrix.merged(earlier, run, ["--only", "rotation", "--merge"])
-    assert [r["attack"] for r in merged["attacks"]] == ["a", "b", "c"]
+    assert [r["attack"] for r in merged["attacks"]] == ["a", "b", "c", "d"]
     assert "measured" not in merged["attacks"][0] and merged["attacks"][1]["handled"] is True
     assert all(r["measured"]["command"].endswith("--only rotation --merge") for r in merged["attacks"][1:])
     assert merged["failed"] == ["c"] and merged["scenario_seconds"] == {"plain": 5.0, "rotation": 2.0}

@@ -235,3 +235,28 @@ def test_the_eval_error_section_tables_every_design_and_says_whether_the_goal_is
     assert "| 30 layered tail sums (used) | 2,000 | 1 | 0.020 | 0.048 | 98 % | 0.050 |" in page
     assert "measured 0.048 and 98 % (met)" in page
     assert "(figures/benchmarks/eval_error_half_width_vs_rows.png)" in page
+
+
+def test_the_attack_section_lists_a_skipped_attack_with_its_reason_and_counts_it_nowhere() -> None:
+    """A row the measuring machine could not make (no tmpfs to mount) is neither handled nor not handled."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from report_runtime import attack_matrix
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def row(attack: str, handled: bool, **more: str) -> dict[str, Any]:
+        return {"attack": attack, "expected": "", "observed": "", "handled": handled, "method": "processes", **more}
+
+    fuzz = {"messages": 0, "seconds": 0, "crashes": 0, "hangs": 0, "invalid_rounds_applied": 0, "uploads_accepted": 0}
+    document = {
+        "attacks": [row("a", True), row("b", False), row("full disk", False, skipped="cannot mount a tmpfs here")],
+        "failed": ["b"],
+        "fuzz": {**fuzz, "statuses": {}},
+        "scenario_seconds": {"full_disk": 1.0},
+        "seconds": 1.0,
+        "quick": False,
+    }
+    lines = attack_matrix("attack_matrix", document).body
+    assert "| processes | 2 | 1 | 1 |" in lines
+    assert lines[-1] == "- full disk: cannot mount a tmpfs here"

@@ -3,7 +3,8 @@
 A row is handled only when the observed outcome is the expected one; an attack that
 could not be carried out as designed (a stage that never opened, a crafted message the
 aggregator refused for another reason than the one under test) is recorded as not
-handled, with an ``observed`` that says so, never as a pass.
+handled, with an ``observed`` that says so, never as a pass. An attack that needs what this
+machine lacks (a tmpfs it may mount) is skipped, with the reason: neither handled nor failed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class Row:
     handled: bool = False
     seconds: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+    skipped: str | None = None
+    """Why the attack could not be made on this machine (it needs what is missing here): neither handled nor failed."""
 
     def record(self, observed: str, handled: bool, **details: Any) -> None:
         """Set the outcome (the last call wins, so a row can be refined as evidence arrives)."""
@@ -50,6 +53,8 @@ class Row:
         }
         if self.details:
             document["details"] = self.details
+        if self.skipped is not None:
+            document["skipped"] = self.skipped
         return document
 
 
@@ -81,5 +86,9 @@ class RowBook:
         self.rows.append(row)
         return row
 
+    def skip(self, attack: str, expected: str, method: str, reason: str) -> Row:
+        """A row whose attack this machine cannot make (`reason` says what it lacks): skipped, not failed."""
+        return self.add(Row(attack, expected, method, f"skipped: {reason}", skipped=reason))
+
     def failed(self) -> list[str]:
-        return [row.attack for row in self.rows if not row.handled]
+        return [row.attack for row in self.rows if not row.handled and row.skipped is None]

@@ -8,14 +8,13 @@ the work, imported when the command runs.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 
 import fedfair
-from fedfair.core.errors import FedfairError
+from fedfair.core.errors import DISK_FULL, FedfairError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("fedfair.cli.simulate", "run a federation in process and report fairness"),
@@ -113,10 +112,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"fedfair: error: {disk_full(error)}", file=sys.stderr)
         return 2
-
-
-DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
-"""The write errors that mean the disk (or the user's quota on it) is full."""
 
 
 def disk_full(error: OSError) -> str:

@@ -9,8 +9,13 @@ match on, so no two classes name the same thing.
 from __future__ import annotations
 
 import enum
+import errno
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""The ``OSError`` numbers that mean the disk (or the user's quota on it) is full: the CLI names them (status
+2), and a log file stops taking lines rather than printing a traceback for each."""
 
 
 class FedfairError(Exception):

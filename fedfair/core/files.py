@@ -18,7 +18,12 @@ from fedfair.core.errors import ConfigError
 
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
-    """Write `path` through `write(handle)`: temporary file, fsync, rename, fsync of the folder."""
+    """Write `path` through `write(handle)`: temporary file, fsync, rename, fsync of the folder.
+
+    Raises:
+        OSError: as the system raised it, naming `path` where the system named no file (a ``write`` that
+            fails on a full disk names none), with the temporary file removed and `path` as it was.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -27,8 +32,11 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno is not None and error.filename is None:
+            # Whoever reads the error must learn which disk filled (or failed), not only that one did.
+            raise type(error)(error.errno, error.strerror, str(path)) from error
         raise
     # The rename itself must reach the disk, or a power cut could bring the old name back.
     folder = os.open(path.parent, os.O_RDONLY)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TextIO
 
+from fedfair.core.errors import DISK_FULL
 from fedfair.runtime.progress import Progress
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -126,6 +128,54 @@ class Console(logging.Handler):
         super().close()
 
 
+class LogFile(logging.FileHandler):
+    """A process's log file, every line appended; on a full disk, one warning on stderr, not a traceback a line.
+
+    Lines that do not fit are left out of the file (the console still shows the ones it shows): the process
+    goes on, and its next write of state, which must not be lost, stops it with the disk named.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, encoding="utf-8")
+        self.full = False
+
+    def flush(self) -> None:
+        """Push the lines to the file; on a full disk, keep them buffered and say so once."""
+        with self._unless_full():
+            super().flush()
+
+    def close(self) -> None:
+        """Close the file; lines a full disk cannot take are lost (already said)."""
+        with self._unless_full():
+            super().close()
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        """Say once that the disk is full; any other failure goes to logging's own report."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
+            self._say_full(error)
+        else:
+            super().handleError(record)
+
+    @contextmanager
+    def _unless_full(self) -> Iterator[None]:
+        """Run the block; a full disk is said once (any other OSError propagates)."""
+        try:
+            yield
+        except OSError as error:
+            if error.errno not in DISK_FULL:
+                raise
+            self._say_full(error)
+
+    def _say_full(self, error: OSError) -> None:
+        if not self.full:
+            self.full = True
+            sys.stderr.write(
+                f"fedfair: warning: the disk is full writing {self.baseFilename} ({error.strerror}): the lines that "
+                "do not fit are left out of it; free space there\n"
+            )
+
+
 def quiet_grpc() -> None:
     """Turn gRPC's C-core logging off unless GRPC_VERBOSITY already says otherwise.
 
@@ -151,7 +201,7 @@ def configure_logging(
     handlers: list[logging.Handler] = [console]
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(file, encoding="utf-8"))
+        handlers.append(LogFile(file))
     for handler in handlers:
         handler.setFormatter(formatter)
     logging.basicConfig(level=level.upper(), handlers=handlers, force=True)

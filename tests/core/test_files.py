@@ -3,6 +3,7 @@ Bounded JSON reads: every odd value is one named error, never a traceback."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -79,6 +80,22 @@ def test_a_failed_first_write_leaves_no_file_at_all(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="disk full"):
         atomic_write(tmp_path / "state.bin", write)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_write_on_a_full_disk_names_the_file_it_was_writing(tmp_path: Path) -> None:
+    """write(2) on a full disk raises ENOSPC with no file name; the error that leaves atomic_write names the
+    file it was writing, so that the operator learns which disk filled."""
+    path = tmp_path / "state.bin"
+    path.write_bytes(b"previous")
+
+    def write(stream: IO[bytes]) -> None:
+        stream.write(b"half of the new")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as the system raises it
+
+    with pytest.raises(OSError) as raised:
+        atomic_write(path, write)
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, str(path))
+    assert path.read_bytes() == b"previous" and os.listdir(tmp_path) == ["state.bin"]
 
 
 def test_a_failed_rename_keeps_the_previous_file_and_removes_the_temporary(

@@ -88,6 +88,29 @@ def test_the_log_file_gets_every_line(tmp_path: Path) -> None:
     assert LOG_FORMAT.startswith("%(asctime)s")
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device every write to fails ENOSPC)")
+def test_a_log_file_on_a_full_disk_warns_once_and_the_process_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every line written to /dev/full fails with ENOSPC, as on a full disk: one warning naming the file,
+    no traceback (logging's default prints one per line), and the console keeps its lines."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        configure_logging("INFO", Path("/dev/full"), label="site-a")
+        log = logging.getLogger("fedfair.collaborator")
+        for number in range(3):
+            log.warning("site-a: line %d", number)
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:], root.level = handlers, level
+    error = capsys.readouterr().err
+    assert "Traceback" not in error and "Logging error" not in error
+    warnings = [line for line in error.splitlines() if line.startswith("fedfair: warning: the disk is full")]
+    assert len(warnings) == 1 and "/dev/full" in warnings[0]
+    assert all(f"site-a: line {number}" in error for number in range(3))
+
+
 def test_grpc_logging_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GRPC_VERBOSITY", raising=False)
     quiet_grpc()
