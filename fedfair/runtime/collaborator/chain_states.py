@@ -26,8 +26,9 @@ IN_FILE_FROM = 64 << 20
 """Bytes of tensors from which a state is kept in a file: 2.8 million parameters under server momentum. A
 smaller state stays in memory and is stepped whole, as the aggregator steps it."""
 
-PIECE = 1 << 20
-"""Theta's coordinates a state in a file is read, stepped and written at a time (8 MiB of float64 a tensor)."""
+PIECE = 1 << 18
+"""Theta's coordinates a state in a file is read, stepped and written at a time: 2 MiB of float64 a tensor,
+a few of them a site, where 2^20 (8 MiB) held 100 MB among three sites verifying at once."""
 
 _FIELDS = ("theta", "theta_average", "control", "velocity", "second_moment")
 """A server state's tensors, in the order a file holds them."""
@@ -171,14 +172,16 @@ def keep(
     In memory, the one piece (the whole state) as it is; in a file in `folder`, written as they come. An error
     raised while the pieces are made leaves nothing kept.
     """
-    stream = iter(pieces)
-    start, stop, first = next(stream)
-    if not in_file:
-        return InMemory(first)
-    kept = InFile(dimension, first, folder)
-    kept.write(first, start, stop)
-    for start, stop, piece in stream:
+    kept: InFile | None = None
+    for start, stop, piece in pieces:
+        if not in_file:
+            return InMemory(piece)
+        if kept is None:
+            kept = InFile(dimension, piece, folder)
         kept.write(piece, start, stop)
+        del piece  # the next piece is made without this one beside it
+    if kept is None:
+        raise ValueError("a state has at least one piece; a model has at least one parameter")
     return kept
 
 
