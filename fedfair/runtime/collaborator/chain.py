@@ -23,6 +23,7 @@ from fedfair.core.errors import AggregateError, VerificationError, VerifyReason
 from fedfair.core.server import Aggregate
 from fedfair.runtime.collaborator.chain_states import KeptState, keep, kept_in_file, spans
 from fedfair.runtime.contract import model_download
+from fedfair.runtime.memory import release_freed
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.secagg import Encoder
 
@@ -121,6 +122,10 @@ class ModelChain:
         def read(start: int, stop: int) -> np.ndarray:
             return encoder.decode_slice(words, start, stop) if whole is None else whole[start:stop]
 
+        if state.in_file:
+            # Before this site's pass over its state, the round's freed buffers go back to the system: at this
+            # size they are worth the faults of taking them again (fedfair.runtime.memory).
+            release_freed()
         algorithm, average_from = shared.algorithm(), shared.training.average_from_round
         # A piece read from a file is this call's own: the step is formed in its tensors (consume).
         steps = (
