@@ -107,7 +107,7 @@ class InFile(KeptState):
         super().__init__(dimension, like, in_file=True)
         handle, path = tempfile.mkstemp(prefix="fedfair-chain-", suffix=".state", dir=folder)
         os.unlink(path)
-        self._file = handle
+        self._file, self._folder = handle, os.path.dirname(path)
         weakref.finalize(self, os.close, handle)
         self._offsets: dict[str, int] = {}
         offset = 0
@@ -147,7 +147,17 @@ class InFile(KeptState):
         )
 
     def write(self, piece: ServerState, start: int, stop: int) -> None:
-        """Keep `piece`, this state over theta's coordinates [start, stop), in the file."""
+        """Keep `piece`, this state over theta's coordinates [start, stop), in the file.
+
+        Raises:
+            OSError: the write failed (a full disk: ENOSPC), named by the folder, the file having no name.
+        """
+        try:
+            self._put(piece, start, stop)
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, self._folder) from error
+
+    def _put(self, piece: ServerState, start: int, stop: int) -> None:
         for field in self.fields:
             tensor: torch.Tensor = getattr(piece, field)
             values = np.ascontiguousarray(tensor.numpy())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -270,3 +271,17 @@ def test_on_disk_the_states_are_unnamed_files_in_the_sites_folder_closed_when_le
     assert held and all(target.endswith("(deleted)") for target in held)
     del chain
     assert not list(open_in_folder())
+
+
+@pytest.mark.usefixtures("on_disk")
+def test_on_disk_a_full_disk_is_named_by_the_sites_folder(
+    plan_settings: SharedSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*_: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", full)
+    step = Step(plan_settings, None)
+    with pytest.raises(OSError) as caught:
+        ModelChain("site-a", step.shared, tmp_path).sent(1, *step.download(start(step, 11, 7)))
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(tmp_path)
