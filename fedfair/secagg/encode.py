@@ -359,9 +359,7 @@ class Encoder:
             raise ConfigError(
                 f"summands={summands} must be between 1 and {self.parties}, the parties the encoding allows"
             )
-        signed = np.asarray(encoded_sum, dtype=self.dtype).view(self._signed)
-        values = signed.astype(np.float64)
-        values *= 1.0 / self._scale  # a power of two: exact, and no second vector of d values
+        values = self._scaled(encoded_sum)
         if self._noisy is not None:
             rotated = values[:-1]
             # Float64 error of the conversion (half an ulp of the largest value) through the inverse
@@ -383,6 +381,33 @@ class Encoder:
             error_bound=self.error_bound(summands),
             clip=self.config.clip,
         )
+
+    @property
+    def decodes_by_slice(self) -> bool:
+        """Whether :meth:`decode_slice` can decode part of a sum: without noise (a rotation mixes every coordinate)."""
+        return self._noisy is None
+
+    def decode_slice(self, encoded_sum: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """Values [start, stop) of :meth:`decode`'s ``weighted_sum`` of `encoded_sum`, the same bits, alone.
+
+        Raises:
+            ConfigError: a noised encoding (:attr:`decodes_by_slice` is False: decode the whole sum), or a span
+                outside the sum's coordinates (its words less the weight's).
+        """
+        if self._noisy is not None:
+            raise ConfigError("a noised sum is rotated, so it decodes whole: call decode, not decode_slice")
+        if not 0 <= start <= stop < len(encoded_sum):
+            raise ConfigError(
+                f"[{start}, {stop}) is not within the {len(encoded_sum) - 1} coordinates of the sum; "
+                "slice the weighted sum, not its weight"
+            )
+        return self._scaled(encoded_sum[start:stop])
+
+    def _scaled(self, words: np.ndarray) -> np.ndarray:
+        """`words` as signed values over 2^f, float64."""
+        values = np.asarray(words, dtype=self.dtype).view(self._signed).astype(np.float64)
+        values *= 1.0 / self._scale  # a power of two: exact, and no second vector of d values
+        return values
 
     def error_bound(self, summands: int) -> float:
         """Bound on the absolute error of each decoded coordinate of a sum of ``summands`` inputs.

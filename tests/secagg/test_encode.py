@@ -409,3 +409,20 @@ def test_decoding_holds_one_float64_vector_at_a_time() -> None:
     decoded, peak = traced_peak(lambda: encoder.decode(encoded, 1))
     assert np.all(decoded.weighted_sum == 0.5) and decoded.total_weight == 1.0
     assert peak < decoded.weighted_sum.nbytes + (1 << 18)
+
+
+@settings(max_examples=100, deadline=None)
+@given(encoding_cases(), st.data())
+def test_a_slice_of_a_sum_decodes_to_the_bits_of_the_whole_ones_slice(
+    case: tuple[EncodingConfig, list[tuple[np.ndarray, float]]], data: st.DataObject
+) -> None:
+    config, inputs = case
+    encoder = Encoder(config, len(inputs))
+    total = encode_sum(encoder, inputs)
+    whole = encoder.decode(total, len(inputs)).weighted_sum
+    start = data.draw(st.integers(0, whole.size))
+    stop = data.draw(st.integers(start, whole.size))
+    assert encoder.decodes_by_slice
+    assert encoder.decode_slice(total, start, stop).tobytes() == whole[start:stop].tobytes()
+    with pytest.raises(ConfigError, match="not within"):
+        encoder.decode_slice(total, start, whole.size + 1)  # the weight's word is not the sum's

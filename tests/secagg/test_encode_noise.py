@@ -105,6 +105,14 @@ def test_a_sum_that_could_wrap_is_refused_with_the_fix() -> None:
     assert noised_encoder(1000, 1e6, 10, bits=32, fractional_bits=8).dtype is np.uint32
 
 
+def test_a_noised_sum_decodes_whole_only() -> None:
+    encoder = noised_encoder(100, 1e4, 3)
+    total = summed(encoder, [np.zeros(100)], [1.0])
+    assert not encoder.decodes_by_slice and encoder.decode(total, 1).weighted_sum.size == 100
+    with pytest.raises(ConfigError, match="call decode"):
+        encoder.decode_slice(total, 0, 10)
+
+
 def test_updates_of_the_wrong_length_or_not_finite_are_refused() -> None:
     encoder = noised_encoder(100, 1e4, 3)
     with pytest.raises(ConfigError, match="configured for updates of 100 coordinates"):

@@ -7,20 +7,23 @@ computed itself: once it verified round r's sum it applies the plan's server ste
 round r + 1's model, and an evaluated output model, only if it is bit for bit that state's (or, the round void
 after its check, the one before). A site that missed a round's check (it joined late, restarted, sat a round
 out) has no trusted state from then on: it checks nothing more, and says so. docs/security.md, "Verified
-aggregation", says what is and is not covered.
+aggregation", says what is covered. A large model's states live in files (:mod:`.chain_states`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from fedfair.core.errors import AggregateError, VerificationError, VerifyReason
-from fedfair.core.server import Aggregate, ServerState
+from fedfair.core.server import Aggregate
+from fedfair.runtime.collaborator.chain_states import KeptState, keep, kept_in_file, spans
 from fedfair.runtime.contract import model_download
+from fedfair.runtime.memory import release_freed
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.secagg import Encoder
 
@@ -31,17 +34,21 @@ _COMPARED = 1 << 20
 
 
 class ModelChain:
-    """The server state this site computed from the sums it verified, and the models it accepts from it."""
+    """The server state this site computed from the sums it verified, and the models it accepts from it.
 
-    def __init__(self, name: str, shared: SharedSettings) -> None:
+    `folder` is where it keeps a state too large for memory (the site's own; None: the system's temporary folder).
+    """
+
+    def __init__(self, name: str, shared: SharedSettings, folder: Path | None = None) -> None:
         self._name = name
         self._shared = shared
-        self._state: ServerState | None = None
+        self._folder = folder
+        self._state: KeptState | None = None
         """The state whose model was sent for training round `_round`; None before round 1 or once unchecked."""
         self._round = 0
         self._verified = False
         """Whether this site verified training round `_round`'s sum."""
-        self._next: ServerState | None = None
+        self._next: KeptState | None = None
         """The server step applied to that verified sum (None: not verified, or a sum no step applies)."""
         self.unchecked_from: int | None = None
         """The first round whose model this site could not check (it missed a check), None while it checked all."""
@@ -65,8 +72,7 @@ class ModelChain:
             return
         state = self._state
         if state is None and round_number == 1 and self.unchecked_from is None:
-            algorithm = self._shared.algorithm()
-            start = algorithm.server_init(torch.from_numpy(np.asarray(theta, dtype=np.float64)), c)
+            start = self._start(theta, c)
             if self._matches(start, theta, c, control):
                 self._state, self._round, self._verified, self._next = start, 1, False, None
                 return
@@ -101,20 +107,46 @@ class ModelChain:
         """Apply the plan's server step to training round `round_number`'s verified sum (`words`, encoded).
 
         The sum is decoded as the aggregator decodes it and divided by the weight the plan agrees for `survivors`
-        (the aggregator's own rule). A sum the step refuses (AggregateError) leaves the model as it was.
+        (the aggregator's own rule). A sum the step refuses (AggregateError) leaves the model as it was. A state
+        in a file is stepped a piece at a time, its sum decoded by piece where the encoding allows.
         """
-        if not self.active or self._state is None or round_number != self._round:
+        state = self._state
+        if not self.active or state is None or round_number != self._round:
             return
         shared = self._shared
-        decoded = encoder.decode(words, len(survivors))
         weight = shared.influence.total_weight(survivors, shared.batch_fraction)
         self._verified = True
-        try:
-            aggregate = Aggregate.from_vector(
-                torch.from_numpy(decoded.weighted_sum), weight, with_control=self._state.control is not None
+        dimension, with_control = state.dimension, state.has("control")
+        whole = None if encoder.decodes_by_slice else encoder.decode(words, len(survivors)).weighted_sum
+
+        def read(start: int, stop: int) -> np.ndarray:
+            return encoder.decode_slice(words, start, stop) if whole is None else whole[start:stop]
+
+        if state.in_file:
+            # Before this site's pass over its state, the round's freed buffers go back to the system: at this
+            # size they are worth the faults of taking them again (fedfair.runtime.memory).
+            release_freed()
+        algorithm, average_from = shared.algorithm(), shared.training.average_from_round
+        # A piece read from a file is this call's own: the step is formed in its tensors (consume).
+        steps = (
+            (
+                start,
+                stop,
+                algorithm.server_apply(
+                    state.piece(start, stop),
+                    Aggregate.from_vector(
+                        torch.from_numpy(_sum_piece(read, start, stop, dimension, with_control)),
+                        weight,
+                        with_control=with_control,
+                    ),
+                    average_from=average_from,
+                    consume=state.in_file,
+                ),
             )
-            algorithm = shared.algorithm()
-            self._next = algorithm.server_apply(self._state, aggregate, average_from=shared.training.average_from_round)
+            for start, stop in state.spans()
+        )
+        try:
+            self._next = keep(steps, dimension, state.in_file, self._folder)
         except AggregateError:
             self._next = None
 
@@ -128,20 +160,8 @@ class ModelChain:
         if not self.active or self._state is None or round_number != self._round:
             return
         candidates = [self._state] if self._next is None else [self._next, self._state]
-        builtin = self._shared.model.factory is None
         for candidate in candidates:
-            average = candidate.theta_average.numpy()
-            # Narrowed and compared a slice at a time: a float32 copy of the whole average costs a model's worth.
-            if (
-                c == candidate.c_average
-                and average.shape == theta.shape
-                and all(
-                    np.array_equal(
-                        model_download(average[start : start + _COMPARED], builtin), theta[start : start + _COMPARED]
-                    )
-                    for start in range(0, theta.size, _COMPARED)
-                )
-            ):
+            if c == candidate.c_average and self._downloaded(candidate, "theta_average", theta, narrowed=True):
                 return
         if self._verified:
             raise VerificationError(
@@ -152,23 +172,56 @@ class ModelChain:
             )
         self._uncheck(round_number, f"it did not verify round {round_number}'s sum")
 
-    def _matches(self, state: ServerState, theta: np.ndarray, c: float, control: np.ndarray | None) -> bool:
+    def _start(self, theta: np.ndarray, c: float) -> KeptState:
+        """Round 1's state, the server's initial one made of the model sent (theta, c), kept by its size."""
+        algorithm = self._shared.algorithm()
+        dimension = theta.size
+        tensors = 2 + algorithm.local.corrects_drift + (algorithm.momentum > 0.0) + 2 * (algorithm.adam is not None)
+        in_file = kept_in_file(dimension, tensors)
+        pieces = (
+            (start, stop, algorithm.server_init(torch.from_numpy(np.asarray(theta[start:stop], dtype=np.float64)), c))
+            for start, stop in spans(dimension, in_file)
+        )
+        return keep(pieces, dimension, in_file, self._folder)
+
+    def _matches(self, state: KeptState, theta: np.ndarray, c: float, control: np.ndarray | None) -> bool:
         """Whether (theta, c, control) is, bit for bit, what the aggregator sends of `state` (contract's downloads)."""
-        if c != state.c or (control is None) != (state.control is None):
+        if c != state.c or (control is None) == state.has("control"):
             return False
-        if control is not None and state.control is not None and not np.array_equal(control, state.control.numpy()):
+        if control is not None and not self._downloaded(state, "control", control, narrowed=False):
             return False
         builtin = self._shared.model.factory is None
-        expected = state.theta.numpy() if control is not None else model_download(state.theta.numpy(), builtin)
-        return expected.dtype == theta.dtype and np.array_equal(expected, theta)
+        wire = np.dtype(np.float64) if control is not None else model_download(np.empty(0), builtin).dtype
+        return theta.dtype == wire and self._downloaded(state, "theta", theta, narrowed=control is None)
 
-    def _gap(self, state: ServerState, theta: np.ndarray, c: float) -> str:
+    def _downloaded(self, state: KeptState, field: str, sent: np.ndarray, *, narrowed: bool) -> bool:
+        """Whether `sent` equals `state`'s tensor `field` as a download carries it (`narrowed`: model_download's).
+
+        Narrowed and compared a slice at a time: a float32 copy of the whole costs a model's worth.
+        """
+        length = state.dimension + (1 if field == "control" else 0)
+        if sent.size != length:
+            return False
+        builtin = self._shared.model.factory is None
+        for start, stop in state.spans(length):
+            values = state.values(field, start, stop)
+            for at in range(0, values.size, _COMPARED):
+                expected = values[at : at + _COMPARED]
+                if narrowed:
+                    expected = model_download(expected, builtin)
+                if not np.array_equal(expected, sent[start + at : start + at + expected.size]):
+                    return False
+        return True
+
+    def _gap(self, state: KeptState, theta: np.ndarray, c: float) -> str:
         """How far (theta, c) is from `state`'s model: the refusal's figures."""
-        expected = state.theta.numpy()
-        if expected.size != theta.size:
-            return f"{theta.size} values where the step makes {expected.size}"
-        differ = int(np.count_nonzero(expected.astype(theta.dtype) != theta))
-        largest = float(np.abs(expected - theta).max(initial=0.0))
+        if state.dimension != theta.size:
+            return f"{theta.size} values where the step makes {state.dimension}"
+        differ, largest = 0, 0.0
+        for start, stop in state.spans():
+            expected, part = state.values("theta", start, stop), theta[start:stop]
+            differ += int(np.count_nonzero(expected.astype(theta.dtype) != part))
+            largest = max(largest, float(np.abs(expected - part).max(initial=0.0)))
         return f"{differ} of {theta.size} values differ, the largest by {largest:.3g}; c by {abs(c - state.c):.3g}"
 
     def _uncheck(self, round_number: int, why: str) -> None:
@@ -183,3 +236,26 @@ class ModelChain:
                 why,
             )
         self._state, self._next, self._verified = None, None, False
+
+
+def _sum_piece(
+    read: Callable[[int, int], np.ndarray], start: int, stop: int, dimension: int, with_control: bool
+) -> np.ndarray:
+    """The piece [start, stop) of a decoded update sum that `Aggregate.from_vector` splits as the state's piece.
+
+    Theta's coordinates [start, stop) and the c entry ([w delta, w delta_c]); with drift correction the control
+    variate's same coordinates and c entry after them. `read(a, b)` gives the decoded values [a, b); adjacent
+    spans are read as one, so the whole sum (one piece in memory) is read at once, uncopied.
+    """
+    wanted = [(start, stop), (dimension, dimension + 1)]
+    if with_control:
+        half = dimension + 1
+        wanted += [(half + start, half + stop), (half + dimension, half + dimension + 1)]
+    merged: list[tuple[int, int]] = []
+    for low, high in wanted:
+        if merged and merged[-1][1] == low:
+            merged[-1] = (merged[-1][0], high)
+        else:
+            merged.append((low, high))
+    parts = [read(low, high) for low, high in merged]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)

@@ -61,7 +61,14 @@ def as_participant(
 ) -> Participant:
     """This collaborator as the aggregations know it, for a model of `parameters` parameters."""
     return Participant(
-        config.name, shared, parameters, identity.key, identity.credential, identity.verify, config.manifest
+        config.name,
+        shared,
+        parameters,
+        identity.key,
+        identity.credential,
+        identity.verify,
+        config.manifest,
+        config.source.parent,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
@@ -115,6 +116,9 @@ class Participant:
     """Checks a peer's relayed certificate: against the CA, and against the manifest's pin when there is one."""
     manifest: Manifest | None = None
     """The roster the institutions agreed on out of band; without one the roster is trusted to the CA."""
+    folder: Path | None = None
+    """The site's own folder (beside its config), where its model chain keeps states too large for memory;
+    None: the system's temporary folder."""
     chain: ModelChain = field(init=False, repr=False, compare=False)
     """The models this site verified: every training model and output model it is sent is checked against it."""
 
@@ -135,7 +139,7 @@ class Participant:
         # The same peers' certificates come back every round: each is checked in full once, then by
         # its validity window (fedfair.secagg.credentials.RememberedVerifier).
         object.__setattr__(self, "verify", remembered(self.verify))
-        object.__setattr__(self, "chain", ModelChain(self.name, self.shared))
+        object.__setattr__(self, "chain", ModelChain(self.name, self.shared, self.folder))
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
         """The kind, vector length and encoding this aggregation must have (:meth:`aggregation`)."""

@@ -1,0 +1,214 @@
+"""Where a site's model chain keeps a server state: in memory, or (64 MiB and more) in a file read by piece.
+
+A piece is the state restricted to theta's coordinates [start, stop): theta, its average and the second moment
+sliced; the control variate and the velocity ([theta's coordinates, c] each) sliced with their c entry kept.
+The server step (:func:`fedfair.core.server.apply`) is elementwise in theta's coordinates and reads the c
+entries and the scalars alike in every piece, so stepping a state piece by piece is, bit for bit, stepping it
+whole. A state's file lies in the site's own folder, unlinked as soon as it is made: it never outlives the
+process, and a restarted site finds nothing it could take for a state it verified.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedfair.core.server import ServerState
+
+IN_FILE_FROM = 64 << 20
+"""Bytes of tensors from which a state is kept in a file: 2.8 million parameters under server momentum. A
+smaller state stays in memory and is stepped whole, as the aggregator steps it."""
+
+PIECE = 1 << 18
+"""Theta's coordinates a state in a file is read, stepped and written at a time: 2 MiB of float64 a tensor,
+a few of them a site, where 2^20 (8 MiB) held 100 MB among three sites verifying at once."""
+
+_FIELDS = ("theta", "theta_average", "control", "velocity", "second_moment")
+"""A server state's tensors, in the order a file holds them."""
+
+_WITH_C = frozenset({"control", "velocity"})
+"""The tensors of d + 1 values, theta's coordinates then c's: every piece of them keeps the last."""
+
+_ITEM = np.dtype(np.float64).itemsize
+
+
+def kept_in_file(dimension: int, tensors: int) -> bool:
+    """Whether a state of `tensors` float64 tensors of a model of `dimension` parameters is kept in a file."""
+    return _ITEM * dimension * tensors >= IN_FILE_FROM
+
+
+def spans(length: int, in_file: bool) -> Iterator[tuple[int, int]]:
+    """The [start, stop) spans a state reads `length` values by: pieces in a file, the whole in memory."""
+    step = PIECE if in_file else max(length, 1)
+    for start in range(0, length, step):
+        yield start, min(start + step, length)
+
+
+class KeptState(ABC):
+    """A server state of a model of `dimension` parameters: its scalars at hand, its tensors read by span."""
+
+    def __init__(self, dimension: int, like: ServerState, in_file: bool) -> None:
+        self.dimension = dimension
+        self.round, self.c, self.c_average = like.round, like.c, like.c_average
+        self.averaged_rounds = like.averaged_rounds
+        self.fields = tuple(field for field in _FIELDS if getattr(like, field) is not None)
+        self.in_file = in_file
+
+    def has(self, field: str) -> bool:
+        """Whether the state holds the tensor `field` (a ServerState attribute: control, velocity, ...)."""
+        return field in self.fields
+
+    def spans(self, length: int | None = None) -> Iterator[tuple[int, int]]:
+        """The spans this state reads `length` values by (default: theta's coordinates, its pieces)."""
+        return spans(self.dimension if length is None else length, self.in_file)
+
+    @abstractmethod
+    def values(self, field: str, start: int, stop: int) -> np.ndarray:
+        """Values [start, stop) of the tensor `field`, float64 (one of :meth:`spans`' spans, or within one)."""
+
+    @abstractmethod
+    def piece(self, start: int, stop: int) -> ServerState:
+        """The state restricted to theta's coordinates [start, stop), one of :meth:`spans`: tensors of its own."""
+
+
+class InMemory(KeptState):
+    """A state held whole: its one piece is the state itself."""
+
+    def __init__(self, state: ServerState) -> None:
+        super().__init__(state.theta.numel(), state, in_file=False)
+        self.state = state
+
+    def values(self, field: str, start: int, stop: int) -> np.ndarray:
+        """A view of the tensor's values, uncopied."""
+        tensor: torch.Tensor = getattr(self.state, field)
+        return tensor.numpy()[start:stop]
+
+    def piece(self, start: int, stop: int) -> ServerState:
+        """The state itself, its one piece being the whole."""
+        if (start, stop) != (0, self.dimension):
+            raise ValueError(f"a state in memory has one piece, [0, {self.dimension}), not [{start}, {stop})")
+        return self.state
+
+
+class InFile(KeptState):
+    """A state in an unnamed file in `folder` (None: the system's temporary folder), laid out by `like`'s tensors.
+
+    Its pieces are written by :meth:`write` in any order; the file is closed when the state is let go.
+    """
+
+    def __init__(self, dimension: int, like: ServerState, folder: Path | None) -> None:
+        super().__init__(dimension, like, in_file=True)
+        handle, path = tempfile.mkstemp(prefix="fedfair-chain-", suffix=".state", dir=folder)
+        os.unlink(path)
+        self._file, self._folder = handle, os.path.dirname(path)
+        weakref.finalize(self, os.close, handle)
+        self._offsets: dict[str, int] = {}
+        offset = 0
+        for field in self.fields:
+            self._offsets[field] = offset
+            offset += _ITEM * (dimension + 1 if field in _WITH_C else dimension)
+
+    def values(self, field: str, start: int, stop: int) -> np.ndarray:
+        """Read from the file into an array of their own."""
+        values = np.empty(stop - start, dtype=np.float64)
+        _read(self._file, values, self._offsets[field] + _ITEM * start)
+        return values
+
+    def piece(self, start: int, stop: int) -> ServerState:
+        """Read from the file, each tensor into memory of its own (the step may be formed in it)."""
+        tensors: dict[str, torch.Tensor | None] = dict.fromkeys(_FIELDS)
+        for field in self.fields:
+            if field in _WITH_C:
+                values = np.empty(stop - start + 1, dtype=np.float64)
+                for into, at in self._with_c(values, start, stop):
+                    _read(self._file, into, self._offsets[field] + _ITEM * at)
+            else:
+                values = self.values(field, start, stop)
+            tensors[field] = torch.from_numpy(values)
+        theta, average = tensors["theta"], tensors["theta_average"]
+        assert theta is not None and average is not None  # every state has both
+        return ServerState(
+            round=self.round,
+            theta=theta,
+            c=self.c,
+            theta_average=average,
+            c_average=self.c_average,
+            averaged_rounds=self.averaged_rounds,
+            control=tensors["control"],
+            velocity=tensors["velocity"],
+            second_moment=tensors["second_moment"],
+        )
+
+    def write(self, piece: ServerState, start: int, stop: int) -> None:
+        """Keep `piece`, this state over theta's coordinates [start, stop), in the file.
+
+        Raises:
+            OSError: the write failed (a full disk: ENOSPC), named by the folder, the file having no name.
+        """
+        try:
+            self._put(piece, start, stop)
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, self._folder) from error
+
+    def _put(self, piece: ServerState, start: int, stop: int) -> None:
+        for field in self.fields:
+            tensor: torch.Tensor = getattr(piece, field)
+            values = np.ascontiguousarray(tensor.numpy())
+            if field not in _WITH_C:
+                _write(self._file, values, self._offsets[field] + _ITEM * start)
+                continue
+            for part, at in self._with_c(values, start, stop):
+                _write(self._file, part, self._offsets[field] + _ITEM * at)
+
+    def _with_c(self, values: np.ndarray, start: int, stop: int) -> list[tuple[np.ndarray, int]]:
+        """A piece's [coordinates, c] values, as the parts of them the file holds together, each with its index."""
+        if stop == self.dimension:
+            return [(values, start)]
+        return [(values[:-1], start), (values[-1:], self.dimension)]
+
+
+def keep(
+    pieces: Iterable[tuple[int, int, ServerState]], dimension: int, in_file: bool, folder: Path | None
+) -> KeptState:
+    """The state whose pieces (start, stop, piece) are `pieces`, over :func:`spans` (dimension, `in_file`).
+
+    In memory, the one piece (the whole state) as it is; in a file in `folder`, written as they come. An error
+    raised while the pieces are made leaves nothing kept.
+    """
+    kept: InFile | None = None
+    for start, stop, piece in pieces:
+        if not in_file:
+            return InMemory(piece)
+        if kept is None:
+            kept = InFile(dimension, piece, folder)
+        kept.write(piece, start, stop)
+        del piece  # the next piece is made without this one beside it
+    if kept is None:
+        raise ValueError("a state has at least one piece; a model has at least one parameter")
+    return kept
+
+
+def _read(file: int, into: np.ndarray, offset: int) -> None:
+    """Fill `into` (contiguous) from `file` at byte `offset`."""
+    view = into.data.cast("B")
+    done = 0
+    while done < len(view):
+        count = os.preadv(file, [view[done:]], offset + done)
+        if count == 0:
+            raise OSError(f"the model chain's state file ended {offset + done} bytes in; it was cut short")
+        done += count
+
+
+def _write(file: int, values: np.ndarray, offset: int) -> None:
+    """Write `values` (contiguous) to `file` at byte `offset`."""
+    view = values.data.cast("B")
+    done = 0
+    while done < len(view):
+        done += os.pwrite(file, view[done:], offset + done)
