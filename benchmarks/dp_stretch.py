@@ -1,20 +1,14 @@
 """FedSRCVaR under distributed DP at epsilon 1, against the baselines of docs/paper.md (issues 53 and 64).
 
-For one study at rho = 0.1 (`--profile figure1`: the superseded multiples grid, its choice `CHOSEN`; `--profile
-tuned`: the tuning protocol, its choice read from docs/figures/tuned_<dataset>/tuning.csv), every run a `fedfair
-simulate` run of the flags its row records, built by the study (`Study.test_runs`, `Study.validation_run`):
-
-  - "non-private": FedSRCVaR's chosen point's test runs, once per seed (this tree's re-run of the table);
-  - "non-private, one local step": that point at one local step, as distributed DP sums one clipped step a round;
-  - "distributed": the one-step point plus `dp_flags` (the secure sum, Skellam noise calibrated to epsilon 1 at
-    the dataset's delta, `DELTAS`), `--repeats` times per seed: noise and Poisson samples come from the OS's
-    CSPRNG, never from the seed, so each run is one draw;
-  - with `--select R`, "distributed, chosen under DP": the point chosen again under DP on the validation rows
-    by the study's own rule (`choose_on_grid`; under the protocol `search_under_dp`, the edge rule), each
-    point's validation value the mean of R DP runs; then its test runs as "distributed".
-
-Rows: the flags, seed, held-out risks, the epsilon spent, delta, the noise and the seconds; `summary`: each kind's
-mean and population std over all its runs and each seed's mean.
+One study at rho 0.1: `--profile figure1` (the superseded multiples grid, its choice `CHOSEN`) or `--profile tuned`
+(the tuning protocol, its choice read from docs/figures/tuned_<dataset>/tuning.csv). Its runs' flags are the
+study's (`Study.test_runs`, `Study.validation_run`): "non-private" (the choice's test runs, one a seed), "non-private,
+one local step" (distributed DP sums one clipped step a round), "distributed" (that plus `dp_flags`, `--repeats`
+times a seed: the noise and Poisson samples come from the OS's CSPRNG, never the seed) and, with `--select R`,
+"distributed, chosen under DP" (chosen again on the validation rows by the study's own rule, each point's value
+the mean of R DP runs: `choose_on_grid`, or under the protocol `search_under_dp`).
+Rows: the flags, seed, held-out risks, epsilon spent, delta, noise and seconds; `summary`: each kind's mean and
+population std over its runs and each seed's mean.
 """
 
 from __future__ import annotations
