@@ -1,31 +1,20 @@
-"""FedSRCVaR under distributed DP at epsilon 1, in the protocol of docs/paper.md's baselines table (issue 53).
+"""FedSRCVaR under distributed DP at epsilon 1, against the baselines of docs/paper.md (issues 53 and 64).
 
-For one baselines study (`fedfair reproduce --profile figure1`: a dataset in its paper split, or in another split
-`SPLITS` names, with the split's model, at rho = 0.1), every run a `fedfair simulate` run of the flags its row
-records:
-
-  - "non-private": FedSRCVaR's point the study chose on validation rows (`CHOSEN`, the table's "chosen on
-    validation rows"), its test runs' flags as the study builds them (`Study.test_runs`), once per test seed:
-    this tree's re-run of the table's figure;
-  - "distributed": the same flags plus `dp_flags` (the secure sum, Skellam noise calibrated to epsilon 1 at the
-    dataset's delta, `DELTAS`, theta clipped at 20 and c at its own bound, the default colluders), `--repeats`
-    times per seed.
-    The noise and the Poisson samples come from the OS's CSPRNG, never from the seed, so each run is one draw;
-  - a point with several local steps runs at one local step first ("non-private, one local step"), as
-    distributed DP sums one clipped step a round;
-  - with `--select R`: the point chosen again under DP, on the validation rows as the study chooses (the
-    lowest worst-decile risk), over the study's FedSRCVaR grid at one local step, each point's validation
-    run `R` times under DP (its mean); then its test runs as "distributed" ("distributed, chosen under DP").
-
-Rows: the flags, the seed, the held-out worst-decile and mean risk and accuracy, the epsilon every site's
-accountant spent (the largest), delta, the noise std per coordinate of the decoded weighted sum and over one
-record's move, the colluders and the seconds; `summary` gives each kind's mean and population standard
-deviation over all its runs (as the paper's tables take them over seeds) and each seed's mean.
+One study at rho 0.1: `--profile figure1` (the superseded multiples grid, its choice `CHOSEN`) or `--profile tuned`
+(the tuning protocol, its choice read from docs/figures/tuned_<dataset>/tuning.csv). Its runs' flags are the
+study's (`Study.test_runs`, `Study.validation_run`): "non-private" (the choice's test runs, one a seed), "non-private,
+one local step" (distributed DP sums one clipped step a round), "distributed" (that plus `dp_flags`, `--repeats`
+times a seed: the noise and Poisson samples come from the OS's CSPRNG, never the seed) and, with `--select R`,
+"distributed, chosen under DP" (chosen again on the validation rows by the study's own rule, each point's value
+the mean of R DP runs: `choose_on_grid`, or under the protocol `search_under_dp`).
+Rows: the flags, seed, held-out risks, epsilon spent, delta, noise and seconds; `summary`: each kind's mean and
+population std over its runs and each seed's mean.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import gc
 import sys
@@ -38,12 +27,18 @@ import numpy as np
 import torch
 
 from published import publish
+from fedfair.core.errors import ConfigError
+from fedfair.research import tuning
 from fedfair.research.experiment import load_federation, simulate
 from fedfair.research.flags import config_from_flags
 from fedfair.research.paper_splits import PaperSplit, paper_split
 from fedfair.research.profiles import PROFILES, TABLE_RHO
-from fedfair.research.study import Point, Study
+from fedfair.research.study import METHOD_LABELS, Point, Study, ladder_point
 from fedfair.research.runs import Run, execute
+
+FIGURES = Path(__file__).resolve().parents[1] / "docs" / "figures"
+ONE_STEP_LIMIT = "local steps held at 1: distributed DP sums one clipped local step a round"
+"""The limit the search under DP states beside the edge rule's: it does not search the local-step ladder."""
 
 SPLITS = {"census-income-51": ("census-income", paper_split("census-income", "previous_state", 51))}
 """The studies not in their dataset's paper split, by name: each one's dataset and split (`reproduce
@@ -80,12 +75,59 @@ def dataset_and_split(study: str) -> tuple[str, PaperSplit]:
     return SPLITS.get(study, (study, paper_split(study)))
 
 
-def study_of(name: str) -> Study:
-    """The baselines study `name` as `fedfair reproduce --profile figure1` builds it, FedSRCVaR's runs."""
+def study_of(name: str, profile_name: str = "figure1") -> Study:
+    """The study `name` as `fedfair reproduce --profile PROFILE_NAME` builds it, FedSRCVaR's runs."""
     dataset, split = dataset_and_split(name)
-    profile = PROFILES["figure1"]
+    profile = PROFILES[profile_name]
     profile = profile if split.model is None else dataclasses.replace(profile, model=split.model)
     return Study(dataset, profile, ("fedsrcvar",), split=split)
+
+
+def tuned_table(name: str) -> Path:
+    """The folder of the tuned study of `name` (`fedfair reproduce --profile tuned`'s tables, committed)."""
+    folder = FIGURES / f"tuned_{name.replace('-', '_')}"
+    if not (folder / "tuning.csv").is_file():
+        raise ConfigError(
+            f"no tuned study of {name} at {folder}: run fedfair reproduce --profile tuned --dataset {name} "
+            "and commit its tables there, or use --profile figure1"
+        )
+    return folder
+
+
+def tuned_choice(name: str, study: Study) -> Point:
+    """FedSRCVaR's point the tuned study of `name` chose at rho 0.1: the row of its tuning.csv marked chosen."""
+    axes = study.search("fedsrcvar").axes
+    with open(tuned_table(name) / "tuning.csv", newline="") as handle:
+        rows = [
+            row
+            for row in csv.DictReader(handle)
+            if row["method"] == METHOD_LABELS["fedsrcvar"]
+            and float(row["rho"]) == TABLE_RHO
+            and row["chosen"] == "True"
+        ]
+    named = " | ".join(axis.name for axis in axes)
+    if len(rows) != 1 or rows[0]["axes"] != named:
+        raise ConfigError(f"{name}'s tuning.csv needs one chosen FedSRCVaR row at rho 0.1 on the axes {named}")
+    return ladder_point("fedsrcvar", axes, tuple(float(value) for value in rows[0]["coordinates"].split(" | ")))
+
+
+def best_baseline(name: str) -> dict[str, Any]:
+    """The tuned study's non-private baseline with the lowest held-out worst-decile risk at rho 0.1 (fig2_rho.csv,
+    every method's row at every rho)."""
+    with open(tuned_table(name) / "fig2_rho.csv", newline="") as handle:
+        rows = [
+            row
+            for row in csv.DictReader(handle)
+            if row["method"] != METHOD_LABELS["fedsrcvar"] and float(row["rho"]) == TABLE_RHO
+        ]
+    best = min(rows, key=lambda row: float(row["worst_risk_mean"]))
+    return {
+        "method": best["method"],
+        "worst_risk_mean": float(best["worst_risk_mean"]),
+        "worst_risk_std": float(best["worst_risk_std"]),
+        "mean_risk_mean": float(best["mean_risk_mean"]),
+        "chosen": best["chosen"],
+    }
 
 
 def described(flags: Sequence[str], kind: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -128,21 +170,59 @@ def held_out_rows(study: Study, point: Point, kind: str, extra: Sequence[str], r
     return rows
 
 
-def select_under_dp(name: str, study: Study, repeats: int) -> tuple[Point, list[dict[str, Any]]]:
-    """The one-local-step point of FedSRCVaR's grid with the lowest mean validation worst-decile risk under DP."""
-    grid = study.grid("fedsrcvar", TABLE_RHO)
-    runs = study.selection_runs("fedsrcvar", TABLE_RHO)
-    rows = []
-    for point, run in zip(grid, runs, strict=True):
-        if point.local_steps != 1:
-            continue
-        flags = (*run.flags, *dp_flags(name))
-        risks = [execute(Run(flags, "validation"))["worst_risk"] for _ in range(repeats)]
-        rows.append({"point": point.describe(), "flags": list(flags), "worst_risks": risks})
-        print(f"dp_stretch: validation {point.describe()}: {np.mean(risks):.4f}", file=sys.stderr)
+def dp_validation(name: str, study: Study, point: Point, repeats: int) -> dict[str, Any]:
+    """`point`'s validation run (the study's flags) under DP, `repeats` times: its flags and worst-decile risks."""
+    flags = (*study.validation_run("fedsrcvar", TABLE_RHO, point).flags, *dp_flags(name))
+    risks = [execute(Run(flags, "validation"))["worst_risk"] for _ in range(repeats)]
+    print(f"dp_stretch: validation {point.describe()}: {np.mean(risks):.4f}", file=sys.stderr)
+    return {"point": point.describe(), "flags": list(flags), "worst_risks": risks}
+
+
+def choose_on_grid(name: str, study: Study, repeats: int) -> tuple[Point, dict[str, Any]]:
+    """The one-local-step point of FedSRCVaR's fixed grid with the lowest mean validation risk under DP."""
+    grid = [point for point in study.grid("fedsrcvar", TABLE_RHO) if point.local_steps == 1]
+    rows = [dp_validation(name, study, point, repeats) for point in grid]
     best = min(range(len(rows)), key=lambda index: float(np.mean(rows[index]["worst_risks"])))
-    chosen = next(point for point in grid if point.describe() == rows[best]["point"])
-    return chosen, rows
+    return grid[best], {"validation": rows}
+
+
+def search_under_dp(name: str, study: Study, repeats: int) -> tuple[Point, dict[str, Any]]:
+    """The tuning protocol's choice under DP: FedSRCVaR's `tuning.Search` over its axes but the local steps
+    (held at 1), the edge rule and the same extension budget, each point's value its mean validation risk
+    over `repeats` DP runs (a diverged run makes the mean NaN: diverged)."""
+    axes = tuple(axis for axis in study.search("fedsrcvar").axes if axis is not tuning.LOCAL_STEPS)
+    search = tuning.Search(axes, tuning.EXTENSION_RUNS)
+    found: dict[tuning.Coordinates, dict[str, Any]] = {}
+
+    def evaluate(asked: list[tuple[int, tuning.Coordinates]]) -> list[float]:
+        for _, coordinates in asked:
+            found[coordinates] = dp_validation(name, study, ladder_point("fedsrcvar", axes, coordinates), repeats)
+        return [float(np.mean(found[coordinates]["worst_risks"])) for _, coordinates in asked]
+
+    tuning.settle([search], evaluate)
+    choice = search.choice()
+    rows = [
+        {
+            **found[coordinates],
+            "coordinates": list(coordinates),
+            "round": search.round_of[coordinates],
+            "worst_risk": risk,
+            "chosen": coordinates == choice,
+        }
+        for coordinates, risk in search.tried.items()
+    ]
+    return ladder_point("fedsrcvar", axes, choice), {
+        "search": {
+            "axes": [axis.name for axis in axes],
+            "ladders": {axis.name: axis.describe() for axis in axes},
+            "repeats": repeats,
+            "extension_runs": search.extension_runs,
+            "budget": search.budget,
+            "settled": search.settled,
+            "limits": [*search.limits(), ONE_STEP_LIMIT],
+        },
+        "validation": rows,
+    }
 
 
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -179,28 +259,36 @@ def main() -> None:
         default="rand-hie",
         help="the study: a dataset in its paper split, or a name in SPLITS",
     )
+    parser.add_argument(
+        "--profile",
+        choices=("figure1", "tuned"),
+        default="figure1",
+        help="the study's tuning: figure1's multiples grid (CHOSEN) or the tuning protocol (docs/figures/tuned_*)",
+    )
     parser.add_argument("--repeats", type=int, default=10, help="runs of each DP test seed (default 10)")
     parser.add_argument("--select", type=int, default=0, metavar="R", help="also choose under DP, R runs a point")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
     started = time.perf_counter()
-    study = study_of(args.dataset)
-    point = CHOSEN[args.dataset]
+    study = study_of(args.dataset, args.profile)
+    tuned = study.profile.ladders
+    point = tuned_choice(args.dataset, study) if tuned else CHOSEN[args.dataset]
+    document: dict[str, Any] = {"dataset": args.dataset, "split": study.split.describe(), "rho": TABLE_RHO}
+    if tuned:
+        table = tuned_table(args.dataset).relative_to(FIGURES.parents[1])
+        document |= {"profile": args.profile, "table": str(table), "baseline": best_baseline(args.dataset)}
     rows = held_out_rows(study, point, "non-private", (), 1)
+    document["non_private_point"] = point.describe()
     if point.local_steps != 1:
         point = dataclasses.replace(point, local_steps=1)
         rows += held_out_rows(study, point, "non-private, one local step", (), 1)
     rows += held_out_rows(study, point, "distributed", dp_flags(args.dataset), args.repeats)
-    document: dict[str, Any] = {
-        "dataset": args.dataset,
-        "split": study.split.describe(),
-        "rho": TABLE_RHO,
-        "point": point.describe(),
-    }
+    document["point"] = point.describe()
     if args.select:
-        chosen, validation = select_under_dp(args.dataset, study, args.select)
-        document |= {"chosen_under_dp": chosen.describe(), "validation": validation}
+        choose = search_under_dp if tuned else choose_on_grid
+        chosen, how = choose(args.dataset, study, args.select)
+        document |= {"chosen_under_dp": chosen.describe(), **how}
         if chosen != point:
             rows += held_out_rows(study, chosen, "distributed, chosen under DP", dp_flags(args.dataset), args.repeats)
     document |= {"summary": summary(rows), "rows": rows, "seconds": time.perf_counter() - started}

@@ -26,6 +26,7 @@ from typing import Any
 
 from report_learning import census_fairness, convergence_bench, dp_bench, dp_bits, dp_utility, dp_utility_equal
 from report_learning import eval_error, influence_bench, noised_statistics, reference_gap, simulation_speed
+from report_dp_stretch import dp_stretch
 from report_gpu import gpu_bench
 from report_plots import save
 from report_runtime import (
@@ -88,6 +89,8 @@ SECTIONS: dict[str, Shows] = {
     "noised_statistics": noised_statistics,
     "eval_error": eval_error,
     "census_fairness": census_fairness,
+    "dp_stretch_adult": dp_stretch,
+    "dp_stretch_rand_hie": dp_stretch,
     "convergence_bench": convergence_bench,
     "reference_gap": reference_gap,
     "influence_bench": influence_bench,

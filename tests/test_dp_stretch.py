@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+from fedfair.research import tuning
+from fedfair.research.study import Point, Study, ladder_point
+
 ROOT = Path(__file__).resolve().parents[1]
 STRETCH = ROOT / "docs" / "figures" / "baselines_dp_stretch"
 TABLES = {
@@ -64,11 +67,18 @@ def test_every_stretch_starts_from_the_point_its_study_chose_on_validation_rows(
         assert point.describe() == fedsrcvar_row(name)["chosen"], name
 
 
-@pytest.mark.parametrize("document", committed(), ids=lambda document: document["dataset"])
-def test_a_committed_stretch_is_the_runs_its_flags_describe(dp_stretch: ModuleType, document: dict[str, Any]) -> None:
+def assert_the_runs_of(
+    dp_stretch: ModuleType,
+    document: dict[str, Any],
+    study: Study,
+    point: Point,
+    chosen: Point | None,
+    table_risk: float,
+) -> None:
+    """`document`'s rows are the test runs of `point` (as it is and at one local step), under DP, and of the point
+    `chosen` under DP (None: none), by the flags `study` builds; its summary is theirs; its non-private re-run is
+    `table_risk`; every DP run spent epsilon 1 at the study's delta."""
     name, rows = document["dataset"], document["rows"]
-    study = dp_stretch.study_of(name)
-    point = dp_stretch.CHOSEN[name]
     one_step = dataclasses.replace(point, local_steps=1)
     expected = {"non-private": [tuple(run.flags) for run in study.test_runs("fedsrcvar", 0.1, point)]}
     if one_step != point:
@@ -77,9 +87,8 @@ def test_a_committed_stretch_is_the_runs_its_flags_describe(dp_stretch: ModuleTy
         ]
     dp = dp_stretch.dp_flags(name)
     expected["distributed"] = [(*run.flags, *dp) for run in study.test_runs("fedsrcvar", 0.1, one_step)]
-    # Without --select nothing was chosen under DP; the same point chosen again adds no rows.
-    if document.get("chosen_under_dp", document["point"]) != document["point"]:
-        chosen = next(p for p in study.grid("fedsrcvar", 0.1) if p.describe() == document["chosen_under_dp"])
+    # The same point chosen again under DP adds no rows.
+    if chosen is not None and chosen != one_step:
         assert chosen.local_steps == 1
         expected["distributed, chosen under DP"] = [
             (*run.flags, *dp) for run in study.test_runs("fedsrcvar", 0.1, chosen)
@@ -90,16 +99,24 @@ def test_a_committed_stretch_is_the_runs_its_flags_describe(dp_stretch: ModuleTy
     # The summary is computed from these rows, not edited beside them.
     assert json.loads(json.dumps(dp_stretch.summary(rows))) == document["summary"]
     # The non-private re-run is the table's figure.
-    table = fedsrcvar_row(name)
-    assert document["summary"]["non-private"]["worst_risk_mean"] == pytest.approx(
-        float(table["worst_risk_mean"]), abs=RERUN_TOLERANCE
-    )
+    assert document["summary"]["non-private"]["worst_risk_mean"] == pytest.approx(table_risk, abs=RERUN_TOLERANCE)
     for row in rows:
         if "distributed" in row["kind"]:
             assert row["delta"] == dp_stretch.DELTAS[name]
             # Calibrated to spend the budget, never more: within 1e-3 of epsilon 1 from below.
             assert 0.999 <= row["epsilon_spent"] <= 1.0, row
             assert row["noise_std"] > 0 and math.isfinite(row["worst_risk"])
+
+
+@pytest.mark.parametrize("document", committed(), ids=lambda document: document["dataset"])
+def test_a_committed_stretch_is_the_runs_its_flags_describe(dp_stretch: ModuleType, document: dict[str, Any]) -> None:
+    name = document["dataset"]
+    study = dp_stretch.study_of(name)
+    # Without --select nothing was chosen under DP.
+    described = document.get("chosen_under_dp")
+    chosen = next((p for p in study.grid("fedsrcvar", 0.1) if p.describe() == described), None)
+    table_risk = float(fedsrcvar_row(name)["worst_risk_mean"])
+    assert_the_runs_of(dp_stretch, document, study, dp_stretch.CHOSEN[name], chosen, table_risk)
 
 
 @pytest.mark.study
@@ -117,3 +134,67 @@ def test_a_dp_run_on_this_tree_lands_among_the_committed_runs(dp_stretch: Module
     assert abs(row["worst_risk"] - summary["worst_risk_mean"]) <= DRAW_STDS * summary["worst_risk_std"]
     assert 0.999 <= row["epsilon_spent"] <= 1.0
     assert row["noise_std"] == pytest.approx(summary["noise_std"], rel=1e-12)
+
+
+TUNED_STRETCHES = sorted((ROOT / "benchmarks" / "results").glob("dp_stretch_*.json"))
+"""`dp_stretch.py --profile tuned`'s committed runs: the stretch against the tuned studies (issue 64)."""
+
+
+def tuned_document(path: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(path.read_text())
+    return document
+
+
+def tuned_fedsrcvar_row(name: str) -> dict[str, str]:
+    """FedSRCVaR's row at rho 0.1 in the tuned study's fig2_rho.csv (every method, every rho)."""
+    folder = ROOT / "docs" / "figures" / f"tuned_{name.replace('-', '_')}"
+    with open(folder / "fig2_rho.csv", newline="") as handle:
+        return next(row for row in csv.DictReader(handle) if row["method"] == "FedSRCVaR" and row["rho"] == "0.1")
+
+
+@pytest.mark.parametrize("path", TUNED_STRETCHES, ids=lambda path: path.stem)
+def test_a_tuned_stretch_starts_from_the_tuned_studys_choice_and_is_the_runs_its_flags_describe(
+    dp_stretch: ModuleType, path: Path
+) -> None:
+    document = tuned_document(path)
+    name = document["dataset"]
+    assert document["profile"] == "tuned"
+    study = dp_stretch.study_of(name, "tuned")
+    point = dp_stretch.tuned_choice(name, study)
+    table = tuned_fedsrcvar_row(name)
+    assert point.describe() == table["chosen"] == document["non_private_point"]
+    chosen = next(row for row in document["validation"] if row["chosen"])
+    axes = tuple(axis for axis in study.search("fedsrcvar").axes if axis is not tuning.LOCAL_STEPS)
+    chosen_point = ladder_point("fedsrcvar", axes, tuple(chosen["coordinates"]))
+    assert chosen_point.describe() == document["chosen_under_dp"]
+    assert_the_runs_of(dp_stretch, document, study, point, chosen_point, float(table["worst_risk_mean"]))
+    assert document["baseline"] == dp_stretch.best_baseline(name)
+
+
+@pytest.mark.parametrize("path", TUNED_STRETCHES, ids=lambda path: path.stem)
+def test_the_choice_under_dp_is_the_tuning_protocols_on_the_committed_validation_runs(
+    dp_stretch: ModuleType, path: Path
+) -> None:
+    """Replaying the edge rule on the committed means tries the committed points in their order and rounds, and
+    chooses and marks as the file says: the search ran the protocol, with local steps held at 1."""
+    document = tuned_document(path)
+    name, validation, search_figures = document["dataset"], document["validation"], document["search"]
+    study = dp_stretch.study_of(name, "tuned")
+    axes = tuple(axis for axis in study.search("fedsrcvar").axes if axis is not tuning.LOCAL_STEPS)
+    assert search_figures["axes"] == [axis.name for axis in axes]
+    committed = {tuple(row["coordinates"]): row for row in validation}
+    for row in validation:
+        # The value is the mean of the runs (NaN, a diverged run among them, never equals itself).
+        assert len(row["worst_risks"]) == search_figures["repeats"]
+        mean = sum(row["worst_risks"]) / len(row["worst_risks"])
+        assert row["worst_risk"] == pytest.approx(mean, rel=1e-12) or not math.isfinite(mean)
+        point = ladder_point("fedsrcvar", axes, tuple(row["coordinates"]))
+        validation_flags = study.validation_run("fedsrcvar", 0.1, point).flags
+        assert row["flags"] == [*validation_flags, *dp_stretch.dp_flags(name)]
+    search = tuning.Search(axes, tuning.EXTENSION_RUNS)
+    tuning.settle([search], lambda asked: [committed[point]["worst_risk"] for _, point in asked])
+    assert list(search.tried) == list(committed)
+    assert [search.round_of[point] for point in search.tried] == [row["round"] for row in validation]
+    assert [row["chosen"] for row in validation] == [point == search.choice() for point in search.tried]
+    assert search_figures["limits"] == [*search.limits(), dp_stretch.ONE_STEP_LIMIT]
+    assert search_figures["settled"] == search.settled and search_figures["budget"] == search.budget
