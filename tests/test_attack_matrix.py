@@ -14,7 +14,7 @@
   TRAIN flood) and the outcome scenario's (forged, tampered, substituted and honest final bundle) too, the fuzz clean.
   `make test` runs the transport group (the hostile client's own attacks and the fuzz); the other groups re-run
   the campaign's federations and are marked `study` (`make test-studies`).
-- The noise scenario alone (``--only noise``, issues 41 and 65, about 30 s): every row handled, each stating the
+- The noise scenario alone (``--only noise``, issues 41 and 65, about 25 s): every row handled, each stating the
   noise scale the aggregator faces and the epsilon each site's ledger charged, and each measured error
   of that noise's order (nothing exact), its control without [privacy] exact; a forged model in those rows
   refused by every site it is sent to (NEXT_MODEL). It re-runs the campaign's federations too, so it is
@@ -312,7 +312,7 @@ NOISE_ROWS = ("evaluation", "1-ulp difference", "composition", "training differe
 
 @pytest.mark.study
 def test_under_privacy_every_query_the_aggregator_decodes_is_noised(tmp_path: Path) -> None:
-    """About 30 s: the noise scenario alone (real federations on loopback: the attacks, forged and curious, and
+    """About 25 s: the noise scenario alone (real federations on loopback: the attacks, forged and curious, and
     their controls)."""
     result = run_matrix(("noise",), tmp_path / "noise.json", quick=False, timeout=120)
     rows = {row["attack"].split(":")[0]: row for row in result["attacks"]}

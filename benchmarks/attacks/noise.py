@@ -295,7 +295,7 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
 
 
 def noise_rows(root: Path, book: RowBook, *, quick: bool = False) -> None:
-    """Every row of this scenario (see the notes above); about 30 s on 2 cores, so `quick` leaves nothing out."""
+    """Every row of this scenario (see the notes above); about 15 s on 2 cores, so `quick` leaves nothing out."""
     evaluation_rows(root / "evaluation", book)
     composition_row(root / "composition", book)
     training_row(root / "training", book)
