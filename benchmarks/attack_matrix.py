@@ -45,9 +45,10 @@ code), so what holds, holds against code that is not ours:
   on the same model across restarts, a 1-ulp model pushed to one site, a deleted record and a deleted
   privacy ledger, a 2 GiB input announced, 20,000 TRAIN tasks against a 3-round plan;
 - noise (``benchmarks/attacks/noise.py``, issue 41): under ``[privacy]`` the decoded evaluation of a crafted
-  model, its 1-ulp per-site difference, composition counts (a cell and its complement, two thresholds) and
-  training differencing under dropouts, each measured against the exact answer in units of the noise the
-  aggregator states, with the epsilon each site's ledger charged;
+  model, its 1-ulp per-site difference, composition counts (a cell and its complement) and training
+  differencing under dropouts, each measured against the exact answer in units of the noise the aggregator
+  states, with the epsilon each site's ledger charged; their forged models (a c of the aggregator's choosing,
+  round 2 on M + 1 ulp) refused by every site (issue 65's model chain);
 - plan (``benchmarks/attacks/plan_values.py``, issue 51, items 3 and 8): the decoded noise of a plan whose
   masking degree is every other site, against what the ledger charges; every odd number of a served plan;
 - ledger (``benchmarks/attacks/ledger.py``, issue 51): a renewed federation's answers charged on top of the

@@ -14,10 +14,11 @@
   TRAIN flood) and the outcome scenario's (forged, tampered, substituted and honest final bundle) too, the fuzz clean.
   `make test` runs the transport group (the hostile client's own attacks and the fuzz); the other groups re-run
   the campaign's federations and are marked `study` (`make test-studies`).
-- The noise scenario alone (``--only noise``, issue 41, about 10 s): every row handled, each stating the
+- The noise scenario alone (``--only noise``, issues 41 and 65, about 25 s): every row handled, each stating the
   noise scale the aggregator faces and the epsilon each site's ledger charged, and each measured error
-  of that noise's order (nothing exact), its control without [privacy] exact. It re-runs the campaign's
-  federations too, so it is marked `study`.
+  of that noise's order (nothing exact), its control without [privacy] exact; a forged model in those rows
+  refused by every site it is sent to (NEXT_MODEL). It re-runs the campaign's federations too, so it is
+  marked `study`.
 """
 
 from __future__ import annotations
@@ -311,7 +312,8 @@ NOISE_ROWS = ("evaluation", "1-ulp difference", "composition", "training differe
 
 @pytest.mark.study
 def test_under_privacy_every_query_the_aggregator_decodes_is_noised(tmp_path: Path) -> None:
-    """About 10 s: the noise scenario alone (four real federations and their controls on loopback)."""
+    """About 25 s: the noise scenario alone (real federations on loopback: the attacks, forged and curious, and
+    their controls)."""
     result = run_matrix(("noise",), tmp_path / "noise.json", quick=False, timeout=120)
     rows = {row["attack"].split(":")[0]: row for row in result["attacks"]}
     assert sorted(rows) == sorted(f"noise, {name}" for name in NOISE_ROWS), json.dumps(rows, indent=1)[:3000]
@@ -323,8 +325,18 @@ def test_under_privacy_every_query_the_aggregator_decodes_is_noised(tmp_path: Pa
     assert 0.5 < details["1-ulp difference"]["difference"]["against_victim"]["rms_in_std"] < 2
     assert details["1-ulp difference"]["control_largest_error"] < 1e-3  # without [privacy]: the exact histogram
     assert details["composition"]["composition"]["noise_std"] > 1.0
+    # A forged model (a c of the aggregator's choosing, a model one ulp away) is refused by every site it is sent
+    # to, for the model chain's reason, before anything is counted or trained on it.
+    refused = details["composition"]["forged"]["refusals"]
+    assert len(refused) == 4 and {reason for _, reason in refused.values()} == {"NEXT_MODEL"}
+    assert details["composition"]["forged"]["sums_decoded"] == 0
     training = details["training differencing"]
-    assert training["attack"]["std"] > 0 and training["full_batches"]["relative_error_raw"] < 1e-6
+    sent_the_forgery = sorted(name for name, refusal in training["forged"]["refusals"].items() if refusal)
+    assert sent_the_forgery == ["site-a", "site-b", "site-c"]  # site-d, the victim, was left out of round 2
+    assert training["forged"]["trained_in_round_2"] == [] and not training["forged"]["round_2_decoded"]
+    # Curious only: the noise hides the victim; without it the decoded difference is the sites' own to the rounding.
+    assert training["attack"]["std"] > 0
+    assert training["full_batches"]["largest_departure"] <= training["full_batches"]["rounding_bound"]
     # Every site's ledger charged what it answered: two evaluations cost more than one, and nothing is free.
     spent = details["1-ulp difference"]["epsilon"]
     assert spent["site-a"] > spent["site-d"] > 0
