@@ -74,6 +74,8 @@ def select(
         return method, rho, ladder_point(method, searches[index].axes, point)
 
     tuning.settle(searches, evaluate)
+    while seed_nested(wanted, searches):
+        tuning.settle(searches, evaluate)
     selections = {}
     for (method, rho), search in zip(wanted, searches, strict=True):
         points = tuple(ladder_point(method, search.axes, point) for point in search.tried)
@@ -85,6 +87,24 @@ def select(
             search,
         )
     return selections, results
+
+
+def seed_nested(wanted: Sequence[tuple[str, float]], searches: Sequence[tuning.Search]) -> bool:
+    """Seed each search with the current choice of every method it holds as a limit case (`tuning.NESTED`).
+
+    Whether any search got a point it has not tried: then the searches go on, and are seeded again once they
+    end, until no choice yields a new seed (each inner method's final choice is tried by its outer methods).
+    """
+    index_of = {pair: index for index, pair in enumerate(wanted)}
+    fresh = False
+    for (method, rho), search in zip(wanted, searches, strict=True):
+        for nesting in tuning.NESTED.get(method, ()):
+            inner = index_of.get((nesting.inner, rho))
+            if inner is None:
+                continue
+            point = tuning.nested_point(search.axes, searches[inner].axes, searches[inner].choice(), nesting)
+            fresh |= search.seed(point, f"{METHOD_LABELS[nesting.inner]}'s choice")
+    return fresh
 
 
 def tuning_rows(selections: Mapping[tuple[str, float], Selection]) -> list[dict[str, Any]]:
@@ -108,6 +128,7 @@ def tuning_rows(selections: Mapping[tuple[str, float], Selection]) -> list[dict[
                     "coordinates": " | ".join(f"{value:g}" for value in coordinates),
                     "point": point.describe(method),
                     "round": search.round_of[coordinates],
+                    "seeded_from": search.seeds.get(coordinates, ""),
                     "worst_risk": risk,
                     "chosen": coordinates == choice,
                 }

@@ -6,9 +6,8 @@ momentum) are the same axes for every method, in absolute units, whatever the me
 starts from the product of the starting values and applies the edge rule: while the choice (lowest
 validation worst-group risk) has an untried ladder neighbour on some axis, it tries those and chooses again,
 until every neighbour was tried (the choice sits on no edge), a neighbour lies past a ladder end (a bound),
-or the method's extension runs are spent; a diverged neighbour counts as tried. `limits` states which.
-
-Why: docs/paper.md, "The tuning protocol".
+or the method's extension runs are spent; a diverged neighbour counts as tried. `limits` states which. A method
+that holds another as a limit case (`NESTED`) is also seeded with that method's choice. Why: docs/paper.md, "The tuning protocol".
 """
 
 from __future__ import annotations
@@ -91,6 +90,8 @@ class Search:
     """How many times the search extended its grid."""
     round_of: dict[Coordinates, int] = field(default_factory=dict)
     """The round each point was tried in: 0 the starting grid, k the k-th extension."""
+    seeds: dict[Coordinates, str] = field(default_factory=dict)
+    """Points added to the start after it, each with where it came from (`seed`)."""
 
     def start(self) -> list[Coordinates]:
         """The starting grid: the product of the axes' starting values (the last axis varying fastest)."""
@@ -98,8 +99,25 @@ class Search:
 
     @property
     def budget(self) -> int:
-        """The validation runs the search may use: its starting grid and its extension runs."""
-        return len(self.start()) + self.extension_runs
+        """The validation runs the search may use: its starting grid, its seeds and its extension runs."""
+        return len(self.start()) + len(self.seeds) + self.extension_runs
+
+    def seed(self, point: Coordinates, origin: str) -> bool:
+        """Add `point` (from `origin`, e.g. "FedAvgM's choice") to what the search tries; False if tried already.
+
+        A seed is tried before any further neighbour and adds one run to the budget, so that it never takes
+        an extension run from the method.
+
+        Raises:
+            ConfigError: `point` is off this search's ladders.
+        """
+        for axis, value in zip(self.axes, point, strict=True):
+            if value not in axis.ladder:
+                raise ConfigError(f"seed {point} from {origin}: {axis.name} {value:g} is not on its ladder")
+        if point in self.tried or point in self.seeds:
+            return False
+        self.seeds[point] = origin
+        return True
 
     def choice(self) -> Coordinates:
         """The tried point with the lowest validation risk (ties: the first tried; a diverged one never wins).
@@ -121,10 +139,12 @@ class Search:
         """
         if not self.tried:
             return self.start()
+        seeds = [point for point in self.seeds if point not in self.tried]
         if all(diverged(risk) for risk in self.tried.values()):
-            return []
-        left = self.budget - len(self.tried)
-        return self._untried_neighbours()[: max(left, 0)]
+            return seeds
+        left = self.budget - len(self.tried) - len(seeds)
+        neighbours = [point for point in self._untried_neighbours() if point not in seeds]
+        return seeds + neighbours[: max(left, 0)]
 
     def _untried_neighbours(self) -> list[Coordinates]:
         wanted: list[Coordinates] = []
@@ -279,3 +299,39 @@ def axes_of(method: str, local_steps: bool, momentum: bool) -> tuple[Axis, ...]:
     """`method`'s axes: the step, the local steps and the momentum where it takes them, then its own knobs."""
     shared = (STEP, *((LOCAL_STEPS,) if local_steps else ()), *((MOMENTUM,) if momentum else ()))
     return (*shared, *OWN_AXES.get(method, ()))
+
+
+class Nesting(NamedTuple):
+    """A method holds `inner` as a limit case: `inner`'s point, with `limit`'s values on the axes `inner` lacks."""
+
+    inner: str
+    limit: Mapping[str, float]
+
+
+NESTED: dict[str, tuple[Nesting, ...]] = {
+    "fedavgm": (Nesting("fedavg", {MOMENTUM.name: 0.0}),),
+    "fedsrcvar": (
+        Nesting("fedavg", {MOMENTUM.name: 0.0, EPSILON.name: 1.0, GAMMA.name: GAMMA.start[0]}),
+        Nesting("fedavgm", {EPSILON.name: 1.0, GAMMA.name: GAMMA.start[0]}),
+    ),
+    "deltafl": (
+        Nesting("fedavg", {MOMENTUM.name: 0.0, LEVEL.name: 1.0}),
+        Nesting("fedavgm", {LEVEL.name: 1.0}),
+    ),
+}
+"""Which methods each method holds exactly at an end of its own ladders: FedAvgM at momentum 0 is FedAvg,
+FedSRCVaR at epsilon 1 is FedAvgM (gamma then weighs nothing), Delta-FL at level 1 is FedAvgM. Why: a search
+that can reach its inner method's choice must not lose to it on validation for want of trying it."""
+
+
+def nested_point(axes: Sequence[Axis], inner_axes: Sequence[Axis], inner: Coordinates, nesting: Nesting) -> Coordinates:
+    """The point on `axes` that is `inner` (a point on `inner_axes`) with `nesting.limit` on the axes it lacks.
+
+    Raises:
+        ConfigError: an axis of `axes` is neither among `inner_axes` nor in the limit.
+    """
+    values = dict(zip((axis.name for axis in inner_axes), inner, strict=True)) | dict(nesting.limit)
+    missing = [axis.name for axis in axes if axis.name not in values]
+    if missing:
+        raise ConfigError(f"the nesting of {nesting.inner} names no value for the axes {missing}")
+    return tuple(values[axis.name] for axis in axes)

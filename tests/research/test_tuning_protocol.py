@@ -95,6 +95,27 @@ def test_ties_go_to_the_first_point_tried_and_a_point_is_not_tried_twice() -> No
         Axis("bad", (1.0, 2.0), (3.0,), below="", above="")
 
 
+def test_a_seed_is_tried_next_adds_a_run_to_the_budget_and_wins_only_if_lower() -> None:
+    search = searched(surface((0.01, 0.0)), extension_runs=0)
+    budget = search.budget
+    assert not search.seed((0.01, 0.0), "a start point")  # tried already: nothing to add
+    assert search.seed((10.0, 3.0), "the inner method's choice")
+    assert search.budget == budget + 1 and search.wanted() == [(10.0, 3.0)]
+    tuning.settle([search], lambda asked: [-1.0 for _ in asked])
+    assert search.choice() == (10.0, 3.0) and search.seeds == {(10.0, 3.0): "the inner method's choice"}
+    with pytest.raises(ConfigError, match="not on its ladder"):
+        search.seed((0.5, 0.0), "somewhere off the ladder")
+
+
+def test_a_nested_point_is_the_inner_choice_at_the_outer_methods_limit() -> None:
+    nesting = tuning.NESTED["fedsrcvar"][0]
+    outer = tuning.axes_of("fedsrcvar", local_steps=True, momentum=True)
+    inner = tuning.axes_of("fedavg", local_steps=True, momentum=False)
+    assert tuning.nested_point(outer, inner, (0.3, 15.0), nesting) == (0.3, 15.0, 0.0, 1.0, tuning.GAMMA.start[0])
+    with pytest.raises(ConfigError, match="no value for the axes"):
+        tuning.nested_point(outer, inner[:1], (0.3,), nesting)
+
+
 # ---------------------------------------------------------------- the study's ladders
 
 BASELINES = ("fedsrcvar", "fedavg", "fedavgm", "propfair", "term", "deltafl")
@@ -192,6 +213,35 @@ def test_the_study_records_each_methods_budget_tried_points_and_marks(
     assert [row["point"] for row in rows if row["chosen"]] == [
         selections[pair].choice.describe(pair[0]) for pair in wanted
     ]
+
+
+def test_a_method_is_never_worse_on_validation_than_a_method_it_holds_as_a_limit_case(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Best at a large effective step, many local steps and epsilon 1 (ERM): FedSRCVaR's
+    # five-axis search spends its 6 extension runs on every axis, while FedAvg's two-axis one walks there.
+    def risk(flags: tuple[str, ...]) -> float:
+        knobs = {name: float(flags[flags.index(name) + 1]) for name in ("--lr", "--local-steps")}
+        epsilon = float(flags[flags.index("--epsilon") + 1]) if "--epsilon" in flags else 1.0
+        penalty = 0.0 if epsilon == 1.0 else 0.05
+        return (math.log10(knobs["--lr"]) - math.log10(0.25)) ** 2 + 0.1 * (15 - knobs["--local-steps"]) + penalty
+
+    def run_all(runs: list[Run], *_: Any, **__: Any) -> dict[Run, dict[str, Any]]:
+        return {run: {"rho": TABLE_RHO, "worst_risk": risk(run.flags), "mean_risk": 0.0} for run in runs}
+
+    monkeypatch.setattr(selection, "run_all", run_all)
+    monkeypatch.setattr(tuning, "EXTENSION_RUNS", 6)
+    wanted = [("fedsrcvar", TABLE_RHO), ("fedavg", TABLE_RHO), ("fedavgm", TABLE_RHO)]
+    selections, _ = selection.select(tuned_study(), wanted, tmp_path, workers=1)
+    chosen = {method: selections[(method, TABLE_RHO)].search for method, _ in wanted}
+    best = {method: search.tried[search.choice()] for method, search in chosen.items() if search is not None}
+    assert best["fedsrcvar"] <= best["fedavgm"] <= best["fedavg"]
+    rows = selection.tuning_rows(selections)
+    seeded = [row for row in rows if row["seeded_from"]]
+    # The seeds were needed: FedSRCVaR's own search ended above FedAvg's choice, and a seed won.
+    assert seeded and any(row["chosen"] for row in seeded if row["method"] == "FedSRCVaR")
+    search = chosen["fedsrcvar"]
+    assert search is not None and search.budget == 24 + 6 + len(search.seeds)
 
 
 # ---------------------------------------------------------------- the committed tables
