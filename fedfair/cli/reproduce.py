@@ -109,6 +109,13 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         type=int,
         help=f"the convergence table's longer run, in rounds (default {LONG_ROUNDS}); needs --convergence",
     )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="keep every test row's loss of the chosen points' runs and write paired_rho.csv: each method's "
+        "worst-group gap to FedSRCVaR on the same rows and its standard error over them (the seeds vary the "
+        "training, never the rows)",
+    )
     parser.set_defaults(handler=_reproduce_command)
 
 
@@ -136,6 +143,8 @@ def _reproduce_command(args: argparse.Namespace) -> int:
     if args.study == "drift":
         if args.convergence:
             raise ConfigError("--convergence traces the paper study's chosen points; the drift study has none")
+        if args.paired:
+            raise ConfigError("--paired compares the paper study's chosen points; the drift study has none")
         if args.model is not None:
             raise ConfigError("--model sets the paper study's model; the drift study's profile names its own")
         return _drift_command(args, name, tuple(split))
@@ -161,6 +170,7 @@ def _reproduce_command(args: argparse.Namespace) -> int:
             split=paper,
             methods=methods,
             long_rounds=long_rounds,
+            paired=args.paired,
         )
     else:
         with ray_connection(args.ray):
@@ -175,6 +185,7 @@ def _reproduce_command(args: argparse.Namespace) -> int:
                 paper,
                 methods,
                 long_rounds,
+                args.paired,
             )
     return _print_written(written)
 

@@ -214,6 +214,18 @@ def cvar_threshold(losses: np.ndarray | torch.Tensor, rho: float) -> float:
     return float(ordered[boundary])
 
 
+def cvar_terms(losses: np.ndarray | torch.Tensor, rho: float) -> np.ndarray:
+    """Per-sample terms c + (l - c)+ / rho at the boundary c (`cvar_threshold`), in the losses' order.
+
+    Their mean is `cvar` exactly (c minimises the mean); they are CVaR's influence function plus CVaR, so
+    their standard deviation over sqrt(n) is the standard error of the n-sample CVaR estimate, and the
+    spread of two models' terms' difference, sample by sample, is that of their paired CVaR gap.
+    """
+    values = np.asarray(losses.detach().cpu() if isinstance(losses, torch.Tensor) else losses, dtype=np.float64)
+    threshold = cvar_threshold(values, rho)
+    return threshold + np.maximum(values.ravel() - threshold, 0.0) / rho
+
+
 def rcvar(losses: np.ndarray | torch.Tensor, epsilon: float, rho: float) -> float:
     """Exact RCVaR of a loss vector: (1 - eps) * CVaR_rho + eps * mean."""
     mean = float(np.mean(_as_sorted_desc(losses)))

@@ -22,6 +22,7 @@ import numpy as np
 from fedfair.datasets import load_dataset
 from fedfair.research import convergence, fronts
 from fedfair.research.methods import METHODS
+from fedfair.research.paired import paired_rows
 from fedfair.research.paper_splits import PaperSplit, paper_split
 from fedfair.research.profiles import DEFAULT_EPSILON, TABLE_RHO, Profile
 from fedfair.research.runs import Run, judged_at, run_all
@@ -107,6 +108,7 @@ def reproduce(
     split: PaperSplit | None = None,
     methods: Sequence[str] | None = None,
     long_rounds: int | None = None,
+    paired: bool = False,
 ) -> dict[str, Path]:
     """Run the study (cached), write its CSV tables and PNG figures under `out`; return their paths.
 
@@ -117,7 +119,9 @@ def reproduce(
 
     Where the dataset has a race column, it also writes the paper's composition table
     (`composition_race.csv`): FedSRCVaR's worst group at rho 0.1 and 0.3 by race and label. Always each method's
-    Pareto fronts (`fronts.csv`, `fronts.png`, from the validation runs); with `long_rounds`, `convergence_rows`.
+    Pareto fronts (`fronts.csv`, `fronts.png`, from the validation runs); with `long_rounds`, `convergence_rows`;
+    with `paired`, the chosen points' test runs keep every row's loss and `paired_rho.csv` holds each method's
+    gap to FedSRCVaR on the same rows with its standard error (`paired.paired_rows`).
     """
     wanted = set(FIGURE_METHODS + TABLE_METHODS if methods is None else methods)
     available = tuple(method for method in FIGURE_METHODS if method in METHODS and method in wanted)
@@ -146,7 +150,11 @@ def reproduce(
 
     # 2. The chosen configurations over seeds on the test rows; the epsilon and tau sweeps take
     # FedSRCVaR's step (and under the tuning protocol its smoothing) chosen at the table's rho.
-    testing = [run for (method, rho), point in choice.items() for run in study.test_runs(method, rho, point)]
+    def chosen_runs(method: str, rho: float) -> list[Run]:
+        runs = study.test_runs(method, rho, choice[(method, rho)])
+        return [dataclasses.replace(run, row_losses=True) for run in runs] if paired else runs
+
+    testing = [run for method, rho in choice for run in chosen_runs(method, rho)]
     anchor = choice[("fedsrcvar", TABLE_RHO)]
     anchor = Point(anchor.scale, momentum=anchor.momentum, step=anchor.step, gamma=anchor.gamma)
     trade_off = {
@@ -177,7 +185,7 @@ def reproduce(
 
     def chosen_row(method: str, rho: float) -> dict[str, Any]:
         point = choice[(method, rho)]
-        seeds = [results[run] for run in study.test_runs(method, rho, point)]
+        seeds = [results[run] for run in chosen_runs(method, rho)]
         row = {"method": METHOD_LABELS[method], "rho": rho, **summary(seeds, rho), "chosen": point.describe(method)}
         if profile.ladders:  # the budget each method used and the marks of its choice, beside it
             selection = selections[(method, rho)]
@@ -222,6 +230,9 @@ def reproduce(
     written["fronts_png"] = figures.save(
         figures.fronts(read_csv(written["fronts"]), uniform, title), out / "fronts.png"
     )
+    if paired:
+        by_choice = {(m, rho): [results[run] for run in chosen_runs(m, rho)] for m in available for rho in profile.rhos}
+        written["paired"] = write_csv(out / "paired_rho.csv", paired_rows(by_choice, METHOD_LABELS))
     if long_rounds is not None:
         counts = sorted({profile.rounds, long_rounds})
         traced = convergence_rows(study, choice, counts, cache_folder, workers, on_ray)

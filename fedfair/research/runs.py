@@ -7,6 +7,7 @@ default, each process with one compute thread) or to a Ray cluster.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import json
@@ -64,6 +65,8 @@ class Run:
     """Group columns to describe the worst group by, with the label, at every rho judged (test runs)."""
     history_every: int = 0
     """Rounds between the points of the output iterate's training trace kept with the result (0: none kept)."""
+    row_losses: bool = False
+    """Keep every held-out row's loss with the result (`row_losses`), for paired comparisons (test runs)."""
 
     def __post_init__(self) -> None:
         """Refuse (ConfigError) a composition asked of a run not scored on the test rows, or a negative cadence."""
@@ -83,8 +86,21 @@ class Run:
             described["composition"] = list(self.composition)
         if self.history_every:
             described["history_every"] = self.history_every
+        if self.row_losses:
+            described["row_losses"] = True
         text = json.dumps(described)
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def row_losses(result: Mapping[str, Any]) -> np.ndarray:
+    """The held-out rows' losses a run kept (`Run.row_losses`), in the rows' order, as float32.
+
+    Raises:
+        ConfigError: the run did not keep them.
+    """
+    if "row_losses" not in result:
+        raise ConfigError("this run kept no per-row losses; ask them with Run(row_losses=True)")
+    return np.frombuffer(base64.b64decode(result["row_losses"]), dtype="<f4")
 
 
 def judged_at(result: Mapping[str, Any], rho: float) -> Mapping[str, Any]:
@@ -176,6 +192,8 @@ def execute(run: Run) -> dict[str, Any]:
     # The held-out losses once, for the report of `fedfair simulate` at every rho judged.
     losses, correct = held_out_losses(config, federation, outcome.theta)
     result.update(pooled.group_risk_report(losses, correct, config.objective.rho).to_dict())
+    if run.row_losses:
+        result["row_losses"] = base64.b64encode(np.asarray(losses, dtype="<f4").tobytes()).decode("ascii")
     if run.rhos:
         result["at_rho"] = {f"{rho:g}": pooled.group_risk_report(losses, correct, rho).to_dict() for rho in run.rhos}
     if run.composition:

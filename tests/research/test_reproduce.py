@@ -638,10 +638,30 @@ def test_the_baselines_study_again_on_its_cache_trains_nothing(
         assert again[name].read_bytes() == written[name].read_bytes()
 
 
+def test_paired_gaps_are_the_tables_gaps_from_the_same_runs_rows(
+    baselines: tuple[Path, dict[str, Path]],
+) -> None:
+    out, written = baselines
+    split = reproduce.paper_split("rand-hie")
+    again = reproduce.reproduce("rand-hie", out, RAND_HIE, workers=1, split=split, methods=BASELINES, paired=True)
+    # Runs that keep their rows' losses train and judge exactly as those that do not.
+    assert again["rho"].read_bytes() == written["rho"].read_bytes()
+    table = {(row["method"], row["rho"]): float(row["worst_risk_mean"]) for row in reproduce.read_csv(again["rho"])}
+    rows = reproduce.read_csv(again["paired"])
+    assert {row["method"] for row in rows} == {reproduce.METHOD_LABELS[m] for m in BASELINES[1:]}
+    for row in rows:
+        gap = table[(row["method"], row["rho"])] - table[("FedSRCVaR", row["rho"])]
+        # The rows' losses are kept in float32: relative 2^-24 on each risk.
+        assert float(row["gap_to_fedsrcvar"]) == pytest.approx(gap, abs=1e-6)
+        assert 0.0 <= float(row["gap_standard_error"]) < 1.0
+
+
 def test_the_command_refuses_a_convergence_it_cannot_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["reproduce", "--out", str(tmp_path), "--long-rounds", "100"]) == 2
     assert "add --convergence" in capsys.readouterr().err
     assert cli_main(["reproduce", "--out", str(tmp_path), "--convergence", "--long-rounds", "0"]) == 2
     assert "--long-rounds must be at least 1" in capsys.readouterr().err
     assert cli_main(["reproduce", "--out", str(tmp_path), "--convergence", "--study", "drift"]) == 2
+    assert "the drift study has none" in capsys.readouterr().err
+    assert cli_main(["reproduce", "--out", str(tmp_path), "--paired", "--study", "drift"]) == 2
     assert "the drift study has none" in capsys.readouterr().err
