@@ -73,8 +73,9 @@ Output: JSON on stdout and, with ``--json PATH``, in that file:
 plain mode) for the test suite (tests/test_attack_matrix.py, in groups of scenarios: ``make test`` runs the
 transport group, ``make test-studies`` the others); the full run takes about 3-4 minutes. The exit status is 0
 when the run completed, whatever it found; the rows say what held. ``--only S --merge --json FILE`` re-measures
-scenario S into an earlier run's FILE: its rows replace the same attacks' rows, each stamped with its command,
-date and commit, and the others stay as the earlier run measured them.
+scenario S into an earlier run's FILE: its rows replace the same attacks' rows and every row S wrote before
+(each row names its scenario), each stamped with its command, date and commit, and the others stay as the
+earlier run measured them.
 """
 
 from __future__ import annotations
@@ -141,7 +142,12 @@ def merged(earlier: dict[str, Any], run: dict[str, Any], argv: list[str] | None)
     stamp = {**provenance(argv), "commit": commit.stdout.strip() or "unknown"}
     fresh = [{**row, "measured": stamp} for row in run["attacks"]]
     names = {row["attack"] for row in fresh}
-    kept = [row for row in earlier["attacks"] if row["attack"] not in names]
+    # A row of a re-measured scenario goes even when the scenario no longer writes it (its text changed).
+    kept = [
+        row
+        for row in earlier["attacks"]
+        if row["attack"] not in names and row.get("scenario") not in run["scenario_seconds"]
+    ]
     attacks = kept + fresh
     return {
         **earlier,
@@ -175,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = args.only or list(SCENARIOS)
     fuzz: dict[str, Any] = {"messages": 0, "crashes": 0, "hangs": 0, "invalid_rounds_applied": 0}
     scenario_seconds: dict[str, float] = {}
+    scenario_of: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="fedfair-attacks-") as folder:
         root = args.keep or Path(folder)
         runs: dict[str, Callable[[Path], None]] = {}
@@ -206,19 +213,21 @@ def main(argv: list[str] | None = None) -> int:
         runs["full_disk"] = lambda where: full_disk_rows(where, book)  # issue 65: a collaborator's disk fills
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
+            first = len(book.rows)
             with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:
                 runs[name](root / name)
                 row.record("ran", True)
             scenario_seconds[name] = round(row.seconds, 1)
             if row.handled:  # the row stays only when the scenario itself broke, to say how
                 book.rows.remove(row)
+            scenario_of |= {written.attack: name for written in book.rows[first:]}
     failed = book.failed()
     summary = {
         "benchmark": "attack_matrix",
         "quick": args.quick,
         "seconds": round(time.perf_counter() - started, 1),
         "scenario_seconds": scenario_seconds,
-        "attacks": [row.to_json() for row in book.rows],
+        "attacks": [{**row.to_json(), "scenario": scenario_of[row.attack]} for row in book.rows],
         "fuzz": fuzz,
         "failed": failed,
     }

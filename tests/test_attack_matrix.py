@@ -403,3 +403,8 @@ def test_a_partial_run_replaces_only_the_rows_it_measured() -> None:
     # A second partial run keeps naming the full run as where the unstamped rows come from.
     again = attack_matrix.merged({**merged, "provenance": {"command": "partial"}}, run, None)
     assert again["earlier_provenance"] == earlier["provenance"]
+    # A scenario whose row text changed since: its old row goes with the scenario, the other scenarios' stay.
+    stale = {**row("a rotation row as it read before", True), "scenario": "rotation"}
+    kept = {**row("a plain row", True), "scenario": "plain"}
+    rewritten = attack_matrix.merged({**earlier, "attacks": [stale, kept]}, run, None)
+    assert [r["attack"] for r in rewritten["attacks"]] == ["a plain row", "b", "c", "d"]
