@@ -46,7 +46,12 @@ _ITEM = np.dtype(np.float64).itemsize
 
 def kept_in_file(dimension: int, tensors: int) -> bool:
     """Whether a state of `tensors` float64 tensors of a model of `dimension` parameters is kept in a file."""
-    return _ITEM * dimension * tensors >= IN_FILE_FROM
+    return large(_ITEM * dimension * tensors)
+
+
+def large(size: int) -> bool:
+    """Whether `size` bytes of a state (or of a checkpoint of one) are read a span at a time."""
+    return size >= IN_FILE_FROM
 
 
 def tensors_of(algorithm: FedSRCVaR) -> int:

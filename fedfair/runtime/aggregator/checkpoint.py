@@ -30,7 +30,7 @@ from fedfair.pki.roster import canonical_json
 from fedfair.runtime.aggregator.spanned import Spanned, read_spanned, state_in_file, write_spanned
 from fedfair.runtime.aggregator.state import AggregatorState, parameters
 from fedfair.runtime.manifest import setting_differences
-from fedfair.runtime.state_files import IN_FILE_FROM, InFile, kept
+from fedfair.runtime.state_files import InFile, kept, large
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -214,7 +214,7 @@ def _loaded(path: Path) -> tuple[Any, AggregatorState]:
     A checkpoint of 64 MiB or more is read a span at a time, its state into a file beside it (:mod:`.spanned`).
     """
     start = _content_start(path)
-    if path.stat().st_size - start < IN_FILE_FROM:
+    if not large(path.stat().st_size - start):
         with path.open("rb") as file:
             file.seek(start)
             payload = torch.load(io.BytesIO(file.read()), map_location="cpu", weights_only=True)
