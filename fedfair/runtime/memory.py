@@ -4,8 +4,9 @@ glibc keeps what a thread frees in that thread's arena; a round frees many buffe
 (gRPC messages, upload words, a state's pieces), and at d = 10^7 a process of three sites as threads held
 some 500 MB free in its arenas at its peak. malloc_trim(0) gives every free page back, but the next round
 faults them in again: once a round per party it cost a round at d = 10^6 with 10 sites 0.3-0.45 CPU-s
-(1.33-1.54 without), so it is called only where a round moves a model of 64 MiB or more
-(:mod:`fedfair.runtime.collaborator.chain_states`). benchmarks/allocator_ab.py measures both goals.
+(1.33-1.54 without), so only a site whose chain keeps its state in a file (64 MiB or more,
+:mod:`fedfair.runtime.collaborator.chain`) calls it; at the aggregator it measured no gain at d = 10^7.
+benchmarks/allocator_ab.py measures both goals.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from fedfair.core import server
 from fedfair.core.models import flat_parameters, load_flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
+from fedfair.runtime.aggregator.state import output_values
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, shared_settings
 from fedfair.runtime.preprocessing import model_for
 from fedfair.runtime.plan.model import ModelSettings
@@ -63,7 +64,8 @@ def federation_bundle(plan: AggregatorPlan, checkpoint: Checkpoint, records: Seq
     encoder = checkpoint_encoder(checkpoint)
     settings = model_settings(plan, encoder)
     model = settings.build(seed=plan.training.seed, allowed=plan.own_factories)
-    load_flat_parameters(model, checkpoint.state.theta_average)
+    # theta-bar as a download carries it: float32 for a built-in model (its parameters' own type), by span.
+    load_flat_parameters(model, torch.from_numpy(output_values(checkpoint.state, plan.model.factory is None)))
     contributions = Counter(name for record in records for name in record.get("contributors", ()))
     metrics = [
         {

@@ -1,5 +1,7 @@
 """The aggregator's files: atomic checkpoints, the JSON-lines round log, the final model.
 
+A state in a file (a large model's, :mod:`.state`) is written and read a span at a time (:mod:`.spanned`).
+
 Why: docs/design.md, "Inside the aggregator".
 """
 
@@ -12,18 +14,23 @@ import logging
 import math
 import os
 import pickle
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import torch
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write, parse_json
 from fedfair.core.server import ServerState
 from fedfair.pki.roster import canonical_json
+from fedfair.runtime.aggregator.spanned import Spanned, read_spanned, state_in_file, write_spanned
+from fedfair.runtime.aggregator.state import AggregatorState, parameters
 from fedfair.runtime.manifest import setting_differences
+from fedfair.runtime.state_files import InFile, kept, large
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -46,7 +53,7 @@ class Checkpoint:
     """The aggregator's state after round `round` (the wire round; aborted rounds count)."""
 
     round: int
-    state: ServerState
+    state: AggregatorState
     plan_digest: str
     evaluation: Mapping[str, Any] | None = None
     encoder: Mapping[str, Any] | None = None
@@ -56,20 +63,26 @@ class Checkpoint:
     """What `plan_digest` fingerprints (:func:`plan_content`), None in checkpoints from before it was kept."""
 
 
-def state_digest(state: ServerState) -> str:
+def state_digest(state: AggregatorState) -> str:
     """SHA-256 of (theta, c, their averages, sigma with drift correction, the velocity with momentum).
 
     What the round log records at each round's start, so anyone can check that a resumed run starts from exactly
-    the checkpointed model.
+    the checkpointed model. Hashed a span at a time (in place in memory): the same digest wherever it is kept.
     """
+    held = kept(state)
     digest = hashlib.sha256()
-    for tensor in (state.theta, state.theta_average):
-        digest.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().data)  # hashed in place, not copied
-    digest.update(json.dumps([state.c, state.c_average, state.averaged_rounds, state.round]).encode())
-    for extra in (state.control, state.velocity):
+
+    def hash_tensor(field: str, length: int) -> None:
+        for start, stop in held.spans(length):
+            digest.update(np.ascontiguousarray(held.values(field, start, stop), dtype=np.float64).data)
+
+    for field in ("theta", "theta_average"):
+        hash_tensor(field, held.dimension)
+    digest.update(json.dumps([held.c, held.c_average, held.averaged_rounds, held.round]).encode())
+    for field in ("control", "velocity"):
         # After the rest, and only when there is one: a plan without drift correction or momentum keeps its digests.
-        if extra is not None:
-            digest.update(extra.detach().to("cpu", torch.float64).contiguous().numpy().data)
+        if held.has(field):
+            hash_tensor(field, held.dimension + 1)
     return digest.hexdigest()
 
 
@@ -84,19 +97,32 @@ def _saved(tensor: torch.Tensor) -> torch.Tensor:
     return values if whole and values.is_contiguous() else values.clone()
 
 
-def _state_dict(state: ServerState) -> dict[str, Any]:
+def _state_dict(state: AggregatorState) -> dict[str, Any]:
+    """The checkpoint's ``state`` entry: tensors as torch.save writes them, or, from a file, :class:`Spanned`."""
+    held = kept(state)
+
+    def tensor(field: str) -> Any:
+        return Spanned(held, field) if isinstance(state, InFile) else _saved(getattr(state, field))
+
     saved = {
-        "round": state.round,
-        "theta": _saved(state.theta),
-        "c": float(state.c),
-        "theta_average": _saved(state.theta_average),
-        "c_average": float(state.c_average),
-        "averaged_rounds": state.averaged_rounds,
+        "round": held.round,
+        "theta": tensor("theta"),
+        "c": float(held.c),
+        "theta_average": tensor("theta_average"),
+        "c_average": float(held.c_average),
+        "averaged_rounds": held.averaged_rounds,
     }
-    for key, extra in (("control", state.control), ("velocity", state.velocity)):
-        if extra is not None:
-            saved[key] = _saved(extra)
+    for key in ("control", "velocity"):
+        if held.has(key):
+            saved[key] = tensor(key)
     return saved
+
+
+def _writer(state: AggregatorState) -> Callable[[IO[bytes], Mapping[str, Any]], None]:
+    """How a payload holding `state` is written: by torch.save in memory, a span at a time from a file."""
+    if isinstance(state, InFile):
+        return write_spanned
+    return lambda stream, payload: torch.save(payload, stream)
 
 
 def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:
@@ -112,7 +138,7 @@ def save_checkpoint(folder: Path, checkpoint: Checkpoint) -> Path:
         "encoder": json.dumps(checkpoint.encoder, sort_keys=True) if checkpoint.encoder is not None else "",
         "plan": canonical_json(checkpoint.plan).decode() if checkpoint.plan is not None else "",
     }
-    atomic_write(path, lambda stream: _write_digested(stream, payload))
+    atomic_write(path, lambda stream: _write_digested(stream, payload, _writer(checkpoint.state)))
     return path
 
 
@@ -127,16 +153,25 @@ class _DigestingWriter:
         self.stream = stream
         self.digest = hashlib.sha256()
 
+        self.written = 0
+        """Bytes written: its position, for a zip writer (which, finding no seek, writes front to back)."""
+
     def write(self, data: bytes | memoryview) -> int:
         self.digest.update(data)
+        self.written += memoryview(data).nbytes
         return self.stream.write(data)
+
+    def tell(self) -> int:
+        return self.written
 
     def flush(self) -> None:
         self.stream.flush()
 
 
-def _write_digested(stream: IO[bytes], payload: Mapping[str, Any]) -> None:
-    """The digest line, then `payload` as torch.save writes it, into a seekable `stream`.
+def _write_digested(
+    stream: IO[bytes], payload: Mapping[str, Any], write: Callable[[IO[bytes], Mapping[str, Any]], None]
+) -> None:
+    """The digest line, then `payload` as `write` writes it (torch.save's format), into a seekable `stream`.
 
     The line is of fixed length, so a placeholder holds its place while the payload streams past the hash, and
     the digest overwrites it once known (the file is renamed into place only after, by ``atomic_write``).
@@ -144,33 +179,86 @@ def _write_digested(stream: IO[bytes], payload: Mapping[str, Any]) -> None:
     placeholder = DIGEST_PREFIX + b"0" * (2 * hashlib.sha256().digest_size) + b"\n"
     stream.write(placeholder)
     writer = _DigestingWriter(stream)
-    torch.save(payload, writer)  # type: ignore[arg-type]  # torch needs only write and flush
+    write(writer, payload)  # type: ignore[arg-type]  # a write-only stream is all either writer needs
     stream.seek(0)
     stream.write(DIGEST_PREFIX + writer.digest.hexdigest().encode() + b"\n")
 
 
-def _verified(path: Path) -> Any:
-    """The payload of the checkpoint at `path` once its digest holds (ConfigError otherwise).
+def _content_start(path: Path) -> int:
+    """Where the checkpoint at `path`'s zip begins, once its digest holds (ConfigError otherwise); hashed by chunk.
 
-    A checkpoint from before digests (a bare torch file) loads with a warning.
+    A checkpoint from before digests (a bare torch file) begins at 0, with a warning.
     """
-    data = path.read_bytes()
-    if data.startswith(ZIP_MAGIC):
-        logger.warning("checkpoint %s predates checkpoint digests: a changed byte in it would go unnoticed", path)
-        content = data
-    else:
-        header, _, content = data.partition(b"\n")
+    with path.open("rb") as file:
+        if file.read(len(ZIP_MAGIC)) == ZIP_MAGIC:
+            logger.warning("checkpoint %s predates checkpoint digests: a changed byte in it would go unnoticed", path)
+            return 0
+        file.seek(0)
+        header = file.readline(len(DIGEST_PREFIX) + 2 * hashlib.sha256().digest_size + 1)
         if not header.startswith(DIGEST_PREFIX):
             raise ValueError(f"not a {FORMAT} file (no digest line)")
-        if header[len(DIGEST_PREFIX) :] != hashlib.sha256(content).hexdigest().encode():
-            raise ConfigError(
-                f"checkpoint {path} does not match its own SHA-256 digest: a byte of it changed after it was "
-                f"written (a disk error, or an edit); {RESTORE}"
-            )
-    payload = torch.load(io.BytesIO(content), map_location="cpu", weights_only=True)
+        digest = hashlib.sha256()
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    if header[len(DIGEST_PREFIX) :] != digest.hexdigest().encode() + b"\n":
+        raise ConfigError(
+            f"checkpoint {path} does not match its own SHA-256 digest: a byte of it changed after it was "
+            f"written (a disk error, or an edit); {RESTORE}"
+        )
+    return len(header)
+
+
+def _loaded(path: Path) -> tuple[Any, AggregatorState]:
+    """The payload of the checkpoint at `path` once its digest holds, and the state it holds.
+
+    A checkpoint of 64 MiB or more is read a span at a time, its state into a file beside it (:mod:`.spanned`).
+    """
+    start = _content_start(path)
+    if not large(path.stat().st_size - start):
+        with path.open("rb") as file:
+            file.seek(start)
+            payload = torch.load(io.BytesIO(file.read()), map_location="cpu", weights_only=True)
+        _check_format(payload)
+        raw = payload["state"]
+        return payload, _scalars(
+            raw,
+            theta=raw["theta"].to(torch.float64),
+            theta_average=raw["theta_average"].to(torch.float64),
+            control=raw["control"].to(torch.float64) if "control" in raw else None,
+            velocity=raw["velocity"].to(torch.float64) if "velocity" in raw else None,
+        )
+    with path.open("rb") as file:
+        payload, archive, records = read_spanned(file)
+        _check_format(payload)
+        raw = payload["state"]
+        placeholder = torch.empty(0)
+        outline = _scalars(
+            raw,
+            theta=placeholder,
+            theta_average=placeholder,
+            control=placeholder if "control" in raw else None,
+            velocity=placeholder if "velocity" in raw else None,
+        )
+        return payload, state_in_file(outline, raw, archive, records, path.parent)
+
+
+def _check_format(payload: Any) -> None:
     if not isinstance(payload, Mapping) or payload.get("format") != FORMAT or payload.get("version") != VERSION:
         raise ValueError(f"not a {FORMAT} version {VERSION} file")
-    return payload
+
+
+def _scalars(raw: Mapping[str, Any], **tensors: torch.Tensor | None) -> ServerState:
+    """The checkpoint's state: its scalars, range-checked, with `tensors` (theta, theta_average, ...)."""
+    state = ServerState(
+        round=_count(raw["round"], "state.round"),
+        c=float(raw["c"]),
+        c_average=float(raw["c_average"]),
+        averaged_rounds=_count(raw["averaged_rounds"], "state.averaged_rounds"),
+        **tensors,  # type: ignore[arg-type]  # theta and theta_average are always given
+    )
+    if not all(map(math.isfinite, (state.c, state.c_average))):
+        raise ValueError(f"fields state.c and state.c_average must be finite, got {state.c}, {state.c_average}")
+    return state
 
 
 def _json_field(payload: Mapping[str, Any], key: str, path: Path) -> Any:
@@ -197,20 +285,7 @@ def load_checkpoint(folder: Path, plan_digest: str, plan: Mapping[str, Any] | No
     if not path.exists():
         raise ConfigError(f"no checkpoint at {path} to resume from; start without --resume")
     try:
-        payload = _verified(path)
-        raw = payload["state"]
-        state = ServerState(
-            round=_count(raw["round"], "state.round"),
-            theta=raw["theta"].to(torch.float64),
-            c=float(raw["c"]),
-            theta_average=raw["theta_average"].to(torch.float64),
-            c_average=float(raw["c_average"]),
-            averaged_rounds=_count(raw["averaged_rounds"], "state.averaged_rounds"),
-            control=raw["control"].to(torch.float64) if "control" in raw else None,
-            velocity=raw["velocity"].to(torch.float64) if "velocity" in raw else None,
-        )
-        if not all(map(math.isfinite, (state.c, state.c_average))):
-            raise ValueError(f"fields state.c and state.c_average must be finite, got {state.c}, {state.c_average}")
+        payload, state = _loaded(path)
         finished_round, digest = _count(payload["round"], "round"), str(payload["plan_digest"])
         evaluation = _json_field(payload, "evaluation", path)
         encoder = _json_field(payload, "encoder", path)
@@ -228,6 +303,7 @@ def load_checkpoint(folder: Path, plan_digest: str, plan: Mapping[str, Any] | No
         AttributeError,
         OverflowError,
         pickle.UnpicklingError,
+        zipfile.BadZipFile,
     ) as error:
         raise ConfigError(f"checkpoint {path} is unreadable ({error}); {RESTORE}") from None
     if digest != plan_digest:
@@ -329,23 +405,23 @@ def export_final_model(folder: Path, checkpoint: Checkpoint, summary: Mapping[st
     Theta-bar and c-bar (the algorithm's output), the last theta and c, the plan digest and the metrics, as
     final_model.pt (tensors) and final_model.json (the rest).
     """
-    state = checkpoint.state
+    state, saved = checkpoint.state, _state_dict(checkpoint.state)
     tensors = {
-        "theta_average": _saved(state.theta_average),
-        "c_average": float(state.c_average),
-        "theta": _saved(state.theta),
-        "c": float(state.c),
+        "theta_average": saved["theta_average"],
+        "c_average": saved["c_average"],
+        "theta": saved["theta"],
+        "c": saved["c"],
         "plan_digest": checkpoint.plan_digest,
         "rounds": checkpoint.round,
     }
-    atomic_write(folder / FINAL_MODEL_NAME, lambda stream: torch.save(tensors, stream))
+    atomic_write(folder / FINAL_MODEL_NAME, lambda stream: _writer(state)(stream, tensors))
     document = {
         "plan_digest": checkpoint.plan_digest,
         "rounds": checkpoint.round,
-        "applied_rounds": state.round,
-        "c_average": state.c_average,
-        "c": state.c,
-        "parameters": int(state.theta.numel()),
+        "applied_rounds": saved["round"],
+        "c_average": saved["c_average"],
+        "c": saved["c"],
+        "parameters": parameters(state),
         "model_sha256": state_digest(state),
         **summary,
     }

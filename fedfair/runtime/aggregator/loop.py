@@ -14,10 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
 
 from fedfair import pki
-from fedfair.core import server
 from fedfair.core.errors import AggregateError, ConfigError, RoundAbortedError, StatisticsError, StatisticsReason
 from fedfair.runtime.aggregator.bound import BoundSurvivors
 from fedfair.runtime.aggregator.bundles import (
@@ -43,18 +41,18 @@ from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.logs import per_round
 from fedfair.runtime.aggregator.network import Network
 from fedfair.runtime.aggregator.quorum import participants
+from fedfair.runtime.aggregator.state import output_values, parameters, placed, step, training_values
 from fedfair.runtime.aggregator.statistics import statistics_encoder
 from fedfair.runtime.contract import (
     TRAINING,
     model_digest,
-    model_download,
-    training_download,
     update_dimension,
 )
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
 from fedfair.runtime.report import verdicts
+from fedfair.runtime.state_files import kept
 from fedfair.runtime.transport import make_binding, pb
 from fedfair.secagg.graph import canonical_roster
 
@@ -148,7 +146,10 @@ class RoundLoop:
         update they trained on that model, see `fedfair.runtime.collaborator.rounds`).
         """
         rounds = self.plan.training.rounds
-        self.checkpoint = self._start if self._start is not None else self._statistics()
+        start = self._start if self._start is not None else self._statistics()
+        # A large model's state goes into a file in the output folder, read by span from here on (.state).
+        self.checkpoint = dataclasses.replace(start, state=placed(start.state, self.algorithm, self.output))
+        del start
         self._start = None  # round 0's model (two float64 copies) goes once a round replaces self.checkpoint
         encoder = checkpoint_encoder(self.checkpoint)
         self.start_input = b"" if encoder is None else encoder_payload(encoder)
@@ -347,10 +348,9 @@ class RoundLoop:
         }
         # With drift correction the server's control variate sigma travels with (theta, c), and every
         # collaborator's sigma_k+ comes back inside the same summed vector (2 (d + 1) long).
-        corrects_drift = state.control is not None
-        control = None if state.control is None else state.control.numpy()
+        corrects_drift, size = kept(state).has("control"), parameters(state)
         fraction = self.plan.batch_fraction
-        dimension, plan = update_dimension(state.theta.numel(), corrects_drift), self.plan
+        dimension, plan = update_dimension(size, corrects_drift), self.plan
         encoding = plan.training_encoding(plan.federation_id, len(plan.collaborators), round_number, dimension)
         try:
             # After a round voided once its sum was unmasked, only its survivors can train on this model again.
@@ -365,20 +365,17 @@ class RoundLoop:
                 encoding.noise.encoded_dimension if encoding.noise is not None else dimension,  # rotated: padded
                 encoding,
                 # Built in the call, never a local of this frame: the driver drops it once the board's parts are cut.
-                (training_download(state.theta.numpy(), control, self.plan.model.factory is None), state.c),
+                (training_values(state, self.plan.model.factory is None), kept(state).c),
                 start_input=self.start_input,
-                screen=screen_plain_update(self.plan.influence, fraction, state.theta.numel()),
+                screen=screen_plain_update(self.plan.influence, fraction, size),
             )
             clip = self.encoding.clip if self.plan.secure_aggregation.enabled else None
             check_decoded_update(outcome, clip, len(outcome.contributors))
             # The server divides by the weight the plan agrees for the contributors, never by a claimed one.
-            agreed = check_agreed_influence(outcome, self.plan.influence, fraction, state.theta.numel())
-            aggregate = server.Aggregate.from_vector(
-                torch.from_numpy(outcome.weighted_sum), agreed, with_control=corrects_drift
-            )
+            agreed = check_agreed_influence(outcome, self.plan.influence, fraction, size)
             # The round's state is given up (self.checkpoint is replaced with the new one below): the step is
             # formed in its tensors, so the aggregator never holds the old and the new model side by side.
-            state = self.algorithm.server_apply(state, aggregate, average_from=self.average_from, consume=True)
+            state = step(state, outcome.weighted_sum, agreed, self.algorithm, self.average_from, self.output)
         except (RoundAbortedError, AggregateError) as error:
             record.update(status="aborted", reason=str(error), seconds=time.perf_counter() - started)
             extra = per_round(round_number, self.plan.training.rounds)
@@ -433,7 +430,7 @@ class RoundLoop:
                 "round %d: evaluation skipped, only %d collaborators connected", round_number, len(participants)
             )
             return {"status": "skipped", "reason": "too few collaborators connected"}
-        model = (model_download(state.theta_average.numpy(), self.plan.model.factory is None), state.c_average)
+        model = (output_values(state, self.plan.model.factory is None), kept(state).c_average)
         digest = model_digest(*model)
         earlier = self.asked if self.asked is not None and self.asked.model == digest else None
         self.asked = earlier or Earlier(digest, round_number, None)

@@ -7,24 +7,24 @@ computed itself: once it verified round r's sum it applies the plan's server ste
 round r + 1's model, and an evaluated output model, only if it is bit for bit that state's (or, the round void
 after its check, the one before). A site that missed a round's check (it joined late, restarted, sat a round
 out) has no trusted state from then on: it checks nothing more, and says so. docs/security.md, "Verified
-aggregation", says what is covered. A large model's states live in files (:mod:`.chain_states`).
+aggregation", says what is covered. A large model's states live in files (:mod:`fedfair.runtime.state_files`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from fedfair.core.errors import AggregateError, VerificationError, VerifyReason
-from fedfair.core.server import Aggregate
-from fedfair.runtime.collaborator.chain_states import KeptState, keep, kept_in_file, spans
+from fedfair.core.server import Aggregate, ServerState
 from fedfair.runtime.contract import model_download
 from fedfair.runtime.memory import release_freed
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.state_files import KeptState, keep, kept_in_file, spans, stepped, tensors_of
 from fedfair.secagg import Encoder
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -116,7 +116,6 @@ class ModelChain:
         shared = self._shared
         weight = shared.influence.total_weight(survivors, shared.batch_fraction)
         self._verified = True
-        dimension, with_control = state.dimension, state.has("control")
         whole = None if encoder.decodes_by_slice else encoder.decode(words, len(survivors)).weighted_sum
 
         def read(start: int, stop: int) -> np.ndarray:
@@ -127,26 +126,13 @@ class ModelChain:
             # size they are worth the faults of taking them again (fedfair.runtime.memory).
             release_freed()
         algorithm, average_from = shared.algorithm(), shared.training.average_from_round
-        # A piece read from a file is this call's own: the step is formed in its tensors (consume).
-        steps = (
-            (
-                start,
-                stop,
-                algorithm.server_apply(
-                    state.piece(start, stop),
-                    Aggregate.from_vector(
-                        torch.from_numpy(_sum_piece(read, start, stop, dimension, with_control)),
-                        weight,
-                        with_control=with_control,
-                    ),
-                    average_from=average_from,
-                    consume=state.in_file,
-                ),
-            )
-            for start, stop in state.spans()
-        )
+
+        def server_step(piece: ServerState, aggregate: Aggregate, consume: bool) -> ServerState:
+            return algorithm.server_apply(piece, aggregate, average_from=average_from, consume=consume)
+
         try:
-            self._next = keep(steps, dimension, state.in_file, self._folder)
+            # The state the site verified is kept beside the next (a void round goes back to it): never given up.
+            self._next = stepped(state, read, weight, server_step, give_up=False, folder=self._folder)
         except AggregateError:
             self._next = None
 
@@ -176,8 +162,7 @@ class ModelChain:
         """Round 1's state, the server's initial one made of the model sent (theta, c), kept by its size."""
         algorithm = self._shared.algorithm()
         dimension = theta.size
-        tensors = 2 + algorithm.local.corrects_drift + (algorithm.momentum > 0.0) + 2 * (algorithm.adam is not None)
-        in_file = kept_in_file(dimension, tensors)
+        in_file = kept_in_file(dimension, tensors_of(algorithm))
         pieces = (
             (start, stop, algorithm.server_init(torch.from_numpy(np.asarray(theta[start:stop], dtype=np.float64)), c))
             for start, stop in spans(dimension, in_file)
@@ -236,26 +221,3 @@ class ModelChain:
                 why,
             )
         self._state, self._next, self._verified = None, None, False
-
-
-def _sum_piece(
-    read: Callable[[int, int], np.ndarray], start: int, stop: int, dimension: int, with_control: bool
-) -> np.ndarray:
-    """The piece [start, stop) of a decoded update sum that `Aggregate.from_vector` splits as the state's piece.
-
-    Theta's coordinates [start, stop) and the c entry ([w delta, w delta_c]); with drift correction the control
-    variate's same coordinates and c entry after them. `read(a, b)` gives the decoded values [a, b); adjacent
-    spans are read as one, so the whole sum (one piece in memory) is read at once, uncopied.
-    """
-    wanted = [(start, stop), (dimension, dimension + 1)]
-    if with_control:
-        half = dimension + 1
-        wanted += [(half + start, half + stop), (half + dimension, half + dimension + 1)]
-    merged: list[tuple[int, int]] = []
-    for low, high in wanted:
-        if merged and merged[-1][1] == low:
-            merged[-1] = (merged[-1][0], high)
-        else:
-            merged.append((low, high))
-    parts = [read(low, high) for low, high in merged]
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)

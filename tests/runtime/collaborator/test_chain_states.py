@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from fedfair.core import server
 from fedfair.core.algorithm import FedSRCVaR
 from fedfair.core.errors import VerificationError, VerifyReason
-from fedfair.runtime.collaborator import chain_states
+from fedfair.runtime import state_files
 from fedfair.runtime.collaborator.chain import ModelChain
-from fedfair.runtime.collaborator.chain_states import KeptState
+from fedfair.runtime.state_files import KeptState
 from fedfair.runtime.contract import model_download, training_download, update_dimension
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
@@ -163,11 +163,11 @@ def test_a_chain_stepped_by_piece_in_a_file_is_the_in_memory_chain_bit_for_bit(
     state = start(step, dimension, seed)
     with (
         mock.patch.object(SharedSettings, "algorithm", lambda _: algorithm),
-        mock.patch.object(chain_states, "PIECE", piece),
+        mock.patch.object(state_files, "PIECE", piece),
     ):
         in_memory = ModelChain("site-a", shared, folder)
         in_memory.sent(1, *step.download(state))
-        with mock.patch.object(chain_states, "IN_FILE_FROM", 0):
+        with mock.patch.object(state_files, "IN_FILE_FROM", 0):
             in_file = ModelChain("site-a", shared, folder)
             in_file.sent(1, *step.download(state))
         chains = (in_memory, in_file)
@@ -197,8 +197,8 @@ def test_a_chain_stepped_by_piece_in_a_file_is_the_in_memory_chain_bit_for_bit(
 @pytest.fixture
 def on_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every chain keeps its states in files, read by pieces of 4 coordinates."""
-    monkeypatch.setattr(chain_states, "IN_FILE_FROM", 0)
-    monkeypatch.setattr(chain_states, "PIECE", 4)
+    monkeypatch.setattr(state_files, "IN_FILE_FROM", 0)
+    monkeypatch.setattr(state_files, "PIECE", 4)
 
 
 def verified_chain(step: Step, folder: Path, dimension: int) -> tuple[ModelChain, server.ServerState]:

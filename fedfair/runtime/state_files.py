@@ -1,11 +1,12 @@
-"""Where a site's model chain keeps a server state: in memory, or (64 MiB and more) in a file read by piece.
+"""Where a server state is kept: in memory, or (64 MiB and more) in a file read by piece; stepping it by piece.
 
+The aggregator's state and a site's model chain (:mod:`fedfair.runtime.collaborator.chain`) are kept alike.
 A piece is the state restricted to theta's coordinates [start, stop): theta, its average and the second moment
 sliced; the control variate and the velocity ([theta's coordinates, c] each) sliced with their c entry kept.
 The server step (:func:`fedfair.core.server.apply`) is elementwise in theta's coordinates and reads the c
 entries and the scalars alike in every piece, so stepping a state piece by piece is, bit for bit, stepping it
-whole. A state's file lies in the site's own folder, unlinked as soon as it is made: it never outlives the
-process, and a restarted site finds nothing it could take for a state it verified.
+whole. A state's file is unlinked as soon as it is made: it never outlives the process, and a restarted
+process finds nothing it could take for a state (the aggregator resumes from its checkpoint).
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import os
 import tempfile
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedfair.core.server import ServerState
+from fedfair.core.algorithm import FedSRCVaR
+from fedfair.core.server import Aggregate, ServerState
 
 IN_FILE_FROM = 64 << 20
 """Bytes of tensors from which a state is kept in a file: 2.8 million parameters under server momentum. A
@@ -29,6 +31,9 @@ smaller state stays in memory and is stepped whole, as the aggregator steps it."
 PIECE = 1 << 18
 """Theta's coordinates a state in a file is read, stepped and written at a time: 2 MiB of float64 a tensor,
 a few of them a site, where 2^20 (8 MiB) held 100 MB among three sites verifying at once."""
+
+ServerStep = Callable[[ServerState, Aggregate, bool], ServerState]
+"""The plan's server step with its settings bound: (state, aggregate, consume) to the next state."""
 
 _FIELDS = ("theta", "theta_average", "control", "velocity", "second_moment")
 """A server state's tensors, in the order a file holds them."""
@@ -41,7 +46,17 @@ _ITEM = np.dtype(np.float64).itemsize
 
 def kept_in_file(dimension: int, tensors: int) -> bool:
     """Whether a state of `tensors` float64 tensors of a model of `dimension` parameters is kept in a file."""
-    return _ITEM * dimension * tensors >= IN_FILE_FROM
+    return large(_ITEM * dimension * tensors)
+
+
+def large(size: int) -> bool:
+    """Whether `size` bytes of a state (or of a checkpoint of one) are read a span at a time."""
+    return size >= IN_FILE_FROM
+
+
+def tensors_of(algorithm: FedSRCVaR) -> int:
+    """How many float64 tensors a server state of `algorithm` comes to hold (theta and its average, and more)."""
+    return 2 + algorithm.local.corrects_drift + (algorithm.momentum > 0.0) + 2 * (algorithm.adam is not None)
 
 
 def spans(length: int, in_file: bool) -> Iterator[tuple[int, int]]:
@@ -105,7 +120,7 @@ class InFile(KeptState):
 
     def __init__(self, dimension: int, like: ServerState, folder: Path | None) -> None:
         super().__init__(dimension, like, in_file=True)
-        handle, path = tempfile.mkstemp(prefix="fedfair-chain-", suffix=".state", dir=folder)
+        handle, path = tempfile.mkstemp(prefix="fedfair-", suffix=".state", dir=folder)
         os.unlink(path)
         self._file, self._folder = handle, os.path.dirname(path)
         weakref.finalize(self, os.close, handle)
@@ -146,26 +161,37 @@ class InFile(KeptState):
             second_moment=tensors["second_moment"],
         )
 
+    @classmethod
+    def of(cls, state: ServerState, folder: Path | None) -> InFile:
+        """`state` (in memory) copied into a file in `folder`, a span at a time (:meth:`write`'s errors)."""
+        kept = cls(state.theta.numel(), state, folder)
+        for field in kept.fields:
+            values = getattr(state, field).numpy()
+            for start, stop in kept.spans(values.size):
+                kept.put(field, start, values[start:stop])
+        return kept
+
     def write(self, piece: ServerState, start: int, stop: int) -> None:
-        """Keep `piece`, this state over theta's coordinates [start, stop), in the file.
+        """Keep `piece`, this state over theta's coordinates [start, stop), in the file (:meth:`put`'s errors)."""
+        for field in self.fields:
+            tensor: torch.Tensor = getattr(piece, field)
+            values = tensor.numpy()
+            if field not in _WITH_C:
+                self.put(field, start, values)
+                continue
+            for part, at in self._with_c(values, start, stop):
+                self.put(field, at, part)
+
+    def put(self, field: str, start: int, values: np.ndarray) -> None:
+        """Write `values` as the tensor `field`'s values from index `start` on.
 
         Raises:
             OSError: the write failed (a full disk: ENOSPC), named by the folder, the file having no name.
         """
         try:
-            self._put(piece, start, stop)
+            _write(self._file, np.ascontiguousarray(values, dtype=np.float64), self._offsets[field] + _ITEM * start)
         except OSError as error:
             raise OSError(error.errno, error.strerror, self._folder) from error
-
-    def _put(self, piece: ServerState, start: int, stop: int) -> None:
-        for field in self.fields:
-            tensor: torch.Tensor = getattr(piece, field)
-            values = np.ascontiguousarray(tensor.numpy())
-            if field not in _WITH_C:
-                _write(self._file, values, self._offsets[field] + _ITEM * start)
-                continue
-            for part, at in self._with_c(values, start, stop):
-                _write(self._file, part, self._offsets[field] + _ITEM * at)
 
     def _with_c(self, values: np.ndarray, start: int, stop: int) -> list[tuple[np.ndarray, int]]:
         """A piece's [coordinates, c] values, as the parts of them the file holds together, each with its index."""
@@ -195,6 +221,69 @@ def keep(
     return kept
 
 
+def kept(state: ServerState | InFile) -> KeptState:
+    """`state` read by span: a state in memory (a ServerState) as its one piece, a state in a file as it is."""
+    return state if isinstance(state, InFile) else InMemory(state)
+
+
+def stepped(
+    state: KeptState,
+    read: Callable[[int, int], np.ndarray],
+    total_weight: float,
+    server_step: ServerStep,
+    *,
+    give_up: bool,
+    folder: Path | None,
+) -> KeptState:
+    """The state `server_step` makes of `state` and the decoded update sum whose values [a, b) `read(a, b)` gives.
+
+    A state in a file is stepped a piece at a time into a new file in `folder` (each piece read is the step's
+    own to form the next in); a state in memory whole, formed in its own tensors when the caller gives it up
+    (`give_up`). Raises what the step raises (AggregateError: the round is void), `state` then unchanged.
+    """
+    dimension, with_control = state.dimension, state.has("control")
+    steps = (
+        (
+            start,
+            stop,
+            server_step(
+                state.piece(start, stop),
+                Aggregate.from_vector(
+                    torch.from_numpy(_sum_piece(read, start, stop, dimension, with_control)),
+                    total_weight,
+                    with_control=with_control,
+                ),
+                give_up or state.in_file,
+            ),
+        )
+        for start, stop in state.spans()
+    )
+    return keep(steps, dimension, state.in_file, folder)
+
+
+def _sum_piece(
+    read: Callable[[int, int], np.ndarray], start: int, stop: int, dimension: int, with_control: bool
+) -> np.ndarray:
+    """The piece [start, stop) of a decoded update sum that `Aggregate.from_vector` splits as the state's piece.
+
+    Theta's coordinates [start, stop) and the c entry ([w delta, w delta_c]); with drift correction the control
+    variate's same coordinates and c entry after them. `read(a, b)` gives the decoded values [a, b); adjacent
+    spans are read as one, so the whole sum (one piece in memory) is read at once, uncopied.
+    """
+    wanted = [(start, stop), (dimension, dimension + 1)]
+    if with_control:
+        half = dimension + 1
+        wanted += [(half + start, half + stop), (half + dimension, half + dimension + 1)]
+    merged: list[tuple[int, int]] = []
+    for low, high in wanted:
+        if merged and merged[-1][1] == low:
+            merged[-1] = (merged[-1][0], high)
+        else:
+            merged.append((low, high))
+    parts = [read(low, high) for low, high in merged]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def _read(file: int, into: np.ndarray, offset: int) -> None:
     """Fill `into` (contiguous) from `file` at byte `offset`."""
     view = into.data.cast("B")
@@ -202,7 +291,7 @@ def _read(file: int, into: np.ndarray, offset: int) -> None:
     while done < len(view):
         count = os.preadv(file, [view[done:]], offset + done)
         if count == 0:
-            raise OSError(f"the model chain's state file ended {offset + done} bytes in; it was cut short")
+            raise OSError(f"a server state's file ended {offset + done} bytes in; it was cut short")
         done += count
 
 
