@@ -64,8 +64,9 @@ _FIX = (
 class Kept:
     """The bits of one answer, kept so that the same request gets exactly them again.
 
-    vector: as sent without secure aggregation (the model's float type), None for no contribution; weight: its
-    weight; encoded: under secure aggregation, the fixed-point words before masking (noise included, if any).
+    vector: as sent without secure aggregation (the model's float type), None for no contribution or for a
+    secure one encoded from its pieces (its words alone are sent); weight: its weight; encoded: under secure
+    aggregation, the fixed-point words before masking (noise included, if any).
     """
 
     vector: np.ndarray | None
@@ -405,7 +406,7 @@ class InputRecord:
             self._write_kept(kind, key, round_number, answer)
             self._inputs.setdefault(key, _Input(round_number)).round = round_number
             self._latest = max(round_number, self._latest or round_number)
-            if kind == "train" and answer.vector is not None:
+            if kind == "train" and (answer.vector is not None or answer.encoded is not None):
                 self._trainings += 1
             self._save()
 
