@@ -48,6 +48,13 @@ from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, Survi
 from fedfair.secagg.verify_messages import AggregateClaim, TagSet
 
 
+StageInput = bytes | memoryview
+"""A stage's input: bytes, or for a claimed sum (:data:`CLAIMS`) a read-only view of the buffer it arrived in."""
+
+CLAIMS = frozenset({pb.STAGE_VERIFY_CLAIM, pb.STAGE_EVAL_VERIFY_CLAIM})
+"""The stages whose input is a claimed sum (d + 1 words): read as a view, since bytes would copy it once more."""
+
+
 @dataclass(frozen=True)
 class StartJob:
     """A start stage's job (train or evaluate, then encode) and the digest of the model it answers.
@@ -181,7 +188,7 @@ class Participant:
             and set(parameters.parties) <= set(roster)
         )
 
-    def check_parameters(self, work: Work, inputs: bytes) -> RoundParameters:
+    def check_parameters(self, work: Work, inputs: StageInput) -> RoundParameters:
         """The round's parameters, once checked against what this collaborator's plan implies.
 
         Raises:
@@ -189,7 +196,7 @@ class Participant:
                 manifest) the roster names a party the manifest does not list or is below its minimum round
                 size (a Sybil roster).
         """
-        parameters = RoundParameters.from_bytes(inputs)
+        parameters = RoundParameters.from_bytes(bytes(inputs))  # a few hundred bytes
         kind, dimension, encoding = self.expected(work)
         secure = self.shared.secure_aggregation
         problems = [
@@ -226,7 +233,7 @@ class Participant:
         return parameters
 
 
-def advertise(me: Participant, work: Work, inputs: bytes) -> bytes:
+def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """Check the round's parameters (`inputs`) and start this round's client; return its key advertisement.
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when the parameters differ from the plan
@@ -240,7 +247,7 @@ def advertise(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.advertise().to_bytes()
 
 
-def share(me: Participant, work: Work, inputs: bytes) -> bytes:
+def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """The encrypted key shares for the advertised peers (`inputs`, the key directory).
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no keys were advertised this round.
@@ -250,7 +257,7 @@ def share(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.share_keys(KeyDirectory.from_bytes(inputs)).to_bytes()
 
 
-def check(me: Participant, work: Work, inputs: bytes) -> bytes:
+def check(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """This party's signed check of the shares it received (`inputs`, its share bundle).
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no keys were shared this round.
@@ -260,7 +267,7 @@ def check(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.check_shares(ShareBundle.from_bytes(inputs)).to_bytes()
 
 
-def masked(me: Participant, work: Work, inputs: bytes) -> bytes | Pieces:
+def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
     """The masked, encoded update for the masking set in `inputs`.
 
     Without secure aggregation: the plain update (:func:`~fedfair.runtime.transport.chunks.plain_upload`: a
@@ -285,7 +292,7 @@ def masked(me: Participant, work: Work, inputs: bytes) -> bytes | Pieces:
     return work.client.masked_input(MaskingSet.from_bytes(inputs), encoded).to_pieces()
 
 
-def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
+def consistency(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """This party's signature of the survivor set in `inputs`, bound on disk before it leaves.
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when fewer survivors than the floor remain, or this input was
@@ -315,7 +322,7 @@ def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
     return signature.to_bytes()
 
 
-def unmask(me: Participant, work: Work, inputs: bytes) -> bytes:
+def unmask(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """The shares this party reveals for the unmask request in `inputs`.
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no masked input was sent this round.
@@ -325,7 +332,7 @@ def unmask(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.unmask(UnmaskRequest.from_bytes(inputs)).to_bytes()
 
 
-def tag(me: Participant, work: Work, inputs: bytes) -> bytes:
+def tag(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """This party's signed tags of its own input under the challenge of the sum the aggregator claims (`inputs`).
 
     Raises:
@@ -342,7 +349,7 @@ def tag(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.tag(claim).to_bytes()
 
 
-def verdict(me: Participant, work: Work, inputs: bytes) -> bytes:
+def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """Check every survivor's tags (`inputs`) against the claimed sum; keep the verified sum; return the verdict.
 
     The verified sum (the encoded d + 1 words) is kept as ``work.verified``: the only sum this site accepts a
@@ -365,7 +372,7 @@ def verdict(me: Participant, work: Work, inputs: bytes) -> bytes:
     return ACCEPTED
 
 
-Step = Callable[[Participant, Work, bytes], bytes | Pieces]
+Step = Callable[[Participant, Work, StageInput], bytes | Pieces]
 
 STEPS: dict[pb.Stage, Step] = {
     TRAINING.advertise: advertise,
