@@ -34,7 +34,8 @@ from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.update import WeightedVector, bounded, weighted
 from fedfair.fairness import sums, tail
 from fedfair.runtime.collaborator.charges import Charges
-from fedfair.runtime.collaborator.input_record import InputRecord, Kept, SignedView
+from fedfair.runtime.collaborator.input_record import InputRecord, SignedView
+from fedfair.runtime.collaborator.kept import Kept
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.runtime.collaborator.preparation import Prepared

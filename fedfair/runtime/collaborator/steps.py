@@ -241,8 +241,9 @@ def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """
     parameters = me.check_parameters(work, inputs)
     config = parameters.secagg_config(me.shared.federation_id, work.stages)
-    # A verified aggregation keeps a copy of the encoded input until it is tagged (one more d + 1 words).
-    verified = work.stages.claim is not None
+    # A verified aggregation tags the encoded input as its record kept it on disk, read back a piece at a time:
+    # no copy of the d + 1 words is held from masking to tagging. The view is the job's once it settles.
+    verified = (lambda span: work.view.read_words(span)) if work.stages.claim is not None else False
     work.client = Client(config, me.name, me.identity_key, me.credential, me.verify, verified=verified)
     return work.client.advertise().to_bytes()
 
