@@ -12,7 +12,8 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,8 +243,16 @@ def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     parameters = me.check_parameters(work, inputs)
     config = parameters.secagg_config(me.shared.federation_id, work.stages)
     # A verified aggregation tags the encoded input as its record kept it on disk, read back a piece at a time:
-    # no copy of the d + 1 words is held from masking to tagging. The view is the job's once it settles.
-    verified = (lambda span: work.view.read_words(span)) if work.stages.claim is not None else False
+    # no copy of the d + 1 words is held from masking to tagging. The view is the job's once it settles; the work
+    # is referred to weakly, or it and its client would hold each other (and the claimed sum) past the round.
+    this_round = weakref.ref(work)
+
+    def kept_words(span: int) -> Iterator[np.ndarray]:
+        held = this_round()
+        assert held is not None  # only the tag step of this work's own round reads its words
+        return held.view.read_words(span)
+
+    verified = kept_words if work.stages.claim is not None else False
     work.client = Client(config, me.name, me.identity_key, me.credential, me.verify, verified=verified)
     return work.client.advertise().to_bytes()
 

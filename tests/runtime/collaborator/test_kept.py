@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedfair.core.errors import Refusal, RefusedError
+from fedfair.runtime.collaborator import steps
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.kept import Kept, kept_words, read_kept, write_kept
+from fedfair.runtime.contract import TRAINING, RoundParameters
+from fedfair.runtime.plan import aggregator_plan as plan
+from tests.runtime.test_plan import aggregator_plan
 
 
 @settings(max_examples=40, deadline=None)
@@ -60,3 +67,27 @@ def test_a_secure_answer_kept_as_its_words_alone_counts_and_reads_back(tmp_path:
     with pytest.raises(RefusedError, match="changed or were lost"):
         list(view.read_words(4))  # another answer of its kind is the one kept now
     assert np.concatenate(list(replaced.read_words(4))).tobytes() == (words + 1).tobytes()
+
+
+def test_a_verified_rounds_client_reads_its_words_without_keeping_the_round_alive() -> None:
+    """The client reads the words through its round's work; were that a strong reference, the work and its client
+    would hold each other, and the claimed sum with them, until a garbage collection: a sum more per site."""
+    shared = plan.load_shared_settings(plan.shared_settings(aggregator_plan()))
+    roster, secure = ("hospital-a", "hospital-b", "hospital-c"), shared.secure_aggregation  # the template's
+    me = steps.Participant(roster[0], shared, 10, ec.generate_private_key(ec.SECP256R1()), b"", lambda *_: None)
+    work = steps.Work(2, TRAINING, None, 1.0)
+    kind, dimension, encoding = me.expected(work)
+    knobs = {
+        "threshold": secure.threshold,
+        "neighbours": secure.mask_neighbours(3),
+        "max_colluding": secure.max_colluding,
+    }
+    parameters = RoundParameters(kind, 2, True, roster, dimension, encoding, graph_roster=roster, **knobs)
+    parameters = dataclasses.replace(
+        parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, TRAINING)
+    )
+    steps.advertise(me, work, parameters.to_bytes())
+    assert work.client is not None and TRAINING.claim is not None
+    left = weakref.ref(work)
+    del work
+    assert left() is None  # let go at once, by its count of references alone
