@@ -12,6 +12,7 @@ both secrets of one party are listed in docs/design.md ("Inside secure aggregati
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -42,6 +43,7 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
+from fedfair.secagg.verify import BLOCK
 from fedfair.secagg.verify_client import Tagged, check_tags, tag_claim
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.payloads import (
@@ -54,8 +56,12 @@ from fedfair.secagg.payloads import (
     share_check_payload,
 )
 from fedfair.secagg.credentials import advertised_identity, verify_advertisement
-from fedfair.secagg.shares import SECRET_BYTES, Held, Kind, check_view_signatures, open_entry
+from fedfair.secagg.shares import SECRET_BYTES, Held, Kind, open_entry, revealed_for_view
 from fedfair.secagg.wire import Header, Stage, check_header, check_ids
+
+
+PLAIN_PIECE = 16 * BLOCK
+"""Words a party's input is read back a piece at a time to be tagged, when it keeps no copy (2 MiB of 16-bit words)."""
 
 
 class Client:
@@ -68,7 +74,9 @@ class Client:
         its DER public key.
     verify_credential: turns a peer's name and relayed credential into its trusted public key.
     verified: keep a copy of the plain encoded input at MASK, so the party can tag and verify the aggregate
-        in the VERIFY stage (:meth:`tag`, :meth:`verify`; one copy of the d + 1 words more).
+        in the VERIFY stage (:meth:`tag`, :meth:`verify`; one copy of the d + 1 words more); or, instead of the
+        copy, a reader of those words where the caller keeps them (its argument: the most words a piece, a
+        multiple of :data:`~fedfair.secagg.verify.BLOCK`; the pieces that long, the last shorter).
     """
 
     def __init__(
@@ -79,7 +87,7 @@ class Client:
         credential: bytes,
         verify_credential: CredentialVerifier,
         *,
-        verified: bool = False,
+        verified: bool | Callable[[int], Iterable[np.ndarray]] = False,
     ) -> None:
         self.config = config
         self._verified = verified
@@ -342,7 +350,7 @@ class Client:
         masks: list[prg.Mask] = [(keys.self_mask_key(self._seed, self._session, self.party), 1)]
         # The smaller id adds, the larger subtracts: each pair cancels in the sum.
         masks += [(self._pair_keys[peer], 1 if self.party < peer else -1) for peer in sorted(maskers)]
-        if self._verified:
+        if self._verified is True:
             self._plain = encoded.copy()
         prg.apply_masks(encoded, masks)
         self._masking_set = masking_set.parties
@@ -413,23 +421,13 @@ class Client:
             raise UnmaskRefusedError(
                 "the unmask request's survivors or dropped parties differ from the view this party signed; refused"
             )
-        dropped = set(masking_set) - set(survivors)
-        wanted = {owner: Kind.SEED for owner in set(survivors) & self._held.keys()}
-        wanted.update({owner: Kind.MASK_KEY for owner in dropped & self._held.keys()})
-        assert self._view is not None
-        check_view_signatures(
+        seed_shares, key_shares = revealed_for_view(
+            self._held,
             request.signatures,
             self._view,
             session=self._session,
             identities=self._identities,
             config=self.config,
-            wanted=wanted,
-        )
-        seed_shares = tuple(
-            self._held[owner].reveal(owner, Kind.SEED) for owner in sorted(wanted) if wanted[owner] is Kind.SEED
-        )
-        key_shares = tuple(
-            self._held[owner].reveal(owner, Kind.MASK_KEY) for owner in sorted(wanted) if wanted[owner] is Kind.MASK_KEY
         )
         response = UnmaskResponse(self._header(Stage.UNMASK), self.party, seed_shares, key_shares)
         self._answered = (request, response)
@@ -451,10 +449,11 @@ class Client:
         if self._view is None:
             raise ProtocolError("tag() called before this party signed the survivor set")
         check_header(claim, self.config, self._session)
+        reader = self._verified  # the words read back a piece at a time where the caller keeps them, not a copy
         self._tagged = tag_claim(
             claim,
             self._tagged,
-            self._plain,
+            reader(PLAIN_PIECE) if callable(reader) else self._plain,
             config=self.config,
             session=self._session,
             survivors=self._view[1],

@@ -72,7 +72,7 @@ class Writer:
 class Reader:
     """Reads fields written by :class:`Writer`; raises :class:`ProtocolError` on malformed input."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | memoryview) -> None:
         self._view = memoryview(data)
         self._offset = 0
 

@@ -21,6 +21,7 @@ from fedfair.secagg import prg
 from fedfair.privacy.distributed import ROUNDING_BETA, TrainingNoise
 from fedfair.privacy.rounding import largest_total
 from fedfair.secagg.noise import WEIGHT_STREAM, NoiseConfig, NoisyEncoding
+from fedfair.secagg.pieces import FLOATS, Blocks, Pieces, gathered, placed
 from fedfair.secagg.rounder import RANDOM_BITS, StochasticRounder
 from fedfair.secagg.rotation import rotation_key
 
@@ -47,9 +48,6 @@ _MAX_FRACTIONAL_BITS = 128
 
 _INT64_BITS = 63
 """Magnitude bits of an int64: a scaled value plus its random offset must stay below 2^63."""
-
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-"""The vector types the encoder reads without a conversion."""
 
 _BLOCK = 1 << 18
 """Coordinates encoded per step: a cipher call and a kernel call. The cipher gives the GIL up on
@@ -270,7 +268,7 @@ class Encoder:
 
     def encode(
         self,
-        weighted_vector: np.ndarray,
+        weighted_vector: np.ndarray | Pieces,
         weight: float,
         randomness_key: bytes | None = None,
         out: np.ndarray | None = None,
@@ -279,7 +277,9 @@ class Encoder:
 
         A float32 or float64 vector is read as it is, block by block (a float32 model's update is not
         copied into float64 first: each value widens exactly as it is rounded); any other type is
-        converted to float64.
+        converted to float64. :class:`Pieces` are read a piece at a time, in order, and give the same words
+        as their values whole (the rounding's random words follow the coordinates, not the pieces); only a
+        noised encoding, whose rotation mixes every coordinate, gathers them into one vector first.
 
         ``randomness_key`` (32 bytes) fixes the stochastic rounding for reproducible runs;
         by default a fresh key is drawn from the OS.
@@ -290,17 +290,23 @@ class Encoder:
         as fresh pages the kernel must fault in one by one, which on a virtual machine can cost
         more than the encoding itself. If encoding fails (a NaN), ``out`` holds unspecified words.
         """
-        vector = np.asarray(weighted_vector)
-        if vector.dtype not in _FLOATS:
-            vector = vector.astype(np.float64)
-        if vector.ndim != 1:
-            raise ConfigError(f"the update must be a 1-D vector, got shape {vector.shape}; flatten it first")
+        vector: np.ndarray | None = None
+        if isinstance(weighted_vector, Pieces):
+            sliced: Pieces = weighted_vector
+        else:
+            vector = np.asarray(weighted_vector)
+            if vector.dtype not in FLOATS:
+                vector = vector.astype(np.float64)
+            if vector.ndim != 1:
+                raise ConfigError(f"the update must be a 1-D vector, got shape {vector.shape}; flatten it first")
+            sliced = Blocks(vector)
+        size = sliced.size
         if not (math.isfinite(weight) and 0 <= weight <= self.config.max_weight):
             raise ConfigError(
                 f"weight={weight!r} is outside [0, max_weight={self.config.max_weight:g}]; "
                 "raise max_weight in the encoding config"
             )
-        words = self.encoded_dimension(vector.size) + 1
+        words = self.encoded_dimension(size) + 1
         if out is None:
             encoded = np.empty(words, dtype=self.dtype)
         else:
@@ -322,7 +328,8 @@ class Encoder:
                 )
             encoded = out
         if self._noisy is not None:
-            return self._encode_noised(vector, weight, randomness_key or os.urandom(prg.KEY_BYTES), encoded)
+            whole = vector if vector is not None else gathered(sliced, _BLOCK)
+            return self._encode_noised(whole, weight, randomness_key or os.urandom(prg.KEY_BYTES), encoded)
         # Every encoded value is below 2^(k-1) in magnitude (check_no_wraparound), so the
         # signed view takes it directly and its bits are the two's complement modulo 2^k.
         signed = encoded.view(self._signed)
@@ -333,9 +340,8 @@ class Encoder:
             self.rounding_bits,
         )
         bound = self.config.clip * weight
-        for start in range(0, vector.size, _BLOCK):
-            block = vector[start : start + _BLOCK]
-            if not rounder.round_into(block, signed[start : start + block.size], bound):
+        for start, piece in placed(sliced, _BLOCK):
+            if not rounder.round_into(piece, signed[start : start + piece.size], bound):
                 raise ConfigError("the update has NaN or infinite coordinates; fix the local training step")
         rounder.round_into(np.array([weight]), signed[-1:], math.inf)
         return encoded

@@ -106,6 +106,33 @@ def open_entry(
     return Held(seed_bytes, key_bytes)
 
 
+def revealed_for_view(
+    held: Mapping[int, Held],
+    signatures: tuple[tuple[int, bytes], ...],
+    view: tuple[tuple[int, ...], tuple[int, ...]],
+    *,
+    session: bytes,
+    identities: Mapping[int, ec.EllipticCurvePublicKey],
+    config: SecAggConfig,
+) -> tuple[tuple[RevealedShare, ...], tuple[RevealedShare, ...]]:
+    """The shares a party reveals for the one `view` (U2', U3) it signed: (seed shares, mask-key shares).
+
+    Of each survivor's seed and each dropped party's mask key it holds a share of, once
+    :func:`check_view_signatures` accepts the relayed `signatures`; the view alone decides which kind each owner
+    gets, so no later request can obtain the other.
+    """
+    masking_set, survivors = view
+    dropped = set(masking_set) - set(survivors)
+    wanted = {owner: Kind.SEED for owner in set(survivors) & held.keys()}
+    wanted.update({owner: Kind.MASK_KEY for owner in dropped & held.keys()})
+    check_view_signatures(signatures, view, session=session, identities=identities, config=config, wanted=wanted)
+
+    def of(kind: Kind) -> tuple[RevealedShare, ...]:
+        return tuple(held[owner].reveal(owner, kind) for owner in sorted(wanted) if wanted[owner] is kind)
+
+    return of(Kind.SEED), of(Kind.MASK_KEY)
+
+
 def check_view_signatures(
     signatures: tuple[tuple[int, bytes], ...],
     view: tuple[tuple[int, ...], tuple[int, ...]],

@@ -72,20 +72,39 @@ class Challenge:
         outer = _uint64(stream.read(CHECKS * blocks * 8)).reshape(blocks, CHECKS)
         self._outer = [[int(value) for value in row] for row in outer]
 
-    def dots(self, vector: np.ndarray) -> tuple[int, ...]:
+    def dots(self, vector: np.ndarray | Iterable[np.ndarray]) -> tuple[int, ...]:
         """The exact integers <r^c, v> for each check c, v the words of ``vector`` read as two's complement.
 
-        ``vector`` is a 1-D uint16, uint32 or uint64 array of ``words`` words.
+        ``vector`` is a 1-D uint16, uint32 or uint64 array of ``words`` words, or those words in 1-D pieces of
+        one type, in order, each but the last a whole number of BLOCKs long (read one at a time, never joined).
         """
-        if vector.ndim != 1 or vector.size != self.words or vector.dtype.kind != "u":
-            raise ValueError(f"the vector must be 1-D unsigned words, {self.words} of them")
-        vector = np.ascontiguousarray(vector)
-        if vector.dtype.itemsize <= 4:
-            sums = self._block_dots(vector, vector.dtype.itemsize * 8)
+        pieces = [vector] if isinstance(vector, np.ndarray) else vector
+        counters: list[np.ndarray] = []  # one set per 32-bit half of a word (one set for words of 32 bits or less)
+        start, bits = 0, 0
+        for piece in pieces:
+            if start == 0:
+                bits = piece.dtype.itemsize * 8
+                counters = [np.zeros((len(self._outer), CHECKS, 5), dtype=np.uint64) for _ in range(bits // 64 + 1)]
+            if (
+                piece.ndim != 1
+                or piece.dtype.kind != "u"
+                or piece.dtype.itemsize * 8 != bits
+                or start % BLOCK
+                or start + piece.size > self.words
+            ):
+                raise ValueError(
+                    f"the vector must be 1-D unsigned words, {self.words} of them, in pieces of whole blocks"
+                )
+            first, last = start // BLOCK, -(-(start + piece.size) // BLOCK)
+            self._add_block_dots(np.ascontiguousarray(piece), [half[first:last] for half in counters])
+            start += piece.size
+        if start != self.words:
+            raise ValueError(f"the vector must be 1-D unsigned words, {self.words} of them, in pieces of whole blocks")
+        if bits <= 32:
+            sums = _folded(counters[0], bits)
         else:
             # 64-bit words as two 32-bit halves: v = low + 2^32 high, the high half carrying the sign.
-            halves = vector.astype(vector.dtype.newbyteorder("<"), copy=False).view("<u4")
-            low, high = self._block_dots(halves[0::2], 64), self._block_dots(halves[1::2], 32)
+            low, high = _folded(counters[0], 64), _folded(counters[1], 32)
             sums = [
                 [one + (other << 32) for one, other in zip(a, b, strict=True)] for a, b in zip(low, high, strict=True)
             ]
@@ -94,17 +113,27 @@ class Challenge:
             for check in range(CHECKS)
         )
 
-    def _block_dots(self, words: np.ndarray, bits: int) -> list[list[int]]:
-        """Per block q, the exact <a^c, words of block q> for each check c (the kernel's counters, folded)."""
-        counters = np.zeros((len(self._outer), CHECKS, 5), dtype=np.uint64)
-        kernels.challenge_dots()(self._inner, words, bits, counters)
-        return [[_fold(row, bits) for row in block] for block in counters.tolist()]
+    def _add_block_dots(self, words: np.ndarray, counters: list[np.ndarray]) -> None:
+        """Add the kernel's counters of `words` (their blocks' <a^c, words>) to `counters`, one set per half."""
+        if words.dtype.itemsize <= 4:
+            kernels.challenge_dots()(self._inner, words, words.dtype.itemsize * 8, counters[0])
+            return
+        halves = words.astype(words.dtype.newbyteorder("<"), copy=False).view("<u4")
+        kernels.challenge_dots()(self._inner, halves[0::2], 64, counters[0])
+        kernels.challenge_dots()(self._inner, halves[1::2], 32, counters[1])
 
 
 def masked_tags(
-    challenge: Challenge, plain: np.ndarray, party: int, tag_keys: Mapping[int, bytes], session: bytes, digest: bytes
+    challenge: Challenge,
+    plain: np.ndarray | Iterable[np.ndarray],
+    party: int,
+    tag_keys: Mapping[int, bytes],
+    session: bytes,
+    digest: bytes,
 ) -> bytes:
     """``party``'s tags of its plain encoded input: <r^c, x> plus its pairwise tag masks, modulo 2^256.
+
+    ``plain`` is the input's words, whole or in pieces (:meth:`Challenge.dots`).
 
     ``tag_keys`` maps each neighbour in U3 to the pairwise tag key (:func:`~fedfair.secagg.keys.pair_tag_key`);
     the smaller id adds the mask and the larger subtracts it, so the masks cancel in the sum over U3.
@@ -147,6 +176,11 @@ def check_sum(expected: tuple[int, ...], tags: Iterable[bytes]) -> bool:
         for check, value in enumerate(decode_tags(field)):
             totals[check] += value
     return all((total - want) % TAG_MODULUS == 0 for total, want in zip(totals, expected, strict=True))
+
+
+def _folded(counters: np.ndarray, bits: int) -> list[list[int]]:
+    """Per block q, the exact <a^c, words of block q> for each check c, from the kernel's counters."""
+    return [[_fold(row, bits) for row in block] for block in counters.tolist()]
 
 
 def _fold(row: list[int], bits: int) -> int:

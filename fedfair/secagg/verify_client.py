@@ -9,7 +9,7 @@ the round's order and its state, these hold the stage's checks, each refusal a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +40,7 @@ class Tagged:
 def tag_claim(
     claim: AggregateClaim,
     tagged: Tagged | None,
-    plain: np.ndarray | None,
+    plain: np.ndarray | Iterable[np.ndarray] | None,
     *,
     config: SecAggConfig,
     session: bytes,
@@ -53,7 +53,7 @@ def tag_claim(
     """What ``party`` keeps of ``claim`` once tagged: its signed tag of ``plain`` under the claim's challenge.
 
     ``tagged`` is what the party kept of an earlier claim this round (None: none yet), returned again for
-    the same aggregate; ``plain`` its plain encoded input (None: it kept none); ``survivors`` the U3 it
+    the same aggregate; ``plain`` its plain encoded input, whole or in pieces (None: it kept none); ``survivors`` the U3 it
     signed; ``tag_keys`` its pairwise tag keys by neighbour; ``header`` the tag's. The refusals are
     :meth:`Client.tag <fedfair.secagg.client.Client.tag>`'s.
     """

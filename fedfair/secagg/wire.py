@@ -150,7 +150,7 @@ class Wire:
         return writer.pieces()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Self:
+    def from_bytes(cls, data: bytes | memoryview) -> Self:
         """Parse ``data`` as this message type.
 
         Raises:
@@ -177,7 +177,7 @@ class Bound(Protocol):
         ...
 
 
-def read_message(data: bytes) -> Wire:
+def read_message(data: bytes | memoryview) -> Wire:
     """Parse any registered message produced by ``to_bytes()``."""
     reader = Reader(data)
     if bytes(reader.blob_view()) != MAGIC:

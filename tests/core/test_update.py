@@ -83,3 +83,43 @@ def test_a_non_finite_update_is_left_for_the_caller_to_refuse() -> None:
     update = Update(delta=torch.tensor([math.nan, 1.0]), delta_c=0.0, weight=5.0)
     result = bounded(update, 1.0, 1.0)
     assert result.weight == 1.0 and bool(torch.isnan(result.delta).any())
+
+
+SPECIAL = st.sampled_from([math.nan, math.inf, -math.inf, 3e38, -3e38, 1e308, 0.0, 1.0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.floats(-1e3, 1e3) | SPECIAL, min_size=1, max_size=12),
+    delta_c=st.floats(-1e3, 1e3) | SPECIAL,
+    control=st.none() | st.lists(st.floats(-1e3, 1e3) | SPECIAL, min_size=1, max_size=12),
+    weight=st.floats(0.0, 1e4) | st.sampled_from([math.nan, math.inf]),
+    wide=st.booleans(),
+)
+def test_the_finiteness_read_from_the_parts_is_that_of_the_weighted_vector(
+    values: list[float], delta_c: float, control: list[float] | None, weight: float, wide: bool
+) -> None:
+    """Past float32's range once weighted (3e38 times 10), a NaN, an infinity, or 0 * inf: as the vector has it."""
+    dtype = torch.float64 if wide else torch.float32
+    update = Update(
+        delta=torch.tensor(values, dtype=dtype),
+        delta_c=delta_c,
+        weight=weight,
+        control=None if control is None else torch.tensor(control, dtype=torch.float64),
+    )
+    for sent in (torch.float32, torch.float64):
+        assert update.weighted_finite(sent) == bool(torch.isfinite(update.weighted_vector(sent)).all())
+
+
+@settings(max_examples=100, deadline=None)
+@given(size=st.integers(1, 50), span=st.integers(1, 9), drift=st.booleans(), weight=st.floats(0.0, 1e4))
+def test_the_weighted_pieces_are_the_vector_in_order_none_longer_than_asked(
+    size: int, span: int, drift: bool, weight: float
+) -> None:
+    generator = torch.Generator().manual_seed(size)
+    control = torch.randn(size + 1, generator=generator, dtype=torch.float64) if drift else None
+    update = Update(delta=torch.randn(size, generator=generator), delta_c=0.25, weight=weight, control=control)
+    for dtype in (torch.float32, torch.float64):
+        pieces = list(update.weighted_pieces(dtype, span))
+        assert all(0 < piece.numel() <= span and piece.dtype == dtype for piece in pieces)
+        assert torch.equal(torch.cat(pieces), update.weighted_vector(dtype))

@@ -49,7 +49,7 @@ from fedfair.runtime.collaborator.receipt import (
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import RoundJob, kept, resent
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
-from fedfair.runtime.collaborator.steps import Participant, StartJob, Work, load_kernels
+from fedfair.runtime.collaborator.steps import CLAIMS, Participant, StageInput, StartJob, Work, load_kernels
 from fedfair.runtime.collaborator.stream import TaskStream
 from fedfair.runtime.collaborator.trainer import (
     check_pinned_table,
@@ -235,7 +235,7 @@ class Collaborator(TaskStream):
         """
         if task.input_size <= 0:
             raise WireError("the TRAIN stage carries no encoder although the plan has a [schema]")
-        data, shared, self._encoder = encode_table(self.config, self.joined, self._input(stub, task))
+        data, shared, self._encoder = encode_table(self.config, self.joined, bytes(self._input(stub, task)))
         self._prepare(data, shared)
 
     def _prepare(self, data: LocalData, shared: SharedSettings) -> None:
@@ -412,8 +412,8 @@ class Collaborator(TaskStream):
         self.joined.outcome.refused(round_number, reason, detail)
         return self.joined.outcome.path
 
-    def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
-        """The input of `task`'s stage.
+    def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> StageInput:
+        """The input of `task`'s stage: a claimed sum as a read-only view of its buffer, any other as bytes.
 
         The one the task carries, or else fetched, within the pinned plan's bound
         (:func:`~fedfair.runtime.collaborator.uplink.input_limit`).
@@ -422,6 +422,8 @@ class Collaborator(TaskStream):
         if task.binding.stage == pb.STAGE_EVAL_VERIFY_CLAIM:
             evaluation_words = self.participant.aggregation(EVALUATION, task.binding.round)[1]
         limit = input_limit(task, self.shared.collaborator_count, self.parameters, evaluation_words)
+        if task.binding.stage in CLAIMS:
+            return self._uplink.input_view(stub, task, limit)
         return self._uplink.input(stub, task, limit)
 
     def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:

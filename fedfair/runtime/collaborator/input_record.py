@@ -14,10 +14,8 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +29,7 @@ from fedfair.core.errors import (
 )
 from fedfair.core.files import atomic_write, read_json
 from fedfair.privacy.ledger import CHARGED_KINDS, Charge, Ledger
-from fedfair.runtime.collaborator.archives import HEADERS, write_archive
+from fedfair.runtime.collaborator.kept import Kept, kept_words, read_kept, write_kept
 from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST
 
 KINDS = CHARGED_KINDS
@@ -60,19 +58,6 @@ _FIX = (
 )
 
 
-@dataclass(frozen=True)
-class Kept:
-    """The bits of one answer, kept so that the same request gets exactly them again.
-
-    vector: as sent without secure aggregation (the model's float type), None for no contribution; weight: its
-    weight; encoded: under secure aggregation, the fixed-point words before masking (noise included, if any).
-    """
-
-    vector: np.ndarray | None
-    weight: float
-    encoded: np.ndarray | None = None
-
-
 @dataclass
 class SignedView:
     """The survivors (by name) this collaborator signed for one input, whichever session carried it.
@@ -80,13 +65,15 @@ class SignedView:
     A round the aggregator re-runs (after a crash, or pretending one) carries the same
     input again; the collaborator then signs only the same survivor set, so no two
     unmasked sums differ by one party's input. `kept` is that input's bits when it was
-    answered before (they are sent again); `keep` persists an answer before it is sent.
+    answered before (they are sent again); `keep` persists an answer before it is sent; `read_words` reads the
+    kept words back a piece at a time (:func:`~fedfair.runtime.collaborator.kept.kept_words`).
     """
 
     survivors: frozenset[str] | None = None
     bind_survivors: Callable[[frozenset[str]], None] = field(default=lambda survivors: None, repr=False)
     read_kept: Callable[[], Kept | None] = field(default=lambda: None, repr=False)
     keep: Callable[[Kept], None] = field(default=lambda kept: None, repr=False)
+    read_words: Callable[[int], Iterator[np.ndarray]] = field(default=lambda span: _unkept(), repr=False)
 
     @property
     def kept(self) -> Kept | None:
@@ -97,6 +84,10 @@ class SignedView:
         """Bind this input to `survivors` (kept on disk first, then remembered here)."""
         self.bind_survivors(survivors)
         self.survivors = survivors
+
+
+def _unkept() -> Iterator[np.ndarray]:
+    raise RefusedError(Refusal.WITHDRAWN, "this input's words were not kept on disk, so they cannot be tagged")
 
 
 @dataclass
@@ -255,32 +246,10 @@ class InputRecord:
         entry = self._kept.get(kind)
         if entry is None or entry.get("key") != key:
             return None
-        path = self._kept_path(kind)
-        try:
-            payload = path.read_bytes()
-        except OSError:
-            return None
-        if hashlib.sha256(payload).hexdigest() != entry.get("sha256"):
-            return None  # a kill between the payload and the record, or a changed file: not these bits
-        with HEADERS, np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
-            vector = arrays["vector"] if "vector" in arrays else None
-            encoded = arrays["encoded"] if "encoded" in arrays else None
-            weight = float(arrays["weight"])
-        for array in (vector, encoded):
-            if array is not None:
-                array.setflags(write=False)
-        return Kept(vector, weight, encoded)
+        return read_kept(self._kept_path(kind), str(entry.get("sha256")))
 
     def _write_kept(self, kind: str, key: str, round_number: int, kept: Kept) -> None:
-        arrays: dict[str, np.ndarray] = {"weight": np.array(kept.weight, dtype=np.float64)}
-        if kept.vector is not None:
-            arrays["vector"] = np.asarray(kept.vector)
-        if kept.encoded is not None:
-            arrays["encoded"] = np.asarray(kept.encoded)
-        # Straight to the file (views of the arrays), hashed as read back: no copy of the input is made.
-        atomic_write(path := self._kept_path(kind), lambda stream: write_archive(stream, arrays))
-        with path.open("rb") as written:
-            digest = hashlib.file_digest(written, "sha256").hexdigest()
+        digest = write_kept(self._kept_path(kind), kept)
         self._kept[kind] = {"key": key, "round": round_number, "sha256": digest}
 
     # ------------------------------------------------------------ what it says
@@ -395,6 +364,11 @@ class InputRecord:
                 raise RefusedError(Refusal.INPUT_BOUND, f"{lost}; answering again would send new bits")
             return answer
 
+        def read_words(span: int) -> Iterator[np.ndarray]:
+            entry = self._kept.get(kind, {})
+            digest = str(entry.get("sha256")) if entry.get("key") == key else ""
+            return kept_words(self._kept_path(kind), digest, span)
+
         def bind(survivors: frozenset[str]) -> None:
             answered = self._inputs.setdefault(key, _Input(round_number))
             answered.round, answered.survivors = round_number, survivors
@@ -405,11 +379,11 @@ class InputRecord:
             self._write_kept(kind, key, round_number, answer)
             self._inputs.setdefault(key, _Input(round_number)).round = round_number
             self._latest = max(round_number, self._latest or round_number)
-            if kind == "train" and answer.vector is not None:
+            if kind == "train" and (answer.vector is not None or answer.encoded is not None):
                 self._trainings += 1
             self._save()
 
-        self._views[key] = SignedView(None if entry is None else entry.survivors, bind, read_kept, keep)
+        self._views[key] = SignedView(None if entry is None else entry.survivors, bind, read_kept, keep, read_words)
         return self._views[key]
 
     def note_threshold(self, round_number: int, c: float) -> None:

@@ -31,15 +31,16 @@ from fedfair.core.errors import (
 )
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner, RoundTrainer
-from fedfair.core.update import bounded
+from fedfair.core.update import WeightedVector, bounded, weighted
 from fedfair.fairness import sums, tail
 from fedfair.runtime.collaborator.charges import Charges
-from fedfair.runtime.collaborator.input_record import InputRecord, Kept, SignedView
+from fedfair.runtime.collaborator.input_record import InputRecord, SignedView
+from fedfair.runtime.collaborator.kept import Kept
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
-from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
+from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_pieces_beyond_clip
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
 from fedfair.runtime.composition_counts import CompositionColumn, local_counts
 from fedfair.runtime.contract import (
@@ -225,17 +226,17 @@ class RoundJob:
         update = bounded(
             update, influence.weight_of(self.config.name, self.shared.batch_fraction), influence.update_norm
         )
-        # A float32 model's update is held in float32 (sent so, or widened exactly as encoded); a control is float64.
+        # A float32 model's update goes in float32 (sent so, or widened exactly as encoded); a control is float64.
+        # Not formed here: the encoding reads it a piece at a time, and only a plain upload forms it whole.
         compact = update.delta.dtype == torch.float32 and update.control is None
-        vector = update.weighted_vector(torch.float32 if compact else torch.float64).numpy()
+        vector = WeightedVector(update, torch.float32 if compact else torch.float64)
         if self.config.share_epsilon and self.config.privacy.enabled:
             from fedfair.privacy.learner import PrivateLearner  # Opacus is loaded only where DP is on
 
             spent = self.trainer.last_report if isinstance(self.trainer, PrivateLearner) else None
             if spent is not None:
                 self.reports.send(stub, binding, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT, spent.epsilon)
-        extremes = (vector.min(), vector.max()) if vector.size else (0.0, 0.0)  # NaN spreads to both: no temporary
-        if not np.isfinite([*extremes, update.weight]).all():
+        if not update.weighted_finite(vector.dtype):
             logger.error(
                 "%s: round %d: the local update has NaN or Inf; refusing to contribute it (check the "
                 "learning rate); withdrawing from this round",
@@ -258,7 +259,8 @@ class RoundJob:
             )
             return nothing
         if update.control is not None:
-            problem = control_beyond_clip(vector, update.weight, self.shared.secure_aggregation.clip)
+            pieces = (piece.numpy() for piece in weighted(update.control, update.weight, vector.dtype))
+            problem = control_pieces_beyond_clip(pieces, update.weight, self.shared.secure_aggregation.clip)
             if problem:
                 logger.error("%s: round %d: %s; withdrawing from this round", self.config.name, round_number, problem)
                 return nothing
@@ -271,9 +273,6 @@ class RoundJob:
             time.perf_counter() - started,
             extra=per_round(round_number, self.shared.training.rounds),
         )
-        # The trainer's weighted vector is this round's own (Update.weighted_vector builds it afresh), so it is
-        # frozen where it lies rather than copied: d values fewer for the rest of the round.
-        vector.setflags(write=False)  # it may be sent again: nothing downstream may change it in place
         return TrainedUpdate(round_number, model, vector, float(update.weight))
 
     def contribution(self, trained: TrainedUpdate) -> Work:
@@ -283,7 +282,9 @@ class RoundJob:
             return Work(round_number, TRAINING, None, 0.0)
         settings = self.shared.secure_aggregation
         if settings.enabled:
-            work = Work(round_number, TRAINING, trained.vector, weight)
+            # A vector never formed stays so: its words alone are kept and sent (a whole one is kept beside them).
+            whole = trained.vector if isinstance(trained.vector, np.ndarray) else None
+            work = Work(round_number, TRAINING, whole, weight)
             # Encoded now, off the MASKED_INPUT stage's critical path (the round's encoder checks the parameters then).
             shared = self.shared
             try:
@@ -309,8 +310,9 @@ class RoundJob:
                 settings.max_weight,
             )
             return Work(round_number, TRAINING, None, 0.0)
-        clipped = clip_plain_update(trained.vector, weight, settings.clip)
-        changed = int(np.count_nonzero(clipped != trained.vector))
+        vector = np.asarray(trained.vector)  # a plain upload sends it whole
+        clipped = clip_plain_update(vector, weight, settings.clip)
+        changed = int(np.count_nonzero(clipped != vector))
         if changed:
             logger.info(
                 "%s: round %d: %d coordinates clipped to +-%g per unit of weight (the plan's clip)",
@@ -426,12 +428,12 @@ class RoundJob:
 def kept(work: Work, view: SignedView) -> Work:
     """`work`, its bits kept on disk (:meth:`SignedView.keep`) before anything of it is sent.
 
-    Withdrawing (no vector) is not kept: no sum holds this institution's input then, so a later
-    round on the same model (the aborted round's, unchanged) may answer afresh without any two
+    Withdrawing (neither vector nor words) is not kept: no sum holds this institution's input then, so a
+    later round on the same model (the aborted round's, unchanged) may answer afresh without any two
     sums differing by it; kept, one failed training would bar the federation from that model.
     """
     work.view = view
-    if work.vector is None:
+    if work.vector is None and work.encoded is None:
         return work
     view.keep(Kept(work.vector, work.weight, work.encoded))  # written before it is masked in place, not held
     if work.encoded is not None:  # the words are what a secure sum sends: the vector is the record's to keep
@@ -441,7 +443,9 @@ def kept(work: Work, view: SignedView) -> Work:
 
 def resent(round_number: int, stages: Stages, view: SignedView, answer: Kept) -> Work:
     """The work that sends again `answer`, the bits `view` kept (the encoding a copy: masking works in place)."""
-    work = Work(round_number, stages, answer.vector, answer.weight if answer.vector is not None else 0.0)
+    contributed = answer.vector is not None or answer.encoded is not None
+    work = Work(round_number, stages, answer.vector, answer.weight if contributed else 0.0)
     work.encoded = None if answer.encoded is None else answer.encoded.copy()
+    work.released = answer.vector is None and answer.encoded is not None  # words kept alone: the round has them
     work.view = view
     return work

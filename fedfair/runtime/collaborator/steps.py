@@ -12,7 +12,8 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,13 @@ from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
 from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, SurvivorSet, UnmaskRequest
 from fedfair.secagg.verify_messages import AggregateClaim, TagSet
+
+
+StageInput = bytes | memoryview
+"""A stage's input: bytes, or for a claimed sum (:data:`CLAIMS`) a read-only view of the buffer it arrived in."""
+
+CLAIMS = frozenset({pb.STAGE_VERIFY_CLAIM, pb.STAGE_EVAL_VERIFY_CLAIM})
+"""The stages whose input is a claimed sum (d + 1 words): read as a view, since bytes would copy it once more."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +189,7 @@ class Participant:
             and set(parameters.parties) <= set(roster)
         )
 
-    def check_parameters(self, work: Work, inputs: bytes) -> RoundParameters:
+    def check_parameters(self, work: Work, inputs: StageInput) -> RoundParameters:
         """The round's parameters, once checked against what this collaborator's plan implies.
 
         Raises:
@@ -189,7 +197,7 @@ class Participant:
                 manifest) the roster names a party the manifest does not list or is below its minimum round
                 size (a Sybil roster).
         """
-        parameters = RoundParameters.from_bytes(inputs)
+        parameters = RoundParameters.from_bytes(bytes(inputs))  # a few hundred bytes
         kind, dimension, encoding = self.expected(work)
         secure = self.shared.secure_aggregation
         problems = [
@@ -226,7 +234,7 @@ class Participant:
         return parameters
 
 
-def advertise(me: Participant, work: Work, inputs: bytes) -> bytes:
+def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """Check the round's parameters (`inputs`) and start this round's client; return its key advertisement.
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when the parameters differ from the plan
@@ -234,13 +242,22 @@ def advertise(me: Participant, work: Work, inputs: bytes) -> bytes:
     """
     parameters = me.check_parameters(work, inputs)
     config = parameters.secagg_config(me.shared.federation_id, work.stages)
-    # A verified aggregation keeps a copy of the encoded input until it is tagged (one more d + 1 words).
-    verified = work.stages.claim is not None
+    # A verified aggregation tags the encoded input as its record kept it on disk, read back a piece at a time:
+    # no copy of the d + 1 words is held from masking to tagging. The view is the job's once it settles; the work
+    # is referred to weakly, or it and its client would hold each other (and the claimed sum) past the round.
+    this_round = weakref.ref(work)
+
+    def kept_words(span: int) -> Iterator[np.ndarray]:
+        held = this_round()
+        assert held is not None  # only the tag step of this work's own round reads its words
+        return held.view.read_words(span)
+
+    verified = kept_words if work.stages.claim is not None else False
     work.client = Client(config, me.name, me.identity_key, me.credential, me.verify, verified=verified)
     return work.client.advertise().to_bytes()
 
 
-def share(me: Participant, work: Work, inputs: bytes) -> bytes:
+def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """The encrypted key shares for the advertised peers (`inputs`, the key directory).
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no keys were advertised this round.
@@ -250,7 +267,7 @@ def share(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.share_keys(KeyDirectory.from_bytes(inputs)).to_bytes()
 
 
-def check(me: Participant, work: Work, inputs: bytes) -> bytes:
+def check(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """This party's signed check of the shares it received (`inputs`, its share bundle).
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no keys were shared this round.
@@ -260,7 +277,7 @@ def check(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.check_shares(ShareBundle.from_bytes(inputs)).to_bytes()
 
 
-def masked(me: Participant, work: Work, inputs: bytes) -> bytes | Pieces:
+def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
     """The masked, encoded update for the masking set in `inputs`.
 
     Without secure aggregation: the plain update (:func:`~fedfair.runtime.transport.chunks.plain_upload`: a
@@ -285,7 +302,7 @@ def masked(me: Participant, work: Work, inputs: bytes) -> bytes | Pieces:
     return work.client.masked_input(MaskingSet.from_bytes(inputs), encoded).to_pieces()
 
 
-def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
+def consistency(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """This party's signature of the survivor set in `inputs`, bound on disk before it leaves.
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when fewer survivors than the floor remain, or this input was
@@ -315,7 +332,7 @@ def consistency(me: Participant, work: Work, inputs: bytes) -> bytes:
     return signature.to_bytes()
 
 
-def unmask(me: Participant, work: Work, inputs: bytes) -> bytes:
+def unmask(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """The shares this party reveals for the unmask request in `inputs`.
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no masked input was sent this round.
@@ -325,7 +342,7 @@ def unmask(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.unmask(UnmaskRequest.from_bytes(inputs)).to_bytes()
 
 
-def tag(me: Participant, work: Work, inputs: bytes) -> bytes:
+def tag(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """This party's signed tags of its own input under the challenge of the sum the aggregator claims (`inputs`).
 
     Raises:
@@ -342,7 +359,7 @@ def tag(me: Participant, work: Work, inputs: bytes) -> bytes:
     return work.client.tag(claim).to_bytes()
 
 
-def verdict(me: Participant, work: Work, inputs: bytes) -> bytes:
+def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """Check every survivor's tags (`inputs`) against the claimed sum; keep the verified sum; return the verdict.
 
     The verified sum (the encoded d + 1 words) is kept as ``work.verified``: the only sum this site accepts a
@@ -365,7 +382,7 @@ def verdict(me: Participant, work: Work, inputs: bytes) -> bytes:
     return ACCEPTED
 
 
-Step = Callable[[Participant, Work, bytes], bytes | Pieces]
+Step = Callable[[Participant, Work, StageInput], bytes | Pieces]
 
 STEPS: dict[pb.Stage, Step] = {
     TRAINING.advertise: advertise,

@@ -32,7 +32,7 @@ from fedfair.core.errors import (
 )
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff
-from fedfair.runtime.collaborator.steps import STEPS, Participant, StartJob, Work
+from fedfair.runtime.collaborator.steps import STEPS, Participant, StageInput, StartJob, Work
 from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
 from fedfair.runtime.contract import EVALUATION, STREAM_ACCEPTED, TRAINING, Stages
@@ -110,7 +110,7 @@ class TaskStream:
     def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
         raise NotImplementedError
 
-    def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bytes:
+    def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> StageInput:
         raise NotImplementedError
 
     def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:

@@ -7,22 +7,26 @@ clipped (a clipped control variate would steer every site's next steps).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
+from fedfair.core.update import WeightedVector
 
 
 @dataclass(frozen=True)
 class TrainedUpdate:
     """The outcome of training on one round's model (digest `model`).
 
-    `vector` is [w * delta, w * delta_c] (then w * sigma_k+ with drift correction), read-only, or None when
-    there is nothing to contribute (the trainer refused, or the update was not finite); `weight` is w.
+    `vector` is [w * delta, w * delta_c] (then w * sigma_k+ with drift correction): not formed (a
+    :class:`~fedfair.core.update.WeightedVector`, which the encoding reads a piece at a time), or a whole read-only
+    one; None when there is nothing to contribute (the trainer refused, or the update was not finite); `weight` is w.
     """
 
     round: int
     model: str
-    vector: np.ndarray | None
+    vector: WeightedVector | np.ndarray | None
     weight: float
 
 
@@ -45,14 +49,21 @@ def control_beyond_clip(vector: np.ndarray, weight: float, clip: float) -> str |
     wrong one, and the server's sigma, the mean of them, would steer every collaborator's next
     steps off course, silently: so a control coordinate past the bound is refused instead.
     """
-    control = vector[vector.size // 2 :]
+    return control_pieces_beyond_clip([vector[vector.size // 2 :]], weight, clip)
+
+
+def control_pieces_beyond_clip(control: Iterable[np.ndarray], weight: float, clip: float) -> str | None:
+    """:func:`control_beyond_clip` of the weighted control variate w * sigma_k+, read a piece at a time."""
     bound = clip * weight
-    beyond = int(np.count_nonzero(np.abs(control) > bound))
+    beyond, largest = 0, 0.0
+    for piece in control:
+        magnitudes = np.abs(piece)
+        beyond += int(np.count_nonzero(magnitudes > bound))
+        largest = max(largest, float(magnitudes.max(initial=0.0)))
     if not beyond:
         return None
-    largest = float(np.abs(control).max()) / weight
     return (
         f"{beyond} coordinates of the drift correction's control variate exceed the encoding's clip "
-        f"(largest {largest:.4g} per unit of weight, clip {clip:g}), and clipping would corrupt it; raise "
+        f"(largest {largest / weight:.4g} per unit of weight, clip {clip:g}), and clipping would corrupt it; raise "
         "[secure_aggregation] clip in the plan above that (or lower [training] lr / threshold_lr)"
     )
