@@ -37,6 +37,7 @@ from typing import Any
 
 from published import publish
 from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.local.zygote import DISABLE
 
 MIB = 1024.0
 """KiB per MiB: /proc reports kB (KiB)."""
@@ -219,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         started = time.perf_counter()
         with open(log, "w") as output:
-            launcher = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+            # Each party a fresh interpreter, as a deployment runs it: forked from launch's zygote, it would share
+            # the zygote's pages and carry its command line, and the sampler could tell no site by its own.
+            fresh = {**os.environ, DISABLE: "0"}
+            launcher = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=fresh)
             sampler = Sampler(launcher.pid, args.sample_seconds)
             code = launcher.wait()
             sampler.stop()

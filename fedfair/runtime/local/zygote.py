@@ -7,7 +7,8 @@ sockets, session and exit status), running ``python -m fedfair.cli`` as a fresh 
 Forking is safe only while the zygote has a single thread, so it checks that after importing and otherwise
 declines (the caller then executes a fresh interpreter). Linux only: elsewhere a fork after importing
 PyTorch is not safe. What a party inherits that a fresh one would not: the zygote's interpreter, import
-paths and thread settings, which are the launching process's at the zygote's start.
+paths and thread settings, which are the launching process's at the zygote's start. ``FEDFAIR_ZYGOTE=0`` in
+the launcher's environment executes every party afresh, as a deployment runs it (e.g. to measure its memory).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ _MESSAGE_BYTES = 1 << 20
 
 _IMPORT_SECONDS = 120.0
 """How long the zygote may take to import before it is declined (launch's own start-up bound)."""
+
+DISABLE = "FEDFAIR_ZYGOTE"
+"""The environment variable that, set to 0, has every party executed afresh rather than forked."""
 
 _PRELOADED = (
     "torch",
@@ -269,7 +273,7 @@ _shared_lock = threading.Lock()
 def shared_zygote(env: Mapping[str, str]) -> Zygote | None:
     """This process's zygote, started on first use with `env`; None where forking is not safe or possible."""
     global _shared
-    if sys.platform != "linux":
+    if sys.platform != "linux" or env.get(DISABLE) == "0":
         return None
     with _shared_lock:
         if _shared is None:

@@ -14,7 +14,7 @@ import pytest
 
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.local.processes import FEDFAIR_COMMAND, child_environment, spawn
-from fedfair.runtime.local.zygote import ForkedProcess, Zygote
+from fedfair.runtime.local.zygote import DISABLE, ForkedProcess, Zygote
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the zygote forks on Linux only")
 
@@ -63,6 +63,12 @@ def test_spawn_forks_fedfair_commands_and_executes_any_other() -> None:
     assert forked.stdout is not None and executed.stdout is not None
     assert forked.stdout.read().startswith("fedfair ") and executed.stdout.read() == "fresh\n"
     assert forked.wait(60) == 0 and executed.wait(60) == 0
+
+
+def test_fedfair_zygote_0_executes_every_party_afresh() -> None:
+    fresh = spawn([*FEDFAIR_COMMAND, "--version"], {**child_environment(), DISABLE: "0"})
+    assert isinstance(fresh, subprocess.Popen) and fresh.stdout is not None
+    assert fresh.stdout.read().startswith("fedfair ") and fresh.wait(60) == 0
 
 
 def test_a_zygote_with_a_second_thread_declines_to_fork() -> None:
