@@ -2,8 +2,9 @@
 
 Commits up to 3687e85 fixed glibc's mmap threshold in every party (`fedfair.runtime.memory`, 4 MiB), so that
 freed model-sized blocks went back to the system (memory) at the price of mapping and unmapping each on
-every use (CPU); this tree leaves glibc's own moving threshold, keeps a large model's chain states in files
-and gives a large round's freed memory back once a round per site (`fedfair.runtime.memory`). This script runs `round_bench.py` (secure
+every use (CPU); this tree leaves glibc's own moving threshold, keeps a large model's states (the sites'
+chains, the aggregator's) in files, has sites encode a piece at a time and gives a large round's freed memory
+back once a round per site (`fedfair.runtime.memory`). This script runs `round_bench.py` (secure
 aggregation, parties as threads of one process) for each arm in turn, the arms interleaved within every
 repetition so that a slow spell of this shared machine hits them alike, at the two configurations the
 goals name:

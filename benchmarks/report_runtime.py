@@ -112,8 +112,9 @@ def allocator_ab(name: str, document: Mapping[str, Any]) -> Section:
         "The allocator setting: a round's CPU against a federation's peak memory",
         "Secure rounds through the runtime, parties as threads of one process, each arm in a fresh process and "
         f"the arms interleaved in each of {document['repetitions']} repetitions (medians, lowest-highest in "
-        "brackets): this tree, which leaves glibc's thresholds as they are (a site whose model state takes 64 MiB "
-        "or more keeps it in files and hands its freed memory back once a round), against earlier commits' code "
+        "brackets): this tree, which leaves glibc's thresholds as they are (a model state of 64 MiB or more, a "
+        "site's chain or the aggregator's, lives in a file and is read a span at a time; sites encode and tag "
+        "their update a piece at a time and hand freed memory back once a round), against earlier commits' code "
         "as it stood (named by commit; up to 3687e85 every party fixed glibc's mmap threshold at 4 MiB). Goals: "
         "at d = 10^6, "
         "10 sites, a round's CPU at most the code before the setting (19c2d03); at d = 10^7, 3 sites, a peak of "
