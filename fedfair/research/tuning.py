@@ -319,8 +319,8 @@ NESTED: dict[str, tuple[Nesting, ...]] = {
         Nesting("fedavgm", {LEVEL.name: 1.0}),
     ),
 }
-"""Which methods each method holds exactly at an end of its own ladders: FedAvgM at momentum 0 is FedAvg,
-FedSRCVaR at epsilon 1 is FedAvgM (gamma then weighs nothing), Delta-FL at level 1 is FedAvgM (to rounding). Why: a search
+"""Which methods each method holds at an end of its own ladders: FedAvgM at momentum 0 is FedAvg, FedSRCVaR at
+epsilon 1 is FedAvgM (gamma then weighs nothing), Delta-FL at level 1 is FedAvgM (to rounding). Why: a search
 that can reach its inner method's choice must not lose to it on validation for want of trying it."""
 
 
