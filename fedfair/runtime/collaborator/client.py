@@ -26,6 +26,7 @@ from fedfair.core.device import device_for
 from fedfair.core.errors import ConfigError, FailureError, PermanentFailureError, WireError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.datasets.encoder import Encoder as TableEncoder
+from fedfair.runtime.collaborator import answers
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import check_identity
@@ -350,8 +351,9 @@ class Collaborator(TaskStream):
         return self._rounds().evaluate(stub, binding, self._evaluation_answers)
 
     def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
-        """This institution's answers to the evaluation's queries on (theta, c) (:meth:`RoundJob.evaluation_answers`)."""
-        return self._rounds().evaluation_answers(theta, c)
+        """This institution's answers to the evaluation's queries on (theta, c) (:func:`answers.evaluation_answers`)."""
+        rounds = self._rounds()
+        return answers.evaluation_answers(rounds.prepared, rounds.shared, theta, c)
 
     # ------------------------------------------------------------ what it fetches and sends
 

@@ -4,9 +4,9 @@ A :class:`RoundJob` is built once this institution's trainer exists (from the fe
 :mod:`fedfair.runtime.collaborator.preparation`) and kept for the whole process. For TRAIN
 it downloads (theta_t, c_t) (with drift correction, the server's control variate sigma in
 the same download) and returns the job that trains, bounds and encodes the update; for
-EVALUATE, the job that answers the evaluation's threshold queries on the held-out losses and,
-at the final round of a plan with ``[evaluation] composition``, counts who is above the
-evaluated model's c by category (:mod:`fedfair.runtime.composition_counts`).
+EVALUATE, the job that keeps and encodes this institution's answers to the evaluation and, at
+the final round of a plan with ``[evaluation] composition``, its counts by category (what they are:
+:mod:`fedfair.runtime.collaborator.answers`).
 
 Why: docs/design.md, "Inside the collaborator".
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -29,10 +29,10 @@ from fedfair.core.errors import (
     RefusedError,
     WireError,
 )
-from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.update import WeightedVector, bounded, weighted
-from fedfair.fairness import sums, tail
+from fedfair.fairness import sums
+from fedfair.runtime.collaborator.answers import composition_counts
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.input_record import InputRecord, SignedView
 from fedfair.runtime.collaborator.kept import Kept
@@ -42,7 +42,7 @@ from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_pieces_beyond_clip
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
-from fedfair.runtime.composition_counts import CompositionColumn, local_counts
+from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.contract import (
     EVALUATION,
     TRAINING,
@@ -355,7 +355,9 @@ class RoundJob:
                     return self.counts_beside(view, answer, binding.round, (theta, c), model, columns)
                 answered = answers(torch.from_numpy(theta), c)
                 if columns:
-                    answered = np.concatenate([answered, self.composition_counts(torch.from_numpy(theta), c, columns)])
+                    answered = np.concatenate(
+                        [answered, composition_counts(self.prepared, self.shared, torch.from_numpy(theta), c, columns)]
+                    )
                 work = Work(binding.round, EVALUATION, answered, 1.0)
                 if self.shared.secure_aggregation.enabled:
                     work.encoded = Encoder(sums.ENCODING, self.shared.collaborator_count).encode(answered, 1.0)
@@ -382,7 +384,7 @@ class RoundJob:
         """
         assert answer.vector is not None  # a withdrawal is never kept
         theta, c = evaluated
-        counts = self.composition_counts(torch.from_numpy(theta), c, columns)
+        counts = composition_counts(self.prepared, self.shared, torch.from_numpy(theta), c, columns)
         work = Work(round_number, EVALUATION, np.concatenate([answer.vector, counts]), 1.0)
         if answer.encoded is not None:
             words = Encoder(sums.ENCODING, self.shared.collaborator_count).encode(counts, 1.0)
@@ -390,39 +392,6 @@ class RoundJob:
             # The weight's word (1 per answer) stays last; the counts' own weight word is dropped.
             work.encoded = np.concatenate([answer.encoded[:-1], words[:-1], answer.encoded[-1:]])
         return kept(work, view)
-
-    def evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
-        """This institution's answers to the evaluation's queries on its held-out losses under the model (theta, c).
-
-        Exact reports: the threshold sums on its own copy of the plan's grid, so the aggregator cannot
-        choose the thresholds. Under [privacy] report_epsilon: its layered tail sums, c one of their boundaries
-        (:mod:`fedfair.fairness.tail`).
-        """
-        data, model = self.prepared.data, self.prepared.evaluation_model
-        assert data is not None and model is not None  # a Prepared without them evaluates elsewhere
-        result = evaluate(model, theta, data.test)
-        errors = 1.0 - result.correct
-        if self.shared.privacy.noised:
-            labels = data.test.labels.numpy()
-            return tail.tail_answers(self.shared.evaluation.tail_query(), result.losses, errors, labels, c)
-        return sums.local_answers(result.losses, errors, self.shared.evaluation.thresholds())
-
-    def composition_counts(self, theta: torch.Tensor, c: float, columns: Sequence[CompositionColumn]) -> np.ndarray:
-        """This institution's counts, per category of `columns`, of its held-out rows with loss above c, and of all.
-
-        Suppressed jointly by the schema's small-cell rule (:func:`fedfair.runtime.composition_counts.local_counts`).
-        c is the evaluated model's c-bar, which the aggregator's record states, so a site that missed rounds counts
-        where the others do; the aggregator names every training c anyway, and a site answers the final evaluation
-        once. The losses are computed again: the seam `Collaborator._evaluation_answers` returns the answers alone.
-        """
-        data, model, schema = self.prepared.data, self.prepared.evaluation_model, self.shared.schema
-        # Composition columns need a [schema] (settings), whose encoding kept the held-out levels.
-        assert data is not None and data.held_out_levels is not None and model is not None and schema is not None
-        losses = evaluate(model, theta, data.test).losses
-        # Under noise the counts go whole (a site's suppression would void their sensitivity); the small-cell
-        # rule is applied to the noised sum instead, which costs no privacy.
-        minimum = 1 if self.shared.privacy.noised else schema.min_category_count
-        return local_counts(columns, data.held_out_levels, losses, c, minimum)
 
 
 def kept(work: Work, view: SignedView) -> Work:
