@@ -90,8 +90,6 @@ class Work:
     model: str = ""
     """The digest of the model this aggregation answers (``contract.model_digest``; "" for statistics):
     the round's parameters must state the same, and it binds the secure-aggregation session."""
-    verified: np.ndarray | None = None
-    """The sum this site verified (verified aggregation: the encoded d + 1 words), once it accepted it."""
     released: bool = False
     """Whether ``vector`` was let go once its encoding was kept (secure aggregation): the round still has it."""
 
@@ -360,11 +358,12 @@ def tag(me: Participant, work: Work, inputs: StageInput) -> bytes:
 
 
 def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """Check every survivor's tags (`inputs`) against the claimed sum; keep the verified sum; return the verdict.
+    """Check every survivor's tags (`inputs`) against the claimed sum and return the verdict.
 
-    The verified sum (the encoded d + 1 words) is kept as ``work.verified``: the only sum this site accepts a
-    model of. A training round's is handed to the site's model chain, which applies the plan's server step to
-    it and checks the next round's model against the result (:class:`~fedfair.runtime.collaborator.chain.ModelChain`).
+    The verified sum (the encoded d + 1 words) is the only sum this site accepts a model of. A training round's
+    is handed to the site's model chain, which applies the plan's server step to it and checks the next round's
+    model against the result (:class:`~fedfair.runtime.collaborator.chain.ModelChain`); nothing else keeps it, so
+    it is let go once the chain has stepped.
 
     Raises:
         VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED).
@@ -376,9 +375,9 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
         tags = TagSet.from_bytes(inputs)
     except ProtocolError as error:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
-    work.verified = work.client.verify(tags)
+    verified = work.client.verify(tags)
     if work.stages is TRAINING and work.view.survivors is not None:
-        me.chain.verified(work.round, work.verified, work.view.survivors, work.client.config.encoder)
+        me.chain.verified(work.round, verified, work.view.survivors, work.client.config.encoder)
     return ACCEPTED
 
 
