@@ -84,14 +84,17 @@ def study_of(name: str, profile_name: str = "figure1") -> Study:
 
 
 def tuned_table(name: str) -> Path:
-    """The folder of the tuned study of `name` (`fedfair reproduce --profile tuned`'s tables, committed)."""
-    folder = FIGURES / f"tuned_{name.replace('-', '_')}"
-    if not (folder / "tuning.csv").is_file():
-        raise ConfigError(
-            f"no tuned study of {name} at {folder}: run fedfair reproduce --profile tuned --dataset {name} "
-            "and commit its tables there, or use --profile figure1"
-        )
-    return folder
+    """The folder of the tuned study of `name` (`fedfair reproduce --profile tuned`'s tables, committed):
+    docs/figures/tuned_<name> (its rho 0.1 study), else tuned_<name>_all_rho (the four rhos, rho 0.1 among them);
+    Census-Income's folders say census, as docs/figures' other Census-Income folders do."""
+    base = FIGURES / f"tuned_{name.replace('census-income', 'census').replace('-', '_')}"
+    for folder in (base, base.with_name(base.name + "_all_rho")):
+        if (folder / "tuning.csv").is_file():
+            return folder
+    raise ConfigError(
+        f"no tuned study of {name} at {base} or {base.name}_all_rho: run fedfair reproduce --profile tuned "
+        f"--dataset {name} and commit its tables there, or use --profile figure1"
+    )
 
 
 def tuned_choice(name: str, study: Study) -> Point:

@@ -145,10 +145,9 @@ def tuned_document(path: Path) -> dict[str, Any]:
     return document
 
 
-def tuned_fedsrcvar_row(name: str) -> dict[str, str]:
+def tuned_fedsrcvar_row(dp_stretch: ModuleType, name: str) -> dict[str, str]:
     """FedSRCVaR's row at rho 0.1 in the tuned study's fig2_rho.csv (every method, every rho)."""
-    folder = ROOT / "docs" / "figures" / f"tuned_{name.replace('-', '_')}"
-    with open(folder / "fig2_rho.csv", newline="") as handle:
+    with open(dp_stretch.tuned_table(name) / "fig2_rho.csv", newline="") as handle:
         return next(row for row in csv.DictReader(handle) if row["method"] == "FedSRCVaR" and row["rho"] == "0.1")
 
 
@@ -161,7 +160,7 @@ def test_a_tuned_stretch_starts_from_the_tuned_studys_choice_and_is_the_runs_its
     assert document["profile"] == "tuned"
     study = dp_stretch.study_of(name, "tuned")
     point = dp_stretch.tuned_choice(name, study)
-    table = tuned_fedsrcvar_row(name)
+    table = tuned_fedsrcvar_row(dp_stretch, name)
     assert point.describe() == table["chosen"] == document["non_private_point"]
     chosen = next(row for row in document["validation"] if row["chosen"])
     axes = tuple(axis for axis in study.search("fedsrcvar").axes if axis is not tuning.LOCAL_STEPS)
@@ -198,3 +197,24 @@ def test_the_choice_under_dp_is_the_tuning_protocols_on_the_committed_validation
     assert [row["chosen"] for row in validation] == [point == search.choice() for point in search.tried]
     assert search_figures["limits"] == [*search.limits(), dp_stretch.ONE_STEP_LIMIT]
     assert search_figures["settled"] == search.settled and search_figures["budget"] == search.budget
+
+
+@pytest.mark.parametrize("name", ["rand-hie", "adult", "census-income", "mnist"])
+def test_a_tuned_stretch_would_start_from_its_tuned_tables_choice_at_rho_0_1(dp_stretch: ModuleType, name: str) -> None:
+    """Every dataset with a committed tuned study (its rho 0.1 folder, or else the four rhos') gives the stretch the
+    FedSRCVaR point that study's table names at rho 0.1, and the best baseline is the lowest of the others there."""
+    study = dp_stretch.study_of(name, "tuned")
+    table = tuned_fedsrcvar_row(dp_stretch, name)
+    assert dp_stretch.tuned_choice(name, study).describe() == table["chosen"]
+    with open(dp_stretch.tuned_table(name) / "fig2_rho.csv", newline="") as handle:
+        others = [row for row in csv.DictReader(handle) if row["method"] != "FedSRCVaR" and row["rho"] == "0.1"]
+    assert dp_stretch.best_baseline(name)["worst_risk_mean"] == min(float(row["worst_risk_mean"]) for row in others)
+
+
+def test_a_dataset_without_a_tuned_study_is_refused_with_the_command_that_makes_one(
+    dp_stretch: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dp_stretch, "FIGURES", tmp_path)
+    (tmp_path / "tuned_census_51").mkdir()  # a folder without tuning.csv is no study
+    with pytest.raises(dp_stretch.ConfigError, match="fedfair reproduce --profile tuned --dataset census-income-51"):
+        dp_stretch.tuned_table("census-income-51")
