@@ -311,8 +311,17 @@ def test_every_committed_table_of_choices_is_the_protocols_or_marked_superseded(
         return
     mark = (FIGURES / folder / "superseded.txt").read_text().splitlines()
     assert mark[0] == SUPERSEDED
-    replaced = mark[1].removeprefix("Replaced at rho 0.1 by: ")
-    if replaced == mark[1]:
-        assert mark[1].startswith("Replaced by: pending"), mark[1]
-    else:
-        assert replaced in TUNED, replaced
+    if mark[1].startswith("Replaced by: pending"):
+        return
+    at, replaced = mark[1].split(" by: ")
+    assert at in ("Replaced at rho 0.1", "Replaced at every rho"), mark[1]
+    assert replaced in TUNED, replaced
+    # The replacement judges every rho the superseded folder does, or at least rho 0.1 where the mark says so.
+    covered = {row["rho"] for row in read_csv(FIGURES / replaced / "fig2_rho.csv")}
+    wanted = {"0.1"} if at == "Replaced at rho 0.1" else rhos_judged(FIGURES / folder)
+    assert wanted <= covered, (replaced, sorted(wanted - covered))
+
+
+def rhos_judged(folder: Path) -> set[str]:
+    """Every rho a row of the folder's CSVs names."""
+    return {row["rho"] for path in folder.glob("*.csv") if "rho" in columns(path) for row in read_csv(path)}
