@@ -362,8 +362,7 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
 
     The verified sum (the encoded d + 1 words) is the only sum this site accepts a model of. A training round's
     is handed to the site's model chain, which applies the plan's server step to it and checks the next round's
-    model against the result (:class:`~fedfair.runtime.collaborator.chain.ModelChain`); nothing else keeps it, so
-    it is let go once the chain has stepped.
+    model against the result (:class:`~fedfair.runtime.collaborator.chain.ModelChain`); this stage keeps no copy.
 
     Raises:
         VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED).
