@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -73,3 +76,19 @@ def test_a_run_under_distributed_dp_trains_on_the_data_of_the_same_run_without_i
     assert federation_for(private, "validation") is federation_for(flags, "validation")
     result = runs.execute(Run(private, "validation"))
     assert "diverged" not in result and np.isfinite(result["worst_risk"])
+
+
+def test_a_cache_is_stamped_with_its_torch_build_and_refused_under_another(tmp_path: Path) -> None:
+    import torch
+
+    run = Run(FLAGS, "test")
+    cached = {"flags": list(FLAGS), "split": "test", "worst_risk": 0.5}
+    (tmp_path / f"{run.key}.json").write_text(json.dumps(cached))
+    assert runs.run_all([run], tmp_path, workers=1, label="cached") == {run: cached}
+    assert (tmp_path / runs.BUILD_STAMP).read_text().strip() == torch.__version__
+    assert runs.run_all([run], tmp_path, workers=1, label="cached again") == {run: cached}
+
+    (tmp_path / runs.BUILD_STAMP).write_text("2.11.0\n")
+    with pytest.raises(ConfigError, match=r"filled under torch 2\.11\.0.*give --out a fresh folder"):
+        runs.run_all([run], tmp_path, workers=1, label="another build")
+    assert json.loads((tmp_path / f"{run.key}.json").read_text()) == cached  # refused, and nothing lost
