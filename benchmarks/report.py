@@ -91,6 +91,7 @@ SECTIONS: dict[str, Shows] = {
     "census_fairness": census_fairness,
     "dp_stretch_adult": dp_stretch,
     "dp_stretch_rand_hie": dp_stretch,
+    "dp_stretch_census_income": dp_stretch,
     "convergence_bench": convergence_bench,
     "reference_gap": reference_gap,
     "influence_bench": influence_bench,
