@@ -19,7 +19,6 @@ from fedfair import pki
 from fedfair.core.errors import AggregateError, ConfigError, RoundAbortedError, StatisticsError, StatisticsReason
 from fedfair.runtime.aggregator.bound import BoundSurvivors
 from fedfair.runtime.aggregator.bundles import (
-    initial_state,
     checkpoint_encoder,
     model_settings,
     save_federation_bundle,
@@ -42,14 +41,14 @@ from fedfair.runtime.logs import per_round
 from fedfair.runtime.aggregator.network import Network
 from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.aggregator.state import output_values, parameters, placed, step, training_values
-from fedfair.runtime.aggregator.statistics import statistics_encoder
+from fedfair.runtime.aggregator.statistics import statistics_checkpoint
 from fedfair.runtime.contract import (
     TRAINING,
     model_digest,
     update_dimension,
 )
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
 from fedfair.runtime.report import verdicts
 from fedfair.runtime.state_files import kept
@@ -242,32 +241,7 @@ class RoundLoop:
         """
         participants = self._participants(STATISTICS_ROUND, wait_for_everyone=True)
         self.network.board.new_round(STATISTICS_ROUND)
-        encoder, contributors, noise_std = statistics_encoder(self.plan, self.driver, participants)
-        logger.info(
-            "statistics aggregation: %d rows from %s give %d features (%d classes)%s; every site encodes with them",
-            encoder.rows,
-            ", ".join(contributors),
-            encoder.num_features,
-            len(encoder.class_names),
-            f", noised (standard deviation {noise_std:.3g} per count and sum, charged to each site)"
-            if noise_std
-            else "",
-        )
-        self.events.emit(
-            "statistics",
-            contributors=contributors,
-            rows=encoder.rows,
-            features=encoder.num_features,
-        )
-        checkpoint = Checkpoint(
-            STATISTICS_ROUND,
-            initial_state(self.plan, encoder),
-            plan_digest(self.plan),
-            encoder=encoder.to_mapping(),
-            plan=plan_content(self.plan),
-        )
-        save_checkpoint(self.output, checkpoint)
-        return checkpoint
+        return statistics_checkpoint(self.plan, self.driver, participants, self.events)
 
     def _evaluation_due(self, round_number: int) -> bool:
         return self.plan.evaluation.due(round_number, self.plan.training.rounds)

@@ -3,11 +3,13 @@
 One secure sum of every site's counts and sums (:mod:`fedfair.datasets.statistics`) gives the
 encoder all sites share: exact, or under the plan's [privacy] report_epsilon noised inside the sum
 (each site charged its ledger first), in which case the encoder is estimated from the noised sum.
-:class:`~fedfair.runtime.aggregator.loop.RoundLoop` runs an attempt until one gives the encoder,
-saves it with the initial model, and tells the operator.
+:class:`~fedfair.runtime.aggregator.loop.RoundLoop` runs attempts (:func:`statistics_checkpoint`) until
+one gives the encoder, which is saved at once with the initial model and told to the operator.
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
@@ -19,11 +21,47 @@ from fedfair.datasets.statistics import (
     encoder_from_statistics,
     statistics_dimension,
 )
+from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.aggregator.checkpoint import Checkpoint, save_checkpoint
 from fedfair.runtime.aggregator.driver import SumDriver
+from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.contract import EVALUATION
-from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.plan.privacy import decoded_noise_std, statistics_release
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
+
+logger = logging.getLogger("fedfair.aggregator")
+
+
+def statistics_checkpoint(
+    plan: AggregatorPlan, driver: SumDriver, participants: frozenset[str], events: EventLog
+) -> Checkpoint:
+    """One attempt, kept: round 0's checkpoint (the encoder and the initial model it gives), saved at once.
+
+    Saved before round 1 so that a resumed run serves the same encoder; the operator's log and the event log
+    say who contributed and, under [privacy] report_epsilon, the noise each count and sum carries.
+
+    Raises StatisticsError: as :func:`statistics_encoder`.
+    """
+    encoder, contributors, noise_std = statistics_encoder(plan, driver, participants)
+    logger.info(
+        "statistics aggregation: %d rows from %s give %d features (%d classes)%s; every site encodes with them",
+        encoder.rows,
+        ", ".join(contributors),
+        encoder.num_features,
+        len(encoder.class_names),
+        f", noised (standard deviation {noise_std:.3g} per count and sum, charged to each site)" if noise_std else "",
+    )
+    events.emit("statistics", contributors=contributors, rows=encoder.rows, features=encoder.num_features)
+    checkpoint = Checkpoint(
+        STATISTICS_ROUND,
+        initial_state(plan, encoder),
+        plan_digest(plan),
+        encoder=encoder.to_mapping(),
+        plan=plan_content(plan),
+    )
+    save_checkpoint(plan.aggregator.output, checkpoint)
+    return checkpoint
 
 
 def statistics_encoder(

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from fedfair.core.errors import ConfigError, QuorumError, QuorumReason
-from fedfair.runtime.aggregator import loop, quorum
+from fedfair.runtime.aggregator import quorum
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
     append_round_log,
@@ -175,7 +176,7 @@ def test_a_readmitted_collaborator_takes_part_again_after_resume(tmp_path: Path)
     plan = load_aggregator_plan(workspace.plan)
     output = plan.aggregator.output
     append_round_log(output, {"round": 1, "status": "aborted", "excluded": {"site-c": "sent a bad unmask share"}})
-    save_checkpoint(output, Checkpoint(1, loop.initial_state(plan), plan_digest(plan)))
+    save_checkpoint(output, Checkpoint(1, initial_state(plan), plan_digest(plan)))
     readmit(plan, ["site-c"])
     # The checkpoint is made here, so the collaborators hold no record of round 1: their operators accept that.
     collaborators = [

@@ -27,7 +27,8 @@ from fedfair.core import server
 from fedfair.core.algorithm import FedSRCVaR
 from fedfair.core.config import LocalConfig
 from fedfair.runtime import state_files
-from fedfair.runtime.aggregator import checkpoint, loop, state
+from fedfair.runtime.aggregator import checkpoint, state
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.checkpoint import (
     CHECKPOINT_NAME,
     FINAL_MODEL_NAME,
@@ -173,7 +174,7 @@ def federation(tmp_path: Path, *, resume: bool) -> tuple[AggregatorPlan, list[di
     if resume:
         output = plan.aggregator.output
         output.mkdir(parents=True, exist_ok=True)
-        start = placed(loop.initial_state(plan), plan.algorithm(), output)
+        start = placed(initial_state(plan), plan.algorithm(), output)
         save_checkpoint(output, Checkpoint(1, start, plan_digest(plan)))
     collaborators = [
         Collaborator(load_collaborator_config(path), reset_state=resume) for path in workspace.configs.values()
@@ -221,7 +222,7 @@ def test_a_resume_goes_on_from_the_checkpointed_state_read_into_a_file(tmp_path:
     read back by span, is the final model the aggregator exported."""
     plan, log, _ = federation(tmp_path, resume=True)
     assert [record["round"] for record in log] == [2, 3] and [record["status"] for record in log] == ["applied"] * 2
-    assert log[0]["model_sha256"] == state_digest(loop.initial_state(plan))
+    assert log[0]["model_sha256"] == state_digest(initial_state(plan))
     output = plan.aggregator.output
     final = load_checkpoint(output, plan_digest(plan))
     assert isinstance(final.state, InFile) and final.round == 3
