@@ -65,7 +65,7 @@ def test_a_rotation_mid_run_refuses_the_revoked_key_and_completes_every_round(
         assert eventually(lambda: len(read_round_log(output)) >= 2, 120), federation.errors
         os.replace(update, tmp_path / "manifest.toml")  # every institution and the aggregator: one shared file here
         in_flight = len(read_round_log(output)) + 1
-        # The old key is dropped at its next call after the aggregator takes the update.
+        # The old key's task stream ends with the refusal when the aggregator takes the update.
         assert eventually(lambda: REVOKED in federation.errors, 120), federation.errors
         before_new_key = len(read_round_log(output))
         # An honest site restarted under the updated manifest rejoins the same federation. It is stopped while the
@@ -120,6 +120,8 @@ def test_a_site_without_the_rounds_manifest_sits_out_and_the_others_complete_the
     with thread_federation(workspace) as federation:
         assert eventually(lambda: len(read_round_log(output)) >= 1, 120), federation.errors
         os.replace(update, tmp_path / "manifest.toml")
+        # Five sites finish the last rounds in well under a second, before the old key would call again: its
+        # refusal is the end of its task stream.
         assert eventually(lambda: REVOKED in federation.errors, 120), federation.errors
         federation.join(240)
     assert "certificate-revoked" in str(federation.errors.pop(REVOKED))

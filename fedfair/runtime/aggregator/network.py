@@ -48,7 +48,8 @@ class Network:
     def take_manifest_update(self) -> None:
         """Take a signed update put in place of the manifest's file (:mod:`fedfair.runtime.manifest_update`).
 
-        The certificates it revokes are refused from each peer's next call on.
+        The certificates it revokes are refused from each peer's next call on; a task stream one of them holds
+        ends with that refusal.
         """
         if self.manifest is None:
             return

@@ -315,6 +315,10 @@ class Servicer(pb_grpc.FederationServicer):
             context.send_initial_metadata((STREAM_ACCEPTED,))
             # A stream ends once a roster update revokes the certificate it was opened with.
             yield from self.board.stream_tasks(peer, start, lambda: context.is_active() and self._admitted(context))
+        # Ended by that update, the stream says why (PERMISSION_DENIED naming the revocation) instead of ending
+        # cleanly: the holder learns it was revoked even if the federation finishes before it would call again.
+        if context.is_active():
+            self.authenticator.identify(context)
 
     def _model(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.ModelPart]:
         self.gate.check_read(request.binding)
