@@ -49,14 +49,15 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     launch.add_argument("--rounds", type=int, help=f"rounds (default {DEFAULT_ROUNDS}; with --csv, init's plan's)")
     launch.add_argument(
         "--workdir",
-        help="folder for certificates, plan, configs and output, kept afterwards (default: a temporary folder, "
-        "removed at the end)",
+        help="folder for certificates, plan, configs and output, always kept (default: a new temporary folder, "
+        "kept or removed as --keep says)",
     )
     launch.add_argument(
         "--keep",
         action=argparse.BooleanOptionalAction,
-        help="keep the workspace (report, model, logs, configs) even if the run stops early; by default it is kept "
-        "once the run finishes (and where is printed), and --no-keep removes it at the end",
+        help="keep the temporary workspace (report, model, logs, configs) even if the run stops early; by default "
+        "it is kept once the run finishes (and where is printed) and removed if it stops early; --no-keep removes "
+        "it in both cases (a --workdir is always kept)",
     )
     launch.add_argument("--epsilon", type=float, default=0.1, help="RCVaR trade-off (default 0.1)")
     launch.add_argument("--rho", type=float, default=0.3, help="protected group fraction (default 0.3)")

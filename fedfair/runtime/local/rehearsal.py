@@ -60,6 +60,14 @@ def site_names(tables: Sequence[Path]) -> tuple[str, ...]:
     return tuple(names)
 
 
+PLAN_FIXES_ELSEWHERE = (
+    "fedfair launch --csv rehearses the plan `fedfair init` drafts, unedited: to apply a fix to the plan (its "
+    "batch_fraction, a [[schema.columns]] entry), run `fedfair init DIR --csv TABLE --label LABEL`, edit "
+    "DIR/aggregator/plan.toml, then follow DIR/README.md; a fix to a table applies here as it is"
+)
+"""Said under a refusal of `launch --csv`, whose fixes may name the plan that command writes without an edit."""
+
+
 def rehearsal_workspace(root: Path, tables: Sequence[Path], label: str, *, rounds: int | None = None) -> Workspace:
     """Every file of a federation of `tables` (label column `label`) under `root`, as init and its README make them.
 
@@ -123,7 +131,9 @@ def rehearsal_workspace(root: Path, tables: Sequence[Path], label: str, *, round
     ]
     for site, checked in zip(sites, checks, strict=True):
         if checked.problems:
-            raise ConfigError(f"{site}'s table does not fit the drafted [schema]:\n{checked.render()}")
+            raise ConfigError(
+                f"{site}'s table does not fit the drafted [schema]:\n{checked.render()}\n{PLAN_FIXES_ELSEWHERE}"
+            )
     for site, checked in zip(sites, checks, strict=True):
         for warning in checked.warnings:
             print(f"fedfair launch: warning: {site} ({checked.source}): {warning}", file=sys.stderr, flush=True)

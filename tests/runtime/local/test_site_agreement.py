@@ -87,6 +87,8 @@ def test_launch_refuses_a_column_empty_at_one_site_before_any_process_starts(
     assert result.returncode == 2, result.stdout + result.stderr
     assert "east-clinic's table does not fit the drafted [schema]" in result.stderr
     assert "column 'hours-per-week' is empty in all 120 rows" in result.stderr
+    # The schema fix names the plan launch writes unedited, so the refusal says where it can be applied.
+    assert "run `fedfair init DIR --csv TABLE --label LABEL`, edit DIR/aggregator/plan.toml" in result.stderr
     assert not (tmp_path / "federation" / "logs").exists() and not (tmp_path / "federation" / "ca").exists()
 
 
