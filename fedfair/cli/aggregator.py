@@ -138,7 +138,8 @@ def readmit(plan: AggregatorPlan, names: Sequence[str]) -> dict[str, str]:
     round's own, so every later ``--resume`` keeps them in. Each one is logged and emitted
     as a ``readmission`` event. Returns name -> the reason it had been excluded for.
     """
-    from fedfair.runtime.aggregator.checkpoint import ROUND_LOG_NAME, load_checkpoint, read_round_log, trim_round_log
+    from fedfair.runtime.output_folder import ROUND_LOG_NAME
+    from fedfair.runtime.aggregator.checkpoint import load_checkpoint, read_round_log, trim_round_log
     from fedfair.runtime.aggregator.events import EventLog
     from fedfair.runtime.aggregator.lock import output_lock
     from fedfair.runtime.aggregator.loop import excluded_in
@@ -183,7 +184,7 @@ def _start_command(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     log_file = args.log_file if args.log_file is not None else plan.aggregator.output / LOG_NAME
     configure_logging(args.log_level, log_file, label="aggregator", verbose=args.verbose)
-    from fedfair.runtime.aggregator.checkpoint import CHECKPOINT_NAME
+    from fedfair.runtime.output_folder import CHECKPOINT_NAME
     from fedfair.runtime.aggregator.start import run_aggregator
 
     if args.readmit:

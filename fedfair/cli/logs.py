@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.events import EVENTS, EVENTS_NAME
+from fedfair.runtime.aggregator.events import EVENTS
+from fedfair.runtime.output_folder import EVENTS_NAME
 from fedfair.runtime.logs import LOG_LEVELS
 
 FOLLOW_SECONDS = 0.5

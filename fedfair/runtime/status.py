@@ -18,14 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.events import EVENTS_NAME, whole_lines
+from fedfair.runtime.output_folder import EVENTS_NAME
+from fedfair.runtime.aggregator.events import whole_lines
 from fedfair.runtime.report import verdicts
 from fedfair.runtime.report.data import Run, contribution_matrix, epsilon_series, roster
-
-ROUND_LOG = "rounds.jsonl"
-"""The aggregator's round log (fedfair.runtime.aggregator.checkpoint.ROUND_LOG_NAME, which imports torch)."""
-CHECKPOINT = "checkpoint.pt"
-"""The aggregator's checkpoint (fedfair.runtime.aggregator.checkpoint.CHECKPOINT_NAME)."""
+from fedfair.runtime.output_folder import CHECKPOINT_NAME, ROUND_LOG_NAME
 
 SURVIVED = ("contributed", "late")
 """The contribution-matrix cells of a site whose input is in the round's sum."""
@@ -145,12 +142,12 @@ def federation_state(folder: Path) -> FederationState:
     Raises:
         ConfigError: `folder` is no aggregator's output folder, or one of its logs is damaged.
     """
-    if not (folder / EVENTS_NAME).is_file() and not (folder / ROUND_LOG).is_file():
+    if not (folder / EVENTS_NAME).is_file() and not (folder / ROUND_LOG_NAME).is_file():
         raise ConfigError(
-            f"{folder} holds neither {EVENTS_NAME} nor {ROUND_LOG}: give the aggregator's output folder (the "
+            f"{folder} holds neither {EVENTS_NAME} nor {ROUND_LOG_NAME}: give the aggregator's output folder (the "
             "plan's [aggregator] output), once its aggregator has started"
         )
-    events, records = _lines(folder / EVENTS_NAME), _lines(folder / ROUND_LOG)
+    events, records = _lines(folder / EVENTS_NAME), _lines(folder / ROUND_LOG_NAME)
     run = Run(folder, records, events)
     start: dict[str, Any] = {}
     finished, monitoring, connected = False, None, set[str]()
@@ -215,7 +212,7 @@ def federation_state(folder: Path) -> FederationState:
         started=start.get("time"),
         updated=events[-1].get("time") if events else None,
         monitoring_url=monitoring,
-        checkpoint=(folder / CHECKPOINT).is_file(),
+        checkpoint=(folder / CHECKPOINT_NAME).is_file(),
         rounds_completed=sum(record.get("status") == "applied" for record in records),
         rounds_aborted=sum(record.get("status") == "aborted" for record in records),
         last_round=last.get("round"),

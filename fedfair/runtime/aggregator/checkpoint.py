@@ -29,15 +29,12 @@ from fedfair.core.server import ServerState
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.aggregator.spanned import Spanned, read_spanned, state_in_file, write_spanned
 from fedfair.runtime.aggregator.state import AggregatorState, parameters
-from fedfair.runtime.manifest import setting_differences
+from fedfair.runtime.manifest_plan import setting_differences
 from fedfair.runtime.state_files import InFile, kept, large
+from fedfair.runtime.output_folder import CHECKPOINT_NAME, FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, ROUND_LOG_NAME
 
 logger = logging.getLogger("fedfair.aggregator")
 
-CHECKPOINT_NAME = "checkpoint.pt"
-ROUND_LOG_NAME = "rounds.jsonl"
-FINAL_MODEL_NAME = "final_model.pt"
-FINAL_SUMMARY_NAME = "final_model.json"
 FORMAT = "fedfair-aggregator-checkpoint"
 VERSION = 1
 DIGEST_PREFIX = b"fedfair-checkpoint sha256:"

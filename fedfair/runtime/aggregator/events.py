@@ -20,8 +20,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
-EVENTS_NAME = "events.jsonl"
+from fedfair.runtime.output_folder import EVENTS_NAME
 
 EVENTS: dict[str, tuple[tuple[str, ...], str]] = {
     "start": (

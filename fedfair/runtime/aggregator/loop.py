@@ -23,8 +23,8 @@ from fedfair.runtime.aggregator.bundles import (
     model_settings,
     save_federation_bundle,
 )
+from fedfair.runtime.output_folder import CHECKPOINT_NAME
 from fedfair.runtime.aggregator.checkpoint import (
-    CHECKPOINT_NAME,
     Checkpoint,
     append_round_log,
     excluded_in as excluded_in,  # re-exported: fedfair.cli.aggregator and tests read it here

@@ -10,11 +10,13 @@ from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.fairness import sums
-from fedfair.runtime.aggregator.checkpoint import ROUND_LOG_NAME, Checkpoint, load_checkpoint, trim_round_log
+from fedfair.runtime.output_folder import ROUND_LOG_NAME
+from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, trim_round_log
 from fedfair.runtime.aggregator.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.aggregator.metrics import start_monitoring
-from fedfair.runtime.aggregator.bundles import BUNDLE_NAME, initial_state
+from fedfair.runtime.output_folder import BUNDLE_NAME
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.logs import CLOSING_LINE

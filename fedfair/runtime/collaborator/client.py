@@ -65,7 +65,7 @@ from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Upli
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
-from fedfair.runtime.manifest import setting_differences
+from fedfair.runtime.manifest_plan import setting_differences
 from fedfair.runtime.manifest_update import LiveManifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.plan.model import ModelSettings

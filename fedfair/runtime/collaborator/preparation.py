@@ -47,7 +47,7 @@ from fedfair.runtime.collaborator.trainer import (
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS
 from fedfair.runtime.composition_counts import composition_columns
 from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, PLAN_MISMATCH
-from fedfair.runtime.manifest import check_shared_settings
+from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.preprocessing import model_for, read_encoder_payload
 from fedfair.runtime.plan.privacy import privacy_shortfall

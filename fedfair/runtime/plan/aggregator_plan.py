@@ -26,14 +26,8 @@ from fedfair.datasets.schema import Schema
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.pki.roster import canonical_json
-from fedfair.runtime.manifest import (
-    Manifest,
-    check_bounds,
-    check_federation,
-    check_pinned_settings,
-    federation_digest,
-    load_manifest,
-)
+from fedfair.runtime.manifest import Manifest, check_federation, federation_digest, load_manifest
+from fedfair.runtime.manifest_plan import check_bounds, check_pinned_settings
 from fedfair.runtime.plan.limits import MAX_COLLABORATORS
 from fedfair.runtime.plan.privacy import PlanPrivacy
 from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning

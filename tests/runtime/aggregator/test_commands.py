@@ -12,13 +12,8 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.checkpoint import (
-    FINAL_SUMMARY_NAME,
-    Checkpoint,
-    append_round_log,
-    read_round_log,
-    save_checkpoint,
-)
+from fedfair.runtime.output_folder import FINAL_SUMMARY_NAME
+from fedfair.runtime.aggregator.checkpoint import Checkpoint, append_round_log, read_round_log, save_checkpoint
 from fedfair.cli.aggregator import readmit
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.aggregator.events import read_events

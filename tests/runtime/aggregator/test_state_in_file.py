@@ -29,10 +29,8 @@ from fedfair.core.config import LocalConfig
 from fedfair.runtime import state_files
 from fedfair.runtime.aggregator import checkpoint, state
 from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.output_folder import CHECKPOINT_NAME, FINAL_MODEL_NAME, FINAL_SUMMARY_NAME
 from fedfair.runtime.aggregator.checkpoint import (
-    CHECKPOINT_NAME,
-    FINAL_MODEL_NAME,
-    FINAL_SUMMARY_NAME,
     Checkpoint,
     export_final_model,
     load_checkpoint,
