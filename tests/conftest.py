@@ -6,7 +6,7 @@ import os
 
 # gRPC's C core reads this once, when it starts: set before any test imports grpc, so its own lines
 # ("Got goaway", connectivity traces) stay out of the suite's output, as fedfair's processes keep
-# them out of theirs (fedfair.runtime.logs.quiet_grpc).
+# them out of theirs (fedfair.runtime.observe.logs.quiet_grpc).
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import pytest  # noqa: E402

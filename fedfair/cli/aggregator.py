@@ -25,7 +25,7 @@ from fedfair.core.files import atomic_write
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.runtime.failures import EXIT_INCOMPLETE
-from fedfair.runtime.logs import LOG_LEVELS, configure_logging, quiet_grpc
+from fedfair.runtime.observe.logs import LOG_LEVELS, configure_logging, quiet_grpc
 from fedfair.core.tables import Table, shown
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def readmit(plan: AggregatorPlan, names: Sequence[str]) -> dict[str, str]:
     """
     from fedfair.runtime.output_folder import ROUND_LOG_NAME
     from fedfair.runtime.aggregator.checkpoint import load_checkpoint, read_round_log, trim_round_log
-    from fedfair.runtime.aggregator.events import EventLog
+    from fedfair.runtime.observe.events import EventLog
     from fedfair.runtime.aggregator.lock import output_lock
     from fedfair.runtime.aggregator.loop import excluded_in
     from fedfair.runtime.plan.aggregator_plan import plan_content, plan_digest

@@ -1,7 +1,7 @@
 """``fedfair logs PATH``: filter or follow a party's structured log, as text or JSON lines.
 
 PATH is an aggregator's output folder (its ``events.jsonl``, the schema of
-:data:`fedfair.runtime.aggregator.events.EVENTS`) or any party's log file (``NAME.log``,
+:data:`fedfair.runtime.observe.events.EVENTS`) or any party's log file (``NAME.log``,
 ``aggregator.log``), whose lines are read as ``log`` events of the same shape: ``event``,
 ``time``, ``level``, ``message``.
 """
@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.events import EVENTS
+from fedfair.runtime.observe.events import EVENTS
 from fedfair.runtime.output_folder import EVENTS_NAME
-from fedfair.runtime.logs import LOG_LEVELS
+from fedfair.runtime.observe.logs import LOG_LEVELS
 
 FOLLOW_SECONDS = 0.5
 """How often ``--follow`` looks for new lines."""
 
 LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"
-"""How logging's default ``asctime`` writes a line's time (fedfair.runtime.logs.LOG_FORMAT), local time."""
+"""How logging's default ``asctime`` writes a line's time (fedfair.runtime.observe.logs.LOG_FORMAT), local time."""
 
 NAMED = ("name", "participants", "contributors", "collaborators", "held_up_by", "epsilon")
 """The fields of an event that name sites: ``--site`` keeps the events whose fields name it."""

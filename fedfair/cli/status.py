@@ -1,4 +1,4 @@
-"""``fedfair status OUTPUT_DIR``: a federation's state on one screen (:mod:`fedfair.runtime.status`)."""
+"""``fedfair status OUTPUT_DIR``: a federation's state on one screen (:mod:`fedfair.runtime.observe.status`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.runtime.report.data import CELLS
-from fedfair.runtime.status import FederationState, federation_state
+from fedfair.runtime.observe.status import FederationState, federation_state
 
 
 def _when(seconds: float | None) -> str:

@@ -36,8 +36,8 @@ from fedfair.runtime.aggregator.checkpoint import (
 from fedfair.runtime.aggregator.checks import check_agreed_influence, check_decoded_update, screen_plain_update
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.evaluation import Earlier, federated_evaluation
-from fedfair.runtime.aggregator.events import EventLog
-from fedfair.runtime.logs import per_round
+from fedfair.runtime.observe.events import EventLog
+from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.aggregator.network import Network
 from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.aggregator.state import output_values, parameters, placed, step, training_values

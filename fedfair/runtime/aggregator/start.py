@@ -12,14 +12,14 @@ from fedfair.core.errors import ConfigError
 from fedfair.fairness import sums
 from fedfair.runtime.output_folder import ROUND_LOG_NAME
 from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, trim_round_log
-from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
-from fedfair.runtime.aggregator.metrics import start_monitoring
+from fedfair.runtime.observe.federation_metrics import start_monitoring
 from fedfair.runtime.output_folder import BUNDLE_NAME
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
-from fedfair.runtime.logs import CLOSING_LINE
+from fedfair.runtime.observe.logs import CLOSING_LINE
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import statistics_encoding
 from fedfair.runtime.report.page import refresh_report

@@ -18,7 +18,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.privacy.ledger import Ledger, ledger_path
 from fedfair.runtime.collaborator.charges import data_identity
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.monitoring import Endpoint, serve_monitoring
+from fedfair.runtime.observe.endpoint import Endpoint, serve_monitoring
 
 logger = logging.getLogger("fedfair.collaborator")
 

@@ -33,7 +33,7 @@ from fedfair.pki.roster import settings_digest
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.trajectory import ServedModel
 from fedfair.runtime.failures import EXIT_INCOMPLETE
-from fedfair.runtime.logs import CLOSING_LINE
+from fedfair.runtime.observe.logs import CLOSING_LINE
 from fedfair.runtime.manifest_plan import setting_differences
 from fedfair.runtime.plan.model import ModelSettings
 

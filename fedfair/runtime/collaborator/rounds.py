@@ -54,7 +54,7 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.transport import pb, pb_grpc
-from fedfair.runtime.logs import per_round
+from fedfair.runtime.observe.logs import per_round
 from fedfair.secagg import Encoder
 
 logger = logging.getLogger("fedfair.collaborator")

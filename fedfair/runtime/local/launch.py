@@ -29,7 +29,7 @@ from fedfair.runtime.local.processes import (
     supervise,
 )
 from fedfair.runtime.local.console import closing_lines, describe_privacy
-from fedfair.runtime.progress import Progress
+from fedfair.runtime.observe.progress import Progress
 from fedfair.runtime.output_folder import COMPARISON_NAME, FINAL_SUMMARY_NAME
 
 if TYPE_CHECKING:

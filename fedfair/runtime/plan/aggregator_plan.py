@@ -31,7 +31,7 @@ from fedfair.runtime.manifest_plan import check_bounds, check_pinned_settings
 from fedfair.runtime.plan.limits import MAX_COLLABORATORS
 from fedfair.runtime.plan.privacy import PlanPrivacy
 from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning
-from fedfair.runtime.monitoring import SECTION as MONITORING, MonitoringSettings, parse_monitoring
+from fedfair.runtime.observe.endpoint import SECTION as MONITORING, MonitoringSettings, parse_monitoring
 from fedfair.runtime.plan.training import training_table
 from fedfair.core.tables import (
     Table,

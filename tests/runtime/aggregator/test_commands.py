@@ -16,11 +16,11 @@ from fedfair.runtime.output_folder import FINAL_SUMMARY_NAME
 from fedfair.runtime.aggregator.checkpoint import Checkpoint, append_round_log, read_round_log, save_checkpoint
 from fedfair.cli.aggregator import readmit
 from fedfair.runtime.failures import EXIT_INCOMPLETE
-from fedfair.runtime.aggregator.events import read_events
+from fedfair.runtime.observe.events import read_events
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.loop import excluded_in
 from fedfair.runtime.local.workspace import Workspace
-from fedfair.runtime.logs import configure_logging
+from fedfair.runtime.observe.logs import configure_logging
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace
 

@@ -1,6 +1,6 @@
 """The aggregator's live status page: one self-contained HTML page of the federation's state, reloading itself.
 
-Drawn from :class:`~fedfair.runtime.status.FederationState` at each request (the monitoring endpoint
+Drawn from :class:`~fedfair.runtime.observe.status.FederationState` at each request (the monitoring endpoint
 serves it at ``/``): the rounds, who is connected, who held the last round up, the latest estimate with
 its interval, the privacy each site shared. No script, no network: the browser reloads it every
 :data:`REFRESH_SECONDS`.
@@ -12,7 +12,7 @@ import datetime as dt
 from html import escape
 
 from fedfair.runtime.report.data import CELLS
-from fedfair.runtime.status import FederationState
+from fedfair.runtime.observe.status import FederationState
 
 REFRESH_SECONDS = 5
 

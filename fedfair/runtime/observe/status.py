@@ -1,6 +1,6 @@
 """A federation's state now, from its aggregator's output folder: what metrics, the status page and `status` show.
 
-Read afresh at each call from the events (:data:`~fedfair.runtime.aggregator.events.EVENTS`), the
+Read afresh at each call from the events (:data:`~fedfair.runtime.observe.events.EVENTS`), the
 round log and the checkpoint's presence, so a scrape, a page load or ``fedfair status`` always
 agrees with the files and the aggregator's round code holds no extra state for them. Figures are
 aggregates of rounds and sites, never of a record.
@@ -19,7 +19,7 @@ from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.output_folder import EVENTS_NAME
-from fedfair.runtime.aggregator.events import whole_lines
+from fedfair.runtime.observe.events import whole_lines
 from fedfair.runtime.report import verdicts
 from fedfair.runtime.report.data import Run, contribution_matrix, epsilon_series, roster
 from fedfair.runtime.output_folder import CHECKPOINT_NAME, ROUND_LOG_NAME

@@ -1,6 +1,6 @@
 """The aggregator's Prometheus metrics: families computed at each scrape from the federation's state.
 
-:class:`FederationCollector` reads :func:`fedfair.runtime.status.federation_state` of the output folder
+:class:`FederationCollector` reads :func:`fedfair.runtime.observe.status.federation_state` of the output folder
 (events and round log) whenever it is collected, so the round code only starts the endpoint
 (:func:`start_monitoring`). :data:`FAMILIES` names every family with its type, unit and meaning;
 docs/operations.md lists them (tests/runtime/test_monitoring.py keeps the two equal).
@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.events import EventLog
-from fedfair.runtime.aggregator.status_page import status_page
-from fedfair.runtime.monitoring import Endpoint, MonitoringSettings, serve_monitoring
-from fedfair.runtime.status import FederationState, federation_state
+from fedfair.runtime.observe.events import EventLog
+from fedfair.runtime.observe.status_page import status_page
+from fedfair.runtime.observe.endpoint import Endpoint, MonitoringSettings, serve_monitoring
+from fedfair.runtime.observe.status import FederationState, federation_state
 
 logger = logging.getLogger("fedfair.aggregator")
 
