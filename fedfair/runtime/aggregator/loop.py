@@ -17,7 +17,7 @@ from typing import Any
 
 from fedfair import pki
 from fedfair.core.errors import AggregateError, ConfigError, RoundAbortedError, StatisticsError, StatisticsReason
-from fedfair.runtime.aggregator.bound import BoundSurvivors
+from fedfair.runtime.aggregator.voided import BoundSurvivors
 from fedfair.runtime.aggregator.bundles import (
     checkpoint_encoder,
     model_settings,
