@@ -24,7 +24,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
-from fedfair.runtime.failures import EXIT_INCOMPLETE
+from fedfair.runtime.failures import finished_exit
 from fedfair.runtime.observe.logs import LOG_LEVELS, configure_logging, quiet_grpc
 from fedfair.core.tables import Table, shown
 
@@ -203,7 +203,7 @@ def _start_command(args: argparse.Namespace) -> int:
         else:
             logger.warning("interrupted before the first round was checkpointed; start again without --resume")
         return 130
-    return EXIT_INCOMPLETE if summary.get("aborted_rounds") else 0
+    return finished_exit(int(summary.get("aborted_rounds") or 0), plan.quorum.aborted_rounds_allowed)
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

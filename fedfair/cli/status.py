@@ -32,6 +32,8 @@ def describe(state: FederationState) -> str:
         f"  plan digest {(state.plan_digest or '?')[:16]}, started {_when(state.started)}, "
         f"last event {_when(state.updated)}",
     ]
+    if state.waiting is not None:
+        lines.append(f"  {state.waiting.line()}")
     if state.monitoring_url and state.running:
         lines.append(f"  monitoring: {state.monitoring_url}/metrics, status page {state.monitoring_url}/")
     elif state.monitoring_url:

@@ -283,6 +283,7 @@ class RoundLoop:
             startup_timeout=self.startup_timeout,
             checkpoint_round=self._saved_round,
             output=self.output,
+            events=self.events,
         )
 
     def _saved_round(self) -> int | None:

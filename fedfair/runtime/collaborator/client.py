@@ -397,7 +397,11 @@ class Collaborator(TaskStream):
             received = receive_bundle(self.config.name, path, fetch, expected, output)
         else:
             received = Received(not_kept="the aggregator sent none")
-        status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed, received)
+        shared = joined.shared
+        allowed = shared.quorum.aborted_rounds_allowed
+        status = finished_status(
+            self.config.name, shared.training.rounds, joined.outcome.contributed, received, allowed
+        )
         if received.refusal is not None:
             raise PermanentFailureError(BUNDLE_REFUSED, reason=received.refusal, path=path)
         return status

@@ -224,6 +224,8 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
         loaded["secure_aggregation"].pop("dropouts")
     if settings.quorum.grace_factor is None:
         loaded["quorum"].pop("grace_factor")  # left out when unset, like dropouts: digests unchanged
+    if settings.quorum.aborted_rounds_allowed == 0:
+        loaded["quorum"].pop("aborted_rounds_allowed")  # left out at its default, like grace_factor
     if settings.privacy == PlanPrivacy():
         loaded.pop("privacy")  # left out when nothing is noised, like composition below: digests unchanged
     elif settings.privacy.interim_report_epsilon is None:
