@@ -99,7 +99,7 @@ class Reader:
             self.pending = None
 
 
-def kept(record: dict[str, Any], args: argparse.Namespace) -> bool:
+def passes(record: dict[str, Any], args: argparse.Namespace) -> bool:
     """Whether `record` passes the command line's filters."""
     if args.event and record.get("event") not in args.event:
         return False
@@ -175,7 +175,7 @@ def _logs_command(args: argparse.Namespace) -> int:
     everything = list(reader.read(final=not args.follow))
     if args.site is not None:
         _check_site(args.site, everything, reader.path)
-    records = [record for record in everything if kept(record, args)]
+    records = [record for record in everything if passes(record, args)]
     shown = records[-args.tail :] if args.tail else records
     finished = any(record.get("event") == "finish" for record in records)
 
@@ -190,7 +190,7 @@ def _logs_command(args: argparse.Namespace) -> int:
             time.sleep(FOLLOW_SECONDS)
             for record in reader.read():
                 finished = finished or record.get("event") == "finish"
-                if kept(record, args):
+                if passes(record, args):
                     show(record)
     except KeyboardInterrupt:
         return 0

@@ -46,7 +46,7 @@ SHOWN_DIFFERENCES = 6
 """How many differing plan fields a refusal names."""
 
 
-def kept_path(config: CollaboratorConfig, federation_id: str, suffix: str) -> Path:
+def federation_file(config: CollaboratorConfig, federation_id: str, suffix: str) -> Path:
     """A file this collaborator keeps for one federation: beside its config, NAME.FEDERATION.SUFFIX."""
     return config.source.parent / f"{config.name}.{federation_id}.{suffix}"
 
