@@ -37,7 +37,7 @@ from typing import Any
 
 from published import publish
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.local.zygote import DISABLE
+from fedfair.runtime.local.forkserver import DISABLE
 
 MIB = 1024.0
 """KiB per MiB: /proc reports kB (KiB)."""
@@ -220,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         started = time.perf_counter()
         with open(log, "w") as output:
-            # Each party a fresh interpreter, as a deployment runs it: forked from launch's zygote, it would share
-            # the zygote's pages and carry its command line, and the sampler could tell no site by its own.
+            # Each party a fresh interpreter, as a deployment runs it: forked from launch's forkserver, it would share
+            # the forkserver's pages and carry its command line, and the sampler could tell no site by its own.
             fresh = {**os.environ, DISABLE: "0"}
             launcher = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=fresh)
             sampler = Sampler(launcher.pid, args.sample_seconds)

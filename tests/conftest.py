@@ -6,14 +6,14 @@ import os
 
 # gRPC's C core reads this once, when it starts: set before any test imports grpc, so its own lines
 # ("Got goaway", connectivity traces) stay out of the suite's output, as fedfair's processes keep
-# them out of theirs (fedfair.runtime.logs.quiet_grpc).
+# them out of theirs (fedfair.runtime.observe.logs.quiet_grpc).
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import pytest  # noqa: E402
 import torch
 from hypothesis import settings
 
-from fedfair.runtime.local.zygote import stop_shared_zygote
+from fedfair.runtime.local.forkserver import stop_shared_forkserver
 from fedfair.simulation.federation import Federation
 from tests.federations import adult_by_race
 
@@ -44,6 +44,6 @@ def small_adult_federation() -> Federation:
 
 
 def pytest_sessionfinish() -> None:
-    """Stop this worker's zygote (fedfair.runtime.local.zygote) once its parties exit: their CPU time is then
+    """Stop this worker's forkserver (fedfair.runtime.local.forkserver) once its parties exit: their CPU time is then
     counted in the suite's own, as a fresh interpreter's would be."""
-    stop_shared_zygote()
+    stop_shared_forkserver()

@@ -7,7 +7,9 @@
 5. the runtime may use core and the libraries, never the simulation, the API or research;
 6. research may use everything but the command line.
 
-A collaborator never reaches the aggregator, nor the aggregator a collaborator.
+Inside the runtime, what an operator sees (runtime.observe: events, state, metrics, logs) sits below both
+parties, and the output folder's layout (runtime.output_folder) below that: a collaborator never reaches the
+aggregator, nor the aggregator a collaborator, and observe reaches neither.
 
 Imports are read from the syntax tree (including imports inside functions) and followed
 transitively, so a rule cannot be dodged through a module in between.
@@ -170,6 +172,15 @@ def test_a_collaborator_never_reaches_aggregator_modules() -> None:
 
 def test_the_aggregator_never_reaches_collaborator_modules() -> None:
     assert violations(modules_in("fedfair.runtime.aggregator"), ("fedfair.runtime.collaborator",)) == []
+
+
+def test_what_an_operator_sees_reaches_neither_party() -> None:
+    parties = ("fedfair.runtime.aggregator", "fedfair.runtime.collaborator", "fedfair.runtime.local")
+    assert violations(modules_in("fedfair.runtime.observe"), parties) == []
+
+
+def test_the_output_folder_layout_reaches_nothing_of_fedfair() -> None:
+    assert reachable("fedfair.runtime.output_folder") == frozenset()
 
 
 def test_the_checker_sees_a_violation() -> None:

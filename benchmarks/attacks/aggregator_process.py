@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from fedfair.runtime.aggregator.start import run_aggregator
-from fedfair.runtime.logs import configure_logging
+from fedfair.runtime.observe.logs import configure_logging
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
 

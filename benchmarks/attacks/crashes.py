@@ -31,7 +31,8 @@ from attacks.federation import (
     trainer_factory,
 )
 from attacks.rows import PROCESS_KILL, Row, RowBook
-from fedfair.runtime.aggregator.checkpoint import FINAL_MODEL_NAME, read_round_log
+from fedfair.runtime.output_folder import FINAL_MODEL_NAME
+from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.trainer import TrainerFactory
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 

@@ -44,7 +44,8 @@ from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.update import Update
 from fedfair.core.models import flat_parameters
 from fedfair.runtime.local.processes import Child, child_environment
-from fedfair.runtime.aggregator.checkpoint import FINAL_SUMMARY_NAME, read_round_log, state_digest
+from fedfair.runtime.output_folder import FINAL_SUMMARY_NAME
+from fedfair.runtime.aggregator.checkpoint import read_round_log, state_digest
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import CollaboratorConfig, load_collaborator_config

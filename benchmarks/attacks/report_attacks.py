@@ -29,7 +29,7 @@ import grpc
 from attacks.federation import FEDERATION_ID, HONEST, INSIDER
 from attacks.hostile_client import Answer, bind, report, status_report, unknown_field
 from attacks.rows import RowBook
-from fedfair.runtime.aggregator.events import read_events
+from fedfair.runtime.observe.events import read_events
 from fedfair.runtime.rate_limits import RateLimit
 from fedfair.runtime.transport import fedfair_pb2 as pb
 

@@ -36,7 +36,8 @@ from fedfair.privacy.accounting import STATE_FORMAT, STATE_VERSION
 from fedfair.runtime.local.processes import Child, aggregator_command, child_environment, collaborator_command
 from fedfair.runtime.local.processes import start_aggregator
 from fedfair.runtime.aggregator import network as network_module
-from fedfair.runtime.aggregator.checkpoint import CHECKPOINT_NAME, read_round_log, save_checkpoint
+from fedfair.runtime.output_folder import CHECKPOINT_NAME
+from fedfair.runtime.aggregator.checkpoint import read_round_log, save_checkpoint
 from fedfair.runtime.aggregator.limits import PRESENCE_BURST
 from fedfair.runtime.aggregator.network import serve
 from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -57,6 +58,9 @@ line naming a command imports only that command's module; ``fedfair --help`` imp
 module keeps its heavy imports (torch, Opacus, gRPC, pandas) inside its handlers, so a command's
 ``--help`` starts at once too."""
 
+EXIT_CLOSED_PIPE = 141
+"""The status when the reader of the output closed its pipe first (128 + SIGPIPE, as a shell tool gives)."""
+
 DISTRIBUTION = "fedfair-rcvar"
 """The name pip installs fedfair under (``pip install fedfair-rcvar``); the import and command are ``fedfair``."""
 
@@ -97,13 +101,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the `fedfair` command line `argv` (default: sys.argv[1:]); return the exit status.
 
     A :class:`FedfairError` is printed as one ``fedfair: error:`` line on stderr and gives status 2, and so is
-    a full disk (`disk_full`); argparse exits with status 2 itself on a bad command line.
+    a full disk (`disk_full`); argparse exits with status 2 itself on a bad command line. Output into a pipe its
+    reader closed ends quietly with :data:`EXIT_CLOSED_PIPE`.
     """
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(modules_for(words))
     args = parser.parse_args(words)
     try:
-        return int(args.handler(args) or 0)
+        status = int(args.handler(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a reader that closed the pipe is met below, not in a traceback
+        return status
+    except BrokenPipeError:
+        # `fedfair status DIR | head`: the reader has what it wanted. Python's own recipe: point stdout at
+        # /dev/null so that the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
     except FedfairError as error:
         print(f"fedfair: error: {error}", file=sys.stderr)
         return 2

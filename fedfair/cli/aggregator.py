@@ -24,8 +24,8 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
-from fedfair.runtime.failures import EXIT_INCOMPLETE
-from fedfair.runtime.logs import LOG_LEVELS, configure_logging, quiet_grpc
+from fedfair.runtime.failures import finished_exit
+from fedfair.runtime.observe.logs import LOG_LEVELS, configure_logging, quiet_grpc
 from fedfair.core.tables import Table, shown
 
 if TYPE_CHECKING:
@@ -138,8 +138,9 @@ def readmit(plan: AggregatorPlan, names: Sequence[str]) -> dict[str, str]:
     round's own, so every later ``--resume`` keeps them in. Each one is logged and emitted
     as a ``readmission`` event. Returns name -> the reason it had been excluded for.
     """
-    from fedfair.runtime.aggregator.checkpoint import ROUND_LOG_NAME, load_checkpoint, read_round_log, trim_round_log
-    from fedfair.runtime.aggregator.events import EventLog
+    from fedfair.runtime.output_folder import ROUND_LOG_NAME
+    from fedfair.runtime.aggregator.checkpoint import load_checkpoint, read_round_log, trim_round_log
+    from fedfair.runtime.observe.events import EventLog
     from fedfair.runtime.aggregator.lock import output_lock
     from fedfair.runtime.aggregator.loop import excluded_in
     from fedfair.runtime.plan.aggregator_plan import plan_content, plan_digest
@@ -183,7 +184,7 @@ def _start_command(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     log_file = args.log_file if args.log_file is not None else plan.aggregator.output / LOG_NAME
     configure_logging(args.log_level, log_file, label="aggregator", verbose=args.verbose)
-    from fedfair.runtime.aggregator.checkpoint import CHECKPOINT_NAME
+    from fedfair.runtime.output_folder import CHECKPOINT_NAME
     from fedfair.runtime.aggregator.start import run_aggregator
 
     if args.readmit:
@@ -202,7 +203,7 @@ def _start_command(args: argparse.Namespace) -> int:
         else:
             logger.warning("interrupted before the first round was checkpointed; start again without --resume")
         return 130
-    return EXIT_INCOMPLETE if summary.get("aborted_rounds") else 0
+    return finished_exit(int(summary.get("aborted_rounds") or 0), plan.quorum.aborted_rounds_allowed)
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from fedfair.runtime.logs import configure_logging
+from fedfair.runtime.observe.logs import configure_logging
 
 
 def _start_command(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """``fedfair logs PATH``: filter or follow a party's structured log, as text or JSON lines.
 
 PATH is an aggregator's output folder (its ``events.jsonl``, the schema of
-:data:`fedfair.runtime.aggregator.events.EVENTS`) or any party's log file (``NAME.log``,
+:data:`fedfair.runtime.observe.events.EVENTS`) or any party's log file (``NAME.log``,
 ``aggregator.log``), whose lines are read as ``log`` events of the same shape: ``event``,
 ``time``, ``level``, ``message``.
 """
@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.events import EVENTS, EVENTS_NAME
-from fedfair.runtime.logs import LOG_LEVELS
+from fedfair.runtime.observe.events import EVENTS
+from fedfair.runtime.output_folder import EVENTS_NAME
+from fedfair.runtime.observe.logs import LOG_LEVELS
 
 FOLLOW_SECONDS = 0.5
 """How often ``--follow`` looks for new lines."""
 
 LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"
-"""How logging's default ``asctime`` writes a line's time (fedfair.runtime.logs.LOG_FORMAT), local time."""
+"""How logging's default ``asctime`` writes a line's time (fedfair.runtime.observe.logs.LOG_FORMAT), local time."""
 
 NAMED = ("name", "participants", "contributors", "collaborators", "held_up_by", "epsilon")
 """The fields of an event that name sites: ``--site`` keeps the events whose fields name it."""
@@ -98,7 +99,7 @@ class Reader:
             self.pending = None
 
 
-def kept(record: dict[str, Any], args: argparse.Namespace) -> bool:
+def passes(record: dict[str, Any], args: argparse.Namespace) -> bool:
     """Whether `record` passes the command line's filters."""
     if args.event and record.get("event") not in args.event:
         return False
@@ -123,8 +124,29 @@ def _names(value: Any, site: str) -> bool:
     return False
 
 
+FIELD_CHARACTERS = 72
+"""The most characters of one field a text line shows (``--json`` gives every field whole)."""
+
+
+def _shown(value: Any) -> str:
+    """A field's value for a person: numbers to 4 significant digits, lists and maps flat, long ones cut."""
+    if isinstance(value, bool) or value is None:
+        said = json.dumps(value)
+    elif isinstance(value, float):
+        said = f"{value:.4g}"
+    elif isinstance(value, (str, int)):
+        said = str(value)
+    elif isinstance(value, dict):
+        said = ",".join(f"{key}:{_shown(item)}" for key, item in value.items()) or "-"
+    elif isinstance(value, (list, tuple)):
+        said = ",".join(_shown(item) for item in value) or "-"
+    else:
+        said = str(value)
+    return said if len(said) <= FIELD_CHARACTERS else said[: FIELD_CHARACTERS - 3] + "..."
+
+
 def text(record: dict[str, Any]) -> str:
-    """`record` as one line for a person: its time (UTC), its kind, then its fields."""
+    """`record` as one line for a person: its time (UTC), its kind, then its fields, each cut to a readable length."""
     moment = record.get("time")
     when = (
         dt.datetime.fromtimestamp(moment, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
@@ -133,17 +155,27 @@ def text(record: dict[str, Any]) -> str:
     )
     if record.get("event") == "log":
         return f"{when} {record.get('level', '?'):<7} {record.get('message', '')}"
-    fields = " ".join(
-        f"{key}={value if isinstance(value, (str, int, float)) else json.dumps(value, sort_keys=True)}"
-        for key, value in record.items()
-        if key not in ("event", "time")
-    )
+    fields = " ".join(f"{key}={_shown(value)}" for key, value in record.items() if key not in ("event", "time"))
     return f"{when} {record.get('event', '?'):<11} {fields}"
+
+
+def _check_site(site: str, records: list[dict[str, Any]], path: Path) -> None:
+    """Refuse a ``--site`` that an event log's roster does not name (a log file names no roster)."""
+    roster = {
+        str(name) for record in records if record.get("event") == "start" for name in record.get("collaborators", ())
+    }
+    if roster and site not in roster:
+        raise ConfigError(
+            f"--site {site}: {path} names no such site; its federation's sites are {', '.join(sorted(roster))}"
+        )
 
 
 def _logs_command(args: argparse.Namespace) -> int:
     reader = Reader(_source(args.path))
-    records = [record for record in reader.read(final=not args.follow) if kept(record, args)]
+    everything = list(reader.read(final=not args.follow))
+    if args.site is not None:
+        _check_site(args.site, everything, reader.path)
+    records = [record for record in everything if passes(record, args)]
     shown = records[-args.tail :] if args.tail else records
     finished = any(record.get("event") == "finish" for record in records)
 
@@ -158,7 +190,7 @@ def _logs_command(args: argparse.Namespace) -> int:
             time.sleep(FOLLOW_SECONDS)
             for record in reader.read():
                 finished = finished or record.get("event") == "finish"
-                if kept(record, args):
+                if passes(record, args):
                     show(record)
     except KeyboardInterrupt:
         return 0
@@ -180,10 +212,14 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     parser.add_argument(
         "--event", action="append", choices=[*EVENTS, "log"], metavar="KIND", help="only events of KIND (repeatable)"
     )
-    parser.add_argument("--site", metavar="NAME", help="only events (or log lines) that name the site NAME")
+    parser.add_argument(
+        "--site", metavar="NAME", help="only events (or log lines) that name the site NAME (one of the roster)"
+    )
     parser.add_argument("--round", type=int, metavar="N", help="only events of round N")
     parser.add_argument("--level", choices=LOG_LEVELS, help="only log lines at LEVEL or above")
     parser.add_argument("--tail", type=int, default=0, metavar="N", help="only the last N matching lines at first")
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing new lines as they are written")
-    parser.add_argument("--json", action="store_true", help="print each event as one JSON line")
+    parser.add_argument(
+        "--json", action="store_true", help="print each event whole, as one JSON line (default: readable text)"
+    )
     parser.set_defaults(handler=_logs_command)

@@ -67,7 +67,7 @@ def _renew_command(args: argparse.Namespace) -> int:
 
 
 def _diff_command(args: argparse.Namespace) -> int:
-    from fedfair.runtime.manifest import setting_differences
+    from fedfair.runtime.manifest_plan import setting_differences
     from fedfair.runtime.plan.pinning import settings_of
 
     changes = setting_differences(settings_of(args.old), settings_of(args.new))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedfair.runtime.report.page import REPORT_NAME, write_report
+from fedfair.runtime.output_folder import REPORT_NAME
+from fedfair.runtime.report.page import write_report
 
 
 def _report_command(args: argparse.Namespace) -> int:

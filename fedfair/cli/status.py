@@ -1,4 +1,4 @@
-"""``fedfair status OUTPUT_DIR``: a federation's state on one screen (:mod:`fedfair.runtime.status`)."""
+"""``fedfair status OUTPUT_DIR``: a federation's state on one screen (:mod:`fedfair.runtime.observe.status`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.runtime.report.data import CELLS
-from fedfair.runtime.status import FederationState, federation_state
+from fedfair.runtime.observe.status import FederationState, federation_state
 
 
 def _when(seconds: float | None) -> str:
@@ -32,6 +32,8 @@ def describe(state: FederationState) -> str:
         f"  plan digest {(state.plan_digest or '?')[:16]}, started {_when(state.started)}, "
         f"last event {_when(state.updated)}",
     ]
+    if state.waiting is not None:
+        lines.append(f"  {state.waiting.line()}")
     if state.monitoring_url and state.running:
         lines.append(f"  monitoring: {state.monitoring_url}/metrics, status page {state.monitoring_url}/")
     elif state.monitoring_url:

@@ -38,7 +38,7 @@ from fedfair.research.methods import (
     method_named,
     own,
 )
-from fedfair.runtime.progress import Progress
+from fedfair.runtime.observe.progress import Progress
 from fedfair.research.reference import solve_reference
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import SimulationOptions, SimulationResult, training_objectives

@@ -41,7 +41,7 @@ from fedfair.research.experiment import (
 from fedfair.research.flags import config_from_flags
 from fedfair.research.methods import FedAvgSettings, FedMinMaxSettings, own
 from fedfair.research.study_options import RAY_INSTALL_HINT
-from fedfair.runtime.progress import Progress
+from fedfair.runtime.observe.progress import Progress
 from fedfair.simulation.federation import Federation, federation_from_arrays, history_sample
 from fedfair.simulation.rounds import SimulationOptions
 from fedfair.research.workers import process_pool

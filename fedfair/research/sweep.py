@@ -18,7 +18,7 @@ import torch
 from fedfair.core.errors import ConfigError
 from fedfair.research.experiment import ExperimentConfig, simulate
 from fedfair.research.flags import config_from_args
-from fedfair.runtime.progress import Progress
+from fedfair.runtime.observe.progress import Progress
 from fedfair.simulation.federation import Federation
 from fedfair.research.workers import process_pool
 

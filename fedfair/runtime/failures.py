@@ -17,6 +17,15 @@ the aggregator's when rounds aborted, a collaborator's when rounds applied witho
 must not read it as a plain success; the closing line counts the rounds, the log says why."""
 
 
+def finished_exit(missed: int, allowed: int) -> int:
+    """A finished process's exit status: 0 when it `missed` at most the `allowed` rounds, else EXIT_INCOMPLETE.
+
+    `missed`: the aggregator's aborted rounds, a collaborator's rounds whose model lacks its update;
+    `allowed`: the plan's [quorum] aborted_rounds_allowed.
+    """
+    return 0 if missed <= allowed else EXIT_INCOMPLETE
+
+
 # ---------------------------------------------------------------- transient: retried within [retry]
 
 AGGREGATOR_UNREACHABLE = FailureClass(

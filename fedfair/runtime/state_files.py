@@ -44,7 +44,7 @@ _WITH_C = frozenset({"control", "velocity"})
 _ITEM = np.dtype(np.float64).itemsize
 
 
-def kept_in_file(dimension: int, tensors: int) -> bool:
+def held_in_file(dimension: int, tensors: int) -> bool:
     """Whether a state of `tensors` float64 tensors of a model of `dimension` parameters is kept in a file."""
     return large(_ITEM * dimension * tensors)
 
@@ -66,7 +66,7 @@ def spans(length: int, in_file: bool) -> Iterator[tuple[int, int]]:
         yield start, min(start + step, length)
 
 
-class KeptState(ABC):
+class HeldState(ABC):
     """A server state of a model of `dimension` parameters: its scalars at hand, its tensors read by span."""
 
     def __init__(self, dimension: int, like: ServerState, in_file: bool) -> None:
@@ -93,7 +93,7 @@ class KeptState(ABC):
         """The state restricted to theta's coordinates [start, stop), one of :meth:`spans`: tensors of its own."""
 
 
-class InMemory(KeptState):
+class InMemory(HeldState):
     """A state held whole: its one piece is the state itself."""
 
     def __init__(self, state: ServerState) -> None:
@@ -112,7 +112,7 @@ class InMemory(KeptState):
         return self.state
 
 
-class InFile(KeptState):
+class InFile(HeldState):
     """A state in an unnamed file in `folder` (None: the system's temporary folder), laid out by `like`'s tensors.
 
     Its pieces are written by :meth:`write` in any order; the file is closed when the state is let go.
@@ -202,7 +202,7 @@ class InFile(KeptState):
 
 def keep(
     pieces: Iterable[tuple[int, int, ServerState]], dimension: int, in_file: bool, folder: Path | None
-) -> KeptState:
+) -> HeldState:
     """The state whose pieces (start, stop, piece) are `pieces`, over :func:`spans` (dimension, `in_file`).
 
     In memory, the one piece (the whole state) as it is; in a file in `folder`, written as they come. An error
@@ -221,20 +221,20 @@ def keep(
     return kept
 
 
-def kept(state: ServerState | InFile) -> KeptState:
+def holding(state: ServerState | InFile) -> HeldState:
     """`state` read by span: a state in memory (a ServerState) as its one piece, a state in a file as it is."""
     return state if isinstance(state, InFile) else InMemory(state)
 
 
 def stepped(
-    state: KeptState,
+    state: HeldState,
     read: Callable[[int, int], np.ndarray],
     total_weight: float,
     server_step: ServerStep,
     *,
     give_up: bool,
     folder: Path | None,
-) -> KeptState:
+) -> HeldState:
     """The state `server_step` makes of `state` and the decoded update sum whose values [a, b) `read(a, b)` gives.
 
     A state in a file is stepped a piece at a time into a new file in `folder` (each piece read is the step's

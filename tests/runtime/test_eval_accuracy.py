@@ -31,8 +31,9 @@ from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import draft_schema
 from fedfair.fairness import pooled, tail
 from fedfair.privacy.distributed import noise_excess
-from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
-from fedfair.runtime.aggregator.checkpoint import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, read_round_log
+from fedfair.runtime.output_folder import BUNDLE_NAME
+from fedfair.runtime.output_folder import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME
+from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from fedfair.runtime.aggregator.events import EVENTS
+from fedfair.runtime.observe.events import EVENTS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "fedfair"
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from fedfair.runtime.aggregator.checkpoint import FINAL_SUMMARY_NAME, read_round_log
+from fedfair.runtime.output_folder import FINAL_SUMMARY_NAME
+from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from tests.runtime.harness import Processes, new_workspace

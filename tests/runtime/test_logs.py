@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedfair.runtime.logs import LOG_FORMAT, Console, configure_logging, per_round, quiet_grpc
+from fedfair.runtime.observe.logs import LOG_FORMAT, Console, configure_logging, per_round, quiet_grpc
 
 
 @pytest.fixture()

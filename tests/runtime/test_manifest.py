@@ -22,6 +22,7 @@ from fedfair.core.errors import ConfigError, IdentityError
 from fedfair.pki import credential_verifier, store
 from fedfair.pki.roster import manifest_text, pins_from_folders, write_manifest
 from fedfair.runtime import manifest as manifests
+from fedfair.runtime import manifest_plan
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.collaborator import config as collaborator_file
 from fedfair import cli
@@ -217,9 +218,9 @@ def test_a_collaborator_refuses_shared_settings_unlike_its_manifest(
     federation: Path, sections: dict[str, Any], message: str
 ) -> None:
     agreed = manifests.load_manifest(federation / "manifest.toml")
-    manifests.check_shared_settings(agreed, *shared_from())
+    manifest_plan.check_shared_settings(agreed, *shared_from())
     with pytest.raises(manifests.ManifestError, match=message):
-        manifests.check_shared_settings(agreed, *shared_from(**sections))
+        manifest_plan.check_shared_settings(agreed, *shared_from(**sections))
 
 
 def aggregator_plan_with(folder: Path, /, **sections: dict[str, Any]) -> plan.AggregatorPlan:
@@ -357,9 +358,9 @@ def pinned(federation: Path) -> manifests.Manifest:
 def test_a_collaborator_refuses_any_plan_but_the_pinned_one_and_names_the_field(
     pinned: manifests.Manifest, sections: dict[str, Any], field: str
 ) -> None:
-    manifests.check_shared_settings(pinned, *shared_from())
+    manifest_plan.check_shared_settings(pinned, *shared_from())
     with pytest.raises(manifests.ManifestError, match=r"is not the plan pinned by the manifest") as caught:
-        manifests.check_shared_settings(pinned, *shared_from(**sections))
+        manifest_plan.check_shared_settings(pinned, *shared_from(**sections))
     assert f"{field}: " in str(caught.value) and "fedfair plan pin" in str(caught.value)
 
 
@@ -378,13 +379,13 @@ def test_the_pin_covers_the_schema_so_a_numeric_column_cannot_become_categorical
     agreed_plan.write_text(tomli_w.dumps(document))
     pin_plan(agreed_plan, federation / "manifest.toml", federation / "pinned.toml")
     pinned = manifests.load_manifest(federation / "pinned.toml")
-    manifests.check_shared_settings(pinned, *shared_from(**with_schema))
+    manifest_plan.check_shared_settings(pinned, *shared_from(**with_schema))
     relabelled = {
         **schema,
         "columns": [{"name": "age", "type": "categorical", "categories": "learn"}, schema["columns"][1]],
     }
     with pytest.raises(manifests.ManifestError, match=r"schema\.columns\[age\]\.type: \"numeric\" -> \"categorical\""):
-        manifests.check_shared_settings(pinned, *shared_from(schema=relabelled, model={"features": ...}))
+        manifest_plan.check_shared_settings(pinned, *shared_from(schema=relabelled, model={"features": ...}))
 
 
 def test_the_pin_covers_the_composition_columns_so_no_other_column_can_be_counted(federation: Path) -> None:
@@ -397,13 +398,13 @@ def test_the_pin_covers_the_composition_columns_so_no_other_column_can_be_counte
     )
     pin_plan(agreed_plan, federation / "manifest.toml", federation / "pinned.toml")
     pinned = manifests.load_manifest(federation / "pinned.toml")
-    manifests.check_shared_settings(pinned, *shared_from(**with_schema, evaluation={"composition": ["race"]}))
+    manifest_plan.check_shared_settings(pinned, *shared_from(**with_schema, evaluation={"composition": ["race"]}))
     with pytest.raises(manifests.ManifestError, match=r'evaluation\.composition: added \["income"\]'):
-        manifests.check_shared_settings(
+        manifest_plan.check_shared_settings(
             pinned, *shared_from(**with_schema, evaluation={"composition": ["race", "income"]})
         )
     with pytest.raises(manifests.ManifestError, match=r"evaluation\.composition"):
-        manifests.check_shared_settings(pinned, *shared_from(**with_schema))
+        manifest_plan.check_shared_settings(pinned, *shared_from(**with_schema))
 
 
 def test_a_pin_whose_settings_were_edited_by_hand_is_refused(federation: Path, pinned: manifests.Manifest) -> None:
@@ -493,14 +494,14 @@ def test_setting_differences_spell_out_a_schemas_columns() -> None:
     edited = {**column, "categories": ["Private", "State-gov", "Never-worked", "Without-pay"]}
     served = {"schema": {"columns": [edited, {**hours, "type": "categorical"}, {"name": "age", "type": "numeric"}],
                          "missing": "impute"}}  # fmt: skip
-    assert manifests.setting_differences(pinned, served) == [
+    assert manifest_plan.setting_differences(pinned, served) == [
         'schema.columns[age]: added {"name": "age", "type": "numeric"}',
         'schema.columns[hours].type: "numeric" -> "categorical"',
         'schema.columns[workclass].categories: added ["Never-worked", "Without-pay"]',
         'schema.missing: "refuse" -> "impute"',
     ]
     reordered = {"schema": {"columns": [hours, column], "missing": "refuse"}}
-    assert manifests.setting_differences(pinned, reordered) == [
+    assert manifest_plan.setting_differences(pinned, reordered) == [
         'schema.columns: order ["workclass", "hours"] -> ["hours", "workclass"]'
     ]
 
@@ -508,11 +509,11 @@ def test_setting_differences_spell_out_a_schemas_columns() -> None:
 def test_setting_differences_name_leaves_even_under_an_empty_table() -> None:
     pinned = {"model": {"arguments": {}, "name": "x"}, "training": {"lr": 0.1}}
     served = {"model": {"arguments": {"hidden": 8}, "name": "x"}, "training": {"lr": 0.1, "rounds": 3}}
-    assert manifests.setting_differences(pinned, served) == [
+    assert manifest_plan.setting_differences(pinned, served) == [
         "model.arguments.hidden: (absent) -> 8",
         "training.rounds: (absent) -> 3",
     ]
-    assert manifests.setting_differences(served, served) == []
+    assert manifest_plan.setting_differences(served, served) == []
 
 
 @pytest.mark.parametrize(

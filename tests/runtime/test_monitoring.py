@@ -24,14 +24,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fedfair import pki
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator import metrics
+from fedfair.runtime.observe import federation_metrics as metrics
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.collaborator import metrics as site_metrics
 from fedfair.runtime.collaborator.charges import data_identity
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.local.workspace import toml_text
-from fedfair.runtime.monitoring import MonitoringSettings, is_loopback, parse_monitoring, serve_monitoring
+from fedfair.runtime.observe.endpoint import MonitoringSettings, is_loopback, parse_monitoring, serve_monitoring
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.runtime.report.verdicts import worst_interval
 from tests.runtime.harness import new_workspace
@@ -219,7 +219,7 @@ def test_the_grafana_dashboard_queries_only_declared_families() -> None:
 @pytest.mark.slow
 def test_the_aggregator_serves_while_it_runs_and_stops_with_it(tmp_path: Path) -> None:
     """A real two-round federation in threads: the endpoint answers at the URL its event names, then is gone."""
-    from fedfair.runtime.aggregator.events import read_events
+    from fedfair.runtime.observe.events import read_events
     from tests.runtime.harness import thread_federation
 
     monitoring = {"address": "127.0.0.1:0", "final_scrape_seconds": 0.0}

@@ -21,7 +21,7 @@ from fedfair.bundle import load_bundle
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import draft_schema
 from fedfair.datasets.statistics import NOISED_STATISTICS_FRACTIONAL_BITS, noised_statistics_vector
-from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
+from fedfair.runtime.output_folder import BUNDLE_NAME
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table

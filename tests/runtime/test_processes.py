@@ -46,12 +46,8 @@ from fedfair.runtime.local.processes import (
 )
 from fedfair.runtime.local.workspace import Workspace
 from fedfair.simulation.rounds import run_rounds
-from fedfair.runtime.aggregator.checkpoint import (
-    FINAL_SUMMARY_NAME,
-    load_checkpoint,
-    read_round_log,
-    state_digest,
-)
+from fedfair.runtime.output_folder import FINAL_SUMMARY_NAME
+from fedfair.runtime.aggregator.checkpoint import load_checkpoint, read_round_log, state_digest
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.collaborator.config import load_collaborator_config

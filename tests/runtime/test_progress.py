@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import re
 
-from fedfair.runtime.progress import Progress, format_duration
+from fedfair.runtime.observe.progress import Progress, format_duration
 
 ETA = re.compile(r"ETA \d\d:\d\d")
 

@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 
 from fedfair.privacy.accounting import PrivacyAccountant, privacy_state_path
-from fedfair.runtime.aggregator.checkpoint import FINAL_SUMMARY_NAME, read_round_log
-from fedfair.runtime.aggregator.events import read_events
+from fedfair.runtime.output_folder import FINAL_SUMMARY_NAME
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.observe.events import read_events
 from fedfair.runtime.collaborator.charges import data_identity
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.local.workspace import free_port, toml_text

@@ -26,7 +26,8 @@ import pytest
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.ledger import Ledger, composed
-from fedfair.runtime.aggregator.checkpoint import FINAL_SUMMARY_NAME, read_round_log
+from fedfair.runtime.output_folder import FINAL_SUMMARY_NAME
+from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.local.workspace import make_workspace

@@ -30,7 +30,7 @@ from fedfair.runtime.local.workspace import toml_text
 from fedfair.runtime.report import figures as report_figures
 from fedfair.runtime.report import page as report
 from fedfair.runtime.aggregator.checkpoint import append_round_log, read_round_log
-from fedfair.runtime.aggregator.events import EventLog, read_events
+from fedfair.runtime.observe.events import EventLog, read_events
 from tests.runtime.harness import new_workspace, thread_federation
 
 NAMES = ["site-a", "site-b", "site-c"]

@@ -36,7 +36,7 @@ from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import Column, draft_schema
 from fedfair.datasets.statistics import encoder_from_statistics, statistics_vector
 from fedfair.fairness import pooled
-from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
+from fedfair.runtime.output_folder import BUNDLE_NAME
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator.config import load_collaborator_config

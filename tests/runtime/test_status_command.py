@@ -2,7 +2,7 @@
 
 The folder is tests/runtime/test_report.py's run (five rounds: a dropout, an aborted round with an
 exclusion, a re-admission, epsilons shared); a collaborator's text log is written in the format of
-fedfair.runtime.logs. `--follow` runs in a child process that ends at the aggregator's `finish` event.
+fedfair.runtime.observe.logs. `--follow` runs in a child process that ends at the aggregator's `finish` event.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from fedfair import cli
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.events import EventLog, read_events
+from fedfair.runtime.observe.events import EventLog, read_events
 from fedfair.runtime.report.verdicts import worst_interval
 from tests.runtime.test_report import write_run
 

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.events import EventLog
-from fedfair.runtime.aggregator.metrics import start_monitoring
-from fedfair.runtime.aggregator.status_page import REFRESH_SECONDS, status_page
-from fedfair.runtime.monitoring import MonitoringSettings
+from fedfair.runtime.observe.events import EventLog
+from fedfair.runtime.observe.federation_metrics import start_monitoring
+from fedfair.runtime.observe.status_page import REFRESH_SECONDS, status_page
+from fedfair.runtime.observe.endpoint import MonitoringSettings
 from fedfair.runtime.report.verdicts import worst_interval
-from fedfair.runtime.status import federation_state
+from fedfair.runtime.observe.status import federation_state
 from tests.runtime.test_monitoring import get
 from tests.runtime.test_report import chromium, write_run
 

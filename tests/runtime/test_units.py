@@ -22,9 +22,8 @@ from fedfair.research.launch_baseline import simulation_options
 from fedfair.runtime.local.workspace import make_workspace, toml_text
 from fedfair.simulation.rounds import make_learners
 from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.output_folder import CHECKPOINT_NAME, ROUND_LOG_NAME
 from fedfair.runtime.aggregator.checkpoint import (
-    CHECKPOINT_NAME,
-    ROUND_LOG_NAME,
     Checkpoint,
     append_round_log,
     atomic_write,

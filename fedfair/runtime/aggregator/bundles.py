@@ -28,9 +28,7 @@ from fedfair.runtime.aggregator.state import output_values
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, shared_settings
 from fedfair.runtime.preprocessing import model_for
 from fedfair.runtime.plan.model import ModelSettings
-
-BUNDLE_NAME = "model_bundle.pt"
-"""The bundle's file name in the aggregator's output folder."""
+from fedfair.runtime.output_folder import BUNDLE_NAME
 
 ROUND_METRICS = ("round", "status", "participants", "contributors", "c", "c_average", "total_weight")
 """What a bundle's metrics keep of each round record (the evaluation too, when the round had one)."""

@@ -29,15 +29,12 @@ from fedfair.core.server import ServerState
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.aggregator.spanned import Spanned, read_spanned, state_in_file, write_spanned
 from fedfair.runtime.aggregator.state import AggregatorState, parameters
-from fedfair.runtime.manifest import setting_differences
-from fedfair.runtime.state_files import InFile, kept, large
+from fedfair.runtime.manifest_plan import setting_differences
+from fedfair.runtime.state_files import InFile, holding, large
+from fedfair.runtime.output_folder import CHECKPOINT_NAME, FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, ROUND_LOG_NAME
 
 logger = logging.getLogger("fedfair.aggregator")
 
-CHECKPOINT_NAME = "checkpoint.pt"
-ROUND_LOG_NAME = "rounds.jsonl"
-FINAL_MODEL_NAME = "final_model.pt"
-FINAL_SUMMARY_NAME = "final_model.json"
 FORMAT = "fedfair-aggregator-checkpoint"
 VERSION = 1
 DIGEST_PREFIX = b"fedfair-checkpoint sha256:"
@@ -69,7 +66,7 @@ def state_digest(state: AggregatorState) -> str:
     What the round log records at each round's start, so anyone can check that a resumed run starts from exactly
     the checkpointed model. Hashed a span at a time (in place in memory): the same digest wherever it is kept.
     """
-    held = kept(state)
+    held = holding(state)
     digest = hashlib.sha256()
 
     def hash_tensor(field: str, length: int) -> None:
@@ -99,7 +96,7 @@ def _saved(tensor: torch.Tensor) -> torch.Tensor:
 
 def _state_dict(state: AggregatorState) -> dict[str, Any]:
     """The checkpoint's ``state`` entry: tensors as torch.save writes them, or, from a file, :class:`Spanned`."""
-    held = kept(state)
+    held = holding(state)
 
     def tensor(field: str) -> Any:
         return Spanned(held, field) if isinstance(state, InFile) else _saved(getattr(state, field))

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fedfair.runtime.logs import per_round
+from fedfair.runtime.observe.logs import per_round
 from fedfair.fairness import sums, tail
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.driver import SumDriver

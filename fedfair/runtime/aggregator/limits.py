@@ -20,7 +20,7 @@ from enum import Enum
 
 
 from fedfair.core.errors import Refusal, RefusedError
-from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.rate_limits import LineBudget, RateLimit
 
 logger = logging.getLogger("fedfair.aggregator")

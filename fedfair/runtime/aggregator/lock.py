@@ -18,8 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fedfair.core.errors import ConfigError
-
-LOCK_NAME = "aggregator.lock"
+from fedfair.runtime.output_folder import LOCK_NAME
 
 
 def _holder(fd: int) -> str:

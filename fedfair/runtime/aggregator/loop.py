@@ -17,14 +17,14 @@ from typing import Any
 
 from fedfair import pki
 from fedfair.core.errors import AggregateError, ConfigError, RoundAbortedError, StatisticsError, StatisticsReason
-from fedfair.runtime.aggregator.bound import BoundSurvivors
+from fedfair.runtime.aggregator.voided import BoundSurvivors
 from fedfair.runtime.aggregator.bundles import (
     checkpoint_encoder,
     model_settings,
     save_federation_bundle,
 )
+from fedfair.runtime.output_folder import CHECKPOINT_NAME
 from fedfair.runtime.aggregator.checkpoint import (
-    CHECKPOINT_NAME,
     Checkpoint,
     append_round_log,
     excluded_in as excluded_in,  # re-exported: fedfair.cli.aggregator and tests read it here
@@ -36,8 +36,8 @@ from fedfair.runtime.aggregator.checkpoint import (
 from fedfair.runtime.aggregator.checks import check_agreed_influence, check_decoded_update, screen_plain_update
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.evaluation import Earlier, federated_evaluation
-from fedfair.runtime.aggregator.events import EventLog
-from fedfair.runtime.logs import per_round
+from fedfair.runtime.observe.events import EventLog
+from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.aggregator.network import Network
 from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.aggregator.state import output_values, parameters, placed, step, training_values
@@ -51,7 +51,7 @@ from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
 from fedfair.runtime.report import verdicts
-from fedfair.runtime.state_files import kept
+from fedfair.runtime.state_files import holding
 from fedfair.runtime.transport import make_binding, pb
 from fedfair.secagg.graph import canonical_roster
 
@@ -283,6 +283,7 @@ class RoundLoop:
             startup_timeout=self.startup_timeout,
             checkpoint_round=self._saved_round,
             output=self.output,
+            events=self.events,
         )
 
     def _saved_round(self) -> int | None:
@@ -322,7 +323,7 @@ class RoundLoop:
         }
         # With drift correction the server's control variate sigma travels with (theta, c), and every
         # collaborator's sigma_k+ comes back inside the same summed vector (2 (d + 1) long).
-        corrects_drift, size = kept(state).has("control"), parameters(state)
+        corrects_drift, size = holding(state).has("control"), parameters(state)
         fraction = self.plan.batch_fraction
         dimension, plan = update_dimension(size, corrects_drift), self.plan
         encoding = plan.training_encoding(plan.federation_id, len(plan.collaborators), round_number, dimension)
@@ -339,7 +340,7 @@ class RoundLoop:
                 encoding.noise.encoded_dimension if encoding.noise is not None else dimension,  # rotated: padded
                 encoding,
                 # Built in the call, never a local of this frame: the driver drops it once the board's parts are cut.
-                (training_values(state, self.plan.model.factory is None), kept(state).c),
+                (training_values(state, self.plan.model.factory is None), holding(state).c),
                 start_input=self.start_input,
                 screen=screen_plain_update(self.plan.influence, fraction, size),
             )
@@ -404,7 +405,7 @@ class RoundLoop:
                 "round %d: evaluation skipped, only %d collaborators connected", round_number, len(participants)
             )
             return {"status": "skipped", "reason": "too few collaborators connected"}
-        model = (output_values(state, self.plan.model.factory is None), kept(state).c_average)
+        model = (output_values(state, self.plan.model.factory is None), holding(state).c_average)
         digest = model_digest(*model)
         earlier = self.asked if self.asked is not None and self.asked.model == digest else None
         self.asked = earlier or Earlier(digest, round_number, None)

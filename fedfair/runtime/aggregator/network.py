@@ -11,7 +11,7 @@ from cryptography import x509
 from fedfair import pki
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.aggregator.board import Board
-from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
 from fedfair.runtime.manifest import manifest_digest
 from fedfair.runtime.manifest_update import LiveManifest

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fedfair.core.errors import QuorumError, QuorumReason
 from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.plan.learning_settings import QuorumSettings
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -47,10 +48,12 @@ def wait_for(
     *,
     checkpoint_round: Callable[[], int | None],
     output: Path,
+    events: EventLog | None = None,
 ) -> frozenset[str]:
     """Wait until `wait.count` of `wait.eligible` are connected, naming who is missing every WAIT_REPORT_SECONDS.
 
-    Return who is connected then.
+    Return who is connected then. Each time it names them it also writes a ``waiting`` event to `events`, which
+    ``fedfair status``, the status page and the metrics read.
 
     Raises QuorumError (NOT_REACHED) if that is below `min_collaborators` when the time is up; its advice
     names the checkpoint of round `checkpoint_round()` in `output` when one is kept (None: none;
@@ -63,15 +66,27 @@ def wait_for(
         connected = board.wait_for_connected(wait.count, step, among=wait.eligible)
         if len(connected) >= wait.count or board.closed or (left is not None and left <= step):
             break
+        missing = sorted(wait.eligible - connected)
+        seconds_left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         logger.info(
             "round %d: waiting for %s: %d of %d collaborators connected, missing %s; %s",
             wait.round_number,
             wait.goal,
             len(connected),
             len(wait.eligible),
-            ", ".join(sorted(wait.eligible - connected)),
-            "no deadline" if deadline is None else f"{max(deadline - time.monotonic(), 0.0):.0f} s left",
+            ", ".join(missing),
+            "no deadline" if seconds_left is None else f"{seconds_left:.0f} s left",
         )
+        if events is not None:
+            events.emit(
+                "waiting",
+                round=wait.round_number,
+                goal=wait.goal,
+                connected=len(connected),
+                eligible=len(wait.eligible),
+                missing=missing,
+                seconds_left=None if seconds_left is None else round(seconds_left, 1),
+            )
     if len(connected) < min_collaborators:
         raise QuorumError(
             QuorumReason.NOT_REACHED, quorum_failure(wait, connected, min_collaborators, checkpoint_round(), output)
@@ -114,6 +129,7 @@ def participants(
     startup_timeout: float,
     checkpoint_round: Callable[[], int | None],
     output: Path,
+    events: EventLog | None = None,
 ) -> frozenset[str]:
     """Who takes part in round `round_number`.
 
@@ -121,7 +137,8 @@ def participants(
 
     With `wait_for_everyone` (the first round of a process) it waits for the quorum under the start-up
     rules (`startup_timeout` seconds, 0: no deadline), then for the rest up to the round timeout; later
-    rounds wait up to the round timeout for the quorum and start with whoever is there.
+    rounds wait up to the round timeout for the quorum and start with whoever is there. The ``round_start``
+    event to `events` says the wait is over.
     """
     eligible = collaborators - excluded.keys()
     if len(eligible) < quorum.min_collaborators:
@@ -135,7 +152,9 @@ def participants(
 
     def wait(count: int, timeout: float | None, goal: str) -> frozenset[str]:
         goal_ = WaitGoal(round_number, count, eligible, timeout, goal)
-        return wait_for(board, goal_, quorum.min_collaborators, checkpoint_round=checkpoint_round, output=output)
+        return wait_for(
+            board, goal_, quorum.min_collaborators, checkpoint_round=checkpoint_round, output=output, events=events
+        )
 
     if wait_for_everyone:
         wait(quorum.min_collaborators, startup_timeout or None, "the quorum")
@@ -151,4 +170,6 @@ def participants(
             len(eligible),
             ", ".join(sorted(missing)),
         )
+    if events is not None:
+        events.emit("round_start", round=round_number, participants=sorted(connected))
     return connected

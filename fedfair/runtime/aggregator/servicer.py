@@ -25,7 +25,7 @@ from fedfair import pki
 from fedfair.core.errors import Refusal, RefusedError, WireError
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import error_summary
-from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.identities import LiveStreams, host_of
 from fedfair.runtime.rate_limits import RateLimit
 from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RefusalLog, worker_threads

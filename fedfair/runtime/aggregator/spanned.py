@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fedfair.core.server import ServerState
-from fedfair.runtime.state_files import InFile, KeptState
+from fedfair.runtime.state_files import InFile, HeldState
 
 _ARCHIVE = "archive"
 """The folder torch.save names inside the zip when it writes to a stream."""
@@ -32,7 +32,7 @@ _ARCHIVE = "archive"
 class Spanned:
     """The float64 tensor `field` of `state` (theta, theta_average, control, velocity), to be written by span."""
 
-    state: KeptState
+    state: HeldState
     field: str
 
     @property

@@ -10,14 +10,17 @@ from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.fairness import sums
-from fedfair.runtime.aggregator.checkpoint import ROUND_LOG_NAME, Checkpoint, load_checkpoint, trim_round_log
-from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.output_folder import ROUND_LOG_NAME
+from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, trim_round_log
+from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
-from fedfair.runtime.aggregator.metrics import start_monitoring
-from fedfair.runtime.aggregator.bundles import BUNDLE_NAME, initial_state
+from fedfair.runtime.observe.federation_metrics import start_monitoring
+from fedfair.runtime.output_folder import BUNDLE_NAME
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
-from fedfair.runtime.logs import CLOSING_LINE
+from fedfair.runtime.observe.logs import CLOSING_LINE
+from fedfair.runtime.failures import finished_exit
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.preprocessing import statistics_encoding
 from fedfair.runtime.report.page import refresh_report
@@ -172,10 +175,15 @@ def run_aggregator(
 def say_finished(plan: AggregatorPlan, summary: dict[str, Any], report: Path | None) -> None:
     """The aggregator's closing line: the rounds applied, the final evaluation, and what it kept where.
 
-    A WARNING when rounds aborted (the process then exits 3); the line always comes last on the console.
+    A WARNING when rounds aborted, naming the exit status (:func:`~fedfair.runtime.failures.finished_exit`: 0
+    within the plan's [quorum] aborted_rounds_allowed, else 3); the line always comes last on the console.
     """
     rounds = plan.training.rounds
     aborted = int(summary["aborted_rounds"])
+    allowed = plan.quorum.aborted_rounds_allowed
+    status = (
+        f" ([quorum] aborted_rounds_allowed = {allowed}: exit {finished_exit(aborted, allowed)})" if aborted else ""
+    )
     evaluation = summary.get("evaluation") or {}
     if evaluation.get("status") == "done":
         result = f"held-out evaluation of round {evaluation['round']}: {progress_note(evaluation)}"
@@ -186,10 +194,11 @@ def say_finished(plan: AggregatorPlan, summary: dict[str, Any], report: Path | N
         kept.insert(1, f"the report {report.name}")
     logger.log(
         logging.WARNING if aborted else logging.INFO,
-        "finished: %d of %d rounds applied, %d aborted; %s; kept in %s: %s",
+        "finished: %d of %d rounds applied, %d aborted%s; %s; kept in %s: %s",
         rounds - aborted,
         rounds,
         aborted,
+        status,
         result,
         plan.aggregator.output,
         ", ".join(kept),

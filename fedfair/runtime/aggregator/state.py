@@ -16,7 +16,7 @@ import numpy as np
 from fedfair.core.algorithm import FedSRCVaR
 from fedfair.core.server import Aggregate, ServerState
 from fedfair.runtime.contract import model_download, training_download_size
-from fedfair.runtime.state_files import InFile, KeptState, kept, kept_in_file, stepped, tensors_of
+from fedfair.runtime.state_files import InFile, HeldState, holding, held_in_file, stepped, tensors_of
 
 AggregatorState: TypeAlias = ServerState | InFile
 """What a checkpoint holds: a state in memory, or one in a file (a large model's)."""
@@ -28,7 +28,7 @@ def placed(state: AggregatorState, algorithm: FedSRCVaR, folder: Path) -> Aggreg
     Raises:
         OSError: the state's file could not be written (a full disk), naming `folder`.
     """
-    if isinstance(state, ServerState) and kept_in_file(state.theta.numel(), tensors_of(algorithm)):
+    if isinstance(state, ServerState) and held_in_file(state.theta.numel(), tensors_of(algorithm)):
         return InFile.of(state, folder)
     return state
 
@@ -52,7 +52,7 @@ def step(
         return algorithm.server_apply(piece, aggregate, average_from=average_from, consume=consume)
 
     after = stepped(
-        kept(state),
+        holding(state),
         lambda start, stop: weighted_sum[start:stop],
         total_weight,
         server_step,
@@ -68,7 +68,7 @@ def training_values(state: AggregatorState, builtin: bool) -> np.ndarray:
     Formed a span at a time into one array: theta narrowed as a model download is, or with drift correction
     theta and the control variate in float64.
     """
-    held = kept(state)
+    held = holding(state)
     drift = held.has("control")
     dtype = np.float64 if drift else model_download(np.empty(0), builtin).dtype
     values = np.empty(training_download_size(held.dimension, drift), dtype=dtype)
@@ -80,7 +80,7 @@ def training_values(state: AggregatorState, builtin: bool) -> np.ndarray:
 
 def output_values(state: AggregatorState, builtin: bool) -> np.ndarray:
     """Theta-bar as a model download carries it (:func:`fedfair.runtime.contract.model_download`), by span."""
-    held = kept(state)
+    held = holding(state)
     values = np.empty(held.dimension, dtype=model_download(np.empty(0), builtin).dtype)
     _fill(values, held, "theta_average")
     return values
@@ -88,17 +88,17 @@ def output_values(state: AggregatorState, builtin: bool) -> np.ndarray:
 
 def parameters(state: AggregatorState) -> int:
     """The model's number of parameters (theta's coordinates)."""
-    return kept(state).dimension
+    return holding(state).dimension
 
 
-def _fill(into: np.ndarray, held: KeptState, field: str) -> None:
+def _fill(into: np.ndarray, held: HeldState, field: str) -> None:
     """`into`[:length] set to the tensor `field`'s values, cast to `into`'s type a span at a time."""
     length = held.dimension + (1 if field == "control" else 0)
     for start, stop in held.spans(length):
         into[start:stop] = held.values(field, start, stop)
 
 
-def _unkept(state: KeptState) -> AggregatorState:
+def _unkept(state: HeldState) -> AggregatorState:
     """A kept state as a checkpoint holds it: the ServerState itself when in memory."""
     if isinstance(state, InFile):
         return state

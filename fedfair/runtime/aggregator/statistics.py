@@ -24,7 +24,7 @@ from fedfair.datasets.statistics import (
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.checkpoint import Checkpoint, save_checkpoint
 from fedfair.runtime.aggregator.driver import SumDriver
-from fedfair.runtime.aggregator.events import EventLog
+from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.contract import EVALUATION
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, plan_digest
 from fedfair.runtime.plan.privacy import decoded_noise_std, statistics_release

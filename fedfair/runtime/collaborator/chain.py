@@ -24,7 +24,7 @@ from fedfair.core.server import Aggregate, ServerState
 from fedfair.runtime.contract import model_download
 from fedfair.runtime.memory import release_freed
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
-from fedfair.runtime.state_files import KeptState, keep, kept_in_file, spans, stepped, tensors_of
+from fedfair.runtime.state_files import HeldState, keep, held_in_file, spans, stepped, tensors_of
 from fedfair.secagg import Encoder
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -43,12 +43,12 @@ class ModelChain:
         self._name = name
         self._shared = shared
         self._folder = folder
-        self._state: KeptState | None = None
+        self._state: HeldState | None = None
         """The state whose model was sent for training round `_round`; None before round 1 or once unchecked."""
         self._round = 0
         self._verified = False
         """Whether this site verified training round `_round`'s sum."""
-        self._next: KeptState | None = None
+        self._next: HeldState | None = None
         """The server step applied to that verified sum (None: not verified, or a sum no step applies)."""
         self.unchecked_from: int | None = None
         """The first round whose model this site could not check (it missed a check), None while it checked all."""
@@ -158,18 +158,18 @@ class ModelChain:
             )
         self._uncheck(round_number, f"it did not verify round {round_number}'s sum")
 
-    def _start(self, theta: np.ndarray, c: float) -> KeptState:
+    def _start(self, theta: np.ndarray, c: float) -> HeldState:
         """Round 1's state, the server's initial one made of the model sent (theta, c), kept by its size."""
         algorithm = self._shared.algorithm()
         dimension = theta.size
-        in_file = kept_in_file(dimension, tensors_of(algorithm))
+        in_file = held_in_file(dimension, tensors_of(algorithm))
         pieces = (
             (start, stop, algorithm.server_init(torch.from_numpy(np.asarray(theta[start:stop], dtype=np.float64)), c))
             for start, stop in spans(dimension, in_file)
         )
         return keep(pieces, dimension, in_file, self._folder)
 
-    def _matches(self, state: KeptState, theta: np.ndarray, c: float, control: np.ndarray | None) -> bool:
+    def _matches(self, state: HeldState, theta: np.ndarray, c: float, control: np.ndarray | None) -> bool:
         """Whether (theta, c, control) is, bit for bit, what the aggregator sends of `state` (contract's downloads)."""
         if c != state.c or (control is None) == state.has("control"):
             return False
@@ -179,7 +179,7 @@ class ModelChain:
         wire = np.dtype(np.float64) if control is not None else model_download(np.empty(0), builtin).dtype
         return theta.dtype == wire and self._downloaded(state, "theta", theta, narrowed=control is None)
 
-    def _downloaded(self, state: KeptState, field: str, sent: np.ndarray, *, narrowed: bool) -> bool:
+    def _downloaded(self, state: HeldState, field: str, sent: np.ndarray, *, narrowed: bool) -> bool:
         """Whether `sent` equals `state`'s tensor `field` as a download carries it (`narrowed`: model_download's).
 
         Narrowed and compared a slice at a time: a float32 copy of the whole costs a model's worth.
@@ -198,7 +198,7 @@ class ModelChain:
                     return False
         return True
 
-    def _gap(self, state: KeptState, theta: np.ndarray, c: float) -> str:
+    def _gap(self, state: HeldState, theta: np.ndarray, c: float) -> str:
         """How far (theta, c) is from `state`'s model: the refusal's figures."""
         if state.dimension != theta.size:
             return f"{theta.size} values where the step makes {state.dimension}"

@@ -23,7 +23,7 @@ from fedfair.privacy.ledger import RESET, Charge, Ledger, ledger_path
 from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings
 from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
 from fedfair.runtime.composition_counts import CompositionColumn
-from fedfair.runtime.logs import per_round
+from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.privacy import (
     ROUNDING_BETA,

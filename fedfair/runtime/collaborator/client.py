@@ -44,11 +44,11 @@ from fedfair.runtime.collaborator.receipt import (
     Expectation,
     Received,
     finished_status,
-    kept_path,
+    federation_file,
     receive_bundle,
 )
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
-from fedfair.runtime.collaborator.rounds import RoundJob, kept, resent
+from fedfair.runtime.collaborator.rounds import RoundJob, stored, resent
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
 from fedfair.runtime.collaborator.steps import CLAIMS, Participant, StageInput, StartJob, Work, load_kernels
 from fedfair.runtime.collaborator.stream import TaskStream
@@ -65,7 +65,7 @@ from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Upli
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
-from fedfair.runtime.manifest import setting_differences
+from fedfair.runtime.manifest_plan import setting_differences
 from fedfair.runtime.manifest_update import LiveManifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.plan.model import ModelSettings
@@ -336,7 +336,7 @@ class Collaborator(TaskStream):
             # The statistics of this institution's table (counts and sums only), summed with every
             # other site's before training; no model is involved.
             view = self.joined.record.view(binding.round, "statistics", STATISTICS_KIND)
-            if (answer := view.kept) is not None:  # read back from its file, once
+            if (answer := view.stored) is not None:  # read back from its file, once
                 return StartJob(lambda: resent(binding.round, EVALUATION, view, answer), "")
             vector = self.joined.statistics
             statistics = Work(binding.round, EVALUATION, vector, 1.0)
@@ -347,7 +347,7 @@ class Collaborator(TaskStream):
                 Charges(self.config, self.shared, self.joined.record).statistics(
                     statistics.encoded, binding.round, STATISTICS_KIND
                 )
-            return StartJob(lambda: kept(statistics, view), "")
+            return StartJob(lambda: stored(statistics, view), "")
         return self._rounds().evaluate(stub, binding, self._evaluation_answers)
 
     def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
@@ -362,7 +362,7 @@ class Collaborator(TaskStream):
 
         Beside its config, one per federation, as it keeps its privacy accountant.
         """
-        return kept_path(self.config, self.shared.federation_id, BUNDLE_SUFFIX)
+        return federation_file(self.config, self.shared.federation_id, BUNDLE_SUFFIX)
 
     def _finish(self, stub: pb_grpc.FederationStub, task: pb.Task) -> int:
         """At FINISHED: keep the final model bundle if it checks out (:func:`receive_bundle`); the exit status.
@@ -397,7 +397,11 @@ class Collaborator(TaskStream):
             received = receive_bundle(self.config.name, path, fetch, expected, output)
         else:
             received = Received(not_kept="the aggregator sent none")
-        status = finished_status(self.config.name, joined.shared.training.rounds, joined.outcome.contributed, received)
+        shared = joined.shared
+        allowed = shared.quorum.aborted_rounds_allowed
+        status = finished_status(
+            self.config.name, shared.training.rounds, joined.outcome.contributed, received, allowed
+        )
         if received.refusal is not None:
             raise PermanentFailureError(BUNDLE_REFUSED, reason=received.refusal, path=path)
         return status

@@ -29,7 +29,7 @@ from fedfair.core.errors import (
 )
 from fedfair.core.files import atomic_write, read_json
 from fedfair.privacy.ledger import CHARGED_KINDS, Charge, Ledger
-from fedfair.runtime.collaborator.kept import Kept, kept_words, read_kept, write_kept
+from fedfair.runtime.collaborator.stored_answer import StoredAnswer, answer_words, read_answer, write_answer
 from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST
 
 KINDS = CHARGED_KINDS
@@ -64,21 +64,21 @@ class SignedView:
 
     A round the aggregator re-runs (after a crash, or pretending one) carries the same
     input again; the collaborator then signs only the same survivor set, so no two
-    unmasked sums differ by one party's input. `kept` is that input's bits when it was
+    unmasked sums differ by one party's input. `stored` is that input's bits when it was
     answered before (they are sent again); `keep` persists an answer before it is sent; `read_words` reads the
-    kept words back a piece at a time (:func:`~fedfair.runtime.collaborator.kept.kept_words`).
+    kept words back a piece at a time (:func:`~fedfair.runtime.collaborator.stored_answer.answer_words`).
     """
 
     survivors: frozenset[str] | None = None
     bind_survivors: Callable[[frozenset[str]], None] = field(default=lambda survivors: None, repr=False)
-    read_kept: Callable[[], Kept | None] = field(default=lambda: None, repr=False)
-    keep: Callable[[Kept], None] = field(default=lambda kept: None, repr=False)
+    read_answer: Callable[[], StoredAnswer | None] = field(default=lambda: None, repr=False)
+    keep: Callable[[StoredAnswer], None] = field(default=lambda kept: None, repr=False)
     read_words: Callable[[int], Iterator[np.ndarray]] = field(default=lambda span: _unkept(), repr=False)
 
     @property
-    def kept(self) -> Kept | None:
-        """The bits kept for this input, read from their file at each ask (RefusedError if it lost them), or None."""
-        return self.read_kept()
+    def stored(self) -> StoredAnswer | None:
+        """The bits stored for this input, read from their file at each ask (RefusedError if it lost them), or None."""
+        return self.read_answer()
 
     def bind(self, survivors: frozenset[str]) -> None:
         """Bind this input to `survivors` (kept on disk first, then remembered here)."""
@@ -237,19 +237,19 @@ class InputRecord:
         payload = json.dumps(document, indent=1).encode()
         atomic_write(self.path, lambda stream: stream.write(payload))
 
-    def _kept_path(self, kind: str) -> Path:
+    def _answer_path(self, kind: str) -> Path:
         stem = self.path.name.removesuffix(".bindings.json")
         return self.path.with_name(f"{stem}.{kind}.kept.npz")
 
-    def _read_kept(self, kind: str, key: str) -> Kept | None:
+    def _read_answer(self, kind: str, key: str) -> StoredAnswer | None:
         """The kept bits of `key` (kind:model), or None if another answer replaced them or they are lost."""
         entry = self._kept.get(kind)
         if entry is None or entry.get("key") != key:
             return None
-        return read_kept(self._kept_path(kind), str(entry.get("sha256")))
+        return read_answer(self._answer_path(kind), str(entry.get("sha256")))
 
-    def _write_kept(self, kind: str, key: str, round_number: int, kept: Kept) -> None:
-        digest = write_kept(self._kept_path(kind), kept)
+    def _write_answer(self, kind: str, key: str, round_number: int, kept: StoredAnswer) -> None:
+        digest = write_answer(self._answer_path(kind), kept)
         self._kept[kind] = {"key": key, "round": round_number, "sha256": digest}
 
     # ------------------------------------------------------------ what it says
@@ -341,7 +341,7 @@ class InputRecord:
                     f"{self.path}); a second answer for the same round could be subtracted from the first",
                 )
         if entry is not None:
-            if self._read_kept(kind, key) is None and entry.round is not None:
+            if self._read_answer(kind, key) is None and entry.round is not None:
                 raise RefusedError(
                     Refusal.INPUT_BOUND,
                     f"this {kind} model was answered in round {entry.round}, and its bits are no longer kept (a "
@@ -357,8 +357,8 @@ class InputRecord:
         if cached is not None:
             return cached
 
-        def read_kept() -> Kept | None:  # none while another answer of its kind is the one kept
-            answer = self._read_kept(kind, key)
+        def read_stored() -> StoredAnswer | None:  # none while another answer of its kind is the one kept
+            answer = self._read_answer(kind, key)
             if answer is None and self._kept.get(kind, {}).get("key") == key:
                 lost = f"this {kind} model's kept bits changed or were lost (in {self.path.parent})"
                 raise RefusedError(Refusal.INPUT_BOUND, f"{lost}; answering again would send new bits")
@@ -367,7 +367,7 @@ class InputRecord:
         def read_words(span: int) -> Iterator[np.ndarray]:
             entry = self._kept.get(kind, {})
             digest = str(entry.get("sha256")) if entry.get("key") == key else ""
-            return kept_words(self._kept_path(kind), digest, span)
+            return answer_words(self._answer_path(kind), digest, span)
 
         def bind(survivors: frozenset[str]) -> None:
             answered = self._inputs.setdefault(key, _Input(round_number))
@@ -375,15 +375,15 @@ class InputRecord:
             self._latest = max(round_number, self._latest or round_number)
             self._save()
 
-        def keep(answer: Kept) -> None:
-            self._write_kept(kind, key, round_number, answer)
+        def keep(answer: StoredAnswer) -> None:
+            self._write_answer(kind, key, round_number, answer)
             self._inputs.setdefault(key, _Input(round_number)).round = round_number
             self._latest = max(round_number, self._latest or round_number)
             if kind == "train" and (answer.vector is not None or answer.encoded is not None):
                 self._trainings += 1
             self._save()
 
-        self._views[key] = SignedView(None if entry is None else entry.survivors, bind, read_kept, keep, read_words)
+        self._views[key] = SignedView(None if entry is None else entry.survivors, bind, read_stored, keep, read_words)
         return self._views[key]
 
     def note_threshold(self, round_number: int, c: float) -> None:

@@ -11,6 +11,7 @@ Why: docs/operations.md, "Monitoring".
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.privacy.ledger import Ledger, ledger_path
 from fedfair.runtime.collaborator.charges import data_identity
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.monitoring import Endpoint, serve_monitoring
+from fedfair.runtime.observe.endpoint import Endpoint, serve_monitoring
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -28,7 +29,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
         "epsilon this site's data has spent, by site and accounting (dp_sgd: its local DP-SGD accountant at its "
         "[privacy] delta; secure_sum: its ledger of noised inputs at the largest delta charged)",
     ),
-    "fedfair_site_epsilon_budget": ("gauge", "the most epsilon this site allows itself ([privacy] budget_epsilon)"),
+    "fedfair_site_epsilon_budget": (
+        "gauge",
+        "the most epsilon this site allows itself ([privacy] budget_epsilon, else target_epsilon; +Inf: none)",
+    ),
     "fedfair_site_privacy_delta": ("gauge", "the delta its epsilon_spent is stated at, by accounting"),
     "fedfair_site_dp_sgd_steps_total": ("counter", "DP-SGD steps its accountant recorded, over every federation"),
     "fedfair_site_noised_releases_total": ("counter", "noised inputs charged to its ledger since its last reset"),
@@ -102,12 +106,12 @@ class SiteCollector:
             releases.add_metric(site, len(charged))
         yield from (spent, delta, steps, releases)
         budget = self.config.privacy.budget
-        if budget is not None:
-            family = core.GaugeMetricFamily(
-                "fedfair_site_epsilon_budget", FAMILIES["fedfair_site_epsilon_budget"][1], labels=["site"]
-            )
-            family.add_metric(site, budget)
-            yield family
+        family = core.GaugeMetricFamily(
+            "fedfair_site_epsilon_budget", FAMILIES["fedfair_site_epsilon_budget"][1], labels=["site"]
+        )
+        # A site without a budget of its own is served too, at +Inf: an alert on spent / budget then never fires.
+        family.add_metric(site, math.inf if budget is None else budget)
+        yield family
 
 
 def start_site_monitoring(config: CollaboratorConfig) -> Endpoint | None:

@@ -32,7 +32,7 @@ from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import Identity
-from fedfair.runtime.collaborator.receipt import kept_path
+from fedfair.runtime.collaborator.receipt import federation_file
 from fedfair.runtime.collaborator.retries import Backoff
 from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.collaborator.trainer import (
@@ -47,7 +47,7 @@ from fedfair.runtime.collaborator.trainer import (
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS
 from fedfair.runtime.composition_counts import composition_columns
 from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, PLAN_MISMATCH
-from fedfair.runtime.manifest import check_shared_settings
+from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.preprocessing import model_for, read_encoder_payload
 from fedfair.runtime.plan.privacy import privacy_shortfall
@@ -142,11 +142,13 @@ def join(
         raise PermanentFailureError(PLAN_MISMATCH, reason=shortfall)
     try:
         ledger = open_ledger(config)
-        path = kept_path(config, shared.federation_id, "bindings.json")
+        path = federation_file(config, shared.federation_id, "bindings.json")
         record = InputRecord(path, shared.federation_id, ledger=ledger, reset=reset_state)
     except ConfigError as error:
         raise PermanentFailureError(LOCAL_BINDINGS, reason=error, config=config.source) from None
-    outcome = OutcomeRecord(kept_path(config, shared.federation_id, OUTCOME_SUFFIX), shared.training.average_from_round)
+    outcome = OutcomeRecord(
+        federation_file(config, shared.federation_id, OUTCOME_SUFFIX), shared.training.average_from_round
+    )
     joined = Joined(shared, reply.plan_digest, served, record, outcome, as_participant(config, identity, shared, 0))
     if shared.schema is None:
         return joined

@@ -32,9 +32,9 @@ from fedfair.core.models import load_flat_parameters
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.trajectory import ServedModel
-from fedfair.runtime.failures import EXIT_INCOMPLETE
-from fedfair.runtime.logs import CLOSING_LINE
-from fedfair.runtime.manifest import setting_differences
+from fedfair.runtime.failures import finished_exit
+from fedfair.runtime.observe.logs import CLOSING_LINE
+from fedfair.runtime.manifest_plan import setting_differences
 from fedfair.runtime.plan.model import ModelSettings
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -46,7 +46,7 @@ SHOWN_DIFFERENCES = 6
 """How many differing plan fields a refusal names."""
 
 
-def kept_path(config: CollaboratorConfig, federation_id: str, suffix: str) -> Path:
+def federation_file(config: CollaboratorConfig, federation_id: str, suffix: str) -> Path:
     """A file this collaborator keeps for one federation: beside its config, NAME.FEDERATION.SUFFIX."""
     return config.source.parent / f"{config.name}.{federation_id}.{suffix}"
 
@@ -218,28 +218,32 @@ def receive_bundle(
         unchecked.unlink(missing_ok=True)
 
 
-def finished_status(name: str, planned: int, contributed: int, bundle: Received) -> int:
+def finished_status(name: str, planned: int, contributed: int, bundle: Received, allowed: int = 0) -> int:
     """Log a collaborator's closing line at FINISHED and return its exit status.
 
     One line says it all: the rounds that hold this institution's update and where the federation's model
     bundle is kept (`bundle`). `contributed` is what this institution's own record counts
     (:attr:`OutcomeRecord.contributed <fedfair.runtime.collaborator.outcome.OutcomeRecord.contributed>`), never
-    the bundle's provenance. Fewer than the `planned` rounds ends with :data:`EXIT_INCOMPLETE`, not 0.
+    the bundle's provenance. More than `allowed` (the plan's [quorum] aborted_rounds_allowed) of the `planned`
+    rounds without it ends with :data:`~fedfair.runtime.failures.EXIT_INCOMPLETE`, not 0
+    (:func:`~fedfair.runtime.failures.finished_exit`); `allowed` or fewer is a warning and 0.
     """
     counted = f"by its own record, its model holds this institution's update in {contributed} of {planned} rounds"
     if contributed >= planned:
         logger.info("%s: the federation has finished; %s; %s", name, counted, bundle.describe(), extra=CLOSING_LINE)
         return 0
+    status = finished_exit(planned - contributed, allowed)
     logger.warning(
         "%s: the federation has finished, but %s: rounds aborted or ran without this site; the aggregator's "
-        "rounds.jsonl says which and why (exit %d); %s",
+        "rounds.jsonl says which and why ([quorum] aborted_rounds_allowed = %d: exit %d); %s",
         name,
         counted,
-        EXIT_INCOMPLETE,
+        allowed,
+        status,
         bundle.describe(),
         extra=CLOSING_LINE,
     )
-    return EXIT_INCOMPLETE
+    return status
 
 
 def _json(value: object) -> object:

@@ -40,7 +40,7 @@ from fedfair.runtime.failures import (
     NEVER_ANSWERED,
     TLS_FAILED,
 )
-from fedfair.runtime.logs import LOG_FILE_ONLY
+from fedfair.runtime.observe.logs import LOG_FILE_ONLY
 from fedfair.runtime.transport import TlsFiles
 from fedfair.runtime.transport.security import REVOKED
 
@@ -284,7 +284,7 @@ class Backoff:
         """One log line, then the jittered delay of retry `attempt` (cut short by `stop`).
 
         The line is a WARNING unless `quiet`; a quiet line is INFO, and after the first retry it goes to
-        the log file only (:data:`~fedfair.runtime.logs.LOG_FILE_ONLY`): the console says once that it
+        the log file only (:data:`~fedfair.runtime.observe.logs.LOG_FILE_ONLY`): the console says once that it
         waits, not every few seconds while an aggregator starts.
         """
         delay = self.policy.delay(attempt, self.random)

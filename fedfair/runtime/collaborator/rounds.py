@@ -35,7 +35,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.collaborator.answers import composition_counts
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.input_record import InputRecord, SignedView
-from fedfair.runtime.collaborator.kept import Kept
+from fedfair.runtime.collaborator.stored_answer import StoredAnswer
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.runtime.collaborator.preparation import Prepared
@@ -54,7 +54,7 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.transport import pb, pb_grpc
-from fedfair.runtime.logs import per_round
+from fedfair.runtime.observe.logs import per_round
 from fedfair.secagg import Encoder
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -175,7 +175,7 @@ class RoundJob:
         download = [(torch.from_numpy(theta), c, None if control is None else torch.from_numpy(control))]
 
         def job() -> Work:
-            if (answer := view.kept) is not None:  # read back from its file, once
+            if (answer := view.stored) is not None:  # read back from its file, once
                 logger.info(
                     "%s: round %d is run again on the model already trained on; re-sending the kept update",
                     self.config.name,
@@ -184,7 +184,7 @@ class RoundJob:
                 return resent(binding.round, TRAINING, view, answer)
             trained = train_on(stub, binding, model, *download.pop())
             self.record.note_threshold(binding.round, c)
-            return kept(self.contribution(trained), view)
+            return stored(self.contribution(trained), view)
 
         return StartJob(job, model)
 
@@ -346,7 +346,9 @@ class RoundJob:
         columns, length = self.shared.counted_columns(binding.round), self.shared.evaluation_length(binding.round)
 
         def job() -> Work:
-            answer = view.kept  # read once; a shorter one is an earlier evaluation's, without the final round's counts
+            answer = (
+                view.stored
+            )  # read once; a shorter one is an earlier evaluation's, without the final round's counts
             short = answer is not None and answer.vector is not None and answer.vector.size < length
             if answer is not None and not short:
                 return resent(binding.round, EVALUATION, view, answer)
@@ -365,14 +367,14 @@ class RoundJob:
             except ConfigError as error:
                 logger.warning("%s: round %d evaluation: not contributing: %s", self.config.name, binding.round, error)
                 return Work(binding.round, EVALUATION, None, 0.0)
-            return kept(work, view)
+            return stored(work, view)
 
         return StartJob(job, model)
 
     def counts_beside(
         self,
         view: SignedView,
-        answer: Kept,
+        answer: StoredAnswer,
         round_number: int,
         evaluated: tuple[np.ndarray, float],
         model: str,
@@ -391,10 +393,10 @@ class RoundJob:
             self.charges.evaluation(words, round_number, model, columns, counts_alone=True)
             # The weight's word (1 per answer) stays last; the counts' own weight word is dropped.
             work.encoded = np.concatenate([answer.encoded[:-1], words[:-1], answer.encoded[-1:]])
-        return kept(work, view)
+        return stored(work, view)
 
 
-def kept(work: Work, view: SignedView) -> Work:
+def stored(work: Work, view: SignedView) -> Work:
     """`work`, its bits kept on disk (:meth:`SignedView.keep`) before anything of it is sent.
 
     Withdrawing (neither vector nor words) is not kept: no sum holds this institution's input then, so a
@@ -404,13 +406,13 @@ def kept(work: Work, view: SignedView) -> Work:
     work.view = view
     if work.vector is None and work.encoded is None:
         return work
-    view.keep(Kept(work.vector, work.weight, work.encoded))  # written before it is masked in place, not held
+    view.keep(StoredAnswer(work.vector, work.weight, work.encoded))  # written before it is masked in place, not held
     if work.encoded is not None:  # the words are what a secure sum sends: the vector is the record's to keep
         work.vector, work.released = None, True
     return work
 
 
-def resent(round_number: int, stages: Stages, view: SignedView, answer: Kept) -> Work:
+def resent(round_number: int, stages: Stages, view: SignedView, answer: StoredAnswer) -> Work:
     """The work that sends again `answer`, the bits `view` kept (the encoding a copy: masking works in place)."""
     contributed = answer.vector is not None or answer.encoded is not None
     work = Work(round_number, stages, answer.vector, answer.weight if contributed else 0.0)

@@ -29,7 +29,8 @@ from fedfair.runtime.local.processes import (
     supervise,
 )
 from fedfair.runtime.local.console import closing_lines, describe_privacy
-from fedfair.runtime.progress import Progress
+from fedfair.runtime.observe.progress import Progress
+from fedfair.runtime.output_folder import COMPARISON_NAME, FINAL_SUMMARY_NAME
 
 if TYPE_CHECKING:
     from fedfair.runtime.local.workspace import Workspace
@@ -407,7 +408,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
             print_failures(children, logs)
             raise
         shown.update(*rounds_done(workspace))
-    summary = json.loads((workspace.output / "final_model.json").read_text())
+    summary = json.loads((workspace.output / FINAL_SUMMARY_NAME).read_text())
     report = summary.get("evaluation") or {}
     if report.get("status") != "done":
         raise FedfairError("the federation finished without a final evaluation; see the aggregator's log")
@@ -415,7 +416,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
     exact = None if comparison is None else comparison.reports(workspace, plan)
     # Kept beside the report, so the comparison can be read back as the console printed it.
     comparison_file = {"rho": plan.objective.rho, "exact": exact, "private": report}
-    (workspace.output / "comparison.json").write_text(json.dumps(comparison_file, indent=1) + "\n")
+    (workspace.output / COMPARISON_NAME).write_text(json.dumps(comparison_file, indent=1) + "\n")
     print()
     lines = closing_lines(
         report,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Protocol
 
 from fedfair.core.errors import FedfairError
-from fedfair.runtime.local.zygote import shared_zygote
+from fedfair.runtime.local.forkserver import shared_forkserver
 
 if TYPE_CHECKING:  # the workspace module reads plans (pandas): `fedfair launch --help` need not
     from fedfair.runtime.local.workspace import Workspace
@@ -33,7 +33,7 @@ STARTUP_SECONDS = 120.0
 
 
 FEDFAIR_COMMAND = [sys.executable, "-m", "fedfair.cli"]
-"""How a party's command line starts: such commands are forked from the zygote where it can."""
+"""How a party's command line starts: such commands are forked from the forkserver where it can."""
 
 
 def aggregator_command(workspace: Workspace, *extra: str) -> list[str]:
@@ -56,7 +56,7 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 class Process(Protocol):
-    """What a launcher uses of a child process: `subprocess.Popen`'s, or a zygote's `ForkedProcess`."""
+    """What a launcher uses of a child process: `subprocess.Popen`'s, or a fork server's `ForkedProcess`."""
 
     pid: int
     returncode: int | None
@@ -86,15 +86,15 @@ class Process(Protocol):
 def spawn(command: Sequence[str], env: Mapping[str, str] | None) -> Process:
     """Start `command` in a new session, its stdout and stderr one text pipe.
 
-    A `fedfair` command (:data:`FEDFAIR_COMMAND`) is forked from this process's zygote
-    (:mod:`fedfair.runtime.local.zygote`), which saves each party the imports of a fresh interpreter; any
-    other command, or any where the zygote declined, is executed.
+    A `fedfair` command (:data:`FEDFAIR_COMMAND`) is forked from this process's forkserver
+    (:mod:`fedfair.runtime.local.forkserver`), which saves each party the imports of a fresh interpreter; any
+    other command, or any where the forkserver declined, is executed.
     """
     environment = dict(env) if env is not None else dict(os.environ)
     if list(command[: len(FEDFAIR_COMMAND)]) == FEDFAIR_COMMAND:
-        zygote = shared_zygote(environment)
-        if zygote is not None:
-            return zygote.spawn(command[len(FEDFAIR_COMMAND) :], environment)
+        forkserver = shared_forkserver(environment)
+        if forkserver is not None:
+            return forkserver.spawn(command[len(FEDFAIR_COMMAND) :], environment)
     return subprocess.Popen(
         list(command),
         stdout=subprocess.PIPE,

@@ -26,18 +26,12 @@ from fedfair.datasets.schema import Schema
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.pki.roster import canonical_json
-from fedfair.runtime.manifest import (
-    Manifest,
-    check_bounds,
-    check_federation,
-    check_pinned_settings,
-    federation_digest,
-    load_manifest,
-)
+from fedfair.runtime.manifest import Manifest, check_federation, federation_digest, load_manifest
+from fedfair.runtime.manifest_plan import check_bounds, check_pinned_settings
 from fedfair.runtime.plan.limits import MAX_COLLABORATORS
 from fedfair.runtime.plan.privacy import PlanPrivacy
 from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning
-from fedfair.runtime.monitoring import SECTION as MONITORING, MonitoringSettings, parse_monitoring
+from fedfair.runtime.observe.endpoint import SECTION as MONITORING, MonitoringSettings, parse_monitoring
 from fedfair.runtime.plan.training import training_table
 from fedfair.core.tables import (
     Table,
@@ -230,6 +224,8 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
         loaded["secure_aggregation"].pop("dropouts")
     if settings.quorum.grace_factor is None:
         loaded["quorum"].pop("grace_factor")  # left out when unset, like dropouts: digests unchanged
+    if settings.quorum.aborted_rounds_allowed == 0:
+        loaded["quorum"].pop("aborted_rounds_allowed")  # left out at its default, like grace_factor
     if settings.privacy == PlanPrivacy():
         loaded.pop("privacy")  # left out when nothing is noised, like composition below: digests unchanged
     elif settings.privacy.interim_report_epsilon is None:

@@ -125,12 +125,15 @@ class QuorumSettings:
 
     At most ``round_timeout_seconds``, and with ``grace_factor`` = k at most k x the stage's median answer time
     (fedfair.runtime.aggregator.stages.StageTiming), and a round one such grace for a site over all its stages
-    (RoundGrace), so one slow site cannot hold every round up.
+    (RoundGrace), so one slow site cannot hold every round up. ``aborted_rounds_allowed`` rounds may abort
+    (or, for a site, run without its update) and the run still exits 0 (with a warning): the exit statuses'
+    tolerance (docs/operations.md, "Exit statuses").
     """
 
     min_collaborators: int = 2
     round_timeout_seconds: float = 300.0
     grace_factor: float | None = None
+    aborted_rounds_allowed: int = 0
 
 
 @dataclass(frozen=True)
@@ -347,7 +350,8 @@ def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggre
         if t.given("grace_factor")
         else None
     )
-    return QuorumSettings(minimum, timeout, grace)
+    allowed = t.integer("aborted_rounds_allowed", QuorumSettings.aborted_rounds_allowed, low=0)
+    return QuorumSettings(minimum, timeout, grace, allowed)
 
 
 def read_learning(source: str, data: Mapping[str, object], collaborators: int) -> LearningSettings:

@@ -1,7 +1,7 @@
 """Pinning the agreed plan in the federation manifest, seeing what a new one changes, renewing a federation.
 
 Every collaborator refuses a plan other than the one its manifest pins
-(:func:`fedfair.runtime.manifest.check_shared_settings`), so changing the plan is a new
+(:func:`fedfair.runtime.manifest_plan.check_shared_settings`), so changing the plan is a new
 manifest that every institution accepts (``fedfair plan pin``; with ``--config FILE ...`` it also
 writes ``manifest = "PATH"`` into the configs it is given).
 
@@ -50,7 +50,8 @@ def pin_plan(
     manifest's digest and the fields that changed since the old pin (None: it pinned none).
     """
     named = {config: name_manifest(config, out) for config in configs}
-    from fedfair.runtime.manifest import load_manifest, manifest_digest, setting_differences
+    from fedfair.runtime.manifest import load_manifest, manifest_digest
+    from fedfair.runtime.manifest_plan import setting_differences
     from fedfair.runtime.plan.aggregator_plan import check_plan, load_aggregator_plan, shared_content
 
     plan = load_aggregator_plan(plan_path, check_manifest=False)

@@ -167,6 +167,7 @@ round_timeout_seconds = 300   # each stage waits at most this long for uploads (
 # grace_factor = 3.0          # a stage waits at most 3 x its median answer time (at least 2 s) for
                               # a late site: dropped from the round and named (dropouts = "none":
                               # the round aborts, naming it); default: only the timeout bounds it
+# aborted_rounds_allowed = 1  # rounds that may abort with exit 0 and a warning (default 0: exit 3)
 
 [evaluation]
 every = 5           # federated worst-group evaluation every N rounds (0: after the last only)

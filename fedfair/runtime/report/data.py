@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.events import EVENTS_NAME
+from fedfair.runtime.output_folder import EVENTS_NAME, ROUND_LOG_NAME
 
 ROUND_LOG_FIX = (
     "a torn last line is dropped by `fedfair aggregator start --resume`; otherwise restore the file from a backup"
@@ -74,8 +74,6 @@ def read_json_lines(path: Path, what: str, fix: str) -> list[dict[str, Any]]:
 
 def read_rounds(folder: Path) -> list[dict[str, Any]]:
     """The round records of `folder`/rounds.jsonl, each with an integer ``round`` and a ``status``."""
-    from fedfair.runtime.aggregator.checkpoint import ROUND_LOG_NAME  # imports torch: not at --help
-
     path = folder / ROUND_LOG_NAME
     if not path.is_file():
         raise ConfigError(

@@ -26,11 +26,9 @@ from fedfair.runtime.report.data import (
     roster,
     stage_label,
 )
+from fedfair.runtime.output_folder import REPORT_NAME
 
 logger = logging.getLogger("fedfair.report")
-
-REPORT_NAME = "report.html"
-"""The report's file name in the aggregator's output folder."""
 
 # ---------------------------------------------------------------- the page
 

@@ -14,7 +14,8 @@ from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import draft_schema
 from fedfair.datasets.statistics import encoder_from_statistics, statistics_vector
-from fedfair.runtime.aggregator.bundles import BUNDLE_NAME, save_federation_bundle
+from fedfair.runtime.output_folder import BUNDLE_NAME
+from fedfair.runtime.aggregator.bundles import save_federation_bundle
 from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
     load_checkpoint,

@@ -13,8 +13,8 @@ import torch
 
 from fedfair.core import server
 from fedfair.core.errors import ConfigError
+from fedfair.runtime.output_folder import CHECKPOINT_NAME
 from fedfair.runtime.aggregator.checkpoint import (
-    CHECKPOINT_NAME,
     DIGEST_PREFIX,
     Checkpoint,
     load_checkpoint,

@@ -12,20 +12,15 @@ import pytest
 
 from fedfair.cli import main as cli_main
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.checkpoint import (
-    FINAL_SUMMARY_NAME,
-    Checkpoint,
-    append_round_log,
-    read_round_log,
-    save_checkpoint,
-)
+from fedfair.runtime.output_folder import FINAL_SUMMARY_NAME
+from fedfair.runtime.aggregator.checkpoint import Checkpoint, append_round_log, read_round_log, save_checkpoint
 from fedfair.cli.aggregator import readmit
 from fedfair.runtime.failures import EXIT_INCOMPLETE
-from fedfair.runtime.aggregator.events import read_events
+from fedfair.runtime.observe.events import read_events
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.loop import excluded_in
 from fedfair.runtime.local.workspace import Workspace
-from fedfair.runtime.logs import configure_logging
+from fedfair.runtime.observe.logs import configure_logging
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace
 
@@ -165,8 +160,28 @@ def test_a_run_that_finished_with_aborted_rounds_says_so_and_exits_non_zero(
     code = cli_main(["aggregator", "start", "--plan", str(workspace.plan), "--resume"])
     assert code == EXIT_INCOMPLETE != 0
     closing = capsys.readouterr().err.splitlines()[-1]
-    assert " WARNING finished: 0 of 2 rounds applied, 2 aborted; " in closing, closing
+    assert (
+        " WARNING finished: 0 of 2 rounds applied, 2 aborted ([quorum] aborted_rounds_allowed = 0: exit 3); " in closing
+    ), closing
     assert closing.endswith(f"; kept in {output}: the model bundle model_bundle.pt, the round log rounds.jsonl")
     assert not (output / "report.html").exists()
     summary = json.loads((output / FINAL_SUMMARY_NAME).read_text())
     assert (summary["applied_rounds"], summary["aborted_rounds"]) == (0, 2)
+
+
+@pytest.mark.parametrize(("allowed", "code"), [(1, 0), (0, EXIT_INCOMPLETE)])
+def test_one_aborted_round_within_the_plans_tolerance_exits_0_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], allowed: int, code: int
+) -> None:
+    """A run of one round that aborted: within [quorum] aborted_rounds_allowed = 1 it exits 0, its closing line a
+    WARNING that says so; without the tolerance it exits 3."""
+    workspace = new_workspace(
+        tmp_path, ["site-a", "site-b", "site-c"], training={"rounds": 1}, quorum={"aborted_rounds_allowed": allowed}
+    )
+    plan = load_aggregator_plan(workspace.plan)
+    append_round_log(plan.aggregator.output, {"round": 1, "status": "aborted", "reason": "too few survivors"})
+    save_checkpoint(plan.aggregator.output, Checkpoint(1, initial_state(plan), plan_digest(plan)))
+    assert cli_main(["aggregator", "start", "--plan", str(workspace.plan), "--resume"]) == code
+    closing = capsys.readouterr().err.splitlines()[-1]
+    said = f" WARNING finished: 0 of 1 rounds applied, 1 aborted ([quorum] aborted_rounds_allowed = {allowed}: exit {code}); "
+    assert said in closing, closing

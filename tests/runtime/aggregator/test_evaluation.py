@@ -27,8 +27,9 @@ from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.schema import draft_schema
 from fedfair.fairness import tail
 from fedfair.fairness.composition import above_threshold_weights, composition
-from fedfair.runtime.aggregator.bundles import BUNDLE_NAME
-from fedfair.runtime.aggregator.checkpoint import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, read_round_log
+from fedfair.runtime.output_folder import BUNDLE_NAME
+from fedfair.runtime.output_folder import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME
+from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.evaluation import Earlier, federated_evaluation, noise_stds, report_noise_std
 from fedfair.runtime.collaborator.client import Collaborator

@@ -6,7 +6,8 @@ import json
 import threading
 from pathlib import Path
 
-from fedfair.runtime.aggregator.events import EVENTS_NAME, EventLog, read_events
+from fedfair.runtime.output_folder import EVENTS_NAME
+from fedfair.runtime.observe.events import EventLog, read_events
 
 
 def test_events_are_strict_json_lines_even_from_many_threads(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.events import read_events
+from fedfair.runtime.observe.events import read_events
 from fedfair.runtime.aggregator import stages
 from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS, HELD_UP_SECONDS
 from fedfair.runtime.collaborator.client import Collaborator

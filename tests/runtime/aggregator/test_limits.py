@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedfair.runtime.aggregator.events import EventLog, read_events
+from fedfair.runtime.observe.events import EventLog, read_events
 from fedfair.runtime.aggregator.limits import PRESENCE_BURST, Presence
 from fedfair.runtime.rate_limits import RateLimit
 from tests.runtime.aggregator.test_servicer import (  # noqa: F401 -- fixtures

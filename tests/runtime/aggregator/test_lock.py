@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.lock import LOCK_NAME, output_lock
+from fedfair.runtime.output_folder import LOCK_NAME
+from fedfair.runtime.aggregator.lock import output_lock
 from tests.runtime.harness import lock_attempts
 
 

@@ -28,7 +28,7 @@ from fedfair.runtime.aggregator.checkpoint import (
     save_checkpoint,
 )
 from fedfair.cli.aggregator import readmit
-from fedfair.runtime.aggregator.events import read_events
+from fedfair.runtime.observe.events import read_events
 from fedfair.runtime.aggregator.loop import excluded_in
 from fedfair.runtime.aggregator.network import serve
 from fedfair.runtime.aggregator.start import run_aggregator

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
 from fedfair.runtime.aggregator.board import Board
-from fedfair.runtime.aggregator.events import EventLog, read_events
+from fedfair.runtime.observe.events import EventLog, read_events
 from fedfair.runtime.aggregator.limits import BUSY, Hold, RefusalLog, worker_threads
 from fedfair.runtime.rate_limits import RateLimit
 from fedfair.runtime.aggregator.servicer import (

@@ -29,10 +29,8 @@ from fedfair.core.config import LocalConfig
 from fedfair.runtime import state_files
 from fedfair.runtime.aggregator import checkpoint, state
 from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.output_folder import CHECKPOINT_NAME, FINAL_MODEL_NAME, FINAL_SUMMARY_NAME
 from fedfair.runtime.aggregator.checkpoint import (
-    CHECKPOINT_NAME,
-    FINAL_MODEL_NAME,
-    FINAL_SUMMARY_NAME,
     Checkpoint,
     export_final_model,
     load_checkpoint,
@@ -46,7 +44,7 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.contract import update_dimension
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan, plan_digest
-from fedfair.runtime.state_files import InFile, kept
+from fedfair.runtime.state_files import InFile, holding
 from tests.runtime.harness import new_workspace
 
 PLAN = "d" * 64
@@ -55,14 +53,14 @@ NAMES = ["site-a", "site-b", "site-c"]
 
 def values_of(state: AggregatorState, field: str) -> np.ndarray:
     """The tensor `field` of a state, read whole."""
-    held = kept(state)
+    held = holding(state)
     length = held.dimension + (1 if field in ("control", "velocity") else 0)
     return np.concatenate([held.values(field, start, stop) for start, stop in held.spans(length)])
 
 
 def values(state: AggregatorState) -> dict[str, object]:
     """Every value of a state, its tensors as bytes: equal exactly when the states are equal bit for bit."""
-    held = kept(state)
+    held = holding(state)
     scalars = {name: getattr(held, name) for name in ("round", "c", "c_average", "averaged_rounds")}
     tensors = {}
     for name in held.fields:
@@ -195,7 +193,7 @@ def aggregator_in_file() -> Iterator[None]:
     """The aggregator keeps its state in a file, read by 5 coordinates, and reads any checkpoint by span; the
     sites' chains stay in memory, so each site checks the aggregator's models against the step taken whole."""
     with (
-        mock.patch.object(state, "kept_in_file", lambda *_: True),
+        mock.patch.object(state, "held_in_file", lambda *_: True),
         mock.patch.object(checkpoint, "large", lambda _: True),
         mock.patch.object(state_files, "PIECE", 5),
     ):

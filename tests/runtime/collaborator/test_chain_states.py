@@ -20,7 +20,7 @@ from fedfair.core.algorithm import FedSRCVaR
 from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.runtime import state_files
 from fedfair.runtime.collaborator.chain import ModelChain
-from fedfair.runtime.state_files import KeptState
+from fedfair.runtime.state_files import HeldState
 from fedfair.runtime.contract import model_download, training_download, update_dimension
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
@@ -89,7 +89,7 @@ def step_settings(shared: SharedSettings, drift: bool, momentum: float, average_
     return dataclasses.replace(shared, training=changed)
 
 
-def whole(kept: KeptState | server.ServerState) -> dict[str, object]:
+def whole(kept: HeldState | server.ServerState) -> dict[str, object]:
     """Every value of a state, its tensors as bytes: equal exactly when the states are equal bit for bit."""
     scalars = {name: getattr(kept, name) for name in ("round", "c", "c_average", "averaged_rounds")}
     if isinstance(kept, server.ServerState):

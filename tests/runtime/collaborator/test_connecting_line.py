@@ -13,7 +13,7 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.failures import NEVER_ANSWERED
-from fedfair.runtime.logs import Console
+from fedfair.runtime.observe.logs import Console
 from tests.runtime.harness import new_workspace
 
 NAMES = ["site-a", "site-b"]

@@ -18,17 +18,20 @@ import pytest
 from fedfair.core.errors import BudgetReason, ConfigError, PermanentFailureError, PrivacyBudgetError, RefusedError
 from fedfair.privacy import distributed
 from fedfair.privacy.ledger import Charge, Ledger
-from fedfair.runtime.collaborator.input_record import InputRecord, Kept, fold_records
+from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
+from fedfair.runtime.collaborator.stored_answer import StoredAnswer
 
 
 def record_path(tmp_path: Path) -> Path:
     return tmp_path / "site-1.fed.bindings.json"
 
 
-def answered(path: Path, round_number: int, kind: str = "train", model: str = "m", *, reset: bool = False) -> Kept:
+def answered(
+    path: Path, round_number: int, kind: str = "train", model: str = "m", *, reset: bool = False
+) -> StoredAnswer:
     """Answer (kind, round, model) with fresh bits, kept as a real round keeps them; return those bits."""
     encoded = np.frombuffer(np.random.default_rng(round_number).bytes(64), dtype=np.uint64).copy()
-    kept = Kept(np.linspace(-1.0, 1.0, 8), 3.0, encoded)
+    kept = StoredAnswer(np.linspace(-1.0, 1.0, 8), 3.0, encoded)
     InputRecord(path, "fed", reset=reset).view(round_number, kind, model).keep(kept)
     return kept
 
@@ -36,7 +39,7 @@ def answered(path: Path, round_number: int, kind: str = "train", model: str = "m
 def test_the_same_request_gets_the_same_bits_after_a_restart(tmp_path: Path) -> None:
     path = record_path(tmp_path)
     first = answered(path, 2, reset=True)
-    again = InputRecord(path, "fed").view(2, "train", "m").kept
+    again = InputRecord(path, "fed").view(2, "train", "m").stored
     assert again is not None and again.weight == first.weight
     assert again.encoded is not None and first.encoded is not None
     assert again.vector is not None and first.vector is not None
@@ -51,14 +54,14 @@ def test_a_round_answered_with_one_model_refuses_another(tmp_path: Path) -> None
     with pytest.raises(RefusedError, match="round 2 .train. was already answered for another model"):
         InputRecord(path, "fed").view(2, "train", "m-plus-one-ulp")
     # Another kind of the same round is another input.
-    assert InputRecord(path, "fed").view(2, "evaluate", "m-plus-one-ulp").kept is None
+    assert InputRecord(path, "fed").view(2, "evaluate", "m-plus-one-ulp").stored is None
 
 
 def test_a_model_carried_into_a_later_round_gets_the_same_bits(tmp_path: Path) -> None:
     # An aborted round leaves the model unchanged: the next round carries it again.
     path = record_path(tmp_path)
     first = answered(path, 2, reset=True)
-    again = InputRecord(path, "fed").view(3, "train", "m").kept
+    again = InputRecord(path, "fed").view(3, "train", "m").stored
     assert again is not None and again.encoded is not None and first.encoded is not None
     assert again.encoded.tobytes() == first.encoded.tobytes()
     restarted = InputRecord(path, "fed")
@@ -72,7 +75,7 @@ def test_only_the_latest_answer_of_a_kind_is_kept_and_older_ones_are_not_answere
     answered(path, 2, model="a", reset=True)
     answered(path, 3, model="b")
     record = InputRecord(path, "fed")
-    assert record.view(3, "train", "b").kept is not None
+    assert record.view(3, "train", "b").stored is not None
     with pytest.raises(
         PermanentFailureError, match="federation-past: .* round 3 of federation fed .* now serves round 2"
     ):
@@ -84,11 +87,11 @@ def test_only_the_latest_answer_of_a_kind_is_read_back(tmp_path: Path) -> None:
     views = []
     for round_number in (1, 2, 3):
         views.append(record.view(round_number, "train", f"m{round_number}"))
-        views[-1].keep(Kept(np.full(4, float(round_number)), 1.0))
+        views[-1].keep(StoredAnswer(np.full(4, float(round_number)), 1.0))
     evaluated = record.view(3, "evaluate", "m3")
-    evaluated.keep(Kept(np.zeros(2), 1.0))
-    assert [view.kept is not None for view in views] == [False, False, True]
-    assert evaluated.kept is not None  # another kind's answer is not the training's to let go
+    evaluated.keep(StoredAnswer(np.zeros(2), 1.0))
+    assert [view.stored is not None for view in views] == [False, False, True]
+    assert evaluated.stored is not None  # another kind's answer is not the training's to let go
     with pytest.raises(PermanentFailureError, match="federation-past"):
         record.view(2, "train", "m2")
 
@@ -99,10 +102,10 @@ def test_a_kept_answer_is_read_back_from_its_file_not_held(tmp_path: Path) -> No
     record = InputRecord(record_path(tmp_path), "fed")
     view = record.view(1, "train", "m")
     vector, encoded = np.linspace(-1.0, 1.0, 8), np.arange(9, dtype=np.uint16)
-    view.keep(Kept(vector, 2.0, encoded))
+    view.keep(StoredAnswer(vector, 2.0, encoded))
     sent_vector, sent_encoded = vector.copy(), encoded.copy()
     vector[:], encoded[:] = 5.0, 7
-    for answer in (view.kept, record.view(1, "train", "m").kept):
+    for answer in (view.stored, record.view(1, "train", "m").stored):
         assert answer is not None and answer.weight == 2.0
         assert answer.vector is not None and answer.encoded is not None
         assert np.array_equal(answer.vector, sent_vector) and not np.shares_memory(answer.vector, vector)
@@ -112,7 +115,7 @@ def test_a_kept_answer_is_read_back_from_its_file_not_held(tmp_path: Path) -> No
     payload[-30] ^= 1
     kept_file.write_bytes(bytes(payload))
     with pytest.raises(RefusedError, match="kept bits changed or were lost"):
-        view.kept  # noqa: B018  # the read is what is tested
+        view.stored  # noqa: B018  # the read is what is tested
 
 
 def test_a_changed_kept_file_is_not_sent_and_the_input_is_refused(tmp_path: Path) -> None:
@@ -132,8 +135,8 @@ def test_a_lost_record_is_refused_past_the_first_round_unless_reset(tmp_path: Pa
         PermanentFailureError, match=r"local-state-lost: .* the aggregator is at round 5.*--reset-state"
     ):
         InputRecord(path, "fed").view(5, "train", "m")
-    assert InputRecord(path, "fed").view(1, "train", "m").kept is None  # a federation's first round
-    assert InputRecord(path, "fed", reset=True).view(5, "train", "m").kept is None
+    assert InputRecord(path, "fed").view(1, "train", "m").stored is None  # a federation's first round
+    assert InputRecord(path, "fed", reset=True).view(5, "train", "m").stored is None
 
 
 def test_the_accountant_must_go_with_the_record(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from fedfair.runtime.failures import (
     NAME_NOT_ALLOWED,
 )
 from fedfair.runtime.local.workspace import Workspace, toml_text
-from fedfair.runtime.logs import Console
+from fedfair.runtime.observe.logs import Console
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import TlsFiles
 from tests.runtime.harness import eventually, new_workspace

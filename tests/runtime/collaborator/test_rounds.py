@@ -12,7 +12,7 @@ import pytest
 from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.collaborator import steps
 from fedfair.runtime.collaborator.input_record import InputRecord
-from fedfair.runtime.collaborator.rounds import kept
+from fedfair.runtime.collaborator.rounds import stored
 from fedfair.runtime.contract import TRAINING
 from tests.secagg.helpers import Harness, make_config
 
@@ -22,12 +22,12 @@ def test_a_secure_contribution_lets_its_vector_go_once_kept(tmp_path: Path) -> N
     with the unmasked words, and the round still counts as contributing; a plain one keeps its vector."""
     record = InputRecord(tmp_path / "site-1.fed.bindings.json", "fed", reset=True)
     vector, words = np.linspace(-1.0, 1.0, 6).astype(np.float32), np.arange(7, dtype=np.uint16)
-    secure = kept(steps.Work(1, TRAINING, vector, 2.0, encoded=words), record.view(1, "train", "m1"))
+    secure = stored(steps.Work(1, TRAINING, vector, 2.0, encoded=words), record.view(1, "train", "m1"))
     assert secure.vector is None and secure.released and secure.encoded is words
-    answer = secure.view.kept
+    answer = secure.view.stored
     assert answer is not None and answer.vector is not None and answer.encoded is not None
     assert np.array_equal(answer.vector, vector) and answer.encoded.tobytes() == words.tobytes()
-    plain = kept(steps.Work(2, TRAINING, vector, 2.0), record.view(2, "train", "m2"))
+    plain = stored(steps.Work(2, TRAINING, vector, 2.0), record.view(2, "train", "m2"))
     assert plain.vector is vector and not plain.released
 
 

@@ -23,7 +23,8 @@ from fedfair.runtime.collaborator import stream
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.input_record import InputRecord, Kept
+from fedfair.runtime.collaborator.input_record import InputRecord
+from fedfair.runtime.collaborator.stored_answer import StoredAnswer
 from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.collaborator.rounds import check_scheduled
 from fedfair.runtime.plan import aggregator_plan as plan
@@ -80,10 +81,10 @@ def test_a_scheduled_evaluation_is_answered_for_one_model_only_across_restarts(t
     path = tmp_path / "site-a.fed.bindings.json"
     shared = shared_settings(10, 5)
     check_scheduled(shared, 5, "evaluate")
-    answer = Kept(np.linspace(0.0, 1.0, 4), 1.0)
+    answer = StoredAnswer(np.linspace(0.0, 1.0, 4), 1.0)
     InputRecord(path, "fed", reset=True).view(5, "evaluate", "model-a").keep(answer)
     restarted = InputRecord(path, "fed")  # a new process reads the record back
-    again = restarted.view(5, "evaluate", "model-a").kept  # the same ask gets the same bits, nothing fresh
+    again = restarted.view(5, "evaluate", "model-a").stored  # the same ask gets the same bits, nothing fresh
     assert again is not None and again.vector is not None and again.vector.tobytes() == answer.vector.tobytes()
     with pytest.raises(RefusedError, match=r"round 5 \(evaluate\) was already answered for another model"):
         restarted.view(5, "evaluate", "model-a-plus-one-ulp")

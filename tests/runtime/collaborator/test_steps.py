@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError, Refusal, RefusedError
 from fedfair.runtime.collaborator import steps
-from fedfair.runtime.collaborator.input_record import InputRecord, Kept
+from fedfair.runtime.collaborator.input_record import InputRecord
+from fedfair.runtime.collaborator.stored_answer import StoredAnswer
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.fairness import sums
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, model_digest
@@ -71,7 +72,7 @@ def test_a_binding_survives_a_restart_and_refuses_other_survivors(tmp_path: Path
     # site, with the collaborator restarted in between so that nothing in memory remembers round r.
     path = tmp_path / "site-1.fed.bindings.json"
     view = InputRecord(path, reset=True).view(4, "train", "model-digest")
-    view.keep(Kept(np.zeros(3), 1.0))  # the answer is kept before it is sent, then bound
+    view.keep(StoredAnswer(np.zeros(3), 1.0))  # the answer is kept before it is sent, then bound
     work, survivor_set, harness = work_at_consistency(view)
     steps.consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
     entry = json.loads(path.read_text())["inputs"]["train:model-digest"]

@@ -1,14 +1,15 @@
 """Start a rehearsal's `fedfair` processes by forking one interpreter that has already imported their libraries.
 
 A fresh interpreter spends about 2.5 CPU-seconds importing PyTorch, pandas, gRPC and fedfair before a party
-reads its plan; `launch` starts one per party, and the runtime's tests start about a hundred. The zygote pays
-that once per launching process and forks each party from it: still a process of its own (own memory,
-sockets, session and exit status), running ``python -m fedfair.cli`` as a fresh one would, minus the imports.
-Forking is safe only while the zygote has a single thread, so it checks that after importing and otherwise
-declines (the caller then executes a fresh interpreter). Linux only: elsewhere a fork after importing
-PyTorch is not safe. What a party inherits that a fresh one would not: the zygote's interpreter, import
-paths and thread settings, which are the launching process's at the zygote's start. ``FEDFAIR_ZYGOTE=0`` in
-the launcher's environment executes every party afresh, as a deployment runs it (e.g. to measure its memory).
+reads its plan; `launch` starts one per party, and the runtime's tests start about a hundred. A fork server
+(the pattern of Python's multiprocessing ``forkserver``) pays that once per launching process and forks each
+party from it: still a process of its own (own memory, sockets, session and exit status), running
+``python -m fedfair.cli`` as a fresh one would, minus the imports. Forking is safe only while the fork server
+has a single thread, so it checks that after importing and otherwise declines (the caller then executes a
+fresh interpreter). Linux only: elsewhere a fork after importing PyTorch is not safe. What a party inherits
+that a fresh one would not: the fork server's interpreter, import paths and thread settings, which are the
+launching process's at the fork server's start. ``FEDFAIR_FORKSERVER=0`` in the launcher's environment
+executes every party afresh, as a deployment runs it (e.g. to measure its memory).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ _MESSAGE_BYTES = 1 << 20
 """The largest request: a command line and an environment."""
 
 _IMPORT_SECONDS = 120.0
-"""How long the zygote may take to import before it is declined (launch's own start-up bound)."""
+"""How long the forkserver may take to import before it is declined (launch's own start-up bound)."""
 
-DISABLE = "FEDFAIR_ZYGOTE"
+DISABLE = "FEDFAIR_FORKSERVER"
 """The environment variable that, set to 0, has every party executed afresh rather than forked."""
 
 _PRELOADED = (
@@ -51,15 +52,15 @@ def _send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = 
     socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
 
 
-# ---------------------------------------------------------------- the zygote process
+# ---------------------------------------------------------------- the forkserver process
 
 
 def serve(sock: socket.socket) -> None:
-    """The zygote's loop: import, say whether it can fork, then fork one party per request until EOF.
+    """The forkserver's loop: import, say whether it can fork, then fork one party per request until EOF.
 
     A request is ``{"argv", "env", "cwd"}`` with one file descriptor, the party's output; the answers are
     ``{"started": pid}`` in request order and ``{"exited": pid, "code": c}`` (`c` as `Popen.returncode`).
-    At EOF it reaps the parties still running, so their CPU time is counted where the zygote's is.
+    At EOF it reaps the parties still running, so their CPU time is counted where the forkserver's is.
     """
     for name in _PRELOADED:
         __import__(name)
@@ -131,18 +132,18 @@ def _become_party(argv: list[str], env: dict[str, str], cwd: str, output: int) -
     if threads is not None and threads.isdigit():
         import torch
 
-        torch.set_num_threads(int(threads))  # OpenMP read the zygote's value when it loaded
+        torch.set_num_threads(int(threads))  # OpenMP read the forkserver's value when it loaded
     # As `python -m fedfair.cli` runs it: the command is a program to this layer, named as its command line is.
     sys.argv = ["fedfair", *argv]
     runpy.run_module("fedfair.cli", run_name="__main__", alter_sys=True)
-    sys.exit(0)  # never back into the zygote's loop
+    sys.exit(0)  # never back into the forkserver's loop
 
 
 # ---------------------------------------------------------------- the launcher's side
 
 
 class ForkedProcess:
-    """A party forked by the zygote, with the part of `subprocess.Popen`'s interface a launcher uses."""
+    """A party forked by the forkserver, with the part of `subprocess.Popen`'s interface a launcher uses."""
 
     def __init__(self, pid: int, argv: Sequence[str]) -> None:
         self.pid = pid
@@ -180,23 +181,23 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-class Zygote:
-    """The launching process's handle on its zygote: spawn parties, learn their exit statuses."""
+class ForkServer:
+    """The launching process's handle on its forkserver: spawn parties, learn their exit statuses."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
-        # pyarrow (under pandas) starts a jemalloc thread by default, and a zygote must stay single-threaded.
-        zygote_env = {"JE_ARROW_MALLOC_CONF": "background_thread:false", **env}
+        # pyarrow (under pandas) starts a jemalloc thread by default, and a fork server must stay single-threaded.
+        forkserver_env = {"JE_ARROW_MALLOC_CONF": "background_thread:false", **env}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "fedfair.runtime.local.zygote", str(theirs.fileno())],
+            [sys.executable, "-m", "fedfair.runtime.local.forkserver", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            env=zygote_env,
+            env=forkserver_env,
         )
         theirs.close()
-        # A zygote that cannot import (or hangs importing) is declined, and the parties are executed instead.
+        # A fork server that cannot import (or hangs importing) is declined, and the parties are executed instead.
         ours.settimeout(_IMPORT_SECONDS)
         try:
             first = json.loads(ours.recv(_MESSAGE_BYTES) or b'{"ready": false}')
@@ -209,7 +210,7 @@ class Zygote:
         self._started: list[ForkedProcess] = []
         self._arrived = threading.Condition()
         self._parties: dict[int, ForkedProcess] = {}
-        self._reader = threading.Thread(target=self._read, name="zygote", daemon=True)
+        self._reader = threading.Thread(target=self._read, name="forkserver", daemon=True)
         if self.ready:
             self._reader.start()
 
@@ -227,7 +228,7 @@ class Zygote:
                     self._arrived.notify_all()
                 else:
                     self._parties.pop(int(message["exited"]))._exit(int(message["code"]))
-        with self._arrived:  # the zygote died: nobody will report these parties' ends any more
+        with self._arrived:  # the forkserver died: nobody will report these parties' ends any more
             for party in self._parties.values():
                 party._exit(-signal.SIGKILL)
             self._parties.clear()
@@ -244,17 +245,17 @@ class Zygote:
             with self._arrived:
                 if not self._arrived.wait_for(lambda: self._started or not self._reader.is_alive(), 60.0):
                     os.close(reading)
-                    raise OSError("the zygote did not fork a party within 60 s")
+                    raise OSError("the forkserver did not fork a party within 60 s")
                 if not self._started:
                     os.close(reading)
-                    raise OSError("the zygote exited")
+                    raise OSError("the forkserver exited")
                 party = self._started.pop(0)
         party.args = ["fedfair", *argv]
         party.stdout = io.TextIOWrapper(io.FileIO(reading, "r"), line_buffering=True)
         return party
 
     def stop(self, timeout: float = 60.0) -> None:
-        """End the requests and wait for the zygote, which first waits for its running parties."""
+        """End the requests and wait for the forkserver, which first waits for its running parties."""
         self._sock.shutdown(socket.SHUT_WR)
         try:
             self.process.wait(timeout)
@@ -266,24 +267,24 @@ class Zygote:
         self._sock.close()
 
 
-_shared: Zygote | None = None
+_shared: ForkServer | None = None
 _shared_lock = threading.Lock()
 
 
-def shared_zygote(env: Mapping[str, str]) -> Zygote | None:
-    """This process's zygote, started on first use with `env`; None where forking is not safe or possible."""
+def shared_forkserver(env: Mapping[str, str]) -> ForkServer | None:
+    """This process's forkserver, started on first use with `env`; None where forking is not safe or possible."""
     global _shared
     if sys.platform != "linux" or env.get(DISABLE) == "0":
         return None
     with _shared_lock:
         if _shared is None:
-            _shared = Zygote(env)
-            atexit.register(stop_shared_zygote)
+            _shared = ForkServer(env)
+            atexit.register(stop_shared_forkserver)
         return _shared if _shared.ready else None
 
 
-def stop_shared_zygote() -> None:
-    """Stop this process's zygote, if one started, after its parties have exited (their CPU is then counted)."""
+def stop_shared_forkserver() -> None:
+    """Stop this process's forkserver, if one started, after its parties have exited (their CPU is then counted)."""
     global _shared
     with _shared_lock:
         if _shared is not None:

@@ -1,6 +1,6 @@
 """The aggregator's Prometheus metrics: families computed at each scrape from the federation's state.
 
-:class:`FederationCollector` reads :func:`fedfair.runtime.status.federation_state` of the output folder
+:class:`FederationCollector` reads :func:`fedfair.runtime.observe.status.federation_state` of the output folder
 (events and round log) whenever it is collected, so the round code only starts the endpoint
 (:func:`start_monitoring`). :data:`FAMILIES` names every family with its type, unit and meaning;
 docs/operations.md lists them (tests/runtime/test_monitoring.py keeps the two equal).
@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.events import EventLog
-from fedfair.runtime.aggregator.status_page import status_page
-from fedfair.runtime.monitoring import Endpoint, MonitoringSettings, serve_monitoring
-from fedfair.runtime.status import FederationState, federation_state
+from fedfair.runtime.observe.events import EventLog
+from fedfair.runtime.observe.status_page import status_page
+from fedfair.runtime.observe.endpoint import Endpoint, MonitoringSettings, serve_monitoring
+from fedfair.runtime.observe.status import FederationState, federation_state
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -42,7 +42,12 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "fedfair_last_round_held_up_seconds": ("gauge", "seconds a site held the last round up past the median answer"),
     "fedfair_site_connected": ("gauge", "1 while a site has a task stream open, by site"),
     "fedfair_site_contributions_total": ("counter", "rounds whose sum holds the site's input, by site"),
-    "fedfair_site_dropouts_total": ("counter", "rounds the site took part in without its input in the sum"),
+    "fedfair_site_dropouts_total": (
+        "counter",
+        "times the site dropped out: rounds it took part in without its input in the sum, or a task stream lost "
+        "mid-run, by site",
+    ),
+    "fedfair_waiting_for": ("gauge", "1 for a site the aggregator waits for before its next round, else 0, by site"),
     "fedfair_site_excluded": ("gauge", "1 for a site excluded for misbehaving and not re-admitted, by site"),
     "fedfair_site_epsilon_shared": ("gauge", "the cumulative epsilon a site last shared (share_epsilon), by site"),
     "fedfair_estimate_round": ("gauge", "the round of the latest federated evaluation"),
@@ -136,6 +141,7 @@ def _site_families(state: FederationState) -> Iterator[Any]:
         "fedfair_last_round_dropped": lambda name: float(state.sites[name].last == "dropped"),
         "fedfair_last_round_held_up_seconds": lambda name: state.sites[name].held_up_seconds,
         "fedfair_site_epsilon_shared": lambda name: state.sites[name].epsilon,
+        "fedfair_waiting_for": lambda name: float(state.waiting is not None and name in state.waiting.missing),
     }
     for family_name, value_of in per_site.items():
         family = _family(family_name, SITE)

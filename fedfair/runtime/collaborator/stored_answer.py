@@ -1,4 +1,4 @@
-"""One answer's kept bits on disk: written before anything of them is sent, read back whole or a piece at a time.
+"""One answer's bits stored on disk: written before anything of them is sent, read back whole or a piece at a time.
 
 The record (:mod:`fedfair.runtime.collaborator.input_record`) names each file's digest; a file whose bytes
 differ from it is not these bits. The words of a secure answer are read back a piece at a time to tag them in a
@@ -25,7 +25,7 @@ _HASHED_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
-class Kept:
+class StoredAnswer:
     """The bits of one answer, kept so that the same request gets exactly them again.
 
     vector: as sent without secure aggregation (the model's float type), None for no contribution or for a
@@ -38,7 +38,7 @@ class Kept:
     encoded: np.ndarray | None = None
 
 
-def write_kept(path: Path, kept: Kept) -> str:
+def write_answer(path: Path, kept: StoredAnswer) -> str:
     """Write `kept` to `path` atomically, straight from its arrays (views: no copy of the input is made).
 
     Returns the file's SHA-256 (hex), as read back: what the record names.
@@ -53,7 +53,7 @@ def write_kept(path: Path, kept: Kept) -> str:
         return hashlib.file_digest(written, "sha256").hexdigest()
 
 
-def read_kept(path: Path, digest: str) -> Kept | None:
+def read_answer(path: Path, digest: str) -> StoredAnswer | None:
     """The bits kept in `path`, or None if it is lost or its bytes are not those of SHA-256 `digest`."""
     try:
         payload = path.read_bytes()
@@ -68,10 +68,10 @@ def read_kept(path: Path, digest: str) -> Kept | None:
     for array in (vector, encoded):
         if array is not None:
             array.setflags(write=False)
-    return Kept(vector, weight, encoded)
+    return StoredAnswer(vector, weight, encoded)
 
 
-def kept_words(path: Path, digest: str, span: int) -> Iterator[np.ndarray]:
+def answer_words(path: Path, digest: str, span: int) -> Iterator[np.ndarray]:
     """The encoded words kept in `path`, `span` at a time, once its bytes are checked against SHA-256 `digest`.
 
     One open file, hashed whole first, then read: a file replaced meanwhile is not read.

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, TextIO
 
 from fedfair.core.errors import DISK_FULL
-from fedfair.runtime.progress import Progress
+from fedfair.runtime.observe.progress import Progress
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 """The levels ``--log-level`` accepts, quietest last."""

@@ -1,4 +1,4 @@
-"""The zygote forks `fedfair` parties that behave as fresh processes: own session, output, directory,
+"""The forkserver forks `fedfair` parties that behave as fresh processes: own session, output, directory,
 environment and exit status (signals included), and it declines to fork once it has a second thread."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import pytest
 
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.local.processes import FEDFAIR_COMMAND, child_environment, spawn
-from fedfair.runtime.local.zygote import DISABLE, ForkedProcess, Zygote
+from fedfair.runtime.local.forkserver import DISABLE, ForkedProcess, ForkServer
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the zygote forks on Linux only")
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the forkserver forks on Linux only")
 
 
 @pytest.fixture(scope="module")
-def zygote() -> Iterator[Zygote]:
-    started = Zygote(child_environment())
+def forkserver() -> Iterator[ForkServer]:
+    started = ForkServer(child_environment())
     assert started.ready
     yield started
     started.stop()
@@ -29,26 +29,28 @@ def zygote() -> Iterator[Zygote]:
 
 
 def test_a_party_runs_fedfair_with_its_own_environment_directory_and_status(
-    zygote: Zygote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    forkserver: ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    env = child_environment({"FEDFAIR_ZYGOTE_PROBE": "1"})
-    party = zygote.spawn(["aggregator", "start", "--plan", "missing.toml"], env)
+    env = child_environment({"FEDFAIR_FORKSERVER_PROBE": "1"})
+    party = forkserver.spawn(["aggregator", "start", "--plan", "missing.toml"], env)
     assert party.stdout is not None
     said = party.stdout.read()
     assert party.wait(60) == 2 == party.returncode and party.poll() == 2
-    # The relative path was read in this test's directory, not the zygote's.
+    # The relative path was read in this test's directory, not the forkserver's.
     assert f"fedfair: error: {tmp_path / 'missing.toml'} not found" in said or "missing.toml not found" in said
     assert party.args == ["fedfair", "aggregator", "start", "--plan", "missing.toml"]
 
 
-def test_a_party_has_its_own_session_and_dies_of_the_signal_it_is_sent(zygote: Zygote, tmp_path: Path) -> None:
+def test_a_party_has_its_own_session_and_dies_of_the_signal_it_is_sent(forkserver: ForkServer, tmp_path: Path) -> None:
     workspace = make_workspace(tmp_path, ["site-a", "site-b"])  # nobody serves its aggregator's address
     # A collaborator whose aggregator never answers waits (minutes) until it is stopped.
-    party = zygote.spawn(["collaborator", "start", "--config", str(workspace.configs["site-a"])], child_environment())
+    party = forkserver.spawn(
+        ["collaborator", "start", "--config", str(workspace.configs["site-a"])], child_environment()
+    )
     assert party.stdout is not None
     assert "waiting up to" in party.stdout.readline() + party.stdout.readline()
-    assert party.pid not in (os.getpid(), zygote.process.pid) and party.poll() is None
+    assert party.pid not in (os.getpid(), forkserver.process.pid) and party.poll() is None
     assert os.getsid(party.pid) == party.pid  # a session of its own, as start_new_session gives
     party.terminate()
     assert party.wait(60) == -signal.SIGTERM
@@ -65,15 +67,15 @@ def test_spawn_forks_fedfair_commands_and_executes_any_other() -> None:
     assert forked.wait(60) == 0 and executed.wait(60) == 0
 
 
-def test_fedfair_zygote_0_executes_every_party_afresh() -> None:
+def test_fedfair_forkserver_0_executes_every_party_afresh() -> None:
     fresh = spawn([*FEDFAIR_COMMAND, "--version"], {**child_environment(), DISABLE: "0"})
     assert isinstance(fresh, subprocess.Popen) and fresh.stdout is not None
     assert fresh.stdout.read().startswith("fedfair ") and fresh.wait(60) == 0
 
 
-def test_a_zygote_with_a_second_thread_declines_to_fork() -> None:
+def test_a_forkserver_with_a_second_thread_declines_to_fork() -> None:
     # pyarrow's allocator keeps a background thread when asked to: forking then could copy a held lock.
-    declined = Zygote(child_environment({"JE_ARROW_MALLOC_CONF": "background_thread:true"}))
+    declined = ForkServer(child_environment({"JE_ARROW_MALLOC_CONF": "background_thread:true"}))
     try:
         assert not declined.ready
     finally:

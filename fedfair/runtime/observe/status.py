@@ -1,6 +1,6 @@
 """A federation's state now, from its aggregator's output folder: what metrics, the status page and `status` show.
 
-Read afresh at each call from the events (:data:`~fedfair.runtime.aggregator.events.EVENTS`), the
+Read afresh at each call from the events (:data:`~fedfair.runtime.observe.events.EVENTS`), the
 round log and the checkpoint's presence, so a scrape, a page load or ``fedfair status`` always
 agrees with the files and the aggregator's round code holds no extra state for them. Figures are
 aggregates of rounds and sites, never of a record.
@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.aggregator.events import EVENTS_NAME, whole_lines
+from fedfair.runtime.observe.events import whole_lines
+from fedfair.runtime.output_folder import CHECKPOINT_NAME, EVENTS_NAME, ROUND_LOG_NAME
 from fedfair.runtime.report import verdicts
-from fedfair.runtime.report.data import Run, contribution_matrix, epsilon_series, roster
-
-ROUND_LOG = "rounds.jsonl"
-"""The aggregator's round log (fedfair.runtime.aggregator.checkpoint.ROUND_LOG_NAME, which imports torch)."""
-CHECKPOINT = "checkpoint.pt"
-"""The aggregator's checkpoint (fedfair.runtime.aggregator.checkpoint.CHECKPOINT_NAME)."""
+from fedfair.runtime.report.data import Cell, Run, contribution_matrix, epsilon_series, roster
 
 SURVIVED = ("contributed", "late")
 """The contribution-matrix cells of a site whose input is in the round's sum."""
@@ -46,6 +43,30 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """What a running aggregator waits for before round `round`: its latest ``waiting`` event, brought to now."""
+
+    round: int
+    goal: str
+    """"the quorum" or "everyone" (the first round of a process waits for everyone it can)."""
+    connected: int
+    eligible: int
+    missing: tuple[str, ...]
+    seconds_left: float | None
+    """Seconds until it gives up waiting, now (None: no deadline)."""
+    since: float
+    """When it began naming these sites (Unix time)."""
+
+    def line(self) -> str:
+        """The one form every view shows: "waiting for the quorum: missing site-3, 290 s left (...)"."""
+        left = "no deadline" if self.seconds_left is None else f"{self.seconds_left:.0f} s left"
+        return (
+            f"waiting for {self.goal}: missing {', '.join(self.missing)}, {left} "
+            f"({self.connected} of {self.eligible} connected, before round {self.round})"
+        )
+
+
+@dataclass(frozen=True)
 class Site:
     """One collaborator as the aggregator sees it."""
 
@@ -53,7 +74,8 @@ class Site:
     contributions: int
     """Rounds whose sum holds its input."""
     dropouts: int
-    """Rounds it took part in and whose sum does not hold its input (aborted rounds not counted)."""
+    """Times it dropped out: rounds it took part in whose sum does not hold its input (an aborted round that
+    names it missing included), and task streams it lost mid-run that no later round holds it through."""
     last: str
     """Its cell in the last round (a key of fedfair.runtime.report.data.CELLS)."""
     epsilon: float | None
@@ -95,6 +117,8 @@ class FederationState:
     estimate: Estimate | None = None
     sites: dict[str, Site] = field(default_factory=dict)
     excluded: dict[str, str] = field(default_factory=dict)
+    waiting: Waiting | None = None
+    """What the aggregator waits for now (None: it does not wait, or it does not run)."""
 
     def to_json(self) -> dict[str, Any]:
         """The state as JSON values (what ``fedfair status --json`` prints)."""
@@ -139,18 +163,86 @@ def estimate_of(evaluation: Mapping[str, Any]) -> Estimate:
     )
 
 
+def _dropped(record: Mapping[str, Any], cells: Mapping[str, Cell]) -> set[str]:
+    """Who dropped out of a round: a survivor-less participant, or one an aborted round names missing."""
+    missing = {name for names in (record.get("dropped") or {}).values() for name in names}
+    return {
+        name for name, cell in cells.items() if cell.state == "dropped" or (cell.state == "aborted" and name in missing)
+    }
+
+
+def _lost_streams(
+    events: list[dict[str, Any]], rounds: Mapping[int, tuple[Mapping[str, Any], set[str]]], *, running: bool
+) -> dict[str, int]:
+    """Per site, the task streams it lost mid-run that no round accounts for (each a dropout).
+
+    A ``disconnect`` between a ``start`` and its ``finish`` is settled at the next ``round`` event: nothing more if
+    that round counts the site dropped (already a dropout) or holds its input (it came back in time); a dropout
+    otherwise (it missed the round, or the round aborted). One still unsettled counts too while the aggregator
+    runs (it goes on without the site); when its process is gone, its own end closed the streams.
+    """
+    lost: dict[str, int] = {}
+    unsettled: set[str] = set()
+    for event in events:
+        kind = event.get("event")
+        if kind in ("start", "finish"):
+            unsettled = set()
+        elif kind == "disconnect":
+            unsettled.add(str(event.get("name")))
+        elif kind == "round" and isinstance(event.get("round"), int):
+            record, dropped = rounds.get(event["round"], ({}, set()))
+            held = set(record.get("contributors", ())) if record.get("status") == "applied" else set()
+            for name in unsettled - dropped - held:
+                lost[name] = lost.get(name, 0) + 1
+            unsettled = set()
+    for name in unsettled if running else ():
+        lost[name] = lost.get(name, 0) + 1
+    return lost
+
+
+def _waiting(events: list[dict[str, Any]]) -> Waiting | None:
+    """The wait the latest events leave open (a ``waiting`` event no round, start or finish followed), to now."""
+    latest: dict[str, Any] | None = None
+    since = 0.0
+    for event in events:
+        kind = event.get("event")
+        if kind == "waiting":
+            same = latest is not None and (latest.get("round"), latest.get("goal")) == (
+                event.get("round"),
+                event.get("goal"),
+            )
+            since = since if same else float(event.get("time") or 0.0)
+            latest = event
+        elif kind in ("round_start", "round", "start", "finish"):
+            latest = None
+    if latest is None:
+        return None
+    left = latest.get("seconds_left")
+    if isinstance(left, (int, float)):
+        left = max(float(left) - (time.time() - float(latest.get("time") or 0.0)), 0.0)
+    return Waiting(
+        round=int(latest.get("round") or 0),
+        goal=str(latest.get("goal")),
+        connected=int(latest.get("connected") or 0),
+        eligible=int(latest.get("eligible") or 0),
+        missing=tuple(str(name) for name in latest.get("missing") or ()),
+        seconds_left=left,
+        since=since,
+    )
+
+
 def federation_state(folder: Path) -> FederationState:
     """The state of the federation whose aggregator writes to `folder`.
 
     Raises:
         ConfigError: `folder` is no aggregator's output folder, or one of its logs is damaged.
     """
-    if not (folder / EVENTS_NAME).is_file() and not (folder / ROUND_LOG).is_file():
+    if not (folder / EVENTS_NAME).is_file() and not (folder / ROUND_LOG_NAME).is_file():
         raise ConfigError(
-            f"{folder} holds neither {EVENTS_NAME} nor {ROUND_LOG}: give the aggregator's output folder (the "
+            f"{folder} holds neither {EVENTS_NAME} nor {ROUND_LOG_NAME}: give the aggregator's output folder (the "
             "plan's [aggregator] output), once its aggregator has started"
         )
-    events, records = _lines(folder / EVENTS_NAME), _lines(folder / ROUND_LOG)
+    events, records = _lines(folder / EVENTS_NAME), _lines(folder / ROUND_LOG_NAME)
     run = Run(folder, records, events)
     start: dict[str, Any] = {}
     finished, monitoring, connected = False, None, set[str]()
@@ -173,10 +265,13 @@ def federation_state(folder: Path) -> FederationState:
     timed, total_seconds, received = 0, 0.0, 0
     estimate = None
     excluded: dict[str, str] = {}
+    by_round: dict[int, tuple[Mapping[str, Any], set[str]]] = {}
     for record, cells in matrix:
+        dropped = _dropped(record, cells)
+        by_round[record["round"]] = (record, dropped)
         for name, cell in cells.items():
             counts[name][0] += cell.state in SURVIVED
-            counts[name][1] += cell.state == "dropped"
+            counts[name][1] += name in dropped
         if isinstance(record.get("seconds"), (int, float)):
             timed, total_seconds = timed + 1, total_seconds + float(record["seconds"])
         for stage, seconds in (record.get("stage_seconds") or {}).items():
@@ -192,30 +287,32 @@ def federation_state(folder: Path) -> FederationState:
     shared = {name: values[-1] for name, (_, values) in epsilon_series(run).items()}
     last, last_cells = matrix[-1] if matrix else ({}, {})
     held = {str(name): float(seconds) for name, seconds in (last.get("held_up_by") or {}).items()}
+    pid = start.get("pid")
+    running = bool(start) and not finished and _alive(pid)
+    lost = _lost_streams(events, by_round, running=running)
     sites = {
         name: Site(
             connected=name in connected,
             contributions=counts[name][0],
-            dropouts=counts[name][1],
+            dropouts=counts[name][1] + lost.get(name, 0),
             last=last_cells[name].state if name in last_cells else "absent",
             epsilon=shared.get(name),
             held_up_seconds=held.get(name),
         )
         for name in names
     }
-    pid = start.get("pid")
     return FederationState(
         folder=str(folder),
         federation_id=start.get("federation_id"),
         plan_digest=start.get("plan_digest"),
         rounds_planned=start.get("rounds"),
         pid=pid,
-        running=bool(start) and not finished and _alive(pid),
+        running=running,
         finished=finished,
         started=start.get("time"),
         updated=events[-1].get("time") if events else None,
         monitoring_url=monitoring,
-        checkpoint=(folder / CHECKPOINT).is_file(),
+        checkpoint=(folder / CHECKPOINT_NAME).is_file(),
         rounds_completed=sum(record.get("status") == "applied" for record in records),
         rounds_aborted=sum(record.get("status") == "aborted" for record in records),
         last_round=last.get("round"),
@@ -230,4 +327,5 @@ def federation_state(folder: Path) -> FederationState:
         estimate=estimate,
         sites=sites,
         excluded=excluded,
+        waiting=_waiting(events) if running else None,
     )

@@ -20,8 +20,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
-EVENTS_NAME = "events.jsonl"
+from fedfair.runtime.output_folder import EVENTS_NAME
 
 EVENTS: dict[str, tuple[tuple[str, ...], str]] = {
     "start": (
@@ -31,6 +30,12 @@ EVENTS: dict[str, tuple[tuple[str, ...], str]] = {
     "monitoring": (("url",), "the monitoring endpoint listens at url (/metrics, /status)"),
     "connect": (("name",), "a collaborator opened its task stream (rate-limited per peer, like the log)"),
     "disconnect": (("name",), "a collaborator's last task stream ended"),
+    "waiting": (
+        ("round", "goal", "connected", "eligible", "missing", "seconds_left"),
+        "the aggregator waits for collaborators before a round, naming who is missing (every 10 s while it waits; "
+        "seconds_left null: no deadline)",
+    ),
+    "round_start": (("round", "participants"), "a round starts with these collaborators: any wait before it is over"),
     "statistics": (("contributors", "rows", "features"), "the statistics aggregation (round 0) made the encoder"),
     "status": (("round", "name", "status", "epsilon"), "a collaborator reported its privacy spent or budget spent"),
     "exclusion": (("round", "name", "reason"), "a collaborator misbehaved and sits out every later round"),

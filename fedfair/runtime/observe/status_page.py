@@ -1,6 +1,6 @@
 """The aggregator's live status page: one self-contained HTML page of the federation's state, reloading itself.
 
-Drawn from :class:`~fedfair.runtime.status.FederationState` at each request (the monitoring endpoint
+Drawn from :class:`~fedfair.runtime.observe.status.FederationState` at each request (the monitoring endpoint
 serves it at ``/``): the rounds, who is connected, who held the last round up, the latest estimate with
 its interval, the privacy each site shared. No script, no network: the browser reloads it every
 :data:`REFRESH_SECONDS`.
@@ -12,7 +12,7 @@ import datetime as dt
 from html import escape
 
 from fedfair.runtime.report.data import CELLS
-from fedfair.runtime.status import FederationState
+from fedfair.runtime.observe.status import FederationState
 
 REFRESH_SECONDS = 5
 
@@ -25,6 +25,7 @@ table { border-collapse: collapse; } td, th { padding: .25em .8em; border-bottom
 .yes { color: #2ca02c; font-weight: 600; } .no { color: #d62728; font-weight: 600; }
 .dropped, .aborted, .excluded { background: #fde0e0; } .held { background: #fff3cd; }
 .estimate { font-size: 1.3em; } .muted { color: #777; }
+.waiting { background: #fff3cd; padding: .4em .8em; border-radius: .4em; font-weight: 600; }
 """
 
 
@@ -43,39 +44,41 @@ def status_page(state: FederationState) -> str:
     phase = "running" if state.running else "finished" if state.finished else "stopped"
     rounds = f"{state.last_round or 0} of {state.rounds_planned or '?'}"
     lines = [
-        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">',
         f"<title>fedfair {escape(state.federation_id or '')}: round {rounds}</title>",
         f"<style>{STYLE}</style></head><body>",
         f"<h1>Federation {escape(state.federation_id or '(not started)')} "
-        f'<span class="state {phase}" id=phase>{phase}</span></h1>',
-        f"<p id=rounds>Round {rounds}: {state.rounds_completed} applied, {state.rounds_aborted} aborted. "
+        f'<span class="state {phase}" id="phase">{phase}</span></h1>',
+        f'<p id="rounds">Round {rounds}: {state.rounds_completed} applied, {state.rounds_aborted} aborted. '
         f"Last event {_when(state.updated)}; plan digest "
         f"<code>{escape((state.plan_digest or 'unknown')[:16])}</code>.</p>",
     ]
+    if state.waiting is not None:
+        lines.append(f'<p id="waiting" class="waiting">{escape(state.waiting.line())}</p>')
     lines += _estimate(state)
     lines += _last_round(state)
     lines += _sites(state)
-    lines.append(f"<p class=muted>Reloads every {REFRESH_SECONDS} s. {escape(state.folder)}</p></body></html>")
+    lines.append(f'<p class="muted">Reloads every {REFRESH_SECONDS} s. {escape(state.folder)}</p></body></html>')
     return "\n".join(lines)
 
 
 def _estimate(state: FederationState) -> list[str]:
     estimate = state.estimate
     if estimate is None:
-        return ["<h2>Estimate</h2><p id=estimate class=muted>no federated evaluation yet</p>"]
+        return ['<h2>Estimate</h2><p id="estimate" class="muted">no federated evaluation yet</p>']
     kind = "95% interval of the noised answers" if estimate.noised else "certified bracket of the exact sums"
     return [
         f"<h2>Estimate (round {estimate.round})</h2>",
-        f"<p id=estimate class=estimate>worst-group risk <b>{estimate.worst:.4f}</b> "
+        f'<p id="estimate" class="estimate">worst-group risk <b>{estimate.worst:.4f}</b> '
         f"[{estimate.worst_low:.4f}, {estimate.worst_high:.4f}], mean risk <b>{estimate.mean:.4f}</b> "
-        f"[{estimate.mean_low:.4f}, {estimate.mean_high:.4f}]</p><p class=muted>{kind}</p>",
+        f'[{estimate.mean_low:.4f}, {estimate.mean_high:.4f}]</p><p class="muted">{kind}</p>',
     ]
 
 
 def _last_round(state: FederationState) -> list[str]:
     if state.last_round is None:
-        return ["<h2>Last round</h2><p id=last class=muted>no round has finished yet</p>"]
+        return ['<h2>Last round</h2><p id="last" class="muted">no round has finished yet</p>']
     status = escape(state.last_status or "")
     reason = f": {escape(state.last_reason)}" if state.last_reason else ""
     held = (
@@ -88,9 +91,10 @@ def _last_round(state: FederationState) -> list[str]:
     )
     return [
         f"<h2>Last round ({state.last_round})</h2>",
-        f"<p id=last><span class={status}>{status}</span>{reason} in {_number(state.last_seconds, 3)} s; "
-        f"held up by: <span id=held>{held}</span></p>",
-        f"<table id=stages><tr><th>stage</th><th>seconds</th></tr>{stages}</table>" if stages else "",
+        f'<p id="last"><span class="{status}">{status}</span>'
+        f"{reason} in {_number(state.last_seconds, 3)} s; "
+        f'held up by: <span id="held">{held}</span></p>',
+        f'<table id="stages"><tr><th>stage</th><th>seconds</th></tr>{stages}</table>' if stages else "",
     ]
 
 
@@ -102,16 +106,16 @@ def _sites(state: FederationState) -> list[str]:
         held = f"{site.held_up_seconds:.1f} s" if site.held_up_seconds is not None else ""
         kind = "held" if held else site.last
         rows.append(
-            f'<tr class={kind} id="site-{escape(name)}"><td>{escape(name)}</td><td>{connected}</td>'
+            f'<tr class="{escape(kind)}" id="site-{escape(name)}"><td>{escape(name)}</td><td>{connected}</td>'
             f"<td>{mark} {escape(meaning)}</td><td>{site.contributions}</td><td>{site.dropouts}</td>"
             f"<td>{held}</td><td>{_number(site.epsilon)}</td></tr>"
         )
     return [
         "<h2>Sites</h2>",
-        "<table id=sites><tr><th>site</th><th>connected</th><th>last round</th><th>contributed</th>"
+        '<table id="sites"><tr><th>site</th><th>connected</th><th>last round</th><th>contributed</th>'
         "<th>dropped out</th><th>held up</th><th>epsilon shared</th></tr>",
         *rows,
         "</table>",
-        "<p class=muted>Epsilon: the cumulative privacy spent a site shares each round ([privacy] share_epsilon); "
+        '<p class="muted">Epsilon: the cumulative privacy spent a site shares each round ([privacy] share_epsilon); '
         "each site's own endpoint shows its ledger and budget.</p>",
     ]

@@ -208,7 +208,7 @@ class _Server6(_Server):
 
 
 class _Quiet(WSGIRequestHandler):
-    """No line per request on stderr: the console is the progress bar's (fedfair.runtime.logs)."""
+    """No line per request on stderr: the console is the progress bar's (fedfair.runtime.observe.logs)."""
 
     timeout = REQUEST_TIMEOUT_SECONDS
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.collaborator import steps
 from fedfair.runtime.collaborator.input_record import InputRecord
-from fedfair.runtime.collaborator.kept import Kept, kept_words, read_kept, write_kept
+from fedfair.runtime.collaborator.stored_answer import StoredAnswer, answer_words, read_answer, write_answer
 from fedfair.runtime.contract import TRAINING, RoundParameters
 from fedfair.runtime.plan import aggregator_plan as plan
 from tests.runtime.test_plan import aggregator_plan
@@ -33,25 +33,25 @@ def test_the_words_read_back_are_the_kept_ones_in_order_none_longer_than_asked(
 ) -> None:
     path = tmp_path_factory.mktemp("kept") / "site.fed.train.kept.npz"
     words = np.random.default_rng(size).integers(0, 2**16, size + 1).astype(dtype)
-    digest = write_kept(path, Kept(np.linspace(0.0, 1.0, size) if with_vector else None, 2.5, words))
-    pieces = list(kept_words(path, digest, span))
+    digest = write_answer(path, StoredAnswer(np.linspace(0.0, 1.0, size) if with_vector else None, 2.5, words))
+    pieces = list(answer_words(path, digest, span))
     assert all(0 < piece.size <= span and piece.dtype == words.dtype for piece in pieces)
     assert np.concatenate(pieces).tobytes() == words.tobytes()
-    again = read_kept(path, digest)
+    again = read_answer(path, digest)
     assert again is not None and again.encoded is not None and again.encoded.tobytes() == words.tobytes()
 
 
 def test_words_changed_lost_or_of_another_answer_are_not_read(tmp_path: Path) -> None:
     """Tagging words other than those masked would fail the whole round's check: the site withdraws instead."""
     path = tmp_path / "site.fed.train.kept.npz"
-    digest = write_kept(path, Kept(None, 1.0, np.arange(100, dtype=np.uint16)))
+    digest = write_answer(path, StoredAnswer(None, 1.0, np.arange(100, dtype=np.uint16)))
     changed = bytearray(path.read_bytes())
     changed[-3] ^= 1
     other = tmp_path / "other.npz"
     other.write_bytes(bytes(changed))
     for where, named in ((other, digest), (tmp_path / "lost.npz", digest), (path, "0" * 64)):
         with pytest.raises(RefusedError, match="changed or were lost") as refused:
-            list(kept_words(where, named, 7))
+            list(answer_words(where, named, 7))
         assert refused.value.reason is Refusal.WITHDRAWN
 
 
@@ -59,11 +59,11 @@ def test_a_secure_answer_kept_as_its_words_alone_counts_and_reads_back(tmp_path:
     record = InputRecord(tmp_path / "site-1.fed.bindings.json", "fed", reset=True)
     view = record.view(1, "train", "m1")
     words = np.arange(11, dtype=np.uint32)
-    view.keep(Kept(None, 2.0, words))
+    view.keep(StoredAnswer(None, 2.0, words))
     assert record.trainings == 1
     assert np.concatenate(list(view.read_words(4))).tobytes() == words.tobytes()
     replaced = record.view(2, "train", "m2")
-    replaced.keep(Kept(None, 2.0, words + 1))
+    replaced.keep(StoredAnswer(None, 2.0, words + 1))
     with pytest.raises(RefusedError, match="changed or were lost"):
         list(view.read_words(4))  # another answer of its kind is the one kept now
     assert np.concatenate(list(replaced.read_words(4))).tobytes() == (words + 1).tobytes()
