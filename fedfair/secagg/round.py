@@ -119,7 +119,7 @@ class StageSpec:
     wire: str
     noun: str
     evaluation_noun: str
-    received: Callable[[bytes], Any] | None
+    received: Callable[[bytes | memoryview], Any] | None
     step: ClientStep
     upload: Callable[[bytes], Any] | None
     receive: Callable[[Any, Any], None] | None
