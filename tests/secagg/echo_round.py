@@ -10,6 +10,7 @@ party and server still share the session.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from dataclasses import dataclass, replace
 
@@ -90,6 +91,9 @@ class EchoServer(Server):
         if message.digest != echo_digest(self.session_id, message.sender, self.nonce):
             raise ProtocolError(f"party {message.sender}'s echo does not match the call")
         self.echoed.add(message.sender)
+        if self.echoed == set(self.taggers):
+            names = ", ".join(self.config.name_of(party) for party in sorted(self.echoed))
+            logging.getLogger("fedfair.aggregator").info("session %d: echoed by %s", self.config.round, names)
 
 
 def echo(client: Client, call: EchoCall, _own: object) -> Echo:

@@ -46,7 +46,7 @@ from fedfair.secagg import Client, Encoder, EncodingConfig
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
 from fedfair.secagg.prg import KEY_BYTES, apply_masks
-from fedfair.secagg.round import StageSpec
+from fedfair.secagg.round import SecureRound, StageSpec
 from fedfair.secagg.verify import Challenge
 from fedfair.secagg.wire import Stage as SecAggStage
 
@@ -343,7 +343,7 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
         VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED).
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this party sent no masked input this round.
     """
-    spec = work.stages.protocol.verify_stages[-1]
+    spec = _verdicts(work.stages.protocol)
     client = _started(work, spec)
     try:
         tags = _received(spec, inputs)
@@ -386,12 +386,13 @@ def round_steps(stages: Stages) -> dict[pb.Stage, Step]:
     }
     if protocol.verify_stages:
         runtime[protocol.verify_stages[0]] = tag
-        runtime[protocol.verify_stages[-1]] = verdict
+        runtime[_verdicts(protocol)] = verdict
     return {stages.wire(spec): runtime.get(spec) or client_step(spec) for spec in protocol.stages(True)}
 
 
-STEPS: dict[pb.Stage, Step] = {**round_steps(TRAINING), **round_steps(EVALUATION)}
-"""The step a collaborator runs at each upload stage of a training round and of an evaluation."""
+def _verdicts(protocol: SecureRound) -> StageSpec:
+    """The verifying stage whose uploads are the survivors' verdicts (no message: :data:`ACCEPTED`)."""
+    return next(spec for spec in protocol.verify_stages if spec.upload is None)
 
 
 def _started(work: Work, spec: StageSpec) -> Any:
@@ -414,6 +415,10 @@ def _received(spec: StageSpec, inputs: StageInput) -> Any:
 def _not_asked() -> np.ndarray:
     """The encoded input, which only the masking stage asks for."""
     raise ProtocolError("only the masking stage takes this party's encoded input")
+
+
+STEPS: dict[pb.Stage, Step] = {**round_steps(TRAINING), **round_steps(EVALUATION)}
+"""The step a collaborator runs at each upload stage of a training round and of an evaluation."""
 
 
 def load_kernels(shared: SharedSettings) -> None:
