@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,65 +22,82 @@ from fedfair.core.tables import parse_json_object
 from fedfair.runtime.transport import encode_tensor, pb
 from fedfair.secagg import EncodingConfig, SecAggConfig
 from fedfair.secagg.noise import NoiseConfig
+from fedfair.secagg.round import SECURE_ROUND, VERDICT, SecureRound, StageSpec
+from fedfair.secagg.wire import Stage as SecAggStage
 
 
 @dataclass(frozen=True)
 class Stages:
-    """The wire stages of one kind of aggregation."""
+    """The wire stages of one kind of aggregation: its start, then one per stage of its secure round.
+
+    A secure round's stage ``spec`` travels as ``STAGE_<prefix><spec.wire>`` (proto/fedfair.proto): the
+    stages are named once, in the round's declaration (:data:`~fedfair.secagg.round.SECURE_ROUND`).
+    """
 
     start: pb.Stage
-    advertise: pb.Stage
-    share: pb.Stage
-    check: pb.Stage
-    masked: pb.Stage
-    consistency: pb.Stage
-    unmask: pb.Stage
+    kind: str
+    """What the aggregation's public parameters call it ("train" or "evaluate")."""
+    prefix: str
+    """What its secure stages' wire names start with after ``STAGE_``: "" for training, "EVAL_" for evaluation."""
     session_offset: int
-    claim: pb.Stage | None = None
-    """Verified aggregation (secure aggregation only): the stage whose input is the aggregator's claimed sum and
-    whose uploads are the survivors' signed tags; None for an aggregation that is not verified."""
-    tags: pb.Stage | None = None
-    """The stage whose input is every survivor's tags and whose uploads are the survivors' verdicts (:data:`ACCEPTED`)."""
+    protocol: SecureRound = SECURE_ROUND
+    """The secure round the aggregation runs, stage by stage (verified: every stage of it)."""
+    specs: dict[pb.Stage, StageSpec] = field(init=False, repr=False, compare=False)
+    """Each upload stage -> its specification, in the round's order."""
+
+    def __post_init__(self) -> None:
+        specs = {_wire(f"STAGE_{self.prefix}{spec.wire}"): spec for spec in self.protocol.stages(True)}
+        object.__setattr__(self, "specs", specs)
+
+    def wire(self, spec: StageSpec) -> pb.Stage:
+        """The stage `spec` travels as in this kind of aggregation."""
+        return next(stage for stage, known in self.specs.items() if known is spec)
+
+    def noun(self, spec: StageSpec) -> str:
+        """What the uploads of `spec` are in this kind of aggregation, for the operator's progress line."""
+        return spec.evaluation_noun if self.prefix else spec.noun
 
     @property
     def uploads(self) -> tuple[pb.Stage, ...]:
-        """The secure-aggregation stages, in order: those a collaborator uploads to (six, and two more if verified)."""
-        verified = () if self.claim is None or self.tags is None else (self.claim, self.tags)
-        return (self.advertise, self.share, self.check, self.masked, self.consistency, self.unmask, *verified)
+        """The secure-aggregation stages, in order: those a collaborator uploads to."""
+        return tuple(self.specs)
+
+    @property
+    def masked(self) -> pb.Stage:
+        """The stage whose uploads are the contributions (masked under secure aggregation, plain without)."""
+        return self.wire(self.protocol.spec(SecAggStage.MASK))
+
+    @property
+    def consistency(self) -> pb.Stage:
+        """The stage a survivor signs the survivor set in: from then on, the sum names its contribution."""
+        return self.wire(self.protocol.spec(SecAggStage.CONSISTENCY))
+
+    @property
+    def unmask(self) -> pb.Stage:
+        """The sum's last stage."""
+        return self.wire(self.protocol.sum_stages[-1])
+
+    @property
+    def claim(self) -> pb.Stage | None:
+        """Verified aggregation: the first stage that verifies the sum (its input: the claimed sum); None without."""
+        return self.wire(self.protocol.verify_stages[0]) if self.protocol.verify_stages else None
 
     def last(self, secure: bool) -> pb.Stage:
         """The aggregation's last stage: an abort is bound to it, so it comes after whatever a collaborator did."""
-        return self.tags if secure and self.tags is not None else self.unmask
+        return self.uploads[-1] if secure else self.unmask
 
 
-TRAINING = Stages(
-    start=pb.STAGE_TRAIN,
-    advertise=pb.STAGE_ADVERTISE_KEYS,
-    share=pb.STAGE_SHARE_KEYS,
-    check=pb.STAGE_CHECK_SHARES,
-    masked=pb.STAGE_MASKED_INPUT,
-    consistency=pb.STAGE_CONSISTENCY,
-    unmask=pb.STAGE_UNMASK,
-    session_offset=0,
-    claim=pb.STAGE_VERIFY_CLAIM,
-    tags=pb.STAGE_VERIFY_TAGS,
-)
-EVALUATION = Stages(
-    start=pb.STAGE_EVALUATE,
-    advertise=pb.STAGE_EVAL_ADVERTISE_KEYS,
-    share=pb.STAGE_EVAL_SHARE_KEYS,
-    check=pb.STAGE_EVAL_CHECK_SHARES,
-    masked=pb.STAGE_EVAL_MASKED_INPUT,
-    consistency=pb.STAGE_EVAL_CONSISTENCY,
-    unmask=pb.STAGE_EVAL_UNMASK,
-    session_offset=1,
-    claim=pb.STAGE_EVAL_VERIFY_CLAIM,
-    tags=pb.STAGE_EVAL_VERIFY_TAGS,
-)
+def _wire(name: str) -> pb.Stage:
+    """The transport's stage `name` (proto/fedfair.proto)."""
+    return cast(pb.Stage, pb.Stage.Value(name))
 
-ACCEPTED = b"accepted"
-"""A survivor's verdict in the tags stage: it verified the claimed sum (a site that refuses it uploads nothing
-and stops, :class:`~fedfair.core.errors.VerificationError`)."""
+
+TRAINING = Stages(start=pb.STAGE_TRAIN, kind="train", prefix="", session_offset=0)
+EVALUATION = Stages(start=pb.STAGE_EVALUATE, kind="evaluate", prefix="EVAL_", session_offset=1)
+
+ACCEPTED = VERDICT
+"""A survivor's verdict in the last verifying stage: it verified the claimed sum (a site that refuses it uploads
+nothing and stops, :class:`~fedfair.core.errors.VerificationError`)."""
 
 STREAM_ACCEPTED = ("fedfair-stream", "accepted")
 """The initial metadata the aggregator sends on a task stream it took (this name's only live one), before

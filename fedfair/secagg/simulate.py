@@ -4,8 +4,9 @@ The parties and the server are the real state machines; every message goes throu
 its wire format (``to_bytes`` then ``from_bytes``) exactly as a transport would carry
 it, so the demo, the benchmark, the tests and the in-process simulation exercise
 the same code paths as a deployment. Identity keys are generated per call and
-pinned (no PKI). Parties can be made to go silent at any of the six stages, and with ``verified``
-the round ends with the VERIFY stage, after which every survivor holds the aggregate it verified.
+pinned (no PKI). The round loops over the stages of :data:`~fedfair.secagg.round.SECURE_ROUND` (or the
+``protocol`` given). Parties can be made to go silent at any stage, and with ``verified`` the round ends with
+the VERIFY stages, after which every survivor holds the aggregate it verified.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -22,44 +24,12 @@ from fedfair.pki.identity import (
     pinned_verifier,
     public_key_bytes,
 )
-from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
-from fedfair.secagg.messages import (
-    AdvertiseKeys,
-    ConsistencySignature,
-    KeyDirectory,
-    MaskedInput,
-    MaskingSet,
-    Message,
-    ShareBundle,
-    ShareCheck,
-    ShareKeys,
-    SurvivorSet,
-    UnmaskRequest,
-    UnmaskResponse,
-)
+from fedfair.secagg.round import SECURE_ROUND, Opening, SecureRound, StageSpec
+from fedfair.secagg.server import AggregateResult
+from fedfair.secagg.messages import Message
 from fedfair.secagg.wire import Stage
-from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
-from fedfair.secagg.server import AggregateResult, Server
-
-_M = TypeVar(
-    "_M",
-    AdvertiseKeys,
-    KeyDirectory,
-    ShareKeys,
-    ShareBundle,
-    ShareCheck,
-    MaskingSet,
-    MaskedInput,
-    SurvivorSet,
-    ConsistencySignature,
-    UnmaskRequest,
-    UnmaskResponse,
-    AggregateClaim,
-    AggregateTag,
-    TagSet,
-)
 
 
 @dataclass
@@ -88,6 +58,7 @@ def simulate_round(
     *,
     verified: bool = False,
     clock: Callable[[], float] = time.perf_counter,
+    protocol: SecureRound = SECURE_ROUND,
 ) -> RoundTrace:
     """Run a round of ``config`` and return its trace.
 
@@ -102,6 +73,7 @@ def simulate_round(
     verified: run the VERIFY stage after UNMASK (an honest server's claim); drop[Stage.VERIFY] parties send
         no tag, so every survivor refuses the aggregate (a VerificationError, MISSING_TAG).
     clock: what the trace's seconds are read from (``time.process_time`` for CPU seconds).
+    protocol: the kind of secure round to run (its stages, its client and server), looped over in order.
 
     Raises whatever the protocol raises, e.g. ThresholdError when too many parties drop.
     """
@@ -109,118 +81,89 @@ def simulate_round(
     identities = {name: generate_identity_key() for name in config.parties}
     verify = pinned_verifier({name: key.public_key() for name, key in identities.items()})
     clients = {
-        config.party_id(name): Client(config, name, key, public_key_bytes(key), verify, verified=verified)
+        config.party_id(name): protocol.client(config, name, key, public_key_bytes(key), verify, verified=verified)
         for name, key in identities.items()
     }
-    server = Server(config, verify)
-    client_seconds: dict[Stage, list[float]] = {stage: [] for stage in Stage}
+    server = protocol.server(config, verify)
+    # Per stage, each party's seconds in its steps, in the order the parties first took a step of it.
+    party_seconds: dict[Stage, dict[int, float]] = {stage: {} for stage in Stage}
     server_seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
     upload_bytes = dict.fromkeys(clients, 0)
     active = set(clients)
-
-    def senders(stage: Stage) -> list[int]:
-        active.difference_update(drop.get(stage, ()))
-        return sorted(active)
-
-    def client_timer(stage: Stage) -> _Timer:
-        return _Timer(client_seconds[stage].append, clock)
+    verified_sums: dict[int, np.ndarray] = {}
 
     def server_timer(stage: Stage) -> _Timer:
         return _Timer(lambda seconds: server_seconds.__setitem__(stage, server_seconds[stage] + seconds), clock)
 
-    def upload(party: int, message: _M) -> _M:
-        wire = message.to_bytes()
-        upload_bytes[party] += len(wire)
-        received = type(message).from_bytes(wire)
-        if observe is not None:
-            observe(received)
-        return received
-
-    for party in senders(Stage.ADVERTISE):
-        with client_timer(Stage.ADVERTISE):
-            advertisement = clients[party].advertise()
-        advertisement = upload(party, advertisement)
-        with server_timer(Stage.ADVERTISE):
-            server.receive_advertisement(advertisement)
-    with server_timer(Stage.ADVERTISE):
-        directory = _over_wire(server.key_directory())
-
-    for party in senders(Stage.SHARE):
-        with client_timer(Stage.SHARE):
-            shares = clients[party].share_keys(directory)
-        shares = upload(party, shares)
-        with server_timer(Stage.SHARE):
-            server.receive_shares(shares)
-    with server_timer(Stage.SHARE):
-        bundles = server.share_bundles()
-
-    for party in senders(Stage.CHECK):
-        bundle = _over_wire(bundles[party])
-        with client_timer(Stage.CHECK):
-            check = clients[party].check_shares(bundle)
-        check = upload(party, check)
-        with server_timer(Stage.CHECK):
-            server.receive_share_check(check)
-    with server_timer(Stage.CHECK):
-        masking_set = _over_wire(server.masking_set())
-
-    for party in senders(Stage.MASK):
-        if party not in masking_set.parties:
-            continue
-        encoded = encoded_input(party)
-        with client_timer(Stage.MASK):
-            masked = clients[party].masked_input(masking_set, encoded)
-        masked = upload(party, masked)
-        with server_timer(Stage.MASK):
-            server.receive_masked_input(masked)
-    with server_timer(Stage.MASK):
-        survivor_set = _over_wire(server.survivor_set())
-
-    for party in senders(Stage.CONSISTENCY):
-        if party not in survivor_set.survivors:
-            continue
-        with client_timer(Stage.CONSISTENCY):
-            signature = clients[party].consistency(survivor_set)
-        signature = upload(party, signature)
-        with server_timer(Stage.CONSISTENCY):
-            server.receive_consistency(signature)
-    with server_timer(Stage.CONSISTENCY):
-        request = _over_wire(server.unmask_request())
-
-    for party in senders(Stage.UNMASK):
-        if party not in request.survivors:
-            continue
-        with client_timer(Stage.UNMASK):
-            response = clients[party].unmask(request)
-        response = upload(party, response)
-        with server_timer(Stage.UNMASK):
-            server.receive_unmask_response(response)
-    with server_timer(Stage.UNMASK):
-        result = server.finish()
-    accepted: dict[int, Decoded] = {}
-    if verified:
-        with server_timer(Stage.VERIFY):
-            claim = _over_wire(server.claim())
-        taggers = [party for party in senders(Stage.VERIFY) if party in result.contributors]
-        for party in taggers:
-            with client_timer(Stage.VERIFY):
-                tag = clients[party].tag(claim)
-            tag = upload(party, tag)
-            with server_timer(Stage.VERIFY):
-                server.receive_tag(tag)
-        with server_timer(Stage.VERIFY):
-            tags = _over_wire(server.tag_set())
-        for party in taggers:
+    def run(spec: StageSpec, opening: Opening) -> Opening | None:
+        """Each party still there and addressed takes the stage's step and uploads; then the server closes it."""
+        active.difference_update(drop.get(spec.stage, ()))
+        inputs = opening.inputs
+        if inputs is not None and not isinstance(inputs, Mapping):
+            inputs = _over_wire(inputs)
+        for party in sorted(active.intersection(opening.among)):
+            received = _over_wire(inputs[party]) if isinstance(inputs, Mapping) else inputs
+            encoding = _Encoding(partial(encoded_input, party), clock)
+            seconds = party_seconds[spec.stage]
             started = clock()
-            vector = clients[party].verify(tags)
-            client_seconds[Stage.VERIFY][taggers.index(party)] += clock() - started
-            accepted[party] = config.encoder.decode(vector, len(result.contributors))
+            outcome = spec.step(clients[party], received, encoding)
+            # The party's time in its step, without the caller's encoding of its input.
+            seconds[party] = seconds.get(party, 0.0) + clock() - started - encoding.seconds
+            if spec.upload is None:  # the party's verdict: the sum it verified
+                verified_sums[party] = outcome
+                continue
+            wire = outcome.to_bytes()
+            upload_bytes[party] += len(wire)
+            message = spec.upload(wire)
+            if observe is not None:
+                observe(message)
+            assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
+            with server_timer(spec.stage):
+                spec.receive(server, message)
+        if spec.close is None:
+            return None
+        with server_timer(spec.stage):
+            return spec.close(server)
+
+    opening: Opening | None = Opening(tuple(clients), None)
+    for spec in protocol.sum_stages:
+        assert opening is not None  # every stage of the sum but its last opens the next
+        opening = run(spec, opening)
+    last = protocol.sum_stages[-1].stage
+    with server_timer(last):
+        result: AggregateResult = server.finish()
+    if verified:
+        first = protocol.verify_stages[0].stage
+        with server_timer(first):
+            opening = protocol.open_verification(server, result)
+        for spec in protocol.verify_stages:
+            assert opening is not None  # every verifying stage but the last opens the next
+            opening = run(spec, opening)
+    accepted = {
+        party: config.encoder.decode(vector, len(result.contributors)) for party, vector in verified_sums.items()
+    }
+    client_seconds = {stage: list(seconds.values()) for stage, seconds in party_seconds.items()}
     return RoundTrace(result, client_seconds, server_seconds, upload_bytes, accepted)
 
 
-def _over_wire(message: _M) -> _M:
+def _over_wire(message: Any) -> Any:
     """The message as its receiver gets it: serialised and parsed again."""
     return type(message).from_bytes(message.to_bytes())
+
+
+class _Encoding:
+    """A party's encoded input, asked for by the stage that masks it; the seconds the caller took to encode it."""
+
+    def __init__(self, encoded_input: Callable[[], np.ndarray], clock: Callable[[], float]) -> None:
+        self._encoded_input = encoded_input
+        self._clock = clock
+        self.seconds = 0.0
+
+    def __call__(self) -> np.ndarray:
+        started = self._clock()
+        encoded = self._encoded_input()
+        self.seconds += self._clock() - started
+        return encoded
 
 
 class _Timer:

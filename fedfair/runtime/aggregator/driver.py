@@ -23,45 +23,21 @@ import numpy as np
 from fedfair.core.errors import ConfigError, ProtocolError, Refusal, RefusedError, RoundAbortedError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_plain
+from fedfair.runtime.aggregator.secure_uploads import SecureUpload
 from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, RoundGrace, StageProgress, StageReady, UploadHandler
 from fedfair.runtime.contract import ACCEPTED, EVALUATION, TRAINING, RoundParameters, Stages, model_digest
-from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_plain
-from fedfair.runtime.aggregator.secure_uploads import SECURE_UPLOADS
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
-from fedfair.secagg import EncodingConfig, SecAggConfig, Server
+from fedfair.secagg import EncodingConfig, SecAggConfig
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.wire import Stage as SecAggStage
+from fedfair.secagg.round import Opening, SecureSum, StageSpec
 
 logger = logging.getLogger("fedfair.aggregator")
 
-MESSAGE_OVERHEAD_BYTES = 64 << 10
-"""Room for headers, keys, signatures and certificates around a stage's vector."""
-
-
-UPLOAD_NOUNS: dict[int, str] = {
-    pb.STAGE_ADVERTISE_KEYS: "key advertisements",
-    pb.STAGE_SHARE_KEYS: "encrypted shares",
-    pb.STAGE_CHECK_SHARES: "share checks",
-    pb.STAGE_MASKED_INPUT: "masked inputs",
-    pb.STAGE_CONSISTENCY: "consistency signatures",
-    pb.STAGE_UNMASK: "unmasking responses",
-    pb.STAGE_VERIFY_CLAIM: "tags of the claimed sum",
-    pb.STAGE_VERIFY_TAGS: "verdicts on the claimed sum",
-    pb.STAGE_EVAL_ADVERTISE_KEYS: "evaluation key advertisements",
-    pb.STAGE_EVAL_SHARE_KEYS: "evaluation encrypted shares",
-    pb.STAGE_EVAL_CHECK_SHARES: "evaluation share checks",
-    pb.STAGE_EVAL_MASKED_INPUT: "masked evaluation sums",
-    pb.STAGE_EVAL_CONSISTENCY: "evaluation consistency signatures",
-    pb.STAGE_EVAL_UNMASK: "evaluation unmasking responses",
-    pb.STAGE_EVAL_VERIFY_CLAIM: "tags of the claimed evaluation sums",
-    pb.STAGE_EVAL_VERIFY_TAGS: "verdicts on the claimed evaluation sums",
-}
-"""What the uploads of each stage are, for the operator's progress line."""
-
-PLAIN_NOUNS: dict[int, str] = {pb.STAGE_MASKED_INPUT: "updates", pb.STAGE_EVAL_MASKED_INPUT: "evaluation sums"}
-"""The same, with secure aggregation off (nothing is masked)."""
+PLAIN_NOUNS: dict[pb.Stage, str] = {TRAINING.masked: "updates", EVALUATION.masked: "evaluation sums"}
+"""What the uploads of a sum are with secure aggregation off (nothing is masked), for the operator's progress line."""
 
 
 def log_progress(secure: bool, progress: StageProgress) -> None:
@@ -70,7 +46,7 @@ def log_progress(secure: bool, progress: StageProgress) -> None:
     'round 4: 2 of 3 masked inputs, waiting for hospital-c, 40 s left'.
     """
     stage = progress.binding.stage
-    noun = (None if secure else PLAIN_NOUNS.get(stage)) or UPLOAD_NOUNS.get(stage, pb.Stage.Name(stage))
+    noun = (None if secure else PLAIN_NOUNS.get(stage)) or _secure_noun(stage) or pb.Stage.Name(stage)
     logger.info(
         "round %d: %d of %d %s, waiting for %s, %.0f s left",
         progress.binding.round,
@@ -146,7 +122,7 @@ class SumDriver:
         if self.grace.round != round_number:
             self.grace = RoundGrace(round_number, self.settings.grace)
         parameters = RoundParameters(
-            kind=kind or ("evaluate" if stages is EVALUATION else "train"),
+            kind=kind or stages.kind,
             round=round_number,
             secure=self.settings.secure,
             parties=roster,
@@ -280,48 +256,30 @@ class SumDriver:
     # ------------------------------------------------------------ secure aggregation
 
     def _secure(self, round_number: int, stages: Stages, parameters: RoundParameters) -> SumOutcome:
+        """Run every stage of the aggregation's secure round (:attr:`Stages.protocol`), in its order."""
         try:
             config = parameters.secagg_config(self.settings.federation_id, stages)
         except ConfigError as error:
             raise RoundAbortedError(f"secure aggregation cannot run with these participants: {error}") from None
-        server = Server(config, self.verify)
+        protocol = stages.protocol
+        server = protocol.server(config, self.verify)
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
-        small = MESSAGE_OVERHEAD_BYTES + 1024 * config.size
 
-        def stage(
-            wire: pb.Stage, kind: SecAggStage, expected: frozenset[str], inputs: bytes | Mapping[str, bytes], size: int
-        ) -> frozenset[str]:
-            handler = SECURE_UPLOADS[kind].handler(server, config)
-            # UNMASK ends as soon as every secret can be rebuilt and checked: a survivor that
-            # withholds its shares costs nothing once enough others answered.
-            ready = server.ready if kind is SecAggStage.UNMASK else None
-            return self._stage(round_number, wire, expected, inputs, handler, size, outcome, ready=ready)
-
-        def names(parties: tuple[int, ...]) -> frozenset[str]:
-            return frozenset(config.name_of(party) for party in parties)
+        def run(specs: tuple[StageSpec, ...], opening: Opening | None) -> None:
+            for spec in specs:
+                assert opening is not None  # every stage of a round but the last of its sum and its own opens the next
+                self._secure_stage(round_number, stages, spec, server, opening, parameters, outcome)
+                why = spec.withheld(server) if spec.withheld is not None else None
+                if why is not None:
+                    raise RoundAbortedError(why)
+                opening = spec.close(server) if spec.close is not None else None
 
         try:
-            advertised = stage(
-                stages.advertise, SecAggStage.ADVERTISE, frozenset(config.parties), parameters.to_bytes(), small
-            )
-            shared = stage(stages.share, SecAggStage.SHARE, advertised, server.key_directory().to_bytes(), small)
-            bundles = {config.name_of(party): bundle.to_bytes() for party, bundle in server.share_bundles().items()}
-            stage(stages.check, SecAggStage.CHECK, shared & bundles.keys(), bundles, small)
-            masking = server.masking_set()
-            vector_bytes = (config.dimension + 1) * np.dtype(config.encoder.dtype).itemsize + MESSAGE_OVERHEAD_BYTES
-            stage(stages.masked, SecAggStage.MASK, names(masking.parties), masking.to_bytes(), vector_bytes)
-            survivor_set = server.survivor_set()
-            survivors = names(survivor_set.survivors)
-            stage(stages.consistency, SecAggStage.CONSISTENCY, survivors, survivor_set.to_bytes(), small)
-            stage(stages.unmask, SecAggStage.UNMASK, survivors, server.unmask_request().to_bytes(), small)
+            run(protocol.sum_stages, Opening(tuple(map(config.party_id, config.parties)), None))
             result = server.finish()
-            if stages.claim is not None and stages.tags is not None:
-                contributors = names(result.contributors)
-                self.unmasked = contributors  # from here on, a void round leaves every survivor bound to them
-                claim = server.claim().to_bytes()
-                stage(stages.claim, SecAggStage.VERIFY, contributors, claim, small)
-                del claim  # the d + 1 words again: the board's parts hold them no longer than the stage
-                self._verdicts(round_number, stages.tags, config, server, contributors, outcome, small)
+            # From here on, a void round leaves every survivor bound to the sum's contributors.
+            self.unmasked = frozenset(map(config.name_of, result.contributors))
+            run(protocol.verify_stages, protocol.open_verification(server, result))
         except ProtocolError as error:
             # Whoever the protocol could prove misbehaved is named, even when the round is void.
             raise RoundAbortedError(str(error), self._named(round_number, config, server)) from None
@@ -333,44 +291,45 @@ class SumDriver:
         outcome.contributors = tuple(config.name_of(party) for party in result.contributors)
         return outcome
 
-    def _verdicts(
+    def _secure_stage(
         self,
         round_number: int,
-        wire: pb.Stage,
-        config: SecAggConfig,
-        server: Server,
-        contributors: frozenset[str],
+        stages: Stages,
+        spec: StageSpec,
+        server: SecureSum,
+        opening: Opening,
+        parameters: RoundParameters,
         outcome: SumOutcome,
-        size: int,
     ) -> None:
-        """Relay every survivor's tags and collect the survivors' verdicts (verified aggregation).
+        """Run one stage of a secure round: send each party `opening` addressed it and take its upload.
 
-        Raises:
-            RoundAbortedError: a survivor sent no tag, or the tags do not add up to the sum this aggregator
-                claimed (a survivor tagged something other than its input). Relayed, either would make every
-                survivor refuse the sum and stop; aborted, the model stays as it was and the federation goes on.
+        The first stage's input is the round's public parameters. A stage whose parties upload a verdict
+        (:data:`~fedfair.runtime.contract.ACCEPTED`) takes nothing else.
         """
-        untagged = [config.name_of(party) for party in server.untagged]
-        if untagged:
-            raise RoundAbortedError(f"no tag of the claimed sum from {', '.join(untagged)}: nobody could verify it")
-        if not server.tags_add_up():
-            raise RoundAbortedError(
-                "the survivors' tags do not add up to the sum this aggregator unmasked: a survivor tagged "
-                "something other than its input (verified aggregation cannot say which)"
-            )
-
-        def verdict(peer: str, payload: bytes) -> None:
-            if payload != ACCEPTED:
-                raise RefusedError(Refusal.INVALID_UPLOAD, "a verdict is the word accepted, or no upload")
-
-        accepted = self._stage(round_number, wire, contributors, server.tag_set().to_bytes(), verdict, size, outcome)
-        refused = sorted(contributors - accepted)
-        if refused:
+        config = server.config
+        expected = frozenset(map(config.name_of, opening.among))
+        if opening.inputs is None:
+            inputs: bytes | dict[str, bytes] = parameters.to_bytes()
+        elif isinstance(opening.inputs, Mapping):
+            inputs = {config.name_of(party): message.to_bytes() for party, message in opening.inputs.items()}
+        else:
+            inputs = opening.inputs.to_bytes()
+        if spec.upload is None:
+            handler: UploadHandler = _verdict
+        else:
+            assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
+            handler = SecureUpload(spec.upload, partial(spec.receive, server)).handler(config)
+        ready = None if spec.ready is None else partial(spec.ready, server)
+        size = spec.upload_bytes(config)
+        uploaded = self._stage(round_number, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready)
+        del inputs  # a claimed sum's d + 1 words: the board's parts hold them no longer than the stage
+        refused = sorted(expected - uploaded)
+        if spec.upload is None and refused:
             # With the true sum claimed and its tags adding up, an honest survivor accepts it: one that did not
             # answer dropped out (or lies); the model is the survivors' sum all the same.
             logger.warning("round %d: no verdict on the verified sum from %s", round_number, ", ".join(refused))
 
-    def _named(self, round_number: int, config: SecAggConfig, server: Server) -> dict[str, str]:
+    def _named(self, round_number: int, config: SecAggConfig, server: SecureSum) -> dict[str, str]:
         """The collaborators to exclude from later rounds, with why.
 
         Those the protocol proved at fault, and those accused by more than max_colluding distinct collaborators
@@ -429,6 +388,21 @@ class SumDriver:
         outcome.weighted_sum, outcome.total_weight = total, total_weight
         outcome.contributors = tuple(sorted(contributors))
         return outcome
+
+
+def _verdict(peer: str, payload: bytes) -> None:
+    """Take a survivor's verdict on the verified sum: the word accepted, or no upload."""
+    if payload != ACCEPTED:
+        raise RefusedError(Refusal.INVALID_UPLOAD, "a verdict is the word accepted, or no upload")
+
+
+def _secure_noun(stage: pb.Stage) -> str | None:
+    """What the uploads of the secure stage `stage` are, in whichever aggregation it belongs to."""
+    for stages in (TRAINING, EVALUATION):
+        spec = stages.specs.get(stage)
+        if spec is not None:
+            return stages.noun(spec)
+    return None
 
 
 def _start_stage_before(stage: pb.Stage) -> pb.Stage | None:

@@ -1,29 +1,19 @@
-"""How the aggregator takes each secure-aggregation stage's upload: parse it, check its sender, hand it on.
+"""How the aggregator takes a secure-aggregation stage's upload: parse it, check its sender, hand it on.
 
-One table, `SECURE_UPLOADS`: per stage, the message class that parses the upload and the method of the
-secure-aggregation server that receives it. Identity is the uploader's certificate: a message naming
-another party is refused before the server sees it. The round driver (`driver.py`) runs the stages.
+What parses a stage's upload and what receives it are the stage's (:class:`~fedfair.secagg.round.StageSpec`);
+here is what every stage shares: identity is the uploader's certificate, so a message naming another party is
+refused before the server sees it. The round driver (`driver.py`) runs the stages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.stages import UploadHandler
-from fedfair.secagg import SecAggConfig, Server
-from fedfair.secagg.messages import (
-    AdvertiseKeys,
-    ConsistencySignature,
-    MaskedInput,
-    ShareCheck,
-    ShareKeys,
-    UnmaskResponse,
-)
-from fedfair.secagg.verify_messages import AggregateTag
-from fedfair.secagg.wire import Stage as SecAggStage
+from fedfair.secagg import SecAggConfig
 
 
 class SignedMessage(Protocol):
@@ -41,14 +31,14 @@ Message = TypeVar("Message", bound=SignedMessage)
 class SecureUpload(Generic[Message]):
     """How the aggregator takes one secure-aggregation stage's upload.
 
-    Parse it, check its sender against the certificate's party, hand it to the secure-aggregation server.
+    Parse it, check its sender against the certificate's party, hand it to the secure-aggregation server's step.
     """
 
     parse: Callable[[bytes], Message]
-    receive: Callable[[Server, Message], None]
+    receive: Callable[[Message], None]
 
-    def handler(self, server: Server, config: SecAggConfig) -> UploadHandler:
-        """The stage's upload handler for `server`.
+    def handler(self, config: SecAggConfig) -> UploadHandler:
+        """The stage's upload handler in a round of `config`.
 
         Raises:
             RefusedError: reason :attr:`Refusal.INVALID_UPLOAD` when the message names another
@@ -60,18 +50,6 @@ class SecureUpload(Generic[Message]):
             # Identity is the certificate's: a message naming another party is refused outright.
             if message.sender != config.party_id(peer):
                 raise RefusedError(Refusal.INVALID_UPLOAD, "the message names another party than the certificate")
-            self.receive(server, message)
+            self.receive(message)
 
         return absorb
-
-
-SECURE_UPLOADS: dict[SecAggStage, SecureUpload[Any]] = {
-    SecAggStage.ADVERTISE: SecureUpload(AdvertiseKeys.from_bytes, Server.receive_advertisement),
-    SecAggStage.SHARE: SecureUpload(ShareKeys.from_bytes, Server.receive_shares),
-    SecAggStage.CHECK: SecureUpload(ShareCheck.from_bytes, Server.receive_share_check),
-    SecAggStage.MASK: SecureUpload(MaskedInput.from_bytes, Server.receive_masked_input),
-    SecAggStage.CONSISTENCY: SecureUpload(ConsistencySignature.from_bytes, Server.receive_consistency),
-    SecAggStage.UNMASK: SecureUpload(UnmaskResponse.from_bytes, Server.receive_unmask_response),
-    SecAggStage.VERIFY: SecureUpload(AggregateTag.from_bytes, Server.receive_tag),
-}
-"""Each secure-aggregation stage's message class and the server's method that takes it."""

@@ -1,7 +1,8 @@
 """The collaborator's secure-aggregation steps of one aggregation (a training round or an evaluation).
 
-Each upload stage has one step function, ``step(participant, work, inputs) -> payload``,
-picked by the explicit table :data:`STEPS`:
+Each upload stage has one step function, ``step(participant, work, inputs) -> payload``, built from the
+secure round's declaration (:data:`~fedfair.secagg.round.SECURE_ROUND`) in its order (:func:`round_steps`):
+a stage's client step, or the runtime's own where it adds to it.
 
 A step raises a WITHDRAWN :class:`~fedfair.core.errors.RefusedError` (or the protocol's own
 errors) to withdraw from the rest of the round; the process (:mod:`fedfair.runtime.collaborator.client`) then
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
@@ -41,18 +43,17 @@ from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, sta
 from fedfair.runtime.transport import Pieces, pb
 from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import Client, Encoder, EncodingConfig
-from fedfair.secagg.prg import KEY_BYTES, apply_masks
-from fedfair.secagg.verify import Challenge
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.messages import KeyDirectory, MaskingSet, ShareBundle, SurvivorSet, UnmaskRequest
-from fedfair.secagg.verify_messages import AggregateClaim, TagSet
-
+from fedfair.secagg.prg import KEY_BYTES, apply_masks
+from fedfair.secagg.round import SecureRound, StageSpec
+from fedfair.secagg.verify import Challenge
+from fedfair.secagg.wire import Stage as SecAggStage
 
 StageInput = bytes | memoryview
 """A stage's input: bytes, or for a claimed sum (:data:`CLAIMS`) a read-only view of the buffer it arrived in."""
 
-CLAIMS = frozenset({pb.STAGE_VERIFY_CLAIM, pb.STAGE_EVAL_VERIFY_CLAIM})
+CLAIMS = frozenset(stages.claim for stages in (TRAINING, EVALUATION) if stages.claim is not None)
 """The stages whose input is a claimed sum (d + 1 words): read as a view, since bytes would copy it once more."""
 
 
@@ -233,7 +234,7 @@ class Participant:
 
 
 def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """Check the round's parameters (`inputs`) and start this round's client; return its key advertisement.
+    """Check the round's parameters (`inputs`) and start this round's client; return its first upload.
 
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when the parameters differ from the plan
     (:meth:`Participant.check_parameters`).
@@ -250,29 +251,11 @@ def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
         assert held is not None  # only the tag step of this work's own round reads its words
         return held.view.read_words(span)
 
-    verified = kept_words if work.stages.claim is not None else False
-    work.client = Client(config, me.name, me.identity_key, me.credential, me.verify, verified=verified)
-    return work.client.advertise().to_bytes()
-
-
-def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """The encrypted key shares for the advertised peers (`inputs`, the key directory).
-
-    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no keys were advertised this round.
-    """
-    if work.client is None:
-        raise RefusedError(Refusal.WITHDRAWN, "no keys were advertised this round")
-    return work.client.share_keys(KeyDirectory.from_bytes(inputs)).to_bytes()
-
-
-def check(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """This party's signed check of the shares it received (`inputs`, its share bundle).
-
-    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no keys were shared this round.
-    """
-    if work.client is None:
-        raise RefusedError(Refusal.WITHDRAWN, "no keys were shared this round")
-    return work.client.check_shares(ShareBundle.from_bytes(inputs)).to_bytes()
+    protocol = work.stages.protocol
+    verified = kept_words if protocol.verify_stages else False
+    work.client = protocol.client(config, me.name, me.identity_key, me.credential, me.verify, verified=verified)
+    first = protocol.sum_stages[0]
+    return bytes(first.step(work.client, None, _not_asked).to_bytes())
 
 
 def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
@@ -287,17 +270,19 @@ def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
         assert work.vector is not None  # the process withdraws before any step when it has nothing
         me.check_parameters(work, inputs)
         return plain_upload(work.vector, work.weight, work.stages.masked)
-    if work.client is None:
-        raise RefusedError(Refusal.WITHDRAWN, "no shares were checked this round")
+    spec = work.stages.protocol.spec(SecAggStage.MASK)
+    client = _started(work, spec)
     if work.encoded is not None:
         encoded = work.encoded
     elif work.vector is not None:
-        encoded = work.client.config.encoder.encode(work.vector, work.weight)
+        encoded = client.config.encoder.encode(work.vector, work.weight)
     else:
         raise RefusedError(Refusal.WITHDRAWN, "this round's encoding was masked already; it is not masked twice")
     work.encoded = None  # masked in place: never reuse it
+    received = _received(spec, inputs)
     # In pieces: the masked words travel from their own memory, never copied whole into one message.
-    return work.client.masked_input(MaskingSet.from_bytes(inputs), encoded).to_pieces()
+    pieces: Pieces = spec.step(client, received, lambda: encoded).to_pieces()
+    return pieces
 
 
 def consistency(me: Participant, work: Work, inputs: StageInput) -> bytes:
@@ -306,10 +291,10 @@ def consistency(me: Participant, work: Work, inputs: StageInput) -> bytes:
     Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when fewer survivors than the floor remain, or this input was
     already signed for with other survivors (two sums could then be subtracted).
     """
-    if work.client is None:
-        raise RefusedError(Refusal.WITHDRAWN, "no masked input was sent this round")
-    survivor_set = SurvivorSet.from_bytes(inputs)
-    config = work.client.config
+    spec = work.stages.protocol.spec(SecAggStage.CONSISTENCY)
+    client = _started(work, spec)
+    survivor_set = _received(spec, inputs)
+    config = client.config
     # Ids outside the roster are the client's to refuse; the binding is checked before anything is signed.
     survivors = frozenset(config.name_of(party) for party in survivor_set.survivors if config.is_party(party))
     floor = me.survivor_floor
@@ -325,19 +310,9 @@ def consistency(me: Participant, work: Work, inputs: StageInput) -> bytes:
             "this input was already signed for with other survivors (in an earlier session or round, or before "
             "a restart); two sums over different survivors would let the aggregator subtract one from the other",
         )
-    signature = work.client.consistency(survivor_set)
+    signature = spec.step(client, survivor_set, _not_asked)
     work.view.bind(survivors)  # kept on disk before the signature leaves
-    return signature.to_bytes()
-
-
-def unmask(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """The shares this party reveals for the unmask request in `inputs`.
-
-    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no masked input was sent this round.
-    """
-    if work.client is None:
-        raise RefusedError(Refusal.WITHDRAWN, "no masked input was sent this round")
-    return work.client.unmask(UnmaskRequest.from_bytes(inputs)).to_bytes()
+    return bytes(signature.to_bytes())
 
 
 def tag(me: Participant, work: Work, inputs: StageInput) -> bytes:
@@ -348,13 +323,13 @@ def tag(me: Participant, work: Work, inputs: StageInput) -> bytes:
             (EQUIVOCATED): the aggregator misbehaves, and the process stops rather than withdraw.
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this party sent no masked input this round.
     """
-    if work.client is None:
-        raise RefusedError(Refusal.WITHDRAWN, "no masked input was sent this round")
+    spec = work.stages.protocol.verify_stages[0]
+    client = _started(work, spec)
     try:
-        claim = AggregateClaim.from_bytes(inputs)
+        claim = _received(spec, inputs)
     except ProtocolError as error:  # unreadable: the aggregator's to answer for, as a claim that does not fit
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the claimed sum is unreadable: {error}") from None
-    return work.client.tag(claim).to_bytes()
+    return bytes(spec.step(client, claim, _not_asked).to_bytes())
 
 
 def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
@@ -368,38 +343,81 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
         VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED).
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this party sent no masked input this round.
     """
-    if work.client is None:
-        raise RefusedError(Refusal.WITHDRAWN, "no masked input was sent this round")
+    spec = _verdicts(work.stages.protocol)
+    client = _started(work, spec)
     try:
-        tags = TagSet.from_bytes(inputs)
+        tags = _received(spec, inputs)
     except ProtocolError as error:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
-    verified = work.client.verify(tags)
+    verified = spec.step(client, tags, _not_asked)
     if work.stages is TRAINING and work.view.survivors is not None:
-        me.chain.verified(work.round, verified, work.view.survivors, work.client.config.encoder)
+        me.chain.verified(work.round, verified, work.view.survivors, client.config.encoder)
     return ACCEPTED
+
+
+def client_step(spec: StageSpec) -> Step:
+    """The step of a stage that asks nothing of the runtime: the round's client takes the stage's input."""
+
+    def step(me: Participant, work: Work, inputs: StageInput) -> bytes:
+        """The client's upload for the stage's input (`inputs`).
+
+        Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when this party did not take the stages before it.
+        """
+        return bytes(spec.step(_started(work, spec), _received(spec, inputs), _not_asked).to_bytes())
+
+    return step
 
 
 Step = Callable[[Participant, Work, StageInput], bytes | Pieces]
 
-STEPS: dict[pb.Stage, Step] = {
-    TRAINING.advertise: advertise,
-    TRAINING.share: share,
-    TRAINING.check: check,
-    TRAINING.masked: masked,
-    TRAINING.consistency: consistency,
-    TRAINING.unmask: unmask,
-    pb.STAGE_VERIFY_CLAIM: tag,
-    pb.STAGE_VERIFY_TAGS: verdict,
-    EVALUATION.advertise: advertise,
-    EVALUATION.share: share,
-    EVALUATION.check: check,
-    EVALUATION.masked: masked,
-    EVALUATION.consistency: consistency,
-    EVALUATION.unmask: unmask,
-    pb.STAGE_EVAL_VERIFY_CLAIM: tag,
-    pb.STAGE_EVAL_VERIFY_TAGS: verdict,
-}
+
+def round_steps(stages: Stages) -> dict[pb.Stage, Step]:
+    """The step a collaborator runs at each upload stage of an aggregation over `stages`, in the round's order.
+
+    A stage of the round's declaration runs its client's step, unless the runtime adds to it: the first checks
+    the round's parameters and starts the client, masking encodes the contribution (or sends it plain), the
+    survivors' signature is bound on disk first, and the verifying stages stop the site on a bad sum.
+    """
+    protocol = stages.protocol
+    runtime: dict[StageSpec, Step] = {
+        protocol.sum_stages[0]: advertise,
+        protocol.spec(SecAggStage.MASK): masked,
+        protocol.spec(SecAggStage.CONSISTENCY): consistency,
+    }
+    if protocol.verify_stages:
+        runtime[protocol.verify_stages[0]] = tag
+        runtime[_verdicts(protocol)] = verdict
+    return {stages.wire(spec): runtime.get(spec) or client_step(spec) for spec in protocol.stages(True)}
+
+
+def _verdicts(protocol: SecureRound) -> StageSpec:
+    """The verifying stage whose uploads are the survivors' verdicts (no message: :data:`ACCEPTED`)."""
+    return next(spec for spec in protocol.verify_stages if spec.upload is None)
+
+
+def _started(work: Work, spec: StageSpec) -> Any:
+    """The round's client, once this party began the round; else it cannot take `spec`'s stage.
+
+    Raises:
+        RefusedError: reason :attr:`Refusal.WITHDRAWN`, saying what this party missed (:attr:`StageSpec.unready`).
+    """
+    if work.client is None:
+        raise RefusedError(Refusal.WITHDRAWN, spec.unready)
+    return work.client
+
+
+def _received(spec: StageSpec, inputs: StageInput) -> Any:
+    """The stage's input message, parsed (a claimed sum straight from the buffer it arrived in)."""
+    assert spec.received is not None  # only the first stage's input is the runner's own
+    return spec.received(inputs)
+
+
+def _not_asked() -> np.ndarray:
+    """The encoded input, which only the masking stage asks for."""
+    raise ProtocolError("only the masking stage takes this party's encoded input")
+
+
+STEPS: dict[pb.Stage, Step] = {**round_steps(TRAINING), **round_steps(EVALUATION)}
 """The step a collaborator runs at each upload stage of a training round and of an evaluation."""
 
 

@@ -28,6 +28,7 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_EVAL_UNMASK: _ClassVar[Stage]
     STAGE_EVAL_VERIFY_CLAIM: _ClassVar[Stage]
     STAGE_EVAL_VERIFY_TAGS: _ClassVar[Stage]
+    STAGE_EVAL_EXTENSION: _ClassVar[Stage]
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -67,6 +68,7 @@ STAGE_EVAL_CONSISTENCY: Stage
 STAGE_EVAL_UNMASK: Stage
 STAGE_EVAL_VERIFY_CLAIM: Stage
 STAGE_EVAL_VERIFY_TAGS: Stage
+STAGE_EVAL_EXTENSION: Stage
 DTYPE_UNSPECIFIED: DType
 DTYPE_FLOAT32: DType
 DTYPE_FLOAT64: DType

@@ -1,0 +1,341 @@
+"""The secure round declared once: its stages, in order, each naming everything that makes it.
+
+As Flower's SecAgg+ workflow loops over a tuple of steps, whoever runs a round (the in-process
+:func:`~fedfair.secagg.simulate.simulate_round`, the aggregator's driver, the collaborator's steps) loops over
+:data:`SECURE_ROUND`'s stages instead of writing them out. As in pyca's layering, the state machines the
+stages call (:class:`~fedfair.secagg.client.Client`, :class:`~fedfair.secagg.server.Server`) do no I/O: a
+stage names their steps, and its runner moves the bytes. A stage (:class:`StageSpec`) names its wire name and
+log noun, how its input and its upload are parsed, the client's step, the server's receive and close, and
+how large an upload may be. Adding a stage is one more :class:`StageSpec` and its client and server functions;
+another kind of secure sum (with commitments, or two servers) is another :class:`SecureRound` beside this one,
+whose server keeps the :class:`SecureSum` interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from fedfair.pki.identity import CredentialVerifier
+from fedfair.secagg.client import Client
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.messages import (
+    AdvertiseKeys,
+    ConsistencySignature,
+    KeyDirectory,
+    MaskedInput,
+    MaskingSet,
+    ShareBundle,
+    ShareCheck,
+    ShareKeys,
+    SurvivorSet,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+from fedfair.secagg.server import AggregateResult, Server
+from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
+from fedfair.secagg.wire import Stage
+
+VERDICT = b"accepted"
+"""A survivor's upload in the last verifying stage: it verified the claimed sum (one that refuses it uploads
+nothing and stops, :class:`~fedfair.core.errors.VerificationError`)."""
+
+MESSAGE_OVERHEAD_BYTES = 64 << 10
+"""Room for headers, keys, signatures and certificates around a stage's vector."""
+
+
+class SecureSum(Protocol):
+    """What a runner needs of a secure sum's server beyond its stages' own steps.
+
+    A second kind of secure sum keeps this interface, so the runners that loop over its stages need no change.
+    """
+
+    config: SecAggConfig
+
+    def finish(self) -> AggregateResult:
+        """Close the last stage of the sum: the unmasked, decoded sum and who is in it."""
+
+    @property
+    def culprits(self) -> dict[int, str]:
+        """Party -> why the server names it so far (also after an abort)."""
+
+    @property
+    def proven(self) -> frozenset[int]:
+        """Culprits whose fault the server saw itself, not only through others' accusations."""
+
+    @property
+    def accusations(self) -> dict[int, tuple[int, ...]]:
+        """Accused party -> its accusers."""
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What the server's close of a stage hands the next: whom that stage addresses, and what each is sent.
+
+    among: the parties the next stage expects an upload from (in increasing order).
+    inputs: one message every party of `among` is sent, or each party's own (party -> message); None for
+        the first stage, whose input is the runner's own (the aggregator: the round's public parameters).
+    """
+
+    among: tuple[int, ...]
+    inputs: Any
+
+    def input_for(self, party: int) -> Any:
+        """The message `party` is sent."""
+        return self.inputs[party] if isinstance(self.inputs, Mapping) else self.inputs
+
+
+ClientStep = Callable[[Any, Any, Callable[[], np.ndarray]], Any]
+"""step(client, the stage's input message, the party's encoded input) -> the party's upload.
+
+Only the masking stage asks for the encoded input (called once, there)."""
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of a secure round: everything a runner needs to run it.
+
+    stage: the stage its messages are bound to (their header).
+    wire: its name on the runtime's transport, less ``STAGE_`` and an evaluation's ``EVAL_`` (proto/fedfair.proto).
+    noun: what its uploads are, for the operator's progress line ('masked inputs').
+    evaluation_noun: the same in an evaluation's sum ('masked evaluation sums').
+    received: parses the stage's input; None for the first stage, whose input is the runner's own.
+    step: the client's step (:data:`ClientStep`).
+    upload: parses an upload; None when a party's upload is its :data:`VERDICT`, not a message.
+    receive: the server's step per upload (None with `upload` None).
+    close: the server's close of the stage: the next stage's :class:`Opening` (None for the last stage of the
+        sum, which :meth:`SecureSum.finish` closes, and for the round's last).
+    upload_bytes: the largest upload the stage takes, for the round's config.
+    unready: why a party that never began the round (it has no client) cannot take this stage.
+    ready: whether the server already has what the stage needs, so it may close before every party answered.
+    withheld: why an aggregator must not close the stage and send its outcome on (None: it may), checked just
+        before :attr:`close`; it aborts the round instead. An in-process round sends it on regardless.
+    """
+
+    stage: Stage
+    wire: str
+    noun: str
+    evaluation_noun: str
+    received: Callable[[bytes | memoryview], Any] | None
+    step: ClientStep
+    upload: Callable[[bytes], Any] | None
+    receive: Callable[[Any, Any], None] | None
+    close: Callable[[Any], Opening] | None
+    upload_bytes: Callable[[SecAggConfig], int]
+    unready: str
+    ready: Callable[[Any], bool] | None = None
+    withheld: Callable[[Any], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class SecureRound:
+    """A kind of secure sum: its stages in order and how its parties and its server are made.
+
+    sum_stages: the stages that make the sum; :meth:`SecureSum.finish` closes the last.
+    verify_stages: the optional stages that verify it (verified aggregation).
+    server: makes the server's state for a round (config, a verifier of the parties' credentials).
+    client: makes a party's state for a round (:class:`~fedfair.secagg.client.Client`'s arguments).
+    open_verification: opens the first verifying stage once the sum is finished.
+    """
+
+    name: str
+    sum_stages: tuple[StageSpec, ...]
+    verify_stages: tuple[StageSpec, ...]
+    server: Callable[[SecAggConfig, CredentialVerifier], Any]
+    client: Callable[..., Any]
+    open_verification: Callable[[Any, AggregateResult], Opening]
+
+    def stages(self, verified: bool) -> tuple[StageSpec, ...]:
+        """The stages a round runs, in order: the sum's, and with `verified` the verifying ones."""
+        return self.sum_stages + self.verify_stages if verified else self.sum_stages
+
+    def spec(self, stage: Stage) -> StageSpec:
+        """The first of this round's stages bound to `stage`."""
+        return next(spec for spec in self.stages(True) if spec.stage is stage)
+
+
+def small_upload(config: SecAggConfig) -> int:
+    """The largest upload of a stage that carries keys, shares or signatures: a KiB per party, and overhead."""
+    return MESSAGE_OVERHEAD_BYTES + 1024 * config.size
+
+
+def vector_upload(config: SecAggConfig) -> int:
+    """The largest masked input: the d + 1 encoded words, and overhead."""
+    return (config.dimension + 1) * np.dtype(config.encoder.dtype).itemsize + MESSAGE_OVERHEAD_BYTES
+
+
+def _key_directory(server: Server) -> Opening:
+    directory = server.key_directory()
+    return Opening(tuple(advertisement.sender for advertisement in directory.advertisements), directory)
+
+
+def _bundles(server: Server) -> Opening:
+    bundles = server.share_bundles()
+    return Opening(tuple(sorted(bundles)), bundles)
+
+
+def _masking_set(server: Server) -> Opening:
+    masking = server.masking_set()
+    return Opening(masking.parties, masking)
+
+
+def _survivor_set(server: Server) -> Opening:
+    survivors = server.survivor_set()
+    return Opening(survivors.survivors, survivors)
+
+
+def _unmask_request(server: Server) -> Opening:
+    request = server.unmask_request()
+    return Opening(request.survivors, request)
+
+
+def _claim(server: Server, result: AggregateResult) -> Opening:
+    return Opening(result.contributors, server.claim())
+
+
+def _tag_set(server: Server) -> Opening:
+    tag_set = server.tag_set()
+    return Opening(tuple(tag.sender for tag in tag_set.tags), tag_set)
+
+
+def _tags_withheld(server: Server) -> str | None:
+    """Why the survivors' tags must not be relayed: a tag is missing, or the tags do not add up.
+
+    Relayed, either would make every survivor refuse the sum and stop; aborted instead, the model stays as it
+    was and the federation goes on.
+    """
+    untagged = [server.config.name_of(party) for party in server.untagged]
+    if untagged:
+        return f"no tag of the claimed sum from {', '.join(untagged)}: nobody could verify it"
+    if not server.tags_add_up():
+        return (
+            "the survivors' tags do not add up to the sum this aggregator unmasked: a survivor tagged "
+            "something other than its input (verified aggregation cannot say which)"
+        )
+    return None
+
+
+NO_INPUT = "no masked input was sent this round"
+
+SECURE_ROUND = SecureRound(
+    name="secagg-v3",
+    sum_stages=(
+        StageSpec(
+            Stage.ADVERTISE,
+            "ADVERTISE_KEYS",
+            "key advertisements",
+            "evaluation key advertisements",
+            received=None,
+            step=lambda client, _nothing, _own: client.advertise(),
+            upload=AdvertiseKeys.from_bytes,
+            receive=Server.receive_advertisement,
+            close=_key_directory,
+            upload_bytes=small_upload,
+            unready="this round's client was never started",
+        ),
+        StageSpec(
+            Stage.SHARE,
+            "SHARE_KEYS",
+            "encrypted shares",
+            "evaluation encrypted shares",
+            received=KeyDirectory.from_bytes,
+            step=lambda client, directory, _own: client.share_keys(directory),
+            upload=ShareKeys.from_bytes,
+            receive=Server.receive_shares,
+            close=_bundles,
+            upload_bytes=small_upload,
+            unready="no keys were advertised this round",
+        ),
+        StageSpec(
+            Stage.CHECK,
+            "CHECK_SHARES",
+            "share checks",
+            "evaluation share checks",
+            received=ShareBundle.from_bytes,
+            step=lambda client, bundle, _own: client.check_shares(bundle),
+            upload=ShareCheck.from_bytes,
+            receive=Server.receive_share_check,
+            close=_masking_set,
+            upload_bytes=small_upload,
+            unready="no keys were shared this round",
+        ),
+        StageSpec(
+            Stage.MASK,
+            "MASKED_INPUT",
+            "masked inputs",
+            "masked evaluation sums",
+            received=MaskingSet.from_bytes,
+            step=lambda client, masking, own: client.masked_input(masking, own()),
+            upload=MaskedInput.from_bytes,
+            receive=Server.receive_masked_input,
+            close=_survivor_set,
+            upload_bytes=vector_upload,
+            unready="no shares were checked this round",
+        ),
+        StageSpec(
+            Stage.CONSISTENCY,
+            "CONSISTENCY",
+            "consistency signatures",
+            "evaluation consistency signatures",
+            received=SurvivorSet.from_bytes,
+            step=lambda client, survivors, _own: client.consistency(survivors),
+            upload=ConsistencySignature.from_bytes,
+            receive=Server.receive_consistency,
+            close=_unmask_request,
+            upload_bytes=small_upload,
+            unready=NO_INPUT,
+        ),
+        StageSpec(
+            Stage.UNMASK,
+            "UNMASK",
+            "unmasking responses",
+            "evaluation unmasking responses",
+            received=UnmaskRequest.from_bytes,
+            step=lambda client, request, _own: client.unmask(request),
+            upload=UnmaskResponse.from_bytes,
+            receive=Server.receive_unmask_response,
+            close=None,
+            upload_bytes=small_upload,
+            unready=NO_INPUT,
+            # It ends as soon as every secret can be rebuilt and checked: a survivor that withholds its
+            # shares costs nothing once enough others answered.
+            ready=Server.ready,
+        ),
+    ),
+    verify_stages=(
+        StageSpec(
+            Stage.VERIFY,
+            "VERIFY_CLAIM",
+            "tags of the claimed sum",
+            "tags of the claimed evaluation sums",
+            received=AggregateClaim.from_bytes,
+            step=lambda client, claim, _own: client.tag(claim),
+            upload=AggregateTag.from_bytes,
+            receive=Server.receive_tag,
+            close=_tag_set,
+            upload_bytes=small_upload,
+            unready=NO_INPUT,
+            withheld=_tags_withheld,
+        ),
+        StageSpec(
+            Stage.VERIFY,
+            "VERIFY_TAGS",
+            "verdicts on the claimed sum",
+            "verdicts on the claimed evaluation sums",
+            received=TagSet.from_bytes,
+            step=lambda client, tags, _own: client.verify(tags),
+            upload=None,
+            receive=None,
+            close=None,
+            upload_bytes=small_upload,
+            unready=NO_INPUT,
+        ),
+    ),
+    server=Server,
+    client=Client,
+    open_verification=_claim,
+)
+"""The secure round this project runs: Bonawitz et al.'s six stages, then the two that verify the sum."""

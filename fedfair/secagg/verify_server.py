@@ -1,0 +1,68 @@
+"""The aggregator's side of the VERIFY stages: claim the sum, collect each survivor's tags, relay them.
+
+The construction (challenge, masked tags, their sum) is :mod:`fedfair.secagg.verify`; the parties' side is
+:mod:`fedfair.secagg.verify_client`.
+"""
+
+from __future__ import annotations
+
+from fedfair.core.errors import (
+    AuthenticationError,
+    ProtocolError,
+)
+from fedfair.pki.identity import is_valid_signature
+from fedfair.secagg.server_state import Phase, ServerState
+from fedfair.secagg.verify import TAG_BYTES, Challenge, aggregate_digest, check_sum, tag_payload
+from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
+from fedfair.secagg.wire import Stage, check_header
+
+
+class VerifyStages(ServerState):
+    """The server's VERIFY stages, after :meth:`~fedfair.secagg.server.Server.finish`: claim, tags, relay."""
+
+    def claim(self) -> AggregateClaim:
+        """Open VERIFY (after :meth:`finish`): show the survivors the unmasked sum, which commits the server to it."""
+        self._expect(Phase.DONE)
+        self._digest = aggregate_digest(self._session, self._survivors, self._sum)
+        self._phase = Phase.COLLECT_TAGS
+        return AggregateClaim(self._header(Stage.VERIFY), self._sum)
+
+    def receive_tag(self, message: AggregateTag) -> None:
+        """Accept one survivor's tags, signed by it over the digest of the aggregate this server claimed."""
+        self._expect(Phase.COLLECT_TAGS, message)
+        check_header(message, self.config, self._session)
+        sender = message.sender
+        if sender not in self._masked:
+            raise ProtocolError(f"party {sender} is not a survivor and cannot tag the aggregate")
+        if sender in self._tags:
+            raise ProtocolError(f"party {sender} already tagged the aggregate")
+        payload = tag_payload(self._session, self._digest, sender, message.tags)
+        if len(message.tags) != TAG_BYTES or not is_valid_signature(
+            self._identities[sender], message.signature, payload
+        ):
+            raise AuthenticationError(f"party {sender}'s tag is not signed by it over the claimed aggregate")
+        self._tags[sender] = message
+
+    @property
+    def untagged(self) -> tuple[int, ...]:
+        """The survivors whose tags have not arrived (VERIFY stage): every party will refuse the aggregate without them."""
+        return tuple(sorted(self._masked - self._tags.keys()))
+
+    def tags_add_up(self) -> bool:
+        """Whether the tags received sum to the claimed aggregate's challenge dots, as every survivor will check.
+
+        For a server that claimed the true sum, False means a survivor tagged something other than its input
+        (which nobody can tell apart from a forged sum): relaying the tags would only make every survivor
+        refuse the aggregate, so the runtime aborts the round instead. Costs one challenge over the d + 1 words.
+        """
+        self._expect(Phase.COLLECT_TAGS)
+        if self.untagged:
+            return False
+        challenge = Challenge(self._session, self._digest, self._sum.size)
+        return check_sum(challenge.dots(self._sum), (self._tags[party].tags for party in sorted(self._tags)))
+
+    def tag_set(self) -> TagSet:
+        """Close VERIFY: relay every tag received to every survivor, which then checks them (:meth:`Client.verify`)."""
+        self._expect(Phase.COLLECT_TAGS)
+        self._phase = Phase.VERIFIED
+        return TagSet(self._header(Stage.VERIFY), tuple(self._tags[party] for party in sorted(self._tags)))
