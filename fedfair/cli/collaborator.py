@@ -51,7 +51,8 @@ def _reset_ledger_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.collaborator.config import load_collaborator_config
 
     config = load_collaborator_config(args.config)
-    ledger = open_ledger(config)
+    # Not checked against this folder's link: a reset is how an operator starts again where that check refuses.
+    ledger = open_ledger(config, starting_over=True)
     if not args.confirm:
         print(describe_ledger(ledger))
         raise ConfigError(

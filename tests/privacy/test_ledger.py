@@ -100,7 +100,7 @@ def rechained(document: dict[str, Any]) -> None:
         (lambda document: document["entries"].pop(), r"head records 3 entries .* file holds 2"),
         (lambda document: document.update(entries=[]), r"head records 3 entries .* file holds 0"),
         (lambda document: document.pop("head"), r"missing head"),
-        (lambda document: document.update(version=0), r"version 0, this fedfair reads 1"),
+        (lambda document: document.update(version=0), r"version 0, this fedfair reads 2"),
         (lambda document: document.update(data={"csv": "/elsewhere.csv"}), r"is the ledger of 'hospital-a' for"),
         (drop_key(0, "delta"), r"entry 0: .*missing delta"),
         (rechained, r"entry 1: mu = 1e\+300 is outside \(0, 1\.84467e\+19\]"),

@@ -1,0 +1,90 @@
+"""What makes two tables the same data for a privacy ledger: the same rows, whatever the file.
+
+A site's table is named, for its ledger, by a SHA-256 over its rows as the collaborator reads them
+(:func:`fedfair.datasets.tabular.read_table`: CSV of any sniffed dialect and encoding, or Parquet),
+canonicalised so that a re-export of the same rows gives the same digest:
+
+- the columns in the order of their names (so their order in the file does not count);
+- a missing cell is empty; a cell that reads as a finite number is that number's float (1, 1.0 and "1.00"
+  alike); any other cell is its text, stripped of surrounding spaces;
+- the rows in sorted order (so their order in the file does not count), each row once per time it occurs.
+
+A file moved, renamed, copied, converted between CSV and Parquet, re-quoted or re-sorted is the same table;
+a table with a row added, removed or corrected, or a column added or renamed, is other data, with a ledger of
+its own that the site's folder starts only on its operator's reset (:mod:`fedfair.privacy.ledger_home`).
+[data] recode is not part of it: it renames values the plan sees, not whose records they are.
+
+Why: docs/security.md, "The privacy ledger".
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets.tabular import read_table
+
+TABLE_KEY = "table_rows_sha256"
+"""The key of a table's fingerprint in a ledger's data identity."""
+
+_SEEN: dict[tuple[str, int, int], str] = {}
+"""Fingerprints already computed, by (resolved path, mtime in ns, size): a site opens its ledger several times."""
+
+
+def table_fingerprint(path: Path) -> str:
+    """SHA-256 (hex) of the table at `path`'s canonical rows (the module's rules).
+
+    Raises:
+        ConfigError: the table cannot be read, naming the file.
+    """
+    try:
+        status = path.stat()
+    except OSError:
+        raise ConfigError(f"data file {path} not found; check [data] csv in the config") from None
+    key = (str(path.resolve()), status.st_mtime_ns, status.st_size)
+    if key not in _SEEN:
+        _SEEN[key] = _fingerprint(read_table(path))
+    return _SEEN[key]
+
+
+def _fingerprint(table: pd.DataFrame) -> str:
+    names = [str(name).strip() for name in table.columns]
+    order = sorted(range(len(names)), key=lambda index: names[index])
+    cells = [_canonical(table.iloc[:, index]) for index in order]
+    rows = sorted("\x1f".join(row) for row in zip(*cells, strict=True))
+    digest = hashlib.sha256("\x1e".join(names[index] for index in order).encode())
+    for row in rows:
+        digest.update(b"\n" + row.encode())
+    return digest.hexdigest()
+
+
+def _canonical(column: pd.Series) -> list[str]:
+    """One column's cells as canonical text: empty, a float's repr, or stripped text."""
+    missing = column.isna().to_numpy()
+    text = column.astype(str).str.strip()
+    numbers = pd.to_numeric(text.where(~missing, ""), errors="coerce").to_numpy(dtype=float)
+    finite = np.isfinite(numbers) & ~missing
+    return [
+        "" if absent else repr(float(number)) if is_number else value
+        for value, number, is_number, absent in zip(text.tolist(), numbers, finite, missing, strict=True)
+    ]
+
+
+def was_same_data(former: Mapping[str, object], identity: Mapping[str, object]) -> bool:
+    """Whether a ledger of before, keyed by `former` (a table's path, or a partition), was of `identity`'s data.
+
+    A path that no longer holds a readable table was this site's table before it moved: taken as the same, so
+    that its releases are counted, never lost (at worst twice).
+    """
+    csv = former.get("csv")
+    if isinstance(csv, str) and TABLE_KEY in identity:
+        try:
+            return table_fingerprint(Path(csv)) == identity[TABLE_KEY]
+        except ConfigError:
+            return True
+    return dict(former) == dict(identity)
