@@ -3,14 +3,11 @@
 ``NAME.DATA.ledger.json`` (DATA: the first 16 hex digits of :func:`data_digest`) holds every noised
 release of that data with the federation that asked; the budget counts them all, and only the site's
 operator starts it again (:meth:`Ledger.reset`, itself a kept entry). Each entry carries the SHA-256 of
-the one before, the head the count and the last hash, and every value is range-checked on load, so an
-edited or truncated ledger is refused naming the file and the entry. The chain has no secret: it catches
-accidents and careless scripts, not someone who recomputes it.
+the one before, the head the count and the last hash, and every value is range-checked on load: an edited
+or truncated ledger is refused naming the file and the entry (the chain has no secret: it catches accidents).
 
-A ledger has a lineage (a random id drawn when it starts) and a home (the absolute path it was last written
-at). A file whose home holds another file of its lineage is a copy of that ledger, and is refused: two copies
-could each spend the budget. A file whose home is gone was moved, and takes its new place as home. Where a
-ledger lives and how a site's folder checks it is the one it charged: :mod:`fedfair.privacy.ledger_home`.
+A ledger has a lineage (a random id) and a home (where it was last written): a file whose home still holds
+its lineage is a copy, and is refused; one whose home is gone was moved (:mod:`fedfair.privacy.ledger_home`).
 
 Why: docs/design.md, "Inside the privacy library".
 """

@@ -1,16 +1,10 @@
 """Where an institution's ledgers live, and how a site's folder knows the ledger it charged is the one it finds.
 
-The ledgers of one institution live together, outside any site's folder: in ``$FEDFAIR_LEDGER_DIR``, else
-``$XDG_STATE_HOME/fedfair/ledgers``, else ``~/.local/state/fedfair/ledgers``. Each is named by the site and a
-digest of its data (:func:`~fedfair.privacy.ledger.ledger_path`), so a moved, renamed or copied folder, or a
-re-exported table, opens the same ledger, and two copies of a folder on one machine share it (its lock
-serialises their charges).
-
-Beside its config a site keeps a link (``NAME.ledger-link.json``): the data, lineage, generation (entry count)
-and head hash of the ledger it last wrote. Opening checks the ledger against it: another lineage, fewer
-entries, or another hash at that generation means the ledger was replaced, rolled back or is a copy that
-spent on its own, and is refused naming the fix; so is a ledger that is missing where the link says one was
-charged, and a table whose rows changed since (a new ledger starts only on purpose: the operator's reset).
+An institution's ledgers live outside any site's folder (``$FEDFAIR_LEDGER_DIR``, else the user's state folder),
+named by site and data digest: a moved or copied folder, or a re-exported table, opens the same ledger, and copies
+of a folder on one machine share it. Beside its config a site keeps a link (``NAME.ledger-link.json``: lineage,
+generation, head of the ledger it last charged); a ledger that is missing, another, rolled back or diverged
+from it, or a table whose rows changed, is refused naming the fix (starting again is the operator's reset).
 
 Why: docs/design.md, "Inside the privacy library"; the threat model: docs/security.md.
 """

@@ -1,18 +1,10 @@
 """What makes two tables the same data for a privacy ledger: the same rows, whatever the file.
 
-A site's table is named, for its ledger, by a SHA-256 over its rows as the collaborator reads them
-(:func:`fedfair.datasets.tabular.read_table`: CSV of any sniffed dialect and encoding, or Parquet),
-canonicalised so that a re-export of the same rows gives the same digest:
-
-- the columns in the order of their names (so their order in the file does not count);
-- a missing cell is empty; a cell that reads as a finite number is that number's float (1, 1.0 and "1.00"
-  alike); any other cell is its text, stripped of surrounding spaces;
-- the rows in sorted order (so their order in the file does not count), each row once per time it occurs.
-
-A file moved, renamed, copied, converted between CSV and Parquet, re-quoted or re-sorted is the same table;
-a table with a row added, removed or corrected, or a column added or renamed, is other data, with a ledger of
-its own that the site's folder starts only on its operator's reset (:mod:`fedfair.privacy.ledger_home`).
-[data] recode is not part of it: it renames values the plan sees, not whose records they are.
+A SHA-256 over the rows as the collaborator reads them (:func:`fedfair.datasets.tabular.read_table`), with the
+columns in name order, a missing cell empty, a cell that reads as a finite number as its float (1, 1.0, "1.00"
+alike), other text stripped, and the rows sorted. A file moved, copied, converted between CSV and Parquet or
+re-sorted is the same table; a row added, removed or corrected, or a column renamed, is other data, whose ledger
+a site's folder starts only on its operator's reset. [data] recode does not count: it renames values, not people.
 
 Why: docs/security.md, "The privacy ledger".
 """
