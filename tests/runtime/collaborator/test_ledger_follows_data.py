@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -201,3 +204,40 @@ def test_a_ledger_kept_by_the_tables_path_is_taken_over_after_a_move(
         "table_rows_sha256": ledger.identity["table_rows_sha256"]
     }
     assert data_digest(ledger.identity) != data_digest(old_identity)
+
+
+@pytest.mark.slow
+def test_a_launched_federations_ledger_survives_mv_of_its_workspace(tmp_path: Path) -> None:
+    """The issue's own steps: `launch --csv ... --workdir W` (kept), then `mv W`: the ledger's epsilon is the same
+    before and after, through real processes and the real CLI."""
+    table = adult_raw_table().iloc[:1200]
+    for index, name in enumerate(["north", "south"]):
+        table.iloc[index * 600 : (index + 1) * 600].to_csv(tmp_path / f"{name}.csv", index=False)
+    workdir = tmp_path / "w"
+    flags = ["--csv", str(tmp_path / "north.csv"), str(tmp_path / "south.csv"), "--label", "income"]
+    command = [sys.executable, "-m", "fedfair.cli"]
+    done = subprocess.run(
+        [*command, "launch", *flags, "--rounds", "1", "--workdir", str(workdir), "--no-fedavg"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    def ledger_of(root: Path) -> str:
+        shown = subprocess.run(
+            [*command, "collaborator", "ledger", "--config", str(root / "north" / "collaborator.toml")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        found = re.search(r"epsilon (\S+) spent at delta", shown.stdout)
+        assert found is not None, shown.stdout
+        return found.group(1)
+
+    before = ledger_of(workdir)
+    assert float(before) > 0
+    moved = tmp_path / "moved"
+    shutil.move(workdir, moved)
+    assert ledger_of(moved) == before
