@@ -349,7 +349,7 @@ class Ledger:
             if not isinstance(lineage, str) or not isinstance(home, str) or not isinstance(formerly, list):
                 raise ConfigError(f"{where}: its lineage, home or formerly is not of its type; {_FIX}")
             self.lineage, self.formerly = lineage, formerly
-            moved = Path(home) != self.path
+            moved = not _same_file(Path(home), self.path)
             if moved and _holds_lineage(Path(home), lineage):
                 raise ConfigError(
                     f"{where} is a copy of the ledger at {home} (lineage {lineage[:12]}...): each copy could spend "
@@ -381,6 +381,14 @@ class Ledger:
             )
         self._entries = entries
         return moved
+
+
+def _same_file(home: Path, path: Path) -> bool:
+    """Whether `home` names the file at `path` (the same path, or another spelling of it through a link)."""
+    try:
+        return home == path or os.path.samefile(home, path)
+    except OSError:
+        return False
 
 
 def _holds_lineage(path: Path, lineage: str) -> bool:

@@ -37,7 +37,7 @@ def ledger_folder() -> Path:
     """The folder of this institution's ledgers: ``$FEDFAIR_LEDGER_DIR``, else the user's state folder."""
     named = os.environ.get(LEDGER_DIR_VARIABLE)
     if named:
-        return Path(named).expanduser()
+        return Path(named).expanduser().absolute()
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "fedfair" / "ledgers"
 

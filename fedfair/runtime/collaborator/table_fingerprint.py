@@ -12,6 +12,7 @@ Why: docs/security.md, "The privacy ledger".
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -56,15 +57,23 @@ def _fingerprint(table: pd.DataFrame) -> str:
 
 
 def _canonical(column: pd.Series) -> list[str]:
-    """One column's cells as canonical text: empty, a float's repr, or stripped text."""
-    missing = column.isna().to_numpy()
-    text = column.astype(str).str.strip()
-    numbers = pd.to_numeric(text.where(~missing, ""), errors="coerce").to_numpy(dtype=float)
-    finite = np.isfinite(numbers) & ~missing
-    return [
-        "" if absent else repr(float(number)) if is_number else value
-        for value, number, is_number, absent in zip(text.tolist(), numbers, finite, missing, strict=True)
-    ]
+    """One column's cells as canonical text, each distinct value canonicalised once."""
+    codes, values = pd.factorize(column, use_na_sentinel=True)
+    canonical = np.array([*(_cell(value) for value in values.tolist()), ""], dtype=object)  # code -1: missing
+    return list(canonical[codes])
+
+
+def _cell(value: object) -> str:
+    """A present cell as canonical text: a finite number as its float's repr, else its text stripped."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            number = float(text)
+        except ValueError:
+            return text
+    return repr(number) if math.isfinite(number) else str(value).strip()
 
 
 def was_same_data(former: Mapping[str, object], identity: Mapping[str, object]) -> bool:

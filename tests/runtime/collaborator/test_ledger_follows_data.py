@@ -241,3 +241,22 @@ def test_a_launched_federations_ledger_survives_mv_of_its_workspace(tmp_path: Pa
     moved = tmp_path / "moved"
     shutil.move(workdir, moved)
     assert ledger_of(moved) == before
+
+
+def test_a_dp_sgd_accountant_kept_by_the_tables_path_is_taken_over_after_a_move(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A site's local DP-SGD accountant keyed by the table's path continues under the rows' key, not from 0."""
+    from fedfair.privacy.accounting import PrivacyAccountant, compute_epsilon, privacy_state_path
+
+    old_identity = {"csv": str((site.parent / "table.csv").resolve())}
+    PrivacyAccountant(privacy_state_path(site.parent, "site-a", old_identity), federation="f", data=old_identity).spend(
+        1.1, 0.01, 20
+    )
+    moved = site.parent.parent / "moved-site"
+    shutil.move(site.parent, moved)
+    shown = _shown(moved / "collaborator.toml", capsys)
+    delta = load_collaborator_config(moved / "collaborator.toml").privacy.delta
+    epsilon = compute_epsilon(1.1, 0.01, 20, delta)
+    assert f"DP-SGD on this data (local), epsilon {epsilon:.4g} at delta {delta:g} over 20 steps" in shown, shown
+    assert len(list(moved.glob("site-a.*.privacy.json.taken-over"))) == 1
