@@ -91,7 +91,9 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     start.set_defaults(handler=_start_command)
     ledger = commands.add_parser(
-        "ledger", help="what this institution's noised inputs have spent of its data's budget, in every federation"
+        "ledger",
+        help="what this institution's noised inputs have spent of its data's budget, in every federation (the "
+        "ledger of its table's rows, in $FEDFAIR_LEDGER_DIR or ~/.local/state/fedfair/ledgers)",
     )
     ledger.add_argument("--config", type=Path, required=True, help="this institution's collaborator.toml")
     ledger.add_argument("--delta", type=float, help="report epsilon at this delta (default: the plan's)")
