@@ -346,7 +346,10 @@ class Ledger:
         moved = False
         if version == VERSION:
             lineage, home, formerly = document["lineage"], document["home"], document["formerly"]
-            if not isinstance(lineage, str) or not isinstance(home, str) or not isinstance(formerly, list):
+            taken_over = isinstance(formerly, list) and all(
+                isinstance(former, dict) and isinstance(former.get("file"), str) for former in formerly
+            )
+            if not isinstance(lineage, str) or not isinstance(home, str) or not taken_over:
                 raise ConfigError(f"{where}: its lineage, home or formerly is not of its type; {_FIX}")
             self.lineage, self.formerly = lineage, formerly
             moved = not _same_file(Path(home), self.path)
