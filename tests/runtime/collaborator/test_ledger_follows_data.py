@@ -204,6 +204,17 @@ def test_a_ledger_kept_by_the_tables_path_is_taken_over_after_a_move(
         "table_rows_sha256": ledger.identity["table_rows_sha256"]
     }
     assert data_digest(ledger.identity) != data_digest(old_identity)
+    # The federation's record of before names the old file: it still accepts the ledger that continues it.
+    from fedfair.runtime.collaborator.input_record import InputRecord
+
+    record = {"format": "fedfair-bindings", "version": 3, "latest": 1, "inputs": {}, "kept": {}, "trainings": 0,
+              "thresholds": {}, "charged": 1, "resets": 0, "ledger": old_path.name}  # fmt: skip
+    (moved / "site-a.fed-old.bindings.json").write_text(json.dumps(record))
+    InputRecord(moved / "site-a.fed-old.bindings.json", "fed-old", ledger=ledger)
+    record["ledger"] = "site-a.0123456789abcdef.ledger.json"
+    (moved / "site-a.fed-old.bindings.json").write_text(json.dumps(record))
+    with pytest.raises(Exception, match=r"its data changed within a federation"):
+        InputRecord(moved / "site-a.fed-old.bindings.json", "fed-old", ledger=ledger)
 
 
 @pytest.mark.slow
