@@ -9,6 +9,14 @@ import os
 # them out of theirs (fedfair.runtime.observe.logs.quiet_grpc).
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
+import tempfile  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+# A privacy ledger follows an institution's data wherever its folder is, in the user's state folder
+# (fedfair.privacy.ledger_home): the suite's federations reuse site names and data, so each test (and each
+# module's shared federations) gets a ledger folder of its own, never the user's.
+os.environ["FEDFAIR_LEDGER_DIR"] = tempfile.mkdtemp(prefix="fedfair-test-ledgers-")
+
 import pytest  # noqa: E402
 import torch
 from hypothesis import settings
@@ -29,6 +37,18 @@ settings.load_profile("fedfair")
 # took 36 CPU-s on torch's default threads and 21 on one. Torch's threads only: numpy's BLAS keeps its
 # own, since test_baselines.py's SLSQP solve depends on its summation order.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_ledger_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FEDFAIR_LEDGER_DIR", str(tmp_path_factory.mktemp("module-ledgers")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _ledger_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FEDFAIR_LEDGER_DIR", str(tmp_path_factory.mktemp("ledgers")))
 
 
 @pytest.fixture(scope="session")

@@ -51,7 +51,8 @@ def _reset_ledger_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.collaborator.config import load_collaborator_config
 
     config = load_collaborator_config(args.config)
-    ledger = open_ledger(config)
+    # Not checked against this folder's link: a reset is how an operator starts again where that check refuses.
+    ledger = open_ledger(config, starting_over=True)
     if not args.confirm:
         print(describe_ledger(ledger))
         raise ConfigError(
@@ -90,7 +91,9 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     start.set_defaults(handler=_start_command)
     ledger = commands.add_parser(
-        "ledger", help="what this institution's noised inputs have spent of its data's budget, in every federation"
+        "ledger",
+        help="what this institution's noised inputs have spent of its data's budget, in every federation (the "
+        "ledger of its table's rows, in $FEDFAIR_LEDGER_DIR or ~/.local/state/fedfair/ledgers)",
     )
     ledger.add_argument("--config", type=Path, required=True, help="this institution's collaborator.toml")
     ledger.add_argument("--delta", type=float, help="report epsilon at this delta (default: the plan's)")

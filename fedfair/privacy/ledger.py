@@ -3,9 +3,11 @@
 ``NAME.DATA.ledger.json`` (DATA: the first 16 hex digits of :func:`data_digest`) holds every noised
 release of that data with the federation that asked; the budget counts them all, and only the site's
 operator starts it again (:meth:`Ledger.reset`, itself a kept entry). Each entry carries the SHA-256 of
-the one before, the head the count and the last hash, and every value is range-checked on load, so an
-edited or truncated ledger is refused naming the file and the entry. The chain has no secret: it catches
-accidents and careless scripts, not someone who recomputes it.
+the one before, the head the count and the last hash, and every value is range-checked on load: an edited
+or truncated ledger is refused naming the file and the entry (the chain has no secret: it catches accidents).
+
+A ledger has a lineage (a random id) and a home (where it was last written): a file whose home still holds
+its lineage is a copy, and is refused; one whose home is gone was moved (:mod:`fedfair.privacy.ledger_home`).
 
 Why: docs/design.md, "Inside the privacy library".
 """
@@ -16,50 +18,45 @@ import datetime as dt
 import fcntl
 import hashlib
 import json
-import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedfair.core.errors import BudgetReason, ConfigError, PrivacyBudgetError
-from fedfair.core.files import MAX_JSON_INTEGER, atomic_write, read_json
-from fedfair.pki.names import FEDERATION_ID_RE
+from fedfair.core.files import atomic_write, read_json
 from fedfair.pki.roster import canonical_json
 from fedfair.privacy import distributed
+from fedfair.privacy.ledger_entries import (
+    CHARGED_KINDS,
+    MAX_TEXT,
+    RESET,
+    Entry,
+    check_charge,
+    check_reset,
+    composed,
+    keys_problem,
+    spent_on,
+)
+
+__all__ = ["CHARGED_KINDS", "RESET", "Charge", "Ledger", "composed", "data_digest", "entry_hash", "ledger_path"]
 
 FORMAT = "fedfair-ledger"
-VERSION = 1
+VERSION = 2
+"""Version 2 adds the lineage, the home and the ledgers it took over (``formerly``); a version 1 file (keyed by
+the table's path, beside the site's config) is read only to be taken over (:meth:`Ledger.take_over`)."""
 
-CHARGED_KINDS = ("statistics", "train", "evaluate")
-"""The kinds of noised input a ledger charges (a collaborator's record has the same kinds)."""
-
-RESET = "reset"
-"""The kind of the entry an operator's reset appends: what was spent before it no longer counts."""
-
-MAX_MU = 2.0**64
-"""The largest Skellam mu an entry may hold: calibration never goes past 2^60, and noise of a
-larger variance would wrap the widest (64-bit) secure sum."""
-
-MAX_TEXT = 256
-"""The longest model digest, federation id or reset reason an entry may hold."""
-
-_CHARGE_KEYS = frozenset(
-    ("kind", "federation", "round", "model", "mechanism", "mu", "l1", "l2", "sampling_rate", "addon", "delta", "prev")
-)
-_OPTIONAL_KEYS = frozenset(("prev", "rounding"))
-"""Keys a charge may lack: the chain's link before it is appended, and the rounding a release averages over (only
-when charged in expectation, :attr:`fedfair.privacy.distributed.Release.rounding`)."""
-_RESET_KEYS = frozenset(("kind", "reason", "at", "spent", "prev"))
-_HEAD_KEYS = frozenset(("format", "version", "site", "data", "count", "head", "entries"))
+_HEAD_KEYS = {
+    1: frozenset(("format", "version", "site", "data", "count", "head", "entries")),
+    2: frozenset(("format", "version", "site", "data", "lineage", "home", "formerly", "count", "head", "entries")),
+}
 
 _FIX = (
     "restore it from a backup; if it is lost for good, `fedfair collaborator reset-ledger --config FILE "
     '--reason "..." --confirm` starts it again (logged), accepting that what was spent is no longer counted'
 )
-
-Entry = dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -95,27 +92,64 @@ def entry_hash(entry: Mapping[str, object]) -> str:
 class Ledger:
     """The privacy spent by one site's data: every noised release, whichever federation asked, hash-chained."""
 
-    def __init__(self, path: Path, site: str, identity: Mapping[str, object]) -> None:
+    def __init__(self, path: Path, site: str, identity: Mapping[str, object] | None) -> None:
         """Load the ledger at `path` (of `site` and the data `identity` names), or start an empty one.
 
+        `identity` None reads a version 1 ledger of whatever data it names, to be taken over (:meth:`take_over`).
+        A ledger moved from its home is written at once with its new home.
+
         Raises:
-            ConfigError: the file is damaged, edited, truncated or of other data, naming the file and the entry.
+            ConfigError: the file is damaged, edited, truncated, of other data, or a copy of a ledger still at its
+                home, naming the file, the entry or the fix.
         """
-        self.path = path
+        self.path = Path(os.path.abspath(path))
         self.site = site
-        self.identity = dict(identity)
+        self.identity = dict(identity or {})
+        self.lineage = uuid.uuid4().hex
+        """This ledger's random id, drawn when it starts (a copy has the same)."""
+        self.formerly: list[Entry] = []
+        """The ledgers it took over: their file names, data and when."""
+        self.on_write: Callable[[Ledger], None] | None = None
+        """Called after each write (the site's folder notes what it charged, :mod:`fedfair.privacy.ledger_home`)."""
         self._entries: list[Entry] = []
-        self.found = path.exists()
+        self._version = VERSION if identity is not None else 1
+        self.found = self.path.exists()
         """Whether the ledger was on disk when it was opened (else it starts empty)."""
-        if self.found:
-            self._load()
+        if self.found and self._load():
+            with self._locked():
+                self._append([])  # moved: it now lives here, so a copy of it elsewhere is told from it
 
     # ------------------------------------------------------------ what it says
 
     @property
     def genesis(self) -> str:
-        """The ``prev`` of the first entry: the hash of the site and the data the ledger is for."""
-        return hashlib.sha256(canonical_json({"format": FORMAT, "site": self.site, "data": self.identity})).hexdigest()
+        """The ``prev`` of the first entry: the hash of the site and the lineage (version 1: the data)."""
+        if self._version == 1:
+            head: Entry = {"format": FORMAT, "site": self.site, "data": self.identity}
+        else:
+            head = {"format": FORMAT, "site": self.site, "lineage": self.lineage}
+        return hashlib.sha256(canonical_json(head)).hexdigest()
+
+    @property
+    def count_all(self) -> int:
+        """How many entries it holds, resets included: its generation."""
+        return len(self._entries)
+
+    @property
+    def head(self) -> str:
+        """The hash of its last entry (its genesis when it has none)."""
+        return entry_hash(self._entries[-1]) if self._entries else self.genesis
+
+    def head_at(self, count: int) -> str | None:
+        """The hash its head had when it held `count` entries, or None if it never held that many."""
+        if count > len(self._entries):
+            return None
+        return entry_hash(self._entries[count - 1]) if count else self.genesis
+
+    @property
+    def names(self) -> set[str]:
+        """Its file name and those of the ledgers it took over (what a federation's record may name)."""
+        return {self.path.name, *(str(former["file"]) for former in self.formerly)}
 
     @property
     def resets(self) -> int:
@@ -171,7 +205,7 @@ class Ledger:
         }
         if release.rounding:
             entry["rounding"] = release.rounding
-        _check_charge(entry)
+        check_charge(entry)
         with self._locked():
             earlier = self.releases()
             total = composed([*earlier, entry], delta)
@@ -182,7 +216,7 @@ class Ledger:
                 BudgetReason.ANSWER_REFUSED,
                 f"answering round {charge.round} ({charge.kind}) of federation {federation} would spend epsilon "
                 f"{total:.3g} at delta {delta:g}, past this institution's budget of {budget:g} for this data; spent "
-                f"so far: epsilon {composed(earlier, delta):.3g} on {_spent_on(earlier)} (kept in {self.path}); only a "
+                f"so far: epsilon {composed(earlier, delta):.3g} on {spent_on(earlier)} (kept in {self.path}); only a "
                 "larger [privacy] budget in a new plan (and in this institution's own [privacy] budget_epsilon, "
                 "where set) lets it answer more",
             )
@@ -199,7 +233,7 @@ class Ledger:
             # Records of before sampling and rounding were charged wrote neither key: 1 and 0 are what they meant.
             entry: Entry = {"sampling_rate": 1.0, "addon": 0.0, **release, "federation": federation}
             try:
-                _check_charge(entry)
+                check_charge(entry)
             except ValueError as error:
                 raise ConfigError(f"release {index} of federation {federation}: {error}") from None
             entries.append(entry)
@@ -225,6 +259,24 @@ class Ledger:
             self._append([{"kind": RESET, "reason": reason, "at": at, "spent": spent}])
         return spent
 
+    def take_over(self, former: Ledger) -> int:
+        """Continue `former` (a version 1 ledger, keyed by a path) here; return how many releases came in.
+
+        Into an empty ledger every entry comes, resets included. Into one that holds entries (another copy of
+        the site's folder took over its own first) come the releases of each federation it holds none of: a
+        release is never lost, at worst counted twice. `former` is noted in :attr:`formerly` either way.
+        """
+        at = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+        with self._locked():
+            held = {str(entry["federation"]) for entry in self._entries if entry["kind"] != RESET}
+            if self._entries:
+                taken = [entry for entry in former.releases() if str(entry["federation"]) not in held]
+            else:
+                taken = former.entries()
+            self.formerly.append({"file": former.path.name, "data": former.identity, "at": at})
+            self._append([{key: value for key, value in entry.items() if key != "prev"} for entry in taken])
+        return sum(entry["kind"] != RESET for entry in taken)
+
     # ------------------------------------------------------------ persistence
 
     @contextmanager
@@ -246,6 +298,8 @@ class Ledger:
 
     def _append(self, entries: list[Entry]) -> None:
         """Chain `entries` onto the ledger and write it atomically (all of them or none)."""
+        if self._version == 1:
+            raise ConfigError(f"{self.path} is a ledger of before (version 1): take it over, do not write it")
         chained = list(self._entries)
         previous = entry_hash(chained[-1]) if chained else self.genesis
         for entry in entries:
@@ -257,6 +311,9 @@ class Ledger:
             "version": VERSION,
             "site": self.site,
             "data": self.identity,
+            "lineage": self.lineage,
+            "home": str(self.path),
+            "formerly": self.formerly,
             "count": len(chained),
             "head": previous,
             "entries": chained,
@@ -264,21 +321,44 @@ class Ledger:
         payload = json.dumps(document, indent=1, allow_nan=False).encode()
         atomic_write(self.path, lambda stream: stream.write(payload))
         self._entries = chained
+        if self.on_write is not None:
+            self.on_write(self)
 
-    def _load(self) -> None:
+    def _load(self) -> bool:
+        """Read the file; whether it was moved from its home (and so is to be written with its new one)."""
         document = read_json(self.path, _FIX)
         where = f"privacy ledger {self.path}"
         if not isinstance(document, dict) or document.get("format") != FORMAT:
             raise ConfigError(f"{where} is not a {FORMAT} file; {_FIX}")
-        if set(document) != _HEAD_KEYS:
-            raise ConfigError(f"{where}: {_keys_problem(document, _HEAD_KEYS)}; {_FIX}")
-        if document["version"] != VERSION:
-            raise ConfigError(f"{where}: version {document['version']!r}, this fedfair reads {VERSION}; {_FIX}")
+        version = document.get("version")
+        if version not in _HEAD_KEYS or (version == 1) != (self._version == 1):
+            wanted = "1 (to be taken over)" if self._version == 1 else str(VERSION)
+            raise ConfigError(f"{where}: version {version!r}, this fedfair reads {wanted} here; {_FIX}")
+        if set(document) != _HEAD_KEYS[version]:
+            raise ConfigError(f"{where}: {keys_problem(document, _HEAD_KEYS[version])}; {_FIX}")
+        if self._version == 1 and isinstance(document["data"], dict):
+            self.identity = dict(document["data"])
         if document["site"] != self.site or document["data"] != self.identity:
             raise ConfigError(
                 f"{where} is the ledger of {document['site']!r} for the data {document['data']!r}, not of "
                 f"{self.site!r} for {self.identity!r}; put back the file that was at this path"
             )
+        moved = False
+        if version == VERSION:
+            lineage, home, formerly = document["lineage"], document["home"], document["formerly"]
+            taken_over = isinstance(formerly, list) and all(
+                isinstance(former, dict) and isinstance(former.get("file"), str) for former in formerly
+            )
+            if not isinstance(lineage, str) or not isinstance(home, str) or not taken_over:
+                raise ConfigError(f"{where}: its lineage, home or formerly is not of its type; {_FIX}")
+            self.lineage, self.formerly = lineage, formerly
+            moved = not _same_file(Path(home), self.path)
+            if moved and _holds_lineage(Path(home), lineage):
+                raise ConfigError(
+                    f"{where} is a copy of the ledger at {home} (lineage {lineage[:12]}...): each copy could spend "
+                    f"the budget on its own. Keep one: charge the one at {home} (point FEDFAIR_LEDGER_DIR at its "
+                    f"folder) and delete this copy, or, if this copy is the one to keep, delete the one at {home}"
+                )
         entries = document["entries"]
         if not isinstance(entries, list):
             raise ConfigError(f"{where}: entries is not a list; {_FIX}")
@@ -292,7 +372,7 @@ class Ledger:
                         "its prev is not the hash of the entry before it: an entry before it was removed, "
                         "inserted or edited"
                     )
-                _check_reset(entry) if entry.get("kind") == RESET else _check_charge(entry)
+                check_reset(entry) if entry.get("kind") == RESET else check_charge(entry)
             except ValueError as error:
                 raise ConfigError(f"{where}: entry {index}: {error}; {_FIX}") from None
             previous = entry_hash(entry)
@@ -303,110 +383,21 @@ class Ledger:
                 f"or the last one edited; {_FIX}"
             )
         self._entries = entries
+        return moved
 
 
-# ---------------------------------------------------------------- composing and checking
-
-
-def _release(entry: Mapping[str, object], steps: int = 1) -> distributed.Release:
-    """A ledger entry as the release it charged (`steps` times)."""
-    return distributed.Release(
-        str(entry["mechanism"]),
-        float(entry["mu"]),  # type: ignore[arg-type]
-        float(entry["l1"]),  # type: ignore[arg-type]
-        float(entry["l2"]),  # type: ignore[arg-type]
-        float(entry["sampling_rate"]),  # type: ignore[arg-type]
-        steps,
-        rounding=int(entry.get("rounding", 0)),  # type: ignore[call-overload]
-    )
-
-
-def composed(entries: list[Entry], delta: float) -> float:
-    """The epsilon at `delta` of charged `entries` composed by RDP (0 for none).
-
-    Identical releases (every training round of a run) are one release of as many steps, so a long ledger
-    composes in one pass per kind; every entry's `addon` (rounding and wraps) comes off the delta.
-    """
-    if not entries:
-        return 0.0
-    groups: dict[tuple[object, ...], tuple[Entry, int]] = {}
-    for entry in entries:
-        key = (entry["mechanism"], entry["mu"], entry["l1"], entry["l2"], entry["sampling_rate"], entry.get("rounding"))
-        first, steps = groups.get(key, (entry, 0))
-        groups[key] = (first, steps + 1)
-    releases = [_release(first, steps) for first, steps in groups.values()]
-    addon = math.fsum(float(entry["addon"]) for entry in entries)  # type: ignore[arg-type]
-    return distributed.epsilon(releases, delta - addon)
-
-
-def _spent_on(entries: list[Entry]) -> str:
-    """'3 train answers in fed-a, 1 evaluate answers in fed-b', or 'nothing'."""
-    counted: dict[tuple[str, str], int] = {}
-    for entry in entries:
-        key = (str(entry["kind"]), str(entry["federation"]))
-        counted[key] = counted.get(key, 0) + 1
-    return ", ".join(f"{n} {kind} answers in {federation}" for (kind, federation), n in sorted(counted.items()))
-
-
-def _keys_problem(entry: Mapping[str, object], expected: frozenset[str]) -> str:
-    missing, extra = sorted(expected - set(entry)), sorted(set(entry) - expected)
-    said = [f"missing {', '.join(missing)}"] * bool(missing) + [f"unknown {', '.join(extra)}"] * bool(extra)
-    return "; ".join(said)
-
-
-def _number(entry: Mapping[str, object], key: str, low: float, high: float, *, open_low: bool = False) -> float:
-    value = entry[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{key} = {value!r} is not a finite number")
-    if value < low or value > high or (open_low and value == low):
-        raise ValueError(f"{key} = {value!r} is outside {'(' if open_low else '['}{low:g}, {high:g}]")
-    return float(value)
-
-
-def _text(entry: Mapping[str, object], key: str) -> str:
-    value = entry[key]
-    if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
-        raise ValueError(f"{key} = {value!r} is not a text of 1 to {MAX_TEXT} characters")
-    return value
-
-
-def _check_charge(entry: Mapping[str, object]) -> None:
-    """Every key of a charged release present and in range; raises ValueError naming the first that is not."""
-    present = _OPTIONAL_KEYS & set(entry)
-    if set(entry) - present != _CHARGE_KEYS - _OPTIONAL_KEYS:
-        raise ValueError(_keys_problem(entry, _CHARGE_KEYS - _OPTIONAL_KEYS | present))
-    if entry["kind"] not in CHARGED_KINDS:
-        raise ValueError(f"kind = {entry['kind']!r} is not one of {', '.join((*CHARGED_KINDS, RESET))}")
-    if not FEDERATION_ID_RE.fullmatch(_text(entry, "federation")):
-        raise ValueError(f"federation = {entry['federation']!r} is not a federation id")
-    round_number = entry["round"]
-    if isinstance(round_number, bool) or not isinstance(round_number, int) or not 0 <= round_number <= MAX_JSON_INTEGER:
-        raise ValueError(f"round = {round_number!r} is not a round number")
-    _text(entry, "model")
-    if entry["mechanism"] not in distributed.MECHANISMS:
-        raise ValueError(f"mechanism = {entry['mechanism']!r} is not one of {', '.join(distributed.MECHANISMS)}")
-    _number(entry, "mu", 0.0, MAX_MU, open_low=True)
-    _number(entry, "l1", 0.0, math.inf)
-    _number(entry, "l2", 0.0, math.inf)
-    _number(entry, "sampling_rate", 0.0, 1.0, open_low=True)
-    rounding = entry.get("rounding", 1)
-    if isinstance(rounding, bool) or not isinstance(rounding, int) or not 1 <= rounding <= MAX_JSON_INTEGER:
-        raise ValueError(f"rounding = {rounding!r} is not a count of coordinates")
-    delta = _number(entry, "delta", 0.0, 1.0, open_low=True)
-    if delta == 1.0:
-        raise ValueError("delta = 1 is not below 1")
-    addon = _number(entry, "addon", 0.0, 1.0)
-    if addon >= delta:
-        raise ValueError(f"addon = {addon!r} is not below delta = {delta!r}")
-
-
-def _check_reset(entry: Mapping[str, object]) -> None:
-    """A reset entry: its reason, its time and the spend it ended; raises ValueError naming what is wrong."""
-    if set(entry) != _RESET_KEYS:
-        raise ValueError(_keys_problem(entry, _RESET_KEYS))
-    _text(entry, "reason")
+def _same_file(home: Path, path: Path) -> bool:
+    """Whether `home` names the file at `path` (the same path, or another spelling of it through a link)."""
     try:
-        dt.datetime.fromisoformat(_text(entry, "at"))
-    except ValueError:
-        raise ValueError(f"at = {entry['at']!r} is not an ISO time") from None
-    _number(entry, "spent", 0.0, math.inf)
+        return home == path or os.path.samefile(home, path)
+    except OSError:
+        return False
+
+
+def _holds_lineage(path: Path, lineage: str) -> bool:
+    """Whether `path` holds a ledger of `lineage` (read loosely: a damaged copy is still a copy)."""
+    try:
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(document, dict) and document.get("lineage") == lineage

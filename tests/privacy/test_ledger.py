@@ -100,7 +100,7 @@ def rechained(document: dict[str, Any]) -> None:
         (lambda document: document["entries"].pop(), r"head records 3 entries .* file holds 2"),
         (lambda document: document.update(entries=[]), r"head records 3 entries .* file holds 0"),
         (lambda document: document.pop("head"), r"missing head"),
-        (lambda document: document.update(version=0), r"version 0, this fedfair reads 1"),
+        (lambda document: document.update(version=0), r"version 0, this fedfair reads 2"),
         (lambda document: document.update(data={"csv": "/elsewhere.csv"}), r"is the ledger of 'hospital-a' for"),
         (drop_key(0, "delta"), r"entry 0: .*missing delta"),
         (rechained, r"entry 1: mu = 1e\+300 is outside \(0, 1\.84467e\+19\]"),
@@ -196,3 +196,24 @@ def test_two_processes_of_one_site_charge_one_ledger_without_losing_a_charge(tmp
     ledger = opened(tmp_path)
     assert (ledger.count("one"), ledger.count("two")) == (40, 40)
     assert ledger.spent(DELTA) == pytest.approx(exact(80), rel=1e-12)
+
+
+def test_a_moved_ledger_takes_its_new_home_and_a_copy_beside_its_original_is_refused(tmp_path: Path) -> None:
+    """The lineage is in the chain's genesis, so a copy cannot pass as another ledger without recomputing it."""
+    ledger = charged(tmp_path / "a")
+    moved = tmp_path / "b" / ledger.path.name
+    moved.parent.mkdir()
+    ledger.path.rename(moved)
+    again = Ledger(moved, "hospital-a", DATA)
+    assert again.lineage == ledger.lineage and again.spent(DELTA) == pytest.approx(exact(3), rel=1e-12)
+    assert json.loads(moved.read_text())["home"] == str(moved)  # written at once with its new home
+    copy = tmp_path / "c" / moved.name
+    copy.parent.mkdir()
+    copy.write_bytes(moved.read_bytes())
+    with pytest.raises(ConfigError, match=rf"{copy}.* is a copy of the ledger at {moved}"):
+        Ledger(copy, "hospital-a", DATA)
+    document = json.loads(copy.read_text())
+    document["lineage"] = "0" * 32  # passed off as a ledger of its own
+    copy.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=r"entry 0: its prev is not the hash of the entry before it"):
+        Ledger(copy, "hospital-a", DATA)

@@ -1,8 +1,10 @@
 """What each noised input costs this institution: charged to its ledger before the input leaves.
 
-The ledger belongs to the institution's data, not to a federation (:mod:`fedfair.privacy.ledger`):
-:func:`open_ledger` opens the one of this site's [data], whichever federation it joins, and folds in
-what older per-federation records kept. Each federation's one-input record
+The ledger belongs to the institution's data, not to a federation or a path (:mod:`fedfair.privacy.ledger`):
+:func:`open_ledger` opens the one of this site's [data] (its table's rows, :mod:`.table_fingerprint`) from the
+institution's ledger folder (:mod:`fedfair.privacy.ledger_home`), whichever federation it joins and wherever its
+folder is, checks it against what this folder last charged, and takes over what older ledgers and
+per-federation records kept. Each federation's one-input record
 (:class:`~fedfair.runtime.collaborator.input_record.InputRecord`) charges through it and counts its
 charges, so a ledger cannot restart while the record of what was answered survives. The plan's
 ``[privacy]`` (:mod:`fedfair.runtime.plan.privacy`) says what is noised; the budget is the plan's, or
@@ -12,16 +14,29 @@ this institution's own ``budget_epsilon`` where that is lower, and it counts eve
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import logging
 import os
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedfair.privacy.distributed import Release
 from fedfair.privacy.ledger import RESET, Charge, Ledger, ledger_path
+from fedfair.privacy.ledger_home import (
+    check_link,
+    former_ledgers,
+    ledger_folder,
+    link_path,
+    read_link,
+    take_over_former,
+    write_link,
+)
 from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings
 from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
+from fedfair.runtime.collaborator.table_fingerprint import TABLE_KEY, table_fingerprint, was_same_data
 from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -34,6 +49,9 @@ from fedfair.runtime.plan.privacy import (
 )
 from fedfair.secagg import prg
 from fedfair.secagg.noise import skellam
+
+if TYPE_CHECKING:
+    from fedfair.privacy.accounting import PrivacyAccountant
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -162,13 +180,17 @@ class Charges:
 
 
 def data_identity(data: DataSettings) -> dict[str, object]:
-    """What names this institution's records, for its ledger: the table's absolute path, or the named partition.
+    """What names this institution's records, for its ledger: its table's rows, or the named partition.
 
-    Which columns are read, and how many rows are held out, do not count: they are the same people's records.
-    A path rather than the table's bytes, so that correcting or appending to the table keeps the spend.
+    A table by its rows' fingerprint (:func:`~.table_fingerprint.table_fingerprint`), not its path: moved, copied
+    or re-exported, it is the same data with the same ledger. Which columns are read, how they are recoded and how
+    many rows are held out do not count: they are the same people's records.
+
+    Raises:
+        ConfigError: the table cannot be read, naming the file.
     """
     if data.csv is not None:
-        return {"csv": str(data.csv.resolve())}
+        return {TABLE_KEY: table_fingerprint(data.csv)}
     return {
         "dataset": data.dataset,
         "partition": data.partition,
@@ -178,15 +200,38 @@ def data_identity(data: DataSettings) -> dict[str, object]:
     }
 
 
-def open_ledger(config: CollaboratorConfig) -> Ledger:
-    """This institution's ledger for its [data], beside its config, with older per-federation records folded in.
+def open_ledger(config: CollaboratorConfig, *, starting_over: bool = False) -> Ledger:
+    """This institution's ledger for its [data], from its ledger folder, checked against what this folder charged.
+
+    Ledgers of before beside the config (keyed by the table's path) and older per-federation records are taken
+    over first. `starting_over` (the operator's reset, which the caller then records in the ledger) skips the
+    check against this folder's link (:func:`~fedfair.privacy.ledger_home.check_link`).
 
     Raises:
-        ConfigError: the ledger or a record is damaged or edited (naming the file and the entry).
+        ConfigError: the ledger or a record is damaged or edited, a copy of a ledger still at its home, or not the
+            one this folder charged (naming the file and the fix).
     """
     folder = config.source.parent
     identity = data_identity(config.data)
-    ledger = Ledger(ledger_path(folder, config.name, identity), config.name, identity)
+    ledger = Ledger(ledger_path(ledger_folder(), config.name, identity), config.name, identity)
+    for former in former_ledgers(folder, config.name):
+        if former.resolve() == ledger.path.resolve():
+            continue  # the ledger folder is this config's folder
+        taken = take_over_former(ledger, former, functools.partial(was_same_data, identity=identity))
+        if taken is not None:
+            logger.warning(
+                "%s: the privacy ledger %s was kept by the table's path; its %d releases now continue in %s, "
+                "kept by the table's rows, so that moving or copying this folder keeps them",
+                config.name,
+                former,
+                taken,
+                ledger.path,
+            )
+    link = link_path(folder, config.name)
+    known = read_link(link, config.name)
+    if known is not None and not starting_over:
+        check_link(known, ledger, link)
+    ledger.on_write = functools.partial(write_link, link)
     for federation in fold_records(ledger, folder, config.name):
         logger.warning(
             "%s: the privacy releases of federation %s were kept in its record only; folded into %s, which "
@@ -195,6 +240,8 @@ def open_ledger(config: CollaboratorConfig) -> Ledger:
             federation,
             ledger.path,
         )
+    if not starting_over and (known is None or known.count != ledger.count_all):
+        write_link(link, ledger)  # this folder now knows the ledger as it found it (another copy may have charged)
     return ledger
 
 
@@ -206,6 +253,8 @@ def describe_ledger(ledger: Ledger, delta: float | None = None) -> str:
     releases = ledger.releases()
     resets = [entry for entry in ledger.entries() if entry["kind"] == RESET]
     lines = [f"{ledger.path}: privacy ledger of {ledger.site} for the data {ledger.identity}"]
+    lines.append(f"  lineage {ledger.lineage[:12]}..., {ledger.count_all} entries (checked by this site's folder)")
+    lines += [f"  continues {former['file']} (taken over at {former['at']})" for former in ledger.formerly]
     if resets:
         last = resets[-1]
         lines.append(f"  reset {len(resets)} time(s) by its operator, last at {last['at']}: {last['reason']}")
@@ -236,10 +285,7 @@ def describe_accountant(config: CollaboratorConfig, delta: float | None = None) 
     folder = config.source.parent
     if not any(folder.glob(f"{config.name}.*privacy.json")):
         return None
-    # Opacus (and scipy) come in only for an institution that has a DP-SGD history to show.
-    from fedfair.privacy.accounting import open_accountant
-
-    accountant, _ = open_accountant(folder, config.name, data_identity(config.data), "")
+    accountant, _ = open_site_accountant(config, "")
     at = config.privacy.delta if delta is None else delta
     lines = [
         f"{accountant.path}: DP-SGD on this data (local), epsilon {accountant.epsilon(at):.4g} at delta {at:g} over "
@@ -249,3 +295,35 @@ def describe_accountant(config: CollaboratorConfig, delta: float | None = None) 
         f"  federation {federation}: {rounds} rounds" for federation, rounds in accountant.rounds_by_federation.items()
     ]
     return "\n".join(lines)
+
+
+def open_site_accountant(config: CollaboratorConfig, federation: str) -> tuple[PrivacyAccountant, list[str]]:
+    """This institution's DP-SGD accountant of its [data] beside its config, charging for `federation`.
+
+    As :func:`~fedfair.privacy.accounting.open_accountant` (which folds in per-federation files of before), after
+    taking over an accountant keyed by the table's path: its history moves to the rows' key, and the file of
+    before is set aside as ``FILE.taken-over``. Returns the accountant and the federations folded in now.
+    """
+    # Opacus (and scipy) come in only for an institution that uses DP-SGD.
+    from fedfair.privacy.accounting import STATE_VERSION, PrivacyAccountant, open_accountant, privacy_state_path
+
+    folder, identity = config.source.parent, data_identity(config.data)
+    target = privacy_state_path(folder, config.name, identity)
+    for path in [] if target.exists() else sorted(folder.glob(f"{config.name}.*.privacy.json")):
+        try:
+            document = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            continue  # open_accountant names what is wrong with it
+        former = (
+            document.get("data") if isinstance(document, dict) and document.get("version") == STATE_VERSION else None
+        )
+        if isinstance(former, dict) and "csv" in former and was_same_data(former, identity):
+            kept = PrivacyAccountant(path, data=former)  # its digest checked
+            kept.data, kept.path = identity, target
+            kept._save(target)  # the one place a history changes its key
+            path.rename(path.with_name(f"{path.name}.taken-over"))
+            logger.warning(
+                "%s: DP-SGD history %s kept by the table's path now continues in %s", config.name, path, target
+            )
+            break
+    return open_accountant(folder, config.name, identity, federation)

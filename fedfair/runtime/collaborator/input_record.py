@@ -197,7 +197,7 @@ class InputRecord:
 
         A ledger the operator reset since this record last wrote is taken as it is: the reset is on its record.
         """
-        if self._ledger_name not in (None, ledger.path.name):
+        if self._ledger_name is not None and self._ledger_name not in ledger.names:
             raise ConfigError(
                 f"{self.path} charged federation {self.federation}'s releases to the ledger {self._ledger_name}, "
                 f"but this institution's [data] now opens {ledger.path.name}: its data changed within a federation; "

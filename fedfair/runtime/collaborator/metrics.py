@@ -17,6 +17,7 @@ from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.ledger import Ledger, ledger_path
+from fedfair.privacy.ledger_home import ledger_folder
 from fedfair.runtime.collaborator.charges import data_identity
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.observe.endpoint import Endpoint, serve_monitoring
@@ -49,7 +50,7 @@ class SiteCollector:
         from fedfair.privacy.accounting import privacy_state_path  # Opacus: only for a site that serves metrics
 
         self.accountant_path = privacy_state_path(folder, config.name, identity)
-        self.ledger_path = ledger_path(folder, config.name, identity)
+        self.ledger_path = ledger_path(ledger_folder(), config.name, identity)
         self._identity = identity
         self._cached: tuple[float, float, int] | None = None
         """(the accountant file's mtime, its epsilon, its steps): PRV composition takes a while, done once a change."""

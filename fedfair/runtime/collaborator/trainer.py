@@ -311,9 +311,8 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
             "probability batch / rows, at most 1: correct [influence] sizes in the plan"
         )
     # Opacus (and the scipy it loads, about 120 MB) comes in only for an institution that uses DP.
-    from fedfair.privacy.accounting import open_accountant
-    from fedfair.runtime.collaborator.charges import data_identity
     from fedfair.privacy.learner import PrivateLearner
+    from fedfair.runtime.collaborator.charges import open_site_accountant
 
     weight = shared.influence.weight_of(config.name, shared.batch_fraction)
     released = (
@@ -328,8 +327,7 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
             name=config.name,
             released=released,
         )
-    folder = config.source.parent
-    accountant, folded = open_accountant(folder, config.name, data_identity(config.data), shared.federation_id)
+    accountant, folded = open_site_accountant(config, shared.federation_id)
     for federation in folded:
         logger.warning(
             "%s: the DP-SGD history of federation %s was kept in its own file; folded into %s, which counts "

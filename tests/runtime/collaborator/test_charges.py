@@ -12,8 +12,8 @@ from fedfair.cli import main as cli_main
 from fedfair.privacy import distributed
 from fedfair.privacy.accounting import compute_epsilon
 from fedfair.privacy.ledger import Charge
-from fedfair.runtime.collaborator.charges import data_identity, open_ledger
-from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings, load_collaborator_config
+from fedfair.runtime.collaborator.charges import open_ledger
+from fedfair.runtime.collaborator.config import CollaboratorConfig, load_collaborator_config
 from fedfair.runtime.local.workspace import make_workspace
 
 RELEASE = distributed.Release("skellam", 2e6, 40.0, 10.0, 0.05)
@@ -24,14 +24,6 @@ DELTA = 1e-5
 def config(tmp_path: Path) -> CollaboratorConfig:
     workspace = make_workspace(tmp_path, ["site-a", "site-b"])
     return load_collaborator_config(workspace.configs["site-a"])
-
-
-def test_the_data_identity_names_the_records_not_the_columns_read(tmp_path: Path) -> None:
-    table = DataSettings(csv=tmp_path / "t.csv", label="y")
-    assert data_identity(table) == {"csv": str((tmp_path / "t.csv").resolve())}
-    assert data_identity(dataclasses.replace(table, label="z", test_fraction=0.5)) == data_identity(table)
-    part = DataSettings(dataset="adult", partition="race", index=1)
-    assert data_identity(part) != data_identity(dataclasses.replace(part, index=2))
 
 
 def test_the_ledger_command_shows_each_federations_spend_and_refuses_an_edited_ledger(

@@ -1,0 +1,91 @@
+"""What makes two tables the same data for a privacy ledger: the same rows, whatever the file.
+
+A SHA-256 over the rows as the collaborator reads them (:func:`fedfair.datasets.tabular.read_table`), with the
+columns in name order, a missing cell empty, a cell that reads as a finite number as its float (1, 1.0, "1.00"
+alike), other text stripped, and the rows sorted. A file moved, copied, converted between CSV and Parquet or
+re-sorted is the same table; a row added, removed or corrected, or a column renamed, is other data, whose ledger
+a site's folder starts only on its operator's reset. [data] recode does not count: it renames values, not people.
+
+Why: docs/security.md, "The privacy ledger".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedfair.core.errors import ConfigError
+from fedfair.datasets.tabular import read_table
+
+TABLE_KEY = "table_rows_sha256"
+"""The key of a table's fingerprint in a ledger's data identity."""
+
+_SEEN: dict[tuple[str, int, int], str] = {}
+"""Fingerprints already computed, by (resolved path, mtime in ns, size): a site opens its ledger several times."""
+
+
+def table_fingerprint(path: Path) -> str:
+    """SHA-256 (hex) of the table at `path`'s canonical rows (the module's rules).
+
+    Raises:
+        ConfigError: the table cannot be read, naming the file.
+    """
+    try:
+        status = path.stat()
+    except OSError:
+        raise ConfigError(f"data file {path} not found; check [data] csv in the config") from None
+    key = (str(path.resolve()), status.st_mtime_ns, status.st_size)
+    if key not in _SEEN:
+        _SEEN[key] = _fingerprint(read_table(path))
+    return _SEEN[key]
+
+
+def _fingerprint(table: pd.DataFrame) -> str:
+    names = [str(name).strip() for name in table.columns]
+    order = sorted(range(len(names)), key=lambda index: names[index])
+    cells = [_canonical(table.iloc[:, index]) for index in order]
+    rows = sorted("\x1f".join(row) for row in zip(*cells, strict=True))
+    digest = hashlib.sha256("\x1e".join(names[index] for index in order).encode())
+    for row in rows:
+        digest.update(b"\n" + row.encode())
+    return digest.hexdigest()
+
+
+def _canonical(column: pd.Series) -> list[str]:
+    """One column's cells as canonical text, each distinct value canonicalised once."""
+    codes, values = pd.factorize(column, use_na_sentinel=True)
+    canonical = np.array([*(_cell(value) for value in values.tolist()), ""], dtype=object)  # code -1: missing
+    return list(canonical[codes])
+
+
+def _cell(value: object) -> str:
+    """A present cell as canonical text: a finite number as its float's repr, else its text stripped."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            number = float(text)
+        except ValueError:
+            return text
+    return repr(number) if math.isfinite(number) else str(value).strip()
+
+
+def was_same_data(former: Mapping[str, object], identity: Mapping[str, object]) -> bool:
+    """Whether a ledger of before, keyed by `former` (a table's path, or a partition), was of `identity`'s data.
+
+    A path that no longer holds a readable table was this site's table before it moved: taken as the same, so
+    that its releases are counted, never lost (at worst twice).
+    """
+    csv = former.get("csv")
+    if isinstance(csv, str) and TABLE_KEY in identity:
+        try:
+            return table_fingerprint(Path(csv)) == identity[TABLE_KEY]
+        except ConfigError:
+            return True
+    return dict(former) == dict(identity)
