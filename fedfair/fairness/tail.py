@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedfair.core.errors import ConfigError
-from fedfair.fairness import sums
+from fedfair.fairness import sums, tail_bounds
 from fedfair.fairness.report import GroupRiskReport, SecureSumCertificate
 from fedfair.privacy import distributed, rounding
 
@@ -332,11 +332,11 @@ def tail_report(
     mean_value = float(tails[0]) / n
     mean_sd = math.hypot(math.sqrt(float(tails_var[0])) / n, mean_value * n_sd / n)
     mean = _clamped(mean_value, Z * mean_sd, Z * mean_sd, 0.0, cap)
-    values = points + tails / mass
-    chosen = int(np.argmin(values))
-    value, point = float(values[chosen]), float(points[chosen])
-    worst_sd = math.hypot(math.sqrt(float(tails_var[chosen])) / mass, (value - point) * n_sd / n)
-    worst = _clamped(value, Z * worst_sd, Z * worst_sd, 0.0, cap)
+    bounds = tail_bounds.worst_bounds(points, layers, layers_var, np.float64(n), n_sd, rho)
+    value, point = float(bounds.value), float(bounds.point)
+    chosen = int(np.searchsorted(points, point))
+    worst = Estimate(value, float(bounds.low), float(bounds.high))
+    worst_sd = float(bounds.noise) / Z
     worst, mean = _feasible(worst, mean, worst_sd, mean_sd)
     # worst - mean = b_j + T(b_j) (1 / rho - 1) / n - (the layers below b_j) / n: two independent noises.
     gap = value - mean_value
@@ -353,7 +353,7 @@ def tail_report(
     cap_share = _clamped(float(raw[2]) / mass, Z * share_sd, Z * share_sd, 0.0, math.inf)
     labels = raw[HEAD : HEAD + LABEL_SLOTS]
     prior = None if classes is None or classes > LABEL_SLOTS else class_prior_worst_risk(labels[:classes], rho)
-    return TailReport(rows, above_cap, cap_share, worst, mean, disparity, error, point, prior, Z * worst_sd)
+    return TailReport(rows, above_cap, cap_share, worst, mean, disparity, error, point, prior, float(bounds.noise))
 
 
 def answer_release(
