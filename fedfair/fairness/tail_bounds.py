@@ -126,7 +126,11 @@ def worst_bounds(
     width_next = np.append(widths[1:], 1.0)
     coefficient_next = np.where(np.arange(k) < k - 1, 1.0 + (1.0 - weight) * (widths - x) / width_next, 0.0)
     coefficient_previous = np.where(np.arange(k) > 0, weight * x / width_previous, 0.0)
-    bound_var = above + coefficient_next**2 * var_next + weight**2 * layers_var + coefficient_previous**2 * var_previous
+    # A layer pinched narrow (c-bar near 0) reads its slope with a noise that overflows its coefficient: infinite,
+    # its bound then its own start; noise-free, none.
+    with np.errstate(over="ignore", invalid="ignore"):
+        reaches = [(coefficient_next, var_next), (weight, layers_var), (coefficient_previous, var_previous)]
+        bound_var = above + sum(np.where(var > 0.0, coefficient**2 * var, 0.0) for coefficient, var in reaches)
     bound_sd = np.hypot(np.sqrt(bound_var) / mass, np.maximum(bound - points[:-1] - x, 0.0) * rows_sd / n)
     # F(c) >= c: no layer's bound lies below its own start.
     lower = np.maximum(bound, points[:-1]).min(-1)
@@ -157,8 +161,10 @@ def _widened(
     """
     bracket = np.maximum(upper - lower, 0.0)
     middle = (lower + upper) / 2.0
+    span = 2.0 * WIDENING * bracket  # kept whole at a range end: the reach 0 or the cap cuts goes to the other side
     low = np.maximum(np.minimum(low, middle - WIDENING * bracket), 0.0)
-    high = np.minimum(np.maximum(high, middle + WIDENING * bracket), points[-1])
+    high = np.minimum(np.maximum(np.maximum(high, middle + WIDENING * bracket), low + span), points[-1])
+    low = np.minimum(low, np.maximum(high - span, 0.0))
     low = np.minimum(low, np.maximum(high - least, 0.0))
     high = np.maximum(high, np.minimum(low + least, points[-1]))
     return WorstBounds(lower, upper, low, high, np.clip(middle, low, high), point)
