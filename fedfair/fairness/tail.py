@@ -336,7 +336,7 @@ def tail_report(
     mean_value = float(tails[0]) / n
     mean_sd = math.hypot(math.sqrt(float(tails_var[0])) / n, mean_value * n_sd / n)
     mean = _clamped(mean_value, Z * mean_sd, Z * mean_sd, 0.0, cap)
-    bounds = tail_bounds.worst_bounds(points, layers, layers_var, np.float64(n), n_sd, rho)
+    bounds = tail_bounds.worst_bounds(points, layers, layers_var, n, n_sd, rho)
     value, point = float(bounds.value), float(bounds.point)
     chosen = int(np.searchsorted(points, point))
     worst = Estimate(value, float(bounds.low), float(bounds.high))
@@ -359,7 +359,7 @@ def tail_report(
     prior = None if classes is None or classes > LABEL_SLOTS else class_prior_worst_risk(labels[:classes], rho)
     # Over the label counts' rows where they count every row (a noise of its own), else over the row count.
     counted = float(labels.sum()) if classes is not None and classes <= LABEL_SLOTS else n
-    noise = float(tail_bounds.resolution_noise(points, layers_var, threshold, np.float64(counted), rho))
+    noise = float(tail_bounds.resolution_noise(points, layers_var, threshold, counted, rho))
     return TailReport(rows, above_cap, cap_share, worst, mean, disparity, error, point, prior, noise)
 
 

@@ -1,21 +1,12 @@
-"""The worst-group risk's bracket and 95% interval from noised layered tail sums, the grid's discretisation inside.
+"""The worst-group risk's bracket and 95% interval from noised layered tail sums, the grid inside.
 
-CVaR_rho = min over c of F(c) = c + T(c) / (rho n), F convex and piecewise linear, its slope at c
-1 - N(c) / (rho n) with N(c) the count above c. The answers give F at the boundaries b_0 < ... < b_K and the
-mean of N over each layer (the layer's sum over its width), so the secant slope s_i of F over layer i. Since
-N does not increase, F's slope on [b_j, c] is at least s_(j-1) and on [c, b_(j+1)] at most s_(j+1): on
-layer j, F lies above both lines F(b_j) + s_(j-1) (c - b_j) and F(b_(j+1)) - s_(j+1) (b_(j+1) - c), and
-above c itself (T >= 0). Their least maximum over the layer is a lower bound m_j on F's least value there
-(exact where the losses there are one value: a kink), and F(b_j) is an upper bound on CVaR: noise-free,
-min m_j <= CVaR <= min F(b_j), the bracket the grid leaves.
-
-Under noise the interval is [min over j of m_j - z sd(m_j), min over j of F(b_j) + z_s sd(F(b_j))], each end
-one-sided 97.5%, together 95%. The low end needs no multiplicity correction: CVaR is the least of the m_j's
-true values, attained at the layer holding the minimiser, so the low end fails only if that one layer's bound
-fails (z = 1.96, the delta method over the layers the two lines read, at their crossing). The high end fails if
-any boundary's bound falls below CVaR, so its z_s holds at every boundary at once (:func:`simultaneous_z`): the
-boundary the noise makes look lowest is accounted for (an interval of one chosen boundary's noise missed it).
-Vectorised over leading axes: the benchmarks read thousands of noises at once.
+F(c) = c + T(c) / (rho n) is convex and piecewise linear; the layers give it at the boundaries and its secant
+slopes, so on each layer the lines from its two ends with the neighbouring layers' slopes bound F's least value
+from below (m_j), and F at every boundary bounds CVaR from above: min m_j <= CVaR <= min F(b_j). The 95% interval
+is [min m_j - 1.96 sd, min F(b_j) + z_s sd]: the low end fails only with the one layer holding the minimiser, the
+high end holds at every boundary at once (:func:`simultaneous_z`), so the boundary the noise makes look lowest
+is accounted for. The figure is the bracket's middle (:func:`_widened`); whether it is resolved,
+:func:`resolution_noise`. Vectorised over leading axes. Why: docs/design.md, "Inside the fairness library".
 """
 
 from __future__ import annotations
@@ -63,7 +54,7 @@ def worst_bounds(
     points: np.ndarray,
     layers: np.ndarray,
     layers_var: np.ndarray,
-    rows: np.ndarray,
+    rows: np.ndarray | float,
     rows_sd: float,
     rho: float,
 ) -> WorstBounds:
@@ -124,11 +115,11 @@ def worst_bounds(
     var_next = np.append(layers_var[1:], 0.0)
     width_previous = np.concatenate([[1.0], widths[:-1]])
     width_next = np.append(widths[1:], 1.0)
-    coefficient_next = np.where(np.arange(k) < k - 1, 1.0 + (1.0 - weight) * (widths - x) / width_next, 0.0)
-    coefficient_previous = np.where(np.arange(k) > 0, weight * x / width_previous, 0.0)
     # A layer pinched narrow (c-bar near 0) reads its slope with a noise that overflows its coefficient: infinite,
     # its bound then its own start; noise-free, none.
     with np.errstate(over="ignore", invalid="ignore"):
+        coefficient_next = np.where(np.arange(k) < k - 1, 1.0 + (1.0 - weight) * (widths - x) / width_next, 0.0)
+        coefficient_previous = np.where(np.arange(k) > 0, weight * x / width_previous, 0.0)
         reaches = [(coefficient_next, var_next), (weight, layers_var), (coefficient_previous, var_previous)]
         bound_var = above + sum(np.where(var > 0.0, coefficient**2 * var, 0.0) for coefficient, var in reaches)
     bound_sd = np.hypot(np.sqrt(bound_var) / mass, np.maximum(bound - points[:-1] - x, 0.0) * rows_sd / n)
@@ -171,7 +162,7 @@ def _widened(
 
 
 def resolution_noise(
-    points: np.ndarray, layers_var: np.ndarray, threshold: float, counted: np.ndarray, rho: float
+    points: np.ndarray, layers_var: np.ndarray, threshold: float, counted: np.ndarray | float, rho: float
 ) -> np.ndarray:
     """The 95% half-width the noise gives F at c-bar over `counted` rows: what decides whether a figure is resolved.
 
@@ -184,10 +175,10 @@ def resolution_noise(
     """
     tails_var = np.cumsum(np.asarray(layers_var, dtype=np.float64)[::-1])[::-1]
     reference = min(int(np.searchsorted(points, threshold)), tails_var.size - 1)
-    counted = np.asarray(counted, dtype=np.float64)
+    rows = np.asarray(counted, dtype=np.float64)
     with np.errstate(divide="ignore"):
         noise: np.ndarray = np.where(
-            counted > 0.0, Z_ONE_SIDED * math.sqrt(float(tails_var[reference])) / (rho * counted), np.inf
+            rows > 0.0, Z_ONE_SIDED * math.sqrt(float(tails_var[reference])) / (rho * rows), np.inf
         )
     return noise
 
