@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from eval_error_shapes import layered_batch, measure_shapes
 from published import publish
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.builtin import load_dataset
@@ -186,20 +187,6 @@ def c_bar_reading(losses: np.ndarray, c_bar: float, epsilon: float) -> Reading:
     return read
 
 
-def layered_reading(
-    losses: np.ndarray, errors: np.ndarray, labels: np.ndarray, c_bar: float, epsilon: float, layers: int
-) -> Reading:
-    """:func:`fedfair.fairness.tail.tail_report`'s worst-group risk over `layers` layers."""
-    sigma, query = tail_sigma(epsilon, layers), tail.TailQuery(CAP, layers)
-    vector = tail.tail_answers(query, losses, errors, labels, c_bar)
-
-    def read(rng: np.random.Generator) -> tuple[float, float, float, bool]:
-        worst = tail.tail_report(query, vector + rng.normal(0.0, sigma, vector.size), c_bar, RHO, noise_std=sigma).worst
-        return worst.value, worst.low, worst.high, False
-
-    return read
-
-
 def tree_reading(losses: np.ndarray, errors: np.ndarray, epsilon: float) -> Reading:
     """The loss-histogram tree's worst-group risk and its certified interval."""
     sigma, grid = tree_sigma(epsilon), sums.threshold_grid((0.0, CAP))
@@ -216,15 +203,11 @@ def tree_reading(losses: np.ndarray, errors: np.ndarray, epsilon: float) -> Read
     return read
 
 
-def reading(
-    design: str, losses: np.ndarray, errors: np.ndarray, labels: np.ndarray, c_bar: float, epsilon: float
-) -> Reading:
-    """The design's reading of one noised release."""
+def reading(design: str, losses: np.ndarray, errors: np.ndarray, c_bar: float, epsilon: float) -> Reading:
+    """The reading of one noised release by a design the layers replaced (``tree`` or ``c-bar``)."""
     if design == "tree":
         return tree_reading(losses, errors, epsilon)
-    if design == "c-bar":
-        return c_bar_reading(losses, c_bar, epsilon)
-    return layered_reading(losses, errors, labels, c_bar, epsilon, LAYERED[design])
+    return c_bar_reading(losses, c_bar, epsilon)
 
 
 def measure(
@@ -235,14 +218,21 @@ def measure(
     rng = np.random.default_rng([len(losses), int(epsilon * 1000), repeats, zlib.crc32(f"{design} {c_bar}".encode())])
     exact = pooled.group_risk_report(np.minimum(losses, CAP), 1.0 - errors, RHO).worst_risk
     unclipped = pooled.group_risk_report(losses, 1.0 - errors, RHO).worst_risk
-    read = reading(design, losses, errors, labels, c_bar, epsilon)
-    readings = []
-    for _ in range(repeats):
-        try:
-            readings.append(read(rng))
-        except ConfigError:  # a count lost in the noise: the report refuses, and so covers nothing
-            readings.append((math.nan, math.nan, math.nan, False))
-    values, lows, highs, at_least = (np.array(column, dtype=np.float64) for column in zip(*readings, strict=True))
+    if design in LAYERED:
+        query = tail.TailQuery(CAP, LAYERED[design])
+        vector = tail.tail_answers(query, losses, errors, labels, c_bar)
+        sigma = tail_sigma(epsilon, LAYERED[design])
+        values, lows, highs, _ = layered_batch(query, vector, c_bar, RHO, sigma, repeats, rng)
+        at_least = np.zeros(repeats)
+    else:
+        read = reading(design, losses, errors, c_bar, epsilon)
+        readings = []
+        for _ in range(repeats):
+            try:
+                readings.append(read(rng))
+            except ConfigError:  # a count lost in the noise: the report refuses, and so covers nothing
+                readings.append((math.nan, math.nan, math.nan, False))
+        values, lows, highs, at_least = (np.array(column, dtype=np.float64) for column in zip(*readings, strict=True))
     finite = np.isfinite(values)
     return {
         "design": design,
@@ -354,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--quick", action="store_true", help="two sizes, epsilon 1 only, 20 repeats (for tests)")
     parser.add_argument("--repeats", type=int, default=1000)
+    parser.add_argument("--shape-repeats", type=int, default=2000, help="noises per loss shape (see `shapes`)")
     args = parser.parse_args(argv)
     repeats = 20 if args.quick else args.repeats
     sizes = SIZES[:2] if args.quick else SIZES
@@ -396,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "thresholds": measure_thresholds(repeats, CAP_ROWS[:1] if args.quick else CAP_ROWS, epsilons[:2]),
         "caps": measure_caps(repeats),
+        "shapes": measure_shapes(losses, tail_sigma, 20 if args.quick else args.shape_repeats),
     }
     publish(document, args.json, argv)
     return 0

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from report_learning import census_fairness, convergence_bench, dp_bench, dp_bits, dp_utility, dp_utility_equal
-from report_learning import eval_error, influence_bench, noised_statistics, reference_gap, simulation_speed
+from report_eval_error import eval_error
+from report_learning import influence_bench, noised_statistics, reference_gap, simulation_speed
 from report_dp_stretch import dp_stretch
 from report_gpu import gpu_bench
 from report_plots import save

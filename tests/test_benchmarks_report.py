@@ -219,6 +219,18 @@ def test_the_eval_error_section_tables_every_design_and_says_whether_the_goal_is
             "mean_reach": {"3.0": 0.189, "4.605170185988091": 0.232},
             "chosen": 3.0,
         },  # fmt: skip
+        "shapes": {
+            "repeats": 2000,
+            "coverage": 0.94,
+            "met": True,
+            "rows": [
+                {
+                    "shape": "constant", "rho": 0.3, "rows": 2000, "epsilon": 1.0, "sites": 1, "answered": 1.0,
+                    "coverage": 1.0, "resolved": 1.0, "coverage_resolved": 1.0, "mean_half_width": 0.167,
+                    "bias_over_half_width": 0.21, "width_zero": 0.0,
+                },
+            ],
+        },  # fmt: skip
         "provenance": STAMP,
     }
     (tmp_path / "eval_error.json").write_text(json.dumps(document))
@@ -235,6 +247,9 @@ def test_the_eval_error_section_tables_every_design_and_says_whether_the_goal_is
     assert "| 30 layered tail sums (used) | 2,000 | 1 | 0.020 | 0.048 | 98 % | 0.050 |" in page
     assert "measured 0.048 and 98 % (met)" in page
     assert "(figures/benchmarks/eval_error_half_width_vs_rows.png)" in page
+    # The loss shapes: coverage of the answered and the resolved draws, the point's error against the half-width.
+    assert "| constant | 0.3 | 2,000 | 1 | 1 | 100 % | 100.0 % | 100 % | 100.0 % | 0.167 | 0.21 | 0 % |" in page
+    assert "no interval of width 0, and a mean error at most a quarter of the half-width: met." in page
 
 
 def test_the_attack_section_lists_a_skipped_attack_with_its_reason_and_counts_it_nowhere() -> None:

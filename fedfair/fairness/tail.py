@@ -6,10 +6,10 @@ and label counts, the losses cut into layers: between boundaries 0 = b_0 < ... <
 grid, its interior point nearest the trained threshold c-bar moved onto it) the sum of
 clip(l - b_j, 0, b_(j+1) - b_j). One record moves every layer by at most its width, so the layers
 cost the privacy of one tail sum at c = 0, yet T(b_j) is the sum of the layers above b_j: F is known
-at every boundary, with noise that shrinks towards the cap. The report takes the minimum of F over
-the boundaries (no reading at c-bar, so no convexity gap) and T(0) / n as the mean, each with a 95%
-interval from the noise's variance; the figures are of the clipped losses, the count above the cap its
-own estimate. Why: docs/design.md, "Inside the fairness library".
+at every boundary, with noise that shrinks towards the cap. The worst-group risk's interval holds both the
+noise and the grid's discretisation (:mod:`fedfair.fairness.tail_bounds`: F's convexity bounds its least value
+between the boundaries), with T(0) / n as the mean, each with a 95% interval; the figures are of the clipped
+losses, the count above the cap its own estimate. Why: docs/design.md, "Inside the fairness library".
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedfair.core.errors import ConfigError
-from fedfair.fairness import sums
+from fedfair.fairness import sums, tail_bounds
 from fedfair.fairness.report import GroupRiskReport, SecureSumCertificate
 from fedfair.privacy import distributed, rounding
 
@@ -219,7 +219,8 @@ class TailReport:
     prior_worst: float | None
     """The class-prior classifier's worst-rho risk (None when the classes exceed :data:`LABEL_SLOTS`)."""
     worst_noise: float = 0.0
-    """The noise's 95% half-width of the worst-group risk, before the range clamp."""
+    """The noise's 95% half-width of F at c-bar, over rows counted apart from the figures' own noise: whether the
+    figure is resolved (:func:`fedfair.fairness.tail_bounds.resolution_noise`), and the scale the fixes shrink."""
 
     def unclipped_high(self, cap: float, loss_max: float) -> float:
         """An upper end for the worst-group risk of the losses themselves, were none above `loss_max`.
@@ -298,9 +299,12 @@ def tail_report(
 
     `noise_std` is the standard deviation of each decoded coordinate's noise and `sum_error`
     bounds each one's rounding error (both real units); `classes` is the model's K. The worst-group
-    risk is the least F(b_j) = b_j + T(b_j) / (rho n) over the boundaries, its interval that point's noise;
-    the mean T(0) / n; the disparity their difference over 1 - rho, with its variance from the layers they
-    share. All are of the losses clipped at the cap.
+    risk is the middle of the bracket the grid leaves for min over c of F(c) = c + T(c) / (rho n), its
+    interval from :func:`fedfair.fairness.tail_bounds.worst_bounds`; the mean T(0) / n; the disparity their
+    difference over 1 - rho, with its variance from the layers they share (at the boundary whose noised F is
+    least). All are of the losses clipped at the cap. The worst-group risk's `worst_noise` is
+    :func:`fedfair.fairness.tail_bounds.resolution_noise` over the label counts' rows when `classes` fits the
+    label slots (else over the row count), the scale that says whether it is resolved.
 
     Raises:
         ConfigError: a sum of the wrong length, or one that holds no rows.
@@ -332,11 +336,11 @@ def tail_report(
     mean_value = float(tails[0]) / n
     mean_sd = math.hypot(math.sqrt(float(tails_var[0])) / n, mean_value * n_sd / n)
     mean = _clamped(mean_value, Z * mean_sd, Z * mean_sd, 0.0, cap)
-    values = points + tails / mass
-    chosen = int(np.argmin(values))
-    value, point = float(values[chosen]), float(points[chosen])
-    worst_sd = math.hypot(math.sqrt(float(tails_var[chosen])) / mass, (value - point) * n_sd / n)
-    worst = _clamped(value, Z * worst_sd, Z * worst_sd, 0.0, cap)
+    bounds = tail_bounds.worst_bounds(points, layers, layers_var, n, n_sd, rho)
+    value, point = float(bounds.value), float(bounds.point)
+    chosen = int(np.searchsorted(points, point))
+    worst = Estimate(value, float(bounds.low), float(bounds.high))
+    worst_sd = (worst.high - worst.low) / 2.0 / Z
     worst, mean = _feasible(worst, mean, worst_sd, mean_sd)
     # worst - mean = b_j + T(b_j) (1 / rho - 1) / n - (the layers below b_j) / n: two independent noises.
     gap = value - mean_value
@@ -353,7 +357,10 @@ def tail_report(
     cap_share = _clamped(float(raw[2]) / mass, Z * share_sd, Z * share_sd, 0.0, math.inf)
     labels = raw[HEAD : HEAD + LABEL_SLOTS]
     prior = None if classes is None or classes > LABEL_SLOTS else class_prior_worst_risk(labels[:classes], rho)
-    return TailReport(rows, above_cap, cap_share, worst, mean, disparity, error, point, prior, Z * worst_sd)
+    # Over the label counts' rows where they count every row (a noise of its own), else over the row count.
+    counted = float(labels.sum()) if classes is not None and classes <= LABEL_SLOTS else n
+    noise = float(tail_bounds.resolution_noise(points, layers_var, threshold, counted, rho))
+    return TailReport(rows, above_cap, cap_share, worst, mean, disparity, error, point, prior, noise)
 
 
 def answer_release(

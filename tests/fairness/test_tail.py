@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from fedfair.core.errors import ConfigError
-from fedfair.fairness import pooled, tail
+from fedfair.fairness import pooled, tail, tail_bounds
 
 CAP, RHO = 3.0, 0.3
 TRIALS = 300
@@ -57,31 +57,30 @@ def f_at(losses: np.ndarray, c: float) -> float:
     return c + float(np.maximum(np.minimum(losses, CAP) - c, 0.0).mean()) / RHO
 
 
-def test_without_noise_the_worst_group_risk_is_the_least_f_over_the_boundaries() -> None:
+def test_without_noise_the_bracket_holds_the_exact_value_between_the_envelope_and_the_least_f() -> None:
     losses, errors, labels = held_out(5000)
     query = tail.TailQuery(CAP)
     quantile = float(np.quantile(np.minimum(losses, CAP), 1.0 - RHO))
     exact = exact_worst(losses)
     for threshold in (quantile, quantile - 0.2, quantile + 0.3, 0.0, CAP):
-        figures = tail.tail_report(
-            query, tail.tail_answers(query, losses, errors, labels, threshold), threshold, RHO, noise_std=0.0
-        )
+        answers = tail.tail_answers(query, losses, errors, labels, threshold)
+        figures = tail.tail_report(query, answers, threshold, RHO, noise_std=0.0)
         points = query.points(threshold)
         assert threshold not in (quantile - 0.2, quantile + 0.3) or threshold in points  # c-bar is a boundary
         least = min(f_at(losses, c) for c in points)
-        assert figures.worst.value == pytest.approx(least, rel=1e-9) and figures.point in points
-        # CVaR is F's minimum over every c: the boundaries' is above it, by at most F's rise over the grid step
-        # at the quantile, |F'| <= (rows in the step) / (rho n) <= step * (1 / rho) * (the losses' density there).
-        step = float(np.diff(points).max())
-        near = float(np.mean(np.abs(np.minimum(losses, CAP) - quantile) <= step))
-        assert exact - 1e-9 <= figures.worst.value <= exact + step * near / RHO
+        raw = answers * query.scales(threshold)
+        bounds = tail_bounds.worst_bounds(points, raw[tail.HEAD + tail.LABEL_SLOTS :], np.zeros(query.layers),
+                                          np.float64(raw[0]), 0.0, RHO)  # fmt: skip
+        assert float(bounds.upper) == pytest.approx(least, rel=1e-9) and figures.point in points
+        # CVaR is F's minimum over every c: the least F over the boundaries is above it, the envelope below.
+        assert float(bounds.lower) - 1e-9 <= exact <= least + 1e-9
+        middle, bracket = (float(bounds.lower) + least) / 2.0, least - float(bounds.lower)
+        assert figures.worst.value == pytest.approx(middle, rel=1e-9)
+        # The interval reaches twice the bracket each side: the middle's error is a quarter of its half-width.
+        assert figures.worst.low <= max(middle - 2 * bracket, 0.0) + 1e-12 <= exact
+        assert exact <= middle + 2 * bracket - 1e-12 <= figures.worst.high + 1e-12
         assert figures.mean.value == pytest.approx(float(np.minimum(losses, CAP).mean()), rel=1e-9)
         assert figures.error.value == pytest.approx(float(errors.mean()), rel=1e-9)
-    # With c-bar at the quantile F is read at its minimum: the exact value.
-    at_quantile = tail.tail_report(
-        query, tail.tail_answers(query, losses, errors, labels, quantile), quantile, RHO, noise_std=0.0
-    )
-    assert at_quantile.worst.value == pytest.approx(exact, abs=1e-9)
 
 
 def test_the_layers_give_f_at_every_boundary_whatever_c_bar_is() -> None:
@@ -203,7 +202,8 @@ def test_losses_above_the_cap_are_counted_and_the_figures_are_of_the_clipped_los
     assert figures.above_cap.value == pytest.approx(float((heavy > CAP).sum()), rel=1e-9)
     clipped, unclipped = exact_worst(heavy), pooled.group_risk_report(heavy, np.ones(heavy.size), RHO).worst_risk
     # The figure is the clipped losses' (each above the cap counted as the cap), an estimate with its interval.
-    assert figures.worst.value == pytest.approx(clipped, abs=1e-9) and figures.worst.high < unclipped
+    assert figures.worst.low <= clipped <= figures.worst.high < unclipped
+    assert abs(figures.worst.value - clipped) <= figures.worst.half_width / 4.0
 
 
 def with_tail(rows: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -170,7 +170,7 @@ def test_a_final_model_answered_before_names_the_evaluation_whose_answers_it_rep
 
 def test_a_noised_record_of_the_real_estimator_reads_as_its_estimate_with_its_interval() -> None:
     """A model whose c-bar is far above the worst group's boundary on 20,000 rows: the least F over the layers
-    does not read at c-bar, so the interval is the noise's alone (about +/- 0.01) and no warning is said."""
+    does not read at c-bar, so the interval is the noise's and the grid's (about +/- 0.01) and no warning is said."""
     rng = np.random.default_rng(11)
     losses = rng.exponential(0.4, 20_000)
     errors, labels = (losses > 0.69).astype(np.float64), (rng.random(losses.size) < 0.24).astype(np.int64)
@@ -183,7 +183,7 @@ def test_a_noised_record_of_the_real_estimator_reads_as_its_estimate_with_its_in
     figures = tail.tail_report(query, answers, c_bar, 0.3, noise_std=sigma, classes=2)
     record = {**figures.report(0.3, sigma, 3.0).to_dict(), "report_epsilon": 1.0}
     low, high = verdicts.worst_interval(record)
-    assert (high - low) / 2 == pytest.approx(record["worst_risk_noise"], rel=1e-9) and high - low < 2 * tail.RESOLVED
+    assert record["worst_risk_noise"] < tail.RESOLVED and high - low < 2 * tail.RESOLVED
     assert abs(figures.point - float(np.quantile(losses, 0.7))) < 0.15  # the boundary the least F sits at
     assert verdicts.warning_lines(record) == []
-    assert verdicts.headline(record).startswith(f"worst-group risk {record['worst_risk']:.3f} (95% interval")
+    assert verdicts.headline(record).startswith(f"worst-group risk {record['worst_risk']:.2f} (95% interval")

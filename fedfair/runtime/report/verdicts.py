@@ -79,12 +79,17 @@ def _cap(evaluation: Mapping[str, Any]) -> float:
 def resolved(evaluation: Mapping[str, Any], interval: tuple[float, float] | None = None) -> bool:
     """Whether `interval` (default: the worst-group risk's) is narrow enough to say something: exact ones always are.
 
-    Not resolved: wider than :data:`UNRESOLVED_SPAN` of [0, cap], the range a noised figure lies in.
+    Not resolved: wider than :data:`UNRESOLVED_SPAN` of [0, cap], the range a noised figure lies in. The worst-group
+    risk's width is its noise's (``worst_risk_noise``, where the record has it): the noise at c-bar over rows counted
+    apart from the figure's own noise, so no draw the noise made look narrow (clamped at 0 or the cap, and off) is
+    called resolved for it (:func:`fedfair.fairness.tail_bounds.resolution_noise`).
     """
     if not noised(evaluation):
         return True
-    low, high = worst_interval(evaluation) if interval is None else interval
     cap = _cap(evaluation)
+    if interval is None and evaluation.get("worst_risk_noise") is not None:
+        return cap <= 0.0 or 2.0 * float(evaluation["worst_risk_noise"]) <= UNRESOLVED_SPAN * cap
+    low, high = worst_interval(evaluation) if interval is None else interval
     return cap <= 0.0 or high - low <= UNRESOLVED_SPAN * cap
 
 
