@@ -38,12 +38,18 @@ def main() -> None:
     parser.add_argument("--loss-rows", type=int, default=0, help="as the study's --loss-rows (TERM's losses)")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--step-runs",
+        type=int,
+        default=stopped.STEP_EXTENSION_RUNS,
+        help="steps tried past each chosen one at its stopped budget (0: the chosen step alone)",
+    )
     args = parser.parse_args()
     profile = dataclasses.replace(PROFILES["tuned"], seeds=args.seeds)
     split = paper_split(args.dataset, args.partition, args.clients)
     study = Study(args.dataset, profile, tuple(args.methods.split(",")), loss_rows=args.loss_rows, split=split)
     choices = stopped.committed_choices(read_csv(args.folder / "tuning.csv"), study, args.rho)
-    chosen = stopped.choose(study, args.rho, choices, args.cache, args.workers)
+    chosen = stopped.choose(study, args.rho, choices, args.cache, args.workers, args.step_runs)
     rows, choice_rows, gaps = stopped.stopped_rows(study, args.rho, chosen, args.cache, args.workers)
     write_csv(args.folder / "stopped.csv", rows)
     write_csv(args.folder / "stopped_choice.csv", choice_rows)

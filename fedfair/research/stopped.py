@@ -78,15 +78,21 @@ class Stopped:
 
 
 def choose(
-    study: Study, rho: float, choices: Mapping[str, Point], cache_folder: Path, workers: int
+    study: Study,
+    rho: float,
+    choices: Mapping[str, Point],
+    cache_folder: Path,
+    workers: int,
+    step_runs: int = STEP_EXTENSION_RUNS,
 ) -> dict[str, Stopped]:
     """Each method's step re-chosen at its stopped validation risk, all methods' runs trained together.
 
-    Each stop round is `stopping.choose_stop`'s over `stopping.CEILINGS`.
+    Each stop round is `stopping.choose_stop`'s over `stopping.CEILINGS`; `step_runs` bounds the steps tried past
+    the chosen one (0: the chosen step alone, stopped; its search then says "unsettled").
     """
     methods = list(choices)
     searches = [
-        tuning.Search((dataclasses.replace(tuning.STEP, start=(choices[method].step or 0.0,)),), STEP_EXTENSION_RUNS)
+        tuning.Search((dataclasses.replace(tuning.STEP, start=(choices[method].step or 0.0,)),), step_runs)
         for method in methods
     ]
     stops: dict[tuple[str, float], stopping.Stop] = {}
