@@ -17,7 +17,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from fedfair.research import stopped
+from fedfair.research import stopped, stopping
 from fedfair.research.paper_splits import paper_split
 from fedfair.research.profiles import PROFILES, TABLE_RHO
 from fedfair.research.reproduce import read_csv, write_csv
@@ -44,12 +44,18 @@ def main() -> None:
         default=stopped.STEP_EXTENSION_RUNS,
         help="steps tried past each chosen one at its stopped budget (0: the chosen step alone)",
     )
+    parser.add_argument(
+        "--ceilings",
+        default=",".join(str(rounds) for rounds in stopping.CEILINGS),
+        help="the ladder of round ceilings (default 1000,2000,4000; a shorter one names its top where a stop reaches it)",
+    )
     args = parser.parse_args()
     profile = dataclasses.replace(PROFILES["tuned"], seeds=args.seeds)
     split = paper_split(args.dataset, args.partition, args.clients)
     study = Study(args.dataset, profile, tuple(args.methods.split(",")), loss_rows=args.loss_rows, split=split)
+    ceilings = tuple(int(rounds) for rounds in args.ceilings.split(","))
     choices = stopped.committed_choices(read_csv(args.folder / "tuning.csv"), study, args.rho)
-    chosen = stopped.choose(study, args.rho, choices, args.cache, args.workers, args.step_runs)
+    chosen = stopped.choose(study, args.rho, choices, args.cache, args.workers, args.step_runs, ceilings)
     rows, choice_rows, gaps = stopped.stopped_rows(study, args.rho, chosen, args.cache, args.workers)
     write_csv(args.folder / "stopped.csv", rows)
     write_csv(args.folder / "stopped_choice.csv", choice_rows)

@@ -84,10 +84,12 @@ def choose(
     cache_folder: Path,
     workers: int,
     step_runs: int = STEP_EXTENSION_RUNS,
+    ceilings: Sequence[int] = stopping.CEILINGS,
 ) -> dict[str, Stopped]:
     """Each method's step re-chosen at its stopped validation risk, all methods' runs trained together.
 
-    Each stop round is `stopping.choose_stop`'s over `stopping.CEILINGS`; `step_runs` bounds the steps tried past
+    Each stop round is `stopping.choose_stop`'s over `ceilings` (a shorter ladder than `stopping.CEILINGS` ends
+    sooner, its top then named in the stop's limits); `step_runs` bounds the steps tried past
     the chosen one (0: the chosen step alone, stopped; its search then says "unsettled").
     """
     methods = list(choices)
@@ -104,9 +106,7 @@ def choose(
     def evaluate(asked: list[tuple[int, tuning.Coordinates]]) -> list[float]:
         pairs = [(methods[index], point[0]) for index, point in asked]
         # The first rung of every asked step together (a pool trains them at once); a higher rung only at an edge.
-        first = [
-            stopping_run(study, method, rho, point_of(method, step), stopping.CEILINGS[0]) for method, step in pairs
-        ]
+        first = [stopping_run(study, method, rho, point_of(method, step), ceilings[0]) for method, step in pairs]
         run_all(first, cache_folder, workers, f"stopping at rho {rho:g}")
         for method, step in pairs:
 
@@ -115,7 +115,7 @@ def choose(
                 read[method].update(run_all([run], cache_folder, workers, f"stopping at {ceiling} rounds"))
                 return validation_trace(read[method][run], rho)
 
-            stops[(method, step)] = stopping.choose_stop(trace_to)
+            stops[(method, step)] = stopping.choose_stop(trace_to, ceilings)
         return [stops[pair].risk for pair in pairs]
 
     tuning.settle(searches, evaluate)

@@ -72,3 +72,22 @@ def test_each_step_is_judged_by_its_stopped_risk_and_a_stop_at_the_ceiling_raise
     # and 4,000, whose stop is then at the ladder's top.
     assert chosen.cpu_seconds == len(set(trained)) == 7
     assert chosen.rounds_trained == 4 * 1000 + 2000 + 2000 + 4000
+
+
+def test_a_shorter_ceiling_ladder_names_its_top_where_a_stop_reaches_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Validation still falling at round 1,000 on a one-rung ladder: the stop is the ceiling, and says so.
+    def run_all(runs: list[Run], *_: Any, **__: Any) -> dict[Run, dict[str, Any]]:
+        every = range(stopping.CHECK_EVERY, 1001, stopping.CHECK_EVERY)
+        return {
+            run: {"checkpoints": [{"round": r, "worst_risk": {"0.1": 1.0 - r / 1e4}} for r in every]} for run in runs
+        }
+
+    monkeypatch.setattr(stopped, "run_all", run_all)
+    study = adult()
+    choices = stopped.committed_choices(read_csv(FIGURES / "tuned_adult_all_rho" / "tuning.csv"), study, 0.1)
+    chosen = stopped.choose(study, 0.1, {"term": choices["term"]}, tmp_path, 1, step_runs=0, ceilings=(1000,))
+    assert chosen["term"].stop == stopping.Stop(
+        1000, 0.9, 1000, ("rounds 1000 is its ladder's end: the curve was still falling there",)
+    )
