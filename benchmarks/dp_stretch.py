@@ -228,6 +228,46 @@ def search_under_dp(name: str, study: Study, repeats: int) -> tuple[Point, dict[
     }
 
 
+NESTED_BASELINES = {
+    "fedavg": {tuning.MOMENTUM.name: 0.0, tuning.EPSILON.name: 1.0, tuning.GAMMA.name: tuning.GAMMA.start[0]},
+    "fedavgm": {tuning.EPSILON.name: 1.0, tuning.GAMMA.name: tuning.GAMMA.start[0]},
+}
+"""The baselines FedSRCVaR holds as limit cases (`tuning.NESTED`), each as the values it fixes on FedSRCVaR's axes:
+at epsilon 1 FedSRCVaR is FedAvgM (gamma then weighs nothing), at momentum 0 too FedAvg. Under the same
+distributed DP each is trained as FedSRCVaR's runs at that limit: the same clipping, noise and secure sum."""
+
+
+def baseline_under_dp(name: str, study: Study, repeats: int, baseline: str) -> tuple[Point, dict[str, Any]]:
+    """`baseline`'s choice under the same distributed DP by the protocol: the search of `search_under_dp` over the
+    axes `NESTED_BASELINES[baseline]` leaves free (the step; FedAvgM's momentum too), the others at its limit."""
+    fixed = NESTED_BASELINES[baseline]
+    axes = tuple(axis for axis in study.search("fedsrcvar").axes if axis is not tuning.LOCAL_STEPS)
+    free = tuple(axis for axis in axes if axis.name not in fixed)
+    search = tuning.Search(free, tuning.EXTENSION_RUNS)
+    found: dict[tuning.Coordinates, dict[str, Any]] = {}
+
+    def point_of(coordinates: tuning.Coordinates) -> Point:
+        values = dict(zip((axis.name for axis in free), coordinates, strict=True)) | fixed
+        return ladder_point("fedsrcvar", axes, tuple(values[axis.name] for axis in axes))
+
+    def evaluate(asked: list[tuple[int, tuning.Coordinates]]) -> list[float]:
+        for _, coordinates in asked:
+            found[coordinates] = dp_validation(name, study, point_of(coordinates), repeats)
+        return [float(np.mean(found[coordinates]["worst_risks"])) for _, coordinates in asked]
+
+    tuning.settle([search], evaluate)
+    choice = search.choice()
+    rows = [
+        {**found[point], "coordinates": list(point), "worst_risk": risk, "chosen": point == choice}
+        for point, risk in search.tried.items()
+    ]
+    limits = [*search.limits(), ONE_STEP_LIMIT]
+    return point_of(choice), {
+        "search": {"axes": [axis.name for axis in free], "fixed": fixed, "repeats": repeats, "limits": limits},
+        "validation": rows,
+    }
+
+
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each kind's runs: mean and population standard deviation of each risk, and each seed's mean."""
     out: dict[str, dict[str, Any]] = {}
@@ -270,6 +310,12 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=10, help="runs of each DP test seed (default 10)")
     parser.add_argument("--select", type=int, default=0, metavar="R", help="also choose under DP, R runs a point")
+    parser.add_argument(
+        "--as",
+        dest="baseline",
+        choices=sorted(NESTED_BASELINES),
+        help="train this baseline under the same DP instead (as FedSRCVaR's limit case), chosen under DP by --select R",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -281,6 +327,16 @@ def main() -> None:
     if tuned:
         table = tuned_table(args.dataset).relative_to(FIGURES.parents[1])
         document |= {"profile": args.profile, "table": str(table), "baseline": best_baseline(args.dataset)}
+    if args.baseline:
+        if not (tuned and args.select):
+            raise ConfigError("--as chooses the baseline under DP on the protocol: give --profile tuned and --select R")
+        chosen, how = baseline_under_dp(args.dataset, study, args.select, args.baseline)
+        kind = f"distributed, {METHOD_LABELS[args.baseline]} chosen under DP"
+        rows = held_out_rows(study, chosen, kind, dp_flags(args.dataset), args.repeats)
+        document |= {"method": args.baseline, "chosen_under_dp": chosen.describe(), **how}
+        document |= {"summary": summary(rows), "rows": rows, "seconds": time.perf_counter() - started}
+        publish(document, args.json)
+        return
     rows = held_out_rows(study, point, "non-private", (), 1)
     document["non_private_point"] = point.describe()
     if point.local_steps != 1:

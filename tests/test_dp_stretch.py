@@ -218,3 +218,31 @@ def test_a_dataset_without_a_tuned_study_is_refused_with_the_command_that_makes_
     (tmp_path / "tuned_census_51").mkdir()  # a folder without tuning.csv is no study
     with pytest.raises(dp_stretch.ConfigError, match="fedfair reproduce --profile tuned --dataset census-income-51"):
         dp_stretch.tuned_table("census-income-51")
+
+
+@pytest.mark.parametrize("baseline", ["fedavg", "fedavgm"])
+def test_a_nested_baseline_under_dp_is_searched_at_fedsrcvars_limit_on_its_own_axes(
+    dp_stretch: ModuleType, baseline: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FedAvg and FedAvgM under the same DP are FedSRCVaR's runs at epsilon 1 (FedAvg also at momentum 0): the
+    search moves only the axes the baseline has, and every run it asks for carries those limit values."""
+    asked: list[Point] = []
+
+    def fake_validation(name: str, study: Study, point: Point, repeats: int) -> dict[str, Any]:
+        asked.append(point)
+        # Lowest at step 0.01 and momentum 0.7: the search walks there from its start.
+        risk = abs(math.log10(point.step or 1.0) + 2.0) + abs((point.momentum or 0.0) - 0.7)
+        return {"point": point.describe(), "flags": [], "worst_risks": [risk] * repeats}
+
+    monkeypatch.setattr(dp_stretch, "dp_validation", fake_validation)
+    study = dp_stretch.study_of("adult", "tuned")
+    chosen, how = dp_stretch.baseline_under_dp("adult", study, 2, baseline)
+    assert all(point.epsilon == 1.0 and point.local_steps == 1 for point in asked)
+    if baseline == "fedavg":
+        assert {point.momentum for point in asked} == {0.0} and how["search"]["axes"] == ["step"]
+        assert (chosen.step, chosen.momentum) == (0.01, 0.0)
+    else:
+        assert how["search"]["axes"] == ["step", "server momentum"]
+        assert (chosen.step, chosen.momentum) == (0.01, 0.7)
+    assert dp_stretch.ONE_STEP_LIMIT in how["search"]["limits"]
+    assert sum(row["chosen"] for row in how["validation"]) == 1

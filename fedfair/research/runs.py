@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from fedfair.core.evaluation import evaluate
 from fedfair.core.objective import cvar
 from fedfair.core.server import ServerState
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.research import minimax
+from fedfair.research import minimax, stopping
 from fedfair.fairness import composition, pooled
 from fedfair.fairness.report import GroupRiskReport
 from fedfair.research.experiment import (
@@ -70,13 +71,24 @@ class Run:
     """Rounds between the points of the output iterate's training trace kept with the result (0: none kept)."""
     row_losses: bool = False
     """Keep every held-out row's loss with the result (`row_losses`), for paired comparisons (test runs)."""
+    validation_every: int = 0
+    """Rounds between the checkpoints kept as ``checkpoints`` (0: none): the validation worst risk, at the run's rho
+    and each of `rhos`, of the output a run stopped there would give (`stopping.checkpoints`; validation runs)."""
 
     def __post_init__(self) -> None:
-        """Refuse (ConfigError) a composition asked of a run not scored on the test rows, or a negative cadence."""
+        """Refuse (ConfigError) a composition or checkpoints asked of the wrong split, or a negative cadence."""
         if self.composition and self.split != "test":
             raise ConfigError("the worst group's composition is described on the test rows; ask it of test runs")
         if self.history_every < 0:
             raise ConfigError(f"history_every is a number of rounds (0: no history), got {self.history_every}")
+        if self.validation_every < 0:
+            raise ConfigError(
+                f"validation_every is a number of rounds (0: no checkpoints), got {self.validation_every}"
+            )
+        if self.validation_every and self.split != "validation":
+            raise ConfigError(
+                "a stop round is chosen on validation rows, never the test rows: ask it of validation runs"
+            )
 
     @property
     def key(self) -> str:
@@ -91,6 +103,8 @@ class Run:
             described["history_every"] = self.history_every
         if self.row_losses:
             described["row_losses"] = True
+        if self.validation_every:
+            described["validation_every"] = self.validation_every
         text = json.dumps(described)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -174,24 +188,39 @@ def execute(run: Run) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
+    started = time.process_time()
     config = config_from_flags(run.flags)
     # The result keeps no per-round history (a traced run measures its own, `traced`), and recording it
     # evaluated both iterates on 20,000 training rows 20 times a run: half a Census-Income run's CPU.
     config = dataclasses.replace(config, simulation=dataclasses.replace(config.simulation, record_every=0))
     federation = federation_for(run.flags, run.split)
     result: dict[str, Any] = {"flags": list(run.flags), "split": run.split, "classes": federation.num_classes}
-    on_round = None
+    callbacks = []
+    # Each filled as the rounds go, so a run that diverges keeps its trace up to its failure.
     if run.history_every:
-        # Filled as the rounds go, so a run that diverges keeps the trace up to its failure.
         result["history"] = []
-        on_round = traced(run, config, federation, result["history"])
+        callbacks.append(traced(run, config, federation, result["history"]))
+    if run.validation_every:
+        result["checkpoints"] = []
+        callbacks.append(validated(run, config, federation, result["checkpoints"]))
+
+    def on_round(state: ServerState) -> None:
+        for callback in callbacks:
+            callback(state)
+
     try:
-        outcome = run_method(config, federation, on_round)
+        outcome = run_method(config, federation, on_round if callbacks else None)
     except AggregateError as error:  # this point of the grid diverged: its NaN risks are never chosen
         diverged = {
             field.name: math.nan for field in dataclasses.fields(GroupRiskReport) if field.name != "certificate"
         }
-        return {**result, **diverged, "rho": config.objective.rho, "diverged": str(error)}
+        return {
+            **result,
+            **diverged,
+            "rho": config.objective.rho,
+            "diverged": str(error),
+            "cpu_seconds": time.process_time() - started,
+        }
     # The held-out losses once, for the report of `fedfair simulate` at every rho judged.
     losses, correct = held_out_losses(config, federation, outcome.theta)
     result.update(pooled.group_risk_report(losses, correct, config.objective.rho).to_dict())
@@ -208,6 +237,8 @@ def execute(run: Run) -> dict[str, Any]:
             ]
             for rho in (config.objective.rho, *run.rhos)
         }
+    # The run's cost, for the tables' budgets (its key does not hold it: a rerun costs what its machine costs).
+    result["cpu_seconds"] = time.process_time() - started
     return result
 
 
@@ -235,6 +266,25 @@ def traced(
         trace.append({"round": state.round, "mean_loss": float(losses.mean()), "worst_risk": worst})
 
     return record
+
+
+def validated(
+    run: Run, config: ExperimentConfig, federation: Federation, trace: list[dict[str, Any]]
+) -> Callable[[ServerState], None]:
+    """A round callback appending, every `run.validation_every` rounds, the held-out worst risk of a run stopped there.
+
+    The held-out rows are the validation rows of a validation run; the worst risk is the exact CVaR at the run's
+    rho and each of its extra rhos (keyed as in ``at_rho``) of the output a run of that many rounds gives
+    (`stopping.checkpoints`). Training is untouched: evaluating draws nothing from any generator.
+    """
+    rhos = (config.objective.rho, *run.rhos)
+
+    def emit(round_number: int, theta: Any) -> None:
+        losses, _ = held_out_losses(config, federation, theta)
+        trace.append({"round": round_number, "worst_risk": {f"{rho:g}": cvar(losses, rho) for rho in rhos}})
+
+    training = config.training
+    return stopping.checkpoints(training.average_from, run.validation_every, training.rounds, emit)
 
 
 def check_build(cache_folder: Path) -> None:

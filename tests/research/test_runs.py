@@ -56,6 +56,8 @@ def test_a_traced_run_reports_what_an_untraced_one_does_and_traces_its_output(me
     plain = runs.execute(Run(flags, "test", (0.3,)))
     traced = runs.execute(Run(flags, "test", (0.3,), history_every=5))
     trace = traced.pop("history")
+    for result in (plain, traced):  # what the run cost differs from run to run
+        assert result.pop("cpu_seconds") > 0.0
     assert traced == plain  # the trace is read off the rounds, never changes them
     assert [point["round"] for point in trace] == [5, 10, 12]  # every 5 rounds and the last
     for point in trace:  # CVaR is at least the mean, and shrinks toward it as rho grows
@@ -92,3 +94,27 @@ def test_a_cache_is_stamped_with_its_torch_build_and_refused_under_another(tmp_p
     with pytest.raises(ConfigError, match=r"filled under torch 2\.11\.0.*give --out a fresh folder"):
         runs.run_all([run], tmp_path, workers=1, label="another build")
     assert json.loads((tmp_path / f"{run.key}.json").read_text()) == cached  # refused, and nothing lost
+
+
+def test_a_run_with_checkpoints_judges_at_each_the_output_a_run_stopped_there_gives() -> None:
+    # The checkpoints of one 40-round validation run against separate runs of 20 and 40 rounds: a run's output
+    # is the mean of its iterates from its own half on, so the longer run's running average at round 20 is not it.
+    flags = ("--dataset", "rand-hie", "--partition", "site", "--clients", "6", "--method", "fedsrcvar")
+    flags += ("--rho", "0.1", "--lr", "0.2", "--seed", "1", "--server-momentum", "0.9")
+    long = runs.execute(Run((*flags, "--rounds", "40"), "validation", (0.3,), validation_every=10))
+    assert [point["round"] for point in long["checkpoints"]] == [10, 20, 30, 40]
+    for stop in (20, 40):
+        short = runs.execute(Run((*flags, "--rounds", str(stop)), "validation", (0.3,)))
+        at = next(point for point in long["checkpoints"] if point["round"] == stop)["worst_risk"]
+        # Sums in float64 against the server's running mean: equal to rounding.
+        assert at["0.1"] == pytest.approx(short["worst_risk"], rel=1e-9)
+        assert at["0.3"] == pytest.approx(short["at_rho"]["0.3"]["worst_risk"], rel=1e-9)
+    long.pop("checkpoints")
+    plain = runs.execute(Run((*flags, "--rounds", "40"), "validation", (0.3,)))
+    for result in (plain, long):
+        result.pop("cpu_seconds")
+    assert long == plain  # checkpoints are read off the rounds, never change them
+    with pytest.raises(ConfigError, match="never the test rows"):
+        Run(flags, "test", validation_every=10)
+    with pytest.raises(ConfigError, match="validation_every is a number of rounds"):
+        Run(flags, "validation", validation_every=-1)

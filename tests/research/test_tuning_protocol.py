@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fedfair.core.errors import ConfigError
-from fedfair.research import selection, tuning
+from fedfair.research import selection, stopping, tuning
 from fedfair.research.flags import config_from_flags
 from fedfair.research.paper_splits import paper_split
 from fedfair.research.profiles import PROFILES, TABLE_RHO
@@ -325,3 +325,36 @@ def test_every_committed_table_of_choices_is_the_protocols_or_marked_superseded(
 def rhos_judged(folder: Path) -> set[str]:
     """Every rho a row of the folder's CSVs names."""
     return {row["rho"] for path in folder.glob("*.csv") if "rho" in columns(path) for row in read_csv(path)}
+
+
+# ---------------------------------------------------------------- the committed stopped tables (issue 78)
+
+STOPPED = sorted(path.parent.name for path in FIGURES.glob("tuned_*/stopped.csv"))
+
+
+def test_some_committed_study_was_stopped_by_validation() -> None:
+    assert "tuned_adult_all_rho" in STOPPED
+
+
+@pytest.mark.parametrize("folder", STOPPED)
+def test_every_committed_stop_is_inside_its_ceiling_or_says_why(folder: str) -> None:
+    # From the committed CSVs alone: every method stops at a checkpoint inside a ceiling of at least 1,000 rounds
+    # (or at the ceiling ladder's top, named), its chosen step is the lowest stopped validation risk it tried, its
+    # test seeds all ran that stop round, and the paired gaps are those of the same methods.
+    rows = read_csv(FIGURES / folder / "stopped.csv")
+    assert list(rows[0]) == ["method", "rho", "seed", "stop_round", "max_rounds", "held_out_worst_risk"]
+    choices = {row["method"]: row for row in read_csv(FIGURES / folder / "stopped_choice.csv")}
+    assert {row["method"] for row in rows} == set(choices)
+    for method, choice in choices.items():
+        stop, ceiling = int(choice["stop_round"]), int(choice["max_rounds"])
+        assert ceiling in stopping.CEILINGS and stop % stopping.CHECK_EVERY == 0
+        assert stop < ceiling or "ladder's end" in choice["limits"], method
+        tried = dict(pair.split(":") for pair in choice["steps_tried"].split())
+        assert float(choice["validation_worst_risk"]) == pytest.approx(min(map(float, tried.values())), abs=1e-5)
+        seeds = [row for row in rows if row["method"] == method]
+        assert len(seeds) >= 2 and {(row["stop_round"], row["max_rounds"]) for row in seeds} == {
+            (choice["stop_round"], choice["max_rounds"])
+        }
+        assert all(math.isfinite(float(row["held_out_worst_risk"])) for row in seeds)
+    paired = {row["method"] for row in read_csv(FIGURES / folder / "stopped_paired.csv")}
+    assert paired == set(choices) - {"FedSRCVaR"}

@@ -1,0 +1,66 @@
+"""Every method of a tuned study stopped by its own validation at one rho, its step re-chosen there, and tested.
+
+Reads each method's point chosen by the tuning protocol from FOLDER/tuning.csv (the committed study), runs
+`fedfair.research.stopped.choose` (stopping runs to 1,000 rounds, the ceiling raised by the edge rule, the
+step ladder searched around the chosen step) and the stopped test runs, and writes into FOLDER:
+stopped.csv (`method,rho,seed,stop_round,max_rounds,held_out_worst_risk`), stopped_choice.csv (each method's
+point, stop round, validation risk, steps tried, limits and CPU seconds) and stopped_paired.csv (the paired
+gaps to FedSRCVaR on the same test rows). Runs are cached under --cache (resumable). E.g.
+
+    python benchmarks/stopped_study.py --dataset adult --folder docs/figures/tuned_adult_all_rho \\
+        --cache /tmp/stopped_adult --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from fedfair.research import stopped, stopping
+from fedfair.research.paper_splits import paper_split
+from fedfair.research.profiles import PROFILES, TABLE_RHO
+from fedfair.research.reproduce import read_csv, write_csv
+from fedfair.research.study import Study
+
+METHODS = ("fedsrcvar", "fedavg", "fedavgm", "propfair", "term", "deltafl")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", required=True, help="e.g. adult, census-income, mnist")
+    parser.add_argument("--partition", default=None, help="the client split's column (default: the paper split)")
+    parser.add_argument("--clients", type=int, default=None, help="the clients (default: the paper split's)")
+    parser.add_argument("--folder", type=Path, required=True, help="the tuned study's folder (tuning.csv)")
+    parser.add_argument("--cache", type=Path, required=True, help="where the runs are cached")
+    parser.add_argument("--rho", type=float, default=TABLE_RHO)
+    parser.add_argument("--seeds", type=int, default=PROFILES["tuned"].seeds, help="test seeds (default 2)")
+    parser.add_argument("--loss-rows", type=int, default=0, help="as the study's --loss-rows (TERM's losses)")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--step-runs",
+        type=int,
+        default=stopped.STEP_EXTENSION_RUNS,
+        help="steps tried past each chosen one at its stopped budget (0: the chosen step alone)",
+    )
+    parser.add_argument(
+        "--ceilings",
+        default=",".join(str(rounds) for rounds in stopping.CEILINGS),
+        help="the ladder of round ceilings (default 1000,2000,4000; a shorter one names its top where a stop reaches it)",
+    )
+    args = parser.parse_args()
+    profile = dataclasses.replace(PROFILES["tuned"], seeds=args.seeds)
+    split = paper_split(args.dataset, args.partition, args.clients)
+    study = Study(args.dataset, profile, tuple(args.methods.split(",")), loss_rows=args.loss_rows, split=split)
+    ceilings = tuple(int(rounds) for rounds in args.ceilings.split(","))
+    choices = stopped.committed_choices(read_csv(args.folder / "tuning.csv"), study, args.rho)
+    chosen = stopped.choose(study, args.rho, choices, args.cache, args.workers, args.step_runs, ceilings)
+    rows, choice_rows, gaps = stopped.stopped_rows(study, args.rho, chosen, args.cache, args.workers)
+    write_csv(args.folder / "stopped.csv", rows)
+    write_csv(args.folder / "stopped_choice.csv", choice_rows)
+    write_csv(args.folder / "stopped_paired.csv", gaps)
+
+
+if __name__ == "__main__":
+    main()

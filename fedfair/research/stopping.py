@@ -1,0 +1,117 @@
+"""The round budget tuned like a step size: each method stops where its own validation worst-rho risk was lowest.
+
+A stopping run trains a method's chosen point on the validation split up to a ceiling and judges, every
+`CHECK_EVERY` rounds, the output a run stopped at that round would give (`checkpoints`: not the state's own
+running average, which a longer run starts later). Its stop round is the checkpoint of lowest validation
+worst-rho risk (`stop_round`); where that is the ceiling itself, the edge rule of `fedfair.research.tuning`
+applies to the rounds as to any knob: the ceiling rises to the next rung of `CEILINGS` (`choose_stop`). The
+test runs then train exactly the stop round's rounds on the test seeds. Why: docs/paper.md, "Stopped by
+validation".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fedfair.core.errors import ConfigError
+from fedfair.core.server import ServerState
+from fedfair.research.tuning import diverged
+
+CHECK_EVERY = 10
+"""Rounds between a stopping run's validation checkpoints: the resolution of every stop round."""
+
+CEILINGS = (1000, 2000, 4000)
+"""The ladder of round ceilings: a stop round at a rung's ceiling raises it to the next (the edge rule)."""
+
+Trace = Sequence[tuple[int, float]]
+"""(round, validation worst-rho risk) pairs of a stopping run's checkpoints, in round order."""
+
+
+def stop_round(trace: Trace) -> int | None:
+    """The checkpoint round of lowest validation risk (ties: the earliest; a diverged one never wins).
+
+    None when the trace is empty or every checkpoint diverged (`tuning.diverged`).
+    """
+    finite = [(risk, round_number) for round_number, risk in trace if not diverged(risk)]
+    return min(finite)[1] if finite else None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where one point's validation says to stop: the round, its validation risk, the ceiling it ran to, and why."""
+
+    round: int | None
+    """The stop round (None: every checkpoint diverged)."""
+    risk: float
+    """The validation worst-rho risk at `round` (NaN where it is None)."""
+    ceiling: int
+    """The last ceiling the point was trained to: the test runs' `max_rounds`."""
+    limits: tuple[str, ...] = ()
+    """Why the stop round is not strictly inside the ceiling (empty: it is)."""
+
+
+def choose_stop(trace_to: Callable[[int], Trace], ceilings: Sequence[int] = CEILINGS) -> Stop:
+    """The stop round of one point: `trace_to(ceiling)`'s checkpoints at each rung of `ceilings` until one is inside.
+
+    A stop round equal to its ceiling is a choice at the edge of the range tried, no choice: the next rung is
+    tried, until the ladder's top, which is then named in `Stop.limits`. A run that diverges before its
+    ceiling stops inside it (its checkpoints end where it failed).
+
+    Raises:
+        ConfigError: `ceilings` is empty or not ascending.
+    """
+    if not ceilings or any(low >= high for low, high in zip(ceilings, ceilings[1:], strict=False)):
+        raise ConfigError(f"the ceilings must be a non-empty ascending ladder of rounds, got {tuple(ceilings)}")
+    for ceiling in ceilings:
+        trace = trace_to(ceiling)
+        best = stop_round(trace)
+        if best is None:
+            return Stop(None, math.nan, ceiling, (f"every checkpoint to round {ceiling} diverged",))
+        risk = dict(trace)[best]
+        if best < ceiling:
+            return Stop(best, risk, ceiling)
+    return Stop(best, risk, ceiling, (f"rounds {ceiling} is its ladder's end: the curve was still falling there",))
+
+
+def checkpoints(
+    average_from: float, every: int, rounds: int, emit: Callable[[int, torch.Tensor], None]
+) -> Callable[[ServerState], None]:
+    """A round callback handing `emit` (t, the output a run of t rounds gives) every `every` rounds up to `rounds`.
+
+    A T-round run outputs the mean of theta^s over s = int(average_from T) + 1, ..., T (`core.server.apply`),
+    which depends on T: a longer run's running average (from its own half) is not it. The callback keeps the
+    running sum of theta^s from s = 2 (in float64) and its value at each s = int(average_from t) a later
+    checkpoint t needs, so that it holds about t / (2 `every`) sums at a time, never every iterate. At round
+    t the state holds theta^{t+1}; theta^1, the start, is never needed while `average_from` * `every` >= 1.
+
+    Raises:
+        ConfigError: `every` < 1, or `average_from` * `every` < 1 (a checkpoint would need the start model).
+    """
+    if every < 1 or average_from * every < 1:
+        raise ConfigError(
+            f"checkpoints every {every} rounds at average_from {average_from:g} would average the start model in: "
+            "check every 1 / average_from rounds or more (e.g. every 10 at average_from 0.5)"
+        )
+    starts = {int(average_from * due) for due in range(every, rounds + 1, every)}
+    running: torch.Tensor | None = None  # sum of theta^s, s = 2, ..., round (None: still 0)
+    kept: dict[int, torch.Tensor | None] = {}
+
+    def record(state: ServerState) -> None:
+        nonlocal running
+        now = state.round
+        if now in starts:
+            kept[now] = None if running is None else running.clone()
+        if now % every == 0 and now <= rounds:
+            start = int(average_from * now)
+            before = kept.pop(start)
+            assert running is not None  # now >= every > start >= 1: theta^2 .. theta^now are in
+            total = running if before is None else running - before
+            emit(now, total / (now - start))
+        theta = state.theta.detach().to("cpu", torch.float64)
+        running = theta.clone() if running is None else running.add_(theta)
+
+    return record

@@ -1,0 +1,93 @@
+"""A study's choices stopped by validation: the step re-chosen at its stopped risk, the ceiling raised at an edge."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedfair.research import stopped, stopping
+from fedfair.research.paper_splits import paper_split
+from fedfair.research.profiles import PROFILES
+from fedfair.research.reproduce import read_csv
+from fedfair.research.runs import Run
+from fedfair.research.study import Study
+
+FIGURES = Path(__file__).resolve().parents[2] / "docs" / "figures"
+
+
+def adult() -> Study:
+    return Study("adult", PROFILES["tuned"], ("fedsrcvar", "term"), split=paper_split("adult"))
+
+
+def test_the_committed_choices_are_read_as_the_points_the_study_chose() -> None:
+    study = adult()
+    choices = stopped.committed_choices(read_csv(FIGURES / "tuned_adult_all_rho" / "tuning.csv"), study, 0.1)
+    rows = read_csv(FIGURES / "tuned_adult_all_rho" / "fig2_rho.csv")
+    table = {row["method"]: row["chosen"] for row in rows if row["rho"] == "0.1"}
+    assert choices["fedsrcvar"].describe("fedsrcvar") == table["FedSRCVaR"]
+    assert choices["term"].describe("term") == table["TERM"]
+
+
+def test_each_step_is_judged_by_its_stopped_risk_and_a_stop_at_the_ceiling_raises_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A fake validation curve per step: its lowest point at round 300 / step x 0.01, 0.5 + |log10(step / 0.003)|
+    # deep. Step 0.003 is lowest (0.5) but stops at round 1,000, the first ceiling: its run is raised to 2,000.
+    def curve(step: float, ceiling: int) -> list[dict[str, Any]]:
+        best = 300 * 0.01 / step
+        depth = 0.5 + abs(math.log10(step / 0.003))
+        return [
+            {"round": r, "worst_risk": {"0.1": depth + ((r - best) / 1e4) ** 2}}
+            for r in range(stopping.CHECK_EVERY, ceiling + 1, stopping.CHECK_EVERY)
+        ]
+
+    trained: list[Run] = []
+
+    def run_all(runs: list[Run], *_: Any, **__: Any) -> dict[Run, dict[str, Any]]:
+        trained.extend(runs)
+        out = {}
+        for run in runs:
+            flags = run.flags
+            step, rounds = float(flags[flags.index("--lr") + 1]), int(flags[flags.index("--rounds") + 1])
+            out[run] = {"checkpoints": curve(step, rounds), "cpu_seconds": 1.0}
+        return out
+
+    monkeypatch.setattr(stopped, "run_all", run_all)
+    study = adult()
+    choices = stopped.committed_choices(read_csv(FIGURES / "tuned_adult_all_rho" / "tuning.csv"), study, 0.1)
+    # FedSRCVaR's point is at momentum 0.97, whose effective step is s x 0.075: the fake reads --lr, so a point of
+    # momentum 0 is taken, with the committed step 0.01.
+    plain = {"fedsrcvar": dataclasses.replace(choices["fedsrcvar"], momentum=0.0)}
+    chosen = stopped.choose(study, 0.1, plain, tmp_path, workers=1)["fedsrcvar"]
+    assert chosen.point.step == 0.003
+    assert chosen.stop == stopping.Stop(1000, 0.5, 2000)  # 300 x 0.01 / 0.003 = 1,000: the ceiling, raised
+    assert chosen.search.tried[(0.01,)] == pytest.approx(0.5 + math.log10(0.01 / 0.003))
+    assert chosen.search.settled  # 0.001 and 0.01 beside it were tried, both higher
+    assert all(run.split == "validation" and run.validation_every == stopping.CHECK_EVERY for run in trained)
+    # Every distinct run read once: the 4 steps to 1,000 rounds, 0.003 to 2,000, 0.001 (lowest at 3,000) to 2,000
+    # and 4,000, whose stop is then at the ladder's top.
+    assert chosen.cpu_seconds == len(set(trained)) == 7
+    assert chosen.rounds_trained == 4 * 1000 + 2000 + 2000 + 4000
+
+
+def test_a_shorter_ceiling_ladder_names_its_top_where_a_stop_reaches_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Validation still falling at round 1,000 on a one-rung ladder: the stop is the ceiling, and says so.
+    def run_all(runs: list[Run], *_: Any, **__: Any) -> dict[Run, dict[str, Any]]:
+        every = range(stopping.CHECK_EVERY, 1001, stopping.CHECK_EVERY)
+        return {
+            run: {"checkpoints": [{"round": r, "worst_risk": {"0.1": 1.0 - r / 1e4}} for r in every]} for run in runs
+        }
+
+    monkeypatch.setattr(stopped, "run_all", run_all)
+    study = adult()
+    choices = stopped.committed_choices(read_csv(FIGURES / "tuned_adult_all_rho" / "tuning.csv"), study, 0.1)
+    chosen = stopped.choose(study, 0.1, {"term": choices["term"]}, tmp_path, 1, step_runs=0, ceilings=(1000,))
+    assert chosen["term"].stop == stopping.Stop(
+        1000, 0.9, 1000, ("rounds 1000 is its ladder's end: the curve was still falling there",)
+    )
