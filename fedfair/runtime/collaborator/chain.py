@@ -143,9 +143,8 @@ class ModelChain:
         if round_number == anchor.round + 1 and anchor.verified:
             raise self._refusal(round_number, anchor, gap)
         if anchor.verified:
-            why = (
-                f"it verified round {anchor.round}'s sum, and no sum of round {anchor.round + 1} to {round_number - 1}"
-            )
+            missed = f"{anchor.round + 1}" + ("" if round_number == anchor.round + 2 else f" to {round_number - 1}")
+            why = f"it verified round {anchor.round}'s sum, and no sum of round {missed} since"
         else:
             why = f"it did not verify round {anchor.round}'s sum"
         self._unchecked(round_number, f"{why}; the model is neither the step of that sum nor the one before ({gap})")
