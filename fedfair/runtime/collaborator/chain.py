@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -248,7 +249,7 @@ class ModelChain:
             write_anchor(path, anchor)
         self._anchor = anchor
 
-    def _unchecked(self, round_number: int, why: str) -> None:
+    def _unchecked(self, round_number: int, why: str) -> NoReturn:
         """Sit round `round_number` out: this site cannot check its model (its anchor stays)."""
         if self.unchecked_from is None:
             self.unchecked_from = round_number
@@ -290,7 +291,6 @@ class ModelChain:
         """Round 1's state: the server's initial one made of this site's own build of the plan's initial model."""
         if self._initial is None:
             self._unchecked(round_number, "it has no initial model of its own to check round 1's against")
-        assert self._initial is not None
         theta = self._initial().detach().to("cpu", torch.float64).numpy()
         algorithm = self._shared.algorithm()
         in_file = kept_in_file(theta.size, tensors_of(algorithm))

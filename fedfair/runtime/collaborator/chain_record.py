@@ -137,8 +137,8 @@ def _state(path: Path, scalars: dict[str, np.ndarray], prefix: str, folder: Path
         for field in fields:
             length = dimension + (field in _WITH_C)
             # A state kept in a file is laid out by its tensors' presence alone: an empty one stands for each.
-            values = [] if in_file else list(_member(archive, f"{prefix}.{field}", length, whole=True))
-            tensors[field] = torch.from_numpy(values[0] if values else np.empty(0))
+            whole = [] if in_file else list(_member(archive, f"{prefix}.{field}", length, whole=True))
+            tensors[field] = torch.from_numpy(whole[0] if whole else np.empty(0))
         state = ServerState(
             round=int(scalars[f"{prefix}.round"]),
             theta=tensors["theta"],
@@ -155,9 +155,9 @@ def _state(path: Path, scalars: dict[str, np.ndarray], prefix: str, folder: Path
         kept = InFile(dimension, state, folder)
         for field in fields:
             at = 0
-            for values in _member(archive, f"{prefix}.{field}", dimension + (field in _WITH_C), whole=False):
-                kept.put(field, at, values)
-                at += values.size
+            for piece in _member(archive, f"{prefix}.{field}", dimension + (field in _WITH_C), whole=False):
+                kept.put(field, at, piece)
+                at += piece.size
         return kept
 
 
