@@ -57,6 +57,8 @@ code), so what holds, holds against code that is not ours:
   weight moved one ulp, each refused by a collaborator process counting its rounds from its own record;
 - rotation (``benchmarks/attacks/rotation.py``, issue 65): a key revoked and rotated while the federation
   runs (a CA-signed manifest update): the old key in 0 later rounds, the re-keyed site finishing every round;
+- the chain's doors (``benchmarks/attacks/broken_chain.py``, issue 79): a backdoored initial model, a skipped round
+  then a forged model, every site restarted then a forged model: each refused or sat out at its first round;
 - full disk (``benchmarks/attacks/full_disk.py``, issue 65): a collaborator's workspace, a tmpfs, filled while it
   runs: exit 2 naming the disk, its records whole, and the same command with room rejoining (skipped, with the
   reason, where no tmpfs can be mounted);
@@ -93,6 +95,7 @@ from typing import Any
 
 import torch
 from published import provenance, publish
+from attacks.broken_chain import broken_chain_rows
 from attacks.cheating import equivocation_row, sybil_rows
 from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
@@ -129,6 +132,7 @@ SCENARIOS = (
     "repeat_model",
     "rotation",
     "full_disk",
+    "chain",
 )
 
 
@@ -211,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["repeat_model"] = lambda where: repeat_model_rows(where, book)  # a final model answered before
         runs["rotation"] = lambda where: rotation_rows(where, book)  # issue 65: revocation while running
         runs["full_disk"] = lambda where: full_disk_rows(where, book)  # issue 65: a collaborator's disk fills
+        runs["chain"] = lambda where: broken_chain_rows(where, book)  # issue 79: the model chain's doors
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             first = len(book.rows)

@@ -164,6 +164,7 @@ class BenchCollaborator(Collaborator):
         trainer = FixedUpdate(
             parameters, seed=hash(self.config.name) % 2**31, seconds=float(os.environ.get(TRAIN_SECONDS, "0"))
         )
+        self._model = shared.model  # round 1's model is checked against this model built from the plan's seed
         self._use(Prepared(trainer, None, parameters))
 
     def _timed(self, round_number: int, run: Callable[[], Result]) -> Result:

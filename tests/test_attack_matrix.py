@@ -83,6 +83,9 @@ CONSENT_CLASSES = {
     "forged next model (flip)": 1,
     "revoked key mid-run": 1,
     "key rotation mid-run": 1,
+    "broken chain (a backdoored initial model)": 1,
+    "broken chain (a skipped round then a forged model)": 1,
+    "broken chain (every site restarted then a forged model)": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -200,6 +203,11 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
         12,
     ),
     "crashes": (("crashes",), {}, 1),
+    "chain": (
+        ("chain",),
+        {word: CONSENT_CLASSES[word] for word in CONSENT_CLASSES if word.startswith("broken chain")},
+        3,
+    ),
     "waits": (("waits",), {}, 2),
     "record": (
         ("record",),

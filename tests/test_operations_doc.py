@@ -43,8 +43,9 @@ MODULES = tuple(
         "statistics",
         "evaluation",
     )
-) + ("cli/aggregator.py",)
-"""Where the aggregator's operator-facing text lives (under fedfair/: its runtime package and its command)."""
+) + ("cli/aggregator.py", "core/sum_bounds.py")
+"""Where the aggregator's operator-facing text lives (under fedfair/: its runtime package, its command, and the
+bounds of a decoded sum that it shares with every site's model chain)."""
 
 FIELD = "\x00"
 """A formatted field of a message in the code (a placeholder of the runbook matches it)."""

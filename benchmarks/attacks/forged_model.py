@@ -60,6 +60,12 @@ class ForgingStep:
     def __init__(self, algorithm: FedSRCVaR, forge: Callable[[torch.Tensor], None]) -> None:
         self.algorithm, self.forge, self.forged = algorithm, forge, 0
 
+    def __getattr__(self, name: str) -> object:
+        # Everything but the step is the plan's algorithm's: the loop also reads its settings (how many tensors
+        # a state holds, to place it). Without this the aggregator thread failed before it listened, and both
+        # rows waited out the sites' 180 s timeout (issue 79).
+        return getattr(self.algorithm, name)
+
     def server_apply(
         self, state: server.ServerState, aggregate: server.Aggregate, *, average_from: int = 0, consume: bool = False
     ) -> server.ServerState:

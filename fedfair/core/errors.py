@@ -234,6 +234,8 @@ class VerifyReason(enum.Enum):
     MALFORMED = "the aggregate or its tags do not fit the round"
     EQUIVOCATED = "the aggregator showed this party two different aggregates for one round"
     NEXT_MODEL = "the model sent is not the plan's server step applied to the sums this party verified"
+    INITIAL_MODEL = "the model sent for round 1 is not the plan's initial model, built from its seed and architecture"
+    OUT_OF_BOUNDS = "the model sent is made of a verified sum that breaks the plan's bounds (clip box, update_norm)"
 
 
 class VerificationError(ProtocolError):

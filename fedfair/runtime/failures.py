@@ -227,11 +227,24 @@ BUNDLE_REFUSED = FailureClass(
 AGGREGATE_REFUSED = FailureClass(
     "aggregate-refused",
     False,
-    "round {round}: the aggregator's sum of the round could not be verified as the sum of the survivors' inputs "
-    "({reason}: {detail}); this collaborator applies no model made from it and keeps no bundle of this federation",
+    "round {round}: the aggregator's sum of the round, or the model it sent, could not be verified as the sum of the "
+    "survivors' inputs or the plan's model made of the sums this collaborator verified ({reason}: {detail}); this "
+    "collaborator applies no model made from it and keeps no bundle of this federation",
     "tell the institutions: the aggregator (or a site colluding with it) tried to apply another model than the "
     "federation trained; the outcome record ({path}) names the round and the reason; do not use this "
     'federation\'s model (docs/security.md, "Verified aggregation")',
+)
+MODEL_UNCHECKED = FailureClass(
+    "model-unchecked",
+    False,
+    "from round {round} on, this collaborator could not check the models the aggregator sent against the sums it "
+    "verified ({why}); it sat those rounds out ({rounds} in all), trained on and evaluated none of those models, "
+    "and keeps no bundle of this federation",
+    "read the aggregator's rounds.jsonl at round {round}: a round that ran without this site (it restarted "
+    "mid-round, or lost the aggregator) explains it, and the federation's model then holds fewer of its rounds; "
+    "a round skipped or a model changed with no such cause is the aggregator's doing: tell the institutions, and "
+    "use no model of this federation that this collaborator did not check (the outcome record {path} lists the "
+    'rounds sat out; docs/security.md, "Verified aggregation")',
 )
 
 FAILURES: tuple[FailureClass, ...] = (
@@ -262,6 +275,7 @@ FAILURES: tuple[FailureClass, ...] = (
     FEDERATION_PAST,
     BUNDLE_REFUSED,
     AGGREGATE_REFUSED,
+    MODEL_UNCHECKED,
 )
 """Every class a collaborator can report, in the order the runbook lists them."""
 

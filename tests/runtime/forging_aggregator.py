@@ -1,4 +1,5 @@
-"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation]``, attacks verification stops.
+"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial]``: attacks that
+verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
@@ -6,12 +7,15 @@ the sum of the sites' inputs (the issue 65 attack: a backdoor or a flipped model
 server's own check of the survivors' tags is skipped so that it shows every site that sum and relays their tags
 all the same. ``model``: the true sum is claimed and verified, and the model the server step makes of it is
 flipped (theta negated) before it is sent for round ROUND + 1. ``evaluation``: as ``sum``, for the evaluation
-sums of round ROUND (the report's figures). Used by tests/runtime/test_verified_sums.py.
+sums of round ROUND (the report's figures). ``initial``: round 1's model is the plan's initial model with +1.0 on
+its first weight (a backdoor; ROUND is ignored). Used by tests/runtime/test_verified_sums.py.
 """
 
 from __future__ import annotations
 
 import sys
+
+import torch
 
 from fedfair.cli import main
 from fedfair.core import server as server_step
@@ -59,10 +63,24 @@ def flip(round_number: int) -> None:
     setattr(FedSRCVaR, "server_apply", flipped_apply)  # noqa: B010 -- the rewrite is the attack
 
 
+def backdoor_initial() -> None:
+    """Rewrite the server's initial state so that round 1's model has +1.0 on its first weight."""
+    init = FedSRCVaR.server_init
+
+    def backdoored(algorithm: FedSRCVaR, theta: torch.Tensor, c: float | None = None) -> server_step.ServerState:
+        state = init(algorithm, theta, c)
+        state.theta[0] += 1.0
+        return state
+
+    setattr(FedSRCVaR, "server_init", backdoored)  # noqa: B010 -- the rewrite is the attack
+
+
 if __name__ == "__main__":
     plan, forged_round = sys.argv[1], int(sys.argv[2])
     if sys.argv[3:] == ["model"]:
         flip(forged_round)
+    elif sys.argv[3:] == ["initial"]:
+        backdoor_initial()
     else:
         forge(forged_round, EVALUATION if sys.argv[3:] == ["evaluation"] else TRAINING)
     sys.exit(main(["aggregator", "start", "--plan", plan]))

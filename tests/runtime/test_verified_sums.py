@@ -7,7 +7,8 @@ it applies, relaying their tags without its own check. Round 1 is honest and app
 finds that the survivors' tags do not sum to the claimed sum, refuses it, exits with status 2 and
 ``aggregate-refused``, records the round and the reason, and keeps no bundle of the federation. The same
 aggregator claiming round 1's true sum but sending round 2 a flipped model is refused at round 2 (NEXT_MODEL), and
-one forging the final round's evaluation sums (the report's figures) is refused at that round (FORGED).
+one forging the final round's evaluation sums (the report's figures) is refused at that round (FORGED), and one
+sending a backdoored initial model is refused at round 1 (INITIAL_MODEL, issue 79).
 """
 
 from __future__ import annotations
@@ -48,6 +49,17 @@ def forged_federation(
 def refusals(
     workspace: Workspace, sites: dict[str, Child], reason: str, forged_round: int = FORGED_ROUND
 ) -> list[tuple[Refusal, int]]:
+    """Each site's refusal, with round 1 verified and applied (:func:`site_refusals`)."""
+    found = site_refusals(workspace, sites, reason, forged_round)
+    # Round 1 was the sites' own sum: every site verified it and the aggregator applied it.
+    first = json.loads((workspace.output / "rounds.jsonl").read_text().splitlines()[0])
+    assert first["round"] == 1 and first["status"] == "applied", first
+    return found
+
+
+def site_refusals(
+    workspace: Workspace, sites: dict[str, Child], reason: str, forged_round: int
+) -> list[tuple[Refusal, int]]:
     """Each site's refusal of `forged_round` for `reason`, with its rounds contributed.
 
     Once every site exited 2 saying so and kept no bundle.
@@ -62,9 +74,6 @@ def refusals(
         assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (forged_round, reason)
         assert not list(config.parent.glob("*model_bundle*")), "a site kept a bundle of a refused federation"
         found.append((record.refusal, record.contributed))
-    # Round 1 was the sites' own sum: every site verified it and the aggregator applied it.
-    first = json.loads((workspace.output / "rounds.jsonl").read_text().splitlines()[0])
-    assert first["round"] == 1 and first["status"] == "applied", first
     return found
 
 
@@ -94,3 +103,12 @@ def test_forged_evaluation_sums_are_refused_by_every_site(tmp_path: Path, proces
     for refusal, contributed in refusals(workspace, sites, "FORGED", forged_round=3):
         assert "do not sum to the claimed aggregate" in refusal.detail
         assert contributed == 3, contributed  # every training round was verified and applied
+
+
+@pytest.mark.slow
+def test_a_backdoored_initial_model_is_refused_at_round_1_by_every_site(tmp_path: Path, processes: Processes) -> None:
+    """Round 1's model with +1.0 on one weight: each site builds the plan's initial model itself and refuses it."""
+    workspace, sites = forged_federation(tmp_path, processes, {}, "1", "initial")
+    for refusal, contributed in site_refusals(workspace, sites, "INITIAL_MODEL", forged_round=1):
+        assert "values differ, the largest by 1;" in refusal.detail, refusal.detail
+        assert contributed == 0, contributed  # nothing trained on it

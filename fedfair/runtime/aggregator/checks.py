@@ -15,14 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedfair.core.errors import Refusal, RefusedError, RoundAbortedError
+from fedfair.core.sum_bounds import NORM_SLACK, DecodedSum, encoding_breach, influence_breach
 from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.runtime.transport import pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size, plain_value_type, read_plain_upload
 from fedfair.secagg import EncodingConfig
-
-NORM_SLACK = 1e-6
-"""Relative room for float rounding in the influence checks: an honest update scaled onto the
-update_norm ball in float32 may come out a few ulps long."""
 
 UploadScreen = Callable[[str, np.ndarray, float], None]
 """A check of one plain upload (its values and weight) by its sender (raises RefusedError)."""
@@ -83,27 +80,13 @@ def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig, stage
 
 
 def check_decoded_update(outcome: SumOutcome, clip: float | None, count: int) -> None:
-    """The server's decode check of a summed training update.
+    """The server's decode check of a summed training update (:func:`~fedfair.core.sum_bounds.encoding_breach`).
 
-    Under secure aggregation every contributor clips each coordinate of its update to
-    [-clip, clip], so the weighted mean lies in that box (up to the rounding bound); a
-    sum outside it, a non-finite one, or a total weight that is not positive means a
-    contributor broke the encoding, and the round is void. Plain sums (clip None) were
-    checked upload by upload against the same box as they arrived (:func:`decode_plain`),
-    so only the other two checks apply (a box check on the float sum could only trip
-    on the rounding of honest updates that sit exactly on the bound).
+    A sum that breaks it means a contributor broke the encoding: the round is void (RoundAbortedError).
     """
-    if not (math.isfinite(outcome.total_weight) and outcome.total_weight > 0.0):
-        raise RoundAbortedError(f"the decoded total weight {outcome.total_weight} is not positive; the round is void")
-    if not np.isfinite(outcome.weighted_sum).all():
-        raise RoundAbortedError("the decoded update contains NaN or Inf; the round is void")
-    if clip is None:
-        return
-    limit = clip * outcome.total_weight + outcome.error_bound * (1.0 + clip) * max(count, 1)
-    values = outcome.weighted_sum
-    # The largest |value| from the extremes: np.abs would hold a second float64 vector of d values.
-    if max(float(values.max(initial=0.0)), -float(values.min(initial=0.0))) > limit:
-        raise RoundAbortedError("the decoded update lies outside the clipping range; a contributor broke the encoding")
+    breach = encoding_breach(_decoded(outcome, count), clip)
+    if breach is not None:
+        raise RoundAbortedError(breach)
 
 
 def screen_plain_update(influence: InfluenceSettings, batch_fraction: float, parameters: int) -> UploadScreen:
@@ -150,26 +133,17 @@ def check_agreed_influence(
 ) -> float:
     """The agreed total weight of the round's contributors, after checking the decoded sum against it.
 
-    The decoded total must be that agreed total (to the encoding's rounding), or someone sent a weight
-    the plan does not give it: the round is void. The mean update (delta theta, delta c) must be at
-    most `update_norm` long (plus rounding), as a mean of updates that are; a longer one is void too.
-    This second check is all a secure sum allows: it bounds each round's step, not one site's share
-    of it (docs/design.md, "Bounded influence").
+    :func:`~fedfair.core.sum_bounds.influence_breach`: a decoded total that is not the agreed one, or a mean
+    update longer than `update_norm`, voids the round (RoundAbortedError). This check is all a secure sum allows:
+    it bounds each round's step, not one site's share of it (docs/design.md, "Bounded influence").
     """
     agreed = influence.total_weight(outcome.contributors, batch_fraction)
-    count = max(len(outcome.contributors), 1)
-    if abs(outcome.total_weight - agreed) > outcome.error_bound * count + NORM_SLACK * agreed:
-        raise RoundAbortedError(
-            f"the decoded total weight {outcome.total_weight:.9g} is not the {agreed:.9g} the plan's [influence] "
-            f"agrees for the contributors {', '.join(outcome.contributors)}; a contributor sent a weight of its "
-            "own, the round is void"
-        )
-    step = outcome.weighted_sum[: parameters + 1]
-    rounding = outcome.error_bound * count * math.sqrt(step.size)
-    length = float(np.linalg.norm(step))
-    if length > (influence.update_norm * (1.0 + NORM_SLACK)) * agreed + rounding:
-        raise RoundAbortedError(
-            f"the decoded mean update is {length / agreed:.6g} long, beyond the plan's [influence] update_norm = "
-            f"{influence.update_norm:g}; a contributor did not bound its update, the round is void"
-        )
+    decoded = _decoded(outcome, len(outcome.contributors))
+    breach = influence_breach(decoded, agreed, influence.update_norm, parameters, outcome.contributors)
+    if breach is not None:
+        raise RoundAbortedError(breach)
     return agreed
+
+
+def _decoded(outcome: SumOutcome, count: int) -> DecodedSum:
+    return DecodedSum.of(outcome.weighted_sum, outcome.total_weight, outcome.error_bound, count)

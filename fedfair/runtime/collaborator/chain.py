@@ -1,26 +1,29 @@
 """The models a site verified: each one the plan's server step applied to a sum this site verified.
 
 Verified aggregation proves a round's sum (:mod:`fedfair.secagg.verify`); :class:`ModelChain` proves what the
-aggregator did with it. From round 1's model (the server's initial state) a site keeps the server state it
-computed itself: once it verified round r's sum it applies the plan's server step to it
-(``SharedSettings.algorithm().server_apply``, the function the aggregator and the simulation call), and it takes
-round r + 1's model, and an evaluated output model, only if it is bit for bit that state's (or, the round void
-after its check, the one before). A site that missed a round's check (it joined late, restarted, sat a round
-out) has no trusted state from then on: it checks nothing more, and says so. docs/security.md, "Verified
-aggregation", says what is covered. A large model's states live in files (:mod:`fedfair.runtime.state_files`).
+aggregator did with it. Round 1's model must be the plan's initial model as this site builds it (the plan's seed
+and architecture). Each verified sum is held to every bound the aggregator applies (:mod:`fedfair.core.sum_bounds`)
+and stepped by the plan's server step; a later model is taken only if it is bit for bit the state so made (or, the
+rounds since void, the one before). A model the site cannot check that way is neither trained on nor evaluated:
+it sits the round out (:class:`UncheckedModelError`) and keeps its anchor, which outlives restarts
+(:mod:`.chain_record`). A model it can check and that fails is refused (VerificationError). docs/security.md,
+"Verified aggregation", says what is covered; large states live in files (:mod:`fedfair.runtime.state_files`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
 
-from fedfair.core.errors import AggregateError, VerificationError, VerifyReason
+from fedfair.core.errors import AggregateError, Refusal, RefusedError, VerificationError, VerifyReason
 from fedfair.core.server import Aggregate, ServerState
+from fedfair.core.sum_bounds import DecodedSum, encoding_breach, influence_breach
+from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, Anchor, read_anchor, write_anchor
 from fedfair.runtime.contract import model_download
 from fedfair.runtime.memory import release_freed
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -32,95 +35,149 @@ logger = logging.getLogger("fedfair.collaborator")
 _COMPARED = 1 << 20
 """Values of the output model narrowed and compared at a time (4 MiB of float32, 8 MiB of float64)."""
 
+InitialModel = Callable[[], torch.Tensor]
+"""This site's own build of the plan's initial model: its parameters, flat (the plan's seed and architecture)."""
+
+
+class UncheckedModelError(RefusedError):
+    """A model this site cannot check against the sums it verified: it sits the round out (a withdrawal).
+
+    `round` names the round, the message why it cannot check it.
+    """
+
+    def __init__(self, round_number: int, why: str) -> None:
+        super().__init__(
+            Refusal.WITHDRAWN,
+            f"round {round_number}: this site cannot check the model it was sent ({why}); it sits the round out "
+            'and trains on no model it did not check (docs/security.md, "Verified aggregation")',
+        )
+        self.round = round_number
+        self.why = why
+
 
 class ModelChain:
     """The server state this site computed from the sums it verified, and the models it accepts from it.
 
-    `folder` is where it keeps a state too large for memory (the site's own; None: the system's temporary folder).
+    `folder` is the site's own, where it keeps its anchor (NAME.FEDERATION.chain.npz) and a state too large for
+    memory (None: nothing kept across restarts, large states in the system's temporary folder). `initial` builds
+    the plan's initial model as this site does (None: this site has none, so it checks no round 1).
     """
 
-    def __init__(self, name: str, shared: SharedSettings, folder: Path | None = None) -> None:
+    def __init__(
+        self, name: str, shared: SharedSettings, folder: Path | None = None, initial: InitialModel | None = None
+    ) -> None:
         self._name = name
         self._shared = shared
         self._folder = folder
-        self._state: HeldState | None = None
-        """The state whose model was sent for training round `_round`; None before round 1 or once unchecked."""
-        self._round = 0
-        self._verified = False
-        """Whether this site verified training round `_round`'s sum."""
-        self._next: HeldState | None = None
-        """The server step applied to that verified sum (None: not verified, or a sum no step applies)."""
+        self._initial = initial
+        self._anchor: Anchor | None = None
+        """The state whose model was sent for training round `anchor.round`, and what its verified sum makes."""
+        self._loaded = folder is None
+        """Whether the anchor kept on disk was read (once, at the first model)."""
         self.unchecked_from: int | None = None
-        """The first round whose model this site could not check (it missed a check), None while it checked all."""
+        """The first round whose model this site sat out, unable to check it; None while it checked every one."""
 
     @property
     def active(self) -> bool:
         """Whether the plan verifies its training sums (secure aggregation): only then is there a chain."""
         return self._shared.secure_aggregation.enabled
 
+    @property
+    def anchor(self) -> Anchor | None:
+        """What this site checked last (its round's state, and what its verified sum makes), or None."""
+        return self._anchor
+
+    @property
+    def path(self) -> Path | None:
+        """Where the anchor is kept across restarts (beside the config), or None."""
+        if self._folder is None:
+            return None
+        return self._folder / f"{self._name}.{self._shared.federation_id}.{CHAIN_SUFFIX}"
+
     def sent(self, round_number: int, theta: np.ndarray, c: float, control: np.ndarray | None) -> None:
         """Check the model (theta, c, sigma) sent for training round `round_number` before anything trains on it.
 
-        Round 1's model starts the chain (it is the server's initial state, sigma zeros). A round run again
-        (the aggregator resumed) must be sent its model again.
+        Round 1's must be the plan's initial model, built here. A later round's must be the state this site
+        made of the last sum it verified, or (the rounds since void) the state before; a round run again (the
+        aggregator resumed) must be sent its model again.
 
         Raises:
-            VerificationError: NEXT_MODEL, this site verified the previous round's sum and the model is neither
-                the server step applied to it nor (the round void) the model before.
+            VerificationError: INITIAL_MODEL, round 1's model is not the plan's initial model; NEXT_MODEL, this
+                site verified the previous round's sum and the model is neither the server step applied to it nor
+                (the round void) the model before; OUT_OF_BOUNDS, that sum broke the plan's bounds, so only the
+                model before may follow, and another came.
+            UncheckedModelError: this site has no state to check the model against: it sits the round out.
         """
         if not self.active:
             return
-        state = self._state
-        if state is None and round_number == 1 and self.unchecked_from is None:
-            start = self._start(theta, c)
-            if self._matches(start, theta, c, control):
-                self._state, self._round, self._verified, self._next = start, 1, False, None
-                return
-            raise VerificationError(
-                round_number, VerifyReason.NEXT_MODEL, "round 1's control variate is not the initial zeros"
-            )
-        if state is None:
-            self._uncheck(round_number, "it has no model it verified before this one")
+        anchor = self._held()
+        if round_number == 1 and (anchor is None or anchor.round == 1):
+            start = anchor.state if anchor is not None else self._start(round_number)
+            if not self._matches(start, theta, c, control):
+                raise VerificationError(
+                    round_number,
+                    VerifyReason.INITIAL_MODEL,
+                    f"the model sent for round 1 is not the plan's initial model, which this site builds from the "
+                    f"plan's seed and architecture ({self._gap(start, theta, c, control)})",
+                )
+            self._take(Anchor(1, start))
             return
-        if round_number == self._round:
-            candidates = [state]  # the round runs again: on the model it ran on, whatever was verified of it
-        elif round_number == self._round + 1:
-            candidates = [state] if self._next is None else [self._next, state]
-        else:
-            self._uncheck(round_number, f"it last checked round {self._round}'s model")
-            return
+        if anchor is None:
+            self._unchecked(round_number, "it holds no model it checked before this one")
+        if round_number < anchor.round:
+            self._unchecked(round_number, f"it is at round {anchor.round}")
+        # Run again: the model it ran on. Later: the step of its verified sum, or the rounds since void.
+        candidates = [anchor.state] if anchor.next is None or round_number == anchor.round else [anchor.next]
+        if round_number > anchor.round and anchor.next is not None:
+            candidates.append(anchor.state)
         for candidate in candidates:
             if self._matches(candidate, theta, c, control):
-                self._state, self._round, self._verified, self._next = candidate, round_number, False, None
+                self._take(Anchor(round_number, candidate))
                 return
-        if round_number == self._round + 1 and not self._verified:
-            self._uncheck(round_number, f"it did not verify round {self._round}'s sum")
-            return
-        raise VerificationError(
-            round_number,
-            VerifyReason.NEXT_MODEL,
-            f"the model sent for round {round_number} is neither the plan's server step applied to the sum of round "
-            f"{self._round} this site verified nor the model before it ({self._gap(candidates[0], theta, c)})",
-        )
+        gap = self._gap(candidates[0], theta, c, control)
+        if round_number == anchor.round:
+            raise VerificationError(
+                round_number,
+                VerifyReason.NEXT_MODEL,
+                f"round {round_number} is run again on another model than the one this site checked for it ({gap})",
+            )
+        if round_number == anchor.round + 1 and anchor.verified:
+            raise self._refusal(round_number, anchor, gap)
+        if anchor.verified:
+            missed = f"{anchor.round + 1}" + ("" if round_number == anchor.round + 2 else f" to {round_number - 1}")
+            why = f"it verified round {anchor.round}'s sum, and no sum of round {missed} since"
+        else:
+            why = f"it did not verify round {anchor.round}'s sum"
+        self._unchecked(round_number, f"{why}; the model is neither the step of that sum nor the one before ({gap})")
 
     def verified(self, round_number: int, words: np.ndarray, survivors: Collection[str], encoder: Encoder) -> None:
         """Apply the plan's server step to training round `round_number`'s verified sum (`words`, encoded).
 
-        The sum is decoded as the aggregator decodes it and divided by the weight the plan agrees for `survivors`
-        (the aggregator's own rule). A sum the step refuses (AggregateError) leaves the model as it was. A state
-        in a file is stepped a piece at a time, its sum decoded by piece where the encoding allows.
+        The sum is decoded as the aggregator decodes it, checked against every bound the aggregator applies, and
+        divided by the weight the plan agrees for `survivors` (the aggregator's own rule). A sum that breaks a
+        bound, or that the step refuses (AggregateError), makes no step: the round is void, as the aggregator's
+        own checks void it. A state in a file is stepped a piece at a time, its sum decoded by piece where the
+        encoding allows. The anchor is kept on disk before this returns (before the site's verdict leaves).
         """
-        state = self._state
-        if not self.active or state is None or round_number != self._round:
+        anchor = self._anchor
+        if not self.active or anchor is None or round_number != anchor.round:
             return
-        shared = self._shared
-        weight = shared.influence.total_weight(survivors, shared.batch_fraction)
-        self._verified = True
-        whole = None if encoder.decodes_by_slice else encoder.decode(words, len(survivors)).weighted_sum
-
-        def read(start: int, stop: int) -> np.ndarray:
-            return encoder.decode_slice(words, start, stop) if whole is None else whole[start:stop]
-
+        state, shared = anchor.state, self._shared
+        agreed = shared.influence.total_weight(survivors, shared.batch_fraction)
+        decoded = self._decoded(words, len(survivors), encoder)
+        breach = encoding_breach(decoded, encoder.config.clip) or influence_breach(
+            decoded, agreed, shared.influence.update_norm, state.dimension, sorted(survivors)
+        )
+        if breach is not None:
+            logger.warning(
+                "%s: round %d: the sum this site verified breaks the plan's bounds (%s); it applies no step of it, "
+                "and takes only the model before it next",
+                self._name,
+                round_number,
+                breach,
+            )
+            self._take(Anchor(round_number, state, True, None, breach), keep=True)
+            return
         if state.in_file:
             # Before this site's pass over its state, the round's freed buffers go back to the system: at this
             # size they are worth the faults of taking them again (fedfair.runtime.memory).
@@ -132,9 +189,11 @@ class ModelChain:
 
         try:
             # The state the site verified is kept beside the next (a void round goes back to it): never given up.
-            self._next = stepped(state, read, weight, server_step, give_up=False, folder=self._folder)
-        except AggregateError:
-            self._next = None
+            after = stepped(state, decoded.read, agreed, server_step, give_up=False, folder=self._folder)
+        except AggregateError as error:
+            self._take(Anchor(round_number, state, True, None, str(error)), keep=True)
+            return
+        self._take(Anchor(round_number, state, True, after), keep=True)
 
     def evaluated(self, round_number: int, theta: np.ndarray, c: float) -> None:
         """Check the output model (theta-bar, c-bar) sent for round `round_number`'s evaluation.
@@ -142,32 +201,104 @@ class ModelChain:
         Raises:
             VerificationError: NEXT_MODEL, this site verified round `round_number`'s sum and the model is not the
                 average of the state after it (or, the round void, before it).
+            UncheckedModelError: this site did not verify round `round_number`'s sum: it sits the evaluation out.
         """
-        if not self.active or self._state is None or round_number != self._round:
+        if not self.active:
             return
-        candidates = [self._state] if self._next is None else [self._next, self._state]
+        anchor = self._held()
+        if anchor is None or anchor.round != round_number:
+            at = "no round" if anchor is None else f"round {anchor.round}"
+            self._unchecked(round_number, f"it last checked the model of {at}, not of training round {round_number}")
+        candidates = [anchor.state] if anchor.next is None else [anchor.next, anchor.state]
         for candidate in candidates:
             if c == candidate.c_average and self._downloaded(candidate, "theta_average", theta, narrowed=True):
                 return
-        if self._verified:
-            raise VerificationError(
-                round_number,
-                VerifyReason.NEXT_MODEL,
-                f"the output model sent to evaluate in round {round_number} is not the average of the models the "
-                "plan's server step makes of the sums this site verified",
-            )
-        self._uncheck(round_number, f"it did not verify round {round_number}'s sum")
-
-    def _start(self, theta: np.ndarray, c: float) -> HeldState:
-        """Round 1's state, the server's initial one made of the model sent (theta, c), kept by its size."""
-        algorithm = self._shared.algorithm()
-        dimension = theta.size
-        in_file = held_in_file(dimension, tensors_of(algorithm))
-        pieces = (
-            (start, stop, algorithm.server_init(torch.from_numpy(np.asarray(theta[start:stop], dtype=np.float64)), c))
-            for start, stop in spans(dimension, in_file)
+        if not anchor.verified:
+            self._unchecked(round_number, f"it did not verify round {round_number}'s sum")
+        raise VerificationError(
+            round_number,
+            VerifyReason.NEXT_MODEL,
+            f"the output model sent to evaluate in round {round_number} is not the average of the models the "
+            "plan's server step makes of the sums this site verified",
         )
-        return keep(pieces, dimension, in_file, self._folder)
+
+    # ------------------------------------------------------------ the anchor
+
+    def _held(self) -> Anchor | None:
+        """The anchor: in memory, or (the first time, after a restart) as kept on disk."""
+        if not self._loaded:
+            self._loaded = True
+            path = self.path
+            if path is not None and path.exists():
+                try:
+                    self._anchor = read_anchor(path, self._folder)
+                except (OSError, ValueError) as error:
+                    logger.warning(
+                        "%s: the model chain's record %s is unreadable (%s); this site checks no model until it "
+                        "is sent round 1's again, so it sits out the rounds it cannot check",
+                        self._name,
+                        path,
+                        error,
+                    )
+        return self._anchor
+
+    def _take(self, anchor: Anchor, *, keep: bool = False) -> None:
+        """Hold `anchor`; with `keep`, keep it on disk first (a verified sum: what a restart must not lose)."""
+        path = self.path
+        if keep and path is not None:
+            write_anchor(path, anchor)
+        self._anchor = anchor
+
+    def _unchecked(self, round_number: int, why: str) -> NoReturn:
+        """Sit round `round_number` out: this site cannot check its model (its anchor stays)."""
+        if self.unchecked_from is None:
+            self.unchecked_from = round_number
+        raise UncheckedModelError(round_number, why)
+
+    def _refusal(self, round_number: int, anchor: Anchor, gap: str) -> VerificationError:
+        """The refusal of the model sent for `round_number`, the round after `anchor`'s verified sum."""
+        if anchor.void:
+            return VerificationError(
+                round_number,
+                VerifyReason.OUT_OF_BOUNDS,
+                f"the sum of round {anchor.round} this site verified makes no model ({anchor.void}), so only the "
+                f"model before it may follow, and the model sent for round {round_number} is another ({gap})",
+            )
+        return VerificationError(
+            round_number,
+            VerifyReason.NEXT_MODEL,
+            f"the model sent for round {round_number} is neither the plan's server step applied to the sum of round "
+            f"{anchor.round} this site verified nor the model before it ({gap})",
+        )
+
+    # ------------------------------------------------------------ states and models
+
+    def _decoded(self, words: np.ndarray, summands: int, encoder: Encoder) -> DecodedSum:
+        """The sum `words` decoded as the aggregator decodes it, a slice at a time where the encoding allows."""
+        length = words.size - 1
+        if not encoder.decodes_by_slice:
+            whole = encoder.decode(words, summands)
+            return DecodedSum.of(whole.weighted_sum, whole.total_weight, whole.error_bound, summands)
+        # The weight alone: the last word after one zero word decodes as the whole sum's weight does.
+        weight = encoder.decode(np.concatenate([np.zeros(1, words.dtype), words[-1:]]), summands).total_weight
+
+        def read(start: int, stop: int) -> np.ndarray:
+            return encoder.decode_slice(words, start, stop)
+
+        return DecodedSum(read, length, weight, encoder.error_bound(summands), summands)
+
+    def _start(self, round_number: int) -> HeldState:
+        """Round 1's state: the server's initial one made of this site's own build of the plan's initial model."""
+        if self._initial is None:
+            self._unchecked(round_number, "it has no initial model of its own to check round 1's against")
+        theta = self._initial().detach().to("cpu", torch.float64).numpy()
+        algorithm = self._shared.algorithm()
+        in_file = held_in_file(theta.size, tensors_of(algorithm))
+        pieces = (
+            (start, stop, algorithm.server_init(torch.from_numpy(theta[start:stop])))
+            for start, stop in spans(theta.size, in_file)
+        )
+        return keep(pieces, theta.size, in_file, self._folder)
 
     def _matches(self, state: HeldState, theta: np.ndarray, c: float, control: np.ndarray | None) -> bool:
         """Whether (theta, c, control) is, bit for bit, what the aggregator sends of `state` (contract's downloads)."""
@@ -198,26 +329,18 @@ class ModelChain:
                     return False
         return True
 
-    def _gap(self, state: HeldState, theta: np.ndarray, c: float) -> str:
-        """How far (theta, c) is from `state`'s model: the refusal's figures."""
+    def _gap(self, state: HeldState, theta: np.ndarray, c: float, control: np.ndarray | None) -> str:
+        """How far (theta, c, control) is from `state`'s model: the refusal's figures."""
         if state.dimension != theta.size:
             return f"{theta.size} values where the step makes {state.dimension}"
+        if (control is None) == state.has("control"):
+            return "a control variate where the plan has none" if control is not None else "no control variate"
         differ, largest = 0, 0.0
         for start, stop in state.spans():
             expected, part = state.values("theta", start, stop), theta[start:stop]
             differ += int(np.count_nonzero(expected.astype(theta.dtype) != part))
             largest = max(largest, float(np.abs(expected - part).max(initial=0.0)))
-        return f"{differ} of {theta.size} values differ, the largest by {largest:.3g}; c by {abs(c - state.c):.3g}"
-
-    def _uncheck(self, round_number: int, why: str) -> None:
-        """Stop checking from `round_number` on: this site has no trusted state to check its models against."""
-        if self.unchecked_from is None:
-            self.unchecked_from = round_number
-            logger.warning(
-                "%s: round %d: this site cannot check the model it was sent (%s); it trains on it and the later "
-                'ones unchecked (docs/security.md, "Verified aggregation")',
-                self._name,
-                round_number,
-                why,
-            )
-        self._state, self._next, self._verified = None, None, False
+        said = f"{differ} of {theta.size} values differ, the largest by {largest:.3g}; c by {abs(c - state.c):.3g}"
+        if control is not None and not self._downloaded(state, "control", control, narrowed=False):
+            said += "; the control variate differs"
+        return said

@@ -64,7 +64,7 @@ from fedfair.runtime.collaborator.trainer import (
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Uplink, input_limit
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION, model_digest
-from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
+from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, MODEL_UNCHECKED, PLAN_CHANGED, PLAN_MISMATCH
 from fedfair.runtime.manifest_plan import setting_differences
 from fedfair.runtime.manifest_update import LiveManifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
@@ -268,7 +268,7 @@ class Collaborator(TaskStream):
             self.config,
             joined.shared,
             prepared,
-            as_participant(self.config, self.identity, joined.shared, prepared.parameters),
+            as_participant(self.config, self.identity, joined.shared, prepared.parameters, self._model),
             joined.record,
             self._uplink,
             self._reports,
@@ -371,7 +371,8 @@ class Collaborator(TaskStream):
 
         Raises:
             PermanentFailureError: ``bundle-refused`` (after the closing line) when the bundle is not this
-                federation's output model; nothing is kept then.
+                federation's output model; ``model-unchecked`` when this site sat rounds out, unable to check
+                their models, and checked no output model after them. Nothing is kept then.
         """
         joined, path = self.joined, self.bundle_path()
         expected = (
@@ -387,9 +388,11 @@ class Collaborator(TaskStream):
             )
         )
         # An output model that is not the average of the training rounds' models refuses any bundle that holds it.
-        refusal = joined.outcome.output_mismatch()
+        refusal, unchecked = joined.outcome.output_mismatch(), joined.outcome.unchecked_output()
         if refusal is not None:
             received = Received(refusal=refusal)
+        elif unchecked is not None:
+            received = Received(not_kept=f"this site could not check the models sent from round {unchecked[0]} on")
         elif task.input_size > 0:
             limit = input_limit(task, self.shared.collaborator_count, self.parameters, 0)
             fetch = functools.partial(self._uplink.input_into, stub, task, limit)
@@ -404,6 +407,11 @@ class Collaborator(TaskStream):
         )
         if received.refusal is not None:
             raise PermanentFailureError(BUNDLE_REFUSED, reason=received.refusal, path=path)
+        if unchecked is not None:
+            rounds, record = len(joined.outcome.sat_out), joined.outcome.path
+            raise PermanentFailureError(
+                MODEL_UNCHECKED, round=unchecked[0], why=unchecked[1], rounds=rounds, path=record
+            )
         return status
 
     def _note_round(self, round_number: int, *, held: bool) -> None:

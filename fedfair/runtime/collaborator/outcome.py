@@ -56,12 +56,14 @@ class OutcomeRecord:
         self._output: ServedModel[Values] | None = None
         self._refusal: Refusal | None = None
         """The round whose sum this site refused (verified aggregation), and why; kept for good once set."""
+        self._unchecked: dict[int, str] = {}
+        """Each round this site sat out because it could not check the model it was sent, and why."""
         self._trajectory = Trajectory(average_from)
         if path.exists():
             try:
                 self._load()
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-                self._rounds, self._output = {}, None
+                self._rounds, self._output, self._unchecked = {}, None, {}
                 self._trajectory = Trajectory(average_from, following=False)
                 logger.warning(
                     "%s is unreadable (%s); starting it again: the rounds contributed before are not counted, and "
@@ -75,6 +77,10 @@ class OutcomeRecord:
             for key, standing in (("contributed", True), ("aborted", False)):
                 self._rounds.update(dict.fromkeys((_round(value) for value in arrays[key].tolist()), standing))
             self._output = self._model(arrays, "output")
+            if "unchecked_rounds" in arrays:
+                why = [str(reason) for reason in arrays["unchecked_why"].tolist()]
+                rounds = [_round(value) for value in arrays["unchecked_rounds"].tolist()]
+                self._unchecked = dict(zip(rounds, why, strict=True))
             if "refused_round" in arrays:
                 refused = (str(arrays["refused_reason"]), str(arrays["refused_detail"]))
                 self._refusal = Refusal(_round(int(arrays["refused_round"])), *refused)
@@ -113,6 +119,9 @@ class OutcomeRecord:
             "averaged": np.array(trajectory.averaged, dtype=np.int64),
             "unchanged": np.array(sorted(trajectory.unchanged), dtype=np.int64),
         }
+        if self._unchecked:
+            arrays["unchecked_rounds"] = np.array(sorted(self._unchecked), dtype=np.int64)
+            arrays["unchecked_why"] = np.array([self._unchecked[number] for number in sorted(self._unchecked)])
         if self._refusal is not None:
             arrays["refused_round"] = np.array(self._refusal.round, dtype=np.int64)
             arrays["refused_reason"] = np.array(self._refusal.reason)
@@ -177,7 +186,34 @@ class OutcomeRecord:
             self._refusal = Refusal(round_number, reason, detail)
             self._save()
 
+    def unchecked(self, round_number: int, why: str) -> None:
+        """This site sat round `round_number` out: it could not check the model it was sent (`why`).
+
+        It trained on and evaluated none of it (:mod:`fedfair.runtime.collaborator.chain`); the first reason
+        given for a round stands.
+        """
+        if round_number not in self._unchecked:
+            self._unchecked[round_number] = why
+            self._save()
+
     # ------------------------------------------------------------ what it says
+
+    @property
+    def sat_out(self) -> dict[int, str]:
+        """The rounds this site sat out, unable to check their models, each with why (a copy)."""
+        return dict(self._unchecked)
+
+    def unchecked_output(self) -> tuple[int, str] | None:
+        """The first round sat out unchecked and why, when this site holds no output model it checked; else None.
+
+        Under verified aggregation an output model is recorded only once the model chain checked it, so a site
+        that sat rounds out and then checked the final output model again keeps its bundle (its count says the
+        rounds it missed); one that did not keeps none.
+        """
+        if not self._unchecked or self._output is not None:
+            return None
+        first = min(self._unchecked)
+        return first, self._unchecked[first]
 
     @property
     def refusal(self) -> Refusal | None:

@@ -15,6 +15,7 @@ correction's sigma_k across rounds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,7 @@ from fedfair.runtime.composition_counts import composition_columns
 from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, PLAN_MISMATCH
 from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
+from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import model_for, read_encoder_payload
 from fedfair.runtime.plan.privacy import privacy_shortfall
 from fedfair.runtime.transport import make_binding, pb, pb_grpc
@@ -57,9 +59,19 @@ logger = logging.getLogger("fedfair.collaborator")
 
 
 def as_participant(
-    config: CollaboratorConfig, identity: Identity, shared: SharedSettings, parameters: int
+    config: CollaboratorConfig,
+    identity: Identity,
+    shared: SharedSettings,
+    parameters: int,
+    model: ModelSettings | None = None,
 ) -> Participant:
-    """This collaborator as the aggregations know it, for a model of `parameters` parameters."""
+    """This collaborator as the aggregations know it, for a model of `parameters` parameters.
+
+    `model` is the plan's model as this site builds it (under a [schema], sized by the federation's encoder):
+    its model chain takes round 1's model only if it is that model built from the plan's seed. None: no model
+    is built yet (the statistics aggregation), so no round 1 is checked.
+    """
+    initial = None if model is None else functools.partial(initial_parameters, model, shared.training.seed, config)
     return Participant(
         config.name,
         shared,
@@ -69,7 +81,17 @@ def as_participant(
         identity.verify,
         config.manifest,
         config.source.parent,
+        initial,
     )
+
+
+def initial_parameters(model: ModelSettings, seed: int, config: CollaboratorConfig) -> torch.Tensor:
+    """The plan's initial model as this site builds it: `model` under the plan's `seed`, its parameters flat.
+
+    The aggregator builds round 1's model the same way (``fedfair.runtime.aggregator.bundles.initial_state``), so
+    an honest one sends these values bit for bit; a factory is built only if this site's own config allows it.
+    """
+    return flat_parameters(model.build(seed, allowed=config.factories))
 
 
 @dataclass(frozen=True)

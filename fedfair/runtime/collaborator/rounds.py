@@ -33,6 +33,7 @@ from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.update import WeightedVector, bounded, weighted
 from fedfair.fairness import sums
 from fedfair.runtime.collaborator.answers import composition_counts
+from fedfair.runtime.collaborator.chain import UncheckedModelError
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.input_record import InputRecord, SignedView
 from fedfair.runtime.collaborator.stored_answer import StoredAnswer
@@ -147,6 +148,19 @@ class RoundJob:
         """
         return self.record.view(round_number, kind, model)
 
+    def checked(self, check: Callable[[], None], round_number: int, kind: str, model: str) -> None:
+        """Run the model chain's `check` of round `round_number`'s model (digest `model`, an input of `kind`).
+
+        A model the chain cannot check is sat out (UncheckedModelError, a withdrawal) and the outcome record
+        says so; a round older than this record answered is the record's to refuse first (FEDERATION_PAST).
+        """
+        try:
+            check()
+        except UncheckedModelError as unchecked:
+            self.view_of(round_number, kind, model)
+            self.outcome.unchecked(round_number, unchecked.why)
+            raise
+
     def download(
         self, stub: pb_grpc.FederationStub, binding: pb.Binding, max_values: int | None = None
     ) -> tuple[np.ndarray, float]:
@@ -166,9 +180,10 @@ class RoundJob:
             theta, control = split_training_download(values, self.parameters, corrects_drift)
         except ConfigError as error:
             raise WireError(str(error)) from None
-        # Checked before anything trains on it or keeps it: the server step applied to the sums this site verified.
-        self.participant.chain.sent(binding.round, theta, c, control)
         model = model_digest(values, c)
+        # Checked before anything trains on it or keeps it: the server step applied to the sums this site verified.
+        chain = self.participant.chain
+        self.checked(lambda: chain.sent(binding.round, theta, c, control), binding.round, "train", model)
         view = self.view_of(binding.round, "train", model)
         self.outcome.training_model(binding.round, theta, c)
         # Trained on, then let go: the update, its encoding and the record need none of it.
@@ -338,8 +353,9 @@ class RoundJob:
         # model's c, which the aggregator chooses, harmlessly: each answer is charged whatever it asks.
         check_scheduled(self.shared, binding.round, "evaluate")
         theta, c = self.download(stub, binding)
-        self.participant.chain.evaluated(binding.round, theta, c)
         model = model_digest(theta, c)
+        chain = self.participant.chain
+        self.checked(lambda: chain.evaluated(binding.round, theta, c), binding.round, "evaluate", model)
         view = self.view_of(binding.round, "evaluate", model)
         if binding.round == self.shared.training.rounds:
             self.outcome.output_model(binding.round, theta, c)

@@ -27,7 +27,7 @@ from fedfair.core.errors import ManifestError, ProtocolError, Refusal, RefusedEr
 from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.runtime.collaborator.chain import ModelChain
+from fedfair.runtime.collaborator.chain import InitialModel, ModelChain
 from fedfair.runtime.collaborator.input_record import SignedView
 from fedfair.runtime.contract import (
     ACCEPTED,
@@ -126,6 +126,8 @@ class Participant:
     folder: Path | None = None
     """The site's own folder (beside its config), where its model chain keeps states too large for memory;
     None: the system's temporary folder."""
+    initial: InitialModel | None = field(default=None, repr=False, compare=False)
+    """This site's own build of the plan's initial model, round 1's only model (None: no model built yet)."""
     chain: ModelChain = field(init=False, repr=False, compare=False)
     """The models this site verified: every training model and output model it is sent is checked against it."""
 
@@ -146,7 +148,7 @@ class Participant:
         # The same peers' certificates come back every round: each is checked in full once, then by
         # its validity window (fedfair.secagg.credentials.RememberedVerifier).
         object.__setattr__(self, "verify", remembered(self.verify))
-        object.__setattr__(self, "chain", ModelChain(self.name, self.shared, self.folder))
+        object.__setattr__(self, "chain", ModelChain(self.name, self.shared, self.folder, self.initial))
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
         """The kind, vector length and encoding this aggregation must have (:meth:`aggregation`)."""

@@ -13,7 +13,7 @@ from fedfair.core import server
 from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator import chain as chain_module
-from fedfair.runtime.collaborator.chain import ModelChain
+from fedfair.runtime.collaborator.chain import ModelChain, UncheckedModelError
 from fedfair.runtime.contract import model_download, update_dimension
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
@@ -49,9 +49,9 @@ class Federation:
         plan = self.plan
         dimension = update_dimension(state.theta.numel(), corrects_drift=False)
         encoder = self.encoder(round_number, dimension + 1)
-        weight = plan.influence.weight_of(NAMES[0], plan.batch_fraction)
+        weights = [plan.influence.weight_of(name, plan.batch_fraction) for name in NAMES]  # each site's agreed one
         generator = np.random.default_rng(round_number)
-        words = [encoder.encode(generator.uniform(-0.01, 0.01, dimension), weight) for _ in NAMES]
+        words = [encoder.encode(generator.uniform(-0.01, 0.01, dimension), weight) for weight in weights]
         total = np.sum(words, axis=0, dtype=words[0].dtype)  # modulo 2^k, as the masks cancel
         decoded = encoder.decode(total, len(NAMES))
         agreed = plan.influence.total_weight(NAMES, plan.batch_fraction)
@@ -82,9 +82,14 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
     return Federation(plan, load_shared_settings(shared_settings(plan)), initial_state(plan))
 
 
+def new_chain(federation: Federation) -> ModelChain:
+    """A site's chain that builds round 1's model as the aggregator does (the plan's seed)."""
+    return ModelChain("site-a", federation.shared, initial=lambda: federation.start.theta)
+
+
 def verified_chain(federation: Federation, rounds: int) -> tuple[ModelChain, server.ServerState]:
     """A site's chain once it verified `rounds` rounds' sums and took each next model; the last state."""
-    chain, state = ModelChain("site-a", federation.shared), federation.start
+    chain, state = new_chain(federation), federation.start
     chain.sent(1, *sent(state), None)
     for number in range(1, rounds + 1):
         state = federation.verify(chain, state, number)
@@ -93,9 +98,11 @@ def verified_chain(federation: Federation, rounds: int) -> tuple[ModelChain, ser
 
 
 def test_the_honest_steps_momentum_included_are_taken(federation: Federation) -> None:
-    chain, state = verified_chain(federation, 3)
-    assert chain.unchecked_from is None and state.velocity is not None
-    chain.evaluated(3, model_download(state.theta_average.numpy(), builtin=True), state.c_average)
+    chain, state = verified_chain(federation, 2)
+    moved = federation.verify(chain, state, 3)  # evaluated after round 3's sum, before round 4's model
+    chain.evaluated(3, model_download(moved.theta_average.numpy(), builtin=True), moved.c_average)
+    chain.sent(4, *sent(moved), None)
+    assert chain.unchecked_from is None and moved.velocity is not None
 
 
 @pytest.mark.parametrize("where", [0, 17, -1])
@@ -111,8 +118,8 @@ def test_any_value_moved_one_ulp_is_refused_naming_the_round(federation: Federat
 
 
 def test_another_threshold_start_or_output_model_is_refused(federation: Federation) -> None:
-    with pytest.raises(VerificationError, match="NEXT_MODEL"):  # round 1 under drift correction's zeros only
-        ModelChain("site-a", federation.shared).sent(1, *sent(federation.start), np.ones(3))
+    with pytest.raises(VerificationError, match="INITIAL_MODEL"):  # round 1 under drift correction's zeros only
+        new_chain(federation).sent(1, *sent(federation.start), np.ones(3))
     chain, state = verified_chain(federation, 1)
     moved = federation.verify(chain, state, 2)
     with pytest.raises(VerificationError, match="NEXT_MODEL"):
@@ -125,7 +132,7 @@ def test_another_threshold_start_or_output_model_is_refused(federation: Federati
         chain.evaluated(2, output, moved.c_average)
 
 
-def test_a_void_round_keeps_the_model_and_a_missed_check_stops_checking(federation: Federation) -> None:
+def test_a_void_round_keeps_the_model_and_a_missed_check_sits_the_round_out(federation: Federation) -> None:
     chain, state = verified_chain(federation, 1)
     federation.verify(chain, state, 2)
     chain.sent(3, *sent(state), None)  # round 2 void after its check: the model stays
@@ -133,9 +140,12 @@ def test_a_void_round_keeps_the_model_and_a_missed_check_stops_checking(federati
     assert chain.unchecked_from is None
     # Round 3's sum was not verified here (the site sat it out): round 4's new model cannot be checked.
     _, moved = federation.round(state, 3)
-    chain.sent(4, *sent(moved), None)
+    with pytest.raises(UncheckedModelError, match="did not verify round 3's sum"):
+        chain.sent(4, *sent(moved), None)
     assert chain.unchecked_from == 4
-    chain.sent(5, np.zeros_like(sent(moved)[0]), 0.0, None)  # nothing is checked any more
+    with pytest.raises(UncheckedModelError):  # nor any later model but one it can check
+        chain.sent(5, np.zeros_like(sent(moved)[0]), 0.0, None)
+    chain.sent(6, *sent(state), None)  # the rounds since void: the model it checked is taken again
 
 
 def test_a_shared_plan_without_server_momentum_is_algorithm_ones_step(tmp_path: Path) -> None:

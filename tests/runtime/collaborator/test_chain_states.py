@@ -61,9 +61,10 @@ class Step:
         """Round `round_number`'s encoded sum of three random updates of a model of `parameters`, and its encoder."""
         shared, length = self.shared, update_dimension(parameters, corrects_drift=self.corrects_drift)
         encoding = shared.training_encoding(shared.federation_id, len(NAMES), round_number, length)
-        encoder, weight = Encoder(encoding, len(NAMES)), shared.influence.weight_of(NAMES[0], shared.batch_fraction)
+        encoder = Encoder(encoding, len(NAMES))
+        weights = [shared.influence.weight_of(name, shared.batch_fraction) for name in NAMES]  # each site's agreed one
         generator = np.random.default_rng(seed)
-        inputs = [encoder.encode(generator.uniform(-0.01, 0.01, length), weight) for _ in NAMES]
+        inputs = [encoder.encode(generator.uniform(-0.01, 0.01, length), weight) for weight in weights]
         return np.sum(inputs, axis=0, dtype=encoder.dtype), encoder  # modulo 2^k, as the masks cancel
 
     def stepped(self, state: server.ServerState, words: np.ndarray, encoder: Encoder) -> server.ServerState:
@@ -165,19 +166,23 @@ def test_a_chain_stepped_by_piece_in_a_file_is_the_in_memory_chain_bit_for_bit(
         mock.patch.object(SharedSettings, "algorithm", lambda _: algorithm),
         mock.patch.object(state_files, "PIECE", piece),
     ):
-        in_memory = ModelChain("site-a", shared, folder)
+        for anchor in folder.glob("*.chain.npz"):  # an earlier example's: each example is a federation afresh
+            anchor.unlink()
+        initial = state.theta.clone()
+        in_memory = ModelChain("site-a", shared, folder, lambda: initial)
         in_memory.sent(1, *step.download(state))
         with mock.patch.object(state_files, "IN_FILE_FROM", 0):
-            in_file = ModelChain("site-a", shared, folder)
+            in_file = ModelChain("site-b", shared, folder, lambda: initial)
             in_file.sent(1, *step.download(state))
         chains = (in_memory, in_file)
-        assert [chain._state.in_file for chain in chains if chain._state is not None] == [False, True]
+        assert [chain.anchor.state.in_file for chain in chains if chain.anchor is not None] == [False, True]
         for number, action in enumerate(actions, start=1):
             words, encoder = step.summed(number, dimension, seed + number)
             moved = step.stepped(state, words, encoder)
             for chain in chains:
                 chain.verified(number, words, NAMES, encoder)
-                assert chain._next is not None and whole(chain._next) == whole(moved)
+                assert chain.anchor is not None and chain.anchor.next is not None
+                assert whole(chain.anchor.next) == whole(moved)
             if action == "evaluate":
                 for chain in chains:
                     chain.evaluated(number, model_download(moved.theta_average.numpy(), builtin=True), moved.c_average)
@@ -190,7 +195,7 @@ def test_a_chain_stepped_by_piece_in_a_file_is_the_in_memory_chain_bit_for_bit(
                 state = moved
             for chain in chains:
                 chain.sent(number + 1, *step.download(state))
-        assert all(chain._state is not None and whole(chain._state) == whole(state) for chain in chains)
+        assert all(chain.anchor is not None and whole(chain.anchor.state) == whole(state) for chain in chains)
         assert all(chain.unchecked_from is None for chain in chains)
 
 
@@ -203,7 +208,8 @@ def on_disk(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def verified_chain(step: Step, folder: Path, dimension: int) -> tuple[ModelChain, server.ServerState]:
     """A site's chain once it verified round 1's sum and took round 2's model; that model's state."""
-    chain, state = ModelChain("site-a", step.shared, folder), start(step, dimension, 7)
+    state = start(step, dimension, 7)
+    chain = ModelChain("site-a", step.shared, folder, lambda: state.theta)
     chain.sent(1, *step.download(state))
     words, encoder = step.summed(1, dimension, 1)
     chain.verified(1, words, NAMES, encoder)
@@ -218,7 +224,7 @@ def test_on_disk_a_void_round_keeps_the_model_and_the_output_model_is_checked(
 ) -> None:
     step = Step(plan_settings, None)
     chain, state = verified_chain(step, tmp_path, 11)
-    assert chain._state is not None and chain._state.in_file
+    assert chain.anchor is not None and chain.anchor.state.in_file
     words, encoder = step.summed(2, 11, 2)
     chain.verified(2, words, NAMES, encoder)
     moved = step.stepped(state, words, encoder)
@@ -235,7 +241,7 @@ def test_on_disk_a_void_round_keeps_the_model_and_the_output_model_is_checked(
     chain.verified(3, words, NAMES, encoder)
     moved = step.stepped(state, words, encoder)
     chain.sent(4, *step.download(moved))
-    assert chain.unchecked_from is None and chain._state is not None and whole(chain._state) == whole(moved)
+    assert chain.unchecked_from is None and chain.anchor is not None and whole(chain.anchor.state) == whole(moved)
 
 
 @pytest.mark.usefixtures("on_disk")
@@ -266,7 +272,8 @@ def test_on_disk_the_states_are_unnamed_files_in_the_sites_folder_closed_when_le
                 yield target
 
     chain, _ = verified_chain(Step(plan_settings, None), tmp_path, 11)
-    assert not list(tmp_path.iterdir())  # nothing a restarted site could take for a state it verified
+    # The one named file is the anchor a restarted site takes up (chain_record): every working state is unnamed.
+    assert [path.name for path in tmp_path.iterdir()] == [f"site-a.{plan_settings.federation_id}.chain.npz"]
     held = list(open_in_folder())
     assert held and all(target.endswith("(deleted)") for target in held)
     del chain
@@ -283,5 +290,6 @@ def test_on_disk_a_full_disk_is_named_by_the_sites_folder(
     monkeypatch.setattr(os, "pwrite", full)
     step = Step(plan_settings, None)
     with pytest.raises(OSError) as caught:
-        ModelChain("site-a", step.shared, tmp_path).sent(1, *step.download(start(step, 11, 7)))
+        initial = start(step, 11, 7)
+        ModelChain("site-a", step.shared, tmp_path, lambda: initial.theta).sent(1, *step.download(initial))
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(tmp_path)

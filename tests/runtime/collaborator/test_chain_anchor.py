@@ -1,0 +1,246 @@
+"""The chain never breaks silently (issue 79): round 1 is the plan's initial model, the anchor outlives a restart, a
+model the site cannot check is sat out, and a verified sum outside the aggregator's bounds makes no model."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedfair.core import server
+from fedfair.core.errors import RoundAbortedError, VerificationError, VerifyReason
+from fedfair.runtime import state_files
+from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.aggregator.checks import SumOutcome, check_agreed_influence, check_decoded_update
+from fedfair.runtime.collaborator import chain_record
+from fedfair.runtime.collaborator.chain import ModelChain, UncheckedModelError
+from fedfair.runtime.collaborator.chain_record import read_anchor
+from fedfair.runtime.collaborator.outcome import OutcomeRecord
+from fedfair.runtime.contract import model_download, update_dimension
+from fedfair.runtime.local.workspace import make_workspace
+from fedfair.runtime.plan.aggregator_plan import (
+    AggregatorPlan,
+    SharedSettings,
+    load_aggregator_plan,
+    load_shared_settings,
+    shared_settings,
+)
+from fedfair.secagg import Encoder
+
+NAMES = ("site-a", "site-b", "site-c")
+
+Model = tuple[np.ndarray, float, None]
+
+
+@dataclasses.dataclass
+class Federation:
+    """A secure plan, a site's copy of it, round 0's state, and the aggregator's own honest rounds."""
+
+    plan: AggregatorPlan
+    shared: SharedSettings
+    start: server.ServerState
+
+    def encoder(self, round_number: int) -> Encoder:
+        shared, length = self.shared, update_dimension(self.start.theta.numel(), corrects_drift=False)
+        return Encoder(shared.training_encoding(shared.federation_id, len(NAMES), round_number, length), len(NAMES))
+
+    def summed(self, round_number: int, scale: float = 0.01, weights: list[float] | None = None) -> np.ndarray:
+        """Round `round_number`'s encoded sum of three updates of values in [-scale, scale] (each site's weight)."""
+        encoder, length = self.encoder(round_number), update_dimension(self.start.theta.numel(), corrects_drift=False)
+        agreed = [self.plan.influence.weight_of(name, self.plan.batch_fraction) for name in NAMES]
+        generator = np.random.default_rng(round_number)
+        inputs = [encoder.encode(generator.uniform(-scale, scale, length), w) for w in weights or agreed]
+        return np.sum(inputs, axis=0, dtype=inputs[0].dtype)  # modulo 2^k, as the masks cancel
+
+    def stepped(self, state: server.ServerState, words: np.ndarray, round_number: int) -> server.ServerState:
+        """The state the aggregator makes of `words`: its own checks first (RoundAbortedError: the round is void)."""
+        decoded = self.encoder(round_number).decode(words, len(NAMES))
+        outcome = SumOutcome(decoded.weighted_sum, decoded.total_weight, decoded.error_bound, NAMES)
+        check_decoded_update(outcome, decoded.clip, len(NAMES))
+        parameters = state.theta.numel()
+        agreed = check_agreed_influence(outcome, self.plan.influence, self.plan.batch_fraction, parameters)
+        aggregate = server.Aggregate.from_vector(torch.from_numpy(decoded.weighted_sum), agreed)
+        average_from = self.plan.training.average_from_round
+        return self.plan.algorithm().server_apply(state, aggregate, average_from=average_from)
+
+    def chain(self, folder: Path | None = None) -> ModelChain:
+        """A site's chain, its initial model built as the aggregator builds it (the plan's seed)."""
+        return ModelChain("site-a", self.shared, folder, initial=lambda: self.start.theta)
+
+
+def sent(state: server.ServerState) -> Model:
+    """The model of `state` as a TRAIN download carries it (a built-in model: float32)."""
+    return model_download(state.theta.numpy(), builtin=True), state.c, None
+
+
+def backdoored(model: Model, where: int = 0, by: float = 1.0) -> Model:
+    theta = model[0].copy()
+    theta[where] += np.float32(by)
+    return theta, model[1], None
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
+    plan = load_aggregator_plan(make_workspace(tmp_path_factory.mktemp("anchor"), NAMES).plan)
+    assert plan.secure_aggregation.enabled
+    return Federation(plan, load_shared_settings(shared_settings(plan)), initial_state(plan))
+
+
+def two_rounds(federation: Federation, chain: ModelChain) -> server.ServerState:
+    """`chain` takes round 1's model, verifies round 1's sum and takes round 2's model; round 2's state."""
+    chain.sent(1, *sent(federation.start))
+    words = federation.summed(1)
+    chain.verified(1, words, NAMES, federation.encoder(1))
+    moved = federation.stepped(federation.start, words, 1)
+    chain.sent(2, *sent(moved))
+    return moved
+
+
+def test_round_1_takes_only_the_plans_initial_model_as_this_site_builds_it(federation: Federation) -> None:
+    with pytest.raises(VerificationError) as caught:
+        federation.chain().sent(1, *backdoored(sent(federation.start)))  # +1.0 on one weight: a backdoor
+    assert caught.value.reason is VerifyReason.INITIAL_MODEL and caught.value.round == 1
+    assert f"1 of {federation.start.theta.numel()} values differ, the largest by 1" in str(caught.value)
+    federation.chain().sent(1, *sent(federation.start))
+    with pytest.raises(UncheckedModelError, match="no initial model of its own"):  # never taken as sent
+        ModelChain("site-a", federation.shared).sent(1, *sent(federation.start))
+
+
+def test_the_anchor_outlives_a_restart_and_refuses_a_forged_model_after_it(
+    federation: Federation, tmp_path: Path
+) -> None:
+    chain = federation.chain(tmp_path)
+    state = two_rounds(federation, chain)
+    words = federation.summed(2)
+    chain.verified(2, words, NAMES, federation.encoder(2))
+    moved = federation.stepped(state, words, 2)
+    assert chain.path is not None and chain.path.exists()
+    for model, verdict in ((backdoored(sent(moved), 5), "refused"), (sent(moved), "taken"), (sent(state), "void")):
+        restarted = federation.chain(tmp_path)  # a new process: nothing in memory
+        if verdict == "refused":
+            with pytest.raises(VerificationError) as caught:
+                restarted.sent(3, *model)
+            assert caught.value.reason is VerifyReason.NEXT_MODEL and caught.value.round == 3
+        else:
+            restarted.sent(3, *model)  # the step of round 2's verified sum, or (round 2 void) the model before
+            assert restarted.unchecked_from is None
+
+
+def test_a_restart_without_an_anchor_sits_out_every_model_past_round_1(federation: Federation, tmp_path: Path) -> None:
+    state = two_rounds(federation, federation.chain())  # kept nothing on disk (no folder)
+    restarted = federation.chain(tmp_path)
+    with pytest.raises(UncheckedModelError, match="holds no model it checked"):
+        restarted.sent(2, *sent(state))
+    assert restarted.unchecked_from == 2
+    restarted.sent(1, *sent(federation.start))  # round 1 run again: its model is still the plan's
+
+
+def test_a_skipped_round_then_a_forged_model_is_sat_out_and_the_model_checked_is_taken_again(
+    federation: Federation,
+) -> None:
+    chain = federation.chain()
+    state = two_rounds(federation, chain)
+    # Round 2 skipped (no sum verified), round 3 sent a backdoored model: not trained on, the round sat out.
+    with pytest.raises(UncheckedModelError, match="did not verify round 2's sum") as caught:
+        chain.sent(3, *backdoored(sent(state)))
+    assert caught.value.round == 3 and chain.unchecked_from == 3
+    words = federation.summed(1)
+    chain.sent(4, *sent(state))  # every round since void: the model it checked
+    # A gap after a verified sum: rounds 5 and 6 never seen; only that sum's step or the model before is taken.
+    chain.verified(4, words, NAMES, federation.encoder(4))
+    with pytest.raises(UncheckedModelError, match="no sum of round 5 to 6 since"):
+        chain.sent(7, *backdoored(sent(state)))
+    chain.sent(7, *sent(state))
+
+
+def test_an_evaluation_of_a_round_this_site_did_not_verify_is_sat_out(federation: Federation) -> None:
+    chain = federation.chain()
+    state = two_rounds(federation, chain)
+    output = model_download(state.theta_average.numpy(), builtin=True)
+    with pytest.raises(UncheckedModelError, match="last checked the model of round 2, not of training round 3"):
+        chain.evaluated(3, output, state.c_average)
+    with pytest.raises(UncheckedModelError, match="did not verify round 2's sum"):
+        chain.evaluated(2, backdoored((output, 0.0, None))[0], state.c_average)
+
+
+@pytest.mark.parametrize("breach", ["weight", "norm"])
+def test_a_verified_sum_outside_the_aggregators_bounds_makes_no_model(federation: Federation, breach: str) -> None:
+    """A sum the aggregator's own checks void: the site applies no step of it, and refuses a model made of it."""
+    agreed = [federation.plan.influence.weight_of(name, federation.plan.batch_fraction) for name in NAMES]
+    clip = federation.encoder(2).config.clip
+    words = (
+        federation.summed(2, weights=[agreed[0] * 4.0, *agreed[1:]])  # a weight of its own: 3 times more influence
+        if breach == "weight"
+        else federation.summed(2, scale=clip)  # each coordinate in the clip box, the update far past update_norm
+    )
+    chain = federation.chain()
+    state = two_rounds(federation, chain)
+    with pytest.raises(RoundAbortedError):  # the premise: the aggregator voids this round
+        federation.stepped(state, words, 2)
+    chain.verified(2, words, NAMES, federation.encoder(2))
+    assert chain.anchor is not None and chain.anchor.next is None
+    assert ("agrees for the contributors" if breach == "weight" else "update_norm") in chain.anchor.void
+    decoded = federation.encoder(2).decode(words, len(NAMES))
+    total = federation.plan.influence.total_weight(NAMES, federation.plan.batch_fraction)
+    aggregate = server.Aggregate.from_vector(torch.from_numpy(decoded.weighted_sum), total)
+    forged = federation.plan.algorithm().server_apply(state, aggregate)  # the step the aggregator should not take
+    with pytest.raises(VerificationError) as caught:
+        chain.sent(3, *sent(forged))
+    assert caught.value.reason is VerifyReason.OUT_OF_BOUNDS and caught.value.round == 3
+    chain.sent(3, *sent(state))  # the round void: the model before
+
+
+def test_an_anchor_in_a_file_reads_back_bit_for_bit(
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_files, "IN_FILE_FROM", 0)  # every state in a file, read by pieces of 8
+    monkeypatch.setattr(state_files, "PIECE", 8)
+    monkeypatch.setattr(chain_record, "_READ", 5)
+    chain = federation.chain(tmp_path)
+    state = two_rounds(federation, chain)
+    chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
+    assert chain.anchor is not None and chain.anchor.next is not None and chain.path is not None
+    anchor = read_anchor(chain.path, tmp_path)
+    assert anchor.state.in_file and anchor.next is not None and (anchor.round, anchor.verified) == (2, True)
+    for kept, wanted in ((anchor.state, chain.anchor.state), (anchor.next, chain.anchor.next)):
+        assert (kept.round, kept.c, kept.c_average, kept.fields) == (
+            wanted.round,
+            wanted.c,
+            wanted.c_average,
+            wanted.fields,
+        )
+        for field in kept.fields:
+            length = kept.dimension + (field in ("control", "velocity"))
+            assert all(
+                np.array_equal(kept.values(field, a, b), wanted.values(field, a, b)) for a, b in kept.spans(length)
+            )
+    assert np.array_equal(anchor.state.values("theta", 0, 8), state.theta.numpy()[:8])
+
+
+def test_an_unreadable_anchor_is_set_aside_and_nothing_past_round_1_is_taken(
+    federation: Federation, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    chain = federation.chain(tmp_path)
+    state = two_rounds(federation, chain)
+    chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
+    assert chain.path is not None
+    chain.path.write_bytes(chain.path.read_bytes()[:100])  # cut short
+    restarted = federation.chain(tmp_path)
+    with pytest.raises(UncheckedModelError):
+        restarted.sent(3, *sent(state))
+    assert "is unreadable" in caplog.text
+
+
+def test_the_outcome_record_keeps_the_rounds_sat_out(tmp_path: Path) -> None:
+    record = OutcomeRecord(tmp_path / "site-a.f.outcome.npz", 0)
+    record.unchecked(3, "it did not verify round 2's sum")
+    record.unchecked(4, "it did not verify round 2's sum")
+    record.unchecked(3, "a later reason does not replace the first")
+    again = OutcomeRecord(tmp_path / "site-a.f.outcome.npz", 0)
+    assert again.sat_out == {3: "it did not verify round 2's sum", 4: "it did not verify round 2's sum"}
+    assert again.unchecked_output() == (3, "it did not verify round 2's sum")
+    again.output_model(5, np.zeros(3, dtype=np.float32), 0.5)  # an output model the chain checked since
+    assert OutcomeRecord(tmp_path / "site-a.f.outcome.npz", 0).unchecked_output() is None
