@@ -18,7 +18,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fedfair import cli
+from fedfair.core.errors import RoundAbortedError
+from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.checkpoint import append_round_log
+from fedfair.runtime.aggregator.voided import BoundSurvivors
 from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.observe.federation_metrics import FederationCollector
 from fedfair.runtime.observe.status import federation_state
@@ -172,3 +175,15 @@ def test_the_waiting_line_counts_down_without_going_below_zero(tmp_path: Path) -
     time.sleep(0.6)
     waiting = federation_state(tmp_path).waiting
     assert waiting is not None and waiting.seconds_left == 0.0 and waiting.goal == "everyone"
+
+
+def test_a_wait_for_a_voided_rounds_survivors_is_a_waiting_event(tmp_path: Path) -> None:
+    """After a round voided once its sum was unmasked, the next round waits for exactly its survivors: that wait
+    names the missing one like a wait for the quorum, and raises (the round is void) when it does not come."""
+    events = running_federation(tmp_path, lost_in_round=None)
+    bound = BoundSurvivors()
+    bound.note(2, frozenset(NAMES), "no tag of the claimed sum from site-c")
+    with pytest.raises(RoundAbortedError, match="site-c is not connected"):
+        bound.participants(Board("digest"), 3, frozenset(NAMES[:2]), 0.05, events)
+    waiting = federation_state(tmp_path).waiting
+    assert waiting is not None and waiting.missing == ("site-c",) and waiting.goal == "round 2's survivors"

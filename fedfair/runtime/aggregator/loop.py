@@ -330,7 +330,7 @@ class RoundLoop:
         try:
             # After a round voided once its sum was unmasked, only its survivors can train on this model again.
             participants = self.bound.participants(
-                self.network.board, round_number, connected, plan.quorum.round_timeout_seconds
+                self.network.board, round_number, connected, plan.quorum.round_timeout_seconds, self.events
             )
             record["participants"] = sorted(participants)
             outcome = self.driver.run(

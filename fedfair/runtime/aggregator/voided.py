@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from fedfair.core.errors import RoundAbortedError
 from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.observe.events import EventLog
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -46,9 +47,11 @@ class BoundSurvivors:
         self.voided = None
 
     def participants(
-        self, board: Board, round_number: int, connected: frozenset[str], timeout: float
+        self, board: Board, round_number: int, connected: frozenset[str], timeout: float, events: EventLog | None = None
     ) -> frozenset[str]:
         """Who takes part in `round_number`: `connected`, or exactly the bound survivors.
+
+        A wait for missing survivors is a ``waiting`` event in `events` too (the round's own event ends it).
 
         Raises:
             RoundAbortedError: some bound survivors are not connected (after one wait of `timeout` seconds for
@@ -70,6 +73,16 @@ class BoundSurvivors:
                 ", ".join(sorted(voided.survivors)),
                 voided.reason,
             )
+            if events is not None:
+                events.emit(
+                    "waiting",
+                    round=round_number,
+                    goal=f"round {voided.round}'s survivors",
+                    connected=len(present),
+                    eligible=len(voided.survivors),
+                    missing=sorted(voided.survivors - present),
+                    seconds_left=timeout,
+                )
             present = board.wait_for_connected(len(voided.survivors), timeout, among=voided.survivors)
         missing = sorted(voided.survivors - present)
         if missing:
