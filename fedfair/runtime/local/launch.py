@@ -6,6 +6,7 @@ Why: docs/design.md, "The local federation".
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import shutil
 import signal
@@ -331,6 +332,19 @@ def builtin_workspace(args: argparse.Namespace, root: Path) -> Workspace:
     return make_workspace(root, names, plan=plan, data=data, manifest=secure, device="auto")
 
 
+def rehearsal_ledgers(root: Path) -> None:
+    """Charge a built-in dataset's rehearsal to ledgers in its own workspace, unless FEDFAIR_LEDGER_DIR names some.
+
+    The sites of a built-in split are no institution's: their names and rows are the same in every launch, so in
+    the user's ledger folder each `make demo` would add to the last one's spend until init's budget refused a
+    demo. A rehearsal on the user's own tables (``--csv``) charges the user's ledgers, as those tables' sites
+    would.
+    """
+    from fedfair.privacy.ledger_home import LEDGER_DIR_VARIABLE
+
+    os.environ.setdefault(LEDGER_DIR_VARIABLE, str(root / "ledgers"))
+
+
 def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -> int:
     """Check the split, then `federate` in `--workdir` or a temporary folder, kept when the run finishes unless `--no-keep`."""
     if args.csv and args.label is None:
@@ -342,6 +356,8 @@ def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -
     if args.workdir is not None and (Path(args.workdir) / "certs" / "ca.crt").exists():
         raise ConfigError(f"{args.workdir} already holds a launched federation; pass another --workdir")
     with stop_on_signals(), launch_folder(args.workdir, args.keep) as root:
+        if not args.csv:
+            rehearsal_ledgers(root)
         return federate(args, root, kept=args.workdir is not None or args.keep is not False, comparison=comparison)
 
 

@@ -33,6 +33,7 @@ from fedfair.runtime.local.launch import (
     evaluation_every,
     launch_folder,
     launch_workspace,
+    rehearsal_ledgers,
     remove_ca_key,
     round_timeout,
     site_data,
@@ -292,3 +293,16 @@ def test_the_exact_comparison_reads_the_rows_and_model_the_federation_evaluated(
     assert ours["mean_risk"] == pytest.approx(own["mean_risk"], abs=1e-6) and ours["accuracy"] == own["accuracy"]
     printed = next(line for line in done.stdout.splitlines() if line.strip().startswith("FedSRCVaR"))
     assert printed.split()[1] == f"{ours['worst_risk']:.4f}"
+
+
+def test_a_built_in_rehearsal_charges_ledgers_in_its_own_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every launch of a built-in split has the same site names and rows: in the user's ledger folder each demo
+    would add to the last one's spend until the budget refused one. A folder the operator names is kept."""
+    monkeypatch.delenv("FEDFAIR_LEDGER_DIR")
+    rehearsal_ledgers(tmp_path)
+    assert os.environ["FEDFAIR_LEDGER_DIR"] == str(tmp_path / "ledgers")
+    monkeypatch.setenv("FEDFAIR_LEDGER_DIR", "/somewhere/named")
+    rehearsal_ledgers(tmp_path)
+    assert os.environ["FEDFAIR_LEDGER_DIR"] == "/somewhere/named"
