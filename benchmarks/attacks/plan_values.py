@@ -44,7 +44,7 @@ from fedfair.runtime.plan.aggregator_plan import (
 )
 from fedfair.runtime.plan.privacy import answer_release, party_mu
 from fedfair.secagg import SecAggConfig, Stage, simulate_round
-from fedfair.secagg.encode import noised_encoding
+from fedfair.secagg.training_noise import noised_encoding
 
 SITES = tuple(f"site-{index:02d}" for index in range(10))
 FLOOR_PLAN: dict[str, dict[str, Any]] = {

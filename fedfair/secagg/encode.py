@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from fedfair.core.errors import ConfigError
-from fedfair.secagg import prg
-from fedfair.privacy.distributed import ROUNDING_BETA, TrainingNoise
 from fedfair.privacy.rounding import largest_total
+from fedfair.secagg import prg
 from fedfair.secagg.noise import WEIGHT_STREAM, NoiseConfig, NoisyEncoding
 from fedfair.secagg.pieces import FLOATS, Blocks, Pieces, gathered, placed
 from fedfair.secagg.rounder import RANDOM_BITS, StochasticRounder
-from fedfair.secagg.rotation import rotation_key
 
 Weights = tuple[float, ...]
 """Every party's agreed weight, or () when the plan does not fix them (:attr:`EncodingConfig.weights`)."""
@@ -428,24 +426,3 @@ class Encoder:
         largest_sum = summands * largest_party_value(config.clip, config.fractional_bits, config.max_weight)
         conversion = 0.0 if largest_sum <= 2**53 else 2.0 ** (math.ceil(math.log2(largest_sum)) - 53)
         return (summands + conversion) / self._scale
-
-
-def noised_encoding(
-    encoding: EncodingConfig, noise: TrainingNoise, share: float, federation_id: str, round_number: int, dimension: int
-) -> EncodingConfig:
-    """`encoding` with the noise step of a distributed DP-SGD round.
-
-    `noise`'s fractional bits, this party's Skellam `share` mu, the norm bound of a Poisson batch's clipped sum
-    (:func:`~fedfair.privacy.rounding.batch_radius` records' sensitivity, :meth:`NoiseConfig.radius`), and a
-    rotation keyed by the federation and the round; what every party and the
-    server of one round derive alike.
-    """
-    step = NoiseConfig(
-        mu=share,
-        norm_clip=noise.sensitivity / noise.weight_per_record,
-        dimension=dimension,
-        rotation_key=rotation_key(federation_id, round_number, "training"),
-        weight_per_record=noise.weight_per_record,
-        beta=ROUNDING_BETA,  # the conditional rounding's failure that delta_addon counts
-    )
-    return replace(encoding, fractional_bits=noise.fractional_bits, noise=step)

@@ -20,7 +20,7 @@ from fedfair.privacy.distributed import TrainingNoise, noise_excess, party_mu
 from fedfair.privacy.ring import Ring
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.secagg import Decoded, EncodingConfig, SecAggConfig, simulate_round
-from fedfair.secagg.encode import noised_encoding
+from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.recovery import check_range
 from fedfair.simulation.federation import Federation
 

@@ -18,9 +18,9 @@ from fedfair.secagg.encode import (
     EncodingConfig,
     check_no_wraparound,
     largest_safe_fractional_bits,
-    noised_encoding,
     weight_fractional_bits,
 )
+from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.noise import NoiseConfig
 
 

@@ -13,7 +13,8 @@ from scipy import stats
 from fedfair.core.errors import ConfigError
 from fedfair.privacy import distributed, ring, rounding
 from fedfair.secagg import SecAggConfig, noise, rotation, simulate_round
-from fedfair.secagg.encode import Encoder, EncodingConfig, noised_encoding
+from fedfair.secagg.encode import Encoder, EncodingConfig
+from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
 from fedfair.secagg.wire import Stage
 

@@ -42,7 +42,7 @@ from fedfair.privacy.distributed import TrainingNoise
 from fedfair.privacy.ring import Ring
 from fedfair.secagg import EncodingConfig, check_no_wraparound
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
-from fedfair.secagg.encode import noised_encoding
+from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.graph import default_degree
 
 if TYPE_CHECKING:
