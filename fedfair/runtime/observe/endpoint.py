@@ -224,9 +224,9 @@ class _Quiet(WSGIRequestHandler):
     server: _Server
 
     def setup(self) -> None:
-        """Bound each read of the request by the server's `idle_seconds`, then set up the streams."""
-        self.timeout = self.server.idle_seconds
+        """Set up the streams, each read of the request bounded by the server's `idle_seconds`."""
         super().setup()
+        self.connection.settimeout(self.server.idle_seconds)
 
     def handle(self) -> None:
         """Serve the request; a connection the client left idle or broken is closed and counted."""
@@ -240,8 +240,7 @@ class _Quiet(WSGIRequestHandler):
             reason = "dropped by the client"
         else:
             return
-        self.close_connection = True
-        self.server.unserved.closed(reason)
+        self.server.unserved.closed(reason)  # wsgiref serves one request per connection: it closes next
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the base class's signature
         """Log nothing."""
