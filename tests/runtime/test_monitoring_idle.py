@@ -63,7 +63,7 @@ def test_silent_connections_are_closed_after_the_bound_in_one_line(
     finally:
         endpoint.stop()
     [line] = closing_lines(caplog)
-    expected = rf"closed {SILENT + 1} idle or broken monitoring connections in the last \d+ s without a request "
+    expected = rf"closed {SILENT + 1} idle or broken monitoring connections in the last \d+\.\d s without a request "
     assert re.fullmatch(expected + rf"\(silent for {IDLE:g} s: {SILENT + 1}\)", line), line
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception occurred" not in err, err[:2000]

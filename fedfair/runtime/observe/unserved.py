@@ -52,7 +52,7 @@ class UnservedConnections:
             return
         total = sum(reasons.values())
         self.logger.info(
-            "closed %d idle or broken monitoring connection%s in the last %.0f s without a request (%s)",
+            "closed %d idle or broken monitoring connection%s in the last %.1f s without a request (%s)",
             total,
             "" if total == 1 else "s",
             seconds,
