@@ -38,6 +38,7 @@ import torch
 from cryptography.hazmat.primitives import serialization
 
 from attacks.hostile_client import Credentials
+from attacks.patience import patient
 from fedfair import pki
 from fedfair.core import server
 from fedfair.core.local import LocalLearner, RoundTrainer
@@ -246,7 +247,7 @@ class AggregatorProcess:
         command = [sys.executable, str(AGGREGATOR_SCRIPT), str(workspace.plan), *(["--resume"] if resume else [])]
         env = {"FEDFAIR_TEST_FAULT": fault} if fault else {}
         self.child = Child("aggregator", command, env=child_environment(env), sink=self.sink, watch="listening on port")
-        if not self.child.seen.wait(STARTUP_SECONDS) or self.child.process.poll() is not None:
+        if not self.child.seen.wait(patient(STARTUP_SECONDS)) or self.child.process.poll() is not None:
             self.child.kill()
             raise RuntimeError(f"the aggregator did not start; see {log}")
 
@@ -259,10 +260,10 @@ class AggregatorProcess:
         return self.child.process.pid
 
     def wait(self, timeout: float) -> int | None:
-        """Its exit status, or None if it is still running after `timeout` seconds (its threads' stacks
-        then go to the log, to show where it is stuck)."""
+        """Its exit status, or None if it is still running after `timeout` seconds, stretched by the machine's
+        load (:func:`~attacks.patience.patient`; its threads' stacks then go to the log, to show where it is stuck)."""
         try:
-            return self.child.process.wait(timeout)
+            return self.child.process.wait(patient(timeout))
         except subprocess.TimeoutExpired:
             self.child.process.send_signal(signal.SIGUSR1)
             time.sleep(1.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import matplotlib.image
@@ -21,7 +22,7 @@ from fedfair.runtime.observe.federation_metrics import start_monitoring
 from fedfair.runtime.observe.status_page import REFRESH_SECONDS, status_page
 from fedfair.runtime.observe.endpoint import MonitoringSettings
 from fedfair.runtime.report.verdicts import worst_interval
-from fedfair.runtime.observe.status import federation_state
+from fedfair.runtime.observe.status import Estimate, FederationState, Site, Waiting, federation_state
 from tests.runtime.test_monitoring import get
 from tests.runtime.test_report import chromium, write_run
 
@@ -46,6 +47,71 @@ def test_the_page_states_the_rounds_the_estimate_and_each_site(folder: Path) -> 
     row = page.split('id="site-site-c"')[1].split("</tr>")[0]
     assert "<td>3</td><td>1</td>" in row  # 3 contributions, 1 dropout
     assert '<span class="yes">yes</span>' in page.split('id="site-site-a"')[1].split("</tr>")[0]
+
+
+ATTRIBUTE = re.compile(r"""\s*([^\s"'>/=]+)(?:\s*=\s*(?:"[^"]*"|'[^']*'|([^\s"'>]+)))?""")
+"""One attribute of a start tag's raw text; group 2 is its value when written without quotes."""
+
+
+class Tags(HTMLParser):
+    """Every start tag of a page: (tag, attributes as parsed) and the attributes written without quotes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.unquoted: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        raw = (self.get_starttag_text() or "").removesuffix(">").removesuffix("/")
+        rest = raw[1 + len(tag) :]
+        while rest.strip():
+            match = ATTRIBUTE.match(rest)
+            assert match is not None and match.end() > 0, raw
+            if match.group(2) is not None:
+                self.unquoted.append(f"{match.group(1)}={match.group(2)} in {raw}>")
+            rest = rest[match.end() :]
+
+
+def tags_of(page: str) -> Tags:
+    parser = Tags()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+def test_the_tag_reader_finds_an_unquoted_attribute() -> None:
+    assert tags_of("<p class=x id=\"a\" title='b'>").unquoted == ["class=x in <p class=x id=\"a\" title='b'>"]
+
+
+def test_every_attribute_the_page_writes_is_quoted_whatever_the_names(folder: Path) -> None:
+    hostile = "site \"a\" <b> 'c' x=y"
+    state = FederationState(
+        folder=str(folder),
+        federation_id='fed "1"',
+        plan_digest="ab" * 32,
+        rounds_planned=5,
+        running=True,
+        last_round=3,
+        last_status="aborted",
+        last_reason='too few "sites"',
+        last_seconds=1.5,
+        last_stage_seconds={"STAGE_TRAIN": 1.0},
+        held_up_by={hostile: 2.0},
+        estimate=Estimate(3, 0.2, 0.1, 0.3, 0.15, 0.1, 0.2, noised=True),
+        sites={
+            hostile: Site(False, 1, 2, "dropped", 1.5, 2.0),
+            "site-b": Site(True, 3, 0, "applied", None, None),
+        },
+        waiting=Waiting(4, "the quorum", 1, 2, (hostile,), 30.0, 0.0),
+    )
+    for page in (status_page(state), status_page(federation_state(folder))):
+        tags = tags_of(page)
+        assert tags.unquoted == []
+        assert len(tags.tags) > 20
+    ids = [attributes.get("id") for _, attributes in tags_of(status_page(state)).tags]
+    assert f"site-{hostile}" in ids  # the name survives escaping as one attribute value
+    assert {"phase", "rounds", "waiting", "estimate", "last", "held", "stages", "sites"} <= set(ids)
 
 
 def browse(url: str, *flags: str) -> subprocess.CompletedProcess[str]:

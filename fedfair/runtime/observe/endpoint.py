@@ -27,6 +27,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import ADDRESS_RE, Table
+from fedfair.runtime.observe.unserved import UnservedConnections
 
 logger = logging.getLogger("fedfair.monitoring")
 
@@ -42,8 +43,9 @@ final round's figures reach it."""
 
 METRICS_PATH = "/metrics"
 
-REQUEST_TIMEOUT_SECONDS = 30.0
-"""How long a connection may stay silent before its thread gives it up (a scrape takes milliseconds)."""
+IDLE_SECONDS = 10.0
+"""How long a connection may stay silent in each read of its request (or TLS handshake) before it is closed:
+a scrape takes milliseconds, and each silent connection holds a thread until then."""
 
 Page = Callable[[], tuple[str, bytes]]
 """A page a party serves beside its metrics: called per request, returns (content type, body)."""
@@ -198,9 +200,17 @@ def routed(metrics: WsgiApp, pages: Mapping[str, Page], scrapes: Scrapes | None 
 
 
 class _Server(ThreadingMixIn, WSGIServer):
-    """One thread per request, never joined at close (a slow scraper cannot hold the party's exit)."""
+    """One thread per request, never joined at close (a slow scraper cannot hold the party's exit).
+
+    Its handlers close a connection silent for `idle_seconds` and count it in `unserved`.
+    """
 
     daemon_threads = True
+    request_queue_size = 128
+    """Connections the kernel holds for accept (socketserver's default, 5, dropped a burst's SYNs: each
+    7th of 100 quick connections, a scrape among them, waited 1 s for its retransmission)."""
+    idle_seconds: float
+    unserved: UnservedConnections
 
 
 class _Server6(_Server):
@@ -208,9 +218,32 @@ class _Server6(_Server):
 
 
 class _Quiet(WSGIRequestHandler):
-    """No line per request on stderr: the console is the progress bar's (fedfair.runtime.observe.logs)."""
+    """No line per request on stderr: the console is the progress bar's (fedfair.runtime.observe.logs).
 
-    timeout = REQUEST_TIMEOUT_SECONDS
+    A connection that stays silent, fails the TLS handshake or is dropped before its answer is closed and
+    counted (one line per burst, :mod:`fedfair.runtime.observe.unserved`), not a traceback on stderr.
+    """
+
+    server: _Server
+
+    def setup(self) -> None:
+        """Set up the streams, each read of the request bounded by the server's `idle_seconds`."""
+        super().setup()
+        self.connection.settimeout(self.server.idle_seconds)
+
+    def handle(self) -> None:
+        """Serve the request; a connection the client left idle or broken is closed and counted."""
+        try:
+            super().handle()
+        except TimeoutError:  # raised by a read of the request or the TLS handshake (ssl's timeouts too)
+            reason = f"silent for {self.server.idle_seconds:g} s"
+        except ssl.SSLError:
+            reason = "TLS handshake or record refused"
+        except ConnectionError:
+            reason = "dropped by the client"
+        else:
+            return
+        self.server.unserved.closed(reason)  # wsgiref serves one request per connection: it closes next
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the base class's signature
         """Log nothing."""
@@ -244,7 +277,7 @@ def tls_context(settings: MonitoringSettings) -> ssl.SSLContext:
 class Endpoint:
     """A serving endpoint: its URL (the bound port) and how to stop it."""
 
-    server: WSGIServer
+    server: _Server
     thread: threading.Thread
     url: str
     scrapes: Scrapes
@@ -258,14 +291,23 @@ class Endpoint:
         return self.scrapes.wait_beyond(self.scrapes.count, self.settings.final_scrape_seconds)
 
     def stop(self) -> None:
-        """Stop serving and close the socket (idempotent)."""
+        """Stop serving, close the socket and log the connections closed unserved since the last line (idempotent)."""
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5.0)
+        self.server.unserved.flush()
 
 
-def serve_monitoring(settings: MonitoringSettings, registry: Any, pages: Mapping[str, Page] | None = None) -> Endpoint:
+def serve_monitoring(
+    settings: MonitoringSettings,
+    registry: Any,
+    pages: Mapping[str, Page] | None = None,
+    *,
+    idle_seconds: float = IDLE_SECONDS,
+) -> Endpoint:
     """Serve `registry` (a ``prometheus_client`` CollectorRegistry) and `pages` per `settings` in a daemon thread.
+
+    A connection silent for `idle_seconds` in any read of its request is closed, before any token check.
 
     Raises:
         ConfigError: the settings may not be served (:meth:`MonitoringSettings.problem`), the token file is
@@ -276,6 +318,8 @@ def serve_monitoring(settings: MonitoringSettings, registry: Any, pages: Mapping
     problem = settings.problem()
     if problem is not None:
         raise ConfigError(problem)
+    if not idle_seconds > 0:
+        raise ValueError(f"idle_seconds = {idle_seconds!r}: give a positive number of seconds")
     token = read_token(settings.token_file) if settings.token_file is not None else None
     scrapes = Scrapes()
     app = guarded(routed(make_wsgi_app(registry), pages or {}, scrapes), token)
@@ -287,6 +331,9 @@ def serve_monitoring(settings: MonitoringSettings, registry: Any, pages: Mapping
             f"the monitoring endpoint cannot listen on {settings.address} ({error}); choose another "
             "[monitoring] address (port 0 takes any free one)"
         ) from None
+    assert isinstance(server, _Server)  # make_server builds the class it is given
+    server.idle_seconds = idle_seconds
+    server.unserved = UnservedConnections(logger)
     if settings.cert_file is not None:
         # The handshake happens in each request's thread (on its first read), not in the accepting one,
         # where a client that connects and stays silent would hold every other scrape up.
