@@ -136,7 +136,7 @@ def measure_shape(setting: dict[str, Any], sigma: float, repeats: int, seed: int
     values, lows, highs, noise = layered_batch(query, answers, c_bar, rho, sigma, repeats, rng, rounding)
     answered = np.isfinite(values)
     covered = answered & (lows <= exact + 1e-12) & (exact - 1e-12 <= highs)
-    resolved = answered & (2.0 * np.nan_to_num(noise, nan=np.inf) <= UNRESOLVED_SPAN * CAP)
+    resolved = answered & (np.nan_to_num(noise, nan=np.inf) <= UNRESOLVED_SPAN * CAP / 2.0)
     half = (highs - lows) / 2.0
 
     def share(mask: np.ndarray, of: np.ndarray) -> float | None:

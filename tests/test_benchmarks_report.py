@@ -225,9 +225,18 @@ def test_the_eval_error_section_tables_every_design_and_says_whether_the_goal_is
             "met": True,
             "rows": [
                 {
-                    "shape": "constant", "rho": 0.3, "rows": 2000, "epsilon": 1.0, "sites": 1, "answered": 1.0,
-                    "coverage": 1.0, "resolved": 1.0, "coverage_resolved": 1.0, "mean_half_width": 0.167,
-                    "bias_over_half_width": 0.21, "width_zero": 0.0,
+                    "shape": "constant",
+                    "rho": 0.3,
+                    "rows": 2000,
+                    "epsilon": 1.0,
+                    "sites": 1,
+                    "answered": 1.0,
+                    "coverage": 1.0,
+                    "resolved": 1.0,
+                    "coverage_resolved": 1.0,
+                    "mean_half_width": 0.167,
+                    "bias_over_half_width": 0.21,
+                    "width_zero": 0.0,
                 },
             ],
         },  # fmt: skip
