@@ -38,9 +38,9 @@ a control run where the honest path works.
   every site (the control: the same sum) and without one site: nobody may sign that.
 - evaluation query: the review's crafted logistic model (10 on age, bias 40), evaluated
   under a served plan with ``loss_range = [20, 80]`` (refused: plan-mismatch), and under
-  the pinned plan twice, the second time without one site (nobody signs; the first, the
-  control, completes). A crafted model whose losses fall in the pinned grid is still
-  evaluated (open, see docs/design.md): the row says how many buckets it still fills.
+  the pinned plan twice, the second time without one site. Under secure aggregation no site
+  evaluates a model its chain did not make (issue 79): every site sits both out, nothing is
+  decoded.
 """
 
 from __future__ import annotations
@@ -1143,10 +1143,8 @@ def evaluation_query_row(root: Path, book: RowBook) -> None:
         f"histogram; (b) under the pinned plan, twice (rounds 1 and 2, the model unchanged), the second time "
         f"without {left_out}: the difference would be {left_out}'s held-out histogram",
         "(a) every collaborator refuses the plan (plan-mismatch naming evaluation.loss_range) and nobody evaluates; "
-        "(b) the first evaluation completes with every site (the control) and no collaborator signs the second "
-        "(that model's evaluation is bound to the first survivor set): nothing decoded. Still open (docs/design.md): "
-        "a crafted model whose losses fall within the pinned grid is evaluated, a query of the pooled held-out "
-        "rows; this row tests the review's two attacks as carried out, not that query",
+        "(b) every site sits both evaluations out: the crafted model is not one its model chain made of the sums "
+        "it verified (issue 79), so it evaluates nothing and nothing is decoded",
         QUERY_OPERATOR,
     ) as row:
         grid = query_run(root / "served-grid", left_out, {"evaluation": {"loss_range": list(REVIEW_GRID)}})
@@ -1160,12 +1158,9 @@ def evaluation_query_row(root: Path, book: RowBook) -> None:
         cheat, tap = pinned.cheat, pinned.tap
         first, second = cheat.results.get(1, {}), cheat.results.get(2, {})
         contributors = sorted(cheat.sums[1][1]) if 1 in cheat.sums else []
-        control_ok = first.get("status") == "done" and contributors == list(FOUR)
+        sat_out = sorted(name for name in FOUR if lines_of(pinned.said, name, "cannot check the model it was sent"))
         participants = tap.expected.get((2, "STAGE_EVAL_ADVERTISE_KEYS"), [])
-        carried_out = participants == sorted(set(FOUR) - {left_out})
-        refusals = {
-            name: lines_of(pinned.said, name, "already signed for with other survivors") for name in participants
-        }
+        refusals = {name: lines_of(pinned.said, name, "cannot check the model it was sent") for name in participants}
         refused = sorted(name for name, lines in refusals.items() if lines)
         signed = tap.sent(2, "STAGE_EVAL_CONSISTENCY")
         unmasked = tap.sent(2, "STAGE_EVAL_UNMASK")
@@ -1179,15 +1174,16 @@ def evaluation_query_row(root: Path, book: RowBook) -> None:
             f"(a) served loss_range {list(REVIEW_GRID)}: refused (plan-mismatch) by {refused_plan}, "
             f"{FOUR[0]} saying {served_differences(example) or short(example)!r}; uploads: "
             f"{sorted(grid.tap.uploads) or 'none'}; sums decoded: {sorted(grid.cheat.sums) or 'none'}. (b) pinned "
-            f"plan: round 1 evaluation {first.get('status', 'not run')} with {contributors} (the control); round 2 "
-            f"without {left_out}: participants {participants}, consistency signatures {signed or 'none'}, unmasking "
-            f"responses {unmasked or 'none'}, refused: {refused}, e.g. {short(said, 300)!r}; evaluation "
-            f"{second.get('status', 'not run')}; sums decoded in rounds {sorted(cheat.sums)}. What stays open: the "
-            f"pinned grid has {thresholds} thresholds in {list(REVIEW_GRID)} (its geometric half), and round 1's "
-            f"sum places {losses} pooled held-out losses of the crafted model in {buckets} of its buckets there",
+            f"plan: sites that sat the crafted model out {sat_out}; round 1 evaluation {first.get('status', 'not run')}"
+            f" with {contributors}; round 2 without {left_out}: participants {participants}, consistency signatures "
+            f"{signed or 'none'}, unmasking responses {unmasked or 'none'}, sat out: {refused}, e.g. "
+            f"{short(said, 300)!r}; evaluation {second.get('status', 'not run')}; sums decoded in rounds "
+            f"{sorted(cheat.sums)} (the pinned grid has {thresholds} thresholds in {list(REVIEW_GRID)}; {losses} "
+            f"pooled held-out losses decoded in {buckets} of its buckets there)",
             grid_ok
-            and control_ok
-            and carried_out
+            and sat_out == list(FOUR)
+            and first.get("status") != "done"
+            and 1 not in cheat.sums
             and not signed
             and not unmasked
             and refused == participants

@@ -6,8 +6,9 @@ against the exact ones each honest site computed before encoding, in units of th
 the epsilon each site's ledger charged, beside a control without noise (:mod:`attacks.noise_figures`):
 
 - evaluation: the crafted model of :func:`attacks.consent.crafted_state` with every site: the pooled histogram;
-- 1-ulp difference: that model with every site, then one ulp away without one: that site's histogram (no training
-  round runs, so no model chain starts: these evaluations are the noise's alone to hide);
+- 1-ulp difference: that model with every site, then one ulp away without one: that site's histogram. Since issue 79
+  no site evaluates a model its chain did not make, so both are sat out by every site and nothing is decoded: the
+  rows take that as handled (the attack refused outright), and measure the noise only where an answer comes;
 - composition and training differencing (:mod:`attacks.noise_composition`, :mod:`attacks.noise_training`): where
   the aggregator forges a model, every site refuses it (verified aggregation); curious only, the noise hides.
 """
@@ -32,6 +33,7 @@ from attacks.consent import (
     LoopAggregator,
     StageTap,
     fixed,
+    lines_of,
     pinned_workspace,
     short,
 )
@@ -126,6 +128,11 @@ def evaluation_run(root: Path, *, noised: bool) -> EvaluationRun:
     return EvaluationRun(workspace, query, answers, said, errors)
 
 
+def sat_out(run: EvaluationRun) -> bool:
+    """Whether every site sat the crafted model out (it is no model its chain made: issue 79) and nothing was decoded."""
+    return not run.query.sums and all(lines_of(run.said, name, "cannot check the model it was sent") for name in FOUR)
+
+
 @dataclass
 class EvaluationFigures:
     """The two evaluations measured: the pooled sum's error and the difference's, against the exact ones."""
@@ -211,7 +218,13 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             (("evaluate", 1) in entry["releases"]) and entry["epsilon"] > 0 for entry in noised.ledger.values()
         )
         single = noised.ledger.get(VICTIM, {})
+        refused = (
+            sat_out(runs["noised"])
+            and sat_out(runs["exact"])
+            and not any(entry["releases"] for entry in noised.ledger.values())
+        )
         row.record(
+            f"every site sat the crafted model out, nothing decoded or charged: {refused}; "
             f"noised: stated noise_std {std:.4g} per decoded coordinate (4 answers); over the "
             f"{tail.TailQuery(1.0).length} coordinates the error is {figures_all.get('rms_in_std')} std RMS, "
             f"{figures_all.get('max_in_std')} std at most ({figures_all.get('max_over_expected')} x the expected "
@@ -229,7 +242,8 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             and single.get("releases") == [("evaluate", 1)]
             and exact.stds[1] == 0.0
             and control_error is not None
-            and control_error < 1e-3,
+            and control_error < 1e-3
+            or refused,
             noise_std=std,
             pooled=noised.pooled,
             control=exact.pooled,
@@ -266,7 +280,9 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             noised.ledger[name]["releases"] == [("evaluate", 1), ("evaluate", 2)] for name in twice
         ) and noised.ledger[VICTIM]["releases"] == [("evaluate", 1)]
         spent = {name: noised.ledger[name]["epsilon"] for name in FOUR}
+        refused = sat_out(runs["noised"]) and sat_out(runs["exact"]) and not any(spent.values())
         row.record(
+            f"every site sat both crafted models out, nothing decoded or charged: {refused}; "
             f"noised: stated noise_std {noised.stds[1]:.4g} (round 1, 4 answers) and {noised.stds[2]:.4g} (round 2, "
             f"3 answers), so {diff.get('std')} on the difference; its error against {VICTIM}'s histogram "
             f"({noised.victim_rows} held-out rows): {against.get('rms_in_std')} std RMS, {against.get('max_in_std')} "
@@ -281,7 +297,8 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             and unexact(against)
             and ledger_ok
             and spent[twice[0]] > spent[VICTIM] > 0.0
-            and control_exact,
+            and control_exact
+            or refused,
             noise_std=diff.get("std"),
             difference=diff,
             control=exact.difference,

@@ -32,7 +32,6 @@ from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import round_trainer
-from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.local.processes import start_collaborator
 from fedfair.runtime.local.workspace import Workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
@@ -134,8 +133,9 @@ class NaNUpdates:
 def test_the_count_and_exit_status_come_from_the_sites_own_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """site-c sends no update in any round; the bundle's provenance says it did in both. The bundle's model is
-    the output model site-c evaluated, so it is kept, but site-c ends with 0 of 2 rounds and exit status 3."""
+    """site-c sends no update in any round; the bundle's provenance says it did in both. site-c counts 0 of 2
+    rounds from its own record; having verified no sum, it checks no later model (issue 79), so it sits round 2
+    and the final evaluation out and keeps no bundle (model-unchecked); the others keep theirs."""
     workspace = new_workspace(tmp_path, NAMES, training={"rounds": ROUNDS}, quorum={"min_collaborators": 3})
 
     def break_c(name: str, collaborator: Collaborator) -> None:
@@ -148,13 +148,14 @@ def test_the_count_and_exit_status_come_from_the_sites_own_record(
         thread_federation(workspace, collaborator=break_c) as federation,
     ):
         federation.join(180)
-    assert not federation.errors, federation.errors
+    assert set(federation.errors) == {"site-c"} and "model-unchecked" in str(federation.errors["site-c"])
     assert load_bundle_bytes(offered[0], tmp_path).provenance["contributions"]["site-c"] == ROUNDS
-    assert federation.exits == {"site-a": 0, "site-b": 0, "site-c": EXIT_INCOMPLETE}, federation.exits
+    assert federation.exits == {"site-a": 0, "site-b": 0}, federation.exits
     closing = f"by its own record, its model holds this institution's update in 0 of {ROUNDS} rounds"
     assert f"site-c: the federation has finished, but {closing}" in caplog.text
-    for name in NAMES:
+    for name in NAMES[:2]:
         assert kept_bundle(workspace, name, federation.plan.federation_id).read_bytes() == offered[0], name
+    assert not kept_bundle(workspace, "site-c", federation.plan.federation_id).exists()
 
 
 def load_bundle_bytes(payload: bytes, folder: Path) -> Any:

@@ -145,10 +145,11 @@ class ModelChain:
             raise self._refusal(round_number, anchor, gap)
         if anchor.verified:
             missed = f"{anchor.round + 1}" + ("" if round_number == anchor.round + 2 else f" to {round_number - 1}")
-            why = f"it verified round {anchor.round}'s sum, and no sum of round {missed} since"
+            why = f"it verified round {anchor.round}'s sum, and no sum of round {missed} since; the model is neither"
+            why += " the step of that sum nor the one before"
         else:
-            why = f"it did not verify round {anchor.round}'s sum"
-        self._unchecked(round_number, f"{why}; the model is neither the step of that sum nor the one before ({gap})")
+            why = f"it did not verify round {anchor.round}'s sum, and the model is not the one before"
+        self._unchecked(round_number, f"{why} ({gap})")
 
     def verified(self, round_number: int, words: np.ndarray, survivors: Collection[str], encoder: Encoder) -> None:
         """Apply the plan's server step to training round `round_number`'s verified sum (`words`, encoded).

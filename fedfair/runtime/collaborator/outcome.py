@@ -1,13 +1,13 @@
 """What a collaborator knows of its federation's outcome from its own side, kept for the final model bundle.
 
 The aggregator's bundle says which institution's update each round holds; a collaborator ends on its own
-record instead: the training rounds whose sum holds its update as far as it can tell (its closing count
-and exit status), the round whose sum it refused (verified aggregation) and why, the output model (theta-bar, c-bar) it was sent to evaluate at the final round, and the
-output model as it computes it from the training models it was sent (:class:`~fedfair.runtime.collaborator.trajectory.Trajectory`, the
-suffix average of `fedfair.core.server.apply`). Kept beside the config as ``NAME.FEDERATION.outcome.npz``,
-rewritten atomically at each change, so a restarted process keeps what the process before it saw. The models
-followed live in that file alone, read back a slice at a time when they are compared or averaged: a process
-holds none of them beside the round's own download.
+record instead: the training rounds whose sum holds its update as far as it can tell (its closing count and exit
+status), the round whose sum it refused (verified aggregation) and why, the rounds it sat out unable to check their
+models, the output model (theta-bar, c-bar) it was sent to evaluate at the final round, and the output model as it
+computes it from the training models it was sent (:class:`.trajectory.Trajectory`, the suffix average of
+`fedfair.core.server.apply`). Kept beside the config as ``NAME.FEDERATION.outcome.npz``, rewritten atomically at
+each change, so a restarted process keeps what the process before it saw. The models followed live in that file
+alone, read back a slice at a time when compared or averaged: a process holds none beside the round's download.
 
 Why: docs/design.md, "Inside the collaborator".
 """
