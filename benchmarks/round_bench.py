@@ -177,8 +177,8 @@ class BenchCollaborator(Collaborator):
                 self.busy_intervals.setdefault(round_number, []).append((started, ended))
                 self.busy_cpu_seconds[round_number] = self.busy_cpu_seconds.get(round_number, 0.0) + cpu
 
-    def _handle(self, stub: Any, task: pb.Task) -> bool:
-        return self._timed(task.binding.round, lambda: super(BenchCollaborator, self)._handle(stub, task))
+    def handle(self, stub: Any, task: pb.Task) -> bool:
+        return self._timed(task.binding.round, lambda: super(BenchCollaborator, self).handle(stub, task))
 
     def _train(self, stub: Any, binding: pb.Binding) -> StartJob:
         if self.measures_memory and self.first_round_rss_mb is None:

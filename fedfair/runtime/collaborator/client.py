@@ -29,6 +29,7 @@ from fedfair.datasets.encoder import Encoder as TableEncoder
 from fedfair.runtime.collaborator import answers
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.collaborator.connection import Connection
 from fedfair.runtime.collaborator.identity import check_identity
 from fedfair.runtime.collaborator.preparation import (
     Joined,
@@ -90,9 +91,9 @@ class Collaborator(TaskStream):
     """One institution's process: connect, follow tasks, train, mask, submit.
 
     Its parts come in as the federation is learnt: the checked plan (:class:`Joined`) once
-    :meth:`_setup` fetched it, the round job (:class:`RoundJob`) once :meth:`_prepare` built
+    :meth:`setup` fetched it, the round job (:class:`RoundJob`) once :meth:`_prepare` built
     the trainer (under a [schema], once the federation's encoder arrived). The methods
-    ``_setup``, ``_prepare``, ``_train``, ``_train_on``, ``_evaluate``, ``_evaluation_answers``,
+    ``setup``, ``_prepare``, ``_train``, ``_train_on``, ``_evaluate``, ``_evaluation_answers``,
     ``_start``, ``_step`` and ``_submit`` are the seams tests and benchmarks replace.
     """
 
@@ -114,17 +115,17 @@ class Collaborator(TaskStream):
         self.identity = check_identity(config)
         self.device = device_for(config.device)
         self._table: LocalTable | None = read_local_data(config)
-        """The data as read before connecting; :meth:`_setup` lets it go once it has cut this
+        """The data as read before connecting; :meth:`setup` lets it go once it has cut this
         institution's part, so a process keeps only its own rows, not the whole dataset too."""
         check_pinned_table(config, self._table)
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
         backoff = Backoff(retry or config.retry, config.name, stop, target, self.identity.certified)
-        super().__init__(config, backoff, stop)
+        super().__init__(Connection(config, backoff, stop, self))  # the connection follows the stream for this
         self._uplink = Uplink()
         self._reports = StatusReports(config.name, self._uplink)
         self._joined: Joined | None = None
-        """The fetched and checked plan; :meth:`_setup` sets it before any task."""
+        """The fetched and checked plan; :meth:`setup` sets it before any task."""
         self._round: RoundJob | None = None
         """The round job; :meth:`_prepare` builds it (under a [schema], at the first start stage)."""
         self._model: ModelSettings | None = None
@@ -136,8 +137,8 @@ class Collaborator(TaskStream):
 
     @property
     def joined(self) -> Joined:
-        """The fetched and checked plan; only asked once :meth:`_setup` ran."""
-        assert self._joined is not None, "the plan is fetched (_setup) before this is asked"
+        """The fetched and checked plan; only asked once :meth:`setup` ran."""
+        assert self._joined is not None, "the plan is fetched (setup) before this is asked"
         return self._joined
 
     @property
@@ -183,10 +184,10 @@ class Collaborator(TaskStream):
         return self._uplink.uploaded_bytes
 
     def _rounds(self) -> RoundJob:
-        assert self._round is not None  # _handle builds it before the first start stage
+        assert self._round is not None  # handle builds it before the first start stage
         return self._round
 
-    def _setup(self, stub: pb_grpc.FederationStub) -> None:
+    def setup(self, stub: pb_grpc.FederationStub) -> None:
         """Fetch and check the plan (:func:`join`); without a [schema], prepare the data and trainer now."""
         table = self._table if self._table is not None else read_local_data(self.config)  # a second run reads again
         self._table = None
@@ -194,11 +195,11 @@ class Collaborator(TaskStream):
         if self.shared.schema is None:
             self._prepare(load_local_data(self.config, self.shared, table), self.shared)
 
-    def _say_joined(self) -> None:
+    def say_joined(self) -> None:
         """Log that this institution joined (the aggregator took its task stream): :func:`say_joined`."""
         say_joined(self.config, self.joined, None if self._round is None else self._round.prepared, self.device)
 
-    def _plan_change(self, reply: pb.PlanReply) -> FailureError | None:
+    def plan_change(self, reply: pb.PlanReply) -> FailureError | None:
         """Why this joined collaborator does not take the plan in `reply`, or None if it is the plan it joined.
 
         Returns a ``plan-changed`` PermanentFailureError whose message names the fields unlike the pinned plan.
@@ -277,7 +278,8 @@ class Collaborator(TaskStream):
 
     # ------------------------------------------------------------ the round job's seams
 
-    def _handle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bool:
+    def handle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bool:
+        """Carry out one task (:meth:`TaskStream.handle`) unless it runs under a roster this site does not hold."""
         # A roster update takes effect at the round whose tasks name it, for every party of that round at once.
         verify = self.identity.verify
         if isinstance(verify, LiveManifest) and not verify.settle(task.manifest_digest):
@@ -285,7 +287,7 @@ class Collaborator(TaskStream):
             if task.action == pb.ACTION_RUN and starts:
                 # Checking peers under another roster than the round's would admit a revoked key or refuse a
                 # re-keyed one; sitting out lets the round complete without this site (its steps find no work).
-                self._warn(
+                self.connection.warn(
                     "rounds sat out",
                     "%s: sitting out round %d: it runs under manifest %s, which %s does not hold",
                     self.config.name,
@@ -294,7 +296,7 @@ class Collaborator(TaskStream):
                     verify.current.source,
                 )
                 return True
-        return super()._handle(stub, task)
+        return super().handle(stub, task)
 
     def _statistics_round(self, binding: pb.Binding) -> bool:
         """Whether `binding` is the statistics aggregation before round 1 (plans with a [schema])."""
@@ -364,7 +366,7 @@ class Collaborator(TaskStream):
         """
         return federation_file(self.config, self.shared.federation_id, BUNDLE_SUFFIX)
 
-    def _finish(self, stub: pb_grpc.FederationStub, task: pb.Task) -> int:
+    def finish(self, stub: pb_grpc.FederationStub, task: pb.Task) -> int:
         """At FINISHED: keep the final model bundle if it checks out (:func:`receive_bundle`); the exit status.
 
         The closing count and the status come from this institution's own record (:func:`finished_status`).

@@ -19,7 +19,7 @@ from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import serve
-from fedfair.runtime.collaborator import stream
+from fedfair.runtime.collaborator import connection
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
@@ -167,6 +167,6 @@ def test_a_flood_of_refused_tasks_adds_a_bounded_number_of_lines(
     refusals = [line for line in lines if "past the plan's last round" in line]
     counted = [line for line in lines if "more refusals since the last such line were not logged" in line]
     skipped = sum(int(line.split(" more refusals")[0].split()[-1].strip("(")) for line in counted)
-    assert stream.LINE_BURST <= len(refusals) <= stream.LINE_BURST + 2, refusals[-3:]
+    assert connection.LINE_BURST <= len(refusals) <= connection.LINE_BURST + 2, refusals[-3:]
     assert len(refusals) + skipped == FLOOD
     assert len(lines) <= 20, lines[:5]

@@ -110,7 +110,7 @@ def private_rounds(workspace: Workspace, name: str, rounds: int) -> Collaborator
     files = TlsFiles.in_folder(workspace.certs, name)
     with secure_channel(workspace.address, files, aggregator_name="aggregator") as channel:
         stub = pb_grpc.FederationStub(channel)  # type: ignore[no-untyped-call]
-        collaborator._setup(stub)
+        collaborator.setup(stub)
         theta = initial_state(load_aggregator_plan(workspace.plan)).theta
         for round_number in range(1, rounds + 1):
             binding = make_binding("fedfair-launch", round_number, pb.STAGE_TRAIN)
@@ -129,7 +129,7 @@ def test_once_set_up_a_collaborator_keeps_its_own_rows_not_the_whole_dataset(
     assert whole is not None
     files = TlsFiles.in_folder(workspace.certs, NAMES[0])
     with secure_channel(workspace.address, files, aggregator_name="aggregator") as channel:
-        collaborator._setup(pb_grpc.FederationStub(channel))  # type: ignore[no-untyped-call]
+        collaborator.setup(pb_grpc.FederationStub(channel))  # type: ignore[no-untyped-call]
     assert collaborator._table is None
     assert 0 < collaborator.data.train.size < len(whole.y_train)
 
@@ -238,7 +238,7 @@ def test_under_dp_neighbouring_datasets_send_the_same_weight_and_batch(
             files = TlsFiles.in_folder(workspace.certs, "site-a")
             with secure_channel(workspace.address, files, aggregator_name="aggregator") as channel:
                 stub = pb_grpc.FederationStub(channel)  # type: ignore[no-untyped-call]
-                collaborator._setup(stub)
+                collaborator.setup(stub)
                 binding = make_binding("fedfair-launch", 1, pb.STAGE_TRAIN)
                 trained = collaborator._train_on(stub, binding, "model", initial_state(plan).theta, 5.0)
             assert isinstance(collaborator.trainer, PrivateLearner) and collaborator.learner is not None
