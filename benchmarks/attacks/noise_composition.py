@@ -56,7 +56,8 @@ from fedfair.fairness import tail
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.rounds import RoundJob
+from fedfair.runtime.collaborator import rounds
+from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
 from fedfair.runtime.composition_counts import local_counts
 from fedfair.runtime.contract import EVALUATION
@@ -183,23 +184,24 @@ class Counted:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        original = RoundJob.composition_counts
+        # The round job calls the answers module's public function by the name it imported into rounds.
+        original = rounds.composition_counts
 
-        def recorded(job: RoundJob, theta: torch.Tensor, c: float, columns: Any) -> np.ndarray:
-            vector = original(job, theta, c, columns)
-            name = job.config.name
-            data, model = job.prepared.data, job.prepared.evaluation_model
+        def recorded(prepared: Prepared, shared: Any, theta: torch.Tensor, c: float, columns: Any) -> np.ndarray:
+            vector = original(prepared, shared, theta, c, columns)
+            data, model = prepared.data, prepared.evaluation_model
             assert data is not None and data.held_out_levels is not None and model is not None
+            name = data.test.name.removesuffix("-test")  # the held-out part is named NAME-test
             losses = evaluate(model, theta, data.test).losses
             self.sent[name], self.c[name] = np.array(vector), c
             self.own[name] = local_counts(columns, data.held_out_levels, losses, c, 1)
             return vector
 
-        RoundJob.composition_counts = recorded  # type: ignore[method-assign, assignment]
+        rounds.composition_counts = recorded
         try:
             yield
         finally:
-            RoundJob.composition_counts = original  # type: ignore[method-assign]
+            rounds.composition_counts = original
 
 
 @dataclass
