@@ -166,7 +166,11 @@ def site_c_misses_rounds(name: str, collaborator: Collaborator) -> None:
 @pytest.mark.slow
 def test_the_federated_composition_is_the_pooled_one_but_for_suppressed_cells(tmp_path: Path) -> None:
     """site-c misses two rounds of the averaging window, so its own mean of its rounds' c is not c-bar: every
-    site counts at the evaluated model's c-bar, the threshold the record states, all the same."""
+    site counts at the evaluated model's c-bar, the threshold the record states, all the same.
+
+    Plain sums: under verified secure aggregation a site that missed a round cannot check the models after it and
+    sits the rest out (the closed chain, tests/runtime/collaborator/test_chain_anchor.py), so no site could both
+    miss rounds and count; which c a site counts at does not depend on how the sums are added."""
     table = adult_raw_table()
     schema = draft_schema(table, "income", FEATURES)
     paths = []
@@ -182,6 +186,7 @@ def test_the_federated_composition_is_the_pooled_one_but_for_suppressed_cells(tm
             objective={"bound": 3.0},
             training={"rounds": 8, "local_steps": 5, "lr": 0.5, "threshold_lr": 0.5, "batch_fraction": 0.05},
             quorum={"min_collaborators": 2, "grace_factor": 2.0},
+            secure_aggregation={"enabled": False},
             evaluation={"composition": COLUMNS},
         ),
         data={name: {"csv": str(path), "group": "race"} for name, path in zip(NAMES, paths, strict=True)},

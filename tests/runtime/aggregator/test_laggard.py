@@ -63,7 +63,10 @@ def two_rounds(root: Path, late: float) -> tuple[Workspace, list[dict[str, Any]]
     )
     with thread_federation(workspace, collaborator=late_by(late)) as federation:
         federation.join(180)
-    assert not federation.errors, federation.errors
+    # Dropped from round 1, site-c cannot check round 2's model against a sum it verified: it sits round 2 out
+    # (the closed chain, docs/security.md) and says so; the others finish.
+    assert set(federation.errors) <= {"site-c"}, federation.errors
+    assert all(str(error).startswith("model-unchecked: from round 2 on") for error in federation.errors.values())
     return workspace, [record for record in read_round_log(workspace.output) if record["round"] >= 1]
 
 
