@@ -138,3 +138,15 @@ def test_grpc_logging_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("GRPC_VERBOSITY", "DEBUG")
     quiet_grpc()
     assert os.environ["GRPC_VERBOSITY"] == "DEBUG"
+
+
+def test_every_command_turns_grpc_logging_off_before_it_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not only those that configure logging: `fedfair launch`'s parent and the processes it starts inherit it."""
+    from fedfair import cli
+
+    monkeypatch.delenv("GRPC_VERBOSITY", raising=False)
+    cli.main(["status", str(tmp_path)])  # a folder with no logs: an error, after the variable is set
+    assert os.environ["GRPC_VERBOSITY"] == "NONE"
+    assert "fedfair: error:" in capsys.readouterr().err
