@@ -107,6 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(modules_for(words))
     args = parser.parse_args(words)
+    # Before any command loads gRPC, in every process: the launch parent, the processes it starts (they inherit
+    # the variable) and commands that never configure logging; gRPC's own lines would otherwise reach the console.
+    from fedfair.runtime.observe.logs import quiet_grpc
+
+    quiet_grpc()
     try:
         status = int(args.handler(args) or 0)
         sys.stdout.flush()  # here, not at exit: a reader that closed the pipe is met below, not in a traceback

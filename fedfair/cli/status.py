@@ -47,11 +47,7 @@ def describe(state: FederationState) -> str:
     if estimate is None:
         lines.append("  estimate: no federated evaluation yet")
     else:
-        lines.append(
-            f"  estimate (round {estimate.round}): worst-group risk {estimate.worst:.4f} "
-            f"[{estimate.worst_low:.4f}, {estimate.worst_high:.4f}], mean {estimate.mean:.4f} "
-            f"[{estimate.mean_low:.4f}, {estimate.mean_high:.4f}]"
-        )
+        lines.append(f"  estimate: {estimate.text()}")
     width = max([4, *(len(name) for name in state.sites)])
     lines.append(f"  {'site':<{width}}  connected  contributed  dropped  epsilon shared  last round")
     for name, site in state.sites.items():

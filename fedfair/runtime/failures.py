@@ -99,6 +99,21 @@ CERTIFICATE_REFUSED = FailureClass(
     "ask the aggregator's operator for a certificate from the federation's CA (`fedfair pki request`, then "
     "put the signed certificate and their ca.crt into [certificates] dir)",
 )
+WRONG_CA_FILE = FailureClass(
+    "wrong-ca-file",
+    False,
+    "[certificates] ca ({ca}) is not this federation's CA: the aggregator at {address} and this collaborator's "
+    "certificate were both issued by {issuer!r}, which it cannot verify",
+    "put the federation's ca.crt at {ca} (its operator has it; compare `fedfair pki show` fingerprints)",
+)
+CERTIFICATE_NOT_FEDERATIONS = FailureClass(
+    "certificate-not-federations",
+    False,
+    "this collaborator's certificate {cert} was not issued by this federation's CA ({ca}, which issued the "
+    "aggregator's at {address}): the aggregator would refuse it",
+    "ask the aggregator's operator for a certificate from the federation's CA (`fedfair pki request`, then "
+    "put the signed certificate into [certificates] dir)",
+)
 NAME_NOT_ALLOWED = FailureClass(
     "name-not-allowed",
     False,
@@ -257,6 +272,8 @@ FAILURES: tuple[FailureClass, ...] = (
     AGGREGATOR_NOT_TRUSTED,
     AGGREGATOR_NAME_MISMATCH,
     CERTIFICATE_REFUSED,
+    WRONG_CA_FILE,
+    CERTIFICATE_NOT_FEDERATIONS,
     NAME_NOT_ALLOWED,
     CERTIFICATE_REVOKED,
     IDENTITY_IN_USE,

@@ -50,6 +50,8 @@ def test_every_message_starts_with_its_id_and_ends_with_a_fix(failure: FailureCl
         "federation": "f",
         "round": 1,
         "detail": "d",
+        "issuer": "i",
+        "cert": "c.crt",
     }
     message = failure.message(**facts)
     assert message.startswith(f"{failure.id}: ") and ". Fix: " in message

@@ -89,7 +89,7 @@ def test_the_headline_is_one_estimate_with_its_interval_or_not_resolved_never_a_
     assert said.startswith("worst-group risk not resolved at this budget: ") and said.endswith("give +/- 0.05")
     assert f"{tail.rows_for(1.3, 2000):,.0f} held-out rows or report_epsilon 26 give" in said
     assert verdicts.noise_warning(wide) is None  # the headline says it already
-    assert verdicts.progress_note(wide).startswith("worst not resolved yet, mean")
+    assert verdicts.progress_note(wide).startswith("worst-group risk not resolved yet (round 50), mean")
     for record in (fine, capped, wide, {**wide, "above_cap": 100.0}):
         for line in (verdicts.headline(record), verdicts.describe(record), verdicts.progress_note(record)):
             assert "at least" not in line
@@ -98,12 +98,16 @@ def test_the_headline_is_one_estimate_with_its_interval_or_not_resolved_never_a_
 def test_a_progress_line_never_shows_a_figure_plus_or_minus_itself() -> None:
     # The "mean 0.4913 +/- 0.4913": an interval over half the range is "not resolved yet".
     record = {**noised(1.3, 0.1, 2.5, prior=1.2, mean_error_bound=0.4913), "mean_risk": 0.4913}
-    assert verdicts.progress_note(record) == "worst not resolved yet, mean 0.49 (0.00 to 0.98)"
+    assert verdicts.progress_note(record) == "worst-group risk not resolved yet (round 50), mean 0.49 (0.00 to 0.98)"
     record["mean_error_bound"] = 2.0
-    assert verdicts.progress_note(record) == "worst not resolved yet, mean not resolved yet"
+    assert verdicts.progress_note(record) == "worst-group risk not resolved yet (round 50), mean not resolved yet"
     sharp = {**noised(0.92, 0.71, 1.13, prior=1.2, mean_error_bound=0.14), "mean_risk": 0.26}
-    assert verdicts.progress_note(sharp) == "worst 0.92 (0.71 to 1.13), mean 0.26 (0.12 to 0.40)"
-    assert verdicts.progress_note(evaluation(5, 0.69, 0.66)) == "worst 0.6900, mean 0.6600"
+    assert verdicts.progress_note(sharp) == (
+        "worst-group risk 0.92 (95% interval 0.71 to 1.13, round 50), mean 0.26 (0.12 to 0.40)"
+    )
+    assert verdicts.progress_note(evaluation(5, 0.69, 0.66)) == (
+        "worst-group risk 0.6900 (exact sums: 0.6900 to 0.6900, round 5), mean 0.6600"
+    )
 
 
 @pytest.mark.parametrize("samples", [3, 700, 2000, 10**6])

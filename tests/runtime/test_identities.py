@@ -87,8 +87,9 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
     # One closing line per process, the last: the outcome, and what it kept where (each file there).
     closing = aggregator.lines[-1]
     assert (
-        f" INFO finished: {rounds} of {rounds} rounds applied, 0 aborted; held-out evaluation of round {rounds}: "
+        f" INFO finished: {rounds} of {rounds} rounds applied, 0 aborted; held-out evaluation: worst-group risk "
         in (closing)
+        and f", round {rounds})" in closing
     )
     kept = "the model bundle model_bundle.pt, the report report.html, the round log rounds.jsonl"
     assert closing.endswith(f"; kept in {workspace.output}: {kept}"), closing

@@ -12,6 +12,21 @@ from pathlib import Path
 import pytest
 
 from fedfair.runtime.observe.logs import LOG_FORMAT, Console, configure_logging, per_round, quiet_grpc
+from fedfair.runtime.report import verdicts
+
+EVALUATIONS = {
+    True: {"worst_risk": 0.75, "mean_risk": 0.5},
+    False: {
+        "worst_risk": 0.25,
+        "worst_risk_low": 0.21,
+        "worst_risk_high": 0.29,
+        "mean_risk": 0.125,
+        "mean_error_bound": 0.02,
+        "noise_std": 1.0,
+        "loss_cap": 3.0,
+    },
+}
+"""An exact evaluation (mid-run) and a noised one (the final), by whether the round is before the last."""
 
 
 @pytest.fixture()
@@ -40,9 +55,10 @@ def run_rounds(log: logging.Logger, rounds: int = 10) -> None:
         else:
             log.info("round %d applied", number, extra=per_round(number, rounds))
         if number % 5 == 0:
-            # The final evaluation is noised: its worst-group risk comes with its interval's half-width.
-            worst, mean, half = (0.75, 0.5, None) if number < rounds else (0.25, 0.125, 0.04)
-            extra = per_round(number, rounds, worst=worst, mean=mean, half_width=half)
+            # The final evaluation is noised: its figures come with their 95% intervals.
+            extra = per_round(
+                number, rounds, note=verdicts.progress_note(EVALUATIONS[number < rounds] | {"round": number})
+            )
             log.info("round %d evaluation", number, extra=extra)
     log.info("finished: 9 of 10 rounds applied, 1 aborted")
 
@@ -58,9 +74,13 @@ def test_the_console_shows_progress_warnings_and_other_lines_but_no_per_round_in
     # the last line waits for the last round's evaluation (logged after the round): one 100% line, the result's.
     progress = [line for line in lines if line.startswith("aggregator: ")]
     assert len(progress) == 10 and sum("10/10 rounds (100%)" in line for line in progress) == 1
-    assert progress[5].endswith("worst 0.7500, mean 0.5000") and "worst" not in progress[3]
+    # The round 5 figures stay beside the bar until the next evaluation, naming the round they are from.
+    exact = "worst-group risk 0.7500 (exact sums: 0.7500 to 0.7500, round 5), mean 0.5000"
+    assert progress[5].endswith(exact) and progress[8].endswith(exact) and "worst" not in progress[3]
     assert progress[-1].startswith("aggregator: 10/10 rounds (100%), done in ")
-    assert progress[-1].endswith("worst 0.2500 +/- 0.0400, mean 0.1250")
+    assert progress[-1].endswith(
+        "worst-group risk 0.25 (95% interval 0.21 to 0.29, round 10), mean 0.12 (0.10 to 0.14)"
+    )
 
 
 def test_verbose_prints_every_line(logger: logging.Logger) -> None:
@@ -118,3 +138,15 @@ def test_grpc_logging_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("GRPC_VERBOSITY", "DEBUG")
     quiet_grpc()
     assert os.environ["GRPC_VERBOSITY"] == "DEBUG"
+
+
+def test_every_command_turns_grpc_logging_off_before_it_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not only those that configure logging: `fedfair launch`'s parent and the processes it starts inherit it."""
+    from fedfair import cli
+
+    monkeypatch.delenv("GRPC_VERBOSITY", raising=False)
+    cli.main(["status", str(tmp_path)])  # a folder with no logs: an error, after the variable is set
+    assert os.environ["GRPC_VERBOSITY"] == "NONE"
+    assert "fedfair: error:" in capsys.readouterr().err

@@ -11,6 +11,7 @@ rendered in headless Chromium where it is installed (`.ci/run` installs it).
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -28,7 +29,9 @@ from fedfair import cli
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.local.workspace import toml_text
 from fedfair.runtime.report import figures as report_figures
+from fedfair.runtime.output_folder import COMPARISON_NAME
 from fedfair.runtime.report import page as report
+from fedfair.runtime.report.data import read_run
 from fedfair.runtime.aggregator.checkpoint import append_round_log, read_round_log
 from fedfair.runtime.observe.events import EventLog, read_events
 from tests.runtime.harness import new_workspace, thread_federation
@@ -482,3 +485,31 @@ def write_folder(output: Path, rounds: int) -> Path:
     for number in range(1, rounds + 1):
         append_round_log(output, applied(number, NAMES, NAMES, {}, 9.0))
     return output
+
+
+def test_a_launch_comparison_is_the_reports_first_table(tmp_path: Path) -> None:
+    # comparison.json as fedfair launch writes it: each model's exact report on the same held-out rows.
+    folder = tmp_path / "output"
+    write_run(folder)
+    assert 'id="comparison"' not in report.render(read_run(folder))  # a deployed federation has none
+    ours = {
+        "worst_risk": 0.7691,
+        "mean_risk": 0.41,
+        "disparity": 0.12,
+        "accuracy": 0.83,
+        "worst_error": 0.3,
+        "rows": 8140,
+    }
+    theirs = {**ours, "worst_risk": 0.9389, "disparity": 0.31}
+    comparison = {"rho": 0.3, "exact": {"FedSRCVaR": ours, "FedAvg": theirs}, "private": {}}
+    (folder / COMPARISON_NAME).write_text(json.dumps(comparison))
+    page = report.render(read_run(folder))
+    section = page.split('<section id="comparison">')[1].split("</section>")[0]
+    assert page.index('<section id="comparison">') < page.index('<section id="risks">')
+    assert "same 8,140 held-out rows" in section and "worst-off 30%" in section
+    rows = re.findall(r"<tr><td>([^<]+)</td>((?:<td>[^<]+</td>)+)</tr>", section)
+    assert [name for name, _ in rows] == ["FedSRCVaR", "FedAvg"]
+    assert re.findall(r"<td>([^<]+)</td>", rows[1][1])[:2] == ["0.9389", "0.4100"]
+    (folder / COMPARISON_NAME).write_text("{")
+    with pytest.raises(ConfigError, match="comparison.json cannot be read"):
+        read_run(folder)

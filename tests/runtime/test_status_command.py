@@ -18,7 +18,7 @@ import pytest
 from fedfair import cli
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.observe.events import EventLog, read_events
-from fedfair.runtime.report.verdicts import worst_interval
+from fedfair.runtime.report.verdicts import progress_note
 from tests.runtime.test_report import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,8 +44,8 @@ def test_status_shows_the_federation_on_one_screen(folder: Path, capsys: pytest.
     assert len(lines) < 25  # one screen
     assert lines[0].startswith("federation fed-test: finished, round 5 of 5 (4 applied, 1 aborted); no checkpoint")
     final = read_round_log(folder)[-1]["evaluation"]
-    low, high = worst_interval(final)
-    assert f"estimate (round 5): worst-group risk {final['worst_risk']:.4f} [{low:.4f}, {high:.4f}]" in out
+    # The console's form, naming the round the figures are from.
+    assert f"estimate: {progress_note(final)}" in out and "round 5)" in out
     (site_c,) = [line for line in lines if line.strip().startswith("site-c ")]
     assert site_c.split()[1:4] == ["no", "3", "1"]  # not connected, 3 contributions, 1 dropout
     (site_a,) = [line for line in lines if line.strip().startswith("site-a ")]

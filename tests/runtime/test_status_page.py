@@ -7,6 +7,7 @@ checked against the round log and the events.
 
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 from html.parser import HTMLParser
@@ -21,7 +22,7 @@ from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.observe.federation_metrics import start_monitoring
 from fedfair.runtime.observe.status_page import REFRESH_SECONDS, status_page
 from fedfair.runtime.observe.endpoint import MonitoringSettings
-from fedfair.runtime.report.verdicts import worst_interval
+from fedfair.runtime.report.verdicts import estimate_text, mean_interval, noised, worst_interval
 from fedfair.runtime.observe.status import Estimate, FederationState, Site, Waiting, federation_state
 from tests.runtime.test_monitoring import get
 from tests.runtime.test_report import chromium, write_run
@@ -43,7 +44,14 @@ def test_the_page_states_the_rounds_the_estimate_and_each_site(folder: Path) -> 
     assert f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">' in page
     assert "<script" not in page and "http" not in page.replace('http-equiv="refresh"', "")  # nothing fetched
     assert "Round 5 of 5: 4 applied, 1 aborted." in page
-    assert f"worst-group risk <b>{final['worst_risk']:.4f}</b> [{low:.4f}, {high:.4f}]" in page
+    # The console's form, naming the round the figures are from.
+    shown = estimate_text(
+        (final["worst_risk"], low, high),
+        (final["mean_risk"], *mean_interval(final)),
+        noised=noised(final),
+        round_number=5,
+    )
+    assert f'<p id="estimate" class="estimate">{html.escape(shown)}</p>' in page
     row = page.split('id="site-site-c"')[1].split("</tr>")[0]
     assert "<td>3</td><td>1</td>" in row  # 3 contributions, 1 dropout
     assert '<span class="yes">yes</span>' in page.split('id="site-site-a"')[1].split("</tr>")[0]
@@ -140,6 +148,6 @@ def test_the_served_page_renders_in_chromium_with_the_logs_values(folder: Path, 
     assert (np.abs(pixels - badge).max(axis=-1) < 0.02).sum() > 50
     final = read_round_log(folder)[-1]["evaluation"]
     estimate = re.search(r"<p id=\"?estimate\"?[^>]*>(.*?)</p>", dom, re.S)
-    assert estimate is not None and f"<b>{final['worst_risk']:.4f}</b>" in estimate.group(1)
+    assert estimate is not None and f"worst-group risk {final['worst_risk']:.2f}" in html.unescape(estimate.group(1))
     assert re.search(r'id="phase">finished<', dom)
     assert 'id="site-site-c"' in dom and "url=" not in dom

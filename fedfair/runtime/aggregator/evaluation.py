@@ -28,6 +28,7 @@ from fedfair.runtime.composition_counts import CompositionColumn, composition_fr
 from fedfair.runtime.plan.privacy import answer_release, composition_release, decoded_noise_std
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
+from fedfair.runtime.report import verdicts
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -87,8 +88,6 @@ def federated_evaluation(
             min_bucket_count=plan.evaluation.min_bucket_count,
             sum_error=outcome.error_bound,
         )
-    certificate = report.certificate
-    assert certificate is not None  # a report from sums is certified
     result: dict[str, Any] = {
         "status": "done",
         "round": round_number,
@@ -102,22 +101,11 @@ def federated_evaluation(
     if repeated is not None:
         result["answers_of_round"] = repeated.round
     logger.info(
-        "round %d evaluation (held-out, rho = %g): worst %.4f +/- %.4f, mean %.4f +/- %.4f, accuracy %.4f",
+        "round %d evaluation (held-out, rho = %g): %s",
         round_number,
         report.rho,
-        report.worst_risk,
-        certificate.worst_risk_gap,
-        report.mean_risk,
-        certificate.mean_error_bound,
-        report.accuracy,
-        extra=per_round(
-            round_number,
-            plan.training.rounds,
-            worst=report.worst_risk,
-            mean=report.mean_risk,
-            half_width=certificate.worst_risk_gap if plan.privacy.noised else None,
-            mean_half_width=certificate.mean_error_bound if plan.privacy.noised else None,
-        ),
+        verdicts.describe(result),
+        extra=per_round(round_number, plan.training.rounds, note=verdicts.progress_note(result)),
     )
     if columns:
         assert plan.schema is not None  # composition columns are refused without a [schema]

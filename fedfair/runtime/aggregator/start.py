@@ -186,7 +186,7 @@ def say_finished(plan: AggregatorPlan, summary: dict[str, Any], report: Path | N
     )
     evaluation = summary.get("evaluation") or {}
     if evaluation.get("status") == "done":
-        result = f"held-out evaluation of round {evaluation['round']}: {progress_note(evaluation)}"
+        result = f"held-out evaluation: {progress_note(evaluation)}"
     else:
         result = "no final evaluation"
     kept = [f"the model bundle {BUNDLE_NAME}", f"the round log {ROUND_LOG_NAME}"]

@@ -26,6 +26,8 @@ import grpc
 
 from fedfair.core.errors import FailureError, PermanentFailureError
 from fedfair.runtime.failures import (
+    CERTIFICATE_NOT_FEDERATIONS,
+    WRONG_CA_FILE,
     AGGREGATOR_BUSY,
     IDENTITY_IN_USE,
     AGGREGATOR_ERROR,
@@ -161,6 +163,54 @@ def probe(target: Target, timeout: float = PROBE_SECONDS) -> FailureError | None
         except OSError as error:  # reset or timed out after the handshake: the aggregator is going away
             return FailureError(CONNECTION_LOST, address=address, reason=_os_reason(error))
     return None
+
+
+def mismatched_ca(target: Target, timeout: float = PROBE_SECONDS) -> PermanentFailureError | None:
+    """Which file is wrong when this collaborator's certificate does not verify against its ca.crt; None: unknown.
+
+    Either ca.crt is not the federation's (a wrong CA file) or the certificate is not from the federation's CA
+    (a rogue or stray one). The aggregator's certificate tells them apart: read without verifying (nothing is
+    sent), it verifies against a ca.crt that is the federation's, and shares its issuer with a certificate from
+    the federation's CA. None when the aggregator cannot be reached or neither holds.
+    """
+    from cryptography import x509  # not loaded by a collaborator whose files are right
+
+    from fedfair import pki
+    from fedfair.core.errors import ConfigError
+
+    try:
+        ca, own = pki.load_certificate(target.files.ca), pki.load_certificate(target.files.cert)
+        pki.verify_certificate(own, ca, "collaborator")
+    except pki.CertificateError:
+        pass  # the mismatch this tells apart
+    except ConfigError:
+        return None  # a file missing or unreadable: the local check's own message says which
+    else:
+        return None
+    host, port = target.host_and_port()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as connection,
+            context.wrap_socket(connection, server_hostname=target.aggregator_name or host) as tls,
+        ):
+            presented = tls.getpeercert(binary_form=True)
+    except (OSError, ValueError):  # ssl.SSLError is an OSError: unreachable, or no handshake to read
+        return None
+    if presented is None:
+        return None
+    aggregator = x509.load_der_x509_certificate(presented)
+    try:
+        pki.verify_certificate(aggregator, ca, "aggregator")
+    except pki.CertificateError:
+        if aggregator.issuer == own.issuer:
+            issuer = own.issuer.rfc4514_string()
+            return PermanentFailureError(WRONG_CA_FILE, ca=target.files.ca, address=target.address, issuer=issuer)
+        return None
+    return PermanentFailureError(
+        CERTIFICATE_NOT_FEDERATIONS, cert=target.files.cert, ca=target.files.ca, address=target.address
+    )
 
 
 def _os_reason(error: OSError) -> str:

@@ -126,13 +126,14 @@ class SchemaTable:
 
 
 def check_schema_table(
-    config: CollaboratorConfig, shared: SharedSettings, table: LocalTable, *, warn: bool = True
+    config: CollaboratorConfig, shared: SharedSettings, table: LocalTable, *, warn: bool = False
 ) -> SchemaTable:
     """Check the table against the plan's [schema] and split it with the plan's seed.
 
     The split is within each group when [data] group is set. Besides its cells, the table as a whole
     (:mod:`fedfair.datasets.agreement`): a feature column empty in every row and too few training rows
-    for the plan's batch are refused; a label of one class is logged as a warning (with `warn`).
+    for the plan's batch are refused; a label of one class is logged as a warning with `warn` (a collaborator's own check, once; a re-read of a
+    table already checked, as `fedfair launch`'s baseline does after its rehearsal warned, says nothing).
 
     Raises:
         PermanentFailureError: ``data-mismatch``, naming the column and the fix.
@@ -193,7 +194,7 @@ def check_pinned_table(config: CollaboratorConfig, table: LocalTable) -> None:
     except ConfigError:
         return  # an unreadable pin is reported when the aggregator's plan is checked against it
     if shared.schema is not None:
-        check_schema_table(config, shared, table)
+        check_schema_table(config, shared, table, warn=True)
 
 
 def encoded_data(

@@ -433,6 +433,10 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
     # Kept beside the report, so the comparison can be read back as the console printed it.
     comparison_file = {"rho": plan.objective.rho, "exact": exact, "private": report}
     (workspace.output / COMPARISON_NAME).write_text(json.dumps(comparison_file, indent=1) + "\n")
+    if plan.aggregator.report and exact is not None:
+        from fedfair.runtime.report.page import refresh_report
+
+        refresh_report(workspace.output)  # the aggregator drew it before the comparison existed
     print()
     lines = closing_lines(
         report,

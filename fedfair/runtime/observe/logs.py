@@ -31,8 +31,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 ROUND = "fedfair_round"
 """The attribute :func:`per_round` sets on a per-round record: (round, rounds)."""
 
-RISKS = "fedfair_risks"
-"""The attribute :func:`per_round` sets on a record that carries an evaluation: (worst risk, mean risk)."""
+ESTIMATE = "fedfair_estimate"
+"""The attribute :func:`per_round` sets on a record that carries an evaluation: its estimate, in words."""
 
 ROUTINE = "fedfair_routine"
 """The attribute :data:`LOG_FILE_ONLY` sets on a record."""
@@ -49,28 +49,17 @@ CLOSING_LINE: Mapping[str, object] = MappingProxyType({CLOSING: True})
 progress bar first, so that this line is the last one a person reads."""
 
 
-def _spread(half_width: float | None) -> str:
-    return "" if half_width is None else f" +/- {half_width:.4f}"
-
-
-def per_round(
-    round_number: int,
-    rounds: int,
-    *,
-    worst: float | None = None,
-    mean: float | None = None,
-    half_width: float | None = None,
-    mean_half_width: float | None = None,
-) -> dict[str, Any]:
+def per_round(round_number: int, rounds: int, *, note: str | None = None) -> dict[str, Any]:
     """The ``extra`` of a per-round log line: ``logger.info("round %d applied", n, extra=per_round(n, total))``.
 
-    The console moves its bar to `round_number` of `rounds` (and shows `worst` and `mean` beside
-    it, each with its interval's half-width when given) instead of printing the line, unless the
-    process runs with ``verbose``.
+    The console moves its bar to `round_number` of `rounds` instead of printing the line, unless the process
+    runs with ``verbose``; `note` (the evaluation's estimate in
+    :func:`fedfair.runtime.report.verdicts.progress_note`'s form, naming its round) stays beside the bar until
+    the next one replaces it.
     """
     extra: dict[str, Any] = {ROUND: (round_number, rounds)}
-    if worst is not None and mean is not None:
-        extra[RISKS] = (worst, mean, half_width, mean_half_width)
+    if note is not None:
+        extra[ESTIMATE] = note
     return extra
 
 
@@ -113,10 +102,9 @@ class Console(logging.Handler):
             self.handleError(record)
 
     def _advance(self, record: logging.LogRecord, round_number: int, rounds: int) -> None:
-        risks = getattr(record, RISKS, None)
-        if risks is not None:
-            worst, mean, spread, mean_spread = risks
-            self.note = f"worst {worst:.4f}{_spread(spread)}, mean {mean:.4f}{_spread(mean_spread)}"
+        note = getattr(record, ESTIMATE, None)
+        if note is not None:
+            self.note = note
         if self.progress is None:
             self.progress = Progress(rounds, self.label, stream=self.stream, log=self.stream, hold_last=True)
         self.progress.update(round_number, self.note)

@@ -41,6 +41,15 @@ class Estimate:
     mean_high: float
     noised: bool
 
+    def text(self) -> str:
+        """The estimate in words, in the form every surface uses (:func:`verdicts.estimate_text`), naming its round."""
+        return verdicts.estimate_text(
+            (self.worst, self.worst_low, self.worst_high),
+            (self.mean, self.mean_low, self.mean_high),
+            noised=self.noised,
+            round_number=self.round,
+        )
+
 
 @dataclass(frozen=True)
 class Waiting:
@@ -149,16 +158,15 @@ def _alive(pid: int | None) -> bool:
 def estimate_of(evaluation: Mapping[str, Any]) -> Estimate:
     """A finished evaluation's estimates with their intervals (the run report's, fedfair.runtime.report.verdicts)."""
     low, high = verdicts.worst_interval(evaluation)
-    mean = float(evaluation["mean_risk"])
-    spread = float(evaluation.get("mean_error_bound") or 0.0)
+    mean_low, mean_high = verdicts.mean_interval(evaluation)
     return Estimate(
         round=int(evaluation["round"]),
         worst=float(evaluation["worst_risk"]),
         worst_low=low,
         worst_high=high,
-        mean=mean,
-        mean_low=mean - spread,
-        mean_high=mean + spread,
+        mean=float(evaluation["mean_risk"]),
+        mean_low=mean_low,
+        mean_high=mean_high,
         noised=verdicts.noised(evaluation),
     )
 

@@ -70,9 +70,7 @@ def _estimate(state: FederationState) -> list[str]:
     kind = "95% interval of the noised answers" if estimate.noised else "certified bracket of the exact sums"
     return [
         f"<h2>Estimate (round {estimate.round})</h2>",
-        f'<p id="estimate" class="estimate">worst-group risk <b>{estimate.worst:.4f}</b> '
-        f"[{estimate.worst_low:.4f}, {estimate.worst_high:.4f}], mean risk <b>{estimate.mean:.4f}</b> "
-        f'[{estimate.mean_low:.4f}, {estimate.mean_high:.4f}]</p><p class="muted">{kind}</p>',
+        f'<p id="estimate" class="estimate">{escape(estimate.text())}</p><p class="muted">{kind}</p>',
     ]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
-from fedfair.runtime.output_folder import EVENTS_NAME, ROUND_LOG_NAME
+from fedfair.runtime.output_folder import COMPARISON_NAME, EVENTS_NAME, ROUND_LOG_NAME
 
 ROUND_LOG_FIX = (
     "a torn last line is dropped by `fedfair aggregator start --resume`; otherwise restore the file from a backup"
@@ -38,6 +38,9 @@ class Run:
     folder: Path
     rounds: list[dict[str, Any]]
     events: list[dict[str, Any]]
+    comparison: dict[str, Any] | None = None
+    """``comparison.json`` where `fedfair launch` wrote one: {"rho", "exact": {model: exact report} or None,
+    "private": the federation's own final evaluation}."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,16 @@ def read_run(folder: Path) -> Run:
         if events_path.is_file()
         else []
     )
-    return Run(folder, rounds, events)
+    comparison_path = folder / COMPARISON_NAME
+    comparison = None
+    if comparison_path.is_file():
+        try:
+            comparison = json.loads(comparison_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise ConfigError(
+                f"{comparison_path} cannot be read ({error}): delete it (the report is drawn without the comparison)"
+            ) from error
+    return Run(folder, rounds, events, comparison)
 
 
 def roster(run: Run) -> list[str]:

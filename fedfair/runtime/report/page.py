@@ -37,7 +37,9 @@ def render(run: Run) -> str:
     """The report of `run` as one HTML document, with no reference outside itself."""
     start: Mapping[str, Any] = next((event for event in reversed(run.events) if event.get("event") == "start"), {})
     title = f"fedfair run report: {start.get('federation_id', run.folder.name)}"
+    compared = _comparison_section(run)
     sections = (
+        *((("comparison", "FedSRCVaR against FedAvg", compared),) if compared else ()),
         ("risks", "Worst-group and mean risk", _risks_section(run)),
         ("composition", "Who is in the worst-off group", _composition_section(run)),
         ("threshold", "Threshold c", _threshold_section(run)),
@@ -87,6 +89,34 @@ def _headline(run: Run) -> str:
     return (
         f"<p class=headline>Final evaluation (round {final['round']}): {html.escape(verdicts.headline(final))}</p>"
         + (f'<ul class="warnings">{warnings}</ul>' if warnings else "")
+    )
+
+
+def _comparison_section(run: Run) -> str:
+    """The table `fedfair launch` leads its console with: each model's exact report on the same held-out rows.
+
+    Empty when the folder has no comparison (a deployed federation, or a launch without its baseline).
+    """
+    comparison = run.comparison or {}
+    exact = comparison.get("exact")
+    if not exact:
+        return ""
+    from fedfair.runtime.local.console import COLUMNS
+
+    rho = float(comparison["rho"])
+    rows = int(next(iter(exact.values()))["rows"])
+    header = "<tr><th>model</th>" + "".join(f"<th>{html.escape(heading)}</th>" for _, heading in COLUMNS) + "</tr>"
+    body = "".join(
+        f"<tr><td>{html.escape(name)}</td>"
+        + "".join(f"<td>{float(report[key]):.4f}</td>" for key, _ in COLUMNS)
+        + "</tr>"
+        for name, report in exact.items()
+    )
+    return (
+        f'<p class="note">Each model evaluated exactly, on the same {rows:,} held-out rows (rho = {rho:g}: the '
+        f"worst-off {rho:.0%}); lower risk is better. Measured outside the federation, by fedfair launch; the "
+        "federation's own estimate is the headline above.</p>"
+        f'<table id="comparison-table">{header}{body}</table>'
     )
 
 

@@ -108,10 +108,40 @@ def _fix(evaluation: Mapping[str, Any], half: float) -> str:
     return f"{rows_for(half, rows):,.0f} held-out rows or {key} {epsilon_for(half, epsilon):.2g} give +/- {RESOLVED:g}"
 
 
-def _figure(value: float, low: float, high: float) -> str:
-    """A noised figure and its interval, "0.81 (95% interval 0.74 to 0.88)", to the interval's precision."""
+def _figure(value: float, low: float, high: float, where: str = "") -> str:
+    """A noised figure and its interval, "0.81 (95% interval 0.74 to 0.88)", to the interval's precision.
+
+    `where` (", round 7") is said inside the brackets, after the interval.
+    """
     digits = 2 if high - low >= 0.02 else 3
-    return f"{value:.{digits}f} (95% interval {low:.{digits}f} to {high:.{digits}f})"
+    return f"{value:.{digits}f} (95% interval {low:.{digits}f} to {high:.{digits}f}{where})"
+
+
+def estimate_text(
+    worst: tuple[float, float, float],
+    mean: tuple[float, float, float],
+    *,
+    noised: bool,
+    round_number: int | None = None,
+) -> str:
+    """The estimate in the one form every surface says it in (console, progress, status, status page, logs).
+
+    `worst` and `mean` are (value, low, high). Noised: "worst-group risk 0.81 (95% interval 0.74 to 0.88, round 7),
+    mean 0.33 (0.30 to 0.36)"; exact sums: "worst-group risk 0.8541 (exact sums: 0.8500 to 0.8541, round 7), mean
+    0.3300". The round, when given, is the evaluation's the figures are from (a later round's progress may show it).
+    Metrics stay numeric series (value, lower, upper), not this text.
+    """
+    where = "" if round_number is None else f", round {round_number}"
+    value, low, high = worst
+    if not noised:
+        return f"worst-group risk {value:.4f} (exact sums: {low:.4f} to {high:.4f}{where}), mean {mean[0]:.4f}"
+    return f"worst-group risk {_figure(value, low, high, where)}, {_mean_text(*mean)}"
+
+
+def _mean_text(value: float, low: float, high: float) -> str:
+    """A noised mean risk beside its worst-group risk: "mean 0.33 (0.30 to 0.36)" (the interval's kind said once)."""
+    digits = 2 if high - low >= 0.02 else 3
+    return f"mean {value:.{digits}f} ({low:.{digits}f} to {high:.{digits}f})"
 
 
 def headline(evaluation: Mapping[str, Any]) -> str:
@@ -123,18 +153,14 @@ def headline(evaluation: Mapping[str, Any]) -> str:
     +/- :data:`RESOLVED`. Exact sums: the figures with the certified bracket of the worst-group risk.
     """
     worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
-    low, high = worst_interval(evaluation)
+    figures = estimate_text(
+        (worst, *worst_interval(evaluation)), (mean, *mean_interval(evaluation)), noised=noised(evaluation)
+    )
     if not noised(evaluation):
-        line = f"worst-group risk {worst:.4f} (exact sums: {low:.4f} to {high:.4f}), mean {mean:.4f}"
-        return _fitted(line, f", accuracy {float(evaluation['accuracy']):.4f}")
+        return _fitted(figures, f", accuracy {float(evaluation['accuracy']):.4f}")
     if not resolved(evaluation):
         return f"worst-group risk not resolved at this budget: {_fix(evaluation, _half(evaluation))}"
-    mean_low, mean_high = mean_interval(evaluation)
-    digits = 2 if mean_high - mean_low >= 0.02 else 3
-    return (
-        f"worst-group risk {_figure(worst, low, high)}, mean {mean:.{digits}f} ({mean_low:.{digits}f} to "
-        f"{mean_high:.{digits}f}); losses capped at {_cap(evaluation):.3g}"
-    )
+    return f"{figures}; losses capped at {_cap(evaluation):.3g}"
 
 
 def _fitted(line: str, tail: str) -> str:
@@ -167,26 +193,22 @@ def _answered_at(evaluation: Mapping[str, Any]) -> str:
 
 
 def progress_note(evaluation: Mapping[str, Any]) -> str:
-    """The latest evaluation beside a progress bar: "worst 0.92 (0.71 to 1.13), mean 0.26 (0.12 to 0.40)".
+    """The latest evaluation beside a progress bar, in :func:`estimate_text`'s form and naming its round.
 
-    Bare figures when exact; a noised figure whose interval is not resolved (:func:`resolved`) reads
-    "not resolved yet", never a value +/- as much as the value itself.
+    "worst-group risk 0.92 (95% interval 0.71 to 1.13, round 7), mean 0.26 (0.12 to 0.40)"; a noised figure that
+    is not resolved (:func:`resolved`) reads "not resolved yet", never a value +/- as much as the value itself.
     """
+    round_number = int(evaluation["round"])
     worst, mean = float(evaluation["worst_risk"]), float(evaluation["mean_risk"])
     if not noised(evaluation):
-        return f"worst {worst:.4f}, mean {mean:.4f}"
-    parts = []
-    for name, value, interval in (
-        ("worst", worst, worst_interval(evaluation)),
-        ("mean", mean, mean_interval(evaluation)),
-    ):
-        low, high = interval
-        parts.append(
-            f"{name} {value:.2f} ({low:.2f} to {high:.2f})"
-            if resolved(evaluation, interval)
-            else f"{name} not resolved yet"
+        return estimate_text(
+            (worst, *worst_interval(evaluation)), (mean, mean, mean), noised=False, round_number=round_number
         )
-    return ", ".join(parts)
+    interval = mean_interval(evaluation)
+    mean_text = _mean_text(mean, *interval) if resolved(evaluation, interval) else "mean not resolved yet"
+    if not resolved(evaluation):
+        return f"worst-group risk not resolved yet (round {round_number}), {mean_text}"
+    return f"worst-group risk {_figure(worst, *worst_interval(evaluation), f', round {round_number}')}, {mean_text}"
 
 
 def noise_warning(evaluation: Mapping[str, Any]) -> str | None:

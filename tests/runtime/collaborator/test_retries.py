@@ -28,7 +28,9 @@ from fedfair.runtime.collaborator.retries import START_POLL_SECONDS, Backoff, Re
 from fedfair.runtime.failures import (
     AGGREGATOR_NAME_MISMATCH,
     AGGREGATOR_NOT_TRUSTED,
+    CERTIFICATE_NOT_FEDERATIONS,
     CERTIFICATE_REFUSED,
+    WRONG_CA_FILE,
     FEDERATION_MISMATCH,
     NAME_NOT_ALLOWED,
 )
@@ -110,14 +112,35 @@ def test_an_aggregator_certificate_from_another_ca(aggregator: Workspace) -> Non
     )
 
 
-def test_an_own_certificate_from_another_ca_stops_before_connecting(aggregator: Workspace) -> None:
-    """Its ca.crt is the federation's, its certificate another CA's: found by the local check."""
+def test_an_own_certificate_from_another_ca_is_named_the_rogue_file(aggregator: Workspace) -> None:
+    """Its ca.crt is the federation's, its certificate another CA's: the aggregator's certificate says which."""
     other = aggregator.root / "other-ca"
     certificates = {"dir": str(aggregator.certs), "cert": str(other / "site-a.crt"), "key": str(other / "site-a.key")}
-    path = config_file(aggregator, "site-a", certificates=certificates)
-    message = stopped_at_once(path)
+    message = stopped_at_once(config_file(aggregator, "site-a", certificates=certificates))
+    assert message == CERTIFICATE_NOT_FEDERATIONS.message(
+        cert=other / "site-a.crt", ca=aggregator.certs / "ca.crt", address=aggregator.address
+    )
+
+
+def test_a_wrong_ca_file_is_named_with_its_fix(aggregator: Workspace) -> None:
+    """Its certificate is the federation's, its ca.crt another CA's: the fix is the federation's ca.crt."""
+    other = aggregator.root / "other-ca"
+    certificates = {"dir": str(aggregator.certs), "ca": str(other / "ca.crt")}
+    message = stopped_at_once(config_file(aggregator, "site-a", certificates=certificates))
+    issuer = pki.load_certificate(aggregator.certs / "ca.crt").subject.rfc4514_string()
+    assert message == WRONG_CA_FILE.message(ca=other / "ca.crt", address=aggregator.address, issuer=issuer)
+    assert "put the federation's ca.crt at" in message
+
+
+def test_a_certificate_mismatch_with_nobody_serving_keeps_the_local_message(tmp_path: Path) -> None:
+    workspace = new_workspace(tmp_path, NAMES)  # nobody serves its address
+    other = tmp_path / "other-ca"
+    pki.init_ca(other)
+    message = stopped_at_once(
+        config_file(workspace, "site-a", certificates={"dir": str(workspace.certs), "ca": str(other / "ca.crt")})
+    )
     assert message.startswith("local-certificates: this collaborator's own TLS files are unusable: ")
-    assert "does not verify against this federation's CA" in message and "Fix: correct [certificates]" in message
+    assert "does not verify against this federation's CA" in message
 
 
 def test_a_wrong_aggregator_name(aggregator: Workspace) -> None:

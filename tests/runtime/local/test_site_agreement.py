@@ -20,8 +20,10 @@ import pytest
 from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config, parse_collaborator_config
-from fedfair.runtime.collaborator.trainer import read_local_data
+from fedfair.pki.roster import canonical_json
+from fedfair.runtime.collaborator.trainer import check_schema_table, read_local_data
 from fedfair.runtime.local.rehearsal import rehearsal_workspace
+from fedfair.runtime.plan.aggregator_plan import load_shared_settings
 from tests.federations import adult_raw_table
 from tests.runtime.harness import thread_federation
 
@@ -107,6 +109,25 @@ def test_a_one_class_site_is_warned_of_before_the_federation_is_set_up(
     err = capsys.readouterr().err
     assert err.startswith("fedfair launch: warning: east-clinic (east-clinic.csv): label 'y' holds only the class")
     assert err.count("warning") == 1
+
+
+def test_a_collaborator_keeps_its_own_one_class_warning_and_a_re_read_says_none(
+    tmp_path: Path, clinics: dict[str, pd.DataFrame], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deployed collaborator logs the warning once, before dialing; launch's baseline re-reads the table silently."""
+    tables = with_east(clinics, clinics["east-clinic"].assign(y=0))
+    workspace = rehearsal_workspace(tmp_path / "federation", written(tmp_path / "tables", tables), "y")
+    config = load_collaborator_config(workspace.configs["east-clinic"])
+    with caplog.at_level(logging.WARNING):
+        Collaborator(config)
+    said = [record.getMessage() for record in caplog.records if "holds only the class" in record.getMessage()]
+    assert len(said) == 1 and said[0].startswith("east-clinic: ")
+    caplog.clear()
+    assert config.manifest is not None and config.manifest.plan is not None  # launch pins its plan
+    shared = load_shared_settings(canonical_json(config.manifest.plan.settings), source="the pinned plan")
+    with caplog.at_level(logging.WARNING):
+        check_schema_table(config, shared, read_local_data(config))
+    assert not [record for record in caplog.records if "holds only the class" in record.getMessage()]
 
 
 @pytest.mark.slow
