@@ -52,6 +52,8 @@ def test_every_message_starts_with_its_id_and_ends_with_a_fix(failure: FailureCl
         "detail": "d",
         "issuer": "i",
         "cert": "c.crt",
+        "why": "y",
+        "rounds": 1,
     }
     message = failure.message(**facts)
     assert message.startswith(f"{failure.id}: ") and ". Fix: " in message
