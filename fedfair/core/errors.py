@@ -252,3 +252,19 @@ class VerificationError(ProtocolError):
 
 class PrivacyWarning(UserWarning):
     """A secure-aggregation configuration runs but protects less than secure aggregation usually does."""
+
+
+class UncheckedModelError(RefusedError):
+    """A model this site cannot check against the sums it verified: it sits the round out (a withdrawal).
+
+    `round` names the round, the message why it cannot check it.
+    """
+
+    def __init__(self, round_number: int, why: str) -> None:
+        super().__init__(
+            Refusal.WITHDRAWN,
+            f"round {round_number}: this site cannot check the model it was sent ({why}); it sits the round out "
+            'and trains on no model it did not check (docs/security.md, "Verified aggregation")',
+        )
+        self.round = round_number
+        self.why = why

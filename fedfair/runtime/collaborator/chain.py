@@ -20,7 +20,7 @@ from typing import NoReturn
 import numpy as np
 import torch
 
-from fedfair.core.errors import AggregateError, Refusal, RefusedError, VerificationError, VerifyReason
+from fedfair.core.errors import AggregateError, UncheckedModelError, VerificationError, VerifyReason
 from fedfair.core.server import Aggregate, ServerState
 from fedfair.core.sum_bounds import DecodedSum, encoding_breach, influence_breach
 from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, Anchor, read_anchor, write_anchor
@@ -37,22 +37,6 @@ _COMPARED = 1 << 20
 
 InitialModel = Callable[[], torch.Tensor]
 """This site's own build of the plan's initial model: its parameters, flat (the plan's seed and architecture)."""
-
-
-class UncheckedModelError(RefusedError):
-    """A model this site cannot check against the sums it verified: it sits the round out (a withdrawal).
-
-    `round` names the round, the message why it cannot check it.
-    """
-
-    def __init__(self, round_number: int, why: str) -> None:
-        super().__init__(
-            Refusal.WITHDRAWN,
-            f"round {round_number}: this site cannot check the model it was sent ({why}); it sits the round out "
-            'and trains on no model it did not check (docs/security.md, "Verified aggregation")',
-        )
-        self.round = round_number
-        self.why = why
 
 
 class ModelChain:

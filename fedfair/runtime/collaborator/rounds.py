@@ -33,7 +33,7 @@ from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.update import WeightedVector, bounded, weighted
 from fedfair.fairness import sums
 from fedfair.runtime.collaborator.answers import composition_counts
-from fedfair.runtime.collaborator.chain import UncheckedModelError
+from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.input_record import InputRecord, SignedView
 from fedfair.runtime.collaborator.stored_answer import StoredAnswer

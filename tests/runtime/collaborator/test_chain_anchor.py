@@ -16,7 +16,8 @@ from fedfair.runtime import state_files
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.checks import SumOutcome, check_agreed_influence, check_decoded_update
 from fedfair.runtime.collaborator import chain_record
-from fedfair.runtime.collaborator.chain import ModelChain, UncheckedModelError
+from fedfair.core.errors import UncheckedModelError
+from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.runtime.collaborator.chain_record import read_anchor
 from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.runtime.contract import model_download, update_dimension
