@@ -191,7 +191,7 @@ class Rerun:
 
         def model(servicer: Servicer, peer: str, request: pb.FetchRequest, caller: Any) -> Iterator[pb.ModelPart]:
             binding = request.binding
-            parts = servicer.board.model(binding)
+            parts = servicer.board.offers.model(binding)
             if not (self.pushing and peer == TARGET and binding.round == 2 and parts):
                 yield from original(servicer, peer, request, caller)
                 return

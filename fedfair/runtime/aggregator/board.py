@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
-import numpy as np
 
 from fedfair.core.errors import Refusal, RefusedError
+from fedfair.runtime.aggregator.offers import Offers, Position
 from fedfair.runtime.aggregator.stages import OpenStage, StageProgress, StageReady, StageTiming, UploadHandler
 from fedfair.runtime.aggregator.stages import error_summary, input_for
-from fedfair.runtime.transport import DEFAULT_CHUNK_BYTES, NOT_EXPECTED, model_parts, pb, task_with_input
+from fedfair.runtime.transport import NOT_EXPECTED, pb, task_with_input
 
 TASK_WAIT_SECONDS = 30.0
 """A task stream re-checks that its RPC is alive at least this often; an ended RPC normally
@@ -35,9 +35,6 @@ FINAL_FETCH_SECONDS = 60.0
 
 PROGRESS_SECONDS = 10.0
 """How often a stage that is still waiting reports its progress to the operator."""
-
-Position = tuple[int, int]
-"""A task's (round, stage): the order in which tasks are published."""
 
 
 @dataclass(frozen=True)
@@ -70,9 +67,8 @@ class Board:
         self._generation = 0
         self._final: pb.Task | None = None
         self._closed = False
-        self._models: dict[tuple[int, int], list[pb.ModelPart]] = {}
-        # What the round's start stage offers its participants to fetch (it has no open stage of its own).
-        self._start_inputs: dict[Position, tuple[frozenset[str], bytes]] = {}
+        self.offers = Offers()
+        """What the round's start stage offers for download: its model and input (it has no open stage)."""
         # What the FINISHED task offers every peer to fetch (the final model bundle).
         self._final_input = b""
         self._stage: OpenStage | None = None
@@ -164,8 +160,7 @@ class Board:
         with self._changed:
             self._round = round_number
             self._tasks = {}
-            self._models = {}
-            self._start_inputs = {}
+            self.offers.clear()
             self._departed = set()
             self._generation += 1
             self._tasks_changed.notify_all()
@@ -283,30 +278,6 @@ class Board:
 
     # ------------------------------------------------------------ models and stages
 
-    def set_model(
-        self, binding: pb.Binding, theta: np.ndarray, c: float, chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    ) -> None:
-        """Offer (theta, c) for download under `binding`, cut into its messages once for every peer.
-
-        It replaces the model offered before (a round's training model once its evaluation starts): stages run
-        one at a time, and a closed stage's model is no longer read, so the board holds one model, not two.
-        """
-        with self._changed:
-            self._models = {}  # the closed stage's model goes before this one is cut: never two at once
-        parts = list(model_parts(binding, theta, c, chunk_bytes))
-        with self._changed:
-            self._models = {(binding.round, binding.stage): parts}
-
-    def set_start_input(self, binding: pb.Binding, peers: Iterable[str], payload: bytes) -> None:
-        """Offer `payload` to `peers` for fetching at the start stage `binding` (TRAIN or EVALUATE)."""
-        with self._changed:
-            self._start_inputs[(binding.round, binding.stage)] = (frozenset(peers), payload)
-
-    def model(self, binding: pb.Binding) -> list[pb.ModelPart] | None:
-        """The model parts offered at `binding`'s round and stage, or None when none were set."""
-        with self._changed:
-            return self._models.get((binding.round, binding.stage))
-
     def open_stage(
         self,
         binding: pb.Binding,
@@ -351,8 +322,7 @@ class Board:
             stage = self._stage
             if stage is not None and stage.binding == binding and peer in stage.expected:
                 return input_for(stage.inputs, peer)
-            peers, payload = self._start_inputs.get((binding.round, binding.stage), (frozenset(), b""))
-            return payload if peer in peers else None
+        return self.offers.start_input(peer, binding)
 
     def final_input(self, binding: pb.Binding) -> bytes | None:
         """What the FINISHED task `binding` offers for fetching (None: no such task, or nothing offered)."""

@@ -139,9 +139,9 @@ class SumDriver:
         start = self.gate.open(
             round_number, stages.start, timeout_seconds=self.settings.stage_timeout, participants=roster
         )
-        self.board.set_model(start, *model)
+        self.board.offers.set_model(start, *model)
         del model  # cut into the board's parts: the caller hands it over, so no copy outlives the cut
-        self.board.set_start_input(start, roster, start_input)
+        self.board.offers.set_start_input(start, roster, start_input)
         self.board.publish(
             roster,
             start,

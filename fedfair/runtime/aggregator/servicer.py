@@ -322,7 +322,7 @@ class Servicer(pb_grpc.FederationServicer):
 
     def _model(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.ModelPart]:
         self.gate.check_read(request.binding)
-        parts = self.board.model(request.binding)
+        parts = self.board.offers.model(request.binding)
         if parts is None:
             raise RefusedError(Refusal.NOT_EXPECTED, NOT_EXPECTED)
         with self.quotas.hold(peer, Hold.DOWNLOAD):

@@ -422,7 +422,7 @@ def test_a_failure_of_the_aggregator_itself_tells_the_caller_nothing(
     def broken(binding: pb.Binding) -> list[pb.ModelPart]:
         raise RuntimeError("/var/lib/fedfair/models: disk unreadable")
 
-    monkeypatch.setattr(aggregator.board, "model", broken)
+    monkeypatch.setattr(aggregator.board.offers, "model", broken)
     request = pb.FetchRequest(binding=make_binding(FEDERATION, 1, pb.STAGE_TRAIN))
     with caplog.at_level(logging.INFO):
         error = refused(
