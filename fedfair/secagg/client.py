@@ -31,7 +31,6 @@ class Client(KeyStages, MaskingStages, VerifyStages):
         its DER public key.
     verify_credential: turns a peer's name and relayed credential into its trusted public key.
     verified: keep a copy of the plain encoded input at MASK, so the party can tag and verify the aggregate
-        in the VERIFY stage (:meth:`tag`, :meth:`verify`; one copy of the d + 1 words more); or, instead of the
-        copy, a reader of those words where the caller keeps them (its argument: the most words a piece, a
-        multiple of :data:`~fedfair.secagg.verify.BLOCK`; the pieces that long, the last shorter).
+        in the VERIFY stage (:meth:`tag`, :meth:`verify`; one copy of the d + 1 words more). A caller that keeps those
+        words itself leaves it False and hands them to ``tag`` instead.
     """

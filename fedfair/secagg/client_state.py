@@ -8,7 +8,6 @@ acts (the round's order, the header it binds its messages to). The stages themse
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,9 +54,8 @@ class ClientState:
         its DER public key.
     verify_credential: turns a peer's name and relayed credential into its trusted public key.
     verified: keep a copy of the plain encoded input at MASK, so the party can tag and verify the aggregate
-        in the VERIFY stage (``tag``, ``verify``; one copy of the d + 1 words more); or, instead of the
-        copy, a reader of those words where the caller keeps them (its argument: the most words a piece, a
-        multiple of :data:`~fedfair.secagg.verify.BLOCK`; the pieces that long, the last shorter).
+        in the VERIFY stage (``tag``, ``verify``; one copy of the d + 1 words more). A caller that keeps those
+        words itself leaves it False and hands them to ``tag`` instead.
     """
 
     def __init__(
@@ -68,7 +66,7 @@ class ClientState:
         credential: bytes,
         verify_credential: CredentialVerifier,
         *,
-        verified: bool | Callable[[int], Iterable[np.ndarray]] = False,
+        verified: bool = False,
     ) -> None:
         self.config = config
         self._verified = verified

@@ -129,27 +129,29 @@ PLAIN_PIECE = 16 * BLOCK
 class VerifyStages(ClientState):
     """A party's VERIFY stages: tag the aggregate the server claims, then check every survivor's tags."""
 
-    def tag(self, claim: AggregateClaim) -> AggregateTag:
+    def tag(self, claim: AggregateClaim, own: Iterable[np.ndarray] | None = None) -> AggregateTag:
         """Stage VERIFY: tag this party's input under the challenge of the aggregate the server claims, signed.
 
         Derives the challenge from the claim's digest (:func:`~fedfair.secagg.verify.aggregate_digest` over the
         survivors this party signed), computes <r, S'> for :meth:`verify` and the masked tags of its own input.
         The same claim again gets the same tag; a party tags one aggregate per round.
 
+        `own` is this party's plain encoded input where the caller keeps it (a party built without ``verified``):
+        its words in pieces of :data:`PLAIN_PIECE`, the last shorter. None: the copy kept at MASK.
+
         Raises:
-            VerificationError: reason MALFORMED for a claim of the wrong shape (or a party that kept no input:
-                built without ``verified``), EQUIVOCATED for a second, different aggregate.
+            VerificationError: reason MALFORMED for a claim of the wrong shape (or a party given no input: built
+                without ``verified`` and no `own`), EQUIVOCATED for a second, different aggregate.
             ProtocolError: called before this party signed the survivor set; StaleMessageError for a claim of
                 another federation, round or session.
         """
         if self._view is None:
             raise ProtocolError("tag() called before this party signed the survivor set")
         check_header(claim, self.config, self._session)
-        reader = self._verified  # the words read back a piece at a time where the caller keeps them, not a copy
         self._tagged = tag_claim(
             claim,
             self._tagged,
-            reader(PLAIN_PIECE) if callable(reader) else self._plain,
+            self._plain if own is None else own,
             config=self.config,
             session=self._session,
             survivors=self._view[1],

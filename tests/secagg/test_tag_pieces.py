@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedfair.core.errors import VerificationError
 from fedfair.pki.identity import public_key_bytes
 from fedfair.secagg.client import PLAIN_PIECE, Client
 from fedfair.secagg.verify import BLOCK, Challenge
@@ -49,30 +50,32 @@ def test_pieces_off_the_block_grid_or_short_of_the_words_are_refused() -> None:
 
 
 @pytest.mark.parametrize("modulus_bits", [16, 64])
-def test_parties_that_read_their_words_back_tag_as_those_that_kept_a_copy_with_a_dropout(modulus_bits: int) -> None:
-    """Parties 1 and 2 keep no copy at MASK: their words come back from a reader, more than one piece each."""
+def test_parties_that_hand_their_words_down_tag_as_those_that_kept_a_copy_with_a_dropout(modulus_bits: int) -> None:
+    """Parties 1 and 2 keep no copy at MASK: their caller hands their words to ``tag``, more than one piece each."""
     config = replace(make_config(4, modulus_bits=modulus_bits), dimension=PLAIN_PIECE + 2 * BLOCK + 6)
     harness = Harness(config, verified=True)
-    asked: list[int] = []
-
-    def reader(party: int) -> Callable[[int], Iterator[np.ndarray]]:
-        def words(span: int) -> Iterator[np.ndarray]:
-            asked.append(span)
-            return in_pieces(harness.encoded[party], span)
-
-        return words
-
-    for party in (1, 2):
+    handed = (1, 2)
+    for party in handed:
         key = harness.key(party)
-        harness.clients[party] = Client(
-            config, config.name_of(party), key, public_key_bytes(key), harness.verify, verified=reader(party)
-        )
+        harness.clients[party] = Client(config, config.name_of(party), key, public_key_bytes(key), harness.verify)
     survivors = (1, 2, 3)
     harness.unmask(harness.through_consistency(list(survivors)))
     harness.server.finish()
     claim = harness.server.claim()
-    tags = tuple(harness.clients[party].tag(claim) for party in survivors)
+    pieces = {party: list(in_pieces(harness.encoded[party], PLAIN_PIECE)) for party in handed}
+    assert all(len(kept) == 2 for kept in pieces.values())
+    tags = tuple(harness.clients[party].tag(claim, pieces.get(party)) for party in survivors)
     expected = sum((harness.encoded[party] for party in survivors), np.zeros_like(harness.encoded[1]))
     for party in survivors:
         np.testing.assert_array_equal(harness.clients[party].verify(TagSet(claim.header, tags)), expected)
-    assert asked == [PLAIN_PIECE, PLAIN_PIECE]
+
+
+def test_a_party_that_kept_no_copy_and_is_handed_none_cannot_tag() -> None:
+    config = make_config(3)
+    harness = Harness(config, verified=True)
+    key = harness.key(1)
+    harness.clients[1] = Client(config, config.name_of(1), key, public_key_bytes(key), harness.verify)
+    harness.unmask(harness.through_consistency([1, 2, 3]))
+    harness.server.finish()
+    with pytest.raises(VerificationError, match="MALFORMED|input"):
+        harness.clients[1].tag(harness.server.claim())

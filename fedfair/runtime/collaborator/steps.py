@@ -13,8 +13,7 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +47,7 @@ from fedfair.secagg.graph import canonical_roster
 from fedfair.secagg.prg import KEY_BYTES, apply_masks
 from fedfair.secagg.round import SecureRound, StageSpec
 from fedfair.secagg.verify import Challenge
+from fedfair.secagg.verify_client import PLAIN_PIECE
 from fedfair.secagg.wire import Stage as SecAggStage
 
 StageInput = bytes | memoryview
@@ -243,19 +243,10 @@ def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """
     parameters = me.check_parameters(work, inputs)
     config = parameters.secagg_config(me.shared.federation_id, work.stages)
-    # A verified aggregation tags the encoded input as its record kept it on disk, read back a piece at a time:
-    # no copy of the d + 1 words is held from masking to tagging. The view is the job's once it settles; the work
-    # is referred to weakly, or it and its client would hold each other (and the claimed sum) past the round.
-    this_round = weakref.ref(work)
-
-    def kept_words(span: int) -> Iterator[np.ndarray]:
-        held = this_round()
-        assert held is not None  # only the tag step of this work's own round reads its words
-        return held.view.read_words(span)
-
     protocol = work.stages.protocol
-    verified = kept_words if protocol.verify_stages else False
-    work.client = protocol.client(config, me.name, me.identity_key, me.credential, me.verify, verified=verified)
+    # No copy of the encoded input is kept for a verified aggregation: the tag step hands the client the words as
+    # the record keeps them on disk (:func:`tag`).
+    work.client = protocol.client(config, me.name, me.identity_key, me.credential, me.verify)
     first = protocol.sum_stages[0]
     return bytes(first.step(work.client, None, _not_asked).to_bytes())
 
@@ -331,7 +322,9 @@ def tag(me: Participant, work: Work, inputs: StageInput) -> bytes:
         claim = _received(spec, inputs)
     except ProtocolError as error:  # unreadable: the aggregator's to answer for, as a claim that does not fit
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the claimed sum is unreadable: {error}") from None
-    return bytes(spec.step(client, claim, _not_asked).to_bytes())
+    # The encoded input as the record kept it on disk (the job's view once it settled), read back a piece at a time
+    # and handed down: no copy of the d + 1 words is held from masking to tagging.
+    return bytes(client.tag(claim, work.view.read_words(PLAIN_PIECE)).to_bytes())
 
 
 def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
