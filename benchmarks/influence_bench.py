@@ -6,7 +6,7 @@ true partition sizes (``[influence] weights = "declared"``, w_k = round(0.01 n_k
 ``update_norm`` = 2.0, FedSRCVaR with aggregator/plan.toml's settings (epsilon 0.1, rho
 0.3, local_steps 5, batch_fraction 0.01, lr 0.1), 40 rounds. Each run is a live loopback
 federation: fedfair's aggregator in a thread and real Collaborator objects in threads (as
-benchmarks/attacks/*.py run them); the liar is one Collaborator whose ``_train_on`` is
+benchmarks/attacks/*.py run them); the liar is one Collaborator whose ``train_on`` is
 replaced on that instance, so it skips ``core.local.bounded`` and sends its own vector and
 weight, steering toward the negation of the honest run's final model (which flips every
 prediction):

@@ -158,7 +158,7 @@ class BenchCollaborator(Collaborator):
         """Whether this party is a process of its own, whose memory is its own to measure (``--processes``)."""
         self.first_round_rss_mb: float | None = None
 
-    def _prepare(self, data: LocalData | None, shared: SharedSettings) -> None:
+    def prepare(self, data: LocalData | None, shared: SharedSettings) -> None:
         outputs = output_units(shared.model.classes)
         parameters = (shared.model.features + 1) * outputs  # logistic regression: weights and a bias per output
         trainer = FixedUpdate(
@@ -180,16 +180,16 @@ class BenchCollaborator(Collaborator):
     def handle(self, stub: Any, task: pb.Task) -> bool:
         return self._timed(task.binding.round, lambda: super(BenchCollaborator, self).handle(stub, task))
 
-    def _train(self, stub: Any, binding: pb.Binding) -> StartJob:
+    def train(self, stub: Any, binding: pb.Binding) -> StartJob:
         if self.measures_memory and self.first_round_rss_mb is None:
             # What the process holds as its first round starts; the peak from here on is the rounds'.
             self.first_round_rss_mb = resident_rss_mb()
             reset_peak_rss()
-        job = super()._train(stub, binding)  # the download, inside the TRAIN handler's time
+        job = super().train(stub, binding)  # the download, inside the TRAIN handler's time
         return StartJob(lambda: self._timed(binding.round, job.run), job.model)
 
-    def _evaluate(self, stub: Any, binding: pb.Binding) -> StartJob:
-        job = super()._evaluate(stub, binding)
+    def evaluate(self, stub: Any, binding: pb.Binding) -> StartJob:
+        job = super().evaluate(stub, binding)
         return StartJob(lambda: self._timed(binding.round, job.run), job.model)
 
     def busy(self) -> Busy:
@@ -198,7 +198,7 @@ class BenchCollaborator(Collaborator):
             self.busy_cpu_seconds
         )
 
-    def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
+    def evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
         from fedfair.fairness import sums
 
         losses = np.linspace(0.1, 2.0, 100)
@@ -268,7 +268,7 @@ def run_parties(
         return [busy for busy, _ in reported], [peak for _, peak in reported]
     collaborators = [BenchCollaborator(load_collaborator_config(config)) for config in configs]
     threads = [threading.Thread(target=collaborator.run, daemon=True) for collaborator in collaborators]
-    # No table has d - 1 features: the collaborators skip loading theirs (BenchCollaborator._prepare).
+    # No table has d - 1 features: the collaborators skip loading theirs (BenchCollaborator.prepare).
     with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
         for thread in threads:
             thread.start()

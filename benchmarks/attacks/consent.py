@@ -154,7 +154,7 @@ class LoopAggregator(PatchedAggregator):
             self.network = network
             self.patch(network)
             loop = RoundLoop(self.plan, network, checkpoint)
-            loop._evaluation_due = lambda round_number: False  # type: ignore[method-assign]
+            loop.evaluation_due = lambda round_number: False  # type: ignore[method-assign]
             self.adjust(loop)
             self.listening.set()
             try:
@@ -597,7 +597,7 @@ class Differencing:
     """Per round: the decoded weighted sum and its error bound (the encoding's stochastic rounding)."""
 
     def adjust(self, loop: RoundLoop) -> None:
-        train, participants, run = loop.train, loop._participants, loop.driver.run
+        train, participants, run = loop.train, loop.choose_participants, loop.driver.run
 
         def held_train(round_number: int, **options: Any) -> dict[str, Any]:
             if round_number == 2:
@@ -622,7 +622,7 @@ class Differencing:
             return outcome
 
         loop.train = held_train  # type: ignore[method-assign]
-        loop._participants = chosen  # type: ignore[method-assign]
+        loop.choose_participants = chosen  # type: ignore[method-assign]
         loop.driver.run = recording  # type: ignore[method-assign]
 
 
@@ -850,8 +850,7 @@ def rewind(gate: StageGate, board: Any) -> None:
     """Let `gate` open round 0 again, as the fresh gate and board of a restarted aggregator process would (the
     cheat: a statistics checkpoint thrown away); the gate otherwise only moves forward. The board forgets round
     0's tasks too, so no collaborator answers a stage of the previous run into this one."""
-    with gate._lock:
-        gate._last = (STATISTICS_ROUND, pb.STAGE_JOIN)
+    gate.restart_at(STATISTICS_ROUND)
     board.new_round(STATISTICS_ROUND)
 
 
@@ -872,7 +871,7 @@ class StatisticsRerun:
     failures: dict[str, str] = field(default_factory=dict)
 
     def adjust(self, loop: RoundLoop) -> None:
-        run, participants = loop.driver.run, loop._participants
+        run, participants = loop.driver.run, loop.choose_participants
         current = ["first"]
 
         def recording(round_number: int, stages: Any, *args: Any, **options: Any) -> SumOutcome:
@@ -913,7 +912,7 @@ class StatisticsRerun:
                 self.done.set()
 
         loop.driver.run = recording  # type: ignore[method-assign]
-        loop._participants = chosen  # type: ignore[method-assign]
+        loop.choose_participants = chosen  # type: ignore[method-assign]
         loop.run = cheat  # type: ignore[method-assign]
 
 
@@ -1070,14 +1069,15 @@ class EvaluationQuery:
 
         def cheat() -> dict[str, Any]:
             try:
-                assert loop._start is not None  # no [schema]: prepare() gives round 0's checkpoint
-                crafted = crafted_state(loop._start.state)
+                start = loop.starting_checkpoint
+                assert start is not None  # no [schema]: prepare() gives round 0's checkpoint
+                crafted = crafted_state(start.state)
                 for round_number, left, state in ((1, None, crafted), (2, self.leave_out, self.second(crafted))):
-                    loop.checkpoint = dataclasses.replace(loop._start, state=state)
+                    loop.checkpoint = dataclasses.replace(start, state=state)
                     self.models[round_number] = model_digest(
                         model_download(state.theta_average.numpy(), True), state.c_average
                     )
-                    loop._participants(round_number, wait_for_everyone=True)
+                    loop.choose_participants(round_number, wait_for_everyone=True)
                     loop.network.board.new_round(round_number)
                     if left is not None:
                         loop.excluded[left] = "left out by the aggregator"

@@ -5,7 +5,7 @@ round(batch_fraction * declared rows)) and bounds each round update by C (``upda
 Here fedfair's aggregator runs in a thread (:class:`~attacks.consent.LoopAggregator`) with
 real :class:`~fedfair.runtime.collaborator.client.Collaborator` objects on Adult split by
 race (make_workspace's default data and declared sizes), one of them a liar: its
-``_train_on`` is replaced on that one instance, so it skips ``core.local.bounded`` and sends
+``train_on`` is replaced on that one instance, so it skips ``core.local.bounded`` and sends
 a vector and weight of its own, steering toward a target model (the negative of an honest
 run's model, which flips its predictions).
 
@@ -115,7 +115,7 @@ class Liar:
             )
             return TrainedUpdate(binding.round, model, kept, float(weight))
 
-        collaborator._train_on = lying_train_on  # type: ignore[method-assign]
+        collaborator.train_on = lying_train_on  # type: ignore[method-assign]
 
 
 def toward(target: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -159,14 +159,14 @@ def mean_bound_liar(
 
 def poisoner(name: str) -> Callable[[str, Collaborator], None]:
     """An `adjust` for :func:`run_federation`: `name` is an honest protocol participant (fedfair's own
-    ``_train_on``, ``core.local.bounded`` and its agreed weight) whose training labels are flipped (y -> 1 - y,
+    ``train_on``, ``core.local.bounded`` and its agreed weight) whose training labels are flipped (y -> 1 - y,
     binary Adult) before its learner is built; its held-out rows keep their true labels. No protocol can tell
     it from an honest site: the yardstick for what a liar gains beyond its declared share."""
 
     def adjust(site: str, collaborator: Collaborator) -> None:
         if site != name:
             return
-        prepare = collaborator._prepare
+        prepare = collaborator.prepare
 
         def flipped(local: Any, shared: Any) -> None:
             train = local.train
@@ -176,7 +176,7 @@ def poisoner(name: str) -> Callable[[str, Collaborator], None]:
             poisoned = ClientData(train.name, train.features, 1 - labels)
             prepare(dataclasses.replace(local, train=poisoned), shared)
 
-        collaborator._prepare = flipped  # type: ignore[method-assign,assignment]
+        collaborator.prepare = flipped  # type: ignore[method-assign,assignment]
 
     return adjust
 
@@ -304,7 +304,7 @@ def run_federation(
 
 def record_norms(collaborator: Collaborator, norms: list[float]) -> None:
     """Keep the norm of every update this (honest) collaborator sends."""
-    train_on = collaborator._train_on
+    train_on = collaborator.train_on
 
     def recording(*args: Any, **options: Any) -> TrainedUpdate:
         trained = train_on(*args, **options)
@@ -312,13 +312,13 @@ def record_norms(collaborator: Collaborator, norms: list[float]) -> None:
             norms.append(float(np.linalg.norm(trained.vector)) / trained.weight)
         return trained
 
-    collaborator._train_on = recording  # type: ignore[method-assign]
+    collaborator.train_on = recording  # type: ignore[method-assign]
 
 
 def record_raw_norms(collaborator: Collaborator, norms: list[float]) -> None:
     """Keep the L2 norm of (delta theta, delta c) of every update this collaborator's trainer makes, before
-    ``core.local.bounded`` scales it into the C ball (its trainer is wrapped once ``_prepare`` builds it)."""
-    prepare = collaborator._prepare
+    ``core.local.bounded`` scales it into the C ball (its trainer is wrapped once ``prepare`` builds it)."""
+    prepare = collaborator.prepare
 
     def preparing(local: Any, shared: Any) -> None:
         prepare(local, shared)
@@ -335,7 +335,7 @@ def record_raw_norms(collaborator: Collaborator, norms: list[float]) -> None:
 
         trainer.train_round = recording  # type: ignore[method-assign]
 
-    collaborator._prepare = preparing  # type: ignore[method-assign,assignment]
+    collaborator.prepare = preparing  # type: ignore[method-assign,assignment]
 
 
 # ---------------------------------------------------------------- the model's quality
@@ -549,14 +549,14 @@ def dp_weight_rows(root: Path, book: RowBook) -> None:
         def adjust(name: str, collaborator: Collaborator) -> None:
             if name != site:
                 return
-            prepare = collaborator._prepare
+            prepare = collaborator.prepare
 
             def first_rows(local: Any, shared: Any) -> None:
                 train = local.train
                 cut_train = ClientData(train.name, train.features[:rows], train.labels[:rows])
                 prepare(dataclasses.replace(local, train=cut_train), shared)
 
-            collaborator._prepare = first_rows  # type: ignore[method-assign,assignment]
+            collaborator.prepare = first_rows  # type: ignore[method-assign,assignment]
 
         return adjust
 

@@ -89,14 +89,14 @@ class Answers:
     by_site: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
     def adjust(self, name: str, collaborator: Collaborator) -> None:
-        answer = collaborator._evaluation_answers
+        answer = collaborator.evaluation_answers
 
         def recorded(theta: torch.Tensor, c: float) -> np.ndarray:
             vector = answer(theta, c)
             self.by_site.setdefault(name, []).append(np.array(vector, dtype=np.float64))
             return vector
 
-        collaborator._evaluation_answers = recorded  # type: ignore[method-assign]
+        collaborator.evaluation_answers = recorded  # type: ignore[method-assign]
 
 
 @dataclass

@@ -63,7 +63,6 @@ from fedfair.runtime.composition_counts import local_counts
 from fedfair.runtime.contract import EVALUATION
 from fedfair.runtime.local.workspace import Workspace, make_workspace, write_pinned_manifest
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings, shared_settings
-from fedfair.runtime.transport import fedfair_pb2 as pb
 
 # ---------------------------------------------------------------- composition counts
 
@@ -160,8 +159,7 @@ class CompositionQuery:
             for index, state in enumerate(served):
                 if index:
                     loop.network.board.new_round(round_number)
-                    with loop.network.gate._lock:
-                        loop.network.gate._last = (round_number, pb.STAGE_UNSPECIFIED)
+                    loop.network.gate.restart_at(round_number)
                 loop.checkpoint = dataclasses.replace(loop.checkpoint, state=state)
                 self.served_c.append(float(state.c_average))
                 self.results.append(loop.evaluate(round_number))

@@ -66,7 +66,7 @@ class Differencing:
     sums: dict[int, SumOutcome] = field(default_factory=dict)
 
     def adjust(self, loop: RoundLoop) -> None:
-        train, participants, run = loop.train, loop._participants, loop.driver.run
+        train, participants, run = loop.train, loop.choose_participants, loop.driver.run
 
         def held_train(round_number: int, **options: Any) -> dict[str, Any]:
             before = kept_state(loop.checkpoint.state)
@@ -88,7 +88,7 @@ class Differencing:
             return outcome
 
         loop.train = held_train  # type: ignore[method-assign]
-        loop._participants = chosen  # type: ignore[method-assign]
+        loop.choose_participants = chosen  # type: ignore[method-assign]
         loop.driver.run = recording  # type: ignore[method-assign]
 
 
@@ -100,7 +100,7 @@ class Updates:
     by_site: dict[str, dict[int, tuple[np.ndarray, float]]] = field(default_factory=dict)
 
     def adjust(self, name: str, collaborator: Collaborator) -> None:
-        train_on = collaborator._train_on
+        train_on = collaborator.train_on
 
         def recorded(stub: Any, binding: Any, *args: Any, **options: Any) -> Any:
             trained = train_on(stub, binding, *args, **options)
@@ -111,7 +111,7 @@ class Updates:
                 )
             return trained
 
-        collaborator._train_on = recorded  # type: ignore[method-assign]
+        collaborator.train_on = recorded  # type: ignore[method-assign]
 
 
 @dataclass

@@ -143,7 +143,7 @@ def run_federation(
         offered.install(network)
 
     def adjust(loop: RoundLoop) -> None:
-        del loop._evaluation_due  # LoopAggregator skips the final evaluation; this attack needs it (the class's)
+        del loop.evaluation_due  # LoopAggregator skips the final evaluation; this attack needs it (the class's)
         if substitute:
             evaluate = loop.evaluate
 

@@ -206,14 +206,14 @@ class PlainAttacks:
         """
         if name != HELD:
             return
-        step = collaborator._step
+        step = collaborator.step
 
         def held_step(stub: Any, task: pb.Task) -> None:
             if task.binding.stage == pb.STAGE_MASKED_INPUT:
                 self._stage_done(int(task.binding.round)).wait(HOLD_SECONDS)
             step(stub, task)
 
-        collaborator._step = held_step  # type: ignore[method-assign]
+        collaborator.step = held_step  # type: ignore[method-assign]
 
     def _stage_done(self, round_number: int) -> threading.Event:
         with self._lock:

@@ -32,7 +32,7 @@ import numpy as np
 from attacks.consent import short, wait_until
 from attacks.federation import plan_sections
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
-from attacks.waits import _served
+from attacks.waits import served
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
 from fedfair.runtime.local.workspace import make_workspace
@@ -272,7 +272,7 @@ def collaborator_run(root: Path, *, manifest: bool, edit: tuple[tuple[str | int,
     sections = plan_sections(secure=True, rounds=1, quorum=2, timeout=15.0)
     workspace = make_workspace(root, (name, "hospital-b"), plan=sections, manifest=manifest)
     rewrite = None if edit is None else lambda settings: replaced(json.loads(settings), *edit)
-    with _served(workspace, rewrite):
+    with served(workspace, rewrite):
         child = Child(name, collaborator_command(workspace, name), env=child_environment(None), sink=io.StringIO())
         try:
             wait_until(

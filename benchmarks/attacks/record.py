@@ -167,8 +167,7 @@ class Rerun:
             # As a restarted aggregator process would: its board and gate at the round before, so the
             # collaborators' new streams take part in round 2 and its stages open again.
             loop.network.board.new_round(1)
-            with loop.network.gate._lock:
-                loop.network.gate._last = (1, pb.STAGE_UNSPECIFIED)
+            loop.network.gate.restart_at(1)
             self.first_done.set()
             self.proceed.wait(RUN_SECONDS)
             self.pushing = self.push
@@ -187,7 +186,7 @@ class Rerun:
     @contextmanager
     def pushed_model(self) -> Iterator[None]:
         """DownloadModel, for the target in the second run of round 2: the model with theta[0] one ulp up."""
-        original = Servicer._model
+        original = Servicer.serve_model
 
         def model(servicer: Servicer, peer: str, request: pb.FetchRequest, caller: Any) -> Iterator[pb.ModelPart]:
             binding = request.binding
@@ -201,11 +200,11 @@ class Rerun:
             self.pushed.append(peer)
             yield from model_parts(binding, values, c)
 
-        Servicer._model = model  # type: ignore[assignment, method-assign]
+        Servicer.serve_model = model  # type: ignore[assignment, method-assign]
         try:
             yield
         finally:
-            Servicer._model = original  # type: ignore[method-assign]
+            Servicer.serve_model = original  # type: ignore[method-assign]
 
 
 @dataclass
@@ -481,7 +480,7 @@ class Announcement:
     @contextmanager
     def installed(self, collaborators: int, parameters: int) -> Iterator[None]:
         original_task: Callable[[pb.Task, bytes], pb.Task] = getattr(board_module, "task_with_input")
-        original_fetch = Servicer._fetch
+        original_fetch = Servicer.serve_input
 
         def announce(task: pb.Task, payload: bytes) -> pb.Task:
             binding = task.binding
@@ -509,12 +508,12 @@ class Announcement:
                 )
 
         setattr(board_module, "task_with_input", announce)  # the board's own name for it, as it publishes
-        Servicer._fetch = fetch  # type: ignore[assignment, method-assign]
+        Servicer.serve_input = fetch  # type: ignore[assignment, method-assign]
         try:
             yield
         finally:
             setattr(board_module, "task_with_input", original_task)
-            Servicer._fetch = original_fetch  # type: ignore[method-assign]
+            Servicer.serve_input = original_fetch  # type: ignore[method-assign]
 
 
 def announcement_row(root: Path, book: RowBook) -> None:
@@ -600,14 +599,14 @@ def flood_service(workspace: Workspace, tasks: int, downloads: list[int], first:
     checkpoint = prepare(plan, resume=False)
     assert checkpoint is not None  # no [schema]: the initial model is known
     theta, c = checkpoint.state.theta.numpy(), float(checkpoint.state.c)
-    original = Servicer._model
+    original = Servicer.serve_model
 
     def model(servicer: Servicer, peer: str, request: pb.FetchRequest, caller: Any) -> Iterator[pb.ModelPart]:
         downloads.append(request.binding.round)
         yield from model_parts(request.binding, theta + 1e-3 * request.binding.round, c)
 
     network = serve(plan, plan_digest(plan))
-    Servicer._model = model  # type: ignore[assignment, method-assign]
+    Servicer.serve_model = model  # type: ignore[assignment, method-assign]
     network.gate.check_read = network.gate.check_federation  # type: ignore[method-assign]
     for round_number in range(first, first + tasks):
         binding = make_binding(plan.federation_id, round_number, pb.STAGE_TRAIN)
@@ -616,7 +615,7 @@ def flood_service(workspace: Workspace, tasks: int, downloads: list[int], first:
     try:
         yield network
     finally:
-        Servicer._model = original  # type: ignore[method-assign]
+        Servicer.serve_model = original  # type: ignore[method-assign]
         network.stop()
 
 

@@ -33,7 +33,6 @@ from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
 from fedfair.runtime.local.workspace import Workspace, make_workspace, write_pinned_manifest
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan
-from fedfair.runtime.transport import pb
 
 ROUNDS = 2
 PRIVACY = {"report_epsilon": 1.0, "interim_report_epsilon": 0.5, "budget": 10.0, "delta": 1e-5}
@@ -44,8 +43,7 @@ PROCESS_SECONDS = 180.0
 def rewind(loop: RoundLoop, round_number: int) -> None:
     """The board and the stage gate back at `round_number`'s start, as a restarted aggregator's would be."""
     loop.network.board.new_round(round_number)
-    with loop.network.gate._lock:
-        loop.network.gate._last = (round_number, pb.STAGE_UNSPECIFIED)
+    loop.network.gate.restart_at(round_number)
 
 
 @dataclass
@@ -64,7 +62,7 @@ class AskedTwice:
                 self.outcomes.append((round_number, evaluate(round_number)))
             return self.outcomes[-1][1]
 
-        loop._evaluation_due = lambda round_number: due(round_number, ROUNDS)  # type: ignore[method-assign]
+        loop.evaluation_due = lambda round_number: due(round_number, ROUNDS)  # type: ignore[method-assign]
         loop.evaluate = twice  # type: ignore[method-assign]
 
 

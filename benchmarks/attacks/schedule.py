@@ -90,7 +90,7 @@ class EveryRound:
                 self.outcomes.append((round_number, evaluate(round_number)))
             return self.outcomes[-1][1]
 
-        loop._evaluation_due = lambda round_number: True  # type: ignore[method-assign]
+        loop.evaluation_due = lambda round_number: True  # type: ignore[method-assign]
         loop.evaluate = asking  # type: ignore[method-assign]
 
 

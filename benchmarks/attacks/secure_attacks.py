@@ -150,7 +150,7 @@ class SecureAttacks:
 
     def _hold(self, collaborator: Collaborator) -> None:
         """Keep one honest ADVERTISE upload back while the insider attacks that stage (so it stays open)."""
-        step = collaborator._step
+        step = collaborator.step
 
         def held_step(stub: Any, task: pb.Task) -> None:
             key = (int(task.binding.round), int(task.binding.stage))
@@ -158,7 +158,7 @@ class SecureAttacks:
                 self._stage_done(key).wait(HOLD_SECONDS)
             step(stub, task)
 
-        collaborator._step = held_step  # type: ignore[method-assign]
+        collaborator.step = held_step  # type: ignore[method-assign]
 
     def _stage_done(self, key: tuple[int, int]) -> threading.Event:
         with self._lock:
@@ -166,7 +166,7 @@ class SecureAttacks:
 
     def _corrupt_unmasking(self, collaborator: Collaborator) -> None:
         """The patched collaborator: its genuine UNMASK upload, corrupted in the chosen rounds."""
-        send = collaborator._submit
+        send = collaborator.submit
 
         def submit_patched(stub: Any, binding: pb.Binding, payload: bytes) -> None:
             number = int(binding.round)
@@ -193,7 +193,7 @@ class SecureAttacks:
                 self.patched_uploads[number] = f"flipped a bit of its share of party {first.owner}'s seed"
             send(stub, binding, response.to_bytes())
 
-        collaborator._submit = submit_patched  # type: ignore[method-assign]
+        collaborator.submit = submit_patched  # type: ignore[method-assign]
 
     # ------------------------------------------------------------ the insider
 

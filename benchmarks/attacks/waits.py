@@ -132,13 +132,13 @@ def silent_aggregator_row(workspace: Workspace, log: io.StringIO, book: RowBook)
 
 def _late(collaborator: Collaborator, seconds: float) -> None:
     """Delay each upload of `collaborator` by `seconds`: an insider answering just before a deadline."""
-    submit = collaborator._submit
+    submit = collaborator.submit
 
     def late(stub_: Any, binding: pb.Binding, payload: bytes) -> None:
         time.sleep(seconds)
         submit(stub_, binding, payload)
 
-    collaborator._submit = late  # type: ignore[method-assign]
+    collaborator.submit = late  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -277,7 +277,7 @@ def reconnect_row(workspace: Workspace, aggregator: Child, book: RowBook, reconn
 
 
 @contextmanager
-def _served(workspace: Workspace, settings: Callable[[bytes], bytes] | None = None) -> Iterator[None]:
+def served(workspace: Workspace, settings: Callable[[bytes], bytes] | None = None) -> Iterator[None]:
     """The aggregator's gRPC service for `workspace` (no rounds), its served plan rewritten by `settings`."""
     plan = load_aggregator_plan(workspace.plan)
     original = network_module.shared_settings
@@ -321,7 +321,7 @@ def odd_value_rows(where: Path, book: RowBook) -> None:
 
     def served(rewrite: Callable[[bytes], bytes] | None) -> Callable[[], tuple[int, str]]:
         def run() -> tuple[int, str]:
-            with _served(workspace, rewrite):
+            with served(workspace, rewrite):
                 return collaborator()
 
         return run

@@ -80,7 +80,7 @@ class Hold:
         self.site_a_uploaded = threading.Event()
 
     def install(self, name: str, collaborator: Collaborator) -> None:
-        step, submit = collaborator._step, collaborator._submit
+        step, submit = collaborator.step, collaborator.submit
 
         def held_step(stub: pb_grpc.FederationStub, task: pb.Task) -> None:
             if (task.binding.round, task.binding.stage) == (2, self.stage):
@@ -95,8 +95,8 @@ class Hold:
             if name == "site-a" and (binding.round, binding.stage) == (2, self.stage):
                 self.site_a_uploaded.set()
 
-        collaborator._step = held_step  # type: ignore[method-assign]
-        collaborator._submit = tapped_submit  # type: ignore[method-assign]
+        collaborator.step = held_step  # type: ignore[method-assign]
+        collaborator.submit = tapped_submit  # type: ignore[method-assign]
 
     def wait_until_held(self) -> None:
         for event in self.arrived.values():
@@ -339,7 +339,7 @@ def test_a_collaborator_refuses_to_send_a_nan_update(
             return trainers[-1]
 
         collaborator.trainer_factory = factory
-        start, step = collaborator._start, collaborator._step
+        start, step = collaborator.start_round, collaborator.step
 
         def start_and_finish(stub: Any, binding: pb.Binding, stages: Any) -> None:
             start(stub, binding, stages)
@@ -352,8 +352,8 @@ def test_a_collaborator_refuses_to_send_a_nan_update(
             if task.binding.stage == pb.STAGE_CHECK_SHARES and task.binding.round == 2:
                 checked.set()
 
-        collaborator._start = start_and_finish  # type: ignore[method-assign]
-        collaborator._step = step_then_release  # type: ignore[method-assign]
+        collaborator.start_round = start_and_finish  # type: ignore[method-assign]
+        collaborator.step = step_then_release  # type: ignore[method-assign]
 
     with caplog.at_level("WARNING"), thread_federation(workspace, collaborator=break_site_c) as federation:
         federation.join()
@@ -417,14 +417,14 @@ def test_a_refused_upload_does_not_hold_the_stage_to_its_deadline(
     )
 
     def break_site_c(name: str, collaborator: Collaborator) -> None:
-        submit = collaborator._submit
+        submit = collaborator.submit
 
         def negative_weight(stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
             if name == "site-c" and (binding.round, binding.stage) == (2, pb.STAGE_MASKED_INPUT):
                 payload = payload[:-8] + np.array([-1.0], dtype="<f8").tobytes()
             submit(stub, binding, payload)
 
-        collaborator._submit = negative_weight  # type: ignore[method-assign]
+        collaborator.submit = negative_weight  # type: ignore[method-assign]
 
     with caplog.at_level("INFO"), thread_federation(workspace, collaborator=break_site_c) as federation:
         federation.join()

@@ -112,6 +112,11 @@ class RoundLoop:
         """Collaborators left out of every later round, with why (rebuilt from the round log on resume,
         less those an operator re-admitted with ``--readmit``)."""
 
+    @property
+    def starting_checkpoint(self) -> Checkpoint | None:
+        """The checkpoint :meth:`run` starts from, until it starts (None: a [schema]'s statistics make it then)."""
+        return self._start
+
     def _driver(self) -> SumDriver:
         """The sum driver over the current network's board and gate."""
         secure = self.plan.secure_aggregation
@@ -159,7 +164,7 @@ class RoundLoop:
             self.network.take_manifest_update()
             record = self.train(round_number, wait_for_everyone=round_number == first)
             record.update(answer_seconds=self.driver.answers, held_up_by=self.driver.laggards(round_number))
-            if self._evaluation_due(round_number):
+            if self.evaluation_due(round_number):
                 record["evaluation"] = self.evaluate(round_number)
             self._round_event(record)
             self.checkpoint = dataclasses.replace(self.checkpoint, round=round_number, evaluation=self.evaluation)
@@ -239,11 +244,15 @@ class RoundLoop:
         the same encoder. One attempt: it raises StatisticsError, ABORTED (which
         :meth:`_statistics` retries) or NO_ENCODER (a sum that gives no encoder).
         """
-        participants = self._participants(STATISTICS_ROUND, wait_for_everyone=True)
+        participants = self.choose_participants(STATISTICS_ROUND, wait_for_everyone=True)
         self.network.board.new_round(STATISTICS_ROUND)
         return statistics_checkpoint(self.plan, self.driver, participants, self.events)
 
-    def _evaluation_due(self, round_number: int) -> bool:
+    def evaluation_due(self, round_number: int) -> bool:
+        """Whether the federated evaluation runs after training round `round_number`: the plan's [evaluation].
+
+        A public seam: an override (or a wrapper set on the instance) may ask every round, or none.
+        """
         return self.plan.evaluation.due(round_number, self.plan.training.rounds)
 
     def _round_event(self, record: dict[str, Any]) -> None:
@@ -267,11 +276,12 @@ class RoundLoop:
             held_up_by=record.get("held_up_by", {}),
         )
 
-    def _participants(self, round_number: int, *, wait_for_everyone: bool) -> frozenset[str]:
-        """Who takes part.
+    def choose_participants(self, round_number: int, *, wait_for_everyone: bool) -> frozenset[str]:
+        """Who takes part in round `round_number`.
 
         Collaborators with a live task stream, at least the quorum of them (`quorum.participants`; the first
-        round of a process waits for everyone it can).
+        round of a process waits for everyone it can). A public seam: an override may leave collaborators out of
+        what this returns (an aggregator that singles a site out), never add one without a task stream.
         """
         return participants(
             self.network.board,
@@ -311,7 +321,7 @@ class RoundLoop:
 
     def train(self, round_number: int, *, wait_for_everyone: bool = False) -> dict[str, Any]:
         """One training round; the model changes only if the round completes and passes the checks."""
-        connected = self._participants(round_number, wait_for_everyone=wait_for_everyone)
+        connected = self.choose_participants(round_number, wait_for_everyone=wait_for_everyone)
         state = self.checkpoint.state
         started, started_cpu = time.perf_counter(), time.process_time()
         self.network.board.new_round(round_number)

@@ -251,11 +251,11 @@ class Servicer(pb_grpc.FederationServicer):
         self, request: pb.FetchRequest | Undecodable, context: grpc.ServicerContext
     ) -> Iterator[pb.ModelPart]:
         """The model parts offered at the request's binding; refused (NOT_EXPECTED) when none."""
-        return self._streaming("DownloadModel", self._model, request, context)
+        return self._streaming("DownloadModel", self.serve_model, request, context)
 
     def Fetch(self, request: pb.FetchRequest | Undecodable, context: grpc.ServicerContext) -> Iterator[pb.Part]:
         """The caller's input for the open stage or the final bundle, in chunks of `chunk_bytes`."""
-        return self._streaming("Fetch", self._fetch, request, context)
+        return self._streaming("Fetch", self.serve_input, request, context)
 
     def Submit(self, request_iterator: Iterator[pb.Part | Undecodable], context: grpc.ServicerContext) -> pb.Receipt:
         """Take one chunked upload for the open stage; the receipt carries its size and SHA-256."""
@@ -320,7 +320,12 @@ class Servicer(pb_grpc.FederationServicer):
         if context.is_active():
             self.authenticator.identify(context)
 
-    def _model(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.ModelPart]:
+    def serve_model(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.ModelPart]:
+        """DownloadModel's body for an identified `peer`: the model parts offered at the request's binding.
+
+        A public seam: an override (an aggregator that sends one site another model, or serves downloads of its
+        own) yields the parts `peer` receives; refusals raise, as here, and become the RPC's status.
+        """
         self.gate.check_read(request.binding)
         parts = self.board.offers.model(request.binding)
         if parts is None:
@@ -328,7 +333,11 @@ class Servicer(pb_grpc.FederationServicer):
         with self.quotas.hold(peer, Hold.DOWNLOAD):
             yield from parts
 
-    def _fetch(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.Part]:
+    def serve_input(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.Part]:
+        """Fetch's body for an identified `peer`: its input for the open stage, or the final bundle, in chunks.
+
+        A public seam, with :meth:`serve_model`'s contract: an override yields the parts `peer` receives.
+        """
         # The final bundle is bound to the FINISHED task itself, which the gate knows nothing of.
         payload = self.board.final_input(request.binding)
         if payload is None:

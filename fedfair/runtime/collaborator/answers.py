@@ -46,7 +46,7 @@ def composition_counts(
     Suppressed jointly by the schema's small-cell rule (:func:`fedfair.runtime.composition_counts.local_counts`).
     c is the evaluated model's c-bar, which the aggregator's record states, so a site that missed rounds counts
     where the others do; the aggregator names every training c anyway, and a site answers the final evaluation
-    once. The losses are computed again: the seam `Collaborator._evaluation_answers` returns the answers alone.
+    once. The losses are computed again: the seam `Collaborator.evaluation_answers` returns the answers alone.
     """
     data, model, schema = prepared.data, prepared.evaluation_model, shared.schema
     # Composition columns need a [schema] (settings), whose encoding kept the held-out levels.

@@ -37,6 +37,7 @@ from fedfair.runtime.collaborator.preparation import (
     as_participant,
     encode_table,
     join,
+    plan_change,
     prepare,
     say_joined,
 )
@@ -63,12 +64,10 @@ from fedfair.runtime.collaborator.trainer import (
     round_trainer,
 )
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Uplink, input_limit
-from fedfair.pki.roster import settings_digest
 from fedfair.runtime.contract import EVALUATION, model_digest
-from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, MODEL_UNCHECKED, PLAN_CHANGED, PLAN_MISMATCH
-from fedfair.runtime.manifest_plan import setting_differences
+from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, MODEL_UNCHECKED
 from fedfair.runtime.manifest_update import LiveManifest
-from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
 from fedfair.secagg import Encoder
@@ -91,10 +90,11 @@ class Collaborator(TaskStream):
     """One institution's process: connect, follow tasks, train, mask, submit.
 
     Its parts come in as the federation is learnt: the checked plan (:class:`Joined`) once
-    :meth:`setup` fetched it, the round job (:class:`RoundJob`) once :meth:`_prepare` built
-    the trainer (under a [schema], once the federation's encoder arrived). The methods
-    ``setup``, ``_prepare``, ``_train``, ``_train_on``, ``_evaluate``, ``_evaluation_answers``,
-    ``_start``, ``_step`` and ``_submit`` are the seams tests and benchmarks replace.
+    :meth:`setup` fetched it, the round job (:class:`RoundJob`) once :meth:`prepare` built
+    the trainer (under a [schema], once the federation's encoder arrived). Its public seams, which tests and
+    attacks override or wrap (each docstring says what an override may do): :meth:`prepare`, :meth:`train`,
+    :meth:`train_on`, :meth:`evaluate`, :meth:`evaluation_answers`, and the stream's :meth:`start_round`,
+    :meth:`step` and :meth:`submit` (:class:`TaskStream`). Its private methods are no contract.
     """
 
     def __init__(
@@ -127,9 +127,9 @@ class Collaborator(TaskStream):
         self._joined: Joined | None = None
         """The fetched and checked plan; :meth:`setup` sets it before any task."""
         self._round: RoundJob | None = None
-        """The round job; :meth:`_prepare` builds it (under a [schema], at the first start stage)."""
+        """The round job; :meth:`prepare` builds it (under a [schema], at the first start stage)."""
         self._model: ModelSettings | None = None
-        """The plan's model as :meth:`_prepare` built it (under a [schema], sized by the federation's encoder)."""
+        """The plan's model as :meth:`prepare` built it (under a [schema], sized by the federation's encoder)."""
         self._encoder: TableEncoder | None = None
         """Under a [schema], the federation's encoder as this collaborator received it."""
 
@@ -173,7 +173,7 @@ class Collaborator(TaskStream):
 
     @property
     def data(self) -> LocalData:
-        """This institution's data as it trains and evaluates (once :meth:`_prepare` ran)."""
+        """This institution's data as it trains and evaluates (once :meth:`prepare` ran)."""
         data = self._rounds().prepared.data
         assert data is not None  # a trainer that brings no learner of fedfair's has none
         return data
@@ -193,39 +193,15 @@ class Collaborator(TaskStream):
         self._table = None
         self._joined = join(stub, self.config, self.backoff, self.identity, table, self.reset_state)
         if self.shared.schema is None:
-            self._prepare(load_local_data(self.config, self.shared, table), self.shared)
+            self.prepare(load_local_data(self.config, self.shared, table), self.shared)
 
     def say_joined(self) -> None:
         """Log that this institution joined (the aggregator took its task stream): :func:`say_joined`."""
         say_joined(self.config, self.joined, None if self._round is None else self._round.prepared, self.device)
 
     def plan_change(self, reply: pb.PlanReply) -> FailureError | None:
-        """Why this joined collaborator does not take the plan in `reply`, or None if it is the plan it joined.
-
-        Returns a ``plan-changed`` PermanentFailureError whose message names the fields unlike the pinned plan.
-
-        Raises:
-            PermanentFailureError: ``plan-mismatch`` when the served settings are not a JSON object.
-        """
-        if reply.plan_digest == self.plan_digest:
-            return None
-        try:
-            served = json_object(reply.settings, "the aggregator's plan")
-        except ConfigError as error:
-            raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
-        manifest = self.config.manifest
-        pin = None if manifest is None else manifest.plan
-        if pin is None:
-            changes = "this collaborator's manifest pins no plan, so the fields that changed are not known here"
-        else:
-            fields = setting_differences(pin.settings, served)
-            more = f"; and {len(fields) - 12} more" if len(fields) > 12 else ""
-            changes = (
-                "pinned -> served: " + "; ".join(fields[:12]) + more
-                if fields
-                else "the same shared settings: the aggregator's roster or manifest changed"
-            )
-        return PermanentFailureError(PLAN_CHANGED, served=settings_digest(served), changes=changes)
+        """Why this joined collaborator does not take the plan in `reply`, or None (:func:`plan_change`)."""
+        return plan_change(self.config, self.plan_digest, reply)
 
     def _encode_with(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         """Encode this institution's table with the federation's encoder and build the learner it implies.
@@ -238,10 +214,14 @@ class Collaborator(TaskStream):
         if task.input_size <= 0:
             raise WireError("the TRAIN stage carries no encoder although the plan has a [schema]")
         data, shared, self._encoder = encode_table(self.config, self.joined, bytes(self._input(stub, task)))
-        self._prepare(data, shared)
+        self.prepare(data, shared)
 
-    def _prepare(self, data: LocalData, shared: SharedSettings) -> None:
-        """Build the round trainer and the evaluation model for this institution's encoded data."""
+    def prepare(self, data: LocalData, shared: SharedSettings) -> None:
+        """Build the round trainer and the evaluation model for this institution's encoded data.
+
+        A public seam, called once per process (at setup, or under a [schema] at the first start stage): an override
+        may change the data before ``super().prepare`` (a site that lies about its labels, or holds fewer rows).
+        """
         self._model = shared.model
         self._use(prepare(self.config, data, shared, self.device, self.trainer_factory))
 
@@ -310,14 +290,14 @@ class Collaborator(TaskStream):
         if self._round is None:
             self._encode_with(stub, task)
 
-    def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
+    def train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
         """Download this round's model.
 
-        Return the job that makes its contribution (:meth:`RoundJob.train`, training through :meth:`_train_on`).
+        Return the job that makes its contribution (:meth:`RoundJob.train`, training through :meth:`train_on`).
         """
-        return self._rounds().train(stub, binding, self._train_on)
+        return self._rounds().train(stub, binding, self.train_on)
 
-    def _train_on(
+    def train_on(
         self,
         stub: pb_grpc.FederationStub,
         binding: pb.Binding,
@@ -326,10 +306,15 @@ class Collaborator(TaskStream):
         c: float,
         control: torch.Tensor | None = None,
     ) -> TrainedUpdate:
-        """This round's local training (:meth:`RoundJob.train_on`): the only place the trainer advances."""
+        """This round's local training (:meth:`RoundJob.train_on`): the only place the trainer advances.
+
+        A public seam, run in the round's job: an override may record, scale or replace the update it returns (a
+        liar); an honest one returns ``super().train_on``'s. The update then goes through the same clipping and
+        encoding as any.
+        """
         return self._rounds().train_on(stub, binding, model, theta, c, control)
 
-    def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
+    def evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
         """Download the model to evaluate (none for the statistics aggregation).
 
         Return the job that makes this institution's answers.
@@ -350,10 +335,14 @@ class Collaborator(TaskStream):
                     statistics.encoded, binding.round, STATISTICS_KIND
                 )
             return StartJob(lambda: stored(statistics, view), "")
-        return self._rounds().evaluate(stub, binding, self._evaluation_answers)
+        return self._rounds().evaluate(stub, binding, self.evaluation_answers)
 
-    def _evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
-        """This institution's answers to the evaluation's queries on (theta, c) (:func:`answers.evaluation_answers`)."""
+    def evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
+        """This institution's answers to the evaluation's queries on (theta, c) (:func:`answers.evaluation_answers`).
+
+        A public seam, run in the evaluation's job: an override may record or replace the answers (one vector of the
+        plan's evaluation length), which are then encoded, charged and sent as any.
+        """
         rounds = self._rounds()
         return answers.evaluation_answers(rounds.prepared, rounds.shared, theta, c)
 
@@ -442,6 +431,6 @@ class Collaborator(TaskStream):
             return self._uplink.input_view(stub, task, limit)
         return self._uplink.input(stub, task, limit)
 
-    def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:
-        """Upload this stage's payload (see :class:`Uploader`), counting the bytes sent."""
+    def submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:
+        """Upload this stage's payload (see :class:`Uploader`), counting the bytes sent (:meth:`TaskStream.submit`)."""
         self._uplink.submit(stub, binding, payload)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedfair.core.errors import ConfigError, PermanentFailureError, WireError
+from fedfair.core.errors import ConfigError, FailureError, PermanentFailureError, WireError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
@@ -46,9 +46,10 @@ from fedfair.runtime.collaborator.trainer import (
     encoded_data,
 )
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS
+from fedfair.pki.roster import settings_digest
 from fedfair.runtime.composition_counts import composition_columns
-from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, PLAN_MISMATCH
-from fedfair.runtime.manifest_plan import check_shared_settings
+from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
+from fedfair.runtime.manifest_plan import check_shared_settings, setting_differences
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import model_for, read_encoder_payload
@@ -288,3 +289,32 @@ def prepare(
         device,
     )
     return Prepared(trainer, learner, parameters, data, evaluation_model)
+
+
+def plan_change(config: CollaboratorConfig, joined_digest: str, reply: pb.PlanReply) -> FailureError | None:
+    """Why a collaborator that joined under the plan `joined_digest` does not take the plan in `reply`, or None.
+
+    Returns a ``plan-changed`` PermanentFailureError whose message names the fields unlike the pinned plan.
+
+    Raises:
+        PermanentFailureError: ``plan-mismatch`` when the served settings are not a JSON object.
+    """
+    if reply.plan_digest == joined_digest:
+        return None
+    try:
+        served = json_object(reply.settings, "the aggregator's plan")
+    except ConfigError as error:
+        raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
+    manifest = config.manifest
+    pin = None if manifest is None else manifest.plan
+    if pin is None:
+        changes = "this collaborator's manifest pins no plan, so the fields that changed are not known here"
+    else:
+        fields = setting_differences(pin.settings, served)
+        more = f"; and {len(fields) - 12} more" if len(fields) > 12 else ""
+        changes = (
+            "pinned -> served: " + "; ".join(fields[:12]) + more
+            if fields
+            else "the same shared settings: the aggregator's roster or manifest changed"
+        )
+    return PermanentFailureError(PLAN_CHANGED, served=settings_digest(served), changes=changes)

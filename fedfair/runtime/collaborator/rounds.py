@@ -92,7 +92,7 @@ def check_scheduled(shared: SharedSettings, round_number: int, kind: str) -> Non
 
 
 TrainOn = Callable[[pb_grpc.FederationStub, pb.Binding, str, torch.Tensor, float, torch.Tensor | None], TrainedUpdate]
-""":meth:`RoundJob.train_on`, or what stands in for it (the seam `Collaborator._train_on`)."""
+""":meth:`RoundJob.train_on`, or what stands in for it (the seam `Collaborator.train_on`)."""
 
 
 class RoundJob:

@@ -6,7 +6,8 @@ over: start stages as a job beside the stream (on the connection's executor), th
 of :mod:`fedfair.runtime.collaborator.steps` in the stream's own thread, and what a failed task costs. The
 connection (dial, back-off, watchdog, task loop) is composed, not inherited: :meth:`run` and :meth:`stop`
 are its. What a task computes (the plan, the round job, the bytes sent) is the collaborator's, reached
-through the methods below that it implements.
+through the methods below that it implements. Its public methods (``start_round``, ``train``, ``evaluate``,
+``step``, ``submit``) are a participant's seams, which tests and attacks override or wrap.
 """
 
 from __future__ import annotations
@@ -66,16 +67,31 @@ class TaskStream:
     def _ensure_encoded(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         raise NotImplementedError
 
-    def _train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
+    def train(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
+        """A training round's start: download its model now; return the job that trains and encodes.
+
+        A participant's public seam: an override may wrap the job (time it, delay it) or replace the contribution
+        the job makes; it is called on the task stream's thread and the job runs beside it (:meth:`start_round`).
+        """
         raise NotImplementedError
 
-    def _evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
+    def evaluate(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> StartJob:
+        """An evaluation's start: download the model to evaluate; return the job that makes this site's answers.
+
+        The same contract as :meth:`train`.
+        """
         raise NotImplementedError
 
     def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> StageInput:
         raise NotImplementedError
 
-    def _submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:
+    def submit(self, stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:
+        """Upload `payload` for the stage `binding` names: every message this participant sends goes through here.
+
+        A participant's public seam for outgoing messages: an override may delay, alter, replace or drop the
+        payload (a late or hostile site) and calls ``super().submit`` to send; an empty payload says the site
+        withdraws from the stage. A failed upload raises ``grpc.RpcError``, which :meth:`handle` classifies.
+        """
         raise NotImplementedError
 
     def _note_round(self, round_number: int, *, held: bool) -> None:
@@ -126,13 +142,13 @@ class TaskStream:
         try:
             if binding.stage == pb.STAGE_TRAIN:
                 self._ensure_encoded(stub, task)
-                self._start(stub, binding, TRAINING)
+                self.start_round(stub, binding, TRAINING)
             elif binding.stage == pb.STAGE_EVALUATE:
                 if not self._statistics_round(binding):
                     self._ensure_encoded(stub, task)
-                self._start(stub, binding, EVALUATION)
+                self.start_round(stub, binding, EVALUATION)
             elif binding.stage in STEPS:
-                self._step(stub, task)
+                self.step(stub, task)
         except grpc.RpcError as error:
             if self.connection.watchdog.expired is not None:  # the watchdog closed the channel under this task
                 raise self.connection.watchdog.expired from None
@@ -177,7 +193,7 @@ class TaskStream:
             return False
         except VerificationError as error:  # a model not made from the sums this site verified (the model chain)
             raise self._refuse_sum(binding.round, error) from None
-        except RefusedError as error:  # INPUT_BOUND: the input record refuses it (a WITHDRAWN is _step's own)
+        except RefusedError as error:  # INPUT_BOUND: the input record refuses it (a WITHDRAWN is step's own)
             self.connection.warn(
                 "refusals",
                 "%s: round %d %s: not contributing: %s",
@@ -212,8 +228,12 @@ class TaskStream:
             and binding.stage == work.stages.unmask
         )
 
-    def _start(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
-        """Download the round's model now, then compute the contribution as a job beside the task stream.
+    def start_round(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
+        """A start stage (TRAIN or EVALUATE): download the round's model now, then compute the contribution as a job.
+
+        A participant's public seam: an override may skip the round (not calling ``super().start_round``: its later
+        stages then find no work and withdraw) or act around it; what the job computes is :meth:`train`'s or
+        :meth:`evaluate`'s.
 
         The job trains or evaluates, then encodes; the key stages, which need none of it, run
         while it does: with real training their round trips, agreements and signatures hide behind it.
@@ -228,7 +248,7 @@ class TaskStream:
         jobs = self.connection.jobs
         assert jobs is not None  # the connection hands tasks over inside its executor
         self._work = None  # the last aggregation's contribution goes before this one's model comes
-        compute = self._train(stub, binding) if stages is TRAINING else self._evaluate(stub, binding)
+        compute = self.train(stub, binding) if stages is TRAINING else self.evaluate(stub, binding)
 
         def job() -> Work:
             with self.connection.watchdog.working():  # the aggregator waits for this collaborator meanwhile
@@ -243,13 +263,19 @@ class TaskStream:
 
     # ------------------------------------------------------------ secure-aggregation stages
 
-    def _step(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
-        """One secure-aggregation stage: fetch its input, run this stage's step, upload the result."""
+    def step(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
+        """One upload stage of an aggregation: fetch its input, run the stage's step, upload the result (:meth:`submit`).
+
+        A participant's public seam: an override may hold the stage back, skip it or act around
+        ``super().step``; to change what is sent, override :meth:`submit` instead. The stages are the upload
+        stages of :data:`~fedfair.runtime.collaborator.steps.STEPS` (the masked input alone without secure
+        aggregation).
+        """
         binding = task.binding
         work = self._work
         if work is None or work.round != binding.round or binding.stage not in work.stages.uploads:
             # A task for a round this process did not start (it restarted mid-round): sit it out.
-            self._submit(stub, binding, b"")
+            self.submit(stub, binding, b"")
             return
         if work.withdrawn:
             return
@@ -277,10 +303,10 @@ class TaskStream:
                 error,
             )
             work.withdrawn = True
-            self._submit(stub, binding, b"")
+            self.submit(stub, binding, b"")
             return
         maybe_die("before-upload", binding.round, pb.Stage.Name(binding.stage))
-        self._submit(stub, binding, payload)
+        self.submit(stub, binding, payload)
         maybe_die("after-upload", binding.round, pb.Stage.Name(binding.stage))
         # A round re-run after an aggregator crash is sent again, but it is one round contributed to.
         if binding.stage == TRAINING.masked and binding.round not in self.contributed_rounds[-1:]:

@@ -124,6 +124,16 @@ class StageGate:
             self._expected = _Expected(None if participants is None else frozenset(participants), set())
             return make_binding(self.federation_id, round_number, stage)
 
+    def restart_at(self, round_number: int) -> None:
+        """Let round `round_number`'s stages open again, all of them (the stage open now stays open until then).
+
+        As a restarted aggregator process's gate would (a fresh gate admits any round); the running aggregator
+        never moves back. It is the public seam through which a test or an attack replays a restart, or an
+        aggregator that re-runs a round, without a new process.
+        """
+        with self._lock:
+            self._last = (round_number, pb.STAGE_UNSPECIFIED)
+
     def close(self) -> None:
         """No stage is open: every upload is refused until the next ``open``."""
         with self._lock:

@@ -149,7 +149,7 @@ def site_c_misses_rounds(name: str, collaborator: Collaborator) -> None:
     """site-c leaves every training task of the MISSED rounds unanswered, as a site cut off the network would."""
     if name != "site-c":
         return
-    start, step = collaborator._start, collaborator._step
+    start, step = collaborator.start_round, collaborator.step
 
     def absent_start(stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
         if not (binding.round in MISSED and stages is TRAINING):
@@ -159,8 +159,8 @@ def site_c_misses_rounds(name: str, collaborator: Collaborator) -> None:
         if not (task.binding.round in MISSED and task.binding.stage in TRAINING.uploads):
             step(stub, task)
 
-    collaborator._start = absent_start  # type: ignore[method-assign]
-    collaborator._step = absent_step  # type: ignore[method-assign]
+    collaborator.start_round = absent_start  # type: ignore[method-assign]
+    collaborator.step = absent_step  # type: ignore[method-assign]
 
 
 @pytest.mark.slow

@@ -38,13 +38,13 @@ def late_by(seconds: float) -> Callable[[str, Collaborator], None]:
     def adjust(name: str, collaborator: Collaborator) -> None:
         if name != "site-c":
             return
-        submit = collaborator._submit
+        submit = collaborator.submit
 
         def late(stub: object, binding: pb.Binding, payload: bytes) -> None:
             time.sleep(seconds)
             submit(stub, binding, payload)  # type: ignore[arg-type]
 
-        collaborator._submit = late  # type: ignore[method-assign]
+        collaborator.submit = late  # type: ignore[method-assign]
 
     return adjust
 

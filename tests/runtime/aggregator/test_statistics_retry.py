@@ -73,7 +73,7 @@ Leave = Callable[[Collaborator, pb_grpc.FederationStub, pb.Task], None]
 
 def withdraw(collaborator: Collaborator, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
     """An empty upload, as a collaborator that cannot contribute sends (its stream stays open)."""
-    collaborator._submit(stub, task.binding, b"")
+    collaborator.submit(stub, task.binding, b"")
 
 
 def stop(collaborator: Collaborator, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
@@ -83,7 +83,7 @@ def stop(collaborator: Collaborator, stub: pb_grpc.FederationStub, task: pb.Task
 
 def leaving_once(collaborator: Collaborator, leave: Leave) -> Collaborator:
     """`collaborator`, made to `leave` instead of advertising keys in the first statistics aggregation."""
-    step, left = collaborator._step, threading.Event()
+    step, left = collaborator.step, threading.Event()
 
     def leaving(stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         binding = task.binding
@@ -93,7 +93,7 @@ def leaving_once(collaborator: Collaborator, leave: Leave) -> Collaborator:
             return
         step(stub, task)
 
-    collaborator._step = leaving  # type: ignore[method-assign]
+    collaborator.step = leaving  # type: ignore[method-assign]
     return collaborator
 
 

@@ -103,7 +103,7 @@ def test_an_aggregator_asking_every_round_gets_only_the_plans_one_evaluation(
         evaluation={"every": 0},
         privacy={"report_epsilon": 1.0, "budget": 10.0},
     )
-    monkeypatch.setattr(RoundLoop, "_evaluation_due", lambda loop, round_number: True)
+    monkeypatch.setattr(RoundLoop, "evaluation_due", lambda loop, round_number: True)
     with caplog.at_level(logging.INFO, "fedfair.collaborator"), thread_federation(workspace) as federation:
         federation.join(300)
     lines = [record.getMessage() for record in caplog.records if record.name == "fedfair.collaborator"]

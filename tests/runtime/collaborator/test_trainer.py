@@ -114,7 +114,7 @@ def private_rounds(workspace: Workspace, name: str, rounds: int) -> Collaborator
         theta = initial_state(load_aggregator_plan(workspace.plan)).theta
         for round_number in range(1, rounds + 1):
             binding = make_binding("fedfair-launch", round_number, pb.STAGE_TRAIN)
-            collaborator._train_on(stub, binding, "model", theta, 5.0)
+            collaborator.train_on(stub, binding, "model", theta, 5.0)
     return collaborator
 
 
@@ -240,7 +240,7 @@ def test_under_dp_neighbouring_datasets_send_the_same_weight_and_batch(
                 stub = pb_grpc.FederationStub(channel)  # type: ignore[no-untyped-call]
                 collaborator.setup(stub)
                 binding = make_binding("fedfair-launch", 1, pb.STAGE_TRAIN)
-                trained = collaborator._train_on(stub, binding, "model", initial_state(plan).theta, 5.0)
+                trained = collaborator.train_on(stub, binding, "model", initial_state(plan).theta, 5.0)
             assert isinstance(collaborator.trainer, PrivateLearner) and collaborator.learner is not None
             assert trained.vector is not None
             sent[neighbour] = (trained.weight, collaborator.learner.batch_size, collaborator.learner.num_samples)

@@ -92,3 +92,15 @@ def test_an_upload_a_recent_stage_still_awaited_is_late_and_anything_else_is_ref
     assert refusal(unmask, "gamma") is Refusal.NOT_EXPECTED  # two rounds back: no longer tracked
     assert refusal(train, "gamma") is Refusal.LATE  # the round before
     assert refusal(keys, "gamma") is Refusal.NOT_EXPECTED  # it answered that stage: a replay
+
+
+def test_a_gate_restarted_at_a_round_opens_its_stages_again_and_no_earlier_round() -> None:
+    gate = StageGate(FEDERATION)
+    gate.open(2, pb.STAGE_ADVERTISE_KEYS)
+    gate.open(2, pb.STAGE_MASKED_INPUT)
+    with pytest.raises(ValueError, match="only move forward"):
+        gate.open(2, pb.STAGE_ADVERTISE_KEYS)
+    gate.restart_at(2)
+    assert gate.open(2, pb.STAGE_ADVERTISE_KEYS) == make_binding(FEDERATION, 2, pb.STAGE_ADVERTISE_KEYS)
+    with pytest.raises(ValueError, match="only move forward"):
+        gate.open(1, pb.STAGE_MASKED_INPUT)
