@@ -5,7 +5,7 @@ institution allows (its federation, its manifest, the model factories it trusts)
 anything is built. Without a [schema] the data is cut and the learner built at once
 (:func:`prepare`); under a [schema] the table is checked now and encoded once the
 statistics of every site's table arrive with the first start stage (:func:`encode_table`,
-`fedfair.runtime.preprocessing`).
+`fedfair.runtime.preprocessing`). Once joined, :func:`plan_change` says why a plan served later is refused.
 
 The learner is built exactly as the in-process simulation builds client i (same model
 seed, same sampler seed), and kept for the whole process: it holds the drift
