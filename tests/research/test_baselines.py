@@ -31,6 +31,7 @@ from fedfair.research.baselines import (
     AFLResult,
     LossRows,
     project_onto_simplex,
+    rebuilt,
     run_afl,
     run_central_cvar,
     run_central_erm,
@@ -483,9 +484,8 @@ def test_dro_learner_terms_average_to_the_dual_with_its_gradient() -> None:
     federation = synthetic_federation((64,))
     config = training(batch_size=0)
     _, (plain,) = make_learners(federation, config, None, options=F64)
-    learner = ChiSquareDROLearner(
-        plain.model, plain.features, plain.labels, plain.batch_size, plain.config, rho=0.2, seed=0
-    )
+    (learner,) = rebuilt([plain], config, ChiSquareDROLearner)
+    learner.rho = 0.2
     with torch.no_grad():
         for parameter in learner.model.parameters():
             parameter.copy_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)))
