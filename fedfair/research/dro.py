@@ -8,18 +8,18 @@ found by a one-dimensional search (`chi_square_eta`).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
 from fedfair.core import server
-from fedfair.core.config import ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
 from fedfair.research.baselines import pooled_federation, rebuilt, run_combined
-from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult
+from fedfair.research.task import Task
+from fedfair.simulation.rounds import SimulationResult
 
 
 def chi_square_constant(rho: float) -> float:
@@ -108,14 +108,7 @@ class ChiSquareDROLearner(LocalLearner):
         return self.last_eta + 0.5 * chi_square_constant(self.rho) * (excess.square() / scale + scale)
 
 
-def run_dro(
-    federation: Federation,
-    objective: ObjectiveConfig,
-    training: TrainingConfig,
-    *,
-    options: SimulationOptions = SimulationOptions(),
-    on_round: RoundCallback | None = None,
-) -> SimulationResult:
+def run_dro(task: Task) -> SimulationResult:
     """Chi-square DRO (Hashimoto et al. 2018), centralized, as the paper runs it: eta found by search.
 
     Reveals: all training data to one place; a yardstick. SGD on the pooled data
@@ -125,11 +118,12 @@ def run_dro(
     is the other DRO: CVaR is DRO over the ratio-bounded ball, its threshold c
     learned by SGD instead. History records carry the last batch's eta.
     """
+    objective = task.objective
     chi_square_constant(objective.rho)
     learner_box: list[ChiSquareDROLearner] = []
 
     def rebuild(learners: list[LocalLearner]) -> list[LocalLearner]:
-        for learner in rebuilt(learners, training, ChiSquareDROLearner):
+        for learner in rebuilt(learners, task.training, ChiSquareDROLearner):
             learner.rho = objective.rho
             learner_box.append(learner)
         return list(learner_box)
@@ -137,12 +131,5 @@ def run_dro(
     def describe() -> dict[str, float]:
         return {"eta": learner_box[0].last_eta}
 
-    return run_combined(
-        pooled_federation(federation),
-        training,
-        lambda updates, _: server.Aggregate.of(updates),
-        options=options,
-        rebuild=rebuild,
-        describe=describe,
-        on_round=on_round,
-    )
+    pooled = replace(task, federation=pooled_federation(task.federation))
+    return run_combined(pooled, lambda updates, _: server.Aggregate.of(updates), rebuild=rebuild, describe=describe)
