@@ -86,6 +86,8 @@ CONSENT_CLASSES = {
     "broken chain (a backdoored initial model)": 1,
     "broken chain (a skipped round then a forged model)": 1,
     "broken chain (every site restarted then a forged model)": 1,
+    "forged evaluation sum": 1,
+    "forged evaluation figure": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -205,8 +207,8 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
     "crashes": (("crashes",), {}, 1),
     "chain": (
         ("chain",),
-        {word: CONSENT_CLASSES[word] for word in CONSENT_CLASSES if word.startswith("broken chain")},
-        3,
+        {word: CONSENT_CLASSES[word] for word in CONSENT_CLASSES if word.startswith(("broken chain", "forged eval"))},
+        5,
     ),
     "waits": (("waits",), {}, 2),
     "record": (
