@@ -105,7 +105,9 @@ class EvaluationFigures:
                 kept.append(dict(entry))  # no figure: skipped, aborted, or no evaluation that round
                 continue
             number = entry.get("round")
-            ours = self._entries().get(number) if isinstance(number, int) else None
+            if not isinstance(number, int):
+                return Checked(f"evaluation: a record of the bundle's metrics names no round ({number!r})", [])
+            ours = self._entries().get(number)
             why = self._unverified(number, ours)
             if why is None:
                 assert ours is not None  # only a verified round has no reason to be left out
@@ -181,7 +183,7 @@ class EvaluationFigures:
         due = (number for number in range(1, round_number) if shared.evaluation.due(number, shared.training.rounds))
         return all(number in self._entries() for number in due)
 
-    def _unverified(self, round_number: object, entry: Mapping[str, Any] | None) -> str | None:
+    def _unverified(self, round_number: int, entry: Mapping[str, Any] | None) -> str | None:
         """Why this site holds no figure of the evaluation of `round_number`; None when it verified some."""
         if entry is None or "contributors" not in entry:
             return f"this site did not verify the evaluation sums of round {round_number}"
