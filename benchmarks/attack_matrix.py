@@ -59,8 +59,8 @@ code), so what holds, holds against code that is not ours:
   runs (a CA-signed manifest update): the old key in 0 later rounds, the re-keyed site finishing every round;
 - the chain's doors (``benchmarks/attacks/broken_chain.py``, issue 79): a backdoored initial model, a skipped round
   then a forged model, every site restarted then a forged model: each refused or sat out at its first round;
-  a forged evaluation sum and a forged evaluation figure (``benchmarks/attacks/forged_figures.py``): every site
-  refuses, naming the first forged round, and keeps no bundle;
+- figures (``benchmarks/attacks/forged_figures.py``, issue 79): a forged evaluation sum and a forged evaluation
+  figure: every site refuses, naming the first forged round, and keeps no bundle;
 - full disk (``benchmarks/attacks/full_disk.py``, issue 65): a collaborator's workspace, a tmpfs, filled while it
   runs: exit 2 naming the disk, its records whole, and the same command with room rejoining (skipped, with the
   reason, where no tmpfs can be mounted);
@@ -136,6 +136,7 @@ SCENARIOS = (
     "rotation",
     "full_disk",
     "chain",
+    "figures",
 )
 
 
@@ -218,12 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         runs["repeat_model"] = lambda where: repeat_model_rows(where, book)  # a final model answered before
         runs["rotation"] = lambda where: rotation_rows(where, book)  # issue 65: revocation while running
         runs["full_disk"] = lambda where: full_disk_rows(where, book)  # issue 65: a collaborator's disk fills
-
-        def chain(where: Path) -> None:  # issue 79: the model chain's doors, and forged evaluation figures
-            broken_chain_rows(where, book)
-            forged_figures_rows(where / "figures", book)
-
-        runs["chain"] = chain
+        runs["chain"] = lambda where: broken_chain_rows(where, book)  # issue 79: the model chain's doors
+        runs["figures"] = lambda where: forged_figures_rows(where, book)  # issue 79: forged evaluation figures
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             first = len(book.rows)

@@ -207,8 +207,13 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
     "crashes": (("crashes",), {}, 1),
     "chain": (
         ("chain",),
-        {word: CONSENT_CLASSES[word] for word in CONSENT_CLASSES if word.startswith(("broken chain", "forged eval"))},
-        5,
+        {word: CONSENT_CLASSES[word] for word in CONSENT_CLASSES if word.startswith("broken chain")},
+        3,
+    ),
+    "figures": (
+        ("figures",),
+        {word: CONSENT_CLASSES[word] for word in ("forged evaluation sum", "forged evaluation figure")},
+        2,
     ),
     "waits": (("waits",), {}, 2),
     "record": (

@@ -64,6 +64,8 @@ class EvaluationFigures:
         """Round -> the model asked ("model": digest, "c") and, once verified, "contributors" and "records"
         (every record an honest aggregator may state) or "unverified" (why the verified sum gave none)."""
         self._loaded = self.path is None
+        self._forged: dict[str, Any] | None = None
+        """The first forged figure of a bundle this site refused: its round and why."""
 
     def asked(self, round_number: int, model: str, c: float) -> None:
         """Round `round_number`'s evaluation asks this site to answer the model of digest `model` and threshold `c`."""
@@ -119,7 +121,7 @@ class EvaluationFigures:
                     kept.append({**entry, "evaluation": {"status": "done", **match}})
                     continue
                 if self._knows_every_ask(number):
-                    return Checked(_forgery(number, stated, ours["records"][0]), [])
+                    return self._refused(number, _forgery(number, stated, ours["records"][0]))
                 why = (
                     "its figures are not those of the sums this site verified, whose noise depends on an earlier "
                     "evaluation this site did not take part in"
@@ -127,6 +129,12 @@ class EvaluationFigures:
             left_out[number] = why
             kept.append({**entry, "evaluation": {"status": "unverified", "reason": why}})
         return Checked(None, kept, left_out)
+
+    def _refused(self, round_number: int, why: str) -> Checked:
+        """The bundle refused for a forged figure of round `round_number`: said in this site's file too."""
+        self._forged = {"round": round_number, "why": why}
+        self._save()
+        return Checked(why, [])
 
     # ------------------------------------------------------------ what an honest aggregator may state
 
@@ -215,7 +223,9 @@ class EvaluationFigures:
     def _save(self) -> None:
         if self.path is None:
             return
-        document = {"evaluations": {str(number): entry for number, entry in sorted(self._asked.items())}}
+        document: dict[str, Any] = {"evaluations": {str(n): entry for n, entry in sorted(self._asked.items())}}
+        if self._forged is not None:
+            document["forged"] = self._forged
         payload = json.dumps(document, indent=1, default=_scalar).encode()
         atomic_write(self.path, lambda stream: stream.write(payload))
 

@@ -81,6 +81,7 @@ def test_a_record_of_a_verified_sum_is_kept_and_any_changed_figure_refused(tmp_p
     forged = dict(records[rounds], worst_risk=0.05)
     refused = site.check([metrics[0], {**metrics[1], "evaluation": forged}])
     assert refused.forged is not None and f"round {rounds}'s worst_risk is 0.05" in refused.forged
+    assert json.loads(Path(site.path or "").read_text())["forged"] == {"round": rounds, "why": refused.forged}
     # Every figure, changed by the least step a float allows, or added, is refused.
     for key, value in records[rounds].items():
         if isinstance(value, float) and key != "round":
