@@ -86,6 +86,8 @@ CONSENT_CLASSES = {
     "broken chain (a backdoored initial model)": 1,
     "broken chain (a skipped round then a forged model)": 1,
     "broken chain (every site restarted then a forged model)": 1,
+    "forged evaluation sum": 1,
+    "forged evaluation figure": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -207,6 +209,11 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
         ("chain",),
         {word: CONSENT_CLASSES[word] for word in CONSENT_CLASSES if word.startswith("broken chain")},
         3,
+    ),
+    "figures": (
+        ("figures",),
+        {word: CONSENT_CLASSES[word] for word in ("forged evaluation sum", "forged evaluation figure")},
+        2,
     ),
     "waits": (("waits",), {}, 2),
     "record": (
