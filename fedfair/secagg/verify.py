@@ -50,8 +50,8 @@ def aggregate_digest(
     """
     bits = vector.dtype.itemsize * 8
     head = Writer().text(_DOMAIN + "aggregate").blob(session).ids(survivors).u32(len(inputs))
-    for digest in inputs:
-        head.blob(digest)
+    for input_digest in inputs:
+        head.blob(input_digest)
     head.u8(bits).u64(vector.size)
     digest = hashlib.sha256(head.getvalue())
     digest.update(np.ascontiguousarray(vector, dtype=f"<u{bits // 8}").data)
