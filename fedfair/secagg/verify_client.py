@@ -9,6 +9,8 @@ the round's order and its state, these hold the stage's checks, each refusal a
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -21,13 +23,15 @@ from fedfair.core.errors import (
 )
 from fedfair.pki.identity import is_valid_signature, sign
 from fedfair.secagg.client_state import ClientState, Tagged
-from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.config import RESUMMED_WORDS, SecAggConfig
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import View
 from fedfair.secagg.resum import check_resummed
 from fedfair.secagg.verify import BLOCK, TAG_BYTES, Challenge, aggregate_digest, check_sum, masked_tags, tag_payload
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Header, Stage, check_header
+
+logger = logging.getLogger(__name__)
 
 
 def tag_claim(
@@ -74,6 +78,8 @@ def tag_claim(
         )
     if config.resummed:
         check_resummed(claim, config=config, session=session, view=view, advertisements=advertisements)
+    elif config.max_colluding:
+        say_tags_alone(config.size, config.dimension, config.max_colluding)
     challenge = Challenge(session, digest, vector.size)
     neighbours = set(survivors) & tag_keys.keys()
     keys = {peer: tag_keys[peer] for peer in sorted(neighbours)}
@@ -125,6 +131,20 @@ def check_tags(
             round_number, VerifyReason.FORGED, f"the tags of {names} do not sum to the claimed aggregate's"
         )
     return tagged.vector
+
+
+@functools.cache
+def say_tags_alone(parties: int, dimension: int, max_colluding: int) -> None:
+    """Warn, once per shape of sum, that its check is the tag check alone: not sound against a colluding survivor."""
+    logger.warning(
+        "sums of %d words from %d parties are checked by their tags alone (above %d words in all, no party re-sums "
+        "them): a wrong sum is refused unless up to %d colluding parties cover it with their tags "
+        "(docs/security.md, Verified aggregation)",
+        dimension + 1,
+        parties,
+        RESUMMED_WORDS,
+        max_colluding,
+    )
 
 
 def _name(config: SecAggConfig, party: int) -> str:
