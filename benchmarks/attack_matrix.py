@@ -61,6 +61,8 @@ code), so what holds, holds against code that is not ours:
   then a forged model, every site restarted then a forged model: each refused or sat out at its first round;
 - figures (``benchmarks/attacks/forged_figures.py``, issue 79): a forged evaluation sum and a forged evaluation
   figure: every site refuses, naming the first forged round, and keeps no bundle;
+- a colluding survivor (``benchmarks/attacks/colluding_survivor.py``, issue 79): every sum forged, the claim showing
+  the colluder's masked input moved to match: every site re-sums and refuses round 1 (FORGED);
 - full disk (``benchmarks/attacks/full_disk.py``, issue 65): a collaborator's workspace, a tmpfs, filled while it
   runs: exit 2 naming the disk, its records whole, and the same command with room rejoining (skipped, with the
   reason, where no tmpfs can be mounted);
@@ -99,6 +101,7 @@ import torch
 from published import provenance, publish
 from attacks.broken_chain import broken_chain_rows
 from attacks.cheating import equivocation_row, sybil_rows
+from attacks.colluding_survivor import colluding_survivor_rows
 from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
@@ -137,6 +140,7 @@ SCENARIOS = (
     "full_disk",
     "chain",
     "figures",
+    "colluding",
 )
 
 
@@ -221,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["full_disk"] = lambda where: full_disk_rows(where, book)  # issue 65: a collaborator's disk fills
         runs["chain"] = lambda where: broken_chain_rows(where, book)  # issue 79: the model chain's doors
         runs["figures"] = lambda where: forged_figures_rows(where, book)  # issue 79: forged evaluation figures
+        runs["colluding"] = lambda where: colluding_survivor_rows(where, book)  # issue 79: a colluder's forged sums
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             first = len(book.rows)

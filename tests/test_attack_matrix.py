@@ -88,6 +88,7 @@ CONSENT_CLASSES = {
     "broken chain (every site restarted then a forged model)": 1,
     "forged evaluation sum": 1,
     "forged evaluation figure": 1,
+    "colluding survivor": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -215,6 +216,7 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
         {word: CONSENT_CLASSES[word] for word in ("forged evaluation sum", "forged evaluation figure")},
         2,
     ),
+    "colluding": (("colluding",), {"colluding survivor": CONSENT_CLASSES["colluding survivor"]}, 1),
     "waits": (("waits",), {}, 2),
     "record": (
         ("record",),
