@@ -59,6 +59,10 @@ code), so what holds, holds against code that is not ours:
   runs (a CA-signed manifest update): the old key in 0 later rounds, the re-keyed site finishing every round;
 - the chain's doors (``benchmarks/attacks/broken_chain.py``, issue 79): a backdoored initial model, a skipped round
   then a forged model, every site restarted then a forged model: each refused or sat out at its first round;
+- figures (``benchmarks/attacks/forged_figures.py``, issue 79): a forged evaluation sum and a forged evaluation
+  figure: every site refuses, naming the first forged round, and keeps no bundle;
+- a colluding survivor (``benchmarks/attacks/colluding_survivor.py``, issue 79): every sum forged, the claim showing
+  the colluder's masked input moved to match: every site re-sums and refuses round 1 (FORGED);
 - full disk (``benchmarks/attacks/full_disk.py``, issue 65): a collaborator's workspace, a tmpfs, filled while it
   runs: exit 2 naming the disk, its records whole, and the same command with room rejoining (skipped, with the
   reason, where no tmpfs can be mounted);
@@ -97,9 +101,11 @@ import torch
 from published import provenance, publish
 from attacks.broken_chain import broken_chain_rows
 from attacks.cheating import equivocation_row, sybil_rows
+from attacks.colluding_survivor import colluding_survivor_rows
 from attacks.consent import consent_rows
 from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
+from attacks.forged_figures import forged_figures_rows
 from attacks.forged_model import forged_model_rows
 from attacks.full_disk import full_disk_rows
 from attacks.ledger import ledger_rows
@@ -133,6 +139,8 @@ SCENARIOS = (
     "rotation",
     "full_disk",
     "chain",
+    "figures",
+    "colluding",
 )
 
 
@@ -216,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         runs["rotation"] = lambda where: rotation_rows(where, book)  # issue 65: revocation while running
         runs["full_disk"] = lambda where: full_disk_rows(where, book)  # issue 65: a collaborator's disk fills
         runs["chain"] = lambda where: broken_chain_rows(where, book)  # issue 79: the model chain's doors
+        runs["figures"] = lambda where: forged_figures_rows(where, book)  # issue 79: forged evaluation figures
+        runs["colluding"] = lambda where: colluding_survivor_rows(where, book)  # issue 79: a colluder's forged sums
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             first = len(book.rows)

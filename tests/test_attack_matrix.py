@@ -86,6 +86,9 @@ CONSENT_CLASSES = {
     "broken chain (a backdoored initial model)": 1,
     "broken chain (a skipped round then a forged model)": 1,
     "broken chain (every site restarted then a forged model)": 1,
+    "forged evaluation sum": 1,
+    "forged evaluation figure": 1,
+    "colluding survivor": 1,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -208,6 +211,12 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
         {word: CONSENT_CLASSES[word] for word in CONSENT_CLASSES if word.startswith("broken chain")},
         3,
     ),
+    "figures": (
+        ("figures",),
+        {word: CONSENT_CLASSES[word] for word in ("forged evaluation sum", "forged evaluation figure")},
+        2,
+    ),
+    "colluding": (("colluding",), {"colluding survivor": CONSENT_CLASSES["colluding survivor"]}, 1),
     "waits": (("waits",), {}, 2),
     "record": (
         ("record",),

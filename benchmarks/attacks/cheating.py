@@ -44,7 +44,7 @@ from attacks.federation import (
 )
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair import pki
-from fedfair.pki.roster import pin_certificate, write_manifest
+from fedfair.pki.roster import Roster, pin_certificate, write_manifest
 from fedfair.pki.store import write_file
 from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
@@ -292,7 +292,7 @@ def sybil_workspace(root: Path) -> tuple[Workspace, Path]:
         pin_certificate(pki.load_certificate(workspace.certs / f"{name}.crt"), ca) for name in ("aggregator", *FOUR[:3])
     ]
     manifest = root / "manifest.toml"
-    write_manifest(manifest, "fedfair-launch", pins, 0, 3)
+    write_manifest(manifest, Roster("fedfair-launch", tuple(pins), 0, 3))
     return workspace, manifest
 
 

@@ -72,7 +72,7 @@ from fedfair.datasets.schema import Column, Schema, draft_schema
 from fedfair.datasets.statistics import encoder_from_statistics, statistics_slices, statistics_vector
 from fedfair.datasets.values import category_bucket
 from fedfair.fairness import sums
-from fedfair.pki.roster import pins_from_folders, write_manifest
+from fedfair.pki.roster import Roster, pins_from_folders, write_manifest
 from fedfair.runtime.aggregator.stages import UploadHandler
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
@@ -379,7 +379,7 @@ def factory_run(root: Path, pinned: str, unpinned: str, consenting: str) -> Fact
     workspace = pinned_workspace(root, quorum=4)
     markers = root / "markers"
     roster_only = root / "roster-only-manifest.toml"
-    write_manifest(roster_only, FEDERATION_ID, pins_from_folders([workspace.certs]), 0, 4)
+    write_manifest(roster_only, Roster(FEDERATION_ID, tuple(pins_from_folders([workspace.certs])), 0, 4))
     plan = load_aggregator_plan(
         workspace.plan,
         {"model": {"factory": FACTORY, "arguments": {"folder": str(markers)}}},

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fedfair.pki.certificates import CA_COMMON_NAME, CA_DAYS, CERT_DAYS
 from fedfair.pki.names import ROLES
-from fedfair.pki.roster import pins_from_folders, write_manifest
+from fedfair.pki.roster import Roster, pins_from_folders, write_manifest
 from fedfair.core.errors import ConfigError
 from fedfair.pki.store import (
     ca_paths,
@@ -82,7 +82,8 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
         from fedfair.runtime.manifest import load_manifest
 
         revoked = load_manifest(args.previous).revoked
-    digest = write_manifest(args.out, args.federation, pins, args.max_colluding, args.min_round_size, None, revoked)
+    roster = Roster(args.federation, tuple(pins), args.max_colluding, args.min_round_size, revoked=revoked)
+    digest = write_manifest(args.out, roster)
     print(f"wrote {args.out} for federation {args.federation}: {len(pins)} participants")
     if revoked:
         print(f"  {len(revoked)} revoked certificate(s) carried over from {args.previous}, none of them pinned")
@@ -115,8 +116,7 @@ def _cmd_revoke(args: argparse.Namespace) -> int:
     if args.sign is not None:
         write_update(args.out, signed_update(manifest, new, load_private_key(ca_paths(args.sign)[1])))
     else:
-        pins = (new.aggregator, *new.collaborators)
-        write_manifest(args.out, new.federation_id, pins, new.max_colluding, new.min_round_size, new.plan, new.revoked)
+        write_manifest(args.out, new.roster)
     print(f"wrote {args.out}: the certificate of {args.name} (sha256 {old.sha256 if old else '?'}) is revoked")
     if replacement is not None:
         print(f"  {args.name} is pinned to its new certificate, sha256 {replacement.sha256}; the plan stays pinned")

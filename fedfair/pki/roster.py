@@ -163,123 +163,106 @@ def check_pins(pins: Iterable[Pin], max_colluding: int, min_round_size: int) -> 
     return aggregators[0], collaborators
 
 
-def _document(
-    federation_id: str,
-    pins: Iterable[Pin],
-    max_colluding: int,
-    min_round_size: int,
-    plan: PlanPin | None,
-    revoked: Iterable[str] = (),
-) -> dict[str, object]:
-    """The manifest's content as plain values, participants sorted by name (the order is not content).
+@dataclass(frozen=True)
+class Roster:
+    """A manifest's content: the federation id, its participants' pins, its bounds, the pinned plan, the revocations.
 
-    The plan counts by its digest, which covers its settings; the revoked fingerprints, sorted, only
-    where there are some (so a manifest without revocations keeps the digest it always had).
+    What the institutions agree on, and all that its digest covers; the file adds comments and layout.
     """
-    federation: dict[str, object] = {
-        "id": federation_id,
-        "max_colluding": max_colluding,
-        "min_round_size": min_round_size,
-    }
-    if revoked := sorted(set(revoked)):
-        federation["revoked"] = revoked
-    document: dict[str, object] = {
-        "federation": federation,
-        PARTICIPANTS: [asdict(pin) for pin in sorted(pins, key=lambda pin: pin.name)],
-    }
-    if plan is not None:
-        document["plan"] = {"sha256": plan.sha256}
-    return document
 
+    federation_id: str
+    pins: tuple[Pin, ...]
+    max_colluding: int
+    min_round_size: int
+    plan: PlanPin | None = None
+    revoked: tuple[str, ...] = ()
+    """SHA-256 fingerprints of the certificates revoked in this federation, in any order."""
 
-def roster_digest(
-    federation_id: str,
-    pins: Iterable[Pin],
-    max_colluding: int,
-    min_round_size: int,
-    plan: PlanPin | None = None,
-    revoked: Iterable[str] = (),
-) -> str:
-    """SHA-256 (hex) of the manifest's canonical content: equal digests mean the same agreement.
+    def _document(self) -> dict[str, object]:
+        """The content as plain values, participants sorted by name (the order is not content).
 
-    Comments, layout and the order of participants do not count, so institutions can
-    compare one line over the phone rather than a file.
-    """
-    content = _document(federation_id, pins, max_colluding, min_round_size, plan, revoked)
-    return hashlib.sha256(canonical_json(content)).hexdigest()
+        The plan counts by its digest, which covers its settings; the revoked fingerprints, sorted, only
+        where there are some (so a manifest without revocations keeps the digest it always had).
+        """
+        federation: dict[str, object] = {
+            "id": self.federation_id,
+            "max_colluding": self.max_colluding,
+            "min_round_size": self.min_round_size,
+        }
+        if revoked := sorted(set(self.revoked)):
+            federation["revoked"] = revoked
+        document: dict[str, object] = {
+            "federation": federation,
+            PARTICIPANTS: [asdict(pin) for pin in sorted(self.pins, key=lambda pin: pin.name)],
+        }
+        if self.plan is not None:
+            document["plan"] = {"sha256": self.plan.sha256}
+        return document
 
+    def digest(self) -> str:
+        """SHA-256 (hex) of the canonical content: equal digests mean the same agreement.
 
-def manifest_text(
-    federation_id: str,
-    pins: Iterable[Pin],
-    max_colluding: int,
-    min_round_size: int,
-    plan: PlanPin | None = None,
-    revoked: Iterable[str] = (),
-) -> str:
-    """The manifest as TOML, after the checks of :func:`check_pins` and :func:`check_not_revoked`.
+        Comments, layout and the order of participants do not count, so institutions can
+        compare one line over the phone rather than a file.
+        """
+        return hashlib.sha256(canonical_json(self._document())).hexdigest()
 
-    Its digest is in a comment.
-    """
-    pins = list(pins)
-    revoked = sorted(set(revoked))
-    validate_federation_id(federation_id)
-    check_pins(pins, max_colluding, min_round_size)
-    check_not_revoked(pins, revoked)
-    digest = roster_digest(federation_id, pins, max_colluding, min_round_size, plan, revoked)
-    # Every value is a checked name, role, hex fingerprint or federation id: JSON quoting is TOML quoting.
-    lines = [
-        "# fedfair federation manifest: agreed by every institution out of band, one copy each.",
-        f"# sha256 of its content: {digest}",
-        "# Compare that line, or every fingerprint below, with the other institutions before using it.",
-        "",
-        "[federation]",
-        f"id = {json.dumps(federation_id)}",
-        f"max_colluding = {max_colluding}       # collaborators that may collude with the aggregator",
-        f"min_round_size = {min_round_size}      # the fewest parties a round may have",
-    ]
-    if revoked:
-        lines += [
-            "# Certificates revoked in this federation (sha256): never pinned again, whoever presents them.",
-            f"revoked = {json.dumps(revoked)}",
-        ]
-    for pin in sorted(pins, key=lambda pin: (pin.role != "aggregator", pin.name)):
-        lines += [
+    def text(self) -> str:
+        """The manifest as TOML, after the checks of :func:`check_pins` and :func:`check_not_revoked`.
+
+        Its digest is in a comment.
+        """
+        revoked = sorted(set(self.revoked))
+        validate_federation_id(self.federation_id)
+        check_pins(self.pins, self.max_colluding, self.min_round_size)
+        check_not_revoked(self.pins, revoked)
+        # Every value is a checked name, role, hex fingerprint or federation id: JSON quoting is TOML quoting.
+        lines = [
+            "# fedfair federation manifest: agreed by every institution out of band, one copy each.",
+            f"# sha256 of its content: {self.digest()}",
+            "# Compare that line, or every fingerprint below, with the other institutions before using it.",
             "",
-            f"[[{PARTICIPANTS}]]",
-            f"name = {json.dumps(pin.name)}",
-            f"role = {json.dumps(pin.role)}",
-            f"sha256 = {json.dumps(pin.sha256)}",
+            "[federation]",
+            f"id = {json.dumps(self.federation_id)}",
+            f"max_colluding = {self.max_colluding}       # collaborators that may collude with the aggregator",
+            f"min_round_size = {self.min_round_size}      # the fewest parties a round may have",
         ]
-    if plan is not None:
-        # ASCII JSON in a literal multi-line string is read back byte for byte, as long as it holds no '''.
-        settings = json.dumps(plan.settings, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False)
-        if "'''" in settings:
-            raise ConfigError("the plan's settings hold three single quotes in a row, which a manifest cannot carry")
-        lines += [
-            "",
-            "[plan]",
-            "# The settings every collaborator receives, pinned: a collaborator refuses any other plan.",
-            "# Changing them takes a new manifest (`fedfair plan pin`); `fedfair plan diff OLD NEW` shows the change.",
-            f"sha256 = {json.dumps(plan.sha256)}",
-            f"settings = '''\n{settings}\n'''",
-        ]
-    return "\n".join(lines) + "\n"
+        if revoked:
+            lines += [
+                "# Certificates revoked in this federation (sha256): never pinned again, whoever presents them.",
+                f"revoked = {json.dumps(revoked)}",
+            ]
+        for pin in sorted(self.pins, key=lambda pin: (pin.role != "aggregator", pin.name)):
+            lines += [
+                "",
+                f"[[{PARTICIPANTS}]]",
+                f"name = {json.dumps(pin.name)}",
+                f"role = {json.dumps(pin.role)}",
+                f"sha256 = {json.dumps(pin.sha256)}",
+            ]
+        if self.plan is not None:
+            # ASCII JSON in a literal multi-line string is read back byte for byte, as long as it holds no '''.
+            settings = json.dumps(self.plan.settings, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False)
+            if "'''" in settings:
+                raise ConfigError(
+                    "the plan's settings hold three single quotes in a row, which a manifest cannot carry"
+                )
+            lines += [
+                "",
+                "[plan]",
+                "# The settings every collaborator receives, pinned: a collaborator refuses any other plan.",
+                "# Changing them takes a new manifest (`fedfair plan pin`); `fedfair plan diff OLD NEW` shows the "
+                "change.",
+                f"sha256 = {json.dumps(self.plan.sha256)}",
+                f"settings = '''\n{settings}\n'''",
+            ]
+        return "\n".join(lines) + "\n"
 
 
-def write_manifest(
-    path: Path,
-    federation_id: str,
-    pins: Sequence[Pin],
-    max_colluding: int,
-    min_round_size: int,
-    plan: PlanPin | None = None,
-    revoked: Iterable[str] = (),
-) -> str:
-    """Write the manifest to ``path`` (atomically, never over an existing file); return its digest."""
-    text = manifest_text(federation_id, pins, max_colluding, min_round_size, plan, revoked)
-    write_file(path, text.encode(), 0o644)
-    return roster_digest(federation_id, pins, max_colluding, min_round_size, plan, revoked)
+def write_manifest(path: Path, roster: Roster) -> str:
+    """Write the roster's manifest to ``path`` (atomically, never over an existing file); return its digest."""
+    write_file(path, roster.text().encode(), 0o644)
+    return roster.digest()
 
 
 def check_not_revoked(pins: Iterable[Pin], revoked: Iterable[str]) -> None:

@@ -18,18 +18,16 @@ import numpy as np
 import torch
 
 from fedfair.core import server
-from fedfair.core.config import ObjectiveConfig, TrainingConfig
+from fedfair.core.config import TrainingConfig
 from fedfair.core.data import ClientData, client_batch_sizes, client_seed
 from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
 from fedfair.core.models import flat_parameters
-from fedfair.privacy.config import PrivacyConfig
-from fedfair.simulation.federation import history_sample
-from fedfair.simulation.rounds import make_learners, round_record, run_rounds
-from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult
+from fedfair.research.task import Task
+from fedfair.simulation.federation import Federation, history_sample
+from fedfair.simulation.rounds import SimulationResult, make_learners, round_record, run_rounds
 
 # Turns one round's updates and (when the method needs them) the collaborators'
 # mean losses at theta_t into the sums server.apply consumes.
@@ -99,6 +97,17 @@ class LossRows:
         ]
 
 
+@dataclass(frozen=True)
+class ReadsLosses:
+    """Settings of a method whose server reads the collaborators' losses at theta_t every round."""
+
+    loss_rows: int = 0
+    """Rows per collaborator each round's losses are read from (0: all)."""
+
+    def __post_init__(self) -> None:
+        LossRows.check(self.loss_rows)
+
+
 def rows_of(client: ClientData, index: np.ndarray | None) -> ClientData:
     """`client` restricted to the rows at `index`, in that order; `client` itself when `index` is None."""
     if index is None:
@@ -152,20 +161,17 @@ def rebuilt(learners: Sequence[LocalLearner], training: TrainingConfig, kind: ty
 
 
 def run_combined(
-    federation: Federation,
-    training: TrainingConfig,
+    task: Task,
     combine: Combine,
     *,
-    options: SimulationOptions = SimulationOptions(),
     steps: Sequence[int] | None = None,
     needs_losses: bool = False,
     loss_rows: int = 0,
     describe: Callable[[], dict[str, float]] | None = None,
-    on_round: RoundCallback | None = None,
     rebuild: Callable[[list[LocalLearner]], list[LocalLearner]] | None = None,
     before_round: Callable[[torch.Tensor], None] | None = None,
 ) -> SimulationResult:
-    """`simulation.run_rounds` with the method's own server combination and per-client step counts.
+    """`simulation.run_rounds` on `task` with the method's own server combination and per-client step counts.
 
     `steps[k]` local steps for collaborator k (default: tau for all); `describe`
     adds the method's server-side state to each history record. `rebuild` turns
@@ -177,6 +183,7 @@ def run_combined(
     With `needs_losses`, `combine` gets each collaborator's mean loss at theta_t, read
     from `loss_rows` rows of it (`LossRows`; 0: all).
     """
+    federation, training, options, on_round = task.federation, task.training, task.options, task.on_round
     template, learners = make_learners(federation, training, None, options=options)
     if rebuild is not None:
         learners = rebuild(learners)
@@ -206,15 +213,15 @@ def run_combined(
     return SimulationResult(state=state, model=template, history=history)
 
 
-def run_fedavg(
-    federation: Federation,
-    training: TrainingConfig,
-    *,
-    options: SimulationOptions = SimulationOptions(),
-    local_epochs: int | None = None,
-    on_round: RoundCallback | None = None,
-    privacy: PrivacyConfig | None = None,
-) -> SimulationResult:
+@dataclass(frozen=True)
+class FedAvgSettings:
+    """FedAvg's settings: local passes instead of local steps."""
+
+    local_epochs: int | None = None
+    """E passes over each collaborator's data per round instead of --local-steps (None: the steps)."""
+
+
+def run_fedavg(task: Task, settings: FedAvgSettings) -> SimulationResult:
     """FedAvg (McMahan et al. 2017): local SGD on the mean loss, updates averaged with weights b_k.
 
     Reveals to the server: nothing beyond the weighted sum of model updates.
@@ -222,11 +229,14 @@ def run_fedavg(
     By default every collaborator takes tau = `training.local.local_steps` steps,
     which is exactly Algorithm 1's loop with epsilon = 1. With `local_epochs` = E,
     collaborator k takes E * ceil(n_k / b_k) steps instead (E passes over its data,
-    the paper's FedAvg setting), so step counts differ between collaborators.
+    the paper's FedAvg setting), so step counts differ between collaborators. It trains
+    with DP-SGD when `task.privacy` is enabled (with local steps only).
     """
+    federation, training, options, on_round = task.federation, task.training, task.options, task.on_round
+    local_epochs = settings.local_epochs
     if local_epochs is None:
-        return run_rounds(federation, training, None, options=options, on_round=on_round, privacy=privacy)
-    if privacy is not None and privacy.enabled:
+        return run_rounds(federation, training, None, options=options, on_round=on_round, privacy=task.privacy)
+    if task.privacy.enabled:
         raise ConfigError("DP-SGD with local epochs is not supported; use --local-steps with the --dp-* flags")
     if local_epochs < 1:
         raise ConfigError(f"local epochs must be at least 1, got {local_epochs}; e.g. --local-epochs 3")
@@ -235,14 +245,7 @@ def run_fedavg(
     sizes = [client.size for client in federation.train]
     batch_sizes = client_batch_sizes(sizes, training.batch_size)
     steps = [local_epochs * math.ceil(size / batch) for size, batch in zip(sizes, batch_sizes, strict=True)]
-    return run_combined(
-        federation,
-        training,
-        lambda updates, _: server.Aggregate.of(updates),
-        options=options,
-        steps=steps,
-        on_round=on_round,
-    )
+    return run_combined(task, lambda updates, _: server.Aggregate.of(updates), steps=steps)
 
 
 @dataclass
@@ -252,15 +255,15 @@ class AFLResult(SimulationResult):
     mixture: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
-def run_afl(
-    federation: Federation,
-    training: TrainingConfig,
-    *,
-    options: SimulationOptions = SimulationOptions(),
-    mixture_lr: float,
-    loss_rows: int = 0,
-    on_round: RoundCallback | None = None,
-) -> AFLResult:
+@dataclass(frozen=True)
+class AFLSettings(ReadsLosses):
+    """AFL's settings: the ascent on the collaborators' mixture weights."""
+
+    mixture_lr: float = 0.01
+    """Step size of the ascent on the collaborators' mixture weights."""
+
+
+def run_afl(task: Task, settings: AFLSettings) -> AFLResult:
     """Agnostic Federated Learning (Mohri et al. 2019): min over theta, max over client mixtures lambda.
 
     Reveals to the server: every collaborator's mean training loss F_k in
@@ -276,6 +279,7 @@ def run_afl(
     (over `loss_rows` of them when positive: `LossRows`).
     History records carry lambda as `lambda_0`, `lambda_1`, ...
     """
+    federation, mixture_lr = task.federation, settings.mixture_lr
     if not mixture_lr > 0.0 or not math.isfinite(mixture_lr):
         raise ConfigError(f"mixture_lr must be a positive number, got {mixture_lr}; e.g. --mixture-lr 0.01")
     mixture = np.full(len(federation.train), 1.0 / len(federation.train))
@@ -289,28 +293,19 @@ def run_afl(
     def describe() -> dict[str, float]:
         return {f"lambda_{index}": float(weight) for index, weight in enumerate(mixture)}
 
-    result = run_combined(
-        federation,
-        training,
-        combine,
-        options=options,
-        needs_losses=True,
-        loss_rows=loss_rows,
-        describe=describe,
-        on_round=on_round,
-    )
+    result = run_combined(task, combine, needs_losses=True, loss_rows=settings.loss_rows, describe=describe)
     return AFLResult(state=result.state, model=result.model, history=result.history, mixture=mixture)
 
 
-def run_qfedavg(
-    federation: Federation,
-    training: TrainingConfig,
-    *,
-    options: SimulationOptions = SimulationOptions(),
-    q: float,
-    loss_rows: int = 0,
-    on_round: RoundCallback | None = None,
-) -> SimulationResult:
+@dataclass(frozen=True)
+class QFedAvgSettings(ReadsLosses):
+    """q-FedAvg's settings: its fairness exponent q."""
+
+    q: float = 1.0
+    """The fairness exponent (0 is FedAvg with equal weights)."""
+
+
+def run_qfedavg(task: Task, settings: QFedAvgSettings) -> SimulationResult:
     """q-FedAvg (Li et al. 2020), the solver of q-FFL: min over theta of sum_k F_k^(q+1) / (q+1).
 
     Reveals to the server: every collaborator's mean training loss F_k in
@@ -324,9 +319,10 @@ def run_qfedavg(
     unweighted mean of the collaborators' models: FedAvg with equal weights.
     F_k is read from `loss_rows` of k's rows when positive (`LossRows`).
     """
+    q = settings.q
     if not q >= 0.0 or not math.isfinite(q):
         raise ConfigError(f"q must be a number >= 0, got {q}; 0 is FedAvg with equal client weights, e.g. --q 1")
-    lipschitz = 1.0 / training.local.lr
+    lipschitz = 1.0 / task.training.local.lr
 
     def combine(updates: list[Update], losses: np.ndarray) -> server.Aggregate:
         powered = losses**q
@@ -341,9 +337,7 @@ def run_qfedavg(
         aggregate = reweighted(updates, lipschitz * powered)
         return replace(aggregate, total_weight=float((curvature + lipschitz * powered).sum()))
 
-    return run_combined(
-        federation, training, combine, options=options, needs_losses=True, loss_rows=loss_rows, on_round=on_round
-    )
+    return run_combined(task, combine, needs_losses=True, loss_rows=settings.loss_rows)
 
 
 def pooled_federation(federation: Federation) -> Federation:
@@ -361,37 +355,26 @@ def pooled_federation(federation: Federation) -> Federation:
     )
 
 
-def run_central_erm(
-    federation: Federation,
-    training: TrainingConfig,
-    *,
-    options: SimulationOptions = SimulationOptions(),
-    on_round: RoundCallback | None = None,
-) -> SimulationResult:
+def run_central_erm(task: Task) -> SimulationResult:
     """Centralized SGD on the mean loss over the pooled training data (ERM).
 
     Reveals: all training data to one place; a yardstick for what federation costs.
     It is FedAvg with a single collaborator, so batches and steps follow `training`.
     """
-    return run_rounds(pooled_federation(federation), training, None, options=options, on_round=on_round)
+    pooled = pooled_federation(task.federation)
+    return run_rounds(pooled, task.training, None, options=task.options, on_round=task.on_round)
 
 
-def run_central_cvar(
-    federation: Federation,
-    objective: ObjectiveConfig,
-    training: TrainingConfig,
-    *,
-    options: SimulationOptions = SimulationOptions(),
-    on_round: RoundCallback | None = None,
-) -> SimulationResult:
+def run_central_cvar(task: Task) -> SimulationResult:
     """Centralized SGD on CVaR_rho (the dual of DRO) over the pooled training data.
 
     Reveals: all training data to one place; a yardstick. CVaR is RCVaR at
     epsilon = 0, so `objective.epsilon` is ignored and rho, the smoothing and the
     bound B are taken from `objective`.
     """
-    cvar_objective = replace(objective, epsilon=0.0)
-    return run_rounds(pooled_federation(federation), training, cvar_objective, options=options, on_round=on_round)
+    cvar_objective = replace(task.objective, epsilon=0.0)
+    pooled = pooled_federation(task.federation)
+    return run_rounds(pooled, task.training, cvar_objective, options=task.options, on_round=task.on_round)
 
 
 # The learners of the reweighting methods (BPF, FedMinMax) and of chi-square DRO

@@ -8,22 +8,18 @@ found by a one-dimensional search (`chi_square_eta`).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
-from fedfair.core.data import client_seed
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
-from fedfair.research.baselines import (
-    pooled_federation,
-    run_combined,
-)
-from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult
+from fedfair.research.baselines import pooled_federation, rebuilt, run_combined
+from fedfair.research.task import Task
+from fedfair.simulation.rounds import SimulationResult
 
 
 def chi_square_constant(rho: float) -> float:
@@ -89,24 +85,12 @@ class ChiSquareDROLearner(LocalLearner):
     the gradient of min_eta dual is the dual's gradient at eta*. The per-sample terms
     eta* + C (x_i^2 / s + s) / 2, with x = (l - eta*)_+ and s = sqrt(mean(x^2)) held
     fixed, average to the dual's value and have exactly its gradient, so the core's
-    `step` (which averages per-sample terms) descends on the DRO risk.
+    `step` (which averages per-sample terms) descends on the DRO risk. Built by `baselines.rebuilt`,
+    then given its `rho`, as the other methods' learners are given their settings.
     """
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        features: torch.Tensor,
-        labels: torch.Tensor,
-        batch_size: int,
-        config: LocalConfig,
-        *,
-        rho: float,
-        seed: int,
-    ) -> None:
-        super().__init__(model, features, labels, batch_size, config, seed=seed)
-        self.rho = rho
-        self.constant = chi_square_constant(rho)
-        self.last_eta = math.nan
+    rho: float = 0.5
+    last_eta: float = math.nan
 
     def objective(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Per-sample terms of the batch's chi-square DRO risk at its eta* (kept in `last_eta`).
@@ -121,17 +105,10 @@ class ChiSquareDROLearner(LocalLearner):
         if float(scale) == 0.0:
             # Every loss is at eta*: the robust risk is that common loss, and so is its gradient.
             return losses
-        return self.last_eta + 0.5 * self.constant * (excess.square() / scale + scale)
+        return self.last_eta + 0.5 * chi_square_constant(self.rho) * (excess.square() / scale + scale)
 
 
-def run_dro(
-    federation: Federation,
-    objective: ObjectiveConfig,
-    training: TrainingConfig,
-    *,
-    options: SimulationOptions = SimulationOptions(),
-    on_round: RoundCallback | None = None,
-) -> SimulationResult:
+def run_dro(task: Task) -> SimulationResult:
     """Chi-square DRO (Hashimoto et al. 2018), centralized, as the paper runs it: eta found by search.
 
     Reveals: all training data to one place; a yardstick. SGD on the pooled data
@@ -141,33 +118,18 @@ def run_dro(
     is the other DRO: CVaR is DRO over the ratio-bounded ball, its threshold c
     learned by SGD instead. History records carry the last batch's eta.
     """
+    objective = task.objective
     chi_square_constant(objective.rho)
     learner_box: list[ChiSquareDROLearner] = []
 
     def rebuild(learners: list[LocalLearner]) -> list[LocalLearner]:
-        learner_box.extend(
-            ChiSquareDROLearner(
-                learner.model,
-                learner.features,
-                learner.labels,
-                learner.batch_size,
-                learner.config,
-                rho=objective.rho,
-                seed=client_seed(training.seed, index),
-            )
-            for index, learner in enumerate(learners)
-        )
+        for learner in rebuilt(learners, task.training, ChiSquareDROLearner):
+            learner.rho = objective.rho
+            learner_box.append(learner)
         return list(learner_box)
 
     def describe() -> dict[str, float]:
         return {"eta": learner_box[0].last_eta}
 
-    return run_combined(
-        pooled_federation(federation),
-        training,
-        lambda updates, _: server.Aggregate.of(updates),
-        options=options,
-        rebuild=rebuild,
-        describe=describe,
-        on_round=on_round,
-    )
+    pooled = replace(task, federation=pooled_federation(task.federation))
+    return run_combined(pooled, lambda updates, _: server.Aggregate.of(updates), rebuild=rebuild, describe=describe)

@@ -28,16 +28,10 @@ from fedfair.datasets import ClientSplit, Dataset, load_csv, load_dataset, parti
 from fedfair.fairness import pooled
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import minimax
-from fedfair.research.methods import (
-    METHODS,
-    FedAvgSettings,
-    FedMinMaxSettings,
-    MethodSettings,
-    NoSettings,
-    Task,
-    method_named,
-    own,
-)
+from fedfair.research.baselines import FedAvgSettings
+from fedfair.research.methods import METHODS, MethodSettings, method_named, own
+from fedfair.research.minimax import FedMinMaxSettings
+from fedfair.research.task import NoSettings, Task
 from fedfair.runtime.observe.progress import Progress
 from fedfair.research.reference import solve_reference
 from fedfair.simulation.federation import Federation, federation_from_arrays

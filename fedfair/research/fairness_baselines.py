@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.special import logsumexp
 
 from fedfair.core import server
-from fedfair.core.config import TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
-from fedfair.research.baselines import LossRows, client_losses, rebuilt, reweighted, run_combined
-from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult
+from fedfair.research.baselines import LossRows, ReadsLosses, client_losses, rebuilt, reweighted, run_combined
+from fedfair.research.task import Task
+from fedfair.simulation.rounds import SimulationResult
 
 # ---------------------------------------------------------------- PropFair
 
@@ -73,14 +73,18 @@ class PropFairLearner(LocalLearner):
         return losses / torch.clamp(gap, min=PROPFAIR_MARGIN)
 
 
-def run_propfair(
-    federation: Federation,
-    training: TrainingConfig,
-    *,
-    ceiling: float,
-    options: SimulationOptions = SimulationOptions(),
-    on_round: RoundCallback | None = None,
-) -> SimulationResult:
+@dataclass(frozen=True)
+class PropFairSettings:
+    """PropFair's settings: the ceiling M of its utilities M - F_k."""
+
+    ceiling: float = 5.0
+    """M in -log(M - F_k); it should exceed the losses met (ln K at the uniform start)."""
+
+    def __post_init__(self) -> None:
+        check_ceiling(self.ceiling)
+
+
+def run_propfair(task: Task, settings: PropFairSettings) -> SimulationResult:
     """PropFair (Zhang et al. 2022): min over theta of sum_k p_k (-log(M - F_k(theta))), proportional fairness.
 
     Reveals to the server: nothing beyond FedAvg's weighted sum of updates.
@@ -89,22 +93,14 @@ def run_propfair(
     loss nears M weighs 1 / (M - F_k) times its share. Each client takes tau SGD steps on the surrogate of its
     batches' mean loss (`PropFairLearner`), and the server averages the updates with FedAvg's weights b_k.
     """
-    check_ceiling(ceiling)
 
     def rebuild(learners: list[LocalLearner]) -> list[LocalLearner]:
-        own = rebuilt(learners, training, PropFairLearner)
+        own = rebuilt(learners, task.training, PropFairLearner)
         for learner in own:
-            learner.ceiling = ceiling
+            learner.ceiling = settings.ceiling
         return list(own)
 
-    return run_combined(
-        federation,
-        training,
-        lambda updates, _: server.Aggregate.of(updates),
-        options=options,
-        rebuild=rebuild,
-        on_round=on_round,
-    )
+    return run_combined(task, lambda updates, _: server.Aggregate.of(updates), rebuild=rebuild)
 
 
 # ---------------------------------------------------------------- TERM
@@ -151,15 +147,19 @@ def term_weights(updates: Sequence[Update], log_normalisers: np.ndarray) -> np.n
     return scaled
 
 
-def run_term(
-    federation: Federation,
-    training: TrainingConfig,
-    *,
-    tilt: float,
-    loss_rows: int = 0,
-    options: SimulationOptions = SimulationOptions(),
-    on_round: RoundCallback | None = None,
-) -> SimulationResult:
+@dataclass(frozen=True)
+class TERMSettings(ReadsLosses):
+    """TERM's settings: its tilt t."""
+
+    tilt: float = 1.0
+    """t > 0 in (1/t) log mean exp(t l_i); larger t nears the worst sample's loss, t -> 0 is FedAvg."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_tilt(self.tilt)
+
+
+def run_term(task: Task, settings: TERMSettings) -> SimulationResult:
     """Sample-level TERM (Li et al. 2021), federated: min over theta of (1/t) log((1/n) sum_i exp(t l_i(theta))).
 
     Reveals to the server: every collaborator's log m_k = log mean_i exp(t l_i(theta_t)) in plaintext each
@@ -173,13 +173,13 @@ def run_term(
     (`term_weights`), whose sum is Z. With full batches and one local step the server's move is exactly -lr
     times the tilted risk's gradient; as t -> 0 every weight tends to 1 and the method to FedAvg.
     """
-    check_tilt(tilt)
-    sampled = LossRows([client.size for client in federation.train], loss_rows, training.seed)
+    federation, tilt = task.federation, settings.tilt
+    sampled = LossRows([client.size for client in federation.train], settings.loss_rows, task.training.seed)
     learner_box: list[TERMLearner] = []
     log_normalisers = np.zeros(len(federation.train))
 
     def rebuild(learners: list[LocalLearner]) -> list[LocalLearner]:
-        for learner in rebuilt(learners, training, TERMLearner):
+        for learner in rebuilt(learners, task.training, TERMLearner):
             learner.tilt = tilt
             learner_box.append(learner)
         return list(learner_box)
@@ -194,9 +194,7 @@ def run_term(
     def combine(updates: list[Update], _: np.ndarray) -> server.Aggregate:
         return reweighted(updates, term_weights(updates, log_normalisers))
 
-    return run_combined(
-        federation, training, combine, options=options, rebuild=rebuild, before_round=normalise, on_round=on_round
-    )
+    return run_combined(task, combine, rebuild=rebuild, before_round=normalise)
 
 
 # ---------------------------------------------------------------- Delta-FL
@@ -228,15 +226,19 @@ def superquantile_weights(losses: np.ndarray, shares: np.ndarray, level: float) 
     return weights
 
 
-def run_deltafl(
-    federation: Federation,
-    training: TrainingConfig,
-    *,
-    level: float,
-    loss_rows: int = 0,
-    options: SimulationOptions = SimulationOptions(),
-    on_round: RoundCallback | None = None,
-) -> SimulationResult:
+@dataclass(frozen=True)
+class DeltaFLSettings(ReadsLosses):
+    """Delta-FL's settings: the superquantile level over clients."""
+
+    client_level: float = 0.5
+    """The share of client weight in the tail whose mean loss it minimises (1: every client, FedAvg)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_level(self.client_level)
+
+
+def run_deltafl(task: Task, settings: DeltaFLSettings) -> SimulationResult:
     """Delta-FL (Pillutla et al. 2023): min over theta of the superquantile of the client losses at `level`.
 
     Reveals to the server: every collaborator's mean training loss F_k(theta_t) in plaintext each round (to
@@ -248,12 +250,9 @@ def run_deltafl(
     takes tau SGD steps on its mean loss; the server averages the updates with the maximising pi
     (`superquantile_weights`), a descent step on the superquantile. Level 1 is FedAvg with its weights b_k.
     """
-    check_level(level)
 
     def combine(updates: list[Update], losses: np.ndarray) -> server.Aggregate:
         shares = np.array([update.weight for update in updates], dtype=np.float64)
-        return reweighted(updates, superquantile_weights(losses, shares, level))
+        return reweighted(updates, superquantile_weights(losses, shares, settings.client_level))
 
-    return run_combined(
-        federation, training, combine, options=options, needs_losses=True, loss_rows=loss_rows, on_round=on_round
-    )
+    return run_combined(task, combine, needs_losses=True, loss_rows=settings.loss_rows)

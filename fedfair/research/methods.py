@@ -11,112 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
-from fedfair.core.config import DEFAULT_SERVER_MOMENTUM, ObjectiveConfig, TrainingConfig
+from fedfair.core.config import DEFAULT_SERVER_MOMENTUM
 from fedfair.core.errors import ConfigError
-from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import baselines, dro, fairness_baselines, minimax
+from fedfair.research.baselines import AFLSettings, FedAvgSettings, QFedAvgSettings, ReadsLosses
+from fedfair.research.fairness_baselines import DeltaFLSettings, PropFairSettings, TERMSettings
+from fedfair.research.minimax import BPFSettings, FedMinMaxSettings
+from fedfair.research.task import NoSettings, Task
 from fedfair.secagg import EncodingConfig, largest_safe_fractional_bits
 from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult, run_fedsrcvar
+from fedfair.simulation.rounds import SimulationResult, run_fedsrcvar
 from fedfair.simulation.secure import DistributedDP, SecureSum, federation_dp
-
-# ---------------------------------------------------------------- each method's own settings
-
-
-@dataclass(frozen=True)
-class NoSettings:
-    """A method that takes no settings of its own."""
-
-
-@dataclass(frozen=True)
-class FedAvgSettings:
-    """FedAvg's settings: local passes instead of local steps."""
-
-    local_epochs: int | None = None
-    """E passes over each collaborator's data per round instead of --local-steps (None: the steps)."""
-
-
-@dataclass(frozen=True)
-class ReadsLosses:
-    """Settings of a method whose server reads the collaborators' losses at theta_t every round."""
-
-    loss_rows: int = 0
-    """Rows per collaborator each round's losses are read from (0: all)."""
-
-    def __post_init__(self) -> None:
-        baselines.LossRows.check(self.loss_rows)
-
-
-@dataclass(frozen=True)
-class AFLSettings(ReadsLosses):
-    """AFL's settings: the ascent on the collaborators' mixture weights."""
-
-    mixture_lr: float = 0.01
-    """Step size of the ascent on the collaborators' mixture weights."""
-
-
-@dataclass(frozen=True)
-class QFedAvgSettings(ReadsLosses):
-    """q-FedAvg's settings: its fairness exponent q."""
-
-    q: float = 1.0
-    """The fairness exponent (0 is FedAvg with equal weights)."""
-
-
-@dataclass(frozen=True)
-class FedMinMaxSettings(ReadsLosses):
-    """FedMinMax's settings: the ascent on the group weights, and which groups."""
-
-    adversary_lr: float = 0.1
-    """Step size of the ascent on the group weights."""
-    groups: str | None = None
-    """The sensitive column whose groups it protects (None: the partition column)."""
-
-
-@dataclass(frozen=True)
-class BPFSettings:
-    """BPF's settings: the ascent on the per-sample weights."""
-
-    adversary_lr: float = 0.1
-    """Step size of the ascent on the sample weights."""
-
-
-@dataclass(frozen=True)
-class PropFairSettings:
-    """PropFair's settings: the ceiling M of its utilities M - F_k."""
-
-    ceiling: float = 5.0
-    """M in -log(M - F_k); it should exceed the losses met (ln K at the uniform start)."""
-
-    def __post_init__(self) -> None:
-        fairness_baselines.check_ceiling(self.ceiling)
-
-
-@dataclass(frozen=True)
-class TERMSettings(ReadsLosses):
-    """TERM's settings: its tilt t."""
-
-    tilt: float = 1.0
-    """t > 0 in (1/t) log mean exp(t l_i); larger t nears the worst sample's loss, t -> 0 is FedAvg."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        fairness_baselines.check_tilt(self.tilt)
-
-
-@dataclass(frozen=True)
-class DeltaFLSettings(ReadsLosses):
-    """Delta-FL's settings: the superquantile level over clients."""
-
-    client_level: float = 0.5
-    """The share of client weight in the tail whose mean loss it minimises (1: every client, FedAvg)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        fairness_baselines.check_level(self.client_level)
-
 
 MethodSettings = (
     NoSettings
@@ -148,36 +55,19 @@ WHOSE: dict[str, str] = {
 # ---------------------------------------------------------------- running a method
 
 
-@dataclass(frozen=True)
-class Task:
-    """What every method trains on and with: the federation and the settings all methods share."""
-
-    federation: Federation
-    objective: ObjectiveConfig
-    training: TrainingConfig
-    privacy: PrivacyConfig
-    options: SimulationOptions = SimulationOptions()
-    secure_aggregation: bool = False
-    on_round: RoundCallback | None = None
-    colluders: int = 0
-    """Under distributed DP, the sites that may collude with the aggregator (the others carry the noise)."""
-
-    def __post_init__(self) -> None:
-        """Refuse distributed DP without the secure sum: its sites add no noise of their own."""
-        if self.privacy.enabled and self.privacy.mode == "distributed" and not self.secure_aggregation:
-            raise ConfigError(
-                "distributed DP adds its noise inside the secure sum and none at the sites; "
-                "pass --secure-aggregation (Task.secure_aggregation = True)"
-            )
+Settings = TypeVar("Settings", bound=MethodSettings)
 
 
 @dataclass(frozen=True)
-class Method:
-    """One method: its settings' type, how it runs, and what it supports."""
+class Method(Generic[Settings]):
+    """One method: its settings' type, how it runs, and what it supports.
+
+    `run` is the method's run function, called with a `Task` and the method's own settings.
+    """
 
     name: str
-    settings: type[MethodSettings]
-    run: Callable[[Task, MethodSettings], SimulationResult]
+    settings: type[Settings]
+    run: Callable[[Task, Settings], SimulationResult]
     has_threshold: bool = False
     """Whether it trains the RCVaR threshold c (its result reports c)."""
     rho_free: bool = False
@@ -196,9 +86,6 @@ class Method:
     def reads_losses(self) -> bool:
         """Whether its server needs losses at theta_t every round (`loss_rows` bounds what it reads)."""
         return issubclass(self.settings, ReadsLosses)
-
-
-Settings = TypeVar("Settings", bound=MethodSettings)
 
 
 def own(settings: MethodSettings, kind: type[Settings]) -> Settings:
@@ -224,7 +111,7 @@ def secure_sum(federation: Federation, distributed: DistributedDP | None = None)
     return SecureSum(EncodingConfig(SECURE_CLIP, max_weight, bits, SECURE_MODULUS_BITS), distributed=distributed)
 
 
-def _fedsrcvar(task: Task, settings: MethodSettings) -> SimulationResult:
+def _fedsrcvar(task: Task, settings: NoSettings) -> SimulationResult:
     privacy = task.privacy
     distributed = None
     if privacy.enabled and privacy.mode == "distributed":
@@ -245,121 +132,7 @@ def _fedsrcvar(task: Task, settings: MethodSettings) -> SimulationResult:
     return result if summed is None else replace(result, noise=summed.noise_report())
 
 
-def _fedavg(task: Task, settings: MethodSettings) -> SimulationResult:
-    local_epochs = own(settings, FedAvgSettings).local_epochs
-    return baselines.run_fedavg(
-        task.federation,
-        task.training,
-        options=task.options,
-        local_epochs=local_epochs,
-        on_round=task.on_round,
-        privacy=task.privacy,
-    )
-
-
-def _fedavg_momentum(task: Task, settings: MethodSettings) -> SimulationResult:
-    return baselines.run_fedavg(task.federation, task.training, options=task.options, on_round=task.on_round)
-
-
-def _afl(task: Task, settings: MethodSettings) -> SimulationResult:
-    afl = own(settings, AFLSettings)
-    return baselines.run_afl(
-        task.federation,
-        task.training,
-        options=task.options,
-        mixture_lr=afl.mixture_lr,
-        loss_rows=afl.loss_rows,
-        on_round=task.on_round,
-    )
-
-
-def _qfedavg(task: Task, settings: MethodSettings) -> SimulationResult:
-    qfedavg = own(settings, QFedAvgSettings)
-    return baselines.run_qfedavg(
-        task.federation,
-        task.training,
-        options=task.options,
-        q=qfedavg.q,
-        loss_rows=qfedavg.loss_rows,
-        on_round=task.on_round,
-    )
-
-
-def _fedminmax(task: Task, settings: MethodSettings) -> SimulationResult:
-    fedminmax = own(settings, FedMinMaxSettings)
-    if not isinstance(task.federation, minimax.GroupedFederation):
-        raise ConfigError(
-            "FedMinMax needs every training sample's sensitive group: build the federation with "
-            "load_federation(config) for --method fedminmax, or attach them with minimax.with_groups"
-        )
-    return minimax.run_fedminmax(
-        task.federation,
-        task.training,
-        options=task.options,
-        adversary_lr=fedminmax.adversary_lr,
-        loss_rows=fedminmax.loss_rows,
-        on_round=task.on_round,
-    )
-
-
-def _bpf(task: Task, settings: MethodSettings) -> SimulationResult:
-    adversary_lr = own(settings, BPFSettings).adversary_lr
-    return minimax.run_bpf(
-        task.federation,
-        task.objective,
-        task.training,
-        adversary_lr=adversary_lr,
-        options=task.options,
-        on_round=task.on_round,
-    )
-
-
-def _propfair(task: Task, settings: MethodSettings) -> SimulationResult:
-    ceiling = own(settings, PropFairSettings).ceiling
-    return fairness_baselines.run_propfair(
-        task.federation, task.training, ceiling=ceiling, options=task.options, on_round=task.on_round
-    )
-
-
-def _term(task: Task, settings: MethodSettings) -> SimulationResult:
-    term = own(settings, TERMSettings)
-    return fairness_baselines.run_term(
-        task.federation,
-        task.training,
-        tilt=term.tilt,
-        loss_rows=term.loss_rows,
-        options=task.options,
-        on_round=task.on_round,
-    )
-
-
-def _deltafl(task: Task, settings: MethodSettings) -> SimulationResult:
-    deltafl = own(settings, DeltaFLSettings)
-    return fairness_baselines.run_deltafl(
-        task.federation,
-        task.training,
-        level=deltafl.client_level,
-        loss_rows=deltafl.loss_rows,
-        options=task.options,
-        on_round=task.on_round,
-    )
-
-
-def _central_erm(task: Task, settings: MethodSettings) -> SimulationResult:
-    return baselines.run_central_erm(task.federation, task.training, options=task.options, on_round=task.on_round)
-
-
-def _central_cvar(task: Task, settings: MethodSettings) -> SimulationResult:
-    return baselines.run_central_cvar(
-        task.federation, task.objective, task.training, options=task.options, on_round=task.on_round
-    )
-
-
-def _dro(task: Task, settings: MethodSettings) -> SimulationResult:
-    return dro.run_dro(task.federation, task.objective, task.training, options=task.options, on_round=task.on_round)
-
-
-METHODS: dict[str, Method] = {
+METHODS: dict[str, Method[Any]] = {
     method.name: method
     for method in (
         Method(
@@ -371,25 +144,31 @@ METHODS: dict[str, Method] = {
             corrects_drift=True,
             server_momentum=DEFAULT_SERVER_MOMENTUM,
         ),
-        Method("fedavg", FedAvgSettings, _fedavg, rho_free=True, private=True, corrects_drift=True),
+        Method("fedavg", FedAvgSettings, baselines.run_fedavg, rho_free=True, private=True, corrects_drift=True),
         # FedAvgM is FedAvg's run with server momentum (Hsu et al. 2019 use 0.9 among others).
-        Method("fedavgm", NoSettings, _fedavg_momentum, rho_free=True, server_momentum=DEFAULT_SERVER_MOMENTUM),
-        Method("afl", AFLSettings, _afl, rho_free=True),
-        Method("qfedavg", QFedAvgSettings, _qfedavg, rho_free=True),
-        Method("fedminmax", FedMinMaxSettings, _fedminmax, rho_free=True, needs_groups=True),
-        Method("propfair", PropFairSettings, _propfair, rho_free=True, server_momentum=0.0),
-        Method("term", TERMSettings, _term, rho_free=True, server_momentum=0.0),
-        Method("deltafl", DeltaFLSettings, _deltafl, rho_free=True, server_momentum=0.0),
-        Method("central-erm", NoSettings, _central_erm, rho_free=True),
-        Method("central-cvar", NoSettings, _central_cvar, has_threshold=True),
-        Method("bpf", BPFSettings, _bpf),
-        Method("dro", NoSettings, _dro),
+        Method(
+            "fedavgm",
+            NoSettings,
+            lambda task, _: baselines.run_fedavg(task, FedAvgSettings()),
+            rho_free=True,
+            server_momentum=DEFAULT_SERVER_MOMENTUM,
+        ),
+        Method("afl", AFLSettings, baselines.run_afl, rho_free=True),
+        Method("qfedavg", QFedAvgSettings, baselines.run_qfedavg, rho_free=True),
+        Method("fedminmax", FedMinMaxSettings, minimax.run_fedminmax, rho_free=True, needs_groups=True),
+        Method("propfair", PropFairSettings, fairness_baselines.run_propfair, rho_free=True, server_momentum=0.0),
+        Method("term", TERMSettings, fairness_baselines.run_term, rho_free=True, server_momentum=0.0),
+        Method("deltafl", DeltaFLSettings, fairness_baselines.run_deltafl, rho_free=True, server_momentum=0.0),
+        Method("central-erm", NoSettings, lambda task, _: baselines.run_central_erm(task), rho_free=True),
+        Method("central-cvar", NoSettings, lambda task, _: baselines.run_central_cvar(task), has_threshold=True),
+        Method("bpf", BPFSettings, minimax.run_bpf),
+        Method("dro", NoSettings, lambda task, _: dro.run_dro(task)),
     )
 }
 """Every method by its --method name, in the order the command line lists them."""
 
 
-def method_named(name: str) -> Method:
+def method_named(name: str) -> Method[Any]:
     """The method called `name`, or ConfigError listing the choices."""
     if name not in METHODS:
         raise ConfigError(f"unknown method '{name}'; choose one of: {', '.join(METHODS)}")
@@ -406,4 +185,5 @@ def settings_for(name: str, given: Mapping[str, object]) -> MethodSettings:
     for key in given:
         if key not in own_fields:
             raise ConfigError(f"{WHOSE[key]}; drop it for --method {name}")
-    return method.settings(**given)  # type: ignore[arg-type]  # each key is one of this dataclass's fields
+    settings: MethodSettings = method.settings(**given)  # each key is one of its fields, checked above
+    return settings

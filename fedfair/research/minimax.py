@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from fedfair.core import server
-from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
+from fedfair.core.config import LocalConfig
 from fedfair.core.errors import AggregateError, ConfigError
 from fedfair.core.evaluation import evaluate
 from fedfair.core.local import BatchSampler, LocalLearner
@@ -24,6 +24,7 @@ from fedfair.core.models import flat_parameters
 from fedfair.core.update import Update
 from fedfair.research.baselines import (
     LossRows,
+    ReadsLosses,
     check_step,
     pooled_federation,
     project_onto_simplex,
@@ -31,8 +32,9 @@ from fedfair.research.baselines import (
     rows_of,
     run_combined,
 )
+from fedfair.research.task import Task
 from fedfair.simulation.federation import Federation
-from fedfair.simulation.rounds import RoundCallback, SimulationOptions, SimulationResult
+from fedfair.simulation.rounds import SimulationResult
 
 
 class _RecordingSampler(BatchSampler):
@@ -192,15 +194,15 @@ class BPFResult(SimulationResult):
     ratios: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
-def run_bpf(
-    federation: Federation,
-    objective: ObjectiveConfig,
-    training: TrainingConfig,
-    *,
-    adversary_lr: float,
-    options: SimulationOptions = SimulationOptions(),
-    on_round: RoundCallback | None = None,
-) -> BPFResult:
+@dataclass(frozen=True)
+class BPFSettings:
+    """BPF's settings: the ascent on the per-sample weights."""
+
+    adversary_lr: float = 0.1
+    """Step size of the ascent on the sample weights."""
+
+
+def run_bpf(task: Task, settings: BPFSettings) -> BPFResult:
     """Blind Pareto Fairness (Martinez et al. 2021), centralized: min over theta, max over sample weights.
 
     Reveals: all training data to one place, like the other centralized yardsticks;
@@ -215,9 +217,10 @@ def run_bpf(
     output is the average iterate. History records carry the largest ratio and
     the adversary's weighted loss.
     """
+    objective, training, adversary_lr = task.objective, task.training, settings.adversary_lr
     bpf_ratio_bounds(objective.rho, objective.epsilon)
     check_step(adversary_lr, "--adversary-lr")
-    pooled = pooled_federation(federation)
+    pooled = pooled_federation(task.federation)
     learner_box: list[WeightedLearner] = []
     ratios = np.ones(pooled.train[0].size)
 
@@ -243,9 +246,7 @@ def run_bpf(
         memory = learner.recent_losses.cpu().numpy()
         return {"adversary_max_ratio": float(ratios.max()), "adversary_weighted_loss": float(np.mean(ratios * memory))}
 
-    result = run_combined(
-        pooled, training, combine, options=options, rebuild=rebuild, describe=describe, on_round=on_round
-    )
+    result = run_combined(replace(task, federation=pooled), combine, rebuild=rebuild, describe=describe)
     return BPFResult(state=result.state, model=result.model, history=result.history, ratios=ratios)
 
 
@@ -299,15 +300,18 @@ class FedMinMaxResult(SimulationResult):
     group_weights: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
-def run_fedminmax(
-    federation: GroupedFederation,
-    training: TrainingConfig,
-    *,
-    adversary_lr: float,
-    loss_rows: int = 0,
-    options: SimulationOptions = SimulationOptions(),
-    on_round: RoundCallback | None = None,
-) -> FedMinMaxResult:
+@dataclass(frozen=True)
+class FedMinMaxSettings(ReadsLosses):
+    """FedMinMax's settings: the ascent on the group weights, and which groups."""
+
+    adversary_lr: float = 0.1
+    """Step size of the ascent on the group weights."""
+    groups: str | None = None
+    """The sensitive column whose groups it protects (None: the partition column); the federation's loader
+    reads it (`GroupedFederation`)."""
+
+
+def run_fedminmax(task: Task, settings: FedMinMaxSettings) -> FedMinMaxResult:
     """FedMinMax (Papadaki et al. 2022): min over theta, max over group weights mu of sum_a mu_a R_a(theta).
 
     Reveals to the server: each collaborator's per-group sample counts (once) and
@@ -326,6 +330,12 @@ def run_fedminmax(
     With `loss_rows` > 0 each collaborator sums losses over a fresh draw of that many
     rows, scaled by n_k / rows: unbiased estimates of the group loss sums (`LossRows`).
     """
+    federation, training, adversary_lr = task.federation, task.training, settings.adversary_lr
+    if not isinstance(federation, GroupedFederation):
+        raise ConfigError(
+            "FedMinMax needs every training sample's sensitive group: build the federation with "
+            "load_federation(config) for --method fedminmax, or attach them with minimax.with_groups"
+        )
     check_step(adversary_lr, "--adversary-lr")
     groups = len(federation.group_names)
     counts = np.zeros(groups)
@@ -335,7 +345,7 @@ def run_fedminmax(
     mixture = shares.copy()
     risks = np.zeros(groups)
     learner_box: list[WeightedLearner] = []
-    sampled = LossRows([client.size for client in federation.train], loss_rows, training.seed)
+    sampled = LossRows([client.size for client in federation.train], settings.loss_rows, training.seed)
 
     def rebuild(learners: list[LocalLearner]) -> list[LocalLearner]:
         learner_box.extend(rebuilt(learners, training, WeightedLearner))
@@ -366,16 +376,7 @@ def run_fedminmax(
     def describe() -> dict[str, float]:
         return {f"mu_{index}": float(weight) for index, weight in enumerate(mixture)}
 
-    result = run_combined(
-        federation,
-        training,
-        combine,
-        options=options,
-        rebuild=rebuild,
-        before_round=group_risks,
-        describe=describe,
-        on_round=on_round,
-    )
+    result = run_combined(task, combine, rebuild=rebuild, before_round=group_risks, describe=describe)
     return FedMinMaxResult(state=result.state, model=result.model, history=result.history, group_weights=mixture)
 
 

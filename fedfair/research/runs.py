@@ -40,7 +40,9 @@ from fedfair.research.experiment import (
     run_method,
 )
 from fedfair.research.flags import config_from_flags
-from fedfair.research.methods import FedAvgSettings, FedMinMaxSettings, own
+from fedfair.research.baselines import FedAvgSettings
+from fedfair.research.methods import own
+from fedfair.research.minimax import FedMinMaxSettings
 from fedfair.research.study_options import RAY_INSTALL_HINT
 from fedfair.runtime.observe.progress import Progress
 from fedfair.simulation.federation import Federation, federation_from_arrays, history_sample

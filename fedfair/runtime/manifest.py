@@ -19,7 +19,7 @@ from cryptography import x509
 from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.pki.names import FEDERATION_ID_RE, ROLES, validate_name
-from fedfair.pki.roster import PARTICIPANTS, Pin, PlanPin, check_not_revoked, check_pins, roster_digest
+from fedfair.pki.roster import PARTICIPANTS, Pin, PlanPin, Roster, check_not_revoked, check_pins
 from fedfair.pki.verification import (
     der_fingerprint,
     normalise_fingerprint,
@@ -75,6 +75,18 @@ class Manifest:
     """The SHA-256 fingerprints of the certificates revoked in this federation (sorted): never pinned again."""
     update: Update | None = None
     """Set when this manifest is a signed update of an earlier one, which a running federation takes."""
+
+    @property
+    def roster(self) -> Roster:
+        """The content the institutions agreed on, without the file's source and [update]."""
+        return Roster(
+            self.federation_id,
+            (self.aggregator, *self.collaborators),
+            self.max_colluding,
+            self.min_round_size,
+            self.plan,
+            self.revoked,
+        )
 
     @property
     def collaborator_names(self) -> frozenset[str]:
@@ -202,10 +214,7 @@ def load_manifest(path: Path | str) -> Manifest:
 
 def manifest_digest(manifest: Manifest) -> str:
     """SHA-256 (hex) of the manifest's content, what the institutions compare (comments and order do not count)."""
-    pins = (manifest.aggregator, *manifest.collaborators)
-    return roster_digest(
-        manifest.federation_id, pins, manifest.max_colluding, manifest.min_round_size, manifest.plan, manifest.revoked
-    )
+    return manifest.roster.digest()
 
 
 def federation_digest(manifest: Manifest) -> str:

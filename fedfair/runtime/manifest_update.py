@@ -21,7 +21,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.pki.identity import is_valid_signature, sign
-from fedfair.pki.roster import manifest_text
 from fedfair.pki.store import write_file
 from fedfair.secagg.credentials import RememberedVerifier
 from fedfair.runtime.manifest import (
@@ -55,10 +54,7 @@ def write_update(path: Path, manifest: Manifest) -> None:
     """Write a signed update as TOML (atomically, never over an existing file)."""
     if manifest.update is None:
         raise ConfigError("the manifest to write carries no [update]; sign it with `signed_update` first")
-    pins = (manifest.aggregator, *manifest.collaborators)
-    text = manifest_text(
-        manifest.federation_id, pins, manifest.max_colluding, manifest.min_round_size, manifest.plan, manifest.revoked
-    )
+    text = manifest.roster.text()
     update = manifest.update
     text += (
         f'\n[update]\nreplaces = "{update.replaces}"\norigin = "{update.origin}"\n'

@@ -25,6 +25,7 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
+from fedfair.secagg.payloads import View
 from fedfair.secagg.shares import SECRET_BYTES, Held
 from fedfair.secagg.verify_messages import AggregateTag
 from fedfair.secagg.wire import Header, Stage
@@ -92,7 +93,8 @@ class ClientState:
         self._accused: frozenset[int] = frozenset()
         self._masking_set: tuple[int, ...] | None = None
         self._signed: ConsistencySignature | None = None
-        self._view: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        self._view: View | None = None
+        self._input_digest = b""
         self._answered: tuple[UnmaskRequest, UnmaskResponse] | None = None
         self.excluded: dict[int, str] = {}
         """Peers whose advertisements were refused, with the reason; they take no part."""
@@ -105,8 +107,8 @@ class ClientState:
         return self._session
 
     @property
-    def signed_view(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-        """The (U2', U3) view this party signed in the CONSISTENCY stage, or None before."""
+    def signed_view(self) -> View | None:
+        """The view (U2', U3, the survivors' masked-input digests) this party signed at CONSISTENCY, or None before."""
         return self._view
 
     def _expect(self, stage: Stage, step: str) -> None:

@@ -106,6 +106,11 @@ class SecAggConfig:
         return self._threshold
 
     @property
+    def resummed(self) -> bool:
+        """Whether each survivor re-sums the survivors' masked inputs to check the claimed sum (:func:`resummed`)."""
+        return resummed(self.size, self.dimension)
+
+    @property
     def complete(self) -> bool:
         """Whether every party masks with every other (no SecAgg+ graph)."""
         return complete_graph_over(len(self.graph_roster), self.neighbours)
@@ -173,6 +178,32 @@ class SecAggConfig:
     def is_party(self, party: int) -> bool:
         """Whether ``party`` is a valid id in this round."""
         return 1 <= party <= self.size
+
+
+RESUMMED_WORDS = 1 << 22
+"""The most masked-input words (parties x (d + 1)) a survivor re-sums to check a claimed sum: up to d = 419,429 at
+n = 10, 1,398,100 at n = 3.
+
+Up to here the check holds against the aggregator colluding with any number of survivors. Its cost per party grows
+as n x d and a secure round's as d: measured (benchmarks/verify_soundness_cost.py, 16-bit words) at 5% of a
+runtime round at n = 10, d = 10^5 and 16% at d = 10^6 (4% at n = 3, d = 10^6), so this bound keeps it under the 10%
+goal at n = 10 by the measured slopes. Above it only the tag check runs, which a colluding survivor can defeat
+(docs/security.md, "Verified aggregation"); the round's :attr:`SecAggConfig.resummed` says which check is in force.
+"""
+
+
+def resummed(parties: int, dimension: int) -> bool:
+    """Whether a round of ``parties`` over ``dimension`` coordinates checks its sum by re-summing (RESUMMED_WORDS)."""
+    return parties * (dimension + 1) <= RESUMMED_WORDS
+
+
+def resummed_claim_bytes(parties: int, words: int) -> int:
+    """The most bytes the re-summing material adds to a claim whose vectors have at most ``words`` words.
+
+    Every survivor's masked input (8 bytes a word at most; at most RESUMMED_WORDS words in all, since a longer
+    round does not re-sum) and a rebuilt secret per party, framing included. A downloader's cap on a claim adds this.
+    """
+    return 8 * min(parties * words, RESUMMED_WORDS) + 64 * parties + 128
 
 
 def complete_graph_over(roster: int, neighbours: int | None) -> bool:

@@ -27,9 +27,7 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fedfair.secagg.payloads import (
-    consistency_payload,
-)
+from fedfair.secagg.payloads import consistency_payload, masked_input_digest
 from fedfair.secagg.shares import revealed_for_view
 from fedfair.secagg.wire import Stage, check_header, check_ids
 
@@ -97,18 +95,20 @@ class MaskingStages(ClientState):
         if self._verified is True:
             self._plain = encoded.copy()
         prg.apply_masks(encoded, masks)
+        self._input_digest = masked_input_digest(self._session, self.party, encoded)
         self._masking_set = masking_set.parties
         self._next = Stage.CONSISTENCY
         return MaskedInput(self._header(Stage.MASK), self.party, encoded)
 
     def consistency(self, survivor_set: SurvivorSet) -> ConsistencySignature:
-        """Stage CONSISTENCY: sign the server's view (U2', U3), once.
+        """Stage CONSISTENCY: sign the server's view (U2', U3, the survivors' masked-input digests), once.
 
         The same view asked again gets the same signature again.
 
         Raises:
             UnmaskRefusedError: a view whose U2' differs from the masking set this party masked for,
-                whose U3 is not within U2' or leaves this party out, any view other than the one it
+                whose U3 is not within U2' or leaves this party out, that names no digest for some survivor
+                or another one for this party's own masked input, any view other than the one it
                 already signed, and, on a SecAgg+ graph, survivors whose subgraph max_colluding of them
                 could cut (the aggregator would unmask the sum of a piece:
                 :func:`~fedfair.secagg.graph.check_survivors`).
@@ -116,7 +116,7 @@ class MaskingStages(ClientState):
         """
         if self._signed is not None:
             check_header(survivor_set, self.config, self._session)
-            if self._view != (survivor_set.masking_set, survivor_set.survivors):
+            if self._view != (survivor_set.masking_set, survivor_set.survivors, survivor_set.inputs):
                 raise UnmaskRefusedError("this party already signed another view of the round; refused")
             return self._signed
         self._expect(Stage.CONSISTENCY, "consistency")
@@ -135,7 +135,11 @@ class MaskingStages(ClientState):
         if len(survivors) < self.config.t:
             raise ThresholdError(f"only {len(survivors)} survivors, below the threshold {self.config.t}; round aborted")
         check_survivors(self.config.graph, survivors, self.config.max_colluding)
-        view = (survivor_set.masking_set, survivor_set.survivors)
+        if len(survivor_set.inputs) != len(survivor_set.survivors):
+            raise UnmaskRefusedError("the survivor set does not name one masked-input digest per survivor; refused")
+        if survivor_set.inputs[survivor_set.survivors.index(self.party)] != self._input_digest:
+            raise UnmaskRefusedError("the survivor set names another masked input for this party than it sent; refused")
+        view = (survivor_set.masking_set, survivor_set.survivors, survivor_set.inputs)
         signature = sign(self._identity_key, consistency_payload(self._session, *view))
         self._view = view
         self._signed = ConsistencySignature(self._header(Stage.CONSISTENCY), self.party, signature)
@@ -160,7 +164,7 @@ class MaskingStages(ClientState):
         assert self._view is not None  # set when the stage began
         check_ids(request.survivors, "the unmask request's survivors")
         check_ids(request.dropped, "the unmask request's dropped parties")
-        masking_set, survivors = self._view
+        masking_set, survivors, _inputs = self._view
         if request.survivors != survivors or request.masking_set != masking_set:
             raise UnmaskRefusedError(
                 "the unmask request's survivors or dropped parties differ from the view this party signed; refused"

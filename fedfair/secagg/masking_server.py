@@ -25,9 +25,7 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fedfair.secagg.payloads import (
-    consistency_payload,
-)
+from fedfair.secagg.payloads import consistency_payload, masked_input_digest
 from fedfair.secagg.recovery import Recovery, check_range, unmasking_streams
 from fedfair.secagg.server_state import AggregateResult, Phase, ServerState
 from fedfair.secagg.shares import Kind
@@ -38,7 +36,11 @@ class MaskingStages(ServerState):
     """The server's MASK, CONSISTENCY and UNMASK stages: sum the masked inputs, fix the survivors, unmask the sum."""
 
     def receive_masked_input(self, message: MaskedInput) -> None:
-        """Add one party's masked input to the running sum (it is never stored on its own)."""
+        """Add one party's masked input to the running sum, and keep its digest for the survivors to sign.
+
+        The input itself is kept only where the survivors re-sum the inputs to check the sum
+        (:attr:`~fedfair.secagg.config.SecAggConfig.resummed`); otherwise it is never stored on its own.
+        """
         self._expect(Phase.COLLECT_MASKED, message)
         check_header(message, self.config, self._session)
         if message.sender not in self._masking:
@@ -48,10 +50,13 @@ class MaskingStages(ServerState):
         if message.vector.dtype.itemsize != self._sum.dtype.itemsize or message.vector.shape != self._sum.shape:
             raise ProtocolError(f"party {message.sender}'s masked input has the wrong word size or length")
         np.add(self._sum, message.vector, out=self._sum)
+        self._input_digests[message.sender] = masked_input_digest(self._session, message.sender, message.vector)
+        if self.config.resummed:
+            self._inputs[message.sender] = message.vector
         self._masked.add(message.sender)
 
     def survivor_set(self) -> SurvivorSet:
-        """Close MASK: U3 is every party whose masked input arrived; every survivor is asked to sign (U2', U3)."""
+        """Close MASK: U3 is every party whose masked input arrived; every survivor is asked to sign the view."""
         self._expect(Phase.COLLECT_MASKED)
         self._require_quorum(len(self._masked), "sent masked inputs")
         try:
@@ -62,10 +67,10 @@ class MaskingStages(ServerState):
             raise ThresholdError(f"{error}; round aborted") from None
         self._survivors = tuple(sorted(self._masked))
         self._phase = Phase.COLLECT_CONSISTENCY
-        return SurvivorSet(self._header(Stage.CONSISTENCY), self._masking, self._survivors)
+        return SurvivorSet(self._header(Stage.CONSISTENCY), self._masking, self._survivors, self._view_inputs)
 
     def receive_consistency(self, message: ConsistencySignature) -> None:
-        """Accept one survivor's signature over the view (U2', U3) this server sent."""
+        """Accept one survivor's signature over the view (U2', U3, masked-input digests) this server sent."""
         self._expect(Phase.COLLECT_CONSISTENCY, message)
         check_header(message, self.config, self._session)
         sender = message.sender
@@ -73,7 +78,7 @@ class MaskingStages(ServerState):
             raise ProtocolError(f"party {sender} is not a survivor and cannot sign the survivor set")
         if sender in self._signatures:
             raise ProtocolError(f"party {sender} already signed the survivor set")
-        payload = consistency_payload(self._session, self._masking, self._survivors)
+        payload = consistency_payload(self._session, self._masking, self._survivors, self._view_inputs)
         if not is_valid_signature(self._identities[sender], message.signature, payload):
             raise AuthenticationError(f"party {sender}'s consistency signature does not verify over this view")
         self._signatures[sender] = message.signature
@@ -147,6 +152,7 @@ class MaskingStages(ServerState):
             secrets, session=self._session, config=self.config, masked=self._masked, advertisements=self._advertisements
         )
         prg.apply_masks(self._sum, masks)
+        self._secrets = secrets
         contributors = self._survivors
         decoded = self.config.encoder.decode(self._sum, len(contributors))
         try:

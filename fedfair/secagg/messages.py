@@ -280,6 +280,7 @@ class SurvivorSet(Wire):
 
     masking_set: U2', as sent in the MaskingSet.
     survivors: U3, the parties whose masked input arrived (a subset of U2').
+    inputs: each survivor's :func:`~fedfair.secagg.payloads.masked_input_digest`, in the order of ``survivors``.
     """
 
     TYPE: ClassVar[int] = 10
@@ -288,21 +289,26 @@ class SurvivorSet(Wire):
     header: Header
     masking_set: tuple[int, ...]
     survivors: tuple[int, ...]
+    inputs: tuple[bytes, ...]
 
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         writer.ids(self.masking_set)
         writer.ids(self.survivors)
+        writer.u32(len(self.inputs))
+        for digest in self.inputs:
+            writer.blob(digest)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> SurvivorSet:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, reader.ids(), reader.ids())
+        masking_set, survivors = reader.ids(), reader.ids()
+        return cls(header, masking_set, survivors, tuple(reader.fixed(DIGEST_BYTES) for _ in range(reader.u32())))
 
 
 @dataclass(frozen=True)
 class ConsistencySignature(Wire):
-    """A survivor's identity signature over :func:`~fedfair.secagg.payloads.consistency_payload` of the view (U2', U3) it was shown."""
+    """A survivor's identity signature over :func:`~fedfair.secagg.payloads.consistency_payload` of the view (U2', U3, masked-input digests) it was shown."""
 
     TYPE: ClassVar[int] = 11
     STAGE: ClassVar[Stage] = Stage.CONSISTENCY

@@ -6,7 +6,8 @@ party's dealing (one signature over every share entry it sends, see
 :func:`dealing_payload`), each share check and each consistency view. Every payload starts
 with its own domain string, so no signature over one kind can be replayed as another.
 A label carries the protocol version that last changed its format: the dealing and its
-parts are v3 (v2 signed each entry and each pair of dealt shares apart), the rest v2.
+parts are v3 (v2 signed each entry and each pair of dealt shares apart), and so is the consistency view (v2 named
+no masked input), the rest v2.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+import numpy as np
+
 from fedfair.secagg.codec import Writer
 
 _DOMAIN = "fedfair/secagg/v2/"
@@ -22,6 +25,9 @@ _DEALING_DOMAIN = "fedfair/secagg/v3/"
 
 DIGEST_BYTES = 32
 """Length of a SHA-256 digest: a share commitment, one line of a dealing."""
+
+View = tuple[tuple[int, ...], tuple[int, ...], tuple[bytes, ...]]
+"""What a survivor signs at CONSISTENCY: U2', U3 and each survivor's masked-input digest (in U3's order)."""
 
 
 class Advertised(Protocol):
@@ -127,12 +133,30 @@ def share_check_payload(session: bytes, sender: int, accused: tuple[int, ...]) -
     return writer.getvalue()
 
 
-def consistency_payload(session: bytes, masking_set: tuple[int, ...], survivors: tuple[int, ...]) -> bytes:
-    """The bytes a survivor signs in the CONSISTENCY stage: the view (U2', U3) it was shown."""
-    writer = Writer().text(_DOMAIN + "consistency").blob(session)
+def consistency_payload(
+    session: bytes, masking_set: tuple[int, ...], survivors: tuple[int, ...], inputs: tuple[bytes, ...]
+) -> bytes:
+    """The bytes a survivor signs in the CONSISTENCY stage: the view (U2', U3, the survivors' masked inputs).
+
+    ``inputs`` holds each survivor's :func:`masked_input_digest`, in the order of ``survivors``: signing them
+    before any share is revealed fixes every masked input before the sum can be known (v3; v2 signed no digest).
+    """
+    writer = Writer().text(_DEALING_DOMAIN + "consistency").blob(session)
     writer.ids(masking_set)
     writer.ids(survivors)
+    writer.u32(len(inputs))
+    for digest in inputs:
+        writer.blob(digest)
     return writer.getvalue()
+
+
+def masked_input_digest(session: bytes, sender: int, vector: np.ndarray) -> bytes:
+    """SHA-256 of a party's masked input: its session, its sender and its little-endian words."""
+    width = vector.dtype.itemsize
+    head = Writer().text(_DEALING_DOMAIN + "masked-input").blob(session).u32(sender).u8(8 * width).u64(vector.size)
+    digest = hashlib.sha256(head.getvalue())
+    digest.update(np.ascontiguousarray(vector, dtype=f"<u{width}").data)
+    return digest.digest()
 
 
 def session_id(config_digest: bytes, advertisements: Sequence[Advertised]) -> bytes:

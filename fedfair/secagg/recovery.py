@@ -13,6 +13,7 @@ or an owner whose dealt shares do not rebuild what it committed to.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from operator import itemgetter
 
 
@@ -60,12 +61,7 @@ class Recovery:
 
     def commitment_check(self, kind: Kind, owner: int) -> Callable[[bytes], bool]:
         """Whether a candidate secret is the one ``owner`` committed to at ADVERTISE."""
-        advertisement = self._advertisements[owner]
-        if kind is Kind.SEED:
-            committed = advertisement.seed_commitment
-            return lambda seed: seed_commitment(self.config.digest, owner, seed) == committed
-        public = advertisement.mask_public_key
-        return lambda raw: keys.public_bytes(keys.load_private(raw)) == public
+        return partial(is_committed, self.config, kind, self._advertisements[owner])
 
     def rebuild(self, kind: Kind, owner: int) -> tuple[bytes, tuple[shamir.Share, ...]] | None:
         """The verified secret and the shares that rebuilt it, from the shares so far; None if not (yet) possible.
@@ -214,6 +210,20 @@ class Recovery:
                 raise ProtocolError(f"party {responder} revealed a share of the wrong length")
             parsed[entry.owner] = (share, entry)
         return parsed
+
+
+def is_committed(config: SecAggConfig, kind: Kind, advertisement: AdvertiseKeys, secret: bytes) -> bool:
+    """Whether ``secret`` is the one of ``kind`` that ``advertisement``'s sender committed to at ADVERTISE.
+
+    A self-mask seed must match its signed seed commitment; a mask key (32 raw bytes) must be the private key of
+    its advertised public key.
+    """
+    owner = advertisement.sender
+    if kind is Kind.SEED:
+        return seed_commitment(config.digest, owner, secret) == advertisement.seed_commitment
+    if len(secret) != keys.KEY_BYTES:
+        return False
+    return keys.public_bytes(keys.load_private(secret)) == advertisement.mask_public_key
 
 
 def unmasking_streams(

@@ -94,6 +94,11 @@ class ServerState:
         self._accusations: dict[int, tuple[int, ...]] = {}
         self._masking: tuple[int, ...] = ()
         self._masked: set[int] = set()
+        self._input_digests: dict[int, bytes] = {}
+        self._inputs: dict[int, np.ndarray] = {}
+        """Each survivor's masked input, kept where the survivors re-sum them (``config.resummed``)."""
+        self._secrets: dict[tuple[Kind, int], bytes] = {}
+        """The secrets rebuilt at UNMASK (survivors' seeds, dropped parties' mask keys), shown with a re-summed claim."""
         self._sum = np.zeros(config.dimension + 1, dtype=config.encoder.dtype)
         self._survivors: tuple[int, ...] = ()
         self._signatures: dict[int, bytes] = {}
@@ -130,6 +135,25 @@ class ServerState:
     def accusations(self) -> dict[int, tuple[int, ...]]:
         """Accused party -> its accusers, once the CHECK stage is closed."""
         return dict(self._accusations)
+
+    @property
+    def survivors(self) -> tuple[int, ...]:
+        """The survivors (U3, sorted party ids) once the masked inputs are in; empty before."""
+        return self._survivors
+
+    @property
+    def running_sum(self) -> np.ndarray:
+        """The sum of the masked inputs so far (d + 1 words modulo 2^k), unmasked in place by ``finish``, then claimed.
+
+        The array itself, not a copy: a test or an attack that plays a cheating server alters it before ``finish``
+        (a forged sum); an honest runner never needs it (``finish`` returns the sum).
+        """
+        return self._sum
+
+    @property
+    def _view_inputs(self) -> tuple[bytes, ...]:
+        """The survivors' masked-input digests, in the survivors' order: the view's third part."""
+        return tuple(self._input_digests[party] for party in self._survivors)
 
     def _recovering(self) -> Recovery:
         """The UNMASK stage's shares (the stage has begun: the unmask request built them)."""

@@ -23,7 +23,7 @@ from fedfair.secagg import keys, shamir
 from fedfair.secagg.codec import Reader
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import Dealing, EncryptedShares, RevealedShare
-from fedfair.secagg.payloads import consistency_payload, dealing_line, dealing_payload, share_commitment
+from fedfair.secagg.payloads import View, consistency_payload, dealing_line, dealing_payload, share_commitment
 
 SECRET_BYTES = 32
 """Length of the two shared secrets: the self-mask seed and the raw X25519 mask key."""
@@ -109,19 +109,19 @@ def open_entry(
 def revealed_for_view(
     held: Mapping[int, Held],
     signatures: tuple[tuple[int, bytes], ...],
-    view: tuple[tuple[int, ...], tuple[int, ...]],
+    view: View,
     *,
     session: bytes,
     identities: Mapping[int, ec.EllipticCurvePublicKey],
     config: SecAggConfig,
 ) -> tuple[tuple[RevealedShare, ...], tuple[RevealedShare, ...]]:
-    """The shares a party reveals for the one `view` (U2', U3) it signed: (seed shares, mask-key shares).
+    """The shares a party reveals for the one `view` (U2', U3, input digests) it signed: (seed shares, mask-key shares).
 
     Of each survivor's seed and each dropped party's mask key it holds a share of, once
     :func:`check_view_signatures` accepts the relayed `signatures`; the view alone decides which kind each owner
     gets, so no later request can obtain the other.
     """
-    masking_set, survivors = view
+    masking_set, survivors, _inputs = view
     dropped = set(masking_set) - set(survivors)
     wanted = {owner: Kind.SEED for owner in set(survivors) & held.keys()}
     wanted.update({owner: Kind.MASK_KEY for owner in dropped & held.keys()})
@@ -135,7 +135,7 @@ def revealed_for_view(
 
 def check_view_signatures(
     signatures: tuple[tuple[int, bytes], ...],
-    view: tuple[tuple[int, ...], tuple[int, ...]],
+    view: View,
     *,
     session: bytes,
     identities: Mapping[int, ec.EllipticCurvePublicKey],
@@ -144,7 +144,7 @@ def check_view_signatures(
 ) -> None:
     """Refuse unless t distinct survivors of `view` (t holders of every owner in `wanted`) signed it.
 
-    `view` is the (U2', U3) this party signed; `signatures` are the (party, signature) pairs the
+    `view` is the (U2', U3, input digests) this party signed; `signatures` are the (party, signature) pairs the
     server relayed. Signatures of non-survivors, repeats and forgeries do not count.
     """
     payload = consistency_payload(session, *view)

@@ -40,10 +40,19 @@ TAG_BYTES = CHECKS * TAG_WORD_BYTES
 _DOMAIN = "fedfair/secagg/v3/verify-"
 
 
-def aggregate_digest(session: bytes, survivors: tuple[int, ...], vector: np.ndarray) -> bytes:
-    """SHA-256 of the session, the survivor set U3 and the aggregate's words: what every tag is signed over."""
+def aggregate_digest(
+    session: bytes, survivors: tuple[int, ...], inputs: tuple[bytes, ...], vector: np.ndarray
+) -> bytes:
+    """SHA-256 of the session, the survivor set U3, its masked-input digests and the aggregate's words.
+
+    What every tag is signed over: survivors shown different views (another masked input for one of them)
+    sign different digests, so each refuses the others' tags.
+    """
     bits = vector.dtype.itemsize * 8
-    head = Writer().text(_DOMAIN + "aggregate").blob(session).ids(survivors).u8(bits).u64(vector.size)
+    head = Writer().text(_DOMAIN + "aggregate").blob(session).ids(survivors).u32(len(inputs))
+    for input_digest in inputs:
+        head.blob(input_digest)
+    head.u8(bits).u64(vector.size)
     digest = hashlib.sha256(head.getvalue())
     digest.update(np.ascontiguousarray(vector, dtype=f"<u{bits // 8}").data)
     return digest.digest()

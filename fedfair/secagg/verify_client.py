@@ -9,6 +9,8 @@ the round's order and its state, these hold the stage's checks, each refusal a
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -21,10 +23,15 @@ from fedfair.core.errors import (
 )
 from fedfair.pki.identity import is_valid_signature, sign
 from fedfair.secagg.client_state import ClientState, Tagged
-from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.config import RESUMMED_WORDS, SecAggConfig
+from fedfair.secagg.messages import AdvertiseKeys
+from fedfair.secagg.payloads import View
+from fedfair.secagg.resum import check_resummed
 from fedfair.secagg.verify import BLOCK, TAG_BYTES, Challenge, aggregate_digest, check_sum, masked_tags, tag_payload
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Header, Stage, check_header
+
+logger = logging.getLogger(__name__)
 
 
 def tag_claim(
@@ -34,7 +41,8 @@ def tag_claim(
     *,
     config: SecAggConfig,
     session: bytes,
-    survivors: tuple[int, ...],
+    view: View,
+    advertisements: Mapping[int, AdvertiseKeys],
     party: int,
     tag_keys: Mapping[int, bytes],
     identity_key: ec.EllipticCurvePrivateKey,
@@ -43,16 +51,19 @@ def tag_claim(
     """What ``party`` keeps of ``claim`` once tagged: its signed tag of ``plain`` under the claim's challenge.
 
     ``tagged`` is what the party kept of an earlier claim this round (None: none yet), returned again for
-    the same aggregate; ``plain`` its plain encoded input, whole or in pieces (None: it kept none); ``survivors`` the U3 it
-    signed; ``tag_keys`` its pairwise tag keys by neighbour; ``header`` the tag's. The refusals are
-    :meth:`Client.tag <fedfair.secagg.client.Client.tag>`'s.
+    the same aggregate; ``plain`` its plain encoded input, whole or in pieces (None: it kept none); ``view`` the
+    view it signed (U3 and the survivors' masked-input digests); ``advertisements`` the ones it accepted;
+    ``tag_keys`` its pairwise tag keys by neighbour; ``header`` the tag's. Where the round re-sums
+    (``config.resummed``) the party first unmasks the sum itself (:func:`~fedfair.secagg.resum.check_resummed`)
+    and tags nothing else. The refusals are :meth:`Client.tag <fedfair.secagg.client.Client.tag>`'s.
     """
     vector = claim.vector
     if vector.dtype.itemsize != np.dtype(config.encoder.dtype).itemsize or vector.shape != (config.dimension + 1,):
         raise VerificationError(
             config.round, VerifyReason.MALFORMED, "the claimed aggregate has the wrong word size or length"
         )
-    digest = aggregate_digest(session, survivors, vector)
+    survivors = view[1]
+    digest = aggregate_digest(session, survivors, view[2], vector)
     if tagged is not None:
         if tagged.digest != digest:
             raise VerificationError(
@@ -65,6 +76,10 @@ def tag_claim(
         raise VerificationError(
             config.round, VerifyReason.MALFORMED, "this party kept no input to tag (built without verified)"
         )
+    if config.resummed:
+        check_resummed(claim, config=config, session=session, view=view, advertisements=advertisements)
+    elif config.max_colluding:
+        say_tags_alone(config.size, config.dimension, config.max_colluding)
     challenge = Challenge(session, digest, vector.size)
     neighbours = set(survivors) & tag_keys.keys()
     keys = {peer: tag_keys[peer] for peer in sorted(neighbours)}
@@ -118,6 +133,20 @@ def check_tags(
     return tagged.vector
 
 
+@functools.cache
+def say_tags_alone(parties: int, dimension: int, max_colluding: int) -> None:
+    """Warn, once per shape of sum, that its check is the tag check alone: not sound against a colluding survivor."""
+    logger.warning(
+        "sums of %d words from %d parties are checked by their tags alone (above %d words in all, no party re-sums "
+        "them): a wrong sum is refused unless up to %d colluding parties cover it with their tags "
+        "(docs/security.md, Verified aggregation)",
+        dimension + 1,
+        parties,
+        RESUMMED_WORDS,
+        max_colluding,
+    )
+
+
 def _name(config: SecAggConfig, party: int) -> str:
     return config.name_of(party) if config.is_party(party) else f"party {party}"
 
@@ -141,7 +170,9 @@ class VerifyStages(ClientState):
 
         Raises:
             VerificationError: reason MALFORMED for a claim of the wrong shape (or a party given no input: built
-                without ``verified`` and no `own`), EQUIVOCATED for a second, different aggregate.
+                without ``verified`` and no `own`), EQUIVOCATED for a second, different aggregate; where the round
+                re-sums, FORGED or MALFORMED for a claim that is not the sum of the inputs the party's view fixes
+                (:func:`~fedfair.secagg.resum.check_resummed`).
             ProtocolError: called before this party signed the survivor set; StaleMessageError for a claim of
                 another federation, round or session.
         """
@@ -154,7 +185,8 @@ class VerifyStages(ClientState):
             self._plain if own is None else own,
             config=self.config,
             session=self._session,
-            survivors=self._view[1],
+            view=self._view,
+            advertisements=self._directory,
             party=self.party,
             tag_keys=self._tag_keys,
             identity_key=self._identity_key,

@@ -33,6 +33,12 @@ class AggregateClaim(Wire):
 
     The claim commits the server: each survivor's challenge is derived from its digest
     (:func:`fedfair.secagg.verify.aggregate_digest`), and every tag is signed over that digest.
+
+    Where the round re-sums (:attr:`~fedfair.secagg.config.SecAggConfig.resummed`) it also carries what the
+    server unmasked the sum from, for each survivor to do the same (:func:`fedfair.secagg.resum.check_resummed`):
+    inputs, every survivor's masked input in the survivors' order; seeds, (survivor, its rebuilt self-mask seed);
+    mask_keys, (dropped party, its rebuilt mask key) for each party of the masking set that a survivor masked
+    with but that sent no input. All three are empty otherwise.
     """
 
     TYPE: ClassVar[int] = 12
@@ -40,15 +46,33 @@ class AggregateClaim(Wire):
 
     header: Header
     vector: np.ndarray
+    inputs: tuple[np.ndarray, ...] = ()
+    seeds: tuple[tuple[int, bytes], ...] = ()
+    mask_keys: tuple[tuple[int, bytes], ...] = ()
 
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         write_vector(writer, self.vector)
+        writer.u32(len(self.inputs))
+        for vector in self.inputs:
+            write_vector(writer, vector)
+        for secrets in (self.seeds, self.mask_keys):
+            writer.u32(len(secrets))
+            for owner, secret in secrets:
+                writer.u32(owner).blob(secret)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> AggregateClaim:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, read_vector(reader))
+        vector = read_vector(reader)
+        inputs = tuple(read_vector(reader) for _ in range(reader.u32()))
+        seeds = _read_secrets(reader)
+        return cls(header, vector, inputs, seeds, _read_secrets(reader))
+
+
+def _read_secrets(reader: Reader) -> tuple[tuple[int, bytes], ...]:
+    """A claim's (owner, secret) pairs: their count, then each owner and secret."""
+    return tuple((reader.u32(), reader.blob(SECRET_LIMIT)) for _ in range(reader.u32()))
 
 
 @dataclass(frozen=True)
@@ -100,3 +124,6 @@ class TagSet(Wire):
 
 TAGS_LIMIT = 64
 """The longest tags field: two 256-bit tags."""
+
+SECRET_LIMIT = 64
+"""The longest rebuilt secret a claim carries (a seed or a raw X25519 key: 32 bytes)."""

@@ -12,6 +12,7 @@ from fedfair.core.errors import (
 )
 from fedfair.pki.identity import is_valid_signature
 from fedfair.secagg.server_state import Phase, ServerState
+from fedfair.secagg.shares import Kind
 from fedfair.secagg.verify import TAG_BYTES, Challenge, aggregate_digest, check_sum, tag_payload
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Stage, check_header
@@ -21,11 +22,21 @@ class VerifyStages(ServerState):
     """The server's VERIFY stages, after :meth:`~fedfair.secagg.server.Server.finish`: claim, tags, relay."""
 
     def claim(self) -> AggregateClaim:
-        """Open VERIFY (after :meth:`finish`): show the survivors the unmasked sum, which commits the server to it."""
+        """Open VERIFY (after :meth:`finish`): show the survivors the unmasked sum, which commits the server to it.
+
+        Where the round re-sums (``config.resummed``) the claim also carries the survivors' masked inputs and the
+        secrets rebuilt at UNMASK.
+        """
         self._expect(Phase.DONE)
-        self._digest = aggregate_digest(self._session, self._survivors, self._sum)
+        self._digest = aggregate_digest(self._session, self._survivors, self._view_inputs, self._sum)
         self._phase = Phase.COLLECT_TAGS
-        return AggregateClaim(self._header(Stage.VERIFY), self._sum)
+        if not self.config.resummed:
+            return AggregateClaim(self._header(Stage.VERIFY), self._sum)
+        # What this server unmasked the sum from, for every survivor to unmask it again.
+        seeds = sorted((owner, secret) for (kind, owner), secret in self._secrets.items() if kind is Kind.SEED)
+        mask_keys = sorted((owner, secret) for (kind, owner), secret in self._secrets.items() if kind is Kind.MASK_KEY)
+        inputs = tuple(self._inputs[party] for party in self._survivors)
+        return AggregateClaim(self._header(Stage.VERIFY), self._sum, inputs, tuple(seeds), tuple(mask_keys))
 
     def receive_tag(self, message: AggregateTag) -> None:
         """Accept one survivor's tags, signed by it over the digest of the aggregate this server claimed."""

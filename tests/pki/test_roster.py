@@ -11,10 +11,9 @@ from fedfair.core.errors import ConfigError
 from fedfair.pki import store
 from fedfair.pki.roster import (
     Pin,
+    Roster,
     check_pins,
-    manifest_text,
     pins_from_folders,
-    roster_digest,
 )
 from fedfair.pki.verification import fingerprint
 
@@ -102,19 +101,19 @@ def test_a_pin_is_checked_when_made() -> None:
 def test_the_manifest_text_holds_the_roster_and_its_digest_ignores_order() -> None:
     aggregator, collaborators = check_pins(PINS, 1, 3)
     assert aggregator == PINS[0] and [pin.name for pin in collaborators] == ["hospital-a", "hospital-b", "hospital-c"]
-    text = manifest_text("fedfair-demo", reversed(PINS), 1, 3)
+    text = Roster("fedfair-demo", tuple(reversed(PINS)), 1, 3).text()
     document = tomllib.loads(text)
     assert document["federation"] == {"id": "fedfair-demo", "max_colluding": 1, "min_round_size": 3}
     assert [Pin(**entry) for entry in document["participants"]] == PINS  # the aggregator first, then by name
-    digest = roster_digest("fedfair-demo", PINS, 1, 3)
+    digest = Roster("fedfair-demo", tuple(PINS), 1, 3).digest()
     assert f"# sha256 of its content: {digest}" in text
-    assert roster_digest("fedfair-demo", list(reversed(PINS)), 1, 3) == digest
+    assert Roster("fedfair-demo", tuple(reversed(PINS)), 1, 3).digest() == digest
     for changed in (
-        roster_digest("other", PINS, 1, 3),
-        roster_digest("fedfair-demo", PINS, 0, 3),
-        roster_digest("fedfair-demo", PINS, 1, 2),
-        roster_digest("fedfair-demo", [*PINS[:3], pin("hospital-c", byte=7)], 1, 3),
+        Roster("other", tuple(PINS), 1, 3).digest(),
+        Roster("fedfair-demo", tuple(PINS), 0, 3).digest(),
+        Roster("fedfair-demo", tuple(PINS), 1, 2).digest(),
+        Roster("fedfair-demo", (*PINS[:3], pin("hospital-c", byte=7)), 1, 3).digest(),
     ):
         assert changed != digest
     with pytest.raises(ConfigError, match="invalid federation id"):
-        manifest_text("bad id!", PINS, 0, 2)
+        Roster("bad id!", tuple(PINS), 0, 2).text()

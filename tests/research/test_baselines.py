@@ -27,10 +27,15 @@ from fedfair.core.objective import cvar
 from fedfair.datasets import load_dataset, partition
 from fedfair.core.models import per_sample_loss
 from fedfair.simulation.rounds import make_learners
+from fedfair.privacy.config import PrivacyConfig
 from fedfair.research.baselines import (
     AFLResult,
+    AFLSettings,
+    FedAvgSettings,
     LossRows,
+    QFedAvgSettings,
     project_onto_simplex,
+    rebuilt,
     run_afl,
     run_central_cvar,
     run_central_erm,
@@ -44,9 +49,12 @@ from fedfair.research.dro import (
     chi_square_eta,
     run_dro,
 )
+from fedfair.research.methods import METHODS
 from fedfair.research.minimax import (
     BPFResult,
+    BPFSettings,
     FedMinMaxResult,
+    FedMinMaxSettings,
     GroupedFederation,
     bpf_adversary_step,
     bpf_ratio_bounds,
@@ -55,6 +63,7 @@ from fedfair.research.minimax import (
     run_fedminmax,
     with_groups,
 )
+from fedfair.research.task import NoSettings, Task
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import SimulationOptions, run_fedsrcvar
 
@@ -80,10 +89,18 @@ def training(rounds: int = 20, batch_size: int = 12, local_steps: int = 1, **cha
     )
 
 
-def trajectory(run, *args: object, **kwargs: object) -> tuple[list[torch.Tensor], server.ServerState]:
-    """Every round's theta (via on_round) and the final state of a run."""
+def task_on(
+    federation: Federation, config: TrainingConfig, objective: ObjectiveConfig = ObjectiveConfig(), **options: object
+) -> Task:
+    """The Task of a method's run on `federation` with `config` and `objective`: no DP, float64 (`options`
+    replaces F64's)."""
+    return Task(federation, objective, config, PrivacyConfig(), options=replace(F64, **options))
+
+
+def trajectory(run, task: Task, *settings: object) -> tuple[list[torch.Tensor], server.ServerState]:
+    """Every round's theta (via on_round) and the final state of a method's run on `task`."""
     thetas: list[torch.Tensor] = []
-    result = run(*args, on_round=lambda state: thetas.append(state.theta.clone()), options=F64, **kwargs)
+    result = run(replace(task, on_round=lambda state: thetas.append(state.theta.clone())), *settings)
     return thetas, result.state
 
 
@@ -110,8 +127,9 @@ def test_fedavg_follows_fedsrcvar_with_epsilon_one_exactly(local_steps: int) -> 
     # gradients and batches; c never moves. Equal, not merely close.
     federation = synthetic_federation((30, 20, 11))
     config = training(local_steps=local_steps)
-    fedavg, fedavg_state = trajectory(run_fedavg, federation, config)
-    rcvar, rcvar_state = trajectory(run_fedsrcvar, federation, ObjectiveConfig(epsilon=1.0, rho=0.3, bound=2.0), config)
+    fedavg, fedavg_state = trajectory(run_fedavg, task_on(federation, config), FedAvgSettings())
+    objective = ObjectiveConfig(epsilon=1.0, rho=0.3, bound=2.0)
+    rcvar, rcvar_state = trajectory(METHODS["fedsrcvar"].run, task_on(federation, config, objective), NoSettings())
     assert len(fedavg) == len(rcvar) == 20
     for ours, theirs in zip(fedavg, rcvar, strict=True):
         assert float((ours - theirs).abs().max()) <= 1e-12
@@ -129,7 +147,7 @@ def test_fedavg_epochs_take_ceil_n_over_b_steps_per_client() -> None:
         server.Aggregate.of(one_round(federation, config, [10, 10, 12])),
         bound=0.0,
     )
-    state = run_fedavg(federation, config, local_epochs=2, options=F64).state
+    state = run_fedavg(task_on(federation, config), FedAvgSettings(local_epochs=2)).state
     assert float((state.theta - expected.theta).abs().max()) <= 1e-12
 
 
@@ -137,8 +155,8 @@ def test_fedavg_epochs_take_ceil_n_over_b_steps_per_client() -> None:
 def test_fedavg_epochs_with_full_batches_equal_tau_local_steps() -> None:
     # With b_k = n_k one epoch is one step, so E epochs must reproduce run_rounds with tau = E.
     federation = synthetic_federation((30, 20, 11))
-    epochs, _ = trajectory(run_fedavg, federation, training(batch_size=0), local_epochs=3)
-    steps, _ = trajectory(run_fedavg, federation, training(batch_size=0, local_steps=3))
+    epochs, _ = trajectory(run_fedavg, task_on(federation, training(batch_size=0)), FedAvgSettings(local_epochs=3))
+    steps, _ = trajectory(run_fedavg, task_on(federation, training(batch_size=0, local_steps=3)), FedAvgSettings())
     for ours, theirs in zip(epochs, steps, strict=True):
         assert float((ours - theirs).abs().max()) <= 1e-12
 
@@ -194,11 +212,11 @@ def test_afl_mixture_ascends_on_client_losses_within_the_simplex(small_adult_fed
     federation = small_adult_federation
     thetas: list[torch.Tensor] = []
     result = run_afl(
-        federation,
-        training(rounds=8, batch_size=64),
-        mixture_lr=0.5,
-        on_round=lambda state: thetas.append(state.theta.clone()),
-        options=replace(F64, record_every=1),
+        replace(
+            task_on(federation, training(rounds=8, batch_size=64), record_every=1),
+            on_round=lambda state: thetas.append(state.theta.clone()),
+        ),
+        AFLSettings(mixture_lr=0.5),
     )
     assert isinstance(result, AFLResult)
     mixtures = [np.array([record[f"lambda_{k}"] for k in range(3)]) for record in result.history]
@@ -221,7 +239,7 @@ def test_afl_moves_the_model_by_the_mixture_of_client_updates() -> None:
     # Round 1 starts from uniform lambda whatever the losses.
     updates = one_round(federation, config, [1, 1, 1])
     expected = sum(update.delta.double() for update in updates) / 3.0
-    state = run_afl(federation, config, mixture_lr=1.0, options=F64).state
+    state = run_afl(task_on(federation, config), AFLSettings(mixture_lr=1.0)).state
     assert float((state.theta - expected).abs().max()) <= 1e-12
 
 
@@ -243,8 +261,8 @@ def test_loss_rows_draw_fresh_seeded_subsets_and_read_small_clients_whole() -> N
 def test_afl_with_loss_rows_covering_every_client_is_exact_afl() -> None:
     federation = synthetic_federation((30, 20, 11), num_classes=2)
     config = training(rounds=5)
-    exact = run_afl(federation, config, mixture_lr=0.5, options=F64)
-    covered = run_afl(federation, config, mixture_lr=0.5, loss_rows=30, options=F64)
+    exact = run_afl(task_on(federation, config), AFLSettings(mixture_lr=0.5))
+    covered = run_afl(task_on(federation, config), AFLSettings(mixture_lr=0.5, loss_rows=30))
     assert torch.equal(exact.state.theta, covered.state.theta) and np.array_equal(exact.mixture, covered.mixture)
 
 
@@ -253,12 +271,8 @@ def test_afl_with_loss_rows_ascends_on_the_sampled_mean_losses() -> None:
     config = training(rounds=2)
     thetas: list[torch.Tensor] = []
     result = run_afl(
-        federation,
-        config,
-        mixture_lr=0.5,
-        loss_rows=8,
-        options=F64,
-        on_round=lambda state: thetas.append(state.theta.clone()),
+        replace(task_on(federation, config), on_round=lambda state: thetas.append(state.theta.clone())),
+        AFLSettings(mixture_lr=0.5, loss_rows=8),
     )
     draws = LossRows([30, 20, 11], 8, seed=config.seed)
     mixture = np.full(3, 1.0 / 3.0)
@@ -269,7 +283,9 @@ def test_afl_with_loss_rows_ascends_on_the_sampled_mean_losses() -> None:
         ]
         mixture = project_onto_simplex(mixture + 0.5 * np.array(losses))
     assert np.allclose(result.mixture, mixture, atol=1e-12)
-    assert not np.allclose(result.mixture, run_afl(federation, config, mixture_lr=0.5, options=F64).mixture, atol=1e-6)
+    assert not np.allclose(
+        result.mixture, run_afl(task_on(federation, config), AFLSettings(mixture_lr=0.5)).mixture, atol=1e-6
+    )
 
 
 # q-FedAvg
@@ -288,7 +304,7 @@ def test_qfedavg_round_follows_the_q_ffl_step(q: float) -> None:
     deltas = [-lipschitz * update.delta.double() for update in updates]
     h = [q * f ** (q - 1) * float(d.square().sum()) + lipschitz * f**q for f, d in zip(losses, deltas, strict=True)]
     expected = -sum(f**q * d for f, d in zip(losses, deltas, strict=True)) / sum(h)
-    state = run_qfedavg(federation, config, q=q, options=F64).state
+    state = run_qfedavg(task_on(federation, config), QFedAvgSettings(q=q)).state
     assert float((state.theta - expected).abs().max()) <= 1e-12
 
 
@@ -298,8 +314,8 @@ def test_qfedavg_with_q_zero_is_fedavg_for_equal_clients() -> None:
     # weights, which is the core's b_k-weighted FedAvg when every b_k is the same.
     federation = synthetic_federation((16, 16, 16))
     config = training(batch_size=12)
-    q_zero, _ = trajectory(run_qfedavg, federation, config, q=0.0)
-    fedavg, _ = trajectory(run_fedavg, federation, config)
+    q_zero, _ = trajectory(run_qfedavg, task_on(federation, config), QFedAvgSettings(q=0.0))
+    fedavg, _ = trajectory(run_fedavg, task_on(federation, config), FedAvgSettings())
     for ours, theirs in zip(q_zero, fedavg, strict=True):
         assert float((ours - theirs).abs().max()) <= 1e-12
 
@@ -309,8 +325,8 @@ def test_qfedavg_with_q_zero_is_fedavg_for_equal_clients() -> None:
 
 def test_central_erm_equals_federated_gradient_descent(small_adult_federation: Federation) -> None:
     config = training(rounds=30, batch_size=0)
-    central = run_central_erm(small_adult_federation, config, options=F64).state
-    federated = run_fedavg(small_adult_federation, config, options=F64).state
+    central = run_central_erm(task_on(small_adult_federation, config)).state
+    federated = run_fedavg(task_on(small_adult_federation, config), FedAvgSettings()).state
     assert float((central.theta - federated.theta).norm() / central.theta.norm()) <= 1e-10
     assert float(central.theta.norm()) > 1e-2, "the model must move for the test to mean anything"
 
@@ -319,7 +335,7 @@ def test_central_erm_equals_federated_gradient_descent(small_adult_federation: F
 def test_central_cvar_is_rcvar_at_epsilon_zero(small_adult_federation: Federation) -> None:
     config = replace(training(rounds=30, batch_size=0), local=LocalConfig(lr=0.3, threshold_lr=0.2))
     objective = ObjectiveConfig(epsilon=0.4, rho=0.3, bound=2.0)
-    central = run_central_cvar(small_adult_federation, objective, config, options=F64).state
+    central = run_central_cvar(task_on(small_adult_federation, config, objective)).state
     federated = run_fedsrcvar(small_adult_federation, replace(objective, epsilon=0.0), config, options=F64).state
     assert float((central.theta - federated.theta).norm() / central.theta.norm()) <= 1e-10
     assert central.c == pytest.approx(federated.c, rel=1e-10)
@@ -332,12 +348,14 @@ def test_central_cvar_is_rcvar_at_epsilon_zero(small_adult_federation: Federatio
 @pytest.mark.parametrize(
     "call",
     [
-        lambda f, t: run_fedavg(f, t, local_epochs=0, options=F64),
-        lambda f, t: run_fedavg(f, replace(t, local=LocalConfig(local_steps=2)), local_epochs=1, options=F64),
-        lambda f, t: run_afl(f, t, mixture_lr=0.0, options=F64),
-        lambda f, t: run_afl(f, t, mixture_lr=float("inf"), options=F64),
-        lambda f, t: run_qfedavg(f, t, q=-1.0, options=F64),
-        lambda f, t: run_qfedavg(f, t, q=float("nan"), options=F64),
+        lambda f, t: run_fedavg(task_on(f, t), FedAvgSettings(local_epochs=0)),
+        lambda f, t: run_fedavg(
+            task_on(f, replace(t, local=LocalConfig(local_steps=2))), FedAvgSettings(local_epochs=1)
+        ),
+        lambda f, t: run_afl(task_on(f, t), AFLSettings(mixture_lr=0.0)),
+        lambda f, t: run_afl(task_on(f, t), AFLSettings(mixture_lr=float("inf"))),
+        lambda f, t: run_qfedavg(task_on(f, t), QFedAvgSettings(q=-1.0)),
+        lambda f, t: run_qfedavg(task_on(f, t), QFedAvgSettings(q=float("nan"))),
     ],
 )
 def test_bad_arguments_are_refused(call) -> None:
@@ -424,8 +442,9 @@ def test_bpf_at_rho_one_is_central_erm_exactly() -> None:
     # rho = 1, epsilon = 0: ratios in [0, 1] with mean 1 are all 1, so every step is ERM's.
     federation = synthetic_federation((30, 20, 11))
     config = training(rounds=10)
-    bpf, bpf_state = trajectory(run_bpf, federation, ObjectiveConfig(epsilon=0.0, rho=1.0), config, adversary_lr=1.0)
-    erm, erm_state = trajectory(run_central_erm, federation, config)
+    objective = ObjectiveConfig(epsilon=0.0, rho=1.0)
+    bpf, bpf_state = trajectory(run_bpf, task_on(federation, config, objective), BPFSettings(adversary_lr=1.0))
+    erm, erm_state = trajectory(run_central_erm, task_on(federation, config))
     for ours, theirs in zip(bpf, erm, strict=True):
         assert float((ours - theirs).abs().max()) <= 1e-12
     assert float((bpf_state.theta_average - erm_state.theta_average).abs().max()) <= 1e-12
@@ -434,8 +453,8 @@ def test_bpf_at_rho_one_is_central_erm_exactly() -> None:
 def test_bpf_lowers_the_worst_training_group_risk_below_erm(small_adult_federation: Federation) -> None:
     federation, rho = small_adult_federation, 0.2
     config = replace(training(rounds=150, batch_size=128), local=LocalConfig(lr=0.3))
-    bpf = run_bpf(federation, ObjectiveConfig(epsilon=0.0, rho=rho), config, adversary_lr=0.5, options=F64)
-    erm = run_central_erm(federation, config, options=F64)
+    bpf = run_bpf(task_on(federation, config, ObjectiveConfig(epsilon=0.0, rho=rho)), BPFSettings(adversary_lr=0.5))
+    erm = run_central_erm(task_on(federation, config))
     assert isinstance(bpf, BPFResult)
     assert bpf.ratios.mean() == pytest.approx(1.0, abs=1e-9)
     assert bpf.ratios.min() >= 0.0 and bpf.ratios.max() <= 1.0 / rho + 1e-12
@@ -483,9 +502,8 @@ def test_dro_learner_terms_average_to_the_dual_with_its_gradient() -> None:
     federation = synthetic_federation((64,))
     config = training(batch_size=0)
     _, (plain,) = make_learners(federation, config, None, options=F64)
-    learner = ChiSquareDROLearner(
-        plain.model, plain.features, plain.labels, plain.batch_size, plain.config, rho=0.2, seed=0
-    )
+    (learner,) = rebuilt([plain], config, ChiSquareDROLearner)
+    learner.rho = 0.2
     with torch.no_grad():
         for parameter in learner.model.parameters():
             parameter.copy_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)))
@@ -507,8 +525,8 @@ def test_dro_lowers_the_training_robust_risk_below_erm(small_adult_federation: F
     federation, rho = small_adult_federation, 0.2
     # DRO's weights C (l - eta)_+ / s reach far beyond 1 / rho: it needs a smaller step than ERM.
     config = replace(training(rounds=150, batch_size=128), local=LocalConfig(lr=0.01))
-    dro = run_dro(federation, ObjectiveConfig(rho=rho), config, options=F64)
-    erm = run_central_erm(federation, config, options=F64)
+    dro = run_dro(task_on(federation, config, ObjectiveConfig(rho=rho)))
+    erm = run_central_erm(task_on(federation, config))
     pooled = federation.pooled("train")
     risks = []
     for result in (dro, erm):
@@ -548,8 +566,8 @@ def small_adult_by_sex(caps: Sequence[int] = (600, 250, 120)) -> GroupedFederati
 def test_fedminmax_with_one_group_is_fedavg_exactly(local_steps: int) -> None:
     federation = grouped_synthetic((30, 20, 11), groups=1)
     config = training(rounds=10, local_steps=local_steps)
-    minmax, minmax_state = trajectory(run_fedminmax, federation, config, adversary_lr=0.7)
-    fedavg, fedavg_state = trajectory(run_fedavg, federation, config)
+    minmax, minmax_state = trajectory(run_fedminmax, task_on(federation, config), FedMinMaxSettings(adversary_lr=0.7))
+    fedavg, fedavg_state = trajectory(run_fedavg, task_on(federation, config), FedAvgSettings())
     for ours, theirs in zip(minmax, fedavg, strict=True):
         assert float((ours - theirs).abs().max()) <= 1e-12
     assert float((minmax_state.theta_average - fedavg_state.theta_average).abs().max()) <= 1e-12
@@ -559,11 +577,11 @@ def test_fedminmax_weights_ascend_on_group_risks_within_the_simplex() -> None:
     federation = small_adult_by_sex()
     thetas: list[torch.Tensor] = []
     result = run_fedminmax(
-        federation,
-        training(rounds=6, batch_size=64),
-        adversary_lr=0.5,
-        on_round=lambda state: thetas.append(state.theta.clone()),
-        options=replace(F64, record_every=1),
+        replace(
+            task_on(federation, training(rounds=6, batch_size=64), record_every=1),
+            on_round=lambda state: thetas.append(state.theta.clone()),
+        ),
+        FedMinMaxSettings(adversary_lr=0.5),
     )
     assert isinstance(result, FedMinMaxResult)
     counts = sum(np.bincount(column, minlength=2) for column in federation.train_groups)
@@ -594,12 +612,8 @@ def test_fedminmax_with_loss_rows_ascends_on_reweighted_sampled_group_risks() ->
     config = training(rounds=2, batch_size=64)
     thetas: list[torch.Tensor] = []
     result = run_fedminmax(
-        federation,
-        config,
-        adversary_lr=0.5,
-        loss_rows=100,
-        options=F64,
-        on_round=lambda state: thetas.append(state.theta.clone()),
+        replace(task_on(federation, config), on_round=lambda state: thetas.append(state.theta.clone())),
+        FedMinMaxSettings(adversary_lr=0.5, loss_rows=100),
     )
     counts = sum(np.bincount(column, minlength=2) for column in federation.train_groups)
     draws = LossRows([client.size for client in federation.train], 100, seed=config.seed)
@@ -626,12 +640,14 @@ def test_grouped_federation_needs_one_group_per_training_sample() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda f, t: run_bpf(f, ObjectiveConfig(epsilon=0.4, rho=0.3), t, adversary_lr=0.1, options=F64),
-        lambda f, t: run_bpf(f, ObjectiveConfig(rho=0.3), t, adversary_lr=0.0, options=F64),
-        lambda f, t: run_dro(f, ObjectiveConfig(rho=1.0), t, options=F64),
+        lambda f, t: run_bpf(task_on(f, t, ObjectiveConfig(epsilon=0.4, rho=0.3)), BPFSettings(adversary_lr=0.1)),
+        lambda f, t: run_bpf(task_on(f, t, ObjectiveConfig(rho=0.3)), BPFSettings(adversary_lr=0.0)),
+        lambda f, t: run_dro(task_on(f, t, ObjectiveConfig(rho=1.0))),
         lambda f, t: run_fedminmax(
-            with_groups(f, [np.zeros(10, dtype=np.int64)] * 2, ["all"]), t, adversary_lr=-1.0, options=F64
+            task_on(with_groups(f, [np.zeros(10, dtype=np.int64)] * 2, ["all"]), t),
+            FedMinMaxSettings(adversary_lr=-1.0),
         ),
+        lambda f, t: run_fedminmax(task_on(f, t), FedMinMaxSettings()),
     ],
 )
 def test_bad_minimax_arguments_are_refused(call) -> None:

@@ -17,6 +17,7 @@ from fedfair.research import baselines, minimax
 from fedfair.research.experiment import ExperimentConfig, Outcome, load_federation, run_method, uniform_risk
 from fedfair.research.arguments import DEFAULT_BASELINE_LR
 from fedfair.research.flags import config_from_flags, parse_flags
+from fedfair.research.task import Task
 from fedfair.simulation.federation import Federation
 from fedfair.simulation.rounds import SimulationResult, run_fedsrcvar
 
@@ -200,6 +201,11 @@ SMALL = ["--rounds", "5", "--batch-size", "64", "--dtype", "float64", "--average
 Direct = Callable[[Federation, ExperimentConfig], SimulationResult]
 
 
+def task_of(federation: Federation, config: ExperimentConfig) -> Task:
+    """The Task a method's run takes for `config` on `federation` (what run_method builds)."""
+    return Task(federation, config.objective, config.training, config.privacy, options=config.simulation)
+
+
 @pytest.mark.parametrize(
     ("method", "flag", "value", "direct"),
     [
@@ -207,21 +213,26 @@ Direct = Callable[[Federation, ExperimentConfig], SimulationResult]
             "fedavg",
             "--local-epochs",
             "2",
-            lambda f, c: baselines.run_fedavg(f, c.training, options=c.simulation, local_epochs=2),
+            lambda f, c: baselines.run_fedavg(task_of(f, c), baselines.FedAvgSettings(local_epochs=2)),
         ),
         (
             "afl",
             "--mixture-lr",
             "3",
-            lambda f, c: baselines.run_afl(f, c.training, options=c.simulation, mixture_lr=3.0),
+            lambda f, c: baselines.run_afl(task_of(f, c), baselines.AFLSettings(mixture_lr=3.0)),
         ),
-        ("qfedavg", "--q", "3", lambda f, c: baselines.run_qfedavg(f, c.training, options=c.simulation, q=3.0)),
-        ("fedavg", "--baseline-lr", "0.05", lambda f, c: baselines.run_fedavg(f, c.training, options=c.simulation)),
+        ("qfedavg", "--q", "3", lambda f, c: baselines.run_qfedavg(task_of(f, c), baselines.QFedAvgSettings(q=3.0))),
+        (
+            "fedavg",
+            "--baseline-lr",
+            "0.05",
+            lambda f, c: baselines.run_fedavg(task_of(f, c), baselines.FedAvgSettings()),
+        ),
         (
             "bpf",
             "--adversary-lr",
             "5",
-            lambda f, c: minimax.run_bpf(f, c.objective, c.training, options=c.simulation, adversary_lr=5.0),
+            lambda f, c: minimax.run_bpf(task_of(f, c), minimax.BPFSettings(adversary_lr=5.0)),
         ),
         (
             "fedsrcvar",
@@ -258,7 +269,7 @@ def test_fedminmax_runs_on_the_groups_column_and_its_adversary_lr() -> None:
     assert isinstance(federation, minimax.GroupedFederation)
     assert federation.group_names == ("Female", "Male")
     ours = run_method(config, federation)
-    expected = minimax.run_fedminmax(federation, config.training, options=config.simulation, adversary_lr=2.0)
+    expected = minimax.run_fedminmax(task_of(federation, config), minimax.FedMinMaxSettings(adversary_lr=2.0))
     assert torch.equal(ours.theta, expected.state.theta_average)
     assert ours.history[-1]["mu_0"] == expected.history[-1]["mu_0"]
     default = run_method(config_from_flags(flags), federation)

@@ -16,11 +16,14 @@ from scipy.optimize import linprog
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.models import flat_parameters, load_flat_parameters
-from fedfair.research.baselines import rebuilt, run_fedavg
+from fedfair.research.baselines import FedAvgSettings, rebuilt, run_fedavg
 from fedfair.research.experiment import run_method
 from fedfair.research.fairness_baselines import (
     PROPFAIR_MARGIN,
+    DeltaFLSettings,
     PropFairLearner,
+    PropFairSettings,
+    TERMSettings,
     propfair_surrogate,
     run_deltafl,
     run_propfair,
@@ -28,10 +31,9 @@ from fedfair.research.fairness_baselines import (
     superquantile_weights,
 )
 from fedfair.research.flags import config_from_flags
-from fedfair.research.methods import TERMSettings
 from fedfair.simulation.federation import Federation
 from fedfair.simulation.rounds import make_learners
-from tests.research.test_baselines import F64, synthetic_federation, training, trajectory
+from tests.research.test_baselines import F64, synthetic_federation, task_on, training, trajectory
 
 LR = 0.3
 """`training()`'s step size."""
@@ -48,12 +50,12 @@ def pooled_gradient(federation: Federation, theta: torch.Tensor, objective) -> t
     return torch.cat([gradient.reshape(-1) for gradient in gradients])
 
 
-def second_move(run, federation: Federation, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[no-untyped-def]
+def second_move(run, federation: Federation, settings: object) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[no-untyped-def]
     """(theta_2, theta_3 - theta_2) of full-batch rounds of one local step.
 
     The second round's: at the uniform start every loss is ln K, where no reweighting shows.
     """
-    thetas, _ = trajectory(run, federation, training(rounds=2, batch_size=0), **kwargs)
+    thetas, _ = trajectory(run, task_on(federation, training(rounds=2, batch_size=0)), settings)
     return thetas[0], thetas[1] - thetas[0]
 
 
@@ -101,7 +103,7 @@ def test_propfair_round_descends_the_clients_weighted_surrogates() -> None:
     # Full batches and one step: the server moves by -lr * sum_k p_k grad S(F_k), p_k = n_k / n.
     federation = synthetic_federation((40, 25, 15), num_classes=3, seed=1)
     ceiling = 1.5
-    start, move = second_move(run_propfair, federation, ceiling=ceiling)
+    start, move = second_move(run_propfair, federation, PropFairSettings(ceiling=ceiling))
     sizes = torch.tensor([client.size for client in federation.train], dtype=torch.float64)
 
     def objective(losses: list[torch.Tensor]) -> torch.Tensor:
@@ -120,7 +122,7 @@ def test_term_round_is_the_tilted_risks_gradient_step_across_clients() -> None:
     # -lr * grad (1/t) log mean_i exp(t l_i) over the pooled rows, not each client's own tilted step.
     federation = synthetic_federation((40, 25, 15), num_classes=3, seed=2)
     tilt = 2.0
-    start, move = second_move(run_term, federation, tilt=tilt)
+    start, move = second_move(run_term, federation, TERMSettings(tilt=tilt))
 
     def tilted(losses: list[torch.Tensor]) -> torch.Tensor:
         pooled = torch.cat(losses)
@@ -136,8 +138,8 @@ def test_term_with_vanishing_tilt_is_fedavg() -> None:
     # exp(t l) = 1 + O(t): every weight is 1 to rounding at t = 1e-12, with mini-batches and local steps.
     federation = synthetic_federation((30, 20, 11))
     config = training(rounds=6, local_steps=3)
-    term, _ = trajectory(run_term, federation, config, tilt=1e-12)
-    fedavg, _ = trajectory(run_fedavg, federation, config)
+    term, _ = trajectory(run_term, task_on(federation, config), TERMSettings(tilt=1e-12))
+    fedavg, _ = trajectory(run_fedavg, task_on(federation, config), FedAvgSettings())
     assert len(term) == len(fedavg) == 6
     for ours, theirs in zip(term, fedavg, strict=True):
         assert float((ours - theirs).abs().max()) <= 1e-10
@@ -150,8 +152,8 @@ def test_term_with_vanishing_tilt_is_fedavg() -> None:
 def test_deltafl_with_every_client_in_its_tail_is_fedavg() -> None:
     federation = synthetic_federation((30, 20, 11))
     config = training(rounds=6, local_steps=2)
-    deltafl, _ = trajectory(run_deltafl, federation, config, level=1.0)
-    fedavg, _ = trajectory(run_fedavg, federation, config)
+    deltafl, _ = trajectory(run_deltafl, task_on(federation, config), DeltaFLSettings(client_level=1.0))
+    fedavg, _ = trajectory(run_fedavg, task_on(federation, config), FedAvgSettings())
     for ours, theirs in zip(deltafl, fedavg, strict=True):
         assert float((ours - theirs).abs().max()) <= 1e-12
 
@@ -159,7 +161,7 @@ def test_deltafl_with_every_client_in_its_tail_is_fedavg() -> None:
 def test_deltafl_at_the_smallest_share_follows_the_worst_client_alone() -> None:
     # With a level below every client's share p_k the worst client's cap p_k / level exceeds 1: it is the tail.
     federation = synthetic_federation((40, 25, 15), num_classes=3, seed=4)
-    start, move = second_move(run_deltafl, federation, level=0.05)
+    start, move = second_move(run_deltafl, federation, DeltaFLSettings(client_level=0.05))
     means = [float(pooled_gradient_value(federation, start, index)) for index in range(3)]
     worst = int(np.argmax(means))
     expected = -LR * pooled_gradient(federation, start, lambda losses: losses[worst].mean())

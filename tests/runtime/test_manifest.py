@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 
 from fedfair.core.errors import ConfigError, IdentityError
 from fedfair.pki import credential_verifier, store
-from fedfair.pki.roster import manifest_text, pins_from_folders, write_manifest
+from fedfair.pki.roster import Roster, pins_from_folders, write_manifest
 from fedfair.runtime import manifest as manifests
 from fedfair.runtime import manifest_plan
 from fedfair.runtime.plan import aggregator_plan as plan
@@ -45,7 +45,7 @@ def federation(tmp_path: Path) -> Path:
     for name in COLLABORATORS:
         _, request = store.request_certificate(tmp_path / name, name, "collaborator")
         store.sign_certificate(ca, request)
-    write_manifest(tmp_path / "manifest.toml", "fedfair-demo", pins_from_folders([ca]), 0, 2)
+    write_manifest(tmp_path / "manifest.toml", Roster("fedfair-demo", tuple(pins_from_folders([ca])), 0, 2))
     return tmp_path
 
 
@@ -256,7 +256,7 @@ def test_aggregator_plan_errors_against_the_manifest(federation: Path, sections:
 
 def test_a_quorum_below_the_manifests_round_size_is_refused(federation: Path) -> None:
     strict = federation / "strict.toml"
-    strict.write_text(manifest_text("fedfair-demo", pins_from_folders([federation / "ca"]), 0, 3))
+    strict.write_text(Roster("fedfair-demo", tuple(pins_from_folders([federation / "ca"])), 0, 3).text())
     with pytest.raises(ConfigError, match=r"min_collaborators = 2 is below min_round_size = 3"):
         aggregator_plan_with(federation, aggregator={"manifest": str(strict)})
     assert aggregator_plan_with(federation, aggregator={"manifest": str(strict)}, quorum={"min_collaborators": 3})

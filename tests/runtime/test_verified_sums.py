@@ -81,7 +81,8 @@ def site_refusals(
 def test_a_forged_sum_is_refused_by_every_site_naming_the_round(tmp_path: Path, processes: Processes) -> None:
     workspace, sites = forged_federation(tmp_path, processes, {"server_momentum": 0.0}, str(FORGED_ROUND))
     for refusal, _ in refusals(workspace, sites, "FORGED"):
-        assert "do not sum to the claimed aggregate" in refusal.detail
+        # Three sites and a small model: every site re-sums the survivors' masked inputs (config.resummed).
+        assert "is not the sum of the survivors' masked inputs" in refusal.detail
 
 
 @pytest.mark.slow
@@ -101,7 +102,8 @@ def test_forged_evaluation_sums_are_refused_by_every_site(tmp_path: Path, proces
     """The final round's evaluation sums, what the report's figures are made of, forged: every site refuses them."""
     workspace, sites = forged_federation(tmp_path, processes, {}, "3", "evaluation")
     for refusal, contributed in refusals(workspace, sites, "FORGED", forged_round=3):
-        assert "do not sum to the claimed aggregate" in refusal.detail
+        # Three sites and a small model: every site re-sums the survivors' masked inputs (config.resummed).
+        assert "is not the sum of the survivors' masked inputs" in refusal.detail
         assert contributed == 3, contributed  # every training round was verified and applied
 
 

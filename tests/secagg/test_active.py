@@ -23,7 +23,7 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fedfair.secagg.payloads import consistency_payload, dealing_lines, dealing_payload
+from fedfair.secagg.payloads import View, consistency_payload, dealing_lines, dealing_payload
 from fedfair.secagg.wire import Header, Stage
 from fedfair.secagg.simulate import simulate_round
 from tests.secagg.helpers import Harness, check_result, make_config
@@ -45,11 +45,11 @@ def equivocate(harness: Harness) -> tuple[dict[int, MaskedInput], UnmaskRequest,
     """
     masked = harness.mask(harness.through_check(), [1, 2, 3, 4, 5])
     view_a = harness.server.survivor_set()
-    view_b = dataclasses.replace(view_a, survivors=(1, 2, 3, 4))
+    view_b = dataclasses.replace(view_a, survivors=(1, 2, 3, 4), inputs=view_a.inputs[:4])
     session = harness.server.session_id
     requests = []
     for view, honest in ((view_a, (2, 5)), (view_b, (3, 4))):
-        signatures = {COLLUDER: sign(harness.key(COLLUDER), consistency_payload(session, *view_pair(view)))}
+        signatures = {COLLUDER: sign(harness.key(COLLUDER), consistency_payload(session, *view_of(view)))}
         signatures.update({party: harness.clients[party].consistency(view).signature for party in honest})
         dropped = tuple(sorted(set(view.masking_set) - set(view.survivors)))
         requests.append(
@@ -64,8 +64,8 @@ def masking_set_of(harness: Harness, parties: tuple[int, ...]) -> MaskingSet:
     return MaskingSet(Header(config.federation_id, config.round, Stage.MASK, harness.server.session_id), parties)
 
 
-def view_pair(view: SurvivorSet) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    return view.masking_set, view.survivors
+def view_of(view: SurvivorSet) -> View:
+    return view.masking_set, view.survivors, view.inputs
 
 
 def test_equivocation_is_refused_at_the_threshold_the_rule_gives() -> None:
@@ -95,7 +95,7 @@ def test_equivocation_without_colluders_fails_at_the_v1_threshold() -> None:
     harness = Harness(config)
     harness.mask(harness.through_check(), [1, 2, 3, 4, 5])
     view_a = harness.server.survivor_set()
-    view_b = dataclasses.replace(view_a, survivors=(1, 2, 3, 4))
+    view_b = dataclasses.replace(view_a, survivors=(1, 2, 3, 4), inputs=view_a.inputs[:4])
     signed_a = {party: harness.clients[party].consistency(view_a).signature for party in (2, 3, 5)}
     signed_b = {party: harness.clients[party].consistency(view_b).signature for party in (1, 4)}
     request_a = UnmaskRequest(unmask_header(harness), view_a.survivors, (), tuple(sorted(signed_a.items())))
@@ -324,7 +324,7 @@ def test_forged_duplicated_and_outsider_consistency_signatures_do_not_count() ->
     config = make_config(5)
     harness = Harness(config)
     survivor_set = harness.through_masking([1, 2, 3, 4])  # party 5 dropped before masking
-    view = view_pair(survivor_set)
+    view = view_of(survivor_set)
     session = harness.server.session_id
     genuine = {party: harness.clients[party].consistency(survivor_set).signature for party in (1, 2, 3)}
     # The server refuses them too, before they could ever reach a request.
@@ -332,7 +332,7 @@ def test_forged_duplicated_and_outsider_consistency_signatures_do_not_count() ->
         harness.server.receive_consistency(dataclasses.replace(harness.clients[1].consistency(survivor_set), sender=5))
     with pytest.raises(ProtocolError, match="does not verify"):
         harness.server.receive_consistency(dataclasses.replace(harness.clients[1].consistency(survivor_set), sender=4))
-    other_view = consistency_payload(session, view[0], (1, 2, 3))
+    other_view = consistency_payload(session, view[0], (1, 2, 3), view[2][:3])
     header = unmask_header(harness)
     bad_sets = {
         "duplicated": ((1, genuine[1]), (1, genuine[1]), (2, genuine[2])),

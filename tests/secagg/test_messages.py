@@ -43,7 +43,7 @@ MESSAGES: list[Message] = [
     ShareCheck(header(Stage.CHECK), 2, (1, 4), b"check-signature"),
     ShareCheck(header(Stage.CHECK), 2, (), b"check-signature"),
     MaskingSet(header(Stage.MASK), (1, 2, 3, 4)),
-    SurvivorSet(header(Stage.CONSISTENCY), (1, 2, 3, 4), (1, 2, 4)),
+    SurvivorSet(header(Stage.CONSISTENCY), (1, 2, 3, 4), (1, 2, 4), (b"a" * 32, b"b" * 32, b"c" * 32)),
     ConsistencySignature(header(Stage.CONSISTENCY), 4, b"view-signature"),
     UnmaskRequest(header(Stage.UNMASK), (1, 2, 4), (3,), ((1, b"sig-1"), (4, b"sig-4"))),
     UnmaskResponse(
@@ -98,7 +98,7 @@ def test_new_messages_round_trip_for_any_fields(
 ) -> None:
     messages: list[Message] = [
         UnmaskRequest(header(Stage.UNMASK), survivors, dropped, signatures),
-        SurvivorSet(header(Stage.CONSISTENCY), dropped, survivors),
+        SurvivorSet(header(Stage.CONSISTENCY), dropped, survivors, ()),
         MaskingSet(header(Stage.MASK), accused),
         ShareCheck(header(Stage.CHECK), 7, accused, b"".join(sig for _, sig in signatures)),
     ]

@@ -29,9 +29,10 @@ def test_signed_payloads_bind_every_field_and_their_purpose() -> None:
         share_check_payload(session, 1, ()),
         share_check_payload(session, 1, (2,)),
         share_check_payload(session, 2, (2,)),
-        consistency_payload(session, (1, 2, 3), (1, 2, 3)),
-        consistency_payload(session, (1, 2, 3), (1, 2)),
-        consistency_payload(session, (1, 2), (1, 2)),
+        consistency_payload(session, (1, 2, 3), (1, 2, 3), (b"a" * 32, b"b" * 32, b"c" * 32)),
+        consistency_payload(session, (1, 2, 3), (1, 2, 3), (b"a" * 32, b"b" * 32, b"d" * 32)),
+        consistency_payload(session, (1, 2, 3), (1, 2), (b"a" * 32, b"b" * 32)),
+        consistency_payload(session, (1, 2), (1, 2), (b"a" * 32, b"b" * 32)),
         advertisement_payload(session, 1, b"c" * 32, b"m" * 32, b"h" * 32),
         advertisement_payload(session, 1, b"c" * 32, b"m" * 32, b"i" * 32),
     ]

@@ -352,12 +352,14 @@ def test_client_signs_one_view_only_and_refuses_impossible_views() -> None:
         (dict(survivors=(2, 3, 4)), UnmaskRefusedError, "leaves this party out"),
         (dict(survivors=(1, 2)), ThresholdError, "below the threshold"),
         (dict(survivors=(1, 1, 2, 3)), ProtocolError, "twice or out of order"),
+        (dict(inputs=survivor_set.inputs[:3]), UnmaskRefusedError, "one masked-input digest per survivor"),
+        (dict(inputs=(b"0" * 32, *survivor_set.inputs[1:])), UnmaskRefusedError, "another masked input for this"),
     ]
     for changes, error, match in cases:
         with pytest.raises(error, match=match):
             client.consistency(dataclasses.replace(survivor_set, **changes))  # type: ignore[arg-type]
     signature = client.consistency(survivor_set)
-    assert client.signed_view == (survivor_set.masking_set, survivor_set.survivors)
+    assert client.signed_view == (survivor_set.masking_set, survivor_set.survivors, survivor_set.inputs)
     assert client.consistency(survivor_set) == signature  # a retransmission gets the same signature
     with pytest.raises(UnmaskRefusedError, match="already signed another view"):
         client.consistency(dataclasses.replace(survivor_set, survivors=(1, 2, 3)))

@@ -16,7 +16,7 @@ from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig
 from fedfair.secagg.messages import Dealing, EncryptedShares, RevealedShare
-from fedfair.secagg.payloads import consistency_payload, dealing_lines, dealing_payload
+from fedfair.secagg.payloads import View, consistency_payload, dealing_lines, dealing_payload
 from fedfair.secagg.shares import SECRET_BYTES, Held, Kind, check_view_signatures, open_entry
 
 SESSION = bytes(range(32))
@@ -122,10 +122,10 @@ CONFIG = SecAggConfig(
     encoding=EncodingConfig(clip=1.0, max_weight=1.0, fractional_bits=8),
 )
 IDENTITIES = {party: generate_identity_key() for party in range(1, 6)}
-VIEW = ((1, 2, 3, 4, 5), (1, 2, 3, 4))
+VIEW = ((1, 2, 3, 4, 5), (1, 2, 3, 4), (b"1" * 32, b"2" * 32, b"3" * 32, b"4" * 32))
 
 
-def signatures(*parties: int, view: tuple[tuple[int, ...], tuple[int, ...]] = VIEW) -> tuple[tuple[int, bytes], ...]:
+def signatures(*parties: int, view: View = VIEW) -> tuple[tuple[int, bytes], ...]:
     payload = consistency_payload(SESSION, *view)
     return tuple((party, sign(IDENTITIES[party], payload)) for party in parties)
 
@@ -149,10 +149,11 @@ def test_t_distinct_survivors_signing_the_view_let_shares_be_revealed() -> None:
         signatures(1, 2),  # too few
         signatures(1, 2) + signatures(2),  # a repeat does not count twice
         signatures(1, 2, 5),  # 5 did not survive: its signature does not count
-        signatures(1, 2) + signatures(3, view=((1, 2, 3, 4, 5), (1, 2, 3))),  # 3 signed another view
+        signatures(1, 2) + signatures(3, view=((1, 2, 3, 4, 5), (1, 2, 3), VIEW[2][:3])),  # 3 signed another view
+        signatures(1, 2) + signatures(3, view=(*VIEW[:2], (b"0" * 32, *VIEW[2][1:]))),  # another masked input
         signatures(1, 2) + ((3, b"\x00" * 70),),  # a forgery
     ],
-    ids=["too-few", "repeat", "non-survivor", "other-view", "forgery"],
+    ids=["too-few", "repeat", "non-survivor", "other-view", "other-input", "forgery"],
 )
 def test_shares_are_refused_without_t_distinct_valid_signatures_on_the_same_view(
     relayed: tuple[tuple[int, bytes], ...],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedfair.core.errors import AuthenticationError, ProtocolError, StaleMessageError, VerificationError, VerifyReason
+from fedfair.secagg import config as config_module
 from fedfair.secagg import keys
 from fedfair.secagg.simulate import simulate_round
 from fedfair.pki.identity import sign
@@ -30,6 +32,16 @@ from fedfair.secagg.wire import Stage
 from tests.secagg.helpers import Harness, encode_all, make_config, make_inputs
 
 SESSION = b"s" * 32
+INPUTS = (b"1" * 32, b"2" * 32)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def tag_check_alone() -> Iterator[None]:
+    """These rounds run the tag check alone, as every round above RESUMMED_WORDS does (tests/secagg/test_resum.py
+    covers the re-summing check that runs below it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(config_module, "RESUMMED_WORDS", 0)
+        yield
 
 
 def signed(words: np.ndarray) -> list[int]:
@@ -66,15 +78,16 @@ def test_the_challenge_is_fixed_by_the_digest_and_the_session_alone() -> None:
     assert Challenge(b"t" * 32, b"d" * 32, 10).dots(words) != Challenge(SESSION, b"d" * 32, 10).dots(words)
 
 
-def test_the_digest_binds_every_word_the_survivors_and_the_session() -> None:
+def test_the_digest_binds_every_word_the_survivors_their_inputs_and_the_session() -> None:
     vector = np.arange(5, dtype=np.uint16)
-    digest = aggregate_digest(SESSION, (1, 2), vector)
+    digest = aggregate_digest(SESSION, (1, 2), INPUTS, vector)
     changed = vector.copy()
     changed[4] ^= 1
-    assert aggregate_digest(SESSION, (1, 2), changed) != digest
-    assert aggregate_digest(SESSION, (1, 3), vector) != digest
-    assert aggregate_digest(b"t" * 32, (1, 2), vector) != digest
-    assert aggregate_digest(SESSION, (1, 2), vector.astype(np.uint32)) != digest  # the word size too
+    assert aggregate_digest(SESSION, (1, 2), INPUTS, changed) != digest
+    assert aggregate_digest(SESSION, (1, 3), INPUTS, vector) != digest
+    assert aggregate_digest(b"t" * 32, (1, 2), INPUTS, vector) != digest
+    assert aggregate_digest(SESSION, (1, 2), (INPUTS[0], b"3" * 32), vector) != digest  # a survivor's masked input
+    assert aggregate_digest(SESSION, (1, 2), INPUTS, vector.astype(np.uint32)) != digest  # the word size too
 
 
 def pairwise_tags(inputs: dict[int, np.ndarray], digest: bytes) -> dict[int, bytes]:
@@ -360,7 +373,9 @@ def test_the_server_sees_whether_the_tags_add_up_before_it_relays_them() -> None
         liar_harness.server.receive_tag(tag)
     true_tag = liar_harness.clients[4].tag(liar_claim)
     false_tags = encode_tags(value + 1 for value in decode_tags(true_tag.tags))
-    digest = aggregate_digest(liar_harness.server.session_id, (1, 2, 3, 4), liar_claim.vector)
+    view = liar_harness.clients[4].signed_view
+    assert view is not None
+    digest = aggregate_digest(liar_harness.server.session_id, (1, 2, 3, 4), view[2], liar_claim.vector)
     signature = sign(
         liar_harness.identities[liar_harness.config.name_of(4)],
         tag_payload(liar_harness.server.session_id, digest, 4, false_tags),

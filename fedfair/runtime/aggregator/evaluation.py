@@ -13,20 +13,16 @@ an aggregation that fails RoundAbortedError; the round loop records either as an
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fedfair.runtime.observe.logs import per_round
-from fedfair.fairness import sums, tail
+from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.driver import SumDriver
-from fedfair.runtime.composition_counts import CompositionColumn, composition_from_sums
-from fedfair.runtime.plan.privacy import answer_release, composition_release, decoded_noise_std
 from fedfair.runtime.contract import EVALUATION, model_digest
+from fedfair.runtime.evaluation_figures import Earlier, answer_epsilon, evaluation_figures, noise_stds
+from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 from fedfair.runtime.report import verdicts
 
@@ -64,36 +60,15 @@ def federated_evaluation(
     columns = plan.counted_columns(round_number)
     digest = model_digest(*model)
     repeated = earlier if earlier is not None and earlier.model == digest and earlier.round < round_number else None
-    noise_std, counts_std = noise_stds(plan, round_number, columns, outcome.contributors, repeated)
-    summed = outcome.weighted_sum
-    if plan.privacy.noised:
-        query = plan.evaluation.tail_query()
-        risks = query.length
-        figures = tail.tail_report(
-            query,
-            summed[:risks],
-            model[1],
-            plan.objective.rho,
-            noise_std=noise_std,
-            sum_error=outcome.error_bound,
-            classes=classes,
-        )
-        report = figures.report(plan.objective.rho, noise_std, query.cap)
-    else:
-        risks = sums.vector_length()
-        report = sums.report_from_sums(
-            summed[:risks],
-            plan.evaluation.thresholds(),
-            plan.objective.rho,
-            min_bucket_count=plan.evaluation.min_bucket_count,
-            sum_error=outcome.error_bound,
-        )
+    stds = noise_stds(plan, len(plan.collaborators), round_number, columns, outcome.contributors, repeated)
+    figures = evaluation_figures(plan, round_number, outcome.weighted_sum, model[1], outcome.error_bound, stds, classes)
+    composition = figures.pop("composition", None)
     result: dict[str, Any] = {
         "status": "done",
         "round": round_number,
         "model": digest,
         "collaborators": len(outcome.contributors),
-        **report.to_dict(),
+        **figures,
     }
     if plan.privacy.noised:
         # A repeated model's risks are the kept answers', spent at that earlier evaluation's epsilon.
@@ -103,17 +78,12 @@ def federated_evaluation(
     logger.info(
         "round %d evaluation (held-out, rho = %g): %s",
         round_number,
-        report.rho,
+        figures["rho"],
         verdicts.describe(result),
         extra=per_round(round_number, plan.training.rounds, note=verdicts.progress_note(result)),
     )
-    if columns:
+    if composition is not None:
         assert plan.schema is not None  # composition columns are refused without a [schema]
-        composition = composition_from_sums(
-            columns, outcome.weighted_sum[risks:], model[1], plan.schema.min_category_count, noise_std=counts_std
-        )
-        if plan.privacy.noised:
-            composition["epsilon"] = answer_epsilon(plan, round_number)
         result["composition"] = composition
         logger.info(
             "round %d worst-group composition (held-out loss above c = %.4f) by %s: %d counts suppressed "
@@ -125,75 +95,3 @@ def federated_evaluation(
             plan.schema.min_category_count,
         )
     return outcome, result
-
-
-def answer_epsilon(plan: AggregatorPlan, round_number: int) -> float:
-    """The epsilon each site's answer to the evaluation of `round_number` spends under a noised plan."""
-    privacy = plan.privacy
-    assert privacy.report_epsilon is not None  # only noised plans ask
-    interim = privacy.interim_report_epsilon
-    return privacy.report_epsilon if round_number == plan.training.rounds or interim is None else interim
-
-
-@dataclass(frozen=True)
-class Earlier:
-    """The first ask of the model the aggregator evaluated last: the model's digest, that round, its contributors.
-
-    Each of them holds its answer on that model for good and sends it again. `contributors` None: not known (the
-    evaluation aborted, or this process restarted since), so any site may hold one.
-    """
-
-    model: str
-    round: int
-    contributors: frozenset[str] | None
-
-
-def noise_stds(
-    plan: AggregatorPlan,
-    round_number: int,
-    columns: tuple[CompositionColumn, ...],
-    contributors: Sequence[str],
-    repeated: Earlier | None,
-) -> tuple[float, float]:
-    """The noise standard deviation on each decoded risk coordinate and on each composition count.
-
-    A site that answered the `repeated` model at an earlier evaluation sends those kept words again (one answer
-    per model) and, at the final round, the counts as their own release
-    (:func:`~fedfair.runtime.plan.privacy.composition_release`); a site that did not answers afresh. Sites known
-    to have contributed then carry the first; any other carries the larger of the two per part, so the stated
-    noise never falls below the true one whichever it sent.
-    """
-    final = round_number == plan.training.rounds
-    fresh = report_noise_std(plan, columns, len(contributors), final=final)
-    if repeated is None or not plan.privacy.noised or not contributors:
-        return fresh, fresh
-    known = len(set(contributors) & (repeated.contributors or frozenset()))
-    unknown = len(contributors) - known
-    floor, colluders = plan.survivor_floor(len(plan.collaborators)), plan.secure_aggregation.max_colluding
-    kept_release = answer_release(plan.privacy, (), final=repeated.round == plan.training.rounds)
-    kept = [decoded_noise_std(kept_release, floor, colluders, n) for n in (known, unknown)]
-    risks = math.hypot(kept[0], max(kept[1], report_noise_std(plan, columns, unknown, final=final)))
-    if not columns:
-        return risks, 0.0
-    alone = [
-        decoded_noise_std(composition_release(plan.privacy, columns), floor, colluders, n) for n in (known, unknown)
-    ]
-    counts = math.hypot(alone[0], max(alone[1], report_noise_std(plan, columns, unknown, final=final)))
-    return risks, counts
-
-
-def report_noise_std(
-    plan: AggregatorPlan, columns: tuple[CompositionColumn, ...], summands: int, *, final: bool = True
-) -> float:
-    """The noise standard deviation on each decoded coordinate of an evaluation summed over `summands` answers.
-
-    `final`: the final evaluation's answers (report_epsilon), else an earlier one's (interim_report_epsilon).
-
-    Under the plan's [privacy] (:mod:`fedfair.runtime.plan.privacy`); 0.0 for exact reports or no summands.
-    """
-    if not plan.privacy.noised or summands < 1:
-        return 0.0
-    floor = plan.survivor_floor(len(plan.collaborators))
-    return decoded_noise_std(
-        answer_release(plan.privacy, columns, final=final), floor, plan.secure_aggregation.max_colluding, summands
-    )

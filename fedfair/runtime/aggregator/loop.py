@@ -35,7 +35,7 @@ from fedfair.runtime.aggregator.checkpoint import (
 )
 from fedfair.runtime.aggregator.checks import check_agreed_influence, check_decoded_update, screen_plain_update
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
-from fedfair.runtime.aggregator.evaluation import Earlier, federated_evaluation
+from fedfair.runtime.aggregator.evaluation import federated_evaluation
 from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.aggregator.network import Network
@@ -47,6 +47,7 @@ from fedfair.runtime.contract import (
     model_digest,
     update_dimension,
 )
+from fedfair.runtime.evaluation_figures import Earlier
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload

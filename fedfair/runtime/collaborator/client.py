@@ -388,7 +388,8 @@ class Collaborator(TaskStream):
             limit = input_limit(task, self.shared.collaborator_count, self.parameters, 0)
             fetch = functools.partial(self._uplink.input_into, stub, task, limit)
             output = None if expected is None else joined.outcome.output  # read back whole only to be checked
-            received = receive_bundle(self.config.name, path, fetch, expected, output)
+            figures = self.participant.figures if self.shared.secure_aggregation.enabled else None
+            received = receive_bundle(self.config.name, path, fetch, expected, output, figures)
         else:
             received = Received(not_kept="the aggregator sent none")
         shared = joined.shared

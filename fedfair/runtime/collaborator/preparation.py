@@ -83,6 +83,7 @@ def as_participant(
         config.manifest,
         config.source.parent,
         initial,
+        None if model is None else model.classes,
     )
 
 

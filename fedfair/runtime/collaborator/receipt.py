@@ -4,7 +4,9 @@ Each is kept beside the config as NAME.FEDERATION.SUFFIX (bindings, outcome, mod
 the aggregator's word, so it is kept only once :func:`bundle_mismatch` finds nothing: its federation id
 and plan the ones this collaborator joined under, its architecture and encoder its plan's, its weights and
 threshold exactly the output model it evaluated at the final round (itself the average of the training
-models it was sent). A bundle that differs is refused (``bundle-refused``, nothing kept). The closing
+models it was sent), and its evaluation figures those of the sums this collaborator verified
+(:mod:`.figures`: one it did not verify is left out of the kept copy). A bundle that differs is refused
+(``bundle-refused``, nothing kept). The closing
 line counts from the outcome record only, never from the bundle's provenance, and says where the bundle is.
 
 Why: docs/design.md, "Inside the collaborator".
@@ -12,6 +14,7 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import logging
@@ -24,13 +27,14 @@ import grpc
 import numpy as np
 import torch
 
-from fedfair.bundle import Bundle, load_bundle
+from fedfair.bundle import Bundle, load_bundle, write_bundle
 from fedfair.bundle.format import describe_architecture
 from fedfair.core.errors import ConfigError, WireError
 from fedfair.core.files import atomic_write
 from fedfair.core.models import load_flat_parameters
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.collaborator.figures import EvaluationFigures
 from fedfair.runtime.collaborator.trajectory import ServedModel
 from fedfair.runtime.failures import finished_exit
 from fedfair.runtime.observe.logs import CLOSING_LINE
@@ -177,11 +181,15 @@ def receive_bundle(
     fetch: Callable[[Callable[[bytes], object]], None],
     expected: Expectation | None,
     output: ServedModel[np.ndarray] | None,
+    figures: EvaluationFigures | None = None,
 ) -> Received:
     """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path` if it checks out.
 
     It is read as `fedfair predict` would load it (plain tensors and JSON only), from a file beside `path`
-    that is removed afterwards, and checked by :func:`bundle_mismatch`. Without `expected` (the model was never
+    that is removed afterwards, and checked by :func:`bundle_mismatch`. With `figures` (verified aggregation),
+    its evaluation records are held to the figures this collaborator verified
+    (:meth:`~fedfair.runtime.collaborator.figures.EvaluationFigures.check`): one that differs refuses the
+    bundle, one not verified is left out of the copy kept (a warning names it). Without `expected` (the model was never
     built here) or `output` (this collaborator was not sent the output model) it cannot be checked and is not
     kept. A bundle not kept for a reason that does not impugn it is a warning, and leaves the run's status as it
     is; the closing line (:func:`finished_status`) says where a kept one is.
@@ -211,6 +219,20 @@ def receive_bundle(
         refusal = bundle_mismatch(bundle, expected, output)
         if refusal is not None:
             return Received(refusal=refusal)
+        if figures is not None:
+            held = figures.check(bundle.metrics)
+            if held.forged is not None:
+                return Received(refusal=held.forged)
+            if held.left_out:
+                logger.warning(
+                    "%s: the kept model bundle leaves out the evaluation figures of round %s: %s",
+                    name,
+                    ", ".join(map(str, held.left_out)),
+                    "; ".join(f"round {number}: {why}" for number, why in held.left_out.items()),
+                )
+            if held.metrics != bundle.metrics:  # as this collaborator verified them: never the aggregator's word
+                write_bundle(path, dataclasses.replace(bundle, metrics=held.metrics))
+                return Received(kept=path)
         with unchecked.open("rb") as checked:
             atomic_write(path, lambda stream: shutil.copyfileobj(checked, stream))
         return Received(kept=path)

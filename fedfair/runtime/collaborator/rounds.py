@@ -356,6 +356,7 @@ class RoundJob:
         model = model_digest(theta, c)
         chain = self.participant.chain
         self.checked(lambda: chain.evaluated(binding.round, theta, c), binding.round, "evaluate", model)
+        self.participant.figures.asked(binding.round, model, c)  # the figures of its sum, once verified
         view = self.view_of(binding.round, "evaluate", model)
         if binding.round == self.shared.training.rounds:
             self.outcome.output_model(binding.round, theta, c)

@@ -27,6 +27,7 @@ from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.chain import InitialModel, ModelChain
+from fedfair.runtime.collaborator.figures import EvaluationFigures
 from fedfair.runtime.collaborator.input_record import SignedView
 from fedfair.runtime.contract import (
     ACCEPTED,
@@ -128,8 +129,12 @@ class Participant:
     None: the system's temporary folder."""
     initial: InitialModel | None = field(default=None, repr=False, compare=False)
     """This site's own build of the plan's initial model, round 1's only model (None: no model built yet)."""
+    classes: int | None = None
+    """The model's K, for the figures of a noised evaluation (None: no model built yet)."""
     chain: ModelChain = field(init=False, repr=False, compare=False)
     """The models this site verified: every training model and output model it is sent is checked against it."""
+    figures: EvaluationFigures = field(init=False, repr=False, compare=False)
+    """The figures of the evaluation sums this site verified: the only ones its kept bundle carries."""
 
     @property
     def survivor_floor(self) -> int:
@@ -149,6 +154,7 @@ class Participant:
         # its validity window (fedfair.secagg.credentials.RememberedVerifier).
         object.__setattr__(self, "verify", remembered(self.verify))
         object.__setattr__(self, "chain", ModelChain(self.name, self.shared, self.folder, self.initial))
+        object.__setattr__(self, "figures", EvaluationFigures(self.name, self.shared, self.folder, self.classes))
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
         """The kind, vector length and encoding this aggregation must have (:meth:`aggregation`)."""
@@ -332,7 +338,8 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
 
     The verified sum (the encoded d + 1 words) is the only sum this site accepts a model of. A training round's
     is handed to the site's model chain, which applies the plan's server step to it and checks the next round's
-    model against the result (:class:`~fedfair.runtime.collaborator.chain.ModelChain`); this stage keeps no copy.
+    model against the result (:class:`~fedfair.runtime.collaborator.chain.ModelChain`); an evaluation's is made
+    into the figures its kept bundle may carry (:mod:`~fedfair.runtime.collaborator.figures`). It keeps no copy.
 
     Raises:
         VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED).
@@ -347,6 +354,8 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
     verified = spec.step(client, tags, _not_asked)
     if work.stages is TRAINING and work.view.survivors is not None:
         me.chain.verified(work.round, verified, work.view.survivors, client.config.encoder)
+    elif work.stages is EVALUATION and work.view.survivors is not None:
+        me.figures.verified(work.round, work.model, verified, work.view.survivors, client.config.encoder)
     return ACCEPTED
 
 

@@ -19,6 +19,7 @@ import grpc
 import numpy as np
 
 from fedfair.core.errors import WireError
+from fedfair.secagg.config import resummed_claim_bytes
 from fedfair.runtime.transport import (
     Forwarder,
     Pieces,
@@ -67,10 +68,13 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
         return ENCODER_BYTES
     if task.binding.stage == pb.STAGE_VERIFY_CLAIM:
         # The claimed sum: at most 2 (d + 1) values with drift correction, padded to a power of two under noise
-        # (below 4 (d + 2)), one word of at most 8 bytes each.
-        return BASE_STAGE_BYTES + 32 * (parameters + 2)
+        # (below 4 (d + 2)), one word of at most 8 bytes each; where the round re-sums, the survivors' inputs too.
+        words = 4 * (parameters + 2)
+        return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(collaborators, words)
     if task.binding.stage == pb.STAGE_EVAL_VERIFY_CLAIM:
-        return BASE_STAGE_BYTES + 8 * (evaluation_words + 2)  # the claimed evaluation sums, its plan's length
+        # The claimed evaluation sums, its plan's length, and where the round re-sums, the survivors' inputs.
+        words = evaluation_words + 2
+        return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(collaborators, words)
     return BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
 
 

@@ -215,7 +215,7 @@ def _rehearsed(relative: str, text: str, rounds: int | None) -> str:
 def _make_pki_and_pin(root: Path, sites: Sequence[str], plan_path: Path) -> None:
     """The CA, each party's key, request and certificate, the roster and the pinned plan, as init's README runs them."""
     from fedfair.pki import store
-    from fedfair.pki.roster import pins_from_folders, write_manifest
+    from fedfair.pki.roster import Roster, pins_from_folders, write_manifest
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
     from fedfair.runtime.plan.pinning import pin_plan
 
@@ -230,11 +230,9 @@ def _make_pki_and_pin(root: Path, sites: Sequence[str], plan_path: Path) -> None
     store.ca_paths(ca)[1].unlink()  # every certificate is signed: nothing in a rehearsal signs again
     plan = load_aggregator_plan(plan_path, check_manifest=False)
     roster = root / "roster.toml"
+    pins = pins_from_folders([root / party / "certs" for party, _ in parties])
     write_manifest(
         roster,
-        FEDERATION_ID,
-        pins_from_folders([root / party / "certs" for party, _ in parties]),
-        plan.secure_aggregation.max_colluding,
-        plan.quorum.min_collaborators,
+        Roster(FEDERATION_ID, tuple(pins), plan.secure_aggregation.max_colluding, plan.quorum.min_collaborators),
     )
     pin_plan(plan_path, roster, root / "manifest.toml")

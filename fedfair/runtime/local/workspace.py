@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfair import pki
-from fedfair.pki.roster import PlanPin, pins_from_folders, write_manifest
+from fedfair.pki.roster import PlanPin, Roster, pins_from_folders, write_manifest
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
 
 
@@ -162,11 +162,8 @@ def declared_sizes(sources: Mapping[str, Mapping[str, Any]], seed: int) -> dict[
 def write_pinned_manifest(path: Path, plan_path: Path, certs: Path, max_colluding: int = 0) -> str:
     """The manifest of the certificates in `certs` with the plan at `plan_path` pinned; its digest."""
     plan = load_aggregator_plan(plan_path, check_manifest=False)
+    pins = tuple(pins_from_folders([certs]))
+    plan_pin = PlanPin(shared_content(plan))
     return write_manifest(
-        path,
-        plan.federation_id,
-        pins_from_folders([certs]),
-        max_colluding,
-        plan.quorum.min_collaborators,
-        PlanPin(shared_content(plan)),
+        path, Roster(plan.federation_id, pins, max_colluding, plan.quorum.min_collaborators, plan_pin)
     )

@@ -61,15 +61,7 @@ def pin_plan(
         roster, plan=PlanPin(content), source=out, federation_id=federation_id or roster.federation_id
     )
     check_plan(pinned, plan, content)
-    write_manifest(
-        out,
-        pinned.federation_id,
-        (pinned.aggregator, *pinned.collaborators),
-        pinned.max_colluding,
-        pinned.min_round_size,
-        pinned.plan,
-        pinned.revoked,
-    )
+    write_manifest(out, pinned.roster)
     changes = None if roster.plan is None else setting_differences(roster.plan.settings, content)
     for config, text in named.items():
         config.write_text(text, encoding="utf-8")

@@ -31,7 +31,8 @@ from fedfair.runtime.output_folder import BUNDLE_NAME
 from fedfair.runtime.output_folder import FINAL_MODEL_NAME, FINAL_SUMMARY_NAME
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome
-from fedfair.runtime.aggregator.evaluation import Earlier, federated_evaluation, noise_stds, report_noise_std
+from fedfair.runtime.aggregator.evaluation import federated_evaluation
+from fedfair.runtime.evaluation_figures import Earlier, noise_stds, report_noise_std
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
@@ -100,8 +101,8 @@ def test_the_final_evaluation_asks_for_the_plans_length_and_reports_the_composit
     # the earlier one at interim_report_epsilon, noisier (the same answers, without the counts).
     assert result["report_epsilon"] == 1.0 and earlier["report_epsilon"] == 0.2
     assert result["worst_risk_low"] <= result["worst_risk"] <= result["worst_risk_high"]
-    final_alone = report_noise_std(plan, (), 3, final=True)
-    assert earlier["noise_std"] == report_noise_std(plan, (), 3, final=False)
+    final_alone = report_noise_std(plan, len(plan.collaborators), (), 3, final=True)
+    assert earlier["noise_std"] == report_noise_std(plan, len(plan.collaborators), (), 3, final=False)
     # (RDP calibration: at a fifth of the epsilon, between 4 and 5 times the noise)
     assert 4 * final_alone < earlier["noise_std"] < 5 * final_alone and final_alone < result["noise_std"]
 
@@ -116,20 +117,27 @@ def test_a_repeated_model_is_decoded_with_the_noise_each_site_may_have_sent() ->
 
     kept, alone = answer_release(plan.privacy, (), final=False), composition_release(plan.privacy, columns)
     joint = answer_release(plan.privacy, columns)
-    assert noise_stds(plan, final, columns, names, None) == (std(joint, 3), std(joint, 3))
+    assert noise_stds(plan, len(plan.collaborators), final, columns, names, None) == (std(joint, 3), std(joint, 3))
     # Every site answered the model at round 10: its kept answer (interim epsilon) and the counts alone.
-    assert noise_stds(plan, final, columns, names, Earlier("m", 10, frozenset(names))) == (
+    assert noise_stds(plan, len(plan.collaborators), final, columns, names, Earlier("m", 10, frozenset(names))) == (
         std(kept, 3),
         std(alone, 3),
     )
     # One site did not (or it is not known who did): it may have sent either, so the larger noise counts for it.
-    risks, counts = noise_stds(plan, final, columns, names, Earlier("m", 10, frozenset(names[:2])))
+    risks, counts = noise_stds(
+        plan, len(plan.collaborators), final, columns, names, Earlier("m", 10, frozenset(names[:2]))
+    )
     assert risks == pytest.approx(math.hypot(std(kept, 2), max(std(kept, 1), std(joint, 1))), rel=1e-12)
     assert counts == pytest.approx(math.hypot(std(alone, 2), std(joint, 1)), rel=1e-12)
-    assert noise_stds(plan, final, columns, names, Earlier("m", 10, None))[1] == pytest.approx(std(joint, 3))
+    assert noise_stds(plan, len(plan.collaborators), final, columns, names, Earlier("m", 10, None))[1] == pytest.approx(
+        std(joint, 3)
+    )
     # Without composition the final query is the earlier one's: the kept answer goes again whole, and its noise,
     # interim_report_epsilon's, not report_epsilon's, is what the final figures carry.
-    assert noise_stds(plan, final, (), names, Earlier("m", 10, frozenset(names))) == (std(kept, 3), 0.0)
+    assert noise_stds(plan, len(plan.collaborators), final, (), names, Earlier("m", 10, frozenset(names))) == (
+        std(kept, 3),
+        0.0,
+    )
     assert std(kept, 3) > 4 * std(answer_release(plan.privacy, ()), 3)
 
 

@@ -1,0 +1,97 @@
+"""A survivor's own unmasking of the claimed sum: the check that holds against colluding survivors.
+
+Where a round re-sums (:attr:`~fedfair.secagg.config.SecAggConfig.resummed`), the server's claim carries every
+survivor's masked input and the secrets it rebuilt at UNMASK (:class:`~fedfair.secagg.verify_messages.AggregateClaim`).
+A survivor accepts the claimed sum only if it is exactly what those inputs give once unmasked, each input being the
+one whose digest the view it signed at CONSISTENCY names, each secret the one its owner committed to in its signed
+advertisement. Every masked input is fixed before any share is revealed, so before anyone can know the sum: a
+colluding survivor cannot choose its contribution after seeing the others'. The argument is in docs/security.md
+("Verified aggregation").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from fedfair.core.errors import VerificationError, VerifyReason
+from fedfair.secagg import prg
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.messages import AdvertiseKeys
+from fedfair.secagg.payloads import View, masked_input_digest
+from fedfair.secagg.recovery import is_committed, unmasking_streams
+from fedfair.secagg.shares import Kind
+from fedfair.secagg.verify_messages import AggregateClaim
+
+
+def check_resummed(
+    claim: AggregateClaim,
+    *,
+    config: SecAggConfig,
+    session: bytes,
+    view: View,
+    advertisements: Mapping[int, AdvertiseKeys],
+) -> None:
+    """Refuse ``claim`` unless its aggregate is the sum of the masked inputs ``view`` fixes, unmasked.
+
+    ``view`` is the one this party signed at CONSISTENCY; ``advertisements`` the signed ones it accepted, whose
+    seed commitments and mask public keys each rebuilt secret must match.
+
+    Raises:
+        VerificationError: MALFORMED for a claim that does not carry one masked input of the aggregate's shape per
+            survivor, a seed per survivor and a mask key per dropped party a survivor masked with; FORGED for a
+            masked input other than the one the view names, a secret other than the one its owner committed to,
+            or an aggregate other than the sum they give.
+    """
+    round_number = config.round
+    masking_set, survivors, digests = view
+    if len(claim.inputs) != len(survivors) or any(
+        vector.dtype != claim.vector.dtype or vector.shape != claim.vector.shape for vector in claim.inputs
+    ):
+        raise VerificationError(
+            round_number, VerifyReason.MALFORMED, "the claim does not carry one masked input per survivor to re-sum"
+        )
+    dropped = set(masking_set) - set(survivors)
+    needed_keys = {owner for owner in dropped if config.graph[owner] & set(survivors)}
+    seeds, mask_keys = dict(claim.seeds), dict(claim.mask_keys)
+    if (
+        len(seeds) != len(claim.seeds)
+        or len(mask_keys) != len(claim.mask_keys)
+        or seeds.keys() != set(survivors)
+        or mask_keys.keys() != needed_keys
+    ):
+        raise VerificationError(
+            round_number,
+            VerifyReason.MALFORMED,
+            "the claim does not carry exactly the survivors' seeds and the dropped parties' mask keys",
+        )
+    for party, digest, vector in zip(survivors, digests, claim.inputs, strict=True):
+        if masked_input_digest(session, party, vector) != digest:
+            raise VerificationError(
+                round_number,
+                VerifyReason.FORGED,
+                f"the masked input shown for {config.name_of(party)} is not the one the view this party signed names",
+            )
+    secrets = {(Kind.SEED, owner): seed for owner, seed in seeds.items()}
+    secrets |= {(Kind.MASK_KEY, owner): key for owner, key in mask_keys.items()}
+    for (kind, owner), secret in secrets.items():
+        if not is_committed(config, kind, advertisements[owner], secret):
+            raise VerificationError(
+                round_number,
+                VerifyReason.FORGED,
+                f"the {kind.value} shown for {config.name_of(owner)} is not the one it committed to",
+            )
+    total = claim.inputs[0].copy()
+    for vector in claim.inputs[1:]:
+        np.add(total, vector, out=total)
+    masks = unmasking_streams(
+        secrets, session=session, config=config, masked=set(survivors), advertisements=advertisements
+    )
+    prg.apply_masks(total, masks)
+    if not np.array_equal(total, claim.vector):
+        raise VerificationError(
+            round_number,
+            VerifyReason.FORGED,
+            "the claimed aggregate is not the sum of the survivors' masked inputs, unmasked, that this party re-summed",
+        )

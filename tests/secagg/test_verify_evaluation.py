@@ -1,0 +1,59 @@
+"""Verified aggregation of an evaluation's sums: any change the aggregator makes to them is refused (issue 79)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedfair.core.errors import VerifyReason
+from fedfair.fairness import sums
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.verify_messages import AggregateClaim
+from tests.secagg.helpers import Harness
+from tests.secagg.test_verify import reasons, tag_and_verify
+
+PARTIES = 3
+
+
+def evaluation_round(seed: int) -> tuple[Harness, AggregateClaim]:
+    """An evaluation's secure sum through UNMASK and the claim: each site's answers on its held-out losses."""
+    names = tuple(f"site-{party}" for party in range(1, PARTIES + 1))
+    # Session 2 r + 1: the evaluation of round r (runtime.contract.session_round), its plan's length and encoding.
+    config = SecAggConfig("test-federation", 3, names, sums.vector_length(), sums.ENCODING)
+    harness = Harness(config, verified=True)
+    rng = np.random.default_rng(seed)
+    thresholds = sums.threshold_grid()
+    for party in range(1, PARTIES + 1):
+        losses, errors = rng.exponential(0.7, 200), (rng.random(200) < 0.2).astype(float)
+        answer = sums.local_answers(losses, errors, thresholds)
+        harness.inputs[party] = (answer, 1.0)
+        harness.encoded[party] = config.encoder.encode(answer, 1.0, randomness_key=bytes([party]) * 32)
+    everyone = list(range(1, PARTIES + 1))
+    harness.unmask(harness.through_consistency(everyone, None), None)
+    harness.server.finish()
+    return harness, harness.server.claim()
+
+
+def test_the_true_evaluation_sum_is_accepted_by_every_site() -> None:
+    harness, claim = evaluation_round(0)
+    expected = sum((harness.encoded[party] for party in range(1, PARTIES + 1)), np.zeros_like(claim.vector))
+    np.testing.assert_array_equal(claim.vector, expected)
+    assert reasons(tag_and_verify(harness, claim, (1, 2, 3))) == {"accepted"}
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), seed=st.integers(0, 2**16))
+def test_any_change_to_an_evaluation_sum_is_refused_by_every_site(data: st.DataObject, seed: int) -> None:
+    """Property: a count, an offset sum, the error count or the weight word moved by any nonzero amount.
+
+    One check misses a given change with probability at most 2^-126 (docs/security.md): one miss is a bug.
+    """
+    harness, claim = evaluation_round(seed)
+    vector = claim.vector.copy()
+    positions = data.draw(st.lists(st.integers(0, vector.size - 1), min_size=1, max_size=4, unique=True))
+    for position in positions:
+        change = data.draw(st.integers(1, 2**64 - 1))  # nonzero modulo 2^64: the word really changes
+        vector[position] = (int(vector[position]) + change) % 2**64
+    refused = AggregateClaim(claim.header, vector)
+    assert reasons(tag_and_verify(harness, refused, (1, 2, 3))) == {VerifyReason.FORGED}
