@@ -6,7 +6,8 @@ attacks. So the modules of ``benchmarks/attacks`` are read here, as syntax, and 
 
 - import a ``_``-prefixed name from fedfair;
 - reach a ``_``-prefixed name that fedfair defines on any object but its own (``obj._x``, or
-  ``getattr``/``setattr``/``delattr`` with such a name), a class's own ``self._x`` aside;
+  ``getattr``/``setattr``/``delattr`` with such a name), a class's own ``self._x`` aside, nor one that no attack
+  module defines (a patch of a private method since renamed would set a new attribute and do nothing);
 - define, in a class derived from a fedfair class (directly or through another attack class), a
   ``_``-prefixed method that fedfair defines.
 
@@ -39,6 +40,18 @@ def defined_names(tree: ast.AST) -> Iterator[str]:
             yield node.name
         elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Store):
             yield node.id if isinstance(node, ast.Name) else node.attr
+
+
+def own_names(tree: ast.AST) -> Iterator[str]:
+    """The names a module defines for itself: :func:`defined_names` less attributes it sets on others' objects."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}:
+                yield node.attr
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node.name
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            yield node.id
 
 
 def fedfair_private_names() -> frozenset[str]:
@@ -101,6 +114,7 @@ def derived_classes(trees: dict[Path, ast.Module]) -> set[str]:
 def violations(trees: dict[Path, ast.Module], privates: frozenset[str]) -> list[str]:
     """Each place an attack module reaches past fedfair's public seams, as ``file:line: what``."""
     derived = derived_classes(trees)
+    own = {name for tree in trees.values() for name in own_names(tree)}
     found: list[str] = []
     for path, tree in trees.items():
         where = path.relative_to(ROOT).as_posix()
@@ -126,7 +140,13 @@ def violations(trees: dict[Path, ast.Module], privates: frozenset[str]) -> list[
                     and isinstance(inner.value, ast.Name)
                     and inner.value.id == "self"
                 ]
-            elif isinstance(node, ast.Attribute) and node.attr in privates:
+            elif (
+                isinstance(node, ast.Attribute)
+                and private(node.attr)
+                and (node.attr in privates or node.attr not in own)
+            ):
+                # A name fedfair defines, or one no attack defines: a private name fedfair no longer has (a method
+                # renamed under a patch) would otherwise be set on the object and silently do nothing.
                 if not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}):
                     found.append(f"{where}:{node.lineno}: reaches {ast.unparse(node)}")
             elif (
@@ -163,9 +183,10 @@ def test_the_check_finds_each_kind_of_reach() -> None:
         "class Louder(Liar):\n"
         "    def _step(self, stub, task):\n"
         "        pass\n"
-        "def tamper(gate):\n"
+        "def tamper(gate, loop):\n"
         "    gate._last = None\n"
         "    setattr(gate, '_lock', None)\n"
+        "    loop._renamed_since = None\n"
     )
     honest = ast.parse(
         "from fedfair.runtime.collaborator.client import Collaborator\n"
@@ -183,5 +204,6 @@ def test_the_check_finds_each_kind_of_reach() -> None:
         "Louder overrides _step",
         "imports _step_helper from fedfair.runtime.collaborator.steps",
         "reaches gate._last",
+        "reaches loop._renamed_since",
         "setattr(..., '_lock')",
     ]

@@ -82,7 +82,7 @@ def forged_report(loop: RoundLoop) -> None:
 
 def evaluating(loop: RoundLoop, then: Callable[[RoundLoop], None]) -> None:
     """Evaluate every round the plan says (LoopAggregator evaluates none), then `then(loop)`."""
-    loop._evaluation_due = lambda number: loop.plan.evaluation.due(number, loop.plan.training.rounds)  # type: ignore[method-assign]
+    loop.evaluation_due = lambda number: loop.plan.evaluation.due(number, loop.plan.training.rounds)  # type: ignore[method-assign]
     then(loop)
 
 
