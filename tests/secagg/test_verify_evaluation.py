@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedfair.core.errors import VerifyReason
+from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.fairness import sums
+from fedfair.secagg import config as config_module
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.verify_messages import AggregateClaim
 from tests.secagg.helpers import Harness
@@ -42,18 +45,40 @@ def test_the_true_evaluation_sum_is_accepted_by_every_site() -> None:
     assert reasons(tag_and_verify(harness, claim, (1, 2, 3))) == {"accepted"}
 
 
+def refusals(harness: Harness, claim: AggregateClaim) -> set[object]:
+    """Each site's verdict on ``claim``: a re-summing site refuses it before tagging, the others at VERIFY."""
+    if not harness.server.config.resummed:
+        return reasons(tag_and_verify(harness, claim, tuple(range(1, PARTIES + 1))))
+    found: set[object] = set()
+    for party in range(1, PARTIES + 1):
+        try:
+            harness.clients[party].tag(claim)
+            found.add("accepted")
+        except VerificationError as error:
+            found.add(error.reason)
+    return found
+
+
+@pytest.mark.parametrize("resummed", [True, False], ids=["re-summed", "tags alone"])
 @settings(max_examples=25, deadline=None)
 @given(data=st.data(), seed=st.integers(0, 2**16))
-def test_any_change_to_an_evaluation_sum_is_refused_by_every_site(data: st.DataObject, seed: int) -> None:
+def test_any_change_to_an_evaluation_sum_is_refused_by_every_site(
+    resummed: bool, data: st.DataObject, seed: int
+) -> None:
     """Property: a count, an offset sum, the error count or the weight word moved by any nonzero amount.
 
-    One check misses a given change with probability at most 2^-126 (docs/security.md): one miss is a bug.
+    Re-summed (an evaluation's sum is below RESUMMED_WORDS) a changed word is refused exactly; with the tags
+    alone (as above RESUMMED_WORDS) one check misses a given change with probability at most 2^-126
+    (docs/security.md): one miss is a bug.
     """
-    harness, claim = evaluation_round(seed)
-    vector = claim.vector.copy()
-    positions = data.draw(st.lists(st.integers(0, vector.size - 1), min_size=1, max_size=4, unique=True))
-    for position in positions:
-        change = data.draw(st.integers(1, 2**64 - 1))  # nonzero modulo 2^64: the word really changes
-        vector[position] = (int(vector[position]) + change) % 2**64
-    refused = AggregateClaim(claim.header, vector)
-    assert reasons(tag_and_verify(harness, refused, (1, 2, 3))) == {VerifyReason.FORGED}
+    with pytest.MonkeyPatch.context() as patch:
+        if not resummed:
+            patch.setattr(config_module, "RESUMMED_WORDS", 0)
+        harness, claim = evaluation_round(seed)
+        assert harness.server.config.resummed is resummed
+        vector = claim.vector.copy()
+        positions = data.draw(st.lists(st.integers(0, vector.size - 1), min_size=1, max_size=4, unique=True))
+        for position in positions:
+            change = data.draw(st.integers(1, 2**64 - 1))  # nonzero modulo 2^64: the word really changes
+            vector[position] = (int(vector[position]) + change) % 2**64
+        assert refusals(harness, dataclasses.replace(claim, vector=vector)) == {VerifyReason.FORGED}
