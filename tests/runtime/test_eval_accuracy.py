@@ -12,7 +12,6 @@ ever sees in one place.
 
 from __future__ import annotations
 
-import os
 import json
 import logging
 import math
@@ -67,11 +66,6 @@ def init_plan_sections() -> dict[str, dict[str, object]]:
     return sections
 
 
-@pytest.mark.skipif(
-    "PYTEST_XDIST_WORKER" in os.environ,
-    reason="hangs in threads mode under the two-worker suite since the 2026-11-27 merges (passes alone: "
-    "`pytest -n 0 THIS_FILE`); cause not found yet, see CHANGELOG",
-)
 def test_the_final_worst_group_risk_is_stated_with_an_interval_that_holds_the_exact_value(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
