@@ -303,8 +303,8 @@ def tail_report(
     interval from :func:`fedfair.fairness.tail_bounds.worst_bounds`; the mean T(0) / n; the disparity their
     difference over 1 - rho, with its variance from the layers they share (at the boundary whose noised F is
     least). All are of the losses clipped at the cap. The worst-group risk's `worst_noise` is
-    :func:`fedfair.fairness.tail_bounds.resolution_noise` over the label counts' rows when `classes` fits the
-    label slots (else over the row count), the scale that says whether it is resolved.
+    :func:`fedfair.fairness.tail_bounds.resolution_noise` over the label counts' rows (at least one) when `classes`
+    fits the label slots (else over the row count), the scale that says whether it is resolved; finite.
 
     Raises:
         ConfigError: a sum of the wrong length, or one that holds no rows.
@@ -359,7 +359,10 @@ def tail_report(
     prior = None if classes is None or classes > LABEL_SLOTS else class_prior_worst_risk(labels[:classes], rho)
     # Over the label counts' rows where they count every row (a noise of its own), else over the row count.
     counted = float(labels.sum()) if classes is not None and classes <= LABEL_SLOTS else n
-    noise = float(tail_bounds.resolution_noise(points, layers_var, threshold, counted, rho))
+    # At least one row: the evaluation holds rows (its count cleared its noise above), so the noise over one row
+    # bounds the true one from above. Label counts the noise took to 0 or below (likely when the rows are few
+    # against it) read as that finite, wide bound, not as infinity, which no JSON record (the round log) can hold.
+    noise = float(tail_bounds.resolution_noise(points, layers_var, threshold, max(counted, 1.0), rho))
     return TailReport(rows, above_cap, cap_share, worst, mean, disparity, error, point, prior, noise)
 
 

@@ -8,6 +8,7 @@ is exactly tight).
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -306,3 +307,18 @@ def test_a_clamped_interval_covers_what_the_unclamped_one_does_and_never_collaps
         assert estimate.high == min(low + above, high)
     if value - below > high:
         assert estimate.low == max(high - below, low)
+
+
+def test_label_counts_the_noise_took_below_zero_give_the_one_row_bound_that_a_record_can_hold() -> None:
+    """A draw whose noised label counts add up to 0 or less (likely at few rows or little epsilon) once made the
+    noise infinite, and the aggregator died writing it to the round log (JSON holds no infinity)."""
+    query = tail.TailQuery(CAP)
+    losses, errors, labels = held_out(400)
+    threshold = float(np.quantile(np.minimum(losses, CAP), 1.0 - RHO))
+    answers = tail.tail_answers(query, losses, errors, labels, threshold)
+    answers[tail.HEAD : tail.HEAD + tail.LABEL_SLOTS] = -1.0  # every label count noised below 0
+    figures = tail.tail_report(query, answers, threshold, RHO, noise_std=1.0, classes=2)
+    layers_var = (query.scales(threshold)[tail.HEAD + tail.LABEL_SLOTS :]) ** 2
+    one_row = tail_bounds.resolution_noise(query.points(threshold), layers_var, threshold, 1.0, RHO)
+    assert figures.worst_noise == pytest.approx(float(one_row), rel=1e-12) and figures.worst_noise > CAP
+    json.dumps(figures.report(RHO, 1.0, CAP).to_dict(), allow_nan=False)  # as the round log writes it

@@ -168,9 +168,18 @@ class ThreadFederation:
         self.threads.append(thread)
 
     def join(self, timeout: float = 120.0) -> None:
+        """Wait up to `timeout` s for each thread; fail at once, naming its error, if the aggregator raised.
+
+        Its collaborators would wait for it to come back ([retry] max_wait_seconds, 15 minutes by default), so
+        without the early end a crashed aggregator reads as a hung federation.
+        """
         for thread in self.threads:
-            thread.join(timeout)
+            deadline = time.monotonic() + timeout
+            while thread.is_alive() and "aggregator" not in self.errors and time.monotonic() < deadline:
+                thread.join(0.1)
         alive = [thread.name for thread in self.threads if thread.is_alive()]
+        if "aggregator" in self.errors:
+            assert not alive, f"the aggregator raised {self.errors['aggregator']!r}; still running: {alive}"
         assert not alive, f"still running after {timeout} s: {alive}"
 
 

@@ -7,7 +7,6 @@ left empty, a single outcome. Every refusal comes before any process starts, so 
 
 from __future__ import annotations
 
-import os
 import logging
 import subprocess
 import sys
@@ -132,11 +131,6 @@ def test_a_collaborator_keeps_its_own_one_class_warning_and_a_re_read_says_none(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    "PYTEST_XDIST_WORKER" in os.environ,
-    reason="hangs in threads mode under the two-worker suite since the 2026-11-27 merges (passes alone: "
-    "`pytest -n 0 THIS_FILE`); cause not found yet, see CHANGELOG",
-)
 def test_a_rehearsal_with_a_one_class_site_warns_and_runs(
     tmp_path: Path, clinics: dict[str, pd.DataFrame], capsys: pytest.CaptureFixture[str]
 ) -> None:
