@@ -6,6 +6,11 @@ sum re-sends its kept input on it and signs it for the same survivors only (diff
 round runs with exactly those survivors, once they are all connected (a round timeout's wait, once), or
 is void at once with a reason naming who is missing, and the federation moves on to its end in bounded
 time rather than re-running rounds that every site withdraws from.
+
+Only without noise in the sum: under ``[privacy] mode = "distributed"`` each site's training input is one
+round's release, charged to its ledger, and the next round on the same model trains afresh, so it goes on
+with whoever is connected and no survivor set is kept (:meth:`InputRecord.view
+<fedfair.runtime.collaborator.input_record.InputRecord.view>`, ``one_round``).
 """
 
 from __future__ import annotations
