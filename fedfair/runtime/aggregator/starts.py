@@ -1,19 +1,12 @@
 """Who is starting, and how long a start takes here: what a quorum wait must cover before it gives up.
 
-A collaborator that restarts (after a crash, a new certificate, or a roster update that revoked another site)
-is away from its task stream for as long as its process takes to start: imports, the plan, its data, the
-trainer. On a loaded machine that can outlast a round timeout, and a quorum wait that ends then loses the
-federation although the site is on its way. So the aggregator counts a collaborator as *starting* from the
-moment its last task stream of this process ended, or from its plan fetch when it had none, until a task
-stream of it opens again, and measures each such start. A quorum wait short of the quorum goes on while a
-starting collaborator is within its allowance (:meth:`Starts.until`): the longest of
-
-- :data:`START_FLOOR_SECONDS`, or the round timeout where that is longer (what a start is given before any was
-  measured), and
-- :data:`START_FACTOR` x the longest start measured in this process,
-
-never more than :data:`START_CEILING_SECONDS`. A collaborator gone for good ends the wait once its allowance
-has passed. Why: docs/operations.md, "When a collaborator restarts".
+A restarted collaborator is away for as long as its process takes to start (imports, plan, data, trainer),
+which on a loaded machine can outlast a round timeout. So a collaborator counts as *starting* from the end of
+its last task stream of this process (or its plan fetch, if it had none) until a stream of it opens again,
+and each such start is measured. A wait short of the quorum goes on while a starting collaborator is within
+its allowance (:meth:`Starts.until`): the longest of :data:`START_FLOOR_SECONDS`, the round timeout and
+:data:`START_FACTOR` x the longest start measured in this process, at most :data:`START_CEILING_SECONDS`.
+Why: docs/operations.md, "When a collaborator restarts".
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """A model whose round was voided after its sum was unmasked: only the same survivors can train on it again.
 
-Verified aggregation (docs/security.md) voids a round whose sum nobody could verify (a survivor silent
-after masking, tags that do not add up), after the sum was unmasked. The model stays; every site of that
-sum re-sends its kept input on it and signs it for the same survivors only (differencing). So the next
-round runs with exactly those survivors, once they are all connected (one wait: a round timeout, or a
-restarting survivor's start allowance, :mod:`fedfair.runtime.aggregator.starts`), or
-is void at once with a reason naming who is missing, and the federation moves on to its end in bounded
-time rather than re-running rounds that every site withdraws from.
-
-Only without noise in the sum: under ``[privacy] mode = "distributed"`` each site's training input is one
-round's release, charged to its ledger, and the next round on the same model trains afresh, so it goes on
-with whoever is connected and no survivor set is kept (:meth:`InputRecord.view
-<fedfair.runtime.collaborator.input_record.InputRecord.view>`, ``one_round``).
+Verified aggregation (docs/security.md) voids a round whose sum nobody could verify (a survivor silent after
+masking, tags that do not add up), after the sum was unmasked. The model stays; without noise in the sum every
+site of it re-sends its kept input on it, signed for the same survivors only (differencing). So the next round
+runs with exactly those survivors once all are connected (one wait: a round timeout, or a restarting survivor's
+start allowance, :mod:`.starts`), or is void at once naming who is missing, and the federation ends in bounded
+time. Under ``[privacy] mode = "distributed"`` each input is one round's charged release: the next round trains
+afresh with whoever is connected, and no survivor set is kept (``InputRecord.view(..., one_round=True)``).
 """
 
 from __future__ import annotations
