@@ -59,6 +59,8 @@ code), so what holds, holds against code that is not ours:
   runs (a CA-signed manifest update): the old key in 0 later rounds, the re-keyed site finishing every round;
 - the chain's doors (``benchmarks/attacks/broken_chain.py``, issue 79): a backdoored initial model, a skipped round
   then a forged model, every site restarted then a forged model: each refused or sat out at its first round;
+- leaving (``benchmarks/attacks/leaving.py``, issue 79): a site killed before its VERIFY upload under
+  distributed noise: its round aborts, every later one applies without it;
 - full disk (``benchmarks/attacks/full_disk.py``, issue 65): a collaborator's workspace, a tmpfs, filled while it
   runs: exit 2 naming the disk, its records whole, and the same command with room rejoining (skipped, with the
   reason, where no tmpfs can be mounted);
@@ -102,6 +104,7 @@ from attacks.crashes import CrashRuns
 from attacks.influence import influence_rows
 from attacks.forged_model import forged_model_rows
 from attacks.full_disk import full_disk_rows
+from attacks.leaving import leaving_rows
 from attacks.ledger import ledger_rows
 from attacks.noise import noise_rows
 from attacks.outcome import outcome_rows
@@ -133,6 +136,7 @@ SCENARIOS = (
     "rotation",
     "full_disk",
     "chain",
+    "leaving",
 )
 
 
@@ -216,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["rotation"] = lambda where: rotation_rows(where, book)  # issue 65: revocation while running
         runs["full_disk"] = lambda where: full_disk_rows(where, book)  # issue 65: a collaborator's disk fills
         runs["chain"] = lambda where: broken_chain_rows(where, book)  # issue 79: the model chain's doors
+        runs["leaving"] = lambda where: leaving_rows(where, book)  # issue 79: one party leaving mid-round
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             first = len(book.rows)
