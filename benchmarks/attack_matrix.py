@@ -63,6 +63,8 @@ code), so what holds, holds against code that is not ours:
   figure: every site refuses, naming the first forged round, and keeps no bundle;
 - a colluding survivor (``benchmarks/attacks/colluding_survivor.py``, issue 79): every sum forged, the claim showing
   the colluder's masked input moved to match: every site re-sums and refuses round 1 (FORGED);
+- leaving (``benchmarks/attacks/leaving.py``, issue 79): a site killed before its VERIFY upload under
+  distributed noise: its round aborts, every later one applies without it;
 - full disk (``benchmarks/attacks/full_disk.py``, issue 65): a collaborator's workspace, a tmpfs, filled while it
   runs: exit 2 naming the disk, its records whole, and the same command with room rejoining (skipped, with the
   reason, where no tmpfs can be mounted);
@@ -108,6 +110,7 @@ from attacks.influence import influence_rows
 from attacks.forged_figures import forged_figures_rows
 from attacks.forged_model import forged_model_rows
 from attacks.full_disk import full_disk_rows
+from attacks.leaving import leaving_rows
 from attacks.ledger import ledger_rows
 from attacks.noise import noise_rows
 from attacks.outcome import outcome_rows
@@ -141,6 +144,7 @@ SCENARIOS = (
     "chain",
     "figures",
     "colluding",
+    "leaving",
 )
 
 
@@ -226,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["chain"] = lambda where: broken_chain_rows(where, book)  # issue 79: the model chain's doors
         runs["figures"] = lambda where: forged_figures_rows(where, book)  # issue 79: forged evaluation figures
         runs["colluding"] = lambda where: colluding_survivor_rows(where, book)  # issue 79: a colluder's forged sums
+        runs["leaving"] = lambda where: leaving_rows(where, book)  # issue 79: one party leaving mid-round
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             first = len(book.rows)

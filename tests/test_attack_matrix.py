@@ -247,9 +247,9 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
         1,
     ),
     "rotation": (
-        ("rotation",),
+        ("rotation", "leaving"),
         {word: CONSENT_CLASSES[word] for word in ("revoked key mid-run", "key rotation mid-run")},
-        2,
+        3,
     ),
 }
 """The quick run in groups of scenarios, each its own test so the suite's workers share them: the scenarios,

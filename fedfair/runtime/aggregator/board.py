@@ -24,6 +24,7 @@ from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.offers import Offers, Position
 from fedfair.runtime.aggregator.stages import OpenStage, StageProgress, StageReady, StageTiming, UploadHandler
 from fedfair.runtime.aggregator.stages import error_summary, input_for
+from fedfair.runtime.aggregator.starts import Starts
 from fedfair.runtime.transport import NOT_EXPECTED, pb, task_with_input
 
 TASK_WAIT_SECONDS = 30.0
@@ -78,6 +79,8 @@ class Board:
         # The latest task this board (this process) sent each peer: what a reconnecting stream may skip.
         self._delivered: dict[str, Position] = {}
         self._epsilons: dict[str, float] = {}
+        self.starts = Starts(time.monotonic)  # on the quorum wait's clock, whatever `clock` the stages use
+        """Who is starting (its task stream ended, or it fetched the plan without one), and how long starts take."""
 
     # ------------------------------------------------------------ connections
 
@@ -95,6 +98,7 @@ class Board:
             stale_round = self._round if after.round < self._round else None
             delivered = self._delivered.get(peer)
             seen = None if delivered is None else min((after.round, after.stage), delivered)
+            self.starts.streaming(peer)
             self._changed.notify_all()
             return StreamStart(stale_round, seen)
 
@@ -109,6 +113,7 @@ class Board:
                 # Gone for the rest of this round, even if it reconnects: a restarted process has
                 # lost its round state, so no stage of this round should wait for it.
                 self._departed.add(peer)
+                self.starts.left(peer)
             self._changed.notify_all()
             self._tasks_changed.notify_all()
             return left <= 0

@@ -368,7 +368,8 @@ class RoundLoop:
             logger.warning("round %d aborted, model unchanged: %s", round_number, error, extra=extra)
             if isinstance(error, RoundAbortedError):
                 self._exclude(round_number, error.culprits, record)
-            if self.driver.unmasked:
+            # Noised inputs are each one round's (the sites train afresh on the same model): nothing to bind.
+            if self.driver.unmasked and not self.plan.privacy.distributed:
                 self.bound.note(round_number, self.driver.unmasked, str(error))
                 self.driver.unmasked = frozenset()
             return record

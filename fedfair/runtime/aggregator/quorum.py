@@ -3,8 +3,11 @@
 Before the first round of a process the aggregator waits for the plan's quorum with no
 deadline (as Flower waits for ``min_available_clients``), naming every
 :data:`WAIT_REPORT_SECONDS` who it still waits for; later rounds wait up to the round
-timeout. :class:`~fedfair.core.errors.QuorumError` carries advice that depends on whether a checkpoint
-exists.
+timeout. A wait that would end short of the quorum goes on while a collaborator that may bring it back
+is starting, for as long as a start is allowed (:mod:`fedfair.runtime.aggregator.starts`: the longest of
+120 s, the round timeout and three times the longest start measured in this process): a restarted
+site rejoins however long its start takes on a loaded machine. :class:`~fedfair.core.errors.QuorumError`
+carries advice that depends on whether a checkpoint exists.
 """
 
 from __future__ import annotations
@@ -48,12 +51,17 @@ def wait_for(
     *,
     checkpoint_round: Callable[[], int | None],
     output: Path,
+    round_timeout: float,
     events: EventLog | None = None,
 ) -> frozenset[str]:
     """Wait until `wait.count` of `wait.eligible` are connected, naming who is missing every WAIT_REPORT_SECONDS.
 
     Return who is connected then. Each time it names them it also writes a ``waiting`` event to `events`, which
     ``fedfair status``, the status page and the metrics read.
+
+    When the time is up with fewer than `min_collaborators` connected, the wait goes on while a missing
+    collaborator is starting, up to the end of its start allowance (:meth:`Starts.until
+    <fedfair.runtime.aggregator.starts.Starts.until>`, whose floor is the plan's `round_timeout`).
 
     Raises QuorumError (NOT_REACHED) if that is below `min_collaborators` when the time is up; its advice
     names the checkpoint of round `checkpoint_round()` in `output` when one is kept (None: none;
@@ -64,8 +72,14 @@ def wait_for(
         left = None if deadline is None else deadline - time.monotonic()
         step = WAIT_REPORT_SECONDS if left is None else max(min(WAIT_REPORT_SECONDS, left), 0.0)
         connected = board.wait_for_connected(wait.count, step, among=wait.eligible)
-        if len(connected) >= wait.count or board.closed or (left is not None and left <= step):
+        if len(connected) >= wait.count or board.closed:
             break
+        if left is not None and left <= step:
+            extended = _start_deadline(board, wait, connected, min_collaborators, round_timeout)
+            if extended is None or extended <= (deadline or 0.0):
+                break
+            deadline = extended
+            continue
         missing = sorted(wait.eligible - connected)
         seconds_left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         logger.info(
@@ -92,6 +106,30 @@ def wait_for(
             QuorumReason.NOT_REACHED, quorum_failure(wait, connected, min_collaborators, checkpoint_round(), output)
         )
     return connected
+
+
+def _start_deadline(
+    board: Board, wait: WaitGoal, connected: frozenset[str], min_collaborators: int, round_timeout: float
+) -> float | None:
+    """Until when a wait short of the quorum goes on for missing collaborators that are starting (None: it ends)."""
+    if len(connected) >= min_collaborators:
+        return None
+    until, starting = board.starts.until(wait.eligible - connected, round_timeout)
+    if not starting:
+        return None
+    logger.warning(
+        "round %d: %d of %d collaborators connected, below the quorum of %d; waiting up to %.0f s more for %s, "
+        "which %s starting (a start is allowed %.0f s here)",
+        wait.round_number,
+        len(connected),
+        len(wait.eligible),
+        min_collaborators,
+        until - time.monotonic(),
+        ", ".join(starting),
+        "is" if len(starting) == 1 else "are",
+        board.starts.allowance(round_timeout),
+    )
+    return until
 
 
 def quorum_failure(
@@ -153,7 +191,13 @@ def participants(
     def wait(count: int, timeout: float | None, goal: str) -> frozenset[str]:
         goal_ = WaitGoal(round_number, count, eligible, timeout, goal)
         return wait_for(
-            board, goal_, quorum.min_collaborators, checkpoint_round=checkpoint_round, output=output, events=events
+            board,
+            goal_,
+            quorum.min_collaborators,
+            checkpoint_round=checkpoint_round,
+            output=output,
+            round_timeout=quorum.round_timeout_seconds,
+            events=events,
         )
 
     if wait_for_everyone:

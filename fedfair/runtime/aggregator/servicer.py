@@ -298,6 +298,8 @@ class Servicer(pb_grpc.FederationServicer):
         # A collaborator may join without knowing the id yet (it learns it here) or name the one it expects.
         if request.binding.federation_id or request.binding.stage != pb.STAGE_JOIN:
             self.gate.check_federation(request.binding)
+        # A collaborator with no task stream that fetches the plan is starting: a quorum wait covers it.
+        self.board.starts.fetched_plan(peer, peer in self.board.connected())
         return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.board.plan_digest)
 
     def _tasks(self, peer: str, request: pb.TaskRequest, caller: _Caller) -> Iterator[pb.Task]:

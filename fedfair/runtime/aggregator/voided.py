@@ -1,16 +1,18 @@
 """A model whose round was voided after its sum was unmasked: only the same survivors can train on it again.
 
-Verified aggregation (docs/security.md) voids a round whose sum nobody could verify (a survivor silent
-after masking, tags that do not add up), after the sum was unmasked. The model stays; every site of that
-sum re-sends its kept input on it and signs it for the same survivors only (differencing). So the next
-round runs with exactly those survivors, once they are all connected (a round timeout's wait, once), or
-is void at once with a reason naming who is missing, and the federation moves on to its end in bounded
-time rather than re-running rounds that every site withdraws from.
+Verified aggregation (docs/security.md) voids a round whose sum nobody could verify (a survivor silent after
+masking, tags that do not add up), after the sum was unmasked. The model stays; without noise in the sum every
+site of it re-sends its kept input on it, signed for the same survivors only (differencing). So the next round
+runs with exactly those survivors once all are connected (one wait: a round timeout, or a restarting survivor's
+start allowance, :mod:`.starts`), or is void at once naming who is missing, and the federation ends in bounded
+time. Under ``[privacy] mode = "distributed"`` each input is one round's charged release: the next round trains
+afresh with whoever is connected, and no survivor set is kept (``InputRecord.view(..., one_round=True)``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from fedfair.core.errors import RoundAbortedError
@@ -51,6 +53,9 @@ class BoundSurvivors:
     ) -> frozenset[str]:
         """Who takes part in `round_number`: `connected`, or exactly the bound survivors.
 
+        The one wait for missing survivors lasts `timeout` seconds, or while one of them is starting, up to the
+        end of its start allowance (:mod:`fedfair.runtime.aggregator.starts`).
+
         A wait for missing survivors is a ``waiting`` event in `events` too (the round's own event ends it).
 
         Raises:
@@ -63,6 +68,9 @@ class BoundSurvivors:
         present = voided.survivors & connected
         if present != voided.survivors and not voided.waited:
             voided.waited = True
+            # A survivor restarting (its stream ended, or it fetched the plan) is given its start's allowance.
+            until, _ = board.starts.until(voided.survivors - present, timeout)
+            timeout = max(timeout, until - time.monotonic())
             logger.warning(
                 "round %d: waiting up to %.0f s for %s: round %d's sum over %s was unmasked but voided (%s), and "
                 "every site's input on this model is bound to those survivors",

@@ -306,11 +306,15 @@ class InputRecord:
 
     # ------------------------------------------------------------ answering
 
-    def view(self, round_number: int, kind: str, model: str) -> SignedView:
+    def view(self, round_number: int, kind: str, model: str, *, one_round: bool = False) -> SignedView:
         """The binding of the input of `kind` on `model` in round `round_number`.
 
         A model answered before gets the kept bits again, in the same round (an aggregator re-running
-        it) or a later one (a round aborted, the model unchanged). Raises RefusedError (INPUT_BOUND) for a round
+        it) or a later one (a round aborted, the model unchanged). With `one_round` (the input is noised
+        inside the secure sum and charged to the ledger, each one a release of its own), an input already
+        signed for a survivor set in an earlier round is that round's alone: a later round on the same model
+        gets a fresh input, free to be signed for other survivors, so one party leaving binds no later round
+        (docs/security.md, "Verified aggregation"). Raises RefusedError (INPUT_BOUND) for a round
         answered with another model (a model pushed one ulp away) and for an answer whose bits are no
         longer kept (only the latest of each kind is); PermanentFailureError for a round older than the
         latest answered, and for no record past the first round.
@@ -331,7 +335,7 @@ class InputRecord:
             raise PermanentFailureError(
                 LOCAL_STATE_LOST, path=self.path, evidence=f"the aggregator is at round {round_number}"
             )
-        key = f"{kind}:{model}"
+        key = self._key(round_number, kind, model, one_round)
         entry = self._inputs.get(key)
         for other, answered in self._inputs.items():
             if other != key and other.startswith(f"{kind}:") and answered.round == round_number:
@@ -385,6 +389,24 @@ class InputRecord:
 
         self._views[key] = SignedView(None if entry is None else entry.survivors, bind, read_stored, keep, read_words)
         return self._views[key]
+
+    def _key(self, round_number: int, kind: str, model: str, one_round: bool) -> str:
+        """The record's key of the input of `kind` on `model` answered in `round_number` (see :meth:`view`).
+
+        One input per model: ``KIND:MODEL``. With `one_round`, the latest input on the model is taken again
+        unless it was signed for survivors in an earlier round; then this round's own, ``KIND:MODEL@ROUND``.
+        """
+        base = f"{kind}:{model}"
+        if not one_round:
+            return base
+        own = [key for key in self._inputs if key == base or key.startswith(f"{base}@")]
+        latest = max(own, key=lambda key: self._inputs[key].round or 0, default=None)
+        if latest is None:
+            return base
+        entry = self._inputs[latest]
+        if entry.survivors is not None and entry.round is not None and entry.round < round_number:
+            return f"{base}@{round_number}"
+        return latest
 
     def note_threshold(self, round_number: int, c: float) -> None:
         """Remember the threshold c of a training round's model (kept with the next save).

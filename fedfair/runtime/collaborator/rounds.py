@@ -143,10 +143,12 @@ class RoundJob:
         """The survivor set an input of this kind and model is bound to, in every session and round.
 
         It holds across restarts (:mod:`fedfair.runtime.collaborator.input_record`), with the kept bits if
-        the input was answered. Raises RefusedError, reason :attr:`Refusal.INPUT_BOUND`, for an input the
-        record refuses.
+        the input was answered. A training input noised inside the secure sum (``[privacy] mode =
+        "distributed"``) is one round's: a later round on the same model trains afresh once it was signed for
+        survivors. Raises RefusedError, reason :attr:`Refusal.INPUT_BOUND`, for an input the record refuses.
         """
-        return self.record.view(round_number, kind, model)
+        one_round = kind == "train" and self.shared.privacy.distributed
+        return self.record.view(round_number, kind, model, one_round=one_round)
 
     def checked(self, check: Callable[[], None], round_number: int, kind: str, model: str) -> None:
         """Run the model chain's `check` of round `round_number`'s model (digest `model`, an input of `kind`).

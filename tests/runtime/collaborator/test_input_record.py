@@ -169,6 +169,40 @@ def test_odd_values_in_the_record_are_named_errors(tmp_path: Path, document: str
         InputRecord(path, "fed")
 
 
+def test_a_noised_input_signed_in_one_round_binds_no_later_round(tmp_path: Path) -> None:
+    # One party left after round 2's sum over a, b, c was unmasked: under distributed noise each input is one
+    # round's release, so round 3 on the unchanged model is a fresh input, free to be signed for a and b.
+    path = record_path(tmp_path)
+    first = InputRecord(path, "fed", reset=True).view(2, "train", "m", one_round=True)
+    first.keep(StoredAnswer(None, 1.0, np.arange(8, dtype=np.uint64)))
+    first.bind(frozenset({"a", "b", "c"}))
+    later = InputRecord(path, "fed").view(3, "train", "m", one_round=True)
+    assert later.stored is None and later.survivors is None
+    later.keep(StoredAnswer(None, 1.0, np.arange(8, 16, dtype=np.uint64)))
+    later.bind(frozenset({"a", "b"}))
+    # Round 3 run again (a restart) is still round 3's input: its bits and its survivors.
+    again = InputRecord(path, "fed").view(3, "train", "m", one_round=True)
+    assert again.survivors == frozenset({"a", "b"})
+    assert again.stored is not None and again.stored.encoded is not None
+    assert again.stored.encoded.tolist() == list(range(8, 16))
+    # Without noise the input is the model's, for good: still bound to the survivors it was signed for.
+    plain = tmp_path / "site-2.fed.bindings.json"
+    bound = InputRecord(plain, "fed", reset=True).view(2, "train", "m")
+    bound.keep(StoredAnswer(None, 1.0, np.arange(8, dtype=np.uint64)))
+    bound.bind(frozenset({"a", "b", "c"}))
+    assert InputRecord(plain, "fed").view(3, "train", "m").survivors == frozenset({"a", "b", "c"})
+
+
+def test_a_noised_input_never_signed_is_sent_again_in_a_later_round(tmp_path: Path) -> None:
+    # A round aborted before any survivor set was signed unmasked no sum of the input: it is re-sent, not redrawn.
+    path = record_path(tmp_path)
+    InputRecord(path, "fed", reset=True).view(2, "train", "m", one_round=True).keep(
+        StoredAnswer(None, 1.0, np.arange(8, dtype=np.uint64))
+    )
+    later = InputRecord(path, "fed").view(3, "train", "m", one_round=True).stored
+    assert later is not None and later.encoded is not None and later.encoded.tolist() == list(range(8))
+
+
 def test_a_version_1_record_is_still_read(tmp_path: Path) -> None:
     path = record_path(tmp_path)
     path.write_text(json.dumps({"format": "fedfair-bindings", "latest": 4, "inputs": {"train:m": ["a", "b"]}}))

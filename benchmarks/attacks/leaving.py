@@ -1,0 +1,76 @@
+"""One party leaving a secure federation mid-round (issue 79): it costs the round it left, no more.
+
+A pinned three-site secure federation of 6 rounds, quorum 2, ``[privacy] mode = "distributed"``, over loopback
+mutual TLS (``fedfair aggregator start``, ``fedfair collaborator start``). site-c dies (kill -9) in round 2
+once its input is masked and the sum unmasked, right before it sends its tag of the claimed sum, and never comes
+back: nobody can verify that sum, so the round is void. Row:
+
+- a site killed before its VERIFY upload: every later round applies without it, and the sites that stayed
+  exit 0 with a bundle (they checked every model).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attacks.federation import plan_sections
+from attacks.ledger import PROCESSES, Quiet
+from attacks.patience import patient
+from attacks.rows import RowBook
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.faults import VARIABLE as FAULT
+from fedfair.runtime.local.processes import start_aggregator, start_collaborator
+from fedfair.runtime.local.workspace import make_workspace
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+
+THREE = ("site-a", "site-b", "site-c")
+LOST = "site-c"
+ROUNDS, LOST_ROUND = 6, 2
+PROCESS_SECONDS = 180.0
+
+
+def leaving_rows(where: Path, book: RowBook) -> None:
+    """The row of this module (see the module's notes)."""
+    with book.row(
+        f"a site killed before its VERIFY upload: {LOST} dies (kill -9) in round {LOST_ROUND} right before it tags "
+        f'the unmasked sum, and never returns ([privacy] mode = "distributed", 3 sites, quorum 2)',
+        f"round {LOST_ROUND} aborts and every later round applies without it; the other sites exit 0 with a bundle",
+        PROCESSES,
+    ) as row:
+        sections = plan_sections(
+            secure=True,
+            rounds=ROUNDS,
+            quorum=2,
+            timeout=30.0,
+            training={"local_steps": 1},
+            privacy={"mode": "distributed", "epsilon": 3.0},
+        )
+        sections["quorum"]["aborted_rounds_allowed"] = 1  # the operator allows for the round one site costs
+        del sections["influence"]  # declared sizes (the workspace's), which distributed noise needs
+        workspace = make_workspace(where, THREE, plan=sections)
+        output = load_aggregator_plan(workspace.plan).aggregator.output
+        aggregator = start_aggregator(workspace, sink=Quiet())
+        fault = {FAULT: f"before-upload:{LOST_ROUND}:STAGE_VERIFY_CLAIM"}
+        children = {name: start_collaborator(workspace, name, env=fault if name == LOST else None, sink=Quiet())
+                    for name in THREE}  # fmt: skip
+        try:
+            status = {"aggregator": aggregator.wait(patient(PROCESS_SECONDS))}
+            status.update({name: children[name].wait(patient(60.0)) for name in THREE})
+        finally:
+            for child in (aggregator, *children.values()):
+                child.kill()
+        records = read_round_log(output)
+        applied = [record["round"] for record in records if record["status"] == "applied"]
+        aborted = [record["round"] for record in records if record["status"] != "applied"]
+        bundles = [name for name in THREE if list(workspace.configs[name].parent.glob(f"{name}.*.model_bundle.pt"))]
+        stayed = [name for name in THREE if name != LOST]
+        row.record(
+            f"rounds applied {applied}, aborted {aborted}; exit statuses {status}; bundles kept by {bundles}",
+            aborted == [LOST_ROUND]
+            and applied == [n for n in range(1, ROUNDS + 1) if n != LOST_ROUND]
+            and status["aggregator"] == 0
+            and all(status[name] == 0 for name in stayed)
+            and set(stayed) <= set(bundles),
+            applied=len(applied),
+            aborted=len(aborted),
+        )
