@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dp_draws import Draws
 from published import publish
 from fedfair.core.errors import ConfigError
 from fedfair.research import tuning
@@ -62,6 +63,11 @@ DELTAS = {"rand-hie": 1e-5, "adult": 1e-5, "census-income": 1e-6, "census-income
 set's 15,140 (RAND HIE), 32,561 (Adult) or 60,000 (MNIST) rows; 1e-6 on Census-Income by race, whose largest
 site (167,365 rows) puts 1 / n at 6.0e-6, above which a delta would permit leaking a whole record, and in 51
 sites, which split the same rows."""
+
+
+DRAWS = Draws()
+"""Every run's draws this study has trained or read back (`--draws`: kept in a file, so an interrupted study
+resumes)."""
 
 
 def dp_flags(study: str) -> tuple[str, ...]:
@@ -166,17 +172,24 @@ def held_out_rows(study: Study, point: Point, kind: str, extra: Sequence[str], r
     rows = []
     for run in study.test_runs("fedsrcvar", TABLE_RHO, point):
         flags = (*run.flags, *extra)
-        for _ in range(repeats):
+
+        def train(flags: tuple[str, ...] = flags) -> dict[str, Any]:
             config = config_from_flags(flags)
-            rows.append(described(flags, kind, simulate(config, load_federation(config), progress=False)))
+            row = described(flags, kind, simulate(config, load_federation(config), progress=False))
             gc.collect()
+            return row
+
+        rows += [{**row, "kind": kind} for row in DRAWS.take("test", flags, repeats, train)]
     return rows
 
 
 def dp_validation(name: str, study: Study, point: Point, repeats: int) -> dict[str, Any]:
     """`point`'s validation run (the study's flags) under DP, `repeats` times: its flags and worst-decile risks."""
     flags = (*study.validation_run("fedsrcvar", TABLE_RHO, point).flags, *dp_flags(name))
-    risks = [execute(Run(flags, "validation"))["worst_risk"] for _ in range(repeats)]
+    draws = DRAWS.take(
+        "validation", flags, repeats, lambda: {"worst_risk": execute(Run(flags, "validation"))["worst_risk"]}
+    )
+    risks = [draw["worst_risk"] for draw in draws]
     print(f"dp_stretch: validation {point.describe()}: {np.mean(risks):.4f}", file=sys.stderr)
     return {"point": point.describe(), "flags": list(flags), "worst_risks": risks}
 
@@ -317,7 +330,12 @@ def main() -> None:
         help="train this baseline under the same DP instead (as FedSRCVaR's limit case), chosen under DP by --select R",
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--draws", type=Path, help="keep every run's draw in this JSON-lines file as it finishes, and resume from it"
+    )
     args = parser.parse_args()
+    if args.draws:
+        DRAWS.open(args.draws)
     torch.set_num_threads(1)
     started = time.perf_counter()
     study = study_of(args.dataset, args.profile)

@@ -59,7 +59,8 @@ def main() -> None:
     rows, choice_rows, gaps = stopped.stopped_rows(study, args.rho, chosen, args.cache, args.workers)
     write_csv(args.folder / "stopped.csv", rows)
     write_csv(args.folder / "stopped_choice.csv", choice_rows)
-    write_csv(args.folder / "stopped_paired.csv", gaps)
+    if gaps:  # none where FedSRCVaR is the one method run (a partial study, the rest still pending)
+        write_csv(args.folder / "stopped_paired.csv", gaps)
 
 
 if __name__ == "__main__":

@@ -333,7 +333,7 @@ STOPPED = sorted(path.parent.name for path in FIGURES.glob("tuned_*/stopped.csv"
 
 
 def test_some_committed_study_was_stopped_by_validation() -> None:
-    assert "tuned_adult_all_rho" in STOPPED
+    assert {"tuned_adult_all_rho", "tuned_census_all_rho"} <= set(STOPPED)
 
 
 @pytest.mark.parametrize("folder", STOPPED)
@@ -356,5 +356,7 @@ def test_every_committed_stop_is_inside_its_ceiling_or_says_why(folder: str) -> 
             (choice["stop_round"], choice["max_rounds"])
         }
         assert all(math.isfinite(float(row["held_out_worst_risk"])) for row in seeds)
-    paired = {row["method"] for row in read_csv(FIGURES / folder / "stopped_paired.csv")}
-    assert paired == set(choices) - {"FedSRCVaR"}
+    # A study of FedSRCVaR alone (its baselines pending) has no gaps and so no stopped_paired.csv.
+    gaps = FIGURES / folder / "stopped_paired.csv"
+    paired = {row["method"] for row in read_csv(gaps)} if gaps.exists() else set()
+    assert "FedSRCVaR" in choices and paired == set(choices) - {"FedSRCVaR"}
