@@ -33,3 +33,12 @@ REPORT_NAME = "report.html"
 
 COMPARISON_NAME = "comparison.json"
 """What ``launch`` compared the federation with (FedSRCVaR against FedAvg on the same rows)."""
+
+COMPARISON_COLUMNS = (
+    ("worst_risk", "worst-group risk"),
+    ("mean_risk", "mean risk"),
+    ("disparity", "disparity"),
+    ("accuracy", "accuracy"),
+    ("worst_error", "worst-group error"),
+)
+"""The comparison's exact table, in the console and the report alike: each exact report's key and its heading."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+
+from fedfair.runtime.output_folder import COMPARISON_COLUMNS
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,15 +23,6 @@ WIDTH = 120
 MOST_LINES = 12
 """The most lines the closing console prints (warnings past it are left to the report)."""
 
-COLUMNS = (
-    ("worst_risk", "worst-group risk"),
-    ("mean_risk", "mean risk"),
-    ("disparity", "disparity"),
-    ("accuracy", "accuracy"),
-    ("worst_error", "worst-group error"),
-)
-"""The exact table's columns: the report's key and its heading."""
-
 
 def exact_table(exact: Mapping[str, Mapping[str, float]], rho: float) -> list[str]:
     """The headline, then one row per model of its exact report on the same held-out rows (each report's "rows").
@@ -40,10 +33,11 @@ def exact_table(exact: Mapping[str, Mapping[str, float]], rho: float) -> list[st
     lines = [
         f"Worst-off {rho:.0%}'s risk: {first} {ours['worst_risk']:.3f}, {second} {theirs['worst_risk']:.3f} "
         f"(exact, both on the same {int(ours['rows']):,} held-out rows; lower is better)",
-        f"  {'model':<11}" + "".join(f"{heading:>18}" for _, heading in COLUMNS),
+        f"  {'model':<11}" + "".join(f"{heading:>18}" for _, heading in COMPARISON_COLUMNS),
     ]
     lines += [
-        f"  {name:<11}" + "".join(f"{report[key]:>18.4f}" for key, _ in COLUMNS) for name, report in exact.items()
+        f"  {name:<11}" + "".join(f"{report[key]:>18.4f}" for key, _ in COMPARISON_COLUMNS)
+        for name, report in exact.items()
     ]
     return lines
 

@@ -76,7 +76,7 @@ class Comparison:
     """What a finished launch is compared with, measured alike: each model's exact report on the same held-out rows.
 
     `reports` maps the launched workspace and its plan to {model name: report}, the federation's own model first,
-    each report with the keys of :data:`fedfair.runtime.local.console.COLUMNS` and "rows"; `fedfair launch`
+    each report with the keys of :data:`fedfair.runtime.output_folder.COMPARISON_COLUMNS` and "rows"; `fedfair launch`
     passes research's (:mod:`fedfair.research.launch_baseline`), which layers above this one.
     """
 

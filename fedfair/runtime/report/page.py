@@ -26,7 +26,7 @@ from fedfair.runtime.report.data import (
     roster,
     stage_label,
 )
-from fedfair.runtime.output_folder import REPORT_NAME
+from fedfair.runtime.output_folder import COMPARISON_COLUMNS, REPORT_NAME
 
 logger = logging.getLogger("fedfair.report")
 
@@ -101,14 +101,16 @@ def _comparison_section(run: Run) -> str:
     exact = comparison.get("exact")
     if not exact:
         return ""
-    from fedfair.runtime.local.console import COLUMNS
-
     rho = float(comparison["rho"])
     rows = int(next(iter(exact.values()))["rows"])
-    header = "<tr><th>model</th>" + "".join(f"<th>{html.escape(heading)}</th>" for _, heading in COLUMNS) + "</tr>"
+    header = (
+        "<tr><th>model</th>"
+        + "".join(f"<th>{html.escape(heading)}</th>" for _, heading in COMPARISON_COLUMNS)
+        + "</tr>"
+    )
     body = "".join(
         f"<tr><td>{html.escape(name)}</td>"
-        + "".join(f"<td>{float(report[key]):.4f}</td>" for key, _ in COLUMNS)
+        + "".join(f"<td>{float(report[key]):.4f}</td>" for key, _ in COMPARISON_COLUMNS)
         + "</tr>"
         for name, report in exact.items()
     )
