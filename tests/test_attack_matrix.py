@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -425,3 +426,34 @@ def test_a_partial_run_replaces_only_the_rows_it_measured() -> None:
     kept = {**row("a plain row", True), "scenario": "plain"}
     rewritten = attack_matrix.merged({**earlier, "attacks": [stale, kept]}, run, None)
     assert [r["attack"] for r in rewritten["attacks"]] == ["a plain row", "b", "c", "d"]
+
+
+def test_each_scenario_charges_ledgers_of_its_own_never_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import attack_matrix  # the script's module, on the benchmarks path above
+
+    from fedfair.privacy.ledger_home import LEDGER_DIR_VARIABLE, ledger_folder
+
+    users = tmp_path / "users-ledgers"
+    monkeypatch.setenv(LEDGER_DIR_VARIABLE, str(users))
+    seen: dict[str, Path] = {}
+
+    def scenario(name: str) -> Any:
+        def run(where: Path, book: object) -> None:
+            seen[name] = ledger_folder()
+
+        return run
+
+    # The scenarios' functions are looked up when they run: these stand in for two real ones.
+    monkeypatch.setattr(attack_matrix, "outcome_rows", scenario("outcome"))
+    monkeypatch.setattr(attack_matrix, "rotation_rows", scenario("rotation"))
+    keep = tmp_path / "kept"
+    fedfair_logger = logging.getLogger("fedfair")
+    level = fedfair_logger.level  # main quiets fedfair's log: the suite's later tests read it
+    try:
+        assert attack_matrix.main(["--only", "outcome", "--only", "rotation", "--keep", str(keep)]) == 0
+    finally:
+        fedfair_logger.setLevel(level)
+    assert seen == {"outcome": keep / "ledgers" / "outcome", "rotation": keep / "ledgers" / "rotation"}
+    assert ledger_folder() == users and not users.exists()

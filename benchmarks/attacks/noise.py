@@ -50,6 +50,7 @@ from attacks.noise_figures import (
 )
 from attacks.noise_composition import composition_row
 from attacks.noise_training import training_row
+from attacks.own_ledgers import federation_ledgers
 from attacks.rows import RowBook
 from fedfair.fairness import sums, tail
 from fedfair.runtime.collaborator.client import Collaborator
@@ -117,7 +118,7 @@ def evaluation_run(root: Path, *, noised: bool) -> EvaluationRun:
     plan = load_aggregator_plan(workspace.plan)
     query, answers = EvaluationQuery(VICTIM, one_ulp), Answers()
     aggregator = LoopAggregator(plan, StageTap().install, query.adjust)
-    with collaborator_log() as said:
+    with collaborator_log() as said, federation_ledgers(workspace):
         group = HonestCollaborators.start(workspace, FOUR, fixed, adjust=answers.adjust)
         try:
             query.done.wait(RUN_SECONDS)
