@@ -245,6 +245,7 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             and control_error is not None
             and control_error < 1e-3
             or refused,
+            refused_outright=refused,
             noise_std=std,
             pooled=noised.pooled,
             control=exact.pooled,
@@ -300,6 +301,7 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             and spent[twice[0]] > spent[VICTIM] > 0.0
             and control_exact
             or refused,
+            refused_outright=refused,
             noise_std=diff.get("std"),
             difference=diff,
             control=exact.difference,
