@@ -204,8 +204,10 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
         "noise, evaluation: the aggregator evaluates the crafted logistic model (weight 10 on age, bias 40; its "
         "held-out losses inside the pinned grid) with all four sites under [privacy] report_epsilon = 1 "
         "(delta 1e-5, budget 10): the decoded sum would be the pooled held-out histogram",
-        "the decoded pooled histogram differs from the exact one (the sites' own answers, summed in-process) by "
-        f"the noise the aggregator states: RMS error within {list(NOISE_BAND)} x its noise_std, the largest "
+        "every site sits the crafted model out (no model its chain made: issue 79): nothing is decoded, no site's "
+        "ledger is charged, nor in the control; were it answered, the decoded pooled histogram would differ from "
+        "the exact one (the sites' own answers, summed in-process) by the noise the aggregator states:"
+        f" RMS error within {list(NOISE_BAND)} x its noise_std, the largest "
         "error of the order of the largest of as many Gaussian draws, nothing exact; each site's ledger holds "
         "one evaluate release for that answer; without [privacy] (the control) the same query decodes the "
         "exact histogram",
@@ -257,7 +259,9 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
         f"noise, 1-ulp difference: the crafted model M evaluated with every site (round 1), then M + 1 ulp (a new "
         f"model digest, so a fresh answer) without {VICTIM} (round 2), dropouts allowed, report_epsilon = 1: round 1 "
         f"less round 2 would be {VICTIM}'s held-out histogram",
-        "the difference misses the victim's histogram by the noise of two sums (std sqrt(s1^2 + s2^2) from the "
+        "every site sits both crafted models out (no model its chain made: issue 79): nothing is decoded, no "
+        "site's ledger is charged, nor in the control; were they answered, the difference would miss the victim's "
+        "histogram by the noise of two sums (std sqrt(s1^2 + s2^2) from the "
         f"stated noise_std of each): RMS within {list(NOISE_BAND)} x it, nothing exact; the three sites that "
         f"answered twice hold two evaluate releases, {VICTIM} one; without [privacy] (the control) the "
         "difference is the victim's exact histogram",
