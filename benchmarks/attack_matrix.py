@@ -83,7 +83,9 @@ transport group, ``make test-studies`` the others); the full run takes about 3-4
 when the run completed, whatever it found; the rows say what held. ``--only S --merge --json FILE`` re-measures
 scenario S into an earlier run's FILE: its rows replace the same attacks' rows and every row S wrote before
 (each row names its scenario), each stamped with its command, date and commit, and the others stay as the
-earlier run measured them.
+earlier run measured them. Each scenario's sites charge their privacy ledgers in a folder of the run's own
+(``ledgers/SCENARIO``, :mod:`attacks.own_ledgers`), never ``$FEDFAIR_LEDGER_DIR``'s or the user's: a row reads
+only the releases its own federations charged.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ from attacks.leaving import leaving_rows
 from attacks.ledger import ledger_rows
 from attacks.noise import noise_rows
 from attacks.outcome import outcome_rows
+from attacks.own_ledgers import own_ledgers
 from attacks.plain_attacks import PlainAttacks, Sizes
 from attacks.plan_values import plan_values_rows
 from attacks.record import record_rows
@@ -234,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             first = len(book.rows)
-            with book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row:
+            with (
+                book.row(f"(scenario) {name}", "the scenario runs to its end", CHECK) as row,
+                own_ledgers(root / "ledgers" / name),  # its rows read only the charges its own sites made
+            ):
                 runs[name](root / name)
                 row.record("ran", True)
             scenario_seconds[name] = round(row.seconds, 1)

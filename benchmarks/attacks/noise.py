@@ -50,6 +50,7 @@ from attacks.noise_figures import (
 )
 from attacks.noise_composition import composition_row
 from attacks.noise_training import training_row
+from attacks.own_ledgers import federation_ledgers
 from attacks.rows import RowBook
 from fedfair.fairness import sums, tail
 from fedfair.runtime.collaborator.client import Collaborator
@@ -117,7 +118,7 @@ def evaluation_run(root: Path, *, noised: bool) -> EvaluationRun:
     plan = load_aggregator_plan(workspace.plan)
     query, answers = EvaluationQuery(VICTIM, one_ulp), Answers()
     aggregator = LoopAggregator(plan, StageTap().install, query.adjust)
-    with collaborator_log() as said:
+    with collaborator_log() as said, federation_ledgers(workspace):
         group = HonestCollaborators.start(workspace, FOUR, fixed, adjust=answers.adjust)
         try:
             query.done.wait(RUN_SECONDS)
@@ -203,8 +204,10 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
         "noise, evaluation: the aggregator evaluates the crafted logistic model (weight 10 on age, bias 40; its "
         "held-out losses inside the pinned grid) with all four sites under [privacy] report_epsilon = 1 "
         "(delta 1e-5, budget 10): the decoded sum would be the pooled held-out histogram",
-        "the decoded pooled histogram differs from the exact one (the sites' own answers, summed in-process) by "
-        f"the noise the aggregator states: RMS error within {list(NOISE_BAND)} x its noise_std, the largest "
+        "every site sits the crafted model out (no model its chain made: issue 79): nothing is decoded, no site's "
+        "ledger is charged, nor in the control; were it answered, the decoded pooled histogram would differ from "
+        "the exact one (the sites' own answers, summed in-process) by the noise the aggregator states:"
+        f" RMS error within {list(NOISE_BAND)} x its noise_std, the largest "
         "error of the order of the largest of as many Gaussian draws, nothing exact; each site's ledger holds "
         "one evaluate release for that answer; without [privacy] (the control) the same query decodes the "
         "exact histogram",
@@ -244,6 +247,7 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             and control_error is not None
             and control_error < 1e-3
             or refused,
+            refused_outright=refused,
             noise_std=std,
             pooled=noised.pooled,
             control=exact.pooled,
@@ -255,7 +259,9 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
         f"noise, 1-ulp difference: the crafted model M evaluated with every site (round 1), then M + 1 ulp (a new "
         f"model digest, so a fresh answer) without {VICTIM} (round 2), dropouts allowed, report_epsilon = 1: round 1 "
         f"less round 2 would be {VICTIM}'s held-out histogram",
-        "the difference misses the victim's histogram by the noise of two sums (std sqrt(s1^2 + s2^2) from the "
+        "every site sits both crafted models out (no model its chain made: issue 79): nothing is decoded, no "
+        "site's ledger is charged, nor in the control; were they answered, the difference would miss the victim's "
+        "histogram by the noise of two sums (std sqrt(s1^2 + s2^2) from the "
         f"stated noise_std of each): RMS within {list(NOISE_BAND)} x it, nothing exact; the three sites that "
         f"answered twice hold two evaluate releases, {VICTIM} one; without [privacy] (the control) the "
         "difference is the victim's exact histogram",
@@ -299,6 +305,7 @@ def evaluation_rows(root: Path, book: RowBook) -> None:
             and spent[twice[0]] > spent[VICTIM] > 0.0
             and control_exact
             or refused,
+            refused_outright=refused,
             noise_std=diff.get("std"),
             difference=diff,
             control=exact.difference,

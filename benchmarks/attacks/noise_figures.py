@@ -1,8 +1,9 @@
 """The noise scenario's shared measurements (:mod:`attacks.noise`): errors in units of the stated noise, ledgers, refusals.
 
 A row is handled only on evidence: an error of the order of the noise the aggregator states (within NOISE_BAND of
-it, nothing exact), the releases each site's ledger charged, and, where verified aggregation refuses the attack
-outright, the refusal each site's outcome record keeps (``NAME.FEDERATION.outcome.npz``).
+it, nothing exact), the releases each site's ledger charged (kept in a folder of its federation's own,
+:mod:`attacks.own_ledgers`), and, where verified aggregation refuses the attack outright, the refusal each site's
+outcome record keeps (``NAME.FEDERATION.outcome.npz``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from attacks.consent import FOUR, RUN_SECONDS, LoopAggregator
 from attacks.federation import HonestCollaborators
+from attacks.own_ledgers import federation_ledgers
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
@@ -34,7 +36,8 @@ def ledger(workspace: Workspace, names: tuple[str, ...], delta: float) -> dict[s
     """Each site's ledger: its releases as (kind, round) and the epsilon they compose to at `delta`."""
     found: dict[str, dict[str, Any]] = {}
     for name in names:
-        site = open_ledger(load_collaborator_config(workspace.configs[name]))
+        with federation_ledgers(workspace):
+            site = open_ledger(load_collaborator_config(workspace.configs[name]))
         found[name] = {
             "releases": [(entry["kind"], int(entry["round"])) for entry in site.releases()],  # type: ignore[call-overload]
             "epsilon": round(site.spent(delta), 4),
@@ -90,10 +93,11 @@ def run_federation(
 ) -> dict[str, str]:
     """The four honest sites of `workspace` against `aggregator` until they end (RUN_SECONDS at most), then both
     stopped: every error raised, the aggregator's under "aggregator"."""
-    group = HonestCollaborators.start(workspace, FOUR, trainers, adjust=adjust)
-    try:
-        group.join(RUN_SECONDS)
-    finally:
-        group.stop()
-        aggregator.stop()
+    with federation_ledgers(workspace):
+        group = HonestCollaborators.start(workspace, FOUR, trainers, adjust=adjust)
+        try:
+            group.join(RUN_SECONDS)
+        finally:
+            group.stop()
+            aggregator.stop()
     return {**group.errors, **({"aggregator": aggregator.error} if aggregator.error else {})}

@@ -30,6 +30,7 @@ from typing import Any
 
 
 from attacks.federation import plan_sections, wire_ulp_up
+from attacks.own_ledgers import federation_ledgers
 from attacks.record import PLAN_ROUNDS, TARGET, flooded, process_federation_plan, refusals
 from attacks.repeat_model import against_processes, rewind
 from attacks.rows import PATCHED_AGGREGATOR, PATCHED_COLLABORATOR, RowBook
@@ -114,7 +115,9 @@ def evaluation_row(root: Path, book: RowBook) -> None:
         workspace = make_workspace(root, names, plan=sections, manifest=True)
         plan = load_aggregator_plan(workspace.plan)
         cheat = EveryRound()
-        exited, error, children = against_processes(workspace, plan, names, cheat.adjust)
+        with federation_ledgers(workspace):  # its sites' ledgers hold this federation's charges alone
+            exited, error, children = against_processes(workspace, plan, names, cheat.adjust)
+            ledgers = {name: open_ledger(load_collaborator_config(workspace.configs[name])) for name in names}
         statuses = [f"{r}: {outcome.get('status')}" for r, outcome in cheat.outcomes]
         decoded = [r for r, outcome in cheat.outcomes if outcome.get("status") == "done"]
         answered: dict[str, list[int]] = {}
@@ -125,10 +128,7 @@ def evaluation_row(root: Path, book: RowBook) -> None:
             answered[name] = sorted(
                 int(entry["round"]) for key, entry in record.get("inputs", {}).items() if key.startswith("evaluate:")
             )
-            charged[name] = [
-                int(str(entry["round"]))
-                for entry in open_ledger(load_collaborator_config(workspace.configs[name])).releases()
-            ]
+            charged[name] = [int(str(entry["round"])) for entry in ledgers[name].releases()]
             said = "\n".join(child.lines)
             # The one-ulp model is refused by the model chain (not the server step of the sums it verified) before
             # the site's one-answer-per-model rule would refuse it: either line counts.
