@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from fedfair import pki
 from fedfair.core.errors import RefusedError, RoundAbortedError
 from fedfair.core.update import Update
+from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.checks import SumOutcome, check_decoded_update, decode_plain
 from fedfair.runtime.aggregator.servicer import INVALID_UPLOAD, Servicer
@@ -41,6 +42,7 @@ from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.runtime.transport import (
+    INLINE_INPUT_BYTES,
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
     NOT_EXPECTED,
@@ -477,9 +479,9 @@ def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(
 ) -> None:
     """10x the samples, the same bytes per round (within 1%): only fixed-size secure-aggregation messages leave.
 
-    And no stage input is fetched: each (key directory, share bundle, masking and survivor sets,
-    unmask request, claimed sum and tags, the final bundle of this small model) rides with its task, one round trip less
-    per stage and collaborator. Every upload fits one part, so each goes in a unary Send, never in a
+    And only the evaluation's claimed sum is fetched: every other stage input (key directory, share bundle, masking
+    and survivor sets, unmask request, the training claim and tags, the final bundle of this small model) rides with
+    its task, one round trip less per stage and collaborator. Every upload fits one part, so each goes in a unary Send, never in a
     Submit stream."""
     calls: Counter[str] = Counter()
 
@@ -515,8 +517,11 @@ def test_the_bytes_a_collaborator_sends_do_not_grow_with_its_data(
         sent_big, sent_small = big.uploaded_bytes[round_number], small.uploaded_bytes[round_number]
         assert abs(sent_big - sent_small) <= 0.01 * sent_small, (round_number, sent_big, sent_small)
     # Per round and collaborator: six training stages and six evaluation stages upload, each aggregation then
-    # two more of verified aggregation (the tags, the verdict).
-    assert calls == Counter({"Send": 3 * 3 * 16}), calls
+    # two more of verified aggregation (the tags, the verdict). The evaluation's claim alone is fetched: it carries
+    # what each site re-sums (every survivor's masked input of the evaluation's words), past what rides with a task.
+    claim_words = (len(NAMES) + 1) * (sums.vector_length() + 1)
+    assert claim_words * 8 > INLINE_INPUT_BYTES
+    assert calls == Counter({"Send": 3 * 3 * 16, "Fetch": 3 * 3}), calls
 
 
 def test_too_few_survivors_abort_the_round_and_leave_the_model_unchanged(
