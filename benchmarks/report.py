@@ -27,7 +27,7 @@ from typing import Any
 from report_learning import census_fairness, convergence_bench, dp_bench, dp_bits, dp_utility, dp_utility_equal
 from report_eval_error import eval_error
 from report_learning import influence_bench, noised_statistics, reference_gap, simulation_speed
-from report_dp_stretch import dp_stretch
+from report_dp_stretch import dp_baseline, dp_stretch
 from report_gpu import gpu_bench
 from report_plots import save
 from report_runtime import (
@@ -95,6 +95,7 @@ SECTIONS: dict[str, Shows] = {
     "dp_stretch_adult": dp_stretch,
     "dp_stretch_rand_hie": dp_stretch,
     "dp_stretch_census_income": dp_stretch,
+    "dp_fedavg_adult": dp_baseline,
     "convergence_bench": convergence_bench,
     "reference_gap": reference_gap,
     "influence_bench": influence_bench,
