@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from attacks.consent import LoopAggregator, wait_until
+from attacks.patience import patient
 from attacks.federation import plan_sections
 from attacks.record import THREE
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
@@ -133,7 +135,7 @@ def restarted(federation: Federation) -> Callable[[RoundLoop], None]:
                 for name in names:
                     federation.start(name)
                 federation.replacing.clear()
-                board.wait_for_connected(len(names), RESTART_SECONDS)
+                board.wait_for_connected(len(names), patient(RESTART_SECONDS))
                 backdoor(loop)
             return train(round_number, **options)
 
@@ -211,14 +213,17 @@ def run_federation(root: Path, attack: Callable[[Federation], Callable[[RoundLoo
         federation.start(name)
     statuses: dict[str, int | None] = {}
     try:
-        deadline = time.monotonic() + PROCESS_SECONDS
+        deadline = time.monotonic() + patient(PROCESS_SECONDS)
         for name in THREE:
             # A restarted site replaces its entry: wait for the one that is there once the one before ended.
             while name not in statuses:
                 site = federation.sites[name]
-                code = site.wait(max(1.0, deadline - time.monotonic()))
-                wait_until(lambda: not federation.replacing.is_set(), RESTART_SECONDS)
-                if federation.sites[name] is site:
+                try:
+                    code: int | None = site.wait(max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    code = None  # still running at the end of its budget: reported, then killed
+                wait_until(lambda: not federation.replacing.is_set(), patient(RESTART_SECONDS))
+                if federation.sites[name] is site or code is None:
                     statuses[name] = code
     finally:
         for site in federation.sites.values():

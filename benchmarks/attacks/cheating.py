@@ -35,13 +35,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from attacks.federation import (
     FixedTrainer,
     HonestCollaborators,
-    Sent,
-    check_rounds,
     exact_update,
     plain_vector,
     plan_sections,
     trainer_factory,
 )
+from attacks.round_check import Sent, check_rounds
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair import pki
 from fedfair.pki.roster import Roster, pin_certificate, write_manifest

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from attacks.broken_chain import Federation, run_federation
+from attacks.rewrites import rewritten
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.secagg.server import AggregateResult, Server
@@ -36,7 +37,7 @@ COLLUDER = 3
 @contextmanager
 def forging_every_sum() -> Iterator[None]:
     """Rewrite :class:`Server` (this process's aggregator only) so every round's sum is forged and backed."""
-    finish, claim, tags_add_up = Server.finish, Server.claim, Server.tags_add_up
+    finish, claim = Server.finish, Server.claim
 
     def forged_finish(server: Server) -> AggregateResult:
         server.running_sum[0] += server.running_sum.dtype.type(ERROR)
@@ -54,15 +55,8 @@ def forging_every_sum() -> Iterator[None]:
     def relayed_anyway(server: Server) -> bool:
         return True
 
-    setattr(Server, "finish", forged_finish)  # noqa: B010 -- the rewrite is the attack
-    setattr(Server, "claim", backed_claim)  # noqa: B010
-    setattr(Server, "tags_add_up", relayed_anyway)  # noqa: B010
-    try:
+    with rewritten(Server, finish=forged_finish, claim=backed_claim, tags_add_up=relayed_anyway):
         yield
-    finally:
-        setattr(Server, "finish", finish)  # noqa: B010
-        setattr(Server, "claim", claim)  # noqa: B010
-        setattr(Server, "tags_add_up", tags_add_up)  # noqa: B010
 
 
 def untouched(federation: Federation) -> Callable[[RoundLoop], None]:

@@ -16,21 +16,19 @@ In both no site keeps a bundle, and none that a site keeps could carry the forge
 
 from __future__ import annotations
 
-import io
 import json
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from attacks.consent import LoopAggregator
 from attacks.federation import plan_sections
 from attacks.record import THREE
+from attacks.rewrites import rewritten
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
+from attacks.site_processes import run_sites
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.contract import EVALUATION, session_round
-from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.secagg.server import AggregateResult, Server
@@ -39,7 +37,8 @@ ROUNDS = 3
 FORGED = 2
 """The first round whose evaluation is forged (each round is evaluated; round 1's is honest)."""
 FORGED_RISK = 0.05
-PROCESS_SECONDS = 240.0
+SITE_SECONDS = 240.0
+"""Longest a site process may run on an idle machine: three rounds, each evaluated (stretched by load)."""
 
 
 @contextmanager
@@ -58,13 +57,8 @@ def forged_sums() -> Iterator[None]:
     def relayed_anyway(server: Server) -> bool:
         return True if server.config.round in sessions else tags_add_up(server)
 
-    setattr(Server, "finish", forged_finish)  # noqa: B010 -- the rewrite is the attack
-    setattr(Server, "tags_add_up", relayed_anyway)  # noqa: B010
-    try:
+    with rewritten(Server, finish=forged_finish, tags_add_up=relayed_anyway):
         yield
-    finally:
-        setattr(Server, "finish", finish)  # noqa: B010
-        setattr(Server, "tags_add_up", tags_add_up)  # noqa: B010
 
 
 def forged_report(loop: RoundLoop) -> None:
@@ -127,26 +121,11 @@ def run_federation(root: Path, forge: Callable[[RoundLoop], None]) -> dict[str, 
     """The federation under `forge`: each site's exit status, what it said, the refusal named and bundle kept."""
     sections = plan_sections(secure=True, rounds=ROUNDS, quorum=3, timeout=15.0, evaluation_every=1)
     workspace = make_workspace(root, THREE, plan=sections)
-    plan = load_aggregator_plan(workspace.plan)
-    started = time.monotonic()
-    aggregator = LoopAggregator(plan, None, lambda loop: evaluating(loop, forge))
-    sink = io.StringIO()
-    sites = {
-        name: Child(name, collaborator_command(workspace, name), env=child_environment(None), sink=sink)
-        for name in THREE
-    }
-    statuses: dict[str, int | None] = {}
-    try:
-        for name, site in sites.items():
-            statuses[name] = site.wait(PROCESS_SECONDS)
-    finally:
-        for site in sites.values():
-            site.kill()
-        aggregator.stop()
-    said = {name: "\n".join(site.lines) for name, site in sites.items()}
+    run = run_sites(workspace, lambda loop: evaluating(loop, forge), SITE_SECONDS)
+    said = {name: "\n".join(lines) for name, lines in run.lines.items()}
     refusals = {name: _refusal(text) for name, text in said.items()}
     bundles = {name: any(workspace.configs[name].parent.glob("*model_bundle*")) for name in THREE}
-    log = plan.aggregator.output / "rounds.jsonl"
+    log = load_aggregator_plan(workspace.plan).aggregator.output / "rounds.jsonl"
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     stated = {
         record["round"]: record["evaluation"].get("worst_risk", record["evaluation"].get("status"))
@@ -154,12 +133,12 @@ def run_federation(root: Path, forge: Callable[[RoundLoop], None]) -> dict[str, 
         if "evaluation" in record
     }
     return {
-        "statuses": statuses,
+        "statuses": run.statuses,
         "said": said,
         "refusals": refusals,
         "bundles": bundles,
         "stated": stated,
-        "seconds": time.monotonic() - started,
+        "seconds": run.seconds,
     }
 
 

@@ -14,23 +14,20 @@ honest rounds only.
 
 from __future__ import annotations
 
-import io
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from attacks.consent import LoopAggregator
 from attacks.federation import plan_sections
 from attacks.record import THREE
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
+from attacks.site_processes import run_sites
 from fedfair.core import server
 from fedfair.core.algorithm import FedSRCVaR
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
-from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
@@ -40,7 +37,6 @@ FORGED = 2
 BACKDOOR = 5.0
 BACKDOORED = 8
 """The backdoor moves the first BACKDOORED coordinates of theta by BACKDOOR."""
-PROCESS_SECONDS = 180.0
 
 
 def backdoor(theta: torch.Tensor) -> None:
@@ -103,26 +99,11 @@ def run_federation(
 ) -> tuple[dict[str, int | None], dict[str, tuple[int, str] | None], dict[str, int], dict[str, bool], float, list[int]]:
     """The federation under `forge`: each site's exit status, refusal, rounds counted and bundle kept."""
     workspace = make_workspace(root, THREE, plan=plan_sections(secure=True, rounds=ROUNDS, quorum=3, timeout=15.0))
-    plan = load_aggregator_plan(workspace.plan)
 
     def adjust(loop: RoundLoop) -> None:
         loop.algorithm = ForgingStep(loop.algorithm, forge)  # type: ignore[assignment]
 
-    started = time.monotonic()
-    aggregator = LoopAggregator(plan, None, adjust)
-    sink = io.StringIO()
-    sites = {
-        name: Child(name, collaborator_command(workspace, name), env=child_environment(None), sink=sink)
-        for name in THREE
-    }
-    statuses: dict[str, int | None] = {}
-    try:
-        for name, site in sites.items():
-            statuses[name] = site.wait(PROCESS_SECONDS)
-    finally:
-        for site in sites.values():
-            site.kill()
-        aggregator.stop()
+    run = run_sites(workspace, adjust)
     refusals: dict[str, tuple[int, str] | None] = {}
     counts: dict[str, int] = {}
     bundles: dict[str, bool] = {}
@@ -132,7 +113,7 @@ def run_federation(
         refusals[name] = None if record.refusal is None else (record.refusal.round, record.refusal.reason)
         counts[name] = record.contributed
         bundles[name] = any(folder.glob("*model_bundle*"))
-    log = plan.aggregator.output / "rounds.jsonl"
+    log = load_aggregator_plan(workspace.plan).aggregator.output / "rounds.jsonl"
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     applied = [record["round"] for record in records if record["status"] == "applied"]
-    return statuses, refusals, counts, bundles, time.monotonic() - started, applied
+    return run.statuses, refusals, counts, bundles, run.seconds, applied

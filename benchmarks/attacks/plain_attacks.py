@@ -9,7 +9,7 @@ uploads a genuine update (if no attack's upload was taken in its place); one hon
 collaborator uploads only after that, so the stage stays open for every attack (the
 aggregator settles a stage once nobody is owed an answer, and a refused sender is owed
 none). After the run, the round log is replayed from what each
-party sent (:func:`~attacks.federation.check_rounds`): every applied round must be exactly
+party sent (:func:`~attacks.round_check.check_rounds`): every applied round must be exactly
 the honest updates plus what the aggregator acknowledged from the insider, within bounds.
 """
 
@@ -37,17 +37,15 @@ from attacks.federation import (
     AttackCredentials,
     FixedTrainer,
     HonestCollaborators,
-    RoundCheck,
-    Sent,
     attack_credentials,
     attack_workspace,
-    check_rounds,
     exact_update,
     load_plan,
     plain_vector,
     plan_sections,
     trainer_factory,
 )
+from attacks.round_check import RoundCheck, Sent, check_rounds
 from attacks.hostile_client import (
     Answer,
     Credentials,

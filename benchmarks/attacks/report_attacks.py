@@ -5,7 +5,7 @@ an event and the epsilon the next ``round`` event shows. So the rows check, besi
 answer, what reached the operator's ``events.jsonl``: a refused report must add no
 ``status`` event, and an accepted one exactly one, naming the certified caller and no
 one else. The run itself is checked afterwards by the plain scenario's replay of the
-round log (:func:`~attacks.federation.check_rounds`): the rounds around these attacks
+round log (:func:`~attacks.round_check.check_rounds`): the rounds around these attacks
 must be exactly what the parties sent.
 
 The reports are the hostile client's (:func:`~attacks.hostile_client.status_report`,

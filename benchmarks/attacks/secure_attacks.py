@@ -21,7 +21,7 @@ Round by round:
 4. It withholds its shares (an unmask response with none); 5. it sends no response at all.
 6. Nobody attacks: the honest round after the attacks.
 
-Every applied round is replayed from the honest updates (:func:`~attacks.federation.check_rounds`).
+Every applied round is replayed from the honest updates (:func:`~attacks.round_check.check_rounds`).
 """
 
 from __future__ import annotations
@@ -42,17 +42,15 @@ from attacks.federation import (
     AggregatorProcess,
     FixedTrainer,
     HonestCollaborators,
-    RoundCheck,
-    Sent,
     attack_credentials,
     attack_workspace,
-    check_rounds,
     exact_update,
     load_plan,
     plain_vector,
     plan_sections,
     trainer_factory,
 )
+from attacks.round_check import RoundCheck, Sent, check_rounds
 from attacks.hostile_client import Answer, TaskFollower, bind, fetch, parts, submit
 from attacks.rows import CHECK, PATCHED_COLLABORATOR, PURE, Row, RowBook
 from attacks.secagg_wire import (
