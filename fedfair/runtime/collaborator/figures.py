@@ -35,6 +35,9 @@ FIGURES_SUFFIX = "figures.json"
 NOTES = ("status", "excluded")
 """The keys of an evaluation record that are no figure: its status and whom the aggregator excluded."""
 
+UNDONE = (*NOTES, "reason")
+"""All an evaluation record that is not done holds (skipped or aborted): its status, why, and whom it excluded."""
+
 
 @dataclass(frozen=True)
 class Checked:
@@ -103,12 +106,22 @@ class EvaluationFigures:
         left_out: dict[int, str] = {}
         for entry in metrics:
             record = entry.get("evaluation")
-            if not isinstance(record, Mapping) or record.get("status") != "done":
+            number = entry.get("round")
+            if record is None or (
+                isinstance(record, Mapping) and record.get("status") != "done" and set(record) <= set(UNDONE)
+            ):
                 kept.append(dict(entry))  # no figure: skipped, aborted, or no evaluation that round
                 continue
-            number = entry.get("round")
             if not isinstance(number, int):
                 return Checked(f"evaluation: a record of the bundle's metrics names no round ({number!r})", [])
+            if not isinstance(record, Mapping) or record.get("status") != "done":
+                # Figures in a record not marked done (or no record at all): no honest aggregator writes them, and
+                # kept, they would ride in the bundle unverified (issue 79's property test found it).
+                held = sorted(set(record) - set(UNDONE)) if isinstance(record, Mapping) else [type(record).__name__]
+                status = _shown(record, "status") if isinstance(record, Mapping) else "no record"
+                return self._refused(
+                    number, f"evaluation: round {number}'s record is {status}, not done, yet carries {', '.join(held)}"
+                )
             ours = self._entries().get(number)
             why = self._unverified(number, ours)
             if why is None:
@@ -232,17 +245,22 @@ class EvaluationFigures:
 
 def _forgery(round_number: int, stated: Mapping[str, Any], verified: Mapping[str, Any]) -> str:
     """Which figure of round `round_number`'s evaluation differs from the one this site verified, and how."""
-    differing = sorted(key for key in stated.keys() | verified.keys() if stated.get(key) != verified.get(key))
+    differing = sorted(
+        key
+        for key in stated.keys() | verified.keys()
+        if key not in stated or key not in verified or stated[key] != verified[key]
+    )
     key = differing[0]
     return (
-        f"evaluation: round {round_number}'s {key} is {_shown(stated.get(key))} in the bundle, but "
-        f"{_shown(verified.get(key))} from the evaluation sums this site verified"
+        f"evaluation: round {round_number}'s {key} is {_shown(stated, key)} in the bundle, but "
+        f"{_shown(verified, key)} from the evaluation sums this site verified"
         + (f" ({len(differing)} figures differ: {', '.join(differing)})" if len(differing) > 1 else "")
     )
 
 
-def _shown(value: object) -> str:
-    text = "absent" if value is None else json.dumps(value)
+def _shown(record: Mapping[str, Any], key: str) -> str:
+    """`record`'s `key` as the refusal shows it: its JSON, cut short, or "absent" where the record has none."""
+    text = json.dumps(record[key]) if key in record else "absent"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
