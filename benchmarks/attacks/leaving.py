@@ -1,12 +1,15 @@
-"""One party leaving a secure federation mid-round (issue 79): it costs the round it left, no more.
+"""One party leaving a secure federation mid-round (issue 79): it costs nothing where every site re-sums.
 
-A pinned three-site secure federation of 6 rounds, quorum 2, ``[privacy] mode = "distributed"``, over loopback
-mutual TLS (``fedfair aggregator start``, ``fedfair collaborator start``). site-c dies (kill -9) in round 2
-once its input is masked and the sum unmasked, right before it sends its tag of the claimed sum, and never comes
-back: nobody can verify that sum, so the round is void. Row:
+A pinned three-site secure federation of 6 rounds, quorum 2, over loopback mutual TLS (``fedfair aggregator
+start``, ``fedfair collaborator start``), with and without ``[privacy] mode = "distributed"``. site-c dies
+(kill -9) in round 2 once its input is masked and the sum unmasked, right before it sends its tag of the claimed
+sum, and never comes back. Every site re-sums the sum itself (the model is small: ``SecAggConfig.resummed``), so
+its tag plays no part in the sum's value: the aggregator relays the tags it has, and round 2 applies with
+site-c's input in it. Before, nobody could verify that sum, so round 2 was void and, without noise, every later
+round with it (the sites' inputs on the model were bound to round 2's survivors). Rows:
 
-- a site killed before its VERIFY upload: every later round applies without it, and the sites that stayed
-  exit 0 with a bundle (they checked every model).
+- a site killed before its VERIFY upload, under distributed noise and without: every round applies, the later
+  ones without it, and the sites that stayed exit 0 with a bundle (they checked every model).
 """
 
 from __future__ import annotations
@@ -30,23 +33,25 @@ PROCESS_SECONDS = 180.0
 
 
 def leaving_rows(where: Path, book: RowBook) -> None:
-    """The row of this module (see the module's notes)."""
+    """The rows of this module (see the module's notes): with distributed noise, then without."""
+    for noised in (True, False):
+        leaving_row(where / ("noised" if noised else "plain"), book, noised=noised)
+
+
+def leaving_row(where: Path, book: RowBook, *, noised: bool) -> None:
+    """site-c killed before its round-2 tag in a federation with (`noised`) or without distributed noise."""
+    privacy = '[privacy] mode = "distributed"' if noised else "no training noise"
     with book.row(
         f"a site killed before its VERIFY upload: {LOST} dies (kill -9) in round {LOST_ROUND} right before it tags "
-        f'the unmasked sum, and never returns ([privacy] mode = "distributed", 3 sites, quorum 2)',
-        f"round {LOST_ROUND} aborts and every later round applies without it; the other sites exit 0 with a bundle",
+        f"the unmasked sum, and never returns ({privacy}, 3 sites, quorum 2)",
+        "every round applies (its input is in the sum every other site re-sums), the later ones without it; "
+        "the other sites exit 0 with a bundle",
         PROCESSES,
     ) as row:
-        sections = plan_sections(
-            secure=True,
-            rounds=ROUNDS,
-            quorum=2,
-            timeout=30.0,
-            training={"local_steps": 1},
-            privacy={"mode": "distributed", "epsilon": 3.0},
-        )
-        sections["quorum"]["aborted_rounds_allowed"] = 1  # the operator allows for the round one site costs
-        del sections["influence"]  # declared sizes (the workspace's), which distributed noise needs
+        sections = plan_sections(secure=True, rounds=ROUNDS, quorum=2, timeout=30.0, training={"local_steps": 1})
+        if noised:
+            sections["privacy"] = {"mode": "distributed", "epsilon": 3.0}
+            del sections["influence"]  # declared sizes (the workspace's), which distributed noise needs
         workspace = make_workspace(where, THREE, plan=sections)
         output = load_aggregator_plan(workspace.plan).aggregator.output
         aggregator = start_aggregator(workspace, sink=Quiet())
@@ -62,12 +67,15 @@ def leaving_rows(where: Path, book: RowBook) -> None:
         records = read_round_log(output)
         applied = [record["round"] for record in records if record["status"] == "applied"]
         aborted = [record["round"] for record in records if record["status"] != "applied"]
+        without = [record["round"] for record in records if LOST not in record.get("contributors", [])]
         bundles = [name for name in THREE if list(workspace.configs[name].parent.glob(f"{name}.*.model_bundle.pt"))]
         stayed = [name for name in THREE if name != LOST]
         row.record(
-            f"rounds applied {applied}, aborted {aborted}; exit statuses {status}; bundles kept by {bundles}",
-            aborted == [LOST_ROUND]
-            and applied == [n for n in range(1, ROUNDS + 1) if n != LOST_ROUND]
+            f"rounds applied {applied}, aborted {aborted}, without {LOST} {without}; exit statuses {status}; "
+            f"bundles kept by {bundles}",
+            aborted == []
+            and applied == list(range(1, ROUNDS + 1))
+            and without == list(range(LOST_ROUND + 1, ROUNDS + 1))
             and status["aggregator"] == 0
             and all(status[name] == 0 for name in stayed)
             and set(stayed) <= set(bundles),

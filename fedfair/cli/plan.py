@@ -1,4 +1,4 @@
-"""``fedfair plan pin | renew | diff``: pin the agreed plan in the manifest, start a new federation, compare plans.
+"""``fedfair plan pin | renew | diff | show``: pin the agreed plan, start a new federation, compare, inspect plans.
 
 The operator's workflow is in :mod:`fedfair.runtime.plan.pinning`; these are its command lines.
 """
@@ -78,8 +78,24 @@ def _diff_command(args: argparse.Namespace) -> int:
     return 1 if changes else 0
 
 
+def _show_command(args: argparse.Namespace) -> int:
+    from fedfair.core.models import flat_parameters
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+    from fedfair.runtime.plan.sum_check import round_config, sum_check_lines
+
+    plan = load_aggregator_plan(args.plan, check_manifest=False)
+    print(f"{args.plan}: federation {plan.federation_id}, {len(plan.collaborators)} collaborators")
+    if not plan.secure_aggregation.enabled:
+        print("training sums: none (secure aggregation is off: the aggregator sees every update)")
+        return 0
+    model = plan.model.build(seed=plan.training.seed, allowed=plan.own_factories)
+    for line in sum_check_lines(round_config(plan, int(flat_parameters(model).numel()))):
+        print(line)
+    return 0
+
+
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`fedfair plan pin`, `fedfair plan renew` and `fedfair plan diff`."""
+    """`fedfair plan pin`, `fedfair plan renew`, `fedfair plan diff` and `fedfair plan show`."""
     group = subparsers.add_parser("plan", help="pin the agreed plan in the manifest; compare two plans")
     commands = group.add_subparsers(dest="plan_command", required=True, metavar="COMMAND")
     pin = commands.add_parser("pin", help="write a new manifest that pins a plan (the operator's edit of a plan)")
@@ -119,3 +135,10 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     diff.add_argument("old", type=Path)
     diff.add_argument("new", type=Path)
     diff.set_defaults(handler=_diff_command)
+    show = commands.add_parser(
+        "show",
+        help="which check the plan's secure sums get (re-summed by every site, or tags alone) for its model size "
+        "and roster",
+    )
+    show.add_argument("plan", type=Path, help="the aggregator's plan.toml")
+    show.set_defaults(handler=_show_command)

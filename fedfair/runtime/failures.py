@@ -122,6 +122,14 @@ NAME_NOT_ALLOWED = FailureClass(
     "ask the operator to add {name!r} to [federation] collaborators in the plan, or use the certificate "
     "of an institution the plan lists (its current one, if the manifest was renewed with `fedfair pki revoke`)",
 )
+CERTIFICATE_EXPIRED = FailureClass(
+    "certificate-expired",
+    False,
+    "this collaborator's certificate {cert} expired on {expired} UTC, so the aggregator refuses it: the federation "
+    "goes on without this institution",
+    "have a new certificate signed for the same key (`fedfair pki sign`) or issued (`fedfair pki issue`), pin it "
+    "in the manifest if the federation pins certificates, and start this collaborator again",
+)
 CERTIFICATE_REVOKED = FailureClass(
     "certificate-revoked",
     False,
@@ -276,6 +284,7 @@ FAILURES: tuple[FailureClass, ...] = (
     CERTIFICATE_NOT_FEDERATIONS,
     NAME_NOT_ALLOWED,
     CERTIFICATE_REVOKED,
+    CERTIFICATE_EXPIRED,
     IDENTITY_IN_USE,
     TLS_FAILED,
     FEDERATION_MISMATCH,

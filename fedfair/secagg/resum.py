@@ -5,8 +5,10 @@ survivor's masked input and the secrets it rebuilt at UNMASK (:class:`~fedfair.s
 A survivor accepts the claimed sum only if it is exactly what those inputs give once unmasked, each input being the
 one whose digest the view it signed at CONSISTENCY names, each secret the one its owner committed to in its signed
 advertisement. Every masked input is fixed before any share is revealed, so before anyone can know the sum: a
-colluding survivor cannot choose its contribution after seeing the others'. The argument is in docs/security.md
-("Verified aggregation").
+colluding survivor cannot choose its contribution after seeing the others'. The claim also carries the consistency
+signatures of t survivors on that view: no share of an honest seed was revealed under any other view, so the re-sum
+decides alone and, on the complete graph, a survivor's missing tag does not void the sum (:func:`resum_decides`).
+The argument is in docs/security.md ("Verified aggregation").
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fedfair.core.errors import VerificationError, VerifyReason
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedfair.core.errors import UnmaskRefusedError, VerificationError, VerifyReason
 from fedfair.secagg import prg
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import View, masked_input_digest
 from fedfair.secagg.recovery import is_committed, unmasking_streams
-from fedfair.secagg.shares import Kind
+from fedfair.secagg.shares import Kind, check_view_signatures
 from fedfair.secagg.verify_messages import AggregateClaim
 
 
@@ -32,20 +36,31 @@ def check_resummed(
     session: bytes,
     view: View,
     advertisements: Mapping[int, AdvertiseKeys],
+    identities: Mapping[int, ec.EllipticCurvePublicKey],
 ) -> None:
     """Refuse ``claim`` unless its aggregate is the sum of the masked inputs ``view`` fixes, unmasked.
 
     ``view`` is the one this party signed at CONSISTENCY; ``advertisements`` the signed ones it accepted, whose
-    seed commitments and mask public keys each rebuilt secret must match.
+    seed commitments and mask public keys each rebuilt secret must match; ``identities`` its peers' identity keys,
+    which the claim's consistency signatures on ``view`` must verify under.
 
     Raises:
         VerificationError: MALFORMED for a claim that does not carry one masked input of the aggregate's shape per
-            survivor, a seed per survivor and a mask key per dropped party a survivor masked with; FORGED for a
-            masked input other than the one the view names, a secret other than the one its owner committed to,
-            or an aggregate other than the sum they give.
+            survivor, a seed per survivor, a mask key per dropped party a survivor masked with, and the
+            consistency signatures of t distinct survivors on ``view``; FORGED for a masked input other than the
+            one the view names, a secret other than the one its owner committed to, or an aggregate other than
+            the sum they give.
     """
     round_number = config.round
     masking_set, survivors, digests = view
+    try:
+        check_view_signatures(claim.signatures, view, session=session, identities=identities, config=config, wanted={})
+    except UnmaskRefusedError as error:
+        raise VerificationError(
+            round_number,
+            VerifyReason.MALFORMED,
+            f"the claim does not carry the signatures of t survivors on the view this party signed ({error})",
+        ) from None
     if len(claim.inputs) != len(survivors) or any(
         vector.dtype != claim.vector.dtype or vector.shape != claim.vector.shape for vector in claim.inputs
     ):
@@ -95,3 +110,15 @@ def check_resummed(
             VerifyReason.FORGED,
             "the claimed aggregate is not the sum of the survivors' masked inputs, unmasked, that this party re-summed",
         )
+
+
+def resum_decides(config: SecAggConfig) -> bool:
+    """Whether a survivor's own re-sum decides the round's sum alone, so that survivors' tags may be missing.
+
+    Where the round re-sums (``config.resummed``) on the complete graph, a survivor accepts only the sum of the
+    inputs its view fixes, and the claim shows t survivors signed that view; every honest share was revealed under
+    it (docs/security.md, "Verified aggregation"). The tags then play no part in the sum's value, so a survivor
+    that leaves before tagging (a crash, an expired certificate, on purpose) does not void the round. On a
+    SecAgg+ graph, and above RESUMMED_WORDS where the tags alone check the sum, every survivor's tag is needed.
+    """
+    return config.resummed and config.complete

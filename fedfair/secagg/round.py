@@ -35,6 +35,7 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
+from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.server import AggregateResult, Server
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Stage
@@ -202,12 +203,15 @@ def _tag_set(server: Server) -> Opening:
 
 
 def _tags_withheld(server: Server) -> str | None:
-    """Why the survivors' tags must not be relayed: a tag is missing, or the tags do not add up.
+    """Why the survivors' tags must not be relayed: a tag is missing where the tags check the sum, or they do not add up.
 
     Relayed, either would make every survivor refuse the sum and stop; aborted instead, the model stays as it
-    was and the federation goes on.
+    was and the federation goes on. Where every survivor's own re-sum decides (:func:`resum_decides`), the tags
+    that arrived are relayed without the missing ones: the leavers' inputs are in the sum every survivor re-sums.
     """
     untagged = [server.config.name_of(party) for party in server.untagged]
+    if untagged and resum_decides(server.config):
+        return None
     if untagged:
         return f"no tag of the claimed sum from {', '.join(untagged)}: nobody could verify it"
     if not server.tags_add_up():

@@ -26,7 +26,7 @@ from fedfair.secagg.client_state import ClientState, Tagged
 from fedfair.secagg.config import RESUMMED_WORDS, SecAggConfig
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import View
-from fedfair.secagg.resum import check_resummed
+from fedfair.secagg.resum import check_resummed, resum_decides
 from fedfair.secagg.verify import BLOCK, TAG_BYTES, Challenge, aggregate_digest, check_sum, masked_tags, tag_payload
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Header, Stage, check_header
@@ -43,6 +43,7 @@ def tag_claim(
     session: bytes,
     view: View,
     advertisements: Mapping[int, AdvertiseKeys],
+    identities: Mapping[int, ec.EllipticCurvePublicKey],
     party: int,
     tag_keys: Mapping[int, bytes],
     identity_key: ec.EllipticCurvePrivateKey,
@@ -53,7 +54,7 @@ def tag_claim(
     ``tagged`` is what the party kept of an earlier claim this round (None: none yet), returned again for
     the same aggregate; ``plain`` its plain encoded input, whole or in pieces (None: it kept none); ``view`` the
     view it signed (U3 and the survivors' masked-input digests); ``advertisements`` the ones it accepted;
-    ``tag_keys`` its pairwise tag keys by neighbour; ``header`` the tag's. Where the round re-sums
+    ``identities`` its peers' identity keys; ``tag_keys`` its pairwise tag keys by neighbour; ``header`` the tag's. Where the round re-sums
     (``config.resummed``) the party first unmasks the sum itself (:func:`~fedfair.secagg.resum.check_resummed`)
     and tags nothing else. The refusals are :meth:`Client.tag <fedfair.secagg.client.Client.tag>`'s.
     """
@@ -77,7 +78,9 @@ def tag_claim(
             config.round, VerifyReason.MALFORMED, "this party kept no input to tag (built without verified)"
         )
     if config.resummed:
-        check_resummed(claim, config=config, session=session, view=view, advertisements=advertisements)
+        check_resummed(
+            claim, config=config, session=session, view=view, advertisements=advertisements, identities=identities
+        )
     elif config.max_colluding:
         say_tags_alone(config.size, config.dimension, config.max_colluding)
     challenge = Challenge(session, digest, vector.size)
@@ -101,9 +104,12 @@ def check_tags(
     survivors: tuple[int, ...],
     identities: Mapping[int, ec.EllipticCurvePublicKey],
 ) -> np.ndarray:
-    """The aggregate ``tagged`` holds, once every survivor's signed tag in ``tag_set`` checks out and they sum to it.
+    """The aggregate ``tagged`` holds, once every signed tag in ``tag_set`` checks out and the tags sum to it.
 
-    ``survivors`` is the U3 the party signed, ``identities`` its peers' identity keys. The refusals are
+    ``survivors`` is the U3 the party signed, ``identities`` its peers' identity keys. Where the party's own re-sum
+    decides (:func:`~fedfair.secagg.resum.resum_decides`: it already re-summed the aggregate at :func:`tag_claim`)
+    a survivor's tag may be missing: every tag relayed must still be signed over this party's digest, and the
+    sum of the tags is checked only when all of them arrived. The refusals are
     :meth:`Client.verify <fedfair.secagg.client.Client.verify>`'s.
     """
     round_number = config.round
@@ -122,6 +128,11 @@ def check_tags(
             )
         fields[entry.sender] = entry.tags
     missing = sorted(set(survivors) - fields.keys())
+    if missing and resum_decides(config):
+        # The re-sum at tag_claim fixed the sum's value; a leaver's tag adds nothing to it (docs/security.md).
+        names = ", ".join(_name(config, party) for party in missing)
+        logger.info("round %d: no tag from %s; the sum this party re-summed stands", round_number, names)
+        return tagged.vector
     if missing:
         names = ", ".join(_name(config, party) for party in missing)
         raise VerificationError(round_number, VerifyReason.MISSING_TAG, f"no tag from {names}")
@@ -187,6 +198,7 @@ class VerifyStages(ClientState):
             session=self._session,
             view=self._view,
             advertisements=self._directory,
+            identities=self._identities,
             party=self.party,
             tag_keys=self._tag_keys,
             identity_key=self._identity_key,
@@ -204,7 +216,8 @@ class VerifyStages(ClientState):
         shown differently to different parties fails everywhere.
 
         Raises:
-            VerificationError: naming the round and the reason: MISSING_TAG (a survivor's tag is absent),
+            VerificationError: naming the round and the reason: MISSING_TAG (a survivor's tag is absent, where
+                the tags check the sum: :func:`~fedfair.secagg.resum.resum_decides`),
                 BAD_TAG (a tag not signed by its survivor over this aggregate, or from a stranger, or twice),
                 FORGED (the tags do not sum to the aggregate's: it is not the sum of the survivors' inputs).
             ProtocolError: called before :meth:`tag`.

@@ -38,7 +38,9 @@ class AggregateClaim(Wire):
     server unmasked the sum from, for each survivor to do the same (:func:`fedfair.secagg.resum.check_resummed`):
     inputs, every survivor's masked input in the survivors' order; seeds, (survivor, its rebuilt self-mask seed);
     mask_keys, (dropped party, its rebuilt mask key) for each party of the masking set that a survivor masked
-    with but that sent no input. All three are empty otherwise.
+    with but that sent no input; signatures, the survivors' (party, consistency signature) on the view, as the
+    unmask request carried them, so each survivor sees that t survivors signed the view it re-sums (a survivor's
+    tag may then be missing, :func:`fedfair.secagg.resum.resum_decides`). All four are empty otherwise.
     """
 
     TYPE: ClassVar[int] = 12
@@ -49,6 +51,7 @@ class AggregateClaim(Wire):
     inputs: tuple[np.ndarray, ...] = ()
     seeds: tuple[tuple[int, bytes], ...] = ()
     mask_keys: tuple[tuple[int, bytes], ...] = ()
+    signatures: tuple[tuple[int, bytes], ...] = ()
 
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
@@ -60,19 +63,23 @@ class AggregateClaim(Wire):
             writer.u32(len(secrets))
             for owner, secret in secrets:
                 writer.u32(owner).blob(secret)
+        writer.u32(len(self.signatures))
+        for party, signature in self.signatures:
+            writer.u32(party).blob(signature)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> AggregateClaim:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         vector = read_vector(reader)
         inputs = tuple(read_vector(reader) for _ in range(reader.u32()))
-        seeds = _read_secrets(reader)
-        return cls(header, vector, inputs, seeds, _read_secrets(reader))
+        seeds = _read_pairs(reader, SECRET_LIMIT)
+        mask_keys = _read_pairs(reader, SECRET_LIMIT)
+        return cls(header, vector, inputs, seeds, mask_keys, _read_pairs(reader, SIGNATURE_LIMIT))
 
 
-def _read_secrets(reader: Reader) -> tuple[tuple[int, bytes], ...]:
-    """A claim's (owner, secret) pairs: their count, then each owner and secret."""
-    return tuple((reader.u32(), reader.blob(SECRET_LIMIT)) for _ in range(reader.u32()))
+def _read_pairs(reader: Reader, limit: int) -> tuple[tuple[int, bytes], ...]:
+    """A claim's (party, bytes) pairs (secrets or signatures): their count, then each party and its bytes."""
+    return tuple((reader.u32(), reader.blob(limit)) for _ in range(reader.u32()))
 
 
 @dataclass(frozen=True)

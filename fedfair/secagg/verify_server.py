@@ -24,8 +24,8 @@ class VerifyStages(ServerState):
     def claim(self) -> AggregateClaim:
         """Open VERIFY (after :meth:`finish`): show the survivors the unmasked sum, which commits the server to it.
 
-        Where the round re-sums (``config.resummed``) the claim also carries the survivors' masked inputs and the
-        secrets rebuilt at UNMASK.
+        Where the round re-sums (``config.resummed``) the claim also carries the survivors' masked inputs, the
+        secrets rebuilt at UNMASK and the consistency signatures the unmask request carried.
         """
         self._expect(Phase.DONE)
         self._digest = aggregate_digest(self._session, self._survivors, self._view_inputs, self._sum)
@@ -36,7 +36,10 @@ class VerifyStages(ServerState):
         seeds = sorted((owner, secret) for (kind, owner), secret in self._secrets.items() if kind is Kind.SEED)
         mask_keys = sorted((owner, secret) for (kind, owner), secret in self._secrets.items() if kind is Kind.MASK_KEY)
         inputs = tuple(self._inputs[party] for party in self._survivors)
-        return AggregateClaim(self._header(Stage.VERIFY), self._sum, inputs, tuple(seeds), tuple(mask_keys))
+        assert self._request is not None  # the unmask request was made before the sum was finished
+        return AggregateClaim(
+            self._header(Stage.VERIFY), self._sum, inputs, tuple(seeds), tuple(mask_keys), self._request.signatures
+        )
 
     def receive_tag(self, message: AggregateTag) -> None:
         """Accept one survivor's tags, signed by it over the digest of the aggregate this server claimed."""
@@ -56,7 +59,11 @@ class VerifyStages(ServerState):
 
     @property
     def untagged(self) -> tuple[int, ...]:
-        """The survivors whose tags have not arrived (VERIFY stage): every party will refuse the aggregate without them."""
+        """The survivors whose tags have not arrived (VERIFY stage).
+
+        Every party refuses the aggregate without them, unless its own re-sum decides the sum
+        (:func:`~fedfair.secagg.resum.resum_decides`).
+        """
         return tuple(sorted(self._masked - self._tags.keys()))
 
     def tags_add_up(self) -> bool:

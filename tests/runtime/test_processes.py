@@ -159,7 +159,7 @@ def test_dropouts_before_and_after_masking_and_a_restart(tmp_path: Path, process
             statuses = {name: pool.submit(collaborator.run) for name, collaborator in survivors.items()}
             children = {
                 # Dies (kill -9) right after it tagged round 4's claimed sum, before its verdict; never comes back.
-                # (A survivor gone before it tags leaves the sum unverifiable: that round aborts, docs/security.md.)
+                # (One gone before it tags costs nothing where every site re-sums: tests/runtime/test_voided_rounds.py.)
                 "site-c": processes.collaborator(workspace, "site-c", fault="after-upload:4:STAGE_VERIFY_CLAIM"),
                 # Dies before it sends its masked input in round 2, then restarts.
                 "site-d": processes.collaborator(workspace, "site-d", fault="before-upload:2:STAGE_MASKED_INPUT"),

@@ -168,10 +168,14 @@ def test_share_messages_refuse_digests_of_the_wrong_length_and_overlong_signatur
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
 def test_an_aggregate_claim_round_trips_its_words(dtype: type) -> None:
-    claim = AggregateClaim(header(Stage.VERIFY), np.array([0, 1, 2**15 + 3], dtype=dtype))
+    words = np.array([0, 1, 2**15 + 3], dtype=dtype)
+    claim = AggregateClaim(header(Stage.VERIFY), words, (words,), ((1, b"s" * 32),), (), ((1, b"a"), (3, b"b" * 72)))
     parsed = AggregateClaim.from_bytes(claim.to_bytes())
     assert parsed.header == claim.header and parsed.vector.dtype.itemsize == np.dtype(dtype).itemsize
     np.testing.assert_array_equal(parsed.vector, claim.vector)
+    assert (parsed.seeds, parsed.mask_keys, parsed.signatures) == (claim.seeds, claim.mask_keys, claim.signatures)
+    with pytest.raises(ProtocolError):
+        AggregateClaim.from_bytes(dataclasses.replace(claim, signatures=((1, b"s" * 73),)).to_bytes())
 
 
 def test_a_tag_with_an_overlong_tags_field_or_signature_is_refused() -> None:

@@ -12,7 +12,8 @@ from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.fairness import sums
 from fedfair.secagg import config as config_module
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.verify_messages import AggregateClaim
+from fedfair.secagg.resum import resum_decides
+from fedfair.secagg.verify_messages import AggregateClaim, TagSet
 from tests.secagg.helpers import Harness
 from tests.secagg.test_verify import reasons, tag_and_verify
 
@@ -82,3 +83,14 @@ def test_any_change_to_an_evaluation_sum_is_refused_by_every_site(
             change = data.draw(st.integers(1, 2**64 - 1))  # nonzero modulo 2^64: the word really changes
             vector[position] = (int(vector[position]) + change) % 2**64
         assert refusals(harness, dataclasses.replace(claim, vector=vector)) == {VerifyReason.FORGED}
+
+
+def test_a_site_that_leaves_before_its_evaluation_tag_leaves_the_others_the_whole_sum() -> None:
+    """An evaluation's sum is always re-summed (it is small), so a site silent at VERIFY costs nothing: the others
+    accept the sum its answers are in (a changed sum is refused all the same, the property above)."""
+    harness, claim = evaluation_round(1)
+    assert resum_decides(harness.server.config)
+    tags = tuple(harness.clients[party].tag(claim) for party in (1, 2))
+    expected = sum((harness.encoded[party] for party in range(1, PARTIES + 1)), np.zeros_like(claim.vector))
+    for party in (1, 2):
+        np.testing.assert_array_equal(harness.clients[party].verify(TagSet(claim.header, tags)), expected)

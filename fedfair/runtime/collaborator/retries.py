@@ -12,6 +12,7 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
 import socket
@@ -23,9 +24,11 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
+from cryptography import x509
 
 from fedfair.core.errors import FailureError, PermanentFailureError
 from fedfair.runtime.failures import (
+    CERTIFICATE_EXPIRED,
     CERTIFICATE_NOT_FEDERATIONS,
     WRONG_CA_FILE,
     AGGREGATOR_BUSY,
@@ -226,12 +229,28 @@ def not_permitted(error: grpc.RpcError, name: str) -> PermanentFailureError:
     return PermanentFailureError(NAME_NOT_ALLOWED, name=name)
 
 
+def certificate_expired(files: TlsFiles) -> PermanentFailureError | None:
+    """CERTIFICATE_EXPIRED naming this collaborator's certificate once its notAfter has passed; else None."""
+    try:
+        not_after = x509.load_pem_x509_certificate(files.cert.read_bytes()).not_valid_after_utc
+    except (OSError, ValueError):
+        return None  # unreadable now: the handshake's own diagnosis says why
+    if dt.datetime.now(dt.UTC) <= not_after:
+        return None
+    return PermanentFailureError(CERTIFICATE_EXPIRED, cert=files.cert, expired=f"{not_after:%Y-%m-%d %H:%M:%S}")
+
+
 def classify(error: grpc.RpcError, what: str, target: Target, certified_name: str) -> FailureError:
     """The failure class of a failed RPC; permanent ones as :class:`PermanentFailureError`.
 
     An UNAVAILABLE is diagnosed by :func:`probe`: it is a failed handshake as often as a down aggregator.
     """
     code = error.code()
+    if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAVAILABLE):
+        # Mid-run an expired certificate is refused per call (PERMISSION_DENIED), and at a new handshake.
+        expired = certificate_expired(target.files)
+        if expired is not None:
+            return expired
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return not_permitted(error, certified_name)
     if code == grpc.StatusCode.UNAVAILABLE:

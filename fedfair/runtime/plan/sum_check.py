@@ -1,0 +1,50 @@
+"""Which check a plan's secure training sums get: every site re-sums them, or their tags alone check them.
+
+``fedfair plan show`` prints it for the plan's model size d and roster n. The rule is the secure-aggregation
+library's own (:attr:`~fedfair.secagg.config.SecAggConfig.resummed`, :func:`~fedfair.secagg.resum.resum_decides`),
+asked of the config a round of the whole roster builds; docs/security.md, "Verified aggregation", gives the
+soundness of each.
+"""
+
+from __future__ import annotations
+
+from fedfair.runtime.contract import update_dimension
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
+from fedfair.secagg.config import RESUMMED_WORDS, SecAggConfig
+from fedfair.secagg.resum import resum_decides
+
+
+def round_config(plan: AggregatorPlan, parameters: int) -> SecAggConfig:
+    """The config of a training round of the whole roster, for a model of `parameters` numbers."""
+    secure = plan.secure_aggregation
+    roster = len(plan.collaborators)
+    return SecAggConfig(
+        plan.federation_id,
+        1,
+        plan.collaborators,
+        update_dimension(parameters, plan.training.local.corrects_drift),
+        secure.encoding(),
+        threshold=secure.threshold,
+        neighbours=secure.mask_neighbours(roster),
+        max_colluding=secure.max_colluding,
+    )
+
+
+def sum_check_lines(config: SecAggConfig) -> list[str]:
+    """What the plan's operator and every institution are told of the check in force over `config`'s sums."""
+    words, parties = config.dimension + 1, config.size
+    largest = RESUMMED_WORDS // parties - 1
+    shape = f"d = {config.dimension:,} (an update's length), n = {parties} sites"
+    if config.resummed:
+        check = f"sums re-summed by every site (sound up to max_colluding = {config.max_colluding} colluders)"
+    else:
+        check = "tags alone (sound against the aggregator alone, not against a colluding site)"
+    lines = [
+        f"training sums: {check}; {shape}; every site re-sums up to d = {largest:,} at n = {parties} "
+        f"(n x (d + 1) <= {RESUMMED_WORDS:,} words), here {parties * words:,}"
+    ]
+    if resum_decides(config):
+        lines.append("a site that leaves before its tag of a sum costs no round: every other site's re-sum decides")
+    else:
+        lines.append("a site that leaves before its tag of a sum voids that round (its tag is needed to check it)")
+    return lines

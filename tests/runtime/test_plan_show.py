@@ -1,0 +1,39 @@
+"""`fedfair plan show` says which check a plan's secure sums get, from the library's own rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedfair import cli
+from fedfair.runtime.plan.sum_check import sum_check_lines
+from fedfair.secagg.config import RESUMMED_WORDS
+from tests.runtime.harness import new_workspace
+from tests.secagg.helpers import make_config
+
+
+def test_a_small_model_is_re_summed_by_every_site_and_a_leaver_costs_no_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workspace = new_workspace(
+        tmp_path, ("site-a", "site-b", "site-c"), secure_aggregation={"enabled": True, "max_colluding": 0}
+    )
+    assert cli.main(["plan", "show", str(workspace.plan)]) == 0
+    out = capsys.readouterr().out
+    assert "sums re-summed by every site (sound up to max_colluding = 0 colluders)" in out, out
+    assert f"every site re-sums up to d = {RESUMMED_WORDS // 3 - 1:,} at n = 3" in out, out
+    assert "leaves before its tag of a sum costs no round" in out, out
+
+
+def test_above_the_bound_the_tags_alone_check_and_a_leaver_voids_its_round() -> None:
+    largest = RESUMMED_WORDS // 10 - 1
+    assert "sums re-summed by every site" in sum_check_lines(make_config(10, dimension=largest, max_colluding=1))[0]
+    above = sum_check_lines(make_config(10, dimension=largest + 1, max_colluding=1))
+    assert above[0].startswith("training sums: tags alone (sound against the aggregator alone"), above
+    assert "voids that round" in above[1], above
+
+
+def test_on_a_secagg_plus_graph_a_leaver_voids_its_round_though_every_site_re_sums() -> None:
+    lines = sum_check_lines(make_config(6, neighbours=3, threshold=3))
+    assert "sums re-summed by every site" in lines[0] and "voids that round" in lines[1], lines
