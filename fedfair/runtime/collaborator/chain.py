@@ -296,7 +296,7 @@ class ModelChain:
         return theta.dtype == wire and self._downloaded(state, "theta", theta, narrowed=control is None)
 
     def _downloaded(self, state: HeldState, field: str, sent: np.ndarray, *, narrowed: bool) -> bool:
-        """Whether `sent` equals `state`'s tensor `field` as a download carries it (`narrowed`: model_download's).
+        """Whether `sent` is, bit for bit, `state`'s tensor `field` as a download carries it (`narrowed`: model_download's).
 
         Narrowed and compared a slice at a time: a float32 copy of the whole costs a model's worth.
         """
@@ -310,7 +310,10 @@ class ModelChain:
                 expected = values[at : at + _COMPARED]
                 if narrowed:
                     expected = model_download(expected, builtin)
-                if not np.array_equal(expected, sent[start + at : start + at + expected.size]):
+                # Bit for bit, dtype and zero signs included: equal by value would leave the aggregator a choice
+                # no comparison sees (a zero's sign, a wider copy), and a download is exactly what it must send.
+                compared = sent[start + at : start + at + expected.size]
+                if compared.dtype != expected.dtype or compared.tobytes() != expected.tobytes():
                     return False
         return True
 
@@ -323,7 +326,8 @@ class ModelChain:
         differ, largest = 0, 0.0
         for start, stop in state.spans():
             expected, part = state.values("theta", start, stop), theta[start:stop]
-            differ += int(np.count_nonzero(expected.astype(theta.dtype) != part))
+            narrowed = expected.astype(theta.dtype)
+            differ += int(np.count_nonzero((narrowed != part) | (np.signbit(narrowed) != np.signbit(part))))
             largest = max(largest, float(np.abs(expected - part).max(initial=0.0)))
         said = f"{differ} of {theta.size} values differ, the largest by {largest:.3g}; c by {abs(c - state.c):.3g}"
         if control is not None and not self._downloaded(state, "control", control, narrowed=False):

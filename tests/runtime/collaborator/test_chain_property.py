@@ -251,24 +251,26 @@ def test_any_change_to_the_next_model_is_refused_and_the_honest_one_taken(
     assert chain.unchecked_from is None
 
 
-def test_what_the_property_found_taken_changes_no_value(federation: Federation) -> None:
-    """Found by the property above; neither is a change to any value the site computes with.
+def test_a_download_is_held_bit_for_bit(federation: Federation) -> None:
+    """Found by the property above: a zero's sign and a wider copy are changes too.
 
-    The comparison is numeric (np.array_equal), so -0.0 passes for 0.0: the plan's initial model is all zeros,
-    and an aggregator may flip their signs in round 1's model. x + (-0.0) = x and (-0.0) * x = -0 for finite x,
-    so every logit, gradient and update is the honest one. The output model sent to evaluate is compared by value
-    without its dtype (the TRAIN download's is held to the wire's): a float64 copy of the float32 theta-bar, the
-    same values, is taken. Stated here so that a change to either comparison is seen.
+    Compared by value, -0.0 passed for 0.0 (the plan's initial model is all zeros, so an aggregator chose their
+    signs in round 1's model) and a float64 copy of the float32 theta-bar passed for it. Neither moved a logit,
+    but a download is exactly what the aggregator must send, so both are refused now.
     """
     start = federation.start
     assert not np.any(start.theta.numpy())
     chain = ModelChain("site-a", federation.shared, initial=lambda: start.theta)
     theta, c = sent(start)
-    chain.sent(1, -theta, c, None)
-    assert np.signbit(-theta).all() and chain.unchecked_from is None
+    with pytest.raises(VerificationError, match=r"INITIAL_MODEL.*\(108 of 108 values differ"):
+        chain.sent(1, -theta, c, None)
+    chain.sent(1, theta, c, None)
+    assert chain.unchecked_from is None
     chain, state = verified(federation, 1, 5)
     theta_bar, c_bar = output(state)
-    chain.evaluated(1, theta_bar.astype(np.float64), c_bar)
+    with pytest.raises(VerificationError, match="NEXT_MODEL"):
+        chain.evaluated(1, theta_bar.astype(np.float64), c_bar)
+    chain.evaluated(1, theta_bar, c_bar)
     with pytest.raises(VerificationError, match="NEXT_MODEL"):
         chain.sent(2, sent(state)[0].astype(np.float64), state.c, None)
 
