@@ -400,8 +400,28 @@ def expected_half_width(
     """
     release = answer_release(epsilon, delta, beta, (0.0, 0.0, 0))
     sigma = math.sqrt(2.0 * release.mu * excess) / math.ldexp(1.0, sums.ENCODING.fractional_bits)
-    # Each layer's real noise is sigma * width * sqrt(K / share); K layers of width cap / K add up to this.
-    return Z * sigma * cap / math.sqrt(SHARES["layers"]) / (rho * rows)
+    return noise_at_zero(sigma, rows, rho, cap)
+
+
+def noise_at_zero(noise_std: float, rows: float, rho: float, cap: float) -> float:
+    """The 95% half-width (1.96 sd) the noise gives F(0) = T(0) / (rho rows) when each decoded coordinate's is `noise_std`.
+
+    T(0) carries every layer's noise, so on the even grid this bounds F's noise at every boundary from above (at
+    b it is (cap - b) / cap of its variance), the resolution noise at c-bar included.
+    """
+    # Each layer's real noise is noise_std * width * sqrt(K / share); K layers of width cap / K add up to this.
+    return Z * noise_std * cap / math.sqrt(SHARES["layers"]) / (rho * rows)
+
+
+def count_margin(noise_std: float, part: str) -> float:
+    """The 95% margin, in rows, of the noised row count (`part` "rows") or of the label counts' sum ("labels").
+
+    When each decoded coordinate's noise is `noise_std`. Over an evaluation whose rows lie within the labels' margin
+    their sum may be near 0 or below, and the resolution noise, taken over it (at least one row), is then that of a
+    handful of rows: no scale to size a fix from.
+    """
+    slots = LABEL_SLOTS if part == "labels" else 1
+    return Z * noise_std * math.sqrt(slots / SHARES[part])
 
 
 def rows_for(half_width: float, at_rows: float, target: float = RESOLVED) -> float:
