@@ -38,7 +38,7 @@ from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.trainer import LocalTable, check_schema_table
 from fedfair.runtime.local.workspace import make_workspace
-from fedfair.runtime.plan import templates
+from fedfair.runtime.plan import template_base, templates
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shared_settings, shared_settings
 from fedfair.runtime.report import verdicts
 from fedfair.runtime.report.page import write_report
@@ -57,7 +57,7 @@ half-width; at two a miss is a 4-sigma event of the noise (once in 15,000 runs).
 
 def init_plan_sections() -> dict[str, dict[str, object]]:
     """The learning sections of the plan `fedfair init` writes, without its federation and address."""
-    sections = tomllib.loads(templates.render_plan(templates.DEMO))
+    sections = tomllib.loads(templates.render_plan(template_base.DEMO))
     for own in ("federation", "aggregator"):
         sections.pop(own)
     # Under a [schema] the encoder sizes the model, as in the plan `init --csv` writes.
