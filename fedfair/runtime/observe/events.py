@@ -97,14 +97,16 @@ def null_non_finite(value: dict[str, Any] | list[Any], found: list[str], where: 
     In place, for a record other writers hold too (:func:`fedfair.runtime.aggregator.checkpoint.append_round_log`);
     an event's fields are copied instead (:meth:`EventLog.emit`). A path reads "evaluation.mean_risk (nan)".
     """
-    items = value.items() if isinstance(value, dict) else enumerate(value)
-    for key, item in list(items):
+    keys: list[Any] = list(value) if isinstance(value, dict) else list(range(len(value)))
+    container: Any = value  # a dict by its keys or a list by its indices: both set by [key]
+    for key in keys:
+        item = container[key]
         path = f"{where}[{key}]" if isinstance(value, list) else f"{where}.{key}".lstrip(".")
         if isinstance(item, tuple):  # JSON writes a tuple as a list: one it can change in place
-            item = value[key] = list(item)  # type: ignore[index]
+            item = container[key] = list(item)
         if isinstance(item, float) and not math.isfinite(item):
             found.append(f"{path} ({item})")
-            value[key] = None  # type: ignore[index]
+            container[key] = None
         elif isinstance(item, (dict, list)):
             null_non_finite(item, found, path)
 
