@@ -219,7 +219,7 @@ def test_label_counts_the_noise_took_near_zero_get_a_fix_that_resolves_the_figur
     drawn = record(1.0, noise)
     assert drawn["worst_risk_noise"] > 50.0  # one row's noise: the scale the old fix divided by 0.05
     said = verdicts.headline(drawn)
-    assert said.startswith("worst-group risk not resolved at this budget: label counts noised low; ")
+    assert said.startswith("worst-group risk not resolved at this budget: label counts low; ")
     assert len(said) <= verdicts.LINE
     epsilon = float(said.split("report_epsilon ")[1].split()[0])
     assert 2.0 < epsilon < 20.0, said

@@ -132,9 +132,7 @@ def _fix(evaluation: Mapping[str, Any], half: float, lead: str) -> str:
     # Twice the margin: the counts' sum then holds at least half the rows (97.5%), its noise within twice the bound.
     margin = 2.0 * count_margin(noise_std, "labels")
     needed, lifted = max(rows_for(bound, rows), margin), max(epsilon_for(bound, epsilon), epsilon * margin / rows)
-    return _fitted(
-        f"{lead}label counts noised low; {needed:,.0f} rows or {key} {lifted:.2g}", f" give +/- {RESOLVED:g}"
-    )
+    return _fitted(f"{lead}label counts low; {needed:,.0f} rows or {key} {lifted:.2g}", f" give +/- {RESOLVED:g}")
 
 
 def _figure(value: float, low: float, high: float, where: str = "") -> str:
