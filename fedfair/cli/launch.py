@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from fedfair.core.config import DRIFT_CORRECTIONS
-from fedfair.runtime.local.launch import DEFAULT_ROUNDS, SPLITS, run_launch
+from fedfair.runtime.local.builtin import DEFAULT_ROUNDS, SPLITS
+from fedfair.runtime.local.launch import run_launch
 
 
 def _launch_command(args: argparse.Namespace) -> int:

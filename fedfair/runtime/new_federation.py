@@ -23,13 +23,9 @@ from typing import TYPE_CHECKING
 from fedfair.core.errors import ConfigError
 from fedfair.pki.names import validate_federation_id, validate_name
 from fedfair.runtime.plan.composition_note import Headline
-from fedfair.runtime.plan.templates import (
-    AGGREGATOR_NAME,
-    MANIFEST,
-    Federation,
-    render_collaborator,
-    render_plan,
-)
+from fedfair.runtime.plan.config_template import render_collaborator
+from fedfair.runtime.plan.template_base import AGGREGATOR_NAME, MANIFEST, Federation
+from fedfair.runtime.plan.templates import render_plan
 from fedfair.core.tables import parse_toml
 
 if TYPE_CHECKING:  # the plan module reads schemas (pandas): imported where a command runs

@@ -191,3 +191,51 @@ def test_a_noised_record_of_the_real_estimator_reads_as_its_estimate_with_its_in
     assert abs(figures.point - float(np.quantile(losses, 0.7))) < 0.15  # the boundary the least F sits at
     assert verdicts.warning_lines(record) == []
     assert verdicts.headline(record).startswith(f"worst-group risk {record['worst_risk']:.2f} (95% interval")
+
+
+def test_label_counts_the_noise_took_near_zero_get_a_fix_that_resolves_the_figure_and_no_more() -> None:
+    """The issue's "report_epsilon 1.8e+03 give +/- 0.05": 200 rows at epsilon 1 lie within the label counts'
+    noise (+/- 224 rows), and a draw that took their sum to about 0 left the resolution noise that of one row. The
+    fix said is sized from the rows instead: its epsilon resolves the figure, half of it does not (c-bar near 0,
+    where F's noise is nearly all of T(0)'s, and the row count's low end within 18% of the rows: the fix is
+    within 2x of the least that resolves)."""
+    rng = np.random.default_rng(5)
+    losses = rng.exponential(0.2, 200)
+    errors, labels = (losses > 0.69).astype(np.float64), (rng.random(losses.size) < 0.24).astype(np.int64)
+    query, c_bar = tail.TailQuery(3.0), float(np.quantile(losses, 0.7))
+    sigma = float(np.sqrt(2.0 * tail.answer_release(1.0, 1e-5, 1e-12, (0.0, 0.0, 0)).mu)) / 2.0**20
+    assert losses.size < tail.count_margin(sigma, "labels")
+    answers = tail.tail_answers(query, losses, errors, labels, c_bar)
+    noise = rng.normal(0.0, sigma, answers.size)
+    slots = slice(tail.HEAD, tail.HEAD + tail.LABEL_SLOTS)
+    # The label slots' noise cancels their counts, but for half a row: the sum is 0.5, within its noise.
+    noise[slots] = -answers[slots] + 0.5 / tail.LABEL_SLOTS / query.scales(c_bar)[slots]
+
+    def record(epsilon: float, noised: np.ndarray) -> dict[str, Any]:
+        scaled = sigma / epsilon  # the Skellam noise's sd falls as 1 / epsilon
+        figures = tail.tail_report(query, answers + noised * scaled / sigma, c_bar, 0.3, noise_std=scaled, classes=2)
+        return {**figures.report(0.3, scaled, 3.0).to_dict(), "report_epsilon": epsilon, "round": 9, "rho": 0.3}
+
+    drawn = record(1.0, noise)
+    assert drawn["worst_risk_noise"] > 50.0  # one row's noise: the scale the old fix divided by 0.05
+    said = verdicts.headline(drawn)
+    assert said.startswith("worst-group risk not resolved at this budget: label counts low; ")
+    assert len(said) <= verdicts.LINE
+    epsilon = float(said.split("report_epsilon ")[1].split()[0])
+    assert 2.0 < epsilon < 20.0, said
+    # At the epsilon said the figure is resolved to +/- 0.05 (label counts as drawn without noise), at half of it
+    # not: the fix sized from the row count's low end holds whatever the row count's noise, and is no more than 2x.
+    exact = np.zeros(answers.size)
+    assert (
+        record(epsilon, exact)["worst_risk_noise"] <= tail.RESOLVED < record(epsilon / 2.0, exact)["worst_risk_noise"]
+    )
+    assert verdicts.resolved(record(epsilon, exact))
+    # The resolution noise falls as 1 / rows: over the rows said it is resolved, over half of them not.
+    rows = float(said.split("; ")[1].split(" rows")[0].replace(",", ""))
+    per_row = record(1.0, exact)["worst_risk_noise"] * losses.size
+    assert per_row / rows <= tail.RESOLVED < per_row / (rows / 2.0)
+    # A resolution noise the row count's could give keeps the fix scaled from it (+/- 0.30 at 229 rows: 6x).
+    warning = verdicts.noise_warning({**drawn, "worst_risk_noise": 0.3}) or ""
+    assert warning.endswith(
+        f"{tail.rows_for(0.3, drawn['samples']):,.0f} held-out rows or report_epsilon 6 give +/- 0.05"
+    )

@@ -3,6 +3,8 @@ collaborator's learner and retries."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -119,8 +121,35 @@ def test_the_round_log_appends_json_lines(tmp_path: Path) -> None:
         {"round": 1, "status": "applied"},
         {"round": 2, "status": "aborted", "reason": "too few"},
     ]
-    with pytest.raises(ValueError):
-        append_round_log(tmp_path, {"round": 3, "c": float("nan")})
+
+
+def test_a_non_finite_value_is_written_as_null_and_named_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Strict JSON has no NaN: the writer used to raise, killing the aggregator mid-federation. Now each such value
+    is null, named in the record and in a warning; an evaluation with one is aborted, its reason naming it."""
+    evaluation = {"status": "done", "round": 3, "mean_risk": float("nan"), "worst_risk": 0.7, "samples": 900}
+    record = {
+        "round": 3, "status": "applied", "c": 0.4, "answer_seconds": {"site-a": float("inf"), "site-b": 1.5},
+        "stages": [("mask", -math.inf)], "evaluation": evaluation,
+    }  # fmt: skip
+    with caplog.at_level("WARNING", logger="fedfair.aggregator"):
+        append_round_log(tmp_path, record)
+    named = ["answer_seconds.site-a (inf)", "stages[0][1] (-inf)", "evaluation.mean_risk (nan)"]
+    (written,) = read_round_log(tmp_path)
+    assert sorted(written["non_finite"]) == sorted(named) and written["c"] == 0.4
+    assert written["answer_seconds"] == {"site-a": None, "site-b": 1.5} and written["stages"] == [["mask", None]]
+    assert written["evaluation"]["mean_risk"] is None and written["evaluation"]["worst_risk"] == 0.7
+    assert written["evaluation"]["status"] == "aborted"
+    assert written["evaluation"]["reason"] == "figures not finite, written as null: evaluation.mean_risk (nan)"
+    assert all(name in caplog.text for name in named) and "round 3: not finite" in caplog.text
+    # In place: the evaluation the aggregator keeps (checkpoint, bundle, final model) is the record's, and every
+    # strict writer takes it now.
+    assert record["evaluation"] is evaluation and evaluation["status"] == "aborted"
+    assert json.loads(json.dumps(record, sort_keys=True, allow_nan=False)) == written
+    # A finite record is written as it is, with no such field.
+    append_round_log(tmp_path, {"round": 4, "status": "applied", "c": 0.5})
+    assert read_round_log(tmp_path)[1] == {"round": 4, "status": "applied", "c": 0.5}
 
 
 def test_a_resume_drops_the_log_of_rounds_past_the_checkpoint(tmp_path: Path) -> None:

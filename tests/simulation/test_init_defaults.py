@@ -31,7 +31,8 @@ from fedfair.core.server import ServerState
 from fedfair.fairness import pooled
 from fedfair.research.reference import solve_reference
 from fedfair.runtime.plan.learning_settings import read_learning
-from fedfair.runtime.plan.templates import DEMO, render_plan
+from fedfair.runtime.plan.template_base import DEMO
+from fedfair.runtime.plan.templates import render_plan
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import run_fedsrcvar
 

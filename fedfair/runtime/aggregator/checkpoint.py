@@ -30,6 +30,7 @@ from fedfair.pki.roster import canonical_json
 from fedfair.runtime.aggregator.spanned import Spanned, read_spanned, state_in_file, write_spanned
 from fedfair.runtime.aggregator.state import AggregatorState, parameters
 from fedfair.runtime.manifest_plan import setting_differences
+from fedfair.runtime.observe.events import null_non_finite
 from fedfair.runtime.state_files import InFile, holding, large
 from fedfair.runtime.output_folder import CHECKPOINT_NAME, FINAL_MODEL_NAME, FINAL_SUMMARY_NAME, ROUND_LOG_NAME
 
@@ -327,8 +328,29 @@ def _plan_changes(kept: Mapping[str, Any] | None, plan: Mapping[str, Any] | None
     return f"checkpoint -> now: {shown}"
 
 
-def append_round_log(folder: Path, record: Mapping[str, Any]) -> None:
-    """Append one JSON line to `folder`/rounds.jsonl and fsync it (the log survives a crash too)."""
+NON_FINITE = "non_finite"
+"""A round record's field naming the values that were not finite numbers and were written as null."""
+
+
+def append_round_log(folder: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line to `folder`/rounds.jsonl and fsync it (the log survives a crash too).
+
+    Strict JSON holds no NaN or infinity, so every such float in `record` (a noised mean or a timing that
+    overflowed) becomes null, in `record` itself: the checkpoint, the bundle and the final model written from the
+    same dicts after it hold what the log holds, and none of them dies on it. Their paths ("evaluation.mean_risk
+    (nan)") go under :data:`NON_FINITE` and into a warning; an evaluation with such a figure is recorded aborted,
+    its reason naming them (no reader takes a null for an estimate). The round and the federation go on.
+    """
+    found: list[str] = []
+    null_non_finite(record, found)
+    if found:
+        record[NON_FINITE] = found
+        logger.warning("round %s: not finite, written as null: %s", record.get("round"), ", ".join(found))
+    evaluation = record.get("evaluation")
+    figures = [path for path in found if path.startswith("evaluation.")]
+    if figures and isinstance(evaluation, dict) and evaluation.get("status") == "done":
+        # A figure that is no number is no estimate: every reader of a done evaluation reads its figures.
+        evaluation.update(status="aborted", reason=f"figures not finite, written as null: {', '.join(figures)}")
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / ROUND_LOG_NAME).open("a", encoding="utf-8") as stream:
         stream.write(json.dumps(record, sort_keys=True, allow_nan=False) + "\n")

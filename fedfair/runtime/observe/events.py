@@ -91,6 +91,26 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def null_non_finite(value: dict[str, Any] | list[Any], found: list[str], where: str = "") -> None:
+    """Set every non-finite float inside `value` (dicts and lists, at any depth) to None, its path added to `found`.
+
+    In place, for a record other writers hold too (:func:`fedfair.runtime.aggregator.checkpoint.append_round_log`);
+    an event's fields are copied instead (:meth:`EventLog.emit`). A path reads "evaluation.mean_risk (nan)".
+    """
+    keys: list[Any] = list(value) if isinstance(value, dict) else list(range(len(value)))
+    container: Any = value  # a dict by its keys or a list by its indices: both set by [key]
+    for key in keys:
+        item = container[key]
+        path = f"{where}[{key}]" if isinstance(value, list) else f"{where}.{key}".lstrip(".")
+        if isinstance(item, tuple):  # JSON writes a tuple as a list: one it can change in place
+            item = container[key] = list(item)
+        if isinstance(item, float) and not math.isfinite(item):
+            found.append(f"{path} ({item})")
+            container[key] = None
+        elif isinstance(item, (dict, list)):
+            null_non_finite(item, found, path)
+
+
 def read_events(folder: Path) -> list[dict[str, Any]]:
     """Every event of `folder`/events.jsonl, oldest first (empty if there is none).
 

@@ -1,7 +1,8 @@
 """The one source of the plan and collaborator-config templates: commented TOML rendered from a few parameters.
 
-``aggregator/plan.toml`` and ``collaborator/collaborator.toml`` are :func:`render_plan` and
-:func:`render_collaborator` of :data:`DEMO` (a test holds them byte for byte; regenerate with
+``aggregator/plan.toml`` and ``collaborator/collaborator.toml`` are :func:`render_plan` (here) and
+:func:`fedfair.runtime.plan.config_template.render_collaborator` of
+:data:`fedfair.runtime.plan.template_base.DEMO` (a test holds them byte for byte; regenerate with
 ``python -m fedfair.runtime.plan.templates --write`` from the repository's root), and ``fedfair init``
 renders the same text for its own federation (:mod:`fedfair.runtime.new_federation`), so the templates
 and the folders ``fedfair init`` writes cannot disagree. The comments are the plan's documentation:
@@ -14,80 +15,16 @@ This module only writes text (no TOML parsing, no pandas): ``fedfair init --help
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from fedfair.runtime.plan.composition_note import Headline, composition_line
+from fedfair.runtime.plan.composition_note import composition_line
+from fedfair.runtime.plan.config_template import render_collaborator
+from fedfair.runtime.plan.template_base import AGGREGATOR_NAME, DEMO, MANIFEST, Federation, maybe, noted, toml_string
 
-AGGREGATOR_NAME = "aggregator"
-"""The aggregator's certificate name, in the plan's [aggregator] and each config's aggregator_name."""
-MANIFEST = "manifest.toml"
-"""The federation manifest's file name, one folder above each party's own folder."""
-NOTE_COLUMN = 20
-"""Where a plan key's trailing comment starts, so continuation lines line up under it."""
-CERTIFICATE_COLUMN = 27
-"""Where a [certificates] file's trailing comment starts in a collaborator config."""
 COMPOSITION_PLACEHOLDER = ("COLUMN",)
 """The commented composition line's column when init knows no table: a name to replace, not the demo data's."""
-
-
-@dataclass(frozen=True)
-class Federation:
-    """What the templates are rendered from.
-
-    ``sites`` are the collaborators' names, in order (a site's position is its ``[data] index``).
-    ``aggregator`` is the host:port collaborators dial; the plan listens on every interface at
-    its port. ``certs`` is each party's certificates folder relative to its own folder.
-    ``max_colluding`` None leaves the key commented (its default, 0, applies). ``schema`` is a
-    ``[schema]`` section (with any comment lines before it), or None for the commented example;
-    with one, each site's ``[data] csv`` is ``table`` and [model] leaves features and classes to the
-    schema. ``sizes_example`` fills the commented ``[influence] sizes`` line (None: placeholders).
-    ``composition_example`` names the commented ``[evaluation] composition`` line's columns (None:
-    placeholders), and ``headline`` what turning it on costs the worst-group risk's interval (None:
-    said without figures).
-    """
-
-    federation_id: str
-    sites: tuple[str, ...]
-    aggregator: str = "localhost:50051"
-    certs: str = "../certs"
-    max_colluding: int | None = None
-    schema: str | None = None
-    table: str = "data/patients.csv"
-    sizes_example: tuple[int, ...] | None = None
-    composition_example: tuple[str, ...] | None = None
-    headline: Headline | None = None
-
-    @property
-    def listen(self) -> str:
-        """The plan's [aggregator] address: every interface, at the port collaborators dial."""
-        return "0.0.0.0:" + self.aggregator.rpartition(":")[2]
-
-
-DEMO = Federation(
-    federation_id="fedfair-demo",
-    sites=("hospital-a", "hospital-b", "hospital-c"),
-    sizes_example=(30000, 3000, 1600),
-)
-"""The committed templates' federation: the demo's three hospitals on one machine, sharing ../certs."""
-
-
-def _string(value: str) -> str:
-    # A JSON string is a valid TOML basic string (names and paths here hold no DEL).
-    return json.dumps(value)
-
-
-def _noted(code: str, note: str, column: int = NOTE_COLUMN) -> str:
-    """``code`` with ``note`` as a trailing comment starting at ``column`` (or one space after a longer line)."""
-    return f"{code.ljust(column - 1)} # {note}"
-
-
-def _maybe(active: bool, line: str) -> str:
-    """``line`` as a setting, or commented out as an example."""
-    return line if active else f"# {line}"
 
 
 def _sizes(federation: Federation) -> str:
@@ -202,7 +139,7 @@ _SCHEMA_EXAMPLE = """\
 
 def render_plan(federation: Federation) -> str:
     """The aggregator's ``plan.toml`` for ``federation``, every key commented (``aggregator/plan.toml`` is DEMO's)."""
-    sites = "[" + ", ".join(_string(site) for site in federation.sites) + "]"
+    sites = "[" + ", ".join(toml_string(site) for site in federation.sites) + "]"
     colluding = 1 if federation.max_colluding is None else federation.max_colluding
     with_schema = federation.schema is not None
     return "".join(
@@ -211,25 +148,25 @@ def render_plan(federation: Federation) -> str:
             f"""
 [federation]
 # Ties every message to this federation; collaborators see it in each task.
-id = {_string(federation.federation_id)}
+id = {toml_string(federation.federation_id)}
 # The institutions allowed to take part: the names in their certificates (CN/SAN).
 # Identity comes from the TLS certificate alone; anyone else is refused generically.
 collaborators = {sites}
 
 [aggregator]
 # Where this aggregator listens (host:port). 0.0.0.0 listens on every interface.
-address = {_string(federation.listen)}
+address = {toml_string(federation.listen)}
 # Its own certificate name: <certs>/{AGGREGATOR_NAME}.crt and <certs>/{AGGREGATOR_NAME}.key.
-name = {_string(AGGREGATOR_NAME)}
+name = {toml_string(AGGREGATOR_NAME)}
 # The certificates folder written by `fedfair pki` (holds ca.crt).
-certs = {_string(federation.certs)}
+certs = {toml_string(federation.certs)}
 # Checkpoints, the round log and the final model go here.
 output = "output"
 # Draw report.html there when the run ends (`fedfair report <output>` draws it at any time).
 # report = true
 # The federation manifest every institution agreed on (`fedfair plan pin`): the pinned roster and plan.
 # With it this aggregator refuses to start under any other plan; without it the roster is the CA's.
-# manifest = {_string("../" + MANIFEST)}
+# manifest = {toml_string("../" + MANIFEST)}
 
 """,
             _OBJECTIVE,
@@ -277,7 +214,7 @@ clip = 10.0         # each coordinate of an update is clipped to [-clip, clip]
 neighbours = "auto" # masking graph: "auto" is complete below ~20 collaborators, else SecAgg+ with
                     # k = 2 ceil(log2 n) + 2 max_colluding; 0: complete; k: a random k-regular graph
 max_weight = 1e6    # largest agreed weight (bounds the fixed-point range)
-{_noted(_maybe(federation.max_colluding is not None, f"max_colluding = {colluding}"), "c: collaborators that may collude with the aggregator; the threshold then obeys")}
+{noted(maybe(federation.max_colluding is not None, f"max_colluding = {colluding}"), "c: collaborators that may collude with the aggregator; the threshold then obeys")}
                     # c + 2 <= t and 2t > m + c (docs/design.md section 5); 0 assumes none
 # dropouts = "none" # every collaborator in every round, else the round fails: no two sums over
                     # survivor sets that differ by one site (default "allowed": see docs/design.md)
@@ -308,112 +245,6 @@ mode = "off"          # training DP: "distributed" is DP-SGD inside the secure s
             "\n",
             _SCHEMA_INTRO,
             federation.schema if federation.schema is not None else _SCHEMA_EXAMPLE,
-        )
-    )
-
-
-_CONFIG_HEAD = """\
-# fedfair collaborator configuration: one per institution, kept at the institution.
-#
-# Copy this folder to the institution's machine, edit the values, then
-#     fedfair collaborator start --config {folder}/collaborator.toml
-# Every key is checked when the file loads; a misspelt key is refused with a
-# suggestion. Relative paths are relative to this file's folder.
-# The training settings (objective, model, rounds, secure aggregation) come from the
-# aggregator's plan; nothing here can change them.
-"""
-
-_CONFIG_TAIL = """\
-[privacy]
-# DP-SGD on this institution's local steps (Opacus; docs/design.md section 5, "Threat model"), this
-# institution's own choice. Its accountant persists in NAME.DATA.privacy.json beside
-# this file, one per dataset: every federation that trains on the same records spends
-# the same budget. Once the budget is spent the collaborator stops contributing and
-# tells the aggregator so.
-enabled = false
-noise_multiplier = 1.0
-max_grad_norm = 20.0   # per-sample clip of (theta, c) jointly; a small bound starves c (README)
-delta = 1e-5
-# target_epsilon = 3.0    # aim for this epsilon over the whole training (calibrates the
-                          # noise: noise_multiplier is then not used)
-# budget_epsilon = 8.0    # stop contributing once this epsilon is spent
-share_epsilon = false     # report the epsilon spent so far to the aggregator each round
-
-[model]
-# Model factories ("package.module:function") this institution allows the plan to name.
-# A factory is code that runs here with this process's rights: a plan naming any other
-# one is refused before anything is imported. Built-in models need nothing here.
-# factories = ["mymodels.tabular:build"]
-
-[retry]
-# A lost aggregator (down, restarting) is retried with jittered back-off, one log line per
-# retry, until it has been unreachable this long; then the collaborator stops. A permanent
-# failure (a certificate, a name or a plan that cannot work) stops it at once instead.
-max_wait_seconds = 900.0    # survive an aggregator restart of up to 15 minutes
-start_wait_seconds = 300.0  # an aggregator never reached (not started yet, or a wrong address):
-                            # tried every second, then a clear error after this long
-first_delay_seconds = 0.5   # the first retry's delay; each next one doubles, up to
-max_delay_seconds = 15.0    # the largest delay between two retries
-"""
-
-
-def render_collaborator(federation: Federation, site: str, folder: str | None = None) -> str:
-    """The ``collaborator.toml`` of ``site`` (one of ``federation.sites``), kept in ``folder`` (default: the site's name).
-
-    ``collaborator/collaborator.toml`` is DEMO's first site's. Without a schema its data is its part of the
-    bundled Adult data.
-    """
-    named = federation.schema is None
-    index = federation.sites.index(site)
-    return "".join(
-        (
-            _CONFIG_HEAD.format(folder=folder or site),
-            f"""
-[collaborator]
-# This institution's name. It must equal the name in its certificate: the
-# aggregator identifies it by the certificate alone, this value only picks files.
-name = {_string(site)}
-# The aggregator's host:port.
-aggregator = {_string(federation.aggregator)}
-# The name in the aggregator's certificate, checked during the TLS handshake
-# (needed when the address is not a name the certificate lists, e.g. an IP).
-aggregator_name = {_string(AGGREGATOR_NAME)}
-# The federation this institution joins (its id in the aggregator's plan); optional,
-# but with it set the collaborator refuses an aggregator that runs another federation.
-federation = {_string(federation.federation_id)}
-# The federation manifest the institutions agreed on (roster and plan pinned); with it this
-# collaborator refuses any plan but the pinned one (`fedfair plan pin` / `fedfair plan diff`).
-# manifest = {_string("../" + MANIFEST)}
-# Where to train: cpu | cuda | cuda:N | mps | auto (auto: CUDA when present, else cpu)
-device = "auto"
-# How long to wait on an aggregator that answers but sends nothing (no task, a stalled download)
-# before giving up with aggregator-silent (exit status 2); a line every minute says it waits.
-idle_timeout_seconds = 3600.0
-
-[certificates]
-# The folder holding the files below (the README.md `fedfair init` writes says how to obtain them).
-dir = {_string(federation.certs)}
-{_noted('ca = "ca.crt"', "the federation's CA certificate", CERTIFICATE_COLUMN)}
-{_noted(f"cert = {_string(site + '.crt')}", "this institution's certificate (from the CA operator)", CERTIFICATE_COLUMN)}
-{_noted(f"key = {_string(site + '.key')}", "this institution's private key (mode 0600, never leaves)", CERTIFICATE_COLUMN)}
-
-[data]
-# Either a named dataset, split by a partitioner, taking part number `index` ...
-{_maybe(named, 'dataset = "adult"')}
-{_maybe(named, 'partition = "race"   # a column (race, site, ...), "class", "dirichlet" or "iid"')}
-{_maybe(named, _noted(f"index = {index}", "this institution's part, counting from 0 (also picks its sampling seed)", 21))}
-# parts = 3          # number of parts (default: the plan's number of collaborators)
-# alpha = 0.5        # Dirichlet concentration (dirichlet)
-# ... or the institution's own CSV file:
-{_maybe(not named, f"csv = {_string(federation.table)}")}
-# label = "outcome"                 # the label column
-# features = ["age", "bmi"]         # feature columns (default: every other column)
-# group = "site"                    # optional group column, for reporting only
-# test_fraction = 0.25              # share of the rows held out from training for the federated
-                                    # evaluation (drawn per group, seeded by the plan)
-
-""",
-            _CONFIG_TAIL,
         )
     )
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fedfair.fairness.tail import RESOLVED, epsilon_for, rows_for
+from fedfair.fairness.tail import RESOLVED, epsilon_for, count_margin, noise_at_zero, rows_for
 
 LINE = 120
 """The most characters a line for people holds."""
@@ -100,12 +100,39 @@ def _half(evaluation: Mapping[str, Any]) -> float:
     return (high - low) / 2.0 if stated is None else float(stated)
 
 
-def _fix(evaluation: Mapping[str, Any], half: float) -> str:
-    """The held-out rows or the epsilon that would give the worst-group risk +/- :data:`RESOLVED`, in few words."""
+def _noised_low(evaluation: Mapping[str, Any], half: float) -> bool:
+    """Whether `half`, the figure's resolution noise, is over label counts the noise took far below the record's rows.
+
+    That noise is over the noised label counts' sum (at least one row), and it then exceeds the most the row count's
+    noise can give (:func:`fedfair.fairness.tail.noise_at_zero`): scaled from the rows, it would ask for thousands
+    of times the epsilon needed (likely where the rows lie within :func:`fedfair.fairness.tail.count_margin`).
+    """
+    if evaluation.get("worst_risk_noise") is None or evaluation.get("prior_worst_risk") is None:
+        return False  # a record from before the resolution noise, or one whose noise is over the row count itself
+    rows = max(float(evaluation["samples"]), 1.0)
+    return half > noise_at_zero(float(evaluation["noise_std"]), rows, float(evaluation["rho"]), _cap(evaluation))
+
+
+def _fix(evaluation: Mapping[str, Any], half: float, lead: str) -> str:
+    """`lead`, then the held-out rows or the epsilon that would give the worst-group risk +/- :data:`RESOLVED`.
+
+    Scaled from `half` at the record's rows and epsilon; where the label counts it is over were noised low
+    (:func:`_noised_low`), from the noise's bound over the fewest rows the row count allows instead, with rows and
+    an epsilon that also lift the counts clear of their noise, and said to be so.
+    """
     rows, epsilon = float(evaluation["samples"]), float(evaluation["report_epsilon"])
     # A final model answered at an earlier evaluation keeps those answers: their epsilon is the earlier one's.
     key = "report_epsilon" if evaluation.get("answers_of_round") is None else "interim_report_epsilon"
-    return f"{rows_for(half, rows):,.0f} held-out rows or {key} {epsilon_for(half, epsilon):.2g} give +/- {RESOLVED:g}"
+    if not _noised_low(evaluation, half):
+        return f"{lead}{rows_for(half, rows):,.0f} held-out rows or {key} {epsilon_for(half, epsilon):.2g} give +/- {RESOLVED:g}"
+    noise_std = float(evaluation["noise_std"])
+    # The rows at the low end of the row count's interval: the fix then holds for every row count it allows.
+    rows = max(rows - count_margin(noise_std, "rows"), 1.0)
+    bound = noise_at_zero(noise_std, rows, float(evaluation["rho"]), _cap(evaluation))
+    # Twice the margin: the counts' sum then holds at least half the rows (97.5%), its noise within twice the bound.
+    margin = 2.0 * count_margin(noise_std, "labels")
+    needed, lifted = max(rows_for(bound, rows), margin), max(epsilon_for(bound, epsilon), epsilon * margin / rows)
+    return _fitted(f"{lead}label counts low; {needed:,.0f} rows or {key} {lifted:.2g}", f" give +/- {RESOLVED:g}")
 
 
 def _figure(value: float, low: float, high: float, where: str = "") -> str:
@@ -159,7 +186,7 @@ def headline(evaluation: Mapping[str, Any]) -> str:
     if not noised(evaluation):
         return _fitted(figures, f", accuracy {float(evaluation['accuracy']):.4f}")
     if not resolved(evaluation):
-        return f"worst-group risk not resolved at this budget: {_fix(evaluation, _half(evaluation))}"
+        return _fix(evaluation, _half(evaluation), "worst-group risk not resolved at this budget: ")
     return f"{figures}; losses capped at {_cap(evaluation):.3g}"
 
 
@@ -222,7 +249,7 @@ def noise_warning(evaluation: Mapping[str, Any]) -> str | None:
     half = _half(evaluation)
     if half <= RESOLVED:
         return None
-    return f"the noise leaves the worst-group risk +/- {half:.2f}: {_fix(evaluation, half)}"
+    return _fix(evaluation, half, f"the noise leaves the worst-group risk +/- {half:.2f}: ")
 
 
 def cap_warning(evaluation: Mapping[str, Any]) -> str | None:

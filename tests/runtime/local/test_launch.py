@@ -26,22 +26,21 @@ from fedfair.datasets import load_dataset, partition
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.local.launch import (
+from fedfair.runtime.local.builtin import (
     DEFAULT_ROUNDS,
     SPLITS,
     check_sites,
     evaluation_every,
-    launch_folder,
-    launch_workspace,
     rehearsal_ledgers,
-    remove_ca_key,
     round_timeout,
     site_data,
 )
+from fedfair.runtime.local.launch import launch_folder, launch_workspace, remove_ca_key
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.new_federation import default_max_colluding
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
-from fedfair.runtime.plan.templates import Federation, render_plan
+from fedfair.runtime.plan.template_base import Federation
+from fedfair.runtime.plan.templates import render_plan
 from tests.datasets.helpers import assert_exact_cover
 from tests.federations import adult_raw_table
 

@@ -17,7 +17,8 @@ from fedfair.pki.store import ca_paths
 from fedfair.runtime.local.rehearsal import rehearsal_workspace, site_names
 from fedfair.runtime.manifest import load_manifest
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
-from fedfair.runtime.plan.templates import Federation, render_plan
+from fedfair.runtime.plan.template_base import Federation
+from fedfair.runtime.plan.templates import render_plan
 from tests.federations import adult_raw_table
 
 ROOT = Path(__file__).resolve().parents[3]
