@@ -20,6 +20,7 @@ from attacks.federation import plan_sections
 from attacks.ledger import PROCESSES, Quiet
 from attacks.patience import patient
 from attacks.rows import RowBook
+from attacks.site_processes import wait_while_sites_run
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.faults import VARIABLE as FAULT
 from fedfair.runtime.local.processes import start_aggregator, start_collaborator
@@ -59,7 +60,7 @@ def leaving_row(where: Path, book: RowBook, *, noised: bool) -> None:
         children = {name: start_collaborator(workspace, name, env=fault if name == LOST else None, sink=Quiet())
                     for name in THREE}  # fmt: skip
         try:
-            status = {"aggregator": aggregator.wait(patient(PROCESS_SECONDS))}
+            status = {"aggregator": wait_while_sites_run(aggregator, children, PROCESS_SECONDS)}
             status.update({name: children[name].wait(patient(60.0)) for name in THREE})
         finally:
             for child in (aggregator, *children.values()):
