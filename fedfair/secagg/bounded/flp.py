@@ -1,0 +1,193 @@
+"""The fully linear proof: the circuit's wires, the prover, each verifier's linear query, and the decision.
+
+The circuit has one gadget, G(a, b) = sum_k a_k b_k over c products, called M = N - 1 times. Call m
+takes its wires from the shared input: x's squares (a = b = a chunk of x), then the bit checks twice,
+b_t (r_t (b_t - 1)) with two independent weight vectors r from the joint randomness. Its outputs, each
+zero for a valid input and each a linear function of the gadget outputs and the input:
+
+- the norm equation: ||x||^2 + sum_l 2^l s_l - B^2 (s the slack's bits),
+- the two weighted bit checks,
+- each range test: <z_j, x> - sum_l 2^l w_jl + T.
+
+The prover interpolates each wire through a random seed (point 0) and its M call values (points 1 to
+M), and sends the gadget polynomial p = G(wires) as its values at points 0 to 2N - 2. A verifier reads
+the gadget outputs p(1), ..., p(M) from its proof share, and at each query point r (unknown to the
+prover) evaluates its shares of the wires and of p: all linear in its input and proof shares. Summed,
+G(wires(r)) = p(r) holds for a false p at most 2(N - 1) of the possible r. Wire values at r are
+uniform (the seeds), so the message reveals nothing of x beyond the outputs, which are zero.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedfair.secagg.bounded import field
+from fedfair.secagg.bounded.field import P
+from fedfair.secagg.bounded.layout import QUERIES, Layout
+
+
+@dataclass(frozen=True)
+class Randomness:
+    """What one report's circuit is drawn with: joint randomness from its shares' hashes, the query points.
+
+    bit_weights: 2 x (witness bits) elements, the two bit checks' weights.
+    trits: the range tests' z_j, as :func:`field.trit_codes` bytes (coordinate i's tests at i k to i k + k - 1).
+    query_points: QUERIES points outside 0..2N - 2, from the verifiers' query seed.
+    """
+
+    bit_weights: np.ndarray
+    trits: np.ndarray
+    query_points: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class VerifierShare:
+    """One verifier's share of the values the decision needs.
+
+    outputs: the circuit outputs' shares (3 + k elements).
+    wire_values: QUERIES x 2c elements, the wires' shares at each query point.
+    polynomial_values: QUERIES elements, the gadget polynomial's share at each query point.
+    """
+
+    outputs: np.ndarray
+    wire_values: np.ndarray
+    polynomial_values: np.ndarray
+
+
+def query_points(layout: Layout, query_seed: bytes) -> tuple[int, ...]:
+    """QUERIES points in [2N - 1, p) from the verifiers' shared query seed (outside every interpolation point)."""
+    low = 2 * layout.points - 1
+    raw = field.random_elements(query_seed, b"query points", QUERIES)
+    return tuple(low + int(value) % (P - low) for value in raw)
+
+
+def witness_powers(bits: int) -> np.ndarray:
+    """1, 2, ..., 2^(bits - 1) as elements: a bit vector's dot with them is its number."""
+    return np.array([1 << bit for bit in range(bits)], dtype=np.uint64)
+
+
+def wire_rows(layout: Layout, inputs: np.ndarray, bit_weights: np.ndarray, leader: bool) -> tuple[np.ndarray, ...]:
+    """The M x c call values of the a and b wires, from an input (leader=True) or an input share.
+
+    The constant in b_t - 1 is added by one share only, the leader's (the prover's whole input counts as it).
+    """
+    chunk, calls = layout.chunk, layout.calls
+    square_calls, bit_calls = layout.square_calls_for(chunk), layout.bit_calls_for(chunk)
+    x, bits = inputs[: layout.dimension], inputs[layout.dimension :]
+    shifted = field.subtract(bits, np.ones_like(bits)) if leader else bits
+    a_rows = np.zeros((calls, chunk), dtype=np.uint64)
+    b_rows = np.zeros((calls, chunk), dtype=np.uint64)
+    a_rows.reshape(-1)[: x.size] = x
+    b_rows.reshape(-1)[: x.size] = x
+    for copy in range(2):
+        start = (square_calls + copy * bit_calls) * chunk
+        a_rows.reshape(-1)[start : start + bits.size] = bits
+        b_rows.reshape(-1)[start : start + bits.size] = field.multiply(bit_weights[copy], shifted)
+    return a_rows, b_rows
+
+
+def lagrange_at(count: int, point: int) -> np.ndarray:
+    """L_j(point) for the Lagrange basis on the points 0, ..., count - 1 (barycentric form)."""
+    point %= P
+    if point < count:
+        unit = np.zeros(count, dtype=np.uint64)
+        unit[point] = 1
+        return unit
+    whole = 1
+    for node in range(count):
+        whole = whole * (point - node) % P
+    factorials = [1] * count
+    for node in range(1, count):
+        factorials[node] = factorials[node - 1] * node % P
+    basis = []
+    for node in range(count):
+        denominator = factorials[node] * factorials[count - 1 - node] * (point - node)
+        sign = -1 if (count - 1 - node) % 2 else 1
+        basis.append(sign * whole * field.inverse(denominator) % P)
+    return np.array(basis, dtype=np.uint64)
+
+
+@functools.lru_cache(maxsize=8)
+def _extension(points: int) -> np.ndarray:
+    """(N - 1) x N: row t - N holds the basis on 0..N-1 at the point t, for t = N..2N - 2."""
+    matrix = np.stack([lagrange_at(points, point) for point in range(points, 2 * points - 1)])
+    matrix.setflags(write=False)
+    return matrix
+
+
+def prove(layout: Layout, inputs: np.ndarray, bit_weights: np.ndarray, wire_seeds: np.ndarray) -> np.ndarray:
+    """The proof for ``inputs`` (the whole input): the 2c wire seeds, then p at points 0 to 2N - 2.
+
+    ``wire_seeds`` must be 2c uniform elements the verifiers never see whole (they mask the wires at r).
+    """
+    chunk = layout.chunk
+    a_rows, b_rows = wire_rows(layout, inputs, bit_weights, leader=True)
+    a_wires = np.hstack([wire_seeds[:chunk, None], a_rows.T])  # c x N: point 0 the seed, point m call m
+    b_wires = np.hstack([wire_seeds[chunk:, None], b_rows.T])
+    extension = _extension(layout.points)
+    a_beyond = field.matmul_transposed(a_wires, extension)  # c x (N - 1): the wires at N..2N - 2
+    b_beyond = field.matmul_transposed(b_wires, extension)
+    values = np.concatenate([field.column_dots(a_wires, b_wires), field.column_dots(a_beyond, b_beyond)])
+    return np.concatenate([wire_seeds, values])
+
+
+def query(layout: Layout, inputs: np.ndarray, proof: np.ndarray, randomness: Randomness, leader: bool) -> VerifierShare:
+    """One verifier's share: linear in its ``inputs`` and ``proof`` shares (plus the leader's constants)."""
+    chunk, points, tests = layout.chunk, layout.points, layout.tests
+    square_calls, bit_calls = layout.square_calls_for(chunk), layout.bit_calls_for(chunk)
+    a_rows, b_rows = wire_rows(layout, inputs, randomness.bit_weights, leader)
+    seeds, values = proof[: 2 * chunk], proof[2 * chunk :]
+    gadget = values[1:points]
+    x = inputs[: layout.dimension]
+    norm_bits = inputs[layout.dimension : layout.dimension + layout.norm_bits]
+    test_bits = inputs[layout.dimension + layout.norm_bits :].reshape(tests, layout.test_bits)
+    leader_constant = 1 if leader else 0
+    norm = (
+        _sum(gadget[:square_calls])
+        + field.dot(norm_bits, witness_powers(layout.norm_bits))
+        - leader_constant * layout.bound_sq
+    )
+    checks = [_sum(gadget[square_calls + copy * bit_calls : square_calls + (copy + 1) * bit_calls]) for copy in (0, 1)]
+    claimed = field.matmul_transposed(test_bits, witness_powers(layout.test_bits)[None, :])[:, 0]
+    offsets = field.from_signed([leader_constant * layout.test_offset] * tests)
+    tested = field.add(field.subtract(field.signed_projections(x, randomness.trits, tests), claimed), offsets)
+    outputs = np.concatenate([np.array([field.element(norm), *checks], dtype=np.uint64), tested])
+    wire_values = np.empty((QUERIES, 2 * chunk), dtype=np.uint64)
+    polynomial_values = np.empty(QUERIES, dtype=np.uint64)
+    for index, point in enumerate(randomness.query_points):
+        basis = lagrange_at(points, point)
+        for half, rows in enumerate((a_rows, b_rows)):
+            at_point = field.combine_rows(basis[1:], rows)
+            seed_term = field.multiply(
+                np.full(chunk, basis[0], dtype=np.uint64), seeds[half * chunk : (half + 1) * chunk]
+            )
+            wire_values[index, half * chunk : (half + 1) * chunk] = field.add(at_point, seed_term)
+        polynomial_values[index] = field.dot(lagrange_at(2 * points - 1, point), values)
+    return VerifierShare(outputs, wire_values, polynomial_values)
+
+
+def failures(layout: Layout, first: VerifierShare, second: VerifierShare) -> list[str]:
+    """What the two shares, summed, show to be false: [] when the input is valid (the decision)."""
+    outputs = field.add(first.outputs, second.outputs)
+    found = []
+    if outputs[0]:
+        found.append("norm: ||x||^2 plus the claimed slack is not B^2")
+    if outputs[1] or outputs[2]:
+        found.append("bits: a witness bit is not 0 or 1")
+    failed_tests = np.flatnonzero(outputs[3:])
+    if failed_tests.size:
+        found.append(f"range: {failed_tests.size} of {layout.tests} tests' claimed values are not <z_j, x> + T")
+    wires = field.add(first.wire_values, second.wire_values)
+    polynomial = field.add(first.polynomial_values, second.polynomial_values)
+    chunk = layout.chunk
+    for index in range(QUERIES):
+        if field.dot(wires[index, :chunk], wires[index, chunk:]) != int(polynomial[index]):
+            found.append(f"gadget: the proof's polynomial is not the circuit's at query point {index}")
+    return found
+
+
+def _sum(elements: np.ndarray) -> int:
+    return sum(int(value) for value in elements) % P
