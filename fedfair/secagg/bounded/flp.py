@@ -1,20 +1,13 @@
-"""The fully linear proof: the circuit's wires, the prover, each verifier's linear query, and the decision.
+"""The fully linear proof: the circuit's wires, the prover, each verifier's linear query, the decision.
 
-The circuit has one gadget, G(a, b) = sum_k a_k b_k over c products, called M = N - 1 times. Call m
-takes its wires from the shared input: x's squares (a = b = a chunk of x), then the bit checks twice,
-b_t (r_t (b_t - 1)) with two independent weight vectors r from the joint randomness. Its outputs, each
-zero for a valid input and each a linear function of the gadget outputs and the input:
-
-- the norm equation: ||x||^2 + sum_l 2^l s_l - B^2 (s the slack's bits),
-- the two weighted bit checks,
-- each range test: <z_j, x> - sum_l 2^l w_jl + T.
-
-The prover interpolates each wire through a random seed (point 0) and its M call values (points 1 to
-M), and sends the gadget polynomial p = G(wires) as its values at points 0 to 2N - 2. A verifier reads
-the gadget outputs p(1), ..., p(M) from its proof share, and at each query point r (unknown to the
-prover) evaluates its shares of the wires and of p: all linear in its input and proof shares. Summed,
-G(wires(r)) = p(r) holds for a false p at most 2(N - 1) of the possible r. Wire values at r are
-uniform (the seeds), so the message reveals nothing of x beyond the outputs, which are zero.
+One gadget, G(a, b) = sum_k a_k b_k over c products, called M = N - 1 times: on x's squares, then on the
+bit checks b_t r_t (b_t - 1) twice, with two weight vectors r from the joint randomness. The outputs (the
+norm equation, the two bit checks, each range test) are linear in the gadget outputs and the input, and
+zero for a valid input. The prover interpolates each wire through a random seed (point 0) and its call
+values (points 1 to M) and sends p = G(wires) as its values at points 0 to 2N - 2; a verifier reads the
+gadget outputs p(1..M) from its proof share and, at query points unknown to the prover, its shares of
+the wires and of p. Summed, G(wires(r)) = p(r) holds for a false p at at most 2(N - 1) points r; the
+seeds make the wire values at r uniform (docs/security.md, "Bounded inputs (two verifiers)").
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """The circuit's sizes for one (dimension, bound), and the soundness they give.
 
-A party's input x (d integers in the encoded scale) is shared with a witness: the m bits of
-B^2 - ||x||^2 (the norm's slack) and, for each of k range tests, the bits of <z_j, x> + T, where
-z_j in {-1, 0, 1}^d comes from the hash of the input's shares. The tests keep ||x||^2, computed
-in F_p, from wrapping: a field element that squares to a small residue is not a small vector.
-
-Why k tests suffice (each bound holds per attempt at the joint randomness; see docs/security.md):
-
-- if some centred coordinate |x_i| > 2T, a test passes with probability at most 1/2 (of a, a + x_i,
-  a - x_i at most one lies in [-T, T], or the two that do differ by 2 x_i, so the zero trit fails);
-- else <z, x> is an integer below p / 2 in magnitude, and if ||x||^2 >= L (L = p - 2^m, the least
-  squared norm that could wrap) Paley-Zygmund on S = <z, x> (E S^2 = ||x||^2 / 2, E S^4 <= 3 (E S^2)^2)
-  gives Pr[|S| <= T] <= 1 - (1 - 2 T^2 / L)^2 / 3; when 4 d T^2 < L no such x has every |x_i| <= 2T.
-
-An honest input passes a test unless |<z, x>| >= T; T >= TAU B makes that at most 2 exp(-TAU^2 / 2)
-(Hoeffding), and the prover, who sees it, draws fresh blinds and so fresh tests: completeness is exact.
+A party's input x (d integers in the encoded scale) is shared with a witness: the m bits of the slack
+B^2 - ||x||^2 and, for each of k range tests, the bits of <z_j, x> + T, z_j in {-1, 0, 1}^d drawn from the
+hash of x's shares. The tests keep ||x||^2, computed in F_p, from wrapping: a field element that squares
+to a small residue is not a small vector. :attr:`Layout.pass_probability` bounds one test's chance of
+passing an input that could wrap (1/2 per coordinate beyond 2T; Paley-Zygmund when 4 d T^2 >= p); an
+honest input fails a test w.p. below 2 exp(-TAU^2 / 2), and its prover then redraws, so completeness is
+exact. The argument is in docs/security.md ("Bounded inputs (two verifiers)").
 """
 
 from __future__ import annotations
