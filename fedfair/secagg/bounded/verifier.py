@@ -16,10 +16,10 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ProtocolError
+from fedfair.pki import identity
 from fedfair.secagg.bounded import field, flp
 from fedfair.secagg.bounded.layout import QUERIES, Layout
 from fedfair.secagg.bounded.shares import (
@@ -120,18 +120,18 @@ def decide(layout: Layout, leader: VerifierMessage, helper: VerifierMessage) -> 
     return Verdict(leader.party, not reasons, tuple(reasons))
 
 
-def sign(key: Ed25519PrivateKey, context: bytes, message: VerifierMessage) -> tuple[bytes, bytes]:
-    """The message's bytes and an Ed25519 signature over the round's ``context`` and them."""
+def sign(key: ec.EllipticCurvePrivateKey, context: bytes, message: VerifierMessage) -> tuple[bytes, bytes]:
+    """The message's bytes and the verifier's identity signature (ECDSA-SHA256) over the round's ``context`` and them."""
     data = message.to_bytes()
-    return data, key.sign(_signed_payload(context, data))
+    return data, identity.sign(key, _signed_payload(context, data))
 
 
 def check_evidence(
     layout: Layout,
     context: bytes,
     evidence: Evidence,
-    leader_key: Ed25519PublicKey,
-    helper_key: Ed25519PublicKey,
+    leader_key: ec.EllipticCurvePublicKey,
+    helper_key: ec.EllipticCurvePublicKey,
 ) -> Verdict:
     """Verify both signatures and re-run :func:`decide`: the verdict any site can reach on its own.
 
@@ -142,10 +142,8 @@ def check_evidence(
         ("aggregator", leader_key, evidence.leader_message, evidence.leader_signature),
         ("auditor", helper_key, evidence.helper_message, evidence.helper_signature),
     ):
-        try:
-            key.verify(signature, _signed_payload(context, data))
-        except InvalidSignature as error:
-            raise ProtocolError(f"the {name}'s verifier message is not signed by the {name}") from error
+        if not identity.is_valid_signature(key, signature, _signed_payload(context, data)):
+            raise ProtocolError(f"the {name}'s verifier message is not signed by the {name}")
     leader = VerifierMessage.from_bytes(layout, evidence.leader_message)
     helper = VerifierMessage.from_bytes(layout, evidence.helper_message)
     return decide(layout, leader, helper)

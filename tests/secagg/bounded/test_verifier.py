@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ProtocolError
 from fedfair.secagg.bounded import field
@@ -34,7 +34,7 @@ def test_a_message_survives_its_bytes() -> None:
 
 
 def test_evidence_is_checked_by_signature_and_decided_by_anyone() -> None:
-    leader_key, helper_key = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    leader_key, helper_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     leader_share, helper_share = make_report(LAYOUT, field.from_signed(np.full(120, 20, dtype=np.int64)))
     leader, helper = Verifier(LAYOUT, Role.LEADER, b"q" * 32), Verifier(LAYOUT, Role.HELPER, b"q" * 32)
     leader_data, leader_signature = sign(leader_key, CONTEXT, leader.receive(1, leader_share))
