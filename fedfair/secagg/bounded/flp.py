@@ -12,7 +12,6 @@ seeds make the wire values at r uniform (docs/security.md, "Bounded inputs (two 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,14 +102,6 @@ def lagrange_at(count: int, point: int) -> np.ndarray:
     return np.array(basis, dtype=np.uint64)
 
 
-@functools.lru_cache(maxsize=8)
-def _extension(points: int) -> np.ndarray:
-    """(N - 1) x N: row t - N holds the basis on 0..N-1 at the point t, for t = N..2N - 2."""
-    matrix = np.stack([lagrange_at(points, point) for point in range(points, 2 * points - 1)])
-    matrix.setflags(write=False)
-    return matrix
-
-
 def prove(layout: Layout, inputs: np.ndarray, bit_weights: np.ndarray, wire_seeds: np.ndarray) -> np.ndarray:
     """The proof for ``inputs`` (the whole input): the 2c wire seeds, then p at points 0 to 2N - 2.
 
@@ -118,12 +109,11 @@ def prove(layout: Layout, inputs: np.ndarray, bit_weights: np.ndarray, wire_seed
     """
     chunk = layout.chunk
     a_rows, b_rows = wire_rows(layout, inputs, bit_weights, leader=True)
-    a_wires = np.hstack([wire_seeds[:chunk, None], a_rows.T])  # c x N: point 0 the seed, point m call m
-    b_wires = np.hstack([wire_seeds[chunk:, None], b_rows.T])
-    extension = _extension(layout.points)
-    a_beyond = field.matmul_transposed(a_wires, extension)  # c x (N - 1): the wires at N..2N - 2
-    b_beyond = field.matmul_transposed(b_wires, extension)
-    values = np.concatenate([field.column_dots(a_wires, b_wires), field.column_dots(a_beyond, b_beyond)])
+    a_wires = np.vstack([wire_seeds[None, :chunk], a_rows])  # N x c: point 0 the seed, point m call m
+    b_wires = np.vstack([wire_seeds[None, chunk:], b_rows])
+    a_all = np.vstack([a_wires, field.extend(a_wires)])  # (2N - 1) x c: every wire at 0..2N - 2
+    b_all = np.vstack([b_wires, field.extend(b_wires)])
+    values = np.array([field.dot(a_all[point], b_all[point]) for point in range(a_all.shape[0])], dtype=np.uint64)
     return np.concatenate([wire_seeds, values])
 
 

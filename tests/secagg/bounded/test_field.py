@@ -28,13 +28,23 @@ def test_dot_and_matrix_kernels_match_python_integers() -> None:
     product = field.matmul_transposed(left, right)
     expected = [[sum(int(left[i, t]) * int(right[j, t]) for t in range(7)) % P for j in range(3)] for i in range(5)]
     assert product.tolist() == expected
-    assert field.column_dots(left[:3], right).tolist() == [
-        sum(int(left[k, t]) * int(right[k, t]) for k in range(3)) % P for t in range(7)
-    ]
     weights = _random(3, 5)
     assert field.combine_rows(weights, right).tolist() == [
         sum(int(weights[m]) * int(right[m, k]) for m in range(3)) % P for k in range(7)
     ]
+
+
+def test_extension_by_differences_evaluates_each_column_polynomial_beyond_its_points() -> None:
+    # Columns of the polynomials c0 + c1 t + ... + c7 t^7 at t = 0..7, extended to t = 8..14.
+    coefficients = _random(8 * 5, 7).reshape(8, 5)
+
+    def at(t: int) -> list[int]:
+        return [sum(int(coefficients[k, column]) * t**k for k in range(8)) % P for column in range(5)]
+
+    columns = np.array([at(t) for t in range(8)], dtype=np.uint64)
+    assert field.extend(columns).tolist() == [at(t) for t in range(8, 15)]
+    wide = np.tile(columns, (1, 300))  # more columns than one block of the kernel
+    assert field.extend(wide).tolist() == [at(t) * 300 for t in range(8, 15)]
 
 
 def test_addition_subtraction_and_signed_round_trip() -> None:
