@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from fractions import Fraction
 
 from fedfair.core.errors import ConfigError
@@ -83,7 +84,7 @@ class Layout:
         """Bits of <z_j, x> + T."""
         return self.test_offset.bit_length()
 
-    @property
+    @cached_property
     def pass_probability(self) -> float:
         """q: an upper bound on the chance that one test passes an input whose squared norm could wrap."""
         offset = self.test_offset
@@ -95,7 +96,7 @@ class Layout:
             return 1.0
         return max(0.5, 1 - (1 - theta) ** 2 / 3)
 
-    @property
+    @cached_property
     def tests(self) -> int:
         """k: range tests that bring a wrapping input's chance of passing below 2^-TEST_SECURITY_BITS."""
         return math.ceil(TEST_SECURITY_BITS / -math.log2(self.pass_probability))
@@ -115,7 +116,7 @@ class Layout:
         """M = N - 1 gadget calls, each one point of the wire polynomials."""
         return self.points - 1
 
-    @property
+    @cached_property
     def chunk(self) -> int:
         """c: products per gadget call, the least with x's calls and two of the bits' blocks within M calls."""
         chunk = max(1, -(-(self.dimension + 2 * self.witness_bits) // self.calls))
