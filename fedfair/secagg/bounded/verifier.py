@@ -2,8 +2,8 @@
 
 The aggregator is the leader, the auditor the helper. Per party each verifier turns the share it received
 into a :class:`VerifierMessage` (its joint-randomness parts, the parts the client claimed for its peer, and
-its :class:`flp.VerifierShare`), signs it and sends it to the other; both then run the same public
-:func:`decide` on the two messages. A rejected party's shares are dropped from both sums and the
+its :class:`flp.VerifierShare`), sends the other its commitment, then the signed message; both then run
+the same public :func:`decide` on the two messages. A rejected party's shares are dropped from both sums and the
 :class:`Evidence` (both signed messages) names it: any site re-runs :func:`check_evidence`. Accepted x
 shares are summed per verifier; the auditor's total, added to the aggregator's, is the sum of the
 accepted inputs, and neither total alone says anything of an input.
@@ -12,6 +12,7 @@ accepted inputs, and neither total alone says anything of an input.
 from __future__ import annotations
 
 import enum
+import hashlib
 import struct
 from dataclasses import dataclass
 
@@ -61,6 +62,10 @@ class VerifierMessage:
         parts = self.own_parts.tests + self.own_parts.witness
         parts += self.claimed_peer_parts.tests + self.claimed_peer_parts.witness
         return _HEADER.pack(self.party) + parts + elements.tobytes()
+
+    def commitment(self) -> bytes:
+        """SHA-256 of the message: sent before the message, so neither verifier can fit its message to the other's."""
+        return hashlib.sha256(b"fedfair bounded v1 commitment\x00" + self.to_bytes()).digest()
 
     @classmethod
     def from_bytes(cls, layout: Layout, data: bytes) -> VerifierMessage:
@@ -163,6 +168,7 @@ class Verifier:
         self.role = role
         self._query_points = flp.query_points(layout, query_seed)
         self._pending: dict[int, tuple[np.ndarray, VerifierMessage]] = {}
+        self._peer_commitments: dict[int, bytes] = {}
         self._total = np.zeros(layout.dimension, dtype=np.uint64)
         self.verdicts: dict[int, Verdict] = {}
 
@@ -205,14 +211,27 @@ class Verifier:
         self._pending[party] = (inputs[: layout.dimension], message)
         return message
 
+    def commit(self, party: int, peer_commitment: bytes) -> None:
+        """Record the peer's :meth:`VerifierMessage.commitment` for ``party``, before either message is revealed.
+
+        Raises:
+            ProtocolError: a commitment for ``party`` was recorded already.
+        """
+        if party in self._peer_commitments:
+            raise ProtocolError(f"the other verifier committed twice to its message about party {party}")
+        self._peer_commitments[party] = peer_commitment
+
     def conclude(self, party: int, peer: VerifierMessage) -> Verdict:
         """Decide ``party`` from this verifier's message and the peer's; an accepted x share joins the total.
 
         Raises:
-            ProtocolError: no share from ``party`` is pending.
+            ProtocolError: no share from ``party`` is pending, or the peer's message is not the one it committed
+                to (the other verifier misbehaved: the client is not judged on it).
         """
         if party not in self._pending:
             raise ProtocolError(f"no share from party {party} is waiting for a decision")
+        if self._peer_commitments.get(party) != peer.commitment():
+            raise ProtocolError(f"the other verifier's message about party {party} is not the one it committed to")
         x_share, own = self._pending.pop(party)
         leader, helper = (own, peer) if self.role is Role.LEADER else (peer, own)
         verdict = decide(self.layout, leader, helper)

@@ -29,6 +29,8 @@ def verify(layout: Layout, leader_share: LeaderShare, helper_share: HelperShare)
     """Both verifiers receive, exchange and decide; they must agree."""
     leader, helper = Verifier(layout, Role.LEADER, QUERY_SEED), Verifier(layout, Role.HELPER, QUERY_SEED)
     from_leader, from_helper = leader.receive(0, leader_share), helper.receive(0, helper_share)
+    leader.commit(0, from_helper.commitment())
+    helper.commit(0, from_leader.commitment())
     verdict = leader.conclude(0, from_helper)
     assert helper.conclude(0, from_leader) == verdict
     return verdict
@@ -181,6 +183,9 @@ def test_the_sum_of_accepted_shares_is_the_sum_of_accepted_inputs_exactly() -> N
         witness = liar_witness if party == 4 else honest_witness
         leader_share, helper_share = make_report(layout, field.from_signed(x), witness=witness)
         messages[party] = (leader.receive(party, leader_share), helper.receive(party, helper_share))
+    for party, (from_leader, from_helper) in messages.items():
+        leader.commit(party, from_helper.commitment())
+        helper.commit(party, from_leader.commitment())
     for party, (from_leader, from_helper) in messages.items():
         assert leader.conclude(party, from_helper) == helper.conclude(party, from_leader)
     assert [party for party, verdict in leader.verdicts.items() if not verdict.accepted] == [4]

@@ -7,7 +7,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ProtocolError
-from fedfair.secagg.bounded import field
+from fedfair.secagg.bounded import field, flp
 from fedfair.secagg.bounded.layout import Layout, squared_bound
 from fedfair.secagg.bounded.shares import make_report
 from fedfair.secagg.bounded.verifier import Evidence, Role, Verifier, VerifierMessage, check_evidence, sign
@@ -61,3 +61,26 @@ def test_a_verifier_refuses_misrouted_repeated_and_malformed_shares() -> None:
     other_layout = Verifier(Layout(121, LAYOUT.bound_sq), Role.LEADER, b"q" * 32)
     with pytest.raises(ProtocolError, match="does not match the round's layout"):
         other_layout.receive(1, leader_share)
+
+
+def test_a_verifier_message_must_be_the_one_its_sender_committed_to() -> None:
+    leader_share, helper_share = make_report(LAYOUT, field.from_signed(np.full(120, 20, dtype=np.int64)))
+    leader, helper = Verifier(LAYOUT, Role.LEADER, b"q" * 32), Verifier(LAYOUT, Role.HELPER, b"q" * 32)
+    leader.receive(1, leader_share)
+    honest = helper.receive(1, helper_share)
+    with pytest.raises(ProtocolError, match="not the one it committed to"):
+        leader.conclude(1, honest)  # no commitment yet: a message sent after seeing the other's is refused
+    outputs = honest.share.outputs.copy()
+    outputs[0] = (int(outputs[0]) + 1) % field.P  # fitted after the fact
+    fitted = VerifierMessage(
+        honest.party,
+        honest.own_parts,
+        honest.claimed_peer_parts,
+        flp.VerifierShare(outputs, honest.share.wire_values, honest.share.polynomial_values),
+    )
+    leader.commit(1, honest.commitment())
+    with pytest.raises(ProtocolError, match="committed twice"):
+        leader.commit(1, fitted.commitment())
+    with pytest.raises(ProtocolError, match="not the one it committed to"):
+        leader.conclude(1, fitted)
+    assert leader.conclude(1, honest).accepted
