@@ -3,9 +3,9 @@
 One gadget, G(a, b) = sum_k a_k b_k over c products, called M = N - 1 times: on x's squares, then on the
 bit checks b_t r_t (b_t - 1) twice, with two weight vectors r from the joint randomness. The outputs (the
 norm equation, the two bit checks, each range test) are linear in the gadget outputs and the input, and
-zero for a valid input. The prover interpolates each wire through a random seed (point 0) and its call
-values (points 1 to M) and sends p = G(wires) as its values at points 0 to 2N - 2; a verifier reads the
-gadget outputs p(1..M) from its proof share and, at query points unknown to the prover, its shares of
+zero for a valid input. The prover interpolates each wire through random seeds (one per query point) and
+its call values, and sends p = G(wires) as its values at points 0 to 2N - 2; a verifier reads the
+gadget outputs from its proof share and, at query points unknown to the prover, its shares of
 the wires and of p. Summed, G(wires(r)) = p(r) holds for a false p at at most 2(N - 1) points r; the
 seeds make the wire values at r uniform (docs/security.md, "Bounded inputs (two verifiers)").
 """
@@ -103,14 +103,16 @@ def lagrange_at(count: int, point: int) -> np.ndarray:
 
 
 def prove(layout: Layout, inputs: np.ndarray, bit_weights: np.ndarray, wire_seeds: np.ndarray) -> np.ndarray:
-    """The proof for ``inputs`` (the whole input): the 2c wire seeds, then p at points 0 to 2N - 2.
+    """The proof for ``inputs`` (the whole input): the wire seeds, then p at points 0 to 2N - 2.
 
-    ``wire_seeds`` must be 2c uniform elements the verifiers never see whole (they mask the wires at r).
+    ``wire_seeds`` must be 2 QUERIES c uniform elements the verifiers never see whole: each wire's QUERIES
+    seeds (its values at points 0 to QUERIES - 1) mask its values at the QUERIES query points jointly.
     """
     chunk = layout.chunk
     a_rows, b_rows = wire_rows(layout, inputs, bit_weights, leader=True)
-    a_wires = np.vstack([wire_seeds[None, :chunk], a_rows])  # N x c: point 0 the seed, point m call m
-    b_wires = np.vstack([wire_seeds[None, chunk:], b_rows])
+    seeds = wire_seeds.reshape(2, QUERIES, chunk)
+    a_wires = np.vstack([seeds[0], a_rows])  # N x c: the seeds, then one point per call
+    b_wires = np.vstack([seeds[1], b_rows])
     a_all = np.vstack([a_wires, field.extend(a_wires)])  # (2N - 1) x c: every wire at 0..2N - 2
     b_all = np.vstack([b_wires, field.extend(b_wires)])
     values = np.array([field.dot(a_all[point], b_all[point]) for point in range(a_all.shape[0])], dtype=np.uint64)
@@ -122,8 +124,8 @@ def query(layout: Layout, inputs: np.ndarray, proof: np.ndarray, randomness: Ran
     chunk, points, tests = layout.chunk, layout.points, layout.tests
     square_calls, bit_calls = layout.square_calls_for(chunk), layout.bit_calls_for(chunk)
     a_rows, b_rows = wire_rows(layout, inputs, randomness.bit_weights, leader)
-    seeds, values = proof[: 2 * chunk], proof[2 * chunk :]
-    gadget = values[1:points]
+    seeds, values = proof[: 2 * QUERIES * chunk].reshape(2, QUERIES, chunk), proof[2 * QUERIES * chunk :]
+    gadget = values[QUERIES:points]
     x = inputs[: layout.dimension]
     norm_bits = inputs[layout.dimension : layout.dimension + layout.norm_bits]
     test_bits = inputs[layout.dimension + layout.norm_bits :].reshape(tests, layout.test_bits)
@@ -143,10 +145,8 @@ def query(layout: Layout, inputs: np.ndarray, proof: np.ndarray, randomness: Ran
     for index, point in enumerate(randomness.query_points):
         basis = lagrange_at(points, point)
         for half, rows in enumerate((a_rows, b_rows)):
-            at_point = field.combine_rows(basis[1:], rows)
-            seed_term = field.multiply(
-                np.full(chunk, basis[0], dtype=np.uint64), seeds[half * chunk : (half + 1) * chunk]
-            )
+            at_point = field.combine_rows(basis[QUERIES:], rows)
+            seed_term = field.combine_rows(basis[:QUERIES], seeds[half])
             wire_values[index, half * chunk : (half + 1) * chunk] = field.add(at_point, seed_term)
         polynomial_values[index] = field.dot(lagrange_at(2 * points - 1, point), values)
     return VerifierShare(outputs, wire_values, polynomial_values)

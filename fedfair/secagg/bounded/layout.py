@@ -29,10 +29,10 @@ QUERIES = 2
 """Random points at which the gadget polynomial is checked: each fails w.p. <= 2 (N - 1) / (p - 2N) < 2^-54."""
 
 DEFAULT_POINTS = 64
-"""N: interpolation points of the wire polynomials (the wire seed, then N - 1 gadget calls).
+"""N: interpolation points of the wire polynomials (QUERIES wire seeds, then N - QUERIES gadget calls).
 
 The prover's cost is about 2 N multiplications per wire value (extending N values to 2N - 1 points),
-a verifier's message about 4 d / (N - 1) elements: 64 keeps the message near 6% of the input."""
+a verifier's message about 4 d / (N - 2) elements: 64 keeps it and the proof near 7% of the input."""
 
 
 def squared_bound(update_norm: float, weight: float, fractional_bits: int) -> int:
@@ -61,8 +61,8 @@ class Layout:
             raise ConfigError(f"dimension={self.dimension} must be at least 1")
         if self.bound_sq < 1:
             raise ConfigError(f"bound_sq={self.bound_sq} must be at least 1: raise the bound or fractional_bits")
-        if self.points < 3:
-            raise ConfigError(f"points={self.points} must be at least 3")
+        if self.points < QUERIES + 1:
+            raise ConfigError(f"points={self.points} must be at least {QUERIES + 1}")
         if self.pass_probability >= 1:
             raise ConfigError(
                 f"a squared bound of 2^{math.log2(self.bound_sq):.1f} leaves the range tests no room below "
@@ -113,8 +113,8 @@ class Layout:
 
     @property
     def calls(self) -> int:
-        """M = N - 1 gadget calls, each one point of the wire polynomials."""
-        return self.points - 1
+        """M = N - QUERIES gadget calls, each one point of the wire polynomials (the first QUERIES hold seeds)."""
+        return self.points - QUERIES
 
     @cached_property
     def chunk(self) -> int:
@@ -134,8 +134,8 @@ class Layout:
 
     @property
     def proof_length(self) -> int:
-        """Elements of a proof: 2c wire seeds, then the gadget polynomial's values at 2N - 1 points."""
-        return 2 * self.chunk + 2 * self.points - 1
+        """Elements of a proof: QUERIES seeds for each of 2c wires, then the gadget polynomial at 2N - 1 points."""
+        return 2 * QUERIES * self.chunk + 2 * self.points - 1
 
     @property
     def outputs(self) -> int:

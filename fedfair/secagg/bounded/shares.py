@@ -19,7 +19,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg.bounded import field, flp
-from fedfair.secagg.bounded.layout import Layout
+from fedfair.secagg.bounded.layout import QUERIES, Layout
 
 SEED_BYTES = 32
 """Bytes of the auditor's seed, of a blind and of each joint-randomness part."""
@@ -135,7 +135,7 @@ def make_report(
     leader_witness = field.subtract(bits, helper_inputs[layout.dimension :])
     parts = Parts(tests_part, leader_part(blind, b"witness", leader_witness))
     bit_weights = joint_bit_weights(layout, parts, helper_parts)
-    wire_seeds = field.random_elements(os.urandom(SEED_BYTES), b"wire seeds", 2 * layout.chunk)
+    wire_seeds = field.random_elements(os.urandom(SEED_BYTES), b"wire seeds", 2 * QUERIES * layout.chunk)
     proof = flp.prove(layout, np.concatenate([inputs, bits]), bit_weights, wire_seeds)
     leader = LeaderShare(
         np.concatenate([leader_x, leader_witness]), field.subtract(proof, helper_proof), blind, helper_parts

@@ -10,8 +10,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fedfair.core.errors import ConfigError
-from fedfair.secagg.bounded import field
-from fedfair.secagg.bounded.layout import Layout, squared_bound
+from fedfair.secagg.bounded import field, flp
+from fedfair.secagg.bounded.layout import QUERIES, Layout, squared_bound
 from fedfair.secagg.bounded.shares import (
     HelperShare,
     LeaderShare,
@@ -135,7 +135,7 @@ def test_a_proof_that_understates_the_norm_fails_the_gadget_identity() -> None:
 
     leader, helper = make_report(layout, field.from_signed(x), witness=zero_slack)
     proof = leader.proof.copy()
-    first_call = 2 * layout.chunk + 1  # p(1): the first call's output, which the norm equation sums
+    first_call = 2 * QUERIES * layout.chunk + QUERIES  # p at the first call's point, which the norm equation sums
     proof[first_call] = (int(proof[first_call]) - excess) % field.P
     verdict = verify(layout, LeaderShare(leader.inputs, proof, leader.blind, leader.peer_parts), helper)
     assert verdict.reasons and all(reason.startswith("gadget") for reason in verdict.reasons)
@@ -191,3 +191,25 @@ def test_the_sum_of_accepted_shares_is_the_sum_of_accepted_inputs_exactly() -> N
     assert [party for party, verdict in leader.verdicts.items() if not verdict.accepted] == [4]
     expected = sum(inputs[party] for party in range(4))
     assert np.array_equal(combine_totals(leader.total(), helper.total()), expected)
+
+
+def test_the_wire_values_at_the_query_points_are_masked_jointly() -> None:
+    """Each wire's values at both query points are uniform together: no combination of them is fixed by x.
+
+    With one seed per wire, L_0(r2) f(r1) - L_0(r1) f(r2) would cancel the seed and leave a function of x
+    that two reports of the same x share; with a seed per query point it differs (but w.p. 1/p).
+    """
+    layout = Layout(100_000, squared_bound(1.0, 1.0, 10))
+    wire = layout.chunk - 1  # holds x alone: the witness bits (which differ per report) fill fewer wires
+    assert layout.witness_bits < wire
+    x = field.from_signed(np.round(vector_at(0.9 * 2**10, 100_000, 9)).astype(np.int64))
+    points = flp.query_points(layout, QUERY_SEED)
+    first, second = (flp.lagrange_at(layout.points, point)[0] for point in points)
+    eliminated = []
+    for _ in range(2):
+        leader_share, helper_share = make_report(layout, x)
+        leader = Verifier(layout, Role.LEADER, QUERY_SEED).receive(0, leader_share)
+        helper = Verifier(layout, Role.HELPER, QUERY_SEED).receive(0, helper_share)
+        wires = field.add(leader.share.wire_values, helper.share.wire_values)
+        eliminated.append((int(second) * int(wires[0, wire]) - int(first) * int(wires[1, wire])) % field.P)
+    assert eliminated[0] != eliminated[1]
