@@ -27,6 +27,7 @@ from typing import Any
 from report_learning import census_fairness, convergence_bench, dp_bench, dp_bits, dp_utility, dp_utility_equal
 from report_eval_error import eval_error
 from report_learning import influence_bench, noised_statistics, reference_gap, simulation_speed
+from report_bounded import input_bound_cost
 from report_dp_stretch import dp_baseline, dp_stretch
 from report_gpu import gpu_bench
 from report_plots import save
@@ -81,6 +82,7 @@ SECTIONS: dict[str, Shows] = {
     "secagg_bench": secagg_bench,
     "verify_bench": verify_bench,
     "verify_soundness_cost": verify_soundness_cost,
+    "input_bound_cost": input_bound_cost,
     "dp_bench": dp_bench,
     "dp_bench_resnet_cpu": dp_bench,
     "step_overhead": step_overhead,

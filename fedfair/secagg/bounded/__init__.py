@@ -1,0 +1,8 @@
+"""Bounded inputs: each party proves, to two non-colluding verifiers, that its input's L2 norm is within its bound.
+
+A fully linear proof over F_(2^61 - 1) (Boneh, Boyle, Corrigan-Gibbs, Gilboa, Ishai 2019; the PINE
+construction's shape): :mod:`.field` the arithmetic, :mod:`.layout` the circuit's sizes and soundness,
+:mod:`.flp` the proof and its linear queries, :mod:`.shares` the client's report, :mod:`.verifier` the two
+verifiers' state machine. Protocol code only, without I/O; docs/security.md ("Bounded inputs (two
+verifiers)") gives the construction, its soundness and its trust model.
+"""

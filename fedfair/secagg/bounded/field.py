@@ -1,0 +1,236 @@
+"""The prime field F_p, p = 2^61 - 1, on uint64 arrays: exact arithmetic, compiled inner loops.
+
+Why this prime: a Mersenne prime reduces with shifts and adds, and 61 bits leave room for what the
+norm check must hold without wrapping (docs/security.md, "Bounded inputs (two verifiers)"): an
+input's squared norm in the encoded scale, and the range tests' values. Elements are uint64 in
+[0, p); a product is formed from 32-bit halves (numba has no 128-bit integer) and folded with
+2^61 = 1 and 2^64 = 8 (mod p). Pseudorandom elements come from the project's AES-256-CTR PRG
+(:mod:`fedfair.secagg.prg`), one key per purpose derived from a seed by SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numba
+import numpy as np
+
+from fedfair.secagg import prg
+
+P = (1 << 61) - 1
+"""The field's modulus, a Mersenne prime."""
+
+ELEMENT_BYTES = 8
+"""Bytes of one element on the wire (a little-endian uint64)."""
+
+_P = np.uint64(P)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_LOW29 = np.uint64((1 << 29) - 1)
+_S3 = np.uint64(3)
+_S29 = np.uint64(29)
+_S32 = np.uint64(32)
+_S61 = np.uint64(61)
+_ZERO = np.uint64(0)
+_EXTEND_BLOCK = 256
+"""Columns :func:`extend` works on at once: its two N x 256 tables (128 KiB at N = 64) stay in the L2 cache."""
+
+
+@numba.njit(cache=True, inline="always")
+def _mul(a: np.uint64, b: np.uint64) -> np.uint64:
+    """The product a b mod p for a, b < p: 32-bit halves, each partial product below 2^64, then two folds."""
+    a_low, a_high = a & _LOW32, a >> _S32
+    b_low, b_high = b & _LOW32, b >> _S32
+    high = a_high * b_high  # < 2^58, weight 2^64 = 8
+    middle = a_high * b_low + a_low * b_high  # < 2^62, weight 2^32
+    low = a_low * b_low  # < 2^64
+    total = (
+        (high << _S3) + (middle >> _S29) + ((middle & _LOW29) << _S32) + (low >> _S61) + (low & _P)
+    )  # < 3 2^61 + 2^34: no overflow
+    total = (total >> _S61) + (total & _P)
+    return total - _P if total >= _P else total
+
+
+@numba.njit(cache=True, inline="always")
+def _add(a: np.uint64, b: np.uint64) -> np.uint64:
+    total = a + b
+    return total - _P if total >= _P else total
+
+
+@numba.njit(cache=True)
+def _dot(a: np.ndarray, b: np.ndarray) -> np.uint64:
+    total = _ZERO
+    for index in range(a.size):
+        total = _add(total, _mul(a[index], b[index]))
+    return total
+
+
+@numba.njit(cache=True)
+def _combine_rows(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+    """out[k] = sum_m weights[m] rows[m, k]: a row vector times a matrix."""
+    out[:] = 0
+    for row in range(rows.shape[0]):
+        weight = weights[row]
+        for column in range(rows.shape[1]):
+            out[column] = _add(out[column], _mul(weight, rows[row, column]))
+
+
+@numba.njit(cache=True)
+def _matmul_transposed(left: np.ndarray, right: np.ndarray, out: np.ndarray) -> None:
+    """out[i, j] = sum_t left[i, t] right[j, t]."""
+    for i in range(left.shape[0]):
+        for j in range(right.shape[0]):
+            total = _ZERO
+            for t in range(left.shape[1]):
+                total = _add(total, _mul(left[i, t], right[j, t]))
+            out[i, j] = total
+
+
+@numba.njit(cache=True)
+def _extend(columns: np.ndarray, out: np.ndarray) -> None:
+    """Per column w, the polynomial through columns[0..N-1, w] at N..2N-2, into out[0..N-2, w].
+
+    Finite differences: the backward differences at the last point (N^2 / 2 subtractions), then each
+    next value by N - 1 additions, since the (N-1)-th difference of a degree N - 1 polynomial is constant.
+    No multiplications, and each step runs along a row of the columns, which the compiler vectorises.
+    """
+    count, width = columns.shape
+    table = np.empty((count, _EXTEND_BLOCK), dtype=np.uint64)
+    diagonal = np.empty((count, _EXTEND_BLOCK), dtype=np.uint64)
+    for start in range(0, width, _EXTEND_BLOCK):
+        stop = min(width, start + _EXTEND_BLOCK)
+        block = stop - start
+        table[:, :block] = columns[:, start:stop]
+        diagonal[0, :block] = table[count - 1, :block]
+        for order in range(1, count):
+            for index in range(count - 1, order - 1, -1):
+                for column in range(block):
+                    high, low = table[index, column], table[index - 1, column]
+                    table[index, column] = high - low + (_P if high < low else _ZERO)
+            diagonal[order, :block] = table[count - 1, :block]
+        for step in range(count - 1):
+            for order in range(count - 2, -1, -1):
+                for column in range(block):
+                    diagonal[order, column] = _add(diagonal[order, column], diagonal[order + 1, column])
+            out[step, start:stop] = diagonal[0, :block]
+
+
+@numba.njit(cache=True)
+def _signed_projections(values: np.ndarray, codes: np.ndarray, tests: int, out: np.ndarray) -> None:
+    """out[j] = sum_i z_ji values[i], z = bit0 - bit1 of the 2-bit code of trit i tests + j (4 per byte)."""
+    out[:] = 0
+    choices = np.zeros(4, dtype=np.uint64)
+    for index in range(values.size):
+        value = values[index]
+        choices[1] = value
+        choices[2] = _P - value if value != _ZERO else _ZERO
+        base = index * tests
+        for test in range(tests):
+            trit = base + test
+            code = (codes[trit >> 2] >> (2 * (trit & 3))) & 3
+            out[test] = _add(out[test], choices[code])
+
+
+@numba.njit(cache=True)
+def _multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    for index in range(a.size):
+        out[index] = _mul(a[index], b[index])
+
+
+def multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The products a_i b_i mod p (equal-length element vectors)."""
+    out = np.empty(a.size, dtype=np.uint64)
+    _multiply(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
+    return out
+
+
+def dot(a: np.ndarray, b: np.ndarray) -> int:
+    """sum_i a_i b_i mod p of two equal-length element vectors."""
+    return int(_dot(np.ascontiguousarray(a), np.ascontiguousarray(b)))
+
+
+def combine_rows(weights: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The vector-matrix product ``weights @ rows`` mod p (weights: m elements, rows: m x n)."""
+    out = np.empty(rows.shape[1], dtype=np.uint64)
+    _combine_rows(weights, np.ascontiguousarray(rows), out)
+    return out
+
+
+def matmul_transposed(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``left @ right.T`` mod p (left: a x t, right: b x t)."""
+    out = np.empty((left.shape[0], right.shape[0]), dtype=np.uint64)
+    _matmul_transposed(np.ascontiguousarray(left), np.ascontiguousarray(right), out)
+    return out
+
+
+def extend(columns: np.ndarray) -> np.ndarray:
+    """Columns of N values at 0..N-1 to their polynomials' values at N..2N-2 ((N - 1) x columns)."""
+    out = np.empty((columns.shape[0] - 1, columns.shape[1]), dtype=np.uint64)
+    _extend(np.ascontiguousarray(columns), out)
+    return out
+
+
+def signed_projections(values: np.ndarray, trits: np.ndarray, tests: int) -> np.ndarray:
+    """The ``tests`` projections <z_j, values> mod p, z_j in {-1, 0, 1}^d from :func:`trit_codes` bytes."""
+    out = np.empty(tests, dtype=np.uint64)
+    _signed_projections(values, trits, tests, out)
+    return out
+
+
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The sums a_i + b_i mod p."""
+    total: np.ndarray = a + b
+    reduced: np.ndarray = np.where(total >= _P, total - _P, total)
+    return reduced
+
+
+def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The differences a_i - b_i mod p."""
+    return add(a, np.where(b == _ZERO, _ZERO, _P - b))
+
+
+def from_signed(values: np.ndarray | list[int]) -> np.ndarray:
+    """Signed integers of magnitude below p / 2 as elements (negative v as p + v)."""
+    signed = np.asarray(values, dtype=np.int64)
+    return np.where(signed < 0, signed + np.int64(P), signed).astype(np.uint64)
+
+
+def to_signed(elements: np.ndarray) -> np.ndarray:
+    """Elements as the signed integers in (-p/2, p/2) they are congruent to (int64)."""
+    signed = elements.astype(np.int64)
+    return np.where(elements > np.uint64(P // 2), signed - np.int64(P), signed)
+
+
+def element(value: int) -> int:
+    """A Python integer reduced into [0, p)."""
+    return value % P
+
+
+def inverse(value: int) -> int:
+    """The multiplicative inverse of a nonzero element."""
+    if value % P == 0:
+        raise ZeroDivisionError("zero has no inverse in the field")
+    return pow(value, P - 2, P)
+
+
+def derive_key(seed: bytes, purpose: bytes) -> bytes:
+    """A PRG key for one purpose of one seed: SHA-256 over a domain label, the purpose and the seed."""
+    return hashlib.sha256(b"fedfair bounded v1 key\x00" + purpose + b"\x00" + seed).digest()
+
+
+def random_elements(seed: bytes, purpose: bytes, count: int) -> np.ndarray:
+    """``count`` uniform elements expanded from ``seed``: 61-bit words, the one value p rejected.
+
+    A word equals p with probability 2^-61; 64 spare words make running out impossible in practice
+    (2^-3900), and both parties expand the same seed to the same elements.
+    """
+    spare = 64
+    candidates = prg.words(derive_key(seed, purpose), count + spare, np.uint64) & _P
+    kept = candidates[candidates != _P][:count]
+    if kept.size < count:
+        raise RuntimeError("the PRG produced the rejected value more than 64 times; this cannot happen by chance")
+    return np.ascontiguousarray(kept)
+
+
+def trit_codes(seed: bytes, purpose: bytes, count: int) -> np.ndarray:
+    """``count`` trits z = bit0 - bit1 (-1, 0, 1 with probabilities 1/4, 1/2, 1/4), four per byte."""
+    return np.frombuffer(prg.keystream(derive_key(seed, purpose), (count + 3) // 4), dtype=np.uint8)

@@ -1,0 +1,249 @@
+"""The two verifiers' state machine, apart from any transport: receive a share, exchange messages, decide, sum.
+
+The aggregator is the leader, the auditor the helper. Per party each verifier turns the share it received
+into a :class:`VerifierMessage` (its joint-randomness parts, the parts the client claimed for its peer, and
+its :class:`flp.VerifierShare`), sends the other its commitment, then the signed message; both then run
+the same public :func:`decide` on the two messages. A rejected party's shares are dropped from both sums and the
+:class:`Evidence` (both signed messages) names it: any site re-runs :func:`check_evidence`. Accepted x
+shares are summed per verifier; the auditor's total, added to the aggregator's, is the sum of the
+accepted inputs, and neither total alone says anything of an input.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedfair.core.errors import ProtocolError
+from fedfair.pki import identity
+from fedfair.secagg.bounded import field, flp
+from fedfair.secagg.bounded.layout import QUERIES, Layout
+from fedfair.secagg.bounded.shares import (
+    SEED_BYTES,
+    HelperShare,
+    LeaderShare,
+    Parts,
+    helper_expansion,
+    joint_bit_weights,
+    leader_part,
+    seed_parts,
+    tests_seed,
+)
+
+_HEADER = struct.Struct("<I")
+
+
+class Role(enum.Enum):
+    """Which verifier: the aggregator holds explicit shares, the auditor a seed."""
+
+    LEADER = "aggregator"
+    HELPER = "auditor"
+
+
+@dataclass(frozen=True)
+class VerifierMessage:
+    """One verifier's message about one party's report (what it signs and sends to the other verifier)."""
+
+    party: int
+    own_parts: Parts
+    claimed_peer_parts: Parts
+    share: flp.VerifierShare
+
+    def to_bytes(self) -> bytes:
+        """The message's canonical bytes: party, four parts, then the share's elements (little-endian)."""
+        elements = np.concatenate(
+            [self.share.outputs, self.share.wire_values.reshape(-1), self.share.polynomial_values]
+        ).astype("<u8")
+        parts = self.own_parts.tests + self.own_parts.witness
+        parts += self.claimed_peer_parts.tests + self.claimed_peer_parts.witness
+        return _HEADER.pack(self.party) + parts + elements.tobytes()
+
+    def commitment(self) -> bytes:
+        """SHA-256 of the message: sent before the message, so neither verifier can fit its message to the other's."""
+        return hashlib.sha256(b"fedfair bounded v1 commitment\x00" + self.to_bytes()).digest()
+
+    @classmethod
+    def from_bytes(cls, layout: Layout, data: bytes) -> VerifierMessage:
+        """Parse :meth:`to_bytes` for ``layout``.
+
+        Raises:
+            ProtocolError: the length is not the layout's, or an element is not below p.
+        """
+        outputs, wires = layout.outputs, QUERIES * 2 * layout.chunk
+        header = _HEADER.size + 4 * SEED_BYTES
+        if len(data) != header + (outputs + wires + QUERIES) * field.ELEMENT_BYTES:
+            raise ProtocolError(f"a verifier message of {len(data)} bytes does not match the round's layout")
+        elements = np.frombuffer(data, dtype="<u8", offset=header).astype(np.uint64)
+        if np.any(elements >= np.uint64(field.P)):
+            raise ProtocolError("a verifier message holds a value that is not a field element")
+        parts = [
+            data[_HEADER.size + index * SEED_BYTES : _HEADER.size + (index + 1) * SEED_BYTES] for index in range(4)
+        ]
+        share = flp.VerifierShare(
+            elements[:outputs],
+            elements[outputs : outputs + wires].reshape(QUERIES, -1),
+            elements[outputs + wires :],
+        )
+        return cls(_HEADER.unpack_from(data)[0], Parts(*parts[:2]), Parts(*parts[2:]), share)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision about one party: accepted, or rejected with what the messages showed."""
+
+    party: int
+    accepted: bool
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Both verifiers' signed messages about one party: what a site checks before it believes a verdict."""
+
+    leader_message: bytes
+    leader_signature: bytes
+    helper_message: bytes
+    helper_signature: bytes
+
+
+def decide(layout: Layout, leader: VerifierMessage, helper: VerifierMessage) -> Verdict:
+    """The decision, a public function of the two messages.
+
+    Each verifier drew the joint randomness from its own parts and those the client claimed for its peer;
+    they agree only when the client told each the truth about the other.
+    """
+    if leader.party != helper.party:
+        raise ProtocolError(f"messages about parties {leader.party} and {helper.party} cannot be decided together")
+    if leader.own_parts != helper.claimed_peer_parts or helper.own_parts != leader.claimed_peer_parts:
+        return Verdict(leader.party, False, ("parts: the client gave the two verifiers different shares' hashes",))
+    reasons = flp.failures(layout, leader.share, helper.share)
+    return Verdict(leader.party, not reasons, tuple(reasons))
+
+
+def sign(key: ec.EllipticCurvePrivateKey, context: bytes, message: VerifierMessage) -> tuple[bytes, bytes]:
+    """The message's bytes and the verifier's identity signature (ECDSA-SHA256) over the round's ``context`` and them."""
+    data = message.to_bytes()
+    return data, identity.sign(key, _signed_payload(context, data))
+
+
+def check_evidence(
+    layout: Layout,
+    context: bytes,
+    evidence: Evidence,
+    leader_key: ec.EllipticCurvePublicKey,
+    helper_key: ec.EllipticCurvePublicKey,
+) -> Verdict:
+    """Verify both signatures and re-run :func:`decide`: the verdict any site can reach on its own.
+
+    Raises:
+        ProtocolError: a signature does not verify, or a message does not parse.
+    """
+    for name, key, data, signature in (
+        ("aggregator", leader_key, evidence.leader_message, evidence.leader_signature),
+        ("auditor", helper_key, evidence.helper_message, evidence.helper_signature),
+    ):
+        if not identity.is_valid_signature(key, signature, _signed_payload(context, data)):
+            raise ProtocolError(f"the {name}'s verifier message is not signed by the {name}")
+    leader = VerifierMessage.from_bytes(layout, evidence.leader_message)
+    helper = VerifierMessage.from_bytes(layout, evidence.helper_message)
+    return decide(layout, leader, helper)
+
+
+def combine_totals(leader_total: np.ndarray, helper_total: np.ndarray) -> np.ndarray:
+    """The sum of the accepted inputs (signed integers) from the two verifiers' totals."""
+    return field.to_signed(field.add(leader_total, helper_total))
+
+
+class Verifier:
+    """One verifier for one round: shares in, messages out, verdicts, and the total of accepted x shares."""
+
+    def __init__(self, layout: Layout, role: Role, query_seed: bytes) -> None:
+        """``query_seed``: the verifiers' shared secret for the round, fixed before and unknown to the clients."""
+        self.layout = layout
+        self.role = role
+        self._query_points = flp.query_points(layout, query_seed)
+        self._pending: dict[int, tuple[np.ndarray, VerifierMessage]] = {}
+        self._peer_commitments: dict[int, bytes] = {}
+        self._total = np.zeros(layout.dimension, dtype=np.uint64)
+        self.verdicts: dict[int, Verdict] = {}
+
+    def receive(self, party: int, share: LeaderShare | HelperShare) -> VerifierMessage:
+        """This verifier's message about ``party``'s share (kept until :meth:`conclude`).
+
+        Raises:
+            ProtocolError: the share is of the other verifier's kind, malformed, or the party's second.
+        """
+        if party in self._pending or party in self.verdicts:
+            raise ProtocolError(f"party {party} sent a second share this round")
+        if isinstance(share, LeaderShare) and self.role is Role.LEADER:
+            inputs, proof = share.inputs, share.proof
+            if inputs.shape != (self.layout.input_length,) or proof.shape != (self.layout.proof_length,):
+                raise ProtocolError(f"party {party}'s share does not match the round's layout")
+            if np.any(inputs >= np.uint64(field.P)) or np.any(proof >= np.uint64(field.P)):
+                raise ProtocolError(f"party {party}'s share holds a value that is not a field element")
+            dimension = self.layout.dimension
+            own = Parts(
+                leader_part(share.blind, b"tests", inputs[:dimension]),
+                leader_part(share.blind, b"witness", inputs[dimension:]),
+            )
+        elif isinstance(share, HelperShare) and self.role is Role.HELPER:
+            inputs, proof = helper_expansion(self.layout, share.seed)
+            own = seed_parts(share.seed)
+        else:
+            raise ProtocolError(f"party {party} sent the {self.role.value} a share meant for the other verifier")
+        leader_parts, helper_parts = (own, share.peer_parts) if self.role is Role.LEADER else (share.peer_parts, own)
+        layout = self.layout
+        randomness = flp.Randomness(
+            joint_bit_weights(layout, leader_parts, helper_parts),
+            field.trit_codes(
+                tests_seed(leader_parts.tests, helper_parts.tests), b"trits", layout.tests * layout.dimension
+            ),
+            self._query_points,
+        )
+        message = VerifierMessage(
+            party, own, share.peer_parts, flp.query(layout, inputs, proof, randomness, self.role is Role.LEADER)
+        )
+        self._pending[party] = (inputs[: layout.dimension], message)
+        return message
+
+    def commit(self, party: int, peer_commitment: bytes) -> None:
+        """Record the peer's :meth:`VerifierMessage.commitment` for ``party``, before either message is revealed.
+
+        Raises:
+            ProtocolError: a commitment for ``party`` was recorded already.
+        """
+        if party in self._peer_commitments:
+            raise ProtocolError(f"the other verifier committed twice to its message about party {party}")
+        self._peer_commitments[party] = peer_commitment
+
+    def conclude(self, party: int, peer: VerifierMessage) -> Verdict:
+        """Decide ``party`` from this verifier's message and the peer's; an accepted x share joins the total.
+
+        Raises:
+            ProtocolError: no share from ``party`` is pending, or the peer's message is not the one it committed
+                to (the other verifier misbehaved: the client is not judged on it).
+        """
+        if party not in self._pending:
+            raise ProtocolError(f"no share from party {party} is waiting for a decision")
+        if self._peer_commitments.get(party) != peer.commitment():
+            raise ProtocolError(f"the other verifier's message about party {party} is not the one it committed to")
+        x_share, own = self._pending.pop(party)
+        leader, helper = (own, peer) if self.role is Role.LEADER else (peer, own)
+        verdict = decide(self.layout, leader, helper)
+        if verdict.accepted:
+            self._total = field.add(self._total, x_share)
+        self.verdicts[party] = verdict
+        return verdict
+
+    def total(self) -> np.ndarray:
+        """The sum of the accepted parties' x shares (field elements): what this verifier contributes."""
+        return self._total.copy()
+
+
+def _signed_payload(context: bytes, data: bytes) -> bytes:
+    return b"fedfair bounded v1 verifier message\x00" + struct.pack("<I", len(context)) + context + data

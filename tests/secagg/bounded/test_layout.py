@@ -1,0 +1,44 @@
+"""The circuit's sizes and the soundness error they give."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fedfair.core.errors import ConfigError
+from fedfair.secagg.bounded.field import P
+from fedfair.secagg.bounded.layout import TAU, Layout, squared_bound
+
+
+def test_the_squared_bound_is_exact_in_the_encoded_scale() -> None:
+    assert squared_bound(1.0, 1.0, 10) == 2**20
+    assert squared_bound(0.1, 0.5, 10) == math.floor((0.1 * 0.5 * 1024) ** 2)  # 2621.44 -> 2621
+    with pytest.raises(ConfigError, match="positive and finite"):
+        squared_bound(0.0, 1.0, 10)
+
+
+def test_a_small_bound_needs_64_tests_and_a_large_one_more() -> None:
+    small = Layout(10**6, 2**30)  # 4 d T^2 < p: a passing input has no coordinate beyond 2T
+    assert small.pass_probability == 0.5 and small.tests == 64
+    large = Layout(10**6, 2**44)  # beyond it: Paley-Zygmund, each test at most 1 - (1 - 2T^2/L)^2 / 3
+    assert 0.5 < large.pass_probability < 0.67 and large.tests > 64
+    for layout in (small, large):
+        assert layout.pass_probability**layout.tests <= 2.0**-64
+        assert layout.soundness_error <= 2.0**-60
+        assert layout.test_offset >= TAU * math.isqrt(layout.bound_sq)
+
+
+def test_every_call_fits_and_the_proof_is_small() -> None:
+    layout = Layout(10**5, 2**30)
+    chunk = layout.chunk
+    assert layout.square_calls_for(chunk) + 2 * layout.bit_calls_for(chunk) <= layout.calls
+    assert layout.square_calls_for(chunk - 1) + 2 * layout.bit_calls_for(chunk - 1) > layout.calls
+    assert layout.proof_length < 0.07 * layout.dimension  # 2 QUERIES c + 2N - 1, c about d / 62
+
+
+def test_a_bound_with_no_room_below_p_is_refused() -> None:
+    with pytest.raises(ConfigError, match="lower fractional_bits"):
+        Layout(10**6, P // 4)
+    with pytest.raises(ConfigError, match="at least 1"):
+        Layout(10, 0)
