@@ -98,6 +98,7 @@ SECTIONS: dict[str, Shows] = {
     "dp_fedavg_adult": dp_baseline,
     "dp_fedavgm_adult": dp_baseline,
     "dp_fedavg_census_income": dp_baseline,
+    "dp_fedavgm_census_income": dp_baseline,
     "convergence_bench": convergence_bench,
     "reference_gap": reference_gap,
     "influence_bench": influence_bench,
