@@ -250,13 +250,18 @@ at epsilon 1 FedSRCVaR is FedAvgM (gamma then weighs nothing), at momentum 0 too
 distributed DP each is trained as FedSRCVaR's runs at that limit: the same clipping, noise and secure sum."""
 
 
-def baseline_under_dp(name: str, study: Study, repeats: int, baseline: str) -> tuple[Point, dict[str, Any]]:
+def baseline_under_dp(
+    name: str, study: Study, repeats: int, baseline: str, extension_runs: int = tuning.EXTENSION_RUNS
+) -> tuple[Point, dict[str, Any]]:
     """`baseline`'s choice under the same distributed DP by the protocol: the search of `search_under_dp` over the
-    axes `NESTED_BASELINES[baseline]` leaves free (the step; FedAvgM's momentum too), the others at its limit."""
+    axes `NESTED_BASELINES[baseline]` leaves free (the step; FedAvgM's momentum too), the others at its limit.
+
+    `extension_runs` below the protocol's cuts the search where the machine cannot afford it: the document
+    states it, and the search's limits say so where it ran out before it settled."""
     fixed = NESTED_BASELINES[baseline]
     axes = tuple(axis for axis in study.search("fedsrcvar").axes if axis is not tuning.LOCAL_STEPS)
     free = tuple(axis for axis in axes if axis.name not in fixed)
-    search = tuning.Search(free, tuning.EXTENSION_RUNS)
+    search = tuning.Search(free, extension_runs)
     found: dict[tuning.Coordinates, dict[str, Any]] = {}
 
     def point_of(coordinates: tuning.Coordinates) -> Point:
@@ -276,7 +281,15 @@ def baseline_under_dp(name: str, study: Study, repeats: int, baseline: str) -> t
     ]
     limits = [*search.limits(), ONE_STEP_LIMIT]
     return point_of(choice), {
-        "search": {"axes": [axis.name for axis in free], "fixed": fixed, "repeats": repeats, "limits": limits},
+        "search": {
+            "axes": [axis.name for axis in free],
+            "fixed": fixed,
+            "repeats": repeats,
+            "extension_runs": search.extension_runs,
+            "budget": search.budget,
+            "settled": search.settled,
+            "limits": limits,
+        },
         "validation": rows,
     }
 
@@ -329,6 +342,14 @@ def main() -> None:
         choices=sorted(NESTED_BASELINES),
         help="train this baseline under the same DP instead (as FedSRCVaR's limit case), chosen under DP by --select R",
     )
+    parser.add_argument(
+        "--extension-runs",
+        type=int,
+        default=tuning.EXTENSION_RUNS,
+        metavar="N",
+        help=f"with --as: the baseline search's extension runs (default the protocol's {tuning.EXTENSION_RUNS}); "
+        "fewer cuts the search, stated in the JSON",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--draws", type=Path, help="keep every run's draw in this JSON-lines file as it finishes, and resume from it"
@@ -348,7 +369,7 @@ def main() -> None:
     if args.baseline:
         if not (tuned and args.select):
             raise ConfigError("--as chooses the baseline under DP on the protocol: give --profile tuned and --select R")
-        chosen, how = baseline_under_dp(args.dataset, study, args.select, args.baseline)
+        chosen, how = baseline_under_dp(args.dataset, study, args.select, args.baseline, args.extension_runs)
         kind = f"distributed, {METHOD_LABELS[args.baseline]} chosen under DP"
         rows = held_out_rows(study, chosen, kind, dp_flags(args.dataset), args.repeats)
         document |= {"method": args.baseline, "chosen_under_dp": chosen.describe(), **how}

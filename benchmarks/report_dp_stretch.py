@@ -86,6 +86,12 @@ def dp_stretch(name: str, document: Mapping[str, Any]) -> Section:
     )
 
 
+def dp_table_of(dataset: str) -> str:
+    """The dp.csv that sets a baseline's DP runs beside FedSRCVaR's on `dataset` (Census-Income's folders say
+    census, as docs/figures' other Census-Income folders do)."""
+    return f"docs/figures/tuned_{dataset.replace('census-income', 'census').replace('-', '_')}_dp/dp.csv"
+
+
 def dp_baseline(name: str, document: Mapping[str, Any]) -> Section:
     """A baseline trained under the same DP (`dp_stretch.py --as METHOD`): its runs beside the best non-private one."""
     method = str(document["method"])
@@ -114,7 +120,7 @@ def dp_baseline(name: str, document: Mapping[str, Any]) -> Section:
     return Section(
         f"DP against DP: {method} under distributed DP on {document['dataset']} {document['split']}",
         f"{method} trained under the same distributed DP as FedSRCVaR (epsilon 1, secure sum, Skellam noise, one "
-        f"clipped local step a round) at rho = {document['rho']:g}, its step chosen under DP by the protocol; "
-        "docs/figures/tuned_adult_dp/dp.csv sets it beside FedSRCVaR's runs.",
+        f"clipped local step a round) at rho = {document['rho']:g}, its {' and '.join(search['axes'])} chosen "
+        f"under DP by the protocol; {dp_table_of(str(document['dataset']))} sets it beside FedSRCVaR's runs.",
         lines,
     )

@@ -246,3 +246,24 @@ def test_a_nested_baseline_under_dp_is_searched_at_fedsrcvars_limit_on_its_own_a
         assert (chosen.step, chosen.momentum) == (0.01, 0.7)
     assert dp_stretch.ONE_STEP_LIMIT in how["search"]["limits"]
     assert sum(row["chosen"] for row in how["validation"]) == 1
+
+
+def test_a_baseline_search_cut_to_fewer_extension_runs_states_the_cut(
+    dp_stretch: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--extension-runs 1`: FedAvgM's starting grid (3 steps x 2 momenta) and one extension point, no more, and the
+    document says so: its extension runs, its budget, unsettled, and why in its limits."""
+    asked: list[Point] = []
+
+    def fake_validation(name: str, study: Study, point: Point, repeats: int) -> dict[str, Any]:
+        asked.append(point)
+        risk = abs(math.log10(point.step or 1.0) + 2.0) + abs((point.momentum or 0.0) - 0.7)
+        return {"point": point.describe(), "flags": [], "worst_risks": [risk] * repeats}
+
+    monkeypatch.setattr(dp_stretch, "dp_validation", fake_validation)
+    study = dp_stretch.study_of("adult", "tuned")
+    _, how = dp_stretch.baseline_under_dp("adult", study, 1, "fedavgm", extension_runs=1)
+    assert len(asked) == 6 + 1 == len(how["validation"])
+    search = how["search"]
+    assert (search["extension_runs"], search["budget"], search["settled"]) == (1, 7, False)
+    assert "unsettled: its 1 extension runs were spent" in search["limits"]
