@@ -26,6 +26,10 @@ NAMES = ("site-a", "site-b", "site-c")
 ROUNDS = 6
 VALID_SECONDS = 60.0
 """How long site-c's certificate outlives the test's start: the processes start (torch) and round 1 runs in it."""
+ROUND_TIMEOUT_SECONDS = 15.0
+"""How long each later round waits for the paused site-c before going on without it. The rounds after round 1
+therefore last at least (ROUNDS - 1) x 15 s > VALID_SECONDS, so the run outlives the expiry on any machine; with
+5 s, a loaded machine's slow start left too little of the minute, and the federation ended before site-c woke."""
 
 
 def short_lived(certs: Path, name: str, seconds: float) -> dt.datetime:
@@ -47,7 +51,7 @@ def test_a_certificate_that_expires_mid_run_costs_no_round(tmp_path: Path, proce
         tmp_path,
         NAMES,
         training={"rounds": ROUNDS, "local_steps": 1},
-        quorum={"min_collaborators": 2, "round_timeout_seconds": 5.0},
+        quorum={"min_collaborators": 2, "round_timeout_seconds": ROUND_TIMEOUT_SECONDS},
     )
     expires = short_lived(workspace.certs, "site-c", VALID_SECONDS)
     aggregator = processes.aggregator(workspace)
