@@ -220,21 +220,27 @@ def test_a_dataset_without_a_tuned_study_is_refused_with_the_command_that_makes_
         dp_stretch.tuned_table("census-income-51")
 
 
+def validations_lowest_at_step_001_momentum_07(dp_stretch: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[Point]:
+    """Stand in for the DP validation runs with a risk lowest at step 0.01 and momentum 0.7 (the search walks
+    there from its start); returns the list the points asked for are appended to."""
+    asked: list[Point] = []
+
+    def fake_validation(name: str, study: Study, point: Point, repeats: int) -> dict[str, Any]:
+        asked.append(point)
+        risk = abs(math.log10(point.step or 1.0) + 2.0) + abs((point.momentum or 0.0) - 0.7)
+        return {"point": point.describe(), "flags": [], "worst_risks": [risk] * repeats}
+
+    monkeypatch.setattr(dp_stretch, "dp_validation", fake_validation)
+    return asked
+
+
 @pytest.mark.parametrize("baseline", ["fedavg", "fedavgm"])
 def test_a_nested_baseline_under_dp_is_searched_at_fedsrcvars_limit_on_its_own_axes(
     dp_stretch: ModuleType, baseline: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """FedAvg and FedAvgM under the same DP are FedSRCVaR's runs at epsilon 1 (FedAvg also at momentum 0): the
     search moves only the axes the baseline has, and every run it asks for carries those limit values."""
-    asked: list[Point] = []
-
-    def fake_validation(name: str, study: Study, point: Point, repeats: int) -> dict[str, Any]:
-        asked.append(point)
-        # Lowest at step 0.01 and momentum 0.7: the search walks there from its start.
-        risk = abs(math.log10(point.step or 1.0) + 2.0) + abs((point.momentum or 0.0) - 0.7)
-        return {"point": point.describe(), "flags": [], "worst_risks": [risk] * repeats}
-
-    monkeypatch.setattr(dp_stretch, "dp_validation", fake_validation)
+    asked = validations_lowest_at_step_001_momentum_07(dp_stretch, monkeypatch)
     study = dp_stretch.study_of("adult", "tuned")
     chosen, how = dp_stretch.baseline_under_dp("adult", study, 2, baseline)
     assert all(point.epsilon == 1.0 and point.local_steps == 1 for point in asked)
@@ -253,14 +259,7 @@ def test_a_baseline_search_cut_to_fewer_extension_runs_states_the_cut(
 ) -> None:
     """`--extension-runs 1`: FedAvgM's starting grid (3 steps x 2 momenta) and one extension point, no more, and the
     document says so: its extension runs, its budget, unsettled, and why in its limits."""
-    asked: list[Point] = []
-
-    def fake_validation(name: str, study: Study, point: Point, repeats: int) -> dict[str, Any]:
-        asked.append(point)
-        risk = abs(math.log10(point.step or 1.0) + 2.0) + abs((point.momentum or 0.0) - 0.7)
-        return {"point": point.describe(), "flags": [], "worst_risks": [risk] * repeats}
-
-    monkeypatch.setattr(dp_stretch, "dp_validation", fake_validation)
+    asked = validations_lowest_at_step_001_momentum_07(dp_stretch, monkeypatch)
     study = dp_stretch.study_of("adult", "tuned")
     _, how = dp_stretch.baseline_under_dp("adult", study, 1, "fedavgm", extension_runs=1)
     assert len(asked) == 6 + 1 == len(how["validation"])
