@@ -145,7 +145,9 @@ def verify_bench(name: str, document: Mapping[str, Any]) -> Section:
     return Section(
         "Verified aggregation: a party's verification CPU against a secure runtime round",
         f"{document['what']}; clock: {document['clock']}; goal: {document['goal_ratio']:.0%} of a runtime round. "
-        "Numerator (verify): the party's VERIFY steps (its tags; every survivor's tags and signatures checked) and "
+        "Numerator (verify): the party's VERIFY steps (its tags; every survivor's tags and signatures checked; where "
+        "n (d + 1) <= 2^22 words, here n = 3 at d = 10^6, also its re-sum of every survivor's masked input, the check "
+        "sound against colluding survivors, whose own goal is 10% (verify_soundness_cost below)) and "
         "the copy of its input it keeps. Denominator (runtime round): the party's CPU in a secure round of the real "
         "runtime, measured in the same run (threads, 16-bit words, training excluded, its verification included). "
         "The last ratio divides by the party's secure-aggregation steps alone (encoding and the six stages).",
