@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from published import publish
+from cpu_clock import fastest
 from round_bench import run_configuration
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.flp import VerifierShare
@@ -52,16 +51,6 @@ GOAL_BYTES_RATIO = 2.0
 DEFAULT_WITHIN = 0.20
 """The mode is on by default where its client CPU is within 20% of the round's per-party CPU."""
 PEDERSEN_RESULTS = Path(__file__).parent / "results" / "verify_soundness_cost.json"
-
-
-def fastest(work: Callable[[], object], repeats: int = 3) -> float:
-    """The least CPU seconds of ``repeats`` runs of ``work``."""
-    times = []
-    for _ in range(repeats):
-        started = time.process_time()
-        work()
-        times.append(time.process_time() - started)
-    return min(times)
 
 
 def bounded_costs(dimension: int) -> dict[str, Any]:

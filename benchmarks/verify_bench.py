@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from published import publish
+from cpu_clock import fastest
 from round_bench import run_configuration
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
@@ -68,25 +69,19 @@ def runtime_party_cpu(parties: int, dimension: int) -> float:
 def digest_seconds(dimension: int, modulus_bits: int) -> float:
     """CPU of one aggregate's digest (SHA-256 over its words), fastest of three: a part of verify_cpu_s."""
     vector = np.zeros(dimension + 1, dtype=f"<u{modulus_bits // 8}")
-    times = []
-    for _ in range(3):
-        started = time.process_time()
-        aggregate_digest(b"s" * 32, (1, 2, 3), (b"i" * 32,) * 3, vector)
-        times.append(time.process_time() - started)
-    return min(times)
+    return fastest(lambda: aggregate_digest(b"s" * 32, (1, 2, 3), (b"i" * 32,) * 3, vector))
 
 
 def dots_seconds(dimension: int, modulus_bits: int) -> float:
     """CPU of drawing the challenge and two exact dot products (the aggregate's and the input's), fastest of three."""
     vector = np.ones(dimension + 1, dtype=f"<u{modulus_bits // 8}")
-    times = []
-    for _ in range(3):
-        started = time.process_time()
+
+    def draw_and_dot() -> None:
         challenge = Challenge(b"s" * 32, b"d" * 32, vector.size)
         challenge.dots(vector)
         challenge.dots(vector)
-        times.append(time.process_time() - started)
-    return min(times)
+
+    return fastest(draw_and_dot)
 
 
 def run_cell(parties: int, dimension: int, modulus_bits: int, rounds: int) -> dict[str, Any]:

@@ -38,8 +38,6 @@ import hashlib
 import json
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +46,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from py_arkworks_bls12381 import G1Point, Scalar
 
 from published import publish
+from cpu_clock import fastest
 from round_bench import run_configuration
 from fedfair.secagg import prg
 from fedfair.secagg.messages import MaskedInput
@@ -63,16 +62,6 @@ MAX_COLLUDING = 1
 WORD = np.uint16
 TLS_RECORD = 1 << 14
 """TLS decrypts a stream in records of at most 2^14 bytes: the proxy decrypts as many."""
-
-
-def fastest(work: Callable[[], object], repeats: int = 3) -> float:
-    """The least CPU seconds of ``repeats`` runs of ``work``."""
-    times = []
-    for _ in range(repeats):
-        started = time.process_time()
-        work()
-        times.append(time.process_time() - started)
-    return min(times)
 
 
 def pedersen_per_point() -> float:
