@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from fedfair import cli
 from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.pki import store
 from fedfair.pki.roster import PlanPin, Roster, pin_certificate, pins_from_folders, settings_digest, write_manifest
@@ -80,6 +81,12 @@ def test_off_by_default_and_absent_from_what_is_shared_and_pinned() -> None:
     explicit = aggregator_plan(secure_aggregation={"input_bound": "none"})
     assert plan.plan_digest(explicit) == plan.plan_digest(loaded)
     assert input_bound_line(loaded.secure_aggregation).startswith("input bound: none (no site proves its update")
+
+
+def test_plan_show_states_the_input_bound_in_force(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["plan", "show", str(PLAN_TEMPLATE)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == input_bound_line(plan.load_aggregator_plan(PLAN_TEMPLATE).secure_aggregation), out
 
 
 def declared(loaded: plan.AggregatorPlan) -> plan.AggregatorPlan:
