@@ -175,6 +175,27 @@ def test_a_collaborator_refuses_shared_settings_naming_an_auditor_its_manifest_d
     write_manifest(federation / "no-auditor.toml", bare)
     with pytest.raises(ManifestError, match="auditor = 'audit-co' is not an institution in the manifest"):
         manifest_plan.check_shared_settings(manifests.load_manifest(federation / "no-auditor.toml"), shared, served)
+    # The aggregator holds its own plan to the manifest it names before anything else.
+    with pytest.raises(ManifestError, match="auditor = 'audit-co' is not an institution in the manifest"):
+        aggregator_plan_with(
+            federation, aggregator={"manifest": str(federation / "no-auditor.toml")}, secure_aggregation=ON
+        )
+
+
+def test_pki_revoke_removes_an_auditor_no_plan_names_and_refuses_the_one_the_pinned_plan_names(
+    federation: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    revoke = ["pki", "revoke", "--manifest", str(federation / "manifest.toml"), "--name", AUDITOR]
+    assert cli.main([*revoke, "--out", str(federation / "without.toml")]) == 0
+    said = capsys.readouterr().out
+    assert "0 auditors left; no plan pinned" in said and "next: pin the plan again" in said, said
+    assert manifests.load_manifest(federation / "without.toml").auditors == ()
+    held = pinned_naming_the_auditor(federation)
+    write_manifest(federation / "pinned.toml", held.roster)
+    pinned = ["pki", "revoke", "--manifest", str(federation / "pinned.toml"), "--name", AUDITOR]
+    assert cli.main([*pinned, "--out", str(federation / "refused.toml")]) == 2
+    assert "is the auditor the pinned plan's" in capsys.readouterr().err
+    assert not (federation / "refused.toml").exists()
 
 
 def pinned_naming_the_auditor(federation: Path) -> manifests.Manifest:
