@@ -259,8 +259,8 @@ def revoked(
     elif pin.role == "auditor" and pinned_auditor(manifest) == name:
         raise ConfigError(
             f"{name!r} is the auditor the pinned plan's [secure_aggregation] input bound names as its second "
-            f"verifier; removing it leaves that plan without one: revoke it with its replacement certificate "
-            "(the same institution, a new key), or start a new federation with another auditor or none "
+            f"verifier; removing it leaves that plan without one: give its replacement certificate (--replace "
+            "NEW.crt: the same institution, a new key), or start a new federation with another auditor or none "
             "(`fedfair plan renew`)"
         )
     group = manifest.collaborators if pin.role == "collaborator" else manifest.auditors
