@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 from fedfair.runtime.observe.logs import configure_logging
@@ -11,9 +12,11 @@ from fedfair.runtime.observe.logs import configure_logging
 
 def _start_command(args: argparse.Namespace) -> int:
     # PyTorch, gRPC and pandas come with the collaborator's modules: imported to run, not for --help.
+    from fedfair.core.errors import PermanentFailureError
     from fedfair.runtime.collaborator.client import Collaborator
     from fedfair.runtime.collaborator.config import load_collaborator_config
     from fedfair.runtime.collaborator.metrics import start_site_monitoring
+    from fedfair.runtime.failures import AUDITOR_REFUSED, EXIT_REFUSED
 
     config = load_collaborator_config(args.config)
     # The console shows a progress bar and what needs a person; every line goes to NAME.log beside the config.
@@ -28,6 +31,12 @@ def _start_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         collaborator.stop()
         return 130
+    except PermanentFailureError as error:
+        if error.failure is not AUDITOR_REFUSED:
+            raise
+        # This institution's own choice, not a fault: a status of its own, so that a script can tell the two apart.
+        print(f"fedfair: error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
     finally:
         if monitor is not None:
             monitor.stop()

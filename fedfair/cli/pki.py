@@ -129,6 +129,12 @@ def _cmd_revoke(args: argparse.Namespace) -> int:
         print(f"next: every institution compares the digest, puts {args.out} in place of {args.manifest}, and the")
         print("aggregator is started again with it: the revoked certificate is refused at its handshake and by")
         print("every peer's key agreement (to do this while the federation runs, add --sign CA_FOLDER)")
+    elif old is not None and old.role == "auditor":
+        print(f"  {len(new.auditors)} auditors left; no plan pinned")
+        print(
+            f"next: pin the plan again (`fedfair plan pin --manifest {args.out}`); a plan whose input bound named "
+            f"{args.name} is refused until it names another auditor"
+        )
     else:
         print(f"  {len(new.collaborators)} collaborators left, min_round_size {new.min_round_size}; no plan pinned")
         print(

@@ -81,6 +81,7 @@ def _diff_command(args: argparse.Namespace) -> int:
 def _show_command(args: argparse.Namespace) -> int:
     from fedfair.core.models import flat_parameters
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+    from fedfair.runtime.plan.input_bound import input_bound_line
     from fedfair.runtime.plan.sum_check import round_config, sum_check_lines
 
     plan = load_aggregator_plan(args.plan, check_manifest=False)
@@ -91,6 +92,7 @@ def _show_command(args: argparse.Namespace) -> int:
     model = plan.model.build(seed=plan.training.seed, allowed=plan.own_factories)
     for line in sum_check_lines(round_config(plan, int(flat_parameters(model).numel()))):
         print(line)
+    print(input_bound_line(plan.secure_aggregation))
     return 0
 
 

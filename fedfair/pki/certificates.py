@@ -22,10 +22,24 @@ from fedfair.core.errors import CertificateError, ConfigError
 from fedfair.pki import identity
 from fedfair.pki.names import check_role, validate_name
 
-ROLE_USAGE = {
-    "aggregator": ExtendedKeyUsageOID.SERVER_AUTH,
-    "collaborator": ExtendedKeyUsageOID.CLIENT_AUTH,
+AUDITOR_USAGE = x509.ObjectIdentifier("2.25.45398676809054069507914842903993154368")
+"""The extended key usage that marks an auditor's certificate beside client auth: a UUID OID (ITU-T X.667,
+no registration needed), so that neither a collaborator's certificate nor an auditor's can pass for the other."""
+ROLE_USAGE: dict[str, tuple[x509.ObjectIdentifier, ...]] = {
+    "aggregator": (ExtendedKeyUsageOID.SERVER_AUTH,),
+    "collaborator": (ExtendedKeyUsageOID.CLIENT_AUTH,),
+    "auditor": (ExtendedKeyUsageOID.CLIENT_AUTH, AUDITOR_USAGE),
 }
+"""The extended key usages each role's certificate carries, exactly."""
+
+
+def role_of_usages(usages: set[x509.ObjectIdentifier]) -> str | None:
+    """The one role whose usages `usages` hold, the most specific (an auditor's hold a collaborator's), or None."""
+    held = [role for role, needed in ROLE_USAGE.items() if set(needed) <= usages]
+    roles = [role for role in held if not any(set(ROLE_USAGE[role]) < set(ROLE_USAGE[other]) for other in held)]
+    return roles[0] if len(roles) == 1 else None
+
+
 CA_DAYS = 3650
 CERT_DAYS = 365
 CA_COMMON_NAME = "fedfair CA"
@@ -111,7 +125,7 @@ def create_request(
         x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     )
     if role is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([ROLE_USAGE[check_role(role)]]), critical=False)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(list(ROLE_USAGE[check_role(role)])), critical=False)
     return builder.sign(key, identity.SIGNATURE_HASH())
 
 
@@ -140,13 +154,13 @@ def requested_role(request: x509.CertificateSigningRequest) -> str | None:
         usages = set(request.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
     except x509.ExtensionNotFound:
         return None
-    roles = [role for role, usage in ROLE_USAGE.items() if usage in usages]
-    if len(roles) != 1 or len(usages) != 1:
+    role = role_of_usages(usages)
+    if role is None or usages != set(ROLE_USAGE[role]):
         raise CertificateError(
             "the signing request asks for a role other than exactly one of "
             f"{', '.join(ROLE_USAGE)}; make a fresh one with `fedfair pki request --role ROLE`"
         )
-    return roles[0]
+    return role
 
 
 def signing_role(request: x509.CertificateSigningRequest, role: str | None) -> str:
@@ -212,7 +226,7 @@ def sign_request(
         .not_valid_after(start + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(certificate_authority=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ROLE_USAGE[role]]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(list(ROLE_USAGE[role])), critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(request.public_key()), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_key_id), critical=False)

@@ -4,7 +4,8 @@ A participant name is at once the certificate's common name, a DNS name in its
 subject alternative names and the stem of its files (``NAME.key``, ``NAME.crt``),
 so it must be a valid lower-case DNS name that cannot collide with the CA's own
 files. A role is what the participant does in the federation: one aggregator,
-many collaborators. A federation id names the federation itself in the plan, in
+many collaborators, and an auditor where the plan's input bound asks for a second verifier
+(fedfair.runtime.plan.input_bound). A federation id names the federation itself in the plan, in
 every message binding and in the manifest the institutions agree on.
 """
 
@@ -14,7 +15,7 @@ import re
 
 from fedfair.core.errors import ConfigError
 
-ROLES = ("aggregator", "collaborator")
+ROLES = ("aggregator", "collaborator", "auditor")
 # Names double as DNS names (in the SAN) and file names: lower-case DNS labels joined by dots.
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _NAME_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")

@@ -20,7 +20,7 @@ from cryptography.x509.verification import PolicyBuilder, Store, VerificationErr
 
 from fedfair.core.errors import CertificateError, ConfigError, IdentityError
 from fedfair.pki import identity
-from fedfair.pki.certificates import ROLE_USAGE, check_p256
+from fedfair.pki.certificates import check_p256, role_of_usages
 from fedfair.pki.names import check_role, validate_name
 
 
@@ -44,13 +44,12 @@ def name_from_certificate(certificate: x509.Certificate) -> str:
 
 
 def role_of_certificate(certificate: x509.Certificate) -> str | None:
-    """'aggregator', 'collaborator', or None when the extended key usage names neither (or both)."""
+    """'aggregator', 'collaborator', 'auditor', or None when the extended key usage names no one role."""
     try:
         usages = set(certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
     except x509.ExtensionNotFound:
         return None
-    roles = [role for role, usage in ROLE_USAGE.items() if usage in usages]
-    return roles[0] if len(roles) == 1 else None
+    return role_of_usages(usages)
 
 
 def verify_certificate(
@@ -60,7 +59,7 @@ def verify_certificate(
 
     Checks the validity window (an expired certificate is named as expired), the chain
     (cryptography's RFC 5280 path validation), the P-256 key, the key usage of the role (server auth for the aggregator, client
-    auth for collaborators, never both) and that CN equals a DNS SAN.
+    auth for collaborators, client auth and the auditor's mark for an auditor; never two roles) and that CN equals a DNS SAN.
     """
     check_role(role)
     name = name_from_certificate(certificate)

@@ -16,6 +16,10 @@ EXIT_INCOMPLETE = 3
 the aggregator's when rounds aborted, a collaborator's when rounds applied without its update. A script
 must not read it as a plain success; the closing line counts the rounds, the log says why."""
 
+EXIT_REFUSED = 4
+"""The exit status of a collaborator that refused the federation on its own settings (`auditor-refused`): it
+sent nothing and recorded nothing, so it may join later if its operator changes the setting."""
+
 
 def finished_exit(missed: int, allowed: int) -> int:
     """A finished process's exit status: 0 when it `missed` at most the `allowed` rounds, else EXIT_INCOMPLETE.
@@ -174,6 +178,15 @@ PLAN_CHANGED = FailureClass(
     "it waits up to [retry] max_wait_seconds in case the aggregator goes back to its plan",
     waits=True,
 )
+AUDITOR_REFUSED = FailureClass(
+    "auditor-refused",
+    False,
+    "the aggregator's plan names {auditor!r} as the auditor of its input bound (the second verifier, which "
+    "holds a share of every input), and this institution refuses it: [collaborator] refuse_auditors in {config} "
+    "lists it; nothing was sent or recorded, and the process exits with status 4",
+    "none if the refusal stands: this institution stays out of this federation; to take part, remove {auditor!r} "
+    "from refuse_auditors, or ask the institutions for a plan with another auditor or none",
+)
 DATA_MISMATCH = FailureClass(
     "data-mismatch",
     False,
@@ -290,6 +303,7 @@ FAILURES: tuple[FailureClass, ...] = (
     FEDERATION_MISMATCH,
     PLAN_MISMATCH,
     PLAN_CHANGED,
+    AUDITOR_REFUSED,
     DATA_MISMATCH,
     AGGREGATOR_ERROR,
     LOCAL_CERTIFICATES,

@@ -75,13 +75,16 @@ class Manifest:
     """The SHA-256 fingerprints of the certificates revoked in this federation (sorted): never pinned again."""
     update: Update | None = None
     """Set when this manifest is a signed update of an earlier one, which a running federation takes."""
+    auditors: tuple[Pin, ...] = ()
+    """The auditor institutions (role "auditor", sorted by name): second verifiers a plan's input bound may name
+    (fedfair.runtime.plan.input_bound); neither the aggregator nor collaborators."""
 
     @property
     def roster(self) -> Roster:
         """The content the institutions agreed on, without the file's source and [update]."""
         return Roster(
             self.federation_id,
-            (self.aggregator, *self.collaborators),
+            (self.aggregator, *self.collaborators, *self.auditors),
             self.max_colluding,
             self.min_round_size,
             self.plan,
@@ -94,8 +97,8 @@ class Manifest:
         return frozenset(pin.name for pin in self.collaborators)
 
     def pin(self, name: str) -> Pin | None:
-        """The pin of participant ``name`` (aggregator or collaborator), or None if the manifest does not list it."""
-        return next((pin for pin in (self.aggregator, *self.collaborators) if pin.name == name), None)
+        """The pin of participant ``name`` (of any role), or None if the manifest does not list it."""
+        return next((pin for pin in (self.aggregator, *self.collaborators, *self.auditors) if pin.name == name), None)
 
     def check_roster(self, parties: Sequence[str]) -> None:
         """Refuse a round's roster naming anyone the manifest does not list, or fewer than min_round_size parties."""
@@ -145,6 +148,7 @@ def parse_manifest(data: Mapping[str, Any], source: Path) -> Manifest:
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from None
     plan = _plan_pin(where, data)
+    auditors = tuple(sorted((pin for pin in pins if pin.role == "auditor"), key=lambda pin: pin.name))
     return Manifest(
         federation_id,
         aggregator,
@@ -155,6 +159,7 @@ def parse_manifest(data: Mapping[str, Any], source: Path) -> Manifest:
         plan,
         revoked,
         _update(where, data),
+        auditors,
     )
 
 
@@ -225,7 +230,7 @@ def federation_digest(manifest: Manifest) -> str:
 def revoked(
     manifest: Manifest, name: str, replacement: Pin | None = None, min_round_size: int | None = None
 ) -> Manifest:
-    """`manifest` with collaborator `name`'s certificate revoked: its pin removed, or replaced by `replacement`.
+    """`manifest` with collaborator or auditor `name`'s certificate revoked: its pin removed, or replaced by `replacement`.
 
     Its fingerprint joins the manifest's revoked ones, which no later manifest made from this one pins again.
 
@@ -235,31 +240,57 @@ def revoked(
     `min_round_size` lowers the bound where the roster left is smaller than it.
 
     Raises:
-        ConfigError: `name` is not a collaborator of the manifest, the replacement is for another name or is
-            the revoked certificate itself, or the roster left breaks the manifest's bounds.
+        ConfigError: `name` is neither a collaborator nor an auditor of the manifest, the replacement is for
+            another name or role or is the revoked certificate itself, the roster left breaks the manifest's
+            bounds, or `name` is the auditor the pinned plan's input bound names and no replacement is given.
     """
     pin = manifest.pin(name)
-    if pin is None or pin.role != "collaborator":
-        raise ConfigError(f"{name!r} is not a collaborator in the manifest {manifest.source}; check the name")
-    others = tuple(other for other in manifest.collaborators if other.name != name)
+    if pin is None or pin.role == "aggregator":
+        raise ConfigError(
+            f"{name!r} is not a collaborator or an auditor in the manifest {manifest.source}; check the name"
+        )
     if replacement is not None:
-        if replacement.name != name or replacement.role != "collaborator":
+        if replacement.name != name or replacement.role != pin.role:
             raise ConfigError(
-                f"the replacement certificate is for {replacement.role} {replacement.name!r}, not collaborator {name!r}"
+                f"the replacement certificate is for {replacement.role} {replacement.name!r}, not {pin.role} {name!r}"
             )
         if replacement.sha256 == pin.sha256:
             raise ConfigError(f"the replacement for {name!r} is the certificate being revoked; issue a new one")
-        others = tuple(sorted((*others, replacement), key=lambda other: other.name))
+    elif pin.role == "auditor" and pinned_auditor(manifest) == name:
+        raise ConfigError(
+            f"{name!r} is the auditor the pinned plan's [secure_aggregation] input bound names as its second "
+            f"verifier; removing it leaves that plan without one: give its replacement certificate (--replace "
+            "NEW.crt: the same institution, a new key), or start a new federation with another auditor or none "
+            "(`fedfair plan renew`)"
+        )
+    group = manifest.collaborators if pin.role == "collaborator" else manifest.auditors
+    kept = (*(other for other in group if other.name != name), *(() if replacement is None else (replacement,)))
+    kept = tuple(sorted(kept, key=lambda other: other.name))
+    collaborators = kept if pin.role == "collaborator" else manifest.collaborators
+    auditors = kept if pin.role == "auditor" else manifest.auditors
     bound = manifest.min_round_size if min_round_size is None else min_round_size
     try:
-        check_pins((manifest.aggregator, *others), manifest.max_colluding, bound)
+        check_pins((manifest.aggregator, *collaborators, *auditors), manifest.max_colluding, bound)
     except ConfigError as error:
         raise ConfigError(f"without {name!r}: {error} (--min-round-size)") from None
     plan = manifest.plan if replacement is not None else None
     revoked = tuple(sorted({*manifest.revoked, pin.sha256}))
     return dataclasses.replace(
-        manifest, collaborators=others, min_round_size=bound, plan=plan, revoked=revoked, update=None
+        manifest,
+        collaborators=collaborators,
+        auditors=auditors,
+        min_round_size=bound,
+        plan=plan,
+        revoked=revoked,
+        update=None,
     )
+
+
+def pinned_auditor(manifest: Manifest) -> str | None:
+    """The auditor the manifest's pinned plan names ([secure_aggregation] auditor), or None."""
+    section = manifest.plan.settings.get("secure_aggregation") if manifest.plan is not None else None
+    auditor = section.get("auditor") if isinstance(section, Mapping) else None
+    return auditor if isinstance(auditor, str) else None
 
 
 # ---------------------------------------------------------------- certificates

@@ -25,6 +25,10 @@ class Colluding(Protocol):
     def enabled(self) -> bool:
         """Whether the section secures the sum at all."""
 
+    @property
+    def auditor(self) -> str | None:
+        """The second verifier of the input bound (fedfair.runtime.plan.input_bound), or None."""
+
 
 class Quorum(Protocol):
     """A [quorum] section (fedfair.runtime.plan.learning_settings.QuorumSettings)."""
@@ -59,7 +63,11 @@ class Shared(Bounded, Protocol):
 
 
 def check_bounds(manifest: Manifest, learning: Bounded, where: str) -> None:
-    """The plan's collusion bound is the manifest's, and its quorum never starts a round the manifest refuses."""
+    """The plan's collusion bound is the manifest's, and its quorum never starts a round the manifest refuses.
+
+    The auditor its input bound names, if any, is an auditor institution of the manifest (:func:`check_auditor`).
+    """
+    check_auditor(manifest, learning.secure_aggregation.auditor, where)
     declared = learning.secure_aggregation.max_colluding
     if declared != manifest.max_colluding:
         raise ManifestError(
@@ -71,6 +79,30 @@ def check_bounds(manifest: Manifest, learning: Bounded, where: str) -> None:
         raise ManifestError(
             f"{where}: [quorum] min_collaborators = {quorum} is below min_round_size = {manifest.min_round_size} "
             f"in the manifest {manifest.source}; raise it to at least {manifest.min_round_size}"
+        )
+
+
+def check_auditor(manifest: Manifest, auditor: str | None, where: str) -> None:
+    """The plan's [secure_aggregation] auditor is a participant of the manifest with the role "auditor".
+
+    Not the aggregator, nor a collaborator: the second verifier is independent of the aggregator, and no site
+    that max_colluding lets collude with it (fedfair.runtime.plan.input_bound says why).
+    """
+    if auditor is None:
+        return
+    pin = manifest.pin(auditor)
+    if pin is None:
+        raise ManifestError(
+            f"{where}: [secure_aggregation] auditor = {auditor!r} is not an institution in the manifest "
+            f"{manifest.source}; the institutions must agree on the auditor and its certificate: add it to the "
+            '[[participants]] with role = "auditor" (`fedfair pki request --role auditor` at the auditor, '
+            "`fedfair pki sign`, then `fedfair pki manifest`)"
+        )
+    if pin.role != "auditor":
+        raise ManifestError(
+            f"{where}: [secure_aggregation] auditor = {auditor!r} is the manifest's {pin.role}, but the second "
+            "verifier must be independent of the aggregator and of every site that may collude with it: name an "
+            'institution the manifest lists with role = "auditor"'
         )
 
 

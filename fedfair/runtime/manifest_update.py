@@ -94,11 +94,13 @@ def check_update(held: Manifest, candidate: Manifest, ca_certificate: x509.Certi
 
 
 def _check_only_pins_changed(held: Manifest, candidate: Manifest, where: str) -> None:
-    """An update keeps everything but collaborators' pins; a replaced pin's fingerprint is revoked."""
+    """An update keeps everything but collaborators' and auditors' pins; a replaced pin's fingerprint is revoked."""
     kept = ("federation_id", "aggregator", "max_colluding", "min_round_size", "plan")
     changed = [field for field in kept if getattr(held, field) != getattr(candidate, field)]
     if held.collaborator_names != candidate.collaborator_names:
         changed.append("collaborators' names")
+    if {pin.name for pin in held.auditors} != {pin.name for pin in candidate.auditors}:
+        changed.append("auditors' names")
     if not set(held.revoked) <= set(candidate.revoked):
         changed.append("revoked (an entry was dropped)")
     if changed:
@@ -106,7 +108,7 @@ def _check_only_pins_changed(held: Manifest, candidate: Manifest, where: str) ->
             f"{where} changes {', '.join(changed)}; a running federation takes only re-keyed sites: for any other "
             "change start a new federation (`fedfair plan renew`)"
         )
-    for pin in held.collaborators:
+    for pin in (*held.collaborators, *held.auditors):
         new = candidate.pin(pin.name)
         if new is not None and new.sha256 != pin.sha256 and pin.sha256 not in candidate.revoked:
             raise ManifestError(f"{where} re-keys {pin.name!r} without revoking its old certificate {pin.sha256}")

@@ -24,6 +24,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.config import FACTORY_PATH
 from fedfair.pki.names import FEDERATION_ID_RE, validate_name
 from fedfair.privacy.config import PrivacyConfig
+from fedfair.runtime.collaborator.consent import REFUSE_AUDITORS, read_refused_auditors
 from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from fedfair.runtime.observe.endpoint import SECTION as MONITORING, MonitoringSettings, parse_monitoring
 from fedfair.runtime.manifest import NO_MANIFEST_WARNING, UNPINNED_PLAN_WARNING, Manifest, load_manifest
@@ -112,6 +113,8 @@ class CollaboratorConfig:
     """Seconds without progress before this collaborator gives up on its aggregator ([collaborator])."""
     monitoring: MonitoringSettings | None = None
     """Where it serves its own privacy metrics ([monitoring]; none unless the section is there)."""
+    refused_auditors: tuple[str, ...] = ()
+    """The auditors of an input bound this institution refuses ([collaborator] refuse_auditors; consent.py)."""
 
 
 def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> CollaboratorConfig:
@@ -123,7 +126,16 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
         where,
         data,
         "collaborator",
-        ("name", "aggregator", "aggregator_name", "device", "federation", "manifest", "idle_timeout_seconds"),
+        (
+            "name",
+            "aggregator",
+            "aggregator_name",
+            "device",
+            "federation",
+            "manifest",
+            "idle_timeout_seconds",
+            REFUSE_AUDITORS,
+        ),
     )
     name = me.name("name", validate_name)
     federation = (
@@ -186,6 +198,7 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
             expected="seconds >= 1 (how long to wait on a silent aggregator)",
         ),
         monitoring=parse_monitoring(where, data, base),
+        refused_auditors=read_refused_auditors(me),
     )
 
 

@@ -29,6 +29,7 @@ from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.statistics import noised_statistics_vector, statistics_vector
 from fedfair.runtime.collaborator.charges import open_ledger
+from fedfair.runtime.collaborator.consent import check_input_bound
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.collaborator.config import CollaboratorConfig
@@ -151,6 +152,7 @@ def join(
             check_shared_settings(config.manifest, shared, served)
         except ConfigError as error:
             raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
+    check_input_bound(shared.secure_aggregation, config.refused_auditors, config.manifest, config.source)
     factory = shared.model.factory
     if factory is not None and factory not in config.factories:
         # Checked before anything is built: a plan is data, and only this institution's own config

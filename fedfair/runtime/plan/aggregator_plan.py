@@ -28,6 +28,7 @@ from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.manifest import Manifest, check_federation, federation_digest, load_manifest
 from fedfair.runtime.manifest_plan import check_bounds, check_pinned_settings
+from fedfair.runtime.plan.input_bound import NO_INPUT_BOUND, check_auditor_independent, refuse_until_wired
 from fedfair.runtime.plan.limits import MAX_COLLABORATORS
 from fedfair.runtime.plan.privacy import PlanPrivacy
 from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning
@@ -146,8 +147,16 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
             f"{where}: [influence] sizes must declare exactly the collaborators; missing {missing or 'none'}, "
             f"not collaborators {unknown or 'none'}"
         )
+    auditor = loaded.secure_aggregation.auditor
+    check_auditor_independent(auditor, aggregator.name, names, where)
+    if auditor is not None and aggregator.manifest is None:
+        node.fail(
+            f"[secure_aggregation] auditor = {auditor!r} must be an institution the manifest pins, but the plan "
+            "names no manifest; set [aggregator] manifest to the federation's manifest that lists the auditor"
+        )
     if loaded.manifest is not None and check_manifest:
         check_plan(loaded.manifest, loaded, shared_content(loaded))
+    refuse_until_wired(loaded.secure_aggregation, where)
     return loaded
 
 
@@ -222,6 +231,10 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
     if settings.secure_aggregation.tolerates_dropouts:
         # Left out at its default, like drift_correction below (digests and resumes unchanged).
         loaded["secure_aggregation"].pop("dropouts")
+    if settings.secure_aggregation.input_bound == NO_INPUT_BOUND:
+        # Left out when off, like dropouts: digests unchanged (the auditor is then unset).
+        loaded["secure_aggregation"].pop("input_bound")
+        loaded["secure_aggregation"].pop("auditor")
     if settings.quorum.grace_factor is None:
         loaded["quorum"].pop("grace_factor")  # left out when unset, like dropouts: digests unchanged
     if settings.quorum.aborted_rounds_allowed == 0:

@@ -88,6 +88,10 @@ device = "auto"
 # How long to wait on an aggregator that answers but sends nothing (no task, a stalled download)
 # before giving up with aggregator-silent (exit status 2); a line every minute says it waits.
 idle_timeout_seconds = 3600.0
+# Auditor institutions this institution refuses as the second verifier of a plan's input bound
+# ([secure_aggregation] auditor: it holds a share of every input); a plan naming one is refused
+# with auditor-refused (exit status 4) before anything is sent.
+# refuse_auditors = ["audit-co"]
 
 [certificates]
 # The folder holding the files below (the README.md `fedfair init` writes says how to obtain them).

@@ -27,6 +27,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.composition_counts import CompositionColumn, composition_columns, composition_length
 from fedfair.runtime.plan.evaluation import EvaluationSettings, read_evaluation
 from fedfair.runtime.plan.influence import InfluenceSettings, read_influence
+from fedfair.runtime.plan.input_bound import NO_INPUT_BOUND, read_input_bound
 from fedfair.runtime.plan.limits import PLAN_NUMBER_MAX, number_in, positive
 from fedfair.runtime.plan.model import ModelSettings, read_model
 from fedfair.runtime.plan.privacy import (
@@ -94,6 +95,10 @@ class SecureAggregationSettings:
     max_weight: float = 1e6
     max_colluding: int = 0
     dropouts: str = "allowed"
+    input_bound: str = NO_INPUT_BOUND
+    """Whether each party proves its input within its bound, and to whom (fedfair.runtime.plan.input_bound)."""
+    auditor: str | None = None
+    """The second verifier under input_bound = "two_verifiers": an auditor institution of the manifest."""
 
     @property
     def tolerates_dropouts(self) -> bool:
@@ -298,6 +303,7 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
     )
     max_colluding = t.integer("max_colluding", d.max_colluding, low=0, high=n)
     dropouts = t.string("dropouts", d.dropouts, choices=DROPOUT_POLICIES)
+    input_bound, auditor = read_input_bound(t, enabled)
     if enabled:
         # The threshold rule for a round of the full roster (m holders of each secret, up to c colluders), and its
         # worst-case sum within the words: the protocol's own checks, before any round is built.
@@ -308,7 +314,17 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
         except ConfigError as error:
             t.fail(f"[secure_aggregation] with {n} collaborators and max_colluding = {max_colluding}: {error}")
     return SecureAggregationSettings(
-        enabled, threshold, modulus_bits, fractional_bits, clip, neighbours, max_weight, max_colluding, dropouts
+        enabled,
+        threshold,
+        modulus_bits,
+        fractional_bits,
+        clip,
+        neighbours,
+        max_weight,
+        max_colluding,
+        dropouts,
+        input_bound,
+        auditor,
     )
 
 

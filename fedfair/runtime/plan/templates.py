@@ -218,6 +218,11 @@ max_weight = 1e6    # largest agreed weight (bounds the fixed-point range)
                     # c + 2 <= t and 2t > m + c (docs/design.md section 5); 0 assumes none
 # dropouts = "none" # every collaborator in every round, else the round fails: no two sums over
                     # survivor sets that differ by one site (default "allowed": see docs/design.md)
+# input_bound = "two_verifiers"  # every site proves its update within update_norm x its weight to
+                    # two verifiers, the aggregator and `auditor`: a manifest institution (role
+                    # "auditor") that neither aggregates nor trains, which a site may refuse
+                    # (docs/security.md, "Bounded inputs"). Default "none"; not yet in the runtime
+# auditor = "audit-co"
 
 [privacy]
 # Distributed differential privacy: the collaborators add noise inside the secure sum, so the aggregator

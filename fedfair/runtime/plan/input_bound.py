@@ -1,0 +1,120 @@
+"""[secure_aggregation] input_bound and auditor: the plan's declaration of the two-verifier input bound.
+
+In that mode every party proves its update within its L2 bound (``update_norm`` times its weight) to two
+verifiers: the aggregator and an auditor institution the manifest names (fedfair.secagg.bounded). Here: the
+keys, the auditor's independence (neither the aggregator nor a collaborator), the line ``fedfair plan show``
+prints, and the one refusal that keeps a plan in that mode from running until the round carries the proof
+(:func:`refuse_until_wired`). A site may refuse the auditor by name ([collaborator] refuse_auditors).
+
+Why: docs/security.md, "Bounded inputs (two verifiers)", "Declaring it".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Protocol
+
+from fedfair.core.errors import ConfigError
+from fedfair.core.tables import Table
+from fedfair.pki.names import validate_name
+
+NO_INPUT_BOUND = "none"
+"""No input is proven within its bound (the default): under masking nobody checks a site's norm."""
+TWO_VERIFIERS = "two_verifiers"
+"""Every party proves its input within its bound to the aggregator and the plan's auditor."""
+INPUT_BOUND_MODES = (NO_INPUT_BOUND, TWO_VERIFIERS)
+"""The values of [secure_aggregation] input_bound."""
+DOCS_SECTION = 'docs/security.md, "Bounded inputs (two verifiers)"'
+"""Where the mode, its trust model and what remains to wire are described."""
+
+
+class InputBound(Protocol):
+    """A [secure_aggregation] section's input-bound keys (learning_settings.SecureAggregationSettings)."""
+
+    @property
+    def input_bound(self) -> str:
+        """One of :data:`INPUT_BOUND_MODES`."""
+
+    @property
+    def auditor(self) -> str | None:
+        """The auditor institution's name, set exactly when input_bound is two_verifiers."""
+
+
+def read_input_bound(table: Table, enabled: bool) -> tuple[str, str | None]:
+    """The section's (input_bound, auditor), each checked against the other and against `enabled`.
+
+    Raises:
+        ConfigError: an unknown mode, the mode on without an auditor or without secure aggregation, or an
+            auditor named with the mode off; each names the fix.
+    """
+    mode = table.string("input_bound", NO_INPUT_BOUND, choices=INPUT_BOUND_MODES)
+    auditor = table.name("auditor", validate_name) if table.given("auditor") else None
+    if mode == TWO_VERIFIERS and not enabled:
+        table.fail(
+            f'[secure_aggregation] input_bound = "{TWO_VERIFIERS}" proves masked inputs within their bounds, but '
+            'enabled = false sends them in the clear; turn enabled back on or set input_bound = "none"'
+        )
+    if mode == TWO_VERIFIERS and auditor is None:
+        table.fail(
+            f'[secure_aggregation] input_bound = "{TWO_VERIFIERS}" needs its second verifier: add auditor = '
+            '"NAME", an auditor institution of the manifest (role "auditor"), or set input_bound = "none"'
+        )
+    if mode == NO_INPUT_BOUND and auditor is not None:
+        table.fail(
+            f'[secure_aggregation] auditor = "{auditor}" is named but input_bound is "none", so nothing would '
+            f'ask it to verify; set input_bound = "{TWO_VERIFIERS}" or remove auditor'
+        )
+    return mode, auditor
+
+
+def check_auditor_independent(auditor: str | None, aggregator: str, collaborators: Collection[str], where: str) -> None:
+    """The auditor is neither the aggregator nor a collaborator of the plan (see the module's docstring).
+
+    Raises:
+        ConfigError: naming which it is and the fix.
+    """
+    if auditor is None:
+        return
+    if auditor == aggregator:
+        raise ConfigError(
+            f"{where}: [secure_aggregation] auditor = {auditor!r} is the aggregator; the second verifier must be "
+            "independent of it (together they hold both shares of every input): name another institution"
+        )
+    if auditor in collaborators:
+        raise ConfigError(
+            f"{where}: [secure_aggregation] auditor = {auditor!r} is a collaborator; a training site is one of "
+            "those max_colluding lets collude with the aggregator, and with it the auditor reads every input: "
+            "name an institution that does not train"
+        )
+
+
+def input_bound_line(secure: InputBound) -> str:
+    """What ``fedfair plan show`` says of the input bound in force."""
+    if secure.input_bound == NO_INPUT_BOUND:
+        return (
+            "input bound: none (no site proves its update within its bound; [secure_aggregation] input_bound = "
+            f'"{TWO_VERIFIERS}" with an auditor declares it)'
+        )
+    return (
+        f"input bound: two verifiers, the aggregator and auditor {secure.auditor!r}: every site proves its update "
+        "within update_norm x its weight; they must not collude (together they hold every input)"
+    )
+
+
+def refuse_until_wired(secure: InputBound, where: str) -> None:
+    """Refuse a plan in the two-verifier mode while the round does not carry the proof.
+
+    The protocol core exists (fedfair.secagg.bounded) but no round runs it yet, and a plan that declared the
+    mode and ran without it would promise bounded inputs it does not check. Delete this check, and its calls,
+    when the round carries the proof.
+
+    Raises:
+        ConfigError: the plan declares the mode.
+    """
+    if secure.input_bound == TWO_VERIFIERS:
+        raise ConfigError(
+            f'{where}: [secure_aggregation] input_bound = "{TWO_VERIFIERS}" (auditor {secure.auditor!r}) is '
+            f"declared but not yet available in the runtime ({DOCS_SECTION}: what remains to plug into the "
+            'round); nothing would check the bound, so the plan is refused: set input_bound = "none" and '
+            "remove auditor"
+        )
