@@ -2,8 +2,8 @@
 
 The parties are the real state machines and every message goes through its bytes, as a transport would
 carry it, following :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`. Identity keys are generated per
-call and pinned. A site's part can be made to go missing (it is then absent), a site can lie (its encoded
-update over its bound, with a liar's witness), and a verifier's message can be altered after it committed.
+call and pinned. A site's part can be made to go missing (it is then absent), and a site can lie (its encoded
+update over its bound, with a liar's witness).
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import numpy as np
 from fedfair.pki.identity import generate_identity_key
 from fedfair.secagg import keys
 from fedfair.secagg.bounded.context import BoundedContext
-from fedfair.secagg.bounded.exchange import Reveal
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, check_round_evidence
 from fedfair.secagg.bounded.shares import Witness, honest_witness
-from fedfair.secagg.bounded.stages import BoundedStage, steps
+from fedfair.secagg.bounded.stages import BoundedStage, BoundedStep, steps
 from fedfair.secagg.bounded.upload import make_uploads
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
@@ -63,7 +62,6 @@ def simulate_bounded_round(
     missing_aggregator_part: Collection[int] = (),
     missing_auditor_part: Collection[int] = (),
     noise_mu: float = 0.0,
-    alter_reveal: Callable[[Role, Reveal], Reveal] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> BoundedTrace:
     """Run one bounded secure sum and return its trace.
@@ -71,11 +69,9 @@ def simulate_bounded_round(
     encoded_input(party): the site's update in the encoded scale (signed integers, d of them).
     witnesses: per lying site, the witness it proves with (the honest one otherwise).
     missing_aggregator_part, missing_auditor_part: sites whose part to that verifier never arrives.
-    alter_reveal(role, reveal): what the verifier of ``role`` reveals instead of its committed messages.
     clock: what the seconds are read from (``time.process_time`` for CPU seconds).
 
-    Raises whatever the protocol raises, e.g. ProtocolError when a verifier reveals another message than it
-    committed to, or AuthenticationError when a site refuses the record.
+    Raises whatever the protocol raises, e.g. AuthenticationError or ProtocolError when a site refuses the record.
     """
     site_keys = {party: generate_identity_key() for party in weights}
     aggregator_key, auditor_key = generate_identity_key(), generate_identity_key()
@@ -101,11 +97,18 @@ def simulate_bounded_round(
     seconds = dict.fromkeys(Role, 0.0)
     trace_bytes = dict.fromkeys(Role, 0)
 
-    def timed(role: Role, work: Callable[[], Any]) -> Any:
+    def timed(role: Role, work: Callable[..., Any], *arguments: Any) -> Any:
+        """``work(*arguments)``, its seconds counted to ``role``'s verifier."""
         started = clock()
-        outcome = work()
+        outcome = work(*arguments)
         seconds[role] += clock() - started
         return outcome
+
+    def receive(role: Role, step: BoundedStep, data: bytes) -> Any:
+        """``role``'s verifier parses ``data`` and takes ``step``; what it sends next."""
+        handler = step.receive
+        assert handler is not None  # a verifier receives every step this is called for
+        return timed(role, handler, verifiers[role], timed(role, step.parse, data))
 
     # SHARE: each site makes its two parts; each verifier receives the part meant for it.
     share_steps = steps(BoundedStage.SHARE)
@@ -115,30 +118,23 @@ def simulate_bounded_round(
         encoded = encoded_input(party)
         started = clock()
         witness = (witnesses or {}).get(party, honest_witness)
-        parts = make_uploads(context, party, site_keys[party], encoded, witness)
+        leader_part, helper_part = make_uploads(context, party, site_keys[party], encoded, witness)
         site_seconds[party] = clock() - started
-        upload_bytes[party] = 0
-        for role, step, part in zip((Role.LEADER, Role.HELPER), share_steps, parts, strict=True):
-            data = part.to_bytes()
-            upload_bytes[party] += len(data)
+        parts = (leader_part.to_bytes(), helper_part.to_bytes())
+        upload_bytes[party] = sum(len(data) for data in parts)
+        for role, step, data in zip((Role.LEADER, Role.HELPER), share_steps, parts, strict=True):
             if party not in missing[role]:
-                assert step.receive is not None  # a verifier receives each part
-                timed(role, lambda: step.receive(verifiers[role], step.parse(data)))
+                receive(role, step, data)
 
     # VERIFY: each exchange step is sent by both verifiers, each to the other.
-    outgoing = {role: timed(role, verifiers[role].close_uploads) for role in Role}
+    outgoing: dict[Role, Any] = {role: timed(role, verifiers[role].close_uploads) for role in Role}
     for step in steps(BoundedStage.VERIFY):
-        sent = {}
+        sent = {role: outgoing[role].to_bytes() for role in Role}
         for role in Role:
-            message = outgoing[role]
-            if alter_reveal is not None and isinstance(message, Reveal):
-                message = alter_reveal(role, message)
-            sent[role] = message.to_bytes()
             trace_bytes[role] += len(sent[role])
-        peer = {Role.LEADER: Role.HELPER, Role.HELPER: Role.LEADER}
-        assert step.receive is not None  # each verifier takes the other's message
         outgoing = {
-            role: timed(role, lambda: step.receive(verifiers[role], step.parse(sent[peer[role]]))) for role in Role
+            Role.LEADER: receive(Role.LEADER, step, sent[Role.HELPER]),
+            Role.HELPER: receive(Role.HELPER, step, sent[Role.LEADER]),
         }
 
     # DECIDE: the aggregator's record to every site, which checks it on its own.

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
 
 from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.pki import identity
-from fedfair.secagg.bounded import flp
+from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.exchange import Reveal
 from fedfair.secagg.bounded.record import VerdictRecord, check_round_evidence, settle, sign_record
 from fedfair.secagg.bounded.shares import HelperShare
@@ -36,7 +37,7 @@ def decided_round() -> tuple[Round, VerdictRecord, tuple[LeaderUpload, HelperSha
     return game, game.leader.record(), (liar_parts[0], liar_helper_share)
 
 
-def resigned(game: Round, record: VerdictRecord, **changes: object) -> VerdictRecord:
+def resigned(game: Round, record: VerdictRecord, **changes: Any) -> VerdictRecord:
     """``record`` changed and signed again by the aggregator: a record the aggregator lies in."""
     return sign_record(game.context, game.aggregator_key, dataclasses.replace(record, **changes))
 
@@ -86,7 +87,7 @@ def test_a_verifier_revealing_another_message_than_it_committed_to_is_refused() 
     ((party, data, _signature),) = from_helper.entries
     honest = VerifierMessage.from_bytes(game.context.layout(party), data)
     outputs = honest.share.outputs.copy()
-    outputs[0] = (int(outputs[0]) + 1) % flp.P
+    outputs[0] = (int(outputs[0]) + 1) % field.P
     fitted = dataclasses.replace(honest, share=dataclasses.replace(honest.share, outputs=outputs))
     refit = Reveal(((party, *sign(game.auditor_key, game.context.digest, fitted)),))
     with pytest.raises(ProtocolError, match="auditor's message about party 0 is not the one it committed to"):
