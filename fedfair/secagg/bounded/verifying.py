@@ -108,7 +108,8 @@ class RoundVerifier:
 
         Raises:
             AuthenticationError: the part is not signed by its party for this round, or the seal does not open.
-            ProtocolError: uploads are closed, the party is unknown, sent twice, or sent the other verifier's part.
+            ProtocolError: uploads are closed, the party is unknown, sent twice, sent the other verifier's part, or
+                a share of the wrong shape or outside the field.
         """
         self._expect(Step.UPLOADS)
         party = upload.party
@@ -118,6 +119,7 @@ class RoundVerifier:
             raise ProtocolError(f"party {party} sent its part twice this round")
         if isinstance(upload, LeaderUpload) and self.role is Role.LEADER:
             check_leader_upload(self.context, upload, self._client_keys[party])
+            _check_shape(self.context, upload)
             self._shares[party] = upload.share
         elif isinstance(upload, SealedSeed) and self._auditor_cipher is not None:
             self._shares[party] = open_seed(self.context, upload, self._auditor_cipher, self._client_keys[party])
@@ -275,3 +277,12 @@ class RoundVerifier:
             raise ProtocolError(
                 f"the {self.role.value} is at step {self.step.name}, not {step.name}: a message out of order"
             )
+
+
+def _check_shape(context: BoundedContext, upload: LeaderUpload) -> None:
+    """Refuse, at upload, a share that the verifier's query could not take: it would stop the round at VERIFY."""
+    layout, share = context.layout(upload.party), upload.share
+    if share.inputs.shape != (layout.input_length,) or share.proof.shape != (layout.proof_length,):
+        raise ProtocolError(f"party {upload.party}'s share does not match its layout (d and its bound)")
+    if np.any(share.inputs >= np.uint64(field.P)) or np.any(share.proof >= np.uint64(field.P)):
+        raise ProtocolError(f"party {upload.party}'s share holds a value that is not a field element")

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError
+from fedfair.pki import identity
 from fedfair.secagg import keys
+from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.context import BoundedContext
-from fedfair.secagg.bounded.shares import seed_parts
-from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, open_seed
+from fedfair.secagg.bounded.shares import LeaderShare, seed_parts
+from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, leader_digest, open_seed, statement
 from tests.secagg.bounded.roundkit import new_round, vector_at
 
 
@@ -66,6 +68,25 @@ def test_a_verifier_refuses_unsigned_misrouted_repeated_and_late_parts() -> None
     game.leader.close_uploads()
     with pytest.raises(ProtocolError, match="not UPLOADS"):
         game.leader.receive_upload(leader_part)
+
+
+def test_a_signed_share_of_the_wrong_shape_is_refused_at_upload_not_at_verify() -> None:
+    game = new_round({0: 1.0})
+    small = new_round({0: 1.0}, dimension=game.context.dimension - 1)
+    short = small.upload(0, encoded(small.context, 0))[0]
+    # Signed by party 0 for this round, with the share of a smaller layout: the site's own signature binds it.
+    digest = leader_digest(short.share)
+    signature = identity.sign(game.site_keys[0], statement(game.context, 0, digest, short.helper_digest))
+    with pytest.raises(ProtocolError, match="does not match its layout"):
+        game.leader.receive_upload(dataclasses.replace(short, signature=signature))
+    layout = game.context.layout(0)
+    inputs, proof = np.full(layout.input_length, field.P, np.uint64), np.zeros(layout.proof_length, np.uint64)
+    outside = LeaderShare(inputs, proof, short.share.blind, short.share.peer_parts)
+    signature = identity.sign(
+        game.site_keys[0], statement(game.context, 0, leader_digest(outside), short.helper_digest)
+    )
+    with pytest.raises(ProtocolError, match="not a field element"):
+        game.leader.receive_upload(LeaderUpload(0, outside, short.helper_digest, signature))
 
 
 def test_a_site_cannot_upload_over_its_bound_honestly() -> None:
