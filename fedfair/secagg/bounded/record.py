@@ -98,7 +98,10 @@ def sign_record(context: BoundedContext, key: ec.EllipticCurvePrivateKey, record
 
 @dataclass(frozen=True)
 class RoundFindings:
-    """What a site concludes from a record that checks: who is in the sum, and who was caught lying and why."""
+    """What a site concludes from a record that checks: who is in the sum, and who was caught lying and why.
+
+    liars: party -> the reasons the site's own ``decide`` gave (not the aggregator's words).
+    """
 
     accepted: tuple[int, ...]
     liars: dict[int, tuple[str, ...]]
@@ -120,6 +123,7 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
         raise ProtocolError("the aggregator's record marks a party both accepted and excluded")
     if decided != set(record.evidence):
         raise ProtocolError("the aggregator's record does not give evidence for exactly the parties it decided")
+    liars = {}
     for party in sorted(decided):
         layout = context.layout(party)
         evidence = record.evidence[party]
@@ -140,9 +144,9 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
                 f"the aggregator's record marks party {party} {marked}, but the verifiers' signed messages "
                 f"{'accept' if verdict.accepted else 'reject'} it: the record does not follow from its evidence"
             )
-    return RoundFindings(
-        tuple(sorted(record.accepted)), {party: record.excluded[party] for party in sorted(record.excluded)}
-    )
+        if not verdict.accepted:
+            liars[party] = verdict.reasons
+    return RoundFindings(tuple(sorted(record.accepted)), liars)
 
 
 def settle(

@@ -19,7 +19,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from fedfair.core.errors import AuthenticationError, ProtocolError
+from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError
 from fedfair.pki import identity
 from fedfair.secagg import noise
 from fedfair.secagg.bounded import field
@@ -84,7 +84,9 @@ class RoundVerifier:
     ) -> None:
         """``auditor_cipher``: the auditor's X25519 round key (the auditor only), whose public half is in the context."""
         if (role is Role.HELPER) != (auditor_cipher is not None):
-            raise ValueError("the auditor, and only the auditor, holds the round's cipher key")
+            raise ConfigError(
+                "the auditor, and only the auditor, holds the round's cipher key: pass it to the auditor's"
+            )
         self.context = context
         self.role = role
         self._identity_key = identity_key
