@@ -131,6 +131,11 @@ def sign(key: ec.EllipticCurvePrivateKey, context: bytes, message: VerifierMessa
     return data, identity.sign(key, _signed_payload(context, data))
 
 
+def is_signed(key: ec.EllipticCurvePublicKey, context: bytes, data: bytes, signature: bytes) -> bool:
+    """Whether ``signature`` is ``key``'s signature of a verifier message's bytes ``data`` in the round ``context``."""
+    return identity.is_valid_signature(key, signature, _signed_payload(context, data))
+
+
 def check_evidence(
     layout: Layout,
     context: bytes,
@@ -147,7 +152,7 @@ def check_evidence(
         ("aggregator", leader_key, evidence.leader_message, evidence.leader_signature),
         ("auditor", helper_key, evidence.helper_message, evidence.helper_signature),
     ):
-        if not identity.is_valid_signature(key, signature, _signed_payload(context, data)):
+        if not is_signed(key, context, data, signature):
             raise ProtocolError(f"the {name}'s verifier message is not signed by the {name}")
     leader = VerifierMessage.from_bytes(layout, evidence.leader_message)
     helper = VerifierMessage.from_bytes(layout, evidence.helper_message)
@@ -221,6 +226,10 @@ class Verifier:
             raise ProtocolError(f"the other verifier committed twice to its message about party {party}")
         self._peer_commitments[party] = peer_commitment
 
+    def committed_to(self, party: int, peer: VerifierMessage) -> bool:
+        """Whether ``peer`` is the message the other verifier committed to about ``party``."""
+        return peer.party == party and self._peer_commitments.get(party) == peer.commitment()
+
     def conclude(self, party: int, peer: VerifierMessage) -> Verdict:
         """Decide ``party`` from this verifier's message and the peer's; an accepted x share joins the total.
 
@@ -230,7 +239,7 @@ class Verifier:
         """
         if party not in self._pending:
             raise ProtocolError(f"no share from party {party} is waiting for a decision")
-        if self._peer_commitments.get(party) != peer.commitment():
+        if not self.committed_to(party, peer):
             raise ProtocolError(f"the other verifier's message about party {party} is not the one it committed to")
         x_share, own = self._pending.pop(party)
         leader, helper = (own, peer) if self.role is Role.LEADER else (peer, own)

@@ -1,0 +1,173 @@
+"""DECIDE: the verdict record every site receives, the check each site runs on it, and how a dispute is settled.
+
+The aggregator signs a :class:`VerdictRecord`: who was accepted, who was excluded and why, and for every
+decided party the :class:`~fedfair.secagg.bounded.verifier.Evidence` (both verifiers' signed messages).
+:func:`check_round_evidence` verifies every signature and re-runs the public ``decide`` per party, so a
+site refuses a record whose verdicts do not follow from its evidence (an honest party marked excluded,
+a liar marked accepted) and names who lied: an excluded party, or the verifier whose message fails.
+:func:`settle` re-judges one party from its two revealed parts and its own signature over them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedfair.core.errors import AuthenticationError, ProtocolError
+from fedfair.pki import identity
+from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.shares import SEED_BYTES, HelperShare
+from fedfair.secagg.bounded.upload import LeaderUpload, helper_digest, leader_digest, statement
+from fedfair.secagg.bounded.verifier import Evidence, Role, Verdict, Verifier, VerifierMessage, check_evidence, decide
+from fedfair.secagg.codec import Reader, Writer
+from fedfair.secagg.wire import SIGNATURE_LIMIT
+
+
+@dataclass(frozen=True)
+class VerdictRecord:
+    """The aggregator's signed account of a bounded sum's verdicts.
+
+    query_seed: the verifiers' query seed, revealed now that uploads are closed (it lets a dispute be settled).
+    accepted: the parties in the sum, in increasing order.
+    excluded: party -> the reasons its proof failed, for each party left out of the sum.
+    evidence: party -> both verifiers' signed messages, for every accepted and excluded party.
+    signature: the aggregator's identity signature over the rest, bound to the round's context.
+    """
+
+    query_seed: bytes
+    accepted: tuple[int, ...]
+    excluded: dict[int, tuple[str, ...]]
+    evidence: dict[int, Evidence]
+    signature: bytes = b""
+
+    def body(self, context: BoundedContext) -> bytes:
+        """The bytes the aggregator signs: the context, then every field but the signature."""
+        writer = Writer().blob(context.digest).blob(self.query_seed).ids(self.accepted).u32(len(self.excluded))
+        for party in sorted(self.excluded):
+            writer.u32(party).u32(len(self.excluded[party]))
+            for reason in self.excluded[party]:
+                writer.text(reason)
+        writer.u32(len(self.evidence))
+        for party in sorted(self.evidence):
+            item = self.evidence[party]
+            writer.u32(party).blob(item.leader_message).blob(item.leader_signature)
+            writer.blob(item.helper_message).blob(item.helper_signature)
+        return b"fedfair bounded v1 verdict record\x00" + writer.getvalue()
+
+    def to_bytes(self, context: BoundedContext) -> bytes:
+        """Canonical bytes: the signed body, then the signature."""
+        return Writer().blob(self.body(context)).blob(self.signature).getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> VerdictRecord:
+        """Parse :meth:`to_bytes` (the context it claims is checked by :func:`check_round_evidence`).
+
+        Raises:
+            ProtocolError: the bytes are malformed.
+        """
+        outer = Reader(data)
+        body, signature = outer.blob(), outer.blob(SIGNATURE_LIMIT)
+        outer.finish()
+        prefix = b"fedfair bounded v1 verdict record\x00"
+        if not body.startswith(prefix):
+            raise ProtocolError("malformed verdict record: not a fedfair bounded v1 record")
+        reader = Reader(body[len(prefix) :])
+        reader.blob(32)  # the context digest, which the signature binds
+        query_seed, accepted = reader.blob(SEED_BYTES), reader.ids()
+        excluded = {}
+        for _ in range(reader.u32()):
+            party = reader.u32()
+            excluded[party] = tuple(reader.text() for _ in range(reader.u32()))
+        evidence = {}
+        for _ in range(reader.u32()):
+            party = reader.u32()
+            evidence[party] = Evidence(
+                reader.blob(), reader.blob(SIGNATURE_LIMIT), reader.blob(), reader.blob(SIGNATURE_LIMIT)
+            )
+        reader.finish()
+        return cls(query_seed, accepted, excluded, evidence, signature)
+
+
+def sign_record(context: BoundedContext, key: ec.EllipticCurvePrivateKey, record: VerdictRecord) -> VerdictRecord:
+    """``record`` signed by the aggregator's identity key."""
+    return VerdictRecord(
+        record.query_seed, record.accepted, record.excluded, record.evidence, identity.sign(key, record.body(context))
+    )
+
+
+@dataclass(frozen=True)
+class RoundFindings:
+    """What a site concludes from a record that checks: who is in the sum, and who was caught lying and why.
+
+    liars: party -> the reasons the site's own ``decide`` gave (not the aggregator's words).
+    """
+
+    accepted: tuple[int, ...]
+    liars: dict[int, tuple[str, ...]]
+
+
+def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> RoundFindings:
+    """Check the aggregator's record against its evidence: the verdicts a site can reach on its own.
+
+    Raises:
+        AuthenticationError: the record is not signed by the aggregator for this round, or a verifier message
+            is not signed by the verifier it is from (the error names it).
+        ProtocolError: a verdict does not follow from its evidence, a party is both accepted and excluded, or
+            a decided party has no evidence (the aggregator's record is false; the error names the party).
+    """
+    if not identity.is_valid_signature(context.aggregator_key, record.signature, record.body(context)):
+        raise AuthenticationError("the verdict record is not signed by the aggregator for this round")
+    decided = set(record.accepted) | set(record.excluded)
+    if set(record.accepted) & set(record.excluded):
+        raise ProtocolError("the aggregator's record marks a party both accepted and excluded")
+    if decided != set(record.evidence):
+        raise ProtocolError("the aggregator's record does not give evidence for exactly the parties it decided")
+    liars = {}
+    for party in sorted(decided):
+        layout = context.layout(party)
+        evidence = record.evidence[party]
+        for name, data in (("aggregator", evidence.leader_message), ("auditor", evidence.helper_message)):
+            try:
+                message = VerifierMessage.from_bytes(layout, data)
+            except ProtocolError as error:
+                raise ProtocolError(f"the {name}'s message about party {party} is malformed: {error}") from None
+            if message.party != party:
+                raise ProtocolError(f"the {name}'s message filed under party {party} is about party {message.party}")
+        try:
+            verdict = check_evidence(layout, context.digest, evidence, context.aggregator_key, context.auditor_key)
+        except ProtocolError as error:
+            raise AuthenticationError(f"party {party}'s evidence: {error}") from None
+        if verdict.accepted != (party in record.accepted):
+            marked = "accepted" if party in record.accepted else "excluded"
+            raise ProtocolError(
+                f"the aggregator's record marks party {party} {marked}, but the verifiers' signed messages "
+                f"{'accept' if verdict.accepted else 'reject'} it: the record does not follow from its evidence"
+            )
+        if not verdict.accepted:
+            liars[party] = verdict.reasons
+    return RoundFindings(tuple(sorted(record.accepted)), liars)
+
+
+def settle(
+    context: BoundedContext,
+    query_seed: bytes,
+    leader_upload: LeaderUpload,
+    helper_share: HelperShare,
+    client_key: ec.EllipticCurvePublicKey,
+) -> Verdict:
+    """Re-judge a disputed party from its two parts, revealed by the verifiers that received them.
+
+    The party's own signature binds both parts, so a party cannot disown them, and the verdict computed
+    here from them is the one two honest verifiers reach.
+
+    Raises:
+        AuthenticationError: the party did not sign these two parts for this round.
+    """
+    party = leader_upload.party
+    signed = statement(context, party, leader_digest(leader_upload.share), helper_digest(helper_share))
+    if not identity.is_valid_signature(client_key, leader_upload.signature, signed):
+        raise AuthenticationError(f"party {party} did not sign these two parts for this round")
+    layout = context.layout(party)
+    leader, helper = Verifier(layout, Role.LEADER, query_seed), Verifier(layout, Role.HELPER, query_seed)
+    return decide(layout, leader.receive(party, leader_upload.share), helper.receive(party, helper_share))

@@ -1,0 +1,290 @@
+"""One verifier's state for one bounded secure sum, from the uploads to its total, without I/O.
+
+The aggregator and the auditor each run a :class:`RoundVerifier`; each step takes what the other sent and
+returns what to send it, and refuses anything out of order or inconsistent (ProtocolError). In order:
+receive each party's signed part (a refused or missing part leaves the party absent); close the uploads
+(:class:`Roster`: present = both parts arrived, with a commitment to a half of the query seed); reveal the
+half; commit to a message per present party; reveal the signed messages (one that is not the committed one
+is refused); decide. Then the auditor's signed total, the aggregator's verdict record (DECIDE) and the
+sum. DP: each verifier adds Skellam(noise_mu) to its own total (docs/security.md, "Bounded inputs").
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError
+from fedfair.pki import identity
+from fedfair.secagg import noise
+from fedfair.secagg.bounded import field
+from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.exchange import (
+    AuditorTotal,
+    Commitments,
+    Reveal,
+    Roster,
+    SeedReveal,
+    query_seed,
+    seed_commitment,
+)
+from fedfair.secagg.bounded.record import VerdictRecord, sign_record
+from fedfair.secagg.bounded.shares import SEED_BYTES, HelperShare, LeaderShare
+from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, check_leader_upload, open_seed
+from fedfair.secagg.bounded.verifier import Evidence, Role, Verdict, Verifier, VerifierMessage, is_signed, sign
+
+
+class Step(enum.IntEnum):
+    """Where a verifier is in the round; each method takes it one step on."""
+
+    UPLOADS = 1
+    ROSTER = 2
+    SEED = 3
+    COMMITMENTS = 4
+    REVEAL = 5
+    DECIDED = 6
+
+
+@dataclass(frozen=True)
+class BoundedSum:
+    """The outcome of a bounded secure sum at the aggregator.
+
+    total: the sum of the accepted parties' encoded updates and of both verifiers' noise (signed integers).
+    accepted: the parties in the sum; excluded: party -> why its proof failed; absent: parties whose two
+        parts did not both arrive (neither in the sum nor named).
+    fractional_bits: f, so that ``total / 2^f`` is the sum in the update's units (:meth:`decoded`).
+    """
+
+    total: np.ndarray
+    accepted: tuple[int, ...]
+    excluded: dict[int, tuple[str, ...]]
+    absent: tuple[int, ...]
+    fractional_bits: int
+
+    def decoded(self) -> np.ndarray:
+        """The sum in the update's units (float64)."""
+        return np.ldexp(self.total.astype(np.float64), -self.fractional_bits)
+
+
+class RoundVerifier:
+    """The aggregator's (Role.LEADER) or the auditor's (Role.HELPER) state for one bounded secure sum."""
+
+    def __init__(
+        self,
+        context: BoundedContext,
+        role: Role,
+        identity_key: ec.EllipticCurvePrivateKey,
+        client_keys: dict[int, ec.EllipticCurvePublicKey],
+        auditor_cipher: X25519PrivateKey | None = None,
+    ) -> None:
+        """``auditor_cipher``: the auditor's X25519 round key (the auditor only), whose public half is in the context."""
+        if (role is Role.HELPER) != (auditor_cipher is not None):
+            raise ConfigError(
+                "the auditor, and only the auditor, holds the round's cipher key: pass it to the auditor's"
+            )
+        self.context = context
+        self.role = role
+        self._identity_key = identity_key
+        self._client_keys = client_keys
+        self._auditor_cipher = auditor_cipher
+        self.step = Step.UPLOADS
+        self._shares: dict[int, LeaderShare | HelperShare] = {}
+        self._seed_half = os.urandom(SEED_BYTES)
+        self._peer_roster: Roster | None = None
+        self.present: tuple[int, ...] = ()
+        self._verifiers: dict[int, Verifier] = {}
+        self._messages: dict[int, VerifierMessage] = {}
+        self._signed: dict[int, tuple[bytes, bytes]] = {}
+        self._query_seed = b""
+        self.verdicts: dict[int, Verdict] = {}
+        self.evidence: dict[int, Evidence] = {}
+        self._noised_total: np.ndarray | None = None
+
+    def receive_upload(self, upload: LeaderUpload | SealedSeed) -> None:
+        """Keep a party's part once its signature checks.
+
+        Raises:
+            AuthenticationError: the part is not signed by its party for this round, or the seal does not open.
+            ProtocolError: uploads are closed, the party is unknown, sent twice, sent the other verifier's part, or
+                a share of the wrong shape or outside the field.
+        """
+        self._expect(Step.UPLOADS)
+        party = upload.party
+        if party not in self._client_keys or party not in self.context.bounds:
+            raise ProtocolError(f"party {party} is not in this round")
+        if party in self._shares:
+            raise ProtocolError(f"party {party} sent its part twice this round")
+        if isinstance(upload, LeaderUpload) and self.role is Role.LEADER:
+            check_leader_upload(self.context, upload, self._client_keys[party])
+            _check_shape(self.context, upload)
+            self._shares[party] = upload.share
+        elif isinstance(upload, SealedSeed) and self._auditor_cipher is not None:
+            self._shares[party] = open_seed(self.context, upload, self._auditor_cipher, self._client_keys[party])
+        else:
+            raise ProtocolError(f"party {party} sent the {self.role.value} the other verifier's part")
+
+    def close_uploads(self) -> Roster:
+        """Close the uploads: whom this verifier holds a part from, and its commitment to its half of the query seed."""
+        self._expect(Step.UPLOADS)
+        self.step = Step.ROSTER
+        return Roster(tuple(sorted(self._shares)), seed_commitment(self.context.digest, self._seed_half))
+
+    def receive_roster(self, peer: Roster) -> SeedReveal:
+        """Take the other verifier's roster: the present parties are those both hold a part from."""
+        self._expect(Step.ROSTER)
+        self._peer_roster = peer
+        self.present = tuple(sorted(set(self._shares) & set(peer.parties)))
+        self.step = Step.SEED
+        return SeedReveal(self._seed_half)
+
+    def receive_seed(self, peer: SeedReveal) -> Commitments:
+        """Take the other verifier's half of the query seed; compute and commit to a message per present party.
+
+        Raises:
+            ProtocolError: the half is not the one the other verifier committed to in its roster.
+        """
+        self._expect(Step.SEED)
+        assert self._peer_roster is not None  # set by receive_roster, which SEED follows
+        if seed_commitment(self.context.digest, peer.half) != self._peer_roster.seed_commitment:
+            raise ProtocolError("the other verifier's half of the query seed is not the one it committed to")
+        halves = (self._seed_half, peer.half) if self.role is Role.LEADER else (peer.half, self._seed_half)
+        self._query_seed = query_seed(self.context.digest, *halves)
+        for party in self.present:
+            bound = self.context.bounds[party]
+            if bound not in self._verifiers:
+                self._verifiers[bound] = Verifier(self.context.layout(party), self.role, self._query_seed)
+            message = self._verifiers[bound].receive(party, self._shares.pop(party))
+            self._messages[party] = message
+        self._shares.clear()  # an absent party's part is dropped unread
+        self.step = Step.COMMITMENTS
+        return Commitments(tuple((party, self._messages[party].commitment()) for party in self.present))
+
+    def receive_commitments(self, peer: Commitments) -> Reveal:
+        """Record the other verifier's commitments; reveal this verifier's signed messages.
+
+        Raises:
+            ProtocolError: the commitments are not for exactly the present parties.
+        """
+        self._expect(Step.COMMITMENTS)
+        if tuple(party for party, _ in peer.entries) != self.present:
+            raise ProtocolError("the other verifier committed to messages about other parties than the present ones")
+        for party, commitment in peer.entries:
+            self._verifier(party).commit(party, commitment)
+        self._signed = {
+            party: sign(self._identity_key, self.context.digest, self._messages[party]) for party in self.present
+        }
+        self.step = Step.REVEAL
+        return Reveal(tuple((party, *self._signed[party]) for party in self.present))
+
+    def receive_reveal(self, peer: Reveal) -> dict[int, Verdict]:
+        """Decide every present party from the two messages; the accepted ones' shares join this verifier's total.
+
+        Raises:
+            AuthenticationError: a message is not signed by the other verifier for this round.
+            ProtocolError: the messages are not for exactly the present parties, one does not parse, or one is
+                not the message its sender committed to (the other verifier misbehaved; no party is judged on it).
+        """
+        self._expect(Step.REVEAL)
+        if tuple(party for party, _, _ in peer.entries) != self.present:
+            raise ProtocolError("the other verifier revealed messages about other parties than the present ones")
+        peer_key = self.context.auditor_key if self.role is Role.LEADER else self.context.aggregator_key
+        peer_name = Role.HELPER.value if self.role is Role.LEADER else Role.LEADER.value
+        parsed = {}
+        for party, data, signature in peer.entries:
+            if not is_signed(peer_key, self.context.digest, data, signature):
+                raise AuthenticationError(
+                    f"the {peer_name}'s message about party {party} is not signed by the {peer_name}"
+                )
+            message = VerifierMessage.from_bytes(self.context.layout(party), data)
+            if not self._verifier(party).committed_to(party, message):
+                raise ProtocolError(f"the {peer_name}'s message about party {party} is not the one it committed to")
+            parsed[party] = (message, data, signature)
+        for party, (message, data, signature) in parsed.items():
+            self.verdicts[party] = self._verifier(party).conclude(party, message)
+            own = self._signed[party]
+            leader, helper = (own, (data, signature)) if self.role is Role.LEADER else ((data, signature), own)
+            self.evidence[party] = Evidence(*leader, *helper)
+        self.step = Step.DECIDED
+        return dict(self.verdicts)
+
+    @property
+    def accepted(self) -> tuple[int, ...]:
+        """The present parties whose proofs were accepted."""
+        return tuple(party for party in self.present if self.verdicts.get(party, Verdict(party, False)).accepted)
+
+    def noised_total(self) -> np.ndarray:
+        """This verifier's total over the accepted parties, plus its own Skellam(noise_mu) noise (field elements).
+
+        The noise is drawn once: asked again, the same total comes back (a fresh draw would let the two be averaged).
+        """
+        self._expect(Step.DECIDED)
+        if self._noised_total is not None:
+            return self._noised_total
+        total = np.zeros(self.context.dimension, dtype=np.uint64)
+        for verifier in self._verifiers.values():
+            total = field.add(total, verifier.total())
+        if self.context.noise_mu > 0:
+            drawn = noise.skellam(self.context.noise_mu, self.context.dimension, os.urandom(32))
+            total = field.add(total, field.from_signed(drawn))
+        self._noised_total = total
+        return total
+
+    def auditor_total(self) -> AuditorTotal:
+        """TOTAL: the auditor's noised total over the accepted parties, signed for the aggregator."""
+        if self.role is not Role.HELPER:
+            raise ProtocolError("only the auditor sends its total to the aggregator")
+        unsigned = AuditorTotal(self.accepted, self.noised_total(), b"")
+        signature = identity.sign(self._identity_key, unsigned.signed_bytes(self.context.digest))
+        return AuditorTotal(unsigned.accepted, unsigned.total, signature)
+
+    def record(self) -> VerdictRecord:
+        """DECIDE: the aggregator's signed verdict record, with both verifiers' signed messages for every party."""
+        self._expect(Step.DECIDED)
+        if self.role is not Role.LEADER:
+            raise ProtocolError("the aggregator, not the auditor, sends the verdict record to the sites")
+        excluded = {party: self.verdicts[party].reasons for party in self.present if party not in self.accepted}
+        unsigned = VerdictRecord(self._query_seed, self.accepted, excluded, dict(self.evidence))
+        return sign_record(self.context, self._identity_key, unsigned)
+
+    def finish(self, auditor: AuditorTotal) -> BoundedSum:
+        """The sum of the accepted parties' updates (and both verifiers' noise), from the auditor's total.
+
+        Raises:
+            AuthenticationError: the total is not signed by the auditor for this round.
+            ProtocolError: it covers other parties than the ones both verifiers accepted.
+        """
+        if self.role is not Role.LEADER:
+            raise ProtocolError("the aggregator, not the auditor, adds the two totals")
+        if not identity.is_valid_signature(
+            self.context.auditor_key, auditor.signature, auditor.signed_bytes(self.context.digest)
+        ):
+            raise AuthenticationError("the auditor's total is not signed by the auditor for this round")
+        if auditor.accepted != self.accepted or auditor.total.shape != (self.context.dimension,):
+            raise ProtocolError("the auditor's total covers other parties, or another dimension, than this round's")
+        total = field.to_signed(field.add(self.noised_total(), auditor.total))
+        excluded = {party: self.verdicts[party].reasons for party in self.present if party not in self.accepted}
+        absent = tuple(party for party in self.context.parties if party not in self.present)
+        return BoundedSum(total, self.accepted, excluded, absent, self.context.fractional_bits)
+
+    def _verifier(self, party: int) -> Verifier:
+        return self._verifiers[self.context.bounds[party]]
+
+    def _expect(self, step: Step) -> None:
+        if self.step is not step:
+            raise ProtocolError(
+                f"the {self.role.value} is at step {self.step.name}, not {step.name}: a message out of order"
+            )
+
+
+def _check_shape(context: BoundedContext, upload: LeaderUpload) -> None:
+    """Refuse, at upload, a share that the verifier's query could not take: it would stop the round at VERIFY."""
+    layout, share = context.layout(upload.party), upload.share
+    if share.inputs.shape != (layout.input_length,) or share.proof.shape != (layout.proof_length,):
+        raise ProtocolError(f"party {upload.party}'s share does not match its layout (d and its bound)")
+    if np.any(share.inputs >= np.uint64(field.P)) or np.any(share.proof >= np.uint64(field.P)):
+        raise ProtocolError(f"party {upload.party}'s share holds a value that is not a field element")

@@ -1,0 +1,125 @@
+"""A whole bounded secure sum in process: liars excluded and named, honest sums exact, dropouts absent, DP."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedfair.secagg.bounded.layout import squared_bound
+from fedfair.secagg.bounded.shares import encode_within_bound
+from fedfair.secagg.bounded.simulate import simulate_bounded_round
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
+from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM, liar_witness, vector_at
+
+WEIGHTS = {0: 1.0, 1: 0.5, 2: 0.8, 3: 0.3}
+
+
+def at_bound(party: int, weight: float, dimension: int = DIMENSION, seed: int = 0) -> np.ndarray:
+    """An honest site's encoded update at exactly its bound (the encoder keeps it within)."""
+    bound_sq = squared_bound(UPDATE_NORM, weight, FRACTIONAL_BITS)
+    vector = vector_at(UPDATE_NORM * weight, dimension, 1000 * seed + party)
+    return encode_within_bound(vector, bound_sq, FRACTIONAL_BITS, bytes([party]) * 32)
+
+
+def liar_at(party: int, weight: float, factor: float) -> np.ndarray:
+    """A liar's encoded update ``factor`` times its bound (not clipped)."""
+    bound = math.sqrt(squared_bound(UPDATE_NORM, weight, FRACTIONAL_BITS))
+    return np.round(vector_at(factor * bound, DIMENSION, 77 + party)).astype(np.int64)
+
+
+@pytest.mark.parametrize("factor", [1.01, 2.5, 3.5])
+def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_sum_is_exact(factor: float) -> None:
+    liar = 2
+    inputs = {party: at_bound(party, weight) for party, weight in WEIGHTS.items()}
+    inputs[liar] = liar_at(liar, WEIGHTS[liar], factor)
+    assert sum(int(v) ** 2 for v in inputs[liar]) > squared_bound(UPDATE_NORM, WEIGHTS[liar], FRACTIONAL_BITS)
+    trace = simulate_bounded_round(
+        dimension=DIMENSION,
+        fractional_bits=FRACTIONAL_BITS,
+        update_norm=UPDATE_NORM,
+        weights=WEIGHTS,
+        encoded_input=inputs.__getitem__,
+        witnesses={liar: liar_witness},
+    )
+    honest = (0, 1, 3)
+    assert trace.result.accepted == honest and set(trace.result.excluded) == {liar} and trace.result.absent == ()
+    assert any(reason.startswith("norm") for reason in trace.result.excluded[liar])
+    np.testing.assert_array_equal(trace.result.total, sum(inputs[party] for party in honest))
+    for findings in trace.findings.values():  # every site checked the evidence and names the liar
+        assert findings.accepted == honest and findings.liars == trace.result.excluded
+    assert set(trace.record.evidence) == set(WEIGHTS)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    weights=st.lists(st.floats(0.05, 1.0), min_size=1, max_size=4),
+    dimension=st.integers(1, 120),
+    seed=st.integers(0, 2**16),
+)
+def test_honest_sites_at_exactly_their_bounds_are_never_excluded(
+    weights: list[float], dimension: int, seed: int
+) -> None:
+    plan = dict(enumerate(weights))
+    inputs = {party: at_bound(party, weight, dimension, seed) for party, weight in plan.items()}
+    trace = simulate_bounded_round(
+        dimension=dimension,
+        fractional_bits=FRACTIONAL_BITS,
+        update_norm=UPDATE_NORM,
+        weights=plan,
+        encoded_input=inputs.__getitem__,
+    )
+    assert trace.result.accepted == tuple(plan) and not trace.result.excluded, trace.result.excluded
+    np.testing.assert_array_equal(trace.result.total, sum(inputs.values()))
+
+
+def test_a_site_whose_part_did_not_arrive_is_absent_not_named() -> None:
+    inputs = {party: at_bound(party, weight) for party, weight in WEIGHTS.items()}
+    trace = simulate_bounded_round(
+        dimension=DIMENSION,
+        fractional_bits=FRACTIONAL_BITS,
+        update_norm=UPDATE_NORM,
+        weights=WEIGHTS,
+        encoded_input=inputs.__getitem__,
+        missing_auditor_part={1},
+        missing_aggregator_part={3},
+    )
+    assert trace.result.accepted == (0, 2) and trace.result.absent == (1, 3) and not trace.result.excluded
+    assert set(trace.record.evidence) == {0, 2}
+    assert all(not findings.liars for findings in trace.findings.values())
+    np.testing.assert_array_equal(trace.result.total, inputs[0] + inputs[2])
+
+
+def test_each_verifier_adds_its_own_noise_outside_the_bound() -> None:
+    """The sum carries Skellam(mu) from each verifier: mean 0, variance 2 (2 mu) per coordinate; the bound is unchanged.
+
+    The sample variance of d = 4000 coordinates is within 6 sigma of 4 mu, sigma = 4 mu sqrt(2 / d) (plus
+    Skellam's small excess kurtosis at this mu, 1 / (2 mu)); the sample mean within 6 sqrt(4 mu / d).
+    """
+    mu, dimension = 50.0, 4000
+    weights = {0: 1.0, 1: 0.5}
+    inputs = {party: at_bound(party, weight, dimension) for party, weight in weights.items()}
+    trace = simulate_bounded_round(
+        dimension=dimension,
+        fractional_bits=FRACTIONAL_BITS,
+        update_norm=UPDATE_NORM,
+        weights=weights,
+        encoded_input=inputs.__getitem__,
+        noise_mu=mu,
+    )
+    assert trace.result.accepted == (0, 1)  # sites at exactly their bound: the noise is not theirs to prove
+    assert trace.context.bounds == {p: squared_bound(UPDATE_NORM, w, FRACTIONAL_BITS) for p, w in weights.items()}
+    noise = (trace.result.total - inputs[0] - inputs[1]).astype(np.float64)
+    variance = 4 * mu
+    assert abs(noise.mean()) < 6 * math.sqrt(variance / dimension)
+    assert abs(noise.var() / variance - 1) < 6 * math.sqrt((2 + 1 / (2 * mu)) / dimension)
+    assert np.any(noise != 0)
+
+
+def test_the_declaration_runs_share_verify_decide_total_in_order() -> None:
+    stages = [step.stage for step in BOUNDED_ROUND]
+    assert stages == sorted(stages) and set(stages) == set(BoundedStage)
+    assert len({step.wire for step in BOUNDED_ROUND}) == len(BOUNDED_ROUND)
