@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 
 from fedfair.core.errors import WireError
-from fedfair.secagg.config import resummed_claim_bytes
+from fedfair.secagg.config import fallback_tag_set_bytes, resummed_claim_bytes
 from fedfair.runtime.transport import (
     Forwarder,
     Pieces,
@@ -60,7 +60,8 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
     The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), the claimed sum
     of verified aggregation (a fixed part plus the model's size; an evaluation's, `evaluation_words`, the length
     its plan gives that round's evaluation or statistics sums), or a secure-aggregation stage (a fixed part plus
-    one per party of the plan's roster).
+    one per party of the plan's roster). The survivors' inputs that a sum is re-summed from are admitted with the
+    claim up to RESUMMED_WORDS, and above it with the tag set (a round with a missing tag), never with both.
     """
     if task.action == pb.ACTION_FINISHED:
         return BUNDLE_BYTES + BUNDLE_BYTES_PER_PARAMETER * parameters
@@ -75,7 +76,13 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
         # The claimed evaluation sums, its plan's length, and where the round re-sums, the survivors' inputs.
         words = evaluation_words + 2
         return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(collaborators, words)
-    return BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
+    tags = BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
+    if task.binding.stage == pb.STAGE_VERIFY_TAGS:
+        # Above RESUMMED_WORDS a round with a missing tag sends the survivors' inputs with the tags, to re-sum.
+        return tags + fallback_tag_set_bytes(collaborators, 4 * (parameters + 2))
+    if task.binding.stage == pb.STAGE_EVAL_VERIFY_TAGS:
+        return tags + fallback_tag_set_bytes(collaborators, evaluation_words + 2)
+    return tags
 
 
 def federation_stub(channel: grpc.Channel) -> pb_grpc.FederationStub:
