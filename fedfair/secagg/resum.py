@@ -7,10 +7,8 @@ one whose digest the view it signed at CONSISTENCY names, each secret the one it
 advertisement. Every masked input is fixed before any share is revealed, so before anyone can know the sum: a
 colluding survivor cannot choose its contribution after seeing the others'. The claim also carries the consistency
 signatures of t survivors on that view: no share of an honest seed was revealed under any other view, so the re-sum
-decides alone and, on the complete graph, a survivor's missing tag does not void the sum (:func:`resum_decides`).
-Above RESUMMED_WORDS the claim carries none of it and the tags check the sum; a round whose tags do not all arrive
-is re-summed all the same, from the same material in the tag set (:class:`~fedfair.secagg.verify_messages.TagSet`).
-The argument is in docs/security.md ("Verified aggregation").
+decides alone and, on the complete graph, a survivor's missing tag does not void the sum (:func:`resum_decides`;
+above RESUMMED_WORDS the tag set of such a round carries the material). See docs/security.md, "Verified aggregation".
 """
 
 from __future__ import annotations
