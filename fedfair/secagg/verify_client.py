@@ -172,8 +172,8 @@ def say_tags_alone(parties: int, dimension: int, max_colluding: int) -> None:
     """Warn, once per shape of sum, that its check is the tag check alone: not sound against a colluding survivor."""
     logger.warning(
         "sums of %d words from %d parties are checked by their tags alone (above %d words in all, no party re-sums "
-        "them): a wrong sum is refused unless up to %d colluding parties cover it with their tags "
-        "(docs/security.md, Verified aggregation)",
+        "them unless a survivor's tag is missing): a wrong sum is refused unless up to %d colluding parties cover "
+        "it with their tags (docs/security.md, Verified aggregation)",
         dimension + 1,
         parties,
         RESUMMED_WORDS,
