@@ -6,17 +6,22 @@ The construction (challenge, masked tags, their sum) is :mod:`fedfair.secagg.ver
 
 from __future__ import annotations
 
+import logging
+
 from fedfair.core.errors import (
     AuthenticationError,
     ProtocolError,
 )
 from fedfair.pki.identity import is_valid_signature
+from fedfair.secagg import config as config_module
+from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.server_state import Phase, ServerState
 from fedfair.secagg.shares import Kind
 from fedfair.secagg.verify import TAG_BYTES, Challenge, aggregate_digest, check_sum, tag_payload
-from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, Material, TagSet
 from fedfair.secagg.wire import Stage, check_header
+
+logger = logging.getLogger(__name__)
 
 
 class VerifyStages(ServerState):
@@ -93,5 +98,14 @@ class VerifyStages(ServerState):
         self._phase = Phase.VERIFIED
         tags = tuple(self._tags[party] for party in sorted(self._tags))
         if self.untagged and resum_decides(self.config) and not self.config.resummed:
+            names = ", ".join(map(self.config.name_of, self.untagged))
+            logger.info(
+                "round %d: no tag from %s; the tag set carries the survivors' %d masked inputs, for every survivor to "
+                "re-sum the sum (above %d words, this round only)",
+                self.config.round,
+                names,
+                len(self._survivors),
+                config_module.RESUMMED_WORDS,
+            )
             return TagSet(self._header(Stage.VERIFY), tags, *self._material())
         return TagSet(self._header(Stage.VERIFY), tags)
