@@ -12,8 +12,11 @@ stops training.
 from __future__ import annotations
 
 import logging
+import mmap
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -125,6 +128,23 @@ class Uplink:
         assembler = Reassembler(task.input_size)
         assemble(self._fetch(stub, task, limit), assembler, task.binding)
         return memoryview(assembler.take()).toreadonly()
+
+    def input_in_file(self, stub: pb_grpc.FederationStub, task: pb.Task, limit: int, folder: Path | None) -> memoryview:
+        """The input of `task`'s stage as :meth:`input_view` reads it, kept in an unlinked file and mapped read-only.
+
+        The file is in `folder` (None: the system's temporary folder). For a tag set that carries every survivor's masked input (above RESUMMED_WORDS, a round with a missing tag):
+        the page cache holds its words while memory allows, not the process.
+        """
+        carried = inline_input(task)
+        if carried is not None:
+            return memoryview(carried)
+        with tempfile.TemporaryFile(prefix="fedfair-", suffix=".input", dir=folder) as file:
+            self.input_into(stub, task, limit, file.write)
+            file.flush()
+            if not file.tell():
+                return memoryview(b"")
+            # The mapping outlives the file object: it holds its own reference to the file.
+            return memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
 
     def input_into(
         self, stub: pb_grpc.FederationStub, task: pb.Task, limit: int, sink: Callable[[bytes], object]
