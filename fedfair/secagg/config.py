@@ -206,6 +206,16 @@ def resummed_claim_bytes(parties: int, words: int) -> int:
     return 8 * min(parties * words, RESUMMED_WORDS) + 64 * parties + 128
 
 
+def fallback_tag_set_bytes(parties: int, words: int) -> int:
+    """The most bytes the re-summing material adds to a tag set of a round whose vectors have at most ``words`` words.
+
+    None where the round re-sums (its claim carried the material); above RESUMMED_WORDS, where a tag set carries it
+    in a round with a missing tag (:func:`~fedfair.secagg.resum.resum_decides`), every survivor's masked input (8
+    bytes a word at most) and a rebuilt secret per party, framing included. A downloader's cap on a tag set adds this.
+    """
+    return 0 if parties * words <= RESUMMED_WORDS else 8 * parties * words + 64 * parties + 128
+
+
 def complete_graph_over(roster: int, neighbours: int | None) -> bool:
     """Whether a round on a graph drawn over ``roster`` names is the complete graph of its parties.
 

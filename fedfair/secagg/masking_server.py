@@ -27,6 +27,7 @@ from fedfair.secagg.messages import (
 )
 from fedfair.secagg.payloads import consistency_payload, masked_input_digest
 from fedfair.secagg.recovery import Recovery, check_range, unmasking_streams
+from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.server_state import AggregateResult, Phase, ServerState
 from fedfair.secagg.shares import Kind
 from fedfair.secagg.wire import SUM_STAGES, Stage, check_header
@@ -38,8 +39,10 @@ class MaskingStages(ServerState):
     def receive_masked_input(self, message: MaskedInput) -> None:
         """Add one party's masked input to the running sum, and keep its digest for the survivors to sign.
 
-        The input itself is kept only where the survivors re-sum the inputs to check the sum
-        (:attr:`~fedfair.secagg.config.SecAggConfig.resummed`); otherwise it is never stored on its own.
+        The input itself is kept where the survivors may re-sum the inputs to check the sum: every round up to
+        RESUMMED_WORDS (:attr:`~fedfair.secagg.config.SecAggConfig.resummed`), and above it, on the complete graph, a
+        round whose tags do not all arrive (:func:`~fedfair.secagg.resum.resum_decides`). Otherwise it is never
+        stored on its own.
         """
         self._expect(Phase.COLLECT_MASKED, message)
         check_header(message, self.config, self._session)
@@ -51,7 +54,7 @@ class MaskingStages(ServerState):
             raise ProtocolError(f"party {message.sender}'s masked input has the wrong word size or length")
         np.add(self._sum, message.vector, out=self._sum)
         self._input_digests[message.sender] = masked_input_digest(self._session, message.sender, message.vector)
-        if self.config.resummed:
+        if self.config.resummed or resum_decides(self.config):
             self._inputs[message.sender] = message.vector
         self._masked.add(message.sender)
 

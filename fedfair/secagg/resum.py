@@ -7,8 +7,8 @@ one whose digest the view it signed at CONSISTENCY names, each secret the one it
 advertisement. Every masked input is fixed before any share is revealed, so before anyone can know the sum: a
 colluding survivor cannot choose its contribution after seeing the others'. The claim also carries the consistency
 signatures of t survivors on that view: no share of an honest seed was revealed under any other view, so the re-sum
-decides alone and, on the complete graph, a survivor's missing tag does not void the sum (:func:`resum_decides`).
-The argument is in docs/security.md ("Verified aggregation").
+decides alone and, on the complete graph, a survivor's missing tag does not void the sum (:func:`resum_decides`;
+above RESUMMED_WORDS the tag set of such a round carries the material). See docs/security.md, "Verified aggregation".
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import View, masked_input_digest
 from fedfair.secagg.recovery import is_committed, unmasking_streams
 from fedfair.secagg.shares import Kind, check_view_signatures
-from fedfair.secagg.verify_messages import AggregateClaim
+from fedfair.secagg.verify_messages import ResumMaterial
 
 
 def check_resummed(
-    claim: AggregateClaim,
+    vector: np.ndarray,
+    material: ResumMaterial,
     *,
     config: SecAggConfig,
     session: bytes,
@@ -38,14 +39,16 @@ def check_resummed(
     advertisements: Mapping[int, AdvertiseKeys],
     identities: Mapping[int, ec.EllipticCurvePublicKey],
 ) -> None:
-    """Refuse ``claim`` unless its aggregate is the sum of the masked inputs ``view`` fixes, unmasked.
+    """Refuse the claimed aggregate ``vector`` unless it is the sum of the masked inputs ``view`` fixes, unmasked.
 
-    ``view`` is the one this party signed at CONSISTENCY; ``advertisements`` the signed ones it accepted, whose
-    seed commitments and mask public keys each rebuilt secret must match; ``identities`` its peers' identity keys,
-    which the claim's consistency signatures on ``view`` must verify under.
+    ``material`` is what the server says it unmasked the sum from: the claim's, or above RESUMMED_WORDS the tag
+    set's of a round with a missing tag. ``view`` is the one this party signed at CONSISTENCY; ``advertisements``
+    the signed ones it accepted, whose seed commitments and mask public keys each rebuilt secret must match;
+    ``identities`` its peers' identity keys, which the material's consistency signatures on ``view`` must verify
+    under.
 
     Raises:
-        VerificationError: MALFORMED for a claim that does not carry one masked input of the aggregate's shape per
+        VerificationError: MALFORMED for material that does not carry one masked input of the aggregate's shape per
             survivor, a seed per survivor, a mask key per dropped party a survivor masked with, and the
             consistency signatures of t distinct survivors on ``view``; FORGED for a masked input other than the
             one the view names, a secret other than the one its owner committed to, or an aggregate other than
@@ -54,35 +57,37 @@ def check_resummed(
     round_number = config.round
     masking_set, survivors, digests = view
     try:
-        check_view_signatures(claim.signatures, view, session=session, identities=identities, config=config, wanted={})
+        check_view_signatures(
+            material.signatures, view, session=session, identities=identities, config=config, wanted={}
+        )
     except UnmaskRefusedError as error:
         raise VerificationError(
             round_number,
             VerifyReason.MALFORMED,
-            f"the claim does not carry the signatures of t survivors on the view this party signed ({error})",
+            f"the re-sum material does not carry the signatures of t survivors on the view this party signed ({error})",
         ) from None
-    if len(claim.inputs) != len(survivors) or any(
-        vector.dtype != claim.vector.dtype or vector.shape != claim.vector.shape for vector in claim.inputs
+    if len(material.inputs) != len(survivors) or any(
+        masked.dtype != vector.dtype or masked.shape != vector.shape for masked in material.inputs
     ):
         raise VerificationError(
-            round_number, VerifyReason.MALFORMED, "the claim does not carry one masked input per survivor to re-sum"
+            round_number, VerifyReason.MALFORMED, "the re-sum material does not carry one masked input per survivor"
         )
     dropped = set(masking_set) - set(survivors)
     needed_keys = {owner for owner in dropped if config.graph[owner] & set(survivors)}
-    seeds, mask_keys = dict(claim.seeds), dict(claim.mask_keys)
+    seeds, mask_keys = dict(material.seeds), dict(material.mask_keys)
     if (
-        len(seeds) != len(claim.seeds)
-        or len(mask_keys) != len(claim.mask_keys)
+        len(seeds) != len(material.seeds)
+        or len(mask_keys) != len(material.mask_keys)
         or seeds.keys() != set(survivors)
         or mask_keys.keys() != needed_keys
     ):
         raise VerificationError(
             round_number,
             VerifyReason.MALFORMED,
-            "the claim does not carry exactly the survivors' seeds and the dropped parties' mask keys",
+            "the re-sum material does not carry exactly the survivors' seeds and the dropped parties' mask keys",
         )
-    for party, digest, vector in zip(survivors, digests, claim.inputs, strict=True):
-        if masked_input_digest(session, party, vector) != digest:
+    for party, digest, masked in zip(survivors, digests, material.inputs, strict=True):
+        if masked_input_digest(session, party, masked) != digest:
             raise VerificationError(
                 round_number,
                 VerifyReason.FORGED,
@@ -97,14 +102,14 @@ def check_resummed(
                 VerifyReason.FORGED,
                 f"the {kind.value} shown for {config.name_of(owner)} is not the one it committed to",
             )
-    total = claim.inputs[0].copy()
-    for vector in claim.inputs[1:]:
-        np.add(total, vector, out=total)
+    total = material.inputs[0].copy()
+    for masked in material.inputs[1:]:
+        np.add(total, masked, out=total)
     masks = unmasking_streams(
         secrets, session=session, config=config, masked=set(survivors), advertisements=advertisements
     )
     prg.apply_masks(total, masks)
-    if not np.array_equal(total, claim.vector):
+    if not np.array_equal(total, vector):
         raise VerificationError(
             round_number,
             VerifyReason.FORGED,
@@ -113,12 +118,14 @@ def check_resummed(
 
 
 def resum_decides(config: SecAggConfig) -> bool:
-    """Whether a survivor's own re-sum decides the round's sum alone, so that survivors' tags may be missing.
+    """Whether a survivor's own re-sum decides a round whose tags did not all arrive, so that tags may be missing.
 
-    Where the round re-sums (``config.resummed``) on the complete graph, a survivor accepts only the sum of the
-    inputs its view fixes, and the claim shows t survivors signed that view; every honest share was revealed under
-    it (docs/security.md, "Verified aggregation"). The tags then play no part in the sum's value, so a survivor
-    that leaves before tagging (a crash, an expired certificate, on purpose) does not void the round. On a
-    SecAgg+ graph, and above RESUMMED_WORDS where the tags alone check the sum, every survivor's tag is needed.
+    On the complete graph a survivor accepts only the sum of the inputs its view fixes, and the material shows t
+    survivors signed that view; every honest share was revealed under it (docs/security.md, "Verified
+    aggregation"). The tags then play no part in the sum's value, so a survivor that leaves before tagging (a
+    crash, an expired certificate, on purpose) does not void the round: up to RESUMMED_WORDS every survivor
+    re-summed the claim already, and above it the tag set of such a round carries the material to re-sum it, for
+    that round only (every other round there keeps the tag check). On a SecAgg+ graph every survivor's tag is
+    needed.
     """
-    return config.resummed and config.complete
+    return config.complete

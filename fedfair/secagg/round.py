@@ -206,8 +206,9 @@ def _tags_withheld(server: Server) -> str | None:
     """Why the survivors' tags must not be relayed: a tag is missing where the tags check the sum, or they do not add up.
 
     Relayed, either would make every survivor refuse the sum and stop; aborted instead, the model stays as it
-    was and the federation goes on. Where every survivor's own re-sum decides (:func:`resum_decides`), the tags
-    that arrived are relayed without the missing ones: the leavers' inputs are in the sum every survivor re-sums.
+    was and the federation goes on. Where every survivor's own re-sum decides (:func:`resum_decides`: the complete
+    graph), the tags that arrived are relayed without the missing ones: the leavers' inputs are in the sum every
+    survivor re-sums, from the claim or, above RESUMMED_WORDS, from the tag set (:meth:`Server.tag_set`).
     """
     untagged = [server.config.name_of(party) for party in server.untagged]
     if untagged and resum_decides(server.config):

@@ -96,7 +96,7 @@ class ServerState:
         self._masked: set[int] = set()
         self._input_digests: dict[int, bytes] = {}
         self._inputs: dict[int, np.ndarray] = {}
-        """Each survivor's masked input, kept where the survivors re-sum them (``config.resummed``)."""
+        """Each survivor's masked input, kept where the survivors may re-sum them (see ``receive_masked_input``)."""
         self._secrets: dict[tuple[Kind, int], bytes] = {}
         """The secrets rebuilt at UNMASK (survivors' seeds, dropped parties' mask keys), shown with a re-summed claim."""
         self._sum = np.zeros(config.dimension + 1, dtype=config.encoder.dtype)

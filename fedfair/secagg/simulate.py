@@ -71,8 +71,9 @@ def simulate_round(
         so their inputs are still in the sum).
     observe: called with every message as the server receives it (after decoding).
     verified: run the VERIFY stage after UNMASK (an honest server's claim); drop[Stage.VERIFY] parties send
-        no tag. Where each survivor's re-sum decides (:func:`~fedfair.secagg.resum.resum_decides`) the others
-        accept the sum all the same; otherwise every survivor refuses it (a VerificationError, MISSING_TAG).
+        no tag. Where each survivor's re-sum decides (:func:`~fedfair.secagg.resum.resum_decides`: the complete
+        graph, above RESUMMED_WORDS too) the others accept the sum all the same; otherwise every survivor refuses
+        it (a VerificationError, MISSING_TAG).
     clock: what the trace's seconds are read from (``time.process_time`` for CPU seconds).
     protocol: the kind of secure round to run (its stages, its client and server), looped over in order.
 

@@ -79,7 +79,13 @@ def tag_claim(
         )
     if config.resummed:
         check_resummed(
-            claim, config=config, session=session, view=view, advertisements=advertisements, identities=identities
+            vector,
+            claim,
+            config=config,
+            session=session,
+            view=view,
+            advertisements=advertisements,
+            identities=identities,
         )
     elif config.max_colluding:
         say_tags_alone(config.size, config.dimension, config.max_colluding)
@@ -101,18 +107,22 @@ def check_tags(
     *,
     config: SecAggConfig,
     session: bytes,
-    survivors: tuple[int, ...],
+    view: View,
+    advertisements: Mapping[int, AdvertiseKeys],
     identities: Mapping[int, ec.EllipticCurvePublicKey],
 ) -> np.ndarray:
     """The aggregate ``tagged`` holds, once every signed tag in ``tag_set`` checks out and the tags sum to it.
 
-    ``survivors`` is the U3 the party signed, ``identities`` its peers' identity keys. Where the party's own re-sum
-    decides (:func:`~fedfair.secagg.resum.resum_decides`: it already re-summed the aggregate at :func:`tag_claim`)
-    a survivor's tag may be missing: every tag relayed must still be signed over this party's digest, and the
-    sum of the tags is checked only when all of them arrived. The refusals are
+    ``view`` is the one the party signed (U3 and the survivors' masked-input digests), ``advertisements`` the
+    ones it accepted, ``identities`` its peers' identity keys. Where the party's own re-sum decides
+    (:func:`~fedfair.secagg.resum.resum_decides`) a survivor's tag may be missing: every tag relayed must still be
+    signed over this party's digest, and the sum of the tags is checked only when all of them arrived. The
+    party re-summed the aggregate at :func:`tag_claim` where the round re-sums; above RESUMMED_WORDS it re-sums
+    it here, from the material the tag set of such a round carries. The refusals are
     :meth:`Client.verify <fedfair.secagg.client.Client.verify>`'s.
     """
     round_number = config.round
+    survivors = view[1]
     fields: dict[int, bytes] = {}
     for entry in tag_set.tags:
         name = _name(config, entry.sender)
@@ -128,14 +138,27 @@ def check_tags(
             )
         fields[entry.sender] = entry.tags
     missing = sorted(set(survivors) - fields.keys())
-    if missing and resum_decides(config):
+    names = ", ".join(_name(config, party) for party in missing)
+    if missing and resum_decides(config) and config.resummed:
         # The re-sum at tag_claim fixed the sum's value; a leaver's tag adds nothing to it (docs/security.md).
-        names = ", ".join(_name(config, party) for party in missing)
         logger.info("round %d: no tag from %s; the sum this party re-summed stands", round_number, names)
         return tagged.vector
+    if missing and resum_decides(config) and tag_set.inputs:
+        # Above RESUMMED_WORDS, for this round only: the same re-sum, from the tag set (docs/security.md).
+        check_resummed(
+            tagged.vector,
+            tag_set,
+            config=config,
+            session=session,
+            view=view,
+            advertisements=advertisements,
+            identities=identities,
+        )
+        logger.info("round %d: no tag from %s; this party re-summed the sum, and it stands", round_number, names)
+        return tagged.vector
     if missing:
-        names = ", ".join(_name(config, party) for party in missing)
-        raise VerificationError(round_number, VerifyReason.MISSING_TAG, f"no tag from {names}")
+        material = ", and the tag set carries no masked inputs to re-sum" if resum_decides(config) else ""
+        raise VerificationError(round_number, VerifyReason.MISSING_TAG, f"no tag from {names}{material}")
     if not check_sum(tagged.expected, fields.values()):
         names = ", ".join(_name(config, party) for party in survivors)
         raise VerificationError(
@@ -149,8 +172,8 @@ def say_tags_alone(parties: int, dimension: int, max_colluding: int) -> None:
     """Warn, once per shape of sum, that its check is the tag check alone: not sound against a colluding survivor."""
     logger.warning(
         "sums of %d words from %d parties are checked by their tags alone (above %d words in all, no party re-sums "
-        "them): a wrong sum is refused unless up to %d colluding parties cover it with their tags "
-        "(docs/security.md, Verified aggregation)",
+        "them unless a survivor's tag is missing): a wrong sum is refused unless up to %d colluding parties cover "
+        "it with their tags (docs/security.md, Verified aggregation)",
         dimension + 1,
         parties,
         RESUMMED_WORDS,
@@ -217,9 +240,11 @@ class VerifyStages(ClientState):
 
         Raises:
             VerificationError: naming the round and the reason: MISSING_TAG (a survivor's tag is absent, where
-                the tags check the sum: :func:`~fedfair.secagg.resum.resum_decides`),
+                the tags check the sum: :func:`~fedfair.secagg.resum.resum_decides`, or above RESUMMED_WORDS where
+                the tag set carries nothing to re-sum), MALFORMED (such material incomplete),
                 BAD_TAG (a tag not signed by its survivor over this aggregate, or from a stranger, or twice),
-                FORGED (the tags do not sum to the aggregate's: it is not the sum of the survivors' inputs).
+                FORGED (the tags do not sum to the aggregate's, or the material re-sums to another: it is not the
+                sum of the survivors' inputs).
             ProtocolError: called before :meth:`tag`.
         """
         if self._tagged is None or self._view is None:
@@ -230,6 +255,7 @@ class VerifyStages(ClientState):
             self._tagged,
             config=self.config,
             session=self._session,
-            survivors=self._view[1],
+            view=self._view,
+            advertisements=self._directory,
             identities=self._identities,
         )

@@ -10,7 +10,7 @@ every message they carry a :class:`~fedfair.secagg.wire.Header` and the canonica
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -56,29 +56,65 @@ class AggregateClaim(Wire):
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         write_vector(writer, self.vector)
-        writer.u32(len(self.inputs))
-        for vector in self.inputs:
-            write_vector(writer, vector)
-        for secrets in (self.seeds, self.mask_keys):
-            writer.u32(len(secrets))
-            for owner, secret in secrets:
-                writer.u32(owner).blob(secret)
-        writer.u32(len(self.signatures))
-        for party, signature in self.signatures:
-            writer.u32(party).blob(signature)
+        _write_material(writer, self)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> AggregateClaim:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        vector = read_vector(reader)
-        inputs = tuple(read_vector(reader) for _ in range(reader.u32()))
-        seeds = _read_pairs(reader, SECRET_LIMIT)
-        mask_keys = _read_pairs(reader, SECRET_LIMIT)
-        return cls(header, vector, inputs, seeds, mask_keys, _read_pairs(reader, SIGNATURE_LIMIT))
+        return cls(header, read_vector(reader), *_read_material(reader))
+
+
+class ResumMaterial(Protocol):
+    """What a survivor re-sums a claimed sum from: the four fields a re-summed claim, or a fallback tag set, carries."""
+
+    @property
+    def inputs(self) -> tuple[np.ndarray, ...]:
+        """Every survivor's masked input, in the survivors' order."""
+        ...
+
+    @property
+    def seeds(self) -> tuple[tuple[int, bytes], ...]:
+        """(survivor, its rebuilt self-mask seed)."""
+        ...
+
+    @property
+    def mask_keys(self) -> tuple[tuple[int, bytes], ...]:
+        """(dropped party, its rebuilt mask key), for each one a survivor masked with."""
+        ...
+
+    @property
+    def signatures(self) -> tuple[tuple[int, bytes], ...]:
+        """(survivor, its consistency signature on the view), as the unmask request carried them."""
+        ...
+
+
+Material = tuple[
+    tuple[np.ndarray, ...], tuple[tuple[int, bytes], ...], tuple[tuple[int, bytes], ...], tuple[tuple[int, bytes], ...]
+]
+"""A :class:`ResumMaterial`'s fields in their order: inputs, seeds, mask_keys, signatures."""
+
+
+def _write_material(writer: Writer, material: ResumMaterial) -> None:
+    """Append the re-sum material: the inputs, then the seeds, the mask keys and the signatures as (party, bytes)."""
+    writer.u32(len(material.inputs))
+    for vector in material.inputs:
+        write_vector(writer, vector)
+    for pairs in (material.seeds, material.mask_keys, material.signatures):
+        writer.u32(len(pairs))
+        for party, value in pairs:
+            writer.u32(party).blob(value)
+
+
+def _read_material(reader: Reader) -> Material:
+    """The re-sum material :func:`_write_material` wrote; ProtocolError on malformed bytes."""
+    inputs = tuple(read_vector(reader) for _ in range(reader.u32()))
+    seeds = _read_pairs(reader, SECRET_LIMIT)
+    mask_keys = _read_pairs(reader, SECRET_LIMIT)
+    return inputs, seeds, mask_keys, _read_pairs(reader, SIGNATURE_LIMIT)
 
 
 def _read_pairs(reader: Reader, limit: int) -> tuple[tuple[int, bytes], ...]:
-    """A claim's (party, bytes) pairs (secrets or signatures): their count, then each party and its bytes."""
+    """(party, bytes) pairs (secrets or signatures): their count, then each party and its bytes."""
     return tuple((reader.u32(), reader.blob(limit)) for _ in range(reader.u32()))
 
 
@@ -109,24 +145,35 @@ class AggregateTag(Wire):
         return cls(header, reader.u32(), reader.blob(TAGS_LIMIT), reader.blob(SIGNATURE_LIMIT))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TagSet(Wire):
-    """Every survivor's tag, as the server relays them to every survivor (one per survivor, in increasing order)."""
+    """Every survivor's tag that arrived, as the server relays them to every survivor (in increasing order).
+
+    Where a survivor's tag is missing in a round whose claim carried no re-sum material (above
+    :data:`~fedfair.secagg.config.RESUMMED_WORDS`, on the complete graph), the tag set carries it instead, for that
+    round only: inputs, seeds, mask_keys and signatures as :class:`AggregateClaim` has them. Each survivor then
+    re-sums the sum it tagged (:func:`fedfair.secagg.resum.resum_decides`). All four are empty otherwise.
+    """
 
     TYPE: ClassVar[int] = 14
     STAGE: ClassVar[Stage] = Stage.VERIFY
 
     header: Header
     tags: tuple[AggregateTag, ...]
+    inputs: tuple[np.ndarray, ...] = ()
+    seeds: tuple[tuple[int, bytes], ...] = ()
+    mask_keys: tuple[tuple[int, bytes], ...] = ()
+    signatures: tuple[tuple[int, bytes], ...] = ()
 
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         write_messages(writer, self.tags)
+        _write_material(writer, self)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> TagSet:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, read_messages(reader, AggregateTag.read))
+        return cls(header, read_messages(reader, AggregateTag.read), *_read_material(reader))
 
 
 TAGS_LIMIT = 64

@@ -6,16 +6,22 @@ The construction (challenge, masked tags, their sum) is :mod:`fedfair.secagg.ver
 
 from __future__ import annotations
 
+import logging
+
 from fedfair.core.errors import (
     AuthenticationError,
     ProtocolError,
 )
 from fedfair.pki.identity import is_valid_signature
+from fedfair.secagg import config as config_module
+from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.server_state import Phase, ServerState
 from fedfair.secagg.shares import Kind
 from fedfair.secagg.verify import TAG_BYTES, Challenge, aggregate_digest, check_sum, tag_payload
-from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
+from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, Material, TagSet
 from fedfair.secagg.wire import Stage, check_header
+
+logger = logging.getLogger(__name__)
 
 
 class VerifyStages(ServerState):
@@ -32,14 +38,15 @@ class VerifyStages(ServerState):
         self._phase = Phase.COLLECT_TAGS
         if not self.config.resummed:
             return AggregateClaim(self._header(Stage.VERIFY), self._sum)
-        # What this server unmasked the sum from, for every survivor to unmask it again.
+        return AggregateClaim(self._header(Stage.VERIFY), self._sum, *self._material())
+
+    def _material(self) -> Material:
+        """What this server unmasked the sum from, for every survivor to unmask it again (:class:`ResumMaterial`)."""
         seeds = sorted((owner, secret) for (kind, owner), secret in self._secrets.items() if kind is Kind.SEED)
         mask_keys = sorted((owner, secret) for (kind, owner), secret in self._secrets.items() if kind is Kind.MASK_KEY)
         inputs = tuple(self._inputs[party] for party in self._survivors)
         assert self._request is not None  # the unmask request was made before the sum was finished
-        return AggregateClaim(
-            self._header(Stage.VERIFY), self._sum, inputs, tuple(seeds), tuple(mask_keys), self._request.signatures
-        )
+        return inputs, tuple(seeds), tuple(mask_keys), self._request.signatures
 
     def receive_tag(self, message: AggregateTag) -> None:
         """Accept one survivor's tags, signed by it over the digest of the aggregate this server claimed."""
@@ -62,7 +69,8 @@ class VerifyStages(ServerState):
         """The survivors whose tags have not arrived (VERIFY stage).
 
         Every party refuses the aggregate without them, unless its own re-sum decides the sum
-        (:func:`~fedfair.secagg.resum.resum_decides`).
+        (:func:`~fedfair.secagg.resum.resum_decides`: on the complete graph, re-summed from the claim or, above
+        RESUMMED_WORDS, from the tag set).
         """
         return tuple(sorted(self._masked - self._tags.keys()))
 
@@ -80,7 +88,24 @@ class VerifyStages(ServerState):
         return check_sum(challenge.dots(self._sum), (self._tags[party].tags for party in sorted(self._tags)))
 
     def tag_set(self) -> TagSet:
-        """Close VERIFY: relay every tag received to every survivor, which then checks them (:meth:`Client.verify`)."""
+        """Close VERIFY: relay every tag received to every survivor, which then checks them (:meth:`Client.verify`).
+
+        Where a tag is missing and the claim carried no re-sum material (above RESUMMED_WORDS, on the complete graph:
+        :func:`~fedfair.secagg.resum.resum_decides`), the tag set carries it, for every survivor to re-sum the sum
+        it tagged; with every tag in, or where the claim carried it, it carries none.
+        """
         self._expect(Phase.COLLECT_TAGS)
         self._phase = Phase.VERIFIED
-        return TagSet(self._header(Stage.VERIFY), tuple(self._tags[party] for party in sorted(self._tags)))
+        tags = tuple(self._tags[party] for party in sorted(self._tags))
+        if self.untagged and resum_decides(self.config) and not self.config.resummed:
+            names = ", ".join(map(self.config.name_of, self.untagged))
+            logger.info(
+                "round %d: no tag from %s; the tag set carries the survivors' %d masked inputs, for every survivor to "
+                "re-sum the sum (above %d words, this round only)",
+                self.config.round,
+                names,
+                len(self._survivors),
+                config_module.RESUMMED_WORDS,
+            )
+            return TagSet(self._header(Stage.VERIFY), tags, *self._material())
+        return TagSet(self._header(Stage.VERIFY), tags)

@@ -26,12 +26,13 @@ def test_a_small_model_is_re_summed_by_every_site_and_a_leaver_costs_no_round(
     assert "leaves before its tag of a sum costs no round" in out, out
 
 
-def test_above_the_bound_the_tags_alone_check_and_a_leaver_voids_its_round() -> None:
+def test_above_the_bound_the_tags_alone_check_and_a_leavers_round_alone_is_re_summed() -> None:
     largest = RESUMMED_WORDS // 10 - 1
     assert "sums re-summed by every site" in sum_check_lines(make_config(10, dimension=largest, max_colluding=1))[0]
     above = sum_check_lines(make_config(10, dimension=largest + 1, max_colluding=1))
     assert above[0].startswith("training sums: tags alone (sound against the aggregator alone"), above
-    assert "voids that round" in above[1], above
+    assert "costs no round: that round alone is re-summed by every other site" in above[1], above
+    assert f"{10 * (largest + 2):,} words, are sent with the tags" in above[1], above
 
 
 def test_on_a_secagg_plus_graph_a_leaver_voids_its_round_though_every_site_re_sums() -> None:

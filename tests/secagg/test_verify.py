@@ -327,11 +327,12 @@ def test_an_honest_aggregate_always_passes_whoever_drops_before_verify(parties: 
 
 @pytest.mark.parametrize("stage", [Stage.CONSISTENCY, Stage.UNMASK, Stage.VERIFY])
 def test_a_survivor_silent_after_masking_leaves_the_round_unverifiable_and_named(stage: Stage) -> None:
-    """Its input is in the sum but it never tags it: no party can check the sum, so every party refuses it."""
-    config = make_config(4)
+    """On a SecAgg+ graph its input is in the sum but it never tags it: no party can check the sum, so every party
+    refuses it. (On the complete graph the others re-sum it instead: tests/secagg/test_resum_fallback.py.)"""
+    config = make_config(6, neighbours=3, threshold=3)
     encoded = encode_all(config, make_inputs(config))
-    with pytest.raises(VerificationError, match="no tag from site-4") as caught:
-        simulate_round(config, lambda party: encoded[party].copy(), {stage: [4]}, verified=True)
+    with pytest.raises(VerificationError, match="no tag from site-6") as caught:
+        simulate_round(config, lambda party: encoded[party].copy(), {stage: [6]}, verified=True)
     assert caught.value.reason is VerifyReason.MISSING_TAG
 
 

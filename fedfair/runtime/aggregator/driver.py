@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from fedfair.core.errors import ConfigError, ProtocolError, Refusal, RefusedErro
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_plain
+from fedfair.runtime.aggregator.kept_inputs import in_file, kept_in_files
 from fedfair.runtime.aggregator.secure_uploads import SecureUpload
 from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, RoundGrace, StageProgress, StageReady, UploadHandler
 from fedfair.runtime.contract import ACCEPTED, EVALUATION, TRAINING, RoundParameters, Stages, model_digest
@@ -33,6 +35,7 @@ from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.round import Opening, SecureSum, StageSpec
+from fedfair.secagg.wire import Stage as SecAggStage
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -74,6 +77,8 @@ class DriverSettings:
     """[quorum] grace_factor: a stage waits at most this times its median answer time (StageTiming)."""
     tolerates_dropouts: bool = True
     """[secure_aggregation] dropouts: whether a site past the grace is dropped (True) or aborts the round."""
+    folder: Path | None = None
+    """Where large masked inputs kept for a re-sum go (:mod:`.kept_inputs`); None: the system's temporary folder."""
 
 
 class SumDriver:
@@ -318,7 +323,10 @@ class SumDriver:
             handler: UploadHandler = _verdict
         else:
             assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
-            handler = SecureUpload(spec.upload, partial(spec.receive, server)).handler(config)
+            parse = spec.upload
+            if spec.stage is SecAggStage.MASK and kept_in_files(config):
+                parse = in_file(parse, self.settings.folder)
+            handler = SecureUpload(parse, partial(spec.receive, server)).handler(config)
         ready = None if spec.ready is None else partial(spec.ready, server)
         size = spec.upload_bytes(config)
         uploaded = self._stage(round_number, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready)

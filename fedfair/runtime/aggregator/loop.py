@@ -134,6 +134,7 @@ class RoundLoop:
                 stage_timeout=self.plan.quorum.round_timeout_seconds,
                 grace=self.plan.quorum.grace_factor,
                 tolerates_dropouts=secure.tolerates_dropouts,
+                folder=self.output,
             ),
             # Under a manifest the aggregator checks relayed certificates against the pins in force too, so
             # a twin or a revoked key is refused at the door (the collaborators check again themselves).

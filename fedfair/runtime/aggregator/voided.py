@@ -1,8 +1,9 @@
 """A model whose round was voided after its sum was unmasked: only the same survivors can train on it again.
 
 Verified aggregation (docs/security.md) voids a round whose sum nobody could verify after it was unmasked: tags that
-do not add up, or, where the tags alone check the sum (not :func:`~fedfair.secagg.resum.resum_decides`), a survivor
-silent after masking. The model stays; without noise in the sum every
+do not add up, or, on a SecAgg+ graph (not :func:`~fedfair.secagg.resum.resum_decides`), a survivor silent after
+masking. On the complete graph a silent survivor voids nothing, below RESUMMED_WORDS or above it (there every other
+survivor re-sums that round from the tag set). The model stays; without noise in the sum every
 site of it re-sends its kept input on it, signed for the same survivors only (differencing). So the next round
 runs with exactly those survivors once all are connected (one wait: a round timeout, or a restarting survivor's
 start allowance, :mod:`.starts`), or is void at once naming who is missing, and the federation ends in bounded

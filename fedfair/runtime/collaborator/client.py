@@ -52,7 +52,7 @@ from fedfair.runtime.collaborator.receipt import (
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import RoundJob, stored, resent
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
-from fedfair.runtime.collaborator.steps import CLAIMS, Participant, StageInput, StartJob, Work, load_kernels
+from fedfair.runtime.collaborator.steps import CLAIMS, TAG_SETS, Participant, StageInput, StartJob, Work, load_kernels
 from fedfair.runtime.collaborator.stream import TaskStream
 from fedfair.runtime.collaborator.trainer import (
     check_pinned_table,
@@ -70,6 +70,7 @@ from fedfair.runtime.manifest_update import LiveManifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
+from fedfair.runtime.state_files import large
 from fedfair.secagg import Encoder
 from fedfair.runtime.transport import Pieces, pb, pb_grpc
 
@@ -419,16 +420,19 @@ class Collaborator(TaskStream):
         return self.joined.outcome.path
 
     def _input(self, stub: pb_grpc.FederationStub, task: pb.Task) -> StageInput:
-        """The input of `task`'s stage: a claimed sum as a read-only view of its buffer, any other as bytes.
+        """The input of `task`'s stage: a claimed sum or a tag set as a read-only view of its buffer, any other as bytes.
 
         The one the task carries, or else fetched, within the pinned plan's bound
-        (:func:`~fedfair.runtime.collaborator.uplink.input_limit`).
+        (:func:`~fedfair.runtime.collaborator.uplink.input_limit`); a tag set of 64 MiB or more (every survivor's
+        masked input, above RESUMMED_WORDS) in an unlinked file beside the site's config, mapped.
         """
         evaluation_words = 0
-        if task.binding.stage == pb.STAGE_EVAL_VERIFY_CLAIM:
+        if task.binding.stage in (pb.STAGE_EVAL_VERIFY_CLAIM, pb.STAGE_EVAL_VERIFY_TAGS):
             evaluation_words = self.participant.aggregation(EVALUATION, task.binding.round)[1]
         limit = input_limit(task, self.shared.collaborator_count, self.parameters, evaluation_words)
-        if task.binding.stage in CLAIMS:
+        if task.binding.stage in TAG_SETS and large(task.input_size):
+            return self._uplink.input_in_file(stub, task, limit, self.participant.folder)
+        if task.binding.stage in CLAIMS | TAG_SETS:
             return self._uplink.input_view(stub, task, limit)
         return self._uplink.input(stub, task, limit)
 

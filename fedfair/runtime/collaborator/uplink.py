@@ -12,14 +12,17 @@ stops training.
 from __future__ import annotations
 
 import logging
+import mmap
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import numpy as np
 
 from fedfair.core.errors import WireError
-from fedfair.secagg.config import resummed_claim_bytes
+from fedfair.secagg.config import fallback_tag_set_bytes, resummed_claim_bytes
 from fedfair.runtime.transport import (
     Forwarder,
     Pieces,
@@ -60,7 +63,8 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
     The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), the claimed sum
     of verified aggregation (a fixed part plus the model's size; an evaluation's, `evaluation_words`, the length
     its plan gives that round's evaluation or statistics sums), or a secure-aggregation stage (a fixed part plus
-    one per party of the plan's roster).
+    one per party of the plan's roster). The survivors' inputs that a sum is re-summed from are admitted with the
+    claim up to RESUMMED_WORDS, and above it with the tag set (a round with a missing tag), never with both.
     """
     if task.action == pb.ACTION_FINISHED:
         return BUNDLE_BYTES + BUNDLE_BYTES_PER_PARAMETER * parameters
@@ -75,7 +79,13 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
         # The claimed evaluation sums, its plan's length, and where the round re-sums, the survivors' inputs.
         words = evaluation_words + 2
         return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(collaborators, words)
-    return BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
+    tags = BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
+    if task.binding.stage == pb.STAGE_VERIFY_TAGS:
+        # Above RESUMMED_WORDS a round with a missing tag sends the survivors' inputs with the tags, to re-sum.
+        return tags + fallback_tag_set_bytes(collaborators, 4 * (parameters + 2))
+    if task.binding.stage == pb.STAGE_EVAL_VERIFY_TAGS:
+        return tags + fallback_tag_set_bytes(collaborators, evaluation_words + 2)
+    return tags
 
 
 def federation_stub(channel: grpc.Channel) -> pb_grpc.FederationStub:
@@ -118,6 +128,23 @@ class Uplink:
         assembler = Reassembler(task.input_size)
         assemble(self._fetch(stub, task, limit), assembler, task.binding)
         return memoryview(assembler.take()).toreadonly()
+
+    def input_in_file(self, stub: pb_grpc.FederationStub, task: pb.Task, limit: int, folder: Path | None) -> memoryview:
+        """The input of `task`'s stage as :meth:`input_view` reads it, kept in an unlinked file and mapped read-only.
+
+        The file is in `folder` (None: the system's temporary folder). For a tag set that carries every survivor's masked input (above RESUMMED_WORDS, a round with a missing tag):
+        the page cache holds its words while memory allows, not the process.
+        """
+        carried = inline_input(task)
+        if carried is not None:
+            return memoryview(carried)
+        with tempfile.TemporaryFile(prefix="fedfair-", suffix=".input", dir=folder) as file:
+            self.input_into(stub, task, limit, file.write)
+            file.flush()
+            if not file.tell():
+                return memoryview(b"")
+            # The mapping outlives the file object: it holds its own reference to the file.
+            return memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
 
     def input_into(
         self, stub: pb_grpc.FederationStub, task: pb.Task, limit: int, sink: Callable[[bytes], object]

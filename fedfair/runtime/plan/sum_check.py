@@ -43,8 +43,14 @@ def sum_check_lines(config: SecAggConfig) -> list[str]:
         f"training sums: {check}; {shape}; every site re-sums up to d = {largest:,} at n = {parties} "
         f"(n x (d + 1) <= {RESUMMED_WORDS:,} words), here {parties * words:,}"
     ]
-    if resum_decides(config):
+    if resum_decides(config) and config.resummed:
         lines.append("a site that leaves before its tag of a sum costs no round: every other site's re-sum decides")
+    elif resum_decides(config):
+        lines.append(
+            "a site that leaves before its tag of a sum costs no round: that round alone is re-summed by every "
+            f"other site (sound up to max_colluding = {config.max_colluding} colluders; the n masked inputs, "
+            f"{parties * words:,} words, are sent with the tags)"
+        )
     else:
         lines.append("a site that leaves before its tag of a sum voids that round (its tag is needed to check it)")
     return lines

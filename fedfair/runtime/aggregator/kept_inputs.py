@@ -1,0 +1,46 @@
+"""Where the aggregator keeps the survivors' masked inputs that a re-sum may need: in memory, or in a file.
+
+On the complete graph the secure-aggregation server keeps every survivor's masked input from MASK to VERIFY
+(:func:`~fedfair.secagg.resum.resum_decides`): below RESUMMED_WORDS for the claim, and above it for the tag set
+of a round whose tags do not all arrive, which is rare. Above the bound that is n (d + 1) words a round, so from
+:data:`~fedfair.runtime.state_files.IN_FILE_FROM` bytes in all each is copied into an unlinked file in the output
+folder as it arrives and read back from the file's mapping (the page cache keeps it while memory allows).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from fedfair.runtime.state_files import large
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.messages import MaskedInput
+from fedfair.secagg.resum import resum_decides
+
+
+def kept_in_files(config: SecAggConfig) -> bool:
+    """Whether a round of `config` keeps its masked inputs for a tag set only, and they are large enough for files."""
+    words = config.size * (config.dimension + 1)
+    return not config.resummed and resum_decides(config) and large(words * np.dtype(config.encoder.dtype).itemsize)
+
+
+def in_file(parse: Callable[[bytes], MaskedInput], folder: Path | None) -> Callable[[bytes], MaskedInput]:
+    """`parse`, its message's vector then moved into an unlinked file in `folder` and mapped read-only."""
+
+    def parse_into_file(payload: bytes) -> MaskedInput:
+        message = parse(payload)
+        handle, path = tempfile.mkstemp(prefix="fedfair-", suffix=".masked", dir=folder)
+        os.unlink(path)  # it never outlives the process
+        with os.fdopen(handle, "w+b") as file:
+            file.write(np.ascontiguousarray(message.vector).data)
+            file.flush()
+            # The mapping keeps its own reference to the file, which the round's server holds until it is let go.
+            vector = np.memmap(file, dtype=message.vector.dtype, mode="r", shape=message.vector.shape)
+        return replace(message, vector=vector)
+
+    return parse_into_file
