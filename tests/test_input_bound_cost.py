@@ -1,0 +1,80 @@
+"""benchmarks/input_bound_cost.py's round-level figures and their section on docs/benchmarks.md.
+
+The simulated round's bytes follow from one report's sizes (the record carries both verifiers' messages for
+every party; the verifiers exchange them once each way and the auditor's total once), and the page marks the
+goals at d = 10^5 met or not from the figures alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def benchmarks() -> Iterator[tuple[Any, Any]]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import input_bound_cost
+        import report_bounded
+
+        yield input_bound_cost, report_bounded
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_the_round_bytes_are_the_reports_messages_for_every_party(benchmarks: tuple[Any, Any]) -> None:
+    cost, _ = benchmarks
+    parties, dimension = 3, 300
+    report, measured = cost.bounded_costs(dimension), cost.round_costs(parties, dimension)
+    message = report["verifier_message_bytes"]
+    framing = 200  # per party: its id, length prefixes, two ECDSA signatures (at most 72 bytes each)
+    evidence = 2 * parties * message
+    assert evidence < measured["site_record_bytes"] <= evidence + parties * framing + 200
+    exchanged = evidence + report["auditor_total_bytes"]
+    assert exchanged < measured["verifier_exchange_bytes"] <= exchanged + parties * (framing + 2 * 40) + 400
+    # Beside the shares: two signatures (at most 72 bytes each), two digests, the ephemeral key, the seal's
+    # nonce and tag, the ids and length prefixes, the same at every d.
+    upload = report["upload_to_aggregator_bytes"] + report["upload_to_auditor_bytes"]
+    assert upload < measured["site_upload_bytes"] <= upload + 512
+    assert measured["site_cpu_s"] == pytest.approx(measured["site_upload_cpu_s"] + measured["site_check_cpu_s"])
+    assert all(measured[key] > 0 for key in ("site_check_cpu_s", "aggregator_round_cpu_s", "auditor_round_cpu_s"))
+
+
+def row(parties: int, dimension: int, site_cpu: float, site_bytes_ratio: float) -> dict[str, Any]:
+    return {
+        "n": parties, "d": dimension, "runtime_party_cpu_s": 0.1, "runtime_party_bytes": 2.0 * dimension,
+        "site_upload_cpu_s": site_cpu - 0.01, "site_check_cpu_s": 0.01, "site_cpu_s": site_cpu,
+        "site_cpu_vs_round": site_cpu / 0.1, "site_upload_bytes": 8 * dimension, "site_upload_vs_round": 4.0,
+        "site_record_bytes": dimension, "site_bytes_vs_round": site_bytes_ratio, "aggregator_round_cpu_s": 0.3,
+        "auditor_round_cpu_s": 0.4, "aggregator_cpu_vs_round": 3.0, "auditor_cpu_vs_round": 4.0,
+        "verifier_exchange_bytes": dimension, "verifier_exchange_vs_round": 0.5, "default_on": site_cpu <= 0.02,
+        "client_prove_cpu_s": 0.01, "client_vs_round_cpu": 0.1, "aggregator_reports_cpu_s": 0.2,
+        "auditor_reports_cpu_s": 0.2, "upload_to_aggregator_bytes": 8 * dimension, "upload_to_auditor_bytes": 96,
+        "upload_vs_round_bytes": 4.0, "verifier_message_bytes": 100, "tests": 64, "pedersen_commit_cpu_s": 0.5,
+    }  # fmt: skip
+
+
+def test_the_section_marks_the_goals_at_ten_to_the_five_and_states_ten_to_the_six(
+    benchmarks: tuple[Any, Any],
+) -> None:
+    _, report = benchmarks
+    document = {
+        "what": "w", "clock": "c", "field": "F", "bound_encoded": 32768, "noise_mu": 5e8, "bounded_round": "b",
+        "default_rule": "r", "default_within": 0.2, "goal_seconds": 1.0, "goal_bytes_ratio": 2.0,
+        "pedersen_cpu_s_per_point": 5e-6,
+        "results": [row(3, 10**4, 0.01, 5.0), row(3, 10**5, 0.9, 1.9), row(10, 10**5, 1.2, 2.1), row(10, 10**6, 3.0, 6.0)],
+    }  # fmt: skip
+    section = report.input_bound_cost("input_bound_cost", document)
+    goals = [line for line in section.body if line.startswith("- d = ")]
+    assert len(goals) == 3
+    assert "n = 3: CPU goal (at most 1 s) met" in goals[0] and "Bytes goal (at most 2× the round's) met" in goals[0]
+    assert "CPU goal (at most 1 s) **not met**" in goals[1] and "round's) **not met**" in goals[1]
+    assert goals[2].startswith("- d = 10^6, n = 10: a site 3.0000 s CPU (30.00× the round's)")
+    assert sum(line.startswith("| ") for line in section.body) == 2 * (1 + len(document["results"]))
