@@ -168,11 +168,13 @@ class RoundLoop:
             record.update(answer_seconds=self.driver.answers, held_up_by=self.driver.laggards(round_number))
             if self.evaluation_due(round_number):
                 record["evaluation"] = self.evaluate(round_number)
-            self._round_event(record)
             self.checkpoint = dataclasses.replace(self.checkpoint, round=round_number, evaluation=self.evaluation)
             # The record first: a crash between the two leaves a record that a resume trims, whereas
             # the other order could leave a checkpointed round that the log never mentions.
             append_round_log(self.output, record)
+            # The event after the log, which aborts an evaluation whose figures are not finite: the event's
+            # objective then agrees with the log's (none), not with the figures before they were nulled.
+            self._round_event(record)
             self.records.append(record)
             save_checkpoint(self.output, self.checkpoint)
             save_federation_bundle(self.plan, self.checkpoint, self.records)
