@@ -1,6 +1,6 @@
 """A forged evaluation figure (issue 79) against real collaborator processes: refused, never kept.
 
-fedfair's aggregator runs in a thread (:class:`~attacks.consent.LoopAggregator`), evaluating every round, and
+fedfair's aggregator runs in a thread (:class:`~attacks.pinned_federation.LoopAggregator`), evaluating every round, and
 forges the evaluation of round FORGED on in one of two ways:
 
 - sum: its secure-aggregation server moves one word of the evaluation's sum after UNMASK and claims that sum

@@ -2,7 +2,7 @@
 
 The plan's ``[influence]`` agrees every institution's weight (``weights = "declared"``:
 round(batch_fraction * declared rows)) and bounds each round update by C (``update_norm``).
-Here fedfair's aggregator runs in a thread (:class:`~attacks.consent.LoopAggregator`) with
+Here fedfair's aggregator runs in a thread (:class:`~attacks.pinned_federation.LoopAggregator`) with
 real :class:`~fedfair.runtime.collaborator.client.Collaborator` objects on Adult split by
 race (make_workspace's default data and declared sizes), one of them a liar: its
 ``train_on`` is replaced on that one instance, so it skips ``core.local.bounded`` and sends
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attacks.consent import LoopAggregator
+from attacks.pinned_federation import LoopAggregator
 from attacks.federation import HonestCollaborators
 from attacks.rows import PATCHED_AGGREGATOR, PATCHED_COLLABORATOR, RowBook
 from fedfair.core.data import ClientData

@@ -46,7 +46,14 @@ from typing import Any
 import numpy as np
 
 from attacks.cheating import collaborator_log
-from attacks.consent import FOUR, LoopAggregator, StageTap, pinned_workspace, restart_collaborators, wait_until
+from attacks.pinned_federation import (
+    FOUR,
+    LoopAggregator,
+    StageTap,
+    pinned_workspace,
+    restart_collaborators,
+    wait_until,
+)
 from attacks.federation import HonestCollaborators, kept_state, plan_sections
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair.runtime.local.processes import Child, child_environment, collaborator_command, start_aggregator
