@@ -32,7 +32,7 @@ from typing import Any
 from attacks.pinned_federation import LoopAggregator, wait_until
 from attacks.patience import patient
 from attacks.federation import plan_sections
-from attacks.record import THREE
+from attacks.target_site import THREE
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_anchor

@@ -72,9 +72,7 @@ from fedfair.datasets.statistics import encoder_from_statistics, statistics_vect
 from fedfair.pki.roster import Roster, pins_from_folders, write_manifest
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.manifest import load_manifest
-from fedfair.runtime.plan.aggregator_plan import (
-    load_aggregator_plan,
-)
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.runtime.plan.model import ADULT_FEATURES
 
 FACTORY = "attacks.consent:marked_model"

@@ -37,9 +37,7 @@ from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.collaborator.trainer import TrainerFactory
 from fedfair.runtime.contract import TRAINING
-from fedfair.runtime.plan.aggregator_plan import (
-    load_aggregator_plan,
-)
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
 
 @dataclass

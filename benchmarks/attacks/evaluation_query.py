@@ -38,10 +38,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.contract import EVALUATION, model_digest, model_download
-from fedfair.runtime.plan.aggregator_plan import (
-    AggregatorPlan,
-    load_aggregator_plan,
-)
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan
 
 
 AGE_FEATURE = 0

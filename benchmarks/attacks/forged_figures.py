@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from attacks.federation import plan_sections
-from attacks.record import THREE
+from attacks.target_site import THREE
 from attacks.rewrites import rewritten
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from attacks.site_processes import run_sites

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from attacks.federation import plan_sections
-from attacks.record import THREE
+from attacks.target_site import THREE
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from attacks.site_processes import run_sites
 from fedfair.core import server

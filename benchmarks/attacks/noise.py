@@ -37,16 +37,7 @@ from attacks.pinned_federation import (
     short,
 )
 from attacks.federation import HonestCollaborators, wire_ulp_up
-from attacks.noise_figures import (
-    NOISE_BAND,
-    OPERATOR,
-    REPORT_PRIVACY,
-    VICTIM,
-    error_figures,
-    ledger,
-    unexact,
-    within,
-)
+from attacks.noise_figures import NOISE_BAND, OPERATOR, REPORT_PRIVACY, VICTIM, error_figures, ledger, unexact, within
 from attacks.noise_composition import composition_row
 from attacks.noise_training import training_row
 from attacks.own_ledgers import federation_ledgers

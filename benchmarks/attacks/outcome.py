@@ -36,7 +36,7 @@ import torch
 
 from attacks.pinned_federation import LoopAggregator, StageTap
 from attacks.federation import HonestCollaborators, plan_sections
-from attacks.record import TARGET, THREE, real
+from attacks.target_site import TARGET, THREE, real
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair.bundle import Bundle, load_bundle, write_bundle
 from fedfair.runtime.aggregator.loop import RoundLoop

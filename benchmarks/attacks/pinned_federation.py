@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from attacks.cheating import PatchedAggregator
 from attacks.federation import FixedTrainer, HonestCollaborators, plan_sections, trainer_factory
 from fedfair.runtime.aggregator.stages import UploadHandler
@@ -26,10 +25,7 @@ from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.aggregator.start import GOODBYE_SECONDS, prepare
 from fedfair.runtime.collaborator.trainer import TrainerFactory
 from fedfair.runtime.local.workspace import Workspace, make_workspace
-from fedfair.runtime.plan.aggregator_plan import (
-    AggregatorPlan,
-    plan_digest,
-)
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_digest
 from fedfair.runtime.transport import fedfair_pb2 as pb
 
 FOUR = ("site-a", "site-b", "site-c", "site-d")

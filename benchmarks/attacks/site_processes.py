@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from attacks.pinned_federation import LoopAggregator
 from attacks.patience import patient
-from attacks.record import THREE
+from attacks.target_site import THREE
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
 from fedfair.runtime.local.workspace import Workspace
