@@ -117,7 +117,8 @@ from attacks.ledger import ledger_rows
 from attacks.noise import noise_rows
 from attacks.outcome import outcome_rows
 from attacks.own_ledgers import own_ledgers
-from attacks.plain_attacks import PlainAttacks, Sizes
+from attacks.plain_attacks import PlainAttacks
+from attacks.plain_stage import Sizes
 from attacks.plan_values import plan_values_rows
 from attacks.record import record_rows
 from attacks.repeat_model import repeat_model_rows

@@ -52,18 +52,8 @@ from typing import Any
 
 import torch
 from published import publish
-from attacks.influence import (
-    LARGEST,
-    SMALLEST,
-    agreed,
-    agreed_total,
-    bound_liar,
-    claimed_weight_liar,
-    mean_bound_liar,
-    poisoner,
-    run_federation,
-    summary,
-)
+from attacks.influence_federation import LARGEST, SMALLEST, agreed, agreed_total, run_federation, summary
+from attacks.liars import bound_liar, claimed_weight_liar, mean_bound_liar, poisoner
 
 
 def influence_settings(plan: Any) -> dict[str, Any]:

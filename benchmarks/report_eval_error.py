@@ -43,7 +43,8 @@ def eval_error(name: str, document: Mapping[str, Any]) -> Section:
         "",
         f"Over {document['repeats']} fresh noises per row; the exact value is the worst-group risk (rho "
         f'{document["rho"]:g}) of the losses clipped at {document["loss_cap"]:g}. "predicted" is the half-width '
-        "`fedfair data check` prints (the noise alone, at c = 0). Goal: at "
+        "`fedfair data check` prints (the noise alone, at c = 0, reached 1.96 sd below and the simultaneous "
+        "high end's z above: `tail.expected_half_width`). Goal: at "
         f"{count(goal['rows'])} rows and epsilon {goal['epsilon']:g}, a half-width of at most "
         f"{goal['half_width']:g} and coverage of at least {percent(goal['coverage'], 0)}"
         + (

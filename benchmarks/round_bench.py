@@ -71,38 +71,19 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import multiprocessing
 import os
-import queue
-import resource
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
-from unittest import mock
-
-import numpy as np
-import torch
+from typing import Any
 
 from published import publish
-from fedfair.core.models import output_units
-from fedfair.core.update import Update
+from round_bench_parties import BATCH, TRAIN_SECONDS, party_medians, run_parties, reset_peak_rss, peak_rss_mb
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.aggregator.start import run_aggregator
-from fedfair.runtime.collaborator import client as collaborator_client
-from fedfair.runtime.collaborator.client import Collaborator
-from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.preparation import Prepared
-from fedfair.runtime.collaborator.steps import StartJob
-from fedfair.runtime.collaborator.trainer import LocalData
 from fedfair.runtime.local.workspace import make_workspace, site_names
-from fedfair.runtime.plan.aggregator_plan import SharedSettings, load_aggregator_plan
 from fedfair.runtime.plan.limits import MAX_FEATURES, MAX_PARAMETERS
-from fedfair.runtime.transport import pb
 from fedfair.secagg.encode import MODULUS_BITS as MODULUS_BITS_CHOICES
 from fedfair.secagg.encode import largest_safe_fractional_bits
 from fedfair.secagg.graph import default_degree
@@ -110,172 +91,10 @@ from fedfair.secagg.prg import Keystream
 
 DIMENSIONS = (10**4, 10**6)
 PARTIES = (3, 10, 20, 50, 100)
-BATCH = 100.0
 CLIP = 0.05
 """The plan's clip per unit of weight: five standard deviations of the fixed update's coordinates (0.01 randn)."""
 MODULUS_BITS = 16
 """The secure sum's word size unless --modulus-bits says otherwise: 16 bits a coordinate on the wire."""
-
-Result = TypeVar("Result")
-
-TRAIN_SECONDS = "FEDFAIR_BENCH_TRAIN_SECONDS"
-"""How the --train-seconds option reaches every collaborator, threads and spawned processes alike."""
-
-
-class FixedUpdate:
-    """A round trainer that returns the same small update after `seconds` of sleep: no local training.
-
-    The sleep stands in for training on the institution's own hardware (its GPU, its own
-    machine), which takes wall time but none of the cores this benchmark shares.
-    """
-
-    def __init__(self, dimension: int, seed: int, seconds: float = 0.0) -> None:
-        generator = torch.Generator().manual_seed(seed)
-        self.delta = 0.01 * torch.randn(dimension, generator=generator)
-        self.seconds = seconds
-
-    def train_round(self, theta: torch.Tensor, c: float, control: torch.Tensor | None = None) -> Update:
-        if self.seconds > 0:
-            time.sleep(self.seconds)
-        return Update(delta=self.delta, delta_c=-0.01, weight=BATCH)
-
-
-class BenchCollaborator(Collaborator):
-    """A collaborator without data: a fixed update of the plan's size, and trivial evaluation answers.
-
-    It also times its own share of each round (see the module's notes): the intervals its
-    thread spends in each task's handler and its round job (training and encoding) spends
-    running, which overlap while the key stages run beside the job, merged per round; and
-    the CPU time of both threads in them.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.busy_intervals: dict[int, list[tuple[float, float]]] = {}
-        self.busy_cpu_seconds: dict[int, float] = {}
-        self._timing_lock = threading.Lock()
-        self.measures_memory = False
-        """Whether this party is a process of its own, whose memory is its own to measure (``--processes``)."""
-        self.first_round_rss_mb: float | None = None
-
-    def prepare(self, data: LocalData | None, shared: SharedSettings) -> None:
-        outputs = output_units(shared.model.classes)
-        parameters = (shared.model.features + 1) * outputs  # logistic regression: weights and a bias per output
-        trainer = FixedUpdate(
-            parameters, seed=hash(self.config.name) % 2**31, seconds=float(os.environ.get(TRAIN_SECONDS, "0"))
-        )
-        self._model = shared.model  # round 1's model is checked against this model built from the plan's seed
-        self._use(Prepared(trainer, None, parameters))
-
-    def _timed(self, round_number: int, run: Callable[[], Result]) -> Result:
-        started, started_cpu = time.perf_counter(), time.thread_time()
-        try:
-            return run()
-        finally:
-            ended, cpu = time.perf_counter(), time.thread_time() - started_cpu
-            with self._timing_lock:
-                self.busy_intervals.setdefault(round_number, []).append((started, ended))
-                self.busy_cpu_seconds[round_number] = self.busy_cpu_seconds.get(round_number, 0.0) + cpu
-
-    def handle(self, stub: Any, task: pb.Task) -> bool:
-        return self._timed(task.binding.round, lambda: super(BenchCollaborator, self).handle(stub, task))
-
-    def train(self, stub: Any, binding: pb.Binding) -> StartJob:
-        if self.measures_memory and self.first_round_rss_mb is None:
-            # What the process holds as its first round starts; the peak from here on is the rounds'.
-            self.first_round_rss_mb = resident_rss_mb()
-            reset_peak_rss()
-        job = super().train(stub, binding)  # the download, inside the TRAIN handler's time
-        return StartJob(lambda: self._timed(binding.round, job.run), job.model)
-
-    def evaluate(self, stub: Any, binding: pb.Binding) -> StartJob:
-        job = super().evaluate(stub, binding)
-        return StartJob(lambda: self._timed(binding.round, job.run), job.model)
-
-    def busy(self) -> Busy:
-        """Per round, the wall time covered by the recorded intervals, and the CPU time in them."""
-        return {round_number: covered(spans) for round_number, spans in self.busy_intervals.items()}, dict(
-            self.busy_cpu_seconds
-        )
-
-    def evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
-        from fedfair.fairness import sums
-
-        losses = np.linspace(0.1, 2.0, 100)
-        return sums.local_answers(losses, np.zeros(losses.size), self.shared.evaluation.thresholds())
-
-
-Busy = tuple[dict[int, float], dict[int, float]]
-"""A party's per-round wall and CPU seconds inside its task handlers and round jobs."""
-
-
-def covered(spans: list[tuple[float, float]]) -> float:
-    """The length of the union of the intervals `spans` (overlapping time counted once)."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(spans):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
-
-
-def party_medians(busy: list[Busy], rounds: list[int]) -> tuple[float, float, list[float]]:
-    """The median over parties of each party's median critical path over `rounds` (wall, CPU), and
-    every party's median wall time."""
-    walls = [statistics.median(wall.get(r, 0.0) for r in rounds) for wall, _ in busy]
-    cpus = [statistics.median(cpu.get(r, 0.0) for r in rounds) for _, cpu in busy]
-    return statistics.median(walls), statistics.median(cpus), walls
-
-
-def collaborator_process(config: Path, results: Any) -> None:
-    """One party as its own process (``--processes``): take part in the federation, then put its
-    busy times and its peak memory on the `results` queue."""
-    logging.getLogger("fedfair").setLevel(logging.WARNING)
-    collaborator = BenchCollaborator(load_collaborator_config(config))
-    collaborator.measures_memory = True
-    process_start = peak_rss_mb()  # imports, configuration and identity
-    with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
-        collaborator.run()
-    first_round = collaborator.first_round_rss_mb
-    results.put(
-        (collaborator.busy(), (peak_rss_mb(), first_round if first_round is not None else process_start, process_start))
-    )
-
-
-def run_parties(
-    plan_path: Path, configs: list[Path], processes: bool
-) -> tuple[list[Busy], list[tuple[float, float, float]]]:
-    """Run the aggregator here and the collaborators as threads of this process or as processes of their own;
-    each party's busy times, and with processes each one's (peak, start-up) memory in MiB (none with threads)."""
-    plan = load_aggregator_plan(plan_path)
-    if processes:
-        # spawn, not fork: this process already runs gRPC's threads.
-        context = multiprocessing.get_context("spawn")
-        results = context.Queue()
-        children = [context.Process(target=collaborator_process, args=(config, results)) for config in configs]
-        for child in children:
-            child.start()
-        run_aggregator(plan)
-        try:
-            reported = [results.get(timeout=120) for _ in children]
-        except queue.Empty:
-            codes = [child.exitcode for child in children]
-            raise RuntimeError(
-                f"a collaborator process sent no timings (exit codes {codes}); see its output above"
-            ) from None
-        for child in children:
-            child.join(60)
-        return [busy for busy, _ in reported], [peak for _, peak in reported]
-    collaborators = [BenchCollaborator(load_collaborator_config(config)) for config in configs]
-    threads = [threading.Thread(target=collaborator.run, daemon=True) for collaborator in collaborators]
-    # No table has d - 1 features: the collaborators skip loading theirs (BenchCollaborator.prepare).
-    with mock.patch.object(collaborator_client, "load_local_data", lambda *_: None):
-        for thread in threads:
-            thread.start()
-        run_aggregator(plan)
-        for thread in threads:
-            thread.join(60)
-    return [collaborator.busy() for collaborator in collaborators], []
 
 
 def secure_aggregation(parties: int, secure: bool, modulus_bits: int) -> dict[str, Any]:
@@ -358,15 +177,6 @@ def run_configuration(
     }
 
 
-def reset_peak_rss() -> None:
-    """Start this process's peak resident memory afresh (Linux's /proc/self/clear_refs), so that each
-    configuration reports its own peak rather than the largest of the run so far."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass  # elsewhere the peak is the process's lifetime one (peak_rss_mb says so by falling back)
-
-
 def logistic_shape(dimension: int) -> dict[str, int]:
     """The plan's [model] for a logistic regression of exactly `dimension` parameters.
 
@@ -379,28 +189,6 @@ def logistic_shape(dimension: int) -> dict[str, int]:
         if dimension % classes == 0 and dimension // classes - 1 <= MAX_FEATURES:
             return {"features": dimension // classes - 1, "classes": classes}
     raise ValueError(f"no logistic regression within the plan's limits has {dimension} parameters")
-
-
-def resident_rss_mb() -> float:
-    """This process's resident memory now, in MiB (VmRSS; where /proc is missing, the peak)."""
-    return _status_mb("VmRSS:")
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory since :func:`reset_peak_rss`, in MiB (VmHWM; where /proc is
-    missing, the lifetime peak)."""
-    return _status_mb("VmHWM:")
-
-
-def _status_mb(field: str) -> float:
-    """`field` of /proc/self/status in MiB, or the lifetime peak (getrusage) where /proc is missing."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from fedfair.secagg import Client, Server, messages
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
-HOSTILE_MODULES = ("hostile_client", "secagg_wire", "fuzz", "rows")
+HOSTILE_MODULES = ("hostile_client", "secagg_wire", "fuzz", "fuzz_mutations", "rows")
 ALLOWED_PACKAGES = {"grpc", "cryptography", "numpy"}
 GENERATED = {"fedfair.runtime.transport.fedfair_pb2", "fedfair.runtime.transport.fedfair_pb2_grpc"}
 

@@ -85,7 +85,7 @@ def test_a_party_critical_path_counts_overlapping_intervals_once() -> None:
     """round_bench's per-party time is the union of its threads' busy intervals (job and handlers)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from round_bench import covered
+        from round_bench_parties import covered
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
 

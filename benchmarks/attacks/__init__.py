@@ -3,7 +3,7 @@
 Two kinds of module, kept apart on purpose:
 
 - the hostile side, written from the wire schema alone (``hostile_client``, ``secagg_wire``,
-  ``fuzz``, ``rows``): they import only the generated protobuf/gRPC modules, ``grpc``,
+  ``fuzz``, ``fuzz_mutations``, ``rows``): they import only the generated protobuf/gRPC modules, ``grpc``,
   ``cryptography``, ``numpy`` and the standard library, never fedfair's collaborator or
   transport helpers, so every refusal they meet is the aggregator holding against code
   that is not ours (``tests/test_attack_matrix.py`` checks their imports);

@@ -1,6 +1,6 @@
 """The chain's doors (issue 79) against real collaborator processes: each refused or sat out at its first round.
 
-fedfair's aggregator runs in a thread (:class:`~attacks.consent.LoopAggregator`) with its public round seam,
+fedfair's aggregator runs in a thread (:class:`~attacks.pinned_federation.LoopAggregator`) with its public round seam,
 ``RoundLoop.train``, wrapped: the wrapper changes ``loop.checkpoint``'s model before a round is run, or runs no
 round at all. Three real ``fedfair collaborator start`` processes follow it:
 
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attacks.consent import LoopAggregator, wait_until
+from attacks.pinned_federation import LoopAggregator, wait_until
 from attacks.patience import patient
 from attacks.federation import plan_sections
-from attacks.record import THREE
+from attacks.target_site import THREE
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_anchor

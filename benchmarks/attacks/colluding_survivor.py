@@ -1,6 +1,6 @@
 """One colluding survivor forging every sum (issue 79) against real collaborator processes: refused at round 1.
 
-fedfair's aggregator runs in a thread (:class:`~attacks.consent.LoopAggregator`) with its secure-aggregation
+fedfair's aggregator runs in a thread (:class:`~attacks.pinned_federation.LoopAggregator`) with its secure-aggregation
 server rewritten for every round: the unmasked sum is moved by ERROR on its first word, and the claim shows
 the colluder's masked input moved by the same ERROR. That is the strongest claim a colluder can back: every
 other masked input, every seed and every mask key is the true one, so the inputs shown re-sum to the forged

@@ -1,6 +1,6 @@
 """A forged evaluation figure (issue 79) against real collaborator processes: refused, never kept.
 
-fedfair's aggregator runs in a thread (:class:`~attacks.consent.LoopAggregator`), evaluating every round, and
+fedfair's aggregator runs in a thread (:class:`~attacks.pinned_federation.LoopAggregator`), evaluating every round, and
 forges the evaluation of round FORGED on in one of two ways:
 
 - sum: its secure-aggregation server moves one word of the evaluation's sum after UNMASK and claims that sum
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from attacks.federation import plan_sections
-from attacks.record import THREE
+from attacks.target_site import THREE
 from attacks.rewrites import rewritten
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from attacks.site_processes import run_sites

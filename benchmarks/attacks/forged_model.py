@@ -1,8 +1,8 @@
 """A forged next model against real collaborator processes (issue 65): refused at its first round, never trained on.
 
-fedfair's aggregator runs in a thread (:class:`~attacks.consent.LoopAggregator`) with its server step rewritten
-from round FORGED on: it claims each round's true sum, which every site verifies, and then makes of it another
-model than the plan's server step does (the attacks of issue 65 that verified sums alone let through):
+fedfair's aggregator runs in a thread (:class:`~attacks.pinned_federation.LoopAggregator`) with its server step
+rewritten from round FORGED on: it claims each round's true sum, which every site verifies, and then makes of it
+another model than the plan's server step does (the attacks of issue 65 that verified sums alone let through):
 
 - backdoor: theta moved by BACKDOOR on its first coordinates (a trigger's weights implanted);
 - flip: theta negated (the flipped model).
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from attacks.federation import plan_sections
-from attacks.record import THREE
+from attacks.target_site import THREE
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from attacks.site_processes import run_sites
 from fedfair.core import server

@@ -1,11 +1,11 @@
 """What the aggregator decodes once the plan's ``[privacy]`` noises it (issue 41's acceptance rows).
 
-Each row runs the pinned federation of :mod:`attacks.consent` (real collaborators in threads, mutual TLS on loopback,
-``dropouts = "allowed"``) against fedfair's own aggregator, its round loop patched, and measures the decoded sums
-against the exact ones each honest site computed before encoding, in units of the noise the aggregator states, with
-the epsilon each site's ledger charged, beside a control without noise (:mod:`attacks.noise_figures`):
+Each row runs the pinned federation of :mod:`attacks.pinned_federation` (real collaborators in threads, mutual TLS on
+loopback, ``dropouts = "allowed"``) against fedfair's own aggregator, its round loop patched, and measures the decoded
+sums against the exact ones each honest site computed before encoding, in units of the noise the aggregator states,
+with the epsilon each site's ledger charged, beside a control without noise (:mod:`attacks.noise_figures`):
 
-- evaluation: the crafted model of :func:`attacks.consent.crafted_state` with every site: the pooled histogram;
+- evaluation: the crafted model of :func:`attacks.evaluation_query.crafted_state` with every site: the pooled histogram;
 - 1-ulp difference: that model with every site, then one ulp away without one: that site's histogram. Since issue 79
   no site evaluates a model its chain did not make, so both are sat out by every site and nothing is decoded: the
   rows take that as handled (the attack refused outright), and measure the noise only where an answer comes;
@@ -25,11 +25,10 @@ import numpy as np
 import torch
 
 from attacks.cheating import collaborator_log
-from attacks.consent import (
-    AGE_FEATURE,
+from attacks.evaluation_query import AGE_FEATURE, EvaluationQuery
+from attacks.pinned_federation import (
     FOUR,
     RUN_SECONDS,
-    EvaluationQuery,
     LoopAggregator,
     StageTap,
     fixed,
@@ -38,16 +37,7 @@ from attacks.consent import (
     short,
 )
 from attacks.federation import HonestCollaborators, wire_ulp_up
-from attacks.noise_figures import (
-    NOISE_BAND,
-    OPERATOR,
-    REPORT_PRIVACY,
-    VICTIM,
-    error_figures,
-    ledger,
-    unexact,
-    within,
-)
+from attacks.noise_figures import NOISE_BAND, OPERATOR, REPORT_PRIVACY, VICTIM, error_figures, ledger, unexact, within
 from attacks.noise_composition import composition_row
 from attacks.noise_training import training_row
 from attacks.own_ledgers import federation_ledgers

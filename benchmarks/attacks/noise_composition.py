@@ -25,20 +25,8 @@ import tomli_w
 import torch
 
 from attacks.cheating import collaborator_log
-from attacks.consent import (
-    COUNTRIES,
-    FOUR,
-    MIN_COUNT,
-    RARE_SECTOR,
-    TIMEOUT,
-    LoopAggregator,
-    StageTap,
-    census_schema,
-    fixed,
-    institution_table,
-    lines_of,
-    short,
-)
+from attacks.statistics_sum import COUNTRIES, MIN_COUNT, RARE_SECTOR, census_schema, institution_table
+from attacks.pinned_federation import FOUR, TIMEOUT, LoopAggregator, StageTap, fixed, lines_of, short
 from attacks.federation import kept_state, plan_sections
 from attacks.noise_figures import (
     NOISE_BAND,
@@ -68,7 +56,7 @@ from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, load_shar
 
 
 COMPOSITION_COLUMN = "sector"
-"""The listed column the worst group is counted by (:func:`attacks.consent.census_schema`)."""
+"""The listed column the worst group is counted by (:func:`attacks.statistics_sum.census_schema`)."""
 TABLE_ROWS = 3000
 """Rows per site: 750 held out each, so that the cells are many noise stds apart."""
 SMALL_CELL = 12
@@ -86,9 +74,9 @@ threshold of its choosing, which no site may take (the model is not the verified
 
 
 def composition_federation(root: Path, *, noised: bool) -> tuple[Workspace, Any]:
-    """Four sites with their own CSV tables (:func:`attacks.consent.institution_table`, TABLE_ROWS each) under a
-    pinned plan with :func:`attacks.consent.census_schema`, ROUNDS rounds, [evaluation] composition = [sector], and
-    REPORT_PRIVACY when `noised`; SMALL_CELL held-out rows of site-b are in the rare sector."""
+    """Four sites with their own CSV tables (:func:`attacks.statistics_sum.institution_table`, TABLE_ROWS each)
+    under a pinned plan with :func:`attacks.statistics_sum.census_schema`, ROUNDS rounds, [evaluation] composition =
+    [sector], and REPORT_PRIVACY when `noised`; SMALL_CELL held-out rows of site-b are in the rare sector."""
     folder = root / "tables"
     folder.mkdir(parents=True, exist_ok=True)
     paths = {name: folder / f"{name}.csv" for name in FOUR}

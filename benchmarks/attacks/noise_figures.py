@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from attacks.consent import FOUR, RUN_SECONDS, LoopAggregator
+from attacks.pinned_federation import FOUR, RUN_SECONDS, LoopAggregator
 from attacks.federation import HonestCollaborators
 from attacks.own_ledgers import federation_ledgers
 from fedfair.runtime.collaborator.charges import open_ledger

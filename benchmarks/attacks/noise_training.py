@@ -19,24 +19,9 @@ from typing import Any
 import numpy as np
 
 from attacks.cheating import collaborator_log
-from attacks.consent import (
-    FOUR,
-    LoopAggregator,
-    StageTap,
-    pinned_workspace,
-    round_log,
-)
+from attacks.pinned_federation import FOUR, LoopAggregator, StageTap, pinned_workspace, round_log
 from attacks.federation import kept_state, wire_ulp_up
-from attacks.noise_figures import (
-    NOISE_BAND,
-    OPERATOR,
-    VICTIM,
-    error_figures,
-    ledger,
-    refusals,
-    run_federation,
-    within,
-)
+from attacks.noise_figures import NOISE_BAND, OPERATOR, VICTIM, error_figures, ledger, refusals, run_federation, within
 from attacks.rows import RowBook
 from fedfair.runtime.aggregator.checks import SumOutcome
 from fedfair.runtime.aggregator.loop import RoundLoop

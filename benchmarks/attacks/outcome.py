@@ -1,7 +1,7 @@
 """The collaborator verifies the federation's outcome (issue 51, item 1).
 
 At FINISHED the aggregator offers its model bundle to every collaborator. fedfair's own aggregator
-runs in a thread (:class:`~attacks.consent.LoopAggregator`, its final evaluation left on) with its
+runs in a thread (:class:`~attacks.pinned_federation.LoopAggregator`, its final evaluation left on) with its
 board's ``finish`` rewritten; the target is a real ``fedfair collaborator start`` process beside two
 sites in threads, under a secure-aggregation plan of three rounds:
 
@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
-from attacks.consent import LoopAggregator, StageTap
+from attacks.pinned_federation import LoopAggregator, StageTap
 from attacks.federation import HonestCollaborators, plan_sections
-from attacks.record import TARGET, THREE, real
+from attacks.target_site import TARGET, THREE, real
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair.bundle import Bundle, load_bundle, write_bundle
 from fedfair.runtime.aggregator.loop import RoundLoop

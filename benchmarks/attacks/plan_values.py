@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from attacks.consent import short, wait_until
+from attacks.pinned_federation import short, wait_until
 from attacks.federation import plan_sections
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from attacks.waits import served

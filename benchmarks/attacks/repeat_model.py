@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import tomli_w
 
-from attacks.consent import COUNTRIES, LoopAggregator, census_schema, institution_table, wait_until
+from attacks.statistics_sum import COUNTRIES, census_schema, institution_table
+from attacks.pinned_federation import LoopAggregator, wait_until
 from attacks.federation import plan_sections
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from attacks.waits import NAMES

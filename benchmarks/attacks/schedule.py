@@ -31,7 +31,8 @@ from typing import Any
 
 from attacks.federation import plan_sections, wire_ulp_up
 from attacks.own_ledgers import federation_ledgers
-from attacks.record import PLAN_ROUNDS, TARGET, flooded, process_federation_plan, refusals
+from attacks.plan_limits import PLAN_ROUNDS, flooded, refusals
+from attacks.target_site import TARGET, process_federation_plan
 from attacks.repeat_model import against_processes, rewind
 from attacks.rows import PATCHED_AGGREGATOR, PATCHED_COLLABORATOR, RowBook
 from attacks.waits import GRACE, NAMES, late_federation

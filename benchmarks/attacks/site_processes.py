@@ -1,7 +1,7 @@
 """Three real site processes under fedfair's aggregator in a thread: the federation the forged-model rows run.
 
-:func:`run_sites` starts :class:`~attacks.consent.LoopAggregator` with its round loop adjusted (the attack) and
-one ``fedfair collaborator start`` process per site, waits for each site to exit, then kills what is left and
+:func:`run_sites` starts :class:`~attacks.pinned_federation.LoopAggregator` with its round loop adjusted (the attack)
+and one ``fedfair collaborator start`` process per site, waits for each site to exit, then kills what is left and
 stops the aggregator. The wait is a budget measured on an idle machine, stretched by the load
 (:func:`~attacks.patience.patient`): beside two CPU hogs on 2 cores a fixed 180 s turned working rows into
 timeouts (issue 79). A site still running at the end is reported (status None), never waited on.
@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from attacks.consent import LoopAggregator
+from attacks.pinned_federation import LoopAggregator
 from attacks.patience import patient
-from attacks.record import THREE
+from attacks.target_site import THREE
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
 from fedfair.runtime.local.workspace import Workspace
