@@ -7,6 +7,7 @@ round carries the proof.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from fedfair.runtime.collaborator import client
 from fedfair.runtime.collaborator.config import CollaboratorConfig, parse_collaborator_config
 from fedfair.runtime.collaborator.preparation import join
 from fedfair.runtime.failures import AUDITOR_REFUSED, EXIT_REFUSED, PLAN_MISMATCH
+from fedfair.runtime.observe.logs import Console
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.transport import pb
 from tests.runtime.test_input_bound import AUDITOR, declared, federation  # noqa: F401 (the fixture)
@@ -126,8 +128,11 @@ def test_the_refusal_exits_with_its_own_status(
             raise PermanentFailureError(failure, auditor=AUDITOR, config=self.config.source, reason="a reason")
 
     monkeypatch.setattr(client, "Collaborator", Refusing)
-    # The root logger stays pytest's: a console handler bound to this test's stderr would outlive it.
+    # The root logger stays pytest's: a console handler bound to this test's stderr would outlive it, and one
+    # an earlier test in this worker left (bound to its closed stream) would print its own errors here.
     monkeypatch.setattr("fedfair.cli.collaborator.configure_logging", lambda **_: None)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [handler for handler in root.handlers if not isinstance(handler, Console)])
     assert cli.main(["collaborator", "start", "--config", str(tmp_path / "collaborator.toml")]) == status
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"fedfair: error: {failure.id}: ")

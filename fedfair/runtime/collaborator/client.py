@@ -52,7 +52,7 @@ from fedfair.runtime.collaborator.receipt import (
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import RoundJob, stored, resent
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
-from fedfair.runtime.collaborator.steps import CLAIMS, TAG_SETS, Participant, StageInput, StartJob, Work, load_kernels
+from fedfair.runtime.collaborator.steps import Participant, StageInput, StartJob, Work, load_kernels
 from fedfair.runtime.collaborator.stream import TaskStream
 from fedfair.runtime.collaborator.trainer import (
     check_pinned_table,
@@ -63,7 +63,7 @@ from fedfair.runtime.collaborator.trainer import (
     read_local_data,
     round_trainer,
 )
-from fedfair.runtime.collaborator.uplink import RPC_SECONDS, StatusReports, Uplink, input_limit
+from fedfair.runtime.collaborator.uplink import CLAIMS, RPC_SECONDS, TAG_SETS, StatusReports, Uplink, input_limit
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, MODEL_UNCHECKED
 from fedfair.runtime.manifest_update import LiveManifest

@@ -52,20 +52,8 @@ from fedfair.secagg.verify_client import PLAIN_PIECE
 from fedfair.secagg.wire import Stage as SecAggStage
 
 StageInput = bytes | memoryview
-"""A stage's input: bytes, or for a claimed sum or a tag set (:data:`CLAIMS`, :data:`TAG_SETS`) a read-only view of
-the buffer it arrived in."""
-
-CLAIMS = frozenset(stages.claim for stages in (TRAINING, EVALUATION) if stages.claim is not None)
-"""The stages whose input is a claimed sum (d + 1 words): read as a view, since bytes would copy it once more."""
-
-TAG_SETS = frozenset(
-    stages.wire(spec)
-    for stages in (TRAINING, EVALUATION)
-    for spec in stages.protocol.verify_stages
-    if spec.upload is None
-)
-"""The stages whose input is the tag set, which above RESUMMED_WORDS may carry every survivor's masked input: read as
-a view too."""
+"""A stage's input: bytes, or for a claimed sum or a tag set (:data:`~fedfair.runtime.collaborator.uplink.CLAIMS`,
+:data:`~fedfair.runtime.collaborator.uplink.TAG_SETS`) a read-only view of the buffer it arrived in."""
 
 
 @dataclass(frozen=True)

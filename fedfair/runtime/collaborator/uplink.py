@@ -22,6 +22,7 @@ import grpc
 import numpy as np
 
 from fedfair.core.errors import WireError
+from fedfair.runtime.contract import EVALUATION, TRAINING
 from fedfair.secagg.config import fallback_tag_set_bytes, resummed_claim_bytes
 from fedfair.runtime.transport import (
     Forwarder,
@@ -55,6 +56,19 @@ BUNDLE_BYTES = 64 << 20
 
 BUNDLE_BYTES_PER_PARAMETER = 32
 """The bundle's tensors: the averaged and the last model, float64 each, twice over for slack."""
+
+
+CLAIMS = frozenset(stages.claim for stages in (TRAINING, EVALUATION) if stages.claim is not None)
+"""The stages whose input is a claimed sum (d + 1 words): read as a view, since bytes would copy it once more."""
+
+TAG_SETS = frozenset(
+    stages.wire(spec)
+    for stages in (TRAINING, EVALUATION)
+    for spec in stages.protocol.verify_stages
+    if spec.upload is None
+)
+"""The stages whose input is the tag set, which above RESUMMED_WORDS may carry every survivor's masked input: read as
+a view too."""
 
 
 def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_words: int) -> int:
