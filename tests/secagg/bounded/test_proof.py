@@ -21,6 +21,7 @@ from fedfair.secagg.bounded.shares import (
     make_report,
 )
 from fedfair.secagg.bounded.verifier import Role, Verdict, Verifier, combine_totals
+from tests.secagg.bounded.roundkit import liar_witness, vector_at
 
 QUERY_SEED = b"q" * 32
 
@@ -34,18 +35,6 @@ def verify(layout: Layout, leader_share: LeaderShare, helper_share: HelperShare)
     verdict = leader.conclude(0, from_helper)
     assert helper.conclude(0, from_leader) == verdict
     return verdict
-
-
-def vector_at(norm: float, dimension: int, seed: int) -> np.ndarray:
-    direction = np.random.default_rng(seed).normal(size=dimension)
-    return direction * (norm / np.linalg.norm(direction))
-
-
-def liar_witness(layout: Layout, x: np.ndarray, projections: np.ndarray) -> np.ndarray:
-    """What a liar can claim: the true values, cut to the bits the layout has (a negative slack wraps)."""
-    values = [layout.bound_sq - sum(int(v) ** 2 for v in x), *(int(v) + layout.test_offset for v in projections)]
-    widths = [layout.norm_bits] + [layout.test_bits] * layout.tests
-    return np.array([(value >> bit) & 1 for value, width in zip(values, widths) for bit in range(width)], np.uint64)
 
 
 @settings(max_examples=40)
