@@ -52,6 +52,11 @@ def main() -> None:
         help="points tried along each method's own knob (epsilon, momentum, tilt...) too (0: the step alone)",
     )
     parser.add_argument(
+        "--rechoose",
+        default=None,
+        help="the methods whose step and knob are searched (default: every one); the rest stop at their chosen point",
+    )
+    parser.add_argument(
         "--prune-at",
         type=int,
         default=0,
@@ -69,7 +74,16 @@ def main() -> None:
     ceilings = tuple(int(rounds) for rounds in args.ceilings.split(","))
     choices = stopped.committed_choices(read_csv(args.folder / "tuning.csv"), study, args.rho)
     chosen = stopped.choose(
-        study, args.rho, choices, args.cache, args.workers, args.step_runs, ceilings, args.knob_runs, args.prune_at
+        study,
+        args.rho,
+        choices,
+        args.cache,
+        args.workers,
+        args.step_runs,
+        ceilings,
+        args.knob_runs,
+        args.prune_at,
+        None if args.rechoose is None else tuple(args.rechoose.split(",")),
     )
     rows, choice_rows, gaps = stopped.stopped_rows(study, args.rho, chosen, args.cache, args.workers)
     write_csv(args.folder / "stopped.csv", rows)

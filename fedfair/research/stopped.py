@@ -13,7 +13,7 @@ round on the profile's seeds and keep every held-out row's loss, for the paired 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,7 @@ def choose(
     ceilings: Sequence[int] = stopping.CEILINGS,
     knob_runs: int = KNOB_EXTENSION_RUNS,
     prune_at: int = 0,
+    rechosen: Collection[str] | None = None,
 ) -> dict[str, Stopped]:
     """Each method's step (and own knob) re-chosen at its stopped validation risk, all methods' runs together.
 
@@ -157,12 +158,17 @@ def choose(
     edge rule one rung along one axis at a time; `step_runs` + `knob_runs` bound the points it tries past the
     chosen one (0: the chosen point alone, stopped; its search then says "unsettled"). Where `prune_at` > 0, a
     point not yet run to the first ceiling is first trained `prune_at` rounds and dropped if `stopping.outrun`
-    by the search's choice so far at that round (`PRUNE_MARGIN`): successive halving with one rung.
+    by the search's choice so far at that round (`PRUNE_MARGIN`): successive halving with one rung. Only the
+    methods in `rechosen` (None: every method) are searched; the others are stopped at their chosen point alone.
     """
     methods = list(choices)
-    searches = [
-        tuning.Search(stopped_axes(method, choices[method], knob_runs), step_runs + knob_runs) for method in methods
-    ]
+
+    def search_of(method: str) -> tuning.Search:
+        if rechosen is not None and method not in rechosen:
+            return tuning.Search(stopped_axes(method, choices[method], 0), 0)
+        return tuning.Search(stopped_axes(method, choices[method], knob_runs), step_runs + knob_runs)
+
+    searches = [search_of(method) for method in methods]
     stops: dict[tuple[str, tuning.Coordinates], stopping.Stop] = {}
     traces: dict[tuple[str, tuning.Coordinates], stopping.Trace] = {}
     pruned: dict[str, dict[tuning.Coordinates, int]] = {method: {} for method in methods}

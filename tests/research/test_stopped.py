@@ -154,3 +154,22 @@ def test_the_knob_is_rechosen_beside_the_step_and_a_point_clearly_worse_early_is
     # from the cache is not trained twice).
     assert sorted(int(run.flags[run.flags.index("--rounds") + 1]) for run in set(trained)) == [250] * 4 + [1000] * 3
     assert chosen.rounds_trained == 4 * 250 + 3 * 1000 and chosen.cpu_seconds == 7
+
+
+def test_a_method_not_rechosen_is_stopped_at_its_chosen_point_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A flat validation curve: every point tried reads the same, so only the budgets decide what is tried.
+    def run_all(runs: list[Run], *_: Any, **__: Any) -> dict[Run, dict[str, Any]]:
+        every = range(stopping.CHECK_EVERY, 1001, stopping.CHECK_EVERY)
+        return {run: {"checkpoints": [{"round": r, "worst_risk": {"0.1": 0.7}} for r in every]} for run in runs}
+
+    monkeypatch.setattr(stopped, "run_all", run_all)
+    study = adult()
+    choices = stopped.committed_choices(read_csv(FIGURES / "tuned_adult_all_rho" / "tuning.csv"), study, 0.1)
+    chosen = stopped.choose(
+        study, 0.1, choices, tmp_path, 1, step_runs=2, ceilings=(1000,), knob_runs=2, rechosen=("term",)
+    )
+    assert len(chosen["term"].search.tried) == 5  # its start and the 4 neighbours, step and tilt
+    assert list(chosen["fedsrcvar"].search.tried) == [(choices["fedsrcvar"].step,)]
+    assert chosen["fedsrcvar"].point == choices["fedsrcvar"]
