@@ -65,15 +65,23 @@ def knob_value(point: Point, axis: tuning.Axis) -> float:
 
 
 def with_knob(point: Point, axis: tuning.Axis, value: float) -> Point:
-    """`point` with `value` on `axis` (`knob_value`'s axes)."""
-    field = {
-        tuning.STEP.name: "step",
-        tuning.EPSILON.name: "epsilon",
-        tuning.MOMENTUM.name: "momentum",
-    }.get(axis.name, "setting")
-    if axis.name == tuning.LOCAL_STEPS.name:
+    """`point` with `value` on `axis` (`knob_value`'s axes).
+
+    Raises:
+        ConfigError: `axis` is none of them.
+    """
+    name = axis.name
+    if name == tuning.STEP.name:
+        return dataclasses.replace(point, step=value)
+    if name == tuning.EPSILON.name:
+        return dataclasses.replace(point, epsilon=value)
+    if name == tuning.MOMENTUM.name:
+        return dataclasses.replace(point, momentum=value)
+    if name == tuning.LOCAL_STEPS.name:
         return dataclasses.replace(point, local_steps=int(value))
-    return dataclasses.replace(point, **{field: value})
+    if name in OWN_SETTING_AXES:
+        return dataclasses.replace(point, setting=value)
+    raise ConfigError(f"{name} is no knob the stopped search moves: use one of MAIN_KNOB's axes or the step")
 
 
 def committed_choices(tuning_csv: Sequence[Mapping[str, str]], study: Study, rho: float) -> dict[str, Point]:

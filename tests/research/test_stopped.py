@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from fedfair.research import stopped, stopping
+from fedfair.core.errors import ConfigError
+from fedfair.research import stopped, stopping, tuning
 from fedfair.research.paper_splits import paper_split
 from fedfair.research.profiles import PROFILES
 from fedfair.research.reproduce import read_csv
@@ -102,6 +103,8 @@ def test_every_main_knob_is_read_from_and_set_on_a_tuned_point() -> None:
         moved = stopped.with_knob(point, knob, knob.ladder[2])
         assert stopped.knob_value(moved, knob) == knob.ladder[2], method
         assert moved.flags(method, 0.1) != point.flags(method, 0.1), method  # the run trains the new value
+    with pytest.raises(ConfigError, match="gamma is no knob the stopped search moves"):
+        stopped.with_knob(point, tuning.GAMMA, 0.03)
 
 
 def test_the_knob_is_rechosen_beside_the_step_and_a_point_clearly_worse_early_is_pruned(
