@@ -2,9 +2,10 @@
 
 Reads each method's point chosen by the tuning protocol from FOLDER/tuning.csv (the committed study), runs
 `fedfair.research.stopped.choose` (stopping runs to 1,000 rounds, the ceiling raised by the edge rule, the
-step ladder searched around the chosen step) and the stopped test runs, and writes into FOLDER:
+step ladder and, with --knob-runs, the method's own knob searched around the chosen point, with --prune-at a
+point clearly worse early dropped) and the stopped test runs, and writes into FOLDER:
 stopped.csv (`method,rho,seed,stop_round,max_rounds,held_out_worst_risk`), stopped_choice.csv (each method's
-point, stop round, validation risk, steps tried, limits and CPU seconds) and stopped_paired.csv (the paired
+point, stop round, validation risk, points tried and pruned, limits and CPU seconds) and stopped_paired.csv (the paired
 gaps to FedSRCVaR on the same test rows). Runs are cached under --cache (resumable). E.g.
 
     python benchmarks/stopped_study.py --dataset adult --folder docs/figures/tuned_adult_all_rho \\
@@ -45,6 +46,23 @@ def main() -> None:
         help="steps tried past each chosen one at its stopped budget (0: the chosen step alone)",
     )
     parser.add_argument(
+        "--knob-runs",
+        type=int,
+        default=stopped.KNOB_EXTENSION_RUNS,
+        help="points tried along each method's own knob (epsilon, momentum, tilt...) too (0: the step alone)",
+    )
+    parser.add_argument(
+        "--rechoose",
+        default=None,
+        help="the methods whose step and knob are searched (default: every one); the rest stop at their chosen point",
+    )
+    parser.add_argument(
+        "--prune-at",
+        type=int,
+        default=0,
+        help="train a new point this many rounds first and drop it if clearly worse than the choice so far (0: never)",
+    )
+    parser.add_argument(
         "--ceilings",
         default=",".join(str(rounds) for rounds in stopping.CEILINGS),
         help="the ladder of round ceilings (default 1000,2000,4000; a shorter one names its top where a stop reaches it)",
@@ -55,7 +73,18 @@ def main() -> None:
     study = Study(args.dataset, profile, tuple(args.methods.split(",")), loss_rows=args.loss_rows, split=split)
     ceilings = tuple(int(rounds) for rounds in args.ceilings.split(","))
     choices = stopped.committed_choices(read_csv(args.folder / "tuning.csv"), study, args.rho)
-    chosen = stopped.choose(study, args.rho, choices, args.cache, args.workers, args.step_runs, ceilings)
+    chosen = stopped.choose(
+        study,
+        args.rho,
+        choices,
+        args.cache,
+        args.workers,
+        args.step_runs,
+        ceilings,
+        args.knob_runs,
+        args.prune_at,
+        None if args.rechoose is None else tuple(args.rechoose.split(",")),
+    )
     rows, choice_rows, gaps = stopped.stopped_rows(study, args.rho, chosen, args.cache, args.workers)
     write_csv(args.folder / "stopped.csv", rows)
     write_csv(args.folder / "stopped_choice.csv", choice_rows)

@@ -1,17 +1,19 @@
-"""A study's choices stopped by validation: each method's step re-chosen at its stopped budget, then tested.
+"""A study's choices stopped by validation: each method's step and own knob re-chosen at its stopped budget, tested.
 
-From each method's point chosen by the tuning protocol (its committed ``tuning.csv``), a one-axis search over
-the step ladder (the edge rule, `STEP_EXTENSION_RUNS` runs past the chosen step) judges every step by its
-stopped validation risk: the lowest validation worst-rho risk of the checkpoints up to a ceiling, the ceiling
-raised where the lowest is the ceiling (`stopping.choose_stop`). The test runs of the chosen step train exactly
-its stop round on the profile's seeds and keep every held-out row's loss, for the paired gaps. Why: docs/paper.md,
+From each method's point chosen by the tuning protocol (its committed ``tuning.csv``), a search under the edge
+rule, one rung along one axis at a time, over the step ladder and the method's own knob (`MAIN_KNOB`; bounded by
+`STEP_EXTENSION_RUNS` + `KNOB_EXTENSION_RUNS` runs past the chosen point) judges every point by its stopped
+validation risk: the lowest validation worst-rho risk of the checkpoints up to a ceiling, the ceiling raised
+where the lowest is the ceiling (`stopping.choose_stop`). A point clearly worse than the choice so far after a
+few rounds may be pruned there (`stopping.outrun`). The test runs of the chosen point train exactly its stop
+round on the profile's seeds and keep every held-out row's loss, for the paired gaps. Why: docs/paper.md,
 "Stopped by validation".
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,66 @@ from fedfair.core.errors import ConfigError
 from fedfair.research import stopping, tuning
 from fedfair.research.paired import paired_rows
 from fedfair.research.runs import Run, judged_at, run_all
-from fedfair.research.study import METHOD_LABELS, Point, Study, ladder_point
+from fedfair.research.study import METHOD_LABELS, OWN_SETTING_AXES, Point, Study, ladder_point
 
 STEP_EXTENSION_RUNS = 4
 """The steps each method's stopped search may try past its chosen one, the same for every method."""
+
+KNOB_EXTENSION_RUNS = 0
+"""The runs each method's stopped search may add along its own knob (`MAIN_KNOB`; 0: the step alone)."""
+
+MAIN_KNOB: dict[str, tuning.Axis] = {
+    "fedsrcvar": tuning.EPSILON,
+    "fedavg": tuning.LOCAL_STEPS,
+    "fedavgm": tuning.MOMENTUM,
+    "term": tuning.TILT,
+    "propfair": tuning.CEILING,
+    "deltafl": tuning.LEVEL,
+}
+"""Each method's own main knob, re-chosen at its stopped budget beside the step: what sets the method apart
+(FedAvg's local steps, FedAvgM's momentum), the axis whose choice the round budget moves most."""
+
+PRUNE_MARGIN = 0.1
+"""How much worse (validation worst-rho risk, nats) than the incumbent a candidate must be at the pruning round to
+be dropped there (`stopping.outrun`). A guess, set at twice the 0.05 by which FedSRCVaR's MNIST validation
+risk at its stop moved between epsilon 0.2 and 0.5 (0.633 and 0.581): a knob's effect that large is kept."""
+
+
+def knob_value(point: Point, axis: tuning.Axis) -> float:
+    """`point`'s value on `axis`, one of `MAIN_KNOB`'s (the step's own axis too).
+
+    Raises:
+        ConfigError: `point` sets no value on `axis`.
+    """
+    value = {
+        tuning.STEP.name: point.step,
+        tuning.EPSILON.name: point.epsilon,
+        tuning.LOCAL_STEPS.name: float(point.local_steps),
+        tuning.MOMENTUM.name: point.momentum,
+    }.get(axis.name, point.setting if axis.name in OWN_SETTING_AXES else None)
+    if value is None:
+        raise ConfigError(f"the point {point.describe()} sets no {axis.name}: choose its knob from a tuned point")
+    return value
+
+
+def with_knob(point: Point, axis: tuning.Axis, value: float) -> Point:
+    """`point` with `value` on `axis` (`knob_value`'s axes).
+
+    Raises:
+        ConfigError: `axis` is none of them.
+    """
+    name = axis.name
+    if name == tuning.STEP.name:
+        return dataclasses.replace(point, step=value)
+    if name == tuning.EPSILON.name:
+        return dataclasses.replace(point, epsilon=value)
+    if name == tuning.MOMENTUM.name:
+        return dataclasses.replace(point, momentum=value)
+    if name == tuning.LOCAL_STEPS.name:
+        return dataclasses.replace(point, local_steps=int(value))
+    if name in OWN_SETTING_AXES:
+        return dataclasses.replace(point, setting=value)
+    raise ConfigError(f"{name} is no knob the stopped search moves: use one of MAIN_KNOB's axes or the step")
 
 
 def committed_choices(tuning_csv: Sequence[Mapping[str, str]], study: Study, rho: float) -> dict[str, Point]:
@@ -65,16 +123,28 @@ def validation_trace(result: Mapping[str, Any], rho: float) -> stopping.Trace:
 
 @dataclass(frozen=True)
 class Stopped:
-    """One method's stopped choice at one rho: its point (step re-chosen), where it stops, and what that cost."""
+    """One method's stopped choice at one rho: its point (step and knob re-chosen), where it stops, what it cost."""
 
     point: Point
     stop: stopping.Stop
     search: tuning.Search
-    """The one-axis search over the step, each step's stopped validation risk."""
+    """The one-axis search over the step (and the method's knob), each point's stopped validation risk."""
     cpu_seconds: float
-    """The CPU seconds of every stopping run the choice read."""
+    """The CPU seconds of every stopping run the choice read (the pruning runs too)."""
     rounds_trained: int
-    """The rounds of every stopping run the choice read."""
+    """The rounds of every stopping run the choice read (the pruning runs too)."""
+    pruned: Mapping[tuning.Coordinates, int] = dataclasses.field(default_factory=dict)
+    """The points dropped at a pruning round (`stopping.outrun`), each with that round; their risk in `search`
+    is their lowest up to it."""
+
+
+def stopped_axes(method: str, point: Point, knob_runs: int) -> tuple[tuning.Axis, ...]:
+    """The axes of `method`'s stopped search, each started at `point`'s value on it.
+
+    The step, then the method's `MAIN_KNOB` where `knob_runs` > 0 (a method without one searches its step alone).
+    """
+    axes = (tuning.STEP, *((MAIN_KNOB[method],) if knob_runs and method in MAIN_KNOB else ()))
+    return tuple(dataclasses.replace(axis, start=(knob_value(point, axis),)) for axis in axes)
 
 
 def choose(
@@ -85,52 +155,102 @@ def choose(
     workers: int,
     step_runs: int = STEP_EXTENSION_RUNS,
     ceilings: Sequence[int] = stopping.CEILINGS,
+    knob_runs: int = KNOB_EXTENSION_RUNS,
+    prune_at: int = 0,
+    rechosen: Collection[str] | None = None,
 ) -> dict[str, Stopped]:
-    """Each method's step re-chosen at its stopped validation risk, all methods' runs trained together.
+    """Each method's step (and own knob) re-chosen at its stopped validation risk, all methods' runs together.
 
     Each stop round is `stopping.choose_stop`'s over `ceilings` (a shorter ladder than `stopping.CEILINGS` ends
-    sooner, its top then named in the stop's limits); `step_runs` bounds the steps tried past
-    the chosen one (0: the chosen step alone, stopped; its search then says "unsettled").
+    sooner, its top then named in the stop's limits). The search starts at the chosen point and follows the
+    edge rule one rung along one axis at a time; `step_runs` + `knob_runs` bound the points it tries past the
+    chosen one (0: the chosen point alone, stopped; its search then says "unsettled"). Where `prune_at` > 0, a
+    point not yet run to the first ceiling is first trained `prune_at` rounds and dropped if `stopping.outrun`
+    by the search's choice so far at that round (`PRUNE_MARGIN`): successive halving with one rung. Only the
+    methods in `rechosen` (None: every method) are searched; the others are stopped at their chosen point alone.
     """
     methods = list(choices)
-    searches = [
-        tuning.Search((dataclasses.replace(tuning.STEP, start=(choices[method].step or 0.0,)),), step_runs)
-        for method in methods
-    ]
-    stops: dict[tuple[str, float], stopping.Stop] = {}
+
+    def search_of(method: str) -> tuning.Search:
+        if rechosen is not None and method not in rechosen:
+            return tuning.Search(stopped_axes(method, choices[method], 0), 0)
+        return tuning.Search(stopped_axes(method, choices[method], knob_runs), step_runs + knob_runs)
+
+    searches = [search_of(method) for method in methods]
+    stops: dict[tuple[str, tuning.Coordinates], stopping.Stop] = {}
+    traces: dict[tuple[str, tuning.Coordinates], stopping.Trace] = {}
+    pruned: dict[str, dict[tuning.Coordinates, int]] = {method: {} for method in methods}
     read: dict[str, dict[Run, dict[str, Any]]] = {method: {} for method in methods}
 
-    def point_of(method: str, step: float) -> Point:
-        return dataclasses.replace(choices[method], step=step)
+    def point_of(method: str, coordinates: tuning.Coordinates) -> Point:
+        point = choices[method]
+        for axis, value in zip(searches[methods.index(method)].axes, coordinates, strict=True):
+            point = with_knob(point, axis, value)
+        return point
+
+    def runs_to(pairs: list[tuple[str, tuning.Coordinates]], rounds: int) -> list[stopping.Trace]:
+        runs = [stopping_run(study, method, rho, point_of(method, point), rounds) for method, point in pairs]
+        results = run_all(runs, cache_folder, workers, f"stopping at rho {rho:g} to {rounds} rounds")
+        for (method, _), run in zip(pairs, runs, strict=True):
+            read[method][run] = results[run]
+        return [validation_trace(results[run], rho) for run in runs]
+
+    def cached(method: str, point: tuning.Coordinates) -> bool:
+        # A point whose first-ceiling run is cached already costs nothing to judge whole: never pruned.
+        run = stopping_run(study, method, rho, point_of(method, point), ceilings[0])
+        return (cache_folder / f"{run.key}.json").exists()  # run_all's cache file
+
+    def incumbent(index: int) -> stopping.Trace | None:
+        search = searches[index]
+        return traces.get((methods[index], search.choice())) if search.tried else None
 
     def evaluate(asked: list[tuple[int, tuning.Coordinates]]) -> list[float]:
-        pairs = [(methods[index], point[0]) for index, point in asked]
-        # The first rung of every asked step together (a pool trains them at once); a higher rung only at an edge.
-        first = [stopping_run(study, method, rho, point_of(method, step), ceilings[0]) for method, step in pairs]
-        run_all(first, cache_folder, workers, f"stopping at rho {rho:g}")
-        for method, step in pairs:
+        pairs = [(methods[index], point) for index, point in asked]
+        risks: dict[tuple[str, tuning.Coordinates], float] = {}
+        ahead = [
+            (index, point)
+            for index, point in asked
+            if prune_at and incumbent(index) is not None and not cached(methods[index], point)
+        ]
+        for (index, point), trace in zip(ahead, runs_to([(methods[i], p) for i, p in ahead], prune_at), strict=True):
+            best = incumbent(index)
+            assert best is not None  # ahead holds only points whose search has a choice
+            if stopping.outrun(trace, best, prune_at, PRUNE_MARGIN):
+                pruned[methods[index]][point] = prune_at
+                risks[(methods[index], point)] = stopping.lowest_until(trace, prune_at)
+        kept = [pair for pair in pairs if pair not in risks]
+        # The first rung of every kept point together (a pool trains them at once); a higher rung only at an edge.
+        runs_to(kept, ceilings[0])
+        for method, point in kept:
 
-            def trace_to(ceiling: int, method: str = method, step: float = step) -> stopping.Trace:
-                run = stopping_run(study, method, rho, point_of(method, step), ceiling)
-                read[method].update(run_all([run], cache_folder, workers, f"stopping at {ceiling} rounds"))
-                return validation_trace(read[method][run], rho)
+            def trace_to(ceiling: int, method: str = method, point: tuning.Coordinates = point) -> stopping.Trace:
+                trace = runs_to([(method, point)], ceiling)[0]
+                traces[(method, point)] = trace
+                return trace
 
-            stops[(method, step)] = stopping.choose_stop(trace_to, ceilings)
-        return [stops[pair].risk for pair in pairs]
+            stops[(method, point)] = stopping.choose_stop(trace_to, ceilings)
+            risks[(method, point)] = stops[(method, point)].risk
+        return [risks[pair] for pair in pairs]
 
     tuning.settle(searches, evaluate)
     chosen: dict[str, Stopped] = {}
     for method, search in zip(methods, searches, strict=True):
-        step = search.choice()[0]
+        point = search.choice()
         mine = list(read[method].values())
         chosen[method] = Stopped(
-            point_of(method, step),
-            stops[(method, step)],
+            point_of(method, point),
+            stops[(method, point)],
             search,
             sum(float(result.get("cpu_seconds", 0.0)) for result in mine),
             sum(int(result["checkpoints"][-1]["round"]) if result["checkpoints"] else 0 for result in mine),
+            pruned[method],
         )
     return chosen
+
+
+def coordinates(point: tuning.Coordinates) -> str:
+    """A point of a stopped search in the choices' table, its axes' values joined by ``|``, e.g. ``0.1|0.2``."""
+    return "|".join(f"{value:g}" for value in point)
 
 
 def stopped_rows(
@@ -139,7 +259,8 @@ def stopped_rows(
     """The test runs of every stopped choice: ``stopped.csv``'s rows, the choices' rows, and the paired gaps.
 
     ``stopped.csv`` has a row per (method, seed): `method,rho,seed,stop_round,max_rounds,held_out_worst_risk`.
-    The choices' rows give each method's point, stop round, ceiling, validation risk, limits and costs.
+    The choices' rows give each method's point, stop round, ceiling, validation risk, the axes searched, the points
+    tried (``step|knob:risk``, space-separated), those pruned (``step|knob@round``), limits and costs.
     """
     runs = {
         method: stopped_test_runs(study, method, rho, stopped.point, stopped.stop.round)
@@ -171,7 +292,9 @@ def stopped_rows(
                 "stop_round": stopped.stop.round,
                 "max_rounds": stopped.stop.ceiling,
                 "validation_worst_risk": stopped.stop.risk,
-                "steps_tried": " ".join(f"{point[0]:g}:{risk:.5f}" for point, risk in search.tried.items()),
+                "axes": " | ".join(axis.name for axis in search.axes),
+                "points_tried": " ".join(f"{coordinates(point)}:{risk:.5f}" for point, risk in search.tried.items()),
+                "pruned": " ".join(f"{coordinates(point)}@{rounds}" for point, rounds in stopped.pruned.items()),
                 "limits": "; ".join(limits),
                 "stopping_cpu_seconds": round(stopped.cpu_seconds, 1),
                 "stopping_rounds": stopped.rounds_trained,

@@ -115,3 +115,30 @@ def checkpoints(
         running = theta.clone() if running is None else running.add_(theta)
 
     return record
+
+
+def lowest_until(trace: Trace, rounds: int) -> float:
+    """The lowest validation risk of `trace`'s checkpoints up to round `rounds` (NaN: none, or all diverged)."""
+    finite = [risk for round_number, risk in trace if round_number <= rounds and not diverged(risk)]
+    return min(finite) if finite else math.nan
+
+
+def outrun(candidate: Trace, incumbent: Trace, rounds: int, margin: float) -> bool:
+    """Whether `candidate`, trained `rounds` rounds, is clearly worse than `incumbent` at the same round.
+
+    Clearly worse: every checkpoint of `candidate` to `rounds` diverged, or its lowest risk there exceeds the
+    incumbent's lowest over the same rounds by more than `margin`. A pruned candidate's recorded risk is its
+    lowest so far, at least its stopped risk, and above the incumbent's stopped risk (at most the incumbent's
+    lowest so far): it never becomes the choice. The guess is only that `margin` covers what `candidate` would
+    gain after `rounds` beyond what the incumbent gains (a slow starter, e.g. a smaller step, may gain more).
+
+    Raises:
+        ConfigError: `margin` is negative or `incumbent` has no finite checkpoint up to `rounds`.
+    """
+    if margin < 0:
+        raise ConfigError(f"the pruning margin is a risk difference >= 0, got {margin:g}")
+    reference = lowest_until(incumbent, rounds)
+    if math.isnan(reference):
+        raise ConfigError(f"the incumbent has no finite checkpoint up to round {rounds}: nothing to prune against")
+    mine = lowest_until(candidate, rounds)
+    return math.isnan(mine) or mine > reference + margin

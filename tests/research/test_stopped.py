@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from fedfair.research import stopped, stopping
+from fedfair.core.errors import ConfigError
+from fedfair.research import stopped, stopping, tuning
 from fedfair.research.paper_splits import paper_split
 from fedfair.research.profiles import PROFILES
 from fedfair.research.reproduce import read_csv
 from fedfair.research.runs import Run
-from fedfair.research.study import Study
+from fedfair.research.study import Study, ladder_point
 
 FIGURES = Path(__file__).resolve().parents[2] / "docs" / "figures"
 
@@ -91,3 +92,87 @@ def test_a_shorter_ceiling_ladder_names_its_top_where_a_stop_reaches_it(
     assert chosen["term"].stop == stopping.Stop(
         1000, 0.9, 1000, ("rounds 1000 is its ladder's end: the curve was still falling there",)
     )
+
+
+def test_every_main_knob_is_read_from_and_set_on_a_tuned_point() -> None:
+    study = Study("adult", PROFILES["tuned"], tuple(stopped.MAIN_KNOB), split=paper_split("adult"))
+    for method, knob in stopped.MAIN_KNOB.items():
+        axes = study.search(method).axes
+        point = ladder_point(method, axes, tuple(axis.ladder[1] for axis in axes))
+        assert stopped.knob_value(point, knob) == knob.ladder[1], method
+        moved = stopped.with_knob(point, knob, knob.ladder[2])
+        assert stopped.knob_value(moved, knob) == knob.ladder[2], method
+        assert moved.flags(method, 0.1) != point.flags(method, 0.1), method  # the run trains the new value
+    with pytest.raises(ConfigError, match="gamma is no knob the stopped search moves"):
+        stopped.with_knob(point, tuning.GAMMA, 0.03)
+
+
+def test_the_knob_is_rechosen_beside_the_step_and_a_point_clearly_worse_early_is_pruned(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Adult's TERM point: step 0.001 under momentum 0.7 (--lr 0.001 x 0.75), tilt 100. A fake validation U-curve
+    # bottoming at round 500, depth 0.5 + 0.3 |log10(lr / 0.00075)| + 0.03 |log10(tilt / 300)| / log10(3): tilt 300
+    # is lowest (0.5); each step neighbour, a factor 3.33 away in --lr, is 0.157 deeper, more than the margin 0.1;
+    # tilt 30 and 300 are within it.
+    def curve(lr: float, tilt: float, ceiling: int) -> list[dict[str, Any]]:
+        depth = 0.5 + 0.3 * abs(math.log10(lr / 0.00075)) + 0.03 * abs(math.log10(tilt / 300)) / math.log10(3)
+        every = range(stopping.CHECK_EVERY, ceiling + 1, stopping.CHECK_EVERY)
+        return [{"round": r, "worst_risk": {"0.1": depth + ((r - 500) / 1e4) ** 2}} for r in every]
+
+    trained: list[Run] = []
+
+    def run_all(runs: list[Run], *_: Any, **__: Any) -> dict[Run, dict[str, Any]]:
+        trained.extend(runs)
+
+        def flag(run: Run, name: str) -> float:
+            return float(run.flags[run.flags.index(name) + 1])
+
+        return {
+            run: {
+                "checkpoints": curve(flag(run, "--lr"), flag(run, "--tilt"), int(flag(run, "--rounds"))),
+                "cpu_seconds": 1.0,
+            }
+            for run in runs
+        }
+
+    monkeypatch.setattr(stopped, "run_all", run_all)
+    study = adult()
+    choices = stopped.committed_choices(read_csv(FIGURES / "tuned_adult_all_rho" / "tuning.csv"), study, 0.1)
+    assert (choices["term"].step, choices["term"].setting, choices["term"].momentum) == (0.001, 100.0, 0.7)
+    chosen = stopped.choose(
+        study, 0.1, {"term": choices["term"]}, tmp_path, 1, step_runs=2, ceilings=(1000,), knob_runs=2, prune_at=250
+    )["term"]
+    assert [axis.name for axis in chosen.search.axes] == ["step", "tilt"]
+    assert (chosen.point.step, chosen.point.setting) == (0.001, 300.0)
+    assert chosen.stop == stopping.Stop(500, pytest.approx(0.5), 1000)
+    # Both step neighbours were dropped at round 250, their risk there their lowest so far (round 250's).
+    assert chosen.pruned == {(0.0003, 100.0): 250, (0.003, 100.0): 250}
+    step_penalty = 0.3 * math.log10(0.001 / 0.0003)
+    tilt_100 = 0.03 * math.log10(3) / math.log10(3)
+    assert chosen.search.tried[(0.0003, 100.0)] == pytest.approx(0.5 + step_penalty + tilt_100 + (250 / 1e4) ** 2)
+    assert chosen.search.tried[(0.001, 30.0)] == pytest.approx(0.5 + 0.03 / math.log10(3))
+    # Tilt 1,000 beside the new choice is untried: the 4 extension runs went to the first point's 4 neighbours.
+    assert "unsettled: its 4 extension runs were spent" in chosen.search.limits()
+    # The start and the two tilts each trained to 1,000 rounds, the four new points first to 250 (each run read again
+    # from the cache is not trained twice).
+    assert sorted(int(run.flags[run.flags.index("--rounds") + 1]) for run in set(trained)) == [250] * 4 + [1000] * 3
+    assert chosen.rounds_trained == 4 * 250 + 3 * 1000 and chosen.cpu_seconds == 7
+
+
+def test_a_method_not_rechosen_is_stopped_at_its_chosen_point_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A flat validation curve: every point tried reads the same, so only the budgets decide what is tried.
+    def run_all(runs: list[Run], *_: Any, **__: Any) -> dict[Run, dict[str, Any]]:
+        every = range(stopping.CHECK_EVERY, 1001, stopping.CHECK_EVERY)
+        return {run: {"checkpoints": [{"round": r, "worst_risk": {"0.1": 0.7}} for r in every]} for run in runs}
+
+    monkeypatch.setattr(stopped, "run_all", run_all)
+    study = adult()
+    choices = stopped.committed_choices(read_csv(FIGURES / "tuned_adult_all_rho" / "tuning.csv"), study, 0.1)
+    chosen = stopped.choose(
+        study, 0.1, choices, tmp_path, 1, step_runs=2, ceilings=(1000,), knob_runs=2, rechosen=("term",)
+    )
+    assert len(chosen["term"].search.tried) == 5  # its start and the 4 neighbours, step and tilt
+    assert list(chosen["fedsrcvar"].search.tried) == [(choices["fedsrcvar"].step,)]
+    assert chosen["fedsrcvar"].point == choices["fedsrcvar"]

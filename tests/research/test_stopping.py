@@ -75,3 +75,28 @@ def test_each_checkpoint_is_the_suffix_mean_a_run_of_that_many_rounds_outputs() 
     assert seen == {t: (t // 2 + 1 + t) / 2 for t in (10, 20, 30, 40, 50)}
     with pytest.raises(ConfigError, match="would average the start model in"):
         stopping.checkpoints(0.0, 10, 50, lambda t, theta: None)
+
+
+def test_a_candidate_is_outrun_only_when_clearly_worse_at_the_same_round() -> None:
+    # The incumbent's lowest to round 250 is its round-250 checkpoint, 0.5 + (250 / 1000)^2 = 0.5625 (its U-curve
+    # bottoms at round 500); the lowest of a candidate shifted up by `lift` is 0.5625 + lift over the same rounds.
+    incumbent = curve(500, 1000)
+    assert stopping.lowest_until(incumbent, 250) == pytest.approx(0.5625)
+
+    def lifted(lift: float) -> stopping.Trace:
+        return [(round_number, risk + lift) for round_number, risk in curve(500, 250)]
+
+    assert not stopping.outrun(lifted(0.09), incumbent, 250, margin=0.1)
+    assert stopping.outrun(lifted(0.11), incumbent, 250, margin=0.1)
+    # Judged to the same round: the incumbent's later, lower checkpoints do not count against the candidate.
+    assert not stopping.outrun(lifted(0.0), incumbent, 250, margin=0.0)
+    # A candidate diverged at every checkpoint so far is outrun; one that diverged only once is judged on the rest.
+    assert stopping.outrun([(10, math.nan), (20, math.inf)], incumbent, 250, margin=0.1)
+    assert not stopping.outrun([(10, math.nan), (20, 0.6)], incumbent, 250, margin=0.1)
+
+
+def test_pruning_refuses_a_negative_margin_and_an_incumbent_without_a_finite_checkpoint() -> None:
+    with pytest.raises(ConfigError, match="margin"):
+        stopping.outrun(curve(500, 250), curve(500, 1000), 250, margin=-0.1)
+    with pytest.raises(ConfigError, match="no finite checkpoint up to round 250"):
+        stopping.outrun(curve(500, 250), [(10, math.nan), (300, 0.5)], 250, margin=0.1)

@@ -339,7 +339,7 @@ def test_some_committed_study_was_stopped_by_validation() -> None:
 @pytest.mark.parametrize("folder", STOPPED)
 def test_every_committed_stop_is_inside_its_ceiling_or_says_why(folder: str) -> None:
     # From the committed CSVs alone: every method stops at a checkpoint inside a ceiling of at least 1,000 rounds
-    # (or at the ceiling ladder's top, named), its chosen step is the lowest stopped validation risk it tried, its
+    # (or at the ceiling ladder's top, named), its chosen point is the lowest stopped validation risk it tried, its
     # test seeds all ran that stop round, and the paired gaps are those of the same methods.
     rows = read_csv(FIGURES / folder / "stopped.csv")
     assert list(rows[0]) == ["method", "rho", "seed", "stop_round", "max_rounds", "held_out_worst_risk"]
@@ -349,7 +349,9 @@ def test_every_committed_stop_is_inside_its_ceiling_or_says_why(folder: str) -> 
         stop, ceiling = int(choice["stop_round"]), int(choice["max_rounds"])
         assert ceiling in stopping.CEILINGS and stop % stopping.CHECK_EVERY == 0
         assert stop < ceiling or "ladder's end" in choice["limits"], method
-        tried = dict(pair.split(":") for pair in choice["steps_tried"].split())
+        # Adult's and Census's tables searched the step alone (steps_tried); a search over the knob too says which
+        # axes (points_tried, each point's values joined by "|"), a pruned point's risk its lowest before pruning.
+        tried = dict(pair.split(":") for pair in choice.get("points_tried", choice.get("steps_tried", "")).split())
         assert float(choice["validation_worst_risk"]) == pytest.approx(min(map(float, tried.values())), abs=1e-5)
         seeds = [row for row in rows if row["method"] == method]
         assert len(seeds) >= 2 and {(row["stop_round"], row["max_rounds"]) for row in seeds} == {
