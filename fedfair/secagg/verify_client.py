@@ -141,7 +141,7 @@ def check_tags(
     names = ", ".join(_name(config, party) for party in missing)
     if missing and resum_decides(config) and config.resummed:
         # The re-sum at tag_claim fixed the sum's value; a leaver's tag adds nothing to it (docs/security.md).
-        logger.info("round %d: no tag from %s; the sum this party re-summed stands", round_number, names)
+        logger.info("session %d: no tag from %s; the sum this party re-summed stands", round_number, names)
         return tagged.vector
     if missing and resum_decides(config) and tag_set.inputs:
         # Above RESUMMED_WORDS, for this round only: the same re-sum, from the tag set (docs/security.md).
@@ -154,7 +154,7 @@ def check_tags(
             advertisements=advertisements,
             identities=identities,
         )
-        logger.info("round %d: no tag from %s; this party re-summed the sum, and it stands", round_number, names)
+        logger.info("session %d: no tag from %s; this party re-summed the sum, and it stands", round_number, names)
         return tagged.vector
     if missing:
         material = ", and the tag set carries no masked inputs to re-sum" if resum_decides(config) else ""

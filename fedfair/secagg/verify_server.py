@@ -100,7 +100,7 @@ class VerifyStages(ServerState):
         if self.untagged and resum_decides(self.config) and not self.config.resummed:
             names = ", ".join(map(self.config.name_of, self.untagged))
             logger.info(
-                "round %d: no tag from %s; the tag set carries the survivors' %d masked inputs, for every survivor to "
+                "session %d: no tag from %s; the tag set carries the survivors' %d masked inputs, for every survivor to "
                 "re-sum the sum (above %d words, this round only)",
                 self.config.round,
                 names,

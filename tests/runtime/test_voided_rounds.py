@@ -127,6 +127,6 @@ def test_above_the_bound_a_survivor_lost_before_its_tag_costs_no_round(tmp_path:
     check_every_round_applied_and_the_bundles_kept(workspace, processes, sites)
     # The tags checked every sum but round 2's (secure session 4 = 2 r), which both sites re-summed from the tag set.
     said = [line for site in sites.values() for line in site.lines if "this party re-summed the sum" in line]
-    assert len(said) == 2 and all("round 4: no tag from site-c" in line for line in said), said
+    assert len(said) == 2 and all("session 4: no tag from site-c" in line for line in said), said
     sent = [line for line in aggregator.lines if "the tag set carries the survivors' 3 masked inputs" in line]
-    assert len(sent) == 1 and "round 4: no tag from site-c" in sent[0], sent
+    assert len(sent) == 1 and "session 4: no tag from site-c" in sent[0], sent
