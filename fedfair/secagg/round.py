@@ -13,13 +13,13 @@ whose server keeps the :class:`SecureSum` interface.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from fedfair.pki.identity import CredentialVerifier
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import (
@@ -99,7 +99,7 @@ Only the masking stage asks for the encoded input (called once, there)."""
 class StageSpec:
     """One stage of a secure round: everything a runner needs to run it.
 
-    stage: the stage its messages are bound to (their header).
+    stage: its member of its round's stage enum (SECURE_ROUND: the header's :class:`Stage`, its messages' binding).
     wire: its name on the runtime's transport, less ``STAGE_`` and an evaluation's ``EVAL_`` (proto/fedfair.proto).
     noun: what its uploads are, for the operator's progress line ('masked inputs').
     evaluation_noun: the same in an evaluation's sum ('masked evaluation sums').
@@ -116,7 +116,7 @@ class StageSpec:
         before :attr:`close`; it aborts the round instead. An in-process round sends it on regardless.
     """
 
-    stage: Stage
+    stage: enum.IntEnum
     wire: str
     noun: str
     evaluation_noun: str
@@ -137,23 +137,24 @@ class SecureRound:
 
     sum_stages: the stages that make the sum; :meth:`SecureSum.finish` closes the last.
     verify_stages: the optional stages that verify it (verified aggregation).
-    server: makes the server's state for a round (config, a verifier of the parties' credentials).
+    server: makes the server's state for a round (SECURE_ROUND: config, a verifier of the parties' credentials;
+        another kind takes its own round parameters).
     client: makes a party's state for a round (:class:`~fedfair.secagg.client.Client`'s arguments).
-    open_verification: opens the first verifying stage once the sum is finished.
+    open_verification: opens the first verifying stage once the sum is finished (the server, its finish's result).
     """
 
     name: str
     sum_stages: tuple[StageSpec, ...]
     verify_stages: tuple[StageSpec, ...]
-    server: Callable[[SecAggConfig, CredentialVerifier], Any]
+    server: Callable[..., Any]
     client: Callable[..., Any]
-    open_verification: Callable[[Any, AggregateResult], Opening]
+    open_verification: Callable[[Any, Any], Opening]
 
     def stages(self, verified: bool) -> tuple[StageSpec, ...]:
         """The stages a round runs, in order: the sum's, and with `verified` the verifying ones."""
         return self.sum_stages + self.verify_stages if verified else self.sum_stages
 
-    def spec(self, stage: Stage) -> StageSpec:
+    def spec(self, stage: enum.IntEnum) -> StageSpec:
         """The first of this round's stages bound to `stage`."""
         return next(spec for spec in self.stages(True) if spec.stage is stage)
 

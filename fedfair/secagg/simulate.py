@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fedfair.core.errors import ConfigError
 from fedfair.pki.identity import (
     generate_identity_key,
     pinned_verifier,
@@ -99,14 +100,15 @@ def simulate_round(
 
     def run(spec: StageSpec, opening: Opening) -> Opening | None:
         """Each party still there and addressed takes the stage's step and uploads; then the server closes it."""
-        active.difference_update(drop.get(spec.stage, ()))
+        stage = _header_stage(spec)
+        active.difference_update(drop.get(stage, ()))
         inputs = opening.inputs
         if inputs is not None and not isinstance(inputs, Mapping):
             inputs = _over_wire(inputs)
         for party in sorted(active.intersection(opening.among)):
             received = _over_wire(inputs[party]) if isinstance(inputs, Mapping) else inputs
             encoding = _Encoding(partial(encoded_input, party), clock)
-            seconds = party_seconds[spec.stage]
+            seconds = party_seconds[stage]
             started = clock()
             outcome = spec.step(clients[party], received, encoding)
             # The party's time in its step, without the caller's encoding of its input.
@@ -120,22 +122,22 @@ def simulate_round(
             if observe is not None:
                 observe(message)
             assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
-            with server_timer(spec.stage):
+            with server_timer(stage):
                 spec.receive(server, message)
         if spec.close is None:
             return None
-        with server_timer(spec.stage):
+        with server_timer(stage):
             return spec.close(server)
 
     opening: Opening | None = Opening(tuple(clients), None)
     for spec in protocol.sum_stages:
         assert opening is not None  # every stage of the sum but its last opens the next
         opening = run(spec, opening)
-    last = protocol.sum_stages[-1].stage
+    last = _header_stage(protocol.sum_stages[-1])
     with server_timer(last):
         result: AggregateResult = server.finish()
     if verified:
-        first = protocol.verify_stages[0].stage
+        first = _header_stage(protocol.verify_stages[0])
         with server_timer(first):
             opening = protocol.open_verification(server, result)
         for spec in protocol.verify_stages:
@@ -146,6 +148,19 @@ def simulate_round(
     }
     client_seconds = {stage: list(seconds.values()) for stage, seconds in party_seconds.items()}
     return RoundTrace(result, client_seconds, server_seconds, upload_bytes, accepted)
+
+
+def _header_stage(spec: StageSpec) -> Stage:
+    """The header stage ``spec`` is bound to; a round of another kind has its own simulator.
+
+    Raises:
+        ConfigError: ``spec`` is not bound to a header stage (a bounded sum's: use simulate_bounded_round).
+    """
+    if not isinstance(spec.stage, Stage):
+        raise ConfigError(
+            f"stage {spec.wire} is not one simulate_round runs; simulate a bounded sum with simulate_bounded_round"
+        )
+    return spec.stage
 
 
 def _over_wire(message: Any) -> Any:

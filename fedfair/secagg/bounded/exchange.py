@@ -45,7 +45,7 @@ class Roster:
         return Writer().ids(self.parties).blob(self.seed_commitment).getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Roster:
+    def from_bytes(cls, data: bytes | memoryview) -> Roster:
         """Parse :meth:`to_bytes`; ProtocolError if malformed."""
         reader = Reader(data)
         parties, commitment = reader.ids(), reader.blob(COMMITMENT_BYTES)
@@ -66,7 +66,7 @@ class SeedReveal:
         return Writer().blob(self.half).getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> SeedReveal:
+    def from_bytes(cls, data: bytes | memoryview) -> SeedReveal:
         """Parse :meth:`to_bytes`; ProtocolError if malformed."""
         reader = Reader(data)
         half = reader.blob(SEED_BYTES)
@@ -88,7 +88,7 @@ class Commitments:
         return writer.getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Commitments:
+    def from_bytes(cls, data: bytes | memoryview) -> Commitments:
         """Parse :meth:`to_bytes`; ProtocolError if malformed."""
         reader = Reader(data)
         entries = tuple((reader.u32(), reader.blob(COMMITMENT_BYTES)) for _ in range(reader.u32()))
@@ -110,7 +110,7 @@ class Reveal:
         return writer.getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Reveal:
+    def from_bytes(cls, data: bytes | memoryview) -> Reveal:
         """Parse :meth:`to_bytes`; ProtocolError if malformed."""
         reader = Reader(data)
         entries = tuple((reader.u32(), reader.blob(), reader.blob(SIGNATURE_LIMIT)) for _ in range(reader.u32()))
@@ -137,7 +137,7 @@ class AuditorTotal:
         return writer.blob(self.signature).getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> AuditorTotal:
+    def from_bytes(cls, data: bytes | memoryview) -> AuditorTotal:
         """Parse :meth:`to_bytes`; ProtocolError if malformed or a value is not a field element."""
         reader = Reader(data)
         accepted, raw, signature = reader.ids(), reader.blob(), reader.blob(SIGNATURE_LIMIT)

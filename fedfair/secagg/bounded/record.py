@@ -60,7 +60,7 @@ class VerdictRecord:
         return Writer().blob(self.body(context)).blob(self.signature).getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> VerdictRecord:
+    def from_bytes(cls, data: bytes | memoryview) -> VerdictRecord:
         """Parse :meth:`to_bytes` (the context it claims is checked by :func:`check_round_evidence`).
 
         Raises:

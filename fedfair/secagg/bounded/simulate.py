@@ -1,13 +1,15 @@
 """Run one bounded secure sum inside one process: n sites, the aggregator and the auditor, no network.
 
 The parties are the real state machines and every message goes through its bytes, as a transport would
-carry it, following :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`. Identity keys are generated per
-call and pinned. A site's part can be made to go missing (it is then absent), and a site can lie (its encoded
-update over its bound, with a liar's witness).
+carry it, looping over the stages of :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND` as a runtime does:
+each stage's addressed parties take its step, the aggregator receives each upload and closes the stage. Identity
+keys are generated per call and pinned. A site's part can be made to go missing (it is then absent), and a site
+can lie (its encoded update over its bound, with a liar's witness).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -16,14 +18,17 @@ from typing import Any
 import numpy as np
 
 from fedfair.pki.identity import generate_identity_key
-from fedfair.secagg import keys
 from fedfair.secagg.bounded.context import BoundedContext
-from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, check_round_evidence
+from fedfair.secagg.bounded.messages import SeedRelay, SiteShare
+from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
+from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord
+from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import Witness, honest_witness
-from fedfair.secagg.bounded.stages import BoundedStage, BoundedStep, steps
-from fedfair.secagg.bounded.upload import make_uploads
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND
+from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
-from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
+from fedfair.secagg.bounded.verifying import BoundedSum
+from fedfair.secagg.round import Opening, StageSpec
 
 
 @dataclass
@@ -34,9 +39,10 @@ class BoundedTrace:
     record: the verdict record as the sites received it; findings: each site's check of it.
     context: the round's public parameters.
     site_seconds: per site, its time making its uploads; aggregator_seconds, auditor_seconds: each verifier's
-        time in its steps (receiving, the VERIFY exchange, its total).
-    upload_bytes: per site, its two parts' bytes; exchange_bytes: per verifier, what it sent the other
-        (VERIFY and, for the auditor, TOTAL); record_bytes: the record each site downloads.
+        time in its steps (its round key, receiving, the exchange, its total, the record).
+    upload_bytes: per site, its SHARE upload's bytes (both parts); exchange_bytes: per verifier, what it sent the
+        other (the auditor: every upload; the aggregator: what it relays to the auditor less the sites' sealed
+        seeds); record_bytes: the record each site downloads.
     """
 
     result: BoundedSum
@@ -68,15 +74,15 @@ def simulate_bounded_round(
 
     encoded_input(party): the site's update in the encoded scale (signed integers, d of them).
     witnesses: per lying site, the witness it proves with (the honest one otherwise).
-    missing_aggregator_part, missing_auditor_part: sites whose part to that verifier never arrives.
+    missing_aggregator_part: sites whose SHARE upload never reaches the aggregator (so neither part does).
+    missing_auditor_part: sites whose sealed seed reaches the auditor corrupted, so it cannot open it.
     clock: what the seconds are read from (``time.process_time`` for CPU seconds).
 
     Raises whatever the protocol raises, e.g. AuthenticationError or ProtocolError when a site refuses the record.
     """
     site_keys = {party: generate_identity_key() for party in weights}
     aggregator_key, auditor_key = generate_identity_key(), generate_identity_key()
-    auditor_cipher = keys.generate_key_pair()
-    context = BoundedContext.from_plan(
+    parameters = BoundedParameters(
         federation_id="simulated",
         round_number=1,
         session_id=b"s" * 16,
@@ -86,16 +92,20 @@ def simulate_bounded_round(
         weights=dict(weights),
         aggregator_key=aggregator_key.public_key(),
         auditor_key=auditor_key.public_key(),
-        auditor_cipher_key=keys.public_bytes(auditor_cipher),
+        site_keys={party: key.public_key() for party, key in site_keys.items()},
         noise_mu=noise_mu,
     )
-    public = {party: key.public_key() for party, key in site_keys.items()}
-    verifiers = {
-        Role.LEADER: RoundVerifier(context, Role.LEADER, aggregator_key, public),
-        Role.HELPER: RoundVerifier(context, Role.HELPER, auditor_key, public, auditor_cipher),
+    peers: dict[int, Any] = {
+        party: BOUNDED_ROUND.client(parameters, party, key, (witnesses or {}).get(party, honest_witness))
+        for party, key in site_keys.items()
     }
+    peers[AUDITOR] = BOUNDED_ROUND.client(parameters, AUDITOR, auditor_key)
+    server: BoundedServer = BOUNDED_ROUND.server(parameters, aggregator_key)
     seconds = dict.fromkeys(Role, 0.0)
     trace_bytes = dict.fromkeys(Role, 0)
+    site_seconds: dict[int, float] = {}
+    upload_bytes: dict[int, int] = {}
+    findings: dict[int, RoundFindings] = {}
 
     def timed(role: Role, work: Callable[..., Any], *arguments: Any) -> Any:
         """``work(*arguments)``, its seconds counted to ``role``'s verifier."""
@@ -104,55 +114,52 @@ def simulate_bounded_round(
         seconds[role] += clock() - started
         return outcome
 
-    def receive(role: Role, step: BoundedStep, data: bytes) -> Any:
-        """``role``'s verifier parses ``data`` and takes ``step``; what it sends next."""
-        handler = step.receive
-        assert handler is not None  # a verifier receives every step this is called for
-        return timed(role, handler, verifiers[role], timed(role, step.parse, data))
+    def take(spec: StageSpec, party: int, received: Any) -> None:
+        """``party`` takes the stage's step; the aggregator receives its upload (a site's verdict: kept)."""
+        if party == AUDITOR:
+            outcome = timed(Role.HELPER, spec.step, peers[party], received, lambda: None)
+        else:
+            encoded = encoded_input(party)
+            started = clock()
+            outcome = spec.step(peers[party], received, lambda: encoded)
+            site_seconds[party] = site_seconds.get(party, 0.0) + clock() - started
+        if spec.upload is None:
+            findings[party] = outcome
+            return
+        data = outcome.to_bytes()
+        if party == AUDITOR:
+            trace_bytes[Role.HELPER] += len(data)
+        else:
+            upload_bytes[party] = len(data)
+        if party in missing_aggregator_part:
+            return
+        message = timed(Role.LEADER, spec.upload, data)
+        if isinstance(message, SiteShare) and party in missing_auditor_part:
+            message = dataclasses.replace(message, sealed=_corrupted(message))
+        assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
+        timed(Role.LEADER, spec.receive, server, message)
 
-    # SHARE: each site makes its two parts; each verifier receives the part meant for it.
-    share_steps = steps(BoundedStage.SHARE)
-    missing = {Role.LEADER: set(missing_aggregator_part), Role.HELPER: set(missing_auditor_part)}
-    site_seconds, upload_bytes = {}, {}
-    for party in context.parties:
-        encoded = encoded_input(party)
-        started = clock()
-        witness = (witnesses or {}).get(party, honest_witness)
-        leader_part, helper_part = make_uploads(context, party, site_keys[party], encoded, witness)
-        site_seconds[party] = clock() - started
-        parts = (leader_part.to_bytes(), helper_part.to_bytes())
-        upload_bytes[party] = sum(len(data) for data in parts)
-        for role, step, data in zip((Role.LEADER, Role.HELPER), share_steps, parts, strict=True):
-            if party not in missing[role]:
-                receive(role, step, data)
-
-    # VERIFY: each exchange step is sent by both verifiers, each to the other.
-    outgoing: dict[Role, Any] = {role: timed(role, verifiers[role].close_uploads) for role in Role}
-    for step in steps(BoundedStage.VERIFY):
-        sent = {role: outgoing[role].to_bytes() for role in Role}
-        for role in Role:
-            trace_bytes[role] += len(sent[role])
-        outgoing = {
-            Role.LEADER: receive(Role.LEADER, step, sent[Role.HELPER]),
-            Role.HELPER: receive(Role.HELPER, step, sent[Role.LEADER]),
-        }
-
-    # DECIDE: the aggregator's record to every site, which checks it on its own.
-    (decide_step,) = steps(BoundedStage.DECIDE)
-    record_data = timed(Role.LEADER, lambda: verifiers[Role.LEADER].record().to_bytes(context))
-    record = decide_step.parse(record_data)
-    findings = {party: check_round_evidence(context, record) for party in context.parties}
-
-    # TOTAL: the auditor's total to the aggregator, which adds its own.
-    (total_step,) = steps(BoundedStage.TOTAL)
-    total_data = timed(Role.HELPER, lambda: verifiers[Role.HELPER].auditor_total().to_bytes())
-    trace_bytes[Role.HELPER] += len(total_data)
-    result = timed(Role.LEADER, lambda: verifiers[Role.LEADER].finish(total_step.parse(total_data)))
+    opening: Opening | None = Opening((AUDITOR,), None)
+    for spec in BOUNDED_ROUND.sum_stages:
+        assert opening is not None  # every stage of the sum but its last opens the next
+        data = None if opening.inputs is None else opening.inputs.to_bytes()
+        if AUDITOR in opening.among and data is not None:
+            relayed = opening.inputs.seeds if isinstance(opening.inputs, SeedRelay) else ()
+            trace_bytes[Role.LEADER] += len(data) - sum(len(seed.to_bytes()) for seed in relayed)
+        for party in opening.among:
+            received = None
+            if data is not None and spec.received is not None:
+                role = Role.HELPER if party == AUDITOR else None
+                received = spec.received(data) if role is None else timed(role, spec.received, data)
+            take(spec, party, received)
+        opening = None if spec.close is None else timed(Role.LEADER, spec.close, server)
+    record_data = server.record
+    result: BoundedSum = timed(Role.LEADER, server.finish)
     return BoundedTrace(
         result,
-        record,
+        VerdictRecord.from_bytes(record_data),
         findings,
-        context,
+        server.context,
         site_seconds,
         seconds[Role.LEADER],
         seconds[Role.HELPER],
@@ -160,3 +167,10 @@ def simulate_bounded_round(
         trace_bytes,
         len(record_data),
     )
+
+
+def _corrupted(share: SiteShare) -> SealedSeed:
+    """The site's sealed seed with one bit of its ciphertext flipped: the auditor cannot open it."""
+    sealed = share.sealed
+    flipped = bytes([sealed.sealed[0] ^ 1]) + sealed.sealed[1:]
+    return dataclasses.replace(sealed, sealed=flipped)

@@ -1,142 +1,168 @@
-"""The bounded secure sum declared once: its stages and steps, in order, each naming its messages.
+"""The bounded secure sum declared once as a SecureRound: its stages, in order, and who uploads in each.
 
-A second kind of secure sum beside :data:`fedfair.secagg.round.SECURE_ROUND`, with the stages the design
-note names (docs/security.md, "Bounded inputs (two verifiers)"): SHARE (each site's two parts), VERIFY
-(the verifiers' commit-reveal exchange), DECIDE (the verdict record to every site) and TOTAL (the auditor's
-total to the aggregator). Whoever runs the sum (:func:`~fedfair.secagg.bounded.simulate.simulate_bounded_round`,
-later the runtime) loops over :data:`BOUNDED_ROUND`: a step names who sends its message to whom, its wire
-name, how it is parsed, and the receiving :class:`~fedfair.secagg.bounded.verifying.RoundVerifier`'s step.
+A second kind of secure sum beside :data:`fedfair.secagg.round.SECURE_ROUND` (docs/security.md, "Bounded inputs
+(two verifiers)"). The auditor is one more peer of the round (party :data:`~fedfair.secagg.bounded.parameters.AUDITOR`)
+that uploads to the aggregator, which relays what the two verifiers say to each other (:class:`BoundedStage`
+says who uploads what, stage by stage). A runner loops over :data:`BOUNDED_ROUND`'s stages as it does over
+SECURE_ROUND's; its server (:class:`~fedfair.secagg.bounded.server.BoundedServer`) keeps the
+:class:`~fedfair.secagg.round.SecureSum` names for who is at fault.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
+from fedfair.secagg.bounded import field
+from fedfair.secagg.bounded.exchange import AuditorTotal, Reveal
+from fedfair.secagg.bounded.messages import (
+    SeedRelay,
+    SignedRoundKey,
+    SiteShare,
+    aggregator_seed,
+    auditor_messages,
+    auditor_rosters,
+)
+from fedfair.secagg.bounded.peers import bounded_peer
 from fedfair.secagg.bounded.record import VerdictRecord
-from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed
-from fedfair.secagg.bounded.verifying import RoundVerifier
+from fedfair.secagg.bounded.server import BoundedServer
+from fedfair.secagg.bounded.verifying import BoundedSum
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, Opening, SecureRound, StageSpec, small_upload
 
 
 class BoundedStage(enum.IntEnum):
-    """The stages of a bounded secure sum, in order."""
+    """The stages of a bounded secure sum, in order, and who uploads what in each.
 
-    SHARE = 1
-    VERIFY = 2
-    DECIDE = 3
-    TOTAL = 4
-
-
-class Party(enum.Enum):
-    """Who sends or receives a step's message."""
-
-    SITE = "site"
-    AGGREGATOR = "aggregator"
-    AUDITOR = "auditor"
-    VERIFIERS = "each verifier, to the other"
-
-
-@dataclass(frozen=True)
-class BoundedStep:
-    """One message of a bounded secure sum.
-
-    stage: the stage it belongs to.
-    wire: its name on the transport.
-    sender, receiver: who sends it and who receives it (VERIFIERS: both send, each to the other).
-    parse: its bytes to the message.
-    receive: the receiving verifier's step, returning what it sends next (None: a site receives it).
-    noun: what the messages are, for the operator's progress line.
+    Commit-reveal stays sound in this order: each verifier's half of the query seed is fixed by a commitment the
+    other held before it revealed its own, and each verifier's messages by commitments it sent before it saw the
+    other's messages.
     """
 
-    stage: BoundedStage
-    wire: str
-    sender: Party
-    receiver: Party
-    parse: Callable[[bytes], Any]
-    receive: Callable[[RoundVerifier, Any], Any] | None
-    noun: str
+    AUDITOR_KEY = 1
+    """The auditor: its X25519 round key, signed with its identity key; the round's context follows."""
+    SHARE = 2
+    """Each site checks the key's signature, then uploads its part and its seed sealed to the auditor."""
+    ROSTERS = 3
+    """The auditor, sent the sealed seeds and the aggregator's roster (with its commitment to its half of the
+    query seed): its own roster (with its commitment) and its half."""
+    MESSAGES = 4
+    """The auditor, sent the aggregator's half and commitments: its commitments and signed messages."""
+    TOTAL = 5
+    """The auditor, sent the aggregator's signed messages: every present site decided, its signed total."""
+    DECIDE = 6
+    """Each present site checks the signed verdict record and uploads its verdict (refusing, it stops)."""
 
 
-BOUNDED_ROUND: tuple[BoundedStep, ...] = (
-    BoundedStep(
-        BoundedStage.SHARE,
-        "BOUNDED_SHARE_AGGREGATOR",
-        Party.SITE,
-        Party.AGGREGATOR,
-        LeaderUpload.from_bytes,
-        RoundVerifier.receive_upload,
-        "bounded shares",
+WITNESS_ROOM = 1 << 14
+"""Field elements a site's part or a verifier's messages hold beside d: the witness bits (B^2 < 2^50 keeps
+them near 64 tests of at most 30 bits) and the proof's seeds and polynomial points (layout.DEFAULT_POINTS)."""
+
+
+def share_upload(config: SecAggConfig) -> int:
+    """The largest SHARE upload: x and its witness bits, a proof of under d elements, the sealed seed, overhead."""
+    return MESSAGE_OVERHEAD_BYTES + field.ELEMENT_BYTES * (2 * config.dimension + WITNESS_ROOM)
+
+
+def messages_upload(config: SecAggConfig) -> int:
+    """The largest MESSAGES upload: per site, a commitment and a signed message of about 4 d / 62 elements."""
+    return MESSAGE_OVERHEAD_BYTES + config.size * (1024 + field.ELEMENT_BYTES * (config.dimension // 8 + WITNESS_ROOM))
+
+
+def total_upload(config: SecAggConfig) -> int:
+    """The largest TOTAL upload: d field elements, the accepted sites and a signature."""
+    return MESSAGE_OVERHEAD_BYTES + 4 * config.size + field.ELEMENT_BYTES * config.dimension
+
+
+def _nothing_to_verify(_server: BoundedServer, _result: BoundedSum) -> Opening:
+    """A bounded sum has no verifying stages: its sites checked the verdict record in DECIDE."""
+    return Opening((), None)
+
+
+BOUNDED_ROUND = SecureRound(
+    name="bounded-v1",
+    sum_stages=(
+        StageSpec(
+            BoundedStage.AUDITOR_KEY,
+            "BOUNDED_AUDITOR_KEY",
+            "auditor round keys",
+            "evaluation auditor round keys",
+            received=None,
+            step=lambda auditor, _parameters, _own: auditor.round_key(),
+            upload=SignedRoundKey.from_bytes,
+            receive=BoundedServer.receive_round_key,
+            close=BoundedServer.open_shares,
+            upload_bytes=small_upload,
+            unready="this round's auditor was never started",
+        ),
+        StageSpec(
+            BoundedStage.SHARE,
+            "BOUNDED_SHARE",
+            "bounded shares",
+            "evaluation bounded shares",
+            received=SignedRoundKey.from_bytes,
+            step=lambda site, round_key, own: site.share(round_key, own()),
+            upload=SiteShare.from_bytes,
+            receive=BoundedServer.receive_share,
+            close=BoundedServer.relay_seeds,
+            upload_bytes=share_upload,
+            unready="the auditor sent no round key this round",
+        ),
+        StageSpec(
+            BoundedStage.ROSTERS,
+            "BOUNDED_ROSTERS",
+            "auditor rosters",
+            "evaluation auditor rosters",
+            received=SeedRelay.from_bytes,
+            step=lambda auditor, relay, _own: auditor.exchange_rosters(relay),
+            upload=auditor_rosters,
+            receive=BoundedServer.receive_auditor_roster,
+            close=BoundedServer.send_seed,
+            upload_bytes=small_upload,
+            unready="no site shared its update this round",
+        ),
+        StageSpec(
+            BoundedStage.MESSAGES,
+            "BOUNDED_MESSAGES",
+            "auditor verifier messages",
+            "evaluation auditor verifier messages",
+            received=aggregator_seed,
+            step=lambda auditor, seed, _own: auditor.exchange_messages(seed),
+            upload=auditor_messages,
+            receive=BoundedServer.receive_auditor_messages,
+            close=BoundedServer.send_reveal,
+            upload_bytes=messages_upload,
+            unready="the auditor sent no roster this round",
+        ),
+        StageSpec(
+            BoundedStage.TOTAL,
+            "BOUNDED_TOTAL",
+            "auditor totals",
+            "evaluation auditor totals",
+            received=Reveal.from_bytes,
+            step=lambda auditor, reveal, _own: auditor.total(reveal),
+            upload=AuditorTotal.from_bytes,
+            receive=BoundedServer.receive_total,
+            close=BoundedServer.send_record,
+            upload_bytes=total_upload,
+            unready="the auditor sent no verifier messages this round",
+        ),
+        StageSpec(
+            BoundedStage.DECIDE,
+            "BOUNDED_DECIDE",
+            "verdicts on the verdict record",
+            "verdicts on the evaluation verdict record",
+            received=VerdictRecord.from_bytes,
+            step=lambda site, record, _own: site.decide(record),
+            upload=None,
+            receive=None,
+            close=None,
+            upload_bytes=small_upload,
+            unready="no bounded share was sent this round",
+        ),
     ),
-    BoundedStep(
-        BoundedStage.SHARE,
-        "BOUNDED_SHARE_AUDITOR",
-        Party.SITE,
-        Party.AUDITOR,  # relayed by the aggregator, which cannot open it
-        SealedSeed.from_bytes,
-        RoundVerifier.receive_upload,
-        "sealed auditor seeds",
-    ),
-    BoundedStep(
-        BoundedStage.VERIFY,
-        "BOUNDED_ROSTER",
-        Party.VERIFIERS,
-        Party.VERIFIERS,
-        Roster.from_bytes,
-        RoundVerifier.receive_roster,
-        "rosters",
-    ),
-    BoundedStep(
-        BoundedStage.VERIFY,
-        "BOUNDED_QUERY_SEED",
-        Party.VERIFIERS,
-        Party.VERIFIERS,
-        SeedReveal.from_bytes,
-        RoundVerifier.receive_seed,
-        "query seed halves",
-    ),
-    BoundedStep(
-        BoundedStage.VERIFY,
-        "BOUNDED_COMMIT",
-        Party.VERIFIERS,
-        Party.VERIFIERS,
-        Commitments.from_bytes,
-        RoundVerifier.receive_commitments,
-        "verifier message commitments",
-    ),
-    BoundedStep(
-        BoundedStage.VERIFY,
-        "BOUNDED_REVEAL",
-        Party.VERIFIERS,
-        Party.VERIFIERS,
-        Reveal.from_bytes,
-        RoundVerifier.receive_reveal,
-        "signed verifier messages",
-    ),
-    BoundedStep(
-        BoundedStage.DECIDE,
-        "BOUNDED_DECIDE",
-        Party.AGGREGATOR,
-        Party.SITE,
-        VerdictRecord.from_bytes,
-        None,
-        "verdict records",
-    ),
-    BoundedStep(
-        BoundedStage.TOTAL,
-        "BOUNDED_TOTAL",
-        Party.AUDITOR,
-        Party.AGGREGATOR,
-        AuditorTotal.from_bytes,
-        None,  # the aggregator's RoundVerifier.finish takes it with the round's result
-        "auditor totals",
-    ),
+    verify_stages=(),
+    server=BoundedServer,
+    client=bounded_peer,
+    open_verification=_nothing_to_verify,
 )
-"""The bounded secure sum: SHARE, VERIFY (four exchanges), DECIDE, TOTAL."""
-
-
-def steps(stage: BoundedStage) -> tuple[BoundedStep, ...]:
-    """The steps of ``stage``, in order."""
-    return tuple(step for step in BOUNDED_ROUND if step.stage is stage)
+"""The bounded secure sum: AUDITOR_KEY, SHARE, ROSTERS, MESSAGES, TOTAL, DECIDE."""

@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedfair.core.errors import AuthenticationError
+from fedfair.pki.identity import generate_identity_key
+from fedfair.secagg import keys
 from fedfair.secagg.bounded.layout import squared_bound
+from fedfair.secagg.bounded.messages import SignedRoundKey, round_binding
+from fedfair.secagg.bounded.parameters import BoundedParameters
+from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.bounded.shares import encode_within_bound
 from fedfair.secagg.bounded.simulate import simulate_bounded_round
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
@@ -119,7 +125,34 @@ def test_each_verifier_adds_its_own_noise_outside_the_bound() -> None:
     assert np.any(noise != 0)
 
 
-def test_the_declaration_runs_share_verify_decide_total_in_order() -> None:
-    stages = [step.stage for step in BOUNDED_ROUND]
-    assert stages == sorted(stages) and set(stages) == set(BoundedStage)
-    assert len({step.wire for step in BOUNDED_ROUND}) == len(BOUNDED_ROUND)
+def test_the_declaration_runs_every_stage_once_in_order_and_the_sites_last_verdict_ends_it() -> None:
+    stages = [spec.stage for spec in BOUNDED_ROUND.stages(True)]
+    assert stages == list(BoundedStage)
+    assert len({spec.wire for spec in BOUNDED_ROUND.sum_stages}) == len(BoundedStage)
+    last = BOUNDED_ROUND.sum_stages[-1]
+    assert last.stage is BoundedStage.DECIDE and last.upload is None and last.close is None
+
+
+def test_a_round_key_not_signed_by_the_auditor_is_refused_by_every_site() -> None:
+    """A key swapped in by the aggregator would let it open every seed: the sites check the auditor's signature."""
+    site_key, aggregator_key, auditor_key = (generate_identity_key() for _ in range(3))
+    parameters = BoundedParameters(
+        federation_id="f",
+        round_number=1,
+        session_id=b"s" * 16,
+        dimension=DIMENSION,
+        fractional_bits=FRACTIONAL_BITS,
+        update_norm=UPDATE_NORM,
+        weights={0: 1.0},
+        aggregator_key=aggregator_key.public_key(),
+        auditor_key=auditor_key.public_key(),
+        site_keys={0: site_key.public_key()},
+    )
+    site = BoundedSite(parameters, 0, site_key)
+    swapped = SignedRoundKey.sign(aggregator_key, parameters.binding, keys.public_bytes(keys.generate_key_pair()))
+    with pytest.raises(AuthenticationError, match="not signed by the auditor"):
+        site.share(swapped, at_bound(0, 1.0))
+    other_round = round_binding("f", 2, b"s" * 16)
+    replayed = SignedRoundKey.sign(auditor_key, other_round, keys.public_bytes(keys.generate_key_pair()))
+    with pytest.raises(AuthenticationError, match="not signed by the auditor"):
+        site.share(replayed, at_bound(0, 1.0))

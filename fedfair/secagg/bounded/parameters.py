@@ -1,0 +1,77 @@
+"""What every party of a bounded secure sum starts from, and the auditor's party id.
+
+Every party derives the same :class:`BoundedParameters` from the plan, the manifest and the round; the round's
+:class:`~fedfair.secagg.bounded.context.BoundedContext` follows once the auditor's round key is known (the
+first stage of :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedfair.core.errors import ConfigError
+from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.messages import round_binding
+
+AUDITOR = 2**32
+"""The auditor's party id in a stage's :class:`~fedfair.secagg.round.Opening`: no site's (a u32) can be it."""
+
+
+@dataclass(frozen=True)
+class BoundedParameters:
+    """What every party of a bounded secure sum knows before it starts (from the plan, the manifest, the round).
+
+    federation_id, round_number, session_id: the round.
+    dimension, fractional_bits, update_norm, weights, noise_mu: as :meth:`BoundedContext.from_plan` takes them
+        (weights: site party id -> its influence weight; every site of the round).
+    aggregator_key, auditor_key: the two verifiers' identity public keys.
+    site_keys: site party id -> its identity public key, which signs its parts.
+    """
+
+    federation_id: str
+    round_number: int
+    session_id: bytes
+    dimension: int
+    fractional_bits: int
+    update_norm: float
+    weights: dict[int, float]
+    aggregator_key: ec.EllipticCurvePublicKey = field(compare=False)
+    auditor_key: ec.EllipticCurvePublicKey = field(compare=False)
+    site_keys: dict[int, ec.EllipticCurvePublicKey] = field(compare=False)
+    noise_mu: float = 0.0
+
+    def __post_init__(self) -> None:
+        if AUDITOR in self.weights or set(self.site_keys) != set(self.weights):
+            raise ConfigError(
+                "a bounded sum's sites are the parties with weights, each with its identity key, and none has "
+                "the auditor's id: give every site of the round a weight and a key"
+            )
+
+    @cached_property
+    def binding(self) -> bytes:
+        """What the auditor's round key is signed over: this round (:func:`round_binding`)."""
+        return round_binding(self.federation_id, self.round_number, self.session_id)
+
+    @property
+    def sites(self) -> tuple[int, ...]:
+        """Every site of the round, in increasing order."""
+        return tuple(sorted(self.weights))
+
+    def context(self, auditor_cipher_key: bytes) -> BoundedContext:
+        """The round's context once the auditor's round key is known."""
+        return BoundedContext.from_plan(
+            federation_id=self.federation_id,
+            round_number=self.round_number,
+            session_id=self.session_id,
+            dimension=self.dimension,
+            fractional_bits=self.fractional_bits,
+            update_norm=self.update_norm,
+            weights=dict(self.weights),
+            aggregator_key=self.aggregator_key,
+            auditor_key=self.auditor_key,
+            auditor_cipher_key=auditor_cipher_key,
+            noise_mu=self.noise_mu,
+        )

@@ -1,0 +1,134 @@
+"""The peers of a bounded secure sum that upload to the aggregator: a site, and the auditor.
+
+Each method is one stage's client step of :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`: it takes the
+stage's input and returns the upload; none does I/O. A site uploads in SHARE (its two parts, once the auditor's
+round key checks) and DECIDE (its own check of the verdict record); the auditor, the second verifier, in every
+other stage, through the aggregator, which relays what the two verifiers say to each other.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedfair.core.errors import AuthenticationError, ProtocolError
+from fedfair.secagg import keys
+from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
+from fedfair.secagg.bounded.messages import Exchange, SeedRelay, SignedRoundKey, SiteShare
+from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
+from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, check_round_evidence
+from fedfair.secagg.bounded.shares import Witness, honest_witness
+from fedfair.secagg.bounded.upload import make_uploads
+from fedfair.secagg.bounded.verifier import Role
+from fedfair.secagg.bounded.verifying import RoundVerifier
+
+
+class BoundedSite:
+    """A site's state for one bounded secure sum."""
+
+    def __init__(
+        self,
+        parameters: BoundedParameters,
+        party: int,
+        identity_key: ec.EllipticCurvePrivateKey,
+        witness: Witness = honest_witness,
+    ) -> None:
+        """``identity_key``: the site's, whose public half is ``parameters.site_keys[party]``.
+
+        ``witness`` is the honest one but for tests, which hand in a liar's.
+        """
+        self.parameters = parameters
+        self.party = party
+        self._identity_key = identity_key
+        self._witness = witness
+        self._context: BoundedContext | None = None
+
+    def share(self, round_key: SignedRoundKey, encoded: np.ndarray) -> SiteShare:
+        """SHARE: the site's two parts of its ``encoded`` update, the auditor's sealed to the checked round key.
+
+        Raises:
+            AuthenticationError: the round key is not signed by the auditor for this round.
+            ConfigError: the update is over the site's bound, or not the round's dimension.
+        """
+        checked = round_key.checked(self.parameters.auditor_key, self.parameters.binding)
+        self._context = self.parameters.context(checked)
+        leader, sealed = make_uploads(self._context, self.party, self._identity_key, encoded, self._witness)
+        return SiteShare(leader, sealed)
+
+    def decide(self, record: VerdictRecord) -> RoundFindings:
+        """DECIDE: the site's own check of the verdict record (who is in the sum, who was excluded and why).
+
+        Raises:
+            AuthenticationError, ProtocolError: the record does not hold up (:func:`check_round_evidence`).
+        """
+        if self._context is None:
+            raise ProtocolError(f"party {self.party} was sent a verdict record before it shared its update")
+        return check_round_evidence(self._context, record)
+
+
+class Auditor:
+    """The auditor's state for one bounded secure sum: the second verifier, holding the round's cipher key."""
+
+    def __init__(self, parameters: BoundedParameters, identity_key: ec.EllipticCurvePrivateKey) -> None:
+        """``identity_key``: the auditor's, whose public half is ``parameters.auditor_key``."""
+        self.parameters = parameters
+        self._identity_key = identity_key
+        self._verifier: RoundVerifier | None = None
+        self.unopened: dict[int, str] = {}
+        """Site -> why its sealed seed was refused: it is absent (the auditor cannot tell its fault from a relay's)."""
+
+    @property
+    def _helper(self) -> RoundVerifier:
+        if self._verifier is None:
+            raise ProtocolError("the auditor has not made its round key: the bounded sum has not begun")
+        return self._verifier
+
+    def round_key(self) -> SignedRoundKey:
+        """AUDITOR_KEY: a fresh X25519 key for this round, signed with the auditor's identity key."""
+        if self._verifier is not None:
+            raise ProtocolError("the auditor makes one round key per round")
+        cipher = keys.generate_key_pair()
+        public = keys.public_bytes(cipher)
+        context = self.parameters.context(public)
+        self._verifier = RoundVerifier(context, Role.HELPER, self._identity_key, self.parameters.site_keys, cipher)
+        return SignedRoundKey.sign(self._identity_key, self.parameters.binding, public)
+
+    def exchange_rosters(self, relay: SeedRelay) -> Exchange[Roster, SeedReveal]:
+        """EXCHANGE_1: open the relayed seeds; this verifier's roster, then its half of the query seed.
+
+        Its half is drawn before it saw the aggregator's, which it holds only a commitment to, and the aggregator
+        revealed its half after committing to it: neither chose the query seed.
+        """
+        for seed in relay.seeds:
+            try:
+                self._helper.receive_upload(seed)
+            except (AuthenticationError, ProtocolError) as error:
+                self.unopened[seed.party] = str(error)
+        return Exchange(self._helper.close_uploads(), self._helper.receive_roster(relay.roster))
+
+    def exchange_messages(self, aggregator: Exchange[SeedReveal, Commitments]) -> Exchange[Commitments, Reveal]:
+        """EXCHANGE_2: from the aggregator's half, this verifier's commitments; then its signed messages.
+
+        The messages are revealed once the aggregator committed to its own, and it reveals its own only after
+        they arrive, bound by those commitments.
+        """
+        commitments = self._helper.receive_seed(aggregator.first)
+        return Exchange(commitments, self._helper.receive_commitments(aggregator.second))
+
+    def total(self, reveal: Reveal) -> AuditorTotal:
+        """TOTAL: decide every present site from the aggregator's messages; the signed total of the accepted ones."""
+        self._helper.receive_reveal(reveal)
+        return self._helper.auditor_total()
+
+
+def bounded_peer(
+    parameters: BoundedParameters,
+    party: int,
+    identity_key: ec.EllipticCurvePrivateKey,
+    witness: Witness = honest_witness,
+) -> BoundedSite | Auditor:
+    """``party``'s state for a round: the auditor's for :data:`AUDITOR`, a site's otherwise."""
+    if party == AUDITOR:
+        return Auditor(parameters, identity_key)
+    return BoundedSite(parameters, party, identity_key, witness)

@@ -1,0 +1,143 @@
+"""The aggregator's state for one bounded secure sum: the leading verifier, and the relay to the auditor.
+
+Each method is one stage's server step of :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND` (a receive, or a
+close that opens the next stage); none does I/O. Everything the two verifiers say to each other passes through
+here, so the auditor talks to the aggregator only.
+"""
+
+from __future__ import annotations
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedfair.core.errors import ProtocolError
+from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
+from fedfair.secagg.bounded.messages import Encoded, Exchange, SeedRelay, SignedRoundKey, SiteShare
+from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
+from fedfair.secagg.bounded.upload import SealedSeed
+from fedfair.secagg.bounded.verifier import Role
+from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
+from fedfair.secagg.round import Opening
+
+
+class BoundedServer:
+    """The aggregator's state for one bounded secure sum.
+
+    It keeps the :class:`~fedfair.secagg.round.SecureSum` interface's names for who is at fault: a site whose
+    proof fails is a culprit the server saw itself (proven); nobody accuses anybody.
+    """
+
+    def __init__(self, parameters: BoundedParameters, identity_key: ec.EllipticCurvePrivateKey) -> None:
+        """``identity_key``: the aggregator's, whose public half is ``parameters.aggregator_key``."""
+        self.parameters = parameters
+        self._identity_key = identity_key
+        self._verifier: RoundVerifier | None = None
+        self._round_key: SignedRoundKey | None = None
+        self._half_and_commitments: tuple[SeedReveal, Commitments] | None = None
+        self._seeds: list[SealedSeed] = []
+        self._reveal: Reveal | None = None
+        self._record = b""
+        self._result: BoundedSum | None = None
+
+    @property
+    def context(self) -> BoundedContext:
+        """The round's context (once the auditor's round key arrived)."""
+        return self._leader.context
+
+    @property
+    def _leader(self) -> RoundVerifier:
+        if self._verifier is None:
+            raise ProtocolError("the auditor's round key has not arrived: the bounded sum has not begun")
+        return self._verifier
+
+    def receive_round_key(self, signed: SignedRoundKey) -> None:
+        """AUDITOR_KEY: check the auditor's round key and begin the round's context with it."""
+        if self._verifier is not None:
+            raise ProtocolError("the auditor sent its round key twice")
+        context = self.parameters.context(signed.checked(self.parameters.auditor_key, self.parameters.binding))
+        self._verifier = RoundVerifier(context, Role.LEADER, self._identity_key, self.parameters.site_keys)
+        self._round_key = signed
+
+    def open_shares(self) -> Opening:
+        """Close AUDITOR_KEY: every site is sent the signed round key."""
+        if self._round_key is None:
+            raise ProtocolError("the auditor's round key has not arrived: the bounded sum cannot begin")
+        return Opening(self.parameters.sites, self._round_key)
+
+    def receive_share(self, share: SiteShare) -> None:
+        """SHARE: take a site's part (refused: ProtocolError or AuthenticationError) and keep its seed to relay."""
+        if share.sealed.party != share.leader.party:
+            raise ProtocolError(f"party {share.leader.party} sent the auditor's part of another party")
+        self._leader.receive_upload(share.leader)
+        self._seeds.append(share.sealed)
+
+    def relay_seeds(self) -> Opening:
+        """Close SHARE: the auditor is sent the sealed seeds and this verifier's roster."""
+        seeds = tuple(sorted(self._seeds, key=lambda seed: seed.party))
+        return Opening((AUDITOR,), SeedRelay(seeds, self._leader.close_uploads()))
+
+    def receive_auditor_roster(self, exchange: Exchange[Roster, SeedReveal]) -> None:
+        """EXCHANGE_1: the auditor's roster, then its half of the query seed."""
+        self._half_and_commitments = (
+            self._leader.receive_roster(exchange.first),
+            self._leader.receive_seed(exchange.second),
+        )
+
+    def send_seed(self) -> Opening:
+        """Close EXCHANGE_1: the auditor is sent this verifier's half of the query seed and its commitments."""
+        if self._half_and_commitments is None:
+            raise ProtocolError("the auditor's roster has not arrived")
+        return Opening((AUDITOR,), Exchange(*self._half_and_commitments))
+
+    def receive_auditor_messages(self, exchange: Exchange[Commitments, Reveal]) -> None:
+        """EXCHANGE_2: the auditor's commitments, then its signed messages; every present site is decided."""
+        self._reveal = self._leader.receive_commitments(exchange.first)
+        self._leader.receive_reveal(exchange.second)
+
+    def send_reveal(self) -> Opening:
+        """Close EXCHANGE_2: the auditor is sent this verifier's signed messages."""
+        if self._reveal is None:
+            raise ProtocolError("the auditor's messages have not arrived")
+        return Opening((AUDITOR,), self._reveal)
+
+    def receive_total(self, total: AuditorTotal) -> None:
+        """TOTAL: the auditor's signed total; the sum is made with it."""
+        self._result = self._leader.finish(total)
+
+    def send_record(self) -> Opening:
+        """Close TOTAL: every present site is sent the signed verdict record."""
+        self._record = self._leader.record().to_bytes(self.context)
+        return Opening(self._leader.present, Encoded(self._record))
+
+    def finish(self) -> BoundedSum:
+        """The sum of the accepted sites' updates and both verifiers' noise, and who is in it and out."""
+        if self._result is None:
+            raise ProtocolError("the auditor's total has not arrived: the bounded sum is not finished")
+        return self._result
+
+    @property
+    def record(self) -> bytes:
+        """The signed verdict record's bytes, as the sites were sent them (empty before TOTAL closed)."""
+        return self._record
+
+    @property
+    def culprits(self) -> dict[int, str]:
+        """Site -> why its proof failed (the sites left out of the sum for it)."""
+        verifier = self._verifier
+        if verifier is None:
+            return {}
+        return {
+            party: "; ".join(verdict.reasons)
+            for party, verdict in sorted(verifier.verdicts.items())
+            if not verdict.accepted
+        }
+
+    @property
+    def proven(self) -> frozenset[int]:
+        """Every culprit: the server checked each failed proof itself."""
+        return frozenset(self.culprits)
+
+    @property
+    def accusations(self) -> dict[int, tuple[int, ...]]:
+        """Nobody accuses anybody in a bounded sum."""
+        return {}
