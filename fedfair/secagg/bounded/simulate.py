@@ -43,6 +43,8 @@ class BoundedTrace:
     upload_bytes: per site, its SHARE upload's bytes (both parts); exchange_bytes: per verifier, what it sent the
         other (the auditor: every upload; the aggregator: what it relays to the auditor less the sites' sealed
         seeds); record_bytes: the record each site downloads.
+    culprits: the aggregator's server's culprits (:class:`~fedfair.secagg.round.SecureSum`): each excluded site
+        with its reasons.
     """
 
     result: BoundedSum
@@ -55,6 +57,7 @@ class BoundedTrace:
     upload_bytes: dict[int, int] = field(default_factory=dict)
     exchange_bytes: dict[Role, int] = field(default_factory=dict)
     record_bytes: int = 0
+    culprits: dict[int, str] = field(default_factory=dict)
 
 
 def simulate_bounded_round(
@@ -166,6 +169,7 @@ def simulate_bounded_round(
         upload_bytes,
         trace_bytes,
         len(record_data),
+        server.culprits,
     )
 
 

@@ -54,6 +54,7 @@ def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_sum_is_e
     honest = (0, 1, 3)
     assert trace.result.accepted == honest and set(trace.result.excluded) == {liar} and trace.result.absent == ()
     assert any(reason.startswith("norm") for reason in trace.result.excluded[liar])
+    assert trace.culprits == {liar: "; ".join(trace.result.excluded[liar])}  # the server names it, as SecureSum
     np.testing.assert_array_equal(trace.result.total, sum(inputs[party] for party in honest))
     for findings in trace.findings.values():  # every site checked the evidence and names the liar
         assert findings.accepted == honest and findings.liars == trace.result.excluded
