@@ -1,0 +1,109 @@
+"""The bounded round's parties refuse messages out of order, doubled or swapped, and say which."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedfair.core.errors import ConfigError, ProtocolError
+from fedfair.pki.identity import generate_identity_key
+from fedfair.secagg.bounded.messages import SeedRelay, SiteShare
+from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
+from fedfair.secagg.bounded.peers import Auditor, BoundedSite
+from fedfair.secagg.bounded.server import BoundedServer
+from fedfair.secagg.bounded.shares import encode_within_bound
+from fedfair.secagg.bounded.layout import squared_bound
+from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM, vector_at
+
+SITES = (1, 2)
+
+
+def parameters_and_keys() -> tuple[BoundedParameters, dict[int, ec.EllipticCurvePrivateKey]]:
+    """Two sites of weight 1, and every party's identity key (the aggregator's under 0)."""
+    private = {party: generate_identity_key() for party in (0, AUDITOR, *SITES)}
+    parameters = BoundedParameters(
+        federation_id="f",
+        round_number=3,
+        session_id=b"s" * 16,
+        dimension=DIMENSION,
+        fractional_bits=FRACTIONAL_BITS,
+        update_norm=UPDATE_NORM,
+        weights=dict.fromkeys(SITES, 1.0),
+        aggregator_key=private[0].public_key(),
+        auditor_key=private[AUDITOR].public_key(),
+        site_keys={party: private[party].public_key() for party in SITES},
+    )
+    return parameters, private
+
+
+def honest(party: int) -> np.ndarray:
+    bound_sq = squared_bound(UPDATE_NORM, 1.0, FRACTIONAL_BITS)
+    return encode_within_bound(vector_at(0.5, DIMENSION, party), bound_sq, FRACTIONAL_BITS, bytes([party]) * 32)
+
+
+def test_the_aggregator_opens_share_only_once_the_auditor_key_arrived_and_takes_it_once() -> None:
+    parameters, private = parameters_and_keys()
+    server = BoundedServer(parameters, private[0])
+    with pytest.raises(ProtocolError, match="round key has not arrived"):
+        server.open_shares()
+    round_key = Auditor(parameters, private[AUDITOR]).round_key()
+    server.receive_round_key(round_key)
+    opening = server.open_shares()
+    assert opening.among == SITES and opening.inputs == round_key
+    with pytest.raises(ProtocolError, match="round key twice"):
+        server.receive_round_key(round_key)
+
+
+def test_a_site_cannot_send_another_sites_sealed_seed_and_a_refused_part_is_not_relayed() -> None:
+    parameters, private = parameters_and_keys()
+    server = BoundedServer(parameters, private[0])
+    round_key = Auditor(parameters, private[AUDITOR]).round_key()
+    server.receive_round_key(round_key)
+    shares = {party: BoundedSite(parameters, party, private[party]).share(round_key, honest(party)) for party in SITES}
+    with pytest.raises(ProtocolError, match="auditor's part of another party"):
+        server.receive_share(SiteShare(shares[1].leader, shares[2].sealed))
+    server.receive_share(shares[1])
+    with pytest.raises(ProtocolError, match="twice"):
+        server.receive_share(shares[1])
+    relay = server.relay_seeds()
+    assert relay.among == (AUDITOR,)
+    assert isinstance(relay.inputs, SeedRelay) and [seed.party for seed in relay.inputs.seeds] == [1]
+    assert relay.inputs.roster.parties == (1,)
+
+
+def test_the_auditor_makes_one_round_key_and_a_site_whose_seed_is_not_relayed_is_absent() -> None:
+    parameters, private = parameters_and_keys()
+    auditor = Auditor(parameters, private[AUDITOR])
+    round_key = auditor.round_key()
+    with pytest.raises(ProtocolError, match="one round key per round"):
+        auditor.round_key()
+    server = BoundedServer(parameters, private[0])
+    server.receive_round_key(round_key)
+    for party in SITES:
+        server.receive_share(BoundedSite(parameters, party, private[party]).share(round_key, honest(party)))
+    relay = server.relay_seeds().inputs
+    assert isinstance(relay, SeedRelay)
+    # Site 1's seed swapped for a second copy of site 2's: site 1 is absent, the copy refused and said why.
+    swapped = SeedRelay((relay.seeds[1], relay.seeds[1]), relay.roster)
+    rosters = auditor.exchange_rosters(swapped)
+    assert rosters.first.parties == (2,) and set(auditor.unopened) == {2} and "twice" in auditor.unopened[2]
+
+
+def test_a_site_is_sent_a_record_only_after_it_shared_and_no_site_may_have_the_auditors_id() -> None:
+    parameters, private = parameters_and_keys()
+    with pytest.raises(ProtocolError, match="before it shared"):
+        BoundedSite(parameters, 1, private[1]).decide(None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="auditor's id"):
+        BoundedParameters(
+            federation_id="f",
+            round_number=1,
+            session_id=b"s" * 16,
+            dimension=DIMENSION,
+            fractional_bits=FRACTIONAL_BITS,
+            update_norm=UPDATE_NORM,
+            weights={AUDITOR: 1.0},
+            aggregator_key=parameters.aggregator_key,
+            auditor_key=parameters.auditor_key,
+            site_keys={AUDITOR: parameters.auditor_key},
+        )
