@@ -194,8 +194,8 @@ def dp_validation(name: str, study: Study, point: Point, repeats: int, method: s
         "validation", flags, repeats, lambda: {"worst_risk": execute(Run(flags, "validation"))["worst_risk"]}
     )
     risks = [draw["worst_risk"] for draw in draws]
-    print(f"dp_stretch: validation {point.describe()}: {np.mean(risks):.4f}", file=sys.stderr)
-    return {"point": point.describe(), "flags": list(flags), "worst_risks": risks}
+    print(f"dp_stretch: validation {point.describe(method)}: {np.mean(risks):.4f}", file=sys.stderr)
+    return {"point": point.describe(method), "flags": list(flags), "worst_risks": risks}
 
 
 def choose_on_grid(name: str, study: Study, repeats: int) -> tuple[Point, dict[str, Any]]:
@@ -403,7 +403,7 @@ def main() -> None:
         kind = f"distributed, {METHOD_LABELS[args.baseline]} chosen under DP"
         method = baseline_search(study, args.baseline).method
         rows = held_out_rows(study, chosen, kind, dp_flags(args.dataset), args.repeats, method)
-        document |= {"method": args.baseline, "chosen_under_dp": chosen.describe(), **how}
+        document |= {"method": args.baseline, "chosen_under_dp": chosen.describe(method), **how}
         document |= {"summary": summary(rows), "rows": rows, "seconds": time.perf_counter() - started}
         publish(document, args.json)
         return
