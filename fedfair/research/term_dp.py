@@ -1,17 +1,10 @@
 """TERM under the same distributed DP as FedSRCVaR, its tilted normaliser one more coordinate of the noised sum.
 
-One clipped, Poisson-sampled step a round inside the noised secure sum, as FedSRCVaR's.
-
-Non-private TERM (`fairness_baselines.run_term`) weighs each record's gradient by exp(t l_i) over a normaliser
-no bound holds. Here each record's loss is clipped to [0, L] (`LOSS_CLIP`) for its weight
-w_i = exp(t (min(l_i, L) - L)) in (0, 1], so that its weighted gradient w_i grad l_i, clipped at C, and its
-weight w_i are a record's whole contribution. A site sends [-lr S_k, lr_w W_k] over its expected batch b_k,
-S_k the clipped sum of w_i grad l_i and W_k = sum_i w_i over its Poisson sample, weighted by b_k: the same
-vector FedSRCVaR sends with c's coordinate (its clip bound 1, its step lr_w = lr C, `NORMALISER_SCALE_PER_CLIP`), so the
-same calibration, noise and accountant cover it, with one record's L2 bound (lr / b) sqrt(C^2 + C^2)
-(`fedfair.privacy.calibration.record_sensitivity`). The server divides the noised sum of the one by the
-noised sum of the other (post-processing, free), which is -lr times TERM's tilted gradient sum_i w_i grad l_i /
-sum_i w_i of the sampled records (the exp(-t L) cancels): `tilted_step`.
+Each record's loss is clipped to [0, L] for its weight w_i = exp(t (min(l_i, L) - L)) in (0, 1]; a site sends
+[-lr S_k, lr C W_k] over its expected batch, S_k the sum of w_i grad l_i each clipped at C and W_k = sum_i w_i
+over its Poisson sample, in c's place of FedSRCVaR's vector (clip bound 1, step lr C), so one record moves it by
+at most sqrt(2) lr C / b and FedSRCVaR's calibration, secure sum and accountant cover it. The server divides the
+one noised sum by the other (post-processing): -lr times TERM's tilted gradient of the sampled records.
 
 Why: docs/paper.md, "What TERM, PropFair and Delta-FL lack under DP".
 """
@@ -77,7 +70,8 @@ class DPTERMLearner(LocalLearner):
             raise ConfigError("DP TERM carries its normaliser in c's coordinate; build its learners with NORMALISER")
         losses = self.loss(self.model(features), labels)
         below = torch.full_like(losses, -1.0) + self.threshold.c.detach()
-        return tilted_weights(losses.detach(), self.tilt) * (losses - self.threshold(below))
+        carried: torch.Tensor = self.threshold(below)  # c, with d carried / dc = 1 for every record
+        return tilted_weights(losses.detach(), self.tilt) * (losses - carried)
 
 
 def tilted_step(aggregate: server.Aggregate, normaliser_lr: float, noise_floor: float) -> server.Aggregate:
