@@ -99,7 +99,7 @@ class ExperimentConfig:
             secure = " or ".join(name for name, each in METHODS.items() if each.distributed)
             raise ConfigError(
                 f"--dp-mode distributed noises the secure sum of {secure}, not --method {self.method}; use "
-                "one of them, or --dp-mode local for DP-SGD on every collaborator"
+                f"--method {secure}, or --dp-mode local for DP-SGD on every collaborator"
             )
         local = self.training.local
         if local.local_steps != 1 or local.corrects_drift:
