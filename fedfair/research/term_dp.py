@@ -6,7 +6,7 @@ over its Poisson sample, in c's place of FedSRCVaR's vector (clip bound 1, step 
 at most sqrt(2) lr C / b and FedSRCVaR's calibration, secure sum and accountant cover it. The server divides the
 one noised sum by the other (post-processing): -lr times TERM's tilted gradient of the sampled records.
 
-Why: docs/paper.md, "What TERM, PropFair and Delta-FL lack under DP".
+Why: docs/paper.md, "TERM under the same DP".
 """
 
 from __future__ import annotations
