@@ -82,11 +82,12 @@ def dataset_and_split(study: str) -> tuple[str, PaperSplit]:
 
 
 def study_of(name: str, profile_name: str = "figure1") -> Study:
-    """The study `name` as `fedfair reproduce --profile PROFILE_NAME` builds it, FedSRCVaR's runs."""
+    """The study `name` as `fedfair reproduce --profile PROFILE_NAME` builds it, FedSRCVaR's runs and those of the
+    baselines trained under DP with their own search (`OWN_SEARCH_BASELINES`)."""
     dataset, split = dataset_and_split(name)
     profile = PROFILES[profile_name]
     profile = profile if split.model is None else dataclasses.replace(profile, model=split.model)
-    return Study(dataset, profile, ("fedsrcvar",), split=split)
+    return Study(dataset, profile, ("fedsrcvar", *OWN_SEARCH_BASELINES), split=split)
 
 
 def tuned_table(name: str) -> Path:
@@ -167,10 +168,12 @@ def described(flags: Sequence[str], kind: str, result: dict[str, Any]) -> dict[s
     return row
 
 
-def held_out_rows(study: Study, point: Point, kind: str, extra: Sequence[str], repeats: int) -> list[dict[str, Any]]:
-    """`point`'s test runs (the study's seeds) with `extra` flags, each `repeats` times."""
+def held_out_rows(
+    study: Study, point: Point, kind: str, extra: Sequence[str], repeats: int, method: str = "fedsrcvar"
+) -> list[dict[str, Any]]:
+    """`method`'s test runs of `point` (the study's seeds) with `extra` flags, each `repeats` times."""
     rows = []
-    for run in study.test_runs("fedsrcvar", TABLE_RHO, point):
+    for run in study.test_runs(method, TABLE_RHO, point):
         flags = (*run.flags, *extra)
 
         def train(flags: tuple[str, ...] = flags) -> dict[str, Any]:
@@ -183,15 +186,16 @@ def held_out_rows(study: Study, point: Point, kind: str, extra: Sequence[str], r
     return rows
 
 
-def dp_validation(name: str, study: Study, point: Point, repeats: int) -> dict[str, Any]:
-    """`point`'s validation run (the study's flags) under DP, `repeats` times: its flags and worst-decile risks."""
-    flags = (*study.validation_run("fedsrcvar", TABLE_RHO, point).flags, *dp_flags(name))
+def dp_validation(name: str, study: Study, point: Point, repeats: int, method: str = "fedsrcvar") -> dict[str, Any]:
+    """`method`'s validation run of `point` (the study's flags) under DP, `repeats` times: its flags and
+    worst-decile risks."""
+    flags = (*study.validation_run(method, TABLE_RHO, point).flags, *dp_flags(name))
     draws = DRAWS.take(
         "validation", flags, repeats, lambda: {"worst_risk": execute(Run(flags, "validation"))["worst_risk"]}
     )
     risks = [draw["worst_risk"] for draw in draws]
-    print(f"dp_stretch: validation {point.describe()}: {np.mean(risks):.4f}", file=sys.stderr)
-    return {"point": point.describe(), "flags": list(flags), "worst_risks": risks}
+    print(f"dp_stretch: validation {point.describe(method)}: {np.mean(risks):.4f}", file=sys.stderr)
+    return {"point": point.describe(method), "flags": list(flags), "worst_risks": risks}
 
 
 def choose_on_grid(name: str, study: Study, repeats: int) -> tuple[Point, dict[str, Any]]:
@@ -250,27 +254,52 @@ at epsilon 1 FedSRCVaR is FedAvgM (gamma then weighs nothing), at momentum 0 too
 distributed DP each is trained as FedSRCVaR's runs at that limit: the same clipping, noise and secure sum."""
 
 
+OWN_SEARCH_BASELINES = ("term",)
+"""The baselines trained under the same distributed DP as their own method (`fedfair.research.term_dp`), each
+chosen by its own search over its axes but the local steps (held at 1)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineSearch:
+    """How a baseline is trained and searched under DP: the method whose runs train it, the axes its search moves,
+    the values it fixes on that method's other axes (a limit case's), and the method's axes but the local steps."""
+
+    method: str
+    free: tuple[tuning.Axis, ...]
+    fixed: dict[str, float]
+    axes: tuple[tuning.Axis, ...]
+
+    def point_of(self, coordinates: tuning.Coordinates) -> Point:
+        """The run's point at `coordinates` of the free axes."""
+        values = dict(zip((axis.name for axis in self.free), coordinates, strict=True)) | self.fixed
+        return ladder_point(self.method, self.axes, tuple(values[axis.name] for axis in self.axes))
+
+
+def baseline_search(study: Study, baseline: str) -> BaselineSearch:
+    """`baseline`'s search under DP: FedSRCVaR's runs at its limit (`NESTED_BASELINES`, the axes left free) or its
+    own runs over its own axes (`OWN_SEARCH_BASELINES`), the local steps held at 1 either way."""
+    method = "fedsrcvar" if baseline in NESTED_BASELINES else baseline
+    fixed = NESTED_BASELINES.get(baseline, {})
+    axes = tuple(axis for axis in study.search(method).axes if axis is not tuning.LOCAL_STEPS)
+    return BaselineSearch(method, tuple(axis for axis in axes if axis.name not in fixed), fixed, axes)
+
+
 def baseline_under_dp(
     name: str, study: Study, repeats: int, baseline: str, extension_runs: int = tuning.EXTENSION_RUNS
 ) -> tuple[Point, dict[str, Any]]:
     """`baseline`'s choice under the same distributed DP by the protocol: the search of `search_under_dp` over the
-    axes `NESTED_BASELINES[baseline]` leaves free (the step; FedAvgM's momentum too), the others at its limit.
+    axes `baseline_search` leaves free (FedAvg's step, FedAvgM's momentum too, TERM's step, momentum and tilt).
 
     `extension_runs` below the protocol's cuts the search where the machine cannot afford it: the document
     states it, and the search's limits say so where it ran out before it settled."""
-    fixed = NESTED_BASELINES[baseline]
-    axes = tuple(axis for axis in study.search("fedsrcvar").axes if axis is not tuning.LOCAL_STEPS)
-    free = tuple(axis for axis in axes if axis.name not in fixed)
+    plan = baseline_search(study, baseline)
+    free, fixed, point_of = plan.free, plan.fixed, plan.point_of
     search = tuning.Search(free, extension_runs)
     found: dict[tuning.Coordinates, dict[str, Any]] = {}
 
-    def point_of(coordinates: tuning.Coordinates) -> Point:
-        values = dict(zip((axis.name for axis in free), coordinates, strict=True)) | fixed
-        return ladder_point("fedsrcvar", axes, tuple(values[axis.name] for axis in axes))
-
     def evaluate(asked: list[tuple[int, tuning.Coordinates]]) -> list[float]:
         for _, coordinates in asked:
-            found[coordinates] = dp_validation(name, study, point_of(coordinates), repeats)
+            found[coordinates] = dp_validation(name, study, point_of(coordinates), repeats, plan.method)
         return [float(np.mean(found[coordinates]["worst_risks"])) for _, coordinates in asked]
 
     tuning.settle([search], evaluate)
@@ -339,8 +368,9 @@ def main() -> None:
     parser.add_argument(
         "--as",
         dest="baseline",
-        choices=sorted(NESTED_BASELINES),
-        help="train this baseline under the same DP instead (as FedSRCVaR's limit case), chosen under DP by --select R",
+        choices=sorted((*NESTED_BASELINES, *OWN_SEARCH_BASELINES)),
+        help="train this baseline under the same DP instead (as FedSRCVaR's limit case, or TERM by its own DP "
+        "mechanism), chosen under DP by --select R",
     )
     parser.add_argument(
         "--extension-runs",
@@ -371,8 +401,9 @@ def main() -> None:
             raise ConfigError("--as chooses the baseline under DP on the protocol: give --profile tuned and --select R")
         chosen, how = baseline_under_dp(args.dataset, study, args.select, args.baseline, args.extension_runs)
         kind = f"distributed, {METHOD_LABELS[args.baseline]} chosen under DP"
-        rows = held_out_rows(study, chosen, kind, dp_flags(args.dataset), args.repeats)
-        document |= {"method": args.baseline, "chosen_under_dp": chosen.describe(), **how}
+        method = baseline_search(study, args.baseline).method
+        rows = held_out_rows(study, chosen, kind, dp_flags(args.dataset), args.repeats, method)
+        document |= {"method": args.baseline, "chosen_under_dp": chosen.describe(method), **how}
         document |= {"summary": summary(rows), "rows": rows, "seconds": time.perf_counter() - started}
         publish(document, args.json)
         return

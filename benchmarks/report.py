@@ -101,6 +101,8 @@ SECTIONS: dict[str, Shows] = {
     "dp_fedavgm_adult": dp_baseline,
     "dp_fedavg_census_income": dp_baseline,
     "dp_fedavgm_census_income": dp_baseline,
+    "dp_term_adult": dp_baseline,
+    "dp_term_census_income": dp_baseline,
     "convergence_bench": convergence_bench,
     "reference_gap": reference_gap,
     "influence_bench": influence_bench,

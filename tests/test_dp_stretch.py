@@ -225,10 +225,12 @@ def validations_lowest_at_step_001_momentum_07(dp_stretch: ModuleType, monkeypat
     there from its start); returns the list the points asked for are appended to."""
     asked: list[Point] = []
 
-    def fake_validation(name: str, study: Study, point: Point, repeats: int) -> dict[str, Any]:
+    def fake_validation(
+        name: str, study: Study, point: Point, repeats: int, method: str = "fedsrcvar"
+    ) -> dict[str, Any]:
         asked.append(point)
         risk = abs(math.log10(point.step or 1.0) + 2.0) + abs((point.momentum or 0.0) - 0.7)
-        return {"point": point.describe(), "flags": [], "worst_risks": [risk] * repeats}
+        return {"point": point.describe(method), "flags": [], "worst_risks": [risk] * repeats}
 
     monkeypatch.setattr(dp_stretch, "dp_validation", fake_validation)
     return asked
@@ -266,3 +268,20 @@ def test_a_baseline_search_cut_to_fewer_extension_runs_states_the_cut(
     search = how["search"]
     assert (search["extension_runs"], search["budget"], search["settled"]) == (1, 7, False)
     assert "unsettled: its 1 extension runs were spent" in search["limits"]
+
+
+def test_term_under_dp_is_searched_on_its_own_axes_at_one_local_step(
+    dp_stretch: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TERM under the same DP is its own run (`fedfair.research.term_dp`): the search moves its step, momentum and
+    tilt from their starting grid (3 x 2 x 2), never its local steps, and asks for TERM's flags."""
+    asked = validations_lowest_at_step_001_momentum_07(dp_stretch, monkeypatch)
+    study = dp_stretch.study_of("adult", "tuned")
+    chosen, how = dp_stretch.baseline_under_dp("adult", study, 1, "term", extension_runs=2)
+    assert how["search"]["axes"] == ["step", "server momentum", "tilt"] and how["search"]["fixed"] == {}
+    assert len(asked) == 12 + 2 and all(point.local_steps == 1 and point.epsilon is None for point in asked)
+    assert {point.setting for point in asked[:12]} == {1.0, 100.0}
+    assert chosen.step == 0.01 and chosen.momentum in (0.7, 0.9)  # the fake risk's low corner, as far as it got
+    plan = dp_stretch.baseline_search(study, "term")
+    flags = study.validation_run(plan.method, 0.1, chosen).flags
+    assert ("--method", "term") == flags[flags.index("--method") : flags.index("--method") + 2]

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from fedfair.research import tuning
-from fedfair.research.study import ladder_point
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -80,33 +79,27 @@ def test_each_baseline_under_dp_is_fedsrcvar_at_its_limit_chosen_by_the_protocol
     benchmarks: tuple[ModuleType, ModuleType], folder: str
 ) -> None:
     """Replaying the edge rule on a baseline's committed validation means chooses its point; every run of it, the
-    validation runs and the test runs, is FedSRCVaR's flags at the baseline's limit plus the study's DP flags,
-    and every site's accountant spent epsilon 1 at the study's delta."""
+    validation runs and the test runs, is FedSRCVaR's flags at the baseline's limit (TERM: its own flags, one local
+    step) plus the study's DP flags, and every site's accountant spent epsilon 1 at the study's delta."""
     dp_stretch, _ = benchmarks
     name = DP_TABLES[folder]
     study = dp_stretch.study_of(name, "tuned")
-    axes = tuple(axis for axis in study.search("fedsrcvar").axes if axis is not tuning.LOCAL_STEPS)
     baselines = {method: doc for method, doc in documents(name).items() if method != "fedsrcvar"}
     for method, document in baselines.items():
-        fixed = dp_stretch.NESTED_BASELINES[method]
-        free = tuple(axis for axis in axes if axis.name not in fixed)
-        assert document["search"]["axes"] == [axis.name for axis in free]
-
-        def point_of(coordinates: tuple[float, ...], free: tuple[tuning.Axis, ...] = free) -> Any:
-            values = dict(zip((axis.name for axis in free), coordinates, strict=True)) | fixed
-            return ladder_point("fedsrcvar", axes, tuple(values[axis.name] for axis in axes))
-
+        plan = dp_stretch.baseline_search(study, method)
+        assert document["search"]["axes"] == [axis.name for axis in plan.free]
         committed = {tuple(row["coordinates"]): row for row in document["validation"]}
         for coordinates, row in committed.items():
-            validation_flags = study.validation_run("fedsrcvar", 0.1, point_of(coordinates)).flags
+            validation_flags = study.validation_run(plan.method, 0.1, plan.point_of(coordinates)).flags
             assert row["flags"] == [*validation_flags, *dp_stretch.dp_flags(name)], method
         # A search cut for the machine states its extension runs; one that does not ran the protocol's.
-        search = tuning.Search(free, document["search"].get("extension_runs", tuning.EXTENSION_RUNS))
+        search = tuning.Search(plan.free, document["search"].get("extension_runs", tuning.EXTENSION_RUNS))
         tuning.settle([search], lambda asked: [committed[point]["worst_risk"] for _, point in asked])
         assert list(search.tried) == list(committed), method
-        chosen = point_of(search.choice())
-        assert chosen.describe() == document["chosen_under_dp"] and chosen.local_steps == 1
-        test_flags = {(*run.flags, *dp_stretch.dp_flags(name)) for run in study.test_runs("fedsrcvar", 0.1, chosen)}
+        chosen = plan.point_of(search.choice())
+        assert chosen.describe(plan.method) == document["chosen_under_dp"] and chosen.local_steps == 1
+        test_runs = study.test_runs(plan.method, 0.1, chosen)
+        test_flags = {(*run.flags, *dp_stretch.dp_flags(name)) for run in test_runs}
         assert {tuple(row["flags"]) for row in document["rows"]} == test_flags, method
         for row in document["rows"]:
             assert row["delta"] == dp_stretch.DELTAS[name] and 0.999 <= row["epsilon_spent"] <= 1.0, row

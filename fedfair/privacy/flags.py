@@ -43,7 +43,7 @@ def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--dp-mode",
         choices=MODES,
-        help=f"local: each collaborator noises its own steps (DP-SGD); distributed: fedsrcvar with "
+        help=f"local: each collaborator noises its own steps (DP-SGD); distributed: fedsrcvar or term with "
         "--secure-aggregation, records clipped locally and Skellam noise calibrated to --dp-target-epsilon "
         f"added inside the secure sum, every site sampling at the batch fraction (default {defaults.mode})",
     )

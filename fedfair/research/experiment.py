@@ -74,11 +74,13 @@ class ExperimentConfig:
         if self.clients < 1:
             raise ConfigError(f"clients must be at least 1, got {self.clients}; e.g. --clients 3")
         self._check_distributed()
-        if self.privacy.enabled and not method.private:
+        distributed = self.privacy.enabled and self.privacy.mode == "distributed"
+        if self.privacy.enabled and not (method.private or (distributed and method.distributed)):
             private = ", ".join(name for name, each in METHODS.items() if each.private)
             raise ConfigError(f"DP-SGD is available for {private}, not {self.method}; drop the --dp-* flags")
-        if self.secure_aggregation and (self.method != "fedsrcvar" or self.clients < 2):
-            raise ConfigError("--secure-aggregation needs --method fedsrcvar and at least 2 clients")
+        if self.secure_aggregation and (not method.distributed or self.clients < 2):
+            secure = " or ".join(name for name, each in METHODS.items() if each.distributed)
+            raise ConfigError(f"--secure-aggregation needs --method {secure} and at least 2 clients")
         local_epochs = isinstance(self.settings, FedAvgSettings) and self.settings.local_epochs is not None
         if self.training.local.corrects_drift and (not method.corrects_drift or local_epochs):
             raise ConfigError(
@@ -93,10 +95,11 @@ class ExperimentConfig:
             if self.colluders is not None:
                 raise ConfigError("--dp-colluders applies under --dp-mode distributed only; drop it")
             return
-        if self.method != "fedsrcvar":
+        if not method_named(self.method).distributed:
+            secure = " or ".join(name for name, each in METHODS.items() if each.distributed)
             raise ConfigError(
-                f"--dp-mode distributed noises FedSRCVaR's secure sum, not --method {self.method}; use --method "
-                "fedsrcvar, or --dp-mode local for DP-SGD on every collaborator"
+                f"--dp-mode distributed noises the secure sum of {secure}, not --method {self.method}; use "
+                f"--method {secure}, or --dp-mode local for DP-SGD on every collaborator"
             )
         local = self.training.local
         if local.local_steps != 1 or local.corrects_drift:

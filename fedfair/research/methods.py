@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from fedfair.core.config import DEFAULT_SERVER_MOMENTUM
 from fedfair.core.errors import ConfigError
-from fedfair.research import baselines, dro, fairness_baselines, minimax
+from fedfair.research import baselines, dro, fairness_baselines, minimax, term_dp
 from fedfair.research.baselines import AFLSettings, FedAvgSettings, QFedAvgSettings, ReadsLosses
 from fedfair.research.fairness_baselines import DeltaFLSettings, PropFairSettings, TERMSettings
 from fedfair.research.minimax import BPFSettings, FedMinMaxSettings
@@ -74,6 +74,8 @@ class Method(Generic[Settings]):
     """Its objective has no epsilon or rho, so its step size is --baseline-lr, not one scaled by them."""
     private: bool = False
     """Whether it can train with DP-SGD."""
+    distributed: bool = False
+    """Whether it can train under distributed DP, its noise inside the secure sum (`--dp-mode distributed`)."""
     corrects_drift: bool = False
     """Whether it can take drift correction with its local steps."""
     needs_groups: bool = False
@@ -132,6 +134,13 @@ def _fedsrcvar(task: Task, settings: NoSettings) -> SimulationResult:
     return result if summed is None else replace(result, noise=summed.noise_report())
 
 
+def _term(task: Task, settings: TERMSettings) -> SimulationResult:
+    if not (task.privacy.enabled and task.privacy.mode == "distributed"):
+        return fairness_baselines.run_term(task, settings)
+    plan = term_dp.term_plan(task)
+    return term_dp.run_term_dp(task, settings.tilt, plan, secure_sum(task.federation, plan))
+
+
 METHODS: dict[str, Method[Any]] = {
     method.name: method
     for method in (
@@ -141,6 +150,7 @@ METHODS: dict[str, Method[Any]] = {
             _fedsrcvar,
             has_threshold=True,
             private=True,
+            distributed=True,
             corrects_drift=True,
             server_momentum=DEFAULT_SERVER_MOMENTUM,
         ),
@@ -157,7 +167,7 @@ METHODS: dict[str, Method[Any]] = {
         Method("qfedavg", QFedAvgSettings, baselines.run_qfedavg, rho_free=True),
         Method("fedminmax", FedMinMaxSettings, minimax.run_fedminmax, rho_free=True, needs_groups=True),
         Method("propfair", PropFairSettings, fairness_baselines.run_propfair, rho_free=True, server_momentum=0.0),
-        Method("term", TERMSettings, fairness_baselines.run_term, rho_free=True, server_momentum=0.0),
+        Method("term", TERMSettings, _term, rho_free=True, distributed=True, server_momentum=0.0),
         Method("deltafl", DeltaFLSettings, fairness_baselines.run_deltafl, rho_free=True, server_momentum=0.0),
         Method("central-erm", NoSettings, lambda task, _: baselines.run_central_erm(task), rho_free=True),
         Method("central-cvar", NoSettings, lambda task, _: baselines.run_central_cvar(task), has_threshold=True),
