@@ -140,6 +140,9 @@ class SecureRound:
     server: makes the server's state for a round (SECURE_ROUND: config, a verifier of the parties' credentials;
         another kind takes its own round parameters).
     client: makes a party's state for a round (:class:`~fedfair.secagg.client.Client`'s arguments).
+    open_sum: opens the sum's first stage (the server): whom it addresses, with the runner's own input (the
+        aggregator: the round's public parameters). SECURE_ROUND addresses every party; another kind may
+        address one peer first (the bounded sum: its auditor).
     open_verification: opens the first verifying stage once the sum is finished (the server, its finish's result).
     """
 
@@ -148,6 +151,7 @@ class SecureRound:
     verify_stages: tuple[StageSpec, ...]
     server: Callable[..., Any]
     client: Callable[..., Any]
+    open_sum: Callable[[Any], Opening]
     open_verification: Callable[[Any, Any], Opening]
 
     def stages(self, verified: bool) -> tuple[StageSpec, ...]:
@@ -192,6 +196,10 @@ def _survivor_set(server: Server) -> Opening:
 def _unmask_request(server: Server) -> Opening:
     request = server.unmask_request()
     return Opening(request.survivors, request)
+
+
+def _every_party(server: Server) -> Opening:
+    return Opening(tuple(map(server.config.party_id, server.config.parties)), None)
 
 
 def _claim(server: Server, result: AggregateResult) -> Opening:
@@ -342,6 +350,7 @@ SECURE_ROUND = SecureRound(
     ),
     server=Server,
     client=Client,
+    open_sum=_every_party,
     open_verification=_claim,
 )
 """The secure round this project runs: Bonawitz et al.'s six stages, then the two that verify the sum."""

@@ -129,7 +129,7 @@ def simulate_round(
         with server_timer(stage):
             return spec.close(server)
 
-    opening: Opening | None = Opening(tuple(clients), None)
+    opening: Opening | None = protocol.open_sum(server)
     for spec in protocol.sum_stages:
         assert opening is not None  # every stage of the sum but its last opens the next
         opening = run(spec, opening)

@@ -280,7 +280,7 @@ class SumDriver:
                 opening = spec.close(server) if spec.close is not None else None
 
         try:
-            run(protocol.sum_stages, Opening(tuple(map(config.party_id, config.parties)), None))
+            run(protocol.sum_stages, protocol.open_sum(server))
             result = server.finish()
             # From here on, a void round leaves every survivor bound to the sum's contributors.
             self.unmasked = frozenset(map(config.name_of, result.contributors))

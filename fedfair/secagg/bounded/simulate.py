@@ -142,7 +142,7 @@ def simulate_bounded_round(
         assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
         timed(Role.LEADER, spec.receive, server, message)
 
-    opening: Opening | None = Opening((AUDITOR,), None)
+    opening: Opening | None = BOUNDED_ROUND.open_sum(server)
     for spec in BOUNDED_ROUND.sum_stages:
         assert opening is not None  # every stage of the sum but its last opens the next
         data = None if opening.inputs is None else opening.inputs.to_bytes()

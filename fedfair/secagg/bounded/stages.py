@@ -22,6 +22,7 @@ from fedfair.secagg.bounded.messages import (
     auditor_messages,
     auditor_rosters,
 )
+from fedfair.secagg.bounded.parameters import AUDITOR
 from fedfair.secagg.bounded.peers import bounded_peer
 from fedfair.secagg.bounded.record import VerdictRecord
 from fedfair.secagg.bounded.server import BoundedServer
@@ -71,6 +72,11 @@ def messages_upload(config: SecAggConfig) -> int:
 def total_upload(config: SecAggConfig) -> int:
     """The largest TOTAL upload: d field elements, the accepted sites and a signature."""
     return MESSAGE_OVERHEAD_BYTES + 4 * config.size + field.ELEMENT_BYTES * config.dimension
+
+
+def _the_auditor(_server: BoundedServer) -> Opening:
+    """The auditor opens a bounded sum: the sites need its round key before they share."""
+    return Opening((AUDITOR,), None)
 
 
 def _nothing_to_verify(_server: BoundedServer, _result: BoundedSum) -> Opening:
@@ -163,6 +169,7 @@ BOUNDED_ROUND = SecureRound(
     verify_stages=(),
     server=BoundedServer,
     client=bounded_peer,
+    open_sum=_the_auditor,
     open_verification=_nothing_to_verify,
 )
 """The bounded secure sum: AUDITOR_KEY, SHARE, ROSTERS, MESSAGES, TOTAL, DECIDE."""

@@ -13,6 +13,7 @@ from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
 from fedfair.secagg.bounded.peers import Auditor, BoundedSite
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import encode_within_bound
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.bounded.layout import squared_bound
 from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM, vector_at
 
@@ -40,6 +41,14 @@ def parameters_and_keys() -> tuple[BoundedParameters, dict[int, ec.EllipticCurve
 def honest(party: int) -> np.ndarray:
     bound_sq = squared_bound(UPDATE_NORM, 1.0, FRACTIONAL_BITS)
     return encode_within_bound(vector_at(0.5, DIMENSION, party), bound_sq, FRACTIONAL_BITS, bytes([party]) * 32)
+
+
+def test_the_round_opens_to_the_auditor_alone_with_the_runners_own_input() -> None:
+    """A runner asks the round whom its first stage addresses: the sites cannot share before the auditor's key."""
+    parameters, private = parameters_and_keys()
+    opening = BOUNDED_ROUND.open_sum(BoundedServer(parameters, private[0]))
+    assert opening.among == (AUDITOR,) and opening.inputs is None
+    assert BOUNDED_ROUND.sum_stages[0].received is None  # so the first stage's input is the runner's own
 
 
 def test_the_aggregator_opens_share_only_once_the_auditor_key_arrived_and_takes_it_once() -> None:
