@@ -9,12 +9,7 @@ until every neighbour was tried (the choice sits on no edge), a neighbour lies p
 or the method's extension runs are spent; a diverged neighbour counts as tried. `limits` states which. A method
 that holds another as a limit case (`NESTED`) is also seeded with that method's choice. Why: docs/paper.md, "The tuning protocol".
 
-Every ladder is as fine as the step's (`WIDEST_GAP`): adjacent positive rungs at most 10/3 apart, the 1-3
-series' widest gap; a knob whose ladder lies in [0, 1] (epsilon, momentum, the client level) obeys it on
-both w and 1 - w, since its effect runs through both (epsilon weighs the mean by w and the tail by 1 - w;
-momentum's memory is 1 / (1 - beta) rounds). A zero rung on either scale is the knob's limit case, one rung
-from the nearest positive one. So a search walks every knob in steps alike, and none is chosen for want of a
-rung another knob would have had (issue 78: epsilon's {0.2, 1} gap hid 0.5).
+Every ladder is as fine as the step's (`WIDEST_GAP`), so no knob is chosen for want of a rung.
 """
 
 from __future__ import annotations
@@ -29,7 +24,12 @@ from fedfair.core.errors import ConfigError
 from fedfair.research.fronts import DIVERGED_RISK
 
 WIDEST_GAP = 10 / 3
-"""The largest ratio of adjacent positive rungs any ladder may have (the step ladder's 0.3 to 1)."""
+"""The largest ratio of adjacent positive rungs any ladder may have: the step ladder's 0.3 to 1, the 1-3 series'.
+
+A knob whose ladder lies in [0, 1] (epsilon, momentum, the client level) obeys it on both w and 1 - w, since it
+acts through both (epsilon weighs the mean by w and the tail by 1 - w; momentum remembers 1 / (1 - beta)
+rounds); a zero on either scale is the knob's limit case, one rung from the nearest positive value. Why: issue 78,
+where epsilon's {0.2, 1} gap hid 0.5 (docs/paper.md, "The tuning protocol")."""
 
 Coordinates = tuple[float, ...]
 """One point of a search: a value per axis, in the order of the search's axes."""
