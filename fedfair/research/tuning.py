@@ -8,6 +8,8 @@ validation worst-group risk) has an untried ladder neighbour on some axis, it tr
 until every neighbour was tried (the choice sits on no edge), a neighbour lies past a ladder end (a bound),
 or the method's extension runs are spent; a diverged neighbour counts as tried. `limits` states which. A method
 that holds another as a limit case (`NESTED`) is also seeded with that method's choice. Why: docs/paper.md, "The tuning protocol".
+
+Every ladder is as fine as the step's (`WIDEST_GAP`), so no knob is chosen for want of a rung.
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ from typing import NamedTuple
 
 from fedfair.core.errors import ConfigError
 from fedfair.research.fronts import DIVERGED_RISK
+
+WIDEST_GAP = 10 / 3
+"""The largest ratio of adjacent positive rungs any ladder may have: the step ladder's 0.3 to 1, the 1-3 series'.
+
+A knob whose ladder lies in [0, 1] (epsilon, momentum, the client level) obeys it on both w and 1 - w, since it
+acts through both (epsilon weighs the mean by w and the tail by 1 - w; momentum remembers 1 / (1 - beta)
+rounds); a zero on either scale is the knob's limit case, one rung from the nearest positive value. Why: issue 78,
+where epsilon's {0.2, 1} gap hid 0.5 (docs/paper.md, "The tuning protocol")."""
 
 Coordinates = tuple[float, ...]
 """One point of a search: a value per axis, in the order of the search's axes."""
@@ -50,6 +60,19 @@ class Axis:
         below = self.ladder[index - 1] if index > 0 else None
         above = self.ladder[index + 1] if index + 1 < len(self.ladder) else None
         return below, above
+
+    def widest_gap(self) -> float:
+        """The largest ratio of adjacent positive rungs, on w and, for a ladder inside [0, 1], on 1 - w too.
+
+        `WIDEST_GAP` bounds it for every ladder of the protocol; a zero rung on a scale (a limit case) is left out.
+        """
+        scales = [self.ladder]
+        if 0.0 <= self.ladder[0] and self.ladder[-1] <= 1.0:
+            scales.append(tuple(sorted(1.0 - value for value in self.ladder)))
+        ratios = [
+            high / low for scale in scales for low, high in itertools.pairwise(value for value in scale if value > 0.0)
+        ]
+        return max(ratios, default=1.0)
 
     def describe(self) -> str:
         """The ladder and its start in words, for the tables, e.g. ``{0, 0.7, 0.9, 0.97} from {0, 0.9}``."""
@@ -239,7 +262,7 @@ MOMENTUM = Axis(
 )
 EPSILON = Axis(
     "epsilon",
-    (0.0, 0.01, 0.05, 0.2, 1.0),
+    (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
     (0.01, 1.0),
     below="epsilon 0 is CVaR alone",
     above="epsilon 1 is ERM",
@@ -274,7 +297,7 @@ LEVEL = Axis(
 )
 ADVERSARY = Axis(
     "adversary step",
-    (0.01, 0.1, 1.0, 10.0, 100.0),
+    (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0),
     (0.1, 1.0, 10.0),
     below="the ladder's floor, 0.01",
     above="the ladder's cap, 100",

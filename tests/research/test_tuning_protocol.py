@@ -163,6 +163,23 @@ def test_each_methods_own_knobs_reach_their_limit_cases() -> None:
     assert flags[flags.index("--gamma") + 1] == "0.01"
 
 
+def test_every_ladder_is_as_fine_as_the_steps() -> None:
+    # Adjacent positive rungs at most 10/3 apart (the step ladder's 0.3 to 1), a ladder in [0, 1] on 1 - w too.
+    axes = [axis for axis in vars(tuning).values() if isinstance(axis, Axis)]
+    assert tuning.STEP in axes and tuning.EPSILON in axes and len(axes) == 9
+    for axis in axes:
+        assert axis.widest_gap() <= tuning.WIDEST_GAP * (1 + 1e-12), (axis.name, axis.widest_gap())
+    assert tuning.STEP.widest_gap() == pytest.approx(tuning.WIDEST_GAP)
+    # The ladders before issue 78's rule break it: epsilon's 0.01 to 0.05 and 0.2 to 1, the adversary's x10.
+    coarse_epsilon = Axis("epsilon", (0.0, 0.01, 0.05, 0.2, 1.0), (0.01,), below="", above="")
+    assert coarse_epsilon.widest_gap() == pytest.approx(5.0)
+    coarse_adversary = Axis("adversary", (0.01, 0.1, 1.0, 10.0, 100.0), (0.1,), below="", above="")
+    assert coarse_adversary.widest_gap() == pytest.approx(10.0)
+    # On 1 - w: a weight ladder fine near 0 but with one rung below 1 far from it breaks the rule too.
+    near_one = Axis("weight", (0.1, 0.2, 0.3, 0.5, 0.7, 0.99), (0.1,), below="", above="")
+    assert near_one.widest_gap() == pytest.approx(0.3 / 0.01)
+
+
 def test_each_methods_starting_grid_and_extension_budget_are_fixed_in_advance() -> None:
     study = tuned_study()
     sizes = {method: len(study.grid(method, TABLE_RHO)) for method in BASELINES}
@@ -258,8 +275,10 @@ def test_some_committed_study_was_tuned_by_the_protocol() -> None:
 def test_no_committed_choice_sits_on_an_unmarked_edge(folder: str) -> None:
     # From the committed CSVs alone: each table row's chosen point is the lowest validation risk its method tried
     # at that rho, and every ladder neighbour of it on every axis was tried, or the row's limits name why not.
+    # Each table is replayed against the ladders it was run on (its grids.csv), not today's: a table run before a
+    # ladder gained rungs keeps its choice, settled on the ladder it had.
     tried = read_csv(FIGURES / folder / "tuning.csv")
-    ladders = {axis.name: axis for axis in vars(tuning).values() if isinstance(axis, Axis)}
+    ladders = recorded_ladders(FIGURES / folder)
     for row in read_csv(FIGURES / folder / "fig2_rho.csv"):
         points = [point for point in tried if point["method"] == row["method"] and point["rho"] == row["rho"]]
         assert len(points) == int(row["validation_runs"]), row["method"]
@@ -271,7 +290,7 @@ def test_no_committed_choice_sits_on_an_unmarked_edge(folder: str) -> None:
         names = choice["axes"].split(" | ")
         chosen = [float(value) for value in choice["coordinates"].split(" | ")]
         for index, name in enumerate(names):
-            for neighbour in ladders[name].neighbours(chosen[index]):
+            for neighbour in ladders[(row["method"], name)].neighbours(chosen[index]):
                 if neighbour is None:
                     assert f"{name} {chosen[index]:g} is its ladder's end" in row["limits"], (row["method"], name)
                     continue
@@ -280,6 +299,30 @@ def test_no_committed_choice_sits_on_an_unmarked_edge(folder: str) -> None:
                 if key in values and tuning.diverged(values[key]):
                     assert f"{name} {neighbour:g} diverged" in row["limits"], (row["method"], name)
         assert row["method"] in {METHOD_LABELS[method] for method in BASELINES}
+
+
+def recorded_ladders(folder: Path) -> dict[tuple[str, str], Axis]:
+    """Each (method, axis) of a tuned table's ``grids.csv``: the ladder and start its study ran on."""
+    return {
+        (row["method"], row["axis"]): Axis(
+            row["axis"],
+            tuple(float(value) for value in row["ladder"].split()),
+            tuple(float(value) for value in row["start"].split()),
+            below=row["below"],
+            above=row["above"],
+        )
+        for row in read_csv(folder / "grids.csv")
+    }
+
+
+@pytest.mark.parametrize("folder", TUNED)
+def test_a_tables_ladders_are_todays_or_todays_less_rungs_added_since(folder: str) -> None:
+    # Ladders are refined by adding rungs only, so that every committed choice and cached run stays on today's
+    # ladder; its start never moves, so the starting grids stay the same runs.
+    today = {axis.name: axis for axis in vars(tuning).values() if isinstance(axis, Axis)}
+    for (method, name), recorded in recorded_ladders(FIGURES / folder).items():
+        assert set(recorded.ladder) <= set(today[name].ladder), (method, name)
+        assert recorded.start == today[name].start, (method, name)
 
 
 SUPERSEDED = (
@@ -362,3 +405,29 @@ def test_every_committed_stop_is_inside_its_ceiling_or_says_why(folder: str) -> 
     gaps = FIGURES / folder / "stopped_paired.csv"
     paired = {row["method"] for row in read_csv(gaps)} if gaps.exists() else set()
     assert "FedSRCVaR" in choices and paired == set(choices) - {"FedSRCVaR"}
+    # Each gap is the baseline's held-out worst risk less FedSRCVaR's, averaged over the same seeds: a gap left
+    # over from an earlier stopped.csv (a method re-chosen, its rows replaced) fails here.
+    held_out = {
+        method: [float(row["held_out_worst_risk"]) for row in rows if row["method"] == method] for method in choices
+    }
+    for gap in read_csv(gaps) if gaps.exists() else []:
+        mine, theirs = held_out["FedSRCVaR"], held_out[gap["method"]]
+        assert int(gap["seeds"]) == len(mine) == len(theirs), gap["method"]
+        expected = sum(theirs) / len(theirs) - sum(mine) / len(mine)
+        assert float(gap["gap_to_fedsrcvar"]) == pytest.approx(expected, abs=1e-9), gap["method"]
+
+
+@pytest.mark.parametrize("folder", STOPPED)
+def test_every_point_a_stopped_search_tried_is_on_todays_ladders(folder: str) -> None:
+    # A stopped search's points (``step|knob``) are values of the axes it names, on today's ladders (which only gain
+    # rungs): a point off them was not the protocol's.
+    today = {axis.name: axis for axis in vars(tuning).values() if isinstance(axis, Axis)}
+    for choice in read_csv(FIGURES / folder / "stopped_choice.csv"):
+        names = choice.get("axes", tuning.STEP.name).split(" | ")
+        tried = choice.get("points_tried", choice.get("steps_tried", "")).split()
+        assert tried, choice["method"]
+        for pair in tried:
+            values = [float(value) for value in pair.split(":")[0].split("|")]
+            assert len(values) == len(names), (choice["method"], pair)
+            for name, value in zip(names, values, strict=True):
+                assert value in today[name].ladder, (choice["method"], name, value)
