@@ -170,6 +170,23 @@ def test_a_tuned_stretch_starts_from_the_tuned_studys_choice_and_is_the_runs_its
     assert document["baseline"] == dp_stretch.best_baseline(name)
 
 
+def as_searched(today: tuple[tuning.Axis, ...], ladders: dict[str, str]) -> tuple[tuning.Axis, ...]:
+    """Today's axes with the ladder and start the search ran on, as its JSON describes them (`Axis.describe`).
+
+    Ladders are refined by adding rungs only (tuning.WIDEST_GAP), so a search replays on its own ladder, which must be
+    today's less rungs added since, from the same start.
+    """
+    searched = []
+    for axis in today:
+        ladder_text, start_text = ladders[axis.name].split(" from ")
+        ladder, start = (
+            tuple(float(value) for value in text.strip("{}").split(", ")) for text in (ladder_text, start_text)
+        )
+        assert set(ladder) <= set(axis.ladder) and start == axis.start, (axis.name, ladders[axis.name])
+        searched.append(dataclasses.replace(axis, ladder=ladder, start=start))
+    return tuple(searched)
+
+
 @pytest.mark.parametrize("path", TUNED_STRETCHES, ids=lambda path: path.stem)
 def test_the_choice_under_dp_is_the_tuning_protocols_on_the_committed_validation_runs(
     dp_stretch: ModuleType, path: Path
@@ -179,8 +196,9 @@ def test_the_choice_under_dp_is_the_tuning_protocols_on_the_committed_validation
     document = tuned_document(path)
     name, validation, search_figures = document["dataset"], document["validation"], document["search"]
     study = dp_stretch.study_of(name, "tuned")
-    axes = tuple(axis for axis in study.search("fedsrcvar").axes if axis is not tuning.LOCAL_STEPS)
-    assert search_figures["axes"] == [axis.name for axis in axes]
+    today = tuple(axis for axis in study.search("fedsrcvar").axes if axis is not tuning.LOCAL_STEPS)
+    assert search_figures["axes"] == [axis.name for axis in today]
+    axes = as_searched(today, search_figures["ladders"])
     committed = {tuple(row["coordinates"]): row for row in validation}
     for row in validation:
         # The value is the mean of the runs (NaN, a diverged run among them, never equals itself).
