@@ -13,6 +13,7 @@ from fedfair.secagg import keys
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import Reveal
 from fedfair.secagg.bounded.layout import Layout
+from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, make_uploads
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier
@@ -20,6 +21,28 @@ from fedfair.secagg.bounded.verifying import RoundVerifier
 DIMENSION = 60
 FRACTIONAL_BITS = 8
 UPDATE_NORM = 1.0
+
+
+def bounded_parameters(
+    sites: tuple[int, ...], round_number: int = 1
+) -> tuple[BoundedParameters, dict[int, ec.EllipticCurvePrivateKey], ec.EllipticCurvePrivateKey]:
+    """A round of `sites` of weight 1: its parameters, the identity keys of the sites and the auditor (under
+    AUDITOR), and the aggregator's."""
+    private = {party: generate_identity_key() for party in (AUDITOR, *sites)}
+    aggregator = generate_identity_key()
+    parameters = BoundedParameters(
+        federation_id="f",
+        round_number=round_number,
+        session_id=b"s" * 16,
+        dimension=DIMENSION,
+        fractional_bits=FRACTIONAL_BITS,
+        update_norm=UPDATE_NORM,
+        weights=dict.fromkeys(sites, 1.0),
+        aggregator_key=aggregator.public_key(),
+        auditor_key=private[AUDITOR].public_key(),
+        site_keys={party: private[party].public_key() for party in sites},
+    )
+    return parameters, private, aggregator
 
 
 def vector_at(norm: float, dimension: int, seed: int) -> np.ndarray:

@@ -10,16 +10,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedfair.core.errors import AuthenticationError
-from fedfair.pki.identity import generate_identity_key
 from fedfair.secagg import keys
 from fedfair.secagg.bounded.layout import squared_bound
 from fedfair.secagg.bounded.messages import SignedRoundKey, round_binding
-from fedfair.secagg.bounded.parameters import BoundedParameters
+from fedfair.secagg.bounded.parameters import AUDITOR
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.bounded.shares import encode_within_bound
 from fedfair.secagg.bounded.simulate import simulate_bounded_round
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
-from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM, liar_witness, vector_at
+from tests.secagg.bounded.roundkit import (
+    DIMENSION,
+    FRACTIONAL_BITS,
+    UPDATE_NORM,
+    bounded_parameters,
+    liar_witness,
+    vector_at,
+)
 
 WEIGHTS = {0: 1.0, 1: 0.5, 2: 0.8, 3: 0.3}
 
@@ -136,20 +142,9 @@ def test_the_declaration_runs_every_stage_once_in_order_and_the_sites_last_verdi
 
 def test_a_round_key_not_signed_by_the_auditor_is_refused_by_every_site() -> None:
     """A key swapped in by the aggregator would let it open every seed: the sites check the auditor's signature."""
-    site_key, aggregator_key, auditor_key = (generate_identity_key() for _ in range(3))
-    parameters = BoundedParameters(
-        federation_id="f",
-        round_number=1,
-        session_id=b"s" * 16,
-        dimension=DIMENSION,
-        fractional_bits=FRACTIONAL_BITS,
-        update_norm=UPDATE_NORM,
-        weights={0: 1.0},
-        aggregator_key=aggregator_key.public_key(),
-        auditor_key=auditor_key.public_key(),
-        site_keys={0: site_key.public_key()},
-    )
-    site = BoundedSite(parameters, 0, site_key)
+    parameters, private, aggregator_key = bounded_parameters((0,))
+    auditor_key = private[AUDITOR]
+    site = BoundedSite(parameters, 0, private[0])
     swapped = SignedRoundKey.sign(aggregator_key, parameters.binding, keys.public_bytes(keys.generate_key_pair()))
     with pytest.raises(AuthenticationError, match="not signed by the auditor"):
         site.share(swapped, at_bound(0, 1.0))

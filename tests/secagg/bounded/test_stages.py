@@ -2,40 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError, ProtocolError
-from fedfair.pki.identity import generate_identity_key
 from fedfair.secagg.bounded.messages import SeedRelay, SiteShare
-from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
+from fedfair.secagg.bounded.parameters import AUDITOR
 from fedfair.secagg.bounded.peers import Auditor, BoundedSite
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import encode_within_bound
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.bounded.layout import squared_bound
-from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM, vector_at
+from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM, bounded_parameters, vector_at
 
 SITES = (1, 2)
-
-
-def parameters_and_keys() -> tuple[BoundedParameters, dict[int, ec.EllipticCurvePrivateKey]]:
-    """Two sites of weight 1, and every party's identity key (the aggregator's under 0)."""
-    private = {party: generate_identity_key() for party in (0, AUDITOR, *SITES)}
-    parameters = BoundedParameters(
-        federation_id="f",
-        round_number=3,
-        session_id=b"s" * 16,
-        dimension=DIMENSION,
-        fractional_bits=FRACTIONAL_BITS,
-        update_norm=UPDATE_NORM,
-        weights=dict.fromkeys(SITES, 1.0),
-        aggregator_key=private[0].public_key(),
-        auditor_key=private[AUDITOR].public_key(),
-        site_keys={party: private[party].public_key() for party in SITES},
-    )
-    return parameters, private
 
 
 def honest(party: int) -> np.ndarray:
@@ -45,15 +27,15 @@ def honest(party: int) -> np.ndarray:
 
 def test_the_round_opens_to_the_auditor_alone_with_the_runners_own_input() -> None:
     """A runner asks the round whom its first stage addresses: the sites cannot share before the auditor's key."""
-    parameters, private = parameters_and_keys()
-    opening = BOUNDED_ROUND.open_sum(BoundedServer(parameters, private[0]))
+    parameters, private, aggregator = bounded_parameters(SITES, round_number=3)
+    opening = BOUNDED_ROUND.open_sum(BoundedServer(parameters, aggregator))
     assert opening.among == (AUDITOR,) and opening.inputs is None
     assert BOUNDED_ROUND.sum_stages[0].received is None  # so the first stage's input is the runner's own
 
 
 def test_the_aggregator_opens_share_only_once_the_auditor_key_arrived_and_takes_it_once() -> None:
-    parameters, private = parameters_and_keys()
-    server = BoundedServer(parameters, private[0])
+    parameters, private, aggregator = bounded_parameters(SITES, round_number=3)
+    server = BoundedServer(parameters, aggregator)
     with pytest.raises(ProtocolError, match="round key has not arrived"):
         server.open_shares()
     round_key = Auditor(parameters, private[AUDITOR]).round_key()
@@ -65,8 +47,8 @@ def test_the_aggregator_opens_share_only_once_the_auditor_key_arrived_and_takes_
 
 
 def test_a_site_cannot_send_another_sites_sealed_seed_and_a_refused_part_is_not_relayed() -> None:
-    parameters, private = parameters_and_keys()
-    server = BoundedServer(parameters, private[0])
+    parameters, private, aggregator = bounded_parameters(SITES, round_number=3)
+    server = BoundedServer(parameters, aggregator)
     round_key = Auditor(parameters, private[AUDITOR]).round_key()
     server.receive_round_key(round_key)
     shares = {party: BoundedSite(parameters, party, private[party]).share(round_key, honest(party)) for party in SITES}
@@ -82,12 +64,12 @@ def test_a_site_cannot_send_another_sites_sealed_seed_and_a_refused_part_is_not_
 
 
 def test_the_auditor_makes_one_round_key_and_a_site_whose_seed_is_not_relayed_is_absent() -> None:
-    parameters, private = parameters_and_keys()
+    parameters, private, aggregator = bounded_parameters(SITES, round_number=3)
     auditor = Auditor(parameters, private[AUDITOR])
     round_key = auditor.round_key()
     with pytest.raises(ProtocolError, match="one round key per round"):
         auditor.round_key()
-    server = BoundedServer(parameters, private[0])
+    server = BoundedServer(parameters, aggregator)
     server.receive_round_key(round_key)
     for party in SITES:
         server.receive_share(BoundedSite(parameters, party, private[party]).share(round_key, honest(party)))
@@ -100,19 +82,8 @@ def test_the_auditor_makes_one_round_key_and_a_site_whose_seed_is_not_relayed_is
 
 
 def test_a_site_is_sent_a_record_only_after_it_shared_and_no_site_may_have_the_auditors_id() -> None:
-    parameters, private = parameters_and_keys()
+    parameters, private, aggregator = bounded_parameters(SITES, round_number=3)
     with pytest.raises(ProtocolError, match="before it shared"):
         BoundedSite(parameters, 1, private[1]).decide(None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="auditor's id"):
-        BoundedParameters(
-            federation_id="f",
-            round_number=1,
-            session_id=b"s" * 16,
-            dimension=DIMENSION,
-            fractional_bits=FRACTIONAL_BITS,
-            update_norm=UPDATE_NORM,
-            weights={AUDITOR: 1.0},
-            aggregator_key=parameters.aggregator_key,
-            auditor_key=parameters.auditor_key,
-            site_keys={AUDITOR: parameters.auditor_key},
-        )
+        dataclasses.replace(parameters, weights={AUDITOR: 1.0}, site_keys={AUDITOR: parameters.auditor_key})
