@@ -1,4 +1,4 @@
-"""Shared fixtures: real federations cut from the bundled Adult data; the Hypothesis profile."""
+"""Shared fixtures: real federations cut from the bundled Adult data; the Hypothesis profile; the root logger kept."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 # them out of theirs (fedfair.runtime.observe.logs.quiet_grpc).
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
+import logging  # noqa: E402
 import tempfile  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
@@ -22,6 +23,7 @@ import torch
 from hypothesis import settings
 
 from fedfair.runtime.local.forkserver import stop_shared_forkserver
+from fedfair.runtime.observe.logs import Console, LogFile
 from fedfair.simulation.federation import Federation
 from tests.federations import adult_by_race
 
@@ -49,6 +51,21 @@ def _module_ledger_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 @pytest.fixture(autouse=True)
 def _ledger_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FEDFAIR_LEDGER_DIR", str(tmp_path_factory.mktemp("ledgers")))
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """After each test, the root logger without the handlers fedfair's commands install (`configure_logging`):
+    each writes to that test's captured streams, which later tests' threads must not write to once closed.
+    pytest's own capture handlers come and go with each phase, so only fedfair's are removed."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in list(root.handlers):
+        if isinstance(handler, (Console, LogFile)):
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -91,18 +91,10 @@ def test_verbose_prints_every_line(logger: logging.Logger) -> None:
 
 
 def test_the_log_file_gets_every_line(tmp_path: Path) -> None:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        configure_logging("INFO", tmp_path / "aggregator.log", label="aggregator")
-        run_rounds(logging.getLogger("fedfair.aggregator"))
-        for handler in root.handlers:
-            handler.flush()
-    finally:
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers[:], root.level = handlers, level
+    configure_logging("INFO", tmp_path / "aggregator.log", label="aggregator")
+    run_rounds(logging.getLogger("fedfair.aggregator"))
+    for handler in logging.getLogger().handlers:
+        handler.flush()
     logged = (tmp_path / "aggregator.log").read_text()
     assert all(f"INFO round {number} applied" in logged for number in (1, 2, 3, 5, 10))
     assert LOG_FORMAT.startswith("%(asctime)s")
@@ -112,18 +104,10 @@ def test_the_log_file_gets_every_line(tmp_path: Path) -> None:
 def test_a_log_file_on_a_full_disk_warns_once_and_the_process_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
     """Every line written to /dev/full fails with ENOSPC, as on a full disk: one warning naming the file,
     no traceback (logging's default prints one per line), and the console keeps its lines."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        configure_logging("INFO", Path("/dev/full"), label="site-a")
-        log = logging.getLogger("fedfair.collaborator")
-        for number in range(3):
-            log.warning("site-a: line %d", number)
-    finally:
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers[:], root.level = handlers, level
+    configure_logging("INFO", Path("/dev/full"), label="site-a")
+    log = logging.getLogger("fedfair.collaborator")
+    for number in range(3):
+        log.warning("site-a: line %d", number)
     error = capsys.readouterr().err
     assert "Traceback" not in error and "Logging error" not in error
     warnings = [line for line in error.splitlines() if line.startswith("fedfair: warning: the disk is full")]

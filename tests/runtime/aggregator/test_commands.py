@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,20 +22,6 @@ from fedfair.runtime.local.workspace import Workspace
 from fedfair.runtime.observe.logs import configure_logging
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from tests.runtime.harness import new_workspace
-
-
-@pytest.fixture(autouse=True)
-def root_logger() -> Iterator[logging.Logger]:
-    """The root logger as it was: `aggregator start` configures logging onto this test's captured stderr,
-    which later tests' threads must not write to once it is closed."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield root
-    for handler in root.handlers:
-        if handler not in handlers:
-            handler.close()
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.mark.parametrize(
@@ -68,12 +53,12 @@ def test_a_negative_startup_timeout_is_refused_by_the_parser(capsys: pytest.Capt
     )
 
 
-def test_log_level_and_log_file(tmp_path: Path, root_logger: logging.Logger) -> None:
+def test_log_level_and_log_file(tmp_path: Path) -> None:
     log_file = tmp_path / "logs" / "aggregator.log"
     configure_logging("warning", log_file)
     logging.getLogger("fedfair.aggregator").info("quiet")
     logging.getLogger("fedfair.aggregator").warning("loud")
-    for handler in root_logger.handlers:
+    for handler in logging.getLogger().handlers:
         handler.flush()
     text = log_file.read_text()
     assert "WARNING loud" in text and "quiet" not in text
