@@ -12,18 +12,25 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
 import numpy as np
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import parse_json_object
+from fedfair.pki.identity import CredentialVerifier
+from fedfair.pki.verification import pinned_credential_verifier
+from fedfair.runtime.manifest import Manifest
+from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.runtime.transport import encode_tensor, pb
 from fedfair.secagg import EncodingConfig, SecAggConfig
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.noise import NoiseConfig
-from fedfair.secagg.round import SECURE_ROUND, VERDICT, SecureRound, StageSpec
-from fedfair.secagg.wire import Stage as SecAggStage
+from fedfair.secagg.round import SECURE_ROUND, VERDICT, RoundSetup, SecureRound, StageSpec
 
 
 @dataclass(frozen=True)
@@ -64,17 +71,23 @@ class Stages:
 
     @property
     def masked(self) -> pb.Stage:
-        """The stage whose uploads are the contributions (masked under secure aggregation, plain without)."""
-        return self.wire(self.protocol.spec(SecAggStage.MASK))
+        """The stage whose uploads are the contributions (:attr:`SecureRound.contribution`).
+
+        Masked under secure aggregation, shared under the bounded sum, plain without secure aggregation.
+        """
+        return self.wire(self.protocol.spec(self.protocol.contribution))
 
     @property
-    def consistency(self) -> pb.Stage:
-        """The stage a survivor signs the survivor set in: from then on, the sum names its contribution."""
-        return self.wire(self.protocol.spec(SecAggStage.CONSISTENCY))
+    def committed(self) -> pb.Stage:
+        """The stage after whose upload the sum names a party's contribution (:attr:`SecureRound.committed`).
+
+        The survivors' signatures of the masked round, the sites' check of the bounded sum's verdict record.
+        """
+        return self.wire(self.protocol.spec(self.protocol.committed))
 
     @property
-    def unmask(self) -> pb.Stage:
-        """The sum's last stage."""
+    def sum_end(self) -> pb.Stage:
+        """The sum's last stage (the masked round's UNMASK, the bounded sum's DECIDE)."""
         return self.wire(self.protocol.sum_stages[-1])
 
     @property
@@ -84,7 +97,7 @@ class Stages:
 
     def last(self, secure: bool) -> pb.Stage:
         """The aggregation's last stage: an abort is bound to it, so it comes after whatever a collaborator did."""
-        return self.uploads[-1] if secure else self.unmask
+        return self.uploads[-1] if secure else self.sum_end
 
 
 def _wire(name: str) -> pb.Stage:
@@ -93,7 +106,16 @@ def _wire(name: str) -> pb.Stage:
 
 
 TRAINING = Stages(start=pb.STAGE_TRAIN, kind="train", prefix="", session_offset=0)
+BOUNDED_TRAINING = Stages(start=pb.STAGE_TRAIN, kind="train", prefix="", session_offset=0, protocol=BOUNDED_ROUND)
+"""A training round under [secure_aggregation] input_bound = "two_verifiers": the bounded sum's stages."""
 EVALUATION = Stages(start=pb.STAGE_EVALUATE, kind="evaluate", prefix="EVAL_", session_offset=1)
+"""An evaluation: the masked round's stages in every mode (its sums are counts and losses, which no plan bounds)."""
+
+
+def training_stages(bounded: bool) -> Stages:
+    """A training round's stages: the bounded sum's where the plan bounds every input (`bounded`), else the masked."""
+    return BOUNDED_TRAINING if bounded else TRAINING
+
 
 ACCEPTED = VERDICT
 """A survivor's verdict in the last verifying stage: it verified the claimed sum (a site that refuses it uploads
@@ -205,6 +227,17 @@ class RoundParameters:
     """:func:`model_digest` of the model every participant was sent ("" for the statistics aggregation).
     Each collaborator checks it against its own download, and it enters the secure-aggregation session
     (:attr:`SecAggConfig.context`), so no session completes between parties sent different models."""
+    protocol: str = SECURE_ROUND.name
+    """The secure round the aggregation runs (:attr:`SecureRound.name`), which each collaborator's plan implies."""
+    identities: tuple[tuple[str, str], ...] = ()
+    """(name, certificate DER in hex) of every party of a round whose parties need each other's identity keys up
+    front (the bounded sum: its sites, the aggregator, the auditor), sorted by name; () otherwise. Each receiver
+    checks each against the CA and its manifest's pin (:func:`relayed_keys`)."""
+
+    @property
+    def session(self) -> bytes:
+        """SHA-256 of these parameters' canonical bytes: the bounded sum's session, which binds all of them."""
+        return hashlib.sha256(b"fedfair round parameters\x00" + self.to_bytes()).digest()
 
     def to_bytes(self) -> bytes:
         """Canonical JSON (sorted keys, no spaces; a noise rotation key in hex), as :meth:`from_bytes` reads."""
@@ -237,6 +270,8 @@ class RoundParameters:
                 graph_roster=tuple(str(name) for name in document["graph_roster"]),
                 graph_seed=str(document["graph_seed"]),
                 model=str(document["model"]),
+                protocol=str(document["protocol"]),
+                identities=tuple((str(name), str(der)) for name, der in document["identities"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ConfigError(f"the round's parameters are malformed ({error}); {fix}") from None
@@ -259,6 +294,67 @@ class RoundParameters:
             graph_roster=self.graph_roster,
             context=bytes.fromhex(self.model),
         )
+
+
+def identities(certificates: Mapping[str, bytes]) -> tuple[tuple[str, str], ...]:
+    """:attr:`RoundParameters.identities` of name -> certificate (DER): sorted by name, each in hex."""
+    return tuple((name, certificates[name].hex()) for name in sorted(certificates))
+
+
+def relayed_keys(
+    parameters: RoundParameters, manifest: Manifest, ca_certificate: x509.Certificate
+) -> dict[str, ec.EllipticCurvePublicKey]:
+    """Name -> identity key of every certificate `parameters` relay, each checked against the CA and its pin.
+
+    Each name's certificate must be the one `manifest` pins for it, issued by the CA for the role the manifest gives
+    it (collaborator, aggregator, auditor), valid now and not revoked: an aggregator cannot slip in a key of its own.
+
+    Raises:
+        ConfigError: a certificate is malformed, or names someone the manifest does not list.
+        IdentityError: a certificate is not the CA's for that name and role, or not the pinned one.
+    """
+    keys: dict[str, ec.EllipticCurvePublicKey] = {}
+    for name, der in parameters.identities:
+        pin = manifest.pin(name)
+        if pin is None:
+            raise ConfigError(f"the round relays a certificate for {name!r}, whom the manifest does not list")
+        try:
+            credential = bytes.fromhex(der)
+        except ValueError:
+            raise ConfigError(f"the round relays a malformed certificate for {name!r}") from None
+        verify = pinned_credential_verifier(ca_certificate, {name: pin.sha256}, pin.role, manifest.revoked)
+        keys[name] = verify(name, credential)
+    return keys
+
+
+def round_setup(
+    parameters: RoundParameters,
+    verify: CredentialVerifier,
+    keys: Mapping[str, ec.EllipticCurvePublicKey],
+    influence: InfluenceSettings,
+    batch_fraction: float,
+    *,
+    aggregator: str,
+    auditor: str | None,
+    identity_key: ec.EllipticCurvePrivateKey | None = None,
+) -> RoundSetup:
+    """What a party of the round `parameters` describe knows beside its config, as every party derives it.
+
+    The session is the parameters' digest; the bound is [influence] update_norm and each site's weight its plan
+    weight (:meth:`InfluenceSettings.weight_of`); `keys` are the identity keys (:func:`relayed_keys`).
+    `identity_key` is the aggregator's, for its server; None elsewhere.
+    """
+    return RoundSetup(
+        verify,
+        session=parameters.session,
+        update_norm=influence.update_norm,
+        weights={name: influence.weight_of(name, batch_fraction) for name in parameters.parties},
+        keys=dict(keys),
+        aggregator=aggregator,
+        auditor=auditor or "",
+        identity_key=identity_key,
+        public=parameters.to_bytes(),
+    )
 
 
 def _encoding(document: dict[str, Any]) -> EncodingConfig:

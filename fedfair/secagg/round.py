@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
 
+from fedfair.core.errors import ConfigError
+from fedfair.pki.identity import CredentialVerifier
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import (
@@ -70,6 +73,60 @@ class SecureSum(Protocol):
     @property
     def accusations(self) -> dict[int, tuple[int, ...]]:
         """Accused party -> its accusers."""
+
+
+@dataclass(frozen=True)
+class RoundSetup:
+    """What a runner knows of a round beside its :class:`SecAggConfig`; each kind of round takes what it needs.
+
+    SECURE_ROUND's server takes `verify` alone; the bounded sum's parties take the rest too
+    (:func:`fedfair.secagg.bounded.parameters.round_parameters`), and its server the aggregator's `identity_key`.
+
+    verify: checks a party's relayed certificate (CA and manifest pins) and returns its identity key.
+    session: the round's session id, which every signature of the bounded sum is bound to (b"": none).
+    update_norm: the plan's L2 bound on an update per unit of weight.
+    weights: roster name -> the plan's influence weight, for every party of the round.
+    keys: name -> identity public key: every party of the round, the aggregator and the auditor.
+    aggregator, auditor: their names ("" when the round has none).
+    identity_key: this runner's own identity key where its server signs (the aggregator's), else None.
+    public: the round's public parameters as the runner states them (the first stage's input); the bounded sum's
+        server sends them to every site with the auditor's key.
+    """
+
+    verify: CredentialVerifier
+    session: bytes = b""
+    update_norm: float = 0.0
+    weights: Mapping[str, float] = field(default_factory=dict)
+    keys: Mapping[str, ec.EllipticCurvePublicKey] = field(default_factory=dict)
+    aggregator: str = ""
+    auditor: str = ""
+    identity_key: ec.EllipticCurvePrivateKey | None = field(default=None, repr=False)
+    public: bytes = b""
+
+
+@dataclass(frozen=True)
+class PartyNames:
+    """Party id <-> name in one round: the roster's parties, and the round's auditor (not a party of the roster).
+
+    The auditor of a bounded sum uploads to the aggregator as one more peer, under its own party id, but is never
+    one of the round's sites: it counts toward no quorum, no dropout and no survivor set.
+    """
+
+    config: SecAggConfig
+    auditor: str = ""
+    auditor_party: int | None = None
+
+    def name_of(self, party: int) -> str:
+        """The name of a party id: the auditor's, or the roster's."""
+        if self.auditor_party is not None and party == self.auditor_party:
+            return self.auditor
+        return self.config.name_of(party)
+
+    def party_id(self, name: str) -> int:
+        """The party id of a name: the auditor's, or the roster's (a ConfigError for anyone else)."""
+        if self.auditor_party is not None and name == self.auditor:
+            return self.auditor_party
+        return self.config.party_id(name)
 
 
 @dataclass(frozen=True)
@@ -137,22 +194,30 @@ class SecureRound:
 
     sum_stages: the stages that make the sum; :meth:`SecureSum.finish` closes the last.
     verify_stages: the optional stages that verify it (verified aggregation).
-    server: makes the server's state for a round (SECURE_ROUND: config, a verifier of the parties' credentials;
-        another kind takes its own round parameters).
+    server: makes the server's state for a round from its config and the runner's :class:`RoundSetup` (each kind
+        takes what it needs of it).
     client: makes a party's state for a round (:class:`~fedfair.secagg.client.Client`'s arguments).
     open_sum: opens the sum's first stage (the server): whom it addresses, with the runner's own input (the
         aggregator: the round's public parameters). SECURE_ROUND addresses every party; another kind may
         address one peer first (the bounded sum: its auditor).
     open_verification: opens the first verifying stage once the sum is finished (the server, its finish's result).
+    contribution: the stage a party's contribution travels in (its step takes the encoded input): SECURE_ROUND's
+        masked input, the bounded sum's shares.
+    committed: the stage after whose upload the sum names a party's contribution, so the party is bound to it
+        (SECURE_ROUND: its signature of the survivor set; the bounded sum: its check of the verdict record).
+    auditor: the party id of a second verifier that uploads beside the parties (the bounded sum's), or None.
     """
 
     name: str
     sum_stages: tuple[StageSpec, ...]
     verify_stages: tuple[StageSpec, ...]
-    server: Callable[..., Any]
+    server: Callable[[SecAggConfig, RoundSetup], Any]
     client: Callable[..., Any]
     open_sum: Callable[[Any], Opening]
     open_verification: Callable[[Any, Any], Opening]
+    contribution: enum.IntEnum
+    committed: enum.IntEnum
+    auditor: int | None = None
 
     def stages(self, verified: bool) -> tuple[StageSpec, ...]:
         """The stages a round runs, in order: the sum's, and with `verified` the verifying ones."""
@@ -161,6 +226,14 @@ class SecureRound:
     def spec(self, stage: enum.IntEnum) -> StageSpec:
         """The first of this round's stages bound to `stage`."""
         return next(spec for spec in self.stages(True) if spec.stage is stage)
+
+    def names(self, config: SecAggConfig, setup: RoundSetup) -> PartyNames:
+        """Party id <-> name in a round of `config`: the roster's, and this round's auditor under its id."""
+        if self.auditor is None:
+            return PartyNames(config)
+        if not setup.auditor:
+            raise ConfigError(f"a {self.name} round has an auditor: name it in the round's setup (the plan's auditor)")
+        return PartyNames(config, setup.auditor, self.auditor)
 
 
 def small_upload(config: SecAggConfig) -> int:
@@ -196,6 +269,11 @@ def _survivor_set(server: Server) -> Opening:
 def _unmask_request(server: Server) -> Opening:
     request = server.unmask_request()
     return Opening(request.survivors, request)
+
+
+def _masked_server(config: SecAggConfig, setup: RoundSetup) -> Server:
+    """SECURE_ROUND's server: the parties' certificates are checked as they advertise their keys."""
+    return Server(config, setup.verify)
 
 
 def _every_party(server: Server) -> Opening:
@@ -348,9 +426,11 @@ SECURE_ROUND = SecureRound(
             unready=NO_INPUT,
         ),
     ),
-    server=Server,
+    server=_masked_server,
     client=Client,
     open_sum=_every_party,
     open_verification=_claim,
+    contribution=Stage.MASK,
+    committed=Stage.CONSISTENCY,
 )
 """The secure round this project runs: Bonawitz et al.'s six stages, then the two that verify the sum."""

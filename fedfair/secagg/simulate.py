@@ -27,7 +27,7 @@ from fedfair.pki.identity import (
 )
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
-from fedfair.secagg.round import SECURE_ROUND, Opening, SecureRound, StageSpec
+from fedfair.secagg.round import SECURE_ROUND, Opening, RoundSetup, SecureRound, StageSpec
 from fedfair.secagg.server import AggregateResult
 from fedfair.secagg.messages import Message
 from fedfair.secagg.wire import Stage
@@ -87,7 +87,7 @@ def simulate_round(
         config.party_id(name): protocol.client(config, name, key, public_key_bytes(key), verify, verified=verified)
         for name, key in identities.items()
     }
-    server = protocol.server(config, verify)
+    server = protocol.server(config, RoundSetup(verify))
     # Per stage, each party's seconds in its steps, in the order the parties first took a step of it.
     party_seconds: dict[Stage, dict[int, float]] = {stage: {} for stage in Stage}
     server_seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)

@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 
 from fedfair.cli import main
-from fedfair.runtime.collaborator.steps import STEPS, round_steps
+from fedfair.runtime.collaborator.stage_steps import STEPS, round_steps
 from fedfair.runtime.contract import EVALUATION
 from tests.secagg.echo_round import ECHO_ROUND
 

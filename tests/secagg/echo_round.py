@@ -121,6 +121,6 @@ ECHO_ROUND: SecureRound = replace(
     SECURE_ROUND,
     name="secagg-v3-echo",
     verify_stages=(_claim, replace(_verdicts, close=EchoServer.echo_call), ECHO),
-    server=EchoServer,
+    server=lambda config, setup: EchoServer(config, setup.verify),
 )
 """The secure round with the echo after the survivors' verdicts."""

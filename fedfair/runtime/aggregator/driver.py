@@ -28,13 +28,22 @@ from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_p
 from fedfair.runtime.aggregator.kept_inputs import in_file, kept_in_files
 from fedfair.runtime.aggregator.secure_uploads import SecureUpload
 from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, RoundGrace, StageProgress, StageReady, UploadHandler
-from fedfair.runtime.contract import ACCEPTED, EVALUATION, TRAINING, RoundParameters, Stages, model_digest
+from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup, relayed_identities
+from fedfair.runtime.contract import (
+    ACCEPTED,
+    BOUNDED_TRAINING,
+    EVALUATION,
+    TRAINING,
+    RoundParameters,
+    Stages,
+    model_digest,
+)
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.round import Opening, SecureSum, StageSpec
+from fedfair.secagg.round import Opening, PartyNames, SecureSum, StageSpec
 from fedfair.secagg.wire import Stage as SecAggStage
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -79,6 +88,8 @@ class DriverSettings:
     """[secure_aggregation] dropouts: whether a site past the grace is dropped (True) or aborts the round."""
     folder: Path | None = None
     """Where large masked inputs kept for a re-sum go (:mod:`.kept_inputs`); None: the system's temporary folder."""
+    identities: RoundIdentities | None = None
+    """What a round whose parties need identity keys up front takes (the bounded sum); None: no such round runs."""
 
 
 class SumDriver:
@@ -140,7 +151,12 @@ class SumDriver:
             # The statistics aggregation (its own kind) answers no model; every other binds its session to one.
             model="" if kind is not None else model_digest(*model),
         )
-        parameters = replace(parameters, graph_seed=parameters.implied_graph_seed(self.settings.federation_id, stages))
+        parameters = replace(
+            parameters,
+            graph_seed=parameters.implied_graph_seed(self.settings.federation_id, stages),
+            protocol=stages.protocol.name,
+            identities=relayed_identities(self.settings.identities, stages, roster),
+        )
         start = self.gate.open(
             round_number, stages.start, timeout_seconds=self.settings.stage_timeout, participants=roster
         )
@@ -262,18 +278,20 @@ class SumDriver:
 
     def _secure(self, round_number: int, stages: Stages, parameters: RoundParameters) -> SumOutcome:
         """Run every stage of the aggregation's secure round (:attr:`Stages.protocol`), in its order."""
+        protocol = stages.protocol
         try:
             config = parameters.secagg_config(self.settings.federation_id, stages)
+            setup = aggregator_setup(self.settings.identities, self.verify, parameters, stages)
+            server = protocol.server(config, setup)
+            names = protocol.names(config, setup)
         except ConfigError as error:
             raise RoundAbortedError(f"secure aggregation cannot run with these participants: {error}") from None
-        protocol = stages.protocol
-        server = protocol.server(config, self.verify)
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
 
         def run(specs: tuple[StageSpec, ...], opening: Opening | None) -> None:
             for spec in specs:
                 assert opening is not None  # every stage of a round but the last of its sum and its own opens the next
-                self._secure_stage(round_number, stages, spec, server, opening, parameters, outcome)
+                self._secure_stage(round_number, stages, spec, server, opening, parameters, outcome, config, names)
                 why = spec.withheld(server) if spec.withheld is not None else None
                 if why is not None:
                     raise RoundAbortedError(why)
@@ -305,18 +323,20 @@ class SumDriver:
         opening: Opening,
         parameters: RoundParameters,
         outcome: SumOutcome,
+        config: SecAggConfig,
+        names: PartyNames,
     ) -> None:
         """Run one stage of a secure round: send each party `opening` addressed it and take its upload.
 
         The first stage's input is the round's public parameters. A stage whose parties upload a verdict
-        (:data:`~fedfair.runtime.contract.ACCEPTED`) takes nothing else.
+        (:data:`~fedfair.runtime.contract.ACCEPTED`) takes nothing else. `names` maps the opening's party ids to
+        the peers' names (a round's auditor included).
         """
-        config = server.config
-        expected = frozenset(map(config.name_of, opening.among))
+        expected = frozenset(map(names.name_of, opening.among))
         if opening.inputs is None:
             inputs: bytes | dict[str, bytes] = parameters.to_bytes()
         elif isinstance(opening.inputs, Mapping):
-            inputs = {config.name_of(party): message.to_bytes() for party, message in opening.inputs.items()}
+            inputs = {names.name_of(party): message.to_bytes() for party, message in opening.inputs.items()}
         else:
             inputs = opening.inputs.to_bytes()
         if spec.upload is None:
@@ -326,7 +346,7 @@ class SumDriver:
             parse = spec.upload
             if spec.stage is SecAggStage.MASK and kept_in_files(config):
                 parse = in_file(parse, self.settings.folder)
-            handler = SecureUpload(parse, partial(spec.receive, server)).handler(config)
+            handler = SecureUpload(parse, partial(spec.receive, server)).handler(names)
         ready = None if spec.ready is None else partial(spec.ready, server)
         size = spec.upload_bytes(config)
         uploaded = self._stage(round_number, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready)
@@ -406,7 +426,7 @@ def _verdict(peer: str, payload: bytes) -> None:
 
 def _secure_noun(stage: pb.Stage) -> str | None:
     """What the uploads of the secure stage `stage` are, in whichever aggregation it belongs to."""
-    for stages in (TRAINING, EVALUATION):
+    for stages in (TRAINING, BOUNDED_TRAINING, EVALUATION):
         spec = stages.specs.get(stage)
         if spec is not None:
             return stages.noun(spec)
@@ -415,7 +435,7 @@ def _secure_noun(stage: pb.Stage) -> str | None:
 
 def _start_stage_before(stage: pb.Stage) -> pb.Stage | None:
     """The start stage (TRAIN or EVALUATE) whose aggregation's masked stage is `stage`, if it is one."""
-    for stages in (TRAINING, EVALUATION):
+    for stages in (TRAINING, BOUNDED_TRAINING, EVALUATION):
         if stage == stages.masked:
             return stages.start
     return None

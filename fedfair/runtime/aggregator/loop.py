@@ -43,7 +43,7 @@ from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.aggregator.state import output_values, parameters, placed, step, training_values
 from fedfair.runtime.aggregator.statistics import statistics_checkpoint
 from fedfair.runtime.contract import (
-    TRAINING,
+    training_stages,
     model_digest,
     update_dimension,
 )
@@ -349,7 +349,7 @@ class RoundLoop:
             record["participants"] = sorted(participants)
             outcome = self.driver.run(
                 round_number,
-                TRAINING,
+                training_stages(self.plan.secure_aggregation.bounds_inputs),
                 participants,
                 encoding.noise.encoded_dimension if encoding.noise is not None else dimension,  # rotated: padded
                 encoding,

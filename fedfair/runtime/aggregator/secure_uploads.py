@@ -13,7 +13,7 @@ from typing import Generic, Protocol, TypeVar
 
 from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.stages import UploadHandler
-from fedfair.secagg import SecAggConfig
+from fedfair.secagg.round import PartyNames
 
 
 class SignedMessage(Protocol):
@@ -37,18 +37,18 @@ class SecureUpload(Generic[Message]):
     parse: Callable[[bytes], Message]
     receive: Callable[[Message], None]
 
-    def handler(self, config: SecAggConfig) -> UploadHandler:
-        """The stage's upload handler in a round of `config`.
+    def handler(self, names: PartyNames) -> UploadHandler:
+        """The stage's upload handler in a round whose party ids `names` gives (its auditor's included).
 
         Raises:
             RefusedError: reason :attr:`Refusal.INVALID_UPLOAD` when the message names another
-                party than the uploader's certificate (`config.party_id`).
+                party than the uploader's certificate (`names.party_id`).
         """
 
         def absorb(peer: str, payload: bytes) -> None:
             message = self.parse(payload)
             # Identity is the certificate's: a message naming another party is refused outright.
-            if message.sender != config.party_id(peer):
+            if message.sender != names.party_id(peer):
                 raise RefusedError(Refusal.INVALID_UPLOAD, "the message names another party than the certificate")
             self.receive(message)
 

@@ -52,7 +52,8 @@ from fedfair.runtime.collaborator.receipt import (
 from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import RoundJob, stored, resent
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
-from fedfair.runtime.collaborator.steps import Participant, StageInput, StartJob, Work, load_kernels
+from fedfair.runtime.collaborator.kernels import load_kernels
+from fedfair.runtime.collaborator.steps import Participant, StageInput, StartJob, Work
 from fedfair.runtime.collaborator.stream import TaskStream
 from fedfair.runtime.collaborator.trainer import (
     check_pinned_table,

@@ -47,6 +47,7 @@ from fedfair.runtime.collaborator.trainer import (
     encoded_data,
 )
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS
+from fedfair import pki
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.composition_counts import composition_columns
 from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
@@ -85,6 +86,7 @@ def as_participant(
         config.source.parent,
         initial,
         None if model is None else model.classes,
+        ca_certificate=pki.load_certificate(config.certificates.ca),
     )
 
 

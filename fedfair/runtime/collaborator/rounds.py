@@ -37,6 +37,7 @@ from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.input_record import InputRecord, SignedView
 from fedfair.runtime.collaborator.stored_answer import StoredAnswer
+from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.runtime.collaborator.preparation import Prepared
@@ -46,11 +47,11 @@ from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
 from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.contract import (
     EVALUATION,
-    TRAINING,
     Stages,
     model_digest,
     split_training_download,
     training_download_size,
+    training_stages,
     update_dimension,
 )
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -198,7 +199,9 @@ class RoundJob:
                     self.config.name,
                     binding.round,
                 )
-                return resent(binding.round, TRAINING, view, answer)
+                return resent(
+                    binding.round, training_stages(self.shared.secure_aggregation.bounds_inputs), view, answer
+                )
             trained = train_on(stub, binding, model, *download.pop())
             self.record.note_threshold(binding.round, c)
             return stored(self.contribution(trained), view)
@@ -295,16 +298,20 @@ class RoundJob:
     def contribution(self, trained: TrainedUpdate) -> Work:
         """The round's work for a training outcome, bounded as the plan's encoding bounds it."""
         round_number, weight = trained.round, trained.weight
+        training = training_stages(self.shared.secure_aggregation.bounds_inputs)
         if trained.vector is None:
-            return Work(round_number, TRAINING, None, 0.0)
+            return Work(round_number, training, None, 0.0)
         settings = self.shared.secure_aggregation
         if settings.enabled:
             # A vector never formed stays so: its words alone are kept and sent (a whole one is kept beside them).
             whole = trained.vector if isinstance(trained.vector, np.ndarray) else None
-            work = Work(round_number, TRAINING, whole, weight)
+            work = Work(round_number, training, whole, weight)
             # Encoded now, off the MASKED_INPUT stage's critical path (the round's encoder checks the parameters then).
             shared = self.shared
             try:
+                if settings.bounds_inputs:  # within its bound, in the bounded sum's encoding (no DP noise: refused)
+                    work.encoded = bounded_encoding(trained.vector, self.config.name, shared)
+                    return work
                 encoding = shared.training_encoding(
                     shared.federation_id, shared.collaborator_count, round_number, trained.vector.size
                 )
@@ -315,7 +322,7 @@ class RoundJob:
                     self.charges.training(round_number, trained.model, trained.vector.size)
             except ConfigError as error:
                 logger.warning("%s: round %d: not contributing: %s", self.config.name, round_number, error)
-                return Work(round_number, TRAINING, None, 0.0)
+                return Work(round_number, training, None, 0.0)
             return work
         if not 0.0 < weight <= settings.max_weight:
             logger.warning(
@@ -326,7 +333,7 @@ class RoundJob:
                 weight,
                 settings.max_weight,
             )
-            return Work(round_number, TRAINING, None, 0.0)
+            return Work(round_number, training, None, 0.0)
         vector = np.asarray(trained.vector)  # a plain upload sends it whole
         clipped = clip_plain_update(vector, weight, settings.clip)
         changed = int(np.count_nonzero(clipped != vector))
@@ -338,7 +345,7 @@ class RoundJob:
                 changed,
                 settings.clip,
             )
-        return Work(round_number, TRAINING, clipped, weight)
+        return Work(round_number, training, clipped, weight)
 
     def evaluate(
         self,

@@ -1,7 +1,8 @@
 """The collaborator's secure-aggregation steps of one aggregation (a training round or an evaluation).
 
 Each upload stage has one step function, ``step(participant, work, inputs) -> payload``, built from the
-secure round's declaration (:data:`~fedfair.secagg.round.SECURE_ROUND`) in its order (:func:`round_steps`):
+secure round's declaration (:data:`~fedfair.secagg.round.SECURE_ROUND`) in its order
+(:func:`~fedfair.runtime.collaborator.stage_steps.round_steps`):
 a stage's client step, or the runtime's own where it adds to it.
 
 A step raises a WITHDRAWN :class:`~fedfair.core.errors.RefusedError` (or the protocol's own
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 
 from fedfair.core.errors import ManifestError, ProtocolError, Refusal, RefusedError, VerificationError, VerifyReason
@@ -40,14 +42,12 @@ from fedfair.runtime.contract import (
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
-from fedfair.runtime.transport import Pieces, pb
+from fedfair.runtime.transport import Pieces
 from fedfair.runtime.transport.chunks import plain_upload
-from fedfair.secagg import Client, Encoder, EncodingConfig
+from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.prg import KEY_BYTES, apply_masks
 from fedfair.secagg.round import SecureRound, StageSpec
-from fedfair.secagg.verify import Challenge
 from fedfair.secagg.verify_client import PLAIN_PIECE
 from fedfair.secagg.wire import Stage as SecAggStage
 
@@ -92,6 +92,8 @@ class Work:
     the round's parameters must state the same, and it binds the secure-aggregation session."""
     released: bool = False
     """Whether ``vector`` was let go once its encoding was kept (secure aggregation): the round still has it."""
+    roster: tuple[str, ...] = ()
+    """A bounded sum's roster by party id (id 1 first), once this site shared: whom its verdict record names."""
 
     def settle(self, wait: bool) -> None:
         """Adopt the start stage's outcome if its job has ended (or, with `wait`, once it ends).
@@ -129,6 +131,8 @@ class Participant:
     """This site's own build of the plan's initial model, round 1's only model (None: no model built yet)."""
     classes: int | None = None
     """The model's K, for the figures of a noised evaluation (None: no model built yet)."""
+    ca_certificate: x509.Certificate | None = field(default=None, repr=False, compare=False)
+    """The federation's CA, which certificates relayed with a bounded round are checked against (with the manifest)."""
     chain: ModelChain = field(init=False, repr=False, compare=False)
     """The models this site verified: every training model and output model it is sent is checked against it."""
     figures: EvaluationFigures = field(init=False, repr=False, compare=False)
@@ -220,6 +224,7 @@ class Participant:
                 ("collusion bound", parameters.max_colluding != secure.max_colluding),
                 ("graph roster", not self.graph_roster_fits(parameters)),
                 ("model", parameters.model != work.model),
+                ("secure round", parameters.protocol != work.stages.protocol.name),
             )
             if wrong
         ]
@@ -343,7 +348,7 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
         VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED).
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this party sent no masked input this round.
     """
-    spec = _verdicts(work.stages.protocol)
+    spec = verdicts_stage(work.stages.protocol)
     client = _started(work, spec)
     try:
         tags = _received(spec, inputs)
@@ -373,26 +378,7 @@ def client_step(spec: StageSpec) -> Step:
 Step = Callable[[Participant, Work, StageInput], bytes | Pieces]
 
 
-def round_steps(stages: Stages) -> dict[pb.Stage, Step]:
-    """The step a collaborator runs at each upload stage of an aggregation over `stages`, in the round's order.
-
-    A stage of the round's declaration runs its client's step, unless the runtime adds to it: the first checks
-    the round's parameters and starts the client, masking encodes the contribution (or sends it plain), the
-    survivors' signature is bound on disk first, and the verifying stages stop the site on a bad sum.
-    """
-    protocol = stages.protocol
-    runtime: dict[StageSpec, Step] = {
-        protocol.sum_stages[0]: advertise,
-        protocol.spec(SecAggStage.MASK): masked,
-        protocol.spec(SecAggStage.CONSISTENCY): consistency,
-    }
-    if protocol.verify_stages:
-        runtime[protocol.verify_stages[0]] = tag
-        runtime[_verdicts(protocol)] = verdict
-    return {stages.wire(spec): runtime.get(spec) or client_step(spec) for spec in protocol.stages(True)}
-
-
-def _verdicts(protocol: SecureRound) -> StageSpec:
+def verdicts_stage(protocol: SecureRound) -> StageSpec:
     """The verifying stage whose uploads are the survivors' verdicts (no message: :data:`ACCEPTED`)."""
     return next(spec for spec in protocol.verify_stages if spec.upload is None)
 
@@ -417,24 +403,3 @@ def _received(spec: StageSpec, inputs: StageInput) -> Any:
 def _not_asked() -> np.ndarray:
     """The encoded input, which only the masking stage asks for."""
     raise ProtocolError("only the masking stage takes this party's encoded input")
-
-
-STEPS: dict[pb.Stage, Step] = {**round_steps(TRAINING), **round_steps(EVALUATION)}
-"""The step a collaborator runs at each upload stage of a training round and of an evaluation."""
-
-
-def load_kernels(shared: SharedSettings) -> None:
-    """Encode, tag and mask a one-value update once, then drop it, when the plan sums securely.
-
-    numba and the compiled rounding and masking kernels load on first use: here, while the process starts,
-    rather than inside the first round's deadline (about 45 MB and, on a first run, their compilation). The
-    noise kernels of distributed DP still load at the first noised round.
-    """
-    if not shared.secure_aggregation.enabled:
-        return
-    encoder = Encoder(shared.secure_aggregation.encoding(), shared.collaborator_count)
-    values = np.zeros(1, dtype=np.float64 if shared.training.local.corrects_drift else np.float32)
-    words = encoder.encode(values, 1.0)
-    # The verified sum's challenge kernel too: a first tag compiled within the stage's grace came late.
-    Challenge(bytes(KEY_BYTES), bytes(KEY_BYTES), words.size).dots(words)
-    apply_masks(words, [(bytes(KEY_BYTES), 1), (bytes(KEY_BYTES), -1)])

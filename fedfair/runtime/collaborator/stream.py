@@ -28,8 +28,9 @@ from fedfair.core.errors import (
 )
 from fedfair.runtime.collaborator.connection import Connection
 from fedfair.runtime.collaborator.retries import RETRYABLE
-from fedfair.runtime.collaborator.steps import STEPS, Participant, StageInput, StartJob, Work
-from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
+from fedfair.runtime.collaborator.stage_steps import STEPS
+from fedfair.runtime.collaborator.steps import Participant, StageInput, StartJob, Work
+from fedfair.runtime.contract import EVALUATION, Stages, training_stages
 from fedfair.runtime.failures import AGGREGATE_REFUSED
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -60,6 +61,11 @@ class TaskStream:
     def participant(self) -> Participant:
         """This collaborator's secure-aggregation identity (the subclass supplies it)."""
         raise NotImplementedError
+
+    @property
+    def training(self) -> Stages:
+        """A training round's stages under this federation's plan (the bounded sum's where it bounds every input)."""
+        return training_stages(self.shared.secure_aggregation.bounds_inputs)
 
     def _statistics_round(self, binding: pb.Binding) -> bool:
         raise NotImplementedError
@@ -136,13 +142,13 @@ class TaskStream:
             if self._work is not None and self._work.round == binding.round:
                 logger.info("%s: round %d was aborted by the aggregator", self.config.name, binding.round)
                 self._work = None
-            if binding.stage == TRAINING.last(self.shared.secure_aggregation.enabled):
+            if binding.stage == self.training.last(self.shared.secure_aggregation.enabled):
                 self._note_round(binding.round, held=False)
             return True
         try:
             if binding.stage == pb.STAGE_TRAIN:
                 self._ensure_encoded(stub, task)
-                self.start_round(stub, binding, TRAINING)
+                self.start_round(stub, binding, self.training)
             elif binding.stage == pb.STAGE_EVALUATE:
                 if not self._statistics_round(binding):
                     self._ensure_encoded(stub, task)
@@ -225,7 +231,7 @@ class TaskStream:
             work is not None
             and work.round == binding.round
             and work.stages.claim is not None
-            and binding.stage == work.stages.unmask
+            and binding.stage == work.stages.sum_end
         )
 
     def start_round(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
@@ -248,7 +254,7 @@ class TaskStream:
         jobs = self.connection.jobs
         assert jobs is not None  # the connection hands tasks over inside its executor
         self._work = None  # the last aggregation's contribution goes before this one's model comes
-        compute = self.train(stub, binding) if stages is TRAINING else self.evaluate(stub, binding)
+        compute = self.evaluate(stub, binding) if stages is EVALUATION else self.train(stub, binding)
 
         def job() -> Work:
             with self.connection.watchdog.working():  # the aggregator waits for this collaborator meanwhile
@@ -268,7 +274,7 @@ class TaskStream:
 
         A participant's public seam: an override may hold the stage back, skip it or act around
         ``super().step``; to change what is sent, override :meth:`submit` instead. The stages are the upload
-        stages of :data:`~fedfair.runtime.collaborator.steps.STEPS` (the masked input alone without secure
+        stages of :data:`~fedfair.runtime.collaborator.stage_steps.STEPS` (the masked input alone without secure
         aggregation).
         """
         binding = task.binding
@@ -309,9 +315,11 @@ class TaskStream:
         self.submit(stub, binding, payload)
         maybe_die("after-upload", binding.round, pb.Stage.Name(binding.stage))
         # A round re-run after an aggregator crash is sent again, but it is one round contributed to.
-        if binding.stage == TRAINING.masked and binding.round not in self.contributed_rounds[-1:]:
+        training = self.training
+        if binding.stage == training.masked and binding.round not in self.contributed_rounds[-1:]:
             self.contributed_rounds.append(binding.round)
-        # The sum holds this update once it is uploaded (plain) or once this site signed a survivor set, which
-        # names it (secure aggregation: a masked input the aggregator drops leaves the site out of that stage).
-        if binding.stage == (TRAINING.consistency if self.shared.secure_aggregation.enabled else TRAINING.masked):
+        # The sum holds this update once it is uploaded (plain) or once the round names it: this site signed a
+        # survivor set (a masked input the aggregator drops leaves the site out of that stage), or accepted a verdict
+        # record that puts it in the bounded sum.
+        if binding.stage == (training.committed if self.shared.secure_aggregation.enabled else training.masked):
             self._note_round(binding.round, held=True)

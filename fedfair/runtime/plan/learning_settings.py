@@ -27,7 +27,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.composition_counts import CompositionColumn, composition_columns, composition_length
 from fedfair.runtime.plan.evaluation import EvaluationSettings, read_evaluation
 from fedfair.runtime.plan.influence import InfluenceSettings, read_influence
-from fedfair.runtime.plan.input_bound import NO_INPUT_BOUND, read_input_bound
+from fedfair.runtime.plan.input_bound import NO_INPUT_BOUND, TWO_VERIFIERS, read_input_bound
 from fedfair.runtime.plan.limits import PLAN_NUMBER_MAX, number_in, positive
 from fedfair.runtime.plan.model import ModelSettings, read_model
 from fedfair.runtime.plan.privacy import (
@@ -99,6 +99,11 @@ class SecureAggregationSettings:
     """Whether each party proves its input within its bound, and to whom (fedfair.runtime.plan.input_bound)."""
     auditor: str | None = None
     """The second verifier under input_bound = "two_verifiers": an auditor institution of the manifest."""
+
+    @property
+    def bounds_inputs(self) -> bool:
+        """Whether every site proves its update within its bound to two verifiers (a training round's bounded sum)."""
+        return self.input_bound == TWO_VERIFIERS
 
     @property
     def tolerates_dropouts(self) -> bool:

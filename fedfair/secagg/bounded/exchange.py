@@ -20,6 +20,9 @@ from fedfair.secagg.bounded.shares import SEED_BYTES
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.wire import SIGNATURE_LIMIT
 
+AUDITOR = 2**32
+"""The auditor's party id in a stage's :class:`~fedfair.secagg.round.Opening`: no site's (a u32) can be it."""
+
 COMMITMENT_BYTES = 32
 
 
@@ -125,6 +128,11 @@ class AuditorTotal:
     accepted: tuple[int, ...]
     total: np.ndarray
     signature: bytes
+
+    @property
+    def sender(self) -> int:
+        """Who uploads a total: the auditor."""
+        return AUDITOR
 
     def signed_bytes(self, context_digest: bytes) -> bytes:
         """What the auditor signs: the round, whom the total covers, and the total."""

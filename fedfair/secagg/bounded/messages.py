@@ -19,12 +19,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from fedfair.core.errors import AuthenticationError
 from fedfair.pki import identity
 from fedfair.secagg import keys
-from fedfair.secagg.bounded.exchange import Commitments, Reveal, Roster, SeedReveal
+from fedfair.secagg.bounded.exchange import AUDITOR, Commitments, Reveal, Roster, SeedReveal
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.wire import SIGNATURE_LIMIT
 
 KEY_BYTES = 32
+
+PUBLIC_LIMIT = 1 << 20
+"""The most bytes of a round's public parameters SHARE carries (a certificate per party, and JSON)."""
 
 
 def round_binding(federation_id: str, round_number: int, session_id: bytes) -> bytes:
@@ -56,6 +59,11 @@ class SignedRoundKey:
             raise AuthenticationError("the auditor's round key is not signed by the auditor for this round")
         return self.cipher_key
 
+    @property
+    def sender(self) -> int:
+        """Who uploads a round key: the auditor."""
+        return AUDITOR
+
     def to_bytes(self) -> bytes:
         """Canonical bytes."""
         return Writer().blob(self.cipher_key).blob(self.signature).getvalue()
@@ -70,11 +78,40 @@ class SignedRoundKey:
 
 
 @dataclass(frozen=True)
+class ShareOpening:
+    """SHARE's input to every site: the round's public parameters as its runner states them, and the round key.
+
+    A site's first input in the round: it checks the parameters against its own plan (the runtime's, opaque here;
+    empty in process) and the key's signature before it shares anything.
+    """
+
+    public: bytes
+    round_key: SignedRoundKey
+
+    def to_bytes(self) -> bytes:
+        """Canonical bytes."""
+        return Writer().blob(self.public).blob(self.round_key.to_bytes()).getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> ShareOpening:
+        """Parse :meth:`to_bytes`; ProtocolError if malformed."""
+        reader = Reader(data)
+        public, round_key = reader.blob(PUBLIC_LIMIT), SignedRoundKey.from_bytes(reader.blob())
+        reader.finish()
+        return cls(public, round_key)
+
+
+@dataclass(frozen=True)
 class SiteShare:
     """A site's SHARE upload: its part for the aggregator and its seed sealed to the auditor."""
 
     leader: LeaderUpload
     sealed: SealedSeed
+
+    @property
+    def sender(self) -> int:
+        """The site the aggregator's part names (its signature binds it)."""
+        return self.leader.party
 
     def to_bytes(self) -> bytes:
         """Canonical bytes."""
@@ -123,6 +160,11 @@ class Exchange(Generic[First, Second]):
 
     first: First
     second: Second
+
+    @property
+    def sender(self) -> int:
+        """Who uploads an exchange: the auditor (the aggregator's own go to it as a stage's input)."""
+        return AUDITOR
 
     def to_bytes(self) -> bytes:
         """Canonical bytes."""

@@ -1,4 +1,4 @@
-"""What every party of a bounded secure sum starts from, and the auditor's party id.
+"""What every party of a bounded secure sum starts from: from the plan, the manifest and the round.
 
 Every party derives the same :class:`BoundedParameters` from the plan, the manifest and the round; the round's
 :class:`~fedfair.secagg.bounded.context.BoundedContext` follows once the auditor's round key is known (the
@@ -14,10 +14,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.messages import round_binding
-
-AUDITOR = 2**32
-"""The auditor's party id in a stage's :class:`~fedfair.secagg.round.Opening`: no site's (a u32) can be it."""
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.round import RoundSetup
 
 
 @dataclass(frozen=True)
@@ -75,3 +75,39 @@ class BoundedParameters:
             auditor_cipher_key=auditor_cipher_key,
             noise_mu=self.noise_mu,
         )
+
+
+def round_parameters(config: SecAggConfig, setup: RoundSetup) -> BoundedParameters:
+    """The parameters of a round of `config` as every party derives them: the aggregator, the auditor, each site.
+
+    The round's roster, dimension and fixed point are the config's (its encoding's fractional bits); the session, the
+    bound, the weights and the identity keys are the runner's (:class:`RoundSetup`, from the plan, the manifest's
+    pins and the certificates relayed with the round's public parameters).
+
+    Raises:
+        ConfigError: a party of the roster has no weight or no identity key, or the aggregator or the auditor no key.
+    """
+    missing = sorted(
+        name
+        for name in (*config.parties, setup.aggregator, setup.auditor)
+        if name not in setup.keys or (name in config.parties and name not in setup.weights)
+    )
+    if missing or not setup.session:
+        raise ConfigError(
+            f"a bounded round needs a session, a weight and an identity key for every site, and the aggregator's and "
+            f"the auditor's keys; missing for {', '.join(map(repr, missing)) or 'the session'}: the round's parameters "
+            "must carry every certificate, and the plan weigh every site"
+        )
+    sites = {config.party_id(name): name for name in config.parties}
+    return BoundedParameters(
+        federation_id=config.federation_id,
+        round_number=config.round,
+        session_id=setup.session,
+        dimension=config.dimension,
+        fractional_bits=config.encoding.fractional_bits,
+        update_norm=setup.update_norm,
+        weights={party: float(setup.weights[name]) for party, name in sites.items()},
+        aggregator_key=setup.keys[setup.aggregator],
+        auditor_key=setup.keys[setup.auditor],
+        site_keys={party: setup.keys[name] for party, name in sites.items()},
+    )

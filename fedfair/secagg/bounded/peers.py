@@ -16,7 +16,8 @@ from fedfair.secagg import keys
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
 from fedfair.secagg.bounded.messages import Exchange, SeedRelay, SignedRoundKey, SiteShare
-from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
+from fedfair.secagg.bounded.exchange import AUDITOR
+from fedfair.secagg.bounded.parameters import BoundedParameters
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, check_round_evidence
 from fedfair.secagg.bounded.shares import Witness, honest_witness
 from fedfair.secagg.bounded.upload import make_uploads

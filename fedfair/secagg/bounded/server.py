@@ -7,17 +7,23 @@ here, so the auditor talks to the aggregator only.
 
 from __future__ import annotations
 
+import math
+
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import ProtocolError
+from fedfair.core.errors import ConfigError, ProtocolError
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
-from fedfair.secagg.bounded.messages import Encoded, Exchange, SeedRelay, SignedRoundKey, SiteShare
-from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
+from fedfair.secagg.bounded.messages import Encoded, Exchange, SeedRelay, ShareOpening, SignedRoundKey, SiteShare
+from fedfair.secagg.bounded.exchange import AUDITOR
+from fedfair.secagg.bounded.parameters import BoundedParameters, round_parameters
 from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
-from fedfair.secagg.round import Opening
+from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.encode import Decoded
+from fedfair.secagg.server_state import AggregateResult
+from fedfair.secagg.round import Opening, RoundSetup
 
 
 class BoundedServer:
@@ -27,10 +33,16 @@ class BoundedServer:
     proof fails is a culprit the server saw itself (proven); nobody accuses anybody.
     """
 
-    def __init__(self, parameters: BoundedParameters, identity_key: ec.EllipticCurvePrivateKey) -> None:
-        """``identity_key``: the aggregator's, whose public half is ``parameters.aggregator_key``."""
+    def __init__(
+        self, parameters: BoundedParameters, identity_key: ec.EllipticCurvePrivateKey, public: bytes = b""
+    ) -> None:
+        """``identity_key``: the aggregator's, whose public half is ``parameters.aggregator_key``.
+
+        ``public``: the round's public parameters as the runner states them, sent to every site with the round key.
+        """
         self.parameters = parameters
         self._identity_key = identity_key
+        self._public = public
         self._verifier: RoundVerifier | None = None
         self._round_key: SignedRoundKey | None = None
         self._half_and_commitments: tuple[SeedReveal, Commitments] | None = None
@@ -38,6 +50,19 @@ class BoundedServer:
         self._reveal: Reveal | None = None
         self._record = b""
         self._result: BoundedSum | None = None
+
+    @classmethod
+    def for_round(cls, config: SecAggConfig, setup: RoundSetup) -> BoundedServer:
+        """The aggregator's server for a round of `config` (:func:`round_parameters`), signing with its identity key.
+
+        Raises:
+            ConfigError: the setup lacks the aggregator's identity key, or what :func:`round_parameters` needs.
+        """
+        if setup.identity_key is None:
+            raise ConfigError(
+                "the bounded sum's server signs its verdict record: give it the aggregator's identity key"
+            )
+        return cls(round_parameters(config, setup), setup.identity_key, setup.public)
 
     @property
     def context(self) -> BoundedContext:
@@ -59,10 +84,10 @@ class BoundedServer:
         self._round_key = signed
 
     def open_shares(self) -> Opening:
-        """Close AUDITOR_KEY: every site is sent the signed round key."""
+        """Close AUDITOR_KEY: every site is sent the round's public parameters and the signed round key."""
         if self._round_key is None:
             raise ProtocolError("the auditor's round key has not arrived: the bounded sum cannot begin")
-        return Opening(self.parameters.sites, self._round_key)
+        return Opening(self.parameters.sites, ShareOpening(self._public, self._round_key))
 
     def receive_share(self, share: SiteShare) -> None:
         """SHARE: take a site's part (refused: ProtocolError or AuthenticationError) and keep its seed to relay."""
@@ -109,11 +134,32 @@ class BoundedServer:
         self._record = self._leader.record().to_bytes(self.context)
         return Opening(self._leader.present, Encoded(self._record))
 
-    def finish(self) -> BoundedSum:
+    @property
+    def outcome(self) -> BoundedSum:
         """The sum of the accepted sites' updates and both verifiers' noise, and who is in it and out."""
         if self._result is None:
             raise ProtocolError("the auditor's total has not arrived: the bounded sum is not finished")
         return self._result
+
+    def finish(self) -> AggregateResult:
+        """The sum as a :class:`~fedfair.secagg.round.SecureSum` hands it over: decoded, weighed, its contributors.
+
+        The weighted sum is the accepted sites' updates (w times delta) in the update's units; the total weight is the
+        sum of their plan weights, which are public, so no word of the sum carries it; each site's stochastic
+        rounding moved each coordinate by under 2^-f. An update within update_norm w moves no coordinate of the mean
+        by more than update_norm, so that is its clip. The noise (both verifiers' Skellam(noise_mu)) has variance
+        4 noise_mu in the encoded scale.
+        """
+        result = self.outcome
+        scale = 2.0**-self.parameters.fractional_bits
+        decoded = Decoded(
+            weighted_sum=result.decoded(),
+            total_weight=math.fsum(self.parameters.weights[party] for party in result.accepted),
+            error_bound=len(result.accepted) * scale,
+            clip=self.parameters.update_norm,
+            noise_std=2.0 * math.sqrt(self.parameters.noise_mu) * scale,
+        )
+        return AggregateResult(result.total, decoded, result.accepted, {}, self.culprits, {})
 
     @property
     def record(self) -> bytes:

@@ -20,7 +20,8 @@ import numpy as np
 from fedfair.pki.identity import generate_identity_key
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.messages import SeedRelay, SiteShare
-from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
+from fedfair.secagg.bounded.exchange import AUDITOR
+from fedfair.secagg.bounded.parameters import BoundedParameters
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import Witness, honest_witness
@@ -103,7 +104,7 @@ def simulate_bounded_round(
         for party, key in site_keys.items()
     }
     peers[AUDITOR] = BOUNDED_ROUND.client(parameters, AUDITOR, auditor_key)
-    server: BoundedServer = BOUNDED_ROUND.server(parameters, aggregator_key)
+    server = BoundedServer(parameters, aggregator_key)
     seconds = dict.fromkeys(Role, 0.0)
     trace_bytes = dict.fromkeys(Role, 0)
     site_seconds: dict[int, float] = {}
@@ -157,7 +158,7 @@ def simulate_bounded_round(
             take(spec, party, received)
         opening = None if spec.close is None else timed(Role.LEADER, spec.close, server)
     record_data = server.record
-    result: BoundedSum = timed(Role.LEADER, server.finish)
+    result: BoundedSum = timed(Role.LEADER, lambda: server.outcome)
     return BoundedTrace(
         result,
         VerdictRecord.from_bytes(record_data),

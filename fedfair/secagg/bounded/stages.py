@@ -16,13 +16,14 @@ from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.exchange import AuditorTotal, Reveal
 from fedfair.secagg.bounded.messages import (
     SeedRelay,
+    ShareOpening,
     SignedRoundKey,
     SiteShare,
     aggregator_seed,
     auditor_messages,
     auditor_rosters,
 )
-from fedfair.secagg.bounded.parameters import AUDITOR
+from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.peers import bounded_peer
 from fedfair.secagg.bounded.record import VerdictRecord
 from fedfair.secagg.bounded.server import BoundedServer
@@ -105,8 +106,8 @@ BOUNDED_ROUND = SecureRound(
             "BOUNDED_SHARE",
             "bounded shares",
             "evaluation bounded shares",
-            received=SignedRoundKey.from_bytes,
-            step=lambda site, round_key, own: site.share(round_key, own()),
+            received=ShareOpening.from_bytes,
+            step=lambda site, opening, own: site.share(opening.round_key, own()),
             upload=SiteShare.from_bytes,
             receive=BoundedServer.receive_share,
             close=BoundedServer.relay_seeds,
@@ -167,9 +168,12 @@ BOUNDED_ROUND = SecureRound(
         ),
     ),
     verify_stages=(),
-    server=BoundedServer,
+    server=BoundedServer.for_round,
     client=bounded_peer,
     open_sum=_the_auditor,
     open_verification=_nothing_to_verify,
+    contribution=BoundedStage.SHARE,
+    committed=BoundedStage.DECIDE,
+    auditor=AUDITOR,
 )
 """The bounded secure sum: AUDITOR_KEY, SHARE, ROSTERS, MESSAGES, TOTAL, DECIDE."""

@@ -146,7 +146,7 @@ def test_a_round_asking_for_composition_counts_the_pinned_plan_does_not_name_is_
     length, and is refused; no field of a round's parameters can name a column."""
     assert {field.name for field in dataclasses.fields(RoundParameters)} == {
         "kind", "round", "secure", "parties", "dimension", "encoding", "threshold", "neighbours", "max_colluding",
-        "graph_roster", "graph_seed", "model",
+        "graph_roster", "graph_seed", "model", "protocol", "identities",
     }  # fmt: skip
     shared = plan.load_shared_settings(plan.shared_settings(schema_plan(composition=["race"])))
     asking_more = plan.load_shared_settings(plan.shared_settings(schema_plan(composition=["race", "income"])))

@@ -13,7 +13,8 @@ from fedfair.secagg import keys
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import Reveal
 from fedfair.secagg.bounded.layout import Layout
-from fedfair.secagg.bounded.parameters import AUDITOR, BoundedParameters
+from fedfair.secagg.bounded.exchange import AUDITOR
+from fedfair.secagg.bounded.parameters import BoundedParameters
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, make_uploads
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier

@@ -13,7 +13,7 @@ from fedfair.core.errors import AuthenticationError
 from fedfair.secagg import keys
 from fedfair.secagg.bounded.layout import squared_bound
 from fedfair.secagg.bounded.messages import SignedRoundKey, round_binding
-from fedfair.secagg.bounded.parameters import AUDITOR
+from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.bounded.shares import encode_within_bound
 from fedfair.secagg.bounded.simulate import simulate_bounded_round

@@ -9,7 +9,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError, ProtocolError
 from fedfair.secagg.bounded.messages import SeedRelay, SiteShare
-from fedfair.secagg.bounded.parameters import AUDITOR
+from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.peers import Auditor, BoundedSite
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import encode_within_bound
@@ -41,7 +41,7 @@ def test_the_aggregator_opens_share_only_once_the_auditor_key_arrived_and_takes_
     round_key = Auditor(parameters, private[AUDITOR]).round_key()
     server.receive_round_key(round_key)
     opening = server.open_shares()
-    assert opening.among == SITES and opening.inputs == round_key
+    assert opening.among == SITES and opening.inputs.round_key == round_key and opening.inputs.public == b""
     with pytest.raises(ProtocolError, match="round key twice"):
         server.receive_round_key(round_key)
 

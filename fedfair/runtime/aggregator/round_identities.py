@@ -1,0 +1,83 @@
+"""What the aggregator supplies a round whose parties need identity keys up front: the bounded sum's.
+
+The masked round's parties relay their certificates as they advertise their keys; the bounded sum's do not, so the
+round's public parameters carry every party's certificate (:attr:`~fedfair.runtime.contract.RoundParameters.identities`):
+each site's and the auditor's as the aggregator admitted them, and its own. Every party checks each against the CA
+and its manifest's pins before it trusts a key.
+
+Why: docs/security.md, "Bounded inputs (two verifiers)".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from fedfair.core.errors import RoundAbortedError
+from fedfair.pki.identity import CredentialVerifier, public_key_from_certificate
+from fedfair.runtime.contract import RoundParameters, Stages, identities, round_setup
+from fedfair.runtime.plan.influence import InfluenceSettings
+from fedfair.secagg.round import RoundSetup
+
+
+@dataclass(frozen=True)
+class RoundIdentities:
+    """The aggregator's identity and its peers' certificates, for a round whose parties need keys up front.
+
+    name: the aggregator's name; auditor: the plan's auditor ([secure_aggregation] auditor).
+    identity_key: the aggregator's identity key (its TLS key), which signs the bounded sum's verdict record.
+    certificates: name -> certificate (DER) of each of the given names: the aggregator's own, and each peer's as
+        it was admitted (a ConfigError for a name with none: a peer never connected).
+    influence, batch_fraction: the plan's [influence] and batch fraction, which fix each site's weight and bound.
+    """
+
+    name: str
+    auditor: str
+    identity_key: ec.EllipticCurvePrivateKey = field(repr=False)
+    certificates: Callable[[Iterable[str]], Mapping[str, bytes]]
+    influence: InfluenceSettings
+    batch_fraction: float
+
+
+def relayed_identities(
+    held: RoundIdentities | None, stages: Stages, roster: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    """The certificates a round of `stages` over `roster` relays: none, unless its parties need keys up front.
+
+    The bounded sum's do (its auditor's, every site's, the aggregator's).
+
+    Raises:
+        RoundAbortedError: the round needs them and this aggregator was given no identities.
+    """
+    if stages.protocol.auditor is None:
+        return ()
+    if held is None:
+        raise RoundAbortedError(
+            f"a {stages.protocol.name} round needs the aggregator's identity and its peers' certificates, "
+            "which this aggregator was not given: run it from a plan that declares its input bound"
+        )
+    return identities(held.certificates((*roster, held.name, held.auditor)))
+
+
+def aggregator_setup(
+    held: RoundIdentities | None, verify: CredentialVerifier, parameters: RoundParameters, stages: Stages
+) -> RoundSetup:
+    """What the round's server and names take beside its config: `verify` alone, or the bounded sum's setup.
+
+    The keys are those of the certificates the parameters relay, which the aggregator admitted their holders with.
+    """
+    if stages.protocol.auditor is None or held is None:
+        return RoundSetup(verify)
+    keys = {name: public_key_from_certificate(bytes.fromhex(der)) for name, der in parameters.identities}
+    return round_setup(
+        parameters,
+        verify,
+        keys,
+        held.influence,
+        held.batch_fraction,
+        aggregator=held.name,
+        auditor=held.auditor,
+        identity_key=held.identity_key,
+    )

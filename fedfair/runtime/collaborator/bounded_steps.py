@@ -1,0 +1,184 @@
+"""The collaborator's steps in a training round's bounded sum: SHARE its encoded update, DECIDE on the verdict record.
+
+Under ``[secure_aggregation] input_bound = "two_verifiers"`` a training round runs
+:data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND` instead of the masking stages
+(:data:`~fedfair.runtime.contract.BOUNDED_TRAINING`). A site uploads twice: at SHARE, once it checked the round's
+public parameters against its plan and every relayed certificate against its manifest, its update encoded within
+its bound and the witness that proves it (:class:`~fedfair.secagg.bounded.peers.BoundedSite`); at DECIDE, its
+verdict once the aggregator's signed verdict record holds up against both verifiers' evidence. A record that does
+not stops the site, as a refused verified sum does.
+
+Why: docs/security.md, "Bounded inputs (two verifiers)".
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+import numpy as np
+
+from fedfair.core.errors import (
+    AuthenticationError,
+    ConfigError,
+    IdentityError,
+    ProtocolError,
+    Refusal,
+    RefusedError,
+    VerificationError,
+    VerifyReason,
+)
+from fedfair.runtime.collaborator.steps import Participant, StageInput, Work
+from fedfair.runtime.contract import ACCEPTED, RoundParameters, relayed_keys, round_setup
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.secagg.bounded.layout import squared_bound
+from fedfair.secagg.bounded.parameters import round_parameters
+from fedfair.secagg.bounded.peers import BoundedSite
+from fedfair.secagg.bounded.record import RoundFindings
+from fedfair.secagg.bounded.shares import encode_within_bound
+from fedfair.secagg.round import RoundSetup
+from fedfair.secagg.pieces import Pieces, placed
+
+logger = logging.getLogger("fedfair.collaborator")
+
+INSIDE_THE_BALL = 1.0 - 2.0**-40
+"""What an update scaled to its bound is scaled by once more: float rounding cannot take it past the bound."""
+
+
+def bounded_encoding(vector: np.ndarray | Pieces, name: str, shared: SharedSettings) -> np.ndarray:
+    """A site's training update (w times delta) as the bounded sum encodes it: signed integers within its bound.
+
+    Each coordinate is clipped to clip times w, as the masked encoding clips it, and the whole scaled into the ball
+    of update_norm times w (the plan's weight, which both verifiers check the bound with), then fixed point with the
+    plan's fractional bits, rounded stochastically (:func:`encode_within_bound`).
+
+    Raises:
+        ConfigError: the update is not finite, or the bound does not fit the field at these fractional bits.
+    """
+    secure = shared.secure_aggregation
+    weight = shared.influence.weight_of(name, shared.batch_fraction)
+    values = np.empty(vector.size, dtype=np.float64)
+    if isinstance(vector, np.ndarray):
+        values[:] = vector
+    else:
+        for start, piece in placed(vector, 1 << 20):
+            values[start : start + piece.size] = piece
+    np.clip(values, -secure.clip * weight, secure.clip * weight, out=values)
+    bound = shared.influence.update_norm * weight
+    norm = math.sqrt(math.fsum(values * values))
+    if norm > bound:
+        values *= bound / norm * INSIDE_THE_BALL
+    bound_sq = squared_bound(shared.influence.update_norm, weight, secure.fractional_bits)
+    return encode_within_bound(values, bound_sq, secure.fractional_bits, os.urandom(32))
+
+
+def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
+    """SHARE: check the round's public parameters and the relayed certificates, then this site's two parts.
+
+    The encoded update is shared once, with one roster: a round run again over other sites would let the two
+    verifiers' totals be subtracted, so this input is bound to its roster on disk before it leaves.
+
+    Raises:
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` when the parameters differ from the plan, a certificate does
+            not check, this input was shared already, or with another roster.
+    """
+    protocol = work.stages.protocol
+    spec = protocol.spec(protocol.contribution)
+    assert spec.received is not None  # the sites' first stage carries the round's parameters and the auditor's key
+    opening = spec.received(inputs)
+    parameters = me.check_parameters(work, opening.public)
+    config = parameters.secagg_config(me.shared.federation_id, work.stages)
+    try:
+        bounded = round_parameters(config, site_setup(me, parameters))
+    except ConfigError as error:
+        raise RefusedError(Refusal.WITHDRAWN, f"the round's parameters cannot be checked: {error}") from None
+    if work.encoded is None:
+        raise RefusedError(Refusal.WITHDRAWN, "this round's encoding was shared already; it is not shared twice")
+    roster = frozenset(parameters.parties)
+    if work.view.survivors is not None and work.view.survivors != roster:
+        raise RefusedError(
+            Refusal.WITHDRAWN,
+            "this input was already shared with another roster (in an earlier session or round, or before a "
+            "restart); two bounded sums over different sites would let one be subtracted from the other",
+        )
+    encoded, work.encoded = work.encoded, None
+    site = protocol.client(bounded, config.party_id(me.name), me.identity_key)
+    upload = spec.step(site, opening, lambda: encoded)
+    work.client, work.roster = site, config.parties
+    work.view.bind(roster)  # kept on disk before the parts leave
+    return bytes(upload.to_bytes())
+
+
+def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
+    """DECIDE: this site's own check of the verdict record; its verdict once the record holds up.
+
+    The liars the record names are logged by name, with the reasons this site's own check gave.
+
+    Raises:
+        VerificationError: the record does not hold up against both verifiers' signed evidence (FORGED), or is
+            unreadable (MALFORMED): the aggregator misbehaves, and the process stops rather than withdraw.
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not share this round, or the record names
+            it a liar (its own proof failed: its update is not in the sum).
+    """
+    protocol = work.stages.protocol
+    spec = protocol.spec(protocol.committed)
+    site = work.client
+    if not isinstance(site, BoundedSite):
+        raise RefusedError(Refusal.WITHDRAWN, spec.unready)
+    assert spec.received is not None  # DECIDE's input is the signed verdict record
+    try:
+        record = spec.received(inputs)
+    except ProtocolError as error:
+        raise VerificationError(
+            work.round, VerifyReason.MALFORMED, f"the verdict record is unreadable: {error}"
+        ) from None
+    try:
+        findings: RoundFindings = spec.step(site, record, _not_asked)
+    except (AuthenticationError, ProtocolError) as error:
+        raise VerificationError(
+            work.round, VerifyReason.FORGED, f"the verdict record does not hold up against its evidence: {error}"
+        ) from None
+    for party, reasons in sorted(findings.liars.items()):
+        logger.warning(
+            "%s: round %d: the verdict record names %s: its proof failed (%s); it is not in the sum",
+            me.name,
+            work.round,
+            work.roster[party - 1],
+            "; ".join(reasons),
+        )
+    if site.party not in findings.accepted:
+        raise RefusedError(Refusal.WITHDRAWN, "the verdict record leaves this site's update out of the sum")
+    return ACCEPTED
+
+
+def site_setup(me: Participant, parameters: RoundParameters) -> RoundSetup:
+    """The round's setup as this site derives it: every relayed certificate checked against its manifest's pins.
+
+    Raises:
+        ConfigError: this site has no manifest (a plan with an input bound is refused without one), or a relayed
+            certificate names someone the manifest does not list.
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` when a certificate is not the one pinned for its name.
+    """
+    manifest, ca_certificate = me.manifest, me.ca_certificate
+    if manifest is None or ca_certificate is None:
+        raise ConfigError("a bounded round's keys are checked against the manifest's pins: this site holds none")
+    try:
+        keys = relayed_keys(parameters, manifest, ca_certificate)
+    except IdentityError as error:
+        raise RefusedError(Refusal.WITHDRAWN, str(error)) from None
+    secure = me.shared.secure_aggregation
+    return round_setup(
+        parameters,
+        me.verify,
+        keys,
+        me.shared.influence,
+        me.shared.batch_fraction,
+        aggregator=manifest.aggregator.name,
+        auditor=secure.auditor,
+    )
+
+
+def _not_asked() -> np.ndarray:
+    """The encoded input, which only SHARE takes."""
+    raise ProtocolError("only SHARE takes this site's encoded update")
