@@ -89,6 +89,8 @@ class Layout:
         """q: an upper bound on the chance that one test passes an input whose squared norm could wrap."""
         offset = self.test_offset
         wrap = P - (1 << self.norm_bits)  # L: ||x||^2 + slack < p whenever ||x||^2 < L
+        if wrap <= 0:  # the slack alone may reach p: no squared norm is safe from wrapping
+            return 1.0
         if 4 * self.dimension * offset * offset < wrap:
             return 0.5
         theta = 2 * offset * offset / wrap

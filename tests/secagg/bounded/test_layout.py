@@ -37,7 +37,11 @@ def test_every_call_fits_and_the_proof_is_small() -> None:
     assert layout.proof_length < 0.07 * layout.dimension  # 2 QUERIES c + 2N - 1, c about d / 62
 
 
-def test_a_bound_with_no_room_below_p_is_refused() -> None:
+@pytest.mark.parametrize("bits", [56, 59, 60, 61, 64, 80])
+def test_a_bound_with_no_room_below_p_is_refused(bits: int) -> None:
+    """At any d, up to a slack whose bits alone reach p's (where L = p - 2^m is no longer positive)."""
+    with pytest.raises(ConfigError, match="lower fractional_bits"):
+        Layout(1, 1 << bits)
     with pytest.raises(ConfigError, match="lower fractional_bits"):
         Layout(10**6, P // 4)
     with pytest.raises(ConfigError, match="at least 1"):
