@@ -18,7 +18,8 @@ from fedfair.core.tables import Table
 from fedfair.pki.names import validate_name
 from fedfair.runtime.failures import AUDITOR_REFUSED, PLAN_MISMATCH
 from fedfair.runtime.manifest import Manifest
-from fedfair.runtime.plan.input_bound import InputBound, refuse_until_wired
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.plan.input_bound import check_bounded_round, refuse_until_wired
 
 REFUSE_AUDITORS = "refuse_auditors"
 """[collaborator] refuse_auditors: the auditor institutions this site refuses as a second verifier of its input."""
@@ -37,17 +38,21 @@ def read_refused_auditors(table: Table) -> tuple[str, ...]:
     return names
 
 
-def check_input_bound(secure: InputBound, refused: Collection[str], manifest: Manifest | None, config: Path) -> None:
+def check_input_bound(
+    shared: SharedSettings, refused: Collection[str], manifest: Manifest | None, config: Path
+) -> None:
     """Refuse a plan whose input bound names an auditor this site refuses, or one no manifest of its pins.
 
-    `secure` is the served plan's [secure_aggregation], `refused` the site's refuse_auditors, `config` its file.
+    `shared` is the served plan, `refused` the site's refuse_auditors, `config` its file.
     Checked as the plan arrives, before anything is sent or recorded: a refusing site loses nothing.
 
     Raises:
         PermanentFailureError: ``auditor-refused`` (exit status EXIT_REFUSED) when `refused` names the auditor;
-            ``plan-mismatch`` when this site has no manifest to pin the auditor by, or while the mode is not
+            ``plan-mismatch`` when this site has no manifest to pin the auditor by, the round cannot run the plan as
+            declared (:func:`~fedfair.runtime.plan.input_bound.check_bounded_round`), or while the mode is not
             yet carried by the round (:func:`~fedfair.runtime.plan.input_bound.refuse_until_wired`).
     """
+    secure = shared.secure_aggregation
     auditor = secure.auditor
     if auditor is None:
         return
@@ -60,6 +65,14 @@ def check_input_bound(secure: InputBound, refused: Collection[str], manifest: Ma
             f"set [collaborator] manifest in {config} to the federation's manifest that lists it",
         )
     try:
+        check_bounded_round(
+            secure,
+            shared.privacy.distributed,
+            shared.influence.update_norm,
+            (shared.influence.weight_of(name, shared.batch_fraction) for name in manifest.collaborator_names),
+            secure.fractional_bits,
+            "the aggregator's plan",
+        )
         refuse_until_wired(secure, "the aggregator's plan")
     except ConfigError as error:
         raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None

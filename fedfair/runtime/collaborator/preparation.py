@@ -154,7 +154,7 @@ def join(
             check_shared_settings(config.manifest, shared, served)
         except ConfigError as error:
             raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
-    check_input_bound(shared.secure_aggregation, config.refused_auditors, config.manifest, config.source)
+    check_input_bound(shared, config.refused_auditors, config.manifest, config.source)
     factory = shared.model.factory
     if factory is not None and factory not in config.factories:
         # Checked before anything is built: a plan is data, and only this institution's own config

@@ -28,7 +28,12 @@ from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.manifest import Manifest, check_federation, federation_digest, load_manifest
 from fedfair.runtime.manifest_plan import check_bounds, check_pinned_settings
-from fedfair.runtime.plan.input_bound import NO_INPUT_BOUND, check_auditor_independent, refuse_until_wired
+from fedfair.runtime.plan.input_bound import (
+    NO_INPUT_BOUND,
+    check_auditor_independent,
+    check_bounded_round,
+    refuse_until_wired,
+)
 from fedfair.runtime.plan.limits import MAX_COLLABORATORS
 from fedfair.runtime.plan.privacy import PlanPrivacy
 from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning
@@ -156,6 +161,14 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
         )
     if loaded.manifest is not None and check_manifest:
         check_plan(loaded.manifest, loaded, shared_content(loaded))
+    check_bounded_round(
+        loaded.secure_aggregation,
+        loaded.privacy.distributed,
+        loaded.influence.update_norm,
+        (loaded.influence.weight_of(name, loaded.batch_fraction) for name in names),
+        loaded.secure_aggregation.fractional_bits,
+        where,
+    )
     refuse_until_wired(loaded.secure_aggregation, where)
     return loaded
 

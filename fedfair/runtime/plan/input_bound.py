@@ -11,12 +11,13 @@ Why: docs/security.md, "Bounded inputs (two verifiers)", "Declaring it".
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Protocol
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import Table
 from fedfair.pki.names import validate_name
+from fedfair.secagg.bounded.layout import Layout, squared_bound
 
 NO_INPUT_BOUND = "none"
 """No input is proven within its bound (the default): under masking nobody checks a site's norm."""
@@ -99,6 +100,42 @@ def input_bound_line(secure: InputBound) -> str:
         f"input bound: two verifiers, the aggregator and auditor {secure.auditor!r}: every site proves its update "
         "within update_norm x its weight; they must not collude (together they hold every input)"
     )
+
+
+def check_bounded_round(
+    secure: InputBound,
+    distributed: bool,
+    update_norm: float,
+    weights: Iterable[float],
+    fractional_bits: int,
+    where: str,
+) -> None:
+    """Refuse a plan in the two-verifier mode that its round cannot run as declared.
+
+    Training DP (`distributed`): each verifier would add Skellam noise to its total, but the accountant does not
+    charge that noise yet, so the plan would promise a guarantee nothing spends (docs/security.md, "Bounded inputs").
+    And each site's bound, update_norm times its weight at the plan's fractional bits, must fit the proof's field.
+
+    Raises:
+        ConfigError: naming which and the fix.
+    """
+    if secure.input_bound != TWO_VERIFIERS:
+        return
+    if distributed:
+        raise ConfigError(
+            f'{where}: [privacy] mode = "distributed" with [secure_aggregation] input_bound = "{TWO_VERIFIERS}": '
+            "the verifiers' Skellam noise is not yet charged by the privacy accountant, so no budget would be "
+            f'spent for it; set [privacy] mode = "off", or input_bound = "none" and remove auditor ({DOCS_SECTION})'
+        )
+    for weight in sorted(set(weights), reverse=True)[:1]:  # the largest weight gives the largest bound
+        try:
+            Layout(1, squared_bound(update_norm, weight, fractional_bits))
+        except ConfigError as error:
+            raise ConfigError(
+                f"{where}: a site's bound, [influence] update_norm {update_norm:g} x its weight {weight:g}, does not "
+                f"fit the bounded round's field at [secure_aggregation] fractional_bits = {fractional_bits} "
+                f"({error}); lower fractional_bits or update_norm"
+            ) from None
 
 
 def refuse_until_wired(secure: InputBound, where: str) -> None:
