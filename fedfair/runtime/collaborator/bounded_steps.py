@@ -30,13 +30,14 @@ from fedfair.core.errors import (
     VerifyReason,
 )
 from fedfair.runtime.collaborator.steps import Participant, StageInput, Work
+from fedfair.runtime import faults
 from fedfair.runtime.contract import ACCEPTED, RoundParameters, relayed_keys, round_setup
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.secagg.bounded.layout import squared_bound
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.bounded.record import RoundFindings
-from fedfair.secagg.bounded.shares import encode_within_bound
+from fedfair.secagg.bounded.shares import encode_within_bound, honest_witness
 from fedfair.secagg.round import RoundSetup
 from fedfair.secagg.pieces import Pieces, placed
 
@@ -102,8 +103,11 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
             "this input was already shared with another roster (in an earlier session or round, or before a "
             "restart); two bounded sums over different sites would let one be subtracted from the other",
         )
-    encoded, work.encoded = work.encoded, None
-    site = protocol.client(bounded, config.party_id(me.name), me.identity_key)
+    party = config.party_id(me.name)
+    own_bound = squared_bound(bounded.update_norm, bounded.weights[party], bounded.fractional_bits)
+    encoded, witness = faults.lying(work.encoded, own_bound)
+    work.encoded = None
+    site = protocol.client(bounded, party, me.identity_key, witness or honest_witness)
     upload = spec.step(site, opening, lambda: encoded)
     work.client, work.roster = site, config.parties
     work.view.bind(roster)  # kept on disk before the parts leave

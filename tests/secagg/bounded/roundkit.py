@@ -9,15 +9,18 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedfair.pki.identity import generate_identity_key
+from fedfair.runtime.faults import lying_witness
 from fedfair.secagg import keys
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import Reveal
-from fedfair.secagg.bounded.layout import Layout
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, make_uploads
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier
+
+liar_witness = lying_witness
+"""What a liar can claim (the runtime's liar fault proves with the same witness)."""
 
 DIMENSION = 60
 FRACTIONAL_BITS = 8
@@ -50,13 +53,6 @@ def vector_at(norm: float, dimension: int, seed: int) -> np.ndarray:
     """A random direction scaled to ``norm``."""
     direction = np.random.default_rng(seed).normal(size=dimension)
     return direction * (norm / np.linalg.norm(direction))
-
-
-def liar_witness(layout: Layout, x: np.ndarray, projections: np.ndarray) -> np.ndarray:
-    """What a liar can claim: the true values, cut to the bits the layout has (a negative slack wraps)."""
-    values = [layout.bound_sq - sum(int(v) ** 2 for v in x), *(int(v) + layout.test_offset for v in projections)]
-    widths = [layout.norm_bits] + [layout.test_bits] * layout.tests
-    return np.array([(value >> bit) & 1 for value, width in zip(values, widths) for bit in range(width)], np.uint64)
 
 
 def over_bound(context: BoundedContext, party: int, factor: float, seed: int) -> np.ndarray:
