@@ -20,7 +20,7 @@ import numpy as np
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, IdentityError
 from fedfair.core.tables import parse_json_object
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.pki.verification import pinned_credential_verifier
@@ -323,7 +323,10 @@ def relayed_keys(
         except ValueError:
             raise ConfigError(f"the round relays a malformed certificate for {name!r}") from None
         verify = pinned_credential_verifier(ca_certificate, {name: pin.sha256}, pin.role, manifest.revoked)
-        keys[name] = verify(name, credential)
+        try:
+            keys[name] = verify(name, credential)
+        except IdentityError as error:
+            raise IdentityError(f"the round relays a certificate for {name!r} that does not check: {error}") from None
     return keys
 
 

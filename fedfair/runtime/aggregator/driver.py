@@ -27,7 +27,8 @@ from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_plain
 from fedfair.runtime.aggregator.kept_inputs import in_file, kept_in_files
 from fedfair.runtime.aggregator.secure_uploads import SecureUpload
-from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, RoundGrace, StageProgress, StageReady, UploadHandler
+from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, RoundGrace, StageReady, UploadHandler
+from fedfair.runtime.aggregator.progress_line import log_progress
 from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup, relayed_identities
 from fedfair.runtime.contract import (
     ACCEPTED,
@@ -47,27 +48,6 @@ from fedfair.secagg.round import Opening, PartyNames, SecureSum, StageSpec
 from fedfair.secagg.wire import Stage as SecAggStage
 
 logger = logging.getLogger("fedfair.aggregator")
-
-PLAIN_NOUNS: dict[pb.Stage, str] = {TRAINING.masked: "updates", EVALUATION.masked: "evaluation sums"}
-"""What the uploads of a sum are with secure aggregation off (nothing is masked), for the operator's progress line."""
-
-
-def log_progress(secure: bool, progress: StageProgress) -> None:
-    """The operator's periodic line for a stage still waiting.
-
-    'round 4: 2 of 3 masked inputs, waiting for hospital-c, 40 s left'.
-    """
-    stage = progress.binding.stage
-    noun = (None if secure else PLAIN_NOUNS.get(stage)) or _secure_noun(stage) or pb.Stage.Name(stage)
-    logger.info(
-        "round %d: %d of %d %s, waiting for %s, %.0f s left",
-        progress.binding.round,
-        progress.answered,
-        progress.expected,
-        noun,
-        ", ".join(progress.waiting_for),
-        progress.seconds_left,
-    )
 
 
 @dataclass(frozen=True)
@@ -137,26 +117,9 @@ class SumDriver:
         self.unmasked = frozenset[str]()
         if self.grace.round != round_number:
             self.grace = RoundGrace(round_number, self.settings.grace)
-        parameters = RoundParameters(
-            kind=kind or stages.kind,
-            round=round_number,
-            secure=self.settings.secure,
-            parties=roster,
-            dimension=dimension,
-            encoding=encoding,
-            threshold=self.settings.threshold,
-            neighbours=self.settings.neighbours,
-            max_colluding=self.settings.max_colluding,
-            graph_roster=self.settings.graph_roster or roster,
-            # The statistics aggregation (its own kind) answers no model; every other binds its session to one.
-            model="" if kind is not None else model_digest(*model),
-        )
-        parameters = replace(
-            parameters,
-            graph_seed=parameters.implied_graph_seed(self.settings.federation_id, stages),
-            protocol=stages.protocol.name,
-            identities=relayed_identities(self.settings.identities, stages, roster),
-        )
+        # The statistics aggregation (its own kind) answers no model; every other binds its session to one.
+        digest = "" if kind is not None else model_digest(*model)
+        parameters = self.parameters(round_number, stages, roster, dimension, encoding, kind or stages.kind, digest)
         start = self.gate.open(
             round_number, stages.start, timeout_seconds=self.settings.stage_timeout, participants=roster
         )
@@ -182,6 +145,40 @@ class SumDriver:
             self.board.publish(roster, aborted, pb.ACTION_ABORTED)
             culprits = error.culprits if isinstance(error, RoundAbortedError) else {}
             raise RoundAbortedError(str(error), culprits) from None
+
+    def parameters(
+        self,
+        round_number: int,
+        stages: Stages,
+        roster: tuple[str, ...],
+        dimension: int,
+        encoding: EncodingConfig,
+        kind: str,
+        model: str,
+    ) -> RoundParameters:
+        """The public parameters of an aggregation of `roster` over `stages`, answering the model of digest `model`.
+
+        Every one the plan fixes, the graph seed they imply, the secure round's name and the certificates it relays.
+        """
+        parameters = RoundParameters(
+            kind=kind,
+            round=round_number,
+            secure=self.settings.secure,
+            parties=roster,
+            dimension=dimension,
+            encoding=encoding,
+            threshold=self.settings.threshold,
+            neighbours=self.settings.neighbours,
+            max_colluding=self.settings.max_colluding,
+            graph_roster=self.settings.graph_roster or roster,
+            model=model,
+        )
+        return replace(
+            parameters,
+            graph_seed=parameters.implied_graph_seed(self.settings.federation_id, stages),
+            protocol=stages.protocol.name,
+            identities=relayed_identities(self.settings.identities, stages, roster),
+        )
 
     # ------------------------------------------------------------ one stage
 
@@ -422,15 +419,6 @@ def _verdict(peer: str, payload: bytes) -> None:
     """Take a survivor's verdict on the verified sum: the word accepted, or no upload."""
     if payload != ACCEPTED:
         raise RefusedError(Refusal.INVALID_UPLOAD, "a verdict is the word accepted, or no upload")
-
-
-def _secure_noun(stage: pb.Stage) -> str | None:
-    """What the uploads of the secure stage `stage` are, in whichever aggregation it belongs to."""
-    for stages in (TRAINING, BOUNDED_TRAINING, EVALUATION):
-        spec = stages.specs.get(stage)
-        if spec is not None:
-            return stages.noun(spec)
-    return None
 
 
 def _start_stage_before(stage: pb.Stage) -> pb.Stage | None:

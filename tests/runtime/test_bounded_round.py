@@ -1,0 +1,303 @@
+"""One bounded training round through the runtime's own pieces, in process, with the federation's real certificates.
+
+The aggregator's side as its driver runs it (its round parameters, :func:`aggregator_setup`, the protocol's server
+and names, each upload through :class:`SecureUpload`), the sites' as their steps run it (:data:`STEPS`: SHARE and
+DECIDE, every relayed certificate checked against the manifest's pins), and the auditor's from the same parameters
+and pins. Only the transport is left out. A liar (the FEDFAIR_TEST_LIAR fault) is excluded and named at its first
+round, by the aggregator as a proven culprit and by every honest site's own check of the record, and the others'
+sum is what the round applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from cryptography.hazmat.primitives import serialization
+
+from fedfair.core.errors import Refusal, RefusedError, VerificationError, VerifyReason
+from fedfair.pki import load_certificate, load_private_key
+from fedfair.runtime import manifest as manifests
+from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
+from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup
+from fedfair.runtime.aggregator.secure_uploads import SecureUpload
+from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
+from fedfair.runtime.collaborator.stage_steps import STEPS
+from fedfair.runtime.collaborator.steps import Participant, Work
+from fedfair.runtime.contract import (
+    ACCEPTED,
+    BOUNDED_TRAINING,
+    TRAINING,
+    RoundParameters,
+    model_digest,
+    relayed_keys,
+    round_setup,
+)
+from fedfair.runtime.faults import LIAR_VARIABLE
+from fedfair.runtime.plan import aggregator_plan as plan
+from fedfair.pki.identity import generate_identity_key
+from fedfair.secagg import keys
+from fedfair.secagg.bounded.exchange import AUDITOR as AUDITOR_PARTY
+from fedfair.secagg.bounded.layout import squared_bound
+from fedfair.secagg.bounded.messages import ShareOpening, SignedRoundKey
+from fedfair.secagg.bounded.parameters import round_parameters
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
+from fedfair.secagg.round import Opening
+from tests.runtime.test_input_bound import AUDITOR, declared, federation  # noqa: F401 (the fixture)
+from tests.runtime.test_manifest import COLLABORATORS, aggregator_plan_with
+from tests.runtime.test_plan import aggregator_plan
+
+PARAMETERS = 40
+"""The model's parameters: a training update is this long, plus c."""
+MODEL = model_digest(np.zeros(PARAMETERS, np.float32), 0.0)
+NO_NETWORK: Any = None
+"""The driver's parameters, setup and naming need neither its board nor its gate."""
+
+
+@dataclass
+class Federation:
+    """The template federation under the two-verifier mode: the aggregator's driver, the sites, the auditor's key."""
+
+    folder: Path
+    loaded: plan.AggregatorPlan
+    driver: SumDriver
+    held: RoundIdentities
+    sites: dict[str, Participant]
+    manifest: manifests.Manifest
+
+    def parameters(self) -> RoundParameters:
+        """Round 1's public parameters as the aggregator's driver states them."""
+        _, dimension, encoding = next(iter(self.sites.values())).expected(Work(1, BOUNDED_TRAINING, None, 1.0))
+        return self.driver.parameters(1, BOUNDED_TRAINING, COLLABORATORS, dimension, encoding, "train", MODEL)
+
+
+def certificate(folder: Path, name: str) -> bytes:
+    """`name`'s certificate (DER), as the CA signed it."""
+    return load_certificate(folder / "ca" / f"{name}.crt").public_bytes(serialization.Encoding.DER)
+
+
+@pytest.fixture()
+def bounded(federation: Path) -> Federation:  # noqa: F811
+    loaded = declared(aggregator_plan_with(federation))
+    shared = plan.load_shared_settings(plan.shared_settings(loaded))
+    manifest = manifests.load_manifest(federation / "manifest.toml")
+    ca = load_certificate(federation / "ca" / "ca.crt")
+    certificates = {name: certificate(federation, name) for name in (*COLLABORATORS, "aggregator", AUDITOR)}
+    held = RoundIdentities(
+        "aggregator",
+        AUDITOR,
+        load_private_key(federation / "ca" / "aggregator.key"),
+        lambda names: {name: certificates[name] for name in names},
+        loaded.influence,
+        loaded.batch_fraction,
+    )
+    secure = loaded.secure_aggregation
+    settings = DriverSettings(
+        loaded.federation_id,
+        True,
+        secure.threshold,
+        secure.mask_neighbours(len(COLLABORATORS)),
+        secure.max_colluding,
+        30.0,
+        graph_roster=COLLABORATORS,
+        identities=held,
+    )
+    verify = manifests.pinned_verifier(manifest, ca)
+    sites = {
+        name: Participant(
+            name,
+            shared,
+            PARAMETERS,
+            load_private_key(federation / name / f"{name}.key"),
+            certificates[name],
+            verify,
+            manifest,
+            ca_certificate=ca,
+        )
+        for name in COLLABORATORS
+    }
+    return Federation(federation, loaded, SumDriver(NO_NETWORK, NO_NETWORK, settings, verify), held, sites, manifest)
+
+
+@dataclass
+class Outcome:
+    """What one round left: the aggregator's server and config, each site's verdict (or refusal), the updates."""
+
+    server: Any
+    names: Any
+    config: Any
+    verdicts: dict[str, bytes | Exception]
+    updates: dict[str, np.ndarray]
+
+
+def run_round(
+    bounded: Federation,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    liar: str | None = None,
+    factor: float = 2.5,
+    record: Any = None,
+) -> Outcome:
+    """Round 1, stage by stage as the driver runs it; `liar` lies at `factor`; `record` may alter the record sent."""
+    parameters = bounded.parameters()
+    config = parameters.secagg_config(bounded.loaded.federation_id, BOUNDED_TRAINING)
+    setup = aggregator_setup(bounded.held, bounded.driver.verify, parameters, BOUNDED_TRAINING)
+    server = BOUNDED_ROUND.server(config, setup)
+    names = BOUNDED_ROUND.names(config, setup)
+    auditor = auditor_of(bounded, parameters, config)
+    updates, works = {}, {}
+    rng = np.random.default_rng(7)
+    for name, me in bounded.sites.items():
+        weight = bounded.loaded.influence.weight_of(name, bounded.loaded.batch_fraction)
+        direction = rng.normal(size=PARAMETERS + 1)
+        # Exactly at its bound: update_norm times its weight.
+        updates[name] = direction * (bounded.loaded.influence.update_norm * weight / np.linalg.norm(direction))
+        works[name] = Work(1, BOUNDED_TRAINING, None, weight, model=MODEL)
+        works[name].encoded = bounded_encoding(updates[name], name, me.shared)
+    verdicts: dict[str, bytes | Exception] = {}
+    opening: Opening | None = BOUNDED_ROUND.open_sum(server)
+    for spec in BOUNDED_ROUND.sum_stages:
+        assert opening is not None
+        inputs = parameters.to_bytes() if opening.inputs is None else opening.inputs.to_bytes()
+        if spec.stage is BoundedStage.DECIDE and record is not None:
+            inputs = record(inputs)
+        for party in opening.among:
+            name = names.name_of(party)
+            if party == AUDITOR_PARTY:
+                received = None if spec.received is None else spec.received(inputs)
+                upload = spec.step(auditor, received, lambda: None).to_bytes()
+            else:
+                with monkeypatch.context() as lying:
+                    if name == liar:
+                        lying.setenv(LIAR_VARIABLE, str(factor))
+                    try:
+                        upload = STEPS[BOUNDED_TRAINING.wire(spec)](bounded.sites[name], works[name], inputs)
+                    except (RefusedError, VerificationError) as error:
+                        verdicts[name] = error
+                        continue
+            if spec.upload is None:
+                verdicts[name] = bytes(upload)
+                continue
+            assert spec.receive is not None
+            SecureUpload(spec.upload, partial(spec.receive, server)).handler(names)(name, upload)
+        opening = None if spec.close is None else spec.close(server)
+    return Outcome(server, names, config, verdicts, updates)
+
+
+def auditor_of(bounded: Federation, parameters: RoundParameters, config: Any) -> Any:
+    """The auditor's state for the round, as its process derives it: every relayed key checked against the pins."""
+    ca = load_certificate(bounded.folder / "ca" / "ca.crt")
+    setup = round_setup(
+        parameters,
+        bounded.driver.verify,
+        relayed_keys(parameters, bounded.manifest, ca),
+        bounded.loaded.influence,
+        bounded.loaded.batch_fraction,
+        aggregator="aggregator",
+        auditor=AUDITOR,
+    )
+    key = load_private_key(bounded.folder / AUDITOR / f"{AUDITOR}.key")
+    return BOUNDED_ROUND.client(round_parameters(config, setup), AUDITOR_PARTY, key)
+
+
+def in_sum(outcome: Outcome, names: tuple[str, ...]) -> None:
+    """The round's sum is `names`' updates, to the encoding's 2^-f per site, and their plan weights."""
+    result = outcome.server.finish()
+    assert tuple(outcome.config.name_of(party) for party in result.contributors) == names
+    expected = sum(outcome.updates[name] for name in names)
+    bits = outcome.server.parameters.fractional_bits
+    assert result.decoded.error_bound == len(names) * 2.0**-bits
+    assert np.max(np.abs(result.decoded.weighted_sum - expected)) <= result.decoded.error_bound
+    assert result.decoded.total_weight == float(len(names))  # equal weights: 1 each
+
+
+def test_an_honest_round_sums_every_site_and_each_accepts_the_record(
+    bounded: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outcome = run_round(bounded, monkeypatch)
+    assert outcome.verdicts == dict.fromkeys(COLLABORATORS, ACCEPTED)
+    in_sum(outcome, COLLABORATORS)
+    assert bounded.driver._named(1, outcome.config, outcome.server) == {}
+    # The auditor is named by its own id, yet it is no party of the round's roster.
+    assert outcome.names.name_of(AUDITOR_PARTY) == AUDITOR and AUDITOR not in outcome.config.parties
+
+
+@pytest.mark.parametrize("factor", [1.01, 2.5, 3.5])
+def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_sum_applies(
+    bounded: Federation, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, factor: float
+) -> None:
+    liar = "hospital-b"
+    with caplog.at_level(logging.WARNING, logger="fedfair.collaborator"):
+        outcome = run_round(bounded, monkeypatch, liar=liar, factor=factor)
+    honest = ("hospital-a", "hospital-c")
+    in_sum(outcome, honest)
+    named = bounded.driver._named(1, outcome.config, outcome.server)
+    assert list(named) == [liar] and "norm" in named[liar]  # a proven culprit: excluded from later rounds
+    refused = outcome.verdicts[liar]
+    assert isinstance(refused, RefusedError) and refused.reason is Refusal.WITHDRAWN
+    assert "leaves this site's update out of the sum" in str(refused)
+    assert all(outcome.verdicts[name] == ACCEPTED for name in honest)
+    for name in honest:  # each honest site names the liar from its own check of the evidence
+        assert any(f"{name}: round 1: the verdict record names {liar}" in line for line in caplog.messages)
+
+
+def test_a_record_that_does_not_hold_up_stops_every_site(bounded: Federation, monkeypatch: pytest.MonkeyPatch) -> None:
+    def tampered(data: bytes) -> bytes:
+        return data[:-1] + bytes([data[-1] ^ 1])  # the aggregator's signature over the record, one bit off
+
+    outcome = run_round(bounded, monkeypatch, record=tampered)
+    for name in COLLABORATORS:
+        refused = outcome.verdicts[name]
+        assert isinstance(refused, VerificationError) and refused.reason is VerifyReason.FORGED, refused
+
+
+@pytest.mark.parametrize("altered", ["secure round", "certificate"])
+def test_a_site_shares_nothing_under_parameters_its_plan_or_its_manifest_refuses(
+    bounded: Federation, altered: str
+) -> None:
+    parameters = bounded.parameters()
+    if altered == "secure round":
+        parameters = dataclasses.replace(parameters, protocol=TRAINING.protocol.name)
+        refusal = r"differ from the plan \(secure round\)"
+    else:
+        relayed = dict(parameters.identities)
+        relayed["hospital-a"] = relayed[AUDITOR]  # the auditor's certificate under a site's name
+        parameters = dataclasses.replace(parameters, identities=tuple(sorted(relayed.items())))
+        refusal = "hospital-a"
+    round_key = SignedRoundKey.sign(generate_identity_key(), b"any round", keys.public_bytes(keys.generate_key_pair()))
+    share = BOUNDED_ROUND.spec(BoundedStage.SHARE)
+    encoded = np.zeros(PARAMETERS + 1, np.int64)
+    work = Work(1, BOUNDED_TRAINING, None, 1.0, model=MODEL, encoded=encoded)
+    with pytest.raises(RefusedError, match=refusal) as caught:
+        STEPS[BOUNDED_TRAINING.wire(share)](
+            bounded.sites["hospital-a"], work, ShareOpening(parameters.to_bytes(), round_key).to_bytes()
+        )
+    assert caught.value.reason is Refusal.WITHDRAWN
+    assert work.encoded is encoded and work.client is None  # nothing was shared
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(1, 300),
+    scale=st.sampled_from([0.5, 1.0, 1.0 + 2**-30, 3.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_a_sites_encoding_is_within_its_bound_at_and_beyond_it(size: int, scale: float, seed: int) -> None:
+    """What a site shares always passes its bound (an honest site at exactly its bound is never excluded), and moves
+    each coordinate of a clipped update by under 2^-f."""
+    shared = plan.load_shared_settings(plan.shared_settings(declared(aggregator_plan())))
+    influence, bits = shared.influence, shared.secure_aggregation.fractional_bits
+    direction = np.random.default_rng(seed).normal(size=size)
+    update = direction * (scale * influence.update_norm / np.linalg.norm(direction))  # weight 1 (equal weights)
+    encoded = bounded_encoding(update, "hospital-a", shared)
+    assert sum(int(v) ** 2 for v in encoded) <= squared_bound(influence.update_norm, 1.0, bits)
+    within = update * min(1.0, 1.0 / scale)  # an update over its bound is scaled back to it
+    assert np.max(np.abs(np.ldexp(encoded.astype(np.float64), -bits) - within)) < 2.0**-bits * (1 + 1e-9)
