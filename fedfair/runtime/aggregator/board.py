@@ -79,6 +79,9 @@ class Board:
         # The latest task this board (this process) sent each peer: what a reconnecting stream may skip.
         self._delivered: dict[str, Position] = {}
         self._epsilons: dict[str, float] = {}
+        self.verifiers: frozenset[str] = frozenset()
+        """Peers that follow the task stream but are never collaborators (the plan's auditor): uploads at a stage
+        that expects one are waited for, but none counts as connected toward a round's quorum or roster."""
         self.starts = Starts(time.monotonic)  # on the quorum wait's clock, whatever `clock` the stages use
         """Who is starting (its task stream ended, or it fetched the plan without one), and how long starts take."""
 
@@ -119,9 +122,9 @@ class Board:
             return left <= 0
 
     def connected(self) -> frozenset[str]:
-        """Peers with at least one live task stream."""
+        """Collaborators with at least one live task stream (never a :attr:`verifiers` peer)."""
         with self._changed:
-            return frozenset(self._streams)
+            return frozenset(self._streams) - self.verifiers
 
     def wait_for_connected(self, count: int, timeout: float, among: Iterable[str] | None = None) -> frozenset[str]:
         """Wait until at least `count` peers (of `among`, if given) are connected or `timeout` passes.
@@ -131,7 +134,8 @@ class Board:
         eligible = None if among is None else frozenset(among)
 
         def present() -> frozenset[str]:
-            return frozenset(self._streams) if eligible is None else eligible & self._streams.keys()
+            streaming = frozenset(self._streams) - self.verifiers
+            return streaming if eligible is None else eligible & streaming
 
         with self._changed:
             self._changed.wait_for(lambda: self._closed or len(present()) >= count, timeout=timeout)

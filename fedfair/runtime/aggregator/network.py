@@ -44,6 +44,8 @@ class Network:
     authenticator: PeerAuthenticator
     manifest: LiveManifest | None
     """The manifest in force, taking signed updates while the federation runs (None: no manifest)."""
+    auditor: PeerAuthenticator | None = None
+    """Admits the plan's auditor ([secure_aggregation] auditor, pinned by the manifest); None when it names none."""
 
     def take_manifest_update(self) -> None:
         """Take a signed update put in place of the manifest's file (:mod:`fedfair.runtime.manifest_update`).
@@ -59,6 +61,8 @@ class Network:
             return
         self.board.manifest_digest = manifest_digest(update)
         self.authenticator.repin({pin.name: pin.sha256 for pin in update.collaborators}, update.revoked)
+        if self.auditor is not None:
+            self.auditor.repin({pin.name: pin.sha256 for pin in update.auditors}, update.revoked)
         self.board.wake_streams()
         # Every stream of a re-keyed name was opened with the revoked certificate (the new one was not
         # admitted before): wait for them to end, so the round about to start does not count them.
@@ -96,7 +100,10 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
     if plan.manifest is not None:
         board.manifest_digest = manifest_digest(plan.manifest)
         authenticator.repin({pin.name: pin.sha256 for pin in plan.manifest.collaborators}, plan.manifest.revoked)
-    servicer = Servicer(board, gate, authenticator, shared_settings(plan), events=events)
+    auditor = auditor_authenticator(plan, ca_certificate)
+    if auditor is not None:
+        board.verifiers = auditor.allowed_names
+    servicer = Servicer(board, gate, authenticator, shared_settings(plan), events=events, auditor=auditor)
     grpc_server = federation_server(servicer, len(plan.collaborators), server_options() + SERVER_KEEPALIVE)
     target = address or plan.aggregator.address
     try:
@@ -110,4 +117,17 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
             "--address"
         )
     grpc_server.start()
-    return Network(grpc_server, port, board, gate, ca_certificate, authenticator, manifest)
+    return Network(grpc_server, port, board, gate, ca_certificate, authenticator, manifest, auditor)
+
+
+def auditor_authenticator(plan: AggregatorPlan, ca_certificate: x509.Certificate) -> PeerAuthenticator | None:
+    """What admits the plan's auditor: its name alone, for the role "auditor", with the manifest's pin; or None.
+
+    The plan names an auditor only with a manifest that pins it (the plan's load checks both).
+    """
+    auditor = plan.secure_aggregation.auditor
+    if auditor is None or plan.manifest is None:
+        return None
+    admits = PeerAuthenticator(ca_certificate, (auditor,), "auditor")
+    admits.repin({pin.name: pin.sha256 for pin in plan.manifest.auditors}, plan.manifest.revoked)
+    return admits

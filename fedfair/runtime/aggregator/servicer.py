@@ -4,7 +4,8 @@ The :class:`Servicer` takes the caller's name from its certificate
 (:class:`~fedfair.runtime.transport.PeerAuthenticator`), admits uploads through the
 :class:`~fedfair.runtime.transport.StageGate` (one per peer per stage, only the open
 stage, before its deadline), hands them to the :class:`~fedfair.runtime.aggregator.board.Board`,
-and refuses everything else with the transport's generic messages, never naming anyone.
+and refuses everything else with the transport's generic messages, never naming anyone. Under an input
+bound it also admits the plan's auditor, at its own stages only (:mod:`~fedfair.runtime.aggregator.admission`).
 
 Why: docs/design.md, "Inside the aggregator".
 """
@@ -13,20 +14,20 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 
-from fedfair import pki
 from fedfair.core.errors import Refusal, RefusedError, WireError
+from fedfair.runtime.aggregator.admission import Admission
 from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.requests import Caller, Undecodable, decoded, decoded_parts, tolerant
 from fedfair.runtime.aggregator.stages import error_summary
 from fedfair.runtime.observe.events import EventLog
-from fedfair.runtime.aggregator.identities import LiveStreams, host_of
+from fedfair.runtime.aggregator.identities import LiveStreams
 from fedfair.runtime.rate_limits import RateLimit
 from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RefusalLog, worker_threads
 from fedfair.runtime.contract import STREAM_ACCEPTED
@@ -36,11 +37,9 @@ from fedfair.runtime.transport import (
     NOT_EXPECTED,
     PeerAuthenticator,
     StageGate,
-    describe_binding,
     payload_parts,
     pb,
     pb_grpc,
-    peer_certificate,
     receive_upload,
 )
 from fedfair.runtime.transport.stage_gate import STATUS_CODES
@@ -67,64 +66,6 @@ STATUS_NAMES: dict[int, str] = {
 
 Request = TypeVar("Request")
 Reply = TypeVar("Reply")
-
-
-@dataclass(frozen=True)
-class Undecodable:
-    """A request that did not parse as its protobuf message, handed to the servicer to refuse.
-
-    gRPC's own handling of a parser that raises is a logged traceback and an INTERNAL
-    status; the parsers :func:`add_to_server` registers return this instead.
-    """
-
-    reason: str
-
-
-def _tolerant(parse: Callable[[bytes], Request]) -> Callable[[bytes], Request | Undecodable]:
-    def deserialize(data: bytes) -> Request | Undecodable:
-        try:
-            return parse(data)
-        except Exception as error:  # noqa: BLE001 -- protobuf's DecodeError, or whatever else a parser raises
-            return Undecodable(error_summary(error))
-
-    return deserialize
-
-
-def _decoded(request: Request | Undecodable) -> Request:
-    if isinstance(request, Undecodable):
-        raise WireError(f"the request is not a valid protobuf message ({request.reason})")
-    return request
-
-
-def _decoded_parts(parts: Iterable[pb.Part | Undecodable]) -> Iterator[pb.Part]:
-    for part in parts:
-        yield _decoded(part)
-
-
-class _Caller:
-    """Who made a request and what it concerned, for the one log line of a refusal."""
-
-    def __init__(self, context: grpc.ServicerContext) -> None:
-        self.context = context
-        self.peer: str | None = None
-        self.binding: pb.Binding | None = None
-
-    def describe(self) -> str:
-        who = repr(self.peer) if self.peer is not None else self._unlisted()
-        return who if self.binding is None else f"{who} ({describe_binding(self.binding)})"
-
-    def _unlisted(self) -> str:
-        """A caller refused before it was identified: the name its certificate claims, or its address."""
-        try:
-            certificate = peer_certificate(self.context)
-            name = None if certificate is None else pki.name_from_certificate(certificate)
-        except Exception:  # noqa: BLE001 -- a certificate too broken to name: fall back to the address
-            name = None
-        return (
-            f"unidentified caller at {host_of(self.context.peer())}"
-            if name is None
-            else f"certificate {name!r} (not admitted)"
-        )
 
 
 def _status(error: Exception) -> tuple[grpc.StatusCode, str, int]:
@@ -169,10 +110,13 @@ class Servicer(pb_grpc.FederationServicer):
         events: EventLog | None = None,
         report_rate: RateLimit | None = None,
         refusal_log: RefusalLog | None = None,
+        auditor: PeerAuthenticator | None = None,
     ) -> None:
+        """`authenticator` admits the plan's collaborators; `auditor` (None: the plan names none) its auditor."""
         self.board = board
         self.gate = gate
         self.authenticator = authenticator
+        self.admission = Admission(authenticator, auditor)
         self.settings = settings
         self.chunk_bytes = chunk_bytes
         self.quotas = Quotas(limits)
@@ -185,7 +129,7 @@ class Servicer(pb_grpc.FederationServicer):
     # ------------------------------------------------------------ the one refusal path
 
     @contextmanager
-    def _refusals(self, rpc: str, context: grpc.ServicerContext) -> Iterator[_Caller]:
+    def _refusals(self, rpc: str, context: grpc.ServicerContext) -> Iterator[Caller]:
         """Run one request; turn anything it raises into a generic status and one log line.
 
         What the request holds is released by its own context managers and finally
@@ -193,7 +137,7 @@ class Servicer(pb_grpc.FederationServicer):
         caller cancelled, or its deadline passed, while we read its request): there is
         no one left to answer, and gRPC knows, so it passes through.
         """
-        caller = _Caller(context)
+        caller = Caller(context)
         try:
             yield caller
         except grpc.RpcError:
@@ -217,25 +161,25 @@ class Servicer(pb_grpc.FederationServicer):
     def _unary(
         self,
         rpc: str,
-        body: Callable[[str, Request, _Caller], Reply],
+        body: Callable[[str, Request, Caller], Reply],
         request: Request | Undecodable,
         context: grpc.ServicerContext,
     ) -> Reply:
         with self._refusals(rpc, context) as caller:
-            caller.peer = self.authenticator.identify(context)
-            return body(caller.peer, _decoded(request), caller)
+            caller.peer = self.admission.identify(context)
+            return body(caller.peer, decoded(request), caller)
         raise AssertionError("unreachable: _refusals aborts the RPC (mypy cannot see that it never swallows)")
 
     def _streaming(
         self,
         rpc: str,
-        body: Callable[[str, Request, _Caller], Iterator[Reply]],
+        body: Callable[[str, Request, Caller], Iterator[Reply]],
         request: Request | Undecodable,
         context: grpc.ServicerContext,
     ) -> Iterator[Reply]:
         with self._refusals(rpc, context) as caller:
-            caller.peer = self.authenticator.identify(context)
-            yield from body(caller.peer, _decoded(request), caller)
+            caller.peer = self.admission.identify(context)
+            yield from body(caller.peer, decoded(request), caller)
 
     # ------------------------------------------------------------ the RPCs
 
@@ -277,24 +221,27 @@ class Servicer(pb_grpc.FederationServicer):
         Not its GetPlan: a collaborator that fetched the plan may yet refuse it or be refused, and the line's
         count of collaborators with a task stream would leave it out ("connected (0 of 3 ...)").
         """
+        if self.admission.is_auditor(peer):
+            logger.info("the auditor %s has a task stream: it verifies the bounded sums' inputs", peer)
+            return
         self.presence.arrived(peer, lambda: len(self.board.connected()), len(self.authenticator.allowed_names))
 
     def _admitted(self, context: grpc.ServicerContext) -> bool:
         """Whether the caller's certificate is still admitted (the manifest in force pins it)."""
         try:
-            self.authenticator.identify(context)
+            self.admission.identify(context)
         except RefusedError:
             return False
         return True
 
     def _departed(self, peer: str) -> None:
         """A task stream of `peer` ended (the RPC's termination callback); log it if it was the last."""
-        if self.board.disconnect(peer):
+        if self.board.disconnect(peer) and not self.admission.is_auditor(peer):
             self.presence.departed(peer)
 
     # ------------------------------------------------------------ what each does
 
-    def _plan(self, peer: str, request: pb.PlanRequest, caller: _Caller) -> pb.PlanReply:
+    def _plan(self, peer: str, request: pb.PlanRequest, caller: Caller) -> pb.PlanReply:
         # A collaborator may join without knowing the id yet (it learns it here) or name the one it expects.
         if request.binding.federation_id or request.binding.stage != pb.STAGE_JOIN:
             self.gate.check_federation(request.binding)
@@ -302,7 +249,7 @@ class Servicer(pb_grpc.FederationServicer):
         self.board.starts.fetched_plan(peer, peer in self.board.connected())
         return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.board.plan_digest)
 
-    def _tasks(self, peer: str, request: pb.TaskRequest, caller: _Caller) -> Iterator[pb.Task]:
+    def _tasks(self, peer: str, request: pb.TaskRequest, caller: Caller) -> Iterator[pb.Task]:
         context = caller.context
         self.gate.check_federation(request.after)
         with self.quotas.hold(peer, Hold.TASK_STREAM), self.streams.hold(peer, context):
@@ -320,14 +267,15 @@ class Servicer(pb_grpc.FederationServicer):
         # Ended by that update, the stream says why (PERMISSION_DENIED naming the revocation) instead of ending
         # cleanly: the holder learns it was revoked even if the federation finishes before it would call again.
         if context.is_active():
-            self.authenticator.identify(context)
+            self.admission.identify(context)
 
-    def serve_model(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.ModelPart]:
+    def serve_model(self, peer: str, request: pb.FetchRequest, caller: Caller) -> Iterator[pb.ModelPart]:
         """DownloadModel's body for an identified `peer`: the model parts offered at the request's binding.
 
         A public seam: an override (an aggregator that sends one site another model, or serves downloads of its
         own) yields the parts `peer` receives; refusals raise, as here, and become the RPC's status.
         """
+        self.admission.check_collaborator(peer, "downloads no model")
         self.gate.check_read(request.binding)
         parts = self.board.offers.model(request.binding)
         if parts is None:
@@ -335,11 +283,12 @@ class Servicer(pb_grpc.FederationServicer):
         with self.quotas.hold(peer, Hold.DOWNLOAD):
             yield from parts
 
-    def serve_input(self, peer: str, request: pb.FetchRequest, caller: _Caller) -> Iterator[pb.Part]:
+    def serve_input(self, peer: str, request: pb.FetchRequest, caller: Caller) -> Iterator[pb.Part]:
         """Fetch's body for an identified `peer`: its input for the open stage, or the final bundle, in chunks.
 
         A public seam, with :meth:`serve_model`'s contract: an override yields the parts `peer` receives.
         """
+        self.admission.check_stage(peer, request.binding.stage)
         # The final bundle is bound to the FINISHED task itself, which the gate knows nothing of.
         payload = self.board.final_input(request.binding)
         if payload is None:
@@ -350,11 +299,11 @@ class Servicer(pb_grpc.FederationServicer):
         with self.quotas.hold(peer, Hold.DOWNLOAD):
             yield from payload_parts(request.binding, payload, self.chunk_bytes)
 
-    def _submit(self, peer: str, parts: Iterator[pb.Part | Undecodable], caller: _Caller) -> pb.Receipt:
+    def _submit(self, peer: str, parts: Iterator[pb.Part | Undecodable], caller: Caller) -> pb.Receipt:
         with self.quotas.hold(peer, Hold.UPLOAD), self.board.uploading(peer):
             # receive_upload frees the gate slot itself if reading fails.
             binding, payload = receive_upload(
-                _decoded_parts(parts),
+                self._own_stages(peer, decoded_parts(parts)),
                 self.gate,
                 peer,
                 max_total_bytes=self.board.max_upload_bytes(),
@@ -369,16 +318,23 @@ class Servicer(pb_grpc.FederationServicer):
                 raise
         return pb.Receipt(binding=binding, received_size=len(payload), sha256=digest(payload))
 
-    def _send(self, peer: str, part: pb.Part, caller: _Caller) -> pb.Receipt:
+    def _own_stages(self, peer: str, parts: Iterator[pb.Part]) -> Iterator[pb.Part]:
+        """`parts`, each refused unless its stage is `peer`'s own (:meth:`Admission.check_stage`)."""
+        for part in parts:
+            self.admission.check_stage(peer, part.binding.stage)
+            yield part
+
+    def _send(self, peer: str, part: pb.Part, caller: Caller) -> pb.Receipt:
         # One part is a whole upload: the same gate, limits and delivery as a Submit stream of it.
         return self._submit(peer, iter([part]), caller)
 
-    def _report(self, peer: str, request: pb.StatusReport, caller: _Caller) -> pb.Receipt:
+    def _report(self, peer: str, request: pb.StatusReport, caller: Caller) -> pb.Receipt:
         """Log and record a collaborator's status; it never touches a stage, a gate slot or a task.
 
         The binding must be this federation's and name a round that has started (the round
         the status is about; 0 before the first); its stage is not looked at.
         """
+        self.admission.check_collaborator(peer, "reports no status")
         if not self.report_rate.allow(peer):
             raise RefusedError(Refusal.OVER_LIMIT, TOO_MANY_REPORTS)
         binding = request.binding
@@ -413,25 +369,25 @@ def add_to_server(servicer: Servicer, server: grpc.Server) -> None:
     """
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         "GetPlan": grpc.unary_unary_rpc_method_handler(
-            servicer.GetPlan, _tolerant(pb.PlanRequest.FromString), pb.PlanReply.SerializeToString
+            servicer.GetPlan, tolerant(pb.PlanRequest.FromString), pb.PlanReply.SerializeToString
         ),
         "WaitForTasks": grpc.unary_stream_rpc_method_handler(
-            servicer.WaitForTasks, _tolerant(pb.TaskRequest.FromString), pb.Task.SerializeToString
+            servicer.WaitForTasks, tolerant(pb.TaskRequest.FromString), pb.Task.SerializeToString
         ),
         "DownloadModel": grpc.unary_stream_rpc_method_handler(
-            servicer.DownloadModel, _tolerant(pb.FetchRequest.FromString), pb.ModelPart.SerializeToString
+            servicer.DownloadModel, tolerant(pb.FetchRequest.FromString), pb.ModelPart.SerializeToString
         ),
         "Fetch": grpc.unary_stream_rpc_method_handler(
-            servicer.Fetch, _tolerant(pb.FetchRequest.FromString), pb.Part.SerializeToString
+            servicer.Fetch, tolerant(pb.FetchRequest.FromString), pb.Part.SerializeToString
         ),
         "Submit": grpc.stream_unary_rpc_method_handler(
-            servicer.Submit, _tolerant(pb.Part.FromString), pb.Receipt.SerializeToString
+            servicer.Submit, tolerant(pb.Part.FromString), pb.Receipt.SerializeToString
         ),
         "Send": grpc.unary_unary_rpc_method_handler(
-            servicer.Send, _tolerant(pb.Part.FromString), pb.Receipt.SerializeToString
+            servicer.Send, tolerant(pb.Part.FromString), pb.Receipt.SerializeToString
         ),
         "Report": grpc.unary_unary_rpc_method_handler(
-            servicer.Report, _tolerant(pb.StatusReport.FromString), pb.Receipt.SerializeToString
+            servicer.Report, tolerant(pb.StatusReport.FromString), pb.Receipt.SerializeToString
         ),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

@@ -81,9 +81,9 @@ def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
     return grpc.ssl_server_credentials([(key_pem, cert_pem)], root_certificates=ca_pem, require_client_auth=True)
 
 
-def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
-    """A collaborator's credentials: the federation's CA as the only root, its client certificate."""
-    ca_pem, cert_pem, key_pem, _ = _load_own(files, "collaborator")
+def channel_credentials(files: TlsFiles, role: str = "collaborator") -> grpc.ChannelCredentials:
+    """A client's credentials: the federation's CA as the only root, its certificate for `role` (or an auditor's)."""
+    ca_pem, cert_pem, key_pem, _ = _load_own(files, role)
     return grpc.ssl_channel_credentials(root_certificates=ca_pem, private_key=key_pem, certificate_chain=cert_pem)
 
 
@@ -135,12 +135,17 @@ def channel_options(
 
 
 def secure_channel(
-    address: str, files: TlsFiles, *, aggregator_name: str | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES
+    address: str,
+    files: TlsFiles,
+    *,
+    aggregator_name: str | None = None,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    role: str = "collaborator",
 ) -> grpc.Channel:
-    """A collaborator's mutual-TLS channel to the aggregator."""
+    """A client's mutual-TLS channel to the aggregator: a collaborator's, or with `role` "auditor" the auditor's."""
     return grpc.secure_channel(
         address,
-        channel_credentials(files),
+        channel_credentials(files, role),
         options=channel_options(max_message_bytes, aggregator_name=aggregator_name),
     )
 

@@ -55,6 +55,11 @@ class BoundedStage(enum.IntEnum):
     """Each present site checks the signed verdict record and uploads its verdict (refusing, it stops)."""
 
 
+AUDITOR_STAGES = frozenset({BoundedStage.AUDITOR_KEY, BoundedStage.ROSTERS, BoundedStage.MESSAGES, BoundedStage.TOTAL})
+"""The stages the auditor uploads in (the sites upload in the others): an aggregator admits it at these alone, and
+no site at these."""
+
+
 WITNESS_ROOM = 1 << 14
 """Field elements a site's part or a verifier's messages hold beside d: the witness bits (B^2 < 2^50 keeps
 them near 64 tests of at most 30 bits) and the proof's seeds and polynomial points (layout.DEFAULT_POINTS)."""
